@@ -1,0 +1,117 @@
+"""Every FA4MLIR_* environment knob, in one table, with typed getters.
+
+MLIR-free: the runtime and the cache import this module. Add a knob by adding a row to
+``KNOBS``; mark it ``output_changing`` when it changes the generated code, so that it becomes
+part of the cache key (see ``fa4mlir.cache.compute_key``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One environment variable: its name, default (as the string it would be set to) and meaning."""
+
+    name: str
+    default: str | None
+    kind: str  # "bool", "path", "str"
+    meaning: str
+    output_changing: bool = False
+
+
+KNOBS: dict[str, Knob] = {
+    k.name: k
+    for k in (
+        Knob("FA4MLIR_CACHE_DIR", "~/.cache/fa4mlir", "path", "directory of the on-disk kernel cache"),
+        Knob("FA4MLIR_CACHE", "1", "bool", "1: use the kernel cache; 0: always compile"),
+        Knob("FA4MLIR_DUMP_DIR", None, "path", "if set, write every compiler stage's IR/PTX here"),
+        Knob("FA4MLIR_DEBUG", "0", "bool", "1: emit debug checks in kernels (changes the code)",
+             output_changing=True),
+        Knob("FA4MLIR_BUNDLE", None, "path", "kernel bundle directory the runtime and GPU tests load"),
+        Knob("FA4MLIR_VERBOSE", "0", "bool", "1: log compiles, cache hits and kernel loads to stderr"),
+    )
+}
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _knob(name: str) -> Knob:
+    try:
+        return KNOBS[name]
+    except KeyError:
+        raise KeyError(f"unknown knob {name!r}; known knobs: {', '.join(sorted(KNOBS))}") from None
+
+
+def get_str(name: str) -> str | None:
+    """The knob's value as set in the environment, else its default (None if it has none)."""
+    knob = _knob(name)
+    return os.environ.get(name, knob.default)
+
+
+def get_bool(name: str) -> bool:
+    """The knob read as a boolean; raises ValueError on a value that is not 0/1/true/false/yes/no."""
+    knob = _knob(name)
+    if knob.kind != "bool":
+        raise TypeError(f"{name} is a {knob.kind} knob, not a bool knob")
+    raw = (get_str(name) or "").strip().lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise ValueError(f"{name}={raw!r}: expected one of 0/1/true/false/yes/no/on/off; "
+                     f"unset it or set it to 0 or 1")
+
+
+def get_path(name: str) -> Path | None:
+    """The knob read as a path (``~`` expanded), or None when unset and without default."""
+    knob = _knob(name)
+    if knob.kind != "path":
+        raise TypeError(f"{name} is a {knob.kind} knob, not a path knob")
+    raw = get_str(name)
+    if raw is None or raw == "":
+        return None
+    return Path(raw).expanduser()
+
+
+def cache_dir() -> Path:
+    return get_path("FA4MLIR_CACHE_DIR")  # type: ignore[return-value]
+
+
+def cache_enabled() -> bool:
+    return get_bool("FA4MLIR_CACHE")
+
+
+def dump_dir() -> Path | None:
+    return get_path("FA4MLIR_DUMP_DIR")
+
+
+def debug() -> bool:
+    return get_bool("FA4MLIR_DEBUG")
+
+
+def bundle_dir() -> Path | None:
+    return get_path("FA4MLIR_BUNDLE")
+
+
+def verbose() -> bool:
+    return get_bool("FA4MLIR_VERBOSE")
+
+
+def output_changing_values() -> dict[str, str | None]:
+    """Current values of the knobs that change generated code: part of every cache key."""
+    return {k.name: (str(int(get_bool(k.name))) if k.kind == "bool" else get_str(k.name))
+            for k in KNOBS.values() if k.output_changing}
+
+
+def describe() -> str:
+    """The knob table as text: name, default, current value, meaning."""
+    rows = [f"{'name':<20} {'default':<18} {'current':<18} meaning"]
+    for k in KNOBS.values():
+        cur = os.environ.get(k.name, "")
+        rows.append(f"{k.name:<20} {str(k.default):<18} {cur:<18} {k.meaning}")
+    return "\n".join(rows)

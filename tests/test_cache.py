@@ -1,0 +1,149 @@
+"""Deviceless tests of fa4mlir.cache: computed keys, atomic writes, one build per key."""
+
+import multiprocessing as mp
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from fa4mlir import cache, env
+from fa4mlir.cache import KernelCache, compute_key
+from fa4mlir.runtime import KernelArtifact, ParamSpec, TmaSpec
+
+CONFIG = {"head_dim": 128, "block_m": 128, "causal": True, "stages": 2}
+
+
+def make_artifact(key="", cubin=b"cubin-bytes"):
+    return KernelArtifact(name="attn_fwd", arch="sm_90a", cubin=cubin, block=(384, 1, 1),
+                          smem_bytes=180_000, key=key, config=dict(CONFIG),
+                          params=(ParamSpec("q_desc", "tma", TmaSpec("bf16", (64, 128), "128B")),
+                                  ParamSpec("n", "i32")),
+                          resources={"registers": 168, "spills": 0})
+
+
+def test_key_changes_with_config_arch_and_debug_knob(monkeypatch):
+    monkeypatch.delenv("FA4MLIR_DEBUG", raising=False)
+    base = compute_key(CONFIG, "sm_90a", {})
+    assert base == compute_key(dict(reversed(list(CONFIG.items()))), "sm_90a", {})  # order-free
+    assert compute_key({**CONFIG, "stages": 3}, "sm_90a", {}) != base
+    assert compute_key(CONFIG, "sm_100a", {}) != base
+    assert compute_key(CONFIG, "sm_90a", {"ptx_opt": 2}) != base
+    monkeypatch.setenv("FA4MLIR_DEBUG", "0")
+    assert compute_key(CONFIG, "sm_90a", {}) == base  # explicit default = unset
+    monkeypatch.setenv("FA4MLIR_DEBUG", "1")
+    assert compute_key(CONFIG, "sm_90a", {}) != base
+    monkeypatch.setenv("FA4MLIR_VERBOSE", "1")  # not output-changing
+    monkeypatch.setenv("FA4MLIR_DEBUG", "0")
+    assert compute_key(CONFIG, "sm_90a", {}) == base
+
+
+def test_key_covers_sources_and_toolchain(monkeypatch, tmp_path):
+    base = compute_key(CONFIG, "sm_90a", {})
+    monkeypatch.setattr(cache, "source_fingerprint", lambda: "other-sources")
+    assert compute_key(CONFIG, "sm_90a", {}) != base
+    monkeypatch.undo()
+    monkeypatch.setattr(cache, "toolchain_versions", lambda: {"nvidia-nvjitlink": "0.0"})
+    assert compute_key(CONFIG, "sm_90a", {}) != base
+    (tmp_path / "a.py").write_text("x = 1\n")
+    fp1 = cache.source_fingerprint.__wrapped__(tmp_path)
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert cache.source_fingerprint.__wrapped__(tmp_path) != fp1
+
+
+def test_toolchain_versions_reports_absent_packages(monkeypatch):
+    monkeypatch.setattr(cache, "TOOLCHAIN_PACKAGES", ("surely-not-installed-fa4mlir-pkg",))
+    assert cache.toolchain_versions() == {"surely-not-installed-fa4mlir-pkg": "absent"}
+
+
+def test_key_rejects_non_json_config():
+    with pytest.raises(TypeError, match="canonical-JSON"):
+        compute_key({"f": object()}, "sm_90a", {})
+
+
+def test_put_get_round_trip_and_no_temp_files(tmp_path):
+    c = KernelCache(tmp_path, enabled=True)
+    key = compute_key(CONFIG, "sm_90a", {})
+    assert c.get(key) is None
+    a = make_artifact(key)
+    c.put(a)
+    assert c.get(key) == a
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{key}.cubin", f"{key}.json"]
+
+
+def test_failed_write_leaves_no_partial_entry(tmp_path, monkeypatch):
+    c = KernelCache(tmp_path, enabled=True)
+    key = "cd" * 32
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk full"):
+        c.put(make_artifact(key))
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
+    assert c.get(key) is None
+
+
+def test_corrupt_cubin_is_a_miss(tmp_path):
+    c = KernelCache(tmp_path, enabled=True)
+    key = "ef" * 32
+    c.put(make_artifact(key))
+    (tmp_path / f"{key}.cubin").write_bytes(b"truncated")
+    assert c.get(key) is None
+
+
+def test_disabled_cache_always_builds(tmp_path, monkeypatch):
+    monkeypatch.setenv("FA4MLIR_CACHE", "0")
+    c = KernelCache(tmp_path)
+    assert not c.enabled
+    calls = []
+    for _ in range(2):
+        c.get_or_build("ab" * 32, lambda: calls.append(1) or make_artifact())
+    assert len(calls) == 2 and list(tmp_path.iterdir()) == []
+
+
+def test_cache_dir_knob(monkeypatch, tmp_path):
+    monkeypatch.setenv("FA4MLIR_CACHE_DIR", str(tmp_path / "c"))
+    assert KernelCache().dir == tmp_path / "c"
+    monkeypatch.delenv("FA4MLIR_CACHE_DIR")
+    assert env.cache_dir() == Path("~/.cache/fa4mlir").expanduser()
+
+
+def test_build_fn_key_mismatch_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="expected"):
+        KernelCache(tmp_path, enabled=True).get_or_build("ab" * 32, lambda: make_artifact("cd" * 32))
+
+
+def _slow_build(counter: str) -> KernelArtifact:
+    with open(counter, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    time.sleep(0.5)
+    return make_artifact(cubin=f"built by {os.getpid()}".encode())
+
+
+def _worker(cache_dir: str, key: str, counter: str, start, out) -> None:
+    start.wait()
+    art = KernelCache(cache_dir, enabled=True).get_or_build(key, lambda: _slow_build(counter))
+    out.put(art.cubin)
+
+
+def test_concurrent_get_or_build_builds_once(tmp_path):
+    ctx = mp.get_context("spawn")
+    key = compute_key(CONFIG, "sm_90a", {"test": "concurrency"})
+    counter = tmp_path / "builds.txt"
+    start, out = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(str(tmp_path / "cache"), key, str(counter), start, out))
+             for _ in range(6)]
+    for p in procs:
+        p.start()
+    start.set()
+    results = [out.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert len(counter.read_text().splitlines()) == 1
+    assert len(set(results)) == 1 and results[0].startswith(b"built by ")
+    leftovers = [p.name for p in (tmp_path / "cache").iterdir() if p.name.endswith(".tmp")]
+    assert leftovers == []
