@@ -1,0 +1,23 @@
+"""The fa4 dialect: op table (ops.py), registration, and Python builders (builders.py)."""
+from __future__ import annotations
+
+from .._mlir import ir, irdl
+from .ops import OPS, OPS_BY_NAME, OpDef, irdl_source
+
+_IRDL_TEXT = irdl_source()
+
+
+def load(ctx: ir.Context) -> None:
+    """Register the fa4 dialect (IRDL) in `ctx`."""
+    with ctx, ir.Location.unknown():
+        irdl.load_dialects(ir.Module.parse(_IRDL_TEXT))
+
+
+def new_context() -> ir.Context:
+    """A context with every upstream dialect fa4mlir uses and the fa4 dialect loaded."""
+    ctx = ir.Context()
+    load(ctx)
+    return ctx
+
+
+__all__ = ["OPS", "OPS_BY_NAME", "OpDef", "load", "new_context", "irdl_source"]

@@ -1,0 +1,178 @@
+"""The fa4 dialect, declared as data.
+
+Each `OpDef` names an op, its operands, results, attributes and regions, and gives its semantics in
+a few lines simple enough for an interpreter to execute. `irdl_source()` turns the table into an
+IRDL module that `fa4mlir.dialect.load()` registers in every context fa4mlir creates.
+
+Conventions (shared by every op below):
+* Pipelines are named by a symbol (`pipe`): `fa4.pipeline` declares one; the other pipeline ops
+  refer to it by name and carry `stage` and `phase` as explicit i32 values.
+* A pipeline of N stages owns 2N mbarriers: `full[s]` (producer -> consumers) and `empty[s]`
+  (consumers -> producer). Parity waits follow the mbarrier rule: waiting for parity `p` returns
+  once the phase with parity `p` has completed. Producers start at phase 0 and wait `empty` with
+  parity `phase ^ 1` (so their first pass over the ring does not block); consumers start at phase
+  0 and wait `full` with parity `phase`. Phase flips each time the stage index wraps to 0.
+* IRDL in LLVM 22 cannot declare traits, so region-holding ops (`fa4.warp_roles`, `fa4.role`) end
+  their single block with the generic terminator `gpu.yield`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Operand / result constraints by short name -> IRDL constraint op text.
+CONSTRAINTS = {
+    "i1": "irdl.is i1",
+    "i32": "irdl.is i32",
+    "i64": "irdl.is i64",
+    "ptr": 'irdl.base "!llvm.ptr"',
+    "smem_ptr": "irdl.is !llvm.ptr<3>",
+    "any": "irdl.any",
+}
+# Attribute kinds -> IRDL base constraint.
+ATTR_KINDS = {
+    "str": '"#builtin.string"',
+    "int": '"#builtin.integer"',
+    "bool": '"#builtin.integer"',
+    "ints": '"#builtin.dense_array"',
+    "strs": '"#builtin.array"',
+}
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    doc: str
+    operands: tuple = ()            # (name, constraint) ; constraint prefixed "*" = variadic
+    results: tuple = ()             # (name, constraint)
+    attrs: tuple = ()               # (name, kind)
+    optional_attrs: tuple = ()      # (name, kind): set by passes or optional for users
+    regions: tuple = ()             # region names
+
+
+OPS: tuple[OpDef, ...] = (
+    # ---- warp roles -----------------------------------------------------------------------------
+    OpDef("warp_roles", """Dispatch: its body holds `fa4.role` ops; every warp of the CTA runs exactly the
+    role whose warp range holds it (warps in no role idle until the kernel ends).""",
+          regions=("body",)),
+    OpDef("role", """One warp role: warps [first_warp, first_warp + num_warps) run `body`. `regs` is the
+    per-thread register budget that role's warpgroups set with setmaxnreg (0 = leave as is).""",
+          attrs=(("name", "str"), ("first_warp", "int"), ("num_warps", "int"), ("regs", "int")),
+          regions=("body",)),
+    # ---- thread geometry ------------------------------------------------------------------------
+    OpDef("thread_idx", "The thread's index in the CTA along `dim` (0, 1, 2).",
+          results=(("idx", "i32"),), attrs=(("dim", "int"),)),
+    OpDef("block_idx", "The CTA's index in the grid along `dim`.",
+          results=(("idx", "i32"),), attrs=(("dim", "int"),)),
+    OpDef("elect_one", "True in exactly one active lane of the calling warp, false elsewhere.",
+          results=(("pred", "i1"),)),
+    # ---- memory planning ------------------------------------------------------------------------
+    OpDef("smem_buffer", """A named shared-memory buffer of `bytes` bytes aligned to `align`; the result
+    is its address. `fa4-plan-smem` assigns `offset`.""",
+          results=(("addr", "smem_ptr"),), attrs=(("sym_name", "str"), ("bytes", "int"), ("align", "int")),
+          optional_attrs=(("offset", "int"),)),
+    OpDef("pipeline", """A staged producer/consumer pipeline of `num_stages` stages. `full[s]` completes after
+    `producer_arrivals` arrivals (plus the transaction bytes committed on it); `empty[s]` after
+    `consumer_arrivals` arrivals. `fa4-plan-smem` assigns `offset` (2 * num_stages mbarriers).""",
+          attrs=(("sym_name", "str"), ("num_stages", "int"), ("producer", "str"), ("consumers", "strs"),
+                 ("producer_arrivals", "int"), ("consumer_arrivals", "int")),
+          optional_attrs=(("offset", "int"),)),
+    OpDef("pipeline_init", """Initialise every mbarrier of every pipeline (one thread) and make the
+    initialisation visible to the async proxy. Must precede `fa4.warp_roles`."""),
+    # ---- pipeline protocol ----------------------------------------------------------------------
+    OpDef("producer_acquire", "Block until `empty[stage]` completed the phase of parity `phase ^ 1`.",
+          operands=(("stage", "i32"), ("phase", "i32")), attrs=(("pipe", "str"),)),
+    OpDef("producer_commit", """Arrive once on `full[stage]`, first raising its expected transaction count
+    by `tx_bytes` (0: a plain arrive). One thread calls it per stage fill.""",
+          operands=(("stage", "i32"),), attrs=(("pipe", "str"), ("tx_bytes", "int"))),
+    OpDef("consumer_wait", "Block until `full[stage]` completed the phase of parity `phase`.",
+          operands=(("stage", "i32"), ("phase", "i32")), attrs=(("pipe", "str"),)),
+    OpDef("consumer_release", "Each calling thread arrives once on `empty[stage]`.",
+          operands=(("stage", "i32"),), attrs=(("pipe", "str"),)),
+    # ---- TMA ------------------------------------------------------------------------------------
+    OpDef("tma_load", """Copy the box at `coords` (innermost first) of the tensor that `desc` describes into
+    `dst`; the copy's bytes count as transactions on `full[stage]` of `pipe`.""",
+          operands=(("desc", "ptr"), ("dst", "smem_ptr"), ("stage", "i32"), ("coords", "*i32")),
+          attrs=(("pipe", "str"), ("box", "ints"), ("elem_bytes", "int"))),
+    OpDef("tma_store", """Copy `src` to the box at `coords` of the tensor `desc` describes (bulk async;
+    out-of-bounds elements are not written).""",
+          operands=(("desc", "ptr"), ("src", "smem_ptr"), ("coords", "*i32")), attrs=(("box", "ints"),)),
+    OpDef("tma_store_wait", "Commit the thread's outstanding TMA stores and wait until at most `pending` remain unread.",
+          attrs=(("pending", "int"),)),
+    OpDef("tma_prefetch", "Prefetch the tensor map `desc` into the descriptor cache.", operands=(("desc", "ptr"),)),
+    # ---- MMA ------------------------------------------------------------------------------------
+    OpDef("smem_desc", """The matrix descriptor of an SMEM tile at `addr` for the tensor cores, K-major,
+    with `swizzle` bytes (128, 64, 32, 0); encoded per arch by the mma lowering pass.""",
+          operands=(("addr", "smem_ptr"),), results=(("desc", "i64"),),
+          attrs=(("swizzle", "int"), ("lbo", "int"), ("sbo", "int"))),
+    OpDef("mma", """D = A*B (+ D if `accumulate`), tile m x n x k, operand dtype `ab_dtype`, accumulator
+    `acc_dtype`. A: smem descriptor (i64), registers, or a TMEM address (`a_source`); B: smem
+    descriptor. On sm_90a the accumulator is a register vector (operand `acc`, result the new one);
+    on sm_100a it is a TMEM address (operand `acc`, no result).""",
+          operands=(("a", "any"), ("b", "i64"), ("accumulate", "i1"), ("acc", "*any")),
+          results=(("d", "*any"),),
+          attrs=(("m", "int"), ("n", "int"), ("k", "int"), ("a_source", "str"), ("ab_dtype", "str"),
+                 ("acc_dtype", "str"))),
+    OpDef("mma_fence", "Order register/SMEM writes before the following asynchronous MMAs (sm_90a warpgroup fence)."),
+    OpDef("mma_commit_group", "Close the group of MMAs issued so far by this warpgroup (sm_90a)."),
+    OpDef("mma_wait_group", "Wait until at most `pending` MMA groups of this warpgroup are in flight (sm_90a).",
+          operands=(("acc", "*any"),), results=(("acc_out", "*any"),), attrs=(("pending", "int"),)),
+    OpDef("mma_commit", """Arrive once on `full[stage]` (side = "full") or `empty[stage]` (side = "empty")
+    of `pipe` when all MMAs issued so far by this thread complete (sm_100a tcgen05.commit).""",
+          operands=(("stage", "i32"),), attrs=(("pipe", "str"), ("side", "str"))),
+    # ---- tensor memory --------------------------------------------------------------------------
+    OpDef("tmem_alloc", """Allocate `cols` TMEM columns (one warp) and write their base address to
+    `dst` in SMEM. `fa4-plan-tmem` checks the column plan.""",
+          operands=(("dst", "smem_ptr"),), attrs=(("cols", "int"),)),
+    OpDef("tmem_dealloc", "Free the `cols` columns at `addr` (the warp that allocated them).",
+          operands=(("addr", "i32"),), attrs=(("cols", "int"),)),
+    OpDef("tmem_relinquish", "Give up the right to allocate TMEM for the rest of the CTA's life."),
+    OpDef("tmem_load", """Each thread of the warp reads `num` 32-bit columns starting at `addr` from its
+    lane (shape 32x32b); result: vector of `num` i32.""",
+          operands=(("addr", "i32"),), results=(("value", "any"),), attrs=(("num", "int"),)),
+    OpDef("tmem_store", "Each thread writes `value` (vector of i32) to its lane's columns at `addr` (32x32b).",
+          operands=(("addr", "i32"), ("value", "any"))),
+    OpDef("tmem_wait", "Wait for this thread's outstanding TMEM loads (`kind` = \"ld\") or stores (\"st\").",
+          attrs=(("kind", "str"),)),
+    # ---- barriers and fences --------------------------------------------------------------------
+    OpDef("named_barrier", "Block until `num_threads` threads have reached named barrier `id` (1..15).",
+          attrs=(("id", "int"), ("num_threads", "int"))),
+    OpDef("fence", """A memory fence: `kind` is "async_smem" (generic-proxy SMEM writes visible to TMA and
+    tensor cores), "tcgen05_before" or "tcgen05_after" (order tcgen05 ops around a thread sync).""",
+          attrs=(("kind", "str"),)),
+    OpDef("sync_threads", "Block until every thread of the CTA arrives."),
+    OpDef("trap_if", "Abort the kernel when `cond` is true (debug builds).", operands=(("cond", "i1"),)),
+)
+
+OPS_BY_NAME = {op.name: op for op in OPS}
+
+
+def irdl_source() -> str:
+    """The IRDL text that defines the fa4 dialect."""
+    lines = ["irdl.dialect @fa4 {"]
+    for op in OPS:
+        lines.append(f"  irdl.operation @{op.name} {{")
+        counter = 0
+
+        def constraint(text):
+            nonlocal counter
+            counter += 1
+            lines.append(f"    %c{counter} = {text}")
+            return f"%c{counter}"
+
+        for group, entries in (("operands", op.operands), ("results", op.results)):
+            parts = []
+            for name, cons in entries:
+                variadic = cons.startswith("*")
+                ref = constraint(CONSTRAINTS[cons.lstrip("*")])
+                parts.append(f"{name}: {'variadic ' if variadic else ''}{ref}")
+            if parts:
+                lines.append(f"    irdl.{group}({', '.join(parts)})")
+        if op.attrs:
+            parts = [f'"{name}" = {constraint("irdl.base " + ATTR_KINDS[kind])}' for name, kind in op.attrs]
+            lines.append(f"    irdl.attributes {{{', '.join(parts)}}}")
+        if op.regions:
+            refs = [f"{name}: {constraint('irdl.region')}" for name in op.regions]
+            lines.append(f"    irdl.regions({', '.join(refs)})")
+        lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines)

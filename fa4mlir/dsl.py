@@ -1,0 +1,307 @@
+"""The kernel builder: plain Python that builds fa4 + arith/scf/math/vector IR by explicit calls.
+
+Python control flow runs at build time; IR control flow is `kb.for_` / `kb.if_`. Every op gets the
+source location of the kernel line that asked for it (the first stack frame outside this module
+and `fa4mlir/dialect`). Values are typed wrappers (`Value`) with arithmetic operators; Python
+numbers mixed with them become constants of the other operand's type.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+from dataclasses import dataclass, field
+
+from ._mlir import arith, ir, scf, vector
+from .dialect import OPS_BY_NAME, new_context
+from .runtime import ParamSpec, TmaSpec
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_INTERNAL = (os.path.join(_HERE, "dsl.py"), os.path.join(_HERE, "dsl_kernel.py"), os.path.join(_HERE, "dialect"), os.path.join(_HERE, "_mlir.py"))
+_TYPE_NAMES = {"i1": "i1", "i8": "i8", "i16": "i16", "i32": "i32", "i64": "i64", "f16": "f16",
+               "bf16": "bf16", "f32": "f32", "ptr": "!llvm.ptr", "gptr": "!llvm.ptr<1>",
+               "sptr": "!llvm.ptr<3>"}
+ELEM_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "i8": 1, "u8": 1, "i64": 8}
+
+
+def source_loc() -> ir.Location:
+    """The location of the innermost caller outside the builder itself."""
+    for frame in inspect.stack(context=0)[1:]:
+        path = os.path.abspath(frame.filename)
+        if not path.startswith(_INTERNAL) and "contextlib" not in path:
+            return ir.Location.file(path, frame.lineno, 0)
+    return ir.Location.unknown()
+
+
+def mlir_type(t) -> ir.Type:
+    if isinstance(t, ir.Type):
+        return t
+    if isinstance(t, tuple):  # ("f32", 8) -> vector<8xf32>
+        return ir.VectorType.get([t[1]], mlir_type(t[0]))
+    return ir.Type.parse(_TYPE_NAMES.get(t, t))
+
+
+def _is_float(t: ir.Type) -> bool:
+    return isinstance(t, ir.F32Type) or isinstance(t, ir.BF16Type) or isinstance(t, ir.F16Type)
+
+
+class Value:
+    """A typed SSA value with arithmetic; operations emit arith ops at the current insertion point."""
+
+    def __init__(self, v: ir.Value):
+        self.v = v.result if hasattr(v, "result") and not isinstance(v, ir.Value) else v
+
+    @property
+    def type(self) -> ir.Type:
+        return self.v.type
+
+    @property
+    def is_float(self) -> bool:
+        t = self.type
+        if isinstance(t, ir.VectorType):
+            t = ir.VectorType(t).element_type
+        return _is_float(t)
+
+    def _coerce(self, other) -> ir.Value:
+        if isinstance(other, Value):
+            return other.v
+        if isinstance(other, ir.Value):
+            return other
+        return const(other, self.type).v
+
+    def _bin(self, other, int_op, float_op, reverse=False):
+        a, b = self.v, self._coerce(other)
+        if reverse:
+            a, b = b, a
+        op = float_op if self.is_float else int_op
+        if op is None:
+            raise TypeError(f"operator not defined for {self.type}")
+        return Value(op(a, b, loc=source_loc()))
+
+    def __add__(self, o): return self._bin(o, arith.addi, arith.addf)
+    def __radd__(self, o): return self._bin(o, arith.addi, arith.addf, True)
+    def __sub__(self, o): return self._bin(o, arith.subi, arith.subf)
+    def __rsub__(self, o): return self._bin(o, arith.subi, arith.subf, True)
+    def __mul__(self, o): return self._bin(o, arith.muli, arith.mulf)
+    def __rmul__(self, o): return self._bin(o, arith.muli, arith.mulf, True)
+    def __truediv__(self, o): return self._bin(o, None, arith.divf)
+    def __floordiv__(self, o): return self._bin(o, arith.divui, None)
+    def __mod__(self, o): return self._bin(o, arith.remui, None)
+    def __and__(self, o): return self._bin(o, arith.andi, None)
+    def __or__(self, o): return self._bin(o, arith.ori, None)
+    def __xor__(self, o): return self._bin(o, arith.xori, None)
+    def __lshift__(self, o): return self._bin(o, arith.shli, None)
+    def __rshift__(self, o): return self._bin(o, arith.shrui, None)
+
+    def _cmp(self, other, ipred, fpred):
+        b = self._coerce(other)
+        if self.is_float:
+            return Value(arith.cmpf(getattr(arith.CmpFPredicate, fpred), self.v, b, loc=source_loc()))
+        return Value(arith.cmpi(getattr(arith.CmpIPredicate, ipred), self.v, b, loc=source_loc()))
+
+    def lt(self, o): return self._cmp(o, "ult", "olt")
+    def le(self, o): return self._cmp(o, "ule", "ole")
+    def gt(self, o): return self._cmp(o, "ugt", "ogt")
+    def ge(self, o): return self._cmp(o, "uge", "oge")
+    def eq(self, o): return self._cmp(o, "eq", "oeq")
+    def ne(self, o): return self._cmp(o, "ne", "one")
+
+    def to(self, t) -> "Value":
+        """Convert to type `t` (int widths, int<->float, float widths)."""
+        dst = mlir_type(t)
+        src = self.type
+        loc = source_loc()
+        if src == dst:
+            return self
+        if self.is_float and _is_float(_elem(dst)):
+            wider = _width(_elem(dst)) > _width(_elem(src))
+            return Value((arith.extf if wider else arith.truncf)(dst, self.v, loc=loc))
+        if not self.is_float and not _is_float(_elem(dst)):
+            wider = _width(_elem(dst)) > _width(_elem(src))
+            return Value((arith.extui if wider else arith.trunci)(dst, self.v, loc=loc))
+        if self.is_float:
+            return Value(arith.fptosi(dst, self.v, loc=loc))
+        return Value(arith.uitofp(dst, self.v, loc=loc))
+
+    def bitcast(self, t) -> "Value":
+        return Value(arith.bitcast(mlir_type(t), self.v, loc=source_loc()))
+
+    def __getitem__(self, i: int) -> "Value":
+        """Element `i` of a 1-D vector value (static index)."""
+        return Value(vector.extract(self.v, dynamic_position=[], static_position=[i], loc=source_loc()))
+
+    def __bool__(self):
+        raise TypeError("an IR value has no Python truth value: use kb.if_(cond) for IR control flow")
+
+
+def _elem(t: ir.Type) -> ir.Type:
+    return ir.VectorType(t).element_type if isinstance(t, ir.VectorType) else t
+
+
+def _width(t: ir.Type) -> int:
+    if isinstance(t, ir.IntegerType):
+        return ir.IntegerType(t).width
+    return {"f32": 32, "bf16": 16, "f16": 16, "f64": 64}[str(t)]
+
+
+def const(value, t="i32") -> Value:
+    ty = mlir_type(t)
+    loc = source_loc()
+    if isinstance(ty, ir.VectorType):
+        et = ir.VectorType(ty).element_type
+        attr = ir.DenseElementsAttr.get_splat(ty, ir.FloatAttr.get(et, value) if _is_float(et)
+                                              else ir.IntegerAttr.get(et, int(value)))
+        return Value(arith.constant(ty, attr, loc=loc))
+    if _is_float(ty):
+        return Value(arith.constant(ty, float(value), loc=loc))
+    return Value(arith.constant(ty, int(value), loc=loc))
+
+
+def vec(*values: Value) -> Value:
+    """A 1-D vector of scalar values of one type."""
+    t = ir.VectorType.get([len(values)], values[0].type)
+    return Value(vector.from_elements(t, [v.v for v in values], loc=source_loc()))
+
+
+def select(cond: Value, a, b) -> Value:
+    a = a if isinstance(a, Value) else const(a, b.type if isinstance(b, Value) else "i32")
+    b = b if isinstance(b, Value) else const(b, a.type)
+    return Value(arith.select(cond.v, a.v, b.v, loc=source_loc()))
+
+
+def _attr(value, kind: str) -> ir.Attribute:
+    if kind == "str":
+        return ir.StringAttr.get(value)
+    if kind == "bool":
+        return ir.BoolAttr.get(bool(value))
+    if kind == "int":
+        return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(value))
+    if kind == "ints":
+        return ir.DenseI64ArrayAttr.get([int(x) for x in value])
+    if kind == "strs":
+        return ir.ArrayAttr.get([ir.StringAttr.get(s) for s in value])
+    raise ValueError(kind)
+
+
+def fa4_op(op_name: str, operands=(), result_types=(), /, **attrs):
+    """Create `fa4.<name>` checking attribute names against the op table; returns the Operation."""
+    name = op_name
+    opdef = OPS_BY_NAME[name]
+    kinds = dict(opdef.attrs) | dict(opdef.optional_attrs)
+    missing = [a for a, _ in opdef.attrs if a not in attrs]
+    unknown = [a for a in attrs if a not in kinds]
+    if missing or unknown:
+        raise TypeError(f"fa4.{name}: missing attributes {missing}, unknown attributes {unknown}")
+    mattrs = {k: _attr(v, kinds[k]) for k, v in attrs.items()}
+    vals = [o.v if isinstance(o, Value) else o for o in operands]
+    op = ir.Operation.create(f"fa4.{name}", results=[mlir_type(t) for t in result_types], operands=vals,
+                             attributes=mattrs, regions=len(opdef.regions), loc=source_loc())
+    return op
+
+
+@dataclass(frozen=True)
+class PipeState:
+    """Stage and phase of one side of a pipeline; immutable, `advance()` returns the next state."""
+    stage: Value
+    phase: Value
+    num_stages: int
+
+    def advance(self) -> "PipeState":
+        nxt = self.stage + 1
+        wrap = nxt.eq(self.num_stages)
+        return PipeState(select(wrap, 0, nxt), select(wrap, self.phase ^ 1, self.phase), self.num_stages)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Handle of a declared `fa4.pipeline`; emits the protocol ops with explicit state."""
+    name: str
+    num_stages: int
+
+    def initial_state(self) -> PipeState:
+        return PipeState(const(0), const(0), self.num_stages)
+
+    def producer_acquire(self, s: PipeState):
+        fa4_op("producer_acquire", [s.stage, s.phase], pipe=self.name)
+
+    def producer_commit(self, s: PipeState, tx_bytes: int = 0):
+        fa4_op("producer_commit", [s.stage], pipe=self.name, tx_bytes=tx_bytes)
+
+    def consumer_wait(self, s: PipeState):
+        fa4_op("consumer_wait", [s.stage, s.phase], pipe=self.name)
+
+    def consumer_release(self, s: PipeState):
+        fa4_op("consumer_release", [s.stage], pipe=self.name)
+
+    def mma_commit(self, s: PipeState, side: str = "full"):
+        fa4_op("mma_commit", [s.stage], pipe=self.name, side=side)
+
+
+class _For:
+    def __init__(self, op):
+        self.op = op
+        self.results = [Value(r) for r in op.results]
+        self._ip = None
+
+    def __enter__(self):
+        body = self.op.body
+        self._ip = ir.InsertionPoint(body)
+        self._ip.__enter__()
+        iv = Value(body.arguments[0])
+        carried = [Value(a) for a in body.arguments[1:]]
+        return iv, carried
+
+    def yield_(self, *values):
+        scf.YieldOp([v.v if isinstance(v, Value) else v for v in values], loc=source_loc())
+
+    def __exit__(self, *exc):
+        if exc[0] is None and not self.op.results and not _has_terminator(self.op.body):
+            scf.YieldOp([], loc=source_loc())
+        self._ip.__exit__(*exc)
+
+
+def _has_terminator(block) -> bool:
+    ops = list(block.operations)
+    return bool(ops) and ops[-1].operation.name in ("scf.yield", "gpu.yield")
+
+
+class _If:
+    def __init__(self, cond: Value, result_types):
+        self.op = scf.IfOp(cond.v, [mlir_type(t) for t in result_types], has_else=bool(result_types),
+                           loc=source_loc())
+        self.results = [Value(r) for r in self.op.results]
+
+    @contextlib.contextmanager
+    def then_(self):
+        with ir.InsertionPoint(self.op.then_block):
+            yield
+            if not _has_terminator(self.op.then_block):
+                scf.YieldOp([], loc=source_loc())
+
+    @contextlib.contextmanager
+    def else_(self):
+        with ir.InsertionPoint(self.op.else_block):
+            yield
+            if not _has_terminator(self.op.else_block):
+                scf.YieldOp([], loc=source_loc())
+
+    def yield_(self, *values):
+        scf.YieldOp([v.v if isinstance(v, Value) else v for v in values], loc=source_loc())
+
+
+@dataclass
+class KernelIR:
+    """What the builder produces: the module and the launch metadata the runtime needs."""
+    name: str
+    arch: str
+    module: ir.Module
+    params: tuple
+    block: tuple
+    cluster: tuple
+    config: dict = field(default_factory=dict)
+
+
+from .dsl_kernel import KernelBuilder  # noqa: E402  (split for size; re-exported here)
+
+__all__ = ["KernelBuilder", "KernelIR", "Value", "Pipeline", "PipeState", "const", "select",
+           "fa4_op", "mlir_type", "source_loc", "ParamSpec", "TmaSpec", "ELEM_BYTES"]

@@ -1,0 +1,179 @@
+"""KernelBuilder: kernel parameters, SMEM and pipeline declarations, roles, control flow, memory.
+
+    kb = KernelBuilder("gemm", arch="sm_90a", block=(384, 1, 1))
+    a_desc = kb.param_tma("a_desc", dtype="bf16", box=(64, 128), swizzle="128B")
+    c = kb.param_ptr("c")
+    with kb.body():
+        ...                          # fa4 / arith / scf ops through kb and Value operators
+    kernel_ir = kb.finish()
+"""
+from __future__ import annotations
+
+import contextlib
+
+from ._mlir import ir, llvm
+from .dsl import (ELEM_BYTES, KernelIR, Pipeline, Value, _For, _If, const, fa4_op, mlir_type,
+                  source_loc)
+from .dialect import new_context
+from .runtime import ParamSpec, TmaSpec
+
+ARCH_FEATURES = {"sm_90a": "+ptx80", "sm_100a": "+ptx86"}
+_PARAM_TYPES = {
+    "ptr": ("!llvm.ptr<1>", "{llvm.noalias}"),
+    "i32": ("i32", ""), "i64": ("i64", ""), "f32": ("f32", ""),
+    "tma": ("!llvm.ptr", "{llvm.byval = !llvm.array<128 x i8>, nvvm.grid_constant, llvm.align = 64 : i64}"),
+}
+
+
+class Param(Value):
+    """A kernel parameter; its SSA value exists once `kb.body()` has opened."""
+
+    def __init__(self, spec: ParamSpec):
+        self.spec = spec
+        self._v = None
+
+    @property
+    def v(self):
+        if self._v is None:
+            raise RuntimeError(f"parameter {self.spec.name!r} used outside `with kb.body()`")
+        return self._v
+
+
+class KernelBuilder:
+    def __init__(self, name: str, *, arch: str, block: tuple, cluster: tuple = (1, 1, 1),
+                 config: dict | None = None):
+        if arch not in ARCH_FEATURES:
+            raise ValueError(f"arch {arch!r} is not supported; expected one of {sorted(ARCH_FEATURES)}")
+        self.name, self.arch = name, arch
+        self.block, self.cluster = tuple(block), tuple(cluster)
+        self.config = dict(config or {})
+        self.ctx = new_context()
+        self.params: list[Param] = []
+        self.module = None
+        self.func = None
+
+    # ---- parameters -----------------------------------------------------------------------------
+    def _param(self, name, kind, tma=None) -> Param:
+        if self.module is not None:
+            raise RuntimeError("declare every parameter before `with kb.body()`")
+        p = Param(ParamSpec(name=name, kind=kind, tma=tma))
+        self.params.append(p)
+        return p
+
+    def param_ptr(self, name): return self._param(name, "ptr")
+    def param_i32(self, name): return self._param(name, "i32")
+    def param_i64(self, name): return self._param(name, "i64")
+    def param_f32(self, name): return self._param(name, "f32")
+
+    def param_tma(self, name, *, dtype: str, box: tuple, swizzle: str = "128B") -> Param:
+        """A TMA descriptor parameter (128-byte grid constant); `box` innermost dimension first."""
+        return self._param(name, "tma", TmaSpec(dtype=dtype, box=tuple(box), swizzle=swizzle))
+
+    # ---- body -----------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def body(self):
+        """Open the kernel function; ops built inside go into its body."""
+        args = ", ".join(f"%a{i}: {_PARAM_TYPES[p.spec.kind][0]} {_PARAM_TYPES[p.spec.kind][1]}"
+                         for i, p in enumerate(self.params))
+        threads = ", ".join(str(x) for x in self.block)
+        text = (f'module attributes {{gpu.container_module}} {{\n'
+                f'  gpu.module @fa4_kernels [#nvvm.target<chip = "{self.arch}", features = "{ARCH_FEATURES[self.arch]}">] {{\n'
+                f'    llvm.func @{self.name}({args}) attributes {{nvvm.kernel, '
+                f'nvvm.maxntid = array<i32: {threads}>, nvvm.minctasm = 1 : i32}} {{\n'
+                f'      llvm.return\n    }}\n  }}\n}}')
+        with self.ctx, source_loc():
+            self.module = ir.Module.parse(text)
+            gmod = self.module.body.operations[0]
+            self.func = gmod.regions[0].blocks[0].operations[0]
+            entry = self.func.regions[0].blocks[0]
+            for p, arg in zip(self.params, entry.arguments):
+                p._v = arg
+            with ir.InsertionPoint(entry.operations[0]):
+                yield self
+
+    def finish(self) -> KernelIR:
+        with self.ctx:
+            if not self.module.operation.verify():
+                raise RuntimeError(f"kernel {self.name}: the built IR does not verify")
+        return KernelIR(name=self.name, arch=self.arch, module=self.module,
+                        params=tuple(p.spec for p in self.params), block=self.block,
+                        cluster=self.cluster, config=self.config)
+
+    # ---- declarations ---------------------------------------------------------------------------
+    def smem(self, name: str, num_bytes: int, align: int = 1024) -> Value:
+        """Declare a shared-memory buffer; `fa4-plan-smem` places it."""
+        return Value(fa4_op("smem_buffer", [], ["sptr"], sym_name=name, bytes=num_bytes, align=align).result)
+
+    def pipeline(self, name: str, *, num_stages: int, producer: str, consumers: list[str],
+                 producer_arrivals: int = 1, consumer_arrivals: int = 1) -> Pipeline:
+        fa4_op("pipeline", sym_name=name, num_stages=num_stages, producer=producer,
+               consumers=list(consumers), producer_arrivals=producer_arrivals,
+               consumer_arrivals=consumer_arrivals)
+        return Pipeline(name, num_stages)
+
+    def pipeline_init(self):
+        fa4_op("pipeline_init")
+
+    # ---- roles ----------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _region_op(self, op_name, **attrs):
+        op = fa4_op(op_name, **attrs)
+        block = op.regions[0].blocks.append()
+        with ir.InsertionPoint(block):
+            yield op
+            ir.Operation.create("gpu.yield", loc=source_loc())
+
+    def warp_roles(self):
+        return self._region_op("warp_roles")
+
+    def role(self, name: str, *, first_warp: int, num_warps: int, regs: int = 0):
+        return self._region_op("role", name=name, first_warp=first_warp, num_warps=num_warps, regs=regs)
+
+    # ---- geometry -------------------------------------------------------------------------------
+    def thread_idx(self, dim: int = 0) -> Value:
+        return Value(fa4_op("thread_idx", [], ["i32"], dim=dim).result)
+
+    def block_idx(self, dim: int = 0) -> Value:
+        return Value(fa4_op("block_idx", [], ["i32"], dim=dim).result)
+
+    def elect_one(self) -> Value:
+        return Value(fa4_op("elect_one", [], ["i1"]).result)
+
+    # ---- control flow ---------------------------------------------------------------------------
+    def for_(self, lo, hi, step=1, carry=()) -> _For:
+        """`with kb.for_(lo, hi, step, carry=(...)) as (i, carried): ...; loop.yield_(...)`."""
+        from ._mlir import scf
+        lo, hi, step = (v if isinstance(v, Value) else const(v) for v in (lo, hi, step))
+        init = [c.v if isinstance(c, Value) else c for c in carry]
+        op = scf.ForOp(lo.v, hi.v, step.v, init, loc=source_loc())
+        return _For(op)
+
+    def if_(self, cond: Value, results=()) -> _If:
+        return _If(cond, results)
+
+    # ---- memory ---------------------------------------------------------------------------------
+    def gep(self, ptr: Value, index, elem: str) -> Value:
+        """`ptr + index` elements of type `elem` (same address space)."""
+        index = index if isinstance(index, Value) else const(index)
+        dyn = -2147483648  # kDynamicIndex: the index is the next dynamic operand
+        return Value(llvm.getelementptr(ptr.type, ptr.v, [index.v], [dyn], mlir_type(elem),
+                                        llvm.GEPNoWrapFlags.none, loc=source_loc()))
+
+    def load(self, ptr: Value, t, align: int | None = None) -> Value:
+        return Value(llvm.load(mlir_type(t), ptr.v, alignment=align, loc=source_loc()))
+
+    def store(self, value: Value, ptr: Value, align: int | None = None):
+        llvm.store(value.v, ptr.v, alignment=align, loc=source_loc())
+
+    # ---- fences and barriers --------------------------------------------------------------------
+    def fence(self, kind: str):
+        fa4_op("fence", kind=kind)
+
+    def named_barrier(self, barrier_id: int, num_threads: int):
+        fa4_op("named_barrier", id=barrier_id, num_threads=num_threads)
+
+    def sync_threads(self):
+        fa4_op("sync_threads")
+
+
+__all__ = ["KernelBuilder", "Param", "ELEM_BYTES"]

@@ -1,0 +1,173 @@
+"""C = A . B^T on sm_90a (bf16/f16 in, f32 accumulate, bf16/f16 out): TMA ring + wgmma.
+
+Roles (one CTA computes a BM x BN tile of C; 3 warpgroups):
+    warpgroup 0  `load`  one elected thread of warp 0 streams A and B K-slices into an SMEM ring
+                         of `stages` stages (TMA, 128B swizzle), completing on `ab_pipe.full`.
+    warpgroups 1-2 `mma` each owns 64 rows of the tile: waits for a stage, issues BK/16 wgmma
+                         m64nBNk16 from SMEM descriptors, keeps one wgmma group in flight, and
+                         releases the previous stage once its group retired; then stores C.
+Register budgets (setmaxnreg): load 40, mma 232 (40*128 + 232*256 <= 64K).
+A is [M, K] and B is [N, K] (both K-major, row-major in memory); C is [M, N]. Ragged M, N, K are
+handled by TMA zero fill on loads and predicated stores; K and N must be multiples of 8 (TMA needs
+16-byte row strides).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import dsl
+from ..dsl import ELEM_BYTES, KernelBuilder, Value, const, fa4_op
+
+SWIZZLE_BYTES = 128
+WGMMA_K = 16
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    dtype: str = "bf16"
+    bm: int = 128
+    bn: int = 256
+    bk: int = 64
+    stages: int = 4
+    num_consumers: int = 2
+    load_regs: int = 40
+    mma_regs: int = 232
+
+    def validate(self) -> "GemmConfig":
+        if self.dtype not in ("bf16", "f16"):
+            raise ValueError(f"GEMM dtype must be bf16 or f16, got {self.dtype!r}")
+        if self.bm != 64 * self.num_consumers:
+            raise ValueError(f"bm must be 64 x num_consumers (each consumer warpgroup owns 64 rows); "
+                             f"got bm={self.bm}, num_consumers={self.num_consumers}")
+        if self.bk * ELEM_BYTES[self.dtype] != SWIZZLE_BYTES:
+            raise ValueError(f"bk must span one 128-byte swizzle row ({SWIZZLE_BYTES // ELEM_BYTES[self.dtype]} "
+                             f"elements of {self.dtype}); got bk={self.bk}")
+        if self.bn % 8 or not 8 <= self.bn <= 256:
+            raise ValueError(f"bn must be a multiple of 8 in [8, 256] (wgmma n); got {self.bn}")
+        if self.stages < 2:
+            raise ValueError(f"need at least 2 pipeline stages, got {self.stages}")
+        return self
+
+    def key(self) -> dict:
+        return {"kernel": "gemm_sm90", **self.__dict__}
+
+
+def build(cfg: GemmConfig = GemmConfig()) -> dsl.KernelIR:
+    cfg.validate()
+    eb = ELEM_BYTES[cfg.dtype]
+    a_tile_bytes, b_tile_bytes = cfg.bm * cfg.bk * eb, cfg.bn * cfg.bk * eb
+    threads = 128 * (1 + cfg.num_consumers)
+    name = f"gemm_sm90_{cfg.dtype}_{cfg.bm}x{cfg.bn}x{cfg.bk}_s{cfg.stages}"
+    kb = KernelBuilder(name, arch="sm_90a", block=(threads, 1, 1), config=cfg.key())
+    a_desc = kb.param_tma("a_desc", dtype=cfg.dtype, box=(cfg.bk, cfg.bm), swizzle="128B")
+    b_desc = kb.param_tma("b_desc", dtype=cfg.dtype, box=(cfg.bk, cfg.bn), swizzle="128B")
+    c_gmem = kb.param_ptr("c")
+    m_size, n_size, k_size = kb.param_i32("m"), kb.param_i32("n"), kb.param_i32("k")
+
+    with kb.body():
+        a_smem = kb.smem("a_smem", cfg.stages * a_tile_bytes)
+        b_smem = kb.smem("b_smem", cfg.stages * b_tile_bytes)
+        ab_pipe = kb.pipeline("ab_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
+                              producer_arrivals=1, consumer_arrivals=cfg.num_consumers)
+        kb.pipeline_init()
+        m0 = kb.block_idx(1) * cfg.bm
+        n0 = kb.block_idx(0) * cfg.bn
+        num_k_tiles = (k_size + (cfg.bk - 1)) // cfg.bk
+
+        with kb.warp_roles():
+            with kb.role("load", first_warp=0, num_warps=1, regs=cfg.load_regs):
+                _load_role(kb, cfg, ab_pipe, a_desc, b_desc, a_smem, b_smem, m0, n0, num_k_tiles,
+                           a_tile_bytes, b_tile_bytes)
+            with kb.role("mma", first_warp=4, num_warps=4 * cfg.num_consumers, regs=cfg.mma_regs):
+                _mma_role(kb, cfg, ab_pipe, a_smem, b_smem, c_gmem, m0, n0, m_size, n_size,
+                          num_k_tiles, a_tile_bytes, b_tile_bytes)
+    return kb.finish()
+
+
+def _load_role(kb, cfg, ab_pipe, a_desc, b_desc, a_smem, b_smem, m0, n0, num_k_tiles, a_bytes, b_bytes):
+    with kb.if_(kb.elect_one()).then_():
+        fa4_op("tma_prefetch", [a_desc])
+        fa4_op("tma_prefetch", [b_desc])
+        state = ab_pipe.initial_state()
+        loop = kb.for_(0, num_k_tiles, 1, carry=(state.stage, state.phase))
+        with loop as (kt, (stage, phase)):
+            s = dsl.PipeState(stage, phase, cfg.stages)
+            # 1. wait until the consumers freed this stage
+            ab_pipe.producer_acquire(s)
+            # 2. announce the bytes both TMA boxes will land on full[stage]
+            ab_pipe.producer_commit(s, tx_bytes=a_bytes + b_bytes)
+            # 3. issue the copies of A[m0:, k:] and B[n0:, k:]
+            k0 = kt * cfg.bk
+            a_dst = kb.gep(a_smem, stage * a_bytes, "i8")
+            b_dst = kb.gep(b_smem, stage * b_bytes, "i8")
+            fa4_op("tma_load", [a_desc, a_dst, stage, k0, m0], pipe=ab_pipe.name, box=[cfg.bk, cfg.bm],
+                   elem_bytes=ELEM_BYTES[cfg.dtype])
+            fa4_op("tma_load", [b_desc, b_dst, stage, k0, n0], pipe=ab_pipe.name, box=[cfg.bk, cfg.bn],
+                   elem_bytes=ELEM_BYTES[cfg.dtype])
+            nxt = s.advance()
+            loop.yield_(nxt.stage, nxt.phase)
+
+
+def _issue_mmas(kb, cfg, a_smem, b_smem, stage, a_row_bytes, acc, a_bytes, b_bytes):
+    true = const(1, "i1")
+    a_base = kb.gep(a_smem, stage * a_bytes + a_row_bytes, "i8")
+    b_base = kb.gep(b_smem, stage * b_bytes, "i8")
+    sbo = 8 * SWIZZLE_BYTES  # 8 rows of one 128-byte swizzle atom
+    kstep_bytes = WGMMA_K * ELEM_BYTES[cfg.dtype]
+    fa4_op("mma_fence")
+    for kk in range(cfg.bk // WGMMA_K):
+        a_d = fa4_op("smem_desc", [kb.gep(a_base, kk * kstep_bytes, "i8")], ["i64"], swizzle=128, lbo=16, sbo=sbo)
+        b_d = fa4_op("smem_desc", [kb.gep(b_base, kk * kstep_bytes, "i8")], ["i64"], swizzle=128, lbo=16, sbo=sbo)
+        acc = Value(fa4_op("mma", [a_d.result, b_d.result, true, acc], [acc.type], m=64, n=cfg.bn, k=WGMMA_K,
+                           a_source="smem", ab_dtype=cfg.dtype, acc_dtype="f32").result)
+    fa4_op("mma_commit_group")
+    return acc
+
+
+def _mma_role(kb, cfg, ab_pipe, a_smem, b_smem, c_gmem, m0, n0, m_size, n_size, num_k_tiles, a_bytes, b_bytes):
+    tid = kb.thread_idx(0)
+    consumer = tid // 128 - 1              # 0 .. num_consumers-1
+    a_row_bytes = consumer * (64 * cfg.bk * ELEM_BYTES[cfg.dtype])
+    is_leader = (tid % 128).eq(0)         # one arrival per consumer warpgroup on empty[]
+    acc = const(0.0, ("f32", cfg.bn // 2))
+    s0 = ab_pipe.initial_state()
+    # 1. first K tile: wait, issue, keep its group in flight
+    ab_pipe.consumer_wait(s0)
+    acc = _issue_mmas(kb, cfg, a_smem, b_smem, s0.stage, a_row_bytes, acc, a_bytes, b_bytes)
+    s1 = s0.advance()
+    loop = kb.for_(1, num_k_tiles, 1, carry=(s1.stage, s1.phase, s0.stage, acc))
+    with loop as (_, (stage, phase, prev_stage, acc_in)):
+        s = dsl.PipeState(stage, phase, cfg.stages)
+        # 2. wait for K tile j, issue its wgmmas
+        ab_pipe.consumer_wait(s)
+        acc_j = _issue_mmas(kb, cfg, a_smem, b_smem, stage, a_row_bytes, acc_in, a_bytes, b_bytes)
+        # 3. tile j-1's group has retired once at most one group is pending: free its stage
+        acc_j = Value(fa4_op("mma_wait_group", [acc_j], [acc_j.type], pending=1).result)
+        with kb.if_(is_leader).then_():
+            ab_pipe.consumer_release(dsl.PipeState(prev_stage, phase, cfg.stages))
+        nxt = s.advance()
+        loop.yield_(nxt.stage, nxt.phase, stage, acc_j)
+    _, _, last_stage, acc = loop.results
+    acc = Value(fa4_op("mma_wait_group", [acc], [acc.type], pending=0).result)
+    with kb.if_(is_leader).then_():
+        ab_pipe.consumer_release(dsl.PipeState(last_stage, const(0), cfg.stages))
+    _store_c(kb, cfg, acc, c_gmem, m0 + consumer * 64, n0, tid % 128, m_size, n_size)
+
+
+def _store_c(kb, cfg, acc, c_gmem, row0, n0, t, m_size, n_size):
+    """Store the m64nBN accumulator fragment (PTX ISA 9.7.15.5.1 "Register Fragments", D matrix):
+    thread t holds rows 16*(t/32) + (t%32)/4 (+8) and column pairs 8*j + 2*(t%4)."""
+    warp, lane = t // 32, t % 32
+    r_lo = row0 + warp * 16 + lane // 4
+    c_base = n0 + (lane % 4) * 2
+    n64 = n_size.to("i64")
+    for j in range(cfg.bn // 8):
+        col = c_base + j * 8
+        col_ok = col.lt(n_size)
+        for half in (0, 1):
+            row = r_lo + half * 8
+            ok = row.lt(m_size) & col_ok
+            with kb.if_(ok).then_():
+                pair = dsl.vec(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]).to((cfg.dtype, 2))
+                ptr = kb.gep(c_gmem, row.to("i64") * n64 + col.to("i64"), cfg.dtype)
+                kb.store(pair, ptr, align=4)

@@ -1,0 +1,123 @@
+"""Helpers shared by the fa4 passes: finding ops, reporting errors with locations, rewriting."""
+from __future__ import annotations
+
+from .._mlir import arith, ir, llvm, nvvm
+
+
+class PassError(Exception):
+    """A pass failed at `loc` (the op's source location); the message says what and how to fix."""
+
+    def __init__(self, message: str, loc: ir.Location | None = None):
+        super().__init__(message)
+        self.loc = loc
+
+
+def ops_named(root: ir.Operation, *names: str) -> list[ir.Operation]:
+    """Every op under `root` whose name is in `names` (or starts with a name ending in '.'), pre-order."""
+    found = []
+
+    def visit(op):
+        n = op.name
+        if n in names or any(x.endswith(".") and n.startswith(x) for x in names):
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return found
+
+
+def attr(op: ir.Operation, name: str):
+    """A Python value of an attribute (int, str, bool, list)."""
+    a = op.attributes[name]
+    if isinstance(a, ir.StringAttr) or isinstance(a, ir.StringAttr):
+        return ir.StringAttr(a).value
+    if isinstance(a, ir.BoolAttr):
+        return ir.BoolAttr(a).value
+    if isinstance(a, ir.IntegerAttr):
+        return ir.IntegerAttr(a).value
+    if isinstance(a, ir.DenseI64ArrayAttr):
+        return list(ir.DenseI64ArrayAttr(a))
+    if isinstance(a, ir.ArrayAttr):
+        return [ir.StringAttr(x).value for x in ir.ArrayAttr(a)]
+    raise TypeError(f"unsupported attribute {a}")
+
+
+def set_int_attr(op: ir.Operation, name: str, value: int) -> None:
+    op.attributes[name] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(value))
+
+
+def kernel_func(module: ir.Operation) -> ir.Operation:
+    """The (single) kernel llvm.func inside the module's gpu.module."""
+    funcs = [op for op in ops_named(module, "llvm.func") if "nvvm.kernel" in op.attributes]
+    if len(funcs) != 1:
+        raise PassError(f"expected exactly one kernel function (llvm.func with nvvm.kernel), found {len(funcs)}")
+    return funcs[0]
+
+
+def gpu_module(module: ir.Operation) -> ir.Operation:
+    mods = ops_named(module, "gpu.module")
+    if len(mods) != 1:
+        raise PassError(f"expected one gpu.module, found {len(mods)}")
+    return mods[0]
+
+
+def check_none_left(root: ir.Operation, names: tuple, pass_name: str) -> None:
+    """Post-condition of a lowering pass: no op named in `names` is left."""
+    left = ops_named(root, *names)
+    if left:
+        op = left[0]
+        raise PassError(f"{pass_name}: '{op.name}' was not lowered ({len(left)} left); "
+                        f"it must be rewritten by this pass", op.location)
+
+
+def replace(op: ir.Operation, values) -> None:
+    """Replace every result of `op` by `values` and erase it."""
+    for res, new in zip(op.results, values):
+        res.replace_all_uses_with(new)
+    op.erase()
+
+
+def i32(value: int) -> ir.Value:
+    return arith.constant(ir.IntegerType.get_signless(32), int(value))
+
+
+def i64(value: int) -> ir.Value:
+    return arith.constant(ir.IntegerType.get_signless(64), int(value))
+
+
+SMEM_SYMBOL = "fa4_smem"
+
+
+def smem_base() -> ir.Value:
+    """Address of the kernel's dynamic shared memory (created by fa4-plan-smem)."""
+    return llvm.mlir_addressof(ir.Type.parse("!llvm.ptr<3>"), SMEM_SYMBOL)
+
+
+def byte_offset(base: ir.Value, offset: ir.Value | int) -> ir.Value:
+    """`base + offset` bytes; offset an i32 value or a Python int."""
+    if isinstance(offset, int):
+        offset = i32(offset)
+    return llvm.getelementptr(base.type, base, [offset], [-2147483648], ir.IntegerType.get_signless(8),
+                              llvm.GEPNoWrapFlags.none)
+
+
+def tid_x() -> ir.Value:
+    return nvvm.read_ptx_sreg_tid_x(ir.IntegerType.get_signless(32))
+
+
+def pipelines(module: ir.Operation) -> dict:
+    """name -> fa4.pipeline op (after fa4-plan-smem gave each an `offset`)."""
+    return {attr(op, "sym_name"): op for op in ops_named(module, "fa4.pipeline")}
+
+
+def barrier_addr(pipes: dict, user: ir.Operation, side: str, stage: ir.Value) -> ir.Value:
+    """Address of `full[stage]` / `empty[stage]` of the pipeline `user` names (insert at current point)."""
+    name = attr(user, "pipe")
+    pipe = pipes.get(name)
+    if pipe is None:
+        raise PassError(f"{user.name} names pipeline '{name}', which is not declared (fa4.pipeline)", user.location)
+    if "offset" not in pipe.attributes:
+        raise PassError(f"pipeline '{name}' has no SMEM offset: run fa4-plan-smem first", pipe.location)
+    first = attr(pipe, "offset") + (attr(pipe, "num_stages") * 8 if side == "empty" else 0)
+    off = arith.addi(arith.muli(stage, i32(8)), i32(first))
+    return byte_offset(smem_base(), off)

@@ -1,0 +1,119 @@
+"""fa4-lower-mma-sm90: fa4 MMA ops -> wgmma (PTX ISA 9.7.15 "Asynchronous Warpgroup Level Matrix").
+
+* `fa4.smem_desc` -> the 64-bit wgmma matrix descriptor (PTX ISA 9.7.15.5.1, "Matrix Descriptor
+  Format"): bits 0-13 start address >> 4, 16-29 leading byte offset >> 4, 32-45 stride byte
+  offset >> 4, 49-51 base offset (0: tiles are 1024-byte aligned), 62-63 swizzle
+  (0 none, 1 128B, 2 64B, 3 32B).
+* `fa4.mma` -> wgmma.mma_async m64nNk16 (bf16/f16 -> f32); the accumulator is a vector<Nxf32> in
+  fa4 IR and the LLVM struct wgmma wants here.
+* `fa4.mma_fence` / `mma_commit_group` / `mma_wait_group` -> wgmma.fence / commit_group /
+  wait_group. The wait passes each accumulator register through an empty volatile asm so that no
+  read of the accumulator is scheduled above the wait (the compiler cannot see that the
+  registers are written asynchronously).
+"""
+from __future__ import annotations
+
+from .._mlir import arith, ir, llvm, nvvm
+from ._util import PassError, attr, check_none_left, i64, kernel_func, ops_named, replace
+
+NAME = "fa4-lower-mma-sm90"
+OPS = ("fa4.smem_desc", "fa4.mma", "fa4.mma_fence", "fa4.mma_commit_group", "fa4.mma_wait_group")
+SWIZZLE_CODE = {128: 1, 64: 2, 32: 3, 0: 0}
+WGMMA_N = range(8, 257, 8)
+
+
+def encode_desc_fields(swizzle: int, lbo: int, sbo: int) -> int:
+    """The address-independent bits of a wgmma descriptor (unit-tested against the PTX ISA table)."""
+    if swizzle not in SWIZZLE_CODE:
+        raise ValueError(f"swizzle must be one of {sorted(SWIZZLE_CODE)} bytes, got {swizzle}")
+    return (((lbo >> 4) & 0x3FFF) << 16) | (((sbo >> 4) & 0x3FFF) << 32) | (SWIZZLE_CODE[swizzle] << 62)
+
+
+def _desc(op: ir.Operation) -> ir.Value:
+    i64t = ir.IntegerType.get_signless(64)
+    addr = llvm.ptrtoint(i64t, op.operands[0])
+    start = arith.andi(arith.shrui(addr, i64(4)), i64(0x3FFF))
+    fields = encode_desc_fields(attr(op, "swizzle"), attr(op, "lbo"), attr(op, "sbo"))
+    return arith.ori(start, i64(fields))
+
+
+def _struct_type(n: int) -> ir.Type:
+    return ir.Type.parse("!llvm.struct<(" + ", ".join(["f32"] * n) + ")>")
+
+
+def _vec_to_struct(vec: ir.Value, n: int) -> ir.Value:
+    s = llvm.mlir_undef(_struct_type(n))
+    for i in range(n):
+        e = llvm.extractelement(vec, i64(i))
+        s = llvm.insertvalue(s, e, [i])
+    return s
+
+
+def _struct_to_vec(s: ir.Value, n: int) -> ir.Value:
+    f32 = ir.F32Type.get()
+    v = llvm.mlir_undef(ir.VectorType.get([n], f32))
+    for i in range(n):
+        e = llvm.extractvalue(f32, s, [i])
+        v = llvm.insertelement(v, e, i64(i))
+    return v
+
+
+def _fence_registers(vec: ir.Value, n: int) -> ir.Value:
+    f32 = ir.F32Type.get()
+    v = llvm.mlir_undef(ir.VectorType.get([n], f32))
+    for i in range(n):
+        e = llvm.extractelement(vec, i64(i))
+        e = llvm.inline_asm(f32, [e], "", "=f,0", has_side_effects=True)
+        v = llvm.insertelement(v, e, i64(i))
+    return v
+
+
+def _mma(op: ir.Operation) -> None:
+    m, n, k = attr(op, "m"), attr(op, "n"), attr(op, "k")
+    ab, acc_t, a_src = attr(op, "ab_dtype"), attr(op, "acc_dtype"), attr(op, "a_source")
+    if m != 64 or n not in WGMMA_N or k != 16 or ab not in ("bf16", "f16") or acc_t != "f32":
+        raise PassError(f"{NAME}: wgmma supports m64 n8..256 (step 8) k16 with bf16/f16 -> f32; got "
+                        f"m{m} n{n} k{k} {ab}->{acc_t}", op.location)
+    if a_src != "smem":
+        raise PassError(f"{NAME}: a_source={a_src!r} is not lowered yet on sm_90a (only 'smem')", op.location)
+    a, b, accumulate, acc = op.operands
+    nacc = n // 2
+    vt = ir.VectorType(acc.type)
+    if vt.shape != [nacc]:
+        raise PassError(f"{NAME}: accumulator of m64n{n} must be vector<{nacc}xf32>, got {acc.type}", op.location)
+    scale_d = _const_bool(accumulate, op)
+    P = ir.Attribute.parse
+    res = nvvm.wgmma_mma_async(
+        _struct_type(nacc), _vec_to_struct(acc, nacc), a, b, P(f"#nvvm.shape<m = 64, n = {n}, k = 16>"),
+        P(f"#nvvm.wgmma_type<{ab}>"), P(f"#nvvm.wgmma_type<{ab}>"), P("#nvvm.wgmma_type<f32>"),
+        P(f"#nvvm.wgmma_scale_out<{'one' if scale_d else 'zero'}>"), P("#nvvm.wgmma_scale_in<one>"),
+        P("#nvvm.wgmma_scale_in<one>"), P("#nvvm.mma_layout<row>"), P("#nvvm.mma_layout<col>"))
+    replace(op, [_struct_to_vec(res, nacc)])
+
+
+def _const_bool(v: ir.Value, op) -> bool:
+    owner = v.owner
+    if owner.name == "arith.constant":
+        return bool(ir.IntegerAttr(owner.attributes["value"]).value)
+    raise PassError(f"{NAME}: wgmma's accumulate flag must be a constant on sm_90a", op.location)
+
+
+def run(module: ir.Operation) -> None:
+    func = kernel_func(module)
+    for op in ops_named(func, *OPS):
+        with ir.InsertionPoint(op), op.location:
+            if op.name == "fa4.smem_desc":
+                replace(op, [_desc(op)])
+            elif op.name == "fa4.mma":
+                _mma(op)
+            elif op.name == "fa4.mma_fence":
+                nvvm.wgmma_fence_aligned()
+                op.erase()
+            elif op.name == "fa4.mma_commit_group":
+                nvvm.wgmma_commit_group_sync_aligned()
+                op.erase()
+            elif op.name == "fa4.mma_wait_group":
+                nvvm.wgmma_wait_group_sync_aligned(attr(op, "pending"))
+                outs = [_fence_registers(v, ir.VectorType(v.type).shape[0]) for v in op.operands]
+                replace(op, outs)
+    check_none_left(func, OPS, NAME)

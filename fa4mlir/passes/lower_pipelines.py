@@ -1,0 +1,83 @@
+"""fa4-lower-pipelines: the staged mbarrier protocol -> nvvm.mbarrier.*.
+
+* `fa4.pipeline_init`: thread 0 initialises full[s] with `producer_arrivals` and empty[s] with
+  `consumer_arrivals`, fences the initialisation, then the CTA synchronises.
+* `producer_acquire(stage, phase)`: try_wait.parity(empty[stage], phase ^ 1).
+* `consumer_wait(stage, phase)`: try_wait.parity(full[stage], phase), parity = phase & 1.
+* `producer_commit(stage)`: arrive.expect_tx(full[stage], tx_bytes) (plain arrive when 0).
+* `consumer_release(stage)`: arrive(empty[stage]).
+With `debug=True` (FA4MLIR_DEBUG=1) every wait is a bounded polling loop that, on time-out, prints
+the kernel, role, pipeline, stage and phase and traps (see _watchdog.py).
+Runs after every pass that needs the pipeline offsets (tma, mma); erases the `fa4.pipeline` ops.
+"""
+from __future__ import annotations
+
+from .._mlir import arith, ir, nvvm, scf
+from ._util import (attr, barrier_addr, byte_offset, check_none_left, i32, kernel_func, ops_named,
+                    pipelines, smem_base, tid_x)
+
+NAME = "fa4-lower-pipelines"
+OPS = ("fa4.pipeline_init", "fa4.producer_acquire", "fa4.producer_commit", "fa4.consumer_wait",
+       "fa4.consumer_release", "fa4.pipeline")
+WAIT_TICKS = 0x989680  # suspend-time hint of try_wait, in ns (PTX ISA 9.7.13.15.16)
+
+
+def _init_all(pipes: dict) -> None:
+    is_t0 = arith.cmpi(arith.CmpIPredicate.eq, tid_x(), i32(0))
+    ifop = scf.IfOp(is_t0, [], has_else=False)
+    with ir.InsertionPoint(ifop.then_block):
+        for pipe in pipes.values():
+            base, stages = attr(pipe, "offset"), attr(pipe, "num_stages")
+            for s in range(stages):
+                nvvm.mbarrier_init(byte_offset(smem_base(), base + 8 * s), i32(attr(pipe, "producer_arrivals")))
+                nvvm.mbarrier_init(byte_offset(smem_base(), base + 8 * (stages + s)),
+                                   i32(attr(pipe, "consumer_arrivals")))
+        nvvm.fence_mbarrier_init()
+        scf.YieldOp([])
+    nvvm.barrier0()
+
+
+def run(module: ir.Operation, debug: bool = False) -> None:
+    func = kernel_func(module)
+    pipes = pipelines(func)
+    kernel = ir.StringAttr(func.attributes["sym_name"]).value
+    for op in ops_named(func, *OPS[:-1]):
+        with ir.InsertionPoint(op), op.location:
+            name = op.name
+            if name == "fa4.pipeline_init":
+                _init_all(pipes)
+            elif name in ("fa4.producer_acquire", "fa4.consumer_wait"):
+                stage, phase = op.operands
+                side = "empty" if name == "fa4.producer_acquire" else "full"
+                parity = arith.andi(arith.xori(phase, i32(1)) if side == "empty" else phase, i32(1))
+                addr = barrier_addr(pipes, op, side, stage)
+                if debug:
+                    from . import _watchdog
+                    _watchdog.bounded_wait(addr, parity, kernel=kernel, role=_role_of(op),
+                                           pipe=attr(op, "pipe"), side=side, stage=stage, phase=phase)
+                else:
+                    nvvm.mbarrier_try_wait_parity(addr, parity, i32(WAIT_TICKS))
+            elif name == "fa4.producer_commit":
+                addr = barrier_addr(pipes, op, "full", op.operands[0])
+                tx = attr(op, "tx_bytes")
+                if tx:
+                    nvvm.mbarrier_arrive_expect_tx(None, addr, i32(tx))
+                else:
+                    nvvm.mbarrier_arrive(ir.IntegerType.get_signless(64), addr)
+            elif name == "fa4.consumer_release":
+                nvvm.mbarrier_arrive(ir.IntegerType.get_signless(64), barrier_addr(pipes, op, "empty", op.operands[0]))
+            op.erase()
+    for pipe in pipes.values():
+        pipe.erase()
+    check_none_left(func, OPS, NAME)
+
+
+def _role_of(op: ir.Operation) -> str:
+    parent = op.parent
+    while parent is not None:
+        if parent.name == "fa4.role":
+            return attr(parent, "name")
+        if parent.name == "scf.if" and "fa4.role" in parent.attributes:
+            return ir.StringAttr(parent.attributes["fa4.role"]).value
+        parent = parent.parent
+    return "?"

@@ -1,0 +1,59 @@
+"""fa4-lower-sync: thread geometry, elect, fences, named barriers, CTA sync and debug traps -> nvvm."""
+from __future__ import annotations
+
+from .._mlir import ir, llvm, nvvm, scf
+from ._util import PassError, attr, check_none_left, i32, ops_named, replace
+
+NAME = "fa4-lower-sync"
+_I32 = lambda: ir.IntegerType.get_signless(32)  # noqa: E731
+_SREG = {
+    "fa4.thread_idx": (nvvm.read_ptx_sreg_tid_x, nvvm.read_ptx_sreg_tid_y, nvvm.read_ptx_sreg_tid_z),
+    "fa4.block_idx": (nvvm.read_ptx_sreg_ctaid_x, nvvm.read_ptx_sreg_ctaid_y, nvvm.read_ptx_sreg_ctaid_z),
+}
+OPS = ("fa4.thread_idx", "fa4.block_idx", "fa4.elect_one", "fa4.fence", "fa4.named_barrier",
+       "fa4.sync_threads", "fa4.trap_if")
+
+
+def _lower(op: ir.Operation) -> None:
+    name = op.name
+    if name in _SREG:
+        dim = attr(op, "dim")
+        if dim not in (0, 1, 2):
+            raise PassError(f"{NAME}: {name} dim must be 0, 1 or 2, got {dim}", op.location)
+        replace(op, [_SREG[name][dim](_I32())])
+    elif name == "fa4.elect_one":
+        replace(op, [nvvm.elect_sync(ir.IntegerType.get_signless(1))])
+    elif name == "fa4.fence":
+        kind = attr(op, "kind")
+        if kind == "async_smem":
+            nvvm.fence_proxy(ir.Attribute.parse("#nvvm.proxy_kind<async.shared>"),
+                             space=ir.Attribute.parse("#nvvm.shared_space<cta>"))
+        elif kind in ("tcgen05_before", "tcgen05_after"):
+            nvvm.tcgen05_fence(ir.Attribute.parse(f"#nvvm.tcgen05_fence<{kind.split('_')[1]}_thread_sync>"))
+        else:
+            raise PassError(f"{NAME}: unknown fence kind {kind!r}; expected async_smem, tcgen05_before or "
+                            "tcgen05_after", op.location)
+        op.erase()
+    elif name == "fa4.named_barrier":
+        bid, n = attr(op, "id"), attr(op, "num_threads")
+        if not 1 <= bid <= 15 or n % 32:
+            raise PassError(f"{NAME}: named barrier id must be 1..15 (0 is the CTA barrier) and its thread "
+                            f"count a multiple of 32; got id={bid}, num_threads={n}", op.location)
+        nvvm.barrier(None, barrier_id=i32(bid), number_of_threads=i32(n))
+        op.erase()
+    elif name == "fa4.sync_threads":
+        nvvm.barrier0()
+        op.erase()
+    elif name == "fa4.trap_if":
+        ifop = scf.IfOp(op.operands[0], [], has_else=False)
+        with ir.InsertionPoint(ifop.then_block):
+            llvm.intr_trap() if hasattr(llvm, "intr_trap") else llvm.call_intrinsic(None, "llvm.trap", [])
+            scf.YieldOp([])
+        op.erase()
+
+
+def run(module: ir.Operation) -> None:
+    for op in ops_named(module, *OPS):
+        with ir.InsertionPoint(op), op.location:
+            _lower(op)
+    check_none_left(module, OPS, NAME)
