@@ -588,7 +588,7 @@ def load(artifact: KernelArtifact) -> LoadedKernel:
     driver = _driver()
     ensure_context()
     name = artifact.name
-    image = ctypes.create_string_buffer(artifact.cubin, len(artifact.cubin))
+    image = ctypes.create_string_buffer(artifact.cubin, len(artifact.cubin) + 1)  # NUL ends PTX text
     module = _check(driver.cuModuleLoadData(ctypes.addressof(image)), "cuModuleLoadData", name)
     function = _check(driver.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction", name)
     if artifact.smem_bytes > DEFAULT_SMEM_LIMIT_BYTES:

@@ -69,3 +69,9 @@ def bundle():
     if not (path / "manifest.json").is_file():
         pytest.skip(f"FA4MLIR_BUNDLE={path} holds no manifest.json: build the bundle there first")
     return Bundle.open(path)
+
+
+@pytest.fixture(name="require_arch", scope="session")
+def require_arch_fixture():
+    """``require_arch`` as a fixture, for test modules that cannot import this conftest."""
+    return require_arch
