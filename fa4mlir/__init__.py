@@ -1,0 +1,30 @@
+"""fa4mlir: a compiler for FlashAttention-4-class attention kernels.
+
+Python DSL (fa4mlir.dsl) -> MLIR (fa4 dialect + upstream) -> fa4 passes -> PTX -> cubin ->
+CUDA driver launch (fa4mlir.runtime, MLIR-free). Importing this package imports no MLIR: the
+compiler parts load on first use, so a machine with only a kernel bundle can run kernels.
+"""
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+_LAZY = {
+    "gemm": ("fa4mlir.gemm", "gemm"),
+    "Bundle": ("fa4mlir.runtime", "Bundle"),
+    "load": ("fa4mlir.runtime", "load"),
+    "write_bundle": ("fa4mlir.runtime", "write_bundle"),
+    "KernelBuilder": ("fa4mlir.dsl", "KernelBuilder"),
+    "compile_kernel": ("fa4mlir.lowering", "compile_kernel"),
+    "get_artifact": ("fa4mlir.compiler", "get_artifact"),
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        mod, attr = _LAZY[name]
+        return getattr(importlib.import_module(mod), attr)
+    raise AttributeError(f"module 'fa4mlir' has no attribute {name!r}")
+
+
+__all__ = sorted(_LAZY)

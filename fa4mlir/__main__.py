@@ -1,0 +1,106 @@
+"""`python -m fa4mlir [demo|bundle|bench|knobs]`.
+
+    demo (default)  compile the default kernel of each arch, print the resource table, and on a GPU
+                    run the sm_90a GEMM against torch.matmul
+    bundle          compile config sets into a bundle folder (cubins + manifest), with progress
+    bench           time the GEMMs of a bundle against torch.matmul (GPU machine; no MLIR needed)
+    knobs           print every FA4MLIR_* knob
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def _resource_table(rows: list[tuple]) -> str:
+    head = ("kernel", "arch", "regs", "spills", "smem B", "tmem cols", "threads",
+            "build", "fa4", "nvvm", "llvm", "ptx", "cubin", "total s")
+    lines = [head]
+    for name, art in rows:
+        r = art.resources
+        st = r.get("stage_seconds", {})
+        stages = [f"{st.get(s, 0.0):.2f}" for s in ("build", "fa4", "nvvm", "llvm", "ptx", "cubin")]
+        lines.append((name, art.arch, str(r.get("registers")), str(r.get("spill_stores", 0) + r.get("spill_loads", 0)),
+                      str(r.get("smem_bytes")), str(r.get("tmem_cols")), str(r.get("threads")), *stages,
+                      f"{sum(st.values()):.2f}"))
+    widths = [max(len(str(l[i])) for l in lines) for i in range(len(head))]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(l, widths)) for l in lines)
+
+
+def _compile(entries, show_progress=True):
+    from . import compiler
+    out = []
+    for i, (name, cfg) in enumerate(entries, 1):
+        t0 = time.perf_counter()
+        art = compiler.get_artifact(name, cfg)
+        if show_progress:
+            print(f"[{i}/{len(entries)}] {art.name} ({art.arch}) {time.perf_counter() - t0:.2f} s", flush=True)
+        out.append((art.name, art))
+    return out
+
+
+def cmd_demo(args) -> int:
+    from . import bundles
+    from .kernels import gemm_sm90  # noqa: F401  (fails early without MLIR)
+    rows = _compile(bundles.demo())
+    print()
+    print(_resource_table(rows))
+    from .testing import gpu_available
+    ok, why = gpu_available()
+    if not ok:
+        print(f"\nno GPU here ({why}): compiled only. Run the GPU tests from a bundle (README, 'GPU workflow').")
+        return 0
+    from .testing import check_gemm
+    for name, art in rows:
+        if art.arch == "sm_90a":
+            for mnk in ((1000, 1016, 1000), (4096, 4096, 4096)):
+                print(check_gemm(art, *mnk))
+    return 0
+
+
+def cmd_bundle(args) -> int:
+    from . import bundles
+    from .runtime import write_bundle
+    entries = bundles.configs(args.set)
+    print(f"compiling {len(entries)} kernel(s) for bundle {args.out}", flush=True)
+    rows = _compile(entries)
+    write_bundle(args.out, [a for _, a in rows])
+    print(_resource_table(rows))
+    print(f"wrote {args.out}/manifest.json")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    sys.path.insert(0, ".")
+    from bench.gemm_bench import main as bench_main
+    return bench_main(args.bundle, args.out)
+
+
+def cmd_knobs(args) -> int:
+    from . import env
+    print(env.describe())
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m fa4mlir", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd")
+    sub.add_parser("demo", help="compile the default kernels, print resources, run on a GPU if present")
+    b = sub.add_parser("bundle", help="compile config sets into a bundle folder")
+    b.add_argument("--out", required=True)
+    b.add_argument("--set", action="append", default=None, help="demo, gpu-tests, bench (repeatable)")
+    be = sub.add_parser("bench", help="time bundle GEMMs against torch.matmul")
+    be.add_argument("--bundle", required=True)
+    be.add_argument("--out", default="bench-results.json")
+    sub.add_parser("knobs", help="print the FA4MLIR_* knobs")
+    args = p.parse_args(argv)
+    if args.cmd == "bundle" and not args.set:
+        args.set = ["gpu-tests"]
+    return {"demo": cmd_demo, None: cmd_demo, "bundle": cmd_bundle, "bench": cmd_bench,
+            "knobs": cmd_knobs}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Named sets of kernel configs that `python -m fa4mlir bundle --set NAME` compiles into a bundle.
+
+    gpu-tests   what tests/gpu needs (GEMM bf16/f16 on sm_90a, the sm_100a GEMM, the debug deadlock kernel)
+    bench       the GEMM variants the benchmark times against torch.matmul
+    sm90        the sm_90a GEMMs of gpu-tests and bench
+    demo        the default kernel of each arch (what `python -m fa4mlir` compiles)
+"""
+from __future__ import annotations
+
+import importlib
+
+
+def _gemm90(**kw):
+    from .kernels.gemm_sm90 import GemmConfig
+    return ("gemm_sm90", GemmConfig(**kw))
+
+
+def _gemm100(**kw):
+    from .kernels.gemm_sm100 import GemmConfig
+    return ("gemm_sm100", GemmConfig(**kw))
+
+
+def demo() -> list:
+    return [_gemm90(), _gemm100()]
+
+
+def gpu_tests() -> list:
+    out = [_gemm90(dtype="bf16"), _gemm90(dtype="f16"), _gemm100()]
+    try:
+        deadlock = importlib.import_module("fa4mlir.kernels.deadlock_sm90")
+        out += deadlock.bundle_entries()
+    except ModuleNotFoundError:
+        pass
+    return out
+
+
+def sm90() -> list:
+    return [_gemm90(dtype="bf16"), _gemm90(dtype="f16")] + bench()
+
+
+def bench() -> list:
+    return [_gemm90(stages=4), _gemm90(stages=3), _gemm90(bn=128, stages=6)]
+
+
+SETS = {"demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90}
+
+
+def configs(names: list[str]) -> list:
+    unknown = [n for n in names if n not in SETS]
+    if unknown:
+        raise ValueError(f"unknown bundle set(s) {unknown}; known: {', '.join(SETS)}")
+    seen, out = set(), []
+    for n in names:
+        for entry in SETS[n]():
+            k = (entry[0], entry[1])
+            if k not in seen:
+                seen.add(k)
+                out.append(entry)
+    return out
