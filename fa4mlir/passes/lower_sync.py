@@ -29,7 +29,7 @@ def _lower(op: ir.Operation) -> None:
             nvvm.fence_proxy(ir.Attribute.parse("#nvvm.proxy_kind<async.shared>"),
                              space=ir.Attribute.parse("#nvvm.shared_space<cta>"))
         elif kind in ("tcgen05_before", "tcgen05_after"):
-            nvvm.tcgen05_fence(ir.Attribute.parse(f"#nvvm.tcgen05_fence<{kind.split('_')[1]}_thread_sync>"))
+            nvvm.tcgen05_fence(ir.Attribute.parse(f"#nvvm.tcgen05_fence<{kind.split('_')[1]}>"))
         else:
             raise PassError(f"{NAME}: unknown fence kind {kind!r}; expected async_smem, tcgen05_before or "
                             "tcgen05_after", op.location)

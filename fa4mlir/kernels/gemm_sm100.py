@@ -1,0 +1,214 @@
+"""C = A . B^T on sm_100a (bf16/f16 in, f32 accumulate in tensor memory, bf16/f16 out): TMA + tcgen05.
+
+One CTA computes a BM x BN tile of C (BM = 128: one tcgen05.mma M=128 tile, row i in TMEM lane i).
+Roles (8 warps; warps 2-3 idle):
+    warp 0      `load`      one elected thread streams A and B K-slices into an SMEM ring of
+                            `stages` stages (TMA, 128B swizzle), completing on `ab_pipe.full`.
+    warp 1      `mma`       one elected thread waits for a stage, issues BK/16 tcgen05.mma
+                            128 x BN x 16 from SMEM descriptors into the TMEM accumulator, and
+                            commits to `ab_pipe.empty[stage]` (the stage is free once those MMAs
+                            completed); after the last K tile it commits to `acc_pipe.full`.
+    warps 4-7   `epilogue`  wait `acc_pipe.full`, read the accumulator (tcgen05.ld 32x32b: warp
+                            4 + q reads TMEM lanes 32q..32q+31, i.e. rows m0 + 32q + lane), convert,
+                            store C with predicates.
+TMEM: warp 0 allocates `tmem_cols` columns (BN f32 columns, rounded up to a power of two >= 32)
+before the roles start and frees them after every role finished (note "TMEM lifetime").
+A is [M, K] and B is [N, K] (both K-major, row-major in memory); C is [M, N]. Ragged M, N, K are
+handled by TMA zero fill on loads and predicated stores; K and N must be multiples of 8 (TMA needs
+16-byte row strides) and K >= 1.
+
+Note "TMEM lifetime": tcgen05.alloc is warp-wide and writes the TMEM address to SMEM; the other
+warps may read it after a CTA barrier framed by tcgen05 fences (before_thread_sync on the writer
+side, after_thread_sync on the reader side; PTX ISA 9.1 §9.7.16.6.4 "tcgen05.fence"). The same
+framing orders the epilogue's last tcgen05.ld before warp 0's tcgen05.dealloc.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import dsl
+from ..dsl import ELEM_BYTES, KernelBuilder, Value, const, fa4_op
+
+SWIZZLE_BYTES = 128
+MMA_K = 16                 # K of one tcgen05.mma kind::f16
+MMA_M = 128
+EPI_COLS = 32              # TMEM columns each epilogue thread reads per tcgen05.ld (32x32b.x32)
+STORE_ELEMS = 8            # elements of C per 16-byte store
+SMEM_LIMIT = 232448 - 1024  # fa4-plan-smem's sm_100a limit
+ALLOC_WARP, LOAD_WARP, MMA_WARP, EPI_WARP = 0, 0, 1, 4
+NUM_EPI_WARPS = 4
+
+
+def tmem_columns(bn: int) -> int:
+    """TMEM columns the BN f32 accumulator columns take (tcgen05.alloc: a power of two >= 32)."""
+    cols = 32
+    while cols < bn:
+        cols *= 2
+    return cols
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    dtype: str = "bf16"
+    bm: int = 128
+    bn: int = 256
+    bk: int = 64
+    stages: int = 4
+
+    def validate(self) -> "GemmConfig":
+        if self.dtype not in ("bf16", "f16"):
+            raise ValueError(f"GEMM dtype must be bf16 or f16, got {self.dtype!r}")
+        if self.bm != MMA_M:
+            raise ValueError(f"bm must be {MMA_M} (one tcgen05.mma M={MMA_M} tile per CTA); got {self.bm}")
+        if self.bk * ELEM_BYTES[self.dtype] != SWIZZLE_BYTES:
+            raise ValueError(f"bk must span one 128-byte swizzle row ({SWIZZLE_BYTES // ELEM_BYTES[self.dtype]} "
+                             f"elements of {self.dtype}); got bk={self.bk}")
+        if self.bn % EPI_COLS or not EPI_COLS <= self.bn <= 256:
+            raise ValueError(f"bn must be a multiple of {EPI_COLS} in [{EPI_COLS}, 256] (tcgen05.mma M=128 takes "
+                             f"N <= 256; the epilogue reads {EPI_COLS} columns at a time); got {self.bn}")
+        if self.stages < 2:
+            raise ValueError(f"need at least 2 pipeline stages, got {self.stages}")
+        need = self.stages * (self.bm + self.bn) * self.bk * ELEM_BYTES[self.dtype]
+        if need > SMEM_LIMIT:
+            raise ValueError(f"{self.stages} stages of {self.bm}x{self.bk} + {self.bn}x{self.bk} tiles need {need} "
+                             f"bytes of SMEM, over the sm_100a limit of {SMEM_LIMIT}; use fewer stages")
+        return self
+
+    def key(self) -> dict:
+        return {"kernel": "gemm_sm100", **self.__dict__}
+
+
+def build(cfg: GemmConfig = GemmConfig()) -> dsl.KernelIR:
+    cfg.validate()
+    eb = ELEM_BYTES[cfg.dtype]
+    a_tile_bytes, b_tile_bytes = cfg.bm * cfg.bk * eb, cfg.bn * cfg.bk * eb
+    tmem_cols = tmem_columns(cfg.bn)
+    threads = 32 * (EPI_WARP + NUM_EPI_WARPS)
+    name = f"gemm_sm100_{cfg.dtype}_{cfg.bm}x{cfg.bn}x{cfg.bk}_s{cfg.stages}"
+    kb = KernelBuilder(name, arch="sm_100a", block=(threads, 1, 1), config=cfg.key())
+    a_desc = kb.param_tma("a_desc", dtype=cfg.dtype, box=(cfg.bk, cfg.bm), swizzle="128B")
+    b_desc = kb.param_tma("b_desc", dtype=cfg.dtype, box=(cfg.bk, cfg.bn), swizzle="128B")
+    c_gmem = kb.param_ptr("c")
+    m_size, n_size, k_size = kb.param_i32("m"), kb.param_i32("n"), kb.param_i32("k")
+
+    with kb.body():
+        a_smem = kb.smem("a_smem", cfg.stages * a_tile_bytes)
+        b_smem = kb.smem("b_smem", cfg.stages * b_tile_bytes)
+        tmem_slot = kb.smem("tmem_slot", 4, align=16)
+        ab_pipe = kb.pipeline("ab_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
+                              producer_arrivals=1, consumer_arrivals=1)
+        acc_pipe = kb.pipeline("acc_pipe", num_stages=1, producer="mma", consumers=["epilogue"],
+                               producer_arrivals=1, consumer_arrivals=32 * NUM_EPI_WARPS)
+        warp = kb.thread_idx(0) // 32
+        # 1. warp 0 allocates the accumulator's TMEM columns (address -> tmem_slot)
+        with kb.if_(warp.eq(ALLOC_WARP)).then_():
+            fa4_op("tmem_alloc", [tmem_slot], cols=tmem_cols)
+            fa4_op("tmem_relinquish")
+        kb.pipeline_init()
+        # 2. publish the TMEM address to every warp (note "TMEM lifetime")
+        kb.fence("tcgen05_before")
+        kb.sync_threads()
+        kb.fence("tcgen05_after")
+        acc_tmem = kb.load(tmem_slot, "i32")
+        m0 = kb.block_idx(1) * cfg.bm
+        n0 = kb.block_idx(0) * cfg.bn
+        num_k_tiles = (k_size + (cfg.bk - 1)) // cfg.bk
+
+        with kb.warp_roles():
+            with kb.role("load", first_warp=LOAD_WARP, num_warps=1):
+                _load_role(kb, cfg, ab_pipe, a_desc, b_desc, a_smem, b_smem, m0, n0, num_k_tiles,
+                           a_tile_bytes, b_tile_bytes)
+            with kb.role("mma", first_warp=MMA_WARP, num_warps=1):
+                _mma_role(kb, cfg, ab_pipe, acc_pipe, a_smem, b_smem, acc_tmem, num_k_tiles,
+                          a_tile_bytes, b_tile_bytes)
+            with kb.role("epilogue", first_warp=EPI_WARP, num_warps=NUM_EPI_WARPS):
+                _epilogue_role(kb, cfg, acc_pipe, acc_tmem, c_gmem, m0, n0, m_size, n_size)
+        # 3. every role is done (the epilogue waited for its TMEM loads): warp 0 frees the columns
+        kb.fence("tcgen05_before")
+        kb.sync_threads()
+        with kb.if_(warp.eq(ALLOC_WARP)).then_():
+            kb.fence("tcgen05_after")
+            fa4_op("tmem_dealloc", [acc_tmem], cols=tmem_cols)
+    return kb.finish()
+
+
+def _load_role(kb, cfg, ab_pipe, a_desc, b_desc, a_smem, b_smem, m0, n0, num_k_tiles, a_bytes, b_bytes):
+    with kb.if_(kb.elect_one()).then_():
+        fa4_op("tma_prefetch", [a_desc])
+        fa4_op("tma_prefetch", [b_desc])
+        state = ab_pipe.initial_state()
+        loop = kb.for_(0, num_k_tiles, 1, carry=(state.stage, state.phase))
+        with loop as (kt, (stage, phase)):
+            s = dsl.PipeState(stage, phase, cfg.stages)
+            # 1. wait until the MMAs that read this stage completed (tcgen05.commit on empty[stage])
+            ab_pipe.producer_acquire(s)
+            # 2. announce the bytes both TMA boxes will land on full[stage]
+            ab_pipe.producer_commit(s, tx_bytes=a_bytes + b_bytes)
+            # 3. issue the copies of A[m0:, k:] and B[n0:, k:]
+            k0 = kt * cfg.bk
+            a_dst = kb.gep(a_smem, stage * a_bytes, "i8")
+            b_dst = kb.gep(b_smem, stage * b_bytes, "i8")
+            fa4_op("tma_load", [a_desc, a_dst, stage, k0, m0], pipe=ab_pipe.name, box=[cfg.bk, cfg.bm],
+                   elem_bytes=ELEM_BYTES[cfg.dtype])
+            fa4_op("tma_load", [b_desc, b_dst, stage, k0, n0], pipe=ab_pipe.name, box=[cfg.bk, cfg.bn],
+                   elem_bytes=ELEM_BYTES[cfg.dtype])
+            nxt = s.advance()
+            loop.yield_(nxt.stage, nxt.phase)
+
+
+def _mma_role(kb, cfg, ab_pipe, acc_pipe, a_smem, b_smem, acc_tmem, num_k_tiles, a_bytes, b_bytes):
+    sbo = 8 * SWIZZLE_BYTES              # 8 rows of one 128-byte swizzle atom
+    kstep_bytes = MMA_K * ELEM_BYTES[cfg.dtype]
+    with kb.if_(kb.elect_one()).then_():
+        state = ab_pipe.initial_state()
+        loop = kb.for_(0, num_k_tiles, 1, carry=(state.stage, state.phase))
+        with loop as (kt, (stage, phase)):
+            s = dsl.PipeState(stage, phase, cfg.stages)
+            # 1. wait for K tile kt
+            ab_pipe.consumer_wait(s)
+            # 2. issue its BK/16 MMAs; the first MMA of the tile overwrites D (enable-input-d = 0)
+            a_base = kb.gep(a_smem, stage * a_bytes, "i8")
+            b_base = kb.gep(b_smem, stage * b_bytes, "i8")
+            for kk in range(cfg.bk // MMA_K):
+                a_d = fa4_op("smem_desc", [kb.gep(a_base, kk * kstep_bytes, "i8")], ["i64"], swizzle=SWIZZLE_BYTES,
+                             lbo=16, sbo=sbo)
+                b_d = fa4_op("smem_desc", [kb.gep(b_base, kk * kstep_bytes, "i8")], ["i64"], swizzle=SWIZZLE_BYTES,
+                             lbo=16, sbo=sbo)
+                accumulate = kt.ne(0) if kk == 0 else const(1, "i1")
+                fa4_op("mma", [a_d.result, b_d.result, accumulate, acc_tmem], [], m=cfg.bm, n=cfg.bn, k=MMA_K,
+                       a_source="smem", ab_dtype=cfg.dtype, acc_dtype="f32")
+            # 3. free the stage once these MMAs completed
+            ab_pipe.mma_commit(s, side="empty")
+            nxt = s.advance()
+            loop.yield_(nxt.stage, nxt.phase)
+        # 4. the accumulator is complete once every MMA issued so far completed (acquire: the
+        #    epilogue is done with the previous use of the accumulator; never blocks on one tile)
+        acc_state = acc_pipe.initial_state()
+        acc_pipe.producer_acquire(acc_state)
+        acc_pipe.mma_commit(acc_state, side="full")
+
+
+def _epilogue_role(kb, cfg, acc_pipe, acc_tmem, c_gmem, m0, n0, m_size, n_size):
+    t = kb.thread_idx(0) - 32 * EPI_WARP
+    quarter = t // 32                    # TMEM lanes 32*quarter .. +31 belong to this warp
+    row = m0 + t
+    row_ok = row.lt(m_size)
+    lane_addr = acc_tmem + ((quarter * 32) << 16)   # TMEM address: lane in bits 31-16, column in 15-0
+    row_ptr = kb.gep(c_gmem, row.to("i64") * n_size.to("i64"), cfg.dtype)
+    s0 = acc_pipe.initial_state()
+    # 1. wait until the MMA warp committed the finished accumulator
+    acc_pipe.consumer_wait(s0)
+    kb.fence("tcgen05_after")
+    for chunk in range(cfg.bn // EPI_COLS):
+        # 2. read 32 f32 columns of this thread's row, wait for the load
+        bits = Value(fa4_op("tmem_load", [lane_addr + chunk * EPI_COLS], [("i32", EPI_COLS)], num=EPI_COLS).result)
+        fa4_op("tmem_wait", kind="ld")
+        acc = bits.bitcast(("f32", EPI_COLS))
+        # 3. convert and store 16-byte groups (N is a multiple of 8: a group is all in or all out)
+        for g in range(EPI_COLS // STORE_ELEMS):
+            col = n0 + (chunk * EPI_COLS + g * STORE_ELEMS)
+            with kb.if_(row_ok & col.lt(n_size)).then_():
+                vals = dsl.vec(*[acc[g * STORE_ELEMS + i] for i in range(STORE_ELEMS)]).to((cfg.dtype, STORE_ELEMS))
+                kb.store(vals, kb.gep(row_ptr, col.to("i64"), cfg.dtype), align=16)
+    # 4. hand the accumulator back (a multi-tile schedule would reuse it after this)
+    acc_pipe.consumer_release(s0)
