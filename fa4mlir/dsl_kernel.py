@@ -48,6 +48,8 @@ class KernelBuilder:
         self.block, self.cluster = tuple(block), tuple(cluster)
         self.config = dict(config or {})
         self.ctx = new_context()
+        with self.ctx:
+            self.loc = str(source_loc())  # where the kernel was asked for: the function's location
         self.params: list[Param] = []
         self.module = None
         self.func = None
@@ -80,7 +82,7 @@ class KernelBuilder:
                 f'  gpu.module @fa4_kernels [#nvvm.target<chip = "{self.arch}", features = "{ARCH_FEATURES[self.arch]}">] {{\n'
                 f'    llvm.func @{self.name}({args}) attributes {{nvvm.kernel, '
                 f'nvvm.maxntid = array<i32: {threads}>, nvvm.minctasm = 1 : i32}} {{\n'
-                f'      llvm.return\n    }}\n  }}\n}}')
+                f'      llvm.return\n    }} {self.loc}\n  }}\n}}')
         with self.ctx, source_loc():
             self.module = ir.Module.parse(text)
             gmod = self.module.body.operations[0]

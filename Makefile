@@ -1,0 +1,38 @@
+# fa4mlir: `make demo` and `make test` set everything up on first use (a .venv in the repo).
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+BUNDLE ?= bundle
+
+.PHONY: demo test pytest lit gpu-bundle gpu-test bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)            ## compile the default kernels (sm_90a, sm_100a), print resources, run on a GPU if any
+	$(PY) -m fa4mlir
+
+test: pytest lit          ## deviceless tests + lit (GPU tests skip without a GPU)
+
+pytest: $(STAMP)
+	$(PY) -m pytest -q tests
+
+lit: $(STAMP)
+	$(VENV)/bin/lit -sv lit_tests
+
+gpu-bundle: $(STAMP)      ## here: compile what the GPU tests and the benchmark need into $(BUNDLE)/
+	$(PY) -m fa4mlir bundle --out $(BUNDLE) --set gpu-tests --set bench
+
+# On the GPU machine (no MLIR, no venv: its python3 has torch, pytest, cuda-bindings):
+gpu-test:                 ## there: run the GPU tests from $(BUNDLE)/
+	FA4MLIR_BUNDLE=$(CURDIR)/$(BUNDLE) PYTHONPATH=$(CURDIR) python3 -m pytest -q -m gpu tests/gpu
+
+bench:                    ## there: time the bundle's GEMMs against torch.matmul
+	PYTHONPATH=$(CURDIR) python3 -m fa4mlir bench --bundle $(BUNDLE) --out gemm-bench.json
+
+clean:
+	rm -rf $(VENV) $(BUNDLE) .pytest_cache
