@@ -34,6 +34,8 @@ def _desc(op: ir.Operation) -> ir.Value:
     addr = llvm.ptrtoint(i64t, op.operands[0])
     start = arith.andi(arith.shrui(addr, i64(4)), i64(0x3FFF))
     fields = encode_desc_fields(attr(op, "swizzle"), attr(op, "lbo"), attr(op, "sbo"))
+    if fields >= 1 << 63:  # swizzle 64B/32B set bit 63: an i64 constant takes the two's-complement value
+        fields -= 1 << 64
     return arith.ori(start, i64(fields))
 
 
@@ -93,7 +95,7 @@ def _mma(op: ir.Operation) -> None:
 
 def _const_bool(v: ir.Value, op) -> bool:
     owner = v.owner
-    if owner.name == "arith.constant":
+    if not isinstance(owner, ir.Block) and owner.name == "arith.constant":  # a block argument is not constant
         return bool(ir.IntegerAttr(owner.attributes["value"]).value)
     raise PassError(f"{NAME}: wgmma's accumulate flag must be a constant on sm_90a", op.location)
 

@@ -1,0 +1,87 @@
+// fa4-lower-tma: TMA ops -> nvvm.cp.async.bulk.tensor.*; a load completes on full[stage] of its
+// pipeline, at fa4_smem + offset + 8 * stage (the input is as fa4-plan-smem leaves it).
+// RUN: fa4mlir-opt %s --split-input-file --fa4-lower-tma --verify-diagnostics | FileCheck %s
+
+// CHECK-LABEL: llvm.func @tma
+// CHECK-SAME: (%[[DESC:[^:]+]]: !llvm.ptr {{.*}}, %[[DST:[^:]+]]: !llvm.ptr<3>, %[[STAGE:[^:]+]]: i32, %[[K0:[^:]+]]: i32, %[[M0:[^:]+]]: i32)
+// CHECK: nvvm.prefetch tensormap, %[[DESC]]
+// CHECK: %[[EIGHT:.*]] = arith.constant 8 : i32
+// CHECK: %[[SCALED:.*]] = arith.muli %[[STAGE]], %[[EIGHT]]
+// CHECK: %[[FIRST:.*]] = arith.constant 2048 : i32
+// CHECK: %[[OFF:.*]] = arith.addi %[[SCALED]], %[[FIRST]]
+// CHECK: %[[BASE:.*]] = llvm.mlir.addressof @fa4_smem
+// CHECK: %[[FULL:.*]] = llvm.getelementptr %[[BASE]][%[[OFF]]]
+// CHECK: %[[DST7:.*]] = llvm.addrspacecast %[[DST]] : !llvm.ptr<3> to !llvm.ptr<7>
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %[[DST7]], %[[DESC]], %[[FULL]], box[%[[K0]], %[[M0]]]
+// CHECK: nvvm.cp.async.bulk.tensor.global.shared.cta %[[DESC]], %[[DST]], box[%[[K0]], %[[M0]]]
+// CHECK: nvvm.cp.async.bulk.commit.group
+// CHECK-NEXT: nvvm.cp.async.bulk.wait_group 1 {read}
+// CHECK-NOT: fa4.tma
+// CHECK: llvm.return
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.mlir.global external @fa4_smem() {addr_space = 3 : i32, alignment = 1024 : i64} : !llvm.array<0 x i8>
+    llvm.func @tma(%desc: !llvm.ptr {llvm.byval = !llvm.array<128 x i8>, nvvm.grid_constant, llvm.align = 64 : i64},
+                   %dst: !llvm.ptr<3>, %stage: i32, %k0: i32, %m0: i32)
+        attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "ab_pipe", num_stages = 4 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 1 : i64, consumer_arrivals = 1 : i64, offset = 2048 : i64} : () -> ()
+      "fa4.tma_prefetch"(%desc) : (!llvm.ptr) -> ()
+      "fa4.tma_load"(%desc, %dst, %stage, %k0, %m0) {pipe = "ab_pipe", box = array<i64: 64, 128>, elem_bytes = 2 : i64}
+          : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32) -> ()
+      "fa4.tma_store"(%desc, %dst, %k0, %m0) {box = array<i64: 64, 128>} : (!llvm.ptr, !llvm.ptr<3>, i32, i32) -> ()
+      "fa4.tma_store_wait"() {pending = 1 : i64} : () -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// A rank-2 box needs two coordinates.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.mlir.global external @fa4_smem() {addr_space = 3 : i32, alignment = 1024 : i64} : !llvm.array<0 x i8>
+    llvm.func @coords_do_not_match_box(%desc: !llvm.ptr, %dst: !llvm.ptr<3>, %stage: i32, %k0: i32)
+        attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "ab_pipe", num_stages = 4 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 1 : i64, consumer_arrivals = 1 : i64, offset = 0 : i64} : () -> ()
+      // expected-error @+1 {{tma_load has 1 coordinates for a rank-2 box}}
+      "fa4.tma_load"(%desc, %dst, %stage, %k0) {pipe = "ab_pipe", box = array<i64: 64, 128>, elem_bytes = 2 : i64}
+          : (!llvm.ptr, !llvm.ptr<3>, i32, i32) -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.mlir.global external @fa4_smem() {addr_space = 3 : i32, alignment = 1024 : i64} : !llvm.array<0 x i8>
+    llvm.func @undeclared_pipeline(%desc: !llvm.ptr, %dst: !llvm.ptr<3>, %stage: i32, %k0: i32)
+        attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      // expected-error @+1 {{fa4.tma_load names pipeline 'kv_pipe', which is not declared (fa4.pipeline)}}
+      "fa4.tma_load"(%desc, %dst, %stage, %k0) {pipe = "kv_pipe", box = array<i64: 64>, elem_bytes = 2 : i64}
+          : (!llvm.ptr, !llvm.ptr<3>, i32, i32) -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// The barriers are placed by fa4-plan-smem: without its `offset` the load cannot be lowered.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @unplanned_pipeline(%desc: !llvm.ptr, %dst: !llvm.ptr<3>, %stage: i32, %k0: i32)
+        attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      // expected-error @+1 {{pipeline 'ab_pipe' has no SMEM offset: run fa4-plan-smem first}}
+      "fa4.pipeline"() {sym_name = "ab_pipe", num_stages = 4 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 1 : i64, consumer_arrivals = 1 : i64} : () -> ()
+      "fa4.tma_load"(%desc, %dst, %stage, %k0) {pipe = "ab_pipe", box = array<i64: 64>, elem_bytes = 2 : i64}
+          : (!llvm.ptr, !llvm.ptr<3>, i32, i32) -> ()
+      llvm.return
+    }
+  }
+}
