@@ -1,0 +1,108 @@
+// fa4-lower-sync: thread geometry, elect, fences, named barriers, CTA sync and traps -> nvvm.
+// RUN: fa4mlir-opt %s --split-input-file --fa4-lower-sync --verify-diagnostics | FileCheck %s
+
+// CHECK-LABEL: llvm.func @sync
+// CHECK-SAME: (%[[COND:[^:]+]]: i1)
+// CHECK: %[[TX:.*]] = nvvm.read.ptx.sreg.tid.x : i32
+// CHECK: %[[TY:.*]] = nvvm.read.ptx.sreg.tid.y : i32
+// CHECK: %[[BZ:.*]] = nvvm.read.ptx.sreg.ctaid.z : i32
+// CHECK: %[[ELECTED:.*]] = nvvm.elect.sync -> i1
+// CHECK: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// CHECK: %[[ID:.*]] = arith.constant 1 : i32
+// CHECK: %[[N:.*]] = arith.constant 256 : i32
+// CHECK: nvvm.barrier id = %[[ID]] number_of_threads = %[[N]]
+// CHECK: nvvm.barrier0
+// CHECK: scf.if %[[COND]] {
+// CHECK-NEXT: llvm.intr.trap
+// CHECK-NEXT: }
+// Uses of the fa4 results now read the nvvm values.
+// CHECK: %[[SUM:.*]] = arith.addi %[[TX]], %[[TY]]
+// CHECK: %[[SUM2:.*]] = arith.addi %[[SUM]], %[[BZ]]
+// CHECK: arith.select %[[ELECTED]], %[[SUM2]], %[[TX]]
+// CHECK-NOT: fa4.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @sync(%cond: i1) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      %tx = "fa4.thread_idx"() {dim = 0 : i64} : () -> i32
+      %ty = "fa4.thread_idx"() {dim = 1 : i64} : () -> i32
+      %bz = "fa4.block_idx"() {dim = 2 : i64} : () -> i32
+      %e = "fa4.elect_one"() : () -> i1
+      "fa4.fence"() {kind = "async_smem"} : () -> ()
+      "fa4.named_barrier"() {id = 1 : i64, num_threads = 256 : i64} : () -> ()
+      "fa4.sync_threads"() : () -> ()
+      "fa4.trap_if"(%cond) : (i1) -> ()
+      %s = arith.addi %tx, %ty : i32
+      %s2 = arith.addi %s, %bz : i32
+      %r = arith.select %e, %s2, %tx : i32
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// tcgen05 fences (sm_100a) order tcgen05 ops around a thread synchronisation.
+// CHECK-LABEL: llvm.func @tcgen05_fences
+// CHECK: nvvm.tcgen05.fence <before>
+// CHECK: nvvm.barrier0
+// CHECK: nvvm.tcgen05.fence <after>
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_100a", features = "+ptx86">] {
+    llvm.func @tcgen05_fences() attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      "fa4.fence"() {kind = "tcgen05_before"} : () -> ()
+      "fa4.sync_threads"() : () -> ()
+      "fa4.fence"() {kind = "tcgen05_after"} : () -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// The nvvm verifier rejects tcgen05 on sm_90a (reported at the fa4 op's location).
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @tcgen05_on_sm90() attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      // expected-error @+1 {{'nvvm.tcgen05.fence' op is not supported on sm_90a}}
+      "fa4.fence"() {kind = "tcgen05_before"} : () -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @bad_dim() attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      // expected-error @+1 {{fa4.thread_idx dim must be 0, 1 or 2, got 3}}
+      %t = "fa4.thread_idx"() {dim = 3 : i64} : () -> i32
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @unknown_fence() attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      // expected-error @+1 {{unknown fence kind 'global'; expected async_smem, tcgen05_before or tcgen05_after}}
+      "fa4.fence"() {kind = "global"} : () -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// Named barrier 0 is the CTA barrier; thread counts are whole warps.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @bad_named_barrier() attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      // expected-error @+1 {{named barrier id must be 1..15 (0 is the CTA barrier) and its thread count a multiple of 32; got id=0, num_threads=100}}
+      "fa4.named_barrier"() {id = 0 : i64, num_threads = 100 : i64} : () -> ()
+      llvm.return
+    }
+  }
+}
