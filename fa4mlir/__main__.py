@@ -14,28 +14,40 @@ import time
 
 
 def _resource_table(rows: list[tuple]) -> str:
-    head = ("kernel", "arch", "regs", "spills", "smem B", "tmem cols", "threads",
+    head = ("kernel", "arch", "backend", "regs", "spills", "smem B", "tmem cols", "threads",
             "build", "fa4", "nvvm", "llvm", "ptx", "cubin", "total s")
     lines = [head]
     for name, art in rows:
         r = art.resources
         st = r.get("stage_seconds", {})
         stages = [f"{st.get(s, 0.0):.2f}" for s in ("build", "fa4", "nvvm", "llvm", "ptx", "cubin")]
-        lines.append((name, art.arch, str(r.get("registers")), str(r.get("spill_stores", 0) + r.get("spill_loads", 0)),
+        lines.append((name, art.arch, r.get("cubin_backend", "?") + ("*" if r.get("setmaxnreg_ignored") else ""),
+                      str(r.get("registers")), str(r.get("spill_stores", 0) + r.get("spill_loads", 0)),
                       str(r.get("smem_bytes")), str(r.get("tmem_cols")), str(r.get("threads")), *stages,
                       f"{sum(st.values()):.2f}"))
     widths = [max(len(str(l[i])) for l in lines) for i in range(len(head))]
-    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(l, widths)) for l in lines)
+    table = "\n".join("  ".join(str(c).ljust(w) for c, w in zip(l, widths)) for l in lines)
+    if any(r.get("setmaxnreg_ignored") for _, a in rows for r in [a.resources]):
+        table += "\n* ptxas ignored setmaxnreg (C7504: nvJitLink compiles PTX relocatably); FA4MLIR_CUBIN_BACKEND=ptxas keeps it"
+    return table
 
 
 def _compile(entries, show_progress=True):
+    import os
     from . import compiler
     out = []
-    for i, (name, cfg) in enumerate(entries, 1):
+    for i, (name, cfg, *env_over) in enumerate(entries, 1):
         t0 = time.perf_counter()
-        art = compiler.get_artifact(name, cfg)
+        saved = {k: os.environ.get(k) for k in (env_over[0] if env_over else {})}
+        os.environ.update(env_over[0] if env_over else {})
+        try:
+            art = compiler.get_artifact(name, cfg)
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
         if show_progress:
-            print(f"[{i}/{len(entries)}] {art.name} ({art.arch}) {time.perf_counter() - t0:.2f} s", flush=True)
+            print(f"[{i}/{len(entries)}] {art.name} ({art.arch}, {art.resources.get('cubin_backend')}) "
+                  f"{time.perf_counter() - t0:.2f} s", flush=True)
         out.append((art.name, art))
     return out
 

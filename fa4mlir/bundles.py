@@ -39,7 +39,9 @@ def sm90() -> list:
 
 
 def bench() -> list:
-    return [_gemm90(stages=4), _gemm90(stages=3), _gemm90(bn=128, stages=6)]
+    """Entries may carry env overrides: the same GEMMs through the whole-program ptxas backend."""
+    cfgs = [_gemm90(stages=4), _gemm90(stages=3), _gemm90(bn=128, stages=6)]
+    return cfgs + [(*c, {"FA4MLIR_CUBIN_BACKEND": "ptxas"}) for c in cfgs]
 
 
 SETS = {"demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90}
@@ -52,7 +54,7 @@ def configs(names: list[str]) -> list:
     seen, out = set(), []
     for n in names:
         for entry in SETS[n]():
-            k = (entry[0], entry[1])
+            k = (entry[0], entry[1], tuple(sorted(entry[2].items())) if len(entry) > 2 else ())
             if k not in seen:
                 seen.add(k)
                 out.append(entry)

@@ -33,6 +33,10 @@ KNOBS: dict[str, Knob] = {
              output_changing=True),
         Knob("FA4MLIR_BUNDLE", None, "path", "kernel bundle directory the runtime and GPU tests load"),
         Knob("FA4MLIR_VERBOSE", "0", "bool", "1: log compiles, cache hits and kernel loads to stderr"),
+        Knob("FA4MLIR_CUBIN_BACKEND", "nvjitlink", "str",
+             "PTX->cubin: nvjitlink (in process; ignores setmaxnreg, ptxas C7504) or ptxas "
+             "(a ptxas on PATH or from the nvidia-cuda-nvcc wheel; honours setmaxnreg)",
+             output_changing=True),
     )
 }
 
@@ -96,6 +100,13 @@ def debug() -> bool:
 
 def bundle_dir() -> Path | None:
     return get_path("FA4MLIR_BUNDLE")
+
+
+def cubin_backend() -> str:
+    value = get_str("FA4MLIR_CUBIN_BACKEND") or "nvjitlink"
+    if value not in ("nvjitlink", "ptxas"):
+        raise ValueError(f"FA4MLIR_CUBIN_BACKEND={value!r}: expected 'nvjitlink' or 'ptxas'")
+    return value
 
 
 def verbose() -> bool:

@@ -18,6 +18,7 @@ import re
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from . import env
 from ._mlir import gpu, ir, passmanager
@@ -45,6 +46,8 @@ class Resources:
     smem_bytes: int = 0
     tmem_cols: int = 0
     threads: int = 0
+    setmaxnreg_ignored: bool = False
+    cubin_backend: str = "nvjitlink"
     stage_seconds: dict = field(default_factory=dict)
     ptxas_log: str = ""
 
@@ -70,12 +73,52 @@ def parse_ptxas_report(log: str, res: Resources | None = None) -> Resources:
         m = re.search(pattern, log)
         if m:
             setattr(res, key, int(m.group(1)))
+    res.setmaxnreg_ignored = "C7504" in log
     res.ptxas_log = log
     return res
 
 
+def find_ptxas() -> str | None:
+    """A ptxas executable: the nvidia-cuda-nvcc wheel's (pinned with the package), else PATH's."""
+    import shutil
+    try:
+        import nvidia
+        roots = list(nvidia.__path__)
+    except ImportError:
+        roots = []
+    for root in roots:
+        for path in sorted(Path(root).glob("*/bin/ptxas")):
+            if os.access(path, os.X_OK):
+                return str(path)
+    return shutil.which("ptxas")
+
+
+def ptx_to_cubin_ptxas(ptx: str, arch: str, name: str = "kernel.ptx") -> tuple[bytes, str]:
+    """PTX -> (cubin, info log) with a standalone ptxas (whole-program: setmaxnreg is honoured)."""
+    import subprocess
+    import tempfile
+    tool = find_ptxas()
+    if tool is None:
+        raise CompileError("FA4MLIR_CUBIN_BACKEND=ptxas but no ptxas was found on PATH or in the "
+                           "nvidia-cuda-nvcc wheel; pip install nvidia-cuda-nvcc or use nvjitlink")
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = Path(tmp, name), Path(tmp, "out.cubin")
+        src.write_text(ptx)
+        proc = subprocess.run([tool, f"-arch={arch}", "-O3", "-v", str(src), "-o", str(out)],
+                              capture_output=True, text=True)
+        if proc.returncode:
+            raise CompileError(f"ptxas rejected the PTX for {arch}:\n{proc.stderr}")
+        return out.read_bytes(), proc.stdout + proc.stderr
+
+
 def ptx_to_cubin(ptx: str, arch: str, name: str = "kernel.ptx") -> tuple[bytes, str]:
-    """PTX -> (cubin, ptxas info log) through nvJitLink in process."""
+    """PTX -> (cubin, ptxas info log) through nvJitLink in process.
+
+    Note: nvJitLink compiles PTX as a relocatable unit, and ptxas then ignores `setmaxnreg`
+    ("C7504 ... to maintain compatibility across compilation units"); `Resources.setmaxnreg_ignored`
+    records it. FA4MLIR_CUBIN_BACKEND=ptxas compiles whole-program instead."""
+    if env.cubin_backend() == "ptxas":
+        return ptx_to_cubin_ptxas(ptx, arch, name)
     from cuda.bindings import nvjitlink
     opts = [f"-arch={arch}", "-O3", "-verbose"]
     handle = nvjitlink.create(len(opts), opts)
@@ -171,7 +214,7 @@ def _fail(stage, exc, dumper: _Dumper, repro: str):
 
 def compile_kernel(kernel_ir, key: str = "", debug: bool | None = None) -> KernelArtifact:
     """Lower a built kernel to a cubin artefact (no cache; see `fa4mlir.compiler`)."""
-    debug = env.get_bool("FA4MLIR_DEBUG") if debug is None else debug
+    debug = kernel_ir.config.get("_debug", env.get_bool("FA4MLIR_DEBUG")) if debug is None else debug
     dumper = _Dumper(kernel_ir.name, key or "nokey0000000000000")
     times: dict = {"build": kernel_ir.config.get("_build_seconds", 0.0)}
     with kernel_ir.module.context:
@@ -187,9 +230,11 @@ def compile_kernel(kernel_ir, key: str = "", debug: bool | None = None) -> Kerne
     res = parse_ptxas_report(log)
     res.smem_bytes = planned.get("_smem_bytes", 0)
     res.tmem_cols = planned.get("_tmem_cols", 0)
+    res.cubin_backend = env.cubin_backend()
     res.threads = kernel_ir.block[0] * kernel_ir.block[1] * kernel_ir.block[2]
     res.stage_seconds = {k: round(v, 4) for k, v in times.items()}
     config = {k: v for k, v in kernel_ir.config.items() if not k.startswith("_")}
+    config["cubin_backend"] = res.cubin_backend
     return KernelArtifact(name=kernel_ir.name, arch=kernel_ir.arch, cubin=cubin, block=kernel_ir.block,
                           cluster=kernel_ir.cluster, smem_bytes=res.smem_bytes, params=kernel_ir.params,
                           resources=res.as_dict(), key=key, config=config)

@@ -97,3 +97,17 @@ def test_cache_compiles_once(tmp_path, monkeypatch):
     compiler.get_artifact("gemm_sm90", cfg, KernelCache())
     compiler.get_artifact("gemm_sm90", cfg, KernelCache())
     assert len(calls) == 1
+
+
+def test_nvjitlink_drops_setmaxnreg_and_ptxas_keeps_it(monkeypatch):
+    """nvJitLink compiles PTX relocatably and ptxas then ignores setmaxnreg (C7504): the report says so;
+    the whole-program ptxas backend honours it (the consumer warpgroups may then use 232 registers)."""
+    kir = gemm_sm90.build(gemm_sm90.GemmConfig(bn=64, stages=2))
+    r = lowering.compile_kernel(kir, key="backend-nvjitlink").resources
+    assert r["cubin_backend"] == "nvjitlink" and r["setmaxnreg_ignored"]
+    if lowering.find_ptxas() is None:
+        pytest.skip("no ptxas (pip install nvidia-cuda-nvcc)")
+    monkeypatch.setenv("FA4MLIR_CUBIN_BACKEND", "ptxas")
+    kir = gemm_sm90.build(gemm_sm90.GemmConfig(bn=64, stages=2))
+    r = lowering.compile_kernel(kir, key="backend-ptxas").resources
+    assert r["cubin_backend"] == "ptxas" and not r["setmaxnreg_ignored"] and r["spill_stores"] == 0

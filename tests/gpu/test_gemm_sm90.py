@@ -14,7 +14,7 @@ SIZES = [(256, 256, 256), (1024, 2048, 512), (4096, 4096, 4096),          # tile
 def kernels(bundle, require_arch):
     require_arch(9)
     from fa4mlir.runtime import load
-    return {dt: load(bundle.find(kernel="gemm_sm90", dtype=dt, bn=256, stages=4)) for dt in ("bf16", "f16")}
+    return {dt: load(bundle.find(kernel="gemm_sm90", dtype=dt, bn=256, stages=4, cubin_backend="nvjitlink")) for dt in ("bf16", "f16")}
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
