@@ -26,6 +26,9 @@ pipeline, the role, the stage and the op's source location. Rules, in the order 
    with `s` becomes `select(wrap, phase ^ 1, phase)` (it flips at wrap-around); a stage and phase
    carried by an scf.for come back through its yield advanced that way, or unchanged together.
 
+A kernel function carrying the unit attribute `fa4.unverified` is skipped: only kernels broken on
+purpose to test the debug watchdog carry it (see fa4mlir/passes/_watchdog.py: compile_unverified).
+
 Note "segments": a role's body is cut at loops. Each `scf.for` / `scf.while` body is one segment
 (counted once: it must balance per iteration); the role body outside its loops is another. Ops in
 both branches of an `scf.if` count in the enclosing segment (a leader-elected release counts once).
@@ -51,10 +54,12 @@ WAIT_OPS = ("fa4.producer_acquire", "fa4.consumer_wait")
 PROTOCOL_OPS = ("fa4.producer_acquire", "fa4.producer_commit", "fa4.tma_load", "fa4.consumer_wait",
                 "fa4.consumer_release", "fa4.mma_commit")
 LOOPS = ("scf.for", "scf.while")
+UNVERIFIED = "fa4.unverified"  # on a kernel broken on purpose (watchdog tests): not checked
 
 
 def run(module: ir.Operation) -> None:
-    funcs = [op for op in ops_named(module, "llvm.func") if "nvvm.kernel" in op.attributes]
+    funcs = [op for op in ops_named(module, "llvm.func")
+             if "nvvm.kernel" in op.attributes and UNVERIFIED not in op.attributes]
     for func in funcs:
         _Checker(func).check()
 
