@@ -129,7 +129,7 @@ def _fence_pending(values: list, wait: ir.Operation) -> None:
 
 
 def _ancestor_in(op: ir.Operation, block: ir.Block):
-    while op is not None:
+    while op is not None and op.name != "builtin.module":
         if op.block == block:
             return op
         op = op.parent
