@@ -1,0 +1,286 @@
+// fa4-verify-pipelines: roles exist, protocol ops sit in the right role, acquire/commit and
+// wait/release balance, expect-tx bytes match the TMA boxes, arrival counts match the arriving
+// threads, and stages wrap at num_stages with a phase flip. Errors name pipeline, role and op.
+// RUN: fa4mlir-opt %s --pass-pipeline=fa4-verify-pipelines --split-input-file --verify-diagnostics | FileCheck %s
+
+// A correct producer/consumer pair: one elected producer thread, one leader per consumer warpgroup.
+// CHECK-LABEL: llvm.func @correct
+// CHECK: "fa4.producer_commit"{{.*}}tx_bytes = 16384
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @correct(%desc: !llvm.ptr, %n: i32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 256, 1, 1>} {
+      %buf = "fa4.smem_buffer"() {sym_name = "a_smem", bytes = 32768 : i64, align = 1024 : i64} : () -> !llvm.ptr<3>
+      "fa4.pipeline"() {sym_name = "ab_pipe", num_stages = 2 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 1 : i64, consumer_arrivals = 1 : i64} : () -> ()
+      "fa4.warp_roles"() ({
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          %c1 = arith.constant 1 : i32
+          %c2 = arith.constant 2 : i32
+          %e = "fa4.elect_one"() : () -> i1
+          scf.if %e {
+            %r:2 = scf.for %i = %c0 to %n step %c1 iter_args(%s = %c0, %p = %c0) -> (i32, i32) : i32 {
+              "fa4.producer_acquire"(%s, %p) {pipe = "ab_pipe"} : (i32, i32) -> ()
+              "fa4.producer_commit"(%s) {pipe = "ab_pipe", tx_bytes = 16384 : i64} : (i32) -> ()
+              "fa4.tma_load"(%desc, %buf, %s, %i, %c0) {pipe = "ab_pipe", box = array<i64: 64, 128>, elem_bytes = 2 : i64} : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32) -> ()
+              %s1 = arith.addi %s, %c1 : i32
+              %w = arith.cmpi eq, %s1, %c2 : i32
+              %sn = arith.select %w, %c0, %s1 : i32
+              %pf = arith.xori %p, %c1 : i32
+              %pn = arith.select %w, %pf, %p : i32
+              scf.yield %sn, %pn : i32, i32
+            }
+          }
+          gpu.yield
+        }) {name = "load", first_warp = 0 : i64, num_warps = 1 : i64, regs = 0 : i64} : () -> ()
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          %c1 = arith.constant 1 : i32
+          %c2 = arith.constant 2 : i32
+          %c128 = arith.constant 128 : i32
+          %tid = "fa4.thread_idx"() {dim = 0 : i64} : () -> i32
+          %lane = arith.remui %tid, %c128 : i32
+          %leader = arith.cmpi eq, %lane, %c0 : i32
+          %r:2 = scf.for %i = %c0 to %n step %c1 iter_args(%s = %c0, %p = %c0) -> (i32, i32) : i32 {
+            "fa4.consumer_wait"(%s, %p) {pipe = "ab_pipe"} : (i32, i32) -> ()
+            scf.if %leader {
+              "fa4.consumer_release"(%s) {pipe = "ab_pipe"} : (i32) -> ()
+            }
+            %s1 = arith.addi %s, %c1 : i32
+            %w = arith.cmpi eq, %s1, %c2 : i32
+            %sn = arith.select %w, %c0, %s1 : i32
+            %pf = arith.xori %p, %c1 : i32
+            %pn = arith.select %w, %pf, %p : i32
+            scf.yield %sn, %pn : i32, i32
+          }
+          gpu.yield
+        }) {name = "mma", first_warp = 4 : i64, num_warps = 4 : i64, regs = 0 : i64} : () -> ()
+        gpu.yield
+      }) : () -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @no_consumer() attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      // expected-error @+1 {{pipeline 'ab_pipe' has no consumer role}}
+      "fa4.pipeline"() {sym_name = "ab_pipe", num_stages = 2 : i64, producer = "load", consumers = [],
+                        producer_arrivals = 1 : i64, consumer_arrivals = 1 : i64} : () -> ()
+      "fa4.warp_roles"() ({
+        "fa4.role"() ({
+          gpu.yield
+        }) {name = "load", first_warp = 0 : i64, num_warps = 1 : i64, regs = 0 : i64} : () -> ()
+        gpu.yield
+      }) : () -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @missing_producer_role() attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      // expected-error @+1 {{pipeline 'ab_pipe': producer role 'tma' is not a declared fa4.role}}
+      "fa4.pipeline"() {sym_name = "ab_pipe", num_stages = 2 : i64, producer = "tma", consumers = ["mma"],
+                        producer_arrivals = 1 : i64, consumer_arrivals = 1 : i64} : () -> ()
+      "fa4.warp_roles"() ({
+        "fa4.role"() ({
+          gpu.yield
+        }) {name = "mma", first_warp = 0 : i64, num_warps = 4 : i64, regs = 0 : i64} : () -> ()
+        gpu.yield
+      }) : () -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @wait_in_wrong_role() attributes {nvvm.kernel, nvvm.maxntid = array<i32: 256, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "ab_pipe", num_stages = 1 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 1 : i64, consumer_arrivals = 128 : i64} : () -> ()
+      "fa4.warp_roles"() ({
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          // expected-error @+1 {{a wait (fa4.consumer_wait) on pipeline 'ab_pipe' is in the wrong role: role 'load'}}
+          "fa4.consumer_wait"(%c0, %c0) {pipe = "ab_pipe"} : (i32, i32) -> ()
+          gpu.yield
+        }) {name = "load", first_warp = 0 : i64, num_warps = 1 : i64, regs = 0 : i64} : () -> ()
+        "fa4.role"() ({
+          gpu.yield
+        }) {name = "mma", first_warp = 4 : i64, num_warps = 4 : i64, regs = 0 : i64} : () -> ()
+        gpu.yield
+      }) : () -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @missing_release() attributes {nvvm.kernel, nvvm.maxntid = array<i32: 256, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "ab_pipe", num_stages = 1 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 32 : i64, consumer_arrivals = 128 : i64} : () -> ()
+      "fa4.warp_roles"() ({
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          "fa4.producer_acquire"(%c0, %c0) {pipe = "ab_pipe"} : (i32, i32) -> ()
+          "fa4.producer_commit"(%c0) {pipe = "ab_pipe", tx_bytes = 0 : i64} : (i32) -> ()
+          gpu.yield
+        }) {name = "load", first_warp = 0 : i64, num_warps = 1 : i64, regs = 0 : i64} : () -> ()
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          // expected-error @+1 {{pipeline 'ab_pipe', role 'mma': in the role body outside loops there are 2 wait(s) but 1 release(s)}}
+          "fa4.consumer_wait"(%c0, %c0) {pipe = "ab_pipe"} : (i32, i32) -> ()
+          "fa4.consumer_release"(%c0) {pipe = "ab_pipe"} : (i32) -> ()
+          "fa4.consumer_wait"(%c0, %c0) {pipe = "ab_pipe"} : (i32, i32) -> ()
+          gpu.yield
+        }) {name = "mma", first_warp = 4 : i64, num_warps = 4 : i64, regs = 0 : i64} : () -> ()
+        gpu.yield
+      }) : () -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @wrong_tx_bytes(%desc: !llvm.ptr, %buf: !llvm.ptr<3>) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 256, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "ab_pipe", num_stages = 1 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 32 : i64, consumer_arrivals = 128 : i64} : () -> ()
+      "fa4.warp_roles"() ({
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          "fa4.producer_acquire"(%c0, %c0) {pipe = "ab_pipe"} : (i32, i32) -> ()
+          // expected-error @+1 {{expects tx_bytes = 8192, but the 1 tma_load(s) after it deliver 16384 bytes}}
+          "fa4.producer_commit"(%c0) {pipe = "ab_pipe", tx_bytes = 8192 : i64} : (i32) -> ()
+          "fa4.tma_load"(%desc, %buf, %c0, %c0, %c0) {pipe = "ab_pipe", box = array<i64: 64, 128>, elem_bytes = 2 : i64} : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32) -> ()
+          gpu.yield
+        }) {name = "load", first_warp = 0 : i64, num_warps = 1 : i64, regs = 0 : i64} : () -> ()
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          "fa4.consumer_wait"(%c0, %c0) {pipe = "ab_pipe"} : (i32, i32) -> ()
+          "fa4.consumer_release"(%c0) {pipe = "ab_pipe"} : (i32) -> ()
+          gpu.yield
+        }) {name = "mma", first_warp = 4 : i64, num_warps = 4 : i64, regs = 0 : i64} : () -> ()
+        gpu.yield
+      }) : () -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @consumer_count() attributes {nvvm.kernel, nvvm.maxntid = array<i32: 256, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "ab_pipe", num_stages = 1 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 32 : i64, consumer_arrivals = 1 : i64} : () -> ()
+      "fa4.warp_roles"() ({
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          "fa4.producer_acquire"(%c0, %c0) {pipe = "ab_pipe"} : (i32, i32) -> ()
+          "fa4.producer_commit"(%c0) {pipe = "ab_pipe", tx_bytes = 0 : i64} : (i32) -> ()
+          gpu.yield
+        }) {name = "load", first_warp = 0 : i64, num_warps = 1 : i64, regs = 0 : i64} : () -> ()
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          "fa4.consumer_wait"(%c0, %c0) {pipe = "ab_pipe"} : (i32, i32) -> ()
+          // expected-error @+1 {{pipeline 'ab_pipe': consumer_arrivals = 1, but 128 thread(s) arrive on empty[stage] per stage}}
+          "fa4.consumer_release"(%c0) {pipe = "ab_pipe"} : (i32) -> ()
+          gpu.yield
+        }) {name = "mma", first_warp = 4 : i64, num_warps = 4 : i64, regs = 0 : i64} : () -> ()
+        gpu.yield
+      }) : () -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @phase_not_flipped(%n: i32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 256, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "ab_pipe", num_stages = 2 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 32 : i64, consumer_arrivals = 128 : i64} : () -> ()
+      "fa4.warp_roles"() ({
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          %c1 = arith.constant 1 : i32
+          %c2 = arith.constant 2 : i32
+          %r:2 = scf.for %i = %c0 to %n step %c1 iter_args(%s = %c0, %p = %c0) -> (i32, i32) : i32 {
+            "fa4.producer_acquire"(%s, %p) {pipe = "ab_pipe"} : (i32, i32) -> ()
+            "fa4.producer_commit"(%s) {pipe = "ab_pipe", tx_bytes = 0 : i64} : (i32) -> ()
+            %s1 = arith.addi %s, %c1 : i32
+            %w = arith.cmpi eq, %s1, %c2 : i32
+            %sn = arith.select %w, %c0, %s1 : i32
+            // expected-error @+1 {{pipeline 'ab_pipe', role 'load': a phase not flipped at wrap-around}}
+            %pn = arith.select %w, %p, %p : i32
+            scf.yield %sn, %pn : i32, i32
+          }
+          gpu.yield
+        }) {name = "load", first_warp = 0 : i64, num_warps = 1 : i64, regs = 0 : i64} : () -> ()
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          "fa4.consumer_wait"(%c0, %c0) {pipe = "ab_pipe"} : (i32, i32) -> ()
+          "fa4.consumer_release"(%c0) {pipe = "ab_pipe"} : (i32) -> ()
+          gpu.yield
+        }) {name = "mma", first_warp = 4 : i64, num_warps = 4 : i64, regs = 0 : i64} : () -> ()
+        gpu.yield
+      }) : () -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @stage_count(%n: i32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 256, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "ab_pipe", num_stages = 3 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 32 : i64, consumer_arrivals = 128 : i64} : () -> ()
+      "fa4.warp_roles"() ({
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          %c1 = arith.constant 1 : i32
+          %c2 = arith.constant 2 : i32
+          %r:2 = scf.for %i = %c0 to %n step %c1 iter_args(%s = %c0, %p = %c0) -> (i32, i32) : i32 {
+            "fa4.producer_acquire"(%s, %p) {pipe = "ab_pipe"} : (i32, i32) -> ()
+            "fa4.producer_commit"(%s) {pipe = "ab_pipe", tx_bytes = 0 : i64} : (i32) -> ()
+            %s1 = arith.addi %s, %c1 : i32
+            // expected-error @+1 {{wraps at 2 (arith.cmpi eq, stage + 1, 2) but the pipeline has num_stages = 3}}
+            %w = arith.cmpi eq, %s1, %c2 : i32
+            %sn = arith.select %w, %c0, %s1 : i32
+            %pf = arith.xori %p, %c1 : i32
+            %pn = arith.select %w, %pf, %p : i32
+            scf.yield %sn, %pn : i32, i32
+          }
+          gpu.yield
+        }) {name = "load", first_warp = 0 : i64, num_warps = 1 : i64, regs = 0 : i64} : () -> ()
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          "fa4.consumer_wait"(%c0, %c0) {pipe = "ab_pipe"} : (i32, i32) -> ()
+          "fa4.consumer_release"(%c0) {pipe = "ab_pipe"} : (i32) -> ()
+          gpu.yield
+        }) {name = "mma", first_warp = 4 : i64, num_warps = 4 : i64, regs = 0 : i64} : () -> ()
+        gpu.yield
+      }) : () -> ()
+      llvm.return
+    }
+  }
+}
