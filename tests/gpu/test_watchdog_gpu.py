@@ -32,8 +32,7 @@ def test_deadlock_traps_with_a_message(bundle, require_arch):
     require_arch(9)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
     try:
-        proc = subprocess.run([sys.executable, "-c", CHILD, str(bundle.path if hasattr(bundle, "path") else
-                                                                 os.environ["FA4MLIR_BUNDLE"])],
+        proc = subprocess.run([sys.executable, "-c", CHILD, os.environ["FA4MLIR_BUNDLE"]],
                               capture_output=True, text=True, timeout=120, env=env)
     except subprocess.TimeoutExpired:
         pytest.fail("the deadlock kernel hung: the watchdog did not fire within 120 s")
@@ -42,6 +41,9 @@ def test_deadlock_traps_with_a_message(bundle, require_arch):
     assert re.search(r"LAUNCH_FAILED|ILLEGAL_INSTRUCTION|illegal instruction|unspecified launch failure", out), out
     assert "fa4mlir watchdog: kernel deadlock_sm90_debug: role 'consumer'" in out, out
     assert "pipeline 'kv_pipe' full[stage 0] phase 0" in out, out
-    assert out.count("fa4mlir watchdog:") == 4, out  # one lane per consumer warp
+    # one lane per consumer warp prints; the first trap may kill the grid before every warp printed
+    threads = re.findall(r"fa4mlir watchdog: .*thread (\d+)\)", out)
+    assert 1 <= len(threads) <= 4 and len(set(threads)) == len(threads), out
+    assert all(int(t) % 32 == 0 for t in threads), out  # lane 0 of a converged warp
 
 
