@@ -121,3 +121,22 @@ def barrier_addr(pipes: dict, user: ir.Operation, side: str, stage: ir.Value) ->
     first = attr(pipe, "offset") + (attr(pipe, "num_stages") * 8 if side == "empty" else 0)
     off = arith.addi(arith.muli(stage, i32(8)), i32(first))
     return byte_offset(smem_base(), off)
+
+
+def fence_registers(value: ir.Value) -> ir.Value:
+    """Pass each 32-bit element of `value` (f32/i32 scalar or 1-D vector) through an empty volatile asm.
+
+    Registers written asynchronously (wgmma accumulators, tcgen05.ld results) look like ordinary
+    SSA values to LLVM; routing them through side-effecting asm right after the wait keeps every
+    read of them below that wait."""
+    t = value.type
+    elem = ir.VectorType(t).element_type if isinstance(t, ir.VectorType) else t
+    constraint = "=f,0" if isinstance(elem, ir.F32Type) else "=r,0"
+    if not isinstance(t, ir.VectorType):
+        return llvm.inline_asm(elem, [value], "", constraint, has_side_effects=True)
+    out = llvm.mlir_undef(t)
+    for i in range(ir.VectorType(t).shape[0]):
+        e = llvm.extractelement(value, i64(i))
+        e = llvm.inline_asm(elem, [e], "", constraint, has_side_effects=True)
+        out = llvm.insertelement(out, e, i64(i))
+    return out

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 from .._mlir import arith, ir, llvm, nvvm
-from ._util import PassError, attr, check_none_left, i64, kernel_func, ops_named, replace
+from ._util import PassError, attr, check_none_left, fence_registers, i64, kernel_func, ops_named, replace
 
 NAME = "fa4-lower-mma-sm90"
 OPS = ("fa4.smem_desc", "fa4.mma", "fa4.mma_fence", "fa4.mma_commit_group", "fa4.mma_wait_group")
@@ -56,16 +56,6 @@ def _struct_to_vec(s: ir.Value, n: int) -> ir.Value:
     v = llvm.mlir_undef(ir.VectorType.get([n], f32))
     for i in range(n):
         e = llvm.extractvalue(f32, s, [i])
-        v = llvm.insertelement(v, e, i64(i))
-    return v
-
-
-def _fence_registers(vec: ir.Value, n: int) -> ir.Value:
-    f32 = ir.F32Type.get()
-    v = llvm.mlir_undef(ir.VectorType.get([n], f32))
-    for i in range(n):
-        e = llvm.extractelement(vec, i64(i))
-        e = llvm.inline_asm(f32, [e], "", "=f,0", has_side_effects=True)
         v = llvm.insertelement(v, e, i64(i))
     return v
 
@@ -116,6 +106,6 @@ def run(module: ir.Operation) -> None:
                 op.erase()
             elif op.name == "fa4.mma_wait_group":
                 nvvm.wgmma_wait_group_sync_aligned(attr(op, "pending"))
-                outs = [_fence_registers(v, ir.VectorType(v.type).shape[0]) for v in op.operands]
+                outs = [fence_registers(v) for v in op.operands]
                 replace(op, outs)
     check_none_left(func, OPS, NAME)

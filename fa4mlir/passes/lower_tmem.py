@@ -21,7 +21,7 @@ after the wait read the fenced values. Same device as the wgmma wait in fa4-lowe
 from __future__ import annotations
 
 from .._mlir import ir, llvm, nvvm
-from ._util import PassError, attr, check_none_left, i32, i64, kernel_func, ops_named, replace
+from ._util import PassError, attr, check_none_left, fence_registers, i32, i64, kernel_func, ops_named, replace
 
 NAME = "fa4-lower-tmem"
 OPS = ("fa4.tmem_alloc", "fa4.tmem_dealloc", "fa4.tmem_relinquish", "fa4.tmem_load", "fa4.tmem_store",
@@ -67,19 +67,6 @@ def _store(op: ir.Operation) -> None:
     nvvm.tcgen05_st(nvvm.Tcgen05LdStShape.SHAPE_32X32B, tmem_ptr(addr), value)
 
 
-def _fence_registers(value: ir.Value) -> ir.Value:
-    i32t = ir.IntegerType.get_signless(32)
-    if value.type == i32t:
-        return llvm.inline_asm(i32t, [value], "", "=r,0", has_side_effects=True)
-    n = ir.VectorType(value.type).shape[0]
-    out = llvm.mlir_undef(value.type)
-    for i in range(n):
-        e = llvm.extractelement(value, i64(i))
-        e = llvm.inline_asm(i32t, [e], "", "=r,0", has_side_effects=True)
-        out = llvm.insertelement(out, e, i64(i))
-    return out
-
-
 def run(module: ir.Operation) -> None:
     func = kernel_func(module)
     pending: dict = {}   # block -> tcgen05.ld results not yet behind a wait::ld
@@ -118,7 +105,7 @@ def _fence_pending(values: list, wait: ir.Operation) -> None:
     """Route every use of `values` that follows `wait` (in its block or nested below) to a fenced copy."""
     for value in values:
         users = [u.owner.operation if hasattr(u.owner, "operation") else u.owner for u in value.uses]
-        fenced = _fence_registers(value)
+        fenced = fence_registers(value)
         for user in users:
             anchor = _ancestor_in(user, wait.block)
             if anchor is None or not wait.is_before_in_block(anchor):

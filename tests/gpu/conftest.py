@@ -11,20 +11,8 @@ import pytest
 @functools.lru_cache(maxsize=None)
 def cuda_device_status() -> tuple[bool, str]:
     """(True, "") when a CUDA device is usable, else (False, why)."""
-    try:
-        from cuda.bindings import driver
-    except ImportError as e:
-        return False, f"cuda.bindings is not importable ({e})"
-    try:
-        err, = driver.cuInit(0)
-    except Exception as e:  # no libcuda.so: the driver library itself is missing
-        return False, f"no CUDA driver library ({type(e).__name__}: {e})"
-    if err != driver.CUresult.CUDA_SUCCESS:
-        return False, f"cuInit failed with {err.name}"
-    err, count = driver.cuDeviceGetCount()
-    if err != driver.CUresult.CUDA_SUCCESS or count == 0:
-        return False, "no CUDA device"
-    return True, ""
+    from fa4mlir.testing import gpu_available
+    return gpu_available()
 
 
 def device_compute_capability(ordinal: int = 0) -> tuple[int, int]:
