@@ -8,29 +8,16 @@ numbers mixed with them become constants of the other operand's type.
 from __future__ import annotations
 
 import contextlib
-import inspect
-import os
 from dataclasses import dataclass, field
 
 from ._mlir import arith, ir, scf, vector
-from .dialect import OPS_BY_NAME, new_context
+from .dialect.builders import create, source_loc
 from .runtime import ParamSpec, TmaSpec
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_INTERNAL = (os.path.join(_HERE, "dsl.py"), os.path.join(_HERE, "dsl_kernel.py"), os.path.join(_HERE, "dialect"), os.path.join(_HERE, "_mlir.py"))
 _TYPE_NAMES = {"i1": "i1", "i8": "i8", "i16": "i16", "i32": "i32", "i64": "i64", "f16": "f16",
                "bf16": "bf16", "f32": "f32", "ptr": "!llvm.ptr", "gptr": "!llvm.ptr<1>",
                "sptr": "!llvm.ptr<3>"}
 ELEM_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4, "i8": 1, "u8": 1, "i64": 8}
-
-
-def source_loc() -> ir.Location:
-    """The location of the innermost caller outside the builder itself."""
-    for frame in inspect.stack(context=0)[1:]:
-        path = os.path.abspath(frame.filename)
-        if not path.startswith(_INTERNAL) and "contextlib" not in path:
-            return ir.Location.file(path, frame.lineno, 0)
-    return ir.Location.unknown()
 
 
 def mlir_type(t) -> ir.Type:
@@ -169,34 +156,9 @@ def select(cond: Value, a, b) -> Value:
     return Value(arith.select(cond.v, a.v, b.v, loc=source_loc()))
 
 
-def _attr(value, kind: str) -> ir.Attribute:
-    if kind == "str":
-        return ir.StringAttr.get(value)
-    if kind == "bool":
-        return ir.BoolAttr.get(bool(value))
-    if kind == "int":
-        return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(value))
-    if kind == "ints":
-        return ir.DenseI64ArrayAttr.get([int(x) for x in value])
-    if kind == "strs":
-        return ir.ArrayAttr.get([ir.StringAttr.get(s) for s in value])
-    raise ValueError(kind)
-
-
 def fa4_op(op_name: str, operands=(), result_types=(), /, **attrs):
-    """Create `fa4.<name>` checking attribute names against the op table; returns the Operation."""
-    name = op_name
-    opdef = OPS_BY_NAME[name]
-    kinds = dict(opdef.attrs) | dict(opdef.optional_attrs)
-    missing = [a for a, _ in opdef.attrs if a not in attrs]
-    unknown = [a for a in attrs if a not in kinds]
-    if missing or unknown:
-        raise TypeError(f"fa4.{name}: missing attributes {missing}, unknown attributes {unknown}")
-    mattrs = {k: _attr(v, kinds[k]) for k, v in attrs.items()}
-    vals = [o.v if isinstance(o, Value) else o for o in operands]
-    op = ir.Operation.create(f"fa4.{name}", results=[mlir_type(t) for t in result_types], operands=vals,
-                             attributes=mattrs, regions=len(opdef.regions), loc=source_loc())
-    return op
+    """Create `fa4.<op_name>` (see `fa4mlir.dialect.builders`); result types may be short names."""
+    return create(op_name, operands, [mlir_type(t) for t in result_types], **attrs)
 
 
 @dataclass(frozen=True)
