@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from .. import dsl
 from ..dsl import ELEM_BYTES, KernelBuilder, Value, const, fa4_op
+from .common.load_ring import load_ab_ring
 
 SWIZZLE_BYTES = 128
 MMA_K = 16                 # K of one tcgen05.mma kind::f16
@@ -116,7 +117,7 @@ def build(cfg: GemmConfig = GemmConfig()) -> dsl.KernelIR:
 
         with kb.warp_roles():
             with kb.role("load", first_warp=LOAD_WARP, num_warps=1):
-                _load_role(kb, cfg, ab_pipe, a_desc, b_desc, a_smem, b_smem, m0, n0, num_k_tiles,
+                load_ab_ring(kb, cfg, ab_pipe, a_desc, b_desc, a_smem, b_smem, m0, n0, num_k_tiles,
                            a_tile_bytes, b_tile_bytes)
             with kb.role("mma", first_warp=MMA_WARP, num_warps=1):
                 _mma_role(kb, cfg, ab_pipe, acc_pipe, a_smem, b_smem, acc_tmem, num_k_tiles,
@@ -130,30 +131,6 @@ def build(cfg: GemmConfig = GemmConfig()) -> dsl.KernelIR:
             kb.fence("tcgen05_after")
             fa4_op("tmem_dealloc", [acc_tmem], cols=tmem_cols)
     return kb.finish()
-
-
-def _load_role(kb, cfg, ab_pipe, a_desc, b_desc, a_smem, b_smem, m0, n0, num_k_tiles, a_bytes, b_bytes):
-    with kb.if_(kb.elect_one()).then_():
-        fa4_op("tma_prefetch", [a_desc])
-        fa4_op("tma_prefetch", [b_desc])
-        state = ab_pipe.initial_state()
-        loop = kb.for_(0, num_k_tiles, 1, carry=(state.stage, state.phase))
-        with loop as (kt, (stage, phase)):
-            s = dsl.PipeState(stage, phase, cfg.stages)
-            # 1. wait until the MMAs that read this stage completed (tcgen05.commit on empty[stage])
-            ab_pipe.producer_acquire(s)
-            # 2. announce the bytes both TMA boxes will land on full[stage]
-            ab_pipe.producer_commit(s, tx_bytes=a_bytes + b_bytes)
-            # 3. issue the copies of A[m0:, k:] and B[n0:, k:]
-            k0 = kt * cfg.bk
-            a_dst = kb.gep(a_smem, stage * a_bytes, "i8")
-            b_dst = kb.gep(b_smem, stage * b_bytes, "i8")
-            fa4_op("tma_load", [a_desc, a_dst, stage, k0, m0], pipe=ab_pipe.name, box=[cfg.bk, cfg.bm],
-                   elem_bytes=ELEM_BYTES[cfg.dtype])
-            fa4_op("tma_load", [b_desc, b_dst, stage, k0, n0], pipe=ab_pipe.name, box=[cfg.bk, cfg.bn],
-                   elem_bytes=ELEM_BYTES[cfg.dtype])
-            nxt = s.advance()
-            loop.yield_(nxt.stage, nxt.phase)
 
 
 def _mma_role(kb, cfg, ab_pipe, acc_pipe, a_smem, b_smem, acc_tmem, num_k_tiles, a_bytes, b_bytes):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from .. import dsl
 from ..dsl import ELEM_BYTES, KernelBuilder, Value, const, fa4_op
+from .common.load_ring import load_ab_ring
 
 SWIZZLE_BYTES = 128
 WGMMA_K = 16
@@ -76,36 +77,12 @@ def build(cfg: GemmConfig = GemmConfig()) -> dsl.KernelIR:
 
         with kb.warp_roles():
             with kb.role("load", first_warp=0, num_warps=1, regs=cfg.load_regs):
-                _load_role(kb, cfg, ab_pipe, a_desc, b_desc, a_smem, b_smem, m0, n0, num_k_tiles,
+                load_ab_ring(kb, cfg, ab_pipe, a_desc, b_desc, a_smem, b_smem, m0, n0, num_k_tiles,
                            a_tile_bytes, b_tile_bytes)
             with kb.role("mma", first_warp=4, num_warps=4 * cfg.num_consumers, regs=cfg.mma_regs):
                 _mma_role(kb, cfg, ab_pipe, a_smem, b_smem, c_gmem, m0, n0, m_size, n_size,
                           num_k_tiles, a_tile_bytes, b_tile_bytes)
     return kb.finish()
-
-
-def _load_role(kb, cfg, ab_pipe, a_desc, b_desc, a_smem, b_smem, m0, n0, num_k_tiles, a_bytes, b_bytes):
-    with kb.if_(kb.elect_one()).then_():
-        fa4_op("tma_prefetch", [a_desc])
-        fa4_op("tma_prefetch", [b_desc])
-        state = ab_pipe.initial_state()
-        loop = kb.for_(0, num_k_tiles, 1, carry=(state.stage, state.phase))
-        with loop as (kt, (stage, phase)):
-            s = dsl.PipeState(stage, phase, cfg.stages)
-            # 1. wait until the consumers freed this stage
-            ab_pipe.producer_acquire(s)
-            # 2. announce the bytes both TMA boxes will land on full[stage]
-            ab_pipe.producer_commit(s, tx_bytes=a_bytes + b_bytes)
-            # 3. issue the copies of A[m0:, k:] and B[n0:, k:]
-            k0 = kt * cfg.bk
-            a_dst = kb.gep(a_smem, stage * a_bytes, "i8")
-            b_dst = kb.gep(b_smem, stage * b_bytes, "i8")
-            fa4_op("tma_load", [a_desc, a_dst, stage, k0, m0], pipe=ab_pipe.name, box=[cfg.bk, cfg.bm],
-                   elem_bytes=ELEM_BYTES[cfg.dtype])
-            fa4_op("tma_load", [b_desc, b_dst, stage, k0, n0], pipe=ab_pipe.name, box=[cfg.bk, cfg.bn],
-                   elem_bytes=ELEM_BYTES[cfg.dtype])
-            nxt = s.advance()
-            loop.yield_(nxt.stage, nxt.phase)
 
 
 def _issue_mmas(kb, cfg, a_smem, b_smem, stage, a_row_bytes, acc, a_bytes, b_bytes):
