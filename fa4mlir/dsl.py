@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 
-from ._mlir import arith, ir, scf, vector
+from ._mlir import arith, ir, math, scf, vector
 from .dialect.builders import create, source_loc
 from .runtime import ParamSpec, TmaSpec
 
@@ -83,7 +83,7 @@ class Value:
     def _cmp(self, other, ipred, fpred):
         b = self._coerce(other)
         if self.is_float:
-            return Value(arith.cmpf(getattr(arith.CmpFPredicate, fpred), self.v, b, loc=source_loc()))
+            return Value(arith.cmpf(getattr(arith.CmpFPredicate, fpred.upper()), self.v, b, loc=source_loc()))
         return Value(arith.cmpi(getattr(arith.CmpIPredicate, ipred), self.v, b, loc=source_loc()))
 
     def lt(self, o): return self._cmp(o, "ult", "olt")
@@ -111,7 +111,13 @@ class Value:
         return Value(arith.uitofp(dst, self.v, loc=loc))
 
     def bitcast(self, t) -> "Value":
-        return Value(arith.bitcast(mlir_type(t), self.v, loc=source_loc()))
+        """Reinterpret the bits as type `t`; a vector may become one scalar of its total width
+        (e.g. vector<2xbf16> -> i32, the packed pair)."""
+        dst, loc = mlir_type(t), source_loc()
+        if isinstance(self.type, ir.VectorType) and not isinstance(dst, ir.VectorType):
+            one = vector.bitcast(ir.VectorType.get([1], dst), self.v, loc=loc)
+            return Value(vector.extract(one, dynamic_position=[], static_position=[0], loc=loc))
+        return Value(arith.bitcast(dst, self.v, loc=loc))
 
     def __getitem__(self, i: int) -> "Value":
         """Element `i` of a 1-D vector value (static index)."""
@@ -154,6 +160,26 @@ def select(cond: Value, a, b) -> Value:
     a = a if isinstance(a, Value) else const(a, b.type if isinstance(b, Value) else "i32")
     b = b if isinstance(b, Value) else const(b, a.type)
     return Value(arith.select(cond.v, a.v, b.v, loc=source_loc()))
+
+
+def exp2(x: Value) -> Value:
+    """2**x (lowers to the hardware's ex2.approx)."""
+    return Value(math.exp2(x.v, loc=source_loc()))
+
+
+def log2(x: Value) -> Value:
+    """log2(x) (lowers to the hardware's lg2.approx)."""
+    return Value(math.log2(x.v, loc=source_loc()))
+
+
+def fmax(a: Value, b) -> Value:
+    """max(a, b) for floats; a NaN operand yields the other (IEEE maxNum)."""
+    return Value(arith.maxnumf(a.v, a._coerce(b), loc=source_loc()))
+
+
+def fma(a: Value, b, c) -> Value:
+    """a * b + c with one rounding."""
+    return Value(math.fma(a.v, a._coerce(b), a._coerce(c), loc=source_loc()))
 
 
 def fa4_op(op_name: str, operands=(), result_types=(), /, **attrs):
@@ -265,5 +291,5 @@ class KernelIR:
 
 from .dsl_kernel import KernelBuilder  # noqa: E402  (split for size; re-exported here)
 
-__all__ = ["KernelBuilder", "KernelIR", "Value", "Pipeline", "PipeState", "const", "select",
+__all__ = ["KernelBuilder", "KernelIR", "Value", "Pipeline", "PipeState", "const", "select", "exp2", "log2", "fmax", "fma",
            "fa4_op", "mlir_type", "source_loc", "ParamSpec", "TmaSpec", "ELEM_BYTES"]

@@ -138,6 +138,9 @@ class KernelBuilder:
     def block_idx(self, dim: int = 0) -> Value:
         return Value(fa4_op("block_idx", [], ["i32"], dim=dim).result)
 
+    def grid_dim(self, dim: int = 0) -> Value:
+        return Value(fa4_op("grid_dim", [], ["i32"], dim=dim).result)
+
     def elect_one(self) -> Value:
         return Value(fa4_op("elect_one", [], ["i1"]).result)
 
@@ -173,6 +176,14 @@ class KernelBuilder:
 
     def named_barrier(self, barrier_id: int, num_threads: int):
         fa4_op("named_barrier", id=barrier_id, num_threads=num_threads)
+
+    def named_barrier_arrive(self, barrier_id: int, num_threads: int):
+        fa4_op("named_barrier_arrive", id=barrier_id, num_threads=num_threads)
+
+    # ---- warp exchange --------------------------------------------------------------------------
+    def shuffle_xor(self, value: Value, offset: int) -> Value:
+        """`value` of lane `lane ^ offset` (32-bit scalars; the whole warp must be active)."""
+        return Value(fa4_op("shuffle_xor", [value], [value.type], offset=offset).result)
 
     def sync_threads(self):
         fa4_op("sync_threads")

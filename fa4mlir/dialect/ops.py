@@ -63,6 +63,8 @@ OPS: tuple[OpDef, ...] = (
           results=(("idx", "i32"),), attrs=(("dim", "int"),)),
     OpDef("block_idx", "The CTA's index in the grid along `dim`.",
           results=(("idx", "i32"),), attrs=(("dim", "int"),)),
+    OpDef("grid_dim", "The number of CTAs in the grid along `dim`.",
+          results=(("n", "i32"),), attrs=(("dim", "int"),)),
     OpDef("elect_one", "True in exactly one active lane of the calling warp, false elsewhere.",
           results=(("pred", "i1"),)),
     # ---- memory planning ------------------------------------------------------------------------
@@ -106,12 +108,16 @@ OPS: tuple[OpDef, ...] = (
           attrs=(("swizzle", "int"), ("lbo", "int"), ("sbo", "int"))),
     OpDef("mma", """D = A*B (+ D if `accumulate`), tile m x n x k, operand dtype `ab_dtype`, accumulator
     `acc_dtype`. A: smem descriptor (i64), registers, or a TMEM address (`a_source`); B: smem
-    descriptor. On sm_90a the accumulator is a register vector (operand `acc`, result the new one);
-    on sm_100a it is a TMEM address (operand `acc`, no result).""",
+    descriptor, K-major unless `b_major` = "mn" (B's n index contiguous, as V is in P.V). On sm_90a
+    the accumulator is a register vector (operand `acc`, result the new one); on sm_100a it is a
+    TMEM address (operand `acc`, no result). A from registers (sm_90a, `a_source` = "regs") is a
+    vector<4xi32> of packed pairs laid out as the m64k16 A fragment (the same rows and columns a
+    thread holds of an m64 accumulator).""",
           operands=(("a", "any"), ("b", "i64"), ("accumulate", "i1"), ("acc", "*any")),
           results=(("d", "*any"),),
           attrs=(("m", "int"), ("n", "int"), ("k", "int"), ("a_source", "str"), ("ab_dtype", "str"),
-                 ("acc_dtype", "str"))),
+                 ("acc_dtype", "str")),
+          optional_attrs=(("b_major", "str"),)),
     OpDef("mma_fence", "Order register/SMEM writes before the following asynchronous MMAs (sm_90a warpgroup fence)."),
     OpDef("mma_commit_group", "Close the group of MMAs issued so far by this warpgroup (sm_90a)."),
     OpDef("mma_wait_group", "Wait until at most `pending` MMA groups of this warpgroup are in flight (sm_90a).",
@@ -139,7 +145,13 @@ OPS: tuple[OpDef, ...] = (
     OpDef("fence", """A memory fence: `kind` is "async_smem" (generic-proxy SMEM writes visible to TMA and
     tensor cores), "tcgen05_before" or "tcgen05_after" (order tcgen05 ops around a thread sync).""",
           attrs=(("kind", "str"),)),
+    OpDef("named_barrier_arrive", """Arrive on named barrier `id` (1..15) without waiting; the barrier completes
+    once `num_threads` threads arrived or synced on it (the producer side of a hand-off).""",
+          attrs=(("id", "int"), ("num_threads", "int"))),
     OpDef("sync_threads", "Block until every thread of the CTA arrives."),
+    # ---- warp data exchange ---------------------------------------------------------------------
+    OpDef("shuffle_xor", """Each lane of the (fully active) warp gets `value` (32-bit) from lane `lane ^ offset`.""",
+          operands=(("value", "any"),), results=(("out", "any"),), attrs=(("offset", "int"),)),
     OpDef("trap_if", "Abort the kernel when `cond` is true (debug builds).", operands=(("cond", "i1"),)),
 )
 

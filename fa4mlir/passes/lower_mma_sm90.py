@@ -5,7 +5,11 @@
   offset >> 4, 49-51 base offset (0: tiles are 1024-byte aligned), 62-63 swizzle
   (0 none, 1 128B, 2 64B, 3 32B).
 * `fa4.mma` -> wgmma.mma_async m64nNk16 (bf16/f16 -> f32); the accumulator is a vector<Nxf32> in
-  fa4 IR and the LLVM struct wgmma wants here.
+  fa4 IR and the LLVM struct wgmma wants here. `b_major = "mn"` sets imm-trans-b (B stored with its
+  n index contiguous; 9.7.15.5.1 allows it for 16-bit types). A from registers (`a_source` =
+  "regs", the P operand of attention's P.V) has no nvvm op in LLVM 22: it is emitted as the PTX
+  `wgmma.mma_async ... d, {a0, a1, a2, a3}, b-desc, scale-d, 1, 1, imm-trans-b` with the
+  accumulator tied in and out.
 * `fa4.mma_fence` / `mma_commit_group` / `mma_wait_group` -> wgmma.fence / commit_group /
   wait_group. The wait passes each accumulator register through an empty volatile asm so that no
   read of the accumulator is scheduled above the wait (the compiler cannot see that the
@@ -66,8 +70,12 @@ def _mma(op: ir.Operation) -> None:
     if m != 64 or n not in WGMMA_N or k != 16 or ab not in ("bf16", "f16") or acc_t != "f32":
         raise PassError(f"{NAME}: wgmma supports m64 n8..256 (step 8) k16 with bf16/f16 -> f32; got "
                         f"m{m} n{n} k{k} {ab}->{acc_t}", op.location)
-    if a_src != "smem":
-        raise PassError(f"{NAME}: a_source={a_src!r} is not lowered yet on sm_90a (only 'smem')", op.location)
+    b_major = attr(op, "b_major") if "b_major" in op.attributes else "k"
+    if a_src not in ("smem", "regs") or b_major not in ("k", "mn"):
+        raise PassError(f"{NAME}: sm_90a wgmma takes A from 'smem' or 'regs' and a 'k'- or 'mn'-major B; "
+                        f"got a_source={a_src!r}, b_major={b_major!r}", op.location)
+    if a_src == "regs":
+        return _mma_regs(op, n, ab, b_major)
     a, b, accumulate, acc = op.operands
     nacc = n // 2
     vt = ir.VectorType(acc.type)
@@ -79,7 +87,32 @@ def _mma(op: ir.Operation) -> None:
         _struct_type(nacc), _vec_to_struct(acc, nacc), a, b, P(f"#nvvm.shape<m = 64, n = {n}, k = 16>"),
         P(f"#nvvm.wgmma_type<{ab}>"), P(f"#nvvm.wgmma_type<{ab}>"), P("#nvvm.wgmma_type<f32>"),
         P(f"#nvvm.wgmma_scale_out<{'one' if scale_d else 'zero'}>"), P("#nvvm.wgmma_scale_in<one>"),
-        P("#nvvm.wgmma_scale_in<one>"), P("#nvvm.mma_layout<row>"), P("#nvvm.mma_layout<col>"))
+        P("#nvvm.wgmma_scale_in<one>"), P("#nvvm.mma_layout<row>"),
+        P(f"#nvvm.mma_layout<{'col' if b_major == 'k' else 'row'}>"))
+    replace(op, [_struct_to_vec(res, nacc)])
+
+
+def _mma_regs(op: ir.Operation, n: int, ab: str, b_major: str) -> None:
+    a, b, accumulate, acc = op.operands
+    nacc = n // 2
+    i32t = ir.IntegerType.get_signless(32)
+    if ir.VectorType(a.type).shape != [4] or ir.VectorType(a.type).element_type != i32t:
+        raise PassError(f"{NAME}: A from registers must be vector<4xi32> (packed {ab} pairs), got {a.type}",
+                        op.location)
+    if ir.VectorType(acc.type).shape != [nacc]:
+        raise PassError(f"{NAME}: accumulator of m64n{n} must be vector<{nacc}xf32>, got {acc.type}", op.location)
+    scale_d = arith.constant(i32t, 1 if _const_bool(accumulate, op) else 0)
+    a_regs = [llvm.extractelement(a, i64(i)) for i in range(4)]
+    d_in = [llvm.extractelement(acc, i64(i)) for i in range(nacc)]
+    d = ", ".join(f"${i}" for i in range(nacc))
+    text = ("{\n.reg .pred p;\n"
+            f"setp.ne.b32 p, ${nacc + 5}, 0;\n"
+            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab} {{{d}}}, "
+            f"{{${nacc}, ${nacc + 1}, ${nacc + 2}, ${nacc + 3}}}, ${nacc + 4}, p, 1, 1, "
+            f"{int(b_major == 'mn')};\n}}")
+    constraints = ",".join(["=f"] * nacc + ["r"] * 4 + ["l", "r"] + [str(i) for i in range(nacc)])
+    res = llvm.inline_asm(_struct_type(nacc), [*a_regs, b, scale_d, *d_in], text, constraints,
+                          has_side_effects=True)
     replace(op, [_struct_to_vec(res, nacc)])
 
 

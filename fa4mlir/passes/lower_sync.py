@@ -9,9 +9,10 @@ _I32 = lambda: ir.IntegerType.get_signless(32)  # noqa: E731
 _SREG = {
     "fa4.thread_idx": (nvvm.read_ptx_sreg_tid_x, nvvm.read_ptx_sreg_tid_y, nvvm.read_ptx_sreg_tid_z),
     "fa4.block_idx": (nvvm.read_ptx_sreg_ctaid_x, nvvm.read_ptx_sreg_ctaid_y, nvvm.read_ptx_sreg_ctaid_z),
+    "fa4.grid_dim": (nvvm.read_ptx_sreg_nctaid_x, nvvm.read_ptx_sreg_nctaid_y, nvvm.read_ptx_sreg_nctaid_z),
 }
-OPS = ("fa4.thread_idx", "fa4.block_idx", "fa4.elect_one", "fa4.fence", "fa4.named_barrier",
-       "fa4.sync_threads", "fa4.trap_if")
+OPS = ("fa4.thread_idx", "fa4.block_idx", "fa4.grid_dim", "fa4.elect_one", "fa4.fence", "fa4.named_barrier",
+       "fa4.named_barrier_arrive", "fa4.sync_threads", "fa4.trap_if", "fa4.shuffle_xor")
 
 
 def _lower(op: ir.Operation) -> None:
@@ -34,13 +35,25 @@ def _lower(op: ir.Operation) -> None:
             raise PassError(f"{NAME}: unknown fence kind {kind!r}; expected async_smem, tcgen05_before or "
                             "tcgen05_after", op.location)
         op.erase()
-    elif name == "fa4.named_barrier":
+    elif name in ("fa4.named_barrier", "fa4.named_barrier_arrive"):
         bid, n = attr(op, "id"), attr(op, "num_threads")
         if not 1 <= bid <= 15 or n % 32:
             raise PassError(f"{NAME}: named barrier id must be 1..15 (0 is the CTA barrier) and its thread "
                             f"count a multiple of 32; got id={bid}, num_threads={n}", op.location)
-        nvvm.barrier(None, barrier_id=i32(bid), number_of_threads=i32(n))
+        if name == "fa4.named_barrier":
+            nvvm.barrier(None, barrier_id=i32(bid), number_of_threads=i32(n))
+        else:
+            nvvm.barrier_arrive(i32(n), barrier_id=i32(bid))
         op.erase()
+    elif name == "fa4.shuffle_xor":
+        value = op.operands[0]
+        offset = attr(op, "offset")
+        if not 1 <= offset <= 31 or value.type not in (ir.F32Type.get(), _I32()):
+            raise PassError(f"{NAME}: shuffle_xor takes an f32 or i32 and an offset in 1..31; got "
+                            f"{value.type}, offset {offset}", op.location)
+        out = nvvm.shfl_sync(value.type, i32(-1), value, i32(offset), i32(0x1F),
+                             ir.Attribute.parse("#nvvm<shfl_kind bfly>"))
+        replace(op, [out])
     elif name == "fa4.sync_threads":
         nvvm.barrier0()
         op.erase()

@@ -18,6 +18,7 @@ PASSES = {
     "fa4-lower-pipelines": "lower_pipelines",
     "fa4-lower-sync": "lower_sync",
     "fa4-specialize-warps": "specialize_warps",
+    "fa4-lower-math": "lower_math",
 }
 DEBUG_AWARE = {"fa4-lower-pipelines"}
 
@@ -34,7 +35,7 @@ def nvvm_stage(arch: str) -> list[str]:
     names = ["fa4-lower-tma", mma]
     if arch == "sm_100a":
         names.append("fa4-lower-tmem")
-    names += ["fa4-lower-pipelines", "fa4-specialize-warps", "fa4-lower-sync"]
+    names += ["fa4-lower-pipelines", "fa4-specialize-warps", "fa4-lower-sync", "fa4-lower-math"]
     return names
 
 

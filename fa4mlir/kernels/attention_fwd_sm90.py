@@ -1,0 +1,378 @@
+"""FlashAttention forward on sm_90a: TMA rings, a producer warp, two ping-ponging wgmma warpgroups.
+
+One CTA computes O for `bm` = 128 query rows of one (batch, head); the tensors keep the
+FlashAttention layout [batch, seqlen, heads, head_dim] and TMA boxes are cut per (batch, head), so
+sequence tails are zero-filled on load and clipped on store by the hardware.
+
+Roles (3 warpgroups, 384 threads):
+    warpgroup 0  `load`     one elected thread: Q once (`q_pipe`), then for each KV block K and V
+                            into rings of `stages` (`k_pipe`, `v_pipe`); setmaxnreg `load_regs`.
+    warpgroups 1-2 `mma`    each owns 64 query rows. Per KV block j (software pipelined, FA3's
+                            intra-warpgroup overlap): issue S_j = Q K_j^T and O += P_{j-1} V_{j-1}
+                            back to back, wait for S_j only, run the online softmax of S_j while
+                            P_{j-1} V_{j-1} is still on the tensor cores, then wait, rescale O.
+                            With `pingpong`, named barriers make the two warpgroups take turns
+                            issuing GEMMs, so one's softmax overlaps the other's GEMMs.
+Online softmax in base 2 with the scale folded in: p = exp2(s * scale_log2 - m * scale_log2).
+P stays in registers and feeds wgmma's A operand; V is read MN-major (imm-trans-b).
+Epilogue: O / l into the (now idle) Q tile in SMEM with the 128B swizzle, then TMA stores; the LSE
+(natural log, float32 [batch, heads, seqlen_q]) is written from registers.
+Masks: KV blocks that are fully visible run an unmasked loop; the first block and the blocks on
+the causal diagonal or the seqlen_k tail run the masked variant. Causal is aligned bottom-right
+(query i sees key j iff j <= i + seqlen_k - seqlen_q); a row that sees no key gets O = 0 and
+LSE = +inf, as FlashAttention returns.
+"""
+from __future__ import annotations
+
+from .. import dsl
+from ..dsl import KernelBuilder, Value, const, exp2, fa4_op, fma, fmax, log2, select, vec
+from .attention_sm90_config import AttnConfig, default_config  # noqa: F401  (re-exported)
+
+SWIZZLE = 128          # bytes per swizzled row: 64 bf16/f16 columns
+CHUNK = 64             # head-dim columns per swizzle chunk
+WGMMA_K = 16
+LN2 = 0.6931471805599453
+NEG_INF = float("-inf")
+BAR_SCHED = 1          # named barriers 1, 2: ping-pong turn of consumer warpgroup 0, 1
+BAR_EPILOGUE = 3       # named barriers 3, 4: epilogue of consumer warpgroup 0, 1
+
+
+def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
+    cfg.validate()
+    nch = cfg.d_chunks
+    q_bytes = cfg.bm * nch * SWIZZLE
+    kv_bytes = cfg.bn * nch * SWIZZLE
+    name = (f"attention_fwd_sm90_{cfg.dtype}_d{cfg.head_dim}{'_causal' if cfg.causal else ''}"
+            f"_{cfg.bm}x{cfg.bn}_s{cfg.stages}{'' if cfg.pingpong else '_nopp'}")
+    kb = KernelBuilder(name, arch="sm_90a", block=(384, 1, 1), config=cfg.key())
+    # TMA boxes, innermost first over [batch, seqlen, heads, head_dim]: (columns, 1 head, rows, 1 batch)
+    q_desc = kb.param_tma("q", dtype=cfg.dtype, box=(CHUNK, 1, cfg.bm, 1), swizzle="128B")
+    k_desc = kb.param_tma("k", dtype=cfg.dtype, box=(CHUNK, 1, cfg.bn, 1), swizzle="128B")
+    v_desc = kb.param_tma("v", dtype=cfg.dtype, box=(CHUNK, 1, cfg.bn, 1), swizzle="128B")
+    o_desc = kb.param_tma("o", dtype=cfg.dtype, box=(CHUNK, 1, 64, 1), swizzle="128B")
+    lse_ptr = kb.param_ptr("lse")
+    seqlen_q, seqlen_k = kb.param_i32("seqlen_q"), kb.param_i32("seqlen_k")
+    heads_per_kv = kb.param_i32("heads_per_kv")
+    scale_log2 = kb.param_f32("scale_log2")
+
+    with kb.body():
+        q_smem = kb.smem("q_smem", q_bytes)
+        k_smem = kb.smem("k_smem", cfg.stages * kv_bytes)
+        v_smem = kb.smem("v_smem", cfg.stages * kv_bytes)
+        q_pipe = kb.pipeline("q_pipe", num_stages=1, producer="load", consumers=["mma"], consumer_arrivals=2)
+        k_pipe = kb.pipeline("k_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
+                             consumer_arrivals=2)
+        v_pipe = kb.pipeline("v_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
+                             consumer_arrivals=2)
+        kb.pipeline_init()
+        geo = _Geometry(kb, cfg, seqlen_q, seqlen_k, heads_per_kv)
+
+        with kb.warp_roles():
+            with kb.role("load", first_warp=0, num_warps=1, regs=cfg.load_regs):
+                _load_role(kb, cfg, geo, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_desc, q_smem, k_smem,
+                           v_smem, q_bytes, kv_bytes)
+            with kb.role("mma", first_warp=4, num_warps=8, regs=cfg.mma_regs):
+                _mma_role(kb, cfg, geo, q_pipe, k_pipe, v_pipe, q_smem, k_smem, v_smem, kv_bytes,
+                          o_desc, lse_ptr, scale_log2)
+    return kb.finish()
+
+
+class _Geometry:
+    """Which tile this CTA owns and which KV blocks it visits (computed by every thread)."""
+
+    def __init__(self, kb, cfg, seqlen_q, seqlen_k, heads_per_kv):
+        self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
+        self.m0 = kb.block_idx(0) * cfg.bm
+        self.head = kb.block_idx(1)
+        self.heads = kb.grid_dim(1)
+        self.batch = kb.block_idx(2)
+        self.kv_head = self.head // heads_per_kv
+        bn = cfg.bn
+        n_all = (seqlen_k + (bn - 1)) // bn
+        full_all = seqlen_k // bn
+        if cfg.causal:
+            # last key any row of the tile sees: min(m0 + bm, Sq) - 1 + Sk - Sq (none if negative)
+            m_end = _umin(self.m0 + cfg.bm, seqlen_q)
+            seen = m_end + seqlen_k
+            reach = select(seen.gt(seqlen_q), seen - seqlen_q, 0)
+            self.n_blocks = _umin(n_all, (reach + (bn - 1)) // bn)
+            # a block is unmasked for every row when its last key <= m0 + Sk - Sq
+            first = self.m0 + seqlen_k + 1
+            unmasked = select(first.gt(seqlen_q), (first - seqlen_q) // bn, 0)
+            self.n_unmasked = _umin(full_all, unmasked)
+        else:
+            self.n_blocks = n_all
+            self.n_unmasked = full_all
+
+
+def _umin(a: Value, b) -> Value:
+    b = b if isinstance(b, Value) else const(b)
+    return select(a.lt(b), a, b)
+
+
+def _load_role(kb, cfg, geo, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
+               q_bytes, kv_bytes):
+    nch = cfg.d_chunks
+    with kb.if_(kb.elect_one()).then_():
+        for d in (q_desc, k_desc, v_desc):
+            fa4_op("tma_prefetch", [d])
+        # 1. Q: one box of bm rows per 64-column chunk
+        q0 = q_pipe.initial_state()
+        q_pipe.producer_acquire(q0)
+        q_pipe.producer_commit(q0, tx_bytes=q_bytes)
+        for c in range(nch):
+            fa4_op("tma_load", [q_desc, kb.gep(q_smem, c * cfg.bm * SWIZZLE, "i8"), q0.stage,
+                                const(c * CHUNK), geo.head, geo.m0, geo.batch],
+                   pipe=q_pipe.name, box=[CHUNK, 1, cfg.bm, 1], elem_bytes=2)
+        # 2. K_j and V_j for every visited KV block, each into its ring
+        s0 = k_pipe.initial_state()
+        loop = kb.for_(0, geo.n_blocks, 1, carry=(s0.stage, s0.phase))
+        with loop as (j, (stage, phase)):
+            s = dsl.PipeState(stage, phase, cfg.stages)
+            row = j * cfg.bn
+            for pipe, desc, smem in ((k_pipe, k_desc, k_smem), (v_pipe, v_desc, v_smem)):
+                pipe.producer_acquire(s)
+                pipe.producer_commit(s, tx_bytes=kv_bytes)
+                base = stage * kv_bytes
+                for c in range(nch):
+                    fa4_op("tma_load", [desc, kb.gep(smem, base + c * cfg.bn * SWIZZLE, "i8"), stage,
+                                        const(c * CHUNK), geo.kv_head, row, geo.batch],
+                           pipe=pipe.name, box=[CHUNK, 1, cfg.bn, 1], elem_bytes=2)
+            nxt = s.advance()
+            loop.yield_(nxt.stage, nxt.phase)
+
+
+class _Consumer:
+    """One consumer warpgroup's view: its rows, fragment coordinates and GEMM issue helpers."""
+
+    def __init__(self, kb, cfg, geo, q_smem, k_smem, v_smem, kv_bytes, scale_log2):
+        self.kb, self.cfg, self.geo = kb, cfg, geo
+        self.q_smem, self.k_smem, self.v_smem, self.kv_bytes = q_smem, k_smem, v_smem, kv_bytes
+        self.scale_log2 = scale_log2
+        tid = kb.thread_idx(0)
+        self.wg = tid // 128 - 1                      # 0 or 1
+        self.t = tid % 128
+        self.is_leader = self.t.eq(0)
+        lane = self.t % 32
+        self.g = lane // 4                            # row within an 8-row group
+        self.t4 = lane % 4                            # column pair within an 8-column group
+        self.row0 = (self.t // 32) * 16 + self.g      # rows row0 and row0 + 8 of the warpgroup's 64
+        self.grow = [geo.m0 + self.wg * 64 + self.row0 + 8 * h for h in (0, 1)]
+        self.n_s = cfg.bn // 2                        # S accumulator registers per thread
+        self.n_o = cfg.head_dim // 2                  # O accumulator registers per thread
+
+    # ---- GEMMs ----------------------------------------------------------------------------------
+    def issue_s(self, k_stage: Value) -> Value:
+        """S = Q K^T for this warpgroup's 64 rows: head_dim / 16 wgmma m64n{bn}k16 from SMEM."""
+        kb, cfg = self.kb, self.cfg
+        acc = const(0.0, ("f32", self.n_s))
+        q_base = kb.gep(self.q_smem, self.wg * (64 * SWIZZLE), "i8")
+        k_base = kb.gep(self.k_smem, k_stage * self.kv_bytes, "i8")
+        fa4_op("mma_fence")
+        for kk in range(cfg.head_dim // WGMMA_K):
+            c, within = divmod(kk, CHUNK // WGMMA_K)
+            off = within * WGMMA_K * 2
+            a_d = fa4_op("smem_desc", [kb.gep(q_base, c * cfg.bm * SWIZZLE + off, "i8")], ["i64"],
+                         swizzle=SWIZZLE, lbo=16, sbo=8 * SWIZZLE)
+            b_d = fa4_op("smem_desc", [kb.gep(k_base, c * cfg.bn * SWIZZLE + off, "i8")], ["i64"],
+                         swizzle=SWIZZLE, lbo=16, sbo=8 * SWIZZLE)
+            acc = Value(fa4_op("mma", [a_d.result, b_d.result, const(int(kk > 0), "i1"), acc],
+                               [acc.type], m=64, n=cfg.bn, k=WGMMA_K, a_source="smem", ab_dtype=cfg.dtype,
+                               acc_dtype="f32").result)
+        fa4_op("mma_commit_group")
+        return acc
+
+    def issue_pv(self, p_frags: list, v_stage: Value, o: Value) -> Value:
+        """O += P V: bn / 16 wgmma m64n{head_dim}k16, A = P from registers, B = V MN-major."""
+        kb, cfg = self.kb, self.cfg
+        true = const(1, "i1")
+        v_base = kb.gep(self.v_smem, v_stage * self.kv_bytes, "i8")
+        fa4_op("mma_fence")
+        for kk in range(cfg.bn // WGMMA_K):
+            # keys 16kk..16kk+15: two 8-row groups (SBO apart); head-dim chunks LBO = bn rows apart
+            b_d = fa4_op("smem_desc", [kb.gep(v_base, kk * WGMMA_K * SWIZZLE, "i8")], ["i64"],
+                         swizzle=SWIZZLE, lbo=cfg.bn * SWIZZLE, sbo=8 * SWIZZLE)
+            o = Value(fa4_op("mma", [p_frags[kk], b_d.result, true, o], [o.type], m=64, n=cfg.head_dim,
+                             k=WGMMA_K, a_source="regs", b_major="mn", ab_dtype=cfg.dtype,
+                             acc_dtype="f32").result)
+        fa4_op("mma_commit_group")
+        return o
+
+    # ---- softmax --------------------------------------------------------------------------------
+    def softmax(self, s_acc: Value, j: Value, m_prev: list, l_prev: list, masked: bool):
+        """Online softmax of one S block. Returns (P fragments, m, l, alpha): m is the running max
+        of raw scores per row, l the thread's partial row sums (reduced across the 4 lanes of a row
+        only in the epilogue), alpha = exp2((m_prev - m) * scale_log2) rescales O."""
+        kb, cfg, geo = self.kb, self.cfg, self.geo
+        s = [s_acc[i] for i in range(self.n_s)]
+        if masked:
+            col0 = j * cfg.bn + self.t4 * 2
+            for i in range(self.n_s):
+                jj, h, e = i // 4, (i // 2) % 2, i % 2
+                col = col0 + (8 * jj + e)
+                bad = col.ge(geo.seqlen_k)
+                if cfg.causal:
+                    bad = bad | (col + geo.seqlen_q).gt(self.grow[h] + geo.seqlen_k)
+                s[i] = select(bad, const(NEG_INF, "f32"), s[i])
+        m_new, alpha, l_new = [], [], []
+        p = [None] * self.n_s
+        for h in (0, 1):
+            idx = [i for i in range(self.n_s) if (i // 2) % 2 == h]
+            mx = s[idx[0]]
+            for i in idx[1:]:
+                mx = fmax(mx, s[i])
+            mx = fmax(mx, kb.shuffle_xor(mx, 1))
+            mx = fmax(mx, kb.shuffle_xor(mx, 2))
+            m = fmax(m_prev[h], mx)
+            # a row with no visible key yet keeps m = -inf: subtract 0 instead (no inf - inf)
+            m_scaled = select(m.eq(NEG_INF), const(0.0, "f32"), m * self.scale_log2)
+            alpha.append(exp2(fma(m_prev[h], self.scale_log2, 0.0 - m_scaled)))
+            neg = 0.0 - m_scaled
+            total = None
+            for i in idx:
+                p[i] = exp2(fma(s[i], self.scale_log2, neg))
+                total = p[i] if total is None else total + p[i]
+            m_new.append(m)
+            l_new.append(fma(l_prev[h], alpha[h], total))
+        frags = []
+        for kk in range(cfg.bn // WGMMA_K):
+            words = [vec(p[8 * kk + 2 * r], p[8 * kk + 2 * r + 1]).to((cfg.dtype, 2)).bitcast("i32")
+                     for r in range(4)]
+            frags.append(vec(*words))
+        return frags, m_new, l_new, alpha
+
+    def rescale(self, o: Value, alpha: list) -> Value:
+        scale = [alpha[(i // 2) % 2] for i in range(self.n_o)]
+        return dsl.vec(*[o[i] * scale[i] for i in range(self.n_o)])
+
+
+def _mma_role(kb, cfg, geo, q_pipe, k_pipe, v_pipe, q_smem, k_smem, v_smem, kv_bytes, o_desc, lse_ptr,
+              scale_log2):
+    cs = _Consumer(kb, cfg, geo, q_smem, k_smem, v_smem, kv_bytes, scale_log2)
+    wg = cs.wg
+    pp = cfg.pingpong
+
+    def turn_begin():
+        if pp:  # named barrier ids are static: select by warpgroup with an if
+            with kb.if_(wg.eq(0)).then_():
+                kb.named_barrier(BAR_SCHED, 256)
+            with kb.if_(wg.eq(1)).then_():
+                kb.named_barrier(BAR_SCHED + 1, 256)
+
+    def turn_end():
+        if pp:
+            with kb.if_(wg.eq(0)).then_():
+                kb.named_barrier_arrive(BAR_SCHED + 1, 256)
+            with kb.if_(wg.eq(1)).then_():
+                kb.named_barrier_arrive(BAR_SCHED, 256)
+
+    if pp:  # warpgroup 0 issues first
+        with kb.if_(wg.eq(1)).then_():
+            kb.named_barrier_arrive(BAR_SCHED, 256)
+
+    f32 = "f32"
+    o_t = ("f32", cs.n_o)
+    has_work = geo.n_blocks.gt(0)
+    main = kb.if_(has_work, results=[o_t, f32, f32, f32, f32])
+    with main.then_():
+        q0 = q_pipe.initial_state()
+        q_pipe.consumer_wait(q0)
+        # block 0 (peeled, masked): S_0, softmax; P_0 stays for the first P.V
+        k0 = k_pipe.initial_state()
+        turn_begin()
+        k_pipe.consumer_wait(k0)
+        s_acc = cs.issue_s(k0.stage)
+        turn_end()
+        s_acc = Value(fa4_op("mma_wait_group", [s_acc], [s_acc.type], pending=0).result)
+        with kb.if_(cs.is_leader).then_():
+            k_pipe.consumer_release(k0)
+        neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
+        frags, m, l, _ = cs.softmax(s_acc, const(0), [neg_inf, neg_inf], [zero, zero], masked=True)
+        o = const(0.0, o_t)
+        k1, v0 = k0.advance(), v_pipe.initial_state()
+        state = (k1.stage, k1.phase, v0.stage, v0.phase, o, *m, *l, *frags)
+
+        def body(j, carried, masked):
+            ks, kph, vs, vph, o_in, m0_, m1_, l0_, l1_, *p_in = carried
+            k_s, v_s = dsl.PipeState(ks, kph, cfg.stages), dsl.PipeState(vs, vph, cfg.stages)
+            turn_begin()
+            k_pipe.consumer_wait(k_s)
+            s_j = cs.issue_s(ks)
+            v_pipe.consumer_wait(v_s)
+            o_j = cs.issue_pv(p_in, vs, o_in)
+            turn_end()
+            s_j = Value(fa4_op("mma_wait_group", [s_j], [s_j.type], pending=1).result)
+            with kb.if_(cs.is_leader).then_():
+                k_pipe.consumer_release(k_s)
+            frags_j, m_j, l_j, alpha = cs.softmax(s_j, j, [m0_, m1_], [l0_, l1_], masked)
+            o_j = Value(fa4_op("mma_wait_group", [o_j], [o_j.type], pending=0).result)
+            with kb.if_(cs.is_leader).then_():
+                v_pipe.consumer_release(v_s)
+            o_j = cs.rescale(o_j, alpha)
+            kn, vn = k_s.advance(), v_s.advance()
+            return (kn.stage, kn.phase, vn.stage, vn.phase, o_j, *m_j, *l_j, *frags_j)
+
+        # blocks 1 .. n_unmasked-1 need no mask; the rest (diagonal, seqlen_k tail) do
+        split = select(geo.n_unmasked.gt(1), geo.n_unmasked, const(1))
+        for lo, hi, masked in ((const(1), split, False), (split, geo.n_blocks, True)):
+            loop = kb.for_(lo, hi, 1, carry=state)
+            with loop as (j, carried):
+                loop.yield_(*body(j, carried, masked))
+            state = tuple(loop.results)
+        _, _, vs, vph, o, m0_, m1_, l0_, l1_, *p_last = state
+        v_s = dsl.PipeState(vs, vph, cfg.stages)
+        v_pipe.consumer_wait(v_s)
+        o = cs.issue_pv(p_last, vs, o)
+        o = Value(fa4_op("mma_wait_group", [o], [o.type], pending=0).result)
+        with kb.if_(cs.is_leader).then_():
+            v_pipe.consumer_release(v_s)
+            q_pipe.consumer_release(q0)
+        main.yield_(o, m0_, m1_, l0_, l1_)
+    with main.else_():
+        z = const(0.0, f32)
+        main.yield_(const(0.0, o_t), const(NEG_INF, f32), const(NEG_INF, f32), z, z)
+    o, m0_, m1_, l0_, l1_ = main.results
+    if pp:  # consume warpgroup 1's last hand-off so both barriers end balanced
+        with kb.if_(wg.eq(0)).then_():
+            kb.named_barrier(BAR_SCHED, 256)
+    _epilogue(kb, cfg, cs, o, [m0_, m1_], [l0_, l1_], o_desc, lse_ptr)
+
+
+def _epilogue(kb, cfg, cs, o, m, l, o_desc, lse_ptr):
+    geo = cs.geo
+    inv, lse = [], []
+    for h in (0, 1):
+        total = l[h] + kb.shuffle_xor(l[h], 1)
+        total = total + kb.shuffle_xor(total, 2)
+        empty = total.eq(0.0)
+        inv.append(select(empty, const(0.0, "f32"), const(1.0, "f32") / total))
+        m_scaled = m[h] * cs.scale_log2
+        lse.append(select(empty, const(float("inf"), "f32"), (m_scaled + log2(total)) * LN2))
+    # 1. O / l, converted, into this warpgroup's 64 rows of the Q tile (128B swizzle, as TMA reads it)
+    nch = cfg.d_chunks
+    wg_base = kb.gep(cs.q_smem, cs.wg * (64 * SWIZZLE), "i8")
+    for h in (0, 1):
+        row_base = kb.gep(wg_base, (cs.row0 + 8 * h) * SWIZZLE + cs.t4 * 4, "i8")
+        for jd in range(cfg.head_dim // 8):
+            c, unit = divmod(jd, 8)
+            i = 4 * jd + 2 * h
+            pair = vec(o[i] * inv[h], o[i + 1] * inv[h]).to((cfg.dtype, 2))
+            off = ((cs.g ^ unit) * 16) + c * cfg.bm * SWIZZLE
+            kb.store(pair, kb.gep(row_base, off, "i8"), align=4)
+    kb.fence("async_smem")
+    with kb.if_(cs.wg.eq(0)).then_():
+        kb.named_barrier(BAR_EPILOGUE, 128)
+    with kb.if_(cs.wg.eq(1)).then_():
+        kb.named_barrier(BAR_EPILOGUE + 1, 128)
+    # 2. one thread per warpgroup stores the 64 x head_dim tile (rows past seqlen_q are clipped)
+    with kb.if_(cs.is_leader).then_():
+        for c in range(nch):
+            fa4_op("tma_store", [o_desc, kb.gep(wg_base, c * cfg.bm * SWIZZLE, "i8"), const(c * CHUNK),
+                                 geo.head, geo.m0 + cs.wg * 64, geo.batch], box=[CHUNK, 1, 64, 1])
+        fa4_op("tma_store_wait", pending=0)
+    # 3. LSE from the lane that owns column pair 0 of each row
+    with kb.if_(cs.t4.eq(0)).then_():
+        row_base = (geo.batch * geo.heads + geo.head).to("i64") * geo.seqlen_q.to("i64")
+        for h in (0, 1):
+            with kb.if_(cs.grow[h].lt(geo.seqlen_q)).then_():
+                kb.store(lse[h], kb.gep(lse_ptr, row_base + cs.grow[h].to("i64"), "f32"), align=4)

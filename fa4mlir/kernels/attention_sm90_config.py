@@ -1,0 +1,90 @@
+"""Configuration of the sm_90a attention forward kernel (MLIR-free: the host API imports it).
+
+`AttnConfig` fixes everything that changes the generated code; `default_config` is the measured
+tile table (see notes/RESULTS.md for the measurement behind each row); `grid` and `launch_args`
+are the kernel's launch contract, shared by the host API, the tests and the benchmark.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KERNEL = "attention_fwd_sm90"
+HEAD_DIMS = (64, 128, 256)
+DTYPES = ("bf16", "f16")
+LOG2E = 1.4426950408889634
+
+
+@dataclass(frozen=True)
+class AttnConfig:
+    dtype: str = "bf16"       # q, k, v, o element type: bf16 | f16
+    head_dim: int = 128       # D: 64, 128, 256
+    causal: bool = False      # bottom-right aligned causal mask
+    bm: int = 128             # query rows per CTA: 2 consumer warpgroups x 64 rows
+    bn: int = 128             # key/value rows per pipeline block
+    stages: int = 2           # K and V ring depth
+    pingpong: bool = True     # named-barrier scheduling: one warpgroup's softmax overlaps the other's GEMMs
+    load_regs: int = 24       # setmaxnreg of the producer warpgroup
+    mma_regs: int = 240       # setmaxnreg of the two consumer warpgroups
+
+    def validate(self) -> "AttnConfig":
+        if self.dtype not in DTYPES:
+            raise ValueError(f"attention dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.head_dim not in HEAD_DIMS:
+            raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {self.head_dim}")
+        if self.bm != 128:
+            raise ValueError(f"bm must be 128 (two consumer warpgroups of 64 rows), got {self.bm}")
+        if self.bn % 16 or not 16 <= self.bn <= 256:
+            raise ValueError(f"bn must be a multiple of 16 in [16, 256] (wgmma n and k16 steps), got {self.bn}")
+        if self.stages < 1:
+            raise ValueError(f"stages must be >= 1, got {self.stages}")
+        if self.load_regs * 128 + self.mma_regs * 256 > 65536:
+            raise ValueError(f"register budgets exceed the SM's 64K: 128 x {self.load_regs} + 256 x {self.mma_regs}")
+        if self.smem_bytes() > 227 * 1024:
+            raise ValueError(f"tile plan needs {self.smem_bytes()} bytes of SMEM (> 227 KiB): lower bn or stages")
+        return self
+
+    @property
+    def d_chunks(self) -> int:
+        """The head dim in 64-element (128-byte swizzle) column chunks."""
+        return self.head_dim // 64
+
+    def smem_bytes(self) -> int:
+        row = self.d_chunks * 128
+        return self.bm * row + 2 * self.stages * self.bn * row + 1024
+
+    def key(self) -> dict:
+        return {"kernel": KERNEL, **self.__dict__}
+
+
+# (head_dim, causal) -> tile overrides; chosen by measurement (notes/RESULTS.md "attention tiles").
+TILES = {
+    64: dict(bn=128, stages=2),
+    128: dict(bn=128, stages=2),
+    256: dict(bn=64, stages=2),
+}
+
+
+def default_config(dtype: str, head_dim: int, causal: bool) -> AttnConfig:
+    if head_dim not in TILES:
+        raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")
+    return AttnConfig(dtype=dtype, head_dim=head_dim, causal=bool(causal), **TILES[head_dim]).validate()
+
+
+def grid(config: dict, batch: int, heads: int, seqlen_q: int) -> tuple[int, int, int]:
+    """One CTA per (bm query rows, head, batch)."""
+    return ((seqlen_q + config["bm"] - 1) // config["bm"], heads, batch)
+
+
+def launch_args(q, k, v, o, lse, seqlen_q: int, seqlen_k: int, heads_per_kv: int, softmax_scale: float) -> list:
+    """The kernel's parameters in order: TMA tensors q, k, v, o ([B, S, H, D] each), the LSE pointer
+    (float32 [B, H, Sq], contiguous), seqlen_q, seqlen_k, heads // kv_heads, softmax_scale * log2(e)."""
+    return [q, k, v, o, lse, int(seqlen_q), int(seqlen_k), int(heads_per_kv), float(softmax_scale) * LOG2E]
+
+
+def flops(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int, causal: bool) -> float:
+    """Forward FLOPs as FlashAttention counts them: 4·B·H·Sq·Sk·D, halved when causal."""
+    f = 4.0 * batch * heads * seqlen_q * seqlen_k * head_dim
+    return f / 2 if causal else f
+
+
+__all__ = ["AttnConfig", "default_config", "grid", "launch_args", "flops", "KERNEL", "HEAD_DIMS", "DTYPES"]
