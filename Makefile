@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 BUNDLE ?= bundle
 
-.PHONY: demo test pytest lit gpu-bundle gpu-test bench clean
+.PHONY: demo test pytest lit gpu-bundle gpu-test bench bench-attention bench-gemm plot clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,8 +31,17 @@ gpu-bundle: $(STAMP)      ## here: compile what the GPU tests and the benchmark 
 gpu-test:                 ## there: run the GPU tests from $(BUNDLE)/
 	FA4MLIR_BUNDLE=$(CURDIR)/$(BUNDLE) PYTHONPATH=$(CURDIR) python3 -m pytest -q -m gpu tests/gpu
 
-bench:                    ## there: time the bundle's GEMMs against torch.matmul
-	PYTHONPATH=$(CURDIR) python3 -m fa4mlir bench --bundle $(BUNDLE) --out gemm-bench.json
+bench: bench-attention bench-gemm  ## there: both benchmarks (or `bash bench/device_run.sh`: tests + both)
+
+bench-attention:          ## there: attention vs cuDNN, FA2, FA4 on the FA3 grid (BENCH_ARGS=--quick for 2 points)
+	PYTHONPATH=$(CURDIR) python3 -m fa4mlir bench attention --bundle $(BUNDLE) --out attention-bench.json --png attention-bench.png $(BENCH_ARGS)
+
+bench-gemm:               ## there: time the bundle's GEMMs against torch.matmul
+	PYTHONPATH=$(CURDIR) python3 -m fa4mlir bench gemm --bundle $(BUNDLE) --out gemm-bench.json
+
+plot: $(STAMP)            ## here: draw attention-bench.png from attention-bench.json (installs matplotlib)
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) bench/plot_attention.py attention-bench.json attention-bench.png
 
 clean:
 	rm -rf $(VENV) $(BUNDLE) .pytest_cache

@@ -1,8 +1,23 @@
 #!/usr/bin/env bash
-# One device call: every GPU test from the bundle, then the GEMM benchmark. Logs under $OUT.
+# One device call: the GPU tests from the bundle, then the attention benchmark, then the GEMM
+# benchmark. Logs and results under $OUT: device.txt, gpu_tests.log, attention.json (+ .png when
+# matplotlib imports there; else `python3 bench/plot_attention.py attention.json attention.png`
+# draws it here), attention_bench.log, gemm.json, gemm_bench.log.
+# A device call may run 600 s: the default step limits add up to 570 s. Override with
+# TESTS_TIMEOUT, ATTN_TIMEOUT, GEMM_TIMEOUT; ATTN_ARGS adds attention flags (e.g. "--quick",
+# "--variants all", "--head-dims 128"). Each step runs even when the one before failed.
 set -uo pipefail
 export FA4MLIR_BUNDLE=$PWD/bundle PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-results}; mkdir -p "$OUT"
 nvidia-smi -L | tee "$OUT/device.txt"
-timeout 400 python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/gpu 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
-timeout 300 python3 -m fa4mlir bench --bundle bundle --out "$OUT/gemm.json" 2>&1 | tee "$OUT/bench.log" | tail -16
+echo "== GPU tests (timeout ${TESTS_TIMEOUT:-240} s)"
+timeout "${TESTS_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/gpu 2>&1 \
+    | tee "$OUT/gpu_tests.log" | tail -25
+echo "== attention bench (timeout ${ATTN_TIMEOUT:-240} s)"
+# shellcheck disable=SC2086  # ATTN_ARGS is a list of flags
+timeout "${ATTN_TIMEOUT:-240}" python3 -m fa4mlir bench attention --bundle bundle \
+    --out "$OUT/attention.json" --png "$OUT/attention.png" ${ATTN_ARGS:-} 2>&1 \
+    | tee "$OUT/attention_bench.log" | tail -75
+echo "== GEMM bench (timeout ${GEMM_TIMEOUT:-90} s)"
+timeout "${GEMM_TIMEOUT:-90}" python3 -m fa4mlir bench gemm --bundle bundle --out "$OUT/gemm.json" 2>&1 \
+    | tee "$OUT/gemm_bench.log" | tail -16

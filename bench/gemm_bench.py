@@ -44,7 +44,7 @@ def main(bundle_dir: str, out_path: str) -> int:
                          "registers": kern.artifact.resources.get("registers"),
                          "backend": kern.artifact.config.get("cubin_backend", "?")})
     print(f"\nGEMM bf16 on {dev} (median of do_bench)")
-    print(f"{"kernel":40s} {"backend":9s} {"M=N=K":>6s} {'TFLOP/s':>8s} {'torch':>8s} {'ratio':>6s} ok")
+    print(f"{'kernel':40s} {'backend':9s} {'M=N=K':>6s} {'TFLOP/s':>8s} {'torch':>8s} {'ratio':>6s} ok")
     for r in rows:
         print(f"{r['kernel']:40s} {r['backend']:9s} {r['m']:6d} {r['tflops']:8.1f} {r['torch_tflops']:8.1f} {r['ratio']:6.3f} {r['correct']}")
     with open(out_path, "w") as f:

@@ -3,7 +3,10 @@
     demo (default)  compile the default kernel of each arch, print the resource table, and on a GPU
                     run the sm_90a GEMM against torch.matmul
     bundle          compile config sets into a bundle folder (cubins + manifest), with progress
-    bench           time the GEMMs of a bundle against torch.matmul (GPU machine; no MLIR needed)
+    bench [attention|gemm]
+                    time a bundle's kernels on the GPU machine (no MLIR needed): attention (default)
+                    against torch SDPA (cuDNN, FA2) and FA4 CuTe on the FA3 grid; gemm against
+                    torch.matmul. Both live in bench/ (run from the repo root)
     knobs           print every FA4MLIR_* knob
 """
 from __future__ import annotations
@@ -83,10 +86,24 @@ def cmd_bundle(args) -> int:
     return 0
 
 
+def _bench_module(name: str):
+    """bench/ is not part of the installed package: import it from the source checkout."""
+    import importlib
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    if not (root / "bench" / f"{name}.py").is_file():
+        raise FileNotFoundError(f"{root / 'bench' / (name + '.py')} not found: `python -m fa4mlir bench` "
+                                f"runs from a source checkout of fa4mlir (bench/ is not installed)")
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    return importlib.import_module(f"bench.{name}")
+
+
 def cmd_bench(args) -> int:
-    sys.path.insert(0, ".")
-    from bench.gemm_bench import main as bench_main
-    return bench_main(args.bundle, args.out)
+    if args.what == "gemm":
+        return _bench_module("gemm_bench").main(args.bundle, args.out or "gemm-bench.json")
+    args.out = args.out or "attention-bench.json"
+    return _bench_module("attention_bench").run(args)
 
 
 def cmd_knobs(args) -> int:
@@ -103,9 +120,17 @@ def main(argv=None) -> int:
     b = sub.add_parser("bundle", help="compile config sets into a bundle folder")
     b.add_argument("--out", required=True)
     b.add_argument("--set", action="append", default=None, help="demo, gpu-tests, bench (repeatable)")
-    be = sub.add_parser("bench", help="time bundle GEMMs against torch.matmul")
-    be.add_argument("--bundle", required=True)
-    be.add_argument("--out", default="bench-results.json")
+    be = sub.add_parser("bench", help="time a bundle's attention kernels (default) or GEMMs on the GPU",
+                        description="attention: fa4mlir vs torch SDPA (cuDNN, FA2) and FA4 CuTe on the "
+                                    "FA3 grid; gemm: the bundle's sm_90a GEMMs vs torch.matmul. The "
+                                    "flags after --out apply to attention only.")
+    be.add_argument("what", nargs="?", choices=("attention", "gemm"), default="attention")
+    be.add_argument("--bundle", default=None, help="bundle folder (default: FA4MLIR_BUNDLE)")
+    be.add_argument("--out", default=None, help="JSON result (default: attention-bench.json / gemm-bench.json)")
+    try:
+        _bench_module("attention_bench").add_arguments(be, with_common=False)
+    except FileNotFoundError:
+        pass  # an installed fa4mlir without bench/: cmd_bench says so
     sub.add_parser("knobs", help="print the FA4MLIR_* knobs")
     args = p.parse_args(argv)
     if args.cmd == "bundle" and not args.set:
