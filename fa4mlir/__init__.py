@@ -11,6 +11,10 @@ import importlib
 __version__ = "0.1.0"
 _LAZY = {
     "gemm": ("fa4mlir.gemm", "gemm"),
+    "flash_attn_func": ("fa4mlir.attention", "flash_attn_func"),
+    **{err: ("fa4mlir.attention", err) for err in (
+        "FlashAttnInputError", "DTypeError", "ShapeError", "HeadDimError", "HeadsRatioError",
+        "EmptyInputError", "LayoutError", "DeviceError", "ScaleError")},
     "Bundle": ("fa4mlir.runtime", "Bundle"),
     "load": ("fa4mlir.runtime", "load"),
     "write_bundle": ("fa4mlir.runtime", "write_bundle"),

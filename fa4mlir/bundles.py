@@ -1,6 +1,9 @@
 """Named sets of kernel configs that `python -m fa4mlir bundle --set NAME` compiles into a bundle.
 
-    gpu-tests   what tests/gpu needs (GEMM bf16/f16 on sm_90a, the sm_100a GEMM, the debug deadlock kernel)
+    gpu-tests   what tests/gpu needs (GEMM bf16/f16 on sm_90a, the sm_100a GEMM, the debug deadlock
+                kernel, and the attention set)
+    attention   the sm_90a attention forward kernel: default_config for every dtype x head_dim x
+                causal (12 kernels), compiled with ptxas (attention.KERNEL_ENV: honours setmaxnreg)
     bench       the GEMM variants the benchmark times against torch.matmul
     sm90        the sm_90a GEMMs of gpu-tests and bench
     demo        the default kernel of each arch (what `python -m fa4mlir` compiles)
@@ -20,12 +23,20 @@ def _gemm100(**kw):
     return ("gemm_sm100", GemmConfig(**kw))
 
 
+def attention() -> list:
+    """What flash_attn_func looks up in a bundle: one default_config per dtype x head_dim x causal."""
+    from .attention import KERNEL_ENV
+    from .kernels.attention_sm90_config import DTYPES, HEAD_DIMS, KERNEL, default_config
+    return [(KERNEL, default_config(dtype, head_dim, causal), dict(KERNEL_ENV))
+            for dtype in DTYPES for head_dim in HEAD_DIMS for causal in (False, True)]
+
+
 def demo() -> list:
     return [_gemm90(), _gemm100()]
 
 
 def gpu_tests() -> list:
-    out = [_gemm90(dtype="bf16"), _gemm90(dtype="f16"), _gemm100()]
+    out = [_gemm90(dtype="bf16"), _gemm90(dtype="f16"), _gemm100()] + attention()
     try:
         deadlock = importlib.import_module("fa4mlir.kernels.deadlock_sm90")
         out += deadlock.bundle_entries()
@@ -44,7 +55,7 @@ def bench() -> list:
     return cfgs + [(*c, {"FA4MLIR_CUBIN_BACKEND": "ptxas"}) for c in cfgs]
 
 
-SETS = {"demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90}
+SETS = {"demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention}
 
 
 def configs(names: list[str]) -> list:

@@ -1,4 +1,4 @@
-"""Test support (MLIR-free): GPU detection, references, the FlashAttention tolerance rule.
+"""Test support (MLIR-free): GPU detection, GEMM and attention references, the FlashAttention rule.
 
 The FA rule: max |out - ref| against a float32 (or float64) reference is at most
 `2 * max |torch_lowp - ref| + atol`, where torch_lowp is PyTorch's own bf16/fp16 computation of the
@@ -61,6 +61,102 @@ def check_gemm(artifact_or_kernel, m: int, n: int, k: int, *, seed: int | None =
     unwritten = int(torch.isnan(c).sum().item())
     return {"kernel": kern.artifact.name, "m": m, "n": n, "k": k, "max_err": out_err, "torch_err": lowp_err,
             "bound": bound, "nan_or_unwritten": unwritten, "ok": ok and unwritten == 0}
+
+
+# ----------------------------------------------------------------------------------------------
+# Attention: reference, PyTorch's low-precision computation, the FA rule on out and lse
+# ----------------------------------------------------------------------------------------------
+
+def attention_rows_visible(seqlen_q: int, seqlen_k: int, causal: bool, device=None):
+    """bool [seqlen_q]: query rows that see at least one key (bottom-right causal: row i sees key j
+    iff j <= i + seqlen_k - seqlen_q, so rows i < seqlen_q - seqlen_k see none)."""
+    import torch
+    rows = torch.arange(seqlen_q, device=device)
+    return rows >= seqlen_q - seqlen_k if causal else torch.ones_like(rows, dtype=torch.bool)
+
+
+def attention_math(q, k, v, softmax_scale: float, causal: bool, compute_dtype):
+    """Plain attention with every step in ``compute_dtype``: float32/float64 for the reference,
+    q.dtype for PyTorch's own low-precision computation (scores, softmax and P.V each rounded).
+    q [B, Sq, H, D], k/v [B, Sk, Hkv, D] (k/v heads repeated for GQA here only). Returns out
+    [B, Sq, H, D] and lse [B, H, Sq] in ``compute_dtype``; rows that see no key get out 0, lse +inf."""
+    import torch
+    heads, kv_heads = q.shape[2], k.shape[2]
+    seqlen_q, seqlen_k = q.shape[1], k.shape[1]
+    q_c = q.to(compute_dtype).transpose(1, 2)                                      # [B, H, Sq, D]
+    k_c = k.to(compute_dtype).repeat_interleave(heads // kv_heads, dim=2).transpose(1, 2)
+    v_c = v.to(compute_dtype).repeat_interleave(heads // kv_heads, dim=2).transpose(1, 2)
+    s = (q_c @ k_c.transpose(-1, -2)) * softmax_scale                             # [B, H, Sq, Sk]
+    if causal:
+        i = torch.arange(seqlen_q, device=q.device)[:, None]
+        j = torch.arange(seqlen_k, device=q.device)[None, :]
+        s = s.masked_fill(j > i + seqlen_k - seqlen_q, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    empty = torch.isneginf(lse)
+    p = torch.softmax(s, dim=-1).masked_fill(empty[..., None], 0)
+    out = (p @ v_c).transpose(1, 2)
+    return out, lse.masked_fill(empty, float("inf"))
+
+
+def compare_attention(q, k, v, out, lse, softmax_scale=None, causal: bool = False, *,
+                      atol: float = DEFAULT_ATOL) -> dict:
+    """The FA rule on out and on lse (rows that see a key), exact 0 / +inf on rows that see none,
+    and no NaN anywhere. The reference is float64 for small problems, float32 otherwise."""
+    import torch
+    b, seqlen_q, heads, head_dim = q.shape
+    seqlen_k = k.shape[1]
+    scale = head_dim ** -0.5 if softmax_scale is None else float(softmax_scale)
+    ref_dtype = torch.float64 if b * heads * seqlen_q * seqlen_k <= 2**24 else torch.float32
+    ref_out, ref_lse = attention_math(q, k, v, scale, causal, ref_dtype)
+    low_out, low_lse = attention_math(q, k, v, scale, causal, q.dtype)
+    rows = attention_rows_visible(seqlen_q, seqlen_k, causal, q.device)
+
+    def max_err(x, ref, dim):
+        x, ref = x.index_select(dim, rows.nonzero()[:, 0]), ref.index_select(dim, rows.nonzero()[:, 0])
+        return (x.double() - ref.double()).abs().max().item() if x.numel() else 0.0
+
+    out_err, lowp_err = max_err(out, ref_out, 1), max_err(low_out, ref_out, 1)
+    lse_err, lse_lowp_err = max_err(lse, ref_lse, 2), max_err(low_lse, ref_lse, 2)
+    ok_out, bound = fa_rule(out_err, lowp_err, atol)
+    ok_lse, lse_bound = fa_rule(lse_err, lse_lowp_err, atol)
+    masked_out, masked_lse = out[:, ~rows], lse[:, :, ~rows]
+    masked_ok = bool((masked_out == 0).all().item()) and bool(torch.isposinf(masked_lse).all().item())
+    nan_out, nan_lse = int(torch.isnan(out).sum().item()), int(torch.isnan(lse).sum().item())
+    lse_finite = bool(torch.isfinite(lse[:, :, rows]).all().item())
+    return {"shape": (b, seqlen_q, seqlen_k, heads, k.shape[2], head_dim), "dtype": str(q.dtype),
+            "causal": causal, "max_err": out_err, "torch_err": lowp_err, "bound": bound,
+            "lse_err": lse_err, "lse_torch_err": lse_lowp_err, "lse_bound": lse_bound,
+            "masked_rows": int((~rows).sum().item()), "masked_ok": masked_ok, "nan_out": nan_out,
+            "nan_lse": nan_lse, "lse_finite": lse_finite,
+            "ok": ok_out and ok_lse and masked_ok and lse_finite and nan_out == 0 and nan_lse == 0}
+
+
+def attention_inputs(batch: int, seqlen_q: int, seqlen_k: int, heads: int, kv_heads: int, head_dim: int,
+                     dtype: str, seed: int):
+    """Fresh standard-normal q [B, Sq, H, D], k and v [B, Sk, Hkv, D] on the GPU."""
+    import torch
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(batch, seqlen_q, heads, head_dim, device="cuda", dtype=tdt, generator=gen)
+    k = torch.randn(batch, seqlen_k, kv_heads, head_dim, device="cuda", dtype=tdt, generator=gen)
+    v = torch.randn(batch, seqlen_k, kv_heads, head_dim, device="cuda", dtype=tdt, generator=gen)
+    return q, k, v
+
+
+def check_attention(batch: int, seqlen_q: int, seqlen_k: int, heads: int, kv_heads: int, head_dim: int,
+                    dtype: str = "bf16", causal: bool = False, *, seed: int = 0, softmax_scale=None,
+                    bundle=None) -> dict:
+    """flash_attn_func on fresh random inputs, writing into NaN-poisoned out and lse; compare_attention."""
+    import torch
+
+    from .attention import flash_attn_func
+    q, k, v = attention_inputs(batch, seqlen_q, seqlen_k, heads, kv_heads, head_dim, dtype, seed)
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((batch, heads, seqlen_q), float("nan"), device="cuda", dtype=torch.float32)
+    got = flash_attn_func(q, k, v, softmax_scale, causal, return_lse=True, out=out, lse=lse, bundle=bundle)
+    assert got[0] is out and got[1] is lse
+    torch.cuda.synchronize()
+    return compare_attention(q, k, v, out, lse, softmax_scale, causal)
 
 
 def run_with_timeout(cmd: list[str], timeout_s: float, **kw) -> subprocess.CompletedProcess:

@@ -1,0 +1,551 @@
+"""Deviceless tests of fa4mlir.attention: every input check, kernel selection, the launch contract.
+
+The checks are pure functions of runtime.TensorInfo, so most cases build TensorInfo directly (bf16
+has no numpy dtype); a few go through flash_attn_func with numpy arrays (DLPack, device 'cpu'),
+which must fail with a typed error before any CUDA call.
+"""
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fa4mlir import attention, bundles
+from fa4mlir.attention import (AttnDims, DeviceError, DTypeError, EmptyInputError, FlashAttnInputError,
+                               HeadDimError, HeadsRatioError, LayoutError, ScaleError, ShapeError,
+                               check_device_context, check_devices, check_inputs, check_outputs,
+                               check_scale, flash_attn_func, select_entry)
+from fa4mlir.kernels import attention_sm90_config as acfg
+from fa4mlir.runtime import Bundle, KernelArtifact, TensorInfo, write_bundle
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PTR = 0x7F0000000000
+Q_SHAPE, KV_SHAPE = (2, 100, 8, 128), (2, 60, 2, 128)
+
+
+def contiguous(shape):
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def info(shape, dtype="bf16", strides=None, ptr=PTR, device="cuda"):
+    return TensorInfo(ptr, tuple(shape), tuple(strides) if strides else contiguous(shape), dtype, device)
+
+
+def raises(exc, words, fn, *args, **kw):
+    """fn(*args) raises exactly exc, and its message holds every one of words."""
+    with pytest.raises(exc) as excinfo:
+        fn(*args, **kw)
+    assert type(excinfo.value) is exc, f"{type(excinfo.value).__name__}: {excinfo.value}"
+    for w in words:
+        assert w in str(excinfo.value), f"{w!r} not in {excinfo.value}"
+    return excinfo.value
+
+
+# ----------------------------------------------------------------------------------------------
+# check_inputs: good inputs
+# ----------------------------------------------------------------------------------------------
+
+def test_good_inputs_give_dims():
+    dims = check_inputs(info(Q_SHAPE), info(KV_SHAPE), info(KV_SHAPE))
+    assert dims == AttnDims(batch=2, seqlen_q=100, seqlen_k=60, heads=8, kv_heads=2, head_dim=128, dtype="bf16")
+    assert dims.heads_per_kv == 4
+    assert dims.out_shape == (2, 100, 8, 128) and dims.lse_shape == (2, 8, 100)
+
+
+def test_strided_bhsd_layout_is_accepted():
+    """q as a [B, H, S, D] tensor seen through transpose(1, 2): not contiguous, but TMA-addressable."""
+    b, h, s, d = 2, 8, 100, 64
+    q = info((b, s, h, d), "f16", strides=(h * s * d, d, s * d, 1))
+    k = info((b, 60, 8, d), "f16", strides=(8 * 60 * d, d, 60 * d, 1))
+    assert check_inputs(q, k, k).seqlen_k == 60
+
+
+def test_size_one_dims_may_have_any_stride():
+    q = info((1, 1, 1, 64), strides=(5, 3, 1, 1))  # torch gives size-1 dims arbitrary strides
+    assert check_inputs(q, q, q).heads_per_kv == 1
+
+
+def test_mqa_is_accepted():
+    assert check_inputs(info((1, 7, 8, 256), "f16"), info((1, 3, 1, 256), "f16"),
+                        info((1, 3, 1, 256), "f16")).heads_per_kv == 8
+
+
+# ----------------------------------------------------------------------------------------------
+# check_inputs: one case per rule
+# ----------------------------------------------------------------------------------------------
+
+def test_dtype_not_bf16_or_f16():
+    raises(DTypeError, ["q has dtype f32", "('bf16', 'f16')", ".to(torch.bfloat16)"],
+           check_inputs, info(Q_SHAPE, "f32"), info(KV_SHAPE, "f32"), info(KV_SHAPE, "f32"))
+
+
+def test_mixed_dtypes():
+    raises(DTypeError, ["share one dtype", "q=bf16, k=f16, v=bf16"],
+           check_inputs, info(Q_SHAPE), info(KV_SHAPE, "f16"), info(KV_SHAPE))
+
+
+def test_dtype_error_is_a_type_error_and_an_input_error():
+    assert issubclass(DTypeError, TypeError) and issubclass(DTypeError, FlashAttnInputError)
+    for exc in attention.ERRORS:
+        assert issubclass(exc, FlashAttnInputError) and issubclass(exc, ValueError)
+
+
+@pytest.mark.parametrize("which", ["q", "k", "v"])
+def test_rank_not_4(which):
+    shapes = {"q": Q_SHAPE, "k": KV_SHAPE, "v": KV_SHAPE}
+    shapes[which] = (shapes[which][0], shapes[which][1], shapes[which][2] * shapes[which][3])
+    raises(ShapeError, [f"{which} must be 4-D", str(shapes[which])],
+           check_inputs, *(info(shapes[n]) for n in "qkv"))
+
+
+@pytest.mark.parametrize("which", ["k", "v"])
+def test_batch_mismatch(which):
+    kv = {"k": KV_SHAPE, "v": KV_SHAPE}
+    kv[which] = (3,) + KV_SHAPE[1:]
+    raises(ShapeError, ["batch differs", "q has batch 2", f"{which} has batch 3"],
+           check_inputs, info(Q_SHAPE), info(kv["k"]), info(kv["v"]))
+
+
+def test_head_dim_mismatch():
+    kv = KV_SHAPE[:3] + (64,)
+    raises(ShapeError, ["head_dim differs", "q has head_dim 128", "k has head_dim 64"],
+           check_inputs, info(Q_SHAPE), info(kv), info(kv))
+
+
+@pytest.mark.parametrize("v_shape", [(2, 61, 2, 128), (2, 60, 4, 128)], ids=["seqlen", "heads"])
+def test_k_v_shapes_differ(v_shape):
+    raises(ShapeError, ["k and v must have the same shape", f"k {KV_SHAPE}", f"v {v_shape}"],
+           check_inputs, info(Q_SHAPE), info(KV_SHAPE), info(v_shape))
+
+
+def test_head_dim_unsupported_suggests_padding():
+    raises(HeadDimError, ["head_dim 96 is not supported", "(64, 128, 256)", "zero-pad q, k, v to head_dim 128",
+                          f"softmax_scale={96 ** -0.5:.6g}"],
+           check_inputs, info((1, 8, 2, 96)), info((1, 8, 2, 96)), info((1, 8, 2, 96)))
+
+
+def test_head_dim_above_largest():
+    err = raises(HeadDimError, ["head_dim 512 is not supported", "(64, 128, 256)"],
+                 check_inputs, info((1, 8, 2, 512)), info((1, 8, 2, 512)), info((1, 8, 2, 512)))
+    assert "zero-pad" not in str(err)
+
+
+def test_heads_not_multiple_of_kv_heads():
+    kv = (2, 60, 3, 128)
+    raises(HeadsRatioError, ["q has 8 heads", "k/v have 3", "multiple of kv_heads"],
+           check_inputs, info(Q_SHAPE), info(kv), info(kv))
+
+
+@pytest.mark.parametrize("which, dim, dim_name", [("q", 0, "batch"), ("q", 1, "seqlen"), ("q", 2, "heads"),
+                                                  ("k", 1, "seqlen"), ("v", 1, "seqlen"), ("k", 2, "heads")])
+def test_empty_dimension(which, dim, dim_name):
+    shapes = {"q": list(Q_SHAPE), "k": list(KV_SHAPE), "v": list(KV_SHAPE)}
+    shapes[which][dim] = 0
+    raises(EmptyInputError, [f"{which} has shape {tuple(shapes[which])}", f"{dim_name}=0", ">= 1"],
+           check_inputs, *(info(shapes[n]) for n in "qkv"))
+
+
+def test_batch_above_grid_limit():
+    raises(ShapeError, ["batch 70000", "65535"],
+           check_inputs, info((70000, 4, 1, 64)), info((70000, 4, 1, 64)), info((70000, 4, 1, 64)))
+
+
+# ----------------------------------------------------------------------------------------------
+# Layout (TMA)
+# ----------------------------------------------------------------------------------------------
+
+def test_inner_stride_not_one():
+    b, s, h, d = Q_SHAPE
+    q = info(Q_SHAPE, strides=(s * h * d * 2, h * d * 2, d * 2, 2))  # like x[..., ::2]
+    raises(LayoutError, ["q must have stride 1 along head_dim", "(204800, 2048, 256, 2)", "q.contiguous()"],
+           check_inputs, q, info(KV_SHAPE), info(KV_SHAPE))
+
+
+def test_stride_not_16_byte_multiple():
+    b, s, h, d = KV_SHAPE
+    k = info(KV_SHAPE, strides=(s * h * 130, h * 130, 130, 1))  # rows padded to 130 elements
+    raises(LayoutError, ["k stride along heads is 130 elements = 260 bytes", "multiple of 16 bytes",
+                         "8 bf16 elements"],
+           check_inputs, info(Q_SHAPE), k, info(KV_SHAPE))
+
+
+def test_data_pointer_not_16_byte_aligned():
+    raises(LayoutError, ["v data pointer 0x7f0000000008", "not 16-byte aligned", "offset 8 bytes"],
+           check_inputs, info(Q_SHAPE), info(KV_SHAPE), info(KV_SHAPE, ptr=PTR + 8))
+
+
+def test_negative_stride():
+    b, s, h, d = Q_SHAPE
+    q = info(Q_SHAPE, strides=(s * h * d, -h * d, d, 1))
+    raises(LayoutError, ["q has negative strides"], check_inputs, q, info(KV_SHAPE), info(KV_SHAPE))
+
+
+def test_expanded_kv_heads_overlap():
+    b, s, h, d = KV_SHAPE
+    k = info(KV_SHAPE, strides=(s * d, d, 0, 1))  # k[:, :, None].expand(...): heads stride 0
+    raises(LayoutError, ["k has stride 0 along heads", "pass k and v with kv_heads heads"],
+           check_inputs, info(Q_SHAPE), k, info(KV_SHAPE))
+
+
+def test_aliasing_strides_overlap():
+    b, s, h, d = KV_SHAPE
+    v = info(KV_SHAPE, strides=(s * h * d, d, d, 1))  # seqlen and heads step by the same row
+    raises(LayoutError, ["v has overlapping strides", "dim seqlen (stride 128) aliases dim heads"],
+           check_inputs, info(Q_SHAPE), info(KV_SHAPE), v)
+
+
+# ----------------------------------------------------------------------------------------------
+# out and lse
+# ----------------------------------------------------------------------------------------------
+
+DIMS = AttnDims(2, 100, 60, 8, 2, 128, "bf16")
+LSE_SHAPE = (2, 8, 100)
+
+
+def test_good_outputs_pass():
+    check_outputs(DIMS, info(Q_SHAPE), info(LSE_SHAPE, "f32"))
+
+
+@pytest.mark.parametrize("out, lse, exc, words", [
+    (info((2, 100, 8, 64)), info(LSE_SHAPE, "f32"), ShapeError, ["out must have q's shape (2, 100, 8, 128)"]),
+    (info(Q_SHAPE, "f16"), info(LSE_SHAPE, "f32"), DTypeError, ["out must have q's dtype bf16, got f16"]),
+    (info(Q_SHAPE, ptr=PTR + 2), info(LSE_SHAPE, "f32"), LayoutError, ["out data pointer", "not 16-byte aligned"]),
+    (info(Q_SHAPE), info(LSE_SHAPE, "bf16"), DTypeError, ["lse must be float32, got bf16"]),
+    (info(Q_SHAPE), info((2, 100, 8), "f32"), ShapeError, ["lse must have shape [batch, heads, seqlen_q] = (2, 8, 100)"]),
+    (info(Q_SHAPE), info(LSE_SHAPE, "f32", strides=(800, 1, 8)), LayoutError,
+     ["lse must be contiguous (strides (800, 100, 1))", "wrong along heads, seqlen_q"]),
+], ids=["out-shape", "out-dtype", "out-ptr", "lse-dtype", "lse-shape", "lse-strides"])
+def test_bad_outputs(out, lse, exc, words):
+    raises(exc, words, check_outputs, DIMS, out, lse)
+
+
+# ----------------------------------------------------------------------------------------------
+# Devices and scale
+# ----------------------------------------------------------------------------------------------
+
+def test_devices_agree():
+    assert check_devices([("q", "cuda", 1), ("k", "cuda", 1), ("v", "cuda", None)]) == 1
+    assert check_devices([("q", "cuda", None), ("k", "cuda_managed", None)]) is None
+
+
+def test_non_cuda_tensor():
+    raises(DeviceError, ["k is on device 'cpu'", "expected a CUDA tensor", "k.cuda()"],
+           check_devices, [("q", "cuda", 0), ("k", "cpu", 0), ("v", "cuda", 0)])
+
+
+def test_tensors_on_different_devices():
+    raises(DeviceError, ["different devices", "k on cuda:1", "q on cuda:0"],
+           check_devices, [("q", "cuda", 0), ("k", "cuda", 1), ("v", "cuda", 0)])
+
+
+@pytest.mark.parametrize("cc", [(8, 0), (10, 0), (12, 0)])
+def test_device_not_sm90(cc):
+    raises(DeviceError, [f"device 0 is sm_{cc[0]}{cc[1]}", "needs an sm_90 GPU"], check_device_context, 0, 0, cc)
+
+
+def test_tensors_not_on_context_device():
+    raises(DeviceError, ["tensors are on cuda:1", "context is on device 0", "torch.cuda.set_device(1)"],
+           check_device_context, 1, 0, (9, 0))
+
+
+def test_sm90_context_device_passes():
+    check_device_context(0, 0, (9, 0))
+    check_device_context(None, 3, (9, 0))
+
+
+def test_scale_default_and_explicit():
+    assert check_scale(None, 128) == 128 ** -0.5
+    assert check_scale(0.5, 64) == 0.5
+    assert check_scale(np.float32(0.25), 64) == 0.25
+    assert check_scale(2, 64) == 2.0
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.125, math.nan, math.inf, "0.1", True, [0.1]])
+def test_bad_softmax_scale(bad):
+    raises(ScaleError, ["softmax_scale must be a finite positive number", f"got {bad!r}", "1/sqrt(head_dim) = 0.125"],
+           check_scale, bad, 64)
+
+
+# ----------------------------------------------------------------------------------------------
+# flash_attn_func end to end on numpy arrays: typed errors before any CUDA call
+# ----------------------------------------------------------------------------------------------
+
+def aligned(shape, dtype=np.float16, offset_elems=0):
+    """A C-contiguous numpy array whose data starts offset_elems past a 64-byte boundary."""
+    n, item = int(np.prod(shape)), np.dtype(dtype).itemsize
+    raw = np.zeros(n + 64, dtype)
+    start = (-raw.ctypes.data % 64) // item + offset_elems
+    return raw[start:start + n].reshape(shape)
+
+
+def test_api_rejects_cpu_arrays_with_device_error():
+    q, k, v = aligned((1, 16, 2, 64)), aligned((1, 8, 2, 64)), aligned((1, 8, 2, 64))
+    raises(DeviceError, ["q is on device 'cpu'", "expected a CUDA tensor"], flash_attn_func, q, k, v)
+
+
+def test_api_checks_inputs_before_devices():
+    q, k = aligned((1, 16, 2, 64), np.float32), aligned((1, 8, 2, 64), np.float32)
+    raises(DTypeError, ["q has dtype f32"], flash_attn_func, q, k, k)
+    q, k = aligned((1, 16, 2, 64), offset_elems=1), aligned((1, 8, 2, 64))
+    raises(LayoutError, ["q data pointer", "offset 2 bytes"], flash_attn_func, q, k, k)
+    q = aligned((1, 16, 2, 64))
+    raises(ScaleError, ["got -1.0"], flash_attn_func, q, k, k, softmax_scale=-1.0)
+
+
+def test_api_rejects_non_tensor():
+    k = aligned((1, 8, 2, 64))
+    raises(DTypeError, ["q:", "expected a tensor-like", "list"], flash_attn_func, [[1.0]], k, k)
+
+
+def test_api_checks_given_out_device():
+    q, k = aligned((1, 16, 2, 64)), aligned((1, 8, 2, 64))
+    raises(DeviceError, ["q is on device 'cpu'"], flash_attn_func, q, k, k, out=aligned((1, 16, 2, 64)))
+
+
+# ----------------------------------------------------------------------------------------------
+# Kernel selection and launch contract
+# ----------------------------------------------------------------------------------------------
+
+def entry(dtype="bf16", head_dim=128, causal=False, arch="sm_90a", key="k0", **over):
+    """A bundle manifest entry as the compiler writes it: the entry name carries the config, the
+    config names the kernel."""
+    cfg = {**acfg.default_config(dtype, head_dim, causal).key(), "cubin_backend": "ptxas", **over}
+    name = f"{cfg['kernel']}_{dtype}_d{head_dim}{'_causal' * causal}_{cfg['bm']}x{cfg['bn']}_s{cfg['stages']}"
+    return {"name": name, "arch": arch, "key": key.ljust(64, "0"), "config": cfg}
+
+
+def test_select_single_entry():
+    entries = [entry(causal=False, key="a"), entry(causal=True, key="b"), entry(head_dim=64, key="c"),
+               entry(causal=True, arch="sm_100a", key="d"), entry(kernel="gemm_sm90", causal=True, key="e")]
+    assert select_entry(entries, "bf16", 128, True)["key"].startswith("b")
+
+
+def test_select_prefers_default_tiles_then_ptxas():
+    entries = [entry(key="bn64", bn=64), entry(key="nvjit", cubin_backend="nvjitlink"), entry(key="ptxas"),
+               entry(key="stages3", stages=3)]
+    assert select_entry(entries, "bf16", 128, False)["key"].startswith("ptxas")
+    only_variants = [entry(key="bn64", bn=64), entry(key="nvjit", cubin_backend="nvjitlink")]
+    assert select_entry(only_variants, "bf16", 128, False)["key"].startswith("nvjit")
+
+
+def test_select_none_says_how_to_rebuild():
+    raises(LookupError, ["no attention_fwd_sm90 (sm_90a) kernel", "dtype=f16, head_dim=256, causal=True",
+                         "--set attention"], select_entry, [entry()], "f16", 256, True)
+
+
+def test_select_ambiguous():
+    raises(LookupError, ["2 attention_fwd_sm90 kernels", "remove the duplicates"],
+           select_entry, [entry(key="x", bn=64), entry(key="y", bn=64, stages=3)], "bf16", 128, False)
+
+
+def test_find_artifact_in_written_bundle(tmp_path):
+    def art(e):
+        return KernelArtifact(name=e["name"], arch=e["arch"], cubin=e["key"].encode(), block=(384, 1, 1),
+                              key=e["key"], config=e["config"])
+    entries = [entry(key="def128"), entry(key="bn64", bn=64), entry(head_dim=64, key="def64")]
+    bundle = Bundle.open(write_bundle(tmp_path, [art(e) for e in entries]))
+    found = attention.find_artifact(bundle, "bf16", 128, False)
+    assert found.cubin.startswith(b"def128") and found.config["bn"] == 128
+
+
+def test_launch_plan_follows_the_contract():
+    dims = AttnDims(batch=2, seqlen_q=1000, seqlen_k=300, heads=8, kv_heads=2, head_dim=128, dtype="bf16")
+    grid, args = attention.launch_plan({"bm": 128}, dims, "q", "k", "v", "o", "lse", 0.125)
+    assert grid == (8, 8, 2)  # ceil(1000 / 128) query tiles, heads, batch
+    assert args[:5] == ["q", "k", "v", "o", "lse"]
+    assert args[5:8] == [1000, 300, 4]
+    assert args[8] == pytest.approx(0.125 * math.log2(math.e), rel=1e-15)
+
+
+@pytest.mark.parametrize("seqlen_q, tiles", [(1, 1), (127, 1), (128, 1), (129, 2), (1000, 8), (4224, 33)])
+def test_grid_tiles_queries(seqlen_q, tiles):
+    assert acfg.grid({"bm": 128}, 3, 5, seqlen_q) == (tiles, 5, 3)
+
+
+def test_flops():
+    assert acfg.flops(2, 8, 1000, 300, 128, False) == 4 * 2 * 8 * 1000 * 300 * 128
+    assert acfg.flops(2, 8, 1000, 300, 128, True) == 2 * 2 * 8 * 1000 * 300 * 128
+
+
+def test_attention_bundle_set():
+    entries = bundles.attention()
+    assert len(entries) == 12
+    assert {(c.dtype, c.head_dim, c.causal) for _, c, _ in entries} == {
+        (dt, d, c) for dt in ("bf16", "f16") for d in (64, 128, 256) for c in (False, True)}
+    for name, cfg, env_over in entries:
+        assert name == "attention_fwd_sm90"
+        assert cfg == acfg.default_config(cfg.dtype, cfg.head_dim, cfg.causal)
+        assert env_over == {"FA4MLIR_CUBIN_BACKEND": "ptxas"}
+
+
+def test_gpu_tests_set_includes_attention():
+    pytest.importorskip("fa4mlir.kernels.gemm_sm90", reason="the GEMM entries of gpu-tests need MLIR",
+                        exc_type=ImportError)
+    gpu = bundles.configs(["gpu-tests"])
+    assert all(e in gpu for e in bundles.attention())
+
+
+def test_env_defaults_keep_user_settings(monkeypatch):
+    monkeypatch.delenv("FA4MLIR_CUBIN_BACKEND", raising=False)
+    with attention._env_defaults(attention.KERNEL_ENV):
+        assert os.environ["FA4MLIR_CUBIN_BACKEND"] == "ptxas"
+    assert "FA4MLIR_CUBIN_BACKEND" not in os.environ
+    monkeypatch.setenv("FA4MLIR_CUBIN_BACKEND", "nvjitlink")
+    with attention._env_defaults(attention.KERNEL_ENV):
+        assert os.environ["FA4MLIR_CUBIN_BACKEND"] == "nvjitlink"
+
+
+def test_lazy_exports():
+    import fa4mlir
+    assert fa4mlir.flash_attn_func is flash_attn_func
+    for exc in attention.ERRORS:
+        assert getattr(fa4mlir, exc.__name__) is exc
+
+
+# ----------------------------------------------------------------------------------------------
+# MLIR-free
+# ----------------------------------------------------------------------------------------------
+
+BLOCK_MLIR = """
+import sys
+
+class BlockMlir:
+    def find_spec(self, name, path=None, target=None):
+        if name == "mlir" or name.startswith("mlir."):
+            raise ImportError(f"mlir is blocked in this test (import of {name})")
+        return None
+
+sys.meta_path.insert(0, BlockMlir())
+"""
+
+
+def test_attention_front_end_imports_no_mlir():
+    code = BLOCK_MLIR + textwrap.dedent("""
+        import numpy as np
+        import fa4mlir
+        from fa4mlir import attention, bundles
+        assert fa4mlir.flash_attn_func is attention.flash_attn_func
+        assert len(bundles.attention()) == 12
+        raw = np.zeros(2048 + 64, np.float16)
+        start = (-raw.ctypes.data % 64) // 2
+        q = raw[start:start + 2048].reshape(1, 16, 2, 64)
+        try:
+            fa4mlir.flash_attn_func(q, q, q)
+        except fa4mlir.DeviceError as e:
+            print("DeviceError:", e)
+        mods = sorted(m for m in sys.modules if m == "mlir" or m.startswith("mlir."))
+        assert not mods, mods
+        try:
+            import mlir.ir
+        except ImportError:
+            print("OK")
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "DeviceError: flash_attn_func: q is on device 'cpu'" in proc.stdout
+    assert proc.stdout.rstrip().endswith("OK")
+
+
+# ----------------------------------------------------------------------------------------------
+# With torch (CPU): flash_attn_func's wiring through a stand-in kernel, and the FA-rule helpers
+# ----------------------------------------------------------------------------------------------
+
+class FakeKernel:
+    """Stands in for the GPU kernel on CPU tensors: records each launch and writes float64 attention,
+    rounded into out and lse, optionally corrupted."""
+
+    def __init__(self, causal, corrupt=None):
+        from types import SimpleNamespace
+        self.artifact = SimpleNamespace(config={"bm": 128})
+        self.causal, self.corrupt, self.launches = causal, corrupt, []
+
+    def launch(self, grid, args, stream=None):
+        import torch
+
+        from fa4mlir.testing import attention_math
+        q, k, v, out, lse, seqlen_q, seqlen_k, heads_per_kv, scale_log2 = args
+        self.launches.append((grid, (seqlen_q, seqlen_k, heads_per_kv, scale_log2), stream))
+        o64, lse64 = attention_math(q, k, v, scale_log2 / acfg.LOG2E, self.causal, torch.float64)
+        out.copy_(o64)
+        lse.copy_(lse64)
+        if self.corrupt == "out":
+            out[0, -1, 0, 0] += 0.25
+        elif self.corrupt == "masked_row":
+            out[0, 0, 0, 0] = float("nan")
+        elif self.corrupt == "lse":
+            lse[-1, -1, -1] += 0.25  # PyTorch's bf16 LSE is off by ~0.01-0.05: the FA rule is loose on lse
+
+
+@pytest.fixture
+def cpu_api(monkeypatch):
+    """flash_attn_func on CPU torch tensors, with FakeKernel in place of the bundle's kernel."""
+    torch = pytest.importorskip("torch")
+    made = []
+
+    def kernel_for(dtype, head_dim, causal, bundle=None):
+        made.append(FakeKernel(causal, corrupt=bundle))
+        return made[-1]
+    monkeypatch.setattr(attention, "kernel_for", kernel_for)
+    monkeypatch.setattr(attention, "CUDA_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(attention, "_context_device", lambda: (0, (9, 0)))
+    return torch, made
+
+
+def cpu_inputs(torch, shape, head_dim=64, dtype=None, seed=0):
+    b, sq, sk, h, hk = shape
+    gen = torch.Generator().manual_seed(seed)
+    dtype = dtype or torch.bfloat16
+    return (torch.randn(b, sq, h, head_dim, generator=gen).to(dtype),
+            torch.randn(b, sk, hk, head_dim, generator=gen).to(dtype),
+            torch.randn(b, sk, hk, head_dim, generator=gen).to(dtype))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_api_wiring_and_fa_rule_pass(cpu_api, causal):
+    torch, made = cpu_api
+    from fa4mlir.testing import compare_attention
+    q, k, v = cpu_inputs(torch, (2, 200, 70, 4, 2))
+    out, lse = flash_attn_func(q, k, v, causal=causal, return_lse=True, stream=5)
+    (grid, scalars, stream), = made[0].launches
+    assert grid == (2, 4, 2) and scalars[:3] == (200, 70, 2) and stream == 5
+    assert scalars[3] == pytest.approx(64 ** -0.5 * acfg.LOG2E)
+    assert out.shape == q.shape and out.dtype == torch.bfloat16 and lse.shape == (2, 4, 200)
+    r = compare_attention(q, k, v, out, lse, None, causal)
+    assert r["ok"], r
+    assert r["masked_rows"] == (130 if causal else 0) and r["masked_ok"]
+    assert 0 < r["max_err"] <= r["bound"] and r["torch_err"] > 0
+
+
+def test_api_writes_given_out_and_lse(cpu_api):
+    torch, made = cpu_api
+    q, k, v = cpu_inputs(torch, (1, 5, 9, 2, 1), head_dim=128, dtype=torch.float16)
+    out, lse = torch.full_like(q, float("nan")), torch.full((1, 2, 5), float("nan"))
+    got = flash_attn_func(q, k, v, softmax_scale=0.5, return_lse=True, out=out, lse=lse)
+    assert got[0] is out and got[1] is lse and not torch.isnan(out).any()
+    assert made[0].launches[0][1][3] == pytest.approx(0.5 * acfg.LOG2E)
+    raises(ShapeError, ["lse must have shape"], flash_attn_func, q, k, v, lse=torch.empty(1, 5, 2))
+
+
+@pytest.mark.parametrize("corrupt, failed", [("out", "max_err"), ("masked_row", "masked_ok"), ("lse", "lse_err")])
+def test_fa_rule_catches_wrong_results(cpu_api, corrupt, failed):
+    torch, _ = cpu_api
+    from fa4mlir.testing import compare_attention
+    q, k, v = cpu_inputs(torch, (2, 200, 70, 4, 2), seed=1)
+    out, lse = flash_attn_func(q, k, v, causal=True, return_lse=True, bundle=corrupt)
+    r = compare_attention(q, k, v, out, lse, None, True)
+    assert not r["ok"], r
+    if failed == "max_err":
+        assert r["max_err"] > r["bound"]
+    elif failed == "lse_err":
+        assert r["lse_err"] > r["lse_bound"]
+    else:
+        assert not r["masked_ok"] and r["nan_out"] == 1
