@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 
-from ._mlir import arith, ir, math, scf, vector
+from ._mlir import arith, ir, llvm, math, scf, vector
 from .dialect.builders import create, source_loc
 from .runtime import ParamSpec, TmaSpec
 
@@ -148,6 +148,19 @@ def const(value, t="i32") -> Value:
     if _is_float(ty):
         return Value(arith.constant(ty, float(value), loc=loc))
     return Value(arith.constant(ty, int(value), loc=loc))
+
+
+def undef(t) -> Value:
+    """A value of type `t` with unspecified contents (e.g. an accumulator the next MMA overwrites)."""
+    return Value(llvm.mlir_undef(mlir_type(t), loc=source_loc()))
+
+
+def tree_reduce(values: list, combine) -> Value:
+    """Combine `values` pairwise (depth log2(n) instead of a chain of n - 1 dependent ops)."""
+    vals = list(values)
+    while len(vals) > 1:
+        vals = [combine(vals[i], vals[i + 1]) if i + 1 < len(vals) else vals[i] for i in range(0, len(vals), 2)]
+    return vals[0]
 
 
 def vec(*values: Value) -> Value:
@@ -291,5 +304,5 @@ class KernelIR:
 
 from .dsl_kernel import KernelBuilder  # noqa: E402  (split for size; re-exported here)
 
-__all__ = ["KernelBuilder", "KernelIR", "Value", "Pipeline", "PipeState", "const", "select", "exp2", "log2", "fmax", "fma",
+__all__ = ["KernelBuilder", "KernelIR", "Value", "Pipeline", "PipeState", "const", "select", "exp2", "log2", "fmax", "fma", "undef", "tree_reduce",
            "fa4_op", "mlir_type", "source_loc", "ParamSpec", "TmaSpec", "ELEM_BYTES"]

@@ -12,6 +12,7 @@ box (innermost first) and element strides all 1. It is passed by value as the ke
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import hashlib
 import json
@@ -488,7 +489,25 @@ def _enum(enum_type: Any, prefix: str, suffix: str) -> Any:
 
 
 def encode_tma(enc: TmaEncoding, kernel: str | None = None) -> bytes:
-    """The 128-byte descriptor for a TmaEncoding, via cuTensorMapEncodeTiled."""
+    """The 128-byte descriptor for a TmaEncoding, via cuTensorMapEncodeTiled. A descriptor is a pure
+    function of its encoding (address, dims, strides, box, modes), so the last TMA_CACHE_SIZE are
+    kept: repeated launches on the same tensors skip the driver call (tens of microseconds each)."""
+    hit = _TMA_CACHE.get(enc)
+    if hit is not None:
+        _TMA_CACHE.move_to_end(enc)
+        return hit
+    desc = _encode_tma_uncached(enc, kernel)
+    _TMA_CACHE[enc] = desc
+    if len(_TMA_CACHE) > TMA_CACHE_SIZE:
+        _TMA_CACHE.popitem(last=False)
+    return desc
+
+
+TMA_CACHE_SIZE = 512
+_TMA_CACHE: "collections.OrderedDict[TmaEncoding, bytes]" = collections.OrderedDict()
+
+
+def _encode_tma_uncached(enc: TmaEncoding, kernel: str | None) -> bytes:
     driver = _driver()
     tmap = _check(driver.cuTensorMapEncodeTiled(
         _enum(driver.CUtensorMapDataType, "CU_TENSOR_MAP_DATA_TYPE_", DTYPES[enc.dtype][1]),

@@ -25,7 +25,7 @@ LSE = +inf, as FlashAttention returns.
 from __future__ import annotations
 
 from .. import dsl
-from ..dsl import KernelBuilder, Value, const, exp2, fa4_op, fma, fmax, log2, select, vec
+from ..dsl import KernelBuilder, Value, const, exp2, fa4_op, fma, fmax, log2, select, tree_reduce, undef, vec
 from .attention_sm90_config import AttnConfig, default_config  # noqa: F401  (re-exported)
 
 SWIZZLE = 128          # bytes per swizzled row: 64 bf16/f16 columns
@@ -82,7 +82,10 @@ class _Geometry:
 
     def __init__(self, kb, cfg, seqlen_q, seqlen_k, heads_per_kv):
         self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
-        self.m0 = kb.block_idx(0) * cfg.bm
+        m_block = kb.block_idx(0)
+        if cfg.causal:  # the longest rows (most KV blocks) first: the tail of the grid is short work
+            m_block = kb.grid_dim(0) - 1 - m_block
+        self.m0 = m_block * cfg.bm
         self.head = kb.block_idx(1)
         self.heads = kb.grid_dim(1)
         self.batch = kb.block_idx(2)
@@ -165,7 +168,7 @@ class _Consumer:
     def issue_s(self, k_stage: Value) -> Value:
         """S = Q K^T for this warpgroup's 64 rows: head_dim / 16 wgmma m64n{bn}k16 from SMEM."""
         kb, cfg = self.kb, self.cfg
-        acc = const(0.0, ("f32", self.n_s))
+        acc = undef(("f32", self.n_s))      # the first k-step overwrites it (scale-d = 0)
         q_base = kb.gep(self.q_smem, self.wg * (64 * SWIZZLE), "i8")
         k_base = kb.gep(self.k_smem, k_stage * self.kv_bytes, "i8")
         fa4_op("mma_fence")
@@ -218,9 +221,7 @@ class _Consumer:
         p = [None] * self.n_s
         for h in (0, 1):
             idx = [i for i in range(self.n_s) if (i // 2) % 2 == h]
-            mx = s[idx[0]]
-            for i in idx[1:]:
-                mx = fmax(mx, s[i])
+            mx = tree_reduce([s[i] for i in idx], fmax)
             mx = fmax(mx, kb.shuffle_xor(mx, 1))
             mx = fmax(mx, kb.shuffle_xor(mx, 2))
             m = fmax(m_prev[h], mx)
@@ -228,10 +229,9 @@ class _Consumer:
             m_scaled = select(m.eq(NEG_INF), const(0.0, "f32"), m * self.scale_log2)
             alpha.append(exp2(fma(m_prev[h], self.scale_log2, 0.0 - m_scaled)))
             neg = 0.0 - m_scaled
-            total = None
             for i in idx:
                 p[i] = exp2(fma(s[i], self.scale_log2, neg))
-                total = p[i] if total is None else total + p[i]
+            total = tree_reduce([p[i] for i in idx], lambda a, b: a + b)
             m_new.append(m)
             l_new.append(fma(l_prev[h], alpha[h], total))
         frags = []
@@ -279,8 +279,8 @@ def _mma_role(kb, cfg, geo, q_pipe, k_pipe, v_pipe, q_smem, k_smem, v_smem, kv_b
         q_pipe.consumer_wait(q0)
         # block 0 (peeled, masked): S_0, softmax; P_0 stays for the first P.V
         k0 = k_pipe.initial_state()
-        turn_begin()
         k_pipe.consumer_wait(k0)
+        turn_begin()
         s_acc = cs.issue_s(k0.stage)
         turn_end()
         s_acc = Value(fa4_op("mma_wait_group", [s_acc], [s_acc.type], pending=0).result)
@@ -295,10 +295,10 @@ def _mma_role(kb, cfg, geo, q_pipe, k_pipe, v_pipe, q_smem, k_smem, v_smem, kv_b
         def body(j, carried, masked):
             ks, kph, vs, vph, o_in, m0_, m1_, l0_, l1_, *p_in = carried
             k_s, v_s = dsl.PipeState(ks, kph, cfg.stages), dsl.PipeState(vs, vph, cfg.stages)
-            turn_begin()
             k_pipe.consumer_wait(k_s)
-            s_j = cs.issue_s(ks)
             v_pipe.consumer_wait(v_s)
+            turn_begin()   # data first, then the turn: a warpgroup never holds the turn while waiting on TMA
+            s_j = cs.issue_s(ks)
             o_j = cs.issue_pv(p_in, vs, o_in)
             turn_end()
             s_j = Value(fa4_op("mma_wait_group", [s_j], [s_j.type], pending=1).result)

@@ -33,14 +33,37 @@ def encode_desc_fields(swizzle: int, lbo: int, sbo: int) -> int:
     return (((lbo >> 4) & 0x3FFF) << 16) | (((sbo >> 4) & 0x3FFF) << 32) | (SWIZZLE_CODE[swizzle] << 62)
 
 
+def const_byte_offset(ptr: ir.Value) -> tuple[ir.Value, int]:
+    """Peel `llvm.getelementptr i8` ops with constant indices off `ptr`: (root, summed offset)."""
+    total = 0
+    while True:
+        gep = ptr.owner
+        if isinstance(gep, ir.Block) or gep.name != "llvm.getelementptr" or len(gep.operands) != 2:
+            return ptr, total
+        if str(gep.attributes["elem_type"]) != "i8":
+            return ptr, total
+        idx = gep.operands[1].owner
+        if isinstance(idx, ir.Block) or idx.name != "arith.constant":
+            return ptr, total
+        total += ir.IntegerAttr(idx.attributes["value"]).value
+        ptr = gep.operands[0]
+
+
 def _desc(op: ir.Operation) -> ir.Value:
+    """A descriptor of `root + c` (c a constant multiple of 16) is desc(root) + c / 16: SMEM
+    addresses stay below 2^18, so the 14-bit start field never carries into the next field. The
+    K-steps of one tile then share one descriptor computation (CSE) plus an add each."""
     i64t = ir.IntegerType.get_signless(64)
-    addr = llvm.ptrtoint(i64t, op.operands[0])
+    root, offset = const_byte_offset(op.operands[0])
+    if offset % 16 or offset < 0:
+        root, offset = op.operands[0], 0
+    addr = llvm.ptrtoint(i64t, root)
     start = arith.andi(arith.shrui(addr, i64(4)), i64(0x3FFF))
     fields = encode_desc_fields(attr(op, "swizzle"), attr(op, "lbo"), attr(op, "sbo"))
     if fields >= 1 << 63:  # swizzle 64B/32B set bit 63: an i64 constant takes the two's-complement value
         fields -= 1 << 64
-    return arith.ori(start, i64(fields))
+    desc = arith.ori(start, i64(fields))
+    return arith.addi(desc, i64(offset >> 4)) if offset else desc
 
 
 def _struct_type(n: int) -> ir.Type:

@@ -1,0 +1,131 @@
+"""Quick probe of every attention kernel in a bundle: a few correctness cases and one timing point
+each, against torch SDPA (cuDNN). A development tool (the full checks are tests/gpu and
+bench/attention_bench.py); MLIR-free, runs on the GPU machine:
+
+    python3 bench/attention_probe.py BUNDLE [--time-only] [--seqlen 16384]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from fa4mlir.kernels.attention_sm90_config import flops, grid, launch_args
+from fa4mlir.runtime import Bundle, load
+
+DT = {"bf16": torch.bfloat16, "f16": torch.float16}
+
+
+def reference(q, k, v, scale, causal):
+    """float32 attention over [B, S, H, D] inputs (GQA by repeat), bottom-right causal; + LSE."""
+    b, sq, h, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    qf, kf, vf = (x.float().transpose(1, 2) for x in (q, k, v))
+    kf, vf = kf.repeat_interleave(h // hk, 1), vf.repeat_interleave(h // hk, 1)
+    s = qf @ kf.transpose(-1, -2) * scale
+    if causal:
+        i = torch.arange(sq, device=q.device)[:, None]
+        j = torch.arange(sk, device=q.device)[None, :]
+        s = s.masked_fill(j > i + sk - sq, float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    p = torch.softmax(s, -1).nan_to_num(0.0)
+    return (p @ vf).transpose(1, 2), lse
+
+
+def run(kern, q, k, v, scale):
+    b, sq, h, d = q.shape
+    o = torch.full_like(q, float("nan"))
+    lse = torch.full((b, h, sq), float("nan"), device=q.device, dtype=torch.float32)
+    args = launch_args(q, k, v, o, lse, sq, k.shape[1], h // k.shape[2], scale)
+    kern.launch(grid(kern.artifact.config, b, h, sq), args)
+    return o, lse
+
+
+def check(kern, b, sq, sk, h, hk, seed=0):
+    cfg = kern.artifact.config
+    dt, d, causal = DT[cfg["dtype"]], cfg["head_dim"], cfg["causal"]
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(b, sq, h, d, device="cuda", dtype=dt, generator=g)
+    k = torch.randn(b, sk, hk, d, device="cuda", dtype=dt, generator=g)
+    v = torch.randn(b, sk, hk, d, device="cuda", dtype=dt, generator=g)
+    scale = 1 / math.sqrt(d)
+    o, lse = run(kern, q, k, v, scale)
+    torch.cuda.synchronize()
+    ro, rl = reference(q, k, v, scale, causal)
+    # torch's own low-precision error: the same math with bf16/fp16 matmuls
+    qs, ks, vs = (x.transpose(1, 2) for x in (q, k, v))
+    ks, vs = ks.repeat_interleave(h // hk, 1), vs.repeat_interleave(h // hk, 1)
+    s = (qs @ ks.transpose(-1, -2)) * scale
+    if causal:
+        i = torch.arange(sq, device="cuda")[:, None]
+        j = torch.arange(sk, device="cuda")[None, :]
+        s = s.masked_fill(j > i + sk - sq, float("-inf"))
+    tl = (torch.softmax(s.float(), -1).to(dt).nan_to_num(0.0) @ vs).transpose(1, 2)
+    err = (o.float() - ro).abs().max().item()
+    terr = (tl.float() - ro).abs().max().item()
+    fin = torch.isfinite(rl)
+    lerr = (lse[fin] - rl[fin]).abs().max().item() if fin.any() else 0.0
+    inf_ok = bool((lse[~fin] == float("inf")).all()) and bool((o.float().transpose(1, 2)[~fin] == 0).all())
+    nan = bool(o.isnan().any() or lse.isnan().any())
+    ok = (not nan) and err <= 2 * terr + 1e-5 and lerr < 1e-3 and inf_ok
+    print(f"  B{b} Sq{sq} Sk{sk} H{h}/{hk}: err {err:.3e} (torch {terr:.3e}) lse {lerr:.2e} "
+          f"masked-rows-ok {inf_ok} nan {nan} -> {'OK' if ok else 'FAIL'}", flush=True)
+    return ok
+
+
+def bench(kern, seqlen):
+    from triton.testing import do_bench
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    cfg = kern.artifact.config
+    dt, d, causal = DT[cfg["dtype"]], cfg["head_dim"], cfg["causal"]
+    b, h = 16384 // seqlen, 2048 // d
+    q, k, v = (torch.randn(b, seqlen, h, d, device="cuda", dtype=dt) for _ in range(3))
+    o = torch.empty_like(q)
+    lse = torch.empty(b, h, seqlen, device="cuda", dtype=torch.float32)
+    args = launch_args(q, k, v, o, lse, seqlen, seqlen, 1, 1 / math.sqrt(d))
+    gr = grid(cfg, b, h, seqlen)
+    t = do_bench(lambda: kern.launch(gr, args), warmup=20, rep=200, return_mode="median")
+    import time
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(100):
+        kern.launch(gr, args)
+    host_us = (time.perf_counter() - t0) * 1e4
+    torch.cuda.synchronize()
+    qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+    res = {}
+    for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)):
+        with sdpa_kernel([be]):
+            res[name] = do_bench(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal),
+                                 warmup=20, rep=200, return_mode="median")
+    fl = flops(b, h, seqlen, seqlen, d, causal)
+    tf = lambda ms: fl / ms / 1e9  # noqa: E731
+    print(f"  time S{seqlen}: fa4mlir {tf(t):.1f} TFLOP/s  cudnn {tf(res['cudnn']):.1f}  fa2 {tf(res['fa2']):.1f}  "
+          f"ratio vs cudnn {res['cudnn'] / t:.3f}  (host {host_us:.0f} us/launch, kernel {t * 1e3:.0f} us)", flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("bundle")
+    ap.add_argument("--time-only", action="store_true")
+    ap.add_argument("--seqlen", type=int, default=16384)
+    a = ap.parse_args()
+    bad = 0
+    for art in Bundle.open(a.bundle).artifacts():
+        if art.config.get("kernel") != "attention_fwd_sm90":
+            continue
+        kern = load(art)
+        print(f"{art.name} ({art.resources.get('registers')} regs, {art.config.get('cubin_backend')})", flush=True)
+        if not a.time_only:
+            for case in ((1, 128, 128, 1, 1), (2, 1000, 1000, 4, 2), (1, 128, 1000, 2, 1), (1, 1000, 128, 2, 2),
+                         (1, 1, 3, 1, 1), (1, 4224, 4224, 2, 1)):
+                bad += not check(kern, *case)
+        bench(kern, a.seqlen)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
