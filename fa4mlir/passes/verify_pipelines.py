@@ -24,7 +24,9 @@ pipeline, the role, the stage and the op's source location. Rules, in the order 
 7. Stage advance. Where a stage `s` of a pipeline advances as `PipeState.advance` does
    (`wrap = arith.cmpi eq, s + 1, N`), N equals the pipeline's `num_stages`; the phase that goes
    with `s` becomes `select(wrap, phase ^ 1, phase)` (it flips at wrap-around); a stage and phase
-   carried by an scf.for come back through its yield advanced that way, or unchanged together.
+   carried by an scf.for come back through its yield advanced that way, or unchanged together, or
+   (the stage) derived from the carried one through nested loops that carry it and scf.if
+   branches that each do (a persistent kernel's per-tile state).
 
 A kernel function carrying the unit attribute `fa4.unverified` is skipped: only kernels broken on
 purpose to test the debug watchdog carry it (see fa4mlir/passes/_watchdog.py: compile_unverified).
@@ -418,10 +420,32 @@ class _Checker:
                 self.fail(f"pipeline '{pname}', role '{rname}': a phase not flipped at wrap-around: the loop "
                           f"advances {_stage_text(stage)} but yields the phase without "
                           "select(wrap, phase ^ 1, phase); use PipeState.advance()", yields[0])
-        elif next_stage != stage:
+        elif not _flows_from(next_stage, stage):
             self.fail(f"pipeline '{pname}', role '{rname}': the loop-carried {_stage_text(stage)} does not "
                       "advance as PipeState.advance() does (stage + 1, wrapping to 0 at num_stages); "
                       "yield PipeState.advance() of the state the loop used", yields[0])
+
+
+def _flows_from(value: ir.Value, origin: ir.Value, depth: int = 0) -> bool:
+    """`value` is `origin` carried on by PipeState.advance steps, the results of nested loops that
+    carry it (checked as loops of their own), or scf.if results whose every branch yields such a
+    value (a persistent kernel's per-tile state: advanced when the tile had work, else unchanged)."""
+    if value == origin:
+        return True
+    owner = _owner_op(value)
+    if owner is None or depth > 32:
+        return False
+    if owner.name == "arith.select":  # advance: select(stage + 1 == N, 0, stage + 1)
+        add = _owner_op(owner.operands[2])
+        return (add is not None and add.name == "arith.addi"
+                and any(_flows_from(v, origin, depth + 1) for v in add.operands if _const(v) is None))
+    index = ir.OpResult(value).result_number
+    if owner.name == "scf.for":  # operands: lower, upper, step, then the inits in result order
+        return _flows_from(owner.operands[3 + index], origin, depth + 1)
+    if owner.name == "scf.if":
+        yields = [blk.operations[len(blk.operations) - 1] for region in owner.regions for blk in region.blocks]
+        return bool(yields) and all(_flows_from(y.operands[index], origin, depth + 1) for y in yields)
+    return False
 
 
 def _wrap_compares(stage: ir.Value) -> list[ir.Operation]:
