@@ -50,9 +50,10 @@ def sm90() -> list:
 
 
 def bench() -> list:
-    """Entries may carry env overrides: the same GEMMs through the whole-program ptxas backend."""
+    """The attention kernels flash_attn_func picks, and GEMM variants; entries may carry env
+    overrides (the same GEMMs through the whole-program ptxas backend)."""
     cfgs = [_gemm90(stages=4), _gemm90(stages=3), _gemm90(bn=128, stages=6)]
-    return cfgs + [(*c, {"FA4MLIR_CUBIN_BACKEND": "ptxas"}) for c in cfgs]
+    return attention() + cfgs + [(*c, {"FA4MLIR_CUBIN_BACKEND": "ptxas"}) for c in cfgs]
 
 
 SETS = {"demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention}
