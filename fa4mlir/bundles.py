@@ -6,7 +6,7 @@
                 causal (12 kernels), compiled with ptxas (attention.KERNEL_ENV: honours setmaxnreg)
     bench       the GEMM variants the benchmark times against torch.matmul
     sm90        the sm_90a GEMMs of gpu-tests and bench
-    demo        the default kernel of each arch (what `python -m fa4mlir` compiles)
+    demo        the default GEMM of each arch and the D128 bf16 attention kernel (what `python -m fa4mlir` compiles)
 """
 from __future__ import annotations
 
@@ -32,7 +32,9 @@ def attention() -> list:
 
 
 def demo() -> list:
-    return [_gemm90(), _gemm100()]
+    from .attention import KERNEL_ENV
+    from .kernels.attention_sm90_config import KERNEL, default_config
+    return [_gemm90(), _gemm100(), (KERNEL, default_config("bf16", 128, False), dict(KERNEL_ENV))]
 
 
 def gpu_tests() -> list:
