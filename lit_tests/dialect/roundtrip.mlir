@@ -22,6 +22,8 @@ module attributes {gpu.container_module} {
       %tid = "fa4.thread_idx"() {dim = 0 : i64} : () -> i32
       // CHECK: "fa4.block_idx"() {dim = 2 : i64} : () -> i32
       %bid = "fa4.block_idx"() {dim = 2 : i64} : () -> i32
+      // CHECK: "fa4.grid_dim"() {dim = 0 : i64} : () -> i32
+      %nctas = "fa4.grid_dim"() {dim = 0 : i64} : () -> i32
       // CHECK: %[[PRED:.*]] = "fa4.elect_one"() : () -> i1
       %pred = "fa4.elect_one"() : () -> i1
       // CHECK: "fa4.warp_roles"() ({
@@ -55,6 +57,12 @@ module attributes {gpu.container_module} {
           %acc1 = "fa4.mma"(%d, %d, %true, %acc0) {m = 64 : i64, n = 8 : i64, k = 16 : i64, a_source = "smem",
                                                    ab_dtype = "bf16", acc_dtype = "f32"}
               : (i64, i64, i1, vector<4xf32>) -> vector<4xf32>
+          // A from registers (packed 16-bit pairs) times an MN-major B: the optional b_major prints back.
+          %p = arith.constant dense<0> : vector<4xi32>
+          // CHECK: "fa4.mma"(%{{.*}}, %[[D]], %{{.*}}, %[[ACC]]) {a_source = "regs", ab_dtype = "bf16", acc_dtype = "f32", b_major = "mn", k = 16 : i64, m = 64 : i64, n = 8 : i64} : (vector<4xi32>, i64, i1, vector<4xf32>) -> vector<4xf32>
+          %acc1b = "fa4.mma"(%p, %d, %true, %acc1) {m = 64 : i64, n = 8 : i64, k = 16 : i64, a_source = "regs",
+                                                    ab_dtype = "bf16", acc_dtype = "f32", b_major = "mn"}
+              : (vector<4xi32>, i64, i1, vector<4xf32>) -> vector<4xf32>
           // CHECK: "fa4.mma_commit_group"() : () -> ()
           "fa4.mma_commit_group"() : () -> ()
           // CHECK: "fa4.mma_wait_group"(%[[ACC]]) {pending = 0 : i64} : (vector<4xf32>) -> vector<4xf32>
@@ -87,6 +95,10 @@ module attributes {gpu.container_module} {
       "fa4.tmem_dealloc"(%tmem_addr) {cols = 256 : i64} : (i32) -> ()
       // CHECK: "fa4.named_barrier"() {id = 1 : i64, num_threads = 256 : i64} : () -> ()
       "fa4.named_barrier"() {id = 1 : i64, num_threads = 256 : i64} : () -> ()
+      // CHECK: "fa4.named_barrier_arrive"() {id = 2 : i64, num_threads = 256 : i64} : () -> ()
+      "fa4.named_barrier_arrive"() {id = 2 : i64, num_threads = 256 : i64} : () -> ()
+      // CHECK: "fa4.shuffle_xor"(%[[TID]]) {offset = 16 : i64} : (i32) -> i32
+      %partner_tid = "fa4.shuffle_xor"(%tid) {offset = 16 : i64} : (i32) -> i32
       // CHECK: "fa4.fence"() {kind = "async_smem"} : () -> ()
       "fa4.fence"() {kind = "async_smem"} : () -> ()
       // CHECK: "fa4.sync_threads"() : () -> ()

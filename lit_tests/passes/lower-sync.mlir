@@ -1,4 +1,5 @@
-// fa4-lower-sync: thread geometry, elect, fences, named barriers, CTA sync and traps -> nvvm.
+// fa4-lower-sync: thread geometry, elect, fences, named barriers, CTA sync, traps and warp shuffles
+// -> nvvm.
 // RUN: fa4mlir-opt %s --split-input-file --fa4-lower-sync --verify-diagnostics | FileCheck %s
 
 // CHECK-LABEL: llvm.func @sync
@@ -34,6 +35,42 @@ module attributes {gpu.container_module} {
       %s = arith.addi %tx, %ty : i32
       %s2 = arith.addi %s, %bz : i32
       %r = arith.select %e, %s2, %tx : i32
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// Grid size, a named-barrier arrive (the producer side of a hand-off: no wait) and butterfly
+// shuffles over the full warp (mask -1, clamp 31) of an f32 and an i32.
+// CHECK-LABEL: llvm.func @grid_barrier_arrive_shuffle
+// CHECK-SAME: (%[[X:[^:]+]]: f32, %[[I:[^:]+]]: i32)
+// CHECK: %[[NX:.*]] = nvvm.read.ptx.sreg.nctaid.x : i32
+// CHECK: nvvm.read.ptx.sreg.nctaid.z : i32
+// CHECK: %[[N:.*]] = arith.constant 256 : i32
+// CHECK: %[[ID:.*]] = arith.constant 3 : i32
+// CHECK: nvvm.barrier.arrive id = %[[ID]] number_of_threads = %[[N]]
+// CHECK-NOT: nvvm.barrier id
+// CHECK: %[[ALL:.*]] = arith.constant -1 : i32
+// CHECK: %[[TWO:.*]] = arith.constant 2 : i32
+// CHECK: %[[CLAMP:.*]] = arith.constant 31 : i32
+// CHECK: %[[Y:.*]] = nvvm.shfl.sync bfly %[[ALL]], %[[X]], %[[TWO]], %[[CLAMP]] : f32 -> f32
+// CHECK: %[[SIXTEEN:.*]] = arith.constant 16 : i32
+// CHECK: %[[J:.*]] = nvvm.shfl.sync bfly %{{.*}}, %[[I]], %[[SIXTEEN]], %{{.*}} : i32 -> i32
+// CHECK: arith.maxnumf %[[X]], %[[Y]] : f32
+// CHECK: arith.addi %[[NX]], %[[J]] : i32
+// CHECK-NOT: fa4.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @grid_barrier_arrive_shuffle(%x: f32, %i: i32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      %nx = "fa4.grid_dim"() {dim = 0 : i64} : () -> i32
+      %nz = "fa4.grid_dim"() {dim = 2 : i64} : () -> i32
+      "fa4.named_barrier_arrive"() {id = 3 : i64, num_threads = 256 : i64} : () -> ()
+      %y = "fa4.shuffle_xor"(%x) {offset = 2 : i64} : (f32) -> f32
+      %j = "fa4.shuffle_xor"(%i) {offset = 16 : i64} : (i32) -> i32
+      %m = arith.maxnumf %x, %y : f32
+      %s = arith.addi %nx, %j : i32
       llvm.return
     }
   }
@@ -102,6 +139,45 @@ module attributes {gpu.container_module} {
     llvm.func @bad_named_barrier() attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
       // expected-error @+1 {{named barrier id must be 1..15 (0 is the CTA barrier) and its thread count a multiple of 32; got id=0, num_threads=100}}
       "fa4.named_barrier"() {id = 0 : i64, num_threads = 100 : i64} : () -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// named_barrier_arrive checks its id and thread count as named_barrier does.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @bad_barrier_arrive() attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      // expected-error @+1 {{named barrier id must be 1..15 (0 is the CTA barrier) and its thread count a multiple of 32; got id=16, num_threads=128}}
+      "fa4.named_barrier_arrive"() {id = 16 : i64, num_threads = 128 : i64} : () -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// A lane offset of 32 would leave the warp (bfly with clamp 31 takes 1..31).
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @shuffle_offset_out_of_warp(%x: f32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      // expected-error @+1 {{fa4-lower-sync: shuffle_xor takes an f32 or i32 and an offset in 1..31; got f32, offset 32}}
+      %y = "fa4.shuffle_xor"(%x) {offset = 32 : i64} : (f32) -> f32
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// shfl.sync moves 32 bits: a 64-bit value must be split by the caller.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @shuffle_i64(%x: i64) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      // expected-error @+1 {{fa4-lower-sync: shuffle_xor takes an f32 or i32 and an offset in 1..31; got i64, offset 1}}
+      %y = "fa4.shuffle_xor"(%x) {offset = 1 : i64} : (i64) -> i64
       llvm.return
     }
   }
