@@ -78,15 +78,18 @@ def test_variant_labels_name_the_tile_and_stay_unique():
 
 
 def test_default_variants_follow_the_api_selection():
-    arts = [_artifact(head_dim=256, bn=64, key="p" * 16, cubin_backend="ptxas"), _artifact(head_dim=256, bn=128),
-            _artifact(head_dim=256, bn=64, key="n" * 16)]
+    tiles = acfg.TILES[256]  # default_config's tiles for D=256
+    arts = [_artifact(head_dim=256, **tiles, key="p" * 16, cubin_backend="ptxas"),
+            _artifact(head_dim=256, **{**tiles, "stages": tiles["stages"] + 1}),
+            _artifact(head_dim=256, **tiles, key="n" * 16)]
+    default = ab.variant_label(acfg.default_config("bf16", 256, False).key())
     variants = ab.bundle_variants(arts, "bf16", 256, False)
     picked = ab.default_variants(variants, "bf16", 256, False,
                                  select_entry=lambda entries, *a: {"key": "p" * 16}, entries=[])
-    assert [label for label, _ in picked] == ["bn64-s2-pp-ptxas"]
-    # without the API: every variant with default_config's tiles (D=256: bn 64, 2 stages)
+    assert [label for label, _ in picked] == [f"{default}-ptxas"]
+    # without the API: every variant with default_config's tiles (bm, bn, stages, pingpong)
     assert [label for label, _ in ab.default_variants(variants, "bf16", 256, False)] == \
-        ["bn64-s2-pp-ptxas", "bn64-s2-pp-nvjitlink"]
+        [f"{default}-ptxas", f"{default}-nvjitlink"]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,0 +1,173 @@
+"""The sm_90a attention forward kernel, compiled here (no GPU) for every entry of the 'attention'
+bundle set with that entry's environment (whole-program ptxas), keeps its promises:
+
+* no spills and no stack frame; setmaxnreg honoured (ptxas did not drop it, C7504) and the PTX
+  moves the producer to `load_regs` and the consumers to `mma_regs`;
+* SMEM is what the tiles need: Q + the K and V rings + the pipelines' mbarriers, within the
+  config's own budget (AttnConfig.smem_bytes, validated <= 227 KiB);
+* P.V takes P from registers: each `fa4.mma` with a_source="regs" is one
+  wgmma.mma_async.m64n{D}k16 with four A registers and imm-trans-b 1 (V is MN-major), and the
+  SASS holds them as HGMMA R, R, gdesc.tnspB with no local-memory traffic;
+* the kernel's parameters are the launch contract attention_sm90_config.launch_args fills.
+
+Compiles go through lowering.compile_kernel (no kernel cache); the stage dumps land in a
+temporary directory. About 2 s per config, 20-25 s for the file.
+"""
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from fa4mlir import bundles, kernels, lowering
+from fa4mlir.kernels.attention_sm90_config import launch_args
+from fa4mlir.passes._util import attr, ops_named
+from fa4mlir.passes.plan_smem import MBARRIER_BYTES, SMEM_LIMIT
+from fa4mlir.runtime import DTYPES, TensorInfo, tma_encoding
+
+ENTRIES = bundles.SETS["attention"]()
+WGMMA_K = 16
+# The launch contract (attention_sm90_config.launch_args): (name, kind) in PTX order.
+PARAMS = [("q", "tma"), ("k", "tma"), ("v", "tma"), ("o", "tma"), ("lse", "ptr"), ("seqlen_q", "i32"),
+          ("seqlen_k", "i32"), ("heads_per_kv", "i32"), ("scale_log2", "f32")]
+
+pytestmark = pytest.mark.skipif(lowering.find_ptxas() is None,
+                                reason="no ptxas (pip install nvidia-cuda-nvcc): the attention set compiles with it")
+
+
+@dataclass
+class Compiled:
+    cfg: object
+    resources: dict
+    smem_bytes: int
+    params: tuple
+    cubin: bytes = field(repr=False)
+    ptx: str = field(repr=False)
+    num_regs_mma: int        # fa4.mma ops with A from registers in the built kernel
+    pipe_stages: list        # num_stages of every fa4.pipeline
+
+
+_COMPILED: dict = {}
+
+
+def compile_entry(index: int, tmp_path_factory) -> Compiled:
+    """Build and lower ENTRIES[index] under its environment overrides (once per session)."""
+    if index not in _COMPILED:
+        name, cfg, env_over = ENTRIES[index]
+        dump = tmp_path_factory.mktemp(f"attention-{index}")
+        with pytest.MonkeyPatch.context() as mp:
+            for var, value in env_over.items():
+                mp.setenv(var, value)
+            mp.setenv("FA4MLIR_DUMP_DIR", str(dump))
+            mp.delenv("FA4MLIR_DEBUG", raising=False)
+            kir = kernels.module(name).build(cfg)
+            fa4_ir = kir.module.operation
+            num_regs_mma = sum(attr(op, "a_source") == "regs" for op in ops_named(fa4_ir, "fa4.mma"))
+            pipe_stages = [attr(op, "num_stages") for op in ops_named(fa4_ir, "fa4.pipeline")]
+            art = lowering.compile_kernel(kir, key=f"test-attention-{index}")
+        (ptx_path,) = Path(dump).glob("*/*-ptx.ptx")
+        _COMPILED[index] = Compiled(cfg, art.resources, art.smem_bytes, art.params, art.cubin,
+                                    ptx_path.read_text(), num_regs_mma, pipe_stages)
+    return _COMPILED[index]
+
+
+def _id(entry) -> str:
+    _, cfg, _ = entry
+    return f"{cfg.dtype}-d{cfg.head_dim}-{'causal' if cfg.causal else 'full'}"
+
+
+@pytest.fixture(scope="module", params=range(len(ENTRIES)), ids=[_id(e) for e in ENTRIES])
+def compiled(request, tmp_path_factory) -> Compiled:
+    return compile_entry(request.param, tmp_path_factory)
+
+
+def test_no_spills_and_no_stack(compiled):
+    r = compiled.resources
+    assert (r["spill_stores"], r["spill_loads"], r["stack_bytes"]) == (0, 0, 0), r
+    assert r["threads"] == 384  # producer warpgroup + 2 consumer warpgroups
+
+
+def test_setmaxnreg_is_honoured(compiled):
+    r, cfg = compiled.resources, compiled.cfg
+    assert r["cubin_backend"] == "ptxas" and not r["setmaxnreg_ignored"], r
+    found = re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+);", compiled.ptx)
+    assert sorted(set(found)) == [("dec", str(cfg.load_regs)), ("inc", str(cfg.mma_regs))], found
+
+
+def test_smem_is_the_tiles_plus_the_barriers(compiled):
+    """Q (bm x D) + K and V rings (stages x bn x D each) + 2 mbarriers per pipeline stage; every
+    buffer is a multiple of the planner's 1024-byte alignment, so no padding."""
+    cfg = compiled.cfg
+    row_bytes = cfg.head_dim * DTYPES[cfg.dtype][0]
+    tile_bytes = cfg.bm * row_bytes + 2 * cfg.stages * cfg.bn * row_bytes
+    barrier_bytes = 2 * MBARRIER_BYTES * sum(compiled.pipe_stages)
+    assert compiled.resources["smem_bytes"] == compiled.smem_bytes == tile_bytes + barrier_bytes
+    assert compiled.smem_bytes <= cfg.smem_bytes() <= 227 * 1024 == SMEM_LIMIT["sm_90a"]
+
+
+def _register_a_wgmmas(ptx: str) -> list[re.Match]:
+    """wgmma.mma_async lines whose A operand is a register list ({d..}, {%r..}, b-desc, ...)."""
+    return list(re.finditer(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.(\w+)\.\w+\s+\{[^}]*\},\s*"
+                            r"\{%r\d+, %r\d+, %r\d+, %r\d+\},\s*%rd\d+,\s*p,\s*1,\s*1,\s*(\d);", ptx))
+
+
+def test_pv_takes_p_from_registers(compiled):
+    cfg = compiled.cfg
+    found = _register_a_wgmmas(compiled.ptx)
+    assert compiled.num_regs_mma > 0 and compiled.num_regs_mma % (cfg.bn // WGMMA_K) == 0, \
+        f"each P.V is bn/16 = {cfg.bn // WGMMA_K} K-steps; the kernel has {compiled.num_regs_mma} register-A MMAs"
+    assert len(found) == compiled.num_regs_mma
+    assert {(int(m[1]), m[2], m[3]) for m in found} == {(cfg.head_dim, cfg.dtype, "1")}, \
+        "register-A wgmma must be m64n{head_dim}k16 of the config dtype with imm-trans-b 1 (V is MN-major)"
+
+
+def test_params_are_the_launch_contract(compiled):
+    cfg = compiled.cfg
+    assert [(p.name, p.kind) for p in compiled.params] == PARAMS
+    # launch_args (what flash_attn_func passes) fills them in this order: tensors by name here.
+    args = launch_args("q", "k", "v", "o", "lse", 1000, 300, 4, 0.125)
+    assert len(args) == len(compiled.params)
+    for p, a in zip(compiled.params, args):
+        if p.kind in ("tma", "ptr"):
+            assert a == p.name, (p, a)
+        else:
+            assert type(a) is {"i32": int, "f32": float}[p.kind], (p, a)
+    batch, seqlen, heads = 2, 1000, 8
+    shape = (batch, seqlen, heads, cfg.head_dim)
+    strides = (seqlen * heads * cfg.head_dim, heads * cfg.head_dim, cfg.head_dim, 1)
+    for p in compiled.params:
+        if p.kind == "tma":  # q, k, v, o are [B, S, H, D] tensors of the config dtype
+            assert p.tma.dtype == cfg.dtype
+            enc = tma_encoding(p.tma, TensorInfo(0x7F0000000000, shape, strides, cfg.dtype, "cuda"), p.name)
+            assert enc.global_dims == tuple(reversed(shape))
+
+
+def _nvdisasm() -> str | None:
+    found = shutil.which("nvdisasm")
+    if found:
+        return found
+    import nvidia
+    for root in nvidia.__path__:
+        for path in Path(root).rglob("nvdisasm"):
+            if path.is_file():
+                return str(path)
+    return None
+
+
+def test_sass_holds_register_a_hgmma_and_no_local_memory(tmp_path, tmp_path_factory):
+    tool = _nvdisasm()
+    if tool is None:
+        pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
+    index = next(i for i, (_, c, _) in enumerate(ENTRIES) if (c.dtype, c.head_dim, c.causal) == ("bf16", 128, False))
+    c = compile_entry(index, tmp_path_factory)
+    cubin = tmp_path / "attention.cubin"
+    cubin.write_bytes(c.cubin)
+    sass = subprocess.run([tool, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    d, bn = c.cfg.head_dim, c.cfg.bn
+    register_a = re.findall(rf"HGMMA\.64x{d}x16\.F32\.BF16 R\d+, R\d+, gdesc\[UR\d+\]\.tnspB", sass)
+    assert len(register_a) == c.num_regs_mma, "every P.V wgmma: A in registers, B (V) transposed"
+    assert re.search(rf"HGMMA\.64x{bn}x16\.F32\.BF16 R\d+, gdesc\[UR\d+\]", sass), "S = Q.K^T from SMEM"
+    local = re.findall(r"\b(?:LDL|STL)\b[.\w]*", sass)
+    assert not local, f"local-memory traffic in the SASS: {local[:5]}"
