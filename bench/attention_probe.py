@@ -11,28 +11,13 @@ import math
 import sys
 
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as F  # noqa: N812
 
 from fa4mlir.kernels.attention_sm90_config import flops, grid, launch_args
 from fa4mlir.runtime import Bundle, load
+from fa4mlir.testing import attention_math
 
 DT = {"bf16": torch.bfloat16, "f16": torch.float16}
-
-
-def reference(q, k, v, scale, causal):
-    """float32 attention over [B, S, H, D] inputs (GQA by repeat), bottom-right causal; + LSE."""
-    b, sq, h, d = q.shape
-    sk, hk = k.shape[1], k.shape[2]
-    qf, kf, vf = (x.float().transpose(1, 2) for x in (q, k, v))
-    kf, vf = kf.repeat_interleave(h // hk, 1), vf.repeat_interleave(h // hk, 1)
-    s = qf @ kf.transpose(-1, -2) * scale
-    if causal:
-        i = torch.arange(sq, device=q.device)[:, None]
-        j = torch.arange(sk, device=q.device)[None, :]
-        s = s.masked_fill(j > i + sk - sq, float("-inf"))
-    lse = torch.logsumexp(s, -1)
-    p = torch.softmax(s, -1).nan_to_num(0.0)
-    return (p @ vf).transpose(1, 2), lse
 
 
 def run(kern, q, k, v, scale):
@@ -54,16 +39,8 @@ def check(kern, b, sq, sk, h, hk, seed=0):
     scale = 1 / math.sqrt(d)
     o, lse = run(kern, q, k, v, scale)
     torch.cuda.synchronize()
-    ro, rl = reference(q, k, v, scale, causal)
-    # torch's own low-precision error: the same math with bf16/fp16 matmuls
-    qs, ks, vs = (x.transpose(1, 2) for x in (q, k, v))
-    ks, vs = ks.repeat_interleave(h // hk, 1), vs.repeat_interleave(h // hk, 1)
-    s = (qs @ ks.transpose(-1, -2)) * scale
-    if causal:
-        i = torch.arange(sq, device="cuda")[:, None]
-        j = torch.arange(sk, device="cuda")[None, :]
-        s = s.masked_fill(j > i + sk - sq, float("-inf"))
-    tl = (torch.softmax(s.float(), -1).to(dt).nan_to_num(0.0) @ vs).transpose(1, 2)
+    ro, rl = attention_math(q, k, v, scale, causal, torch.float32)
+    tl, _ = attention_math(q, k, v, scale, causal, dt)   # torch's own low-precision computation
     err = (o.float() - ro).abs().max().item()
     terr = (tl.float() - ro).abs().max().item()
     fin = torch.isfinite(rl)

@@ -12,6 +12,20 @@ import sys
 
 DEFAULT_ATOL = 1e-5
 
+# Prepended to a `python -c` script: any import of mlir in that process raises ImportError (tests of
+# the MLIR-free runtime and front ends).
+BLOCK_MLIR = """
+import sys
+
+class BlockMlir:
+    def find_spec(self, name, path=None, target=None):
+        if name == "mlir" or name.startswith("mlir."):
+            raise ImportError(f"mlir is blocked in this test (import of {name})")
+        return None
+
+sys.meta_path.insert(0, BlockMlir())
+"""
+
 
 def gpu_available() -> tuple[bool, str]:
     """(True, "") when cuda.bindings sees a CUDA device, else (False, why). Never uses torch."""

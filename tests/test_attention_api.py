@@ -21,6 +21,7 @@ from fa4mlir.attention import (AttnDims, DeviceError, DTypeError, EmptyInputErro
                                check_scale, flash_attn_func, select_entry)
 from fa4mlir.kernels import attention_sm90_config as acfg
 from fa4mlir.runtime import Bundle, KernelArtifact, TensorInfo, write_bundle
+from fa4mlir.testing import BLOCK_MLIR
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PTR = 0x7F0000000000
@@ -414,17 +415,6 @@ def test_lazy_exports():
 # MLIR-free
 # ----------------------------------------------------------------------------------------------
 
-BLOCK_MLIR = """
-import sys
-
-class BlockMlir:
-    def find_spec(self, name, path=None, target=None):
-        if name == "mlir" or name.startswith("mlir."):
-            raise ImportError(f"mlir is blocked in this test (import of {name})")
-        return None
-
-sys.meta_path.insert(0, BlockMlir())
-"""
 
 
 def test_attention_front_end_imports_no_mlir():

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fa4mlir import testing
 from fa4mlir.runtime import Bundle, KernelArtifact, ParamSpec, TmaSpec, write_bundle
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -83,16 +84,7 @@ def test_tampered_cubin_is_detected(tmp_path):
         b.find(name="attn_fwd")
 
 
-BLOCK_MLIR = """
-import sys
-
-class BlockMlir:
-    def find_spec(self, name, path=None, target=None):
-        if name == "mlir" or name.startswith("mlir."):
-            raise ImportError(f"mlir is blocked in this test (import of {name})")
-        return None
-
-sys.meta_path.insert(0, BlockMlir())
+BLOCK_MLIR = testing.BLOCK_MLIR + """
 try:
     import mlir
 except ImportError:
