@@ -185,6 +185,11 @@ def log2(x: Value) -> Value:
     return Value(math.log2(x.v, loc=source_loc()))
 
 
+def floor(x: Value) -> Value:
+    """Round toward -inf (float; cvt.rmi on NVPTX)."""
+    return Value(math.floor(x.v, loc=source_loc()))
+
+
 def fmax(a: Value, b) -> Value:
     """max(a, b) for floats; a NaN operand yields the other (IEEE maxNum)."""
     return Value(arith.maxnumf(a.v, a._coerce(b), loc=source_loc()))
@@ -304,5 +309,5 @@ class KernelIR:
 
 from .dsl_kernel import KernelBuilder  # noqa: E402  (split for size; re-exported here)
 
-__all__ = ["KernelBuilder", "KernelIR", "Value", "Pipeline", "PipeState", "const", "select", "exp2", "log2", "fmax", "fma", "undef", "tree_reduce",
+__all__ = ["KernelBuilder", "KernelIR", "Value", "Pipeline", "PipeState", "const", "select", "exp2", "log2", "floor", "fmax", "fma", "undef", "tree_reduce",
            "fa4_op", "mlir_type", "source_loc", "ParamSpec", "TmaSpec", "ELEM_BYTES"]

@@ -185,6 +185,10 @@ class KernelBuilder:
         """`value` of lane `lane ^ offset` (32-bit scalars; the whole warp must be active)."""
         return Value(fa4_op("shuffle_xor", [value], [value.type], offset=offset).result)
 
+    def vote_any(self, pred: Value) -> Value:
+        """True in every lane when `pred` holds in any lane of the warp (a warp-uniform branch condition)."""
+        return Value(fa4_op("vote_any", [pred], ["i1"]).result)
+
     def sync_threads(self):
         fa4_op("sync_threads")
 

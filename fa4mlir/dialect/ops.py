@@ -152,6 +152,9 @@ OPS: tuple[OpDef, ...] = (
     # ---- warp data exchange ---------------------------------------------------------------------
     OpDef("shuffle_xor", """Each lane of the (fully active) warp gets `value` (32-bit) from lane `lane ^ offset`.""",
           operands=(("value", "any"),), results=(("out", "any"),), attrs=(("offset", "int"),)),
+    OpDef("vote_any", """True in every lane of the (fully active) warp when `pred` is true in at least one
+    lane: a warp-uniform condition, e.g. for branches around `.sync.aligned` instructions.""",
+          operands=(("pred", "i1"),), results=(("any", "i1"),)),
     OpDef("trap_if", "Abort the kernel when `cond` is true (debug builds).", operands=(("cond", "i1"),)),
 )
 

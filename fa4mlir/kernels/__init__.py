@@ -12,6 +12,7 @@ KERNELS = {
     "gemm_sm90": ("fa4mlir.kernels.gemm_sm90", "sm_90a"),
     "gemm_sm100": ("fa4mlir.kernels.gemm_sm100", "sm_100a"),
     "attention_fwd_sm90": ("fa4mlir.kernels.attention_fwd_sm90", "sm_90a"),
+    "attention_fwd_sm100": ("fa4mlir.kernels.attention_fwd_sm100", "sm_100a"),
     "deadlock_sm90": ("fa4mlir.kernels.deadlock_sm90", "sm_90a"),  # watchdog GPU test only
 }
 

@@ -140,3 +140,19 @@ def fence_registers(value: ir.Value) -> ir.Value:
         e = llvm.inline_asm(elem, [e], "", constraint, has_side_effects=True)
         out = llvm.insertelement(out, e, i64(i))
     return out
+
+
+def const_byte_offset(ptr: ir.Value) -> tuple[ir.Value, int]:
+    """Peel `llvm.getelementptr i8` ops with constant indices off `ptr`: (root, summed offset)."""
+    total = 0
+    while True:
+        gep = ptr.owner
+        if isinstance(gep, ir.Block) or gep.name != "llvm.getelementptr" or len(gep.operands) != 2:
+            return ptr, total
+        if str(gep.attributes["elem_type"]) != "i8":
+            return ptr, total
+        idx = gep.operands[1].owner
+        if isinstance(idx, ir.Block) or idx.name != "arith.constant":
+            return ptr, total
+        total += ir.IntegerAttr(idx.attributes["value"]).value
+        ptr = gep.operands[0]

@@ -11,17 +11,24 @@
   (§9.7.16.10.9): A is an SMEM descriptor (`a_source = "smem"`) or a TMEM address ("tmem"), B an
   SMEM descriptor, D the i32 TMEM address in operand `acc`; `accumulate` (i1, may be dynamic) is
   enable-input-d. The 32-bit instruction descriptor (§9.7.16.4.2 "Instruction descriptor", table
-  for .kind::f16) is a constant computed by `instr_desc`.
+  for .kind::f16) is a constant computed by `instr_desc`; `b_major = "mn"` sets "Transpose B"
+  (bit 16: B stored N-contiguous, as V is in P.V). A from TMEM is always K-major (bit 15 = 0).
 * `fa4.mma_commit(stage){pipe, side}` -> tcgen05.commit.cta_group::1.mbarrier::arrive::one
   (§9.7.16.11.1) on `full[stage]` or `empty[stage]` of `pipe`: one arrival once every tcgen05.mma
   this thread issued before it has completed.
 Runs before fa4-lower-pipelines (it needs the pipelines' SMEM offsets).
+
+Note "issuer registers": one thread issues every MMA of a CTA and runs with few registers (48 in
+the attention kernel's role table). Descriptors of tiles at fixed SMEM addresses (Q) are loop
+invariant; hoisted out of the KV loop, 16 of them take 32 registers, which ptxas then spills.
+Each descriptor's base therefore passes through an empty volatile asm where it is used: LLVM
+cannot hoist it, and it costs one uniform move per MMA.
 """
 from __future__ import annotations
 
 from .._mlir import arith, ir, llvm, nvvm
-from ._util import (PassError, attr, barrier_addr, check_none_left, i32, i64, kernel_func, ops_named,
-                    pipelines, replace)
+from ._util import (PassError, attr, barrier_addr, check_none_left, const_byte_offset, i32, i64, kernel_func,
+                    ops_named, pipelines, replace)
 
 NAME = "fa4-lower-mma-sm100"
 OPS = ("fa4.smem_desc", "fa4.mma", "fa4.mma_commit")
@@ -92,20 +99,32 @@ def instr_desc(*, m: int, n: int, ab_dtype: str = "bf16", acc_dtype: str = "f32"
 
 
 def _desc(op: ir.Operation) -> ir.Value:
+    """desc(root + c) = desc(root) + c / 16 for a constant c (multiple of 16): SMEM addresses stay
+    below 2^18, so the 14-bit start field never carries. The K steps of a tile share one descriptor
+    (CSE) plus an add each, instead of one address computation per MMA."""
     try:
         fields = smem_desc_fields(swizzle=attr(op, "swizzle"), lbo=attr(op, "lbo"), sbo=attr(op, "sbo"))
     except ValueError as e:
         raise PassError(f"{NAME}: smem_desc: {e}", op.location) from None
-    addr = llvm.ptrtoint(ir.IntegerType.get_signless(64), op.operands[0])
+    if fields >= 1 << 63:   # swizzle codes 4 and 6 set bit 63: the i64 constant is the two's complement
+        fields -= 1 << 64
+    root, offset = const_byte_offset(op.operands[0])
+    if offset % 16 or offset < 0:
+        root, offset = op.operands[0], 0
+    i64t = ir.IntegerType.get_signless(64)
+    addr = llvm.ptrtoint(i64t, root)
     start = arith.andi(arith.shrui(addr, i64(4)), i64(0x3FFF))
-    return arith.ori(start, i64(fields))
+    # rematerialised at each use (note "issuer registers")
+    desc = llvm.inline_asm(i64t, [arith.ori(start, i64(fields))], "", "=l,0", has_side_effects=True)
+    return arith.addi(desc, i64(offset >> 4)) if offset else desc
 
 
 def _mma(op: ir.Operation) -> None:
     m, n, k = attr(op, "m"), attr(op, "n"), attr(op, "k")
     ab, acc_t, a_src = attr(op, "ab_dtype"), attr(op, "acc_dtype"), attr(op, "a_source")
+    b_major = attr(op, "b_major") if "b_major" in op.attributes else "k"
     try:
-        idesc = instr_desc(m=m, n=n, k=k, ab_dtype=ab, acc_dtype=acc_t)
+        idesc = instr_desc(m=m, n=n, k=k, ab_dtype=ab, acc_dtype=acc_t, b_major=b_major)
     except ValueError as e:
         raise PassError(f"{NAME}: tcgen05.mma: {e}", op.location) from None
     a, b, accumulate, *acc = op.operands

@@ -18,7 +18,8 @@
 from __future__ import annotations
 
 from .._mlir import arith, ir, llvm, nvvm
-from ._util import PassError, attr, check_none_left, fence_registers, i64, kernel_func, ops_named, replace
+from ._util import (PassError, attr, check_none_left, const_byte_offset, fence_registers, i64, kernel_func,
+                    ops_named, replace)
 
 NAME = "fa4-lower-mma-sm90"
 OPS = ("fa4.smem_desc", "fa4.mma", "fa4.mma_fence", "fa4.mma_commit_group", "fa4.mma_wait_group")
@@ -31,22 +32,6 @@ def encode_desc_fields(swizzle: int, lbo: int, sbo: int) -> int:
     if swizzle not in SWIZZLE_CODE:
         raise ValueError(f"swizzle must be one of {sorted(SWIZZLE_CODE)} bytes, got {swizzle}")
     return (((lbo >> 4) & 0x3FFF) << 16) | (((sbo >> 4) & 0x3FFF) << 32) | (SWIZZLE_CODE[swizzle] << 62)
-
-
-def const_byte_offset(ptr: ir.Value) -> tuple[ir.Value, int]:
-    """Peel `llvm.getelementptr i8` ops with constant indices off `ptr`: (root, summed offset)."""
-    total = 0
-    while True:
-        gep = ptr.owner
-        if isinstance(gep, ir.Block) or gep.name != "llvm.getelementptr" or len(gep.operands) != 2:
-            return ptr, total
-        if str(gep.attributes["elem_type"]) != "i8":
-            return ptr, total
-        idx = gep.operands[1].owner
-        if isinstance(idx, ir.Block) or idx.name != "arith.constant":
-            return ptr, total
-        total += ir.IntegerAttr(idx.attributes["value"]).value
-        ptr = gep.operands[0]
 
 
 def _desc(op: ir.Operation) -> ir.Value:

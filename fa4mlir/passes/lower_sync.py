@@ -1,4 +1,5 @@
-"""fa4-lower-sync: thread geometry, elect, fences, named barriers, CTA sync and debug traps -> nvvm."""
+"""fa4-lower-sync: thread geometry, elect, fences, named barriers, CTA sync, debug traps and warp
+exchange (shuffle_xor -> shfl.sync.bfly, vote_any -> vote.sync.any) -> nvvm."""
 from __future__ import annotations
 
 from .._mlir import ir, llvm, nvvm, scf
@@ -12,7 +13,8 @@ _SREG = {
     "fa4.grid_dim": (nvvm.read_ptx_sreg_nctaid_x, nvvm.read_ptx_sreg_nctaid_y, nvvm.read_ptx_sreg_nctaid_z),
 }
 OPS = ("fa4.thread_idx", "fa4.block_idx", "fa4.grid_dim", "fa4.elect_one", "fa4.fence", "fa4.named_barrier",
-       "fa4.named_barrier_arrive", "fa4.sync_threads", "fa4.trap_if", "fa4.shuffle_xor")
+       "fa4.named_barrier_arrive", "fa4.sync_threads", "fa4.trap_if", "fa4.shuffle_xor",
+       "fa4.vote_any")
 
 
 def _lower(op: ir.Operation) -> None:
@@ -54,6 +56,9 @@ def _lower(op: ir.Operation) -> None:
         out = nvvm.shfl_sync(value.type, i32(-1), value, i32(offset), i32(0x1F),
                              ir.Attribute.parse("#nvvm<shfl_kind bfly>"))
         replace(op, [out])
+    elif name == "fa4.vote_any":
+        i1 = ir.IntegerType.get_signless(1)
+        replace(op, [nvvm.vote_sync(i1, i32(-1), op.operands[0], nvvm.VoteSyncKind.any)])
     elif name == "fa4.sync_threads":
         nvvm.barrier0()
         op.erase()

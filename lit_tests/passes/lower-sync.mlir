@@ -182,3 +182,22 @@ module attributes {gpu.container_module} {
     }
   }
 }
+
+// -----
+
+// vote_any: vote.sync.any over the full warp (mask -1); the result replaces the fa4 value.
+// CHECK-LABEL: llvm.func @vote
+// CHECK-SAME: (%[[P:[^:]+]]: i1, %[[A:[^:]+]]: i32, %[[B:[^:]+]]: i32)
+// CHECK: %[[MASK:.*]] = arith.constant -1 : i32
+// CHECK: %[[ANY:.*]] = nvvm.vote.sync any %[[MASK]], %[[P]] -> i1
+// CHECK: arith.select %[[ANY]], %[[A]], %[[B]]
+// CHECK-NOT: fa4.vote_any
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_100a", features = "+ptx86">] {
+    llvm.func @vote(%p: i1, %a: i32, %b: i32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      %any = "fa4.vote_any"(%p) : (i1) -> i1
+      %r = arith.select %any, %a, %b : i32
+      llvm.return
+    }
+  }
+}

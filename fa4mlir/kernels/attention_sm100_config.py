@@ -1,0 +1,255 @@
+"""FA4Config: the tile, stage, tensor-memory and shared-memory plan of the sm_100a attention kernel.
+
+MLIR-free (the host side and the tests import it). One CTA owns two Q tiles of MMA_M = 128 rows
+(BM = 256 query rows of one head); both tiles stream the same K/V blocks of BN keys.
+
+Tensor memory (128 lanes x 512 columns of 32 bits; row r of a Q tile lives in lane r):
+
+    S0 = 0        S1 = BN              f32 scores of tile 0 / 1            (BN columns each)
+    O0 = 2 BN     O1 = 2 BN + Dv_pad   f32 output accumulators             (Dv_pad columns each)
+    P_i = S_i + BN / 2                 bf16/f16 probabilities, two per column (BN / 2 columns):
+                                       they overlay the upper half of S_i, which the softmax has
+                                       read into registers before it writes P_i
+    C_i = S_i                          the correction columns (NUM_C_COLS: the O rescale factor
+                                       per block, then the final row sum and scaled row max); the
+                                       lower half of S_i, free once S_i is in registers
+
+P_i and C_i alias S_i: the next S_i MMA may only overwrite them after P_i was read by O_i += P_i V
+and C_i by the correction warpgroup. The MMA warp issues S_i(n+1) after O_i += P_i V(n) (tcgen05
+MMAs of one thread execute in issue order), and it issues that only after the correction released
+O_i, i.e. after it read C_i. The allocation is `tmem_used` rounded up to a power of two.
+
+Shared memory: Q0 and Q1 (each MMA_M x Dqk_pad), a ring of `num_kv_stages` K tiles (BN x Dqk_pad)
+and one of V tiles (BN x Dv_pad), all 128B-swizzled in 64-column chunks; the mbarriers of the
+pipelines; the 16-byte TMEM address slot. The epilogue writes O_i into Q_i's tile (Dv <= Dqk).
+
+Roles (16 warps): softmax0 = warps 0-3, softmax1 = 4-7, correction = 8-11, mma = 12, load = 13
+(warps 14-15 idle), with setmaxnreg budgets softmax 192, correction 80, other 48: 2 x 192 + 80 +
+48 = 512 registers per thread-of-a-warpgroup = the 64K register file.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+KERNEL = "attention_fwd_sm100"
+DTYPES = ("bf16", "f16")
+ELEM_BYTES = 2
+MMA_M = 128                     # rows of one Q tile = TMEM lanes; tcgen05.mma cta_group::1 M
+NUM_Q_TILES = 2
+MMA_K = 16                      # K of one tcgen05.mma kind::f16
+SWIZZLE_BYTES = 128
+CHUNK = SWIZZLE_BYTES // ELEM_BYTES   # 64 columns per 128-byte swizzle row
+TMEM_COLUMNS = 512
+SMEM_CARVEOUT = 232448 - 1024   # sm_100a: 227 KiB per CTA less 1 KiB the driver reserves
+MBARRIER_BYTES = 8
+TMEM_SLOT_BYTES = 16
+NUM_C_COLS = 2                  # correction columns per tile: [alpha | row sum, scaled row max]
+MAX_KV_STAGES = 4
+ROLES = (  # name, first warp, warps, setmaxnreg
+    ("softmax0", 0, 4, 192),
+    ("softmax1", 4, 4, 192),
+    ("correction", 8, 4, 80),
+    ("mma", 12, 1, 48),
+    ("load", 13, 1, 48),
+)
+NUM_THREADS = 512
+# pipelines: name -> stages (kv stages filled in per config). q, k, v: TMA -> mma; s_i: mma ->
+# softmax_i; p_i: softmax_i -> mma; o_i: mma -> correction; c_i: softmax_i -> correction.
+FIXED_PIPES = ("q", "s0", "s1", "p0", "p1", "o0", "o1", "c0", "c1")
+
+
+def _pad(x: int, to: int) -> int:
+    return (x + to - 1) // to * to
+
+
+def _pow2_at_least(x: int, lo: int = 32) -> int:
+    n = lo
+    while n < x:
+        n *= 2
+    return n
+
+
+@dataclass(frozen=True)
+class FA4Config:
+    dtype: str = "bf16"
+    qk_depth: int = 128            # head dim of Q and K
+    ov_depth: int = 128            # head dim of V and O (MLA: 128 with qk_depth 192)
+    num_q_heads: int = 16
+    num_kv_heads: int = 16         # GQA: num_q_heads is a multiple of it (group = the ratio)
+    causal: bool = False           # bottom-right aligned, as FlashAttention 2+
+    fuse_gqa: bool = False         # pack `group` heads into one Q tile: not implemented
+    BN: int = 128                  # keys per K/V block
+    num_kv_stages: int = 0         # K and V ring depth; 0 = as many as SMEM holds (<= MAX_KV_STAGES)
+    num_qk_stages: int = 1         # K split along the head dim into this many pipeline stages
+    num_pv_stages: int = 1         # P.V split along the keys into this many pipeline stages
+    swizzle: int = SWIZZLE_BYTES
+    rescale_threshold: float = 8.0  # lazy rescale (log2 units); 0 = rescale O every block
+    exp2_poly_stride: int = 4       # 1 in this many exp2 on the FMA pipes; 0 = all on the SFU
+
+    # ---- derived tiles ----------------------------------------------------------------------
+    @property
+    def BM(self) -> int:           # noqa: N802  (the reference documents' names)
+        return NUM_Q_TILES * MMA_M
+
+    @property
+    def MMA_M(self) -> int:        # noqa: N802
+        return MMA_M
+
+    @property
+    def BK0(self) -> int:          # noqa: N802
+        """Head-dim columns of one Q/K SMEM chunk (one 128-byte swizzle row)."""
+        return CHUNK
+
+    @property
+    def BK1(self) -> int:          # noqa: N802
+        """Keys of one P.V pipeline stage (the K extent of O += P V per stage)."""
+        return self.BN // self.num_pv_stages
+
+    @property
+    def padded_qk_depth(self) -> int:
+        return _pad(self.qk_depth, CHUNK)
+
+    @property
+    def padded_ov_depth(self) -> int:
+        return _pad(self.ov_depth, CHUNK)
+
+    @property
+    def group(self) -> int:
+        return self.num_q_heads // self.num_kv_heads if self.num_kv_heads else 0
+
+    @property
+    def kv_stages(self) -> int:
+        """`num_kv_stages`, or the deepest ring that fits when it is 0."""
+        if self.num_kv_stages:
+            return self.num_kv_stages
+        for stages in range(MAX_KV_STAGES, 0, -1):
+            if self._smem_total(stages) <= SMEM_CARVEOUT:
+                return stages
+        return 1
+
+    # ---- tensor memory plan -----------------------------------------------------------------
+    def tmem_plan(self) -> dict:
+        s0, s1 = 0, self.BN
+        o0 = 2 * self.BN
+        o1 = o0 + self.padded_ov_depth
+        used = o1 + self.padded_ov_depth
+        return {"S0": s0, "S1": s1, "O0": o0, "O1": o1, "P0": s0 + self.BN // 2, "P1": s1 + self.BN // 2,
+                "C0": s0, "C1": s1, "used": used, "alloc": _pow2_at_least(used)}
+
+    @property
+    def tmem_used(self) -> int:
+        return self.tmem_plan()["used"]
+
+    # ---- shared memory plan -----------------------------------------------------------------
+    def _tiles(self, stages: int) -> dict:
+        q = MMA_M * self.padded_qk_depth * ELEM_BYTES
+        k = self.BN * self.padded_qk_depth * ELEM_BYTES
+        v = self.BN * self.padded_ov_depth * ELEM_BYTES
+        barriers = 2 * (len(FIXED_PIPES) + 2 * stages) * MBARRIER_BYTES
+        return {"q_tile": q, "k_tile": k, "v_tile": v, "q": NUM_Q_TILES * q, "k": stages * k, "v": stages * v,
+                "barriers": barriers, "tmem_slot": TMEM_SLOT_BYTES}
+
+    def _smem_total(self, stages: int) -> int:
+        t = self._tiles(stages)
+        return t["q"] + t["k"] + t["v"] + t["barriers"] + t["tmem_slot"]
+
+    def smem_plan(self) -> dict:
+        """Byte sizes of every SMEM region and their total (tiles are 1024-byte multiples, so the
+        1024-aligned tiles pack without padding; barriers and the slot follow)."""
+        stages = self.kv_stages
+        plan = self._tiles(stages)
+        plan["stages"] = stages
+        plan["total"] = self._smem_total(stages)
+        return plan
+
+    @property
+    def smem_used(self) -> int:
+        return self.smem_plan()["total"]
+
+    # ---- support ----------------------------------------------------------------------------
+    def supported(self) -> tuple[bool, str]:
+        """(True, "") when the kernel can be built for this config, else (False, the reason)."""
+        if self.dtype not in DTYPES:
+            return False, f"dtype {self.dtype!r}: the kernel takes {DTYPES} (tcgen05.mma kind::f16)"
+        for name in ("qk_depth", "ov_depth"):
+            d = getattr(self, name)
+            if d < 16 or d % 16:
+                return False, f"{name}={d}: head dims are multiples of 16 (one MMA K step)"
+        if self.ov_depth > self.qk_depth:
+            return False, (f"ov_depth={self.ov_depth} > qk_depth={self.qk_depth}: the epilogue stages O in "
+                           f"Q's SMEM tile")
+        if self.padded_ov_depth > 256:
+            return False, f"ov_depth={self.ov_depth}: O += P V is one MMA of N = {self.padded_ov_depth} > 256"
+        if self.num_q_heads < 1 or self.num_kv_heads < 1 or self.num_q_heads % self.num_kv_heads:
+            return False, (f"num_q_heads={self.num_q_heads} must be a positive multiple of num_kv_heads="
+                           f"{self.num_kv_heads} (GQA/MQA)")
+        if self.fuse_gqa:
+            return False, "fuse_gqa (several heads in one Q tile) is not implemented; each CTA takes one head"
+        if self.BN % 32 or not 32 <= self.BN <= 256:
+            return False, f"BN={self.BN}: a multiple of 32 in [32, 256] (S = Q K^T is one MMA of N = BN)"
+        if self.num_qk_stages != 1 or self.num_pv_stages != 1:
+            return False, (f"num_qk_stages={self.num_qk_stages}, num_pv_stages={self.num_pv_stages}: only 1 "
+                           f"and 1 are implemented (whole K and V tiles per pipeline stage)")
+        if self.swizzle != SWIZZLE_BYTES:
+            return False, f"swizzle={self.swizzle}: only the 128-byte swizzle is implemented"
+        if self.exp2_poly_stride < 0 or self.exp2_poly_stride == 1:
+            return False, f"exp2_poly_stride={self.exp2_poly_stride}: 0 (SFU only) or >= 2"
+        if self.rescale_threshold < 0:
+            return False, f"rescale_threshold={self.rescale_threshold} must be >= 0"
+        if self.num_kv_stages < 0:
+            return False, f"num_kv_stages={self.num_kv_stages} must be >= 0 (0 = as many as fit)"
+        tm = self.tmem_plan()
+        if tm["used"] > TMEM_COLUMNS:
+            return False, (f"TMEM: S0 + S1 ({2 * self.BN}) + O0 + O1 ({2 * self.padded_ov_depth}) = {tm['used']} "
+                           f"columns > {TMEM_COLUMNS}; two Q tiles of head dim {self.ov_depth} do not fit (a smaller BN "
+                           f"only helps while O0 + O1 < {TMEM_COLUMNS})")
+        if NUM_C_COLS > self.BN // 2:
+            return False, f"BN={self.BN}: the {NUM_C_COLS} correction columns must fit below P in S"
+        total = self.smem_used
+        if total > SMEM_CARVEOUT:
+            return False, (f"SMEM: {total} bytes with {self.kv_stages} K/V stage(s) > the sm_100a carve-out "
+                           f"{SMEM_CARVEOUT}")
+        return True, ""
+
+    def validate(self) -> "FA4Config":
+        ok, why = self.supported()
+        if not ok:
+            raise ValueError(f"FA4Config not supported: {why}")
+        return self
+
+    def description(self) -> str:
+        tm, sm = self.tmem_plan(), self.smem_plan()
+        tmem = " ".join(f"{k}={tm[k]}" for k in ("S0", "S1", "O0", "O1", "P0", "P1", "C0", "C1"))
+        return (f"FA4Config {self.dtype} qk{self.qk_depth}/ov{self.ov_depth} heads {self.num_q_heads}/"
+                f"{self.num_kv_heads} (group {self.group}){' causal' if self.causal else ''} "
+                f"BM={self.BM} (2x{MMA_M}) BN={self.BN} BK0={self.BK0} BK1={self.BK1} "
+                f"stages kv={sm['stages']} qk={self.num_qk_stages} pv={self.num_pv_stages} | "
+                f"TMEM {tmem} used {tm['used']}/{TMEM_COLUMNS} alloc {tm['alloc']} | "
+                f"SMEM {sm['total']}/{SMEM_CARVEOUT} B | swizzle {self.swizzle}B | "
+                f"exp2 poly 1/{self.exp2_poly_stride or 'none'} | rescale threshold {self.rescale_threshold}")
+
+    def key(self) -> dict:
+        return {"kernel": KERNEL, **asdict(self)}
+
+
+def grid(config: dict, batch: int, heads: int, seqlen_q: int) -> tuple[int, int, int]:
+    """One CTA per (two Q tiles = 256 query rows, head, batch)."""
+    bm = NUM_Q_TILES * MMA_M
+    return ((seqlen_q + bm - 1) // bm, heads, batch)
+
+
+def launch_args(q, k, v, o, lse, seqlen_q: int, seqlen_k: int, softmax_scale: float) -> list:
+    """Parameters in order: TMA tensors q, k, v, o ([B, S, H, D]), the LSE pointer (float32 [B, H, Sq]),
+    seqlen_q, seqlen_k, softmax_scale * log2(e). The GQA group is compiled in (FA4Config.group)."""
+    from .attention_sm90_config import LOG2E
+    return [q, k, v, o, lse, int(seqlen_q), int(seqlen_k), float(softmax_scale) * LOG2E]
+
+
+def configs() -> list[FA4Config]:
+    """The configs the kernel ships for (compiled and checked deviceless in CI)."""
+    return [FA4Config(dtype=dt, qk_depth=d, ov_depth=d, causal=c, num_q_heads=16, num_kv_heads=kv)
+            for dt in DTYPES for d in (64, 128) for c in (False, True) for kv in (16, 4)
+            if (dt, kv) != ("f16", 4)]
+
+
+__all__ = ["FA4Config", "grid", "launch_args", "configs", "KERNEL", "ROLES", "TMEM_COLUMNS", "SMEM_CARVEOUT"]
