@@ -181,3 +181,34 @@ def run_with_timeout(cmd: list[str], timeout_s: float, **kw) -> subprocess.Compl
 if __name__ == "__main__":
     print(gpu_available())
     sys.exit(0)
+
+
+def find_nvdisasm() -> str | None:
+    """nvdisasm from PATH or the nvidia-cuda-nvdisasm wheel, or None."""
+    import os
+    import shutil
+    from pathlib import Path
+    found = shutil.which("nvdisasm")
+    if found:
+        return found
+    try:
+        import nvidia
+    except ImportError:
+        return None
+    for root in nvidia.__path__:
+        for path in sorted(Path(root).rglob("nvdisasm")):
+            if path.is_file() and os.access(path, os.X_OK):
+                return str(path)
+    return None
+
+
+def disassemble(cubin: bytes) -> str:
+    """The SASS of a cubin (nvdisasm -c); FileNotFoundError when nvdisasm is missing."""
+    import tempfile
+    tool = find_nvdisasm()
+    if tool is None:
+        raise FileNotFoundError("nvdisasm is not installed (pip install nvidia-cuda-nvdisasm)")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([tool, "-c", f.name], check=True, capture_output=True, text=True).stdout

@@ -1,11 +1,5 @@
 """The sm_100a GEMM compiles to a cubin without a Blackwell GPU: nvJitLink accepts it with 0 spills,
 SMEM and TMEM fit, and its SASS holds the tcgen05 / TMA instructions (read with nvdisasm)."""
-import glob
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 
 import pytest
 
@@ -13,17 +7,9 @@ from fa4mlir import lowering
 from fa4mlir.kernels import gemm_sm100
 from fa4mlir.passes.plan_smem import SMEM_LIMIT
 from fa4mlir.passes.plan_tmem import TMEM_COLUMNS
+from fa4mlir.testing import disassemble, find_nvdisasm
 
 CONFIGS = [gemm_sm100.GemmConfig(), gemm_sm100.GemmConfig(dtype="f16", bn=128, stages=6)]
-
-
-def _nvdisasm() -> str | None:
-    found = shutil.which("nvdisasm")
-    if found:
-        return found
-    hits = glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "nvidia", "**", "bin", "nvdisasm"),
-                     recursive=True)
-    return hits[0] if hits else None
 
 
 @pytest.fixture(scope="module", params=CONFIGS, ids=lambda c: f"{c.dtype}-bn{c.bn}-s{c.stages}")
@@ -44,13 +30,9 @@ def test_compiles_without_spills(artifact):
 
 
 def test_sass_has_tcgen05_and_tma(artifact):
-    nvdisasm = _nvdisasm()
-    if nvdisasm is None:
+    if find_nvdisasm() is None:
         pytest.skip("nvdisasm is not installed (pip install nvidia-cuda-nvdisasm): cannot read the SASS")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(artifact.cubin)
-        f.flush()
-        sass = subprocess.run([nvdisasm, "-c", f.name], check=True, capture_output=True, text=True).stdout
+    sass = disassemble(artifact.cubin)
     count = lambda op: sum(1 for line in sass.splitlines() if f" {op}" in line)  # noqa: E731
     bk, bn = artifact.config["bk"], artifact.config["bn"]
     assert count("UTCHMMA") == bk // gemm_sm100.MMA_K, "one tcgen05.mma per K step of a stage"

@@ -1,0 +1,229 @@
+"""The sm_100a FlashAttention-4 forward kernel, proven without a Blackwell GPU.
+
+* FA4Config: the TMEM and SMEM plans at head dims 64, 128, 192/128 (MLA) and 256 (refused, with
+  the reason), supported()'s reasons, description(), hashing and the cache key.
+* Every shipped config (attention_sm100_config.configs()) compiles to an sm_100a cubin with the
+  whole-program ptxas: 0 spills, no stack, setmaxnreg honoured with the role table's budgets
+  (softmax 192, correction 80, load/mma 48; read back from the SASS), SMEM = the config's plan,
+  512 TMEM columns. nvJitLink accepts the same PTX but drops setmaxnreg (C7504), so its cubin
+  spills: the test records that, and the kernel ships with ptxas (like the sm_90a one).
+* The SASS (nvdisasm) holds the tcgen05 MMAs (UTCHMMA: qk/16 per S and BN/16 per P.V, 4 GEMMs per
+  KV block in the loop), TMEM loads/stores (LDTM/STTM), TMA loads and stores, tcgen05.commit
+  (UTCBAR) and the TMEM allocator.
+* fa4-verify-pipelines accepts the kernel, and rejects it when any one commit is removed.
+sm_100a numerics cannot run here (tests/gpu/test_attention_sm100.py skips on other GPUs).
+"""
+import dataclasses
+import re
+import time
+
+import pytest
+
+from fa4mlir import lowering
+from fa4mlir.kernels import attention_fwd_sm100 as k100
+from fa4mlir.kernels.attention_sm100_config import (FA4Config, MMA_M, ROLES, SMEM_CARVEOUT, TMEM_COLUMNS,
+                                                   configs, grid, launch_args)
+from fa4mlir.passes import registry
+from fa4mlir.passes._util import PassError, attr, ops_named
+
+from fa4mlir.testing import disassemble, find_nvdisasm
+
+
+# ---- FA4Config plans ---------------------------------------------------------------------------------
+def test_plan_head_dim_128():
+    c = FA4Config(qk_depth=128, ov_depth=128)
+    assert c.supported() == (True, "")
+    tm = c.tmem_plan()
+    assert (tm["S0"], tm["S1"], tm["O0"], tm["O1"]) == (0, 128, 256, 384)
+    assert (tm["P0"], tm["P1"]) == (64, 192)            # P over the upper half of S (bf16: BN/2 columns)
+    assert (tm["C0"], tm["C1"]) == (0, 128)             # correction columns in the lower half
+    assert tm["used"] == 512 == tm["alloc"] == TMEM_COLUMNS
+    sm = c.smem_plan()
+    assert sm["q"] == 2 * 128 * 128 * 2 and sm["k_tile"] == sm["v_tile"] == 128 * 128 * 2
+    assert sm["stages"] == 2                            # a third K+V stage (64 KiB) would not fit
+    assert sm["total"] == 65536 + 2 * 65536 + 2 * (9 + 4) * 8 + 16 <= SMEM_CARVEOUT
+    assert (c.BM, c.MMA_M, c.BN, c.BK0, c.BK1) == (256, 128, 128, 64, 128)
+
+
+def test_plan_head_dim_64():
+    c = FA4Config(qk_depth=64, ov_depth=64, num_q_heads=8, num_kv_heads=2)
+    tm = c.tmem_plan()
+    assert (tm["O0"], tm["O1"], tm["used"], tm["alloc"]) == (256, 320, 384, 512)
+    sm = c.smem_plan()
+    assert sm["stages"] == 4 and sm["total"] == 32768 + 4 * 32768 + 2 * (9 + 8) * 8 + 16
+    assert c.group == 4 and c.supported()[0]
+
+
+def test_plan_mla_192_128():
+    c = FA4Config(qk_depth=192, ov_depth=128)
+    assert c.supported() == (True, "")
+    assert (c.padded_qk_depth, c.padded_ov_depth) == (192, 128)
+    tm = c.tmem_plan()
+    assert (tm["O0"], tm["O1"], tm["used"]) == (256, 384, 512)
+    sm = c.smem_plan()
+    assert sm["q_tile"] == 128 * 192 * 2 and sm["k_tile"] == 128 * 192 * 2 and sm["v_tile"] == 128 * 128 * 2
+    assert sm["stages"] == 1 and sm["total"] <= SMEM_CARVEOUT < c._smem_total(2)
+
+
+def test_plan_head_dim_256_is_refused_with_the_reason():
+    ok, why = FA4Config(qk_depth=256, ov_depth=256).supported()
+    assert not ok and "768 columns > 512" in why
+    with pytest.raises(ValueError, match="TMEM"):
+        FA4Config(qk_depth=256, ov_depth=256).validate()
+
+
+@pytest.mark.parametrize("kw,reason", [
+    (dict(dtype="f32"), "dtype"),
+    (dict(qk_depth=72), "multiples of 16"),
+    (dict(qk_depth=64, ov_depth=128), "ov_depth=128 > qk_depth=64"),
+    (dict(num_q_heads=6, num_kv_heads=4), "multiple of num_kv_heads"),
+    (dict(fuse_gqa=True), "fuse_gqa"),
+    (dict(BN=48), "BN=48"),
+    (dict(num_pv_stages=2), "num_pv_stages=2"),
+    (dict(swizzle=64), "128-byte swizzle"),
+    (dict(exp2_poly_stride=1), "exp2_poly_stride"),
+    (dict(num_kv_stages=3), "SMEM"),                    # 64 KiB Q + 3 x 64 KiB K/V > 227 KiB
+    (dict(BN=256, qk_depth=64, ov_depth=64), "TMEM"),   # S0 + S1 = 512 already
+])
+def test_supported_gives_reasons(kw, reason):
+    ok, why = FA4Config(**kw).supported()
+    assert not ok and reason in why, why
+
+
+def test_config_is_frozen_hashable_and_keyed():
+    a, b = FA4Config(), FA4Config()
+    assert a == b and hash(a) == hash(b) and len({a, b, FA4Config(causal=True)}) == 2
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.BN = 64
+    assert a.key()["kernel"] == "attention_fwd_sm100" and a.key() != FA4Config(num_kv_heads=4).key()
+    d = FA4Config(causal=True, num_kv_heads=4).description()
+    for part in ("qk128/ov128", "group 4", "causal", "BM=256", "S1=128", "O1=384", "P0=64", "used 512/512",
+                 "SMEM 196832/231424"):
+        assert part in d, d
+
+
+def test_launch_contract():
+    assert grid({}, 2, 16, 1000) == (4, 16, 2)           # ceil(1000 / 256) CTAs of two Q tiles
+    args = launch_args("q", "k", "v", "o", "lse", 1000, 2000, 0.125)
+    assert args[:7] == ["q", "k", "v", "o", "lse", 1000, 2000] and args[7] == pytest.approx(0.125 * 1.4426950408889634)
+
+
+# ---- compiled kernels --------------------------------------------------------------------------------
+needs_ptxas = pytest.mark.skipif(lowering.find_ptxas() is None,
+                                 reason="no ptxas (pip install nvidia-cuda-nvcc): the sm_100a kernel compiles with it")
+_BUILT: dict = {}
+
+
+def compiled(cfg: FA4Config, backend: str = "ptxas"):
+    if (cfg, backend) not in _BUILT:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("FA4MLIR_CUBIN_BACKEND", backend)
+            mp.delenv("FA4MLIR_DEBUG", raising=False)
+            t0 = time.perf_counter()
+            art = lowering.compile_kernel(k100.build(cfg), key="test-sm100-attention")
+            seconds = time.perf_counter() - t0
+        _BUILT[(cfg, backend)] = (art, seconds)
+    return _BUILT[(cfg, backend)]
+
+
+def sass_of(art) -> str:
+    if find_nvdisasm() is None:
+        pytest.skip("nvdisasm is not installed (pip install nvidia-cuda-nvdisasm): cannot read the SASS")
+    return disassemble(art.cubin)
+
+
+def _id(c: FA4Config) -> str:
+    return f"{c.dtype}-d{c.qk_depth}-g{c.group}{'-causal' if c.causal else ''}"
+
+
+@needs_ptxas
+@pytest.mark.parametrize("cfg", configs(), ids=_id)
+def test_compiles_with_zero_spills_and_the_role_budgets(cfg):
+    art, seconds = compiled(cfg)
+    r = art.resources
+    print(f"{art.name}: {r['registers']} regs at entry, spills {r['spill_stores']}/{r['spill_loads']}, "
+          f"SMEM {art.smem_bytes} B, TMEM {r['tmem_cols']} cols, compile {seconds:.1f} s")
+    assert art.arch == "sm_100a" and art.cubin[:4] == b"\x7fELF"
+    assert r["spill_stores"] == r["spill_loads"] == r["stack_bytes"] == 0, r
+    assert not r["setmaxnreg_ignored"]
+    assert r["registers"] == 65536 // 512                # the entry budget; roles move it with setmaxnreg
+    assert r["tmem_cols"] == cfg.tmem_plan()["alloc"] == TMEM_COLUMNS
+    assert r["threads"] == 512
+    # SMEM: the plan's tiles and barriers (placed 1024-aligned, slot and barriers after the tiles)
+    plan = cfg.smem_plan()
+    assert plan["total"] <= art.smem_bytes <= plan["total"] + 1024 <= SMEM_CARVEOUT + 1024
+    assert seconds < 60
+
+
+@needs_ptxas
+def test_sass_setmaxnreg_matches_the_role_table():
+    art, _ = compiled(configs()[0])
+    sass = sass_of(art)
+    got = sorted({int(v, 16) for v in re.findall(r"USETMAXREG\.\S+\s+(?:UP\d+,\s*)?(0x[0-9a-f]+)", sass)})
+    want = sorted({regs for _, _, _, regs in ROLES})
+    assert got == want, (got, want)                      # 48, 80, 192
+
+
+@needs_ptxas
+@pytest.mark.parametrize("cfg", [FA4Config(), FA4Config(qk_depth=64, ov_depth=64, causal=True, num_kv_heads=4)],
+                         ids=_id)
+def test_sass_holds_tcgen05_tmem_and_tma(cfg):
+    art, _ = compiled(cfg)
+    sass = sass_of(art)
+    count = lambda op: len(re.findall(rf"\b{op}\b", sass))  # noqa: E731
+    s_mmas, pv_mmas = cfg.padded_qk_depth // 16, cfg.BN // 16
+    # block 0 (S0, S1, P0 V0) + the loop (S0, P1 V, S1, P0 V) + the last P1 V
+    assert count("UTCHMMA") == (2 * s_mmas + pv_mmas) + (2 * s_mmas + 2 * pv_mmas) + pv_mmas
+    assert len(re.findall(r"UTCHMMA tmem\[", sass)) == 4 * pv_mmas, "P.V takes A (= P) from tensor memory"
+    assert count("UTCBAR") >= 14, "tcgen05.commit to s/o full and k/v/p/q empty"
+    assert count("LDTM") > 0 and count("STTM") > 0, "tcgen05.ld / tcgen05.st"
+    assert count("UTCATOMSWS") >= 2, "TMEM allocator: alloc and dealloc"
+    assert count("UTMALDG") >= 3 and count("UTMASTG") >= 1, "TMA loads of Q, K, V and stores of O"
+    assert count("VOTE") >= 1, "the correction's warp-uniform rescale test"
+    assert count("HGMMA") == 0
+    assert not re.search(r"\b(LDL|STL)\b", sass), "no local-memory spills"
+
+
+@needs_ptxas
+def test_nvjitlink_accepts_it_but_drops_setmaxnreg():
+    """The in-process nvJitLink (relocatable PTX compile) produces a cubin but ignores setmaxnreg
+    (C7504), so every role is held to the 128-register entry budget and the softmax spills: the
+    reason the kernel ships compiled by ptxas."""
+    art, _ = compiled(FA4Config(), backend="nvjitlink")
+    assert art.cubin[:4] == b"\x7fELF" and art.resources["setmaxnreg_ignored"]
+    assert art.resources["spill_stores"] > 0
+
+
+# ---- the pipeline verifier -------------------------------------------------------------------------
+def _verify(kir):
+    registry.run_passes(kir.module, ["fa4-verify-pipelines"])
+
+
+def test_verifier_accepts_the_kernel():
+    for cfg in (FA4Config(), FA4Config(causal=True, qk_depth=64, ov_depth=64)):
+        _verify(k100.build(cfg))
+
+
+def _commits(module):
+    return [op for op in ops_named(module.operation, "fa4.producer_commit", "fa4.mma_commit")]
+
+
+def test_verifier_rejects_any_one_commit_removed():
+    n = len(_commits(k100.build(FA4Config()).module))
+    assert n >= 20
+    for i in range(n):
+        kir = k100.build(FA4Config())
+        op = _commits(kir.module)[i]
+        pipe = attr(op, "pipe")
+        op.erase()
+        with pytest.raises(PassError, match=rf"pipeline '{pipe}'|'{pipe}'"):
+            _verify(kir)
+
+
+def test_role_table_fills_the_register_file():
+    per_group = {}
+    for _, first, n, regs in ROLES:
+        per_group.setdefault(first // 4, regs)
+        assert per_group[first // 4] == regs
+    assert sum(per_group.values()) * 128 == 65536
+    assert MMA_M == 128
