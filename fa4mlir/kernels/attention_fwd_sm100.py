@@ -310,6 +310,7 @@ def _softmax_role(kb, cfg, geo, pipes, tmem, i, scale_log2):
         parts = [Value(fa4_op("tmem_load", [s_addr + c], [("i32", S_LOAD_COLS)], num=S_LOAD_COLS).result)
                  for c in range(0, cfg.BN, S_LOAD_COLS)]
         fa4_op("tmem_wait", kind="ld")
+        kb.fence("tcgen05_before")
         s_pipe.consumer_release(s_st)
         s = [part.bitcast((f32, S_LOAD_COLS))[j] for part in parts for j in range(S_LOAD_COLS)]
         if masked:
@@ -385,6 +386,7 @@ def _correction_role(kb, cfg, geo, pipes, smem, tmem, o_desc, lse_ptr):
         kb.fence("tcgen05_after")
         v = Value(fa4_op("tmem_load", [c_addr[i]], [("i32", num)], num=num).result)
         fa4_op("tmem_wait", kind="ld")
+        kb.fence("tcgen05_before")
         cp[i].consumer_release(st)
         return v.bitcast(("f32", num))
 

@@ -34,7 +34,9 @@ DEFAULT_RESCALE_THRESHOLD = 8.0
 
 
 def exp2_poly(x: Value) -> Value:
-    """2**x for float32 x <= 0 on the FMA/ALU pipes (no SFU): see the module note."""
+    """2**x for float32 x < 128 on the FMA/ALU pipes (no SFU): see the module note. Softmax inputs
+    are <= 0, or <= the threshold under lazy rescale; the relative error is the same for every
+    integer part (it is p's error on the fraction)."""
     xc = dsl.fmax(x, EXP2_POLY_MIN_X)
     xi = dsl.floor(xc)
     f = xc - xi
