@@ -306,7 +306,8 @@ def check_device_context(ordinal: int | None, context_ordinal: int, capability: 
 
 def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: bool, where: str = "bundle") -> dict:
     """The bundle entry to run for (dtype, head_dim, causal). Among several (benchmark variants),
-    the one with default_config's tiles, then the ptxas-compiled one."""
+    the one with default_config's tiles, then default_config's softmax knobs (exp2_poly_stride,
+    rescale_threshold; absent in older bundles: the defaults), then the ptxas-compiled one."""
     # Match on config["kernel"]: entry names carry the config too (attention_fwd_sm90_bf16_d128_...).
     want = {"kernel": attn_cfg.KERNEL, "dtype": dtype, "head_dim": head_dim, "causal": bool(causal)}
     hits = [e for e in entries if e.get("arch") == ARCH
@@ -317,7 +318,9 @@ def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: boo
                           f"`python -m fa4mlir bundle --set attention`")
     default = attn_cfg.default_config(dtype, head_dim, causal)
     tiles = {k: getattr(default, k) for k in ("bm", "bn", "stages", "pingpong")}
+    knobs = {k: getattr(default, k) for k in ("exp2_poly_stride", "rescale_threshold")}
     for narrow in (lambda e: all(e["config"].get(k) == v for k, v in tiles.items()),
+                   lambda e: all(e["config"].get(k, v) == v for k, v in knobs.items()),
                    lambda e: e["config"].get("cubin_backend") == KERNEL_ENV["FA4MLIR_CUBIN_BACKEND"]):
         if len(hits) > 1 and any(narrow(e) for e in hits):
             hits = [e for e in hits if narrow(e)]

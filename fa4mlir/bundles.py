@@ -1,9 +1,12 @@
 """Named sets of kernel configs that `python -m fa4mlir bundle --set NAME` compiles into a bundle.
 
     gpu-tests   what tests/gpu needs (GEMM bf16/f16 on sm_90a, the sm_100a GEMM, the debug deadlock
-                kernel, and the attention set)
+                kernel, the attention set and the attention-fa4-pieces set)
     attention   the sm_90a attention forward kernel: default_config for every dtype x head_dim x
                 causal (12 kernels), compiled with ptxas (attention.KERNEL_ENV: honours setmaxnreg)
+    attention-fa4-pieces
+                the sm_90a attention kernel with FlashAttention-4's softmax pieces on (polynomial exp2
+                for 1 in 4 exps, lazy rescale at 8): bf16 D128 full and causal, f16 D64 causal
     bench       the GEMM variants the benchmark times against torch.matmul
     sm90        the sm_90a GEMMs of gpu-tests and bench
     demo        the default GEMM of each arch and the D128 bf16 attention kernel (what `python -m fa4mlir` compiles)
@@ -31,6 +34,20 @@ def attention() -> list:
             for dtype in DTYPES for head_dim in HEAD_DIMS for causal in (False, True)]
 
 
+FA4_PIECES = dict(exp2_poly_stride=4, rescale_threshold=8.0)
+
+
+def attention_fa4_pieces() -> list:
+    """default_config's tiles with the polynomial exp2 and lazy rescale on (tests/gpu checks their
+    numerics; flash_attn_func never picks them while the default kernels are in the bundle)."""
+    from dataclasses import replace
+
+    from .attention import KERNEL_ENV
+    from .kernels.attention_sm90_config import KERNEL, default_config
+    cases = (("bf16", 128, False), ("bf16", 128, True), ("f16", 64, True))
+    return [(KERNEL, replace(default_config(*case), **FA4_PIECES).validate(), dict(KERNEL_ENV)) for case in cases]
+
+
 def demo() -> list:
     from .attention import KERNEL_ENV
     from .kernels.attention_sm90_config import KERNEL, default_config
@@ -38,7 +55,7 @@ def demo() -> list:
 
 
 def gpu_tests() -> list:
-    out = [_gemm90(dtype="bf16"), _gemm90(dtype="f16"), _gemm100()] + attention()
+    out = [_gemm90(dtype="bf16"), _gemm90(dtype="f16"), _gemm100()] + attention() + attention_fa4_pieces()
     try:
         deadlock = importlib.import_module("fa4mlir.kernels.deadlock_sm90")
         out += deadlock.bundle_entries()
@@ -58,7 +75,8 @@ def bench() -> list:
     return attention() + cfgs + [(*c, {"FA4MLIR_CUBIN_BACKEND": "ptxas"}) for c in cfgs]
 
 
-SETS = {"demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention}
+SETS = {"demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
+        "attention-fa4-pieces": attention_fa4_pieces}
 
 
 def configs(names: list[str]) -> list:

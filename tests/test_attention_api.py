@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -337,6 +338,25 @@ def test_select_prefers_default_tiles_then_ptxas():
     assert select_entry(only_variants, "bf16", 128, False)["key"].startswith("nvjit")
 
 
+def test_select_prefers_default_softmax_knobs():
+    """The attention-fa4-pieces variants (same tiles) sit next to the defaults in the gpu-tests
+    bundle: flash_attn_func runs the default; older bundles' entries lack the knobs (= defaults)."""
+    pieces = dict(exp2_poly_stride=4, rescale_threshold=8.0)
+    variants = [entry(key="poly", exp2_poly_stride=4), entry(key="lazy", rescale_threshold=8.0),
+                entry(key="both", **pieces)]
+    assert select_entry(variants + [entry(key="default")], "bf16", 128, False)["key"].startswith("default")
+    assert select_entry([entry(key="default")] + variants, "bf16", 128, False)["key"].startswith("default")
+    old = entry(key="old")
+    for knob in pieces:
+        del old["config"][knob]
+    assert select_entry(variants + [old], "bf16", 128, False)["key"].startswith("old")
+    # only a variant: it is what there is
+    assert select_entry([entry(key="both", **pieces)], "bf16", 128, False)["key"].startswith("both")
+    # default tiles still come first: a default-knob entry with other tiles loses to a variant
+    assert select_entry([entry(key="bn64", bn=64), entry(key="both", **pieces)], "bf16", 128,
+                        False)["key"].startswith("both")
+
+
 def test_select_none_says_how_to_rebuild():
     raises(LookupError, ["no attention_fwd_sm90 (sm_90a) kernel", "dtype=f16, head_dim=256, causal=True",
                          "--set attention"], select_entry, [entry()], "f16", 256, True)
@@ -387,11 +407,60 @@ def test_attention_bundle_set():
         assert env_over == {"FA4MLIR_CUBIN_BACKEND": "ptxas"}
 
 
+def test_attention_fa4_pieces_bundle_set():
+    entries = bundles.SETS["attention-fa4-pieces"]()
+    assert [(c.dtype, c.head_dim, c.causal) for _, c, _ in entries] == [
+        ("bf16", 128, False), ("bf16", 128, True), ("f16", 64, True)]
+    for name, cfg, env_over in entries:
+        assert name == "attention_fwd_sm90"
+        assert (cfg.exp2_poly_stride, cfg.rescale_threshold) == (4, 8.0)
+        assert replace(cfg, exp2_poly_stride=0, rescale_threshold=0.0) == \
+            acfg.default_config(cfg.dtype, cfg.head_dim, cfg.causal)
+        assert env_over == attention.KERNEL_ENV
+        # flash_attn_func keeps the default kernel when both are in a bundle
+        manifest = [{"name": name, "arch": "sm_90a", "key": key.ljust(64, "0"),
+                     "config": {**c.key(), "cubin_backend": "ptxas"}}
+                    for key, c in (("pieces", cfg), ("default", acfg.default_config(cfg.dtype, cfg.head_dim,
+                                                                                    cfg.causal)))]
+        assert select_entry(manifest, cfg.dtype, cfg.head_dim, cfg.causal)["key"].startswith("default")
+
+
 def test_gpu_tests_set_includes_attention():
     pytest.importorskip("fa4mlir.kernels.gemm_sm90", reason="the GEMM entries of gpu-tests need MLIR",
                         exc_type=ImportError)
     gpu = bundles.configs(["gpu-tests"])
     assert all(e in gpu for e in bundles.attention())
+    assert all(e in gpu for e in bundles.SETS["attention-fa4-pieces"]())
+
+
+@pytest.mark.parametrize("over, words", [
+    (dict(exp2_poly_stride=1), ["exp2_poly_stride", "got 1", "0 (hardware exp2 only)"]),
+    (dict(exp2_poly_stride=-2), ["exp2_poly_stride", "got -2"]),
+    (dict(exp2_poly_stride=True), ["exp2_poly_stride", "got True"]),
+    (dict(exp2_poly_stride=33), ["exp2_poly_stride", "bn / 4 = 32", "got 33"]),
+    (dict(exp2_poly_stride=4.0), ["exp2_poly_stride", "got 4.0"]),
+    (dict(rescale_threshold=-1.0), ["rescale_threshold", "[0, 15.0]", "got -1.0"]),
+    (dict(rescale_threshold=16.0), ["rescale_threshold", "fit f16", "got 16.0"]),
+    (dict(rescale_threshold=float("nan")), ["rescale_threshold", "got nan"]),
+    (dict(rescale_threshold="8"), ["rescale_threshold", "got '8'"]),
+], ids=["stride1", "stride-neg", "stride-bool", "stride-big", "stride-float", "thr-neg", "thr-big", "thr-nan",
+        "thr-str"])
+def test_softmax_knobs_are_validated(over, words):
+    raises(ValueError, words, acfg.AttnConfig(**over).validate)
+
+
+def test_softmax_knobs_name_the_kernel_only_when_set():
+    assert acfg.AttnConfig().name_suffix() == ""
+    assert acfg.AttnConfig(exp2_poly_stride=4).name_suffix() == "_poly4"
+    assert acfg.AttnConfig(rescale_threshold=8).name_suffix() == "_lazy8"
+    assert acfg.AttnConfig(exp2_poly_stride=2, rescale_threshold=7.5).name_suffix() == "_poly2_lazy7p5"
+    # names stay unique and valid PTX identifiers
+    assert acfg.AttnConfig(rescale_threshold=8.000001).name_suffix() == "_lazy8p000001"
+    assert acfg.AttnConfig(rescale_threshold=1e-5).name_suffix() == "_lazy1em05"
+    assert acfg.AttnConfig(rescale_threshold=8 + 2**-40).name_suffix() != "_lazy8"
+    # 8 and 8.0 are one kernel: one key
+    assert acfg.AttnConfig(rescale_threshold=8).key() == acfg.AttnConfig(rescale_threshold=8.0).key()
+    assert acfg.AttnConfig(rescale_threshold=8).key()["rescale_threshold"] == 8.0
 
 
 def test_env_defaults_keep_user_settings(monkeypatch):

@@ -1,5 +1,6 @@
 """The sm_90a attention forward kernel, compiled here (no GPU) for every entry of the 'attention'
-bundle set with that entry's environment (whole-program ptxas), keeps its promises:
+and 'attention-fa4-pieces' bundle sets with that entry's environment (whole-program ptxas), keeps
+its promises:
 
 * no spills and no stack frame; setmaxnreg honoured (ptxas did not drop it, C7504) and the PTX
   moves the producer to `load_regs` and the consumers to `mma_regs`;
@@ -8,11 +9,16 @@ bundle set with that entry's environment (whole-program ptxas), keeps its promis
 * P.V takes P from registers: each `fa4.mma` with a_source="regs" is one
   wgmma.mma_async.m64n{D}k16 with four A registers and imm-trans-b 1 (V is MN-major), and the
   SASS holds them as HGMMA R, R, gdesc.tnspB with no local-memory traffic;
-* the kernel's parameters are the launch contract attention_sm90_config.launch_args fills.
+* the kernel's parameters are the launch contract attention_sm90_config.launch_args fills;
+* FlashAttention-4's softmax pieces appear only where the config asks for them: with
+  exp2_poly_stride k, 1 in k of the softmax's exp2 leave the SFU (fewer ex2.approx than the same
+  config without the polynomial, one cvt.rmi floor for each that left); with rescale_threshold > 0,
+  O's rescale sits behind a vote.sync.any. The default kernels have neither.
 
 Compiles go through lowering.compile_kernel (no kernel cache); the stage dumps land in a
-temporary directory. About 2 s per config, 20-25 s for the file.
+temporary directory. About 2 s per config, 35-40 s for the file.
 """
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -27,7 +33,8 @@ from fa4mlir.passes._util import attr, ops_named
 from fa4mlir.passes.plan_smem import MBARRIER_BYTES, SMEM_LIMIT
 from fa4mlir.runtime import DTYPES, TensorInfo, tma_encoding
 
-ENTRIES = bundles.SETS["attention"]()
+ENTRIES = bundles.SETS["attention"]() + bundles.SETS["attention-fa4-pieces"]()
+PIECES = [i for i, (_, cfg, _) in enumerate(ENTRIES) if cfg.exp2_poly_stride or cfg.rescale_threshold]
 WGMMA_K = 16
 # The launch contract (attention_sm90_config.launch_args): (name, kind) in PTX order.
 PARAMS = [("q", "tma"), ("k", "tma"), ("v", "tma"), ("o", "tma"), ("lse", "ptr"), ("seqlen_q", "i32"),
@@ -52,11 +59,13 @@ class Compiled:
 _COMPILED: dict = {}
 
 
-def compile_entry(index: int, tmp_path_factory) -> Compiled:
-    """Build and lower ENTRIES[index] under its environment overrides (once per session)."""
+def compile_entry(entry: tuple, tmp_path_factory) -> Compiled:
+    """Build and lower a bundle entry (name, config, env) under its environment overrides (once per
+    session)."""
+    name, cfg, env_over = entry
+    index = (name, cfg, tuple(sorted(env_over.items())))
     if index not in _COMPILED:
-        name, cfg, env_over = ENTRIES[index]
-        dump = tmp_path_factory.mktemp(f"attention-{index}")
+        dump = tmp_path_factory.mktemp("attention")
         with pytest.MonkeyPatch.context() as mp:
             for var, value in env_over.items():
                 mp.setenv(var, value)
@@ -66,7 +75,7 @@ def compile_entry(index: int, tmp_path_factory) -> Compiled:
             fa4_ir = kir.module.operation
             num_regs_mma = sum(attr(op, "a_source") == "regs" for op in ops_named(fa4_ir, "fa4.mma"))
             pipe_stages = [attr(op, "num_stages") for op in ops_named(fa4_ir, "fa4.pipeline")]
-            art = lowering.compile_kernel(kir, key=f"test-attention-{index}")
+            art = lowering.compile_kernel(kir, key=f"test-{kir.name}")
         (ptx_path,) = Path(dump).glob("*/*-ptx.ptx")
         _COMPILED[index] = Compiled(cfg, art.resources, art.smem_bytes, art.params, art.cubin,
                                     ptx_path.read_text(), num_regs_mma, pipe_stages)
@@ -75,12 +84,12 @@ def compile_entry(index: int, tmp_path_factory) -> Compiled:
 
 def _id(entry) -> str:
     _, cfg, _ = entry
-    return f"{cfg.dtype}-d{cfg.head_dim}-{'causal' if cfg.causal else 'full'}"
+    return f"{cfg.dtype}-d{cfg.head_dim}-{'causal' if cfg.causal else 'full'}{cfg.name_suffix()}"
 
 
 @pytest.fixture(scope="module", params=range(len(ENTRIES)), ids=[_id(e) for e in ENTRIES])
 def compiled(request, tmp_path_factory) -> Compiled:
-    return compile_entry(request.param, tmp_path_factory)
+    return compile_entry(ENTRIES[request.param], tmp_path_factory)
 
 
 def test_no_spills_and_no_stack(compiled):
@@ -161,7 +170,7 @@ def test_sass_holds_register_a_hgmma_and_no_local_memory(tmp_path, tmp_path_fact
     if tool is None:
         pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
     index = next(i for i, (_, c, _) in enumerate(ENTRIES) if (c.dtype, c.head_dim, c.causal) == ("bf16", 128, False))
-    c = compile_entry(index, tmp_path_factory)
+    c = compile_entry(ENTRIES[index], tmp_path_factory)
     cubin = tmp_path / "attention.cubin"
     cubin.write_bytes(c.cubin)
     sass = subprocess.run([tool, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
@@ -171,3 +180,69 @@ def test_sass_holds_register_a_hgmma_and_no_local_memory(tmp_path, tmp_path_fact
     assert re.search(rf"HGMMA\.64x{bn}x16\.F32\.BF16 R\d+, gdesc\[UR\d+\]", sass), "S = Q.K^T from SMEM"
     local = re.findall(r"\b(?:LDL|STL)\b[.\w]*", sass)
     assert not local, f"local-memory traffic in the SASS: {local[:5]}"
+
+
+# ---- FlashAttention-4's softmax pieces --------------------------------------------------------------
+def _count(pattern: str, ptx: str) -> int:
+    return len(re.findall(pattern, ptx))
+
+
+def test_default_kernels_use_neither_piece(compiled):
+    cfg = compiled.cfg
+    if cfg.exp2_poly_stride == 0:
+        assert _count(r"cvt\.rmi\.f32\.f32", compiled.ptx) == 0, "no floor without the polynomial exp2"
+    if cfg.rescale_threshold == 0:
+        assert _count(r"vote\.sync\.any", compiled.ptx) == 0, "no vote without lazy rescale"
+
+
+@pytest.fixture(scope="module", params=PIECES, ids=[_id(ENTRIES[i]) for i in PIECES])
+def pieces(request, tmp_path_factory) -> tuple[Compiled, Compiled]:
+    """(the fa4-pieces entry, the same config with exp2_poly_stride = 0), both compiled."""
+    name, cfg, env_over = ENTRIES[request.param]
+    no_poly = (name, dataclasses.replace(cfg, exp2_poly_stride=0), env_over)
+    return compile_entry(ENTRIES[request.param], tmp_path_factory), compile_entry(no_poly, tmp_path_factory)
+
+
+def test_pieces_set_is_on_default_tiles():
+    from fa4mlir.kernels.attention_sm90_config import default_config
+    assert len(PIECES) == 3
+    for i in PIECES:
+        cfg = ENTRIES[i][1]
+        assert cfg.exp2_poly_stride >= 2 and cfg.rescale_threshold > 0
+        assert dataclasses.replace(cfg, exp2_poly_stride=0, rescale_threshold=0.0) == \
+            default_config(cfg.dtype, cfg.head_dim, cfg.causal)
+
+
+def test_poly_takes_one_in_stride_softmax_exps_off_the_sfu(pieces):
+    """Every softmax instance (the peeled block 0, the unmasked and the masked loop) computes bn / 2
+    p's and 2 alphas per thread with exp2; the polynomial takes 1 in k of the p's, each with one
+    cvt.rmi (its floor). The alphas stay on the SFU."""
+    poly, base = pieces
+    cfg = poly.cfg
+    k, n_s = cfg.exp2_poly_stride, cfg.bn // 2
+    ex2_poly, ex2_base = _count(r"ex2\.approx", poly.ptx), _count(r"ex2\.approx", base.ptx)
+    floors = _count(r"cvt\.rmi\.f32\.f32", poly.ptx)
+    print(f"{_id((None, cfg, None))}: ex2.approx {ex2_poly} (without the polynomial {ex2_base}), "
+          f"cvt.rmi {floors}")
+    assert ex2_base % (n_s + 2) == 0, f"{ex2_base} ex2 is not a whole number of softmaxes of {n_s} + 2"
+    instances = ex2_base // (n_s + 2)
+    assert instances >= 2
+    p_base, p_poly = instances * n_s, ex2_poly - 2 * instances
+    assert ex2_poly < ex2_base
+    assert p_poly / p_base == pytest.approx(1 - 1 / k, abs=0.02), (p_poly, p_base)
+    assert floors == p_base - p_poly, "one polynomial (one floor) for each softmax exp that left the SFU"
+    assert _count(r"cvt\.rmi\.f32\.f32", base.ptx) == 0
+
+
+def test_lazy_rescale_votes_before_rescaling_o(pieces):
+    for c in pieces:
+        assert c.cfg.rescale_threshold > 0
+        votes = re.findall(r"vote\.sync\.any\.pred\s+%p\d+, %p\d+, -1;", c.ptx)
+        assert votes, "lazy rescale: O's rescale is skipped behind a full-warp vote.sync.any"
+
+
+def test_pieces_keep_the_register_budget(pieces):
+    for c in pieces:
+        r = c.resources
+        assert (r["spill_stores"], r["spill_loads"], r["stack_bytes"]) == (0, 0, 0), r
+        assert not r["setmaxnreg_ignored"], r

@@ -14,6 +14,12 @@ Roles (3 warpgroups, 384 threads):
                             With `pingpong`, named barriers make the two warpgroups take turns
                             issuing GEMMs, so one's softmax overlaps the other's GEMMs.
 Online softmax in base 2 with the scale folded in: p = exp2(s * scale_log2 - m * scale_log2).
+FlashAttention-4's pieces (kernels/common/softmax.py) are opt-in config knobs: `exp2_poly_stride`
+computes 1 in k of a row's p by a polynomial on the FMA pipes instead of the SFU's ex2;
+`rescale_threshold` (lazy rescale) moves m only when the row max grows by more than the threshold
+(log2 units), so P may exceed 1 (up to 2^threshold) and O's rescale is skipped, behind a
+warp-uniform vote, when no row of the warp moved. m stays the max that P and l are relative to,
+so the epilogue's LSE = (m * scale_log2 + log2 l) * ln 2 is exact either way.
 P stays in registers and feeds wgmma's A operand; V is read MN-major (imm-trans-b).
 Epilogue: O / l into the (now idle) Q tile in SMEM with the 128B swizzle, then TMA stores; the LSE
 (natural log, float32 [batch, heads, seqlen_q]) is written from registers.
@@ -25,8 +31,9 @@ LSE = +inf, as FlashAttention returns.
 from __future__ import annotations
 
 from .. import dsl
-from ..dsl import KernelBuilder, Value, const, exp2, fa4_op, fma, fmax, log2, select, tree_reduce, undef, vec
+from ..dsl import KernelBuilder, Value, const, fa4_op, fma, fmax, log2, select, tree_reduce, undef, vec
 from .attention_sm90_config import AttnConfig, default_config  # noqa: F401  (re-exported)
+from .common.softmax import exp2_mixed, max_update
 
 SWIZZLE = 128          # bytes per swizzled row: 64 bf16/f16 columns
 CHUNK = 64             # head-dim columns per swizzle chunk
@@ -43,7 +50,7 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
     q_bytes = cfg.bm * nch * SWIZZLE
     kv_bytes = cfg.bn * nch * SWIZZLE
     name = (f"attention_fwd_sm90_{cfg.dtype}_d{cfg.head_dim}{'_causal' if cfg.causal else ''}"
-            f"_{cfg.bm}x{cfg.bn}_s{cfg.stages}{'' if cfg.pingpong else '_nopp'}")
+            f"_{cfg.bm}x{cfg.bn}_s{cfg.stages}{'' if cfg.pingpong else '_nopp'}{cfg.name_suffix()}")
     kb = KernelBuilder(name, arch="sm_90a", block=(384, 1, 1), config=cfg.key())
     # TMA boxes, innermost first over [batch, seqlen, heads, head_dim]: (columns, 1 head, rows, 1 batch)
     q_desc = kb.param_tma("q", dtype=cfg.dtype, box=(CHUNK, 1, cfg.bm, 1), swizzle="128B")
@@ -204,8 +211,11 @@ class _Consumer:
     # ---- softmax --------------------------------------------------------------------------------
     def softmax(self, s_acc: Value, j: Value, m_prev: list, l_prev: list, masked: bool):
         """Online softmax of one S block. Returns (P fragments, m, l, alpha): m is the running max
-        of raw scores per row, l the thread's partial row sums (reduced across the 4 lanes of a row
-        only in the epilogue), alpha = exp2((m_prev - m) * scale_log2) rescales O."""
+        of raw scores per row that P and l are relative to (common.softmax.max_update: it lags the
+        true max by < rescale_threshold under lazy rescale), l the thread's partial row sums (reduced
+        across the 4 lanes of a row only in the epilogue), alpha = exp2((m_prev - m) * scale_log2)
+        rescales O (1 when m did not move). p = exp2 on the SFU, 1 in exp2_poly_stride of a row's
+        elements by the FMA polynomial (common.softmax.exp2_mixed)."""
         kb, cfg, geo = self.kb, self.cfg, self.geo
         s = [s_acc[i] for i in range(self.n_s)]
         if masked:
@@ -224,14 +234,14 @@ class _Consumer:
             mx = tree_reduce([s[i] for i in idx], fmax)
             mx = fmax(mx, kb.shuffle_xor(mx, 1))
             mx = fmax(mx, kb.shuffle_xor(mx, 2))
-            m = fmax(m_prev[h], mx)
-            # a row with no visible key yet keeps m = -inf: subtract 0 instead (no inf - inf)
-            m_scaled = select(m.eq(NEG_INF), const(0.0, "f32"), m * self.scale_log2)
-            alpha.append(exp2(fma(m_prev[h], self.scale_log2, 0.0 - m_scaled)))
-            neg = 0.0 - m_scaled
-            for i in idx:
-                p[i] = exp2(fma(s[i], self.scale_log2, neg))
-            total = tree_reduce([p[i] for i in idx], lambda a, b: a + b)
+            # m: the max this row's P, l and O are relative to (lags the true max under lazy rescale)
+            m, alpha_h, neg = max_update(m_prev[h], mx, self.scale_log2, cfg.rescale_threshold)
+            alpha.append(alpha_h)
+            # a generator: each fma is emitted right before its exp2 (the op order of the measured kernel)
+            row_p = exp2_mixed((fma(s[i], self.scale_log2, neg) for i in idx), cfg.exp2_poly_stride)
+            for i, p_i in zip(idx, row_p):
+                p[i] = p_i
+            total = tree_reduce(row_p, lambda a, b: a + b)
             m_new.append(m)
             l_new.append(fma(l_prev[h], alpha[h], total))
         frags = []
@@ -244,6 +254,19 @@ class _Consumer:
     def rescale(self, o: Value, alpha: list) -> Value:
         scale = [alpha[(i // 2) % 2] for i in range(self.n_o)]
         return dsl.vec(*[o[i] * scale[i] for i in range(self.n_o)])
+
+    def rescale_if_moved(self, o: Value, alpha: list) -> Value:
+        """O * alpha; under lazy rescale only when a row of the warp moved its max (alpha != 1
+        exactly when it did), behind a branch made warp-uniform by a vote (no divergence)."""
+        if not self.cfg.rescale_threshold:
+            return self.rescale(o, alpha)
+        moved = self.kb.vote_any(alpha[0].ne(1.0) | alpha[1].ne(1.0))
+        branch = self.kb.if_(moved, results=[o.type])
+        with branch.then_():
+            branch.yield_(self.rescale(o, alpha))
+        with branch.else_():
+            branch.yield_(o)
+        return branch.results[0]
 
 
 def _mma_role(kb, cfg, geo, q_pipe, k_pipe, v_pipe, q_smem, k_smem, v_smem, kv_bytes, o_desc, lse_ptr,
@@ -308,7 +331,7 @@ def _mma_role(kb, cfg, geo, q_pipe, k_pipe, v_pipe, q_smem, k_smem, v_smem, kv_b
             o_j = Value(fa4_op("mma_wait_group", [o_j], [o_j.type], pending=0).result)
             with kb.if_(cs.is_leader).then_():
                 v_pipe.consumer_release(v_s)
-            o_j = cs.rescale(o_j, alpha)
+            o_j = cs.rescale_if_moved(o_j, alpha)
             kn, vn = k_s.advance(), v_s.advance()
             return (kn.stage, kn.phase, vn.stage, vn.phase, o_j, *m_j, *l_j, *frags_j)
 

@@ -12,6 +12,7 @@ KERNEL = "attention_fwd_sm90"
 HEAD_DIMS = (64, 128, 256)
 DTYPES = ("bf16", "f16")
 LOG2E = 1.4426950408889634
+MAX_RESCALE_THRESHOLD = 15.0  # lazy rescale lets P reach 2**threshold: f16's largest finite is 65504 < 2**16
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,17 @@ class AttnConfig:
     pingpong: bool = True     # named-barrier scheduling: one warpgroup's softmax overlaps the other's GEMMs
     load_regs: int = 24       # setmaxnreg of the producer warpgroup
     mma_regs: int = 240       # setmaxnreg of the two consumer warpgroups
+    # FlashAttention-4's softmax pieces (kernels/common/softmax.py), off by default:
+    exp2_poly_stride: int = 0        # 0: every p = exp2 on the SFU (ex2.approx); k >= 2: element i of a
+    #                                  row's scores (per thread) uses the FMA polynomial when i % k == k-1
+    rescale_threshold: float = 0.0   # 0: m always follows the row max (classic online softmax); > 0: m
+    #                                  moves only when the max grows by more than this many log2 units
+    #                                  (P <= 2**threshold, O rescaled only when a row of the warp moved)
+
+    def __post_init__(self):
+        # 8 and 8.0 build the same kernel: one spelling in key() and the kernel name
+        if type(self.rescale_threshold) is int:
+            object.__setattr__(self, "rescale_threshold", float(self.rescale_threshold))
 
     def validate(self) -> "AttnConfig":
         if self.dtype not in DTYPES:
@@ -39,6 +51,16 @@ class AttnConfig:
             raise ValueError(f"stages must be >= 1, got {self.stages}")
         if self.load_regs * 128 + self.mma_regs * 256 > 65536:
             raise ValueError(f"register budgets exceed the SM's 64K: 128 x {self.load_regs} + 256 x {self.mma_regs}")
+        row_scores = self.bn // 4  # S registers of one row in one thread (2 of every 4 of bn / 2)
+        stride = self.exp2_poly_stride
+        if type(stride) is not int or stride < 0 or stride == 1 or stride > row_scores:
+            raise ValueError(f"exp2_poly_stride must be 0 (hardware exp2 only) or an int in [2, bn / 4 = "
+                             f"{row_scores}] (1 in k exps of a row on the FMA pipes), got {stride!r}")
+        thr = self.rescale_threshold
+        if isinstance(thr, bool) or not isinstance(thr, (int, float)) or not 0 <= thr <= MAX_RESCALE_THRESHOLD:
+            raise ValueError(f"rescale_threshold must be a number in [0, {MAX_RESCALE_THRESHOLD}] (log2 units; "
+                             f"0 = rescale on every new max, FlashAttention-4 uses 8.0; P reaches "
+                             f"2**threshold and must fit f16), got {thr!r}")
         if self.smem_bytes() > 227 * 1024:
             raise ValueError(f"tile plan needs {self.smem_bytes()} bytes of SMEM (> 227 KiB): lower bn or stages")
         return self
@@ -51,6 +73,15 @@ class AttnConfig:
     def smem_bytes(self) -> int:
         row = self.d_chunks * 128
         return self.bm * row + 2 * self.stages * self.bn * row + 1024
+
+    def name_suffix(self) -> str:
+        """Kernel-name tags of the non-default softmax knobs ('' for the defaults): _poly4, _lazy8."""
+        tags = f"_poly{self.exp2_poly_stride}" if self.exp2_poly_stride else ""
+        thr = self.rescale_threshold
+        if thr:  # shortest exact spelling, as a PTX identifier: 8.0 -> 8, 7.5 -> 7p5, 1e-05 -> 1em05
+            text = f"{thr:g}" if float(f"{thr:g}") == thr else repr(float(thr))
+            tags += "_lazy" + text.replace(".", "p").replace("-", "m").replace("+", "")
+        return tags
 
     def key(self) -> dict:
         return {"kernel": KERNEL, **self.__dict__}
