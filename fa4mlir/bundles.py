@@ -7,9 +7,14 @@
     attention-fa4-pieces
                 the sm_90a attention kernel with FlashAttention-4's softmax pieces on (polynomial exp2
                 for 1 in 4 exps, lazy rescale at 8): bf16 D128 full and causal, f16 D64 causal
+    attention-sm100
+                the sm_100a FlashAttention-4 forward kernel: every attention_sm100_config.configs()
+                entry (bf16/f16, D64/D128, causal or not, GQA 4 for bf16), compiled with ptxas
+                (nvJitLink drops setmaxnreg); runs only on an sm_100 GPU
     bench       the GEMM variants the benchmark times against torch.matmul
     sm90        the sm_90a GEMMs of gpu-tests and bench
-    demo        the default GEMM of each arch and the D128 bf16 attention kernel (what `python -m fa4mlir` compiles)
+    demo        the default GEMM of each arch and the D128 bf16 attention kernel of each arch (what
+                `python -m fa4mlir` compiles)
 """
 from __future__ import annotations
 
@@ -48,10 +53,18 @@ def attention_fa4_pieces() -> list:
     return [(KERNEL, replace(default_config(*case), **FA4_PIECES).validate(), dict(KERNEL_ENV)) for case in cases]
 
 
+def attention_sm100() -> list:
+    from .attention import KERNEL_ENV
+    from .kernels.attention_sm100_config import KERNEL, configs
+    return [(KERNEL, cfg, dict(KERNEL_ENV)) for cfg in configs()]
+
+
 def demo() -> list:
     from .attention import KERNEL_ENV
+    from .kernels import attention_sm100_config as sm100
     from .kernels.attention_sm90_config import KERNEL, default_config
-    return [_gemm90(), _gemm100(), (KERNEL, default_config("bf16", 128, False), dict(KERNEL_ENV))]
+    return [_gemm90(), _gemm100(), (KERNEL, default_config("bf16", 128, False), dict(KERNEL_ENV)),
+            (sm100.KERNEL, sm100.FA4Config(), dict(KERNEL_ENV))]
 
 
 def gpu_tests() -> list:
@@ -75,7 +88,7 @@ def bench() -> list:
     return attention() + cfgs + [(*c, {"FA4MLIR_CUBIN_BACKEND": "ptxas"}) for c in cfgs]
 
 
-SETS = {"demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
+SETS = {"attention-sm100": attention_sm100, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
         "attention-fa4-pieces": attention_fa4_pieces}
 
 

@@ -20,7 +20,6 @@ temporary directory. About 2 s per config, 35-40 s for the file.
 """
 import dataclasses
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from fa4mlir.kernels.attention_sm90_config import launch_args
 from fa4mlir.passes._util import attr, ops_named
 from fa4mlir.passes.plan_smem import MBARRIER_BYTES, SMEM_LIMIT
 from fa4mlir.runtime import DTYPES, TensorInfo, tma_encoding
+from fa4mlir.testing import find_nvdisasm
 
 ENTRIES = bundles.SETS["attention"]() + bundles.SETS["attention-fa4-pieces"]()
 PIECES = [i for i, (_, cfg, _) in enumerate(ENTRIES) if cfg.exp2_poly_stride or cfg.rescale_threshold]
@@ -153,20 +153,8 @@ def test_params_are_the_launch_contract(compiled):
             assert enc.global_dims == tuple(reversed(shape))
 
 
-def _nvdisasm() -> str | None:
-    found = shutil.which("nvdisasm")
-    if found:
-        return found
-    import nvidia
-    for root in nvidia.__path__:
-        for path in Path(root).rglob("nvdisasm"):
-            if path.is_file():
-                return str(path)
-    return None
-
-
 def test_sass_holds_register_a_hgmma_and_no_local_memory(tmp_path, tmp_path_factory):
-    tool = _nvdisasm()
+    tool = find_nvdisasm()
     if tool is None:
         pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
     index = next(i for i, (_, c, _) in enumerate(ENTRIES) if (c.dtype, c.head_dim, c.causal) == ("bf16", 128, False))

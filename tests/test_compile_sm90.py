@@ -1,14 +1,12 @@
 """sm_90a GEMM: compiles to a cubin with 0 spills; the SASS holds HGMMA; config errors; stage reports."""
-import os
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from fa4mlir import compiler, lowering
 from fa4mlir.cache import KernelCache
 from fa4mlir.kernels import gemm_sm90
+from fa4mlir.testing import find_nvdisasm
 
 
 @pytest.fixture(scope="module")
@@ -26,20 +24,8 @@ def test_compiles_without_spills(artifact):
     assert set(r["stage_seconds"]) >= {"fa4", "nvvm", "llvm", "ptx", "cubin"}
 
 
-def nvdisasm():
-    found = shutil.which("nvdisasm")
-    if found:
-        return found
-    import nvidia
-    for root in nvidia.__path__:
-        for p in Path(root).rglob("nvdisasm"):
-            if os.access(p, os.X_OK):
-                return str(p)
-    return None
-
-
 def test_sass_holds_wgmma_and_tma(artifact, tmp_path):
-    tool = nvdisasm()
+    tool = find_nvdisasm()
     if tool is None:
         pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
     cubin = tmp_path / "k.cubin"

@@ -18,9 +18,11 @@ module attributes {gpu.container_module} {
       // CHECK: %[[AS:.*]] = arith.shrui %[[AI]]
       // CHECK: %[[AM:.*]] = arith.andi %[[AS]], %{{.*}}
       // CHECK: %[[F:.*]] = arith.constant 4611756662049538048 : i64
-      // CHECK: %[[AD:.*]] = arith.ori %[[AM]], %[[F]] : i64
+      // CHECK: %[[AO:.*]] = arith.ori %[[AM]], %[[F]] : i64
+      // Rematerialised where used (note "issuer registers"): an empty volatile asm LLVM cannot hoist.
+      // CHECK: %[[AD:.*]] = llvm.inline_asm has_side_effects "", "=l,0" %[[AO]] : (i64) -> i64
       %ad = "fa4.smem_desc"(%a) {swizzle = 128 : i64, lbo = 16 : i64, sbo = 1024 : i64} : (!llvm.ptr<3>) -> i64
-      // CHECK: %[[BD:.*]] = arith.ori %{{.*}}, %{{.*}} : i64
+      // CHECK: %[[BD:.*]] = llvm.inline_asm has_side_effects "", "=l,0" %{{.*}} : (i64) -> i64
       %bd = "fa4.smem_desc"(%b) {swizzle = 128 : i64, lbo = 16 : i64, sbo = 1024 : i64} : (!llvm.ptr<3>) -> i64
       // bf16 x bf16 -> f32, K-major A and B, N = 256, M = 128: 0x08400490 = 138413200.
       // CHECK: %[[D:.*]] = llvm.inttoptr %[[ACC]] : i32 to !llvm.ptr<6>
@@ -82,6 +84,32 @@ module attributes {gpu.container_module} {
     llvm.func @bad_swizzle(%a: !llvm.ptr<3>) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
       // expected-error @+1 {{swizzle must be one of [0, 32, 64, 128] bytes, got 256}}
       %ad = "fa4.smem_desc"(%a) {swizzle = 256 : i64, lbo = 16 : i64, sbo = 1024 : i64} : (!llvm.ptr<3>) -> i64
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// P.V: B (= V) stored N-contiguous sets "Transpose B" (bit 16): bf16 -> f32, M = 128, N = 64,
+// 0x08100490 | 1 << 16 = 0x08110490 = 135333008. A descriptor of a tile + 32 B (one K step) is the
+// tile's descriptor + 2 (start address >> 4), after the asm.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_100a", features = "+ptx86">] {
+    // CHECK-LABEL: llvm.func @mn_major_b_and_folded_offset
+    llvm.func @mn_major_b_and_folded_offset(%v: !llvm.ptr<3>, %p_tmem: i32, %acc: i32, %flag: i1)
+        attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      // CHECK: %[[VI:.*]] = llvm.ptrtoint %{{.*}} : !llvm.ptr<3> to i64
+      // CHECK: %[[VD:.*]] = llvm.inline_asm has_side_effects "", "=l,0" %{{.*}} : (i64) -> i64
+      // CHECK: %[[TWO:.*]] = arith.constant 2 : i64
+      // CHECK: %[[VK:.*]] = arith.addi %[[VD]], %[[TWO]] : i64
+      %c32 = arith.constant 32 : i32
+      %vk = llvm.getelementptr %v[%c32] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i8
+      %bd = "fa4.smem_desc"(%vk) {swizzle = 128 : i64, lbo = 16384 : i64, sbo = 1024 : i64} : (!llvm.ptr<3>) -> i64
+      // CHECK: %[[ID:.*]] = arith.constant 135333008 : i32
+      // CHECK: nvvm.tcgen05.mma %{{.*}}, %{{.*}}, %[[VK]], %[[ID]], %{{.*}}
+      "fa4.mma"(%p_tmem, %bd, %flag, %acc) {m = 128 : i64, n = 64 : i64, k = 16 : i64, a_source = "tmem",
+                                            b_major = "mn", ab_dtype = "bf16", acc_dtype = "f32"} : (i32, i64, i1, i32) -> ()
       llvm.return
     }
   }

@@ -19,6 +19,8 @@ otherwise m stays, P may reach 2^threshold (fine in float32 and bf16/f16) and O 
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from ... import dsl
@@ -46,9 +48,11 @@ def exp2_poly(x: Value) -> Value:
     return select(x.lt(EXP2_POLY_MIN_X), const(0.0, "f32"), bits.bitcast("f32"))
 
 
-def exp2_mixed(values: list, poly_stride: int) -> list:
+def exp2_mixed(values: Iterable, poly_stride: int) -> list:
     """exp2 of each value: element i uses the polynomial when `poly_stride` and i % poly_stride ==
-    poly_stride - 1 (1 in poly_stride on the FMA pipes), the hardware ex2.approx otherwise."""
+    poly_stride - 1 (1 in poly_stride on the FMA pipes), the hardware ex2.approx otherwise.
+    `values` may be a generator: each value is then built right before its exp2 (the op order the
+    sm_90a kernel's measured schedule has)."""
     if poly_stride < 0 or poly_stride == 1:
         raise ValueError(f"poly_stride must be 0 (hardware exp2 only) or >= 2, got {poly_stride}")
     return [exp2_poly(v) if poly_stride and i % poly_stride == poly_stride - 1 else exp2(v)
