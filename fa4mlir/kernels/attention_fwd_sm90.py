@@ -33,6 +33,7 @@ from __future__ import annotations
 from .. import dsl
 from ..dsl import KernelBuilder, Value, const, fa4_op, fma, fmax, log2, select, tree_reduce, undef, vec
 from .attention_sm90_config import AttnConfig, default_config  # noqa: F401  (re-exported)
+from .common.masks import block_range, key_hidden
 from .common.softmax import exp2_mixed, max_update
 
 SWIZZLE = 128          # bytes per swizzled row: 64 bf16/f16 columns
@@ -97,27 +98,7 @@ class _Geometry:
         self.heads = kb.grid_dim(1)
         self.batch = kb.block_idx(2)
         self.kv_head = self.head // heads_per_kv
-        bn = cfg.bn
-        n_all = (seqlen_k + (bn - 1)) // bn
-        full_all = seqlen_k // bn
-        if cfg.causal:
-            # last key any row of the tile sees: min(m0 + bm, Sq) - 1 + Sk - Sq (none if negative)
-            m_end = _umin(self.m0 + cfg.bm, seqlen_q)
-            seen = m_end + seqlen_k
-            reach = select(seen.gt(seqlen_q), seen - seqlen_q, 0)
-            self.n_blocks = _umin(n_all, (reach + (bn - 1)) // bn)
-            # a block is unmasked for every row when its last key <= m0 + Sk - Sq
-            first = self.m0 + seqlen_k + 1
-            unmasked = select(first.gt(seqlen_q), (first - seqlen_q) // bn, 0)
-            self.n_unmasked = _umin(full_all, unmasked)
-        else:
-            self.n_blocks = n_all
-            self.n_unmasked = full_all
-
-
-def _umin(a: Value, b) -> Value:
-    b = b if isinstance(b, Value) else const(b)
-    return select(a.lt(b), a, b)
+        self.n_blocks, self.n_unmasked = block_range(self.m0, cfg.bm, seqlen_q, seqlen_k, cfg.bn, cfg.causal)
 
 
 def _load_role(kb, cfg, geo, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
@@ -223,9 +204,7 @@ class _Consumer:
             for i in range(self.n_s):
                 jj, h, e = i // 4, (i // 2) % 2, i % 2
                 col = col0 + (8 * jj + e)
-                bad = col.ge(geo.seqlen_k)
-                if cfg.causal:
-                    bad = bad | (col + geo.seqlen_q).gt(self.grow[h] + geo.seqlen_k)
+                bad = key_hidden(col, self.grow[h], geo.seqlen_q, geo.seqlen_k, cfg.causal)
                 s[i] = select(bad, const(NEG_INF, "f32"), s[i])
         m_new, alpha, l_new = [], [], []
         p = [None] * self.n_s

@@ -62,9 +62,10 @@ def _pad(x: int, to: int) -> int:
     return (x + to - 1) // to * to
 
 
-def _pow2_at_least(x: int, lo: int = 32) -> int:
-    n = lo
-    while n < x:
+def tmem_alloc_columns(cols: int) -> int:
+    """Columns tcgen05.alloc takes for `cols` used ones: a power of two >= 32."""
+    n = 32
+    while n < cols:
         n *= 2
     return n
 
@@ -134,7 +135,7 @@ class FA4Config:
         o1 = o0 + self.padded_ov_depth
         used = o1 + self.padded_ov_depth
         return {"S0": s0, "S1": s1, "O0": o0, "O1": o1, "P0": s0 + self.BN // 2, "P1": s1 + self.BN // 2,
-                "C0": s0, "C1": s1, "used": used, "alloc": _pow2_at_least(used)}
+                "C0": s0, "C1": s1, "used": used, "alloc": tmem_alloc_columns(used)}
 
     @property
     def tmem_used(self) -> int:

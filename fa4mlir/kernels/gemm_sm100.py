@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from .. import dsl
 from ..dsl import ELEM_BYTES, KernelBuilder, Value, const, fa4_op
+from .attention_sm100_config import tmem_alloc_columns
 from .common.load_ring import load_ab_ring
 
 SWIZZLE_BYTES = 128
@@ -42,10 +43,7 @@ NUM_EPI_WARPS = 4
 
 def tmem_columns(bn: int) -> int:
     """TMEM columns the BN f32 accumulator columns take (tcgen05.alloc: a power of two >= 32)."""
-    cols = 32
-    while cols < bn:
-        cols *= 2
-    return cols
+    return tmem_alloc_columns(bn)
 
 
 @dataclass(frozen=True)

@@ -156,3 +156,22 @@ def const_byte_offset(ptr: ir.Value) -> tuple[ir.Value, int]:
             return ptr, total
         total += ir.IntegerAttr(idx.attributes["value"]).value
         ptr = gep.operands[0]
+
+
+def smem_descriptor(ptr: ir.Value, fields: int, *, rematerialise: bool = False) -> ir.Value:
+    """An MMA shared-memory descriptor: (address >> 4) & 0x3FFF in bits 0-13, OR the constant
+    `fields` (both arches put the start address there). A pointer `root + c` (c a constant multiple
+    of 16) gives desc(root) + c / 16: SMEM addresses stay below 2^18, so the 14-bit start field never
+    carries, and the K steps of one tile share one descriptor (CSE) plus an add each. With
+    `rematerialise`, desc(root) passes through an empty volatile asm so LLVM cannot hoist it."""
+    i64t = ir.IntegerType.get_signless(64)
+    root, offset = const_byte_offset(ptr)
+    if offset % 16 or offset < 0:
+        root, offset = ptr, 0
+    if fields >= 1 << 63:  # a field set in bit 63: the i64 constant takes the two's-complement value
+        fields -= 1 << 64
+    start = arith.andi(arith.shrui(llvm.ptrtoint(i64t, root), i64(4)), i64(0x3FFF))
+    desc = arith.ori(start, i64(fields))
+    if rematerialise:
+        desc = llvm.inline_asm(i64t, [desc], "", "=l,0", has_side_effects=True)
+    return arith.addi(desc, i64(offset >> 4)) if offset else desc

@@ -26,9 +26,9 @@ cannot hoist it, and it costs one uniform move per MMA.
 """
 from __future__ import annotations
 
-from .._mlir import arith, ir, llvm, nvvm
-from ._util import (PassError, attr, barrier_addr, check_none_left, const_byte_offset, i32, i64, kernel_func,
-                    ops_named, pipelines, replace)
+from .._mlir import ir, llvm, nvvm
+from ._util import (PassError, attr, barrier_addr, check_none_left, i32, kernel_func, ops_named, pipelines,
+                    replace, smem_descriptor)
 
 NAME = "fa4-lower-mma-sm100"
 OPS = ("fa4.smem_desc", "fa4.mma", "fa4.mma_commit")
@@ -99,24 +99,12 @@ def instr_desc(*, m: int, n: int, ab_dtype: str = "bf16", acc_dtype: str = "f32"
 
 
 def _desc(op: ir.Operation) -> ir.Value:
-    """desc(root + c) = desc(root) + c / 16 for a constant c (multiple of 16): SMEM addresses stay
-    below 2^18, so the 14-bit start field never carries. The K steps of a tile share one descriptor
-    (CSE) plus an add each, instead of one address computation per MMA."""
+    """Constant offsets fold into the descriptor; rematerialised at each use (note "issuer registers")."""
     try:
         fields = smem_desc_fields(swizzle=attr(op, "swizzle"), lbo=attr(op, "lbo"), sbo=attr(op, "sbo"))
     except ValueError as e:
         raise PassError(f"{NAME}: smem_desc: {e}", op.location) from None
-    if fields >= 1 << 63:   # swizzle codes 4 and 6 set bit 63: the i64 constant is the two's complement
-        fields -= 1 << 64
-    root, offset = const_byte_offset(op.operands[0])
-    if offset % 16 or offset < 0:
-        root, offset = op.operands[0], 0
-    i64t = ir.IntegerType.get_signless(64)
-    addr = llvm.ptrtoint(i64t, root)
-    start = arith.andi(arith.shrui(addr, i64(4)), i64(0x3FFF))
-    # rematerialised at each use (note "issuer registers")
-    desc = llvm.inline_asm(i64t, [arith.ori(start, i64(fields))], "", "=l,0", has_side_effects=True)
-    return arith.addi(desc, i64(offset >> 4)) if offset else desc
+    return smem_descriptor(op.operands[0], fields, rematerialise=True)
 
 
 def _mma(op: ir.Operation) -> None:

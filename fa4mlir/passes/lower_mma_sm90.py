@@ -18,8 +18,8 @@
 from __future__ import annotations
 
 from .._mlir import arith, ir, llvm, nvvm
-from ._util import (PassError, attr, check_none_left, const_byte_offset, fence_registers, i64, kernel_func,
-                    ops_named, replace)
+from ._util import (PassError, attr, check_none_left, fence_registers, i64, kernel_func, ops_named, replace,
+                    smem_descriptor)
 
 NAME = "fa4-lower-mma-sm90"
 OPS = ("fa4.smem_desc", "fa4.mma", "fa4.mma_fence", "fa4.mma_commit_group", "fa4.mma_wait_group")
@@ -35,20 +35,8 @@ def encode_desc_fields(swizzle: int, lbo: int, sbo: int) -> int:
 
 
 def _desc(op: ir.Operation) -> ir.Value:
-    """A descriptor of `root + c` (c a constant multiple of 16) is desc(root) + c / 16: SMEM
-    addresses stay below 2^18, so the 14-bit start field never carries into the next field. The
-    K-steps of one tile then share one descriptor computation (CSE) plus an add each."""
-    i64t = ir.IntegerType.get_signless(64)
-    root, offset = const_byte_offset(op.operands[0])
-    if offset % 16 or offset < 0:
-        root, offset = op.operands[0], 0
-    addr = llvm.ptrtoint(i64t, root)
-    start = arith.andi(arith.shrui(addr, i64(4)), i64(0x3FFF))
-    fields = encode_desc_fields(attr(op, "swizzle"), attr(op, "lbo"), attr(op, "sbo"))
-    if fields >= 1 << 63:  # swizzle 64B/32B set bit 63: an i64 constant takes the two's-complement value
-        fields -= 1 << 64
-    desc = arith.ori(start, i64(fields))
-    return arith.addi(desc, i64(offset >> 4)) if offset else desc
+    """Constant offsets fold into the descriptor (passes._util.smem_descriptor)."""
+    return smem_descriptor(op.operands[0], encode_desc_fields(attr(op, "swizzle"), attr(op, "lbo"), attr(op, "sbo")))
 
 
 def _struct_type(n: int) -> ir.Type:
