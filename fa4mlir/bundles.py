@@ -1,7 +1,8 @@
 """Named sets of kernel configs that `python -m fa4mlir bundle --set NAME` compiles into a bundle.
 
     gpu-tests   what tests/gpu needs (GEMM bf16/f16 on sm_90a, the sm_100a GEMM, the debug deadlock
-                kernel, the attention set and the attention-fa4-pieces set)
+                kernel, the attention set, the attention-fa4-pieces set and the attention-tiles
+                variants)
     attention   the sm_90a attention forward kernel: default_config for every dtype x head_dim x
                 causal (12 kernels), compiled with ptxas (attention.KERNEL_ENV: honours setmaxnreg)
     attention-fa4-pieces
@@ -11,6 +12,9 @@
                 the sm_100a FlashAttention-4 forward kernel: every attention_sm100_config.configs()
                 entry (bf16/f16, D64/D128, causal or not, GQA 4 for bf16), compiled with ptxas
                 (nvJitLink drops setmaxnreg); runs only on an sm_100 GPU
+    attention-tiles
+                bf16 tile variants of the sm_90a attention kernel next to the defaults (bm 192 =
+                three consumer warpgroups, bn), what bench/attention_probe.py times to pick TILES
     bench       the GEMM variants the benchmark times against torch.matmul
     sm90        the sm_90a GEMMs of gpu-tests and bench
     demo        the default GEMM of each arch and the D128 bf16 attention kernel of each arch (what
@@ -53,6 +57,31 @@ def attention_fa4_pieces() -> list:
     return [(KERNEL, replace(default_config(*case), **FA4_PIECES).validate(), dict(KERNEL_ENV)) for case in cases]
 
 
+# (head_dim, causal, tiles) for attention-tiles: every variant compiles with 0 spills (tests check it)
+TILE_VARIANTS = [
+    (64, causal, dict(bm=192, bn=bn, stages=2, pingpong=False, load_regs=24, mma_regs=160))
+    for causal, bns in ((False, (128, 112, 96)), (True, (112, 96))) for bn in bns
+] + [(128, causal, dict(bm=192, bn=64, stages=2, pingpong=False, load_regs=24, mma_regs=160))
+     for causal in (False, True)]
+
+
+def tile_variants() -> list:
+    """The TILE_VARIANTS as bundle entries (bf16, compiled like the defaults)."""
+    from .attention import KERNEL_ENV
+    from .kernels.attention_sm90_config import KERNEL, AttnConfig
+    return [(KERNEL, AttnConfig(dtype="bf16", head_dim=d, causal=c, **t).validate(), dict(KERNEL_ENV))
+            for d, c, t in TILE_VARIANTS]
+
+
+def attention_tiles() -> list:
+    """The bf16 defaults of the TILE_VARIANTS' head dims, then the variants: what
+    bench/attention_probe.py times side by side."""
+    from .attention import KERNEL_ENV
+    from .kernels.attention_sm90_config import KERNEL, default_config
+    heads = sorted({(d, c) for d, c, _ in TILE_VARIANTS})
+    return [(KERNEL, default_config("bf16", d, c), dict(KERNEL_ENV)) for d, c in heads] + tile_variants()
+
+
 def attention_sm100() -> list:
     from .attention import KERNEL_ENV
     from .kernels.attention_sm100_config import KERNEL, configs
@@ -69,6 +98,7 @@ def demo() -> list:
 
 def gpu_tests() -> list:
     out = [_gemm90(dtype="bf16"), _gemm90(dtype="f16"), _gemm100()] + attention() + attention_fa4_pieces()
+    out += tile_variants()
     try:
         deadlock = importlib.import_module("fa4mlir.kernels.deadlock_sm90")
         out += deadlock.bundle_entries()
@@ -89,7 +119,7 @@ def bench() -> list:
 
 
 SETS = {"attention-sm100": attention_sm100, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
-        "attention-fa4-pieces": attention_fa4_pieces}
+        "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles}
 
 
 def configs(names: list[str]) -> list:

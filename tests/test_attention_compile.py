@@ -33,7 +33,7 @@ from fa4mlir.passes.plan_smem import MBARRIER_BYTES, SMEM_LIMIT
 from fa4mlir.runtime import DTYPES, TensorInfo, tma_encoding
 from fa4mlir.testing import find_nvdisasm
 
-ENTRIES = bundles.SETS["attention"]() + bundles.SETS["attention-fa4-pieces"]()
+ENTRIES = bundles.SETS["attention"]() + bundles.SETS["attention-fa4-pieces"]() + bundles.tile_variants()
 PIECES = [i for i, (_, cfg, _) in enumerate(ENTRIES) if cfg.exp2_poly_stride or cfg.rescale_threshold]
 WGMMA_K = 16
 # The launch contract (attention_sm90_config.launch_args): (name, kind) in PTX order.
@@ -84,7 +84,8 @@ def compile_entry(entry: tuple, tmp_path_factory) -> Compiled:
 
 def _id(entry) -> str:
     _, cfg, _ = entry
-    return f"{cfg.dtype}-d{cfg.head_dim}-{'causal' if cfg.causal else 'full'}{cfg.name_suffix()}"
+    tiles = "" if cfg.bm == 128 else f"-{cfg.bm}x{cfg.bn}"
+    return f"{cfg.dtype}-d{cfg.head_dim}-{'causal' if cfg.causal else 'full'}{tiles}{cfg.name_suffix()}"
 
 
 @pytest.fixture(scope="module", params=range(len(ENTRIES)), ids=[_id(e) for e in ENTRIES])
@@ -95,7 +96,7 @@ def compiled(request, tmp_path_factory) -> Compiled:
 def test_no_spills_and_no_stack(compiled):
     r = compiled.resources
     assert (r["spill_stores"], r["spill_loads"], r["stack_bytes"]) == (0, 0, 0), r
-    assert r["threads"] == 384  # producer warpgroup + 2 consumer warpgroups
+    assert r["threads"] == compiled.cfg.threads == 128 * (1 + compiled.cfg.bm // 64)  # producer + consumers
 
 
 def test_setmaxnreg_is_honoured(compiled):

@@ -1,17 +1,18 @@
-"""FlashAttention forward on sm_90a: TMA rings, a producer warp, two ping-ponging wgmma warpgroups.
+"""FlashAttention forward on sm_90a: TMA rings, a producer warp, two or three wgmma warpgroups.
 
-One CTA computes O for `bm` = 128 query rows of one (batch, head); the tensors keep the
-FlashAttention layout [batch, seqlen, heads, head_dim] and TMA boxes are cut per (batch, head), so
-sequence tails are zero-filled on load and clipped on store by the hardware.
+One CTA computes O for `bm` query rows (64 per consumer warpgroup: 128 or 192) of one (batch,
+head); the tensors keep the FlashAttention layout [batch, seqlen, heads, head_dim] and TMA boxes
+are cut per (batch, head), so sequence tails are zero-filled on load and clipped on store by the
+hardware.
 
-Roles (3 warpgroups, 384 threads):
+Roles (1 + bm / 64 warpgroups: 384 threads at bm 128, 512 at bm 192):
     warpgroup 0  `load`     one elected thread: Q once (`q_pipe`), then for each KV block K and V
                             into rings of `stages` (`k_pipe`, `v_pipe`); setmaxnreg `load_regs`.
-    warpgroups 1-2 `mma`    each owns 64 query rows. Per KV block j (software pipelined, FA3's
+    warpgroups 1.. `mma`    each owns 64 query rows. Per KV block j (software pipelined, FA3's
                             intra-warpgroup overlap): issue S_j = Q K_j^T and O += P_{j-1} V_{j-1}
                             back to back, wait for S_j only, run the online softmax of S_j while
                             P_{j-1} V_{j-1} is still on the tensor cores, then wait, rescale O.
-                            With `pingpong`, named barriers make the two warpgroups take turns
+                            With `pingpong` (bm 128), named barriers make the two warpgroups take turns
                             issuing GEMMs, so one's softmax overlaps the other's GEMMs.
 Online softmax in base 2 with the scale folded in: p = exp2(s * scale_log2 - m * scale_log2).
 FlashAttention-4's pieces (kernels/common/softmax.py) are opt-in config knobs: `exp2_poly_stride`
@@ -42,7 +43,7 @@ WGMMA_K = 16
 LN2 = 0.6931471805599453
 NEG_INF = float("-inf")
 BAR_SCHED = 1          # named barriers 1, 2: ping-pong turn of consumer warpgroup 0, 1
-BAR_EPILOGUE = 3       # named barriers 3, 4: epilogue of consumer warpgroup 0, 1
+BAR_EPILOGUE = 3       # named barriers 3, 4(, 5): epilogue of consumer warpgroup 0, 1(, 2)
 
 
 def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
@@ -52,7 +53,7 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
     kv_bytes = cfg.bn * nch * SWIZZLE
     name = (f"attention_fwd_sm90_{cfg.dtype}_d{cfg.head_dim}{'_causal' if cfg.causal else ''}"
             f"_{cfg.bm}x{cfg.bn}_s{cfg.stages}{'' if cfg.pingpong else '_nopp'}{cfg.name_suffix()}")
-    kb = KernelBuilder(name, arch="sm_90a", block=(384, 1, 1), config=cfg.key())
+    kb = KernelBuilder(name, arch="sm_90a", block=(cfg.threads, 1, 1), config=cfg.key())
     # TMA boxes, innermost first over [batch, seqlen, heads, head_dim]: (columns, 1 head, rows, 1 batch)
     q_desc = kb.param_tma("q", dtype=cfg.dtype, box=(CHUNK, 1, cfg.bm, 1), swizzle="128B")
     k_desc = kb.param_tma("k", dtype=cfg.dtype, box=(CHUNK, 1, cfg.bn, 1), swizzle="128B")
@@ -67,11 +68,11 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
         q_smem = kb.smem("q_smem", q_bytes)
         k_smem = kb.smem("k_smem", cfg.stages * kv_bytes)
         v_smem = kb.smem("v_smem", cfg.stages * kv_bytes)
-        q_pipe = kb.pipeline("q_pipe", num_stages=1, producer="load", consumers=["mma"], consumer_arrivals=2)
+        q_pipe = kb.pipeline("q_pipe", num_stages=1, producer="load", consumers=["mma"], consumer_arrivals=cfg.consumers)
         k_pipe = kb.pipeline("k_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
-                             consumer_arrivals=2)
+                             consumer_arrivals=cfg.consumers)
         v_pipe = kb.pipeline("v_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
-                             consumer_arrivals=2)
+                             consumer_arrivals=cfg.consumers)
         kb.pipeline_init()
         geo = _Geometry(kb, cfg, seqlen_q, seqlen_k, heads_per_kv)
 
@@ -79,7 +80,7 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
             with kb.role("load", first_warp=0, num_warps=1, regs=cfg.load_regs):
                 _load_role(kb, cfg, geo, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_desc, q_smem, k_smem,
                            v_smem, q_bytes, kv_bytes)
-            with kb.role("mma", first_warp=4, num_warps=8, regs=cfg.mma_regs):
+            with kb.role("mma", first_warp=4, num_warps=4 * cfg.consumers, regs=cfg.mma_regs):
                 _mma_role(kb, cfg, geo, q_pipe, k_pipe, v_pipe, q_smem, k_smem, v_smem, kv_bytes,
                           o_desc, lse_ptr, scale_log2)
     return kb.finish()
@@ -104,7 +105,9 @@ class _Geometry:
 def _load_role(kb, cfg, geo, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
                q_bytes, kv_bytes):
     nch = cfg.d_chunks
-    with kb.if_(kb.elect_one()).then_():
+    # a tile with no visible KV block (causal, seqlen_q > seqlen_k) loads nothing: its consumers skip
+    # q_pipe and write O = 0 into the Q tile, which an unwaited Q load could land on afterwards
+    with kb.if_(kb.elect_one() & geo.n_blocks.gt(0)).then_():
         for d in (q_desc, k_desc, v_desc):
             fa4_op("tma_prefetch", [d])
         # 1. Q: one box of bm rows per 64-column chunk
@@ -141,7 +144,7 @@ class _Consumer:
         self.q_smem, self.k_smem, self.v_smem, self.kv_bytes = q_smem, k_smem, v_smem, kv_bytes
         self.scale_log2 = scale_log2
         tid = kb.thread_idx(0)
-        self.wg = tid // 128 - 1                      # 0 or 1
+        self.wg = tid // 128 - 1                      # 0 .. cfg.consumers - 1
         self.t = tid % 128
         self.is_leader = self.t.eq(0)
         lane = self.t % 32
@@ -362,10 +365,9 @@ def _epilogue(kb, cfg, cs, o, m, l, o_desc, lse_ptr):
             off = ((cs.g ^ unit) * 16) + c * cfg.bm * SWIZZLE
             kb.store(pair, kb.gep(row_base, off, "i8"), align=4)
     kb.fence("async_smem")
-    with kb.if_(cs.wg.eq(0)).then_():
-        kb.named_barrier(BAR_EPILOGUE, 128)
-    with kb.if_(cs.wg.eq(1)).then_():
-        kb.named_barrier(BAR_EPILOGUE + 1, 128)
+    for w in range(cfg.consumers):  # named barrier ids are static: one per warpgroup
+        with kb.if_(cs.wg.eq(w)).then_():
+            kb.named_barrier(BAR_EPILOGUE + w, 128)
     # 2. one thread per warpgroup stores the 64 x head_dim tile (rows past seqlen_q are clipped)
     with kb.if_(cs.is_leader).then_():
         for c in range(nch):

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 KERNEL = "attention_fwd_sm90"
 HEAD_DIMS = (64, 128, 256)
+BMS = (128, 192)
 DTYPES = ("bf16", "f16")
 LOG2E = 1.4426950408889634
 MAX_RESCALE_THRESHOLD = 15.0  # lazy rescale lets P reach 2**threshold: f16's largest finite is 65504 < 2**16
@@ -20,12 +21,12 @@ class AttnConfig:
     dtype: str = "bf16"       # q, k, v, o element type: bf16 | f16
     head_dim: int = 128       # D: 64, 128, 256
     causal: bool = False      # bottom-right aligned causal mask
-    bm: int = 128             # query rows per CTA: 2 consumer warpgroups x 64 rows
+    bm: int = 128             # query rows per CTA: 64 per consumer warpgroup (128: 2, 192: 3)
     bn: int = 128             # key/value rows per pipeline block
     stages: int = 2           # K and V ring depth
     pingpong: bool = True     # named-barrier scheduling: one warpgroup's softmax overlaps the other's GEMMs
     load_regs: int = 24       # setmaxnreg of the producer warpgroup
-    mma_regs: int = 240       # setmaxnreg of the two consumer warpgroups
+    mma_regs: int = 240       # setmaxnreg of each consumer warpgroup (240 for 2, at most 160 for 3)
     # FlashAttention-4's softmax pieces (kernels/common/softmax.py), off by default:
     exp2_poly_stride: int = 0        # 0: every p = exp2 on the SFU (ex2.approx); k >= 2: element i of a
     #                                  row's scores (per thread) uses the FMA polynomial when i % k == k-1
@@ -43,14 +44,23 @@ class AttnConfig:
             raise ValueError(f"attention dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.head_dim not in HEAD_DIMS:
             raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {self.head_dim}")
-        if self.bm != 128:
-            raise ValueError(f"bm must be 128 (two consumer warpgroups of 64 rows), got {self.bm}")
+        if self.bm not in BMS:
+            raise ValueError(f"bm must be one of {BMS} (consumer warpgroups of 64 rows each), got {self.bm}")
+        if self.pingpong and self.consumers != 2:
+            raise ValueError(f"pingpong alternates two consumer warpgroups (bm=128); bm={self.bm} has "
+                             f"{self.consumers}: set pingpong=False")
         if self.bn % 16 or not 16 <= self.bn <= 256:
             raise ValueError(f"bn must be a multiple of 16 in [16, 256] (wgmma n and k16 steps), got {self.bn}")
         if self.stages < 1:
             raise ValueError(f"stages must be >= 1, got {self.stages}")
-        if self.load_regs * 128 + self.mma_regs * 256 > 65536:
-            raise ValueError(f"register budgets exceed the SM's 64K: 128 x {self.load_regs} + 256 x {self.mma_regs}")
+        if self.load_regs % 8 or self.mma_regs % 8 or not 24 <= min(self.load_regs, self.mma_regs) \
+                or max(self.load_regs, self.mma_regs) > 256:
+            raise ValueError(f"setmaxnreg budgets are multiples of 8 in [24, 256], got load_regs="
+                             f"{self.load_regs}, mma_regs={self.mma_regs}")
+        if self.load_regs * 128 + self.mma_regs * 128 * self.consumers > 65536:
+            raise ValueError(f"register budgets exceed the SM's 64K: 128 x {self.load_regs} + "
+                             f"{128 * self.consumers} x {self.mma_regs} (bm={self.bm}: {self.consumers} "
+                             f"consumer warpgroups)")
         row_scores = self.bn // 4  # S registers of one row in one thread (2 of every 4 of bn / 2)
         stride = self.exp2_poly_stride
         if type(stride) is not int or stride < 0 or stride == 1 or stride > row_scores:
@@ -64,6 +74,16 @@ class AttnConfig:
         if self.smem_bytes() > 227 * 1024:
             raise ValueError(f"tile plan needs {self.smem_bytes()} bytes of SMEM (> 227 KiB): lower bn or stages")
         return self
+
+    @property
+    def consumers(self) -> int:
+        """Consumer (wgmma) warpgroups: one per 64 query rows."""
+        return self.bm // 64
+
+    @property
+    def threads(self) -> int:
+        """The producer warpgroup and the consumers."""
+        return 128 * (1 + self.consumers)
 
     @property
     def d_chunks(self) -> int:
@@ -119,4 +139,4 @@ def flops(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int, c
     return f / 2 if causal else f
 
 
-__all__ = ["AttnConfig", "default_config", "grid", "launch_args", "flops", "KERNEL", "HEAD_DIMS", "DTYPES"]
+__all__ = ["AttnConfig", "default_config", "grid", "launch_args", "flops", "KERNEL", "HEAD_DIMS", "DTYPES", "BMS"]
