@@ -1,7 +1,10 @@
 """The sm_100a FlashAttention-4 forward kernel, proven without a Blackwell GPU.
 
-* FA4Config: the TMEM and SMEM plans at head dims 64, 128, 192/128 (MLA) and 256 (refused, with
-  the reason), supported()'s reasons, description(), hashing and the cache key.
+* FA4Config: the TMEM and SMEM plans at head dims 64, 128, 192/128 (MLA: the plan fits, the kernel
+  is not built for it) and 256 (refused, with the reason), supported()'s reasons, description(),
+  hashing and the cache key.
+* Every supported config compiles with 0 spills: supported() accepts, over a grid of every field,
+  only configs of the 288 code shapes of supported_configs(), and all 288 are compiled.
 * Every shipped config (attention_sm100_config.configs()) compiles to an sm_100a cubin with the
   whole-program ptxas: 0 spills, no stack, setmaxnreg honoured with the role table's budgets
   (softmax 192, correction 80, load/mma 48; read back from the SASS), SMEM = the config's plan,
@@ -11,9 +14,13 @@
   KV block in the loop), TMEM loads/stores (LDTM/STTM), TMA loads and stores, tcgen05.commit
   (UTCBAR) and the TMEM allocator.
 * fa4-verify-pipelines accepts the kernel, and rejects it when any one commit is removed.
-sm_100a numerics cannot run here (tests/gpu/test_attention_sm100.py skips on other GPUs).
+sm_100a numerics cannot run here (tests/gpu/test_attention_sm100_gpu.py skips on other GPUs).
 """
+import concurrent.futures
 import dataclasses
+import itertools
+import multiprocessing
+import os
 import re
 import time
 
@@ -22,7 +29,7 @@ import pytest
 from fa4mlir import lowering
 from fa4mlir.kernels import attention_fwd_sm100 as k100
 from fa4mlir.kernels.attention_sm100_config import (FA4Config, MMA_M, ROLES, SMEM_CARVEOUT, TMEM_COLUMNS,
-                                                   configs, grid, launch_args)
+                                                   code_shape, configs, grid, launch_args, supported_configs)
 from fa4mlir.passes import registry
 from fa4mlir.passes._util import PassError, attr, ops_named
 
@@ -56,7 +63,9 @@ def test_plan_head_dim_64():
 
 def test_plan_mla_192_128():
     c = FA4Config(qk_depth=192, ov_depth=128)
-    assert c.supported() == (True, "")
+    assert c.plan_fits() == (True, "")
+    ok, why = c.supported()                             # planned, not built: the reason says so
+    assert not ok and "192/128" in why and "MLA" in why and "not built" in why
     assert (c.padded_qk_depth, c.padded_ov_depth) == (192, 128)
     tm = c.tmem_plan()
     assert (tm["O0"], tm["O1"], tm["used"]) == (256, 384, 512)
@@ -66,8 +75,9 @@ def test_plan_mla_192_128():
 
 
 def test_plan_head_dim_256_is_refused_with_the_reason():
-    ok, why = FA4Config(qk_depth=256, ov_depth=256).supported()
+    ok, why = FA4Config(qk_depth=256, ov_depth=256).plan_fits()
     assert not ok and "768 columns > 512" in why
+    assert FA4Config(qk_depth=256, ov_depth=256).supported() == (ok, why)
     with pytest.raises(ValueError, match="TMEM"):
         FA4Config(qk_depth=256, ov_depth=256).validate()
 
@@ -79,6 +89,10 @@ def test_plan_head_dim_256_is_refused_with_the_reason():
     (dict(num_q_heads=6, num_kv_heads=4), "multiple of num_kv_heads"),
     (dict(fuse_gqa=True), "fuse_gqa"),
     (dict(BN=48), "BN=48"),
+    (dict(BN=64), "BN=128 only"),                      # the plan fits; the kernel was never compiled
+    (dict(qk_depth=96, ov_depth=96), "64/64, 128/128"),
+    (dict(num_kv_stages=1), "num_kv_stages=1"),
+    (dict(exp2_poly_stride=3), "(0, 2, 4, 8)"),
     (dict(num_pv_stages=2), "num_pv_stages=2"),
     (dict(swizzle=64), "128-byte swizzle"),
     (dict(exp2_poly_stride=1), "exp2_poly_stride"),
@@ -88,6 +102,27 @@ def test_plan_head_dim_256_is_refused_with_the_reason():
 def test_supported_gives_reasons(kw, reason):
     ok, why = FA4Config(**kw).supported()
     assert not ok and reason in why, why
+
+
+def test_supported_space_is_the_compiled_one():
+    """Every config supported() accepts, over a grid of every field, has the code shape of one of
+    supported_configs(), which the test below compiles: so 'every supported config compiles with 0
+    spills' is checked, not sampled."""
+    compiled_shapes = [code_shape(c) for c in supported_configs()]
+    assert len(set(compiled_shapes)) == len(compiled_shapes) == 288
+    assert all(c.supported()[0] for c in supported_configs())
+    assert all(code_shape(c) in compiled_shapes for c in configs()), "the shipped configs are among them"
+    seen = set()
+    pairs = [(d, d) for d in range(16, 272, 16)] + [(192, 128), (128, 64), (256, 128)]
+    for dtype, (qk, ov), bn, stages, stride, group, causal in itertools.product(
+            ("bf16", "f16", "f32"), pairs, (32, 64, 128, 256), range(8), range(10), (1, 2, 3, 8, 12),
+            (False, True)):
+        cfg = FA4Config(dtype=dtype, qk_depth=qk, ov_depth=ov, BN=bn, num_kv_stages=stages,
+                        exp2_poly_stride=stride, num_q_heads=group * 2, num_kv_heads=2, causal=causal)
+        if cfg.supported()[0]:
+            assert code_shape(cfg) in compiled_shapes, cfg
+            seen.add(code_shape(cfg))
+    assert seen == set(compiled_shapes)
 
 
 def test_config_is_frozen_hashable_and_keyed():
@@ -153,6 +188,38 @@ def test_compiles_with_zero_spills_and_the_role_budgets(cfg):
     plan = cfg.smem_plan()
     assert plan["total"] <= art.smem_bytes <= plan["total"] + 1024 <= SMEM_CARVEOUT + 1024
     assert seconds < 60
+
+
+def _compile_for_resources(cfg: FA4Config) -> tuple:
+    """(worker process) compile one config with ptxas; its resources."""
+    os.environ["FA4MLIR_CUBIN_BACKEND"] = "ptxas"
+    os.environ.pop("FA4MLIR_DEBUG", None)
+    t0 = time.perf_counter()
+    art = lowering.compile_kernel(k100.build(cfg), key="test-sm100-supported")
+    return art.name, art.resources, art.smem_bytes, time.perf_counter() - t0
+
+
+@needs_ptxas
+def test_every_supported_config_compiles_with_zero_spills():
+    """All 288 code shapes of the supported space (test_supported_space_is_the_compiled_one), compiled
+    in worker processes: 0 spills, setmaxnreg honoured, SMEM within the plan and the carve-out, the
+    whole TMEM allocated. About 3 s of ptxas each."""
+    cfgs = supported_configs()
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=max(2, os.cpu_count() or 2), mp_context=ctx) as pool:
+        results = list(pool.map(_compile_for_resources, cfgs, chunksize=4))
+    bad, names = [], set()
+    for cfg, (name, r, smem, seconds) in zip(cfgs, results):
+        names.add(name)
+        ok = (r["spill_stores"] == r["spill_loads"] == r["stack_bytes"] == 0 and not r["setmaxnreg_ignored"]
+              and r["tmem_cols"] == TMEM_COLUMNS and cfg.smem_plan()["total"] <= smem <= SMEM_CARVEOUT + 1024)
+        if not ok:
+            bad.append((name, {k: r[k] for k in ("spill_stores", "spill_loads", "stack_bytes", "setmaxnreg_ignored",
+                                                 "tmem_cols")}, smem))
+    slowest = max(x[3] for x in results)
+    print(f"{len(cfgs)} supported code shapes compiled; slowest {slowest:.1f} s; failures {len(bad)}")
+    assert not bad, bad[:10]
+    assert len(names) == len(cfgs), "every code shape has its own kernel name"
 
 
 @needs_ptxas

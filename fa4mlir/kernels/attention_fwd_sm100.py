@@ -52,7 +52,7 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
     tm, sm = cfg.tmem_plan(), cfg.smem_plan()
     stages = sm["stages"]
     name = (f"attention_fwd_sm100_{cfg.dtype}_qk{cfg.qk_depth}_ov{cfg.ov_depth}_g{cfg.group}"
-            f"{'_causal' if cfg.causal else ''}_bn{cfg.BN}_s{stages}")
+            f"{'_causal' if cfg.causal else ''}_bn{cfg.BN}_s{stages}{cfg.name_suffix()}")
     kb = KernelBuilder(name, arch="sm_100a", block=(fcfg.NUM_THREADS, 1, 1), config=cfg.key())
     q_desc = kb.param_tma("q", dtype=cfg.dtype, box=(CHUNK, 1, MMA_M, 1), swizzle="128B")
     k_desc = kb.param_tma("k", dtype=cfg.dtype, box=(CHUNK, 1, cfg.BN, 1), swizzle="128B")

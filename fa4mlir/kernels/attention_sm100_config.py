@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from .common.naming import softmax_knob_tags
+
 KERNEL = "attention_fwd_sm100"
 DTYPES = ("bf16", "f16")
 ELEM_BYTES = 2
@@ -45,6 +47,8 @@ MBARRIER_BYTES = 8
 TMEM_SLOT_BYTES = 16
 NUM_C_COLS = 2                  # correction columns per tile: [alpha | row sum, scaled row max]
 MAX_KV_STAGES = 4
+HEAD_DIMS = ((64, 64), (128, 128))   # (qk_depth, ov_depth) the kernel is built and checked for
+EXP2_POLY_STRIDES = (0, 2, 4, 8)
 ROLES = (  # name, first warp, warps, setmaxnreg
     ("softmax0", 0, 4, 192),
     ("softmax1", 4, 4, 192),
@@ -168,8 +172,11 @@ class FA4Config:
         return self.smem_plan()["total"]
 
     # ---- support ----------------------------------------------------------------------------
-    def supported(self) -> tuple[bool, str]:
-        """(True, "") when the kernel can be built for this config, else (False, the reason)."""
+    def plan_fits(self) -> tuple[bool, str]:
+        """(True, "") when the tile plan is well formed and fits the hardware (TMEM columns, SMEM
+        carve-out, MMA shapes), else (False, the reason). This is the planning question only: a plan
+        that fits (MLA 192/128, BN 64, ...) is not necessarily one the kernel is built and checked
+        for; `supported()` answers that."""
         if self.dtype not in DTYPES:
             return False, f"dtype {self.dtype!r}: the kernel takes {DTYPES} (tcgen05.mma kind::f16)"
         for name in ("qk_depth", "ov_depth"):
@@ -184,13 +191,8 @@ class FA4Config:
         if self.num_q_heads < 1 or self.num_kv_heads < 1 or self.num_q_heads % self.num_kv_heads:
             return False, (f"num_q_heads={self.num_q_heads} must be a positive multiple of num_kv_heads="
                            f"{self.num_kv_heads} (GQA/MQA)")
-        if self.fuse_gqa:
-            return False, "fuse_gqa (several heads in one Q tile) is not implemented; each CTA takes one head"
         if self.BN % 32 or not 32 <= self.BN <= 256:
             return False, f"BN={self.BN}: a multiple of 32 in [32, 256] (S = Q K^T is one MMA of N = BN)"
-        if self.num_qk_stages != 1 or self.num_pv_stages != 1:
-            return False, (f"num_qk_stages={self.num_qk_stages}, num_pv_stages={self.num_pv_stages}: only 1 "
-                           f"and 1 are implemented (whole K and V tiles per pipeline stage)")
         if self.swizzle != SWIZZLE_BYTES:
             return False, f"swizzle={self.swizzle}: only the 128-byte swizzle is implemented"
         if self.exp2_poly_stride < 0 or self.exp2_poly_stride == 1:
@@ -211,6 +213,42 @@ class FA4Config:
             return False, (f"SMEM: {total} bytes with {self.kv_stages} K/V stage(s) > the sm_100a carve-out "
                            f"{SMEM_CARVEOUT}")
         return True, ""
+
+    def supported(self) -> tuple[bool, str]:
+        """(True, "") when the kernel is built for this config and every such config is checked to
+        compile with 0 spills (tests/test_attention_sm100.py compiles all of supported_configs()),
+        else (False, the reason). The space: bf16/f16, head dim 64 or 128 (qk = ov), BN 128, causal
+        or not, any GQA group, num_kv_stages 0 (as many as fit) or 2.. what fits, exp2_poly_stride
+        in EXP2_POLY_STRIDES, any rescale_threshold >= 0."""
+        ok, why = self.plan_fits()
+        if not ok:
+            return ok, why
+        if (self.qk_depth, self.ov_depth) not in HEAD_DIMS:
+            mla = " (MLA: its plan fits, see plan_fits(); the kernel is not built for it)" \
+                if self.qk_depth != self.ov_depth else ""
+            return False, (f"qk_depth/ov_depth {self.qk_depth}/{self.ov_depth}: the kernel is built and checked "
+                           f"for {', '.join(f'{a}/{b}' for a, b in HEAD_DIMS)}{mla}")
+        if self.BN != 128:
+            return False, (f"BN={self.BN}: the kernel is built and checked for BN=128 only (the plan fits, "
+                           f"see plan_fits(), but that kernel was never compiled)")
+        if self.fuse_gqa:
+            return False, "fuse_gqa (several heads in one Q tile) is not implemented; each CTA takes one head"
+        if self.num_qk_stages != 1 or self.num_pv_stages != 1:
+            return False, (f"num_qk_stages={self.num_qk_stages}, num_pv_stages={self.num_pv_stages}: only 1 "
+                           f"and 1 are implemented (whole K and V tiles per pipeline stage)")
+        if self.num_kv_stages == 1:
+            return False, ("num_kv_stages=1: one K/V stage serialises TMA and MMA, and at head dim 128 the "
+                           "kernel spills 8 bytes; use 0 (as many as fit) or >= 2")
+        if self.exp2_poly_stride not in EXP2_POLY_STRIDES:
+            return False, (f"exp2_poly_stride={self.exp2_poly_stride}: the kernel is checked for "
+                           f"{EXP2_POLY_STRIDES} (0 = every exp2 on the SFU)")
+        return True, ""
+
+    def name_suffix(self) -> str:
+        """Kernel-name tags of softmax knobs off their defaults ('' for the shipped configs)."""
+        defaults = FA4Config()
+        return softmax_knob_tags(self.exp2_poly_stride, self.rescale_threshold, defaults.exp2_poly_stride,
+                                 defaults.rescale_threshold)
 
     def validate(self) -> "FA4Config":
         ok, why = self.supported()
@@ -253,4 +291,39 @@ def configs() -> list[FA4Config]:
             if (dt, kv) != ("f16", 4)]
 
 
-__all__ = ["FA4Config", "grid", "launch_args", "configs", "KERNEL", "ROLES", "TMEM_COLUMNS", "SMEM_CARVEOUT"]
+def group_class(group: int) -> int:
+    """The code shape of `head // group` in the kernel: 1 (no divide), a power of two (a shift) or
+    any other (a multiply by a magic constant and a shift); groups of one class differ only in
+    immediate operands."""
+    return 1 if group == 1 else 4 if group & (group - 1) == 0 else 3
+
+
+def code_shape(cfg: FA4Config) -> tuple:
+    """What of a supported config changes the generated code beyond immediate operands (the GQA
+    group's divisor, rescale_threshold's value, num_q_heads): two configs of one shape compile to
+    the same instructions."""
+    return (cfg.dtype, cfg.qk_depth, cfg.ov_depth, cfg.causal, group_class(cfg.group), cfg.kv_stages,
+            cfg.exp2_poly_stride)
+
+
+def supported_configs() -> list[FA4Config]:
+    """One config of every code shape in the supported space (see FA4Config.supported()): what the
+    deviceless test compiles to prove that every supported config builds with 0 spills."""
+    out = []
+    for dtype in DTYPES:
+        for qk, ov in HEAD_DIMS:
+            depths = [n for n in range(2, 1 + SMEM_CARVEOUT // (MMA_M * ELEM_BYTES * (qk + ov)))
+                      if FA4Config(qk_depth=qk, ov_depth=ov, num_kv_stages=n).plan_fits()[0]]
+            for stages in depths:
+                for causal in (False, True):
+                    for group in (1, 4, 3):
+                        for stride in EXP2_POLY_STRIDES:
+                            cfg = FA4Config(dtype=dtype, qk_depth=qk, ov_depth=ov, causal=causal,
+                                            num_q_heads=12 * group, num_kv_heads=12, num_kv_stages=stages,
+                                            exp2_poly_stride=stride)
+                            if cfg.supported()[0]:
+                                out.append(cfg)
+    return out
+
+
+__all__ = ["FA4Config", "grid", "launch_args", "configs", "supported_configs", "code_shape", "KERNEL", "ROLES", "TMEM_COLUMNS", "SMEM_CARVEOUT"]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .common.naming import softmax_knob_tags
+
 KERNEL = "attention_fwd_sm90"
 HEAD_DIMS = (64, 128, 256)
 BMS = (128, 192)
@@ -96,12 +98,7 @@ class AttnConfig:
 
     def name_suffix(self) -> str:
         """Kernel-name tags of the non-default softmax knobs ('' for the defaults): _poly4, _lazy8."""
-        tags = f"_poly{self.exp2_poly_stride}" if self.exp2_poly_stride else ""
-        thr = self.rescale_threshold
-        if thr:  # shortest exact spelling, as a PTX identifier: 8.0 -> 8, 7.5 -> 7p5, 1e-05 -> 1em05
-            text = f"{thr:g}" if float(f"{thr:g}") == thr else repr(float(thr))
-            tags += "_lazy" + text.replace(".", "p").replace("-", "m").replace("+", "")
-        return tags
+        return softmax_knob_tags(self.exp2_poly_stride, self.rescale_threshold)
 
     def key(self) -> dict:
         return {"kernel": KERNEL, **self.__dict__}
