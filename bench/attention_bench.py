@@ -159,9 +159,9 @@ def default_variants(variants: list[tuple[str, Any]], dtype: str, head_dim: int,
             picked = [(lab, a) for lab, a in variants if a.key == key]
             if picked:
                 return picked
-    from fa4mlir.kernels.attention_sm90_config import default_config
+    from fa4mlir.kernels.attention_sm90_config import TILE_FIELDS, default_config
     default = default_config(dtype, head_dim, causal)
-    tiles = {k: getattr(default, k) for k in ("bm", "bn", "stages", "pingpong")}
+    tiles = {k: getattr(default, k) for k in TILE_FIELDS}
     return [(lab, a) for lab, a in variants if all(a.config.get(k) == v for k, v in tiles.items())]
 
 

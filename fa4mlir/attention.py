@@ -317,7 +317,7 @@ def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: boo
                           f"dtype={dtype}, head_dim={head_dim}, causal={bool(causal)}; build it with "
                           f"`python -m fa4mlir bundle --set attention`")
     default = attn_cfg.default_config(dtype, head_dim, causal)
-    tiles = {k: getattr(default, k) for k in ("bm", "bn", "stages", "pingpong")}
+    tiles = {k: getattr(default, k) for k in attn_cfg.TILE_FIELDS}
     knobs = {k: getattr(default, k) for k in ("exp2_poly_stride", "rescale_threshold")}
     for narrow in (lambda e: all(e["config"].get(k) == v for k, v in tiles.items()),
                    lambda e: all(e["config"].get(k, v) == v for k, v in knobs.items()),

@@ -453,17 +453,16 @@ def test_softmax_knobs_are_validated(over, words):
 @pytest.mark.parametrize("over, words", [
     (dict(bm=256), ["bm must be one of (128, 192)", "got 256"]),
     (dict(bm=64), ["bm must be one of", "got 64"]),
-    (dict(bm=192), ["pingpong", "bm=192 has 3", "pingpong=False"]),
-    (dict(bm=192, pingpong=False), ["register budgets", "384 x 240", "3 consumer warpgroups"]),
-    (dict(bm=192, pingpong=False, mma_regs=164), ["multiples of 8", "mma_regs=164"]),
+    (dict(bm=192), ["register budgets", "384 x 240", "3 consumer warpgroups"]),
+    (dict(bm=192, mma_regs=164), ["multiples of 8", "mma_regs=164"]),
     (dict(load_regs=16), ["[24, 256]", "load_regs=16"]),
-], ids=["bm256", "bm64", "bm192-pingpong", "bm192-regs", "regs-odd", "regs-low"])
+], ids=["bm256", "bm64", "bm192-regs", "regs-odd", "regs-low"])
 def test_tiles_are_validated(over, words):
     raises(ValueError, words, acfg.AttnConfig(**over).validate)
 
 
 def test_three_consumer_warpgroups():
-    cfg = acfg.AttnConfig(head_dim=64, bm=192, pingpong=False, load_regs=24, mma_regs=160).validate()
+    cfg = acfg.AttnConfig(head_dim=64, bm=192, load_regs=32, mma_regs=160).validate()
     assert (cfg.consumers, cfg.threads) == (3, 512)
     assert acfg.grid(cfg.key(), 2, 4, 1000) == (6, 4, 2)          # ceil(1000 / 192) query tiles
     assert acfg.AttnConfig().threads == 384

@@ -78,7 +78,7 @@ def test_variant_labels_name_the_tile_and_stay_unique():
 
 
 def test_default_variants_follow_the_api_selection():
-    tiles = acfg.TILES[256]  # default_config's tiles for D=256
+    tiles = acfg.TILES[(256, False)]  # default_config's tiles for D=256
     arts = [_artifact(head_dim=256, **tiles, key="p" * 16, cubin_backend="ptxas"),
             _artifact(head_dim=256, **{**tiles, "stages": tiles["stages"] + 1}),
             _artifact(head_dim=256, **tiles, key="n" * 16)]
@@ -87,7 +87,7 @@ def test_default_variants_follow_the_api_selection():
     picked = ab.default_variants(variants, "bf16", 256, False,
                                  select_entry=lambda entries, *a: {"key": "p" * 16}, entries=[])
     assert [label for label, _ in picked] == [f"{default}-ptxas"]
-    # without the API: every variant with default_config's tiles (bm, bn, stages, pingpong)
+    # without the API: every variant with default_config's tiles (TILE_FIELDS)
     assert [label for label, _ in ab.default_variants(variants, "bf16", 256, False)] == \
         [f"{default}-ptxas", f"{default}-nvjitlink"]
 

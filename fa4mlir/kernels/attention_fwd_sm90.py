@@ -12,8 +12,8 @@ Roles (1 + bm / 64 warpgroups: 384 threads at bm 128, 512 at bm 192):
                             intra-warpgroup overlap): issue S_j = Q K_j^T and O += P_{j-1} V_{j-1}
                             back to back, wait for S_j only, run the online softmax of S_j while
                             P_{j-1} V_{j-1} is still on the tensor cores, then wait, rescale O.
-                            With `pingpong` (bm 128), named barriers make the two warpgroups take turns
-                            issuing GEMMs, so one's softmax overlaps the other's GEMMs.
+                            With `pingpong`, named barriers make the warpgroups take turns (a ring)
+                            issuing GEMMs, so one's softmax overlaps the others' GEMMs.
 Online softmax in base 2 with the scale folded in: p = exp2(s * scale_log2 - m * scale_log2).
 FlashAttention-4's pieces (kernels/common/softmax.py) are opt-in config knobs: `exp2_poly_stride`
 computes 1 in k of a row's p by a polynomial on the FMA pipes instead of the SFU's ex2;
@@ -42,8 +42,8 @@ CHUNK = 64             # head-dim columns per swizzle chunk
 WGMMA_K = 16
 LN2 = 0.6931471805599453
 NEG_INF = float("-inf")
-BAR_SCHED = 1          # named barriers 1, 2: ping-pong turn of consumer warpgroup 0, 1
-BAR_EPILOGUE = 3       # named barriers 3, 4(, 5): epilogue of consumer warpgroup 0, 1(, 2)
+BAR_SCHED = 1          # named barriers 1, 2(, 3): GEMM-issue turn of consumer warpgroup 0, 1(, 2)
+BAR_EPILOGUE = 4       # named barriers 4, 5(, 6): epilogue of consumer warpgroup 0, 1(, 2)
 
 
 def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
@@ -257,22 +257,22 @@ def _mma_role(kb, cfg, geo, q_pipe, k_pipe, v_pipe, q_smem, k_smem, v_smem, kv_b
     wg = cs.wg
     pp = cfg.pingpong
 
+    n = cfg.consumers
+
     def turn_begin():
         if pp:  # named barrier ids are static: select by warpgroup with an if
-            with kb.if_(wg.eq(0)).then_():
-                kb.named_barrier(BAR_SCHED, 256)
-            with kb.if_(wg.eq(1)).then_():
-                kb.named_barrier(BAR_SCHED + 1, 256)
+            for w in range(n):
+                with kb.if_(wg.eq(w)).then_():
+                    kb.named_barrier(BAR_SCHED + w, 256)
 
     def turn_end():
-        if pp:
-            with kb.if_(wg.eq(0)).then_():
-                kb.named_barrier_arrive(BAR_SCHED + 1, 256)
-            with kb.if_(wg.eq(1)).then_():
-                kb.named_barrier_arrive(BAR_SCHED, 256)
+        if pp:  # hand the turn to the next warpgroup of the ring
+            for w in range(n):
+                with kb.if_(wg.eq(w)).then_():
+                    kb.named_barrier_arrive(BAR_SCHED + (w + 1) % n, 256)
 
-    if pp:  # warpgroup 0 issues first
-        with kb.if_(wg.eq(1)).then_():
+    if pp:  # warpgroup 0 issues first: the last one of the ring hands it the first turn
+        with kb.if_(wg.eq(n - 1)).then_():
             kb.named_barrier_arrive(BAR_SCHED, 256)
 
     f32 = "f32"
@@ -337,7 +337,7 @@ def _mma_role(kb, cfg, geo, q_pipe, k_pipe, v_pipe, q_smem, k_smem, v_smem, kv_b
         z = const(0.0, f32)
         main.yield_(const(0.0, o_t), const(NEG_INF, f32), const(NEG_INF, f32), z, z)
     o, m0_, m1_, l0_, l1_ = main.results
-    if pp:  # consume warpgroup 1's last hand-off so both barriers end balanced
+    if pp:  # consume the last warpgroup's final hand-off so every barrier ends balanced
         with kb.if_(wg.eq(0)).then_():
             kb.named_barrier(BAR_SCHED, 256)
     _epilogue(kb, cfg, cs, o, [m0_, m1_], [l0_, l1_], o_desc, lse_ptr)

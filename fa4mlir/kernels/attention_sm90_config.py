@@ -26,7 +26,7 @@ class AttnConfig:
     bm: int = 128             # query rows per CTA: 64 per consumer warpgroup (128: 2, 192: 3)
     bn: int = 128             # key/value rows per pipeline block
     stages: int = 2           # K and V ring depth
-    pingpong: bool = True     # named-barrier scheduling: one warpgroup's softmax overlaps the other's GEMMs
+    pingpong: bool = True     # named-barrier turns: one warpgroup's softmax overlaps the others' GEMMs
     load_regs: int = 24       # setmaxnreg of the producer warpgroup
     mma_regs: int = 240       # setmaxnreg of each consumer warpgroup (240 for 2, at most 160 for 3)
     # FlashAttention-4's softmax pieces (kernels/common/softmax.py), off by default:
@@ -48,9 +48,6 @@ class AttnConfig:
             raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {self.head_dim}")
         if self.bm not in BMS:
             raise ValueError(f"bm must be one of {BMS} (consumer warpgroups of 64 rows each), got {self.bm}")
-        if self.pingpong and self.consumers != 2:
-            raise ValueError(f"pingpong alternates two consumer warpgroups (bm=128); bm={self.bm} has "
-                             f"{self.consumers}: set pingpong=False")
         if self.bn % 16 or not 16 <= self.bn <= 256:
             raise ValueError(f"bn must be a multiple of 16 in [16, 256] (wgmma n and k16 steps), got {self.bn}")
         if self.stages < 1:
@@ -104,19 +101,31 @@ class AttnConfig:
         return {"kernel": KERNEL, **self.__dict__}
 
 
-# head_dim -> tile choices, each the fastest of the variants timed on an H200 (notes/RESULTS.md,
-# "attention tiles": bn 128/176/192, stages 2/3, ping-pong on/off, seqlen 1k/4k/16k).
+# (head_dim, causal) -> tile choices, each the fastest of the variants timed on an H200
+# (notes/RESULTS.md, "attention tiles": bm 128/192, bn 64-192, stages 2/3, ping-pong on/off, seqlen
+# 1k-16k). D64 non-causal: three consumer warpgroups of 64 rows taking GEMM turns (FA3/FA4's 192 x 128
+# tile) beat 128 x 128 at every seqlen; causal they lose below 8k (a 192-row tile wastes more of
+# the diagonal block and makes fewer CTAs), so causal keeps 128 x 128.
+_D64_3WG = dict(bm=192, bn=128, stages=2, pingpong=True, load_regs=32, mma_regs=160)
 TILES = {
-    64: dict(bn=128, stages=2, pingpong=False),
-    128: dict(bn=128, stages=2, pingpong=True),
-    256: dict(bn=80, stages=2, pingpong=False),
+    (64, False): _D64_3WG,
+    (64, True): dict(bn=128, stages=2, pingpong=False),
+    (128, False): dict(bn=128, stages=2, pingpong=True),
+    (128, True): dict(bn=128, stages=2, pingpong=True),
+    (256, False): dict(bn=80, stages=2, pingpong=False),
+    (256, True): dict(bn=80, stages=2, pingpong=False),
 }
 
 
+# the AttnConfig fields TILES sets: what tells the default kernel from a tile variant in a bundle
+TILE_FIELDS = ("bm", "bn", "stages", "pingpong", "load_regs", "mma_regs")
+
+
 def default_config(dtype: str, head_dim: int, causal: bool) -> AttnConfig:
-    if head_dim not in TILES:
+    if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")
-    return AttnConfig(dtype=dtype, head_dim=head_dim, causal=bool(causal), **TILES[head_dim]).validate()
+    return AttnConfig(dtype=dtype, head_dim=head_dim, causal=bool(causal),
+                      **TILES[(head_dim, bool(causal))]).validate()
 
 
 def grid(config: dict, batch: int, heads: int, seqlen_q: int) -> tuple[int, int, int]:
@@ -136,4 +145,5 @@ def flops(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int, c
     return f / 2 if causal else f
 
 
-__all__ = ["AttnConfig", "default_config", "grid", "launch_args", "flops", "KERNEL", "HEAD_DIMS", "DTYPES", "BMS"]
+__all__ = ["AttnConfig", "default_config", "grid", "launch_args", "flops", "KERNEL", "HEAD_DIMS", "DTYPES", "BMS", "TILES",
+           "TILE_FIELDS"]

@@ -48,13 +48,13 @@ def assert_ok(r: dict) -> None:
 
 def test_bundle_has_every_attention_kernel(attn_bundle):
     from fa4mlir.attention import find_artifact
-    from fa4mlir.kernels.attention_sm90_config import default_config
+    from fa4mlir.kernels.attention_sm90_config import TILE_FIELDS, default_config
     for dtype in DTYPES:
         for head_dim in HEAD_DIMS:
             for causal in (False, True):
                 art = find_artifact(attn_bundle, dtype, head_dim, causal)
                 want = default_config(dtype, head_dim, causal)
-                assert all(art.config[k] == getattr(want, k) for k in ("bm", "bn", "stages", "pingpong")), art.config
+                assert all(art.config[k] == getattr(want, k) for k in TILE_FIELDS), art.config
                 assert art.config["cubin_backend"] == "ptxas", art.config
                 assert not art.resources.get("setmaxnreg_ignored"), art.resources
 
