@@ -5,9 +5,11 @@
 # draws it here), attention_bench.log, gemm.json, gemm_bench.log.
 # A device call may run 600 s: the default step limits add up to 570 s. Override with
 # TESTS_TIMEOUT, ATTN_TIMEOUT, GEMM_TIMEOUT; ATTN_ARGS adds attention flags (e.g. "--quick",
-# "--variants all", "--head-dims 128"). Each step runs even when the one before failed.
+# "--variants all", "--head-dims 128"). EXTRA_PYTHONPATH is appended to PYTHONPATH: where FA4 CuTe
+# was installed on the device (../shared/anchors/README.md), so the benchmark times it too.
+# Each step runs even when the one before failed.
 set -uo pipefail
-export FA4MLIR_BUNDLE=$PWD/bundle PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+export FA4MLIR_BUNDLE=$PWD/bundle PYTHONPATH=$PWD${EXTRA_PYTHONPATH:+:$EXTRA_PYTHONPATH} PYTHONUNBUFFERED=1
 OUT=${OUT:-results}; mkdir -p "$OUT"
 nvidia-smi -L | tee "$OUT/device.txt"
 echo "== GPU tests (timeout ${TESTS_TIMEOUT:-240} s)"
