@@ -45,15 +45,22 @@ def piece(request, bundle, require_arch):
     """(config, loaded kernel) of one attention-fa4-pieces entry of the bundle."""
     require_arch(9)
     pytest.importorskip("torch")
-    from fa4mlir.runtime import load
     _, cfg, env_over = request.param
+    return cfg, load_sm90(bundle, cfg, env_over["FA4MLIR_CUBIN_BACKEND"], _id(cfg), "attention-fa4-pieces")
+
+
+def load_sm90(bundle, cfg, cubin_backend: str, label: str, set_name: str):
+    """The loaded sm_90a attention kernel of `cfg` from the bundle (skip when it is not there), with
+    setmaxnreg honoured and the block the config asks for."""
+    from fa4mlir.runtime import load
     try:
-        art = bundle.find(arch="sm_90a", cubin_backend=env_over["FA4MLIR_CUBIN_BACKEND"], **cfg.key())
+        art = bundle.find(arch="sm_90a", cubin_backend=cubin_backend, **cfg.key())
     except LookupError:
-        pytest.skip(f"bundle {bundle.root} has no {_id(cfg)} kernel: build it with "
-                    f"`python -m fa4mlir bundle --set gpu-tests` (or --set attention-fa4-pieces)")
+        pytest.skip(f"bundle {bundle.root} has no {label} kernel: build it with "
+                    f"`python -m fa4mlir bundle --set gpu-tests` (or --set {set_name})")
     assert not art.resources.get("setmaxnreg_ignored"), art.resources
-    return cfg, load(art)
+    assert art.block == (cfg.threads, 1, 1), art.block
+    return load(art)
 
 
 def run(kern, q, k, v, scale: float):

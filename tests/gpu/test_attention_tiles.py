@@ -10,7 +10,7 @@ Skips without a GPU, without FA4MLIR_BUNDLE, or when the bundle lacks these kern
 `python -m fa4mlir bundle --set gpu-tests`, or `--set attention-tiles`).
 """
 import pytest
-from test_attention_fa4_pieces import run
+from test_attention_fa4_pieces import load_sm90, run
 from test_attention_sm90 import assert_ok, seed_of
 
 from fa4mlir import bundles
@@ -38,15 +38,8 @@ def _id(cfg) -> str:
 def variant(request, bundle, require_arch):
     require_arch(9)
     pytest.importorskip("torch")
-    from fa4mlir.runtime import load
     cfg = request.param
-    try:
-        art = bundle.find(arch="sm_90a", cubin_backend=KERNEL_ENV["FA4MLIR_CUBIN_BACKEND"], **cfg.key())
-    except LookupError:
-        pytest.skip(f"bundle {bundle.root} has no {_id(cfg)} kernel: build it with "
-                    f"`python -m fa4mlir bundle --set gpu-tests` (or --set attention-tiles)")
-    assert art.block == (cfg.threads, 1, 1), art.block
-    return cfg, load(art)
+    return cfg, load_sm90(bundle, cfg, KERNEL_ENV["FA4MLIR_CUBIN_BACKEND"], _id(cfg), "attention-tiles")
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "b{}_sq{}_sk{}_h{}_kv{}".format(*s))
