@@ -1,0 +1,51 @@
+"""Launch one attention kernel of a bundle a few times on the FA3 grid's shape, for a profiler
+(MLIR-free, runs on the GPU machine):
+
+    ncu --set detailed -k regex:attention --launch-skip 2 --launch-count 1 \\
+        python3 bench/profile_attention.py BUNDLE NAME_OR_SUBSTRING SEQLEN
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+import torch
+
+from fa4mlir.kernels.attention_sm90_config import grid, launch_args
+from fa4mlir.runtime import Bundle, load
+
+DT = {"bf16": torch.bfloat16, "f16": torch.float16}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("bundle")
+    ap.add_argument("name")
+    ap.add_argument("seqlen", type=int)
+    ap.add_argument("--launches", type=int, default=4)
+    a = ap.parse_args()
+    arts = [x for x in Bundle.open(a.bundle).artifacts()
+            if a.name in x.name and x.config.get("kernel") == "attention_fwd_sm90"]
+    exact = [x for x in arts if x.name == a.name]
+    arts = exact or arts
+    if len(arts) != 1:
+        print(f"{len(arts)} sm_90a attention kernels match {a.name!r}: {[x.name for x in arts]}")
+        return 2
+    kern = load(arts[0])
+    cfg = arts[0].config
+    d, s = cfg["head_dim"], a.seqlen
+    b, h = 16384 // s, 2048 // d
+    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=DT[cfg["dtype"]]) for _ in range(3))
+    o = torch.full_like(q, float("nan"))
+    lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
+    args = launch_args(q, k, v, o, lse, s, s, 1, 1 / math.sqrt(d))
+    for _ in range(a.launches):
+        kern.launch(grid(cfg, b, h, s), args)
+    torch.cuda.synchronize()
+    print(f"{arts[0].name}: {a.launches} launches of B{b} S{s} H{h} D{d}; NaN in O: {bool(o.isnan().any())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
