@@ -59,7 +59,7 @@ def attention_fa4_pieces() -> list:
 
 # (head_dim, causal, tiles) for attention-tiles, next to default_config's: every variant compiles
 # with 0 spills (tests check it). D64: 128 or 192 query rows (two or three consumer warpgroups),
-# GEMM turns on or off.
+# GEMM turns on or off; D64 and D128: a third (and fourth) K/V stage.
 _D64 = dict(stages=2, load_regs=32, mma_regs=160)
 TILE_VARIANTS = [
     (64, False, dict(bm=128, bn=128, stages=2, pingpong=False)),
@@ -68,6 +68,11 @@ TILE_VARIANTS = [
     (64, True, dict(bm=192, bn=128, pingpong=True, **_D64)),
     (64, True, dict(bm=192, bn=128, pingpong=False, **_D64)),
     (64, True, dict(bm=192, bn=112, pingpong=True, **_D64)),
+    (64, False, dict(bm=192, bn=128, pingpong=True, **{**_D64, "stages": 3})),
+    (64, True, dict(bm=128, bn=128, stages=3, pingpong=False)),
+    (64, True, dict(bm=128, bn=128, stages=4, pingpong=False)),
+    (128, False, dict(bm=128, bn=128, stages=3, pingpong=True)),
+    (128, True, dict(bm=128, bn=128, stages=3, pingpong=True)),
 ]
 
 
