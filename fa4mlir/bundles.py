@@ -73,6 +73,10 @@ TILE_VARIANTS = [
     (64, True, dict(bm=128, bn=128, stages=4, pingpong=False)),
     (128, False, dict(bm=128, bn=128, stages=3, pingpong=True)),
     (128, True, dict(bm=128, bn=128, stages=3, pingpong=True)),
+    (64, False, dict(bm=128, bn=128, stages=2, pingpong=False, persistent=True)),
+    (64, True, dict(bm=128, bn=128, stages=2, pingpong=False, persistent=True)),
+    (128, False, dict(bm=128, bn=128, stages=2, pingpong=True, persistent=True)),
+    (128, True, dict(bm=128, bn=128, stages=2, pingpong=True, persistent=True)),
 ]
 
 

@@ -461,6 +461,25 @@ def test_tiles_are_validated(over, words):
     raises(ValueError, words, acfg.AttnConfig(**over).validate)
 
 
+def test_persistent_grid_takes_the_fewest_rounds():
+    pers = {"bm": 128, "persistent": True}
+    assert acfg.grid(pers, 1, 16, 16384) == (128, 16, 1)            # no SM count: one tile per CTA
+    assert acfg.grid({"bm": 128}, 1, 16, 16384, 132) == (128, 16, 1)  # not persistent: the SM count is unused
+    # 16 heads x 128 tiles on 132 SMs: 8 CTAs per head (128 CTAs, 16 tiles each) = 16 rounds, the minimum
+    assert acfg.grid(pers, 1, 16, 16384, 132) == (8, 16, 1)
+    # 256 (batch, head) pairs of 8 tiles: every x takes 16 rounds; the fewest CTAs win the tie
+    assert acfg.grid(pers, 16, 16, 1024, 132) == (1, 16, 16)
+    assert acfg.grid(pers, 2, 3, 1000, 3) == (1, 3, 2)              # 6 CTAs of 8 tiles on 3 SMs: 16 rounds
+    assert acfg.grid(pers, 1, 1, 1000, 3) == (3, 1, 1)              # 3 CTAs of at most 3 tiles: 3 rounds
+    assert acfg.grid(pers, 2, 3, 0, 132) == (0, 3, 2)
+
+
+def test_persistent_needs_room_for_an_o_tile():
+    ok = acfg.AttnConfig(head_dim=128, persistent=True).validate()
+    assert ok.smem_bytes() == acfg.AttnConfig(head_dim=128).smem_bytes() + 128 * 256
+    raises(ValueError, ["SMEM", "O tile of persistent"], acfg.AttnConfig(head_dim=256, bn=80, persistent=True).validate)
+
+
 def test_three_consumer_warpgroups():
     cfg = acfg.AttnConfig(head_dim=64, bm=192, load_regs=32, mma_regs=160).validate()
     assert (cfg.consumers, cfg.threads) == (3, 512)

@@ -107,11 +107,12 @@ def test_setmaxnreg_is_honoured(compiled):
 
 
 def test_smem_is_the_tiles_plus_the_barriers(compiled):
-    """Q (bm x D) + K and V rings (stages x bn x D each) + 2 mbarriers per pipeline stage; every
-    buffer is a multiple of the planner's 1024-byte alignment, so no padding."""
+    """Q (bm x D; and O's own tile when persistent) + K and V rings (stages x bn x D each) + 2
+    mbarriers per pipeline stage; every buffer is a multiple of the planner's 1024-byte alignment,
+    so no padding."""
     cfg = compiled.cfg
     row_bytes = cfg.head_dim * DTYPES[cfg.dtype][0]
-    tile_bytes = cfg.bm * row_bytes + 2 * cfg.stages * cfg.bn * row_bytes
+    tile_bytes = cfg.bm * row_bytes * (2 if cfg.persistent else 1) + 2 * cfg.stages * cfg.bn * row_bytes
     barrier_bytes = 2 * MBARRIER_BYTES * sum(compiled.pipe_stages)
     assert compiled.resources["smem_bytes"] == compiled.smem_bytes == tile_bytes + barrier_bytes
     assert compiled.smem_bytes <= cfg.smem_bytes() <= 227 * 1024 == SMEM_LIMIT["sm_90a"]

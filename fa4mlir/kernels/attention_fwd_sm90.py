@@ -24,6 +24,10 @@ so the epilogue's LSE = (m * scale_log2 + log2 l) * ln 2 is exact either way.
 P stays in registers and feeds wgmma's A operand; V is read MN-major (imm-trans-b).
 Epilogue: O / l into the (now idle) Q tile in SMEM with the 128B swizzle, then TMA stores; the LSE
 (natural log, float32 [batch, heads, seqlen_q]) is written from registers.
+With `persistent`, a CTA loops over query tiles (every grid_dim(0)-th of its head and batch;
+attention_sm90_config.grid sizes the grid to the SMs); O gets its own SMEM tile and the consumers
+release Q after the tile's last S GEMM, so the next tile's Q and K/V load during this tile's last
+P.V and epilogue. Opt-in: measured slower than one tile per CTA (notes/RESULTS.md).
 Masks: KV blocks that are fully visible run an unmasked loop; the first block and the blocks on
 the causal diagonal or the seqlen_k tail run the masked variant. Causal is aligned bottom-right
 (query i sees key j iff j <= i + seqlen_k - seqlen_q); a row that sees no key gets O = 0 and
@@ -52,7 +56,8 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
     q_bytes = cfg.bm * nch * SWIZZLE
     kv_bytes = cfg.bn * nch * SWIZZLE
     name = (f"attention_fwd_sm90_{cfg.dtype}_d{cfg.head_dim}{'_causal' if cfg.causal else ''}"
-            f"_{cfg.bm}x{cfg.bn}_s{cfg.stages}{'' if cfg.pingpong else '_nopp'}{cfg.name_suffix()}")
+            f"_{cfg.bm}x{cfg.bn}_s{cfg.stages}{'' if cfg.pingpong else '_nopp'}{'_pers' if cfg.persistent else ''}"
+            f"{cfg.name_suffix()}")
     kb = KernelBuilder(name, arch="sm_90a", block=(cfg.threads, 1, 1), config=cfg.key())
     # TMA boxes, innermost first over [batch, seqlen, heads, head_dim]: (columns, 1 head, rows, 1 batch)
     q_desc = kb.param_tma("q", dtype=cfg.dtype, box=(CHUNK, 1, cfg.bm, 1), swizzle="128B")
@@ -73,27 +78,26 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
                              consumer_arrivals=cfg.consumers)
         v_pipe = kb.pipeline("v_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
                              consumer_arrivals=cfg.consumers)
+        # persistent: O is staged in its own tile, so the next tile's Q can load during this epilogue
+        o_smem = kb.smem("o_smem", q_bytes) if cfg.persistent else q_smem
         kb.pipeline_init()
-        geo = _Geometry(kb, cfg, seqlen_q, seqlen_k, heads_per_kv)
+        tiles = _Tiles(kb, cfg, seqlen_q, seqlen_k, heads_per_kv)
 
         with kb.warp_roles():
             with kb.role("load", first_warp=0, num_warps=1, regs=cfg.load_regs):
-                _load_role(kb, cfg, geo, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_desc, q_smem, k_smem,
+                _load_role(kb, cfg, tiles, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_desc, q_smem, k_smem,
                            v_smem, q_bytes, kv_bytes)
             with kb.role("mma", first_warp=4, num_warps=4 * cfg.consumers, regs=cfg.mma_regs):
-                _mma_role(kb, cfg, geo, q_pipe, k_pipe, v_pipe, q_smem, k_smem, v_smem, kv_bytes,
+                _mma_role(kb, cfg, tiles, q_pipe, k_pipe, v_pipe, q_smem, k_smem, v_smem, o_smem, kv_bytes,
                           o_desc, lse_ptr, scale_log2)
     return kb.finish()
 
 
 class _Geometry:
-    """Which tile this CTA owns and which KV blocks it visits (computed by every thread)."""
+    """One query tile and the KV blocks it visits (computed by every thread)."""
 
-    def __init__(self, kb, cfg, seqlen_q, seqlen_k, heads_per_kv):
+    def __init__(self, kb, cfg, m_block, seqlen_q, seqlen_k, heads_per_kv):
         self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
-        m_block = kb.block_idx(0)
-        if cfg.causal:  # the longest rows (most KV blocks) first: the tail of the grid is short work
-            m_block = kb.grid_dim(0) - 1 - m_block
         self.m0 = m_block * cfg.bm
         self.head = kb.block_idx(1)
         self.heads = kb.grid_dim(1)
@@ -102,16 +106,69 @@ class _Geometry:
         self.n_blocks, self.n_unmasked = block_range(self.m0, cfg.bm, seqlen_q, seqlen_k, cfg.bn, cfg.causal)
 
 
-def _load_role(kb, cfg, geo, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
+class _Tiles:
+    """The query tiles of this CTA. Without `persistent`, the one of its block index (the longest
+    rows first when causal: the tail of the grid is short work). With it, every grid_dim(0)-th
+    tile of its (head, batch) from its block index, in one loop; the pipelines' stage and phase
+    carry over from tile to tile as counts of the Q tiles and KV blocks used so far, which the
+    producer and the consumers compute alike."""
+
+    def __init__(self, kb, cfg, seqlen_q, seqlen_k, heads_per_kv):
+        self.kb, self.cfg, self.seqs = kb, cfg, (seqlen_q, seqlen_k, heads_per_kv)
+        self.fixed = None
+        if not cfg.persistent:
+            m_block = kb.block_idx(0)
+            if cfg.causal:
+                m_block = kb.grid_dim(0) - 1 - m_block
+            self.fixed = _Geometry(kb, cfg, m_block, *self.seqs)
+
+    def each(self, body):
+        """body(geo, counts) once per tile; counts = (Q tiles, KV blocks) used before this tile, or
+        None without `persistent` (each pipeline then starts at its initial state)."""
+        kb, cfg = self.kb, self.cfg
+        if self.fixed is not None:
+            body(self.fixed, None)
+            return
+        m_tiles = (self.seqs[0] + (cfg.bm - 1)) // cfg.bm
+        loop = kb.for_(kb.block_idx(0), m_tiles, kb.grid_dim(0), carry=(const(0), const(0)))
+        with loop as (mt, (q_count, kv_count)):
+            m_block = m_tiles - 1 - mt if cfg.causal else mt
+            geo = _Geometry(kb, cfg, m_block, *self.seqs)
+            body(geo, (q_count, kv_count))
+            loop.yield_(q_count + select(geo.n_blocks.gt(0), const(1), const(0)), kv_count + geo.n_blocks)
+
+
+def _state(pipe, count):
+    """`pipe`'s state after `count` stages were used (None: the initial state)."""
+    if count is None:
+        return pipe.initial_state()
+    n = pipe.num_stages
+    if n == 1:
+        return dsl.PipeState(const(0), count & 1, 1)
+    return dsl.PipeState(count % n, (count // n) & 1, n)
+
+
+def _load_role(kb, cfg, tiles, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
+               q_bytes, kv_bytes):
+    if cfg.persistent:
+        with kb.if_(kb.elect_one()).then_():
+            for d in (q_desc, k_desc, v_desc):
+                fa4_op("tma_prefetch", [d])
+    tiles.each(lambda geo, counts: _load_tile(kb, cfg, geo, counts, q_pipe, k_pipe, v_pipe, q_desc, k_desc,
+                                              v_desc, q_smem, k_smem, v_smem, q_bytes, kv_bytes))
+
+
+def _load_tile(kb, cfg, geo, counts, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
                q_bytes, kv_bytes):
     nch = cfg.d_chunks
     # a tile with no visible KV block (causal, seqlen_q > seqlen_k) loads nothing: its consumers skip
     # q_pipe and write O = 0 into the Q tile, which an unwaited Q load could land on afterwards
     with kb.if_(kb.elect_one() & geo.n_blocks.gt(0)).then_():
-        for d in (q_desc, k_desc, v_desc):
-            fa4_op("tma_prefetch", [d])
+        if counts is None:
+            for d in (q_desc, k_desc, v_desc):
+                fa4_op("tma_prefetch", [d])
         # 1. Q: one box of bm rows per 64-column chunk
-        q0 = q_pipe.initial_state()
+        q0 = _state(q_pipe, None if counts is None else counts[0])
         q_pipe.producer_acquire(q0)
         q_pipe.producer_commit(q0, tx_bytes=q_bytes)
         for c in range(nch):
@@ -119,7 +176,7 @@ def _load_role(kb, cfg, geo, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_desc, q_s
                                 const(c * CHUNK), geo.head, geo.m0, geo.batch],
                    pipe=q_pipe.name, box=[CHUNK, 1, cfg.bm, 1], elem_bytes=2)
         # 2. K_j and V_j for every visited KV block, each into its ring
-        s0 = k_pipe.initial_state()
+        s0 = _state(k_pipe, None if counts is None else counts[1])
         loop = kb.for_(0, geo.n_blocks, 1, carry=(s0.stage, s0.phase))
         with loop as (j, (stage, phase)):
             s = dsl.PipeState(stage, phase, cfg.stages)
@@ -151,9 +208,16 @@ class _Consumer:
         self.g = lane // 4                            # row within an 8-row group
         self.t4 = lane % 4                            # column pair within an 8-column group
         self.row0 = (self.t // 32) * 16 + self.g      # rows row0 and row0 + 8 of the warpgroup's 64
-        self.grow = [geo.m0 + self.wg * 64 + self.row0 + 8 * h for h in (0, 1)]
         self.n_s = cfg.bn // 2                        # S accumulator registers per thread
         self.n_o = cfg.head_dim // 2                  # O accumulator registers per thread
+        if geo is not None:
+            self.at(geo)
+
+    def at(self, geo: "_Geometry") -> "_Consumer":
+        """Point at a query tile: its geometry and this thread's two global rows."""
+        self.geo = geo
+        self.grow = [geo.m0 + self.wg * 64 + self.row0 + 8 * h for h in (0, 1)]
+        return self
 
     # ---- GEMMs ----------------------------------------------------------------------------------
     def issue_s(self, k_stage: Value) -> Value:
@@ -251,9 +315,9 @@ class _Consumer:
         return branch.results[0]
 
 
-def _mma_role(kb, cfg, geo, q_pipe, k_pipe, v_pipe, q_smem, k_smem, v_smem, kv_bytes, o_desc, lse_ptr,
-              scale_log2):
-    cs = _Consumer(kb, cfg, geo, q_smem, k_smem, v_smem, kv_bytes, scale_log2)
+def _mma_role(kb, cfg, tiles, q_pipe, k_pipe, v_pipe, q_smem, k_smem, v_smem, o_smem, kv_bytes, o_desc,
+              lse_ptr, scale_log2):
+    cs = _Consumer(kb, cfg, tiles.fixed, q_smem, k_smem, v_smem, kv_bytes, scale_log2)
     wg = cs.wg
     pp = cfg.pingpong
 
@@ -275,15 +339,32 @@ def _mma_role(kb, cfg, geo, q_pipe, k_pipe, v_pipe, q_smem, k_smem, v_smem, kv_b
         with kb.if_(wg.eq(n - 1)).then_():
             kb.named_barrier_arrive(BAR_SCHED, 256)
 
+    def final_handoff():
+        if pp:  # consume the last warpgroup's final hand-off so every barrier ends balanced
+            with kb.if_(wg.eq(0)).then_():
+                kb.named_barrier(BAR_SCHED, 256)
+
+    tiles.each(lambda geo, counts: _consume_tile(
+        kb, cfg, cs.at(geo), counts, q_pipe, k_pipe, v_pipe, o_smem, o_desc, lse_ptr, turn_begin, turn_end,
+        final_handoff if counts is None else None))
+    if cfg.persistent:
+        final_handoff()
+
+
+def _consume_tile(kb, cfg, cs, counts, q_pipe, k_pipe, v_pipe, o_smem, o_desc, lse_ptr, turn_begin, turn_end,
+                  before_epilogue):
+    """One query tile of one consumer warpgroup: the KV loop, then the epilogue. counts: the
+    pipelines' use so far (None: one tile per CTA, pipelines at their initial state)."""
+    geo = cs.geo
     f32 = "f32"
     o_t = ("f32", cs.n_o)
     has_work = geo.n_blocks.gt(0)
     main = kb.if_(has_work, results=[o_t, f32, f32, f32, f32])
     with main.then_():
-        q0 = q_pipe.initial_state()
+        q0 = _state(q_pipe, None if counts is None else counts[0])
         q_pipe.consumer_wait(q0)
         # block 0 (peeled, masked): S_0, softmax; P_0 stays for the first P.V
-        k0 = k_pipe.initial_state()
+        k0 = _state(k_pipe, None if counts is None else counts[1])
         k_pipe.consumer_wait(k0)
         turn_begin()
         s_acc = cs.issue_s(k0.stage)
@@ -294,7 +375,7 @@ def _mma_role(kb, cfg, geo, q_pipe, k_pipe, v_pipe, q_smem, k_smem, v_smem, kv_b
         neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
         frags, m, l, _ = cs.softmax(s_acc, const(0), [neg_inf, neg_inf], [zero, zero], masked=True)
         o = const(0.0, o_t)
-        k1, v0 = k0.advance(), v_pipe.initial_state()
+        k1, v0 = k0.advance(), _state(v_pipe, None if counts is None else counts[1])
         state = (k1.stage, k1.phase, v0.stage, v0.phase, o, *m, *l, *frags)
 
         def body(j, carried, masked):
@@ -325,25 +406,28 @@ def _mma_role(kb, cfg, geo, q_pipe, k_pipe, v_pipe, q_smem, k_smem, v_smem, kv_b
                 loop.yield_(*body(j, carried, masked))
             state = tuple(loop.results)
         _, _, vs, vph, o, m0_, m1_, l0_, l1_, *p_last = state
+        if cfg.persistent:  # every S GEMM has completed: the next tile's Q may load now
+            with kb.if_(cs.is_leader).then_():
+                q_pipe.consumer_release(q0)
         v_s = dsl.PipeState(vs, vph, cfg.stages)
         v_pipe.consumer_wait(v_s)
         o = cs.issue_pv(p_last, vs, o)
         o = Value(fa4_op("mma_wait_group", [o], [o.type], pending=0).result)
         with kb.if_(cs.is_leader).then_():
             v_pipe.consumer_release(v_s)
-            q_pipe.consumer_release(q0)
+            if not cfg.persistent:
+                q_pipe.consumer_release(q0)
         main.yield_(o, m0_, m1_, l0_, l1_)
     with main.else_():
         z = const(0.0, f32)
         main.yield_(const(0.0, o_t), const(NEG_INF, f32), const(NEG_INF, f32), z, z)
     o, m0_, m1_, l0_, l1_ = main.results
-    if pp:  # consume the last warpgroup's final hand-off so every barrier ends balanced
-        with kb.if_(wg.eq(0)).then_():
-            kb.named_barrier(BAR_SCHED, 256)
-    _epilogue(kb, cfg, cs, o, [m0_, m1_], [l0_, l1_], o_desc, lse_ptr)
+    if before_epilogue is not None:
+        before_epilogue()
+    _epilogue(kb, cfg, cs, o, [m0_, m1_], [l0_, l1_], o_smem, o_desc, lse_ptr)
 
 
-def _epilogue(kb, cfg, cs, o, m, l, o_desc, lse_ptr):
+def _epilogue(kb, cfg, cs, o, m, l, o_smem, o_desc, lse_ptr):
     geo = cs.geo
     inv, lse = [], []
     for h in (0, 1):
@@ -353,9 +437,14 @@ def _epilogue(kb, cfg, cs, o, m, l, o_desc, lse_ptr):
         inv.append(select(empty, const(0.0, "f32"), const(1.0, "f32") / total))
         m_scaled = m[h] * cs.scale_log2
         lse.append(select(empty, const(float("inf"), "f32"), (m_scaled + log2(total)) * LN2))
-    # 1. O / l, converted, into this warpgroup's 64 rows of the Q tile (128B swizzle, as TMA reads it)
+    # 1. O / l, converted, into this warpgroup's 64 rows of the O tile (the Q tile unless persistent;
+    #    128B swizzle, as TMA reads it)
     nch = cfg.d_chunks
-    wg_base = kb.gep(cs.q_smem, cs.wg * (64 * SWIZZLE), "i8")
+    if cfg.persistent:  # the previous tile's TMA store has read the O tile (its leader waited on it)
+        for w in range(cfg.consumers):
+            with kb.if_(cs.wg.eq(w)).then_():
+                kb.named_barrier(BAR_EPILOGUE + w, 128)
+    wg_base = kb.gep(o_smem, cs.wg * (64 * SWIZZLE), "i8")
     for h in (0, 1):
         row_base = kb.gep(wg_base, (cs.row0 + 8 * h) * SWIZZLE + cs.t4 * 4, "i8")
         for jd in range(cfg.head_dim // 8):

@@ -27,6 +27,8 @@ class AttnConfig:
     bn: int = 128             # key/value rows per pipeline block
     stages: int = 2           # K and V ring depth
     pingpong: bool = True     # named-barrier turns: one warpgroup's softmax overlaps the others' GEMMs
+    persistent: bool = False  # each CTA loops over query tiles (grid() sizes the grid to the SMs); O gets
+    #                           its own SMEM tile so the next tile's Q loads during this one's epilogue
     load_regs: int = 24       # setmaxnreg of the producer warpgroup
     mma_regs: int = 240       # setmaxnreg of each consumer warpgroup (240 for 2, at most 160 for 3)
     # FlashAttention-4's softmax pieces (kernels/common/softmax.py), off by default:
@@ -71,7 +73,8 @@ class AttnConfig:
                              f"0 = rescale on every new max, FlashAttention-4 uses 8.0; P reaches "
                              f"2**threshold and must fit f16), got {thr!r}")
         if self.smem_bytes() > 227 * 1024:
-            raise ValueError(f"tile plan needs {self.smem_bytes()} bytes of SMEM (> 227 KiB): lower bn or stages")
+            raise ValueError(f"tile plan needs {self.smem_bytes()} bytes of SMEM (> 227 KiB"
+                             f"{', with the O tile of persistent' if self.persistent else ''}): lower bn or stages")
         return self
 
     @property
@@ -91,7 +94,8 @@ class AttnConfig:
 
     def smem_bytes(self) -> int:
         row = self.d_chunks * 128
-        return self.bm * row + 2 * self.stages * self.bn * row + 1024
+        o_tile = self.bm * row if self.persistent else 0
+        return self.bm * row + o_tile + 2 * self.stages * self.bn * row + 1024
 
     def name_suffix(self) -> str:
         """Kernel-name tags of the non-default softmax knobs ('' for the defaults): _poly4, _lazy8."""
@@ -128,9 +132,16 @@ def default_config(dtype: str, head_dim: int, causal: bool) -> AttnConfig:
                       **TILES[(head_dim, bool(causal))]).validate()
 
 
-def grid(config: dict, batch: int, heads: int, seqlen_q: int) -> tuple[int, int, int]:
-    """One CTA per (bm query rows, head, batch)."""
-    return ((seqlen_q + config["bm"] - 1) // config["bm"], heads, batch)
+def grid(config: dict, batch: int, heads: int, seqlen_q: int, num_sms: int | None = None) -> tuple[int, int, int]:
+    """One CTA per (bm query rows, head, batch); a persistent kernel takes any grid x >= 1 and loops
+    over its tiles, and with `num_sms` gets the x that needs the fewest rounds of tiles (waves of
+    CTAs x tiles per CTA, the fewer CTAs on a tie)."""
+    tiles = (seqlen_q + config["bm"] - 1) // config["bm"]
+    if not config.get("persistent") or not num_sms or tiles == 0:
+        return (tiles, heads, batch)
+    def rounds(x: int) -> int:
+        return -(-heads * batch * x // num_sms) * -(-tiles // x)
+    return (min(range(1, tiles + 1), key=lambda x: (rounds(x), x)), heads, batch)
 
 
 def launch_args(q, k, v, o, lse, seqlen_q: int, seqlen_k: int, heads_per_kv: int, softmax_scale: float) -> list:

@@ -63,14 +63,15 @@ def load_sm90(bundle, cfg, cubin_backend: str, label: str, set_name: str):
     return load(art)
 
 
-def run(kern, q, k, v, scale: float):
-    """One launch (bench/attention_probe.py's contract) into NaN-poisoned out and lse."""
+def run(kern, q, k, v, scale: float, num_sms: int | None = None):
+    """One launch (bench/attention_probe.py's contract) into NaN-poisoned out and lse; a persistent
+    kernel gets the grid grid() sizes for `num_sms` SMs."""
     import torch
     b, sq, h, _ = q.shape
     o = torch.full_like(q, NAN)
     lse = torch.full((b, h, sq), NAN, device=q.device, dtype=torch.float32)
     args = launch_args(q, k, v, o, lse, sq, k.shape[1], h // k.shape[2], scale)
-    kern.launch(grid(kern.artifact.config, b, h, sq), args)
+    kern.launch(grid(kern.artifact.config, b, h, sq, num_sms), args)
     torch.cuda.synchronize()
     return o, lse
 

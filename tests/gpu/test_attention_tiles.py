@@ -1,5 +1,5 @@
 """The sm_90a attention kernel's non-default tiles (bundles.TILE_VARIANTS: bm 192 = three consumer
-warpgroups, bn 64-128), launched directly through the runtime (flash_attn_func runs the default
+warpgroups, bn, stages, persistent), launched directly through the runtime (flash_attn_func runs the default
 tiles). Judged like tests/gpu/test_attention_sm90.py: NaN-poisoned out and lse, the FA rule against a
 float32/float64 reference, 0 / +inf on rows that see no key, no NaN.
 
@@ -47,5 +47,5 @@ def test_matches_reference(variant, shape):
     cfg, kern = variant
     q, k, v = attention_inputs(*shape, cfg.head_dim, cfg.dtype, seed_of("tiles", _id(cfg), shape))
     scale = cfg.head_dim ** -0.5
-    o, lse = run(kern, q, k, v, scale)
+    o, lse = run(kern, q, k, v, scale, num_sms=3)   # persistent: every CTA loops over several tiles
     assert_ok(compare_attention(q, k, v, o, lse, scale, cfg.causal))
