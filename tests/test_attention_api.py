@@ -324,6 +324,23 @@ def entry(dtype="bf16", head_dim=128, causal=False, arch="sm_90a", key="k0", **o
     return {"name": name, "arch": arch, "key": key.ljust(64, "0"), "config": cfg}
 
 
+@pytest.mark.parametrize("sets", [["gpu-tests"], ["attention-tiles"], ["bench"], ["gpu-tests", "bench"]])
+def test_every_shipped_bundle_selects_one_kernel_per_case(sets):
+    """A bundle built from these sets (defaults next to variants) resolves every (dtype, head_dim,
+    causal) flash_attn_func can take to exactly its default_config kernel."""
+    from fa4mlir import bundles
+    entries = [{"name": f"k{i}", "arch": "sm_90a", "key": f"{i:064d}",
+                "config": {**cfg.key(), **{"cubin_backend": env.get("FA4MLIR_CUBIN_BACKEND", "nvjitlink")}}}
+               for i, (name, cfg, *rest) in enumerate(bundles.configs(sets)) for env in [rest[0] if rest else {}]
+               if name == acfg.KERNEL]
+    cases = {(e["config"]["dtype"], e["config"]["head_dim"], e["config"]["causal"]) for e in entries}
+    assert cases
+    for dtype, head_dim, causal in cases:
+        picked = select_entry(entries, dtype, head_dim, causal)
+        want = acfg.default_config(dtype, head_dim, causal)
+        assert all(picked["config"][k] == getattr(want, k) for k in acfg.TILE_FIELDS), (picked, want)
+
+
 def test_select_single_entry():
     entries = [entry(causal=False, key="a"), entry(causal=True, key="b"), entry(head_dim=64, key="c"),
                entry(causal=True, arch="sm_100a", key="d"), entry(kernel="gemm_sm90", causal=True, key="e")]

@@ -122,7 +122,7 @@ TILES = {
 
 
 # the AttnConfig fields TILES sets: what tells the default kernel from a tile variant in a bundle
-TILE_FIELDS = ("bm", "bn", "stages", "pingpong", "load_regs", "mma_regs")
+TILE_FIELDS = ("bm", "bn", "stages", "pingpong", "persistent", "load_regs", "mma_regs")
 
 
 def default_config(dtype: str, head_dim: int, causal: bool) -> AttnConfig:
