@@ -1,7 +1,7 @@
 """Row-level diagnosis of one attention kernel on one shape: which query rows are wrong, and how
 (fully masked rows vs rows that see keys). A development tool, MLIR-free, runs on the GPU machine:
 
-    python3 bench/attention_rows.py BUNDLE NAME_SUBSTRING SQ SK [--heads H] [--kv-heads HK] [--batch B]
+    python3 bench/attention_rows.py BUNDLE NAME_OR_SUBSTRING SQ SK [--heads H] [--kv-heads HK] [--batch B]
 """
 from __future__ import annotations
 
@@ -16,6 +16,18 @@ from fa4mlir.runtime import Bundle, load
 from fa4mlir.testing import attention_math
 
 DT = {"bf16": torch.bfloat16, "f16": torch.float16}
+
+
+def find_kernel(bundle: str, name: str):
+    """The sm_90a attention artefact of `bundle` named `name`, else the one whose name contains it;
+    None (after saying what matched) when that is not exactly one."""
+    arts = [x for x in Bundle.open(bundle).artifacts()
+            if name in x.name and x.config.get("kernel") == "attention_fwd_sm90"]
+    arts = [x for x in arts if x.name == name] or arts
+    if len(arts) != 1:
+        print(f"{len(arts)} sm_90a attention kernels match {name!r}: {[x.name for x in arts]}")
+        return None
+    return arts[0]
 
 
 def ranges(idx: list[int]) -> str:
@@ -44,11 +56,9 @@ def main() -> int:
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
-    arts = [x for x in Bundle.open(a.bundle).artifacts() if a.name in x.name]
-    if len(arts) != 1:
-        print(f"{len(arts)} kernels match {a.name!r}: {[x.name for x in arts]}")
+    art = find_kernel(a.bundle, a.name)
+    if art is None:
         return 2
-    art = arts[0]
     kern = load(art)
     cfg = art.config
     dt, d, causal = DT[cfg["dtype"]], cfg["head_dim"], cfg["causal"]

@@ -12,8 +12,9 @@ import sys
 
 import torch
 
+from bench.attention_rows import find_kernel
 from fa4mlir.kernels.attention_sm90_config import grid, launch_args
-from fa4mlir.runtime import Bundle, load
+from fa4mlir.runtime import load
 
 DT = {"bf16": torch.bfloat16, "f16": torch.float16}
 
@@ -25,15 +26,11 @@ def main() -> int:
     ap.add_argument("seqlen", type=int)
     ap.add_argument("--launches", type=int, default=4)
     a = ap.parse_args()
-    arts = [x for x in Bundle.open(a.bundle).artifacts()
-            if a.name in x.name and x.config.get("kernel") == "attention_fwd_sm90"]
-    exact = [x for x in arts if x.name == a.name]
-    arts = exact or arts
-    if len(arts) != 1:
-        print(f"{len(arts)} sm_90a attention kernels match {a.name!r}: {[x.name for x in arts]}")
+    art = find_kernel(a.bundle, a.name)
+    if art is None:
         return 2
-    kern = load(arts[0])
-    cfg = arts[0].config
+    kern = load(art)
+    cfg = art.config
     d, s = cfg["head_dim"], a.seqlen
     b, h = 16384 // s, 2048 // d
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=DT[cfg["dtype"]]) for _ in range(3))
@@ -43,7 +40,7 @@ def main() -> int:
     for _ in range(a.launches):
         kern.launch(grid(cfg, b, h, s), args)
     torch.cuda.synchronize()
-    print(f"{arts[0].name}: {a.launches} launches of B{b} S{s} H{h} D{d}; NaN in O: {bool(o.isnan().any())}")
+    print(f"{art.name}: {a.launches} launches of B{b} S{s} H{h} D{d}; NaN in O: {bool(o.isnan().any())}")
     return 0
 
 

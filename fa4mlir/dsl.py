@@ -278,18 +278,17 @@ class _If:
         self.results = [Value(r) for r in self.op.results]
 
     @contextlib.contextmanager
-    def then_(self):
-        with ir.InsertionPoint(self.op.then_block):
+    def _branch(self, block):
+        with ir.InsertionPoint(block):
             yield
-            if not _has_terminator(self.op.then_block):
+            if not _has_terminator(block):
                 scf.YieldOp([], loc=source_loc())
 
-    @contextlib.contextmanager
+    def then_(self):
+        return self._branch(self.op.then_block)
+
     def else_(self):
-        with ir.InsertionPoint(self.op.else_block):
-            yield
-            if not _has_terminator(self.op.else_block):
-                scf.YieldOp([], loc=source_loc())
+        return self._branch(self.op.else_block)
 
     def yield_(self, *values):
         scf.YieldOp([v.v if isinstance(v, Value) else v for v in values], loc=source_loc())
