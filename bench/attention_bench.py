@@ -573,13 +573,13 @@ def _launcher(torch: Any, acfg: Any, artifact: Any, loaded: dict, q, k, v, point
             loaded[key] = load(artifact)
         kern = loaded[key]
         b, s, h, d = point.batch, point.seqlen, point.heads, point.head_dim
-        grid = acfg.grid(artifact.config, b, h, s)
+        grid = acfg.grid(artifact.config, b, h, s, torch.cuda.get_device_properties(q.device).multi_processor_count)
         scale = 1.0 / math.sqrt(d)
 
         def call():
             o = torch.empty_like(q)
             lse = torch.empty(b, h, s, device=q.device, dtype=torch.float32)
-            kern.launch(grid, acfg.launch_args(q, k, v, o, lse, s, s, 1, scale))
+            kern.launch(grid, acfg.launch_args(artifact.config, q, k, v, o, lse, b, h, s, s, 1, scale))
             return o
         return call
     return make

@@ -2,7 +2,8 @@
 each, against torch SDPA (cuDNN). A development tool (the full checks are tests/gpu and
 bench/attention_bench.py); MLIR-free, runs on the GPU machine:
 
-    python3 bench/attention_probe.py BUNDLE [--time-only] [--seqlen 16384]
+    python3 bench/attention_probe.py BUNDLE [--time-only] [--seqlen 16384 | --seqlen 1024,4096]
+                                            [--match SUBSTRING ...]
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def run(kern, q, k, v, scale):
     b, sq, h, d = q.shape
     o = torch.full_like(q, float("nan"))
     lse = torch.full((b, h, sq), float("nan"), device=q.device, dtype=torch.float32)
-    args = launch_args(q, k, v, o, lse, sq, k.shape[1], h // k.shape[2], scale)
+    args = launch_args(kern.artifact.config, q, k, v, o, lse, b, h, sq, k.shape[1], h // k.shape[2], scale)
     kern.launch(grid(kern.artifact.config, b, h, sq, CHECK_SMS), args)
     return o, lse
 
@@ -65,7 +66,7 @@ def bench(kern, seqlen):
     q, k, v = (torch.randn(b, seqlen, h, d, device="cuda", dtype=dt) for _ in range(3))
     o = torch.empty_like(q)
     lse = torch.empty(b, h, seqlen, device="cuda", dtype=torch.float32)
-    args = launch_args(q, k, v, o, lse, seqlen, seqlen, 1, 1 / math.sqrt(d))
+    args = launch_args(cfg, q, k, v, o, lse, b, h, seqlen, seqlen, 1, 1 / math.sqrt(d))
     gr = grid(cfg, b, h, seqlen, torch.cuda.get_device_properties(0).multi_processor_count)
     t = do_bench(lambda: kern.launch(gr, args), warmup=20, rep=200, return_mode="median")
     import time
@@ -91,11 +92,15 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("bundle")
     ap.add_argument("--time-only", action="store_true")
-    ap.add_argument("--seqlen", type=int, default=16384)
+    ap.add_argument("--seqlen", default="16384", help="timing seqlen(s), comma-separated")
+    ap.add_argument("--match", action="append", default=[],
+                    help="only kernels whose name contains one of these (repeatable)")
     a = ap.parse_args()
     bad = 0
     for art in Bundle.open(a.bundle).artifacts():
         if art.config.get("kernel") != "attention_fwd_sm90":
+            continue
+        if a.match and not any(m in art.name for m in a.match):
             continue
         kern = load(art)
         print(f"{art.name} [{(art.key or '')[:10]}] ({art.resources.get('registers')} regs, {art.config.get('cubin_backend')})", flush=True)
@@ -103,7 +108,8 @@ def main() -> int:
             for case in ((1, 128, 128, 1, 1), (2, 1000, 1000, 4, 2), (1, 128, 1000, 2, 1), (1, 1000, 128, 2, 2),
                          (1, 1, 3, 1, 1), (1, 4224, 4224, 2, 1)):
                 bad += not check(kern, *case)
-        bench(kern, a.seqlen)
+        for seqlen in (int(x) for x in a.seqlen.split(",")):
+            bench(kern, seqlen)
     return 1 if bad else 0
 
 

@@ -73,8 +73,8 @@ def main() -> int:
     for rep in range(2):
         o = torch.full_like(q, float("nan"))
         lse = torch.full((a.batch, a.heads, a.sq), float("nan"), device="cuda", dtype=torch.float32)
-        args = launch_args(q, k, v, o, lse, a.sq, a.sk, a.heads // a.kv_heads, scale)
-        kern.launch(grid(cfg, a.batch, a.heads, a.sq), args)
+        args = launch_args(cfg, q, k, v, o, lse, a.batch, a.heads, a.sq, a.sk, a.heads // a.kv_heads, scale)
+        kern.launch(grid(cfg, a.batch, a.heads, a.sq, torch.cuda.get_device_properties(0).multi_processor_count), args)
         torch.cuda.synchronize()
         tol = 2 * (tl.float() - ro).abs().amax(dim=-1) + 1e-5          # [B, Sq, H] per row
         err = (o.float() - ro).abs().amax(dim=-1)

@@ -36,9 +36,9 @@ def main() -> int:
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=DT[cfg["dtype"]]) for _ in range(3))
     o = torch.full_like(q, float("nan"))
     lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
-    args = launch_args(q, k, v, o, lse, s, s, 1, 1 / math.sqrt(d))
+    args = launch_args(cfg, q, k, v, o, lse, b, h, s, s, 1, 1 / math.sqrt(d))
     for _ in range(a.launches):
-        kern.launch(grid(cfg, b, h, s), args)
+        kern.launch(grid(cfg, b, h, s, torch.cuda.get_device_properties(0).multi_processor_count), args)
     torch.cuda.synchronize()
     print(f"{art.name}: {a.launches} launches of B{b} S{s} H{h} D{d}; NaN in O: {bool(o.isnan().any())}")
     return 0

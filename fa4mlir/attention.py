@@ -384,10 +384,13 @@ def kernel_for(dtype: str, head_dim: int, causal: bool, bundle: Bundle | None = 
 # Front end
 # ----------------------------------------------------------------------------------------------
 
-def launch_plan(kernel_config: dict, dims: AttnDims, q, k, v, out, lse, scale: float) -> tuple[tuple, list]:
-    """(grid, args) of one launch: the contract of attention_sm90_config."""
-    grid = attn_cfg.grid(kernel_config, dims.batch, dims.heads, dims.seqlen_q)
-    args = attn_cfg.launch_args(q, k, v, out, lse, dims.seqlen_q, dims.seqlen_k, dims.heads_per_kv, scale)
+def launch_plan(kernel_config: dict, dims: AttnDims, q, k, v, out, lse, scale: float,
+                num_sms: int | None = None) -> tuple[tuple, list]:
+    """(grid, args) of one launch: the contract of attention_sm90_config (num_sms sizes the grid of a
+    persistent kernel)."""
+    grid = attn_cfg.grid(kernel_config, dims.batch, dims.heads, dims.seqlen_q, num_sms)
+    args = attn_cfg.launch_args(kernel_config, q, k, v, out, lse, dims.batch, dims.heads, dims.seqlen_q, dims.seqlen_k,
+                                dims.heads_per_kv, scale)
     return grid, args
 
 
@@ -401,11 +404,11 @@ def _device_ordinal(x: Any) -> int | None:
     return None
 
 
-_CONTEXT_DEVICE: list = []  # [(ordinal, capability)] once queried: the runtime binds one context per process
+_CONTEXT_DEVICE: list = []  # [(ordinal, capability, SMs)] once queried: the runtime binds one context per process
 
 
-def _context_device() -> tuple[int, tuple[int, int]]:
-    """(ordinal, compute capability) of the runtime's CUDA context device."""
+def _context_device() -> tuple[int, tuple[int, int], int]:
+    """(ordinal, compute capability, multiprocessor count) of the runtime's CUDA context device."""
     if _CONTEXT_DEVICE:
         return _CONTEXT_DEVICE[0]
     from . import runtime
@@ -417,7 +420,9 @@ def _context_device() -> tuple[int, tuple[int, int]]:
                            "cuDeviceGetAttribute")
     minor = runtime._check(driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
                            "cuDeviceGetAttribute")
-    _CONTEXT_DEVICE.append((int(dev), (int(major), int(minor))))
+    sms = runtime._check(driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
+                         "cuDeviceGetAttribute")
+    _CONTEXT_DEVICE.append((int(dev), (int(major), int(minor)), int(sms)))
     return _CONTEXT_DEVICE[0]
 
 
@@ -456,13 +461,13 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
     scale = check_scale(softmax_scale, dims.head_dim)
     given = {"q": q, "k": k, "v": v, "out": out, "lse": lse}
     ordinal = check_devices([(n, infos[n].device, _device_ordinal(given[n])) for n in infos])
-    context_ordinal, capability = _context_device()
+    context_ordinal, capability, num_sms = _context_device()
     check_device_context(ordinal, context_ordinal, capability)
     if out is None or lse is None:
         out, lse = _allocate(q, dims, ordinal if ordinal is not None else context_ordinal, out, lse)
     check_outputs(dims, tensor_info(out), tensor_info(lse))
     kern = kernel_for(dims.dtype, dims.head_dim, causal, bundle)
-    grid, args = launch_plan(kern.artifact.config, dims, q, k, v, out, lse, scale)
+    grid, args = launch_plan(kern.artifact.config, dims, q, k, v, out, lse, scale, num_sms)
     kern.launch(grid, args, stream=stream)
     return (out, lse) if return_lse else out
 

@@ -175,6 +175,20 @@ def select(cond: Value, a, b) -> Value:
     return Value(arith.select(cond.v, a.v, b.v, loc=source_loc()))
 
 
+def umulhi(a: Value, b) -> Value:
+    """The high 32 bits of the unsigned 64-bit product of two i32 (PTX mul.hi.u32)."""
+    wide = a.to("i64") * Value(b if isinstance(b, ir.Value) else a._coerce(b)).to("i64")
+    return (wide >> 32).to("i32")
+
+
+def fast_div(n: Value, multiplier: Value, shift: Value) -> Value:
+    """n // d for 0 <= n < 2**31 from the (multiplier, shift) that
+    kernels.common.fastdiv.divisor(d) computes on the host: a multiply-high and a shift instead
+    of a division, so the quotient of uniform values stays in the uniform datapath (ptxas emits
+    integer division by a runtime value on the vector pipes, through the SFU's reciprocal)."""
+    return select(multiplier.eq(0), n, umulhi(n, multiplier) >> shift)
+
+
 def exp2(x: Value) -> Value:
     """2**x (lowers to the hardware's ex2.approx)."""
     return Value(math.exp2(x.v, loc=source_loc()))

@@ -185,6 +185,16 @@ class KernelBuilder:
         """`value` of lane `lane ^ offset` (32-bit scalars; the whole warp must be active)."""
         return Value(fa4_op("shuffle_xor", [value], [value.type], offset=offset).result)
 
+    def shuffle_idx(self, value: Value, lane: int) -> Value:
+        """`value` of lane `lane` in every lane (32-bit scalars; the whole warp must be active)."""
+        return Value(fa4_op("shuffle_idx", [value], [value.type], lane=lane).result)
+
+    def warp_uniform(self, value: Value) -> Value:
+        """`value`, known to be equal across the warp, broadcast from lane 0 so that ptxas knows it
+        too: what is computed from it (e.g. wgmma descriptors) can then stay in uniform registers
+        instead of being moved there (R2UR) before every use."""
+        return self.shuffle_idx(value, 0)
+
     def vote_any(self, pred: Value) -> Value:
         """True in every lane when `pred` holds in any lane of the warp (a warp-uniform branch condition)."""
         return Value(fa4_op("vote_any", [pred], ["i1"]).result)

@@ -21,6 +21,7 @@ from fa4mlir.attention import (AttnDims, DeviceError, DTypeError, EmptyInputErro
                                check_device_context, check_devices, check_inputs, check_outputs,
                                check_scale, flash_attn_func, select_entry)
 from fa4mlir.kernels import attention_sm90_config as acfg
+from fa4mlir.kernels.common import fastdiv
 from fa4mlir.runtime import Bundle, KernelArtifact, TensorInfo, write_bundle
 from fa4mlir.testing import BLOCK_MLIR
 
@@ -399,8 +400,15 @@ def test_launch_plan_follows_the_contract():
     grid, args = attention.launch_plan({"bm": 128}, dims, "q", "k", "v", "o", "lse", 0.125)
     assert grid == (8, 8, 2)  # ceil(1000 / 128) query tiles, heads, batch
     assert args[:5] == ["q", "k", "v", "o", "lse"]
-    assert args[5:8] == [1000, 300, 4]
-    assert args[8] == pytest.approx(0.125 * math.log2(math.e), rel=1e-15)
+    assert args[5:9] == [2, 8, 1000, 300]
+    assert args[9] == pytest.approx(0.125 * math.log2(math.e), rel=1e-15)
+    # divisors: the GQA group (8 // 2 = 4), the query tiles per head (8), the heads (8)
+    assert args[10:] == [*fastdiv.divisor(4), *fastdiv.divisor(8), *fastdiv.divisor(8)]
+    causal = attention.launch_plan({"bm": 128, "causal": True}, dims, *"qkvol", 0.125)[1]
+    assert causal[12:14] == list(fastdiv.divisor(16))  # causal splits the tile index by (head, batch) pairs
+    # a persistent kernel: a 1-D grid, one CTA per SM, never more CTAs than tiles (8 x 8 x 2 = 128)
+    assert attention.launch_plan({"bm": 128, "persistent": True}, dims, *"qkvol", 0.125, 132)[0] == (128, 1, 1)
+    assert attention.launch_plan({"bm": 128, "persistent": True}, dims, *"qkvol", 0.125, 100)[0] == (100, 1, 1)
 
 
 @pytest.mark.parametrize("seqlen_q, tiles", [(1, 1), (127, 1), (128, 1), (129, 2), (1000, 8), (4224, 33)])
@@ -478,17 +486,29 @@ def test_tiles_are_validated(over, words):
     raises(ValueError, words, acfg.AttnConfig(**over).validate)
 
 
-def test_persistent_grid_takes_the_fewest_rounds():
+def test_fast_divisors_divide_exactly():
+    rng = np.random.default_rng(7)
+    divisors = [*range(1, 2049), *(int(x) for x in rng.integers(2049, 2**31, 2000)), 2**30, 2**30 + 1, 2**31 - 1]
+    for d in divisors:
+        mul, shr = fastdiv.divisor(d)
+        assert 0 <= mul < 2**32 and 0 <= shr < 32
+        for n in {0, 1, d - 1, d, d + 1, 2 * d - 1, 2**31 - 1, 2**31 - d, *(int(x) for x in rng.integers(0, 2**31, 4))}:
+            if 0 <= n < 2**31:
+                assert fastdiv.divide(n, mul, shr) == n // d, (d, n)
+    for bad in (0, -3, 2**31, 2.0):
+        raises(ValueError, ["fast divisor"], fastdiv.divisor, bad)
+    raises(ValueError, ["2**31"], fastdiv.divide, 2**31, *fastdiv.divisor(3))
+
+
+def test_persistent_grid_is_one_cta_per_sm():
     pers = {"bm": 128, "persistent": True}
-    assert acfg.grid(pers, 1, 16, 16384) == (128, 16, 1)            # no SM count: one tile per CTA
+    assert acfg.grid(pers, 1, 16, 16384) == (2048, 1, 1)              # no SM count: one CTA per tile
     assert acfg.grid({"bm": 128}, 1, 16, 16384, 132) == (128, 16, 1)  # not persistent: the SM count is unused
-    # 16 heads x 128 tiles on 132 SMs: 8 CTAs per head (128 CTAs, 16 tiles each) = 16 rounds, the minimum
-    assert acfg.grid(pers, 1, 16, 16384, 132) == (8, 16, 1)
-    # 256 (batch, head) pairs of 8 tiles: every x takes 16 rounds; the fewest CTAs win the tie
-    assert acfg.grid(pers, 16, 16, 1024, 132) == (1, 16, 16)
-    assert acfg.grid(pers, 2, 3, 1000, 3) == (1, 3, 2)              # 6 CTAs of 8 tiles on 3 SMs: 16 rounds
-    assert acfg.grid(pers, 1, 1, 1000, 3) == (3, 1, 1)              # 3 CTAs of at most 3 tiles: 3 rounds
-    assert acfg.grid(pers, 2, 3, 0, 132) == (0, 3, 2)
+    assert acfg.grid(pers, 1, 16, 16384, 132) == (132, 1, 1)          # 2048 tiles over 132 SMs
+    assert acfg.grid(pers, 2, 3, 1000, 132) == (48, 1, 1)             # 8 x 3 x 2 tiles: one CTA each
+    assert acfg.grid(pers, 2, 3, 1000, 3) == (3, 1, 1)
+    assert acfg.grid({"bm": 192, "persistent": True}, 1, 1, 1000, 132) == (6, 1, 1)
+    assert acfg.grid(pers, 2, 3, 0, 132) == (0, 1, 1)
 
 
 def test_persistent_needs_room_for_an_o_tile():
@@ -586,8 +606,8 @@ class FakeKernel:
         import torch
 
         from fa4mlir.testing import attention_math
-        q, k, v, out, lse, seqlen_q, seqlen_k, heads_per_kv, scale_log2 = args
-        self.launches.append((grid, (seqlen_q, seqlen_k, heads_per_kv, scale_log2), stream))
+        q, k, v, out, lse, batch, heads, seqlen_q, seqlen_k, scale_log2, *divisors = args
+        self.launches.append((grid, (batch, heads, seqlen_q, seqlen_k, scale_log2, *divisors), stream))
         o64, lse64 = attention_math(q, k, v, scale_log2 / acfg.LOG2E, self.causal, torch.float64)
         out.copy_(o64)
         lse.copy_(lse64)
@@ -610,7 +630,7 @@ def cpu_api(monkeypatch):
         return made[-1]
     monkeypatch.setattr(attention, "kernel_for", kernel_for)
     monkeypatch.setattr(attention, "CUDA_DEVICES", ("cuda", "cpu"))
-    monkeypatch.setattr(attention, "_context_device", lambda: (0, (9, 0)))
+    monkeypatch.setattr(attention, "_context_device", lambda: (0, (9, 0), 132))
     return torch, made
 
 
@@ -630,8 +650,9 @@ def test_api_wiring_and_fa_rule_pass(cpu_api, causal):
     q, k, v = cpu_inputs(torch, (2, 200, 70, 4, 2))
     out, lse = flash_attn_func(q, k, v, causal=causal, return_lse=True, stream=5)
     (grid, scalars, stream), = made[0].launches
-    assert grid == (2, 4, 2) and scalars[:3] == (200, 70, 2) and stream == 5
-    assert scalars[3] == pytest.approx(64 ** -0.5 * acfg.LOG2E)
+    assert grid == (2, 4, 2) and scalars[:4] == (2, 4, 200, 70) and stream == 5
+    assert scalars[5:7] == fastdiv.divisor(2)  # heads // kv_heads
+    assert scalars[4] == pytest.approx(64 ** -0.5 * acfg.LOG2E)
     assert out.shape == q.shape and out.dtype == torch.bfloat16 and lse.shape == (2, 4, 200)
     r = compare_attention(q, k, v, out, lse, None, causal)
     assert r["ok"], r

@@ -37,8 +37,9 @@ ENTRIES = bundles.SETS["attention"]() + bundles.SETS["attention-fa4-pieces"]() +
 PIECES = [i for i, (_, cfg, _) in enumerate(ENTRIES) if cfg.exp2_poly_stride or cfg.rescale_threshold]
 WGMMA_K = 16
 # The launch contract (attention_sm90_config.launch_args): (name, kind) in PTX order.
-PARAMS = [("q", "tma"), ("k", "tma"), ("v", "tma"), ("o", "tma"), ("lse", "ptr"), ("seqlen_q", "i32"),
-          ("seqlen_k", "i32"), ("heads_per_kv", "i32"), ("scale_log2", "f32")]
+PARAMS = [("q", "tma"), ("k", "tma"), ("v", "tma"), ("o", "tma"), ("lse", "ptr"), ("batch", "i32"),
+          ("heads", "i32"), ("seqlen_q", "i32"), ("seqlen_k", "i32"), ("scale_log2", "f32"),
+          *((f"{n}_{part}", "i32") for n in ("group", "tiles", "heads") for part in ("mul", "shr"))]
 
 pytestmark = pytest.mark.skipif(lowering.find_ptxas() is None,
                                 reason="no ptxas (pip install nvidia-cuda-nvcc): the attention set compiles with it")
@@ -138,7 +139,7 @@ def test_params_are_the_launch_contract(compiled):
     cfg = compiled.cfg
     assert [(p.name, p.kind) for p in compiled.params] == PARAMS
     # launch_args (what flash_attn_func passes) fills them in this order: tensors by name here.
-    args = launch_args("q", "k", "v", "o", "lse", 1000, 300, 4, 0.125)
+    args = launch_args(cfg.key(), "q", "k", "v", "o", "lse", 2, 8, 1000, 300, 4, 0.125)
     assert len(args) == len(compiled.params)
     for p, a in zip(compiled.params, args):
         if p.kind in ("tma", "ptr"):
@@ -236,3 +237,54 @@ def test_pieces_keep_the_register_budget(pieces):
         r = c.resources
         assert (r["spill_stores"], r["spill_loads"], r["stack_bytes"]) == (0, 0, 0), r
         assert not r["setmaxnreg_ignored"], r
+
+
+def test_no_division_by_a_runtime_value(compiled):
+    """Runtime divisors (the GQA group, a persistent kernel's tile split and heads) go through
+    dsl.fast_div with host-computed (multiplier, shift): a PTX div/rem by a register becomes a
+    reciprocal sequence on the vector pipes, whose quotient ptxas no longer keeps uniform.
+    Divisions by constants are strength-reduced by LLVM and leave no div/rem either."""
+    found = re.findall(r"^\s*(?:@!?%p\d+\s+)?((?:div|rem)\.\S+\s+[^;]*);", compiled.ptx, re.M)
+    assert not found, f"integer division in the PTX: {found[:4]}"
+
+
+def _hot_loops(sass: str) -> list[list[str]]:
+    """The opcode lists of the SASS loops (back edges) that issue wgmma, innermost first."""
+    ops, labels = [], {}
+    for line in sass.splitlines():
+        if m := re.match(r"^\s*(\.L_x_\d+):", line):
+            labels[m.group(1)] = len(ops)
+        elif m := re.match(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][\w.]*)(.*);", line):
+            ops.append((m.group(1), m.group(2)))
+    loops = []
+    for i, (op, rest) in enumerate(ops):
+        target = re.search(r"`\((\.L_x_\d+)\)", rest) if op == "BRA" else None
+        if target and labels.get(target.group(1), i) < i:
+            body = [o for o, _ in ops[labels[target.group(1)]:i + 1]]
+            if any(o.startswith("HGMMA") for o in body):
+                loops.append(body)
+    return sorted(loops, key=len)
+
+
+def test_wgmma_descriptors_stay_in_uniform_registers(tmp_path, tmp_path_factory):
+    """The consumer's warpgroup index is broadcast from lane 0 (KernelBuilder.warp_uniform), so
+    ptxas computes the Q, K and V descriptors in uniform registers: the KV loop of the D64 causal
+    kernel moves at most one value into them per iteration (9 R2UR when the index came straight
+    from %tid, each in front of a wgmma)."""
+    tool = find_nvdisasm()
+    if tool is None:
+        pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
+    index = next(i for i, (_, c, _) in enumerate(ENTRIES) if (c.dtype, c.head_dim, c.causal, c.bm) == ("bf16", 64, True, 128)
+                 and not c.persistent and c.stages == 2 and not c.exp2_poly_stride and not c.rescale_threshold)
+    c = compile_entry(ENTRIES[index], tmp_path_factory)
+    assert "shfl.sync.idx" in c.ptx
+    cubin = tmp_path / "attention.cubin"
+    cubin.write_bytes(c.cubin)
+    sass = subprocess.run([tool, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    # the KV loops: one block's S and P.V GEMMs (64 / 16 + 128 / 16 = 12 wgmma at D64, bn 128);
+    # the unmasked and the masked one
+    per_block = 64 // 16 + 128 // 16
+    kv_loops = [body for body in _hot_loops(sass) if sum(o.startswith("HGMMA") for o in body) == per_block]
+    assert len(kv_loops) >= 2, "the unmasked and masked KV loops were not found in the SASS"
+    for body in kv_loops[:2]:
+        assert body.count("R2UR") <= 1, f"{body.count('R2UR')} R2UR in a KV loop of {len(body)} instructions"

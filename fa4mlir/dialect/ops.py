@@ -152,6 +152,9 @@ OPS: tuple[OpDef, ...] = (
     # ---- warp data exchange ---------------------------------------------------------------------
     OpDef("shuffle_xor", """Each lane of the (fully active) warp gets `value` (32-bit) from lane `lane ^ offset`.""",
           operands=(("value", "any"),), results=(("out", "any"),), attrs=(("offset", "int"),)),
+    OpDef("shuffle_idx", """Each lane of the (fully active) warp gets `value` (32-bit) from lane `lane` (0..31):
+    a broadcast, which ptxas knows is warp-uniform (values derived from it can live in uniform registers).""",
+          operands=(("value", "any"),), results=(("out", "any"),), attrs=(("lane", "int"),)),
     OpDef("vote_any", """True in every lane of the (fully active) warp when `pred` is true in at least one
     lane: a warp-uniform condition, e.g. for branches around `.sync.aligned` instructions.""",
           operands=(("pred", "i1"),), results=(("any", "i1"),)),

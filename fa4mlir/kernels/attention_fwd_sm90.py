@@ -24,10 +24,11 @@ so the epilogue's LSE = (m * scale_log2 + log2 l) * ln 2 is exact either way.
 P stays in registers and feeds wgmma's A operand; V is read MN-major (imm-trans-b).
 Epilogue: O / l into the (now idle) Q tile in SMEM with the 128B swizzle, then TMA stores; the LSE
 (natural log, float32 [batch, heads, seqlen_q]) is written from registers.
-With `persistent`, a CTA loops over query tiles (every grid_dim(0)-th of its head and batch;
-attention_sm90_config.grid sizes the grid to the SMs); O gets its own SMEM tile and the consumers
-release Q after the tile's last S GEMM, so the next tile's Q and K/V load during this tile's last
-P.V and epilogue. Opt-in: measured slower than one tile per CTA (notes/RESULTS.md).
+With `persistent`, a 1-D grid of at most one CTA per SM (attention_sm90_config.grid) strides over
+all query tiles (order: _Tiles); O gets its own SMEM tile, the consumers release Q after the
+tile's last S GEMM, and the O tile's TMA store is waited on only before the next tile's epilogue
+writes it, so the next tile's Q and K/V load during this tile's last P.V and epilogue. Opt-in:
+faster than one tile per CTA only at short non-causal sequences so far (notes/RESULTS.md).
 Masks: KV blocks that are fully visible run an unmasked loop; the first block and the blocks on
 the causal diagonal or the seqlen_k tail run the masked variant. Causal is aligned bottom-right
 (query i sees key j iff j <= i + seqlen_k - seqlen_q); a row that sees no key gets O = 0 and
@@ -36,7 +37,7 @@ LSE = +inf, as FlashAttention returns.
 from __future__ import annotations
 
 from .. import dsl
-from ..dsl import KernelBuilder, Value, const, fa4_op, fma, fmax, log2, select, tree_reduce, undef, vec
+from ..dsl import KernelBuilder, Value, const, fa4_op, fast_div, fma, fmax, log2, select, tree_reduce, undef, vec
 from .attention_sm90_config import AttnConfig, default_config  # noqa: F401  (re-exported)
 from .common.masks import block_range, key_hidden
 from .common.softmax import exp2_mixed, max_update
@@ -65,9 +66,12 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
     v_desc = kb.param_tma("v", dtype=cfg.dtype, box=(CHUNK, 1, cfg.bn, 1), swizzle="128B")
     o_desc = kb.param_tma("o", dtype=cfg.dtype, box=(CHUNK, 1, 64, 1), swizzle="128B")
     lse_ptr = kb.param_ptr("lse")
+    batch, heads = kb.param_i32("batch"), kb.param_i32("heads")
     seqlen_q, seqlen_k = kb.param_i32("seqlen_q"), kb.param_i32("seqlen_k")
-    heads_per_kv = kb.param_i32("heads_per_kv")
     scale_log2 = kb.param_f32("scale_log2")
+    # divisors as (multiplier, shift) (common.fastdiv): quotients of uniform values stay uniform
+    div_group, div_tiles, div_heads = ((kb.param_i32(f"{n}_mul"), kb.param_i32(f"{n}_shr"))
+                                       for n in ("group", "tiles", "heads"))
 
     with kb.body():
         q_smem = kb.smem("q_smem", q_bytes)
@@ -81,7 +85,7 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
         # persistent: O is staged in its own tile, so the next tile's Q can load during this epilogue
         o_smem = kb.smem("o_smem", q_bytes) if cfg.persistent else q_smem
         kb.pipeline_init()
-        tiles = _Tiles(kb, cfg, seqlen_q, seqlen_k, heads_per_kv)
+        tiles = _Tiles(kb, cfg, batch, heads, seqlen_q, seqlen_k, div_group, div_tiles, div_heads)
 
         with kb.warp_roles():
             with kb.role("load", first_warp=0, num_warps=1, regs=cfg.load_regs):
@@ -96,31 +100,39 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
 class _Geometry:
     """One query tile and the KV blocks it visits (computed by every thread)."""
 
-    def __init__(self, kb, cfg, m_block, seqlen_q, seqlen_k, heads_per_kv):
+    def __init__(self, kb, cfg, m_block, head, batch, heads, seqlen_q, seqlen_k, div_group):
         self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
         self.m0 = m_block * cfg.bm
-        self.head = kb.block_idx(1)
-        self.heads = kb.grid_dim(1)
-        self.batch = kb.block_idx(2)
-        self.kv_head = self.head // heads_per_kv
+        self.head, self.batch, self.heads = head, batch, heads
+        self.kv_head = fast_div(self.head, *div_group)
         self.n_blocks, self.n_unmasked = block_range(self.m0, cfg.bm, seqlen_q, seqlen_k, cfg.bn, cfg.causal)
 
 
 class _Tiles:
-    """The query tiles of this CTA. Without `persistent`, the one of its block index (the longest
-    rows first when causal: the tail of the grid is short work). With it, every grid_dim(0)-th
-    tile of its (head, batch) from its block index, in one loop; the pipelines' stage and phase
-    carry over from tile to tile as counts of the Q tiles and KV blocks used so far, which the
-    producer and the consumers compute alike."""
+    """The query tiles of this CTA. Without `persistent`, the one of its block index (x: query tile,
+    the longest rows first when causal, so the tail of the grid is short work; y: head; z: batch).
+    With it, a 1-D grid strides over all tiles. Non-causal in the order query tile (fastest), head,
+    batch: CTAs running at the same time work on neighbouring tiles of one head, as one tile per
+    CTA does, so that head's K and V stay in L2. Causal tiles differ in work (a tile's KV blocks
+    grow with its row), and a static stride in that order is unbalanced: 132 CTAs over 128 tiles
+    per head give CTA c the rows c .. c + 60 of every head, about 3x more work for some CTAs than
+    for others. So causal takes the longest rows of every (head, batch) first, query tile
+    slowest: the tiles of one stride have nearly equal work. That order spreads each stride over
+    all heads, whose K and V then outgrow L2, and it measured slower than one tile per CTA
+    (notes/RESULTS.md); balance with locality needs tiles handed out at run time. The pipelines'
+    stage and phase carry over from tile to tile as counts of the Q tiles and KV blocks used so
+    far, which the producer and the consumers compute alike."""
 
-    def __init__(self, kb, cfg, seqlen_q, seqlen_k, heads_per_kv):
-        self.kb, self.cfg, self.seqs = kb, cfg, (seqlen_q, seqlen_k, heads_per_kv)
+    def __init__(self, kb, cfg, batch, heads, seqlen_q, seqlen_k, div_group, div_tiles, div_heads):
+        self.kb, self.cfg = kb, cfg
+        self.batch, self.heads, self.seqs = batch, heads, (seqlen_q, seqlen_k, div_group)
+        self.div_tiles, self.div_heads = div_tiles, div_heads
         self.fixed = None
         if not cfg.persistent:
             m_block = kb.block_idx(0)
             if cfg.causal:
                 m_block = kb.grid_dim(0) - 1 - m_block
-            self.fixed = _Geometry(kb, cfg, m_block, *self.seqs)
+            self.fixed = _Geometry(kb, cfg, m_block, kb.block_idx(1), kb.block_idx(2), heads, *self.seqs)
 
     def each(self, body):
         """body(geo, counts) once per tile; counts = (Q tiles, KV blocks) used before this tile, or
@@ -130,10 +142,17 @@ class _Tiles:
             body(self.fixed, None)
             return
         m_tiles = (self.seqs[0] + (cfg.bm - 1)) // cfg.bm
-        loop = kb.for_(kb.block_idx(0), m_tiles, kb.grid_dim(0), carry=(const(0), const(0)))
-        with loop as (mt, (q_count, kv_count)):
-            m_block = m_tiles - 1 - mt if cfg.causal else mt
-            geo = _Geometry(kb, cfg, m_block, *self.seqs)
+        total = m_tiles * self.heads * self.batch
+        loop = kb.for_(kb.block_idx(0), total, kb.grid_dim(0), carry=(const(0), const(0)))
+        with loop as (t, (q_count, kv_count)):
+            if cfg.causal:  # longest rows first over all heads: tiles of one stride get alike work
+                mt = fast_div(t, *self.div_tiles)         # divisor: heads * batch
+                m_block, hb = m_tiles - 1 - mt, t - mt * (self.heads * self.batch)
+            else:
+                hb = fast_div(t, *self.div_tiles)         # divisor: m_tiles
+                m_block = t - hb * m_tiles
+            b = fast_div(hb, *self.div_heads)
+            geo = _Geometry(kb, cfg, m_block, hb - b * self.heads, b, self.heads, *self.seqs)
             body(geo, (q_count, kv_count))
             loop.yield_(q_count + select(geo.n_blocks.gt(0), const(1), const(0)), kv_count + geo.n_blocks)
 
@@ -201,7 +220,9 @@ class _Consumer:
         self.q_smem, self.k_smem, self.v_smem, self.kv_bytes = q_smem, k_smem, v_smem, kv_bytes
         self.scale_log2 = scale_log2
         tid = kb.thread_idx(0)
-        self.wg = tid // 128 - 1                      # 0 .. cfg.consumers - 1
+        # 0 .. cfg.consumers - 1, broadcast so ptxas keeps this warpgroup's Q/O addresses and wgmma
+        # descriptors in uniform registers (else an R2UR pair before every wgmma)
+        self.wg = kb.warp_uniform(tid // 128) - 1
         self.t = tid % 128
         self.is_leader = self.t.eq(0)
         lane = self.t % 32
@@ -349,6 +370,8 @@ def _mma_role(kb, cfg, tiles, q_pipe, k_pipe, v_pipe, q_smem, k_smem, v_smem, o_
         final_handoff if counts is None else None))
     if cfg.persistent:
         final_handoff()
+        with kb.if_(cs.is_leader).then_():  # the last tile's O store reads SMEM: wait before the CTA exits
+            fa4_op("tma_store_wait", pending=0)
 
 
 def _consume_tile(kb, cfg, cs, counts, q_pipe, k_pipe, v_pipe, o_smem, o_desc, lse_ptr, turn_begin, turn_end,
@@ -440,7 +463,9 @@ def _epilogue(kb, cfg, cs, o, m, l, o_smem, o_desc, lse_ptr):
     # 1. O / l, converted, into this warpgroup's 64 rows of the O tile (the Q tile unless persistent;
     #    128B swizzle, as TMA reads it)
     nch = cfg.d_chunks
-    if cfg.persistent:  # the previous tile's TMA store has read the O tile (its leader waited on it)
+    if cfg.persistent:  # the previous tile's TMA store must have read this warpgroup's rows of the O tile
+        with kb.if_(cs.is_leader).then_():
+            fa4_op("tma_store_wait", pending=0)
         for w in range(cfg.consumers):
             with kb.if_(cs.wg.eq(w)).then_():
                 kb.named_barrier(BAR_EPILOGUE + w, 128)
@@ -462,7 +487,8 @@ def _epilogue(kb, cfg, cs, o, m, l, o_smem, o_desc, lse_ptr):
         for c in range(nch):
             fa4_op("tma_store", [o_desc, kb.gep(wg_base, c * cfg.bm * SWIZZLE, "i8"), const(c * CHUNK),
                                  geo.head, geo.m0 + cs.wg * 64, geo.batch], box=[CHUNK, 1, 64, 1])
-        fa4_op("tma_store_wait", pending=0)
+        # commit the stores; one tile per CTA waits here, persistent before its next write to the tile
+        fa4_op("tma_store_wait", pending=1 if cfg.persistent else 0)
     # 3. LSE from the lane that owns column pair 0 of each row
     with kb.if_(cs.t4.eq(0)).then_():
         row_base = (geo.batch * geo.heads + geo.head).to("i64") * geo.seqlen_q.to("i64")

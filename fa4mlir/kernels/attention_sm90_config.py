@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .common.fastdiv import divisor
 from .common.naming import softmax_knob_tags
 
 KERNEL = "attention_fwd_sm90"
@@ -27,8 +28,8 @@ class AttnConfig:
     bn: int = 128             # key/value rows per pipeline block
     stages: int = 2           # K and V ring depth
     pingpong: bool = True     # named-barrier turns: one warpgroup's softmax overlaps the others' GEMMs
-    persistent: bool = False  # each CTA loops over query tiles (grid() sizes the grid to the SMs); O gets
-    #                           its own SMEM tile so the next tile's Q loads during this one's epilogue
+    persistent: bool = False  # a 1-D grid (one CTA per SM: grid(num_sms=...)) strides over all query tiles;
+    #                           O gets its own SMEM tile so the next tile's Q loads during this epilogue
     load_regs: int = 24       # setmaxnreg of the producer warpgroup
     mma_regs: int = 240       # setmaxnreg of each consumer warpgroup (240 for 2, at most 160 for 3)
     # FlashAttention-4's softmax pieces (kernels/common/softmax.py), off by default:
@@ -133,21 +134,27 @@ def default_config(dtype: str, head_dim: int, causal: bool) -> AttnConfig:
 
 
 def grid(config: dict, batch: int, heads: int, seqlen_q: int, num_sms: int | None = None) -> tuple[int, int, int]:
-    """One CTA per (bm query rows, head, batch); a persistent kernel takes any grid x >= 1 and loops
-    over its tiles, and with `num_sms` gets the x that needs the fewest rounds of tiles (waves of
-    CTAs x tiles per CTA, the fewer CTAs on a tie)."""
+    """One CTA per (bm query rows, head, batch). A persistent kernel takes a 1-D grid of any size
+    and strides over all tiles: one CTA per SM with `num_sms` (fewer when there are fewer tiles),
+    else one per tile."""
     tiles = (seqlen_q + config["bm"] - 1) // config["bm"]
-    if not config.get("persistent") or not num_sms or tiles == 0:
+    if not config.get("persistent"):
         return (tiles, heads, batch)
-    def rounds(x: int) -> int:
-        return -(-heads * batch * x // num_sms) * -(-tiles // x)
-    return (min(range(1, tiles + 1), key=lambda x: (rounds(x), x)), heads, batch)
+    total = tiles * heads * batch
+    return (min(total, num_sms) if num_sms else total, 1, 1)
 
 
-def launch_args(q, k, v, o, lse, seqlen_q: int, seqlen_k: int, heads_per_kv: int, softmax_scale: float) -> list:
+def launch_args(config: dict, q, k, v, o, lse, batch: int, heads: int, seqlen_q: int, seqlen_k: int,
+                heads_per_kv: int, softmax_scale: float) -> list:
     """The kernel's parameters in order: TMA tensors q, k, v, o ([B, S, H, D] each), the LSE pointer
-    (float32 [B, H, Sq], contiguous), seqlen_q, seqlen_k, heads // kv_heads, softmax_scale * log2(e)."""
-    return [q, k, v, o, lse, int(seqlen_q), int(seqlen_k), int(heads_per_kv), float(softmax_scale) * LOG2E]
+    (float32 [B, H, Sq], contiguous), batch, heads, seqlen_q, seqlen_k, softmax_scale * log2(e),
+    then three divisors as (multiplier, shift) pairs (common.fastdiv): heads // kv_heads (the GQA
+    group), the tile index's split (query tiles per head, or (head, batch) pairs when causal: what a
+    persistent kernel divides its tile index by) and heads."""
+    tiles = (seqlen_q + config["bm"] - 1) // config["bm"]
+    split = batch * heads if config.get("causal") else tiles
+    return [q, k, v, o, lse, int(batch), int(heads), int(seqlen_q), int(seqlen_k), float(softmax_scale) * LOG2E,
+            *divisor(int(heads_per_kv)), *divisor(max(int(split), 1)), *divisor(int(heads))]
 
 
 def flops(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int, causal: bool) -> float:

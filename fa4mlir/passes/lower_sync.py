@@ -1,5 +1,5 @@
 """fa4-lower-sync: thread geometry, elect, fences, named barriers, CTA sync, debug traps and warp
-exchange (shuffle_xor -> shfl.sync.bfly, vote_any -> vote.sync.any) -> nvvm."""
+exchange (shuffle_xor -> shfl.sync.bfly, shuffle_idx -> shfl.sync.idx, vote_any -> vote.sync.any) -> nvvm."""
 from __future__ import annotations
 
 from .._mlir import ir, llvm, nvvm, scf
@@ -13,7 +13,7 @@ _SREG = {
     "fa4.grid_dim": (nvvm.read_ptx_sreg_nctaid_x, nvvm.read_ptx_sreg_nctaid_y, nvvm.read_ptx_sreg_nctaid_z),
 }
 OPS = ("fa4.thread_idx", "fa4.block_idx", "fa4.grid_dim", "fa4.elect_one", "fa4.fence", "fa4.named_barrier",
-       "fa4.named_barrier_arrive", "fa4.sync_threads", "fa4.trap_if", "fa4.shuffle_xor",
+       "fa4.named_barrier_arrive", "fa4.sync_threads", "fa4.trap_if", "fa4.shuffle_xor", "fa4.shuffle_idx",
        "fa4.vote_any")
 
 
@@ -55,6 +55,15 @@ def _lower(op: ir.Operation) -> None:
                             f"{value.type}, offset {offset}", op.location)
         out = nvvm.shfl_sync(value.type, i32(-1), value, i32(offset), i32(0x1F),
                              ir.Attribute.parse("#nvvm<shfl_kind bfly>"))
+        replace(op, [out])
+    elif name == "fa4.shuffle_idx":
+        value = op.operands[0]
+        lane = attr(op, "lane")
+        if not 0 <= lane <= 31 or value.type not in (ir.F32Type.get(), _I32()):
+            raise PassError(f"{NAME}: shuffle_idx takes an f32 or i32 and a lane in 0..31; got "
+                            f"{value.type}, lane {lane}", op.location)
+        out = nvvm.shfl_sync(value.type, i32(-1), value, i32(lane), i32(0x1F),
+                             ir.Attribute.parse("#nvvm<shfl_kind idx>"))
         replace(op, [out])
     elif name == "fa4.vote_any":
         i1 = ir.IntegerType.get_signless(1)

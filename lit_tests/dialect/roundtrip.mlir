@@ -99,6 +99,8 @@ module attributes {gpu.container_module} {
       "fa4.named_barrier_arrive"() {id = 2 : i64, num_threads = 256 : i64} : () -> ()
       // CHECK: "fa4.shuffle_xor"(%[[TID]]) {offset = 16 : i64} : (i32) -> i32
       %partner_tid = "fa4.shuffle_xor"(%tid) {offset = 16 : i64} : (i32) -> i32
+      // CHECK: "fa4.shuffle_idx"(%[[TID]]) {lane = 0 : i64} : (i32) -> i32
+      %lane0_tid = "fa4.shuffle_idx"(%tid) {lane = 0 : i64} : (i32) -> i32
       // CHECK: %{{.*}} = "fa4.vote_any"(%[[PRED]]) : (i1) -> i1
       %anyone = "fa4.vote_any"(%pred) : (i1) -> i1
       // CHECK: "fa4.fence"() {kind = "async_smem"} : () -> ()

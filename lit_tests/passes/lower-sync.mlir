@@ -201,3 +201,41 @@ module attributes {gpu.container_module} {
     }
   }
 }
+
+// -----
+
+// shuffle_idx: a broadcast from one lane over the full warp (mask -1, clamp 31); the kernels use
+// lane 0 to make a warp-uniform value visible to ptxas as such.
+// CHECK-LABEL: llvm.func @broadcast
+// CHECK-SAME: (%[[X:[^:]+]]: i32, %[[F:[^:]+]]: f32)
+// CHECK: %[[MASK:.*]] = arith.constant -1 : i32
+// CHECK: %[[ZERO:.*]] = arith.constant 0 : i32
+// CHECK: %[[CLAMP:.*]] = arith.constant 31 : i32
+// CHECK: %[[U:.*]] = nvvm.shfl.sync idx %[[MASK]], %[[X]], %[[ZERO]], %[[CLAMP]] : i32 -> i32
+// CHECK: %[[SEVEN:.*]] = arith.constant 7 : i32
+// CHECK: nvvm.shfl.sync idx %{{.*}}, %[[F]], %[[SEVEN]], %{{.*}} : f32 -> f32
+// CHECK: arith.addi %[[U]], %[[X]] : i32
+// CHECK-NOT: fa4.shuffle_idx
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @broadcast(%x: i32, %f: f32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      %u = "fa4.shuffle_idx"(%x) {lane = 0 : i64} : (i32) -> i32
+      %g = "fa4.shuffle_idx"(%f) {lane = 7 : i64} : (f32) -> f32
+      %s = arith.addi %u, %x : i32
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// A lane past 31 is outside the warp.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @broadcast_lane_out_of_warp(%x: i32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      // expected-error @+1 {{fa4-lower-sync: shuffle_idx takes an f32 or i32 and a lane in 0..31; got i32, lane 32}}
+      %y = "fa4.shuffle_idx"(%x) {lane = 32 : i64} : (i32) -> i32
+      llvm.return
+    }
+  }
+}

@@ -70,7 +70,7 @@ def run(kern, q, k, v, scale: float, num_sms: int | None = None):
     b, sq, h, _ = q.shape
     o = torch.full_like(q, NAN)
     lse = torch.full((b, h, sq), NAN, device=q.device, dtype=torch.float32)
-    args = launch_args(q, k, v, o, lse, sq, k.shape[1], h // k.shape[2], scale)
+    args = launch_args(kern.artifact.config, q, k, v, o, lse, b, h, sq, k.shape[1], h // k.shape[2], scale)
     kern.launch(grid(kern.artifact.config, b, h, sq, num_sms), args)
     torch.cuda.synchronize()
     return o, lse
