@@ -12,6 +12,7 @@ _SREG = {
     "fa4.block_idx": (nvvm.read_ptx_sreg_ctaid_x, nvvm.read_ptx_sreg_ctaid_y, nvvm.read_ptx_sreg_ctaid_z),
     "fa4.grid_dim": (nvvm.read_ptx_sreg_nctaid_x, nvvm.read_ptx_sreg_nctaid_y, nvvm.read_ptx_sreg_nctaid_z),
 }
+_SHUFFLES = {"fa4.shuffle_xor": ("offset", 1, "bfly"), "fa4.shuffle_idx": ("lane", 0, "idx")}
 OPS = ("fa4.thread_idx", "fa4.block_idx", "fa4.grid_dim", "fa4.elect_one", "fa4.fence", "fa4.named_barrier",
        "fa4.named_barrier_arrive", "fa4.sync_threads", "fa4.trap_if", "fa4.shuffle_xor", "fa4.shuffle_idx",
        "fa4.vote_any")
@@ -47,23 +48,15 @@ def _lower(op: ir.Operation) -> None:
         else:
             nvvm.barrier_arrive(i32(n), barrier_id=i32(bid))
         op.erase()
-    elif name == "fa4.shuffle_xor":
-        value = op.operands[0]
-        offset = attr(op, "offset")
-        if not 1 <= offset <= 31 or value.type not in (ir.F32Type.get(), _I32()):
-            raise PassError(f"{NAME}: shuffle_xor takes an f32 or i32 and an offset in 1..31; got "
-                            f"{value.type}, offset {offset}", op.location)
-        out = nvvm.shfl_sync(value.type, i32(-1), value, i32(offset), i32(0x1F),
-                             ir.Attribute.parse("#nvvm<shfl_kind bfly>"))
-        replace(op, [out])
-    elif name == "fa4.shuffle_idx":
-        value = op.operands[0]
-        lane = attr(op, "lane")
-        if not 0 <= lane <= 31 or value.type not in (ir.F32Type.get(), _I32()):
-            raise PassError(f"{NAME}: shuffle_idx takes an f32 or i32 and a lane in 0..31; got "
-                            f"{value.type}, lane {lane}", op.location)
-        out = nvvm.shfl_sync(value.type, i32(-1), value, i32(lane), i32(0x1F),
-                             ir.Attribute.parse("#nvvm<shfl_kind idx>"))
+    elif name in _SHUFFLES:
+        # full warp (mask -1, clamp 31): xor takes a lane offset 1..31, idx a source lane 0..31
+        field, lo, kind = _SHUFFLES[name]
+        value, n = op.operands[0], attr(op, field)
+        if not lo <= n <= 31 or value.type not in (ir.F32Type.get(), _I32()):
+            raise PassError(f"{NAME}: {name[4:]} takes an f32 or i32 and {'an' if field == 'offset' else 'a'} "
+                            f"{field} in {lo}..31; got {value.type}, {field} {n}", op.location)
+        out = nvvm.shfl_sync(value.type, i32(-1), value, i32(n), i32(0x1F),
+                             ir.Attribute.parse(f"#nvvm<shfl_kind {kind}>"))
         replace(op, [out])
     elif name == "fa4.vote_any":
         i1 = ir.IntegerType.get_signless(1)
