@@ -177,7 +177,7 @@ def select(cond: Value, a, b) -> Value:
 
 def umulhi(a: Value, b) -> Value:
     """The high 32 bits of the unsigned 64-bit product of two i32 (PTX mul.hi.u32)."""
-    wide = a.to("i64") * Value(b if isinstance(b, ir.Value) else a._coerce(b)).to("i64")
+    wide = a.to("i64") * Value(a._coerce(b)).to("i64")
     return (wide >> 32).to("i32")
 
 

@@ -133,11 +133,16 @@ def default_config(dtype: str, head_dim: int, causal: bool) -> AttnConfig:
                       **TILES[(head_dim, bool(causal))]).validate()
 
 
+def query_tiles(config: dict, seqlen_q: int) -> int:
+    """Query tiles per (head, batch): bm rows each, the last one partial."""
+    return (seqlen_q + config["bm"] - 1) // config["bm"]
+
+
 def grid(config: dict, batch: int, heads: int, seqlen_q: int, num_sms: int | None = None) -> tuple[int, int, int]:
     """One CTA per (bm query rows, head, batch). A persistent kernel takes a 1-D grid of any size
     and strides over all tiles: one CTA per SM with `num_sms` (fewer when there are fewer tiles),
     else one per tile."""
-    tiles = (seqlen_q + config["bm"] - 1) // config["bm"]
+    tiles = query_tiles(config, seqlen_q)
     if not config.get("persistent"):
         return (tiles, heads, batch)
     total = tiles * heads * batch
@@ -151,8 +156,7 @@ def launch_args(config: dict, q, k, v, o, lse, batch: int, heads: int, seqlen_q:
     then three divisors as (multiplier, shift) pairs (common.fastdiv): heads // kv_heads (the GQA
     group), the tile index's split (query tiles per head, or (head, batch) pairs when causal: what a
     persistent kernel divides its tile index by) and heads."""
-    tiles = (seqlen_q + config["bm"] - 1) // config["bm"]
-    split = batch * heads if config.get("causal") else tiles
+    split = batch * heads if config.get("causal") else query_tiles(config, seqlen_q)
     return [q, k, v, o, lse, int(batch), int(heads), int(seqlen_q), int(seqlen_k), float(softmax_scale) * LOG2E,
             *divisor(int(heads_per_kv)), *divisor(max(int(split), 1)), *divisor(int(heads))]
 
@@ -163,5 +167,5 @@ def flops(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int, c
     return f / 2 if causal else f
 
 
-__all__ = ["AttnConfig", "default_config", "grid", "launch_args", "flops", "KERNEL", "HEAD_DIMS", "DTYPES", "BMS", "TILES",
+__all__ = ["AttnConfig", "default_config", "query_tiles", "grid", "launch_args", "flops", "KERNEL", "HEAD_DIMS", "DTYPES", "BMS", "TILES",
            "TILE_FIELDS"]
