@@ -150,17 +150,18 @@ def bundle_variants(artifacts: Iterable[Any], dtype: str, head_dim: int, causal:
 
 
 def default_variants(variants: list[tuple[str, Any]], dtype: str, head_dim: int, causal: bool,
-                     select_entry: Callable | None = None, entries: list | None = None) -> list[tuple[str, Any]]:
-    """The variant(s) flash_attn_func runs: the one its select_entry picks when given, else every
-    variant with default_config's tiles."""
+                     select_entry: Callable | None = None, entries: list | None = None,
+                     seqlen_k: int | None = None) -> list[tuple[str, Any]]:
+    """The variant(s) flash_attn_func runs at seqlen_k: the one its select_entry picks when given,
+    else every variant with default_config's tiles."""
     if select_entry is not None and entries is not None:
         with contextlib.suppress(Exception):
-            key = select_entry(entries, dtype, head_dim, causal).get("key")
+            key = select_entry(entries, dtype, head_dim, causal, seqlen_k=seqlen_k).get("key")
             picked = [(lab, a) for lab, a in variants if a.key == key]
             if picked:
                 return picked
     from fa4mlir.kernels.attention_sm90_config import TILE_FIELDS, default_config
-    default = default_config(dtype, head_dim, causal)
+    default = default_config(dtype, head_dim, causal, seqlen_k)
     tiles = {k: getattr(default, k) for k in TILE_FIELDS}
     return [(lab, a) for lab, a in variants if all(a.config.get(k) == v for k, v in tiles.items())]
 
@@ -542,9 +543,9 @@ def candidates_for(point: Point, q: Any, k: Any, v: Any, *, torch: Any, dtype: s
         out.append(Candidate("fa4-cute", lambda: fa4_call))
 
     defaults = default_variants(variants, dtype, point.head_dim, causal, select_entry,
-                                getattr(bundle, "entries", None))
+                                getattr(bundle, "entries", None), point.seqlen)
     api_label = "api:" + (defaults[0][0] if len(defaults) == 1 else
-                          variant_label(acfg.default_config(dtype, point.head_dim, causal).key()))
+                          variant_label(acfg.default_config(dtype, point.head_dim, causal, point.seqlen).key()))
     if api is not None:
         out.append(Candidate("fa4mlir", lambda: lambda: api(q, k, v, causal=causal, bundle=bundle),
                              variant=api_label, path="flash_attn_func"))

@@ -17,7 +17,9 @@ callers without torch pass both. The kernel runs on ``stream``, or when it is No
 stream if any argument is a torch tensor, else on the legacy default stream.
 
 The kernel comes from ``bundle=``, else from the FA4MLIR_BUNDLE bundle, else from the compiler
-(needs MLIR; compiles ``default_config`` in ``KERNEL_ENV``). Every argument problem raises a
+(needs MLIR; compiles ``default_config`` in ``KERNEL_ENV``): the persistent tiles when seqlen_k is at
+most ``SHORT_SEQLEN_K`` of the case (D64 and D128: 1024, D64 causal 2048), else the others. Every
+argument problem raises a
 ``FlashAttnInputError`` (a ValueError) subclass before any launch:
 
     DTypeError       (also a TypeError) dtype not bf16/f16, q/k/v dtypes differ, out/lse dtype,
@@ -304,10 +306,13 @@ def check_device_context(ordinal: int | None, context_ordinal: int, capability: 
 # Kernel lookup
 # ----------------------------------------------------------------------------------------------
 
-def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: bool, where: str = "bundle") -> dict:
-    """The bundle entry to run for (dtype, head_dim, causal). Among several (benchmark variants),
-    the one with default_config's tiles, then default_config's softmax knobs (exp2_poly_stride,
-    rescale_threshold; absent in older bundles: the defaults), then the ptxas-compiled one."""
+def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: bool, where: str = "bundle",
+                 seqlen_k: int | None = None) -> dict:
+    """The bundle entry to run for (dtype, head_dim, causal) and, when given, seqlen_k. Among
+    several (benchmark variants), the one with default_config's tiles for seqlen_k (else, when the
+    bundle lacks it, those for long sequences), then default_config's softmax knobs
+    (exp2_poly_stride, rescale_threshold; absent in older bundles: the defaults), then the
+    ptxas-compiled one."""
     # Match on config["kernel"]: entry names carry the config too (attention_fwd_sm90_bf16_d128_...).
     want = {"kernel": attn_cfg.KERNEL, "dtype": dtype, "head_dim": head_dim, "causal": bool(causal)}
     hits = [e for e in entries if e.get("arch") == ARCH
@@ -316,10 +321,12 @@ def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: boo
         raise LookupError(f"flash_attn_func: {where} has no {attn_cfg.KERNEL} ({ARCH}) kernel for "
                           f"dtype={dtype}, head_dim={head_dim}, causal={bool(causal)}; build it with "
                           f"`python -m fa4mlir bundle --set attention`")
-    default = attn_cfg.default_config(dtype, head_dim, causal)
+    default = attn_cfg.default_config(dtype, head_dim, causal, seqlen_k)
     tiles = {k: getattr(default, k) for k in attn_cfg.TILE_FIELDS}
+    long_tiles = {k: getattr(attn_cfg.default_config(dtype, head_dim, causal), k) for k in attn_cfg.TILE_FIELDS}
     knobs = {k: getattr(default, k) for k in ("exp2_poly_stride", "rescale_threshold")}
     for narrow in (lambda e: all(e["config"].get(k) == v for k, v in tiles.items()),
+                   lambda e: all(e["config"].get(k) == v for k, v in long_tiles.items()),
                    lambda e: all(e["config"].get(k, v) == v for k, v in knobs.items()),
                    lambda e: e["config"].get("cubin_backend") == KERNEL_ENV["FA4MLIR_CUBIN_BACKEND"]):
         if len(hits) > 1 and any(narrow(e) for e in hits):
@@ -331,8 +338,8 @@ def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: boo
     return hits[0]
 
 
-def find_artifact(bundle: Bundle, dtype: str, head_dim: int, causal: bool) -> KernelArtifact:
-    entry = select_entry(bundle.entries, dtype, head_dim, causal, where=f"bundle {bundle.root}")
+def find_artifact(bundle: Bundle, dtype: str, head_dim: int, causal: bool, seqlen_k: int | None = None) -> KernelArtifact:
+    entry = select_entry(bundle.entries, dtype, head_dim, causal, where=f"bundle {bundle.root}", seqlen_k=seqlen_k)
     config = {k: v for k, v in entry["config"].items() if k not in ("name", "arch")}
     return bundle.find(name=entry["name"], arch=entry["arch"], **config)
 
@@ -349,11 +356,11 @@ def _env_defaults(values: dict):
             os.environ.pop(k, None)
 
 
-def compile_artifact(dtype: str, head_dim: int, causal: bool) -> KernelArtifact:
+def compile_artifact(dtype: str, head_dim: int, causal: bool, seqlen_k: int | None = None) -> KernelArtifact:
     """default_config through the compiler and its disk cache (needs MLIR)."""
     from . import compiler
     with _env_defaults(KERNEL_ENV):
-        return compiler.get_artifact(attn_cfg.KERNEL, attn_cfg.default_config(dtype, head_dim, causal))
+        return compiler.get_artifact(attn_cfg.KERNEL, attn_cfg.default_config(dtype, head_dim, causal, seqlen_k))
 
 
 _lock = threading.Lock()
@@ -361,8 +368,10 @@ _LOADED: dict = {}        # cache key -> (bundle or None, LoadedKernel); the bun
 _ENV_BUNDLES: dict = {}   # FA4MLIR_BUNDLE path -> Bundle
 
 
-def kernel_for(dtype: str, head_dim: int, causal: bool, bundle: Bundle | None = None) -> LoadedKernel:
-    """The loaded kernel, from ``bundle``, else the FA4MLIR_BUNDLE bundle, else the compiler."""
+def kernel_for(dtype: str, head_dim: int, causal: bool, bundle: Bundle | None = None,
+               seqlen_k: int | None = None) -> LoadedKernel:
+    """The loaded kernel, from ``bundle``, else the FA4MLIR_BUNDLE bundle, else the compiler;
+    seqlen_k picks between the tiles for short and long key sequences (default_config)."""
     with _lock:
         if bundle is None and env.bundle_dir() is not None:
             path = str(env.bundle_dir())
@@ -372,10 +381,12 @@ def kernel_for(dtype: str, head_dim: int, causal: bool, bundle: Bundle | None = 
         source = ("bundle", id(bundle)) if bundle is not None else (
             "compiler", tuple(sorted({**env.output_changing_values(), **{
                 k: os.environ.get(k, v) for k, v in KERNEL_ENV.items()}}.items())))
-        key = (source, dtype, head_dim, bool(causal))
+        short = attn_cfg.is_short(head_dim, causal, seqlen_k)
+        seqlen_k = 1 if short else None   # one cache entry per choice of tiles, not per length
+        key = (source, dtype, head_dim, bool(causal), short)
         if key not in _LOADED:
-            art = (find_artifact(bundle, dtype, head_dim, causal) if bundle is not None
-                   else compile_artifact(dtype, head_dim, causal))
+            art = (find_artifact(bundle, dtype, head_dim, causal, seqlen_k) if bundle is not None
+                   else compile_artifact(dtype, head_dim, causal, seqlen_k))
             _LOADED[key] = (bundle, load(art))
         return _LOADED[key][1]
 
@@ -388,6 +399,11 @@ def launch_plan(kernel_config: dict, dims: AttnDims, q, k, v, out, lse, scale: f
                 num_sms: int | None = None) -> tuple[tuple, list]:
     """(grid, args) of one launch: the contract of attention_sm90_config (num_sms sizes the grid of a
     persistent kernel)."""
+    if kernel_config.get("persistent"):  # the kernel counts its tiles (causal: twice) in i32
+        tiles = attn_cfg.query_tiles(kernel_config, dims.seqlen_q) * dims.heads * dims.batch
+        if 2 * tiles > MAX_I32:
+            raise ShapeError(_err(f"batch x heads x query tiles = {tiles} is too many for the persistent "
+                                  f"kernel (at most {MAX_I32 // 2})"))
     grid = attn_cfg.grid(kernel_config, dims.batch, dims.heads, dims.seqlen_q, num_sms)
     args = attn_cfg.launch_args(kernel_config, q, k, v, out, lse, dims.batch, dims.heads, dims.seqlen_q, dims.seqlen_k,
                                 dims.heads_per_kv, scale)
@@ -466,7 +482,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
     if out is None or lse is None:
         out, lse = _allocate(q, dims, ordinal if ordinal is not None else context_ordinal, out, lse)
     check_outputs(dims, tensor_info(out), tensor_info(lse))
-    kern = kernel_for(dims.dtype, dims.head_dim, causal, bundle)
+    kern = kernel_for(dims.dtype, dims.head_dim, causal, bundle, dims.seqlen_k)
     grid, args = launch_plan(kern.artifact.config, dims, q, k, v, out, lse, scale, num_sms)
     kern.launch(grid, args, stream=stream)
     return (out, lse) if return_lse else out

@@ -3,8 +3,9 @@
     gpu-tests   what tests/gpu needs (GEMM bf16/f16 on sm_90a, the sm_100a GEMM, the debug deadlock
                 kernel, the attention set, the attention-fa4-pieces set and the attention-tiles
                 variants)
-    attention   the sm_90a attention forward kernel: default_config for every dtype x head_dim x
-                causal (12 kernels), compiled with ptxas (attention.KERNEL_ENV: honours setmaxnreg)
+    attention   the sm_90a attention forward kernel: default_configs for every dtype x head_dim x
+                causal (20 kernels: 12, and a persistent one for short key sequences at D64 and
+                D128), compiled with ptxas (attention.KERNEL_ENV: honours setmaxnreg)
     attention-fa4-pieces
                 the sm_90a attention kernel with FlashAttention-4's softmax pieces on (polynomial exp2
                 for 1 in 4 exps, lazy rescale at 8): bf16 D128 full and causal, f16 D64 causal
@@ -17,7 +18,7 @@
                 three consumer warpgroups, bn), what bench/attention_probe.py times to pick TILES
     bench       the GEMM variants the benchmark times against torch.matmul
     sm90        the sm_90a GEMMs of gpu-tests and bench
-    demo        the default GEMM of each arch and the D128 bf16 attention kernel of each arch (what
+    demo        the default GEMM of each arch and the D128 bf16 attention kernels of each arch (what
                 `python -m fa4mlir` compiles)
 """
 from __future__ import annotations
@@ -36,11 +37,12 @@ def _gemm100(**kw):
 
 
 def attention() -> list:
-    """What flash_attn_func looks up in a bundle: one default_config per dtype x head_dim x causal."""
+    """What flash_attn_func looks up in a bundle: the default_configs of every dtype x head_dim x
+    causal (the persistent one for short key sequences next to the one for the rest)."""
     from .attention import KERNEL_ENV
-    from .kernels.attention_sm90_config import DTYPES, HEAD_DIMS, KERNEL, default_config
-    return [(KERNEL, default_config(dtype, head_dim, causal), dict(KERNEL_ENV))
-            for dtype in DTYPES for head_dim in HEAD_DIMS for causal in (False, True)]
+    from .kernels.attention_sm90_config import DTYPES, HEAD_DIMS, KERNEL, default_configs
+    return [(KERNEL, cfg, dict(KERNEL_ENV)) for dtype in DTYPES for head_dim in HEAD_DIMS
+            for causal in (False, True) for cfg in default_configs(dtype, head_dim, causal)]
 
 
 FA4_PIECES = dict(exp2_poly_stride=4, rescale_threshold=8.0)
@@ -75,6 +77,7 @@ TILE_VARIANTS = [
     (128, True, dict(bm=128, bn=128, stages=3, pingpong=True)),
     (64, False, dict(bm=128, bn=128, stages=2, pingpong=False, persistent=True)),
     (64, True, dict(bm=128, bn=128, stages=2, pingpong=False, persistent=True)),
+    (64, True, dict(bm=128, bn=128, stages=3, pingpong=False, persistent=True)),
     (128, False, dict(bm=128, bn=128, stages=2, pingpong=True, persistent=True)),
     (128, True, dict(bm=128, bn=128, stages=2, pingpong=True, persistent=True)),
 ]
@@ -92,9 +95,9 @@ def attention_tiles() -> list:
     """The bf16 defaults of the TILE_VARIANTS' head dims, then the variants: what
     bench/attention_probe.py times side by side."""
     from .attention import KERNEL_ENV
-    from .kernels.attention_sm90_config import KERNEL, default_config
+    from .kernels.attention_sm90_config import KERNEL, default_configs
     heads = sorted({(d, c) for d, c, _ in TILE_VARIANTS})
-    return [(KERNEL, default_config("bf16", d, c), dict(KERNEL_ENV)) for d, c in heads] + tile_variants()
+    return [(KERNEL, cfg, dict(KERNEL_ENV)) for d, c in heads for cfg in default_configs("bf16", d, c)] + tile_variants()
 
 
 def attention_sm100() -> list:
@@ -106,8 +109,8 @@ def attention_sm100() -> list:
 def demo() -> list:
     from .attention import KERNEL_ENV
     from .kernels import attention_sm100_config as sm100
-    from .kernels.attention_sm90_config import KERNEL, default_config
-    return [_gemm90(), _gemm100(), (KERNEL, default_config("bf16", 128, False), dict(KERNEL_ENV)),
+    from .kernels.attention_sm90_config import KERNEL, default_configs
+    return [_gemm90(), _gemm100(), *((KERNEL, c, dict(KERNEL_ENV)) for c in default_configs("bf16", 128, False)),
             (sm100.KERNEL, sm100.FA4Config(), dict(KERNEL_ENV))]
 
 

@@ -280,6 +280,37 @@ class _For:
         self._ip.__exit__(*exc)
 
 
+class _While:
+    """scf.while over carried values: `before()` yields them and ends with `condition(cond, *next)`
+    (the values the body gets, and the loop's results when cond is false); `body()` yields them
+    and ends with `yield_(*carried)` for the next test."""
+
+    def __init__(self, carry):
+        init = [c.v if isinstance(c, Value) else c for c in carry]
+        types = [v.type for v in init]
+        self.op = scf.WhileOp(types, init, loc=source_loc())
+        self.results = [Value(r) for r in self.op.results]
+        self._types = types
+
+    @contextlib.contextmanager
+    def _region(self, region):
+        block = region.blocks.append(*self._types, arg_locs=[source_loc()] * len(self._types))
+        with ir.InsertionPoint(block):
+            yield [Value(a) for a in block.arguments]
+
+    def before(self):
+        return self._region(self.op.before)
+
+    def body(self):
+        return self._region(self.op.after)
+
+    def condition(self, cond: "Value", *values):
+        scf.ConditionOp(cond.v, [v.v if isinstance(v, Value) else v for v in values], loc=source_loc())
+
+    def yield_(self, *values):
+        scf.YieldOp([v.v if isinstance(v, Value) else v for v in values], loc=source_loc())
+
+
 def _has_terminator(block) -> bool:
     ops = list(block.operations)
     return bool(ops) and ops[-1].operation.name in ("scf.yield", "gpu.yield")

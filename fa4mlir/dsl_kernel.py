@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 
 from ._mlir import ir, llvm
-from .dsl import (ELEM_BYTES, KernelIR, Pipeline, Value, _For, _If, const, fa4_op, mlir_type,
+from .dsl import (ELEM_BYTES, KernelIR, Pipeline, Value, _For, _If, _While, const, fa4_op, mlir_type,
                   source_loc)
 from .dialect import new_context
 from .runtime import ParamSpec, TmaSpec
@@ -152,6 +152,11 @@ class KernelBuilder:
         init = [c.v if isinstance(c, Value) else c for c in carry]
         op = scf.ForOp(lo.v, hi.v, step.v, init, loc=source_loc())
         return _For(op)
+
+    def while_(self, carry) -> _While:
+        """`loop = kb.while_((a, b))`; `with loop.before() as (a, b): loop.condition(a.lt(n), a, b)`;
+        `with loop.body() as (a, b): ...; loop.yield_(a2, b2)`; then `loop.results`."""
+        return _While(carry)
 
     def if_(self, cond: Value, results=()) -> _If:
         return _If(cond, results)

@@ -337,9 +337,44 @@ def test_every_shipped_bundle_selects_one_kernel_per_case(sets):
     cases = {(e["config"]["dtype"], e["config"]["head_dim"], e["config"]["causal"]) for e in entries}
     assert cases
     for dtype, head_dim, causal in cases:
-        picked = select_entry(entries, dtype, head_dim, causal)
-        want = acfg.default_config(dtype, head_dim, causal)
-        assert all(picked["config"][k] == getattr(want, k) for k in acfg.TILE_FIELDS), (picked, want)
+        for seqlen_k in (None, 1, 1024, 1025, 2048, 2049, 16384):
+            picked = select_entry(entries, dtype, head_dim, causal, seqlen_k=seqlen_k)
+            want = acfg.default_config(dtype, head_dim, causal, seqlen_k)
+            assert all(picked["config"][k] == getattr(want, k) for k in acfg.TILE_FIELDS), (picked, want)
+
+
+def test_short_key_sequences_take_the_persistent_tiles():
+    assert set(acfg.SHORT_TILES) == set(acfg.SHORT_SEQLEN_K)
+    assert acfg.SHORT_SEQLEN_K[(64, True)] == 2048 and acfg.SHORT_SEQLEN_K[(128, True)] == 1024
+    for (head_dim, causal), tiles in acfg.SHORT_TILES.items():
+        long = acfg.default_config("bf16", head_dim, causal)
+        assert not long.persistent
+        limit = acfg.SHORT_SEQLEN_K[(head_dim, causal)]
+        for seqlen_k in (1, 1000, limit):
+            short = acfg.default_config("bf16", head_dim, causal, seqlen_k)
+            assert short.persistent and all(getattr(short, k) == v for k, v in tiles.items())
+            assert acfg.is_short(head_dim, causal, seqlen_k)
+        assert acfg.default_config("bf16", head_dim, causal, limit + 1) == long
+        assert not acfg.is_short(head_dim, causal, limit + 1) and not acfg.is_short(head_dim, causal, None)
+        assert acfg.default_configs("f16", head_dim, causal) == [
+            acfg.default_config("f16", head_dim, causal), acfg.default_config("f16", head_dim, causal, 1)]
+    # no persistent tile fits D256's SMEM: one config at every length
+    assert acfg.default_configs("bf16", 256, True) == [acfg.default_config("bf16", 256, True, 1)]
+    # a bundle without the short kernel still serves short sequences, with the long one
+    short = {k: getattr(acfg.default_config("bf16", 128, False, 1), k) for k in acfg.TILE_FIELDS}
+    assert select_entry([entry(key="long"), entry(key="bn64", bn=64)], "bf16", 128, False,
+                        seqlen_k=100)["key"].startswith("long")
+    both = [entry(key="long"), entry(key="short", **short), entry(key="bn64", bn=64)]
+    assert select_entry(both, "bf16", 128, False, seqlen_k=100)["key"].startswith("short")
+    assert select_entry(both, "bf16", 128, False, seqlen_k=4096)["key"].startswith("long")
+    assert select_entry(both, "bf16", 128, False)["key"].startswith("long")
+
+
+def test_persistent_launch_refuses_tile_counts_past_i32():
+    dims = AttnDims(batch=65535, seqlen_q=2**20, seqlen_k=64, heads=128, kv_heads=128, head_dim=64, dtype="bf16")
+    raises(ShapeError, ["persistent", "too many"], attention.launch_plan, {"bm": 128, "persistent": True}, dims,
+           *"qkvol", 0.125, 132)
+    assert attention.launch_plan({"bm": 128}, dims, *"qkvol", 0.125, 132)[0] == (8192, 128, 65535)
 
 
 def test_select_single_entry():
@@ -405,7 +440,7 @@ def test_launch_plan_follows_the_contract():
     # divisors: the GQA group (8 // 2 = 4), the query tiles per head (8), the heads (8)
     assert args[10:] == [*fastdiv.divisor(4), *fastdiv.divisor(8), *fastdiv.divisor(8)]
     causal = attention.launch_plan({"bm": 128, "causal": True}, dims, *"qkvol", 0.125)[1]
-    assert causal[12:14] == list(fastdiv.divisor(16))  # causal splits the tile index by (head, batch) pairs
+    assert causal[12:14] == list(fastdiv.divisor(4))  # causal: by the pairs of query tiles per head
     # a persistent kernel: a 1-D grid, one CTA per SM, never more CTAs than tiles (8 x 8 x 2 = 128)
     assert attention.launch_plan({"bm": 128, "persistent": True}, dims, *"qkvol", 0.125, 132)[0] == (128, 1, 1)
     assert attention.launch_plan({"bm": 128, "persistent": True}, dims, *"qkvol", 0.125, 100)[0] == (100, 1, 1)
@@ -423,13 +458,15 @@ def test_flops():
 
 def test_attention_bundle_set():
     entries = bundles.attention()
-    assert len(entries) == 12
+    assert len(entries) == 20  # 12 (dtype, head dim, causal), and the short-sequence tiles of D64 and D128
     assert {(c.dtype, c.head_dim, c.causal) for _, c, _ in entries} == {
         (dt, d, c) for dt in ("bf16", "f16") for d in (64, 128, 256) for c in (False, True)}
     for name, cfg, env_over in entries:
         assert name == "attention_fwd_sm90"
-        assert cfg == acfg.default_config(cfg.dtype, cfg.head_dim, cfg.causal)
+        assert cfg in (acfg.default_config(cfg.dtype, cfg.head_dim, cfg.causal),
+                       acfg.default_config(cfg.dtype, cfg.head_dim, cfg.causal, 1))
         assert env_over == {"FA4MLIR_CUBIN_BACKEND": "ptxas"}
+    assert sum(c.persistent for _, c, _ in entries) == 8
 
 
 def test_attention_fa4_pieces_bundle_set():
@@ -511,6 +548,40 @@ def test_persistent_grid_is_one_cta_per_sm():
     assert acfg.grid(pers, 2, 3, 0, 132) == (0, 1, 1)
 
 
+def _causal_schedule(batch, heads, seqlen_q, grid_size):
+    """Every CTA's tiles under causal_pair_slot, dividing by the split launch_args passes."""
+    cfg = {"bm": 128, "causal": True, "persistent": True}
+    args = acfg.launch_args(cfg, *"qkvol", batch, heads, seqlen_q, seqlen_q, 1, 0.125)
+    mul, shr = args[12:14]
+    m_tiles = acfg.query_tiles(cfg, seqlen_q)
+    slots = (m_tiles + 1) // 2 * heads * batch * 2
+    per_cta = []
+    for c in range(grid_size):
+        s, tiles = 2 * c, []
+        while s < slots:
+            m_block, hb, s = acfg.causal_pair_slot(s, m_tiles, grid_size, lambda u: fastdiv.divide(u, mul, shr))
+            tiles.append((hb, m_block))
+        per_cta.append(tiles)
+    return m_tiles, per_cta
+
+
+@pytest.mark.parametrize("batch,heads,seqlen_q,grid_size", [
+    (16, 16, 1024, 132), (8, 16, 2048, 132), (1, 16, 16384, 132), (1, 16, 16384, 3),
+    (2, 3, 4224, 132), (2, 3, 4224, 7), (1, 2, 300, 3), (1, 1, 1, 1), (4, 16, 4096, 132)])
+def test_causal_persistent_order_covers_every_tile_once_and_balances(batch, heads, seqlen_q, grid_size):
+    m_tiles, per_cta = _causal_schedule(batch, heads, seqlen_q, grid_size)
+    seen = [t for tiles in per_cta for t in tiles]
+    assert sorted(seen) == [(hb, m) for hb in range(batch * heads) for m in range(m_tiles)]
+    # work in KV blocks (bn = bm, seqlen_k = seqlen_q): tile m visits m + 1. A CTA gets at most
+    # ceil(pairs / grid) pairs of m_tiles + 1 blocks each, so nothing is left for a few CTAs to finish
+    pairs = (m_tiles + 1) // 2 * batch * heads
+    work = [sum(m + 1 for _, m in tiles) for tiles in per_cta]
+    assert max(work) <= -(-pairs // grid_size) * (m_tiles + 1)
+    # locality: the tiles CTAs run at the same time (each one's i-th pair) share few heads, not grid
+    rounds = [{per_cta[c][i][0] for c in range(grid_size) if i < len(per_cta[c])} for i in (0, 2)]
+    assert all(len(r) <= -(-grid_size * 2 // m_tiles) + 1 for r in rounds), rounds
+
+
 def test_persistent_needs_room_for_an_o_tile():
     ok = acfg.AttnConfig(head_dim=128, persistent=True).validate()
     assert ok.smem_bytes() == acfg.AttnConfig(head_dim=128).smem_bytes() + 128 * 256
@@ -567,7 +638,7 @@ def test_attention_front_end_imports_no_mlir():
         import fa4mlir
         from fa4mlir import attention, bundles
         assert fa4mlir.flash_attn_func is attention.flash_attn_func
-        assert len(bundles.attention()) == 12
+        assert len(bundles.attention()) == 20
         raw = np.zeros(2048 + 64, np.float16)
         start = (-raw.ctypes.data % 64) // 2
         q = raw[start:start + 2048].reshape(1, 16, 2, 64)

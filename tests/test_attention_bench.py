@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from bench import attention_bench as ab
+from fa4mlir.attention import select_entry
 from fa4mlir.kernels import attention_sm90_config as acfg
 
 
@@ -85,11 +86,25 @@ def test_default_variants_follow_the_api_selection():
     default = ab.variant_label(acfg.default_config("bf16", 256, False).key())
     variants = ab.bundle_variants(arts, "bf16", 256, False)
     picked = ab.default_variants(variants, "bf16", 256, False,
-                                 select_entry=lambda entries, *a: {"key": "p" * 16}, entries=[])
+                                 select_entry=lambda entries, *a, **kw: {"key": "p" * 16}, entries=[])
     assert [label for label, _ in picked] == [f"{default}-ptxas"]
     # without the API: every variant with default_config's tiles (TILE_FIELDS)
     assert [label for label, _ in ab.default_variants(variants, "bf16", 256, False)] == \
         [f"{default}-ptxas", f"{default}-nvjitlink"]
+
+
+def test_default_variants_follow_the_seqlen():
+    """At short key sequences flash_attn_func runs the persistent tiles: so does the default launch."""
+    short, long = (acfg.default_config("bf16", 128, True, n) for n in (1024, None))
+    arts = [_artifact(**{k: v for k, v in c.key().items() if k != "kernel"}, key=n * 16)
+            for c, n in ((short, "s"), (long, "l"))]
+    variants = ab.bundle_variants(arts, "bf16", 128, True)
+    for seqlen, want in ((512, "s"), (1024, "s"), (1025, "l"), (2048, "l")):
+        assert [a.key[0] for _, a in ab.default_variants(variants, "bf16", 128, True, seqlen_k=seqlen)] == [want]
+        picked = ab.default_variants(variants, "bf16", 128, True, select_entry=select_entry,
+                                     entries=[{"arch": "sm_90a", "key": a.key, "config": a.config} for a in arts],
+                                     seqlen_k=seqlen)
+        assert [a.key[0] for _, a in picked] == [want]
 
 
 # ----------------------------------------------------------------------------------------------

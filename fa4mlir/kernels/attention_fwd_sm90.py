@@ -27,8 +27,8 @@ Epilogue: O / l into the (now idle) Q tile in SMEM with the 128B swizzle, then T
 With `persistent`, a 1-D grid of at most one CTA per SM (attention_sm90_config.grid) strides over
 all query tiles (order: _Tiles); O gets its own SMEM tile, the consumers release Q after the
 tile's last S GEMM, and the O tile's TMA store is waited on only before the next tile's epilogue
-writes it, so the next tile's Q and K/V load during this tile's last P.V and epilogue. Opt-in:
-faster than one tile per CTA only at short non-causal sequences so far (notes/RESULTS.md).
+writes it, so the next tile's Q and K/V load during this tile's last P.V and epilogue. The
+default for short key sequences (attention_sm90_config.SHORT_TILES), where that overlap pays.
 Masks: KV blocks that are fully visible run an unmasked loop; the first block and the blocks on
 the causal diagonal or the seqlen_k tail run the masked variant. Causal is aligned bottom-right
 (query i sees key j iff j <= i + seqlen_k - seqlen_q); a row that sees no key gets O = 0 and
@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from .. import dsl
 from ..dsl import KernelBuilder, Value, const, fa4_op, fast_div, fma, fmax, log2, select, tree_reduce, undef, vec
-from .attention_sm90_config import AttnConfig, default_config  # noqa: F401  (re-exported)
+from .attention_sm90_config import AttnConfig, causal_pair_slot, default_config  # noqa: F401  (re-exported)
 from .common.masks import block_range, key_hidden
 from .common.softmax import exp2_mixed, max_update
 
@@ -110,18 +110,21 @@ class _Geometry:
 
 class _Tiles:
     """The query tiles of this CTA. Without `persistent`, the one of its block index (x: query tile,
-    the longest rows first when causal, so the tail of the grid is short work; y: head; z: batch).
-    With it, a 1-D grid strides over all tiles. Non-causal in the order query tile (fastest), head,
-    batch: CTAs running at the same time work on neighbouring tiles of one head, as one tile per
-    CTA does, so that head's K and V stay in L2. Causal tiles differ in work (a tile's KV blocks
-    grow with its row), and a static stride in that order is unbalanced: 132 CTAs over 128 tiles
-    per head give CTA c the rows c .. c + 60 of every head, about 3x more work for some CTAs than
-    for others. So causal takes the longest rows of every (head, batch) first, query tile
-    slowest: the tiles of one stride have nearly equal work. That order spreads each stride over
-    all heads, whose K and V then outgrow L2, and it measured slower than one tile per CTA
-    (notes/RESULTS.md); balance with locality needs tiles handed out at run time. The pipelines'
-    stage and phase carry over from tile to tile as counts of the Q tiles and KV blocks used so
-    far, which the producer and the consumers compute alike."""
+    the longest rows first when causal, so the tail of the grid is short work; y: head; z: batch:
+    the hardware hands blocks out in that order as SMs free up). With it, a 1-D grid strides over
+    all tiles. Non-causal in the order query tile (fastest), head, batch: CTAs running at the same
+    time work on neighbouring tiles of one head, so that head's K and V stay in L2. Causal tiles
+    differ in work (a tile's KV blocks grow with its row), so a static stride over them in that
+    order is unbalanced (132 CTAs over 128 tiles per head give some CTAs about 3x the work of
+    others), and a stride over the longest rows of every head first is balanced but spreads each
+    stride over all heads, whose K and V then outgrow L2 (measured slower, notes/RESULTS.md).
+    Causal therefore strides over pairs of tiles of one (head, batch): tile T-1-k (the k-th
+    longest) then tile k (the k-th shortest) of the T query tiles, whose KV blocks add up to the
+    same count for every k, in the order pair (fastest), head, batch. Every CTA gets nearly the
+    same work and the CTAs of one stride share about 2 x grid / T heads. (With T odd, the middle
+    tile is a pair of its own.) The pipelines' stage and phase carry over from tile to tile as
+    counts of the Q tiles and KV blocks used so far, which the producer and the consumers
+    compute alike."""
 
     def __init__(self, kb, cfg, batch, heads, seqlen_q, seqlen_k, div_group, div_tiles, div_heads):
         self.kb, self.cfg = kb, cfg
@@ -134,6 +137,13 @@ class _Tiles:
                 m_block = kb.grid_dim(0) - 1 - m_block
             self.fixed = _Geometry(kb, cfg, m_block, kb.block_idx(1), kb.block_idx(2), heads, *self.seqs)
 
+    def _run(self, body, m_block, hb, counts):
+        b = fast_div(hb, *self.div_heads)
+        geo = _Geometry(self.kb, self.cfg, m_block, hb - b * self.heads, b, self.heads, *self.seqs)
+        body(geo, counts)
+        q_count, kv_count = counts
+        return q_count + select(geo.n_blocks.gt(0), const(1), const(0)), kv_count + geo.n_blocks
+
     def each(self, body):
         """body(geo, counts) once per tile; counts = (Q tiles, KV blocks) used before this tile, or
         None without `persistent` (each pipeline then starts at its initial state)."""
@@ -142,19 +152,29 @@ class _Tiles:
             body(self.fixed, None)
             return
         m_tiles = (self.seqs[0] + (cfg.bm - 1)) // cfg.bm
-        total = m_tiles * self.heads * self.batch
-        loop = kb.for_(kb.block_idx(0), total, kb.grid_dim(0), carry=(const(0), const(0)))
-        with loop as (t, (q_count, kv_count)):
-            if cfg.causal:  # longest rows first over all heads: tiles of one stride get alike work
-                mt = fast_div(t, *self.div_tiles)         # divisor: heads * batch
-                m_block, hb = m_tiles - 1 - mt, t - mt * (self.heads * self.batch)
-            else:
+        start = (const(0), const(0))
+        if not cfg.causal:
+            loop = kb.for_(kb.block_idx(0), m_tiles * self.heads * self.batch, kb.grid_dim(0), carry=start)
+            with loop as (t, counts):
                 hb = fast_div(t, *self.div_tiles)         # divisor: m_tiles
-                m_block = t - hb * m_tiles
-            b = fast_div(hb, *self.div_heads)
-            geo = _Geometry(kb, cfg, m_block, hb - b * self.heads, b, self.heads, *self.seqs)
-            body(geo, (q_count, kv_count))
-            loop.yield_(q_count + select(geo.n_blocks.gt(0), const(1), const(0)), kv_count + geo.n_blocks)
+                loop.yield_(*self._run(body, t - hb * m_tiles, hb, counts))
+            return
+        # pairs of tiles of one (head, batch) whose work adds up alike (causal_pair_slot)
+        slots = (m_tiles + 1) // 2 * self.heads * self.batch * 2
+        loop = kb.while_((kb.block_idx(0) * 2, *start))
+        with loop.before() as (s, q_count, kv_count):
+            loop.condition(s.lt(slots), s, q_count, kv_count)
+        with loop.body() as (s, *counts):
+            m_block, hb, nxt = causal_pair_slot(s, m_tiles, kb.grid_dim(0), lambda u: fast_div(u, *self.div_tiles),
+                                                _ValueOps)
+            loop.yield_(nxt, *self._run(body, m_block, hb, counts))
+
+
+class _ValueOps:
+    """causal_pair_slot's comparisons and select on kernel Values."""
+    eq = staticmethod(lambda a, b: a.eq(b))
+    lt = staticmethod(lambda a, b: a.lt(b))
+    select = staticmethod(select)
 
 
 def _state(pipe, count):

@@ -122,15 +122,48 @@ TILES = {
 }
 
 
+# Short key sequences (seqlen_k <= SHORT_SEQLEN_K[case]): a tile sees few KV blocks, so its
+# prologue (Q and the first K load) and epilogue weigh more, and a persistent kernel (one CTA per
+# SM striding over the tiles) hides them behind the previous tile's work. Measured on an H200,
+# TFLOP/s of persistent vs TILES (notes/RESULTS.md, "Causal persistent in pairs"): D128 +3-8% up
+# to 1k, even at 1.5k-2k; D64 causal +3-12% up to 2k, -4% at 4k; D64 non-causal (128 x 128 against
+# the 192-row tile, which wastes 1/8 of its rows at 512 and 1k) +5% / +3% at 512 / 1k, -7% at 768.
+# D256 has no SMEM for a persistent kernel's O tile.
+_PERS = dict(bm=128, bn=128, stages=2, persistent=True)
+SHORT_TILES = {
+    (64, False): dict(pingpong=False, **_PERS),
+    (64, True): dict(pingpong=False, **_PERS),
+    (128, False): dict(pingpong=True, **_PERS),
+    (128, True): dict(pingpong=True, **_PERS),
+}
+SHORT_SEQLEN_K = {(64, False): 1024, (64, True): 2048, (128, False): 1024, (128, True): 1024}
+
+
+def is_short(head_dim: int, causal: bool, seqlen_k: int | None) -> bool:
+    """Whether default_config picks SHORT_TILES at this seqlen_k (None: a long sequence)."""
+    limit = SHORT_SEQLEN_K.get((head_dim, bool(causal)))
+    return seqlen_k is not None and limit is not None and seqlen_k <= limit
+
+
 # the AttnConfig fields TILES sets: what tells the default kernel from a tile variant in a bundle
 TILE_FIELDS = ("bm", "bn", "stages", "pingpong", "persistent", "load_regs", "mma_regs")
 
 
-def default_config(dtype: str, head_dim: int, causal: bool) -> AttnConfig:
+def default_config(dtype: str, head_dim: int, causal: bool, seqlen_k: int | None = None) -> AttnConfig:
+    """The measured tiles for (head_dim, causal): TILES, or SHORT_TILES when seqlen_k is given and
+    at most SHORT_SEQLEN_K of the case."""
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")
+    key = (head_dim, bool(causal))
     return AttnConfig(dtype=dtype, head_dim=head_dim, causal=bool(causal),
-                      **TILES[(head_dim, bool(causal))]).validate()
+                      **(SHORT_TILES if is_short(head_dim, causal, seqlen_k) else TILES)[key]).validate()
+
+
+def default_configs(dtype: str, head_dim: int, causal: bool) -> list[AttnConfig]:
+    """Every config default_config picks for (dtype, head_dim, causal) at some seqlen_k: the long
+    one first."""
+    out = [default_config(dtype, head_dim, causal), default_config(dtype, head_dim, causal, 1)]
+    return out[:1] if out[0] == out[1] else out
 
 
 def query_tiles(config: dict, seqlen_q: int) -> int:
@@ -154,11 +187,37 @@ def launch_args(config: dict, q, k, v, o, lse, batch: int, heads: int, seqlen_q:
     """The kernel's parameters in order: TMA tensors q, k, v, o ([B, S, H, D] each), the LSE pointer
     (float32 [B, H, Sq], contiguous), batch, heads, seqlen_q, seqlen_k, softmax_scale * log2(e),
     then three divisors as (multiplier, shift) pairs (common.fastdiv): heads // kv_heads (the GQA
-    group), the tile index's split (query tiles per head, or (head, batch) pairs when causal: what a
-    persistent kernel divides its tile index by) and heads."""
-    split = batch * heads if config.get("causal") else query_tiles(config, seqlen_q)
+    group), the tile index's split (what a persistent kernel divides its tile index by: query tiles
+    per (head, batch), or pairs of them when causal) and heads."""
+    tiles = query_tiles(config, seqlen_q)
+    split = (tiles + 1) // 2 if config.get("causal") else tiles
     return [q, k, v, o, lse, int(batch), int(heads), int(seqlen_q), int(seqlen_k), float(softmax_scale) * LOG2E,
             *divisor(int(heads_per_kv)), *divisor(max(int(split), 1)), *divisor(int(heads))]
+
+
+class IntOps:
+    """The comparisons and select of causal_pair_slot on Python ints (the kernel passes Value ones)."""
+    eq = staticmethod(lambda a, b: a == b)
+    lt = staticmethod(lambda a, b: a < b)
+    select = staticmethod(lambda c, a, b: a if c else b)
+
+
+def causal_pair_slot(slot, m_tiles, grid_size, div_pairs, ops=IntOps):
+    """A causal persistent CTA's tile at `slot` and its next slot (attention_fwd_sm90._Tiles).
+    Slot 2u + e is tile m_tiles-1-k (e = 0) then tile k (e = 1) of pair u = k + pairs * (head +
+    heads * batch), pairs = ceil(m_tiles / 2): the two tiles' KV blocks add up to about the same
+    count for every k. CTA c starts at slot 2c and goes on to the slots of pair u + grid_size,
+    skipping e = 1 where tile k is tile m_tiles-1-k (the middle of an odd count). Returns
+    (m_block, (head, batch) index, next slot); `div_pairs(u)` is u // pairs. Written once for both
+    ints (tests) and kernel Values (`ops`: eq, lt, select)."""
+    pairs = (m_tiles + 1) // 2
+    u, second = slot >> 1, slot & 1
+    hb = div_pairs(u)
+    k = u - hb * pairs
+    first = ops.eq(second, 0)
+    m_block = ops.select(first, m_tiles - 1 - k, k)
+    two = ops.select(first, ops.lt(k * 2 + 1, m_tiles), first)   # this pair has a second tile
+    return m_block, hb, ops.select(two, slot + 1, (slot | 1) + (grid_size * 2 - 1))
 
 
 def flops(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int, causal: bool) -> float:
@@ -167,5 +226,5 @@ def flops(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int, c
     return f / 2 if causal else f
 
 
-__all__ = ["AttnConfig", "default_config", "query_tiles", "grid", "launch_args", "flops", "KERNEL", "HEAD_DIMS", "DTYPES", "BMS", "TILES",
+__all__ = ["AttnConfig", "default_config", "default_configs", "SHORT_SEQLEN_K", "SHORT_TILES", "is_short", "query_tiles", "causal_pair_slot", "IntOps", "grid", "launch_args", "flops", "KERNEL", "HEAD_DIMS", "DTYPES", "BMS", "TILES",
            "TILE_FIELDS"]

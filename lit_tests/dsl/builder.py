@@ -62,6 +62,24 @@ with kb.body():
     # CHECK: %[[PTR:.*]] = llvm.getelementptr %[[OUT]][%[[TID]]] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, f32 loc("{{.*}}builder.py":[[@LINE-1]]:0)
     # CHECK: llvm.store %[[SEL]], %[[PTR]] : f32, !llvm.ptr<1> loc("{{.*}}builder.py":[[@LINE-2]]:0)
 
+    # while_: before() tests the carried values and hands them to body(), which yields the next ones.
+    wloop = kb.while_((tid, const(0)))
+    # CHECK: %[[ZERO_I:.*]] = arith.constant 0 : i32
+    # CHECK: %[[W:.*]]:2 = scf.while (%[[W0:[^ ]+]] = %[[TID]], %[[S0:[^ ]+]] = %[[ZERO_I]]) : (i32, i32) -> (i32, i32) {
+    with wloop.before() as (w, steps):
+        wloop.condition(w.lt(n), w, steps)
+        # CHECK-NEXT: %[[WC:.*]] = arith.cmpi ult, %[[W0]], %[[N]] : i32
+        # CHECK-NEXT: scf.condition(%[[WC]]) %[[W0]], %[[S0]] : i32, i32 loc("{{.*}}builder.py":[[@LINE-2]]:0)
+        # CHECK-NEXT: } do {
+    with wloop.body() as (w, steps):
+        wloop.yield_(w * 2 + 1, steps + 1)
+        # CHECK-NEXT: ^bb0(%[[W1:[^:]+]]: i32 loc({{.*}}), %[[S1:[^:]+]]: i32 loc({{.*}})):
+        # CHECK: %[[W2:.*]] = arith.addi
+        # CHECK: %[[S2:.*]] = arith.addi %[[S1]]
+        # CHECK-NEXT: scf.yield %[[W2]], %[[S2]] : i32, i32 loc("{{.*}}builder.py":[[@LINE-4]]:0)
+    kb.store(wloop.results[1], kb.gep(out_gmem, n, "i32"))
+    # CHECK: llvm.store %[[W]]#1
+
 kernel = kb.finish()
 # Locations are printed inline (local scope) so that each line carries its own.
 kernel.module.operation.print(enable_debug_info=True, use_local_scope=True)

@@ -22,6 +22,7 @@ SHAPES = [  # batch, seqlen_q, seqlen_k, heads, kv_heads
     (3, 3, 127, 2, 2),
     (1, 127, 3, 8, 1),       # MQA; causal rows 0..123 see no key
     (2, 1000, 1000, 8, 2),   # GQA
+    (4, 1024, 1024, 16, 4),  # 512 query tiles: a persistent kernel's CTAs take several each
     (1, 4224, 4224, 2, 1),   # 33 query tiles, many key blocks; MQA
     (1, 1, 4224, 4, 2),      # one query row against a long key sequence
 ]
@@ -52,11 +53,12 @@ def test_bundle_has_every_attention_kernel(attn_bundle):
     for dtype in DTYPES:
         for head_dim in HEAD_DIMS:
             for causal in (False, True):
-                art = find_artifact(attn_bundle, dtype, head_dim, causal)
-                want = default_config(dtype, head_dim, causal)
-                assert all(art.config[k] == getattr(want, k) for k in TILE_FIELDS), art.config
-                assert art.config["cubin_backend"] == "ptxas", art.config
-                assert not art.resources.get("setmaxnreg_ignored"), art.resources
+                for seqlen_k in (None, 1000):   # the long-sequence tiles; the short (persistent) ones
+                    art = find_artifact(attn_bundle, dtype, head_dim, causal, seqlen_k)
+                    want = default_config(dtype, head_dim, causal, seqlen_k)
+                    assert all(art.config[k] == getattr(want, k) for k in TILE_FIELDS), art.config
+                    assert art.config["cubin_backend"] == "ptxas", art.config
+                    assert not art.resources.get("setmaxnreg_ignored"), art.resources
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "b{}_sq{}_sk{}_h{}_kv{}".format(*s))
