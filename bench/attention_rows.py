@@ -18,16 +18,16 @@ from fa4mlir.testing import attention_math
 DT = {"bf16": torch.bfloat16, "f16": torch.float16}
 
 
-def find_kernel(bundle: str, name: str):
-    """The sm_90a attention artefact of `bundle` named `name`, else the one whose name contains it;
-    None (after saying what matched) when that is not exactly one."""
+def load_kernel(bundle: str, name: str):
+    """The loaded sm_90a attention kernel of `bundle` named `name`, else the one whose name
+    contains it; None (after saying what matched) when that is not exactly one."""
     arts = [x for x in Bundle.open(bundle).artifacts()
             if name in x.name and x.config.get("kernel") == "attention_fwd_sm90"]
     arts = [x for x in arts if x.name == name] or arts
     if len(arts) != 1:
         print(f"{len(arts)} sm_90a attention kernels match {name!r}: {[x.name for x in arts]}")
         return None
-    return arts[0]
+    return load(arts[0])
 
 
 def ranges(idx: list[int]) -> str:
@@ -56,11 +56,10 @@ def main() -> int:
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
-    art = find_kernel(a.bundle, a.name)
-    if art is None:
+    kern = load_kernel(a.bundle, a.name)
+    if kern is None:
         return 2
-    kern = load(art)
-    cfg = art.config
+    art, cfg = kern.artifact, kern.artifact.config
     dt, d, causal = DT[cfg["dtype"]], cfg["head_dim"], cfg["causal"]
     g = torch.Generator(device="cuda").manual_seed(a.seed)
     q = torch.randn(a.batch, a.sq, a.heads, d, device="cuda", dtype=dt, generator=g)

@@ -12,9 +12,8 @@ import sys
 
 import torch
 
-from bench.attention_rows import find_kernel
+from bench.attention_rows import load_kernel
 from fa4mlir.kernels.attention_sm90_config import grid, launch_args
-from fa4mlir.runtime import load
 
 DT = {"bf16": torch.bfloat16, "f16": torch.float16}
 
@@ -26,11 +25,10 @@ def main() -> int:
     ap.add_argument("seqlen", type=int)
     ap.add_argument("--launches", type=int, default=4)
     a = ap.parse_args()
-    art = find_kernel(a.bundle, a.name)
-    if art is None:
+    kern = load_kernel(a.bundle, a.name)
+    if kern is None:
         return 2
-    kern = load(art)
-    cfg = art.config
+    art, cfg = kern.artifact, kern.artifact.config
     d, s = cfg["head_dim"], a.seqlen
     b, h = 16384 // s, 2048 // d
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=DT[cfg["dtype"]]) for _ in range(3))

@@ -257,6 +257,11 @@ class Pipeline:
         fa4_op("mma_commit", [s.stage], pipe=self.name, side=side)
 
 
+def _ir(values) -> list:
+    """The MLIR values of Values (other operands as they are)."""
+    return [v.v if isinstance(v, Value) else v for v in values]
+
+
 class _For:
     def __init__(self, op):
         self.op = op
@@ -272,7 +277,7 @@ class _For:
         return iv, carried
 
     def yield_(self, *values):
-        scf.YieldOp([v.v if isinstance(v, Value) else v for v in values], loc=source_loc())
+        scf.YieldOp(_ir(values), loc=source_loc())
 
     def __exit__(self, *exc):
         if exc[0] is None and not self.op.results and not _has_terminator(self.op.body):
@@ -286,7 +291,7 @@ class _While:
     and ends with `yield_(*carried)` for the next test."""
 
     def __init__(self, carry):
-        init = [c.v if isinstance(c, Value) else c for c in carry]
+        init = _ir(carry)
         types = [v.type for v in init]
         self.op = scf.WhileOp(types, init, loc=source_loc())
         self.results = [Value(r) for r in self.op.results]
@@ -305,10 +310,10 @@ class _While:
         return self._region(self.op.after)
 
     def condition(self, cond: "Value", *values):
-        scf.ConditionOp(cond.v, [v.v if isinstance(v, Value) else v for v in values], loc=source_loc())
+        scf.ConditionOp(cond.v, _ir(values), loc=source_loc())
 
     def yield_(self, *values):
-        scf.YieldOp([v.v if isinstance(v, Value) else v for v in values], loc=source_loc())
+        scf.YieldOp(_ir(values), loc=source_loc())
 
 
 def _has_terminator(block) -> bool:
@@ -336,7 +341,7 @@ class _If:
         return self._branch(self.op.else_block)
 
     def yield_(self, *values):
-        scf.YieldOp([v.v if isinstance(v, Value) else v for v in values], loc=source_loc())
+        scf.YieldOp(_ir(values), loc=source_loc())
 
 
 @dataclass

@@ -12,8 +12,8 @@ from __future__ import annotations
 import contextlib
 
 from ._mlir import ir, llvm
-from .dsl import (ELEM_BYTES, KernelIR, Pipeline, Value, _For, _If, _While, const, fa4_op, mlir_type,
-                  source_loc)
+from .dsl import (ELEM_BYTES, KernelIR, Pipeline, Value, _For, _If, _ir, _While, const, fa4_op,
+                  mlir_type, source_loc)
 from .dialect import new_context
 from .runtime import ParamSpec, TmaSpec
 
@@ -149,7 +149,7 @@ class KernelBuilder:
         """`with kb.for_(lo, hi, step, carry=(...)) as (i, carried): ...; loop.yield_(...)`."""
         from ._mlir import scf
         lo, hi, step = (v if isinstance(v, Value) else const(v) for v in (lo, hi, step))
-        init = [c.v if isinstance(c, Value) else c for c in carry]
+        init = _ir(carry)
         op = scf.ForOp(lo.v, hi.v, step.v, init, loc=source_loc())
         return _For(op)
 
