@@ -18,11 +18,12 @@ import time
 
 def _resource_table(rows: list[tuple]) -> str:
     head = ("kernel", "arch", "backend", "regs", "spills", "smem B", "tmem cols", "threads",
-            "build", "fa4", "nvvm", "llvm", "ptx", "cubin", "total s")
+            "build", "fa4", "nvvm", "llvm", "ptx/ir", "cubin", "total s")
     lines = [head]
     for name, art in rows:
         r = art.resources
         st = r.get("stage_seconds", {})
+        st = {**st, "ptx": st.get("ptx", st.get("nvvm-ir", 0.0))}   # nvjitlink-lto emits NVVM IR, not PTX
         stages = [f"{st.get(s, 0.0):.2f}" for s in ("build", "fa4", "nvvm", "llvm", "ptx", "cubin")]
         lines.append((name, art.arch, r.get("cubin_backend", "?") + ("*" if r.get("setmaxnreg_ignored") else ""),
                       str(r.get("registers")), str(r.get("spill_stores", 0) + r.get("spill_loads", 0)),
@@ -31,7 +32,7 @@ def _resource_table(rows: list[tuple]) -> str:
     widths = [max(len(str(l[i])) for l in lines) for i in range(len(head))]
     table = "\n".join("  ".join(str(c).ljust(w) for c, w in zip(l, widths)) for l in lines)
     if any(r.get("setmaxnreg_ignored") for _, a in rows for r in [a.resources]):
-        table += "\n* ptxas ignored setmaxnreg (C7504: nvJitLink compiles PTX relocatably); FA4MLIR_CUBIN_BACKEND=ptxas keeps it"
+        table += "\n* ptxas ignored setmaxnreg (C7504: nvJitLink compiles PTX relocatably); FA4MLIR_CUBIN_BACKEND=ptxas (or nvjitlink-lto, sm_100+) keeps it"
     return table
 
 

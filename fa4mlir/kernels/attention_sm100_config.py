@@ -34,6 +34,10 @@ from dataclasses import asdict, dataclass
 from .common.naming import softmax_knob_tags
 
 KERNEL = "attention_fwd_sm100"
+# The kernel's compile environment: NVVM IR linked by nvJitLink with -lto, a whole-program link
+# that honours the roles' setmaxnreg (192/192/80/48; nvJitLink's PTX input drops it, ptxas C7504,
+# and the softmax then spills ~2 KB at the 128-register entry budget).
+KERNEL_ENV = {"FA4MLIR_CUBIN_BACKEND": "nvjitlink-lto"}
 DTYPES = ("bf16", "f16")
 ELEM_BYTES = 2
 MMA_M = 128                     # rows of one Q tile = TMEM lanes; tcgen05.mma cta_group::1 M
