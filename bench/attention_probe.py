@@ -16,9 +16,7 @@ import torch.nn.functional as F  # noqa: N812
 
 from fa4mlir.kernels.attention_sm90_config import flops, grid, launch_args
 from fa4mlir.runtime import Bundle, load
-from fa4mlir.testing import attention_math
-
-DT = {"bf16": torch.bfloat16, "f16": torch.float16}
+from fa4mlir.testing import attention_math, torch_dtype
 
 
 CHECK_SMS = 3  # persistent kernels are checked on a grid sized for 3 SMs: every CTA loops over tiles
@@ -35,7 +33,7 @@ def run(kern, q, k, v, scale):
 
 def check(kern, b, sq, sk, h, hk, seed=0):
     cfg = kern.artifact.config
-    dt, d, causal = DT[cfg["dtype"]], cfg["head_dim"], cfg["causal"]
+    dt, d, causal = torch_dtype(cfg["dtype"]), cfg["head_dim"], cfg["causal"]
     g = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randn(b, sq, h, d, device="cuda", dtype=dt, generator=g)
     k = torch.randn(b, sk, hk, d, device="cuda", dtype=dt, generator=g)
@@ -61,7 +59,7 @@ def bench(kern, seqlen):
     from triton.testing import do_bench
     from torch.nn.attention import SDPBackend, sdpa_kernel
     cfg = kern.artifact.config
-    dt, d, causal = DT[cfg["dtype"]], cfg["head_dim"], cfg["causal"]
+    dt, d, causal = torch_dtype(cfg["dtype"]), cfg["head_dim"], cfg["causal"]
     b, h = 16384 // seqlen, 2048 // d
     q, k, v = (torch.randn(b, seqlen, h, d, device="cuda", dtype=dt) for _ in range(3))
     o = torch.empty_like(q)

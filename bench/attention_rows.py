@@ -13,9 +13,7 @@ import torch
 
 from fa4mlir.kernels.attention_sm90_config import grid, launch_args
 from fa4mlir.runtime import Bundle, load
-from fa4mlir.testing import attention_math
-
-DT = {"bf16": torch.bfloat16, "f16": torch.float16}
+from fa4mlir.testing import attention_math, torch_dtype
 
 
 def load_kernel(bundle: str, name: str):
@@ -60,7 +58,7 @@ def main() -> int:
     if kern is None:
         return 2
     art, cfg = kern.artifact, kern.artifact.config
-    dt, d, causal = DT[cfg["dtype"]], cfg["head_dim"], cfg["causal"]
+    dt, d, causal = torch_dtype(cfg["dtype"]), cfg["head_dim"], cfg["causal"]
     g = torch.Generator(device="cuda").manual_seed(a.seed)
     q = torch.randn(a.batch, a.sq, a.heads, d, device="cuda", dtype=dt, generator=g)
     k = torch.randn(a.batch, a.sk, a.kv_heads, d, device="cuda", dtype=dt, generator=g)

@@ -14,8 +14,7 @@ import torch
 
 from bench.attention_rows import load_kernel
 from fa4mlir.kernels.attention_sm90_config import grid, launch_args
-
-DT = {"bf16": torch.bfloat16, "f16": torch.float16}
+from fa4mlir.testing import torch_dtype
 
 
 def main() -> int:
@@ -31,7 +30,7 @@ def main() -> int:
     art, cfg = kern.artifact, kern.artifact.config
     d, s = cfg["head_dim"], a.seqlen
     b, h = 16384 // s, 2048 // d
-    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=DT[cfg["dtype"]]) for _ in range(3))
+    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch_dtype(cfg["dtype"])) for _ in range(3))
     o = torch.full_like(q, float("nan"))
     lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
     args = launch_args(cfg, q, k, v, o, lse, b, h, s, s, 1, 1 / math.sqrt(d))

@@ -52,6 +52,12 @@ def fa_rule(out_err: float, lowp_err: float, atol: float = DEFAULT_ATOL) -> tupl
     return ok, bound
 
 
+def torch_dtype(name: str):
+    """The torch dtype of a kernel dtype name ("bf16", "f16")."""
+    import torch
+    return {"bf16": torch.bfloat16, "f16": torch.float16}[name]
+
+
 def check_gemm(artifact_or_kernel, m: int, n: int, k: int, *, seed: int | None = None, dtype=None) -> dict:
     """Run one GEMM launch on fresh random inputs with a NaN-poisoned output; compare by the FA rule."""
     import torch
@@ -59,7 +65,7 @@ def check_gemm(artifact_or_kernel, m: int, n: int, k: int, *, seed: int | None =
     from .gemm import grid_for
     from .runtime import LoadedKernel, load
     kern = artifact_or_kernel if isinstance(artifact_or_kernel, LoadedKernel) else load(artifact_or_kernel)
-    tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[kern.artifact.config.get("dtype", "bf16")]
+    tdt = torch_dtype(kern.artifact.config.get("dtype", "bf16"))
     gen = torch.Generator(device="cuda")
     gen.seed() if seed is None else gen.manual_seed(seed)
     a = torch.randn(m, k, device="cuda", dtype=tdt, generator=gen)
@@ -149,7 +155,7 @@ def attention_inputs(batch: int, seqlen_q: int, seqlen_k: int, heads: int, kv_he
                      dtype: str, seed: int):
     """Fresh standard-normal q [B, Sq, H, D], k and v [B, Sk, Hkv, D] on the GPU."""
     import torch
-    tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
+    tdt = torch_dtype(dtype)
     gen = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randn(batch, seqlen_q, heads, head_dim, device="cuda", dtype=tdt, generator=gen)
     k = torch.randn(batch, seqlen_k, kv_heads, head_dim, device="cuda", dtype=tdt, generator=gen)

@@ -19,7 +19,7 @@ from test_attention_sm90 import assert_ok, seed_of
 
 from fa4mlir import bundles
 from fa4mlir.kernels.attention_sm90_config import LOG2E, grid, launch_args
-from fa4mlir.testing import attention_inputs, compare_attention
+from fa4mlir.testing import attention_inputs, compare_attention, torch_dtype
 
 pytestmark = pytest.mark.gpu
 
@@ -92,7 +92,7 @@ def rising_inputs(cfg, batch, seqlen, heads, kv_heads, kind: str, seed: int):
     row's m lags its max, P reaches up to 2^8, and m moves every other block); 'jump': flat, then
     +12 log2 units from block 2 on (every row moves its m once, O is rescaled)."""
     import torch
-    tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[cfg.dtype]
+    tdt = torch_dtype(cfg.dtype)
     d = cfg.head_dim
     gen = torch.Generator(device="cuda").manual_seed(seed)
     u = torch.randn(d, device="cuda", generator=gen, dtype=torch.float64)
