@@ -140,14 +140,19 @@ OPS: tuple[OpDef, ...] = (
     OpDef("tmem_wait", "Wait for this thread's outstanding TMEM loads (`kind` = \"ld\") or stores (\"st\").",
           attrs=(("kind", "str"),)),
     # ---- barriers and fences --------------------------------------------------------------------
-    OpDef("named_barrier", "Block until `num_threads` threads have reached named barrier `id` (1..15).",
-          attrs=(("id", "int"), ("num_threads", "int"))),
+    OpDef("named_barrier", """Block until `num_threads` threads have reached named barrier `id` (1..15). With a
+    `select` operand (a warp-uniform i32 in [0, span)) the barrier is `id + select`: one op, no branch,
+    for per-warpgroup barriers (ids id .. id + span - 1 must lie in 1..15).""",
+          operands=(("select", "*i32"),), attrs=(("id", "int"), ("num_threads", "int")),
+          optional_attrs=(("span", "int"),)),
     OpDef("fence", """A memory fence: `kind` is "async_smem" (generic-proxy SMEM writes visible to TMA and
     tensor cores), "tcgen05_before" or "tcgen05_after" (order tcgen05 ops around a thread sync).""",
           attrs=(("kind", "str"),)),
     OpDef("named_barrier_arrive", """Arrive on named barrier `id` (1..15) without waiting; the barrier completes
-    once `num_threads` threads arrived or synced on it (the producer side of a hand-off).""",
-          attrs=(("id", "int"), ("num_threads", "int"))),
+    once `num_threads` threads arrived or synced on it (the producer side of a hand-off). `select` and
+    `span` as for `named_barrier`.""",
+          operands=(("select", "*i32"),), attrs=(("id", "int"), ("num_threads", "int")),
+          optional_attrs=(("span", "int"),)),
     OpDef("sync_threads", "Block until every thread of the CTA arrives."),
     # ---- warp data exchange ---------------------------------------------------------------------
     OpDef("shuffle_xor", """Each lane of the (fully active) warp gets `value` (32-bit) from lane `lane ^ offset`.""",

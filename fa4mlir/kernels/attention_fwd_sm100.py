@@ -32,7 +32,7 @@ from .. import dsl
 from ..dsl import KernelBuilder, Value, const, fa4_op, fma, log2, select, tree_reduce, vec
 from . import attention_sm100_config as fcfg
 from .attention_sm100_config import FA4Config  # noqa: F401  (re-exported)
-from .common.masks import block_range, key_hidden
+from .common.masks import block_range, visible_keys
 from .common.softmax import exp2_mixed, max_update
 
 SW = fcfg.SWIZZLE_BYTES
@@ -314,10 +314,9 @@ def _softmax_role(kb, cfg, geo, pipes, tmem, i, scale_log2):
         s_pipe.consumer_release(s_st)
         s = [part.bitcast((f32, S_LOAD_COLS))[j] for part in parts for j in range(S_LOAD_COLS)]
         if masked:
-            key0 = n * cfg.BN
+            visible = visible_keys(n * cfg.BN, row, geo.seqlen_q, geo.seqlen_k, cfg.causal)
             for j in range(cfg.BN):
-                hidden = key_hidden(key0 + j, row, geo.seqlen_q, geo.seqlen_k, cfg.causal)
-                s[j] = select(hidden, const(NEG_INF, f32), s[j])
+                s[j] = select(visible.le(j), const(NEG_INF, f32), s[j])
         # 2. max update; the O rescale factor goes to the correction warpgroup at once
         block_max = tree_reduce(s, dsl.fmax)
         m, alpha, neg_m = max_update(m_old, block_max, scale_log2, 0.0 if first else cfg.rescale_threshold)

@@ -39,7 +39,7 @@ from __future__ import annotations
 from .. import dsl
 from ..dsl import KernelBuilder, Value, const, fa4_op, fast_div, fma, fmax, log2, select, tree_reduce, undef, vec
 from .attention_sm90_config import AttnConfig, causal_pair_slot, default_config  # noqa: F401  (re-exported)
-from .common.masks import block_range, key_hidden
+from .common.masks import block_range, visible_keys
 from .common.softmax import exp2_mixed, max_update
 
 SWIZZLE = 128          # bytes per swizzled row: 64 bf16/f16 columns
@@ -307,13 +307,12 @@ class _Consumer:
         elements by the FMA polynomial (common.softmax.exp2_mixed)."""
         kb, cfg, geo = self.kb, self.cfg, self.geo
         s = [s_acc[i] for i in range(self.n_s)]
-        if masked:
+        if masked:  # register i holds key col0 + 8 (i // 4) + i % 2 of row h = (i // 2) % 2
             col0 = j * cfg.bn + self.t4 * 2
+            visible = [visible_keys(col0, self.grow[h], geo.seqlen_q, geo.seqlen_k, cfg.causal) for h in (0, 1)]
             for i in range(self.n_s):
                 jj, h, e = i // 4, (i // 2) % 2, i % 2
-                col = col0 + (8 * jj + e)
-                bad = key_hidden(col, self.grow[h], geo.seqlen_q, geo.seqlen_k, cfg.causal)
-                s[i] = select(bad, const(NEG_INF, "f32"), s[i])
+                s[i] = select(visible[h].le(8 * jj + e), const(NEG_INF, "f32"), s[i])
         m_new, alpha, l_new = [], [], []
         p = [None] * self.n_s
         for h in (0, 1):
@@ -364,17 +363,18 @@ def _mma_role(kb, cfg, tiles, q_pipe, k_pipe, v_pipe, q_smem, k_smem, v_smem, o_
 
     n = cfg.consumers
 
+    # The turn barriers are selected by the warp-uniform warpgroup index, not branched on: a branch
+    # per warpgroup in the KV loop makes ptxas keep the wgmma descriptors out of uniform registers
+    # (an R2UR before every wgmma).
+    nxt = select((wg + 1).eq(n), const(0), wg + 1)
+
     def turn_begin():
-        if pp:  # named barrier ids are static: select by warpgroup with an if
-            for w in range(n):
-                with kb.if_(wg.eq(w)).then_():
-                    kb.named_barrier(BAR_SCHED + w, 256)
+        if pp:
+            kb.named_barrier(BAR_SCHED, 256, select=wg, span=n)
 
     def turn_end():
         if pp:  # hand the turn to the next warpgroup of the ring
-            for w in range(n):
-                with kb.if_(wg.eq(w)).then_():
-                    kb.named_barrier_arrive(BAR_SCHED + (w + 1) % n, 256)
+            kb.named_barrier_arrive(BAR_SCHED, 256, select=nxt, span=n)
 
     if pp:  # warpgroup 0 issues first: the last one of the ring hands it the first turn
         with kb.if_(wg.eq(n - 1)).then_():
@@ -486,9 +486,7 @@ def _epilogue(kb, cfg, cs, o, m, l, o_smem, o_desc, lse_ptr):
     if cfg.persistent:  # the previous tile's TMA store must have read this warpgroup's rows of the O tile
         with kb.if_(cs.is_leader).then_():
             fa4_op("tma_store_wait", pending=0)
-        for w in range(cfg.consumers):
-            with kb.if_(cs.wg.eq(w)).then_():
-                kb.named_barrier(BAR_EPILOGUE + w, 128)
+        kb.named_barrier(BAR_EPILOGUE, 128, select=cs.wg, span=cfg.consumers)
     wg_base = kb.gep(o_smem, cs.wg * (64 * SWIZZLE), "i8")
     for h in (0, 1):
         row_base = kb.gep(wg_base, (cs.row0 + 8 * h) * SWIZZLE + cs.t4 * 4, "i8")
@@ -499,9 +497,7 @@ def _epilogue(kb, cfg, cs, o, m, l, o_smem, o_desc, lse_ptr):
             off = ((cs.g ^ unit) * 16) + c * cfg.bm * SWIZZLE
             kb.store(pair, kb.gep(row_base, off, "i8"), align=4)
     kb.fence("async_smem")
-    for w in range(cfg.consumers):  # named barrier ids are static: one per warpgroup
-        with kb.if_(cs.wg.eq(w)).then_():
-            kb.named_barrier(BAR_EPILOGUE + w, 128)
+    kb.named_barrier(BAR_EPILOGUE, 128, select=cs.wg, span=cfg.consumers)  # one per warpgroup
     # 2. one thread per warpgroup stores the 64 x head_dim tile (rows past seqlen_q are clipped)
     with kb.if_(cs.is_leader).then_():
         for c in range(nch):

@@ -2,7 +2,7 @@
 exchange (shuffle_xor -> shfl.sync.bfly, shuffle_idx -> shfl.sync.idx, vote_any -> vote.sync.any) -> nvvm."""
 from __future__ import annotations
 
-from .._mlir import ir, llvm, nvvm, scf
+from .._mlir import arith, ir, llvm, nvvm, scf
 from ._util import PassError, attr, check_none_left, i32, ops_named, replace
 
 NAME = "fa4-lower-sync"
@@ -40,13 +40,20 @@ def _lower(op: ir.Operation) -> None:
         op.erase()
     elif name in ("fa4.named_barrier", "fa4.named_barrier_arrive"):
         bid, n = attr(op, "id"), attr(op, "num_threads")
-        if not 1 <= bid <= 15 or n % 32:
-            raise PassError(f"{NAME}: named barrier id must be 1..15 (0 is the CTA barrier) and its thread "
-                            f"count a multiple of 32; got id={bid}, num_threads={n}", op.location)
+        select = list(op.operands)
+        span = attr(op, "span") if "span" in op.attributes else None
+        if len(select) > 1 or (span is None) != (not select) or (span is not None and span < 1):
+            raise PassError(f"{NAME}: {name[4:]} takes a `select` operand exactly when it has a `span` >= 1 "
+                            f"(got {len(select)} operands, span={span})", op.location)
+        last = bid + (span or 1) - 1
+        if not 1 <= bid <= last <= 15 or n % 32:
+            raise PassError(f"{NAME}: named barrier ids must be 1..15 (0 is the CTA barrier) and the thread "
+                            f"count a multiple of 32; got ids {bid}..{last}, num_threads={n}", op.location)
+        barrier = arith.addi(i32(bid), select[0]) if select else i32(bid)
         if name == "fa4.named_barrier":
-            nvvm.barrier(None, barrier_id=i32(bid), number_of_threads=i32(n))
+            nvvm.barrier(None, barrier_id=barrier, number_of_threads=i32(n))
         else:
-            nvvm.barrier_arrive(i32(n), barrier_id=i32(bid))
+            nvvm.barrier_arrive(i32(n), barrier_id=barrier)
         op.erase()
     elif name in _SHUFFLES:
         # full warp (mask -1, clamp 31): xor takes a lane offset 1..31, idx a source lane 0..31

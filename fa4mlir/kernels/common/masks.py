@@ -32,12 +32,17 @@ def block_range(row0: Value, rows: int, seqlen_q: Value, seqlen_k: Value, bn: in
     return n_blocks, umin(full_all, unmasked)
 
 
-def key_hidden(key: Value, row: Value, seqlen_q: Value, seqlen_k: Value, causal: bool) -> Value:
-    """True where query `row` must not see `key` (past seqlen_k, or in the causal future)."""
-    hidden = key.ge(seqlen_k)
+def visible_keys(key0: Value, row: Value, seqlen_q: Value, seqlen_k: Value, causal: bool) -> Value:
+    """How many of the keys key0, key0 + 1, ... query `row` sees: key0 + c is hidden iff c >= the
+    result (0 when the row sees none of them). Keys at or past seqlen_k are hidden, and under the
+    causal mask those past row + seqlen_k - seqlen_q. Computed once per row and KV block, so masking a
+    score at a compile-time offset c costs one compare with an immediate and one select. All
+    comparisons are unsigned; every operand is clamped at 0 first."""
+    end = seqlen_k
     if causal:
-        hidden = hidden | (key + seqlen_q).gt(row + seqlen_k)
-    return hidden
+        seen = row + seqlen_k + 1        # keys [0, seen - seqlen_q) are visible
+        end = umin(select(seen.gt(seqlen_q), seen - seqlen_q, 0), seqlen_k)
+    return select(end.gt(key0), end - key0, 0)
 
 
-__all__ = ["block_range", "key_hidden", "umin"]
+__all__ = ["block_range", "umin", "visible_keys"]
