@@ -85,6 +85,12 @@ TILE_VARIANTS = [
     # blocks): 2-10% slower than bn 128 at 512-4k (notes/RESULTS.md, "Causal with 64-column blocks")
     (64, True, dict(bm=128, bn=64, stages=2, pingpong=False, persistent=True)),
     (128, True, dict(bm=128, bn=64, stages=2, pingpong=True, persistent=True)),
+    # ping-pong once its turn barriers stopped costing uniform registers (notes/RESULTS.md,
+    # "Turn barriers without branches")
+    (64, True, dict(bm=128, bn=128, stages=2, pingpong=True)),
+    (128, False, dict(bm=128, bn=176, stages=2, pingpong=True)),
+    (256, False, dict(bm=128, bn=80, stages=2, pingpong=True)),
+    (256, True, dict(bm=128, bn=80, stages=2, pingpong=True)),
 ]
 
 

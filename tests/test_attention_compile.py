@@ -266,25 +266,52 @@ def _hot_loops(sass: str) -> list[list[str]]:
     return sorted(loops, key=len)
 
 
-def test_wgmma_descriptors_stay_in_uniform_registers(tmp_path, tmp_path_factory):
-    """The consumer's warpgroup index is broadcast from lane 0 (KernelBuilder.warp_uniform), so
-    ptxas computes the Q, K and V descriptors in uniform registers: the KV loop of the D64 causal
-    kernel moves at most one value into them per iteration (9 R2UR when the index came straight
-    from %tid, each in front of a wgmma)."""
+def _kv_loops(entry, tmp_path_factory) -> tuple[object, list[list[str]]]:
+    """(config, [unmasked, masked] KV loop opcodes) of an entry's SASS: the loops holding one
+    block's S and P.V GEMMs (head_dim / 16 + bn / 16 wgmma), the unmasked (shorter) one first."""
     tool = find_nvdisasm()
     if tool is None:
         pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
-    index = next(i for i, (_, c, _) in enumerate(ENTRIES) if (c.dtype, c.head_dim, c.causal, c.bm) == ("bf16", 64, True, 128)
-                 and not c.persistent and c.stages == 2 and not c.exp2_poly_stride and not c.rescale_threshold)
-    c = compile_entry(ENTRIES[index], tmp_path_factory)
-    assert "shfl.sync.idx" in c.ptx
-    cubin = tmp_path / "attention.cubin"
+    c = compile_entry(entry, tmp_path_factory)
+    cubin = tmp_path_factory.mktemp("sass") / "attention.cubin"
     cubin.write_bytes(c.cubin)
     sass = subprocess.run([tool, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
-    # the KV loops: one block's S and P.V GEMMs (64 / 16 + 128 / 16 = 12 wgmma at D64, bn 128);
-    # the unmasked and the masked one
-    per_block = 64 // 16 + 128 // 16
-    kv_loops = [body for body in _hot_loops(sass) if sum(o.startswith("HGMMA") for o in body) == per_block]
-    assert len(kv_loops) >= 2, "the unmasked and masked KV loops were not found in the SASS"
-    for body in kv_loops[:2]:
+    per_block = c.cfg.head_dim // WGMMA_K + c.cfg.bn // WGMMA_K
+    loops = [body for body in _hot_loops(sass) if sum(o.startswith("HGMMA") for o in body) == per_block]
+    assert len(loops) >= 2, "the unmasked and masked KV loops were not found in the SASS"
+    return c.cfg, loops[:2]
+
+
+# the one-tile-per-CTA bf16 defaults (persistent kernels still move their descriptors: see
+# notes/RESULTS.md, "Turn barriers without branches"; D256 runs out of uniform registers)
+_UNIFORM = [e for e in ENTRIES if e[1].dtype == "bf16" and e[1].head_dim in (64, 128) and not e[1].persistent
+            and not e[1].exp2_poly_stride and not e[1].rescale_threshold
+            and e[1].stages == 2 and e[1].bn == 128]
+_UNIFORM_IDS = [f"d{c.head_dim}{'_causal' if c.causal else ''}_{c.bm}x{c.bn}{'' if c.pingpong else '_nopp'}"
+                for _, c, _ in _UNIFORM]
+
+
+@pytest.mark.parametrize("entry", _UNIFORM, ids=_UNIFORM_IDS)
+def test_wgmma_descriptors_stay_in_uniform_registers(entry, tmp_path_factory):
+    """The consumer's warpgroup index is broadcast from lane 0 (KernelBuilder.warp_uniform) and the
+    GEMM turns of ping-pong select their named barrier by it (fa4.named_barrier select) instead of
+    branching per warpgroup, so ptxas computes the Q, K and V descriptors in uniform registers:
+    each KV loop moves at most one value into them per iteration. (With the indices taken straight
+    from %tid there were 9 R2UR per loop at D64; with a branch per warpgroup around the turn
+    barriers, 24 at D64 and 32 at D128, one or two in front of every wgmma.)"""
+    cfg, loops = _kv_loops(entry, tmp_path_factory)
+    for body in loops:
         assert body.count("R2UR") <= 1, f"{body.count('R2UR')} R2UR in a KV loop of {len(body)} instructions"
+
+
+@pytest.mark.parametrize("entry", _UNIFORM, ids=_UNIFORM_IDS)
+def test_masking_costs_one_compare_and_select_per_score(entry, tmp_path_factory):
+    """The masked KV loop compares each score's compile-time column offset with one per-row count
+    of visible keys (common.masks.visible_keys): at most one ISETP and one FSEL per S register of
+    the thread beyond what the unmasked loop runs (the per-score key_hidden it replaced cost
+    two compares, two adds and two selects per score: 130 FSEL and 105 ISETP at D64 causal)."""
+    cfg, (plain, masked) = _kv_loops(entry, tmp_path_factory)
+    n_s = cfg.bn // 2
+    for op in ("ISETP", "FSEL"):
+        extra = sum(o.startswith(op) for o in masked) - sum(o.startswith(op) for o in plain)
+        assert 0 < extra <= n_s + 4, f"{extra} more {op} in the masked loop than the unmasked one (S registers: {n_s})"

@@ -108,13 +108,13 @@ class AttnConfig:
 
 # (head_dim, causal) -> tile choices, each the fastest of the variants timed on an H200
 # (notes/RESULTS.md, "attention tiles": bm 128/192, bn 64-192, stages 2/3, ping-pong on/off, seqlen
-# 1k-16k). D64 non-causal: three consumer warpgroups of 64 rows taking GEMM turns (FA3/FA4's 192 x 128
-# tile) beat 128 x 128 at every seqlen; causal they lose below 8k (a 192-row tile wastes more of
-# the diagonal block and makes fewer CTAs), so causal keeps 128 x 128.
+# 1k-16k). D64: three consumer warpgroups of 64 rows taking GEMM turns (FA3/FA4's 192 x 128 tile)
+# beat 128 x 128 at every seqlen non-causal, and causal from 2k on since the turn barriers and the
+# mask got cheaper (+3-7% at 2k-16k, notes/RESULTS.md "Turn barriers without branches").
 _D64_3WG = dict(bm=192, bn=128, stages=2, pingpong=True, load_regs=32, mma_regs=160)
 TILES = {
     (64, False): _D64_3WG,
-    (64, True): dict(bn=128, stages=2, pingpong=False),
+    (64, True): _D64_3WG,
     (128, False): dict(bn=128, stages=2, pingpong=True),
     (128, True): dict(bn=128, stages=2, pingpong=True),
     (256, False): dict(bn=80, stages=2, pingpong=False),
@@ -126,8 +126,9 @@ TILES = {
 # prologue (Q and the first K load) and epilogue weigh more, and a persistent kernel (one CTA per
 # SM striding over the tiles) hides them behind the previous tile's work. Measured on an H200,
 # TFLOP/s of persistent vs TILES (notes/RESULTS.md, "Causal persistent in pairs"): D128 +3-8% up
-# to 1k, even at 1.5k-2k; D64 causal +3-12% up to 2k, -4% at 4k; D64 non-causal (128 x 128 against
-# the 192-row tile, which wastes 1/8 of its rows at 512 and 1k) +5% / +3% at 512 / 1k, -7% at 768.
+# to 1k, even at 1.5k-2k; D64 causal +3-12% up to 2k against 128 x 128, but 3% behind the 192-row
+# tile at 2k ("Turn barriers without branches"); D64 non-causal (128 x 128 against the 192-row
+# tile, which wastes 1/8 of its rows at 512 and 1k) +5% / +3% at 512 / 1k, -7% at 768.
 # D256 has no SMEM for a persistent kernel's O tile.
 _PERS = dict(bm=128, bn=128, stages=2, persistent=True)
 SHORT_TILES = {
@@ -136,7 +137,7 @@ SHORT_TILES = {
     (128, False): dict(pingpong=True, **_PERS),
     (128, True): dict(pingpong=True, **_PERS),
 }
-SHORT_SEQLEN_K = {(64, False): 1024, (64, True): 2048, (128, False): 1024, (128, True): 1024}
+SHORT_SEQLEN_K = {(64, False): 1024, (64, True): 1024, (128, False): 1024, (128, True): 1024}
 
 
 def is_short(head_dim: int, causal: bool, seqlen_k: int | None) -> bool:

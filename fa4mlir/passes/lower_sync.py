@@ -47,8 +47,9 @@ def _lower(op: ir.Operation) -> None:
                             f"(got {len(select)} operands, span={span})", op.location)
         last = bid + (span or 1) - 1
         if not 1 <= bid <= last <= 15 or n % 32:
-            raise PassError(f"{NAME}: named barrier ids must be 1..15 (0 is the CTA barrier) and the thread "
-                            f"count a multiple of 32; got ids {bid}..{last}, num_threads={n}", op.location)
+            ids = f"{bid}..{last} (span {span})" if span else f"{bid}"
+            raise PassError(f"{NAME}: named barrier id must be 1..15 (0 is the CTA barrier) and its thread "
+                            f"count a multiple of 32; got id={ids}, num_threads={n}", op.location)
         barrier = arith.addi(i32(bid), select[0]) if select else i32(bid)
         if name == "fa4.named_barrier":
             nvvm.barrier(None, barrier_id=barrier, number_of_threads=i32(n))

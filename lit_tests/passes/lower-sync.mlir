@@ -48,8 +48,8 @@ module attributes {gpu.container_module} {
 // CHECK-SAME: (%[[X:[^:]+]]: f32, %[[I:[^:]+]]: i32)
 // CHECK: %[[NX:.*]] = nvvm.read.ptx.sreg.nctaid.x : i32
 // CHECK: nvvm.read.ptx.sreg.nctaid.z : i32
-// CHECK: %[[N:.*]] = arith.constant 256 : i32
 // CHECK: %[[ID:.*]] = arith.constant 3 : i32
+// CHECK: %[[N:.*]] = arith.constant 256 : i32
 // CHECK: nvvm.barrier.arrive id = %[[ID]] number_of_threads = %[[N]]
 // CHECK-NOT: nvvm.barrier id
 // CHECK: %[[ALL:.*]] = arith.constant -1 : i32
@@ -235,6 +235,67 @@ module attributes {gpu.container_module} {
     llvm.func @broadcast_lane_out_of_warp(%x: i32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
       // expected-error @+1 {{fa4-lower-sync: shuffle_idx takes an f32 or i32 and a lane in 0..31; got i32, lane 32}}
       %y = "fa4.shuffle_idx"(%x) {lane = 32 : i64} : (i32) -> i32
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// A selected named barrier (one per warpgroup, no branch): id + select, for sync and arrive.
+// CHECK-LABEL: llvm.func @selected_barriers
+// CHECK-SAME: (%[[WG:[^:]+]]: i32)
+// CHECK: %[[BASE:.*]] = arith.constant 4 : i32
+// CHECK: %[[ID:.*]] = arith.addi %[[BASE]], %[[WG]] : i32
+// CHECK: %[[N:.*]] = arith.constant 128 : i32
+// CHECK: nvvm.barrier id = %[[ID]] number_of_threads = %[[N]]
+// CHECK: %[[BASE1:.*]] = arith.constant 1 : i32
+// CHECK: %[[ID1:.*]] = arith.addi %[[BASE1]], %[[WG]] : i32
+// CHECK: nvvm.barrier.arrive id = %[[ID1]] number_of_threads = %{{.*}}
+// CHECK-NOT: fa4.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @selected_barriers(%wg: i32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 384, 1, 1>} {
+      "fa4.named_barrier"(%wg) {id = 4 : i64, num_threads = 128 : i64, span = 3 : i64} : (i32) -> ()
+      "fa4.named_barrier_arrive"(%wg) {id = 1 : i64, num_threads = 256 : i64, span = 2 : i64} : (i32) -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// Every id a select may pick must be a named barrier.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @selected_past_15(%wg: i32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 384, 1, 1>} {
+      // expected-error @+1 {{named barrier id must be 1..15 (0 is the CTA barrier) and its thread count a multiple of 32; got id=14..16 (span 3), num_threads=128}}
+      "fa4.named_barrier"(%wg) {id = 14 : i64, num_threads = 128 : i64, span = 3 : i64} : (i32) -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// A select operand needs the span that bounds it, and a span needs the operand.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @select_without_span(%wg: i32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 384, 1, 1>} {
+      // expected-error @+1 {{named_barrier_arrive takes a `select` operand exactly when it has a `span` >= 1 (got 1 operands, span=None)}}
+      "fa4.named_barrier_arrive"(%wg) {id = 1 : i64, num_threads = 256 : i64} : (i32) -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @span_without_select() attributes {nvvm.kernel, nvvm.maxntid = array<i32: 384, 1, 1>} {
+      // expected-error @+1 {{named_barrier takes a `select` operand exactly when it has a `span` >= 1 (got 0 operands, span=2)}}
+      "fa4.named_barrier"() {id = 1 : i64, num_threads = 256 : i64, span = 2 : i64} : () -> ()
       llvm.return
     }
   }
