@@ -97,6 +97,10 @@ module attributes {gpu.container_module} {
       "fa4.named_barrier"() {id = 1 : i64, num_threads = 256 : i64} : () -> ()
       // CHECK: "fa4.named_barrier_arrive"() {id = 2 : i64, num_threads = 256 : i64} : () -> ()
       "fa4.named_barrier_arrive"() {id = 2 : i64, num_threads = 256 : i64} : () -> ()
+      // CHECK: "fa4.named_barrier"(%[[TID]]) {id = 4 : i64, num_threads = 128 : i64, span = 3 : i64} : (i32) -> ()
+      "fa4.named_barrier"(%tid) {id = 4 : i64, num_threads = 128 : i64, span = 3 : i64} : (i32) -> ()
+      // CHECK: "fa4.named_barrier_arrive"(%[[TID]]) {id = 1 : i64, num_threads = 256 : i64, span = 2 : i64} : (i32) -> ()
+      "fa4.named_barrier_arrive"(%tid) {id = 1 : i64, num_threads = 256 : i64, span = 2 : i64} : (i32) -> ()
       // CHECK: "fa4.shuffle_xor"(%[[TID]]) {offset = 16 : i64} : (i32) -> i32
       %partner_tid = "fa4.shuffle_xor"(%tid) {offset = 16 : i64} : (i32) -> i32
       // CHECK: "fa4.shuffle_idx"(%[[TID]]) {lane = 0 : i64} : (i32) -> i32

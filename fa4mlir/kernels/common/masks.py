@@ -36,8 +36,8 @@ def visible_keys(key0: Value, row: Value, seqlen_q: Value, seqlen_k: Value, caus
     """How many of the keys key0, key0 + 1, ... query `row` sees: key0 + c is hidden iff c >= the
     result (0 when the row sees none of them). Keys at or past seqlen_k are hidden, and under the
     causal mask those past row + seqlen_k - seqlen_q. Computed once per row and KV block, so masking a
-    score at a compile-time offset c costs one compare with an immediate and one select. All
-    comparisons are unsigned; every operand is clamped at 0 first."""
+    score at a compile-time offset c costs one compare with an immediate and one select. The DSL's
+    comparisons are unsigned, so every difference is taken only when it is positive."""
     end = seqlen_k
     if causal:
         seen = row + seqlen_k + 1        # keys [0, seen - seqlen_q) are visible
