@@ -182,13 +182,19 @@ class KernelBuilder:
     def named_barrier(self, barrier_id: int, num_threads: int, select: Value | None = None, span: int = 1):
         """Wait on named barrier `barrier_id`, or `barrier_id + select` (select: a warp-uniform i32 in
         [0, span)), e.g. one barrier per warpgroup without branching on the warpgroup index."""
-        fa4_op("named_barrier", _barrier_select(select), **_barrier_attrs(barrier_id, num_threads, select, span))
+        self._barrier("named_barrier", barrier_id, num_threads, select, span)
 
     def named_barrier_arrive(self, barrier_id: int, num_threads: int, select: Value | None = None,
                              span: int = 1):
         """Arrive (no wait) on named barrier `barrier_id` (+ `select`, as named_barrier)."""
-        fa4_op("named_barrier_arrive", _barrier_select(select),
-               **_barrier_attrs(barrier_id, num_threads, select, span))
+        self._barrier("named_barrier_arrive", barrier_id, num_threads, select, span)
+
+    @staticmethod
+    def _barrier(op: str, barrier_id: int, num_threads: int, select: Value | None, span: int):
+        if select is None:
+            fa4_op(op, id=barrier_id, num_threads=num_threads)
+        else:
+            fa4_op(op, [select], id=barrier_id, num_threads=num_threads, span=span)
 
     # ---- warp exchange --------------------------------------------------------------------------
     def shuffle_xor(self, value: Value, offset: int) -> Value:
@@ -214,14 +220,3 @@ class KernelBuilder:
 
 
 __all__ = ["KernelBuilder", "Param", "ELEM_BYTES"]
-
-
-def _barrier_select(select) -> list:
-    return [] if select is None else [select]
-
-
-def _barrier_attrs(barrier_id: int, num_threads: int, select, span: int) -> dict:
-    attrs = dict(id=barrier_id, num_threads=num_threads)
-    if select is not None:
-        attrs["span"] = span
-    return attrs

@@ -266,9 +266,19 @@ def _hot_loops(sass: str) -> list[list[str]]:
     return sorted(loops, key=len)
 
 
+_KV_LOOPS: dict = {}
+
+
 def _kv_loops(entry, tmp_path_factory) -> tuple[object, list[list[str]]]:
     """(config, [unmasked, masked] KV loop opcodes) of an entry's SASS: the loops holding one
-    block's S and P.V GEMMs (head_dim / 16 + bn / 16 wgmma), the unmasked (shorter) one first."""
+    block's S and P.V GEMMs (head_dim / 16 + bn / 16 wgmma), the unmasked (shorter) one first.
+    Disassembled once per entry."""
+    if entry[1] not in _KV_LOOPS:
+        _KV_LOOPS[entry[1]] = _disassemble_kv_loops(entry, tmp_path_factory)
+    return _KV_LOOPS[entry[1]]
+
+
+def _disassemble_kv_loops(entry, tmp_path_factory) -> tuple[object, list[list[str]]]:
     tool = find_nvdisasm()
     if tool is None:
         pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
