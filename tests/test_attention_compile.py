@@ -20,7 +20,6 @@ temporary directory. About 2 s per config, 35-40 s for the file.
 """
 import dataclasses
 import re
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from fa4mlir.kernels.attention_sm90_config import launch_args
 from fa4mlir.passes._util import attr, ops_named
 from fa4mlir.passes.plan_smem import MBARRIER_BYTES, SMEM_LIMIT
 from fa4mlir.runtime import DTYPES, TensorInfo, tma_encoding
-from fa4mlir.testing import find_nvdisasm, wgmma_loops, wgmma_waits
+from fa4mlir.testing import disassemble, find_nvdisasm, wgmma_loops, wgmma_waits
 
 ENTRIES = bundles.SETS["attention"]() + bundles.SETS["attention-fa4-pieces"]() + bundles.tile_variants()
 PIECES = [i for i, (_, cfg, _) in enumerate(ENTRIES) if cfg.exp2_poly_stride or cfg.rescale_threshold]
@@ -156,15 +155,17 @@ def test_params_are_the_launch_contract(compiled):
             assert enc.global_dims == tuple(reversed(shape))
 
 
-def test_sass_holds_register_a_hgmma_and_no_local_memory(tmp_path, tmp_path_factory):
-    tool = find_nvdisasm()
-    if tool is None:
+def _sass(cubin: bytes) -> str:
+    """The SASS of a cubin; skips the test without nvdisasm."""
+    if find_nvdisasm() is None:
         pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
+    return disassemble(cubin)
+
+
+def test_sass_holds_register_a_hgmma_and_no_local_memory(tmp_path_factory):
     index = next(i for i, (_, c, _) in enumerate(ENTRIES) if (c.dtype, c.head_dim, c.causal) == ("bf16", 128, False))
     c = compile_entry(ENTRIES[index], tmp_path_factory)
-    cubin = tmp_path / "attention.cubin"
-    cubin.write_bytes(c.cubin)
-    sass = subprocess.run([tool, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    sass = _sass(c.cubin)
     d, bn = c.cfg.head_dim, c.cfg.bn
     register_a = re.findall(rf"HGMMA\.64x{d}x16\.F32\.BF16 R\d+, R\d+, gdesc\[UR\d+\]\.tnspB", sass)
     assert len(register_a) == c.num_regs_mma, "every P.V wgmma: A in registers, B (V) transposed"
@@ -261,13 +262,8 @@ def _kv_loops(entry, tmp_path_factory) -> tuple[object, list[list[tuple[str, str
 
 
 def _disassemble_kv_loops(entry, tmp_path_factory) -> tuple[object, list[list[tuple[str, str]]]]:
-    tool = find_nvdisasm()
-    if tool is None:
-        pytest.skip("nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
     c = compile_entry(entry, tmp_path_factory)
-    cubin = tmp_path_factory.mktemp("sass") / "attention.cubin"
-    cubin.write_bytes(c.cubin)
-    sass = subprocess.run([tool, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    sass = _sass(c.cubin)
     per_block = c.cfg.head_dim // WGMMA_K + c.cfg.bn // WGMMA_K
     loops = [body for body in wgmma_loops(sass) if sum(o.startswith("HGMMA") for o, _ in body) == per_block]
     assert len(loops) >= 2, "the unmasked and masked KV loops were not found in the SASS"

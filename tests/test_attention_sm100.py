@@ -171,9 +171,9 @@ def sass_of(art) -> str:
     return disassemble(art.cubin)
 
 
-def role_budgets(cubin: bytes) -> set[int]:
+def role_budgets(sass: str) -> set[int]:
     """The setmaxnreg operands in the SASS (USETMAXREG)."""
-    return {int(v, 16) for v in re.findall(r"USETMAXREG\.\S+\s+(?:UP\d+,\s*)?(0x[0-9a-f]+)", disassemble(cubin))}
+    return {int(v, 16) for v in re.findall(r"USETMAXREG\.\S+\s+(?:UP\d+,\s*)?(0x[0-9a-f]+)", sass)}
 
 
 ROLE_BUDGETS = {regs for _, _, _, regs in ROLES}          # 48, 80, 192
@@ -195,8 +195,7 @@ def test_compiles_with_zero_spills_and_the_role_budgets(cfg):
           f"SMEM {art.smem_bytes} B, TMEM {r['tmem_cols']} cols, compile {seconds:.1f} s")
     assert art.arch == "sm_100a" and art.cubin[:4] == b"\x7fELF"
     assert r["cubin_backend"] == "nvjitlink-lto"
-    sass_of(art)                                         # skips without nvdisasm
-    assert role_budgets(art.cubin) == ROLE_BUDGETS
+    assert role_budgets(sass_of(art)) == ROLE_BUDGETS    # sass_of skips without nvdisasm
     assert r["spill_stores"] == r["spill_loads"] == r["stack_bytes"] == 0, r
     assert not r["setmaxnreg_ignored"]
     assert r["registers"] == 65536 // 512                # the entry budget; roles move it with setmaxnreg
@@ -214,7 +213,7 @@ def _compile_for_resources(cfg: FA4Config) -> tuple:
     os.environ.pop("FA4MLIR_DEBUG", None)
     t0 = time.perf_counter()
     art = lowering.compile_kernel(k100.build(cfg), key="test-sm100-supported")
-    return art.name, art.resources, art.smem_bytes, time.perf_counter() - t0, role_budgets(art.cubin)
+    return art.name, art.resources, art.smem_bytes, time.perf_counter() - t0, role_budgets(disassemble(art.cubin))
 
 
 def test_every_supported_config_compiles_with_zero_spills():
@@ -246,7 +245,7 @@ def test_every_supported_config_compiles_with_zero_spills():
 def test_sass_setmaxnreg_matches_the_role_table():
     art, _ = compiled(configs()[0])
     sass = sass_of(art)
-    assert role_budgets(art.cubin) == ROLE_BUDGETS == {48, 80, 192}
+    assert role_budgets(sass) == ROLE_BUDGETS == {48, 80, 192}
     assert len(re.findall(r"USETMAXREG", sass)) == 4     # softmax0, softmax1 and correction up; load/mma down
 
 
@@ -287,8 +286,7 @@ def test_the_ptxas_route_has_zero_spills_too(cfg):
     r = art.resources
     assert r["cubin_backend"] == "ptxas" and not r["setmaxnreg_ignored"]
     assert r["spill_stores"] == r["spill_loads"] == r["stack_bytes"] == 0, r
-    sass_of(art)                                         # skips without nvdisasm
-    assert role_budgets(art.cubin) == ROLE_BUDGETS
+    assert role_budgets(sass_of(art)) == ROLE_BUDGETS    # sass_of skips without nvdisasm
 
 
 # ---- the pipeline verifier -------------------------------------------------------------------------
