@@ -62,8 +62,8 @@ def attention_fa4_pieces() -> list:
 
 # (head_dim, causal, tiles) for attention-tiles, next to default_config's: every variant compiles
 # with 0 spills (tests check it). D64: 128 or 192 query rows (two or three consumer warpgroups),
-# GEMM turns on or off; D64 and D128: a third (and fourth) K/V stage.
-_D64 = dict(stages=2, load_regs=32, mma_regs=160)
+# GEMM turns on or off; D64 and D128: a third (and fourth) K/V stage. Registers: AttnConfig's auto split.
+_D64 = dict(stages=2)
 TILE_VARIANTS = [
     (64, False, dict(bm=128, bn=128, stages=2, pingpong=False)),
     (64, False, dict(bm=192, bn=128, pingpong=False, **_D64)),

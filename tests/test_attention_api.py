@@ -515,10 +515,12 @@ def test_softmax_knobs_are_validated(over, words):
 @pytest.mark.parametrize("over, words", [
     (dict(bm=256), ["bm must be one of (128, 192)", "got 256"]),
     (dict(bm=64), ["bm must be one of", "got 64"]),
-    (dict(bm=192), ["register budgets", "384 x 240", "3 consumer warpgroups"]),
+    (dict(bm=192, mma_regs=240), ["register budgets", "384 x 240", "3 consumer warpgroups"]),
+    # 32 + 2 x 240 fits 64K but not the 168 x 384 registers a 384-thread CTA is launched with
+    (dict(load_regs=32, mma_regs=240), ["launch allocation of 64512", "168 x 384", "setmaxnreg.inc"]),
     (dict(bm=192, mma_regs=164), ["multiples of 8", "mma_regs=164"]),
     (dict(load_regs=16), ["[24, 256]", "load_regs=16"]),
-], ids=["bm256", "bm64", "bm192-regs", "regs-odd", "regs-low"])
+], ids=["bm256", "bm64", "bm192-regs", "bm128-pool", "regs-odd", "regs-low"])
 def test_tiles_are_validated(over, words):
     raises(ValueError, words, acfg.AttnConfig(**over).validate)
 
@@ -588,8 +590,25 @@ def test_persistent_needs_room_for_an_o_tile():
     raises(ValueError, ["SMEM", "O tile of persistent"], acfg.AttnConfig(head_dim=256, bn=80, persistent=True).validate)
 
 
+@pytest.mark.parametrize("over, split", [
+    (dict(), (24, 240)),
+    (dict(persistent=True), (32, 232)),      # 24 spills the producer's persistent tile loop
+    (dict(bm=192), (32, 160)),
+    (dict(bm=192, persistent=True), (32, 160)),
+    (dict(mma_regs=232), (24, 232)),         # an explicit budget is kept
+], ids=["default", "persistent", "bm192", "bm192-persistent", "explicit"])
+def test_auto_register_split_fills_the_launch_allocation(over, split):
+    cfg = acfg.AttnConfig(**over).validate()
+    assert (cfg.producer_regs, cfg.consumer_regs) == split
+    assert 128 * (cfg.producer_regs + cfg.consumers * cfg.consumer_regs) <= cfg.register_pool
+    assert cfg.register_pool == {128: 168 * 384, 192: 128 * 512}[cfg.bm]
+    # auto follows the shape through dataclasses.replace (the kernel reads the properties)
+    pers = replace(cfg, persistent=True)
+    assert (pers.producer_regs, pers.consumer_regs) == (32, cfg.mma_regs or {128: 232, 192: 160}[cfg.bm])
+
+
 def test_three_consumer_warpgroups():
-    cfg = acfg.AttnConfig(head_dim=64, bm=192, load_regs=32, mma_regs=160).validate()
+    cfg = acfg.AttnConfig(head_dim=64, bm=192).validate()
     assert (cfg.consumers, cfg.threads) == (3, 512)
     assert acfg.grid(cfg.key(), 2, 4, 1000) == (6, 4, 2)          # ceil(1000 / 192) query tiles
     assert acfg.AttnConfig().threads == 384

@@ -307,3 +307,40 @@ def test_cli_dispatches_attention_by_default_and_gemm_on_request(monkeypatch):
     assert seen["gemm"] == ("b", "gemm-bench.json")
     with pytest.raises(SystemExit):
         cli.main(["bench", "softmax"])
+
+
+def test_ptx_bundle_config_parsing():
+    from bench import ptx_bundle
+    assert ptx_bundle.parse_config("head_dim=64,causal=False,bm=192,rescale_threshold=8.5,dtype=f16") == \
+        dict(head_dim=64, causal=False, bm=192, rescale_threshold=8.5, dtype="f16")
+    assert ptx_bundle.parse_config("") == {}
+    with pytest.raises(SystemExit, match="key=value"):
+        ptx_bundle.parse_config("head_dim")
+
+
+@pytest.mark.skipif(__import__("fa4mlir.lowering", fromlist=["find_ptxas"]).find_ptxas() is None,
+                    reason="needs ptxas")
+def test_ptx_bundle_keys_each_variant_under_the_kernels_contract(tmp_path, monkeypatch):
+    from bench import ptx_bundle
+    from fa4mlir import lowering
+    from fa4mlir.kernels import attention_fwd_sm90
+    from fa4mlir.runtime import Bundle
+    monkeypatch.setenv("FA4MLIR_CUBIN_BACKEND", "ptxas")
+    monkeypatch.setenv("FA4MLIR_CACHE", "0")
+    monkeypatch.setenv("FA4MLIR_DUMP_DIR", str(tmp_path / "dump"))
+    cfg = acfg.AttnConfig(head_dim=64, bm=192).validate()
+    ref = lowering.compile_kernel(attention_fwd_sm90.build(cfg))
+    (ptx,) = (tmp_path / "dump").glob("*/05-ptx.ptx")
+    edited = tmp_path / "edited.ptx"   # an edit ptxas keeps: a fence before the kernel's last return
+    text = ptx.read_text()
+    end = text.rindex("\tret;")
+    edited.write_text(text[:end] + "\tmembar.cta;\n" + text[end:])
+    monkeypatch.delenv("FA4MLIR_DUMP_DIR")
+    assert ptx_bundle.main(["--out", str(tmp_path / "b"), "--config", "head_dim=64,bm=192",
+                            f"base={ptx}", f"edited={edited}"]) == 0
+    arts = Bundle.open(tmp_path / "b").artifacts()
+    assert [a.key for a in arts] == ["base", "edited"]
+    assert {a.name for a in arts} == {ref.name}
+    assert all(a.params == ref.params and a.block == ref.block and a.smem_bytes == ref.smem_bytes for a in arts)
+    assert arts[0].cubin == ref.cubin          # the unedited PTX gives the pipeline's cubin
+    assert arts[1].cubin != ref.cubin

@@ -103,7 +103,7 @@ def test_setmaxnreg_is_honoured(compiled):
     r, cfg = compiled.resources, compiled.cfg
     assert r["cubin_backend"] == "ptxas" and not r["setmaxnreg_ignored"], r
     found = re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+);", compiled.ptx)
-    assert sorted(set(found)) == [("dec", str(cfg.load_regs)), ("inc", str(cfg.mma_regs))], found
+    assert sorted(set(found)) == [("dec", str(cfg.producer_regs)), ("inc", str(cfg.consumer_regs))], found
 
 
 def test_smem_is_the_tiles_plus_the_barriers(compiled):

@@ -6,8 +6,9 @@ are cut per (batch, head), so sequence tails are zero-filled on load and clipped
 hardware.
 
 Roles (1 + bm / 64 warpgroups: 384 threads at bm 128, 512 at bm 192):
-    warpgroup 0  `load`     one elected thread: Q once (`q_pipe`), then for each KV block K and V
-                            into rings of `stages` (`k_pipe`, `v_pipe`); setmaxnreg `load_regs`.
+    warpgroup 0  `load`     one elected thread: K_0, Q once (`q_pipe`), then K_{j+1} before V_j
+                            (the order the consumers use them) into rings of `stages` (`k_pipe`,
+                            `v_pipe`); setmaxnreg `producer_regs`.
     warpgroups 1.. `mma`    each owns 64 query rows. Per KV block j (software pipelined, FA3's
                             intra-warpgroup overlap): issue S_j = Q K_j^T and O += P_{j-1} V_{j-1}
                             back to back, wait for S_j only, run the online softmax of S_j while
@@ -88,10 +89,10 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
         tiles = _Tiles(kb, cfg, batch, heads, seqlen_q, seqlen_k, div_group, div_tiles, div_heads)
 
         with kb.warp_roles():
-            with kb.role("load", first_warp=0, num_warps=1, regs=cfg.load_regs):
+            with kb.role("load", first_warp=0, num_warps=1, regs=cfg.producer_regs):
                 _load_role(kb, cfg, tiles, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_desc, q_smem, k_smem,
                            v_smem, q_bytes, kv_bytes)
-            with kb.role("mma", first_warp=4, num_warps=4 * cfg.consumers, regs=cfg.mma_regs):
+            with kb.role("mma", first_warp=4, num_warps=4 * cfg.consumers, regs=cfg.consumer_regs):
                 _mma_role(kb, cfg, tiles, q_pipe, k_pipe, v_pipe, q_smem, k_smem, v_smem, o_smem, kv_bytes,
                           o_desc, lse_ptr, scale_log2)
     return kb.finish()
@@ -206,7 +207,20 @@ def _load_tile(kb, cfg, geo, counts, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_d
         if counts is None:
             for d in (q_desc, k_desc, v_desc):
                 fa4_op("tma_prefetch", [d])
-        # 1. Q: one box of bm rows per 64-column chunk
+        def load_kv(pipe, desc, smem, s, row):
+            pipe.producer_acquire(s)
+            pipe.producer_commit(s, tx_bytes=kv_bytes)
+            base = s.stage * kv_bytes
+            for c in range(nch):
+                fa4_op("tma_load", [desc, kb.gep(smem, base + c * cfg.bn * SWIZZLE, "i8"), s.stage,
+                                    const(c * CHUNK), geo.kv_head, row, geo.batch],
+                       pipe=pipe.name, box=[CHUNK, 1, cfg.bn, 1], elem_bytes=2)
+
+        # K runs one block ahead of V, in the order the consumers use them: S_j = Q K_j^T is issued
+        # before O += P_{j-1} V_{j-1}, so K_j is never queued behind a V whose slot frees later
+        # 1. K_0, then Q: one box of bm rows per 64-column chunk
+        s0 = _state(k_pipe, None if counts is None else counts[1])
+        load_kv(k_pipe, k_desc, k_smem, s0, const(0))
         q0 = _state(q_pipe, None if counts is None else counts[0])
         q_pipe.producer_acquire(q0)
         q_pipe.producer_commit(q0, tx_bytes=q_bytes)
@@ -214,22 +228,16 @@ def _load_tile(kb, cfg, geo, counts, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_d
             fa4_op("tma_load", [q_desc, kb.gep(q_smem, c * cfg.bm * SWIZZLE, "i8"), q0.stage,
                                 const(c * CHUNK), geo.head, geo.m0, geo.batch],
                    pipe=q_pipe.name, box=[CHUNK, 1, cfg.bm, 1], elem_bytes=2)
-        # 2. K_j and V_j for every visited KV block, each into its ring
-        s0 = _state(k_pipe, None if counts is None else counts[1])
-        loop = kb.for_(0, geo.n_blocks, 1, carry=(s0.stage, s0.phase))
+        # 2. K_{j+1} and V_j for j < n_blocks - 1, then the last V
+        loop = kb.for_(0, geo.n_blocks - 1, 1, carry=(s0.stage, s0.phase))
         with loop as (j, (stage, phase)):
             s = dsl.PipeState(stage, phase, cfg.stages)
-            row = j * cfg.bn
-            for pipe, desc, smem in ((k_pipe, k_desc, k_smem), (v_pipe, v_desc, v_smem)):
-                pipe.producer_acquire(s)
-                pipe.producer_commit(s, tx_bytes=kv_bytes)
-                base = stage * kv_bytes
-                for c in range(nch):
-                    fa4_op("tma_load", [desc, kb.gep(smem, base + c * cfg.bn * SWIZZLE, "i8"), stage,
-                                        const(c * CHUNK), geo.kv_head, row, geo.batch],
-                           pipe=pipe.name, box=[CHUNK, 1, cfg.bn, 1], elem_bytes=2)
             nxt = s.advance()
+            load_kv(k_pipe, k_desc, k_smem, nxt, (j + 1) * cfg.bn)
+            load_kv(v_pipe, v_desc, v_smem, s, j * cfg.bn)
             loop.yield_(nxt.stage, nxt.phase)
+        last = dsl.PipeState(*loop.results, cfg.stages)
+        load_kv(v_pipe, v_desc, v_smem, last, (geo.n_blocks - 1) * cfg.bn)
 
 
 class _Consumer:

@@ -30,8 +30,8 @@ class AttnConfig:
     pingpong: bool = True     # named-barrier turns: one warpgroup's softmax overlaps the others' GEMMs
     persistent: bool = False  # a 1-D grid (one CTA per SM: grid(num_sms=...)) strides over all query tiles;
     #                           O gets its own SMEM tile so the next tile's Q loads during this epilogue
-    load_regs: int = 24       # setmaxnreg of the producer warpgroup
-    mma_regs: int = 240       # setmaxnreg of each consumer warpgroup (240 for 2, at most 160 for 3)
+    load_regs: int = 0        # setmaxnreg of the producer warpgroup; 0: auto (producer_regs)
+    mma_regs: int = 0         # setmaxnreg of each consumer warpgroup; 0: auto (consumer_regs)
     # FlashAttention-4's softmax pieces (kernels/common/softmax.py), off by default:
     exp2_poly_stride: int = 0        # 0: every p = exp2 on the SFU (ex2.approx); k >= 2: element i of a
     #                                  row's scores (per thread) uses the FMA polynomial when i % k == k-1
@@ -55,14 +55,16 @@ class AttnConfig:
             raise ValueError(f"bn must be a multiple of 16 in [16, 256] (wgmma n and k16 steps), got {self.bn}")
         if self.stages < 1:
             raise ValueError(f"stages must be >= 1, got {self.stages}")
-        if self.load_regs % 8 or self.mma_regs % 8 or not 24 <= min(self.load_regs, self.mma_regs) \
-                or max(self.load_regs, self.mma_regs) > 256:
-            raise ValueError(f"setmaxnreg budgets are multiples of 8 in [24, 256], got load_regs="
+        load, mma = self.producer_regs, self.consumer_regs
+        if any(r != 0 and (r % 8 or not 24 <= r <= 256) for r in (self.load_regs, self.mma_regs)):
+            raise ValueError(f"setmaxnreg budgets are 0 (auto) or multiples of 8 in [24, 256], got load_regs="
                              f"{self.load_regs}, mma_regs={self.mma_regs}")
-        if self.load_regs * 128 + self.mma_regs * 128 * self.consumers > 65536:
-            raise ValueError(f"register budgets exceed the SM's 64K: 128 x {self.load_regs} + "
-                             f"{128 * self.consumers} x {self.mma_regs} (bm={self.bm}: {self.consumers} "
-                             f"consumer warpgroups)")
+        pool = self.register_pool
+        if load * 128 + mma * 128 * self.consumers > pool:
+            raise ValueError(f"register budgets exceed the CTA's launch allocation of {pool} registers "
+                             f"({pool // self.threads} x {self.threads} threads): 128 x {load} + "
+                             f"{128 * self.consumers} x {mma} (bm={self.bm}: {self.consumers} "
+                             f"consumer warpgroups); setmaxnreg.inc would wait forever")
         row_scores = self.bn // 4  # S registers of one row in one thread (2 of every 4 of bn / 2)
         stride = self.exp2_poly_stride
         if type(stride) is not int or stride < 0 or stride == 1 or stride > row_scores:
@@ -89,6 +91,27 @@ class AttnConfig:
         return 128 * (1 + self.consumers)
 
     @property
+    def producer_regs(self) -> int:
+        """setmaxnreg of the producer: load_regs, or when 0 (auto) 24, and 32 for a persistent
+        kernel (24 spills its tile-loop state) or at bm 192 (the launch allocation has room)."""
+        return self.load_regs or (32 if self.persistent or self.bm == 192 else 24)
+
+    @property
+    def consumer_regs(self) -> int:
+        """setmaxnreg of each consumer: mma_regs, or when 0 (auto) what is left of the launch
+        allocation, at most 240 (240; 232 persistent; 160 at bm 192)."""
+        if self.mma_regs:
+            return self.mma_regs
+        rest = (self.register_pool // 128 - self.producer_regs) // max(self.consumers, 1)
+        return min(240, rest // 8 * 8)
+
+    @property
+    def register_pool(self) -> int:
+        """The CTA's launch allocation, which setmaxnreg moves between warpgroups: the 64K register
+        file split evenly over the threads, rounded down to 8 per thread (168 x 384, 128 x 512)."""
+        return 65536 // self.threads // 8 * 8 * self.threads
+
+    @property
     def d_chunks(self) -> int:
         """The head dim in 64-element (128-byte swizzle) column chunks."""
         return self.head_dim // 64
@@ -111,7 +134,7 @@ class AttnConfig:
 # 1k-16k). D64: three consumer warpgroups of 64 rows taking GEMM turns (FA3/FA4's 192 x 128 tile)
 # beat 128 x 128 at every seqlen non-causal, and causal from 2k on since the turn barriers and the
 # mask got cheaper (+3-7% at 2k-16k, notes/RESULTS.md "Turn barriers without branches").
-_D64_3WG = dict(bm=192, bn=128, stages=2, pingpong=True, load_regs=32, mma_regs=160)
+_D64_3WG = dict(bm=192, bn=128, stages=2, pingpong=True)
 TILES = {
     (64, False): _D64_3WG,
     (64, True): _D64_3WG,

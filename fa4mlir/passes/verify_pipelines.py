@@ -320,6 +320,9 @@ class _Checker:
                     continue
                 if sib.name == "fa4.producer_commit" and attr(sib, "pipe") == pname:
                     break
+                # a nested region (a loop) that commits on this pipe starts its own transactions
+                if any(attr(x, "pipe") == pname for x in ops_named(sib, "fa4.producer_commit")):
+                    break
                 loads += [x for x in ops_named(sib, "fa4.tma_load") if attr(x, "pipe") == pname]
             expected = sum(math.prod(attr(x, "box")) * attr(x, "elem_bytes") for x in loads)
             cta_group = attr(op, "cta_group") if "cta_group" in op.attributes else 1

@@ -284,3 +284,83 @@ module attributes {gpu.container_module} {
     }
   }
 }
+
+// -----
+
+// A commit before a loop that commits on the same pipe: the loop's loads belong to the loop's own
+// commits (the attention producer loads K_0, then K_{j+1} and V_j in a loop).
+// CHECK-LABEL: llvm.func @commit_then_loop
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @commit_then_loop(%desc: !llvm.ptr, %n: i32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 256, 1, 1>} {
+      %buf = "fa4.smem_buffer"() {sym_name = "a_smem", bytes = 32768 : i64, align = 1024 : i64} : () -> !llvm.ptr<3>
+      "fa4.pipeline"() {sym_name = "ab_pipe", num_stages = 2 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 32 : i64, consumer_arrivals = 128 : i64} : () -> ()
+      "fa4.warp_roles"() ({
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          %c1 = arith.constant 1 : i32
+          "fa4.producer_acquire"(%c0, %c0) {pipe = "ab_pipe"} : (i32, i32) -> ()
+          "fa4.producer_commit"(%c0) {pipe = "ab_pipe", tx_bytes = 16384 : i64} : (i32) -> ()
+          "fa4.tma_load"(%desc, %buf, %c0, %c0, %c0) {pipe = "ab_pipe", box = array<i64: 64, 128>, elem_bytes = 2 : i64} : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32) -> ()
+          scf.for %i = %c1 to %n step %c1 : i32 {
+            %s = arith.andi %i, %c1 : i32
+            %p = arith.shrui %i, %c1 : i32
+            "fa4.producer_acquire"(%s, %p) {pipe = "ab_pipe"} : (i32, i32) -> ()
+            "fa4.producer_commit"(%s) {pipe = "ab_pipe", tx_bytes = 16384 : i64} : (i32) -> ()
+            "fa4.tma_load"(%desc, %buf, %s, %i, %c0) {pipe = "ab_pipe", box = array<i64: 64, 128>, elem_bytes = 2 : i64} : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32) -> ()
+          }
+          gpu.yield
+        }) {name = "load", first_warp = 0 : i64, num_warps = 1 : i64, regs = 0 : i64} : () -> ()
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          "fa4.consumer_wait"(%c0, %c0) {pipe = "ab_pipe"} : (i32, i32) -> ()
+          "fa4.consumer_release"(%c0) {pipe = "ab_pipe"} : (i32) -> ()
+          gpu.yield
+        }) {name = "mma", first_warp = 4 : i64, num_warps = 4 : i64, regs = 0 : i64} : () -> ()
+        gpu.yield
+      }) : () -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// ... but a load after that loop is no longer covered by the commit before it.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @load_after_committing_loop(%desc: !llvm.ptr, %n: i32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 256, 1, 1>} {
+      %buf = "fa4.smem_buffer"() {sym_name = "a_smem", bytes = 32768 : i64, align = 1024 : i64} : () -> !llvm.ptr<3>
+      "fa4.pipeline"() {sym_name = "ab_pipe", num_stages = 2 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 32 : i64, consumer_arrivals = 128 : i64} : () -> ()
+      "fa4.warp_roles"() ({
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          %c1 = arith.constant 1 : i32
+          "fa4.producer_acquire"(%c0, %c0) {pipe = "ab_pipe"} : (i32, i32) -> ()
+          "fa4.producer_commit"(%c0) {pipe = "ab_pipe", tx_bytes = 16384 : i64} : (i32) -> ()
+          "fa4.tma_load"(%desc, %buf, %c0, %c0, %c0) {pipe = "ab_pipe", box = array<i64: 64, 128>, elem_bytes = 2 : i64} : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32) -> ()
+          scf.for %i = %c1 to %n step %c1 : i32 {
+            %s = arith.andi %i, %c1 : i32
+            %p = arith.shrui %i, %c1 : i32
+            "fa4.producer_acquire"(%s, %p) {pipe = "ab_pipe"} : (i32, i32) -> ()
+            "fa4.producer_commit"(%s) {pipe = "ab_pipe", tx_bytes = 16384 : i64} : (i32) -> ()
+            "fa4.tma_load"(%desc, %buf, %s, %i, %c0) {pipe = "ab_pipe", box = array<i64: 64, 128>, elem_bytes = 2 : i64} : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32) -> ()
+          }
+          // expected-error @+1 {{tma_load on stage 0 has no producer_commit before it in its block}}
+          "fa4.tma_load"(%desc, %buf, %c0, %n, %c0) {pipe = "ab_pipe", box = array<i64: 64, 128>, elem_bytes = 2 : i64} : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32) -> ()
+          gpu.yield
+        }) {name = "load", first_warp = 0 : i64, num_warps = 1 : i64, regs = 0 : i64} : () -> ()
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          "fa4.consumer_wait"(%c0, %c0) {pipe = "ab_pipe"} : (i32, i32) -> ()
+          "fa4.consumer_release"(%c0) {pipe = "ab_pipe"} : (i32) -> ()
+          gpu.yield
+        }) {name = "mma", first_warp = 4 : i64, num_warps = 4 : i64, regs = 0 : i64} : () -> ()
+        gpu.yield
+      }) : () -> ()
+      llvm.return
+    }
+  }
+}

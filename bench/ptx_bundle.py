@@ -1,0 +1,79 @@
+"""A bundle of hand-edited PTX variants of one sm90 attention kernel, for timing on the GPU machine.
+
+A schedule experiment that is quicker to try in PTX than in the DSL (move a wait, add a branch,
+reorder a reduction) goes: dump the kernel's PTX (FA4MLIR_DUMP_DIR=DIR keeps `05-ptx.ptx`), edit
+copies of it, then
+
+    python bench/ptx_bundle.py --out bundles/ptx --config head_dim=128,causal=False \\
+        base=DIR/.../05-ptx.ptx late_wait=edited.ptx
+
+compiles each file with the standalone ptxas (as FA4MLIR_CUBIN_BACKEND=ptxas does) and writes one
+bundle entry per file under the metadata of the kernel built from --config (its launch contract:
+parameters, block, SMEM), keyed by the variant's name; on the GPU machine
+
+    python3 bench/attention_probe.py bundles/ptx [--time-only] --seqlen 16384,2048
+
+checks and times them side by side (the probe prints each entry's key). Compile-side only: needs
+MLIR (to build the reference kernel) and ptxas. Every variant must keep the kernel's name and
+parameters; the probe's correctness cases catch an edit that breaks the numerics.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+
+def parse_config(text: str) -> dict:
+    """`head_dim=128,causal=False,bn=80` -> AttnConfig overrides (ints, floats, booleans, strings)."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        key, _, raw = item.partition("=")
+        if not _:
+            raise SystemExit(f"--config: expected key=value, got {item!r}")
+        low = raw.lower()
+        out[key.strip()] = (low == "true") if low in ("true", "false") else _number(raw)
+    return out
+
+
+def _number(raw: str):
+    for cast in (int, float):
+        try:
+            return cast(raw)
+        except ValueError:
+            pass
+    return raw
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="bundle folder to write")
+    ap.add_argument("--config", default="", help="AttnConfig overrides of the reference kernel, k=v,...")
+    ap.add_argument("variants", nargs="+", help="NAME=FILE.ptx, one bundle entry each")
+    a = ap.parse_args(argv)
+    os.environ.setdefault("FA4MLIR_CUBIN_BACKEND", "ptxas")
+    from fa4mlir import lowering
+    from fa4mlir.kernels import attention_fwd_sm90
+    from fa4mlir.kernels.attention_sm90_config import AttnConfig
+    from fa4mlir.runtime import write_bundle
+
+    cfg = AttnConfig(**parse_config(a.config)).validate()
+    ref = lowering.compile_kernel(attention_fwd_sm90.build(cfg))
+    arts = []
+    for spec in a.variants:
+        name, _, path = spec.partition("=")
+        if not path:
+            raise SystemExit(f"expected NAME=FILE.ptx, got {spec!r}")
+        cubin, log = lowering.ptx_to_cubin_ptxas(Path(path).read_text(), ref.arch, Path(path).name)
+        res = lowering.parse_ptxas_report(log)
+        print(f"{name}: {path} -> {len(cubin)} B cubin, {res.registers} registers, "
+              f"{res.spill_stores} B spill stores", flush=True)
+        arts.append(dataclasses.replace(ref, cubin=cubin, key=name))
+    print(f"wrote {write_bundle(a.out, arts)} ({ref.name}, {len(arts)} variants)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
