@@ -26,40 +26,20 @@ import sys
 from pathlib import Path
 
 
-def parse_config(text: str) -> dict:
-    """`head_dim=128,causal=False,bn=80` -> AttnConfig overrides (ints, floats, booleans, strings)."""
-    out = {}
-    for item in filter(None, text.split(",")):
-        key, _, raw = item.partition("=")
-        if not _:
-            raise SystemExit(f"--config: expected key=value, got {item!r}")
-        low = raw.lower()
-        out[key.strip()] = (low == "true") if low in ("true", "false") else _number(raw)
-    return out
-
-
-def _number(raw: str):
-    for cast in (int, float):
-        try:
-            return cast(raw)
-        except ValueError:
-            pass
-    return raw
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="bundle folder to write")
-    ap.add_argument("--config", default="", help="AttnConfig overrides of the reference kernel, k=v,...")
+    ap.add_argument("--config", default="", help="the reference kernel: k=v,... over its case's default "
+                    "config (attention_sm90_config.config_from_spec)")
     ap.add_argument("variants", nargs="+", help="NAME=FILE.ptx, one bundle entry each")
     a = ap.parse_args(argv)
     os.environ.setdefault("FA4MLIR_CUBIN_BACKEND", "ptxas")
     from fa4mlir import lowering
     from fa4mlir.kernels import attention_fwd_sm90
-    from fa4mlir.kernels.attention_sm90_config import AttnConfig
+    from fa4mlir.kernels.attention_sm90_config import config_from_spec
     from fa4mlir.runtime import write_bundle
 
-    cfg = AttnConfig(**parse_config(a.config)).validate()
+    cfg = config_from_spec(a.config)
     ref = lowering.compile_kernel(attention_fwd_sm90.build(cfg))
     arts = []
     for spec in a.variants:

@@ -15,7 +15,6 @@ notes/RESULTS.md, "Where the P.V wait sits"). Needs nvdisasm (nvidia-cuda-nvdisa
 from __future__ import annotations
 
 import argparse
-import ast
 import collections
 import sys
 from pathlib import Path
@@ -36,18 +35,13 @@ def loop_rows(sass: str, hgmma: int | None) -> list[dict]:
 
 
 def _config_cubin(spec: str):
-    """An AttnConfig from 'k=v,k=v' over the bf16 non-causal D128 default, compiled with the
+    """An AttnConfig from 'k=v,k=v' (attention_sm90_config.config_from_spec), compiled with the
     attention kernels' environment (ptxas)."""
-    from dataclasses import replace
-
     from fa4mlir import lowering
     from fa4mlir.attention import KERNEL_ENV, _env_defaults
     from fa4mlir.kernels import attention_fwd_sm90
-    from fa4mlir.kernels.attention_sm90_config import default_config
-    fields = dict(kv.split("=", 1) for kv in spec.split(",") if kv)
-    values = {k: ast.literal_eval(v) for k, v in fields.items()}
-    base = default_config(values.pop("dtype", "bf16"), values.get("head_dim", 128), values.get("causal", False))
-    cfg = replace(base, **values).validate()
+    from fa4mlir.kernels.attention_sm90_config import config_from_spec
+    cfg = config_from_spec(spec)
     with _env_defaults(KERNEL_ENV):
         art = lowering.compile_kernel(attention_fwd_sm90.build(cfg))
     return art.name, art.cubin, cfg.head_dim // 16 + cfg.bn // 16

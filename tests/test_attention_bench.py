@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -309,13 +310,17 @@ def test_cli_dispatches_attention_by_default_and_gemm_on_request(monkeypatch):
         cli.main(["bench", "softmax"])
 
 
-def test_ptx_bundle_config_parsing():
-    from bench import ptx_bundle
-    assert ptx_bundle.parse_config("head_dim=64,causal=False,bm=192,rescale_threshold=8.5,dtype=f16") == \
-        dict(head_dim=64, causal=False, bm=192, rescale_threshold=8.5, dtype="f16")
-    assert ptx_bundle.parse_config("") == {}
-    with pytest.raises(SystemExit, match="key=value"):
-        ptx_bundle.parse_config("head_dim")
+def test_config_spec_replaces_fields_of_the_cases_default():
+    spec = acfg.config_from_spec
+    assert spec("head_dim=64,causal=True") == acfg.default_config("bf16", 64, True)
+    assert spec("head_dim=64,bm=128,persistent=True,dtype=f16") == \
+        replace(acfg.default_config("f16", 64, False), bm=128, persistent=True)
+    assert spec("rescale_threshold=8").rescale_threshold == 8.0
+    assert spec("") == acfg.default_config("bf16", 128, False)
+    with pytest.raises(ValueError, match="key=value"):
+        spec("head_dim")
+    with pytest.raises(ValueError, match="bn must be"):
+        spec("bn=72")
 
 
 @pytest.mark.skipif(__import__("fa4mlir.lowering", fromlist=["find_ptxas"]).find_ptxas() is None,

@@ -6,7 +6,8 @@ are the kernel's launch contract, shared by the host API, the tests and the benc
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ast
+from dataclasses import dataclass, replace
 
 from .common.fastdiv import divisor
 from .common.naming import softmax_knob_tags
@@ -181,6 +182,23 @@ def default_config(dtype: str, head_dim: int, causal: bool, seqlen_k: int | None
     key = (head_dim, bool(causal))
     return AttnConfig(dtype=dtype, head_dim=head_dim, causal=bool(causal),
                       **(SHORT_TILES if is_short(head_dim, causal, seqlen_k) else TILES)[key]).validate()
+
+
+def config_from_spec(spec: str) -> AttnConfig:
+    """'head_dim=64,causal=True,bn=64' -> that case's default_config with the other fields replaced
+    (values as Python literals; dtype may be bare: dtype=f16). What the deviceless tools' --config
+    takes (bench/sass_loops.py, bench/ptx_bundle.py)."""
+    values = {}
+    for item in filter(None, spec.split(",")):
+        key, eq, raw = item.partition("=")
+        if not eq:
+            raise ValueError(f"config spec: expected key=value, got {item!r}")
+        try:
+            values[key.strip()] = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            values[key.strip()] = raw
+    base = default_config(values.pop("dtype", "bf16"), values.get("head_dim", 128), values.get("causal", False))
+    return replace(base, **values).validate()
 
 
 def default_configs(dtype: str, head_dim: int, causal: bool) -> list[AttnConfig]:
