@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import sys
 from pathlib import Path
 
@@ -33,14 +32,12 @@ def main(argv: list[str] | None = None) -> int:
                     "config (attention_sm90_config.config_from_spec)")
     ap.add_argument("variants", nargs="+", help="NAME=FILE.ptx, one bundle entry each")
     a = ap.parse_args(argv)
-    os.environ.setdefault("FA4MLIR_CUBIN_BACKEND", "ptxas")
     from fa4mlir import lowering
-    from fa4mlir.kernels import attention_fwd_sm90
+    from fa4mlir.attention import compile_config
     from fa4mlir.kernels.attention_sm90_config import config_from_spec
     from fa4mlir.runtime import write_bundle
 
-    cfg = config_from_spec(a.config)
-    ref = lowering.compile_kernel(attention_fwd_sm90.build(cfg))
+    ref = compile_config(config_from_spec(a.config))
     arts = []
     for spec in a.variants:
         name, _, path = spec.partition("=")

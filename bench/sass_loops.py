@@ -35,15 +35,12 @@ def loop_rows(sass: str, hgmma: int | None) -> list[dict]:
 
 
 def _config_cubin(spec: str):
-    """An AttnConfig from 'k=v,k=v' (attention_sm90_config.config_from_spec), compiled with the
-    attention kernels' environment (ptxas)."""
-    from fa4mlir import lowering
-    from fa4mlir.attention import KERNEL_ENV, _env_defaults
-    from fa4mlir.kernels import attention_fwd_sm90
+    """An AttnConfig from 'k=v,k=v' (attention_sm90_config.config_from_spec), compiled as the
+    attention API compiles (attention.compile_config: ptxas)."""
+    from fa4mlir.attention import compile_config
     from fa4mlir.kernels.attention_sm90_config import config_from_spec
     cfg = config_from_spec(spec)
-    with _env_defaults(KERNEL_ENV):
-        art = lowering.compile_kernel(attention_fwd_sm90.build(cfg))
+    art = compile_config(cfg)
     return art.name, art.cubin, cfg.head_dim // 16 + cfg.bn // 16
 
 

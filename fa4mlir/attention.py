@@ -357,9 +357,14 @@ def _env_defaults(values: dict):
 
 def compile_artifact(dtype: str, head_dim: int, causal: bool, seqlen_k: int | None = None) -> KernelArtifact:
     """default_config through the compiler and its disk cache (needs MLIR)."""
+    return compile_config(attn_cfg.default_config(dtype, head_dim, causal, seqlen_k))
+
+
+def compile_config(config: attn_cfg.AttnConfig) -> KernelArtifact:
+    """Any AttnConfig through the compiler and its disk cache, in KERNEL_ENV (needs MLIR)."""
     from . import compiler
     with _env_defaults(KERNEL_ENV):
-        return compiler.get_artifact(attn_cfg.KERNEL, attn_cfg.default_config(dtype, head_dim, causal, seqlen_k))
+        return compiler.get_artifact(attn_cfg.KERNEL, config)
 
 
 _lock = threading.Lock()

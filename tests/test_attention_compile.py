@@ -257,17 +257,13 @@ def _kv_loops(entry, tmp_path_factory) -> tuple[object, list[list[tuple[str, str
     block's S and P.V GEMMs (head_dim / 16 + bn / 16 wgmma), the unmasked (shorter) one first.
     Disassembled once per entry."""
     if entry[1] not in _KV_LOOPS:
-        _KV_LOOPS[entry[1]] = _disassemble_kv_loops(entry, tmp_path_factory)
+        c = compile_entry(entry, tmp_path_factory)
+        per_block = c.cfg.head_dim // WGMMA_K + c.cfg.bn // WGMMA_K
+        loops = [body for body in wgmma_loops(_sass(c.cubin))
+                 if sum(o.startswith("HGMMA") for o, _ in body) == per_block]
+        assert len(loops) >= 2, "the unmasked and masked KV loops were not found in the SASS"
+        _KV_LOOPS[entry[1]] = (c.cfg, loops[:2])
     return _KV_LOOPS[entry[1]]
-
-
-def _disassemble_kv_loops(entry, tmp_path_factory) -> tuple[object, list[list[tuple[str, str]]]]:
-    c = compile_entry(entry, tmp_path_factory)
-    sass = _sass(c.cubin)
-    per_block = c.cfg.head_dim // WGMMA_K + c.cfg.bn // WGMMA_K
-    loops = [body for body in wgmma_loops(sass) if sum(o.startswith("HGMMA") for o, _ in body) == per_block]
-    assert len(loops) >= 2, "the unmasked and masked KV loops were not found in the SASS"
-    return c.cfg, loops[:2]
 
 
 # the one-tile-per-CTA bf16 defaults (persistent kernels still move their descriptors: see

@@ -207,27 +207,28 @@ def _load_tile(kb, cfg, geo, counts, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_d
         if counts is None:
             for d in (q_desc, k_desc, v_desc):
                 fa4_op("tma_prefetch", [d])
-        def load_kv(pipe, desc, smem, s, row):
+
+        def load(pipe, desc, smem, s, rows, head, row, tx_bytes, stage_bytes=0):
+            """One ring stage (at s.stage * stage_bytes of `smem`): `rows` rows from `row` of `head`,
+            one swizzled box per 64-column chunk."""
             pipe.producer_acquire(s)
-            pipe.producer_commit(s, tx_bytes=kv_bytes)
-            base = s.stage * kv_bytes
+            pipe.producer_commit(s, tx_bytes=tx_bytes)
+            base = s.stage * stage_bytes if stage_bytes else 0
             for c in range(nch):
-                fa4_op("tma_load", [desc, kb.gep(smem, base + c * cfg.bn * SWIZZLE, "i8"), s.stage,
-                                    const(c * CHUNK), geo.kv_head, row, geo.batch],
-                       pipe=pipe.name, box=[CHUNK, 1, cfg.bn, 1], elem_bytes=2)
+                fa4_op("tma_load", [desc, kb.gep(smem, base + c * rows * SWIZZLE, "i8"), s.stage,
+                                    const(c * CHUNK), head, row, geo.batch],
+                       pipe=pipe.name, box=[CHUNK, 1, rows, 1], elem_bytes=2)
+
+        def load_kv(pipe, desc, smem, s, row):
+            load(pipe, desc, smem, s, cfg.bn, geo.kv_head, row, kv_bytes, stage_bytes=kv_bytes)
 
         # K runs one block ahead of V, in the order the consumers use them: S_j = Q K_j^T is issued
         # before O += P_{j-1} V_{j-1}, so K_j is never queued behind a V whose slot frees later
-        # 1. K_0, then Q: one box of bm rows per 64-column chunk
+        # 1. K_0, then Q (bm rows)
         s0 = _state(k_pipe, None if counts is None else counts[1])
         load_kv(k_pipe, k_desc, k_smem, s0, const(0))
         q0 = _state(q_pipe, None if counts is None else counts[0])
-        q_pipe.producer_acquire(q0)
-        q_pipe.producer_commit(q0, tx_bytes=q_bytes)
-        for c in range(nch):
-            fa4_op("tma_load", [q_desc, kb.gep(q_smem, c * cfg.bm * SWIZZLE, "i8"), q0.stage,
-                                const(c * CHUNK), geo.head, geo.m0, geo.batch],
-                   pipe=q_pipe.name, box=[CHUNK, 1, cfg.bm, 1], elem_bytes=2)
+        load(q_pipe, q_desc, q_smem, q0, cfg.bm, geo.head, geo.m0, q_bytes)
         # 2. K_{j+1} and V_j for j < n_blocks - 1, then the last V
         loop = kb.for_(0, geo.n_blocks - 1, 1, carry=(s0.stage, s0.phase))
         with loop as (j, (stage, phase)):
