@@ -10,7 +10,10 @@ Grid (FlashAttention-3 paper): batch * seqlen = 16384 tokens, heads * head_dim =
 fresh `torch.randn` q, k, v ([B, S, H, D]; SDPA gets contiguous [B, H, S, D] copies made before
 timing), with one timer for every backend: `triton.testing.do_bench` median when triton imports
 (as shared/anchors/anchors_fwd.py), else a CUDA-event median with the same warmup/rep/L2 flush.
-TFLOP/s = attention_sm90_config.flops (4·B·H·S²·D, halved when causal) / time.
+TFLOP/s = attention_sm90_config.flops (4·B·H·S²·D, halved when causal) / time. Before any timing, a
+warm-up pass calls every backend once at the shortest point of each (head_dim, causal): module loads,
+FA4 CuTe's JIT compiles and cuDNN's graph builds happen there, not next to a timed point
+(`--no-warmup-pass` skips it).
 
 fa4mlir is timed through `fa4mlir.attention.flash_attn_func(..., bundle=...)` (label `api:<tile>`,
 the tile of the bundle entry it selects). `--variants all` also times every attention kernel of the bundle
@@ -612,6 +615,8 @@ def add_arguments(p: argparse.ArgumentParser, with_common: bool = True) -> None:
     p.add_argument("--quick", action="store_true", help=f"2-point smoke: (D, S, causal) in {QUICK_POINTS}")
     p.add_argument("--tol", type=float, default=TOLERANCE, help="flag fa4mlir when max |O - O_ref| exceeds this")
     p.add_argument("--warmup-ms", type=float, default=25.0)
+    p.add_argument("--no-warmup-pass", dest="warmup_pass", action="store_false",
+                   help="skip the pass that calls every backend once per (head_dim, causal) before timing")
     p.add_argument("--rep-ms", type=float, default=100.0)
     p.add_argument("--timer", choices=("auto", "events"), default="auto",
                    help="auto: triton do_bench when importable, else CUDA events")
@@ -659,6 +664,7 @@ def run(args: argparse.Namespace) -> int:
                         environment=env_info, fa4_cute=fa4_info, api_error=api_error,
                         bundle=str(bundle.root) if bundle else args.bundle, bundle_error=bundle_error,
                         settings={"variants": args.variants, "quick": args.quick, "seed": args.seed,
+                                  "warmup_pass": args.warmup_pass,
                                   "reference_order": list(REFERENCE_ORDER)})
     print(f"attention bench: {len(points)} point(s), {dtype}, timer {timer_desc['name']}, "
           f"FA4-CuTe {'yes' if fa4_func else 'no'}, fa4mlir API {'yes' if api else 'no (' + str(api_error) + ')'}"
@@ -666,6 +672,27 @@ def run(args: argparse.Namespace) -> int:
     torch.manual_seed(args.seed)
     loaded: dict = {}
     seen_variants: set = set()
+
+    def candidates(point, variants):
+        q, k, v = (torch.randn(point.batch, point.seqlen, point.heads, point.head_dim, device="cuda",
+                               dtype=torch_dtype) for _ in range(3))
+        return candidates_for(point, q, k, v, torch=torch, dtype=dtype, api=api, api_error=api_error,
+                              select_entry=select_entry, bundle=bundle, variants=variants,
+                              mode=args.variants, loaded=loaded, fa4_func=fa4_func)
+
+    if args.warmup_pass:
+        first = {}
+        for point in points:
+            key = (point.head_dim, point.causal)
+            if key not in first or point.seqlen < first[key].seqlen:
+                first[key] = point
+        for point in first.values():
+            for c in candidates(point, bundle_variants(artifacts, dtype, point.head_dim, point.causal)):
+                with contextlib.suppress(Exception), c.context():   # failures are recorded when timed
+                    c.make()()
+                with contextlib.suppress(Exception):
+                    torch.cuda.synchronize()
+        print(f"warm-up pass: {len(first)} (head_dim, causal) case(s)", flush=True)
     for i, point in enumerate(points, 1):
         variants = bundle_variants(artifacts, dtype, point.head_dim, point.causal)
         for label, art in variants:
@@ -673,13 +700,9 @@ def run(args: argparse.Namespace) -> int:
                 seen_variants.add((point.head_dim, point.causal, label))
                 result["variants"].append(variant_info(label, art))
         try:
-            q, k, v = (torch.randn(point.batch, point.seqlen, point.heads, point.head_dim, device="cuda",
-                                   dtype=torch_dtype) for _ in range(3))
-            cands = candidates_for(point, q, k, v, torch=torch, dtype=dtype, api=api, api_error=api_error,
-                                   select_entry=select_entry, bundle=bundle, variants=variants,
-                                   mode=args.variants, loaded=loaded, fa4_func=fa4_func)
+            cands = candidates(point, variants)
             rec = run_point(point, cands, timer, sync=torch.cuda.synchronize, diff=_torch_max_abs_diff, tol=args.tol)
-            del q, k, v, cands
+            del cands
         except Exception as e:  # noqa: BLE001  (e.g. out of memory making the inputs)
             rec = {**point.to_json(), "backends": {"fa4mlir": {"error": _error_text(e)}},
                    "fa4mlir_variants": {}, "reference": None, "flags": [f"point failed: {_error_text(e)}"]}

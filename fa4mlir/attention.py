@@ -18,7 +18,8 @@ stream if any argument is a torch tensor, else on the legacy default stream.
 
 The kernel comes from ``bundle=``, else from the FA4MLIR_BUNDLE bundle, else from the compiler
 (needs MLIR; compiles ``default_config`` in ``KERNEL_ENV``): the persistent tiles when seqlen_k is at
-most ``SHORT_SEQLEN_K`` of the case (D64 and D128: 1024), else the others. Every argument
+most ``SHORT_SEQLEN_K`` of the case (D64 and D128 non-causal: 8192, D64 causal: 4096; D128
+causal is persistent at every length), else the others. Every argument
 problem raises a ``FlashAttnInputError`` (a ValueError) subclass before any launch:
 
     DTypeError       (also a TypeError) dtype not bf16/f16, q/k/v dtypes differ, out/lse dtype,

@@ -4,8 +4,9 @@
                 kernel, the attention set, the attention-fa4-pieces set and the attention-tiles
                 variants)
     attention   the sm_90a attention forward kernel: default_configs for every dtype x head_dim x
-                causal (20 kernels: 12, and a persistent one for short key sequences at D64 and
-                D128), compiled with ptxas (attention.KERNEL_ENV: honours setmaxnreg)
+                causal (18 kernels: 12, and a persistent one for short key sequences at D64 and
+                D128 non-causal and D64 causal), compiled with ptxas (attention.KERNEL_ENV: honours
+                setmaxnreg)
     attention-fa4-pieces
                 the sm_90a attention kernel with FlashAttention-4's softmax pieces on (polynomial exp2
                 for 1 in 4 exps, lazy rescale at 8): bf16 D128 full and causal, f16 D64 causal

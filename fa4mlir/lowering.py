@@ -54,6 +54,7 @@ class Resources:
     tmem_cols: int = 0
     threads: int = 0
     setmaxnreg_ignored: bool = False
+    wgmma_serialized: bool = False   # ptxas made every wgmma wait for the one before (C75xx note)
     cubin_backend: str = "nvjitlink"
     stage_seconds: dict = field(default_factory=dict)
     ptxas_log: str = ""
@@ -82,6 +83,9 @@ def parse_ptxas_report(log: str, res: Resources | None = None) -> Resources:
             setattr(res, key, int(m.group(1)))
     # C7504: relocatable compile (nvJitLink's PTX input); C7508: no entry register count known
     res.setmaxnreg_ignored = "C7504" in log or "C7508" in log
+    # C7510/C7513/C7515/...: "Potential Performance Loss: wgmma.mma_async instructions are serialized
+    # due to <reason>": every wgmma then waits for the previous one (no GEMM/softmax overlap)
+    res.wgmma_serialized = "wgmma.mma_async instructions are serialized" in log
     res.ptxas_log = log
     return res
 

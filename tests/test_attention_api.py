@@ -345,7 +345,7 @@ def test_every_shipped_bundle_selects_one_kernel_per_case(sets):
 
 def test_short_key_sequences_take_the_persistent_tiles():
     assert set(acfg.SHORT_TILES) == set(acfg.SHORT_SEQLEN_K)
-    assert set(acfg.SHORT_SEQLEN_K.values()) == {1024}
+    assert all(limit >= 1024 for limit in acfg.SHORT_SEQLEN_K.values())
     for (head_dim, causal), tiles in acfg.SHORT_TILES.items():
         long = acfg.default_config("bf16", head_dim, causal)
         assert not long.persistent
@@ -360,13 +360,16 @@ def test_short_key_sequences_take_the_persistent_tiles():
             acfg.default_config("f16", head_dim, causal), acfg.default_config("f16", head_dim, causal, 1)]
     # no persistent tile fits D256's SMEM: one config at every length
     assert acfg.default_configs("bf16", 256, True) == [acfg.default_config("bf16", 256, True, 1)]
+    # D128 causal is persistent at every length: one config
+    assert [c.persistent for c in acfg.default_configs("bf16", 128, True)] == [True]
     # a bundle without the short kernel still serves short sequences, with the long one
     short = {k: getattr(acfg.default_config("bf16", 128, False, 1), k) for k in acfg.TILE_FIELDS}
     assert select_entry([entry(key="long"), entry(key="bn64", bn=64)], "bf16", 128, False,
                         seqlen_k=100)["key"].startswith("long")
     both = [entry(key="long"), entry(key="short", **short), entry(key="bn64", bn=64)]
     assert select_entry(both, "bf16", 128, False, seqlen_k=100)["key"].startswith("short")
-    assert select_entry(both, "bf16", 128, False, seqlen_k=4096)["key"].startswith("long")
+    past = acfg.SHORT_SEQLEN_K[(128, False)] + 1
+    assert select_entry(both, "bf16", 128, False, seqlen_k=past)["key"].startswith("long")
     assert select_entry(both, "bf16", 128, False)["key"].startswith("long")
 
 
@@ -458,7 +461,7 @@ def test_flops():
 
 def test_attention_bundle_set():
     entries = bundles.attention()
-    assert len(entries) == 20  # 12 (dtype, head dim, causal), and the short-sequence tiles of D64 and D128
+    assert len(entries) == 18  # 12 (dtype, head dim, causal), and the short-sequence tiles of D64 and D128 non-causal, D64 causal
     assert {(c.dtype, c.head_dim, c.causal) for _, c, _ in entries} == {
         (dt, d, c) for dt in ("bf16", "f16") for d in (64, 128, 256) for c in (False, True)}
     for name, cfg, env_over in entries:
@@ -584,17 +587,19 @@ def test_causal_persistent_order_covers_every_tile_once_and_balances(batch, head
     assert all(len(r) <= -(-grid_size * 2 // m_tiles) + 1 for r in rounds), rounds
 
 
-def test_persistent_needs_room_for_an_o_tile():
+def test_persistent_needs_room_for_a_second_q_tile_and_an_o_tile():
     ok = acfg.AttnConfig(head_dim=128, persistent=True).validate()
-    assert ok.smem_bytes() == acfg.AttnConfig(head_dim=128).smem_bytes() + 128 * 256
-    raises(ValueError, ["SMEM", "O tile of persistent"], acfg.AttnConfig(head_dim=256, bn=80, persistent=True).validate)
+    assert ok.q_stages == 2 and acfg.AttnConfig(head_dim=128).q_stages == 1
+    assert ok.smem_bytes() == acfg.AttnConfig(head_dim=128).smem_bytes() + 2 * 128 * 256 <= 227 * 1024
+    raises(ValueError, ["SMEM", "Q and O tiles of persistent"],
+           acfg.AttnConfig(head_dim=256, bn=80, persistent=True).validate)
 
 
 @pytest.mark.parametrize("over, split", [
     (dict(), (24, 240)),
     (dict(persistent=True), (32, 232)),      # 24 spills the producer's persistent tile loop
     (dict(bm=192), (32, 160)),
-    (dict(bm=192, persistent=True), (32, 160)),
+    (dict(bm=192, persistent=True, head_dim=64), (32, 160)),   # D128 has no SMEM for it
     (dict(mma_regs=232), (24, 232)),         # an explicit budget is kept
 ], ids=["default", "persistent", "bm192", "bm192-persistent", "explicit"])
 def test_auto_register_split_fills_the_launch_allocation(over, split):
@@ -657,7 +662,7 @@ def test_attention_front_end_imports_no_mlir():
         import fa4mlir
         from fa4mlir import attention, bundles
         assert fa4mlir.flash_attn_func is attention.flash_attn_func
-        assert len(bundles.attention()) == 20
+        assert len(bundles.attention()) == 18
         raw = np.zeros(2048 + 64, np.float16)
         start = (-raw.ctypes.data % 64) // 2
         q = raw[start:start + 2048].reshape(1, 16, 2, 64)

@@ -96,13 +96,14 @@ def test_default_variants_follow_the_api_selection():
 
 def test_default_variants_follow_the_seqlen():
     """At short key sequences flash_attn_func runs the persistent tiles: so does the default launch."""
-    short, long = (acfg.default_config("bf16", 128, True, n) for n in (1024, None))
+    short, long = (acfg.default_config("bf16", 128, False, n) for n in (1024, None))
+    limit = acfg.SHORT_SEQLEN_K[(128, False)]
     arts = [_artifact(**{k: v for k, v in c.key().items() if k != "kernel"}, key=n * 16)
             for c, n in ((short, "s"), (long, "l"))]
-    variants = ab.bundle_variants(arts, "bf16", 128, True)
-    for seqlen, want in ((512, "s"), (1024, "s"), (1025, "l"), (2048, "l")):
-        assert [a.key[0] for _, a in ab.default_variants(variants, "bf16", 128, True, seqlen_k=seqlen)] == [want]
-        picked = ab.default_variants(variants, "bf16", 128, True, select_entry=select_entry,
+    variants = ab.bundle_variants(arts, "bf16", 128, False)
+    for seqlen, want in ((512, "s"), (limit, "s"), (limit + 1, "l"), (2 * limit, "l")):
+        assert [a.key[0] for _, a in ab.default_variants(variants, "bf16", 128, False, seqlen_k=seqlen)] == [want]
+        picked = ab.default_variants(variants, "bf16", 128, False, select_entry=select_entry,
                                      entries=[{"arch": "sm_90a", "key": a.key, "config": a.config} for a in arts],
                                      seqlen_k=seqlen)
         assert [a.key[0] for _, a in picked] == [want]

@@ -18,6 +18,7 @@ def test_compiles_without_spills(artifact):
     r = artifact.resources
     assert artifact.arch == "sm_90a" and artifact.cubin[:4] == b"\x7fELF"
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0
+    assert not r["wgmma_serialized"], r
     assert 0 < r["registers"] <= 168          # the entry cap of a 384-thread CTA
     assert r["smem_bytes"] == 4 * (16384 + 32768) + 4 * 16   # ring + 8 mbarriers
     assert r["threads"] == 384

@@ -114,6 +114,14 @@ def test_setmaxnreg_ignored_is_read_from_either_ptxas_note():
     assert not lowering.parse_ptxas_report("ptxas info    : Used 128 registers, used 2 barriers").setmaxnreg_ignored
 
 
+def test_wgmma_serialization_is_read_from_the_ptxas_note():
+    c7513 = ("ptxas info    : (C7513) Potential Performance Loss: wgmma.mma_async instructions are serialized due "
+             "to non wgmma instructions defining input registers of a wgmma between start and end of the pipeline "
+             "stage in the function 'k' in line 0")
+    assert lowering.parse_ptxas_report(c7513).wgmma_serialized
+    assert not lowering.parse_ptxas_report("ptxas info    : Used 168 registers, used 16 barriers").wgmma_serialized
+
+
 def test_unknown_backend_names_the_choices(monkeypatch):
     from fa4mlir import env
     monkeypatch.setenv("FA4MLIR_CUBIN_BACKEND", "nvcc")

@@ -26,12 +26,14 @@ P stays in registers and feeds wgmma's A operand; V is read MN-major (imm-trans-
 Epilogue: O / l into the (now idle) Q tile in SMEM with the 128B swizzle, then TMA stores; the LSE
 (natural log, float32 [batch, heads, seqlen_q]) is written from registers.
 With `persistent`, a 1-D grid of at most one CTA per SM (attention_sm90_config.grid) strides over
-all query tiles (order: _Tiles); O gets its own SMEM tile, the consumers release Q after the
-tile's last S GEMM, and the O tile's TMA store is waited on only before the next tile's epilogue
-writes it, so the next tile's Q and K/V load during this tile's last P.V and epilogue. The
-default for short key sequences (attention_sm90_config.SHORT_TILES), where that overlap pays.
+all query tiles (order: _Tiles); Q is a ring of two SMEM tiles (`q_pipe`, two stages) and O has
+its own tile, so the producer loads the next tile's Q (and its first K) while this tile still runs
+and the consumers find them there when they start it; the O tile's TMA store is waited on only
+before the next tile's epilogue writes it. The default for short and middling key sequences
+(attention_sm90_config.SHORT_TILES; always for D128 causal), where that overlap pays.
 Masks: KV blocks that are fully visible run an unmasked loop; the first block and the blocks on
-the causal diagonal or the seqlen_k tail run the masked variant. Causal is aligned bottom-right
+the causal diagonal or the seqlen_k tail run the masked variant (a persistent kernel's first
+block runs unmasked when every row sees all of it). Causal is aligned bottom-right
 (query i sees key j iff j <= i + seqlen_k - seqlen_q); a row that sees no key gets O = 0 and
 LSE = +inf, as FlashAttention returns.
 """
@@ -75,10 +77,10 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
                                        for n in ("group", "tiles", "heads"))
 
     with kb.body():
-        q_smem = kb.smem("q_smem", q_bytes)
+        q_smem = kb.smem("q_smem", cfg.q_stages * q_bytes)
         k_smem = kb.smem("k_smem", cfg.stages * kv_bytes)
         v_smem = kb.smem("v_smem", cfg.stages * kv_bytes)
-        q_pipe = kb.pipeline("q_pipe", num_stages=1, producer="load", consumers=["mma"], consumer_arrivals=cfg.consumers)
+        q_pipe = kb.pipeline("q_pipe", num_stages=cfg.q_stages, producer="load", consumers=["mma"], consumer_arrivals=cfg.consumers)
         k_pipe = kb.pipeline("k_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
                              consumer_arrivals=cfg.consumers)
         v_pipe = kb.pipeline("v_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
@@ -228,7 +230,8 @@ def _load_tile(kb, cfg, geo, counts, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_d
         s0 = _state(k_pipe, None if counts is None else counts[1])
         load_kv(k_pipe, k_desc, k_smem, s0, const(0))
         q0 = _state(q_pipe, None if counts is None else counts[0])
-        load(q_pipe, q_desc, q_smem, q0, cfg.bm, geo.head, geo.m0, q_bytes)
+        load(q_pipe, q_desc, q_smem, q0, cfg.bm, geo.head, geo.m0, q_bytes,
+             stage_bytes=q_bytes if cfg.q_stages > 1 else 0)
         # 2. K_{j+1} and V_j for j < n_blocks - 1, then the last V
         loop = kb.for_(0, geo.n_blocks - 1, 1, carry=(s0.stage, s0.phase))
         with loop as (j, (stage, phase)):
@@ -270,11 +273,15 @@ class _Consumer:
         return self
 
     # ---- GEMMs ----------------------------------------------------------------------------------
-    def issue_s(self, k_stage: Value) -> Value:
-        """S = Q K^T for this warpgroup's 64 rows: head_dim / 16 wgmma m64n{bn}k16 from SMEM."""
+    def issue_s(self, k_stage: Value, q_stage: Value) -> Value:
+        """S = Q K^T for this warpgroup's 64 rows: head_dim / 16 wgmma m64n{bn}k16 from SMEM (Q from
+        stage `q_stage` of the Q ring)."""
         kb, cfg = self.kb, self.cfg
         acc = undef(("f32", self.n_s))      # the first k-step overwrites it (scale-d = 0)
-        q_base = kb.gep(self.q_smem, self.wg * (64 * SWIZZLE), "i8")
+        q_rows = self.wg * (64 * SWIZZLE)
+        if cfg.q_stages > 1:
+            q_rows = q_rows + q_stage * (cfg.bm * cfg.d_chunks * SWIZZLE)
+        q_base = kb.gep(self.q_smem, q_rows, "i8")
         k_base = kb.gep(self.k_smem, k_stage * self.kv_bytes, "i8")
         fa4_op("mma_fence")
         for kk in range(cfg.head_dim // WGMMA_K):
@@ -419,13 +426,24 @@ def _consume_tile(kb, cfg, cs, counts, q_pipe, k_pipe, v_pipe, o_smem, o_desc, l
         k0 = _state(k_pipe, None if counts is None else counts[1])
         k_pipe.consumer_wait(k0)
         turn_begin()
-        s_acc = cs.issue_s(k0.stage)
+        s_acc = cs.issue_s(k0.stage, q0.stage)
         turn_end()
         s_acc = Value(fa4_op("mma_wait_group", [s_acc], [s_acc.type], pending=0).result)
         with kb.if_(cs.is_leader).then_():
             k_pipe.consumer_release(k0)
         neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
-        frags, m, l, _ = cs.softmax(s_acc, const(0), [neg_inf, neg_inf], [zero, zero], masked=True)
+        if cfg.persistent:
+            # block 0 needs the mask only when some row does not see all of it (the causal diagonal,
+            # seqlen_k < bn), and short tiles pay it per tile: the unmasked softmax gets its own copy
+            # (+1-3% at 1k-2k on an H200; the one-tile-per-CTA kernels measured 0-4% slower with it)
+            first = kb.if_(geo.n_unmasked.gt(0), results=[f32] * 4 + [("i32", 4)] * (cfg.bn // WGMMA_K))
+            for branch, masked in ((first.then_, False), (first.else_, True)):
+                with branch():
+                    frags, m, l, _ = cs.softmax(s_acc, const(0), [neg_inf, neg_inf], [zero, zero], masked=masked)
+                    first.yield_(*m, *l, *frags)
+            m, l, frags = first.results[0:2], first.results[2:4], first.results[4:]
+        else:
+            frags, m, l, _ = cs.softmax(s_acc, const(0), [neg_inf, neg_inf], [zero, zero], masked=True)
         o = const(0.0, o_t)
         k1, v0 = k0.advance(), _state(v_pipe, None if counts is None else counts[1])
         state = (k1.stage, k1.phase, v0.stage, v0.phase, o, *m, *l, *frags)
@@ -436,7 +454,7 @@ def _consume_tile(kb, cfg, cs, counts, q_pipe, k_pipe, v_pipe, o_smem, o_desc, l
             k_pipe.consumer_wait(k_s)
             v_pipe.consumer_wait(v_s)
             turn_begin()   # data first, then the turn: a warpgroup never holds the turn while waiting on TMA
-            s_j = cs.issue_s(ks)
+            s_j = cs.issue_s(ks, q0.stage)
             o_j = cs.issue_pv(p_in, vs, o_in)
             turn_end()
             s_j = Value(fa4_op("mma_wait_group", [s_j], [s_j.type], pending=1).result)

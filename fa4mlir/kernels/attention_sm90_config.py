@@ -30,7 +30,8 @@ class AttnConfig:
     stages: int = 2           # K and V ring depth
     pingpong: bool = True     # named-barrier turns: one warpgroup's softmax overlaps the others' GEMMs
     persistent: bool = False  # a 1-D grid (one CTA per SM: grid(num_sms=...)) strides over all query tiles;
-    #                           O gets its own SMEM tile so the next tile's Q loads during this epilogue
+    #                           Q has two SMEM tiles and O its own, so the next tile's first S GEMM and
+    #                           softmax run during this tile's last P.V, and its loads during the epilogue
     load_regs: int = 0        # setmaxnreg of the producer warpgroup; 0: auto (producer_regs)
     mma_regs: int = 0         # setmaxnreg of each consumer warpgroup; 0: auto (consumer_regs)
     # FlashAttention-4's softmax pieces (kernels/common/softmax.py), off by default:
@@ -78,7 +79,7 @@ class AttnConfig:
                              f"2**threshold and must fit f16), got {thr!r}")
         if self.smem_bytes() > 227 * 1024:
             raise ValueError(f"tile plan needs {self.smem_bytes()} bytes of SMEM (> 227 KiB"
-                             f"{', with the O tile of persistent' if self.persistent else ''}): lower bn or stages")
+                             f"{', with the Q and O tiles of persistent' if self.persistent else ''}): lower bn or stages")
         return self
 
     @property
@@ -113,6 +114,12 @@ class AttnConfig:
         return 65536 // self.threads // 8 * 8 * self.threads
 
     @property
+    def q_stages(self) -> int:
+        """Q tiles in SMEM: 2 for a persistent kernel (its consumers start the next tile's first S GEMM
+        while this tile's last P.V runs), else 1."""
+        return 2 if self.persistent else 1
+
+    @property
     def d_chunks(self) -> int:
         """The head dim in 64-element (128-byte swizzle) column chunks."""
         return self.head_dim // 64
@@ -120,7 +127,7 @@ class AttnConfig:
     def smem_bytes(self) -> int:
         row = self.d_chunks * 128
         o_tile = self.bm * row if self.persistent else 0
-        return self.bm * row + o_tile + 2 * self.stages * self.bn * row + 1024
+        return self.q_stages * self.bm * row + o_tile + 2 * self.stages * self.bn * row + 1024
 
     def name_suffix(self) -> str:
         """Kernel-name tags of the non-default softmax knobs ('' for the defaults): _poly4, _lazy8."""
@@ -136,32 +143,34 @@ class AttnConfig:
 # beat 128 x 128 at every seqlen non-causal, and causal from 2k on since the turn barriers and the
 # mask got cheaper (+3-7% at 2k-16k, notes/RESULTS.md "Turn barriers without branches").
 _D64_3WG = dict(bm=192, bn=128, stages=2, pingpong=True)
+_PERS = dict(bm=128, bn=128, stages=2, persistent=True)
 TILES = {
     (64, False): _D64_3WG,
     (64, True): _D64_3WG,
     (128, False): dict(bn=128, stages=2, pingpong=True),
-    (128, True): dict(bn=128, stages=2, pingpong=True),
+    # persistent at every length since Q has two SMEM tiles: +4-16% over one tile per CTA at 1k-16k
+    # (notes/RESULTS.md, "Two Q tiles")
+    (128, True): dict(pingpong=True, **_PERS),
     (256, False): dict(bn=80, stages=2, pingpong=False),
     (256, True): dict(bn=80, stages=2, pingpong=False),
 }
 
 
-# Short key sequences (seqlen_k <= SHORT_SEQLEN_K[case]): a tile sees few KV blocks, so its
-# prologue (Q and the first K load) and epilogue weigh more, and a persistent kernel (one CTA per
-# SM striding over the tiles) hides them behind the previous tile's work. Measured on an H200,
-# TFLOP/s of persistent vs TILES (notes/RESULTS.md, "Causal persistent in pairs"): D128 +3-8% up
-# to 1k, even at 1.5k-2k; D64 causal +3-12% up to 2k against 128 x 128, but 3% behind the 192-row
-# tile at 2k ("Turn barriers without branches"); D64 non-causal (128 x 128 against the 192-row
-# tile, which wastes 1/8 of its rows at 512 and 1k) +5% / +3% at 512 / 1k, -7% at 768.
-# D256 has no SMEM for a persistent kernel's O tile.
-_PERS = dict(bm=128, bn=128, stages=2, persistent=True)
+# Key sequences up to SHORT_SEQLEN_K[case]: a tile sees few KV blocks, so its prologue (Q and the
+# first K load) and epilogue weigh more, and a persistent kernel (one CTA per SM striding over the
+# tiles, two Q tiles in SMEM so the next tile's Q is there before this one ends) hides them behind
+# the previous tile's work; long sequences keep one tile per CTA, whose hardware block scheduling
+# balances the last wave. Measured on an H200, TFLOP/s at 1k / 2k / 4k / 8k / 16k (notes/RESULTS.md,
+# "Two Q tiles"): D64 non-causal 192 x 128 persistent 425 / 470 / 471 / 500 / 506 vs one tile per
+# CTA 384 / 452 / 464 / 500 / 509; D64 causal 128 x 128 persistent 344 / 389 / 420 / 440 / 446 vs
+# 192 x 128 per CTA 254 / 363 / 398 / 458 / 488; D128 non-causal persistent 585 / 623 / 622 / 619 /
+# 620 vs 524 / 554 / 588 / 610 / 622. D256 has no SMEM for a persistent kernel's Q and O tiles.
 SHORT_TILES = {
-    (64, False): dict(pingpong=False, **_PERS),
+    (64, False): dict(_D64_3WG, persistent=True),
     (64, True): dict(pingpong=False, **_PERS),
     (128, False): dict(pingpong=True, **_PERS),
-    (128, True): dict(pingpong=True, **_PERS),
 }
-SHORT_SEQLEN_K = {(64, False): 1024, (64, True): 1024, (128, False): 1024, (128, True): 1024}
+SHORT_SEQLEN_K = {(64, False): 8192, (64, True): 4096, (128, False): 8192}
 
 
 def is_short(head_dim: int, causal: bool, seqlen_k: int | None) -> bool:

@@ -9,6 +9,7 @@ import zlib
 
 import pytest
 
+from fa4mlir.kernels.attention_sm90_config import SHORT_SEQLEN_K
 from fa4mlir.testing import attention_inputs, check_attention, compare_attention
 
 pytestmark = pytest.mark.gpu
@@ -68,6 +69,41 @@ def test_bundle_has_every_attention_kernel(attn_bundle):
 def test_attention_matches_reference(attn_bundle, dtype, head_dim, causal, shape):
     r = check_attention(*shape, head_dim, dtype, causal, seed=seed_of(dtype, head_dim, causal, shape),
                         bundle=attn_bundle)
+    assert_ok(r)
+
+
+# (head_dim, causal) whose default tiles differ by seqlen_k (attention_sm90_config.SHORT_SEQLEN_K, 4096 or
+# more): SHAPES mostly run their short-sequence tiles, so these run every shape again with the others
+TWO_TILES = [(d, c) for d in HEAD_DIMS for c in (False, True) if (d, c) in SHORT_SEQLEN_K]
+
+
+@pytest.fixture(scope="module")
+def long_bundle(attn_bundle):
+    """attn_bundle without the short-sequence kernels: flash_attn_func then runs the long-sequence tiles
+    at every seqlen_k (select_entry falls back to them)."""
+    from fa4mlir.kernels.attention_sm90_config import KERNEL, TILE_FIELDS, default_config
+    from fa4mlir.runtime import Bundle
+
+    def short(e):
+        c = e.get("config", {})
+        if c.get("kernel") != KERNEL or (c["head_dim"], c["causal"]) not in TWO_TILES:
+            return False
+        return all(c.get(k) == getattr(default_config(c["dtype"], c["head_dim"], c["causal"], 1), k)
+                   for k in TILE_FIELDS)
+    return Bundle(attn_bundle.root, [e for e in attn_bundle.entries if not short(e)])
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "b{}_sq{}_sk{}_h{}_kv{}".format(*s))
+@pytest.mark.parametrize("head_dim, causal", TWO_TILES, ids=[f"d{d}{'_causal' if c else ''}" for d, c in TWO_TILES])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_long_sequence_tiles_match_reference(long_bundle, dtype, head_dim, causal, shape):
+    from fa4mlir.attention import find_artifact
+    from fa4mlir.kernels.attention_sm90_config import TILE_FIELDS, default_config
+    art = find_artifact(long_bundle, dtype, head_dim, causal, seqlen_k=shape[2])
+    want = default_config(dtype, head_dim, causal)
+    assert all(art.config[k] == getattr(want, k) for k in TILE_FIELDS), art.config
+    r = check_attention(*shape, head_dim, dtype, causal, seed=seed_of("long", dtype, head_dim, causal, shape),
+                        bundle=long_bundle)
     assert_ok(r)
 
 
