@@ -80,7 +80,8 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
         q_smem = kb.smem("q_smem", cfg.q_stages * q_bytes)
         k_smem = kb.smem("k_smem", cfg.stages * kv_bytes)
         v_smem = kb.smem("v_smem", cfg.stages * kv_bytes)
-        q_pipe = kb.pipeline("q_pipe", num_stages=cfg.q_stages, producer="load", consumers=["mma"], consumer_arrivals=cfg.consumers)
+        q_pipe = kb.pipeline("q_pipe", num_stages=cfg.q_stages, producer="load", consumers=["mma"],
+                             consumer_arrivals=cfg.consumers)
         k_pipe = kb.pipeline("k_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
                              consumer_arrivals=cfg.consumers)
         v_pipe = kb.pipeline("v_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
