@@ -30,8 +30,8 @@ class AttnConfig:
     stages: int = 2           # K and V ring depth
     pingpong: bool = True     # named-barrier turns: one warpgroup's softmax overlaps the others' GEMMs
     persistent: bool = False  # a 1-D grid (one CTA per SM: grid(num_sms=...)) strides over all query tiles;
-    #                           Q has two SMEM tiles and O its own, so the next tile's first S GEMM and
-    #                           softmax run during this tile's last P.V, and its loads during the epilogue
+    #                           Q has two SMEM tiles and O its own, so the next tile's Q and first K
+    #                           load while this tile runs, and its epilogue overlaps the next loads
     load_regs: int = 0        # setmaxnreg of the producer warpgroup; 0: auto (producer_regs)
     mma_regs: int = 0         # setmaxnreg of each consumer warpgroup; 0: auto (consumer_regs)
     # FlashAttention-4's softmax pieces (kernels/common/softmax.py), off by default:
@@ -115,8 +115,8 @@ class AttnConfig:
 
     @property
     def q_stages(self) -> int:
-        """Q tiles in SMEM: 2 for a persistent kernel (its consumers start the next tile's first S GEMM
-        while this tile's last P.V runs), else 1."""
+        """Q tiles in SMEM: 2 for a persistent kernel (the producer loads the next tile's Q while this
+        tile still uses its own), else 1."""
         return 2 if self.persistent else 1
 
     @property
