@@ -28,8 +28,9 @@ gpu-bundle: $(STAMP)      ## here: compile what the GPU tests and the benchmark 
 	$(PY) -m fa4mlir bundle --out $(BUNDLE) --set gpu-tests --set bench
 
 # On the GPU machine (no MLIR, no venv: its python3 has torch, pytest, cuda-bindings):
-gpu-test:                 ## there: run the GPU tests from $(BUNDLE)/
+gpu-test:                 ## there: run the GPU tests from $(BUNDLE)/ and the front end's tests on CPU torch
 	FA4MLIR_BUNDLE=$(CURDIR)/$(BUNDLE) PYTHONPATH=$(CURDIR) python3 -m pytest -q -m gpu tests/gpu
+	PYTHONPATH=$(CURDIR) python3 -m pytest -q tests/test_attention_torch_cpu.py
 
 bench: bench-attention bench-gemm  ## there: both benchmarks (or `bash bench/device_run.sh`: tests + both)
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call: the GPU tests from the bundle, then the attention benchmark, then the GEMM
+# One device call: the GPU tests from the bundle (and the torch-on-CPU front-end tests), then the attention benchmark, then the GEMM
 # benchmark. Logs and results under $OUT: device.txt, gpu_tests.log, attention.json (+ .png when
 # matplotlib imports there; else `python3 bench/plot_attention.py attention.json attention.png`
 # draws it here), attention_bench.log, gemm.json, gemm_bench.log.
@@ -13,8 +13,10 @@ export FA4MLIR_BUNDLE=$PWD/bundle PYTHONPATH=$PWD${EXTRA_PYTHONPATH:+:$EXTRA_PYT
 OUT=${OUT:-results}; mkdir -p "$OUT"
 nvidia-smi -L | tee "$OUT/device.txt"
 echo "== GPU tests (timeout ${TESTS_TIMEOUT:-240} s)"
-timeout "${TESTS_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/gpu 2>&1 \
-    | tee "$OUT/gpu_tests.log" | tail -25
+# then the front end's tests on CPU torch tensors (CI has no torch, so they run here)
+{ timeout "${TESTS_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/gpu 2>&1
+  timeout 60 python3 -m pytest -q -p no:cacheprovider -rs tests/test_attention_torch_cpu.py 2>&1
+} | tee "$OUT/gpu_tests.log" | tail -30
 echo "== attention bench (timeout ${ATTN_TIMEOUT:-240} s)"
 # shellcheck disable=SC2086  # ATTN_ARGS is a list of flags
 timeout "${ATTN_TIMEOUT:-240}" python3 -m fa4mlir bench attention --bundle bundle \

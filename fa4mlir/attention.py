@@ -33,6 +33,11 @@ problem raises a ``FlashAttnInputError`` (a ValueError) subclass before any laun
     DeviceError      not a CUDA tensor; tensors on different devices; device not sm_90
     ScaleError       softmax_scale not a finite positive number
 
+A call on torch tensors whose signature (shapes, strides, dtypes and devices of every tensor,
+the scale, causal, the bundle, the kernel environment) was seen before skips the checks and the
+kernel lookup: it checks the new addresses' alignment and launches the ``runtime.PreparedLaunch``
+that signature was prepared into (``_CALLS``, the last ``CALLS_KEPT``).
+
 The checks are pure functions of ``runtime.TensorInfo`` (``check_inputs``, ``check_outputs``,
 ``check_devices``, ``check_device_context``, ``check_scale``) so that they can be tested without a GPU.
 """
@@ -40,6 +45,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -47,7 +53,8 @@ from typing import Any, Sequence
 
 from . import env
 from .kernels import attention_sm90_config as attn_cfg
-from .runtime import DTYPES, GMEM_ALIGN_BYTES, Bundle, KernelArtifact, LoadedKernel, TensorInfo, load, tensor_info
+from .runtime import (DTYPES, GMEM_ALIGN_BYTES, Bundle, KernelArtifact, LoadedKernel, TensorInfo,
+                      _resolve_stream, load, tensor_info)
 
 ARCH = "sm_90a"
 # The kernel's compile environment: ptxas honours setmaxnreg (nvJitLink drops it, ptxas C7504), and
@@ -466,10 +473,83 @@ def _allocate(q: Any, dims: AttnDims, ordinal: int | None, out: Any, lse: Any) -
     return out, lse
 
 
+# ----------------------------------------------------------------------------------------------
+# Call cache: what one tensor signature was checked and prepared into
+# ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Call:
+    """A checked call: its prepared launch (runtime.PreparedLaunch), what to allocate for out and
+    lse when they are not given, and the bundle it was looked up in (kept so that its id, part of
+    the signature, stays unique)."""
+
+    launch: Any
+    out_spec: tuple    # (shape, torch dtype)
+    lse_shape: tuple
+    bundle: Any
+
+
+CALLS_KEPT = 256
+_CALLS: dict = {}
+# the environment kernel_for reads: a change picks another kernel
+_SIGNATURE_ENV = tuple(dict.fromkeys(["FA4MLIR_BUNDLE", *KERNEL_ENV,
+                                      *(k for k, knob in env.KNOBS.items() if knob.output_changing)]))
+
+
+def _signature(q, k, v, out, lse, softmax_scale, causal, bundle) -> tuple | None:
+    """What a call's checks and kernel choice depend on, every tensor's address aside: shapes,
+    strides, dtypes and devices of q, k, v (and out and lse when given), the scale, causal, the
+    bundle and the environment kernel_for reads. Torch tensors only (None otherwise): their
+    attributes are cheap to read, where other tensor-likes need tensor_info."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    tensor = torch.Tensor
+    parts = []
+    for x in (q, k, v, out, lse):
+        if x is None:
+            parts.append(None)
+        elif isinstance(x, tensor):
+            parts.append((x.shape, x.stride(), x.dtype, x.device))
+        else:
+            return None
+    environ = os.environ
+    return (*parts, type(softmax_scale), softmax_scale, bool(causal), id(bundle),
+            tuple(environ.get(n) for n in _SIGNATURE_ENV))
+
+
+def _remember(signature: tuple, call: _Call) -> None:
+    with _lock:
+        while len(_CALLS) >= CALLS_KEPT:
+            _CALLS.pop(next(iter(_CALLS)))
+        _CALLS[signature] = call
+
+
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False, *,
                     out=None, lse=None, bundle: Bundle | None = None, stream=None):
     """Attention forward on an sm_90 GPU; see the module docstring. Returns out, or (out, lse)
-    when return_lse."""
+    when return_lse.
+
+    A call on torch tensors whose signature (every shape, stride, dtype and device, the scale,
+    causal, the bundle and the kernel environment: _signature) was seen before skips the checks:
+    it allocates what is missing, checks the addresses' 16-byte alignment and launches what that
+    signature was prepared into (the last CALLS_KEPT signatures are kept)."""
+    signature = None
+    try:
+        signature = _signature(q, k, v, out, lse, softmax_scale, causal, bundle)
+        call = _CALLS.get(signature) if signature is not None else None
+    except TypeError:  # an unhashable softmax_scale (a 0-d array): no signature
+        signature = call = None
+    if call is not None:
+        torch = sys.modules["torch"]
+        if out is None:
+            out = torch.empty(call.out_spec[0], dtype=call.out_spec[1], device=q.device)
+        if lse is None:
+            lse = torch.empty(call.lse_shape, dtype=torch.float32, device=q.device)
+        addresses = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr())
+        if not any(a % GMEM_ALIGN_BYTES for a in addresses):  # else the checks below say which
+            call.launch.launch(addresses, _resolve_stream(stream, True, q.device.index))
+            return (out, lse) if return_lse else out
     infos = {}
     for name, x in (("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse)):
         if x is None:
@@ -484,12 +564,21 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
     ordinal = check_devices([(n, infos[n].device, _device_ordinal(given[n])) for n in infos])
     context_ordinal, capability, num_sms = _context_device()
     check_device_context(ordinal, context_ordinal, capability)
+    allocated = out is None, lse is None
     if out is None or lse is None:
         out, lse = _allocate(q, dims, ordinal if ordinal is not None else context_ordinal, out, lse)
-    check_outputs(dims, tensor_info(out), tensor_info(lse))
+    out_info, lse_info = tensor_info(out), tensor_info(lse)
+    check_outputs(dims, out_info, lse_info)
     kern = kernel_for(dims.dtype, dims.head_dim, causal, bundle, dims.seqlen_k)
     grid, args = launch_plan(kern.artifact.config, dims, q, k, v, out, lse, scale, num_sms)
-    kern.launch(grid, args, stream=stream)
+    prepared = kern.prepare(grid, args)
+    prepared.launch([infos[n].ptr for n in ("q", "k", "v")] + [out_info.ptr, lse_info.ptr],
+                    _resolve_stream(stream, any(i.is_torch for i in (*infos.values(), out_info, lse_info)),
+                                    ordinal if ordinal is not None else context_ordinal))
+    if signature is not None:
+        # the signature of this call names out and lse as given or not; what fills them in is torch's
+        _remember(signature, _Call(prepared, (dims.out_shape, out.dtype) if allocated[0] else None,
+                                   dims.lse_shape if allocated[1] else None, bundle))
     return (out, lse) if return_lse else out
 
 

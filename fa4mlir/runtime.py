@@ -18,9 +18,10 @@ import hashlib
 import json
 import operator
 import os
+import struct
 import sys
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -436,9 +437,15 @@ def prepare_args(artifact: KernelArtifact, args: Sequence[Any]) -> PreparedArgs:
 # CUDA driver: context, module load, descriptor encode, launch
 # ----------------------------------------------------------------------------------------------
 
+_DRIVER: list = []
+
+
 def _driver():
-    from cuda.bindings import driver
-    return driver
+    """cuda.bindings.driver, imported on first use (so that argument checks run without it)."""
+    if not _DRIVER:
+        from cuda.bindings import driver
+        _DRIVER.append(driver)
+    return _DRIVER[0]
 
 
 def _check(result: Any, call: str, kernel: str | None = None) -> Any:
@@ -524,11 +531,22 @@ def _encode_tma_uncached(enc: TmaEncoding, kernel: str | None) -> bytes:
     return ctypes.string_at(tmap.getPtr(), TMA_DESC_BYTES)
 
 
-def _resolve_stream(stream: Any, uses_torch: bool) -> int:
+def torch_current_stream(device_index: int | None = None) -> int:
+    """The handle of torch's current stream on a device (None: the current device). Through
+    torch._C._cuda_getCurrentRawStream where torch has it (what Triton's launcher calls: a fraction
+    of the microseconds torch.cuda.current_stream takes), else the public API."""
+    torch = sys.modules["torch"]
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is None:
+        return int(torch.cuda.current_stream(device_index).cuda_stream)
+    return int(raw(torch.cuda.current_device() if device_index is None else device_index))
+
+
+def _resolve_stream(stream: Any, uses_torch: bool, device_index: int | None = None) -> int:
+    """A launch's stream handle: ``stream`` (None: torch's current stream on ``device_index`` when
+    the arguments are torch tensors, else the legacy default stream 0)."""
     if stream is None:
-        if uses_torch:
-            return int(sys.modules["torch"].cuda.current_stream().cuda_stream)
-        return 0
+        return torch_current_stream(device_index) if uses_torch else 0
     if hasattr(stream, "__cuda_stream__"):
         return int(stream.__cuda_stream__()[1])
     if hasattr(stream, "cuda_stream"):
@@ -540,22 +558,80 @@ def _resolve_stream(stream: Any, uses_torch: bool) -> int:
                         f"__cuda_stream__ object, got {type(stream).__name__}") from None
 
 
-def _pack(artifact: KernelArtifact, prepared: PreparedArgs) -> tuple[list, ctypes.Array]:
-    """ctypes storage for each param value and the void*[] array pointing at them."""
-    storage: list = []
-    for p, v in zip(artifact.params, prepared.values):
-        if p.kind == "tma":
-            raw = ctypes.create_string_buffer(TMA_DESC_BYTES + TMA_DESC_ALIGN)
-            offset = -ctypes.addressof(raw) % TMA_DESC_ALIGN
-            ctypes.memmove(ctypes.addressof(raw) + offset, encode_tma(v, artifact.name), TMA_DESC_BYTES)
-            storage.append((raw, ctypes.addressof(raw) + offset))
+class ParamBlock:
+    """Host memory for one launch's parameters: each parameter's bytes at its offset (TMA
+    descriptors 64-byte aligned, everything else in an 8-byte slot) and, after them, the void*[]
+    array that cuLaunchKernel reads, already pointing at them. One bytearray, so that filling it
+    is slice assignment and struct.pack_into, with no ctypes object per parameter."""
+
+    def __init__(self, params: Sequence[ParamSpec]):
+        offsets, size = [], 0
+        for p in params:
+            align, nbytes = (TMA_DESC_ALIGN, TMA_DESC_BYTES) if p.kind == "tma" else (8, 8)
+            size = -(-size // align) * align
+            offsets.append(size)
+            size += nbytes
+        array_at = -(-size // 8) * 8
+        self.data = bytearray(array_at + 8 * max(len(params), 1) + TMA_DESC_ALIGN)
+        self._view = (ctypes.c_char * len(self.data)).from_buffer(self.data)  # pins the buffer
+        address = ctypes.addressof(self._view)
+        shift = -address % TMA_DESC_ALIGN
+        self.offsets = tuple(shift + o for o in offsets)
+        if params:
+            struct.pack_into(f"<{len(params)}Q", self.data, shift + array_at,
+                             *(address + o for o in self.offsets))
+        self.kernel_params = address + shift + array_at
+
+    def put(self, index: int, kind: str, value: Any) -> None:
+        """Write one parameter: a descriptor's 128 bytes (tma) or a scalar of its kind."""
+        at = self.offsets[index]
+        if kind == "tma":
+            self.data[at:at + TMA_DESC_BYTES] = value
+        elif kind == "f32":
+            struct.pack_into("<f", self.data, at, value)
         else:
-            ctype = {"ptr": ctypes.c_uint64, "i32": ctypes.c_int32 if v < 2**31 else ctypes.c_uint32,
-                     "i64": ctypes.c_int64 if v < 2**63 else ctypes.c_uint64, "f32": ctypes.c_float}[p.kind]
-            cell = ctype(v)
-            storage.append((cell, ctypes.addressof(cell)))
-    pointers = (ctypes.c_void_p * max(len(storage), 1))(*[addr for _, addr in storage])
-    return storage, pointers
+            fmt = {"ptr": "<Q", "i32": "<i" if value < 2**31 else "<I",
+                   "i64": "<q" if value < 2**63 else "<Q"}[kind]
+            struct.pack_into(fmt, self.data, at, value)
+
+
+def _pack(artifact: KernelArtifact, prepared: PreparedArgs) -> ParamBlock:
+    """A ParamBlock holding every param value (TMA encodings as their descriptors)."""
+    block = ParamBlock(artifact.params)
+    for i, (p, v) in enumerate(zip(artifact.params, prepared.values)):
+        block.put(i, p.kind, encode_tma(v, artifact.name) if p.kind == "tma" else v)
+    return block
+
+
+def _launch(kernel: "LoadedKernel", grid3: tuple[int, int, int], block: ParamBlock, stream: int) -> None:
+    """cuLaunchKernel (cuLaunchKernelEx with a cluster shape) of a filled ParamBlock."""
+    art = kernel.artifact
+    driver = _driver()
+    ensure_context()
+    if art.cluster == (1, 1, 1):
+        _check(driver.cuLaunchKernel(kernel.function, *grid3, *art.block, art.smem_bytes,
+                                     driver.CUstream(stream), block.kernel_params, 0),
+               "cuLaunchKernel", art.name)
+        return
+    config = driver.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid3
+    config.blockDimX, config.blockDimY, config.blockDimZ = art.block
+    config.sharedMemBytes = art.smem_bytes
+    config.hStream = driver.CUstream(stream)
+    attr = driver.CUlaunchAttribute()
+    attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = art.cluster
+    config.attrs = [attr]
+    config.numAttrs = 1
+    _check(driver.cuLaunchKernelEx(config, kernel.function, block.kernel_params, 0), "cuLaunchKernelEx", art.name)
+
+
+def _grid3(art: KernelArtifact, grid: Any) -> tuple[int, int, int]:
+    grid3 = _dim3(grid, f"kernel {art.name!r} grid")
+    if any(g % c for g, c in zip(grid3, art.cluster)):
+        raise ValueError(f"kernel {art.name!r}: grid {grid3} is not a multiple of cluster "
+                         f"{art.cluster}; round the grid up to whole clusters")
+    return grid3
 
 
 class LoadedKernel:
@@ -568,38 +644,86 @@ class LoadedKernel:
         """Launch on ``grid`` (1-3 ints, in blocks; a multiple of the cluster shape) with ``args`` in
         ParamSpec order. With stream None: torch's current stream if any arg is a torch tensor, else
         the default stream. All argument checks run before any CUDA call."""
-        art = self.artifact
-        grid3 = _dim3(grid, f"kernel {art.name!r} grid")
-        if any(g % c for g, c in zip(grid3, art.cluster)):
-            raise ValueError(f"kernel {art.name!r}: grid {grid3} is not a multiple of cluster "
-                             f"{art.cluster}; round the grid up to whole clusters")
-        prepared = prepare_args(art, args)
+        grid3 = _grid3(self.artifact, grid)
+        prepared = prepare_args(self.artifact, args)
         handle = _resolve_stream(stream, prepared.uses_torch)
-        driver = _driver()
-        ensure_context()
-        storage, pointers = _pack(art, prepared)
-        config = driver.CUlaunchConfig()
-        config.gridDimX, config.gridDimY, config.gridDimZ = grid3
-        config.blockDimX, config.blockDimY, config.blockDimZ = art.block
-        config.sharedMemBytes = art.smem_bytes
-        config.hStream = driver.CUstream(handle)
-        if art.cluster != (1, 1, 1):
-            attr = driver.CUlaunchAttribute()
-            attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = art.cluster
-            config.attrs = [attr]
-            config.numAttrs = 1
-        else:
-            config.numAttrs = 0
-        _check(driver.cuLaunchKernelEx(config, self.function, ctypes.addressof(pointers), 0),
-               "cuLaunchKernelEx", art.name)
-        del storage
+        _launch(self, grid3, _pack(self.artifact, prepared), handle)
+
+    def prepare(self, grid: Any, args: Sequence[Any]) -> "PreparedLaunch":
+        """Check ``grid`` and ``args`` as launch does and keep them packed, to be launched again
+        and again with other tensor addresses (PreparedLaunch.launch)."""
+        return PreparedLaunch(self, _grid3(self.artifact, grid), prepare_args(self.artifact, args))
 
     def unload(self) -> None:
         """Unload the module (the kernel can no longer be launched)."""
         if self.module is not None:
             _check(_driver().cuModuleUnload(self.module), "cuModuleUnload", self.artifact.name)
             self.module = self.function = None
+
+
+class PreparedLaunch:
+    """A launch whose grid and arguments were checked and packed once (LoadedKernel.prepare):
+    ``launch(addresses, stream)`` runs it again with new addresses for its tensor parameters, every
+    TMA and ptr one in order; everything else (shapes, strides, dtypes, scalars) is as prepared.
+    That costs a few dictionary lookups, a write per address and one driver call, where launch
+    checks and packs every argument. The caller keeps what it prepares per tensor signature
+    (flash_attn_func does): a new address is the one thing launch checks (TMA bases 16-byte
+    aligned). Descriptors of the last DESCRIPTORS_KEPT addresses per parameter are kept; each
+    thread packs into a ParamBlock of its own."""
+
+    DESCRIPTORS_KEPT = 16
+
+    def __init__(self, kernel: LoadedKernel, grid3: tuple[int, int, int], prepared: PreparedArgs):
+        art = kernel.artifact
+        self.kernel, self.grid = kernel, grid3
+        self._values = prepared.values
+        self._addressed = tuple((i, p.kind) for i, p in enumerate(art.params) if p.kind in ("tma", "ptr"))
+        # the TMA encodings with the address left out: a new address is all that changes
+        self._encodings = {i: replace(prepared.values[i], address=0)
+                           for i, kind in self._addressed if kind == "tma"}
+        self._descriptors: dict[tuple[int, int], bytes] = {}
+        self._local = threading.local()
+
+    def _block(self) -> ParamBlock:
+        block = getattr(self._local, "block", None)
+        if block is None:
+            params = self.kernel.artifact.params
+            block = ParamBlock(params)
+            for i, (p, v) in enumerate(zip(params, self._values)):
+                if p.kind not in ("tma", "ptr"):
+                    block.put(i, p.kind, v)
+            self._local.block = block
+        return block
+
+    def _descriptor(self, index: int, address: int) -> bytes:
+        desc = self._descriptors.get((index, address))
+        if desc is None:
+            desc = encode_tma(replace(self._encodings[index], address=address), self.kernel.artifact.name)
+            if len(self._descriptors) >= self.DESCRIPTORS_KEPT * len(self._encodings):
+                self._descriptors.clear()
+            self._descriptors[(index, address)] = desc
+        return desc
+
+    def launch(self, addresses: Sequence[int], stream: int) -> None:
+        """Launch with ``addresses`` (ints, one per TMA/ptr parameter in order) on stream handle
+        ``stream`` (an int; 0 is the legacy default stream)."""
+        art = self.kernel.artifact
+        if len(addresses) != len(self._addressed):
+            raise TypeError(f"kernel {art.name!r}: expected {len(self._addressed)} addresses (one per "
+                            f"tma/ptr parameter), got {len(addresses)}")
+        block = self._block()
+        for (i, kind), address in zip(self._addressed, addresses):
+            if kind == "tma":
+                if address % GMEM_ALIGN_BYTES:
+                    raise ValueError(f"{_where(art.name, i, art.params[i])}: base address {address:#x} is "
+                                     f"not {GMEM_ALIGN_BYTES}-byte aligned")
+                block.put(i, kind, self._descriptor(i, address))
+            else:
+                if not 0 <= address < 2**64:
+                    raise ValueError(f"{_where(art.name, i, art.params[i])}: address {address} is outside "
+                                     f"0..2^64-1")
+                block.put(i, kind, address)
+        _launch(self.kernel, self.grid, block, stream)
 
 
 def load(artifact: KernelArtifact) -> LoadedKernel:

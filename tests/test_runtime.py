@@ -4,6 +4,11 @@ The launch checks use a fake ``__cuda_array_interface__`` object: they run befor
 so no GPU (nor driver) is needed.
 """
 
+import collections
+import ctypes
+import struct
+import threading
+
 import numpy as np
 import pytest
 
@@ -133,6 +138,111 @@ def test_launch_reaches_cuda_only_after_good_args(monkeypatch):
     kernel = LoadedKernel(make_artifact(cluster=(2, 1, 1)), module=None, function=None)
     with pytest.raises(AssertionError, match="CUDA call"):
         kernel.launch((8, 1, 1), good_args())
+
+
+class RecordingDriver:
+    """Stands in for cuda.bindings.driver at launch: records each launch with the parameter bytes
+    its kernelParams array points at when the call is made."""
+
+    class CUresult:
+        CUDA_SUCCESS = 0
+
+    def __init__(self, params):
+        self.params, self.launches = params, []
+
+    def CUstream(self, handle):
+        return ("stream", handle)
+
+    def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, smem, stream, kernel_params, extra):
+        pointers = (ctypes.c_uint64 * len(self.params)).from_address(kernel_params)
+        data = [ctypes.string_at(ptr, 128 if p.kind == "tma" else 8) for ptr, p in zip(pointers, self.params)]
+        self.launches.append(((gx, gy, gz), (bx, by, bz), smem, stream, list(pointers), data))
+        return (self.CUresult.CUDA_SUCCESS,)
+
+
+def fake_descriptor(enc, kernel=None):
+    """128 bytes that say which encoding they came from: address, then the global dims."""
+    return struct.pack("<Q4Q", enc.address, *(enc.global_dims + (0,) * 4)[:4]).ljust(128, b"\0")
+
+
+@pytest.fixture
+def recorded_launches(monkeypatch):
+    encodes = []
+    monkeypatch.setattr(runtime, "_TMA_CACHE", collections.OrderedDict())
+    monkeypatch.setattr(runtime, "_encode_tma_uncached", lambda enc, kernel: encodes.append(enc) or fake_descriptor(enc))
+    monkeypatch.setattr(runtime, "ensure_context", lambda: None)
+    driver = RecordingDriver(make_artifact().params)
+    monkeypatch.setattr(runtime, "_driver", lambda: driver)
+    return driver, encodes
+
+
+def unpack(data):
+    """(descriptor address, global dims), o_gmem, seqlen, scale from a launch's parameter bytes."""
+    address, d0, d1 = struct.unpack_from("<QQQ", data[0])
+    return ((address, (d0, d1)), struct.unpack_from("<Q", data[1])[0], struct.unpack_from("<i", data[2])[0],
+            struct.unpack_from("<f", data[3])[0])
+
+
+def test_param_block_aligns_descriptors_and_points_at_every_param():
+    params = make_artifact(params=(ParamSpec("n", "i32"), ParamSpec("a", "tma", Q_SPEC), ParamSpec("x", "f32"),
+                                   ParamSpec("b", "tma", Q_SPEC), ParamSpec("p", "ptr"))).params
+    block = runtime.ParamBlock(params)
+    pointers = list((ctypes.c_uint64 * 5).from_address(block.kernel_params))
+    assert pointers[1] % 64 == 0 and pointers[3] % 64 == 0
+    sizes = [8, 128, 8, 128, 8]
+    spans = sorted(zip(pointers, sizes))
+    assert all(a + n <= b for (a, n), (b, _) in zip(spans, spans[1:]))  # no two params overlap
+    base = ctypes.addressof(block._view)
+    assert all(base <= p and p + n <= base + len(block.data) for p, n in zip(pointers, sizes))
+    block.put(0, "i32", -7)
+    block.put(1, "tma", bytes(range(128)))
+    block.put(2, "f32", 0.5)
+    block.put(3, "tma", b"\xab" * 128)
+    block.put(4, "ptr", 2**64 - 16)
+    assert struct.unpack("<i", ctypes.string_at(pointers[0], 4)) == (-7,)
+    assert ctypes.string_at(pointers[1], 128) == bytes(range(128))
+    assert struct.unpack("<f", ctypes.string_at(pointers[2], 4)) == (0.5,)
+    assert ctypes.string_at(pointers[3], 128) == b"\xab" * 128
+    assert struct.unpack("<Q", ctypes.string_at(pointers[4], 8)) == (2**64 - 16,)
+
+
+def test_launch_packs_every_arg_for_cuLaunchKernel(recorded_launches):
+    driver, _ = recorded_launches
+    LoadedKernel(make_artifact(), module=None, function="f").launch(8, good_args(), stream=5)
+    (grid, block, smem, stream, _, data), = driver.launches
+    assert (grid, block, smem, stream) == ((8, 1, 1), (384, 1, 1), 200 * 1024, ("stream", 5))
+    assert unpack(data) == ((0x7F0000000000, (64, 1024)), 0x7F0000100000, 1024, 0.125)
+
+
+def test_prepared_launch_swaps_in_new_addresses(recorded_launches):
+    driver, encodes = recorded_launches
+    prepared = LoadedKernel(make_artifact(), module=None, function="f").prepare(8, good_args())
+    prepared.launch([0x7F0000000000, 0x7F0000100000], 3)
+    prepared.launch([0x7F0000200000, 0x7F0000300000], 4)
+    prepared.launch([0x7F0000000000, 0x7F0000400000], 4)
+    got = [(launch[3], unpack(launch[5])) for launch in driver.launches]
+    assert got == [(("stream", 3), ((0x7F0000000000, (64, 1024)), 0x7F0000100000, 1024, 0.125)),
+                   (("stream", 4), ((0x7F0000200000, (64, 1024)), 0x7F0000300000, 1024, 0.125)),
+                   (("stream", 4), ((0x7F0000000000, (64, 1024)), 0x7F0000400000, 1024, 0.125))]
+    # prepare encoded nothing; each new address once (the third launch's Q descriptor was kept)
+    assert [e.address for e in encodes] == [0x7F0000000000, 0x7F0000200000]
+    with pytest.raises(ValueError, match="q_desc.*0x7f0000000008 is not 16-byte aligned"):
+        prepared.launch([0x7F0000000008, 0], 0)
+    with pytest.raises(ValueError, match="o_gmem.*outside"):
+        prepared.launch([0x7F0000000000, -1], 0)
+    with pytest.raises(TypeError, match="expected 2 addresses"):
+        prepared.launch([0x7F0000000000], 0)
+    assert len(driver.launches) == 3  # none of the bad calls launched
+
+
+def test_prepared_launch_packs_per_thread():
+    prepared = LoadedKernel(make_artifact(), module=None, function="f").prepare(8, good_args())
+    blocks = [prepared._block()]
+    worker = threading.Thread(target=lambda: blocks.append(prepared._block()))
+    worker.start()
+    worker.join()
+    assert blocks[0] is prepared._block() and blocks[1] is not blocks[0]
+    assert ctypes.string_at(blocks[1].kernel_params, 8) != ctypes.string_at(blocks[0].kernel_params, 8)
 
 
 def test_artifact_json_round_trip():

@@ -144,6 +144,38 @@ def test_repeatable(attn_bundle, dtype, head_dim, causal):
     assert torch.equal(runs[0][1], runs[1][1])
 
 
+@pytest.mark.parametrize("head_dim, causal", [(64, True), (128, False), (256, True)])
+def test_seen_signatures_relaunch_on_new_tensors(attn_bundle, head_dim, causal):
+    """After the first call of a signature, flash_attn_func launches what it prepared with the new
+    tensors' addresses (the call cache): every call here has new q, k, v, out and lse (all kept
+    alive, so no address repeats) and must match its own reference; a misaligned q of the same
+    signature is still rejected before launch."""
+    import torch
+    from fa4mlir import attention
+    shape = (2, 700, 900, 4, 2)
+    before = len(attention._CALLS)
+    kept = []
+    for i in range(4):
+        q, k, v = attention_inputs(*shape, head_dim, "bf16", seed_of("cache", head_dim, causal, i))
+        out, lse = attention.flash_attn_func(q, k, v, causal=causal, return_lse=True, bundle=attn_bundle)
+        kept.append((q, k, v, out, lse))
+    assert len(attention._CALLS) == before + 1
+    assert len({t.data_ptr() for call in kept for t in call}) == 5 * len(kept)
+    torch.cuda.synchronize()
+    for q, k, v, out, lse in kept:
+        assert_ok(compare_attention(q, k, v, out, lse, None, causal))
+    q, k, v = kept[0][:3]
+    attention.flash_attn_func(q, k, v, causal=causal, out=torch.empty_like(q), bundle=attn_bundle)
+    raw = torch.empty(q.numel() + 8, dtype=q.dtype, device="cuda")
+    shifted = raw[1:1 + q.numel()].view(q.shape).copy_(q)  # same shape and strides, base 2 bytes off
+    out = torch.full_like(q, NAN)
+    with pytest.raises(attention.LayoutError, match="q data pointer"):
+        attention.flash_attn_func(shifted, k, v, causal=causal, out=out, bundle=attn_bundle)
+    assert len(attention._CALLS) == before + 2
+    torch.cuda.synchronize()
+    assert bool(torch.isnan(out).all()), "a rejected call wrote out"
+
+
 @pytest.mark.parametrize("head_dim", HEAD_DIMS, ids=lambda d: f"d{d}")
 def test_tiles_without_keys_race_nothing(attn_bundle, head_dim):
     """Causal with seqlen_q >> seqlen_k: most CTAs see no key and finish at once, writing O = 0 through
@@ -215,18 +247,27 @@ def test_strided_bhsd_layout(attn_bundle, causal):
     assert_ok(compare_attention(q, k, v, out, lse, None, causal))
 
 
+@pytest.mark.parametrize("seen", [False, True], ids=["first", "seen"])
 @pytest.mark.parametrize("how", ["current", "explicit"])
-def test_runs_on_the_callers_stream(attn_bundle, how):
+def test_runs_on_the_callers_stream(attn_bundle, how, seen):
     """q is filled on a side stream behind ~0.1 s of GPU sleep: a launch on any other stream reads
-    the NaN q and fails. 'current': torch.cuda.stream(s) context; 'explicit': stream=s."""
+    the NaN q and fails. 'current': torch.cuda.stream(s) context; 'explicit': stream=s. 'first':
+    the call's signature is new (checked and prepared); 'seen': a call of the same signature ran
+    before (the call cache launches)."""
     import torch
+    from fa4mlir import attention
     from fa4mlir.attention import flash_attn_func
     if not hasattr(torch.cuda, "_sleep"):
         pytest.skip("torch.cuda._sleep is unavailable")
+    attention._CALLS.clear()
     q_src, k, v = attention_inputs(2, 1000, 1000, 8, 2, 128, "bf16", seed_of("stream", how))
     q = torch.full_like(q_src, NAN)
     out = torch.full_like(q_src, NAN)
     lse = torch.full((2, 8, 1000), NAN, device="cuda", dtype=torch.float32)
+    if seen:
+        flash_attn_func(q_src, k, v, causal=True, out=torch.empty_like(out), lse=torch.empty_like(lse),
+                        bundle=attn_bundle)
+    assert len(attention._CALLS) == seen
     torch.cuda.synchronize()
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):

@@ -223,5 +223,5 @@ def test_bad_launch_raises_cuda_error(torch):
     out = torch.zeros(128, dtype=torch.float32, device="cuda")
     with pytest.raises(CudaError) as info:
         kernel.launch(1, [out, 1, 1.0, 0])
-    assert info.value.kernel == "scalars" and info.value.call == "cuLaunchKernelEx"
+    assert info.value.kernel == "scalars" and info.value.call == "cuLaunchKernel"
     assert info.value.error_name.startswith("CUDA_ERROR_")
