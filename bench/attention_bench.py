@@ -262,29 +262,62 @@ def _finite(x: float | None) -> float | None:
 
 
 def run_point(point: Point, candidates: list[Candidate], timer: Callable, *, sync: Callable[[], None],
-              diff: Callable[[Any, Any], float], tol: float = TOLERANCE, flops: float | None = None) -> dict:
-    """Time each candidate (first call, timer, one more call), then compare the first and last
-    outputs of each with the reference backend's first output. Returns the point's JSON record."""
+              diff: Callable[[Any, Any], float], tol: float = TOLERANCE, flops: float | None = None,
+              rounds: int = 1) -> dict:
+    """Time each candidate, then compare the first and last outputs of each with the reference
+    backend's first output. Every candidate is made and called once, then timed `rounds` times in
+    turn (c1, c2, ..., c1, c2, ...: a drift of the GPU's clocks during the point spreads over all of
+    them instead of favouring the ones timed first); its time is the median of its rounds, each
+    kept in ms_rounds. Returns the point's JSON record."""
     flops = point.flops if flops is None else flops
     rec = {**point.to_json(), "flops": flops, "backends": {}, "fa4mlir_variants": {}, "flags": []}
     outputs: dict[tuple[str, str | None], tuple[Any, Any]] = {}
     entries: dict[tuple[str, str | None], dict] = {}
-    for c in candidates:
-        key = (c.name, c.variant)
+
+    def attempt(key, c, step):
+        """step() inside the candidate's context; on failure record the error and return None."""
         try:
             with c.context():
-                fn = c.make()
-                first = fn()
-                sync()
-                ms = float(timer(fn))
-                last = fn()
-                sync()
-            entry = {"ms": ms, "tflops": flops / ms / 1e9}
-            outputs[key] = (c.to_bshd(first), c.to_bshd(last))
+                return step()
         except Exception as e:  # noqa: BLE001  (a backend's failure is a result, not a crash)
-            entry = {"error": _error_text(e)}
+            entries[key] = {"error": _error_text(e)}
             with contextlib.suppress(Exception):
                 sync()
+            return None
+
+    made: dict[tuple[str, str | None], tuple[Candidate, Callable, Any, list]] = {}
+    for c in candidates:
+        key = (c.name, c.variant)
+
+        def first_call(c=c):
+            fn = c.make()
+            out = fn()
+            sync()
+            return fn, out
+        got = attempt(key, c, first_call)
+        if got is not None:
+            made[key] = (c, *got, [])
+    for _ in range(max(1, int(rounds))):
+        for key, (c, fn, _, times) in list(made.items()):
+            ms = attempt(key, c, lambda fn=fn: float(timer(fn)))
+            if ms is None:
+                del made[key]
+            else:
+                times.append(ms)
+    for key, (c, fn, first, times) in made.items():
+        def last_call(fn=fn):
+            out = fn()
+            sync()
+            return (out,)
+        got = attempt(key, c, last_call)
+        if got is not None:
+            ms = statistics.median(times)
+            entries[key] = {"ms": ms, "tflops": flops / ms / 1e9,
+                            **({"ms_rounds": times} if len(times) > 1 else {})}
+            outputs[key] = (c.to_bshd(first), c.to_bshd(got[0]))
+    for c in candidates:
+        key = (c.name, c.variant)
+        entry = entries[key]
         if c.variant is not None:
             entry = {"path": c.path, **entry}
         entries[key] = entry
@@ -618,6 +651,8 @@ def add_arguments(p: argparse.ArgumentParser, with_common: bool = True) -> None:
     p.add_argument("--no-warmup-pass", dest="warmup_pass", action="store_false",
                    help="skip the pass that calls every backend once per (head_dim, causal) before timing")
     p.add_argument("--rep-ms", type=float, default=100.0)
+    p.add_argument("--rounds", type=int, default=3,
+                   help="time every backend this many times per point, in turn; report the median")
     p.add_argument("--timer", choices=("auto", "events"), default="auto",
                    help="auto: triton do_bench when importable, else CUDA events")
     p.add_argument("--no-fa4", action="store_true", help="skip FlashAttention-4 CuTe even if importable")
@@ -664,7 +699,7 @@ def run(args: argparse.Namespace) -> int:
                         environment=env_info, fa4_cute=fa4_info, api_error=api_error,
                         bundle=str(bundle.root) if bundle else args.bundle, bundle_error=bundle_error,
                         settings={"variants": args.variants, "quick": args.quick, "seed": args.seed,
-                                  "warmup_pass": args.warmup_pass,
+                                  "warmup_pass": args.warmup_pass, "rounds": args.rounds,
                                   "reference_order": list(REFERENCE_ORDER)})
     print(f"attention bench: {len(points)} point(s), {dtype}, timer {timer_desc['name']}, "
           f"FA4-CuTe {'yes' if fa4_func else 'no'}, fa4mlir API {'yes' if api else 'no (' + str(api_error) + ')'}"
@@ -701,7 +736,8 @@ def run(args: argparse.Namespace) -> int:
                 result["variants"].append(variant_info(label, art))
         try:
             cands = candidates(point, variants)
-            rec = run_point(point, cands, timer, sync=torch.cuda.synchronize, diff=_torch_max_abs_diff, tol=args.tol)
+            rec = run_point(point, cands, timer, sync=torch.cuda.synchronize, diff=_torch_max_abs_diff, tol=args.tol,
+                            rounds=args.rounds)
             del cands
         except Exception as e:  # noqa: BLE001  (e.g. out of memory making the inputs)
             rec = {**point.to_json(), "backends": {"fa4mlir": {"error": _error_text(e)}},

@@ -169,6 +169,36 @@ def test_run_point_without_reference_or_fa4mlir_still_records():
     assert rec["backends"]["fa4mlir"] == {"error": "api:x: ImportError: no module named fa4mlir.attention"}
 
 
+def test_run_point_times_candidates_in_turn_and_keeps_the_median_round():
+    ref = np.zeros((2, 4), np.float32)
+    order, rounds = [], {"fa2": [3.0, 1.0, 2.0], "api": [1.5, 9.0, 1.4]}
+
+    def timer(fn):
+        name = fn()[1]
+        order.append(name)
+        return rounds[name][sum(n == name for n in order) - 1]
+
+    def flaky():
+        calls = []
+
+        def fn():
+            calls.append(1)
+            if len(calls) == 3:  # the first call, round 1, then round 2 fails
+                raise RuntimeError("lost the device")
+            return ref, "flaky"
+        return fn
+    cands = [ab.Candidate("fa2", _call(ref, "fa2"), to_bshd=lambda o: o[0]),
+             ab.Candidate("fa4-cute", flaky, to_bshd=lambda o: o[0]),
+             ab.Candidate("fa4mlir", _call(ref, "api"), variant="api:x", path="flash_attn_func", to_bshd=lambda o: o[0])]
+    rounds["flaky"] = [1.0]
+    rec = ab.run_point(ab.Point(128, 1024, True), cands, timer, sync=lambda: None,
+                       diff=lambda a, b: float(np.abs(a - b).max()), rounds=3)
+    assert order == ["fa2", "flaky", "api", "fa2", "api", "fa2", "api"]  # flaky failed in round 2: dropped
+    assert rec["backends"]["fa2"]["ms"] == 2.0 and rec["backends"]["fa2"]["ms_rounds"] == [3.0, 1.0, 2.0]
+    assert rec["backends"]["fa4mlir"]["ms"] == 1.5 and rec["backends"]["fa4mlir"]["ok"]
+    assert rec["backends"]["fa4-cute"] == {"error": "RuntimeError: lost the device"}
+
+
 def test_best_variant_falls_back_to_the_fastest_measured_when_none_is_correct():
     best = ab.best_variant({"a": {"ms": 2.0, "ok": False}, "b": {"ms": 1.0, "ok": False}, "c": {"error": "x"}})
     assert best == {"ms": 1.0, "ok": False, "variant": "b"}
