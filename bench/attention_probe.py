@@ -3,7 +3,7 @@ each, against torch SDPA (cuDNN). A development tool (the full checks are tests/
 bench/attention_bench.py); MLIR-free, runs on the GPU machine:
 
     python3 bench/attention_probe.py BUNDLE [--time-only] [--seqlen 16384 | --seqlen 1024,4096]
-                                            [--match SUBSTRING ...]
+                                            [--match SUBSTRING ...] [--l2 1,16e6,52428800]
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import sys
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from fa4mlir.kernels.attention_sm90_config import flops, grid, launch_args
+from fa4mlir.kernels.attention_sm90_config import L2_BYTES, flops, grid, launch_args
 from fa4mlir.runtime import Bundle, load
 from fa4mlir.testing import attention_math, torch_dtype
 
@@ -55,7 +55,7 @@ def check(kern, b, sq, sk, h, hk, seed=0):
     return ok
 
 
-def bench(kern, seqlen):
+def bench(kern, seqlen, l2_bytes=L2_BYTES, refs=True):
     from triton.testing import do_bench
     from torch.nn.attention import SDPBackend, sdpa_kernel
     cfg = kern.artifact.config
@@ -64,7 +64,7 @@ def bench(kern, seqlen):
     q, k, v = (torch.randn(b, seqlen, h, d, device="cuda", dtype=dt) for _ in range(3))
     o = torch.empty_like(q)
     lse = torch.empty(b, h, seqlen, device="cuda", dtype=torch.float32)
-    args = launch_args(cfg, q, k, v, o, lse, b, h, seqlen, seqlen, 1, 1 / math.sqrt(d))
+    args = launch_args(cfg, q, k, v, o, lse, b, h, seqlen, seqlen, 1, 1 / math.sqrt(d), l2_bytes)
     gr = grid(cfg, b, h, seqlen, torch.cuda.get_device_properties(0).multi_processor_count)
     t = do_bench(lambda: kern.launch(gr, args), warmup=20, rep=200, return_mode="median")
     import time
@@ -74,14 +74,18 @@ def bench(kern, seqlen):
         kern.launch(gr, args)
     host_us = (time.perf_counter() - t0) * 1e4
     torch.cuda.synchronize()
+    fl = flops(b, h, seqlen, seqlen, d, causal)
+    tf = lambda ms: fl / ms / 1e9  # noqa: E731
+    if not refs:
+        print(f"  time S{seqlen} l2 {l2_bytes}: fa4mlir {tf(t):.1f} TFLOP/s (section shift {args[16]}, kernel "
+              f"{t * 1e3:.0f} us)", flush=True)
+        return
     qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
     res = {}
     for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)):
         with sdpa_kernel([be]):
             res[name] = do_bench(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal),
                                  warmup=20, rep=200, return_mode="median")
-    fl = flops(b, h, seqlen, seqlen, d, causal)
-    tf = lambda ms: fl / ms / 1e9  # noqa: E731
     print(f"  time S{seqlen}: fa4mlir {tf(t):.1f} TFLOP/s  cudnn {tf(res['cudnn']):.1f}  fa2 {tf(res['fa2']):.1f}  "
           f"ratio vs cudnn {res['cudnn'] / t:.3f}  (host {host_us:.0f} us/launch, kernel {t * 1e3:.0f} us)", flush=True)
 
@@ -93,7 +97,11 @@ def main() -> int:
     ap.add_argument("--seqlen", default="16384", help="timing seqlen(s), comma-separated")
     ap.add_argument("--match", action="append", default=[],
                     help="only kernels whose name contains one of these (repeatable)")
+    ap.add_argument("--l2", default=str(L2_BYTES),
+                    help="L2 bytes that size a causal grid's sections (launch_args), comma-separated: each "
+                         "is timed without the SDPA references (1: sections of one head)")
     a = ap.parse_args()
+    l2s = [int(float(x)) for x in a.l2.split(",")]
     bad = 0
     for art in Bundle.open(a.bundle).artifacts():
         if art.config.get("kernel") != "attention_fwd_sm90":
@@ -107,7 +115,11 @@ def main() -> int:
                          (1, 1, 3, 1, 1), (1, 4224, 4224, 2, 1)):
                 bad += not check(kern, *case)
         for seqlen in (int(x) for x in a.seqlen.split(",")):
-            bench(kern, seqlen)
+            if len(l2s) == 1:
+                bench(kern, seqlen, l2s[0])
+            else:
+                for l2 in l2s:
+                    bench(kern, seqlen, l2, refs=False)
     return 1 if bad else 0
 
 

@@ -317,9 +317,9 @@ def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: boo
                  seqlen_k: int | None = None) -> dict:
     """The bundle entry to run for (dtype, head_dim, causal) and, when given, seqlen_k. Among
     several (benchmark variants), the one with default_config's tiles for seqlen_k (else, when the
-    bundle lacks it, those for long sequences), then default_config's softmax knobs
-    (exp2_poly_stride, rescale_threshold; absent in older bundles: the defaults), then the
-    ptxas-compiled one."""
+    bundle lacks it, those for long sequences), then default_config's code knobs (KNOB_FIELDS:
+    exp2_poly_stride, rescale_threshold, rescale_before_pv; absent in older bundles: the
+    defaults), then the ptxas-compiled one."""
     # Match on config["kernel"]: entry names carry the config too (attention_fwd_sm90_bf16_d128_...).
     want = {"kernel": attn_cfg.KERNEL, "dtype": dtype, "head_dim": head_dim, "causal": bool(causal)}
     hits = [e for e in entries if e.get("arch") == ARCH
@@ -331,7 +331,7 @@ def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: boo
     default = attn_cfg.default_config(dtype, head_dim, causal, seqlen_k)
     tiles = {k: getattr(default, k) for k in attn_cfg.TILE_FIELDS}
     long_tiles = {k: getattr(attn_cfg.default_config(dtype, head_dim, causal), k) for k in attn_cfg.TILE_FIELDS}
-    knobs = {k: getattr(default, k) for k in ("exp2_poly_stride", "rescale_threshold")}
+    knobs = {k: getattr(default, k) for k in attn_cfg.KNOB_FIELDS}
     for narrow in (lambda e: all(e["config"].get(k) == v for k, v in tiles.items()),
                    lambda e: all(e["config"].get(k) == v for k, v in long_tiles.items()),
                    lambda e: all(e["config"].get(k, v) == v for k, v in knobs.items()),
@@ -408,17 +408,20 @@ def kernel_for(dtype: str, head_dim: int, causal: bool, bundle: Bundle | None = 
 # ----------------------------------------------------------------------------------------------
 
 def launch_plan(kernel_config: dict, dims: AttnDims, q, k, v, out, lse, scale: float,
-                num_sms: int | None = None) -> tuple[tuple, list]:
+                num_sms: int | None = None, l2_bytes: int = attn_cfg.L2_BYTES) -> tuple[tuple, list]:
     """(grid, args) of one launch: the contract of attention_sm90_config (num_sms sizes the grid of a
-    persistent kernel)."""
+    persistent kernel, l2_bytes the sections of a causal one)."""
+    tiles = attn_cfg.query_tiles(kernel_config, dims.seqlen_q) * dims.heads * dims.batch
     if kernel_config.get("persistent"):  # the kernel counts its tiles (causal: twice) in i32
-        tiles = attn_cfg.query_tiles(kernel_config, dims.seqlen_q) * dims.heads * dims.batch
         if 2 * tiles > MAX_I32:
             raise ShapeError(_err(f"batch x heads x query tiles = {tiles} is too many for the persistent "
                                   f"kernel (at most {MAX_I32 // 2})"))
+    elif kernel_config.get("causal") and tiles > MAX_I32:  # one 1-D grid (section_tile)
+        raise ShapeError(_err(f"batch x heads x query tiles = {tiles} is too many for the causal kernel's "
+                              f"grid (at most {MAX_I32})"))
     grid = attn_cfg.grid(kernel_config, dims.batch, dims.heads, dims.seqlen_q, num_sms)
     args = attn_cfg.launch_args(kernel_config, q, k, v, out, lse, dims.batch, dims.heads, dims.seqlen_q, dims.seqlen_k,
-                                dims.heads_per_kv, scale)
+                                dims.heads_per_kv, scale, l2_bytes)
     return grid, args
 
 
@@ -432,11 +435,11 @@ def _device_ordinal(x: Any) -> int | None:
     return None
 
 
-_CONTEXT_DEVICE: list = []  # [(ordinal, capability, SMs)] once queried: the runtime binds one context per process
+_CONTEXT_DEVICE: list = []  # [(ordinal, capability, SMs, L2 bytes)] once queried: the runtime binds one context per process
 
 
-def _context_device() -> tuple[int, tuple[int, int], int]:
-    """(ordinal, compute capability, multiprocessor count) of the runtime's CUDA context device."""
+def _context_device() -> tuple[int, tuple[int, int], int, int]:
+    """(ordinal, compute capability, multiprocessor count, L2 bytes) of the runtime's CUDA context device."""
     if _CONTEXT_DEVICE:
         return _CONTEXT_DEVICE[0]
     from . import runtime
@@ -450,7 +453,9 @@ def _context_device() -> tuple[int, tuple[int, int], int]:
                            "cuDeviceGetAttribute")
     sms = runtime._check(driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
                          "cuDeviceGetAttribute")
-    _CONTEXT_DEVICE.append((int(dev), (int(major), int(minor)), int(sms)))
+    l2 = runtime._check(driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev),
+                        "cuDeviceGetAttribute")
+    _CONTEXT_DEVICE.append((int(dev), (int(major), int(minor)), int(sms), int(l2)))
     return _CONTEXT_DEVICE[0]
 
 
@@ -562,7 +567,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
     scale = check_scale(softmax_scale, dims.head_dim)
     given = {"q": q, "k": k, "v": v, "out": out, "lse": lse}
     ordinal = check_devices([(n, infos[n].device, _device_ordinal(given[n])) for n in infos])
-    context_ordinal, capability, num_sms = _context_device()
+    context_ordinal, capability, num_sms, l2_bytes = _context_device()
     check_device_context(ordinal, context_ordinal, capability)
     allocated = out is None, lse is None
     if out is None or lse is None:
@@ -570,7 +575,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
     out_info, lse_info = tensor_info(out), tensor_info(lse)
     check_outputs(dims, out_info, lse_info)
     kern = kernel_for(dims.dtype, dims.head_dim, causal, bundle, dims.seqlen_k)
-    grid, args = launch_plan(kern.artifact.config, dims, q, k, v, out, lse, scale, num_sms)
+    grid, args = launch_plan(kern.artifact.config, dims, q, k, v, out, lse, scale, num_sms, l2_bytes)
     prepared = kern.prepare(grid, args)
     prepared.launch([infos[n].ptr for n in ("q", "k", "v")] + [out_info.ptr, lse_info.ptr],
                     _resolve_stream(stream, any(i.is_torch for i in (*infos.values(), out_info, lse_info)),

@@ -92,6 +92,10 @@ TILE_VARIANTS = [
     (128, False, dict(bm=128, bn=176, stages=2, pingpong=True)),
     (256, False, dict(bm=128, bn=80, stages=2, pingpong=True)),
     (256, True, dict(bm=128, bn=80, stages=2, pingpong=True)),
+    # O rescaled under S_j, before P V is issued (FA4 CuTe's order at D256): within +-4% of the
+    # default, neither way at every seqlen (notes/RESULTS.md, "Causal grids in L2-sized sections")
+    (256, False, dict(bm=128, bn=80, stages=2, pingpong=False, rescale_before_pv=True)),
+    (256, True, dict(bm=128, bn=80, stages=2, pingpong=False, rescale_before_pv=True)),
 ]
 
 

@@ -4,6 +4,7 @@ The checks are pure functions of runtime.TensorInfo, so most cases build TensorI
 has no numpy dtype); a few go through flash_attn_func with numpy arrays (DLPack, device 'cpu'),
 which must fail with a typed error before any CUDA call.
 """
+import heapq
 import math
 import os
 import subprocess
@@ -378,6 +379,8 @@ def test_persistent_launch_refuses_tile_counts_past_i32():
     raises(ShapeError, ["persistent", "too many"], attention.launch_plan, {"bm": 128, "persistent": True}, dims,
            *"qkvol", 0.125, 132)
     assert attention.launch_plan({"bm": 128}, dims, *"qkvol", 0.125, 132)[0] == (8192, 128, 65535)
+    raises(ShapeError, ["causal kernel's grid", "too many"], attention.launch_plan,
+           {"bm": 128, "causal": True, "head_dim": 64}, dims, *"qkvol", 0.125, 132)
 
 
 def test_select_single_entry():
@@ -440,10 +443,22 @@ def test_launch_plan_follows_the_contract():
     assert args[:5] == ["q", "k", "v", "o", "lse"]
     assert args[5:9] == [2, 8, 1000, 300]
     assert args[9] == pytest.approx(0.125 * math.log2(math.e), rel=1e-15)
-    # divisors: the GQA group (8 // 2 = 4), the query tiles per head (8), the heads (8)
-    assert args[10:] == [*fastdiv.divisor(4), *fastdiv.divisor(8), *fastdiv.divisor(8)]
-    causal = attention.launch_plan({"bm": 128, "causal": True}, dims, *"qkvol", 0.125)[1]
-    assert causal[12:14] == list(fastdiv.divisor(4))  # causal: by the pairs of query tiles per head
+    # divisors: the GQA group (8 // 2 = 4), the query tiles per head (8), the heads (8); then the
+    # sections of a causal grid, unused here (shift 0, divisor 1)
+    assert args[10:] == [*fastdiv.divisor(4), *fastdiv.divisor(8), *fastdiv.divisor(8), 0, *fastdiv.divisor(1)]
+    pers = attention.launch_plan({"bm": 128, "causal": True, "persistent": True}, dims, *"qkvol", 0.125)[1]
+    assert pers[12:14] == list(fastdiv.divisor(4))  # causal persistent: by the pairs of query tiles per head
+    grid, causal = attention.launch_plan({"bm": 128, "causal": True, "head_dim": 128}, dims, *"qkvol", 0.125)
+    assert grid == (128, 1, 1) and causal[12:14] == list(fastdiv.divisor(8))   # 1-D: 8 x 8 x 2 tiles
+    # K and V of one KV head are 300 x 128 x 2 x 2 bytes: all 16 (head, batch) indices fit in one
+    # section of the default 50 MiB's share (shift 4, no rest: divisor 1)
+    assert causal[16:] == [4, *fastdiv.divisor(1)]
+    # 800000 bytes of L2 leave 480000 for sections: the K and V of 3 KV heads (153600 bytes each). 8
+    # consecutive heads of a group of 4 read at most 3 of them, 16 heads 5, so sections of 8, no rest
+    assert acfg.SECTION_L2_SHARE == 0.6
+    small = attention.launch_plan({"bm": 128, "causal": True, "head_dim": 128}, dims, *"qkvol", 0.125,
+                                  l2_bytes=800000)[1]
+    assert small[16:] == [3, *fastdiv.divisor(1)]
     # a persistent kernel: a 1-D grid, one CTA per SM, never more CTAs than tiles (8 x 8 x 2 = 128)
     assert attention.launch_plan({"bm": 128, "persistent": True}, dims, *"qkvol", 0.125, 132)[0] == (128, 1, 1)
     assert attention.launch_plan({"bm": 128, "persistent": True}, dims, *"qkvol", 0.125, 100)[0] == (100, 1, 1)
@@ -585,6 +600,60 @@ def test_causal_persistent_order_covers_every_tile_once_and_balances(batch, head
     # locality: the tiles CTAs run at the same time (each one's i-th pair) share few heads, not grid
     rounds = [{per_cta[c][i][0] for c in range(grid_size) if i < len(per_cta[c])} for i in (0, 2)]
     assert all(len(r) <= -(-grid_size * 2 // m_tiles) + 1 for r in rounds), rounds
+
+
+def _makespan(costs, sms=132):
+    """When the last of `costs` ends, handed out in order to whichever of `sms` SMs frees up first (as
+    the hardware hands out a grid's blocks)."""
+    free = [0.0] * sms
+    for c in costs:
+        heapq.heappush(free, heapq.heappop(free) + c)
+    return max(free)
+
+
+@pytest.mark.parametrize("batch,heads,seqlen,head_dim,group,l2", [
+    (16, 8, 1024, 256, 1, acfg.L2_BYTES), (2, 8, 8192, 256, 1, acfg.L2_BYTES), (1, 8, 16384, 256, 1, acfg.L2_BYTES),
+    (4, 16, 4096, 128, 1, acfg.L2_BYTES), (2, 32, 8192, 64, 1, acfg.L2_BYTES), (3, 5, 1000, 128, 1, 1 << 20),
+    (2, 12, 4224, 64, 4, 3 << 20), (7, 3, 300, 128, 3, 200000), (1, 1, 1, 64, 1, acfg.L2_BYTES),
+    (3, 5, 1000, 128, 1, acfg.L2_BYTES), (2, 12, 4224, 64, 4, acfg.L2_BYTES), (4, 6, 4224, 256, 2, acfg.L2_BYTES)])
+def test_causal_sections_cover_every_tile_once_longest_first(batch, heads, seqlen, head_dim, group, l2):
+    cfg = {"bm": 128, "causal": True, "head_dim": head_dim}
+    args = acfg.launch_args(cfg, *"qkvol", batch, heads, seqlen, seqlen, group, 0.125, l2)
+    (tmul, tshr), shift, (rmul, rshr) = args[12:14], args[16], args[17:19]
+    m_tiles, hb_total = acfg.query_tiles(cfg, seqlen), batch * heads
+    grid = acfg.grid(cfg, batch, heads, seqlen)
+    assert grid == (m_tiles * hb_total, 1, 1)
+    order = [acfg.section_tile(t, m_tiles, hb_total, shift, lambda u: fastdiv.divide(u, tmul, tshr),
+                               lambda u: fastdiv.divide(u, rmul, rshr)) for t in range(grid[0])]
+    assert sorted(order) == [(m, hb) for m in range(m_tiles) for hb in range(hb_total)]
+    # sections: 2**shift (head, batch) indices whose KV heads' K and V fit in the L2 share (or one index)
+    sw, budget = 1 << shift, l2 * acfg.SECTION_L2_SHARE
+    kv_bytes = 2 * seqlen * head_dim * 2
+    kv_heads = lambda hbs: len({(hb // heads, hb % heads // group) for hb in hbs})  # noqa: E731
+    assert sw == 1 or all(kv_heads(range(s, s + sw)) * kv_bytes <= budget for s in range(0, hb_total - sw + 1, sw))
+    assert sw == hb_total or sw * 2 > hb_total or max(kv_heads(range(s, s + 2 * sw))
+                                                       for s in range(0, hb_total - 2 * sw + 1)) * kv_bytes > budget
+    # within a section, longest rows first: the query tile never grows, every index once per tile
+    for start in range(0, hb_total, sw):
+        part = [(m, hb) for m, hb in order if start <= hb < start + sw]
+        assert part == sorted(part, key=lambda x: (-x[0], x[1]))
+    # the point of the order: handed out in turn to 132 SMs, the grid ends within 3% of its ideal or
+    # two of the shortest tiles after it (tile cost: its KV blocks at bn = 128 and seqlen_k = seqlen,
+    # plus one for the tile's own work). With an H100/H200's L2; the small ones above test the rest
+    # and GQA (sections of one head leave the head-by-head order's tail)
+    if l2 != acfg.L2_BYTES:
+        return
+    cost = {m: min(m + 1, m_tiles) + 1 for m in range(m_tiles)}
+    ideal = max(sum(cost[m] for m, _ in order) / 132, max(cost.values()))
+    assert _makespan([cost[m] for m, _ in order]) <= max(1.03 * ideal, ideal + 2 * cost[0])
+
+
+def test_causal_head_by_head_order_ends_late():
+    """What section_tile replaced, at D256 causal 8k of the FA3 grid: every head's tiles, longest
+    first, one head after the other, leaves the last heads' long tiles running after the rest."""
+    m_tiles, hb_total = 64, 16
+    cost = [m + 2 for _ in range(hb_total) for m in reversed(range(m_tiles))]
+    assert _makespan(cost) > 1.08 * sum(cost) / 132
 
 
 def test_persistent_needs_room_for_a_second_q_tile_and_an_o_tile():

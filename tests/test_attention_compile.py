@@ -38,7 +38,8 @@ WGMMA_K = 16
 # The launch contract (attention_sm90_config.launch_args): (name, kind) in PTX order.
 PARAMS = [("q", "tma"), ("k", "tma"), ("v", "tma"), ("o", "tma"), ("lse", "ptr"), ("batch", "i32"),
           ("heads", "i32"), ("seqlen_q", "i32"), ("seqlen_k", "i32"), ("scale_log2", "f32"),
-          *((f"{n}_{part}", "i32") for n in ("group", "tiles", "heads") for part in ("mul", "shr"))]
+          *((f"{n}_{part}", "i32") for n in ("group", "tiles", "heads") for part in ("mul", "shr")),
+          ("section_shift", "i32"), ("rest_mul", "i32"), ("rest_shr", "i32")]
 
 pytestmark = pytest.mark.skipif(lowering.find_ptxas() is None,
                                 reason="no ptxas (pip install nvidia-cuda-nvcc): the attention set compiles with it")

@@ -21,7 +21,9 @@ computes 1 in k of a row's p by a polynomial on the FMA pipes instead of the SFU
 `rescale_threshold` (lazy rescale) moves m only when the row max grows by more than the threshold
 (log2 units), so P may exceed 1 (up to 2^threshold) and O's rescale is skipped, behind a
 warp-uniform vote, when no row of the warp moved. m stays the max that P and l are relative to,
-so the epilogue's LSE = (m * scale_log2 + log2 l) * ln 2 is exact either way.
+so the epilogue's LSE = (m * scale_log2 + log2 l) * ln 2 is exact either way. `rescale_before_pv`
+(FA4 CuTe's order at head dim 256) scales O by the previous block's alpha after S_j is issued and
+before O += P V is, so the multiplies run under S_j instead of after P V's wait.
 P stays in registers and feeds wgmma's A operand; V is read MN-major (imm-trans-b).
 Epilogue: O / l into the (now idle) Q tile in SMEM with the 128B swizzle, then TMA stores; the LSE
 (natural log, float32 [batch, heads, seqlen_q]) is written from registers.
@@ -41,7 +43,7 @@ from __future__ import annotations
 
 from .. import dsl
 from ..dsl import KernelBuilder, Value, const, fa4_op, fast_div, fma, fmax, log2, select, tree_reduce, undef, vec
-from .attention_sm90_config import AttnConfig, causal_pair_slot, default_config  # noqa: F401  (re-exported)
+from .attention_sm90_config import AttnConfig, causal_pair_slot, default_config, section_tile  # noqa: F401  (re-exported)
 from .common.masks import block_range, visible_keys
 from .common.softmax import exp2_mixed, max_update
 
@@ -75,6 +77,7 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
     # divisors as (multiplier, shift) (common.fastdiv): quotients of uniform values stay uniform
     div_group, div_tiles, div_heads = ((kb.param_i32(f"{n}_mul"), kb.param_i32(f"{n}_shr"))
                                        for n in ("group", "tiles", "heads"))
+    sections = (kb.param_i32("section_shift"), (kb.param_i32("rest_mul"), kb.param_i32("rest_shr")))
 
     with kb.body():
         q_smem = kb.smem("q_smem", cfg.q_stages * q_bytes)
@@ -89,7 +92,7 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
         # persistent: O is staged in its own tile, so the next tile's Q can load during this epilogue
         o_smem = kb.smem("o_smem", q_bytes) if cfg.persistent else q_smem
         kb.pipeline_init()
-        tiles = _Tiles(kb, cfg, batch, heads, seqlen_q, seqlen_k, div_group, div_tiles, div_heads)
+        tiles = _Tiles(kb, cfg, batch, heads, seqlen_q, seqlen_k, div_group, div_tiles, div_heads, sections)
 
         with kb.warp_roles():
             with kb.role("load", first_warp=0, num_warps=1, regs=cfg.producer_regs):
@@ -113,9 +116,10 @@ class _Geometry:
 
 
 class _Tiles:
-    """The query tiles of this CTA. Without `persistent`, the one of its block index (x: query tile,
-    the longest rows first when causal, so the tail of the grid is short work; y: head; z: batch:
-    the hardware hands blocks out in that order as SMs free up). With it, a 1-D grid strides over
+    """The query tiles of this CTA. Without `persistent`, the one of its block index (non-causal x:
+    query tile, y: head, z: batch; causal: a 1-D grid in section_tile's order, longest rows first
+    across the heads of an L2-sized section, since the hardware hands blocks out in order as SMs
+    free up and the grid should end on short tiles). With it, a 1-D grid strides over
     all tiles. Non-causal in the order query tile (fastest), head, batch: CTAs running at the same
     time work on neighbouring tiles of one head, so that head's K and V stay in L2. Causal tiles
     differ in work (a tile's KV blocks grow with its row), so a static stride over them in that
@@ -130,16 +134,22 @@ class _Tiles:
     counts of the Q tiles and KV blocks used so far, which the producer and the consumers
     compute alike."""
 
-    def __init__(self, kb, cfg, batch, heads, seqlen_q, seqlen_k, div_group, div_tiles, div_heads):
+    def __init__(self, kb, cfg, batch, heads, seqlen_q, seqlen_k, div_group, div_tiles, div_heads, sections):
         self.kb, self.cfg = kb, cfg
         self.batch, self.heads, self.seqs = batch, heads, (seqlen_q, seqlen_k, div_group)
         self.div_tiles, self.div_heads = div_tiles, div_heads
         self.fixed = None
-        if not cfg.persistent:
-            m_block = kb.block_idx(0)
-            if cfg.causal:
-                m_block = kb.grid_dim(0) - 1 - m_block
-            self.fixed = _Geometry(kb, cfg, m_block, kb.block_idx(1), kb.block_idx(2), heads, *self.seqs)
+        if cfg.persistent:
+            return
+        if not cfg.causal:
+            self.fixed = _Geometry(kb, cfg, kb.block_idx(0), kb.block_idx(1), kb.block_idx(2), heads, *self.seqs)
+            return
+        shift, div_rest = sections
+        m_tiles = (seqlen_q + (cfg.bm - 1)) // cfg.bm
+        m_block, hb = section_tile(kb.block_idx(0), m_tiles, heads * batch, shift,
+                                   lambda u: fast_div(u, *div_tiles), lambda u: fast_div(u, *div_rest), _ValueOps)
+        b = fast_div(hb, *div_heads)
+        self.fixed = _Geometry(kb, cfg, m_block, hb - b * heads, b, heads, *self.seqs)
 
     def _run(self, body, m_block, hb, counts):
         b = fast_div(hb, *self.div_heads)
@@ -316,11 +326,11 @@ class _Consumer:
 
     # ---- softmax --------------------------------------------------------------------------------
     def softmax(self, s_acc: Value, j: Value, m_prev: list, l_prev: list, masked: bool):
-        """Online softmax of one S block. Returns (P fragments, m, l, alpha): m is the running max
-        of raw scores per row that P and l are relative to (common.softmax.max_update: it lags the
-        true max by < rescale_threshold under lazy rescale), l the thread's partial row sums (reduced
-        across the 4 lanes of a row only in the epilogue), alpha = exp2((m_prev - m) * scale_log2)
-        rescales O (1 when m did not move). p = exp2 on the SFU, 1 in exp2_poly_stride of a row's
+        """Online softmax of one S block. Returns (P, m, l, alpha): P in float32 (`pack` makes the
+        wgmma fragments), m the running max of raw scores per row that P and l are relative to
+        (common.softmax.max_update: it lags the true max by < rescale_threshold under lazy
+        rescale), l the thread's partial row sums (reduced across the 4 lanes of a row only in the
+        epilogue), alpha = exp2((m_prev - m) * scale_log2) rescales O (1 when m did not move). p = exp2 on the SFU, 1 in exp2_poly_stride of a row's
         elements by the FMA polynomial (common.softmax.exp2_mixed)."""
         kb, cfg, geo = self.kb, self.cfg, self.geo
         s = [s_acc[i] for i in range(self.n_s)]
@@ -347,12 +357,16 @@ class _Consumer:
             total = tree_reduce(row_p, lambda a, b: a + b)
             m_new.append(m)
             l_new.append(fma(l_prev[h], alpha[h], total))
+        return p, m_new, l_new, alpha
+
+    def pack(self, p: list) -> list:
+        """P (float32, S's register order) as wgmma A fragments: per k16 step four 16-bit pairs."""
         frags = []
-        for kk in range(cfg.bn // WGMMA_K):
-            words = [vec(p[8 * kk + 2 * r], p[8 * kk + 2 * r + 1]).to((cfg.dtype, 2)).bitcast("i32")
+        for kk in range(self.cfg.bn // WGMMA_K):
+            words = [vec(p[8 * kk + 2 * r], p[8 * kk + 2 * r + 1]).to((self.cfg.dtype, 2)).bitcast("i32")
                      for r in range(4)]
             frags.append(vec(*words))
-        return frags, m_new, l_new, alpha
+        return frags
 
     def rescale(self, o: Value, alpha: list) -> Value:
         scale = [alpha[(i // 2) % 2] for i in range(self.n_o)]
@@ -440,34 +454,43 @@ def _consume_tile(kb, cfg, cs, counts, q_pipe, k_pipe, v_pipe, o_smem, o_desc, l
             first = kb.if_(geo.n_unmasked.gt(0), results=[f32] * 4 + [("i32", 4)] * (cfg.bn // WGMMA_K))
             for branch, masked in ((first.then_, False), (first.else_, True)):
                 with branch():
-                    frags, m, l, _ = cs.softmax(s_acc, const(0), [neg_inf, neg_inf], [zero, zero], masked=masked)
-                    first.yield_(*m, *l, *frags)
+                    p, m, l, _ = cs.softmax(s_acc, const(0), [neg_inf, neg_inf], [zero, zero], masked=masked)
+                    first.yield_(*m, *l, *cs.pack(p))
             m, l, frags = first.results[0:2], first.results[2:4], first.results[4:]
         else:
-            frags, m, l, _ = cs.softmax(s_acc, const(0), [neg_inf, neg_inf], [zero, zero], masked=True)
+            p, m, l, _ = cs.softmax(s_acc, const(0), [neg_inf, neg_inf], [zero, zero], masked=True)
+            frags = cs.pack(p)
         o = const(0.0, o_t)
         k1, v0 = k0.advance(), _state(v_pipe, None if counts is None else counts[1])
-        state = (k1.stage, k1.phase, v0.stage, v0.phase, o, *m, *l, *frags)
+        # with rescale_before_pv the carry ends with the alpha O still owes (1: block 0 left O = 0)
+        late = [const(1.0, f32)] * 2 if cfg.rescale_before_pv else []
+        state = (k1.stage, k1.phase, v0.stage, v0.phase, o, *m, *l, *late, *frags)
+        n_late = len(late)
 
         def body(j, carried, masked):
-            ks, kph, vs, vph, o_in, m0_, m1_, l0_, l1_, *p_in = carried
+            ks, kph, vs, vph, o_in, m0_, m1_, l0_, l1_, *rest = carried
+            alpha_in, p_in = rest[:n_late], rest[n_late:]
             k_s, v_s = dsl.PipeState(ks, kph, cfg.stages), dsl.PipeState(vs, vph, cfg.stages)
             k_pipe.consumer_wait(k_s)
             v_pipe.consumer_wait(v_s)
             turn_begin()   # data first, then the turn: a warpgroup never holds the turn while waiting on TMA
             s_j = cs.issue_s(ks, q0.stage)
+            if alpha_in:   # O's registers are free (the last P V was waited on): scale them under S_j
+                o_in = cs.rescale_if_moved(o_in, alpha_in)
             o_j = cs.issue_pv(p_in, vs, o_in)
             turn_end()
             s_j = Value(fa4_op("mma_wait_group", [s_j], [s_j.type], pending=1).result)
             with kb.if_(cs.is_leader).then_():
                 k_pipe.consumer_release(k_s)
-            frags_j, m_j, l_j, alpha = cs.softmax(s_j, j, [m0_, m1_], [l0_, l1_], masked)
+            p_j, m_j, l_j, alpha = cs.softmax(s_j, j, [m0_, m1_], [l0_, l1_], masked)
+            frags_j = cs.pack(p_j)
             o_j = Value(fa4_op("mma_wait_group", [o_j], [o_j.type], pending=0).result)
             with kb.if_(cs.is_leader).then_():
                 v_pipe.consumer_release(v_s)
-            o_j = cs.rescale_if_moved(o_j, alpha)
+            if not n_late:
+                o_j = cs.rescale_if_moved(o_j, alpha)
             kn, vn = k_s.advance(), v_s.advance()
-            return (kn.stage, kn.phase, vn.stage, vn.phase, o_j, *m_j, *l_j, *frags_j)
+            return (kn.stage, kn.phase, vn.stage, vn.phase, o_j, *m_j, *l_j, *(alpha if n_late else ()), *frags_j)
 
         # blocks 1 .. n_unmasked-1 need no mask; the rest (diagonal, seqlen_k tail) do
         split = select(geo.n_unmasked.gt(1), geo.n_unmasked, const(1))
@@ -476,7 +499,10 @@ def _consume_tile(kb, cfg, cs, counts, q_pipe, k_pipe, v_pipe, o_smem, o_desc, l
             with loop as (j, carried):
                 loop.yield_(*body(j, carried, masked))
             state = tuple(loop.results)
-        _, _, vs, vph, o, m0_, m1_, l0_, l1_, *p_last = state
+        _, _, vs, vph, o, m0_, m1_, l0_, l1_, *rest = state
+        p_last = rest[n_late:]
+        if n_late:
+            o = cs.rescale_if_moved(o, rest[:n_late])
         if cfg.persistent:  # every S GEMM has completed: the next tile's Q may load now
             with kb.if_(cs.is_leader).then_():
                 q_pipe.consumer_release(q0)

@@ -7,7 +7,7 @@ are the kernel's launch contract, shared by the host API, the tests and the benc
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from .common.fastdiv import divisor
 from .common.naming import softmax_knob_tags
@@ -32,6 +32,9 @@ class AttnConfig:
     persistent: bool = False  # a 1-D grid (one CTA per SM: grid(num_sms=...)) strides over all query tiles;
     #                           Q has two SMEM tiles and O its own, so the next tile's Q and first K
     #                           load while this tile runs, and its epilogue overlaps the next loads
+    rescale_before_pv: bool = False  # rescale O by the last block's alpha while S_j is on the tensor
+    #                           cores, before O += P V is issued (FA4 CuTe at head dim 256), instead of
+    #                           after P V's wait
     load_regs: int = 0        # setmaxnreg of the producer warpgroup; 0: auto (producer_regs)
     mma_regs: int = 0         # setmaxnreg of each consumer warpgroup; 0: auto (consumer_regs)
     # FlashAttention-4's softmax pieces (kernels/common/softmax.py), off by default:
@@ -130,8 +133,9 @@ class AttnConfig:
         return self.q_stages * self.bm * row + o_tile + 2 * self.stages * self.bn * row + 1024
 
     def name_suffix(self) -> str:
-        """Kernel-name tags of the non-default softmax knobs ('' for the defaults): _poly4, _lazy8."""
-        return softmax_knob_tags(self.exp2_poly_stride, self.rescale_threshold)
+        """Kernel-name tags of the non-default softmax knobs ('' for the defaults): _poly4, _lazy8, _rb."""
+        tags = softmax_knob_tags(self.exp2_poly_stride, self.rescale_threshold)
+        return tags + ("_rb" if self.rescale_before_pv else "")
 
     def key(self) -> dict:
         return {"kernel": KERNEL, **self.__dict__}
@@ -181,6 +185,8 @@ def is_short(head_dim: int, causal: bool, seqlen_k: int | None) -> bool:
 
 # the AttnConfig fields TILES sets: what tells the default kernel from a tile variant in a bundle
 TILE_FIELDS = ("bm", "bn", "stages", "pingpong", "persistent", "load_regs", "mma_regs")
+# the other code knobs (softmax pieces, rescale placement): a variant differs from the default in them
+KNOB_FIELDS = tuple(f.name for f in fields(AttnConfig) if f.name not in ("dtype", "head_dim", "causal", *TILE_FIELDS))
 
 
 def default_config(dtype: str, head_dim: int, causal: bool, seqlen_k: int | None = None) -> AttnConfig:
@@ -223,27 +229,56 @@ def query_tiles(config: dict, seqlen_q: int) -> int:
 
 
 def grid(config: dict, batch: int, heads: int, seqlen_q: int, num_sms: int | None = None) -> tuple[int, int, int]:
-    """One CTA per (bm query rows, head, batch). A persistent kernel takes a 1-D grid of any size
-    and strides over all tiles: one CTA per SM with `num_sms` (fewer when there are fewer tiles),
-    else one per tile."""
+    """One CTA per (bm query rows, head, batch): (query tiles, heads, batch), or 1-D when causal
+    (section_tile orders it). A persistent kernel takes a 1-D grid of any size and strides over all
+    tiles: one CTA per SM with `num_sms` (fewer when there are fewer tiles), else one per tile."""
     tiles = query_tiles(config, seqlen_q)
-    if not config.get("persistent"):
-        return (tiles, heads, batch)
+    if not config.get("persistent"):  # causal: a 1-D grid in section_tile's order
+        return (tiles * heads * batch, 1, 1) if config.get("causal") else (tiles, heads, batch)
     total = tiles * heads * batch
     return (min(total, num_sms) if num_sms else total, 1, 1)
 
 
+L2_BYTES = 50 * 1024 * 1024  # H100 / H200 L2; the host API passes the device's own (launch_plan)
+# The share of L2 a causal grid's section may fill with K and V. Timed on an H200 (notes/RESULTS.md,
+# "Causal grids in L2-sized sections") at 4, 8, 16, 32 and 52 MB of 50 MiB: 32 MB was the fastest or
+# within 1% of it at every causal kernel and seqlen; the whole L2 lost up to 7% (D128 causal 4k).
+SECTION_L2_SHARE = 0.6
+
+
+def section_shift(config: dict, batch: int, heads: int, seqlen_k: int, heads_per_kv: int,
+                  l2_bytes: int = L2_BYTES) -> int:
+    """log2 of the (head, batch) indices per section of a causal one-tile-per-CTA grid (section_tile):
+    the largest power of two whose K and V (seqlen_k x head_dim, both, of every KV head a run of that
+    many consecutive query heads reads) fit in SECTION_L2_SHARE of `l2_bytes`; at least one head, at
+    most all of them."""
+    kv_head = 2 * int(seqlen_k) * config["head_dim"] * 2     # K and V of one KV head, 2-byte elements
+    budget = l2_bytes * SECTION_L2_SHARE
+    group = max(int(heads_per_kv), 1)
+    shift = 0
+    while (2 << shift) <= batch * heads and (-(-((2 << shift) - 1) // group) + 1) * kv_head <= budget:
+        shift += 1
+    return shift
+
+
 def launch_args(config: dict, q, k, v, o, lse, batch: int, heads: int, seqlen_q: int, seqlen_k: int,
-                heads_per_kv: int, softmax_scale: float) -> list:
+                heads_per_kv: int, softmax_scale: float, l2_bytes: int = L2_BYTES) -> list:
     """The kernel's parameters in order: TMA tensors q, k, v, o ([B, S, H, D] each), the LSE pointer
     (float32 [B, H, Sq], contiguous), batch, heads, seqlen_q, seqlen_k, softmax_scale * log2(e),
     then three divisors as (multiplier, shift) pairs (common.fastdiv): heads // kv_heads (the GQA
-    group), the tile index's split (what a persistent kernel divides its tile index by: query tiles
-    per (head, batch), or pairs of them when causal) and heads."""
+    group), the tile index's split (query tiles per (head, batch), or pairs of them for a causal
+    persistent kernel) and heads; then the section shift of a causal one-tile-per-CTA grid
+    (section_shift, from the device's `l2_bytes`; 0 for other kernels, which do not read it) and the
+    divisor of its last, partial section's (head, batch) count (section_tile)."""
     tiles = query_tiles(config, seqlen_q)
-    split = (tiles + 1) // 2 if config.get("causal") else tiles
+    persistent_causal = config.get("causal") and config.get("persistent")
+    split = (tiles + 1) // 2 if persistent_causal else tiles
+    sectioned = config.get("causal") and not config.get("persistent")
+    shift = section_shift(config, batch, heads, seqlen_k, heads_per_kv, l2_bytes) if sectioned else 0
+    rest = (batch * heads) % (1 << shift)
     return [q, k, v, o, lse, int(batch), int(heads), int(seqlen_q), int(seqlen_k), float(softmax_scale) * LOG2E,
-            *divisor(int(heads_per_kv)), *divisor(max(int(split), 1)), *divisor(int(heads))]
+            *divisor(int(heads_per_kv)), *divisor(max(int(split), 1)), *divisor(int(heads)),
+            shift, *divisor(max(rest, 1))]
 
 
 class IntOps:
@@ -251,6 +286,28 @@ class IntOps:
     eq = staticmethod(lambda a, b: a == b)
     lt = staticmethod(lambda a, b: a < b)
     select = staticmethod(lambda c, a, b: a if c else b)
+
+
+def section_tile(t, m_tiles, hb_total, shift, div_tiles, div_rest, ops=IntOps):
+    """(m_block, (head, batch) index) of block t of a causal one-tile-per-CTA grid. The (head, batch)
+    indices go in sections of 2**shift (section_shift: their K and V fit in a share of L2); within
+    a section the tiles go longest rows first, every index of the section at one query tile before
+    the next shorter tile, so the hardware, which hands blocks out in order, starts the long tiles of all
+    sections' heads early and ends on short ones (a head-by-head order leaves the last heads' long
+    tiles to run after the rest of the grid has finished). The last section holds the rest,
+    hb_total mod 2**shift indices. div_tiles(u) = u // m_tiles, div_rest(u) = u // rest. Written once
+    for ints (tests) and kernel Values (`ops`: lt, select)."""
+    full = (hb_total >> shift) << shift                    # indices in whole sections
+    in_full = ops.lt(t, full * m_tiles)
+    sec = div_tiles(t >> shift)
+    r = t - ((sec * m_tiles) << shift)
+    m_full = r >> shift
+    hb_full = (sec << shift) + r - (m_full << shift)
+    r2 = ops.select(in_full, t - t, t - full * m_tiles)   # 0 when unused: div_rest needs n >= 0
+    m_rest = div_rest(r2)
+    hb_rest = full + r2 - m_rest * (hb_total - full)
+    m_idx = ops.select(in_full, m_full, m_rest)
+    return m_tiles - 1 - m_idx, ops.select(in_full, hb_full, hb_rest)
 
 
 def causal_pair_slot(slot, m_tiles, grid_size, div_pairs, ops=IntOps):
@@ -277,5 +334,5 @@ def flops(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int, c
     return f / 2 if causal else f
 
 
-__all__ = ["AttnConfig", "default_config", "default_configs", "SHORT_SEQLEN_K", "SHORT_TILES", "is_short", "query_tiles", "causal_pair_slot", "IntOps", "grid", "launch_args", "flops", "KERNEL", "HEAD_DIMS", "DTYPES", "BMS", "TILES",
-           "TILE_FIELDS"]
+__all__ = ["AttnConfig", "default_config", "default_configs", "SHORT_SEQLEN_K", "SHORT_TILES", "is_short", "query_tiles", "causal_pair_slot", "section_tile", "section_shift", "L2_BYTES", "SECTION_L2_SHARE", "IntOps", "grid", "launch_args", "flops", "KERNEL", "HEAD_DIMS", "DTYPES", "BMS", "TILES",
+           "TILE_FIELDS", "KNOB_FIELDS"]
