@@ -54,7 +54,7 @@ from typing import Any, Sequence
 from . import env
 from .kernels import attention_sm90_config as attn_cfg
 from .runtime import (DTYPES, GMEM_ALIGN_BYTES, Bundle, KernelArtifact, LoadedKernel, TensorInfo,
-                      _resolve_stream, load, tensor_info)
+                      load, resolve_stream, tensor_info)
 
 ARCH = "sm_90a"
 # The kernel's compile environment: ptxas honours setmaxnreg (nvJitLink drops it, ptxas C7504), and
@@ -553,7 +553,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
             lse = torch.empty(call.lse_shape, dtype=torch.float32, device=q.device)
         addresses = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr())
         if not any(a % GMEM_ALIGN_BYTES for a in addresses):  # else the checks below say which
-            call.launch.launch(addresses, _resolve_stream(stream, True, q.device.index))
+            call.launch.launch(addresses, resolve_stream(stream, True, q.device.index))
             return (out, lse) if return_lse else out
     infos = {}
     for name, x in (("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse)):
@@ -578,7 +578,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
     grid, args = launch_plan(kern.artifact.config, dims, q, k, v, out, lse, scale, num_sms, l2_bytes)
     prepared = kern.prepare(grid, args)
     prepared.launch([infos[n].ptr for n in ("q", "k", "v")] + [out_info.ptr, lse_info.ptr],
-                    _resolve_stream(stream, any(i.is_torch for i in (*infos.values(), out_info, lse_info)),
+                    resolve_stream(stream, any(i.is_torch for i in (*infos.values(), out_info, lse_info)),
                                     ordinal if ordinal is not None else context_ordinal))
     if signature is not None:
         # the signature of this call names out and lse as given or not; what fills them in is torch's

@@ -419,7 +419,7 @@ def torch_current_stream(device_index: int | None = None) -> int:
     return int(raw(torch.cuda.current_device() if device_index is None else device_index))
 
 
-def _resolve_stream(stream: Any, uses_torch: bool, device_index: int | None = None) -> int:
+def resolve_stream(stream: Any, uses_torch: bool, device_index: int | None = None) -> int:
     """A launch's stream handle: ``stream`` (None: torch's current stream on ``device_index`` when
     the arguments are torch tensors, else the legacy default stream 0)."""
     if stream is None:
@@ -523,7 +523,7 @@ class LoadedKernel:
         the default stream. All argument checks run before any CUDA call."""
         grid3 = _grid3(self.artifact, grid)
         prepared = prepare_args(self.artifact, args)
-        handle = _resolve_stream(stream, prepared.uses_torch)
+        handle = resolve_stream(stream, prepared.uses_torch)
         _launch(self, grid3, _pack(self.artifact, prepared), handle)
 
     def prepare(self, grid: Any, args: Sequence[Any]) -> "PreparedLaunch":

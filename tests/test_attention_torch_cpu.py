@@ -64,7 +64,7 @@ def cpu_api(monkeypatch):
     monkeypatch.setattr(attention, "CUDA_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(attention, "_context_device", lambda: (0, (9, 0), 132, 50 * 2**20))
     monkeypatch.setattr(attention, "_CALLS", {})
-    monkeypatch.setattr(attention, "_resolve_stream", lambda stream, uses_torch, device: "current" if stream is None else stream)
+    monkeypatch.setattr(attention, "resolve_stream", lambda stream, uses_torch, device: "current" if stream is None else stream)
     return made
 
 

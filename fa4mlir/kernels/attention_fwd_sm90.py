@@ -145,15 +145,21 @@ class _Tiles:
             self.fixed = _Geometry(kb, cfg, kb.block_idx(0), kb.block_idx(1), kb.block_idx(2), heads, *self.seqs)
             return
         shift, div_rest = sections
-        m_tiles = (seqlen_q + (cfg.bm - 1)) // cfg.bm
-        m_block, hb = section_tile(kb.block_idx(0), m_tiles, heads * batch, shift,
+        m_block, hb = section_tile(kb.block_idx(0), self._m_tiles(), heads * batch, shift,
                                    lambda u: fast_div(u, *div_tiles), lambda u: fast_div(u, *div_rest), _ValueOps)
-        b = fast_div(hb, *div_heads)
-        self.fixed = _Geometry(kb, cfg, m_block, hb - b * heads, b, heads, *self.seqs)
+        self.fixed = self._geometry(m_block, hb)
+
+    def _m_tiles(self) -> Value:
+        """Query tiles per (head, batch)."""
+        return (self.seqs[0] + (self.cfg.bm - 1)) // self.cfg.bm
+
+    def _geometry(self, m_block, hb) -> _Geometry:
+        """Query tile m_block of (head, batch) index hb = head + heads * batch."""
+        b = fast_div(hb, *self.div_heads)
+        return _Geometry(self.kb, self.cfg, m_block, hb - b * self.heads, b, self.heads, *self.seqs)
 
     def _run(self, body, m_block, hb, counts):
-        b = fast_div(hb, *self.div_heads)
-        geo = _Geometry(self.kb, self.cfg, m_block, hb - b * self.heads, b, self.heads, *self.seqs)
+        geo = self._geometry(m_block, hb)
         body(geo, counts)
         q_count, kv_count = counts
         return q_count + select(geo.n_blocks.gt(0), const(1), const(0)), kv_count + geo.n_blocks
@@ -165,7 +171,7 @@ class _Tiles:
         if self.fixed is not None:
             body(self.fixed, None)
             return
-        m_tiles = (self.seqs[0] + (cfg.bm - 1)) // cfg.bm
+        m_tiles = self._m_tiles()
         start = (const(0), const(0))
         if not cfg.causal:
             loop = kb.for_(kb.block_idx(0), m_tiles * self.heads * self.batch, kb.grid_dim(0), carry=start)
