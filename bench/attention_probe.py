@@ -109,7 +109,8 @@ def main() -> int:
         if a.match and not any(m in art.name for m in a.match):
             continue
         kern = load(art)
-        print(f"{art.name} [{(art.key or '')[:10]}] ({art.resources.get('registers')} regs, {art.config.get('cubin_backend')})", flush=True)
+        print(f"{art.name} [{(art.key or '')[:10]}] ({art.resources.get('registers')} regs, "
+              f"{art.config.get('cubin_backend')})", flush=True)
         if not a.time_only:
             for case in ((1, 128, 128, 1, 1), (2, 1000, 1000, 4, 2), (1, 128, 1000, 2, 1), (1, 1000, 128, 2, 2),
                          (1, 1, 3, 1, 1), (1, 4224, 4224, 2, 1)):

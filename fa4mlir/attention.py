@@ -435,7 +435,8 @@ def _device_ordinal(x: Any) -> int | None:
     return None
 
 
-_CONTEXT_DEVICE: list = []  # [(ordinal, capability, SMs, L2 bytes)] once queried: the runtime binds one context per process
+# [(ordinal, capability, SMs, L2 bytes)] once queried: the runtime binds one context per process
+_CONTEXT_DEVICE: list = []
 
 
 def _context_device() -> tuple[int, tuple[int, int], int, int]:

@@ -1,8 +1,9 @@
 """MLIR-free kernel runtime: artefacts, TMA descriptors, launch, bundles.
 
 A program that only runs prebuilt kernels needs this module and ``cuda.bindings`` (plus
-``fa4mlir.env`` and ``fa4mlir.tensors``, which reads tensor-likes); never MLIR. Every host-side check on launch arguments runs before any CUDA
-call, so argument errors raise ValueError/TypeError even on a machine without a GPU.
+``fa4mlir.env`` and ``fa4mlir.tensors``, which reads tensor-likes); never MLIR. Every host-side
+check on launch arguments runs before any CUDA call, so argument errors raise ValueError/TypeError
+even on a machine without a GPU.
 
 Note [TMA descriptor layout]: a descriptor is encoded from the tensor's shape reversed
 (innermost dimension first), the byte strides of dims 1.. of that reversed order, the artefact's

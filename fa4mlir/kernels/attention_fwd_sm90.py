@@ -336,8 +336,9 @@ class _Consumer:
         wgmma fragments), m the running max of raw scores per row that P and l are relative to
         (common.softmax.max_update: it lags the true max by < rescale_threshold under lazy
         rescale), l the thread's partial row sums (reduced across the 4 lanes of a row only in the
-        epilogue), alpha = exp2((m_prev - m) * scale_log2) rescales O (1 when m did not move). p = exp2 on the SFU, 1 in exp2_poly_stride of a row's
-        elements by the FMA polynomial (common.softmax.exp2_mixed)."""
+        epilogue), alpha = exp2((m_prev - m) * scale_log2) rescales O (1 when m did not move).
+        p = exp2 on the SFU, 1 in exp2_poly_stride of a row's elements by the FMA polynomial
+        (common.softmax.exp2_mixed)."""
         kb, cfg, geo = self.kb, self.cfg, self.geo
         s = [s_acc[i] for i in range(self.n_s)]
         if masked:  # register i holds key col0 + 8 (i // 4) + i % 2 of row h = (i // 2) % 2

@@ -334,5 +334,7 @@ def flops(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int, c
     return f / 2 if causal else f
 
 
-__all__ = ["AttnConfig", "default_config", "default_configs", "SHORT_SEQLEN_K", "SHORT_TILES", "is_short", "query_tiles", "causal_pair_slot", "section_tile", "section_shift", "L2_BYTES", "SECTION_L2_SHARE", "IntOps", "grid", "launch_args", "flops", "KERNEL", "HEAD_DIMS", "DTYPES", "BMS", "TILES",
+__all__ = ["AttnConfig", "default_config", "default_configs", "SHORT_SEQLEN_K", "SHORT_TILES", "is_short",
+           "query_tiles", "causal_pair_slot", "section_tile", "section_shift", "L2_BYTES", "SECTION_L2_SHARE",
+           "IntOps", "grid", "launch_args", "flops", "KERNEL", "HEAD_DIMS", "DTYPES", "BMS", "TILES",
            "TILE_FIELDS", "KNOB_FIELDS"]
