@@ -215,6 +215,11 @@ class KernelBuilder:
         """True in every lane when `pred` holds in any lane of the warp (a warp-uniform branch condition)."""
         return Value(fa4_op("vote_any", [pred], ["i1"]).result)
 
+    def scale_if_uniform(self, cond: Value, value: Value, scale: Value) -> Value:
+        """`value * scale` when the warp-uniform `cond` holds (from vote_any), else `value`; the
+        multiplies are skipped by a non-divergent branch (fa4.scale_if_uniform)."""
+        return Value(fa4_op("scale_if_uniform", [cond, value, scale], [value.type]).result)
+
     def sync_threads(self):
         fa4_op("sync_threads")
 

@@ -12,8 +12,11 @@ its promises:
 * the kernel's parameters are the launch contract attention_sm90_config.launch_args fills;
 * FlashAttention-4's softmax pieces appear only where the config asks for them: with
   exp2_poly_stride k, 1 in k of the softmax's exp2 leave the SFU (fewer ex2.approx than the same
-  config without the polynomial, one cvt.rmi floor for each that left); with rescale_threshold > 0,
-  O's rescale sits behind a vote.sync.any. The default kernels have neither.
+  config without the polynomial, one round-to-integer add of 1.5 * 2^23 for each that left, and no
+  float-to-int conversion, which would issue to the SFU's pipe); with rescale_threshold > 0, O's
+  rescale sits behind a vote.sync.any and a bra.uni (fa4.scale_if_uniform), and the KV loops keep
+  their wgmma descriptors in uniform registers. Of the default kernels, only D256's use the lazy
+  rescale (attention_sm90_config.KNOBS); none uses the polynomial.
 
 Compiles go through lowering.compile_kernel (no kernel cache); the stage dumps land in a
 temporary directory. About 2 s per config, 35-40 s for the file.
@@ -32,8 +35,10 @@ from fa4mlir.passes.plan_smem import MBARRIER_BYTES, SMEM_LIMIT
 from fa4mlir.runtime import DTYPES, TensorInfo, tma_encoding
 from fa4mlir.testing import disassemble, find_nvdisasm, wgmma_loops, wgmma_waits
 
-ENTRIES = bundles.SETS["attention"]() + bundles.SETS["attention-fa4-pieces"]() + bundles.tile_variants()
-PIECES = [i for i, (_, cfg, _) in enumerate(ENTRIES) if cfg.exp2_poly_stride or cfg.rescale_threshold]
+_PIECES_SET = bundles.SETS["attention-fa4-pieces"]()
+ENTRIES = bundles.SETS["attention"]() + _PIECES_SET + bundles.tile_variants()
+# the attention-fa4-pieces entries (polynomial exp2 and lazy rescale on default tiles)
+PIECES = [i for i, e in enumerate(ENTRIES) if e in _PIECES_SET]
 WGMMA_K = 16
 # The launch contract (attention_sm90_config.launch_args): (name, kind) in PTX order.
 PARAMS = [("q", "tma"), ("k", "tma"), ("v", "tma"), ("o", "tma"), ("lse", "ptr"), ("batch", "i32"),
@@ -182,9 +187,15 @@ def _count(pattern: str, ptx: str) -> int:
 
 
 def test_default_kernels_use_neither_piece(compiled):
+    """No rounding add without the polynomial, no vote without the lazy rescale, and the default
+    configs ask for the lazy rescale only where KNOBS does (D256)."""
+    from fa4mlir.kernels.attention_sm90_config import KNOBS, default_configs
     cfg = compiled.cfg
+    if cfg in default_configs(cfg.dtype, cfg.head_dim, cfg.causal):
+        assert cfg.exp2_poly_stride == 0, "the polynomial exp2 is opt-in"
+        assert cfg.rescale_threshold == KNOBS.get((cfg.head_dim, cfg.causal), {}).get("rescale_threshold", 0.0)
     if cfg.exp2_poly_stride == 0:
-        assert _count(r"cvt\.rmi\.f32\.f32", compiled.ptx) == 0, "no floor without the polynomial exp2"
+        assert _count(ROUND_ADD, compiled.ptx) == 0, "no rounding add without the polynomial exp2"
     if cfg.rescale_threshold == 0:
         assert _count(r"vote\.sync\.any", compiled.ptx) == 0, "no vote without lazy rescale"
 
@@ -207,25 +218,32 @@ def test_pieces_set_is_on_default_tiles():
             default_config(cfg.dtype, cfg.head_dim, cfg.causal)
 
 
+# the polynomial's round-to-integer add: x + 1.5 * 2^23 (kernels/common/softmax.py, ROUND_MAGIC)
+ROUND_ADD = r"add\.rn\.f32\s+%r\d+, %r\d+, 0f4B400000;"
+
+
 def test_poly_takes_one_in_stride_softmax_exps_off_the_sfu(pieces):
     """Every softmax instance (the peeled block 0, the unmasked and the masked loop) computes bn / 2
     p's and 2 alphas per thread with exp2; the polynomial takes 1 in k of the p's, each with one
-    cvt.rmi (its floor). The alphas stay on the SFU."""
+    rounding add of 1.5 * 2^23 and no cvt (floor / float-to-int conversions issue to the SFU's pipe
+    on sm_90, which would undo the point). The alphas stay on the SFU."""
     poly, base = pieces
     cfg = poly.cfg
     k, n_s = cfg.exp2_poly_stride, cfg.bn // 2
     ex2_poly, ex2_base = _count(r"ex2\.approx", poly.ptx), _count(r"ex2\.approx", base.ptx)
-    floors = _count(r"cvt\.rmi\.f32\.f32", poly.ptx)
+    rounds = _count(ROUND_ADD, poly.ptx)
     print(f"{_id((None, cfg, None))}: ex2.approx {ex2_poly} (without the polynomial {ex2_base}), "
-          f"cvt.rmi {floors}")
+          f"rounding adds {rounds}")
     assert ex2_base % (n_s + 2) == 0, f"{ex2_base} ex2 is not a whole number of softmaxes of {n_s} + 2"
     instances = ex2_base // (n_s + 2)
     assert instances >= 2
     p_base, p_poly = instances * n_s, ex2_poly - 2 * instances
     assert ex2_poly < ex2_base
     assert p_poly / p_base == pytest.approx(1 - 1 / k, abs=0.02), (p_poly, p_base)
-    assert floors == p_base - p_poly, "one polynomial (one floor) for each softmax exp that left the SFU"
-    assert _count(r"cvt\.rmi\.f32\.f32", base.ptx) == 0
+    assert rounds == p_base - p_poly, "one polynomial (one rounding add) for each softmax exp that left the SFU"
+    assert _count(ROUND_ADD, base.ptx) == 0
+    for c in (poly, base):
+        assert _count(r"cvt\.r[mnpz]i\.", c.ptx) == 0, "no rounding conversion in the softmax"
 
 
 def test_lazy_rescale_votes_before_rescaling_o(pieces):
@@ -233,6 +251,23 @@ def test_lazy_rescale_votes_before_rescaling_o(pieces):
         assert c.cfg.rescale_threshold > 0
         votes = re.findall(r"vote\.sync\.any\.pred\s+%p\d+, %p\d+, -1;", c.ptx)
         assert votes, "lazy rescale: O's rescale is skipped behind a full-warp vote.sync.any"
+        skips = _count(r"@skip bra\.uni SCALE_DONE;", c.ptx)
+        assert skips >= 2, f"{skips} non-divergent branches around O's rescale (the unmasked and masked loops)"
+
+
+_LAZY_UNIFORM = [ENTRIES[i] for i in PIECES if not ENTRIES[i][1].persistent and ENTRIES[i][1].head_dim != 256]
+
+
+@pytest.mark.parametrize("entry", _LAZY_UNIFORM, ids=[_id(e) for e in _LAZY_UNIFORM])
+def test_lazy_rescale_keeps_descriptors_uniform(entry, tmp_path_factory):
+    """The branch around O's rescale is a bra.uni (fa4.scale_if_uniform): with an scf.if, ptxas
+    treated the loop as divergent and moved the wgmma descriptors into uniform registers before
+    every wgmma (32 R2UR per D128 KV loop, 534 instructions against 477 now). Persistent and D256
+    kernels move some descriptors with or without it (see _UNIFORM below)."""
+    _, loops = _kv_loops(entry, tmp_path_factory)
+    for body in loops:
+        moves = sum(o == "R2UR" for o, _ in body)
+        assert moves <= 1, f"{moves} R2UR in a lazy-rescale KV loop of {len(body)} instructions"
 
 
 def test_pieces_keep_the_register_budget(pieces):

@@ -163,6 +163,11 @@ OPS: tuple[OpDef, ...] = (
     OpDef("vote_any", """True in every lane of the (fully active) warp when `pred` is true in at least one
     lane: a warp-uniform condition, e.g. for branches around `.sync.aligned` instructions.""",
           operands=(("pred", "i1"),), results=(("any", "i1"),)),
+    OpDef("scale_if_uniform", """`value * scale` (element-wise, f32 vectors of one length) when `cond` holds, else
+    `value`. `cond` must be the same in every lane of the warp (e.g. from `vote_any`): the multiplies
+    sit behind a non-divergent branch (`bra.uni`), which, unlike a branch ptxas must assume divergent,
+    lets the code around it keep values in uniform registers.""",
+          operands=(("cond", "i1"), ("value", "any"), ("scale", "any")), results=(("out", "any"),)),
     OpDef("trap_if", "Abort the kernel when `cond` is true (debug builds).", operands=(("cond", "i1"),)),
 )
 

@@ -16,11 +16,12 @@ Roles (1 + bm / 64 warpgroups: 384 threads at bm 128, 512 at bm 192):
                             With `pingpong`, named barriers make the warpgroups take turns (a ring)
                             issuing GEMMs, so one's softmax overlaps the others' GEMMs.
 Online softmax in base 2 with the scale folded in: p = exp2(s * scale_log2 - m * scale_log2).
-FlashAttention-4's pieces (kernels/common/softmax.py) are opt-in config knobs: `exp2_poly_stride`
+FlashAttention-4's pieces (kernels/common/softmax.py) are config knobs: `exp2_poly_stride` (opt-in)
 computes 1 in k of a row's p by a polynomial on the FMA pipes instead of the SFU's ex2;
-`rescale_threshold` (lazy rescale) moves m only when the row max grows by more than the threshold
-(log2 units), so P may exceed 1 (up to 2^threshold) and O's rescale is skipped, behind a
-warp-uniform vote, when no row of the warp moved. m stays the max that P and l are relative to,
+`rescale_threshold` (lazy rescale; the default at head dim 256, attention_sm90_config.KNOBS) moves
+m only when the row max grows by more than the threshold (log2 units), so P may exceed 1 (up to
+2^threshold) and O's rescale is skipped, behind a warp vote and a non-divergent branch
+(fa4.scale_if_uniform), when no row of the warp moved. m stays the max that P and l are relative to,
 so the epilogue's LSE = (m * scale_log2 + log2 l) * ln 2 is exact either way. `rescale_before_pv`
 (FA4 CuTe's order at head dim 256) scales O by the previous block's alpha after S_j is issued and
 before O += P V is, so the multiplies run under S_j instead of after P V's wait.
@@ -381,16 +382,13 @@ class _Consumer:
 
     def rescale_if_moved(self, o: Value, alpha: list) -> Value:
         """O * alpha; under lazy rescale only when a row of the warp moved its max (alpha != 1
-        exactly when it did), behind a branch made warp-uniform by a vote (no divergence)."""
+        exactly when it did), behind a branch made warp-uniform by a vote (fa4.scale_if_uniform:
+        a `bra.uni`, so the wgmma descriptors of the loop stay in uniform registers; an scf.if here
+        cost 32 R2UR and 40 IMAD per D128 KV loop)."""
         if not self.cfg.rescale_threshold:
             return self.rescale(o, alpha)
         moved = self.kb.vote_any(alpha[0].ne(1.0) | alpha[1].ne(1.0))
-        branch = self.kb.if_(moved, results=[o.type])
-        with branch.then_():
-            branch.yield_(self.rescale(o, alpha))
-        with branch.else_():
-            branch.yield_(o)
-        return branch.results[0]
+        return self.kb.scale_if_uniform(moved, o, dsl.vec(*[alpha[(i // 2) % 2] for i in range(self.n_o)]))
 
 
 def _mma_role(kb, cfg, tiles, q_pipe, k_pipe, v_pipe, q_smem, k_smem, v_smem, o_smem, kv_bytes, o_desc,

@@ -42,7 +42,8 @@ class AttnConfig:
     #                                  row's scores (per thread) uses the FMA polynomial when i % k == k-1
     rescale_threshold: float = 0.0   # 0: m always follows the row max (classic online softmax); > 0: m
     #                                  moves only when the max grows by more than this many log2 units
-    #                                  (P <= 2**threshold, O rescaled only when a row of the warp moved)
+    #                                  (P <= 2**threshold, O rescaled only when a row of the warp moved;
+    #                                  default_config sets 8 at head dim 256: KNOBS)
 
     def __post_init__(self):
         # 8 and 8.0 build the same kernel: one spelling in key() and the kernel name
@@ -183,6 +184,15 @@ def is_short(head_dim: int, causal: bool, seqlen_k: int | None) -> bool:
     return seqlen_k is not None and limit is not None and seqlen_k <= limit
 
 
+# Code knobs per case, beyond the tiles, each measured on an H200 (notes/RESULTS.md, "Lazy rescale
+# behind a uniform branch"). D256: lazy rescale (O's 128 multiplies per KV block skipped while no row
+# of the warp moves its max by more than 8 in log2 units), +1.8% geomean over 1k-16k, causal and not
+# (0.99-1.07x per point); at D128 it was within -2% / +2% of the classic rescale, so D128 keeps it.
+KNOBS = {
+    (256, False): dict(rescale_threshold=8.0),
+    (256, True): dict(rescale_threshold=8.0),
+}
+
 # the AttnConfig fields TILES sets: what tells the default kernel from a tile variant in a bundle
 TILE_FIELDS = ("bm", "bn", "stages", "pingpong", "persistent", "load_regs", "mma_regs")
 # the other code knobs (softmax pieces, rescale placement): a variant differs from the default in them
@@ -191,11 +201,11 @@ KNOB_FIELDS = tuple(f.name for f in fields(AttnConfig) if f.name not in ("dtype"
 
 def default_config(dtype: str, head_dim: int, causal: bool, seqlen_k: int | None = None) -> AttnConfig:
     """The measured tiles for (head_dim, causal): TILES, or SHORT_TILES when seqlen_k is given and
-    at most SHORT_SEQLEN_K of the case."""
+    at most SHORT_SEQLEN_K of the case; plus the case's measured code knobs (KNOBS)."""
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")
     key = (head_dim, bool(causal))
-    return AttnConfig(dtype=dtype, head_dim=head_dim, causal=bool(causal),
+    return AttnConfig(dtype=dtype, head_dim=head_dim, causal=bool(causal), **KNOBS.get(key, {}),
                       **(SHORT_TILES if is_short(head_dim, causal, seqlen_k) else TILES)[key]).validate()
 
 
@@ -336,5 +346,5 @@ def flops(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int, c
 
 __all__ = ["AttnConfig", "default_config", "default_configs", "SHORT_SEQLEN_K", "SHORT_TILES", "is_short",
            "query_tiles", "causal_pair_slot", "section_tile", "section_shift", "L2_BYTES", "SECTION_L2_SHARE",
-           "IntOps", "grid", "launch_args", "flops", "KERNEL", "HEAD_DIMS", "DTYPES", "BMS", "TILES",
+           "IntOps", "grid", "launch_args", "flops", "KERNEL", "HEAD_DIMS", "DTYPES", "BMS", "TILES", "KNOBS",
            "TILE_FIELDS", "KNOB_FIELDS"]

@@ -1,5 +1,7 @@
 """fa4-lower-sync: thread geometry, elect, fences, named barriers, CTA sync, debug traps and warp
-exchange (shuffle_xor -> shfl.sync.bfly, shuffle_idx -> shfl.sync.idx, vote_any -> vote.sync.any) -> nvvm."""
+exchange (shuffle_xor -> shfl.sync.bfly, shuffle_idx -> shfl.sync.idx, vote_any -> vote.sync.any) -> nvvm;
+scale_if_uniform -> multiplies behind a `bra.uni` (inline PTX: LLVM's NVPTX backend emits conditional
+branches without .uni, and ptxas then treats the code around them as divergent)."""
 from __future__ import annotations
 
 from .._mlir import arith, ir, llvm, nvvm, scf
@@ -15,7 +17,7 @@ _SREG = {
 _SHUFFLES = {"fa4.shuffle_xor": ("offset", 1, "bfly"), "fa4.shuffle_idx": ("lane", 0, "idx")}
 OPS = ("fa4.thread_idx", "fa4.block_idx", "fa4.grid_dim", "fa4.elect_one", "fa4.fence", "fa4.named_barrier",
        "fa4.named_barrier_arrive", "fa4.sync_threads", "fa4.trap_if", "fa4.shuffle_xor", "fa4.shuffle_idx",
-       "fa4.vote_any")
+       "fa4.vote_any", "fa4.scale_if_uniform")
 
 
 def _lower(op: ir.Operation) -> None:
@@ -69,6 +71,8 @@ def _lower(op: ir.Operation) -> None:
     elif name == "fa4.vote_any":
         i1 = ir.IntegerType.get_signless(1)
         replace(op, [nvvm.vote_sync(i1, i32(-1), op.operands[0], nvvm.VoteSyncKind.any)])
+    elif name == "fa4.scale_if_uniform":
+        _scale_if_uniform(op)
     elif name == "fa4.sync_threads":
         nvvm.barrier0()
         op.erase()
@@ -78,6 +82,32 @@ def _lower(op: ir.Operation) -> None:
             llvm.intr_trap() if hasattr(llvm, "intr_trap") else llvm.call_intrinsic(None, "llvm.trap", [])
             scf.YieldOp([])
         op.erase()
+
+
+def _scale_if_uniform(op: ir.Operation) -> None:
+    cond, value, scale = op.operands
+    f32 = ir.F32Type.get()
+    vt = value.type
+    if (not isinstance(vt, ir.VectorType) or ir.VectorType(vt).element_type != f32 or scale.type != vt
+            or ir.VectorType(vt).rank != 1):
+        raise PassError(f"{NAME}: scale_if_uniform takes two f32 vectors of one length, got {vt} and "
+                        f"{scale.type}", op.location)
+    n = ir.VectorType(vt).shape[0]
+    i64 = ir.IntegerType.get_signless(64)
+    elems = [llvm.extractelement(v, arith.constant(i64, i)) for v in (value, scale) for i in range(n)]
+    flag = arith.extui(_I32(), cond)
+    # $0..$n-1: the results, tied to the values ($n..$2n-1); $2n..$3n-1: the scales; $3n: the condition.
+    # The braces scope the predicate and the label to this instance.
+    body = [f"mul.f32 ${i}, ${i}, ${2 * n + i};" for i in range(n)]
+    text = "\n".join(["{", ".reg .pred skip;", f"setp.eq.u32 skip, ${3 * n}, 0;", "@skip bra.uni SCALE_DONE;",
+                      *body, "SCALE_DONE:", "}"])
+    constraints = ",".join(["=f"] * n + [str(i) for i in range(n)] + ["f"] * n + ["r"])
+    struct = ir.Type.parse("!llvm.struct<(" + ", ".join(["f32"] * n) + ")>")
+    res = llvm.inline_asm(struct, [*elems, flag], text, constraints, has_side_effects=True)
+    out = llvm.mlir_undef(vt)
+    for i in range(n):
+        out = llvm.insertelement(out, llvm.extractvalue(f32, res, [i]), arith.constant(i64, i))
+    replace(op, [out])
 
 
 def run(module: ir.Operation) -> None:

@@ -107,6 +107,9 @@ module attributes {gpu.container_module} {
       %lane0_tid = "fa4.shuffle_idx"(%tid) {lane = 0 : i64} : (i32) -> i32
       // CHECK: %{{.*}} = "fa4.vote_any"(%[[PRED]]) : (i1) -> i1
       %anyone = "fa4.vote_any"(%pred) : (i1) -> i1
+      // CHECK: "fa4.scale_if_uniform"(%{{.*}}, %[[V2:.*]], %[[V2]]) : (i1, vector<2xf32>, vector<2xf32>) -> vector<2xf32>
+      %v2 = arith.constant dense<[1.5, 2.0]> : vector<2xf32>
+      %scaled = "fa4.scale_if_uniform"(%anyone, %v2, %v2) : (i1, vector<2xf32>, vector<2xf32>) -> vector<2xf32>
       // CHECK: "fa4.fence"() {kind = "async_smem"} : () -> ()
       "fa4.fence"() {kind = "async_smem"} : () -> ()
       // CHECK: "fa4.sync_threads"() : () -> ()

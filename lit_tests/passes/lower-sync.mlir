@@ -1,5 +1,5 @@
-// fa4-lower-sync: thread geometry, elect, fences, named barriers, CTA sync, traps and warp shuffles
-// -> nvvm.
+// fa4-lower-sync: thread geometry, elect, fences, named barriers, CTA sync, traps, warp shuffles and
+// votes -> nvvm; scale_if_uniform -> multiplies behind a bra.uni (inline PTX).
 // RUN: fa4mlir-opt %s --split-input-file --fa4-lower-sync --verify-diagnostics | FileCheck %s
 
 // CHECK-LABEL: llvm.func @sync
@@ -197,6 +197,36 @@ module attributes {gpu.container_module} {
     llvm.func @vote(%p: i1, %a: i32, %b: i32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
       %any = "fa4.vote_any"(%p) : (i1) -> i1
       %r = arith.select %any, %a, %b : i32
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// scale_if_uniform: one inline PTX block; the element-wise multiplies sit behind `@skip bra.uni` on
+// the (warp-uniform) condition, each result tied to its value operand; braces scope the label.
+// CHECK-LABEL: llvm.func @scale_if
+// CHECK: %[[FLAG:.*]] = arith.extui %{{.*}} : i1 to i32
+// CHECK: llvm.inline_asm has_side_effects "{\0A.reg .pred skip;\0Asetp.eq.u32 skip, $6, 0;\0A@skip bra.uni SCALE_DONE;\0Amul.f32 $0, $0, $4;\0Amul.f32 $1, $1, $5;\0ASCALE_DONE:\0A}", "=f,=f,0,1,f,f,r" %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[FLAG]] : (f32, f32, f32, f32, i32) -> !llvm.struct<(f32, f32)>
+// CHECK-NOT: fa4.scale_if_uniform
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx86">] {
+    llvm.func @scale_if(%p: i1, %v: vector<2xf32>, %s: vector<2xf32>) -> vector<2xf32> attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      %any = "fa4.vote_any"(%p) : (i1) -> i1
+      %r = "fa4.scale_if_uniform"(%any, %v, %s) : (i1, vector<2xf32>, vector<2xf32>) -> vector<2xf32>
+      llvm.return %r : vector<2xf32>
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx86">] {
+    llvm.func @scale_if_mismatch(%p: i1, %v: vector<2xf32>, %s: vector<4xf32>) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      // expected-error @+1 {{scale_if_uniform takes two f32 vectors of one length, got vector<2xf32> and vector<4xf32>}}
+      %r = "fa4.scale_if_uniform"(%p, %v, %s) : (i1, vector<2xf32>, vector<4xf32>) -> vector<2xf32>
       llvm.return
     }
   }

@@ -3,14 +3,17 @@
 Both attention kernels (sm_90a registers, sm_100a tensor memory) call these; the numpy twins below
 compute the same float32 arithmetic so that the error can be measured without a GPU.
 
-Polynomial exp2 (FlashAttention-4's trick to take load off the SFU): for x <= 0,
-    2^x = 2^floor(x) * 2^f,  f = x - floor(x) in [0, 1),
+Polynomial exp2 (FlashAttention-4's trick to take load off the SFU): for x >= -126,
+    2^x = 2^j * 2^f,  j = round(x) (to nearest),  f = x - j in [-1/2, 1/2],
     2^f ~ p(f) = 1 + f * (C1 + f * (C2 + f * C3))        (Horner, three FMAs)
-and 2^floor(x) is added to p's exponent field (an integer add of floor(x) << 23). The
-coefficients minimise the maximum relative error on [0, 1) under p(0) = 1 and p(1) = 2, so the
-approximation is continuous across integer x: max relative error 1.14e-4 (~2^-13), far below
-bf16/f16's rounding of P (2^-9 / 2^-12). Inputs below -126 return 0 (a normal exponent field needs
-floor(x) >= -126), so masked scores (-inf) still give p = 0 exactly.
+and 2^j is built from its exponent field. Every step runs on the FMA and integer pipes: j comes
+from adding 1.5 * 2^23 (the float32 add rounds x to an integer, which lands in the low mantissa
+bits of the sum), not from floor / float-to-int conversions, which on sm_90 issue to the same
+quarter-rate pipe as ex2 and would cancel the point. The coefficients minimise the maximum
+relative error on [-1/2, 1/2] with p(0) = 1; the fit comes out with p(1/2) = 2 p(-1/2), so the
+pieces meet where j steps: max relative error 1.01e-4 (~2^-13), far below bf16/f16's rounding of
+P (2^-9 / 2^-12), exact at integers. Inputs below -126 return 0 (2^j needs a normal exponent),
+so masked scores (-inf) still give p = 0 exactly; NaN stays NaN (p * 2^j, not bit arithmetic).
 
 Lazy rescale (FlashAttention-4): the running max m a row's P and O are relative to moves only
 when the new block's max exceeds it by more than `threshold` (log2 units, i.e. after the scale);
@@ -26,26 +29,27 @@ import numpy as np
 from ... import dsl
 from ...dsl import Value, const, exp2, fma, select
 
-# p(f) = 1 + f*(C1 + f*(C2 + f*C3)), fitted here by Lawson's iteration (minimax relative error on
-# 20001 points of [0, 1]) with C1 = 1 - C2 - C3 (p(1) = 2); stored as float32 values.
-EXP2_POLY_C1 = float(np.float32(0.6953766121725846))
-EXP2_POLY_C2 = float(np.float32(0.2263309250814609))
-EXP2_POLY_C3 = float(np.float32(0.07829246274595447))
+# p(f) = 1 + f*(C1 + f*(C2 + f*C3)) ~ 2^f on [-1/2, 1/2], fitted here by Lawson's iteration (minimax
+# relative error on 20001 points); stored as float32 values.
+EXP2_POLY_C1 = float(np.float32(0.6932829022407532))
+EXP2_POLY_C2 = float(np.float32(0.2422109991312027))
+EXP2_POLY_C3 = float(np.float32(0.05500894784927368))
 EXP2_POLY_MIN_X = -126.0      # below: 0 (2^-126 is the smallest normal float32)
+ROUND_MAGIC = 12582912.0      # 1.5 * 2^23: x + this rounds x to an integer, kept in the low mantissa bits
 DEFAULT_RESCALE_THRESHOLD = 8.0
 
 
 def exp2_poly(x: Value) -> Value:
-    """2**x for float32 x < 128 on the FMA/ALU pipes (no SFU): see the module note. Softmax inputs
-    are <= 0, or <= the threshold under lazy rescale; the relative error is the same for every
-    integer part (it is p's error on the fraction)."""
-    xc = dsl.fmax(x, EXP2_POLY_MIN_X)
-    xi = dsl.floor(xc)
-    f = xc - xi
+    """2**x for float32 x < 128 on the FMA/ALU pipes (no SFU, no conversion): see the module note.
+    Softmax inputs are <= 0, or <= the threshold under lazy rescale; the relative error is the same
+    for every integer part (it is p's error on the fraction)."""
+    t = x + ROUND_MAGIC
+    f = x - (t - ROUND_MAGIC)           # both subtractions exact: f = x - round(x)
     p = fma(fma(fma(f, EXP2_POLY_C3, const(EXP2_POLY_C2, "f32")), f, const(EXP2_POLY_C1, "f32")), f,
             const(1.0, "f32"))
-    bits = p.bitcast("i32") + (xi.to("i32") << 23)
-    return select(x.lt(EXP2_POLY_MIN_X), const(0.0, "f32"), bits.bitcast("f32"))
+    # 2^j: t's bits end in j (two's complement), so (bits << 23) + bits(1.0) is j's exponent field
+    two_j = ((t.bitcast("i32") << 23) + 0x3F800000).bitcast("f32")
+    return select(x.lt(EXP2_POLY_MIN_X), const(0.0, "f32"), p * two_j)
 
 
 def exp2_mixed(values: Iterable, poly_stride: int) -> list:
@@ -88,12 +92,12 @@ def _fma32(a, b, c):
 def exp2_poly_reference(x: np.ndarray) -> np.ndarray:
     """The kernel's polynomial exp2, step by step in float32 (FMAs rounded once)."""
     x = np.asarray(x, dtype=np.float32)
-    xc = np.maximum(x, np.float32(EXP2_POLY_MIN_X))
-    xi = np.floor(xc)
-    f = (xc - xi).astype(np.float32)
-    p = _fma32(_fma32(_fma32(f, EXP2_POLY_C3, EXP2_POLY_C2), f, EXP2_POLY_C1), f, 1.0)
-    bits = p.view(np.int32) + (xi.astype(np.int32) << 23)
-    return np.where(x < EXP2_POLY_MIN_X, np.float32(0.0), bits.view(np.float32))
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = (x + np.float32(ROUND_MAGIC)).astype(np.float32)
+        f = (x - (t - np.float32(ROUND_MAGIC))).astype(np.float32)
+        p = _fma32(_fma32(_fma32(f, EXP2_POLY_C3, EXP2_POLY_C2), f, EXP2_POLY_C1), f, 1.0)
+        two_j = ((t.view(np.uint32) << np.uint32(23)) + np.uint32(0x3F800000)).view(np.float32)
+        return np.where(x < np.float32(EXP2_POLY_MIN_X), np.float32(0.0), (p * two_j).astype(np.float32))
 
 
 def exp2_poly_max_rel_error(lo: float = -126.0, hi: float = 0.0, points: int = 1 << 22) -> float:
