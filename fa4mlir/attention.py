@@ -330,11 +330,16 @@ def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: boo
                           f"`python -m fa4mlir bundle --set attention`")
     default = attn_cfg.default_config(dtype, head_dim, causal, seqlen_k)
     tiles = {k: getattr(default, k) for k in attn_cfg.TILE_FIELDS}
-    long_tiles = {k: getattr(attn_cfg.default_config(dtype, head_dim, causal), k) for k in attn_cfg.TILE_FIELDS}
+    # the default for this seqlen_k, else (the bundle lacks its tiles) the one for long sequences;
+    # the code knobs to narrow by are those of the default whose tiles matched (KNOBS differ by tiles)
+    for cfg in (default, attn_cfg.default_config(dtype, head_dim, causal)):
+        same_tiles = [e for e in hits if all(e["config"].get(k) == getattr(cfg, k) for k in attn_cfg.TILE_FIELDS)]
+        if same_tiles:
+            hits = same_tiles if len(hits) > 1 else hits
+            default = cfg
+            break
     knobs = {k: getattr(default, k) for k in attn_cfg.KNOB_FIELDS}
-    for narrow in (lambda e: all(e["config"].get(k) == v for k, v in tiles.items()),
-                   lambda e: all(e["config"].get(k) == v for k, v in long_tiles.items()),
-                   lambda e: all(e["config"].get(k, v) == v for k, v in knobs.items()),
+    for narrow in (lambda e: all(e["config"].get(k, v) == v for k, v in knobs.items()),
                    lambda e: e["config"].get("cubin_backend") == KERNEL_ENV["FA4MLIR_CUBIN_BACKEND"]):
         if len(hits) > 1 and any(narrow(e) for e in hits):
             hits = [e for e in hits if narrow(e)]

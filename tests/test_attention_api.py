@@ -399,21 +399,40 @@ def test_select_prefers_default_tiles_then_ptxas():
 
 def test_select_prefers_default_softmax_knobs():
     """The attention-fa4-pieces variants (same tiles) sit next to the defaults in the gpu-tests
-    bundle: flash_attn_func runs the default; older bundles' entries lack the knobs (= defaults)."""
+    bundle: flash_attn_func runs the default; older bundles' entries lack the knobs (= defaults).
+    D64, whose default knobs are all off (KNOBS), so that each variant differs from it."""
+    def e64(**over):
+        return entry(head_dim=64, **over)
     pieces = dict(exp2_poly_stride=4, rescale_threshold=8.0)
-    variants = [entry(key="poly", exp2_poly_stride=4), entry(key="lazy", rescale_threshold=8.0),
-                entry(key="both", **pieces)]
-    assert select_entry(variants + [entry(key="default")], "bf16", 128, False)["key"].startswith("default")
-    assert select_entry([entry(key="default")] + variants, "bf16", 128, False)["key"].startswith("default")
-    old = entry(key="old")
+    variants = [e64(key="poly", exp2_poly_stride=4), e64(key="lazy", rescale_threshold=8.0), e64(key="both", **pieces)]
+    assert select_entry(variants + [e64(key="default")], "bf16", 64, False)["key"].startswith("default")
+    assert select_entry([e64(key="default")] + variants, "bf16", 64, False)["key"].startswith("default")
+    old = e64(key="old")
     for knob in pieces:
         del old["config"][knob]
-    assert select_entry(variants + [old], "bf16", 128, False)["key"].startswith("old")
+    assert select_entry(variants + [old], "bf16", 64, False)["key"].startswith("old")
     # only a variant: it is what there is
-    assert select_entry([entry(key="both", **pieces)], "bf16", 128, False)["key"].startswith("both")
+    assert select_entry([e64(key="both", **pieces)], "bf16", 64, False)["key"].startswith("both")
     # default tiles still come first: a default-knob entry with other tiles loses to a variant
-    assert select_entry([entry(key="bn64", bn=64), entry(key="both", **pieces)], "bf16", 128,
-                        False)["key"].startswith("both")
+    assert select_entry([e64(key="bn64", bn=64), e64(key="both", **pieces)], "bf16", 64, False)["key"] \
+        .startswith("both")
+
+
+def test_select_narrows_by_the_knobs_of_the_tiles_it_fell_back_to():
+    """KNOBS differ between a case's short (persistent) and long tiles (D128 non-causal: lazy
+    rescale only on the long kernel). A bundle without the short kernel serves short sequences
+    with the long one, narrowed by the long default's knobs: not ambiguous next to a pieces variant
+    (the gpu-tests bundle once was, for the GPU suite's short D128 cases)."""
+    long_cfg, short_cfg = acfg.default_config("bf16", 128, False), acfg.default_config("bf16", 128, False, 1)
+    assert long_cfg.rescale_threshold != short_cfg.rescale_threshold, "the case this test is about"
+    entries = [entry(key="long"), entry(key="pieces", exp2_poly_stride=4)]
+    assert select_entry(entries, "bf16", 128, False, seqlen_k=100)["key"].startswith("long")
+    short = {k: getattr(short_cfg, k) for k in (*acfg.TILE_FIELDS, *acfg.KNOB_FIELDS)}
+    classic = {**short, "rescale_before_pv": False}
+    with_short = entries + [entry(key="short", **short), entry(key="short-classic", **classic)]
+    assert select_entry(with_short, "bf16", 128, False, seqlen_k=100)["key"].startswith("short")
+    assert select_entry(with_short, "bf16", 128, False, seqlen_k=100)["key"] == "short".ljust(64, "0")
+    assert select_entry(with_short, "bf16", 128, False)["key"].startswith("long")
 
 
 def test_select_none_says_how_to_rebuild():
@@ -494,8 +513,8 @@ def test_attention_fa4_pieces_bundle_set():
     for name, cfg, env_over in entries:
         assert name == "attention_fwd_sm90"
         assert (cfg.exp2_poly_stride, cfg.rescale_threshold) == (4, 8.0)
-        assert replace(cfg, exp2_poly_stride=0, rescale_threshold=0.0) == \
-            acfg.default_config(cfg.dtype, cfg.head_dim, cfg.causal)
+        default = acfg.default_config(cfg.dtype, cfg.head_dim, cfg.causal)
+        assert replace(cfg, exp2_poly_stride=0, rescale_threshold=default.rescale_threshold) == default
         assert env_over == attention.KERNEL_ENV
         # flash_attn_func keeps the default kernel when both are in a bundle
         manifest = [{"name": name, "arch": "sm_90a", "key": key.ljust(64, "0"),

@@ -80,7 +80,7 @@ def test_variant_labels_name_the_tile_and_stay_unique():
 
 
 def test_default_variants_follow_the_api_selection():
-    tiles = {**acfg.TILES[(256, False)], **acfg.KNOBS.get((256, False), {})}  # default_config's, D=256
+    tiles = {**acfg.TILES[(256, False)], **acfg.KNOBS.get((256, False, False), {})}  # default_config's, D=256
     arts = [_artifact(head_dim=256, **tiles, key="p" * 16, cubin_backend="ptxas"),
             _artifact(head_dim=256, **{**tiles, "stages": tiles["stages"] + 1}),
             _artifact(head_dim=256, **tiles, key="n" * 16)]

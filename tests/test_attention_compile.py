@@ -15,8 +15,9 @@ its promises:
   config without the polynomial, one round-to-integer add of 1.5 * 2^23 for each that left, and no
   float-to-int conversion, which would issue to the SFU's pipe); with rescale_threshold > 0, O's
   rescale sits behind a vote.sync.any and a bra.uni (fa4.scale_if_uniform), and the KV loops keep
-  their wgmma descriptors in uniform registers. Of the default kernels, only D256's use the lazy
-  rescale (attention_sm90_config.KNOBS); none uses the polynomial.
+  their wgmma descriptors in uniform registers. Of the default kernels, D256's and D128
+  non-causal's one-tile-per-CTA kernel use the lazy rescale (attention_sm90_config.KNOBS); none
+  uses the polynomial.
 
 Compiles go through lowering.compile_kernel (no kernel cache); the stage dumps land in a
 temporary directory. About 2 s per config, 35-40 s for the file.
@@ -193,7 +194,8 @@ def test_default_kernels_use_neither_piece(compiled):
     cfg = compiled.cfg
     if cfg in default_configs(cfg.dtype, cfg.head_dim, cfg.causal):
         assert cfg.exp2_poly_stride == 0, "the polynomial exp2 is opt-in"
-        assert cfg.rescale_threshold == KNOBS.get((cfg.head_dim, cfg.causal), {}).get("rescale_threshold", 0.0)
+        knobs = [KNOBS.get((cfg.head_dim, cfg.causal, short), {}) for short in (False, True)]
+        assert cfg.rescale_threshold in [k.get("rescale_threshold", 0.0) for k in knobs]
     if cfg.exp2_poly_stride == 0:
         assert _count(ROUND_ADD, compiled.ptx) == 0, "no rounding add without the polynomial exp2"
     if cfg.rescale_threshold == 0:
@@ -214,8 +216,8 @@ def test_pieces_set_is_on_default_tiles():
     for i in PIECES:
         cfg = ENTRIES[i][1]
         assert cfg.exp2_poly_stride >= 2 and cfg.rescale_threshold > 0
-        assert dataclasses.replace(cfg, exp2_poly_stride=0, rescale_threshold=0.0) == \
-            default_config(cfg.dtype, cfg.head_dim, cfg.causal)
+        default = default_config(cfg.dtype, cfg.head_dim, cfg.causal)
+        assert dataclasses.replace(cfg, exp2_poly_stride=0, rescale_threshold=default.rescale_threshold) == default
 
 
 # the polynomial's round-to-integer add: x + 1.5 * 2^23 (kernels/common/softmax.py, ROUND_MAGIC)

@@ -18,10 +18,10 @@ Roles (1 + bm / 64 warpgroups: 384 threads at bm 128, 512 at bm 192):
 Online softmax in base 2 with the scale folded in: p = exp2(s * scale_log2 - m * scale_log2).
 FlashAttention-4's pieces (kernels/common/softmax.py) are config knobs: `exp2_poly_stride` (opt-in)
 computes 1 in k of a row's p by a polynomial on the FMA pipes instead of the SFU's ex2;
-`rescale_threshold` (lazy rescale; the default at head dim 256, attention_sm90_config.KNOBS) moves
-m only when the row max grows by more than the threshold (log2 units), so P may exceed 1 (up to
-2^threshold) and O's rescale is skipped, behind a warp vote and a non-divergent branch
-(fa4.scale_if_uniform), when no row of the warp moved. m stays the max that P and l are relative to,
+`rescale_threshold` (lazy rescale; on where attention_sm90_config.KNOBS says) moves m only when the
+row max grows by more than the threshold (log2 units), so P may exceed 1 (up to 2^threshold) and
+O's rescale is skipped, behind a warp vote and a non-divergent branch (fa4.scale_if_uniform), when
+no row of the warp moved. m stays the max that P and l are relative to,
 so the epilogue's LSE = (m * scale_log2 + log2 l) * ln 2 is exact either way. `rescale_before_pv`
 (FA4 CuTe's order at head dim 256) scales O by the previous block's alpha after S_j is issued and
 before O += P V is, so the multiplies run under S_j instead of after P V's wait.

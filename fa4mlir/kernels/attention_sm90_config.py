@@ -43,7 +43,7 @@ class AttnConfig:
     rescale_threshold: float = 0.0   # 0: m always follows the row max (classic online softmax); > 0: m
     #                                  moves only when the max grows by more than this many log2 units
     #                                  (P <= 2**threshold, O rescaled only when a row of the warp moved;
-    #                                  default_config sets 8 at head dim 256: KNOBS)
+    #                                  default_config sets 8 where KNOBS says)
 
     def __post_init__(self):
         # 8 and 8.0 build the same kernel: one spelling in key() and the kernel name
@@ -184,13 +184,19 @@ def is_short(head_dim: int, causal: bool, seqlen_k: int | None) -> bool:
     return seqlen_k is not None and limit is not None and seqlen_k <= limit
 
 
-# Code knobs per case, beyond the tiles, each measured on an H200 (notes/RESULTS.md, "Lazy rescale
-# behind a uniform branch"). D256: lazy rescale (O's 128 multiplies per KV block skipped while no row
-# of the warp moves its max by more than 8 in log2 units), +1.8% geomean over 1k-16k, causal and not
-# (0.99-1.07x per point); at D128 it was within -2% / +2% of the classic rescale, so D128 keeps it.
+# Code knobs per case (head_dim, causal, short: the SHORT_TILES pick), beyond the tiles, each
+# measured on an H200 against the classic kernel in the same call (notes/RESULTS.md, "Lazy rescale
+# behind a uniform branch"). Lazy rescale: O's multiplies per KV block are skipped while no row of
+# the warp moves its max by more than 8 (log2 units); rescale_before_pv: O is scaled under S_j.
+# D256: lazy, +1.8% geomean over 1k-16k, causal and not (0.99-1.07x per point). D128 non-causal:
+# one tile per CTA (above SHORT_SEQLEN_K) both, +2.9% at 16k; persistent rescale_before_pv only,
+# +0.3-2.2% at 1k-8k (lazy there: -1% to +1%). D64 and D128 causal stay classic (lazy cost D64
+# causal persistent 5-7%).
 KNOBS = {
-    (256, False): dict(rescale_threshold=8.0),
-    (256, True): dict(rescale_threshold=8.0),
+    (128, False, False): dict(rescale_threshold=8.0, rescale_before_pv=True),
+    (128, False, True): dict(rescale_before_pv=True),
+    (256, False, False): dict(rescale_threshold=8.0),
+    (256, True, False): dict(rescale_threshold=8.0),
 }
 
 # the AttnConfig fields TILES sets: what tells the default kernel from a tile variant in a bundle
@@ -204,9 +210,9 @@ def default_config(dtype: str, head_dim: int, causal: bool, seqlen_k: int | None
     at most SHORT_SEQLEN_K of the case; plus the case's measured code knobs (KNOBS)."""
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")
-    key = (head_dim, bool(causal))
-    return AttnConfig(dtype=dtype, head_dim=head_dim, causal=bool(causal), **KNOBS.get(key, {}),
-                      **(SHORT_TILES if is_short(head_dim, causal, seqlen_k) else TILES)[key]).validate()
+    key, short = (head_dim, bool(causal)), is_short(head_dim, causal, seqlen_k)
+    return AttnConfig(dtype=dtype, head_dim=head_dim, causal=bool(causal), **KNOBS.get((*key, short), {}),
+                      **(SHORT_TILES if short else TILES)[key]).validate()
 
 
 def config_from_spec(spec: str) -> AttnConfig:

@@ -6,14 +6,17 @@ compute the same float32 arithmetic so that the error can be measured without a 
 Polynomial exp2 (FlashAttention-4's trick to take load off the SFU): for x >= -126,
     2^x = 2^j * 2^f,  j = round(x) (to nearest),  f = x - j in [-1/2, 1/2],
     2^f ~ p(f) = 1 + f * (C1 + f * (C2 + f * C3))        (Horner, three FMAs)
-and 2^j is built from its exponent field. Every step runs on the FMA and integer pipes: j comes
+and j is added to p's exponent field. Every step runs on the FMA and integer pipes: j comes
 from adding 1.5 * 2^23 (the float32 add rounds x to an integer, which lands in the low mantissa
 bits of the sum), not from floor / float-to-int conversions, which on sm_90 issue to the same
 quarter-rate pipe as ex2 and would cancel the point. The coefficients minimise the maximum
 relative error on [-1/2, 1/2] with p(0) = 1; the fit comes out with p(1/2) = 2 p(-1/2), so the
 pieces meet where j steps: max relative error 1.01e-4 (~2^-13), far below bf16/f16's rounding of
-P (2^-9 / 2^-12), exact at integers. Inputs below -126 return 0 (2^j needs a normal exponent),
-so masked scores (-inf) still give p = 0 exactly; NaN stays NaN (p * 2^j, not bit arithmetic).
+P (2^-9 / 2^-12), exact at integers. Inputs below -126 return 0 (the sum needs a normal
+exponent), so masked scores (-inf) still give p = 0 exactly. A NaN score on a polynomial lane does
+not come out NaN on the GPU (the exponent add turns the canonical NaN into a large finite value;
+the old floor-based version clamped it to 2^-126): scaling by a float 2^j instead kept NaN but cost
+sm_100a's ptxas route ~200 bytes of spills.
 
 Lazy rescale (FlashAttention-4): the running max m a row's P and O are relative to moves only
 when the new block's max exceeds it by more than `threshold` (log2 units, i.e. after the scale);
@@ -47,9 +50,9 @@ def exp2_poly(x: Value) -> Value:
     f = x - (t - ROUND_MAGIC)           # both subtractions exact: f = x - round(x)
     p = fma(fma(fma(f, EXP2_POLY_C3, const(EXP2_POLY_C2, "f32")), f, const(EXP2_POLY_C1, "f32")), f,
             const(1.0, "f32"))
-    # 2^j: t's bits end in j (two's complement), so (bits << 23) + bits(1.0) is j's exponent field
-    two_j = ((t.bitcast("i32") << 23) + 0x3F800000).bitcast("f32")
-    return select(x.lt(EXP2_POLY_MIN_X), const(0.0, "f32"), p * two_j)
+    # * 2^j: t's bits end in j (two's complement), so adding them << 23 adds j to p's exponent
+    r = (p.bitcast("i32") + (t.bitcast("i32") << 23)).bitcast("f32")
+    return select(x.lt(EXP2_POLY_MIN_X), const(0.0, "f32"), r)
 
 
 def exp2_mixed(values: Iterable, poly_stride: int) -> list:
@@ -96,8 +99,8 @@ def exp2_poly_reference(x: np.ndarray) -> np.ndarray:
         t = (x + np.float32(ROUND_MAGIC)).astype(np.float32)
         f = (x - (t - np.float32(ROUND_MAGIC))).astype(np.float32)
         p = _fma32(_fma32(_fma32(f, EXP2_POLY_C3, EXP2_POLY_C2), f, EXP2_POLY_C1), f, 1.0)
-        two_j = ((t.view(np.uint32) << np.uint32(23)) + np.uint32(0x3F800000)).view(np.float32)
-        return np.where(x < np.float32(EXP2_POLY_MIN_X), np.float32(0.0), (p * two_j).astype(np.float32))
+        r = (p.view(np.uint32) + (t.view(np.uint32) << np.uint32(23))).view(np.float32)
+        return np.where(x < np.float32(EXP2_POLY_MIN_X), np.float32(0.0), r)
 
 
 def exp2_poly_max_rel_error(lo: float = -126.0, hi: float = 0.0, points: int = 1 << 22) -> float:
