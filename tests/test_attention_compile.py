@@ -266,10 +266,16 @@ def test_lazy_rescale_keeps_descriptors_uniform(entry, tmp_path_factory):
     treated the loop as divergent and moved the wgmma descriptors into uniform registers before
     every wgmma (32 R2UR per D128 KV loop, 534 instructions against 477 now). Persistent and D256
     kernels move some descriptors with or without it (see _UNIFORM below)."""
-    _, loops = _kv_loops(entry, tmp_path_factory)
+    cfg, loops = _kv_loops(entry, tmp_path_factory)
     for body in loops:
         moves = sum(o == "R2UR" for o, _ in body)
-        assert moves <= 1, f"{moves} R2UR in a lazy-rescale KV loop of {len(body)} instructions"
+        assert moves <= _r2ur_limit(cfg), f"{moves} R2UR in a lazy-rescale KV loop of {len(body)} instructions"
+
+
+def _r2ur_limit(cfg) -> int:
+    """R2UR a KV loop may hold: one; two when the lazy rescale's branch sits between the S and the
+    P.V issue (rescale_before_pv), as in D128 non-causal's default (measured with it: KNOBS)."""
+    return 2 if cfg.rescale_before_pv and cfg.rescale_threshold else 1
 
 
 def test_pieces_keep_the_register_budget(pieces):
@@ -308,7 +314,7 @@ def _kv_loops(entry, tmp_path_factory) -> tuple[object, list[list[tuple[str, str
 # the one-tile-per-CTA bf16 defaults (persistent kernels still move their descriptors: see
 # notes/RESULTS.md, "Turn barriers without branches"; D256 runs out of uniform registers)
 _UNIFORM = [e for e in ENTRIES if e[1].dtype == "bf16" and e[1].head_dim in (64, 128) and not e[1].persistent
-            and not e[1].exp2_poly_stride and not e[1].rescale_threshold
+            and not e[1].exp2_poly_stride
             and e[1].stages == 2 and e[1].bn == 128]
 _UNIFORM_IDS = [f"d{c.head_dim}{'_causal' if c.causal else ''}_{c.bm}x{c.bn}{'' if c.pingpong else '_nopp'}"
                 for _, c, _ in _UNIFORM]
@@ -319,13 +325,14 @@ def test_wgmma_descriptors_stay_in_uniform_registers(entry, tmp_path_factory):
     """The consumer's warpgroup index is broadcast from lane 0 (KernelBuilder.warp_uniform) and the
     GEMM turns of ping-pong select their named barrier by it (fa4.named_barrier select) instead of
     branching per warpgroup, so ptxas computes the Q, K and V descriptors in uniform registers:
-    each KV loop moves at most one value into them per iteration. (With the indices taken straight
-    from %tid there were 9 R2UR per loop at D64; with a branch per warpgroup around the turn
-    barriers, 24 at D64 and 32 at D128, one or two in front of every wgmma.)"""
+    each KV loop moves at most one value into them per iteration (two: _r2ur_limit). (With the
+    indices taken straight from %tid there were 9 R2UR per loop at D64; with a branch per
+    warpgroup around the turn barriers, 24 at D64 and 32 at D128, one or two in front of every
+    wgmma.)"""
     cfg, loops = _kv_loops(entry, tmp_path_factory)
     for body in loops:
         moves = sum(o == "R2UR" for o, _ in body)
-        assert moves <= 1, f"{moves} R2UR in a KV loop of {len(body)} instructions"
+        assert moves <= _r2ur_limit(cfg), f"{moves} R2UR in a KV loop of {len(body)} instructions"
 
 
 @pytest.mark.parametrize("entry", _UNIFORM, ids=_UNIFORM_IDS)
