@@ -335,8 +335,7 @@ def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: boo
     for cfg in (default, attn_cfg.default_config(dtype, head_dim, causal)):
         same_tiles = [e for e in hits if all(e["config"].get(k) == getattr(cfg, k) for k in attn_cfg.TILE_FIELDS)]
         if same_tiles:
-            hits = same_tiles if len(hits) > 1 else hits
-            default = cfg
+            hits, default = same_tiles, cfg
             break
     knobs = {k: getattr(default, k) for k in attn_cfg.KNOB_FIELDS}
     for narrow in (lambda e: all(e["config"].get(k, v) == v for k, v in knobs.items()),

@@ -21,8 +21,8 @@ computes 1 in k of a row's p by a polynomial on the FMA pipes instead of the SFU
 `rescale_threshold` (lazy rescale; on where attention_sm90_config.KNOBS says) moves m only when the
 row max grows by more than the threshold (log2 units), so P may exceed 1 (up to 2^threshold) and
 O's rescale is skipped, behind a warp vote and a non-divergent branch (fa4.scale_if_uniform), when
-no row of the warp moved. m stays the max that P and l are relative to,
-so the epilogue's LSE = (m * scale_log2 + log2 l) * ln 2 is exact either way. `rescale_before_pv`
+no row of the warp moved. m stays the max that P and l are relative to, so the epilogue's
+LSE = (m * scale_log2 + log2 l) * ln 2 is exact either way. `rescale_before_pv`
 (FA4 CuTe's order at head dim 256) scales O by the previous block's alpha after S_j is issued and
 before O += P V is, so the multiplies run under S_j instead of after P V's wait.
 P stays in registers and feeds wgmma's A operand; V is read MN-major (imm-trans-b).
@@ -376,8 +376,12 @@ class _Consumer:
             frags.append(vec(*words))
         return frags
 
+    def row_scales(self, alpha: list) -> list:
+        """alpha of each O register's row (register i holds row (i // 2) % 2 of the thread)."""
+        return [alpha[(i // 2) % 2] for i in range(self.n_o)]
+
     def rescale(self, o: Value, alpha: list) -> Value:
-        scale = [alpha[(i // 2) % 2] for i in range(self.n_o)]
+        scale = self.row_scales(alpha)
         return dsl.vec(*[o[i] * scale[i] for i in range(self.n_o)])
 
     def rescale_if_moved(self, o: Value, alpha: list) -> Value:
@@ -388,7 +392,7 @@ class _Consumer:
         if not self.cfg.rescale_threshold:
             return self.rescale(o, alpha)
         moved = self.kb.vote_any(alpha[0].ne(1.0) | alpha[1].ne(1.0))
-        return self.kb.scale_if_uniform(moved, o, dsl.vec(*[alpha[(i // 2) % 2] for i in range(self.n_o)]))
+        return self.kb.scale_if_uniform(moved, o, dsl.vec(*self.row_scales(alpha)))
 
 
 def _mma_role(kb, cfg, tiles, q_pipe, k_pipe, v_pipe, q_smem, k_smem, v_smem, o_smem, kv_bytes, o_desc,

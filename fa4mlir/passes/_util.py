@@ -123,6 +123,26 @@ def barrier_addr(pipes: dict, user: ir.Operation, side: str, stage: ir.Value) ->
     return byte_offset(smem_base(), off)
 
 
+def f32_struct_type(n: int) -> ir.Type:
+    """!llvm.struct of n f32: what inline asm with n "=f" outputs (and NVVM's wgmma) returns."""
+    return ir.Type.parse("!llvm.struct<(" + ", ".join(["f32"] * n) + ")>")
+
+
+def vec_to_f32_struct(vec: ir.Value, n: int) -> ir.Value:
+    s = llvm.mlir_undef(f32_struct_type(n))
+    for i in range(n):
+        s = llvm.insertvalue(s, llvm.extractelement(vec, i64(i)), [i])
+    return s
+
+
+def f32_struct_to_vec(s: ir.Value, n: int) -> ir.Value:
+    f32 = ir.F32Type.get()
+    v = llvm.mlir_undef(ir.VectorType.get([n], f32))
+    for i in range(n):
+        v = llvm.insertelement(v, llvm.extractvalue(f32, s, [i]), i64(i))
+    return v
+
+
 def fence_registers(value: ir.Value) -> ir.Value:
     """Pass each 32-bit element of `value` (f32/i32 scalar or 1-D vector) through an empty volatile asm.
 

@@ -18,8 +18,8 @@
 from __future__ import annotations
 
 from .._mlir import arith, ir, llvm, nvvm
-from ._util import (PassError, attr, check_none_left, fence_registers, i64, kernel_func, ops_named, replace,
-                    smem_descriptor)
+from ._util import (PassError, attr, check_none_left, f32_struct_to_vec, f32_struct_type, fence_registers, i64,
+                    kernel_func, ops_named, replace, smem_descriptor, vec_to_f32_struct)
 
 NAME = "fa4-lower-mma-sm90"
 OPS = ("fa4.smem_desc", "fa4.mma", "fa4.mma_fence", "fa4.mma_commit_group", "fa4.mma_wait_group")
@@ -37,27 +37,6 @@ def encode_desc_fields(swizzle: int, lbo: int, sbo: int) -> int:
 def _desc(op: ir.Operation) -> ir.Value:
     """Constant offsets fold into the descriptor (passes._util.smem_descriptor)."""
     return smem_descriptor(op.operands[0], encode_desc_fields(attr(op, "swizzle"), attr(op, "lbo"), attr(op, "sbo")))
-
-
-def _struct_type(n: int) -> ir.Type:
-    return ir.Type.parse("!llvm.struct<(" + ", ".join(["f32"] * n) + ")>")
-
-
-def _vec_to_struct(vec: ir.Value, n: int) -> ir.Value:
-    s = llvm.mlir_undef(_struct_type(n))
-    for i in range(n):
-        e = llvm.extractelement(vec, i64(i))
-        s = llvm.insertvalue(s, e, [i])
-    return s
-
-
-def _struct_to_vec(s: ir.Value, n: int) -> ir.Value:
-    f32 = ir.F32Type.get()
-    v = llvm.mlir_undef(ir.VectorType.get([n], f32))
-    for i in range(n):
-        e = llvm.extractvalue(f32, s, [i])
-        v = llvm.insertelement(v, e, i64(i))
-    return v
 
 
 def _mma(op: ir.Operation) -> None:
@@ -80,12 +59,12 @@ def _mma(op: ir.Operation) -> None:
     scale_d = _const_bool(accumulate, op)
     P = ir.Attribute.parse
     res = nvvm.wgmma_mma_async(
-        _struct_type(nacc), _vec_to_struct(acc, nacc), a, b, P(f"#nvvm.shape<m = 64, n = {n}, k = 16>"),
+        f32_struct_type(nacc), vec_to_f32_struct(acc, nacc), a, b, P(f"#nvvm.shape<m = 64, n = {n}, k = 16>"),
         P(f"#nvvm.wgmma_type<{ab}>"), P(f"#nvvm.wgmma_type<{ab}>"), P("#nvvm.wgmma_type<f32>"),
         P(f"#nvvm.wgmma_scale_out<{'one' if scale_d else 'zero'}>"), P("#nvvm.wgmma_scale_in<one>"),
         P("#nvvm.wgmma_scale_in<one>"), P("#nvvm.mma_layout<row>"),
         P(f"#nvvm.mma_layout<{'col' if b_major == 'k' else 'row'}>"))
-    replace(op, [_struct_to_vec(res, nacc)])
+    replace(op, [f32_struct_to_vec(res, nacc)])
 
 
 def _mma_regs(op: ir.Operation, n: int, ab: str, b_major: str) -> None:
@@ -107,9 +86,9 @@ def _mma_regs(op: ir.Operation, n: int, ab: str, b_major: str) -> None:
             f"{{${nacc}, ${nacc + 1}, ${nacc + 2}, ${nacc + 3}}}, ${nacc + 4}, p, 1, 1, "
             f"{int(b_major == 'mn')};\n}}")
     constraints = ",".join(["=f"] * nacc + ["r"] * 4 + ["l", "r"] + [str(i) for i in range(nacc)])
-    res = llvm.inline_asm(_struct_type(nacc), [*a_regs, b, scale_d, *d_in], text, constraints,
+    res = llvm.inline_asm(f32_struct_type(nacc), [*a_regs, b, scale_d, *d_in], text, constraints,
                           has_side_effects=True)
-    replace(op, [_struct_to_vec(res, nacc)])
+    replace(op, [f32_struct_to_vec(res, nacc)])
 
 
 def _const_bool(v: ir.Value, op) -> bool:

@@ -5,7 +5,7 @@ branches without .uni, and ptxas then treats the code around them as divergent).
 from __future__ import annotations
 
 from .._mlir import arith, ir, llvm, nvvm, scf
-from ._util import PassError, attr, check_none_left, i32, ops_named, replace
+from ._util import PassError, attr, check_none_left, f32_struct_to_vec, f32_struct_type, i32, i64, ops_named, replace
 
 NAME = "fa4-lower-sync"
 _I32 = lambda: ir.IntegerType.get_signless(32)  # noqa: E731
@@ -86,15 +86,13 @@ def _lower(op: ir.Operation) -> None:
 
 def _scale_if_uniform(op: ir.Operation) -> None:
     cond, value, scale = op.operands
-    f32 = ir.F32Type.get()
     vt = value.type
-    if (not isinstance(vt, ir.VectorType) or ir.VectorType(vt).element_type != f32 or scale.type != vt
-            or ir.VectorType(vt).rank != 1):
+    if (not isinstance(vt, ir.VectorType) or ir.VectorType(vt).element_type != ir.F32Type.get()
+            or scale.type != vt or ir.VectorType(vt).rank != 1):
         raise PassError(f"{NAME}: scale_if_uniform takes two f32 vectors of one length, got {vt} and "
                         f"{scale.type}", op.location)
     n = ir.VectorType(vt).shape[0]
-    i64 = ir.IntegerType.get_signless(64)
-    elems = [llvm.extractelement(v, arith.constant(i64, i)) for v in (value, scale) for i in range(n)]
+    elems = [llvm.extractelement(v, i64(i)) for v in (value, scale) for i in range(n)]
     flag = arith.extui(_I32(), cond)
     # $0..$n-1: the results, tied to the values ($n..$2n-1); $2n..$3n-1: the scales; $3n: the condition.
     # The braces scope the predicate and the label to this instance.
@@ -102,12 +100,8 @@ def _scale_if_uniform(op: ir.Operation) -> None:
     text = "\n".join(["{", ".reg .pred skip;", f"setp.eq.u32 skip, ${3 * n}, 0;", "@skip bra.uni SCALE_DONE;",
                       *body, "SCALE_DONE:", "}"])
     constraints = ",".join(["=f"] * n + [str(i) for i in range(n)] + ["f"] * n + ["r"])
-    struct = ir.Type.parse("!llvm.struct<(" + ", ".join(["f32"] * n) + ")>")
-    res = llvm.inline_asm(struct, [*elems, flag], text, constraints, has_side_effects=True)
-    out = llvm.mlir_undef(vt)
-    for i in range(n):
-        out = llvm.insertelement(out, llvm.extractvalue(f32, res, [i]), arith.constant(i64, i))
-    replace(op, [out])
+    res = llvm.inline_asm(f32_struct_type(n), [*elems, flag], text, constraints, has_side_effects=True)
+    replace(op, [f32_struct_to_vec(res, n)])
 
 
 def run(module: ir.Operation) -> None:
