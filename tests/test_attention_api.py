@@ -621,6 +621,49 @@ def test_causal_persistent_order_covers_every_tile_once_and_balances(batch, head
     assert all(len(r) <= -(-grid_size * 2 // m_tiles) + 1 for r in rounds), rounds
 
 
+def _dealt_schedule(tiles, grid_size, deal=True):
+    """Every CTA's tiles under dealt_tile (deal=False: a plain stride of grid_size, the order before)."""
+    per_cta = []
+    for c in range(grid_size):
+        slot, mine = c, []
+        for base in range(0, tiles, grid_size):
+            t, slot = acfg.dealt_tile(base, slot, grid_size) if deal else (base + c, c)
+            if t < tiles:
+                mine.append(t)
+        per_cta.append(mine)
+    return per_cta
+
+
+@pytest.mark.parametrize("tiles,grid_size", [
+    (3072, 132), (384, 132), (100, 132), (2752, 132), (660, 132), (7, 3), (1, 1), (1000, 7), (17424 + 5, 132)])
+def test_dealt_tiles_cover_every_tile_once(tiles, grid_size):
+    per_cta = _dealt_schedule(tiles, grid_size)
+    assert sorted(t for mine in per_cta for t in mine) == list(range(tiles))
+    # round r's tiles are r * grid .. r * grid + grid - 1, whichever CTA takes them: the CTAs of a round
+    # still work on neighbouring tiles (a few heads' K and V in L2)
+    for mine in per_cta:
+        assert all(i * grid_size <= t < (i + 1) * grid_size for i, t in enumerate(mine))
+
+
+@pytest.mark.parametrize("batch,heads,seqlen", [(16, 32, 1024), (4, 32, 4096), (8, 32, 2048), (2, 16, 1000)])
+def test_dealt_tiles_share_out_the_short_last_tiles(batch, heads, seqlen):
+    """D64 non-causal's persistent 192-row kernel on 132 SMs: a head's last query tile holds 64 or 128
+    rows, and its empty warpgroups skip their work. Counting such a tile as half a full one, every CTA
+    ends within one tile of the mean under dealt_tile; a plain stride of 132 over 6 tiles per head
+    (seqlen 1024) gives 22 CTAs every short tile and the rest none, one more tile than the mean."""
+    cfg = {"bm": 192, "persistent": True}
+    m_tiles = acfg.query_tiles(cfg, seqlen)
+    tiles, grid_size = m_tiles * batch * heads, acfg.grid(cfg, batch, heads, seqlen, 132)[0]
+    short = seqlen % 192 != 0
+    cost = lambda t: 0.5 if short and t % m_tiles == m_tiles - 1 else 1.0  # noqa: E731
+    mean = sum(map(cost, range(tiles))) / grid_size
+    work = [sum(map(cost, mine)) for mine in _dealt_schedule(tiles, grid_size)]
+    assert max(work) <= mean + 1, (max(work), mean)
+    if seqlen == 1024:
+        stride = [sum(map(cost, mine)) for mine in _dealt_schedule(tiles, grid_size, deal=False)]
+        assert max(stride) > mean + 1, (max(stride), mean)
+
+
 def _makespan(costs, sms=132):
     """When the last of `costs` ends, handed out in order to whichever of `sms` SMs frees up first (as
     the hardware hands out a grid's blocks)."""

@@ -34,6 +34,9 @@ its own tile, so the producer loads the next tile's Q (and its first K) while th
 and the consumers find them there when they start it; the O tile's TMA store is waited on only
 before the next tile's epilogue writes it. The default for short and middling key sequences
 (attention_sm90_config.SHORT_TILES; always for D128 causal), where that overlap pays.
+Empty warpgroups (bm 192, AttnConfig.skips_empty_warpgroups): a consumer warpgroup whose 64 rows
+all lie past seqlen_q (the last query tile of a head) issues no GEMM and has no epilogue; it only
+waits on and releases each stage and passes each GEMM turn on, as the working ones do.
 Masks: KV blocks that are fully visible run an unmasked loop; the first block and the blocks on
 the causal diagonal or the seqlen_k tail run the masked variant (a persistent kernel's first
 block runs unmasked when every row sees all of it). Causal is aligned bottom-right
@@ -44,7 +47,7 @@ from __future__ import annotations
 
 from .. import dsl
 from ..dsl import KernelBuilder, Value, const, fa4_op, fast_div, fma, fmax, log2, select, tree_reduce, undef, vec
-from .attention_sm90_config import AttnConfig, causal_pair_slot, default_config, section_tile  # noqa: F401  (re-exported)
+from .attention_sm90_config import AttnConfig, causal_pair_slot, dealt_tile, section_tile
 from .common.masks import block_range, visible_keys
 from .common.softmax import exp2_mixed, max_update
 
@@ -122,7 +125,9 @@ class _Tiles:
     across the heads of an L2-sized section, since the hardware hands blocks out in order as SMs
     free up and the grid should end on short tiles). With it, a 1-D grid strides over
     all tiles. Non-causal in the order query tile (fastest), head, batch: CTAs running at the same
-    time work on neighbouring tiles of one head, so that head's K and V stay in L2. Causal tiles
+    time work on neighbouring tiles of one head, so that head's K and V stay in L2; with empty
+    warpgroups (bm 192) a head's last tile is cheaper, and the rounds are dealt rotated
+    (dealt_tile) so every CTA gets its share of those. Causal tiles
     differ in work (a tile's KV blocks grow with its row), so a static stride over them in that
     order is unbalanced (132 CTAs over 128 tiles per head give some CTAs about 3x the work of
     others), and a stride over the longest rows of every head first is balanced but spreads each
@@ -174,11 +179,26 @@ class _Tiles:
             return
         m_tiles = self._m_tiles()
         start = (const(0), const(0))
-        if not cfg.causal:
+        if not cfg.causal and not cfg.skips_empty_warpgroups:
             loop = kb.for_(kb.block_idx(0), m_tiles * self.heads * self.batch, kb.grid_dim(0), carry=start)
             with loop as (t, counts):
                 hb = fast_div(t, *self.div_tiles)         # divisor: m_tiles
                 loop.yield_(*self._run(body, t - hb * m_tiles, hb, counts))
+            return
+        if not cfg.causal:
+            # empty warpgroups make a head's last query tile cheaper: rounds of grid_dim tiles, dealt
+            # rotated (dealt_tile), so that every CTA gets its share of them
+            total, grid_n = m_tiles * self.heads * self.batch, kb.grid_dim(0)
+            loop = kb.for_(const(0), total, grid_n, carry=(kb.block_idx(0), *start))
+            with loop as (base, (slot, *counts)):
+                t, nxt = dealt_tile(base, slot, grid_n, _ValueOps)
+                tile = kb.if_(t.lt(total), results=["i32", "i32"])
+                with tile.then_():
+                    hb = fast_div(t, *self.div_tiles)     # divisor: m_tiles
+                    tile.yield_(*self._run(body, t - hb * m_tiles, hb, counts))
+                with tile.else_():
+                    tile.yield_(*counts)
+                loop.yield_(nxt, *tile.results)
             return
         # pairs of tiles of one (head, batch) whose work adds up alike (causal_pair_slot)
         slots = (m_tiles + 1) // 2 * self.heads * self.batch * 2
@@ -283,6 +303,10 @@ class _Consumer:
         self.n_o = cfg.head_dim // 2                  # O accumulator registers per thread
         if geo is not None:
             self.at(geo)
+
+    def has_rows(self) -> Value:
+        """Whether this warpgroup's 64 rows of the tile start before seqlen_q (warp-uniform)."""
+        return (self.geo.m0 + self.wg * 64).lt(self.geo.seqlen_q)
 
     def at(self, geo: "_Geometry") -> "_Consumer":
         """Point at a query tile: its geometry and this thread's two global rows."""
@@ -442,7 +466,8 @@ def _consume_tile(kb, cfg, cs, counts, q_pipe, k_pipe, v_pipe, o_smem, o_desc, l
     f32 = "f32"
     o_t = ("f32", cs.n_o)
     has_work = geo.n_blocks.gt(0)
-    main = kb.if_(has_work, results=[o_t, f32, f32, f32, f32])
+    has_rows = cs.has_rows() if cfg.skips_empty_warpgroups else None
+    main = kb.if_(has_work if has_rows is None else has_work & has_rows, results=[o_t, f32, f32, f32, f32])
     with main.then_():
         q0 = _state(q_pipe, None if counts is None else counts[0])
         q_pipe.consumer_wait(q0)
@@ -525,12 +550,56 @@ def _consume_tile(kb, cfg, cs, counts, q_pipe, k_pipe, v_pipe, o_smem, o_desc, l
                 q_pipe.consumer_release(q0)
         main.yield_(o, m0_, m1_, l0_, l1_)
     with main.else_():
+        if has_rows is not None:
+            with kb.if_(has_work).then_():
+                _pass_tile(kb, cfg, cs, counts, q_pipe, k_pipe, v_pipe, turn_begin, turn_end)
         z = const(0.0, f32)
         main.yield_(const(0.0, o_t), const(NEG_INF, f32), const(NEG_INF, f32), z, z)
     o, m0_, m1_, l0_, l1_ = main.results
     if before_epilogue is not None:
         before_epilogue()
-    _epilogue(kb, cfg, cs, o, [m0_, m1_], [l0_, l1_], o_smem, o_desc, lse_ptr)
+    if has_rows is not None:
+        with kb.if_(has_rows).then_():
+            _epilogue(kb, cfg, cs, o, [m0_, m1_], [l0_, l1_], o_smem, o_desc, lse_ptr)
+    else:
+        _epilogue(kb, cfg, cs, o, [m0_, m1_], [l0_, l1_], o_smem, o_desc, lse_ptr)
+
+
+def _pass_tile(kb, cfg, cs, counts, q_pipe, k_pipe, v_pipe, turn_begin, turn_end):
+    """A consumer warpgroup whose 64 rows all lie past seqlen_q (the last query tile of a head:
+    at seqlen 1024 a 192-row tile holds 64 rows, so two of its three warpgroups have none) issues
+    no GEMM and computes nothing, but takes its part in every handshake of the tile in the order
+    a working warpgroup does (_consume_tile): each Q and K/V stage waited on, then released (the
+    producer refills a stage once every consumer warpgroup released it), and each GEMM turn passed
+    on, so the working warpgroups run at their own pace with the tensor cores to themselves."""
+    def leader_release(pipe, s):
+        with kb.if_(cs.is_leader).then_():
+            pipe.consumer_release(s)
+
+    geo = cs.geo
+    q0 = _state(q_pipe, None if counts is None else counts[0])
+    q_pipe.consumer_wait(q0)
+    k0 = _state(k_pipe, None if counts is None else counts[1])
+    k_pipe.consumer_wait(k0)
+    turn_begin()
+    turn_end()
+    leader_release(k_pipe, k0)
+    k1, v0 = k0.advance(), _state(v_pipe, None if counts is None else counts[1])
+    loop = kb.for_(const(1), geo.n_blocks, 1, carry=(k1.stage, k1.phase, v0.stage, v0.phase))
+    with loop as (j, (ks, kph, vs, vph)):
+        k_s, v_s = dsl.PipeState(ks, kph, cfg.stages), dsl.PipeState(vs, vph, cfg.stages)
+        k_pipe.consumer_wait(k_s)
+        v_pipe.consumer_wait(v_s)
+        turn_begin()
+        turn_end()
+        leader_release(k_pipe, k_s)
+        leader_release(v_pipe, v_s)
+        kn, vn = k_s.advance(), v_s.advance()
+        loop.yield_(kn.stage, kn.phase, vn.stage, vn.phase)
+    v_s = dsl.PipeState(*loop.results[2:], cfg.stages)
+    v_pipe.consumer_wait(v_s)
+    leader_release(v_pipe, v_s)
+    leader_release(q_pipe, q0)
 
 
 def _epilogue(kb, cfg, cs, o, m, l, o_smem, o_desc, lse_ptr):

@@ -83,13 +83,25 @@ class AttnConfig:
                              f"2**threshold and must fit f16), got {thr!r}")
         if self.smem_bytes() > 227 * 1024:
             raise ValueError(f"tile plan needs {self.smem_bytes()} bytes of SMEM (> 227 KiB"
-                             f"{', with the Q and O tiles of persistent' if self.persistent else ''}): lower bn or stages")
+                             f"{', with the Q and O tiles of persistent' if self.persistent else ''}): "
+                             f"lower bn or stages")
         return self
 
     @property
     def consumers(self) -> int:
         """Consumer (wgmma) warpgroups: one per 64 query rows."""
         return self.bm // 64
+
+    @property
+    def skips_empty_warpgroups(self) -> bool:
+        """Whether a consumer warpgroup whose 64 rows all lie past seqlen_q skips its GEMMs and
+        epilogue (it still takes its part in the pipelines' handshakes and the GEMM turns), and a
+        persistent non-causal kernel deals its tiles rotated so each CTA gets its share of the
+        cheaper last tiles. At bm 192 only: there the last query tile of a power-of-two sequence
+        holds 64 or 128 rows (+4-6% at seqlen 1024 on an H200, notes/RESULTS.md "Empty
+        warpgroups"); at bm 128 no such length has an empty warpgroup, and the extra per-tile
+        branches cost D64 causal persistent 4% at 1024."""
+        return self.consumers > 2
 
     @property
     def threads(self) -> int:
@@ -326,6 +338,19 @@ def section_tile(t, m_tiles, hb_total, shift, div_tiles, div_rest, ops=IntOps):
     return m_tiles - 1 - m_idx, ops.select(in_full, hb_full, hb_rest)
 
 
+def dealt_tile(base, slot, grid_size, ops=IntOps):
+    """A non-causal persistent CTA's tile in the round of grid_size tiles that starts at `base`, and
+    its slot in the next round: tile base + slot, then slot + 1 modulo grid_size. CTA c starts at
+    slot c, so each round's consecutive tiles (query tile fastest, then head, then batch) go to the
+    CTAs rotated by one more than in the round before. A CTA's tiles then go round the query tiles
+    of a head, where a stride of grid_size would keep one query tile whenever m_tiles divides
+    grid_size (132 CTAs, 6 tiles of 192 rows at seqlen 1024: 22 CTAs would get every short last
+    tile), while the CTAs of a round still share a few heads' K and V in L2. A slot past the last
+    tile has none (base + slot >= tiles). Written once for ints (tests) and kernel Values."""
+    nxt = slot + 1
+    return base + slot, ops.select(ops.eq(nxt, grid_size), 0, nxt)
+
+
 def causal_pair_slot(slot, m_tiles, grid_size, div_pairs, ops=IntOps):
     """A causal persistent CTA's tile at `slot` and its next slot (attention_fwd_sm90._Tiles).
     Slot 2u + e is tile m_tiles-1-k (e = 0) then tile k (e = 1) of pair u = k + pairs * (head +
@@ -351,6 +376,6 @@ def flops(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int, c
 
 
 __all__ = ["AttnConfig", "default_config", "default_configs", "SHORT_SEQLEN_K", "SHORT_TILES", "is_short",
-           "query_tiles", "causal_pair_slot", "section_tile", "section_shift", "L2_BYTES", "SECTION_L2_SHARE",
-           "IntOps", "grid", "launch_args", "flops", "KERNEL", "HEAD_DIMS", "DTYPES", "BMS", "TILES", "KNOBS",
-           "TILE_FIELDS", "KNOB_FIELDS"]
+           "query_tiles", "dealt_tile", "causal_pair_slot", "section_tile", "section_shift", "L2_BYTES",
+           "SECTION_L2_SHARE", "IntOps", "grid", "launch_args", "flops", "KERNEL", "HEAD_DIMS", "DTYPES", "BMS",
+           "TILES", "KNOBS", "TILE_FIELDS", "KNOB_FIELDS"]
