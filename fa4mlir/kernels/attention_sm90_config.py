@@ -98,9 +98,9 @@ class AttnConfig:
         epilogue (it still takes its part in the pipelines' handshakes and the GEMM turns), and a
         persistent non-causal kernel deals its tiles rotated so each CTA gets its share of the
         cheaper last tiles. At bm 192 only: there the last query tile of a power-of-two sequence
-        holds 64 or 128 rows (+4-6% at seqlen 1024 on an H200, notes/RESULTS.md "Empty
+        holds 64 or 128 rows (+5-7% at seqlen 1024 on an H200, notes/RESULTS.md "Empty
         warpgroups"); at bm 128 no such length has an empty warpgroup, and the extra per-tile
-        branches cost D64 causal persistent 4% at 1024."""
+        branches cost D64 causal persistent 3-4% at 1024."""
         return self.consumers > 2
 
     @property
