@@ -54,6 +54,18 @@ def fa_rule(out_err: float, lowp_err: float, atol: float = DEFAULT_ATOL) -> tupl
     return ok, bound
 
 
+def raises(exc, words, fn, *args, **kw):
+    """fn(*args, **kw) raises exactly exc (not a subclass), and its message holds every one of words.
+    Returns the exception."""
+    import pytest
+    with pytest.raises(exc) as excinfo:
+        fn(*args, **kw)
+    assert type(excinfo.value) is exc, f"{type(excinfo.value).__name__}: {excinfo.value}"
+    for w in words:
+        assert w in str(excinfo.value), f"{w!r} not in {excinfo.value}"
+    return excinfo.value
+
+
 def torch_dtype(name: str):
     """The torch dtype of a kernel dtype name ("bf16", "f16")."""
     import torch

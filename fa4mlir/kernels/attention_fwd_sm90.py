@@ -304,6 +304,12 @@ class _Consumer:
         if geo is not None:
             self.at(geo)
 
+    def release(self, *uses) -> None:
+        """Release the (pipeline, stage state) pairs: one arrival per warpgroup, from its thread 0."""
+        with self.kb.if_(self.is_leader).then_():
+            for pipe, s in uses:
+                pipe.consumer_release(s)
+
     def has_rows(self) -> Value:
         """Whether this warpgroup's 64 rows of the tile start before seqlen_q (warp-uniform)."""
         return (self.geo.m0 + self.wg * 64).lt(self.geo.seqlen_q)
@@ -478,8 +484,7 @@ def _consume_tile(kb, cfg, cs, counts, q_pipe, k_pipe, v_pipe, o_smem, o_desc, l
         s_acc = cs.issue_s(k0.stage, q0.stage)
         turn_end()
         s_acc = Value(fa4_op("mma_wait_group", [s_acc], [s_acc.type], pending=0).result)
-        with kb.if_(cs.is_leader).then_():
-            k_pipe.consumer_release(k0)
+        cs.release((k_pipe, k0))
         neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
         if cfg.persistent:
             # block 0 needs the mask only when some row does not see all of it (the causal diagonal,
@@ -514,13 +519,11 @@ def _consume_tile(kb, cfg, cs, counts, q_pipe, k_pipe, v_pipe, o_smem, o_desc, l
             o_j = cs.issue_pv(p_in, vs, o_in)
             turn_end()
             s_j = Value(fa4_op("mma_wait_group", [s_j], [s_j.type], pending=1).result)
-            with kb.if_(cs.is_leader).then_():
-                k_pipe.consumer_release(k_s)
+            cs.release((k_pipe, k_s))
             p_j, m_j, l_j, alpha = cs.softmax(s_j, j, [m0_, m1_], [l0_, l1_], masked)
             frags_j = cs.pack(p_j)
             o_j = Value(fa4_op("mma_wait_group", [o_j], [o_j.type], pending=0).result)
-            with kb.if_(cs.is_leader).then_():
-                v_pipe.consumer_release(v_s)
+            cs.release((v_pipe, v_s))
             if not n_late:
                 o_j = cs.rescale_if_moved(o_j, alpha)
             kn, vn = k_s.advance(), v_s.advance()
@@ -538,16 +541,12 @@ def _consume_tile(kb, cfg, cs, counts, q_pipe, k_pipe, v_pipe, o_smem, o_desc, l
         if n_late:
             o = cs.rescale_if_moved(o, rest[:n_late])
         if cfg.persistent:  # every S GEMM has completed: the next tile's Q may load now
-            with kb.if_(cs.is_leader).then_():
-                q_pipe.consumer_release(q0)
+            cs.release((q_pipe, q0))
         v_s = dsl.PipeState(vs, vph, cfg.stages)
         v_pipe.consumer_wait(v_s)
         o = cs.issue_pv(p_last, vs, o)
         o = Value(fa4_op("mma_wait_group", [o], [o.type], pending=0).result)
-        with kb.if_(cs.is_leader).then_():
-            v_pipe.consumer_release(v_s)
-            if not cfg.persistent:
-                q_pipe.consumer_release(q0)
+        cs.release((v_pipe, v_s), *(() if cfg.persistent else ((q_pipe, q0),)))
         main.yield_(o, m0_, m1_, l0_, l1_)
     with main.else_():
         if has_rows is not None:
@@ -572,10 +571,6 @@ def _pass_tile(kb, cfg, cs, counts, q_pipe, k_pipe, v_pipe, turn_begin, turn_end
     a working warpgroup does (_consume_tile): each Q and K/V stage waited on, then released (the
     producer refills a stage once every consumer warpgroup released it), and each GEMM turn passed
     on, so the working warpgroups run at their own pace with the tensor cores to themselves."""
-    def leader_release(pipe, s):
-        with kb.if_(cs.is_leader).then_():
-            pipe.consumer_release(s)
-
     geo = cs.geo
     q0 = _state(q_pipe, None if counts is None else counts[0])
     q_pipe.consumer_wait(q0)
@@ -583,7 +578,7 @@ def _pass_tile(kb, cfg, cs, counts, q_pipe, k_pipe, v_pipe, turn_begin, turn_end
     k_pipe.consumer_wait(k0)
     turn_begin()
     turn_end()
-    leader_release(k_pipe, k0)
+    cs.release((k_pipe, k0))
     k1, v0 = k0.advance(), _state(v_pipe, None if counts is None else counts[1])
     loop = kb.for_(const(1), geo.n_blocks, 1, carry=(k1.stage, k1.phase, v0.stage, v0.phase))
     with loop as (j, (ks, kph, vs, vph)):
@@ -592,14 +587,12 @@ def _pass_tile(kb, cfg, cs, counts, q_pipe, k_pipe, v_pipe, turn_begin, turn_end
         v_pipe.consumer_wait(v_s)
         turn_begin()
         turn_end()
-        leader_release(k_pipe, k_s)
-        leader_release(v_pipe, v_s)
+        cs.release((k_pipe, k_s), (v_pipe, v_s))
         kn, vn = k_s.advance(), v_s.advance()
         loop.yield_(kn.stage, kn.phase, vn.stage, vn.phase)
     v_s = dsl.PipeState(*loop.results[2:], cfg.stages)
     v_pipe.consumer_wait(v_s)
-    leader_release(v_pipe, v_s)
-    leader_release(q_pipe, q0)
+    cs.release((v_pipe, v_s), (q_pipe, q0))
 
 
 def _epilogue(kb, cfg, cs, o, m, l, o_smem, o_desc, lse_ptr):
