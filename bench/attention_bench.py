@@ -8,8 +8,10 @@ Run on the GPU machine (no MLIR needed), from the repo root:
 Grid (FlashAttention-3 paper): batch * seqlen = 16384 tokens, heads * head_dim = 2048, seqlen in
 512..16384, head_dim in 64, 128, 256, causal and not. Every point runs in one process on the same
 fresh `torch.randn` q, k, v ([B, S, H, D]; SDPA gets contiguous [B, H, S, D] copies made before
-timing), with one timer for every backend: `triton.testing.do_bench` median when triton imports
-(as shared/anchors/anchors_fwd.py), else a CUDA-event median with the same warmup/rep/L2 flush.
+timing), with one timer for every backend: first --heat-ms (1 s) of back-to-back calls of the
+timed backend itself, so it runs at its own sustained clock whatever ran before it (bench/timers.py
+says why), then `triton.testing.do_bench` median when triton imports (as
+shared/anchors/anchors_fwd.py), else a CUDA-event median with the same warmup/rep/L2 flush.
 TFLOP/s = attention_sm90_config.flops (4·B·H·S²·D, halved when causal) / time. Before any timing, a
 warm-up pass calls every backend once at the shortest point of each (head_dim, causal): module loads,
 FA4 CuTe's JIT compiles and cuDNN's graph builds happen there, not next to a timed point
@@ -26,7 +28,10 @@ JSON (schema "fa4mlir-attention-bench/1"): environment (device, torch, CUDA, cuD
 versions), timer, run settings, `variants` (config and compile resources, registers included, of
 every bundle kernel considered), `points` (one per grid point: shape, flops, reference, `backends`
 {name: {ms, tflops, max_abs_diff, ok} or {error}}, `fa4mlir_variants` {label: same + path}, flags),
-`summary` (see `summarize`). Written after every point, so a run cut short keeps what it measured.
+`summary` (see `summarize`). Written after every point, so a run cut short keeps what it measured;
+`--resume` runs only the points --out lacks (same device, dtype, timer and settings, else it stops
+with what differs) and writes them all there: the full grid takes about 10 minutes with FA4 CuTe,
+so a device call of 600 s can run it in two parts (e.g. `--head-dims 64,128`, then `--resume`).
 """
 from __future__ import annotations
 
@@ -41,6 +46,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
+
+try:
+    from bench.timers import HEAT_MS, make_timer
+except ImportError:            # run as a script: bench/ is sys.path[0]
+    from timers import HEAT_MS, make_timer
 
 SCHEMA = "fa4mlir-attention-bench/1"
 TOKENS = 16384                 # batch * seqlen, for every point
@@ -178,62 +188,6 @@ def variant_info(label: str, artifact: Any) -> dict:
             "spill_loads": r.get("spill_loads"), "smem_bytes": artifact.smem_bytes,
             "threads": r.get("threads"), "cubin_backend": r.get("cubin_backend", artifact.config.get("cubin_backend")),
             "setmaxnreg_ignored": r.get("setmaxnreg_ignored")}
-
-
-# ----------------------------------------------------------------------------------------------
-# Timers: one for every backend of a run
-# ----------------------------------------------------------------------------------------------
-
-def make_timer(warmup_ms: float = 25, rep_ms: float = 100, use_triton: bool = True) -> tuple[Callable, dict]:
-    """(timer(fn) -> median ms, description for the JSON)."""
-    if use_triton:
-        try:
-            import triton
-            from triton.testing import do_bench
-            return (lambda fn: float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")),
-                    {"name": "triton.testing.do_bench", "stat": "median", "warmup_ms": warmup_ms,
-                     "rep_ms": rep_ms, "l2_flush": True, "triton": triton.__version__})
-        except Exception as e:  # noqa: BLE001  (any import failure means: use CUDA events)
-            why = f"{type(e).__name__}: {e}"
-    else:
-        why = "--timer events"
-    return (lambda fn: cuda_event_median_ms(fn, warmup_ms, rep_ms),
-            {"name": "cuda-events", "stat": "median", "warmup_ms": warmup_ms, "rep_ms": rep_ms,
-             "l2_flush": True, "why": why})
-
-
-_L2_FLUSH: list = []
-
-
-def cuda_event_median_ms(fn: Callable, warmup_ms: float, rep_ms: float) -> float:
-    """do_bench's method with torch CUDA events: estimate from 5 calls, warm for warmup_ms, then time
-    rep_ms worth of calls one event pair each, zeroing a 256 MiB buffer before each (L2 flush)."""
-    import torch
-    if not _L2_FLUSH:
-        _L2_FLUSH.append(torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda"))
-    flush = _L2_FLUSH[0]
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(5):
-        flush.zero_()
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    estimate_ms = max(start.elapsed_time(end) / 5, 1e-3)
-    for _ in range(max(1, int(warmup_ms / estimate_ms))):
-        fn()
-    n_rep = max(1, int(rep_ms / estimate_ms))
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
-    for s, e in zip(starts, ends):
-        flush.zero_()
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return float(statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -507,6 +461,30 @@ def load_result(path: str | os.PathLike) -> dict:
     return validate_result(json.loads(Path(path).read_text()))
 
 
+RESUME_KEYS = ("device", "dtype", "timer", "tolerance", "settings", "environment")
+
+
+def resumable_points(old: dict, new: dict) -> list[dict]:
+    """The points of an earlier result `old` that a run with header `new` may keep: both must agree
+    on device, dtype, timer, tolerance, settings, software versions and FA4 CuTe's availability and
+    version (else the parts' ratios would not compare); ValueError names each difference."""
+    def fa4(r):
+        info = r.get("fa4_cute") or {}
+        return {"available": info.get("available"), "version": info.get("version")}
+    diffs = [f"{k}: {old.get(k)!r} there, {new.get(k)!r} now" for k in RESUME_KEYS if old.get(k) != new.get(k)]
+    if fa4(old) != fa4(new):
+        diffs.append(f"fa4_cute: {fa4(old)} there, {fa4(new)} now")
+    if diffs:
+        raise ValueError("cannot resume: the result on file was measured differently (" + "; ".join(diffs)
+                         + "); write to a new --out instead")
+    return list(old["points"])
+
+
+def point_key(p: dict) -> tuple[int, bool, int]:
+    """Table order: head_dim, then causal (no first), then seqlen."""
+    return p["head_dim"], p["causal"], p["seqlen"]
+
+
 # ----------------------------------------------------------------------------------------------
 # Torch glue: environment, tensors, backends of one point
 # ----------------------------------------------------------------------------------------------
@@ -651,6 +629,11 @@ def add_arguments(p: argparse.ArgumentParser, with_common: bool = True) -> None:
     p.add_argument("--no-warmup-pass", dest="warmup_pass", action="store_false",
                    help="skip the pass that calls every backend once per (head_dim, causal) before timing")
     p.add_argument("--rep-ms", type=float, default=100.0)
+    p.add_argument("--heat-ms", type=float, default=HEAT_MS,
+                   help="before each timing, call the timed backend back to back this long (0: off)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the points --out already holds (same device, dtype, timer, settings) and "
+                        "run only the others")
     p.add_argument("--rounds", type=int, default=3,
                    help="time every backend this many times per point, in turn; report the median")
     p.add_argument("--timer", choices=("auto", "events"), default="auto",
@@ -686,7 +669,8 @@ def run(args: argparse.Namespace) -> int:
     dtype, torch_dtype_name = DTYPES[args.dtype]
     torch_dtype = getattr(torch, torch_dtype_name)
     points = quick_points() if args.quick else grid_points(args.head_dims, args.seqlens, args.causal)
-    timer, timer_desc = make_timer(args.warmup_ms, args.rep_ms, use_triton=args.timer == "auto")
+    timer, timer_desc = make_timer(args.warmup_ms, args.rep_ms, use_triton=args.timer == "auto",
+                                   heat_ms=args.heat_ms)
     api, select_entry, api_error = import_api()
     fa4_func, fa4_info = (None, {"available": False, "error": "--no-fa4"}) if args.no_fa4 else import_fa4_cute()
     try:
@@ -701,12 +685,24 @@ def run(args: argparse.Namespace) -> int:
                         settings={"variants": args.variants, "quick": args.quick, "seed": args.seed,
                                   "warmup_pass": args.warmup_pass, "rounds": args.rounds,
                                   "reference_order": list(REFERENCE_ORDER)})
+    if args.resume and Path(args.out).is_file():
+        try:
+            old = load_result(args.out)
+            kept = resumable_points(old, result)
+        except ValueError as e:
+            print(f"attention bench: {e}", file=sys.stderr)
+            return 2
+        have = {point_key(p) for p in kept}
+        points = [pt for pt in points if point_key(pt.to_json()) not in have]
+        result["points"], result["resumed_points"] = kept, len(kept)
+        result["variants"] = old["variants"]
+        print(f"attention bench: resuming {args.out}: {len(kept)} point(s) kept", flush=True)
     print(f"attention bench: {len(points)} point(s), {dtype}, timer {timer_desc['name']}, "
           f"FA4-CuTe {'yes' if fa4_func else 'no'}, fa4mlir API {'yes' if api else 'no (' + str(api_error) + ')'}"
           + (f", bundle error: {bundle_error}" if bundle_error else ""), flush=True)
     torch.manual_seed(args.seed)
     loaded: dict = {}
-    seen_variants: set = set()
+    seen_variants = {(v["head_dim"], v["causal"], v["label"]) for v in result["variants"]}
 
     def candidates(point, variants):
         q, k, v = (torch.randn(point.batch, point.seqlen, point.heads, point.head_dim, device="cuda",
@@ -742,7 +738,7 @@ def run(args: argparse.Namespace) -> int:
         except Exception as e:  # noqa: BLE001  (e.g. out of memory making the inputs)
             rec = {**point.to_json(), "backends": {"fa4mlir": {"error": _error_text(e)}},
                    "fa4mlir_variants": {}, "reference": None, "flags": [f"point failed: {_error_text(e)}"]}
-        result["points"].append(rec)
+        result["points"] = sorted([*result["points"], rec], key=point_key)
         save_result(result, args.out)
         b = rec["backends"]
         print(f"[{i}/{len(points)}] D={point.head_dim} S={point.seqlen} causal={'yes' if point.causal else 'no'}: "

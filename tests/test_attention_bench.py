@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from bench import attention_bench as ab
+from bench import timers
 from fa4mlir.attention import select_entry
 from fa4mlir.kernels import attention_sm90_config as acfg
 
@@ -310,6 +311,38 @@ def test_json_never_holds_nan(tmp_path):
 def test_timer_fallback_is_described():
     _, desc = ab.make_timer(10, 50, use_triton=False)
     assert desc["name"] == "cuda-events" and desc["stat"] == "median" and desc["rep_ms"] == 50
+    assert desc["heat_ms"] == 0.0
+    assert ab.make_timer(10, 50, use_triton=False, heat_ms=750.0)[1]["heat_ms"] == 750.0
+
+
+def test_heat_calls_back_to_back_until_the_time_is_up():
+    now, events = [0.0], []
+
+    def fn():
+        events.append("call")
+        now[0] += 0.010                      # each call takes 10 ms of (fake) wall time
+
+    def sync():
+        events.append("sync")
+    assert timers.heat(fn, 95.0, sync, clock=lambda: now[0], batch=4) == 12   # 3 batches: 40, 80, 120 ms
+    assert events == (["call"] * 4 + ["sync"]) * 3
+    events.clear()
+    assert timers.heat(fn, 0.0, sync, clock=lambda: now[0]) == 0 and events == []
+
+
+def test_resume_keeps_points_only_when_measured_the_same_way():
+    old = synthetic_result()
+    new = ab.new_result(device="NVIDIA H200", dtype="bf16", timer={"name": "triton.testing.do_bench"},
+                        environment={"torch": "2.11"}, fa4_cute={"available": True, "error": "unused"})
+    assert ab.resumable_points(old, new) == old["points"]
+    for key, value in (("timer", {"name": "triton.testing.do_bench", "heat_ms": 0.0}), ("dtype", "f16"),
+                       ("device", "NVIDIA H100 80GB HBM3"), ("environment", {"torch": "2.12"})):
+        with pytest.raises(ValueError, match=f"cannot resume.*{key}: "):
+            ab.resumable_points(old, {**new, key: value})
+    with pytest.raises(ValueError, match="fa4_cute: .*available.: True.* there, .*available.: False"):
+        ab.resumable_points(old, {**new, "fa4_cute": {"available": False}})
+    keys = [ab.point_key(p) for p in old["points"]]
+    assert sorted(keys) == [(128, False, 512), (128, False, 1024), (128, False, 4096), (128, True, 4096)]
 
 
 def test_plot_on_synthetic_json(tmp_path):
