@@ -7,6 +7,10 @@
 # TESTS_TIMEOUT, ATTN_TIMEOUT, GEMM_TIMEOUT; ATTN_ARGS adds attention flags (e.g. "--quick",
 # "--variants all", "--head-dims 128"). EXTRA_PYTHONPATH is appended to PYTHONPATH: where FA4 CuTe
 # was installed on the device (../shared/anchors/README.md), so the benchmark times it too.
+# The full attention grid took 9 minutes with FA4 CuTe on an H200 (each timing first runs its
+# backend for 1 s, bench/timers.py), more than one call holds next to the tests: run the tests in
+# one call (ATTN_TIMEOUT=1 GEMM_TIMEOUT=1), then the bench in two (ATTN_ARGS="--head-dims 64,128",
+# then ATTN_ARGS=--resume with the first call's attention.json copied to $OUT/attention.json).
 # Each step runs even when the one before failed.
 set -uo pipefail
 export FA4MLIR_BUNDLE=$PWD/bundle PYTHONPATH=$PWD${EXTRA_PYTHONPATH:+:$EXTRA_PYTHONPATH} PYTHONUNBUFFERED=1
