@@ -391,21 +391,22 @@ def test_select_prefers_default_tiles_then_ptxas():
 def test_select_prefers_default_softmax_knobs():
     """The attention-fa4-pieces variants (same tiles) sit next to the defaults in the gpu-tests
     bundle: flash_attn_func runs the default; older bundles' entries lack the knobs (= defaults).
-    D64, whose default knobs are all off (KNOBS), so that each variant differs from it."""
+    D64 causal, whose default knobs are all off (KNOBS), so that each variant differs from it."""
     def e64(**over):
-        return entry(head_dim=64, **over)
+        return entry(head_dim=64, causal=True, **over)
+    assert not acfg.KNOBS.get((64, True, False)), "the case this test is about"
     pieces = dict(exp2_poly_stride=4, rescale_threshold=8.0)
     variants = [e64(key="poly", exp2_poly_stride=4), e64(key="lazy", rescale_threshold=8.0), e64(key="both", **pieces)]
-    assert select_entry(variants + [e64(key="default")], "bf16", 64, False)["key"].startswith("default")
-    assert select_entry([e64(key="default")] + variants, "bf16", 64, False)["key"].startswith("default")
+    assert select_entry(variants + [e64(key="default")], "bf16", 64, True)["key"].startswith("default")
+    assert select_entry([e64(key="default")] + variants, "bf16", 64, True)["key"].startswith("default")
     old = e64(key="old")
     for knob in pieces:
         del old["config"][knob]
-    assert select_entry(variants + [old], "bf16", 64, False)["key"].startswith("old")
+    assert select_entry(variants + [old], "bf16", 64, True)["key"].startswith("old")
     # only a variant: it is what there is
-    assert select_entry([e64(key="both", **pieces)], "bf16", 64, False)["key"].startswith("both")
+    assert select_entry([e64(key="both", **pieces)], "bf16", 64, True)["key"].startswith("both")
     # default tiles still come first: a default-knob entry with other tiles loses to a variant
-    assert select_entry([e64(key="bn64", bn=64), e64(key="both", **pieces)], "bf16", 64, False)["key"] \
+    assert select_entry([e64(key="bn64", bn=64), e64(key="both", **pieces)], "bf16", 64, True)["key"] \
         .startswith("both")
 
 

@@ -400,7 +400,7 @@ def test_ptx_bundle_keys_each_variant_under_the_kernels_contract(tmp_path, monke
     monkeypatch.setenv("FA4MLIR_CUBIN_BACKEND", "ptxas")
     monkeypatch.setenv("FA4MLIR_CACHE", "0")
     monkeypatch.setenv("FA4MLIR_DUMP_DIR", str(tmp_path / "dump"))
-    cfg = acfg.AttnConfig(head_dim=64, bm=192).validate()
+    cfg = acfg.config_from_spec("head_dim=64,bm=192")   # what ptx_bundle --config builds below
     ref = lowering.compile_kernel(attention_fwd_sm90.build(cfg))
     (ptx,) = (tmp_path / "dump").glob("*/05-ptx.ptx")
     edited = tmp_path / "edited.ptx"   # an edit ptxas keeps: a fence before the kernel's last return
