@@ -26,13 +26,14 @@ import statistics
 import sys
 import threading
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F  # noqa: N812
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
-sys.path.insert(0, ".")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for bench and fa4mlir
 from bench import timers  # noqa: E402
 from bench.attention_bench import HIDDEN, TOKENS, import_fa4_cute  # noqa: E402
 from fa4mlir.kernels.attention_sm90_config import flops  # noqa: E402
