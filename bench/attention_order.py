@@ -29,14 +29,11 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F  # noqa: N812
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for bench and fa4mlir
 from bench import timers  # noqa: E402
-from bench.attention_bench import HIDDEN, TOKENS, import_fa4_cute  # noqa: E402
-from fa4mlir.kernels.attention_sm90_config import flops  # noqa: E402
+from bench.attention_bench import Point, candidates_for, import_fa4_cute  # noqa: E402
 
 
 class Sampler:
@@ -109,23 +106,24 @@ def series(fn, ms: float, flush) -> list[tuple[float, float]]:
 
 
 def backends(d: int, s: int, causal: bool, bundle: str) -> dict:
+    """{backend: call} on fresh inputs of the FA3 grid's point (head_dim d, seqlen s): the attention
+    bench's candidates (attention_bench.candidates_for), each call inside its backend's context."""
     from fa4mlir.attention import flash_attn_func
     from fa4mlir.runtime import Bundle
-    bundle = Bundle.open(bundle)
-    b, h = TOKENS // s, HIDDEN // d
-    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+    point = Point(d, s, causal)
+    q, k, v = (torch.randn(point.batch, s, point.heads, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    cands = candidates_for(point, q, k, v, torch=torch, dtype="bf16", api=flash_attn_func, api_error=None,
+                           select_entry=None, bundle=Bundle.open(bundle), variants=[], mode="best", loaded={},
+                           fa4_func=import_fa4_cute()[0])
 
-    def sdpa(be):
+    def in_context(c):
+        fn = c.make()
+
         def call():
-            with sdpa_kernel([be]):
-                return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+            with c.context():
+                return fn()
         return call
-    out = {"cudnn": sdpa(SDPBackend.CUDNN_ATTENTION), "fa2": sdpa(SDPBackend.FLASH_ATTENTION)}
-    fa4, _ = import_fa4_cute()
-    if fa4 is not None:
-        out["fa4-cute"] = lambda: fa4(q, k, v, causal=causal)
-    out["fa4mlir"] = lambda: flash_attn_func(q, k, v, causal=causal, bundle=bundle)
+    out = {c.name: in_context(c) for c in cands}
     for fn in out.values():   # module loads, JIT compiles, graph builds
         fn()
     torch.cuda.synchronize()
@@ -155,7 +153,7 @@ def main() -> int:
         for spec in a.points.split(","):
             d, s, c = (int(x) for x in spec.split(":"))
             fns = backends(d, s, bool(c), a.bundle)
-            fl = flops(TOKENS // s, HIDDEN // d, s, s, d, bool(c))
+            fl = Point(d, s, bool(c)).flops
             targets = [t for t in fns if not a.targets or t in a.targets.split(",")]
             preds = ["idle", *fns, "self"]
             for rep in range(a.reps):
@@ -188,12 +186,12 @@ def main() -> int:
 
 
 def run_series(a) -> int:
-    flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
+    flush = timers.l2_flush_buffer()
     records = []
     for spec in a.points.split(","):
         d, s, c = (int(x) for x in spec.split(":"))
         fns = backends(d, s, bool(c), a.bundle)
-        fl = flops(TOKENS // s, HIDDEN // d, s, s, d, bool(c))
+        fl = Point(d, s, bool(c)).flops
         targets = [t for t in fns if t != "fa2" and (not a.targets or t in a.targets.split(","))]
         print(f"\nD{d} S{s} causal={bool(c)}: TFLOP/s in 100 ms buckets after {a.heat_ms:.0f} ms of the predecessor",
               flush=True)

@@ -14,7 +14,7 @@ import sys
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from bench.timers import HEAT_MS, heat
+from bench.timers import HEAT_MS, make_timer
 from fa4mlir.kernels.attention_sm90_config import L2_BYTES, flops, grid, launch_args
 from fa4mlir.runtime import Bundle, load
 from fa4mlir.testing import attention_math, torch_dtype
@@ -57,7 +57,6 @@ def check(kern, b, sq, sk, h, hk, seed=0):
 
 
 def bench(kern, seqlen, l2_bytes=L2_BYTES, refs=True, heat_ms=HEAT_MS):
-    from triton.testing import do_bench
     from torch.nn.attention import SDPBackend, sdpa_kernel
     cfg = kern.artifact.config
     dt, d, causal = torch_dtype(cfg["dtype"]), cfg["head_dim"], cfg["causal"]
@@ -67,8 +66,8 @@ def bench(kern, seqlen, l2_bytes=L2_BYTES, refs=True, heat_ms=HEAT_MS):
     lse = torch.empty(b, h, seqlen, device="cuda", dtype=torch.float32)
     args = launch_args(cfg, q, k, v, o, lse, b, h, seqlen, seqlen, 1, 1 / math.sqrt(d), l2_bytes)
     gr = grid(cfg, b, h, seqlen, torch.cuda.get_device_properties(0).multi_processor_count)
-    heat(lambda: kern.launch(gr, args), heat_ms, torch.cuda.synchronize)   # its own sustained clock (bench/timers.py)
-    t = do_bench(lambda: kern.launch(gr, args), warmup=20, rep=200, return_mode="median")
+    timer, _ = make_timer(warmup_ms=20, rep_ms=200, heat_ms=heat_ms)   # heated: bench/timers.py says why
+    t = timer(lambda: kern.launch(gr, args))
     import time
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -86,9 +85,7 @@ def bench(kern, seqlen, l2_bytes=L2_BYTES, refs=True, heat_ms=HEAT_MS):
     res = {}
     for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)):
         with sdpa_kernel([be]):
-            heat(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal), heat_ms, torch.cuda.synchronize)
-            res[name] = do_bench(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal),
-                                 warmup=20, rep=200, return_mode="median")
+            res[name] = timer(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal))
     print(f"  time S{seqlen}: fa4mlir {tf(t):.1f} TFLOP/s  cudnn {tf(res['cudnn']):.1f}  fa2 {tf(res['fa2']):.1f}  "
           f"ratio vs cudnn {res['cudnn'] / t:.3f}  (host {host_us:.0f} us/launch, kernel {t * 1e3:.0f} us)", flush=True)
 

@@ -61,13 +61,19 @@ def make_timer(warmup_ms: float = 25, rep_ms: float = 100, use_triton: bool = Tr
     return timer, desc
 
 
+def l2_flush_buffer():
+    """The 256 MiB device buffer whose zeroing flushes the L2 between timed calls (made once)."""
+    import torch
+    if not _L2_FLUSH:
+        _L2_FLUSH.append(torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda"))
+    return _L2_FLUSH[0]
+
+
 def cuda_event_median_ms(fn: Callable, warmup_ms: float, rep_ms: float) -> float:
     """do_bench's method with torch CUDA events: estimate from 5 calls, warm for warmup_ms, then time
     rep_ms worth of calls one event pair each, zeroing a 256 MiB buffer before each (L2 flush)."""
     import torch
-    if not _L2_FLUSH:
-        _L2_FLUSH.append(torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda"))
-    flush = _L2_FLUSH[0]
+    flush = l2_flush_buffer()
     fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
