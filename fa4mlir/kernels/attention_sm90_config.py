@@ -168,9 +168,9 @@ TILES = {
     # persistent at every length since Q has two SMEM tiles: +4-16% over one tile per CTA at 1k-16k
     # (notes/RESULTS.md, "Two Q tiles")
     (128, True): dict(pingpong=True, **_PERS),
-    # D256: 64-key blocks with GEMM turns, +0.5-2.6% over 128 x 80 without turns (the default until
-    # the fifteenth session, whose turns spilled) at 1k-16k, causal and not, but for causal 16k
-    # (-1.0% / +1.3% in two calls; notes/RESULTS.md, "D256 with 64-key blocks")
+    # D256: 64-key blocks with GEMM turns, +0.2-2.6% over 128 x 80 without turns (the default until
+    # the fifteenth session; its turns spilled) at 1k-16k, causal and not, but for causal 16k
+    # (+1.3% / -1.0% in two calls; notes/RESULTS.md, "D256 with 64-key blocks")
     (256, False): dict(bn=64, stages=2, pingpong=True),
     (256, True): dict(bn=64, stages=2, pingpong=True),
 }
