@@ -391,22 +391,22 @@ def test_select_prefers_default_tiles_then_ptxas():
 def test_select_prefers_default_softmax_knobs():
     """The attention-fa4-pieces variants (same tiles) sit next to the defaults in the gpu-tests
     bundle: flash_attn_func runs the default; older bundles' entries lack the knobs (= defaults).
-    D64 causal, whose default knobs are all off (KNOBS), so that each variant differs from it."""
-    def e64(**over):
-        return entry(head_dim=64, causal=True, **over)
-    assert not acfg.KNOBS.get((64, True, False)), "the case this test is about"
+    D128 causal, whose default knobs are all off (KNOBS), so that each variant differs from it."""
+    def e128(**over):
+        return entry(head_dim=128, causal=True, **over)
+    assert not acfg.KNOBS.get((128, True, False)), "the case this test is about"
     pieces = dict(exp2_poly_stride=4, rescale_threshold=8.0)
-    variants = [e64(key="poly", exp2_poly_stride=4), e64(key="lazy", rescale_threshold=8.0), e64(key="both", **pieces)]
-    assert select_entry(variants + [e64(key="default")], "bf16", 64, True)["key"].startswith("default")
-    assert select_entry([e64(key="default")] + variants, "bf16", 64, True)["key"].startswith("default")
-    old = e64(key="old")
+    variants = [e128(key="poly", exp2_poly_stride=4), e128(key="lazy", rescale_threshold=8.0), e128(key="both", **pieces)]
+    assert select_entry(variants + [e128(key="default")], "bf16", 128, True)["key"].startswith("default")
+    assert select_entry([e128(key="default")] + variants, "bf16", 128, True)["key"].startswith("default")
+    old = e128(key="old")
     for knob in pieces:
         del old["config"][knob]
-    assert select_entry(variants + [old], "bf16", 64, True)["key"].startswith("old")
+    assert select_entry(variants + [old], "bf16", 128, True)["key"].startswith("old")
     # only a variant: it is what there is
-    assert select_entry([e64(key="both", **pieces)], "bf16", 64, True)["key"].startswith("both")
+    assert select_entry([e128(key="both", **pieces)], "bf16", 128, True)["key"].startswith("both")
     # default tiles still come first: a default-knob entry with other tiles loses to a variant
-    assert select_entry([e64(key="bn64", bn=64), e64(key="both", **pieces)], "bf16", 64, True)["key"] \
+    assert select_entry([e128(key="bn64", bn=64), e128(key="both", **pieces)], "bf16", 128, True)["key"] \
         .startswith("both")
 
 
@@ -444,7 +444,7 @@ def test_find_artifact_in_written_bundle(tmp_path):
     entries = [entry(key="def128"), entry(key="bn64", bn=64), entry(head_dim=64, key="def64")]
     bundle = Bundle.open(write_bundle(tmp_path, [art(e) for e in entries]))
     found = attention.find_artifact(bundle, "bf16", 128, False)
-    assert found.cubin.startswith(b"def128") and found.config["bn"] == 128
+    assert found.cubin.startswith(b"def128") and found.config["bn"] == acfg.default_config("bf16", 128, False).bn
 
 
 def test_launch_plan_follows_the_contract():

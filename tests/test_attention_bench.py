@@ -65,8 +65,8 @@ def _artifact(key="k" * 16, **config):
 def test_variant_labels_name_the_tile_and_stay_unique():
     assert ab.variant_label(acfg.AttnConfig().key()) == "bn128-s2-pp"
     # code knobs a default sets (KNOBS) are named like any field off AttnConfig's defaults
-    assert ab.variant_label(acfg.default_config("bf16", 128, False).key()) == \
-        "bn128-s2-pp-rescale_before_pv=True-rescale_threshold=8.0"
+    d128 = acfg.default_config("bf16", 128, False)
+    assert ab.variant_label(d128.key()) == f"bn{d128.bn}-s2-pp-rescale_before_pv=True-rescale_threshold=8.0"
     assert ab.variant_label(acfg.AttnConfig(bn=64, stages=3, pingpong=False).key()) == "bn64-s3-nopp"
     ptxas = {**acfg.AttnConfig(mma_regs=232).key(), "cubin_backend": "ptxas"}
     assert ab.variant_label(ptxas) == "bn128-s2-pp-mma_regs=232"
