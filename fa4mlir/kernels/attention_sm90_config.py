@@ -187,13 +187,17 @@ TILES = {
 # "Two Q tiles"): D64 non-causal 192 x 128 persistent 425 / 470 / 471 / 500 / 506 vs one tile per
 # CTA 384 / 452 / 464 / 500 / 509; D64 causal 128 x 128 persistent 344 / 389 / 420 / 440 / 446 vs
 # 192 x 128 per CTA 254 / 363 / 398 / 458 / 488; D128 non-causal persistent 585 / 623 / 622 / 619 /
-# 620 vs 524 / 554 / 588 / 610 / 622. D256 has no SMEM for a persistent kernel's Q and O tiles.
+# 620 vs 524 / 554 / 588 / 610 / 622. The one-tile-per-CTA kernels have since gained their code
+# knobs and tiles (KNOBS, TILES); the same comparison of today's pair, 2k / 4k / 8k (notes/RESULTS.md,
+# "Longer and shorter KV blocks"): D64 non-causal persistent 473 / 490 / 503 vs 469 / 490 / 511;
+# D64 causal 381 / 412 / 429 vs 365 / 427 / 477; D128 non-causal 608 / 622 / 639 vs 555 / 609 /
+# 640; hence the limits below. D256 has no SMEM for a persistent kernel's Q and O tiles.
 SHORT_TILES = {
     (64, False): dict(_D64_3WG, persistent=True),
     (64, True): dict(pingpong=False, **_PERS),
     (128, False): dict(pingpong=True, **_PERS),
 }
-SHORT_SEQLEN_K = {(64, False): 8192, (64, True): 4096, (128, False): 8192}
+SHORT_SEQLEN_K = {(64, False): 4096, (64, True): 2048, (128, False): 8192}
 
 
 def is_short(head_dim: int, causal: bool, seqlen_k: int | None) -> bool:
