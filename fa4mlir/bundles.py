@@ -93,7 +93,7 @@ TILE_VARIANTS = [
     # the D128 non-causal one-tile-per-CTA tile until 144-key blocks measured faster
     (128, False, dict(bm=128, bn=128, stages=2, pingpong=True)),
     # D256: the 128 x 80 tile without turns (the default until 64-key blocks with turns measured
-    # 0.5-2.6% faster, notes/RESULTS.md "D256 with 64-key blocks"), and 64-key blocks without turns
+    # 0.2-2.6% faster, notes/RESULTS.md "D256 with 64-key blocks"), and 64-key blocks without turns
     (256, False, dict(bm=128, bn=80, stages=2, pingpong=False)),
     (256, True, dict(bm=128, bn=80, stages=2, pingpong=False)),
     (256, False, dict(bm=128, bn=64, stages=2, pingpong=False)),

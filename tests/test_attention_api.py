@@ -396,7 +396,8 @@ def test_select_prefers_default_softmax_knobs():
         return entry(head_dim=128, causal=True, **over)
     assert not acfg.KNOBS.get((128, True, False)), "the case this test is about"
     pieces = dict(exp2_poly_stride=4, rescale_threshold=8.0)
-    variants = [e128(key="poly", exp2_poly_stride=4), e128(key="lazy", rescale_threshold=8.0), e128(key="both", **pieces)]
+    variants = [e128(key="poly", exp2_poly_stride=4), e128(key="lazy", rescale_threshold=8.0),
+                e128(key="both", **pieces)]
     assert select_entry(variants + [e128(key="default")], "bf16", 128, True)["key"].startswith("default")
     assert select_entry([e128(key="default")] + variants, "bf16", 128, True)["key"].startswith("default")
     old = e128(key="old")
