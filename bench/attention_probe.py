@@ -56,7 +56,9 @@ def check(kern, b, sq, sk, h, hk, seed=0):
     return ok
 
 
-def bench(kern, seqlen, l2_bytes=L2_BYTES, refs=True, heat_ms=HEAT_MS):
+def bench(kern, seqlen, timer, l2_bytes=L2_BYTES, refs=True):
+    """Times `kern` at the FA3 grid's point of `seqlen` with `timer` (make_timer's), and cuDNN and FA2
+    with the same timer unless refs is False."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     cfg = kern.artifact.config
     dt, d, causal = torch_dtype(cfg["dtype"]), cfg["head_dim"], cfg["causal"]
@@ -66,7 +68,6 @@ def bench(kern, seqlen, l2_bytes=L2_BYTES, refs=True, heat_ms=HEAT_MS):
     lse = torch.empty(b, h, seqlen, device="cuda", dtype=torch.float32)
     args = launch_args(cfg, q, k, v, o, lse, b, h, seqlen, seqlen, 1, 1 / math.sqrt(d), l2_bytes)
     gr = grid(cfg, b, h, seqlen, torch.cuda.get_device_properties(0).multi_processor_count)
-    timer, _ = make_timer(warmup_ms=20, rep_ms=200, heat_ms=heat_ms)   # heated: bench/timers.py says why
     t = timer(lambda: kern.launch(gr, args))
     import time
     torch.cuda.synchronize()
@@ -104,6 +105,7 @@ def main() -> int:
                     help="before each timing, launch the timed kernel back to back this long (bench/timers.py)")
     a = ap.parse_args()
     l2s = [int(float(x)) for x in a.l2.split(",")]
+    timer, _ = make_timer(warmup_ms=20, rep_ms=200, heat_ms=a.heat_ms)   # heated: bench/timers.py says why
     bad = 0
     for art in Bundle.open(a.bundle).artifacts():
         if art.config.get("kernel") != "attention_fwd_sm90":
@@ -119,10 +121,10 @@ def main() -> int:
                 bad += not check(kern, *case)
         for seqlen in (int(x) for x in a.seqlen.split(",")):
             if len(l2s) == 1:
-                bench(kern, seqlen, l2s[0], heat_ms=a.heat_ms)
+                bench(kern, seqlen, timer, l2s[0])
             else:
                 for l2 in l2s:
-                    bench(kern, seqlen, l2, refs=False, heat_ms=a.heat_ms)
+                    bench(kern, seqlen, timer, l2, refs=False)
     return 1 if bad else 0
 
 
