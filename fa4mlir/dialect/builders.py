@@ -21,7 +21,7 @@ from .._mlir import ir
 from .ops import OPS, OPS_BY_NAME
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_BUILDER_FILES = tuple(os.path.join(_PKG, f) for f in ("dsl.py", "dsl_kernel.py", "dialect", "_mlir.py"))
+_BUILDER_FILES = tuple(os.path.join(_PKG, f) for f in ("dsl", "dialect", "_mlir.py"))
 _FIXED_RESULT = {"i1": "i1", "i32": "i32", "i64": "i64", "smem_ptr": "!llvm.ptr<3>"}
 
 

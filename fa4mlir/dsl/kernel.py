@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import contextlib
 
-from ._mlir import ir, llvm
-from .dsl import (ELEM_BYTES, KernelIR, Pipeline, Value, _For, _If, _ir, _While, const, fa4_op,
+from .._mlir import ir, llvm
+from .core import (ELEM_BYTES, KernelIR, Pipeline, Value, _For, _If, _ir, _While, const, fa4_op,
                   mlir_type, source_loc)
-from .dialect import new_context
-from .runtime import ParamSpec, TmaSpec
+from ..dialect import new_context
+from ..runtime import ParamSpec, TmaSpec
 
 ARCH_FEATURES = {"sm_90a": "+ptx80", "sm_100a": "+ptx86"}
 _PARAM_TYPES = {
@@ -147,7 +147,7 @@ class KernelBuilder:
     # ---- control flow ---------------------------------------------------------------------------
     def for_(self, lo, hi, step=1, carry=()) -> _For:
         """`with kb.for_(lo, hi, step, carry=(...)) as (i, carried): ...; loop.yield_(...)`."""
-        from ._mlir import scf
+        from .._mlir import scf
         lo, hi, step = (v if isinstance(v, Value) else const(v) for v in (lo, hi, step))
         init = _ir(carry)
         op = scf.ForOp(lo.v, hi.v, step.v, init, loc=source_loc())

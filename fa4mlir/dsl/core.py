@@ -1,7 +1,9 @@
-"""The kernel builder: plain Python that builds fa4 + arith/scf/math/vector IR by explicit calls.
+"""Typed values, control flow and pipeline states of the kernel DSL (fa4mlir.dsl).
+
+The kernel builder: plain Python that builds fa4 + arith/scf/math/vector IR by explicit calls.
 
 Python control flow runs at build time; IR control flow is `kb.for_` / `kb.if_`. Every op gets the
-source location of the kernel line that asked for it (the first stack frame outside this module
+source location of the kernel line that asked for it (the first stack frame outside this package
 and `fa4mlir/dialect`). Values are typed wrappers (`Value`) with arithmetic operators; Python
 numbers mixed with them become constants of the other operand's type.
 """
@@ -10,9 +12,9 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 
-from ._mlir import arith, ir, llvm, math, scf, vector
-from .dialect.builders import create, source_loc
-from .runtime import ParamSpec, TmaSpec
+from .._mlir import arith, ir, llvm, math, scf, vector
+from ..dialect.builders import create, source_loc
+from ..runtime import ParamSpec, TmaSpec
 
 _TYPE_NAMES = {"i1": "i1", "i8": "i8", "i16": "i16", "i32": "i32", "i64": "i64", "f16": "f16",
                "bf16": "bf16", "f32": "f32", "ptr": "!llvm.ptr", "gptr": "!llvm.ptr<1>",
@@ -356,7 +358,5 @@ class KernelIR:
     config: dict = field(default_factory=dict)
 
 
-from .dsl_kernel import KernelBuilder  # noqa: E402  (split for size; re-exported here)
-
-__all__ = ["KernelBuilder", "KernelIR", "Value", "Pipeline", "PipeState", "const", "select", "exp2", "log2", "floor", "fmax", "fma", "undef", "tree_reduce",
+__all__ = ["KernelIR", "Value", "Pipeline", "PipeState", "const", "select", "exp2", "log2", "floor", "fmax", "fma", "undef", "tree_reduce",
            "fa4_op", "mlir_type", "source_loc", "ParamSpec", "TmaSpec", "ELEM_BYTES"]
