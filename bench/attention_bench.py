@@ -587,14 +587,16 @@ def _launcher(torch: Any, acfg: Any, artifact: Any, loaded: dict, q, k, v, point
         if key not in loaded:
             loaded[key] = load(artifact)
         kern = loaded[key]
+        from fa4mlir.attention import AttnProblem
         b, s, h, d = point.batch, point.seqlen, point.heads, point.head_dim
-        grid = acfg.grid(artifact.config, b, h, s, torch.cuda.get_device_properties(q.device).multi_processor_count)
-        scale = 1.0 / math.sqrt(d)
+        cfg = acfg.AttnConfig.from_key(artifact.config)
+        problem = AttnProblem.of(q.shape, k.shape, cfg.dtype, causal=cfg.causal, softmax_scale=1.0 / math.sqrt(d))
+        grid = acfg.grid(cfg, problem, torch.cuda.get_device_properties(q.device).multi_processor_count)
 
         def call():
             o = torch.empty_like(q)
             lse = torch.empty(b, h, s, device=q.device, dtype=torch.float32)
-            kern.launch(grid, acfg.launch_args(artifact.config, q, k, v, o, lse, b, h, s, s, 1, scale))
+            kern.launch(grid, acfg.launch_args(cfg, problem, dict(q=q, k=k, v=v, o=o, lse=lse)))
             return o
         return call
     return make

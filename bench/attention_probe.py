@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from bench.timers import HEAT_MS, make_timer
-from fa4mlir.kernels.attention_sm90_config import L2_BYTES, flops, grid, launch_args
+from fa4mlir.attention import AttnProblem
+from fa4mlir.kernels.attention_sm90_config import L2_BYTES, AttnConfig, flops, grid, launch_args
 from fa4mlir.runtime import Bundle, load
 from fa4mlir.testing import attention_math, torch_dtype
 
@@ -27,8 +28,9 @@ def run(kern, q, k, v, scale):
     b, sq, h, d = q.shape
     o = torch.full_like(q, float("nan"))
     lse = torch.full((b, h, sq), float("nan"), device=q.device, dtype=torch.float32)
-    args = launch_args(kern.artifact.config, q, k, v, o, lse, b, h, sq, k.shape[1], h // k.shape[2], scale)
-    kern.launch(grid(kern.artifact.config, b, h, sq, CHECK_SMS), args)
+    cfg = AttnConfig.from_key(kern.artifact.config)
+    problem = AttnProblem.of(q.shape, k.shape, cfg.dtype, causal=cfg.causal, softmax_scale=scale)
+    kern.launch(grid(cfg, problem, CHECK_SMS), launch_args(cfg, problem, dict(q=q, k=k, v=v, o=o, lse=lse)))
     return o, lse
 
 
@@ -66,8 +68,10 @@ def bench(kern, seqlen, timer, l2_bytes=L2_BYTES, refs=True):
     q, k, v = (torch.randn(b, seqlen, h, d, device="cuda", dtype=dt) for _ in range(3))
     o = torch.empty_like(q)
     lse = torch.empty(b, h, seqlen, device="cuda", dtype=torch.float32)
-    args = launch_args(cfg, q, k, v, o, lse, b, h, seqlen, seqlen, 1, 1 / math.sqrt(d), l2_bytes)
-    gr = grid(cfg, b, h, seqlen, torch.cuda.get_device_properties(0).multi_processor_count)
+    config = AttnConfig.from_key(cfg)
+    problem = AttnProblem.of(q.shape, k.shape, config.dtype, causal=causal, softmax_scale=1 / math.sqrt(d))
+    args = launch_args(config, problem, dict(q=q, k=k, v=v, o=o, lse=lse), l2_bytes)
+    gr = grid(config, problem, torch.cuda.get_device_properties(0).multi_processor_count)
     t = timer(lambda: kern.launch(gr, args))
     import time
     torch.cuda.synchronize()

@@ -11,7 +11,8 @@ import sys
 
 import torch
 
-from fa4mlir.kernels.attention_sm90_config import grid, launch_args
+from fa4mlir.attention import AttnProblem
+from fa4mlir.kernels.attention_sm90_config import AttnConfig, grid, launch_args
 from fa4mlir.runtime import Bundle, load
 from fa4mlir.testing import attention_math, torch_dtype
 
@@ -70,8 +71,10 @@ def main() -> int:
     for rep in range(2):
         o = torch.full_like(q, float("nan"))
         lse = torch.full((a.batch, a.heads, a.sq), float("nan"), device="cuda", dtype=torch.float32)
-        args = launch_args(cfg, q, k, v, o, lse, a.batch, a.heads, a.sq, a.sk, a.heads // a.kv_heads, scale)
-        kern.launch(grid(cfg, a.batch, a.heads, a.sq, torch.cuda.get_device_properties(0).multi_processor_count), args)
+        config = AttnConfig.from_key(cfg)
+        problem = AttnProblem.of(q.shape, k.shape, config.dtype, causal=config.causal, softmax_scale=scale)
+        args = launch_args(config, problem, dict(q=q, k=k, v=v, o=o, lse=lse))
+        kern.launch(grid(config, problem, torch.cuda.get_device_properties(0).multi_processor_count), args)
         torch.cuda.synchronize()
         tol = 2 * (tl.float() - ro).abs().amax(dim=-1) + 1e-5          # [B, Sq, H] per row
         err = (o.float() - ro).abs().amax(dim=-1)

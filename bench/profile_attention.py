@@ -13,7 +13,8 @@ import sys
 import torch
 
 from bench.attention_rows import load_kernel
-from fa4mlir.kernels.attention_sm90_config import grid, launch_args
+from fa4mlir.attention import AttnProblem
+from fa4mlir.kernels.attention_sm90_config import AttnConfig, grid, launch_args
 from fa4mlir.testing import torch_dtype
 
 
@@ -33,9 +34,11 @@ def main() -> int:
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch_dtype(cfg["dtype"])) for _ in range(3))
     o = torch.full_like(q, float("nan"))
     lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
-    args = launch_args(cfg, q, k, v, o, lse, b, h, s, s, 1, 1 / math.sqrt(d))
+    config = AttnConfig.from_key(cfg)
+    problem = AttnProblem.of(q.shape, k.shape, config.dtype, causal=config.causal, softmax_scale=1 / math.sqrt(d))
+    args = launch_args(config, problem, dict(q=q, k=k, v=v, o=o, lse=lse))
     for _ in range(a.launches):
-        kern.launch(grid(cfg, b, h, s, torch.cuda.get_device_properties(0).multi_processor_count), args)
+        kern.launch(grid(config, problem, torch.cuda.get_device_properties(0).multi_processor_count), args)
     torch.cuda.synchronize()
     print(f"{art.name}: {a.launches} launches of B{b} S{s} H{h} D{d}; NaN in O: {bool(o.isnan().any())}")
     return 0

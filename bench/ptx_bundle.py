@@ -33,11 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("variants", nargs="+", help="NAME=FILE.ptx, one bundle entry each")
     a = ap.parse_args(argv)
     from fa4mlir import lowering
-    from fa4mlir.attention import compile_config
+    from fa4mlir.compiler import compile_kernel
+    from fa4mlir.kernels.attention_sm90_config import KERNEL
     from fa4mlir.kernels.attention_sm90_config import config_from_spec
     from fa4mlir.runtime import write_bundle
 
-    ref = compile_config(config_from_spec(a.config))
+    ref = compile_kernel(KERNEL, config_from_spec(a.config))
     arts = []
     for spec in a.variants:
         name, _, path = spec.partition("=")

@@ -36,11 +36,12 @@ def loop_rows(sass: str, hgmma: int | None) -> list[dict]:
 
 def _config_cubin(spec: str):
     """An AttnConfig from 'k=v,k=v' (attention_sm90_config.config_from_spec), compiled as the
-    attention API compiles (attention.compile_config: ptxas)."""
-    from fa4mlir.attention import compile_config
+    attention API compiles (compiler.compile_kernel: the kernel's own ptxas backend)."""
+    from fa4mlir.compiler import compile_kernel
+    from fa4mlir.kernels.attention_sm90_config import KERNEL
     from fa4mlir.kernels.attention_sm90_config import config_from_spec
     cfg = config_from_spec(spec)
-    art = compile_config(cfg)
+    art = compile_kernel(KERNEL, cfg)
     return art.name, art.cubin, cfg.head_dim // 16 + cfg.bn // 16
 
 

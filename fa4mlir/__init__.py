@@ -15,12 +15,12 @@ _LAZY = {
     **{err: ("fa4mlir.attention", err) for err in (
         "FlashAttnInputError", "DTypeError", "ShapeError", "HeadDimError", "HeadsRatioError",
         "EmptyInputError", "LayoutError", "DeviceError", "ScaleError")},
-    "Bundle": ("fa4mlir.runtime", "Bundle"),
+    "AttnProblem": ("fa4mlir.attention", "AttnProblem"),
+    "Bundle": ("fa4mlir.artifacts", "Bundle"),
     "load": ("fa4mlir.runtime", "load"),
-    "write_bundle": ("fa4mlir.runtime", "write_bundle"),
+    "write_bundle": ("fa4mlir.artifacts", "write_bundle"),
     "KernelBuilder": ("fa4mlir.dsl", "KernelBuilder"),
-    "compile_kernel": ("fa4mlir.lowering", "compile_kernel"),
-    "get_artifact": ("fa4mlir.compiler", "get_artifact"),
+    "compile_kernel": ("fa4mlir.compiler", "compile_kernel"),
 }
 
 

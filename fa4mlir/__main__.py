@@ -32,23 +32,16 @@ def _resource_table(rows: list[tuple]) -> str:
     widths = [max(len(str(l[i])) for l in lines) for i in range(len(head))]
     table = "\n".join("  ".join(str(c).ljust(w) for c, w in zip(l, widths)) for l in lines)
     if any(r.get("setmaxnreg_ignored") for _, a in rows for r in [a.resources]):
-        table += "\n* ptxas ignored setmaxnreg (C7504: nvJitLink compiles PTX relocatably); FA4MLIR_CUBIN_BACKEND=ptxas (or nvjitlink-lto, sm_100+) keeps it"
+        table += "\n* ptxas ignored setmaxnreg (C7504: nvJitLink compiles PTX relocatably); the ptxas backend (or nvjitlink-lto, sm_100+) keeps it"
     return table
 
 
 def _compile(entries, show_progress=True):
-    import os
     from . import compiler
     out = []
-    for i, (name, cfg, *env_over) in enumerate(entries, 1):
+    for i, (name, cfg, *overrides) in enumerate(entries, 1):
         t0 = time.perf_counter()
-        saved = {k: os.environ.get(k) for k in (env_over[0] if env_over else {})}
-        os.environ.update(env_over[0] if env_over else {})
-        try:
-            art = compiler.get_artifact(name, cfg)
-        finally:
-            for k, v in saved.items():
-                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+        art = compiler.compile_kernel(name, cfg, **(overrides[0] if overrides else {}))
         if show_progress:
             print(f"[{i}/{len(entries)}] {art.name} ({art.arch}, {art.resources.get('cubin_backend')}) "
                   f"{time.perf_counter() - t0:.2f} s", flush=True)
@@ -57,9 +50,9 @@ def _compile(entries, show_progress=True):
 
 
 def cmd_demo(args) -> int:
-    from . import bundles
+    from . import kernel_sets
     from .kernels import gemm_sm90  # noqa: F401  (fails early without MLIR)
-    rows = _compile(bundles.demo())
+    rows = _compile(kernel_sets.demo())
     print()
     print(_resource_table(rows))
     from .testing import gpu_available
@@ -76,9 +69,9 @@ def cmd_demo(args) -> int:
 
 
 def cmd_bundle(args) -> int:
-    from . import bundles
-    from .runtime import write_bundle
-    entries = bundles.configs(args.set)
+    from . import kernel_sets
+    from .artifacts import write_bundle
+    entries = kernel_sets.configs(args.set)
     print(f"compiling {len(entries)} kernel(s) for bundle {args.out}", flush=True)
     rows = _compile(entries)
     write_bundle(args.out, [a for _, a in rows])

@@ -57,15 +57,14 @@ def canonical_json(value: Any) -> str:
 
 
 def compute_key(config: dict, arch: str, extra: dict | None = None) -> str:
-    """sha256 of config, arch, extra, package source fingerprint, toolchain versions and the
-    output-changing FA4MLIR_* knobs."""
+    """sha256 of config, arch, extra (the kernel name and its compile options), package source
+    fingerprint and toolchain versions."""
     payload = {
         "config": config,
         "arch": arch,
         "extra": extra or {},
         "sources": source_fingerprint(),
         "toolchain": toolchain_versions(),
-        "knobs": env.output_changing_values(),
     }
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
 

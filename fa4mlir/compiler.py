@@ -1,41 +1,62 @@
-"""Build + lower + cache: `get_artifact(kernel_name, cfg)` is what every front end calls.
+"""The compiler's entry point: `compile_kernel(kernel_name, cfg, options)` builds, lowers and caches.
 
-The cache key is computed (config key + fa4mlir source fingerprint + toolchain versions + arch +
-output-changing knobs); N processes asking for one key compile once. With FA4MLIR_DUMP_DIR set, a
-cache hit still re-runs the IR stages so that every stage's artefact is dumped.
+    art = compile_kernel("attention_fwd_sm90", cfg)                  # the kernel's own cubin backend
+    art = compile_kernel("gemm_sm90", cfg, cubin_backend="ptxas")     # an explicit one
+
+Options (`lowering.CompileOptions`) resolve once, here: an explicit argument, else the
+FA4MLIR_CUBIN_BACKEND / FA4MLIR_DEBUG knob when the user set it, else the kernel's own choice
+(`kernels.cubin_backend`: the attention kernels name the backend that honours their setmaxnreg
+split). Nothing below reads or writes the environment for them, and they are part of the cache key
+(with the config, the fa4mlir source fingerprint, the toolchain versions and the arch); N processes
+asking for one key compile once. With FA4MLIR_DUMP_DIR set, a cache hit still re-runs the IR
+stages so that every stage's artefact is dumped.
 """
 from __future__ import annotations
 
 import time
 
 from . import env, kernels, lowering
+from .artifacts import KernelArtifact
 from .cache import KernelCache, compute_key
-from .runtime import KernelArtifact
+from .lowering import CompileOptions
 
 
-def key_for(kernel_name: str, cfg) -> str:
-    return compute_key(cfg.key(), kernels.arch(kernel_name), extra={"kernel": kernel_name})
+def resolve_options(kernel_name: str, cubin_backend: str | None = None, debug: bool | None = None) -> CompileOptions:
+    """The options a compile of `kernel_name` runs with (see the module docstring for the order)."""
+    backend = cubin_backend or env.get_str("FA4MLIR_CUBIN_BACKEND") or kernels.cubin_backend(kernel_name)
+    return CompileOptions(cubin_backend=backend, debug=env.debug() if debug is None else bool(debug))
 
 
-def build_and_compile(kernel_name: str, cfg, key: str) -> KernelArtifact:
+def key_for(kernel_name: str, cfg, options: CompileOptions) -> str:
+    return compute_key(cfg.key(), kernels.arch(kernel_name), extra={"kernel": kernel_name, "options": options.key()})
+
+
+def build_and_lower(kernel_name: str, cfg, options: CompileOptions, key: str) -> KernelArtifact:
     mod = kernels.module(kernel_name)
     t0 = time.perf_counter()
     kir = mod.build(cfg)
     kir.config["_build_seconds"] = time.perf_counter() - t0
-    return lowering.compile_kernel(kir, key)
+    return lowering.lower(kir, options, key)
 
 
-def get_artifact(kernel_name: str, cfg, cache: KernelCache | None = None) -> KernelArtifact:
-    """The compiled artefact for `cfg`, from the disk cache or compiled now."""
-    key = key_for(kernel_name, cfg)
+def compile_kernel(kernel_name: str, cfg, options: CompileOptions | None = None, cache: KernelCache | None = None, *,
+                   cubin_backend: str | None = None, debug: bool | None = None) -> KernelArtifact:
+    """The compiled artefact for `cfg`, from the disk cache or compiled now. `options` (resolved),
+    or `cubin_backend` / `debug` resolved by resolve_options."""
+    if options is None:
+        options = resolve_options(kernel_name, cubin_backend, debug)
+    key = key_for(kernel_name, cfg, options)
     cache = cache or KernelCache()
     built = []
 
     def build():
         built.append(True)
-        return build_and_compile(kernel_name, cfg, key)
+        return build_and_lower(kernel_name, cfg, options, key)
 
     art = cache.get_or_build(key, build)
     if env.dump_dir() is not None and not built:
-        build_and_compile(kernel_name, cfg, key)  # dumps on cache hits too
+        build_and_lower(kernel_name, cfg, options, key)  # dumps on cache hits too
     return art
+
+
+__all__ = ["compile_kernel", "resolve_options", "key_for", "CompileOptions"]

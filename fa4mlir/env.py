@@ -1,8 +1,8 @@
 """Every FA4MLIR_* environment knob, in one table, with typed getters.
 
 MLIR-free: the runtime and the cache import this module. Add a knob by adding a row to
-``KNOBS``; mark it ``output_changing`` when it changes the generated code, so that it becomes
-part of the cache key (see ``fa4mlir.cache.compute_key``).
+``KNOBS``. A knob that changes generated code is read in exactly one place, ``fa4mlir.compiler
+.resolve_options``, into the compile's options, which are part of its cache key.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ class Knob:
     default: str | None
     kind: str  # "bool", "path", "str"
     meaning: str
-    output_changing: bool = False
 
 
 KNOBS: dict[str, Knob] = {
@@ -29,16 +28,16 @@ KNOBS: dict[str, Knob] = {
         Knob("FA4MLIR_CACHE_DIR", "~/.cache/fa4mlir", "path", "directory of the on-disk kernel cache"),
         Knob("FA4MLIR_CACHE", "1", "bool", "1: use the kernel cache; 0: always compile"),
         Knob("FA4MLIR_DUMP_DIR", None, "path", "if set, write every compiler stage's IR/PTX here"),
-        Knob("FA4MLIR_DEBUG", "0", "bool", "1: emit debug checks in kernels (changes the code)",
-             output_changing=True),
+        Knob("FA4MLIR_DEBUG", "0", "bool", "1: emit debug checks in kernels (changes the code; read once "
+             "per compile into its options, part of the cache key)"),
         Knob("FA4MLIR_BUNDLE", None, "path", "kernel bundle directory the runtime and GPU tests load"),
         Knob("FA4MLIR_VERBOSE", "0", "bool", "1: log compiles, cache hits and kernel loads to stderr"),
-        Knob("FA4MLIR_CUBIN_BACKEND", "nvjitlink", "str",
-             "LLVM->cubin: nvjitlink (upstream PTX, nvJitLink in process; ignores setmaxnreg, ptxas "
-             "C7504), nvjitlink-lto (NVVM IR -> libNVVM LTO-IR -> nvJitLink -lto, in process; "
-             "honours setmaxnreg) or ptxas (upstream PTX, a ptxas on PATH or from the "
-             "nvidia-cuda-nvcc wheel; honours setmaxnreg)",
-             output_changing=True),
+        Knob("FA4MLIR_CUBIN_BACKEND", None, "str",
+             "overrides each kernel's own LLVM->cubin route: nvjitlink (upstream PTX, nvJitLink in "
+             "process; ignores setmaxnreg, ptxas C7504), nvjitlink-lto (NVVM IR -> libNVVM LTO-IR -> "
+             "nvJitLink -lto, in process; honours setmaxnreg) or ptxas (upstream PTX, a ptxas on PATH "
+             "or from the nvidia-cuda-nvcc wheel; honours setmaxnreg); read once per compile into its "
+             "options (part of the cache key)"),
     )
 }
 
@@ -104,24 +103,8 @@ def bundle_dir() -> Path | None:
     return get_path("FA4MLIR_BUNDLE")
 
 
-CUBIN_BACKENDS = ("nvjitlink", "nvjitlink-lto", "ptxas")
-
-
-def cubin_backend() -> str:
-    value = get_str("FA4MLIR_CUBIN_BACKEND") or "nvjitlink"
-    if value not in CUBIN_BACKENDS:
-        raise ValueError(f"FA4MLIR_CUBIN_BACKEND={value!r}: expected one of {', '.join(CUBIN_BACKENDS)}")
-    return value
-
-
 def verbose() -> bool:
     return get_bool("FA4MLIR_VERBOSE")
-
-
-def output_changing_values() -> dict[str, str | None]:
-    """Current values of the knobs that change generated code: part of every cache key."""
-    return {k.name: (str(int(get_bool(k.name))) if k.kind == "bool" else get_str(k.name))
-            for k in KNOBS.values() if k.output_changing}
 
 
 def describe() -> str:

@@ -6,14 +6,16 @@
     ptx     LLVM NVPTX back end (gpu-module-to-binary, format=isa)
     cubin   PTX -> cubin in process through nvJitLink; its ptxas report becomes `Resources`
 
-FA4MLIR_CUBIN_BACKEND picks the last two stages:
+`CompileOptions.cubin_backend` picks the last two stages (each kernel declares its own, see
+`fa4mlir.compiler`):
     nvjitlink       as above (nvJitLink compiles the PTX relocatably: ptxas ignores setmaxnreg)
     nvjitlink-lto   llvm -> NVVM IR -> libNVVM LTO-IR -> nvJitLink -lto -> cubin: a whole-program
                     link, so setmaxnreg is honoured; NVVM's optimiser and PTX back end replace
                     upstream's (stage `nvvm-ir` instead of `ptx`)
     ptxas           the PTX above through a standalone ptxas (whole-program)
 
-`compile_kernel(kernel_ir)` runs them and returns a runtime `KernelArtifact`. With
+`lower(kernel_ir, options)` runs them and returns a runtime `KernelArtifact` (no cache: the cached
+entry point is `fa4mlir.compiler.compile_kernel`). With
 FA4MLIR_DUMP_DIR set, every stage's artefact is written under DIR/<kernel>-<key16>/ (on cache hits
 too: the IR stages are re-run to produce the dumps). A failing stage prints the path of the last
 good artefact and a one-line reproduction command.
@@ -31,7 +33,28 @@ from . import env
 from ._mlir import gpu, ir, llvm, passmanager
 from .passes import registry
 from .passes._util import PassError, kernel_func
-from .runtime import KernelArtifact
+from .artifacts import KernelArtifact
+
+CUBIN_BACKENDS = ("nvjitlink", "nvjitlink-lto", "ptxas")
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """What changes a kernel's code besides its config: the LLVM -> cubin route and the debug
+    checks. Resolved values only (fa4mlir.compiler.resolve_options fills them in); part of every
+    cache key, never read from the environment below the compiler's entry point."""
+
+    cubin_backend: str = "nvjitlink"
+    debug: bool = False
+
+    def __post_init__(self):
+        if self.cubin_backend not in CUBIN_BACKENDS:
+            raise ValueError(f"cubin_backend {self.cubin_backend!r}: expected one of {', '.join(CUBIN_BACKENDS)}")
+        if not isinstance(self.debug, bool):
+            raise TypeError(f"debug must be a bool, got {self.debug!r}")
+
+    def key(self) -> dict:
+        return {"cubin_backend": self.cubin_backend, "debug": self.debug}
 
 UPSTREAM_TO_LLVM = ("builtin.module(convert-scf-to-cf, convert-vector-to-llvm, convert-math-to-llvm, "
                     "convert-arith-to-llvm, convert-index-to-llvm, convert-cf-to-llvm, "
@@ -128,10 +151,8 @@ def ptx_to_cubin(ptx: str, arch: str, name: str = "kernel.ptx") -> tuple[bytes, 
 
     Note: nvJitLink compiles PTX as a relocatable unit, and ptxas then ignores `setmaxnreg`
     ("C7504 ... to maintain compatibility across compilation units"); `Resources.setmaxnreg_ignored`
-    records it. FA4MLIR_CUBIN_BACKEND=ptxas compiles whole-program instead, and
+    records it. The ptxas backend (`ptx_to_cubin_ptxas`) compiles whole-program instead, and
     nvjitlink-lto links NVVM IR (`nvvm_to_cubin`)."""
-    if env.cubin_backend() == "ptxas":
-        return ptx_to_cubin_ptxas(ptx, arch, name)
     from cuda.bindings import nvjitlink
     return _nvjitlink([f"-arch={arch}", "-O3", "-verbose"], nvjitlink.InputType.PTX, ptx.encode(), name, "PTX")
 
@@ -202,9 +223,9 @@ def check_lto_arch(arch: str) -> None:
     fails with "parse expected type"); measured with libNVVM 13.5."""
     m = re.fullmatch(r"sm_(\d+)[af]?", arch)
     if not m or int(m.group(1)) < 100:
-        raise CompileError(f"FA4MLIR_CUBIN_BACKEND=nvjitlink-lto compiles for sm_100 and later, not {arch}: "
+        raise CompileError(f"cubin_backend nvjitlink-lto compiles for sm_100 and later, not {arch}: "
                            f"libNVVM reads this compiler's (opaque-pointer) LLVM IR only for compute_100+. "
-                           f"Use FA4MLIR_CUBIN_BACKEND=ptxas for {arch} (whole-program, honours setmaxnreg).")
+                           f"Use cubin_backend='ptxas' for {arch} (whole-program, honours setmaxnreg).")
 
 
 def nvvm_to_cubin(nvvm_ir: str, arch: str, name: str = "kernel.ll") -> tuple[bytes, str]:
@@ -313,12 +334,13 @@ def _fail(stage, exc, dumper: _Dumper, repro: str):
     raise CompileError(msg) from exc
 
 
-def compile_kernel(kernel_ir, key: str = "", debug: bool | None = None) -> KernelArtifact:
-    """Lower a built kernel to a cubin artefact (no cache; see `fa4mlir.compiler`)."""
-    debug = kernel_ir.config.get("_debug", env.get_bool("FA4MLIR_DEBUG")) if debug is None else debug
+def lower(kernel_ir, options: CompileOptions = CompileOptions(), key: str = "") -> KernelArtifact:
+    """Lower a built kernel to a cubin artefact with `options` (no cache; see `fa4mlir.compiler`)."""
+    debug = options.debug or bool(kernel_ir.config.get("_debug"))  # a kernel may insist (deadlock_sm90)
+    backend = options.cubin_backend
     dumper = _Dumper(kernel_ir.name, key or "nokey0000000000000")
     times: dict = {"build": kernel_ir.config.get("_build_seconds", 0.0)}
-    lto = env.cubin_backend() == "nvjitlink-lto"
+    lto = backend == "nvjitlink-lto"
     if lto:
         check_lto_arch(kernel_ir.arch)
     with kernel_ir.module.context:
@@ -328,6 +350,8 @@ def compile_kernel(kernel_ir, key: str = "", debug: bool | None = None) -> Kerne
     try:
         if lto:
             cubin, log = nvvm_to_cubin(code, kernel_ir.arch, f"{kernel_ir.name}.ll")
+        elif backend == "ptxas":
+            cubin, log = ptx_to_cubin_ptxas(code, kernel_ir.arch, f"{kernel_ir.name}.ptx")
         else:
             cubin, log = ptx_to_cubin(code, kernel_ir.arch, f"{kernel_ir.name}.ptx")
     except CompileError as exc:
@@ -341,7 +365,7 @@ def compile_kernel(kernel_ir, key: str = "", debug: bool | None = None) -> Kerne
     res = parse_ptxas_report(log)
     res.smem_bytes = planned.get("_smem_bytes", 0)
     res.tmem_cols = planned.get("_tmem_cols", 0)
-    res.cubin_backend = env.cubin_backend()
+    res.cubin_backend = backend
     res.threads = kernel_ir.block[0] * kernel_ir.block[1] * kernel_ir.block[2]
     res.stage_seconds = {k: round(v, 4) for k, v in times.items()}
     config = {k: v for k, v in kernel_ir.config.items() if not k.startswith("_")}

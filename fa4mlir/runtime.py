@@ -1,9 +1,10 @@
-"""MLIR-free kernel runtime: artefacts, TMA descriptors, launch, bundles.
+"""MLIR-free kernel runtime: argument checks, TMA descriptors, launch.
 
 A program that only runs prebuilt kernels needs this module and ``cuda.bindings`` (plus
-``fa4mlir.env`` and ``fa4mlir.tensors``, which reads tensor-likes); never MLIR. Every host-side
-check on launch arguments runs before any CUDA call, so argument errors raise ValueError/TypeError
-even on a machine without a GPU.
+``fa4mlir.env``, ``fa4mlir.tensors`` (tensor-likes), ``fa4mlir.artifacts`` (artefacts, bundles) and
+``fa4mlir.driver`` (context, devices, streams)); never MLIR. Every host-side check on launch
+arguments runs before any CUDA call, so argument errors raise ValueError/TypeError even on a
+machine without a GPU. Arguments are given in ParamSpec order or by parameter name.
 
 Note [TMA descriptor layout]: a descriptor is encoded from the tensor's shape reversed
 (innermost dimension first), the byte strides of dims 1.. of that reversed order, the artefact's
@@ -15,171 +16,33 @@ from __future__ import annotations
 
 import collections
 import ctypes
-import hashlib
-import json
 import operator
-import os
 import struct
-import sys
 import threading
-from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from . import env, tensors
+from . import driver as _cuda
+from . import tensors
+from .artifacts import (L2_PROMOTIONS, MAX_TMA_RANK, OOB_FILLS, BUNDLE_FORMAT, BUNDLE_VERSION, MANIFEST, Bundle,
+                        KernelArtifact, ParamSpec, TmaSpec, _dim3, atomic_write, write_bundle)
+from .driver import CudaError, device_info, ensure_context, resolve_stream, torch_current_stream
 
 DTYPES = tensors.DTYPES  # name -> (bytes per element, CUtensorMapDataType member suffix)
 # what the runtime reads of a tensor-like (fa4mlir.tensors), re-exported: runtime.TensorInfo, runtime.tensor_info
 TensorInfo, tensor_info = tensors.TensorInfo, tensors.tensor_info
-SWIZZLE_BYTES = {"none": 0, "32B": 32, "64B": 64, "128B": 128}
-L2_PROMOTIONS = {"none": "NONE", "64B": "L2_64B", "128B": "L2_128B", "256B": "L2_256B"}
-OOB_FILLS = {"zero": "NONE", "nan": "NAN_REQUEST_ZERO_FMA"}
-PARAM_KINDS = ("ptr", "i32", "i64", "f32", "tma")
 TMA_DESC_BYTES = 128
 TMA_DESC_ALIGN = 64
 GMEM_ALIGN_BYTES = 16
-MAX_TMA_RANK = 5
-MAX_BOX_DIM = 256
 DEFAULT_SMEM_LIMIT_BYTES = 48 * 1024
-
-
-class CudaError(RuntimeError):
-    """A CUDA driver call failed; names the CUDA error, the call and the kernel."""
-
-    def __init__(self, error_name: str, call: str, kernel: str | None = None, detail: str = ""):
-        self.error_name, self.call, self.kernel = error_name, call, kernel
-        where = f" for kernel {kernel!r}" if kernel else ""
-        super().__init__(f"{call} failed with {error_name}{where}{': ' + detail if detail else ''}")
-
-
-# ----------------------------------------------------------------------------------------------
-# Artefact
-# ----------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class TmaSpec:
-    """What the kernel expects of one TMA descriptor; box is innermost dimension first."""
-
-    dtype: str
-    box: tuple[int, ...]
-    swizzle: str = "none"
-    oob_fill: str = "zero"
-    l2_promotion: str = "none"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "box", tuple(int(b) for b in self.box))
-        if self.dtype not in DTYPES:
-            raise ValueError(f"TmaSpec dtype {self.dtype!r} is not known; expected one of {sorted(DTYPES)}")
-        if not 1 <= len(self.box) <= MAX_TMA_RANK:
-            raise ValueError(f"TmaSpec box {self.box} has rank {len(self.box)}; expected rank 1..{MAX_TMA_RANK}")
-        for i, b in enumerate(self.box):
-            if not 1 <= b <= MAX_BOX_DIM:
-                raise ValueError(f"TmaSpec box[{i}] = {b}; expected 1..{MAX_BOX_DIM} (a TMA hardware "
-                                 f"limit); split the tile into several TMA copies of at most {MAX_BOX_DIM}")
-        for what, value, allowed in (("swizzle", self.swizzle, SWIZZLE_BYTES),
-                                     ("oob_fill", self.oob_fill, OOB_FILLS),
-                                     ("l2_promotion", self.l2_promotion, L2_PROMOTIONS)):
-            if value not in allowed:
-                raise ValueError(f"TmaSpec {what} {value!r}; expected one of {list(allowed)}")
-        inner_bytes = self.box[0] * DTYPES[self.dtype][0]
-        if inner_bytes % 16:
-            raise ValueError(f"TmaSpec box[0] = {self.box[0]} {self.dtype} = {inner_bytes} bytes; the "
-                             f"innermost box extent must be a multiple of 16 bytes")
-        span = SWIZZLE_BYTES[self.swizzle]
-        if span and inner_bytes > span:
-            raise ValueError(f"TmaSpec box[0] = {self.box[0]} {self.dtype} = {inner_bytes} bytes exceeds the "
-                             f"{self.swizzle} swizzle span; expected box[0] <= "
-                             f"{span // DTYPES[self.dtype][0]}, or use a wider swizzle")
-
-    @property
-    def elem_bytes(self) -> int:
-        return DTYPES[self.dtype][0]
-
-    @property
-    def box_bytes(self) -> int:
-        n = self.elem_bytes
-        for b in self.box:
-            n *= b
-        return n
-
-
-@dataclass(frozen=True)
-class ParamSpec:
-    """One kernel parameter, in PTX order."""
-
-    name: str
-    kind: str
-    tma: TmaSpec | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind not in PARAM_KINDS:
-            raise ValueError(f"param {self.name!r}: kind {self.kind!r}; expected one of {PARAM_KINDS}")
-        if (self.kind == "tma") != (self.tma is not None):
-            raise ValueError(f"param {self.name!r}: a TmaSpec is required for kind 'tma' and only for it")
-
-
-def _dim3(value: Any, what: str) -> tuple[int, int, int]:
-    if isinstance(value, int):
-        value = (value,)
-    dims = tuple(operator.index(v) for v in value)
-    if not 1 <= len(dims) <= 3 or any(d < 1 for d in dims):
-        raise ValueError(f"{what} {tuple(value)}: expected 1 to 3 positive integers")
-    return dims + (1,) * (3 - len(dims))  # type: ignore[return-value]
-
-
-@dataclass(frozen=True)
-class KernelArtifact:
-    """A compiled kernel: cubin bytes plus everything needed to launch it without the compiler."""
-
-    name: str
-    arch: str
-    cubin: bytes = field(repr=False)
-    block: tuple[int, int, int]
-    cluster: tuple[int, int, int] = (1, 1, 1)
-    smem_bytes: int = 0
-    params: tuple[ParamSpec, ...] = ()
-    resources: dict = field(default_factory=dict)
-    key: str = ""
-    config: dict = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "block", _dim3(self.block, f"kernel {self.name!r} block"))
-        object.__setattr__(self, "cluster", _dim3(self.cluster, f"kernel {self.name!r} cluster"))
-        object.__setattr__(self, "params", tuple(self.params))
-        if not isinstance(self.cubin, (bytes, bytearray)):
-            raise TypeError(f"kernel {self.name!r}: cubin must be bytes, got {type(self.cubin).__name__}")
-        if self.smem_bytes < 0:
-            raise ValueError(f"kernel {self.name!r}: smem_bytes {self.smem_bytes} < 0")
-
-    @property
-    def cubin_sha256(self) -> str:
-        return hashlib.sha256(self.cubin).hexdigest()
-
-    def to_json(self) -> dict:
-        """Metadata as a JSON-able dict; the cubin is stored separately (its sha256 is kept)."""
-        d = asdict(self)
-        del d["cubin"]
-        d["cubin_sha256"] = self.cubin_sha256
-        return json.loads(json.dumps(d))
-
-    @classmethod
-    def from_json(cls, d: dict, cubin: bytes) -> "KernelArtifact":
-        """Inverse of ``to_json``; checks the cubin against the recorded sha256."""
-        want = d.get("cubin_sha256")
-        if want is not None and hashlib.sha256(cubin).hexdigest() != want:
-            raise ValueError(f"kernel {d.get('name')!r}: cubin sha256 does not match its metadata; "
-                             f"the cubin file is corrupt or stale, rebuild the bundle/cache entry")
-        params = tuple(ParamSpec(p["name"], p["kind"], TmaSpec(**p["tma"]) if p.get("tma") else None)
-                       for p in d.get("params", ()))
-        return cls(name=d["name"], arch=d["arch"], cubin=bytes(cubin), block=tuple(d["block"]),
-                   cluster=tuple(d.get("cluster", (1, 1, 1))), smem_bytes=int(d.get("smem_bytes", 0)),
-                   params=params, resources=dict(d.get("resources", {})), key=d.get("key", ""),
-                   config=dict(d.get("config", {})))
+_log = _cuda.log
 
 
 # ----------------------------------------------------------------------------------------------
 # Host-side argument checks (no CUDA calls)
 # ----------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class TmaEncoding:
@@ -265,11 +128,28 @@ class PreparedArgs:
     uses_torch: bool
 
 
-def prepare_args(artifact: KernelArtifact, args: Sequence[Any]) -> PreparedArgs:
-    """Match args to the kernel's ParamSpecs and check them all; makes no CUDA call."""
+def ordered_args(artifact: KernelArtifact, args: Mapping[str, Any] | Sequence[Any]) -> Sequence[Any]:
+    """``args`` in ParamSpec order: a sequence as given, a mapping by parameter name (every name
+    once, no other)."""
+    if not isinstance(args, Mapping):
+        return args
+    names = [p.name for p in artifact.params]
+    missing = [n for n in names if n not in args]
+    extra = sorted(set(args) - set(names))
+    if missing or extra:
+        raise TypeError(f"kernel {artifact.name!r} takes parameters {names}; missing {missing}, unknown {extra}: "
+                        f"pass one value per parameter name")
+    return [args[n] for n in names]
+
+
+def prepare_args(artifact: KernelArtifact, args: Mapping[str, Any] | Sequence[Any]) -> PreparedArgs:
+    """Match args (in order, or by name) to the kernel's ParamSpecs and check them all; makes no
+    CUDA call."""
     params = artifact.params
+    args = ordered_args(artifact, args)
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
-        raise TypeError(f"kernel {artifact.name!r}: args must be a list/tuple, got {type(args).__name__}")
+        raise TypeError(f"kernel {artifact.name!r}: args must be a list/tuple or a dict by name, got "
+                        f"{type(args).__name__}")
     if len(args) != len(params):
         sig = ", ".join(f"{p.name}: {p.kind}" for p in params)
         raise TypeError(f"kernel {artifact.name!r} takes {len(params)} args ({sig}), got {len(args)}; "
@@ -312,62 +192,8 @@ def prepare_args(artifact: KernelArtifact, args: Sequence[Any]) -> PreparedArgs:
 
 
 # ----------------------------------------------------------------------------------------------
-# CUDA driver: context, module load, descriptor encode, launch
+# CUDA driver: descriptor encode, module load, launch
 # ----------------------------------------------------------------------------------------------
-
-_DRIVER: list = []
-
-
-def _driver():
-    """cuda.bindings.driver, imported on first use (so that argument checks run without it)."""
-    if not _DRIVER:
-        from cuda.bindings import driver
-        _DRIVER.append(driver)
-    return _DRIVER[0]
-
-
-def _check(result: Any, call: str, kernel: str | None = None) -> Any:
-    """Unpack a cuda.bindings result tuple, raising CudaError on a non-success status."""
-    driver = _driver()
-    err, rest = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
-    if err != driver.CUresult.CUDA_SUCCESS:
-        name_err, name = driver.cuGetErrorName(err)
-        text = name.decode() if name_err == driver.CUresult.CUDA_SUCCESS and name else str(err)
-        raise CudaError(text, call, kernel)
-    if not rest:
-        return None
-    return rest[0] if len(rest) == 1 else rest
-
-
-_ctx_lock = threading.Lock()
-_ctx: Any = None
-
-
-def _log(msg: str) -> None:
-    if env.verbose():
-        print(f"[fa4mlir.runtime] {msg}", file=sys.stderr)
-
-
-def ensure_context() -> Any:
-    """Retain the primary context (torch's current device if torch's CUDA is initialised, else
-    device 0) on first use and make it current on this thread."""
-    global _ctx
-    driver = _driver()
-    with _ctx_lock:
-        if _ctx is None:
-            _check(driver.cuInit(0), "cuInit")
-            ordinal = 0
-            torch = sys.modules.get("torch")
-            if torch is not None and torch.cuda.is_initialized():
-                ordinal = torch.cuda.current_device()
-            dev = _check(driver.cuDeviceGet(ordinal), f"cuDeviceGet({ordinal})")
-            _ctx = _check(driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
-            _log(f"retained primary context of device {ordinal}")
-    current = _check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
-    if current is None or int(current) != int(_ctx):
-        _check(driver.cuCtxSetCurrent(_ctx), "cuCtxSetCurrent")
-    return _ctx
-
 
 def _enum(enum_type: Any, prefix: str, suffix: str) -> Any:
     return getattr(enum_type, f"{prefix}{suffix}")
@@ -393,8 +219,8 @@ _TMA_CACHE: "collections.OrderedDict[TmaEncoding, bytes]" = collections.OrderedD
 
 
 def _encode_tma_uncached(enc: TmaEncoding, kernel: str | None) -> bytes:
-    driver = _driver()
-    tmap = _check(driver.cuTensorMapEncodeTiled(
+    driver = _cuda.driver()
+    tmap = _cuda.check(driver.cuTensorMapEncodeTiled(
         _enum(driver.CUtensorMapDataType, "CU_TENSOR_MAP_DATA_TYPE_", DTYPES[enc.dtype][1]),
         len(enc.global_dims), enc.address,
         [driver.cuuint64_t(n) for n in enc.global_dims],
@@ -407,33 +233,6 @@ def _encode_tma_uncached(enc: TmaEncoding, kernel: str | None) -> bytes:
         _enum(driver.CUtensorMapFloatOOBfill, "CU_TENSOR_MAP_FLOAT_OOB_FILL_", OOB_FILLS[enc.oob_fill]),
     ), "cuTensorMapEncodeTiled", kernel)
     return ctypes.string_at(tmap.getPtr(), TMA_DESC_BYTES)
-
-
-def torch_current_stream(device_index: int | None = None) -> int:
-    """The handle of torch's current stream on a device (None: the current device). Through
-    torch._C._cuda_getCurrentRawStream where torch has it (what Triton's launcher calls: a fraction
-    of the microseconds torch.cuda.current_stream takes), else the public API."""
-    torch = sys.modules["torch"]
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is None:
-        return int(torch.cuda.current_stream(device_index).cuda_stream)
-    return int(raw(torch.cuda.current_device() if device_index is None else device_index))
-
-
-def resolve_stream(stream: Any, uses_torch: bool, device_index: int | None = None) -> int:
-    """A launch's stream handle: ``stream`` (None: torch's current stream on ``device_index`` when
-    the arguments are torch tensors, else the legacy default stream 0)."""
-    if stream is None:
-        return torch_current_stream(device_index) if uses_torch else 0
-    if hasattr(stream, "__cuda_stream__"):
-        return int(stream.__cuda_stream__()[1])
-    if hasattr(stream, "cuda_stream"):
-        return int(stream.cuda_stream)
-    try:
-        return int(stream)
-    except TypeError:
-        raise TypeError(f"stream: expected None, an int handle, a CUstream, a torch stream or a "
-                        f"__cuda_stream__ object, got {type(stream).__name__}") from None
 
 
 class ParamBlock:
@@ -484,10 +283,10 @@ def _pack(artifact: KernelArtifact, prepared: PreparedArgs) -> ParamBlock:
 def _launch(kernel: "LoadedKernel", grid3: tuple[int, int, int], block: ParamBlock, stream: int) -> None:
     """cuLaunchKernel (cuLaunchKernelEx with a cluster shape) of a filled ParamBlock."""
     art = kernel.artifact
-    driver = _driver()
+    driver = _cuda.driver()
     ensure_context()
     if art.cluster == (1, 1, 1):
-        _check(driver.cuLaunchKernel(kernel.function, *grid3, *art.block, art.smem_bytes,
+        _cuda.check(driver.cuLaunchKernel(kernel.function, *grid3, *art.block, art.smem_bytes,
                                      driver.CUstream(stream), block.kernel_params, 0),
                "cuLaunchKernel", art.name)
         return
@@ -501,7 +300,7 @@ def _launch(kernel: "LoadedKernel", grid3: tuple[int, int, int], block: ParamBlo
     attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = art.cluster
     config.attrs = [attr]
     config.numAttrs = 1
-    _check(driver.cuLaunchKernelEx(config, kernel.function, block.kernel_params, 0), "cuLaunchKernelEx", art.name)
+    _cuda.check(driver.cuLaunchKernelEx(config, kernel.function, block.kernel_params, 0), "cuLaunchKernelEx", art.name)
 
 
 def _grid3(art: KernelArtifact, grid: Any) -> tuple[int, int, int]:
@@ -518,16 +317,16 @@ class LoadedKernel:
     def __init__(self, artifact: KernelArtifact, module: Any, function: Any):
         self.artifact, self.module, self.function = artifact, module, function
 
-    def launch(self, grid: Any, args: Sequence[Any], stream: Any = None) -> None:
+    def launch(self, grid: Any, args: Mapping[str, Any] | Sequence[Any], stream: Any = None) -> None:
         """Launch on ``grid`` (1-3 ints, in blocks; a multiple of the cluster shape) with ``args`` in
-        ParamSpec order. With stream None: torch's current stream if any arg is a torch tensor, else
+        ParamSpec order (or a dict by parameter name). With stream None: torch's current stream if any arg is a torch tensor, else
         the default stream. All argument checks run before any CUDA call."""
         grid3 = _grid3(self.artifact, grid)
         prepared = prepare_args(self.artifact, args)
         handle = resolve_stream(stream, prepared.uses_torch)
         _launch(self, grid3, _pack(self.artifact, prepared), handle)
 
-    def prepare(self, grid: Any, args: Sequence[Any]) -> "PreparedLaunch":
+    def prepare(self, grid: Any, args: Mapping[str, Any] | Sequence[Any]) -> "PreparedLaunch":
         """Check ``grid`` and ``args`` as launch does and keep them packed, to be launched again
         and again with other tensor addresses (PreparedLaunch.launch)."""
         return PreparedLaunch(self, _grid3(self.artifact, grid), prepare_args(self.artifact, args))
@@ -535,7 +334,7 @@ class LoadedKernel:
     def unload(self) -> None:
         """Unload the module (the kernel can no longer be launched)."""
         if self.module is not None:
-            _check(_driver().cuModuleUnload(self.module), "cuModuleUnload", self.artifact.name)
+            _cuda.check(_cuda.driver().cuModuleUnload(self.module), "cuModuleUnload", self.artifact.name)
             self.module = self.function = None
 
 
@@ -606,126 +405,22 @@ class PreparedLaunch:
 
 def load(artifact: KernelArtifact) -> LoadedKernel:
     """Load the artefact's cubin into the primary context and look up its entry function."""
-    driver = _driver()
+    driver = _cuda.driver()
     ensure_context()
     name = artifact.name
     image = ctypes.create_string_buffer(artifact.cubin, len(artifact.cubin) + 1)  # NUL ends PTX text
-    module = _check(driver.cuModuleLoadData(ctypes.addressof(image)), "cuModuleLoadData", name)
-    function = _check(driver.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction", name)
+    module = _cuda.check(driver.cuModuleLoadData(ctypes.addressof(image)), "cuModuleLoadData", name)
+    function = _cuda.check(driver.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction", name)
     if artifact.smem_bytes > DEFAULT_SMEM_LIMIT_BYTES:
-        _check(driver.cuFuncSetAttribute(
+        _cuda.check(driver.cuFuncSetAttribute(
             function, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             artifact.smem_bytes), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", name)
     _log(f"loaded {name} ({artifact.arch}, {len(artifact.cubin)} B cubin, smem {artifact.smem_bytes} B)")
     return LoadedKernel(artifact, module, function)
 
 
-# ----------------------------------------------------------------------------------------------
-# Bundles: a folder of cubins + manifest.json, loadable without the compiler
-# ----------------------------------------------------------------------------------------------
-
-BUNDLE_FORMAT = "fa4mlir-bundle"
-BUNDLE_VERSION = 1
-MANIFEST = "manifest.json"
-
-
-def _cubin_filename(a: KernelArtifact) -> str:
-    return f"{a.name}-{(a.key or a.cubin_sha256)[:16]}.cubin"
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write data to path via a temp file in the same folder and os.replace (no partial file)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def write_bundle(directory: str | os.PathLike, artifacts: Sequence[KernelArtifact]) -> Path:
-    """Write ``manifest.json`` plus one ``<name>-<key[:16]>.cubin`` per kernel; returns the folder."""
-    root = Path(directory)
-    root.mkdir(parents=True, exist_ok=True)
-    kernels, seen = [], set()
-    for a in artifacts:
-        fname = _cubin_filename(a)
-        if fname in seen:
-            raise ValueError(f"two kernels in one bundle map to {fname}; give them distinct keys")
-        seen.add(fname)
-        atomic_write(root / fname, a.cubin)
-        kernels.append({**a.to_json(), "cubin": fname})
-    manifest = {"format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, "kernels": kernels}
-    atomic_write(root / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
-    return root
-
-
-def _jsonable(v: Any) -> Any:
-    return json.loads(json.dumps(v))
-
-
-class Bundle:
-    """A bundle opened from disk; kernels are looked up by name and config values."""
-
-    def __init__(self, root: Path, entries: list[dict]):
-        self.root, self.entries = root, entries
-
-    @classmethod
-    def open(cls, directory: str | os.PathLike | None = None) -> "Bundle":
-        """Open a bundle folder (default: FA4MLIR_BUNDLE), checking its format and version."""
-        root = Path(directory) if directory is not None else env.bundle_dir()
-        if root is None:
-            raise ValueError("no bundle directory given and FA4MLIR_BUNDLE is unset; pass a path or "
-                             "set FA4MLIR_BUNDLE to a folder written by write_bundle")
-        path = root / MANIFEST
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} not found: expected a bundle folder written by "
-                                    f"fa4mlir write_bundle; build the bundle first")
-        try:
-            manifest = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path} is not valid JSON ({e}); rebuild the bundle") from None
-        if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
-            got = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
-            raise ValueError(f"{path}: expected format {BUNDLE_FORMAT!r}, got {got!r}; this is not an "
-                             f"fa4mlir bundle")
-        if manifest.get("version") != BUNDLE_VERSION:
-            raise ValueError(f"{path}: bundle version {manifest.get('version')!r}, this runtime reads "
-                             f"version {BUNDLE_VERSION}; rebuild the bundle with a matching fa4mlir")
-        return cls(root, list(manifest.get("kernels", [])))
-
-    def names(self) -> list[str]:
-        """Kernel entry names in the bundle, sorted, without duplicates."""
-        return sorted({e["name"] for e in self.entries})
-
-    def artifacts(self) -> list[KernelArtifact]:
-        return [self._artifact(e) for e in self.entries]
-
-    def _artifact(self, e: dict) -> KernelArtifact:
-        return KernelArtifact.from_json(e, (self.root / e["cubin"]).read_bytes())
-
-    def find(self, name: str | None = None, arch: str | None = None, **config_match: Any) -> KernelArtifact:
-        """The one kernel with this name/arch whose config holds every ``config_match`` item."""
-        want = {k: _jsonable(v) for k, v in config_match.items()}
-        hits = [e for e in self.entries
-                if (name is None or e["name"] == name) and (arch is None or e["arch"] == arch)
-                and all(k in e.get("config", {}) and e["config"][k] == v for k, v in want.items())]
-        query = ", ".join([f"name={name!r}"] * (name is not None) + [f"arch={arch!r}"] * (arch is not None)
-                          + [f"{k}={v!r}" for k, v in want.items()])
-        if not hits:
-            have = "; ".join(f"{e['name']} ({e['arch']}) {e.get('config', {})}" for e in self.entries)
-            raise LookupError(f"no kernel in bundle {self.root} matches {query or 'anything'}; "
-                              f"the bundle holds: {have or 'nothing'}; rebuild it with this config")
-        if len(hits) > 1:
-            keys = ", ".join(e.get("key", "")[:16] for e in hits)
-            raise LookupError(f"{len(hits)} kernels in bundle {self.root} match {query} (keys {keys}); "
-                              f"add config items to pick one")
-        return self._artifact(hits[0])
-
-    def load(self, name: str | None = None, arch: str | None = None, **config_match: Any) -> LoadedKernel:
-        """``load(self.find(...))``."""
-        return load(self.find(name, arch, **config_match))
+__all__ = ["KernelArtifact", "ParamSpec", "TmaSpec", "Bundle", "write_bundle", "atomic_write", "TensorInfo",
+           "tensor_info", "DTYPES", "TmaEncoding", "tma_encoding", "prepare_args", "ordered_args", "encode_tma",
+           "LoadedKernel", "PreparedLaunch", "ParamBlock", "load", "CudaError", "ensure_context", "device_info",
+           "resolve_stream", "torch_current_stream", "GMEM_ALIGN_BYTES", "BUNDLE_FORMAT", "BUNDLE_VERSION",
+           "MANIFEST", "L2_PROMOTIONS", "OOB_FILLS", "MAX_TMA_RANK"]

@@ -16,14 +16,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fa4mlir import attention, bundles
-from fa4mlir.attention import (AttnDims, DeviceError, DTypeError, EmptyInputError, FlashAttnInputError,
+from fa4mlir import attention, kernel_sets
+from fa4mlir.attention import (AttnProblem, DeviceError, DTypeError, EmptyInputError, FlashAttnInputError,
                                HeadDimError, HeadsRatioError, LayoutError, ScaleError, ShapeError,
                                check_device_context, check_devices, check_inputs, check_outputs,
                                check_scale, flash_attn_func, select_entry)
 from fa4mlir.kernels import attention_sm90_config as acfg
 from fa4mlir.kernels.common import fastdiv
-from fa4mlir.runtime import Bundle, KernelArtifact, TensorInfo, write_bundle
+from fa4mlir.artifacts import Bundle, KernelArtifact, write_bundle
+from fa4mlir.attention.plan import dense_launch
+from fa4mlir.driver import DeviceInfo
+from fa4mlir.runtime import TensorInfo
 from fa4mlir.testing import BLOCK_MLIR, raises
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +52,7 @@ def info(shape, dtype="bf16", strides=None, ptr=PTR, device="cuda"):
 
 def test_good_inputs_give_dims():
     dims = check_inputs(info(Q_SHAPE), info(KV_SHAPE), info(KV_SHAPE))
-    assert dims == AttnDims(batch=2, seqlen_q=100, seqlen_k=60, heads=8, kv_heads=2, head_dim=128, dtype="bf16")
+    assert dims == AttnProblem(batch=2, seqlen_q=100, seqlen_k=60, heads=8, kv_heads=2, head_dim=128, dtype="bf16")
     assert dims.heads_per_kv == 4
     assert dims.out_shape == (2, 100, 8, 128) and dims.lse_shape == (2, 8, 100)
 
@@ -200,7 +203,7 @@ def test_aliasing_strides_overlap():
 # out and lse
 # ----------------------------------------------------------------------------------------------
 
-DIMS = AttnDims(2, 100, 60, 8, 2, 128, "bf16")
+DIMS = AttnProblem(2, 100, 60, 8, 2, 128, "bf16")
 LSE_SHAPE = (2, 8, 100)
 
 
@@ -321,11 +324,10 @@ def entry(dtype="bf16", head_dim=128, causal=False, arch="sm_90a", key="k0", **o
 def test_every_shipped_bundle_selects_one_kernel_per_case(sets):
     """A bundle built from these sets (defaults next to variants) resolves every (dtype, head_dim,
     causal) flash_attn_func can take to exactly its default_config kernel."""
-    from fa4mlir import bundles
+    from fa4mlir import kernel_sets
     entries = [{"name": f"k{i}", "arch": "sm_90a", "key": f"{i:064d}",
-                "config": {**cfg.key(), **{"cubin_backend": env.get("FA4MLIR_CUBIN_BACKEND", "nvjitlink")}}}
-               for i, (name, cfg, *rest) in enumerate(bundles.configs(sets)) for env in [rest[0] if rest else {}]
-               if name == acfg.KERNEL]
+                "config": {**cfg.key(), "cubin_backend": (rest[0] if rest else {}).get("cubin_backend", "ptxas")}}
+               for i, (name, cfg, *rest) in enumerate(kernel_sets.configs(sets)) if name == acfg.KERNEL]
     cases = {(e["config"]["dtype"], e["config"]["head_dim"], e["config"]["causal"]) for e in entries}
     assert cases
     for dtype, head_dim, causal in cases:
@@ -365,13 +367,18 @@ def test_short_key_sequences_take_the_persistent_tiles():
     assert select_entry(both, "bf16", 128, False)["key"].startswith("long")
 
 
+def launch(problem, num_sms=0, l2_bytes=acfg.L2_BYTES, **config):
+    """The dense launch (grid, named args) of AttnConfig(**config) for `problem`; tensors by name."""
+    cfg = acfg.AttnConfig(**config)
+    return dense_launch(cfg, None, problem, DeviceInfo(0, (9, 0), num_sms, l2_bytes))
+
+
 def test_persistent_launch_refuses_tile_counts_past_i32():
-    dims = AttnDims(batch=65535, seqlen_q=2**20, seqlen_k=64, heads=128, kv_heads=128, head_dim=64, dtype="bf16")
-    raises(ShapeError, ["persistent", "too many"], attention.launch_plan, {"bm": 128, "persistent": True}, dims,
-           *"qkvol", 0.125, 132)
-    assert attention.launch_plan({"bm": 128}, dims, *"qkvol", 0.125, 132)[0] == (8192, 128, 65535)
-    raises(ShapeError, ["causal kernel's grid", "too many"], attention.launch_plan,
-           {"bm": 128, "causal": True, "head_dim": 64}, dims, *"qkvol", 0.125, 132)
+    dims = AttnProblem(batch=65535, seqlen_q=2**20, seqlen_k=64, heads=128, kv_heads=128, head_dim=64, dtype="bf16",
+                       softmax_scale=0.125)
+    raises(ShapeError, ["persistent", "too many"], launch, dims, 132, bm=128, head_dim=64, persistent=True)
+    assert launch(dims, 132, bm=128, head_dim=64).grid == (8192, 128, 65535)
+    raises(ShapeError, ["causal kernel's grid", "too many"], launch, dims, 132, bm=128, causal=True, head_dim=64)
 
 
 def test_select_single_entry():
@@ -448,58 +455,65 @@ def test_find_artifact_in_written_bundle(tmp_path):
     assert found.cubin.startswith(b"def128") and found.config["bn"] == acfg.default_config("bf16", 128, False).bn
 
 
-def test_launch_plan_follows_the_contract():
-    dims = AttnDims(batch=2, seqlen_q=1000, seqlen_k=300, heads=8, kv_heads=2, head_dim=128, dtype="bf16")
-    grid, args = attention.launch_plan({"bm": 128}, dims, "q", "k", "v", "o", "lse", 0.125)
-    assert grid == (8, 8, 2)  # ceil(1000 / 128) query tiles, heads, batch
-    assert args[:5] == ["q", "k", "v", "o", "lse"]
-    assert args[5:9] == [2, 8, 1000, 300]
-    assert args[9] == pytest.approx(0.125 * math.log2(math.e), rel=1e-15)
+def test_dense_launch_follows_the_contract():
+    dims = AttnProblem(batch=2, seqlen_q=1000, seqlen_k=300, heads=8, kv_heads=2, head_dim=128, dtype="bf16",
+                       softmax_scale=0.125)
+    plain = launch(dims, bm=128)
+    args = plain.args
+    assert plain.grid == (8, 8, 2)  # ceil(1000 / 128) query tiles, heads, batch
+    assert list(args) == [name for name, _ in acfg.LAUNCH_PARAMS]
+    assert [args[n].name for n in ("q", "k", "v", "o", "lse")] == ["q", "k", "v", "o", "lse"]   # TensorRefs
+    assert [args[n] for n in ("batch", "heads", "seqlen_q", "seqlen_k")] == [2, 8, 1000, 300]
+    assert args["scale_log2"] == pytest.approx(0.125 * math.log2(math.e), rel=1e-15)
+
+    def div(a, name):
+        return (a[f"{name}_mul"], a[f"{name}_shr"])
     # divisors: the GQA group (8 // 2 = 4), the query tiles per head (8), the heads (8); then the
     # sections of a causal grid, unused here (shift 0, divisor 1)
-    assert args[10:] == [*fastdiv.divisor(4), *fastdiv.divisor(8), *fastdiv.divisor(8), 0, *fastdiv.divisor(1)]
-    pers = attention.launch_plan({"bm": 128, "causal": True, "persistent": True}, dims, *"qkvol", 0.125)[1]
-    assert pers[12:14] == list(fastdiv.divisor(4))  # causal persistent: by the pairs of query tiles per head
-    grid, causal = attention.launch_plan({"bm": 128, "causal": True, "head_dim": 128}, dims, *"qkvol", 0.125)
-    assert grid == (128, 1, 1) and causal[12:14] == list(fastdiv.divisor(8))   # 1-D: 8 x 8 x 2 tiles
+    assert [div(args, n) for n in ("group", "tiles", "heads", "rest")] == [
+        fastdiv.divisor(4), fastdiv.divisor(8), fastdiv.divisor(8), fastdiv.divisor(1)]
+    assert args["section_shift"] == 0
+    pers = launch(dims, bm=128, causal=True, persistent=True).args
+    assert div(pers, "tiles") == fastdiv.divisor(4)  # causal persistent: by the pairs of query tiles per head
+    causal = launch(dims, bm=128, causal=True, head_dim=128)
+    assert causal.grid == (128, 1, 1) and div(causal.args, "tiles") == fastdiv.divisor(8)   # 1-D: 8 x 8 x 2 tiles
     # K and V of one KV head are 300 x 128 x 2 x 2 bytes: all 16 (head, batch) indices fit in one
     # section of the default 50 MiB's share (shift 4, no rest: divisor 1)
-    assert causal[16:] == [4, *fastdiv.divisor(1)]
+    assert (causal.args["section_shift"], div(causal.args, "rest")) == (4, fastdiv.divisor(1))
     # 800000 bytes of L2 leave 480000 for sections: the K and V of 3 KV heads (153600 bytes each). 8
     # consecutive heads of a group of 4 read at most 3 of them, 16 heads 5, so sections of 8, no rest
     assert acfg.SECTION_L2_SHARE == 0.6
-    small = attention.launch_plan({"bm": 128, "causal": True, "head_dim": 128}, dims, *"qkvol", 0.125,
-                                  l2_bytes=800000)[1]
-    assert small[16:] == [3, *fastdiv.divisor(1)]
+    small = launch(dims, l2_bytes=800000, bm=128, causal=True, head_dim=128).args
+    assert (small["section_shift"], div(small, "rest")) == (3, fastdiv.divisor(1))
     # a persistent kernel: a 1-D grid, one CTA per SM, never more CTAs than tiles (8 x 8 x 2 = 128)
-    assert attention.launch_plan({"bm": 128, "persistent": True}, dims, *"qkvol", 0.125, 132)[0] == (128, 1, 1)
-    assert attention.launch_plan({"bm": 128, "persistent": True}, dims, *"qkvol", 0.125, 100)[0] == (100, 1, 1)
+    assert launch(dims, 132, bm=128, persistent=True).grid == (128, 1, 1)
+    assert launch(dims, 100, bm=128, persistent=True).grid == (100, 1, 1)
+    # a Plan binds its TensorRefs to the call's tensors
+    assert plain.bind({"q": 1, "k": 2, "v": 3, "o": 4, "lse": 5})["lse"] == 5
 
 
 def test_attention_bundle_set():
-    entries = bundles.attention()
+    entries = kernel_sets.attention()
     # 12 (dtype, head dim, causal), and the short-sequence tiles of D64 and D128 non-causal, D64 causal
     assert len(entries) == 18
-    assert {(c.dtype, c.head_dim, c.causal) for _, c, _ in entries} == {
+    assert {(c.dtype, c.head_dim, c.causal) for _, c in entries} == {
         (dt, d, c) for dt in ("bf16", "f16") for d in (64, 128, 256) for c in (False, True)}
-    for name, cfg, env_over in entries:
+    for name, cfg in entries:   # compiled with the kernel's own options: ptxas
         assert name == "attention_fwd_sm90"
         assert cfg in (acfg.default_config(cfg.dtype, cfg.head_dim, cfg.causal),
                        acfg.default_config(cfg.dtype, cfg.head_dim, cfg.causal, 1))
-        assert env_over == {"FA4MLIR_CUBIN_BACKEND": "ptxas"}
-    assert sum(c.persistent for _, c, _ in entries) == 8
+    assert sum(c.persistent for _, c in entries) == 8
 
 
 def test_attention_fa4_pieces_bundle_set():
-    entries = bundles.SETS["attention-fa4-pieces"]()
-    assert [(c.dtype, c.head_dim, c.causal) for _, c, _ in entries] == [
+    entries = kernel_sets.SETS["attention-fa4-pieces"]()
+    assert [(c.dtype, c.head_dim, c.causal) for _, c in entries] == [
         ("bf16", 128, False), ("bf16", 128, True), ("f16", 64, True)]
-    for name, cfg, env_over in entries:
+    for name, cfg in entries:
         assert name == "attention_fwd_sm90"
         assert (cfg.exp2_poly_stride, cfg.rescale_threshold) == (4, 8.0)
         default = acfg.default_config(cfg.dtype, cfg.head_dim, cfg.causal)
         assert replace(cfg, exp2_poly_stride=0, rescale_threshold=default.rescale_threshold) == default
-        assert env_over == attention.KERNEL_ENV
         # flash_attn_func keeps the default kernel when both are in a bundle
         manifest = [{"name": name, "arch": "sm_90a", "key": key.ljust(64, "0"),
                      "config": {**c.key(), "cubin_backend": "ptxas"}}
@@ -511,20 +525,43 @@ def test_attention_fa4_pieces_bundle_set():
 def test_gpu_tests_set_includes_attention():
     pytest.importorskip("fa4mlir.kernels.gemm_sm90", reason="the GEMM entries of gpu-tests need MLIR",
                         exc_type=ImportError)
-    gpu = bundles.configs(["gpu-tests"])
-    assert all(e in gpu for e in bundles.attention())
-    assert all(e in gpu for e in bundles.SETS["attention-fa4-pieces"]())
-    assert all(e in gpu for e in bundles.tile_variants())
+    gpu = kernel_sets.configs(["gpu-tests"])
+    assert all(e in gpu for e in kernel_sets.attention())
+    assert all(e in gpu for e in kernel_sets.SETS["attention-fa4-pieces"]())
+    assert all(e in gpu for e in kernel_sets.tile_variants())
 
 
-def test_env_defaults_keep_user_settings(monkeypatch):
+def test_compile_options_resolve_without_touching_the_environment(monkeypatch):
+    """The kernel's own backend (the attention kernel's honours setmaxnreg), the knob when the user
+    sets it, an explicit option above both; the environment is read, never written."""
+    from fa4mlir import compiler
     monkeypatch.delenv("FA4MLIR_CUBIN_BACKEND", raising=False)
-    with attention._env_defaults(attention.KERNEL_ENV):
-        assert os.environ["FA4MLIR_CUBIN_BACKEND"] == "ptxas"
-    assert "FA4MLIR_CUBIN_BACKEND" not in os.environ
+    monkeypatch.delenv("FA4MLIR_DEBUG", raising=False)
+    before = dict(os.environ)
+    assert compiler.resolve_options(acfg.KERNEL).cubin_backend == "ptxas"
+    assert compiler.resolve_options("attention_fwd_sm100").cubin_backend == "nvjitlink-lto"
+    assert compiler.resolve_options("gemm_sm90").cubin_backend == "nvjitlink"
     monkeypatch.setenv("FA4MLIR_CUBIN_BACKEND", "nvjitlink")
-    with attention._env_defaults(attention.KERNEL_ENV):
-        assert os.environ["FA4MLIR_CUBIN_BACKEND"] == "nvjitlink"
+    assert compiler.resolve_options(acfg.KERNEL).cubin_backend == "nvjitlink"
+    assert compiler.resolve_options(acfg.KERNEL, cubin_backend="ptxas").cubin_backend == "ptxas"
+    monkeypatch.setenv("FA4MLIR_DEBUG", "1")
+    assert compiler.resolve_options(acfg.KERNEL).debug and not compiler.resolve_options(acfg.KERNEL, debug=False).debug
+    monkeypatch.delenv("FA4MLIR_CUBIN_BACKEND")
+    monkeypatch.delenv("FA4MLIR_DEBUG")
+    assert dict(os.environ) == before
+    # the options are part of the cache key
+    cfg = acfg.default_config("bf16", 128, False)
+    keys = {compiler.key_for(acfg.KERNEL, cfg, compiler.resolve_options(acfg.KERNEL, cubin_backend=b))
+            for b in ("ptxas", "nvjitlink")}
+    assert len(keys) == 2
+    raises(ValueError, ["cubin_backend 'nvcc'", "expected one of"], compiler.resolve_options, acfg.KERNEL, "nvcc")
+
+
+def test_manifest_config_round_trips():
+    for cfg in kernel_sets.attention():
+        manifest = {**cfg[1].key(), "cubin_backend": "ptxas"}
+        assert acfg.AttnConfig.from_key(manifest) == cfg[1]
+    raises(ValueError, ["not an attention_fwd_sm90 config"], acfg.AttnConfig.from_key, {"kernel": "gemm_sm90"})
 
 
 def test_lazy_exports():
@@ -543,9 +580,9 @@ def test_attention_front_end_imports_no_mlir():
     code = BLOCK_MLIR + textwrap.dedent("""
         import numpy as np
         import fa4mlir
-        from fa4mlir import attention, bundles
+        from fa4mlir import attention, kernel_sets
         assert fa4mlir.flash_attn_func is attention.flash_attn_func
-        assert len(bundles.attention()) == 18
+        assert len(kernel_sets.attention()) == 18
         raw = np.zeros(2048 + 64, np.float16)
         start = (-raw.ctypes.data % 64) // 2
         q = raw[start:start + 2048].reshape(1, 16, 2, 64)

@@ -395,13 +395,13 @@ def test_config_spec_replaces_fields_of_the_cases_default():
 def test_ptx_bundle_keys_each_variant_under_the_kernels_contract(tmp_path, monkeypatch):
     from bench import ptx_bundle
     from fa4mlir import lowering
+    from fa4mlir.lowering import CompileOptions
     from fa4mlir.kernels import attention_fwd_sm90
     from fa4mlir.runtime import Bundle
-    monkeypatch.setenv("FA4MLIR_CUBIN_BACKEND", "ptxas")
     monkeypatch.setenv("FA4MLIR_CACHE", "0")
     monkeypatch.setenv("FA4MLIR_DUMP_DIR", str(tmp_path / "dump"))
     cfg = acfg.config_from_spec("head_dim=64,bm=192")   # what ptx_bundle --config builds below
-    ref = lowering.compile_kernel(attention_fwd_sm90.build(cfg))
+    ref = lowering.lower(attention_fwd_sm90.build(cfg), CompileOptions(cubin_backend="ptxas"))
     (ptx,) = (tmp_path / "dump").glob("*/05-ptx.ptx")
     edited = tmp_path / "edited.ptx"   # an edit ptxas keeps: a fence before the kernel's last return
     text = ptx.read_text()

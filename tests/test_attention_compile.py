@@ -19,7 +19,7 @@ its promises:
   non-causal's one-tile-per-CTA kernel use the lazy rescale (attention_sm90_config.KNOBS); none
   uses the polynomial.
 
-Compiles go through lowering.compile_kernel (no kernel cache); the stage dumps land in a
+Compiles go through lowering.lower (no kernel cache); the stage dumps land in a
 temporary directory. About 2 s per config, 35-40 s for the file.
 """
 import dataclasses
@@ -29,19 +29,21 @@ from pathlib import Path
 
 import pytest
 
-from fa4mlir import bundles, kernels, lowering
-from fa4mlir.kernels.attention_sm90_config import launch_args
+from fa4mlir import compiler, kernel_sets, kernels, lowering
+from fa4mlir.attention import AttnProblem
+from fa4mlir.kernels.attention_sm90_config import LAUNCH_PARAMS, launch_args
 from fa4mlir.passes._util import attr, ops_named
 from fa4mlir.passes.plan_smem import MBARRIER_BYTES, SMEM_LIMIT
 from fa4mlir.runtime import DTYPES, TensorInfo, tma_encoding
 from fa4mlir.testing import disassemble, find_nvdisasm, wgmma_loops, wgmma_waits
 
-_PIECES_SET = bundles.SETS["attention-fa4-pieces"]()
-ENTRIES = bundles.SETS["attention"]() + _PIECES_SET + bundles.tile_variants()
+_PIECES_SET = kernel_sets.SETS["attention-fa4-pieces"]()
+ENTRIES = kernel_sets.SETS["attention"]() + _PIECES_SET + kernel_sets.tile_variants()
 # the attention-fa4-pieces entries (polynomial exp2 and lazy rescale on default tiles)
 PIECES = [i for i, e in enumerate(ENTRIES) if e in _PIECES_SET]
 WGMMA_K = 16
-# The launch contract (attention_sm90_config.launch_args): (name, kind) in PTX order.
+# The launch contract as written out here, independently of the table the kernel declares from
+# (attention_sm90_config.LAUNCH_PARAMS): (name, kind) in PTX order.
 PARAMS = [("q", "tma"), ("k", "tma"), ("v", "tma"), ("o", "tma"), ("lse", "ptr"), ("batch", "i32"),
           ("heads", "i32"), ("seqlen_q", "i32"), ("seqlen_k", "i32"), ("scale_log2", "f32"),
           *((f"{n}_{part}", "i32") for n in ("group", "tiles", "heads") for part in ("mul", "shr")),
@@ -67,22 +69,20 @@ _COMPILED: dict = {}
 
 
 def compile_entry(entry: tuple, tmp_path_factory) -> Compiled:
-    """Build and lower a bundle entry (name, config, env) under its environment overrides (once per
-    session)."""
-    name, cfg, env_over = entry
-    index = (name, cfg, tuple(sorted(env_over.items())))
+    """Build and lower a kernel-set entry (name, config[, compile-option overrides]) with the options
+    the compiler resolves for it (once per session)."""
+    name, cfg, *overrides = entry
+    options = compiler.resolve_options(name, debug=False, **(overrides[0] if overrides else {}))
+    index = (name, cfg, options)
     if index not in _COMPILED:
         dump = tmp_path_factory.mktemp("attention")
         with pytest.MonkeyPatch.context() as mp:
-            for var, value in env_over.items():
-                mp.setenv(var, value)
             mp.setenv("FA4MLIR_DUMP_DIR", str(dump))
-            mp.delenv("FA4MLIR_DEBUG", raising=False)
             kir = kernels.module(name).build(cfg)
             fa4_ir = kir.module.operation
             num_regs_mma = sum(attr(op, "a_source") == "regs" for op in ops_named(fa4_ir, "fa4.mma"))
             pipe_stages = [attr(op, "num_stages") for op in ops_named(fa4_ir, "fa4.pipeline")]
-            art = lowering.compile_kernel(kir, key=f"test-{kir.name}")
+            art = lowering.lower(kir, options, key=f"test-{kir.name}")
         (ptx_path,) = Path(dump).glob("*/*-ptx.ptx")
         _COMPILED[index] = Compiled(cfg, art.resources, art.smem_bytes, art.params, art.cubin,
                                     ptx_path.read_text(), num_regs_mma, pipe_stages)
@@ -90,7 +90,7 @@ def compile_entry(entry: tuple, tmp_path_factory) -> Compiled:
 
 
 def _id(entry) -> str:
-    _, cfg, _ = entry
+    cfg = entry[1]
     tiles = "" if cfg.bm == 128 else f"-{cfg.bm}x{cfg.bn}"
     return f"{cfg.dtype}-d{cfg.head_dim}-{'causal' if cfg.causal else 'full'}{tiles}{cfg.name_suffix()}"
 
@@ -144,11 +144,12 @@ def test_pv_takes_p_from_registers(compiled):
 
 def test_params_are_the_launch_contract(compiled):
     cfg = compiled.cfg
-    assert [(p.name, p.kind) for p in compiled.params] == PARAMS
-    # launch_args (what flash_attn_func passes) fills them in this order: tensors by name here.
-    args = launch_args(cfg.key(), "q", "k", "v", "o", "lse", 2, 8, 1000, 300, 4, 0.125)
-    assert len(args) == len(compiled.params)
-    for p, a in zip(compiled.params, args):
+    assert [(p.name, p.kind) for p in compiled.params] == PARAMS == list(LAUNCH_PARAMS)
+    # launch_args (what flash_attn_func passes) fills every one by name: tensors by name here.
+    problem = AttnProblem(2, 1000, 300, 8, 2, cfg.head_dim, cfg.dtype, cfg.causal, 0.125)
+    args = launch_args(cfg, problem, {n: n for n in ("q", "k", "v", "o", "lse")})
+    assert list(args) == [p.name for p in compiled.params]
+    for p, a in zip(compiled.params, args.values()):
         if p.kind in ("tma", "ptr"):
             assert a == p.name, (p, a)
         else:
@@ -171,7 +172,7 @@ def _sass(cubin: bytes) -> str:
 
 
 def test_sass_holds_register_a_hgmma_and_no_local_memory(tmp_path_factory):
-    index = next(i for i, (_, c, _) in enumerate(ENTRIES) if (c.dtype, c.head_dim, c.causal) == ("bf16", 128, False))
+    index = next(i for i, (_, c, *_) in enumerate(ENTRIES) if (c.dtype, c.head_dim, c.causal) == ("bf16", 128, False))
     c = compile_entry(ENTRIES[index], tmp_path_factory)
     sass = _sass(c.cubin)
     d, bn = c.cfg.head_dim, c.cfg.bn
@@ -205,8 +206,8 @@ def test_default_kernels_use_neither_piece(compiled):
 @pytest.fixture(scope="module", params=PIECES, ids=[_id(ENTRIES[i]) for i in PIECES])
 def pieces(request, tmp_path_factory) -> tuple[Compiled, Compiled]:
     """(the fa4-pieces entry, the same config with exp2_poly_stride = 0), both compiled."""
-    name, cfg, env_over = ENTRIES[request.param]
-    no_poly = (name, dataclasses.replace(cfg, exp2_poly_stride=0), env_over)
+    name, cfg, *overrides = ENTRIES[request.param]
+    no_poly = (name, dataclasses.replace(cfg, exp2_poly_stride=0), *overrides)
     return compile_entry(ENTRIES[request.param], tmp_path_factory), compile_entry(no_poly, tmp_path_factory)
 
 
@@ -317,7 +318,7 @@ _UNIFORM = [e for e in ENTRIES if e[1].dtype == "bf16" and e[1].head_dim in (64,
             and not e[1].exp2_poly_stride
             and e[1].stages == 2 and e[1].bn == 128]
 _UNIFORM_IDS = [f"d{c.head_dim}{'_causal' if c.causal else ''}_{c.bm}x{c.bn}{'' if c.pingpong else '_nopp'}"
-                for _, c, _ in _UNIFORM]
+                for _, c, *_ in _UNIFORM]
 
 
 @pytest.mark.parametrize("entry", _UNIFORM, ids=_UNIFORM_IDS)

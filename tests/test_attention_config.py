@@ -9,14 +9,29 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from fa4mlir.attention import AttnProblem
 from fa4mlir.kernels import attention_sm90_config as acfg
 from fa4mlir.kernels.common import fastdiv
 from fa4mlir.testing import raises
 
 
+def C(**fields) -> acfg.AttnConfig:
+    return acfg.AttnConfig(**fields)
+
+
+def P(batch, heads, seqlen_q, seqlen_k=None, group=1) -> AttnProblem:
+    """A problem of these sizes (kv_heads = heads // group), bf16, scale 0.125."""
+    return AttnProblem(batch, seqlen_q, seqlen_q if seqlen_k is None else seqlen_k, heads, heads // group, 128,
+                       "bf16", False, 0.125)
+
+
+def divisors(args, name):
+    return args[f"{name}_mul"], args[f"{name}_shr"]
+
+
 @pytest.mark.parametrize("seqlen_q, tiles", [(1, 1), (127, 1), (128, 1), (129, 2), (1000, 8), (4224, 33)])
 def test_grid_tiles_queries(seqlen_q, tiles):
-    assert acfg.grid({"bm": 128}, 3, 5, seqlen_q) == (tiles, 5, 3)
+    assert acfg.grid(C(bm=128), P(3, 5, seqlen_q)) == (tiles, 5, 3)
 
 
 def test_flops():
@@ -68,21 +83,21 @@ def test_fast_divisors_divide_exactly():
 
 
 def test_persistent_grid_is_one_cta_per_sm():
-    pers = {"bm": 128, "persistent": True}
-    assert acfg.grid(pers, 1, 16, 16384) == (2048, 1, 1)              # no SM count: one CTA per tile
-    assert acfg.grid({"bm": 128}, 1, 16, 16384, 132) == (128, 16, 1)  # not persistent: the SM count is unused
-    assert acfg.grid(pers, 1, 16, 16384, 132) == (132, 1, 1)          # 2048 tiles over 132 SMs
-    assert acfg.grid(pers, 2, 3, 1000, 132) == (48, 1, 1)             # 8 x 3 x 2 tiles: one CTA each
-    assert acfg.grid(pers, 2, 3, 1000, 3) == (3, 1, 1)
-    assert acfg.grid({"bm": 192, "persistent": True}, 1, 1, 1000, 132) == (6, 1, 1)
-    assert acfg.grid(pers, 2, 3, 0, 132) == (0, 1, 1)
+    pers = C(bm=128, persistent=True)
+    assert acfg.grid(pers, P(1, 16, 16384)) == (2048, 1, 1)              # no SM count: one CTA per tile
+    assert acfg.grid(C(bm=128), P(1, 16, 16384), 132) == (128, 16, 1)  # not persistent: the SM count is unused
+    assert acfg.grid(pers, P(1, 16, 16384), 132) == (132, 1, 1)          # 2048 tiles over 132 SMs
+    assert acfg.grid(pers, P(2, 3, 1000), 132) == (48, 1, 1)             # 8 x 3 x 2 tiles: one CTA each
+    assert acfg.grid(pers, P(2, 3, 1000), 3) == (3, 1, 1)
+    assert acfg.grid(C(head_dim=64, bm=192, persistent=True), P(1, 1, 1000), 132) == (6, 1, 1)
+    assert acfg.grid(pers, P(2, 3, 0), 132) == (0, 1, 1)
 
 
 def _causal_schedule(batch, heads, seqlen_q, grid_size):
     """Every CTA's tiles under causal_pair_slot, dividing by the split launch_args passes."""
-    cfg = {"bm": 128, "causal": True, "persistent": True}
-    args = acfg.launch_args(cfg, *"qkvol", batch, heads, seqlen_q, seqlen_q, 1, 0.125)
-    mul, shr = args[12:14]
+    cfg = C(bm=128, causal=True, persistent=True)
+    args = acfg.launch_args(cfg, P(batch, heads, seqlen_q), {n: n for n in "q k v o lse".split()})
+    mul, shr = divisors(args, "tiles")
     m_tiles = acfg.query_tiles(cfg, seqlen_q)
     slots = (m_tiles + 1) // 2 * heads * batch * 2
     per_cta = []
@@ -142,9 +157,9 @@ def test_dealt_tiles_share_out_the_short_last_tiles(batch, heads, seqlen):
     rows, and its empty warpgroups skip their work. Counting such a tile as half a full one, every CTA
     ends within one tile of the mean under dealt_tile; a plain stride of 132 over 6 tiles per head
     (seqlen 1024) gives 22 CTAs every short tile and the rest none, one more tile than the mean."""
-    cfg = {"bm": 192, "persistent": True}
+    cfg = C(head_dim=64, bm=192, persistent=True)
     m_tiles = acfg.query_tiles(cfg, seqlen)
-    tiles, grid_size = m_tiles * batch * heads, acfg.grid(cfg, batch, heads, seqlen, 132)[0]
+    tiles, grid_size = m_tiles * batch * heads, acfg.grid(cfg, P(batch, heads, seqlen), 132)[0]
     short = seqlen % 192 != 0
     cost = lambda t: 0.5 if short and t % m_tiles == m_tiles - 1 else 1.0  # noqa: E731
     mean = sum(map(cost, range(tiles))) / grid_size
@@ -170,11 +185,12 @@ def _makespan(costs, sms=132):
     (2, 12, 4224, 64, 4, 3 << 20), (7, 3, 300, 128, 3, 200000), (1, 1, 1, 64, 1, acfg.L2_BYTES),
     (3, 5, 1000, 128, 1, acfg.L2_BYTES), (2, 12, 4224, 64, 4, acfg.L2_BYTES), (4, 6, 4224, 256, 2, acfg.L2_BYTES)])
 def test_causal_sections_cover_every_tile_once_longest_first(batch, heads, seqlen, head_dim, group, l2):
-    cfg = {"bm": 128, "causal": True, "head_dim": head_dim}
-    args = acfg.launch_args(cfg, *"qkvol", batch, heads, seqlen, seqlen, group, 0.125, l2)
-    (tmul, tshr), shift, (rmul, rshr) = args[12:14], args[16], args[17:19]
+    cfg = C(bm=128, causal=True, head_dim=head_dim)
+    problem = P(batch, heads, seqlen, group=group)
+    args = acfg.launch_args(cfg, problem, {n: n for n in "q k v o lse".split()}, l2)
+    (tmul, tshr), shift, (rmul, rshr) = divisors(args, "tiles"), args["section_shift"], divisors(args, "rest")
     m_tiles, hb_total = acfg.query_tiles(cfg, seqlen), batch * heads
-    grid = acfg.grid(cfg, batch, heads, seqlen)
+    grid = acfg.grid(cfg, problem)
     assert grid == (m_tiles * hb_total, 1, 1)
     order = [acfg.section_tile(t, m_tiles, hb_total, shift, lambda u: fastdiv.divide(u, tmul, tshr),
                                lambda u: fastdiv.divide(u, rmul, rshr)) for t in range(grid[0])]
@@ -237,7 +253,7 @@ def test_auto_register_split_fills_the_launch_allocation(over, split):
 def test_three_consumer_warpgroups():
     cfg = acfg.AttnConfig(head_dim=64, bm=192).validate()
     assert (cfg.consumers, cfg.threads) == (3, 512)
-    assert acfg.grid(cfg.key(), 2, 4, 1000) == (6, 4, 2)          # ceil(1000 / 192) query tiles
+    assert acfg.grid(cfg, P(2, 4, 1000)) == (6, 4, 2)          # ceil(1000 / 192) query tiles
     assert acfg.AttnConfig().threads == 384
 
 

@@ -6,12 +6,12 @@
 * Every supported config compiles with 0 spills: supported() accepts, over a grid of every field,
   only configs of the 288 code shapes of supported_configs(), and all 288 are compiled.
 * Every shipped config (attention_sm100_config.configs()) compiles to an sm_100a cubin through
-  nvJitLink, as the kernel ships (KERNEL_ENV: NVVM IR -> libNVVM LTO-IR -> nvJitLink -lto, a
+  nvJitLink, as the kernel ships (its own cubin backend: NVVM IR -> libNVVM LTO-IR -> nvJitLink -lto, a
   whole-program link): 0 spills, no stack, setmaxnreg honoured with the role table's budgets
   (softmax 192, correction 80, load/mma 48; read back from the SASS), SMEM = the config's plan,
   512 TMEM columns. nvJitLink given the upstream PTX instead compiles it relocatably and drops
   setmaxnreg (C7504), so that cubin spills: a test records it. The standalone ptxas route
-  (FA4MLIR_CUBIN_BACKEND=ptxas) is checked to stay at 0 spills too.
+  (cubin_backend ptxas) is checked to stay at 0 spills too.
 * The SASS (nvdisasm) holds the tcgen05 MMAs (UTCHMMA: qk/16 per S and BN/16 per P.V, 4 GEMMs per
   KV block in the loop), TMEM loads/stores (LDTM/STTM), TMA loads and stores, tcgen05.commit
   (UTCBAR) and the TMEM allocator.
@@ -28,9 +28,10 @@ import time
 
 import pytest
 
-from fa4mlir import lowering
+from fa4mlir import kernels, lowering
+from fa4mlir.lowering import CompileOptions
 from fa4mlir.kernels import attention_fwd_sm100 as k100
-from fa4mlir.kernels.attention_sm100_config import (FA4Config, KERNEL_ENV, MMA_M, ROLES, SMEM_CARVEOUT,
+from fa4mlir.kernels.attention_sm100_config import (FA4Config, MMA_M, ROLES, SMEM_CARVEOUT,
                                                    TMEM_COLUMNS, code_shape, configs, grid, launch_args,
                                                    supported_configs)
 from fa4mlir.passes import registry
@@ -149,18 +150,15 @@ def test_launch_contract():
 # ---- compiled kernels --------------------------------------------------------------------------------
 needs_ptxas = pytest.mark.skipif(lowering.find_ptxas() is None,
                                  reason="no ptxas (pip install nvidia-cuda-nvcc): the ptxas route needs it")
-SHIPPED = KERNEL_ENV["FA4MLIR_CUBIN_BACKEND"]
+SHIPPED = kernels.cubin_backend("attention_fwd_sm100")
 _BUILT: dict = {}
 
 
 def compiled(cfg: FA4Config, backend: str = SHIPPED):
     if (cfg, backend) not in _BUILT:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setenv("FA4MLIR_CUBIN_BACKEND", backend)
-            mp.delenv("FA4MLIR_DEBUG", raising=False)
-            t0 = time.perf_counter()
-            art = lowering.compile_kernel(k100.build(cfg), key="test-sm100-attention")
-            seconds = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        art = lowering.lower(k100.build(cfg), CompileOptions(cubin_backend=backend), key="test-sm100-attention")
+        seconds = time.perf_counter() - t0
         _BUILT[(cfg, backend)] = (art, seconds)
     return _BUILT[(cfg, backend)]
 
@@ -208,11 +206,9 @@ def test_compiles_with_zero_spills_and_the_role_budgets(cfg):
 
 
 def _compile_for_resources(cfg: FA4Config) -> tuple:
-    """(worker process) compile one config as the kernel ships (KERNEL_ENV); its resources."""
-    os.environ.update(KERNEL_ENV)
-    os.environ.pop("FA4MLIR_DEBUG", None)
+    """(worker process) compile one config as the kernel ships (its own options); its resources."""
     t0 = time.perf_counter()
-    art = lowering.compile_kernel(k100.build(cfg), key="test-sm100-supported")
+    art = lowering.lower(k100.build(cfg), CompileOptions(cubin_backend=SHIPPED), key="test-sm100-supported")
     return art.name, art.resources, art.smem_bytes, time.perf_counter() - t0, role_budgets(disassemble(art.cubin))
 
 
@@ -281,7 +277,7 @@ def test_nvjitlink_given_ptx_drops_setmaxnreg():
 @pytest.mark.parametrize("cfg", [FA4Config(), FA4Config(qk_depth=64, ov_depth=64, causal=True, num_kv_heads=4)],
                          ids=_id)
 def test_the_ptxas_route_has_zero_spills_too(cfg):
-    """FA4MLIR_CUBIN_BACKEND=ptxas (upstream PTX, whole-program ptxas) stays a working alternative."""
+    """cubin_backend ptxas (upstream PTX, whole-program ptxas) stays a working alternative."""
     art, _ = compiled(cfg, backend="ptxas")
     r = art.resources
     assert r["cubin_backend"] == "ptxas" and not r["setmaxnreg_ignored"]

@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from fa4mlir import attention
-from fa4mlir.attention import LayoutError, ScaleError, ShapeError, flash_attn_func
+from fa4mlir.attention import LayoutError, ScaleError, ShapeError, checks, flash_attn_func
+from fa4mlir.attention import dense as attention
+from fa4mlir.driver import DeviceInfo
 from fa4mlir.kernels import attention_sm90_config as acfg
 from fa4mlir.kernels.common import fastdiv
 
@@ -21,7 +22,8 @@ class FakeKernel:
     corrupted); every launch records its addresses and stream."""
 
     def __init__(self, causal, corrupt=None):
-        self.artifact = SimpleNamespace(config={"bm": 128})
+        self.artifact = SimpleNamespace(config=acfg.AttnConfig(bm=128).key(),
+                                        params=[SimpleNamespace(name=n, kind=k) for n, k in acfg.LAUNCH_PARAMS])
         self.causal, self.corrupt = causal, corrupt
         self.prepared, self.launches = [], []
 
@@ -37,7 +39,7 @@ class FakeLaunch:
     def launch(self, addresses, stream):
         from fa4mlir.testing import attention_math
         self.kernel.launches.append((tuple(addresses), stream))
-        q, k, v, out, lse, batch, heads, seqlen_q, seqlen_k, scale_log2, *divisors = self.args
+        q, k, v, out, lse, scale_log2 = (self.args[n] for n in ("q", "k", "v", "o", "lse", "scale_log2"))
         if tuple(addresses) != tuple(t.data_ptr() for t in (q, k, v, out, lse)):
             return  # other tensors than prepared: the caller checks the addresses
         o64, lse64 = attention_math(q, k, v, scale_log2 / acfg.LOG2E, self.kernel.causal, torch.float64)
@@ -57,12 +59,16 @@ def cpu_api(monkeypatch):
     empty call cache."""
     made = []
 
-    def kernel_for(dtype, head_dim, causal, bundle=None, seqlen_k=None):
-        made.append(FakeKernel(causal, corrupt=bundle))
-        return made[-1]
-    monkeypatch.setattr(attention, "kernel_for", kernel_for)
-    monkeypatch.setattr(attention, "CUDA_DEVICES", ("cuda", "cpu"))
-    monkeypatch.setattr(attention, "_context_device", lambda: (0, (9, 0), 132, 50 * 2**20))
+    class FakeSource:   # plan.KernelSource's kernel(); the bundle argument names a corruption
+        def __init__(self, corrupt):
+            self.corrupt = corrupt
+
+        def kernel(self, dtype, head_dim, causal, seqlen_k):
+            made.append(FakeKernel(causal, corrupt=self.corrupt))
+            return made[-1]
+    monkeypatch.setattr(attention, "source_for", FakeSource)
+    monkeypatch.setattr(checks, "CUDA_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(attention, "device_info", lambda: DeviceInfo(0, (9, 0), 132, 50 * 2**20))
     monkeypatch.setattr(attention, "_CALLS", {})
     monkeypatch.setattr(attention, "resolve_stream", lambda stream, uses_torch, device: "current" if stream is None else stream)
     return made
@@ -87,10 +93,9 @@ def test_api_wiring_and_fa_rule_pass(cpu_api, causal):
     q, k, v = cpu_inputs((2, 200, 70, 4, 2))
     out, lse = flash_attn_func(q, k, v, causal=causal, return_lse=True, stream=5)
     (grid, args), = cpu_api[0].prepared
-    batch, heads, seqlen_q, seqlen_k, scale_log2, *divisors = args[5:]
-    assert grid == (2, 4, 2) and (batch, heads, seqlen_q, seqlen_k) == (2, 4, 200, 70)
-    assert tuple(divisors[:2]) == fastdiv.divisor(2)  # heads // kv_heads
-    assert scale_log2 == pytest.approx(64 ** -0.5 * acfg.LOG2E)
+    assert grid == (2, 4, 2) and [args[n] for n in ("batch", "heads", "seqlen_q", "seqlen_k")] == [2, 4, 200, 70]
+    assert (args["group_mul"], args["group_shr"]) == fastdiv.divisor(2)  # heads // kv_heads
+    assert args["scale_log2"] == pytest.approx(64 ** -0.5 * acfg.LOG2E)
     assert cpu_api[0].launches == [(addresses(q, k, v, out, lse), 5)]
     assert out.shape == q.shape and out.dtype == torch.bfloat16 and lse.shape == (2, 4, 200)
     r = compare_attention(q, k, v, out, lse, None, causal)
@@ -104,7 +109,7 @@ def test_api_writes_given_out_and_lse(cpu_api):
     out, lse = torch.full_like(q, float("nan")), torch.full((1, 2, 5), float("nan"))
     got = flash_attn_func(q, k, v, softmax_scale=0.5, return_lse=True, out=out, lse=lse)
     assert got[0] is out and got[1] is lse and not torch.isnan(out).any()
-    assert cpu_api[0].prepared[0][1][9] == pytest.approx(0.5 * acfg.LOG2E)
+    assert cpu_api[0].prepared[0][1]["scale_log2"] == pytest.approx(0.5 * acfg.LOG2E)
     with pytest.raises(ShapeError, match="lse must have shape"):
         flash_attn_func(q, k, v, lse=torch.empty(1, 5, 2))
 

@@ -22,20 +22,23 @@ def make_artifact(key="", cubin=b"cubin-bytes"):
                           resources={"registers": 168, "spills": 0})
 
 
-def test_key_changes_with_config_arch_and_debug_knob(monkeypatch):
-    monkeypatch.delenv("FA4MLIR_DEBUG", raising=False)
+def test_key_changes_with_config_arch_and_compile_options(monkeypatch):
+    """compute_key is a pure function of its inputs: the compile options reach it through `extra`
+    (fa4mlir.compiler.key_for), resolved once; no knob is read here."""
+    from fa4mlir import compiler
     base = compute_key(CONFIG, "sm_90a", {})
     assert base == compute_key(dict(reversed(list(CONFIG.items()))), "sm_90a", {})  # order-free
     assert compute_key({**CONFIG, "stages": 3}, "sm_90a", {}) != base
     assert compute_key(CONFIG, "sm_100a", {}) != base
     assert compute_key(CONFIG, "sm_90a", {"ptx_opt": 2}) != base
-    monkeypatch.setenv("FA4MLIR_DEBUG", "0")
-    assert compute_key(CONFIG, "sm_90a", {}) == base  # explicit default = unset
-    monkeypatch.setenv("FA4MLIR_DEBUG", "1")
-    assert compute_key(CONFIG, "sm_90a", {}) != base
-    monkeypatch.setenv("FA4MLIR_VERBOSE", "1")  # not output-changing
-    monkeypatch.setenv("FA4MLIR_DEBUG", "0")
+    for knob in ("FA4MLIR_DEBUG", "FA4MLIR_CUBIN_BACKEND", "FA4MLIR_VERBOSE"):
+        monkeypatch.setenv(knob, "1" if knob != "FA4MLIR_CUBIN_BACKEND" else "ptxas")
     assert compute_key(CONFIG, "sm_90a", {}) == base
+    monkeypatch.delenv("FA4MLIR_CUBIN_BACKEND")
+    debug, plain = compiler.resolve_options("gemm_sm90"), compiler.resolve_options("gemm_sm90", debug=False)
+    assert debug.debug and not plain.debug
+    assert compute_key(CONFIG, "sm_90a", {"options": debug.key()}) != compute_key(CONFIG, "sm_90a",
+                                                                                 {"options": plain.key()})
 
 
 def test_key_covers_sources_and_toolchain(monkeypatch, tmp_path):

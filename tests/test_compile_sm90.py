@@ -4,6 +4,7 @@ import subprocess
 import pytest
 
 from fa4mlir import compiler, lowering
+from fa4mlir.lowering import CompileOptions
 from fa4mlir.cache import KernelCache
 from fa4mlir.kernels import gemm_sm90
 from fa4mlir.testing import find_nvdisasm
@@ -11,7 +12,7 @@ from fa4mlir.testing import find_nvdisasm
 
 @pytest.fixture(scope="module")
 def artifact():
-    return lowering.compile_kernel(gemm_sm90.build(gemm_sm90.GemmConfig()), key="test-sm90")
+    return lowering.lower(gemm_sm90.build(gemm_sm90.GemmConfig()), key="test-sm90")
 
 
 def test_compiles_without_spills(artifact):
@@ -48,15 +49,15 @@ def test_bad_configs_raise_before_compiling():
 
 def test_smem_over_budget_names_the_bytes():
     with pytest.raises(lowering.CompileError, match=r"needs 295008 bytes of shared memory, over the sm_90a limit"):
-        lowering.compile_kernel(gemm_sm90.build(gemm_sm90.GemmConfig(stages=6)), key="too-big")
+        lowering.lower(gemm_sm90.build(gemm_sm90.GemmConfig(stages=6)), key="too-big")
 
 
 def test_cache_hit_still_dumps_every_stage(tmp_path, monkeypatch):
     monkeypatch.setenv("FA4MLIR_CACHE_DIR", str(tmp_path / "cache"))
     cfg = gemm_sm90.GemmConfig(bn=64, stages=2)
-    first = compiler.get_artifact("gemm_sm90", cfg)
+    first = compiler.compile_kernel("gemm_sm90", cfg)
     monkeypatch.setenv("FA4MLIR_DUMP_DIR", str(tmp_path / "dumps"))
-    again = compiler.get_artifact("gemm_sm90", cfg)        # a cache hit
+    again = compiler.compile_kernel("gemm_sm90", cfg)        # a cache hit
     assert again.cubin == first.cubin and again.key == first.key
     (d,) = (tmp_path / "dumps").iterdir()
     names = sorted(p.name for p in d.iterdir())
@@ -68,7 +69,7 @@ def test_failing_stage_prints_artefact_and_reproduction(tmp_path, monkeypatch, c
     monkeypatch.setenv("FA4MLIR_DUMP_DIR", str(tmp_path))
     kir = gemm_sm90.build(gemm_sm90.GemmConfig(stages=6))
     with pytest.raises(lowering.CompileError) as exc:
-        lowering.compile_kernel(kir, key="fail")
+        lowering.lower(kir, key="fail")
     msg = str(exc.value)
     assert "stage 'fa4' failed" in msg and "01-build.mlir" in msg and "reproduce: fa4mlir-opt" in msg
     assert "gemm_sm90.py" in msg          # the source location of the offending kernel
@@ -78,11 +79,11 @@ def test_failing_stage_prints_artefact_and_reproduction(tmp_path, monkeypatch, c
 def test_cache_compiles_once(tmp_path, monkeypatch):
     monkeypatch.setenv("FA4MLIR_CACHE_DIR", str(tmp_path))
     calls = []
-    orig = compiler.build_and_compile
-    monkeypatch.setattr(compiler, "build_and_compile", lambda *a: calls.append(1) or orig(*a))
+    orig = compiler.build_and_lower
+    monkeypatch.setattr(compiler, "build_and_lower", lambda *a: calls.append(1) or orig(*a))
     cfg = gemm_sm90.GemmConfig(bn=64, stages=2)
-    compiler.get_artifact("gemm_sm90", cfg, KernelCache())
-    compiler.get_artifact("gemm_sm90", cfg, KernelCache())
+    compiler.compile_kernel("gemm_sm90", cfg, cache=KernelCache())
+    compiler.compile_kernel("gemm_sm90", cfg, cache=KernelCache())
     assert len(calls) == 1
 
 
@@ -90,11 +91,10 @@ def test_nvjitlink_drops_setmaxnreg_and_ptxas_keeps_it(monkeypatch):
     """nvJitLink compiles PTX relocatably and ptxas then ignores setmaxnreg (C7504): the report says so;
     the whole-program ptxas backend honours it (the consumer warpgroups may then use 232 registers)."""
     kir = gemm_sm90.build(gemm_sm90.GemmConfig(bn=64, stages=2))
-    r = lowering.compile_kernel(kir, key="backend-nvjitlink").resources
+    r = lowering.lower(kir, CompileOptions(cubin_backend="nvjitlink"), key="backend-nvjitlink").resources
     assert r["cubin_backend"] == "nvjitlink" and r["setmaxnreg_ignored"]
     if lowering.find_ptxas() is None:
         pytest.skip("no ptxas (pip install nvidia-cuda-nvcc)")
-    monkeypatch.setenv("FA4MLIR_CUBIN_BACKEND", "ptxas")
     kir = gemm_sm90.build(gemm_sm90.GemmConfig(bn=64, stages=2))
-    r = lowering.compile_kernel(kir, key="backend-ptxas").resources
+    r = lowering.lower(kir, CompileOptions(cubin_backend="ptxas"), key="backend-ptxas").resources
     assert r["cubin_backend"] == "ptxas" and not r["setmaxnreg_ignored"] and r["spill_stores"] == 0

@@ -12,7 +12,8 @@ import threading
 import numpy as np
 import pytest
 
-from fa4mlir import runtime
+from fa4mlir import artifacts, runtime
+from fa4mlir import driver as driver_mod
 from fa4mlir.runtime import KernelArtifact, LoadedKernel, ParamSpec, TmaSpec
 
 
@@ -127,14 +128,14 @@ class ExplodingDriver:
     ((0, 1), good_args(), ValueError),
 ])
 def test_launch_validates_before_any_cuda_call(monkeypatch, grid, args, exc):
-    monkeypatch.setattr(runtime, "_driver", lambda: ExplodingDriver())
+    monkeypatch.setattr(driver_mod, "driver", lambda: ExplodingDriver())
     kernel = LoadedKernel(make_artifact(cluster=(2, 1, 1)), module=None, function=None)
     with pytest.raises(exc):
         kernel.launch(grid, args)
 
 
 def test_launch_reaches_cuda_only_after_good_args(monkeypatch):
-    monkeypatch.setattr(runtime, "_driver", lambda: ExplodingDriver())
+    monkeypatch.setattr(driver_mod, "driver", lambda: ExplodingDriver())
     kernel = LoadedKernel(make_artifact(cluster=(2, 1, 1)), module=None, function=None)
     with pytest.raises(AssertionError, match="CUDA call"):
         kernel.launch((8, 1, 1), good_args())
@@ -172,7 +173,7 @@ def recorded_launches(monkeypatch):
     monkeypatch.setattr(runtime, "_encode_tma_uncached", lambda enc, kernel: encodes.append(enc) or fake_descriptor(enc))
     monkeypatch.setattr(runtime, "ensure_context", lambda: None)
     driver = RecordingDriver(make_artifact().params)
-    monkeypatch.setattr(runtime, "_driver", lambda: driver)
+    monkeypatch.setattr(driver_mod, "driver", lambda: driver)
     return driver, encodes
 
 
@@ -272,12 +273,14 @@ def test_cuda_error_names_error_call_and_kernel():
 def test_runtime_imports_no_mlir_module():
     import ast
     import pathlib
-    src = pathlib.Path(runtime.__file__).read_text()
-    imported = set()
-    for node in ast.walk(ast.parse(src)):
-        if isinstance(node, ast.Import):
-            imported |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            imported.add(("." * node.level) + (node.module or ""))
-    assert not any(m.split(".")[0] == "mlir" for m in imported)
-    assert {m for m in imported if m.startswith(".")} <= {"."}  # only `from . import env`
+    # the runtime's modules import each other and nothing of the compiler
+    allowed = {".", ".artifacts", ".driver", ".tensors", ".env"}
+    for module in (runtime, driver_mod, artifacts):
+        imported = set()
+        for node in ast.walk(ast.parse(pathlib.Path(module.__file__).read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                imported.add(("." * node.level) + (node.module or ""))
+        assert not any(m.split(".")[0] == "mlir" for m in imported), module
+        assert {m for m in imported if m.startswith(".")} <= allowed, (module, imported)

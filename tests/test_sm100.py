@@ -6,6 +6,7 @@ import re
 import pytest
 
 from fa4mlir import lowering
+from fa4mlir.lowering import CompileOptions
 from fa4mlir.kernels import gemm_sm100
 from fa4mlir.passes.plan_smem import SMEM_LIMIT
 from fa4mlir.passes.plan_tmem import TMEM_COLUMNS
@@ -16,7 +17,7 @@ CONFIGS = [gemm_sm100.GemmConfig(), gemm_sm100.GemmConfig(dtype="f16", bn=128, s
 
 @pytest.fixture(scope="module", params=CONFIGS, ids=lambda c: f"{c.dtype}-bn{c.bn}-s{c.stages}")
 def artifact(request):
-    return lowering.compile_kernel(gemm_sm100.build(request.param), key="test-sm100")
+    return lowering.lower(gemm_sm100.build(request.param), key="test-sm100")
 
 
 def test_compiles_without_spills(artifact):
@@ -55,15 +56,14 @@ def test_config_validation():
     assert gemm_sm100.GemmConfig().key()["kernel"] == "gemm_sm100"
 
 
-# ---- FA4MLIR_CUBIN_BACKEND=nvjitlink-lto (NVVM IR -> libNVVM LTO-IR -> nvJitLink -lto) ------------------
+# ---- cubin_backend nvjitlink-lto (NVVM IR -> libNVVM LTO-IR -> nvJitLink -lto) ------------------
 def test_lto_backend_stages_and_nvvm_ir(tmp_path, monkeypatch):
     """The LTO backend replaces the ptx stage by an nvvm-ir stage: the gpu.module body translated
     under NVVM's data layout, the kernel kept by @llvm.used, libNVVM's IR version; nvJitLink links it
     whole-program into an sm_100a cubin whose SASS holds the kernel's tcgen05 MMAs."""
-    monkeypatch.setenv("FA4MLIR_CUBIN_BACKEND", "nvjitlink-lto")
     monkeypatch.setenv("FA4MLIR_DUMP_DIR", str(tmp_path))
     cfg = gemm_sm100.GemmConfig()
-    art = lowering.compile_kernel(gemm_sm100.build(cfg), key="test-sm100-lto")
+    art = lowering.lower(gemm_sm100.build(cfg), CompileOptions(cubin_backend="nvjitlink-lto"), key="test-sm100-lto")
     r = art.resources
     assert r["cubin_backend"] == "nvjitlink-lto" and art.cubin[:4] == b"\x7fELF"
     assert r["spill_stores"] == r["spill_loads"] == r["stack_bytes"] == 0 and not r["setmaxnreg_ignored"]
@@ -99,10 +99,10 @@ def test_lto_refuses_pre_blackwell_before_compiling(tmp_path, monkeypatch):
     """libNVVM reads opaque-pointer IR only for compute_100+: an sm_90a kernel is refused with the
     fix, before any stage runs."""
     from fa4mlir.kernels import gemm_sm90
-    monkeypatch.setenv("FA4MLIR_CUBIN_BACKEND", "nvjitlink-lto")
     monkeypatch.setenv("FA4MLIR_DUMP_DIR", str(tmp_path))
-    with pytest.raises(lowering.CompileError, match="sm_100 and later, not sm_90a.*FA4MLIR_CUBIN_BACKEND=ptxas"):
-        lowering.compile_kernel(gemm_sm90.build(gemm_sm90.GemmConfig()), key="lto-sm90")
+    with pytest.raises(lowering.CompileError, match="sm_100 and later, not sm_90a.*cubin_backend='ptxas'"):
+        lowering.lower(gemm_sm90.build(gemm_sm90.GemmConfig()), CompileOptions(cubin_backend="nvjitlink-lto"),
+                       key="lto-sm90")
     assert not any(tmp_path.rglob("*.mlir"))
 
 
@@ -123,10 +123,12 @@ def test_wgmma_serialization_is_read_from_the_ptxas_note():
 
 
 def test_unknown_backend_names_the_choices(monkeypatch):
-    from fa4mlir import env
+    from fa4mlir import compiler
+    with pytest.raises(ValueError, match="nvjitlink, nvjitlink-lto, ptxas"):
+        CompileOptions(cubin_backend="nvcc")
     monkeypatch.setenv("FA4MLIR_CUBIN_BACKEND", "nvcc")
     with pytest.raises(ValueError, match="nvjitlink, nvjitlink-lto, ptxas"):
-        env.cubin_backend()
+        compiler.resolve_options("gemm_sm100")
 
 
 def test_lto_errors_carry_the_tool_logs(monkeypatch):
@@ -135,7 +137,6 @@ def test_lto_errors_carry_the_tool_logs(monkeypatch):
     with pytest.raises(lowering.CompileError, match=r"libNVVM rejected the NVVM IR \(-arch=compute_100a -gen-lto\)"
                                                     r"(.|\n)*bad\.ll \(1, \d+\)"):
         lowering.nvvm_to_cubin("define void @k( {", "sm_100a", "bad.ll")
-    monkeypatch.delenv("FA4MLIR_CUBIN_BACKEND", raising=False)
     with pytest.raises(lowering.CompileError, match="nvJitLink rejected the PTX"):
         lowering.ptx_to_cubin(".version 8.7\n.target sm_100a\n.address_size 64\n.visible .entry k() { bogus; }",
                               "sm_100a")

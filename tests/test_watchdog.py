@@ -4,6 +4,7 @@ import re
 import pytest
 
 from fa4mlir import lowering
+from fa4mlir.lowering import CompileOptions
 from fa4mlir.kernels import deadlock_sm90, gemm_sm90
 from fa4mlir.passes import _watchdog, verify_pipelines
 from fa4mlir.passes._util import PassError
@@ -39,7 +40,7 @@ def test_release_build_has_no_watchdog():
 
 
 def test_debug_gemm_compiles_to_cubin():
-    art = lowering.compile_kernel(gemm_sm90.build(), key="x", debug=True)
+    art = lowering.lower(gemm_sm90.build(), CompileOptions(debug=True), key="x")
     assert art.cubin and art.resources["spill_stores"] == 0
 
 

@@ -153,6 +153,15 @@ class AttnConfig:
     def key(self) -> dict:
         return {"kernel": KERNEL, **self.__dict__}
 
+    @classmethod
+    def from_key(cls, key: dict) -> "AttnConfig":
+        """The config a key() (or a bundle manifest's config, which adds the compile options)
+        describes."""
+        if key.get("kernel", KERNEL) != KERNEL:
+            raise ValueError(f"not an {KERNEL} config: kernel {key.get('kernel')!r}")
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in key.items() if k in names})
+
 
 # (head_dim, causal) -> tile choices, each the fastest of the variants timed on an H200
 # (notes/RESULTS.md, "attention tiles": bm 128/192, bn 64-192, stages 2/3, ping-pong on/off, seqlen
@@ -266,62 +275,76 @@ def default_configs(dtype: str, head_dim: int, causal: bool) -> list[AttnConfig]
     return out[:1] if out[0] == out[1] else out
 
 
-def query_tiles(config: dict, seqlen_q: int) -> int:
+def query_tiles(config: AttnConfig, seqlen_q: int) -> int:
     """Query tiles per (head, batch): bm rows each, the last one partial."""
-    return (seqlen_q + config["bm"] - 1) // config["bm"]
+    return (seqlen_q + config.bm - 1) // config.bm
 
 
-def grid(config: dict, batch: int, heads: int, seqlen_q: int, num_sms: int | None = None) -> tuple[int, int, int]:
+def grid(config: AttnConfig, problem, num_sms: int | None = None) -> tuple[int, int, int]:
     """One CTA per (bm query rows, head, batch): (query tiles, heads, batch), or 1-D when causal
     (section_tile orders it). A persistent kernel takes a 1-D grid of any size and strides over all
-    tiles: one CTA per SM with `num_sms` (fewer when there are fewer tiles), else one per tile."""
-    tiles = query_tiles(config, seqlen_q)
-    if not config.get("persistent"):  # causal: a 1-D grid in section_tile's order
-        return (tiles * heads * batch, 1, 1) if config.get("causal") else (tiles, heads, batch)
-    total = tiles * heads * batch
+    tiles: one CTA per SM with `num_sms` (fewer when there are fewer tiles), else one per tile.
+    `problem`: anything with batch, heads, seqlen_q (attention.AttnProblem)."""
+    tiles = query_tiles(config, problem.seqlen_q)
+    if not config.persistent:  # causal: a 1-D grid in section_tile's order
+        return (tiles * problem.heads * problem.batch, 1, 1) if config.causal else (tiles, problem.heads, problem.batch)
+    total = tiles * problem.heads * problem.batch
     return (min(total, num_sms) if num_sms else total, 1, 1)
 
 
-L2_BYTES = 50 * 1024 * 1024  # H100 / H200 L2; the host API passes the device's own (launch_plan)
+L2_BYTES = 50 * 1024 * 1024  # H100 / H200 L2; the host API passes the device's own (attention.plan)
 # The share of L2 a causal grid's section may fill with K and V. Timed on an H200 (notes/RESULTS.md,
 # "Causal grids in L2-sized sections") at 4, 8, 16, 32 and 52 MB of 50 MiB: 32 MB was the fastest or
 # within 1% of it at every causal kernel and seqlen; the whole L2 lost up to 7% (D128 causal 4k).
 SECTION_L2_SHARE = 0.6
 
 
-def section_shift(config: dict, batch: int, heads: int, seqlen_k: int, heads_per_kv: int,
-                  l2_bytes: int = L2_BYTES) -> int:
+def section_shift(config: AttnConfig, problem, l2_bytes: int = L2_BYTES) -> int:
     """log2 of the (head, batch) indices per section of a causal one-tile-per-CTA grid (section_tile):
     the largest power of two whose K and V (seqlen_k x head_dim, both, of every KV head a run of that
     many consecutive query heads reads) fit in SECTION_L2_SHARE of `l2_bytes`; at least one head, at
     most all of them."""
-    kv_head = 2 * int(seqlen_k) * config["head_dim"] * 2     # K and V of one KV head, 2-byte elements
+    kv_head = 2 * int(problem.seqlen_k) * config.head_dim * 2     # K and V of one KV head, 2-byte elements
     budget = l2_bytes * SECTION_L2_SHARE
-    group = max(int(heads_per_kv), 1)
+    group = max(int(problem.heads_per_kv), 1)
     shift = 0
-    while (2 << shift) <= batch * heads and (-(-((2 << shift) - 1) // group) + 1) * kv_head <= budget:
+    while (2 << shift) <= problem.batch * problem.heads and (-(-((2 << shift) - 1) // group) + 1) * kv_head <= budget:
         shift += 1
     return shift
 
 
-def launch_args(config: dict, q, k, v, o, lse, batch: int, heads: int, seqlen_q: int, seqlen_k: int,
-                heads_per_kv: int, softmax_scale: float, l2_bytes: int = L2_BYTES) -> list:
-    """The kernel's parameters in order: TMA tensors q, k, v, o ([B, S, H, D] each), the LSE pointer
-    (float32 [B, H, Sq], contiguous), batch, heads, seqlen_q, seqlen_k, softmax_scale * log2(e),
-    then three divisors as (multiplier, shift) pairs (common.fastdiv): heads // kv_heads (the GQA
-    group), the tile index's split (query tiles per (head, batch), or pairs of them for a causal
-    persistent kernel) and heads; then the section shift of a causal one-tile-per-CTA grid
-    (section_shift, from the device's `l2_bytes`; 0 for other kernels, which do not read it) and the
-    divisor of its last, partial section's (head, batch) count (section_tile)."""
-    tiles = query_tiles(config, seqlen_q)
-    persistent_causal = config.get("causal") and config.get("persistent")
-    split = (tiles + 1) // 2 if persistent_causal else tiles
-    sectioned = config.get("causal") and not config.get("persistent")
-    shift = section_shift(config, batch, heads, seqlen_k, heads_per_kv, l2_bytes) if sectioned else 0
-    rest = (batch * heads) % (1 << shift)
-    return [q, k, v, o, lse, int(batch), int(heads), int(seqlen_q), int(seqlen_k), float(softmax_scale) * LOG2E,
-            *divisor(int(heads_per_kv)), *divisor(max(int(split), 1)), *divisor(int(heads)),
-            shift, *divisor(max(rest, 1))]
+# The launch contract: the kernel's parameters, (name, kind) in PTX order. The kernel declares
+# them from this table (attention_fwd_sm90.build), launch_args fills them by name and the runtime
+# packs them by name (runtime.ordered_args). Divisors travel as (multiplier, shift) pairs
+# (common.fastdiv), `<name>_mul` and `<name>_shr`.
+TENSOR_PARAMS = (("q", "tma"), ("k", "tma"), ("v", "tma"), ("o", "tma"), ("lse", "ptr"))
+LAUNCH_PARAMS = (*TENSOR_PARAMS, ("batch", "i32"), ("heads", "i32"), ("seqlen_q", "i32"), ("seqlen_k", "i32"),
+                 ("scale_log2", "f32"),
+                 *((f"{n}_{part}", "i32") for n in ("group", "tiles", "heads") for part in ("mul", "shr")),
+                 ("section_shift", "i32"), ("rest_mul", "i32"), ("rest_shr", "i32"))
+
+
+def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) -> dict:
+    """The kernel's parameters by name (LAUNCH_PARAMS): the tensors q, k, v, o ([B, S, H, D] each,
+    TMA) and lse (float32 [B, H, Sq], contiguous) from `tensors` (a mapping), then from `problem`
+    (attention.AttnProblem: batch, heads, seqlen_q, seqlen_k, heads_per_kv, softmax_scale) the
+    sizes, softmax_scale * log2(e) and three divisors: heads // kv_heads (the GQA group), the tile
+    index's split (query tiles per (head, batch), or pairs of them for a causal persistent kernel)
+    and heads; then the section shift of a causal one-tile-per-CTA grid (section_shift, from the
+    device's `l2_bytes`; 0 for other kernels, which do not read it) and the divisor of its last,
+    partial section's (head, batch) count (section_tile)."""
+    tiles = query_tiles(config, problem.seqlen_q)
+    split = (tiles + 1) // 2 if config.causal and config.persistent else tiles
+    sectioned = config.causal and not config.persistent
+    shift = section_shift(config, problem, l2_bytes) if sectioned else 0
+    rest = (problem.batch * problem.heads) % (1 << shift)
+    args = {name: tensors[name] for name, _ in TENSOR_PARAMS}
+    args.update(batch=int(problem.batch), heads=int(problem.heads), seqlen_q=int(problem.seqlen_q),
+                seqlen_k=int(problem.seqlen_k), scale_log2=float(problem.softmax_scale) * LOG2E, section_shift=shift)
+    for name, n in (("group", problem.heads_per_kv), ("tiles", max(split, 1)), ("heads", problem.heads),
+                    ("rest", max(rest, 1))):
+        args[f"{name}_mul"], args[f"{name}_shr"] = divisor(int(n))
+    return {name: args[name] for name, _ in LAUNCH_PARAMS}   # in PTX order, every parameter once
 
 
 class IntOps:
@@ -392,5 +415,5 @@ def flops(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int, c
 
 __all__ = ["AttnConfig", "default_config", "default_configs", "SHORT_SEQLEN_K", "SHORT_TILES", "is_short",
            "query_tiles", "dealt_tile", "causal_pair_slot", "section_tile", "section_shift", "L2_BYTES",
-           "SECTION_L2_SHARE", "IntOps", "grid", "launch_args", "flops", "KERNEL", "HEAD_DIMS", "DTYPES", "BMS",
+           "SECTION_L2_SHARE", "IntOps", "grid", "launch_args", "LAUNCH_PARAMS", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "DTYPES", "BMS",
            "TILES", "KNOBS", "TILE_FIELDS", "KNOB_FIELDS"]

@@ -122,4 +122,4 @@ def compile_unverified(kernel_ir, key: str = ""):
     from .. import lowering
     from ..kernels.deadlock_sm90 import mark_unverified
     mark_unverified(kernel_ir)
-    return lowering.compile_kernel(kernel_ir, key, debug=True)
+    return lowering.lower(kernel_ir, lowering.CompileOptions(debug=True), key)

@@ -17,13 +17,14 @@ import math
 import pytest
 from test_attention_sm90 import assert_ok, seed_of
 
-from fa4mlir import bundles
-from fa4mlir.kernels.attention_sm90_config import LOG2E, grid, launch_args
+from fa4mlir import kernel_sets, kernels
+from fa4mlir.attention import AttnProblem
+from fa4mlir.kernels.attention_sm90_config import KERNEL, LOG2E, AttnConfig, grid, launch_args
 from fa4mlir.testing import attention_inputs, compare_attention, torch_dtype
 
 pytestmark = pytest.mark.gpu
 
-PIECES = bundles.SETS["attention-fa4-pieces"]()
+PIECES = kernel_sets.SETS["attention-fa4-pieces"]()
 SHAPES = [  # batch, seqlen_q, seqlen_k, heads, kv_heads (GQA 8 / 2)
     (2, 1, 1, 8, 2),
     (2, 127, 127, 8, 2),
@@ -40,13 +41,13 @@ def _id(cfg) -> str:
     return f"{cfg.dtype}-d{cfg.head_dim}-{'causal' if cfg.causal else 'full'}{cfg.name_suffix()}"
 
 
-@pytest.fixture(scope="module", params=PIECES, ids=[_id(cfg) for _, cfg, _ in PIECES])
+@pytest.fixture(scope="module", params=PIECES, ids=[_id(entry[1]) for entry in PIECES])
 def piece(request, bundle, require_arch):
     """(config, loaded kernel) of one attention-fa4-pieces entry of the bundle."""
     require_arch(9)
     pytest.importorskip("torch")
-    _, cfg, env_over = request.param
-    return cfg, load_sm90(bundle, cfg, env_over["FA4MLIR_CUBIN_BACKEND"], _id(cfg), "attention-fa4-pieces")
+    cfg = request.param[1]
+    return cfg, load_sm90(bundle, cfg, kernels.cubin_backend(KERNEL), _id(cfg), "attention-fa4-pieces")
 
 
 def load_sm90(bundle, cfg, cubin_backend: str, label: str, set_name: str):
@@ -70,8 +71,9 @@ def run(kern, q, k, v, scale: float, num_sms: int | None = None):
     b, sq, h, _ = q.shape
     o = torch.full_like(q, NAN)
     lse = torch.full((b, h, sq), NAN, device=q.device, dtype=torch.float32)
-    args = launch_args(kern.artifact.config, q, k, v, o, lse, b, h, sq, k.shape[1], h // k.shape[2], scale)
-    kern.launch(grid(kern.artifact.config, b, h, sq, num_sms), args)
+    cfg = AttnConfig.from_key(kern.artifact.config)
+    problem = AttnProblem.of(q.shape, k.shape, cfg.dtype, causal=cfg.causal, softmax_scale=scale)
+    kern.launch(grid(cfg, problem, num_sms), launch_args(cfg, problem, dict(q=q, k=k, v=v, o=o, lse=lse)))
     torch.cuda.synchronize()
     return o, lse
 

@@ -153,13 +153,13 @@ def test_seen_signatures_relaunch_on_new_tensors(attn_bundle, head_dim, causal):
     import torch
     from fa4mlir import attention
     shape = (2, 700, 900, 4, 2)
-    before = len(attention._CALLS)
+    before = len(attention.dense._CALLS)
     kept = []
     for i in range(4):
         q, k, v = attention_inputs(*shape, head_dim, "bf16", seed_of("cache", head_dim, causal, i))
         out, lse = attention.flash_attn_func(q, k, v, causal=causal, return_lse=True, bundle=attn_bundle)
         kept.append((q, k, v, out, lse))
-    assert len(attention._CALLS) == before + 1
+    assert len(attention.dense._CALLS) == before + 1
     assert len({t.data_ptr() for call in kept for t in call}) == 5 * len(kept)
     torch.cuda.synchronize()
     for q, k, v, out, lse in kept:
@@ -171,7 +171,7 @@ def test_seen_signatures_relaunch_on_new_tensors(attn_bundle, head_dim, causal):
     out = torch.full_like(q, NAN)
     with pytest.raises(attention.LayoutError, match="q data pointer"):
         attention.flash_attn_func(shifted, k, v, causal=causal, out=out, bundle=attn_bundle)
-    assert len(attention._CALLS) == before + 2
+    assert len(attention.dense._CALLS) == before + 2
     torch.cuda.synchronize()
     assert bool(torch.isnan(out).all()), "a rejected call wrote out"
 
@@ -259,7 +259,7 @@ def test_runs_on_the_callers_stream(attn_bundle, how, seen):
     from fa4mlir.attention import flash_attn_func
     if not hasattr(torch.cuda, "_sleep"):
         pytest.skip("torch.cuda._sleep is unavailable")
-    attention._CALLS.clear()
+    attention.dense._CALLS.clear()
     q_src, k, v = attention_inputs(2, 1000, 1000, 8, 2, 128, "bf16", seed_of("stream", how))
     q = torch.full_like(q_src, NAN)
     out = torch.full_like(q_src, NAN)
@@ -267,7 +267,7 @@ def test_runs_on_the_callers_stream(attn_bundle, how, seen):
     if seen:
         flash_attn_func(q_src, k, v, causal=True, out=torch.empty_like(out), lse=torch.empty_like(lse),
                         bundle=attn_bundle)
-    assert len(attention._CALLS) == seen
+    assert len(attention.dense._CALLS) == seen
     torch.cuda.synchronize()
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):

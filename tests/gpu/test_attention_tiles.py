@@ -1,4 +1,4 @@
-"""The sm_90a attention kernel's non-default tiles (bundles.TILE_VARIANTS: bm 192 = three consumer
+"""The sm_90a attention kernel's non-default tiles (kernel_sets.TILE_VARIANTS: bm 192 = three consumer
 warpgroups, bn, stages, persistent), launched directly through the runtime (flash_attn_func runs the default
 tiles). Judged like tests/gpu/test_attention_sm90.py: NaN-poisoned out and lse, the FA rule against a
 float32/float64 reference, 0 / +inf on rows that see no key, no NaN.
@@ -13,13 +13,13 @@ import pytest
 from test_attention_fa4_pieces import load_sm90, run
 from test_attention_sm90 import assert_ok, seed_of
 
-from fa4mlir import bundles
-from fa4mlir.attention import KERNEL_ENV
+from fa4mlir import kernel_sets, kernels
+from fa4mlir.kernels.attention_sm90_config import KERNEL
 from fa4mlir.testing import attention_inputs, compare_attention
 
 pytestmark = pytest.mark.gpu
 
-VARIANTS = [cfg for _, cfg, _ in bundles.tile_variants()]
+VARIANTS = [cfg for _, cfg, *_ in kernel_sets.tile_variants()]
 SHAPES = [  # batch, seqlen_q, seqlen_k, heads, kv_heads
     (2, 1, 1, 4, 2),
     (2, 1000, 1000, 8, 2),   # GQA
@@ -39,7 +39,7 @@ def variant(request, bundle, require_arch):
     require_arch(9)
     pytest.importorskip("torch")
     cfg = request.param
-    return cfg, load_sm90(bundle, cfg, KERNEL_ENV["FA4MLIR_CUBIN_BACKEND"], _id(cfg), "attention-tiles")
+    return cfg, load_sm90(bundle, cfg, kernels.cubin_backend(KERNEL), _id(cfg), "attention-tiles")
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "b{}_sq{}_sk{}_h{}_kv{}".format(*s))

@@ -8,7 +8,7 @@ descriptor encoding (dims order, strides, swizzle, OOB fill) end to end.
 import pytest
 
 from fa4mlir import runtime
-from fa4mlir.runtime import Bundle, CudaError, KernelArtifact, ParamSpec, TmaSpec, write_bundle
+from fa4mlir.runtime import Bundle, CudaError, KernelArtifact, ParamSpec, TmaSpec, load, write_bundle
 
 pytestmark = pytest.mark.gpu
 
@@ -142,7 +142,7 @@ def torch(require_arch):
 
 
 def test_scalar_params_through_a_bundle(torch, tmp_path):
-    kernel = Bundle.open(write_bundle(tmp_path, [SCALARS])).load(name="scalars")
+    kernel = load(Bundle.open(write_bundle(tmp_path, [SCALARS])).find(name="scalars"))
     out = torch.zeros(128, dtype=torch.float32, device="cuda")
     kernel.launch(1, [out, 100, 0.5, -3])
     torch.cuda.synchronize()

@@ -15,8 +15,8 @@ pytestmark = pytest.mark.gpu
 
 CHILD = textwrap.dedent("""
     import sys, torch
-    from fa4mlir.runtime import Bundle
-    kernel = Bundle.open(sys.argv[1]).load(name="deadlock_sm90_debug")
+    from fa4mlir.runtime import Bundle, load
+    kernel = load(Bundle.open(sys.argv[1]).find(name="deadlock_sm90_debug"))
     out = torch.zeros(4, dtype=torch.int32, device="cuda")
     try:
         kernel.launch(1, [out])

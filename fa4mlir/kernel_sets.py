@@ -1,11 +1,15 @@
-"""Named sets of kernel configs that `python -m fa4mlir bundle --set NAME` compiles into a bundle.
+"""Named sets of kernels that `python -m fa4mlir bundle --set NAME` compiles into a bundle.
+
+An entry is (kernel name, config) or (kernel name, config, compile-option overrides such as
+{"cubin_backend": "ptxas"}); without overrides a kernel compiles with its own options
+(fa4mlir.compiler.resolve_options).
 
     gpu-tests   what tests/gpu needs (GEMM bf16/f16 on sm_90a, the sm_100a GEMM, the debug deadlock
                 kernel, the attention set, the attention-fa4-pieces set and the attention-tiles
                 variants)
     attention   the sm_90a attention forward kernel: default_configs for every dtype x head_dim x
                 causal (18 kernels: 12, and a persistent one for short key sequences at D64 and
-                D128 non-causal and D64 causal), compiled with ptxas (attention.KERNEL_ENV: honours
+                D128 non-causal and D64 causal), compiled with ptxas (the kernel's own backend: honours
                 setmaxnreg)
     attention-fa4-pieces
                 the sm_90a attention kernel with FlashAttention-4's softmax pieces on (polynomial exp2
@@ -13,7 +17,7 @@
     attention-sm100
                 the sm_100a FlashAttention-4 forward kernel: every attention_sm100_config.configs()
                 entry (bf16/f16, D64/D128, causal or not, GQA 4 for bf16), compiled through
-                nvJitLink's LTO (attention_sm100_config.KERNEL_ENV: NVVM IR, whole-program, honours
+                nvJitLink's LTO (the kernel's own backend: NVVM IR, whole-program, honours
                 setmaxnreg); runs only on an sm_100 GPU
     attention-tiles
                 bf16 tile variants of the sm_90a attention kernel next to the defaults (bm 192 =
@@ -41,9 +45,8 @@ def _gemm100(**kw):
 def attention() -> list:
     """What flash_attn_func looks up in a bundle: the default_configs of every dtype x head_dim x
     causal (the persistent one for short key sequences next to the one for the rest)."""
-    from .attention import KERNEL_ENV
     from .kernels.attention_sm90_config import DTYPES, HEAD_DIMS, KERNEL, default_configs
-    return [(KERNEL, cfg, dict(KERNEL_ENV)) for dtype in DTYPES for head_dim in HEAD_DIMS
+    return [(KERNEL, cfg) for dtype in DTYPES for head_dim in HEAD_DIMS
             for causal in (False, True) for cfg in default_configs(dtype, head_dim, causal)]
 
 
@@ -55,10 +58,9 @@ def attention_fa4_pieces() -> list:
     numerics; flash_attn_func never picks them while the default kernels are in the bundle)."""
     from dataclasses import replace
 
-    from .attention import KERNEL_ENV
     from .kernels.attention_sm90_config import KERNEL, default_config
     cases = (("bf16", 128, False), ("bf16", 128, True), ("f16", 64, True))
-    return [(KERNEL, replace(default_config(*case), **FA4_PIECES).validate(), dict(KERNEL_ENV)) for case in cases]
+    return [(KERNEL, replace(default_config(*case), **FA4_PIECES).validate()) for case in cases]
 
 
 # (head_dim, causal, tiles) for attention-tiles, next to default_config's: every variant compiles
@@ -107,32 +109,29 @@ TILE_VARIANTS = [
 
 def tile_variants() -> list:
     """The TILE_VARIANTS as bundle entries (bf16, compiled like the defaults)."""
-    from .attention import KERNEL_ENV
     from .kernels.attention_sm90_config import KERNEL, AttnConfig
-    return [(KERNEL, AttnConfig(dtype="bf16", head_dim=d, causal=c, **t).validate(), dict(KERNEL_ENV))
+    return [(KERNEL, AttnConfig(dtype="bf16", head_dim=d, causal=c, **t).validate())
             for d, c, t in TILE_VARIANTS]
 
 
 def attention_tiles() -> list:
     """The bf16 defaults of the TILE_VARIANTS' head dims, then the variants: what
     bench/attention_probe.py times side by side."""
-    from .attention import KERNEL_ENV
     from .kernels.attention_sm90_config import KERNEL, default_configs
     heads = sorted({(d, c) for d, c, _ in TILE_VARIANTS})
-    return [(KERNEL, cfg, dict(KERNEL_ENV)) for d, c in heads for cfg in default_configs("bf16", d, c)] + tile_variants()
+    return [(KERNEL, cfg) for d, c in heads for cfg in default_configs("bf16", d, c)] + tile_variants()
 
 
 def attention_sm100() -> list:
-    from .kernels.attention_sm100_config import KERNEL, KERNEL_ENV, configs
-    return [(KERNEL, cfg, dict(KERNEL_ENV)) for cfg in configs()]
+    from .kernels.attention_sm100_config import KERNEL, configs
+    return [(KERNEL, cfg) for cfg in configs()]
 
 
 def demo() -> list:
-    from .attention import KERNEL_ENV
     from .kernels import attention_sm100_config as sm100
     from .kernels.attention_sm90_config import KERNEL, default_configs
-    return [_gemm90(), _gemm100(), *((KERNEL, c, dict(KERNEL_ENV)) for c in default_configs("bf16", 128, False)),
-            (sm100.KERNEL, sm100.FA4Config(), dict(sm100.KERNEL_ENV))]
+    return [_gemm90(), _gemm100(), *((KERNEL, c) for c in default_configs("bf16", 128, False)),
+            (sm100.KERNEL, sm100.FA4Config())]
 
 
 def gpu_tests() -> list:
@@ -151,10 +150,10 @@ def sm90() -> list:
 
 
 def bench() -> list:
-    """The attention kernels flash_attn_func picks, and GEMM variants; entries may carry env
-    overrides (the same GEMMs through the whole-program ptxas backend)."""
+    """The attention kernels flash_attn_func picks, and GEMM variants (each also through the
+    whole-program ptxas backend: a compile-option override)."""
     cfgs = [_gemm90(stages=4), _gemm90(stages=3), _gemm90(bn=128, stages=6)]
-    return attention() + cfgs + [(*c, {"FA4MLIR_CUBIN_BACKEND": "ptxas"}) for c in cfgs]
+    return attention() + cfgs + [(*c, {"cubin_backend": "ptxas"}) for c in cfgs]
 
 
 SETS = {"attention-sm100": attention_sm100, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,

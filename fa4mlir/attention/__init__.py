@@ -1,0 +1,28 @@
+"""The attention entry points (MLIR-free at import): problem -> plan -> launch.
+
+    errors.py   the typed errors every entry point raises before launching (FlashAttnInputError)
+    checks.py   pure, deviceless input checks on TensorInfo: they build the AttnProblem
+    problem.py  AttnProblem: what a call asks for (sizes, dtype, causal, scale)
+    plan.py     select(problem, device, source) -> Plan: launches of (kernel, grid, named args);
+                kernel sources (a bundle, FA4MLIR_BUNDLE's, the compiler)
+    dense.py    flash_attn_func and its call cache of prepared plans
+
+Import direction: errors <- problem <- checks <- plan <- dense <- this package. The kernel's side
+of the launch contract (its parameter table, grid and arguments) is its config module's
+(kernels/attention_sm90_config.py: LAUNCH_PARAMS, grid, launch_args).
+"""
+from __future__ import annotations
+
+from .checks import (check_device_context, check_devices, check_inputs, check_layout, check_outputs,
+                     check_scale)
+from .dense import flash_attn_func
+from .errors import (ERRORS, DeviceError, DTypeError, EmptyInputError, FlashAttnInputError, HeadDimError,
+                     HeadsRatioError, LayoutError, ScaleError, ShapeError)
+from .plan import ARCH, KernelSource, Launch, Plan, PreparedPlan, TensorRef, find_artifact, select, select_entry, source_for
+from .problem import AttnProblem
+
+__all__ = ["flash_attn_func", "AttnProblem", "Plan", "PreparedPlan", "Launch", "TensorRef", "KernelSource", "select",
+           "source_for", "select_entry", "find_artifact", "check_inputs", "check_outputs", "check_scale",
+           "check_devices", "check_device_context", "check_layout", "ARCH", "ERRORS", "FlashAttnInputError",
+           "DTypeError", "ShapeError", "HeadDimError", "HeadsRatioError", "EmptyInputError", "LayoutError", "DeviceError",
+           "ScaleError"]

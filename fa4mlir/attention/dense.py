@@ -1,0 +1,178 @@
+"""flash_attn_func: dense attention forward on an sm_90a GPU (MLIR-free at import).
+
+    out = flash_attn_func(q, k, v, softmax_scale=None, causal=False)
+    out, lse = flash_attn_func(q, k, v, causal=True, return_lse=True)
+
+q is [batch, seqlen_q, heads, head_dim]; k and v are [batch, seqlen_k, kv_heads, head_dim]; one
+dtype, bf16 or f16; head_dim 64, 128 or 256; heads a multiple of kv_heads (GQA, MQA). out has q's
+shape and dtype; lse is float32 [batch, heads, seqlen_q], the natural-log logsumexp of the scaled
+scores. The causal mask is aligned bottom-right: query i sees key j iff j <= i + seqlen_k -
+seqlen_q; a query row that sees no key gets out = 0 and lse = +inf (FlashAttention's convention).
+softmax_scale defaults to 1 / sqrt(head_dim).
+
+Tensors: torch tensors or any __cuda_array_interface__ / DLPack producer, on one sm_90 GPU; strided
+layouts are fine as long as TMA can address them (unit head_dim stride, 16-byte strides and base).
+out and lse are written where given (out=, lse=), else allocated with torch on the inputs' device;
+callers without torch pass both. The kernel runs on ``stream``, or when it is None on torch's current
+stream if any argument is a torch tensor, else on the legacy default stream.
+
+A call goes problem -> plan -> launch: ``checks`` turn the tensors into an ``AttnProblem`` (every
+argument problem raises a typed ``FlashAttnInputError`` before any launch, see ``errors``),
+``plan.select`` picks the kernel from ``bundle=``, else the FA4MLIR_BUNDLE bundle, else the compiler,
+and the plan is prepared against the tensors and launched. A call on torch tensors whose signature
+(shapes, strides, dtypes and devices of every tensor, the scale, causal, the kernel source) was seen
+before skips all of that: it checks the new addresses' alignment and launches the ``PreparedPlan``
+that signature was prepared into (``_CALLS``, the last ``CALLS_KEPT``).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from ..artifacts import Bundle
+from ..driver import device_info, resolve_stream
+from ..runtime import GMEM_ALIGN_BYTES, tensor_info
+from .checks import (_err, check_device_context, check_devices, check_inputs, check_outputs, check_scale)
+from .errors import DTypeError
+from .plan import KernelSource, PreparedPlan, select, source_for
+from .problem import AttnProblem
+
+TENSORS = ("q", "k", "v", "o", "lse")
+
+
+def _device_ordinal(x: Any) -> int | None:
+    """The CUDA ordinal of a tensor-like when it says (torch, DLPack), else None."""
+    dev = getattr(x, "device", None)
+    if getattr(dev, "type", None) == "cuda" and getattr(dev, "index", None) is not None:
+        return int(dev.index)
+    if hasattr(x, "__dlpack_device__"):
+        return int(x.__dlpack_device__()[1])
+    return None
+
+
+def _allocate(q: Any, dims: AttnProblem, ordinal: int | None, out: Any, lse: Any) -> tuple[Any, Any]:
+    try:
+        import torch
+    except ImportError:
+        raise ImportError("flash_attn_func: torch is not importable, so out and lse cannot be allocated; "
+                          f"pass out= ({dims.out_shape}, {dims.dtype}) and lse= ({dims.lse_shape}, "
+                          f"float32) as CUDA tensor-likes") from None
+    if isinstance(q, torch.Tensor):
+        device = q.device
+    else:
+        device = torch.device("cuda", ordinal if ordinal is not None else torch.cuda.current_device())
+    if out is None:
+        tdtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dims.dtype]
+        out = torch.empty(dims.out_shape, dtype=tdtype, device=device)
+    if lse is None:
+        lse = torch.empty(dims.lse_shape, dtype=torch.float32, device=device)
+    return out, lse
+
+
+# ----------------------------------------------------------------------------------------------
+# Call cache: what one tensor signature was checked and prepared into
+# ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Call:
+    """A checked call: its prepared plan, what to allocate for out and lse when they are not given,
+    and the kernel source it was selected from (kept so that its id, part of the signature, stays
+    unique)."""
+
+    plan: PreparedPlan
+    out_spec: tuple | None    # (shape, torch dtype)
+    lse_shape: tuple | None
+    source: KernelSource
+
+
+CALLS_KEPT = 256
+_CALLS: dict = {}
+_lock = threading.Lock()
+# the environment source_for reads: a change picks another kernel source
+_SIGNATURE_ENV = ("FA4MLIR_BUNDLE", "FA4MLIR_CUBIN_BACKEND", "FA4MLIR_DEBUG")
+
+
+def _signature(q, k, v, out, lse, softmax_scale, causal, bundle) -> tuple | None:
+    """What a call's checks and kernel choice depend on, every tensor's address aside: shapes,
+    strides, dtypes and devices of q, k, v (and out and lse when given), the scale, causal, the
+    kernel source (bundle, or the environment source_for reads). Torch tensors only (None otherwise): their
+    attributes are cheap to read, where other tensor-likes need tensor_info."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    tensor = torch.Tensor
+    parts = []
+    for x in (q, k, v, out, lse):
+        if x is None:
+            parts.append(None)
+        elif isinstance(x, tensor):
+            parts.append((x.shape, x.stride(), x.dtype, x.device))
+        else:
+            return None
+    environ = os.environ
+    return (*parts, type(softmax_scale), softmax_scale, bool(causal), id(bundle),
+            tuple(environ.get(n) for n in _SIGNATURE_ENV))
+
+
+def _remember(signature: tuple, call: _Call) -> None:
+    with _lock:
+        while len(_CALLS) >= CALLS_KEPT:
+            _CALLS.pop(next(iter(_CALLS)))
+        _CALLS[signature] = call
+
+
+def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False, *,
+                    out=None, lse=None, bundle: Bundle | None = None, stream=None):
+    """Attention forward on an sm_90 GPU; see the module docstring. Returns out, or (out, lse)
+    when return_lse."""
+    signature = None
+    try:
+        signature = _signature(q, k, v, out, lse, softmax_scale, causal, bundle)
+        call = _CALLS.get(signature) if signature is not None else None
+    except TypeError:  # an unhashable softmax_scale (a 0-d array): no signature
+        signature = call = None
+    if call is not None:
+        torch = sys.modules["torch"]
+        if out is None:
+            out = torch.empty(call.out_spec[0], dtype=call.out_spec[1], device=q.device)
+        if lse is None:
+            lse = torch.empty(call.lse_shape, dtype=torch.float32, device=q.device)
+        addresses = dict(zip(TENSORS, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr())))
+        if not any(a % GMEM_ALIGN_BYTES for a in addresses.values()):  # else the checks below say which
+            call.plan.launch(addresses, resolve_stream(stream, True, q.device.index))
+            return (out, lse) if return_lse else out
+    infos = {}
+    for name, x in (("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse)):
+        if x is None:
+            continue
+        try:
+            infos[name] = tensor_info(x)
+        except TypeError as e:
+            raise DTypeError(_err(f"{name}: {e}")) from None
+    problem = check_inputs(infos["q"], infos["k"], infos["v"])
+    problem = problem.with_options(causal=causal, softmax_scale=check_scale(softmax_scale, problem.head_dim))
+    given = {"q": q, "k": k, "v": v, "out": out, "lse": lse}
+    ordinal = check_devices([(n, infos[n].device, _device_ordinal(given[n])) for n in infos])
+    device = device_info()
+    check_device_context(ordinal, device.ordinal, device.capability)
+    allocated = out is None, lse is None
+    if out is None or lse is None:
+        out, lse = _allocate(q, problem, ordinal if ordinal is not None else device.ordinal, out, lse)
+    out_info, lse_info = tensor_info(out), tensor_info(lse)
+    check_outputs(problem, out_info, lse_info)
+    source = source_for(bundle)
+    prepared = select(problem, device, source).prepare({"q": q, "k": k, "v": v, "o": out, "lse": lse})
+    addresses = {**{n: infos[n].ptr for n in ("q", "k", "v")}, "o": out_info.ptr, "lse": lse_info.ptr}
+    prepared.launch(addresses, resolve_stream(stream, any(i.is_torch for i in (*infos.values(), out_info, lse_info)),
+                                              ordinal if ordinal is not None else device.ordinal))
+    if signature is not None:
+        # the signature of this call names out and lse as given or not; what fills them in is torch's
+        _remember(signature, _Call(prepared, (problem.out_shape, out.dtype) if allocated[0] else None,
+                                   problem.lse_shape if allocated[1] else None, source))
+    return (out, lse) if return_lse else out
+
+
+__all__ = ["flash_attn_func", "AttnProblem", "CALLS_KEPT"]

@@ -1,0 +1,45 @@
+"""The typed errors of the attention entry points: each a FlashAttnInputError (a ValueError),
+raised before anything is launched."""
+from __future__ import annotations
+
+
+class FlashAttnInputError(ValueError):
+    """A flash_attn_func argument the kernel cannot take; raised before any launch."""
+
+
+class DTypeError(FlashAttnInputError, TypeError):
+    """dtype not bf16/f16, q/k/v dtypes differ, or out/lse have the wrong dtype."""
+
+
+class ShapeError(FlashAttnInputError):
+    """Wrong rank, mismatched batch/head_dim, k/v shapes differ, or out/lse of the wrong shape."""
+
+
+class HeadDimError(FlashAttnInputError):
+    """head_dim is not one the kernel is built for."""
+
+
+class HeadsRatioError(FlashAttnInputError):
+    """heads is not a multiple of kv_heads."""
+
+
+class EmptyInputError(FlashAttnInputError):
+    """A tensor has a zero-sized dimension."""
+
+
+class LayoutError(FlashAttnInputError):
+    """Strides or base address TMA cannot address (or an lse that is not contiguous)."""
+
+
+class DeviceError(FlashAttnInputError):
+    """Not a CUDA tensor, tensors on different devices, or a device that is not sm_90."""
+
+
+class ScaleError(FlashAttnInputError):
+    """softmax_scale is not a finite positive number."""
+
+
+ERRORS = (FlashAttnInputError, DTypeError, ShapeError, HeadDimError, HeadsRatioError,
+          EmptyInputError, LayoutError, DeviceError, ScaleError)
+
+__all__ = [e.__name__ for e in ERRORS] + ["ERRORS"]

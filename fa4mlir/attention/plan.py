@@ -1,0 +1,206 @@
+"""From problem to plan (MLIR-free): which kernel runs an ``AttnProblem`` on a device, and how.
+
+    source = source_for(bundle)                  # a bundle, FA4MLIR_BUNDLE's, else the compiler
+    plan = select(problem, device, source)       # a Plan: launches of (kernel, grid, named args)
+    prepared = plan.prepare(tensors)             # checked and packed once per tensor signature
+    prepared.launch(addresses, stream)           # again and again with new addresses
+
+A ``Plan`` holds no tensor: its launches name the call's tensors (``TensorRef``) where the launch
+contract takes them, so one plan serves every call of its shape, and a plan of several launches
+(split-KV and its combine, a backward) is the same object. Kernel choice lives here and in the
+kernel's config module (``attention_sm90_config.default_config``): this module asks for the config
+the tables choose and finds or compiles it.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from .. import env
+from ..artifacts import Bundle, KernelArtifact
+from ..driver import DeviceInfo
+from ..kernels import attention_sm90_config as attn_cfg
+from ..kernels import cubin_backend as kernel_cubin_backend
+from ..runtime import LoadedKernel, PreparedLaunch, load
+from .checks import MAX_I32, _err
+from .errors import ShapeError
+from .problem import AttnProblem
+
+ARCH = "sm_90a"
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """A launch argument that is one of the call's tensors, by name (q, k, v, o, lse)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch of a plan: the loaded kernel, its grid and its arguments by parameter name."""
+
+    kernel: LoadedKernel
+    grid: tuple[int, int, int]
+    args: Mapping[str, Any]
+
+    def bind(self, tensors: Mapping[str, Any]) -> dict:
+        """The arguments with each TensorRef replaced by the call's tensor of that name."""
+        return {n: tensors[a.name] if isinstance(a, TensorRef) else a for n, a in self.args.items()}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The launches that compute a problem, in stream order."""
+
+    problem: AttnProblem
+    launches: tuple[Launch, ...]
+
+    def prepare(self, tensors: Mapping[str, Any]) -> "PreparedPlan":
+        """Check and pack every launch against these tensors (runtime.LoadedKernel.prepare)."""
+        return PreparedPlan(tuple(
+            (launch.kernel.prepare(launch.grid, launch.bind(tensors)),
+             tuple(a.name for p in launch.kernel.artifact.params if p.kind in ("tma", "ptr")
+                   for a in [launch.args[p.name]]))
+            for launch in self.launches))
+
+
+@dataclass(frozen=True)
+class PreparedPlan:
+    """A plan checked and packed for one tensor signature: ``launch`` runs it with new addresses."""
+
+    steps: tuple[tuple[PreparedLaunch, tuple[str, ...]], ...]   # each launch and its tensors' names, in order
+
+    def launch(self, addresses: Mapping[str, int], stream: int) -> None:
+        for prepared, names in self.steps:
+            prepared.launch([addresses[n] for n in names], stream)
+
+
+# ----------------------------------------------------------------------------------------------
+# Kernel sources: a bundle, or the compiler
+# ----------------------------------------------------------------------------------------------
+
+def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: bool, where: str = "bundle",
+                 seqlen_k: int | None = None) -> dict:
+    """The bundle entry (a manifest dict) to run for (dtype, head_dim, causal) and, when given, seqlen_k. Among
+    several (benchmark variants), the one with default_config's tiles for seqlen_k (else, when the
+    bundle lacks it, those for long sequences), then default_config's code knobs (KNOB_FIELDS:
+    exp2_poly_stride, rescale_threshold, rescale_before_pv; absent in older bundles: the
+    defaults), then the ptxas-compiled one."""
+    # Match on config["kernel"]: entry names carry the config too (attention_fwd_sm90_bf16_d128_...).
+    want = {"kernel": attn_cfg.KERNEL, "dtype": dtype, "head_dim": head_dim, "causal": bool(causal)}
+    hits = [e for e in entries if e.get("arch") == ARCH
+            and all(e.get("config", {}).get(k) == v for k, v in want.items())]
+    if not hits:
+        raise LookupError(f"flash_attn_func: {where} has no {attn_cfg.KERNEL} ({ARCH}) kernel for "
+                          f"dtype={dtype}, head_dim={head_dim}, causal={bool(causal)}; build it with "
+                          f"`python -m fa4mlir bundle --set attention`")
+    default = attn_cfg.default_config(dtype, head_dim, causal, seqlen_k)
+    tiles = {k: getattr(default, k) for k in attn_cfg.TILE_FIELDS}
+    # the default for this seqlen_k, else (the bundle lacks its tiles) the one for long sequences;
+    # the code knobs to narrow by are those of the default whose tiles matched (KNOBS differ by tiles)
+    for cfg in (default, attn_cfg.default_config(dtype, head_dim, causal)):
+        same_tiles = [e for e in hits if all(e["config"].get(k) == getattr(cfg, k) for k in attn_cfg.TILE_FIELDS)]
+        if same_tiles:
+            hits, default = same_tiles, cfg
+            break
+    knobs = {k: getattr(default, k) for k in attn_cfg.KNOB_FIELDS}
+    for narrow in (lambda e: all(e["config"].get(k, v) == v for k, v in knobs.items()),
+                   lambda e: e["config"].get("cubin_backend") == kernel_cubin_backend(attn_cfg.KERNEL)):
+        if len(hits) > 1 and any(narrow(e) for e in hits):
+            hits = [e for e in hits if narrow(e)]
+    if len(hits) > 1:
+        keys = ", ".join(e.get("key", "")[:16] for e in hits)
+        raise LookupError(f"flash_attn_func: {len(hits)} {attn_cfg.KERNEL} kernels in {where} match "
+                          f"{want} with default tiles {tiles} (keys {keys}); remove the duplicates")
+    return hits[0]
+
+
+def find_artifact(bundle: Bundle, dtype: str, head_dim: int, causal: bool, seqlen_k: int | None = None) -> KernelArtifact:
+    """The bundle's kernel for (dtype, head_dim, causal) at seqlen_k (select_entry)."""
+    entry = select_entry(bundle.entries, dtype, head_dim, causal, where=f"bundle {bundle.root}", seqlen_k=seqlen_k)
+    match = {k: v for k, v in entry["config"].items() if k not in ("name", "arch")}
+    return bundle.find(name=entry["name"], arch=entry["arch"], **match)
+
+
+class KernelSource:
+    """Where kernels come from: a bundle (select_entry picks among its entries) or the compiler
+    (default_config, compiled with the kernel's own options). ``kernel`` loads each choice once."""
+
+    def __init__(self, bundle: Bundle | None):
+        self.bundle = bundle
+        self._loaded: dict = {}
+        self._lock = threading.Lock()
+
+    def artifact(self, dtype: str, head_dim: int, causal: bool, seqlen_k: int | None) -> KernelArtifact:
+        if self.bundle is not None:
+            return find_artifact(self.bundle, dtype, head_dim, causal, seqlen_k)
+        from ..compiler import compile_kernel   # needs MLIR
+        return compile_kernel(attn_cfg.KERNEL, attn_cfg.default_config(dtype, head_dim, causal, seqlen_k))
+
+    def kernel(self, dtype: str, head_dim: int, causal: bool, seqlen_k: int | None) -> LoadedKernel:
+        """The loaded kernel for the case; seqlen_k picks the tiles for short or long key sequences
+        (one cache entry per choice of tiles, not per length)."""
+        short = attn_cfg.is_short(head_dim, causal, seqlen_k)
+        key = (dtype, head_dim, bool(causal), short)
+        with self._lock:
+            if key not in self._loaded:
+                self._loaded[key] = load(self.artifact(dtype, head_dim, bool(causal), 1 if short else None))
+            return self._loaded[key]
+
+
+_SOURCES: dict = {}
+_SOURCES_LOCK = threading.Lock()
+
+
+def source_for(bundle: Bundle | None = None) -> KernelSource:
+    """The kernel source of a call: ``bundle``, else the FA4MLIR_BUNDLE bundle, else the compiler
+    (its compile options resolved per kernel by fa4mlir.compiler). One source per bundle object,
+    path or compiler, kept for the process."""
+    if bundle is not None:
+        key: Any = ("bundle", id(bundle))
+    elif env.bundle_dir() is not None:
+        key = ("path", str(env.bundle_dir()))
+    else:
+        key = ("compiler", env.get_str("FA4MLIR_CUBIN_BACKEND"), env.debug())
+    with _SOURCES_LOCK:
+        if key not in _SOURCES:
+            if key[0] == "path":
+                bundle = Bundle.open(key[1])
+            _SOURCES[key] = KernelSource(bundle)
+        return _SOURCES[key]
+
+
+# ----------------------------------------------------------------------------------------------
+# Selection
+# ----------------------------------------------------------------------------------------------
+
+def dense_launch(config: attn_cfg.AttnConfig, kernel: LoadedKernel, problem: AttnProblem,
+                 device: DeviceInfo) -> Launch:
+    """The one launch of the dense sm_90a kernel: its grid (one CTA per SM for a persistent kernel)
+    and its arguments by name, tensors as TensorRefs."""
+    tiles = attn_cfg.query_tiles(config, problem.seqlen_q) * problem.heads * problem.batch
+    if config.persistent:  # the kernel counts its tiles (causal: twice) in i32
+        if 2 * tiles > MAX_I32:
+            raise ShapeError(_err(f"batch x heads x query tiles = {tiles} is too many for the persistent "
+                                  f"kernel (at most {MAX_I32 // 2})"))
+    elif config.causal and tiles > MAX_I32:  # one 1-D grid (section_tile)
+        raise ShapeError(_err(f"batch x heads x query tiles = {tiles} is too many for the causal kernel's "
+                              f"grid (at most {MAX_I32})"))
+    refs = {name: TensorRef(name) for name, _ in attn_cfg.TENSOR_PARAMS}
+    return Launch(kernel, attn_cfg.grid(config, problem, device.num_sms),
+                  attn_cfg.launch_args(config, problem, refs, device.l2_bytes))
+
+
+def select(problem: AttnProblem, device: DeviceInfo, source: KernelSource) -> Plan:
+    """The plan for `problem` on `device` (an sm_90 GPU: checks.check_device_context): the kernel
+    `source` has for its case (default_config's tiles for its seqlen_k where the source has them),
+    launched once by the contract of the config it was built from."""
+    kernel = source.kernel(problem.dtype, problem.head_dim, problem.causal, problem.seqlen_k)
+    config = attn_cfg.AttnConfig.from_key(kernel.artifact.config)
+    return Plan(problem, (dense_launch(config, kernel, problem, device),))
+
+
+__all__ = ["Plan", "PreparedPlan", "Launch", "TensorRef", "KernelSource", "select", "source_for", "select_entry",
+           "find_artifact", "dense_launch", "ARCH"]

@@ -1,0 +1,54 @@
+"""What an attention call asks for, independent of how it is computed (MLIR-free, deviceless).
+
+``AttnProblem`` is built from the tensors by ``checks.check_inputs`` (sizes, dtype) and completed
+with the call's options (``with_options``: causal, softmax scale). Kernel selection
+(``plan.select``) and each kernel's launch contract read it; later entry points (ragged, paged,
+MLA) add fields here rather than new functions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class AttnProblem:
+    """Dense attention: q [batch, seqlen_q, heads, head_dim], k and v [batch, seqlen_k, kv_heads,
+    head_dim], one dtype; causal aligned bottom-right; softmax_scale resolved (None until
+    with_options)."""
+
+    batch: int
+    seqlen_q: int
+    seqlen_k: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    dtype: str
+    causal: bool = False
+    softmax_scale: float | None = None
+
+    @classmethod
+    def of(cls, q_shape, k_shape, dtype: str, *, causal: bool = False, softmax_scale: float | None = None) -> "AttnProblem":
+        """The problem of q [batch, seqlen_q, heads, head_dim] and k [batch, seqlen_k, kv_heads,
+        head_dim] shapes, unchecked (tools and tests that launch a kernel directly; the entry
+        points build it through checks.check_inputs). softmax_scale None: 1 / sqrt(head_dim)."""
+        (b, sq, h, d), (_, sk, hk, _) = tuple(q_shape), tuple(k_shape)
+        return cls(int(b), int(sq), int(sk), int(h), int(hk), int(d), dtype, bool(causal),
+                   float(d ** -0.5 if softmax_scale is None else softmax_scale))
+
+    def with_options(self, *, causal: bool, softmax_scale: float) -> "AttnProblem":
+        return replace(self, causal=bool(causal), softmax_scale=float(softmax_scale))
+
+    @property
+    def heads_per_kv(self) -> int:
+        return self.heads // self.kv_heads
+
+    @property
+    def out_shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.seqlen_q, self.heads, self.head_dim)
+
+    @property
+    def lse_shape(self) -> tuple[int, int, int]:
+        return (self.batch, self.heads, self.seqlen_q)
+
+
+__all__ = ["AttnProblem"]
