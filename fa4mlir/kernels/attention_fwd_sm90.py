@@ -50,7 +50,8 @@ from typing import NamedTuple
 
 from .. import dsl
 from ..dialect import builders as fa4
-from ..dsl import ELEM_BYTES, KernelBuilder, PipeState, Value, const, fast_div, fma, fmax, log2, select, tree_reduce, undef, vec
+from ..dsl import (ELEM_BYTES, KernelBuilder, PipeState, Value, const, fast_div, fma, fmax, log2, select, tree_reduce,
+                   undef, vec)
 from .attention_sm90_config import AttnConfig, causal_pair_slot, dealt_tile, section_tile
 from .common.masks import block_range, visible_keys
 from .common.softmax import exp2_mixed, max_update
