@@ -13,8 +13,10 @@ import contextlib
 from dataclasses import dataclass, field
 
 from .._mlir import arith, ir, llvm, math, scf, vector
+from ..dialect import builders as fa4
 from ..dialect.builders import create, source_loc
 from ..runtime import ParamSpec, TmaSpec
+from . import tree
 
 _TYPE_NAMES = {"i1": "i1", "i8": "i8", "i16": "i16", "i32": "i32", "i64": "i64", "f16": "f16",
                "bf16": "bf16", "f32": "f32", "ptr": "!llvm.ptr", "gptr": "!llvm.ptr<1>",
@@ -243,20 +245,30 @@ class Pipeline:
     def initial_state(self) -> PipeState:
         return PipeState(const(0), const(0), self.num_stages)
 
+    def state_at(self, count: Value | None) -> PipeState:
+        """The state after `count` stages were used (None: the initial state); lets a loop over
+        tiles carry one count per pipeline instead of its stage and phase."""
+        if count is None:
+            return self.initial_state()
+        n = self.num_stages
+        if n == 1:
+            return PipeState(const(0), count & 1, 1)
+        return PipeState(count % n, (count // n) & 1, n)
+
     def producer_acquire(self, s: PipeState):
-        fa4_op("producer_acquire", [s.stage, s.phase], pipe=self.name)
+        fa4.producer_acquire(s.stage, s.phase, pipe=self.name)
 
     def producer_commit(self, s: PipeState, tx_bytes: int = 0):
-        fa4_op("producer_commit", [s.stage], pipe=self.name, tx_bytes=tx_bytes)
+        fa4.producer_commit(s.stage, pipe=self.name, tx_bytes=tx_bytes)
 
     def consumer_wait(self, s: PipeState):
-        fa4_op("consumer_wait", [s.stage, s.phase], pipe=self.name)
+        fa4.consumer_wait(s.stage, s.phase, pipe=self.name)
 
     def consumer_release(self, s: PipeState):
-        fa4_op("consumer_release", [s.stage], pipe=self.name)
+        fa4.consumer_release(s.stage, pipe=self.name)
 
     def mma_commit(self, s: PipeState, side: str = "full"):
-        fa4_op("mma_commit", [s.stage], pipe=self.name, side=side)
+        fa4.mma_commit(s.stage, pipe=self.name, side=side)
 
 
 def _ir(values) -> list:
@@ -264,10 +276,27 @@ def _ir(values) -> list:
     return [v.v if isinstance(v, Value) else v for v in values]
 
 
+def _carried(shape: tree.Shape, values: tuple, what: str) -> list:
+    """The IR values that `values` (one tree, or its parts as separate arguments) yield, checked
+    against the structure they must match."""
+    leaves = tree.leaves(values)
+    if len(leaves) != shape.num_leaves:
+        raise ValueError(f"{what} got {len(leaves)} values, expected {shape.num_leaves} "
+                         f"(the structure {shape.describe()}); yield the carried state as one tree "
+                         f"or all of its values in order")
+    return _ir(leaves)
+
+
 class _For:
-    def __init__(self, op):
-        self.op = op
-        self.results = [Value(r) for r in op.results]
+    """`with kb.for_(lo, hi, step, carry=state) as (i, state): ...; loop.yield_(next_state)`.
+
+    The carry is a tree (dsl/tree.py: tuples, NamedTuples, dataclasses such as PipeState); the body
+    gets it rebuilt around the loop's block arguments and `results` is it rebuilt around the
+    loop's results."""
+
+    def __init__(self, op, shape: tree.Shape):
+        self.op, self._shape = op, shape
+        self.results = shape.unflatten(Value(r) for r in op.results)
         self._ip = None
 
     def __enter__(self):
@@ -275,11 +304,11 @@ class _For:
         self._ip = ir.InsertionPoint(body)
         self._ip.__enter__()
         iv = Value(body.arguments[0])
-        carried = [Value(a) for a in body.arguments[1:]]
+        carried = self._shape.unflatten(Value(a) for a in body.arguments[1:])
         return iv, carried
 
     def yield_(self, *values):
-        scf.YieldOp(_ir(values), loc=source_loc())
+        scf.YieldOp(_carried(self._shape, values, "for_ yield_"), loc=source_loc())
 
     def __exit__(self, *exc):
         if exc[0] is None and not self.op.results and not _has_terminator(self.op.body):
@@ -288,22 +317,23 @@ class _For:
 
 
 class _While:
-    """scf.while over carried values: `before()` yields them and ends with `condition(cond, *next)`
-    (the values the body gets, and the loop's results when cond is false); `body()` yields them
-    and ends with `yield_(*carried)` for the next test."""
+    """scf.while over a carried tree: `before()` gets it and ends with `condition(cond, state)`
+    (what the body gets, and the loop's results when cond is false); `body()` gets it and ends
+    with `yield_(state)` for the next test."""
 
     def __init__(self, carry):
-        init = _ir(carry)
+        init, self._shape = tree.flatten(carry)
+        init = _ir(init)
         types = [v.type for v in init]
         self.op = scf.WhileOp(types, init, loc=source_loc())
-        self.results = [Value(r) for r in self.op.results]
+        self.results = self._shape.unflatten(Value(r) for r in self.op.results)
         self._types = types
 
     @contextlib.contextmanager
     def _region(self, region):
         block = region.blocks.append(*self._types, arg_locs=[source_loc()] * len(self._types))
         with ir.InsertionPoint(block):
-            yield [Value(a) for a in block.arguments]
+            yield self._shape.unflatten(Value(a) for a in block.arguments)
 
     def before(self):
         return self._region(self.op.before)
@@ -312,10 +342,10 @@ class _While:
         return self._region(self.op.after)
 
     def condition(self, cond: "Value", *values):
-        scf.ConditionOp(cond.v, _ir(values), loc=source_loc())
+        scf.ConditionOp(cond.v, _carried(self._shape, values, "while_ condition"), loc=source_loc())
 
     def yield_(self, *values):
-        scf.YieldOp(_ir(values), loc=source_loc())
+        scf.YieldOp(_carried(self._shape, values, "while_ yield_"), loc=source_loc())
 
 
 def _has_terminator(block) -> bool:
@@ -324,10 +354,15 @@ def _has_terminator(block) -> bool:
 
 
 class _If:
+    """scf.if; `result_types` is a tree of types ("f32", ("f32", 8), an ir.Type, or a value whose
+    type it takes), both branches yield a tree of that structure and `results` is it rebuilt
+    around the op's results."""
+
     def __init__(self, cond: Value, result_types):
-        self.op = scf.IfOp(cond.v, [mlir_type(t) for t in result_types], has_else=bool(result_types),
-                           loc=source_loc())
-        self.results = [Value(r) for r in self.op.results]
+        specs, self._shape = tree.flatten(result_types, tree.is_type_spec)
+        types = [s.type if tree.is_value(s) else mlir_type(s) for s in specs]
+        self.op = scf.IfOp(cond.v, types, has_else=bool(types), loc=source_loc())
+        self.results = self._shape.unflatten(Value(r) for r in self.op.results)
 
     @contextlib.contextmanager
     def _branch(self, block):
@@ -343,7 +378,7 @@ class _If:
         return self._branch(self.op.else_block)
 
     def yield_(self, *values):
-        scf.YieldOp(_ir(values), loc=source_loc())
+        scf.YieldOp(_carried(self._shape, values, "if_ yield_"), loc=source_loc())
 
 
 @dataclass

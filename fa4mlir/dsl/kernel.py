@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 
 from .._mlir import ir, llvm
-from .core import (ELEM_BYTES, KernelIR, Pipeline, Value, _For, _If, _ir, _While, const, fa4_op,
+from . import tree
+from .core import (ELEM_BYTES, KernelIR, Pipeline, Value, _For, _If, _ir, _While, const,
                   mlir_type, source_loc)
+from ..dialect import builders as fa4
 from ..dialect import new_context
 from ..runtime import ParamSpec, TmaSpec
 
@@ -104,61 +106,65 @@ class KernelBuilder:
     # ---- declarations ---------------------------------------------------------------------------
     def smem(self, name: str, num_bytes: int, align: int = 1024) -> Value:
         """Declare a shared-memory buffer; `fa4-plan-smem` places it."""
-        return Value(fa4_op("smem_buffer", [], ["sptr"], sym_name=name, bytes=num_bytes, align=align).result)
+        return Value(fa4.smem_buffer(sym_name=name, bytes=num_bytes, align=align))
 
     def pipeline(self, name: str, *, num_stages: int, producer: str, consumers: list[str],
                  producer_arrivals: int = 1, consumer_arrivals: int = 1) -> Pipeline:
-        fa4_op("pipeline", sym_name=name, num_stages=num_stages, producer=producer,
-               consumers=list(consumers), producer_arrivals=producer_arrivals,
-               consumer_arrivals=consumer_arrivals)
+        fa4.pipeline(sym_name=name, num_stages=num_stages, producer=producer,
+                     consumers=list(consumers), producer_arrivals=producer_arrivals,
+                     consumer_arrivals=consumer_arrivals)
         return Pipeline(name, num_stages)
 
     def pipeline_init(self):
-        fa4_op("pipeline_init")
+        fa4.pipeline_init()
 
     # ---- roles ----------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def _region_op(self, op_name, **attrs):
-        op = fa4_op(op_name, **attrs)
+    def _region_op(self, build, **attrs):
+        op = build(**attrs)
         block = op.regions[0].blocks.append()
         with ir.InsertionPoint(block):
             yield op
             ir.Operation.create("gpu.yield", loc=source_loc())
 
     def warp_roles(self):
-        return self._region_op("warp_roles")
+        return self._region_op(fa4.warp_roles)
 
     def role(self, name: str, *, first_warp: int, num_warps: int, regs: int = 0):
-        return self._region_op("role", name=name, first_warp=first_warp, num_warps=num_warps, regs=regs)
+        return self._region_op(fa4.role, name=name, first_warp=first_warp, num_warps=num_warps, regs=regs)
 
     # ---- geometry -------------------------------------------------------------------------------
     def thread_idx(self, dim: int = 0) -> Value:
-        return Value(fa4_op("thread_idx", [], ["i32"], dim=dim).result)
+        return Value(fa4.thread_idx(dim=dim))
 
     def block_idx(self, dim: int = 0) -> Value:
-        return Value(fa4_op("block_idx", [], ["i32"], dim=dim).result)
+        return Value(fa4.block_idx(dim=dim))
 
     def grid_dim(self, dim: int = 0) -> Value:
-        return Value(fa4_op("grid_dim", [], ["i32"], dim=dim).result)
+        return Value(fa4.grid_dim(dim=dim))
 
     def elect_one(self) -> Value:
-        return Value(fa4_op("elect_one", [], ["i1"]).result)
+        return Value(fa4.elect_one())
 
     # ---- control flow ---------------------------------------------------------------------------
     def for_(self, lo, hi, step=1, carry=()) -> _For:
-        """`with kb.for_(lo, hi, step, carry=(...)) as (i, carried): ...; loop.yield_(...)`."""
+        """`with kb.for_(lo, hi, step, carry=state) as (i, state): ...; loop.yield_(next_state)`;
+        then `loop.results` (state: a tree of values, dsl/tree.py)."""
         from .._mlir import scf
         lo, hi, step = (v if isinstance(v, Value) else const(v) for v in (lo, hi, step))
-        init = _ir(carry)
-        op = scf.ForOp(lo.v, hi.v, step.v, init, loc=source_loc())
-        return _For(op)
+        init, shape = tree.flatten(carry)
+        op = scf.ForOp(lo.v, hi.v, step.v, _ir(init), loc=source_loc())
+        return _For(op, shape)
 
     def while_(self, carry) -> _While:
-        """`loop = kb.while_((a, b))`; `with loop.before() as (a, b): loop.condition(a.lt(n), a, b)`;
-        `with loop.body() as (a, b): ...; loop.yield_(a2, b2)`; then `loop.results`."""
+        """`loop = kb.while_((a, b))`; `with loop.before() as (a, b): loop.condition(a.lt(n), (a, b))`;
+        `with loop.body() as (a, b): ...; loop.yield_((a2, b2))`; then `loop.results` (the carry:
+        a tree of values, dsl/tree.py)."""
         return _While(carry)
 
     def if_(self, cond: Value, results=()) -> _If:
+        """`br = kb.if_(cond, results=types)`; `with br.then_(): br.yield_(a)`; `with br.else_():
+        br.yield_(b)`; then `br.results`. `types`: a tree of types (or of values, for theirs)."""
         return _If(cond, results)
 
     # ---- memory ---------------------------------------------------------------------------------
@@ -177,33 +183,33 @@ class KernelBuilder:
 
     # ---- fences and barriers --------------------------------------------------------------------
     def fence(self, kind: str):
-        fa4_op("fence", kind=kind)
+        fa4.fence(kind=kind)
 
     def named_barrier(self, barrier_id: int, num_threads: int, select: Value | None = None, span: int = 1):
         """Wait on named barrier `barrier_id`, or `barrier_id + select` (select: a warp-uniform i32 in
         [0, span)), e.g. one barrier per warpgroup without branching on the warpgroup index."""
-        self._barrier("named_barrier", barrier_id, num_threads, select, span)
+        self._barrier(fa4.named_barrier, barrier_id, num_threads, select, span)
 
     def named_barrier_arrive(self, barrier_id: int, num_threads: int, select: Value | None = None,
                              span: int = 1):
         """Arrive (no wait) on named barrier `barrier_id` (+ `select`, as named_barrier)."""
-        self._barrier("named_barrier_arrive", barrier_id, num_threads, select, span)
+        self._barrier(fa4.named_barrier_arrive, barrier_id, num_threads, select, span)
 
     @staticmethod
-    def _barrier(op: str, barrier_id: int, num_threads: int, select: Value | None, span: int):
+    def _barrier(build, barrier_id: int, num_threads: int, select: Value | None, span: int):
         if select is None:
-            fa4_op(op, id=barrier_id, num_threads=num_threads)
+            build([], id=barrier_id, num_threads=num_threads)
         else:
-            fa4_op(op, [select], id=barrier_id, num_threads=num_threads, span=span)
+            build([select], id=barrier_id, num_threads=num_threads, span=span)
 
     # ---- warp exchange --------------------------------------------------------------------------
     def shuffle_xor(self, value: Value, offset: int) -> Value:
         """`value` of lane `lane ^ offset` (32-bit scalars; the whole warp must be active)."""
-        return Value(fa4_op("shuffle_xor", [value], [value.type], offset=offset).result)
+        return Value(fa4.shuffle_xor(value, result_types=[value.type], offset=offset))
 
     def shuffle_idx(self, value: Value, lane: int) -> Value:
         """`value` of lane `lane` in every lane (32-bit scalars; the whole warp must be active)."""
-        return Value(fa4_op("shuffle_idx", [value], [value.type], lane=lane).result)
+        return Value(fa4.shuffle_idx(value, result_types=[value.type], lane=lane))
 
     def warp_uniform(self, value: Value) -> Value:
         """`value`, known to be equal across the warp, broadcast from lane 0 so that ptxas knows it
@@ -213,15 +219,15 @@ class KernelBuilder:
 
     def vote_any(self, pred: Value) -> Value:
         """True in every lane when `pred` holds in any lane of the warp (a warp-uniform branch condition)."""
-        return Value(fa4_op("vote_any", [pred], ["i1"]).result)
+        return Value(fa4.vote_any(pred))
 
     def scale_if_uniform(self, cond: Value, value: Value, scale: Value) -> Value:
         """`value * scale` when the warp-uniform `cond` holds (from vote_any), else `value`; the
         multiplies are skipped by a non-divergent branch (fa4.scale_if_uniform)."""
-        return Value(fa4_op("scale_if_uniform", [cond, value, scale], [value.type]).result)
+        return Value(fa4.scale_if_uniform(cond, value, scale, result_types=[value.type]))
 
     def sync_threads(self):
-        fa4_op("sync_threads")
+        fa4.sync_threads()
 
 
 __all__ = ["KernelBuilder", "Param", "ELEM_BYTES"]

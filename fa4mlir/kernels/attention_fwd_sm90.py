@@ -45,11 +45,17 @@ LSE = +inf, as FlashAttention returns.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import NamedTuple
+
 from .. import dsl
-from ..dsl import KernelBuilder, Value, const, fa4_op, fast_div, fma, fmax, log2, select, tree_reduce, undef, vec
+from ..dialect import builders as fa4
+from ..dsl import (ELEM_BYTES, KernelBuilder, PipeState, Value, const, fast_div, fma, fmax, log2, select, tree_reduce,
+                   undef, vec)
 from .attention_sm90_config import AttnConfig, causal_pair_slot, dealt_tile, section_tile
 from .common.masks import block_range, visible_keys
 from .common.softmax import exp2_mixed, max_update
+from .common.wgmma import a_frag_pairs, acc_col, acc_pair, acc_row, row_regs, wait_group
 
 SWIZZLE = 128          # bytes per swizzled row: 64 bf16/f16 columns
 CHUNK = 64             # head-dim columns per swizzle chunk
@@ -96,27 +102,91 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
         # persistent: O is staged in its own tile, so the next tile's Q can load during this epilogue
         o_smem = kb.smem("o_smem", q_bytes) if cfg.persistent else q_smem
         kb.pipeline_init()
-        tiles = _Tiles(kb, cfg, batch, heads, seqlen_q, seqlen_k, div_group, div_tiles, div_heads, sections)
+        params = _Params(batch, heads, seqlen_q, seqlen_k, scale_log2, div_group, div_tiles, div_heads, sections)
+        bufs = _Buffers(q_smem, k_smem, v_smem, o_smem, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_desc, o_desc,
+                        lse_ptr, q_bytes, kv_bytes)
+        tiles = _Tiles(kb, cfg, params)
 
         with kb.warp_roles():
             with kb.role("load", first_warp=0, num_warps=1, regs=cfg.producer_regs):
-                _load_role(kb, cfg, tiles, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_desc, q_smem, k_smem,
-                           v_smem, q_bytes, kv_bytes)
+                _load_role(kb, cfg, tiles, bufs)
             with kb.role("mma", first_warp=4, num_warps=4 * cfg.consumers, regs=cfg.consumer_regs):
-                _mma_role(kb, cfg, tiles, q_pipe, k_pipe, v_pipe, q_smem, k_smem, v_smem, o_smem, kv_bytes,
-                          o_desc, lse_ptr, scale_log2)
+                _mma_role(kb, cfg, tiles, bufs, params.scale_log2)
     return kb.finish()
+
+
+@dataclass(frozen=True)
+class _Params:
+    """The kernel's scalar parameters: problem sizes, the softmax scale (log2 units) and the
+    divisors as common.fastdiv (multiplier, shift) pairs."""
+    batch: Value
+    heads: Value
+    seqlen_q: Value
+    seqlen_k: Value
+    scale_log2: Value
+    div_group: tuple       # query heads per KV head
+    div_tiles: tuple       # query tiles per (head, batch)
+    div_heads: tuple       # heads
+    sections: tuple        # causal tile order: (section_shift, the rest's divisor), see section_tile
+
+
+@dataclass(frozen=True)
+class _Buffers:
+    """The SMEM tiles and rings, their pipelines, the TMA descriptors and the LSE output."""
+    q_smem: Value          # q_stages Q tiles of bm rows
+    k_smem: Value          # `stages` K stages of bn rows
+    v_smem: Value          # `stages` V stages of bn rows
+    o_smem: Value          # the O tile: its own one when persistent, else the Q tile
+    q_pipe: dsl.Pipeline
+    k_pipe: dsl.Pipeline
+    v_pipe: dsl.Pipeline
+    q_desc: Value
+    k_desc: Value
+    v_desc: Value
+    o_desc: Value
+    lse_ptr: Value
+    q_bytes: int           # one Q tile
+    kv_bytes: int          # one K or V stage
+
+    def prefetch_descriptors(self):
+        for d in (self.q_desc, self.k_desc, self.v_desc):
+            fa4.tma_prefetch(d)
+
+
+class _Counts(NamedTuple):
+    """The Q tiles and KV blocks the pipelines have used before a tile (persistent): each
+    pipeline's stage and phase follow from them (Pipeline.state_at)."""
+    q: Value
+    kv: Value
+
+
+class _Acc(NamedTuple):
+    """A consumer thread's share of a tile's result: O (float32, wgmma accumulator order) and,
+    for its two rows (common/wgmma.py), the running max m and the partial row sum l."""
+    o: Value
+    m: tuple
+    l: tuple
+
+
+class _KvCarry(NamedTuple):
+    """What the consumers' KV loop carries from block j-1 to block j."""
+    k: PipeState           # where K_j is
+    v: PipeState           # where V_{j-1} is (V runs one block behind K)
+    acc: _Acc
+    alpha: tuple           # rescale_before_pv: the rescale O still owes (else empty)
+    p: tuple               # P_{j-1} as wgmma A fragments
 
 
 class _Geometry:
     """One query tile and the KV blocks it visits (computed by every thread)."""
 
-    def __init__(self, kb, cfg, m_block, head, batch, heads, seqlen_q, seqlen_k, div_group):
-        self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
+    def __init__(self, cfg, params: _Params, m_block, head, batch):
+        self.seqlen_q, self.seqlen_k = params.seqlen_q, params.seqlen_k
         self.m0 = m_block * cfg.bm
-        self.head, self.batch, self.heads = head, batch, heads
-        self.kv_head = fast_div(self.head, *div_group)
-        self.n_blocks, self.n_unmasked = block_range(self.m0, cfg.bm, seqlen_q, seqlen_k, cfg.bn, cfg.causal)
+        self.head, self.batch, self.heads = head, batch, params.heads
+        self.kv_head = fast_div(self.head, *params.div_group)
+        self.n_blocks, self.n_unmasked = block_range(self.m0, cfg.bm, self.seqlen_q, self.seqlen_k, cfg.bn,
+                                                     cfg.causal)
 
 
 class _Tiles:
@@ -140,75 +210,73 @@ class _Tiles:
     counts of the Q tiles and KV blocks used so far, which the producer and the consumers
     compute alike."""
 
-    def __init__(self, kb, cfg, batch, heads, seqlen_q, seqlen_k, div_group, div_tiles, div_heads, sections):
-        self.kb, self.cfg = kb, cfg
-        self.batch, self.heads, self.seqs = batch, heads, (seqlen_q, seqlen_k, div_group)
-        self.div_tiles, self.div_heads = div_tiles, div_heads
+    def __init__(self, kb, cfg, params: _Params):
+        self.kb, self.cfg, self.params = kb, cfg, params
         self.fixed = None
         if cfg.persistent:
             return
         if not cfg.causal:
-            self.fixed = _Geometry(kb, cfg, kb.block_idx(0), kb.block_idx(1), kb.block_idx(2), heads, *self.seqs)
+            self.fixed = _Geometry(cfg, params, kb.block_idx(0), kb.block_idx(1), kb.block_idx(2))
             return
-        shift, div_rest = sections
-        m_block, hb = section_tile(kb.block_idx(0), self._m_tiles(), heads * batch, shift,
-                                   lambda u: fast_div(u, *div_tiles), lambda u: fast_div(u, *div_rest), _ValueOps)
+        shift, div_rest = params.sections
+        m_block, hb = section_tile(kb.block_idx(0), self._m_tiles(), params.heads * params.batch, shift,
+                                   lambda u: fast_div(u, *params.div_tiles), lambda u: fast_div(u, *div_rest),
+                                   _ValueOps)
         self.fixed = self._geometry(m_block, hb)
 
     def _m_tiles(self) -> Value:
         """Query tiles per (head, batch)."""
-        return (self.seqs[0] + (self.cfg.bm - 1)) // self.cfg.bm
+        return (self.params.seqlen_q + (self.cfg.bm - 1)) // self.cfg.bm
 
     def _geometry(self, m_block, hb) -> _Geometry:
         """Query tile m_block of (head, batch) index hb = head + heads * batch."""
-        b = fast_div(hb, *self.div_heads)
-        return _Geometry(self.kb, self.cfg, m_block, hb - b * self.heads, b, self.heads, *self.seqs)
+        b = fast_div(hb, *self.params.div_heads)
+        return _Geometry(self.cfg, self.params, m_block, hb - b * self.params.heads, b)
 
-    def _run(self, body, m_block, hb, counts):
+    def _run(self, body, m_block, hb, counts: _Counts) -> _Counts:
         geo = self._geometry(m_block, hb)
         body(geo, counts)
-        q_count, kv_count = counts
-        return q_count + select(geo.n_blocks.gt(0), const(1), const(0)), kv_count + geo.n_blocks
+        return _Counts(counts.q + select(geo.n_blocks.gt(0), const(1), const(0)), counts.kv + geo.n_blocks)
 
     def each(self, body):
-        """body(geo, counts) once per tile; counts = (Q tiles, KV blocks) used before this tile, or
-        None without `persistent` (each pipeline then starts at its initial state)."""
-        kb, cfg = self.kb, self.cfg
+        """body(geo, counts) once per tile; counts: the _Counts used before this tile, or None
+        without `persistent` (each pipeline then starts at its initial state)."""
+        kb, cfg, p = self.kb, self.cfg, self.params
         if self.fixed is not None:
             body(self.fixed, None)
             return
         m_tiles = self._m_tiles()
-        start = (const(0), const(0))
+        start = _Counts(const(0), const(0))
         if not cfg.causal and not cfg.skips_empty_warpgroups:
-            loop = kb.for_(kb.block_idx(0), m_tiles * self.heads * self.batch, kb.grid_dim(0), carry=start)
+            loop = kb.for_(kb.block_idx(0), m_tiles * p.heads * p.batch, kb.grid_dim(0), carry=start)
             with loop as (t, counts):
-                hb = fast_div(t, *self.div_tiles)         # divisor: m_tiles
-                loop.yield_(*self._run(body, t - hb * m_tiles, hb, counts))
+                hb = fast_div(t, *p.div_tiles)            # divisor: m_tiles
+                loop.yield_(self._run(body, t - hb * m_tiles, hb, counts))
             return
         if not cfg.causal:
             # empty warpgroups make a head's last query tile cheaper: rounds of grid_dim tiles, dealt
             # rotated (dealt_tile), so that every CTA gets its share of them
-            total, grid_n = m_tiles * self.heads * self.batch, kb.grid_dim(0)
-            loop = kb.for_(const(0), total, grid_n, carry=(kb.block_idx(0), *start))
-            with loop as (base, (slot, *counts)):
+            total, grid_n = m_tiles * p.heads * p.batch, kb.grid_dim(0)
+            loop = kb.for_(const(0), total, grid_n, carry=(kb.block_idx(0), start))
+            with loop as (base, (slot, counts)):
                 t, nxt = dealt_tile(base, slot, grid_n, _ValueOps)
-                tile = kb.if_(t.lt(total), results=["i32", "i32"])
+                tile = kb.if_(t.lt(total), results=counts)
                 with tile.then_():
-                    hb = fast_div(t, *self.div_tiles)     # divisor: m_tiles
-                    tile.yield_(*self._run(body, t - hb * m_tiles, hb, counts))
+                    hb = fast_div(t, *p.div_tiles)        # divisor: m_tiles
+                    tile.yield_(self._run(body, t - hb * m_tiles, hb, counts))
                 with tile.else_():
-                    tile.yield_(*counts)
-                loop.yield_(nxt, *tile.results)
+                    tile.yield_(counts)
+                loop.yield_(nxt, tile.results)
             return
         # pairs of tiles of one (head, batch) whose work adds up alike (causal_pair_slot)
-        slots = (m_tiles + 1) // 2 * self.heads * self.batch * 2
-        loop = kb.while_((kb.block_idx(0) * 2, *start))
-        with loop.before() as (s, q_count, kv_count):
-            loop.condition(s.lt(slots), s, q_count, kv_count)
-        with loop.body() as (s, *counts):
-            m_block, hb, nxt = causal_pair_slot(s, m_tiles, kb.grid_dim(0), lambda u: fast_div(u, *self.div_tiles),
+        slots = (m_tiles + 1) // 2 * p.heads * p.batch * 2
+        loop = kb.while_((kb.block_idx(0) * 2, start))
+        with loop.before() as (s, counts):
+            loop.condition(s.lt(slots), s, counts)
+        with loop.body() as (s, counts):
+            m_block, hb, nxt = causal_pair_slot(s, m_tiles, kb.grid_dim(0), lambda u: fast_div(u, *p.div_tiles),
                                                 _ValueOps)
-            loop.yield_(nxt, *self._run(body, m_block, hb, counts))
+            loop.yield_(nxt, self._run(body, m_block, hb, counts))
 
 
 class _ValueOps:
@@ -218,35 +286,21 @@ class _ValueOps:
     select = staticmethod(select)
 
 
-def _state(pipe, count):
-    """`pipe`'s state after `count` stages were used (None: the initial state)."""
-    if count is None:
-        return pipe.initial_state()
-    n = pipe.num_stages
-    if n == 1:
-        return dsl.PipeState(const(0), count & 1, 1)
-    return dsl.PipeState(count % n, (count // n) & 1, n)
-
-
-def _load_role(kb, cfg, tiles, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
-               q_bytes, kv_bytes):
+def _load_role(kb, cfg, tiles: _Tiles, bufs: _Buffers):
     if cfg.persistent:
         with kb.if_(kb.elect_one()).then_():
-            for d in (q_desc, k_desc, v_desc):
-                fa4_op("tma_prefetch", [d])
-    tiles.each(lambda geo, counts: _load_tile(kb, cfg, geo, counts, q_pipe, k_pipe, v_pipe, q_desc, k_desc,
-                                              v_desc, q_smem, k_smem, v_smem, q_bytes, kv_bytes))
+            bufs.prefetch_descriptors()
+    tiles.each(lambda geo, counts: _load_tile(kb, cfg, bufs, geo, counts))
 
 
-def _load_tile(kb, cfg, geo, counts, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
-               q_bytes, kv_bytes):
+def _load_tile(kb, cfg, bufs: _Buffers, geo: _Geometry, counts: _Counts | None):
     nch = cfg.d_chunks
+    q_count, kv_count = counts or (None, None)
     # a tile with no visible KV block (causal, seqlen_q > seqlen_k) loads nothing: its consumers skip
     # q_pipe and write O = 0 into the Q tile, which an unwaited Q load could land on afterwards
     with kb.if_(kb.elect_one() & geo.n_blocks.gt(0)).then_():
         if counts is None:
-            for d in (q_desc, k_desc, v_desc):
-                fa4_op("tma_prefetch", [d])
+            bufs.prefetch_descriptors()
 
         def load(pipe, desc, smem, s, rows, head, row, tx_bytes, stage_bytes=0):
             """One ring stage (at s.stage * stage_bytes of `smem`): `rows` rows from `row` of `head`,
@@ -255,39 +309,41 @@ def _load_tile(kb, cfg, geo, counts, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_d
             pipe.producer_commit(s, tx_bytes=tx_bytes)
             base = s.stage * stage_bytes if stage_bytes else 0
             for c in range(nch):
-                fa4_op("tma_load", [desc, kb.gep(smem, base + c * rows * SWIZZLE, "i8"), s.stage,
-                                    const(c * CHUNK), head, row, geo.batch],
-                       pipe=pipe.name, box=[CHUNK, 1, rows, 1], elem_bytes=2)
+                fa4.tma_load(desc, kb.gep(smem, base + c * rows * SWIZZLE, "i8"), s.stage,
+                             [const(c * CHUNK), head, row, geo.batch],
+                             pipe=pipe.name, box=[CHUNK, 1, rows, 1], elem_bytes=ELEM_BYTES[cfg.dtype])
 
-        def load_kv(pipe, desc, smem, s, row):
-            load(pipe, desc, smem, s, cfg.bn, geo.kv_head, row, kv_bytes, stage_bytes=kv_bytes)
+        def load_k(s, row):
+            load(bufs.k_pipe, bufs.k_desc, bufs.k_smem, s, cfg.bn, geo.kv_head, row, bufs.kv_bytes,
+                 stage_bytes=bufs.kv_bytes)
+
+        def load_v(s, row):
+            load(bufs.v_pipe, bufs.v_desc, bufs.v_smem, s, cfg.bn, geo.kv_head, row, bufs.kv_bytes,
+                 stage_bytes=bufs.kv_bytes)
 
         # K runs one block ahead of V, in the order the consumers use them: S_j = Q K_j^T is issued
         # before O += P_{j-1} V_{j-1}, so K_j is never queued behind a V whose slot frees later
         # 1. K_0, then Q (bm rows)
-        s0 = _state(k_pipe, None if counts is None else counts[1])
-        load_kv(k_pipe, k_desc, k_smem, s0, const(0))
-        q0 = _state(q_pipe, None if counts is None else counts[0])
-        load(q_pipe, q_desc, q_smem, q0, cfg.bm, geo.head, geo.m0, q_bytes,
-             stage_bytes=q_bytes if cfg.q_stages > 1 else 0)
+        k0 = bufs.k_pipe.state_at(kv_count)
+        load_k(k0, const(0))
+        q0 = bufs.q_pipe.state_at(q_count)
+        load(bufs.q_pipe, bufs.q_desc, bufs.q_smem, q0, cfg.bm, geo.head, geo.m0, bufs.q_bytes,
+             stage_bytes=bufs.q_bytes if cfg.q_stages > 1 else 0)
         # 2. K_{j+1} and V_j for j < n_blocks - 1, then the last V
-        loop = kb.for_(0, geo.n_blocks - 1, 1, carry=(s0.stage, s0.phase))
-        with loop as (j, (stage, phase)):
-            s = dsl.PipeState(stage, phase, cfg.stages)
+        loop = kb.for_(0, geo.n_blocks - 1, 1, carry=k0)
+        with loop as (j, s):
             nxt = s.advance()
-            load_kv(k_pipe, k_desc, k_smem, nxt, (j + 1) * cfg.bn)
-            load_kv(v_pipe, v_desc, v_smem, s, j * cfg.bn)
-            loop.yield_(nxt.stage, nxt.phase)
-        last = dsl.PipeState(*loop.results, cfg.stages)
-        load_kv(v_pipe, v_desc, v_smem, last, (geo.n_blocks - 1) * cfg.bn)
+            load_k(nxt, (j + 1) * cfg.bn)
+            load_v(s, j * cfg.bn)
+            loop.yield_(nxt)
+        load_v(loop.results, (geo.n_blocks - 1) * cfg.bn)
 
 
 class _Consumer:
     """One consumer warpgroup's view: its rows, fragment coordinates and GEMM issue helpers."""
 
-    def __init__(self, kb, cfg, geo, q_smem, k_smem, v_smem, kv_bytes, scale_log2):
-        self.kb, self.cfg, self.geo = kb, cfg, geo
-        self.q_smem, self.k_smem, self.v_smem, self.kv_bytes = q_smem, k_smem, v_smem, kv_bytes
+    def __init__(self, kb, cfg, geo, bufs: _Buffers, scale_log2):
+        self.kb, self.cfg, self.geo, self.bufs = kb, cfg, geo, bufs
         self.scale_log2 = scale_log2
         tid = kb.thread_idx(0)
         # 0 .. cfg.consumers - 1, broadcast so ptxas keeps this warpgroup's Q/O addresses and wgmma
@@ -298,7 +354,7 @@ class _Consumer:
         lane = self.t % 32
         self.g = lane // 4                            # row within an 8-row group
         self.t4 = lane % 4                            # column pair within an 8-column group
-        self.row0 = (self.t // 32) * 16 + self.g      # rows row0 and row0 + 8 of the warpgroup's 64
+        self.row0 = (self.t // 32) * 16 + self.g      # rows row0 and row0 + 8 of the warpgroup's 64 (wgmma.acc_row)
         self.n_s = cfg.bn // 2                        # S accumulator registers per thread
         self.n_o = cfg.head_dim // 2                  # O accumulator registers per thread
         if geo is not None:
@@ -329,36 +385,34 @@ class _Consumer:
         q_rows = self.wg * (64 * SWIZZLE)
         if cfg.q_stages > 1:
             q_rows = q_rows + q_stage * (cfg.bm * cfg.d_chunks * SWIZZLE)
-        q_base = kb.gep(self.q_smem, q_rows, "i8")
-        k_base = kb.gep(self.k_smem, k_stage * self.kv_bytes, "i8")
-        fa4_op("mma_fence")
+        q_base = kb.gep(self.bufs.q_smem, q_rows, "i8")
+        k_base = kb.gep(self.bufs.k_smem, k_stage * self.bufs.kv_bytes, "i8")
+        fa4.mma_fence()
         for kk in range(cfg.head_dim // WGMMA_K):
             c, within = divmod(kk, CHUNK // WGMMA_K)
-            off = within * WGMMA_K * 2
-            a_d = fa4_op("smem_desc", [kb.gep(q_base, c * cfg.bm * SWIZZLE + off, "i8")], ["i64"],
-                         swizzle=SWIZZLE, lbo=16, sbo=8 * SWIZZLE)
-            b_d = fa4_op("smem_desc", [kb.gep(k_base, c * cfg.bn * SWIZZLE + off, "i8")], ["i64"],
-                         swizzle=SWIZZLE, lbo=16, sbo=8 * SWIZZLE)
-            acc = Value(fa4_op("mma", [a_d.result, b_d.result, const(int(kk > 0), "i1"), acc],
-                               [acc.type], m=64, n=cfg.bn, k=WGMMA_K, a_source="smem", ab_dtype=cfg.dtype,
-                               acc_dtype="f32").result)
-        fa4_op("mma_commit_group")
+            off = within * WGMMA_K * ELEM_BYTES[cfg.dtype]
+            a_d = fa4.smem_desc(kb.gep(q_base, c * cfg.bm * SWIZZLE + off, "i8"), swizzle=SWIZZLE, lbo=16,
+                                sbo=8 * SWIZZLE)
+            b_d = fa4.smem_desc(kb.gep(k_base, c * cfg.bn * SWIZZLE + off, "i8"), swizzle=SWIZZLE, lbo=16,
+                                sbo=8 * SWIZZLE)
+            acc = Value(fa4.mma(a_d, b_d, const(int(kk > 0), "i1"), [acc], result_types=[acc.type], m=64,
+                                n=cfg.bn, k=WGMMA_K, a_source="smem", ab_dtype=cfg.dtype, acc_dtype="f32"))
+        fa4.mma_commit_group()
         return acc
 
     def issue_pv(self, p_frags: list, v_stage: Value, o: Value) -> Value:
         """O += P V: bn / 16 wgmma m64n{head_dim}k16, A = P from registers, B = V MN-major."""
         kb, cfg = self.kb, self.cfg
         true = const(1, "i1")
-        v_base = kb.gep(self.v_smem, v_stage * self.kv_bytes, "i8")
-        fa4_op("mma_fence")
+        v_base = kb.gep(self.bufs.v_smem, v_stage * self.bufs.kv_bytes, "i8")
+        fa4.mma_fence()
         for kk in range(cfg.bn // WGMMA_K):
             # keys 16kk..16kk+15: two 8-row groups (SBO apart); head-dim chunks LBO = bn rows apart
-            b_d = fa4_op("smem_desc", [kb.gep(v_base, kk * WGMMA_K * SWIZZLE, "i8")], ["i64"],
-                         swizzle=SWIZZLE, lbo=cfg.bn * SWIZZLE, sbo=8 * SWIZZLE)
-            o = Value(fa4_op("mma", [p_frags[kk], b_d.result, true, o], [o.type], m=64, n=cfg.head_dim,
-                             k=WGMMA_K, a_source="regs", b_major="mn", ab_dtype=cfg.dtype,
-                             acc_dtype="f32").result)
-        fa4_op("mma_commit_group")
+            b_d = fa4.smem_desc(kb.gep(v_base, kk * WGMMA_K * SWIZZLE, "i8"), swizzle=SWIZZLE,
+                                lbo=cfg.bn * SWIZZLE, sbo=8 * SWIZZLE)
+            o = Value(fa4.mma(p_frags[kk], b_d, true, [o], result_types=[o.type], m=64, n=cfg.head_dim,
+                              k=WGMMA_K, a_source="regs", b_major="mn", ab_dtype=cfg.dtype, acc_dtype="f32"))
+        fa4.mma_commit_group()
         return o
 
     # ---- softmax --------------------------------------------------------------------------------
@@ -372,16 +426,15 @@ class _Consumer:
         (common.softmax.exp2_mixed)."""
         kb, cfg, geo = self.kb, self.cfg, self.geo
         s = [s_acc[i] for i in range(self.n_s)]
-        if masked:  # register i holds key col0 + 8 (i // 4) + i % 2 of row h = (i // 2) % 2
+        if masked:  # register i holds key col0 + acc_col(i) of row acc_row(i) (common/wgmma.py)
             col0 = j * cfg.bn + self.t4 * 2
             visible = [visible_keys(col0, self.grow[h], geo.seqlen_q, geo.seqlen_k, cfg.causal) for h in (0, 1)]
             for i in range(self.n_s):
-                jj, h, e = i // 4, (i // 2) % 2, i % 2
-                s[i] = select(visible[h].le(8 * jj + e), const(NEG_INF, "f32"), s[i])
+                s[i] = select(visible[acc_row(i)].le(acc_col(i)), const(NEG_INF, "f32"), s[i])
         m_new, alpha, l_new = [], [], []
         p = [None] * self.n_s
         for h in (0, 1):
-            idx = [i for i in range(self.n_s) if (i // 2) % 2 == h]
+            idx = row_regs(self.n_s, h)
             mx = tree_reduce([s[i] for i in idx], fmax)
             mx = fmax(mx, kb.shuffle_xor(mx, 1))
             mx = fmax(mx, kb.shuffle_xor(mx, 2))
@@ -401,14 +454,13 @@ class _Consumer:
         """P (float32, S's register order) as wgmma A fragments: per k16 step four 16-bit pairs."""
         frags = []
         for kk in range(self.cfg.bn // WGMMA_K):
-            words = [vec(p[8 * kk + 2 * r], p[8 * kk + 2 * r + 1]).to((self.cfg.dtype, 2)).bitcast("i32")
-                     for r in range(4)]
+            words = [vec(p[a], p[b]).to((self.cfg.dtype, 2)).bitcast("i32") for a, b in a_frag_pairs(kk)]
             frags.append(vec(*words))
         return frags
 
     def row_scales(self, alpha: list) -> list:
-        """alpha of each O register's row (register i holds row (i // 2) % 2 of the thread)."""
-        return [alpha[(i // 2) % 2] for i in range(self.n_o)]
+        """alpha of each O register's row."""
+        return [alpha[acc_row(i)] for i in range(self.n_o)]
 
     def rescale(self, o: Value, alpha: list) -> Value:
         scale = self.row_scales(alpha)
@@ -425,178 +477,201 @@ class _Consumer:
         return self.kb.scale_if_uniform(moved, o, dsl.vec(*self.row_scales(alpha)))
 
 
-def _mma_role(kb, cfg, tiles, q_pipe, k_pipe, v_pipe, q_smem, k_smem, v_smem, o_smem, kv_bytes, o_desc,
-              lse_ptr, scale_log2):
-    cs = _Consumer(kb, cfg, tiles.fixed, q_smem, k_smem, v_smem, kv_bytes, scale_log2)
-    wg = cs.wg
-    pp = cfg.pingpong
+class _Turns:
+    """The GEMM-issue turn of the pingpong ring: a consumer warpgroup issues its GEMMs between
+    begin() (wait on named barrier BAR_SCHED + its index) and end() (arrive on the next one's), so
+    one's softmax overlaps the others' GEMMs. Without `pingpong` they emit nothing."""
 
-    n = cfg.consumers
+    def __init__(self, kb, cfg, wg: Value):
+        self.kb, self.on, self.n, self.wg = kb, cfg.pingpong, cfg.consumers, wg
+        # The turn barriers are selected by the warp-uniform warpgroup index, not branched on: a branch
+        # per warpgroup in the KV loop makes ptxas keep the wgmma descriptors out of uniform registers
+        # (an R2UR before every wgmma).
+        self.nxt = select((wg + 1).eq(self.n), const(0), wg + 1)
 
-    # The turn barriers are selected by the warp-uniform warpgroup index, not branched on: a branch
-    # per warpgroup in the KV loop makes ptxas keep the wgmma descriptors out of uniform registers
-    # (an R2UR before every wgmma).
-    nxt = select((wg + 1).eq(n), const(0), wg + 1)
+    def start(self):
+        if self.on:  # warpgroup 0 issues first: the last one of the ring hands it the first turn
+            with self.kb.if_(self.wg.eq(self.n - 1)).then_():
+                self.kb.named_barrier_arrive(BAR_SCHED, 256)
 
-    def turn_begin():
-        if pp:
-            kb.named_barrier(BAR_SCHED, 256, select=wg, span=n)
+    def begin(self):
+        if self.on:
+            self.kb.named_barrier(BAR_SCHED, 256, select=self.wg, span=self.n)
 
-    def turn_end():
-        if pp:  # hand the turn to the next warpgroup of the ring
-            kb.named_barrier_arrive(BAR_SCHED, 256, select=nxt, span=n)
+    def end(self):
+        if self.on:  # hand the turn to the next warpgroup of the ring
+            self.kb.named_barrier_arrive(BAR_SCHED, 256, select=self.nxt, span=self.n)
 
-    if pp:  # warpgroup 0 issues first: the last one of the ring hands it the first turn
-        with kb.if_(wg.eq(n - 1)).then_():
-            kb.named_barrier_arrive(BAR_SCHED, 256)
+    def final_handoff(self):
+        if self.on:  # consume the last warpgroup's final hand-off so every barrier ends balanced
+            with self.kb.if_(self.wg.eq(0)).then_():
+                self.kb.named_barrier(BAR_SCHED, 256)
 
-    def final_handoff():
-        if pp:  # consume the last warpgroup's final hand-off so every barrier ends balanced
-            with kb.if_(wg.eq(0)).then_():
-                kb.named_barrier(BAR_SCHED, 256)
 
-    tiles.each(lambda geo, counts: _consume_tile(
-        kb, cfg, cs.at(geo), counts, q_pipe, k_pipe, v_pipe, o_smem, o_desc, lse_ptr, turn_begin, turn_end,
-        final_handoff if counts is None else None))
+def _mma_role(kb, cfg, tiles: _Tiles, bufs: _Buffers, scale_log2: Value):
+    cs = _Consumer(kb, cfg, tiles.fixed, bufs, scale_log2)
+    turns = _Turns(kb, cfg, cs.wg)
+    turns.start()
+    tiles.each(lambda geo, counts: _consume_tile(cs.at(geo), turns, counts))
     if cfg.persistent:
-        final_handoff()
+        turns.final_handoff()
         with kb.if_(cs.is_leader).then_():  # the last tile's O store reads SMEM: wait before the CTA exits
-            fa4_op("tma_store_wait", pending=0)
+            fa4.tma_store_wait(pending=0)
 
 
-def _consume_tile(kb, cfg, cs, counts, q_pipe, k_pipe, v_pipe, o_smem, o_desc, lse_ptr, turn_begin, turn_end,
-                  before_epilogue):
-    """One query tile of one consumer warpgroup: the KV loop, then the epilogue. counts: the
-    pipelines' use so far (None: one tile per CTA, pipelines at their initial state)."""
-    geo = cs.geo
+def _consume_tile(cs: _Consumer, turns: _Turns, counts: _Counts | None):
+    """One query tile of one consumer warpgroup: the KV loop (_attend), then the epilogue.
+    counts: the pipelines' use so far (None: one tile per CTA, pipelines at their initial state)."""
+    kb, cfg, geo = cs.kb, cs.cfg, cs.geo
     f32 = "f32"
     o_t = ("f32", cs.n_o)
     has_work = geo.n_blocks.gt(0)
     has_rows = cs.has_rows() if cfg.skips_empty_warpgroups else None
-    main = kb.if_(has_work if has_rows is None else has_work & has_rows, results=[o_t, f32, f32, f32, f32])
+    main = kb.if_(has_work if has_rows is None else has_work & has_rows, results=_Acc(o_t, (f32, f32), (f32, f32)))
     with main.then_():
-        q0 = _state(q_pipe, None if counts is None else counts[0])
-        q_pipe.consumer_wait(q0)
-        # block 0 (peeled, masked): S_0, softmax; P_0 stays for the first P.V
-        k0 = _state(k_pipe, None if counts is None else counts[1])
-        k_pipe.consumer_wait(k0)
-        turn_begin()
-        s_acc = cs.issue_s(k0.stage, q0.stage)
-        turn_end()
-        s_acc = Value(fa4_op("mma_wait_group", [s_acc], [s_acc.type], pending=0).result)
-        cs.release((k_pipe, k0))
-        neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
-        if cfg.persistent:
-            # block 0 needs the mask only when some row does not see all of it (the causal diagonal,
-            # seqlen_k < bn), and short tiles pay it per tile: the unmasked softmax gets its own copy
-            # (+1-3% at 1k-2k on an H200; the one-tile-per-CTA kernels measured 0-4% slower with it)
-            first = kb.if_(geo.n_unmasked.gt(0), results=[f32] * 4 + [("i32", 4)] * (cfg.bn // WGMMA_K))
-            for branch, masked in ((first.then_, False), (first.else_, True)):
-                with branch():
-                    p, m, l, _ = cs.softmax(s_acc, const(0), [neg_inf, neg_inf], [zero, zero], masked=masked)
-                    first.yield_(*m, *l, *cs.pack(p))
-            m, l, frags = first.results[0:2], first.results[2:4], first.results[4:]
-        else:
-            p, m, l, _ = cs.softmax(s_acc, const(0), [neg_inf, neg_inf], [zero, zero], masked=True)
-            frags = cs.pack(p)
-        o = const(0.0, o_t)
-        k1, v0 = k0.advance(), _state(v_pipe, None if counts is None else counts[1])
-        # with rescale_before_pv the carry ends with the alpha O still owes (1: block 0 left O = 0)
-        late = [const(1.0, f32)] * 2 if cfg.rescale_before_pv else []
-        state = (k1.stage, k1.phase, v0.stage, v0.phase, o, *m, *l, *late, *frags)
-        n_late = len(late)
-
-        def body(j, carried, masked):
-            ks, kph, vs, vph, o_in, m0_, m1_, l0_, l1_, *rest = carried
-            alpha_in, p_in = rest[:n_late], rest[n_late:]
-            k_s, v_s = dsl.PipeState(ks, kph, cfg.stages), dsl.PipeState(vs, vph, cfg.stages)
-            k_pipe.consumer_wait(k_s)
-            v_pipe.consumer_wait(v_s)
-            turn_begin()   # data first, then the turn: a warpgroup never holds the turn while waiting on TMA
-            s_j = cs.issue_s(ks, q0.stage)
-            if alpha_in:   # O's registers are free (the last P V was waited on): scale them under S_j
-                o_in = cs.rescale_if_moved(o_in, alpha_in)
-            o_j = cs.issue_pv(p_in, vs, o_in)
-            turn_end()
-            s_j = Value(fa4_op("mma_wait_group", [s_j], [s_j.type], pending=1).result)
-            cs.release((k_pipe, k_s))
-            p_j, m_j, l_j, alpha = cs.softmax(s_j, j, [m0_, m1_], [l0_, l1_], masked)
-            frags_j = cs.pack(p_j)
-            o_j = Value(fa4_op("mma_wait_group", [o_j], [o_j.type], pending=0).result)
-            cs.release((v_pipe, v_s))
-            if not n_late:
-                o_j = cs.rescale_if_moved(o_j, alpha)
-            kn, vn = k_s.advance(), v_s.advance()
-            return (kn.stage, kn.phase, vn.stage, vn.phase, o_j, *m_j, *l_j, *(alpha if n_late else ()), *frags_j)
-
-        # blocks 1 .. n_unmasked-1 need no mask; the rest (diagonal, seqlen_k tail) do
-        split = select(geo.n_unmasked.gt(1), geo.n_unmasked, const(1))
-        for lo, hi, masked in ((const(1), split, False), (split, geo.n_blocks, True)):
-            loop = kb.for_(lo, hi, 1, carry=state)
-            with loop as (j, carried):
-                loop.yield_(*body(j, carried, masked))
-            state = tuple(loop.results)
-        _, _, vs, vph, o, m0_, m1_, l0_, l1_, *rest = state
-        p_last = rest[n_late:]
-        if n_late:
-            o = cs.rescale_if_moved(o, rest[:n_late])
-        if cfg.persistent:  # every S GEMM has completed: the next tile's Q may load now
-            cs.release((q_pipe, q0))
-        v_s = dsl.PipeState(vs, vph, cfg.stages)
-        v_pipe.consumer_wait(v_s)
-        o = cs.issue_pv(p_last, vs, o)
-        o = Value(fa4_op("mma_wait_group", [o], [o.type], pending=0).result)
-        cs.release((v_pipe, v_s), *(() if cfg.persistent else ((q_pipe, q0),)))
-        main.yield_(o, m0_, m1_, l0_, l1_)
+        main.yield_(_attend(cs, turns, counts))
     with main.else_():
         if has_rows is not None:
             with kb.if_(has_work).then_():
-                _pass_tile(kb, cfg, cs, counts, q_pipe, k_pipe, v_pipe, turn_begin, turn_end)
+                _pass_tile(cs, turns, counts)
         z = const(0.0, f32)
-        main.yield_(const(0.0, o_t), const(NEG_INF, f32), const(NEG_INF, f32), z, z)
-    o, m0_, m1_, l0_, l1_ = main.results
-    if before_epilogue is not None:
-        before_epilogue()
+        main.yield_(_Acc(const(0.0, o_t), (const(NEG_INF, f32), const(NEG_INF, f32)), (z, z)))
+    if counts is None:
+        turns.final_handoff()
     if has_rows is not None:
         with kb.if_(has_rows).then_():
-            _epilogue(kb, cfg, cs, o, [m0_, m1_], [l0_, l1_], o_smem, o_desc, lse_ptr)
+            _epilogue(cs, main.results)
     else:
-        _epilogue(kb, cfg, cs, o, [m0_, m1_], [l0_, l1_], o_smem, o_desc, lse_ptr)
+        _epilogue(cs, main.results)
 
 
-def _pass_tile(kb, cfg, cs, counts, q_pipe, k_pipe, v_pipe, turn_begin, turn_end):
+def _attend(cs: _Consumer, turns: _Turns, counts: _Counts | None) -> _Acc:
+    """O, m and l of one tile: block 0 peeled (S_0 and its softmax; P_0 waits for the first P V),
+    blocks 1 .. n_blocks - 1 by _kv_step (unmasked ones first, then the diagonal and the seqlen_k
+    tail), then the last block's P V."""
+    kb, cfg, bufs, geo = cs.kb, cs.cfg, cs.bufs, cs.geo
+    q_pipe, k_pipe, v_pipe = bufs.q_pipe, bufs.k_pipe, bufs.v_pipe
+    q_count, kv_count = counts or (None, None)
+    f32 = "f32"
+    q0 = q_pipe.state_at(q_count)
+    q_pipe.consumer_wait(q0)
+    # block 0 (peeled, masked): S_0, softmax; P_0 stays for the first P.V
+    k0 = k_pipe.state_at(kv_count)
+    k_pipe.consumer_wait(k0)
+    turns.begin()
+    s_acc = cs.issue_s(k0.stage, q0.stage)
+    turns.end()
+    s_acc = wait_group(s_acc, pending=0)
+    cs.release((k_pipe, k0))
+    neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
+    if cfg.persistent:
+        # block 0 needs the mask only when some row does not see all of it (the causal diagonal,
+        # seqlen_k < bn), and short tiles pay it per tile: the unmasked softmax gets its own copy
+        # (+1-3% at 1k-2k on an H200; the one-tile-per-CTA kernels measured 0-4% slower with it)
+        first = kb.if_(geo.n_unmasked.gt(0), results=((f32, f32), (f32, f32), [("i32", 4)] * (cfg.bn // WGMMA_K)))
+        for branch, masked in ((first.then_, False), (first.else_, True)):
+            with branch():
+                p, m, l, _ = cs.softmax(s_acc, const(0), [neg_inf, neg_inf], [zero, zero], masked=masked)
+                first.yield_(m, l, cs.pack(p))
+        m, l, frags = first.results
+    else:
+        p, m, l, _ = cs.softmax(s_acc, const(0), [neg_inf, neg_inf], [zero, zero], masked=True)
+        frags = cs.pack(p)
+    o = const(0.0, ("f32", cs.n_o))
+    k1, v0 = k0.advance(), v_pipe.state_at(kv_count)
+    # with rescale_before_pv the carry holds the alpha O still owes (1: block 0 left O = 0)
+    owed = (const(1.0, f32),) * 2 if cfg.rescale_before_pv else ()
+    state = _KvCarry(k1, v0, _Acc(o, tuple(m), tuple(l)), owed, tuple(frags))
+
+    # blocks 1 .. n_unmasked-1 need no mask; the rest (diagonal, seqlen_k tail) do
+    split = select(geo.n_unmasked.gt(1), geo.n_unmasked, const(1))
+    for lo, hi, masked in ((const(1), split, False), (split, geo.n_blocks, True)):
+        loop = kb.for_(lo, hi, 1, carry=state)
+        with loop as (j, carried):
+            loop.yield_(_kv_step(cs, turns, q0, j, carried, masked))
+        state = loop.results
+    # the last block: O += P V (after the rescale O still owes)
+    o = state.acc.o
+    if state.alpha:
+        o = cs.rescale_if_moved(o, state.alpha)
+    if cfg.persistent:  # every S GEMM has completed: the next tile's Q may load now
+        cs.release((q_pipe, q0))
+    v_pipe.consumer_wait(state.v)
+    o = cs.issue_pv(state.p, state.v.stage, o)
+    o = wait_group(o, pending=0)
+    cs.release((v_pipe, state.v), *(() if cfg.persistent else ((q_pipe, q0),)))
+    return state.acc._replace(o=o)
+
+
+def _kv_step(cs: _Consumer, turns: _Turns, q0: PipeState, j: Value, c: _KvCarry, masked: bool) -> _KvCarry:
+    """KV block j of the software-pipelined loop (FA3's intra-warpgroup overlap):
+        1. wait for K_j and V_{j-1}
+        2. in this warpgroup's GEMM turn, issue S_j = Q K_j^T, then O += P_{j-1} V_{j-1}
+        3. wait for S_j only and release K_j
+        4. online softmax of S_j while P_{j-1} V_{j-1} runs on the tensor cores; P_j as A fragments
+        5. wait for P_{j-1} V_{j-1}, release V_{j-1}, rescale O by alpha_j (with rescale_before_pv
+           the rescale is carried and done in step 2 of the next block, under S_{j+1})"""
+    bufs = cs.bufs
+    # 1. data first, then the turn: a warpgroup never holds the turn while waiting on TMA
+    bufs.k_pipe.consumer_wait(c.k)
+    bufs.v_pipe.consumer_wait(c.v)
+    # 2. S_j and P_{j-1} V_{j-1}, back to back in one turn
+    turns.begin()
+    s_j = cs.issue_s(c.k.stage, q0.stage)
+    o = c.acc.o
+    if c.alpha:    # O's registers are free (the last P V was waited on): scale them under S_j
+        o = cs.rescale_if_moved(o, c.alpha)
+    o = cs.issue_pv(c.p, c.v.stage, o)
+    turns.end()
+    # 3. S_j
+    s_j = wait_group(s_j, pending=1)
+    cs.release((bufs.k_pipe, c.k))
+    # 4. softmax under P_{j-1} V_{j-1}
+    p_j, m_j, l_j, alpha = cs.softmax(s_j, j, c.acc.m, c.acc.l, masked)
+    frags_j = cs.pack(p_j)
+    # 5. P_{j-1} V_{j-1}
+    o = wait_group(o, pending=0)
+    cs.release((bufs.v_pipe, c.v))
+    if not c.alpha:
+        o = cs.rescale_if_moved(o, alpha)
+    return _KvCarry(c.k.advance(), c.v.advance(), _Acc(o, tuple(m_j), tuple(l_j)),
+                    tuple(alpha) if c.alpha else (), tuple(frags_j))
+
+
+def _pass_tile(cs: _Consumer, turns: _Turns, counts: _Counts | None):
     """A consumer warpgroup whose 64 rows all lie past seqlen_q (the last query tile of a head:
     at seqlen 1024 a 192-row tile holds 64 rows, so two of its three warpgroups have none) issues
     no GEMM and computes nothing, but takes its part in every handshake of the tile in the order
-    a working warpgroup does (_consume_tile): each Q and K/V stage waited on, then released (the
+    a working warpgroup does (_attend): each Q and K/V stage waited on, then released (the
     producer refills a stage once every consumer warpgroup released it), and each GEMM turn passed
     on, so the working warpgroups run at their own pace with the tensor cores to themselves."""
-    geo = cs.geo
-    q0 = _state(q_pipe, None if counts is None else counts[0])
+    kb, bufs, geo = cs.kb, cs.bufs, cs.geo
+    q_pipe, k_pipe, v_pipe = bufs.q_pipe, bufs.k_pipe, bufs.v_pipe
+    q_count, kv_count = counts or (None, None)
+    q0 = q_pipe.state_at(q_count)
     q_pipe.consumer_wait(q0)
-    k0 = _state(k_pipe, None if counts is None else counts[1])
+    k0 = k_pipe.state_at(kv_count)
     k_pipe.consumer_wait(k0)
-    turn_begin()
-    turn_end()
+    turns.begin()
+    turns.end()
     cs.release((k_pipe, k0))
-    k1, v0 = k0.advance(), _state(v_pipe, None if counts is None else counts[1])
-    loop = kb.for_(const(1), geo.n_blocks, 1, carry=(k1.stage, k1.phase, v0.stage, v0.phase))
-    with loop as (j, (ks, kph, vs, vph)):
-        k_s, v_s = dsl.PipeState(ks, kph, cfg.stages), dsl.PipeState(vs, vph, cfg.stages)
+    k1, v0 = k0.advance(), v_pipe.state_at(kv_count)
+    loop = kb.for_(const(1), geo.n_blocks, 1, carry=(k1, v0))
+    with loop as (j, (k_s, v_s)):
         k_pipe.consumer_wait(k_s)
         v_pipe.consumer_wait(v_s)
-        turn_begin()
-        turn_end()
+        turns.begin()
+        turns.end()
         cs.release((k_pipe, k_s), (v_pipe, v_s))
-        kn, vn = k_s.advance(), v_s.advance()
-        loop.yield_(kn.stage, kn.phase, vn.stage, vn.phase)
-    v_s = dsl.PipeState(*loop.results[2:], cfg.stages)
+        loop.yield_(k_s.advance(), v_s.advance())
+    _, v_s = loop.results
     v_pipe.consumer_wait(v_s)
     cs.release((v_pipe, v_s), (q_pipe, q0))
 
 
-def _epilogue(kb, cfg, cs, o, m, l, o_smem, o_desc, lse_ptr):
-    geo = cs.geo
+def _epilogue(cs: _Consumer, acc: _Acc):
+    kb, cfg, bufs, geo = cs.kb, cs.cfg, cs.bufs, cs.geo
+    o, m, l = acc
     inv, lse = [], []
     for h in (0, 1):
         total = l[h] + kb.shuffle_xor(l[h], 1)
@@ -610,14 +685,14 @@ def _epilogue(kb, cfg, cs, o, m, l, o_smem, o_desc, lse_ptr):
     nch = cfg.d_chunks
     if cfg.persistent:  # the previous tile's TMA store must have read this warpgroup's rows of the O tile
         with kb.if_(cs.is_leader).then_():
-            fa4_op("tma_store_wait", pending=0)
+            fa4.tma_store_wait(pending=0)
         kb.named_barrier(BAR_EPILOGUE, 128, select=cs.wg, span=cfg.consumers)
-    wg_base = kb.gep(o_smem, cs.wg * (64 * SWIZZLE), "i8")
+    wg_base = kb.gep(bufs.o_smem, cs.wg * (64 * SWIZZLE), "i8")
     for h in (0, 1):
         row_base = kb.gep(wg_base, (cs.row0 + 8 * h) * SWIZZLE + cs.t4 * 4, "i8")
         for jd in range(cfg.head_dim // 8):
             c, unit = divmod(jd, 8)
-            i = 4 * jd + 2 * h
+            i = acc_pair(jd, h)
             pair = vec(o[i] * inv[h], o[i + 1] * inv[h]).to((cfg.dtype, 2))
             off = ((cs.g ^ unit) * 16) + c * cfg.bm * SWIZZLE
             kb.store(pair, kb.gep(row_base, off, "i8"), align=4)
@@ -626,13 +701,13 @@ def _epilogue(kb, cfg, cs, o, m, l, o_smem, o_desc, lse_ptr):
     # 2. one thread per warpgroup stores the 64 x head_dim tile (rows past seqlen_q are clipped)
     with kb.if_(cs.is_leader).then_():
         for c in range(nch):
-            fa4_op("tma_store", [o_desc, kb.gep(wg_base, c * cfg.bm * SWIZZLE, "i8"), const(c * CHUNK),
-                                 geo.head, geo.m0 + cs.wg * 64, geo.batch], box=[CHUNK, 1, 64, 1])
+            fa4.tma_store(bufs.o_desc, kb.gep(wg_base, c * cfg.bm * SWIZZLE, "i8"),
+                          [const(c * CHUNK), geo.head, geo.m0 + cs.wg * 64, geo.batch], box=[CHUNK, 1, 64, 1])
         # commit the stores; one tile per CTA waits here, persistent before its next write to the tile
-        fa4_op("tma_store_wait", pending=1 if cfg.persistent else 0)
+        fa4.tma_store_wait(pending=1 if cfg.persistent else 0)
     # 3. LSE from the lane that owns column pair 0 of each row
     with kb.if_(cs.t4.eq(0)).then_():
         row_base = (geo.batch * geo.heads + geo.head).to("i64") * geo.seqlen_q.to("i64")
         for h in (0, 1):
             with kb.if_(cs.grow[h].lt(geo.seqlen_q)).then_():
-                kb.store(lse[h], kb.gep(lse_ptr, row_base + cs.grow[h].to("i64"), "f32"), align=4)
+                kb.store(lse[h], kb.gep(bufs.lse_ptr, row_base + cs.grow[h].to("i64"), "f32"), align=4)

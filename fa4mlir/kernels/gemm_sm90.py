@@ -16,8 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import dsl
-from ..dsl import ELEM_BYTES, KernelBuilder, Value, const, fa4_op
+from ..dialect import builders as fa4
+from ..dsl import ELEM_BYTES, KernelBuilder, Value, const
 from .common.load_ring import load_ab_ring
+from .common.wgmma import acc_pair, wait_group
 
 SWIZZLE_BYTES = 128
 WGMMA_K = 16
@@ -53,6 +55,27 @@ class GemmConfig:
         return {"kernel": "gemm_sm90", **self.__dict__}
 
 
+@dataclass(frozen=True)
+class _Ring:
+    """The A/B K-slice ring: its SMEM buffers, its pipeline and the bytes of one stage of each."""
+    a_smem: Value
+    b_smem: Value
+    ab_pipe: dsl.Pipeline
+    a_bytes: int
+    b_bytes: int
+
+
+@dataclass(frozen=True)
+class _Tile:
+    """This CTA's BM x BN tile of C (from row m0, column n0) and the problem size."""
+    c_gmem: Value
+    m0: Value
+    n0: Value
+    m_size: Value
+    n_size: Value
+    num_k_tiles: Value
+
+
 def build(cfg: GemmConfig = GemmConfig()) -> dsl.KernelIR:
     cfg.validate()
     eb = ELEM_BYTES[cfg.dtype]
@@ -74,34 +97,38 @@ def build(cfg: GemmConfig = GemmConfig()) -> dsl.KernelIR:
         m0 = kb.block_idx(1) * cfg.bm
         n0 = kb.block_idx(0) * cfg.bn
         num_k_tiles = (k_size + (cfg.bk - 1)) // cfg.bk
+        ring = _Ring(a_smem, b_smem, ab_pipe, a_tile_bytes, b_tile_bytes)
+        tile = _Tile(c_gmem, m0, n0, m_size, n_size, num_k_tiles)
 
         with kb.warp_roles():
             with kb.role("load", first_warp=0, num_warps=1, regs=cfg.load_regs):
                 load_ab_ring(kb, cfg, ab_pipe, a_desc, b_desc, a_smem, b_smem, m0, n0, num_k_tiles,
-                           a_tile_bytes, b_tile_bytes)
+                             a_tile_bytes, b_tile_bytes)
             with kb.role("mma", first_warp=4, num_warps=4 * cfg.num_consumers, regs=cfg.mma_regs):
-                _mma_role(kb, cfg, ab_pipe, a_smem, b_smem, c_gmem, m0, n0, m_size, n_size,
-                          num_k_tiles, a_tile_bytes, b_tile_bytes)
+                _mma_role(kb, cfg, ring, tile)
     return kb.finish()
 
 
-def _issue_mmas(kb, cfg, a_smem, b_smem, stage, a_row_bytes, acc, a_bytes, b_bytes):
+def issue_mmas(kb, cfg, ring: _Ring, stage: Value, a_row_bytes: Value, acc: Value) -> Value:
+    """acc += A[stage] B[stage]^T for this warpgroup's 64 rows (from a_row_bytes into the A stage):
+    bk / 16 wgmma m64n{bn}k16 from SMEM descriptors, committed as one group."""
     true = const(1, "i1")
-    a_base = kb.gep(a_smem, stage * a_bytes + a_row_bytes, "i8")
-    b_base = kb.gep(b_smem, stage * b_bytes, "i8")
+    a_base = kb.gep(ring.a_smem, stage * ring.a_bytes + a_row_bytes, "i8")
+    b_base = kb.gep(ring.b_smem, stage * ring.b_bytes, "i8")
     sbo = 8 * SWIZZLE_BYTES  # 8 rows of one 128-byte swizzle atom
     kstep_bytes = WGMMA_K * ELEM_BYTES[cfg.dtype]
-    fa4_op("mma_fence")
+    fa4.mma_fence()
     for kk in range(cfg.bk // WGMMA_K):
-        a_d = fa4_op("smem_desc", [kb.gep(a_base, kk * kstep_bytes, "i8")], ["i64"], swizzle=128, lbo=16, sbo=sbo)
-        b_d = fa4_op("smem_desc", [kb.gep(b_base, kk * kstep_bytes, "i8")], ["i64"], swizzle=128, lbo=16, sbo=sbo)
-        acc = Value(fa4_op("mma", [a_d.result, b_d.result, true, acc], [acc.type], m=64, n=cfg.bn, k=WGMMA_K,
-                           a_source="smem", ab_dtype=cfg.dtype, acc_dtype="f32").result)
-    fa4_op("mma_commit_group")
+        a_d = fa4.smem_desc(kb.gep(a_base, kk * kstep_bytes, "i8"), swizzle=128, lbo=16, sbo=sbo)
+        b_d = fa4.smem_desc(kb.gep(b_base, kk * kstep_bytes, "i8"), swizzle=128, lbo=16, sbo=sbo)
+        acc = Value(fa4.mma(a_d, b_d, true, [acc], result_types=[acc.type], m=64, n=cfg.bn, k=WGMMA_K,
+                            a_source="smem", ab_dtype=cfg.dtype, acc_dtype="f32"))
+    fa4.mma_commit_group()
     return acc
 
 
-def _mma_role(kb, cfg, ab_pipe, a_smem, b_smem, c_gmem, m0, n0, m_size, n_size, num_k_tiles, a_bytes, b_bytes):
+def _mma_role(kb, cfg, ring: _Ring, tile: _Tile):
+    ab_pipe = ring.ab_pipe
     tid = kb.thread_idx(0)
     consumer = tid // 128 - 1              # 0 .. num_consumers-1
     a_row_bytes = consumer * (64 * cfg.bk * ELEM_BYTES[cfg.dtype])
@@ -110,41 +137,39 @@ def _mma_role(kb, cfg, ab_pipe, a_smem, b_smem, c_gmem, m0, n0, m_size, n_size, 
     s0 = ab_pipe.initial_state()
     # 1. first K tile: wait, issue, keep its group in flight
     ab_pipe.consumer_wait(s0)
-    acc = _issue_mmas(kb, cfg, a_smem, b_smem, s0.stage, a_row_bytes, acc, a_bytes, b_bytes)
-    s1 = s0.advance()
-    loop = kb.for_(1, num_k_tiles, 1, carry=(s1.stage, s1.phase, s0.stage, acc))
-    with loop as (_, (stage, phase, prev_stage, acc_in)):
-        s = dsl.PipeState(stage, phase, cfg.stages)
+    acc = issue_mmas(kb, cfg, ring, s0.stage, a_row_bytes, acc)
+    loop = kb.for_(1, tile.num_k_tiles, 1, carry=(s0.advance(), s0.stage, acc))
+    with loop as (_, (s, prev_stage, acc_in)):
         # 2. wait for K tile j, issue its wgmmas
         ab_pipe.consumer_wait(s)
-        acc_j = _issue_mmas(kb, cfg, a_smem, b_smem, stage, a_row_bytes, acc_in, a_bytes, b_bytes)
+        acc_j = issue_mmas(kb, cfg, ring, s.stage, a_row_bytes, acc_in)
         # 3. tile j-1's group has retired once at most one group is pending: free its stage
-        acc_j = Value(fa4_op("mma_wait_group", [acc_j], [acc_j.type], pending=1).result)
+        acc_j = wait_group(acc_j, pending=1)
         with kb.if_(is_leader).then_():
-            ab_pipe.consumer_release(dsl.PipeState(prev_stage, phase, cfg.stages))
-        nxt = s.advance()
-        loop.yield_(nxt.stage, nxt.phase, stage, acc_j)
-    _, _, last_stage, acc = loop.results
-    acc = Value(fa4_op("mma_wait_group", [acc], [acc.type], pending=0).result)
+            ab_pipe.consumer_release(dsl.PipeState(prev_stage, s.phase, cfg.stages))
+        loop.yield_(s.advance(), s.stage, acc_j)
+    _, last_stage, acc = loop.results
+    acc = wait_group(acc, pending=0)
     with kb.if_(is_leader).then_():
         ab_pipe.consumer_release(dsl.PipeState(last_stage, const(0), cfg.stages))
-    _store_c(kb, cfg, acc, c_gmem, m0 + consumer * 64, n0, tid % 128, m_size, n_size)
+    _store_c(kb, cfg, acc, tile, tile.m0 + consumer * 64, tid % 128)
 
 
-def _store_c(kb, cfg, acc, c_gmem, row0, n0, t, m_size, n_size):
-    """Store the m64nBN accumulator fragment (PTX ISA 9.7.15.5.1 "Register Fragments", D matrix):
-    thread t holds rows 16*(t/32) + (t%32)/4 (+8) and column pairs 8*j + 2*(t%4)."""
+def _store_c(kb, cfg, acc, tile: _Tile, row0, t):
+    """Store the m64nBN accumulator fragment (common/wgmma.py: thread t holds rows
+    16*(t/32) + (t%32)/4 (+8) and column pairs 8*j + 2*(t%4))."""
     warp, lane = t // 32, t % 32
     r_lo = row0 + warp * 16 + lane // 4
-    c_base = n0 + (lane % 4) * 2
-    n64 = n_size.to("i64")
+    c_base = tile.n0 + (lane % 4) * 2
+    n64 = tile.n_size.to("i64")
     for j in range(cfg.bn // 8):
         col = c_base + j * 8
-        col_ok = col.lt(n_size)
+        col_ok = col.lt(tile.n_size)
         for half in (0, 1):
             row = r_lo + half * 8
-            ok = row.lt(m_size) & col_ok
+            ok = row.lt(tile.m_size) & col_ok
             with kb.if_(ok).then_():
-                pair = dsl.vec(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]).to((cfg.dtype, 2))
-                ptr = kb.gep(c_gmem, row.to("i64") * n64 + col.to("i64"), cfg.dtype)
+                i = acc_pair(j, half)
+                pair = dsl.vec(acc[i], acc[i + 1]).to((cfg.dtype, 2))
+                ptr = kb.gep(tile.c_gmem, row.to("i64") * n64 + col.to("i64"), cfg.dtype)
                 kb.store(pair, ptr, align=4)

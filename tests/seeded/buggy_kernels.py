@@ -8,8 +8,10 @@ one leader thread per warpgroup (peeled first wait, final release after the loop
 from __future__ import annotations
 
 from fa4mlir import dsl
-from fa4mlir.dsl import ELEM_BYTES, KernelBuilder, PipeState, Value, const, fa4_op, select
-from fa4mlir.kernels.gemm_sm90 import GemmConfig, _issue_mmas
+from fa4mlir.dialect import builders as fa4
+from fa4mlir.dsl import ELEM_BYTES, KernelBuilder, PipeState, const, select
+from fa4mlir.kernels.common.wgmma import wait_group
+from fa4mlir.kernels.gemm_sm90 import GemmConfig, _Ring, issue_mmas
 
 PIPE = "ab_pipe"
 
@@ -82,11 +84,11 @@ def _load(kb, cfg, bug, ab_pipe, a_desc, b_desc, a_smem, b_smem, num_k_tiles, a_
             # 3. the copies
             k0 = kt * cfg.bk
             load_stage = (stage + 1) % cfg.stages if bug == "tma_wrong_stage" else stage
-            fa4_op("tma_load", [a_desc, kb.gep(a_smem, stage * a_bytes, "i8"), load_stage, k0, const(0)],
-                   pipe="kv_pipe" if bug == "undeclared_pipe" else PIPE, box=[cfg.bk, cfg.bm],
-                   elem_bytes=ELEM_BYTES[cfg.dtype])
-            fa4_op("tma_load", [b_desc, kb.gep(b_smem, stage * b_bytes, "i8"), load_stage, k0, const(0)],
-                   pipe=PIPE, box=[cfg.bk, cfg.bn], elem_bytes=ELEM_BYTES[cfg.dtype])
+            fa4.tma_load(a_desc, kb.gep(a_smem, stage * a_bytes, "i8"), load_stage, [k0, const(0)],
+                         pipe="kv_pipe" if bug == "undeclared_pipe" else PIPE, box=[cfg.bk, cfg.bm],
+                         elem_bytes=ELEM_BYTES[cfg.dtype])
+            fa4.tma_load(b_desc, kb.gep(b_smem, stage * b_bytes, "i8"), load_stage, [k0, const(0)],
+                         pipe=PIPE, box=[cfg.bk, cfg.bn], elem_bytes=ELEM_BYTES[cfg.dtype])
             if bug == "wait_in_wrong_role":
                 ab_pipe.consumer_release(s)
             nxt = _broken_advance(s, bug)
@@ -101,16 +103,17 @@ def _mma(kb, cfg, bug, ab_pipe, a_smem, b_smem, num_k_tiles, a_bytes, b_bytes):
     s0 = ab_pipe.initial_state()
     # 1. first K tile: wait, issue, keep its group in flight
     ab_pipe.consumer_wait(s0)
-    acc = _issue_mmas(kb, cfg, a_smem, b_smem, s0.stage, a_row_bytes, acc, a_bytes, b_bytes)
+    ring = _Ring(a_smem, b_smem, ab_pipe, a_bytes, b_bytes)
+    acc = issue_mmas(kb, cfg, ring, s0.stage, a_row_bytes, acc)
     s1 = s0.advance()
     loop = kb.for_(1, num_k_tiles, 1, carry=(s1.stage, s1.phase, s0.stage, acc))
     with loop as (_, (stage, phase, prev_stage, acc_in)):
         s = PipeState(stage, phase, cfg.stages)
         # 2. wait for K tile j, issue its wgmmas
         ab_pipe.consumer_wait(s)
-        acc_j = _issue_mmas(kb, cfg, a_smem, b_smem, stage, a_row_bytes, acc_in, a_bytes, b_bytes)
+        acc_j = issue_mmas(kb, cfg, ring, stage, a_row_bytes, acc_in)
         # 3. free tile j-1's stage once its group retired
-        acc_j = Value(fa4_op("mma_wait_group", [acc_j], [acc_j.type], pending=1).result)
+        acc_j = wait_group(acc_j, pending=1)
         if bug == "release_by_all_threads":
             ab_pipe.consumer_release(PipeState(prev_stage, phase, cfg.stages))
         elif bug != "missing_release":
@@ -119,6 +122,6 @@ def _mma(kb, cfg, bug, ab_pipe, a_smem, b_smem, num_k_tiles, a_bytes, b_bytes):
         nxt = s.advance()
         loop.yield_(nxt.stage, phase if bug == "phase_not_carried" else nxt.phase, stage, acc_j)
     _, _, last_stage, acc = loop.results
-    fa4_op("mma_wait_group", [acc], [acc.type], pending=0)
+    wait_group(acc, pending=0)
     with kb.if_(is_leader).then_():
         ab_pipe.consumer_release(PipeState(last_stage, const(0), cfg.stages))

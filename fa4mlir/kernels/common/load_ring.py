@@ -6,29 +6,26 @@ both TMA boxes on `full[stage]`, and issues the two copies.
 """
 from __future__ import annotations
 
-from ... import dsl
-from ...dsl import ELEM_BYTES, fa4_op
+from ...dialect import builders as fa4
+from ...dsl import ELEM_BYTES
 
 
 def load_ab_ring(kb, cfg, ab_pipe, a_desc, b_desc, a_smem, b_smem, m0, n0, num_k_tiles, a_bytes, b_bytes):
     with kb.if_(kb.elect_one()).then_():
-        fa4_op("tma_prefetch", [a_desc])
-        fa4_op("tma_prefetch", [b_desc])
-        state = ab_pipe.initial_state()
-        loop = kb.for_(0, num_k_tiles, 1, carry=(state.stage, state.phase))
-        with loop as (kt, (stage, phase)):
-            s = dsl.PipeState(stage, phase, cfg.stages)
+        fa4.tma_prefetch(a_desc)
+        fa4.tma_prefetch(b_desc)
+        loop = kb.for_(0, num_k_tiles, 1, carry=ab_pipe.initial_state())
+        with loop as (kt, s):
             # 1. wait until the consumers freed this stage
             ab_pipe.producer_acquire(s)
             # 2. announce the bytes both TMA boxes will land on full[stage]
             ab_pipe.producer_commit(s, tx_bytes=a_bytes + b_bytes)
             # 3. issue the copies of A[m0:, k:] and B[n0:, k:]
             k0 = kt * cfg.bk
-            a_dst = kb.gep(a_smem, stage * a_bytes, "i8")
-            b_dst = kb.gep(b_smem, stage * b_bytes, "i8")
-            fa4_op("tma_load", [a_desc, a_dst, stage, k0, m0], pipe=ab_pipe.name, box=[cfg.bk, cfg.bm],
-                   elem_bytes=ELEM_BYTES[cfg.dtype])
-            fa4_op("tma_load", [b_desc, b_dst, stage, k0, n0], pipe=ab_pipe.name, box=[cfg.bk, cfg.bn],
-                   elem_bytes=ELEM_BYTES[cfg.dtype])
-            nxt = s.advance()
-            loop.yield_(nxt.stage, nxt.phase)
+            a_dst = kb.gep(a_smem, s.stage * a_bytes, "i8")
+            b_dst = kb.gep(b_smem, s.stage * b_bytes, "i8")
+            fa4.tma_load(a_desc, a_dst, s.stage, [k0, m0], pipe=ab_pipe.name, box=[cfg.bk, cfg.bm],
+                         elem_bytes=ELEM_BYTES[cfg.dtype])
+            fa4.tma_load(b_desc, b_dst, s.stage, [k0, n0], pipe=ab_pipe.name, box=[cfg.bk, cfg.bn],
+                         elem_bytes=ELEM_BYTES[cfg.dtype])
+            loop.yield_(s.advance())
