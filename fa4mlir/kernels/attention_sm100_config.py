@@ -31,7 +31,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from .common.constants import LOG2E, SM100_SMEM_PER_CTA
 from .common.naming import softmax_knob_tags
+from .common.tmem import TMEM_COLUMNS, TMEM_LANES, TMEM_SLOT_BYTES, tmem_alloc_columns
 
 KERNEL = "attention_fwd_sm100"
 # The kernel's compile environment: NVVM IR linked by nvJitLink with -lto, a whole-program link
@@ -40,15 +42,13 @@ KERNEL = "attention_fwd_sm100"
 KERNEL_ENV = {"FA4MLIR_CUBIN_BACKEND": "nvjitlink-lto"}
 DTYPES = ("bf16", "f16")
 ELEM_BYTES = 2
-MMA_M = 128                     # rows of one Q tile = TMEM lanes; tcgen05.mma cta_group::1 M
+MMA_M = TMEM_LANES              # rows of one Q tile = TMEM lanes; tcgen05.mma cta_group::1 M
 NUM_Q_TILES = 2
 MMA_K = 16                      # K of one tcgen05.mma kind::f16
 SWIZZLE_BYTES = 128
 CHUNK = SWIZZLE_BYTES // ELEM_BYTES   # 64 columns per 128-byte swizzle row
-TMEM_COLUMNS = 512
-SMEM_CARVEOUT = 232448 - 1024   # sm_100a: 227 KiB per CTA less 1 KiB the driver reserves
+SMEM_CARVEOUT = SM100_SMEM_PER_CTA
 MBARRIER_BYTES = 8
-TMEM_SLOT_BYTES = 16
 NUM_C_COLS = 2                  # correction columns per tile: [alpha | row sum, scaled row max]
 MAX_KV_STAGES = 4
 HEAD_DIMS = ((64, 64), (128, 128))   # (qk_depth, ov_depth) the kernel is built and checked for
@@ -68,14 +68,6 @@ FIXED_PIPES = ("q", "s0", "s1", "p0", "p1", "o0", "o1", "c0", "c1")
 
 def _pad(x: int, to: int) -> int:
     return (x + to - 1) // to * to
-
-
-def tmem_alloc_columns(cols: int) -> int:
-    """Columns tcgen05.alloc takes for `cols` used ones: a power of two >= 32."""
-    n = 32
-    while n < cols:
-        n *= 2
-    return n
 
 
 @dataclass(frozen=True)
@@ -284,7 +276,6 @@ def grid(config: dict, batch: int, heads: int, seqlen_q: int) -> tuple[int, int,
 def launch_args(q, k, v, o, lse, seqlen_q: int, seqlen_k: int, softmax_scale: float) -> list:
     """Parameters in order: TMA tensors q, k, v, o ([B, S, H, D]), the LSE pointer (float32 [B, H, Sq]),
     seqlen_q, seqlen_k, softmax_scale * log2(e). The GQA group is compiled in (FA4Config.group)."""
-    from .attention_sm90_config import LOG2E
     return [q, k, v, o, lse, int(seqlen_q), int(seqlen_k), float(softmax_scale) * LOG2E]
 
 
