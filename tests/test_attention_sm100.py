@@ -36,7 +36,7 @@ from fa4mlir.kernels.attention_sm100_config import (FA4Config, KERNEL_ENV, MMA_M
 from fa4mlir.passes import registry
 from fa4mlir.passes._util import PassError, attr, ops_named
 
-from fa4mlir.testing import disassemble, find_nvdisasm
+from fa4mlir.sass import disassemble, find_nvdisasm
 
 
 # ---- FA4Config plans ---------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from fa4mlir import lowering
-from fa4mlir.dsl import KernelBuilder, Value, const
+from fa4mlir.dsl import KernelBuilder
 
 
 def _kernel(body):
