@@ -1,4 +1,8 @@
-"""Helpers shared by the fa4 passes: finding ops, reporting errors with locations, rewriting."""
+"""Helpers shared by the fa4 passes: finding ops, reporting errors with locations, rewriting.
+
+ops_named, kernel_func, gpu_module and PassError live in fa4mlir/dialect/query.py (the kernels use
+them too) and are imported here for the passes.
+"""
 from __future__ import annotations
 
 from .._mlir import arith, ir, llvm, nvvm
