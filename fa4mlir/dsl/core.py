@@ -125,7 +125,7 @@ class Value:
 
     def _int_only(self, o, op, what: str):
         if self.is_float:
-            raise TypeError(f"{what} is an integer operation; got {self.type} (use / for floats)")
+            raise TypeError(f"{what} is an integer operation; got {self.type} (floats: /, floor, fmax)")
         return self._bin(o, op, None)
 
     def sdiv(self, o):
