@@ -19,7 +19,7 @@ import collections
 import sys
 from pathlib import Path
 
-from fa4mlir.testing import disassemble, wgmma_loops, wgmma_waits
+from fa4mlir.sass import disassemble, wgmma_loops, wgmma_waits
 
 
 def loop_rows(sass: str, hgmma: int | None) -> list[dict]:

@@ -3,6 +3,27 @@
 Python DSL (fa4mlir.dsl) -> MLIR (fa4 dialect + upstream) -> fa4 passes -> PTX -> cubin ->
 CUDA driver launch (fa4mlir.runtime, MLIR-free). Importing this package imports no MLIR: the
 compiler parts load on first use, so a machine with only a kernel bundle can run kernels.
+
+Import rules (checked by tests/test_layering.py, which parses every module's imports; a lazy
+import inside a function counts too). Lower layers never import higher ones:
+
+    host       __init__, env, tensors, runtime, cache: pure Python. No MLIR (not even transitively)
+               and nothing from _mlir, dialect, dsl, passes, kernels, lowering, compiler.
+    _mlir      the one module that imports `mlir`.
+    dialect    imports _mlir only (the op table, builders, and query.py: finding the kernel
+               function, ops by name, PassError, the fa4.unverified marker).
+    dsl        imports _mlir, dialect and runtime's ParamSpec/TmaSpec; never passes, kernels,
+               lowering, compiler.
+    passes     import _mlir and dialect; never kernels, dsl, lowering, compiler. Whatever a pass and
+               a kernel both need lives in dialect.
+    kernels    import dsl, dialect and kernels/common; never passes, lowering, compiler.
+               kernels/*_config.py and the pure common pieces (constants, fastdiv, naming, tmem)
+               import no MLIR: the host API imports them. A config imports no other kernel module;
+               what two configs or kernels share lives in kernels/common/, which imports no kernel.
+    lowering, compiler, front ends (attention, gemm, bundles, __main__) sit on top.
+    sass, testing  test support (MLIR-free); nothing below imports them.
+    bench/     is not part of the package: no module of fa4mlir imports it (today __main__ still
+               does; the front-end refactor removes that, and the rule's test is xfail until then).
 """
 from __future__ import annotations
 

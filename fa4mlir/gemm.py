@@ -44,7 +44,7 @@ def kernel_for(arch: str, dtype: str, bundle: Bundle | None = None, **config) ->
         else:
             from . import compiler, kernels  # needs MLIR
             cfg_cls = kernels.module(name).GemmConfig
-            art = compiler.get_artifact(name, cfg_cls(dtype=dtype, **config))
+            art = compiler.compile_kernel(name, cfg_cls(dtype=dtype, **config))
         _LOADED[cache_key] = load(art)
     return _LOADED[cache_key]
 

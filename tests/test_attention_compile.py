@@ -35,7 +35,7 @@ from fa4mlir.kernels.attention_sm90_config import LAUNCH_PARAMS, launch_args
 from fa4mlir.passes._util import attr, ops_named
 from fa4mlir.passes.plan_smem import MBARRIER_BYTES, SMEM_LIMIT
 from fa4mlir.runtime import DTYPES, TensorInfo, tma_encoding
-from fa4mlir.testing import disassemble, find_nvdisasm, wgmma_loops, wgmma_waits
+from fa4mlir.sass import disassemble, find_nvdisasm, wgmma_loops, wgmma_waits
 
 _PIECES_SET = kernel_sets.SETS["attention-fa4-pieces"]()
 ENTRIES = kernel_sets.SETS["attention"]() + _PIECES_SET + kernel_sets.tile_variants()

@@ -37,12 +37,12 @@ from fa4mlir.kernels.attention_sm100_config import (FA4Config, MMA_M, ROLES, SME
 from fa4mlir.passes import registry
 from fa4mlir.passes._util import PassError, attr, ops_named
 
-from fa4mlir.testing import disassemble, find_nvdisasm
+from fa4mlir.sass import disassemble, find_nvdisasm
 
 
 # ---- FA4Config plans ---------------------------------------------------------------------------------
 def test_plan_head_dim_128():
-    c = FA4Config(qk_depth=128, ov_depth=128)
+    c = FA4Config(head_dim=128, head_dim_v=128)
     assert c.supported() == (True, "")
     tm = c.tmem_plan()
     assert (tm["S0"], tm["S1"], tm["O0"], tm["O1"]) == (0, 128, 256, 384)
@@ -53,11 +53,11 @@ def test_plan_head_dim_128():
     assert sm["q"] == 2 * 128 * 128 * 2 and sm["k_tile"] == sm["v_tile"] == 128 * 128 * 2
     assert sm["stages"] == 2                            # a third K+V stage (64 KiB) would not fit
     assert sm["total"] == 65536 + 2 * 65536 + 2 * (9 + 4) * 8 + 16 <= SMEM_CARVEOUT
-    assert (c.BM, c.MMA_M, c.BN, c.BK0, c.BK1) == (256, 128, 128, 64, 128)
+    assert (c.bm, c.mma_m, c.bn, c.bk0, c.bk1) == (256, 128, 128, 64, 128)
 
 
 def test_plan_head_dim_64():
-    c = FA4Config(qk_depth=64, ov_depth=64, num_q_heads=8, num_kv_heads=2)
+    c = FA4Config(head_dim=64, head_dim_v=64, num_q_heads=8, num_kv_heads=2)
     tm = c.tmem_plan()
     assert (tm["O0"], tm["O1"], tm["used"], tm["alloc"]) == (256, 320, 384, 512)
     sm = c.smem_plan()
@@ -66,11 +66,11 @@ def test_plan_head_dim_64():
 
 
 def test_plan_mla_192_128():
-    c = FA4Config(qk_depth=192, ov_depth=128)
+    c = FA4Config(head_dim=192, head_dim_v=128)
     assert c.plan_fits() == (True, "")
     ok, why = c.supported()                             # planned, not built: the reason says so
     assert not ok and "192/128" in why and "MLA" in why and "not built" in why
-    assert (c.padded_qk_depth, c.padded_ov_depth) == (192, 128)
+    assert (c.padded_head_dim, c.padded_head_dim_v) == (192, 128)
     tm = c.tmem_plan()
     assert (tm["O0"], tm["O1"], tm["used"]) == (256, 384, 512)
     sm = c.smem_plan()
@@ -79,29 +79,29 @@ def test_plan_mla_192_128():
 
 
 def test_plan_head_dim_256_is_refused_with_the_reason():
-    ok, why = FA4Config(qk_depth=256, ov_depth=256).plan_fits()
+    ok, why = FA4Config(head_dim=256, head_dim_v=256).plan_fits()
     assert not ok and "768 columns > 512" in why
-    assert FA4Config(qk_depth=256, ov_depth=256).supported() == (ok, why)
+    assert FA4Config(head_dim=256, head_dim_v=256).supported() == (ok, why)
     with pytest.raises(ValueError, match="TMEM"):
-        FA4Config(qk_depth=256, ov_depth=256).validate()
+        FA4Config(head_dim=256, head_dim_v=256).validate()
 
 
 @pytest.mark.parametrize("kw,reason", [
     (dict(dtype="f32"), "dtype"),
-    (dict(qk_depth=72), "multiples of 16"),
-    (dict(qk_depth=64, ov_depth=128), "ov_depth=128 > qk_depth=64"),
+    (dict(head_dim=72), "multiples of 16"),
+    (dict(head_dim=64, head_dim_v=128), "head_dim_v=128 > head_dim=64"),
     (dict(num_q_heads=6, num_kv_heads=4), "multiple of num_kv_heads"),
     (dict(fuse_gqa=True), "fuse_gqa"),
-    (dict(BN=48), "BN=48"),
-    (dict(BN=64), "BN=128 only"),                      # the plan fits; the kernel was never compiled
-    (dict(qk_depth=96, ov_depth=96), "64/64, 128/128"),
-    (dict(num_kv_stages=1), "num_kv_stages=1"),
+    (dict(bn=48), "bn=48"),
+    (dict(bn=64), "bn=128 only"),                      # the plan fits; the kernel was never compiled
+    (dict(head_dim=96, head_dim_v=96), "64/64, 128/128"),
+    (dict(stages=1), "stages=1"),
     (dict(exp2_poly_stride=3), "(0, 2, 4, 8)"),
     (dict(num_pv_stages=2), "num_pv_stages=2"),
     (dict(swizzle=64), "128-byte swizzle"),
     (dict(exp2_poly_stride=1), "exp2_poly_stride"),
-    (dict(num_kv_stages=3), "SMEM"),                    # 64 KiB Q + 3 x 64 KiB K/V > 227 KiB
-    (dict(BN=256, qk_depth=64, ov_depth=64), "TMEM"),   # S0 + S1 = 512 already
+    (dict(stages=3), "SMEM"),                           # 64 KiB Q + 3 x 64 KiB K/V > 227 KiB
+    (dict(bn=256, head_dim=64, head_dim_v=64), "TMEM"),  # S0 + S1 = 512 already
 ])
 def test_supported_gives_reasons(kw, reason):
     ok, why = FA4Config(**kw).supported()
@@ -121,7 +121,7 @@ def test_supported_space_is_the_compiled_one():
     for dtype, (qk, ov), bn, stages, stride, group, causal in itertools.product(
             ("bf16", "f16", "f32"), pairs, (32, 64, 128, 256), range(8), range(10), (1, 2, 3, 8, 12),
             (False, True)):
-        cfg = FA4Config(dtype=dtype, qk_depth=qk, ov_depth=ov, BN=bn, num_kv_stages=stages,
+        cfg = FA4Config(dtype=dtype, head_dim=qk, head_dim_v=ov, bn=bn, stages=stages,
                         exp2_poly_stride=stride, num_q_heads=group * 2, num_kv_heads=2, causal=causal)
         if cfg.supported()[0]:
             assert code_shape(cfg) in compiled_shapes, cfg
@@ -133,10 +133,10 @@ def test_config_is_frozen_hashable_and_keyed():
     a, b = FA4Config(), FA4Config()
     assert a == b and hash(a) == hash(b) and len({a, b, FA4Config(causal=True)}) == 2
     with pytest.raises(dataclasses.FrozenInstanceError):
-        a.BN = 64
+        a.bn = 64
     assert a.key()["kernel"] == "attention_fwd_sm100" and a.key() != FA4Config(num_kv_heads=4).key()
     d = FA4Config(causal=True, num_kv_heads=4).description()
-    for part in ("qk128/ov128", "group 4", "causal", "BM=256", "S1=128", "O1=384", "P0=64", "used 512/512",
+    for part in ("qk128/ov128", "group 4", "causal", "bm=256", "S1=128", "O1=384", "P0=64", "used 512/512",
                  "SMEM 196832/231424"):
         assert part in d, d
 
@@ -178,7 +178,7 @@ ROLE_BUDGETS = {regs for _, _, _, regs in ROLES}          # 48, 80, 192
 
 
 def _id(c: FA4Config) -> str:
-    return f"{c.dtype}-d{c.qk_depth}-g{c.group}{'-causal' if c.causal else ''}"
+    return f"{c.dtype}-d{c.head_dim}-g{c.group}{'-causal' if c.causal else ''}"
 
 
 def test_ships_through_nvjitlink_lto():
@@ -245,13 +245,13 @@ def test_sass_setmaxnreg_matches_the_role_table():
     assert len(re.findall(r"USETMAXREG", sass)) == 4     # softmax0, softmax1 and correction up; load/mma down
 
 
-@pytest.mark.parametrize("cfg", [FA4Config(), FA4Config(qk_depth=64, ov_depth=64, causal=True, num_kv_heads=4)],
+@pytest.mark.parametrize("cfg", [FA4Config(), FA4Config(head_dim=64, head_dim_v=64, causal=True, num_kv_heads=4)],
                          ids=_id)
 def test_sass_holds_tcgen05_tmem_and_tma(cfg):
     art, _ = compiled(cfg)
     sass = sass_of(art)
     count = lambda op: len(re.findall(rf"\b{op}\b", sass))  # noqa: E731
-    s_mmas, pv_mmas = cfg.padded_qk_depth // 16, cfg.BN // 16
+    s_mmas, pv_mmas = cfg.padded_head_dim // 16, cfg.bn // 16
     # block 0 (S0, S1, P0 V0) + the loop (S0, P1 V, S1, P0 V) + the last P1 V
     assert count("UTCHMMA") == (2 * s_mmas + pv_mmas) + (2 * s_mmas + 2 * pv_mmas) + pv_mmas
     assert len(re.findall(r"UTCHMMA tmem\[", sass)) == 4 * pv_mmas, "P.V takes A (= P) from tensor memory"
@@ -274,7 +274,7 @@ def test_nvjitlink_given_ptx_drops_setmaxnreg():
 
 
 @needs_ptxas
-@pytest.mark.parametrize("cfg", [FA4Config(), FA4Config(qk_depth=64, ov_depth=64, causal=True, num_kv_heads=4)],
+@pytest.mark.parametrize("cfg", [FA4Config(), FA4Config(head_dim=64, head_dim_v=64, causal=True, num_kv_heads=4)],
                          ids=_id)
 def test_the_ptxas_route_has_zero_spills_too(cfg):
     """cubin_backend ptxas (upstream PTX, whole-program ptxas) stays a working alternative."""
@@ -291,7 +291,7 @@ def _verify(kir):
 
 
 def test_verifier_accepts_the_kernel():
-    for cfg in (FA4Config(), FA4Config(causal=True, qk_depth=64, ov_depth=64)):
+    for cfg in (FA4Config(), FA4Config(causal=True, head_dim=64, head_dim_v=64)):
         _verify(k100.build(cfg))
 
 

@@ -7,7 +7,7 @@ from fa4mlir import compiler, lowering
 from fa4mlir.lowering import CompileOptions
 from fa4mlir.cache import KernelCache
 from fa4mlir.kernels import gemm_sm90
-from fa4mlir.testing import find_nvdisasm
+from fa4mlir.sass import find_nvdisasm
 
 
 @pytest.fixture(scope="module")

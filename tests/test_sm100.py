@@ -10,7 +10,7 @@ from fa4mlir.lowering import CompileOptions
 from fa4mlir.kernels import gemm_sm100
 from fa4mlir.passes.plan_smem import SMEM_LIMIT
 from fa4mlir.passes.plan_tmem import TMEM_COLUMNS
-from fa4mlir.testing import disassemble, find_nvdisasm
+from fa4mlir.sass import disassemble, find_nvdisasm
 
 CONFIGS = [gemm_sm100.GemmConfig(), gemm_sm100.GemmConfig(dtype="f16", bn=128, stages=6)]
 

@@ -37,7 +37,29 @@ def _is_float(t: ir.Type) -> bool:
 
 
 class Value:
-    """A typed SSA value with arithmetic; operations emit arith ops at the current insertion point."""
+    """A typed SSA value with arithmetic; operations emit arith ops at the current insertion point.
+
+    Integers are signless in MLIR; the operation decides how the bits are read. The operators and
+    the short comparison names read integers as UNSIGNED (shipped kernels rely on it: indices,
+    lengths and counts are never negative), and the `s`-prefixed methods read them as SIGNED
+    (two's complement), for sliding windows, ragged offsets and other differences that may go below
+    zero. Float comparisons ignore the distinction (slt is olt); the division, remainder and shift
+    methods are integer-only.
+
+        unsigned (operators)     signed (methods)        arith op
+        a.lt/le/gt/ge(b)         a.slt/sle/sgt/sge(b)    cmpi ult/ule/ugt/uge  vs  slt/sle/sgt/sge
+        a // b                   a.sdiv(b)               divui  vs  divsi (rounds toward zero)
+                                 a.sfloordiv(b)          divsi, remsi, select (toward -inf, Python's //)
+                                 a.sceildiv(b)           divsi, remsi, select (toward +inf)
+        a % b                    a.srem(b)               remui  vs  remsi (sign of the dividend)
+        a >> n                   a.ashr(n)               shrui (zero-fill)  vs  shrsi (sign-fill)
+        a.to(wider int)          a.to(wider, signed=True)  extui  vs  extsi
+        a.to(float)              a.to(float, signed=True)  uitofp  vs  sitofp
+                                 a.smin(b), a.smax(b)    minsi / maxsi
+
+    eq/ne, +, -, *, <<, &, |, ^ and truncation are the same for both readings. Float -> int `to`
+    is always signed (fptosi).
+    """
 
     def __init__(self, v: ir.Value):
         self.v = v.result if hasattr(v, "result") and not isinstance(v, ir.Value) else v
@@ -97,8 +119,54 @@ class Value:
     def eq(self, o): return self._cmp(o, "eq", "oeq")
     def ne(self, o): return self._cmp(o, "ne", "one")
 
-    def to(self, t) -> "Value":
-        """Convert to type `t` (int widths, int<->float, float widths)."""
+    # ---- signed integer reading (see the class docstring) ----------------------------------
+    def slt(self, o): return self._cmp(o, "slt", "olt")
+    def sle(self, o): return self._cmp(o, "sle", "ole")
+    def sgt(self, o): return self._cmp(o, "sgt", "ogt")
+    def sge(self, o): return self._cmp(o, "sge", "oge")
+
+    def _int_only(self, o, op, what: str):
+        if self.is_float:
+            raise TypeError(f"{what} is an integer operation; got {self.type} (floats: /, floor, fmax)")
+        return self._bin(o, op, None)
+
+    def sdiv(self, o):
+        """Signed quotient rounded toward zero (C's /: -7 sdiv 2 = -3)."""
+        return self._int_only(o, arith.divsi, "sdiv")
+
+    def sfloordiv(self, o):
+        """Signed quotient rounded toward -inf (Python's //: -7 sfloordiv 2 = -4). Built from divsi
+        and remsi (arith.floordivsi has no direct LLVM lowering): q - 1 when the remainder is
+        nonzero and its sign differs from the divisor's."""
+        return self._round_quotient(o, toward_neg=True, what="sfloordiv")
+
+    def sceildiv(self, o):
+        """Signed quotient rounded toward +inf (-7 sceildiv 2 = -3, 7 sceildiv 2 = 4): q + 1 when
+        the remainder is nonzero and has the divisor's sign."""
+        return self._round_quotient(o, toward_neg=False, what="sceildiv")
+
+    def _round_quotient(self, o, *, toward_neg: bool, what: str):
+        b = Value(self._coerce(o))
+        q, r = self._int_only(b, arith.divsi, what), self._int_only(b, arith.remsi, what)
+        signs_differ = r.slt(0) ^ b.slt(0)
+        off_by_one = r.ne(0) & (signs_differ if toward_neg else signs_differ ^ 1)
+        return select(off_by_one, q - 1 if toward_neg else q + 1, q)
+
+    def srem(self, o):
+        """Signed remainder with the sign of the dividend (C's %: -7 srem 2 = -1); pairs with sdiv."""
+        return self._int_only(o, arith.remsi, "srem")
+
+    def ashr(self, o):
+        """Arithmetic shift right: the sign bit fills in (-8 ashr 1 = -4); `>>` fills zeros."""
+        return self._int_only(o, arith.shrsi, "ashr")
+
+    def smin(self, o): return self._int_only(o, arith.minsi, "smin")
+    def smax(self, o): return self._int_only(o, arith.maxsi, "smax")
+
+    def to(self, t, *, signed: bool = False) -> "Value":
+        """Convert to type `t` (int widths, int<->float, float widths). An integer source is read
+        as unsigned (zero-extended, uitofp) unless `signed` (sign-extended, sitofp); a float source
+        becomes a signed integer (fptosi) either way."""
         dst = mlir_type(t)
         src = self.type
         loc = source_loc()
@@ -109,10 +177,11 @@ class Value:
             return Value((arith.extf if wider else arith.truncf)(dst, self.v, loc=loc))
         if not self.is_float and not _is_float(_elem(dst)):
             wider = _width(_elem(dst)) > _width(_elem(src))
-            return Value((arith.extui if wider else arith.trunci)(dst, self.v, loc=loc))
+            ext = arith.extsi if signed else arith.extui
+            return Value((ext if wider else arith.trunci)(dst, self.v, loc=loc))
         if self.is_float:
             return Value(arith.fptosi(dst, self.v, loc=loc))
-        return Value(arith.uitofp(dst, self.v, loc=loc))
+        return Value((arith.sitofp if signed else arith.uitofp)(dst, self.v, loc=loc))
 
     def bitcast(self, t) -> "Value":
         """Reinterpret the bits as type `t`; a vector may become one scalar of its total width

@@ -51,12 +51,12 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
     cfg.validate()
     tm, sm = cfg.tmem_plan(), cfg.smem_plan()
     stages = sm["stages"]
-    name = (f"attention_fwd_sm100_{cfg.dtype}_qk{cfg.qk_depth}_ov{cfg.ov_depth}_g{cfg.group}"
-            f"{'_causal' if cfg.causal else ''}_bn{cfg.BN}_s{stages}{cfg.name_suffix()}")
+    name = (f"attention_fwd_sm100_{cfg.dtype}_qk{cfg.head_dim}_ov{cfg.head_dim_v}_g{cfg.group}"
+            f"{'_causal' if cfg.causal else ''}_bn{cfg.bn}_s{stages}{cfg.name_suffix()}")
     kb = KernelBuilder(name, arch="sm_100a", block=(fcfg.NUM_THREADS, 1, 1), config=cfg.key())
     q_desc = kb.param_tma("q", dtype=cfg.dtype, box=(CHUNK, 1, MMA_M, 1), swizzle="128B")
-    k_desc = kb.param_tma("k", dtype=cfg.dtype, box=(CHUNK, 1, cfg.BN, 1), swizzle="128B")
-    v_desc = kb.param_tma("v", dtype=cfg.dtype, box=(CHUNK, 1, cfg.BN, 1), swizzle="128B")
+    k_desc = kb.param_tma("k", dtype=cfg.dtype, box=(CHUNK, 1, cfg.bn, 1), swizzle="128B")
+    v_desc = kb.param_tma("v", dtype=cfg.dtype, box=(CHUNK, 1, cfg.bn, 1), swizzle="128B")
     o_desc = kb.param_tma("o", dtype=cfg.dtype, box=(CHUNK, 1, MMA_M, 1), swizzle="128B")
     lse_ptr = kb.param_ptr("lse")
     seqlen_q, seqlen_k = kb.param_i32("seqlen_q"), kb.param_i32("seqlen_k")
@@ -137,18 +137,18 @@ class _Geometry:
         m_block = kb.block_idx(0)
         if cfg.causal:  # the longest rows first: the grid's tail is short work
             m_block = kb.grid_dim(0) - 1 - m_block
-        self.m0 = m_block * cfg.BM
+        self.m0 = m_block * cfg.bm
         self.head = kb.block_idx(1)
         self.heads = kb.grid_dim(1)
         self.batch = kb.block_idx(2)
         self.kv_head = self.head // cfg.group if cfg.group > 1 else self.head
-        self.n_blocks, _ = block_range(self.m0, cfg.BM, seqlen_q, seqlen_k, cfg.BN, cfg.causal)
+        self.n_blocks, _ = block_range(self.m0, cfg.bm, seqlen_q, seqlen_k, cfg.bn, cfg.causal)
 
     def tile_row0(self, i: int) -> Value:
         return self.m0 + i * MMA_M
 
     def n_unmasked(self, cfg, i: int) -> Value:
-        return block_range(self.tile_row0(i), MMA_M, self.seqlen_q, self.seqlen_k, cfg.BN, cfg.causal)[1]
+        return block_range(self.tile_row0(i), MMA_M, self.seqlen_q, self.seqlen_k, cfg.bn, cfg.causal)[1]
 
 
 def _lane_base(kb) -> Value:
@@ -158,7 +158,7 @@ def _lane_base(kb) -> Value:
 
 # ---- load ---------------------------------------------------------------------------------------------
 def _load_role(kb, cfg, geo, pipes, smem, q_desc, k_desc, v_desc):
-    qk_ch, ov_ch = cfg.padded_qk_depth // CHUNK, cfg.padded_ov_depth // CHUNK
+    qk_ch, ov_ch = cfg.padded_head_dim // CHUNK, cfg.padded_head_dim_v // CHUNK
     q_pipe, k_pipe, v_pipe = pipes["q"], pipes["k"], pipes["v"]
     # a CTA without KV blocks loads nothing: its epilogue writes zeros into Q's tiles right away
     with kb.if_(kb.elect_one() & geo.n_blocks.gt(0)).then_():
@@ -178,15 +178,15 @@ def _load_role(kb, cfg, geo, pipes, smem, q_desc, k_desc, v_desc):
         loop = kb.for_(0, geo.n_blocks, 1, carry=(s0.stage, s0.phase))
         with loop as (n, (stage, phase)):
             s = dsl.PipeState(stage, phase, k_pipe.num_stages)
-            row = n * cfg.BN
+            row = n * cfg.bn
             for pipe, desc, base, tile, nch in ((k_pipe, k_desc, smem.k, smem.k_tile, qk_ch),
                                                 (v_pipe, v_desc, smem.v, smem.v_tile, ov_ch)):
                 pipe.producer_acquire(s)
                 pipe.producer_commit(s, tx_bytes=tile)
                 for c in range(nch):
-                    dst = kb.gep(base, stage * tile + c * cfg.BN * SW, "i8")
+                    dst = kb.gep(base, stage * tile + c * cfg.bn * SW, "i8")
                     fa4_op("tma_load", [desc, dst, stage, const(c * CHUNK), geo.kv_head, row, geo.batch],
-                           pipe=pipe.name, box=[CHUNK, 1, cfg.BN, 1], elem_bytes=fcfg.ELEM_BYTES)
+                           pipe=pipe.name, box=[CHUNK, 1, cfg.bn, 1], elem_bytes=fcfg.ELEM_BYTES)
             nxt = s.advance()
             loop.yield_(nxt.stage, nxt.phase)
 
@@ -207,20 +207,20 @@ class _Issuer:
         return self.kb.load(self.smem.tmem_slot, "i32") + self.tm[region]
 
     def s(self, i: int, k_stage: Value):
-        """S_i = Q_i K^T: qk_depth / 16 MMAs 128 x BN x 16, both operands K-major SMEM (128B swizzle)."""
+        """S_i = Q_i K^T: head_dim / 16 MMAs 128 x BN x 16, both operands K-major SMEM (128B swizzle)."""
         kb, cfg, smem = self.kb, self.cfg, self.smem
         q_base = kb.gep(smem.q, i * smem.q_tile, "i8")
         k_base = kb.gep(smem.k, k_stage * smem.k_tile, "i8")
         per_chunk = CHUNK // MMA_K
         s_tmem = self._tmem(f"S{i}")
-        for kk in range(cfg.padded_qk_depth // MMA_K):
+        for kk in range(cfg.padded_head_dim // MMA_K):
             c, within = divmod(kk, per_chunk)
             off = within * MMA_K * fcfg.ELEM_BYTES
             a = fa4_op("smem_desc", [kb.gep(q_base, c * MMA_M * SW + off, "i8")], ["i64"], swizzle=SW, lbo=16,
                        sbo=8 * SW)
-            b = fa4_op("smem_desc", [kb.gep(k_base, c * cfg.BN * SW + off, "i8")], ["i64"], swizzle=SW, lbo=16,
+            b = fa4_op("smem_desc", [kb.gep(k_base, c * cfg.bn * SW + off, "i8")], ["i64"], swizzle=SW, lbo=16,
                        sbo=8 * SW)
-            fa4_op("mma", [a.result, b.result, const(int(kk > 0), "i1"), s_tmem], [], m=MMA_M, n=cfg.BN,
+            fa4_op("mma", [a.result, b.result, const(int(kk > 0), "i1"), s_tmem], [], m=MMA_M, n=cfg.bn,
                    k=MMA_K, a_source="smem", ab_dtype=cfg.dtype, acc_dtype="f32")
 
     def pv(self, i: int, v_stage: Value, accumulate: Value):
@@ -229,12 +229,12 @@ class _Issuer:
         kb, cfg, smem = self.kb, self.cfg, self.smem
         v_base = kb.gep(smem.v, v_stage * smem.v_tile, "i8")
         p_tmem, o_tmem = self._tmem(f"P{i}"), self._tmem(f"O{i}")
-        for kk in range(cfg.BN // MMA_K):
+        for kk in range(cfg.bn // MMA_K):
             b = fa4_op("smem_desc", [kb.gep(v_base, kk * MMA_K * SW, "i8")], ["i64"], swizzle=SW,
-                       lbo=cfg.BN * SW, sbo=8 * SW)
+                       lbo=cfg.bn * SW, sbo=8 * SW)
             acc = accumulate if kk == 0 else const(1, "i1")
             fa4_op("mma", [p_tmem + kk * (MMA_K // 2), b.result, acc, o_tmem], [], m=MMA_M,
-                   n=cfg.padded_ov_depth, k=MMA_K, a_source="tmem", b_major="mn", ab_dtype=cfg.dtype,
+                   n=cfg.padded_head_dim_v, k=MMA_K, a_source="tmem", b_major="mn", ab_dtype=cfg.dtype,
                    acc_dtype="f32")
 
 
@@ -308,14 +308,14 @@ def _softmax_role(kb, cfg, geo, pipes, tmem, i, scale_log2):
         s_pipe.consumer_wait(s_st)
         kb.fence("tcgen05_after")
         parts = [Value(fa4_op("tmem_load", [s_addr + c], [("i32", S_LOAD_COLS)], num=S_LOAD_COLS).result)
-                 for c in range(0, cfg.BN, S_LOAD_COLS)]
+                 for c in range(0, cfg.bn, S_LOAD_COLS)]
         fa4_op("tmem_wait", kind="ld")
         kb.fence("tcgen05_before")
         s_pipe.consumer_release(s_st)
         s = [part.bitcast((f32, S_LOAD_COLS))[j] for part in parts for j in range(S_LOAD_COLS)]
         if masked:
-            visible = visible_keys(n * cfg.BN, row, geo.seqlen_q, geo.seqlen_k, cfg.causal)
-            for j in range(cfg.BN):
+            visible = visible_keys(n * cfg.bn, row, geo.seqlen_q, geo.seqlen_k, cfg.causal)
+            for j in range(cfg.bn):
                 s[j] = select(visible.le(j), const(NEG_INF, f32), s[j])
         # 2. max update; the O rescale factor goes to the correction warpgroup at once
         block_max = tree_reduce(s, dsl.fmax)
@@ -330,7 +330,7 @@ def _softmax_role(kb, cfg, geo, pipes, tmem, i, scale_log2):
         p = exp2_mixed([fma(x, scale_log2, neg_m) for x in s], cfg.exp2_poly_stride)
         total = tree_reduce(p, lambda a, b: a + b)
         l_new = total if first else fma(l_old, alpha, total)
-        words = [vec(p[2 * w], p[2 * w + 1]).to((cfg.dtype, 2)).bitcast("i32") for w in range(cfg.BN // 2)]
+        words = [vec(p[2 * w], p[2 * w + 1]).to((cfg.dtype, 2)).bitcast("i32") for w in range(cfg.bn // 2)]
         p_pipe.producer_acquire(p_st)
         fa4_op("tmem_store", [p_addr, vec(*words)])
         fa4_op("tmem_wait", kind="st")
@@ -377,7 +377,7 @@ def _correction_role(kb, cfg, geo, pipes, smem, tmem, o_desc, lse_ptr):
     c_addr = [lanes + tm["C0"], lanes + tm["C1"]]
     o_addr = [lanes + tm["O0"], lanes + tm["O1"]]
     cp, op = [pipes["c0"], pipes["c1"]], [pipes["o0"], pipes["o1"]]
-    n_chunks = cfg.padded_ov_depth // EPI_COLS
+    n_chunks = cfg.padded_head_dim_v // EPI_COLS
     init = [cp[0].initial_state() for _ in range(4)]      # c0 o0 c1 o1
 
     def read_c(i, st, num):
@@ -431,7 +431,7 @@ def _correction_role(kb, cfg, geo, pipes, smem, tmem, o_desc, lse_ptr):
         fa4_op("fence", kind="async_smem")
         kb.named_barrier(BAR_EPILOGUE, 128)
         with kb.if_(t.eq(0)).then_():
-            for c in range(cfg.padded_ov_depth // CHUNK):
+            for c in range(cfg.padded_head_dim_v // CHUNK):
                 src = kb.gep(smem.q, i * smem.q_tile + c * MMA_M * SW, "i8")
                 fa4_op("tma_store", [o_desc, src, const(c * CHUNK), geo.head, geo.tile_row0(i), geo.batch],
                        box=[CHUNK, 1, MMA_M, 1])
@@ -448,7 +448,7 @@ def _store_o_tile(kb, cfg, smem, i, t, o_addr, inv, empty):
     16-byte unit u of a 128-byte row r lands at unit u ^ (r % 8)."""
     row_base = kb.gep(smem.q, t * SW + i * smem.q_tile, "i8")
     zero = const(0.0, "f32")
-    for ch in range(cfg.padded_ov_depth // EPI_COLS):
+    for ch in range(cfg.padded_head_dim_v // EPI_COLS):
         o = Value(fa4_op("tmem_load", [o_addr + ch * EPI_COLS], [("i32", EPI_COLS)], num=EPI_COLS).result)
         fa4_op("tmem_wait", kind="ld")
         o = o.bitcast(("f32", EPI_COLS))

@@ -19,39 +19,44 @@ and C_i by the correction warpgroup. The MMA warp issues S_i(n+1) after O_i += P
 MMAs of one thread execute in issue order), and it issues that only after the correction released
 O_i, i.e. after it read C_i. The allocation is `tmem_used` rounded up to a power of two.
 
-Shared memory: Q0 and Q1 (each MMA_M x Dqk_pad), a ring of `num_kv_stages` K tiles (BN x Dqk_pad)
+Shared memory: Q0 and Q1 (each MMA_M x Dqk_pad), a ring of `stages` K tiles (BN x Dqk_pad)
 and one of V tiles (BN x Dv_pad), all 128B-swizzled in 64-column chunks; the mbarriers of the
 pipelines; the 16-byte TMEM address slot. The epilogue writes O_i into Q_i's tile (Dv <= Dqk).
 
 Roles (16 warps): softmax0 = warps 0-3, softmax1 = 4-7, correction = 8-11, mma = 12, load = 13
 (warps 14-15 idle), with setmaxnreg budgets softmax 192, correction 80, other 48: 2 x 192 + 80 +
 48 = 512 registers per thread-of-a-warpgroup = the 64K register file.
+
+Field names follow the sm_90a AttnConfig: `head_dim` (Q and K), `head_dim_v` (V and O,
+FlashAttention's word), `bm`, `bn`, `stages` (the K/V ring; 0 here = as many as fit, the resolved
+depth is `resolved_stages`). Fields without an sm_90a twin keep their own names in snake_case
+(`num_qk_stages`, `num_pv_stages`, `bk0`, `bk1`, `mma_m`). The kernel name keeps its `qk`/`ov`
+tags: `attention_fwd_sm100_bf16_qk64_ov64_g4_bn128_s4` is head_dim 64, head_dim_v 64.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from .common.constants import LOG2E, SM100_SMEM_PER_CTA
 from .common.naming import softmax_knob_tags
+from .common.tmem import TMEM_COLUMNS, TMEM_LANES, TMEM_SLOT_BYTES, tmem_alloc_columns
 
 KERNEL = "attention_fwd_sm100"
-# The kernel's compile environment: NVVM IR linked by nvJitLink with -lto, a whole-program link
-# that honours the roles' setmaxnreg (192/192/80/48; nvJitLink's PTX input drops it, ptxas C7504,
-# and the softmax then spills ~2 KB at the 128-register entry budget).
-KERNEL_ENV = {"FA4MLIR_CUBIN_BACKEND": "nvjitlink-lto"}
+# Compiled with cubin_backend nvjitlink-lto (kernels.KERNELS): NVVM IR linked whole-program, so
+# the roles' setmaxnreg (192/192/80/48) holds; nvJitLink's PTX input drops it (ptxas C7504) and
+# the softmax then spills ~2 KB at the 128-register entry budget.
 DTYPES = ("bf16", "f16")
 ELEM_BYTES = 2
-MMA_M = 128                     # rows of one Q tile = TMEM lanes; tcgen05.mma cta_group::1 M
+MMA_M = TMEM_LANES              # rows of one Q tile = TMEM lanes; tcgen05.mma cta_group::1 M
 NUM_Q_TILES = 2
 MMA_K = 16                      # K of one tcgen05.mma kind::f16
 SWIZZLE_BYTES = 128
 CHUNK = SWIZZLE_BYTES // ELEM_BYTES   # 64 columns per 128-byte swizzle row
-TMEM_COLUMNS = 512
-SMEM_CARVEOUT = 232448 - 1024   # sm_100a: 227 KiB per CTA less 1 KiB the driver reserves
+SMEM_CARVEOUT = SM100_SMEM_PER_CTA
 MBARRIER_BYTES = 8
-TMEM_SLOT_BYTES = 16
 NUM_C_COLS = 2                  # correction columns per tile: [alpha | row sum, scaled row max]
 MAX_KV_STAGES = 4
-HEAD_DIMS = ((64, 64), (128, 128))   # (qk_depth, ov_depth) the kernel is built and checked for
+HEAD_DIMS = ((64, 64), (128, 128))   # (head_dim, head_dim_v) the kernel is built and checked for
 EXP2_POLY_STRIDES = (0, 2, 4, 8)
 ROLES = (  # name, first warp, warps, setmaxnreg
     ("softmax0", 0, 4, 192),
@@ -70,25 +75,17 @@ def _pad(x: int, to: int) -> int:
     return (x + to - 1) // to * to
 
 
-def tmem_alloc_columns(cols: int) -> int:
-    """Columns tcgen05.alloc takes for `cols` used ones: a power of two >= 32."""
-    n = 32
-    while n < cols:
-        n *= 2
-    return n
-
-
 @dataclass(frozen=True)
 class FA4Config:
     dtype: str = "bf16"
-    qk_depth: int = 128            # head dim of Q and K
-    ov_depth: int = 128            # head dim of V and O (MLA: 128 with qk_depth 192)
+    head_dim: int = 128            # head dim of Q and K
+    head_dim_v: int = 128          # head dim of V and O (MLA: 128 with head_dim 192)
     num_q_heads: int = 16
     num_kv_heads: int = 16         # GQA: num_q_heads is a multiple of it (group = the ratio)
     causal: bool = False           # bottom-right aligned, as FlashAttention 2+
     fuse_gqa: bool = False         # pack `group` heads into one Q tile: not implemented
-    BN: int = 128                  # keys per K/V block
-    num_kv_stages: int = 0         # K and V ring depth; 0 = as many as SMEM holds (<= MAX_KV_STAGES)
+    bn: int = 128                  # keys per K/V block
+    stages: int = 0                # K and V ring depth; 0 = as many as SMEM holds (<= MAX_KV_STAGES)
     num_qk_stages: int = 1         # K split along the head dim into this many pipeline stages
     num_pv_stages: int = 1         # P.V split along the keys into this many pipeline stages
     swizzle: int = SWIZZLE_BYTES
@@ -97,40 +94,41 @@ class FA4Config:
 
     # ---- derived tiles ----------------------------------------------------------------------
     @property
-    def BM(self) -> int:           # noqa: N802  (the reference documents' names)
+    def bm(self) -> int:
+        """Query rows per CTA: NUM_Q_TILES tiles of MMA_M rows."""
         return NUM_Q_TILES * MMA_M
 
     @property
-    def MMA_M(self) -> int:        # noqa: N802
+    def mma_m(self) -> int:
         return MMA_M
 
     @property
-    def BK0(self) -> int:          # noqa: N802
+    def bk0(self) -> int:
         """Head-dim columns of one Q/K SMEM chunk (one 128-byte swizzle row)."""
         return CHUNK
 
     @property
-    def BK1(self) -> int:          # noqa: N802
+    def bk1(self) -> int:
         """Keys of one P.V pipeline stage (the K extent of O += P V per stage)."""
-        return self.BN // self.num_pv_stages
+        return self.bn // self.num_pv_stages
 
     @property
-    def padded_qk_depth(self) -> int:
-        return _pad(self.qk_depth, CHUNK)
+    def padded_head_dim(self) -> int:
+        return _pad(self.head_dim, CHUNK)
 
     @property
-    def padded_ov_depth(self) -> int:
-        return _pad(self.ov_depth, CHUNK)
+    def padded_head_dim_v(self) -> int:
+        return _pad(self.head_dim_v, CHUNK)
 
     @property
     def group(self) -> int:
         return self.num_q_heads // self.num_kv_heads if self.num_kv_heads else 0
 
     @property
-    def kv_stages(self) -> int:
-        """`num_kv_stages`, or the deepest ring that fits when it is 0."""
-        if self.num_kv_stages:
-            return self.num_kv_stages
+    def resolved_stages(self) -> int:
+        """`stages`, or the deepest ring that fits when it is 0."""
+        if self.stages:
+            return self.stages
         for stages in range(MAX_KV_STAGES, 0, -1):
             if self._smem_total(stages) <= SMEM_CARVEOUT:
                 return stages
@@ -138,11 +136,11 @@ class FA4Config:
 
     # ---- tensor memory plan -----------------------------------------------------------------
     def tmem_plan(self) -> dict:
-        s0, s1 = 0, self.BN
-        o0 = 2 * self.BN
-        o1 = o0 + self.padded_ov_depth
-        used = o1 + self.padded_ov_depth
-        return {"S0": s0, "S1": s1, "O0": o0, "O1": o1, "P0": s0 + self.BN // 2, "P1": s1 + self.BN // 2,
+        s0, s1 = 0, self.bn
+        o0 = 2 * self.bn
+        o1 = o0 + self.padded_head_dim_v
+        used = o1 + self.padded_head_dim_v
+        return {"S0": s0, "S1": s1, "O0": o0, "O1": o1, "P0": s0 + self.bn // 2, "P1": s1 + self.bn // 2,
                 "C0": s0, "C1": s1, "used": used, "alloc": tmem_alloc_columns(used)}
 
     @property
@@ -151,9 +149,9 @@ class FA4Config:
 
     # ---- shared memory plan -----------------------------------------------------------------
     def _tiles(self, stages: int) -> dict:
-        q = MMA_M * self.padded_qk_depth * ELEM_BYTES
-        k = self.BN * self.padded_qk_depth * ELEM_BYTES
-        v = self.BN * self.padded_ov_depth * ELEM_BYTES
+        q = MMA_M * self.padded_head_dim * ELEM_BYTES
+        k = self.bn * self.padded_head_dim * ELEM_BYTES
+        v = self.bn * self.padded_head_dim_v * ELEM_BYTES
         barriers = 2 * (len(FIXED_PIPES) + 2 * stages) * MBARRIER_BYTES
         return {"q_tile": q, "k_tile": k, "v_tile": v, "q": NUM_Q_TILES * q, "k": stages * k, "v": stages * v,
                 "barriers": barriers, "tmem_slot": TMEM_SLOT_BYTES}
@@ -165,7 +163,7 @@ class FA4Config:
     def smem_plan(self) -> dict:
         """Byte sizes of every SMEM region and their total (tiles are 1024-byte multiples, so the
         1024-aligned tiles pack without padding; barriers and the slot follow)."""
-        stages = self.kv_stages
+        stages = self.resolved_stages
         plan = self._tiles(stages)
         plan["stages"] = stages
         plan["total"] = self._smem_total(stages)
@@ -183,38 +181,38 @@ class FA4Config:
         for; `supported()` answers that."""
         if self.dtype not in DTYPES:
             return False, f"dtype {self.dtype!r}: the kernel takes {DTYPES} (tcgen05.mma kind::f16)"
-        for name in ("qk_depth", "ov_depth"):
+        for name in ("head_dim", "head_dim_v"):
             d = getattr(self, name)
             if d < 16 or d % 16:
                 return False, f"{name}={d}: head dims are multiples of 16 (one MMA K step)"
-        if self.ov_depth > self.qk_depth:
-            return False, (f"ov_depth={self.ov_depth} > qk_depth={self.qk_depth}: the epilogue stages O in "
+        if self.head_dim_v > self.head_dim:
+            return False, (f"head_dim_v={self.head_dim_v} > head_dim={self.head_dim}: the epilogue stages O in "
                            f"Q's SMEM tile")
-        if self.padded_ov_depth > 256:
-            return False, f"ov_depth={self.ov_depth}: O += P V is one MMA of N = {self.padded_ov_depth} > 256"
+        if self.padded_head_dim_v > 256:
+            return False, f"head_dim_v={self.head_dim_v}: O += P V is one MMA of N = {self.padded_head_dim_v} > 256"
         if self.num_q_heads < 1 or self.num_kv_heads < 1 or self.num_q_heads % self.num_kv_heads:
             return False, (f"num_q_heads={self.num_q_heads} must be a positive multiple of num_kv_heads="
                            f"{self.num_kv_heads} (GQA/MQA)")
-        if self.BN % 32 or not 32 <= self.BN <= 256:
-            return False, f"BN={self.BN}: a multiple of 32 in [32, 256] (S = Q K^T is one MMA of N = BN)"
+        if self.bn % 32 or not 32 <= self.bn <= 256:
+            return False, f"bn={self.bn}: a multiple of 32 in [32, 256] (S = Q K^T is one MMA of N = BN)"
         if self.swizzle != SWIZZLE_BYTES:
             return False, f"swizzle={self.swizzle}: only the 128-byte swizzle is implemented"
         if self.exp2_poly_stride < 0 or self.exp2_poly_stride == 1:
             return False, f"exp2_poly_stride={self.exp2_poly_stride}: 0 (SFU only) or >= 2"
         if self.rescale_threshold < 0:
             return False, f"rescale_threshold={self.rescale_threshold} must be >= 0"
-        if self.num_kv_stages < 0:
-            return False, f"num_kv_stages={self.num_kv_stages} must be >= 0 (0 = as many as fit)"
+        if self.stages < 0:
+            return False, f"stages={self.stages} must be >= 0 (0 = as many as fit)"
         tm = self.tmem_plan()
         if tm["used"] > TMEM_COLUMNS:
-            return False, (f"TMEM: S0 + S1 ({2 * self.BN}) + O0 + O1 ({2 * self.padded_ov_depth}) = {tm['used']} "
-                           f"columns > {TMEM_COLUMNS}; two Q tiles of head dim {self.ov_depth} do not fit (a smaller BN "
+            return False, (f"TMEM: S0 + S1 ({2 * self.bn}) + O0 + O1 ({2 * self.padded_head_dim_v}) = {tm['used']} "
+                           f"columns > {TMEM_COLUMNS}; two Q tiles of head dim {self.head_dim_v} do not fit (a smaller BN "
                            f"only helps while O0 + O1 < {TMEM_COLUMNS})")
-        if NUM_C_COLS > self.BN // 2:
-            return False, f"BN={self.BN}: the {NUM_C_COLS} correction columns must fit below P in S"
+        if NUM_C_COLS > self.bn // 2:
+            return False, f"bn={self.bn}: the {NUM_C_COLS} correction columns must fit below P in S"
         total = self.smem_used
         if total > SMEM_CARVEOUT:
-            return False, (f"SMEM: {total} bytes with {self.kv_stages} K/V stage(s) > the sm_100a carve-out "
+            return False, (f"SMEM: {total} bytes with {self.resolved_stages} K/V stage(s) > the sm_100a carve-out "
                            f"{SMEM_CARVEOUT}")
         return True, ""
 
@@ -222,26 +220,26 @@ class FA4Config:
         """(True, "") when the kernel is built for this config and every such config is checked to
         compile with 0 spills (tests/test_attention_sm100.py compiles all of supported_configs()),
         else (False, the reason). The space: bf16/f16, head dim 64 or 128 (qk = ov), BN 128, causal
-        or not, any GQA group, num_kv_stages 0 (as many as fit) or 2.. what fits, exp2_poly_stride
+        or not, any GQA group, stages 0 (as many as fit) or 2.. what fits, exp2_poly_stride
         in EXP2_POLY_STRIDES, any rescale_threshold >= 0."""
         ok, why = self.plan_fits()
         if not ok:
             return ok, why
-        if (self.qk_depth, self.ov_depth) not in HEAD_DIMS:
+        if (self.head_dim, self.head_dim_v) not in HEAD_DIMS:
             mla = " (MLA: its plan fits, see plan_fits(); the kernel is not built for it)" \
-                if self.qk_depth != self.ov_depth else ""
-            return False, (f"qk_depth/ov_depth {self.qk_depth}/{self.ov_depth}: the kernel is built and checked "
+                if self.head_dim != self.head_dim_v else ""
+            return False, (f"head_dim/head_dim_v {self.head_dim}/{self.head_dim_v}: the kernel is built and checked "
                            f"for {', '.join(f'{a}/{b}' for a, b in HEAD_DIMS)}{mla}")
-        if self.BN != 128:
-            return False, (f"BN={self.BN}: the kernel is built and checked for BN=128 only (the plan fits, "
+        if self.bn != 128:
+            return False, (f"bn={self.bn}: the kernel is built and checked for bn=128 only (the plan fits, "
                            f"see plan_fits(), but that kernel was never compiled)")
         if self.fuse_gqa:
             return False, "fuse_gqa (several heads in one Q tile) is not implemented; each CTA takes one head"
         if self.num_qk_stages != 1 or self.num_pv_stages != 1:
             return False, (f"num_qk_stages={self.num_qk_stages}, num_pv_stages={self.num_pv_stages}: only 1 "
                            f"and 1 are implemented (whole K and V tiles per pipeline stage)")
-        if self.num_kv_stages == 1:
-            return False, ("num_kv_stages=1: one K/V stage serialises TMA and MMA, and at head dim 128 the "
+        if self.stages == 1:
+            return False, ("stages=1: one K/V stage serialises TMA and MMA, and at head dim 128 the "
                            "kernel spills 8 bytes; use 0 (as many as fit) or >= 2")
         if self.exp2_poly_stride not in EXP2_POLY_STRIDES:
             return False, (f"exp2_poly_stride={self.exp2_poly_stride}: the kernel is checked for "
@@ -263,9 +261,9 @@ class FA4Config:
     def description(self) -> str:
         tm, sm = self.tmem_plan(), self.smem_plan()
         tmem = " ".join(f"{k}={tm[k]}" for k in ("S0", "S1", "O0", "O1", "P0", "P1", "C0", "C1"))
-        return (f"FA4Config {self.dtype} qk{self.qk_depth}/ov{self.ov_depth} heads {self.num_q_heads}/"
+        return (f"FA4Config {self.dtype} qk{self.head_dim}/ov{self.head_dim_v} heads {self.num_q_heads}/"
                 f"{self.num_kv_heads} (group {self.group}){' causal' if self.causal else ''} "
-                f"BM={self.BM} (2x{MMA_M}) BN={self.BN} BK0={self.BK0} BK1={self.BK1} "
+                f"bm={self.bm} (2x{MMA_M}) bn={self.bn} bk0={self.bk0} bk1={self.bk1} "
                 f"stages kv={sm['stages']} qk={self.num_qk_stages} pv={self.num_pv_stages} | "
                 f"TMEM {tmem} used {tm['used']}/{TMEM_COLUMNS} alloc {tm['alloc']} | "
                 f"SMEM {sm['total']}/{SMEM_CARVEOUT} B | swizzle {self.swizzle}B | "
@@ -284,13 +282,12 @@ def grid(config: dict, batch: int, heads: int, seqlen_q: int) -> tuple[int, int,
 def launch_args(q, k, v, o, lse, seqlen_q: int, seqlen_k: int, softmax_scale: float) -> list:
     """Parameters in order: TMA tensors q, k, v, o ([B, S, H, D]), the LSE pointer (float32 [B, H, Sq]),
     seqlen_q, seqlen_k, softmax_scale * log2(e). The GQA group is compiled in (FA4Config.group)."""
-    from .attention_sm90_config import LOG2E
     return [q, k, v, o, lse, int(seqlen_q), int(seqlen_k), float(softmax_scale) * LOG2E]
 
 
 def configs() -> list[FA4Config]:
     """The configs the kernel ships for (compiled and checked deviceless in CI)."""
-    return [FA4Config(dtype=dt, qk_depth=d, ov_depth=d, causal=c, num_q_heads=16, num_kv_heads=kv)
+    return [FA4Config(dtype=dt, head_dim=d, head_dim_v=d, causal=c, num_q_heads=16, num_kv_heads=kv)
             for dt in DTYPES for d in (64, 128) for c in (False, True) for kv in (16, 4)
             if (dt, kv) != ("f16", 4)]
 
@@ -306,7 +303,7 @@ def code_shape(cfg: FA4Config) -> tuple:
     """What of a supported config changes the generated code beyond immediate operands (the GQA
     group's divisor, rescale_threshold's value, num_q_heads): two configs of one shape compile to
     the same instructions."""
-    return (cfg.dtype, cfg.qk_depth, cfg.ov_depth, cfg.causal, group_class(cfg.group), cfg.kv_stages,
+    return (cfg.dtype, cfg.head_dim, cfg.head_dim_v, cfg.causal, group_class(cfg.group), cfg.resolved_stages,
             cfg.exp2_poly_stride)
 
 
@@ -317,13 +314,13 @@ def supported_configs() -> list[FA4Config]:
     for dtype in DTYPES:
         for qk, ov in HEAD_DIMS:
             depths = [n for n in range(2, 1 + SMEM_CARVEOUT // (MMA_M * ELEM_BYTES * (qk + ov)))
-                      if FA4Config(qk_depth=qk, ov_depth=ov, num_kv_stages=n).plan_fits()[0]]
+                      if FA4Config(head_dim=qk, head_dim_v=ov, stages=n).plan_fits()[0]]
             for stages in depths:
                 for causal in (False, True):
                     for group in (1, 4, 3):
                         for stride in EXP2_POLY_STRIDES:
-                            cfg = FA4Config(dtype=dtype, qk_depth=qk, ov_depth=ov, causal=causal,
-                                            num_q_heads=12 * group, num_kv_heads=12, num_kv_stages=stages,
+                            cfg = FA4Config(dtype=dtype, head_dim=qk, head_dim_v=ov, causal=causal,
+                                            num_q_heads=12 * group, num_kv_heads=12, stages=stages,
                                             exp2_poly_stride=stride)
                             if cfg.supported()[0]:
                                 out.append(cfg)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, fields, replace
 
+from .common.constants import LOG2E
 from .common.fastdiv import divisor
 from .common.naming import softmax_knob_tags
 
@@ -16,7 +17,6 @@ KERNEL = "attention_fwd_sm90"
 HEAD_DIMS = (64, 128, 256)
 BMS = (128, 192)
 DTYPES = ("bf16", "f16")
-LOG2E = 1.4426950408889634
 MAX_RESCALE_THRESHOLD = 15.0  # lazy rescale lets P reach 2**threshold: f16's largest finite is 65504 < 2**16
 
 

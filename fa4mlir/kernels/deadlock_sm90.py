@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import dsl
+from ..dialect.query import mark_unverified
 from ..dsl import KernelBuilder
-
-UNVERIFIED_ATTR = "fa4.unverified"
 
 
 @dataclass(frozen=True)
@@ -44,16 +43,9 @@ def build(cfg: DeadlockConfig = DeadlockConfig()) -> dsl.KernelIR:
                     kv_pipe.consumer_release(s)
     kir = kb.finish()
     kir.config["_debug"] = True  # compile with the watchdog whatever FA4MLIR_DEBUG says
-    mark_unverified(kir)
+    with kir.module.context:
+        mark_unverified(kir.module.operation)
     return kir
-
-
-def mark_unverified(kernel_ir: dsl.KernelIR) -> None:
-    """Mark the kernel as broken on purpose: fa4-verify-pipelines skips it (and only it)."""
-    from ..passes._util import kernel_func
-    from .._mlir import ir
-    with kernel_ir.module.context:
-        kernel_func(kernel_ir.module.operation).attributes[UNVERIFIED_ATTR] = ir.UnitAttr.get()
 
 
 def bundle_entries() -> list:

@@ -28,15 +28,16 @@ from dataclasses import dataclass
 
 from .. import dsl
 from ..dsl import ELEM_BYTES, KernelBuilder, Value, const, fa4_op
-from .attention_sm100_config import tmem_alloc_columns
+from .common.constants import SM100_SMEM_PER_CTA
 from .common.load_ring import load_ab_ring
+from .common.tmem import tmem_alloc_columns
 
 SWIZZLE_BYTES = 128
 MMA_K = 16                 # K of one tcgen05.mma kind::f16
 MMA_M = 128
 EPI_COLS = 32              # TMEM columns each epilogue thread reads per tcgen05.ld (32x32b.x32)
 STORE_ELEMS = 8            # elements of C per 16-byte store
-SMEM_LIMIT = 232448 - 1024  # fa4-plan-smem's sm_100a limit
+SMEM_LIMIT = SM100_SMEM_PER_CTA  # fa4-plan-smem's sm_100a limit
 ALLOC_WARP, LOAD_WARP, MMA_WARP, EPI_WARP = 0, 0, 1, 4
 NUM_EPI_WARPS = 4
 

@@ -1,29 +1,12 @@
-"""Helpers shared by the fa4 passes: finding ops, reporting errors with locations, rewriting."""
+"""Helpers shared by the fa4 passes: finding ops, reporting errors with locations, rewriting.
+
+ops_named, kernel_func, gpu_module and PassError live in fa4mlir/dialect/query.py (the kernels use
+them too) and are imported here for the passes.
+"""
 from __future__ import annotations
 
 from .._mlir import arith, ir, llvm, nvvm
-
-
-class PassError(Exception):
-    """A pass failed at `loc` (the op's source location); the message says what and how to fix."""
-
-    def __init__(self, message: str, loc: ir.Location | None = None):
-        super().__init__(message)
-        self.loc = loc
-
-
-def ops_named(root: ir.Operation, *names: str) -> list[ir.Operation]:
-    """Every op under `root` whose name is in `names` (or starts with a name ending in '.'), pre-order."""
-    found = []
-
-    def visit(op):
-        n = op.name
-        if n in names or any(x.endswith(".") and n.startswith(x) for x in names):
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    root.walk(visit, ir.WalkOrder.PRE_ORDER)
-    return found
+from ..dialect.query import PassError, gpu_module, kernel_func, ops_named  # noqa: F401  (the passes' imports)
 
 
 def attr(op: ir.Operation, name: str):
@@ -44,21 +27,6 @@ def attr(op: ir.Operation, name: str):
 
 def set_int_attr(op: ir.Operation, name: str, value: int) -> None:
     op.attributes[name] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(value))
-
-
-def kernel_func(module: ir.Operation) -> ir.Operation:
-    """The (single) kernel llvm.func inside the module's gpu.module."""
-    funcs = [op for op in ops_named(module, "llvm.func") if "nvvm.kernel" in op.attributes]
-    if len(funcs) != 1:
-        raise PassError(f"expected exactly one kernel function (llvm.func with nvvm.kernel), found {len(funcs)}")
-    return funcs[0]
-
-
-def gpu_module(module: ir.Operation) -> ir.Operation:
-    mods = ops_named(module, "gpu.module")
-    if len(mods) != 1:
-        raise PassError(f"expected one gpu.module, found {len(mods)}")
-    return mods[0]
 
 
 def check_none_left(root: ir.Operation, names: tuple, pass_name: str) -> None:

@@ -17,8 +17,10 @@ block index are runtime values packed into vprintf's argument buffer (a stack st
 kills the context: the launch (or the next synchronisation) fails with CUDA_ERROR_LAUNCH_FAILED
 or an illegal-instruction error, after the driver has flushed the printf buffer.
 
-`compile_unverified(kernel_ir, key)` compiles a kernel with the watchdog and without
-fa4-verify-pipelines: for kernels that are broken on purpose (fa4mlir/kernels/deadlock_sm90.py).
+A kernel broken on purpose (fa4mlir/kernels/deadlock_sm90.py) marks itself unverified
+(fa4mlir/dialect/query.py: mark_unverified), so fa4-verify-pipelines lets it through, and asks for
+the watchdog in its config (`_debug`); `lowering.lower(kernel_ir, key=key)` then
+compiles it like any other kernel. This pass-side module imports neither lowering nor kernels.
 """
 from __future__ import annotations
 
@@ -114,12 +116,3 @@ def bounded_wait(addr: ir.Value, parity: ir.Value, *, kernel: str, role: str, pi
     after = loop.after.blocks.append()
     with ir.InsertionPoint(after):
         scf.YieldOp([])
-
-
-def compile_unverified(kernel_ir, key: str = ""):
-    """Compile a kernel broken on purpose: fa4-verify-pipelines skips it (`fa4.unverified` on the
-    kernel function) and the waits are bounded (debug=True). Returns the runtime KernelArtifact."""
-    from .. import lowering
-    from ..kernels.deadlock_sm90 import mark_unverified
-    mark_unverified(kernel_ir)
-    return lowering.lower(kernel_ir, lowering.CompileOptions(debug=True), key)

@@ -5,7 +5,7 @@ Tensor memory (PTX ISA 9.1 §9.7.16.1 "Tensor Memory"; §9.7.16.1.2 "Tensor Memo
 that is a power of two, at least 32 and at most 512. Every `fa4.tmem_alloc` of the kernel is live
 for the whole kernel here (allocate at entry, free at exit), so their columns add up and must fit
 the 512 columns of one CTA. The kernel llvm.func gets `fa4.tmem_cols` (the sum), which
-`lowering.compile_kernel` reports as `Resources.tmem_cols`.
+`lowering.lower` reports as `Resources.tmem_cols`.
 """
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ pipeline, the role, the stage and the op's source location. Rules, in the order 
    branches that each do (a persistent kernel's per-tile state).
 
 A kernel function carrying the unit attribute `fa4.unverified` is skipped: only kernels broken on
-purpose to test the debug watchdog carry it (see fa4mlir/passes/_watchdog.py: compile_unverified).
+purpose to test the debug watchdog carry it (fa4mlir/dialect/query.py: mark_unverified).
 
 Note "segments": a role's body is cut at loops. Each `scf.for` / `scf.while` body is one segment
 (counted once: it must balance per iteration); the role body outside its loops is another. Ops in
@@ -49,6 +49,7 @@ from __future__ import annotations
 import math
 
 from .._mlir import ir
+from ..dialect.query import UNVERIFIED_ATTR
 from ._util import PassError, attr, ops_named
 
 NAME = "fa4-verify-pipelines"
@@ -56,12 +57,11 @@ WAIT_OPS = ("fa4.producer_acquire", "fa4.consumer_wait")
 PROTOCOL_OPS = ("fa4.producer_acquire", "fa4.producer_commit", "fa4.tma_load", "fa4.consumer_wait",
                 "fa4.consumer_release", "fa4.mma_commit")
 LOOPS = ("scf.for", "scf.while")
-UNVERIFIED = "fa4.unverified"  # on a kernel broken on purpose (watchdog tests): not checked
 
 
 def run(module: ir.Operation) -> None:
     funcs = [op for op in ops_named(module, "llvm.func")
-             if "nvvm.kernel" in op.attributes and UNVERIFIED not in op.attributes]
+             if "nvvm.kernel" in op.attributes and UNVERIFIED_ATTR not in op.attributes]
     for func in funcs:
         _Checker(func).check()
 

@@ -5,7 +5,7 @@
 # RUN: %PYTHON %s | FileCheck %s
 from fa4mlir.kernels import attention_fwd_sm100
 
-print(attention_fwd_sm100.build(attention_fwd_sm100.FA4Config(qk_depth=64, ov_depth=64)).module)
+print(attention_fwd_sm100.build(attention_fwd_sm100.FA4Config(head_dim=64, head_dim_v=64)).module)
 
 # CHECK-LABEL: llvm.func @attention_fwd_sm100_bf16_qk64_ov64_g1_bn128_s4
 # CHECK-SAME: nvvm.maxntid = array<i32: 512, 1, 1>

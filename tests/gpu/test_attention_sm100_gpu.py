@@ -52,8 +52,8 @@ def test_fa_rule(kernels_sm100, shape):
         c = entry["config"]
         heads, kv_heads = c["num_q_heads"], c["num_kv_heads"]
         seed = zlib.crc32(repr((entry["name"], shape)).encode())
-        q, k, v = attention_inputs(batch, sq, sk, heads, kv_heads, c["qk_depth"], c["dtype"], seed)
-        scale = c["qk_depth"] ** -0.5
+        q, k, v = attention_inputs(batch, sq, sk, heads, kv_heads, c["head_dim"], c["dtype"], seed)
+        scale = c["head_dim"] ** -0.5
         o, lse = _run(bundle, entry, q, k, v, scale)
         r = compare_attention(q, k, v, o, lse, scale, c["causal"])
         assert r["ok"], (entry["name"], r)

@@ -3,6 +3,11 @@
 Causal attention is aligned bottom-right (FlashAttention 2+): query row i sees key j iff
 j <= i + seqlen_k - seqlen_q; a row that sees no key gets O = 0 and LSE = +inf. Keys at or past
 seqlen_k are never seen (the TMA tail is zero-filled, the mask makes it -inf).
+
+The math here uses the DSL's unsigned comparisons and division (it predates the signed ones) and
+takes a difference only after checking it is positive. The shipped cubins depend on this exact IR,
+so it stays; new masks whose differences may go negative (sliding windows, ragged offsets) can use
+`Value.slt/sle/sgt/sge`, `sdiv/sfloordiv/srem` and `to(..., signed=True)` instead.
 """
 from __future__ import annotations
 

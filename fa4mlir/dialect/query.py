@@ -1,0 +1,62 @@
+"""Finding things in a kernel module, for both sides of the dialect: the passes that rewrite it and
+the kernels that build it.
+
+    ops_named(root, *names)   every op under root with one of the names (or a prefix ending in '.')
+    kernel_func(module)       the one llvm.func carrying nvvm.kernel
+    gpu_module(module)        the one gpu.module
+    mark_unverified(module)   put UNVERIFIED_ATTR on the kernel function: fa4-verify-pipelines skips
+                              it (only kernels broken on purpose, e.g. kernels/deadlock_sm90.py)
+
+`PassError` lives here because these queries raise it; passes import it through passes/_util.py.
+"""
+from __future__ import annotations
+
+from .._mlir import ir
+
+UNVERIFIED_ATTR = "fa4.unverified"  # on a kernel broken on purpose (watchdog tests): not verified
+
+
+class PassError(Exception):
+    """A pass failed at `loc` (the op's source location); the message says what and how to fix."""
+
+    def __init__(self, message: str, loc: ir.Location | None = None):
+        super().__init__(message)
+        self.loc = loc
+
+
+def ops_named(root: ir.Operation, *names: str) -> list[ir.Operation]:
+    """Every op under `root` whose name is in `names` (or starts with a name ending in '.'), pre-order."""
+    found = []
+
+    def visit(op):
+        n = op.name
+        if n in names or any(x.endswith(".") and n.startswith(x) for x in names):
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return found
+
+
+def kernel_func(module: ir.Operation) -> ir.Operation:
+    """The (single) kernel llvm.func inside the module's gpu.module."""
+    funcs = [op for op in ops_named(module, "llvm.func") if "nvvm.kernel" in op.attributes]
+    if len(funcs) != 1:
+        raise PassError(f"expected exactly one kernel function (llvm.func with nvvm.kernel), found {len(funcs)}")
+    return funcs[0]
+
+
+def gpu_module(module: ir.Operation) -> ir.Operation:
+    mods = ops_named(module, "gpu.module")
+    if len(mods) != 1:
+        raise PassError(f"expected one gpu.module, found {len(mods)}")
+    return mods[0]
+
+
+def mark_unverified(module: ir.Operation) -> None:
+    """Mark the module's kernel function as broken on purpose: fa4-verify-pipelines skips it (and only it).
+    Call with the module's context active."""
+    kernel_func(module).attributes[UNVERIFIED_ATTR] = ir.UnitAttr.get()
+
+
+__all__ = ["PassError", "UNVERIFIED_ATTR", "gpu_module", "kernel_func", "mark_unverified", "ops_named"]

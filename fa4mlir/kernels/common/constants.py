@@ -1,0 +1,9 @@
+"""Numbers more than one kernel or config uses (MLIR-free: the config modules import it)."""
+from __future__ import annotations
+
+LOG2E = 1.4426950408889634      # log2(e): softmax runs in base 2, so the scale is softmax_scale * LOG2E
+# sm_100a: 227 KiB of SMEM per CTA (cudaDevAttrMaxSharedMemoryPerBlockOptin) less the 1 KiB the
+# driver reserves; fa4-plan-smem checks the same limit (passes/plan_smem.py: SMEM_LIMIT).
+SM100_SMEM_PER_CTA = 232448 - 1024
+
+__all__ = ["LOG2E", "SM100_SMEM_PER_CTA"]
