@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 BUNDLE ?= bundle
 
-.PHONY: demo test pytest lit gpu-bundle gpu-test bench bench-attention bench-gemm plot clean
+.PHONY: demo test ruff pytest lit gpu-bundle gpu-test bench bench-attention bench-gemm plot clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)            ## compile the default kernels (sm_90a, sm_100a), print resources, run on a GPU if any
 	$(PY) -m fa4mlir
 
-test: pytest lit          ## deviceless tests + lit (GPU tests skip without a GPU)
+test: ruff pytest lit     ## ruff, deviceless tests + lit (GPU tests skip without a GPU)
+
+ruff: $(STAMP)
+	$(VENV)/bin/ruff check .
 
 pytest: $(STAMP)
 	$(PY) -m pytest -q tests

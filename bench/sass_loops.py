@@ -10,7 +10,7 @@ tensor cores (intra-warpgroup overlap); what comes after the second wait runs on
     python bench/sass_loops.py --cubin a.cubin [--hgmma 16]      # any cubin, e.g. FA4 CuTe's
 
 FA4 CuTe keeps its cubins with CUTE_DSL_KEEP=cubin CUTE_DSL_DUMP_DIR=DIR (on the GPU machine;
-notes/RESULTS.md, "Where the P.V wait sits"). Needs nvdisasm (nvidia-cuda-nvdisasm).
+notes/RESULTS.md, [R-pv-wait]). Needs nvdisasm (nvidia-cuda-nvdisasm).
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 An H200 running attention at these sizes sits at its 700 W board limit, and its SM clock (1500 to
 1980 MHz) follows the power of the last second or so, not of the kernel being timed. Timed with
 do_bench's 25 ms warm-up, the same kernel read 5-10% apart depending on which backend ran before it
-(bench/attention_order.py; notes/RESULTS.md, "Timing at the power limit"). After a second of calls
+(bench/attention_order.py; notes/RESULTS.md, [D-heat]). After a second of calls
 of the timed kernel itself, its rate stays flat and no longer depends on what ran before. So
 `make_timer(heat_ms=...)` first calls the function back to back for heat_ms, then times it.
 """

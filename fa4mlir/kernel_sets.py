@@ -84,24 +84,20 @@ TILE_VARIANTS = [
     (64, True, dict(bm=128, bn=128, stages=3, pingpong=False, persistent=True)),
     (128, False, dict(bm=128, bn=128, stages=2, pingpong=True, persistent=True)),
     (128, True, dict(bm=128, bn=128, stages=2, pingpong=True, persistent=True)),
-    # causal with 64-column KV blocks (half the masked waste on the diagonal block, twice the
-    # blocks): 2-10% slower than bn 128 at 512-4k (notes/RESULTS.md, "Causal with 64-column blocks")
+    # causal with 64-column KV blocks: half the masked diagonal, twice the blocks; slower [R-bn64-causal]
     (64, True, dict(bm=128, bn=64, stages=2, pingpong=False, persistent=True)),
     (128, True, dict(bm=128, bn=64, stages=2, pingpong=True, persistent=True)),
-    # ping-pong once its turn barriers stopped costing uniform registers (notes/RESULTS.md,
-    # "Turn barriers without branches")
+    # ping-pong once its turn barriers stopped costing uniform registers [D-turn-barriers]
     (64, True, dict(bm=128, bn=128, stages=2, pingpong=True)),
     (128, False, dict(bm=128, bn=176, stages=2, pingpong=True)),
-    # the D128 non-causal one-tile-per-CTA tile until 144-key blocks measured faster
+    # the D128 non-causal one-tile-per-CTA tile before 144-key blocks [D-tiles-d128]
     (128, False, dict(bm=128, bn=128, stages=2, pingpong=True)),
-    # D256: the 128 x 80 tile without turns (the default until 64-key blocks with turns measured
-    # 0.2-2.6% faster, notes/RESULTS.md "D256 with 64-key blocks"), and 64-key blocks without turns
+    # D256: 128 x 80 without turns (the tile before 128 x 64 with turns), and 64 keys without turns [D-tiles-d256]
     (256, False, dict(bm=128, bn=80, stages=2, pingpong=False)),
     (256, True, dict(bm=128, bn=80, stages=2, pingpong=False)),
     (256, False, dict(bm=128, bn=64, stages=2, pingpong=False)),
     (256, True, dict(bm=128, bn=64, stages=2, pingpong=False)),
-    # O rescaled under S_j, before P V is issued (FA4 CuTe's order at D256): within +-1.5% of the
-    # default, neither way at every seqlen (notes/RESULTS.md, "D256 with 64-key blocks")
+    # O rescaled under S_j, before P V is issued (FA4 CuTe's order at D256): no gain [D-rb-d256]
     (256, False, dict(bm=128, bn=64, stages=2, pingpong=True, rescale_before_pv=True)),
     (256, True, dict(bm=128, bn=64, stages=2, pingpong=True, rescale_before_pv=True)),
 ]

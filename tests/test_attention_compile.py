@@ -313,7 +313,7 @@ def _kv_loops(entry, tmp_path_factory) -> tuple[object, list[list[tuple[str, str
 
 
 # the one-tile-per-CTA bf16 defaults (persistent kernels still move their descriptors: see
-# notes/RESULTS.md, "Turn barriers without branches"; D256 runs out of uniform registers)
+# notes/RESULTS.md, [D-turn-barriers]; D256 runs out of uniform registers)
 _UNIFORM = [e for e in ENTRIES if e[1].dtype == "bf16" and e[1].head_dim in (64, 128) and not e[1].persistent
             and not e[1].exp2_poly_stride
             and e[1].stages == 2 and e[1].bn == 128]
@@ -355,7 +355,7 @@ def test_softmax_runs_between_the_two_gemm_waits(entry, tmp_path_factory):
     it waits for P.V (gsb0 == 0), and the unmasked loop computes at least one row's max of S in
     between (bn / 4 S registers of the thread per row: bn / 4 - 1 FMNMX), while P.V still runs.
     That is all ptxas leaves there today: no exp2 (MUFU) in either loop, and in the causal masked
-    loop only the masking (bench/sass_loops.py; notes/RESULTS.md, "Where the P.V wait sits")."""
+    loop only the masking (bench/sass_loops.py; notes/RESULTS.md, [R-pv-wait])."""
     cfg, (plain, masked) = _kv_loops(entry, tmp_path_factory)
     for body in (plain, masked):
         w = wgmma_waits(body)

@@ -201,7 +201,7 @@ class _Tiles:
     differ in work (a tile's KV blocks grow with its row), so a static stride over them in that
     order is unbalanced (132 CTAs over 128 tiles per head give some CTAs about 3x the work of
     others), and a stride over the longest rows of every head first is balanced but spreads each
-    stride over all heads, whose K and V then outgrow L2 (measured slower, notes/RESULTS.md).
+    stride over all heads, whose K and V then outgrow L2 (measured slower, [D-causal-pairs]).
     Causal therefore strides over pairs of tiles of one (head, batch): tile T-1-k (the k-th
     longest) then tile k (the k-th shortest) of the T query tiles, whose KV blocks add up to the
     same count for every k, in the order pair (fastest), head, batch. Every CTA gets nearly the
@@ -567,7 +567,7 @@ def _attend(cs: _Consumer, turns: _Turns, counts: _Counts | None) -> _Acc:
     if cfg.persistent:
         # block 0 needs the mask only when some row does not see all of it (the causal diagonal,
         # seqlen_k < bn), and short tiles pay it per tile: the unmasked softmax gets its own copy
-        # (+1-3% at 1k-2k on an H200; the one-tile-per-CTA kernels measured 0-4% slower with it)
+        # (only here: one-tile-per-CTA kernels were slower with it) [D-block0]
         first = kb.if_(geo.n_unmasked.gt(0), results=((f32, f32), (f32, f32), [("i32", 4)] * (cfg.bn // WGMMA_K)))
         for branch, masked in ((first.then_, False), (first.else_, True)):
             with branch():

@@ -1,7 +1,7 @@
 """Configuration of the sm_90a attention forward kernel (MLIR-free: the host API imports it).
 
 `AttnConfig` fixes everything that changes the generated code; `default_config` is the measured
-tile table (see notes/RESULTS.md for the measurement behind each row); `grid` and `launch_args`
+tile table (each row's measurement: notes/RESULTS.md, "Decision log"); `grid` and `launch_args`
 are the kernel's launch contract, shared by the host API, the tests and the benchmark.
 """
 from __future__ import annotations
@@ -98,9 +98,8 @@ class AttnConfig:
         epilogue (it still takes its part in the pipelines' handshakes and the GEMM turns), and a
         persistent non-causal kernel deals its tiles rotated so each CTA gets its share of the
         cheaper last tiles. At bm 192 only: there the last query tile of a power-of-two sequence
-        holds 64 or 128 rows (+5-7% at seqlen 1024 on an H200, notes/RESULTS.md "Empty
-        warpgroups"); at bm 128 no such length has an empty warpgroup, and the extra per-tile
-        branches cost D64 causal persistent 3-4% at 1024."""
+        holds 64 or 128 rows; at bm 128 none has an empty warpgroup and the branches only cost
+        [D-empty-wg] [D-dealt]."""
         return self.consumers > 2
 
     @property
@@ -163,44 +162,30 @@ class AttnConfig:
         return cls(**{k: v for k, v in key.items() if k in names})
 
 
-# (head_dim, causal) -> tile choices, each the fastest of the variants timed on an H200
-# (notes/RESULTS.md, "attention tiles": bm 128/192, bn 64-192, stages 2/3, ping-pong on/off, seqlen
-# 1k-16k). D64: three consumer warpgroups of 64 rows taking GEMM turns (FA3/FA4's 192 x 128 tile)
-# beat 128 x 128 at every seqlen non-causal, and causal from 2k on since the turn barriers and the
-# mask got cheaper (+3-7% at 2k-16k, notes/RESULTS.md "Turn barriers without branches").
+# (head_dim, causal) -> tiles of the one-tile-per-CTA kernel (SHORT_TILES up to SHORT_SEQLEN_K), each
+# the fastest variant timed; 2 K/V stages, since more gave nothing [D-stages]
 _D64_3WG = dict(bm=192, bn=128, stages=2, pingpong=True)
 _PERS = dict(bm=128, bn=128, stages=2, persistent=True)
 TILES = {
+    # 192 x 128: three consumer warpgroups taking GEMM turns, FA3/FA4's D64 tile [D-tiles-d64]
     (64, False): _D64_3WG,
-    # one tile per CTA (above SHORT_SEQLEN_K), over 128-key blocks at 8k / 16k (notes/RESULTS.md,
-    # "Longer and shorter KV blocks"): D64 causal 112, +0.1% / +1.2% classic in one call, +1.1% /
-    # +0.4% both lazy in another; D128 non-causal 144, +1.4% / +1.2% and +0.6% / +1.3% in two calls
+    # 192 x 112: 112-key blocks fastest at 8k-16k [D-tiles-d64-causal]
     (64, True): dict(_D64_3WG, bn=112),
+    # 128 x 144 one tile per CTA: fastest at 8k-16k [D-tiles-d128]
     (128, False): dict(bn=144, stages=2, pingpong=True),
-    # persistent at every length since Q has two SMEM tiles: +4-16% over one tile per CTA at 1k-16k
-    # (notes/RESULTS.md, "Two Q tiles")
+    # persistent at every length: with two Q tiles it leads one tile per CTA everywhere [D-tiles-d128-causal]
     (128, True): dict(pingpong=True, **_PERS),
-    # D256: 64-key blocks with GEMM turns, +0.2-2.6% over 128 x 80 without turns (the default until
-    # the fifteenth session; its turns spilled) at 1k-16k, causal and not, but for causal 16k
-    # (+1.3% / -1.0% in two calls; notes/RESULTS.md, "D256 with 64-key blocks")
+    # 128 x 64 with GEMM turns: turns spill at 128 x 80, and 64 keys end on the causal diagonal [D-tiles-d256]
     (256, False): dict(bn=64, stages=2, pingpong=True),
     (256, True): dict(bn=64, stages=2, pingpong=True),
 }
 
 
-# Key sequences up to SHORT_SEQLEN_K[case]: a tile sees few KV blocks, so its prologue (Q and the
-# first K load) and epilogue weigh more, and a persistent kernel (one CTA per SM striding over the
-# tiles, two Q tiles in SMEM so the next tile's Q is there before this one ends) hides them behind
-# the previous tile's work; long sequences keep one tile per CTA, whose hardware block scheduling
-# balances the last wave. Measured on an H200, TFLOP/s at 1k / 2k / 4k / 8k / 16k (notes/RESULTS.md,
-# "Two Q tiles"): D64 non-causal 192 x 128 persistent 425 / 470 / 471 / 500 / 506 vs one tile per
-# CTA 384 / 452 / 464 / 500 / 509; D64 causal 128 x 128 persistent 344 / 389 / 420 / 440 / 446 vs
-# 192 x 128 per CTA 254 / 363 / 398 / 458 / 488; D128 non-causal persistent 585 / 623 / 622 / 619 /
-# 620 vs 524 / 554 / 588 / 610 / 622. The one-tile-per-CTA kernels have since gained their code
-# knobs and tiles (KNOBS, TILES); the same comparison of today's pair, 2k / 4k / 8k (notes/RESULTS.md,
-# "Longer and shorter KV blocks"): D64 non-causal persistent 473 / 490 / 503 vs 469 / 490 / 511;
-# D64 causal 381 / 412 / 429 vs 365 / 427 / 477; D128 non-causal 608 / 622 / 639 vs 555 / 609 /
-# 640; hence the limits below. D256 has no SMEM for a persistent kernel's Q and O tiles.
+# Key sequences up to SHORT_SEQLEN_K[case]: a tile sees few KV blocks, so its prologue and epilogue
+# weigh more, and a persistent kernel (one CTA per SM striding over the tiles, two Q tiles in SMEM)
+# hides them behind the previous tile's work [D-persistent] [D-two-q]; long sequences keep one tile
+# per CTA, whose hardware block scheduling balances the last wave. The limits are where the two
+# kernels' speeds cross [D-short-seqlen]; D256 has no SMEM for a persistent kernel [D-no-pers-d256].
 SHORT_TILES = {
     (64, False): dict(_D64_3WG, persistent=True),
     (64, True): dict(pingpong=False, **_PERS),
@@ -215,17 +200,10 @@ def is_short(head_dim: int, causal: bool, seqlen_k: int | None) -> bool:
     return seqlen_k is not None and limit is not None and seqlen_k <= limit
 
 
-# Code knobs per case (head_dim, causal, short: the SHORT_TILES pick), beyond the tiles, each
-# measured on an H200 against the classic kernel in the same call (notes/RESULTS.md, "Lazy rescale
-# behind a uniform branch"). Lazy rescale: O's multiplies per KV block are skipped while no row of
-# the warp moves its max by more than 8 (log2 units); rescale_before_pv: O is scaled under S_j.
-# D256: lazy, +1.8% geomean over 1k-16k, causal and not (0.99-1.07x per point). D128 non-causal:
-# one tile per CTA (above SHORT_SEQLEN_K) both, +2.9% at 16k; persistent rescale_before_pv only,
-# +0.3-2.2% at 1k-8k (lazy there: -1% to +1%). D64 non-causal one tile per CTA both, +3.2% / +3.5%
-# at 8k / 16k (notes/RESULTS.md, "Timing at the power limit"; persistent with both +0.2-2.5%, noise).
-# D64 causal one tile per CTA: lazy only, +1.0-2.1% at 8k-16k in two calls (with rescale_before_pv
-# too it lost 0.3-1.7%). D64 causal persistent and D128 causal stay classic (lazy cost D64 causal
-# persistent 5-7%; both on D128 causal -1.6% at 1k to +1.7% at 16k).
+# Code knobs per case (head_dim, causal, short: the SHORT_TILES pick), each where it beat the classic
+# kernel: lazy rescale (rescale_threshold 8: O's multiplies skipped while no row of the warp moves its
+# max by more than 8 log2 units) and rescale_before_pv (O scaled under S_j) [D-knobs-d64]
+# [D-knobs-d128] [D-knobs-d256]; cases not listed stay classic [D-knobs-classic].
 KNOBS = {
     (64, False, False): dict(rescale_threshold=8.0, rescale_before_pv=True),
     (64, True, False): dict(rescale_threshold=8.0),
@@ -293,9 +271,7 @@ def grid(config: AttnConfig, problem, num_sms: int | None = None) -> tuple[int, 
 
 
 L2_BYTES = 50 * 1024 * 1024  # H100 / H200 L2; the host API passes the device's own (attention.plan)
-# The share of L2 a causal grid's section may fill with K and V. Timed on an H200 (notes/RESULTS.md,
-# "Causal grids in L2-sized sections") at 4, 8, 16, 32 and 52 MB of 50 MiB: 32 MB was the fastest or
-# within 1% of it at every causal kernel and seqlen; the whole L2 lost up to 7% (D128 causal 4k).
+# The share of L2 a causal grid's section may fill with K and V; the whole L2 was slower [D-l2-share]
 SECTION_L2_SHARE = 0.6
 
 
