@@ -15,7 +15,7 @@ def test_every_op_has_a_documented_builder():
 
 
 def _with_func(body):
-    with new_context() as ctx, ir.Location.unknown():
+    with new_context(), ir.Location.unknown():
         m = ir.Module.parse(SKELETON)
         func = m.body.operations[0]
         block = func.regions[0].blocks[0]

@@ -22,4 +22,4 @@ def new_context() -> ir.Context:
 
 __all__ = ["OPS", "OPS_BY_NAME", "OpDef", "load", "new_context", "irdl_source"]
 
-from . import builders  # noqa: E402  (per-op Python builders)
+from . import builders  # noqa: E402, F401  (per-op Python builders, loaded with the package)

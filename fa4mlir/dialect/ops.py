@@ -17,7 +17,7 @@ Conventions (shared by every op below):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 # Operand / result constraints by short name -> IRDL constraint op text.
 CONSTRAINTS = {

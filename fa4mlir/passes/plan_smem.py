@@ -7,7 +7,7 @@ The kernel function gets `fa4.smem_bytes`, the dynamic SMEM size the launch must
 """
 from __future__ import annotations
 
-from .._mlir import ir, llvm
+from .._mlir import ir
 from ._util import (SMEM_SYMBOL, PassError, attr, byte_offset, check_none_left, gpu_module,
                     kernel_func, ops_named, replace, set_int_attr, smem_base)
 

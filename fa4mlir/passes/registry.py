@@ -4,7 +4,6 @@ from __future__ import annotations
 import importlib
 
 from .._mlir import ir
-from ._util import PassError
 
 # pass name -> module under fa4mlir.passes (one file per pass, lit test of the same stem)
 PASSES = {
