@@ -29,10 +29,11 @@ import time
 import pytest
 
 from fa4mlir import kernels, lowering
+from fa4mlir.attention import AttnProblem
 from fa4mlir.lowering import CompileOptions
 from fa4mlir.kernels import attention_fwd_sm100 as k100
 from fa4mlir.kernels.attention_sm100_config import (FA4Config, MMA_M, ROLES, SMEM_CARVEOUT,
-                                                   TMEM_COLUMNS, code_shape, configs, grid, launch_args,
+                                                   TMEM_COLUMNS, LAUNCH_PARAMS, code_shape, configs, grid, launch_args,
                                                    supported_configs)
 from fa4mlir.passes import registry
 from fa4mlir.passes._util import PassError, attr, ops_named
@@ -142,9 +143,16 @@ def test_config_is_frozen_hashable_and_keyed():
 
 
 def test_launch_contract():
-    assert grid({}, 2, 16, 1000) == (4, 16, 2)           # ceil(1000 / 256) CTAs of two Q tiles
-    args = launch_args("q", "k", "v", "o", "lse", 1000, 2000, 0.125)
-    assert args[:7] == ["q", "k", "v", "o", "lse", 1000, 2000] and args[7] == pytest.approx(0.125 * 1.4426950408889634)
+    problem = AttnProblem(2, 1000, 2000, 16, 4, 128, "bf16", True, 0.125)
+    assert grid(FA4Config(), problem) == (4, 16, 2)           # ceil(1000 / 256) CTAs of two Q tiles
+    args = launch_args(FA4Config(), problem, {n: n for n in ("q", "k", "v", "o", "lse")})
+    assert list(args) == [name for name, _ in LAUNCH_PARAMS]
+    assert list(args.values())[:7] == ["q", "k", "v", "o", "lse", 1000, 2000]
+    assert args["scale_log2"] == pytest.approx(0.125 * 1.4426950408889634)
+    assert FA4Config.from_key({**FA4Config(causal=True).key(), "cubin_backend": "nvjitlink-lto"}) == FA4Config(causal=True)
+    # the compiled kernel declares exactly this table
+    art, _ = compiled(FA4Config())
+    assert [(p.name, p.kind) for p in art.params] == list(LAUNCH_PARAMS)
 
 
 # ---- compiled kernels --------------------------------------------------------------------------------

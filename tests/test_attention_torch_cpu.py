@@ -63,8 +63,8 @@ def cpu_api(monkeypatch):
         def __init__(self, corrupt):
             self.corrupt = corrupt
 
-        def kernel(self, dtype, head_dim, causal, seqlen_k):
-            made.append(FakeKernel(causal, corrupt=self.corrupt))
+        def kernel(self, default):
+            made.append(FakeKernel(default.causal, corrupt=self.corrupt))
             return made[-1]
     monkeypatch.setattr(attention, "source_for", FakeSource)
     monkeypatch.setattr(checks, "CUDA_DEVICES", ("cuda", "cpu"))

@@ -82,12 +82,12 @@ class PreparedPlan:
 # ----------------------------------------------------------------------------------------------
 
 def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: bool, where: str = "bundle",
-                 seqlen_k: int | None = None) -> dict:
-    """The bundle entry (a manifest dict) to run for (dtype, head_dim, causal) and, when given, seqlen_k. Among
-    several (benchmark variants), the one with default_config's tiles for seqlen_k (else, when the
-    bundle lacks it, those for long sequences), then default_config's code knobs (KNOB_FIELDS:
-    exp2_poly_stride, rescale_threshold, rescale_before_pv; absent in older bundles: the
-    defaults), then the ptxas-compiled one."""
+                 seqlen_k: int | None = None, default: attn_cfg.AttnConfig | None = None) -> dict:
+    """The bundle entry (a manifest dict) to run for (dtype, head_dim, causal): `default`, else
+    default_config at seqlen_k (when given). Among several (benchmark variants), the one with the
+    default's tiles (else, when the bundle lacks them, those for long sequences), then its code
+    knobs (KNOB_FIELDS: exp2_poly_stride, rescale_threshold, rescale_before_pv; absent in older
+    bundles: the defaults), then the one compiled with the kernel's own backend."""
     # Match on config["kernel"]: entry names carry the config too (attention_fwd_sm90_bf16_d128_...).
     want = {"kernel": attn_cfg.KERNEL, "dtype": dtype, "head_dim": head_dim, "causal": bool(causal)}
     hits = [e for e in entries if e.get("arch") == ARCH
@@ -96,7 +96,7 @@ def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: boo
         raise LookupError(f"flash_attn_func: {where} has no {attn_cfg.KERNEL} ({ARCH}) kernel for "
                           f"dtype={dtype}, head_dim={head_dim}, causal={bool(causal)}; build it with "
                           f"`python -m fa4mlir bundle --set attention`")
-    default = attn_cfg.default_config(dtype, head_dim, causal, seqlen_k)
+    default = default or attn_cfg.default_config(dtype, head_dim, causal, seqlen_k)
     tiles = {k: getattr(default, k) for k in attn_cfg.TILE_FIELDS}
     # the default for this seqlen_k, else (the bundle lacks its tiles) the one for long sequences;
     # the code knobs to narrow by are those of the default whose tiles matched (KNOBS differ by tiles)
@@ -117,37 +117,39 @@ def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: boo
     return hits[0]
 
 
-def find_artifact(bundle: Bundle, dtype: str, head_dim: int, causal: bool, seqlen_k: int | None = None) -> KernelArtifact:
-    """The bundle's kernel for (dtype, head_dim, causal) at seqlen_k (select_entry)."""
-    entry = select_entry(bundle.entries, dtype, head_dim, causal, where=f"bundle {bundle.root}", seqlen_k=seqlen_k)
+def find_artifact(bundle: Bundle, dtype: str, head_dim: int, causal: bool, seqlen_k: int | None = None, *,
+                  default: attn_cfg.AttnConfig | None = None) -> KernelArtifact:
+    """The bundle's kernel for (dtype, head_dim, causal): `default`, else default_config at
+    seqlen_k, or what select_entry falls back to."""
+    entry = select_entry(bundle.entries, dtype, head_dim, causal, where=f"bundle {bundle.root}", seqlen_k=seqlen_k,
+                         default=default)
     match = {k: v for k, v in entry["config"].items() if k not in ("name", "arch")}
     return bundle.find(name=entry["name"], arch=entry["arch"], **match)
 
 
 class KernelSource:
-    """Where kernels come from: a bundle (select_entry picks among its entries) or the compiler
-    (default_config, compiled with the kernel's own options). ``kernel`` loads each choice once."""
+    """Where kernels come from: a bundle (select_entry picks the entry for a default config, or
+    falls back) or the compiler (the default config, compiled with the kernel's own options).
+    ``kernel`` loads each default config's kernel once."""
 
     def __init__(self, bundle: Bundle | None):
         self.bundle = bundle
         self._loaded: dict = {}
         self._lock = threading.Lock()
 
-    def artifact(self, dtype: str, head_dim: int, causal: bool, seqlen_k: int | None) -> KernelArtifact:
+    def artifact(self, default: attn_cfg.AttnConfig) -> KernelArtifact:
         if self.bundle is not None:
-            return find_artifact(self.bundle, dtype, head_dim, causal, seqlen_k)
+            return find_artifact(self.bundle, default.dtype, default.head_dim, default.causal, default=default)
         from ..compiler import compile_kernel   # needs MLIR
-        return compile_kernel(attn_cfg.KERNEL, attn_cfg.default_config(dtype, head_dim, causal, seqlen_k))
+        return compile_kernel(attn_cfg.KERNEL, default)
 
-    def kernel(self, dtype: str, head_dim: int, causal: bool, seqlen_k: int | None) -> LoadedKernel:
-        """The loaded kernel for the case; seqlen_k picks the tiles for short or long key sequences
-        (one cache entry per choice of tiles, not per length)."""
-        short = attn_cfg.is_short(head_dim, causal, seqlen_k)
-        key = (dtype, head_dim, bool(causal), short)
+    def kernel(self, default: attn_cfg.AttnConfig) -> LoadedKernel:
+        """The loaded kernel for `default` (a default_config); launch it by the config it was built
+        from (its artifact's), which a bundle may have chosen differently."""
         with self._lock:
-            if key not in self._loaded:
-                self._loaded[key] = load(self.artifact(dtype, head_dim, bool(causal), 1 if short else None))
-            return self._loaded[key]
+            if default not in self._loaded:
+                self._loaded[default] = load(self.artifact(default))
+            return self._loaded[default]
 
 
 _SOURCES: dict = {}
@@ -197,7 +199,7 @@ def select(problem: AttnProblem, device: DeviceInfo, source: KernelSource) -> Pl
     """The plan for `problem` on `device` (an sm_90 GPU: checks.check_device_context): the kernel
     `source` has for its case (default_config's tiles for its seqlen_k where the source has them),
     launched once by the contract of the config it was built from."""
-    kernel = source.kernel(problem.dtype, problem.head_dim, problem.causal, problem.seqlen_k)
+    kernel = source.kernel(attn_cfg.default_config(problem.dtype, problem.head_dim, problem.causal, problem.seqlen_k))
     config = attn_cfg.AttnConfig.from_key(kernel.artifact.config)
     return Plan(problem, (dense_launch(config, kernel, problem, device),))
 

@@ -73,6 +73,23 @@ class KernelBuilder:
         """A TMA descriptor parameter (128-byte grid constant); `box` innermost dimension first."""
         return self._param(name, "tma", TmaSpec(dtype=dtype, box=tuple(box), swizzle=swizzle))
 
+    def params_from(self, table, *, tma: dict) -> dict:
+        """Declare a launch contract's parameters in its order: `table` is (name, kind) pairs (a
+        kernel config's LAUNCH_PARAMS), `tma` each TMA parameter's descriptor spec as param_tma's
+        keywords by name. Returns the Params by name; every TMA spec must be used."""
+        unused = set(tma) - {name for name, kind in table if kind == "tma"}
+        if unused:
+            raise ValueError(f"TMA specs {sorted(unused)} name no tma parameter of the contract")
+        out = {}
+        for name, kind in table:
+            if kind == "tma":
+                if name not in tma:
+                    raise ValueError(f"tma parameter {name!r} of the contract has no descriptor spec")
+                out[name] = self.param_tma(name, **tma[name])
+            else:
+                out[name] = self._param(name, kind)
+        return out
+
     # ---- body -----------------------------------------------------------------------------------
     @contextlib.contextmanager
     def body(self):

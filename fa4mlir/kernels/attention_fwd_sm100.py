@@ -31,7 +31,7 @@ from __future__ import annotations
 from .. import dsl
 from ..dsl import KernelBuilder, Value, const, fa4_op, fma, log2, select, tree_reduce, vec
 from . import attention_sm100_config as fcfg
-from .attention_sm100_config import FA4Config  # noqa: F401  (re-exported)
+from .attention_sm100_config import LAUNCH_PARAMS, FA4Config  # noqa: F401  (FA4Config re-exported)
 from .common.masks import block_range, visible_keys
 from .common.softmax import exp2_mixed, max_update
 
@@ -54,13 +54,11 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
     name = (f"attention_fwd_sm100_{cfg.dtype}_qk{cfg.head_dim}_ov{cfg.head_dim_v}_g{cfg.group}"
             f"{'_causal' if cfg.causal else ''}_bn{cfg.bn}_s{stages}{cfg.name_suffix()}")
     kb = KernelBuilder(name, arch="sm_100a", block=(fcfg.NUM_THREADS, 1, 1), config=cfg.key())
-    q_desc = kb.param_tma("q", dtype=cfg.dtype, box=(CHUNK, 1, MMA_M, 1), swizzle="128B")
-    k_desc = kb.param_tma("k", dtype=cfg.dtype, box=(CHUNK, 1, cfg.bn, 1), swizzle="128B")
-    v_desc = kb.param_tma("v", dtype=cfg.dtype, box=(CHUNK, 1, cfg.bn, 1), swizzle="128B")
-    o_desc = kb.param_tma("o", dtype=cfg.dtype, box=(CHUNK, 1, MMA_M, 1), swizzle="128B")
-    lse_ptr = kb.param_ptr("lse")
-    seqlen_q, seqlen_k = kb.param_i32("seqlen_q"), kb.param_i32("seqlen_k")
-    scale_log2 = kb.param_f32("scale_log2")
+    box = {"q": MMA_M, "k": cfg.bn, "v": cfg.bn, "o": MMA_M}   # the launch contract, LAUNCH_PARAMS
+    p = kb.params_from(LAUNCH_PARAMS, tma={n: dict(dtype=cfg.dtype, box=(CHUNK, 1, rows, 1), swizzle="128B")
+                                           for n, rows in box.items()})
+    q_desc, k_desc, v_desc, o_desc, lse_ptr = (p[n] for n in ("q", "k", "v", "o", "lse"))
+    seqlen_q, seqlen_k, scale_log2 = p["seqlen_q"], p["seqlen_k"], p["scale_log2"]
 
     with kb.body():
         smem = _Smem(kb, cfg, sm)

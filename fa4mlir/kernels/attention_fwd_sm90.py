@@ -52,7 +52,7 @@ from .. import dsl
 from ..dialect import builders as fa4
 from ..dsl import (ELEM_BYTES, KernelBuilder, PipeState, Value, const, fast_div, fma, fmax, log2, select, tree_reduce,
                    undef, vec)
-from .attention_sm90_config import AttnConfig, causal_pair_slot, dealt_tile, section_tile
+from .attention_sm90_config import LAUNCH_PARAMS, AttnConfig, causal_pair_slot, dealt_tile, section_tile
 from .common.masks import block_range, visible_keys
 from .common.softmax import exp2_mixed, max_update
 from .common.wgmma import a_frag_pairs, acc_col, acc_pair, acc_row, row_regs, wait_group
@@ -75,19 +75,15 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
             f"_{cfg.bm}x{cfg.bn}_s{cfg.stages}{'' if cfg.pingpong else '_nopp'}{'_pers' if cfg.persistent else ''}"
             f"{cfg.name_suffix()}")
     kb = KernelBuilder(name, arch="sm_90a", block=(cfg.threads, 1, 1), config=cfg.key())
-    # TMA boxes, innermost first over [batch, seqlen, heads, head_dim]: (columns, 1 head, rows, 1 batch)
-    q_desc = kb.param_tma("q", dtype=cfg.dtype, box=(CHUNK, 1, cfg.bm, 1), swizzle="128B")
-    k_desc = kb.param_tma("k", dtype=cfg.dtype, box=(CHUNK, 1, cfg.bn, 1), swizzle="128B")
-    v_desc = kb.param_tma("v", dtype=cfg.dtype, box=(CHUNK, 1, cfg.bn, 1), swizzle="128B")
-    o_desc = kb.param_tma("o", dtype=cfg.dtype, box=(CHUNK, 1, 64, 1), swizzle="128B")
-    lse_ptr = kb.param_ptr("lse")
-    batch, heads = kb.param_i32("batch"), kb.param_i32("heads")
-    seqlen_q, seqlen_k = kb.param_i32("seqlen_q"), kb.param_i32("seqlen_k")
-    scale_log2 = kb.param_f32("scale_log2")
-    # divisors as (multiplier, shift) (common.fastdiv): quotients of uniform values stay uniform
-    div_group, div_tiles, div_heads = ((kb.param_i32(f"{n}_mul"), kb.param_i32(f"{n}_shr"))
-                                       for n in ("group", "tiles", "heads"))
-    sections = (kb.param_i32("section_shift"), (kb.param_i32("rest_mul"), kb.param_i32("rest_shr")))
+    # the launch contract (attention_sm90_config.LAUNCH_PARAMS), in its order. TMA boxes, innermost
+    # first over [batch, seqlen, heads, head_dim]: (columns, 1 head, rows, 1 batch)
+    box = {"q": cfg.bm, "k": cfg.bn, "v": cfg.bn, "o": 64}
+    p = kb.params_from(LAUNCH_PARAMS, tma={n: dict(dtype=cfg.dtype, box=(CHUNK, 1, rows, 1), swizzle="128B")
+                                           for n, rows in box.items()})
+    q_desc, k_desc, v_desc, o_desc, lse_ptr = (p[n] for n in ("q", "k", "v", "o", "lse"))
+
+    def div(name):  # divisors as (multiplier, shift) (common.fastdiv): quotients of uniform values stay uniform
+        return p[f"{name}_mul"], p[f"{name}_shr"]
 
     with kb.body():
         q_smem = kb.smem("q_smem", cfg.q_stages * q_bytes)
@@ -102,7 +98,8 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
         # persistent: O is staged in its own tile, so the next tile's Q can load during this epilogue
         o_smem = kb.smem("o_smem", q_bytes) if cfg.persistent else q_smem
         kb.pipeline_init()
-        params = _Params(batch, heads, seqlen_q, seqlen_k, scale_log2, div_group, div_tiles, div_heads, sections)
+        params = _Params(p["batch"], p["heads"], p["seqlen_q"], p["seqlen_k"], p["scale_log2"], div("group"),
+                         div("tiles"), div("heads"), (p["section_shift"], div("rest")))
         bufs = _Buffers(q_smem, k_smem, v_smem, o_smem, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_desc, o_desc,
                         lse_ptr, q_bytes, kv_bytes)
         tiles = _Tiles(kb, cfg, params)

@@ -35,7 +35,7 @@ tags: `attention_fwd_sm100_bf16_qk64_ov64_g4_bn128_s4` is head_dim 64, head_dim_
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from .common.constants import LOG2E, SM100_SMEM_PER_CTA
 from .common.naming import softmax_knob_tags
@@ -272,17 +272,36 @@ class FA4Config:
     def key(self) -> dict:
         return {"kernel": KERNEL, **asdict(self)}
 
+    @classmethod
+    def from_key(cls, key: dict) -> "FA4Config":
+        """The config a key() (or a bundle manifest's config, which adds the compile options) describes."""
+        if key.get("kernel", KERNEL) != KERNEL:
+            raise ValueError(f"not an {KERNEL} config: kernel {key.get('kernel')!r}")
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in key.items() if k in names})
 
-def grid(config: dict, batch: int, heads: int, seqlen_q: int) -> tuple[int, int, int]:
-    """One CTA per (two Q tiles = 256 query rows, head, batch)."""
+
+def grid(config: "FA4Config", problem) -> tuple[int, int, int]:
+    """One CTA per (two Q tiles = 256 query rows, head, batch). `problem`: anything with batch,
+    heads, seqlen_q (attention.AttnProblem)."""
     bm = NUM_Q_TILES * MMA_M
-    return ((seqlen_q + bm - 1) // bm, heads, batch)
+    return ((problem.seqlen_q + bm - 1) // bm, problem.heads, problem.batch)
 
 
-def launch_args(q, k, v, o, lse, seqlen_q: int, seqlen_k: int, softmax_scale: float) -> list:
-    """Parameters in order: TMA tensors q, k, v, o ([B, S, H, D]), the LSE pointer (float32 [B, H, Sq]),
-    seqlen_q, seqlen_k, softmax_scale * log2(e). The GQA group is compiled in (FA4Config.group)."""
-    return [q, k, v, o, lse, int(seqlen_q), int(seqlen_k), float(softmax_scale) * LOG2E]
+# The launch contract: the kernel's parameters, (name, kind) in PTX order; the kernel declares them
+# from this table and launch_args fills them by name. The GQA group is compiled in (FA4Config.group).
+TENSOR_PARAMS = (("q", "tma"), ("k", "tma"), ("v", "tma"), ("o", "tma"), ("lse", "ptr"))
+LAUNCH_PARAMS = (*TENSOR_PARAMS, ("seqlen_q", "i32"), ("seqlen_k", "i32"), ("scale_log2", "f32"))
+
+
+def launch_args(config: "FA4Config", problem, tensors) -> dict:
+    """The parameters by name (LAUNCH_PARAMS): TMA tensors q, k, v, o ([B, S, H, D]) and the LSE
+    pointer (float32 [B, H, Sq]) from `tensors`; seqlen_q, seqlen_k and softmax_scale * log2(e)
+    from `problem`."""
+    args = {name: tensors[name] for name, _ in TENSOR_PARAMS}
+    args.update(seqlen_q=int(problem.seqlen_q), seqlen_k=int(problem.seqlen_k),
+                scale_log2=float(problem.softmax_scale) * LOG2E)
+    return {name: args[name] for name, _ in LAUNCH_PARAMS}
 
 
 def configs() -> list[FA4Config]:
@@ -327,4 +346,4 @@ def supported_configs() -> list[FA4Config]:
     return out
 
 
-__all__ = ["FA4Config", "grid", "launch_args", "configs", "supported_configs", "code_shape", "KERNEL", "ROLES", "TMEM_COLUMNS", "SMEM_CARVEOUT"]
+__all__ = ["FA4Config", "grid", "launch_args", "LAUNCH_PARAMS", "TENSOR_PARAMS", "configs", "supported_configs", "code_shape", "KERNEL", "ROLES", "TMEM_COLUMNS", "SMEM_CARVEOUT"]

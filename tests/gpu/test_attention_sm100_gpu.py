@@ -32,14 +32,17 @@ def kernels_sm100(bundle, require_arch):
 
 def _run(bundle, entry, q, k, v, scale):
     import torch
-    from fa4mlir.kernels.attention_sm100_config import grid, launch_args
+    from fa4mlir.attention import AttnProblem
+    from fa4mlir.kernels.attention_sm100_config import FA4Config, grid, launch_args
     from fa4mlir.runtime import load
     cfg = {kk: vv for kk, vv in entry["config"].items() if kk not in ("name", "arch")}
     kern = load(bundle.find(name=entry["name"], arch=entry["arch"], **cfg))
     b, sq, h, _ = q.shape
     o = torch.full_like(q, float("nan"))
     lse = torch.full((b, h, sq), float("nan"), device=q.device, dtype=torch.float32)
-    kern.launch(grid(kern.artifact.config, b, h, sq), launch_args(q, k, v, o, lse, sq, k.shape[1], scale))
+    config = FA4Config.from_key(kern.artifact.config)
+    problem = AttnProblem.of(q.shape, k.shape, config.dtype, causal=config.causal, softmax_scale=scale)
+    kern.launch(grid(config, problem), launch_args(config, problem, dict(q=q, k=k, v=v, o=o, lse=lse)))
     torch.cuda.synchronize()
     return o, lse
 
