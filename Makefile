@@ -45,7 +45,7 @@ bench-gemm:               ## there: time the bundle's GEMMs against torch.matmul
 
 plot: $(STAMP)            ## here: draw attention-bench.png from attention-bench.json (installs matplotlib)
 	$(PY) -m pip install -q -e '.[bench]'
-	$(PY) bench/plot_attention.py attention-bench.json attention-bench.png
+	$(PY) -m fa4mlir.bench.plot_attention attention-bench.json attention-bench.png
 
 clean:
 	rm -rf $(VENV) $(BUNDLE) .pytest_cache

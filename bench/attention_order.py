@@ -1,5 +1,5 @@
 """Does a backend's timing depend on what ran just before it? A development tool for the attention
-benchmark's method (bench/attention_bench.py times cuDNN, FA2, FA4 CuTe and fa4mlir in turn, so each
+benchmark's method (fa4mlir/bench/attention_bench.py times cuDNN, FA2, FA4 CuTe and fa4mlir in turn, so each
 backend always follows the same one). MLIR-free; on the GPU machine:
 
     python3 bench/attention_order.py --bundle BUNDLE [--points 256:4096:0,128:16384:0] [--reps 3]
@@ -15,7 +15,7 @@ each target's median TFLOP/s and SM clock by predecessor; writes every sample to
     python3 bench/attention_order.py --bundle BUNDLE --series-ms 2500 --heat-ms 1000 --reps 1
 
 runs each target back to back for 2.5 s after 1 s of each predecessor instead, and prints its
-TFLOP/s in 100 ms buckets: how long it takes to reach its sustained rate (what bench/timers.py's
+TFLOP/s in 100 ms buckets: how long it takes to reach its sustained rate (what fa4mlir/bench/timers.py's
 heat is sized by).
 """
 from __future__ import annotations
@@ -32,8 +32,8 @@ import torch
 from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for bench and fa4mlir
-from bench import timers  # noqa: E402
-from bench.attention_bench import Point, candidates_for, import_fa4_cute  # noqa: E402
+from fa4mlir.bench import timers  # noqa: E402
+from fa4mlir.bench.attention_bench import Point, candidates_for, import_fa4_cute  # noqa: E402
 
 
 class Sampler:

@@ -1,6 +1,6 @@
 """Quick probe of every attention kernel in a bundle: a few correctness cases and one timing point
 each, against torch SDPA (cuDNN). A development tool (the full checks are tests/gpu and
-bench/attention_bench.py); MLIR-free, runs on the GPU machine:
+fa4mlir/bench/attention_bench.py); MLIR-free, runs on the GPU machine:
 
     python3 bench/attention_probe.py BUNDLE [--time-only] [--seqlen 16384 | --seqlen 1024,4096]
                                             [--match SUBSTRING ...] [--l2 1,16e6,52428800]
@@ -14,7 +14,7 @@ import sys
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from bench.timers import HEAT_MS, make_timer
+from fa4mlir.bench.timers import HEAT_MS, make_timer
 from fa4mlir.attention import AttnProblem
 from fa4mlir.kernels.attention_sm90_config import L2_BYTES, AttnConfig, flops, grid, launch_args
 from fa4mlir.runtime import Bundle, load
@@ -106,10 +106,10 @@ def main() -> int:
                     help="L2 bytes that size a causal grid's sections (launch_args), comma-separated: each "
                          "is timed without the SDPA references (1: sections of one head)")
     ap.add_argument("--heat-ms", type=float, default=HEAT_MS,
-                    help="before each timing, launch the timed kernel back to back this long (bench/timers.py)")
+                    help="before each timing, launch the timed kernel back to back this long (fa4mlir/bench/timers.py)")
     a = ap.parse_args()
     l2s = [int(float(x)) for x in a.l2.split(",")]
-    timer, _ = make_timer(warmup_ms=20, rep_ms=200, heat_ms=a.heat_ms)   # heated: bench/timers.py says why
+    timer, _ = make_timer(warmup_ms=20, rep_ms=200, heat_ms=a.heat_ms)   # heated: fa4mlir/bench/timers.py says why
     bad = 0
     for art in Bundle.open(a.bundle).artifacts():
         if art.config.get("kernel") != "attention_fwd_sm90":

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # One device call: the GPU tests from the bundle (and the torch-on-CPU front-end tests), then the attention benchmark, then the GEMM
 # benchmark. Logs and results under $OUT: device.txt, gpu_tests.log, attention.json (+ .png when
-# matplotlib imports there; else `python3 bench/plot_attention.py attention.json attention.png`
+# matplotlib imports there; else `python3 -m fa4mlir.bench.plot_attention attention.json attention.png`
 # draws it here), attention_bench.log, gemm.json, gemm_bench.log.
 # A device call may run 600 s: the default step limits add up to 570 s. Override with
 # TESTS_TIMEOUT, ATTN_TIMEOUT, GEMM_TIMEOUT; ATTN_ARGS adds attention flags (e.g. "--quick",
 # "--variants all", "--head-dims 128"). EXTRA_PYTHONPATH is appended to PYTHONPATH: where FA4 CuTe
 # was installed on the device (../shared/anchors/README.md), so the benchmark times it too.
 # The full attention grid took 9 minutes with FA4 CuTe on an H200 (each timing first runs its
-# backend for 1 s, bench/timers.py), more than one call holds next to the tests: run the tests in
+# backend for 1 s, fa4mlir/bench/timers.py), more than one call holds next to the tests: run the tests in
 # one call (ATTN_TIMEOUT=1 GEMM_TIMEOUT=1), then the bench in two (ATTN_ARGS="--head-dims 64,128",
 # then ATTN_ARGS=--resume with the first call's attention.json copied to $OUT/attention.json).
 # Each step runs even when the one before failed.

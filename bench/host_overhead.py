@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from bench.attention_bench import import_fa4_cute
+    from fa4mlir.bench.attention_bench import import_fa4_cute
     from fa4mlir import attention
     from fa4mlir.runtime import Bundle
 

@@ -6,7 +6,7 @@
     bench [attention|gemm]
                     time a bundle's kernels on the GPU machine (no MLIR needed): attention (default)
                     against torch SDPA (cuDNN, FA2) and FA4 CuTe on the FA3 grid; gemm against
-                    torch.matmul. Both live in bench/ (run from the repo root)
+                    torch.matmul. Both live in fa4mlir/bench/
     knobs           print every FA4MLIR_* knob
 """
 from __future__ import annotations
@@ -81,16 +81,8 @@ def cmd_bundle(args) -> int:
 
 
 def _bench_module(name: str):
-    """bench/ is not part of the installed package: import it from the source checkout."""
     import importlib
-    from pathlib import Path
-    root = Path(__file__).resolve().parents[1]
-    if not (root / "bench" / f"{name}.py").is_file():
-        raise FileNotFoundError(f"{root / 'bench' / (name + '.py')} not found: `python -m fa4mlir bench` "
-                                f"runs from a source checkout of fa4mlir (bench/ is not installed)")
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    return importlib.import_module(f"bench.{name}")
+    return importlib.import_module(f"fa4mlir.bench.{name}")
 
 
 def cmd_bench(args) -> int:
@@ -121,10 +113,7 @@ def main(argv=None) -> int:
     be.add_argument("what", nargs="?", choices=("attention", "gemm"), default="attention")
     be.add_argument("--bundle", default=None, help="bundle folder (default: FA4MLIR_BUNDLE)")
     be.add_argument("--out", default=None, help="JSON result (default: attention-bench.json / gemm-bench.json)")
-    try:
-        _bench_module("attention_bench").add_arguments(be, with_common=False)
-    except FileNotFoundError:
-        pass  # an installed fa4mlir without bench/: cmd_bench says so
+    _bench_module("attention_bench").add_arguments(be, with_common=False)
     sub.add_parser("knobs", help="print the FA4MLIR_* knobs")
     args = p.parse_args(argv)
     if args.cmd == "bundle" and not args.set:

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from bench import attention_bench as ab
-from bench import timers
+from fa4mlir.bench import attention_bench as ab
+from fa4mlir.bench import timers
 from fa4mlir.attention import select_entry
 from fa4mlir.kernels import attention_sm90_config as acfg
 
@@ -347,7 +347,7 @@ def test_resume_keeps_points_only_when_measured_the_same_way():
 
 def test_plot_on_synthetic_json(tmp_path):
     pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install matplotlib, or the 'bench' extra)")
-    from bench import plot_attention
+    from fa4mlir.bench import plot_attention
     res = synthetic_result()
     res["points"].append(_point(64, 2048, True, 250.0, 300.0))
     path, png = tmp_path / "a.json", tmp_path / "a.png"
@@ -362,7 +362,7 @@ def test_plot_on_synthetic_json(tmp_path):
 # ----------------------------------------------------------------------------------------------
 
 def test_cli_dispatches_attention_by_default_and_gemm_on_request(monkeypatch):
-    from bench import gemm_bench
+    from fa4mlir.bench import gemm_bench
     from fa4mlir import __main__ as cli
     seen = {}
     monkeypatch.setattr(ab, "run", lambda args: seen.setdefault("attention", args) and 0)

@@ -185,6 +185,8 @@ def test_configs_share_through_common_only():
     assert len(configs) >= 2 and not _violations(configs, others)
 
 
-@pytest.mark.xfail(strict=True, reason="fixed by the front-end refactor (fa4mlir/__main__.py imports bench.*)")
 def test_no_module_imports_bench():
+    """bench/ is the checkout's developer probes; what `python -m fa4mlir bench` runs is
+    fa4mlir/bench/, part of the package."""
+    assert any(d.startswith("fa4mlir.bench.") for d in imports("fa4mlir.__main__"))   # the parser sees it
     assert not _violations(list(MODULES), ("bench",))

@@ -1,7 +1,7 @@
 """Plot an attention bench result: TFLOP/s vs seqlen, one panel per (head_dim, causal), one line per
 backend (fa4mlir's line is its fastest correct variant; --variants adds each variant, dashed).
 
-    python3 bench/plot_attention.py attention.json attention.png [--variants]
+    python3 -m fa4mlir.bench.plot_attention attention.json attention.png [--variants]
 
 Needs matplotlib (`pip install matplotlib`, or the `bench` extra of fa4mlir); reads only the JSON.
 """

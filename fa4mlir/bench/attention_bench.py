@@ -3,13 +3,13 @@
 Run on the GPU machine (no MLIR needed), from the repo root:
 
     python3 -m fa4mlir bench attention --bundle bundle --out attention.json --png attention.png
-    python3 bench/attention_bench.py --bundle bundle --quick          # 2-point smoke
+    python3 -m fa4mlir bench attention --bundle bundle --quick        # 2-point smoke
 
 Grid (FlashAttention-3 paper): batch * seqlen = 16384 tokens, heads * head_dim = 2048, seqlen in
 512..16384, head_dim in 64, 128, 256, causal and not. Every point runs in one process on the same
 fresh `torch.randn` q, k, v ([B, S, H, D]; SDPA gets contiguous [B, H, S, D] copies made before
 timing), with one timer for every backend: first --heat-ms (1 s) of back-to-back calls of the
-timed backend itself, so it runs at its own sustained clock whatever ran before it (bench/timers.py
+timed backend itself, so it runs at its own sustained clock whatever ran before it (fa4mlir/bench/timers.py
 says why), then `triton.testing.do_bench` median when triton imports (as
 shared/anchors/anchors_fwd.py), else a CUDA-event median with the same warmup/rep/L2 flush.
 TFLOP/s = attention_sm90_config.flops (4·B·H·S²·D, halved when causal) / time. Before any timing, a
@@ -47,10 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-try:
-    from bench.timers import HEAT_MS, make_timer
-except ImportError:            # run as a script: bench/ is sys.path[0]
-    from timers import HEAT_MS, make_timer
+from .timers import HEAT_MS, make_timer
 
 SCHEMA = "fa4mlir-attention-bench/1"
 TOKENS = 16384                 # batch * seqlen, for every point
@@ -441,7 +438,7 @@ def validate_result(result: Any) -> dict:
         raise ValueError(f"expected an attention bench result with schema {SCHEMA!r}, got {got!r}")
     missing = [k for k in REQUIRED_KEYS if k not in result]
     if missing:
-        raise ValueError(f"attention bench result lacks {missing}; was it written by bench/attention_bench.py?")
+        raise ValueError(f"attention bench result lacks {missing}; was it written by fa4mlir.bench.attention_bench?")
     for i, p in enumerate(result["points"]):
         missing = [k for k in POINT_KEYS if k not in p]
         if missing:
@@ -645,16 +642,13 @@ def add_arguments(p: argparse.ArgumentParser, with_common: bool = True) -> None:
 
 
 def _plot(result_path: str, png: str) -> None:
-    cmd = f"python3 bench/plot_attention.py {result_path} {png}"
+    cmd = f"python3 -m fa4mlir.bench.plot_attention {result_path} {png}"
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         print(f"\nmatplotlib is not installed here; draw the plot elsewhere with:\n  {cmd}")
         return
-    try:
-        from bench.plot_attention import plot
-    except ImportError:
-        from plot_attention import plot  # run as a script: bench/ is sys.path[0]
+    from .plot_attention import plot
     try:
         print(f"\nwrote {plot(load_result(result_path), png)}")
     except Exception as e:  # noqa: BLE001  (a failed plot never loses the measurements)
@@ -771,5 +765,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for fa4mlir
     sys.exit(main())
