@@ -7,8 +7,9 @@ compiler parts load on first use, so a machine with only a kernel bundle can run
 Import rules (checked by tests/test_layering.py, which parses every module's imports; a lazy
 import inside a function counts too). Lower layers never import higher ones:
 
-    host       __init__, env, tensors, runtime, cache: pure Python. No MLIR (not even transitively)
-               and nothing from _mlir, dialect, dsl, passes, kernels, lowering, compiler.
+    host       __init__, env, tensors, driver, artifacts, runtime, cache: pure Python. No MLIR (not
+               even transitively) and nothing from _mlir, dialect, dsl, passes, kernels, lowering,
+               compiler.
     _mlir      the one module that imports `mlir`.
     dialect    imports _mlir only (the op table, builders, and query.py: finding the kernel
                function, ops by name, PassError, the fa4.unverified marker).
@@ -20,10 +21,13 @@ import inside a function counts too). Lower layers never import higher ones:
                kernels/*_config.py and the pure common pieces (constants, fastdiv, naming, tmem)
                import no MLIR: the host API imports them. A config imports no other kernel module;
                what two configs or kernels share lives in kernels/common/, which imports no kernel.
-    lowering, compiler, front ends (attention, gemm, bundles, __main__) sit on top.
+    lowering, compiler, kernel_sets, __main__ sit on top.
+    attention  the entry points: kernel configs and the kernel table only (launch contracts, tile
+               tables), the compiler lazily (the "else the compiler" kernel source); no IR layer.
+    bench      fa4mlir/bench/: what `python -m fa4mlir bench` runs (torch, triton at run time).
     sass, testing  test support (MLIR-free); nothing below imports them.
-    bench/     is not part of the package: no module of fa4mlir imports it (today __main__ still
-               does; the front-end refactor removes that, and the rule's test is xfail until then).
+    bench/     the checkout's developer probes, not part of the package: no module of fa4mlir
+               imports it.
 """
 from __future__ import annotations
 
