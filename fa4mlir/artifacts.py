@@ -11,6 +11,8 @@ import hashlib
 import json
 import operator
 import os
+import re
+import struct
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -135,17 +137,51 @@ class KernelArtifact:
 
     @classmethod
     def from_json(cls, d: dict, cubin: bytes) -> "KernelArtifact":
-        """Inverse of ``to_json``; checks the cubin against the recorded sha256."""
+        """Inverse of ``to_json``; the metadata must name the cubin's sha256 and its arch (an ELF
+        cubin's SM), and the cubin must match both."""
         want = d.get("cubin_sha256")
-        if want is not None and hashlib.sha256(cubin).hexdigest() != want:
+        if not isinstance(want, str):
+            raise ValueError(f"kernel {d.get('name')!r}: metadata has no cubin_sha256, so nothing binds it "
+                             f"to its cubin; rebuild the bundle/cache entry")
+        if hashlib.sha256(cubin).hexdigest() != want:
             raise ValueError(f"kernel {d.get('name')!r}: cubin sha256 does not match its metadata; "
                              f"the cubin file is corrupt or stale, rebuild the bundle/cache entry")
+        check_cubin_arch(cubin, d.get("arch"), f"kernel {d.get('name')!r}")
         params = tuple(ParamSpec(p["name"], p["kind"], TmaSpec(**p["tma"]) if p.get("tma") else None)
                        for p in d.get("params", ()))
         return cls(name=d["name"], arch=d["arch"], cubin=bytes(cubin), block=tuple(d["block"]),
                    cluster=tuple(d.get("cluster", (1, 1, 1))), smem_bytes=int(d.get("smem_bytes", 0)),
                    params=params, resources=dict(d.get("resources", {})), key=d.get("key", ""),
                    config=dict(d.get("config", {})))
+
+
+EM_CUDA = 190   # ELF e_machine of a cubin
+
+
+def cubin_sm(cubin: bytes) -> int | None:
+    """The SM number an ELF cubin is built for (90 for sm_90a), or None when the image is not an
+    ELF (PTX text, which the driver compiles for the device). The SM sits in e_flags: bits 8-15 from
+    the CUDA ELF ABI version 8 on (what nvJitLink and ptxas 12.8+ write), bits 0-7 before."""
+    if len(cubin) < 52 or cubin[:4] != b"\x7fELF":
+        return None
+    if cubin[4] != 2 or struct.unpack_from("<H", cubin, 18)[0] != EM_CUDA:
+        raise ValueError("the cubin is an ELF file but not a 64-bit CUDA one (e_machine != EM_CUDA)")
+    flags = struct.unpack_from("<I", cubin, 48)[0]
+    return (flags >> 8) & 0xFF if cubin[8] >= 8 else flags & 0xFF
+
+
+def check_cubin_arch(cubin: bytes, arch: Any, where: str) -> None:
+    """An ELF cubin's SM must be the one `arch` ('sm_90a') names."""
+    m = re.fullmatch(r"sm_(\d+)[af]?", arch) if isinstance(arch, str) else None
+    if m is None:
+        raise ValueError(f"{where}: arch {arch!r} is not an sm_XY[a] name")
+    try:
+        sm = cubin_sm(cubin)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+    if sm is not None and sm != int(m.group(1)):
+        raise ValueError(f"{where}: the cubin is built for sm_{sm} but its metadata says {arch}; the entry is "
+                         f"mislabelled: rebuild it")
 
 
 BUNDLE_FORMAT = "fa4mlir-bundle"
@@ -188,6 +224,22 @@ def write_bundle(directory: str | os.PathLike, artifacts: Sequence[KernelArtifac
     return root
 
 
+# manifest entry field -> the type it must have
+_ENTRY_FIELDS = {"name": str, "arch": str, "cubin": str, "cubin_sha256": str, "block": list, "params": list,
+                 "config": dict}
+
+
+def _check_entry(path: Path, index: int, e: Any) -> None:
+    """A manifest entry has the fields a lookup and a load read, of the right types."""
+    if not isinstance(e, dict):
+        raise ValueError(f"{path}: kernel entry #{index} is a {type(e).__name__}, not an object; rebuild the bundle")
+    for field_name, kind in _ENTRY_FIELDS.items():
+        if not isinstance(e.get(field_name), kind):
+            got = "missing" if field_name not in e else f"a {type(e[field_name]).__name__}"
+            raise ValueError(f"{path}: kernel entry #{index} ({e.get('name')!r}) field {field_name!r} must be a "
+                             f"{kind.__name__}, is {got}; rebuild the bundle")
+
+
 def _jsonable(v: Any) -> Any:
     return json.loads(json.dumps(v))
 
@@ -220,7 +272,12 @@ class Bundle:
         if manifest.get("version") != BUNDLE_VERSION:
             raise ValueError(f"{path}: bundle version {manifest.get('version')!r}, this runtime reads "
                              f"version {BUNDLE_VERSION}; rebuild the bundle with a matching fa4mlir")
-        return cls(root, list(manifest.get("kernels", [])))
+        kernels = manifest.get("kernels", [])
+        if not isinstance(kernels, list):
+            raise ValueError(f"{path}: 'kernels' must be a list, got {type(kernels).__name__}; rebuild the bundle")
+        for i, e in enumerate(kernels):
+            _check_entry(path, i, e)
+        return cls(root, kernels)
 
     def names(self) -> list[str]:
         """Kernel entry names in the bundle, sorted, without duplicates."""
@@ -230,7 +287,16 @@ class Bundle:
         return [self._artifact(e) for e in self.entries]
 
     def _artifact(self, e: dict) -> KernelArtifact:
-        return KernelArtifact.from_json(e, (self.root / e["cubin"]).read_bytes())
+        root = self.root.resolve()
+        path = (root / e["cubin"]).resolve()
+        if root not in path.parents:
+            raise ValueError(f"bundle {self.root}: kernel {e['name']!r} names cubin {e['cubin']!r}, outside the "
+                             f"bundle folder; a bundle's cubins are files inside it: rebuild the bundle")
+        try:
+            return KernelArtifact.from_json(e, path.read_bytes())
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"bundle {self.root}: kernel {e['name']!r} has malformed metadata ({err!r}); "
+                             f"rebuild the bundle") from None
 
     def find(self, name: str | None = None, arch: str | None = None, **config_match: Any) -> KernelArtifact:
         """The one kernel with this name/arch whose config holds every ``config_match`` item."""

@@ -84,7 +84,8 @@ def get_path(name: str) -> Path | None:
 
 
 def cache_dir() -> Path:
-    return get_path("FA4MLIR_CACHE_DIR")  # type: ignore[return-value]
+    """FA4MLIR_CACHE_DIR, or its default when unset or empty."""
+    return get_path("FA4MLIR_CACHE_DIR") or Path(KNOBS["FA4MLIR_CACHE_DIR"].default).expanduser()
 
 
 def cache_enabled() -> bool:

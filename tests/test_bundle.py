@@ -1,6 +1,7 @@
 """Deviceless tests of kernel bundles: round-trip, lookup, format checks, loading without MLIR."""
 
 import json
+import struct
 import subprocess
 import sys
 import textwrap
@@ -82,6 +83,64 @@ def test_tampered_cubin_is_detected(tmp_path):
     (tmp_path / f"attn_fwd-{ARTIFACTS[0].key[:16]}.cubin").write_bytes(b"other")
     with pytest.raises(ValueError, match="sha256"):
         b.find(name="attn_fwd")
+
+
+def _edit_manifest(root: Path, fn) -> None:
+    manifest = json.loads((root / "manifest.json").read_text())
+    fn(manifest["kernels"][0])
+    (root / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _elf(sm: int) -> bytes:
+    """The header of a 64-bit CUDA ELF built for sm_<sm> (CUDA ELF ABI 8: the SM in e_flags bits 8-15)."""
+    image = bytearray(64)
+    image[:9] = b"\x7fELF\x02\x01\x01\x41\x08"
+    struct.pack_into("<H", image, 18, 190)
+    struct.pack_into("<I", image, 48, 0x06000000 | sm << 8 | 2)
+    return bytes(image)
+
+
+def test_a_cubin_path_outside_the_bundle_is_refused(tmp_path):
+    root = tmp_path / "b"
+    write_bundle(root, ARTIFACTS[:1])
+    (tmp_path / "secret").write_bytes(b"outside")
+    for path in ("../secret", str(tmp_path / "secret"), "../../../../etc/hostname"):
+        _edit_manifest(root, lambda e, path=path: e.__setitem__("cubin", path))
+        with pytest.raises(ValueError, match="outside the bundle folder"):
+            Bundle.open(root).find(name="attn_fwd")
+
+
+def test_a_mislabelled_cubin_is_refused(tmp_path):
+    """An sm_100 cubin in an entry that says sm_90a once passed lookup (and would fail to load, or
+    worse, on the wrong GPU); the ELF header's SM must be the entry's arch."""
+    from dataclasses import replace
+    good = replace(ARTIFACTS[0], cubin=_elf(90))
+    bad = replace(ARTIFACTS[1], cubin=_elf(100))           # labelled sm_90a
+    b = Bundle.open(write_bundle(tmp_path, [good, bad]))
+    assert b.find(name="attn_fwd", head_dim=64).cubin == _elf(90)
+    with pytest.raises(ValueError, match="built for sm_100 but its metadata says sm_90a"):
+        b.find(name="attn_fwd", head_dim=128, causal=False)
+
+
+def test_an_entry_without_its_sha256_is_refused(tmp_path):
+    """Without cubin_sha256 a non-causal call once launched the causal cubin: the hash is mandatory."""
+    write_bundle(tmp_path, ARTIFACTS[:1])
+    _edit_manifest(tmp_path, lambda e: e.pop("cubin_sha256"))
+    with pytest.raises(ValueError, match="field 'cubin_sha256' must be a str, is missing"):
+        Bundle.open(tmp_path)
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("name", 3, "field 'name' must be a str, is a int"), ("config", [], "field 'config' must be a dict"),
+    ("params", None, "field 'params' must be a list"), ("block", "384", "field 'block' must be a list")])
+def test_malformed_entries_are_typed_errors(tmp_path, field, value, words):
+    write_bundle(tmp_path, ARTIFACTS[:1])
+    _edit_manifest(tmp_path, lambda e: e.__setitem__(field, value))
+    with pytest.raises(ValueError, match=words):
+        Bundle.open(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": "fa4mlir-bundle", "version": 1, "kernels": [7]}))
+    with pytest.raises(ValueError, match="kernel entry #0 is a int"):
+        Bundle.open(tmp_path)
 
 
 BLOCK_MLIR = testing.BLOCK_MLIR + """

@@ -1,7 +1,10 @@
 """Deviceless tests of fa4mlir.cache: computed keys, atomic writes, one build per key."""
 
+import hashlib
+import json
 import multiprocessing as mp
 import os
+import struct
 import time
 from pathlib import Path
 
@@ -94,7 +97,115 @@ def test_corrupt_cubin_is_a_miss(tmp_path):
     key = "ef" * 32
     c.put(make_artifact(key))
     (tmp_path / f"{key}.cubin").write_bytes(b"truncated")
-    assert c.get(key) is None
+    with pytest.warns(cache.CacheWarning, match="sha256 does not match"):
+        assert c.get(key) is None
+
+
+def _break(path: Path, how: str, key: str) -> None:
+    meta = path / f"{key}.json"
+    if how == "truncated":
+        meta.write_bytes(meta.read_bytes()[:40])
+    elif how == "empty":
+        meta.write_bytes(b"")
+    elif how == "not utf-8":
+        meta.write_bytes(b"\xff\xfe{}")
+    elif how == "no sha256":
+        d = json.loads(meta.read_text())
+        del d["cubin_sha256"]
+        meta.write_text(json.dumps(d))
+    elif how == "another key's entry":
+        other = "12" * 32
+        KernelCache(path, enabled=True).put(make_artifact(other, cubin=b"the other kernel"))
+        meta.write_bytes((path / f"{other}.json").read_bytes())
+        (path / f"{key}.cubin").write_bytes((path / f"{other}.cubin").read_bytes())
+    elif how == "mislabelled arch":
+        sm100 = bytearray(64)
+        sm100[:9] = b"\x7fELF\x02\x01\x01\x41\x08"
+        struct.pack_into("<H", sm100, 18, 190)
+        struct.pack_into("<I", sm100, 48, 0x06006402)    # sm_100a's e_flags, in an entry labelled sm_90a
+        (path / f"{key}.cubin").write_bytes(bytes(sm100))
+        d = json.loads(meta.read_text())
+        d["cubin_sha256"] = hashlib.sha256(bytes(sm100)).hexdigest()
+        meta.write_text(json.dumps(d))
+    elif how == "cubin missing":
+        (path / f"{key}.cubin").unlink()
+
+
+@pytest.mark.parametrize("how, words", [
+    ("truncated", "not valid JSON"), ("empty", "not valid JSON"), ("not utf-8", "UnicodeDecodeError"),
+    ("no sha256", "no cubin_sha256"), ("another key's entry", "not its own"),
+    ("mislabelled arch", "built for sm_100 but its metadata says sm_90a"), ("cubin missing", "is missing")])
+def test_a_corrupt_entry_is_reported_by_path_and_rebuilt(tmp_path, how, words):
+    """Each of these once failed every later compile of its key, or (another key's entry, no
+    sha256) returned the wrong kernel without a word."""
+    c = KernelCache(tmp_path, enabled=True)
+    key = "ab" * 32
+    c.put(make_artifact(key))
+    _break(tmp_path, how, key)
+    builds = []
+    with pytest.warns(cache.CacheWarning, match=words) as seen:
+        art = c.get_or_build(key, lambda: builds.append(1) or make_artifact(cubin=b"rebuilt"))
+    assert str(tmp_path / f"{key}.json") in str(seen[0].message)
+    assert builds == [1] and art.cubin == b"rebuilt" and art.key == key
+    assert c.get(key).cubin == b"rebuilt"       # the rebuilt entry replaced the broken one
+
+
+def test_an_unwritable_cache_warns_once_and_compiles(tmp_path, monkeypatch):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    monkeypatch.setattr(cache, "_WARNED_UNWRITABLE", set())
+
+    def no_write(path, data):
+        raise PermissionError(13, "Permission denied", str(path))
+    monkeypatch.setattr(cache, "atomic_write", no_write)
+    c = KernelCache(ro, enabled=True)
+    with pytest.warns(cache.CacheWarning, match="cannot write .*compiling without caching"):
+        art = c.get_or_build("ab" * 32, lambda: make_artifact(cubin=b"built"))
+    assert art.cubin == b"built"
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")            # once per folder: no second warning
+        assert c.get_or_build("cd" * 32, lambda: make_artifact(cubin=b"again")).cubin == b"again"
+    # a folder that cannot even be created: the same, for its own folder
+    monkeypatch.undo()
+    monkeypatch.setattr(cache, "_WARNED_UNWRITABLE", set())
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.warns(cache.CacheWarning, match="cannot write"):
+        assert KernelCache(blocker / "sub", enabled=True).get_or_build(
+            "ef" * 32, lambda: make_artifact(cubin=b"x")).cubin == b"x"
+
+
+def test_empty_cache_dir_knob_means_the_default(monkeypatch):
+    monkeypatch.setenv("FA4MLIR_CACHE_DIR", "")
+    assert KernelCache().dir == Path("~/.cache/fa4mlir").expanduser()
+
+
+def _hold_lock(path: str, held, release) -> None:
+    import fcntl
+    with open(path, "a+b") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        f.write(f"pid {os.getpid()} on this host".encode())
+        f.flush()
+        held.set()
+        release.wait(30)
+
+
+def test_a_held_lock_times_out_naming_its_holder(tmp_path):
+    key = "ab" * 32
+    ctx = mp.get_context("spawn")
+    held, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold_lock, args=(str(tmp_path / f"{key}.lock"), held, release))
+    holder.start()
+    try:
+        assert held.wait(30)
+        with pytest.raises(cache.CacheLockTimeout, match=rf"held by pid {holder.pid} .* for more than 0 s"):
+            KernelCache(tmp_path, enabled=True).get_or_build(key, make_artifact, lock_timeout_s=0.3)
+    finally:
+        release.set()
+        holder.join(30)
+    # once released, the key builds
+    assert KernelCache(tmp_path, enabled=True).get_or_build(key, make_artifact, lock_timeout_s=5).cubin
 
 
 def test_disabled_cache_always_builds(tmp_path, monkeypatch):
