@@ -119,7 +119,7 @@ def test_the_parser_sees_the_imports_it_checks():
     assert "fa4mlir.dialect.query" in imports("fa4mlir.passes._util")
     assert "fa4mlir.kernels.common.constants" in imports("fa4mlir.kernels.attention_sm90_config")
     assert "fa4mlir.dsl" in imports("fa4mlir.kernels.common.masks")
-    assert "fa4mlir.runtime" in imports("fa4mlir.cache")
+    assert "fa4mlir.artifacts" in imports("fa4mlir.cache")
     assert _path_to_mlir("fa4mlir.kernels.common.masks") is not None
 
 
