@@ -228,6 +228,24 @@ def check_lto_arch(arch: str) -> None:
                            f"Use cubin_backend='ptxas' for {arch} (whole-program, honours setmaxnreg).")
 
 
+def check_lto_toolchain() -> None:
+    """nvJitLink must be at least as new as libNVVM: an older one refuses the LTO-IR with
+    ERROR_OUTDATED_LIBRARY after the NVVM compile. Installing torch can pull an older
+    nvidia-nvjitlink into the same environment; say so before compiling."""
+    import importlib.metadata
+    from cuda.bindings import nvjitlink
+    try:
+        nvvm_version = tuple(int(x) for x in importlib.metadata.version("nvidia-nvvm").split(".")[:2])
+    except importlib.metadata.PackageNotFoundError:
+        return                      # libNVVM from a CUDA toolkit: nvJitLink reports the mismatch itself
+    link_version = tuple(nvjitlink.version())
+    if link_version < nvvm_version:
+        have, need = ".".join(map(str, link_version)), ".".join(map(str, nvvm_version))
+        raise CompileError(f"nvJitLink {have} is older than libNVVM {need} (nvidia-nvvm): it cannot link "
+                           f"the LTO-IR libNVVM emits. pip install -U 'nvidia-nvjitlink>={need}' "
+                           f"(another package, e.g. torch, may have pinned an older one)")
+
+
 def nvvm_to_cubin(nvvm_ir: str, arch: str, name: str = "kernel.ll") -> tuple[bytes, str]:
     """NVVM IR -> LTO-IR (libNVVM -gen-lto) -> cubin (nvJitLink -lto), in process.
 
@@ -235,6 +253,7 @@ def nvvm_to_cubin(nvvm_ir: str, arch: str, name: str = "kernel.ll") -> tuple[byt
     `arch` is an sm_XX[a] name; libNVVM takes the matching compute_XX[a]."""
     from cuda.bindings import nvjitlink, nvvm
     check_lto_arch(arch)
+    check_lto_toolchain()
     program = nvvm.create_program()
     try:
         data = nvvm_ir.encode()

@@ -140,3 +140,16 @@ def test_lto_errors_carry_the_tool_logs(monkeypatch):
     with pytest.raises(lowering.CompileError, match="nvJitLink rejected the PTX"):
         lowering.ptx_to_cubin(".version 8.7\n.target sm_100a\n.address_size 64\n.visible .entry k() { bogus; }",
                               "sm_100a")
+
+
+def test_lto_refuses_an_nvjitlink_older_than_libnvvm(monkeypatch):
+    """An older nvJitLink (torch pins one) cannot link libNVVM's LTO-IR: refused before compiling,
+    with both versions and the fix, instead of nvJitLink's ERROR_OUTDATED_LIBRARY after it."""
+    import importlib.metadata
+    from cuda.bindings import nvjitlink
+    if tuple(nvjitlink.version()) < tuple(int(x) for x in importlib.metadata.version("nvidia-nvvm").split(".")[:2]):
+        pytest.fail("this environment's nvJitLink is older than its libNVVM: pip install -U nvidia-nvjitlink")
+    lowering.check_lto_toolchain()
+    monkeypatch.setattr(nvjitlink, "version", lambda: (12, 8))
+    with pytest.raises(lowering.CompileError, match=r"nvJitLink 12\.8 is older than libNVVM \d+\.\d+.*pip install"):
+        lowering.nvvm_to_cubin("define void @k() { ret void }", "sm_100a")
