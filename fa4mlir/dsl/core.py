@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from .._mlir import arith, ir, llvm, math, scf, vector
 from ..dialect import builders as fa4
-from ..dialect.builders import create, source_loc
+from ..dialect.builders import source_loc
 from ..runtime import ParamSpec, TmaSpec
 from . import tree
 
@@ -287,11 +287,6 @@ def fma(a: Value, b, c) -> Value:
     return Value(math.fma(a.v, a._coerce(b), a._coerce(c), loc=source_loc()))
 
 
-def fa4_op(op_name: str, operands=(), result_types=(), /, **attrs):
-    """Create `fa4.<op_name>` (see `fa4mlir.dialect.builders`); result types may be short names."""
-    return create(op_name, operands, [mlir_type(t) for t in result_types], **attrs)
-
-
 @dataclass(frozen=True)
 class PipeState:
     """Stage and phase of one side of a pipeline; immutable, `advance()` returns the next state."""
@@ -463,4 +458,4 @@ class KernelIR:
 
 
 __all__ = ["KernelIR", "Value", "Pipeline", "PipeState", "const", "select", "exp2", "log2", "floor", "fmax", "fma", "undef", "tree_reduce",
-           "fa4_op", "mlir_type", "source_loc", "ParamSpec", "TmaSpec", "ELEM_BYTES"]
+           "mlir_type", "source_loc", "ParamSpec", "TmaSpec", "ELEM_BYTES"]

@@ -28,10 +28,15 @@ followed by tcgen05.fence::after_thread_sync; every TMEM write handed to another
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import NamedTuple
+
 from .. import dsl
-from ..dsl import KernelBuilder, Value, const, fa4_op, fma, log2, select, tree_reduce, vec
+from ..dialect import builders as fa4
+from ..dsl import KernelBuilder, PipeState, Pipeline, Value, const, fma, log2, select, tree_reduce, vec
 from . import attention_sm100_config as fcfg
 from .attention_sm100_config import LAUNCH_PARAMS, FA4Config  # noqa: F401  (FA4Config re-exported)
+from .common import tcgen05
 from .common.masks import block_range, visible_keys
 from .common.softmax import exp2_mixed, max_update
 
@@ -57,22 +62,20 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
     box = {"q": MMA_M, "k": cfg.bn, "v": cfg.bn, "o": MMA_M}   # the launch contract, LAUNCH_PARAMS
     p = kb.params_from(LAUNCH_PARAMS, tma={n: dict(dtype=cfg.dtype, box=(CHUNK, 1, rows, 1), swizzle="128B")
                                            for n, rows in box.items()})
-    q_desc, k_desc, v_desc, o_desc, lse_ptr = (p[n] for n in ("q", "k", "v", "o", "lse"))
     seqlen_q, seqlen_k, scale_log2 = p["seqlen_q"], p["seqlen_k"], p["scale_log2"]
 
     with kb.body():
-        smem = _Smem(kb, cfg, sm)
-        pipes = _declare_pipes(kb, stages)
+        bufs = _declare_buffers(kb, sm, p)
         warp = kb.thread_idx(0) // 32
         # 1. warp 0 allocates the TMEM columns; every warp reads the address after the barrier
         with kb.if_(warp.eq(0)).then_():
-            fa4_op("tmem_alloc", [smem.tmem_slot], cols=tm["alloc"])
-            fa4_op("tmem_relinquish")
+            fa4.tmem_alloc(bufs.tmem_slot, cols=tm["alloc"])
+            fa4.tmem_relinquish()
         kb.pipeline_init()
         kb.fence("tcgen05_before")
         kb.sync_threads()
         kb.fence("tcgen05_after")
-        tmem = kb.load(smem.tmem_slot, "i32")
+        tmem = kb.load(bufs.tmem_slot, "i32")
 
         # each role computes the geometry after its setmaxnreg (a value live across it is spilled)
         def geo():
@@ -80,20 +83,20 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
 
         with kb.warp_roles():
             with kb.role("load", **_role("load")):
-                _load_role(kb, cfg, geo(), pipes, smem, q_desc, k_desc, v_desc)
+                _load_role(kb, cfg, geo(), bufs)
             with kb.role("mma", **_role("mma")):
-                _mma_role(kb, cfg, geo(), pipes, smem)
+                _mma_role(kb, cfg, geo(), bufs)
             for i in (0, 1):
                 with kb.role(f"softmax{i}", **_role(f"softmax{i}")):
-                    _softmax_role(kb, cfg, geo(), pipes, tmem, i, scale_log2)
+                    _softmax_role(_Softmax(kb, cfg, geo(), bufs.pipes.tiles[i], tmem, i, scale_log2))
             with kb.role("correction", **_role("correction")):
-                _correction_role(kb, cfg, geo(), pipes, smem, tmem, o_desc, lse_ptr)
+                _correction_role(_Correction(kb, cfg, geo(), bufs, tmem))
         # 2. every role finished (their TMEM accesses waited): warp 0 frees the columns
         kb.fence("tcgen05_before")
         kb.sync_threads()
         with kb.if_(warp.eq(0)).then_():
             kb.fence("tcgen05_after")
-            fa4_op("tmem_dealloc", [tmem], cols=tm["alloc"])
+            fa4.tmem_dealloc(tmem, cols=tm["alloc"])
     return kb.finish()
 
 
@@ -102,29 +105,59 @@ def _role(name: str) -> dict:
     return dict(first_warp=first, num_warps=n, regs=regs)
 
 
-class _Smem:
-    def __init__(self, kb, cfg, sm):
-        self.q_tile, self.k_tile, self.v_tile = sm["q_tile"], sm["k_tile"], sm["v_tile"]
-        self.q = kb.smem("q_smem", sm["q"])
-        self.k = kb.smem("k_smem", sm["k"])
-        self.v = kb.smem("v_smem", sm["v"])
-        self.tmem_slot = kb.smem("tmem_slot", fcfg.TMEM_SLOT_BYTES, align=16)
+class _TilePipes(NamedTuple):
+    """The 1-stage pipes of Q tile i (arrivals: one thread for tcgen05.commit, 128 for a warpgroup)."""
+    s: Pipeline            # s_i: MMA -> softmax i, S_i is in TMEM (empty: softmax i read it)
+    p: Pipeline            # p_i: softmax i -> MMA, P_i is in TMEM (empty: O_i += P_i V completed)
+    o: Pipeline            # o_i: MMA -> correction, O_i += P_i V completed (empty: O_i rescaled)
+    c: Pipeline            # c_i: softmax i -> correction, C_i holds alpha (at the end: l and m)
 
 
-def _declare_pipes(kb, stages: int) -> dict:
-    """The pipelines and who arrives on them (one thread for TMA / tcgen05.commit, 128 for a warpgroup)."""
-    p = {"q": kb.pipeline("q", num_stages=1, producer="load", consumers=["mma"]),
-         "k": kb.pipeline("k", num_stages=stages, producer="load", consumers=["mma"]),
-         "v": kb.pipeline("v", num_stages=stages, producer="load", consumers=["mma"])}
+@dataclass(frozen=True)
+class _Pipes:
+    """Every pipeline of the kernel: the load -> MMA rings, then the per-tile pipes."""
+    q: Pipeline            # Q0 and Q1, loaded once (1 stage)
+    k: Pipeline            # the K ring (`stages`)
+    v: Pipeline            # the V ring (`stages`)
+    tiles: tuple           # _TilePipes of tile 0 and tile 1
+
+
+@dataclass(frozen=True)
+class _Buffers:
+    """The SMEM tiles (byte sizes from FA4Config.smem_plan), the pipelines, the TMA descriptors and
+    the LSE output."""
+    q_smem: Value          # Q0 then Q1, q_tile bytes each; the epilogue stages O_i in Q_i's tile
+    k_smem: Value          # `stages` K tiles of k_tile bytes
+    v_smem: Value          # `stages` V tiles of v_tile bytes
+    tmem_slot: Value       # where tcgen05.alloc writes the TMEM address
+    q_tile: int
+    k_tile: int
+    v_tile: int
+    pipes: _Pipes
+    q_desc: Value
+    k_desc: Value
+    v_desc: Value
+    o_desc: Value
+    lse_ptr: Value
+
+
+def _declare_buffers(kb, sm: dict, params: dict) -> _Buffers:
+    q_smem, k_smem, v_smem = (kb.smem(f"{n}_smem", sm[n]) for n in ("q", "k", "v"))
+    tmem_slot = kb.smem("tmem_slot", fcfg.TMEM_SLOT_BYTES, align=16)
+    stages = sm["stages"]
+    q, k, v = (kb.pipeline(n, num_stages=st, producer="load", consumers=["mma"])
+               for n, st in (("q", 1), ("k", stages), ("v", stages)))
+    tiles = []
     for i in (0, 1):
-        sm = f"softmax{i}"
-        p[f"s{i}"] = kb.pipeline(f"s{i}", num_stages=1, producer="mma", consumers=[sm], consumer_arrivals=128)
-        p[f"p{i}"] = kb.pipeline(f"p{i}", num_stages=1, producer=sm, consumers=["mma"], producer_arrivals=128)
-        p[f"o{i}"] = kb.pipeline(f"o{i}", num_stages=1, producer="mma", consumers=["correction"],
-                                 consumer_arrivals=128)
-        p[f"c{i}"] = kb.pipeline(f"c{i}", num_stages=1, producer=sm, consumers=["correction"],
-                                 producer_arrivals=128, consumer_arrivals=128)
-    return p
+        sm_i = f"softmax{i}"
+        tiles.append(_TilePipes(
+            s=kb.pipeline(f"s{i}", num_stages=1, producer="mma", consumers=[sm_i], consumer_arrivals=128),
+            p=kb.pipeline(f"p{i}", num_stages=1, producer=sm_i, consumers=["mma"], producer_arrivals=128),
+            o=kb.pipeline(f"o{i}", num_stages=1, producer="mma", consumers=["correction"], consumer_arrivals=128),
+            c=kb.pipeline(f"c{i}", num_stages=1, producer=sm_i, consumers=["correction"], producer_arrivals=128,
+                          consumer_arrivals=128)))
+    return _Buffers(q_smem, k_smem, v_smem, tmem_slot, sm["q_tile"], sm["k_tile"], sm["v_tile"],
+                    _Pipes(q, k, v, tuple(tiles)), *(params[n] for n in ("q", "k", "v", "o", "lse")))
 
 
 class _Geometry:
@@ -155,307 +188,339 @@ def _lane_base(kb) -> Value:
 
 
 # ---- load ---------------------------------------------------------------------------------------------
-def _load_role(kb, cfg, geo, pipes, smem, q_desc, k_desc, v_desc):
+def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
     qk_ch, ov_ch = cfg.padded_head_dim // CHUNK, cfg.padded_head_dim_v // CHUNK
-    q_pipe, k_pipe, v_pipe = pipes["q"], pipes["k"], pipes["v"]
+    pipes = bufs.pipes
     # a CTA without KV blocks loads nothing: its epilogue writes zeros into Q's tiles right away
     with kb.if_(kb.elect_one() & geo.n_blocks.gt(0)).then_():
-        for d in (q_desc, k_desc, v_desc):
-            fa4_op("tma_prefetch", [d])
+        for d in (bufs.q_desc, bufs.k_desc, bufs.v_desc):
+            fa4.tma_prefetch(d)
         # 1. Q0 and Q1: 128 rows each, one box per 64-column chunk
-        q0 = q_pipe.initial_state()
-        q_pipe.producer_acquire(q0)
-        q_pipe.producer_commit(q0, tx_bytes=2 * smem.q_tile)
+        q0 = pipes.q.initial_state()
+        pipes.q.producer_acquire(q0)
+        pipes.q.producer_commit(q0, tx_bytes=2 * bufs.q_tile)
         for i in (0, 1):
             for c in range(qk_ch):
-                dst = kb.gep(smem.q, i * smem.q_tile + c * MMA_M * SW, "i8")
-                fa4_op("tma_load", [q_desc, dst, q0.stage, const(c * CHUNK), geo.head, geo.tile_row0(i), geo.batch],
-                       pipe="q", box=[CHUNK, 1, MMA_M, 1], elem_bytes=fcfg.ELEM_BYTES)
-        # 2. K_n then V_n of every visited block, each into its ring
-        s0 = k_pipe.initial_state()
-        loop = kb.for_(0, geo.n_blocks, 1, carry=(s0.stage, s0.phase))
-        with loop as (n, (stage, phase)):
-            s = dsl.PipeState(stage, phase, k_pipe.num_stages)
+                dst = kb.gep(bufs.q_smem, i * bufs.q_tile + c * MMA_M * SW, "i8")
+                fa4.tma_load(bufs.q_desc, dst, q0.stage, [const(c * CHUNK), geo.head, geo.tile_row0(i), geo.batch],
+                             pipe=pipes.q.name, box=[CHUNK, 1, MMA_M, 1], elem_bytes=fcfg.ELEM_BYTES)
+        # 2. K_n then V_n of every visited block, each into its ring (K and V stages move together)
+        loop = kb.for_(0, geo.n_blocks, 1, carry=pipes.k.initial_state())
+        with loop as (n, s):
             row = n * cfg.bn
-            for pipe, desc, base, tile, nch in ((k_pipe, k_desc, smem.k, smem.k_tile, qk_ch),
-                                                (v_pipe, v_desc, smem.v, smem.v_tile, ov_ch)):
+            for pipe, desc, base, tile, nch in ((pipes.k, bufs.k_desc, bufs.k_smem, bufs.k_tile, qk_ch),
+                                                (pipes.v, bufs.v_desc, bufs.v_smem, bufs.v_tile, ov_ch)):
                 pipe.producer_acquire(s)
                 pipe.producer_commit(s, tx_bytes=tile)
                 for c in range(nch):
-                    dst = kb.gep(base, stage * tile + c * cfg.bn * SW, "i8")
-                    fa4_op("tma_load", [desc, dst, stage, const(c * CHUNK), geo.kv_head, row, geo.batch],
-                           pipe=pipe.name, box=[CHUNK, 1, cfg.bn, 1], elem_bytes=fcfg.ELEM_BYTES)
-            nxt = s.advance()
-            loop.yield_(nxt.stage, nxt.phase)
+                    dst = kb.gep(base, s.stage * tile + c * cfg.bn * SW, "i8")
+                    fa4.tma_load(desc, dst, s.stage, [const(c * CHUNK), geo.kv_head, row, geo.batch],
+                                 pipe=pipe.name, box=[CHUNK, 1, cfg.bn, 1], elem_bytes=fcfg.ELEM_BYTES)
+            loop.yield_(s.advance())
 
 
 # ---- mma ----------------------------------------------------------------------------------------------
 class _Issuer:
-    """The MMA thread's two GEMMs; TMEM addresses are lane 0 + column.
+    """The MMA thread's two GEMMs with their pipeline protocol; TMEM addresses are lane 0 + column.
 
     Each GEMM re-reads the TMEM base from its SMEM slot: the loads sit between mbarrier waits (asm
     with memory effects), so LLVM keeps the address arithmetic in the loop instead of hoisting 20+
     loop-invariant TMEM addresses that the 48-register MMA warp would spill."""
 
-    def __init__(self, kb, cfg, smem):
-        self.kb, self.cfg, self.smem = kb, cfg, smem
+    def __init__(self, kb, cfg, bufs: _Buffers):
+        self.kb, self.cfg, self.bufs = kb, cfg, bufs
         self.tm = cfg.tmem_plan()
 
     def _tmem(self, region: str) -> Value:
-        return self.kb.load(self.smem.tmem_slot, "i32") + self.tm[region]
+        return self.kb.load(self.bufs.tmem_slot, "i32") + self.tm[region]
 
-    def s(self, i: int, k_stage: Value):
-        """S_i = Q_i K^T: head_dim / 16 MMAs 128 x BN x 16, both operands K-major SMEM (128B swizzle)."""
-        kb, cfg, smem = self.kb, self.cfg, self.smem
-        q_base = kb.gep(smem.q, i * smem.q_tile, "i8")
-        k_base = kb.gep(smem.k, k_stage * smem.k_tile, "i8")
+    def s(self, i: int, st: PipeState, k_stage: Value):
+        """S_i = Q_i K^T once softmax i read S_i(n-1): head_dim / 16 MMAs 128 x BN x 16, both operands
+        K-major SMEM (128B swizzle); committed to s_i.full."""
+        kb, cfg, bufs = self.kb, self.cfg, self.bufs
+        s_pipe = bufs.pipes.tiles[i].s
+        s_pipe.producer_acquire(st)
+        q_base = kb.gep(bufs.q_smem, i * bufs.q_tile, "i8")
+        k_base = kb.gep(bufs.k_smem, k_stage * bufs.k_tile, "i8")
         per_chunk = CHUNK // MMA_K
         s_tmem = self._tmem(f"S{i}")
         for kk in range(cfg.padded_head_dim // MMA_K):
             c, within = divmod(kk, per_chunk)
             off = within * MMA_K * fcfg.ELEM_BYTES
-            a = fa4_op("smem_desc", [kb.gep(q_base, c * MMA_M * SW + off, "i8")], ["i64"], swizzle=SW, lbo=16,
-                       sbo=8 * SW)
-            b = fa4_op("smem_desc", [kb.gep(k_base, c * cfg.bn * SW + off, "i8")], ["i64"], swizzle=SW, lbo=16,
-                       sbo=8 * SW)
-            fa4_op("mma", [a.result, b.result, const(int(kk > 0), "i1"), s_tmem], [], m=MMA_M, n=cfg.bn,
-                   k=MMA_K, a_source="smem", ab_dtype=cfg.dtype, acc_dtype="f32")
+            a = fa4.smem_desc(kb.gep(q_base, c * MMA_M * SW + off, "i8"), swizzle=SW, lbo=16, sbo=8 * SW)
+            b = fa4.smem_desc(kb.gep(k_base, c * cfg.bn * SW + off, "i8"), swizzle=SW, lbo=16, sbo=8 * SW)
+            tcgen05.mma(a, b, const(int(kk > 0), "i1"), s_tmem, m=MMA_M, n=cfg.bn, k=MMA_K, ab_dtype=cfg.dtype)
+        s_pipe.mma_commit(st, side="full")
 
-    def pv(self, i: int, v_stage: Value, accumulate: Value):
-        """O_i (+)= P_i V: BN / 16 MMAs 128 x Dv x 16; A = P_i from TMEM (8 columns per 16 keys),
-        B = V MN-major (head-dim chunks LBO = BN rows apart, 8-key groups SBO apart)."""
-        kb, cfg, smem = self.kb, self.cfg, self.smem
-        v_base = kb.gep(smem.v, v_stage * smem.v_tile, "i8")
+    def pv(self, i: int, st: PipeState, v_stage: Value, accumulate: Value):
+        """O_i (+)= P_i V once P_i is in TMEM and the correction rescaled O_i: BN / 16 MMAs 128 x Dv x 16;
+        A = P_i from TMEM (8 columns per 16 keys), B = V MN-major (head-dim chunks LBO = BN rows
+        apart, 8-key groups SBO apart). Committed to o_i.full and p_i.empty."""
+        kb, cfg, bufs = self.kb, self.cfg, self.bufs
+        pipes = bufs.pipes.tiles[i]
+        pipes.p.consumer_wait(st)
+        pipes.o.producer_acquire(st)
+        kb.fence("tcgen05_after")
+        v_base = kb.gep(bufs.v_smem, v_stage * bufs.v_tile, "i8")
         p_tmem, o_tmem = self._tmem(f"P{i}"), self._tmem(f"O{i}")
         for kk in range(cfg.bn // MMA_K):
-            b = fa4_op("smem_desc", [kb.gep(v_base, kk * MMA_K * SW, "i8")], ["i64"], swizzle=SW,
-                       lbo=cfg.bn * SW, sbo=8 * SW)
+            b = fa4.smem_desc(kb.gep(v_base, kk * MMA_K * SW, "i8"), swizzle=SW, lbo=cfg.bn * SW, sbo=8 * SW)
             acc = accumulate if kk == 0 else const(1, "i1")
-            fa4_op("mma", [p_tmem + kk * (MMA_K // 2), b.result, acc, o_tmem], [], m=MMA_M,
-                   n=cfg.padded_head_dim_v, k=MMA_K, a_source="tmem", b_major="mn", ab_dtype=cfg.dtype,
-                   acc_dtype="f32")
+            tcgen05.mma(p_tmem + kk * (MMA_K // 2), b, acc, o_tmem, m=MMA_M, n=cfg.padded_head_dim_v, k=MMA_K,
+                        ab_dtype=cfg.dtype, a_source="tmem", b_major="mn")
+        pipes.o.mma_commit(st, side="full")
+        pipes.p.mma_commit(st, side="empty")
 
 
-def _mma_role(kb, cfg, geo, pipes, smem):
-    mm = _Issuer(kb, cfg, smem)
-    q_pipe, k_pipe, v_pipe = pipes["q"], pipes["k"], pipes["v"]
-    sp, pp, op = [pipes["s0"], pipes["s1"]], [pipes["p0"], pipes["p1"]], [pipes["o0"], pipes["o1"]]
+class _MmaCarry(NamedTuple):
+    """What the MMA thread's KV loop carries into block n."""
+    kv: PipeState          # K_n, and V_n (the K and V rings move together)
+    vr: PipeState          # V_(n-1): released once O1 += P1 V(n-1) completed
+    a: PipeState           # s0, s1, p0, o0 (1 stage each, in lock step)
+    b: PipeState           # p1, o1: one block behind
 
-    def issue_s(i, st, k_stage):
-        sp[i].producer_acquire(st)       # softmax i has read S_i(n-1)
-        mm.s(i, k_stage)
-        sp[i].mma_commit(st, side="full")
 
-    def issue_pv(i, p_st, o_st, v_stage, accumulate):
-        pp[i].consumer_wait(p_st)        # P_i is in TMEM
-        op[i].producer_acquire(o_st)     # the correction rescaled O_i
-        kb.fence("tcgen05_after")
-        mm.pv(i, v_stage, accumulate)
-        op[i].mma_commit(o_st, side="full")
-        pp[i].mma_commit(p_st, side="empty")
-
+def _mma_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
+    mm = _Issuer(kb, cfg, bufs)
+    q_pipe, k_pipe, v_pipe = bufs.pipes.q, bufs.pipes.k, bufs.pipes.v
     with kb.if_(kb.elect_one() & geo.n_blocks.gt(0)).then_():
         q0 = q_pipe.initial_state()
         q_pipe.consumer_wait(q0)
-        # the 1-stage pipes s0, s1, p0, o0 move in lock step (state a), so do p1, o1 (state b, one
-        # block behind), and K with the V stage waited on (kv); vr is the V stage released
-        k0, v0, b = k_pipe.initial_state(), v_pipe.initial_state(), sp[0].initial_state()
-        # block 0: S0, S1, then O0 = P0 V0 (O1 = P1 V0 is issued in the next step)
+        k0, v0, first = k_pipe.initial_state(), v_pipe.initial_state(), bufs.pipes.tiles[0].s.initial_state()
+        # 1. block 0: S0, S1, then O0 = P0 V0 (O1 = P1 V0 is issued in the next step)
         k_pipe.consumer_wait(k0)
         kb.fence("tcgen05_after")
-        issue_s(0, b, k0.stage)
-        issue_s(1, b, k0.stage)
+        mm.s(0, first, k0.stage)
+        mm.s(1, first, k0.stage)
         k_pipe.mma_commit(k0, side="empty")
         v_pipe.consumer_wait(v0)
-        issue_pv(0, b, b, v0.stage, const(0, "i1"))
-        st = [k0.advance(), v0, b.advance(), b]
-        loop = kb.for_(1, geo.n_blocks, 1, carry=[x for s in st for x in (s.stage, s.phase)])
+        mm.pv(0, first, v0.stage, const(0, "i1"))
+        # 2. blocks 1 .. N-1, two MMAs between computing S_i and consuming P_i
+        loop = kb.for_(1, geo.n_blocks, 1, carry=_MmaCarry(k0.advance(), v0, first.advance(), first))
         with loop as (n, c):
-            kv, vr, a, b = [dsl.PipeState(c[2 * j], c[2 * j + 1], s.num_stages) for j, s in enumerate(st)]
-            k_pipe.consumer_wait(kv)
+            k_pipe.consumer_wait(c.kv)
             kb.fence("tcgen05_after")
-            issue_s(0, a, kv.stage)                                     # S0 <- Q0 Kn
-            issue_pv(1, b, b, vr.stage, n.gt(1))                        # O1 <- O1 + P1 V(n-1)
-            v_pipe.mma_commit(vr, side="empty")
-            issue_s(1, a, kv.stage)                                     # S1 <- Q1 Kn
-            k_pipe.mma_commit(kv, side="empty")
-            v_pipe.consumer_wait(kv)
-            issue_pv(0, a, a, kv.stage, const(1, "i1"))                 # O0 <- O0 + P0 Vn
-            nxt = [s.advance() for s in (kv, vr, a, b)]
-            loop.yield_(*[x for s in nxt for x in (s.stage, s.phase)])
-        r = loop.results
-        vr, b = dsl.PipeState(r[2], r[3], v_pipe.num_stages), dsl.PipeState(r[6], r[7], 1)
-        # the last O1 <- O1 + P1 V(N-1)
-        issue_pv(1, b, b, vr.stage, geo.n_blocks.gt(1))
-        v_pipe.mma_commit(vr, side="empty")
+            mm.s(0, c.a, c.kv.stage)                                    # S0 <- Q0 Kn
+            mm.pv(1, c.b, c.vr.stage, n.gt(1))                          # O1 <- O1 + P1 V(n-1)
+            v_pipe.mma_commit(c.vr, side="empty")
+            mm.s(1, c.a, c.kv.stage)                                    # S1 <- Q1 Kn
+            k_pipe.mma_commit(c.kv, side="empty")
+            v_pipe.consumer_wait(c.kv)
+            mm.pv(0, c.a, c.kv.stage, const(1, "i1"))                   # O0 <- O0 + P0 Vn
+            loop.yield_(_MmaCarry(*(s.advance() for s in c)))
+        # 3. the last O1 <- O1 + P1 V(N-1)
+        last = loop.results
+        mm.pv(1, last.b, last.vr.stage, geo.n_blocks.gt(1))
+        v_pipe.mma_commit(last.vr, side="empty")
         q_pipe.mma_commit(q0, side="empty")
 
 
 # ---- softmax ------------------------------------------------------------------------------------------
-def _softmax_role(kb, cfg, geo, pipes, tmem, i, scale_log2):
-    tm = cfg.tmem_plan()
-    lanes = tmem + _lane_base(kb)
-    s_addr, p_addr, c_addr = lanes + tm[f"S{i}"], lanes + tm[f"P{i}"], lanes + tm[f"C{i}"]
-    s_pipe, p_pipe, c_pipe = pipes[f"s{i}"], pipes[f"p{i}"], pipes[f"c{i}"]
-    row = geo.tile_row0(i) + kb.thread_idx(0) % MMA_M          # this thread's query row
-    f32 = "f32"
+class _SoftmaxCarry(NamedTuple):
+    """What softmax i carries from block to block: its pipe states and its row's running max and sum."""
+    s: PipeState
+    p: PipeState
+    c: PipeState
+    m: Value
+    l: Value
 
-    def block(n, st, m_old, l_old, first: bool, masked: bool):
-        s_st, p_st, c_st = st
-        # 1. the row's BN scores: S_i -> registers, then S_i is free for the MMA's bookkeeping
-        s_pipe.consumer_wait(s_st)
+
+class _Softmax:
+    """Softmax warpgroup i: thread t owns query row tile_row0(i) + t (TMEM lane t of S_i, P_i, C_i)."""
+
+    def __init__(self, kb, cfg, geo: _Geometry, pipes: _TilePipes, tmem: Value, i: int, scale_log2: Value):
+        self.kb, self.cfg, self.geo, self.pipes, self.i, self.scale_log2 = kb, cfg, geo, pipes, i, scale_log2
+        tm = cfg.tmem_plan()
+        lanes = tmem + _lane_base(kb)
+        self.s_addr, self.p_addr, self.c_addr = lanes + tm[f"S{i}"], lanes + tm[f"P{i}"], lanes + tm[f"C{i}"]
+        self.row = geo.tile_row0(i) + kb.thread_idx(0) % MMA_M          # this thread's query row
+
+    def read_s(self, n: Value, st: PipeState, masked: bool) -> list:
+        """The row's BN scores of block n (S_i -> registers; S_i is free for the MMA's bookkeeping)."""
+        kb, cfg, geo = self.kb, self.cfg, self.geo
+        self.pipes.s.consumer_wait(st)
         kb.fence("tcgen05_after")
-        parts = [Value(fa4_op("tmem_load", [s_addr + c], [("i32", S_LOAD_COLS)], num=S_LOAD_COLS).result)
-                 for c in range(0, cfg.bn, S_LOAD_COLS)]
-        fa4_op("tmem_wait", kind="ld")
+        parts = [tcgen05.tmem_load(self.s_addr + c, S_LOAD_COLS) for c in range(0, cfg.bn, S_LOAD_COLS)]
+        fa4.tmem_wait(kind="ld")
         kb.fence("tcgen05_before")
-        s_pipe.consumer_release(s_st)
-        s = [part.bitcast((f32, S_LOAD_COLS))[j] for part in parts for j in range(S_LOAD_COLS)]
+        self.pipes.s.consumer_release(st)
+        s = [part.bitcast(("f32", S_LOAD_COLS))[j] for part in parts for j in range(S_LOAD_COLS)]
         if masked:
-            visible = visible_keys(n * cfg.bn, row, geo.seqlen_q, geo.seqlen_k, cfg.causal)
+            visible = visible_keys(n * cfg.bn, self.row, geo.seqlen_q, geo.seqlen_k, cfg.causal)
             for j in range(cfg.bn):
-                s[j] = select(visible.le(j), const(NEG_INF, f32), s[j])
+                s[j] = select(visible.le(j), const(NEG_INF, "f32"), s[j])
+        return s
+
+    def store_c(self, pipe_st: PipeState, *values: Value):
+        """The f32 `values` -> C_i of this row (once the correction read C_i), handed to the correction
+        warpgroup."""
+        self.pipes.c.producer_acquire(pipe_st)
+        words = [v.bitcast("i32") for v in values]
+        fa4.tmem_store(self.c_addr, words[0] if len(words) == 1 else vec(*words))
+        fa4.tmem_wait(kind="st")
+        self.kb.fence("tcgen05_before")
+        self.pipes.c.producer_commit(pipe_st)
+
+    def block(self, n: Value, st: _SoftmaxCarry, first: bool, masked: bool) -> _SoftmaxCarry:
+        cfg, scale_log2 = self.cfg, self.scale_log2
+        # 1. the row's BN scores
+        s = self.read_s(n, st.s, masked)
         # 2. max update; the O rescale factor goes to the correction warpgroup at once
         block_max = tree_reduce(s, dsl.fmax)
-        m, alpha, neg_m = max_update(m_old, block_max, scale_log2, 0.0 if first else cfg.rescale_threshold)
+        m, alpha, neg_m = max_update(st.m, block_max, scale_log2, 0.0 if first else cfg.rescale_threshold)
         if not first:
-            c_pipe.producer_acquire(c_st)
-            fa4_op("tmem_store", [c_addr, alpha.bitcast("i32")])
-            fa4_op("tmem_wait", kind="st")
-            kb.fence("tcgen05_before")
-            c_pipe.producer_commit(c_st)
+            self.store_c(st.c, alpha)
         # 3. P = exp2(s * scale_log2 - m * scale_log2), row sum, P -> TMEM (over S_i's upper half)
         p = exp2_mixed([fma(x, scale_log2, neg_m) for x in s], cfg.exp2_poly_stride)
         total = tree_reduce(p, lambda a, b: a + b)
-        l_new = total if first else fma(l_old, alpha, total)
+        l_new = total if first else fma(st.l, alpha, total)
         words = [vec(p[2 * w], p[2 * w + 1]).to((cfg.dtype, 2)).bitcast("i32") for w in range(cfg.bn // 2)]
-        p_pipe.producer_acquire(p_st)
-        fa4_op("tmem_store", [p_addr, vec(*words)])
-        fa4_op("tmem_wait", kind="st")
-        kb.fence("tcgen05_before")
-        p_pipe.producer_commit(p_st)
-        nxt = (s_st.advance(), p_st.advance(), c_st if first else c_st.advance())
-        return nxt, m, l_new
+        self.pipes.p.producer_acquire(st.p)
+        fa4.tmem_store(self.p_addr, vec(*words))
+        fa4.tmem_wait(kind="st")
+        self.kb.fence("tcgen05_before")
+        self.pipes.p.producer_commit(st.p)
+        return _SoftmaxCarry(st.s.advance(), st.p.advance(), st.c if first else st.c.advance(), m, l_new)
 
-    init = tuple(s_pipe.initial_state() for _ in range(3))
-    neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
+
+def _softmax_role(sm: _Softmax):
+    kb, cfg, geo = sm.kb, sm.cfg, sm.geo
+    s_pipe = sm.pipes.s
+    states = tuple(s_pipe.initial_state() for _ in range(3))
+    neg_inf, zero = const(NEG_INF, "f32"), const(0.0, "f32")
+    init = _SoftmaxCarry(*states, m=neg_inf, l=zero)
     has_work = geo.n_blocks.gt(0)
-    main = kb.if_(has_work, results=[f32, f32, "i32", "i32"])
+    main = kb.if_(has_work, results=(init.m, init.l, init.c))
     with main.then_():
-        st, m, l_ = block(const(0), init, neg_inf, zero, first=True, masked=True)
-        state = [x for s in st for x in (s.stage, s.phase)] + [m, l_]
-        split = geo.n_unmasked(cfg, i)
+        # 1. block 0 (masked: it may hold the causal diagonal or the seqlen_k tail), then the
+        #    unmasked blocks, then the masked ones up to N
+        st = sm.block(const(0), init, first=True, masked=True)
+        split = geo.n_unmasked(cfg, sm.i)
         split = select(split.gt(1), split, const(1))
         for lo, hi, masked in ((const(1), split, False), (split, geo.n_blocks, True)):
-            loop = kb.for_(lo, hi, 1, carry=state)
+            loop = kb.for_(lo, hi, 1, carry=st)
             with loop as (n, c):
-                st = tuple(dsl.PipeState(c[2 * j], c[2 * j + 1], 1) for j in range(3))
-                st, m, l_ = block(n, st, c[6], c[7], first=False, masked=masked)
-                loop.yield_(*[x for s in st for x in (s.stage, s.phase)], m, l_)
-            state = list(loop.results)
-        main.yield_(state[6], state[7], state[4], state[5])
+                loop.yield_(sm.block(n, c, first=False, masked=masked))
+            st = loop.results
+        main.yield_(st.m, st.l, st.c)
     with main.else_():
-        main.yield_(neg_inf, zero, init[2].stage, init[2].phase)
-    m, l_, c_stage, c_phase = main.results
-    # 4. the row's final sum and scaled max (0 for a row without keys) for the epilogue
-    c_st = dsl.PipeState(c_stage, c_phase, 1)
-    m_scaled = select(m.eq(NEG_INF), zero, m * scale_log2)
-    c_pipe.producer_acquire(c_st)
-    fa4_op("tmem_store", [c_addr, vec(l_.bitcast("i32"), m_scaled.bitcast("i32"))])
-    fa4_op("tmem_wait", kind="st")
-    kb.fence("tcgen05_before")
-    c_pipe.producer_commit(c_st)
+        main.yield_(init.m, init.l, init.c)
+    m, l_, c_st = main.results
+    # 2. the row's final sum and scaled max (0 for a row without keys) for the epilogue
+    m_scaled = select(m.eq(NEG_INF), zero, m * sm.scale_log2)
+    sm.store_c(c_st, l_, m_scaled)
 
 
 # ---- correction and epilogue ----------------------------------------------------------------------------
-def _correction_role(kb, cfg, geo, pipes, smem, tmem, o_desc, lse_ptr):
-    tm = cfg.tmem_plan()
-    lanes = tmem + _lane_base(kb)
-    t = kb.thread_idx(0) % MMA_M                        # row of the tile (TMEM lane)
-    c_addr = [lanes + tm["C0"], lanes + tm["C1"]]
-    o_addr = [lanes + tm["O0"], lanes + tm["O1"]]
-    cp, op = [pipes["c0"], pipes["c1"]], [pipes["o0"], pipes["o1"]]
-    n_chunks = cfg.padded_head_dim_v // EPI_COLS
-    init = [cp[0].initial_state() for _ in range(4)]      # c0 o0 c1 o1
+class _TileStates(NamedTuple):
+    """Where the correction warpgroup is in C_i and O_i of one tile."""
+    c: PipeState
+    o: PipeState
 
-    def read_c(i, st, num):
-        cp[i].consumer_wait(st)
+
+class _Correction:
+    """The correction warpgroup: thread t owns row t of both tiles (TMEM lane t of C_i and O_i)."""
+
+    def __init__(self, kb, cfg, geo: _Geometry, bufs: _Buffers, tmem: Value):
+        self.kb, self.cfg, self.geo, self.bufs = kb, cfg, geo, bufs
+        tm = cfg.tmem_plan()
+        lanes = tmem + _lane_base(kb)
+        self.t = kb.thread_idx(0) % MMA_M                        # row of the tile (TMEM lane)
+        self.c_addr = [lanes + tm["C0"], lanes + tm["C1"]]
+        self.o_addr = [lanes + tm["O0"], lanes + tm["O1"]]
+        self.pipes = bufs.pipes.tiles
+
+    def read_c(self, i: int, st: PipeState, num: int) -> Value:
+        """The `num` f32 words softmax i left in C_i for this row; C_i is free again after."""
+        kb, c_pipe = self.kb, self.pipes[i].c
+        c_pipe.consumer_wait(st)
         kb.fence("tcgen05_after")
-        v = Value(fa4_op("tmem_load", [c_addr[i]], [("i32", num)], num=num).result)
-        fa4_op("tmem_wait", kind="ld")
+        v = tcgen05.tmem_load(self.c_addr[i], num)
+        fa4.tmem_wait(kind="ld")
         kb.fence("tcgen05_before")
-        cp[i].consumer_release(st)
+        c_pipe.consumer_release(st)
         return v.bitcast(("f32", num))
 
-    # 1. blocks 1 .. N-1: O_i *= alpha between O_i += P_i V(n-1) and O_i += P_i V(n)
-    loop = kb.for_(1, geo.n_blocks, 1, carry=[x for s in init for x in (s.stage, s.phase)])
-    with loop as (n, c):
-        st = [dsl.PipeState(c[2 * j], c[2 * j + 1], 1) for j in range(4)]
-        for i in (0, 1):
-            c_st, o_st = st[2 * i], st[2 * i + 1]
-            alpha = read_c(i, c_st, 1)[0]
-            op[i].consumer_wait(o_st)
-            kb.fence("tcgen05_after")
-            with kb.if_(kb.vote_any(alpha.ne(1.0))).then_():
-                for ch in range(n_chunks):
-                    addr = o_addr[i] + ch * EPI_COLS
-                    o = Value(fa4_op("tmem_load", [addr], [("i32", EPI_COLS)], num=EPI_COLS).result)
-                    fa4_op("tmem_wait", kind="ld")
-                    o = o.bitcast(("f32", EPI_COLS))
-                    scaled = vec(*[o[j] * alpha for j in range(EPI_COLS)])
-                    fa4_op("tmem_store", [addr, scaled.bitcast(("i32", EPI_COLS))])
-                fa4_op("tmem_wait", kind="st")
-            kb.fence("tcgen05_before")
-            op[i].consumer_release(o_st)
-        nxt = [s.advance() for s in st]
-        loop.yield_(*[x for s in nxt for x in (s.stage, s.phase)])
-    r = loop.results
-    st = [dsl.PipeState(r[2 * j], r[2 * j + 1], 1) for j in range(4)]
-    # 2. per tile: O_i / l -> Q_i's SMEM tile -> TMA store; LSE
-    for i in (0, 1):
-        c_st, o_st = st[2 * i], st[2 * i + 1]
-        stats = read_c(i, c_st, 2)
+    def rescale(self, i: int, st: _TileStates):
+        """O_i *= alpha between O_i += P_i V(n-1) and O_i += P_i V(n); skipped when no row of the warp
+        moved its max."""
+        kb, o_pipe = self.kb, self.pipes[i].o
+        alpha = self.read_c(i, st.c, 1)[0]
+        o_pipe.consumer_wait(st.o)
+        kb.fence("tcgen05_after")
+        with kb.if_(kb.vote_any(alpha.ne(1.0))).then_():
+            for ch in range(self.cfg.padded_head_dim_v // EPI_COLS):
+                addr = self.o_addr[i] + ch * EPI_COLS
+                o = tcgen05.tmem_load(addr, EPI_COLS)
+                fa4.tmem_wait(kind="ld")
+                o = o.bitcast(("f32", EPI_COLS))
+                scaled = vec(*[o[j] * alpha for j in range(EPI_COLS)])
+                fa4.tmem_store(addr, scaled.bitcast(("i32", EPI_COLS)))
+            fa4.tmem_wait(kind="st")
+        kb.fence("tcgen05_before")
+        o_pipe.consumer_release(st.o)
+
+    def epilogue(self, i: int, st: _TileStates):
+        """O_i / l -> Q_i's SMEM tile -> TMA store; the LSE of this row."""
+        kb, cfg, geo, bufs, t = self.kb, self.cfg, self.geo, self.bufs, self.t
+        o_pipe = self.pipes[i].o
+        stats = self.read_c(i, st.c, 2)
         l_, m_scaled = stats[0], stats[1]
         empty = l_.eq(0.0)
         inv = select(empty, const(0.0, "f32"), const(1.0, "f32") / l_)
         lse = select(empty, const(float("inf"), "f32"), (m_scaled + log2(l_)) * LN2)
         with kb.if_(geo.n_blocks.gt(0)).then_():
-            op[i].consumer_wait(o_st)                    # the last O_i += P_i V completed
+            o_pipe.consumer_wait(st.o)                   # the last O_i += P_i V completed
             kb.fence("tcgen05_after")
-        _store_o_tile(kb, cfg, smem, i, t, o_addr[i], inv, empty)
+        self.store_o_tile(i, inv, empty)
         with kb.if_(geo.n_blocks.gt(0)).then_():
             kb.fence("tcgen05_before")
-            op[i].consumer_release(o_st)
-        fa4_op("fence", kind="async_smem")
+            o_pipe.consumer_release(st.o)
+        kb.fence("async_smem")
         kb.named_barrier(BAR_EPILOGUE, 128)
         with kb.if_(t.eq(0)).then_():
             for c in range(cfg.padded_head_dim_v // CHUNK):
-                src = kb.gep(smem.q, i * smem.q_tile + c * MMA_M * SW, "i8")
-                fa4_op("tma_store", [o_desc, src, const(c * CHUNK), geo.head, geo.tile_row0(i), geo.batch],
-                       box=[CHUNK, 1, MMA_M, 1])
+                src = kb.gep(bufs.q_smem, i * bufs.q_tile + c * MMA_M * SW, "i8")
+                fa4.tma_store(bufs.o_desc, src, [const(c * CHUNK), geo.head, geo.tile_row0(i), geo.batch],
+                              box=[CHUNK, 1, MMA_M, 1])
         row = geo.tile_row0(i) + t
         with kb.if_(row.lt(geo.seqlen_q)).then_():
             base = (geo.batch * geo.heads + geo.head).to("i64") * geo.seqlen_q.to("i64")
-            kb.store(lse, kb.gep(lse_ptr, base + row.to("i64"), "f32"), align=4)
-    with kb.if_(t.eq(0)).then_():
-        fa4_op("tma_store_wait", pending=0)
+            kb.store(lse, kb.gep(bufs.lse_ptr, base + row.to("i64"), "f32"), align=4)
+
+    def store_o_tile(self, i: int, inv: Value, empty: Value):
+        """Row t of O_i / l (0 for a row without keys; TMEM holds no O then) into Q_i's tile, 128B-swizzled:
+        16-byte unit u of a 128-byte row r lands at unit u ^ (r % 8)."""
+        kb, cfg, bufs, t = self.kb, self.cfg, self.bufs, self.t
+        row_base = kb.gep(bufs.q_smem, t * SW + i * bufs.q_tile, "i8")
+        zero = const(0.0, "f32")
+        for ch in range(cfg.padded_head_dim_v // EPI_COLS):
+            o = tcgen05.tmem_load(self.o_addr[i] + ch * EPI_COLS, EPI_COLS)
+            fa4.tmem_wait(kind="ld")
+            o = o.bitcast(("f32", EPI_COLS))
+            vals = [select(empty, zero, o[j] * inv) for j in range(EPI_COLS)]
+            for u in range(EPI_COLS // 8):
+                col = ch * EPI_COLS + 8 * u
+                c, unit = divmod(col, CHUNK)
+                unit //= 8
+                words = [vec(vals[8 * u + 2 * w], vals[8 * u + 2 * w + 1]).to((cfg.dtype, 2)).bitcast("i32")
+                         for w in range(4)]
+                off = c * MMA_M * SW + ((t % 8) ^ unit) * 16
+                kb.store(vec(*words), kb.gep(row_base, off, "i8"), align=16)
 
 
-def _store_o_tile(kb, cfg, smem, i, t, o_addr, inv, empty):
-    """Row t of O_i / l (0 for a row without keys; TMEM holds no O then) into Q_i's tile, 128B-swizzled:
-    16-byte unit u of a 128-byte row r lands at unit u ^ (r % 8)."""
-    row_base = kb.gep(smem.q, t * SW + i * smem.q_tile, "i8")
-    zero = const(0.0, "f32")
-    for ch in range(cfg.padded_head_dim_v // EPI_COLS):
-        o = Value(fa4_op("tmem_load", [o_addr + ch * EPI_COLS], [("i32", EPI_COLS)], num=EPI_COLS).result)
-        fa4_op("tmem_wait", kind="ld")
-        o = o.bitcast(("f32", EPI_COLS))
-        vals = [select(empty, zero, o[j] * inv) for j in range(EPI_COLS)]
-        for u in range(EPI_COLS // 8):
-            col = ch * EPI_COLS + 8 * u
-            c, unit = divmod(col, CHUNK)
-            unit //= 8
-            words = [vec(vals[8 * u + 2 * w], vals[8 * u + 2 * w + 1]).to((cfg.dtype, 2)).bitcast("i32")
-                     for w in range(4)]
-            off = c * MMA_M * SW + ((t % 8) ^ unit) * 16
-            kb.store(vec(*words), kb.gep(row_base, off, "i8"), align=16)
+def _correction_role(corr: _Correction):
+    kb, geo = corr.kb, corr.geo
+    c0 = corr.pipes[0].c
+    init = tuple(_TileStates(c0.initial_state(), c0.initial_state()) for _ in (0, 1))
+    # 1. blocks 1 .. N-1: rescale O_0, then O_1
+    loop = kb.for_(1, geo.n_blocks, 1, carry=init)
+    with loop as (n, st):
+        for i in (0, 1):
+            corr.rescale(i, st[i])
+        loop.yield_(tuple(_TileStates(s.c.advance(), s.o.advance()) for s in st))
+    # 2. per tile: O_i / l -> Q_i's SMEM tile -> TMA store; LSE
+    for i in (0, 1):
+        corr.epilogue(i, loop.results[i])
+    with kb.if_(corr.t.eq(0)).then_():
+        fa4.tma_store_wait(pending=0)

@@ -27,7 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import dsl
-from ..dsl import ELEM_BYTES, KernelBuilder, Value, const, fa4_op
+from ..dialect import builders as fa4
+from ..dsl import ELEM_BYTES, KernelBuilder, Value, const
+from .common import tcgen05
 from .common.constants import SM100_SMEM_PER_CTA
 from .common.load_ring import load_ab_ring
 from .common.tmem import tmem_alloc_columns
@@ -78,6 +80,35 @@ class GemmConfig:
         return {"kernel": "gemm_sm100", **self.__dict__}
 
 
+@dataclass(frozen=True)
+class _Ring:
+    """The A/B K-slice ring: its SMEM buffers, its pipeline and the bytes of one stage of each."""
+    a_smem: Value
+    b_smem: Value
+    ab_pipe: dsl.Pipeline
+    a_bytes: int
+    b_bytes: int
+
+
+@dataclass(frozen=True)
+class _Acc:
+    """The f32 accumulator in TMEM (BN columns from `tmem`, row i in lane i) and `acc_pipe` (`pipe`),
+    which hands it from the MMA thread to the epilogue."""
+    tmem: Value
+    pipe: dsl.Pipeline
+
+
+@dataclass(frozen=True)
+class _Tile:
+    """This CTA's BM x BN tile of C (from row m0, column n0) and the problem size."""
+    c_gmem: Value
+    m0: Value
+    n0: Value
+    m_size: Value
+    n_size: Value
+    num_k_tiles: Value
+
+
 def build(cfg: GemmConfig = GemmConfig()) -> dsl.KernelIR:
     cfg.validate()
     eb = ELEM_BYTES[cfg.dtype]
@@ -102,89 +133,86 @@ def build(cfg: GemmConfig = GemmConfig()) -> dsl.KernelIR:
         warp = kb.thread_idx(0) // 32
         # 1. warp 0 allocates the accumulator's TMEM columns (address -> tmem_slot)
         with kb.if_(warp.eq(ALLOC_WARP)).then_():
-            fa4_op("tmem_alloc", [tmem_slot], cols=tmem_cols)
-            fa4_op("tmem_relinquish")
+            fa4.tmem_alloc(tmem_slot, cols=tmem_cols)
+            fa4.tmem_relinquish()
         kb.pipeline_init()
         # 2. publish the TMEM address to every warp (note "TMEM lifetime")
         kb.fence("tcgen05_before")
         kb.sync_threads()
         kb.fence("tcgen05_after")
-        acc_tmem = kb.load(tmem_slot, "i32")
+        acc = _Acc(kb.load(tmem_slot, "i32"), acc_pipe)
         m0 = kb.block_idx(1) * cfg.bm
         n0 = kb.block_idx(0) * cfg.bn
         num_k_tiles = (k_size + (cfg.bk - 1)) // cfg.bk
+        ring = _Ring(a_smem, b_smem, ab_pipe, a_tile_bytes, b_tile_bytes)
+        tile = _Tile(c_gmem, m0, n0, m_size, n_size, num_k_tiles)
 
         with kb.warp_roles():
             with kb.role("load", first_warp=LOAD_WARP, num_warps=1):
                 load_ab_ring(kb, cfg, ab_pipe, a_desc, b_desc, a_smem, b_smem, m0, n0, num_k_tiles,
-                           a_tile_bytes, b_tile_bytes)
+                             a_tile_bytes, b_tile_bytes)
             with kb.role("mma", first_warp=MMA_WARP, num_warps=1):
-                _mma_role(kb, cfg, ab_pipe, acc_pipe, a_smem, b_smem, acc_tmem, num_k_tiles,
-                          a_tile_bytes, b_tile_bytes)
+                _mma_role(kb, cfg, ring, acc, num_k_tiles)
             with kb.role("epilogue", first_warp=EPI_WARP, num_warps=NUM_EPI_WARPS):
-                _epilogue_role(kb, cfg, acc_pipe, acc_tmem, c_gmem, m0, n0, m_size, n_size)
+                _epilogue_role(kb, cfg, acc, tile)
         # 3. every role is done (the epilogue waited for its TMEM loads): warp 0 frees the columns
         kb.fence("tcgen05_before")
         kb.sync_threads()
         with kb.if_(warp.eq(ALLOC_WARP)).then_():
             kb.fence("tcgen05_after")
-            fa4_op("tmem_dealloc", [acc_tmem], cols=tmem_cols)
+            fa4.tmem_dealloc(acc.tmem, cols=tmem_cols)
     return kb.finish()
 
 
-def _mma_role(kb, cfg, ab_pipe, acc_pipe, a_smem, b_smem, acc_tmem, num_k_tiles, a_bytes, b_bytes):
+def _mma_role(kb, cfg, ring: _Ring, acc: _Acc, num_k_tiles: Value):
     sbo = 8 * SWIZZLE_BYTES              # 8 rows of one 128-byte swizzle atom
     kstep_bytes = MMA_K * ELEM_BYTES[cfg.dtype]
+    ab_pipe = ring.ab_pipe
     with kb.if_(kb.elect_one()).then_():
-        state = ab_pipe.initial_state()
-        loop = kb.for_(0, num_k_tiles, 1, carry=(state.stage, state.phase))
-        with loop as (kt, (stage, phase)):
-            s = dsl.PipeState(stage, phase, cfg.stages)
+        loop = kb.for_(0, num_k_tiles, 1, carry=ab_pipe.initial_state())
+        with loop as (kt, s):
             # 1. wait for K tile kt
             ab_pipe.consumer_wait(s)
             # 2. issue its BK/16 MMAs; the first MMA of the tile overwrites D (enable-input-d = 0)
-            a_base = kb.gep(a_smem, stage * a_bytes, "i8")
-            b_base = kb.gep(b_smem, stage * b_bytes, "i8")
+            a_base = kb.gep(ring.a_smem, s.stage * ring.a_bytes, "i8")
+            b_base = kb.gep(ring.b_smem, s.stage * ring.b_bytes, "i8")
             for kk in range(cfg.bk // MMA_K):
-                a_d = fa4_op("smem_desc", [kb.gep(a_base, kk * kstep_bytes, "i8")], ["i64"], swizzle=SWIZZLE_BYTES,
-                             lbo=16, sbo=sbo)
-                b_d = fa4_op("smem_desc", [kb.gep(b_base, kk * kstep_bytes, "i8")], ["i64"], swizzle=SWIZZLE_BYTES,
-                             lbo=16, sbo=sbo)
+                a_d = fa4.smem_desc(kb.gep(a_base, kk * kstep_bytes, "i8"), swizzle=SWIZZLE_BYTES, lbo=16, sbo=sbo)
+                b_d = fa4.smem_desc(kb.gep(b_base, kk * kstep_bytes, "i8"), swizzle=SWIZZLE_BYTES, lbo=16, sbo=sbo)
                 accumulate = kt.ne(0) if kk == 0 else const(1, "i1")
-                fa4_op("mma", [a_d.result, b_d.result, accumulate, acc_tmem], [], m=cfg.bm, n=cfg.bn, k=MMA_K,
-                       a_source="smem", ab_dtype=cfg.dtype, acc_dtype="f32")
+                tcgen05.mma(a_d, b_d, accumulate, acc.tmem, m=cfg.bm, n=cfg.bn, k=MMA_K, ab_dtype=cfg.dtype)
             # 3. free the stage once these MMAs completed
             ab_pipe.mma_commit(s, side="empty")
-            nxt = s.advance()
-            loop.yield_(nxt.stage, nxt.phase)
+            loop.yield_(s.advance())
         # 4. the accumulator is complete once every MMA issued so far completed (acquire: the
         #    epilogue is done with the previous use of the accumulator; never blocks on one tile)
-        acc_state = acc_pipe.initial_state()
-        acc_pipe.producer_acquire(acc_state)
-        acc_pipe.mma_commit(acc_state, side="full")
+        acc_state = acc.pipe.initial_state()
+        acc.pipe.producer_acquire(acc_state)
+        acc.pipe.mma_commit(acc_state, side="full")
 
 
-def _epilogue_role(kb, cfg, acc_pipe, acc_tmem, c_gmem, m0, n0, m_size, n_size):
+def _epilogue_role(kb, cfg, acc: _Acc, tile: _Tile):
     t = kb.thread_idx(0) - 32 * EPI_WARP
     quarter = t // 32                    # TMEM lanes 32*quarter .. +31 belong to this warp
-    row = m0 + t
-    row_ok = row.lt(m_size)
-    lane_addr = acc_tmem + ((quarter * 32) << 16)   # TMEM address: lane in bits 31-16, column in 15-0
-    row_ptr = kb.gep(c_gmem, row.to("i64") * n_size.to("i64"), cfg.dtype)
-    s0 = acc_pipe.initial_state()
+    row = tile.m0 + t
+    row_ok = row.lt(tile.m_size)
+    lane_addr = acc.tmem + ((quarter * 32) << 16)   # TMEM address: lane in bits 31-16, column in 15-0
+    row_ptr = kb.gep(tile.c_gmem, row.to("i64") * tile.n_size.to("i64"), cfg.dtype)
+    s0 = acc.pipe.initial_state()
     # 1. wait until the MMA warp committed the finished accumulator
-    acc_pipe.consumer_wait(s0)
+    acc.pipe.consumer_wait(s0)
     kb.fence("tcgen05_after")
     for chunk in range(cfg.bn // EPI_COLS):
         # 2. read 32 f32 columns of this thread's row, wait for the load
-        bits = Value(fa4_op("tmem_load", [lane_addr + chunk * EPI_COLS], [("i32", EPI_COLS)], num=EPI_COLS).result)
-        fa4_op("tmem_wait", kind="ld")
-        acc = bits.bitcast(("f32", EPI_COLS))
+        bits = tcgen05.tmem_load(lane_addr + chunk * EPI_COLS, EPI_COLS)
+        fa4.tmem_wait(kind="ld")
+        acc_f32 = bits.bitcast(("f32", EPI_COLS))
         # 3. convert and store 16-byte groups (N is a multiple of 8: a group is all in or all out)
         for g in range(EPI_COLS // STORE_ELEMS):
-            col = n0 + (chunk * EPI_COLS + g * STORE_ELEMS)
-            with kb.if_(row_ok & col.lt(n_size)).then_():
-                vals = dsl.vec(*[acc[g * STORE_ELEMS + i] for i in range(STORE_ELEMS)]).to((cfg.dtype, STORE_ELEMS))
+            col = tile.n0 + (chunk * EPI_COLS + g * STORE_ELEMS)
+            with kb.if_(row_ok & col.lt(tile.n_size)).then_():
+                group = [acc_f32[g * STORE_ELEMS + i] for i in range(STORE_ELEMS)]
+                vals = dsl.vec(*group).to((cfg.dtype, STORE_ELEMS))
                 kb.store(vals, kb.gep(row_ptr, col.to("i64"), cfg.dtype), align=16)
     # 4. hand the accumulator back (a multi-tile schedule would reuse it after this)
-    acc_pipe.consumer_release(s0)
+    acc.pipe.consumer_release(s0)
