@@ -9,7 +9,12 @@ Rows (fa4mlir): `alloc` out and lse allocated by the call (the usual use); `give
 passed; `rotate8` eight sets of q, k, v, out, lse in turn (new addresses, descriptors kept);
 `rotate64` sixty-four sets (more addresses than PreparedLaunch keeps: a TMA encode per tensor and
 call); `first` the call cache emptied before each call (every check, the kernel lookup and the
-packing: what each call cost before the cache). Each row also reports the GPU time per call of the
+packing: what each call cost before the cache); `op` the fa4mlir::flash_attn_fwd custom op called
+through the dispatcher (what torch.compile's graphs and tracers call; a plain eager flash_attn_func
+skips the dispatcher); `compiled` flash_attn_func inside torch.compile(fullgraph=True) (Inductor,
+the compiled function's own call overhead included); `reduce-overhead` the same under
+torch.compile(mode="reduce-overhead") (a CUDA-graph replay per call); `SDPA compiled` cuDNN SDPA
+under torch.compile(fullgraph=True), for comparison. Each row also reports the GPU time per call of the
 same loop (CUDA events), which must stay below the host time for the row to mean host cost.
 """
 from __future__ import annotations
@@ -100,12 +105,25 @@ def main(argv=None) -> int:
             "fa4mlir rotate64": lambda: rotate(sets64, outs64),
         }
         cases["fa4mlir first"] = first
+        # the custom op and torch.compile: the bundle travels as its path (the op's schema)
+        cases["fa4mlir op"] = lambda: torch.ops.fa4mlir.flash_attn_fwd(q, k, v, None, causal, args.bundle)
+
+        def fa_path(q, k, v, causal=causal):
+            return attention.flash_attn_func(q, k, v, causal=causal, bundle=args.bundle)
+        torch._dynamo.reset()
+        compiled = torch.compile(fa_path, fullgraph=True)
+        overhead = torch.compile(fa_path, fullgraph=True, mode="reduce-overhead")
+        cases["fa4mlir compiled"] = lambda: compiled(q, k, v)
+        cases["fa4mlir reduce-overhead"] = lambda: (torch.compiler.cudagraph_mark_step_begin(), overhead(q, k, v))[1]
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
         for name, backend in (("cuDNN", SDPBackend.CUDNN_ATTENTION), ("FA2", SDPBackend.FLASH_ATTENTION)):
             def sdpa(backend=backend):
                 with sdpa_kernel([backend]):
                     return torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
             cases[name] = sdpa
+        sdpa_compiled = torch.compile(lambda q, k, v, causal=causal: torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=causal), fullgraph=True)
+        cases["SDPA compiled"] = lambda: sdpa_compiled(qt, kt, vt)
         if fa4_func is not None:
             cases["FA4 CuTe"] = lambda: fa4_func(q, k, v, causal=causal)
         for name, fn in cases.items():

@@ -160,7 +160,7 @@ def test_a_seen_signature_launches_what_it_was_prepared_into_with_new_addresses(
 
 
 @pytest.mark.parametrize("change", [
-    dict(causal=False), dict(softmax_scale=0.3), dict(softmax_scale=1), dict(bundle="out"),
+    dict(causal=False), dict(softmax_scale=0.3), dict(bundle="out"),
     dict(env=("FA4MLIR_BUNDLE", "/elsewhere")), dict(env=("FA4MLIR_CUBIN_BACKEND", "nvjitlink")),
     dict(q=lambda q: q[:, :64]), dict(q=lambda q: q.to(torch.float16)),
     dict(k=lambda k: k.transpose(1, 2).contiguous().transpose(1, 2)),  # same shape, other strides
@@ -191,9 +191,12 @@ def test_a_seen_signature_still_checks_alignment(cpu_api):
 def test_unhashable_or_bad_scales_are_checked(cpu_api):
     import numpy as np
     q, k, v = cpu_inputs((1, 8, 8, 2, 2))
-    flash_attn_func(q, k, v, softmax_scale=np.array(0.25))  # 0-d array: valid, never cached
-    assert len(cpu_api) == 1 and not attention._CALLS
-    flash_attn_func(q, k, v, softmax_scale=1)
+    flash_attn_func(q, k, v, softmax_scale=np.array(0.25))  # 0-d array: valid, read as a float (the op's schema)
+    flash_attn_func(q, k, v, softmax_scale=0.25)
+    assert len(cpu_api) == 1 and len(attention._CALLS) == 1
+    flash_attn_func(q, k, v, softmax_scale=1)   # an int: the float 1.0
+    flash_attn_func(q, k, v, softmax_scale=1.0)
+    assert len(cpu_api) == 2 and len(attention._CALLS) == 2
     with pytest.raises(ScaleError):
         flash_attn_func(q, k, v, softmax_scale=True)  # == 1, but not a scale: its own signature
 

@@ -6,6 +6,8 @@
     plan.py     select(problem, device, source) -> Plan: launches of (kernel, grid, named args);
                 kernel sources (a bundle, FA4MLIR_BUNDLE's, the compiler)
     dense.py    flash_attn_func and its call cache of prepared plans
+    torch_ops.py  (imports torch; loaded on the first call with torch tensors) the fa4mlir:: torch
+                custom ops flash_attn_func goes through, with their fake (meta) implementations
 
 Import direction: errors <- problem <- checks <- plan <- dense <- this package. The kernel's side
 of the launch contract (its parameter table, grid and arguments) is its config module's
@@ -16,8 +18,8 @@ from __future__ import annotations
 from .checks import (check_device_context, check_devices, check_inputs, check_layout, check_outputs,
                      check_scale)
 from .dense import flash_attn_func
-from .errors import (ERRORS, DeviceError, DTypeError, EmptyInputError, FlashAttnInputError, HeadDimError,
-                     HeadsRatioError, LayoutError, ScaleError, ShapeError)
+from .errors import (ERRORS, AutogradError, DeviceError, DTypeError, EmptyInputError, FlashAttnInputError, HeadDimError,
+                     HeadsRatioError, LayoutError, ScaleError, ShapeError, UnsupportedFeatureError)
 from .plan import ARCH, KernelSource, Launch, Plan, PreparedPlan, TensorRef, find_artifact, select, select_entry, source_for
 from .problem import AttnProblem
 
@@ -25,4 +27,4 @@ __all__ = ["flash_attn_func", "AttnProblem", "Plan", "PreparedPlan", "Launch", "
            "source_for", "select_entry", "find_artifact", "check_inputs", "check_outputs", "check_scale",
            "check_devices", "check_device_context", "check_layout", "ARCH", "ERRORS", "FlashAttnInputError",
            "DTypeError", "ShapeError", "HeadDimError", "HeadsRatioError", "EmptyInputError", "LayoutError", "DeviceError",
-           "ScaleError"]
+           "ScaleError", "AutogradError", "UnsupportedFeatureError"]

@@ -23,6 +23,13 @@ and the plan is prepared against the tensors and launched. A call on torch tenso
 (shapes, strides, dtypes and devices of every tensor, the scale, causal, the kernel source) was seen
 before skips all of that: it checks the new addresses' alignment and launches the ``PreparedPlan``
 that signature was prepared into (``_CALLS``, the last ``CALLS_KEPT``).
+
+Torch tensors go through the torch custom ops of ``torch_ops`` (``fa4mlir::flash_attn_fwd``, and
+``fa4mlir::flash_attn_fwd_out`` when out= or lse= is given), so torch.compile sees one op and
+traces no id(), environment or cache lookup; ``_flash_attn`` (the call cache above) is the ops'
+implementation and the path of every other tensor-like. A torch call whose q, k or v requires grad
+while grad mode is on raises ``AutogradError`` before anything runs: there is no backward kernel
+yet. (An explicit ``stream=`` takes the direct path: the op launches on torch's current stream.)
 """
 from __future__ import annotations
 
@@ -36,7 +43,7 @@ from ..artifacts import Bundle
 from ..driver import device_info, resolve_stream
 from ..runtime import GMEM_ALIGN_BYTES, tensor_info
 from .checks import (_err, check_device_context, check_devices, check_inputs, check_outputs, check_scale)
-from .errors import DTypeError
+from .errors import AutogradError, DTypeError
 from .plan import KernelSource, PreparedPlan, select, source_for
 from .problem import AttnProblem
 
@@ -113,7 +120,8 @@ def _signature(q, k, v, out, lse, softmax_scale, causal, bundle) -> tuple | None
         else:
             return None
     environ = os.environ
-    return (*parts, type(softmax_scale), softmax_scale, bool(causal), id(bundle),
+    # a bundle path is its own key (the ops pass one); a Bundle object is kept alive by its _Call
+    return (*parts, type(softmax_scale), softmax_scale, bool(causal), bundle if isinstance(bundle, str) else id(bundle),
             tuple(environ.get(n) for n in _SIGNATURE_ENV))
 
 
@@ -124,10 +132,46 @@ def _remember(signature: tuple, call: _Call) -> None:
         _CALLS[signature] = call
 
 
+_TORCH_OPS: list = []   # fa4mlir.attention.torch_ops, once a call brought torch tensors
+
+
+def _torch_ops(q):
+    """torch_ops when q is a torch tensor (torch then is imported), else None."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(q, torch.Tensor):
+        return None
+    if not _TORCH_OPS:
+        from . import torch_ops
+        _TORCH_OPS.append(torch_ops)
+    return _TORCH_OPS[0]
+
+
+def check_no_grad(torch, q, k, v) -> None:
+    """Raise AutogradError when grad mode is on and q, k or v requires grad (no backward kernel yet)."""
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        which = [n for n, x in (("q", q), ("k", k), ("v", v)) if x.requires_grad]
+        raise AutogradError(_err(
+            f"{', '.join(which)} require{'s' if len(which) == 1 else ''} grad and grad mode is on, but "
+            f"fa4mlir has no backward kernel yet: the output could not carry a gradient. Call it under "
+            f"`with torch.no_grad():` or `with torch.inference_mode():` (inference, generation), or pass "
+            f"detached tensors (q.detach()) if no gradient should flow through attention"))
+
+
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False, *,
-                    out=None, lse=None, bundle: Bundle | None = None, stream=None):
+                    out=None, lse=None, bundle: Bundle | str | os.PathLike | None = None, stream=None):
     """Attention forward on an sm_90 GPU; see the module docstring. Returns out, or (out, lse)
-    when return_lse."""
+    when return_lse. ``bundle``: a Bundle or a bundle folder's path."""
+    ops = _torch_ops(q)
+    if ops is not None:
+        if stream is None:
+            return ops.flash_attn(q, k, v, softmax_scale, causal, return_lse, out, lse, bundle)
+        check_no_grad(sys.modules["torch"], q, k, v)
+    out, lse = _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream)
+    return (out, lse) if return_lse else out
+
+
+def _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream) -> tuple[Any, Any]:
+    """flash_attn_func's work on any tensor-likes, through the call cache: returns (out, lse)."""
     signature = None
     try:
         signature = _signature(q, k, v, out, lse, softmax_scale, causal, bundle)
@@ -143,7 +187,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
         addresses = dict(zip(TENSORS, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr())))
         if not any(a % GMEM_ALIGN_BYTES for a in addresses.values()):  # else the checks below say which
             call.plan.launch(addresses, resolve_stream(stream, True, q.device.index))
-            return (out, lse) if return_lse else out
+            return out, lse
     infos = {}
     for name, x in (("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse)):
         if x is None:
@@ -172,7 +216,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
         # the signature of this call names out and lse as given or not; what fills them in is torch's
         _remember(signature, _Call(prepared, (problem.out_shape, out.dtype) if allocated[0] else None,
                                    problem.lse_shape if allocated[1] else None, source))
-    return (out, lse) if return_lse else out
+    return out, lse
 
 
-__all__ = ["flash_attn_func", "AttnProblem", "CALLS_KEPT"]
+__all__ = ["flash_attn_func", "check_no_grad", "AttnProblem", "CALLS_KEPT"]

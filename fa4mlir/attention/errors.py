@@ -39,7 +39,17 @@ class ScaleError(FlashAttnInputError):
     """softmax_scale is not a finite positive number."""
 
 
+class AutogradError(FlashAttnInputError, NotImplementedError):
+    """An input requires grad while grad mode is on: there is no backward kernel yet, and a
+    detached output would silently drop the gradient."""
+
+
+class UnsupportedFeatureError(FlashAttnInputError, NotImplementedError):
+    """A feature a caller asks for that the kernels do not have yet (a padding or arbitrary mask,
+    dropout, a sliding window, softcap, attention sinks, a static KV cache)."""
+
+
 ERRORS = (FlashAttnInputError, DTypeError, ShapeError, HeadDimError, HeadsRatioError,
-          EmptyInputError, LayoutError, DeviceError, ScaleError)
+          EmptyInputError, LayoutError, DeviceError, ScaleError, AutogradError, UnsupportedFeatureError)
 
 __all__ = [e.__name__ for e in ERRORS] + ["ERRORS"]

@@ -13,6 +13,7 @@ the tables choose and finds or compiles it.
 """
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -156,12 +157,14 @@ _SOURCES: dict = {}
 _SOURCES_LOCK = threading.Lock()
 
 
-def source_for(bundle: Bundle | None = None) -> KernelSource:
-    """The kernel source of a call: ``bundle``, else the FA4MLIR_BUNDLE bundle, else the compiler
-    (its compile options resolved per kernel by fa4mlir.compiler). One source per bundle object,
-    path or compiler, kept for the process."""
-    if bundle is not None:
-        key: Any = ("bundle", id(bundle))
+def source_for(bundle: Bundle | str | os.PathLike | None = None) -> KernelSource:
+    """The kernel source of a call: ``bundle`` (a Bundle, or a bundle folder's path), else the
+    FA4MLIR_BUNDLE bundle, else the compiler (its compile options resolved per kernel by
+    fa4mlir.compiler). One source per bundle object, path or compiler, kept for the process."""
+    if isinstance(bundle, (str, os.PathLike)):
+        key: Any = ("path", os.fspath(bundle))
+    elif bundle is not None:
+        key = ("bundle", id(bundle))
     elif env.bundle_dir() is not None:
         key = ("path", str(env.bundle_dir()))
     else:

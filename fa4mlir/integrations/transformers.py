@@ -1,0 +1,96 @@
+"""attn_implementation="fa4mlir" for Hugging Face transformers (5.x) models.
+
+    import fa4mlir.integrations.transformers as fa4mlir_hf
+    fa4mlir_hf.register()                        # once per process
+    model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="fa4mlir", dtype=torch.bfloat16)
+    # or, on a built model: model.set_attn_implementation("fa4mlir")
+
+transformers reaches attention through two registries, both keyed by the config's
+``_attn_implementation`` (transformers/modeling_utils.py, ``AttentionInterface``;
+transformers/masking_utils.py, ``AttentionMaskInterface``, read by ``create_causal_mask`` and
+``create_bidirectional_mask``). ``register`` puts ``attention_forward`` in the first and
+``attention_mask`` in the second. The mask entry matters: for a name the mask registry lacks,
+``_preprocess_mask_arguments`` returns no mask at all, so a padding mask would be dropped silently.
+``attention_mask`` builds nothing (no dense [batch, 1, q, kv] mask): for a plain causal or full
+mask over a cache that holds exactly the tokens seen it returns None, and for anything else the
+kernel cannot do yet (padding, sliding windows, chunked or packed-sequence masks, extra mask
+functions, a static cache whose unfilled slots would need masking) it raises
+``UnsupportedFeatureError`` saying what and what to use instead.
+
+``attention_forward`` gets the module's query [batch, heads, seqlen_q, head_dim] and key and value
+[batch, kv_heads, seqlen_k, head_dim] (transformers does not repeat GQA heads for a registered
+function: the kernel reads kv_heads directly), takes them as [batch, seqlen, heads, head_dim] views
+(no copy), uses the module's ``scaling`` and its ``is_causal`` (or the call's), and returns the
+output [batch, seqlen_q, heads, head_dim] and no weights. Decoding with a KV cache (seqlen_q <
+seqlen_k) needs the causal mask aligned bottom-right, which is the kernel's. Dropout in training,
+softcap, a sliding window, attention sinks, a position bias or a mask tensor raise
+``UnsupportedFeatureError``; an input that requires grad raises ``AutogradError`` (no backward yet:
+generate() runs under no_grad).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..attention.dense import flash_attn_func
+from ..attention.errors import UnsupportedFeatureError
+
+NAME = "fa4mlir"
+
+
+def _unsupported(what: str, instead: str) -> UnsupportedFeatureError:
+    return UnsupportedFeatureError(f"attn_implementation={NAME!r}: {what} is not supported yet; {instead}")
+
+
+def attention_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_offset: int = 0,
+                   mask_function=None, attention_mask: torch.Tensor | None = None, **kwargs):
+    """The AttentionMaskInterface entry: None (the kernel's causal flag, or no mask, does it all),
+    else UnsupportedFeatureError. Never materialises a mask."""
+    from transformers.masking_utils import bidirectional_mask_function, causal_mask_function
+    causal = mask_function is causal_mask_function
+    if mask_function is not None and not causal and mask_function is not bidirectional_mask_function:
+        raise _unsupported(f"a mask other than causal or full ({getattr(mask_function, '__name__', mask_function)}: "
+                           f"a sliding window, chunked attention, packed sequences or an extra mask function)",
+                           "use attn_implementation='sdpa' for this model or input")
+    if attention_mask is not None:
+        attention_mask = attention_mask[:, -kv_length:]
+        if attention_mask.shape[-1] != kv_length or not bool(attention_mask.all()):
+            raise _unsupported("a padding mask (attention_mask with zeros)",
+                               "run one sequence per call, or batch sequences of equal length without padding "
+                               "(flash_attn_varlen_func will take padded batches)")
+    if causal and (isinstance(q_offset, torch.Tensor) or kv_offset != 0 or kv_length != q_offset + q_length):
+        raise _unsupported(f"a KV cache whose length ({kv_length}) is not the tokens seen plus the new ones "
+                           f"(a static or sliding cache: its unfilled slots need a mask)",
+                           "use the default DynamicCache (cache_implementation=None)")
+    return None
+
+
+def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                      sliding_window: int | None = None, softcap: float | None = None, is_causal: bool | None = None,
+                      s_aux: torch.Tensor | None = None, **kwargs) -> tuple[torch.Tensor, None]:
+    """The AttentionInterface entry: fa4mlir.flash_attn_func on the module's query, key, value."""
+    if attention_mask is not None:
+        raise _unsupported(f"an attention mask tensor (shape {tuple(attention_mask.shape)}: padding or a custom "
+                           f"4-D mask)", "pass no padding mask, or use attn_implementation='sdpa'")
+    if dropout:
+        raise _unsupported(f"attention dropout ({dropout})", "call model.eval(), or set attention_dropout=0.0")
+    for what, value_ in (("a sliding window", sliding_window), ("softcap", softcap), ("attention sinks (s_aux)", s_aux),
+                         ("a position bias", kwargs.get("position_bias")), ("a paged cache", kwargs.get("cache"))):
+        if value_ is not None:
+            raise _unsupported(what, "use attn_implementation='sdpa' for this model")
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    out = flash_attn_func(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                          softmax_scale=scaling, causal=bool(causal))
+    return out, None
+
+
+def register(name: str = NAME) -> str:
+    """Register ``name`` (default "fa4mlir") in transformers' AttentionInterface and
+    AttentionMaskInterface; returns the name, for ``attn_implementation=``."""
+    from transformers import AttentionInterface, AttentionMaskInterface
+    AttentionInterface.register(name, attention_forward)
+    AttentionMaskInterface.register(name, attention_mask)
+    return name
+
+
+__all__ = ["register", "attention_forward", "attention_mask", "NAME"]

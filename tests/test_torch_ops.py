@@ -1,0 +1,242 @@
+"""The torch custom ops (fa4mlir::flash_attn_fwd, fa4mlir::flash_attn_fwd_out), torch.compile,
+autograd honesty and the transformers backend, on CPU torch tensors with a stand-in kernel that
+computes attention in float64 (test_attention_torch_cpu's FakeKernel). Needs torch (and
+transformers for the last tests), not a GPU; skipped where torch is missing (CI). The same on a GPU
+with the bundle's kernels: tests/gpu/test_torch_ops_gpu.py and test_transformers_gpu.py.
+"""
+import pytest
+
+import fa4mlir
+from fa4mlir.attention import (AutogradError, HeadDimError, ScaleError, ShapeError, UnsupportedFeatureError, checks,
+                               flash_attn_func)
+from fa4mlir.attention import dense
+from fa4mlir.driver import DeviceInfo
+
+torch = pytest.importorskip("torch")
+from test_attention_torch_cpu import FakeKernel, cpu_inputs  # noqa: E402
+
+
+class _NoCache(dict):
+    """A call cache that keeps nothing: every call prepares the fake kernel on its own tensors, so
+    the fake computes them (it computes only on the tensors it was prepared with)."""
+
+    def __setitem__(self, key, value):
+        pass
+
+
+@pytest.fixture
+def cpu_ops(monkeypatch):
+    made = []
+
+    class FakeSource:
+        def __init__(self, bundle):
+            self.bundle = bundle
+
+        def kernel(self, default):
+            made.append(FakeKernel(default.causal))
+            return made[-1]
+    monkeypatch.setattr(dense, "source_for", FakeSource)
+    monkeypatch.setattr(checks, "CUDA_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(dense, "device_info", lambda: DeviceInfo(0, (9, 0), 132, 50 * 2**20))
+    monkeypatch.setattr(dense, "_CALLS", _NoCache())
+    monkeypatch.setattr(dense, "resolve_stream", lambda stream, uses_torch, device: 0)
+    torch._dynamo.reset()
+    yield made
+    torch._dynamo.reset()
+
+
+def reference(q, k, v, causal, scale=None):
+    from fa4mlir.testing import attention_math
+    o, _ = attention_math(q, k, v, scale or q.shape[-1] ** -0.5, causal, torch.float64)
+    return o.to(q.dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# The ops
+# ----------------------------------------------------------------------------------------------
+
+def test_ops_are_registered_with_their_schemas():
+    from fa4mlir.attention import torch_ops
+    fwd = str(torch.ops.fa4mlir.flash_attn_fwd.default._schema)
+    assert fwd == ("fa4mlir::flash_attn_fwd(Tensor q, Tensor k, Tensor v, float? softmax_scale, bool causal, "
+                   "str? bundle) -> (Tensor, Tensor)")
+    out = str(torch.ops.fa4mlir.flash_attn_fwd_out.default._schema)
+    assert "Tensor(a3!) out, Tensor(a4!)? lse" in out and out.endswith("-> ()")
+    assert torch_ops.NAMESPACE == "fa4mlir"
+
+
+def test_fake_gives_shapes_and_dtypes_and_typed_errors():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        q = torch.empty(2, 10, 8, 64, dtype=torch.bfloat16)
+        k = v = torch.empty(2, 12, 2, 64, dtype=torch.bfloat16)
+        out, lse = torch.ops.fa4mlir.flash_attn_fwd(q, k, v, None, True, None)
+        assert out.shape == q.shape and out.dtype == torch.bfloat16
+        assert lse.shape == (2, 8, 10) and lse.dtype == torch.float32
+        with pytest.raises(HeadDimError):
+            bad = torch.empty(2, 10, 8, 96, dtype=torch.bfloat16)
+            torch.ops.fa4mlir.flash_attn_fwd(bad, bad, bad, None, True, None)
+        with pytest.raises(ScaleError):
+            torch.ops.fa4mlir.flash_attn_fwd(q, k, v, -1.0, True, None)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attn_func_through_the_op_matches_the_reference(cpu_ops, causal):
+    q, k, v = cpu_inputs((2, 40, 56, 4, 2))
+    out, lse = torch.ops.fa4mlir.flash_attn_fwd(q, k, v, 0.2, causal, None)
+    assert torch.equal(out, reference(q, k, v, causal, 0.2)) and lse.shape == (2, 4, 40)
+    got = flash_attn_func(q, k, v, softmax_scale=0.2, causal=causal)
+    assert torch.equal(got, out)
+    o, l2 = torch.empty_like(q), torch.empty(2, 4, 40)
+    torch.ops.fa4mlir.flash_attn_fwd_out(q, k, v, o, l2, 0.2, causal, None)
+    assert torch.equal(o, out) and torch.equal(l2, lse)
+
+
+def test_opcheck_on_cpu_with_the_stand_in_kernel(cpu_ops):
+    q, k, v = cpu_inputs((1, 24, 40, 4, 2))
+    torch.library.opcheck(torch.ops.fa4mlir.flash_attn_fwd.default, (q, k, v, None, True, None))
+    o, lse = torch.empty_like(q), torch.empty(1, 4, 24)
+    torch.library.opcheck(torch.ops.fa4mlir.flash_attn_fwd_out.default, (q, k, v, o, lse, 0.5, False, None))
+
+
+# ----------------------------------------------------------------------------------------------
+# torch.compile
+# ----------------------------------------------------------------------------------------------
+
+class Block(torch.nn.Module):
+    """A model that calls flash_attn_func between torch ops (views, math on its output)."""
+
+    def __init__(self, return_lse=False, out=None, bundle=None):
+        super().__init__()
+        self.return_lse, self.out, self.bundle = return_lse, out, bundle
+
+    def forward(self, q, k, v):
+        r = flash_attn_func(q * 1.0, k, v, causal=True, return_lse=self.return_lse, out=self.out, bundle=self.bundle)
+        if self.return_lse:
+            return r[0].float().sum(-1) + r[1].transpose(1, 2)
+        return r.float() * 2
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("variant", ["alloc", "lse", "out", "bundle_path", "bundle_object"])
+def test_fullgraph_compile_has_no_graph_break_and_the_same_output(cpu_ops, backend, variant, tmp_path):
+    from fa4mlir.runtime import Bundle
+    q, k, v = cpu_inputs((1, 48, 64, 4, 2))
+    kw = {"alloc": {}, "lse": dict(return_lse=True), "out": dict(out=torch.empty_like(q)),
+          "bundle_path": dict(bundle=str(tmp_path)), "bundle_object": dict(bundle=Bundle(tmp_path, []))}[variant]
+    model = Block(**kw)
+    with torch.no_grad():
+        want = model(q, k, v)
+        explain = torch._dynamo.explain(model)(q, k, v)
+        assert explain.graph_break_count == 0 and explain.graph_count == 1, [(r.reason[:900], r.user_stack[-3:]) for r in explain.break_reasons]
+        got = torch.compile(model, fullgraph=True, backend=backend)(q, k, v)
+    assert torch.equal(got, want)
+    graph_ops = {str(n.target) for g in explain.graphs for n in g.graph.nodes if n.op == "call_function"}
+    want_op = "fa4mlir.flash_attn_fwd_out.default" if variant == "out" else "fa4mlir.flash_attn_fwd.default"
+    assert want_op in graph_ops, graph_ops
+
+
+# ----------------------------------------------------------------------------------------------
+# Autograd honesty
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("which", ["q", "k", "v"])
+def test_inputs_that_require_grad_raise_before_any_launch(cpu_ops, which):
+    q, k, v = cpu_inputs((1, 16, 16, 2, 2))
+    dict(q=q, k=k, v=v)[which].requires_grad_(True)
+    with pytest.raises(AutogradError, match=rf"{which} requires grad .* no backward kernel .*torch.no_grad"):
+        flash_attn_func(q, k, v)
+    assert not cpu_ops  # nothing looked up, nothing launched
+    assert isinstance(AutogradError("x"), NotImplementedError) and fa4mlir.AutogradError is AutogradError
+    with torch.no_grad():
+        assert not flash_attn_func(q, k, v).requires_grad
+    with torch.inference_mode():
+        flash_attn_func(q, k, v)
+    flash_attn_func(q.detach(), k.detach(), v.detach())
+    with pytest.raises(AutogradError):   # compiled: the check is traced, so it raises too
+        torch.compile(lambda q, k, v: flash_attn_func(q, k, v), backend="eager")(q, k, v)
+    # fullgraph: Dynamo reports the exception it traced as Unsupported, with the message
+    with pytest.raises(Exception, match="no backward kernel yet"):
+        torch.compile(lambda q, k, v: flash_attn_func(q, k, v), fullgraph=True, backend="eager")(q, k, v)
+
+
+def test_the_op_declares_no_autograd_formula(cpu_ops):
+    q, k, v = cpu_inputs((1, 16, 16, 2, 2))
+    q.requires_grad_(True)
+    out, _ = torch.ops.fa4mlir.flash_attn_fwd(q, k, v, None, False, None)
+    assert out.requires_grad  # not a silently detached tensor: backward says there is no formula
+    with pytest.raises(RuntimeError, match="no autograd formula"):
+        out.float().sum().backward()
+
+
+def test_scales_keep_their_typed_errors_through_the_op(cpu_ops):
+    q, k, v = cpu_inputs((1, 16, 16, 2, 2))
+    with pytest.raises(ScaleError):
+        flash_attn_func(q, k, v, softmax_scale=True)
+    with pytest.raises(ShapeError):
+        flash_attn_func(q[0], k, v)
+
+
+# ----------------------------------------------------------------------------------------------
+# transformers: attn_implementation="fa4mlir"
+# ----------------------------------------------------------------------------------------------
+
+def tiny_llama(attn, seed=0, **config):
+    transformers = pytest.importorskip("transformers")
+    from fa4mlir.integrations.transformers import register
+    register()
+    cfg = transformers.LlamaConfig(vocab_size=96, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                                   max_position_embeddings=256, **config)
+    torch.manual_seed(seed)
+    model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    model.set_attn_implementation(attn)
+    return model
+
+
+def test_transformers_prefill_and_generate_match_eager_attention(cpu_ops):
+    model = tiny_llama("fa4mlir")
+    ref = tiny_llama("eager")
+    ids = torch.randint(0, 96, (2, 21), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        got, want = model(ids).logits.float(), ref(ids).logits.float()
+        # bf16 model either way; the stand-in kernel rounds float64 attention once, eager rounds more often
+        assert (got - want).abs().max() < 0.05, (got - want).abs().max()
+        gen = model.generate(ids, max_new_tokens=12, do_sample=False)
+        gen_ref = ref.generate(ids, max_new_tokens=12, do_sample=False)
+    assert torch.equal(gen, gen_ref)
+    assert any(fake.causal for fake in cpu_ops) and all(fake.causal for fake in cpu_ops)
+    # decode steps: seqlen_q 1 against the whole cache
+    assert any(args["seqlen_q"] == 1 and args["seqlen_k"] > 21 for fake in cpu_ops for _, args in fake.prepared)
+
+
+def test_transformers_rejects_what_the_kernel_cannot_take(cpu_ops):
+    model = tiny_llama("fa4mlir")
+    ids = torch.randint(0, 96, (2, 9), generator=torch.Generator().manual_seed(2))
+    pad = torch.ones_like(ids)
+    pad[0, :3] = 0
+    with torch.no_grad():
+        with pytest.raises(UnsupportedFeatureError, match="padding mask"):
+            model(ids, attention_mask=pad)
+        model(ids, attention_mask=torch.ones_like(ids))  # all ones: no mask needed
+        with pytest.raises(UnsupportedFeatureError, match="attention mask tensor"):
+            model(ids, attention_mask=torch.ones(2, 1, 9, 9, dtype=torch.bool))
+        with pytest.raises(UnsupportedFeatureError, match="static or sliding cache"):
+            model.generate(ids, max_new_tokens=2, do_sample=False, cache_implementation="static")
+    dropout = tiny_llama("fa4mlir", attention_dropout=0.1).train()
+    with torch.no_grad(), pytest.raises(UnsupportedFeatureError, match="dropout"):
+        dropout(ids)
+    with pytest.raises(AutogradError):
+        model.train()(ids)  # training: parameters require grad, so q, k, v do
+
+
+def test_transformers_rejects_a_sliding_window_mask(cpu_ops):
+    transformers = pytest.importorskip("transformers")
+    from fa4mlir.integrations.transformers import register
+    register()
+    cfg = transformers.MistralConfig(vocab_size=96, hidden_size=128, intermediate_size=256, num_hidden_layers=1,
+                                     num_attention_heads=4, num_key_value_heads=2, head_dim=64, sliding_window=4)
+    model = transformers.MistralForCausalLM(cfg).to(torch.bfloat16).eval()
+    model.set_attn_implementation("fa4mlir")
+    with torch.no_grad(), pytest.raises(UnsupportedFeatureError, match="sliding window"):
+        model(torch.zeros(1, 9, dtype=torch.long))
