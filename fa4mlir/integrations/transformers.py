@@ -51,16 +51,18 @@ def attention_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, k
         raise _unsupported(f"a mask other than causal or full ({getattr(mask_function, '__name__', mask_function)}: "
                            f"a sliding window, chunked attention, packed sequences or an extra mask function)",
                            "use attn_implementation='sdpa' for this model or input")
+    # The cache first: a static cache's kv_length is its capacity, which generate()'s 2-D mask does not
+    # span, so the padding check below would misname it.
+    if causal and (isinstance(q_offset, torch.Tensor) or kv_offset != 0 or kv_length != q_offset + q_length):
+        raise _unsupported(f"a KV cache whose length ({kv_length}) is not the tokens seen plus the new ones "
+                           f"(a static or sliding cache: its unfilled slots need a mask)",
+                           "use the default DynamicCache (cache_implementation=None)")
     if attention_mask is not None:
         attention_mask = attention_mask[:, -kv_length:]
         if attention_mask.shape[-1] != kv_length or not bool(attention_mask.all()):
             raise _unsupported("a padding mask (attention_mask with zeros)",
                                "run one sequence per call, or batch sequences of equal length without padding "
                                "(flash_attn_varlen_func will take padded batches)")
-    if causal and (isinstance(q_offset, torch.Tensor) or kv_offset != 0 or kv_length != q_offset + q_length):
-        raise _unsupported(f"a KV cache whose length ({kv_length}) is not the tokens seen plus the new ones "
-                           f"(a static or sliding cache: its unfilled slots need a mask)",
-                           "use the default DynamicCache (cache_implementation=None)")
     return None
 
 

@@ -56,8 +56,9 @@ def test_compile_fullgraph_same_output_no_graph_break(torch):
             got, want = compiled(q2, k2, v2), f(q2, k2, v2)
             torch.testing.assert_close(got[0], want[0], atol=2e-2, rtol=2e-2)   # Inductor's own matmul fusion
             assert torch.equal(got[1], want[1])
-        o, lse = torch.compile(lambda q, k, v: __import__("fa4mlir").flash_attn_func(
-            q, k, v, causal=True, return_lse=True), fullgraph=True)(q, k, v)
+        import fa4mlir
+        o, lse = torch.compile(lambda q, k, v: fa4mlir.flash_attn_func(q, k, v, causal=True, return_lse=True),
+                               fullgraph=True)(q, k, v)
     assert compare_attention(q, k, v, o, lse, None, True)["ok"]
 
 

@@ -2,8 +2,9 @@
 from LlamaConfig, no download: hidden 512, 4 layers, 8 heads of head_dim 64, 2 KV heads (GQA),
 bf16) against SDPA: prefill logits by the FA rule (fa4mlir's error against the float32 SDPA model
 at most 2x bf16 SDPA's own error, plus 1e-2), and 32 greedy tokens through generate() (prefill,
-then 31 decode steps through the DynamicCache) equal to bf16 SDPA's. Deviceless twin:
-tests/test_torch_ops.py.
+then 31 decode steps through the DynamicCache): equal to bf16 SDPA's up to the first near-tie of the
+float32 model, float32 argmaxes within the bf16 error band, decode-step logits by the FA rule.
+Deviceless twin: tests/test_torch_ops.py.
 """
 import copy
 
@@ -43,12 +44,35 @@ def test_prefill_logits_by_the_fa_rule(models, batch, seqlen):
 
 
 def test_greedy_generate_matches_sdpa(models):
-    torch, _, sdpa, fa = models
+    """32 greedy tokens (prefill, then 31 decode steps through the DynamicCache) against SDPA's.
+
+    A randomly initialised model has near-ties among its logits, where two correct bf16 models may
+    pick different tokens, so equality is asked up to the first step where the float32 model's top
+    two logits (teacher-forced on SDPA's tokens) are closer than the bf16 error band; every token
+    fa4mlir picks must be a float32 argmax within that band; and the logits of every decode step
+    must pass the FA rule against the float32 model on fa4mlir's own tokens."""
+    torch, ref32, sdpa, fa = models
     ids = torch.randint(0, 512, (2, 48), device="cuda", generator=torch.Generator("cuda").manual_seed(7))
+    kw = dict(max_new_tokens=32, min_new_tokens=32, do_sample=False, return_dict_in_generate=True, output_logits=True)
     with torch.no_grad():
-        want = sdpa.generate(ids, max_new_tokens=32, do_sample=False, min_new_tokens=32)
-        got = fa.generate(ids, max_new_tokens=32, do_sample=False, min_new_tokens=32)
-    assert got.shape == (2, 80) and torch.equal(got, want), (got[:, 48:], want[:, 48:])
+        want = sdpa.generate(ids, **kw).sequences
+        out = fa.generate(ids, **kw)
+        got, step_logits = out.sequences, torch.stack(out.logits, 1).float()   # [2, 32, vocab]
+        assert got.shape == want.shape == (2, 80)
+        # the bf16 error band, from SDPA's own error on the same sequences
+        band = 2 * (sdpa(want).logits.float() - ref32(want).logits).abs().max().item() + 1e-2
+        ref_want = ref32(want).logits[:, 47:79]           # float32 logits that predict tokens 48..79
+        ref_got = ref32(got).logits[:, 47:79]
+        err_sdpa_steps = (sdpa(got).logits[:, 47:79].float() - ref_got).abs().max().item()
+    top2 = ref_want.topk(2, dim=-1).values
+    ties = (top2[..., 0] - top2[..., 1]) < 2 * band                       # [2, 32]
+    for row in range(2):
+        first_tie = int(ties[row].nonzero()[0]) if ties[row].any() else 32
+        assert torch.equal(got[row, 48:48 + first_tie], want[row, 48:48 + first_tie]), (row, first_tie, got, want)
+    picked = ref_got.gather(-1, got[:, 48:, None])[..., 0]
+    assert (picked >= ref_got.max(-1).values - 2 * band).all()
+    err_steps = (step_logits - ref_got).abs().max().item()
+    assert err_steps <= 2 * err_sdpa_steps + 1e-2, (err_steps, err_sdpa_steps)
 
 
 def test_padding_mask_is_a_typed_error(models):
