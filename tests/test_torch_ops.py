@@ -240,3 +240,15 @@ def test_transformers_rejects_a_sliding_window_mask(cpu_ops):
     model.set_attn_implementation("fa4mlir")
     with torch.no_grad(), pytest.raises(UnsupportedFeatureError, match="sliding window"):
         model(torch.zeros(1, 9, dtype=torch.long))
+
+
+def test_the_ops_module_registers_the_ops_and_fa4mlir_alone_imports_no_torch():
+    """torch.ops.fa4mlir.* after `import fa4mlir.attention.torch_ops` (the README's line), before any
+    call; importing fa4mlir alone imports no torch (the ops come with the first torch call)."""
+    import subprocess
+    import sys
+    code = "import torch, fa4mlir.attention.torch_ops; print(torch.ops.fa4mlir.flash_attn_fwd.default.name())"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "fa4mlir::flash_attn_fwd" in run.stdout, run.stderr
+    code = "import sys, fa4mlir; fa4mlir.flash_attn_func; assert 'torch' not in sys.modules"
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

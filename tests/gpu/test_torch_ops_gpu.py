@@ -12,6 +12,7 @@ pytestmark = pytest.mark.gpu
 def torch(bundle, require_arch):
     require_arch(9)   # bundle: FA4MLIR_BUNDLE is set (flash_attn_func's default kernel source)
     torch = pytest.importorskip("torch")
+    import fa4mlir.attention.torch_ops  # noqa: F401  (fa4mlir may have been imported before torch)
     torch._dynamo.reset()
     return torch
 
