@@ -9,15 +9,15 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, fields, replace
 
-from .common.constants import LOG2E
+from .common.constants import LOG2E, MAX_RESCALE_THRESHOLD
 from .common.fastdiv import divisor
+from .common.fields import ConfigError, check_fields
 from .common.naming import softmax_knob_tags
 
 KERNEL = "attention_fwd_sm90"
 HEAD_DIMS = (64, 128, 256)
 BMS = (128, 192)
 DTYPES = ("bf16", "f16")
-MAX_RESCALE_THRESHOLD = 15.0  # lazy rescale lets P reach 2**threshold: f16's largest finite is 65504 < 2**16
 
 
 @dataclass(frozen=True)
@@ -51,40 +51,43 @@ class AttnConfig:
             object.__setattr__(self, "rescale_threshold", float(self.rescale_threshold))
 
     def validate(self) -> "AttnConfig":
+        """The config, checked: every field of its annotated type (ConfigTypeError), then every value
+        (ConfigError, a ValueError), each naming the field and what it takes."""
+        check_fields(self, {"dtype": DTYPES, "head_dim": HEAD_DIMS, "bm": BMS})
         if self.dtype not in DTYPES:
-            raise ValueError(f"attention dtype must be one of {DTYPES}, got {self.dtype!r}")
+            raise ConfigError(f"attention dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.head_dim not in HEAD_DIMS:
-            raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {self.head_dim}")
+            raise ConfigError(f"head_dim must be one of {HEAD_DIMS}, got {self.head_dim}")
         if self.bm not in BMS:
-            raise ValueError(f"bm must be one of {BMS} (consumer warpgroups of 64 rows each), got {self.bm}")
+            raise ConfigError(f"bm must be one of {BMS} (consumer warpgroups of 64 rows each), got {self.bm}")
         if self.bn % 16 or not 16 <= self.bn <= 256:
-            raise ValueError(f"bn must be a multiple of 16 in [16, 256] (wgmma n and k16 steps), got {self.bn}")
+            raise ConfigError(f"bn must be a multiple of 16 in [16, 256] (wgmma n and k16 steps), got {self.bn}")
         if self.stages < 1:
-            raise ValueError(f"stages must be >= 1, got {self.stages}")
+            raise ConfigError(f"stages must be >= 1, got {self.stages}")
         load, mma = self.producer_regs, self.consumer_regs
         if any(r != 0 and (r % 8 or not 24 <= r <= 256) for r in (self.load_regs, self.mma_regs)):
-            raise ValueError(f"setmaxnreg budgets are 0 (auto) or multiples of 8 in [24, 256], got load_regs="
-                             f"{self.load_regs}, mma_regs={self.mma_regs}")
+            raise ConfigError(f"setmaxnreg budgets are 0 (auto) or multiples of 8 in [24, 256], got load_regs="
+                              f"{self.load_regs}, mma_regs={self.mma_regs}")
         pool = self.register_pool
         if load * 128 + mma * 128 * self.consumers > pool:
-            raise ValueError(f"register budgets exceed the CTA's launch allocation of {pool} registers "
-                             f"({pool // self.threads} x {self.threads} threads): 128 x {load} + "
-                             f"{128 * self.consumers} x {mma} (bm={self.bm}: {self.consumers} "
-                             f"consumer warpgroups); setmaxnreg.inc would wait forever")
+            raise ConfigError(f"register budgets exceed the CTA's launch allocation of {pool} registers "
+                              f"({pool // self.threads} x {self.threads} threads): 128 x {load} + "
+                              f"{128 * self.consumers} x {mma} (bm={self.bm}: {self.consumers} "
+                              f"consumer warpgroups); setmaxnreg.inc would wait forever")
         row_scores = self.bn // 4  # S registers of one row in one thread (2 of every 4 of bn / 2)
         stride = self.exp2_poly_stride
-        if type(stride) is not int or stride < 0 or stride == 1 or stride > row_scores:
-            raise ValueError(f"exp2_poly_stride must be 0 (hardware exp2 only) or an int in [2, bn / 4 = "
-                             f"{row_scores}] (1 in k exps of a row on the FMA pipes), got {stride!r}")
+        if stride < 0 or stride == 1 or stride > row_scores:
+            raise ConfigError(f"exp2_poly_stride must be 0 (hardware exp2 only) or an int in [2, bn / 4 = "
+                              f"{row_scores}] (1 in k exps of a row on the FMA pipes), got {stride!r}")
         thr = self.rescale_threshold
-        if isinstance(thr, bool) or not isinstance(thr, (int, float)) or not 0 <= thr <= MAX_RESCALE_THRESHOLD:
-            raise ValueError(f"rescale_threshold must be a number in [0, {MAX_RESCALE_THRESHOLD}] (log2 units; "
-                             f"0 = rescale on every new max, FlashAttention-4 uses 8.0; P reaches "
-                             f"2**threshold and must fit f16), got {thr!r}")
+        if not 0 <= thr <= MAX_RESCALE_THRESHOLD:
+            raise ConfigError(f"rescale_threshold must be a number in [0, {MAX_RESCALE_THRESHOLD}] (log2 units; "
+                              f"0 = rescale on every new max, FlashAttention-4 uses 8.0; P reaches "
+                              f"2**threshold and must fit f16), got {thr!r}")
         if self.smem_bytes() > 227 * 1024:
-            raise ValueError(f"tile plan needs {self.smem_bytes()} bytes of SMEM (> 227 KiB"
-                             f"{', with the Q and O tiles of persistent' if self.persistent else ''}): "
-                             f"lower bn or stages")
+            raise ConfigError(f"tile plan needs {self.smem_bytes()} bytes of SMEM (> 227 KiB"
+                              f"{', with the Q and O tiles of persistent' if self.persistent else ''}): "
+                              f"lower bn or stages")
         return self
 
     @property

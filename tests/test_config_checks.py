@@ -1,0 +1,57 @@
+"""Deviceless: kernel configs are checked before anything uses them.
+
+* Every field of every kernel config is checked against its annotated type first
+  (kernels/common/fields.py): a flag given 'no' (which Python reads as true: causal='no' built the
+  causal kernel), an int given 128.0 (which reached the PTX as '128.0' and died in ptxas) raise
+  ConfigTypeError naming the field and what it takes; supported() gives the same reason.
+"""
+import math
+from dataclasses import fields
+
+import pytest
+
+from fa4mlir.kernels import deadlock_sm90, gemm_sm90, gemm_sm100
+from fa4mlir.kernels.attention_sm100_config import FA4Config
+from fa4mlir.kernels.attention_sm90_config import AttnConfig
+from fa4mlir.kernels.common.fields import KINDS, ConfigError, ConfigTypeError
+from fa4mlir.testing import raises
+
+CONFIGS = (AttnConfig, FA4Config, gemm_sm90.GemmConfig, gemm_sm100.GemmConfig, deadlock_sm90.DeadlockConfig)
+# per annotation, values of another type (a bool is not an int; a number must be finite)
+WRONG = {"bool": ["no", 1, None], "int": [128.0, True, "128"], "float": ["8", True, math.nan, math.inf],
+         "str": [1, None, b"bf16"]}
+CASES = [(cls, f.name, bad) for cls in CONFIGS for f in fields(cls) for bad in WRONG[f.type]]
+
+
+def test_every_field_has_a_checked_kind():
+    assert {f.type for cls in CONFIGS for f in fields(cls)} <= set(KINDS) == set(WRONG)
+    assert len(CASES) > 100
+
+
+@pytest.mark.parametrize("cls, name, bad", CASES, ids=[f"{c.__name__}.{n}={b!r}" for c, n, b in CASES])
+def test_a_field_of_the_wrong_type_is_refused_naming_it(cls, name, bad):
+    cfg = cls(**{name: bad})
+    kind = next(f.type for f in fields(cls) if f.name == name)
+    words = [f"{cls.__name__}.{name} must be {KINDS[kind][1]}", f"got {bad!r} ({type(bad).__name__})"]
+    raises(ConfigTypeError, words, cfg.validate)
+    if cls is FA4Config:
+        ok, why = cfg.supported()
+        assert not ok and all(w in why for w in words), why
+
+
+def test_the_issue_cases():
+    raises(ConfigTypeError, ["AttnConfig.causal must be a bool (True or False)", "got 'no'"],
+           AttnConfig(causal="no").validate)
+    raises(ConfigTypeError, ["AttnConfig.pingpong", "got 'off'"], AttnConfig(pingpong="off").validate)
+    raises(ConfigTypeError, ["AttnConfig.head_dim must be an int, one of (64, 128, 256)", "got 128.0"],
+           AttnConfig(head_dim=128.0).validate)
+    raises(ConfigTypeError, ["FA4Config.causal", "got 'no'"], FA4Config(causal="no").validate)
+    raises(ConfigTypeError, ["GemmConfig.bn must be an int", "got 128.0"], gemm_sm90.GemmConfig(bn=128.0).validate)
+    # ints given to a float field are one config (one key, one kernel name), as 8 and 8.0 are
+    for cls in (AttnConfig, FA4Config):
+        assert cls(rescale_threshold=8).key() == cls(rescale_threshold=8.0).key()
+
+
+def test_config_errors_are_value_errors():
+    assert issubclass(ConfigError, ValueError) and issubclass(ConfigTypeError, TypeError)
+    assert issubclass(ConfigTypeError, ConfigError)
