@@ -4,6 +4,7 @@
   (kernels/common/fields.py): a flag given 'no' (which Python reads as true: causal='no' built the
   causal kernel), an int given 128.0 (which reached the PTX as '128.0' and died in ptxas) raise
   ConfigTypeError naming the field and what it takes; supported() gives the same reason.
+* sm_100a's lazy rescale is capped as sm_90a's is: P reaches 2**threshold and must fit f16.
 """
 import math
 from dataclasses import fields
@@ -13,6 +14,7 @@ import pytest
 from fa4mlir.kernels import deadlock_sm90, gemm_sm90, gemm_sm100
 from fa4mlir.kernels.attention_sm100_config import FA4Config
 from fa4mlir.kernels.attention_sm90_config import AttnConfig
+from fa4mlir.kernels.common.constants import MAX_RESCALE_THRESHOLD
 from fa4mlir.kernels.common.fields import KINDS, ConfigError, ConfigTypeError
 from fa4mlir.testing import raises
 
@@ -55,3 +57,13 @@ def test_the_issue_cases():
 def test_config_errors_are_value_errors():
     assert issubclass(ConfigError, ValueError) and issubclass(ConfigTypeError, TypeError)
     assert issubclass(ConfigTypeError, ConfigError)
+
+
+def test_sm100_rescale_threshold_is_capped_as_sm90():
+    """P reaches 2**threshold before it is stored as a 16-bit value: f16's largest finite is 65504."""
+    for dtype in ("bf16", "f16"):
+        assert FA4Config(dtype=dtype, rescale_threshold=MAX_RESCALE_THRESHOLD).supported() == (True, "")
+        ok, why = FA4Config(dtype=dtype, rescale_threshold=16.0).supported()
+        assert not ok and "rescale_threshold=16.0" in why and "fit f16" in why
+    raises(ConfigError, ["rescale_threshold", "[0, 15.0]"], FA4Config(dtype="f16", rescale_threshold=20.0).validate)
+    raises(ConfigError, ["[0, 15.0]"], AttnConfig(rescale_threshold=16.0).validate)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from .common.constants import LOG2E, SM100_SMEM_PER_CTA
+from .common.constants import LOG2E, MAX_RESCALE_THRESHOLD, SM100_SMEM_PER_CTA
 from .common.fields import ConfigError, ConfigTypeError, check_fields
 from .common.naming import softmax_knob_tags
 from .common.tmem import TMEM_COLUMNS, TMEM_LANES, TMEM_SLOT_BYTES, tmem_alloc_columns
@@ -218,8 +218,10 @@ class FA4Config:
             return ConfigError(f"swizzle={self.swizzle}: only the 128-byte swizzle is implemented")
         if self.exp2_poly_stride < 0 or self.exp2_poly_stride == 1:
             return ConfigError(f"exp2_poly_stride={self.exp2_poly_stride}: 0 (SFU only) or >= 2")
-        if self.rescale_threshold < 0:
-            return ConfigError(f"rescale_threshold={self.rescale_threshold} must be >= 0")
+        if not 0 <= self.rescale_threshold <= MAX_RESCALE_THRESHOLD:
+            return ConfigError(f"rescale_threshold={self.rescale_threshold} must be in [0, {MAX_RESCALE_THRESHOLD}] "
+                               f"(log2 units; P reaches 2**threshold and must fit f16, whose largest finite "
+                               f"is 65504 < 2**16)")
         if self.stages < 0:
             return ConfigError(f"stages={self.stages} must be >= 0 (0 = as many as fit)")
         if self.num_qk_stages < 1 or self.num_pv_stages < 1:
@@ -243,7 +245,8 @@ class FA4Config:
         compile with 0 spills (tests/test_attention_sm100.py compiles all of supported_configs()),
         else (False, the reason). The space: bf16/f16, head dim 64 or 128 (qk = ov), BN 128, causal
         or not, any GQA group, stages 0 (as many as fit) or 2.. what fits, exp2_poly_stride
-        in EXP2_POLY_STRIDES, any rescale_threshold >= 0; every field of its annotated type."""
+        in EXP2_POLY_STRIDES, rescale_threshold in [0, MAX_RESCALE_THRESHOLD]; every field of its
+        annotated type."""
         return _answer(self._refusal())
 
     def _refusal(self) -> ConfigError | None:
