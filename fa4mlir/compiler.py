@@ -10,6 +10,9 @@ split). Nothing below reads or writes the environment for them, and they are par
 (with the config, the fa4mlir source fingerprint, the toolchain versions and the arch); N processes
 asking for one key compile once. With FA4MLIR_DUMP_DIR set, a cache hit still re-runs the IR
 stages so that every stage's artefact is dumped.
+
+The config is validated (its typed fields, then its values and plans) before its key is
+computed: an invalid config never reaches the cache or the toolchain.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from . import env, kernels, lowering
 from .artifacts import KernelArtifact
 from .cache import KernelCache, compute_key
 from .lowering import CompileOptions
+from .kernels.common.fields import ConfigError
 
 
 def resolve_options(kernel_name: str, cubin_backend: str | None = None, debug: bool | None = None) -> CompileOptions:
@@ -27,7 +31,23 @@ def resolve_options(kernel_name: str, cubin_backend: str | None = None, debug: b
     return CompileOptions(cubin_backend=backend, debug=env.debug() if debug is None else bool(debug))
 
 
+def validated(kernel_name: str, cfg):
+    """`cfg`, checked before any key is computed: a config of `kernel_name` (its key's "kernel")
+    whose validate() accepts it (typed fields, then its values and plans)."""
+    validate = getattr(cfg, "validate", None)
+    if validate is None or not hasattr(cfg, "key"):
+        raise ConfigError(f"{kernel_name}: expected its config (a dataclass with validate() and key()), "
+                          f"got {type(cfg).__name__}")
+    validate()
+    kind = cfg.key().get("kernel")
+    if kind != kernel_name:
+        raise ConfigError(f"{type(cfg).__name__} is a config of {kind!r}, not of {kernel_name!r}")
+    return cfg
+
+
 def key_for(kernel_name: str, cfg, options: CompileOptions) -> str:
+    """The cache key of `cfg` compiled with `options` (the config is validated first)."""
+    cfg = validated(kernel_name, cfg)
     return compute_key(cfg.key(), kernels.arch(kernel_name), extra={"kernel": kernel_name, "options": options.key()})
 
 
@@ -59,4 +79,4 @@ def compile_kernel(kernel_name: str, cfg, options: CompileOptions | None = None,
     return art
 
 
-__all__ = ["compile_kernel", "resolve_options", "key_for", "CompileOptions"]
+__all__ = ["compile_kernel", "resolve_options", "validated", "key_for", "CompileOptions"]

@@ -4,6 +4,8 @@
   (kernels/common/fields.py): a flag given 'no' (which Python reads as true: causal='no' built the
   causal kernel), an int given 128.0 (which reached the PTX as '128.0' and died in ptxas) raise
   ConfigTypeError naming the field and what it takes; supported() gives the same reason.
+* The compiler validates a config before it computes the cache key, and refuses another kernel's
+  config.
 * sm_100a's lazy rescale is capped as sm_90a's is: P reaches 2**threshold and must fit f16.
 """
 import math
@@ -11,12 +13,20 @@ from dataclasses import fields
 
 import pytest
 
+from fa4mlir import compiler
+from fa4mlir.kernels import attention_sm90_config as acfg
 from fa4mlir.kernels import deadlock_sm90, gemm_sm90, gemm_sm100
 from fa4mlir.kernels.attention_sm100_config import FA4Config
 from fa4mlir.kernels.attention_sm90_config import AttnConfig
 from fa4mlir.kernels.common.constants import MAX_RESCALE_THRESHOLD
 from fa4mlir.kernels.common.fields import KINDS, ConfigError, ConfigTypeError
 from fa4mlir.testing import raises
+
+@pytest.fixture(autouse=True)
+def _plain_environment(monkeypatch):
+    for knob in ("FA4MLIR_CUBIN_BACKEND", "FA4MLIR_DUMP_DIR", "FA4MLIR_DEBUG"):
+        monkeypatch.delenv(knob, raising=False)
+
 
 CONFIGS = (AttnConfig, FA4Config, gemm_sm90.GemmConfig, gemm_sm100.GemmConfig, deadlock_sm90.DeadlockConfig)
 # per annotation, values of another type (a bool is not an int; a number must be finite)
@@ -67,3 +77,41 @@ def test_sm100_rescale_threshold_is_capped_as_sm90():
         assert not ok and "rescale_threshold=16.0" in why and "fit f16" in why
     raises(ConfigError, ["rescale_threshold", "[0, 15.0]"], FA4Config(dtype="f16", rescale_threshold=20.0).validate)
     raises(ConfigError, ["[0, 15.0]"], AttnConfig(rescale_threshold=16.0).validate)
+
+
+# ---- the compiler ----------------------------------------------------------------------------------
+class _NoCache:
+    """A kernel cache that builds nothing: what compile_kernel asks it for."""
+
+    def __init__(self):
+        self.keys = []
+
+    def get_or_build(self, key, build):
+        self.keys.append(key)
+        return "artifact"
+
+
+@pytest.fixture
+def no_key(monkeypatch):
+    """compute_key that fails the test when called."""
+    def fail(*args, **kw):
+        raise AssertionError("the cache key was computed for an invalid config")
+    monkeypatch.setattr(compiler, "compute_key", fail)
+
+
+@pytest.mark.parametrize("name, cfg, exc, words", [
+    (acfg.KERNEL, AttnConfig(causal="no"), ConfigTypeError, ["AttnConfig.causal"]),
+    (acfg.KERNEL, AttnConfig(bn=128.0), ConfigTypeError, ["AttnConfig.bn", "128.0"]),
+    ("attention_fwd_sm100", FA4Config(bn=64), ConfigError, ["bn=64", "bn=128 only"]),
+    ("gemm_sm90", AttnConfig(), ConfigError, ["AttnConfig is a config of 'attention_fwd_sm90', not of 'gemm_sm90'"]),
+    ("gemm_sm90", object(), ConfigError, ["gemm_sm90: expected its config", "got object"]),
+], ids=["flag-str", "int-float", "sm100-unsupported", "other-kernel", "not-a-config"])
+def test_config_is_validated_before_the_key(no_key, name, cfg, exc, words):
+    raises(exc, words, compiler.compile_kernel, name, cfg, cache=_NoCache())
+    raises(exc, words, compiler.key_for, name, cfg, compiler.resolve_options(name))
+
+
+def test_a_valid_config_reaches_the_cache():
+    cache = _NoCache()
+    assert compiler.compile_kernel(acfg.KERNEL, acfg.default_config("bf16", 128, False), cache=cache) == "artifact"
+    assert len(cache.keys) == 1
