@@ -19,7 +19,7 @@ from fa4mlir.kernels import deadlock_sm90, gemm_sm90, gemm_sm100
 from fa4mlir.kernels.attention_sm100_config import FA4Config
 from fa4mlir.kernels.attention_sm90_config import AttnConfig
 from fa4mlir.kernels.common.constants import MAX_RESCALE_THRESHOLD
-from fa4mlir.kernels.common.fields import KINDS, ConfigError, ConfigTypeError
+from fa4mlir.kernels.common.fields import KINDS, ConfigError, ConfigTypeError, RegisterBudgetError
 from fa4mlir.testing import raises
 
 @pytest.fixture(autouse=True)
@@ -102,10 +102,11 @@ def no_key(monkeypatch):
 @pytest.mark.parametrize("name, cfg, exc, words", [
     (acfg.KERNEL, AttnConfig(causal="no"), ConfigTypeError, ["AttnConfig.causal"]),
     (acfg.KERNEL, AttnConfig(bn=128.0), ConfigTypeError, ["AttnConfig.bn", "128.0"]),
+    (acfg.KERNEL, AttnConfig(head_dim=256, bm=192, bn=64), RegisterBudgetError, ["registers per consumer thread", "bm=128"]),
     ("attention_fwd_sm100", FA4Config(bn=64), ConfigError, ["bn=64", "bn=128 only"]),
     ("gemm_sm90", AttnConfig(), ConfigError, ["AttnConfig is a config of 'attention_fwd_sm90', not of 'gemm_sm90'"]),
     ("gemm_sm90", object(), ConfigError, ["gemm_sm90: expected its config", "got object"]),
-], ids=["flag-str", "int-float", "sm100-unsupported", "other-kernel", "not-a-config"])
+], ids=["flag-str", "int-float", "registers", "sm100-unsupported", "other-kernel", "not-a-config"])
 def test_config_is_validated_before_the_key(no_key, name, cfg, exc, words):
     raises(exc, words, compiler.compile_kernel, name, cfg, cache=_NoCache())
     raises(exc, words, compiler.key_for, name, cfg, compiler.resolve_options(name))
