@@ -6,20 +6,26 @@
   ConfigTypeError naming the field and what it takes; supported() gives the same reason.
 * The compiler validates a config before it computes the cache key, and refuses another kernel's
   config.
+* The cubin backend that honours setmaxnreg is kept whatever the environment says: a knob naming
+  nvjitlink for an attention kernel raises BackendError with the fix, an explicit argument builds
+  it with a SetmaxnregDroppedWarning, and nvjitlink-lto for an sm_90a kernel is refused up front.
 * sm_100a's lazy rescale is capped as sm_90a's is: P reaches 2**threshold and must fit f16.
 """
 import math
+import warnings
 from dataclasses import fields
 
 import pytest
 
-from fa4mlir import compiler
+from fa4mlir import compiler, kernels
+from fa4mlir.attention import plan
 from fa4mlir.kernels import attention_sm90_config as acfg
 from fa4mlir.kernels import deadlock_sm90, gemm_sm90, gemm_sm100
 from fa4mlir.kernels.attention_sm100_config import FA4Config
 from fa4mlir.kernels.attention_sm90_config import AttnConfig
 from fa4mlir.kernels.common.constants import MAX_RESCALE_THRESHOLD
 from fa4mlir.kernels.common.fields import KINDS, ConfigError, ConfigTypeError, RegisterBudgetError
+from fa4mlir.lowering import BackendError, CompileOptions, SetmaxnregDroppedWarning
 from fa4mlir.testing import raises
 
 @pytest.fixture(autouse=True)
@@ -116,3 +122,47 @@ def test_a_valid_config_reaches_the_cache():
     cache = _NoCache()
     assert compiler.compile_kernel(acfg.KERNEL, acfg.default_config("bf16", 128, False), cache=cache) == "artifact"
     assert len(cache.keys) == 1
+
+
+# ---- the cubin backend ------------------------------------------------------------------------------
+ATTENTION = ("attention_fwd_sm90", "attention_fwd_sm100")
+
+
+def test_the_environment_cannot_pick_a_backend_that_drops_setmaxnreg(monkeypatch):
+    monkeypatch.setenv("FA4MLIR_CUBIN_BACKEND", "nvjitlink")
+    for name in ATTENTION:
+        assert kernels.needs_setmaxnreg(name)
+        raises(BackendError, ["FA4MLIR_CUBIN_BACKEND=nvjitlink", f"{name}'s register split needs setmaxnreg",
+                              "spill", "Unset FA4MLIR_CUBIN_BACKEND", kernels.cubin_backend(name),
+                              "cubin_backend='nvjitlink'"], compiler.resolve_options, name)
+    assert compiler.resolve_options("gemm_sm90").cubin_backend == "nvjitlink"   # fits without its split
+    # flash_attn_func's compiler source: refused before anything is built
+    source = plan.KernelSource(None)
+    raises(BackendError, ["FA4MLIR_CUBIN_BACKEND=nvjitlink"], source.artifact, acfg.default_config("bf16", 64, True))
+    for backend in ("ptxas", "nvjitlink-lto"):
+        monkeypatch.setenv("FA4MLIR_CUBIN_BACKEND", backend)
+        assert compiler.resolve_options("attention_fwd_sm100").cubin_backend == backend
+
+
+def test_nvjitlink_lto_is_refused_before_sm100(monkeypatch):
+    monkeypatch.setenv("FA4MLIR_CUBIN_BACKEND", "nvjitlink-lto")
+    for name in ("gemm_sm90", "attention_fwd_sm90"):
+        raises(BackendError, ["'nvjitlink-lto' (from FA4MLIR_CUBIN_BACKEND=nvjitlink-lto)", "sm_90a",
+                              "sm_100 and later", "unset FA4MLIR_CUBIN_BACKEND"], compiler.resolve_options, name)
+    monkeypatch.delenv("FA4MLIR_CUBIN_BACKEND")
+    raises(BackendError, ["sm_100 and later", "Use 'ptxas'"], compiler.resolve_options, "attention_fwd_sm90",
+           "nvjitlink-lto")
+
+
+def test_an_explicit_backend_that_drops_setmaxnreg_builds_with_a_warning(monkeypatch):
+    monkeypatch.setenv("FA4MLIR_CUBIN_BACKEND", "ptxas")
+    for name in ATTENTION:
+        with pytest.warns(SetmaxnregDroppedWarning, match="asked for explicitly.*spill"):
+            assert compiler.resolve_options(name, cubin_backend="nvjitlink").cubin_backend == "nvjitlink"
+    cfg = acfg.default_config("bf16", 128, False)
+    with pytest.warns(SetmaxnregDroppedWarning):
+        compiler.compile_kernel(acfg.KERNEL, cfg, CompileOptions(cubin_backend="nvjitlink"), cache=_NoCache())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compiler.compile_kernel(acfg.KERNEL, cfg, CompileOptions(cubin_backend="ptxas"), cache=_NoCache())
+        compiler.resolve_options("gemm_sm90", cubin_backend="nvjitlink")
