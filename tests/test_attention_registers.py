@@ -111,7 +111,7 @@ def _compile(fields: dict, check_registers: bool = True) -> dict:
     """(worker process) Compile one config with ptxas, as the kernel ships; with check_registers
     False, past the register check (what validate() refuses). Its resources, or {"error": ...}."""
     from fa4mlir import kernels
-    cfg = AttnConfig(**fields)
+    cfg, check = AttnConfig(**fields), AttnConfig._check_registers
     if not check_registers:
         AttnConfig._check_registers = lambda self: None
     try:
@@ -119,6 +119,8 @@ def _compile(fields: dict, check_registers: bool = True) -> dict:
         return lowering.lower(kir, lowering.CompileOptions(cubin_backend="ptxas"), key="test-registers").resources
     except lowering.CompileError as exc:
         return {"error": str(exc)}
+    finally:
+        AttnConfig._check_registers = check     # the worker may take the next job
 
 
 def _compile_all(jobs: list[tuple[dict, bool]]) -> list[dict]:
