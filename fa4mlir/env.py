@@ -33,8 +33,9 @@ KNOBS: dict[str, Knob] = {
         Knob("FA4MLIR_BUNDLE", None, "path", "kernel bundle directory the runtime and GPU tests load"),
         Knob("FA4MLIR_VERBOSE", "0", "bool", "1: log compiles, cache hits and kernel loads to stderr"),
         Knob("FA4MLIR_CUBIN_BACKEND", None, "str",
-             "overrides each kernel's own LLVM->cubin route: nvjitlink (upstream PTX, nvJitLink in "
-             "process; ignores setmaxnreg, ptxas C7504), nvjitlink-lto (NVVM IR -> libNVVM LTO-IR -> "
+             "overrides each kernel's own LLVM->cubin route (one the kernel cannot take is refused: "
+             "nvjitlink for the attention kernels, nvjitlink-lto before sm_100): nvjitlink (upstream PTX, "
+             "nvJitLink in process; ignores setmaxnreg, ptxas C7504), nvjitlink-lto (NVVM IR -> libNVVM LTO-IR -> "
              "nvJitLink -lto, in process; honours setmaxnreg) or ptxas (upstream PTX, a ptxas on PATH "
              "or from the nvidia-cuda-nvcc wheel; honours setmaxnreg); read once per compile into its "
              "options (part of the cache key)"),

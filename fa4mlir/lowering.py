@@ -36,6 +36,9 @@ from .passes._util import PassError, kernel_func
 from .artifacts import KernelArtifact
 
 CUBIN_BACKENDS = ("nvjitlink", "nvjitlink-lto", "ptxas")
+# The backends that compile whole-program, so ptxas honours setmaxnreg; nvJitLink given PTX compiles
+# it relocatably and drops it (C7504: every thread keeps the launch's share of the register file).
+SETMAXNREG_BACKENDS = ("nvjitlink-lto", "ptxas")
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,17 @@ class CompileOptions:
 
     def key(self) -> dict:
         return {"cubin_backend": self.cubin_backend, "debug": self.debug}
+
+
+class BackendError(ValueError):
+    """A cubin backend that cannot build a kernel as it needs: one that drops setmaxnreg chosen from
+    the environment for a kernel whose register split needs it, or nvjitlink-lto for an arch
+    before sm_100. Raised when the compile options are resolved, before anything is built."""
+
+
+class SetmaxnregDroppedWarning(UserWarning):
+    """A kernel that needs its setmaxnreg split is compiled, on the caller's explicit request, with a
+    backend that drops it: its consumers keep the launch's share of registers and spill."""
 
 UPSTREAM_TO_LLVM = ("builtin.module(convert-scf-to-cf, convert-vector-to-llvm, convert-math-to-llvm, "
                     "convert-arith-to-llvm, convert-index-to-llvm, convert-cf-to-llvm, "
@@ -217,12 +231,18 @@ def to_nvvm_ir(module: ir.Module) -> str:
             f"!nvvmir.version = !{{!{meta}}}\n!{meta} = !{{i32 {major}, i32 {minor}}}\n")
 
 
-def check_lto_arch(arch: str) -> None:
-    """nvjitlink-lto needs sm_100 or later: libNVVM parses the opaque-pointer IR that LLVM 22 writes
-    only for compute_100 and later (for compute_90a and older it expects LLVM 7's typed pointers and
-    fails with "parse expected type"); measured with libNVVM 13.5."""
+def lto_supports(arch: str) -> bool:
+    """Whether nvjitlink-lto compiles for `arch` (an sm_XX[a|f] name): sm_100 or later. libNVVM parses
+    the opaque-pointer IR that LLVM 22 writes only for compute_100 and later (for compute_90a and
+    older it expects LLVM 7's typed pointers and fails with "parse expected type"); measured with
+    libNVVM 13.5."""
     m = re.fullmatch(r"sm_(\d+)[af]?", arch)
-    if not m or int(m.group(1)) < 100:
+    return bool(m) and int(m.group(1)) >= 100
+
+
+def check_lto_arch(arch: str) -> None:
+    """nvjitlink-lto needs sm_100 or later (lto_supports)."""
+    if not lto_supports(arch):
         raise CompileError(f"cubin_backend nvjitlink-lto compiles for sm_100 and later, not {arch}: "
                            f"libNVVM reads this compiler's (opaque-pointer) LLVM IR only for compute_100+. "
                            f"Use cubin_backend='ptxas' for {arch} (whole-program, honours setmaxnreg).")

@@ -541,18 +541,23 @@ def test_compile_options_resolve_without_touching_the_environment(monkeypatch):
     assert compiler.resolve_options(acfg.KERNEL).cubin_backend == "ptxas"
     assert compiler.resolve_options("attention_fwd_sm100").cubin_backend == "nvjitlink-lto"
     assert compiler.resolve_options("gemm_sm90").cubin_backend == "nvjitlink"
-    monkeypatch.setenv("FA4MLIR_CUBIN_BACKEND", "nvjitlink")
-    assert compiler.resolve_options(acfg.KERNEL).cubin_backend == "nvjitlink"
+    monkeypatch.setenv("FA4MLIR_CUBIN_BACKEND", "ptxas")
+    assert compiler.resolve_options(acfg.KERNEL).cubin_backend == "ptxas"
+    assert compiler.resolve_options("gemm_sm90").cubin_backend == "ptxas"
+    monkeypatch.setenv("FA4MLIR_CUBIN_BACKEND", "nvjitlink")     # the attention kernel refuses it (test_config_checks)
+    assert compiler.resolve_options("gemm_sm90").cubin_backend == "nvjitlink"
     assert compiler.resolve_options(acfg.KERNEL, cubin_backend="ptxas").cubin_backend == "ptxas"
     monkeypatch.setenv("FA4MLIR_DEBUG", "1")
+    monkeypatch.setenv("FA4MLIR_CUBIN_BACKEND", "ptxas")
     assert compiler.resolve_options(acfg.KERNEL).debug and not compiler.resolve_options(acfg.KERNEL, debug=False).debug
     monkeypatch.delenv("FA4MLIR_CUBIN_BACKEND")
     monkeypatch.delenv("FA4MLIR_DEBUG")
     assert dict(os.environ) == before
     # the options are part of the cache key
     cfg = acfg.default_config("bf16", 128, False)
-    keys = {compiler.key_for(acfg.KERNEL, cfg, compiler.resolve_options(acfg.KERNEL, cubin_backend=b))
-            for b in ("ptxas", "nvjitlink")}
+    with pytest.warns(compiler.SetmaxnregDroppedWarning):
+        keys = {compiler.key_for(acfg.KERNEL, cfg, compiler.resolve_options(acfg.KERNEL, cubin_backend=b))
+                for b in ("ptxas", "nvjitlink")}
     assert len(keys) == 2
     raises(ValueError, ["cubin_backend 'nvcc'", "expected one of"], compiler.resolve_options, acfg.KERNEL, "nvcc")
 

@@ -12,6 +12,7 @@ import pytest
 from fa4mlir.attention import AttnProblem
 from fa4mlir.kernels import attention_sm90_config as acfg
 from fa4mlir.kernels.common import fastdiv
+from fa4mlir.kernels.common.fields import ConfigError, ConfigTypeError
 from fa4mlir.testing import raises
 
 
@@ -39,20 +40,20 @@ def test_flops():
     assert acfg.flops(2, 8, 1000, 300, 128, True) == 2 * 2 * 8 * 1000 * 300 * 128
 
 
-@pytest.mark.parametrize("over, words", [
-    (dict(exp2_poly_stride=1), ["exp2_poly_stride", "got 1", "0 (hardware exp2 only)"]),
-    (dict(exp2_poly_stride=-2), ["exp2_poly_stride", "got -2"]),
-    (dict(exp2_poly_stride=True), ["exp2_poly_stride", "got True"]),
-    (dict(exp2_poly_stride=33), ["exp2_poly_stride", "bn / 4 = 32", "got 33"]),
-    (dict(exp2_poly_stride=4.0), ["exp2_poly_stride", "got 4.0"]),
-    (dict(rescale_threshold=-1.0), ["rescale_threshold", "[0, 15.0]", "got -1.0"]),
-    (dict(rescale_threshold=16.0), ["rescale_threshold", "fit f16", "got 16.0"]),
-    (dict(rescale_threshold=float("nan")), ["rescale_threshold", "got nan"]),
-    (dict(rescale_threshold="8"), ["rescale_threshold", "got '8'"]),
+@pytest.mark.parametrize("over, exc, words", [
+    (dict(exp2_poly_stride=1), ConfigError, ["exp2_poly_stride", "got 1", "0 (hardware exp2 only)"]),
+    (dict(exp2_poly_stride=-2), ConfigError, ["exp2_poly_stride", "got -2"]),
+    (dict(exp2_poly_stride=True), ConfigTypeError, ["exp2_poly_stride", "an int", "got True (bool)"]),
+    (dict(exp2_poly_stride=33), ConfigError, ["exp2_poly_stride", "bn / 4 = 32", "got 33"]),
+    (dict(exp2_poly_stride=4.0), ConfigTypeError, ["exp2_poly_stride", "an int", "got 4.0 (float)"]),
+    (dict(rescale_threshold=-1.0), ConfigError, ["rescale_threshold", "[0, 15.0]", "got -1.0"]),
+    (dict(rescale_threshold=16.0), ConfigError, ["rescale_threshold", "fit f16", "got 16.0"]),
+    (dict(rescale_threshold=float("nan")), ConfigTypeError, ["rescale_threshold", "finite number", "got nan"]),
+    (dict(rescale_threshold="8"), ConfigTypeError, ["rescale_threshold", "got '8' (str)"]),
 ], ids=["stride1", "stride-neg", "stride-bool", "stride-big", "stride-float", "thr-neg", "thr-big", "thr-nan",
         "thr-str"])
-def test_softmax_knobs_are_validated(over, words):
-    raises(ValueError, words, acfg.AttnConfig(**over).validate)
+def test_softmax_knobs_are_validated(over, exc, words):
+    raises(exc, words, acfg.AttnConfig(**over).validate)
 
 
 @pytest.mark.parametrize("over, words", [
@@ -65,7 +66,7 @@ def test_softmax_knobs_are_validated(over, words):
     (dict(load_regs=16), ["[24, 256]", "load_regs=16"]),
 ], ids=["bm256", "bm64", "bm192-regs", "bm128-pool", "regs-odd", "regs-low"])
 def test_tiles_are_validated(over, words):
-    raises(ValueError, words, acfg.AttnConfig(**over).validate)
+    raises(ConfigError, words, acfg.AttnConfig(**over).validate)
 
 
 def test_fast_divisors_divide_exactly():
@@ -229,14 +230,14 @@ def test_persistent_needs_room_for_a_second_q_tile_and_an_o_tile():
     ok = acfg.AttnConfig(head_dim=128, persistent=True).validate()
     assert ok.q_stages == 2 and acfg.AttnConfig(head_dim=128).q_stages == 1
     assert ok.smem_bytes() == acfg.AttnConfig(head_dim=128).smem_bytes() + 2 * 128 * 256 <= 227 * 1024
-    raises(ValueError, ["SMEM", "Q and O tiles of persistent"],
+    raises(ConfigError, ["SMEM", "Q and O tiles of persistent"],
            acfg.AttnConfig(head_dim=256, bn=80, persistent=True).validate)
 
 
 @pytest.mark.parametrize("over, split", [
     (dict(), (24, 240)),
     (dict(persistent=True), (32, 232)),      # 24 spills the producer's persistent tile loop
-    (dict(bm=192), (32, 160)),
+    (dict(bm=192, head_dim=64), (32, 160)),   # D128 needs ~196 registers there (test_attention_registers)
     (dict(bm=192, persistent=True, head_dim=64), (32, 160)),   # D128 has no SMEM for it
     (dict(mma_regs=232), (24, 232)),         # an explicit budget is kept
 ], ids=["default", "persistent", "bm192", "bm192-persistent", "explicit"])

@@ -37,7 +37,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from .common.constants import LOG2E, SM100_SMEM_PER_CTA
+from .common.constants import LOG2E, MAX_RESCALE_THRESHOLD, SM100_SMEM_PER_CTA
+from .common.fields import ConfigError, ConfigTypeError, check_fields
 from .common.naming import softmax_knob_tags
 from .common.tmem import TMEM_COLUMNS, TMEM_LANES, TMEM_SLOT_BYTES, tmem_alloc_columns
 
@@ -75,6 +76,10 @@ def _pad(x: int, to: int) -> int:
     return (x + to - 1) // to * to
 
 
+def _answer(refusal: ConfigError | None) -> tuple[bool, str]:
+    return (True, "") if refusal is None else (False, str(refusal))
+
+
 @dataclass(frozen=True)
 class FA4Config:
     dtype: str = "bf16"
@@ -91,6 +96,11 @@ class FA4Config:
     swizzle: int = SWIZZLE_BYTES
     rescale_threshold: float = 8.0  # lazy rescale (log2 units); 0 = rescale O every block
     exp2_poly_stride: int = 4       # 1 in this many exp2 on the FMA pipes; 0 = all on the SFU
+
+    def __post_init__(self):
+        # 8 and 8.0 build the same kernel: one spelling in key() and the kernel name
+        if type(self.rescale_threshold) is int:
+            object.__setattr__(self, "rescale_threshold", float(self.rescale_threshold))
 
     # ---- derived tiles ----------------------------------------------------------------------
     @property
@@ -179,72 +189,91 @@ class FA4Config:
         carve-out, MMA shapes), else (False, the reason). This is the planning question only: a plan
         that fits (MLA 192/128, BN 64, ...) is not necessarily one the kernel is built and checked
         for; `supported()` answers that."""
+        return _answer(self._plan_refusal())
+
+    def _plan_refusal(self) -> ConfigError | None:
+        """plan_fits()'s reason as the typed error validate() raises (None when the plan fits)."""
+        try:
+            check_fields(self, {"dtype": DTYPES, "exp2_poly_stride": EXP2_POLY_STRIDES})
+        except ConfigTypeError as exc:
+            return exc
         if self.dtype not in DTYPES:
-            return False, f"dtype {self.dtype!r}: the kernel takes {DTYPES} (tcgen05.mma kind::f16)"
+            return ConfigError(f"dtype {self.dtype!r}: the kernel takes {DTYPES} (tcgen05.mma kind::f16)")
         for name in ("head_dim", "head_dim_v"):
             d = getattr(self, name)
             if d < 16 or d % 16:
-                return False, f"{name}={d}: head dims are multiples of 16 (one MMA K step)"
+                return ConfigError(f"{name}={d}: head dims are multiples of 16 (one MMA K step)")
         if self.head_dim_v > self.head_dim:
-            return False, (f"head_dim_v={self.head_dim_v} > head_dim={self.head_dim}: the epilogue stages O in "
-                           f"Q's SMEM tile")
+            return ConfigError(f"head_dim_v={self.head_dim_v} > head_dim={self.head_dim}: the epilogue stages O "
+                               f"in Q's SMEM tile")
         if self.padded_head_dim_v > 256:
-            return False, f"head_dim_v={self.head_dim_v}: O += P V is one MMA of N = {self.padded_head_dim_v} > 256"
+            return ConfigError(f"head_dim_v={self.head_dim_v}: O += P V is one MMA of N = "
+                               f"{self.padded_head_dim_v} > 256")
         if self.num_q_heads < 1 or self.num_kv_heads < 1 or self.num_q_heads % self.num_kv_heads:
-            return False, (f"num_q_heads={self.num_q_heads} must be a positive multiple of num_kv_heads="
-                           f"{self.num_kv_heads} (GQA/MQA)")
+            return ConfigError(f"num_q_heads={self.num_q_heads} must be a positive multiple of num_kv_heads="
+                               f"{self.num_kv_heads} (GQA/MQA)")
         if self.bn % 32 or not 32 <= self.bn <= 256:
-            return False, f"bn={self.bn}: a multiple of 32 in [32, 256] (S = Q K^T is one MMA of N = BN)"
+            return ConfigError(f"bn={self.bn}: a multiple of 32 in [32, 256] (S = Q K^T is one MMA of N = BN)")
         if self.swizzle != SWIZZLE_BYTES:
-            return False, f"swizzle={self.swizzle}: only the 128-byte swizzle is implemented"
+            return ConfigError(f"swizzle={self.swizzle}: only the 128-byte swizzle is implemented")
         if self.exp2_poly_stride < 0 or self.exp2_poly_stride == 1:
-            return False, f"exp2_poly_stride={self.exp2_poly_stride}: 0 (SFU only) or >= 2"
-        if self.rescale_threshold < 0:
-            return False, f"rescale_threshold={self.rescale_threshold} must be >= 0"
+            return ConfigError(f"exp2_poly_stride={self.exp2_poly_stride}: 0 (SFU only) or >= 2")
+        if not 0 <= self.rescale_threshold <= MAX_RESCALE_THRESHOLD:
+            return ConfigError(f"rescale_threshold={self.rescale_threshold} must be in [0, {MAX_RESCALE_THRESHOLD}] "
+                               f"(log2 units; P reaches 2**threshold and must fit f16, whose largest finite "
+                               f"is 65504 < 2**16)")
         if self.stages < 0:
-            return False, f"stages={self.stages} must be >= 0 (0 = as many as fit)"
+            return ConfigError(f"stages={self.stages} must be >= 0 (0 = as many as fit)")
+        if self.num_qk_stages < 1 or self.num_pv_stages < 1:
+            return ConfigError(f"num_qk_stages={self.num_qk_stages}, num_pv_stages={self.num_pv_stages}: "
+                               f"each must be >= 1")
         tm = self.tmem_plan()
         if tm["used"] > TMEM_COLUMNS:
-            return False, (f"TMEM: S0 + S1 ({2 * self.bn}) + O0 + O1 ({2 * self.padded_head_dim_v}) = {tm['used']} "
-                           f"columns > {TMEM_COLUMNS}; two Q tiles of head dim {self.head_dim_v} do not fit (a smaller BN "
-                           f"only helps while O0 + O1 < {TMEM_COLUMNS})")
+            return ConfigError(f"TMEM: S0 + S1 ({2 * self.bn}) + O0 + O1 ({2 * self.padded_head_dim_v}) = "
+                               f"{tm['used']} columns > {TMEM_COLUMNS}; two Q tiles of head dim {self.head_dim_v} "
+                               f"do not fit (a smaller BN only helps while O0 + O1 < {TMEM_COLUMNS})")
         if NUM_C_COLS > self.bn // 2:
-            return False, f"bn={self.bn}: the {NUM_C_COLS} correction columns must fit below P in S"
+            return ConfigError(f"bn={self.bn}: the {NUM_C_COLS} correction columns must fit below P in S")
         total = self.smem_used
         if total > SMEM_CARVEOUT:
-            return False, (f"SMEM: {total} bytes with {self.resolved_stages} K/V stage(s) > the sm_100a carve-out "
-                           f"{SMEM_CARVEOUT}")
-        return True, ""
+            return ConfigError(f"SMEM: {total} bytes with {self.resolved_stages} K/V stage(s) > the sm_100a "
+                               f"carve-out {SMEM_CARVEOUT}")
+        return None
 
     def supported(self) -> tuple[bool, str]:
         """(True, "") when the kernel is built for this config and every such config is checked to
         compile with 0 spills (tests/test_attention_sm100.py compiles all of supported_configs()),
         else (False, the reason). The space: bf16/f16, head dim 64 or 128 (qk = ov), BN 128, causal
         or not, any GQA group, stages 0 (as many as fit) or 2.. what fits, exp2_poly_stride
-        in EXP2_POLY_STRIDES, any rescale_threshold >= 0."""
-        ok, why = self.plan_fits()
-        if not ok:
-            return ok, why
+        in EXP2_POLY_STRIDES, rescale_threshold in [0, MAX_RESCALE_THRESHOLD]; every field of its
+        annotated type."""
+        return _answer(self._refusal())
+
+    def _refusal(self) -> ConfigError | None:
+        """supported()'s reason as the typed error validate() raises (None when supported)."""
+        refusal = self._plan_refusal()
+        if refusal is not None:
+            return refusal
         if (self.head_dim, self.head_dim_v) not in HEAD_DIMS:
             mla = " (MLA: its plan fits, see plan_fits(); the kernel is not built for it)" \
                 if self.head_dim != self.head_dim_v else ""
-            return False, (f"head_dim/head_dim_v {self.head_dim}/{self.head_dim_v}: the kernel is built and checked "
-                           f"for {', '.join(f'{a}/{b}' for a, b in HEAD_DIMS)}{mla}")
+            return ConfigError(f"head_dim/head_dim_v {self.head_dim}/{self.head_dim_v}: the kernel is built and "
+                               f"checked for {', '.join(f'{a}/{b}' for a, b in HEAD_DIMS)}{mla}")
         if self.bn != 128:
-            return False, (f"bn={self.bn}: the kernel is built and checked for bn=128 only (the plan fits, "
-                           f"see plan_fits(), but that kernel was never compiled)")
+            return ConfigError(f"bn={self.bn}: the kernel is built and checked for bn=128 only (the plan fits, "
+                               f"see plan_fits(), but that kernel was never compiled)")
         if self.fuse_gqa:
-            return False, "fuse_gqa (several heads in one Q tile) is not implemented; each CTA takes one head"
+            return ConfigError("fuse_gqa (several heads in one Q tile) is not implemented; each CTA takes one head")
         if self.num_qk_stages != 1 or self.num_pv_stages != 1:
-            return False, (f"num_qk_stages={self.num_qk_stages}, num_pv_stages={self.num_pv_stages}: only 1 "
-                           f"and 1 are implemented (whole K and V tiles per pipeline stage)")
+            return ConfigError(f"num_qk_stages={self.num_qk_stages}, num_pv_stages={self.num_pv_stages}: only 1 "
+                               f"and 1 are implemented (whole K and V tiles per pipeline stage)")
         if self.stages == 1:
-            return False, ("stages=1: one K/V stage serialises TMA and MMA, and at head dim 128 the "
-                           "kernel spills 8 bytes; use 0 (as many as fit) or >= 2")
+            return ConfigError("stages=1: one K/V stage serialises TMA and MMA, and at head dim 128 the "
+                               "kernel spills 8 bytes; use 0 (as many as fit) or >= 2")
         if self.exp2_poly_stride not in EXP2_POLY_STRIDES:
-            return False, (f"exp2_poly_stride={self.exp2_poly_stride}: the kernel is checked for "
-                           f"{EXP2_POLY_STRIDES} (0 = every exp2 on the SFU)")
-        return True, ""
+            return ConfigError(f"exp2_poly_stride={self.exp2_poly_stride}: the kernel is checked for "
+                               f"{EXP2_POLY_STRIDES} (0 = every exp2 on the SFU)")
+        return None
 
     def name_suffix(self) -> str:
         """Kernel-name tags of softmax knobs off their defaults ('' for the shipped configs)."""
@@ -253,9 +282,11 @@ class FA4Config:
                                  defaults.rescale_threshold)
 
     def validate(self) -> "FA4Config":
-        ok, why = self.supported()
-        if not ok:
-            raise ValueError(f"FA4Config not supported: {why}")
+        """The config, or the typed reason supported() gives: ConfigTypeError for a field of the
+        wrong type, else ConfigError (both ValueErrors)."""
+        refusal = self._refusal()
+        if refusal is not None:
+            raise type(refusal)(f"FA4Config not supported: {refusal}")
         return self
 
     def description(self) -> str:

@@ -9,15 +9,21 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, fields, replace
 
-from .common.constants import LOG2E
+from .common.constants import LOG2E, MAX_RESCALE_THRESHOLD
 from .common.fastdiv import divisor
+from .common.fields import ConfigError, RegisterBudgetError, check_fields
 from .common.naming import softmax_knob_tags
 
 KERNEL = "attention_fwd_sm90"
 HEAD_DIMS = (64, 128, 256)
 BMS = (128, 192)
 DTYPES = ("bf16", "f16")
-MAX_RESCALE_THRESHOLD = 15.0  # lazy rescale lets P reach 2**threshold: f16's largest finite is 65504 < 2**16
+# The register model's constants (AttnConfig.consumer_register_parts, producer_regs_needed), fit to
+# ptxas: the rest of a consumer thread beyond its O, S and P fragments, and the producer's loop.
+CONSUMER_BASE_REGS = 28
+CONSUMER_CHUNK_REGS = 4
+CONSUMER_PIECE_REGS = 2
+PRODUCER_REGS = 24
 
 
 @dataclass(frozen=True)
@@ -27,7 +33,7 @@ class AttnConfig:
     causal: bool = False      # bottom-right aligned causal mask
     bm: int = 128             # query rows per CTA: 64 per consumer warpgroup (128: 2, 192: 3)
     bn: int = 128             # key/value rows per pipeline block
-    stages: int = 2           # K and V ring depth
+    stages: int = 2           # K and V ring depth, >= 2
     pingpong: bool = True     # named-barrier turns: one warpgroup's softmax overlaps the others' GEMMs
     persistent: bool = False  # a 1-D grid (one CTA per SM: grid(num_sms=...)) strides over all query tiles;
     #                           Q has two SMEM tiles and O its own, so the next tile's Q and first K
@@ -51,41 +57,86 @@ class AttnConfig:
             object.__setattr__(self, "rescale_threshold", float(self.rescale_threshold))
 
     def validate(self) -> "AttnConfig":
+        """The config, checked: every field of its annotated type (ConfigTypeError), then every value
+        (ConfigError, a ValueError), each naming the field and what it takes."""
+        check_fields(self, {"dtype": DTYPES, "head_dim": HEAD_DIMS, "bm": BMS})
         if self.dtype not in DTYPES:
-            raise ValueError(f"attention dtype must be one of {DTYPES}, got {self.dtype!r}")
+            raise ConfigError(f"attention dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.head_dim not in HEAD_DIMS:
-            raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {self.head_dim}")
+            raise ConfigError(f"head_dim must be one of {HEAD_DIMS}, got {self.head_dim}")
         if self.bm not in BMS:
-            raise ValueError(f"bm must be one of {BMS} (consumer warpgroups of 64 rows each), got {self.bm}")
+            raise ConfigError(f"bm must be one of {BMS} (consumer warpgroups of 64 rows each), got {self.bm}")
         if self.bn % 16 or not 16 <= self.bn <= 256:
-            raise ValueError(f"bn must be a multiple of 16 in [16, 256] (wgmma n and k16 steps), got {self.bn}")
-        if self.stages < 1:
-            raise ValueError(f"stages must be >= 1, got {self.stages}")
+            raise ConfigError(f"bn must be a multiple of 16 in [16, 256] (wgmma n and k16 steps), got {self.bn}")
+        if self.stages < 2:
+            raise ConfigError(f"stages must be >= 2 (K and V ring depth), got {self.stages}: with one stage the "
+                              f"producer loads K_j+1 only after every consumer released K_j, and ptxas needs 16-40 "
+                              f"more registers per consumer thread (D256 128x64: 232 instead of 216; D128 128x128 "
+                              f"persistent spills at 232)")
         load, mma = self.producer_regs, self.consumer_regs
         if any(r != 0 and (r % 8 or not 24 <= r <= 256) for r in (self.load_regs, self.mma_regs)):
-            raise ValueError(f"setmaxnreg budgets are 0 (auto) or multiples of 8 in [24, 256], got load_regs="
-                             f"{self.load_regs}, mma_regs={self.mma_regs}")
+            raise ConfigError(f"setmaxnreg budgets are 0 (auto) or multiples of 8 in [24, 256], got load_regs="
+                              f"{self.load_regs}, mma_regs={self.mma_regs}")
         pool = self.register_pool
         if load * 128 + mma * 128 * self.consumers > pool:
-            raise ValueError(f"register budgets exceed the CTA's launch allocation of {pool} registers "
-                             f"({pool // self.threads} x {self.threads} threads): 128 x {load} + "
-                             f"{128 * self.consumers} x {mma} (bm={self.bm}: {self.consumers} "
-                             f"consumer warpgroups); setmaxnreg.inc would wait forever")
+            raise ConfigError(f"register budgets exceed the CTA's launch allocation of {pool} registers "
+                              f"({pool // self.threads} x {self.threads} threads): 128 x {load} + "
+                              f"{128 * self.consumers} x {mma} (bm={self.bm}: {self.consumers} "
+                              f"consumer warpgroups); setmaxnreg.inc would wait forever")
         row_scores = self.bn // 4  # S registers of one row in one thread (2 of every 4 of bn / 2)
         stride = self.exp2_poly_stride
-        if type(stride) is not int or stride < 0 or stride == 1 or stride > row_scores:
-            raise ValueError(f"exp2_poly_stride must be 0 (hardware exp2 only) or an int in [2, bn / 4 = "
-                             f"{row_scores}] (1 in k exps of a row on the FMA pipes), got {stride!r}")
+        if stride < 0 or stride == 1 or stride > row_scores:
+            raise ConfigError(f"exp2_poly_stride must be 0 (hardware exp2 only) or an int in [2, bn / 4 = "
+                              f"{row_scores}] (1 in k exps of a row on the FMA pipes), got {stride!r}")
         thr = self.rescale_threshold
-        if isinstance(thr, bool) or not isinstance(thr, (int, float)) or not 0 <= thr <= MAX_RESCALE_THRESHOLD:
-            raise ValueError(f"rescale_threshold must be a number in [0, {MAX_RESCALE_THRESHOLD}] (log2 units; "
-                             f"0 = rescale on every new max, FlashAttention-4 uses 8.0; P reaches "
-                             f"2**threshold and must fit f16), got {thr!r}")
+        if not 0 <= thr <= MAX_RESCALE_THRESHOLD:
+            raise ConfigError(f"rescale_threshold must be a number in [0, {MAX_RESCALE_THRESHOLD}] (log2 units; "
+                              f"0 = rescale on every new max, FlashAttention-4 uses 8.0; P reaches "
+                              f"2**threshold and must fit f16), got {thr!r}")
         if self.smem_bytes() > 227 * 1024:
-            raise ValueError(f"tile plan needs {self.smem_bytes()} bytes of SMEM (> 227 KiB"
-                             f"{', with the Q and O tiles of persistent' if self.persistent else ''}): "
-                             f"lower bn or stages")
+            raise ConfigError(f"tile plan needs {self.smem_bytes()} bytes of SMEM (> 227 KiB"
+                              f"{', with the Q and O tiles of persistent' if self.persistent else ''}): "
+                              f"lower bn or stages")
+        self._check_registers()
         return self
+
+    def _check_registers(self) -> None:
+        """RegisterBudgetError when the register model (consumer_regs_needed, producer_regs_needed)
+        says a role needs more than its setmaxnreg budget: ptxas would spill or stop (C7602)."""
+        need, budget = self.producer_regs_needed, self.producer_regs
+        if need > budget:
+            raise RegisterBudgetError(f"load_regs={self.load_regs}: the producer needs {need} registers per thread"
+                                      f"{' (a persistent one keeps its tile loop state)' if self.persistent else ''}, "
+                                      f"more than its setmaxnreg budget of {budget}: ptxas spills. Use load_regs=0 "
+                                      f"(auto) or >= {need}")
+        parts, budget = self.consumer_register_parts(), self.consumer_regs
+        need = sum(parts.values())
+        if need <= budget:
+            return
+        split = " + ".join(f"{k} {v}" for k, v in parts.items())
+        source = (f"mma_regs={self.mma_regs}" if self.mma_regs else
+                  f"auto: what the {self.register_pool // self.threads} x {self.threads} launch allocation leaves "
+                  f"after the producer's {self.producer_regs}, for {self.consumers} consumer warpgroups, at most 240")
+        raise RegisterBudgetError(
+            f"bm={self.bm}, bn={self.bn} with head_dim={self.head_dim} needs about {need} registers per consumer "
+            f"thread ({split}), more than its setmaxnreg budget of {budget} ({source}): ptxas would spill to "
+            f"local memory or stop (C7602). {self._register_fixes(need)}")
+
+    def _register_fixes(self, need: int) -> str:
+        """What would make the consumer fit: a smaller bn, bm=128, a larger mma_regs."""
+        fixes = []
+        fits = [bn for bn in range(self.bn - 16, 15, -16)
+                if sum(replace(self, bn=bn).consumer_register_parts().values()) <= self.consumer_regs]
+        if fits:
+            fixes.append(f"bn={fits[0]}")
+        if self.bm == 192:
+            two = replace(self, bm=128, load_regs=0, mma_regs=0)
+            if sum(two.consumer_register_parts().values()) <= two.consumer_regs:
+                fixes.append(f"bm=128 (two consumer warpgroups of {two.consumer_regs} registers)")
+        most = (self.register_pool // 128 - self.producer_regs) // self.consumers // 8 * 8
+        if self.mma_regs and need <= most:
+            fixes.append(f"mma_regs={-(-need // 8) * 8} (or 0: auto)")
+        return f"Use {' or '.join(fixes)}." if fixes else "No bn fits this head_dim at this bm; use bm=128."
 
     @property
     def consumers(self) -> int:
@@ -121,6 +172,34 @@ class AttnConfig:
             return self.mma_regs
         rest = (self.register_pool // 128 - self.producer_regs) // max(self.consumers, 1)
         return min(240, rest // 8 * 8)
+
+    def consumer_register_parts(self) -> dict:
+        """The register model of one consumer thread, by part (what _check_registers compares with
+        consumer_regs). Its fragments of the warpgroup's 64-row tiles: O, the 64 x D f32 accumulator
+        (D / 2); S_j, the 64 x bn f32 scores (bn / 2); P_{j-1}, the previous block's probabilities as
+        wgmma A fragments, two 16-bit values a register (bn / 4), live with S_j while P_{j-1} V_{j-1}
+        runs under S_j's softmax (FA3's intra-warpgroup overlap). The rest (row max and sum, pipeline
+        states, addresses, descriptors) is CONSUMER_BASE_REGS plus CONSUMER_CHUNK_REGS per 64-column
+        chunk of the head dim, plus CONSUMER_PIECE_REGS per chunk beyond the first for the causal mask
+        and for FlashAttention-4's softmax pieces (lazy rescale or polynomial exp2: one term for
+        both), whose code costs registers only when O is large (D256 128x32 causal with both: 200
+        against 184). Fit to ptxas, as the least setmaxnreg at which the kernel compiles with 0
+        spills, measured over head dims, bn 16-240, bm 128 and 192, persistent or not and every
+        softmax knob; the model is at or above every measurement (tests/test_attention_registers.py)."""
+        pieces = int(self.causal) + int(bool(self.rescale_threshold or self.exp2_poly_stride))
+        return {"O": self.head_dim // 2, "S": self.bn // 2, "P": self.bn // 4,
+                "rest": CONSUMER_BASE_REGS + CONSUMER_CHUNK_REGS * self.d_chunks
+                + CONSUMER_PIECE_REGS * (self.d_chunks - 1) * pieces}
+
+    @property
+    def consumer_regs_needed(self) -> int:
+        return sum(self.consumer_register_parts().values())
+
+    @property
+    def producer_regs_needed(self) -> int:
+        """The producer's registers: PRODUCER_REGS, and 8 more for a persistent kernel's tile loop (at
+        24 it spills 4 bytes)."""
+        return PRODUCER_REGS + (8 if self.persistent else 0)
 
     @property
     def register_pool(self) -> int:

@@ -13,11 +13,18 @@ from dataclasses import dataclass
 from .. import dsl
 from ..dialect.query import mark_unverified
 from ..dsl import KernelBuilder
+from .common.fields import ConfigError, check_fields
 
 
 @dataclass(frozen=True)
 class DeadlockConfig:
     num_stages: int = 2
+
+    def validate(self) -> "DeadlockConfig":
+        check_fields(self)
+        if self.num_stages < 1:
+            raise ConfigError(f"num_stages must be >= 1, got {self.num_stages}")
+        return self
 
     def key(self) -> dict:
         return {"kernel": "deadlock_sm90", "debug": True, "verify": False, **self.__dict__}

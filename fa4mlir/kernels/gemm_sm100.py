@@ -31,6 +31,7 @@ from ..dialect import builders as fa4
 from ..dsl import ELEM_BYTES, KernelBuilder, Value, const
 from .common import tcgen05
 from .common.constants import SM100_SMEM_PER_CTA
+from .common.fields import ConfigError, check_fields
 from .common.load_ring import load_ab_ring
 from .common.tmem import tmem_alloc_columns
 
@@ -58,22 +59,25 @@ class GemmConfig:
     stages: int = 4
 
     def validate(self) -> "GemmConfig":
+        """The config, checked: every field of its annotated type (ConfigTypeError), then every value
+        (ConfigError, a ValueError)."""
+        check_fields(self, {"dtype": ("bf16", "f16")})
         if self.dtype not in ("bf16", "f16"):
-            raise ValueError(f"GEMM dtype must be bf16 or f16, got {self.dtype!r}")
+            raise ConfigError(f"GEMM dtype must be bf16 or f16, got {self.dtype!r}")
         if self.bm != MMA_M:
-            raise ValueError(f"bm must be {MMA_M} (one tcgen05.mma M={MMA_M} tile per CTA); got {self.bm}")
+            raise ConfigError(f"bm must be {MMA_M} (one tcgen05.mma M={MMA_M} tile per CTA); got {self.bm}")
         if self.bk * ELEM_BYTES[self.dtype] != SWIZZLE_BYTES:
-            raise ValueError(f"bk must span one 128-byte swizzle row ({SWIZZLE_BYTES // ELEM_BYTES[self.dtype]} "
-                             f"elements of {self.dtype}); got bk={self.bk}")
+            raise ConfigError(f"bk must span one 128-byte swizzle row ({SWIZZLE_BYTES // ELEM_BYTES[self.dtype]} "
+                              f"elements of {self.dtype}); got bk={self.bk}")
         if self.bn % EPI_COLS or not EPI_COLS <= self.bn <= 256:
-            raise ValueError(f"bn must be a multiple of {EPI_COLS} in [{EPI_COLS}, 256] (tcgen05.mma M=128 takes "
-                             f"N <= 256; the epilogue reads {EPI_COLS} columns at a time); got {self.bn}")
+            raise ConfigError(f"bn must be a multiple of {EPI_COLS} in [{EPI_COLS}, 256] (tcgen05.mma M=128 takes "
+                              f"N <= 256; the epilogue reads {EPI_COLS} columns at a time); got {self.bn}")
         if self.stages < 2:
-            raise ValueError(f"need at least 2 pipeline stages, got {self.stages}")
+            raise ConfigError(f"need at least 2 pipeline stages, got {self.stages}")
         need = self.stages * (self.bm + self.bn) * self.bk * ELEM_BYTES[self.dtype]
         if need > SMEM_LIMIT:
-            raise ValueError(f"{self.stages} stages of {self.bm}x{self.bk} + {self.bn}x{self.bk} tiles need {need} "
-                             f"bytes of SMEM, over the sm_100a limit of {SMEM_LIMIT}; use fewer stages")
+            raise ConfigError(f"{self.stages} stages of {self.bm}x{self.bk} + {self.bn}x{self.bk} tiles need {need} "
+                              f"bytes of SMEM, over the sm_100a limit of {SMEM_LIMIT}; use fewer stages")
         return self
 
     def key(self) -> dict:

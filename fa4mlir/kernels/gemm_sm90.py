@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from .. import dsl
 from ..dialect import builders as fa4
 from ..dsl import ELEM_BYTES, KernelBuilder, Value, const
+from .common.fields import ConfigError, check_fields
 from .common.load_ring import load_ab_ring
 from .common.wgmma import acc_pair, wait_group
 
@@ -37,18 +38,30 @@ class GemmConfig:
     mma_regs: int = 232
 
     def validate(self) -> "GemmConfig":
+        """The config, checked: every field of its annotated type (ConfigTypeError), then every value
+        (ConfigError, a ValueError)."""
+        check_fields(self, {"dtype": ("bf16", "f16")})
         if self.dtype not in ("bf16", "f16"):
-            raise ValueError(f"GEMM dtype must be bf16 or f16, got {self.dtype!r}")
+            raise ConfigError(f"GEMM dtype must be bf16 or f16, got {self.dtype!r}")
         if self.bm != 64 * self.num_consumers:
-            raise ValueError(f"bm must be 64 x num_consumers (each consumer warpgroup owns 64 rows); "
-                             f"got bm={self.bm}, num_consumers={self.num_consumers}")
+            raise ConfigError(f"bm must be 64 x num_consumers (each consumer warpgroup owns 64 rows); "
+                              f"got bm={self.bm}, num_consumers={self.num_consumers}")
         if self.bk * ELEM_BYTES[self.dtype] != SWIZZLE_BYTES:
-            raise ValueError(f"bk must span one 128-byte swizzle row ({SWIZZLE_BYTES // ELEM_BYTES[self.dtype]} "
-                             f"elements of {self.dtype}); got bk={self.bk}")
+            raise ConfigError(f"bk must span one 128-byte swizzle row ({SWIZZLE_BYTES // ELEM_BYTES[self.dtype]} "
+                              f"elements of {self.dtype}); got bk={self.bk}")
         if self.bn % 8 or not 8 <= self.bn <= 256:
-            raise ValueError(f"bn must be a multiple of 8 in [8, 256] (wgmma n); got {self.bn}")
+            raise ConfigError(f"bn must be a multiple of 8 in [8, 256] (wgmma n); got {self.bn}")
         if self.stages < 2:
-            raise ValueError(f"need at least 2 pipeline stages, got {self.stages}")
+            raise ConfigError(f"need at least 2 pipeline stages, got {self.stages}")
+        if any(r % 8 or not 24 <= r <= 256 for r in (self.load_regs, self.mma_regs)):
+            raise ConfigError(f"setmaxnreg budgets are multiples of 8 in [24, 256], got load_regs={self.load_regs}, "
+                              f"mma_regs={self.mma_regs}")
+        threads = 128 * (1 + self.num_consumers)
+        pool = 65536 // threads // 8 * 8 * threads     # the launch allocation setmaxnreg moves between roles
+        if 128 * (self.load_regs + self.num_consumers * self.mma_regs) > pool:
+            raise ConfigError(f"register budgets exceed the CTA's launch allocation of {pool} registers: 128 x "
+                              f"{self.load_regs} + {128 * self.num_consumers} x {self.mma_regs}; setmaxnreg.inc "
+                              f"would wait forever")
         return self
 
     def key(self) -> dict:
