@@ -96,15 +96,15 @@ def _from_torch(x: Any) -> TensorInfo:
 def _ints(value: Any, what: str) -> tuple[int, ...]:
     """A tuple of ints (no bools) from an interface's shape or strides field."""
     if not isinstance(value, (tuple, list)):
-        raise TensorLikeError(f"{what} must be a tuple of ints, got {type(value).__name__}")
+        raise TensorLikeError(f"{what} must be a tuple of ints, got {type(value).__name__}; fix its producer")
     if any(isinstance(n, bool) or not isinstance(n, int) for n in value):
-        raise TensorLikeError(f"{what} must be a tuple of ints, got {tuple(value)!r}")
+        raise TensorLikeError(f"{what} must be a tuple of ints, got {tuple(value)!r}; fix its producer")
     return tuple(int(n) for n in value)
 
 
 def _pointer(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
-        raise TensorLikeError(f"{what} must be an address (an int in 0..2^64-1), got {value!r}")
+        raise TensorLikeError(f"{what} must be an address (an int in 0..2^64-1), got {value!r}; fix its producer")
     return int(value)
 
 
@@ -118,11 +118,11 @@ def _element_strides(byte_strides: tuple[int, ...], elem: int, what: str) -> tup
 def _from_cai(cai: Any) -> TensorInfo:
     where = "__cuda_array_interface__"
     if not isinstance(cai, Mapping):
-        raise TensorLikeError(f"{where} must be a dict, got {type(cai).__name__}")
+        raise TensorLikeError(f"{where} must be a dict, got {type(cai).__name__}; fix its producer")
     missing = [f for f in ("shape", "typestr", "data") if f not in cai]
     if missing:
         raise TensorLikeError(f"{where} lacks {missing}; a v3 interface has shape, typestr, data (and "
-                              f"strides, version)")
+                              f"strides, version): fix its producer")
     if cai.get("mask") is not None:
         raise TensorLikeError(f"{where} with a mask is not supported; pass an unmasked array")
     typestr = cai["typestr"]
@@ -133,7 +133,7 @@ def _from_cai(cai: Any) -> TensorInfo:
     shape = _ints(cai["shape"], f"{where} shape")
     data = cai["data"]
     if not isinstance(data, (tuple, list)) or len(data) != 2:
-        raise TensorLikeError(f"{where} data must be a tuple (address, read_only), got {data!r}")
+        raise TensorLikeError(f"{where} data must be a tuple (address, read_only), got {data!r}; fix its producer")
     ptr = _pointer(data[0], f"{where} data address")
     elem = DTYPES[dtype][0]
     if cai.get("strides") is None:
@@ -154,7 +154,8 @@ def _from_dlpack(x: Any) -> TensorInfo:
     try:
         capsule = x.__dlpack__()
     except Exception as e:  # the producer's refusal (e.g. a dtype DLPack lacks, a read-only array)
-        raise TensorLikeError(f"__dlpack__() raised {type(e).__name__}: {e}") from e
+        raise TensorLikeError(f"__dlpack__() raised {type(e).__name__}: {e}; pass a tensor its producer can "
+                              f"export (or a torch tensor)") from e
     get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
     get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
     try:
@@ -170,7 +171,7 @@ def _from_dlpack(x: Any) -> TensorInfo:
                                f"is not supported; expected one of {sorted(_DL_DTYPES.values())}")
     if not 0 <= t.ndim <= MAX_DLPACK_NDIM or (t.ndim and not t.shape):
         raise TensorLikeError(f"DLPack tensor has ndim {t.ndim} and shape pointer {'set' if t.shape else 'NULL'}; "
-                              f"a DLTensor has 0..{MAX_DLPACK_NDIM} dimensions and their sizes")
+                              f"a DLTensor has 0..{MAX_DLPACK_NDIM} dimensions and their sizes: fix its producer")
     shape = tuple(t.shape[i] for i in range(t.ndim))
     strides = tuple(t.strides[i] for i in range(t.ndim)) if t.strides else _contiguous_strides(shape)
     ptr = (t.data or 0) + t.byte_offset
@@ -193,7 +194,8 @@ def tensor_info(x: Any) -> TensorInfo:
     try:
         cai = getattr(x, "__cuda_array_interface__", _ABSENT)
     except Exception as e:  # a property of the caller's object that raised
-        raise TensorLikeError(f"reading __cuda_array_interface__ raised {type(e).__name__}: {e}") from e
+        raise TensorLikeError(f"reading __cuda_array_interface__ raised {type(e).__name__}: {e}; pass a tensor "
+                              f"whose interface can be read") from e
     if cai is not _ABSENT:
         return _from_cai(cai)
     if hasattr(x, "__dlpack__"):

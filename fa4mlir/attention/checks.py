@@ -45,12 +45,17 @@ def _err(msg: str) -> str:
 # Options and tensor-likes
 # ----------------------------------------------------------------------------------------------
 
+def _is_numpy_bool(value: Any) -> bool:
+    """numpy.bool_ (named numpy.bool since numpy 2), without importing numpy."""
+    return type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool")
+
+
 def check_flag(name: str, value: Any) -> bool:
     """A bool flag (causal, return_lse): a bool or a numpy bool; anything else (a string such as
     "False", an int, None) is refused rather than read by its truth value."""
     if type(value) is bool:
         return value
-    if type(value).__name__ == "bool_" and type(value).__module__ == "numpy":
+    if _is_numpy_bool(value):
         return bool(value)
     hint = " (a string is not parsed: 'False' would be true)" if isinstance(value, str) else ""
     raise ArgumentTypeError(_err(f"{name} must be a bool, got {type(value).__name__} {value!r}{hint}; pass "
@@ -173,7 +178,7 @@ def check_inputs(q_info: TensorInfo, k_info: TensorInfo, v_info: TensorInfo) -> 
     for name, info in named:
         if any(n < 0 for n in info.shape):
             raise ShapeError(_err(f"{name} has a negative size in shape {tuple(info.shape)}; sizes are >= 0: "
-                                  f"its __cuda_array_interface__ / DLPack producer is broken"))
+                                  f"fix its producer (__cuda_array_interface__ / DLPack)"))
     for name, info in named:
         if info.dtype not in attn_cfg.DTYPES:
             raise DTypeError(_err(f"{name} has dtype {info.dtype}; expected one of {attn_cfg.DTYPES}: "
@@ -212,7 +217,8 @@ def check_inputs(q_info: TensorInfo, k_info: TensorInfo, v_info: TensorInfo) -> 
         raise ShapeError(_err(f"batch {b} and heads {h} must be at most {MAX_GRID_YZ} (CUDA grid "
                               f"limit): split the call"))
     if sq > MAX_I32 or sk > MAX_I32:
-        raise ShapeError(_err(f"seqlen_q {sq} and seqlen_k {sk} must fit in int32"))
+        raise ShapeError(_err(f"seqlen_q {sq} and seqlen_k {sk} must fit in int32 (the kernel's sizes): split "
+                              f"the call"))
     for name, info in named:
         check_layout(name, info)
     return AttnProblem(b, sq, sk, h, hk, d, q_info.dtype)
@@ -261,7 +267,7 @@ def check_scale(softmax_scale: Any, head_dim: int) -> float:
     """softmax_scale as a float in [MIN_SOFTMAX_SCALE, MAX_SOFTMAX_SCALE]; None means 1/sqrt(head_dim)."""
     if softmax_scale is None:
         return head_dim ** -0.5
-    if isinstance(softmax_scale, (bool, str, bytes)) or type(softmax_scale).__name__ == "bool_":
+    if isinstance(softmax_scale, (bool, str, bytes)) or _is_numpy_bool(softmax_scale):
         value = math.nan   # a flag or a string is not a scale, though float() reads it
     else:
         try:

@@ -209,7 +209,7 @@ def _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream) -> tup
     try:
         signature = _signature(q, k, v, out, lse, softmax_scale, causal, bundle)
         call = _CALLS.get(signature) if signature is not None else None
-    except TypeError:  # an unhashable softmax_scale (a 0-d array): no signature
+    except (TypeError, RuntimeError):  # an unhashable softmax_scale (a 0-d array), a sparse tensor: no signature
         signature = call = None
     if call is not None:
         torch = sys.modules["torch"]
