@@ -6,6 +6,7 @@ do. ``check_options`` checks the flags, stream and bundle; ``read_tensor`` reads
 from __future__ import annotations
 
 import math
+import operator
 import os
 from typing import Any, Sequence
 
@@ -37,8 +38,8 @@ QKV_DIMS = ("batch", "seqlen", "heads", "head_dim")
 LSE_DIMS = ("batch", "heads", "seqlen_q")
 
 
-def _err(msg: str) -> str:
-    return f"flash_attn_func: {msg}"
+def _err(msg: str, api: str = "flash_attn_func") -> str:
+    return f"{api}: {msg}"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -62,23 +63,24 @@ def check_flag(name: str, value: Any) -> bool:
                                  f"{name}=True or {name}=False"))
 
 
-def check_stream(stream: Any) -> int | None:
-    """The stream's handle (driver.stream_handle), None for the default; typed errors otherwise."""
+def check_stream(stream: Any, api: str = "flash_attn_func") -> int | None:
+    """The stream's handle (driver.stream_handle), None for the default; typed errors otherwise.
+    ``api`` names the entry point in the message (this and the other shared checks serve gemm too)."""
     if stream is None:
         return None
     try:
         return stream_handle(stream)
     except (TypeError, ValueError) as e:
-        raise ArgumentTypeError(_err(str(e))) from None
+        raise ArgumentTypeError(_err(str(e), api)) from None
 
 
-def check_bundle(bundle: Any) -> None:
+def check_bundle(bundle: Any, api: str = "flash_attn_func") -> None:
     """bundle= is None, a Bundle, or a bundle folder's path (str or os.PathLike)."""
     if bundle is None or isinstance(bundle, (str, os.PathLike, Bundle)):
         return
     raise ArgumentTypeError(_err(f"bundle must be None, a bundle folder's path (str or pathlib.Path) or a "
                                  f"fa4mlir.Bundle, got {type(bundle).__name__} {bundle!r}; pass "
-                                 f"bundle=fa4mlir.Bundle.open(path) or the path"))
+                                 f"bundle=fa4mlir.Bundle.open(path) or the path", api))
 
 
 def check_options(causal: Any, return_lse: Any, stream: Any, bundle: Any) -> tuple[bool, bool]:
@@ -89,21 +91,21 @@ def check_options(causal: Any, return_lse: Any, stream: Any, bundle: Any) -> tup
     return causal, return_lse
 
 
-def read_tensor(name: str, x: Any) -> TensorInfo:
+def read_tensor(name: str, x: Any, api: str = "flash_attn_func", shape: str | None = None) -> TensorInfo:
     """``tensors.tensor_info`` of a tensor argument, with typed errors: None or a non-tensor
     (ArgumentTypeError), a dtype fa4mlir has no name for (DTypeError), byte strides that are not
     whole elements (LayoutError)."""
     if x is None:
         raise ArgumentTypeError(_err(f"{name} is None; pass a tensor (torch, __cuda_array_interface__ or "
-                                     f"DLPack) of shape {_SHAPES.get(name, '')}"))
+                                     f"DLPack) of shape {shape or _SHAPES.get(name, '')}", api))
     try:
         return tensor_info(x)
     except TensorDTypeError as e:
-        raise DTypeError(_err(f"{name}: {e}; convert it to bf16 or f16")) from None
+        raise DTypeError(_err(f"{name}: {e}; convert it to bf16 or f16", api)) from None
     except TensorStrideError as e:
-        raise LayoutError(_err(f"{name}: {e}")) from None
+        raise LayoutError(_err(f"{name}: {e}", api)) from None
     except TensorLikeError as e:
-        raise ArgumentTypeError(_err(f"{name}: {e}")) from None
+        raise ArgumentTypeError(_err(f"{name}: {e}", api)) from None
 
 
 _SHAPES = {"q": "[batch, seqlen_q, heads, head_dim]", "k": "[batch, seqlen_k, kv_heads, head_dim]",
@@ -115,11 +117,12 @@ def _numel(info: TensorInfo) -> int:
     return math.prod(info.shape)
 
 
-def check_pointer(name: str, info: TensorInfo) -> None:
+def check_pointer(name: str, info: TensorInfo, api: str = "flash_attn_func") -> None:
     """A tensor with elements has a non-NULL address (an empty one may have none)."""
     if info.ptr == 0 and _numel(info) > 0:
         raise LayoutError(_err(f"{name} has a NULL data pointer but {_numel(info)} elements (shape "
-                               f"{tuple(info.shape)}); pass an allocated tensor (only an empty one may be NULL)"))
+                               f"{tuple(info.shape)}); pass an allocated tensor (only an empty one may be NULL)",
+                               api))
 
 
 def check_layout(name: str, info: TensorInfo, dim_names: Sequence[str] = QKV_DIMS) -> None:
@@ -281,21 +284,36 @@ def check_scale(softmax_scale: Any, head_dim: int) -> float:
     return value
 
 
+def device_ordinal(name: str, x: Any, api: str = "flash_attn_func") -> int | None:
+    """The CUDA ordinal of a tensor-like when it says (torch, DLPack), else None."""
+    dev = getattr(x, "device", None)
+    if getattr(dev, "type", None) == "cuda" and getattr(dev, "index", None) is not None:
+        return int(dev.index)
+    if hasattr(x, "__dlpack_device__"):
+        try:
+            return operator.index(x.__dlpack_device__()[1])
+        except Exception as e:  # the caller's object
+            raise ArgumentTypeError(_err(f"{name}: __dlpack_device__() must return (device_type, device_id), "
+                                         f"and raised or returned something else ({type(e).__name__}: {e}); "
+                                         f"pass a DLPack producer", api)) from None
+    return None
+
+
 CUDA_DEVICES = ("cuda", "cuda_managed")
 
 
-def check_devices(devices: Sequence[tuple[str, str, int | None]]) -> int | None:
+def check_devices(devices: Sequence[tuple[str, str, int | None]], api: str = "flash_attn_func") -> int | None:
     """devices: (name, device type, ordinal or None when unknown) per tensor. All must be CUDA and,
     where known, on one ordinal; returns that ordinal (None if none is known)."""
     for name, dev, _ in devices:
         if dev not in CUDA_DEVICES:
             raise DeviceError(_err(f"{name} is on device {dev!r}; expected a CUDA tensor: move it to the "
-                                   f"GPU first (e.g. {name}.cuda())"))
+                                   f"GPU first (e.g. {name}.cuda())", api))
     known = {(name, o) for name, _, o in devices if o is not None}
     ordinals = {o for _, o in known}
     if len(ordinals) > 1:
         where = ", ".join(f"{n} on cuda:{o}" for n, o in sorted(known))
-        raise DeviceError(_err(f"tensors are on different devices ({where}); put them all on one GPU"))
+        raise DeviceError(_err(f"tensors are on different devices ({where}); put them all on one GPU", api))
     return ordinals.pop() if ordinals else None
 
 

@@ -37,7 +37,6 @@ yet. (An explicit ``stream=`` takes the direct path: the op launches on torch's 
 from __future__ import annotations
 
 import math
-import operator
 import os
 import sys
 import threading
@@ -48,28 +47,13 @@ from ..artifacts import Bundle
 from ..driver import device_info, resolve_stream
 from ..runtime import GMEM_ALIGN_BYTES, fill, tensor_info
 from .checks import (_err, check_device_context, check_devices, check_inputs, check_lse, check_options, check_out,
-                     check_scale, read_tensor)
+                     check_scale, device_ordinal, read_tensor)
 from .errors import ArgumentTypeError, AutogradError
 from .plan import KernelSource, PreparedPlan, select, source_for
 from .problem import AttnProblem
 
 TENSORS = ("q", "k", "v", "o", "lse")
 F32_INF_BITS = 0x7F800000
-
-
-def _device_ordinal(name: str, x: Any) -> int | None:
-    """The CUDA ordinal of a tensor-like when it says (torch, DLPack), else None."""
-    dev = getattr(x, "device", None)
-    if getattr(dev, "type", None) == "cuda" and getattr(dev, "index", None) is not None:
-        return int(dev.index)
-    if hasattr(x, "__dlpack_device__"):
-        try:
-            return operator.index(x.__dlpack_device__()[1])
-        except Exception as e:  # the caller's object
-            raise ArgumentTypeError(_err(f"{name}: __dlpack_device__() must return (device_type, device_id), "
-                                         f"and raised or returned something else ({type(e).__name__}: {e}); "
-                                         f"pass a DLPack producer")) from None
-    return None
 
 
 def _torch_to_allocate(q: Any, dims: AttnProblem):
@@ -231,7 +215,7 @@ def _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream) -> tup
         check_out(problem, infos["out"])
     if lse is not None:
         check_lse(problem, infos["lse"])
-    ordinal = check_devices([(n, infos[n].device, _device_ordinal(n, given[n])) for n in infos])
+    ordinal = check_devices([(n, infos[n].device, device_ordinal(n, given[n])) for n in infos])
     torch = _torch_to_allocate(q, problem) if out is None or lse is None else None
     source = source_for(bundle)   # opens a bundle path; compiles nothing yet
     # 2. the device (the first driver call): one sm_90 GPU, the tensors' own
