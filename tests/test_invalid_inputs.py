@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 
 import fa4mlir
+import fa4mlir.gemm
 from fa4mlir import driver as driver_mod
 from fa4mlir import runtime, tensors
 from fa4mlir.attention import (ArgumentTypeError, AutogradError, BundleError, DeviceError, DTypeError, EmptyInputError,
@@ -124,10 +125,14 @@ def boundary(monkeypatch):
     stub = types.ModuleType("fa4mlir.compiler")
     stub.compile_kernel = compile_kernel
     monkeypatch.setitem(sys.modules, "fa4mlir.compiler", stub)
+    monkeypatch.setattr(fa4mlir, "compiler", stub, raising=False)   # `from . import compiler` reads it first
+    monkeypatch.setattr(GEMM, "_LOADED", {})
+    monkeypatch.setattr(GEMM, "_BUNDLES", {})
     return state
 
 
 PTR = 0x7F0000000000
+GEMM = sys.modules["fa4mlir.gemm"]   # the module (fa4mlir.gemm, the attribute, is the function)
 
 
 def ptr(i: int) -> int:
@@ -473,8 +478,63 @@ def device_cases():
                no_torch=True)
 
 
+# ----------------------------------------------------------------------------------------------
+# fa4mlir.gemm: C [M, N] = A [M, K] . B [N, K]^T
+# ----------------------------------------------------------------------------------------------
+
+A, B, C = (256, 128), (512, 128), (256, 512)
+
+
+def gemm_args(**changes) -> Callable[[Path], dict]:
+    return lambda tmp_path: {"a": cai(A, 0), "b": cai(B, 1), "out": cai(C, 2), **changes}
+
+
+def gemm(**kw):
+    return fa4mlir.gemm(**kw)
+
+
+def gemm_cases():
+    def case(id, args, exc, words, **kw):
+        return Case(f"gemm-{id}", args, exc, words, call=gemm, **kw)
+    yield case("a=None", gemm_args(a=None), ArgumentTypeError, r"gemm: a is None; pass a tensor .* of shape \[M, K\]")
+    yield case("b-list", gemm_args(b=[[1.0]]), ArgumentTypeError, r"gemm: b: expected a tensor-like")
+    yield case("a-malformed", gemm_args(a=CAI(raw={"shape": A})), ArgumentTypeError, r"lacks .*fix its producer")
+    yield case("a-rank-3", gemm_args(a=cai((2, 128, 128), 0)), ShapeError, r"a must be 2-D.*reshape it")
+    yield case("a-negative", gemm_args(a=cai((-256, 128), 0)), ShapeError, r"negative size.*fix its producer")
+    yield case("K-differs", gemm_args(b=cai((512, 64), 1)), ShapeError, r"K differs: pass b as \[N, K\]")
+    yield case("c-shape", gemm_args(out=cai((512, 256), 2)), ShapeError, r"c must be \[M, N\] = \[256, 512\].*"
+               r"allocate it so")
+    yield case("f32", gemm_args(**{n: cai(s, i, "<f4") for i, (n, s) in enumerate((("a", A), ("b", B), ("out", C)))}),
+               DTypeError, r"must share dtype bf16 or f16; got f32, f32, f32: convert them")
+    yield case("mixed-dtypes", gemm_args(b=DLPack(B, 1)), DTypeError, r"got f16, bf16, f16: convert them")
+    yield case("big-endian", gemm_args(a=cai(A, 0, ">f2")), DTypeError, r"a: .*little-endian.*convert it")
+    yield case("K-not-8", gemm_args(a=cai((256, 100), 0), b=cai((512, 100), 1)), LayoutError,
+               r"K and N must be multiples of 8.*zero-pad them")
+    yield case("a-NULL", gemm_args(a=cai(A, address=0)), LayoutError, r"a has a NULL data pointer.*pass an allocated")
+    yield case("a-col-major", gemm_args(a=cai(A, 0, strides=(2, 512))), LayoutError,
+               r"a must be row-major with unit inner stride.*pass a\.contiguous\(\)")
+    yield case("b-row-stride", gemm_args(b=cai(B, 1, strides=(2 * 100, 2))), LayoutError,
+               r"b row stride 100 elements must be at least its 128 columns and a multiple of 8")
+    yield case("a-misaligned", gemm_args(a=cai(A, 0, address=PTR + 8)), LayoutError,
+               r"a data pointer .* is not 16-byte aligned; pass a\.clone\(\)")
+    yield case("a-on-cpu", gemm_args(a=DLPack(A, code=2, device=(1, 0))), DeviceError,
+               r"a is on device 'cpu'.*move it to the GPU first")
+    yield case("arch-sm_80", gemm_args(arch="sm_80"), ArgumentTypeError, r"arch must be one of \['sm_100a', "
+               r"'sm_90a'\], got 'sm_80'; pass the arch of the GPU")
+    yield case("arch-int", gemm_args(arch=90), ArgumentTypeError, r"arch must be one of")
+    yield case("stream-float", gemm_args(stream=1.5), ArgumentTypeError, STREAM)
+    yield case("bundle-int", gemm_args(bundle=5), ArgumentTypeError, BUNDLE_TYPE.replace("bundle must", "gemm: bundle must"))
+    yield case("bundle-missing", gemm_args(bundle="/nonexistent/b"), BundleError, BUNDLE_PATH)
+    yield case("no-out-for-non-torch", gemm_args(out=None), ArgumentTypeError,
+               r"out \(C\) is allocated like a, which is not a torch tensor; pass out= as a \[256, 512\] f16")
+    yield case("sm_80-device", gemm_args(), DeviceError, r"arch sm_90a needs an sm_9x GPU, but device 0 is sm_80; "
+               r"pass arch='sm_80a'", device=True, capability=(8, 0))
+    yield case("bundle-without-gemm", lambda t: {**gemm_args()(t), "bundle": bundle_dir(t, EMPTY_BUNDLE)}, BundleError,
+               r"no kernel in bundle .* matches .*build it with `python -m fa4mlir bundle", device=True)
+
+
 CASES = [*flag_cases(), *stream_cases(), *bundle_cases(), *scale_cases(), *tensor_cases(), *dtype_cases(),
-         *shape_cases(), *layout_cases(), *device_cases()]
+         *shape_cases(), *layout_cases(), *device_cases(), *gemm_cases()]
 
 
 def test_the_catalogue_holds_at_least_100_cases():
@@ -658,6 +718,22 @@ def test_valid_streams_and_flags_are_accepted():
                            (StreamLike(protocol=(0, 13)), 13)):
         assert driver_mod.stream_handle(stream) == handle
     assert checks.check_flag("causal", np.bool_(False)) is False and checks.check_flag("causal", True) is True
+
+
+def test_fa4mlir_gemm_stays_callable_once_its_module_is_imported():
+    """`import fa4mlir.gemm` (this file does) binds the module over the lazily exported function."""
+    assert fa4mlir.gemm is GEMM and callable(fa4mlir.gemm)
+
+
+def test_gemm_empty_products_need_no_kernel(boundary):
+    """K = 0: C = 0 (torch.mm's answer) by one memset; M = 0: C as given, untouched."""
+    c = cai(C, 2)
+    assert fa4mlir.gemm(cai((256, 0), 0), cai((512, 0), 1), c, stream=3) is c
+    assert [a for n, a in boundary.driver.calls if n in MEMSETS] == [(ptr(2), 2 * 256 * 512, 0, 256 * 512, 1,
+                                                                       ("stream", 3))]
+    empty = cai((0, 512), address=0)
+    assert fa4mlir.gemm(cai((0, 128), address=0), cai(B, 1), empty) is empty
+    assert set(boundary.driver.names()) <= DEVICE_QUERIES | MEMSETS and boundary.compiles == []
 
 
 @pytest.fixture
