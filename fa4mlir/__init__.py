@@ -39,8 +39,8 @@ _LAZY = {
     "flash_attn_func": ("fa4mlir.attention", "flash_attn_func"),
     **{err: ("fa4mlir.attention", err) for err in (
         "FlashAttnInputError", "DTypeError", "ShapeError", "HeadDimError", "HeadsRatioError",
-        "EmptyInputError", "LayoutError", "DeviceError", "ScaleError", "AutogradError",
-        "UnsupportedFeatureError")},
+        "EmptyInputError", "LayoutError", "DeviceError", "ScaleError", "ArgumentTypeError", "BundleError",
+        "AutogradError", "UnsupportedFeatureError")},
     "AttnProblem": ("fa4mlir.attention", "AttnProblem"),
     "Bundle": ("fa4mlir.artifacts", "Bundle"),
     "load": ("fa4mlir.runtime", "load"),

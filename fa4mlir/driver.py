@@ -6,6 +6,7 @@ Everything else reaches CUDA through this module (``driver()``, ``check``, ``ens
 """
 from __future__ import annotations
 
+import operator
 import sys
 import threading
 from dataclasses import dataclass
@@ -125,21 +126,52 @@ def torch_current_stream(device_index: int | None = None) -> int:
     return int(raw(torch.cuda.current_device() if device_index is None else device_index))
 
 
-def resolve_stream(stream: Any, uses_torch: bool, device_index: int | None = None) -> int:
-    """A launch's stream handle: ``stream`` (None: torch's current stream on ``device_index`` when
-    the arguments are torch tensors, else the legacy default stream 0)."""
+STREAM_KINDS = ("None, an int handle (0: the legacy default stream), a cuda.bindings CUstream, a torch "
+                "stream or a __cuda_stream__ object")
+
+
+def stream_handle(stream: Any) -> int | None:
+    """The handle ``stream`` names, checked without a CUDA call (None stays None): an int in
+    0..2^64-1 (0 the legacy default stream, 1 CU_STREAM_LEGACY, 2 CU_STREAM_PER_THREAD, else a
+    CUstream's address), a cuda.bindings CUstream, a torch stream (``cuda_stream``) or an object
+    with ``__cuda_stream__()`` -> (version, handle). TypeError for anything else (a bool, a float,
+    a string), ValueError for an int outside that range."""
     if stream is None:
-        return torch_current_stream(device_index) if uses_torch else 0
+        return None
+    what = f"{type(stream).__name__} {stream!r}"
+    if isinstance(stream, bool):
+        raise TypeError(f"stream: expected {STREAM_KINDS}, got the bool {stream!r}")
     if hasattr(stream, "__cuda_stream__"):
-        return int(stream.__cuda_stream__()[1])
-    if hasattr(stream, "cuda_stream"):
-        return int(stream.cuda_stream)
+        got = stream.__cuda_stream__()
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise TypeError(f"stream: __cuda_stream__() must return (version, handle), got {got!r}")
+        handle, what = got[1], f"{type(stream).__name__}.__cuda_stream__() handle {got[1]!r}"
+    elif hasattr(stream, "cuda_stream"):
+        handle, what = stream.cuda_stream, f"{type(stream).__name__}.cuda_stream {stream.cuda_stream!r}"
+    elif type(stream).__name__ == "CUstream":  # cuda.bindings.driver.CUstream: int() is its handle
+        handle = int(stream)
+    else:
+        handle = stream
+    if isinstance(handle, bool):
+        raise TypeError(f"stream: expected {STREAM_KINDS}, got {what}")
     try:
-        return int(stream)
+        handle = operator.index(handle)
     except TypeError:
-        raise TypeError(f"stream: expected None, an int handle, a CUstream, a torch stream or a "
-                        f"__cuda_stream__ object, got {type(stream).__name__}") from None
+        raise TypeError(f"stream: expected {STREAM_KINDS}, got {what}") from None
+    if not 0 <= handle < 2**64:
+        raise ValueError(f"stream: handle {handle} is outside 0..2^64-1; pass a stream object or its handle "
+                         f"(0 for the legacy default stream)")
+    return handle
 
 
-__all__ = ["CudaError", "DeviceInfo", "driver", "check", "ensure_context", "device_info", "resolve_stream",
+def resolve_stream(stream: Any, uses_torch: bool, device_index: int | None = None) -> int:
+    """A launch's stream handle: ``stream`` (``stream_handle``; None: torch's current stream on
+    ``device_index`` when the arguments are torch tensors, else the legacy default stream 0)."""
+    handle = stream_handle(stream)
+    if handle is None:
+        return torch_current_stream(device_index) if uses_torch else 0
+    return handle
+
+
+__all__ = ["CudaError", "DeviceInfo", "driver", "check", "ensure_context", "device_info", "resolve_stream", "stream_handle",
            "torch_current_stream"]

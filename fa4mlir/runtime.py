@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import itertools
 import operator
 import struct
 import threading
@@ -403,6 +404,39 @@ class PreparedLaunch:
         _launch(self.kernel, self.grid, block, stream)
 
 
+def fill(info: TensorInfo, bits: int, stream: int) -> None:
+    """Set every element of a CUDA tensor to the value whose bit pattern is ``bits`` (0 is zero in
+    every dtype; 0x7F800000 is float32 +inf) on stream handle ``stream``, with the driver's 2-D
+    memsets and no kernel. Size-1 dims are dropped and dims contiguous with the next inner one
+    merged, so a dense tensor (of any dim order) takes one memset; otherwise its innermost run is
+    a row, the next dim the rows, and each index of the dims outside them one memset. Elements of 1,
+    2 or 4 bytes."""
+    elem = DTYPES[info.dtype][0]
+    if elem not in (1, 2, 4):
+        raise ValueError(f"fill: {info.dtype} elements are {elem} bytes; the driver's memsets set 1, 2 or 4")
+    if not all(info.shape):
+        return
+    merged: list[tuple[int, int]] = []   # (stride, size), outer to inner
+    for stride, size in sorted(((s, n) for s, n in zip(info.strides, info.shape) if n > 1), reverse=True):
+        if merged and merged[-1][0] == stride * size:
+            merged[-1] = (stride, merged[-1][1] * size)
+        else:
+            merged.append((stride, size))
+    width = merged.pop()[1] if merged and merged[-1][0] == 1 else 1   # elements per row
+    if merged:
+        row_stride, height = merged.pop()
+        pitch = row_stride * elem
+    else:
+        pitch, height = width * elem, 1
+    driver = _cuda.driver()
+    ensure_context()
+    call = f"cuMemsetD2D{8 * elem}Async"
+    memset = getattr(driver, call)
+    for index in itertools.product(*(range(n) for _, n in merged)):
+        address = info.ptr + elem * sum(i * s for i, (s, _) in zip(index, merged))
+        _cuda.check(memset(address, pitch, bits, width, height, driver.CUstream(stream)), call)
+
+
 def load(artifact: KernelArtifact) -> LoadedKernel:
     """Load the artefact's cubin into the primary context and look up its entry function."""
     driver = _cuda.driver()
@@ -421,6 +455,6 @@ def load(artifact: KernelArtifact) -> LoadedKernel:
 
 __all__ = ["KernelArtifact", "ParamSpec", "TmaSpec", "Bundle", "write_bundle", "atomic_write", "TensorInfo",
            "tensor_info", "DTYPES", "TmaEncoding", "tma_encoding", "prepare_args", "ordered_args", "encode_tma",
-           "LoadedKernel", "PreparedLaunch", "ParamBlock", "load", "CudaError", "ensure_context", "device_info",
+           "LoadedKernel", "PreparedLaunch", "ParamBlock", "load", "fill", "CudaError", "ensure_context", "device_info",
            "resolve_stream", "torch_current_stream", "GMEM_ALIGN_BYTES", "BUNDLE_FORMAT", "BUNDLE_VERSION",
            "MANIFEST", "L2_PROMOTIONS", "OOB_FILLS", "MAX_TMA_RANK"]

@@ -68,6 +68,8 @@ def test_strided_bhsd_layout_is_accepted():
 def test_size_one_dims_may_have_any_stride():
     q = info((1, 1, 1, 64), strides=(5, 3, 1, 1))  # torch gives size-1 dims arbitrary strides
     assert check_inputs(q, q, q).heads_per_kv == 1
+    flipped = info((1, 1, 2, 64), strides=(-7, -128, 64, 1))  # negative too: a size-1 dim is never stepped
+    assert check_inputs(flipped, flipped, flipped).heads == 2
 
 
 def test_mqa_is_accepted():
@@ -141,13 +143,33 @@ def test_heads_not_multiple_of_kv_heads():
            check_inputs, info(Q_SHAPE), info(kv), info(kv))
 
 
-@pytest.mark.parametrize("which, dim, dim_name", [("q", 0, "batch"), ("q", 1, "seqlen"), ("q", 2, "heads"),
-                                                  ("k", 1, "seqlen"), ("v", 1, "seqlen"), ("k", 2, "heads")])
-def test_empty_dimension(which, dim, dim_name):
+@pytest.mark.parametrize("which, dim, empty, keyless", [("q", 0, True, False), ("q", 1, True, False),
+                                                       ("q", 2, True, False), ("k", 1, False, True)],
+                         ids=["batch", "seqlen_q", "heads", "seqlen_k"])
+def test_empty_problems_are_accepted(which, dim, empty, keyless):
+    """batch, seqlen_q or heads 0: nothing to compute; seqlen_k 0: every row sees no key (out = 0,
+    lse = +inf). Neither is an error (FlashAttention returns those); an empty tensor may be NULL."""
     shapes = {"q": list(Q_SHAPE), "k": list(KV_SHAPE), "v": list(KV_SHAPE)}
     shapes[which][dim] = 0
-    raises(EmptyInputError, [f"{which} has shape {tuple(shapes[which])}", f"{dim_name}=0", ">= 1"],
-           check_inputs, *(info(shapes[n]) for n in "qkv"))
+    if which == "k":
+        shapes["v"][dim] = 0
+    if which == "q" and dim == 0:
+        shapes["k"][0] = shapes["v"][0] = 0
+    problem = check_inputs(*(info(shapes[n], ptr=0 if n == which else PTR) for n in "qkv"))
+    assert (problem.is_empty, problem.sees_no_key) == (empty, keyless)
+
+
+def test_head_dim_or_kv_heads_zero_is_an_empty_input_error():
+    raises(EmptyInputError, ["head_dim is 0"], check_inputs, *(info((1, 8, 2, 0)),) * 3)
+    raises(EmptyInputError, ["kv_heads = 0 but q has 8 heads"],
+           check_inputs, info(Q_SHAPE), info((2, 60, 0, 128)), info((2, 60, 0, 128)))
+
+
+def test_negative_size_and_null_pointer():
+    raises(ShapeError, ["q has a negative size", "(2, -100, 8, 128)"],
+           check_inputs, info((2, -100, 8, 128)), info(KV_SHAPE), info(KV_SHAPE))
+    raises(LayoutError, ["k has a NULL data pointer", "only an empty one may be NULL"],
+           check_inputs, info(Q_SHAPE), info(KV_SHAPE, ptr=0), info(KV_SHAPE))
 
 
 def test_batch_above_grid_limit():
@@ -266,10 +288,15 @@ def test_scale_default_and_explicit():
     assert check_scale(2, 64) == 2.0
 
 
-@pytest.mark.parametrize("bad", [0.0, -0.125, math.nan, math.inf, "0.1", True, [0.1]])
+@pytest.mark.parametrize("bad", [0.0, -0.125, math.nan, math.inf, "0.1", True, [0.1], 1e300, 1e-300, 10**400])
 def test_bad_softmax_scale(bad):
-    raises(ScaleError, ["softmax_scale must be a finite positive number", f"got {bad!r}", "1/sqrt(head_dim) = 0.125"],
-           check_scale, bad, 64)
+    raises(ScaleError, ["softmax_scale must be a finite positive number in [2^-64, 2^64]", f"got {bad!r}",
+                        "1/sqrt(head_dim) = 0.125"], check_scale, bad, 64)
+
+
+def test_softmax_scale_range_ends_are_accepted():
+    assert check_scale(attention.MIN_SOFTMAX_SCALE, 64) == 2.0**-64
+    assert check_scale(attention.MAX_SOFTMAX_SCALE, 64) == 2.0**64
 
 
 # ----------------------------------------------------------------------------------------------
@@ -300,7 +327,7 @@ def test_api_checks_inputs_before_devices():
 
 def test_api_rejects_non_tensor():
     k = aligned((1, 8, 2, 64))
-    raises(DTypeError, ["q:", "expected a tensor-like", "list"], flash_attn_func, [[1.0]], k, k)
+    raises(attention.ArgumentTypeError, ["q:", "expected a tensor-like", "list"], flash_attn_func, [[1.0]], k, k)
 
 
 def test_api_checks_given_out_device():
@@ -436,12 +463,12 @@ def test_select_narrows_by_the_knobs_of_the_tiles_it_fell_back_to():
 
 
 def test_select_none_says_how_to_rebuild():
-    raises(LookupError, ["no attention_fwd_sm90 (sm_90a) kernel", "dtype=f16, head_dim=256, causal=True",
+    raises(attention.BundleError, ["no attention_fwd_sm90 (sm_90a) kernel", "dtype=f16, head_dim=256, causal=True",
                          "--set attention"], select_entry, [entry()], "f16", 256, True)
 
 
 def test_select_ambiguous():
-    raises(LookupError, ["2 attention_fwd_sm90 kernels", "remove the duplicates"],
+    raises(attention.BundleError, ["2 attention_fwd_sm90 kernels", "remove the duplicates"],
            select_entry, [entry(key="x", bn=64), entry(key="y", bn=64, stages=3)], "bf16", 128, False)
 
 

@@ -1,7 +1,8 @@
 """The attention entry points (MLIR-free at import): problem -> plan -> launch.
 
-    errors.py   the typed errors every entry point raises before launching (FlashAttnInputError)
-    checks.py   pure, deviceless input checks on TensorInfo: they build the AttnProblem
+    errors.py   the typed errors every entry point raises before any driver call (FlashAttnInputError)
+    checks.py   pure, deviceless checks of every argument (flags, stream, bundle, tensor-likes read
+                into TensorInfo, scale): they build the AttnProblem
     problem.py  AttnProblem: what a call asks for (sizes, dtype, causal, scale)
     plan.py     select(problem, device, source) -> Plan: launches of (kernel, grid, named args);
                 kernel sources (a bundle, FA4MLIR_BUNDLE's, the compiler)
@@ -15,16 +16,20 @@ of the launch contract (its parameter table, grid and arguments) is its config m
 """
 from __future__ import annotations
 
-from .checks import (check_device_context, check_devices, check_inputs, check_layout, check_outputs,
-                     check_scale)
+from .checks import (MAX_SOFTMAX_SCALE, MIN_SOFTMAX_SCALE, check_device_context, check_devices, check_flag,
+                     check_inputs, check_layout, check_lse, check_options, check_out, check_outputs, check_scale,
+                     check_stream, read_tensor)
 from .dense import flash_attn_func
-from .errors import (ERRORS, AutogradError, DeviceError, DTypeError, EmptyInputError, FlashAttnInputError, HeadDimError,
-                     HeadsRatioError, LayoutError, ScaleError, ShapeError, UnsupportedFeatureError)
+from .errors import (ERRORS, ArgumentTypeError, AutogradError, BundleError, DeviceError, DTypeError, EmptyInputError,
+                     FlashAttnInputError, HeadDimError, HeadsRatioError, LayoutError, ScaleError, ShapeError,
+                     UnsupportedFeatureError)
 from .plan import ARCH, KernelSource, Launch, Plan, PreparedPlan, TensorRef, find_artifact, select, select_entry, source_for
 from .problem import AttnProblem
 
 __all__ = ["flash_attn_func", "AttnProblem", "Plan", "PreparedPlan", "Launch", "TensorRef", "KernelSource", "select",
-           "source_for", "select_entry", "find_artifact", "check_inputs", "check_outputs", "check_scale",
-           "check_devices", "check_device_context", "check_layout", "ARCH", "ERRORS", "FlashAttnInputError",
-           "DTypeError", "ShapeError", "HeadDimError", "HeadsRatioError", "EmptyInputError", "LayoutError", "DeviceError",
-           "ScaleError", "AutogradError", "UnsupportedFeatureError"]
+           "source_for", "select_entry", "find_artifact", "check_inputs", "check_outputs", "check_out", "check_lse",
+           "check_scale", "check_flag", "check_stream", "check_options", "read_tensor", "check_devices",
+           "check_device_context", "check_layout", "MIN_SOFTMAX_SCALE", "MAX_SOFTMAX_SCALE", "ARCH", "ERRORS",
+           "FlashAttnInputError", "DTypeError", "ShapeError", "HeadDimError", "HeadsRatioError", "EmptyInputError",
+           "LayoutError", "DeviceError", "ScaleError", "ArgumentTypeError", "BundleError", "AutogradError",
+           "UnsupportedFeatureError"]

@@ -1,19 +1,33 @@
 """Pure, deviceless input checks shared by the attention entry points: functions of
 ``tensors.TensorInfo`` (and plain values) that raise the typed errors of ``errors`` and say what to
-do. ``check_inputs`` derives the problem size (``AttnProblem``) from q, k, v."""
+do. ``check_options`` checks the flags, stream and bundle; ``read_tensor`` reads a tensor-like
+(typed errors for anything unreadable); ``check_inputs`` derives the problem size
+(``AttnProblem``) from q, k, v. None of them makes a CUDA call or compiles."""
 from __future__ import annotations
 
 import math
+import operator
+import os
 from typing import Any, Sequence
 
+from ..artifacts import Bundle
+from ..driver import stream_handle
 from ..kernels import attention_sm90_config as attn_cfg
-from ..runtime import DTYPES, GMEM_ALIGN_BYTES, TensorInfo
-from .errors import DeviceError, DTypeError, EmptyInputError, HeadDimError, HeadsRatioError, LayoutError, ScaleError, ShapeError
+from ..runtime import DTYPES, GMEM_ALIGN_BYTES, TensorInfo, tensor_info
+from ..tensors import TensorDTypeError, TensorLikeError, TensorStrideError
+from .errors import (ArgumentTypeError, DeviceError, DTypeError, EmptyInputError, HeadDimError, HeadsRatioError,
+                     LayoutError, ScaleError, ShapeError)
 from .problem import AttnProblem
 
 MAX_GRID_YZ = 65535      # CUDA limit on gridDim.y (heads) and gridDim.z (batch)
 MAX_I32 = 2**31 - 1      # seqlen_q and seqlen_k are i32 kernel params
 MAX_STRIDE_BYTES = 2**40  # TMA global stride limit
+# softmax_scale's range. The kernel multiplies raw float32 scores by softmax_scale * log2(e), a
+# float32 parameter, and keeps the row max m as m * scale_log2: in [2^-64, 2^64] the parameter is a
+# normal float32 (never flushed to zero) and scores up to 2^62 in magnitude stay finite once scaled
+# (2^62 * 2^64 * log2(e) < 2^128, float32's overflow).
+MIN_SOFTMAX_SCALE = 2.0**-64
+MAX_SOFTMAX_SCALE = 2.0**64
 
 
 # ----------------------------------------------------------------------------------------------
@@ -24,20 +38,107 @@ QKV_DIMS = ("batch", "seqlen", "heads", "head_dim")
 LSE_DIMS = ("batch", "heads", "seqlen_q")
 
 
-def _err(msg: str) -> str:
-    return f"flash_attn_func: {msg}"
+def _err(msg: str, api: str = "flash_attn_func") -> str:
+    return f"{api}: {msg}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Options and tensor-likes
+# ----------------------------------------------------------------------------------------------
+
+def _is_numpy_bool(value: Any) -> bool:
+    """numpy.bool_ (named numpy.bool since numpy 2), without importing numpy."""
+    return type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool")
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """A bool flag (causal, return_lse): a bool or a numpy bool; anything else (a string such as
+    "False", an int, None) is refused rather than read by its truth value."""
+    if type(value) is bool:
+        return value
+    if _is_numpy_bool(value):
+        return bool(value)
+    hint = " (a string is not parsed: 'False' would be true)" if isinstance(value, str) else ""
+    raise ArgumentTypeError(_err(f"{name} must be a bool, got {type(value).__name__} {value!r}{hint}; pass "
+                                 f"{name}=True or {name}=False"))
+
+
+def check_stream(stream: Any, api: str = "flash_attn_func") -> int | None:
+    """The stream's handle (driver.stream_handle), None for the default; typed errors otherwise.
+    ``api`` names the entry point in the message (this and the other shared checks serve gemm too)."""
+    if stream is None:
+        return None
+    try:
+        return stream_handle(stream)
+    except (TypeError, ValueError) as e:
+        raise ArgumentTypeError(_err(str(e), api)) from None
+
+
+def check_bundle(bundle: Any, api: str = "flash_attn_func") -> None:
+    """bundle= is None, a Bundle, or a bundle folder's path (str or os.PathLike)."""
+    if bundle is None or isinstance(bundle, (str, os.PathLike, Bundle)):
+        return
+    raise ArgumentTypeError(_err(f"bundle must be None, a bundle folder's path (str or pathlib.Path) or a "
+                                 f"fa4mlir.Bundle, got {type(bundle).__name__} {bundle!r}; pass "
+                                 f"bundle=fa4mlir.Bundle.open(path) or the path", api))
+
+
+def check_options(causal: Any, return_lse: Any, stream: Any, bundle: Any) -> tuple[bool, bool]:
+    """flash_attn_func's non-tensor options other than the scale: (causal, return_lse) as bools."""
+    causal, return_lse = check_flag("causal", causal), check_flag("return_lse", return_lse)
+    check_stream(stream)
+    check_bundle(bundle)
+    return causal, return_lse
+
+
+def read_tensor(name: str, x: Any, api: str = "flash_attn_func", shape: str | None = None) -> TensorInfo:
+    """``tensors.tensor_info`` of a tensor argument, with typed errors: None or a non-tensor
+    (ArgumentTypeError), a dtype fa4mlir has no name for (DTypeError), byte strides that are not
+    whole elements (LayoutError)."""
+    if x is None:
+        raise ArgumentTypeError(_err(f"{name} is None; pass a tensor (torch, __cuda_array_interface__ or "
+                                     f"DLPack) of shape {shape or _SHAPES.get(name, '')}", api))
+    try:
+        return tensor_info(x)
+    except TensorDTypeError as e:
+        raise DTypeError(_err(f"{name}: {e}; convert it to bf16 or f16", api)) from None
+    except TensorStrideError as e:
+        raise LayoutError(_err(f"{name}: {e}", api)) from None
+    except TensorLikeError as e:
+        raise ArgumentTypeError(_err(f"{name}: {e}", api)) from None
+
+
+_SHAPES = {"q": "[batch, seqlen_q, heads, head_dim]", "k": "[batch, seqlen_k, kv_heads, head_dim]",
+           "v": "[batch, seqlen_k, kv_heads, head_dim]", "out": "[batch, seqlen_q, heads, head_dim]",
+           "lse": "[batch, heads, seqlen_q]"}
+
+
+def _numel(info: TensorInfo) -> int:
+    return math.prod(info.shape)
+
+
+def check_pointer(name: str, info: TensorInfo, api: str = "flash_attn_func") -> None:
+    """A tensor with elements has a non-NULL address (an empty one may have none)."""
+    if info.ptr == 0 and _numel(info) > 0:
+        raise LayoutError(_err(f"{name} has a NULL data pointer but {_numel(info)} elements (shape "
+                               f"{tuple(info.shape)}); pass an allocated tensor (only an empty one may be NULL)",
+                               api))
 
 
 def check_layout(name: str, info: TensorInfo, dim_names: Sequence[str] = QKV_DIMS) -> None:
     """Strides and base address a TMA descriptor can take: innermost stride 1, other strides
     positive 16-byte multiples that do not alias, base 16-byte aligned. Size-1 dims are ignored
-    (their stride is arbitrary; runtime.tma_encoding replaces it)."""
+    (their stride is arbitrary; runtime.tma_encoding replaces it), and so is a tensor with no element
+    (nothing is addressed: its pointer may be NULL); a tensor with elements has a non-NULL address."""
+    if _numel(info) == 0:
+        return
+    check_pointer(name, info)
     elem = DTYPES[info.dtype][0]
     align_elems = GMEM_ALIGN_BYTES // elem
-    if any(s < 0 for s in info.strides):
+    if any(s < 0 for s, n in zip(info.strides, info.shape) if n > 1):
         raise LayoutError(_err(f"{name} has negative strides {info.strides} (elements); TMA needs "
                                f"positive strides: pass {name}.contiguous() (or undo the flip)"))
-    if info.strides[-1] != 1:
+    if info.shape[-1] > 1 and info.strides[-1] != 1:
         raise LayoutError(_err(f"{name} must have stride 1 along {dim_names[-1]}, got strides "
                                f"{info.strides} (elements); pass {name}.contiguous()"))
     big = [(s, n, d) for d, (s, n) in enumerate(zip(info.strides, info.shape)) if n > 1]
@@ -78,18 +179,16 @@ def check_inputs(q_info: TensorInfo, k_info: TensorInfo, v_info: TensorInfo) -> 
                                   f"{tuple(info.shape)}; reshape it (e.g. x.view(batch, seqlen, heads, "
                                   f"head_dim); split a packed qkv first)"))
     for name, info in named:
+        if any(n < 0 for n in info.shape):
+            raise ShapeError(_err(f"{name} has a negative size in shape {tuple(info.shape)}; sizes are >= 0: "
+                                  f"fix its producer (__cuda_array_interface__ / DLPack)"))
+    for name, info in named:
         if info.dtype not in attn_cfg.DTYPES:
             raise DTypeError(_err(f"{name} has dtype {info.dtype}; expected one of {attn_cfg.DTYPES}: "
                                   f"convert it (e.g. {name}.to(torch.bfloat16))"))
     if not q_info.dtype == k_info.dtype == v_info.dtype:
         raise DTypeError(_err(f"q, k, v must share one dtype, got q={q_info.dtype}, k={k_info.dtype}, "
                               f"v={v_info.dtype}; convert them all to bf16 or all to f16"))
-    for name, info in named:
-        empty = [f"{d}=0" for d, n in zip(QKV_DIMS, info.shape) if n == 0]
-        if empty:
-            raise EmptyInputError(_err(f"{name} has shape {tuple(info.shape)} with an empty dimension "
-                                       f"({', '.join(empty)}); every dimension must be >= 1: skip the "
-                                       f"call for empty inputs"))
     (b, sq, h, d), (_, sk, hk, _) = q_info.shape, k_info.shape
     for name, info in (("k", k_info), ("v", v_info)):
         if info.shape[0] != b:
@@ -102,38 +201,54 @@ def check_inputs(q_info: TensorInfo, k_info: TensorInfo, v_info: TensorInfo) -> 
     if tuple(k_info.shape) != tuple(v_info.shape):
         raise ShapeError(_err(f"k and v must have the same shape [batch, seqlen_k, kv_heads, head_dim], "
                               f"got k {tuple(k_info.shape)} and v {tuple(v_info.shape)}"))
+    if d == 0:
+        raise EmptyInputError(_err(f"head_dim is 0 (q {tuple(q_info.shape)}): attention needs head_dim in "
+                                   f"{attn_cfg.HEAD_DIMS}; pass tensors with a head dimension"))
+    if hk == 0 and h > 0:
+        raise EmptyInputError(_err(f"k and v have kv_heads = 0 but q has {h} heads: every query head needs a "
+                                   f"k/v head; pass k and v with kv_heads dividing {h}"))
     if d not in attn_cfg.HEAD_DIMS:
         up = [x for x in attn_cfg.HEAD_DIMS if x > d]
         hint = (f": zero-pad q, k, v to head_dim {up[0]}, pass softmax_scale={d ** -0.5:.6g} "
                 f"(1/sqrt({d})) and slice out[..., :{d}]") if up else ""
         raise HeadDimError(_err(f"head_dim {d} is not supported; the sm_90a kernel is built for head_dim "
                                 f"in {attn_cfg.HEAD_DIMS}{hint}"))
-    if h % hk:
+    if hk and h % hk:
         raise HeadsRatioError(_err(f"q has {h} heads and k/v have {hk}; heads must be a multiple of "
                                    f"kv_heads (GQA/MQA: each k/v head serves heads // kv_heads q heads)"))
     if b > MAX_GRID_YZ or h > MAX_GRID_YZ:
         raise ShapeError(_err(f"batch {b} and heads {h} must be at most {MAX_GRID_YZ} (CUDA grid "
                               f"limit): split the call"))
     if sq > MAX_I32 or sk > MAX_I32:
-        raise ShapeError(_err(f"seqlen_q {sq} and seqlen_k {sk} must fit in int32"))
+        raise ShapeError(_err(f"seqlen_q {sq} and seqlen_k {sk} must fit in int32 (the kernel's sizes): split "
+                              f"the call"))
     for name, info in named:
         check_layout(name, info)
     return AttnProblem(b, sq, sk, h, hk, d, q_info.dtype)
 
 
-def check_outputs(dims: AttnProblem, out_info: TensorInfo, lse_info: TensorInfo) -> None:
-    """out: q's shape and dtype, TMA layout; lse: float32 [batch, heads, seqlen_q], contiguous."""
+def check_out(dims: AttnProblem, out_info: TensorInfo) -> None:
+    """out: q's shape and dtype, TMA layout."""
     if tuple(out_info.shape) != dims.out_shape:
-        raise ShapeError(_err(f"out must have q's shape {dims.out_shape}, got {tuple(out_info.shape)}"))
+        raise ShapeError(_err(f"out must have q's shape {dims.out_shape}, got {tuple(out_info.shape)}; "
+                              f"allocate it like q (torch.empty_like(q))"))
     if out_info.dtype != dims.dtype:
-        raise DTypeError(_err(f"out must have q's dtype {dims.dtype}, got {out_info.dtype}"))
+        raise DTypeError(_err(f"out must have q's dtype {dims.dtype}, got {out_info.dtype}; allocate it like q"))
     check_layout("out", out_info)
+
+
+def check_lse(dims: AttnProblem, lse_info: TensorInfo) -> None:
+    """lse: float32 [batch, heads, seqlen_q], contiguous, 16-byte aligned."""
     if lse_info.dtype != "f32":
         raise DTypeError(_err(f"lse must be float32, got {lse_info.dtype}; allocate it with "
                               f"torch.empty({dims.lse_shape}, dtype=torch.float32)"))
     if tuple(lse_info.shape) != dims.lse_shape:
         raise ShapeError(_err(f"lse must have shape [batch, heads, seqlen_q] = {dims.lse_shape}, got "
-                              f"{tuple(lse_info.shape)}"))
+                              f"{tuple(lse_info.shape)}; allocate it with torch.empty({dims.lse_shape}, "
+                              f"dtype=torch.float32)"))
+    if _numel(lse_info) == 0:
+        return
+    check_pointer("lse", lse_info)
     want = (dims.heads * dims.seqlen_q, dims.seqlen_q, 1)
     bad = [LSE_DIMS[i] for i, (n, s, w) in enumerate(zip(lse_info.shape, lse_info.strides, want))
            if n > 1 and s != w]
@@ -145,38 +260,60 @@ def check_outputs(dims: AttnProblem, out_info: TensorInfo, lse_info: TensorInfo)
                                f"allocate it fresh or slice at a multiple of 4 elements"))
 
 
+def check_outputs(dims: AttnProblem, out_info: TensorInfo, lse_info: TensorInfo) -> None:
+    """out (check_out) and lse (check_lse)."""
+    check_out(dims, out_info)
+    check_lse(dims, lse_info)
+
+
 def check_scale(softmax_scale: Any, head_dim: int) -> float:
-    """softmax_scale as a float; None means 1/sqrt(head_dim)."""
+    """softmax_scale as a float in [MIN_SOFTMAX_SCALE, MAX_SOFTMAX_SCALE]; None means 1/sqrt(head_dim)."""
     if softmax_scale is None:
         return head_dim ** -0.5
-    if isinstance(softmax_scale, (bool, str, bytes)):
-        value = math.nan
+    if isinstance(softmax_scale, (bool, str, bytes)) or _is_numpy_bool(softmax_scale):
+        value = math.nan   # a flag or a string is not a scale, though float() reads it
     else:
         try:
             value = float(softmax_scale)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise ScaleError(_err(f"softmax_scale must be a finite positive number, got {softmax_scale!r}; "
-                              f"pass None for 1/sqrt(head_dim) = {head_dim ** -0.5:.6g}"))
+    if not MIN_SOFTMAX_SCALE <= value <= MAX_SOFTMAX_SCALE:  # NaN fails too
+        raise ScaleError(_err(f"softmax_scale must be a finite positive number in [2^-64, 2^64] (the kernel "
+                              f"scales scores by softmax_scale * log2(e) in float32), got {softmax_scale!r}; "
+                              f"pass None for 1/sqrt(head_dim) = {max(head_dim, 1) ** -0.5:.6g}"))
     return value
+
+
+def device_ordinal(name: str, x: Any, api: str = "flash_attn_func") -> int | None:
+    """The CUDA ordinal of a tensor-like when it says (torch, DLPack), else None."""
+    dev = getattr(x, "device", None)
+    if getattr(dev, "type", None) == "cuda" and getattr(dev, "index", None) is not None:
+        return int(dev.index)
+    if hasattr(x, "__dlpack_device__"):
+        try:
+            return operator.index(x.__dlpack_device__()[1])
+        except Exception as e:  # the caller's object
+            raise ArgumentTypeError(_err(f"{name}: __dlpack_device__() must return (device_type, device_id), "
+                                         f"and raised or returned something else ({type(e).__name__}: {e}); "
+                                         f"pass a DLPack producer", api)) from None
+    return None
 
 
 CUDA_DEVICES = ("cuda", "cuda_managed")
 
 
-def check_devices(devices: Sequence[tuple[str, str, int | None]]) -> int | None:
+def check_devices(devices: Sequence[tuple[str, str, int | None]], api: str = "flash_attn_func") -> int | None:
     """devices: (name, device type, ordinal or None when unknown) per tensor. All must be CUDA and,
     where known, on one ordinal; returns that ordinal (None if none is known)."""
     for name, dev, _ in devices:
         if dev not in CUDA_DEVICES:
             raise DeviceError(_err(f"{name} is on device {dev!r}; expected a CUDA tensor: move it to the "
-                                   f"GPU first (e.g. {name}.cuda())"))
+                                   f"GPU first (e.g. {name}.cuda())", api))
     known = {(name, o) for name, _, o in devices if o is not None}
     ordinals = {o for _, o in known}
     if len(ordinals) > 1:
         where = ", ".join(f"{n} on cuda:{o}" for n, o in sorted(known))
-        raise DeviceError(_err(f"tensors are on different devices ({where}); put them all on one GPU"))
+        raise DeviceError(_err(f"tensors are on different devices ({where}); put them all on one GPU", api))
     return ordinals.pop() if ordinals else None
 
 

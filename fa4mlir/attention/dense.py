@@ -8,7 +8,9 @@ dtype, bf16 or f16; head_dim 64, 128 or 256; heads a multiple of kv_heads (GQA, 
 shape and dtype; lse is float32 [batch, heads, seqlen_q], the natural-log logsumexp of the scaled
 scores. The causal mask is aligned bottom-right: query i sees key j iff j <= i + seqlen_k -
 seqlen_q; a query row that sees no key gets out = 0 and lse = +inf (FlashAttention's convention).
-softmax_scale defaults to 1 / sqrt(head_dim).
+softmax_scale defaults to 1 / sqrt(head_dim) and must lie in [2^-64, 2^64]. Empty problems return
+what FlashAttention-2 returns, with no kernel: batch, seqlen_q or heads 0 give empty out and lse;
+seqlen_k 0 (every row sees no key) gives out = 0 and lse = +inf.
 
 Tensors: torch tensors or any __cuda_array_interface__ / DLPack producer, on one sm_90 GPU; strided
 layouts are fine as long as TMA can address them (unit head_dim stride, 16-byte strides and base).
@@ -16,12 +18,13 @@ out and lse are written where given (out=, lse=), else allocated with torch on t
 callers without torch pass both. The kernel runs on ``stream``, or when it is None on torch's current
 stream if any argument is a torch tensor, else on the legacy default stream.
 
-A call goes problem -> plan -> launch: ``checks`` turn the tensors into an ``AttnProblem`` (every
-argument problem raises a typed ``FlashAttnInputError`` before any launch, see ``errors``),
-``plan.select`` picks the kernel from ``bundle=``, else the FA4MLIR_BUNDLE bundle, else the compiler,
+A call goes problem -> plan -> launch: ``checks`` turn the arguments into an ``AttnProblem`` (every
+argument problem raises a typed ``FlashAttnInputError`` before any driver call or compile, see
+``errors``; the first driver call asks for the device, whose capability is checked before any
+kernel is compiled or loaded), ``plan.select`` picks the kernel from ``bundle=``, else the FA4MLIR_BUNDLE bundle, else the compiler,
 and the plan is prepared against the tensors and launched. A call on torch tensors whose signature
 (shapes, strides, dtypes and devices of every tensor, the scale, causal, the kernel source) was seen
-before skips all of that: it checks the new addresses' alignment and launches the ``PreparedPlan``
+before skips all of that (its flags are checked first): it checks the new addresses' alignment and launches the ``PreparedPlan``
 that signature was prepared into (``_CALLS``, the last ``CALLS_KEPT``).
 
 Torch tensors go through the torch custom ops of ``torch_ops`` (``fa4mlir::flash_attn_fwd``, and
@@ -33,6 +36,7 @@ yet. (An explicit ``stream=`` takes the direct path: the op launches on torch's 
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -41,32 +45,34 @@ from typing import Any
 
 from ..artifacts import Bundle
 from ..driver import device_info, resolve_stream
-from ..runtime import GMEM_ALIGN_BYTES, tensor_info
-from .checks import (_err, check_device_context, check_devices, check_inputs, check_outputs, check_scale)
-from .errors import AutogradError, DTypeError
+from ..runtime import GMEM_ALIGN_BYTES, fill, tensor_info
+from .checks import (_err, check_device_context, check_devices, check_inputs, check_lse, check_options, check_out,
+                     check_scale, device_ordinal, read_tensor)
+from .errors import ArgumentTypeError, AutogradError
 from .plan import KernelSource, PreparedPlan, select, source_for
 from .problem import AttnProblem
 
 TENSORS = ("q", "k", "v", "o", "lse")
+F32_INF_BITS = 0x7F800000
 
 
-def _device_ordinal(x: Any) -> int | None:
-    """The CUDA ordinal of a tensor-like when it says (torch, DLPack), else None."""
-    dev = getattr(x, "device", None)
-    if getattr(dev, "type", None) == "cuda" and getattr(dev, "index", None) is not None:
-        return int(dev.index)
-    if hasattr(x, "__dlpack_device__"):
-        return int(x.__dlpack_device__()[1])
-    return None
-
-
-def _allocate(q: Any, dims: AttnProblem, ordinal: int | None, out: Any, lse: Any) -> tuple[Any, Any]:
+def _torch_to_allocate(q: Any, dims: AttnProblem):
+    """torch, to allocate out and lse where the caller gave none; ArgumentTypeError (before any
+    driver call) where it cannot: torch is not importable, or (for other tensor-likes than torch
+    tensors) is built without CUDA."""
     try:
         import torch
     except ImportError:
-        raise ImportError("flash_attn_func: torch is not importable, so out and lse cannot be allocated; "
-                          f"pass out= ({dims.out_shape}, {dims.dtype}) and lse= ({dims.lse_shape}, "
-                          f"float32) as CUDA tensor-likes") from None
+        torch = None
+    if torch is None or (not isinstance(q, torch.Tensor) and torch.version.cuda is None):
+        why = "not importable" if torch is None else "built without CUDA"
+        raise ArgumentTypeError(_err(f"torch is {why}, so out and lse cannot be allocated; pass out= "
+                                     f"({dims.out_shape}, {dims.dtype}) and lse= ({dims.lse_shape}, float32) "
+                                     f"as CUDA tensor-likes")) from None
+    return torch
+
+
+def _allocate(torch, q: Any, dims: AttnProblem, ordinal: int | None, out: Any, lse: Any) -> tuple[Any, Any]:
     if isinstance(q, torch.Tensor):
         device = q.device
     else:
@@ -135,10 +141,15 @@ def _remember(signature: tuple, call: _Call) -> None:
 _TORCH_OPS: list = []   # fa4mlir.attention.torch_ops, once a call brought torch tensors
 
 
-def _torch_ops(q):
-    """torch_ops when q is a torch tensor (torch then is imported), else None."""
+def _torch_ops(q, k, v, out, lse):
+    """torch_ops when q, k, v (and out, lse when given) are torch tensors (torch then is imported),
+    else None."""
     torch = sys.modules.get("torch")
-    if torch is None or not isinstance(q, torch.Tensor):
+    if torch is None:
+        return None
+    tensor = torch.Tensor
+    if not (isinstance(q, tensor) and isinstance(k, tensor) and isinstance(v, tensor)
+            and (out is None or isinstance(out, tensor)) and (lse is None or isinstance(lse, tensor))):
         return None
     if not _TORCH_OPS:
         from . import torch_ops
@@ -146,10 +157,14 @@ def _torch_ops(q):
     return _TORCH_OPS[0]
 
 
-def check_no_grad(torch, q, k, v) -> None:
-    """Raise AutogradError when grad mode is on and q, k or v requires grad (no backward kernel yet)."""
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        which = [n for n, x in (("q", q), ("k", k), ("v", v)) if x.requires_grad]
+def check_no_grad(q, k, v) -> None:
+    """Raise AutogradError when grad mode is on and q, k or v (a torch tensor) requires grad (no
+    backward kernel yet)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.is_grad_enabled():
+        return
+    which = [n for n, x in (("q", q), ("k", k), ("v", v)) if isinstance(x, torch.Tensor) and x.requires_grad]
+    if which:
         raise AutogradError(_err(
             f"{', '.join(which)} require{'s' if len(which) == 1 else ''} grad and grad mode is on, but "
             f"fa4mlir has no backward kernel yet: the output could not carry a gradient. Call it under "
@@ -160,12 +175,14 @@ def check_no_grad(torch, q, k, v) -> None:
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False, *,
                     out=None, lse=None, bundle: Bundle | str | os.PathLike | None = None, stream=None):
     """Attention forward on an sm_90 GPU; see the module docstring. Returns out, or (out, lse)
-    when return_lse. ``bundle``: a Bundle or a bundle folder's path."""
-    ops = _torch_ops(q)
-    if ops is not None:
-        if stream is None:
-            return ops.flash_attn(q, k, v, softmax_scale, causal, return_lse, out, lse, bundle)
-        check_no_grad(sys.modules["torch"], q, k, v)
+    when return_lse. ``bundle``: a Bundle or a bundle folder's path. Every argument is checked
+    before any driver call or compile (typed errors, ``errors``)."""
+    if type(causal) is not bool or type(return_lse) is not bool or stream is not None or bundle is not None:
+        causal, return_lse = check_options(causal, return_lse, stream, bundle)
+    ops = _torch_ops(q, k, v, out, lse)
+    if ops is not None and stream is None:
+        return ops.flash_attn(q, k, v, softmax_scale, causal, return_lse, out, lse, bundle)
+    check_no_grad(q, k, v)
     out, lse = _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream)
     return (out, lse) if return_lse else out
 
@@ -176,7 +193,7 @@ def _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream) -> tup
     try:
         signature = _signature(q, k, v, out, lse, softmax_scale, causal, bundle)
         call = _CALLS.get(signature) if signature is not None else None
-    except TypeError:  # an unhashable softmax_scale (a 0-d array): no signature
+    except (TypeError, RuntimeError):  # an unhashable softmax_scale (a 0-d array), a sparse tensor: no signature
         signature = call = None
     if call is not None:
         torch = sys.modules["torch"]
@@ -188,35 +205,57 @@ def _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream) -> tup
         if not any(a % GMEM_ALIGN_BYTES for a in addresses.values()):  # else the checks below say which
             call.plan.launch(addresses, resolve_stream(stream, True, q.device.index))
             return out, lse
-    infos = {}
-    for name, x in (("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse)):
-        if x is None:
-            continue
-        try:
-            infos[name] = tensor_info(x)
-        except TypeError as e:
-            raise DTypeError(_err(f"{name}: {e}")) from None
+    # 1. pure checks: every argument, no driver call
+    check_options(causal, False, stream, bundle)   # again for direct callers (the ops' implementations)
+    given = {"q": q, "k": k, "v": v, "out": out, "lse": lse}
+    infos = {n: read_tensor(n, x) for n, x in given.items() if x is not None or n in ("q", "k", "v")}
     problem = check_inputs(infos["q"], infos["k"], infos["v"])
     problem = problem.with_options(causal=causal, softmax_scale=check_scale(softmax_scale, problem.head_dim))
-    given = {"q": q, "k": k, "v": v, "out": out, "lse": lse}
-    ordinal = check_devices([(n, infos[n].device, _device_ordinal(given[n])) for n in infos])
+    if out is not None:
+        check_out(problem, infos["out"])
+    if lse is not None:
+        check_lse(problem, infos["lse"])
+    ordinal = check_devices([(n, infos[n].device, device_ordinal(n, given[n])) for n in infos])
+    torch = _torch_to_allocate(q, problem) if out is None or lse is None else None
+    source = source_for(bundle)   # opens a bundle path; compiles nothing yet
+    # 2. the device (the first driver call): one sm_90 GPU, the tensors' own
     device = device_info()
     check_device_context(ordinal, device.ordinal, device.capability)
+    ordinal = ordinal if ordinal is not None else device.ordinal
     allocated = out is None, lse is None
     if out is None or lse is None:
-        out, lse = _allocate(q, problem, ordinal if ordinal is not None else device.ordinal, out, lse)
-    out_info, lse_info = tensor_info(out), tensor_info(lse)
-    check_outputs(problem, out_info, lse_info)
-    source = source_for(bundle)
+        out, lse = _allocate(torch, q, problem, ordinal, out, lse)
+    out_info, lse_info = infos.get("out") or tensor_info(out), infos.get("lse") or tensor_info(lse)
+    uses_torch = any(i.is_torch for i in (*infos.values(), out_info, lse_info))
+    if problem.is_empty or problem.sees_no_key:
+        _no_kernel(problem, out, lse, out_info, lse_info, stream, uses_torch, ordinal)
+        return out, lse
+    # 3. the kernel (compiled or loaded once per source and config), planned, prepared, launched
     prepared = select(problem, device, source).prepare({"q": q, "k": k, "v": v, "o": out, "lse": lse})
     addresses = {**{n: infos[n].ptr for n in ("q", "k", "v")}, "o": out_info.ptr, "lse": lse_info.ptr}
-    prepared.launch(addresses, resolve_stream(stream, any(i.is_torch for i in (*infos.values(), out_info, lse_info)),
-                                              ordinal if ordinal is not None else device.ordinal))
+    prepared.launch(addresses, resolve_stream(stream, uses_torch, ordinal))
     if signature is not None:
         # the signature of this call names out and lse as given or not; what fills them in is torch's
         _remember(signature, _Call(prepared, (problem.out_shape, out.dtype) if allocated[0] else None,
                                    problem.lse_shape if allocated[1] else None, source))
     return out, lse
+
+
+def _no_kernel(problem: AttnProblem, out, lse, out_info, lse_info, stream, uses_torch: bool, ordinal: int) -> None:
+    """What FlashAttention-2 returns for a problem with no work, without a kernel: nothing to write
+    when out is empty (batch, seqlen_q or heads 0); when seqlen_k is 0 every query row sees no key,
+    so out = 0 and lse = +inf. Torch outputs on the current stream are filled by torch, anything
+    else by the driver's memsets on the call's stream."""
+    if problem.is_empty:
+        return
+    torch = sys.modules.get("torch")
+    if stream is None and torch is not None and isinstance(out, torch.Tensor) and isinstance(lse, torch.Tensor):
+        out.zero_()
+        lse.fill_(math.inf)
+        return
+    handle = resolve_stream(stream, uses_torch, ordinal)
+    fill(out_info, 0, handle)
+    fill(lse_info, F32_INF_BITS, handle)
 
 
 __all__ = ["flash_attn_func", "check_no_grad", "AttnProblem", "CALLS_KEPT"]

@@ -1,10 +1,11 @@
-"""The typed errors of the attention entry points: each a FlashAttnInputError (a ValueError),
-raised before anything is launched."""
+"""The typed errors of the entry points (flash_attn_func, and gemm's input checks): each a
+FlashAttnInputError (a ValueError), raised before any driver call, compile or launch. Every message
+says what was expected, what was got and what to pass instead."""
 from __future__ import annotations
 
 
 class FlashAttnInputError(ValueError):
-    """A flash_attn_func argument the kernel cannot take; raised before any launch."""
+    """An argument the kernels cannot take; raised before any driver call, compile or launch."""
 
 
 class DTypeError(FlashAttnInputError, TypeError):
@@ -12,7 +13,8 @@ class DTypeError(FlashAttnInputError, TypeError):
 
 
 class ShapeError(FlashAttnInputError):
-    """Wrong rank, mismatched batch/head_dim, k/v shapes differ, or out/lse of the wrong shape."""
+    """Wrong rank, a negative size, mismatched batch/head_dim, k/v shapes differ, or out/lse of the
+    wrong shape."""
 
 
 class HeadDimError(FlashAttnInputError):
@@ -24,11 +26,14 @@ class HeadsRatioError(FlashAttnInputError):
 
 
 class EmptyInputError(FlashAttnInputError):
-    """A tensor has a zero-sized dimension."""
+    """A zero-sized dimension that leaves no answer: head_dim = 0, or kv_heads = 0 while heads > 0.
+    (batch, seqlen_q, seqlen_k or heads = 0 are empty problems: they return what FlashAttention
+    returns.)"""
 
 
 class LayoutError(FlashAttnInputError):
-    """Strides or base address TMA cannot address (or an lse that is not contiguous)."""
+    """Strides or base address TMA cannot address, a NULL data pointer, byte strides that are not
+    whole elements (or an lse that is not contiguous)."""
 
 
 class DeviceError(FlashAttnInputError):
@@ -36,7 +41,20 @@ class DeviceError(FlashAttnInputError):
 
 
 class ScaleError(FlashAttnInputError):
-    """softmax_scale is not a finite positive number."""
+    """softmax_scale is not a number in the range the kernel's float32 math takes
+    (checks.MIN_SOFTMAX_SCALE .. checks.MAX_SOFTMAX_SCALE)."""
+
+
+class ArgumentTypeError(FlashAttnInputError, TypeError):
+    """An argument of the wrong kind: a tensor argument that is not a readable tensor-like (None, a
+    list, a malformed __cuda_array_interface__ or DLPack object), a flag (causal, return_lse) that
+    is not a bool, a stream that is not a stream, a bundle that is neither a Bundle nor a path, or
+    out/lse missing where torch cannot allocate them."""
+
+
+class BundleError(FlashAttnInputError, LookupError):
+    """bundle= (or FA4MLIR_BUNDLE) names no readable bundle, or the bundle has no kernel for the
+    call: build one (``python -m fa4mlir bundle``), or pass no bundle to use the compiler."""
 
 
 class AutogradError(FlashAttnInputError, NotImplementedError):
@@ -49,7 +67,8 @@ class UnsupportedFeatureError(FlashAttnInputError, NotImplementedError):
     dropout, a sliding window, softcap, attention sinks, a static KV cache)."""
 
 
-ERRORS = (FlashAttnInputError, DTypeError, ShapeError, HeadDimError, HeadsRatioError,
-          EmptyInputError, LayoutError, DeviceError, ScaleError, AutogradError, UnsupportedFeatureError)
+ERRORS = (FlashAttnInputError, DTypeError, ShapeError, HeadDimError, HeadsRatioError, EmptyInputError,
+          LayoutError, DeviceError, ScaleError, ArgumentTypeError, BundleError, AutogradError,
+          UnsupportedFeatureError)
 
 __all__ = [e.__name__ for e in ERRORS] + ["ERRORS"]

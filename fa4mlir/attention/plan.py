@@ -24,8 +24,8 @@ from ..driver import DeviceInfo
 from ..kernels import attention_sm90_config as attn_cfg
 from ..kernels import cubin_backend as kernel_cubin_backend
 from ..runtime import LoadedKernel, PreparedLaunch, load
-from .checks import MAX_I32, _err
-from .errors import ShapeError
+from .checks import MAX_I32, _err, check_bundle
+from .errors import BundleError, ShapeError
 from .problem import AttnProblem
 
 ARCH = "sm_90a"
@@ -94,7 +94,7 @@ def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: boo
     hits = [e for e in entries if e.get("arch") == ARCH
             and all(e.get("config", {}).get(k) == v for k, v in want.items())]
     if not hits:
-        raise LookupError(f"flash_attn_func: {where} has no {attn_cfg.KERNEL} ({ARCH}) kernel for "
+        raise BundleError(f"flash_attn_func: {where} has no {attn_cfg.KERNEL} ({ARCH}) kernel for "
                           f"dtype={dtype}, head_dim={head_dim}, causal={bool(causal)}; build it with "
                           f"`python -m fa4mlir bundle --set attention`")
     default = default or attn_cfg.default_config(dtype, head_dim, causal, seqlen_k)
@@ -113,7 +113,7 @@ def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: boo
             hits = [e for e in hits if narrow(e)]
     if len(hits) > 1:
         keys = ", ".join(e.get("key", "")[:16] for e in hits)
-        raise LookupError(f"flash_attn_func: {len(hits)} {attn_cfg.KERNEL} kernels in {where} match "
+        raise BundleError(f"flash_attn_func: {len(hits)} {attn_cfg.KERNEL} kernels in {where} match "
                           f"{want} with default tiles {tiles} (keys {keys}); remove the duplicates")
     return hits[0]
 
@@ -160,21 +160,33 @@ _SOURCES_LOCK = threading.Lock()
 def source_for(bundle: Bundle | str | os.PathLike | None = None) -> KernelSource:
     """The kernel source of a call: ``bundle`` (a Bundle, or a bundle folder's path), else the
     FA4MLIR_BUNDLE bundle, else the compiler (its compile options resolved per kernel by
-    fa4mlir.compiler). One source per bundle object, path or compiler, kept for the process."""
+    fa4mlir.compiler). One source per bundle object, path or compiler, kept for the process. A path
+    that holds no readable bundle raises BundleError (nothing is compiled instead)."""
+    check_bundle(bundle)
+    given_by = "bundle="
     if isinstance(bundle, (str, os.PathLike)):
         key: Any = ("path", os.fspath(bundle))
     elif bundle is not None:
         key = ("bundle", id(bundle))
     elif env.bundle_dir() is not None:
-        key = ("path", str(env.bundle_dir()))
+        key, given_by = ("path", str(env.bundle_dir())), "FA4MLIR_BUNDLE"
     else:
         key = ("compiler", env.get_str("FA4MLIR_CUBIN_BACKEND"), env.debug())
     with _SOURCES_LOCK:
         if key not in _SOURCES:
             if key[0] == "path":
-                bundle = Bundle.open(key[1])
+                bundle = _open_bundle(key[1], given_by)
             _SOURCES[key] = KernelSource(bundle)
         return _SOURCES[key]
+
+
+def _open_bundle(path: str, given_by: str = "bundle=") -> Bundle:
+    try:
+        return Bundle.open(path)
+    except (OSError, ValueError) as e:
+        raise BundleError(_err(f"{given_by} {path!r} is not a readable bundle ({e}); pass a folder written by "
+                               f"`python -m fa4mlir bundle --set attention`, a fa4mlir.Bundle, or no bundle "
+                               f"(and FA4MLIR_BUNDLE unset) to compile the kernel here")) from None
 
 
 # ----------------------------------------------------------------------------------------------

@@ -43,6 +43,17 @@ class AttnProblem:
         return self.heads // self.kv_heads
 
     @property
+    def is_empty(self) -> bool:
+        """out has no element (batch, seqlen_q or heads is 0): there is nothing to compute."""
+        return self.batch * self.seqlen_q * self.heads == 0
+
+    @property
+    def sees_no_key(self) -> bool:
+        """seqlen_k is 0: every query row sees no key, so out = 0 and lse = +inf (FlashAttention's
+        convention for such a row) with no kernel to run."""
+        return self.seqlen_k == 0
+
+    @property
     def out_shape(self) -> tuple[int, int, int, int]:
         return (self.batch, self.seqlen_q, self.heads, self.head_dim)
 

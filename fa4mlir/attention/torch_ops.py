@@ -31,10 +31,9 @@ from typing import Optional
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_dispatch_mode
 
-from ..artifacts import Bundle
-from ..runtime import TensorInfo
+from ..runtime import GMEM_ALIGN_BYTES, TensorInfo
 from ..tensors import TORCH_DTYPES
-from .checks import check_inputs, check_scale
+from .checks import check_bundle, check_inputs, check_scale
 from .dense import _flash_attn, check_no_grad
 
 NAMESPACE = "fa4mlir"
@@ -61,7 +60,8 @@ def _check_fake(q, k, v, softmax_scale) -> None:
     dims = [*q.shape, *q.stride(), *k.shape, *k.stride(), *v.shape, *v.stride()]
     if not all(isinstance(n, int) for n in dims):
         return
-    infos = [TensorInfo(0, tuple(x.shape), tuple(x.stride()), TORCH_DTYPES.get(str(x.dtype).split(".")[-1], "?"),
+    # no address at trace time: a stand-in aligned one (the implementation checks the real ones)
+    infos = [TensorInfo(GMEM_ALIGN_BYTES, tuple(x.shape), tuple(x.stride()), TORCH_DTYPES.get(str(x.dtype).split(".")[-1], "?"),
                         "cuda", True) for x in (q, k, v)]
     problem = check_inputs(*infos)
     check_scale(softmax_scale, problem.head_dim)
@@ -88,20 +88,19 @@ _TOKEN_ATTR = "_fa4mlir_op_token"   # a Bundle object's token, on the object (Dy
 
 
 def _bundle_arg(bundle) -> Optional[str]:
-    """What the schema carries for ``bundle``: None, a path as given, or a Bundle object's token."""
+    """What the schema carries for ``bundle``: None, a path as given, or a Bundle object's token
+    (anything else raises ArgumentTypeError)."""
+    check_bundle(bundle)
     if bundle is None or isinstance(bundle, str):
         return bundle
     if isinstance(bundle, os.PathLike):
         return os.fspath(bundle)
-    if isinstance(bundle, Bundle):
-        token = getattr(bundle, _TOKEN_ATTR, None)
-        if token is None:
-            token = f"fa4mlir-bundle-object-{len(_BUNDLES)}"
-            setattr(bundle, _TOKEN_ATTR, token)
-            _BUNDLES[token] = bundle
-        return token
-    raise TypeError(f"flash_attn_func: bundle must be None, a bundle folder's path or a fa4mlir Bundle, "
-                    f"got {type(bundle).__name__}")
+    token = getattr(bundle, _TOKEN_ATTR, None)
+    if token is None:
+        token = f"fa4mlir-bundle-object-{len(_BUNDLES)}"
+        setattr(bundle, _TOKEN_ATTR, token)
+        _BUNDLES[token] = bundle
+    return token
 
 
 def _bundle(arg: Optional[str]):
@@ -126,7 +125,7 @@ def _plain_eager(q) -> bool:
 def flash_attn(q, k, v, softmax_scale, causal, return_lse, out, lse, bundle):
     """dense.flash_attn_func on torch tensors: the autograd check, then one op call (in plain
     eager mode the op's implementation itself, which computes the same thing)."""
-    check_no_grad(torch, q, k, v)
+    check_no_grad(q, k, v)
     if softmax_scale is not None and type(softmax_scale) is not float:
         softmax_scale = check_scale(softmax_scale, q.shape[-1] if q.dim() else 1)  # ints, 0-d arrays
     if _plain_eager(q):
