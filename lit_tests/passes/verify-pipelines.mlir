@@ -164,7 +164,7 @@ module attributes {gpu.container_module} {
         "fa4.role"() ({
           %c0 = arith.constant 0 : i32
           "fa4.producer_acquire"(%c0, %c0) {pipe = "ab_pipe"} : (i32, i32) -> ()
-          // expected-error @+1 {{expects tx_bytes = 8192, but the 1 tma_load(s) after it deliver 16384 bytes}}
+          // expected-error @+1 {{expects tx_bytes = 8192, but the 1 tma_load(s) of its fill deliver 16384 bytes}}
           "fa4.producer_commit"(%c0) {pipe = "ab_pipe", tx_bytes = 8192 : i64} : (i32) -> ()
           "fa4.tma_load"(%desc, %buf, %c0, %c0, %c0) {pipe = "ab_pipe", box = array<i64: 64, 128>, elem_bytes = 2 : i64} : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32) -> ()
           gpu.yield
@@ -348,7 +348,7 @@ module attributes {gpu.container_module} {
             "fa4.producer_commit"(%s) {pipe = "ab_pipe", tx_bytes = 16384 : i64} : (i32) -> ()
             "fa4.tma_load"(%desc, %buf, %s, %i, %c0) {pipe = "ab_pipe", box = array<i64: 64, 128>, elem_bytes = 2 : i64} : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32) -> ()
           }
-          // expected-error @+1 {{tma_load on stage 0 has no producer_commit before it in its block}}
+          // expected-error @+1 {{tma_load on stage 0 has no producer_commit in its fill}}
           "fa4.tma_load"(%desc, %buf, %c0, %n, %c0) {pipe = "ab_pipe", box = array<i64: 64, 128>, elem_bytes = 2 : i64} : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32) -> ()
           gpu.yield
         }) {name = "load", first_warp = 0 : i64, num_warps = 1 : i64, regs = 0 : i64} : () -> ()
