@@ -148,8 +148,9 @@ class RoleWalk:
                 merged = self._via_results(br, key, ft, fe)
                 if merged is None:
                     out.why[key] = (f"the branches of the scf.if at {where(op)} leave its {key[1]}s at "
-                                    f"{ft.describe()} and {fe.describe()}, and no value the if yields counts "
-                                    "the difference")
+                                    f"{ft.describe()} and {fe.describe()}{_legend(ft, fe)}, and no value the if "
+                                    "yields counts the difference: use the ring alike on both paths, or yield a "
+                                    "count of the uses")
             out.counters[key] = merged
         return out
 
@@ -191,7 +192,9 @@ class RoleWalk:
                 closed[key] = lp.solve_counter(start.atoms[0], init, end)
                 if closed[key] is None:
                     why[key] = (f"its {NOUNS[key[1]]}s per iteration of the {op.name} at {where(op)} vary "
-                                f"({(end - start).describe()}) and no value the loop carries advances with them")
+                                f"({(end - start).describe()}{_legend(end - start)}) and no value the loop carries "
+                                "advances with them: carry a count of the pipeline's uses advanced by exactly the "
+                                "uses of each iteration (Pipeline.state_at of it gives the state)")
         # 2. the body with the counters' closed forms; the MMAs in flight when an iteration starts are
         #    those before the loop or those the previous iteration left (i -> i - 1)
         i = lp.iter.atoms[0]
@@ -255,7 +258,7 @@ class RoleWalk:
         form = st.counters[(pipe, kind)]
         if form is None:
             self.fail(pipe, f"cannot follow the role's {NOUNS[kind]}s to check this {op.name}: "
-                            f"{st.why.get((pipe, kind), 'unknown')}; every path must use the ring alike", op)
+                            f"{st.why.get((pipe, kind), 'unknown')}", op)
         return form
 
     def _holds(self, pipe, st: State, first: str, second: str, op, message: str):
@@ -295,12 +298,13 @@ class RoleWalk:
                 f"{want.describe()}")
         if action == "load":
             head = f"the tma_load lands on position {got.describe()} but the stage acquired last is {want.describe()}"
-        self.fail(pipe, f"{head}: {self._diagnose(action, got, want, n)}", op)
+        self.fail(pipe, f"{head}{_legend(got, want)}: {self._diagnose(action, got, want, n)}", op)
 
     def _diagnose(self, action: str, got: Lin, want: Lin, n: int) -> str:
         d = got - want
         if d.is_const and action in ("acquire", "wait") and (d - n).zero_mod(2 * n):
-            if want.is_const and want.const == 0:
+            first_use = want.subst({a: Lin() for a in want.atoms if a.kind == "iter"})
+            if first_use.is_const and first_use.const == 0:    # the role's first use, in or before a loop
                 if action == "acquire":
                     return ("wrong initial phase: a producer starts at phase 0 (Pipeline.initial_state()); with "
                             "phase 1 its first producer_acquire waits for a release of empty[stage] that never "
@@ -366,7 +370,7 @@ class RoleWalk:
         held, n = (wait - rel).const, attr(self.c.pipes[pipe], "num_stages")
         offset = None if read.pos is None or not (read.pos - rel).is_const else (read.pos - rel).const % n
         if held < 1 or (offset is not None and held < n and offset >= held):
-            at = "" if read.pos is None else f" (position {read.pos.describe()})"
+            at = "" if read.pos is None else f" (position {read.pos.describe()}{_legend(read.pos, rel)})"
             self.fail(pipe, f"{what} reads a stage{at} before its consumer_wait: the role holds "
                             f"{max(held, 0)} stage(s) from position {rel.describe()} on; wait on full[stage] "
                             "before the MMA that reads it", op)
@@ -374,13 +378,15 @@ class RoleWalk:
     def _released_in_flight(self, pipe: str, stage: Lin, n: int, st: State, op):
         def same(r):
             return r.pipe == pipe and (r.pos is None or (r.pos - stage).zero_mod(n))
-        for age, group in enumerate(reversed(st.groups + [st.open])):
+        for idx, group in enumerate(st.groups + [st.open]):
             for r in group:
                 if same(r):
+                    later = ("it is not committed to a group yet" if idx == len(st.groups) else
+                             f"its group has {len(st.groups) - 1 - idx} group(s) committed after it")
                     self.fail(pipe, f"release before MMA completion: empty[stage] is released while the wgmma at "
-                                    f"{where(r.op)} that reads the stage may still run ({age} later wgmma group(s) "
-                                    "committed since; mma_wait_group(pending=k) retires all but the last k); "
-                                    "release after an mma_wait_group that retires its group", op)
+                                    f"{where(r.op)} that reads the stage may still run ({later}, and "
+                                    "mma_wait_group(pending=k) retires all but the last k groups); release after "
+                                    "an mma_wait_group that retires its group", op)
         for r in st.async_reads:
             if same(r):
                 self.fail(pipe, f"release before MMA completion: the tcgen05.mma at {where(r.op)} reads the stage "
@@ -399,6 +405,23 @@ class RoleWalk:
                     self.fail(pipe, f"over the whole role there are {a.describe()} {NOUNS[first]}(s) but "
                                     f"{b.describe()} {NOUNS[second]}(s): each needs exactly one "
                                     f"{fix if (a - b).const > 0 else NOUNS[first]}", anchor)
+
+
+_LEGEND = {"iter": "iterations done of the loop at {}", "arg": "value {} carried by the loop at {}",
+           "res": "result {} of the op at {}",
+           "ind": "1 when the condition at {} holds", "trip": "the trip count of the loop at {}"}
+
+
+def _legend(*forms: Lin) -> str:
+    """What the atoms in `forms` stand for, for a message: " (i@f.py:12: iterations done of ...)"."""
+    seen = {}
+    for f in forms:
+        for a in f.atoms:
+            if a.kind in _LEGEND and a.label not in seen:
+                name, _, at = a.label.strip("[]").partition("@")
+                index = "".join(ch for ch in name if ch.isdigit())
+                seen[a.label] = _LEGEND[a.kind].format(*((index, at) if a.kind in ("arg", "res") else (at,)))
+    return f" ({'; '.join(f'{k}: {v}' for k, v in seen.items())})" if seen else ""
 
 
 def _explain_carried(scope: Scope, form: Lin):

@@ -72,7 +72,7 @@ from dataclasses import dataclass, field
 from .._mlir import ir
 from ..dialect.query import UNVERIFIED_ATTR
 from ._ring_eval import Kernel, conjuncts, const_int, leader_threads, owner, split_condition, where
-from ._ring_walk import RoleWalk, kind_of
+from ._ring_walk import RoleWalk, _legend, kind_of
 from ._util import PassError, attr, ops_named
 
 NAME = "fa4-verify-pipelines"
@@ -392,6 +392,12 @@ class _Checker:
             close(pname)
 
     def _check_fill(self, pname: str, fill: _Fill, by_acquire: bool):
+        if by_acquire and fill.acquire is None and fill.commit is not None:
+            op = fill.commit
+            self.fail(f"pipeline '{pname}', role '{self._where_role(op)}': producer_commit on "
+                      f"{_stage_text(op.operands[0])} comes before the producer_acquire of its stage: it arrives "
+                      "on full[stage] while the consumers may still hold the stage, and the copies after the "
+                      "acquire are not announced; commit after producer_acquire", op)
         if fill.commit is None:
             if fill.loads and by_acquire:
                 op = fill.loads[0]
@@ -506,7 +512,7 @@ class _Checker:
                           "the producer's last fill(s) are never consumed (their TMA may land after the kernel "
                           "moved on, and a producer that acquires them blocks)")
                 self.fail(f"pipeline '{pname}': role '{cname}' waits {waits.describe()} time(s) but role "
-                          f"'{attr(pipe, 'producer')}' commits {commits.describe()}: role '{more}' uses the ring "
+                          f"'{attr(pipe, 'producer')}' commits {commits.describe()}{_legend(waits, commits)}: role '{more}' uses the ring "
                           f"{abs(d)} more time(s) than role '{fewer}', so {effect}; make the loops of both roles "
                           "cover the same tiles (a consumer iteration too many, or a tile the producer skips?)",
                           anchor)
