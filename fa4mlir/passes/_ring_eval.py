@@ -149,6 +149,7 @@ class Kernel:
         self._ids: dict = {}
         self._sid: dict = {}
         self._loops_around: dict = {}
+        self.branch_results: dict = {}     # res atom of an scf.if result -> (_If, index, domain)
 
     def _intern(self, canon: tuple) -> int:
         return self._ids.setdefault(canon, len(self._ids))
@@ -391,8 +392,11 @@ class Scope:
             return self._select(x, ("stage", n)) or self.problem(
                 "the stage is a select the verifier cannot follow; derive it with PipeState.advance() or "
                 "Pipeline.state_at()", op)
-        if n == 1:
-            return Lin(0)
+        if name in ("arith.addi", "arith.subi"):
+            return self.problem(f"the stage is {'stage + k' if name == 'arith.addi' else 'stage - k'} without "
+                                f"wrapping at num_stages = {n}: it leaves 0..{n - 1} (stage {n} names another "
+                                f"mbarrier: full[{n}] is empty[0]); advance with PipeState.advance() or take "
+                                f"count % {n} (Pipeline.state_at)", op)
         return self.problem(f"the stage is computed by {name} at {where(op)}, which the verifier cannot follow; "
                             "derive it with PipeState.advance() or Pipeline.state_at()", op)
 
@@ -540,6 +544,7 @@ class _If:
                 return Lin.of(atom) + (yt - jt)
         atom = self.scope.k.res(self.op, idx, dom)
         self.refs.append((idx, dom, atom))
+        self.scope.k.branch_results[atom] = (self, idx, dom)
         return Lin.of(atom)
 
 

@@ -395,6 +395,11 @@ class RoleWalk:
 
     # ---- the end of the role ------------------------------------------------------------------
     def _role_end(self, st: State):
+        for (pipe, kind), form in st.counters.items():
+            anchor = self.c.first_op(self.rname, pipe, kind)
+            if form is None and anchor is not None:
+                self.fail(pipe, f"cannot follow the role's {NOUNS[kind]}s to its end: {st.why.get((pipe, kind), '?')}",
+                          anchor)
         for pipe in self.c.pipes:
             for first, second, fix in (("acquire", "commit", "producer_commit"), ("wait", "release", "consumer_release")):
                 a, b = st.counters[(pipe, first)], st.counters[(pipe, second)]

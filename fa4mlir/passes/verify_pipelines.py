@@ -32,17 +32,22 @@ pipeline, the role, the stage and the op's source location. Rules, in the order 
    persistent kernels' states derived from counts of uses; an MMA reads only stages its role
    waited for and has not released; a `consumer_release` comes after the wgmma groups reading
    the stage retired (`mma_wait_group`), never after a tcgen05.mma read it (that one releases
-   with `mma_commit{empty}`); and over the whole kernel each consumer role waits as many times as
-   the producer commits, where the difference is a number (a loop one trip too long or short).
+   with `mma_commit{empty}`); every count can be followed to the role's end (a loop whose uses per
+   iteration vary carries a count of them: a persistent kernel's tile counts); and over the whole
+   kernel each consumer role waits as many times as the producer commits, where the difference is
+   a number, always or on the then-path of a branch whose result the counts depend on (a loop one
+   trip too long or too short).
 
 A kernel function carrying the unit attribute `fa4.unverified` is skipped: only kernels broken on
 purpose to test the debug watchdog carry it (fa4mlir/dialect/query.py: mark_unverified).
 
 Out of static reach (tests/seeded/buggy_kernels.py: OUT_OF_STATIC_REACH): the verifier compares
 counts symbolically (_ring_forms), so producer and consumer loops whose trip counts are different
-expressions of runtime values (k // bk against ceil(k / bk), bounds read from memory) are not
-compared; they deadlock at run time, where the debug watchdog (FA4MLIR_DEBUG=1,
-fa4mlir/passes/_watchdog.py) names the role, pipeline, stage and phase of the wait that hangs.
+expressions of runtime values (k // bk against ceil(k / bk), persistent tile loops with different
+bounds, bounds read from memory) are not compared; they deadlock at run time, where the debug
+watchdog (FA4MLIR_DEBUG=1, fa4mlir/passes/_watchdog.py) names the role, pipeline, stage and phase
+of the wait that hangs. Position checks themselves need no runtime value: a form that differs from
+the expected one by anything but a multiple of the ring's period is an error.
 
 Note "segments": a role's body is cut at loops. Each `scf.for` / `scf.while` body is one segment
 (counted once: it must balance per iteration); the role body outside its loops is another. This
@@ -502,9 +507,10 @@ class _Checker:
             commits = producer.counters[(pname, "commit")] if producer else None
             for cname in attr(pipe, "consumers"):
                 waits = states[cname].counters[(pname, "wait")] if cname in states else None
-                if commits is None or waits is None or not (waits - commits).is_const or (waits - commits).const == 0:
+                differ = None if commits is None or waits is None else self._difference(waits - commits)
+                if differ is None:
                     continue
-                d = (waits - commits).const
+                d, case = differ
                 more, fewer = (cname, attr(pipe, "producer")) if d > 0 else (attr(pipe, "producer"), cname)
                 anchor = self.first_op(cname, pname, "wait") if d > 0 else \
                     self.first_op(attr(pipe, "producer"), pname, "commit")
@@ -512,10 +518,30 @@ class _Checker:
                           "the producer's last fill(s) are never consumed (their TMA may land after the kernel "
                           "moved on, and a producer that acquires them blocks)")
                 self.fail(f"pipeline '{pname}': role '{cname}' waits {waits.describe()} time(s) but role "
-                          f"'{attr(pipe, 'producer')}' commits {commits.describe()}{_legend(waits, commits)}: role '{more}' uses the ring "
+                          f"'{attr(pipe, 'producer')}' commits {commits.describe()}{_legend(waits, commits)}:{case} role '{more}' uses the ring "
                           f"{abs(d)} more time(s) than role '{fewer}', so {effect}; make the loops of both roles "
                           "cover the same tiles (a consumer iteration too many, or a tile the producer skips?)",
                           anchor)
+
+
+    def _difference(self, d) -> tuple[int, str] | None:
+        """(waits - commits, the case it holds in) when that is a nonzero number: always, or on the
+        then-path of an scf.if whose result the counts depend on (its else-path may be the one where
+        a loop does not run, outside the count model; note "assumptions" of _ring_eval)."""
+        if d.is_const:
+            return (d.const, "") if d.const else None
+        for atom in d.atoms:
+            if atom not in self.kernel.branch_results:
+                continue
+            branches, idx, dom = self.kernel.branch_results[atom]
+            facts = branches.then_scope.own_facts
+            then_value = branches.yields(idx, dom)[0]
+            if then_value is None or any(a.kind != "ind" for a in facts):
+                continue
+            case = d.subst({atom: then_value}).subst(facts)
+            if case.is_const and case.const:
+                return case.const, f" when the condition of the scf.if at {where(branches.op)} holds,"
+        return None
 
 
 def _buffer_of(addr: ir.Value) -> ir.Operation | None:
