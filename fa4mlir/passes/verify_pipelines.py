@@ -168,6 +168,7 @@ class _Checker:
         self.pipes: dict[str, ir.Operation] = {}
         self.roles: dict[str, ir.Operation] = {}
         self.ops: list[tuple[ir.Operation, ir.Operation]] = []  # (protocol op, its role)
+        self.inside: dict = {}             # op -> the protocol ops nested in its regions
         self.kernel = Kernel()
         self.relevant: set = set()         # the ops rule 7 walks: protocol and MMA ops and what holds them
         self.buffer_pipe: dict = {}        # fa4.smem_buffer op -> the pipeline its tma_loads fill
@@ -250,6 +251,10 @@ class _Checker:
                           f"'{rname}', but it is a consumer action and the consumer roles are "
                           f"{consumers}; move it there (or fix the pipeline's `consumers`)", op)
             self.ops.append((op, role))
+            parent = op.parent
+            while parent is not None and parent != role:
+                self.inside.setdefault(parent, []).append(op)
+                parent = parent.parent
 
     # 4. liveness ---------------------------------------------------------------------------------
     def _liveness(self):
@@ -385,13 +390,14 @@ class _Checker:
                 fill.commit = op
             elif op.name == "fa4.tma_load":
                 fills.setdefault(attr(op, "pipe"), _Fill()).loads.append(op)
-            elif len(op.regions):
+            elif op in self.inside:
                 # a nested region that acquires or commits on a pipe fills its own stages
-                own = {attr(x, "pipe") for x in ops_named(op, "fa4.producer_acquire", "fa4.producer_commit")}
+                nested = self.inside[op]
+                own = {attr(x, "pipe") for x in nested if x.name in ("fa4.producer_acquire", "fa4.producer_commit")}
                 for pname in own:
                     close(pname)
-                for x in ops_named(op, "fa4.tma_load"):
-                    if attr(x, "pipe") not in own:
+                for x in nested:
+                    if x.name == "fa4.tma_load" and attr(x, "pipe") not in own:
                         fills.setdefault(attr(x, "pipe"), _Fill()).loads.append(x)
         for pname in list(fills):
             close(pname)
