@@ -155,6 +155,17 @@ def _load_bytes(op: ir.Operation) -> int:
 
 
 @dataclass
+class _Tally:
+    """The protocol ops of one segment (rule 3) by (pipeline, path, action), and the condition op of
+    each condition key."""
+    ops: dict = field(default_factory=dict)
+    conditions: dict = field(default_factory=dict)
+
+    def of(self, pname: str, path, *actions: str) -> list:
+        return [op for a in actions for op in self.ops.get((pname, path, a), [])]
+
+
+@dataclass
 class _Fill:
     """The ops of one stage fill in one block (rule 5)."""
     acquire: ir.Operation | None = None
@@ -273,80 +284,67 @@ class _Checker:
 
     # 3. balance ----------------------------------------------------------------------------------
     def _balance(self):
-        segments = {}
-        for op, role in self.ops:
-            segments.setdefault((_segment(op, role), role), None)
+        segments = dict.fromkeys((_segment(op, role), role) for op, role in self.ops)
         for seg, role in segments:
-            tally: dict = {}      # (pipe, condition key or None, branch) -> {action: [ops]}
-            conds: dict = {}      # condition key -> an scf.if with that condition
+            tally = _Tally()
             for region in seg.regions:
                 for block in region.blocks:
-                    self._tally(block, None, tally, conds)
-            self._check_tally(seg, role, tally, conds)
+                    self._tally(block, None, tally)
+            self._check_tally(seg, role, tally)
 
-    def _tally(self, block: ir.Block, where_in: tuple | None, tally: dict, conds: dict):
-        """Count the protocol ops of `block` (loops excluded: segments of their own) by condition."""
+    def _tally(self, block: ir.Block, path: tuple | None, tally: "_Tally"):
+        """Count the protocol ops of `block` by the path they are on (loops excluded: segments of
+        their own); a path is None or (condition key, then-branch?) of the innermost scf.if whose
+        condition is not a leader predicate (note "conditions")."""
         for op in block.operations:
             op = op.operation
-            if op.name in PROTOCOL_OPS:
-                if op.name != "fa4.tma_load":
-                    key = (attr(op, "pipe"),) + (where_in or (None, None))
-                    tally.setdefault(key, {}).setdefault(kind_of(op)[1], []).append(op)
+            if op.name in PROTOCOL_OPS and op.name != "fa4.tma_load":
+                tally.ops.setdefault((attr(op, "pipe"), path, kind_of(op)[1]), []).append(op)
             elif op.name == "scf.if":
                 _, rest = split_condition(op.operands[0])
-                cond = tuple(sorted(self.kernel.sid(c) for c in rest)) if rest else None
-                conds.setdefault(cond, op)
-                for i, region in enumerate(op.regions):
-                    if cond is None and i == 1:
-                        continue       # a leader predicate: the leader takes the then-branch
+                if not rest:      # a leader predicate: the leader takes the then-branch
+                    branches = [(op.regions[0], path)]
+                else:
+                    key = tuple(sorted(self.kernel.sid(c) for c in rest))
+                    tally.conditions.setdefault(key, owner(rest[0]))
+                    branches = [(op.regions[0], (key, True)), (op.regions[1], (key, False))]
+                for region, branch_path in branches:
                     for b in region.blocks:
-                        self._tally(b, (cond, i == 0) if cond is not None else where_in, tally, conds)
+                        self._tally(b, branch_path, tally)
             elif op.name not in LOOPS:
                 for region in op.regions:
                     for b in region.blocks:
-                        self._tally(b, where_in, tally, conds)
+                        self._tally(b, path, tally)
 
-    def _check_tally(self, seg: ir.Operation, role: ir.Operation, tally: dict, cond_ops: dict):
+    def _check_tally(self, seg: ir.Operation, role: ir.Operation, tally: "_Tally"):
         rname = attr(role, "name")
-        pairs = (("acquire", "commit", "producer_commit"), ("wait", "release", "consumer_release"))
-        for pname in sorted({k[0] for k in tally}):
-            for first, second, fix in pairs:
-                def count(key, action):
-                    return len(tally.get(key, {}).get(action, []))
-                totals = {first: count((pname, None, None), first), second: count((pname, None, None), second)}
-                anchors = tally.get((pname, None, None), {}).get(first, []) + \
-                    tally.get((pname, None, None), {}).get(second, [])
-                conds = {}
-                for key, acts in tally.items():
-                    if key[0] == pname and key[1] is not None:
-                        conds.setdefault(key[1], {}).setdefault(key[2], []).append(acts)
-                        anchors += acts.get(first, []) + acts.get(second, [])
-                for cond, branches in conds.items():
-                    net = {b: sum(len(a.get(first, [])) - len(a.get(second, [])) for a in branches.get(b, []))
-                           for b in (True, False)}
-                    if net[True] != net[False]:
-                        ops = [o for acts in branches.get(True, []) + branches.get(False, [])
-                               for o in acts.get(first, []) + acts.get(second, [])]
-                        _, rest = split_condition(cond_ops[cond].operands[0])
-                        cop = owner(rest[0])
-                        self._conditional(pname, rname, first, second, net, ops[0], cop)
-                    for b in branches.get(True, []):
-                        totals[first] += len(b.get(first, []))
-                        totals[second] += len(b.get(second, []))
-                a, b = totals[first], totals[second]
+        for pname in sorted({key[0] for key in tally.ops}):
+            for first, second, fix in (("acquire", "commit", "producer_commit"), ("wait", "release", "consumer_release")):
+                def net(path):
+                    return len(tally.of(pname, path, first)) - len(tally.of(pname, path, second))
+                counted = {a: len(tally.of(pname, None, a)) for a in (first, second)}
+                for key, cond_op in tally.conditions.items():
+                    then_net, else_net = net((key, True)), net((key, False))
+                    if then_net != else_net:
+                        op = (tally.of(pname, (key, True), first, second) + tally.of(pname, (key, False), first, second))[0]
+                        self._conditional(pname, rname, first, second, (then_net, else_net), op, cond_op)
+                    for a in counted:       # both paths agree: count one
+                        counted[a] += len(tally.of(pname, (key, True), a))
+                a, b = counted[first], counted[second]
                 if a != b:
-                    anchor = anchors[0]
+                    anchor = next(op for key, ops in tally.ops.items() if key[0] == pname for op in ops
+                                  if kind_of(op)[1] in (first, second))
                     missing = fix if a > b else ("producer_acquire" if first == "acquire" else "consumer_wait")
                     self.fail(f"pipeline '{pname}', role '{rname}': in {_segment_text(seg, role)} there "
                               f"are {a} {first}(s) but {b} {second}(s) "
                               f"(first at {_stage_text(anchor.operands[0])}); each {first} needs "
                               f"exactly one {second} (missing {missing}?)", anchor)
 
-    def _conditional(self, pname, rname, first, second, net, op, cond_op):
+    def _conditional(self, pname, rname, first, second, nets, op, cond_op):
         what = f"{cond_op.name} at {where(cond_op)}" if cond_op is not None else "a block argument"
         self.fail(f"pipeline '{pname}', role '{rname}': the {kind_of(op)[1]} ({op.name}) runs under a condition "
                   f"({what}) that is not a leader election (elect_one, tid % M == c): on one path the role "
-                  f"does {net[True]:+d} {first}(s) net of {second}s, on the other {net[False]:+d}, so a thread "
+                  f"does {nets[0]:+d} {first}(s) net of {second}s, on the other {nets[1]:+d}, so a thread "
                   f"that takes the other path leaves a {first} without its {second}; do the {kind_of(op)[1]} "
                   "on every path (in both branches) or hoist it out of the condition", op)
 
