@@ -12,6 +12,9 @@ Conventions (shared by every op below):
   once the phase with parity `p` has completed. Producers start at phase 0 and wait `empty` with
   parity `phase ^ 1` (so their first pass over the ring does not block); consumers start at phase
   0 and wait `full` with parity `phase`. Phase flips each time the stage index wraps to 0.
+* A TMA descriptor kernel parameter carries the argument attribute `fa4.tma = {name, box,
+  elem_bytes}`: the box (innermost first) and element size it is encoded with. A `fa4.tma_load`
+  through it must copy that box (fa4-verify-pipelines checks it; LLVM translation drops it).
 * IRDL in LLVM 22 cannot declare traits, so region-holding ops (`fa4.warp_roles`, `fa4.role`) end
   their single block with the generic terminator `gpu.yield`.
 """

@@ -439,6 +439,10 @@ class _If:
         return self._branch(self.op.then_block)
 
     def else_(self):
+        """The else-branch; an scf.if without results gets its else block when this is first called
+        (so ifs that never ask for one keep their IR)."""
+        if not len(self.op.regions[1].blocks):
+            self.op.regions[1].blocks.append()
         return self._branch(self.op.else_block)
 
     def yield_(self, *values):

@@ -27,6 +27,18 @@ _PARAM_TYPES = {
 }
 
 
+def _param_attrs(spec: ParamSpec) -> str:
+    """A parameter's argument attributes. A TMA descriptor also carries `fa4.tma` = {name, box,
+    elem_bytes}: the box it is encoded with, which fa4-verify-pipelines checks every tma_load's box
+    against (the LLVM translation drops it, so the PTX is unchanged)."""
+    text = _PARAM_TYPES[spec.kind][1]
+    if spec.tma is None:
+        return text
+    box = ", ".join(str(int(b)) for b in spec.tma.box)
+    tma = f'fa4.tma = {{name = "{spec.name}", box = array<i64: {box}>, elem_bytes = {ELEM_BYTES[spec.tma.dtype]} : i64}}'
+    return "{" + tma + ", " + text[1:]
+
+
 class Param(Value):
     """A kernel parameter; its SSA value exists once `kb.body()` has opened."""
 
@@ -94,7 +106,7 @@ class KernelBuilder:
     @contextlib.contextmanager
     def body(self):
         """Open the kernel function; ops built inside go into its body."""
-        args = ", ".join(f"%a{i}: {_PARAM_TYPES[p.spec.kind][0]} {_PARAM_TYPES[p.spec.kind][1]}"
+        args = ", ".join(f"%a{i}: {_PARAM_TYPES[p.spec.kind][0]} {_param_attrs(p.spec)}"
                          for i, p in enumerate(self.params))
         threads = ", ".join(str(x) for x in self.block)
         text = (f'module attributes {{gpu.container_module}} {{\n'

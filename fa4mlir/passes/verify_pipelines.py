@@ -9,54 +9,83 @@ pipeline, the role, the stage and the op's source location. Rules, in the order 
    `producer_acquire`, `producer_commit`, `tma_load` and `mma_commit{side="full"}` in the
    pipeline's producer role; `consumer_wait`, `consumer_release` and `mma_commit{side="empty"}` in
    one of its consumer roles.
-3. Balance (note "segments"). Per pipeline, per role and per segment: #acquire == #commit and
-   #wait == #release, where a commit is `producer_commit` or `mma_commit{full}` and a release is
-   `consumer_release` or `mma_commit{empty}`.
+3. Balance (notes "segments", "conditions"). Per pipeline, per role and per segment, on every path:
+   #acquire == #commit and #wait == #release, where a commit is `producer_commit` or
+   `mma_commit{full}` and a release is `consumer_release` or `mma_commit{empty}`.
 4. Liveness. A pipeline someone waits on has a producer that arrives on `full`; a pipeline whose
    producer acquires has a consumer that releases.
-5. Expect-tx. Each `producer_commit` announces exactly the bytes of the `tma_load`s on its
-   pipeline that follow it in its block (up to the next commit on that pipeline, nested regions
-   included): sum of prod(box) * elem_bytes, times the commit's optional `cta_group` (default 1).
-   Every `tma_load` follows such a commit and lands on the same stage value.
+5. Fills. The ops of one stage fill (a `producer_acquire`, then its `producer_commit` and
+   `tma_load`s in either order: a copy may start before `arrive.expect_tx` on its barrier) sit in
+   one block, nested regions without commits of their own included. The commit announces exactly
+   the bytes of the fill's loads: sum of prod(box) * elem_bytes, times its optional `cta_group`
+   (default 1); every load lands on the commit's stage; a load before the fill's acquire may
+   overwrite a stage the consumers still read. A load's box and element size are those its TMA
+   descriptor was declared with (the kernel parameter's `fa4.tma` attribute, when present).
 6. Arrivals. `consumer_arrivals` == the threads arriving on `empty[stage]` per stage, summed over
    the consumer roles; `producer_arrivals` == the threads arriving on `full[stage]` (note
    "arrival counting").
-7. Stage advance. Where a stage `s` of a pipeline advances as `PipeState.advance` does
-   (`wrap = arith.cmpi eq, s + 1, N`), N equals the pipeline's `num_stages`; the phase that goes
-   with `s` becomes `select(wrap, phase ^ 1, phase)` (it flips at wrap-around); a stage and phase
-   carried by an scf.for come back through its yield advanced that way, or unchanged together, or
-   (the stage) derived from the carried one through nested loops that carry it and scf.if
-   branches that each do (a persistent kernel's per-tile state).
+7. Ring positions (fa4mlir/passes/_ring_walk.py). Every stage index is in [0, num_stages) and
+   every stage and phase is built as PipeState.advance / Pipeline.state_at build them (wrapping
+   at num_stages, the phase flipping at wrap-around); each role's k-th acquire, commit, wait and
+   release of a ring is at position k (stage k % N, phase (k // N) & 1: consumers and producers
+   start at phase 0, and a loop advances a state once per use), loop-carried states included and
+   persistent kernels' states derived from counts of uses; an MMA reads only stages its role
+   waited for and has not released; a `consumer_release` comes after the wgmma groups reading
+   the stage retired (`mma_wait_group`), never after a tcgen05.mma read it (that one releases
+   with `mma_commit{empty}`); every count can be followed to the role's end (a loop whose uses per
+   iteration vary carries a count of them: a persistent kernel's tile counts); and over the whole
+   kernel each consumer role waits as many times as the producer commits, where the difference is
+   a number, always or on the then-path of a branch whose result the counts depend on (a loop one
+   trip too long or too short).
 
 A kernel function carrying the unit attribute `fa4.unverified` is skipped: only kernels broken on
 purpose to test the debug watchdog carry it (fa4mlir/dialect/query.py: mark_unverified).
 
+Out of static reach (tests/seeded/buggy_kernels.py: OUT_OF_STATIC_REACH): the verifier compares
+counts symbolically (_ring_forms), so producer and consumer loops whose trip counts are different
+expressions of runtime values (k // bk against ceil(k / bk), persistent tile loops with different
+bounds, bounds read from memory) are not compared; they deadlock at run time, where the debug
+watchdog (FA4MLIR_DEBUG=1, fa4mlir/passes/_watchdog.py) names the role, pipeline, stage and phase
+of the wait that hangs. Position checks themselves need no runtime value: a form that differs from
+the expected one by anything but a multiple of the ring's period is an error.
+
 Note "segments": a role's body is cut at loops. Each `scf.for` / `scf.while` body is one segment
-(counted once: it must balance per iteration); the role body outside its loops is another. Ops in
-both branches of an `scf.if` count in the enclosing segment (a leader-elected release counts once).
-This accepts the software-pipelined consumer of gemm_sm90: a peeled wait at top level matched by
-the final release after the loop, and inside the loop a wait matched by the release of the
-previous stage.
+(counted once: it must balance per iteration); the role body outside its loops is another. This
+accepts the software-pipelined consumer of gemm_sm90: a peeled wait at top level matched by the
+final release after the loop, and inside the loop a wait matched by the release of the previous
+stage.
+
+Note "conditions": an scf.if whose condition is a leader predicate (note "arrival counting")
+counts its then-branch (the leader's path). Any other condition splits the paths: its two
+branches must leave the same net count (a release in each branch of an if/else counts once; a
+release under a data-dependent condition does not balance), counted over every scf.if of the
+segment with the same condition (a wait under `n_blocks > 0` matched by a release under another
+`n_blocks > 0`). Leader conjuncts of a condition hold on the leader's path.
 
 Note "arrival counting": the threads executing an op are its role's threads (32 x num_warps),
 narrowed by each enclosing `scf.if` whose condition (in its then-branch) is a leader predicate:
-`fa4.elect_one` (one per warp), `arith.cmpi eq, tid % M, c` with tid from `fa4.thread_idx` (one per
-M threads), `arith.cmpi eq, tid, c` (one), or an `arith.andi` of those (the narrowest). Any other
-condition is assumed not to narrow. All arrival sites of one role must agree on the count.
+`fa4.elect_one` (one per warp), `tid % M == c` (one per M threads), `tid % M < c` (c per M
+threads), `tid == c` (one), `tid < c` (c), with tid from `fa4.thread_idx`, or an `arith.andi`
+with one of those (the narrowest). Any other condition is assumed not to narrow. All arrival sites
+of one role must agree on the count.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 from .._mlir import ir
 from ..dialect.query import UNVERIFIED_ATTR
+from ._ring_eval import Kernel, conjuncts, const_int, leader_threads, owner, split_condition, where
+from ._ring_walk import RoleWalk, _legend, kind_of
 from ._util import PassError, attr, ops_named
 
 NAME = "fa4-verify-pipelines"
-WAIT_OPS = ("fa4.producer_acquire", "fa4.consumer_wait")
 PROTOCOL_OPS = ("fa4.producer_acquire", "fa4.producer_commit", "fa4.tma_load", "fa4.consumer_wait",
                 "fa4.consumer_release", "fa4.mma_commit")
+WALKED_OPS = PROTOCOL_OPS + ("fa4.mma", "fa4.mma_commit_group", "fa4.mma_wait_group")
 LOOPS = ("scf.for", "scf.while")
+TMA_ATTR = "fa4.tma"    # on a TMA descriptor parameter: {name, box, elem_bytes} (dsl KernelBuilder.param_tma)
 
 
 def run(module: ir.Operation) -> None:
@@ -64,20 +93,6 @@ def run(module: ir.Operation) -> None:
              if "nvvm.kernel" in op.attributes and UNVERIFIED_ATTR not in op.attributes]
     for func in funcs:
         _Checker(func).check()
-
-
-def _kind(op: ir.Operation) -> tuple[str, str]:
-    """(side, action) of a protocol op: side 'producer' / 'consumer'; action acquire/commit/load/wait/release."""
-    name = op.name
-    if name == "fa4.mma_commit":
-        side = attr(op, "side")
-        if side not in ("full", "empty"):
-            raise PassError(f"{NAME}: fa4.mma_commit on pipeline '{attr(op, 'pipe')}' has side={side!r}; "
-                            "expected \"full\" (producer) or \"empty\" (consumer)", op.location)
-        return ("producer", "commit") if side == "full" else ("consumer", "release")
-    return {"fa4.producer_acquire": ("producer", "acquire"), "fa4.producer_commit": ("producer", "commit"),
-            "fa4.tma_load": ("producer", "load"), "fa4.consumer_wait": ("consumer", "wait"),
-            "fa4.consumer_release": ("consumer", "release")}[name]
 
 
 def _role_of(op: ir.Operation) -> ir.Operation | None:
@@ -99,40 +114,14 @@ def _segment(op: ir.Operation, role: ir.Operation) -> ir.Operation:
     return role
 
 
-def _where(op: ir.Operation) -> str:
-    loc = op.location
-    try:
-        if loc.is_a_file():
-            return f"{loc.filename}:{loc.start_line}"
-    except Exception:
-        pass
-    return str(loc)
-
-
 def _segment_text(seg: ir.Operation, role: ir.Operation) -> str:
     if seg == role:
         return "the role body outside loops"
-    return f"the {seg.name} body at {_where(seg)} (per iteration)"
-
-
-def _const(value: ir.Value) -> int | None:
-    owner = _owner_op(value)
-    if owner is not None and owner.name == "arith.constant":
-        a = owner.attributes["value"]
-        if isinstance(a, ir.IntegerAttr):
-            return ir.IntegerAttr(a).value
-    return None
-
-
-def _owner_op(value: ir.Value) -> ir.Operation | None:
-    if isinstance(value, ir.BlockArgument) or isinstance(value.owner, ir.Block):
-        return None
-    owner = value.owner
-    return owner.operation if hasattr(owner, "operation") else owner
+    return f"the {seg.name} body at {where(seg)} (per iteration)"
 
 
 def _stage_text(value: ir.Value) -> str:
-    c = _const(value)
+    c = const_int(value)
     if c is not None:
         return f"stage {c}"
     try:
@@ -141,36 +130,9 @@ def _stage_text(value: ir.Value) -> str:
         return "stage <value>"
 
 
-def _users(value: ir.Value) -> list[ir.Operation]:
-    return [u.owner.operation if hasattr(u.owner, "operation") else u.owner for u in value.uses]
-
-
-def _is_thread_idx(value: ir.Value) -> bool:
-    owner = _owner_op(value)
-    return owner is not None and owner.name == "fa4.thread_idx"
-
-
 def _pred_threads(pred: ir.Value, role_threads: int) -> int:
-    """How many threads of a role of `role_threads` threads a predicate lets through (note "arrival counting")."""
-    owner = _owner_op(pred)
-    if owner is None:
-        return role_threads
-    if owner.name == "fa4.elect_one":
-        return max(1, role_threads // 32)
-    if owner.name == "arith.andi":
-        return min(_pred_threads(v, role_threads) for v in owner.operands)
-    if owner.name == "arith.cmpi" and ir.IntegerAttr(owner.attributes["predicate"]).value == 0:  # eq
-        for x, y in (tuple(owner.operands), tuple(owner.operands)[::-1]):
-            if _const(y) is None:
-                continue
-            if _is_thread_idx(x):
-                return 1
-            xo = _owner_op(x)
-            if xo is not None and xo.name == "arith.remui" and _is_thread_idx(xo.operands[0]):
-                m = _const(xo.operands[1])
-                if m:
-                    return max(1, math.ceil(role_threads / m))
-    return role_threads
+    """How many threads of a role of `role_threads` threads a condition lets through (note "arrival counting")."""
+    return min(leader_threads(c, role_threads) or role_threads for c in conjuncts(pred))
 
 
 def _arriving_threads(op: ir.Operation, role: ir.Operation) -> int:
@@ -188,12 +150,39 @@ def _in_then(child: ir.Operation, ifop: ir.Operation) -> bool:
     return child.block == ifop.regions[0].blocks[0]
 
 
+def _load_bytes(op: ir.Operation) -> int:
+    return math.prod(attr(op, "box")) * attr(op, "elem_bytes")
+
+
+@dataclass
+class _Tally:
+    """The protocol ops of one segment (rule 3) by (pipeline, path, action), and the condition op of
+    each condition key."""
+    ops: dict = field(default_factory=dict)
+    conditions: dict = field(default_factory=dict)
+
+    def of(self, pname: str, path, *actions: str) -> list:
+        return [op for a in actions for op in self.ops.get((pname, path, a), [])]
+
+
+@dataclass
+class _Fill:
+    """The ops of one stage fill in one block (rule 5)."""
+    acquire: ir.Operation | None = None
+    commit: ir.Operation | None = None
+    loads: list = field(default_factory=list)
+
+
 class _Checker:
     def __init__(self, func: ir.Operation):
         self.func = func
         self.pipes: dict[str, ir.Operation] = {}
         self.roles: dict[str, ir.Operation] = {}
         self.ops: list[tuple[ir.Operation, ir.Operation]] = []  # (protocol op, its role)
+        self.inside: dict = {}             # op -> the protocol ops nested in its regions
+        self.kernel = Kernel()
+        self.relevant: set = set()         # the ops rule 7 walks: protocol and MMA ops and what holds them
+        self.buffer_pipe: dict = {}        # fa4.smem_buffer op -> the pipeline its tma_loads fill
 
     def fail(self, msg: str, op: ir.Operation):
         raise PassError(f"{NAME}: {msg}", op.location)
@@ -203,9 +192,19 @@ class _Checker:
         self._placement()
         self._balance()
         self._liveness()
-        self._expect_tx()
+        self._fills()
         self._arrivals()
-        self._stage_advance()
+        self._positions()
+
+    def acquires(self, rname: str, pname: str) -> bool:
+        return self.first_op(rname, pname, "acquire") is not None
+
+    def first_op(self, rname: str, pname: str, action: str) -> ir.Operation | None:
+        return next((op for op, role in self.ops if attr(role, "name") == rname and attr(op, "pipe") == pname
+                     and kind_of(op)[1] == action), None)
+
+    def _where_role(self, op: ir.Operation) -> str:
+        return attr(_role_of(op), "name")
 
     # 1. declarations -----------------------------------------------------------------------------
     def _declarations(self):
@@ -251,7 +250,7 @@ class _Checker:
                 self.fail(f"{op.name} in role '{attr(role, 'name')}' names pipeline '{pname}', which is not "
                           f"declared (declared: {', '.join(sorted(self.pipes)) or 'none'}); declare it with "
                           "fa4.pipeline or fix `pipe`", op)
-            side, action = _kind(op)
+            side, action = kind_of(op)
             rname = attr(role, "name")
             producer, consumers = attr(pipe, "producer"), attr(pipe, "consumers")
             if side == "producer" and rname != producer:
@@ -263,13 +262,17 @@ class _Checker:
                           f"'{rname}', but it is a consumer action and the consumer roles are "
                           f"{consumers}; move it there (or fix the pipeline's `consumers`)", op)
             self.ops.append((op, role))
+            parent = op.parent
+            while parent is not None and parent != role:
+                self.inside.setdefault(parent, []).append(op)
+                parent = parent.parent
 
     # 4. liveness ---------------------------------------------------------------------------------
     def _liveness(self):
         for pname, pipe in self.pipes.items():
-            acts = {_kind(op)[1]: op for op, _ in self.ops if attr(op, "pipe") == pname}
+            acts = {kind_of(op)[1]: op for op, _ in self.ops if attr(op, "pipe") == pname}
             if "wait" in acts and "commit" not in acts:
-                self.fail(f"pipeline '{pname}': role '{attr(_role_of(acts['wait']), 'name')}' waits on "
+                self.fail(f"pipeline '{pname}': role '{self._where_role(acts['wait'])}' waits on "
                           f"full[{_stage_text(acts['wait'].operands[0])}] but the producer role "
                           f"'{attr(pipe, 'producer')}' never commits (producer_commit / mma_commit "
                           "side=\"full\"): the wait can never complete", acts["wait"])
@@ -281,71 +284,183 @@ class _Checker:
 
     # 3. balance ----------------------------------------------------------------------------------
     def _balance(self):
-        groups: dict = {}
-        for op, role in self.ops:
-            seg = _segment(op, role)
-            key = (attr(op, "pipe"), attr(role, "name"), seg)
-            groups.setdefault(key, []).append(op)
-        for (pname, rname, seg), ops in groups.items():
-            role = self.roles[rname]
-            by = {}
-            for op in ops:
-                by.setdefault(_kind(op)[1], []).append(op)
-            for first, second, fix in (("acquire", "commit", "producer_commit"),
-                                       ("wait", "release", "consumer_release")):
-                a, b = by.get(first, []), by.get(second, [])
-                if len(a) != len(b):
-                    anchor = (a or b)[0]
-                    missing = fix if len(a) > len(b) else ("producer_acquire" if first == "acquire"
-                                                           else "consumer_wait")
+        segments = dict.fromkeys((_segment(op, role), role) for op, role in self.ops)
+        for seg, role in segments:
+            tally = _Tally()
+            for region in seg.regions:
+                for block in region.blocks:
+                    self._tally(block, None, tally)
+            self._check_tally(seg, role, tally)
+
+    def _tally(self, block: ir.Block, path: tuple | None, tally: "_Tally"):
+        """Count the protocol ops of `block` by the path they are on (loops excluded: segments of
+        their own); a path is None or (condition key, then-branch?) of the innermost scf.if whose
+        condition is not a leader predicate (note "conditions")."""
+        for op in block.operations:
+            op = op.operation
+            if op.name in PROTOCOL_OPS and op.name != "fa4.tma_load":
+                tally.ops.setdefault((attr(op, "pipe"), path, kind_of(op)[1]), []).append(op)
+            elif op.name == "scf.if":
+                _, rest = split_condition(op.operands[0])
+                if not rest:      # a leader predicate: the leader takes the then-branch
+                    branches = [(op.regions[0], path)]
+                else:
+                    key = tuple(sorted(self.kernel.sid(c) for c in rest))
+                    tally.conditions.setdefault(key, owner(rest[0]))
+                    branches = [(op.regions[0], (key, True)), (op.regions[1], (key, False))]
+                for region, branch_path in branches:
+                    for b in region.blocks:
+                        self._tally(b, branch_path, tally)
+            elif op.name not in LOOPS:
+                for region in op.regions:
+                    for b in region.blocks:
+                        self._tally(b, path, tally)
+
+    def _check_tally(self, seg: ir.Operation, role: ir.Operation, tally: "_Tally"):
+        rname = attr(role, "name")
+        for pname in sorted({key[0] for key in tally.ops}):
+            for first, second, fix in (("acquire", "commit", "producer_commit"), ("wait", "release", "consumer_release")):
+                def net(path):
+                    return len(tally.of(pname, path, first)) - len(tally.of(pname, path, second))
+                counted = {a: len(tally.of(pname, None, a)) for a in (first, second)}
+                for key, cond_op in tally.conditions.items():
+                    then_net, else_net = net((key, True)), net((key, False))
+                    if then_net != else_net:
+                        op = (tally.of(pname, (key, True), first, second) + tally.of(pname, (key, False), first, second))[0]
+                        self._conditional(pname, rname, first, second, (then_net, else_net), op, cond_op)
+                    for a in counted:       # both paths agree: count one
+                        counted[a] += len(tally.of(pname, (key, True), a))
+                a, b = counted[first], counted[second]
+                if a != b:
+                    anchor = next(op for key, ops in tally.ops.items() if key[0] == pname for op in ops
+                                  if kind_of(op)[1] in (first, second))
+                    missing = fix if a > b else ("producer_acquire" if first == "acquire" else "consumer_wait")
                     self.fail(f"pipeline '{pname}', role '{rname}': in {_segment_text(seg, role)} there "
-                              f"are {len(a)} {first}(s) but {len(b)} {second}(s) "
+                              f"are {a} {first}(s) but {b} {second}(s) "
                               f"(first at {_stage_text(anchor.operands[0])}); each {first} needs "
                               f"exactly one {second} (missing {missing}?)", anchor)
 
-    # 5. expect-tx --------------------------------------------------------------------------------
-    def _expect_tx(self):
-        covered: list[ir.Operation] = []
+    def _conditional(self, pname, rname, first, second, nets, op, cond_op):
+        what = f"{cond_op.name} at {where(cond_op)}" if cond_op is not None else "a block argument"
+        self.fail(f"pipeline '{pname}', role '{rname}': the {kind_of(op)[1]} ({op.name}) runs under a condition "
+                  f"({what}) that is not a leader election (elect_one, tid % M == c): on one path the role "
+                  f"does {nets[0]:+d} {first}(s) net of {second}s, on the other {nets[1]:+d}, so a thread "
+                  f"that takes the other path leaves a {first} without its {second}; do the {kind_of(op)[1]} "
+                  "on every path (in both branches) or hoist it out of the condition", op)
+
+    # 5. fills ------------------------------------------------------------------------------------
+    def _fills(self):
+        tma_params = self._tma_params()
+        blocks = list(dict.fromkeys(op.block for op, _ in self.ops
+                                    if op.name in ("fa4.producer_acquire", "fa4.producer_commit")))
+        covered = set()
+        for block in blocks:
+            self._fills_of(block, covered)
         for op, role in self.ops:
-            if op.name != "fa4.producer_commit":
+            if op.name != "fa4.tma_load":
                 continue
-            pname = attr(op, "pipe")
-            loads, after = [], False
-            for sib in op.block.operations:
-                sib = sib.operation
-                if sib == op:
-                    after = True
-                    continue
-                if not after:
-                    continue
-                if sib.name == "fa4.producer_commit" and attr(sib, "pipe") == pname:
-                    break
-                # a nested region (a loop) that commits on this pipe starts its own transactions
-                if any(attr(x, "pipe") == pname for x in ops_named(sib, "fa4.producer_commit")):
-                    break
-                loads += [x for x in ops_named(sib, "fa4.tma_load") if attr(x, "pipe") == pname]
-            expected = sum(math.prod(attr(x, "box")) * attr(x, "elem_bytes") for x in loads)
-            cta_group = attr(op, "cta_group") if "cta_group" in op.attributes else 1
-            tx = attr(op, "tx_bytes")
-            rname = attr(role, "name")
-            if tx != expected * cta_group:
-                boxes = " + ".join(f"{'x'.join(map(str, attr(x, 'box')))}x{attr(x, 'elem_bytes')}B" for x in loads)
-                self.fail(f"pipeline '{pname}', role '{rname}': producer_commit on "
-                          f"{_stage_text(op.operands[0])} expects tx_bytes = {tx}, but the {len(loads)} "
-                          f"tma_load(s) after it deliver {expected * cta_group} bytes "
-                          f"({boxes or 'none'}{f' x cta_group {cta_group}' if cta_group != 1 else ''}); "
-                          "derive tx_bytes from the boxes", op)
-            for x in loads:
-                covered.append(x)
-                if x.operands[2] != op.operands[0]:
-                    self.fail(f"pipeline '{pname}', role '{rname}': tma_load lands on "
-                              f"{_stage_text(x.operands[2])} but the producer_commit before it is on "
-                              f"{_stage_text(op.operands[0])}; load into the stage you committed", x)
-        for op, role in self.ops:
-            if op.name == "fa4.tma_load" and not any(op == x for x in covered):
+            if op not in covered:
                 self.fail(f"pipeline '{attr(op, 'pipe')}', role '{attr(role, 'name')}': tma_load on "
-                          f"{_stage_text(op.operands[2])} has no producer_commit before it in its block, "
-                          "so full[stage] never expects its bytes (missing producer_commit?)", op)
+                          f"{_stage_text(op.operands[2])} has no producer_commit in its fill (the block of "
+                          "its producer_acquire), so full[stage] never expects its bytes (missing "
+                          "producer_commit?)", op)
+            self._check_descriptor(op, role, tma_params)
+
+    def _fills_of(self, block: ir.Block, covered: set):
+        fills: dict[str, _Fill] = {}
+
+        def close(pname, by_acquire=False):
+            fill = fills.pop(pname, None)
+            if fill is not None:
+                self._check_fill(pname, fill, by_acquire)
+                covered.update(fill.loads if fill.commit is not None else ())
+
+        for op in block.operations:
+            op = op.operation
+            if op.name == "fa4.producer_acquire":
+                close(attr(op, "pipe"), by_acquire=True)
+                fills[attr(op, "pipe")] = _Fill(acquire=op)
+            elif op.name == "fa4.producer_commit":
+                fill = fills.get(attr(op, "pipe"))
+                if fill is None or fill.commit is not None:
+                    close(attr(op, "pipe"))
+                    fill = fills[attr(op, "pipe")] = _Fill()
+                fill.commit = op
+            elif op.name == "fa4.tma_load":
+                fills.setdefault(attr(op, "pipe"), _Fill()).loads.append(op)
+            elif op in self.inside:
+                # a nested region that acquires or commits on a pipe fills its own stages
+                nested = self.inside[op]
+                own = {attr(x, "pipe") for x in nested if x.name in ("fa4.producer_acquire", "fa4.producer_commit")}
+                for pname in own:
+                    close(pname)
+                for x in nested:
+                    if x.name == "fa4.tma_load" and attr(x, "pipe") not in own:
+                        fills.setdefault(attr(x, "pipe"), _Fill()).loads.append(x)
+        for pname in list(fills):
+            close(pname)
+
+    def _check_fill(self, pname: str, fill: _Fill, by_acquire: bool):
+        if by_acquire and fill.acquire is None and fill.commit is not None:
+            op = fill.commit
+            self.fail(f"pipeline '{pname}', role '{self._where_role(op)}': producer_commit on "
+                      f"{_stage_text(op.operands[0])} comes before the producer_acquire of its stage: it arrives "
+                      "on full[stage] while the consumers may still hold the stage, and the copies after the "
+                      "acquire are not announced; commit after producer_acquire", op)
+        if fill.commit is None:
+            if fill.loads and by_acquire:
+                op = fill.loads[0]
+                self.fail(f"pipeline '{pname}', role '{self._where_role(op)}': tma_load on "
+                          f"{_stage_text(op.operands[2])} is issued before the producer_acquire of its stage: "
+                          "the copy may land while the consumers still read the stage; issue it after "
+                          "producer_acquire (before or after producer_commit)", op)
+            return              # loads without a commit: reported as uncovered
+        op, rname = fill.commit, self._where_role(fill.commit)
+        expected = sum(_load_bytes(x) for x in fill.loads)
+        cta_group = attr(op, "cta_group") if "cta_group" in op.attributes else 1
+        tx = attr(op, "tx_bytes")
+        if tx != expected * cta_group:
+            boxes = " + ".join(f"{'x'.join(map(str, attr(x, 'box')))}x{attr(x, 'elem_bytes')}B" for x in fill.loads)
+            self.fail(f"pipeline '{pname}', role '{rname}': producer_commit on "
+                      f"{_stage_text(op.operands[0])} expects tx_bytes = {tx}, but the {len(fill.loads)} "
+                      f"tma_load(s) of its fill deliver {expected * cta_group} bytes "
+                      f"({boxes or 'none'}{f' x cta_group {cta_group}' if cta_group != 1 else ''}); "
+                      "derive tx_bytes from the boxes", op)
+        for x in fill.loads:
+            if x.operands[2] != op.operands[0]:
+                self.fail(f"pipeline '{pname}', role '{rname}': tma_load lands on "
+                          f"{_stage_text(x.operands[2])} but the producer_commit of its fill is on "
+                          f"{_stage_text(op.operands[0])}; load into the stage you committed", x)
+
+    def _tma_params(self) -> dict:
+        """Kernel parameter index -> its `fa4.tma` declaration (name, box, elem_bytes)."""
+        if "arg_attrs" not in self.func.attributes:
+            return {}
+        out = {}
+        for i, d in enumerate(ir.ArrayAttr(self.func.attributes["arg_attrs"])):
+            d = ir.DictAttr(d)
+            if TMA_ATTR in d:
+                spec = ir.DictAttr(d[TMA_ATTR])
+                out[i] = (ir.StringAttr(spec["name"]).value, list(ir.DenseI64ArrayAttr(spec["box"])),
+                          ir.IntegerAttr(spec["elem_bytes"]).value)
+        return out
+
+    def _check_descriptor(self, op: ir.Operation, role: ir.Operation, tma_params: dict):
+        desc = op.operands[0]
+        if not isinstance(desc, ir.BlockArgument) or ir.BlockArgument(desc).owner.owner.operation != self.func:
+            return
+        spec = tma_params.get(ir.BlockArgument(desc).arg_number)
+        if spec is None:
+            return
+        name, box, elem_bytes = spec
+        if (attr(op, "box"), attr(op, "elem_bytes")) != (box, elem_bytes):
+            load_box = "x".join(map(str, attr(op, "box")))
+            self.fail(f"pipeline '{attr(op, 'pipe')}', role '{attr(role, 'name')}': tma_load copies a "
+                      f"{load_box} box of {attr(op, 'elem_bytes')}-byte elements ({_load_bytes(op)} bytes), "
+                      f"but its descriptor '{name}' was declared with a {'x'.join(map(str, box))} box of "
+                      f"{elem_bytes}-byte elements ({math.prod(box) * elem_bytes} bytes): TMA copies the "
+                      "descriptor's box, so full[stage] expects bytes that never arrive (or completes early); "
+                      "give tma_load the box and element size of its descriptor", op)
 
     # 6. arrivals ---------------------------------------------------------------------------------
     def _arrivals(self):
@@ -354,119 +469,92 @@ class _Checker:
                                      ("release", "consumer_arrivals", "empty")):
                 per_role: dict[str, tuple[int, ir.Operation]] = {}
                 for op, role in self.ops:
-                    if attr(op, "pipe") != pname or _kind(op)[1] != action:
+                    if attr(op, "pipe") != pname or kind_of(op)[1] != action:
                         continue
                     rname, n = attr(role, "name"), _arriving_threads(op, role)
                     if rname in per_role and per_role[rname][0] != n:
                         self.fail(f"pipeline '{pname}', role '{rname}': arrivals on {bar}[stage] disagree "
                                   f"between sites: {per_role[rname][0]} thread(s) at "
-                                  f"{_where(per_role[rname][1])} and {n} here ({_stage_text(op.operands[0])}); "
+                                  f"{where(per_role[rname][1])} and {n} here ({_stage_text(op.operands[0])}); "
                                   "every fill of a stage must see the same arrival count", op)
                     per_role[rname] = (n, op)
                 if not per_role:
                     continue
                 total = sum(n for n, _ in per_role.values())
                 if total != attr(pipe, key):
-                    detail = ", ".join(f"role '{r}' {n} thread(s) at {_where(o)}" for r, (n, o) in per_role.items())
+                    detail = ", ".join(f"role '{r}' {n} thread(s) at {where(o)}" for r, (n, o) in per_role.items())
                     anchor = next(iter(per_role.values()))[1]
                     self.fail(f"pipeline '{pname}': {key} = {attr(pipe, key)}, but {total} thread(s) arrive on "
                               f"{bar}[stage] per stage ({detail}); set {key}={total} or change which "
                               "threads arrive (leader election)", anchor)
 
-    # 7. stage advance ----------------------------------------------------------------------------
-    def _stage_advance(self):
-        for op, role in self.ops:
-            pname, rname = attr(op, "pipe"), attr(role, "name")
-            num_stages = attr(self.pipes[pname], "num_stages")
-            stage = op.operands[2] if op.name == "fa4.tma_load" else op.operands[0]
-            phase = op.operands[1] if op.name in WAIT_OPS else None
-            for cmp in _wrap_compares(stage):
-                wrap_at = _const(cmp.operands[1])
-                if wrap_at != num_stages:
-                    self.fail(f"pipeline '{pname}', role '{rname}': {_stage_text(stage)} wraps at {wrap_at} "
-                              f"(arith.cmpi eq, stage + 1, {wrap_at}) but the pipeline has num_stages = "
-                              f"{num_stages}; advance with PipeState(..., num_stages={num_stages})", cmp)
-                if phase is None:
+    # 7. ring positions ---------------------------------------------------------------------------
+    def _positions(self):
+        for op in ops_named(self.func, *WALKED_OPS):
+            while op is not None and op not in self.relevant and op.name != "llvm.func":
+                self.relevant.add(op)
+                op = op.parent
+        for op in ops_named(self.func, "fa4.tma_load"):
+            buf = _buffer_of(op.operands[1])
+            if buf is not None:
+                self.buffer_pipe[buf] = attr(op, "pipe") if self.buffer_pipe.get(buf, attr(op, "pipe")) == \
+                    attr(op, "pipe") else None
+        states = {name: RoleWalk(self, role).run() for name, role in self.roles.items()
+                  if any(r == role for _, r in self.ops)}
+        self._totals(states)
+
+    def _totals(self, states: dict):
+        """Each consumer role waits as many times as the producer commits (a constant difference is a
+        loop one trip too long or too short; see "Out of static reach" for the rest)."""
+        for pname, pipe in self.pipes.items():
+            producer = states.get(attr(pipe, "producer"))
+            commits = producer.counters[(pname, "commit")] if producer else None
+            for cname in attr(pipe, "consumers"):
+                waits = states[cname].counters[(pname, "wait")] if cname in states else None
+                differ = None if commits is None or waits is None else self._difference(waits - commits)
+                if differ is None:
                     continue
-                for sel in _users(cmp.results[0]):
-                    if sel.name == "arith.select" and sel.operands[0] == cmp.results[0] and sel.operands[2] == phase:
-                        if not _is_flip(sel.operands[1], phase):
-                            self.fail(f"pipeline '{pname}', role '{rname}': a phase not flipped at wrap-around: "
-                                      f"when {_stage_text(stage)} wraps to 0 the phase must become phase ^ 1 "
-                                      "(select(wrap, phase ^ 1, phase)); waits would pass on the old phase",
-                                      sel)
-            if phase is not None:
-                self._loop_carry(op, pname, rname, stage, phase)
-
-    def _loop_carry(self, op, pname, rname, stage, phase):
-        """A loop-carried (stage, phase) returns through the yield advanced together (rule 7)."""
-        if not (isinstance(stage, ir.BlockArgument) and isinstance(phase, ir.BlockArgument)):
-            return
-        sa, pa = ir.BlockArgument(stage), ir.BlockArgument(phase)
-        loop = sa.owner.owner
-        if pa.owner != sa.owner or loop.name != "scf.for":
-            return
-        yields = [o.operation for o in sa.owner.operations if o.operation.name == "scf.yield"]
-        if not yields:
-            return
-        # scf.for body arguments: induction variable first, then the iter args in yield order
-        next_stage = yields[0].operands[sa.arg_number - 1]
-        next_phase = yields[0].operands[pa.arg_number - 1]
-        wrap = _owner_op(next_stage)
-        advances = (wrap is not None and wrap.name == "arith.select"
-                    and any(wrap.operands[0] == c.results[0] for c in _wrap_compares(stage)))
-        if advances:
-            sel = _owner_op(next_phase)
-            ok = (sel is not None and sel.name == "arith.select" and sel.operands[0] == wrap.operands[0]
-                  and sel.operands[2] == phase and _is_flip(sel.operands[1], phase))
-            if not ok:
-                self.fail(f"pipeline '{pname}', role '{rname}': a phase not flipped at wrap-around: the loop "
-                          f"advances {_stage_text(stage)} but yields the phase without "
-                          "select(wrap, phase ^ 1, phase); use PipeState.advance()", yields[0])
-        elif not _flows_from(next_stage, stage):
-            self.fail(f"pipeline '{pname}', role '{rname}': the loop-carried {_stage_text(stage)} does not "
-                      "advance as PipeState.advance() does (stage + 1, wrapping to 0 at num_stages); "
-                      "yield PipeState.advance() of the state the loop used", yields[0])
+                d, case = differ
+                more, fewer = (cname, attr(pipe, "producer")) if d > 0 else (attr(pipe, "producer"), cname)
+                anchor = self.first_op(cname, pname, "wait") if d > 0 else \
+                    self.first_op(attr(pipe, "producer"), pname, "commit")
+                effect = ("its last wait(s) never complete (deadlock)" if d > 0 else
+                          "the producer's last fill(s) are never consumed (their TMA may land after the kernel "
+                          "moved on, and a producer that acquires them blocks)")
+                self.fail(f"pipeline '{pname}': role '{cname}' waits {waits.describe()} time(s) but role "
+                          f"'{attr(pipe, 'producer')}' commits {commits.describe()}{_legend(waits, commits)}:{case} role '{more}' uses the ring "
+                          f"{abs(d)} more time(s) than role '{fewer}', so {effect}; make the loops of both roles "
+                          "cover the same tiles (a consumer iteration too many, or a tile the producer skips?)",
+                          anchor)
 
 
-def _flows_from(value: ir.Value, origin: ir.Value, depth: int = 0) -> bool:
-    """`value` is `origin` carried on by PipeState.advance steps, the results of nested loops that
-    carry it (checked as loops of their own), or scf.if results whose every branch yields such a
-    value (a persistent kernel's per-tile state: advanced when the tile had work, else unchanged)."""
-    if value == origin:
-        return True
-    owner = _owner_op(value)
-    if owner is None or depth > 32:
-        return False
-    if owner.name == "arith.select":  # advance: select(stage + 1 == N, 0, stage + 1)
-        add = _owner_op(owner.operands[2])
-        return (add is not None and add.name == "arith.addi"
-                and any(_flows_from(v, origin, depth + 1) for v in add.operands if _const(v) is None))
-    index = ir.OpResult(value).result_number
-    if owner.name == "scf.for":  # operands: lower, upper, step, then the inits in result order
-        return _flows_from(owner.operands[3 + index], origin, depth + 1)
-    if owner.name == "scf.if":
-        yields = [blk.operations[len(blk.operations) - 1] for region in owner.regions for blk in region.blocks]
-        return bool(yields) and all(_flows_from(y.operands[index], origin, depth + 1) for y in yields)
-    return False
+    def _difference(self, d) -> tuple[int, str] | None:
+        """(waits - commits, the case it holds in) when that is a nonzero number: always, or on the
+        then-path of an scf.if whose result the counts depend on (its else-path may be the one where
+        a loop does not run, outside the count model; note "assumptions" of _ring_eval)."""
+        if d.is_const:
+            return (d.const, "") if d.const else None
+        for atom in d.atoms:
+            if atom not in self.kernel.branch_results:
+                continue
+            branches, idx, dom = self.kernel.branch_results[atom]
+            facts = branches.then_scope.own_facts
+            then_value = branches.yields(idx, dom)[0]
+            if then_value is None or any(a.kind != "ind" for a in facts):
+                continue
+            case = d.subst({atom: then_value}).subst(facts)
+            if case.is_const and case.const:
+                return case.const, f" when the condition of the scf.if at {where(branches.op)} holds,"
+        return None
 
 
-def _wrap_compares(stage: ir.Value) -> list[ir.Operation]:
-    """`arith.cmpi eq, stage + 1, N` ops (PipeState.advance's wrap predicate) built from `stage`."""
-    found = []
-    for add in _users(stage):
-        if add.name != "arith.addi" or 1 not in [_const(v) for v in add.operands]:
-            continue
-        for cmp in _users(add.results[0]):
-            if (cmp.name == "arith.cmpi" and ir.IntegerAttr(cmp.attributes["predicate"]).value == 0
-                    and cmp.operands[0] == add.results[0] and _const(cmp.operands[1]) is not None):
-                found.append(cmp)
-    return found
-
-
-def _is_flip(value: ir.Value, phase: ir.Value) -> bool:
-    owner = _owner_op(value)
-    if owner is None or owner.name != "arith.xori":
-        return False
-    a, b = owner.operands
-    return (a == phase and _const(b) == 1) or (b == phase and _const(a) == 1)
+def _buffer_of(addr: ir.Value) -> ir.Operation | None:
+    while True:
+        op = owner(addr)
+        if op is None:
+            return None
+        if op.name == "fa4.smem_buffer":
+            return op
+        if op.name != "llvm.getelementptr":
+            return None
+        addr = op.operands[0]

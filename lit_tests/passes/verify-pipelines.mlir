@@ -1,6 +1,8 @@
 // fa4-verify-pipelines: roles exist, protocol ops sit in the right role, acquire/commit and
-// wait/release balance, expect-tx bytes match the TMA boxes, arrival counts match the arriving
-// threads, and stages wrap at num_stages with a phase flip. Errors name pipeline, role and op.
+// wait/release balance on every path, expect-tx bytes match the TMA boxes and the boxes their
+// descriptors, arrival counts match the arriving threads, stages are in range and wrap at num_stages
+// with a phase flip, each use of a ring is at the next position (initial phases), and consumers
+// wait as often as the producer commits. Errors name pipeline, role and op.
 // RUN: fa4mlir-opt %s --pass-pipeline=fa4-verify-pipelines --split-input-file --verify-diagnostics | FileCheck %s
 
 // A correct producer/consumer pair: one elected producer thread, one leader per consumer warpgroup.
@@ -164,7 +166,7 @@ module attributes {gpu.container_module} {
         "fa4.role"() ({
           %c0 = arith.constant 0 : i32
           "fa4.producer_acquire"(%c0, %c0) {pipe = "ab_pipe"} : (i32, i32) -> ()
-          // expected-error @+1 {{expects tx_bytes = 8192, but the 1 tma_load(s) after it deliver 16384 bytes}}
+          // expected-error @+1 {{expects tx_bytes = 8192, but the 1 tma_load(s) of its fill deliver 16384 bytes}}
           "fa4.producer_commit"(%c0) {pipe = "ab_pipe", tx_bytes = 8192 : i64} : (i32) -> ()
           "fa4.tma_load"(%desc, %buf, %c0, %c0, %c0) {pipe = "ab_pipe", box = array<i64: 64, 128>, elem_bytes = 2 : i64} : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32) -> ()
           gpu.yield
@@ -348,7 +350,7 @@ module attributes {gpu.container_module} {
             "fa4.producer_commit"(%s) {pipe = "ab_pipe", tx_bytes = 16384 : i64} : (i32) -> ()
             "fa4.tma_load"(%desc, %buf, %s, %i, %c0) {pipe = "ab_pipe", box = array<i64: 64, 128>, elem_bytes = 2 : i64} : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32) -> ()
           }
-          // expected-error @+1 {{tma_load on stage 0 has no producer_commit before it in its block}}
+          // expected-error @+1 {{tma_load on stage 0 has no producer_commit in its fill}}
           "fa4.tma_load"(%desc, %buf, %c0, %n, %c0) {pipe = "ab_pipe", box = array<i64: 64, 128>, elem_bytes = 2 : i64} : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32) -> ()
           gpu.yield
         }) {name = "load", first_warp = 0 : i64, num_warps = 1 : i64, regs = 0 : i64} : () -> ()
@@ -356,6 +358,206 @@ module attributes {gpu.container_module} {
           %c0 = arith.constant 0 : i32
           "fa4.consumer_wait"(%c0, %c0) {pipe = "ab_pipe"} : (i32, i32) -> ()
           "fa4.consumer_release"(%c0) {pipe = "ab_pipe"} : (i32) -> ()
+          gpu.yield
+        }) {name = "mma", first_warp = 4 : i64, num_warps = 4 : i64, regs = 0 : i64} : () -> ()
+        gpu.yield
+      }) : () -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// Correct programs: the copies issued before arrive.expect_tx on their barrier (legal: the
+// transaction count may go negative until the expect), one release in each branch of a
+// data-dependent if/else, and a release leader elected as tid % 128 < 1.
+// CHECK-LABEL: llvm.func @accepted
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @accepted(%desc: !llvm.ptr {fa4.tma = {name = "a_desc", box = array<i64: 64, 128>, elem_bytes = 2 : i64}},
+                        %n: i32, %x: f32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 256, 1, 1>} {
+      %buf = "fa4.smem_buffer"() {sym_name = "a_smem", bytes = 32768 : i64, align = 1024 : i64} : () -> !llvm.ptr<3>
+      "fa4.pipeline"() {sym_name = "ab_pipe", num_stages = 2 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 1 : i64, consumer_arrivals = 1 : i64} : () -> ()
+      "fa4.warp_roles"() ({
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          %c1 = arith.constant 1 : i32
+          %c2 = arith.constant 2 : i32
+          %e = "fa4.elect_one"() : () -> i1
+          scf.if %e {
+            %r:2 = scf.for %i = %c0 to %n step %c1 iter_args(%s = %c0, %p = %c0) -> (i32, i32) : i32 {
+              "fa4.producer_acquire"(%s, %p) {pipe = "ab_pipe"} : (i32, i32) -> ()
+              "fa4.tma_load"(%desc, %buf, %s, %i, %c0) {pipe = "ab_pipe", box = array<i64: 64, 128>, elem_bytes = 2 : i64} : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32) -> ()
+              "fa4.producer_commit"(%s) {pipe = "ab_pipe", tx_bytes = 16384 : i64} : (i32) -> ()
+              %s1 = arith.addi %s, %c1 : i32
+              %w = arith.cmpi eq, %s1, %c2 : i32
+              %sn = arith.select %w, %c0, %s1 : i32
+              %pf = arith.xori %p, %c1 : i32
+              %pn = arith.select %w, %pf, %p : i32
+              scf.yield %sn, %pn : i32, i32
+            }
+          }
+          gpu.yield
+        }) {name = "load", first_warp = 0 : i64, num_warps = 1 : i64, regs = 0 : i64} : () -> ()
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          %c1 = arith.constant 1 : i32
+          %c2 = arith.constant 2 : i32
+          %c128 = arith.constant 128 : i32
+          %z = arith.constant 0.0 : f32
+          %tid = "fa4.thread_idx"() {dim = 0 : i64} : () -> i32
+          %lane = arith.remui %tid, %c128 : i32
+          %leader = arith.cmpi ult, %lane, %c1 : i32
+          %big = arith.cmpf ogt, %x, %z : f32
+          %r:2 = scf.for %i = %c0 to %n step %c1 iter_args(%s = %c0, %p = %c0) -> (i32, i32) : i32 {
+            "fa4.consumer_wait"(%s, %p) {pipe = "ab_pipe"} : (i32, i32) -> ()
+            scf.if %leader {
+              scf.if %big {
+                "fa4.consumer_release"(%s) {pipe = "ab_pipe"} : (i32) -> ()
+              } else {
+                "fa4.consumer_release"(%s) {pipe = "ab_pipe"} : (i32) -> ()
+              }
+            }
+            %s1 = arith.addi %s, %c1 : i32
+            %w = arith.cmpi eq, %s1, %c2 : i32
+            %sn = arith.select %w, %c0, %s1 : i32
+            %pf = arith.xori %p, %c1 : i32
+            %pn = arith.select %w, %pf, %p : i32
+            scf.yield %sn, %pn : i32, i32
+          }
+          gpu.yield
+        }) {name = "mma", first_warp = 4 : i64, num_warps = 1 : i64, regs = 0 : i64} : () -> ()
+        gpu.yield
+      }) : () -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// A tma_load whose box disagrees with the box its descriptor was declared with.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @descriptor_box(%desc: !llvm.ptr {fa4.tma = {name = "a_desc", box = array<i64: 64, 64>, elem_bytes = 2 : i64}},
+                              %buf: !llvm.ptr<3>) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 256, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "ab_pipe", num_stages = 1 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 32 : i64, consumer_arrivals = 128 : i64} : () -> ()
+      "fa4.warp_roles"() ({
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          "fa4.producer_acquire"(%c0, %c0) {pipe = "ab_pipe"} : (i32, i32) -> ()
+          "fa4.producer_commit"(%c0) {pipe = "ab_pipe", tx_bytes = 16384 : i64} : (i32) -> ()
+          // expected-error @+1 {{tma_load copies a 64x128 box of 2-byte elements (16384 bytes), but its descriptor 'a_desc' was declared with a 64x64 box}}
+          "fa4.tma_load"(%desc, %buf, %c0, %c0, %c0) {pipe = "ab_pipe", box = array<i64: 64, 128>, elem_bytes = 2 : i64} : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32) -> ()
+          gpu.yield
+        }) {name = "load", first_warp = 0 : i64, num_warps = 1 : i64, regs = 0 : i64} : () -> ()
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          "fa4.consumer_wait"(%c0, %c0) {pipe = "ab_pipe"} : (i32, i32) -> ()
+          "fa4.consumer_release"(%c0) {pipe = "ab_pipe"} : (i32) -> ()
+          gpu.yield
+        }) {name = "mma", first_warp = 4 : i64, num_warps = 4 : i64, regs = 0 : i64} : () -> ()
+        gpu.yield
+      }) : () -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// A constant stage N in an N-stage ring: full[2] is the mbarrier of empty[0].
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @stage_out_of_range() attributes {nvvm.kernel, nvvm.maxntid = array<i32: 256, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "ab_pipe", num_stages = 2 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 32 : i64, consumer_arrivals = 128 : i64} : () -> ()
+      "fa4.warp_roles"() ({
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          "fa4.producer_acquire"(%c0, %c0) {pipe = "ab_pipe"} : (i32, i32) -> ()
+          "fa4.producer_commit"(%c0) {pipe = "ab_pipe", tx_bytes = 0 : i64} : (i32) -> ()
+          gpu.yield
+        }) {name = "load", first_warp = 0 : i64, num_warps = 1 : i64, regs = 0 : i64} : () -> ()
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          // expected-error @+1 {{pipeline 'ab_pipe', role 'mma': stage 2 is out of range: the pipeline has num_stages = 2}}
+          %c2 = arith.constant 2 : i32
+          "fa4.consumer_wait"(%c0, %c0) {pipe = "ab_pipe"} : (i32, i32) -> ()
+          "fa4.consumer_release"(%c2) {pipe = "ab_pipe"} : (i32) -> ()
+          gpu.yield
+        }) {name = "mma", first_warp = 4 : i64, num_warps = 4 : i64, regs = 0 : i64} : () -> ()
+        gpu.yield
+      }) : () -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// A consumer that starts at phase 1: its first wait passes on the fresh barrier.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @consumer_initial_phase() attributes {nvvm.kernel, nvvm.maxntid = array<i32: 256, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "ab_pipe", num_stages = 2 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 32 : i64, consumer_arrivals = 128 : i64} : () -> ()
+      "fa4.warp_roles"() ({
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          "fa4.producer_acquire"(%c0, %c0) {pipe = "ab_pipe"} : (i32, i32) -> ()
+          "fa4.producer_commit"(%c0) {pipe = "ab_pipe", tx_bytes = 0 : i64} : (i32) -> ()
+          gpu.yield
+        }) {name = "load", first_warp = 0 : i64, num_warps = 1 : i64, regs = 0 : i64} : () -> ()
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          %c1 = arith.constant 1 : i32
+          // expected-error @+1 {{wrong initial phase: a consumer starts at phase 0}}
+          "fa4.consumer_wait"(%c0, %c1) {pipe = "ab_pipe"} : (i32, i32) -> ()
+          "fa4.consumer_release"(%c0) {pipe = "ab_pipe"} : (i32) -> ()
+          gpu.yield
+        }) {name = "mma", first_warp = 4 : i64, num_warps = 4 : i64, regs = 0 : i64} : () -> ()
+        gpu.yield
+      }) : () -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// A consumer loop one trip longer than the producer's: its last wait never completes.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @extra_consumer_iteration(%n: i32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 256, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "ab_pipe", num_stages = 1 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 32 : i64, consumer_arrivals = 128 : i64} : () -> ()
+      "fa4.warp_roles"() ({
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          %c1 = arith.constant 1 : i32
+          %r = scf.for %i = %c0 to %n step %c1 iter_args(%p = %c0) -> (i32) : i32 {
+            "fa4.producer_acquire"(%c0, %p) {pipe = "ab_pipe"} : (i32, i32) -> ()
+            "fa4.producer_commit"(%c0) {pipe = "ab_pipe", tx_bytes = 0 : i64} : (i32) -> ()
+            %pn = arith.xori %p, %c1 : i32
+            scf.yield %pn : i32
+          }
+          gpu.yield
+        }) {name = "load", first_warp = 0 : i64, num_warps = 1 : i64, regs = 0 : i64} : () -> ()
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          %c1 = arith.constant 1 : i32
+          %m = arith.addi %n, %c1 : i32
+          %r = scf.for %i = %c0 to %m step %c1 iter_args(%p = %c0) -> (i32) : i32 {
+            // expected-error @+1 {{role 'mma' uses the ring 1 more time(s) than role 'load', so its last wait(s) never complete (deadlock)}}
+            "fa4.consumer_wait"(%c0, %p) {pipe = "ab_pipe"} : (i32, i32) -> ()
+            "fa4.consumer_release"(%c0) {pipe = "ab_pipe"} : (i32) -> ()
+            %pn = arith.xori %p, %c1 : i32
+            scf.yield %pn : i32
+          }
           gpu.yield
         }) {name = "mma", first_warp = 4 : i64, num_warps = 4 : i64, regs = 0 : i64} : () -> ()
         gpu.yield
