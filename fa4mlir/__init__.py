@@ -18,8 +18,8 @@ import inside a function counts too). Lower layers never import higher ones:
     passes     import _mlir and dialect; never kernels, dsl, lowering, compiler. Whatever a pass and
                a kernel both need lives in dialect.
     kernels    import dsl, dialect and kernels/common; never passes, lowering, compiler.
-               kernels/*_config.py and the pure common pieces (constants, fastdiv, naming, tmem)
-               import no MLIR: the host API imports them. A config imports no other kernel module;
+               kernels/*_config.py and the pure common pieces (constants, fastdiv, naming, tmem,
+               paging, decode_schedule) import no MLIR: the host API imports them. A config imports no other kernel module;
                what two configs or kernels share lives in kernels/common/, which imports no kernel.
     lowering, compiler, kernel_sets, __main__ sit on top.
     attention  the entry points: kernel configs and the kernel table only (launch contracts, tile
