@@ -6,6 +6,8 @@
     plan.py     select(problem, device, source) -> Plan: launches of (kernel, grid, named args);
                 kernel sources (a bundle, FA4MLIR_BUNDLE's, the compiler)
     dense.py    flash_attn_func and its call cache of prepared plans
+    kvcache.py  the KV-cache operand (contiguous, paged, FP8) and flash_attn_with_kvcache's checks and
+                decode plan (plan_kvcache); no kernel yet, so no public entry point
     torch_ops.py  (imports torch; loaded on the first call with torch tensors) the fa4mlir:: torch
                 custom ops flash_attn_func goes through, with their fake (meta) implementations
 
@@ -19,7 +21,7 @@ from .checks import (check_device_context, check_devices, check_inputs, check_la
                      check_scale)
 from .dense import flash_attn_func
 from .errors import (ERRORS, AutogradError, DeviceError, DTypeError, EmptyInputError, FlashAttnInputError, HeadDimError,
-                     HeadsRatioError, LayoutError, ScaleError, ShapeError, UnsupportedFeatureError)
+                     HeadsRatioError, KVScaleError, LayoutError, ScaleError, ShapeError, UnsupportedFeatureError)
 from .plan import ARCH, KernelSource, Launch, Plan, PreparedPlan, TensorRef, find_artifact, select, select_entry, source_for
 from .problem import AttnProblem
 
@@ -27,4 +29,4 @@ __all__ = ["flash_attn_func", "AttnProblem", "Plan", "PreparedPlan", "Launch", "
            "source_for", "select_entry", "find_artifact", "check_inputs", "check_outputs", "check_scale",
            "check_devices", "check_device_context", "check_layout", "ARCH", "ERRORS", "FlashAttnInputError",
            "DTypeError", "ShapeError", "HeadDimError", "HeadsRatioError", "EmptyInputError", "LayoutError", "DeviceError",
-           "ScaleError", "AutogradError", "UnsupportedFeatureError"]
+           "ScaleError", "AutogradError", "UnsupportedFeatureError", "KVScaleError"]
