@@ -74,6 +74,8 @@ def test_contiguous_cache_is_one_page_per_sequence():
     p = check(contiguous_args())
     assert p.cache == kc.KVCacheOperand(False, "bf16", B, 64, 1, HKV, D)
     assert p.cache.capacity == 64 and p.cache.pool_rows == B * 64
+    odd = _problem(contiguous_args(k_cache=info((B, 100, HKV, D)), v_cache=info((B, 100, HKV, D))))
+    assert kc.plan_problem(odd, 132).fetch == paging.FetchPlan(paging.KVFetch.TMA_BOXES, kc.DECODE_BN[D], 1)
 
 
 @pytest.mark.parametrize("page_size", [1, 3, 16, 32, 64, 100, 128, 256])

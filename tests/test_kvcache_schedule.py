@@ -75,6 +75,7 @@ def test_fetch_choice_per_page_size():
     assert paging.fetch_plan(128, 3).fetch is F.CP_ASYNC_GATHER
     assert paging.fetch_plan(128, 8).fetch is F.CP_ASYNC_GATHER
     assert paging.fetch_plan(128, 1, "sm_100a") == paging.FetchPlan(F.TMA_GATHER4, 4, 32)
+    assert paging.fetch_plan(128, 100, paged=False) == paging.FetchPlan(F.TMA_BOXES, 128, 1)   # contiguous
 
 
 @pytest.mark.parametrize("seqlen_q", [1, 2, 3, 4, 7, 16, 64, 65, 300])

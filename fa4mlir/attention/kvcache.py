@@ -452,7 +452,7 @@ def plan_problem(problem: KVCacheProblem, num_sms: int, arch: str = "sm_90a") ->
     if gqa.m_tiles * splits > MAX_I32:
         raise ShapeError(_err(f"seqlen_q {problem.seqlen_q} x {splits} splits exceeds the grid; split the call"))
     cache = problem.cache
-    return KVCachePlan(problem, gqa, bn, fetch_plan(bn, cache.page_size, arch),
+    return KVCachePlan(problem, gqa, bn, fetch_plan(bn, cache.page_size, arch, paged=cache.paged),
                        PageDivisor.of(cache.page_size), splits)
 
 

@@ -114,14 +114,18 @@ class FetchPlan:
         return self.fetch is not KVFetch.CP_ASYNC_GATHER
 
 
-def fetch_plan(bn: int, page_size: int, arch: str = "sm_90a") -> FetchPlan:
+def fetch_plan(bn: int, page_size: int, arch: str = "sm_90a", *, paged: bool = True) -> FetchPlan:
     """TMA boxes when gcd(bn, page_size) rows make a box of at least MIN_TMA_BOX_ROWS and a tile
     needs at most MAX_TMA_BOXES of them (one box per tile when page_size is a multiple of bn: the
     contiguous cache, and FA3's TMA rule page_size % bn == 0); else a gather. Thresholds to be
     measured (module docstring). page_size may exceed MAX_PAGE_SIZE here: a contiguous cache is one
-    page of seqlen_cache rows per sequence."""
+    page of seqlen_cache rows per sequence. A contiguous cache (``paged=False``) always takes one
+    box per tile, whatever seqlen_cache: its descriptor has a batch dimension, so a tile running
+    past seqlen_cache is cut by the TMA bounds (zero fill) instead of reading the next sequence."""
     if bn < 1 or page_size < 1:
         raise ValueError(f"bn and page_size must be >= 1, got {bn}, {page_size}")
+    if not paged:
+        return FetchPlan(KVFetch.TMA_BOXES, bn, 1)
     box_rows = gcd(bn, page_size)
     boxes = bn // box_rows
     if box_rows >= MIN_TMA_BOX_ROWS and boxes <= MAX_TMA_BOXES:
