@@ -18,14 +18,14 @@ import inside a function counts too). Lower layers never import higher ones:
     passes     import _mlir and dialect; never kernels, dsl, lowering, compiler. Whatever a pass and
                a kernel both need lives in dialect.
     kernels    import dsl, dialect and kernels/common; never passes, lowering, compiler.
-               kernels/*_config.py and the pure common pieces (constants, fastdiv, naming, tmem)
-               import no MLIR: the host API imports them. A config imports no other kernel module;
+               kernels/*_config.py and the pure common pieces (constants, fastdiv, naming, tmem,
+               paging, decode_schedule) import no MLIR: the host API imports them. A config imports no other kernel module;
                what two configs or kernels share lives in kernels/common/, which imports no kernel.
     lowering, compiler, kernel_sets, __main__ sit on top.
     attention  the entry points: kernel configs and the kernel table only (launch contracts, tile
                tables), the compiler lazily (the "else the compiler" kernel source); no IR layer.
     bench      fa4mlir/bench/: what `python -m fa4mlir bench` runs (torch, triton at run time).
-    sass, testing  test support (MLIR-free); nothing below imports them.
+    sass, testing, testing_kvcache  test support (MLIR-free); nothing below imports them.
     bench/     the checkout's developer probes, not part of the package: no module of fa4mlir
                imports it.
 """
@@ -40,7 +40,7 @@ _LAZY = {
     **{err: ("fa4mlir.attention", err) for err in (
         "FlashAttnInputError", "DTypeError", "ShapeError", "HeadDimError", "HeadsRatioError",
         "EmptyInputError", "LayoutError", "DeviceError", "ScaleError", "ArgumentTypeError", "BundleError",
-        "AutogradError", "UnsupportedFeatureError")},
+        "AutogradError", "UnsupportedFeatureError", "KVScaleError")},
     "AttnProblem": ("fa4mlir.attention", "AttnProblem"),
     "Bundle": ("fa4mlir.artifacts", "Bundle"),
     "load": ("fa4mlir.runtime", "load"),

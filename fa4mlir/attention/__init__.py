@@ -7,6 +7,8 @@
     plan.py     select(problem, device, source) -> Plan: launches of (kernel, grid, named args);
                 kernel sources (a bundle, FA4MLIR_BUNDLE's, the compiler)
     dense.py    flash_attn_func and its call cache of prepared plans
+    kvcache.py  the KV-cache operand (contiguous, paged, FP8) and flash_attn_with_kvcache's checks and
+                decode plan (plan_kvcache); no kernel yet, so no public entry point
     torch_ops.py  (imports torch; loaded on the first call with torch tensors) the fa4mlir:: torch
                 custom ops flash_attn_func goes through, with their fake (meta) implementations
 
@@ -21,7 +23,7 @@ from .checks import (MAX_SOFTMAX_SCALE, MIN_SOFTMAX_SCALE, check_device_context,
                      check_stream, read_tensor)
 from .dense import flash_attn_func
 from .errors import (ERRORS, ArgumentTypeError, AutogradError, BundleError, DeviceError, DTypeError, EmptyInputError,
-                     FlashAttnInputError, HeadDimError, HeadsRatioError, LayoutError, ScaleError, ShapeError,
+                     FlashAttnInputError, HeadDimError, HeadsRatioError, KVScaleError, LayoutError, ScaleError, ShapeError,
                      UnsupportedFeatureError)
 from .plan import ARCH, KernelSource, Launch, Plan, PreparedPlan, TensorRef, find_artifact, select, select_entry, source_for
 from .problem import AttnProblem
@@ -32,4 +34,4 @@ __all__ = ["flash_attn_func", "AttnProblem", "Plan", "PreparedPlan", "Launch", "
            "check_device_context", "check_layout", "MIN_SOFTMAX_SCALE", "MAX_SOFTMAX_SCALE", "ARCH", "ERRORS",
            "FlashAttnInputError", "DTypeError", "ShapeError", "HeadDimError", "HeadsRatioError", "EmptyInputError",
            "LayoutError", "DeviceError", "ScaleError", "ArgumentTypeError", "BundleError", "AutogradError",
-           "UnsupportedFeatureError"]
+           "UnsupportedFeatureError", "KVScaleError"]

@@ -67,8 +67,14 @@ class UnsupportedFeatureError(FlashAttnInputError, NotImplementedError):
     dropout, a sliding window, softcap, attention sinks, a static KV cache)."""
 
 
+class KVScaleError(ScaleError):
+    """flash_attn_with_kvcache's k_scale / v_scale: missing for an FP8 (e4m3) cache, or given for a
+    bf16/f16 cache (whose values would silently go unscaled). Their shape and dtype raise ShapeError
+    and DTypeError like any tensor's."""
+
+
 ERRORS = (FlashAttnInputError, DTypeError, ShapeError, HeadDimError, HeadsRatioError, EmptyInputError,
           LayoutError, DeviceError, ScaleError, ArgumentTypeError, BundleError, AutogradError,
-          UnsupportedFeatureError)
+          UnsupportedFeatureError, KVScaleError)
 
 __all__ = [e.__name__ for e in ERRORS] + ["ERRORS"]

@@ -1,0 +1,139 @@
+"""Row-index math of the KV-cache operand (MLIR-free: the host plans with it, the kernel side emits
+the same arithmetic with dsl ops; the host twins here are what the tests check).
+
+The cache, contiguous or paged, is one matrix of rows to the kernel: the pool
+``[num_pages, page_size, kv_heads, D]`` viewed as ``[num_pages * page_size, kv_heads, D]``. A
+contiguous cache ``[batch, seqlen_cache, kv_heads, D]`` is the paged case with ``page_size =
+seqlen_cache``, ``num_pages = batch`` and the identity page table (sequence b owns page b), so one
+formula serves both:
+
+    page_slot, row_in_page = divmod(token, page_size)             (fast division: fastdiv.py)
+    pool_row = page_table[b, page_slot] * page_size + row_in_page
+
+Power-of-two page sizes divide by a shift; any other page size (1..256 are all taken) by
+``fastdiv.divisor(page_size)``'s multiply-high, so the kernel never divides by a register.
+
+Fetching a K/V tile of ``bn`` consecutive tokens (the tile starts at a multiple of ``bn``): a TMA
+box may not straddle a page (the next page is anywhere in the pool), so a tile is cut into boxes of
+``box_rows = gcd(bn, page_size)`` rows, which never straddle one (note "Box rows" below). When that
+box is tall enough (``MIN_TMA_BOX_ROWS``) and a tile needs few of them (``MAX_TMA_BOXES``), the
+producer issues TMA boxes; otherwise (page size 1, odd page sizes) the rows are gathered: cp.async
+per row on sm_90a, TMA gather4 (four arbitrary rows per instruction) on sm_100a. Both thresholds are
+first guesses: **the choice per page size is to be measured on the GPU** (issue 27: decode_paged at
+page sizes 1, 16, 64, 128) and the constants set from the measurement.
+
+Note "Box rows": a tile covers tokens [t0, t0 + bn) with t0 a multiple of bn; page boundaries are
+the multiples of page_size. Every boundary inside the tile is a multiple of g = gcd(bn, page_size)
+away from t0 (t0 and the boundary are both multiples of g), so boxes of g rows starting at t0 end
+exactly on every boundary, and no larger uniform box does for every t0.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from math import gcd
+
+from .fastdiv import divide, divisor
+
+MAX_PAGE_SIZE = 256          # the operand's page sizes are 1..256 (issue 27)
+MIN_TMA_BOX_ROWS = 16        # below this a gather is assumed faster than many tiny boxes: to be measured
+MAX_TMA_BOXES = 8            # more boxes than this per tile: gather instead (issue latency): to be measured
+GATHER4_ROWS = 4             # rows per sm_100a TMA gather4 instruction
+
+
+def check_page_size(page_size: int) -> int:
+    if type(page_size) is not int or not 1 <= page_size <= MAX_PAGE_SIZE:
+        raise ValueError(f"page_size must be an int in 1..{MAX_PAGE_SIZE}, got {page_size!r}")
+    return page_size
+
+
+@dataclass(frozen=True)
+class PageDivisor:
+    """How the kernel splits a token index by the page size: a shift for powers of two, else a
+    fastdiv (multiplier, shift) pair; ``split`` is the host twin of the kernel's arithmetic."""
+
+    page_size: int
+    log2: int | None          # page_size == 1 << log2, else None
+    mul: int                  # fastdiv pair (used when log2 is None)
+    shift: int
+
+    @classmethod
+    def of(cls, page_size: int) -> "PageDivisor":
+        """Any page_size >= 1 below 2**31 (a contiguous cache's one page per sequence included)."""
+        pow2 = page_size & (page_size - 1) == 0
+        mul, shift = divisor(page_size)
+        return cls(page_size, page_size.bit_length() - 1 if pow2 else None, mul, shift)
+
+    def split(self, token: int) -> tuple[int, int]:
+        """token -> (page_slot, row_in_page): what the kernel computes for 0 <= token < 2**31."""
+        if self.log2 is not None:
+            if not 0 <= token < 1 << 31:
+                raise ValueError(f"token must be in [0, 2**31), got {token}")
+            slot = token >> self.log2
+        else:
+            slot = divide(token, self.mul, self.shift)
+        return slot, token - slot * self.page_size
+
+
+def pool_row(page_table_row, token: int, div: PageDivisor) -> int:
+    """The pool row holding ``token`` of the sequence whose page-table row is ``page_table_row``."""
+    slot, row = div.split(token)
+    return int(page_table_row[slot]) * div.page_size + row
+
+
+def pages_spanned(t0: int, rows: int, page_size: int) -> int:
+    """How many pages tokens [t0, t0 + rows) touch (rows >= 1)."""
+    return (t0 + rows - 1) // page_size - t0 // page_size + 1
+
+
+def max_pages_per_tile(bn: int, page_size: int) -> int:
+    """The most pages a tile of bn tokens starting at a multiple of bn touches: with g =
+    gcd(bn, page_size) the tile's start sits at offset page_size - g in its page at worst."""
+    g = gcd(bn, page_size)
+    return -(-(page_size - g + bn) // page_size)
+
+
+class KVFetch(enum.Enum):
+    """How the producer brings a K/V tile into SMEM."""
+
+    TMA_BOXES = "tma_boxes"          # bn / box_rows TMA boxes of box_rows rows, each inside one page
+    CP_ASYNC_GATHER = "cp_async"     # sm_90a: one cp.async row (D elements) per token, any page size
+    TMA_GATHER4 = "tma_gather4"      # sm_100a: TMA gather4, four rows of arbitrary pool index each
+
+
+@dataclass(frozen=True)
+class FetchPlan:
+    """The operand's fetch choice for one (bn, page_size, arch)."""
+
+    fetch: KVFetch
+    box_rows: int            # rows per TMA box (TMA_BOXES), else rows per gather instruction
+    boxes_per_tile: int      # instructions per tile and per K or V
+
+    @property
+    def uses_tma(self) -> bool:
+        return self.fetch is not KVFetch.CP_ASYNC_GATHER
+
+
+def fetch_plan(bn: int, page_size: int, arch: str = "sm_90a", *, paged: bool = True) -> FetchPlan:
+    """TMA boxes when gcd(bn, page_size) rows make a box of at least MIN_TMA_BOX_ROWS and a tile
+    needs at most MAX_TMA_BOXES of them (one box per tile when page_size is a multiple of bn: the
+    contiguous cache, and FA3's TMA rule page_size % bn == 0); else a gather. Thresholds to be
+    measured (module docstring). page_size may exceed MAX_PAGE_SIZE here: a contiguous cache is one
+    page of seqlen_cache rows per sequence. A contiguous cache (``paged=False``) always takes one
+    box per tile, whatever seqlen_cache: its descriptor has a batch dimension, so a tile running
+    past seqlen_cache is cut by the TMA bounds (zero fill) instead of reading the next sequence."""
+    if bn < 1 or page_size < 1:
+        raise ValueError(f"bn and page_size must be >= 1, got {bn}, {page_size}")
+    if not paged:
+        return FetchPlan(KVFetch.TMA_BOXES, bn, 1)
+    box_rows = gcd(bn, page_size)
+    boxes = bn // box_rows
+    if box_rows >= MIN_TMA_BOX_ROWS and boxes <= MAX_TMA_BOXES:
+        return FetchPlan(KVFetch.TMA_BOXES, box_rows, boxes)
+    if arch == "sm_100a" and bn % GATHER4_ROWS == 0:
+        return FetchPlan(KVFetch.TMA_GATHER4, GATHER4_ROWS, bn // GATHER4_ROWS)
+    return FetchPlan(KVFetch.CP_ASYNC_GATHER, 1, bn)
+
+
+__all__ = ["MAX_PAGE_SIZE", "MIN_TMA_BOX_ROWS", "MAX_TMA_BOXES", "GATHER4_ROWS", "check_page_size", "PageDivisor",
+           "pool_row", "pages_spanned", "max_pages_per_tile", "KVFetch", "FetchPlan", "fetch_plan"]
