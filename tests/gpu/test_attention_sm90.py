@@ -327,3 +327,35 @@ def test_input_errors_raise_before_launch(attn_bundle):
             attention.flash_attn_func(*args, out=out if args[0].shape == q.shape else None, bundle=attn_bundle)
     torch.cuda.synchronize()
     assert bool(torch.isnan(out).all()), "a rejected call wrote out"
+
+
+@pytest.mark.parametrize("path", ["torch", "memset", "memset-strided", "dlpack"])
+def test_no_keys_gives_zero_and_inf(attn_bundle, path):
+    """seqlen_k = 0: every row sees no key, so out = 0 and lse = +inf, as FlashAttention-2 returns,
+    with no kernel. 'torch': torch outputs on the current stream (torch fills them); 'memset': an
+    explicit stream, so runtime.fill's driver memsets write them; 'memset-strided': out and lse are
+    strided views inside NaN guard bands, which must stay NaN (one memset per row run); 'dlpack':
+    non-torch inputs and outputs (no stream given), filled by memsets on the default stream."""
+    import torch
+    from fa4mlir.attention import flash_attn_func
+    q, _, _ = attention_inputs(2, 37, 8, 4, 2, 128, "bf16", seed_of("nokeys", path))
+    k = torch.empty(2, 0, 2, 128, device="cuda", dtype=torch.bfloat16)
+    v = torch.empty_like(k)
+    stream = None if path == "torch" else torch.cuda.current_stream().cuda_stream
+    big_out = torch.full((2, 37, 6, 136), NAN, device="cuda", dtype=torch.bfloat16)
+    big_lse = torch.full((2 * 4 * 37 + 8,), NAN, device="cuda", dtype=torch.float32)
+    if path == "memset-strided":
+        out, lse = big_out[:, :, 1:5, 8:136], big_lse[4:4 + 2 * 4 * 37].view(2, 4, 37)
+    else:
+        out, lse = torch.full_like(q, NAN), torch.full((2, 4, 37), NAN, device="cuda", dtype=torch.float32)
+    args = (DLPackOnly(q), DLPackOnly(k), DLPackOnly(v)) if path == "dlpack" else (q, k, v)
+    outs = (DLPackOnly(out), DLPackOnly(lse)) if path == "dlpack" else (out, lse)
+    flash_attn_func(*args, causal=False, out=outs[0], lse=outs[1], stream=stream, bundle=attn_bundle)
+    torch.cuda.synchronize()
+    assert bool((out == 0).all()), "out is not all zeros"
+    assert bool(torch.isposinf(lse).all()), "lse is not all +inf"
+    if path == "memset-strided":
+        guard_out = big_out.clone()
+        guard_out[:, :, 1:5, 8:136] = NAN
+        guard_lse = torch.cat([big_lse[:4], big_lse[4 + 2 * 4 * 37:]])
+        assert bool(torch.isnan(guard_out).all()) and bool(torch.isnan(guard_lse).all()), "a memset wrote outside its view"
