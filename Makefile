@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 BUNDLE ?= bundle
 
-.PHONY: demo test ruff pytest lit gpu-bundle gpu-test bench bench-attention bench-gemm plot clean
+.PHONY: demo test ruff pytest lit gpu-bundle gpu-test bench bench-attention bench-gemm sanitize plot clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,9 @@ bench-attention:          ## there: attention vs cuDNN, FA2, FA4 on the FA3 grid
 
 bench-gemm:               ## there: time the bundle's GEMMs against torch.matmul
 	PYTHONPATH=$(CURDIR) python3 -m fa4mlir bench gemm --bundle $(BUNDLE) --out gemm-bench.json
+
+sanitize:                 ## there: compute-sanitizer (memcheck, racecheck, synccheck) over every kernel family (SANITIZE_ARGS=--quick)
+	PYTHONPATH=$(CURDIR) python3 bench/sanitize.py --bundle $(BUNDLE) --out sanitize.json $(SANITIZE_ARGS)
 
 plot: $(STAMP)            ## here: draw attention-bench.png from attention-bench.json (installs matplotlib)
 	$(PY) -m pip install -q -e '.[bench]'

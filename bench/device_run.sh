@@ -11,6 +11,9 @@
 # backend for 1 s, fa4mlir/bench/timers.py), more than one call holds next to the tests: run the tests in
 # one call (ATTN_TIMEOUT=1 GEMM_TIMEOUT=1), then the bench in two (ATTN_ARGS="--head-dims 64,128",
 # then ATTN_ARGS=--resume with the first call's attention.json copied to $OUT/attention.json).
+# SANITIZE_TIMEOUT (default 0: off) adds bench/sanitize.py, compute-sanitizer over every kernel family
+# (SANITIZE_ARGS adds flags, e.g. "--quick"; $OUT/sanitize.json, sanitize.log, sanitize-logs/); it needs
+# a call of its own: rather run it directly, `PYTHONPATH=$PWD python3 bench/sanitize.py --out $OUT/sanitize.json`.
 # Each step runs even when the one before failed.
 set -uo pipefail
 export FA4MLIR_BUNDLE=$PWD/bundle PYTHONPATH=$PWD${EXTRA_PYTHONPATH:+:$EXTRA_PYTHONPATH} PYTHONUNBUFFERED=1
@@ -29,3 +32,10 @@ timeout "${ATTN_TIMEOUT:-240}" python3 -m fa4mlir bench attention --bundle bundl
 echo "== GEMM bench (timeout ${GEMM_TIMEOUT:-90} s)"
 timeout "${GEMM_TIMEOUT:-90}" python3 -m fa4mlir bench gemm --bundle bundle --out "$OUT/gemm.json" 2>&1 \
     | tee "$OUT/gemm_bench.log" | tail -16
+if [ "${SANITIZE_TIMEOUT:-0}" -gt 0 ]; then
+    echo "== compute-sanitizer (timeout $SANITIZE_TIMEOUT s)"
+    # shellcheck disable=SC2086  # SANITIZE_ARGS is a list of flags
+    timeout "$SANITIZE_TIMEOUT" python3 bench/sanitize.py --bundle bundle --out "$OUT/sanitize.json" \
+        --budget-s $((SANITIZE_TIMEOUT > 60 ? SANITIZE_TIMEOUT - 30 : 30)) ${SANITIZE_ARGS:-} 2>&1 \
+        | tee "$OUT/sanitize.log" | tail -40
+fi

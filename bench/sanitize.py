@@ -1,0 +1,678 @@
+"""compute-sanitizer over a reduced matrix of every kernel family the GPU tests run (MLIR-free; on the
+GPU machine, from the repo root, with the bundle of `make gpu-bundle`):
+
+    PYTHONPATH=$PWD python3 bench/sanitize.py --bundle bundle --out sanitize.json
+        [--tools memcheck,racecheck,synccheck | all] [--quick] [--cases NAME,...] [--resume]
+        [--timeout-s 150] [--budget-s 540] [--jobs N] [--sanitizer PATH] [--seed N] [--no-kernel-filter]
+    PYTHONPATH=$PWD python3 bench/sanitize.py --dry-run     # the matrix, the bundle check, every command
+
+Each (case, tool) is one process, `compute-sanitizer --tool TOOL --error-exitcode 99 ... python3
+bench/sanitize.py --child CASE`: the child draws fresh random inputs, fills the outputs with NaN,
+launches the case's kernel on a few small shapes (ragged sequence lengths, several query tiles and
+KV blocks, seqlen_q above and below seqlen_k, GQA/MQA) and checks every result against a reference
+(the FA rule of fa4mlir.testing), so a clean report is known to come from kernels that ran and were
+right. The sanitizer instruments only the case's kernels (`--kernel-name kns=KERNEL`; not torch's
+randn and reference kernels) where it takes that option (probed first; the JSON says when not),
+except initcheck, which must see torch's writes to know memory is initialised. torch's caching allocator is off in the child (PYTORCH_NO_CUDA_MEMORY_CACHING=1): each
+tensor is its own allocation, so memcheck sees an access past a tensor's end.
+
+The matrix (CASES): one case per family of gpu-tests' sm_90a kernels (`family`: the kernel, and for
+the attention kernel what changes its barriers and shared-memory protocol: persistent or one tile per
+CTA, causal, consumer warpgroups, GEMM turns), plus cases until every head dim, dtype and softmax
+knob of the set is covered (tests/test_sanitize_script.py checks both against kernel_sets). The
+attention defaults run through flash_attn_func on one shape it picks them for and, like the
+variants, launched directly on the others (a persistent kernel on PERSISTENT_CTAS CTAs, so each CTA
+strides over several tiles). The watchdog case launches the deadlocking debug kernel, which must
+trap with its message; the sanitizer's report of that trap (a failed launch, the trap itself) is
+expected, anything else it reports is not. sm_100a kernels cannot run here (no Blackwell GPU): the
+JSON lists them as not runnable.
+
+Per run: status, errors (ERROR SUMMARY), racecheck hazards (errors, warnings), wall seconds, return
+code, the first lines of the first findings, the child's checks; the full log under --logs.
+Statuses: clean; warnings (racecheck warnings only); expected-trap (the watchdog case as it should
+be); findings (the sanitizer reported errors); wrong (clean report, wrong numbers or no trap);
+crashed (no summary, or the child stopped on an exception); timeout; unavailable (the tool cannot run on
+this device, e.g. "Device not supported": not a pass); skipped (--budget-s spent: `--resume` with the
+same --out runs what is left). The JSON is rewritten after every run, so a killed call keeps its runs.
+Exit status: 1 if any run failed (findings, wrong, crashed, timeout), else 2 if compute-sanitizer is
+missing or a tool was unavailable, else 3 if the budget left runs out, else 0.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import random
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from bench.sanitize_report import FAILED, judge, parse_report
+from fa4mlir import kernel_sets, kernels
+from fa4mlir.kernels import attention_sm90_config as acfg
+
+REPO = Path(__file__).resolve().parent.parent
+TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+DEFAULT_TOOLS = ("memcheck", "racecheck", "synccheck")
+TOOL_ARGS = {"memcheck": (), "racecheck": ("--racecheck-report", "analysis"), "synccheck": (), "initcheck": ()}
+ERROR_EXITCODE = 99
+RUNNABLE_ARCH = "sm_90a"
+PERSISTENT_CTAS = 3   # a persistent kernel launched directly gets 3 CTAs: each loops over several tiles
+WATCHDOG_TEXT = "fa4mlir watchdog: kernel deadlock_sm90_debug"
+NAN = float("nan")
+DEVICE = "cuda"
+
+
+# ----------------------------------------------------------------------------------------------
+# The matrix
+# ----------------------------------------------------------------------------------------------
+
+def family(kernel: str, config: dict) -> str:
+    """The sanitizer family of a bundle entry: its kernel, and for the sm_90a attention kernel the
+    choices that change its synchronisation and shared-memory protocol (tile sizes, stages, dtype,
+    head dim and the softmax knobs change the code inside one protocol: `features`)."""
+    if kernel != acfg.KERNEL:
+        return kernel
+    return "/".join((kernel, "persistent" if config["persistent"] else "tiled",
+                     "causal" if config["causal"] else "full", f"{config['bm'] // 64}wg",
+                     "pingpong" if config["pingpong"] else "nopp"))
+
+
+def features(kernel: str, config: dict) -> set[str]:
+    """What else a reduced matrix must hit once: the attention kernel's dtypes, head dims and softmax knobs."""
+    if kernel != acfg.KERNEL:
+        return set()
+    out = {config["dtype"], f"d{config['head_dim']}"}
+    out |= {name for name, on in (("lazy-rescale", config["rescale_threshold"] > 0),
+                                  ("poly-exp2", config["exp2_poly_stride"] > 0),
+                                  ("rescale-before-pv", config["rescale_before_pv"])) if on}
+    return out
+
+
+@dataclass(frozen=True)
+class Case:
+    """One kernel family's sanitizer case: the bundle entries it runs (config items each entry
+    holds, with the kernel's own cubin backend) and the shapes: attention (batch, seqlen_q,
+    seqlen_k, heads, kv_heads), GEMM (m, n, k)."""
+
+    name: str
+    kernel: str
+    match: tuple[dict, ...]
+    shapes: tuple[tuple[int, ...], ...] = ()
+    quick: bool = False
+    expect_trap: bool = False
+
+    @property
+    def family(self) -> str:
+        return family(self.kernel, self.match[0])
+
+
+# Ragged lengths (not multiples of 64, 112, 128, 144 or 192), two or more query tiles and KV blocks:
+# GQA 2 square; seqlen_q < seqlen_k with MQA; seqlen_q > seqlen_k, where causal rows 0..389 see no
+# key (whole query tiles with none: the Q-tile race of tests/gpu's test_tiles_without_keys_race_nothing).
+ATTN_SHAPES = ((2, 300, 300, 4, 2), (1, 200, 520, 2, 1), (1, 520, 130, 2, 2))
+GEMM_SHAPES = ((300, 264, 200), (129, 136, 72), (1, 8, 8))   # ragged M, N, K over 3x2 and 2x1 tiles; one row
+
+
+def api_shape(cfg: acfg.AttnConfig) -> tuple[int, ...] | None:
+    """A shape flash_attn_func runs `cfg` on (default_config picks it there), or None when it never
+    does (a tile variant or the FA4 pieces): ATTN_SHAPES' first for a kernel of every length or of
+    short key sequences, else one key sequence just past SHORT_SEQLEN_K (few query rows: cheap)."""
+    limit = acfg.SHORT_SEQLEN_K.get((cfg.head_dim, cfg.causal), 0)
+    for shape in (ATTN_SHAPES[0], (1, 100, limit + 4, 2, 1)):
+        if acfg.default_config(cfg.dtype, cfg.head_dim, cfg.causal, shape[2]) == cfg:
+            return shape
+    return None
+
+
+def _attn(name: str, cfg: acfg.AttnConfig, quick: bool = False) -> Case:
+    return Case(name, acfg.KERNEL, (cfg.key(),), ATTN_SHAPES, quick)
+
+
+def _default(dtype: str, head_dim: int, causal: bool, short: bool = False) -> acfg.AttnConfig:
+    """kernel_sets.attention()'s kernel: default_config for long key sequences, or short ones."""
+    return acfg.default_config(dtype, head_dim, causal, 1 if short else None)
+
+
+def _pieces(dtype: str, head_dim: int, causal: bool) -> acfg.AttnConfig:
+    """kernel_sets.attention_fa4_pieces()'s kernel."""
+    return replace(acfg.default_config(dtype, head_dim, causal), **kernel_sets.FA4_PIECES).validate()
+
+
+def _variant(head_dim: int, causal: bool, **tiles) -> acfg.AttnConfig:
+    """kernel_sets.tile_variants()'s kernel (bf16)."""
+    return acfg.AttnConfig(dtype="bf16", head_dim=head_dim, causal=causal, **tiles).validate()
+
+
+CASES = (
+    # flash_attn_func's kernels (kernel_sets.attention)
+    _attn("attn-d64", _default("bf16", 64, False), quick=True),
+    _attn("attn-d64-short", _default("bf16", 64, False, short=True)),
+    _attn("attn-d64-causal-f16", _default("f16", 64, True)),
+    _attn("attn-d64-causal-short", _default("bf16", 64, True, short=True)),
+    _attn("attn-d128", _default("bf16", 128, False)),
+    _attn("attn-d128-short-f16", _default("f16", 128, False, short=True)),
+    _attn("attn-d128-causal", _default("bf16", 128, True), quick=True),
+    _attn("attn-d256-causal", _default("bf16", 256, True), quick=True),
+    # FlashAttention-4's softmax pieces (polynomial exp2): attention-fa4-pieces
+    _attn("fa4-pieces-d64-causal-f16", _pieces("f16", 64, True)),
+    # tile variants whose protocol no default has (attention-tiles)
+    _attn("tiles-d256-128x80-nopp", _variant(256, False, bm=128, bn=80, stages=2, pingpong=False)),
+    _attn("tiles-d64-192x128-nopp", _variant(64, False, bm=192, bn=128, stages=2, pingpong=False)),
+    _attn("tiles-d64-causal-192x128-nopp", _variant(64, True, bm=192, bn=128, stages=2, pingpong=False)),
+    _attn("tiles-d64-causal-128x128-s4-nopp", _variant(64, True, bm=128, bn=128, stages=4, pingpong=False)),
+    _attn("tiles-d64-128x128-nopp-pers", _variant(64, False, bm=128, bn=128, stages=2, pingpong=False,
+                                                  persistent=True)),
+    Case("gemm", "gemm_sm90", tuple({"kernel": "gemm_sm90", "dtype": dt, "bn": 256, "stages": 4} for dt in ("bf16", "f16")),
+         GEMM_SHAPES, quick=True),
+    Case("watchdog", "deadlock_sm90", ({"kernel": "deadlock_sm90"},), quick=True, expect_trap=True),
+)
+CASES_BY_NAME = {c.name: c for c in CASES}
+
+
+def uncovered(entries, cases=CASES) -> list[str]:
+    """The families and features of bundle entries (kernel, config dict) that no case covers."""
+    have_fam = {c.family for c in cases}
+    have_feat = set().union(*(features(c.kernel, m) for c in cases for m in c.match))
+    missing = {family(k, cfg) for k, cfg in entries} - have_fam
+    missing |= set().union(*(features(k, cfg) for k, cfg in entries)) - have_feat
+    return sorted(missing)
+
+
+def select_cases(quick: bool, names: list[str] | None) -> list[Case]:
+    if names:
+        unknown = [n for n in names if n not in CASES_BY_NAME]
+        if unknown:
+            raise ValueError(f"unknown case(s) {unknown}; the cases are {', '.join(CASES_BY_NAME)}")
+        return [CASES_BY_NAME[n] for n in names]
+    return sorted((c for c in CASES if c.quick or not quick), key=lambda c: not c.quick)   # quick ones first
+
+
+def parse_tools(spec: str) -> list[str]:
+    tools = list(TOOLS) if spec == "all" else [t.strip() for t in spec.split(",") if t.strip()]
+    bad = [t for t in tools if t not in TOOLS]
+    if bad or not tools:
+        raise ValueError(f"--tools takes a comma list of {', '.join(TOOLS)} or 'all', got {spec!r}")
+    return tools
+
+
+# ----------------------------------------------------------------------------------------------
+# compute-sanitizer: where it is, the command line, its report
+# ----------------------------------------------------------------------------------------------
+
+CUDA_GLOBS = ("/usr/local/cuda/bin/compute-sanitizer", "/usr/local/cuda-*/bin/compute-sanitizer",
+              "/usr/local/cuda*/compute-sanitizer/compute-sanitizer")
+
+
+def find_sanitizer(explicit: str | None = None) -> str | None:
+    """--sanitizer, else $COMPUTE_SANITIZER, else PATH, else next to nvcc, else the CUDA install folders."""
+    def runnable(path: str) -> bool:
+        return os.path.isfile(path) and os.access(path, os.X_OK)
+
+    for cand in (explicit, os.environ.get("COMPUTE_SANITIZER")):
+        if cand:
+            return cand if runnable(cand) else None
+    found = shutil.which("compute-sanitizer")
+    if found:
+        return found
+    nvcc = shutil.which("nvcc")
+    near = [str(Path(nvcc).parent / "compute-sanitizer")] if nvcc else []
+    return next((c for c in near + sorted(p for g in CUDA_GLOBS for p in glob.glob(g)) if runnable(c)), None)
+
+
+def command(sanitizer: str, case: Case, tool: str, bundle: str, seed: int, kernel_filter: bool = True) -> list[str]:
+    """The sanitizer command of one run; the child is this script with --child."""
+    filt = ["--kernel-name", f"kns={case.kernel}"] if kernel_filter and tool != "initcheck" else []
+    return [sanitizer, "--tool", tool, "--error-exitcode", str(ERROR_EXITCODE), *TOOL_ARGS[tool], *filt,
+            sys.executable, str(Path(__file__).resolve()), "--child", case.name, "--bundle", bundle, "--seed", str(seed)]
+
+
+# ----------------------------------------------------------------------------------------------
+# The child: what runs under the sanitizer
+# ----------------------------------------------------------------------------------------------
+
+def emit(tag: str, value: dict) -> None:
+    print(f"{tag} {json.dumps(value)}", flush=True)
+
+
+def find(bundle, case: Case, match: dict):
+    """The bundle's artefact of one of the case's entries (compiled with the kernel's own backend)."""
+    return bundle.find(arch=RUNNABLE_ARCH, cubin_backend=kernels.cubin_backend(case.kernel), **match)
+
+
+def child_attention(case: Case, bundle, seed: int):
+    """The case's kernel through flash_attn_func on its api_shape (when it is a default), then launched
+    directly on each shape; every result against compare_attention (the FA rule, masked rows, no NaN)."""
+    import torch
+
+    from fa4mlir.attention import AttnProblem, find_artifact, flash_attn_func
+    from fa4mlir.runtime import load
+    from fa4mlir.testing import attention_inputs, compare_attention
+
+    cfg = acfg.AttnConfig.from_key(case.match[0])
+    kern = load(find(bundle, case, case.match[0]))
+    api = api_shape(cfg)
+    launches = ([(api, "flash_attn_func")] if api else []) + [(s, "runtime") for s in case.shapes]
+    for i, (shape, via) in enumerate(launches):
+        b, sq, _, h, _ = shape
+        q, k, v = attention_inputs(*shape, cfg.head_dim, cfg.dtype, seed + i)
+        o = torch.full_like(q, NAN)
+        lse = torch.full((b, h, sq), NAN, device=q.device, dtype=torch.float32)
+        scale = cfg.head_dim ** -0.5
+        if via == "flash_attn_func":
+            picked = acfg.AttnConfig.from_key(find_artifact(bundle, cfg.dtype, cfg.head_dim, cfg.causal, shape[2]).config)
+            if picked != cfg:
+                raise RuntimeError(f"flash_attn_func would run {picked} at {shape}, not the case's kernel")
+            flash_attn_func(q, k, v, scale, cfg.causal, return_lse=True, out=o, lse=lse, bundle=bundle)
+        else:
+            problem = AttnProblem.of(q.shape, k.shape, cfg.dtype, causal=cfg.causal, softmax_scale=scale)
+            kern.launch(acfg.grid(cfg, problem, PERSISTENT_CTAS),
+                        acfg.launch_args(cfg, problem, dict(q=q, k=k, v=v, o=o, lse=lse)))
+        torch.cuda.synchronize()
+        r = compare_attention(q, k, v, o, lse, scale, cfg.causal)
+        yield {"kernel": kern.artifact.name, "shape": shape, "via": via, "seed": seed + i, "ok": r["ok"],
+               **{key: r[key] for key in ("max_err", "bound", "lse_err", "lse_bound", "nan_out", "nan_lse", "masked_ok")}}
+
+
+def child_gemm(case: Case, bundle, seed: int):
+    """Each of the case's GEMMs on each shape, through testing.check_gemm (NaN-poisoned C, the FA rule)."""
+    from fa4mlir.runtime import load
+    from fa4mlir.testing import check_gemm
+
+    for j, match in enumerate(case.match):
+        kern = load(find(bundle, case, match))
+        for i, (m, n, k) in enumerate(case.shapes):
+            r = check_gemm(kern, m, n, k, seed=seed + 100 * j + i)
+            yield {"kernel": kern.artifact.name, "shape": (m, n, k), "via": "runtime", "seed": seed + 100 * j + i,
+                   **{key: r[key] for key in ("ok", "max_err", "bound", "nan_or_unwritten")}}
+
+
+def child_watchdog(case: Case, bundle, seed: int):
+    """The deadlocking debug kernel: passes when its launch fails (the watchdog's trap); the parent
+    also wants the watchdog's message in the output."""
+    import torch
+
+    from fa4mlir.runtime import load
+
+    kern = load(find(bundle, case, case.match[0]))
+    out = torch.zeros(4, dtype=torch.int32, device=DEVICE)
+    try:
+        kern.launch(1, [out])
+        torch.cuda.synchronize()
+    except Exception as exc:  # the trap: the launch fails, and the context with it
+        yield {"kernel": kern.artifact.name, "via": "runtime", "ok": True, "trapped": f"{type(exc).__name__}: {exc}"[:300]}
+        return
+    yield {"kernel": kern.artifact.name, "via": "runtime", "ok": False, "trapped": None}
+
+
+CHILDREN = {acfg.KERNEL: child_attention, "gemm_sm90": child_gemm, "deadlock_sm90": child_watchdog}
+
+
+def start_cuda() -> dict:
+    """Create torch's CUDA context (the runtime shares it); the device and torch version."""
+    import torch
+    torch.zeros(1, device=DEVICE)
+    return {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+
+
+def child_main(name: str, bundle_dir: str, seed: int) -> int:
+    """Run one case's checks, one SANITIZE-RESULT line each and a SANITIZE-END line; exit 0 when all passed."""
+    from fa4mlir.runtime import Bundle
+
+    case = CASES_BY_NAME[name]
+    info, ok, count = {"seed": seed}, True, 0
+    try:
+        info.update(start_cuda())
+        for result in CHILDREN[case.kernel](case, Bundle.open(bundle_dir), seed):
+            emit("SANITIZE-RESULT", result)
+            ok, count = ok and bool(result["ok"]), count + 1
+    except Exception as exc:
+        emit("SANITIZE-END", {**info, "ok": False, "checks": count, "error": f"{type(exc).__name__}: {exc}"[:500]})
+        return 3
+    emit("SANITIZE-END", {**info, "ok": ok and count > 0, "checks": count})
+    return 0 if ok and count else 1
+
+
+# ----------------------------------------------------------------------------------------------
+# The parent: run the matrix, print the table, write the JSON
+# ----------------------------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    case: str
+    family: str
+    tool: str
+    status: str = "pending"
+    why: str = ""
+    errors: int | None = None
+    hazards: int | None = None
+    race_errors: int = 0
+    race_warnings: int = 0
+    wall_s: float = 0.0
+    rc: int | None = None
+    seed: int = 0
+    command: str = ""
+    findings: list[dict] = field(default_factory=list)
+    checks: list[dict] = field(default_factory=list)
+    child: dict | None = None
+    log: str = ""
+
+
+MIN_RUN_S = 10     # no run starts with less of the budget left
+LOG_CHARS = 256 * 1024
+
+
+class Runner:
+    """Runs (case, tool) pairs under the sanitizer, each in its own process group (killed whole on
+    timeout or on SIGTERM/SIGINT). A run's limit is --timeout-s or what is left of --budget-s, and
+    none starts with less than MIN_RUN_S of it left; once a tool is unavailable it is not tried again."""
+
+    def __init__(self, args, sanitizer: str, logs: Path, kernel_filter: bool):
+        self.args, self.sanitizer, self.logs, self.kernel_filter = args, sanitizer, logs, kernel_filter
+        self.start = time.monotonic()
+        self.unavailable: set[str] = set()
+        self.procs: set[subprocess.Popen] = set()
+        self.lock = threading.RLock()   # the signal handler may interrupt the thread that holds it
+        self.stopping = False
+
+    def stop(self, signum=None, frame=None) -> None:
+        self.stopping = True
+        with self.lock:
+            for proc in list(self.procs):
+                _kill_group(proc)
+
+    def run(self, case: Case, tool: str, seed: int) -> Run:
+        run = Run(case.name, case.family, tool, seed=seed)
+        left = self.args.budget_s - (time.monotonic() - self.start)
+        if self.stopping or left < MIN_RUN_S:
+            run.status, run.why = "skipped", "interrupted" if self.stopping else f"--budget-s {self.args.budget_s:.0f} spent"
+            return run
+        if tool in self.unavailable:
+            run.status, run.why = "unavailable", f"{tool} was unavailable on an earlier run"
+            return run
+        limit = min(self.args.timeout_s, left)
+        cmd = command(self.sanitizer, case, tool, self.args.bundle, seed, self.kernel_filter)
+        run.command = shlex.join(cmd)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+                   PYTORCH_NO_CUDA_MEMORY_CACHING="1", PYTHONUNBUFFERED="1")
+        t0 = time.monotonic()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                                env=env, cwd=REPO, start_new_session=True)
+        with self.lock:
+            self.procs.add(proc)
+            if self.stopping:   # stop() ran between the check above and the start
+                _kill_group(proc)
+        timed_out = False
+        try:
+            text, _ = proc.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+            text, _ = proc.communicate()
+        finally:
+            with self.lock:
+                self.procs.discard(proc)
+        run.wall_s, run.rc = round(time.monotonic() - t0, 2), proc.returncode
+        log = self.logs / f"{case.name}.{tool}.log"
+        log.write_text(_clip(f"$ {run.command}\n{text}"))
+        run.log = str(log)
+        rep = parse_report(text)
+        run.status, run.why = judge(rep, run.rc, timed_out, text, WATCHDOG_TEXT if case.expect_trap else None)
+        if self.stopping and run.status in ("crashed", "timeout"):
+            run.status, run.why = "skipped", "interrupted"
+        elif timed_out and limit < self.args.timeout_s:
+            run.status, run.why = "skipped", f"cut after {limit:.0f} s at the end of --budget-s"
+        if run.status == "unavailable":
+            self.unavailable.add(tool)
+        run.errors, run.hazards, run.race_errors, run.race_warnings = (rep.errors, rep.hazards, rep.race_errors,
+                                                                       rep.race_warnings)
+        run.findings = [asdict(r) for r in rep.records][:3]
+        run.checks, run.child = rep.results, rep.end
+        return run
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _clip(text: str) -> str:
+    if len(text) <= LOG_CHARS:
+        return text
+    half = LOG_CHARS // 2
+    return f"{text[:half]}\n[... {len(text) - LOG_CHARS} characters cut ...]\n{text[-half:]}"
+
+
+def filter_accepted(sanitizer: str) -> tuple[bool, str]:
+    """Whether this compute-sanitizer takes `--kernel-name kns=...` (and what it said when not)."""
+    try:
+        r = subprocess.run([sanitizer, "--kernel-name", "kns=fa4mlir_probe", "--version"], capture_output=True,
+                           text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, str(exc)
+    return r.returncode == 0, " ".join((r.stdout + r.stderr).split())[:300]
+
+
+def not_runnable(bundle) -> list[dict]:
+    """The bundle's kernels this device cannot run (sm_100a: no Blackwell GPU here), per kernel."""
+    counts: dict = {}
+    for e in bundle.entries:
+        if e["arch"] != RUNNABLE_ARCH:
+            key = (e["config"].get("kernel", e["name"]), e["arch"])
+            counts[key] = counts.get(key, 0) + 1
+    return [{"kernel": k, "arch": a, "entries": n, "why": f"{a} kernels need that GPU; the sanitizer runs here "
+             f"on {RUNNABLE_ARCH}"} for (k, a), n in sorted(counts.items())]
+
+
+def bundle_check(bundle, cases: list[Case]) -> tuple[list[str], list[str]]:
+    """(the cases' kernels the bundle lacks, with why; the bundle's runnable families and features no case covers)."""
+    missing = []
+    for case in cases:
+        for match in case.match:
+            try:
+                find(bundle, case, match)
+            except LookupError as exc:
+                missing.append(f"{case.name}: {str(exc)[:300]}")
+    entries = [(e["config"]["kernel"], e["config"]) for e in bundle.entries
+               if e["arch"] == RUNNABLE_ARCH and e["config"].get("kernel") in CHILDREN]
+    return missing, uncovered(entries)
+
+
+def table(runs: list[Run], tools: list[str]) -> str:
+    """Markdown: a row per case, a column per tool: status (errors, or racecheck errors/warnings; seconds)."""
+    by = {(r.case, r.tool): r for r in runs}
+    lines = ["| case | family | " + " | ".join(tools) + " |", "|---|---|" + "---|" * len(tools)]
+    for name in dict.fromkeys(r.case for r in runs):
+        cells = []
+        for tool in tools:
+            r = by.get((name, tool))
+            if r is None or r.status == "skipped":
+                cells.append(r.status if r else "")
+                continue
+            count = (f"{r.race_errors}/{r.race_warnings} hz" if r.hazards is not None else
+                     f"{r.errors} err" if r.errors is not None else "-")
+            cells.append(f"{r.status} ({count}, {r.wall_s:.0f} s)")
+        lines.append(f"| {name} | {CASES_BY_NAME[name].family} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def exit_code(runs: list[Run]) -> int:
+    statuses = {r.status for r in runs}
+    if statuses & set(FAILED):
+        return 1
+    return 2 if "unavailable" in statuses else 3 if "skipped" in statuses else 0
+
+
+def write_json(path: Path, doc: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def sanitizer_version(sanitizer: str) -> str:
+    try:
+        out = subprocess.run([sanitizer, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unknown ({exc})"
+    return " ".join(out.split())[:300]
+
+
+def previous_runs(out: Path, pairs) -> list[Run]:
+    """--resume: the runs of an earlier --out that ended (not skipped) and are in this matrix."""
+    if not out.is_file():
+        return []
+    want = {(c.name, t) for c, t in pairs}
+    runs = [Run(**r) for r in json.loads(out.read_text()).get("runs", [])]
+    return [r for r in runs if r.status != "skipped" and (r.case, r.tool) in want]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bundle", default="bundle", help="bundle folder (make gpu-bundle)")
+    p.add_argument("--out", default="sanitize.json", help="JSON result, rewritten after every run")
+    p.add_argument("--logs", default=None, help="one log per run (default: sanitize-logs/ next to --out)")
+    p.add_argument("--tools", default=",".join(DEFAULT_TOOLS), help=f"comma list of {', '.join(TOOLS)}, or all")
+    p.add_argument("--quick", action="store_true", help="only the cases marked quick: every kernel, a few families")
+    p.add_argument("--cases", default=None, help="comma list of case names (--dry-run lists them)")
+    p.add_argument("--resume", action="store_true", help="keep the finished runs of --out, run the others")
+    p.add_argument("--timeout-s", type=float, default=150.0, help="limit of one sanitizer run")
+    p.add_argument("--budget-s", type=float, default=540.0, help="start no run after this many seconds")
+    p.add_argument("--jobs", type=int, default=1, help="sanitizer runs at once on the one GPU (1: the tried path)")
+    p.add_argument("--sanitizer", default=None, help="the binary (default: $COMPUTE_SANITIZER, PATH, CUDA folders)")
+    p.add_argument("--seed", type=int, default=None, help="base seed of the inputs (default: fresh)")
+    p.add_argument("--no-kernel-filter", action="store_true", help="instrument torch's kernels too")
+    p.add_argument("--dry-run", action="store_true", help="print the matrix and the commands; run nothing")
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv=None) -> int:
+    p = parser()
+    args = p.parse_args(argv)
+    seed = random.SystemRandom().randrange(1 << 30) if args.seed is None else args.seed
+    if args.child:
+        return child_main(args.child, args.bundle, seed)
+    args.bundle = str(Path(args.bundle).resolve())   # the children run in the repo root
+    try:
+        tools = parse_tools(args.tools)
+        cases = select_cases(args.quick, args.cases.split(",") if args.cases else None)
+    except ValueError as exc:
+        p.error(str(exc))
+    if args.jobs < 1 or args.timeout_s <= 0:
+        p.error("--jobs must be >= 1 and --timeout-s > 0")
+    pairs = [(c, t) for c in cases for t in tools]
+    sanitizer = find_sanitizer(args.sanitizer)
+    if args.dry_run:
+        return dry_run(args, cases, pairs, sanitizer, seed)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if sanitizer is None:
+        where = f"--sanitizer {args.sanitizer}" if args.sanitizer else f"$COMPUTE_SANITIZER, PATH, next to nvcc, {', '.join(CUDA_GLOBS)}"
+        why = (f"compute-sanitizer not found (looked at {where}): nothing was checked; install the CUDA "
+               "toolkit's compute-sanitizer or pass --sanitizer PATH")
+        print(why, file=sys.stderr)
+        write_json(out, {"status": "no-sanitizer", "why": why, "runs": [], "exit": 2})
+        return 2
+    from fa4mlir.runtime import Bundle
+    try:
+        bundle = Bundle.open(args.bundle)
+    except (OSError, ValueError) as exc:
+        p.error(f"--bundle {args.bundle}: {exc}")
+    missing, uncovered_bundle = bundle_check(bundle, cases)
+    if missing:
+        print("the bundle lacks kernels of the matrix (build it with `make gpu-bundle`):\n  " + "\n  ".join(missing),
+              file=sys.stderr)
+        return 1
+    kernel_filter, said = (False, "--no-kernel-filter") if args.no_kernel_filter else filter_accepted(sanitizer)
+    logs = Path(args.logs) if args.logs else out.parent / "sanitize-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    runner = Runner(args, sanitizer, logs, kernel_filter)
+    runs = previous_runs(out, pairs) if args.resume else []
+    done = {(r.case, r.tool) for r in runs}
+    todo = [(c, t, seed + 1000 * i) for i, (c, t) in enumerate(pairs) if (c.name, t) not in done]
+    doc = {"command": shlex.join(["bench/sanitize.py", *(sys.argv[1:] if argv is None else argv)]),
+           "sanitizer": sanitizer, "sanitizer_version": sanitizer_version(sanitizer), "bundle": args.bundle,
+           "tools": tools, "quick": args.quick, "kernel_filter": kernel_filter,
+           "kernel_filter_probe": None if kernel_filter else said, "seed": seed, "timeout_s": args.timeout_s,
+           "budget_s": args.budget_s, "jobs": args.jobs, "resumed": len(runs),
+           "not_runnable": not_runnable(bundle), "uncovered_bundle_families": uncovered_bundle}
+    print(f"{len(todo)} runs ({len(cases)} cases x {', '.join(tools)}{f'; {len(runs)} kept from {out}' if runs else ''})"
+          f" with {sanitizer}{'' if kernel_filter else ' (no kernel filter: ' + said + ')'}; logs in {logs}", flush=True)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, runner.stop)
+    order = {(c.name, t): i for i, (c, t) in enumerate(pairs)}
+
+    def record(run: Run) -> None:
+        with runner.lock:
+            runs.append(run)
+            runs.sort(key=lambda r: order[(r.case, r.tool)])
+            doc.update(runs=[asdict(r) for r in runs], wall_s=round(time.monotonic() - runner.start, 1),
+                       device=next((r.child["device"] for r in runs if r.child and "device" in r.child), None),
+                       torch=next((r.child["torch"] for r in runs if r.child and "torch" in r.child), None))
+            write_json(out, doc)
+        print(f"[{len(runs)}/{len(pairs)}] {run.case} {run.tool}: {run.status} ({run.wall_s:.1f} s) {run.why}",
+              flush=True)
+
+    if args.jobs == 1:
+        for case, tool, s in todo:
+            record(runner.run(case, tool, s))
+    else:
+        with ThreadPoolExecutor(args.jobs) as pool:
+            for future in [pool.submit(runner.run, *item) for item in todo]:
+                record(future.result())
+    doc["summary"] = {s: sum(r.status == s for r in runs) for s in dict.fromkeys(r.status for r in runs)}
+    doc["exit"] = exit_code(runs)
+    write_json(out, doc)
+    print("\n" + table(runs, tools))
+    for r in runs:
+        if r.status in (*FAILED, "unavailable", "warnings"):
+            lines = r.findings[0]["lines"] if r.findings else []
+            print(f"\n{r.case} {r.tool}: {r.status}: {r.why}\n  " + "\n  ".join(lines) + f"\n  log: {r.log}")
+    for nr in doc["not_runnable"]:
+        print(f"not runnable here: {nr['kernel']} ({nr['entries']} bundle entries): {nr['why']}")
+    if uncovered_bundle:
+        print(f"bundle families and features without a case: {', '.join(uncovered_bundle)}")
+    print(f"summary: {doc['summary']}; {doc['wall_s']} s; exit {doc['exit']}; JSON {out}")
+    return doc["exit"]
+
+
+def dry_run(args, cases: list[Case], pairs, sanitizer: str | None, seed: int) -> int:
+    """Print the matrix, what the bundle lacks (when it is there) and every command; run nothing."""
+    print(f"compute-sanitizer: {sanitizer or 'NOT FOUND (a real run would exit 2)'}")
+    for case in cases:
+        shapes = list(case.shapes)
+        if case.kernel == acfg.KERNEL and (api := api_shape(acfg.AttnConfig.from_key(case.match[0]))):
+            shapes = [f"{api} via flash_attn_func", *shapes]
+        print(f"case {case.name}{' (quick)' if case.quick else ''}: {case.family}; shapes {shapes}")
+    status = 0
+    if (Path(args.bundle) / "manifest.json").is_file():
+        from fa4mlir.runtime import Bundle
+        bundle = Bundle.open(args.bundle)
+        missing, uncovered_bundle = bundle_check(bundle, cases)
+        print(f"bundle {args.bundle}: " + ("LACKS\n  " + "\n  ".join(missing) if missing else "holds every case's kernels"))
+        if uncovered_bundle:
+            print(f"bundle families and features without a case: {', '.join(uncovered_bundle)}")
+        for nr in not_runnable(bundle):
+            print(f"not runnable here: {nr['kernel']} ({nr['entries']} bundle entries): {nr['why']}")
+        status = 1 if missing else 0
+    else:
+        print(f"bundle {args.bundle}: not there, its kernels unchecked")
+    for i, (case, tool) in enumerate(pairs):
+        print(shlex.join(command(sanitizer or "compute-sanitizer", case, tool, args.bundle, seed + 1000 * i,
+                                 not args.no_kernel_filter)))
+    print(f"{len(pairs)} runs; each at most {args.timeout_s:.0f} s; none started after {args.budget_s:.0f} s")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
