@@ -239,7 +239,7 @@ def test_quick_cases_cover_every_kernel_first():
 def test_commands():
     case = san.CASES_BY_NAME["attn-d128-causal"]
     cmd = san.command("/cs", case, "racecheck", "b", 5)
-    assert cmd[:5] == ["/cs", "--tool", "racecheck", "--error-exitcode", "99"]
+    assert cmd[:7] == ["/cs", "--tool", "racecheck", "--error-exitcode", "99", "--report-api-errors", "no"]
     assert "--racecheck-report" in cmd and cmd[cmd.index("--kernel-name") + 1] == "kns=attention_fwd_sm90"
     assert cmd[-6:] == ["--child", "attn-d128-causal", "--bundle", "b", "--seed", "5"]
     assert cmd[cmd.index("--child") - 2] == sys.executable and cmd[cmd.index("--child") - 1].endswith("sanitize.py")
