@@ -238,9 +238,10 @@ def test_quick_cases_cover_every_kernel_first():
 
 def test_commands():
     case = san.CASES_BY_NAME["attn-d128-causal"]
-    cmd = san.command("/cs", case, "racecheck", "b", 5)
-    assert cmd[:7] == ["/cs", "--tool", "racecheck", "--error-exitcode", "99", "--report-api-errors", "no"]
-    assert "--racecheck-report" in cmd and cmd[cmd.index("--kernel-name") + 1] == "kns=attention_fwd_sm90"
+    cmd = san.command("/cs", case, "memcheck", "b", 5)
+    assert cmd[:7] == ["/cs", "--tool", "memcheck", "--error-exitcode", "99", "--report-api-errors", "no"]
+    assert cmd[cmd.index("--kernel-name") + 1] == "kns=attention_fwd_sm90"
+    assert "--kernel-name" not in san.command("/cs", case, "racecheck", "b", 5)   # a filter crashes racecheck
     assert cmd[-6:] == ["--child", "attn-d128-causal", "--bundle", "b", "--seed", "5"]
     assert cmd[cmd.index("--child") - 2] == sys.executable and cmd[cmd.index("--child") - 1].endswith("sanitize.py")
     assert "--kernel-name" not in san.command("/cs", case, "initcheck", "b", 5)   # must see torch's writes
@@ -354,9 +355,9 @@ def test_parent_runs_the_matrix_and_records_every_run(fake, capsys):
     assert hazard["findings"][0]["kind"] == "race" and os.path.isfile(hazard["log"])
     assert runs[("attn-d128-causal", "synccheck")]["status"] == "unavailable"
     assert runs[("gemm", "synccheck")]["why"] == "synccheck was unavailable on an earlier run"
-    # case by case, each with the kernel filter; the unavailable tool is not tried again
-    assert calls == ["memcheck attn-d128-causal True", "racecheck attn-d128-causal True",
-                     "synccheck attn-d128-causal True", "memcheck gemm True", "racecheck gemm True"]
+    # case by case, memcheck and synccheck with the kernel filter (racecheck without); the unavailable tool is not tried again
+    assert calls == ["memcheck attn-d128-causal True", "racecheck attn-d128-causal False",
+                     "synccheck attn-d128-causal True", "memcheck gemm True", "racecheck gemm False"]
     assert doc["kernel_filter"] is True and doc["seed"] == 3 and doc["device"] == "NVIDIA H200"
     assert doc["not_runnable"] == [{"kernel": "gemm_sm100", "arch": "sm_100a", "entries": 1,
                                     "why": "sm_100a kernels need that GPU; the sanitizer runs here on sm_90a"}]
