@@ -1,0 +1,203 @@
+"""Configuration and launch contract of the sm_90a decode kernels over the KV-cache operand
+(MLIR-free: the host API imports it).
+
+Two kernels run one flash_attn_with_kvcache call (attention/kvcache.py plans them):
+
+    attention_decode_sm90   split kernel: grid (m_tiles x num_splits, kv_heads or heads, batch);
+                            each CTA attends one M tile of packed query rows to one contiguous
+                            range of KV tiles of one sequence and writes float32 partial O
+                            (normalised by its own row sum) and its LSE (natural log; -inf when
+                            the range held no key the rows see).
+    attention_combine_sm90  combine kernel: one warp per output row (batch, token, head) merges
+                            the num_splits partials weighted by exp(lse_s - lse), in split order
+                            (deterministic), writes O in q's dtype and the LSE.
+
+The split kernel is always followed by the combine (num_splits = 1 included): one code path,
+and the combine's cost (it reads num_splits x O, a few MB against the GBs of K/V) is one launch.
+
+`DecodeConfig` fixes what changes the split kernel's code: dtype, head_dim, the KV tile `bn`,
+ring depth `stages`, whether the cache is paged, and `box_rows`, the rows of one TMA box (a
+contiguous cache: bn; a paged one: gcd(bn, page_size), paging.fetch_plan), which the K/V
+descriptors are encoded with.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import gcd
+
+from .common.constants import LOG2E
+from .common.fastdiv import divisor
+from .common.fields import ConfigError, check_fields
+
+KERNEL = "attention_decode_sm90"
+COMBINE_KERNEL = "attention_combine_sm90"
+DTYPES = ("bf16", "f16")
+HEAD_DIMS = (64, 128, 256)
+TILE_M = 64                       # packed query rows per CTA: one consumer warpgroup's wgmma M
+SMEM_LIMIT = 227 * 1024
+MBARRIER_BYTES = 8
+# KV tile and ring depth per head_dim: deep rings (decode is memory-bound: many K/V bytes in
+# flight per SM), one CTA per SM. First choices, to be measured (bench decode).
+DEFAULT_BN = {64: 64, 128: 64, 256: 64}
+DEFAULT_STAGES = {64: 8, 128: 6, 256: 3}
+COMBINE_WARPS = 4                 # output rows per combine CTA (one warp each)
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    dtype: str = "bf16"
+    head_dim: int = 128
+    bn: int = 64                  # keys per KV tile (wgmma n of S, k of P V)
+    stages: int = 6               # K and V ring depth
+    paged: bool = False           # pool [num_pages, page_size, kv_heads, D] + page table, else [batch, S, kv_heads, D]
+    box_rows: int = 64            # rows per TMA box: bn (contiguous, or page_size a multiple of bn), else gcd(bn, page_size)
+
+    @property
+    def d_chunks(self) -> int:
+        return self.head_dim // 64
+
+    @property
+    def threads(self) -> int:
+        return 256                # warpgroup 0: producer warp (+ 3 idle), warpgroup 1: consumer
+
+    @property
+    def boxes_per_tile(self) -> int:
+        return self.bn // self.box_rows
+
+    def tile_bytes(self) -> int:
+        """One K (or V) ring stage: bn rows of head_dim 16-bit elements."""
+        return self.bn * self.head_dim * 2
+
+    def smem_bytes(self) -> int:
+        q = TILE_M * self.head_dim * 2
+        return q + 2 * self.stages * self.tile_bytes() + 2 * 2 * self.stages * MBARRIER_BYTES
+
+    def validate(self) -> "DecodeConfig":
+        check_fields(self, {"dtype": DTYPES, "head_dim": HEAD_DIMS})
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"decode dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.head_dim not in HEAD_DIMS:
+            raise ConfigError(f"head_dim must be one of {HEAD_DIMS}, got {self.head_dim}")
+        if self.bn % 16 or not 16 <= self.bn <= 256:
+            raise ConfigError(f"bn must be a multiple of 16 in [16, 256], got {self.bn}")
+        if self.stages < 2:
+            raise ConfigError(f"stages must be >= 2, got {self.stages}")
+        if self.box_rows < 1 or self.bn % self.box_rows:
+            raise ConfigError(f"box_rows must divide bn={self.bn}, got {self.box_rows}")
+        if not self.paged and self.box_rows != self.bn:
+            raise ConfigError(f"a contiguous cache loads one box of bn={self.bn} rows per tile, got box_rows="
+                              f"{self.box_rows}")
+        if self.smem_bytes() > SMEM_LIMIT:
+            raise ConfigError(f"decode tile plan needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT}): lower "
+                              f"stages ({self.stages}) or bn ({self.bn})")
+        return self
+
+    def key(self) -> dict:
+        return {"kernel": KERNEL, **self.__dict__}
+
+    def name(self) -> str:
+        return (f"{KERNEL}_{self.dtype}_d{self.head_dim}_n{self.bn}_s{self.stages}"
+                f"_{'paged_b' + str(self.box_rows) if self.paged else 'contig'}")
+
+
+@dataclass(frozen=True)
+class CombineConfig:
+    dtype: str = "bf16"
+    head_dim: int = 128
+
+    def validate(self) -> "CombineConfig":
+        check_fields(self, {"dtype": DTYPES, "head_dim": HEAD_DIMS})
+        if self.dtype not in DTYPES or self.head_dim not in HEAD_DIMS:
+            raise ConfigError(f"combine: dtype in {DTYPES}, head_dim in {HEAD_DIMS}; got {self.dtype}, "
+                              f"{self.head_dim}")
+        return self
+
+    def key(self) -> dict:
+        return {"kernel": COMBINE_KERNEL, **self.__dict__}
+
+    def name(self) -> str:
+        return f"{COMBINE_KERNEL}_{self.dtype}_d{self.head_dim}"
+
+
+def box_rows_for(bn: int, page_size: int | None) -> int:
+    """Rows per TMA box: bn for a contiguous cache (None) or a page size that bn divides, else
+    gcd(bn, page_size) (a box never straddles a page: paging.py, note "Box rows")."""
+    return bn if page_size is None else gcd(bn, page_size)
+
+
+def default_config(dtype: str, head_dim: int, page_size: int | None) -> DecodeConfig:
+    """The split kernel for a cache of ``page_size`` (None: contiguous)."""
+    bn = DEFAULT_BN[head_dim]
+    return DecodeConfig(dtype=dtype, head_dim=head_dim, bn=bn, stages=DEFAULT_STAGES[head_dim],
+                        paged=page_size is not None, box_rows=box_rows_for(bn, page_size))
+
+
+# ----------------------------------------------------------------------------------------------
+# Launch contracts: (name, kind) in PTX order; launch_args fills them by name.
+# ----------------------------------------------------------------------------------------------
+
+SPLIT_TENSORS = (("k_cache", "tma"), ("v_cache", "tma"), ("q", "ptr"), ("cache_seqlens", "ptr"),
+                 ("page_table", "ptr"), ("o_partial", "ptr"), ("lse_partial", "ptr"))
+SPLIT_PARAMS = (*SPLIT_TENSORS,
+                ("batch", "i32"), ("seqlen_q", "i32"), ("heads", "i32"), ("rows", "i32"), ("m_tiles", "i32"),
+                ("num_splits", "i32"), ("capacity", "i32"), ("num_pages", "i32"), ("page_size", "i32"),
+                ("page_table_stride", "i32"), ("cta_heads", "i32"), ("causal", "i32"), ("scale_log2", "f32"),
+                ("q_stride_b", "i64"), ("q_stride_s", "i64"), ("q_stride_h", "i64"),
+                *((f"{n}_{part}", "i32") for n in ("cta_heads", "group", "m_tiles", "page") for part in ("mul", "shr")))
+COMBINE_TENSORS = (("o_partial", "ptr"), ("lse_partial", "ptr"), ("out", "ptr"), ("lse", "ptr"))
+COMBINE_PARAMS = (*COMBINE_TENSORS, ("total_rows", "i32"), ("num_splits", "i32"), ("seqlen_q", "i32"),
+                  ("heads", "i32"), ("out_stride_b", "i64"), ("out_stride_s", "i64"), ("out_stride_h", "i64"),
+                  *((f"{n}_{part}", "i32") for n in ("heads", "seqlen_q") for part in ("mul", "shr")))
+
+
+def _fill(table, args: dict) -> dict:
+    missing = [n for n, _ in table if n not in args]
+    if missing:
+        raise KeyError(f"launch arguments missing: {missing}")
+    return {n: args[n] for n, _ in table}
+
+
+def split_launch_args(plan, tensors, q_strides: tuple[int, int, int], page_table_stride: int) -> dict:
+    """The split kernel's parameters by name from a kvcache.KVCachePlan, the call's tensors by name
+    (SPLIT_TENSORS; page_table: the cache_seqlens tensor stands in for a contiguous cache, never
+    read) and q's element strides (batch, seqlen, head)."""
+    p = plan.problem
+    cache = p.cache
+    gqa = plan.gqa
+    cta_heads = gqa.group if gqa.packed else 1
+    args = {n: tensors[n] for n, _ in SPLIT_TENSORS}
+    args.update(batch=p.batch, seqlen_q=p.seqlen_q, heads=p.heads, rows=gqa.rows, m_tiles=gqa.m_tiles,
+                num_splits=plan.num_splits, capacity=cache.capacity, num_pages=cache.num_pages,
+                page_size=cache.page_size, page_table_stride=int(page_table_stride), cta_heads=cta_heads, causal=int(bool(p.causal)),
+                scale_log2=float(p.softmax_scale) * LOG2E, q_stride_b=int(q_strides[0]),
+                q_stride_s=int(q_strides[1]), q_stride_h=int(q_strides[2]))
+    for name, n in (("cta_heads", cta_heads), ("group", gqa.group), ("m_tiles", gqa.m_tiles),
+                    ("page", cache.page_size)):
+        args[f"{name}_mul"], args[f"{name}_shr"] = divisor(int(n))
+    return _fill(SPLIT_PARAMS, args)
+
+
+def split_grid(plan) -> tuple[int, int, int]:
+    return plan.grid
+
+
+def combine_launch_args(plan, tensors, out_strides: tuple[int, int, int]) -> dict:
+    p = plan.problem
+    args = {n: tensors[n] for n, _ in COMBINE_TENSORS}
+    args.update(total_rows=p.batch * p.seqlen_q * p.heads, num_splits=plan.num_splits, seqlen_q=p.seqlen_q,
+                heads=p.heads, out_stride_b=int(out_strides[0]), out_stride_s=int(out_strides[1]),
+                out_stride_h=int(out_strides[2]))
+    for name, n in (("heads", p.heads), ("seqlen_q", p.seqlen_q)):
+        args[f"{name}_mul"], args[f"{name}_shr"] = divisor(int(n))
+    return _fill(COMBINE_PARAMS, args)
+
+
+def combine_grid(plan) -> tuple[int, int, int]:
+    p = plan.problem
+    rows = p.batch * p.seqlen_q * p.heads
+    return (-(-rows // COMBINE_WARPS), 1, 1)
+
+
+__all__ = ["KERNEL", "COMBINE_KERNEL", "DecodeConfig", "CombineConfig", "default_config", "box_rows_for",
+           "SPLIT_PARAMS", "COMBINE_PARAMS", "SPLIT_TENSORS", "COMBINE_TENSORS", "split_launch_args",
+           "combine_launch_args", "split_grid", "combine_grid", "TILE_M", "COMBINE_WARPS", "DTYPES", "HEAD_DIMS"]
