@@ -463,13 +463,12 @@ def plan_problem(problem: KVCacheProblem, num_sms: int, arch: str = "sm_90a") ->
     return KVCachePlan(problem, gqa, bn, fetch, PageDivisor.of(cache.page_size), splits)
 
 
-def plan_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=None, v=None, softmax_scale=None,
-                 causal=True, num_splits=None, k_scale=None, v_scale=None, return_lse=False, out=None,
-                 num_sms: int | None = None, arch: str = "sm_90a") -> tuple[KVCacheProblem, KVCachePlan]:
-    """flash_attn_with_kvcache's arguments -> (checked problem, plan); launches nothing (the front
-    half of kvcache_call.flash_attn_with_kvcache). Tensors
-    are torch tensors or other tensor-likes on one CUDA device; cache_seqlens and page_table are never
-    read. ``num_sms`` defaults to the device's SM count (fa4mlir.driver)."""
+def check_kvcache_call(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=None, v=None, softmax_scale=None,
+                       causal=True, num_splits=None, k_scale=None, v_scale=None, return_lse=False,
+                       out=None) -> KVCacheProblem:
+    """flash_attn_with_kvcache's arguments -> the checked problem with its options: every host
+    check, no driver call. Tensors are torch tensors or other tensor-likes on one CUDA device;
+    cache_seqlens and page_table are never read."""
     from ..runtime import tensor_info
     from .checks import check_devices
     named = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "cache_seqlens": cache_seqlens, "page_table": page_table,
@@ -484,9 +483,18 @@ def plan_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=None,
     problem = check_kvcache_inputs(infos["q"], infos["k_cache"], infos["v_cache"], infos["cache_seqlens"],
                                    infos["page_table"], k=infos["k"], v=infos["v"], k_scale=infos["k_scale"],
                                    v_scale=infos["v_scale"], out=infos["out"])
-    problem = problem.with_options(causal=causal, softmax_scale=_as_entry(check_scale, softmax_scale,
-                                                                                    problem.head_dim),
-                                   num_splits=check_num_splits(num_splits), return_lse=return_lse)
+    return problem.with_options(causal=causal, softmax_scale=_as_entry(check_scale, softmax_scale, problem.head_dim),
+                                num_splits=check_num_splits(num_splits), return_lse=return_lse)
+
+
+def plan_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=None, v=None, softmax_scale=None,
+                 causal=True, num_splits=None, k_scale=None, v_scale=None, return_lse=False, out=None,
+                 num_sms: int | None = None, arch: str = "sm_90a") -> tuple[KVCacheProblem, KVCachePlan]:
+    """flash_attn_with_kvcache's arguments -> (checked problem, plan) (check_kvcache_call, then
+    plan_problem); launches nothing. ``num_sms`` defaults to the device's SM count (fa4mlir.driver)."""
+    problem = check_kvcache_call(q, k_cache, v_cache, cache_seqlens, page_table, k=k, v=v, softmax_scale=softmax_scale,
+                                 causal=causal, num_splits=num_splits, k_scale=k_scale, v_scale=v_scale,
+                                 return_lse=return_lse, out=out)
     if num_sms is None:
         from ..driver import device_info
         num_sms = device_info().num_sms
@@ -494,4 +502,4 @@ def plan_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=None,
 
 
 __all__ = ["ENTRY", "ScaleGranularity", "KVCacheOperand", "KVCacheProblem", "KVCachePlan", "DECODE_BN",
-           "check_kvcache_inputs", "check_num_splits", "scale_granularity", "plan_problem", "plan_kvcache"]
+           "check_kvcache_inputs", "check_kvcache_call", "check_num_splits", "scale_granularity", "plan_problem", "plan_kvcache"]

@@ -35,7 +35,7 @@ from ..kernels import attention_decode_sm90_config as dec
 from ..runtime import LoadedKernel, load
 from .checks import check_bundle, check_device_context, check_flag
 from .errors import ArgumentTypeError, BundleError, UnsupportedFeatureError
-from .kvcache import ENTRY, KVCachePlan, plan_kvcache
+from .kvcache import ENTRY, KVCachePlan, check_kvcache_call, plan_problem
 from .plan import Launch, Plan, PreparedPlan, TensorRef, source_for
 
 SPLIT_NAMES = tuple(n for n, _ in dec.SPLIT_TENSORS)
@@ -189,13 +189,14 @@ def _prepare(tensors: dict, options: tuple, bundle, signature) -> _Call:
         raise UnsupportedFeatureError(_err("appending new tokens (k=, v=) is not built yet: write them into "
                                            "k_cache / v_cache yourself (at cache_seqlens) and count them in "
                                            "cache_seqlens"))
-    torch = _torch(q)
-    problem, kv_plan = plan_kvcache(**tensors, softmax_scale=softmax_scale, causal=causal, num_splits=num_splits)
+    problem = check_kvcache_call(**tensors, softmax_scale=softmax_scale, causal=causal, num_splits=num_splits)
     if problem.cache.quantized:
         raise UnsupportedFeatureError(_err(f"FP8 ({problem.cache.dtype}) caches are not built yet in the sm_90a "
                                            f"decode kernel: pass a bf16/f16 cache (dequantise it first)"))
+    torch = _torch(q)
     device = device_info()
     check_device_context(q.device.index, device.ordinal, device.capability)
+    kv_plan = plan_problem(problem, device.num_sms)
     source = source_for(bundle)
     page_table = tensors["page_table"]
     pt_stride = page_table.stride(0) if page_table is not None else 0

@@ -1,0 +1,168 @@
+"""The sm_90a decode kernels (attention_decode_sm90, attention_combine_sm90) and the plan that
+launches them, without a GPU:
+
+* every entry of the `decode` bundle set compiles (through fa4-verify-pipelines) with no spills, no
+  stack frame and no serialised wgmma; SMEM holds the Q tile and the K/V rings within the limit;
+  the parameters are the launch contracts (SPLIT_PARAMS, COMBINE_PARAMS) and the K/V descriptors'
+  box is (64 columns, 1 head, box_rows rows, 1 page);
+* the split kernel issues bn / box_rows TMA boxes per 64-column chunk and per K or V stage, and
+  each stage expects exactly their bytes;
+* the plan: grid, split and combine arguments (pack GQA, divisors, strides), box rows per page size;
+* errors before anything runs: appending k/v and FP8 caches are refused (UnsupportedFeatureError),
+  bad page tables raise the operand's typed errors through the public entry point.
+"""
+import pytest
+
+from fa4mlir import compiler, kernel_sets, kernels, lowering
+from fa4mlir.attention import kvcache as kc
+from fa4mlir.attention.errors import DTypeError, UnsupportedFeatureError
+from fa4mlir.kernels import attention_decode_sm90_config as dec
+from fa4mlir.kernels.common.fastdiv import divisor
+from fa4mlir.passes._util import attr, ops_named
+from fa4mlir.passes.plan_smem import SMEM_LIMIT
+from fa4mlir.runtime import TensorInfo
+from fa4mlir.testing import raises
+
+ENTRIES = kernel_sets.SETS["decode"]()
+PTR = 1 << 20
+
+
+def info(shape, dtype="bf16", strides=None):
+    if strides is None:
+        strides, acc = [], 1
+        for n in reversed(shape):
+            strides.insert(0, acc)
+            acc *= n
+    return TensorInfo(PTR, tuple(shape), tuple(strides), dtype, "cuda")
+
+
+_COMPILED: dict = {}
+
+
+def compiled(entry):
+    name, cfg = entry
+    if entry not in _COMPILED:
+        kir = kernels.module(name).build(cfg)
+        module_text = str(kir.module)
+        art = lowering.lower(kir, compiler.resolve_options(name, debug=False))
+        _COMPILED[entry] = (art, module_text)
+    return _COMPILED[entry]
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
+def test_decode_set_compiles_clean(entry):
+    name, cfg = entry
+    art, _ = compiled(entry)
+    r = art.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r
+    assert not r["wgmma_serialized"], r
+    assert art.smem_bytes <= SMEM_LIMIT["sm_90a"]
+    if name == dec.KERNEL:
+        assert art.smem_bytes >= cfg.smem_bytes() - 1024, (art.smem_bytes, cfg.smem_bytes())
+        assert [(p.name, p.kind) for p in art.params] == list(dec.SPLIT_PARAMS)
+        for p in art.params:
+            if p.kind == "tma":
+                assert p.tma.box == (64, 1, cfg.box_rows, 1) and p.tma.swizzle == "128B"
+        assert art.block == (256, 1, 1)
+    else:
+        assert [(p.name, p.kind) for p in art.params] == list(dec.COMBINE_PARAMS)
+        assert art.block == (32 * dec.COMBINE_WARPS, 1, 1)
+
+
+@pytest.mark.parametrize("box_rows", [1, 16, 64])
+def test_split_kernel_boxes_fill_each_stage(box_rows):
+    cfg = dec.DecodeConfig(paged=True, box_rows=box_rows)
+    kir = kernels.module(dec.KERNEL).build(cfg)
+    with kir.module.context:
+        loads = ops_named(kir.module.operation, "fa4.tma_load")
+        commits = ops_named(kir.module.operation, "fa4.producer_commit")
+        per_box = 64 * box_rows * 2
+        assert len(loads) == 2 * cfg.d_chunks * cfg.bn // box_rows            # K and V of one tile
+        assert all(attr(op, "box") == [64, 1, box_rows, 1] for op in loads)
+        assert [attr(op, "tx_bytes") for op in commits] == [cfg.tile_bytes()] * 2
+        assert per_box * len(loads) == 2 * cfg.tile_bytes()
+
+
+@pytest.mark.parametrize("page_size,box", [(1, 1), (3, 1), (8, 8), (16, 16), (24, 8), (48, 16), (64, 64),
+                                           (128, 64), (256, 64), (None, 64)])
+def test_box_rows_per_page_size(page_size, box):
+    cfg = dec.default_config("bf16", 128, page_size)
+    assert cfg.box_rows == box and cfg.paged == (page_size is not None)
+    cfg.validate()
+
+
+def _problem(page_size=16, batch=3, seqlen_q=2, heads=8, kv_heads=2, d=128, max_pages=20, num_splits=None):
+    q = info((batch, seqlen_q, heads, d))
+    if page_size is None:
+        cache = info((batch, 300, kv_heads, d))
+        table = None
+    else:
+        cache = info((50, page_size, kv_heads, d))
+        table = info((batch, max_pages), "i32")
+    p = kc.check_kvcache_inputs(q, cache, cache, info((batch,), "i32"), table)
+    return p.with_options(causal=True, softmax_scale=0.1, num_splits=num_splits, return_lse=False)
+
+
+def test_split_launch_args_packed_gqa():
+    plan = kc.plan_problem(_problem(num_splits=3), 132)
+    refs = {n: n for n, _ in dec.SPLIT_TENSORS}
+    args = dec.split_launch_args(plan, refs, (2 * 8 * 128, 8 * 128, 128), 20)
+    assert list(args) == [n for n, _ in dec.SPLIT_PARAMS]
+    assert plan.gqa.packed and args["cta_heads"] == 4 and args["rows"] == 8 and args["m_tiles"] == 1
+    assert (args["cta_heads_mul"], args["cta_heads_shr"]) == divisor(4)
+    assert (args["page_mul"], args["page_shr"]) == divisor(16) and args["page_size"] == 16
+    assert args["capacity"] == 20 * 16 and args["num_pages"] == 50 and args["num_splits"] == 3
+    assert args["causal"] == 1 and args["page_table_stride"] == 20
+    assert abs(args["scale_log2"] - 0.1 * 1.4426950408889634) < 1e-12
+    assert dec.split_grid(plan) == (3, 2, 3)
+    comb = dec.combine_launch_args(plan, {n: n for n, _ in dec.COMBINE_TENSORS}, (2 * 8 * 128, 8 * 128, 128))
+    assert list(comb) == [n for n, _ in dec.COMBINE_PARAMS]
+    assert comb["total_rows"] == 3 * 2 * 8 and comb["num_splits"] == 3
+    assert dec.combine_grid(plan) == (-(-48 // dec.COMBINE_WARPS), 1, 1)
+
+
+def test_split_launch_args_unpacked_and_contiguous():
+    plan = kc.plan_problem(_problem(page_size=None, heads=4, kv_heads=4, seqlen_q=1), 132)
+    args = dec.split_launch_args(plan, {n: n for n, _ in dec.SPLIT_TENSORS}, (512, 512, 128), 0)
+    assert not plan.gqa.packed and args["cta_heads"] == 1 and args["rows"] == 1
+    assert args["capacity"] == 300 and plan.grid[1] == 4
+    assert plan.bn == dec.DEFAULT_BN[128]
+
+
+def test_plan_tile_matches_kernel_tile():
+    for d in (64, 128, 256):
+        assert kc.DECODE_BN[d] == dec.default_config("bf16", d, None).bn
+
+
+def test_mqa_many_rows_take_several_m_tiles():
+    plan = kc.plan_problem(_problem(heads=32, kv_heads=1, seqlen_q=16, num_splits=2), 132)
+    assert plan.gqa.rows == 512 and plan.gqa.m_tiles == 8 and plan.grid == (16, 1, 3)
+
+
+class CAI:
+    """A CUDA array (``__cuda_array_interface__`` v3) with no memory behind it."""
+
+    def __init__(self, shape, typestr="<f2"):
+        strides = None
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr, "data": (PTR, False),
+                                         "strides": strides, "version": 3}
+
+
+def test_entry_point_refuses_append_and_checks_before_any_driver_call():
+    import fa4mlir
+    q, cache = CAI((2, 1, 8, 128)), CAI((10, 16, 2, 128))
+    seqlens, table = CAI((2,), "<i4"), CAI((2, 4), "<i4")
+    raises(UnsupportedFeatureError, ["k=, v="], fa4mlir.flash_attn_with_kvcache, q, cache, cache, seqlens, table,
+           k=CAI((2, 1, 2, 128)), v=CAI((2, 1, 2, 128)))
+    raises(DTypeError, ["page_table must be int32"], fa4mlir.flash_attn_with_kvcache, q, cache, cache, seqlens,
+           CAI((2, 4), "<i8"))
+    raises(DTypeError, ["cache_seqlens must be int32"], fa4mlir.flash_attn_with_kvcache, q, cache, cache,
+           CAI((2,), "<i8"), table)
+
+
+def test_kvcache_call_module_imports_no_mlir():
+    import subprocess
+    import sys
+    code = ("import sys; import fa4mlir.attention.kvcache_call; "
+            "assert not any(m == 'mlir' or m.startswith('mlir.') for m in sys.modules), 'mlir imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
