@@ -8,11 +8,12 @@ Grid: x = m_tile + m_tiles * split, y = the CTA's head block (a KV head when GQA
 query head), z = batch. Packed row r of the CTA (decode_schedule.PackGQA) is query token
 r // cta_heads of query head y * cta_heads + r % cta_heads (cta_heads = group packed, else 1).
 
-Roles (2 warpgroups, 256 threads, no setmaxnreg: neither role is register-bound):
-    warp 0        `load`  one elected thread: for each KV tile j of the split, K_j then V_j into
+Roles (5 warps, 160 threads, no setmaxnreg: neither role is register-bound, and the small block
+lets two CTAs share an SM, attention_decode_sm90_config.DEFAULT_STAGES):
+    warp 4        `load`  one elected thread: for each KV tile j of the split, K_j then V_j into
                           rings of `stages` (k_pipe, v_pipe), each tile as bn / box_rows TMA boxes
                           per 64-column chunk (note "Paged boxes").
-    warpgroup 1   `mma`   loads the 64 x D Q tile itself (plain loads, packed rows, into the
+    warps 0-3     `mma`   (one warpgroup) loads the 64 x D Q tile itself (plain loads, packed rows, into the
                           128B-swizzled layout wgmma reads), then per tile j:
                           1. wait K_j; S = Q K_j^T; release K_j
                           2. mask (tokens at or past the sequence's length L_b, and causal
@@ -56,7 +57,8 @@ BAR_CONSUMER = 1       # named barrier of the consumer warpgroup (128 threads)
 
 def build(cfg: DecodeConfig = DecodeConfig()) -> dsl.KernelIR:
     cfg.validate()
-    kb = KernelBuilder(cfg.name(), arch="sm_90a", block=(cfg.threads, 1, 1), config=cfg.key())
+    kb = KernelBuilder(cfg.name(), arch="sm_90a", block=(cfg.threads, 1, 1), config=cfg.key(),
+                       min_ctas_per_sm=cfg.ctas_per_sm)
     box = (CHUNK, 1, cfg.box_rows, 1)
     p = kb.params_from(SPLIT_PARAMS, tma={n: dict(dtype=cfg.dtype, box=box, swizzle="128B")
                                           for n in ("k_cache", "v_cache")})
@@ -69,10 +71,10 @@ def build(cfg: DecodeConfig = DecodeConfig()) -> dsl.KernelIR:
         kb.pipeline_init()
         work = _Work(kb, cfg, p)
         with kb.warp_roles():
-            with kb.role("load", first_warp=0, num_warps=1, regs=0):
-                _load_role(kb, cfg, work, p, k_smem, v_smem, k_pipe, v_pipe)
-            with kb.role("mma", first_warp=4, num_warps=4, regs=0):
+            with kb.role("mma", first_warp=0, num_warps=4, regs=0):
                 _mma_role(kb, cfg, work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe)
+            with kb.role("load", first_warp=4, num_warps=1, regs=0):
+                _load_role(kb, cfg, work, p, k_smem, v_smem, k_pipe, v_pipe)
     return kb.finish()
 
 
@@ -138,9 +140,11 @@ def _load_role(kb, cfg, work: _Work, p, k_smem, v_smem, k_pipe, v_pipe):
         loop = kb.for_(work.begin, work.end, 1, carry=k_pipe.initial_state())
         with loop as (j, s):
             t0 = j * cfg.bn
-            origins = [box_origin(t0 + i * cfg.box_rows) for i in range(cfg.boxes_per_tile)]
-            fill(k_pipe, p["k_cache"], k_smem, s, t0, origins)
-            fill(v_pipe, p["v_cache"], v_smem, s, t0, origins)
+            # V's boxes read the page table again (an L1 hit): keeping K's origins live across K's
+            # fill costs 2 registers a box (spills at 1-row boxes with two CTAs per SM)
+            for pipe, desc, smem in ((k_pipe, p["k_cache"], k_smem), (v_pipe, p["v_cache"], v_smem)):
+                origins = [box_origin(t0 + i * cfg.box_rows) for i in range(cfg.boxes_per_tile)]
+                fill(pipe, desc, smem, s, t0, origins)
             loop.yield_(s.advance())
 
 

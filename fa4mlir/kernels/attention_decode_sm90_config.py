@@ -22,7 +22,7 @@ descriptors are encoded with.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import gcd
 
 from .common.constants import LOG2E
@@ -36,10 +36,14 @@ HEAD_DIMS = (64, 128, 256)
 TILE_M = 64                       # packed query rows per CTA: one consumer warpgroup's wgmma M
 SMEM_LIMIT = 227 * 1024
 MBARRIER_BYTES = 8
-# KV tile and ring depth per head_dim: deep rings (decode is memory-bound: many K/V bytes in
-# flight per SM), one CTA per SM. First choices, to be measured (bench decode).
+# KV tile and ring depth per head_dim. Decode is memory-bound: what counts is the K/V bytes in
+# flight per SM. D64 and D128 take two CTAs per SM (SMEM <= MAX_SMEM_2CTA, 160 threads of at most
+# 204 registers), so one CTA's prologue (Q, the first tiles' latency) and epilogue overlap the other's
+# streaming, with 2 x stages tiles in flight; D256 (a 32 KiB Q tile, 64 KiB per stage) one CTA.
+# First choices, to be measured (bench decode).
 DEFAULT_BN = {64: 64, 128: 64, 256: 64}
-DEFAULT_STAGES = {64: 8, 128: 6, 256: 3}
+DEFAULT_STAGES = {64: 6, 128: 3, 256: 3}
+MAX_SMEM_2CTA = 233472 // 2 - 1024     # an SM's 228 KiB, less the 1 KiB the driver reserves per CTA
 COMBINE_WARPS = 4                 # output rows per combine CTA (one warp each)
 
 
@@ -58,7 +62,13 @@ class DecodeConfig:
 
     @property
     def threads(self) -> int:
-        return 256                # warpgroup 0: producer warp (+ 3 idle), warpgroup 1: consumer
+        return 160                # warps 0-3: the consumer warpgroup, warp 4: the producer
+
+    @property
+    def ctas_per_sm(self) -> int:
+        """CTAs that fit one SM by SMEM (2 when the tile plan fits half an SM; registers follow:
+        the kernel asks ptxas for them with nvvm.minctasm)."""
+        return 2 if self.smem_bytes() <= MAX_SMEM_2CTA else 1
 
     @property
     def boxes_per_tile(self) -> int:
@@ -125,11 +135,22 @@ def box_rows_for(bn: int, page_size: int | None) -> int:
     return bn if page_size is None else gcd(bn, page_size)
 
 
+# Boxes of fewer rows than this (page sizes that are not a multiple of 8: 1, 3, ...) take one CTA
+# per SM with twice the stages: the producer's page-table reads of a tile's many boxes need about
+# 200 registers, more than two CTAs per SM leave (168 at 160 threads: ptxas spills there).
+ONE_CTA_BOX_ROWS = 8
+
+
 def default_config(dtype: str, head_dim: int, page_size: int | None) -> DecodeConfig:
     """The split kernel for a cache of ``page_size`` (None: contiguous)."""
     bn = DEFAULT_BN[head_dim]
-    return DecodeConfig(dtype=dtype, head_dim=head_dim, bn=bn, stages=DEFAULT_STAGES[head_dim],
-                        paged=page_size is not None, box_rows=box_rows_for(bn, page_size))
+    box_rows = box_rows_for(bn, page_size)
+    stages = DEFAULT_STAGES[head_dim]
+    two = DecodeConfig(dtype=dtype, head_dim=head_dim, bn=bn, stages=stages, paged=page_size is not None,
+                       box_rows=box_rows)
+    if box_rows < ONE_CTA_BOX_ROWS and two.ctas_per_sm == 2:
+        return replace(two, stages=2 * stages)
+    return two
 
 
 # ----------------------------------------------------------------------------------------------
