@@ -117,6 +117,8 @@ def main(argv=None) -> int:
     be.add_argument("what", nargs="?", choices=("attention", "gemm", "decode"), default="attention")
     be.add_argument("--workloads", default="", help="decode only: comma-separated workloads (default: all of "
                                                      "fa4mlir/bench/decode_bench.py's WORKLOADS)")
+    be.add_argument("--splits", default="", help="decode only: also time fa4mlir with num_splits forced to each of "
+                                                  "these (e.g. 2,4,8)")
     be.add_argument("--bundle", default=None, help="bundle folder (default: FA4MLIR_BUNDLE)")
     be.add_argument("--out", default=None, help="JSON result (default: attention-bench.json / gemm-bench.json)")
     _bench_module("attention_bench").add_arguments(be, with_common=False)

@@ -12,8 +12,9 @@ triton do_bench's median, `--rounds` times in turn, the median kept): fa4mlir, F
 imports), and torch SDPA's cuDNN and FA2 backends on the dense workloads (a paged cache has no dense
 equivalent of the same work; decode_spec4 passes SDPA the bottom-right mask). Rate: K/V bytes read
 per second, counting only the tokens each sequence holds, K and V once. Every backend's output is
-checked against a float32 reference on a sample of sequences. JSON to --out (default
-decode-bench.json).
+checked against a float32 reference on a sample of sequences. `--splits 2,4,8` also times
+fa4mlir with num_splits forced to each (the data the split heuristic is to be set from). JSON to
+--out (default decode-bench.json).
 """
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def _first(x):
     return x[0] if isinstance(x, tuple) else x
 
 
-def workload(torch, name: str, fa4):
+def workload(torch, name: str, fa4, splits=()):
     """(backends {label: fn}, K/V bytes, check(out) -> max error) of one workload."""
     import torch.nn.functional as F
     import fa4mlir
@@ -78,6 +79,8 @@ def workload(torch, name: str, fa4):
         mask = _causal(torch, sq, sk)
         want = _ref(torch, q[:2], k[:2], v[:2], D ** -0.5, mask)
         backends["fa4mlir"] = lambda: fa4mlir.flash_attn_with_kvcache(q, k, v, lens, causal=True)
+        for n in splits:
+            backends[f"fa4mlir(s={n})"] = lambda n=n: fa4mlir.flash_attn_with_kvcache(q, k, v, lens, num_splits=n)
         if fa4_func:
             backends["fa4cute"] = lambda: _first(fa4_func(q, k, v, causal=True))
         for label, be in (("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa-fa2", SDPBackend.FLASH_ATTENTION)):
@@ -102,6 +105,9 @@ def workload(torch, name: str, fa4):
         want = _ref(torch, q[:1], k[:1, :n], v[:1, :n], D ** -0.5)
         del k, v
         backends["fa4mlir"] = lambda: fa4mlir.flash_attn_with_kvcache(q, kp, vp, lens, table, causal=True)
+        for n in splits:
+            backends[f"fa4mlir(s={n})"] = lambda n=n: fa4mlir.flash_attn_with_kvcache(q, kp, vp, lens, table,
+                                                                                    num_splits=n)
         if fa4_varlen:
             backends["fa4cute"] = lambda: _first(fa4_varlen(q, kp, vp, page_table=table, seqused_k=lens, causal=True))
         total = int(lens.sum())
@@ -131,7 +137,8 @@ def run(args) -> int:
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     for name in names:
         try:
-            backends, kv_bytes, check = workload(torch, name, fa4)
+            splits = [int(x) for x in (args.splits or "").split(",") if x]
+            backends, kv_bytes, check = workload(torch, name, fa4, splits)
         except Exception as e:  # noqa: BLE001
             results.append({"workload": name, "error": f"setup {type(e).__name__}: {e}"[:300]})
             print(f"{name}: setup fails: {e}", flush=True)
