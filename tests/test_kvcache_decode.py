@@ -168,3 +168,28 @@ def test_kvcache_call_module_imports_no_mlir():
     code = ("import sys; import fa4mlir.attention.kvcache_call; "
             "assert not any(m == 'mlir' or m.startswith('mlir.') for m in sys.modules), 'mlir imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_torch_ops_fake_shapes_and_typed_errors_at_trace_time():
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import fa4mlir
+    from fa4mlir.attention import kvcache_ops  # noqa: F401  (registers fa4mlir::flash_attn_with_kvcache)
+
+    def meta(shape, dtype):
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    with FakeTensorMode() as mode:
+        q = mode.from_tensor(meta((2, 3, 8, 128), torch.bfloat16))
+        pool = mode.from_tensor(meta((10, 16, 2, 128), torch.bfloat16))
+        lens = mode.from_tensor(meta((2,), torch.int32))
+        table = mode.from_tensor(meta((2, 4), torch.int32))
+        out, lse = fa4mlir.flash_attn_with_kvcache(q, pool, pool, lens, table, return_lse=True)
+        assert out.shape == (2, 3, 8, 128) and out.dtype == torch.bfloat16
+        assert lse.shape == (2, 8, 3) and lse.dtype == torch.float32
+        given = mode.from_tensor(meta((2, 3, 8, 128), torch.bfloat16))
+        out2, _ = fa4mlir.flash_attn_with_kvcache(q, pool, pool, lens, table, out=given, return_lse=True)
+        assert out2 is given
+        raises(DTypeError, ["page_table must be int32"], fa4mlir.flash_attn_with_kvcache, q, pool, pool, lens,
+               mode.from_tensor(meta((2, 4), torch.int64)))

@@ -159,9 +159,29 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None,
                             softmax_scale=None, causal=True, num_splits=None, k_scale=None, v_scale=None,
                             return_lse=False, out=None, bundle: Bundle | str | os.PathLike | None = None):
     """Attention of q over the KV cache; see the module docstring and kvcache.py. Returns out, or
-    (out, lse) when return_lse."""
+    (out, lse) when return_lse. Under torch.compile, a dispatch mode or a trace, a call goes through
+    the custom ops of kvcache_ops (fa4mlir::flash_attn_with_kvcache, ..._out); in plain eager mode
+    through their implementation directly."""
     causal = check_flag("causal", causal) if type(causal) is not bool else causal
     return_lse = check_flag("return_lse", return_lse) if type(return_lse) is not bool else return_lse
+    extras = k is None and v is None and k_scale is None and v_scale is None
+    torch = sys.modules.get("torch")
+    if extras and torch is not None and isinstance(q, torch.Tensor):
+        from . import kvcache_ops
+        if not kvcache_ops.plain_eager(q):
+            out, lse = kvcache_ops.call(q, k_cache, v_cache, cache_seqlens, page_table, softmax_scale, causal,
+                                        num_splits, out, bundle)
+            return (out, lse) if return_lse else out
+    out, lse = with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table, k=k, v=v, softmax_scale=softmax_scale,
+                            causal=causal, num_splits=num_splits, k_scale=k_scale, v_scale=v_scale, out=out,
+                            bundle=bundle)
+    return (out, lse) if return_lse else out
+
+
+def with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=None, v=None, softmax_scale=None,
+                 causal=True, num_splits=None, k_scale=None, v_scale=None, out=None, bundle=None):
+    """The implementation (the custom ops' too): checks or the call cache, then the two launches.
+    Returns (out, lse)."""
     tensors = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "cache_seqlens": cache_seqlens,
                "page_table": page_table, "k": k, "v": v, "k_scale": k_scale, "v_scale": v_scale, "out": out}
     options = (softmax_scale, causal, num_splits)
@@ -177,7 +197,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None,
                  "o_partial": o_partial.data_ptr(), "lse_partial": lse_partial.data_ptr(), "out": out.data_ptr(),
                  "lse": lse.data_ptr()}
     call.plan.launch(addresses, resolve_stream(None, True, q.device.index))
-    return (out, lse) if return_lse else out
+    return out, lse
 
 
 def _prepare(tensors: dict, options: tuple, bundle, signature) -> _Call:
@@ -217,4 +237,4 @@ def _prepare(tensors: dict, options: tuple, bundle, signature) -> _Call:
     return call
 
 
-__all__ = ["flash_attn_with_kvcache", "build_plan", "configs_for", "kernel_for"]
+__all__ = ["flash_attn_with_kvcache", "with_kvcache", "build_plan", "configs_for", "kernel_for"]

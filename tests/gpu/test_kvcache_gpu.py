@@ -229,3 +229,26 @@ def test_unsupported_features_raise_before_launch(torch):
     one = torch.ones(1, device="cuda")
     raises(fa4mlir.UnsupportedFeatureError, ["FP8"], fa4mlir.flash_attn_with_kvcache, case.q, fp8, fp8,
            case.cache_seqlens, case.page_table, k_scale=one, v_scale=one)
+
+
+def test_custom_op_opcheck_and_compile_fullgraph(torch):
+    """fa4mlir::flash_attn_with_kvcache(_out) pass torch.library.opcheck, and a torch.compile'd
+    decode step (fullgraph: no graph break) gives the eager bits."""
+    import fa4mlir
+    from fa4mlir.attention import kvcache_ops  # noqa: F401
+    case = Case(torch, [40, 7, 0, 100], seqlen_q=2, page_size=16, seed=21)
+    args = (case.q, case.k_cache, case.v_cache, case.cache_seqlens, case.page_table)
+    torch.library.opcheck(torch.ops.fa4mlir.flash_attn_with_kvcache.default, (*args, None, True, None, None))
+    out = torch.empty_like(case.q)
+    torch.library.opcheck(torch.ops.fa4mlir.flash_attn_with_kvcache_out.default, (*args, out, 0.1, True, 2, None))
+
+    def step(q, k_cache, v_cache, lens, table):
+        o, lse = fa4mlir.flash_attn_with_kvcache(q * 1, k_cache, v_cache, lens, table, return_lse=True)
+        return o * 1, lse
+
+    want = step(*args)
+    explain = torch._dynamo.explain(step)(*args)
+    assert explain.graph_break_count == 0, explain.break_reasons
+    got = torch.compile(step, fullgraph=True)(*args)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    case.check(*got)
