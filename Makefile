@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 BUNDLE ?= bundle
 
-.PHONY: demo test ruff pytest lit gpu-bundle gpu-test bench bench-attention bench-gemm plot clean
+.PHONY: demo test ruff pytest lit gpu-bundle gpu-test bench bench-attention bench-gemm bench-decode plot clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,9 @@ gpu-test:                 ## there: run the GPU tests from $(BUNDLE)/ and the fr
 	PYTHONPATH=$(CURDIR) python3 -m pytest -q tests/test_attention_torch_cpu.py
 
 bench: bench-attention bench-gemm  ## there: both benchmarks (or `bash bench/device_run.sh`: tests + both)
+
+bench-decode:             ## there: flash_attn_with_kvcache on the serving anchors' decode workloads vs FA4 CuTe, cuDNN, FA2
+	PYTHONPATH=$(CURDIR) python3 -m fa4mlir bench decode --bundle $(BUNDLE) --out decode-bench.json $(BENCH_ARGS)
 
 bench-attention:          ## there: attention vs cuDNN, FA2, FA4 on the FA3 grid (BENCH_ARGS=--quick for 2 points)
 	PYTHONPATH=$(CURDIR) python3 -m fa4mlir bench attention --bundle $(BUNDLE) --out attention-bench.json --png attention-bench.png $(BENCH_ARGS)
