@@ -450,10 +450,13 @@ def plan_problem(problem: KVCacheProblem, num_sms: int, arch: str = "sm_90a") ->
     gqa = pack_gqa(problem.seqlen_q, problem.heads, problem.kv_heads)
     bn = DECODE_BN[problem.head_dim]
     ctas = problem.batch * problem.kv_heads * gqa.m_tiles_per_kv_head
-    splits = problem.num_splits or num_splits_heuristic(ctas, problem.max_seqlen_k, bn, num_sms)
+    # a wave is every CTA the device holds at once: two per SM for the kernels that fit half an SM
+    cache = problem.cache
+    kernel = decode_cfg.default_config(problem.dtype, problem.head_dim, cache.page_size if cache.paged else None)
+    slots = num_sms * kernel.ctas_per_sm
+    splits = problem.num_splits or num_splits_heuristic(ctas, problem.max_seqlen_k, bn, slots)
     if gqa.m_tiles * splits > MAX_I32:
         raise ShapeError(_err(f"seqlen_q {problem.seqlen_q} x {splits} splits exceeds the grid; split the call"))
-    cache = problem.cache
     fetch = fetch_plan(bn, cache.page_size, arch, paged=cache.paged)
     if fetch.fetch is KVFetch.CP_ASYNC_GATHER:
         # the sm_90a decode kernel has no cp.async gather yet: it takes TMA boxes of gcd(bn, page_size)
