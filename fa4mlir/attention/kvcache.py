@@ -68,7 +68,7 @@ from typing import Any, Sequence
 
 from ..kernels import attention_decode_sm90_config as decode_cfg
 from ..kernels import attention_sm90_config as attn_cfg
-from ..kernels.common.decode_schedule import MAX_SPLITS, PackGQA, num_splits_heuristic, pack_gqa
+from ..kernels.common.decode_schedule import MAX_SPLITS, PackGQA, balance_splits, num_splits_heuristic, pack_gqa
 from ..kernels.common.paging import MAX_PAGE_SIZE, FetchPlan, KVFetch, PageDivisor, fetch_plan
 from ..runtime import TensorInfo
 from .checks import MAX_GRID_YZ, MAX_I32, check_layout, check_scale
@@ -455,6 +455,9 @@ def plan_problem(problem: KVCacheProblem, num_sms: int, arch: str = "sm_90a") ->
     kernel = decode_cfg.default_config(problem.dtype, problem.head_dim, cache.page_size if cache.paged else None)
     slots = num_sms * kernel.ctas_per_sm
     splits = problem.num_splits or num_splits_heuristic(ctas, problem.max_seqlen_k, bn, slots)
+    if problem.num_splits is None and cache.paged and splits == 1:
+        # a paged cache's lengths are ragged as a rule (and unknown here): bound each CTA's range
+        splits = balance_splits(ctas, problem.max_seqlen_k, bn, slots)
     if gqa.m_tiles * splits > MAX_I32:
         raise ShapeError(_err(f"seqlen_q {problem.seqlen_q} x {splits} splits exceeds the grid; split the call"))
     fetch = fetch_plan(bn, cache.page_size, arch, paged=cache.paged)
