@@ -24,8 +24,9 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 three consumer warpgroups, bn), what bench/attention_probe.py times to pick TILES
     decode      the sm_90a decode kernels (flash_attn_with_kvcache): the split kernel for contiguous
                 caches and for paged ones by TMA box rows (page sizes 1 and odd ones: 1-row boxes; 8, 16,
-                32: boxes of the page; 64 and its multiples: one box per tile), the combine kernel, for
-                the head dims, dtypes and page sizes tests/gpu/test_kvcache_gpu.py and `bench decode` run
+                32: boxes of the page; 64 and its multiples: one box per tile), the combine and the
+                append (k=, v=) kernels, for the head dims, dtypes and page sizes
+                tests/gpu/test_kvcache_gpu.py and `bench decode` run
     bench       the attention and decode sets, and the GEMM variants the benchmark times against torch.matmul
     sm90        the sm_90a GEMMs of gpu-tests and bench
     demo        the default GEMM of each arch and the D128 bf16 attention kernels of each arch (what
@@ -147,10 +148,12 @@ DECODE_CASES = [
 def decode() -> list:
     """The split kernels of DECODE_CASES (default_config's tiles) and a combine kernel per (dtype,
     head_dim)."""
-    from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, KERNEL, CombineConfig, default_config
+    from .kernels.attention_decode_sm90_config import (APPEND_KERNEL, COMBINE_KERNEL, KERNEL, AppendConfig,
+                                                       CombineConfig, default_config)
     out = [(KERNEL, default_config(dtype, d, page)) for dtype, d, pages in DECODE_CASES for page in pages]
     combos = sorted({(dtype, d) for dtype, d, _ in DECODE_CASES} | {(t, d) for t in ("bf16", "f16") for d in (64, 128, 256)})
-    return out + [(COMBINE_KERNEL, CombineConfig(dtype, d)) for dtype, d in combos]
+    out += [(COMBINE_KERNEL, CombineConfig(dtype, d)) for dtype, d in combos]
+    return out + [(APPEND_KERNEL, AppendConfig(dtype, d, paged)) for dtype, d in combos for paged in (False, True)]
 
 
 def gpu_tests() -> list:

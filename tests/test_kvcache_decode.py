@@ -8,14 +8,15 @@ launches them, without a GPU:
 * the split kernel issues bn / box_rows TMA boxes per 64-column chunk and per K or V stage, and
   each stage expects exactly their bytes;
 * the plan: grid, split and combine arguments (pack GQA, divisors, strides), box rows per page size;
-* errors before anything runs: appending k/v and FP8 caches are refused (UnsupportedFeatureError),
-  bad page tables raise the operand's typed errors through the public entry point.
+* errors before anything runs: bad page tables, lengths and new tokens raise the operand's typed
+  errors through the public entry point; a call on tensor-likes that are not torch tensors is refused;
+* the append launch (k=, v=) comes first in the plan, with the strides of its four tensors.
 """
 import pytest
 
 from fa4mlir import compiler, kernel_sets, kernels, lowering
 from fa4mlir.attention import kvcache as kc
-from fa4mlir.attention.errors import DTypeError, UnsupportedFeatureError
+from fa4mlir.attention.errors import DTypeError
 from fa4mlir.kernels import attention_decode_sm90_config as dec
 from fa4mlir.kernels.common.fastdiv import divisor
 from fa4mlir.passes._util import attr, ops_named
@@ -66,9 +67,12 @@ def test_decode_set_compiles_clean(entry):
         assert art.block == (160, 1, 1)
         if cfg.ctas_per_sm == 2:   # D64, D128
             assert art.smem_bytes <= dec.MAX_SMEM_2CTA and r["registers"] * 160 * 2 <= 65536, r
-    else:
+    elif name == dec.COMBINE_KERNEL:
         assert [(p.name, p.kind) for p in art.params] == list(dec.COMBINE_PARAMS)
         assert art.block == (32 * dec.COMBINE_WARPS, 1, 1)
+    else:
+        assert name == dec.APPEND_KERNEL
+        assert [(p.name, p.kind) for p in art.params] == list(dec.APPEND_PARAMS)
 
 
 @pytest.mark.parametrize("box_rows", [1, 16, 64])
@@ -150,11 +154,14 @@ class CAI:
                                          "strides": strides, "version": 3}
 
 
-def test_entry_point_refuses_append_and_checks_before_any_driver_call():
+def test_entry_point_checks_before_any_driver_call():
     import fa4mlir
+    from fa4mlir.attention.errors import ArgumentTypeError, ShapeError
     q, cache = CAI((2, 1, 8, 128)), CAI((10, 16, 2, 128))
     seqlens, table = CAI((2,), "<i4"), CAI((2, 4), "<i4")
-    raises(UnsupportedFeatureError, ["k=, v="], fa4mlir.flash_attn_with_kvcache, q, cache, cache, seqlens, table,
+    raises(ShapeError, ["k and v (new tokens) go together"], fa4mlir.flash_attn_with_kvcache, q, cache, cache,
+           seqlens, table, k=CAI((2, 1, 2, 128)))
+    raises(ArgumentTypeError, ["torch CUDA tensor"], fa4mlir.flash_attn_with_kvcache, q, cache, cache, seqlens, table,
            k=CAI((2, 1, 2, 128)), v=CAI((2, 1, 2, 128)))
     raises(DTypeError, ["page_table must be int32"], fa4mlir.flash_attn_with_kvcache, q, cache, cache, seqlens,
            CAI((2, 4), "<i8"))
@@ -193,3 +200,18 @@ def test_torch_ops_fake_shapes_and_typed_errors_at_trace_time():
         assert out2 is given
         raises(DTypeError, ["page_table must be int32"], fa4mlir.flash_attn_with_kvcache, q, pool, pool, lens,
                mode.from_tensor(meta((2, 4), torch.int64)))
+
+
+def test_append_launch_args():
+    q = info((3, 1, 8, 128))
+    pool = info((50, 16, 2, 128))
+    new = info((3, 2, 2, 128))
+    p = kc.check_kvcache_inputs(q, pool, pool, info((3,), "i32"), info((3, 20), "i32"), k=new, v=new)
+    plan = kc.plan_problem(p.with_options(causal=True, softmax_scale=0.1, num_splits=None, return_lse=False), 132)
+    strides = {n: (4096, 256, 128) for n in ("k", "v")} | {n: (4096, 256, 128) for n in ("k_cache", "v_cache")}
+    args = dec.append_launch_args(plan, {n: n for n, _ in dec.APPEND_TENSORS}, strides, 20)
+    assert list(args) == [n for n, _ in dec.APPEND_PARAMS]
+    assert args["seqlen_new"] == 2 and args["capacity"] == 320 and args["page_size"] == 16
+    assert dec.append_grid(plan) == (2, 3, 1)
+    split = dec.split_launch_args(plan, {n: n for n, _ in dec.SPLIT_TENSORS}, (1024, 1024, 128), 20)
+    assert split["seqlen_new"] == 2

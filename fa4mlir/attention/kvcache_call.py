@@ -18,8 +18,12 @@ the page table or the cache contents change (same shapes and addresses). A call 
 (shapes, strides, dtypes and device of every tensor, the options, the kernel source) was seen
 before skips the checks and relaunches the prepared plan with the new addresses (``_CALLS``).
 
-Not built yet, refused before anything runs (``UnsupportedFeatureError``): appending new tokens
-(``k``, ``v``) and FP8 caches. Tensors must be torch CUDA tensors (the workspaces are torch's).
+New tokens ``k``, ``v`` [batch, seqlen_new, kv_heads, D] are written into the cache (in place) at
+cache_seqlens[b] .. + seqlen_new - 1 by a first launch (kvcache_append_sm90) and attended to:
+sequence b attends to L_b = clamp(cache_seqlens[b], 0, capacity - seqlen_new) + seqlen_new keys
+(cache_seqlens itself is not updated: the caller advances it, as with FlashAttention-3).
+Not built yet, refused before anything runs (``UnsupportedFeatureError``): FP8 caches. Tensors
+must be torch CUDA tensors (the workspaces are torch's).
 """
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ from .plan import Launch, Plan, PreparedPlan, TensorRef, source_for
 
 SPLIT_NAMES = tuple(n for n, _ in dec.SPLIT_TENSORS)
 COMBINE_NAMES = tuple(n for n, _ in dec.COMBINE_TENSORS)
+APPEND_NAMES = tuple(n for n, _ in dec.APPEND_TENSORS)
 CALLS_KEPT = 256
 
 
@@ -83,20 +88,29 @@ def configs_for(plan: KVCachePlan) -> tuple[dec.DecodeConfig, dec.CombineConfig]
     return dec.default_config(p.dtype, p.head_dim, page_size), dec.CombineConfig(p.dtype, p.head_dim)
 
 
-def build_plan(kv_plan: KVCachePlan, source, q_strides, page_table_stride: int, out_strides) -> Plan:
-    """The two launches of a decode call, tensors named by TensorRef (SPLIT_NAMES, COMBINE_NAMES;
-    a contiguous cache's page_table slot takes cache_seqlens, never read)."""
+def build_plan(kv_plan: KVCachePlan, source, q_strides, page_table_stride: int, out_strides,
+               append_strides: dict | None = None) -> Plan:
+    """The launches of a decode call, tensors named by TensorRef (SPLIT_NAMES, COMBINE_NAMES, and
+    k, v with new tokens; a contiguous cache's page_table slot takes cache_seqlens, never read):
+    the append (new tokens k, v into the cache; ``append_strides``: the element strides of dims 0-2
+    of k, v, k_cache, v_cache), the split kernel, the combine."""
     split_cfg, combine_cfg = configs_for(kv_plan)
     if split_cfg.bn != kv_plan.bn:
         raise AssertionError(f"plan tile {kv_plan.bn} != kernel tile {split_cfg.bn}")
-    refs = {n: TensorRef(n) for n in SPLIT_NAMES + COMBINE_NAMES}
-    if not kv_plan.problem.cache.paged:
+    p = kv_plan.problem
+    refs = {n: TensorRef(n) for n in SPLIT_NAMES + COMBINE_NAMES + APPEND_NAMES}
+    if not p.cache.paged:
         refs["page_table"] = TensorRef("cache_seqlens")
-    split = Launch(kernel_for(source, split_cfg), dec.split_grid(kv_plan),
-                   dec.split_launch_args(kv_plan, refs, q_strides, page_table_stride))
-    combine = Launch(kernel_for(source, combine_cfg), dec.combine_grid(kv_plan),
-                     dec.combine_launch_args(kv_plan, refs, out_strides))
-    return Plan(kv_plan.problem, (split, combine))
+    launches = []
+    if p.seqlen_new:
+        append_cfg = dec.AppendConfig(p.dtype, p.head_dim, p.cache.paged)
+        launches.append(Launch(kernel_for(source, append_cfg), dec.append_grid(kv_plan),
+                               dec.append_launch_args(kv_plan, refs, append_strides, page_table_stride)))
+    launches.append(Launch(kernel_for(source, split_cfg), dec.split_grid(kv_plan),
+                           dec.split_launch_args(kv_plan, refs, q_strides, page_table_stride)))
+    launches.append(Launch(kernel_for(source, combine_cfg), dec.combine_grid(kv_plan),
+                           dec.combine_launch_args(kv_plan, refs, out_strides)))
+    return Plan(p, tuple(launches))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -196,6 +210,8 @@ def with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=None,
                  "page_table": (page_table if page_table is not None else cache_seqlens).data_ptr(),
                  "o_partial": o_partial.data_ptr(), "lse_partial": lse_partial.data_ptr(), "out": out.data_ptr(),
                  "lse": lse.data_ptr()}
+    if k is not None:
+        addresses.update(k=k.data_ptr(), v=v.data_ptr())
     call.plan.launch(addresses, resolve_stream(None, True, q.device.index))
     return out, lse
 
@@ -205,10 +221,6 @@ def _prepare(tensors: dict, options: tuple, bundle, signature) -> _Call:
     softmax_scale, causal, num_splits = options
     check_bundle(bundle, ENTRY)
     q = tensors["q"]
-    if tensors["k"] is not None or tensors["v"] is not None:
-        raise UnsupportedFeatureError(_err("appending new tokens (k=, v=) is not built yet: write them into "
-                                           "k_cache / v_cache yourself (at cache_seqlens) and count them in "
-                                           "cache_seqlens"))
     problem = check_kvcache_call(**tensors, softmax_scale=softmax_scale, causal=causal, num_splits=num_splits)
     if problem.cache.quantized:
         raise UnsupportedFeatureError(_err(f"FP8 ({problem.cache.dtype}) caches are not built yet in the sm_90a "
@@ -223,9 +235,12 @@ def _prepare(tensors: dict, options: tuple, bundle, signature) -> _Call:
     out = tensors["out"]
     out_strides = out.stride()[:3] if out is not None else (problem.seqlen_q * problem.heads * problem.head_dim,
                                                             problem.heads * problem.head_dim, problem.head_dim)
-    plan = build_plan(kv_plan, source, q.stride()[:3], pt_stride, out_strides)
+    append_strides = None
+    if problem.seqlen_new:
+        append_strides = {n: tensors[n].stride()[:3] for n in ("k", "v", "k_cache", "v_cache")}
+    plan = build_plan(kv_plan, source, q.stride()[:3], pt_stride, out_strides, append_strides)
     o_partial, lse_partial, out_t, lse = _outputs(torch, q, kv_plan, out)
-    named = {**{n: tensors[n] for n in ("q", "k_cache", "v_cache", "cache_seqlens")},
+    named = {**{n: tensors[n] for n in ("q", "k_cache", "v_cache", "cache_seqlens", "k", "v")},
              "page_table": page_table if page_table is not None else tensors["cache_seqlens"],
              "o_partial": o_partial, "lse_partial": lse_partial, "out": out_t, "lse": lse}
     call = _Call(plan.prepare(named), kv_plan, source)

@@ -84,7 +84,7 @@ def div(p, name):
 
 class _Work:
     """This CTA's work item (computed alike by every thread): batch b, head block, KV head, M tile,
-    split, the sequence length L_b (cache_seqlens[b] clamped to [0, capacity]) and the split's KV
+    split, the sequence length L_b (cache_seqlens[b] clamped, plus seqlen_new) and the split's KV
     tiles [begin, end) (decode_schedule.split_range of ceil(L_b / bn) tiles)."""
 
     def __init__(self, kb, cfg, p):
@@ -96,7 +96,9 @@ class _Work:
         self.head_base = self.head_block * p["cta_heads"]
         self.kv_head = fast_div(self.head_base, *div(p, "group"))
         raw = kb.load(kb.gep(p["cache_seqlens"], self.batch, "i32"), "i32", align=4)
-        self.length = raw.smax(0).smin(p["capacity"])               # L_b
+        # L_b: cache_seqlens[b] clamped to [0, capacity - seqlen_new], plus the seqlen_new tokens
+        # kvcache_append_sm90 wrote there first (kvcache.py's kernel contract)
+        self.length = raw.smax(0).smin(p["capacity"] - p["seqlen_new"]) + p["seqlen_new"]
         n_tiles = (self.length + (cfg.bn - 1)) // cfg.bn
         base = n_tiles // p["num_splits"]
         extra = n_tiles - base * p["num_splits"]

@@ -31,6 +31,8 @@ from .common.fields import ConfigError, check_fields
 
 KERNEL = "attention_decode_sm90"
 COMBINE_KERNEL = "attention_combine_sm90"
+APPEND_KERNEL = "kvcache_append_sm90"
+APPEND_THREADS = 128
 DTYPES = ("bf16", "f16")
 HEAD_DIMS = (64, 128, 256)
 TILE_M = 64                       # packed query rows per CTA: one consumer warpgroup's wgmma M
@@ -129,6 +131,28 @@ class CombineConfig:
         return f"{COMBINE_KERNEL}_{self.dtype}_d{self.head_dim}"
 
 
+@dataclass(frozen=True)
+class AppendConfig:
+    """The kernel that writes new tokens k, v into the cache before the split kernel runs."""
+
+    dtype: str = "bf16"
+    head_dim: int = 128
+    paged: bool = True
+
+    def validate(self) -> "AppendConfig":
+        check_fields(self, {"dtype": DTYPES, "head_dim": HEAD_DIMS})
+        if self.dtype not in DTYPES or self.head_dim not in HEAD_DIMS:
+            raise ConfigError(f"append: dtype in {DTYPES}, head_dim in {HEAD_DIMS}; got {self.dtype}, "
+                              f"{self.head_dim}")
+        return self
+
+    def key(self) -> dict:
+        return {"kernel": APPEND_KERNEL, **self.__dict__}
+
+    def name(self) -> str:
+        return f"{APPEND_KERNEL}_{self.dtype}_d{self.head_dim}_{'paged' if self.paged else 'contig'}"
+
+
 def box_rows_for(bn: int, page_size: int | None) -> int:
     """Rows per TMA box: bn for a contiguous cache (None) or a page size that bn divides, else
     gcd(bn, page_size) (a box never straddles a page: paging.py, note "Box rows")."""
@@ -161,10 +185,16 @@ SPLIT_TENSORS = (("k_cache", "tma"), ("v_cache", "tma"), ("q", "ptr"), ("cache_s
                  ("page_table", "ptr"), ("o_partial", "ptr"), ("lse_partial", "ptr"))
 SPLIT_PARAMS = (*SPLIT_TENSORS,
                 ("batch", "i32"), ("seqlen_q", "i32"), ("heads", "i32"), ("rows", "i32"), ("m_tiles", "i32"),
-                ("num_splits", "i32"), ("capacity", "i32"), ("num_pages", "i32"), ("page_size", "i32"),
+                ("num_splits", "i32"), ("seqlen_new", "i32"), ("capacity", "i32"), ("num_pages", "i32"), ("page_size", "i32"),
                 ("page_table_stride", "i32"), ("cta_heads", "i32"), ("causal", "i32"), ("scale_log2", "f32"),
                 ("q_stride_b", "i64"), ("q_stride_s", "i64"), ("q_stride_h", "i64"),
                 *((f"{n}_{part}", "i32") for n in ("cta_heads", "group", "m_tiles", "page") for part in ("mul", "shr")))
+APPEND_TENSORS = (("k", "ptr"), ("v", "ptr"), ("k_cache", "ptr"), ("v_cache", "ptr"), ("cache_seqlens", "ptr"),
+                  ("page_table", "ptr"))
+APPEND_PARAMS = (*APPEND_TENSORS, ("seqlen_new", "i32"), ("kv_heads", "i32"), ("capacity", "i32"),
+                 ("num_pages", "i32"), ("page_size", "i32"), ("page_table_stride", "i32"), ("page_mul", "i32"),
+                 ("page_shr", "i32"),
+                 *((f"{t}_stride_{d}", "i64") for t in ("k", "v", "k_cache", "v_cache") for d in ("0", "1", "2")))
 COMBINE_TENSORS = (("o_partial", "ptr"), ("lse_partial", "ptr"), ("out", "ptr"), ("lse", "ptr"))
 COMBINE_PARAMS = (*COMBINE_TENSORS, ("total_rows", "i32"), ("num_splits", "i32"), ("seqlen_q", "i32"),
                   ("heads", "i32"), ("out_stride_b", "i64"), ("out_stride_s", "i64"), ("out_stride_h", "i64"),
@@ -188,6 +218,7 @@ def split_launch_args(plan, tensors, q_strides: tuple[int, int, int], page_table
     cta_heads = gqa.group if gqa.packed else 1
     args = {n: tensors[n] for n, _ in SPLIT_TENSORS}
     args.update(batch=p.batch, seqlen_q=p.seqlen_q, heads=p.heads, rows=gqa.rows, m_tiles=gqa.m_tiles,
+                seqlen_new=p.seqlen_new,
                 num_splits=plan.num_splits, capacity=cache.capacity, num_pages=cache.num_pages,
                 page_size=cache.page_size, page_table_stride=int(page_table_stride), cta_heads=cta_heads, causal=int(bool(p.causal)),
                 scale_log2=float(p.softmax_scale) * LOG2E, q_stride_b=int(q_strides[0]),
@@ -200,6 +231,26 @@ def split_launch_args(plan, tensors, q_strides: tuple[int, int, int], page_table
 
 def split_grid(plan) -> tuple[int, int, int]:
     return plan.grid
+
+
+def append_launch_args(plan, tensors, strides: dict, page_table_stride: int) -> dict:
+    """The append kernel's parameters: ``strides`` the element strides of dims 0-2 of k, v, k_cache
+    and v_cache by name."""
+    p = plan.problem
+    cache = p.cache
+    args = {n: tensors[n] for n, _ in APPEND_TENSORS}
+    args.update(seqlen_new=p.seqlen_new, kv_heads=cache.kv_heads, capacity=cache.capacity, num_pages=cache.num_pages,
+                page_size=cache.page_size, page_table_stride=int(page_table_stride))
+    args["page_mul"], args["page_shr"] = divisor(int(cache.page_size))
+    for t in ("k", "v", "k_cache", "v_cache"):
+        for d in range(3):
+            args[f"{t}_stride_{d}"] = int(strides[t][d])
+    return _fill(APPEND_PARAMS, args)
+
+
+def append_grid(plan) -> tuple[int, int, int]:
+    """One CTA per (new token, sequence)."""
+    return (plan.problem.seqlen_new, plan.problem.batch, 1)
 
 
 def combine_launch_args(plan, tensors, out_strides: tuple[int, int, int]) -> dict:
@@ -219,6 +270,7 @@ def combine_grid(plan) -> tuple[int, int, int]:
     return (-(-rows // COMBINE_WARPS), 1, 1)
 
 
-__all__ = ["KERNEL", "COMBINE_KERNEL", "DecodeConfig", "CombineConfig", "default_config", "box_rows_for",
+__all__ = ["APPEND_KERNEL", "AppendConfig", "APPEND_PARAMS", "APPEND_TENSORS", "append_launch_args", "append_grid",
+           "KERNEL", "COMBINE_KERNEL", "DecodeConfig", "CombineConfig", "default_config", "box_rows_for",
            "SPLIT_PARAMS", "COMBINE_PARAMS", "SPLIT_TENSORS", "COMBINE_TENSORS", "split_launch_args",
            "combine_launch_args", "split_grid", "combine_grid", "TILE_M", "COMBINE_WARPS", "DTYPES", "HEAD_DIMS"]

@@ -218,13 +218,45 @@ def test_return_lse_false_and_allocated_out(torch):
     assert math.isfinite(float(lse.max()))
 
 
+@pytest.mark.parametrize("page_size", [None, 16, 1, 64])
+@pytest.mark.parametrize("seqlen_new", [1, 3])
+def test_append_new_tokens(torch, page_size, seqlen_new):
+    """k=, v=: the new tokens land in the cache at cache_seqlens (through the page table) and are
+    attended to; the rest of the cache is unchanged, cache_seqlens too."""
+    import fa4mlir
+    from fa4mlir.testing_kvcache import kvcache_reference
+    before = [0, 5, 16, 63, 100]
+    # pages for the new tokens are the caller's to provide: the case is built for the lengths after
+    # the append (stale rows where the new tokens go), cache_seqlens says the lengths before
+    case = Case(torch, [n + seqlen_new for n in before], seqlen_q=seqlen_new, page_size=page_size,
+                seed=31 + seqlen_new, capacity=112)
+    case.cache_seqlens = torch.tensor(before, dtype=torch.int32).cuda()
+    gen = torch.Generator(device="cpu").manual_seed(5)
+    shape = (len(case.lengths), seqlen_new, case.k_cache.shape[2], case.k_cache.shape[3])
+    k_new = torch.randn(shape, generator=gen).to(case.q.dtype).cuda()
+    v_new = torch.randn(shape, generator=gen).to(case.q.dtype).cuda()
+    cpu = lambda x: None if x is None else x.cpu()   # noqa: E731
+    want = kvcache_reference(cpu(case.q).float(), cpu(case.k_cache).float(), cpu(case.v_cache).float(),
+                             cpu(case.cache_seqlens), cpu(case.page_table), k=cpu(k_new).float(),
+                             v=cpu(v_new).float())
+    lens_before = case.cache_seqlens.clone()
+    out, lse = fa4mlir.flash_attn_with_kvcache(case.q, case.k_cache, case.v_cache, case.cache_seqlens, case.page_table,
+                                               k=k_new, v=v_new, out=case.out, return_lse=True)
+    assert torch.equal(case.cache_seqlens, lens_before)
+    for got, ref in ((case.k_cache, want["k_cache"]), (case.v_cache, want["v_cache"])):
+        got, ref = got.float().cpu(), ref.float()
+        same = (got == ref) | (torch.isnan(got) & torch.isnan(ref))
+        assert same.all(), "cache after the append differs from the reference's"
+    case.cache_seqlens = torch.tensor(case.lengths, dtype=torch.int32).cuda()    # the cache holds them now
+    case.check(out, lse)
+    ref_out = want["out"].to(out.dtype).cuda()
+    assert (out.float() - ref_out.float()).abs().max().item() < 0.05
+
+
 def test_unsupported_features_raise_before_launch(torch):
     import fa4mlir
     from fa4mlir.testing import raises
     case = Case(torch, [3, 70], seqlen_q=1, page_size=16)
-    new = torch.zeros(2, 1, 2, 128, dtype=torch.bfloat16, device="cuda")
-    raises(fa4mlir.UnsupportedFeatureError, ["k=, v="], fa4mlir.flash_attn_with_kvcache, case.q, case.k_cache,
-           case.v_cache, case.cache_seqlens, case.page_table, k=new, v=new)
     fp8 = case.k_cache.to(torch.float8_e4m3fn)
     one = torch.ones(1, device="cuda")
     raises(fa4mlir.UnsupportedFeatureError, ["FP8"], fa4mlir.flash_attn_with_kvcache, case.q, fp8, fp8,
