@@ -215,3 +215,20 @@ def test_append_launch_args():
     assert dec.append_grid(plan) == (2, 3, 1)
     split = dec.split_launch_args(plan, {n: n for n, _ in dec.SPLIT_TENSORS}, (1024, 1024, 128), 20)
     assert split["seqlen_new"] == 2
+
+
+def test_dynamo_traces_the_entry_point_without_a_graph_break():
+    torch = pytest.importorskip("torch")
+    import fa4mlir
+
+    def meta(shape, dtype):
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    def step(q, k_cache, v_cache, lens, table):
+        o, lse = fa4mlir.flash_attn_with_kvcache(q * 1, k_cache, v_cache, lens, table, return_lse=True)
+        return o * 1, lse
+
+    pool = meta((10, 16, 2, 128), torch.bfloat16)
+    explain = torch._dynamo.explain(step)(meta((2, 1, 8, 128), torch.bfloat16), pool, pool, meta((2,), torch.int32),
+                                          meta((2, 4), torch.int32))
+    assert explain.graph_break_count == 0, explain.break_reasons

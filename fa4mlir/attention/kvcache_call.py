@@ -169,6 +169,16 @@ def _outputs(torch, q, kv_plan: KVCachePlan, out):
     return o_partial, lse_partial, out, lse
 
 
+_KV_OPS: list = []   # kvcache_ops, once a call brought torch tensors (no import statement under a trace)
+
+
+def _kvcache_ops():
+    if not _KV_OPS:
+        from . import kvcache_ops
+        _KV_OPS.append(kvcache_ops)
+    return _KV_OPS[0]
+
+
 def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=None, v=None,
                             softmax_scale=None, causal=True, num_splits=None, k_scale=None, v_scale=None,
                             return_lse=False, out=None, bundle: Bundle | str | os.PathLike | None = None):
@@ -181,7 +191,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None,
     extras = k is None and v is None and k_scale is None and v_scale is None
     torch = sys.modules.get("torch")
     if extras and torch is not None and isinstance(q, torch.Tensor):
-        from . import kvcache_ops
+        kvcache_ops = _kvcache_ops()
         if not kvcache_ops.plain_eager(q):
             out, lse = kvcache_ops.call(q, k_cache, v_cache, cache_seqlens, page_table, softmax_scale, causal,
                                         num_splits, out, bundle)
