@@ -154,8 +154,12 @@ def run(args) -> int:
                 print(f"{name:18s} {label:12s} fails: {type(e).__name__}: {str(e)[:160]}", flush=True)
         times = {label: [] for label in live}
         for _ in range(max(1, args.rounds)):
-            for label, fn in live.items():
-                times[label].append(timer(fn))
+            for label, fn in list(live.items()):
+                try:
+                    times[label].append(timer(fn))
+                except Exception as e:  # noqa: BLE001  (a backend that fails while timed is dropped)
+                    results.append({"workload": name, "backend": label, "error": f"{type(e).__name__}: {e}"[:300]})
+                    del live[label]
         for label in live:
             ms = statistics.median(times[label])
             rate = kv_bytes / (ms * 1e-3) / 1e9
