@@ -232,3 +232,42 @@ def test_dynamo_traces_the_entry_point_without_a_graph_break():
     explain = torch._dynamo.explain(step)(meta((2, 1, 8, 128), torch.bfloat16), pool, pool, meta((2,), torch.int32),
                                           meta((2, 4), torch.int32))
     assert explain.graph_break_count == 0, explain.break_reasons
+
+
+RING_OPS = ("fa4.producer_acquire", "fa4.consumer_wait", "fa4.consumer_release", "fa4.producer_commit")
+
+
+def _mutated_decode(index: int, how: str):
+    """The paged decode kernel with its index-th ring op's phase flipped, stage + 1, or erased."""
+    from fa4mlir._mlir import arith, ir
+    kir = kernels.module(dec.KERNEL).build(dec.default_config("bf16", 128, 16))
+    with kir.module.context:
+        op = ops_named(kir.module.operation, *RING_OPS)[index]
+        if how == "phase ^ 1" and op.name not in RING_OPS[:2]:
+            return None
+        with ir.InsertionPoint(op), op.location:
+            one = arith.constant(ir.IntegerType.get_signless(32), 1)
+            if how == "phase ^ 1":
+                op.operands[1] = arith.xori(op.operands[1], one)
+            elif how == "stage + 1":
+                op.operands[0] = arith.addi(op.operands[0], one)
+            else:
+                op.erase()
+    return kir
+
+
+def test_verifier_rejects_every_single_op_mutation_of_the_decode_kernel():
+    from fa4mlir.passes import verify_pipelines
+    from fa4mlir.passes._util import PassError
+    good = kernels.module(dec.KERNEL).build(dec.default_config("bf16", 128, 16))
+    with good.module.context:
+        verify_pipelines.run(good.module.operation)
+        num_ops = len(ops_named(good.module.operation, *RING_OPS))
+    assert num_ops == 12      # producer: acquire + commit of K and V; consumer: wait + release of K and V, two loops
+    for index in range(num_ops):
+        for how in ("phase ^ 1", "stage + 1", "erase"):
+            kir = _mutated_decode(index, how)
+            if kir is None:
+                continue
+            with kir.module.context, pytest.raises(PassError):
+                verify_pipelines.run(kir.module.operation)
