@@ -145,12 +145,19 @@ DECODE_CASES = [
 ]
 
 
+# FP8 (e4m3) caches of the decode set: (dtype, head_dim, page size, scale granularity)
+DECODE_FP8_CASES = [("bf16", 128, page, grain) for page, grain in (
+    (None, "tensor"), (None, "kv_head"), (None, "block"), (16, "tensor"), (16, "block"), (64, "kv_head"),
+    (64, "block"), (1, "block"))]
+
+
 def decode() -> list:
-    """The split kernels of DECODE_CASES (default_config's tiles) and a combine kernel per (dtype,
-    head_dim)."""
+    """The split kernels of DECODE_CASES and DECODE_FP8_CASES (default_config's tiles), a combine
+    and two append kernels (contiguous, paged) per (dtype, head_dim)."""
     from .kernels.attention_decode_sm90_config import (APPEND_KERNEL, COMBINE_KERNEL, KERNEL, AppendConfig,
                                                        CombineConfig, default_config)
     out = [(KERNEL, default_config(dtype, d, page)) for dtype, d, pages in DECODE_CASES for page in pages]
+    out += [(KERNEL, default_config(dtype, d, page, grain)) for dtype, d, page, grain in DECODE_FP8_CASES]
     combos = sorted({(dtype, d) for dtype, d, _ in DECODE_CASES} | {(t, d) for t in ("bf16", "f16") for d in (64, 128, 256)})
     out += [(COMBINE_KERNEL, CombineConfig(dtype, d)) for dtype, d in combos]
     return out + [(APPEND_KERNEL, AppendConfig(dtype, d, paged)) for dtype, d in combos for paged in (False, True)]

@@ -62,7 +62,10 @@ def test_decode_set_compiles_clean(entry):
         assert art.smem_bytes >= cfg.smem_bytes() - 1024, (art.smem_bytes, cfg.smem_bytes())
         assert [(p.name, p.kind) for p in art.params] == list(dec.SPLIT_PARAMS)
         for p in art.params:
-            if p.kind == "tma":
+            if p.kind == "tma" and cfg.fp8:     # rows of D bytes, unswizzled (converted in the kernel)
+                assert p.tma.box == (cfg.head_dim, 1, cfg.box_rows, 1) and p.tma.swizzle == "none"
+                assert p.tma.dtype == "e4m3"
+            elif p.kind == "tma":
                 assert p.tma.box == (64, 1, cfg.box_rows, 1) and p.tma.swizzle == "128B"
         assert art.block == (160, 1, 1)
         if cfg.ctas_per_sm == 2:   # D64, D128
@@ -271,3 +274,24 @@ def test_verifier_rejects_every_single_op_mutation_of_the_decode_kernel():
                 continue
             with kir.module.context, pytest.raises(PassError):
                 verify_pipelines.run(kir.module.operation)
+
+
+@pytest.mark.parametrize("grain", ["tensor", "kv_head", "block"])
+def test_fp8_kernel_converts_each_tile_and_scales_by_granularity(grain):
+    cfg = dec.default_config("bf16", 128, 16, grain)
+    assert cfg.fp8 and cfg.mma_dtype == "f16" and cfg.ctas_per_sm == 2 and cfg.stages == 4
+    kir = kernels.module(dec.KERNEL).build(cfg)
+    text = str(kir.module)
+    # 128 e4m3 per row x 64 rows / 2 per cvt / 128 threads = 32 cvt per tile and thread, K and V, two loops
+    assert text.count("fa4.cvt_e4m3x2") == 2 * 2 * 32
+    loads = ops_named(kir.module.operation, "fa4.tma_load")
+    assert all(attr(op, "box") == [128, 1, 16, 1] and attr(op, "elem_bytes") == 1 for op in loads)
+    assert all(attr(op, "ab_dtype") == "f16" for op in ops_named(kir.module.operation, "fa4.mma"))
+
+
+def test_fp8_configs_refuse_unaligned_boxes():
+    from fa4mlir.kernels.common.fields import ConfigError
+    with pytest.raises(ConfigError, match="128-byte aligned"):
+        dec.default_config("bf16", 64, 1, "block").validate()
+    with pytest.raises(ConfigError, match="kv_scale"):
+        dec.DecodeConfig(kv_dtype="e4m3").validate()

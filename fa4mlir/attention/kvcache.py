@@ -452,7 +452,9 @@ def plan_problem(problem: KVCacheProblem, num_sms: int, arch: str = "sm_90a") ->
     ctas = problem.batch * problem.kv_heads * gqa.m_tiles_per_kv_head
     # a wave is every CTA the device holds at once: two per SM for the kernels that fit half an SM
     cache = problem.cache
-    kernel = decode_cfg.default_config(problem.dtype, problem.head_dim, cache.page_size if cache.paged else None)
+    grain = {"tensor": "tensor", "kv_head": "kv_head", "block_kv_head": "block"}[cache.k_scale.value] \
+        if cache.quantized and cache.k_scale else ""
+    kernel = decode_cfg.default_config(problem.dtype, problem.head_dim, cache.page_size if cache.paged else None, grain)
     slots = num_sms * kernel.ctas_per_sm
     splits = problem.num_splits or num_splits_heuristic(ctas, problem.max_seqlen_k, bn, slots)
     if problem.num_splits is None and cache.paged and splits == 1:

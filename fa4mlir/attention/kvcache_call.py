@@ -22,8 +22,11 @@ New tokens ``k``, ``v`` [batch, seqlen_new, kv_heads, D] are written into the ca
 cache_seqlens[b] .. + seqlen_new - 1 by a first launch (kvcache_append_sm90) and attended to:
 sequence b attends to L_b = clamp(cache_seqlens[b], 0, capacity - seqlen_new) + seqlen_new keys
 (cache_seqlens itself is not updated: the caller advances it, as with FlashAttention-3).
-Not built yet, refused before anything runs (``UnsupportedFeatureError``): FP8 caches. Tensors
-must be torch CUDA tensors (the workspaces are torch's).
+FP8 (e4m3) caches take float32 k_scale and v_scale of one granularity (per tensor, per KV head, per
+page or token block and KV head), dequantised in the kernel (attention_decode_sm90, note "FP8");
+appending to an FP8 cache, k and v scales of different granularities and head_dim 64 with an odd
+page size are refused before anything runs (``UnsupportedFeatureError``). Tensors must be torch
+CUDA tensors (the workspaces are torch's).
 """
 from __future__ import annotations
 
@@ -82,10 +85,28 @@ def kernel_for(source, cfg) -> LoadedKernel:
     return kernel
 
 
+GRAINS = {"tensor": "tensor", "kv_head": "kv_head", "block_kv_head": "block"}   # ScaleGranularity -> kv_scale
+
+
 def configs_for(plan: KVCachePlan) -> tuple[dec.DecodeConfig, dec.CombineConfig]:
+    """The split and combine kernels of a plan; UnsupportedFeatureError for an FP8 cache the
+    split kernel has no variant for (k and v scales of different granularities; TMA boxes of an
+    FP8 row group not 128-byte aligned: head_dim 64 with an odd page size)."""
     p = plan.problem
-    page_size = p.cache.page_size if p.cache.paged else None
-    return dec.default_config(p.dtype, p.head_dim, page_size), dec.CombineConfig(p.dtype, p.head_dim)
+    cache = p.cache
+    page_size = cache.page_size if cache.paged else None
+    kv_scale = ""
+    if cache.quantized:
+        if cache.k_scale is not cache.v_scale:
+            raise UnsupportedFeatureError(_err(f"k_scale and v_scale of different granularities ({cache.k_scale.value}, "
+                                               f"{cache.v_scale.value}) are not built: give both one granularity"))
+        kv_scale = GRAINS[cache.k_scale.value]
+    split = dec.default_config(p.dtype, p.head_dim, page_size, kv_scale)
+    try:
+        split.validate()
+    except ValueError as exc:
+        raise UnsupportedFeatureError(_err(f"no decode kernel for this cache: {exc}")) from None
+    return split, dec.CombineConfig(p.dtype, p.head_dim)
 
 
 def build_plan(kv_plan: KVCachePlan, source, q_strides, page_table_stride: int, out_strides,
@@ -101,6 +122,8 @@ def build_plan(kv_plan: KVCachePlan, source, q_strides, page_table_stride: int, 
     refs = {n: TensorRef(n) for n in SPLIT_NAMES + COMBINE_NAMES + APPEND_NAMES}
     if not p.cache.paged:
         refs["page_table"] = TensorRef("cache_seqlens")
+    if not p.cache.quantized:     # the scale parameters are never read: any device address
+        refs["k_scale"] = refs["v_scale"] = TensorRef("cache_seqlens")
     launches = []
     if p.seqlen_new:
         append_cfg = dec.AppendConfig(p.dtype, p.head_dim, p.cache.paged)
@@ -222,6 +245,8 @@ def with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=None,
                  "lse": lse.data_ptr()}
     if k is not None:
         addresses.update(k=k.data_ptr(), v=v.data_ptr())
+    if k_scale is not None:
+        addresses.update(k_scale=k_scale.data_ptr(), v_scale=v_scale.data_ptr())
     call.plan.launch(addresses, resolve_stream(None, True, q.device.index))
     return out, lse
 
@@ -232,9 +257,6 @@ def _prepare(tensors: dict, options: tuple, bundle, signature) -> _Call:
     check_bundle(bundle, ENTRY)
     q = tensors["q"]
     problem = check_kvcache_call(**tensors, softmax_scale=softmax_scale, causal=causal, num_splits=num_splits)
-    if problem.cache.quantized:
-        raise UnsupportedFeatureError(_err(f"FP8 ({problem.cache.dtype}) caches are not built yet in the sm_90a "
-                                           f"decode kernel: pass a bf16/f16 cache (dequantise it first)"))
     torch = _torch(q)
     device = device_info()
     check_device_context(q.device.index, device.ordinal, device.capability)
@@ -250,7 +272,7 @@ def _prepare(tensors: dict, options: tuple, bundle, signature) -> _Call:
         append_strides = {n: tensors[n].stride()[:3] for n in ("k", "v", "k_cache", "v_cache")}
     plan = build_plan(kv_plan, source, q.stride()[:3], pt_stride, out_strides, append_strides)
     o_partial, lse_partial, out_t, lse = _outputs(torch, q, kv_plan, out)
-    named = {**{n: tensors[n] for n in ("q", "k_cache", "v_cache", "cache_seqlens", "k", "v")},
+    named = {**{n: tensors[n] for n in ("q", "k_cache", "v_cache", "cache_seqlens", "k", "v", "k_scale", "v_scale")},
              "page_table": page_table if page_table is not None else tensors["cache_seqlens"],
              "o_partial": o_partial, "lse_partial": lse_partial, "out": out_t, "lse": lse}
     call = _Call(plan.prepare(named), kv_plan, source)

@@ -47,6 +47,7 @@ DEFAULT_BN = {64: 64, 128: 64, 256: 64}
 DEFAULT_STAGES = {64: 6, 128: 3, 256: 3}
 MAX_SMEM_2CTA = 233472 // 2 - 1024     # an SM's 228 KiB, less the 1 KiB the driver reserves per CTA
 COMBINE_WARPS = 4                 # output rows per combine CTA (one warp each)
+SCALES = ("tensor", "kv_head", "block")   # FP8 scale granularities (kvcache.ScaleGranularity's values)
 
 
 @dataclass(frozen=True)
@@ -57,10 +58,22 @@ class DecodeConfig:
     stages: int = 6               # K and V ring depth
     paged: bool = False           # pool [num_pages, page_size, kv_heads, D] + page table, else [batch, S, kv_heads, D]
     box_rows: int = 64            # rows per TMA box: bn (contiguous, or page_size a multiple of bn), else gcd(bn, page_size)
+    kv_dtype: str = ""            # "": the cache holds q's dtype; "e4m3": FP8, dequantised in the kernel (note "FP8")
+    kv_scale: str = ""            # FP8 scale granularity of k_scale and v_scale: tensor | kv_head | block
 
     @property
     def d_chunks(self) -> int:
         return self.head_dim // 64
+
+    @property
+    def fp8(self) -> bool:
+        return self.kv_dtype == "e4m3"
+
+    @property
+    def mma_dtype(self) -> str:
+        """The GEMMs' operand type: q's dtype, or f16 for an FP8 cache (e4m3 converts to f16
+        exactly; Q is rounded to f16 once)."""
+        return "f16" if self.fp8 else self.dtype
 
     @property
     def threads(self) -> int:
@@ -77,12 +90,17 @@ class DecodeConfig:
         return self.bn // self.box_rows
 
     def tile_bytes(self) -> int:
-        """One K (or V) ring stage: bn rows of head_dim 16-bit elements."""
-        return self.bn * self.head_dim * 2
+        """One K (or V) ring stage: bn rows of head_dim elements (2 bytes, or 1 for FP8)."""
+        return self.bn * self.head_dim * (1 if self.fp8 else 2)
+
+    def staged_bytes(self) -> int:
+        """An FP8 cache's K (or V) tile converted to f16 for the tensor cores (none otherwise)."""
+        return self.bn * self.head_dim * 2 if self.fp8 else 0
 
     def smem_bytes(self) -> int:
         q = TILE_M * self.head_dim * 2
-        return q + 2 * self.stages * self.tile_bytes() + 2 * 2 * self.stages * MBARRIER_BYTES
+        return (q + 2 * self.stages * self.tile_bytes() + 2 * self.staged_bytes()
+                + 2 * 2 * self.stages * MBARRIER_BYTES)
 
     def validate(self) -> "DecodeConfig":
         check_fields(self, {"dtype": DTYPES, "head_dim": HEAD_DIMS})
@@ -99,6 +117,14 @@ class DecodeConfig:
         if not self.paged and self.box_rows != self.bn:
             raise ConfigError(f"a contiguous cache loads one box of bn={self.bn} rows per tile, got box_rows="
                               f"{self.box_rows}")
+        if self.kv_dtype not in ("", "e4m3"):
+            raise ConfigError(f"kv_dtype must be '' (q's dtype) or 'e4m3', got {self.kv_dtype!r}")
+        if self.fp8 and (self.box_rows * self.head_dim) % 128:
+            raise ConfigError(f"an FP8 cache's TMA boxes land at multiples of box_rows x head_dim = "
+                              f"{self.box_rows * self.head_dim} bytes; they must be 128-byte aligned")
+        if (self.kv_scale not in SCALES) if self.fp8 else self.kv_scale:
+            raise ConfigError(f"kv_scale must be one of {SCALES} for an FP8 cache and '' otherwise, got "
+                              f"{self.kv_scale!r}")
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"decode tile plan needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT}): lower "
                               f"stages ({self.stages}) or bn ({self.bn})")
@@ -108,8 +134,9 @@ class DecodeConfig:
         return {"kernel": KERNEL, **self.__dict__}
 
     def name(self) -> str:
+        fp8 = f"_e4m3_{self.kv_scale}" if self.fp8 else ""
         return (f"{KERNEL}_{self.dtype}_d{self.head_dim}_n{self.bn}_s{self.stages}"
-                f"_{'paged_b' + str(self.box_rows) if self.paged else 'contig'}")
+                f"_{'paged_b' + str(self.box_rows) if self.paged else 'contig'}{fp8}")
 
 
 @dataclass(frozen=True)
@@ -165,15 +192,21 @@ def box_rows_for(bn: int, page_size: int | None) -> int:
 ONE_CTA_BOX_ROWS = 8
 
 
-def default_config(dtype: str, head_dim: int, page_size: int | None) -> DecodeConfig:
-    """The split kernel for a cache of ``page_size`` (None: contiguous)."""
+def default_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: str = "") -> DecodeConfig:
+    """The split kernel for a cache of ``page_size`` (None: contiguous); ``kv_scale`` (tensor,
+    kv_head, block) for an FP8 cache."""
     bn = DEFAULT_BN[head_dim]
     box_rows = box_rows_for(bn, page_size)
     stages = DEFAULT_STAGES[head_dim]
+    fp8 = dict(kv_dtype="e4m3", kv_scale=kv_scale) if kv_scale else {}
     two = DecodeConfig(dtype=dtype, head_dim=head_dim, bn=bn, stages=stages, paged=page_size is not None,
-                       box_rows=box_rows)
+                       box_rows=box_rows, **fp8)
     if box_rows < ONE_CTA_BOX_ROWS and two.ctas_per_sm == 2:
         return replace(two, stages=2 * stages)
+    if two.fp8 and two.ctas_per_sm == 2:
+        # FP8 stages are half the bytes: as many as still leave two CTAs per SM
+        while replace(two, stages=two.stages + 1).ctas_per_sm == 2:
+            two = replace(two, stages=two.stages + 1)
     return two
 
 
@@ -182,13 +215,16 @@ def default_config(dtype: str, head_dim: int, page_size: int | None) -> DecodeCo
 # ----------------------------------------------------------------------------------------------
 
 SPLIT_TENSORS = (("k_cache", "tma"), ("v_cache", "tma"), ("q", "ptr"), ("cache_seqlens", "ptr"),
-                 ("page_table", "ptr"), ("o_partial", "ptr"), ("lse_partial", "ptr"))
+                 ("page_table", "ptr"), ("o_partial", "ptr"), ("lse_partial", "ptr"), ("k_scale", "ptr"),
+                 ("v_scale", "ptr"))
 SPLIT_PARAMS = (*SPLIT_TENSORS,
                 ("batch", "i32"), ("seqlen_q", "i32"), ("heads", "i32"), ("rows", "i32"), ("m_tiles", "i32"),
                 ("num_splits", "i32"), ("seqlen_new", "i32"), ("capacity", "i32"), ("num_pages", "i32"), ("page_size", "i32"),
                 ("page_table_stride", "i32"), ("cta_heads", "i32"), ("causal", "i32"), ("scale_log2", "f32"),
                 ("q_stride_b", "i64"), ("q_stride_s", "i64"), ("q_stride_h", "i64"),
-                *((f"{n}_{part}", "i32") for n in ("cta_heads", "group", "m_tiles", "page") for part in ("mul", "shr")))
+                ("kv_heads", "i32"), ("scale_blocks", "i32"),
+                *((f"{n}_{part}", "i32") for n in ("cta_heads", "group", "m_tiles", "page", "scale_block")
+                  for part in ("mul", "shr")))
 APPEND_TENSORS = (("k", "ptr"), ("v", "ptr"), ("k_cache", "ptr"), ("v_cache", "ptr"), ("cache_seqlens", "ptr"),
                   ("page_table", "ptr"))
 APPEND_PARAMS = (*APPEND_TENSORS, ("seqlen_new", "i32"), ("kv_heads", "i32"), ("capacity", "i32"),
@@ -223,8 +259,12 @@ def split_launch_args(plan, tensors, q_strides: tuple[int, int, int], page_table
                 page_size=cache.page_size, page_table_stride=int(page_table_stride), cta_heads=cta_heads, causal=int(bool(p.causal)),
                 scale_log2=float(p.softmax_scale) * LOG2E, q_stride_b=int(q_strides[0]),
                 q_stride_s=int(q_strides[1]), q_stride_h=int(q_strides[2]))
+    # FP8 block scales of a contiguous cache: [batch, scale_blocks, kv_heads], scale_block tokens each
+    block = cache.scale_block or 1
+    args["scale_blocks"] = cache.capacity // block if not cache.paged else 0
+    args["kv_heads"] = cache.kv_heads
     for name, n in (("cta_heads", cta_heads), ("group", gqa.group), ("m_tiles", gqa.m_tiles),
-                    ("page", cache.page_size)):
+                    ("page", cache.page_size), ("scale_block", block)):
         args[f"{name}_mul"], args[f"{name}_shr"] = divisor(int(n))
     return _fill(SPLIT_PARAMS, args)
 
