@@ -41,7 +41,7 @@ from ..driver import device_info, resolve_stream
 from ..kernels import attention_decode_sm90_config as dec
 from ..runtime import LoadedKernel, load
 from .checks import check_bundle, check_device_context, check_flag
-from .errors import ArgumentTypeError, BundleError, UnsupportedFeatureError
+from .errors import ArgumentTypeError, BundleError, LayoutError, UnsupportedFeatureError
 from .kvcache import ENTRY, KVCachePlan, check_kvcache_call, plan_problem
 from .plan import Launch, Plan, PreparedPlan, TensorRef, source_for
 
@@ -258,6 +258,10 @@ def _prepare(tensors: dict, options: tuple, bundle, signature) -> _Call:
     q = tensors["q"]
     problem = check_kvcache_call(**tensors, softmax_scale=softmax_scale, causal=causal, num_splits=num_splits)
     torch = _torch(q)
+    for name in ("k_scale", "v_scale"):    # the kernel indexes them densely
+        if tensors[name] is not None and not tensors[name].is_contiguous():
+            raise LayoutError(_err(f"{name} must be contiguous (the kernel indexes it densely), got strides "
+                                   f"{tensors[name].stride()}; pass {name}.contiguous()"))
     device = device_info()
     check_device_context(q.device.index, device.ordinal, device.capability)
     kv_plan = plan_problem(problem, device.num_sms)

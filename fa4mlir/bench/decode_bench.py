@@ -6,6 +6,8 @@ heads over 8 KV heads):
     decode_paged_P     B=64, Sq=1, lengths 1k..16k (seeded), shuffled pages of P in 16, 64, 128 (and 1:
                        SGLang's token-level pages, not an anchor workload)
     decode_spec4       B=32, Sq=4, Sk=4096, causal bottom-right
+    decode_*_fp8       the same cache in e4m3 with per-KV-head scales (fa4mlir only; the rate counts the
+                       bytes a bf16 cache would hold, so it reads as tokens per second against bf16's)
 timed in one process on the same tensors with one timer (fa4mlir.bench.timers: heated, then
 triton do_bench's median, `--rounds` times in turn, the median kept): fa4mlir, FlashAttention-4 CuTe
 (flash_attn.cute's flash_attn_func, or flash_attn_varlen_func with page_table and seqused_k, when it
@@ -24,7 +26,7 @@ import statistics
 import time
 
 WORKLOADS = ("decode_dense", "decode_paged_16", "decode_paged_64", "decode_paged_128", "decode_paged_1",
-             "decode_spec4")
+             "decode_spec4", "decode_dense_fp8", "decode_paged_16_fp8")
 H, HK, D = 32, 8, 128
 
 
@@ -50,8 +52,12 @@ def _paged(torch, k, v, page):
     per = math.ceil(smax / page)
     perm = torch.randperm(b * per, device="cuda")
     table = perm.view(b, per).to(torch.int32)
-    kp = torch.randn(b * per, page, hk, d, dtype=k.dtype, device="cuda")
-    vp = torch.randn(b * per, page, hk, d, dtype=v.dtype, device="cuda")
+    if k.dtype.is_floating_point:
+        kp = torch.randn(b * per, page, hk, d, dtype=k.dtype, device="cuda")
+        vp = torch.randn(b * per, page, hk, d, dtype=v.dtype, device="cuda")
+    else:   # FP8 codes (as uint8)
+        kp = torch.zeros(b * per, page, hk, d, dtype=k.dtype, device="cuda")
+        vp = torch.zeros(b * per, page, hk, d, dtype=v.dtype, device="cuda")
     kp[table.long()] = F.pad(k, (0, 0, 0, 0, 0, per * page - smax)).view(b, per, page, hk, d)
     vp[table.long()] = F.pad(v, (0, 0, 0, 0, 0, per * page - smax)).view(b, per, page, hk, d)
     return kp, vp, table
@@ -70,6 +76,8 @@ def workload(torch, name: str, fa4, splits=()):
     torch.manual_seed(0)
     fa4_func, fa4_varlen = fa4 or (None, None)
     backends = {}
+    if name.endswith("_fp8"):
+        return _fp8_workload(torch, name[:-4])
     if name in ("decode_dense", "decode_spec4"):
         b, sq, sk = (64, 1, 8192) if name == "decode_dense" else (32, 4, 4096)
         q = torch.randn(b, sq, H, D, dtype=bf, device="cuda")
@@ -113,6 +121,45 @@ def workload(torch, name: str, fa4, splits=()):
         total = int(lens.sum())
         check = lambda o: float((o[:1].float() - want).abs().max())   # noqa: E731
     return backends, 2 * total * HK * D * 2, check
+
+
+def _fp8_workload(torch, base: str):
+    """``base``'s shapes and seeds with the cache in e4m3 and per-KV-head scales: fa4mlir only,
+    checked against a float32 reference over the dequantised rows; the rate counts bf16 bytes."""
+    import fa4mlir
+    bf = torch.bfloat16
+    torch.manual_seed(0)
+    paged = base.startswith("decode_paged")
+    if paged:
+        page = int(base.rsplit("_", 1)[1])
+        gen = torch.Generator(device="cpu").manual_seed(7)
+        b, smax = 64, 16384
+        lens = torch.randint(1024, smax + 1, (b,), generator=gen).to("cuda", torch.int32)
+    else:
+        b, smax = 64, 8192
+        lens = torch.full((b,), smax, dtype=torch.int32, device="cuda")
+    q = torch.randn(b, 1, H, D, dtype=bf, device="cuda")
+    k = torch.randn(b, smax, HK, D, dtype=bf, device="cuda")
+    v = torch.randn(b, smax, HK, D, dtype=bf, device="cuda")
+    k_scale = k.float().abs().amax(dim=(0, 1, 3)) / 448
+    v_scale = v.float().abs().amax(dim=(0, 1, 3)) / 448
+    k8 = (k.float() / k_scale.view(1, 1, HK, 1)).to(torch.float8_e4m3fn)
+    v8 = (v.float() / v_scale.view(1, 1, HK, 1)).to(torch.float8_e4m3fn)
+    n = int(lens[0])
+    deq = lambda x8, s: (x8[:1, :n].float() * s.view(1, 1, HK, 1)).to(bf)   # noqa: E731
+    want = _ref(torch, q[:1], deq(k8, k_scale), deq(v8, v_scale), D ** -0.5)
+    del k, v
+    if paged:
+        kp, vp, table = _paged(torch, k8.view(torch.uint8), v8.view(torch.uint8), page)
+        kc, vc = kp.view(torch.float8_e4m3fn), vp.view(torch.float8_e4m3fn)
+        del k8, v8
+        call = lambda: fa4mlir.flash_attn_with_kvcache(q, kc, vc, lens, table, k_scale=k_scale,   # noqa: E731
+                                                       v_scale=v_scale)
+    else:
+        call = lambda: fa4mlir.flash_attn_with_kvcache(q, k8, v8, lens, k_scale=k_scale,   # noqa: E731
+                                                       v_scale=v_scale)
+    total = int(lens.sum())
+    return {"fa4mlir": call}, 2 * total * HK * D * 2, lambda o: float((o[:1].float() - want).abs().max())
 
 
 def import_fa4():

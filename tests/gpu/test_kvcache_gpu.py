@@ -258,9 +258,12 @@ def test_unsupported_features_raise_before_launch(torch):
     from fa4mlir.testing import raises
     case = Case(torch, [3, 70], seqlen_q=1, page_size=16)
     fp8 = case.k_cache.to(torch.float8_e4m3fn)
-    one = torch.ones(1, device="cuda")
+    one, per_head = torch.ones(1, device="cuda"), torch.ones(2, device="cuda")
+    raises(fa4mlir.UnsupportedFeatureError, ["different granularities"], fa4mlir.flash_attn_with_kvcache, case.q,
+           fp8, fp8, case.cache_seqlens, case.page_table, k_scale=one, v_scale=per_head)
+    new = torch.zeros(2, 1, 2, 128, dtype=torch.bfloat16, device="cuda")
     raises(fa4mlir.UnsupportedFeatureError, ["FP8"], fa4mlir.flash_attn_with_kvcache, case.q, fp8, fp8,
-           case.cache_seqlens, case.page_table, k_scale=one, v_scale=one)
+           case.cache_seqlens, case.page_table, k=new, v=new, k_scale=one, v_scale=one)
 
 
 def test_custom_op_opcheck_and_compile_fullgraph(torch):
@@ -284,3 +287,92 @@ def test_custom_op_opcheck_and_compile_fullgraph(torch):
     got = torch.compile(step, fullgraph=True)(*args)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     case.check(*got)
+
+
+def fp8_case(torch, lengths, page_size, grain, seed, seqlen_q=1, capacity=336):
+    """A Case whose cache is quantised to e4m3 with float32 scales of one granularity (k and v
+    alike): per tensor [1], per KV head [kv_heads], per block ([num_pages, kv_heads] paged,
+    [batch, capacity / 16, kv_heads] contiguous). NaN stays NaN where the sequences own nothing."""
+    case = Case(torch, lengths, page_size=page_size, seed=seed, seqlen_q=seqlen_q, capacity=capacity)
+    gen = torch.Generator(device="cpu").manual_seed(seed + 1)
+    k32, v32 = case.k_cache.float().cpu(), case.v_cache.float().cpu()
+    n0, n1, kv_heads, _ = k32.shape
+    shape = {"tensor": (1,), "kv_head": (kv_heads,),
+             "block": (n0, kv_heads) if page_size is not None else (n0, n1 // 16, kv_heads)}[grain]
+
+    def expand(scale):
+        if grain == "tensor":
+            return scale.view(1, 1, 1, 1)
+        if grain == "kv_head":
+            return scale.view(1, 1, kv_heads, 1)
+        if page_size is not None:
+            return scale.view(n0, 1, kv_heads, 1)
+        return scale.repeat_interleave(16, dim=1).view(n0, n1, kv_heads, 1)
+
+    scales = []
+    for x in (k32, v32):
+        scale = (1 + torch.rand(shape, generator=gen)) / 32        # |x / scale| <= ~150 < 448
+        scales.append(scale)
+        q8 = (x / expand(scale)).to(torch.float8_e4m3fn)
+        if x is k32:
+            case.k_cache = q8.cuda()
+        else:
+            case.v_cache = q8.cuda()
+    case.k_scale, case.v_scale = (s.cuda() for s in scales)
+    return case
+
+
+@pytest.mark.parametrize("page_size,grain", [(None, "tensor"), (None, "kv_head"), (None, "block"), (16, "tensor"),
+                                             (16, "block"), (64, "kv_head"), (64, "block"), (1, "block")])
+@pytest.mark.parametrize("seqlen_q", [1, 4])
+def test_fp8_cache(torch, page_size, grain, seqlen_q):
+    """An e4m3 cache, dequantised in the kernel, by the FA rule against the float64 reference of
+    the same codes and scales; PyTorch's low-precision run attends over the dequantised rows in
+    bf16. NaN codes in unused pages and past the lengths must not reach the output."""
+    import fa4mlir
+    from fa4mlir.testing import attention_math, fa_rule
+    from fa4mlir.testing_kvcache import e4m3_decode, kvcache_reference
+    case = fp8_case(torch, [0, 1, 15, 16, 17, 200, 330], page_size, grain, seed=41 + seqlen_q, seqlen_q=seqlen_q)
+    out, lse = fa4mlir.flash_attn_with_kvcache(case.q, case.k_cache, case.v_cache, case.cache_seqlens,
+                                               case.page_table, k_scale=case.k_scale, v_scale=case.v_scale,
+                                               out=case.out, return_lse=True)
+    cpu = lambda x: None if x is None else x.cpu()   # noqa: E731
+    ref = kvcache_reference(cpu(case.q).float(), cpu(case.k_cache), cpu(case.v_cache), cpu(case.cache_seqlens),
+                            cpu(case.page_table), k_scale=cpu(case.k_scale), v_scale=cpu(case.v_scale))
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+    sq, scale = case.q.shape[1], case.q.shape[-1] ** -0.5
+    errs = {"out": 0.0, "out_lowp": 0.0, "lse": 0.0, "lse_lowp": 0.0}
+    kv_heads = case.k_cache.shape[2]
+    for b, n in enumerate(case.lengths):
+        seen = torch.tensor([n > 0 and i + n - sq >= 0 for i in range(sq)])
+        o_b, l_b = out[b].cpu().double(), lse[b].cpu().double()
+        if (~seen).any():
+            assert (o_b[~seen] == 0).all() and torch.isposinf(l_b[:, ~seen]).all()
+        if not seen.any():
+            continue
+        # the dequantised rows (the reference's step 4), in bf16 for PyTorch's own computation
+        k_codes, v_codes = case.rows_of(b)
+        t = torch.arange(n)
+        rows = []
+        for codes, s in ((k_codes, case.k_scale), (v_codes, case.v_scale)):
+            vals = torch.from_numpy(e4m3_decode(codes.cpu().view(torch.uint8).numpy()))
+            s = s.cpu()
+            if grain == "tensor":
+                per = s.view(1, 1).expand(n, kv_heads)
+            elif grain == "kv_head":
+                per = s.view(1, kv_heads).expand(n, kv_heads)
+            elif case.page_table is not None:
+                pages = case.page_table[b].cpu().long().clamp(0, case.k_cache.shape[0] - 1)
+                per = s[pages[t // case.page_size]]
+            else:
+                per = s[b, t // 16]
+            rows.append((vals * per[..., None]).to(case.q.dtype).cuda())
+        low_o, low_l = attention_math(case.q[b:b + 1], rows[0][None], rows[1][None], scale, True, case.q.dtype)
+        r_o, r_l = ref["out"][b][seen], ref["lse"][b][:, seen]
+        errs["out"] = max(errs["out"], (o_b[seen] - r_o).abs().max().item())
+        errs["out_lowp"] = max(errs["out_lowp"], (low_o[0].cpu().double()[seen] - r_o).abs().max().item())
+        errs["lse"] = max(errs["lse"], (l_b[:, seen] - r_l).abs().max().item())
+        errs["lse_lowp"] = max(errs["lse_lowp"], (low_l[0].cpu().double()[:, seen] - r_l).abs().max().item())
+    ok_out, bound = fa_rule(errs["out"], errs["out_lowp"])
+    ok_lse, lse_bound = fa_rule(errs["lse"], errs["lse_lowp"])
+    assert ok_out and ok_lse, {**errs, "bound": bound, "lse_bound": lse_bound}
