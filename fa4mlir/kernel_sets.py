@@ -147,7 +147,7 @@ DECODE_CASES = [
 
 # FP8 (e4m3) caches of the decode set: (dtype, head_dim, page size, scale granularity)
 DECODE_FP8_CASES = [("bf16", 128, page, grain) for page, grain in (
-    (None, "tensor"), (None, "kv_head"), (None, "block"), (16, "tensor"), (16, "block"), (64, "kv_head"),
+    (None, "tensor"), (None, "kv_head"), (None, "block"), (16, "tensor"), (16, "kv_head"), (16, "block"), (64, "kv_head"),
     (64, "block"), (1, "block"))]
 
 
