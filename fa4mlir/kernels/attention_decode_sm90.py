@@ -34,7 +34,7 @@ tensor, so TMA fills it with zeros (and still counts its bytes on the stage's ba
 Note "FP8": an e4m3 cache arrives by TMA unswizzled (one box of D bytes per row group) into its
 own rings; the consumer converts each K and V tile to f16 (fa4.cvt_e4m3x2: exact) into one f16
 tile each in the 128B-swizzled layout wgmma reads, releases the FP8 stage, and runs both GEMMs in
-f16 (Q rounded to f16 once when q is bf16; O, LSE and the combine stay float32, out in q's dtype).
+f16 (Q rounded to f16 once when q is bf16: |q| above 65504 would overflow; O, LSE and the combine stay float32, out in q's dtype).
 Scales never touch the tiles: a per-tensor or per-KV-head k_scale multiplies the softmax scale
 and v_scale the epilogue's 1 / l; per-block (page or token block) scales multiply S's columns
 after Q K^T and P's columns before P V (the row sum l takes P unscaled), with a token's v scale
