@@ -295,3 +295,24 @@ def test_fp8_configs_refuse_unaligned_boxes():
         dec.default_config("bf16", 64, 1, "block").validate()
     with pytest.raises(ConfigError, match="kv_scale"):
         dec.DecodeConfig(kv_dtype="e4m3").validate()
+
+
+def test_fp8_plan_picks_the_kernel_of_its_scale_granularity():
+    from fa4mlir.attention.errors import UnsupportedFeatureError
+    from fa4mlir.attention.kvcache_call import configs_for
+    q = info((2, 1, 8, 128))
+    pool = info((40, 16, 2, 128), "e4m3")
+    table, lens = info((2, 20), "i32"), info((2,), "i32")
+    for k_s, v_s, grain in (((1,), (1,), "tensor"), ((2,), (2,), "kv_head"), ((40, 2), (40, 2), "block")):
+        p = kc.check_kvcache_inputs(q, pool, pool, lens, table, k_scale=info(k_s, "f32"), v_scale=info(v_s, "f32"))
+        plan = kc.plan_problem(p.with_options(causal=True, softmax_scale=0.1, num_splits=None, return_lse=False), 132)
+        split, combine = configs_for(plan)
+        assert split == dec.default_config("bf16", 128, 16, grain) and split.fp8 and combine.dtype == "bf16"
+    p = kc.check_kvcache_inputs(q, pool, pool, lens, table, k_scale=info((1,), "f32"), v_scale=info((2,), "f32"))
+    plan = kc.plan_problem(p.with_options(causal=True, softmax_scale=0.1, num_splits=None, return_lse=False), 132)
+    raises(UnsupportedFeatureError, ["different granularities"], configs_for, plan)
+    odd = info((40, 3, 2, 64), "e4m3")
+    p = kc.check_kvcache_inputs(info((2, 1, 8, 64)), odd, odd, lens, table, k_scale=info((1,), "f32"),
+                                v_scale=info((1,), "f32"))
+    plan = kc.plan_problem(p.with_options(causal=True, softmax_scale=0.1, num_splits=None, return_lse=False), 132)
+    raises(UnsupportedFeatureError, ["128-byte aligned"], configs_for, plan)
