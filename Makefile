@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 BUNDLE ?= bundle
 
-.PHONY: demo test ruff pytest lit gpu-bundle gpu-test bench bench-attention bench-gemm bench-decode plot clean
+.PHONY: demo test ruff pytest lit gpu-bundle gpu-test bench bench-attention bench-gemm plot clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,7 @@ gpu-test:                 ## there: run the GPU tests from $(BUNDLE)/ and the fr
 
 bench: bench-attention bench-gemm  ## there: both benchmarks (or `bash bench/device_run.sh`: tests + both)
 
+.PHONY: bench-decode
 bench-decode:             ## there: flash_attn_with_kvcache on the serving anchors' decode workloads vs FA4 CuTe, cuDNN, FA2
 	PYTHONPATH=$(CURDIR) python3 -m fa4mlir bench decode --bundle $(BUNDLE) --out decode-bench.json $(BENCH_ARGS)
 
