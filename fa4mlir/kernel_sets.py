@@ -5,8 +5,8 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
 (fa4mlir.compiler.resolve_options).
 
     gpu-tests   what tests/gpu needs (GEMM bf16/f16 on sm_90a, the sm_100a GEMM, the debug deadlock
-                kernel, the attention set, the attention-fa4-pieces set, the attention-tiles
-                variants and the decode set)
+                kernel, the attention set, the attention-fa4-pieces set and the attention-tiles
+                variants; the decode kernels are their own set, `--set decode`, which bench holds too)
     attention   the sm_90a attention forward kernel: default_configs for every dtype x head_dim x
                 causal (18 kernels: 12, and a persistent one for short key sequences at D64 and
                 D128 non-causal and D64 causal), compiled with ptxas (the kernel's own backend: honours
@@ -165,7 +165,7 @@ def decode() -> list:
 
 def gpu_tests() -> list:
     out = [_gemm90(dtype="bf16"), _gemm90(dtype="f16"), _gemm100()] + attention() + attention_fa4_pieces()
-    out += tile_variants() + decode()
+    out += tile_variants()
     try:
         deadlock = importlib.import_module("fa4mlir.kernels.deadlock_sm90")
         out += deadlock.bundle_entries()

@@ -1,5 +1,5 @@
 """flash_attn_with_kvcache on an sm_90 GPU with the bundle's decode kernels (FA4MLIR_BUNDLE built
-with `--set decode` or `--set gpu-tests`), by the FA rule against testing_kvcache.kvcache_reference
+with `--set decode`, or `--set bench`), by the FA rule against testing_kvcache.kvcache_reference
 (float64): contiguous and paged caches (shuffled page tables, page sizes 1 .. 256 and odd ones),
 lengths 0 / 1 / page-1 / page / page+1 and different per sequence, seqlen_q 1 .. 16 with the
 causal mask bottom-right, GQA ratios 1, 4, 8 and MQA, forced split counts (and the same bits for
