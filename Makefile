@@ -37,6 +37,10 @@ gpu-test:                 ## there: run the GPU tests from $(BUNDLE)/ and the fr
 
 bench: bench-attention bench-gemm  ## there: both benchmarks (or `bash bench/device_run.sh`: tests + both)
 
+.PHONY: bench-decode
+bench-decode:             ## there: flash_attn_with_kvcache on the serving anchors' decode workloads vs FA4 CuTe, cuDNN, FA2
+	PYTHONPATH=$(CURDIR) python3 -m fa4mlir bench decode --bundle $(BUNDLE) --out decode-bench.json $(BENCH_ARGS)
+
 bench-attention:          ## there: attention vs cuDNN, FA2, FA4 on the FA3 grid (BENCH_ARGS=--quick for 2 points)
 	PYTHONPATH=$(CURDIR) python3 -m fa4mlir bench attention --bundle $(BUNDLE) --out attention-bench.json --png attention-bench.png $(BENCH_ARGS)
 

@@ -29,6 +29,12 @@ echo "== attention bench (timeout ${ATTN_TIMEOUT:-240} s)"
 timeout "${ATTN_TIMEOUT:-240}" python3 -m fa4mlir bench attention --bundle bundle \
     --out "$OUT/attention.json" --png "$OUT/attention.png" ${ATTN_ARGS:-} 2>&1 \
     | tee "$OUT/attention_bench.log" | tail -75
+if [ "${DECODE_TIMEOUT:-0}" -gt 0 ]; then   # off unless asked for: DECODE_TIMEOUT=300 DECODE_ARGS="--splits 2,4"
+    echo "== decode bench (timeout ${DECODE_TIMEOUT} s)"
+    # shellcheck disable=SC2086  # DECODE_ARGS is a list of flags
+    timeout "${DECODE_TIMEOUT}" python3 -m fa4mlir bench decode --bundle bundle --out "$OUT/decode.json" \
+        ${DECODE_ARGS:-} 2>&1 | tee "$OUT/decode_bench.log" | tail -40
+fi
 echo "== GEMM bench (timeout ${GEMM_TIMEOUT:-90} s)"
 timeout "${GEMM_TIMEOUT:-90}" python3 -m fa4mlir bench gemm --bundle bundle --out "$OUT/gemm.json" 2>&1 \
     | tee "$OUT/gemm_bench.log" | tail -16

@@ -19,7 +19,7 @@ import inside a function counts too). Lower layers never import higher ones:
                a kernel both need lives in dialect.
     kernels    import dsl, dialect and kernels/common; never passes, lowering, compiler.
                kernels/*_config.py and the pure common pieces (constants, fastdiv, naming, tmem,
-               paging, decode_schedule) import no MLIR: the host API imports them. A config imports no other kernel module;
+               paging, decode_schedule, attention_decode_sm90_config) import no MLIR: the host API imports them. A config imports no other kernel module;
                what two configs or kernels share lives in kernels/common/, which imports no kernel.
     lowering, compiler, kernel_sets, __main__ sit on top.
     attention  the entry points: kernel configs and the kernel table only (launch contracts, tile
@@ -37,6 +37,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "gemm": ("fa4mlir.gemm", "gemm"),
     "flash_attn_func": ("fa4mlir.attention", "flash_attn_func"),
+    "flash_attn_with_kvcache": ("fa4mlir.attention", "flash_attn_with_kvcache"),
     **{err: ("fa4mlir.attention", err) for err in (
         "FlashAttnInputError", "DTypeError", "ShapeError", "HeadDimError", "HeadsRatioError",
         "EmptyInputError", "LayoutError", "DeviceError", "ScaleError", "ArgumentTypeError", "BundleError",

@@ -3,10 +3,11 @@
     demo (default)  compile the default kernel of each arch, print the resource table, and on a GPU
                     run the sm_90a GEMM against torch.matmul
     bundle          compile config sets into a bundle folder (cubins + manifest), with progress
-    bench [attention|gemm]
+    bench [attention|gemm|decode]
                     time a bundle's kernels on the GPU machine (no MLIR needed): attention (default)
                     against torch SDPA (cuDNN, FA2) and FA4 CuTe on the FA3 grid; gemm against
-                    torch.matmul. Both live in fa4mlir/bench/
+                    torch.matmul; decode (flash_attn_with_kvcache) on the serving anchors' decode
+                    workloads against FA4 CuTe, cuDNN and FA2. All live in fa4mlir/bench/
     knobs           print every FA4MLIR_* knob
 """
 from __future__ import annotations
@@ -88,6 +89,9 @@ def _bench_module(name: str):
 def cmd_bench(args) -> int:
     if args.what == "gemm":
         return _bench_module("gemm_bench").main(args.bundle, args.out or "gemm-bench.json")
+    if args.what == "decode":
+        args.out = args.out or "decode-bench.json"
+        return _bench_module("decode_bench").run(args)
     args.out = args.out or "attention-bench.json"
     return _bench_module("attention_bench").run(args)
 
@@ -110,7 +114,11 @@ def main(argv=None) -> int:
                         description="attention: fa4mlir vs torch SDPA (cuDNN, FA2) and FA4 CuTe on the "
                                     "FA3 grid; gemm: the bundle's sm_90a GEMMs vs torch.matmul. The "
                                     "flags after --out apply to attention only.")
-    be.add_argument("what", nargs="?", choices=("attention", "gemm"), default="attention")
+    be.add_argument("what", nargs="?", choices=("attention", "gemm", "decode"), default="attention")
+    be.add_argument("--workloads", default="", help="decode only: comma-separated workloads (default: all of "
+                                                     "fa4mlir/bench/decode_bench.py's WORKLOADS)")
+    be.add_argument("--splits", default="", help="decode only: also time fa4mlir with num_splits forced to each of "
+                                                  "these (e.g. 2,4,8)")
     be.add_argument("--bundle", default=None, help="bundle folder (default: FA4MLIR_BUNDLE)")
     be.add_argument("--out", default=None, help="JSON result (default: attention-bench.json / gemm-bench.json)")
     _bench_module("attention_bench").add_arguments(be, with_common=False)

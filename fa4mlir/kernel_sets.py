@@ -6,7 +6,7 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
 
     gpu-tests   what tests/gpu needs (GEMM bf16/f16 on sm_90a, the sm_100a GEMM, the debug deadlock
                 kernel, the attention set, the attention-fa4-pieces set and the attention-tiles
-                variants)
+                variants; the decode kernels are their own set, `--set decode`, which bench holds too)
     attention   the sm_90a attention forward kernel: default_configs for every dtype x head_dim x
                 causal (18 kernels: 12, and a persistent one for short key sequences at D64 and
                 D128 non-causal and D64 causal), compiled with ptxas (the kernel's own backend: honours
@@ -22,7 +22,12 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
     attention-tiles
                 bf16 tile variants of the sm_90a attention kernel next to the defaults (bm 192 =
                 three consumer warpgroups, bn), what bench/attention_probe.py times to pick TILES
-    bench       the GEMM variants the benchmark times against torch.matmul
+    decode      the sm_90a decode kernels (flash_attn_with_kvcache): the split kernel for contiguous
+                caches and for paged ones by TMA box rows (page sizes 1 and odd ones: 1-row boxes; 8, 16,
+                32: boxes of the page; 64 and its multiples: one box per tile), the combine and the
+                append (k=, v=) kernels, for the head dims, dtypes and page sizes
+                tests/gpu/test_kvcache_gpu.py and `bench decode` run
+    bench       the attention and decode sets, and the GEMM variants the benchmark times against torch.matmul
     sm90        the sm_90a GEMMs of gpu-tests and bench
     demo        the default GEMM of each arch and the D128 bf16 attention kernels of each arch (what
                 `python -m fa4mlir` compiles)
@@ -130,6 +135,34 @@ def demo() -> list:
             (sm100.KERNEL, sm100.FA4Config())]
 
 
+# (dtype, head_dim, page sizes; None: contiguous) of the decode set: one page size per box-rows class
+DECODE_CASES = [
+    ("bf16", 128, (None, 1, 8, 16, 32, 64)),
+    ("bf16", 64, (None, 1, 16, 64)),
+    ("bf16", 256, (None, 64)),
+    ("f16", 128, (None, 64)),
+    ("f16", 64, (None,)),
+]
+
+
+# FP8 (e4m3) caches of the decode set: (dtype, head_dim, page size, scale granularity)
+DECODE_FP8_CASES = [("bf16", 128, page, grain) for page, grain in (
+    (None, "tensor"), (None, "kv_head"), (None, "block"), (16, "tensor"), (16, "kv_head"), (16, "block"), (64, "kv_head"),
+    (64, "block"), (1, "block"))]
+
+
+def decode() -> list:
+    """The split kernels of DECODE_CASES and DECODE_FP8_CASES (default_config's tiles), a combine
+    and two append kernels (contiguous, paged) per (dtype, head_dim)."""
+    from .kernels.attention_decode_sm90_config import (APPEND_KERNEL, COMBINE_KERNEL, KERNEL, AppendConfig,
+                                                       CombineConfig, default_config)
+    out = [(KERNEL, default_config(dtype, d, page)) for dtype, d, pages in DECODE_CASES for page in pages]
+    out += [(KERNEL, default_config(dtype, d, page, grain)) for dtype, d, page, grain in DECODE_FP8_CASES]
+    combos = sorted({(dtype, d) for dtype, d, _ in DECODE_CASES} | {(t, d) for t in ("bf16", "f16") for d in (64, 128, 256)})
+    out += [(COMBINE_KERNEL, CombineConfig(dtype, d)) for dtype, d in combos]
+    return out + [(APPEND_KERNEL, AppendConfig(dtype, d, paged)) for dtype, d in combos for paged in (False, True)]
+
+
 def gpu_tests() -> list:
     out = [_gemm90(dtype="bf16"), _gemm90(dtype="f16"), _gemm100()] + attention() + attention_fa4_pieces()
     out += tile_variants()
@@ -149,11 +182,11 @@ def bench() -> list:
     """The attention kernels flash_attn_func picks, and GEMM variants (each also through the
     whole-program ptxas backend: a compile-option override)."""
     cfgs = [_gemm90(stages=4), _gemm90(stages=3), _gemm90(bn=128, stages=6)]
-    return attention() + cfgs + [(*c, {"cubin_backend": "ptxas"}) for c in cfgs]
+    return attention() + decode() + cfgs + [(*c, {"cubin_backend": "ptxas"}) for c in cfgs]
 
 
 SETS = {"attention-sm100": attention_sm100, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
-        "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles}
+        "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles, "decode": decode}
 
 
 def configs(names: list[str]) -> list:

@@ -279,14 +279,16 @@ def test_plan_splits_a_small_batch_and_sizes_the_workspaces():
     assert forced.num_splits == 3 and forced.grid == (3, HKV, 1)
 
 
-def test_plan_page_1_gathers_and_odd_pages_divide_by_fastdiv():
+def test_plan_page_1_takes_one_row_boxes_and_odd_pages_divide_by_fastdiv():
     pool = info((4096, 1, HKV, D))
     plan = kc.plan_problem(_problem(paged_args(k_cache=pool, v_cache=pool)), 132)
-    assert plan.fetch.fetch is paging.KVFetch.CP_ASYNC_GATHER
+    # the operand would gather (cp.async); the sm_90a decode kernel has none yet: 1-row TMA boxes
+    assert paging.fetch_plan(plan.bn, 1).fetch is paging.KVFetch.CP_ASYNC_GATHER
+    assert plan.fetch == paging.FetchPlan(paging.KVFetch.TMA_BOXES, 1, plan.bn)
     pool = info((100, 48, HKV, D))
     plan = kc.plan_problem(_problem(paged_args(k_cache=pool, v_cache=pool)), 132)
     assert plan.page_div.log2 is None and plan.page_div.split(100) == (2, 4)
-    assert plan.fetch == paging.FetchPlan(paging.KVFetch.TMA_BOXES, 16, 8)
+    assert plan.fetch == paging.FetchPlan(paging.KVFetch.TMA_BOXES, 16, plan.bn // 16)
 
 
 def test_plan_kvcache_refuses_host_tensors_and_int_seqlens():
@@ -299,14 +301,15 @@ def test_plan_kvcache_refuses_host_tensors_and_int_seqlens():
     raises(E.DTypeError, ["Python int"], kc.plan_kvcache, q, cache, cache, 5, num_sms=132)
 
 
-def test_no_public_entry_point_yet():
+def test_public_entry_point():
     import fa4mlir
-    assert not hasattr(fa4mlir, "flash_attn_with_kvcache")
+    from fa4mlir.attention.kvcache_call import flash_attn_with_kvcache
+    assert fa4mlir.flash_attn_with_kvcache is flash_attn_with_kvcache
 
 
 def test_kvcache_module_imports_no_mlir():
     code = BLOCK_MLIR + textwrap.dedent("""
-        import fa4mlir.attention.kvcache, fa4mlir.kernels.common.paging, fa4mlir.kernels.common.decode_schedule
+        import fa4mlir.attention.kvcache, fa4mlir.attention.kvcache_call, fa4mlir.kernels.common.paging, fa4mlir.kernels.common.decode_schedule
         import fa4mlir.testing_kvcache
         print("ok")
     """)

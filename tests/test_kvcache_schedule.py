@@ -145,3 +145,13 @@ def test_split_range_partitions_in_order(n_tiles, num_splits):
     assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
     with pytest.raises(ValueError):
         ds.split_range(n_tiles, num_splits, num_splits)
+
+
+def test_balance_splits_bound_each_range_for_ragged_caches():
+    # decode_paged (64 x 8 KV heads, capacity 16384, bn 64, two CTAs per SM on 132 SMs): 8 ranges of 32 tiles
+    assert ds.balance_splits(512, 16384, 64, 264) == 8
+    assert ds.balance_splits(512, 4096, 64, 264) == 1                 # short: 64 tiles
+    assert ds.balance_splits(4096, 1 << 20, 64, 264) == 1             # capped by the waves
+    for ctas, cap in ((1, 1 << 20), (64, 10**5), (512, 16384)):
+        s = ds.balance_splits(ctas, cap, 64, 264)
+        assert 1 <= s <= ds.MAX_SPLITS and s == ds.balance_splits(ctas, cap, 64, 264)

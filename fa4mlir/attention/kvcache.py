@@ -7,9 +7,9 @@ SGLang and vLLM should switch modules unchanged)::
                             softmax_scale=None, causal=True, num_splits=None, k_scale=None,
                             v_scale=None, return_lse=False, out=None)
 
-is not public yet: there is no decode kernel (issue 27's next step). ``plan_kvcache`` takes its
-arguments, runs every check below and returns the ``KVCacheProblem`` and the ``KVCachePlan`` (pack
-GQA, split count, fetch choice, grid, workspaces) the kernel will be launched with.
+is ``kvcache_call.flash_attn_with_kvcache``; ``plan_kvcache`` takes its arguments, runs every check
+below and returns the ``KVCacheProblem`` and the ``KVCachePlan`` (pack GQA, split count, fetch
+choice, grid, workspaces) the decode kernels are launched with.
 
 Operands
     q        [batch, seqlen_q, heads, D], bf16 or f16; seqlen_q 1 (decode), 2-16 (speculative
@@ -66,9 +66,10 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
+from ..kernels import attention_decode_sm90_config as decode_cfg
 from ..kernels import attention_sm90_config as attn_cfg
-from ..kernels.common.decode_schedule import MAX_SPLITS, PackGQA, num_splits_heuristic, pack_gqa
-from ..kernels.common.paging import MAX_PAGE_SIZE, FetchPlan, PageDivisor, fetch_plan
+from ..kernels.common.decode_schedule import MAX_SPLITS, PackGQA, balance_splits, num_splits_heuristic, pack_gqa
+from ..kernels.common.paging import MAX_PAGE_SIZE, FetchPlan, KVFetch, PageDivisor, fetch_plan
 from ..runtime import TensorInfo
 from .checks import MAX_GRID_YZ, MAX_I32, check_layout, check_scale
 from .errors import (DTypeError, EmptyInputError, FlashAttnInputError, HeadDimError, HeadsRatioError, KVScaleError,
@@ -411,8 +412,9 @@ def check_num_splits(num_splits: Any) -> int | None:
 # Plan: the decode schedule of one problem
 # ----------------------------------------------------------------------------------------------
 
-# Tile N (keys per KV tile) of the decode kernel per head_dim: first guesses, to be measured.
-DECODE_BN = {64: 128, 128: 128, 256: 64}
+# Tile N (keys per KV tile) of the decode kernel per head_dim (its config's table: the plan's split
+# count is in these tiles).
+DECODE_BN = dict(decode_cfg.DEFAULT_BN)
 
 
 @dataclass(frozen=True)
@@ -448,21 +450,33 @@ def plan_problem(problem: KVCacheProblem, num_sms: int, arch: str = "sm_90a") ->
     gqa = pack_gqa(problem.seqlen_q, problem.heads, problem.kv_heads)
     bn = DECODE_BN[problem.head_dim]
     ctas = problem.batch * problem.kv_heads * gqa.m_tiles_per_kv_head
-    splits = problem.num_splits or num_splits_heuristic(ctas, problem.max_seqlen_k, bn, num_sms)
+    # a wave is every CTA the device holds at once: two per SM for the kernels that fit half an SM
+    cache = problem.cache
+    grain = {"tensor": "tensor", "kv_head": "kv_head", "block_kv_head": "block"}[cache.k_scale.value] \
+        if cache.quantized and cache.k_scale else ""
+    kernel = decode_cfg.default_config(problem.dtype, problem.head_dim, cache.page_size if cache.paged else None, grain)
+    slots = num_sms * kernel.ctas_per_sm
+    splits = problem.num_splits or num_splits_heuristic(ctas, problem.max_seqlen_k, bn, slots)
+    if problem.num_splits is None and cache.paged and splits == 1:
+        # a paged cache's lengths are ragged as a rule (and unknown here): bound each CTA's range
+        splits = balance_splits(ctas, problem.max_seqlen_k, bn, slots)
     if gqa.m_tiles * splits > MAX_I32:
         raise ShapeError(_err(f"seqlen_q {problem.seqlen_q} x {splits} splits exceeds the grid; split the call"))
-    cache = problem.cache
-    return KVCachePlan(problem, gqa, bn, fetch_plan(bn, cache.page_size, arch, paged=cache.paged),
-                       PageDivisor.of(cache.page_size), splits)
+    fetch = fetch_plan(bn, cache.page_size, arch, paged=cache.paged)
+    if fetch.fetch is KVFetch.CP_ASYNC_GATHER:
+        # the sm_90a decode kernel has no cp.async gather yet: it takes TMA boxes of gcd(bn, page_size)
+        # rows (one row per box at page size 1), which never straddle a page either
+        rows = decode_cfg.box_rows_for(bn, cache.page_size)
+        fetch = FetchPlan(KVFetch.TMA_BOXES, rows, bn // rows)
+    return KVCachePlan(problem, gqa, bn, fetch, PageDivisor.of(cache.page_size), splits)
 
 
-def plan_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=None, v=None, softmax_scale=None,
-                 causal=True, num_splits=None, k_scale=None, v_scale=None, return_lse=False, out=None,
-                 num_sms: int | None = None, arch: str = "sm_90a") -> tuple[KVCacheProblem, KVCachePlan]:
-    """flash_attn_with_kvcache's arguments -> (checked problem, plan); launches nothing (the decode
-    kernel is issue 27's next step, and this becomes the front half of the public entry point). Tensors
-    are torch tensors or other tensor-likes on one CUDA device; cache_seqlens and page_table are never
-    read. ``num_sms`` defaults to the device's SM count (fa4mlir.driver)."""
+def check_kvcache_call(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=None, v=None, softmax_scale=None,
+                       causal=True, num_splits=None, k_scale=None, v_scale=None, return_lse=False,
+                       out=None) -> KVCacheProblem:
+    """flash_attn_with_kvcache's arguments -> the checked problem with its options: every host
+    check, no driver call. Tensors are torch tensors or other tensor-likes on one CUDA device;
+    cache_seqlens and page_table are never read."""
     from ..runtime import tensor_info
     from .checks import check_devices
     named = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "cache_seqlens": cache_seqlens, "page_table": page_table,
@@ -477,9 +491,18 @@ def plan_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=None,
     problem = check_kvcache_inputs(infos["q"], infos["k_cache"], infos["v_cache"], infos["cache_seqlens"],
                                    infos["page_table"], k=infos["k"], v=infos["v"], k_scale=infos["k_scale"],
                                    v_scale=infos["v_scale"], out=infos["out"])
-    problem = problem.with_options(causal=causal, softmax_scale=_as_entry(check_scale, softmax_scale,
-                                                                                    problem.head_dim),
-                                   num_splits=check_num_splits(num_splits), return_lse=return_lse)
+    return problem.with_options(causal=causal, softmax_scale=_as_entry(check_scale, softmax_scale, problem.head_dim),
+                                num_splits=check_num_splits(num_splits), return_lse=return_lse)
+
+
+def plan_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=None, v=None, softmax_scale=None,
+                 causal=True, num_splits=None, k_scale=None, v_scale=None, return_lse=False, out=None,
+                 num_sms: int | None = None, arch: str = "sm_90a") -> tuple[KVCacheProblem, KVCachePlan]:
+    """flash_attn_with_kvcache's arguments -> (checked problem, plan) (check_kvcache_call, then
+    plan_problem); launches nothing. ``num_sms`` defaults to the device's SM count (fa4mlir.driver)."""
+    problem = check_kvcache_call(q, k_cache, v_cache, cache_seqlens, page_table, k=k, v=v, softmax_scale=softmax_scale,
+                                 causal=causal, num_splits=num_splits, k_scale=k_scale, v_scale=v_scale,
+                                 return_lse=return_lse, out=out)
     if num_sms is None:
         from ..driver import device_info
         num_sms = device_info().num_sms
@@ -487,4 +510,4 @@ def plan_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=None,
 
 
 __all__ = ["ENTRY", "ScaleGranularity", "KVCacheOperand", "KVCacheProblem", "KVCachePlan", "DECODE_BN",
-           "check_kvcache_inputs", "check_num_splits", "scale_granularity", "plan_problem", "plan_kvcache"]
+           "check_kvcache_inputs", "check_kvcache_call", "check_num_splits", "scale_granularity", "plan_problem", "plan_kvcache"]

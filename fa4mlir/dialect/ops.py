@@ -25,6 +25,7 @@ from dataclasses import dataclass
 # Operand / result constraints by short name -> IRDL constraint op text.
 CONSTRAINTS = {
     "i1": "irdl.is i1",
+    "i16": "irdl.is i16",
     "i32": "irdl.is i32",
     "i64": "irdl.is i64",
     "ptr": 'irdl.base "!llvm.ptr"',
@@ -171,6 +172,10 @@ OPS: tuple[OpDef, ...] = (
     sit behind a non-divergent branch (`bra.uni`), which, unlike a branch ptxas must assume divergent,
     lets the code around it keep values in uniform registers.""",
           operands=(("cond", "i1"), ("value", "any"), ("scale", "any")), results=(("out", "any"),)),
+    # ---- conversions ----------------------------------------------------------------------------
+    OpDef("cvt_e4m3x2", """Two FP8 e4m3 values (the low and high byte of `x`) as two f16 (the low and
+    high half of the result): exact, e4m3 is a subset of f16 (NaN stays NaN).""",
+          operands=(("x", "i16"),), results=(("out", "i32"),)),
     OpDef("trap_if", "Abort the kernel when `cond` is true (debug builds).", operands=(("cond", "i1"),)),
 )
 

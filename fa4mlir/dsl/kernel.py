@@ -55,11 +55,12 @@ class Param(Value):
 
 class KernelBuilder:
     def __init__(self, name: str, *, arch: str, block: tuple, cluster: tuple = (1, 1, 1),
-                 config: dict | None = None):
+                 config: dict | None = None, min_ctas_per_sm: int = 1):
         if arch not in ARCH_FEATURES:
             raise ValueError(f"arch {arch!r} is not supported; expected one of {sorted(ARCH_FEATURES)}")
         self.name, self.arch = name, arch
         self.block, self.cluster = tuple(block), tuple(cluster)
+        self.min_ctas_per_sm = int(min_ctas_per_sm)   # nvvm.minctasm: ptxas fits the registers to this many CTAs per SM
         self.config = dict(config or {})
         self.ctx = new_context()
         with self.ctx:
@@ -112,7 +113,7 @@ class KernelBuilder:
         text = (f'module attributes {{gpu.container_module}} {{\n'
                 f'  gpu.module @fa4_kernels [#nvvm.target<chip = "{self.arch}", features = "{ARCH_FEATURES[self.arch]}">] {{\n'
                 f'    llvm.func @{self.name}({args}) attributes {{nvvm.kernel, '
-                f'nvvm.maxntid = array<i32: {threads}>, nvvm.minctasm = 1 : i32}} {{\n'
+                f'nvvm.maxntid = array<i32: {threads}>, nvvm.minctasm = {self.min_ctas_per_sm} : i32}} {{\n'
                 f'      llvm.return\n    }} {self.loc}\n  }}\n}}')
         with self.ctx, source_loc():
             self.module = ir.Module.parse(text)

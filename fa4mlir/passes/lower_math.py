@@ -1,4 +1,8 @@
-"""fa4-lower-math: f32 transcendentals the kernels use -> the SFU's approximate PTX instructions.
+"""fa4-lower-math: f32 transcendentals the kernels use -> the SFU's approximate PTX instructions;
+FP8 conversions -> cvt.
+
+`fa4.cvt_e4m3x2` -> `cvt.rn.f16x2.e4m3x2` (PTX ISA 9.7.9.21 "cvt", sm_89+): two e4m3 bytes to an
+f16x2 pair, exact (nvvm in LLVM 22 has no op for it).
 
 `math.exp2` -> `ex2.approx.ftz.f32` and `math.log2` -> `lg2.approx.ftz.f32` (PTX ISA 9.7.4.5,
 9.7.4.4: max relative error 2^-22 over the normal range; subnormal inputs and results flush to 0).
@@ -12,14 +16,19 @@ from .._mlir import ir, nvvm
 from ._util import PassError, check_none_left, kernel_func, ops_named, replace
 
 NAME = "fa4-lower-math"
-OPS = ("math.exp2", "math.log2")
-PTX = {"math.exp2": "ex2.approx.ftz.f32 $0, $1;", "math.log2": "lg2.approx.ftz.f32 $0, $1;"}
+OPS = ("math.exp2", "math.log2", "fa4.cvt_e4m3x2")
+PTX = {"math.exp2": "ex2.approx.ftz.f32 $0, $1;", "math.log2": "lg2.approx.ftz.f32 $0, $1;",
+       "fa4.cvt_e4m3x2": "cvt.rn.f16x2.e4m3x2 $0, $1;"}
 
 
 def run(module: ir.Operation) -> None:
     func = kernel_func(module)
     f32 = ir.F32Type.get()
-    for op in ops_named(func, *OPS):
+    i32 = ir.IntegerType.get_signless(32)
+    for op in ops_named(func, "fa4.cvt_e4m3x2"):
+        with ir.InsertionPoint(op), op.location:
+            replace(op, [nvvm.InlinePtxOp([i32], [op.operands[0]], [], PTX[op.name]).results[0]])
+    for op in ops_named(func, *OPS[:2]):
         x = op.operands[0]
         if x.type != f32:
             raise PassError(f"{NAME}: {op.name} is lowered for f32 only, got {x.type}", op.location)

@@ -114,6 +114,9 @@ module attributes {gpu.container_module} {
       "fa4.fence"() {kind = "async_smem"} : () -> ()
       // CHECK: "fa4.sync_threads"() : () -> ()
       "fa4.sync_threads"() : () -> ()
+      // CHECK: "fa4.cvt_e4m3x2"(%{{.*}}) : (i16) -> i32
+      %codes = arith.constant 14392 : i16
+      %f16x2 = "fa4.cvt_e4m3x2"(%codes) : (i16) -> i32
       // CHECK: "fa4.trap_if"(%[[PRED]]) : (i1) -> ()
       "fa4.trap_if"(%pred) : (i1) -> ()
       llvm.return

@@ -57,3 +57,19 @@ module attributes {gpu.container_module} {
     }
   }
 }
+
+// -----
+
+// fa4.cvt_e4m3x2 (two FP8 e4m3 in an i16) -> cvt.rn.f16x2.e4m3x2 (PTX ISA 9.7.9.21), f16x2 in an i32.
+// CHECK-LABEL: llvm.func @fp8
+// CHECK-SAME: (%[[X:[^:]+]]: i16)
+// CHECK: nvvm.inline_ptx "cvt.rn.f16x2.e4m3x2 $0, $1;" ro(%[[X]] : i16) -> i32
+// CHECK-NOT: fa4.cvt_e4m3x2
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @fp8(%x: i16) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      %h = "fa4.cvt_e4m3x2"(%x) : (i16) -> i32
+      llvm.return
+    }
+  }
+}

@@ -123,6 +123,24 @@ def num_splits_heuristic(ctas: int, max_seqlen_k: int, bn: int, num_sms: int,
     return min(range(1, top + 1), key=lambda s: (split_cost(s, ctas, n_tiles, num_sms), s))
 
 
+BALANCE_TILES = 32           # paged caches: at most this many bn tiles per split (to be measured)
+BALANCE_WAVES = 16           # ... while the CTAs stay within this many waves
+
+
+def balance_splits(ctas: int, max_seqlen_k: int, bn: int, slots: int, max_splits: int = MAX_SPLITS) -> int:
+    """num_splits for ragged lengths the host cannot see (a paged cache: sequences of 1k and 16k
+    tokens side by side): each (batch, KV head) range of at most BALANCE_TILES tiles, so that no
+    CTA runs far longer than the rest and the grid's tail stays short; a sequence shorter than the
+    capacity leaves its last splits empty (they exit after writing LSE = -inf). Capped so that the
+    CTAs fill at most BALANCE_WAVES waves of ``slots``. 1 when the capacity is short. A function of
+    the shapes only (deterministic). To be confirmed by measurement (bench decode --splits)."""
+    n_tiles = ceil_div(max(max_seqlen_k, 0), bn)
+    if n_tiles <= 2 * BALANCE_TILES:
+        return 1
+    by_waves = max(1, BALANCE_WAVES * slots // max(ctas, 1))
+    return max(1, min(ceil_div(n_tiles, BALANCE_TILES), by_waves, max_splits))
+
+
 def split_range(n_tiles: int, num_splits: int, split_idx: int) -> tuple[int, int]:
     """KV tiles [begin, end) of split ``split_idx`` for a sequence of ``n_tiles`` tiles (its actual
     length, known on the device only): ``n_tiles // num_splits`` each, the first ``n_tiles %
@@ -135,5 +153,5 @@ def split_range(n_tiles: int, num_splits: int, split_idx: int) -> tuple[int, int
     return begin, begin + base + (split_idx < extra)
 
 
-__all__ = ["TILE_M", "MAX_SPLITS", "MIN_TILES_PER_SPLIT", "FILL_FRACTION", "SPLIT_OVERHEAD_TILES", "ceil_div",
+__all__ = ["BALANCE_TILES", "BALANCE_WAVES", "balance_splits", "TILE_M", "MAX_SPLITS", "MIN_TILES_PER_SPLIT", "FILL_FRACTION", "SPLIT_OVERHEAD_TILES", "ceil_div",
            "PackGQA", "pack_gqa", "split_cost", "num_splits_heuristic", "split_range"]

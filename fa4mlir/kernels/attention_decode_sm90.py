@@ -1,0 +1,467 @@
+"""Decode attention over the KV-cache operand on sm_90a: split-KV, pack GQA, TMA rings, wgmma.
+
+One CTA attends one M tile of 64 packed query rows to one contiguous range of KV tiles (its
+split) of one sequence, and writes float32 partial O (normalised by its own row sum) and its LSE;
+attention_combine_sm90 merges the splits (attention_decode_sm90_config: the launch contracts).
+
+Grid: x = m_tile + m_tiles * split, y = the CTA's head block (a KV head when GQA is packed, else a
+query head), z = batch. Packed row r of the CTA (decode_schedule.PackGQA) is query token
+r // cta_heads of query head y * cta_heads + r % cta_heads (cta_heads = group packed, else 1).
+
+Roles (5 warps, 160 threads, no setmaxnreg: neither role is register-bound, and the small block
+lets two CTAs share an SM, attention_decode_sm90_config.DEFAULT_STAGES):
+    warp 4        `load`  one elected thread: for each KV tile j of the split, K_j then V_j into
+                          rings of `stages` (k_pipe, v_pipe), each tile as bn / box_rows TMA boxes
+                          per 64-column chunk (note "Paged boxes").
+    warps 0-3     `mma`   (one warpgroup) loads the 64 x D Q tile itself (plain loads, packed rows, into the
+                          128B-swizzled layout wgmma reads), then per tile j:
+                          1. wait K_j; S = Q K_j^T; release K_j
+                          2. mask (tokens at or past the sequence's length L_b, and causal
+                             bottom-right), online softmax in base 2, P as wgmma A fragments
+                          3. O *= alpha
+                          4. wait V_j; zero V rows past L_b (note "NaN past L_b"); O += P V_j;
+                             release V_j
+                          then the epilogue: O / l and LSE into the partial workspaces.
+
+Note "Paged boxes": the cache is a 4-D tensor [pages, page_rows, kv_heads, D] to TMA (a contiguous
+cache: [batch, seqlen_cache, kv_heads, D], the page being the sequence). A paged tile of bn tokens
+is cut into boxes of box_rows = gcd(bn, page_size) rows, which never straddle a page
+(paging.py, note "Box rows"); box i of tile j holds tokens t = j bn + i box_rows .. and comes from
+pool page page_table[b, t / page_size] (clamped into [0, num_pages)), row t % page_size. A box
+that starts at or past L_b reads no page-table entry: it is aimed at page num_pages, outside the
+tensor, so TMA fills it with zeros (and still counts its bytes on the stage's barrier).
+
+Note "FP8": an e4m3 cache arrives by TMA unswizzled (one box of D bytes per row group) into its
+own rings; the consumer converts each K and V tile to f16 (fa4.cvt_e4m3x2: exact) into one f16
+tile each in the 128B-swizzled layout wgmma reads, releases the FP8 stage, and runs both GEMMs in
+f16 (Q rounded to f16 once when q is bf16: |q| above 65504 would overflow; O, LSE and the combine stay float32, out in q's dtype).
+Scales never touch the tiles: a per-tensor or per-KV-head k_scale multiplies the softmax scale
+and v_scale the epilogue's 1 / l; per-block (page or token block) scales multiply S's columns
+after Q K^T and P's columns before P V (the row sum l takes P unscaled), with a token's v scale
+forced to 0 at or past L_b.
+
+Note "NaN past L_b": rows at or past L_b of a box that starts before L_b are real cache rows
+(stale tokens, unused rows of the last page) and may hold anything, NaN included. K's are harmless
+(their scores are replaced by -inf before the max), but P V multiplies V's by P = 0, and 0 x NaN
+is NaN; so the consumer writes zeros over those V rows in SMEM before the P V GEMM (only in the
+tile that holds L_b), then fences them to the async proxy.
+"""
+from __future__ import annotations
+
+from .. import dsl
+from ..dialect import builders as fa4
+from ..dsl import ELEM_BYTES, KernelBuilder, PipeState, Value, const, fast_div, fma, fmax, log2, select, tree_reduce, undef, vec
+from .attention_decode_sm90_config import SPLIT_PARAMS, TILE_M, DecodeConfig
+from .common.softmax import max_update
+from .common.wgmma import a_frag_pairs, acc_col, acc_pair, acc_row, row_regs, wait_group
+
+SWIZZLE = 128          # bytes per swizzled row: 64 16-bit columns
+CHUNK = 64             # head-dim columns per swizzle chunk
+UNITS = SWIZZLE // 16  # 16-byte units per swizzled row
+WGMMA_K = 16
+LN2 = 0.6931471805599453
+NEG_INF = float("-inf")
+BAR_CONSUMER = 1       # named barrier of the consumer warpgroup (128 threads)
+
+
+def build(cfg: DecodeConfig = DecodeConfig()) -> dsl.KernelIR:
+    cfg.validate()
+    kb = KernelBuilder(cfg.name(), arch="sm_90a", block=(cfg.threads, 1, 1), config=cfg.key(),
+                       min_ctas_per_sm=cfg.ctas_per_sm)
+    if cfg.fp8:   # note "FP8": rows of D bytes, unswizzled
+        spec = dict(dtype="e4m3", box=(cfg.head_dim, 1, cfg.box_rows, 1), swizzle="none")
+    else:
+        spec = dict(dtype=cfg.dtype, box=(CHUNK, 1, cfg.box_rows, 1), swizzle="128B")
+    p = kb.params_from(SPLIT_PARAMS, tma={n: spec for n in ("k_cache", "v_cache")})
+    with kb.body():
+        q_smem = kb.smem("q_smem", TILE_M * cfg.d_chunks * SWIZZLE)
+        k_smem = kb.smem("k_smem", cfg.stages * cfg.tile_bytes())
+        v_smem = kb.smem("v_smem", cfg.stages * cfg.tile_bytes())
+        # FP8: the tiles the tensor cores read, converted to f16 (else the ring stages themselves)
+        staged = (kb.smem("k16_smem", cfg.staged_bytes()), kb.smem("v16_smem", cfg.staged_bytes())) if cfg.fp8 else None
+        k_pipe = kb.pipeline("k_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"])
+        v_pipe = kb.pipeline("v_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"])
+        kb.pipeline_init()
+        work = _Work(kb, cfg, p)
+        with kb.warp_roles():
+            with kb.role("mma", first_warp=0, num_warps=4, regs=0):
+                _mma_role(kb, cfg, work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, staged)
+            with kb.role("load", first_warp=4, num_warps=1, regs=0):
+                _load_role(kb, cfg, work, p, k_smem, v_smem, k_pipe, v_pipe)
+    return kb.finish()
+
+
+def div(p, name):
+    return p[f"{name}_mul"], p[f"{name}_shr"]
+
+
+class _Work:
+    """This CTA's work item (computed alike by every thread): batch b, head block, KV head, M tile,
+    split, the sequence length L_b (cache_seqlens[b] clamped, plus seqlen_new) and the split's KV
+    tiles [begin, end) (decode_schedule.split_range of ceil(L_b / bn) tiles)."""
+
+    def __init__(self, kb, cfg, p):
+        x = kb.block_idx(0)
+        self.split = fast_div(x, *div(p, "m_tiles"))
+        self.m_tile = x - self.split * p["m_tiles"]
+        self.head_block = kb.block_idx(1)
+        self.batch = kb.block_idx(2)
+        self.head_base = self.head_block * p["cta_heads"]
+        self.kv_head = fast_div(self.head_base, *div(p, "group"))
+        raw = kb.load(kb.gep(p["cache_seqlens"], self.batch, "i32"), "i32", align=4)
+        # L_b: cache_seqlens[b] clamped to [0, capacity - seqlen_new], plus the seqlen_new tokens
+        # kvcache_append_sm90 wrote there first (kvcache.py's kernel contract)
+        self.length = raw.smax(0).smin(p["capacity"] - p["seqlen_new"]) + p["seqlen_new"]
+        n_tiles = (self.length + (cfg.bn - 1)) // cfg.bn
+        base = n_tiles // p["num_splits"]
+        extra = n_tiles - base * p["num_splits"]
+        before = self.split.lt(extra)
+        self.begin = self.split * base + select(before, self.split, extra)
+        self.end = self.begin + base + select(before, const(1), const(0))
+
+
+# ---- producer -------------------------------------------------------------------------------------
+
+def _load_role(kb, cfg, work: _Work, p, k_smem, v_smem, k_pipe, v_pipe):
+    tile_bytes = cfg.tile_bytes()
+    with kb.if_(kb.elect_one()).then_():
+        fa4.tma_prefetch(p["k_cache"])
+        fa4.tma_prefetch(p["v_cache"])
+
+        def box_origin(t: Value):
+            """(page, row) coordinates of the box starting at token t (note "Paged boxes")."""
+            if not cfg.paged:
+                return work.batch, t
+            live = t.slt(work.length)
+            slot = fast_div(t, *div(p, "page"))
+            row = t - slot * p["page_size"]
+            index = work.batch.to("i64") * p["page_table_stride"].to("i64") + select(live, slot, const(0)).to("i64")
+            entry = kb.load(kb.gep(p["page_table"], index, "i32"), "i32", align=4)
+            page = entry.smax(0).smin(p["num_pages"] - 1)
+            return select(live, page, p["num_pages"]), row
+
+        def fill(pipe, desc, smem, s: PipeState, t0: Value, origins):
+            # 1. wait for the stage to be free, 2. expect its bytes, 3. one box per (box, chunk)
+            pipe.producer_acquire(s)
+            pipe.producer_commit(s, tx_bytes=tile_bytes)
+            base = s.stage * tile_bytes
+            for i, (page, row) in enumerate(origins):
+                if cfg.fp8:   # one unswizzled box of box_rows rows of D bytes
+                    dst = kb.gep(smem, base + i * cfg.box_rows * cfg.head_dim, "i8")
+                    fa4.tma_load(desc, dst, s.stage, [const(0), work.kv_head, row, page], pipe=pipe.name,
+                                 box=[cfg.head_dim, 1, cfg.box_rows, 1], elem_bytes=1)
+                    continue
+                for c in range(cfg.d_chunks):
+                    dst = kb.gep(smem, base + c * cfg.bn * SWIZZLE + i * cfg.box_rows * SWIZZLE, "i8")
+                    fa4.tma_load(desc, dst, s.stage, [const(c * CHUNK), work.kv_head, row, page],
+                                 pipe=pipe.name, box=[CHUNK, 1, cfg.box_rows, 1], elem_bytes=ELEM_BYTES[cfg.dtype])
+
+        loop = kb.for_(work.begin, work.end, 1, carry=k_pipe.initial_state())
+        with loop as (j, s):
+            t0 = j * cfg.bn
+            # V's boxes read the page table again (an L1 hit): keeping K's origins live across K's
+            # fill costs 2 registers a box (spills at 1-row boxes with two CTAs per SM)
+            for pipe, desc, smem in ((k_pipe, p["k_cache"], k_smem), (v_pipe, p["v_cache"], v_smem)):
+                origins = [box_origin(t0 + i * cfg.box_rows) for i in range(cfg.boxes_per_tile)]
+                fill(pipe, desc, smem, s, t0, origins)
+            loop.yield_(s.advance())
+
+
+# ---- consumer -------------------------------------------------------------------------------------
+
+class _Consumer:
+    """The consumer warpgroup's thread geometry (common/wgmma.py): rows row0, row0 + 8 of 64."""
+
+    def __init__(self, kb, cfg, work: _Work, p):
+        self.kb, self.cfg, self.work, self.p = kb, cfg, work, p
+        self.t = kb.thread_idx(0) % 128
+        lane = self.t % 32
+        self.g = lane // 4
+        self.t4 = lane % 4
+        self.row0 = (self.t // 32) * 16 + self.g
+        self.n_s = cfg.bn // 2
+        self.n_o = cfg.head_dim // 2
+        self.is_leader = self.t.eq(0)
+        self.scale_log2 = p["scale_log2"]
+        m0 = work.m_tile * TILE_M
+        cta_heads = p["cta_heads"]
+        self.packed = [m0 + self.row0 + 8 * h for h in (0, 1)]          # this thread's packed rows
+        self.token, self.head, self.end = [], [], []
+        for r in self.packed:
+            tok = fast_div(r, *div(p, "cta_heads"))
+            self.token.append(tok)
+            self.head.append(work.head_base + r - tok * cta_heads)
+            # keys [0, end) are visible: L_b, less seqlen_q - 1 - token under the causal mask
+            hidden = (p["seqlen_q"] - 1 - tok) * p["causal"]
+            self.end.append((work.length - hidden).smax(0))
+        self.row_ok = [r.lt(p["rows"]) for r in self.packed]
+
+    def release(self, pipe, s: PipeState):
+        with self.kb.if_(self.is_leader).then_():
+            pipe.consumer_release(s)
+
+    def barrier(self):
+        self.kb.named_barrier(BAR_CONSUMER, 128)
+
+
+def _load_q(cs: _Consumer, q_smem):
+    """Q's 64 packed rows into SMEM (128B swizzle, chunk c of row r at c * 64 * 128 + r * 128, 16-byte
+    unit u at (u ^ r % 8) * 16); rows past `rows` are zeros."""
+    kb, cfg, p, work = cs.kb, cs.cfg, cs.p, cs.work
+    units = cfg.d_chunks * UNITS
+    m0 = work.m_tile * TILE_M
+    cta_heads = p["cta_heads"]
+    zero = const(0, ("i32", 4))
+    for i in range(TILE_M * units // 128):
+        u = cs.t + 128 * i
+        r = u // units
+        cu = u - r * units
+        c, unit = cu // UNITS, cu % UNITS
+        packed = m0 + r
+        ok = packed.lt(p["rows"])
+        tok = fast_div(packed, *div(p, "cta_heads"))
+        head = work.head_base + packed - tok * cta_heads
+        index = (work.batch.to("i64") * p["q_stride_b"] + tok.to("i64") * p["q_stride_s"]
+                 + head.to("i64") * p["q_stride_h"] + (cu * 8).to("i64"))
+        safe = select(ok, index, const(0, "i64"))      # rows past `rows` read q's first row, unused
+        val = select(ok, kb.load(kb.gep(p["q"], safe, cfg.dtype), ("i32", 4), align=16), zero)
+        if cfg.mma_dtype != cfg.dtype:       # bf16 q for f16 GEMMs (note "FP8")
+            val = vec(*[_bf16x2_to_f16x2(val[w]) for w in range(4)])
+        off = c * (TILE_M * SWIZZLE) + r * SWIZZLE + (unit ^ (r % 8)) * 16
+        kb.store(val, kb.gep(q_smem, off, "i8"), align=16)
+    kb.fence("async_smem")
+    cs.barrier()
+
+
+def _bf16x2_to_f16x2(word: Value) -> Value:
+    """Two bf16 (an i32) as two f16, through f32 (a bf16's bits are a float32's high half)."""
+    lo = (word << 16).bitcast("f32")
+    hi = (word & 0xFFFF0000).bitcast("f32")
+    return vec(lo, hi).to(("f16", 2)).bitcast("i32")
+
+
+def _issue_s(cs: _Consumer, q_smem, k_base) -> Value:
+    """S = Q K^T from the K tile at k_base (a ring stage, or FP8's converted tile)."""
+    kb, cfg = cs.kb, cs.cfg
+    acc = undef(("f32", cs.n_s))
+    fa4.mma_fence()
+    for kk in range(cfg.head_dim // WGMMA_K):
+        c, within = divmod(kk, CHUNK // WGMMA_K)
+        off = within * WGMMA_K * 2
+        a_d = fa4.smem_desc(kb.gep(q_smem, c * TILE_M * SWIZZLE + off, "i8"), swizzle=SWIZZLE, lbo=16,
+                            sbo=8 * SWIZZLE)
+        b_d = fa4.smem_desc(kb.gep(k_base, c * cfg.bn * SWIZZLE + off, "i8"), swizzle=SWIZZLE, lbo=16,
+                            sbo=8 * SWIZZLE)
+        acc = Value(fa4.mma(a_d, b_d, const(int(kk > 0), "i1"), [acc], result_types=[acc.type], m=64, n=cfg.bn,
+                            k=WGMMA_K, a_source="smem", ab_dtype=cfg.mma_dtype, acc_dtype="f32"))
+    fa4.mma_commit_group()
+    return acc
+
+
+def _issue_pv(cs: _Consumer, v_base, frags: list, o: Value) -> Value:
+    """O += P V from the V tile at v_base (a ring stage, or FP8's converted tile)."""
+    kb, cfg = cs.kb, cs.cfg
+    fa4.mma_fence()
+    for kk in range(cfg.bn // WGMMA_K):
+        b_d = fa4.smem_desc(kb.gep(v_base, kk * WGMMA_K * SWIZZLE, "i8"), swizzle=SWIZZLE, lbo=cfg.bn * SWIZZLE,
+                            sbo=8 * SWIZZLE)
+        o = Value(fa4.mma(frags[kk], b_d, const(1, "i1"), [o], result_types=[o.type], m=64, n=cfg.head_dim,
+                          k=WGMMA_K, a_source="regs", b_major="mn", ab_dtype=cfg.mma_dtype, acc_dtype="f32"))
+    fa4.mma_commit_group()
+    return o
+
+
+def _softmax(cs: _Consumer, s_acc: Value, j: Value, m_prev, l_prev, masked: bool, col_scales=None):
+    """Online softmax of S_j (base 2, scale folded in). Masked: key j bn + col is hidden from a row
+    when col >= end - j bn (signed: end may lie before the tile). col_scales: FP8 block scales
+    (k, v) per accumulator column (note "FP8"): S's columns times k's, P's times v's for P V."""
+    kb, cfg = cs.kb, cs.cfg
+    s = [s_acc[i] for i in range(cs.n_s)]
+    if col_scales is not None:
+        s = [s[i] * col_scales[0][acc_col(i)] for i in range(cs.n_s)]
+    if masked:
+        vis = [cs.end[h] - j * cfg.bn - cs.t4 * 2 for h in (0, 1)]
+        for i in range(cs.n_s):
+            s[i] = select(vis[acc_row(i)].sle(acc_col(i)), const(NEG_INF, "f32"), s[i])
+    p = [None] * cs.n_s
+    m_new, l_new, alpha = [], [], []
+    for h in (0, 1):
+        idx = row_regs(cs.n_s, h)
+        mx = tree_reduce([s[i] for i in idx], fmax)
+        mx = fmax(mx, kb.shuffle_xor(mx, 1))
+        mx = fmax(mx, kb.shuffle_xor(mx, 2))
+        m, a, neg = max_update(m_prev[h], mx, cs.scale_log2, 0.0)
+        row_p = [dsl.exp2(fma(s[i], cs.scale_log2, neg)) for i in idx]
+        for i, v in zip(idx, row_p):
+            p[i] = v
+        m_new.append(m)
+        alpha.append(a)
+        l_new.append(fma(l_prev[h], a, tree_reduce(row_p, lambda x, y: x + y)))
+    if col_scales is not None:    # l above took P unscaled
+        p = [p[i] * col_scales[1][acc_col(i)] for i in range(cs.n_s)]
+    frags = []
+    for kk in range(cfg.bn // WGMMA_K):
+        words = [vec(p[a], p[b]).to((cfg.mma_dtype, 2)).bitcast("i32") for a, b in a_frag_pairs(kk)]
+        frags.append(vec(*words))
+    return frags, m_new, l_new, alpha
+
+
+def _zero_v_tail(cs: _Consumer, base, valid: Value):
+    """Zero rows [valid, bn) of the V tile at `base` (note "NaN past L_b"); every thread of the
+    warpgroup takes its share of 16-byte units, then the rows are fenced to the async proxy."""
+    kb, cfg = cs.kb, cs.cfg
+    zero = const(0, ("i32", 4))
+    total = cfg.bn * cfg.d_chunks * UNITS
+    for i in range(total // 128):
+        u = cs.t + 128 * i
+        c = u // (cfg.bn * UNITS)
+        rest = u - c * (cfg.bn * UNITS)
+        r = rest // UNITS
+        ok = r.sge(valid)
+        with kb.if_(ok).then_():
+            kb.store(zero, kb.gep(base, u * 16, "i8"), align=16)
+    kb.fence("async_smem")
+    cs.barrier()
+
+
+def _convert_fp8(cs: _Consumer, src, dst):
+    """The FP8 tile at `src` (bn rows of D bytes, unswizzled) as f16 into `dst` (the 128B-swizzled
+    layout of a bf16/f16 ring stage), then fenced to the async proxy for wgmma (note "FP8"). Each
+    thread converts 16-byte pieces: 16 e4m3 -> 16 f16 = two 16-byte units of one swizzled row."""
+    kb, cfg = cs.kb, cs.cfg
+    pieces_per_row = cfg.head_dim // 16
+    for i in range(cfg.bn * pieces_per_row // 128):
+        u = cs.t + 128 * i
+        r = u // pieces_per_row
+        piece = u - r * pieces_per_row
+        raw = kb.load(kb.gep(src, r * cfg.head_dim + piece * 16, "i8"), ("i32", 4), align=16)
+        halves = []
+        for w in range(4):
+            word = raw[w]
+            halves.append(fa4.cvt_e4m3x2(word.to("i16")))
+            halves.append(fa4.cvt_e4m3x2((word >> 16).to("i16")))
+        chunk, unit = piece // 4, (piece % 4) * 2        # columns 16 piece .. 16 piece + 15
+        row_at = chunk * (cfg.bn * SWIZZLE) + r * SWIZZLE
+        for h in (0, 1):
+            off = row_at + ((unit + h) ^ (r % 8)) * 16
+            kb.store(vec(*[Value(x) for x in halves[4 * h:4 * h + 4]]), kb.gep(dst, off, "i8"), align=16)
+    kb.fence("async_smem")
+    cs.barrier()
+
+
+def _block_scales(cs: _Consumer, j: Value):
+    """FP8 per-block scales of this thread's S columns in tile j, as {acc_col: value} for k and v
+    (note "FP8"): the token's page (paged: through the page table, entry clamped) or token block
+    (contiguous: [batch, scale_blocks, kv_heads]); v's is 0 at or past L_b."""
+    kb, cfg, p, work = cs.kb, cs.cfg, cs.p, cs.work
+    k_cols, v_cols = {}, {}
+    for col in sorted({acc_col(i) for i in range(cs.n_s)}):
+        t = j * cfg.bn + cs.t4 * 2 + col
+        live = t.slt(work.length)
+        if cfg.paged:
+            slot = select(live, fast_div(t, *div(p, "page")), const(0))
+            index = work.batch.to("i64") * p["page_table_stride"].to("i64") + slot.to("i64")
+            block = kb.load(kb.gep(p["page_table"], index, "i32"), "i32", align=4).smax(0).smin(p["num_pages"] - 1)
+        else:
+            block = work.batch * p["scale_blocks"] + fast_div(select(live, t, const(0)), *div(p, "scale_block"))
+        at = (block * p["kv_heads"] + work.kv_head).to("i64")
+        k_cols[col] = kb.load(kb.gep(p["k_scale"], at, "f32"), "f32", align=4)
+        v_cols[col] = select(live, kb.load(kb.gep(p["v_scale"], at, "f32"), "f32", align=4), const(0.0, "f32"))
+    return k_cols, v_cols
+
+
+def _kv_tile(cs: _Consumer, bufs, j: Value, carry, masked: bool):
+    q_smem, k_smem, v_smem, k_pipe, v_pipe, staged = bufs
+    kb, cfg, work = cs.kb, cs.cfg, cs.work
+    s, o, m, l = carry
+    # 1. S_j = Q K_j^T (FP8: K_j converted to f16 first, its stage released once read)
+    k_pipe.consumer_wait(s)
+    k_stage = kb.gep(k_smem, s.stage * cfg.tile_bytes(), "i8")
+    if staged is not None:
+        _convert_fp8(cs, k_stage, staged[0])
+        cs.release(k_pipe, s)
+        k_stage = staged[0]
+    s_acc = wait_group(_issue_s(cs, q_smem, k_stage), pending=0)
+    if staged is None:
+        cs.release(k_pipe, s)
+    # 2. softmax (FP8 block scales on S's and P's columns)
+    col_scales = _block_scales(cs, j) if cfg.fp8 and cfg.kv_scale == "block" else None
+    frags, m, l, alpha = _softmax(cs, s_acc, j, m, l, masked, col_scales)
+    # 3. O *= alpha
+    o = vec(*[o[i] * alpha[acc_row(i)] for i in range(cs.n_o)])
+    # 4. O += P V_j (V rows past L_b zeroed first, in the tile that holds L_b)
+    v_pipe.consumer_wait(s)
+    v_stage = kb.gep(v_smem, s.stage * cfg.tile_bytes(), "i8")
+    if staged is not None:
+        _convert_fp8(cs, v_stage, staged[1])
+        cs.release(v_pipe, s)
+        v_stage = staged[1]
+    if masked:
+        valid = work.length - j * cfg.bn
+        with kb.if_(valid.slt(cfg.bn)).then_():
+            _zero_v_tail(cs, v_stage, valid)
+    o = wait_group(_issue_pv(cs, v_stage, frags, o), pending=0)
+    if staged is None:
+        cs.release(v_pipe, s)
+    return s.advance(), o, tuple(m), tuple(l)
+
+
+def _scalar_scales(cs: _Consumer):
+    """FP8 per-tensor or per-KV-head scales (k's, v's), or (None, None) (note "FP8")."""
+    kb, cfg, p, work = cs.kb, cs.cfg, cs.p, cs.work
+    if not cfg.fp8 or cfg.kv_scale == "block":
+        return None, None
+    at = (const(0) if cfg.kv_scale == "tensor" else work.kv_head).to("i64")
+    return (kb.load(kb.gep(p["k_scale"], at, "f32"), "f32", align=4),
+            kb.load(kb.gep(p["v_scale"], at, "f32"), "f32", align=4))
+
+
+def _mma_role(kb, cfg, work: _Work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, staged):
+    cs = _Consumer(kb, cfg, work, p)
+    k_scale, v_scale = _scalar_scales(cs)
+    if k_scale is not None:    # S's scale: softmax_scale x k_scale (the LSE too)
+        cs.scale_log2 = cs.scale_log2 * k_scale
+    _load_q(cs, q_smem)
+    f32 = "f32"
+    bufs = (q_smem, k_smem, v_smem, k_pipe, v_pipe, staged)
+    # tiles every row sees entirely need no mask: keys < min over the rows of `end` (token 0's)
+    hidden0 = (p["seqlen_q"] - 1) * p["causal"]
+    full = (work.length - hidden0).smax(0) // cfg.bn
+    split = full.smax(work.begin).smin(work.end)
+    neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
+    state = (k_pipe.initial_state(), const(0.0, (f32, cs.n_o)), (neg_inf, neg_inf), (zero, zero))
+    for lo, hi, masked in ((work.begin, split, False), (split, work.end, True)):
+        loop = kb.for_(lo, hi, 1, carry=state)
+        with loop as (j, carried):
+            loop.yield_(*_kv_tile(cs, bufs, j, carried, masked))
+        state = loop.results
+    _epilogue(cs, state[1], state[2], state[3], v_scale)
+
+
+def _epilogue(cs: _Consumer, o: Value, m, l, v_scale=None):
+    """Partial O (O / l, float32) and LSE (natural log; -inf when the split saw no key) of this
+    thread's two rows into the workspaces [num_splits, batch, seqlen_q, heads, D] and
+    [num_splits, batch, heads, seqlen_q]."""
+    kb, cfg, p, work = cs.kb, cs.cfg, cs.p, cs.work
+    for h in (0, 1):
+        total = l[h] + kb.shuffle_xor(l[h], 1)
+        total = total + kb.shuffle_xor(total, 2)
+        empty = total.eq(0.0)
+        # 1 / l as exp2(-log2 l) (MUFU): rcp.rn is a ptxas subroutine call, which serialises every wgmma
+        log_total = log2(total)
+        inv = select(empty, const(0.0, "f32"), dsl.exp2(const(0.0, "f32") - log_total))
+        if v_scale is not None:     # FP8 per-tensor / per-KV-head v scale (note "FP8")
+            inv = inv * v_scale
+        lse = select(empty, const(NEG_INF, "f32"), (m[h] * cs.scale_log2 + log_total) * LN2)
+        with kb.if_(cs.row_ok[h]).then_():
+            sb = work.split * p["batch"] + work.batch
+            row = (sb.to("i64") * p["seqlen_q"].to("i64") + cs.token[h].to("i64")) * p["heads"].to("i64") \
+                + cs.head[h].to("i64")
+            base = row * cfg.head_dim + (cs.t4 * 2).to("i64")
+            for jd in range(cfg.head_dim // 8):
+                i = acc_pair(jd, h)
+                kb.store(vec(o[i] * inv, o[i + 1] * inv), kb.gep(p["o_partial"], base + jd * 8, "f32"), align=8)
+            with kb.if_(cs.t4.eq(0)).then_():
+                lrow = (sb.to("i64") * p["heads"].to("i64") + cs.head[h].to("i64")) * p["seqlen_q"].to("i64") \
+                    + cs.token[h].to("i64")
+                kb.store(lse, kb.gep(p["lse_partial"], lrow, "f32"), align=4)

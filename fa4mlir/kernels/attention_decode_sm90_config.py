@@ -1,0 +1,316 @@
+"""Configuration and launch contract of the sm_90a decode kernels over the KV-cache operand
+(MLIR-free: the host API imports it).
+
+Two kernels run one flash_attn_with_kvcache call (attention/kvcache.py plans them):
+
+    attention_decode_sm90   split kernel: grid (m_tiles x num_splits, kv_heads or heads, batch);
+                            each CTA attends one M tile of packed query rows to one contiguous
+                            range of KV tiles of one sequence and writes float32 partial O
+                            (normalised by its own row sum) and its LSE (natural log; -inf when
+                            the range held no key the rows see).
+    attention_combine_sm90  combine kernel: one warp per output row (batch, token, head) merges
+                            the num_splits partials weighted by exp(lse_s - lse), in split order
+                            (deterministic), writes O in q's dtype and the LSE.
+
+The split kernel is always followed by the combine (num_splits = 1 included): one code path,
+and the combine's cost (it reads num_splits x O, a few MB against the GBs of K/V) is one launch.
+
+`DecodeConfig` fixes what changes the split kernel's code: dtype, head_dim, the KV tile `bn`,
+ring depth `stages`, whether the cache is paged, and `box_rows`, the rows of one TMA box (a
+contiguous cache: bn; a paged one: gcd(bn, page_size), paging.fetch_plan), which the K/V
+descriptors are encoded with.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from math import gcd
+
+from .common.constants import LOG2E
+from .common.fastdiv import divisor
+from .common.fields import ConfigError, check_fields
+
+KERNEL = "attention_decode_sm90"
+COMBINE_KERNEL = "attention_combine_sm90"
+APPEND_KERNEL = "kvcache_append_sm90"
+APPEND_THREADS = 128
+DTYPES = ("bf16", "f16")
+HEAD_DIMS = (64, 128, 256)
+TILE_M = 64                       # packed query rows per CTA: one consumer warpgroup's wgmma M
+SMEM_LIMIT = 227 * 1024
+MBARRIER_BYTES = 8
+# KV tile and ring depth per head_dim. Decode is memory-bound: what counts is the K/V bytes in
+# flight per SM. D64 and D128 take two CTAs per SM (SMEM <= MAX_SMEM_2CTA, 160 threads of at most
+# 204 registers), so one CTA's prologue (Q, the first tiles' latency) and epilogue overlap the other's
+# streaming, with 2 x stages tiles in flight; D256 (a 32 KiB Q tile, 64 KiB per stage) one CTA.
+# First choices, to be measured (bench decode).
+DEFAULT_BN = {64: 64, 128: 64, 256: 64}
+DEFAULT_STAGES = {64: 6, 128: 3, 256: 3}
+MAX_SMEM_2CTA = 233472 // 2 - 1024     # an SM's 228 KiB, less the 1 KiB the driver reserves per CTA
+COMBINE_WARPS = 4                 # output rows per combine CTA (one warp each)
+SCALES = ("tensor", "kv_head", "block")   # FP8 scale granularities (kvcache.ScaleGranularity's values)
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    dtype: str = "bf16"
+    head_dim: int = 128
+    bn: int = 64                  # keys per KV tile (wgmma n of S, k of P V)
+    stages: int = 6               # K and V ring depth
+    paged: bool = False           # pool [num_pages, page_size, kv_heads, D] + page table, else [batch, S, kv_heads, D]
+    box_rows: int = 64            # rows per TMA box: bn (contiguous, or page_size a multiple of bn), else gcd(bn, page_size)
+    kv_dtype: str = ""            # "": the cache holds q's dtype; "e4m3": FP8, dequantised in the kernel (note "FP8")
+    kv_scale: str = ""            # FP8 scale granularity of k_scale and v_scale: tensor | kv_head | block
+
+    @property
+    def d_chunks(self) -> int:
+        return self.head_dim // 64
+
+    @property
+    def fp8(self) -> bool:
+        return self.kv_dtype == "e4m3"
+
+    @property
+    def mma_dtype(self) -> str:
+        """The GEMMs' operand type: q's dtype, or f16 for an FP8 cache (e4m3 converts to f16
+        exactly; Q is rounded to f16 once)."""
+        return "f16" if self.fp8 else self.dtype
+
+    @property
+    def threads(self) -> int:
+        return 160                # warps 0-3: the consumer warpgroup, warp 4: the producer
+
+    @property
+    def ctas_per_sm(self) -> int:
+        """CTAs that fit one SM by SMEM (2 when the tile plan fits half an SM; registers follow:
+        the kernel asks ptxas for them with nvvm.minctasm)."""
+        return 2 if self.smem_bytes() <= MAX_SMEM_2CTA else 1
+
+    @property
+    def boxes_per_tile(self) -> int:
+        return self.bn // self.box_rows
+
+    def tile_bytes(self) -> int:
+        """One K (or V) ring stage: bn rows of head_dim elements (2 bytes, or 1 for FP8)."""
+        return self.bn * self.head_dim * (1 if self.fp8 else 2)
+
+    def staged_bytes(self) -> int:
+        """An FP8 cache's K (or V) tile converted to f16 for the tensor cores (none otherwise)."""
+        return self.bn * self.head_dim * 2 if self.fp8 else 0
+
+    def smem_bytes(self) -> int:
+        q = TILE_M * self.head_dim * 2
+        return (q + 2 * self.stages * self.tile_bytes() + 2 * self.staged_bytes()
+                + 2 * 2 * self.stages * MBARRIER_BYTES)
+
+    def validate(self) -> "DecodeConfig":
+        check_fields(self, {"dtype": DTYPES, "head_dim": HEAD_DIMS})
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"decode dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.head_dim not in HEAD_DIMS:
+            raise ConfigError(f"head_dim must be one of {HEAD_DIMS}, got {self.head_dim}")
+        if self.bn % 16 or not 16 <= self.bn <= 256:
+            raise ConfigError(f"bn must be a multiple of 16 in [16, 256], got {self.bn}")
+        if self.stages < 2:
+            raise ConfigError(f"stages must be >= 2, got {self.stages}")
+        if self.box_rows < 1 or self.bn % self.box_rows:
+            raise ConfigError(f"box_rows must divide bn={self.bn}, got {self.box_rows}")
+        if not self.paged and self.box_rows != self.bn:
+            raise ConfigError(f"a contiguous cache loads one box of bn={self.bn} rows per tile, got box_rows="
+                              f"{self.box_rows}")
+        if self.kv_dtype not in ("", "e4m3"):
+            raise ConfigError(f"kv_dtype must be '' (q's dtype) or 'e4m3', got {self.kv_dtype!r}")
+        if self.fp8 and (self.box_rows * self.head_dim) % 128:
+            raise ConfigError(f"an FP8 cache's TMA boxes land at multiples of box_rows x head_dim = "
+                              f"{self.box_rows * self.head_dim} bytes; they must be 128-byte aligned")
+        if (self.kv_scale not in SCALES) if self.fp8 else self.kv_scale:
+            raise ConfigError(f"kv_scale must be one of {SCALES} for an FP8 cache and '' otherwise, got "
+                              f"{self.kv_scale!r}")
+        if self.smem_bytes() > SMEM_LIMIT:
+            raise ConfigError(f"decode tile plan needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT}): lower "
+                              f"stages ({self.stages}) or bn ({self.bn})")
+        return self
+
+    def key(self) -> dict:
+        return {"kernel": KERNEL, **self.__dict__}
+
+    def name(self) -> str:
+        fp8 = f"_e4m3_{self.kv_scale}" if self.fp8 else ""
+        return (f"{KERNEL}_{self.dtype}_d{self.head_dim}_n{self.bn}_s{self.stages}"
+                f"_{'paged_b' + str(self.box_rows) if self.paged else 'contig'}{fp8}")
+
+
+@dataclass(frozen=True)
+class CombineConfig:
+    dtype: str = "bf16"
+    head_dim: int = 128
+
+    def validate(self) -> "CombineConfig":
+        check_fields(self, {"dtype": DTYPES, "head_dim": HEAD_DIMS})
+        if self.dtype not in DTYPES or self.head_dim not in HEAD_DIMS:
+            raise ConfigError(f"combine: dtype in {DTYPES}, head_dim in {HEAD_DIMS}; got {self.dtype}, "
+                              f"{self.head_dim}")
+        return self
+
+    def key(self) -> dict:
+        return {"kernel": COMBINE_KERNEL, **self.__dict__}
+
+    def name(self) -> str:
+        return f"{COMBINE_KERNEL}_{self.dtype}_d{self.head_dim}"
+
+
+@dataclass(frozen=True)
+class AppendConfig:
+    """The kernel that writes new tokens k, v into the cache before the split kernel runs."""
+
+    dtype: str = "bf16"
+    head_dim: int = 128
+    paged: bool = True
+
+    def validate(self) -> "AppendConfig":
+        check_fields(self, {"dtype": DTYPES, "head_dim": HEAD_DIMS})
+        if self.dtype not in DTYPES or self.head_dim not in HEAD_DIMS:
+            raise ConfigError(f"append: dtype in {DTYPES}, head_dim in {HEAD_DIMS}; got {self.dtype}, "
+                              f"{self.head_dim}")
+        return self
+
+    def key(self) -> dict:
+        return {"kernel": APPEND_KERNEL, **self.__dict__}
+
+    def name(self) -> str:
+        return f"{APPEND_KERNEL}_{self.dtype}_d{self.head_dim}_{'paged' if self.paged else 'contig'}"
+
+
+def box_rows_for(bn: int, page_size: int | None) -> int:
+    """Rows per TMA box: bn for a contiguous cache (None) or a page size that bn divides, else
+    gcd(bn, page_size) (a box never straddles a page: paging.py, note "Box rows")."""
+    return bn if page_size is None else gcd(bn, page_size)
+
+
+# Boxes of fewer rows than this (page sizes that are not a multiple of 8: 1, 3, ...) take one CTA
+# per SM with twice the stages: the producer's page-table reads of a tile's many boxes need about
+# 200 registers, more than two CTAs per SM leave (168 at 160 threads: ptxas spills there).
+ONE_CTA_BOX_ROWS = 8
+
+
+def default_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: str = "") -> DecodeConfig:
+    """The split kernel for a cache of ``page_size`` (None: contiguous); ``kv_scale`` (tensor,
+    kv_head, block) for an FP8 cache."""
+    bn = DEFAULT_BN[head_dim]
+    box_rows = box_rows_for(bn, page_size)
+    stages = DEFAULT_STAGES[head_dim]
+    fp8 = dict(kv_dtype="e4m3", kv_scale=kv_scale) if kv_scale else {}
+    two = DecodeConfig(dtype=dtype, head_dim=head_dim, bn=bn, stages=stages, paged=page_size is not None,
+                       box_rows=box_rows, **fp8)
+    if box_rows < ONE_CTA_BOX_ROWS and two.ctas_per_sm == 2:
+        return replace(two, stages=2 * stages)
+    if two.fp8 and two.ctas_per_sm == 2:
+        # FP8 stages are half the bytes: as many as still leave two CTAs per SM
+        while replace(two, stages=two.stages + 1).ctas_per_sm == 2:
+            two = replace(two, stages=two.stages + 1)
+    return two
+
+
+# ----------------------------------------------------------------------------------------------
+# Launch contracts: (name, kind) in PTX order; launch_args fills them by name.
+# ----------------------------------------------------------------------------------------------
+
+SPLIT_TENSORS = (("k_cache", "tma"), ("v_cache", "tma"), ("q", "ptr"), ("cache_seqlens", "ptr"),
+                 ("page_table", "ptr"), ("o_partial", "ptr"), ("lse_partial", "ptr"), ("k_scale", "ptr"),
+                 ("v_scale", "ptr"))
+SPLIT_PARAMS = (*SPLIT_TENSORS,
+                ("batch", "i32"), ("seqlen_q", "i32"), ("heads", "i32"), ("rows", "i32"), ("m_tiles", "i32"),
+                ("num_splits", "i32"), ("seqlen_new", "i32"), ("capacity", "i32"), ("num_pages", "i32"), ("page_size", "i32"),
+                ("page_table_stride", "i32"), ("cta_heads", "i32"), ("causal", "i32"), ("scale_log2", "f32"),
+                ("q_stride_b", "i64"), ("q_stride_s", "i64"), ("q_stride_h", "i64"),
+                ("kv_heads", "i32"), ("scale_blocks", "i32"),
+                *((f"{n}_{part}", "i32") for n in ("cta_heads", "group", "m_tiles", "page", "scale_block")
+                  for part in ("mul", "shr")))
+APPEND_TENSORS = (("k", "ptr"), ("v", "ptr"), ("k_cache", "ptr"), ("v_cache", "ptr"), ("cache_seqlens", "ptr"),
+                  ("page_table", "ptr"))
+APPEND_PARAMS = (*APPEND_TENSORS, ("seqlen_new", "i32"), ("kv_heads", "i32"), ("capacity", "i32"),
+                 ("num_pages", "i32"), ("page_size", "i32"), ("page_table_stride", "i32"), ("page_mul", "i32"),
+                 ("page_shr", "i32"),
+                 *((f"{t}_stride_{d}", "i64") for t in ("k", "v", "k_cache", "v_cache") for d in ("0", "1", "2")))
+COMBINE_TENSORS = (("o_partial", "ptr"), ("lse_partial", "ptr"), ("out", "ptr"), ("lse", "ptr"))
+COMBINE_PARAMS = (*COMBINE_TENSORS, ("total_rows", "i32"), ("num_splits", "i32"), ("seqlen_q", "i32"),
+                  ("heads", "i32"), ("out_stride_b", "i64"), ("out_stride_s", "i64"), ("out_stride_h", "i64"),
+                  *((f"{n}_{part}", "i32") for n in ("heads", "seqlen_q") for part in ("mul", "shr")))
+
+
+def _fill(table, args: dict) -> dict:
+    missing = [n for n, _ in table if n not in args]
+    if missing:
+        raise KeyError(f"launch arguments missing: {missing}")
+    return {n: args[n] for n, _ in table}
+
+
+def split_launch_args(plan, tensors, q_strides: tuple[int, int, int], page_table_stride: int) -> dict:
+    """The split kernel's parameters by name from a kvcache.KVCachePlan, the call's tensors by name
+    (SPLIT_TENSORS; page_table: the cache_seqlens tensor stands in for a contiguous cache, never
+    read) and q's element strides (batch, seqlen, head)."""
+    p = plan.problem
+    cache = p.cache
+    gqa = plan.gqa
+    cta_heads = gqa.group if gqa.packed else 1
+    args = {n: tensors[n] for n, _ in SPLIT_TENSORS}
+    args.update(batch=p.batch, seqlen_q=p.seqlen_q, heads=p.heads, rows=gqa.rows, m_tiles=gqa.m_tiles,
+                seqlen_new=p.seqlen_new,
+                num_splits=plan.num_splits, capacity=cache.capacity, num_pages=cache.num_pages,
+                page_size=cache.page_size, page_table_stride=int(page_table_stride), cta_heads=cta_heads, causal=int(bool(p.causal)),
+                scale_log2=float(p.softmax_scale) * LOG2E, q_stride_b=int(q_strides[0]),
+                q_stride_s=int(q_strides[1]), q_stride_h=int(q_strides[2]))
+    # FP8 block scales of a contiguous cache: [batch, scale_blocks, kv_heads], scale_block tokens each
+    block = cache.scale_block or 1
+    args["scale_blocks"] = cache.capacity // block if not cache.paged else 0
+    args["kv_heads"] = cache.kv_heads
+    for name, n in (("cta_heads", cta_heads), ("group", gqa.group), ("m_tiles", gqa.m_tiles),
+                    ("page", cache.page_size), ("scale_block", block)):
+        args[f"{name}_mul"], args[f"{name}_shr"] = divisor(int(n))
+    return _fill(SPLIT_PARAMS, args)
+
+
+def split_grid(plan) -> tuple[int, int, int]:
+    return plan.grid
+
+
+def append_launch_args(plan, tensors, strides: dict, page_table_stride: int) -> dict:
+    """The append kernel's parameters: ``strides`` the element strides of dims 0-2 of k, v, k_cache
+    and v_cache by name."""
+    p = plan.problem
+    cache = p.cache
+    args = {n: tensors[n] for n, _ in APPEND_TENSORS}
+    args.update(seqlen_new=p.seqlen_new, kv_heads=cache.kv_heads, capacity=cache.capacity, num_pages=cache.num_pages,
+                page_size=cache.page_size, page_table_stride=int(page_table_stride))
+    args["page_mul"], args["page_shr"] = divisor(int(cache.page_size))
+    for t in ("k", "v", "k_cache", "v_cache"):
+        for d in range(3):
+            args[f"{t}_stride_{d}"] = int(strides[t][d])
+    return _fill(APPEND_PARAMS, args)
+
+
+def append_grid(plan) -> tuple[int, int, int]:
+    """One CTA per (new token, sequence)."""
+    return (plan.problem.seqlen_new, plan.problem.batch, 1)
+
+
+def combine_launch_args(plan, tensors, out_strides: tuple[int, int, int]) -> dict:
+    p = plan.problem
+    args = {n: tensors[n] for n, _ in COMBINE_TENSORS}
+    args.update(total_rows=p.batch * p.seqlen_q * p.heads, num_splits=plan.num_splits, seqlen_q=p.seqlen_q,
+                heads=p.heads, out_stride_b=int(out_strides[0]), out_stride_s=int(out_strides[1]),
+                out_stride_h=int(out_strides[2]))
+    for name, n in (("heads", p.heads), ("seqlen_q", p.seqlen_q)):
+        args[f"{name}_mul"], args[f"{name}_shr"] = divisor(int(n))
+    return _fill(COMBINE_PARAMS, args)
+
+
+def combine_grid(plan) -> tuple[int, int, int]:
+    p = plan.problem
+    rows = p.batch * p.seqlen_q * p.heads
+    return (-(-rows // COMBINE_WARPS), 1, 1)
+
+
+__all__ = ["APPEND_KERNEL", "AppendConfig", "APPEND_PARAMS", "APPEND_TENSORS", "append_launch_args", "append_grid",
+           "KERNEL", "COMBINE_KERNEL", "DecodeConfig", "CombineConfig", "default_config", "box_rows_for",
+           "SPLIT_PARAMS", "COMBINE_PARAMS", "SPLIT_TENSORS", "COMBINE_TENSORS", "split_launch_args",
+           "combine_launch_args", "split_grid", "combine_grid", "TILE_M", "COMBINE_WARPS", "DTYPES", "HEAD_DIMS"]

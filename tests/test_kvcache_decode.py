@@ -1,0 +1,318 @@
+"""The sm_90a decode kernels (attention_decode_sm90, attention_combine_sm90) and the plan that
+launches them, without a GPU:
+
+* every entry of the `decode` bundle set compiles (through fa4-verify-pipelines) with no spills, no
+  stack frame and no serialised wgmma; SMEM holds the Q tile and the K/V rings within the limit;
+  the parameters are the launch contracts (SPLIT_PARAMS, COMBINE_PARAMS) and the K/V descriptors'
+  box is (64 columns, 1 head, box_rows rows, 1 page);
+* the split kernel issues bn / box_rows TMA boxes per 64-column chunk and per K or V stage, and
+  each stage expects exactly their bytes;
+* the plan: grid, split and combine arguments (pack GQA, divisors, strides), box rows per page size;
+* errors before anything runs: bad page tables, lengths and new tokens raise the operand's typed
+  errors through the public entry point; a call on tensor-likes that are not torch tensors is refused;
+* the append launch (k=, v=) comes first in the plan, with the strides of its four tensors.
+"""
+import pytest
+
+from fa4mlir import compiler, kernel_sets, kernels, lowering
+from fa4mlir.attention import kvcache as kc
+from fa4mlir.attention.errors import DTypeError
+from fa4mlir.kernels import attention_decode_sm90_config as dec
+from fa4mlir.kernels.common.fastdiv import divisor
+from fa4mlir.passes._util import attr, ops_named
+from fa4mlir.passes.plan_smem import SMEM_LIMIT
+from fa4mlir.runtime import TensorInfo
+from fa4mlir.testing import raises
+
+ENTRIES = kernel_sets.SETS["decode"]()
+PTR = 1 << 20
+
+
+def info(shape, dtype="bf16", strides=None):
+    if strides is None:
+        strides, acc = [], 1
+        for n in reversed(shape):
+            strides.insert(0, acc)
+            acc *= n
+    return TensorInfo(PTR, tuple(shape), tuple(strides), dtype, "cuda")
+
+
+_COMPILED: dict = {}
+
+
+def compiled(entry):
+    name, cfg = entry
+    if entry not in _COMPILED:
+        kir = kernels.module(name).build(cfg)
+        module_text = str(kir.module)
+        art = lowering.lower(kir, compiler.resolve_options(name, debug=False))
+        _COMPILED[entry] = (art, module_text)
+    return _COMPILED[entry]
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
+def test_decode_set_compiles_clean(entry):
+    name, cfg = entry
+    art, _ = compiled(entry)
+    r = art.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r
+    assert not r["wgmma_serialized"], r
+    assert art.smem_bytes <= SMEM_LIMIT["sm_90a"]
+    if name == dec.KERNEL:
+        assert art.smem_bytes >= cfg.smem_bytes() - 1024, (art.smem_bytes, cfg.smem_bytes())
+        assert [(p.name, p.kind) for p in art.params] == list(dec.SPLIT_PARAMS)
+        for p in art.params:
+            if p.kind == "tma" and cfg.fp8:     # rows of D bytes, unswizzled (converted in the kernel)
+                assert p.tma.box == (cfg.head_dim, 1, cfg.box_rows, 1) and p.tma.swizzle == "none"
+                assert p.tma.dtype == "e4m3"
+            elif p.kind == "tma":
+                assert p.tma.box == (64, 1, cfg.box_rows, 1) and p.tma.swizzle == "128B"
+        assert art.block == (160, 1, 1)
+        if cfg.ctas_per_sm == 2:   # D64, D128
+            assert art.smem_bytes <= dec.MAX_SMEM_2CTA and r["registers"] * 160 * 2 <= 65536, r
+    elif name == dec.COMBINE_KERNEL:
+        assert [(p.name, p.kind) for p in art.params] == list(dec.COMBINE_PARAMS)
+        assert art.block == (32 * dec.COMBINE_WARPS, 1, 1)
+    else:
+        assert name == dec.APPEND_KERNEL
+        assert [(p.name, p.kind) for p in art.params] == list(dec.APPEND_PARAMS)
+
+
+@pytest.mark.parametrize("box_rows", [1, 16, 64])
+def test_split_kernel_boxes_fill_each_stage(box_rows):
+    cfg = dec.DecodeConfig(paged=True, box_rows=box_rows)
+    kir = kernels.module(dec.KERNEL).build(cfg)
+    with kir.module.context:
+        loads = ops_named(kir.module.operation, "fa4.tma_load")
+        commits = ops_named(kir.module.operation, "fa4.producer_commit")
+        per_box = 64 * box_rows * 2
+        assert len(loads) == 2 * cfg.d_chunks * cfg.bn // box_rows            # K and V of one tile
+        assert all(attr(op, "box") == [64, 1, box_rows, 1] for op in loads)
+        assert [attr(op, "tx_bytes") for op in commits] == [cfg.tile_bytes()] * 2
+        assert per_box * len(loads) == 2 * cfg.tile_bytes()
+
+
+@pytest.mark.parametrize("page_size,box", [(1, 1), (3, 1), (8, 8), (16, 16), (24, 8), (48, 16), (64, 64),
+                                           (128, 64), (256, 64), (None, 64)])
+def test_box_rows_per_page_size(page_size, box):
+    cfg = dec.default_config("bf16", 128, page_size)
+    assert cfg.box_rows == box and cfg.paged == (page_size is not None)
+    cfg.validate()
+
+
+def _problem(page_size=16, batch=3, seqlen_q=2, heads=8, kv_heads=2, d=128, max_pages=20, num_splits=None):
+    q = info((batch, seqlen_q, heads, d))
+    if page_size is None:
+        cache = info((batch, 300, kv_heads, d))
+        table = None
+    else:
+        cache = info((50, page_size, kv_heads, d))
+        table = info((batch, max_pages), "i32")
+    p = kc.check_kvcache_inputs(q, cache, cache, info((batch,), "i32"), table)
+    return p.with_options(causal=True, softmax_scale=0.1, num_splits=num_splits, return_lse=False)
+
+
+def test_split_launch_args_packed_gqa():
+    plan = kc.plan_problem(_problem(num_splits=3), 132)
+    refs = {n: n for n, _ in dec.SPLIT_TENSORS}
+    args = dec.split_launch_args(plan, refs, (2 * 8 * 128, 8 * 128, 128), 20)
+    assert list(args) == [n for n, _ in dec.SPLIT_PARAMS]
+    assert plan.gqa.packed and args["cta_heads"] == 4 and args["rows"] == 8 and args["m_tiles"] == 1
+    assert (args["cta_heads_mul"], args["cta_heads_shr"]) == divisor(4)
+    assert (args["page_mul"], args["page_shr"]) == divisor(16) and args["page_size"] == 16
+    assert args["capacity"] == 20 * 16 and args["num_pages"] == 50 and args["num_splits"] == 3
+    assert args["causal"] == 1 and args["page_table_stride"] == 20
+    assert abs(args["scale_log2"] - 0.1 * 1.4426950408889634) < 1e-12
+    assert dec.split_grid(plan) == (3, 2, 3)
+    comb = dec.combine_launch_args(plan, {n: n for n, _ in dec.COMBINE_TENSORS}, (2 * 8 * 128, 8 * 128, 128))
+    assert list(comb) == [n for n, _ in dec.COMBINE_PARAMS]
+    assert comb["total_rows"] == 3 * 2 * 8 and comb["num_splits"] == 3
+    assert dec.combine_grid(plan) == (-(-48 // dec.COMBINE_WARPS), 1, 1)
+
+
+def test_split_launch_args_unpacked_and_contiguous():
+    plan = kc.plan_problem(_problem(page_size=None, heads=4, kv_heads=4, seqlen_q=1), 132)
+    args = dec.split_launch_args(plan, {n: n for n, _ in dec.SPLIT_TENSORS}, (512, 512, 128), 0)
+    assert not plan.gqa.packed and args["cta_heads"] == 1 and args["rows"] == 1
+    assert args["capacity"] == 300 and plan.grid[1] == 4
+    assert plan.bn == dec.DEFAULT_BN[128]
+
+
+def test_plan_tile_matches_kernel_tile():
+    for d in (64, 128, 256):
+        assert kc.DECODE_BN[d] == dec.default_config("bf16", d, None).bn
+
+
+def test_mqa_many_rows_take_several_m_tiles():
+    plan = kc.plan_problem(_problem(heads=32, kv_heads=1, seqlen_q=16, num_splits=2), 132)
+    assert plan.gqa.rows == 512 and plan.gqa.m_tiles == 8 and plan.grid == (16, 1, 3)
+
+
+class CAI:
+    """A CUDA array (``__cuda_array_interface__`` v3) with no memory behind it."""
+
+    def __init__(self, shape, typestr="<f2"):
+        strides = None
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr, "data": (PTR, False),
+                                         "strides": strides, "version": 3}
+
+
+def test_entry_point_checks_before_any_driver_call():
+    import fa4mlir
+    from fa4mlir.attention.errors import ArgumentTypeError, ShapeError
+    q, cache = CAI((2, 1, 8, 128)), CAI((10, 16, 2, 128))
+    seqlens, table = CAI((2,), "<i4"), CAI((2, 4), "<i4")
+    raises(ShapeError, ["k and v (new tokens) go together"], fa4mlir.flash_attn_with_kvcache, q, cache, cache,
+           seqlens, table, k=CAI((2, 1, 2, 128)))
+    raises(ArgumentTypeError, ["torch CUDA tensor"], fa4mlir.flash_attn_with_kvcache, q, cache, cache, seqlens, table,
+           k=CAI((2, 1, 2, 128)), v=CAI((2, 1, 2, 128)))
+    raises(DTypeError, ["page_table must be int32"], fa4mlir.flash_attn_with_kvcache, q, cache, cache, seqlens,
+           CAI((2, 4), "<i8"))
+    raises(DTypeError, ["cache_seqlens must be int32"], fa4mlir.flash_attn_with_kvcache, q, cache, cache,
+           CAI((2,), "<i8"), table)
+
+
+def test_kvcache_call_module_imports_no_mlir():
+    import subprocess
+    import sys
+    code = ("import sys; import fa4mlir.attention.kvcache_call; "
+            "assert not any(m == 'mlir' or m.startswith('mlir.') for m in sys.modules), 'mlir imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_torch_ops_fake_shapes_and_typed_errors_at_trace_time():
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import fa4mlir
+    from fa4mlir.attention import kvcache_ops  # noqa: F401  (registers fa4mlir::flash_attn_with_kvcache)
+
+    def meta(shape, dtype):
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    with FakeTensorMode() as mode:
+        q = mode.from_tensor(meta((2, 3, 8, 128), torch.bfloat16))
+        pool = mode.from_tensor(meta((10, 16, 2, 128), torch.bfloat16))
+        lens = mode.from_tensor(meta((2,), torch.int32))
+        table = mode.from_tensor(meta((2, 4), torch.int32))
+        out, lse = fa4mlir.flash_attn_with_kvcache(q, pool, pool, lens, table, return_lse=True)
+        assert out.shape == (2, 3, 8, 128) and out.dtype == torch.bfloat16
+        assert lse.shape == (2, 8, 3) and lse.dtype == torch.float32
+        given = mode.from_tensor(meta((2, 3, 8, 128), torch.bfloat16))
+        out2, _ = fa4mlir.flash_attn_with_kvcache(q, pool, pool, lens, table, out=given, return_lse=True)
+        assert out2 is given
+        raises(DTypeError, ["page_table must be int32"], fa4mlir.flash_attn_with_kvcache, q, pool, pool, lens,
+               mode.from_tensor(meta((2, 4), torch.int64)))
+
+
+def test_append_launch_args():
+    q = info((3, 1, 8, 128))
+    pool = info((50, 16, 2, 128))
+    new = info((3, 2, 2, 128))
+    p = kc.check_kvcache_inputs(q, pool, pool, info((3,), "i32"), info((3, 20), "i32"), k=new, v=new)
+    plan = kc.plan_problem(p.with_options(causal=True, softmax_scale=0.1, num_splits=None, return_lse=False), 132)
+    strides = {n: (4096, 256, 128) for n in ("k", "v")} | {n: (4096, 256, 128) for n in ("k_cache", "v_cache")}
+    args = dec.append_launch_args(plan, {n: n for n, _ in dec.APPEND_TENSORS}, strides, 20)
+    assert list(args) == [n for n, _ in dec.APPEND_PARAMS]
+    assert args["seqlen_new"] == 2 and args["capacity"] == 320 and args["page_size"] == 16
+    assert dec.append_grid(plan) == (2, 3, 1)
+    split = dec.split_launch_args(plan, {n: n for n, _ in dec.SPLIT_TENSORS}, (1024, 1024, 128), 20)
+    assert split["seqlen_new"] == 2
+
+
+def test_dynamo_traces_the_entry_point_without_a_graph_break():
+    torch = pytest.importorskip("torch")
+    import fa4mlir
+
+    def meta(shape, dtype):
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    def step(q, k_cache, v_cache, lens, table):
+        o, lse = fa4mlir.flash_attn_with_kvcache(q * 1, k_cache, v_cache, lens, table, return_lse=True)
+        return o * 1, lse
+
+    pool = meta((10, 16, 2, 128), torch.bfloat16)
+    explain = torch._dynamo.explain(step)(meta((2, 1, 8, 128), torch.bfloat16), pool, pool, meta((2,), torch.int32),
+                                          meta((2, 4), torch.int32))
+    assert explain.graph_break_count == 0, explain.break_reasons
+
+
+RING_OPS = ("fa4.producer_acquire", "fa4.consumer_wait", "fa4.consumer_release", "fa4.producer_commit")
+
+
+def _mutated_decode(index: int, how: str):
+    """The paged decode kernel with its index-th ring op's phase flipped, stage + 1, or erased."""
+    from fa4mlir._mlir import arith, ir
+    kir = kernels.module(dec.KERNEL).build(dec.default_config("bf16", 128, 16))
+    with kir.module.context:
+        op = ops_named(kir.module.operation, *RING_OPS)[index]
+        if how == "phase ^ 1" and op.name not in RING_OPS[:2]:
+            return None
+        with ir.InsertionPoint(op), op.location:
+            one = arith.constant(ir.IntegerType.get_signless(32), 1)
+            if how == "phase ^ 1":
+                op.operands[1] = arith.xori(op.operands[1], one)
+            elif how == "stage + 1":
+                op.operands[0] = arith.addi(op.operands[0], one)
+            else:
+                op.erase()
+    return kir
+
+
+def test_verifier_rejects_every_single_op_mutation_of_the_decode_kernel():
+    from fa4mlir.passes import verify_pipelines
+    from fa4mlir.passes._util import PassError
+    good = kernels.module(dec.KERNEL).build(dec.default_config("bf16", 128, 16))
+    with good.module.context:
+        verify_pipelines.run(good.module.operation)
+        num_ops = len(ops_named(good.module.operation, *RING_OPS))
+    assert num_ops == 12      # producer: acquire + commit of K and V; consumer: wait + release of K and V, two loops
+    for index in range(num_ops):
+        for how in ("phase ^ 1", "stage + 1", "erase"):
+            kir = _mutated_decode(index, how)
+            if kir is None:
+                continue
+            with kir.module.context, pytest.raises(PassError):
+                verify_pipelines.run(kir.module.operation)
+
+
+@pytest.mark.parametrize("grain", ["tensor", "kv_head", "block"])
+def test_fp8_kernel_converts_each_tile_and_scales_by_granularity(grain):
+    cfg = dec.default_config("bf16", 128, 16, grain)
+    assert cfg.fp8 and cfg.mma_dtype == "f16" and cfg.ctas_per_sm == 2 and cfg.stages == 4
+    kir = kernels.module(dec.KERNEL).build(cfg)
+    text = str(kir.module)
+    # 128 e4m3 per row x 64 rows / 2 per cvt / 128 threads = 32 cvt per tile and thread, K and V, two loops
+    assert text.count("fa4.cvt_e4m3x2") == 2 * 2 * 32
+    loads = ops_named(kir.module.operation, "fa4.tma_load")
+    assert all(attr(op, "box") == [128, 1, 16, 1] and attr(op, "elem_bytes") == 1 for op in loads)
+    assert all(attr(op, "ab_dtype") == "f16" for op in ops_named(kir.module.operation, "fa4.mma"))
+
+
+def test_fp8_configs_refuse_unaligned_boxes():
+    from fa4mlir.kernels.common.fields import ConfigError
+    with pytest.raises(ConfigError, match="128-byte aligned"):
+        dec.default_config("bf16", 64, 1, "block").validate()
+    with pytest.raises(ConfigError, match="kv_scale"):
+        dec.DecodeConfig(kv_dtype="e4m3").validate()
+
+
+def test_fp8_plan_picks_the_kernel_of_its_scale_granularity():
+    from fa4mlir.attention.errors import UnsupportedFeatureError
+    from fa4mlir.attention.kvcache_call import configs_for
+    q = info((2, 1, 8, 128))
+    pool = info((40, 16, 2, 128), "e4m3")
+    table, lens = info((2, 20), "i32"), info((2,), "i32")
+    for k_s, v_s, grain in (((1,), (1,), "tensor"), ((2,), (2,), "kv_head"), ((40, 2), (40, 2), "block")):
+        p = kc.check_kvcache_inputs(q, pool, pool, lens, table, k_scale=info(k_s, "f32"), v_scale=info(v_s, "f32"))
+        plan = kc.plan_problem(p.with_options(causal=True, softmax_scale=0.1, num_splits=None, return_lse=False), 132)
+        split, combine = configs_for(plan)
+        assert split == dec.default_config("bf16", 128, 16, grain) and split.fp8 and combine.dtype == "bf16"
+    p = kc.check_kvcache_inputs(q, pool, pool, lens, table, k_scale=info((1,), "f32"), v_scale=info((2,), "f32"))
+    plan = kc.plan_problem(p.with_options(causal=True, softmax_scale=0.1, num_splits=None, return_lse=False), 132)
+    raises(UnsupportedFeatureError, ["different granularities"], configs_for, plan)
+    odd = info((40, 3, 2, 64), "e4m3")
+    p = kc.check_kvcache_inputs(info((2, 1, 8, 64)), odd, odd, lens, table, k_scale=info((1,), "f32"),
+                                v_scale=info((1,), "f32"))
+    plan = kc.plan_problem(p.with_options(causal=True, softmax_scale=0.1, num_splits=None, return_lse=False), 132)
+    raises(UnsupportedFeatureError, ["128-byte aligned"], configs_for, plan)
