@@ -1,0 +1,215 @@
+"""One CTA's state and its scheduler.
+
+State (what the ops in ops/ read and write):
+    smem      bytes; the kernel's `fa4_smem` window starts at SMEM_BASE (1 KiB reserved below it,
+              as on sm_90/sm_100), so every planned offset keeps its 1024-byte alignment
+    tmem      uint32[128 lanes, 512 columns]; `tmem_cols` is the live allocation (0 = none)
+    mbarriers by shared address: phase, pending arrivals, transaction bytes (`MBarrier`)
+    async     two engines, each a FIFO of closures: TMA copies (complete their mbarrier's tx) and
+              the tensor core (tcgen05.mma in issue order, tcgen05.commit arrives behind them)
+
+Scheduling is cooperative at warp granularity: a warp runs until it yields a `Wait` whose
+condition does not hold (mbarrier try_wait, named barrier, ...), then the next warp runs. When no
+warp can run, the async engines make progress; when they are empty too, it is a deadlock. The
+policy decides when the engines run: "lazy" (only when every warp waits: the latest completion
+the protocol allows), "eager" (after every warp step: the earliest), "random" (seeded: warps in a
+random order, engines at random points, one job at a time).
+"""
+from __future__ import annotations
+
+import collections
+import time
+
+import numpy as np
+
+from .faults import BarrierFault, Deadlock, ExitFault, Fault, InterpretError
+from .numeric import LANES, WARP
+from .program import run_block
+
+SMEM_BASE = 0x400
+TMEM_LANES, TMEM_COLUMNS = 128, 512
+POLICIES = ("lazy", "eager", "random")
+
+
+class MBarrier:
+    """An mbarrier object (PTX ISA §9.7.13.15): the current phase completes when its pending
+    arrival count and its transaction count both reach zero; then the phase number advances and the
+    arrival count resets. try_wait.parity(p) succeeds when the phase of parity p has completed,
+    i.e. the current phase's parity differs from p."""
+
+    __slots__ = ("addr", "count", "pending", "tx", "phase", "name")
+
+    def __init__(self, addr: int, count: int, name: str):
+        self.addr, self.count, self.name = addr, count, name
+        self.pending, self.tx, self.phase = count, 0, 0
+
+    def _complete(self):
+        if self.pending == 0 and self.tx == 0:
+            self.phase += 1
+            self.pending = self.count
+
+    def arrive(self, n: int = 1) -> None:
+        if n > self.pending:
+            raise BarrierFault(f"mbarrier {self.name}: {n} arrival(s) with {self.pending} pending of {self.count} "
+                               f"(phase {self.phase}): more arrivals than its count")
+        self.pending -= n
+        self._complete()
+
+    def expect_tx(self, nbytes: int) -> None:
+        self.tx += nbytes
+
+    def complete_tx(self, nbytes: int) -> None:
+        self.tx -= nbytes
+        self._complete()
+
+    def passed(self, parity: int) -> bool:
+        return (self.phase & 1) != parity
+
+    def describe(self) -> str:
+        return f"{self.name} (phase {self.phase}, pending {self.pending}/{self.count}, tx {self.tx})"
+
+
+class Warp:
+    __slots__ = ("cta", "wid", "tid", "env", "gen", "wait", "done", "role", "ops", "pending_ld", "pending_st")
+
+    def __init__(self, cta: "CTA", wid: int, env: list, body):
+        self.cta, self.wid = cta, wid
+        self.tid = (LANES + WARP * wid).astype(np.int32)
+        self.env = env
+        self.gen = run_block(body, env, np.ones(WARP, bool), self)
+        self.wait = None
+        self.done = False
+        self.role = None
+        self.ops = 0
+        self.pending_ld: list[int] = []   # slots holding tcgen05.ld results not yet waited
+        self.pending_st = 0               # tcgen05.st not yet waited
+
+    def fault(self, exc_type, message: str):
+        return exc_type(message, warp=self.wid, role=self.role)
+
+
+class CTA:
+    """One CTA of `kernel` (an interpret.Kernel) at `block_idx` of `grid`, with the launch's values."""
+
+    def __init__(self, kernel, args: list, block_idx, grid, policy: str = "lazy", seed: int = 0):
+        if policy not in POLICIES:
+            raise ValueError(f"policy {policy!r}: expected one of {POLICIES}")
+        self.kernel = kernel
+        self.block_idx, self.grid = tuple(block_idx), tuple(grid)
+        self.policy = policy
+        self.rng = np.random.default_rng(seed)
+        self.smem = np.zeros(SMEM_BASE + kernel.smem_bytes, np.uint8)
+        self.tmem = np.zeros((TMEM_LANES, TMEM_COLUMNS), np.uint32)
+        self.tmem_cols = 0
+        self.tmem_ever_allocated = False
+        self.mbarriers: dict[int, MBarrier] = {}
+        self.tma_queue: collections.deque = collections.deque()
+        self.mma_queue: collections.deque = collections.deque()
+        self.store_groups: dict = collections.defaultdict(list)   # warp id -> TMA stores not yet waited
+        self.named_barriers: dict = collections.defaultdict(set)
+        self.barrier_generation: collections.Counter = collections.Counter()
+        self.stats: collections.Counter = collections.Counter()
+        self.tensor_maps = kernel.tensor_maps
+        self.gmem = kernel.gmem
+        nwarps = kernel.block[0] * kernel.block[1] * kernel.block[2] // WARP
+        self.warps = [Warp(self, w, kernel.program.new_env(args), kernel.program.body) for w in range(nwarps)]
+
+    # ---- what ops use ---------------------------------------------------------------------------
+    def mbarrier(self, addr: int) -> MBarrier:
+        b = self.mbarriers.get(int(addr))
+        if b is None:
+            raise BarrierFault(f"mbarrier at shared {int(addr):#x} ({self.kernel.barrier_name(int(addr))}) used "
+                               f"before mbarrier.init")
+        return b
+
+    def live_warps(self) -> int:
+        return sum(not w.done for w in self.warps)
+
+    # ---- scheduling -----------------------------------------------------------------------------
+    def run(self) -> "CTA":
+        t0 = time.perf_counter()
+        try:
+            with np.errstate(all="ignore"):      # IEEE results (inf - inf = NaN, ...) as the hardware gives
+                self._schedule()
+                self._drain()
+            self._check_exit()
+        except InterpretError as exc:
+            raise exc.add_context(kernel=self.kernel.name, cta=self.block_idx)
+        self.stats["seconds"] = time.perf_counter() - t0
+        self.stats["warp_ops"] = sum(w.ops for w in self.warps)
+        return self
+
+    def _step(self, w: Warp) -> None:
+        try:
+            w.wait = next(w.gen)
+        except StopIteration:
+            w.done = True
+        except InterpretError as exc:
+            raise exc.add_context(warp=w.wid, role=w.role)
+
+    def _schedule(self) -> None:
+        rand = self.policy == "random"
+        while True:
+            progressed = False
+            order = [self.warps[i] for i in self.rng.permutation(len(self.warps))] if rand else self.warps
+            for w in order:
+                if w.done or (w.wait is not None and not w.wait.ready()):
+                    continue
+                if rand and self.rng.random() < 0.3:
+                    progressed = True
+                    continue
+                self._step(w)
+                progressed = True
+                if self.policy == "eager":
+                    self._drain()
+            if all(w.done for w in self.warps):
+                return
+            if not progressed:
+                if not self._drain(one=rand):
+                    self._deadlock()
+            elif rand and self.rng.random() < 0.3:
+                self._drain(one=True)
+
+    def _drain(self, one: bool = False) -> bool:
+        """Run queued async work (all of it, or one job); True when something ran."""
+        ran = False
+        while self.tma_queue or self.mma_queue:
+            take_tma = self.tma_queue and (not self.mma_queue or self.rng.random() < 0.5)
+            job = (self.tma_queue if take_tma else self.mma_queue).popleft()
+            job()
+            ran = True
+            if one:
+                break
+        return ran
+
+    def _deadlock(self):
+        lines = [f"  warp {w.wid:2d} ({w.role or '-'}): {w.wait.describe() if w.wait else 'runnable'}"
+                 for w in self.warps if not w.done]
+        raise Deadlock("deadlock: every live warp waits and no TMA or MMA work is queued\n" + "\n".join(lines))
+
+    def _check_exit(self):
+        problems = []
+        if self.tmem_cols:
+            problems.append(f"{self.tmem_cols} TMEM columns still allocated (no tcgen05.dealloc)")
+        for b in self.mbarriers.values():
+            if b.tx:
+                problems.append(f"mbarrier {b.describe()} has {b.tx} transaction bytes outstanding")
+        for wid, stores in self.store_groups.items():
+            if stores:
+                problems.append(f"warp {wid}: {len(stores)} TMA store(s) never waited (cp.async.bulk.wait_group)")
+        if problems:
+            raise ExitFault("CTA exited with work outstanding: " + "; ".join(problems))
+
+
+def uniform(values: np.ndarray, mask: np.ndarray, what: str) -> int:
+    """The one value `values` holds over the active lanes (a warp-uniform operand)."""
+    v = values[mask]
+    if v.size == 0:
+        raise Fault(f"{what}: no active lane")
+    first = v[0]
+    if (v != first).any():
+        raise Fault(f"{what}: not uniform over the active lanes ({np.unique(v)[:8]})")
+    return first.item()
+
+
+__all__ = ["CTA", "Warp", "MBarrier", "uniform", "SMEM_BASE", "TMEM_LANES", "TMEM_COLUMNS", "POLICIES"]

@@ -1,0 +1,180 @@
+"""Special registers, warp votes, barriers and mbarriers, fences.
+
+Barriers count whole warps (warp granularity): `bar.sync id, n` completes when n / 32 warps
+arrived; `bar.sync 0` (barrier0) when every live warp did. mbarrier arrivals count threads (each
+active lane arrives once), as the PTX ISA does; `mbarrier.try_wait.parity` blocks the warp until
+the phase of that parity completed (machine.MBarrier). A tcgen05.st must be waited
+(tcgen05.wait::st) before an arrive or a barrier publishes it: otherwise an UnwaitedAsync fault.
+Fences order memory proxies on the hardware; the interpreter's memory is sequentially consistent,
+so they execute as no-ops (their rules are not checked).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..faults import Fault, Unsupported, UnwaitedAsync
+from ..machine import MBarrier, uniform
+from ..numeric import LANES, WARP
+from ..program import BLOCKING, PLAIN, Wait
+from . import semantics
+
+
+def _sreg(p, op, a, r, value_of):
+    z = r[0]
+
+    def run(env, mask, w):
+        env[z] = value_of(w)
+    return PLAIN, run
+
+
+_SREGS = {
+    "nvvm.read.ptx.sreg.tid.x": lambda w: w.tid,
+    "nvvm.read.ptx.sreg.tid.y": lambda w: np.zeros(WARP, np.int32),
+    "nvvm.read.ptx.sreg.tid.z": lambda w: np.zeros(WARP, np.int32),
+    "nvvm.read.ptx.sreg.laneid": lambda w: LANES.astype(np.int32),
+    "nvvm.read.ptx.sreg.warpid": lambda w: np.full(WARP, w.wid, np.int32),
+    **{f"nvvm.read.ptx.sreg.ctaid.{d}": (lambda i: lambda w: np.full(WARP, w.cta.block_idx[i], np.int32))(i)
+       for i, d in enumerate("xyz")},
+    **{f"nvvm.read.ptx.sreg.nctaid.{d}": (lambda i: lambda w: np.full(WARP, w.cta.grid[i], np.int32))(i)
+       for i, d in enumerate("xyz")},
+    **{f"nvvm.read.ptx.sreg.ntid.{d}": (lambda i: lambda w: np.full(WARP, w.cta.kernel.block[i], np.int32))(i)
+       for i, d in enumerate("xyz")},
+}
+
+
+@semantics(*_SREGS)
+def special_register(p, op, a, r):
+    return _sreg(p, op, a, r, _SREGS[op.name])
+
+
+@semantics("nvvm.elect.sync")
+def elect_sync(p, op, a, r):
+    """True in exactly one active lane (the lowest)."""
+    z = r[0]
+
+    def run(env, mask, w):
+        out = np.zeros(WARP, bool)
+        out[np.argmax(mask)] = True
+        env[z] = out
+    return PLAIN, run
+
+
+@semantics("nvvm.vote.sync")
+def vote_sync(p, op, a, r):
+    kind = str(op.attributes["kind"])
+    if "any" not in kind and "all" not in kind:
+        raise Unsupported(f"nvvm.vote.sync {kind}")
+    members, pred, z = a[0], a[1], r[0]
+    reduce = np.any if "any" in kind else np.all
+
+    def run(env, mask, w):
+        lanes = mask & ((env[members].astype(np.int64) >> LANES) & 1).astype(bool)
+        env[z] = np.full(WARP, bool(reduce(env[pred][lanes])))
+    return PLAIN, run
+
+
+def _noop(p, op, a, r):
+    return PLAIN, lambda env, mask, w: None
+
+
+for _name in ("nvvm.fence.proxy", "nvvm.fence.mbarrier.init", "nvvm.fence.sc.cluster", "nvvm.membar",
+              "nvvm.setmaxregister", "nvvm.tcgen05.fence", "nvvm.fence.proxy.acquire", "nvvm.fence.proxy.release"):
+    semantics(_name)(_noop)
+
+
+def check_stores_waited(w, what: str) -> None:
+    if w.pending_st:
+        raise w.fault(UnwaitedAsync, f"{what} with {w.pending_st} tcgen05.st not waited (tcgen05.wait::st): "
+                                     f"the consumer may read tensor memory before the stores land")
+
+
+def _barrier_wait(w, key, expected: int, what: str):
+    cta = w.cta
+    generation = cta.barrier_generation[key]
+    arrived = cta.named_barriers[key]
+    arrived.add(w.wid)
+    if len(arrived) >= expected:
+        arrived.clear()
+        cta.barrier_generation[key] += 1
+        return
+    yield Wait(lambda: cta.barrier_generation[key] != generation, f"{what} ({len(arrived)}/{expected} warps)")
+
+
+@semantics("nvvm.barrier0")
+def barrier0(p, op, a, r):
+    def run(env, mask, w):
+        if not mask.all():
+            raise Fault("bar.sync 0 by a partial warp")
+        check_stores_waited(w, "bar.sync 0")
+        yield from _barrier_wait(w, 0, w.cta.live_warps(), "bar.sync 0 (CTA)")
+    return BLOCKING, run
+
+
+@semantics("nvvm.barrier")
+def named_barrier(p, op, a, r):
+    if len(a) != 2:
+        raise Unsupported("nvvm.barrier without an id and a thread count")
+    bid, count = a
+
+    def run(env, mask, w):
+        if not mask.all():
+            raise Fault("bar.sync by a partial warp")
+        check_stores_waited(w, "bar.sync")
+        b = uniform(env[bid], mask, "barrier id")
+        n = uniform(env[count], mask, "barrier thread count")
+        if n % WARP:
+            raise Fault(f"bar.sync {b}, {n}: thread count not a multiple of the warp size")
+        yield from _barrier_wait(w, b, n // WARP, f"bar.sync {b}, {n}")
+    return BLOCKING, run
+
+
+@semantics("nvvm.mbarrier.init")
+def mbarrier_init(p, op, a, r):
+    ptr, count = a[0], a[1]
+
+    def run(env, mask, w):
+        cta = w.cta
+        for lane in np.nonzero(mask)[0]:
+            addr = int(env[ptr][lane])
+            cta.mbarriers[addr] = MBarrier(addr, int(env[count][lane]), cta.kernel.barrier_name(addr))
+    return PLAIN, run
+
+
+@semantics("nvvm.mbarrier.arrive")
+def mbarrier_arrive(p, op, a, r):
+    ptr, z = a[0], (r[0] if r else None)
+
+    def run(env, mask, w):
+        check_stores_waited(w, "mbarrier.arrive")
+        for addr, n in zip(*np.unique(env[ptr][mask], return_counts=True)):
+            w.cta.mbarrier(addr).arrive(int(n))
+        if z is not None:
+            env[z] = np.zeros(WARP, np.int64)
+    return PLAIN, run
+
+
+@semantics("nvvm.mbarrier.arrive.expect_tx")
+def mbarrier_arrive_expect_tx(p, op, a, r):
+    ptr, tx = a[0], a[1]
+
+    def run(env, mask, w):
+        check_stores_waited(w, "mbarrier.arrive.expect_tx")
+        for lane in np.nonzero(mask)[0]:
+            b = w.cta.mbarrier(env[ptr][lane])
+            b.expect_tx(int(env[tx][lane]))
+            b.arrive()
+    return PLAIN, run
+
+
+@semantics("nvvm.mbarrier.try_wait.parity")
+def mbarrier_try_wait_parity(p, op, a, r):
+    """Lowered by LLVM to a loop until the wait succeeds: the warp blocks here."""
+    ptr, parity = a[0], a[1]
+
+    def run(env, mask, w):
+        b = w.cta.mbarrier(uniform(env[ptr], mask, "try_wait address"))
+        par = uniform(env[parity], mask, "try_wait parity")
+        w.cta.stats["mbarrier_waits"] += 1
+        if not b.passed(par):
+            yield Wait(lambda: b.passed(par), lambda: f"mbarrier.try_wait.parity {par} on {b.describe()}")
+    return BLOCKING, run
