@@ -81,6 +81,17 @@ def test_sm100_attention_one_kv_block(head_dim, causal, seqlen_q, seqlen_k):
     _assert_fa_rule(run_attention(head_dim, causal, seqlen_q, seqlen_k))
 
 
+@pytest.mark.parametrize("head_dim,causal,seqlen_q,seqlen_k,policy", [
+    (64, False, 256, 256, "lazy"),
+    (128, True, 200, 384, "random"),
+])
+def test_sm100_attention_several_kv_blocks(head_dim, causal, seqlen_q, seqlen_k, policy):
+    """More than one K/V block: the softmax's rescale and the correction's per-block loop run (its
+    one-column tcgen05.ld of the rescale factor faulted as read-before-wait until fa4-lower-tmem
+    widened it after the wait)."""
+    _assert_fa_rule(run_attention(head_dim, causal, seqlen_q, seqlen_k, policy=policy))
+
+
 SWEEP_CASES = [(d, c, sq, sk, g, pol) for d in (64, 128) for c in (False, True)
                for sq, sk in ((1, 1), (100, 77), (128, 384), (256, 512), (300, 200))
                for g, pol in ((1, "lazy"), (2, "eager"), (1, "random"))]

@@ -18,7 +18,7 @@ from fa4mlir.passes.lower_mma_sm100 import instr_desc, smem_desc
 OUT = [ParamSpec("out", "ptr")]
 
 
-def kernel(body: str, params=OUT, args="%out: !llvm.ptr<1>", threads=32, smem=4096) -> Kernel:
+def parse(body: str, args="%out: !llvm.ptr<1>", smem=4096) -> ir.Module:
     text = f"""
 module attributes {{gpu.container_module}} {{
   gpu.module @k [#nvvm.target<chip = "sm_100a", features = "+ptx86">] {{
@@ -32,10 +32,12 @@ module attributes {{gpu.container_module}} {{
     }}
   }}
 }}"""
-    ctx = new_context()
-    with ctx, ir.Location.unknown():
-        module = ir.Module.parse(text)
-    return Kernel("k", module, tuple(params), (threads, 1, 1), {})
+    with new_context(), ir.Location.unknown():
+        return ir.Module.parse(text)
+
+
+def kernel(body: str, params=OUT, args="%out: !llvm.ptr<1>", threads=32) -> Kernel:
+    return Kernel("k", parse(body, args), tuple(params), (threads, 1, 1), {})
 
 
 def store_out(value: str, ty: str = "i32") -> str:
@@ -296,3 +298,29 @@ def test_smem_operand_addresses_k_major_rows_are_128_bytes_apart_swizzled():
     addr = smem_operand_addresses(d, 16, 16, mn_major=False)
     assert addr[0, 0] == 1024 and addr[1, 0] == swizzle(1024 + 128, 128) and addr[8, 0] == 1024 + 1024
     assert addr[1, 1] == swizzle(1024 + 128 + 2, 128)
+
+
+def test_lower_tmem_one_column_load_is_read_after_its_wait():
+    """fa4-lower-tmem's output for a one-column load into vector<1xi32>, interpreted: the register
+    must not be touched before tcgen05.wait::ld. Before the fix the pass widened it into the vector
+    right after tcgen05.ld (an UnwaitedAsync fault here, at the llvm.insertelement)."""
+    from fa4mlir.passes import registry
+    body = """
+      %c0 = arith.constant 0 : i32
+      %slot = llvm.getelementptr %smem[%c0] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i8
+      "fa4.tmem_alloc"(%slot) {cols = 32 : i64} : (!llvm.ptr<3>) -> ()
+      %base = llvm.load %slot : !llvm.ptr<3> -> i32
+      %c3 = arith.constant 3 : i32
+      %col = arith.addi %base, %c3 : i32
+      "fa4.tmem_store"(%col, %tid) : (i32, i32) -> ()
+      "fa4.tmem_wait"() {kind = "st"} : () -> ()
+      %v = "fa4.tmem_load"(%col) {num = 1 : i64} : (i32) -> vector<1xi32>
+      "fa4.tmem_wait"() {kind = "ld"} : () -> ()
+      %e = vector.extract %v[0] : i32 from vector<1xi32>
+""" + store_out("%e") + """
+      "fa4.tmem_dealloc"(%base) {cols = 32 : i64} : (i32) -> ()
+"""
+    module = parse(body)
+    registry.run_passes(module, ["fa4-lower-tmem"])
+    k = Kernel("k", module, OUT, (32, 1, 1), {})
+    assert (run(k) == np.arange(32)).all()
