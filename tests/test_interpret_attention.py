@@ -50,9 +50,10 @@ def _bits(t) -> np.ndarray:
     return t.contiguous().view(torch.int16).numpy().view(np.uint16).copy()
 
 
-def run_attention(head_dim, causal, seqlen_q, seqlen_k, *, group=1, policy="lazy", seed=0, ctas=None):
-    """Interpret the kernel on random bf16 inputs (one KV head, `group` query heads) into NaN-poisoned
-    O and LSE; returns compare_attention's report plus the CTAs' stats."""
+def run_attention(head_dim, causal, seqlen_q, seqlen_k, *, group=1, policy="lazy", seed=0, ctas=None, kernel=None):
+    """Interpret the kernel (`kernel`, or the one of this config) on random bf16 inputs (one KV
+    head, `group` query heads) into NaN-poisoned O and LSE; returns compare_attention's report plus
+    the CTAs' stats."""
     cfg = FA4Config(head_dim=head_dim, head_dim_v=head_dim, causal=causal, num_q_heads=group, num_kv_heads=1)
     problem = Problem(1, group, 1, seqlen_q, seqlen_k, head_dim)
     gen = torch.Generator().manual_seed(seed)
@@ -62,7 +63,8 @@ def run_attention(head_dim, causal, seqlen_q, seqlen_k, *, group=1, policy="lazy
     o = np.full((1, seqlen_q, group, head_dim), 0x7FC0, np.uint16)
     lse = np.full((1, group, seqlen_q), np.nan, np.float32)
     args = launch_args(cfg, problem, {"q": _bits(q), "k": _bits(k), "v": _bits(v), "o": o, "lse": lse})
-    done = loaded(head_dim, causal, group).launch(grid(cfg, problem), args, policy=policy, seed=seed, ctas=ctas)
+    kernel = kernel or loaded(head_dim, causal, group)
+    done = kernel.launch(grid(cfg, problem), args, policy=policy, seed=seed, ctas=ctas)
     out = torch.from_numpy(o.view(np.int16)).view(torch.bfloat16)
     report = compare_attention(q, k, v, out, torch.from_numpy(lse), problem.softmax_scale, causal)
     report["stats"] = [dict(c.stats) for c in done]
