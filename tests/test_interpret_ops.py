@@ -18,10 +18,10 @@ from fa4mlir.passes.lower_mma_sm100 import instr_desc, smem_desc
 OUT = [ParamSpec("out", "ptr")]
 
 
-def parse(body: str, args="%out: !llvm.ptr<1>", smem=4096) -> ir.Module:
+def parse(body: str, args="%out: !llvm.ptr<1>", smem=4096, chip="sm_100a") -> ir.Module:
     text = f"""
 module attributes {{gpu.container_module}} {{
-  gpu.module @k [#nvvm.target<chip = "sm_100a", features = "+ptx86">] {{
+  gpu.module @k [#nvvm.target<chip = "{chip}", features = "+ptx86">] {{
     llvm.mlir.global external @fa4_smem() {{addr_space = 3 : i32, alignment = 1024 : i64}} : !llvm.array<0 x i8>
     llvm.func @k({args}) attributes {{fa4.smem_bytes = {smem} : i64, nvvm.kernel}} {{
       %tid = nvvm.read.ptx.sreg.tid.x : i32

@@ -2,7 +2,9 @@
 
 It runs the IR at the nvvm stage (after every fa4 pass, before scf is lowered to a CFG), so what
 the passes computed is what runs: plan-smem's offsets, lower-mma-sm100's descriptor bits,
-lower-tmem's addresses and waits, lower-pipelines' parities, specialize-warps' dispatch.
+lower-tmem's addresses and waits, lower-pipelines' parities, specialize-warps' dispatch. Both
+arches: sm_100a (tcgen05, TMEM) and sm_90a (wgmma from descriptors and register fragments,
+named-barrier turns, persistent tile loops).
 
     from fa4mlir import interpret
     kernel = interpret.load(attention_fwd_sm100.build(cfg))
@@ -15,10 +17,10 @@ Imports MLIR and the compiler's stages; nothing of CUDA, and nothing on the host
 """
 from __future__ import annotations
 
-from .faults import (BarrierFault, Deadlock, ExitFault, Fault, InterpretError, TmemFault, Unsupported,
-                     UnwaitedAsync)
+from .faults import (BarrierFault, Deadlock, ExitFault, Fault, FenceFault, InterpretError, RaceFault, TmemFault,
+                     Unsupported, UnwaitedAsync)
 from .kernel import Kernel, load
 from .machine import POLICIES
 
 __all__ = ["load", "Kernel", "POLICIES", "InterpretError", "Unsupported", "Fault", "Deadlock", "TmemFault",
-           "BarrierFault", "UnwaitedAsync", "ExitFault"]
+           "BarrierFault", "UnwaitedAsync", "FenceFault", "RaceFault", "ExitFault"]

@@ -49,10 +49,21 @@ class UnwaitedAsync(Fault):
     tcgen05.wait::ld, a tcgen05.st not waited before it is published."""
 
 
+class FenceFault(Fault):
+    """A fence the memory model requires is missing: wgmma.fence before a wgmma that follows
+    ordinary register accesses."""
+
+
+class RaceFault(Fault):
+    """Two accesses to one location, at least one a write, not ordered by happens-before: shared
+    memory overwritten while a wgmma in flight reads it, tensor memory read before the write that
+    should fill it completed, ..."""
+
+
 class ExitFault(Fault):
     """The CTA exited with work outstanding: a TMEM allocation not freed, an mbarrier with pending
     transaction bytes, a TMA store or an MMA still queued."""
 
 
 __all__ = ["InterpretError", "Unsupported", "Fault", "Deadlock", "TmemFault", "BarrierFault", "UnwaitedAsync",
-           "ExitFault"]
+           "FenceFault", "RaceFault", "ExitFault"]

@@ -91,7 +91,9 @@ class Kernel:
             elif p.kind == "ptr":
                 values.append(self.gmem.add(a, p.name))
             elif p.kind in ("i32", "i64"):
-                values.append(int(a))
+                bits = 32 if p.kind == "i32" else 64
+                v = int(a) & ((1 << bits) - 1)     # unsigned values (fastdiv multipliers) wrap as the register does
+                values.append(v - (1 << bits) if v >> (bits - 1) else v)
             else:
                 values.append(np.float32(a))
         return values

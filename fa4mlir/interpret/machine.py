@@ -22,9 +22,9 @@ import time
 
 import numpy as np
 
-from .faults import BarrierFault, Deadlock, ExitFault, Fault, InterpretError
+from .faults import BarrierFault, Deadlock, ExitFault, Fault, FenceFault, InterpretError, RaceFault
 from .numeric import LANES, WARP
-from .program import run_block
+from .program import Wait, run_block
 
 SMEM_BASE = 0x400
 TMEM_LANES, TMEM_COLUMNS = 128, 512
@@ -69,8 +69,30 @@ class MBarrier:
         return f"{self.name} (phase {self.phase}, pending {self.pending}/{self.count}, tx {self.tx})"
 
 
+class WarpGroup:
+    """The wgmma groups of one warpgroup (warps 4g .. 4g + 3): per warp the groups it committed,
+    per group the shared bytes its warps' shares read, and how many groups are retired."""
+
+    def __init__(self, cta: "CTA"):
+        self.cta = cta
+        self.committed = [0, 0, 0, 0]
+        self.reads: dict = collections.defaultdict(list)
+        self.retired = 0
+
+    def commit(self, quarter: int, flats: list) -> None:
+        self.reads[self.committed[quarter]].extend(flats)
+        self.committed[quarter] += 1
+
+    def retire(self, upto: int) -> None:
+        while self.retired < upto:
+            for flat in self.reads.pop(self.retired, []):
+                self.cta.smem_readers[flat] -= 1
+            self.retired += 1
+
+
 class Warp:
-    __slots__ = ("cta", "wid", "tid", "env", "gen", "wait", "done", "role", "ops", "pending_ld", "pending_st")
+    __slots__ = ("cta", "wid", "tid", "env", "gen", "wait", "done", "role", "ops", "pending_ld", "pending_st",
+                 "wgmma_fenced", "wgmma_open")
 
     def __init__(self, cta: "CTA", wid: int, env: list, body):
         self.cta, self.wid = cta, wid
@@ -83,6 +105,37 @@ class Warp:
         self.ops = 0
         self.pending_ld: list[int] = []   # slots holding tcgen05.ld results not yet waited
         self.pending_st = 0               # tcgen05.st not yet waited
+        self.wgmma_fenced = False         # a wgmma.fence since the last wgmma.wait_group
+        self.wgmma_open: list = []        # shared addresses read by wgmma not yet committed
+
+    # ---- wgmma (ops/wgmma.py): the fence rule and the shared memory in flight ---------------------
+    def check_wgmma_fenced(self, what: str) -> None:
+        if not self.wgmma_fenced:
+            raise self.fault(FenceFault, f"{what} without a wgmma.fence since this warp's last wgmma.wait_group "
+                                         f"(or its start): the accumulator registers may be read stale")
+
+    def wgmma_reads(self, addrs: np.ndarray) -> None:
+        """Shared bytes a wgmma of this warp reads until a wait_group retires its group."""
+        flat = np.unique(np.concatenate([addrs.ravel(), addrs.ravel() + 1]))
+        self.cta.smem_readers[flat] += 1
+        self.wgmma_open.append(flat)
+
+    def wgmma_commit(self) -> None:
+        self.cta.warpgroup(self.wid).commit(self.wid % 4, self.wgmma_open)
+        self.wgmma_open = []
+
+    def wgmma_wait(self, pending: int):
+        """Generator: wgmma.wait_group `pending`. A wgmma is one warpgroup operation, so its group
+        is complete once all four warps issued their share: the wait blocks until they have, then
+        retires the group for the whole warpgroup (its shared memory may be reused)."""
+        wg = self.cta.warpgroup(self.wid)
+        target = wg.committed[self.wid % 4] - pending
+        if min(wg.committed) < target:
+            yield Wait(lambda: min(wg.committed) >= target,
+                       lambda: f"wgmma.wait_group {pending}: warpgroup {self.wid // 4} warps committed "
+                               f"{wg.committed} group(s), this one waits for {target}")
+        wg.retire(target)
+        self.wgmma_fenced = False
 
     def fault(self, exc_type, message: str):
         return exc_type(message, warp=self.wid, role=self.role)
@@ -99,14 +152,17 @@ class CTA:
         self.policy = policy
         self.rng = np.random.default_rng(seed)
         self.smem = np.zeros(SMEM_BASE + kernel.smem_bytes, np.uint8)
+        self.smem_readers = np.zeros(self.smem.size, np.int16)   # wgmma / TMA stores in flight reading each byte
+        self.warpgroups: dict[int, WarpGroup] = {}
         self.tmem = np.zeros((TMEM_LANES, TMEM_COLUMNS), np.uint32)
         self.tmem_cols = 0
         self.tmem_ever_allocated = False
         self.mbarriers: dict[int, MBarrier] = {}
         self.tma_queue: collections.deque = collections.deque()
         self.mma_queue: collections.deque = collections.deque()
-        self.store_groups: dict = collections.defaultdict(list)   # warp id -> TMA stores not yet waited
-        self.named_barriers: dict = collections.defaultdict(set)
+        # warp id -> (TMA stores not yet committed, deque of committed groups not yet waited)
+        self.store_groups: dict = collections.defaultdict(lambda: ([], collections.deque()))
+        self.named_barriers: collections.Counter = collections.Counter()   # barrier id -> warps arrived
         self.barrier_generation: collections.Counter = collections.Counter()
         self.stats: collections.Counter = collections.Counter()
         self.tensor_maps = kernel.tensor_maps
@@ -121,6 +177,20 @@ class CTA:
             raise BarrierFault(f"mbarrier at shared {int(addr):#x} ({self.kernel.barrier_name(int(addr))}) used "
                                f"before mbarrier.init")
         return b
+
+    def warpgroup(self, wid: int) -> WarpGroup:
+        g = self.warpgroups.get(wid // 4)
+        if g is None:
+            g = self.warpgroups[wid // 4] = WarpGroup(self)
+        return g
+
+    def check_smem_write(self, addrs: np.ndarray, what: str) -> None:
+        """A write of shared bytes `addrs`: a race if a wgmma in flight (issued, not yet retired by
+        its warp's wait_group) reads any of them."""
+        if self.smem_readers[addrs].any():
+            hit = np.asarray(addrs).ravel()[self.smem_readers[np.asarray(addrs).ravel()] > 0]
+            raise RaceFault(f"{what} writes shared {int(hit.min()) - SMEM_BASE:#x}.. (fa4_smem offset) while a "
+                            f"wgmma in flight reads it (its warp has not retired it with wgmma.wait_group)")
 
     def live_warps(self) -> int:
         return sum(not w.done for w in self.warps)
@@ -194,7 +264,8 @@ class CTA:
         for b in self.mbarriers.values():
             if b.tx:
                 problems.append(f"mbarrier {b.describe()} has {b.tx} transaction bytes outstanding")
-        for wid, stores in self.store_groups.items():
+        for wid, (open_, groups) in self.store_groups.items():
+            stores = open_ + [job for g in groups for job in g]
             if stores:
                 problems.append(f"warp {wid}: {len(stores)} TMA store(s) never waited (cp.async.bulk.wait_group)")
         if problems:

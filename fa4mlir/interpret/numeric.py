@@ -1,7 +1,7 @@
 """Values as numpy arrays: MLIR types to numpy dtypes, bf16 as raw uint16 bits, shared-memory swizzles.
 
 A warp's SSA value is an array with a leading lane axis: shape (32,) for a scalar type, (32, N) for
-vector<N x T>. bf16 has no numpy dtype: it travels as its 16 raw bits (uint16), converted with
+vector<N x T> and for a homogeneous !llvm.struct of N fields (wgmma's accumulator registers). bf16 has no numpy dtype: it travels as its 16 raw bits (uint16), converted with
 round-to-nearest-even as cvt.rn.bf16.f32 does. Pointers are int64 addresses.
 """
 from __future__ import annotations
@@ -20,11 +20,24 @@ UNSIGNED = {np.dtype(np.int8): np.uint8, np.dtype(np.int16): np.uint16, np.dtype
             np.dtype(np.int64): np.uint64, np.dtype(np.bool_): np.bool_}
 
 
+def _struct_fields(t) -> list[str] | None:
+    """The field types of an !llvm.struct<(T, T, ...)> (None for any other type)."""
+    s = str(t)
+    if not s.startswith("!llvm.struct<("):
+        return None
+    return [f.strip() for f in s[len("!llvm.struct<("):-2].split(",")]
+
+
 def np_dtype(t: ir.Type):
-    """The numpy dtype holding values of MLIR type `t` (element type for vectors)."""
+    """The numpy dtype holding values of MLIR type `t` (element type for vectors and structs)."""
     if isinstance(t, ir.VectorType):
         t = ir.VectorType(t).element_type
     s = str(t)
+    fields = _struct_fields(t)
+    if fields is not None:
+        if len(set(fields)) != 1 or fields[0] not in _SCALAR:
+            raise Unsupported(f"type {s}: only structs of one scalar type are modelled")
+        s = fields[0]
     if s.startswith("!llvm.ptr"):
         return np.int64
     if s not in _SCALAR:
@@ -33,7 +46,10 @@ def np_dtype(t: ir.Type):
 
 
 def vector_len(t: ir.Type) -> int | None:
-    """N of vector<N x T> (1-D only), None for a scalar type."""
+    """N of vector<N x T> (1-D only) or of a struct of N fields, None for a scalar type."""
+    fields = _struct_fields(t)
+    if fields is not None:
+        return len(fields)
     if not isinstance(t, ir.VectorType):
         return None
     shape = ir.VectorType(t).shape
@@ -80,5 +96,19 @@ def swizzle(addr, span: int):
     return addr ^ ((addr >> 3) & ((span // 16 - 1) << 4))
 
 
-__all__ = ["WARP", "LANES", "np_dtype", "vector_len", "lane_shape", "is_bf16", "f32_to_bf16", "bf16_to_f32",
+def sw128_operand_offsets(rows: int, k: int, mn_major: bool, lbo: int, sbo: int) -> np.ndarray:
+    """Byte offset (before the swizzle) of element (row, k) of a rows x k 16-bit MMA operand in the
+    canonical SWIZZLE_128B layouts that tcgen05 and wgmma share (PTX ISA §9.7.16.3.2 / §9.7.15.5.1;
+    T = 8 elements = 16 bytes):
+        K-major   ((8, m), (T, 2k)) : ((8T, SBO), (1, T))        a row is 128 contiguous bytes
+        MN-major  ((T, 8, m), (8, k)) : ((1, T, LBO), (8T, SBO))  64 rows per 128-byte line
+    (K-major ignores LBO: a k16 step never leaves its 128-byte row.)"""
+    mn = np.arange(rows)[:, None]
+    kk = np.arange(k)[None, :]
+    if mn_major:
+        return (mn // 64) * lbo + (mn % 64) * 2 + (kk % 8) * 128 + (kk // 8) * sbo
+    return (mn // 8) * sbo + (mn % 8) * 128 + kk * 2
+
+
+__all__ = ["sw128_operand_offsets", "WARP", "LANES", "np_dtype", "vector_len", "lane_shape", "is_bf16", "f32_to_bf16", "bf16_to_f32",
            "half_bits_to_f32", "swizzle", "UNSIGNED"]

@@ -2,8 +2,8 @@
 
 scf.if runs its then-block for the lanes whose condition holds and its else-block for the others
 (either is skipped when no lane takes it) and merges results lane by lane. scf.for needs
-warp-uniform bounds (every loop in the kernels is): lanes that leave a loop at different trip
-counts are not modelled. An `fa4.role` attribute on an scf.if (fa4-specialize-warps' dispatch)
+warp-uniform bounds and scf.while a warp-uniform condition (every loop in the kernels has them):
+lanes that leave a loop at different trip counts are not modelled. An `fa4.role` attribute on an scf.if (fa4-specialize-warps' dispatch)
 names the warp's role for fault reports.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from ..program import BLOCKING, TERMINATOR, run_block
 from . import semantics
 
 
-@semantics("scf.yield", "llvm.return")
+@semantics("scf.yield", "llvm.return", "scf.condition")
 def terminator(p, op, a, r):
     def run(env, mask, w):
         return [env[s] for s in a]
@@ -70,6 +70,31 @@ def scf_for(p, op, a, r):
             for s, v in zip(carried, values):
                 env[s] = v
             values = yield from run_block(body, env, mask, w)
+        for z, v in zip(r, values):
+            env[z] = v
+    return BLOCKING, run
+
+
+@semantics("scf.while")
+def scf_while(p, op, a, r):
+    """Run `before` on the carried values; its scf.condition(c, vals) either passes vals to `after`
+    (whose yield carries them round) or, c false, makes them the results."""
+    before, after = op.regions[0].blocks[0], op.regions[1].blocks[0]
+    before_args = [p.slot(x) for x in before.arguments]
+    after_args = [p.slot(x) for x in after.arguments]
+    before_body, after_body = p.compile_block(before), p.compile_block(after)
+
+    def run(env, mask, w):
+        values = [env[s] for s in a]
+        while True:
+            for s, v in zip(before_args, values):
+                env[s] = v
+            cond, *values = yield from run_block(before_body, env, mask, w)
+            if not uniform(cond, mask, "scf.while condition"):
+                break
+            for s, v in zip(after_args, values):
+                env[s] = v
+            values = yield from run_block(after_body, env, mask, w)
         for z, v in zip(r, values):
             env[z] = v
     return BLOCKING, run

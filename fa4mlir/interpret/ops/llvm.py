@@ -77,16 +77,66 @@ def extractelement(p, op, a, r):
     return PLAIN, run
 
 
+@semantics("llvm.insertvalue")
+def insertvalue(p, op, a, r):
+    """A struct (wgmma's accumulator registers) is a [lanes, fields] array: field `position` set."""
+    pos = list(ir.DenseI64ArrayAttr(op.attributes["position"]))
+    if len(pos) != 1:
+        raise Unsupported(f"llvm.insertvalue at {pos}: one position of a flat struct only")
+    i, s, x, z = pos[0], a[0], a[1], r[0]
+
+    def run(env, mask, w):
+        out = np.array(env[s], copy=True)
+        out[:, i] = env[x]
+        env[z] = out
+    return PLAIN, run
+
+
+@semantics("llvm.extractvalue")
+def extractvalue(p, op, a, r):
+    pos = list(ir.DenseI64ArrayAttr(op.attributes["position"]))
+    if len(pos) != 1:
+        raise Unsupported(f"llvm.extractvalue at {pos}: one position of a flat struct only")
+    i, s, z = pos[0], a[0], r[0]
+
+    def run(env, mask, w):
+        env[z] = env[s][:, i]
+    return PLAIN, run
+
+
 @semantics("llvm.inline_asm")
 def inline_asm(p, op, a, r):
-    """Only the empty register fence (`"", "=r,0"` / `"=f,0"` / `"=l,0"`): the value passes through."""
+    """The empty register fence (`"", "=r,0"` / `"=f,0"` / `"=l,0"`: the value passes through), and
+    the one other asm a pass emits: wgmma with A from registers (ops/wgmma.py)."""
     asm = ir.StringAttr(op.attributes["asm_string"]).value
+    if "wgmma.mma_async" in asm:
+        from .wgmma import mma_regs_asm
+        return mma_regs_asm(p, op, a, r, asm)
+    if "SCALE_DONE" in asm:
+        return _scale_if_uniform(op, a, r, asm)
     if asm.strip() or len(a) != 1 or len(r) != 1:
-        raise Unsupported(f"inline asm {asm!r}: only the empty register fence is modelled")
+        raise Unsupported(f"inline asm {asm!r}: only the empty register fence and wgmma are modelled")
     x, z = a[0], r[0]
 
     def run(env, mask, w):
         env[z] = np.asarray(env[x])     # an unwaited tcgen05.ld result faults here
+    return PLAIN, run
+
+
+def _scale_if_uniform(op, a, r, asm: str):
+    """fa4-lower-sync's scale_if_uniform: `@skip bra.uni SCALE_DONE` around n `mul.f32 $i, $i, $(2n+i)`;
+    values $n.. tied to the results, scales $2n.., the condition $3n. bra.uni promises a warp-uniform
+    branch: a condition that differs between lanes is a fault."""
+    n = len(a) // 2
+    if len(a) != 2 * n + 1 or f"setp.eq.u32 skip, ${3 * n}, 0;" not in asm or asm.count("mul.f32") != n:
+        raise Unsupported(f"inline asm scale-if-uniform form {asm[:80]!r}...")
+    values, scales, flag, z = a[:n], a[n:2 * n], a[2 * n], r[0]
+
+    def run(env, mask, w):
+        out = np.stack([env[s] for s in values], axis=1)
+        if uniform(env[flag], mask, "scale_if_uniform condition (bra.uni)"):
+            out = out * np.stack([env[s] for s in scales], axis=1)
+        env[z] = out.astype(np.float32)
     return PLAIN, run
 
 
@@ -151,7 +201,9 @@ def store(p, op, a, r):
         cta, lanes = w.cta, np.nonzero(mask)[0]
         data = np.ascontiguousarray(env[val]).view(np.uint8).reshape(WARP, -1)[lanes]
         if space == SHARED:
-            cta.smem[_smem_span(cta, env[ptr][lanes], data.shape[1], "st.shared")] = data
+            span = _smem_span(cta, env[ptr][lanes], data.shape[1], "st.shared")
+            cta.check_smem_write(span, "st.shared")
+            cta.smem[span] = data
         else:
             for i, lane in enumerate(lanes):
                 cta.gmem.write(int(env[ptr][lane]), data[i])

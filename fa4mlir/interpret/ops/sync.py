@@ -88,16 +88,24 @@ def check_stores_waited(w, what: str) -> None:
                                      f"the consumer may read tensor memory before the stores land")
 
 
-def _barrier_wait(w, key, expected: int, what: str):
+def _barrier_arrive(w, key, expected: int) -> int:
+    """Count warp `w` in at barrier `key`; returns the generation it arrived in (the barrier
+    completes, and its generation advances, with the `expected`-th warp)."""
     cta = w.cta
     generation = cta.barrier_generation[key]
-    arrived = cta.named_barriers[key]
-    arrived.add(w.wid)
-    if len(arrived) >= expected:
-        arrived.clear()
+    cta.named_barriers[key] += 1
+    if cta.named_barriers[key] >= expected:
+        cta.named_barriers[key] = 0
         cta.barrier_generation[key] += 1
-        return
-    yield Wait(lambda: cta.barrier_generation[key] != generation, f"{what} ({len(arrived)}/{expected} warps)")
+    return generation
+
+
+def _barrier_wait(w, key, expected: int, what: str):
+    cta = w.cta
+    generation = _barrier_arrive(w, key, expected)
+    if cta.barrier_generation[key] == generation:
+        yield Wait(lambda: cta.barrier_generation[key] != generation,
+                   lambda: f"{what} ({cta.named_barriers[key]}/{expected} warps)")
 
 
 @semantics("nvvm.barrier0")
@@ -110,22 +118,63 @@ def barrier0(p, op, a, r):
     return BLOCKING, run
 
 
+def _named(env, mask, w, bid, count, what):
+    if not mask.all():
+        raise Fault(f"{what} by a partial warp")
+    check_stores_waited(w, what)
+    b = uniform(env[bid], mask, "barrier id")
+    n = uniform(env[count], mask, "barrier thread count")
+    if n % WARP:
+        raise Fault(f"{what} {b}, {n}: thread count not a multiple of the warp size")
+    return b, n
+
+
 @semantics("nvvm.barrier")
 def named_barrier(p, op, a, r):
+    """bar.sync id, n (PTX ISA §9.7.13.1): wait until n threads (n / 32 warps) arrived at barrier id."""
     if len(a) != 2:
         raise Unsupported("nvvm.barrier without an id and a thread count")
     bid, count = a
 
     def run(env, mask, w):
-        if not mask.all():
-            raise Fault("bar.sync by a partial warp")
-        check_stores_waited(w, "bar.sync")
-        b = uniform(env[bid], mask, "barrier id")
-        n = uniform(env[count], mask, "barrier thread count")
-        if n % WARP:
-            raise Fault(f"bar.sync {b}, {n}: thread count not a multiple of the warp size")
+        b, n = _named(env, mask, w, bid, count, "bar.sync")
         yield from _barrier_wait(w, b, n // WARP, f"bar.sync {b}, {n}")
     return BLOCKING, run
+
+
+@semantics("nvvm.barrier.arrive")
+def named_barrier_arrive(p, op, a, r):
+    """bar.arrive id, n: count this warp in at barrier id without waiting (the producer side of a
+    named-barrier hand-off, e.g. sm_90a's warpgroup ping-pong)."""
+    if len(a) != 2:
+        raise Unsupported("nvvm.barrier.arrive without an id and a thread count")
+    bid, count = a
+
+    def run(env, mask, w):
+        b, n = _named(env, mask, w, bid, count, "bar.arrive")
+        _barrier_arrive(w, b, n // WARP)
+    return PLAIN, run
+
+
+@semantics("nvvm.shfl.sync")
+def shfl_sync(p, op, a, r):
+    """shfl.sync (PTX ISA §9.7.8.6) over the full warp (membermask -1, clamp 31): bfly reads lane
+    ^ b, idx lane b, up lane - b, down lane + b (a lane out of range keeps its own value)."""
+    kind = str(op.attributes["kind"]).split()[-1].rstrip(">")
+    if "return_value_and_is_valid" in op.attributes or kind not in ("bfly", "idx", "up", "down"):
+        raise Unsupported(f"nvvm.shfl.sync {op.attributes['kind']} with a validity predicate or an unknown kind")
+    members, value, offset, clamp, z = a[0], a[1], a[2], a[3], r[0]
+
+    def run(env, mask, w):
+        if uniform(env[members], mask, "shfl membermask") & 0xFFFFFFFF != 0xFFFFFFFF or not mask.all():
+            raise Unsupported("shfl.sync over a partial warp")
+        if uniform(env[clamp], mask, "shfl clamp") != 31:
+            raise Unsupported("shfl.sync with a segment clamp other than 31")
+        b = env[offset].astype(np.int64)
+        src = {"bfly": LANES ^ b, "idx": b & 31, "up": LANES - b, "down": LANES + b}[kind]
+        src = np.where((src < 0) | (src > 31), LANES, src)
+        env[z] = env[value][src]
+    return PLAIN, run
 
 
 @semantics("nvvm.mbarrier.init")

@@ -22,7 +22,7 @@ import numpy as np
 from ..._mlir import ir
 from ..faults import Fault, TmemFault, Unsupported, UnwaitedAsync
 from ..machine import SMEM_BASE, TMEM_COLUMNS, TMEM_LANES, uniform
-from ..numeric import WARP, half_bits_to_f32, swizzle, vector_len
+from ..numeric import WARP, half_bits_to_f32, sw128_operand_offsets, swizzle, vector_len
 from ..program import PLAIN
 from . import semantics
 
@@ -177,11 +177,9 @@ def decode_idesc(idesc: int) -> dict:
 
 def smem_operand_addresses(desc: int, rows: int, k: int, mn_major: bool) -> np.ndarray:
     """Shared byte address of element (row, k) of a rows x k 16-bit operand described by `desc`
-    (PTX ISA §9.7.16.4.1 "Shared memory descriptor"; the canonical SWIZZLE_128B layouts of
-    §9.7.16.3.2, in 16-byte units T = 8 elements):
-        K-major   ((8, m), (T, 2k)) : ((8T, SBO), (1, T))       a row is 128 contiguous bytes
-        MN-major  ((T, 8, m), (8, k)) : ((1, T, LBO), (8T, SBO)) 64 rows per 128-byte line
-    then swizzled on the absolute address (base offset 0: the atoms are 1024-byte aligned)."""
+    (PTX ISA §9.7.16.4.1 "Shared memory descriptor"): the canonical SWIZZLE_128B layout
+    (numeric.sw128_operand_offsets) from the start address, swizzled on the absolute address (base
+    offset 0: the atoms are 1024-byte aligned)."""
     start, lbo, sbo = _bits(desc, 0, 14) << 4, _bits(desc, 16, 14) << 4, _bits(desc, 32, 14) << 4
     version, base, lbo_mode, layout = _bits(desc, 46, 2), _bits(desc, 49, 3), _bits(desc, 52, 1), _bits(desc, 61, 3)
     if version != 1 or base or lbo_mode or _bits(desc, 53, 8):
@@ -189,21 +187,19 @@ def smem_operand_addresses(desc: int, rows: int, k: int, mn_major: bool) -> np.n
                           f"LBO mode {lbo_mode} (modelled: version 1, base 0, LBO mode 0)")
     if layout != SWIZZLE_128B:
         raise Unsupported(f"shared-memory descriptor {desc:#018x}: layout {layout} (only SWIZZLE_128B = 2 is modelled)")
-    mn = np.arange(rows)[:, None]
-    kk = np.arange(k)[None, :]
-    if mn_major:
-        off = (mn // 64) * lbo + (mn % 64) * 2 + (kk % 8) * 128 + (kk // 8) * sbo
-    else:
-        off = (mn // 8) * sbo + (mn % 8) * 128 + kk * 2
-    return swizzle(start + off, 128)
+    return swizzle(start + sw128_operand_offsets(rows, k, mn_major, lbo, sbo), 128)
 
 
-def _smem_operand(cta, desc, rows, k, mn_major, dtype):
-    addrs = smem_operand_addresses(desc, rows, k, mn_major)
+def read_operand(cta, addrs, desc, dtype):
+    """The 16-bit elements at shared byte addresses `addrs`, as float32."""
     if addrs.min() < SMEM_BASE or addrs.max() + 2 > cta.smem.size:
         raise Fault(f"MMA operand (descriptor {desc:#018x}) reaches outside shared memory")
     bits = cta.smem[addrs].astype(np.uint16) | (cta.smem[addrs + 1].astype(np.uint16) << 8)
     return half_bits_to_f32(bits, dtype)
+
+
+def _smem_operand(cta, desc, rows, k, mn_major, dtype):
+    return read_operand(cta, smem_operand_addresses(desc, rows, k, mn_major), desc, dtype)
 
 
 def execute_mma(cta, d_addr: int, a, b_desc: int, idesc: int, accumulate: bool, a_in_tmem: bool) -> None:

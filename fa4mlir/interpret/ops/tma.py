@@ -3,8 +3,10 @@
 A load is queued on the CTA's TMA engine when issued; when the engine runs it, it writes the box
 (clipped, out-of-bounds zero-filled, swizzled: memory.TensorMap) into shared memory and completes
 that many transaction bytes on its mbarrier. A store reads shared memory when issued (the engine
-reads it "later" on the hardware, but before wait_group.read returns, and the kernel may not
-touch it until then) and writes global memory at the thread's cp.async.bulk.wait_group.
+reads it "later" on the hardware, before the cp.async.bulk.wait_group[.read] that retires its
+bulk group: until then its source bytes count as read in flight, and a write to them is a
+RaceFault) and writes global memory when that wait retires its group. Groups are per warp
+(commit_group closes one; wait_group N retires all but the N most recent).
 """
 from __future__ import annotations
 
@@ -58,6 +60,7 @@ def tma_load(p, op, a, r):
 
             def complete(tm=tm, c=c, addrs=addrs, b=b):
                 data = tm.load_box(c)
+                cta.check_smem_write(addrs, f"TMA load of {tm.name}")
                 cta.smem[addrs] = data
                 b.complete_tx(data.size)
                 cta.stats["tma_load_bytes"] += data.size
@@ -79,25 +82,36 @@ def tma_store(p, op, a, r):
             addrs = tm.smem_addresses(int(env[src][lane]))
             _check_smem(cta, addrs, f"TMA store of {tm.name}")
             data = cta.smem[addrs].copy()
-            cta.store_groups[w.wid].append(lambda tm=tm, c=c, data=data: tm.store_box(c, data))
+            flat = np.unique(addrs)
+            cta.smem_readers[flat] += 1
+            cta.store_groups[w.wid][0].append((lambda tm=tm, c=c, data=data: tm.store_box(c, data), flat))
     return PLAIN, run
 
 
 @semantics("nvvm.cp.async.bulk.commit.group")
 def commit_group(p, op, a, r):
-    return PLAIN, lambda env, mask, w: None
+    def run(env, mask, w):
+        open_, groups = w.cta.store_groups[w.wid]
+        if open_:
+            groups.append(list(open_))
+            open_.clear()
+    return PLAIN, run
 
 
 @semantics("nvvm.cp.async.bulk.wait_group")
 def wait_group(p, op, a, r):
-    """Waits for every committed group: `wait_group 0`, the only form the kernels emit."""
-    group = ir.IntegerAttr(op.attributes["group"]).value
-    if group != 0:
-        raise Unsupported(f"cp.async.bulk.wait_group {group}: only 0 (wait for every group) is modelled")
+    """Retires this warp's committed bulk groups but the `group` most recent: their global writes
+    land and their shared source may be reused (`.read` allows only the latter on the hardware; the
+    interpreter lands both)."""
+    pending = ir.IntegerAttr(op.attributes["group"]).value
 
     def run(env, mask, w):
-        for job in w.cta.store_groups.pop(w.wid, []):
-            w.cta.stats["tma_store_bytes"] += job()
+        cta = w.cta
+        groups = cta.store_groups[w.wid][1]
+        while len(groups) > pending:
+            for job, flat in groups.popleft():
+                cta.smem_readers[flat] -= 1
+                cta.stats["tma_store_bytes"] += job()
     return PLAIN, run
 
 
