@@ -123,7 +123,7 @@ class _FakeWarp:
         self.cta.stats = {"wgmma": 0}
         self.read = []
 
-    def wgmma_reads(self, addrs):
+    def wgmma_reads(self, addrs, what):
         self.read.append(addrs)
 
 
@@ -175,6 +175,22 @@ def test_wgmma_mn_major_b_and_the_a_fragment():
 
 
 WGMMA = """
+      %z = arith.constant 0 : i32
+      %c4 = arith.constant 4 : i32
+      %c128 = arith.constant 128 : i32
+      %lo = arith.constant 0 : i32
+      %hi = arith.constant 20 : i32
+      %one = arith.constant 1 : i32
+      scf.for %i = %lo to %hi step %one : i32 {{
+        %row = arith.muli %i, %c128 : i32
+        %word = arith.addi %row, %tid : i32
+        %off0 = arith.muli %word, %c4 : i32
+        %base = arith.constant 1024 : i32
+        %off = arith.addi %off0, %base : i32
+        %pz = llvm.getelementptr %smem[%off] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i8
+        llvm.store %z, %pz : i32, !llvm.ptr<3>
+      }}
+      nvvm.barrier0
       %da = arith.constant {da} : i64
       %db = arith.constant {db} : i64
       %d0 = llvm.mlir.undef : !llvm.struct<(f32, f32, f32, f32)>
@@ -189,7 +205,7 @@ WGMMA = """
 
 
 def _wgmma_kernel(fence=True, between=""):
-    """A at fa4_smem offset 1024 (64 rows: 8 KiB), B at 10240."""
+    """A at fa4_smem offset 1024 (64 rows: 8 KiB), B at 10240; both zeroed by the warpgroup first."""
     body = WGMMA.format(da=_desc(0x400 + 1024, 16, 1024), db=_desc(0x400 + 10240, 16, 1024),
                         fence="nvvm.wgmma.fence.aligned" if fence else "", between=between)
     return Kernel("k", parse(body + store_out("%xi"), smem=16384, chip="sm_90a"), tuple(OUT), (128, 1, 1), {})

@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from .faults import BarrierFault, Deadlock, ExitFault, Fault, FenceFault, InterpretError, RaceFault
+from .hb import HappensBefore
 from .numeric import LANES, WARP
 from .program import Wait, run_block
 
@@ -37,28 +38,36 @@ class MBarrier:
     arrival count resets. try_wait.parity(p) succeeds when the phase of parity p has completed,
     i.e. the current phase's parity differs from p."""
 
-    __slots__ = ("addr", "count", "pending", "tx", "phase", "name")
+    __slots__ = ("addr", "count", "pending", "tx", "phase", "name", "vc", "vc_done")
 
     def __init__(self, addr: int, count: int, name: str):
         self.addr, self.count, self.name = addr, count, name
         self.pending, self.tx, self.phase = count, 0, 0
+        self.vc = self.vc_done = None       # happens-before: what the current / last completed phase publishes
+
+    def _join(self, vc) -> None:
+        if vc is not None:
+            self.vc = vc.copy() if self.vc is None else np.maximum(self.vc, vc)
 
     def _complete(self):
         if self.pending == 0 and self.tx == 0:
             self.phase += 1
             self.pending = self.count
+            self.vc_done, self.vc = self.vc, None
 
-    def arrive(self, n: int = 1) -> None:
+    def arrive(self, n: int = 1, vc=None) -> None:
         if n > self.pending:
             raise BarrierFault(f"mbarrier {self.name}: {n} arrival(s) with {self.pending} pending of {self.count} "
                                f"(phase {self.phase}): more arrivals than its count")
+        self._join(vc)
         self.pending -= n
         self._complete()
 
     def expect_tx(self, nbytes: int) -> None:
         self.tx += nbytes
 
-    def complete_tx(self, nbytes: int) -> None:
+    def complete_tx(self, nbytes: int, vc=None) -> None:
+        self._join(vc)
         self.tx -= nbytes
         self._complete()
 
@@ -77,10 +86,13 @@ class WarpGroup:
         self.cta = cta
         self.committed = [0, 0, 0, 0]
         self.reads: dict = collections.defaultdict(list)
+        self.vc: dict = {}              # group -> the join of its four warps' vectors at their commit
         self.retired = 0
 
-    def commit(self, quarter: int, flats: list) -> None:
-        self.reads[self.committed[quarter]].extend(flats)
+    def commit(self, quarter: int, flats: list, vc) -> None:
+        g = self.committed[quarter]
+        self.reads[g].extend(flats)
+        self.vc[g] = vc.copy() if g not in self.vc else np.maximum(self.vc[g], vc)
         self.committed[quarter] += 1
 
     def retire(self, upto: int) -> None:
@@ -114,14 +126,15 @@ class Warp:
             raise self.fault(FenceFault, f"{what} without a wgmma.fence since this warp's last wgmma.wait_group "
                                          f"(or its start): the accumulator registers may be read stale")
 
-    def wgmma_reads(self, addrs: np.ndarray) -> None:
+    def wgmma_reads(self, addrs: np.ndarray, what: str) -> None:
         """Shared bytes a wgmma of this warp reads until a wait_group retires its group."""
         flat = np.unique(np.concatenate([addrs.ravel(), addrs.ravel() + 1]))
+        self.cta.hb.warp_access(self, self.cta.hb.smem, flat, False, what)
         self.cta.smem_readers[flat] += 1
         self.wgmma_open.append(flat)
 
     def wgmma_commit(self) -> None:
-        self.cta.warpgroup(self.wid).commit(self.wid % 4, self.wgmma_open)
+        self.cta.warpgroup(self.wid).commit(self.wid % 4, self.wgmma_open, self.cta.hb.vc[:, self.wid])
         self.wgmma_open = []
 
     def wgmma_wait(self, pending: int):
@@ -135,6 +148,8 @@ class Warp:
                        lambda: f"wgmma.wait_group {pending}: warpgroup {self.wid // 4} warps committed "
                                f"{wg.committed} group(s), this one waits for {target}")
         wg.retire(target)
+        if target > 0:       # the warpgroup's shares completed: what each warp read is ordered before
+            self.cta.hb.acquire(self.wid, wg.vc[target - 1])
         self.wgmma_fenced = False
 
     def fault(self, exc_type, message: str):
@@ -154,6 +169,9 @@ class CTA:
         self.smem = np.zeros(SMEM_BASE + kernel.smem_bytes, np.uint8)
         self.smem_readers = np.zeros(self.smem.size, np.int16)   # wgmma / TMA stores in flight reading each byte
         self.warpgroups: dict[int, WarpGroup] = {}
+        nwarps = kernel.block[0] * kernel.block[1] * kernel.block[2] // WARP
+        self.hb = HappensBefore(nwarps, self.smem.size, (TMEM_LANES, TMEM_COLUMNS), self._agent_name)
+        self.barrier_vc: dict = {}          # (named barrier id, generation) -> what its arrivals publish
         self.tmem = np.zeros((TMEM_LANES, TMEM_COLUMNS), np.uint32)
         self.tmem_cols = 0
         self.tmem_ever_allocated = False
@@ -167,7 +185,6 @@ class CTA:
         self.stats: collections.Counter = collections.Counter()
         self.tensor_maps = kernel.tensor_maps
         self.gmem = kernel.gmem
-        nwarps = kernel.block[0] * kernel.block[1] * kernel.block[2] // WARP
         self.warps = [Warp(self, w, kernel.program.new_env(args), kernel.program.body) for w in range(nwarps)]
 
     # ---- what ops use ---------------------------------------------------------------------------
@@ -177,6 +194,12 @@ class CTA:
             raise BarrierFault(f"mbarrier at shared {int(addr):#x} ({self.kernel.barrier_name(int(addr))}) used "
                                f"before mbarrier.init")
         return b
+
+    def _agent_name(self, agent: int) -> str:
+        if agent < len(self.warps):
+            w = self.warps[agent]
+            return f"warp {agent}" + (f" ({w.role})" if w.role else "")
+        return ("the TMA engine", "the tensor core")[agent - len(self.warps)]
 
     def warpgroup(self, wid: int) -> WarpGroup:
         g = self.warpgroups.get(wid // 4)

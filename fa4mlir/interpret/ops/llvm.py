@@ -182,7 +182,9 @@ def load(p, op, a, r):
         cta, lanes = w.cta, np.nonzero(mask)[0]
         out = np.zeros((WARP, nbytes), np.uint8)
         if space == SHARED:
-            out[lanes] = cta.smem[_smem_span(cta, env[ptr][lanes], nbytes, "ld.shared")]
+            span = _smem_span(cta, env[ptr][lanes], nbytes, "ld.shared")
+            cta.hb.warp_access(w, cta.hb.smem, span, False, "ld.shared")
+            out[lanes] = cta.smem[span]
         else:
             for lane in lanes:
                 out[lane] = cta.gmem.read(int(env[ptr][lane]), nbytes)
@@ -203,6 +205,7 @@ def store(p, op, a, r):
         if space == SHARED:
             span = _smem_span(cta, env[ptr][lanes], data.shape[1], "st.shared")
             cta.check_smem_write(span, "st.shared")
+            cta.hb.warp_access(w, cta.hb.smem, span, True, "st.shared", generic=True)
             cta.smem[span] = data
         else:
             for i, lane in enumerate(lanes):

@@ -5,8 +5,10 @@ arrived; `bar.sync 0` (barrier0) when every live warp did. mbarrier arrivals cou
 active lane arrives once), as the PTX ISA does; `mbarrier.try_wait.parity` blocks the warp until
 the phase of that parity completed (machine.MBarrier). A tcgen05.st must be waited
 (tcgen05.wait::st) before an arrive or a barrier publishes it: otherwise an UnwaitedAsync fault.
-Fences order memory proxies on the hardware; the interpreter's memory is sequentially consistent,
-so they execute as no-ops (their rules are not checked).
+Every arrive publishes the warp's vector clock and every completed wait acquires what was
+published (interpret/hb.py: happens-before). The interpreter's memory is sequentially consistent;
+the fences' rules are checked instead: tcgen05.fence::after_thread_sync / before_thread_sync around
+thread syncs, fence.proxy.async between st.shared and a TMA store that reads it (hb.py).
 """
 from __future__ import annotations
 
@@ -77,9 +79,41 @@ def _noop(p, op, a, r):
     return PLAIN, lambda env, mask, w: None
 
 
-for _name in ("nvvm.fence.proxy", "nvvm.fence.mbarrier.init", "nvvm.fence.sc.cluster", "nvvm.membar",
-              "nvvm.setmaxregister", "nvvm.tcgen05.fence", "nvvm.fence.proxy.acquire", "nvvm.fence.proxy.release"):
+for _name in ("nvvm.fence.mbarrier.init", "nvvm.fence.sc.cluster", "nvvm.membar", "nvvm.setmaxregister",
+              "nvvm.fence.proxy.acquire", "nvvm.fence.proxy.release"):
     semantics(_name)(_noop)
+
+
+@semantics("nvvm.fence.proxy")
+def fence_proxy(p, op, a, r):
+    """fence.proxy.async[.shared::cta]: this warp's generic-proxy shared writes so far are visible to
+    the async proxy (a TMA store may read them once handed over)."""
+    if "async" not in str(op.attributes["kind"]):
+        raise Unsupported(f"nvvm.fence.proxy {op.attributes['kind']}")
+
+    def run(env, mask, w):
+        w.cta.hb.proxy_fence(w.wid)
+    return PLAIN, run
+
+
+@semantics("nvvm.tcgen05.fence")
+def tcgen05_fence(p, op, a, r):
+    """tcgen05.fence::before_thread_sync / ::after_thread_sync (PTX ISA 9.1 §9.7.16.6.4): order this
+    warp's tcgen05 ops before the next thread sync it releases / after the last one it acquired."""
+    before = "before" in str(op.attributes["kind"])
+
+    def run(env, mask, w):
+        if before:
+            w.cta.hb.fence_before(w.wid)
+        else:
+            w.cta.hb.fence_after(w.wid)
+    return PLAIN, run
+
+
+def release(w, what: str):
+    """What warp `w` publishes at an arrive (its tcgen05.st must be waited)."""
+    check_stores_waited(w, what)
+    return w.cta.hb.release(w.wid)
 
 
 def check_stores_waited(w, what: str) -> None:
@@ -88,11 +122,14 @@ def check_stores_waited(w, what: str) -> None:
                                      f"the consumer may read tensor memory before the stores land")
 
 
-def _barrier_arrive(w, key, expected: int) -> int:
+def _barrier_arrive(w, key, expected: int, what: str) -> int:
     """Count warp `w` in at barrier `key`; returns the generation it arrived in (the barrier
     completes, and its generation advances, with the `expected`-th warp)."""
     cta = w.cta
     generation = cta.barrier_generation[key]
+    published = release(w, what)
+    held = cta.barrier_vc.get((key, generation))
+    cta.barrier_vc[(key, generation)] = published if held is None else np.maximum(held, published)
     cta.named_barriers[key] += 1
     if cta.named_barriers[key] >= expected:
         cta.named_barriers[key] = 0
@@ -102,10 +139,11 @@ def _barrier_arrive(w, key, expected: int) -> int:
 
 def _barrier_wait(w, key, expected: int, what: str):
     cta = w.cta
-    generation = _barrier_arrive(w, key, expected)
+    generation = _barrier_arrive(w, key, expected, what)
     if cta.barrier_generation[key] == generation:
         yield Wait(lambda: cta.barrier_generation[key] != generation,
                    lambda: f"{what} ({cta.named_barriers[key]}/{expected} warps)")
+    cta.hb.acquire(w.wid, cta.barrier_vc[(key, generation)])
 
 
 @semantics("nvvm.barrier0")
@@ -113,7 +151,6 @@ def barrier0(p, op, a, r):
     def run(env, mask, w):
         if not mask.all():
             raise Fault("bar.sync 0 by a partial warp")
-        check_stores_waited(w, "bar.sync 0")
         yield from _barrier_wait(w, 0, w.cta.live_warps(), "bar.sync 0 (CTA)")
     return BLOCKING, run
 
@@ -121,12 +158,12 @@ def barrier0(p, op, a, r):
 def _named(env, mask, w, bid, count, what):
     if not mask.all():
         raise Fault(f"{what} by a partial warp")
-    check_stores_waited(w, what)
     b = uniform(env[bid], mask, "barrier id")
     n = uniform(env[count], mask, "barrier thread count")
     if n % WARP:
         raise Fault(f"{what} {b}, {n}: thread count not a multiple of the warp size")
     return b, n
+
 
 
 @semantics("nvvm.barrier")
@@ -152,7 +189,7 @@ def named_barrier_arrive(p, op, a, r):
 
     def run(env, mask, w):
         b, n = _named(env, mask, w, bid, count, "bar.arrive")
-        _barrier_arrive(w, b, n // WARP)
+        _barrier_arrive(w, b, n // WARP, f"bar.arrive {b}, {n}")
     return PLAIN, run
 
 
@@ -194,9 +231,9 @@ def mbarrier_arrive(p, op, a, r):
     ptr, z = a[0], (r[0] if r else None)
 
     def run(env, mask, w):
-        check_stores_waited(w, "mbarrier.arrive")
+        published = release(w, "mbarrier.arrive")
         for addr, n in zip(*np.unique(env[ptr][mask], return_counts=True)):
-            w.cta.mbarrier(addr).arrive(int(n))
+            w.cta.mbarrier(addr).arrive(int(n), published)
         if z is not None:
             env[z] = np.zeros(WARP, np.int64)
     return PLAIN, run
@@ -207,11 +244,11 @@ def mbarrier_arrive_expect_tx(p, op, a, r):
     ptr, tx = a[0], a[1]
 
     def run(env, mask, w):
-        check_stores_waited(w, "mbarrier.arrive.expect_tx")
+        published = release(w, "mbarrier.arrive.expect_tx")
         for lane in np.nonzero(mask)[0]:
             b = w.cta.mbarrier(env[ptr][lane])
             b.expect_tx(int(env[tx][lane]))
-            b.arrive()
+            b.arrive(1, published)
     return PLAIN, run
 
 
@@ -226,4 +263,6 @@ def mbarrier_try_wait_parity(p, op, a, r):
         w.cta.stats["mbarrier_waits"] += 1
         if not b.passed(par):
             yield Wait(lambda: b.passed(par), lambda: f"mbarrier.try_wait.parity {par} on {b.describe()}")
+        if b.vc_done is not None:
+            w.cta.hb.acquire(w.wid, b.vc_done)
     return BLOCKING, run

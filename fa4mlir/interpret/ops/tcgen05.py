@@ -11,7 +11,8 @@ waited (wait::st) before an arrive or a barrier publishes it (ops/sync.py).
 
 tcgen05.mma is queued on the CTA's tensor-core engine in issue order; when it runs, it reads A and
 B through their shared-memory descriptors (or A from TMEM) as the instruction descriptor says, so
-every field is exercised. D = A . B^T (+ D), the product summed in float64 and rounded to float32
+every field is exercised. Its reads and writes are checked for happens-before as the tensor core's
+(hb.py), with the issuer's vector clock at issue. D = A . B^T (+ D), the product summed in float64 and rounded to float32
 per MMA (the hardware accumulates in float32 in an unspecified order). tcgen05.commit arrives on
 its mbarrier once every MMA issued before it ran (same engine FIFO).
 """
@@ -66,6 +67,11 @@ def _columns(w, addr: int, ncols: int, what: str) -> tuple[int, int]:
     return lane, col
 
 
+def _cells(lane: int, lanes: int, col: int, cols: int) -> tuple:
+    """Index arrays of TMEM lanes lane.. x columns col.. (the shadow's cells)."""
+    return np.arange(lane, lane + lanes)[:, None], np.arange(col, col + cols)[None, :]
+
+
 @semantics("nvvm.tcgen05.alloc")
 def alloc(p, op, a, r):
     slot, ncols = a[0], a[1]
@@ -81,6 +87,7 @@ def alloc(p, op, a, r):
                                      f"(one allocation per CTA is modelled)")
         cta.tmem_cols = n
         dst = uniform(env[slot], mask, "tcgen05.alloc slot")
+        cta.hb.tc_access(w, cta.hb.smem, np.arange(dst, dst + 4), True, "tcgen05.alloc (its address slot)")
         cta.smem[dst:dst + 4] = np.array([0], np.uint32).view(np.uint8)    # lane 0, column 0
     return PLAIN, run
 
@@ -119,6 +126,7 @@ def ld(p, op, a, r):
     def run(env, mask, w):
         _full_warp(w, mask, "tcgen05.ld")
         lane, col = _columns(w, uniform(env[ptr], mask, "tcgen05.ld address"), n or 1, "tcgen05.ld")
+        w.cta.hb.tc_access(w, w.cta.hb.tmem, _cells(lane, WARP, col, n or 1), False, "tcgen05.ld")
         block = w.cta.tmem[lane:lane + WARP, col:col + (n or 1)].view(np.int32)
         value = block.copy() if n else block[:, 0].copy()
         env[z] = Unwaited(value, f"warp {w.wid} columns {col}..{col + (n or 1) - 1}")
@@ -135,6 +143,7 @@ def st(p, op, a, r):
     def run(env, mask, w):
         _full_warp(w, mask, "tcgen05.st")
         lane, col = _columns(w, uniform(env[ptr], mask, "tcgen05.st address"), n, "tcgen05.st")
+        w.cta.hb.tc_access(w, w.cta.hb.tmem, _cells(lane, WARP, col, n), True, "tcgen05.st")
         w.cta.tmem[lane:lane + WARP, col:col + n] = np.asarray(env[val]).reshape(WARP, n).view(np.uint32)
         w.pending_st += 1
     return PLAIN, run
@@ -202,8 +211,16 @@ def _smem_operand(cta, desc, rows, k, mn_major, dtype):
     return read_operand(cta, smem_operand_addresses(desc, rows, k, mn_major), desc, dtype)
 
 
-def execute_mma(cta, d_addr: int, a, b_desc: int, idesc: int, accumulate: bool, a_in_tmem: bool) -> None:
+def execute_mma(cta, d_addr: int, a, b_desc: int, idesc: int, accumulate: bool, a_in_tmem: bool,
+                vc=None) -> None:
+    """One tcgen05.mma; `vc`: the tensor core's vector clock for this MMA (happens-before checks of
+    its operands and its D, hb.py), None to skip them (unit tests)."""
     f = decode_idesc(idesc)
+    hb = cta.hb if vc is not None else None
+
+    def access(shadow, index, write, what):
+        if hb is not None:
+            hb.access(shadow, index, vc, hb.MMA, write, what)
     m, n, k = f["m"], f["n"], 16
     if m != TMEM_LANES:
         raise Unsupported(f"tcgen05.mma M={m}: only M=128 (cta_group::1, one lane per row) is modelled")
@@ -212,19 +229,26 @@ def execute_mma(cta, d_addr: int, a, b_desc: int, idesc: int, accumulate: bool, 
         if lane or col + k // 2 > cta.tmem_cols:
             raise TmemFault(f"tcgen05.mma A at TMEM lane {lane} column {col} (+{k // 2}) outside the allocation "
                             f"of {cta.tmem_cols} columns")
+        access(hb and hb.tmem, _cells(0, m, col, k // 2), False, "tcgen05.mma A (TMEM)")
         words = cta.tmem[0:m, col:col + k // 2]
         halves = np.stack([words & 0xFFFF, words >> 16], axis=2).reshape(m, k).astype(np.uint16)
         A = half_bits_to_f32(halves, f["dtype"])
     else:
-        A = _smem_operand(cta, a, m, k, f["a_mn_major"], f["dtype"])
-    B = _smem_operand(cta, b_desc, n, k, f["b_mn_major"], f["dtype"])
+        a_addrs = smem_operand_addresses(a, m, k, f["a_mn_major"])
+        access(hb and hb.smem, np.stack([a_addrs, a_addrs + 1]), False, "tcgen05.mma A (SMEM)")
+        A = read_operand(cta, a_addrs, a, f["dtype"])
+    b_addrs = smem_operand_addresses(b_desc, n, k, f["b_mn_major"])
+    access(hb and hb.smem, np.stack([b_addrs, b_addrs + 1]), False, "tcgen05.mma B (SMEM)")
+    B = read_operand(cta, b_addrs, b_desc, f["dtype"])
     lane, col = (d_addr >> 16) & 0xFFFF, d_addr & 0xFFFF
     if lane or col + n > cta.tmem_cols:
         raise TmemFault(f"tcgen05.mma D at TMEM lane {lane} column {col} (+{n}) outside the allocation of "
                         f"{cta.tmem_cols} columns")
     acc = A.astype(np.float64) @ B.T.astype(np.float64)
     if accumulate:
+        access(hb and hb.tmem, _cells(0, m, col, n), False, "tcgen05.mma D (accumulate)")
         acc += cta.tmem[0:m, col:col + n].view(np.float32)
+    access(hb and hb.tmem, _cells(0, m, col, n), True, "tcgen05.mma D")
     cta.tmem[0:m, col:col + n] = acc.astype(np.float32).view(np.uint32)
     cta.stats["mma"] += 1
 
@@ -246,10 +270,13 @@ def mma(p, op, a, r):
                     int(env[idm][lane]) & 0xFFFFFFFF, bool(env[en][lane]), a_in_tmem)
             if not cta.tmem_cols:
                 raise w.fault(TmemFault, "tcgen05.mma with no tensor memory allocated")
+            issued = cta.hb.issue(w.wid)
 
-            def job(args=args, w=w):
+            def job(args=args, w=w, issued=issued):
+                hb = cta.hb
+                np.maximum(hb.mma_vc, hb.stamp_async(hb.MMA, issued), out=hb.mma_vc)   # in issue order
                 try:
-                    execute_mma(cta, *args)
+                    execute_mma(cta, *args, vc=hb.mma_vc)
                 except Fault as exc:
                     raise exc.add_context(warp=w.wid, role=w.role, op="tcgen05.mma (executing)")
             cta.mma_queue.append(job)
@@ -264,7 +291,9 @@ def commit(p, op, a, r):
 
     def run(env, mask, w):
         cta = w.cta
+        issued = cta.hb.issue(w.wid)
         for lane in np.nonzero(mask)[0]:
             b = cta.mbarrier(env[bar][lane])
-            cta.mma_queue.append(lambda b=b: b.arrive())
+            # arrives behind the MMAs issued before it: with their epochs and the issuer's vector
+            cta.mma_queue.append(lambda b=b: b.arrive(1, np.maximum(cta.hb.mma_vc, issued)))
     return PLAIN, run

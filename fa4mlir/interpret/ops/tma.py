@@ -2,7 +2,8 @@
 
 A load is queued on the CTA's TMA engine when issued; when the engine runs it, it writes the box
 (clipped, out-of-bounds zero-filled, swizzled: memory.TensorMap) into shared memory and completes
-that many transaction bytes on its mbarrier. A store reads shared memory when issued (the engine
+that many transaction bytes on its mbarrier, publishing the issuer's vector clock plus the engine's
+epoch of the copy (hb.py). A store reads shared memory when issued (the engine
 reads it "later" on the hardware, before the cp.async.bulk.wait_group[.read] that retires its
 bulk group: until then its source bytes count as read in flight, and a write to them is a
 RaceFault) and writes global memory when that wait retires its group. Groups are per warp
@@ -57,12 +58,16 @@ def tma_load(p, op, a, r):
             addrs = tm.smem_addresses(d)
             _check_smem(cta, addrs, f"TMA load of {tm.name}")
             b = cta.mbarrier(env[bar][lane])
+            issued = cta.hb.tma_issue(w.wid)
 
-            def complete(tm=tm, c=c, addrs=addrs, b=b):
+            def complete(tm=tm, c=c, addrs=addrs, b=b, issued=issued):
                 data = tm.load_box(c)
-                cta.check_smem_write(addrs, f"TMA load of {tm.name}")
+                what = f"TMA load of {tm.name}"
+                cta.check_smem_write(addrs, what)
+                job = cta.hb.stamp_async(cta.hb.TMA, issued)
+                cta.hb.access(cta.hb.smem, addrs, job, cta.hb.TMA, True, what)
                 cta.smem[addrs] = data
-                b.complete_tx(data.size)
+                b.complete_tx(data.size, job)
                 cta.stats["tma_load_bytes"] += data.size
             cta.tma_queue.append(complete)
     return PLAIN, run
@@ -81,6 +86,9 @@ def tma_store(p, op, a, r):
             c = [int(env[s][lane]) for s in coords]
             addrs = tm.smem_addresses(int(env[src][lane]))
             _check_smem(cta, addrs, f"TMA store of {tm.name}")
+            what = f"TMA store of {tm.name}"
+            cta.hb.warp_access(w, cta.hb.smem, addrs, False, what)
+            cta.hb.check_async_proxy_read(addrs, what)
             data = cta.smem[addrs].copy()
             flat = np.unique(addrs)
             cta.smem_readers[flat] += 1

@@ -78,7 +78,7 @@ def warpgroup_mma(w, a_rows: np.ndarray, b_desc: int, n: int, dtype: str, b_mn_m
     cta = w.cta
     b_addrs = descriptor_addresses(b_desc, n, b_mn_major)
     B = read_operand(cta, b_addrs, b_desc, dtype)
-    w.wgmma_reads(b_addrs)
+    w.wgmma_reads(b_addrs, "wgmma B")
     rows, cols = d_fragment(n)
     acc = a_rows.astype(np.float64) @ B.T.astype(np.float64)
     if scale_d:
@@ -124,7 +124,7 @@ def mma_async(p, op, a, r):
         ad = int(env[a_desc][0]) & (2**64 - 1)
         a_addrs = descriptor_addresses(ad, M, False)[16 * (w.wid % 4):16 * (w.wid % 4) + 16]
         A = read_operand(w.cta, a_addrs, ad, dtype)
-        w.wgmma_reads(a_addrs)
+        w.wgmma_reads(a_addrs, "wgmma A")
         env[z] = warpgroup_mma(w, A, int(env[b_desc][0]) & (2**64 - 1), n, dtype, b_mn_major, env[acc], scale_d)
     return PLAIN, run
 
