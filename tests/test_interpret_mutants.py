@@ -75,6 +75,15 @@ MUTANTS = {
         "            mm.pv(1, c.b, c.vr.stage, n.gt(1))                          # O1 <- O1 + P1 V(n-1)\n"
         "            v_pipe.mma_commit(c.vr, side=\"empty\")\n",
         "MMA order S0, S1, O1, O0: S1(n) overwrites P1(n-1) before O1 += P1 V(n-1) reads it"),
+    "c_fence_after_dropped": Mutant(
+        k100._Softmax, "store_c", '        self.kb.fence("tcgen05_after")', "        pass",
+        "softmax stores C_i after acquiring it without tcgen05.fence::after_thread_sync"),
+    "c_fence_before_dropped": Mutant(
+        k100._Correction, "read_c", '        kb.fence("tcgen05_before")\n', "",
+        "correction releases C_i after its tcgen05.ld without tcgen05.fence::before_thread_sync"),
+    "proxy_fence_dropped": Mutant(
+        k100._Correction, "epilogue", '        kb.fence("async_smem")\n', "",
+        "epilogue hands O_i's st.shared tile to the TMA store without fence.proxy.async"),
 }
 
 

@@ -79,6 +79,8 @@ class HappensBefore:
         out[ASSUMED, t] = self.vc[ASSUMED, t, t]
         out[REAL, t] = min(out[REAL, t], self.tc_published[wid])
         self.vc[:, wid, wid] += 1
+        self.vc[:, t, t] += 1                 # later tcgen05 ops are not covered by this release
+        self.vc[:, wid, t] = self.vc[:, t, t]
         return out
 
     def acquire(self, wid: int, published: np.ndarray) -> None:

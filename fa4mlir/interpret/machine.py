@@ -183,6 +183,7 @@ class CTA:
         self.named_barriers: collections.Counter = collections.Counter()   # barrier id -> warps arrived
         self.barrier_generation: collections.Counter = collections.Counter()
         self.stats: collections.Counter = collections.Counter()
+        self.mma_log: list = []        # (D, A, B descriptor, instruction descriptor, accumulate, A in TMEM) per tcgen05.mma
         self.tensor_maps = kernel.tensor_maps
         self.gmem = kernel.gmem
         self.warps = [Warp(self, w, kernel.program.new_env(args), kernel.program.body) for w in range(nwarps)]

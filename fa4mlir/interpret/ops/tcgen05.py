@@ -251,6 +251,8 @@ def execute_mma(cta, d_addr: int, a, b_desc: int, idesc: int, accumulate: bool, 
     access(hb and hb.tmem, _cells(0, m, col, n), True, "tcgen05.mma D")
     cta.tmem[0:m, col:col + n] = acc.astype(np.float32).view(np.uint32)
     cta.stats["mma"] += 1
+    if hasattr(cta, "mma_log"):       # what ran, for tests that compare descriptors with another kernel's
+        cta.mma_log.append((d_addr, a, b_desc, idesc, accumulate, a_in_tmem))
 
 
 @semantics("nvvm.tcgen05.mma")
