@@ -8,12 +8,14 @@ Fixtures: `$FA4MLIR_BUNDLE/interpret/<case>.npz`, written where MLIR is (`make g
 
 Tolerance. Both sides compute the same float32 algorithm on the same bf16/f16 inputs; they differ
 in the order an MMA sums its products (the interpreter sums each MMA's products in float64 and
-rounds once; the tensor cores use their own float32 order) and in ex2.approx (the interpreter's
-exp2 is exact; the hardware's is within 2 ulp of float32). Those float32 differences are ~1e-6
-relative; rounding to the 16-bit output can then move an element by one unit in the last place.
-So: every O (or C) element within one 16-bit ulp of the larger of the two magnitudes
-(2^-7 relative for bf16, 2^-10 for f16) plus 1e-6, and LSE (float32) within 1e-5 (1 + |LSE|). Also
-reported: the fraction of elements not bit-identical (a handful per cent is the expected scale).
+rounds once; the tensor cores use their own float32 order) and in ex2.approx / lg2.approx (the
+interpreter's are exact; the hardware's are within 2 ulp of float32). Those float32 differences
+are ~1e-6 relative. A GEMM rounds them once, to C: every element within one 16-bit ulp (2^-7
+relative for bf16, 2^-10 for f16) of the larger magnitude, plus 1e-6. Attention also rounds P to
+16 bits before P V, where a near-tie can round one P element one ulp apart, moving O by up to that
+ulp times p_j |v_j| / l: O within two 16-bit ulps of the larger magnitude plus 2^-3 ulp-units
+absolute (bf16: 2^-10, f16: 2^-13). LSE (float32) within 1e-5 (1 + |LSE|). Also printed: the share
+of elements not bit-identical (a few per cent expected).
 """
 from __future__ import annotations
 
@@ -96,7 +98,8 @@ def test_h200_matches_the_interpreter(path, bundle, torch_cuda, capsys):
             tol = 1e-5 * (1 + np.abs(ref))
         else:
             ref = _half(torch, data[name], dt).float().cpu().numpy()
-            tol = ULP[dt] * np.maximum(np.abs(gpu), np.abs(ref)) + 1e-6
+            mag = np.maximum(np.abs(gpu), np.abs(ref))
+            tol = ULP[dt] * mag + 1e-6 if case.kernel == "gemm" else 2 * ULP[dt] * mag + ULP[dt] / 8
         both_inf = np.isinf(gpu) & np.isinf(ref) & (np.sign(gpu) == np.sign(ref))
         diff = np.where(both_inf, 0.0, np.abs(gpu.astype(np.float64) - ref))
         bad = ~(diff <= tol)                     # NaN on either side is bad
