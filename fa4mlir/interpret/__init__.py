@@ -12,7 +12,8 @@ named-barrier turns, persistent tile loops).
 
 Layout: `kernel.py` (load, launch), `program.py` (IR -> closures, the warp executor),
 `machine.py` (a CTA: shared/tensor memory, mbarriers, async engines, the scheduler), `memory.py`
-(global arrays, TMA boxes and swizzles), `ops/` (the semantics table), `faults.py` (what it reports).
+(global arrays, TMA boxes and swizzles), `hb.py` (happens-before: vector clocks, shadow memory, the
+fence rules), `ops/` (the semantics table), `faults.py` (what it reports).
 Imports MLIR and the compiler's stages; nothing of CUDA, and nothing on the host side imports it.
 """
 from __future__ import annotations
