@@ -233,3 +233,17 @@ def test_shared_write_under_a_wgmma_in_flight_is_a_race():
 """
     with pytest.raises(interpret.RaceFault, match="st.shared writes shared 0x2800.. .* while a wgmma in flight"):
         run(_wgmma_kernel(between=store), n=128)
+
+
+def test_wgmma_result_read_before_wait_group_is_a_fault():
+    """Moving the accumulator out of its struct before the wait is allowed (fa4-lower-mma-sm90 does);
+    computing with it is not: its registers are still being written."""
+    early = """
+      %early = llvm.extractvalue %r[1] : !llvm.struct<(f32, f32, f32, f32)>
+      %bad = arith.addf %early, %early : f32
+"""
+    with pytest.raises(interpret.UnwaitedAsync, match=r"wgmma result \(warp \d, group 0\) is read before "
+                                                      r"wgmma.wait_group.*arith.addf"):
+        run(_wgmma_kernel(between=early), n=128)
+    moved = "      %early = llvm.extractvalue %r[1] : !llvm.struct<(f32, f32, f32, f32)>\n"
+    assert (run(_wgmma_kernel(between=moved), n=128) == 0).all()

@@ -104,7 +104,7 @@ class WarpGroup:
 
 class Warp:
     __slots__ = ("cta", "wid", "tid", "env", "gen", "wait", "done", "role", "ops", "pending_ld", "pending_st",
-                 "wgmma_fenced", "wgmma_open")
+                 "wgmma_fenced", "wgmma_open", "wgmma_waited")
 
     def __init__(self, cta: "CTA", wid: int, env: list, body):
         self.cta, self.wid = cta, wid
@@ -119,6 +119,7 @@ class Warp:
         self.pending_st = 0               # tcgen05.st not yet waited
         self.wgmma_fenced = False         # a wgmma.fence since the last wgmma.wait_group
         self.wgmma_open: list = []        # shared addresses read by wgmma not yet committed
+        self.wgmma_waited = 0             # groups this warp's own wgmma.wait_group retired
 
     # ---- wgmma (ops/wgmma.py): the fence rule and the shared memory in flight ---------------------
     def check_wgmma_fenced(self, what: str) -> None:
@@ -132,6 +133,10 @@ class Warp:
         self.cta.hb.warp_access(self, self.cta.hb.smem, flat, False, what)
         self.cta.smem_readers[flat] += 1
         self.wgmma_open.append(flat)
+
+    def wgmma_group(self) -> int:
+        """The group the wgmma this warp issues now belongs to (the next it commits)."""
+        return self.cta.warpgroup(self.wid).committed[self.wid % 4]
 
     def wgmma_commit(self) -> None:
         self.cta.warpgroup(self.wid).commit(self.wid % 4, self.wgmma_open, self.cta.hb.vc[:, self.wid])
@@ -148,6 +153,7 @@ class Warp:
                        lambda: f"wgmma.wait_group {pending}: warpgroup {self.wid // 4} warps committed "
                                f"{wg.committed} group(s), this one waits for {target}")
         wg.retire(target)
+        self.wgmma_waited = max(self.wgmma_waited, target)
         if target > 0:       # the warpgroup's shares completed: what each warp read is ordered before
             self.cta.hb.acquire(self.wid, wg.vc[target - 1])
         self.wgmma_fenced = False

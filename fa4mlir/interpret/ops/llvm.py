@@ -15,6 +15,7 @@ from ..machine import SMEM_BASE, uniform
 from ..numeric import WARP, np_dtype, vector_len
 from ..program import PLAIN
 from . import semantics
+from .wgmma import move
 
 SHARED, GLOBAL = "!llvm.ptr<3>", "!llvm.ptr<1>"
 _ELEM_BYTES = {"i8": 1, "i16": 2, "i32": 4, "i64": 8, "f32": 4, "f16": 2, "bf16": 2}
@@ -62,9 +63,13 @@ def insertelement(p, op, a, r):
     vec, x, idx, z = a[0], a[1], a[2], r[0]
 
     def run(env, mask, w):
-        out = env[vec].copy()
-        out[:, uniform(env[idx], mask, "insertelement index")] = env[x]
-        env[z] = out
+        at = uniform(env[idx], mask, "insertelement index")
+
+        def insert(vector, value):
+            out = vector.copy()
+            out[:, at] = value
+            return out
+        env[z] = move(w, insert, env[vec], env[x])
     return PLAIN, run
 
 
@@ -73,7 +78,8 @@ def extractelement(p, op, a, r):
     vec, idx, z = a[0], a[1], r[0]
 
     def run(env, mask, w):
-        env[z] = env[vec][:, uniform(env[idx], mask, "extractelement index")]
+        at = uniform(env[idx], mask, "extractelement index")
+        env[z] = move(w, lambda vector: vector[:, at], env[vec])
     return PLAIN, run
 
 
@@ -86,9 +92,11 @@ def insertvalue(p, op, a, r):
     i, s, x, z = pos[0], a[0], a[1], r[0]
 
     def run(env, mask, w):
-        out = np.array(env[s], copy=True)
-        out[:, i] = env[x]
-        env[z] = out
+        def insert(struct, value):
+            out = np.array(struct, copy=True)
+            out[:, i] = value
+            return out
+        env[z] = move(w, insert, env[s], env[x])
     return PLAIN, run
 
 
@@ -100,7 +108,7 @@ def extractvalue(p, op, a, r):
     i, s, z = pos[0], a[0], r[0]
 
     def run(env, mask, w):
-        env[z] = env[s][:, i]
+        env[z] = move(w, lambda struct: struct[:, i], env[s])
     return PLAIN, run
 
 
@@ -119,7 +127,9 @@ def inline_asm(p, op, a, r):
     x, z = a[0], r[0]
 
     def run(env, mask, w):
-        env[z] = np.asarray(env[x])     # an unwaited tcgen05.ld result faults here
+        # an unwaited tcgen05.ld result faults here; wgmma registers in flight pass (the asm reads
+        # nothing: fa4-lower-mma-sm90 fences the accumulator it chains into the next wgmma)
+        env[z] = move(w, np.asarray, env[x])
     return PLAIN, run
 
 

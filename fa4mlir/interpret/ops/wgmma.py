@@ -14,6 +14,11 @@ Descriptors (§9.7.15.5.1 "Matrix Descriptor Format"): start address >> 4 in bit
 A row-major ("K-major") A and a column-major B are K-major operands, a row-major B (imm-trans-b)
 is MN-major: numeric.sw128_operand_offsets.
 
+The D registers are written asynchronously: a wgmma's result is a `PendingRegs` until this warp's
+wgmma.wait_group retires its group. Moving it (extract/insertvalue, extract/insertelement: the
+struct <-> vector shuffles of fa4-lower-mma-sm90) and chaining it into the next wgmma's accumulator
+are allowed; any other use before the wait is an UnwaitedAsync fault.
+
 A wgmma is one warpgroup operation: a warp's wgmma.wait_group blocks until all four warps issued
 and committed the groups it retires, and retires them for the whole warpgroup (machine.WarpGroup).
 A warp's share reads shared memory when the warp issues it; the bytes count as read in flight
@@ -28,7 +33,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..._mlir import ir
-from ..faults import Fault, Unsupported
+from ..faults import Fault, Unsupported, UnwaitedAsync
 from ..numeric import WARP, half_bits_to_f32, sw128_operand_offsets, swizzle
 from ..program import BLOCKING, PLAIN
 from . import semantics
@@ -36,6 +41,46 @@ from .tcgen05 import read_operand
 
 SWIZZLE_128B = 1      # swizzle field (bits 62-63) of a wgmma descriptor
 M, K = 64, 16
+
+
+class PendingRegs:
+    """wgmma D registers of `warp` (or values moved out of them) before its wgmma.wait_group retired
+    `group`: any use but a move faults; once retired, it behaves as its value."""
+
+    __slots__ = ("value", "warp", "group")
+
+    def __init__(self, value, warp, group: int):
+        self.value, self.warp, self.group = value, warp, group
+
+    def ready(self) -> bool:
+        return self.warp.wgmma_waited > self.group
+
+    def settled(self):
+        if not self.ready():
+            raise UnwaitedAsync(f"a wgmma result (warp {self.warp.wid}, group {self.group}) is read before "
+                                f"wgmma.wait_group retired its group")
+        return self.value
+
+    def __array__(self, dtype=None, copy=None):
+        v = self.settled()
+        return v if dtype is None else v.astype(dtype)
+
+    def __getattr__(self, name):
+        return getattr(self.settled(), name)
+
+
+for _op in ("getitem", "setitem", "len", "iter", "add", "radd", "sub", "rsub", "mul", "rmul", "truediv",
+            "rtruediv", "and", "or", "xor", "neg", "lt", "le", "gt", "ge", "eq", "ne", "int", "float", "index"):
+    setattr(PendingRegs, f"__{_op}__", (lambda name: lambda self, *args: getattr(self.settled(), name)(*args))(
+        f"__{_op}__"))
+
+
+def move(w, fn, *values):
+    """`fn` of `values` with PendingRegs not yet retired passed through (a register move)."""
+    pending = [v for v in values if isinstance(v, PendingRegs) and not v.ready()]
+    plain = [v.value if isinstance(v, PendingRegs) else v for v in values]
+    out = fn(*plain)
+    return PendingRegs(out, w, max(v.group for v in pending)) if pending else out
 
 
 def _bits(x: int, lo: int, width: int) -> int:
@@ -125,7 +170,9 @@ def mma_async(p, op, a, r):
         a_addrs = descriptor_addresses(ad, M, False)[16 * (w.wid % 4):16 * (w.wid % 4) + 16]
         A = read_operand(w.cta, a_addrs, ad, dtype)
         w.wgmma_reads(a_addrs, "wgmma A")
-        env[z] = warpgroup_mma(w, A, int(env[b_desc][0]) & (2**64 - 1), n, dtype, b_mn_major, env[acc], scale_d)
+        d = env[acc].value if isinstance(env[acc], PendingRegs) else env[acc]      # chaining is allowed
+        out = warpgroup_mma(w, A, int(env[b_desc][0]) & (2**64 - 1), n, dtype, b_mn_major, d, scale_d)
+        env[z] = PendingRegs(out, w, w.wgmma_group())
     return PLAIN, run
 
 
@@ -159,9 +206,10 @@ def mma_regs_asm(p, op, a, r, asm: str):
         halves = np.stack([words & 0xFFFF, words >> 16], axis=2).astype(np.uint16)    # [32, 4, 2]
         A = np.zeros((16, K), np.float32)
         A[rows, cols] = half_bits_to_f32(halves, dtype)
-        d = np.stack([env[s] for s in d_in], axis=1)
+        d = np.stack([env[s].value if isinstance(env[s], PendingRegs) else env[s] for s in d_in], axis=1)
         sd = bool(np.asarray(env[scale])[0])
-        env[z] = warpgroup_mma(w, A, int(env[b_desc][0]) & (2**64 - 1), n, dtype, b_mn_major, d, sd)
+        out = warpgroup_mma(w, A, int(env[b_desc][0]) & (2**64 - 1), n, dtype, b_mn_major, d, sd)
+        env[z] = PendingRegs(out, w, w.wgmma_group())
     return PLAIN, run
 
 
