@@ -29,6 +29,7 @@ lit: $(STAMP)
 
 gpu-bundle: $(STAMP)      ## here: compile what the GPU tests and the benchmark need into $(BUNDLE)/
 	$(PY) -m fa4mlir bundle --out $(BUNDLE) --set gpu-tests --set bench
+	PYTHONPATH=$(CURDIR) $(PY) -m tests.interpret_sm90 --out $(BUNDLE)/interpret   # the interpreter's outputs the H200 is compared with
 
 # On the GPU machine (no MLIR, no venv: its python3 has torch, pytest, cuda-bindings):
 gpu-test:                 ## there: run the GPU tests from $(BUNDLE)/ and the front end's tests on CPU torch

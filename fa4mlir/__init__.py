@@ -22,6 +22,8 @@ import inside a function counts too). Lower layers never import higher ones:
                paging, decode_schedule, attention_decode_sm90_config) import no MLIR: the host API imports them. A config imports no other kernel module;
                what two configs or kernels share lives in kernels/common/, which imports no kernel.
     lowering, compiler, kernel_sets, __main__ sit on top.
+    interpret  the CPU interpreter of nvvm-stage IR: imports _mlir, dialect, lowering (its stages)
+               and the host's artefact specs; nothing of the package imports it.
     attention  the entry points: kernel configs and the kernel table only (launch contracts, tile
                tables), the compiler lazily (the "else the compiler" kernel source); no IR layer.
     bench      fa4mlir/bench/: what `python -m fa4mlir bench` runs (torch, triton at run time).

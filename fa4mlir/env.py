@@ -32,6 +32,8 @@ KNOBS: dict[str, Knob] = {
              "per compile into its options, part of the cache key)"),
         Knob("FA4MLIR_BUNDLE", None, "path", "kernel bundle directory the runtime and GPU tests load"),
         Knob("FA4MLIR_VERBOSE", "0", "bool", "1: log compiles, cache hits and kernel loads to stderr"),
+        Knob("FA4MLIR_INTERPRET_SWEEP", "0", "bool", "1: tests/test_interpret_attention.py also runs its "
+             "broad sweep of the sm_100a kernel through the interpreter (minutes; CI runs 4 cases)"),
         Knob("FA4MLIR_CUBIN_BACKEND", None, "str",
              "overrides each kernel's own LLVM->cubin route (one the kernel cannot take is refused: "
              "nvjitlink for the attention kernels, nvjitlink-lto before sm_100): nvjitlink (upstream PTX, "

@@ -316,6 +316,25 @@ def stage_pipelines(arch: str, debug: bool) -> list[tuple[str, list[str]]]:
     return [("fa4", registry.fa4_stage(arch)), ("nvvm", registry.nvvm_stage(arch))]
 
 
+def run_ir_stages(module: ir.Module, arch: str, *, until: str = "nvvm", debug: bool = False,
+                  after_stage=None) -> ir.Module:
+    """Run the fa4 IR stages on `module` in place, up to and including `until` ("fa4" or "nvvm"),
+    and return it: the IR an interpreter executes (fa4mlir.interpret reads the nvvm stage, after
+    every fa4 pass and before scf is lowered to a CFG). `after_stage(stage, module)` is called after
+    each stage (to read what a later stage erases, e.g. the pipelines' planned offsets). `lower`
+    runs the same passes through `lower_module`; this stops before the upstream conversions."""
+    stages = stage_pipelines(arch, debug)
+    if until not in [name for name, _ in stages]:
+        raise ValueError(f"run_ir_stages until={until!r}: expected one of {[name for name, _ in stages]}")
+    for stage, names in stages:
+        registry.run_passes(module, names, debug=debug)
+        if after_stage is not None:
+            after_stage(stage, module)
+        if stage == until:
+            break
+    return module
+
+
 def lower_module(module: ir.Module, arch: str, *, debug: bool = False, dumper: _Dumper | None = None,
                  times: dict | None = None, target: str = "ptx") -> tuple[str, dict]:
     """Run the IR stages on `module` in place; return its PTX (target "ptx") or NVVM IR (target

@@ -20,7 +20,7 @@ HOST = ("fa4mlir", "fa4mlir.runtime", "fa4mlir.driver", "fa4mlir.artifacts", "fa
         "fa4mlir.cache")
 # Compiler layers the host modules must not reach.
 COMPILER = ("fa4mlir._mlir", "fa4mlir.dsl", "fa4mlir.dialect", "fa4mlir.passes", "fa4mlir.lowering",
-            "fa4mlir.compiler", "fa4mlir.kernels")
+            "fa4mlir.compiler", "fa4mlir.kernels", "fa4mlir.interpret")
 # Pure-Python kernel pieces: the configs (the host API imports them) and the common/ modules that
 # hold numbers and host-side math. The other common/ modules build IR through the DSL.
 PURE_KERNEL_PIECES = ("fa4mlir.kernels.attention_sm90_config", "fa4mlir.kernels.attention_sm100_config",
@@ -185,6 +185,13 @@ def test_configs_share_through_common_only():
     others = [m for m in MODULES if _within(m, ("fa4mlir.kernels",)) and m != "fa4mlir.kernels"
               and not _within(m, ("fa4mlir.kernels.common",))]
     assert len(configs) >= 2 and not _violations(configs, others)
+
+
+def test_only_tests_import_the_interpreter():
+    """fa4mlir.interpret sits on top (it runs the compiler's stages): nothing in the package imports it."""
+    assert "fa4mlir.interpret.machine" in MODULES
+    others = [m for m in MODULES if not _within(m, ("fa4mlir.interpret",))]
+    assert not _violations(others, ("fa4mlir.interpret",))
 
 
 def test_no_module_imports_bench():

@@ -21,8 +21,9 @@ TMEM and SMEM plans. Roles (FA4Config.ROLES; 512 threads):
                 its max (vote.any; skipped otherwise), release `o_i` (the MMA may issue the next
                 P_i V). At the end: O_i / l -> Q_i's SMEM tile (128B swizzle) -> TMA store, LSE.
 
-Every wait on a barrier that a tcgen05 op completes or that guards TMEM another warp wrote is
-followed by tcgen05.fence::after_thread_sync; every TMEM write handed to another warp is waited
+Every wait on a barrier that a tcgen05 op completes, that guards TMEM another warp wrote, or that
+hands back TMEM another warp read (C_i, before the softmax's next store) is followed by
+tcgen05.fence::after_thread_sync; every TMEM write handed to another warp is waited
 (tcgen05.wait::st) and followed by tcgen05.fence::before_thread_sync before the arrive
 (PTX ISA 9.1 §9.7.16.6.4 "tcgen05.fence").
 """
@@ -355,6 +356,7 @@ class _Softmax:
         """The f32 `values` -> C_i of this row (once the correction read C_i), handed to the correction
         warpgroup."""
         self.pipes.c.producer_acquire(pipe_st)
+        self.kb.fence("tcgen05_after")       # the correction's tcgen05.ld of C_i is ordered before our st
         words = [v.bitcast("i32") for v in values]
         fa4.tmem_store(self.c_addr, words[0] if len(words) == 1 else vec(*words))
         fa4.tmem_wait(kind="st")

@@ -5,7 +5,7 @@
 * `fa4.tmem_dealloc(addr){cols}` -> tcgen05.dealloc.cta_group::1 (§9.7.16.7.1).
 * `fa4.tmem_relinquish`        -> tcgen05.relinquish_alloc_permit.cta_group::1 (§9.7.16.7.1).
 * `fa4.tmem_load(addr){num}`   -> tcgen05.ld.sync.aligned.32x32b.x{num}.b32 (§9.7.16.8.3); result
-  vector<num x i32> (i32 for num = 1, widened back to the op's type).
+  vector<num x i32> (i32 for num = 1, widened back to the op's type after the wait).
 * `fa4.tmem_store(addr, v)`    -> tcgen05.st.sync.aligned.32x32b.x{num}.b32 (§9.7.16.8.4).
 * `fa4.tmem_wait{kind}`        -> tcgen05.wait::ld / ::st (§9.7.16.8.5).
 
@@ -44,17 +44,19 @@ def _num_of(t: ir.Type, op) -> int:
                     op.location)
 
 
-def _load(op: ir.Operation) -> ir.Value:
+def _load(op: ir.Operation) -> tuple[ir.Value, ir.Value]:
+    """(the op's value, the tcgen05.ld register it comes from): the same value, except for num = 1
+    into a vector<1xi32>, widened from the i32 register."""
     num, rtype = attr(op, "num"), op.results[0].type
     if num not in LDST_NUM or _num_of(rtype, op) != num:
         raise PassError(f"{NAME}: tmem_load num={num} with result {rtype}; tcgen05.ld.32x32b takes num in "
                         f"{LDST_NUM} and returns vector<num x i32>", op.location)
     i32t = ir.IntegerType.get_signless(32)
     ld_t = i32t if num == 1 else ir.VectorType.get([num], i32t)
-    value = nvvm.tcgen05_ld(ld_t, nvvm.Tcgen05LdStShape.SHAPE_32X32B, tmem_ptr(op.operands[0]))
+    raw = nvvm.tcgen05_ld(ld_t, nvvm.Tcgen05LdStShape.SHAPE_32X32B, tmem_ptr(op.operands[0]))
     if num == 1 and rtype != i32t:
-        value = llvm.insertelement(llvm.mlir_undef(rtype), value, i64(0))
-    return value
+        return llvm.insertelement(llvm.mlir_undef(rtype), raw, i64(0)), raw
+    return raw, raw
 
 
 def _store(op: ir.Operation) -> None:
@@ -84,9 +86,9 @@ def run(module: ir.Operation) -> None:
                 op.erase()
             elif name == "fa4.tmem_load":
                 block = op.block
-                value = _load(op)
+                value, raw = _load(op)
                 replace(op, [value])
-                pending.setdefault(block, []).append(value)
+                pending.setdefault(block, []).append((value, raw))
             elif name == "fa4.tmem_store":
                 _store(op)
                 op.erase()
@@ -102,10 +104,15 @@ def run(module: ir.Operation) -> None:
 
 
 def _fence_pending(values: list, wait: ir.Operation) -> None:
-    """Route every use of `values` that follows `wait` (in its block or nested below) to a fenced copy."""
-    for value in values:
+    """Route every use of `values` that follows `wait` (in its block or nested below) to a fenced copy.
+    Each is (value, raw register): a widened num = 1 value is rebuilt from its fenced register after
+    the wait, so no instruction reads the register before tcgen05.wait::ld (the early widening is
+    erased once nothing uses it)."""
+    for value, raw in values:
         users = [u.owner.operation if hasattr(u.owner, "operation") else u.owner for u in value.uses]
-        fenced = fence_registers(value)
+        fenced = fence_registers(raw)
+        if raw != value:
+            fenced = llvm.insertelement(llvm.mlir_undef(value.type), fenced, i64(0))
         for user in users:
             anchor = _ancestor_in(user, wait.block)
             if anchor is None or not wait.is_before_in_block(anchor):
@@ -113,6 +120,8 @@ def _fence_pending(values: list, wait: ir.Operation) -> None:
             for i, operand in enumerate(user.operands):
                 if operand == value:
                     user.operands[i] = fenced
+        if raw != value and not list(value.uses):
+            value.owner.erase()
 
 
 def _ancestor_in(op: ir.Operation, block: ir.Block):

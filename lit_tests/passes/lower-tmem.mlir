@@ -59,3 +59,25 @@ module attributes {gpu.container_module} {
     }
   }
 }
+
+// -----
+
+// One column into a vector<1xi32>: the i32 register is read (fenced, then widened) only after the
+// wait; nothing touches it between tcgen05.ld and tcgen05.wait::ld.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_100a", features = "+ptx86">] {
+    // CHECK-LABEL: llvm.func @one_column
+    llvm.func @one_column(%addr: i32, %out: !llvm.ptr<1>) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      // CHECK: %[[R:.*]] = nvvm.tcgen05.ld %{{.*}} {shape = #nvvm.tcgen05_ldst_shape<shape_32x32b>} : i32
+      // CHECK-NOT: %[[R]]
+      // CHECK: nvvm.tcgen05.wait <load>
+      // CHECK-NEXT: %[[F:.*]] = llvm.inline_asm has_side_effects "", "=r,0" %[[R]] : (i32) -> i32
+      // CHECK: %[[V:.*]] = llvm.insertelement %[[F]], %{{.*}}[%{{.*}} : i64] : vector<1xi32>
+      // CHECK-NEXT: llvm.store %[[V]], %{{.*}}
+      %v = "fa4.tmem_load"(%addr) {num = 1 : i64} : (i32) -> vector<1xi32>
+      "fa4.tmem_wait"() {kind = "ld"} : () -> ()
+      llvm.store %v, %out : vector<1xi32>, !llvm.ptr<1>
+      llvm.return
+    }
+  }
+}

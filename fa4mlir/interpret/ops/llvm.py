@@ -1,0 +1,223 @@
+"""LLVM-dialect ops of the nvvm stage: addresses, shared/global loads and stores, vector elements,
+the register fences fa4 passes emit, and the PTX math of fa4-lower-math.
+
+Addresses are int64 per lane. `@fa4_smem` is the dynamic shared window at machine.SMEM_BASE; a
+TMA descriptor parameter (`!llvm.ptr` byval) holds the index of its TensorMap; a `!llvm.ptr<1>`
+parameter holds its array's made-up global address (memory.GlobalMemory).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..._mlir import ir
+from ..faults import Fault, Unsupported
+from ..machine import SMEM_BASE, uniform
+from ..numeric import WARP, np_dtype, vector_len
+from ..program import PLAIN
+from . import semantics
+from .wgmma import move
+
+SHARED, GLOBAL = "!llvm.ptr<3>", "!llvm.ptr<1>"
+_ELEM_BYTES = {"i8": 1, "i16": 2, "i32": 4, "i64": 8, "f32": 4, "f16": 2, "bf16": 2}
+
+
+@semantics("llvm.mlir.addressof")
+def addressof(p, op, a, r):
+    name = ir.FlatSymbolRefAttr(op.attributes["global_name"]).value
+    if name != "fa4_smem":
+        raise Unsupported(f"llvm.mlir.addressof @{name}: only the shared window @fa4_smem is modelled")
+    p.constant(op.results[0], np.full(WARP, SMEM_BASE, np.int64))
+
+
+@semantics("llvm.getelementptr")
+def getelementptr(p, op, a, r):
+    raw = list(ir.DenseI32ArrayAttr(op.attributes["rawConstantIndices"]))
+    elem = str(ir.TypeAttr(op.attributes["elem_type"]).value)
+    if raw != [-2147483648] or len(a) != 2 or elem not in _ELEM_BYTES:
+        raise Unsupported(f"llvm.getelementptr form {raw} over {elem}: one dynamic index of a scalar type only")
+    size, base, index, z = _ELEM_BYTES[elem], a[0], a[1], r[0]
+
+    def run(env, mask, w):
+        env[z] = env[base] + env[index].astype(np.int64) * size
+    return PLAIN, run
+
+
+@semantics("llvm.ptrtoint", "llvm.inttoptr", "llvm.addrspacecast")
+def pointer_cast(p, op, a, r):
+    dt, x, z = np_dtype(op.results[0].type), a[0], r[0]
+
+    def run(env, mask, w):
+        env[z] = env[x].astype(dt)
+    return PLAIN, run
+
+
+@semantics("llvm.mlir.undef", "llvm.mlir.poison", "llvm.mlir.zero")
+def undef(p, op, a, r):
+    t = op.results[0].type
+    n = vector_len(t)
+    p.constant(op.results[0], np.zeros((WARP, n) if n else WARP, np_dtype(t)))
+
+
+@semantics("llvm.insertelement")
+def insertelement(p, op, a, r):
+    vec, x, idx, z = a[0], a[1], a[2], r[0]
+
+    def run(env, mask, w):
+        at = uniform(env[idx], mask, "insertelement index")
+
+        def insert(vector, value):
+            out = vector.copy()
+            out[:, at] = value
+            return out
+        env[z] = move(w, insert, env[vec], env[x])
+    return PLAIN, run
+
+
+@semantics("llvm.extractelement")
+def extractelement(p, op, a, r):
+    vec, idx, z = a[0], a[1], r[0]
+
+    def run(env, mask, w):
+        at = uniform(env[idx], mask, "extractelement index")
+        env[z] = move(w, lambda vector: vector[:, at], env[vec])
+    return PLAIN, run
+
+
+@semantics("llvm.insertvalue")
+def insertvalue(p, op, a, r):
+    """A struct (wgmma's accumulator registers) is a [lanes, fields] array: field `position` set."""
+    pos = list(ir.DenseI64ArrayAttr(op.attributes["position"]))
+    if len(pos) != 1:
+        raise Unsupported(f"llvm.insertvalue at {pos}: one position of a flat struct only")
+    i, s, x, z = pos[0], a[0], a[1], r[0]
+
+    def run(env, mask, w):
+        def insert(struct, value):
+            out = np.array(struct, copy=True)
+            out[:, i] = value
+            return out
+        env[z] = move(w, insert, env[s], env[x])
+    return PLAIN, run
+
+
+@semantics("llvm.extractvalue")
+def extractvalue(p, op, a, r):
+    pos = list(ir.DenseI64ArrayAttr(op.attributes["position"]))
+    if len(pos) != 1:
+        raise Unsupported(f"llvm.extractvalue at {pos}: one position of a flat struct only")
+    i, s, z = pos[0], a[0], r[0]
+
+    def run(env, mask, w):
+        env[z] = move(w, lambda struct: struct[:, i], env[s])
+    return PLAIN, run
+
+
+@semantics("llvm.inline_asm")
+def inline_asm(p, op, a, r):
+    """The empty register fence (`"", "=r,0"` / `"=f,0"` / `"=l,0"`: the value passes through), and
+    the one other asm a pass emits: wgmma with A from registers (ops/wgmma.py)."""
+    asm = ir.StringAttr(op.attributes["asm_string"]).value
+    if "wgmma.mma_async" in asm:
+        from .wgmma import mma_regs_asm
+        return mma_regs_asm(p, op, a, r, asm)
+    if "SCALE_DONE" in asm:
+        return _scale_if_uniform(op, a, r, asm)
+    if asm.strip() or len(a) != 1 or len(r) != 1:
+        raise Unsupported(f"inline asm {asm!r}: only the empty register fence and wgmma are modelled")
+    x, z = a[0], r[0]
+
+    def run(env, mask, w):
+        # an unwaited tcgen05.ld result faults here; wgmma registers in flight pass (the asm reads
+        # nothing: fa4-lower-mma-sm90 fences the accumulator it chains into the next wgmma)
+        env[z] = move(w, np.asarray, env[x])
+    return PLAIN, run
+
+
+def _scale_if_uniform(op, a, r, asm: str):
+    """fa4-lower-sync's scale_if_uniform: `@skip bra.uni SCALE_DONE` around n `mul.f32 $i, $i, $(2n+i)`;
+    values $n.. tied to the results, scales $2n.., the condition $3n. bra.uni promises a warp-uniform
+    branch: a condition that differs between lanes is a fault."""
+    n = len(a) // 2
+    if len(a) != 2 * n + 1 or f"setp.eq.u32 skip, ${3 * n}, 0;" not in asm or asm.count("mul.f32") != n:
+        raise Unsupported(f"inline asm scale-if-uniform form {asm[:80]!r}...")
+    values, scales, flag, z = a[:n], a[n:2 * n], a[2 * n], r[0]
+
+    def run(env, mask, w):
+        out = np.stack([env[s] for s in values], axis=1)
+        if uniform(env[flag], mask, "scale_if_uniform condition (bra.uni)"):
+            out = out * np.stack([env[s] for s in scales], axis=1)
+        env[z] = out.astype(np.float32)
+    return PLAIN, run
+
+
+_PTX = {"ex2.approx.ftz.f32 $0, $1;": np.exp2, "lg2.approx.ftz.f32 $0, $1;": np.log2}
+
+
+@semantics("nvvm.inline_ptx")
+def inline_ptx(p, op, a, r):
+    """The PTX of fa4-lower-math (_ptx.py): ex2/lg2.approx, modelled exactly (float32 exp2/log2)."""
+    code = ir.StringAttr(op.attributes["ptxCode"]).value
+    f = _PTX.get(code)
+    if f is None or len(a) != 1 or len(r) != 1:
+        raise Unsupported(f"inline PTX {code!r}")
+    x, z = a[0], r[0]
+
+    def run(env, mask, w):
+        env[z] = f(env[x]).astype(np.float32)
+    return PLAIN, run
+
+
+def _lane_bytes(addrs: np.ndarray, nbytes: int) -> np.ndarray:
+    return addrs[:, None] + np.arange(nbytes)[None, :]
+
+
+def _smem_span(cta, addrs, nbytes, what):
+    lo, hi = int(addrs.min()), int(addrs.max()) + nbytes
+    if lo < SMEM_BASE or hi > cta.smem.size:
+        raise Fault(f"{what} of {nbytes} bytes at shared {lo:#x}..{hi:#x}: outside the kernel's "
+                    f"{cta.smem.size - SMEM_BASE} bytes of shared memory")
+    return _lane_bytes(addrs, nbytes)
+
+
+@semantics("llvm.load")
+def load(p, op, a, r):
+    t = op.results[0].type
+    dt, n, ptr, z = np_dtype(t), vector_len(t), a[0], r[0]
+    nbytes = np.dtype(dt).itemsize * (n or 1)
+    space = str(op.operands[0].type)
+    if space not in (SHARED, GLOBAL):
+        raise Unsupported(f"llvm.load from {space}")
+
+    def run(env, mask, w):
+        cta, lanes = w.cta, np.nonzero(mask)[0]
+        out = np.zeros((WARP, nbytes), np.uint8)
+        if space == SHARED:
+            span = _smem_span(cta, env[ptr][lanes], nbytes, "ld.shared")
+            cta.hb.warp_access(w, cta.hb.smem, span, False, "ld.shared")
+            out[lanes] = cta.smem[span]
+        else:
+            for lane in lanes:
+                out[lane] = cta.gmem.read(int(env[ptr][lane]), nbytes)
+        env[z] = out.view(dt) if n else out.view(dt)[:, 0]
+    return PLAIN, run
+
+
+@semantics("llvm.store")
+def store(p, op, a, r):
+    val, ptr = a[0], a[1]
+    space = str(op.operands[1].type)
+    if space not in (SHARED, GLOBAL):
+        raise Unsupported(f"llvm.store to {space}")
+
+    def run(env, mask, w):
+        cta, lanes = w.cta, np.nonzero(mask)[0]
+        data = np.ascontiguousarray(env[val]).view(np.uint8).reshape(WARP, -1)[lanes]
+        if space == SHARED:
+            span = _smem_span(cta, env[ptr][lanes], data.shape[1], "st.shared")
+            cta.check_smem_write(span, "st.shared")
+            cta.hb.warp_access(w, cta.hb.smem, span, True, "st.shared", generic=True)
+            cta.smem[span] = data
+        else:
+            for i, lane in enumerate(lanes):
+                cta.gmem.write(int(env[ptr][lane]), data[i])
+    return PLAIN, run

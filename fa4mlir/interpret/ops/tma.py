@@ -1,0 +1,128 @@
+"""TMA (PTX ISA §9.7.9.25 cp.async.bulk.tensor): box copies between global and shared memory.
+
+A load is queued on the CTA's TMA engine when issued; when the engine runs it, it writes the box
+(clipped, out-of-bounds zero-filled, swizzled: memory.TensorMap) into shared memory and completes
+that many transaction bytes on its mbarrier, publishing the issuer's vector clock plus the engine's
+epoch of the copy (hb.py). A store reads shared memory when issued (the engine
+reads it "later" on the hardware, before the cp.async.bulk.wait_group[.read] that retires its
+bulk group: until then its source bytes count as read in flight, and a write to them is a
+RaceFault) and writes global memory when that wait retires its group. Groups are per warp
+(commit_group closes one; wait_group N retires all but the N most recent).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..._mlir import ir
+from ..faults import Fault, Unsupported
+from ..machine import SMEM_BASE
+from ..program import PLAIN
+from . import semantics
+
+
+def _segments(op) -> list[int]:
+    return list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+
+
+def _tensor_map(w, handle):
+    maps = w.cta.tensor_maps
+    h = int(handle)
+    if not 0 <= h < len(maps) or maps[h] is None:
+        raise Fault(f"TMA descriptor operand {h}: not a TMA parameter of this launch")
+    return maps[h]
+
+
+def _check_smem(cta, addrs, what):
+    if addrs.min() < SMEM_BASE or addrs.max() >= cta.smem.size:
+        raise Fault(f"{what}: box at shared {int(addrs.min()):#x}..{int(addrs.max()):#x} outside the "
+                    f"{cta.smem.size - SMEM_BASE} bytes of shared memory")
+
+
+@semantics("nvvm.cp.async.bulk.tensor.shared.cluster.global")
+def tma_load(p, op, a, r):
+    seg = _segments(op)
+    if seg[3] != 1 or any(seg[4:]):
+        raise Unsupported(f"TMA load with multicast / im2col / L2 hint operands (segments {seg})")
+    nd = seg[2]
+    dst, desc, coords, bar = a[0], a[1], a[2:2 + nd], a[2 + nd]
+
+    def run(env, mask, w):
+        cta = w.cta
+        for lane in np.nonzero(mask)[0]:
+            tm = _tensor_map(w, env[desc][lane])
+            c = [int(env[s][lane]) for s in coords]
+            d = int(env[dst][lane])
+            if tm.span and d % (8 * tm.span):
+                raise Fault(f"TMA load into shared {d:#x}: a {tm.span}-byte swizzled box must start "
+                            f"{8 * tm.span}-byte aligned")
+            addrs = tm.smem_addresses(d)
+            _check_smem(cta, addrs, f"TMA load of {tm.name}")
+            b = cta.mbarrier(env[bar][lane])
+            issued = cta.hb.tma_issue(w.wid)
+
+            def complete(tm=tm, c=c, addrs=addrs, b=b, issued=issued):
+                data = tm.load_box(c)
+                what = f"TMA load of {tm.name}"
+                cta.check_smem_write(addrs, what)
+                job = cta.hb.stamp_async(cta.hb.TMA, issued)
+                cta.hb.access(cta.hb.smem, addrs, job, cta.hb.TMA, True, what)
+                cta.smem[addrs] = data
+                b.complete_tx(data.size, job)
+                cta.stats["tma_load_bytes"] += data.size
+            cta.tma_queue.append(complete)
+    return PLAIN, run
+
+
+@semantics("nvvm.cp.async.bulk.tensor.global.shared.cta")
+def tma_store(p, op, a, r):
+    seg = _segments(op)
+    nd = seg[2]
+    desc, src, coords = a[0], a[1], a[2:2 + nd]
+
+    def run(env, mask, w):
+        cta = w.cta
+        for lane in np.nonzero(mask)[0]:
+            tm = _tensor_map(w, env[desc][lane])
+            c = [int(env[s][lane]) for s in coords]
+            addrs = tm.smem_addresses(int(env[src][lane]))
+            _check_smem(cta, addrs, f"TMA store of {tm.name}")
+            what = f"TMA store of {tm.name}"
+            cta.hb.warp_access(w, cta.hb.smem, addrs, False, what)
+            cta.hb.check_async_proxy_read(addrs, what)
+            data = cta.smem[addrs].copy()
+            flat = np.unique(addrs)
+            cta.smem_readers[flat] += 1
+            cta.store_groups[w.wid][0].append((lambda tm=tm, c=c, data=data: tm.store_box(c, data), flat))
+    return PLAIN, run
+
+
+@semantics("nvvm.cp.async.bulk.commit.group")
+def commit_group(p, op, a, r):
+    def run(env, mask, w):
+        open_, groups = w.cta.store_groups[w.wid]
+        if open_:
+            groups.append(list(open_))
+            open_.clear()
+    return PLAIN, run
+
+
+@semantics("nvvm.cp.async.bulk.wait_group")
+def wait_group(p, op, a, r):
+    """Retires this warp's committed bulk groups but the `group` most recent: their global writes
+    land and their shared source may be reused (`.read` allows only the latter on the hardware; the
+    interpreter lands both)."""
+    pending = ir.IntegerAttr(op.attributes["group"]).value
+
+    def run(env, mask, w):
+        cta = w.cta
+        groups = cta.store_groups[w.wid][1]
+        while len(groups) > pending:
+            for job, flat in groups.popleft():
+                cta.smem_readers[flat] -= 1
+                cta.stats["tma_store_bytes"] += job()
+    return PLAIN, run
+
+
+@semantics("nvvm.prefetch")
+def prefetch(p, op, a, r):
+    return PLAIN, lambda env, mask, w: None
