@@ -316,3 +316,11 @@ def test_fp8_plan_picks_the_kernel_of_its_scale_granularity():
                                 v_scale=info((1,), "f32"))
     plan = kc.plan_problem(p.with_options(causal=True, softmax_scale=0.1, num_splits=None, return_lse=False), 132)
     raises(UnsupportedFeatureError, ["128-byte aligned"], configs_for, plan)
+
+
+def test_decode_bench_counts_fp8_bytes_as_read():
+    # bandwidth is bytes the kernel must read: e4m3 is 1 byte per element (+ its float32 scales), not bf16's 2
+    from fa4mlir.bench.decode_bench import D, HK, kv_bytes
+    assert kv_bytes(1000, 2) == 2 * 1000 * HK * D * 2
+    assert kv_bytes(1000, 1, 2 * HK) == 2 * 1000 * HK * D + 4 * 2 * HK
+    assert kv_bytes(1000, 1) * 2 == kv_bytes(1000, 2)
