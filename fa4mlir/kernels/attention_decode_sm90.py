@@ -62,6 +62,7 @@ WGMMA_K = 16
 LN2 = 0.6931471805599453
 NEG_INF = float("-inf")
 BAR_CONSUMER = 1       # named barrier of the consumer warpgroup (128 threads)
+GATHER_UNROLL = 4      # cp.asyncs per trip of the gather's copy loop (note "Gather"): first guess
 
 
 def build(cfg: DecodeConfig = DecodeConfig()) -> dsl.KernelIR:
@@ -79,15 +80,22 @@ def build(cfg: DecodeConfig = DecodeConfig()) -> dsl.KernelIR:
         v_smem = kb.smem("v_smem", cfg.stages * cfg.tile_bytes())
         # FP8: the tiles the tensor cores read, converted to f16 (else the ring stages themselves)
         staged = (kb.smem("k16_smem", cfg.staged_bytes()), kb.smem("v16_smem", cfg.staged_bytes())) if cfg.fp8 else None
-        k_pipe = kb.pipeline("k_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"])
-        v_pipe = kb.pipeline("v_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"])
+        # a gather's 32 lanes each commit once (after their cp_async_arrive): 32 arrivals per fill
+        arrivals = 32 if cfg.gather else 1
+        k_pipe = kb.pipeline("k_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
+                             producer_arrivals=arrivals)
+        v_pipe = kb.pipeline("v_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
+                             producer_arrivals=arrivals)
         kb.pipeline_init()
         work = _Work(kb, cfg, p)
         with kb.warp_roles():
             with kb.role("mma", first_warp=0, num_warps=4, regs=0):
                 _mma_role(kb, cfg, work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, staged)
             with kb.role("load", first_warp=4, num_warps=1, regs=0):
-                _load_role(kb, cfg, work, p, k_smem, v_smem, k_pipe, v_pipe)
+                if cfg.gather:
+                    _gather_role(kb, cfg, work, p, k_smem, v_smem, k_pipe, v_pipe)
+                else:
+                    _load_role(kb, cfg, work, p, k_smem, v_smem, k_pipe, v_pipe)
     return kb.finish()
 
 
@@ -165,6 +173,66 @@ def _load_role(kb, cfg, work: _Work, p, k_smem, v_smem, k_pipe, v_pipe):
                 origins = [box_origin(t0 + i * cfg.box_rows) for i in range(cfg.boxes_per_tile)]
                 fill(pipe, desc, smem, s, t0, origins)
             loop.yield_(s.advance())
+
+
+def _gather_role(kb, cfg, work: _Work, p, k_smem, v_smem, k_pipe, v_pipe):
+    """Note "Gather": the whole producer warp fetches each K/V tile by cp.async, 16 bytes a lane.
+    A row of D elements is `units` 16-byte units; one warp instruction copies 32 / units whole rows
+    (lane l: row i * 32 / units + l / units of instruction i, unit l % units), each lane reading
+    its row's page-table entry (an L1 hit for the lanes of one row). Rows at or past L_b read
+    nothing and land as zeros (cp.async's src-size 0). bf16/f16 rows land in the 128B-swizzled
+    layout the TMA boxes give (chunk c of row r at c * bn * 128 + r * 128, 16-byte unit u at
+    (u ^ r % 8) * 16), FP8 rows unswizzled (row r at r * D), so the consumer is the same. Each lane
+    then arrives on full[stage] through cp.async.mbarrier.arrive (net zero: the phase waits for its
+    copies) and commits once; the pipelines count 32 producer arrivals."""
+    lane = kb.thread_idx(0) % 32
+    esize = 1 if cfg.fp8 else ELEM_BYTES[cfg.dtype]
+    units = cfg.head_dim * esize // 16
+    rows_per_instr = 32 // units
+    sub, unit = lane // units, lane % units
+    head_off = [work.kv_head.to("i64") * p[f"{t}_stride_2"] for t in ("k_pool", "v_pool")]
+    row_at = work.batch.to("i64") * p["page_table_stride"].to("i64")
+
+    instrs = cfg.bn // rows_per_instr
+    unroll = min(GATHER_UNROLL, instrs)
+
+    def fill(pipe, t, pool, smem, s: PipeState, t0: Value):
+        pipe.producer_acquire(s)
+        base = s.stage * cfg.tile_bytes()
+        # a loop of `unroll` copies per trip: their page-table reads in flight together, without
+        # hoisting a tile's worth of them (spills at two CTAs per SM)
+        with kb.for_(0, instrs // unroll, 1) as (g, _):
+            for k in range(unroll):
+                _gather_copy(kb, cfg, work, p, t, pool, smem, base, t0, sub + (g * unroll + k) * rows_per_instr,
+                             unit, esize, row_at, head_off[t == "v_pool"])
+        fa4.cp_async_arrive(s.stage, pipe=pipe.name)
+        pipe.producer_commit(s)
+
+    loop = kb.for_(work.begin, work.end, 1, carry=k_pipe.initial_state())
+    with loop as (j, s):
+        t0 = j * cfg.bn
+        fill(k_pipe, "k_pool", p["k_pool"], k_smem, s, t0)
+        fill(v_pipe, "v_pool", p["v_pool"], v_smem, s, t0)
+        loop.yield_(s.advance())
+
+
+def _gather_copy(kb, cfg, work: _Work, p, t, pool, smem, base, t0, r, unit, esize, row_at, head_off):
+    """One cp.async of note "Gather": 16-byte unit `unit` of row r of the tile starting at token
+    t0, from pool `pool` (t: its parameter name, for the strides) into the stage at `base`."""
+    tok = t0 + r
+    live = tok.slt(work.length)
+    slot = select(live, fast_div(tok, *div(p, "page")), const(0))
+    in_page = tok - slot * p["page_size"]
+    entry = kb.load(kb.gep(p["page_table"], row_at + slot.to("i64"), "i32"), "i32", align=4)
+    page = entry.smax(0).smin(p["num_pages"] - 1)
+    elems = page.to("i64") * p[f"{t}_stride_0"] + in_page.to("i64") * p[f"{t}_stride_1"] + head_off
+    src = kb.gep(pool, select(live, elems * esize + (unit * 16).to("i64"), const(0, "i64")), "i8")
+    if cfg.fp8:      # unswizzled rows of D bytes
+        off = r * cfg.head_dim + unit * 16
+    else:            # 128B swizzle: chunk c of row r at c * bn * 128 + r * 128, unit u at (u ^ r % 8) * 16
+        chunk, in_chunk = unit // UNITS, unit % UNITS
+        off = chunk * (cfg.bn * SWIZZLE) + r * SWIZZLE + (in_chunk ^ (r % 8)) * 16
+    fa4.cp_async(src, kb.gep(smem, base + off, "i8"), live)
 
 
 # ---- consumer -------------------------------------------------------------------------------------
@@ -376,6 +444,8 @@ def _kv_tile(cs: _Consumer, bufs, j: Value, carry, masked: bool):
     s, o, m, l = carry
     # 1. S_j = Q K_j^T (FP8: K_j converted to f16 first, its stage released once read)
     k_pipe.consumer_wait(s)
+    if cfg.gather and staged is None:     # cp.async wrote the stage: generic proxy -> wgmma's async proxy
+        kb.fence("async_smem")
     k_stage = kb.gep(k_smem, s.stage * cfg.tile_bytes(), "i8")
     if staged is not None:
         _convert_fp8(cs, k_stage, staged[0])
@@ -391,6 +461,8 @@ def _kv_tile(cs: _Consumer, bufs, j: Value, carry, masked: bool):
     o = vec(*[o[i] * alpha[acc_row(i)] for i in range(cs.n_o)])
     # 4. O += P V_j (V rows past L_b zeroed first, in the tile that holds L_b)
     v_pipe.consumer_wait(s)
+    if cfg.gather and staged is None:
+        kb.fence("async_smem")
     v_stage = kb.gep(v_smem, s.stage * cfg.tile_bytes(), "i8")
     if staged is not None:
         _convert_fp8(cs, v_stage, staged[1])
