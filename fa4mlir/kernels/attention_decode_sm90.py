@@ -63,6 +63,7 @@ LN2 = 0.6931471805599453
 NEG_INF = float("-inf")
 BAR_CONSUMER = 1       # named barrier of the consumer warpgroup (128 threads)
 GATHER_UNROLL = 4      # cp.asyncs per trip of the gather's copy loop (note "Gather"): first guess
+BAR_GATHER = 2         # named barrier of the gather's producer warp (32 threads)
 
 
 def build(cfg: DecodeConfig = DecodeConfig()) -> dsl.KernelIR:
@@ -80,6 +81,7 @@ def build(cfg: DecodeConfig = DecodeConfig()) -> dsl.KernelIR:
         v_smem = kb.smem("v_smem", cfg.stages * cfg.tile_bytes())
         # FP8: the tiles the tensor cores read, converted to f16 (else the ring stages themselves)
         staged = (kb.smem("k16_smem", cfg.staged_bytes()), kb.smem("v16_smem", cfg.staged_bytes())) if cfg.fp8 else None
+        rows_smem = kb.smem("gather_rows", cfg.bn * 8, align=16) if cfg.gather else None   # note "Gather"
         # a gather's 32 lanes each commit once (after their cp_async_arrive): 32 arrivals per fill
         arrivals = 32 if cfg.gather else 1
         k_pipe = kb.pipeline("k_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
@@ -93,7 +95,7 @@ def build(cfg: DecodeConfig = DecodeConfig()) -> dsl.KernelIR:
                 _mma_role(kb, cfg, work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, staged)
             with kb.role("load", first_warp=4, num_warps=1, regs=0):
                 if cfg.gather:
-                    _gather_role(kb, cfg, work, p, k_smem, v_smem, k_pipe, v_pipe)
+                    _gather_role(kb, cfg, work, p, k_smem, v_smem, k_pipe, v_pipe, rows_smem)
                 else:
                     _load_role(kb, cfg, work, p, k_smem, v_smem, k_pipe, v_pipe)
     return kb.finish()
@@ -175,58 +177,71 @@ def _load_role(kb, cfg, work: _Work, p, k_smem, v_smem, k_pipe, v_pipe):
             loop.yield_(s.advance())
 
 
-def _gather_role(kb, cfg, work: _Work, p, k_smem, v_smem, k_pipe, v_pipe):
+def _gather_role(kb, cfg, work: _Work, p, k_smem, v_smem, k_pipe, v_pipe, rows_smem):
     """Note "Gather": the whole producer warp fetches each K/V tile by cp.async, 16 bytes a lane.
-    A row of D elements is `units` 16-byte units; one warp instruction copies 32 / units whole rows
-    (lane l: row i * 32 / units + l / units of instruction i, unit l % units), each lane reading
-    its row's page-table entry (an L1 hit for the lanes of one row). Rows at or past L_b read
-    nothing and land as zeros (cp.async's src-size 0). bf16/f16 rows land in the 128B-swizzled
-    layout the TMA boxes give (chunk c of row r at c * bn * 128 + r * 128, 16-byte unit u at
-    (u ^ r % 8) * 16), FP8 rows unswizzled (row r at r * D), so the consumer is the same. Each lane
-    then arrives on full[stage] through cp.async.mbarrier.arrive (net zero: the phase waits for its
-    copies) and commits once; the pipelines count 32 producer arrivals."""
+    Rows first: lane l looks up rows l, l + 32, .. of the tile (token -> page-table entry, row in
+    page: coalesced loads, issued one tile ahead as loop-carried values so that their latency
+    hides behind the tile before) and writes them to `rows_smem` ([bn] x (page, row in page));
+    the warp syncs (named barrier BAR_GATHER). Then the copies: a row of D elements is `units`
+    16-byte units, one warp instruction copies 32 / units whole rows (lane l: row i * 32 / units +
+    l / units of instruction i, unit l % units), each lane reading its row from `rows_smem`. Rows
+    at or past L_b read nothing and land as zeros (cp.async's src-size 0). bf16/f16 rows land in
+    the 128B-swizzled layout the TMA boxes give (chunk c of row r at c * bn * 128 + r * 128, 16-byte
+    unit u at (u ^ r % 8) * 16), FP8 rows unswizzled (row r at r * D), so the consumer is the
+    same. Each lane then arrives on full[stage] through cp.async.mbarrier.arrive (net zero: the
+    phase waits for its copies) and commits once; the pipelines count 32 producer arrivals."""
     lane = kb.thread_idx(0) % 32
     esize = 1 if cfg.fp8 else ELEM_BYTES[cfg.dtype]
     units = cfg.head_dim * esize // 16
     rows_per_instr = 32 // units
     sub, unit = lane // units, lane % units
-    head_off = [work.kv_head.to("i64") * p[f"{t}_stride_2"] for t in ("k_pool", "v_pool")]
+    head_off = {t: work.kv_head.to("i64") * p[f"{t}_stride_2"] for t in ("k_pool", "v_pool")}
     row_at = work.batch.to("i64") * p["page_table_stride"].to("i64")
-
     instrs = cfg.bn // rows_per_instr
     unroll = min(GATHER_UNROLL, instrs)
 
-    def fill(pipe, t, pool, smem, s: PipeState, t0: Value):
+    def lookup(t0: Value) -> tuple:
+        """(page, row in page) of rows lane + 32 e of the tile at t0 (page clamped into the pool;
+        a row at or past L_b reads slot 0's entry, never used)."""
+        out = []
+        for e in range(cfg.bn // 32):
+            tok = t0 + lane + 32 * e
+            live = tok.slt(work.length)
+            slot = select(live, fast_div(tok, *div(p, "page")), const(0))
+            entry = kb.load(kb.gep(p["page_table"], row_at + slot.to("i64"), "i32"), "i32", align=4)
+            out += [entry.smax(0).smin(p["num_pages"] - 1), tok - slot * p["page_size"]]
+        return tuple(out)
+
+    def fill(pipe, t, smem, s: PipeState, t0: Value):
         pipe.producer_acquire(s)
         base = s.stage * cfg.tile_bytes()
-        # a loop of `unroll` copies per trip: their page-table reads in flight together, without
-        # hoisting a tile's worth of them (spills at two CTAs per SM)
         with kb.for_(0, instrs // unroll, 1) as (g, _):
             for k in range(unroll):
-                _gather_copy(kb, cfg, work, p, t, pool, smem, base, t0, sub + (g * unroll + k) * rows_per_instr,
-                             unit, esize, row_at, head_off[t == "v_pool"])
+                r = sub + (g * unroll + k) * rows_per_instr
+                row = kb.load(kb.gep(rows_smem, r * 8, "i8"), ("i32", 2), align=8)
+                _gather_copy(kb, cfg, work, p, t, smem, base, t0, r, unit, esize, row[0], row[1], head_off[t])
         fa4.cp_async_arrive(s.stage, pipe=pipe.name)
         pipe.producer_commit(s)
 
-    loop = kb.for_(work.begin, work.end, 1, carry=k_pipe.initial_state())
-    with loop as (j, s):
+    loop = kb.for_(work.begin, work.end, 1, carry=(k_pipe.initial_state(), lookup(work.begin * cfg.bn)))
+    with loop as (j, (s, rows)):
         t0 = j * cfg.bn
-        fill(k_pipe, "k_pool", p["k_pool"], k_smem, s, t0)
-        fill(v_pipe, "v_pool", p["v_pool"], v_smem, s, t0)
-        loop.yield_(s.advance())
+        ahead = lookup(t0 + cfg.bn)       # the next tile's rows, in flight during this tile's copies
+        for e in range(cfg.bn // 32):
+            kb.store(vec(rows[2 * e], rows[2 * e + 1]), kb.gep(rows_smem, (lane + 32 * e) * 8, "i8"), align=8)
+        kb.named_barrier(BAR_GATHER, 32)
+        fill(k_pipe, "k_pool", k_smem, s, t0)
+        fill(v_pipe, "v_pool", v_smem, s, t0)
+        kb.named_barrier(BAR_GATHER, 32)      # every lane read rows_smem before the next tile's rows
+        loop.yield_(s.advance(), ahead)
 
 
-def _gather_copy(kb, cfg, work: _Work, p, t, pool, smem, base, t0, r, unit, esize, row_at, head_off):
-    """One cp.async of note "Gather": 16-byte unit `unit` of row r of the tile starting at token
-    t0, from pool `pool` (t: its parameter name, for the strides) into the stage at `base`."""
-    tok = t0 + r
-    live = tok.slt(work.length)
-    slot = select(live, fast_div(tok, *div(p, "page")), const(0))
-    in_page = tok - slot * p["page_size"]
-    entry = kb.load(kb.gep(p["page_table"], row_at + slot.to("i64"), "i32"), "i32", align=4)
-    page = entry.smax(0).smin(p["num_pages"] - 1)
+def _gather_copy(kb, cfg, work: _Work, p, t, smem, base, t0, r, unit, esize, page, in_page, head_off):
+    """One cp.async of note "Gather": 16-byte unit `unit` of row r (pool page `page`, row
+    `in_page` of it) of the tile starting at token t0, from the pool named t into the stage at `base`."""
+    live = (t0 + r).slt(work.length)
     elems = page.to("i64") * p[f"{t}_stride_0"] + in_page.to("i64") * p[f"{t}_stride_1"] + head_off
-    src = kb.gep(pool, select(live, elems * esize + (unit * 16).to("i64"), const(0, "i64")), "i8")
+    src = kb.gep(p[t], select(live, elems * esize + (unit * 16).to("i64"), const(0, "i64")), "i8")
     if cfg.fp8:      # unswizzled rows of D bytes
         off = r * cfg.head_dim + unit * 16
     else:            # 128B swizzle: chunk c of row r at c * bn * 128 + r * 128, unit u at (u ^ r % 8) * 16

@@ -104,7 +104,7 @@ class DecodeConfig:
     def smem_bytes(self) -> int:
         q = TILE_M * self.head_dim * 2
         return (q + 2 * self.stages * self.tile_bytes() + 2 * self.staged_bytes()
-                + 2 * 2 * self.stages * MBARRIER_BYTES)
+                + 2 * 2 * self.stages * MBARRIER_BYTES + (self.bn * 8 if self.gather else 0))
 
     def validate(self) -> "DecodeConfig":
         check_fields(self, {"dtype": DTYPES, "head_dim": HEAD_DIMS})
