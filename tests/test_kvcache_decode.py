@@ -362,3 +362,18 @@ def test_decode_bench_counts_fp8_bytes_as_read():
     assert kv_bytes(1000, 2) == 2 * 1000 * HK * D * 2
     assert kv_bytes(1000, 1, 2 * HK) == 2 * 1000 * HK * D + 4 * 2 * HK
     assert kv_bytes(1000, 1) * 2 == kv_bytes(1000, 2)
+
+
+def test_gather_refuses_caches_past_its_u32_offsets():
+    # the gather's row offsets are u32 counts of 16 bytes: a pool past 64 GiB is refused before launch
+    from fa4mlir.attention.errors import UnsupportedFeatureError
+    from fa4mlir.attention.kvcache_call import _check_gather_span
+    q, lens, table = info((2, 1, 8, 128)), info((2,), "i32"), info((2, 20), "i32")
+    for pages, ok in ((1 << 24, True), (1 << 26, False)):      # 2 KiB per page: 32 GiB, 128 GiB
+        pool = info((pages, 1, 8, 128))
+        p = kc.check_kvcache_inputs(q, pool, pool, lens, table)
+        plan = kc.plan_problem(p.with_options(causal=True, softmax_scale=0.1, num_splits=None, return_lse=False), 132)
+        if ok:
+            _check_gather_span(plan, None)
+        else:
+            raises(UnsupportedFeatureError, ["64 GiB", "page size 1"], _check_gather_span, plan, None)

@@ -131,11 +131,30 @@ def build_plan(kv_plan: KVCachePlan, source, q_strides, page_table_stride: int, 
         append_cfg = dec.AppendConfig(p.dtype, p.head_dim, p.cache.paged)
         launches.append(Launch(kernel_for(source, append_cfg), dec.append_grid(kv_plan),
                                dec.append_launch_args(kv_plan, refs, append_strides, page_table_stride)))
+    if split_cfg.gather:
+        _check_gather_span(kv_plan, cache_strides)
     launches.append(Launch(kernel_for(source, split_cfg), dec.split_grid(kv_plan),
                            dec.split_launch_args(kv_plan, refs, q_strides, page_table_stride, cache_strides)))
     launches.append(Launch(kernel_for(source, combine_cfg), dec.combine_grid(kv_plan),
                            dec.combine_launch_args(kv_plan, refs, out_strides)))
     return Plan(p, tuple(launches))
+
+
+def _check_gather_span(kv_plan: KVCachePlan, cache_strides: dict | None) -> None:
+    """The gather addresses a row by a u32 count of 16 bytes from the cache's start: every row of
+    k_cache and v_cache must lie within GATHER_MAX_CACHE_BYTES (64 GiB) of it."""
+    cache, p = kv_plan.problem.cache, kv_plan.problem
+    esize = 1 if cache.quantized else 2
+    row = cache.kv_heads * p.head_dim
+    strides = cache_strides or {n: (cache.page_size * row, row, p.head_dim) for n in ("k_cache", "v_cache")}
+    for name, st in strides.items():
+        last = ((cache.num_pages - 1) * st[0] + (cache.page_size - 1) * st[1] + (cache.kv_heads - 1) * st[2]
+                + p.head_dim) * esize
+        if last > dec.GATHER_MAX_CACHE_BYTES:
+            raise UnsupportedFeatureError(_err(
+                f"{name} spans {last} bytes; page size {cache.page_size} is fetched by the cp.async gather, "
+                f"which addresses rows within {dec.GATHER_MAX_CACHE_BYTES} bytes (64 GiB) of the cache's start: "
+                "use a page size that is a multiple of 16, or a smaller pool"))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -62,7 +62,7 @@ WGMMA_K = 16
 LN2 = 0.6931471805599453
 NEG_INF = float("-inf")
 BAR_CONSUMER = 1       # named barrier of the consumer warpgroup (128 threads)
-GATHER_UNROLL = 4      # cp.asyncs per trip of the gather's copy loop (note "Gather"): first guess
+GATHER_UNROLL = 8      # cp.asyncs per trip of the gather's copy loop (note "Gather"): first guess
 BAR_GATHER = 2         # named barrier of the gather's producer warp (32 threads)
 
 
@@ -179,47 +179,70 @@ def _load_role(kb, cfg, work: _Work, p, k_smem, v_smem, k_pipe, v_pipe):
 
 def _gather_role(kb, cfg, work: _Work, p, k_smem, v_smem, k_pipe, v_pipe, rows_smem):
     """Note "Gather": the whole producer warp fetches each K/V tile by cp.async, 16 bytes a lane.
-    Rows first: lane l looks up rows l, l + 32, .. of the tile (token -> page-table entry, row in
-    page: coalesced loads, issued one tile ahead as loop-carried values so that their latency
-    hides behind the tile before) and writes them to `rows_smem` ([bn] x (page, row in page));
+    Rows first: lane l looks up rows l, l + 32, .. of the tile (token -> page-table entry -> the
+    row's offsets in k_cache and v_cache by their strides, in 16-byte units as u32: caches up to
+    64 GiB, which kvcache_call checks; 0 for a row at or past L_b: coalesced loads, issued one
+    tile ahead as loop-carried values so that their latency hides behind the tile before) and
+    writes them to `rows_smem` ([bn] x (k offset, v offset), 8 bytes a row: with 16 the D128 ring
+    would no longer fit two CTAs per SM);
     the warp syncs (named barrier BAR_GATHER). Then the copies: a row of D elements is `units`
     16-byte units, one warp instruction copies 32 / units whole rows (lane l: row i * 32 / units +
-    l / units of instruction i, unit l % units), each lane reading its row from `rows_smem`. Rows
-    at or past L_b read nothing and land as zeros (cp.async's src-size 0). bf16/f16 rows land in
-    the 128B-swizzled layout the TMA boxes give (chunk c of row r at c * bn * 128 + r * 128, 16-byte
-    unit u at (u ^ r % 8) * 16), FP8 rows unswizzled (row r at r * D), so the consumer is the
-    same. Each lane then arrives on full[stage] through cp.async.mbarrier.arrive (net zero: the
-    phase waits for its copies) and commits once; the pipelines count 32 producer arrivals."""
+    l / units of instruction i, unit l % units), a lane's only per-copy work being its row's
+    offset from `rows_smem` (an issue-bound warp: the producer shares its scheduler with consumer
+    warps). Rows at or past L_b read nothing and land as zeros (cp.async's src-size 0). bf16/f16
+    rows land in the 128B-swizzled layout the TMA boxes give (chunk c of row r at c * bn * 128 +
+    r * 128, 16-byte unit u at (u ^ r % 8) * 16), FP8 rows unswizzled (row r at r * D), so the
+    consumer is the same. Each lane then arrives on full[stage] through cp.async.mbarrier.arrive
+    (net zero: the phase waits for its copies) and commits once; the pipelines count 32 producer
+    arrivals."""
     lane = kb.thread_idx(0) % 32
     esize = 1 if cfg.fp8 else ELEM_BYTES[cfg.dtype]
     units = cfg.head_dim * esize // 16
     rows_per_instr = 32 // units
     sub, unit = lane // units, lane % units
-    head_off = {t: work.kv_head.to("i64") * p[f"{t}_stride_2"] for t in ("k_pool", "v_pool")}
-    row_at = work.batch.to("i64") * p["page_table_stride"].to("i64")
     instrs = cfg.bn // rows_per_instr
     unroll = min(GATHER_UNROLL, instrs)
+    rows_per_trip = unroll * rows_per_instr
+    assert instrs % unroll == 0 and (cfg.fp8 or rows_per_trip % 8 == 0), (instrs, unroll, rows_per_trip)
+    pools = {t: kb.gep(p[t], unit * 16, "i8") for t in ("k_pool", "v_pool")}   # this lane's unit of row 0
+    # this lane's SMEM offset of copy k of trip 0 (a trip of rows_per_trip rows, a multiple of 8, keeps r % 8)
+    if cfg.fp8:
+        dst0 = [(sub + k * rows_per_instr) * cfg.head_dim + unit * 16 for k in range(unroll)]
+        trip_bytes = rows_per_trip * cfg.head_dim
+    else:
+        chunk, in_chunk = unit // UNITS, unit % UNITS
+        dst0 = []
+        for k in range(unroll):
+            r = sub + k * rows_per_instr
+            dst0.append(chunk * (cfg.bn * SWIZZLE) + r * SWIZZLE + (in_chunk ^ (r % 8)) * 16)
+        trip_bytes = rows_per_trip * SWIZZLE
+    row_at = work.batch.to("i64") * p["page_table_stride"].to("i64")
+    heads = {t: work.kv_head.to("i64") * p[f"{t}_stride_2"] for t in ("k_pool", "v_pool")}
 
     def lookup(t0: Value) -> tuple:
-        """(page, row in page) of rows lane + 32 e of the tile at t0 (page clamped into the pool;
-        a row at or past L_b reads slot 0's entry, never used)."""
+        """(k byte offset, v byte offset) of rows lane + 32 e of the tile at t0 (page clamped into
+        the pool); (0, 0) for a row at or past L_b, which reads slot 0's entry, unused."""
         out = []
         for e in range(cfg.bn // 32):
             tok = t0 + lane + 32 * e
             live = tok.slt(work.length)
             slot = select(live, fast_div(tok, *div(p, "page")), const(0))
             entry = kb.load(kb.gep(p["page_table"], row_at + slot.to("i64"), "i32"), "i32", align=4)
-            out += [entry.smax(0).smin(p["num_pages"] - 1), tok - slot * p["page_size"]]
+            page = entry.smax(0).smin(p["num_pages"] - 1).to("i64")
+            in_page = (tok - slot * p["page_size"]).to("i64")
+            for t in ("k_pool", "v_pool"):
+                off = (page * p[f"{t}_stride_0"] + in_page * p[f"{t}_stride_1"] + heads[t]) * esize
+                out.append(select(live, (off >> 4).to("i32"), const(0)))
         return tuple(out)
 
-    def fill(pipe, t, smem, s: PipeState, t0: Value):
+    def fill(pipe, t, smem, s: PipeState, limit: Value):
         pipe.producer_acquire(s)
-        base = s.stage * cfg.tile_bytes()
+        base = kb.gep(smem, s.stage * cfg.tile_bytes(), "i8")
         with kb.for_(0, instrs // unroll, 1) as (g, _):
             for k in range(unroll):
                 r = sub + (g * unroll + k) * rows_per_instr
-                row = kb.load(kb.gep(rows_smem, r * 8, "i8"), ("i32", 2), align=8)
-                _gather_copy(kb, cfg, work, p, t, smem, base, t0, r, unit, esize, row[0], row[1], head_off[t])
+                off = kb.load(kb.gep(rows_smem, r * 8 + (4 if t == "v_pool" else 0), "i8"), "i32", align=4)
+                fa4.cp_async(kb.gep(pools[t], off.to("i64") << 4, "i8"), kb.gep(base, g * trip_bytes + dst0[k], "i8"), r.slt(limit))
         fa4.cp_async_arrive(s.stage, pipe=pipe.name)
         pipe.producer_commit(s)
 
@@ -230,24 +253,11 @@ def _gather_role(kb, cfg, work: _Work, p, k_smem, v_smem, k_pipe, v_pipe, rows_s
         for e in range(cfg.bn // 32):
             kb.store(vec(rows[2 * e], rows[2 * e + 1]), kb.gep(rows_smem, (lane + 32 * e) * 8, "i8"), align=8)
         kb.named_barrier(BAR_GATHER, 32)
-        fill(k_pipe, "k_pool", k_smem, s, t0)
-        fill(v_pipe, "v_pool", v_smem, s, t0)
+        limit = work.length - t0          # rows [limit, bn) of the tile are past L_b
+        fill(k_pipe, "k_pool", k_smem, s, limit)
+        fill(v_pipe, "v_pool", v_smem, s, limit)
         kb.named_barrier(BAR_GATHER, 32)      # every lane read rows_smem before the next tile's rows
         loop.yield_(s.advance(), ahead)
-
-
-def _gather_copy(kb, cfg, work: _Work, p, t, smem, base, t0, r, unit, esize, page, in_page, head_off):
-    """One cp.async of note "Gather": 16-byte unit `unit` of row r (pool page `page`, row
-    `in_page` of it) of the tile starting at token t0, from the pool named t into the stage at `base`."""
-    live = (t0 + r).slt(work.length)
-    elems = page.to("i64") * p[f"{t}_stride_0"] + in_page.to("i64") * p[f"{t}_stride_1"] + head_off
-    src = kb.gep(p[t], select(live, elems * esize + (unit * 16).to("i64"), const(0, "i64")), "i8")
-    if cfg.fp8:      # unswizzled rows of D bytes
-        off = r * cfg.head_dim + unit * 16
-    else:            # 128B swizzle: chunk c of row r at c * bn * 128 + r * 128, unit u at (u ^ r % 8) * 16
-        chunk, in_chunk = unit // UNITS, unit % UNITS
-        off = chunk * (cfg.bn * SWIZZLE) + r * SWIZZLE + (in_chunk ^ (r % 8)) * 16
-    fa4.cp_async(src, kb.gep(smem, base + off, "i8"), live)
 
 
 # ---- consumer -------------------------------------------------------------------------------------

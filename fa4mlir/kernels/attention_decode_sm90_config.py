@@ -51,6 +51,7 @@ DEFAULT_STAGES = {64: 6, 128: 3, 256: 3}
 MAX_SMEM_2CTA = 233472 // 2 - 1024     # an SM's 228 KiB, less the 1 KiB the driver reserves per CTA
 COMBINE_WARPS = 4                 # output rows per combine CTA (one warp each)
 SCALES = ("tensor", "kv_head", "block")   # FP8 scale granularities (kvcache.ScaleGranularity's values)
+GATHER_MAX_CACHE_BYTES = 16 << 32     # the gather's row offsets are u32 counts of 16 bytes (note "Gather")
 
 
 @dataclass(frozen=True)
