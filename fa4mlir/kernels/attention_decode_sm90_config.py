@@ -51,6 +51,7 @@ DEFAULT_STAGES = {64: 6, 128: 3, 256: 3}
 MAX_SMEM_2CTA = 233472 // 2 - 1024     # an SM's 228 KiB, less the 1 KiB the driver reserves per CTA
 COMBINE_WARPS = 4                 # output rows per combine CTA (one warp each)
 SCALES = ("tensor", "kv_head", "block")   # FP8 scale granularities (kvcache.ScaleGranularity's values)
+GATHER_WARPS = 2                      # producer warps of the gather (note "Gather"): measured, 1 vs 2
 GATHER_MAX_CACHE_BYTES = 16 << 32     # the gather's row offsets are u32 counts of 16 bytes (note "Gather")
 
 
@@ -81,8 +82,14 @@ class DecodeConfig:
         return "f16" if self.fp8 else self.dtype
 
     @property
+    def producer_warps(self) -> int:
+        """1 (TMA: one elected thread issues), GATHER_WARPS for the gather (its copies are
+        issue-bound: one instruction per 16 bytes a lane)."""
+        return GATHER_WARPS if self.gather else 1
+
+    @property
     def threads(self) -> int:
-        return 160                # warps 0-3: the consumer warpgroup, warp 4: the producer
+        return 128 + 32 * self.producer_warps    # warps 0-3: the consumer warpgroup, warp 4 (on): the producer
 
     @property
     def ctas_per_sm(self) -> int:
