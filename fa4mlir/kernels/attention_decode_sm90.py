@@ -35,8 +35,7 @@ tensor, so TMA fills it with zeros (and still counts its bytes on the stage's ba
 
 Note "FP8": an e4m3 cache arrives by TMA unswizzled (one box of D bytes per row group) into its
 own rings; the consumer converts each K and V tile to f16 (fa4.cvt_e4m3x2: exact) into one f16
-tile each in the 128B-swizzled layout wgmma reads (V_j while the S_j GEMM runs: the previous
-tile's P V GEMM, the f16 V tile's last reader, has retired), releases the FP8 stage, and runs both GEMMs in
+tile each in the 128B-swizzled layout wgmma reads, releases the FP8 stage, and runs both GEMMs in
 f16 (Q rounded to f16 once when q is bf16: |q| above 65504 would overflow; O, LSE and the combine stay float32, out in q's dtype).
 Scales never touch the tiles: a per-tensor or per-KV-head k_scale multiplies the softmax scale
 and v_scale the epilogue's 1 / l; per-block (page or token block) scales multiply S's columns
@@ -485,12 +484,7 @@ def _kv_tile(cs: _Consumer, bufs, j: Value, carry, masked: bool):
         _convert_fp8(cs, k_stage, staged[0])
         cs.release(k_pipe, s)
         k_stage = staged[0]
-    s_acc = _issue_s(cs, q_smem, k_stage)
-    if staged is not None:      # FP8: V_j's conversion overlaps the S GEMM (note "FP8")
-        v_pipe.consumer_wait(s)
-        _convert_fp8(cs, kb.gep(v_smem, s.stage * cfg.tile_bytes(), "i8"), staged[1])
-        cs.release(v_pipe, s)
-    s_acc = wait_group(s_acc, pending=0)
+    s_acc = wait_group(_issue_s(cs, q_smem, k_stage), pending=0)
     if staged is None:
         cs.release(k_pipe, s)
     # 2. softmax (FP8 block scales on S's and P's columns)
@@ -499,12 +493,13 @@ def _kv_tile(cs: _Consumer, bufs, j: Value, carry, masked: bool):
     # 3. O *= alpha
     o = vec(*[o[i] * alpha[acc_row(i)] for i in range(cs.n_o)])
     # 4. O += P V_j (V rows past L_b zeroed first, in the tile that holds L_b)
-    if staged is None:
-        v_pipe.consumer_wait(s)
-        if cfg.gather:
-            kb.fence("async_smem")
-        v_stage = kb.gep(v_smem, s.stage * cfg.tile_bytes(), "i8")
-    else:                       # converted above, while S_j was computed
+    v_pipe.consumer_wait(s)
+    if cfg.gather and staged is None:
+        kb.fence("async_smem")
+    v_stage = kb.gep(v_smem, s.stage * cfg.tile_bytes(), "i8")
+    if staged is not None:
+        _convert_fp8(cs, v_stage, staged[1])
+        cs.release(v_pipe, s)
         v_stage = staged[1]
     if masked:
         valid = work.length - j * cfg.bn
