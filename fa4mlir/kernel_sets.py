@@ -23,8 +23,9 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 bf16 tile variants of the sm_90a attention kernel next to the defaults (bm 192 =
                 three consumer warpgroups, bn), what bench/attention_probe.py times to pick TILES
     decode      the sm_90a decode kernels (flash_attn_with_kvcache): the split kernel for contiguous
-                caches and for paged ones by TMA box rows (page sizes 1 and odd ones: 1-row boxes; 8, 16,
-                32: boxes of the page; 64 and its multiples: one box per tile), the combine and the
+                caches and for paged ones by fetch (page sizes whose TMA boxes would hold under 16 rows,
+                1..15, 24, odd ones: the cp.async gather; 16, 32: TMA boxes of the page; 64 and its
+                multiples: one box per tile), the combine and the
                 append (k=, v=) kernels, for the head dims, dtypes and page sizes
                 tests/gpu/test_kvcache_gpu.py and `bench decode` run
     bench       the attention and decode sets, and the GEMM variants the benchmark times against torch.matmul
@@ -148,7 +149,7 @@ DECODE_CASES = [
 # FP8 (e4m3) caches of the decode set: (dtype, head_dim, page size, scale granularity)
 DECODE_FP8_CASES = [("bf16", 128, page, grain) for page, grain in (
     (None, "tensor"), (None, "kv_head"), (None, "block"), (16, "tensor"), (16, "kv_head"), (16, "block"), (64, "kv_head"),
-    (64, "block"), (1, "block"))]
+    (64, "block"), (1, "block"), (1, "kv_head"))]
 
 
 def decode() -> list:

@@ -17,6 +17,7 @@ import pytest
 from fa4mlir import compiler, kernel_sets, kernels, lowering
 from fa4mlir.attention import kvcache as kc
 from fa4mlir.attention.errors import DTypeError
+from fa4mlir.kernels import attention_decode_sm90 as decode_kernel
 from fa4mlir.kernels import attention_decode_sm90_config as dec
 from fa4mlir.kernels.common.fastdiv import divisor
 from fa4mlir.passes._util import attr, ops_named
@@ -67,9 +68,9 @@ def test_decode_set_compiles_clean(entry):
                 assert p.tma.dtype == "e4m3"
             elif p.kind == "tma":
                 assert p.tma.box == (64, 1, cfg.box_rows, 1) and p.tma.swizzle == "128B"
-        assert art.block == (160, 1, 1)
+        assert art.block == (cfg.threads, 1, 1) and cfg.threads == 128 + 32 * (dec.GATHER_WARPS if cfg.gather else 1)
         if cfg.ctas_per_sm == 2:   # D64, D128
-            assert art.smem_bytes <= dec.MAX_SMEM_2CTA and r["registers"] * 160 * 2 <= 65536, r
+            assert art.smem_bytes <= dec.MAX_SMEM_2CTA and r["registers"] * cfg.threads * 2 <= 65536, r
     elif name == dec.COMBINE_KERNEL:
         assert [(p.name, p.kind) for p in art.params] == list(dec.COMBINE_PARAMS)
         assert art.block == (32 * dec.COMBINE_WARPS, 1, 1)
@@ -92,12 +93,48 @@ def test_split_kernel_boxes_fill_each_stage(box_rows):
         assert per_box * len(loads) == 2 * cfg.tile_bytes()
 
 
-@pytest.mark.parametrize("page_size,box", [(1, 1), (3, 1), (8, 8), (16, 16), (24, 8), (48, 16), (64, 64),
+@pytest.mark.parametrize("page_size,box", [(1, 0), (3, 0), (8, 0), (16, 16), (24, 0), (48, 16), (64, 64),
                                            (128, 64), (256, 64), (None, 64)])
 def test_box_rows_per_page_size(page_size, box):
+    # box 0: the cp.async gather (box_rows 1), for page sizes whose boxes would hold under 16 rows
     cfg = dec.default_config("bf16", 128, page_size)
-    assert cfg.box_rows == box and cfg.paged == (page_size is not None)
+    assert cfg.gather == (box == 0) and cfg.box_rows == max(box, 1) and cfg.paged == (page_size is not None)
+    assert cfg.ctas_per_sm == 2
     cfg.validate()
+    fp8 = dec.default_config("bf16", 128, page_size, "block")    # an FP8 gather: one CTA per SM, twice the stages
+    assert fp8.gather == cfg.gather and fp8.ctas_per_sm == (1 if cfg.gather else 2)
+
+
+@pytest.mark.parametrize("head_dim,fp8", [(128, False), (64, False), (256, False), (128, True), (64, True)])
+def test_gather_fills_each_stage(head_dim, fp8):
+    """Note "Gather": the producer warp copies each K and V tile in 16-byte cp.asyncs, 32 lanes per
+    instruction, tracks them on full[stage] (cp_async_arrive) and commits with no TMA bytes; every
+    lane commits, so the rings count 32 producer arrivals; the kernel has no TMA load."""
+    cfg = dec.DecodeConfig(head_dim=head_dim, paged=True, box_rows=1, gather=True,
+                           stages=2, **(dict(kv_dtype="e4m3", kv_scale="kv_head") if fp8 else {}))
+    kir = kernels.module(dec.KERNEL).build(cfg)
+    with kir.module.context:
+        mod = kir.module.operation
+        copies = ops_named(mod, "fa4.cp_async")      # a loop of GATHER_UNROLL copies per K or V tile
+        instrs = cfg.tile_bytes() // (16 * 32) // dec.GATHER_WARPS      # per producer warp
+        unroll = min(decode_kernel.GATHER_UNROLL, instrs)
+        assert len(copies) == 2 * unroll and instrs % unroll == 0
+        assert len(ops_named(mod, "fa4.cp_async_arrive")) == 2
+        assert [attr(op, "tx_bytes") for op in ops_named(mod, "fa4.producer_commit")] == [0, 0]
+        assert not ops_named(mod, "fa4.tma_load")
+        assert [attr(op, "producer_arrivals") for op in ops_named(mod, "fa4.pipeline")] == [32 * dec.GATHER_WARPS] * 2
+    art = lowering.lower(kir, compiler.resolve_options(dec.KERNEL, debug=False))   # through the verifier
+    assert art.resources["spill_stores"] == 0 and art.resources["spill_loads"] == 0
+    again = kernels.module(dec.KERNEL).build(cfg)
+    ptx, _ = lowering.lower_module(again.module, "sm_90a")
+    assert "cp.async.cg.shared.global" in ptx and "cp.async.mbarrier.arrive.shared" in ptx
+    assert "cp.async.mbarrier.arrive.noinc" not in ptx
+
+
+def test_gather_config_errors():
+    from fa4mlir.kernels.common.fields import ConfigError
+    raises(ConfigError, ["gather", "paged"], dec.DecodeConfig(paged=False, gather=True).validate)
+    raises(ConfigError, ["gather", "box_rows"], dec.DecodeConfig(paged=True, box_rows=16, gather=True).validate)
 
 
 def _problem(page_size=16, batch=3, seqlen_q=2, heads=8, kv_heads=2, d=128, max_pages=20, num_splits=None):
@@ -291,8 +328,9 @@ def test_fp8_kernel_converts_each_tile_and_scales_by_granularity(grain):
 
 def test_fp8_configs_refuse_unaligned_boxes():
     from fa4mlir.kernels.common.fields import ConfigError
-    with pytest.raises(ConfigError, match="128-byte aligned"):
-        dec.default_config("bf16", 64, 1, "block").validate()
+    with pytest.raises(ConfigError, match="128-byte aligned"):      # TMA boxes of 1 row of 64 bytes
+        dec.DecodeConfig(head_dim=64, paged=True, box_rows=1, kv_dtype="e4m3", kv_scale="block").validate()
+    assert dec.default_config("bf16", 64, 1, "block").validate().gather    # the gather has no such boxes
     with pytest.raises(ConfigError, match="kv_scale"):
         dec.DecodeConfig(kv_dtype="e4m3").validate()
 
@@ -315,4 +353,28 @@ def test_fp8_plan_picks_the_kernel_of_its_scale_granularity():
     p = kc.check_kvcache_inputs(info((2, 1, 8, 64)), odd, odd, lens, table, k_scale=info((1,), "f32"),
                                 v_scale=info((1,), "f32"))
     plan = kc.plan_problem(p.with_options(causal=True, softmax_scale=0.1, num_splits=None, return_lse=False), 132)
-    raises(UnsupportedFeatureError, ["128-byte aligned"], configs_for, plan)
+    split, _ = configs_for(plan)     # odd pages of 64-byte FP8 rows: the gather (no TMA box alignment)
+    assert split.gather and split.head_dim == 64 and split.fp8
+
+
+def test_decode_bench_counts_fp8_bytes_as_read():
+    # bandwidth is bytes the kernel must read: e4m3 is 1 byte per element (+ its float32 scales), not bf16's 2
+    from fa4mlir.bench.decode_bench import D, HK, kv_bytes
+    assert kv_bytes(1000, 2) == 2 * 1000 * HK * D * 2
+    assert kv_bytes(1000, 1, 2 * HK) == 2 * 1000 * HK * D + 4 * 2 * HK
+    assert kv_bytes(1000, 1) * 2 == kv_bytes(1000, 2)
+
+
+def test_gather_refuses_caches_past_its_u32_offsets():
+    # the gather's row offsets are u32 counts of 16 bytes: a pool past 64 GiB is refused before launch
+    from fa4mlir.attention.errors import UnsupportedFeatureError
+    from fa4mlir.attention.kvcache_call import _check_gather_span
+    q, lens, table = info((2, 1, 8, 128)), info((2,), "i32"), info((2, 20), "i32")
+    for pages, ok in ((1 << 24, True), (1 << 26, False)):      # 2 KiB per page: 32 GiB, 128 GiB
+        pool = info((pages, 1, 8, 128))
+        p = kc.check_kvcache_inputs(q, pool, pool, lens, table)
+        plan = kc.plan_problem(p.with_options(causal=True, softmax_scale=0.1, num_splits=None, return_lse=False), 132)
+        if ok:
+            _check_gather_span(plan, None)
+        else:
+            raises(UnsupportedFeatureError, ["64 GiB", "page size 1"], _check_gather_span, plan, None)

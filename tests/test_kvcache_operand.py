@@ -282,9 +282,9 @@ def test_plan_splits_a_small_batch_and_sizes_the_workspaces():
 def test_plan_page_1_takes_one_row_boxes_and_odd_pages_divide_by_fastdiv():
     pool = info((4096, 1, HKV, D))
     plan = kc.plan_problem(_problem(paged_args(k_cache=pool, v_cache=pool)), 132)
-    # the operand would gather (cp.async); the sm_90a decode kernel has none yet: 1-row TMA boxes
+    # page size 1: the cp.async gather, one row per copy (the split kernel's `gather`)
     assert paging.fetch_plan(plan.bn, 1).fetch is paging.KVFetch.CP_ASYNC_GATHER
-    assert plan.fetch == paging.FetchPlan(paging.KVFetch.TMA_BOXES, 1, plan.bn)
+    assert plan.fetch == paging.FetchPlan(paging.KVFetch.CP_ASYNC_GATHER, 1, plan.bn)
     pool = info((100, 48, HKV, D))
     plan = kc.plan_problem(_problem(paged_args(k_cache=pool, v_cache=pool)), 132)
     assert plan.page_div.log2 is None and plan.page_div.split(100) == (2, 4)

@@ -69,7 +69,7 @@ from typing import Any, Sequence
 from ..kernels import attention_decode_sm90_config as decode_cfg
 from ..kernels import attention_sm90_config as attn_cfg
 from ..kernels.common.decode_schedule import MAX_SPLITS, PackGQA, balance_splits, num_splits_heuristic, pack_gqa
-from ..kernels.common.paging import MAX_PAGE_SIZE, FetchPlan, KVFetch, PageDivisor, fetch_plan
+from ..kernels.common.paging import MAX_PAGE_SIZE, FetchPlan, PageDivisor, fetch_plan
 from ..runtime import TensorInfo
 from .checks import MAX_GRID_YZ, MAX_I32, check_layout, check_scale
 from .errors import (DTypeError, EmptyInputError, FlashAttnInputError, HeadDimError, HeadsRatioError, KVScaleError,
@@ -462,12 +462,7 @@ def plan_problem(problem: KVCacheProblem, num_sms: int, arch: str = "sm_90a") ->
         splits = balance_splits(ctas, problem.max_seqlen_k, bn, slots)
     if gqa.m_tiles * splits > MAX_I32:
         raise ShapeError(_err(f"seqlen_q {problem.seqlen_q} x {splits} splits exceeds the grid; split the call"))
-    fetch = fetch_plan(bn, cache.page_size, arch, paged=cache.paged)
-    if fetch.fetch is KVFetch.CP_ASYNC_GATHER:
-        # the sm_90a decode kernel has no cp.async gather yet: it takes TMA boxes of gcd(bn, page_size)
-        # rows (one row per box at page size 1), which never straddle a page either
-        rows = decode_cfg.box_rows_for(bn, cache.page_size)
-        fetch = FetchPlan(KVFetch.TMA_BOXES, rows, bn // rows)
+    fetch = fetch_plan(bn, cache.page_size, arch, paged=cache.paged)   # the split kernel's (default_config)
     return KVCachePlan(problem, gqa, bn, fetch, PageDivisor.of(cache.page_size), splits)
 
 

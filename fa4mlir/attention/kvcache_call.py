@@ -110,16 +110,18 @@ def configs_for(plan: KVCachePlan) -> tuple[dec.DecodeConfig, dec.CombineConfig]
 
 
 def build_plan(kv_plan: KVCachePlan, source, q_strides, page_table_stride: int, out_strides,
-               append_strides: dict | None = None) -> Plan:
+               append_strides: dict | None = None, cache_strides: dict | None = None) -> Plan:
     """The launches of a decode call, tensors named by TensorRef (SPLIT_NAMES, COMBINE_NAMES, and
     k, v with new tokens; a contiguous cache's page_table slot takes cache_seqlens, never read):
     the append (new tokens k, v into the cache; ``append_strides``: the element strides of dims 0-2
-    of k, v, k_cache, v_cache), the split kernel, the combine."""
+    of k, v, k_cache, v_cache), the split kernel (``cache_strides``: the element strides of dims 0-2
+    of k_cache and v_cache, default contiguous), the combine."""
     split_cfg, combine_cfg = configs_for(kv_plan)
     if split_cfg.bn != kv_plan.bn:
         raise AssertionError(f"plan tile {kv_plan.bn} != kernel tile {split_cfg.bn}")
     p = kv_plan.problem
     refs = {n: TensorRef(n) for n in SPLIT_NAMES + COMBINE_NAMES + APPEND_NAMES}
+    refs["k_pool"], refs["v_pool"] = TensorRef("k_cache"), TensorRef("v_cache")   # the gather's row addresses
     if not p.cache.paged:
         refs["page_table"] = TensorRef("cache_seqlens")
     if not p.cache.quantized:     # the scale parameters are never read: any device address
@@ -129,11 +131,30 @@ def build_plan(kv_plan: KVCachePlan, source, q_strides, page_table_stride: int, 
         append_cfg = dec.AppendConfig(p.dtype, p.head_dim, p.cache.paged)
         launches.append(Launch(kernel_for(source, append_cfg), dec.append_grid(kv_plan),
                                dec.append_launch_args(kv_plan, refs, append_strides, page_table_stride)))
+    if split_cfg.gather:
+        _check_gather_span(kv_plan, cache_strides)
     launches.append(Launch(kernel_for(source, split_cfg), dec.split_grid(kv_plan),
-                           dec.split_launch_args(kv_plan, refs, q_strides, page_table_stride)))
+                           dec.split_launch_args(kv_plan, refs, q_strides, page_table_stride, cache_strides)))
     launches.append(Launch(kernel_for(source, combine_cfg), dec.combine_grid(kv_plan),
                            dec.combine_launch_args(kv_plan, refs, out_strides)))
     return Plan(p, tuple(launches))
+
+
+def _check_gather_span(kv_plan: KVCachePlan, cache_strides: dict | None) -> None:
+    """The gather addresses a row by a u32 count of 16 bytes from the cache's start: every row of
+    k_cache and v_cache must lie within GATHER_MAX_CACHE_BYTES (64 GiB) of it."""
+    cache, p = kv_plan.problem.cache, kv_plan.problem
+    esize = 1 if cache.quantized else 2
+    row = cache.kv_heads * p.head_dim
+    strides = cache_strides or {n: (cache.page_size * row, row, p.head_dim) for n in ("k_cache", "v_cache")}
+    for name, st in strides.items():
+        last = ((cache.num_pages - 1) * st[0] + (cache.page_size - 1) * st[1] + (cache.kv_heads - 1) * st[2]
+                + p.head_dim) * esize
+        if last > dec.GATHER_MAX_CACHE_BYTES:
+            raise UnsupportedFeatureError(_err(
+                f"{name} spans {last} bytes; page size {cache.page_size} is fetched by the cp.async gather, "
+                f"which addresses rows within {dec.GATHER_MAX_CACHE_BYTES} bytes (64 GiB) of the cache's start: "
+                "use a page size that is a multiple of 16, or a smaller pool"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -274,7 +295,8 @@ def _prepare(tensors: dict, options: tuple, bundle, signature) -> _Call:
     append_strides = None
     if problem.seqlen_new:
         append_strides = {n: tensors[n].stride()[:3] for n in ("k", "v", "k_cache", "v_cache")}
-    plan = build_plan(kv_plan, source, q.stride()[:3], pt_stride, out_strides, append_strides)
+    cache_strides = {n: tensors[n].stride()[:3] for n in ("k_cache", "v_cache")}
+    plan = build_plan(kv_plan, source, q.stride()[:3], pt_stride, out_strides, append_strides, cache_strides)
     o_partial, lse_partial, out_t, lse = _outputs(torch, q, kv_plan, out)
     named = {**{n: tensors[n] for n in ("q", "k_cache", "v_cache", "cache_seqlens", "k", "v", "k_scale", "v_scale")},
              "page_table": page_table if page_table is not None else tensors["cache_seqlens"],

@@ -7,13 +7,16 @@ heads over 8 KV heads):
                        SGLang's token-level pages, not an anchor workload)
     decode_spec4       B=32, Sq=4, Sk=4096, causal bottom-right
     decode_*_fp8       the same cache in e4m3 with per-KV-head scales (fa4mlir only; the rate counts the
-                       bytes a bf16 cache would hold, so it reads as tokens per second against bf16's)
+                       bytes the kernel must read: 1 byte per e4m3 element plus the float32 scales, so
+                       compare FP8 with bf16 by `tokens_per_s`, which every result carries)
 timed in one process on the same tensors with one timer (fa4mlir.bench.timers: heated, then
 triton do_bench's median, `--rounds` times in turn, the median kept): fa4mlir, FlashAttention-4 CuTe
 (flash_attn.cute's flash_attn_func, or flash_attn_varlen_func with page_table and seqused_k, when it
 imports), and torch SDPA's cuDNN and FA2 backends on the dense workloads (a paged cache has no dense
 equivalent of the same work; decode_spec4 passes SDPA the bottom-right mask). Rate: K/V bytes read
-per second, counting only the tokens each sequence holds, K and V once. Every backend's output is
+per second, counting only the tokens each sequence holds, K and V once (bytes per element of the
+cache's own dtype); `tokens_per_s` is cached tokens attended per second (the sum of the
+sequences' lengths over the time), the same for every dtype. Every backend's output is
 checked against a float32 reference on a sample of sequences. `--splits 2,4,8` also times
 fa4mlir with num_splits forced to each (the data the split heuristic is to be set from). JSON to
 --out (default decode-bench.json).
@@ -68,7 +71,7 @@ def _first(x):
 
 
 def workload(torch, name: str, fa4, splits=()):
-    """(backends {label: fn}, K/V bytes, check(out) -> max error) of one workload."""
+    """(backends {label: fn}, K/V bytes, cached tokens, check(out) -> max error) of one workload."""
     import torch.nn.functional as F
     import fa4mlir
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -120,12 +123,19 @@ def workload(torch, name: str, fa4, splits=()):
             backends["fa4cute"] = lambda: _first(fa4_varlen(q, kp, vp, page_table=table, seqused_k=lens, causal=True))
         total = int(lens.sum())
         check = lambda o: float((o[:1].float() - want).abs().max())   # noqa: E731
-    return backends, 2 * total * HK * D * 2, check
+    return backends, kv_bytes(total, 2), total, check
+
+
+def kv_bytes(tokens: int, elem_bytes: int, scale_floats: int = 0) -> int:
+    """The K/V bytes a decode must read: K and V of ``tokens`` cached tokens once, at ``elem_bytes``
+    per element (2: bf16/f16, 1: e4m3), plus ``scale_floats`` float32 scales (FP8)."""
+    return 2 * tokens * HK * D * elem_bytes + 4 * scale_floats
 
 
 def _fp8_workload(torch, base: str):
     """``base``'s shapes and seeds with the cache in e4m3 and per-KV-head scales: fa4mlir only,
-    checked against a float32 reference over the dequantised rows; the rate counts bf16 bytes."""
+    checked against a float32 reference over the dequantised rows; the rate counts e4m3 bytes
+    (1 per element) plus the k and v scales (HK float32 each)."""
     import fa4mlir
     bf = torch.bfloat16
     torch.manual_seed(0)
@@ -159,7 +169,8 @@ def _fp8_workload(torch, base: str):
         call = lambda: fa4mlir.flash_attn_with_kvcache(q, k8, v8, lens, k_scale=k_scale,   # noqa: E731
                                                        v_scale=v_scale)
     total = int(lens.sum())
-    return {"fa4mlir": call}, 2 * total * HK * D * 2, lambda o: float((o[:1].float() - want).abs().max())
+    return ({"fa4mlir": call}, kv_bytes(total, 1, 2 * HK), total,
+            lambda o: float((o[:1].float() - want).abs().max()))
 
 
 def import_fa4():
@@ -185,7 +196,7 @@ def run(args) -> int:
     for name in names:
         try:
             splits = [int(x) for x in (args.splits or "").split(",") if x]
-            backends, kv_bytes, check = workload(torch, name, fa4, splits)
+            backends, nbytes, tokens, check = workload(torch, name, fa4, splits)
         except Exception as e:  # noqa: BLE001
             results.append({"workload": name, "error": f"setup {type(e).__name__}: {e}"[:300]})
             print(f"{name}: setup fails: {e}", flush=True)
@@ -209,10 +220,12 @@ def run(args) -> int:
                     del live[label]
         for label in live:
             ms = statistics.median(times[label])
-            rate = kv_bytes / (ms * 1e-3) / 1e9
-            results.append({"workload": name, "backend": label, "ms": ms, "gbps": rate, "kv_bytes": kv_bytes,
-                            "max_err": errs[label], "times_ms": times[label]})
-            print(f"{name:18s} {label:12s} {ms * 1e3:9.1f} us  {rate:8.1f} GB/s  err {errs[label]:.3g}", flush=True)
+            rate = nbytes / (ms * 1e-3) / 1e9
+            tps = tokens / (ms * 1e-3)
+            results.append({"workload": name, "backend": label, "ms": ms, "gbps": rate, "kv_bytes": nbytes,
+                            "tokens": tokens, "tokens_per_s": tps, "max_err": errs[label], "times_ms": times[label]})
+            print(f"{name:18s} {label:12s} {ms * 1e3:9.1f} us  {rate:8.1f} GB/s  {tps / 1e9:6.2f} Gtok/s  "
+                  f"err {errs[label]:.3g}", flush=True)
         base = {r["backend"]: r["gbps"] for r in results if r.get("workload") == name and "gbps" in r}
         if "fa4mlir" in base:
             ratios = {k: round(base["fa4mlir"] / v, 3) for k, v in base.items() if k != "fa4mlir"}

@@ -99,6 +99,16 @@ OPS: tuple[OpDef, ...] = (
     `dst`; the copy's bytes count as transactions on `full[stage]` of `pipe`.""",
           operands=(("desc", "ptr"), ("dst", "smem_ptr"), ("stage", "i32"), ("coords", "*i32")),
           attrs=(("pipe", "str"), ("box", "ints"), ("elem_bytes", "int"))),
+    # ---- per-thread async copies (sm_80+) -------------------------------------------------------
+    OpDef("cp_async", """Copy 16 bytes from global `src` to `dst` (16-byte aligned both) asynchronously,
+    through L2 only (cp.async.cg); where `valid` is false nothing is read and `dst` gets 16 zero
+    bytes. Completion is tracked per thread: see `cp_async_arrive`.""",
+          operands=(("src", "ptr"), ("dst", "smem_ptr"), ("valid", "i1"))),
+    OpDef("cp_async_arrive", """Each calling thread's earlier `cp_async` copies, once they have landed,
+    arrive on `full[stage]` of `pipe`; the barrier's pending count rises by one at once (so the
+    phase cannot complete before those copies land) and falls when they do: a net-zero arrival,
+    not counted in `producer_arrivals`. Call it before the same thread's `producer_commit`.""",
+          operands=(("stage", "i32"),), attrs=(("pipe", "str"),)),
     OpDef("tma_store", """Copy `src` to the box at `coords` of the tensor `desc` describes (bulk async;
     out-of-bounds elements are not written).""",
           operands=(("desc", "ptr"), ("src", "smem_ptr"), ("coords", "*i32")), attrs=(("box", "ints"),)),

@@ -8,11 +8,13 @@ Grid: x = m_tile + m_tiles * split, y = the CTA's head block (a KV head when GQA
 query head), z = batch. Packed row r of the CTA (decode_schedule.PackGQA) is query token
 r // cta_heads of query head y * cta_heads + r % cta_heads (cta_heads = group packed, else 1).
 
-Roles (5 warps, 160 threads, no setmaxnreg: neither role is register-bound, and the small block
-lets two CTAs share an SM, attention_decode_sm90_config.DEFAULT_STAGES):
+Roles (5 warps, 160 threads; 6 with the gather's two producer warps; no setmaxnreg: neither role
+is register-bound, and the small block lets two CTAs share an SM, attention_decode_sm90_config.DEFAULT_STAGES):
     warp 4        `load`  one elected thread: for each KV tile j of the split, K_j then V_j into
                           rings of `stages` (k_pipe, v_pipe), each tile as bn / box_rows TMA boxes
-                          per 64-column chunk (note "Paged boxes").
+                          per 64-column chunk (note "Paged boxes"); or, for page sizes
+                          whose boxes would hold under 16 rows (cfg.gather), warps 4-5, every
+                          lane, by a cp.async gather (note "Gather", at _gather_role).
     warps 0-3     `mma`   (one warpgroup) loads the 64 x D Q tile itself (plain loads, packed rows, into the
                           128B-swizzled layout wgmma reads), then per tile j:
                           1. wait K_j; S = Q K_j^T; release K_j
@@ -62,6 +64,8 @@ WGMMA_K = 16
 LN2 = 0.6931471805599453
 NEG_INF = float("-inf")
 BAR_CONSUMER = 1       # named barrier of the consumer warpgroup (128 threads)
+GATHER_UNROLL = 8      # cp.asyncs per trip of the gather's copy loop (note "Gather"): first guess
+BAR_GATHER = 2         # named barrier of the gather's producer warps
 
 
 def build(cfg: DecodeConfig = DecodeConfig()) -> dsl.KernelIR:
@@ -79,15 +83,23 @@ def build(cfg: DecodeConfig = DecodeConfig()) -> dsl.KernelIR:
         v_smem = kb.smem("v_smem", cfg.stages * cfg.tile_bytes())
         # FP8: the tiles the tensor cores read, converted to f16 (else the ring stages themselves)
         staged = (kb.smem("k16_smem", cfg.staged_bytes()), kb.smem("v16_smem", cfg.staged_bytes())) if cfg.fp8 else None
-        k_pipe = kb.pipeline("k_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"])
-        v_pipe = kb.pipeline("v_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"])
+        rows_smem = kb.smem("gather_rows", cfg.bn * 8, align=16) if cfg.gather else None   # note "Gather"
+        # a gather's 32 lanes each commit once (after their cp_async_arrive): 32 arrivals per fill
+        arrivals = 32 * cfg.producer_warps if cfg.gather else 1
+        k_pipe = kb.pipeline("k_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
+                             producer_arrivals=arrivals)
+        v_pipe = kb.pipeline("v_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
+                             producer_arrivals=arrivals)
         kb.pipeline_init()
         work = _Work(kb, cfg, p)
         with kb.warp_roles():
             with kb.role("mma", first_warp=0, num_warps=4, regs=0):
                 _mma_role(kb, cfg, work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, staged)
-            with kb.role("load", first_warp=4, num_warps=1, regs=0):
-                _load_role(kb, cfg, work, p, k_smem, v_smem, k_pipe, v_pipe)
+            with kb.role("load", first_warp=4, num_warps=cfg.producer_warps, regs=0):
+                if cfg.gather:
+                    _gather_role(kb, cfg, work, p, k_smem, v_smem, k_pipe, v_pipe, rows_smem)
+                else:
+                    _load_role(kb, cfg, work, p, k_smem, v_smem, k_pipe, v_pipe)
     return kb.finish()
 
 
@@ -165,6 +177,95 @@ def _load_role(kb, cfg, work: _Work, p, k_smem, v_smem, k_pipe, v_pipe):
                 origins = [box_origin(t0 + i * cfg.box_rows) for i in range(cfg.boxes_per_tile)]
                 fill(pipe, desc, smem, s, t0, origins)
             loop.yield_(s.advance())
+
+
+def _gather_role(kb, cfg, work: _Work, p, k_smem, v_smem, k_pipe, v_pipe, rows_smem):
+    """Note "Gather": the producer warps (cfg.producer_warps) fetch each K/V tile by cp.async, 16
+    bytes a lane, warp w the rows [w bn / warps, (w + 1) bn / warps). Rows first: producer thread
+    l looks up rows l, l + 32 warps, .. of the tile (token -> page-table entry -> the
+    row's offsets in k_cache and v_cache by their strides, in 16-byte units as u32: caches up to
+    64 GiB, which kvcache_call checks; 0 for a row at or past L_b: coalesced loads, issued one
+    tile ahead as loop-carried values so that their latency hides behind the tile before) and
+    writes them to `rows_smem` ([bn] x (k offset, v offset), 8 bytes a row: with 16 the D128 ring
+    would no longer fit two CTAs per SM);
+    the warp syncs (named barrier BAR_GATHER). Then the copies: a row of D elements is `units`
+    16-byte units, one warp instruction copies 32 / units whole rows (lane l: row i * 32 / units +
+    l / units of instruction i, unit l % units), a lane's only per-copy work being its row's
+    offset from `rows_smem` (an issue-bound warp: the producer shares its scheduler with consumer
+    warps). Rows at or past L_b read nothing and land as zeros (cp.async's src-size 0). bf16/f16
+    rows land in the 128B-swizzled layout the TMA boxes give (chunk c of row r at c * bn * 128 +
+    r * 128, 16-byte unit u at (u ^ r % 8) * 16), FP8 rows unswizzled (row r at r * D), so the
+    consumer is the same. Each lane then arrives on full[stage] through cp.async.mbarrier.arrive
+    (net zero: the phase waits for its copies) and commits once; the pipelines count 32 x warps
+    producer arrivals."""
+    nthreads = 32 * cfg.producer_warps
+    pt = kb.thread_idx(0) - 128                    # 0 .. nthreads - 1
+    lane, warp = pt % 32, pt // 32
+    esize = 1 if cfg.fp8 else ELEM_BYTES[cfg.dtype]
+    units = cfg.head_dim * esize // 16
+    rows_per_instr = 32 // units
+    sub, unit = lane // units, lane % units
+    warp_rows = cfg.bn // cfg.producer_warps       # warp w copies rows [w warp_rows, (w + 1) warp_rows)
+    instrs = warp_rows // rows_per_instr
+    unroll = min(GATHER_UNROLL, instrs)
+    rows_per_trip = unroll * rows_per_instr
+    assert cfg.bn % nthreads == 0 and warp_rows % 8 == 0, (cfg.bn, nthreads)
+    assert instrs % unroll == 0 and (cfg.fp8 or rows_per_trip % 8 == 0), (instrs, unroll, rows_per_trip)
+    first_row = warp * warp_rows
+    pools = {t: kb.gep(p[t], unit * 16, "i8") for t in ("k_pool", "v_pool")}   # this lane's unit of row 0
+    # this lane's SMEM offset of copy k of trip 0 (a trip of rows_per_trip rows, a multiple of 8, keeps r % 8)
+    if cfg.fp8:
+        dst0 = [(first_row + sub + k * rows_per_instr) * cfg.head_dim + unit * 16 for k in range(unroll)]
+        trip_bytes = rows_per_trip * cfg.head_dim
+    else:
+        chunk, in_chunk = unit // UNITS, unit % UNITS
+        dst0 = []
+        for k in range(unroll):
+            r = sub + k * rows_per_instr
+            dst0.append(chunk * (cfg.bn * SWIZZLE) + (first_row + r) * SWIZZLE + (in_chunk ^ (r % 8)) * 16)
+        trip_bytes = rows_per_trip * SWIZZLE
+    row_at = work.batch.to("i64") * p["page_table_stride"].to("i64")
+    heads = {t: work.kv_head.to("i64") * p[f"{t}_stride_2"] for t in ("k_pool", "v_pool")}
+
+    def lookup(t0: Value) -> tuple:
+        """(k byte offset, v byte offset) of rows lane + 32 e of the tile at t0 (page clamped into
+        the pool); (0, 0) for a row at or past L_b, which reads slot 0's entry, unused."""
+        out = []
+        for e in range(cfg.bn // nthreads):
+            tok = t0 + pt + nthreads * e
+            live = tok.slt(work.length)
+            slot = select(live, fast_div(tok, *div(p, "page")), const(0))
+            entry = kb.load(kb.gep(p["page_table"], row_at + slot.to("i64"), "i32"), "i32", align=4)
+            page = entry.smax(0).smin(p["num_pages"] - 1).to("i64")
+            in_page = (tok - slot * p["page_size"]).to("i64")
+            for t in ("k_pool", "v_pool"):
+                off = (page * p[f"{t}_stride_0"] + in_page * p[f"{t}_stride_1"] + heads[t]) * esize
+                out.append(select(live, (off >> 4).to("i32"), const(0)))
+        return tuple(out)
+
+    def fill(pipe, t, smem, s: PipeState, limit: Value):
+        pipe.producer_acquire(s)
+        base = kb.gep(smem, s.stage * cfg.tile_bytes(), "i8")
+        with kb.for_(0, instrs // unroll, 1) as (g, _):     # this warp's rows
+            for k in range(unroll):
+                r = first_row + sub + (g * unroll + k) * rows_per_instr
+                off = kb.load(kb.gep(rows_smem, r * 8 + (4 if t == "v_pool" else 0), "i8"), "i32", align=4)
+                fa4.cp_async(kb.gep(pools[t], off.to("i64") << 4, "i8"), kb.gep(base, g * trip_bytes + dst0[k], "i8"), r.slt(limit))
+        fa4.cp_async_arrive(s.stage, pipe=pipe.name)
+        pipe.producer_commit(s)
+
+    loop = kb.for_(work.begin, work.end, 1, carry=(k_pipe.initial_state(), lookup(work.begin * cfg.bn)))
+    with loop as (j, (s, rows)):
+        t0 = j * cfg.bn
+        ahead = lookup(t0 + cfg.bn)       # the next tile's rows, in flight during this tile's copies
+        for e in range(cfg.bn // nthreads):
+            kb.store(vec(rows[2 * e], rows[2 * e + 1]), kb.gep(rows_smem, (pt + nthreads * e) * 8, "i8"), align=8)
+        kb.named_barrier(BAR_GATHER, nthreads)
+        limit = work.length - t0          # rows [limit, bn) of the tile are past L_b
+        fill(k_pipe, "k_pool", k_smem, s, limit)
+        fill(v_pipe, "v_pool", v_smem, s, limit)
+        kb.named_barrier(BAR_GATHER, nthreads)      # every lane read rows_smem before the next tile's rows
+        loop.yield_(s.advance(), ahead)
 
 
 # ---- consumer -------------------------------------------------------------------------------------
@@ -376,6 +477,8 @@ def _kv_tile(cs: _Consumer, bufs, j: Value, carry, masked: bool):
     s, o, m, l = carry
     # 1. S_j = Q K_j^T (FP8: K_j converted to f16 first, its stage released once read)
     k_pipe.consumer_wait(s)
+    if cfg.gather and staged is None:     # cp.async wrote the stage: generic proxy -> wgmma's async proxy
+        kb.fence("async_smem")
     k_stage = kb.gep(k_smem, s.stage * cfg.tile_bytes(), "i8")
     if staged is not None:
         _convert_fp8(cs, k_stage, staged[0])
@@ -391,6 +494,8 @@ def _kv_tile(cs: _Consumer, bufs, j: Value, carry, masked: bool):
     o = vec(*[o[i] * alpha[acc_row(i)] for i in range(cs.n_o)])
     # 4. O += P V_j (V rows past L_b zeroed first, in the tile that holds L_b)
     v_pipe.consumer_wait(s)
+    if cfg.gather and staged is None:
+        kb.fence("async_smem")
     v_stage = kb.gep(v_smem, s.stage * cfg.tile_bytes(), "i8")
     if staged is not None:
         _convert_fp8(cs, v_stage, staged[1])

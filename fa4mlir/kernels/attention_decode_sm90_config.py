@@ -16,9 +16,11 @@ The split kernel is always followed by the combine (num_splits = 1 included): on
 and the combine's cost (it reads num_splits x O, a few MB against the GBs of K/V) is one launch.
 
 `DecodeConfig` fixes what changes the split kernel's code: dtype, head_dim, the KV tile `bn`,
-ring depth `stages`, whether the cache is paged, and `box_rows`, the rows of one TMA box (a
-contiguous cache: bn; a paged one: gcd(bn, page_size), paging.fetch_plan), which the K/V
-descriptors are encoded with.
+ring depth `stages`, whether the cache is paged, and how K/V rows are fetched (paging.fetch_plan):
+TMA boxes of `box_rows` rows (a contiguous cache: bn; a paged one: gcd(bn, page_size)), which the
+K/V descriptors are encoded with, or (`gather`, page sizes whose boxes would be under
+paging.MIN_TMA_BOX_ROWS rows: 1..15 and the like) a cp.async gather, 16 bytes per lane, each lane
+reading its row's page-table entry.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from math import gcd
 from .common.constants import LOG2E
 from .common.fastdiv import divisor
 from .common.fields import ConfigError, check_fields
+from .common.paging import KVFetch, fetch_plan
 
 KERNEL = "attention_decode_sm90"
 COMBINE_KERNEL = "attention_combine_sm90"
@@ -48,6 +51,8 @@ DEFAULT_STAGES = {64: 6, 128: 3, 256: 3}
 MAX_SMEM_2CTA = 233472 // 2 - 1024     # an SM's 228 KiB, less the 1 KiB the driver reserves per CTA
 COMBINE_WARPS = 4                 # output rows per combine CTA (one warp each)
 SCALES = ("tensor", "kv_head", "block")   # FP8 scale granularities (kvcache.ScaleGranularity's values)
+GATHER_WARPS = 2                      # producer warps of the gather (note "Gather"): measured, 1 vs 2
+GATHER_MAX_CACHE_BYTES = 16 << 32     # the gather's row offsets are u32 counts of 16 bytes (note "Gather")
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,7 @@ class DecodeConfig:
     box_rows: int = 64            # rows per TMA box: bn (contiguous, or page_size a multiple of bn), else gcd(bn, page_size)
     kv_dtype: str = ""            # "": the cache holds q's dtype; "e4m3": FP8, dequantised in the kernel (note "FP8")
     kv_scale: str = ""            # FP8 scale granularity of k_scale and v_scale: tensor | kv_head | block
+    gather: bool = False          # paged: rows by a cp.async gather (box_rows 1), not TMA boxes
 
     @property
     def d_chunks(self) -> int:
@@ -76,8 +82,14 @@ class DecodeConfig:
         return "f16" if self.fp8 else self.dtype
 
     @property
+    def producer_warps(self) -> int:
+        """1 (TMA: one elected thread issues), GATHER_WARPS for the gather (its copies are
+        issue-bound: one instruction per 16 bytes a lane)."""
+        return GATHER_WARPS if self.gather else 1
+
+    @property
     def threads(self) -> int:
-        return 160                # warps 0-3: the consumer warpgroup, warp 4: the producer
+        return 128 + 32 * self.producer_warps    # warps 0-3: the consumer warpgroup, warp 4 (on): the producer
 
     @property
     def ctas_per_sm(self) -> int:
@@ -100,7 +112,7 @@ class DecodeConfig:
     def smem_bytes(self) -> int:
         q = TILE_M * self.head_dim * 2
         return (q + 2 * self.stages * self.tile_bytes() + 2 * self.staged_bytes()
-                + 2 * 2 * self.stages * MBARRIER_BYTES)
+                + 2 * 2 * self.stages * MBARRIER_BYTES + (self.bn * 8 if self.gather else 0))
 
     def validate(self) -> "DecodeConfig":
         check_fields(self, {"dtype": DTYPES, "head_dim": HEAD_DIMS})
@@ -119,7 +131,10 @@ class DecodeConfig:
                               f"{self.box_rows}")
         if self.kv_dtype not in ("", "e4m3"):
             raise ConfigError(f"kv_dtype must be '' (q's dtype) or 'e4m3', got {self.kv_dtype!r}")
-        if self.fp8 and (self.box_rows * self.head_dim) % 128:
+        if self.gather and (not self.paged or self.box_rows != 1):
+            raise ConfigError(f"a cp.async gather is for a paged cache and fetches rows one by one (box_rows 1), got "
+                              f"paged={self.paged}, box_rows={self.box_rows}")
+        if self.fp8 and not self.gather and (self.box_rows * self.head_dim) % 128:
             raise ConfigError(f"an FP8 cache's TMA boxes land at multiples of box_rows x head_dim = "
                               f"{self.box_rows * self.head_dim} bytes; they must be 128-byte aligned")
         if (self.kv_scale not in SCALES) if self.fp8 else self.kv_scale:
@@ -136,7 +151,12 @@ class DecodeConfig:
     def name(self) -> str:
         fp8 = f"_e4m3_{self.kv_scale}" if self.fp8 else ""
         return (f"{KERNEL}_{self.dtype}_d{self.head_dim}_n{self.bn}_s{self.stages}"
-                f"_{'paged_b' + str(self.box_rows) if self.paged else 'contig'}{fp8}")
+                f"_{self._fetch_name()}{fp8}")
+
+    def _fetch_name(self) -> str:
+        if not self.paged:
+            return "contig"
+        return "paged_gather" if self.gather else f"paged_b{self.box_rows}"
 
 
 @dataclass(frozen=True)
@@ -197,11 +217,13 @@ def default_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: s
     kv_head, block) for an FP8 cache."""
     bn = DEFAULT_BN[head_dim]
     box_rows = box_rows_for(bn, page_size)
+    gather = page_size is not None and fetch_plan(bn, page_size).fetch is KVFetch.CP_ASYNC_GATHER
     stages = DEFAULT_STAGES[head_dim]
     fp8 = dict(kv_dtype="e4m3", kv_scale=kv_scale) if kv_scale else {}
     two = DecodeConfig(dtype=dtype, head_dim=head_dim, bn=bn, stages=stages, paged=page_size is not None,
-                       box_rows=box_rows, **fp8)
-    if box_rows < ONE_CTA_BOX_ROWS and two.ctas_per_sm == 2:
+                       box_rows=1 if gather else box_rows, gather=gather, **fp8)
+    if two.box_rows < ONE_CTA_BOX_ROWS and two.ctas_per_sm == 2 and (two.fp8 or not gather):
+        # (an FP8 gather too: its consumer's conversion and block scales spill at 168 registers)
         return replace(two, stages=2 * stages)
     if two.fp8 and two.ctas_per_sm == 2:
         # FP8 stages are half the bytes: as many as still leave two CTAs per SM
@@ -216,13 +238,14 @@ def default_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: s
 
 SPLIT_TENSORS = (("k_cache", "tma"), ("v_cache", "tma"), ("q", "ptr"), ("cache_seqlens", "ptr"),
                  ("page_table", "ptr"), ("o_partial", "ptr"), ("lse_partial", "ptr"), ("k_scale", "ptr"),
-                 ("v_scale", "ptr"))
+                 ("v_scale", "ptr"), ("k_pool", "ptr"), ("v_pool", "ptr"))   # k/v_pool: the caches' addresses (gather)
 SPLIT_PARAMS = (*SPLIT_TENSORS,
                 ("batch", "i32"), ("seqlen_q", "i32"), ("heads", "i32"), ("rows", "i32"), ("m_tiles", "i32"),
                 ("num_splits", "i32"), ("seqlen_new", "i32"), ("capacity", "i32"), ("num_pages", "i32"), ("page_size", "i32"),
                 ("page_table_stride", "i32"), ("cta_heads", "i32"), ("causal", "i32"), ("scale_log2", "f32"),
                 ("q_stride_b", "i64"), ("q_stride_s", "i64"), ("q_stride_h", "i64"),
                 ("kv_heads", "i32"), ("scale_blocks", "i32"),
+                *((f"{t}_stride_{d}", "i64") for t in ("k_pool", "v_pool") for d in ("0", "1", "2")),
                 *((f"{n}_{part}", "i32") for n in ("cta_heads", "group", "m_tiles", "page", "scale_block")
                   for part in ("mul", "shr")))
 APPEND_TENSORS = (("k", "ptr"), ("v", "ptr"), ("k_cache", "ptr"), ("v_cache", "ptr"), ("cache_seqlens", "ptr"),
@@ -244,10 +267,13 @@ def _fill(table, args: dict) -> dict:
     return {n: args[n] for n, _ in table}
 
 
-def split_launch_args(plan, tensors, q_strides: tuple[int, int, int], page_table_stride: int) -> dict:
+def split_launch_args(plan, tensors, q_strides: tuple[int, int, int], page_table_stride: int,
+                      cache_strides: dict | None = None) -> dict:
     """The split kernel's parameters by name from a kvcache.KVCachePlan, the call's tensors by name
     (SPLIT_TENSORS; page_table: the cache_seqlens tensor stands in for a contiguous cache, never
-    read) and q's element strides (batch, seqlen, head)."""
+    read; k_pool, v_pool: the k_cache, v_cache tensors again, read by the gather), q's element
+    strides (batch, seqlen, head) and ``cache_strides``, the element strides of dims 0-2 of
+    k_cache and v_cache by name (default: contiguous caches)."""
     p = plan.problem
     cache = p.cache
     gqa = plan.gqa
@@ -263,6 +289,12 @@ def split_launch_args(plan, tensors, q_strides: tuple[int, int, int], page_table
     block = cache.scale_block or 1
     args["scale_blocks"] = cache.capacity // block if not cache.paged else 0
     args["kv_heads"] = cache.kv_heads
+    if cache_strides is None:
+        row = cache.kv_heads * p.head_dim
+        cache_strides = {n: (cache.page_size * row, row, p.head_dim) for n in ("k_cache", "v_cache")}
+    for t, n in (("k_pool", "k_cache"), ("v_pool", "v_cache")):
+        for d in range(3):
+            args[f"{t}_stride_{d}"] = int(cache_strides[n][d])
     for name, n in (("cta_heads", cta_heads), ("group", gqa.group), ("m_tiles", gqa.m_tiles),
                     ("page", cache.page_size), ("scale_block", block)):
         args[f"{name}_mul"], args[f"{name}_shr"] = divisor(int(n))

@@ -1,14 +1,18 @@
-"""fa4-lower-tma: TMA loads, stores and prefetches -> nvvm.cp.async.bulk.tensor.* (PTX ISA 9.7.9.25).
+"""fa4-lower-tma: async copies into SMEM. TMA loads, stores and prefetches ->
+nvvm.cp.async.bulk.tensor.* (PTX ISA 9.7.9.25); per-thread 16-byte copies -> nvvm.cp.async
+(9.7.9.3, .cg with src-size 0 for the zero-filled `valid = false`) and their completion ->
+cp.async.mbarrier.arrive without .noinc (9.7.13.15.14: a net-zero arrival on `full[stage]`).
 
 A `fa4.tma_load` completes on `full[stage]` of its pipeline (mbarrier::complete_tx::bytes).
 """
 from __future__ import annotations
 
-from .._mlir import ir, llvm, nvvm
-from ._util import PassError, attr, barrier_addr, check_none_left, kernel_func, ops_named, pipelines
+from .._mlir import arith, ir, llvm, nvvm
+from ._util import PassError, attr, barrier_addr, check_none_left, i32, kernel_func, ops_named, pipelines
 
 NAME = "fa4-lower-tma"
-OPS = ("fa4.tma_load", "fa4.tma_store", "fa4.tma_store_wait", "fa4.tma_prefetch")
+OPS = ("fa4.tma_load", "fa4.tma_store", "fa4.tma_store_wait", "fa4.tma_prefetch", "fa4.cp_async",
+       "fa4.cp_async_arrive")
 
 
 def run(module: ir.Operation) -> None:
@@ -31,6 +35,12 @@ def run(module: ir.Operation) -> None:
             elif op.name == "fa4.tma_store_wait":
                 nvvm.cp_async_bulk_commit_group()
                 nvvm.cp_async_bulk_wait_group(attr(op, "pending"), read=True)
+            elif op.name == "fa4.cp_async":
+                src, dst, valid = op.operands
+                size = arith.select(valid, i32(16), i32(0))
+                nvvm.cp_async_shared_global(dst, src, 16, nvvm.LoadCacheModifierKind.CG, cp_size=size)
+            elif op.name == "fa4.cp_async_arrive":
+                nvvm.cp_async_mbarrier_arrive(barrier_addr(pipes, op, "full", op.operands[0]))
             elif op.name == "fa4.tma_prefetch":
                 nvvm.prefetch(op.operands[0], tensormap=True)
             op.erase()

@@ -8,7 +8,8 @@ pipeline, the role, the stage and the op's source location. Rules, in the order 
 2. Placement. Every protocol op names a declared pipeline and sits inside a `fa4.role`:
    `producer_acquire`, `producer_commit`, `tma_load` and `mma_commit{side="full"}` in the
    pipeline's producer role; `consumer_wait`, `consumer_release` and `mma_commit{side="empty"}` in
-   one of its consumer roles.
+   one of its consumer roles; `cp_async_arrive` (a net-zero arrival on `full`, not counted in
+   rules 3, 6 and 7) in the producer role.
 3. Balance (notes "segments", "conditions"). Per pipeline, per role and per segment, on every path:
    #acquire == #commit and #wait == #release, where a commit is `producer_commit` or
    `mma_commit{full}` and a release is `consumer_release` or `mma_commit{empty}`.
@@ -266,6 +267,12 @@ class _Checker:
             while parent is not None and parent != role:
                 self.inside.setdefault(parent, []).append(op)
                 parent = parent.parent
+        for op in ops_named(self.func, "fa4.cp_async_arrive"):   # a net-zero arrival: placement only
+            pname, role = attr(op, "pipe"), _role_of(op)
+            pipe = self.pipes.get(pname)
+            if pipe is None or role is None or attr(role, "name") != attr(pipe, "producer"):
+                self.fail(f"fa4.cp_async_arrive on pipeline '{pname}' must sit in that declared pipeline's "
+                          f"producer role (it is in {attr(role, 'name') if role is not None else 'no role'})", op)
 
     # 4. liveness ---------------------------------------------------------------------------------
     def _liveness(self):

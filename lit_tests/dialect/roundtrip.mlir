@@ -39,6 +39,11 @@ module attributes {gpu.container_module} {
               : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32) -> ()
           // CHECK: "fa4.tma_prefetch"(%[[DESC]]) : (!llvm.ptr) -> ()
           "fa4.tma_prefetch"(%desc) : (!llvm.ptr) -> ()
+          // CHECK: "fa4.cp_async"(%[[DESC]], %[[SMEM]], %{{.*}}) : (!llvm.ptr, !llvm.ptr<3>, i1) -> ()
+          %copy_ok = arith.constant true
+          "fa4.cp_async"(%desc, %a_smem, %copy_ok) : (!llvm.ptr, !llvm.ptr<3>, i1) -> ()
+          // CHECK: "fa4.cp_async_arrive"(%[[TID]]) {pipe = "ab_pipe"} : (i32) -> ()
+          "fa4.cp_async_arrive"(%tid) {pipe = "ab_pipe"} : (i32) -> ()
           // CHECK: gpu.yield
           gpu.yield
         // CHECK: }) {first_warp = 0 : i64, name = "load", num_warps = 1 : i64, regs = 40 : i64} : () -> ()

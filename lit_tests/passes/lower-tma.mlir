@@ -85,3 +85,32 @@ module attributes {gpu.container_module} {
     }
   }
 }
+
+// -----
+
+// Per-thread 16-byte copies: cp.async.cg with src-size 16, or 0 (zero fill) where `valid` is false;
+// their completion arrives on full[stage] without .noinc (a net-zero arrival).
+// CHECK-LABEL: llvm.func @gather
+// CHECK-SAME: (%[[SRC:[^:]+]]: !llvm.ptr<1>, %[[DST:[^:]+]]: !llvm.ptr<3>, %[[STAGE:[^:]+]]: i32, %[[OK:[^:]+]]: i1)
+// CHECK-DAG: %[[C16:.*]] = arith.constant 16 : i32
+// CHECK-DAG: %[[C0:.*]] = arith.constant 0 : i32
+// CHECK: %[[SIZE:.*]] = arith.select %[[OK]], %[[C16]], %[[C0]]
+// CHECK: nvvm.cp.async.shared.global %[[DST]], %[[SRC]], 16, cache = cg, %[[SIZE]]
+// CHECK: %[[FULL:.*]] = llvm.getelementptr
+// CHECK: nvvm.cp.async.mbarrier.arrive %[[FULL]]
+// CHECK-NOT: noinc
+// CHECK-NOT: fa4.cp_async
+// CHECK: llvm.return
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.mlir.global external @fa4_smem() {addr_space = 3 : i32, alignment = 1024 : i64} : !llvm.array<0 x i8>
+    llvm.func @gather(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %stage: i32, %ok: i1)
+        attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "kv_pipe", num_stages = 4 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 32 : i64, consumer_arrivals = 1 : i64, offset = 2048 : i64} : () -> ()
+      "fa4.cp_async"(%src, %dst, %ok) : (!llvm.ptr<1>, !llvm.ptr<3>, i1) -> ()
+      "fa4.cp_async_arrive"(%stage) {pipe = "kv_pipe"} : (i32) -> ()
+      llvm.return
+    }
+  }
+}

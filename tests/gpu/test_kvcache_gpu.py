@@ -126,11 +126,35 @@ def page_lengths(p):
     return sorted({0, 1, max(p - 1, 0), p, p + 1, 3 * p + 5, 2})
 
 
-@pytest.mark.parametrize("page_size", [1, 3, 16, 24, 32, 48, 64, 128, 256])
+@pytest.mark.parametrize("page_size", [1, 2, 3, 5, 7, 8, 16, 24, 32, 48, 64, 128, 256])
 def test_paged_page_sizes(torch, page_size):
     case = Case(torch, page_lengths(page_size), page_size=page_size, seqlen_q=1, seed=page_size)
     out, lse = case.call()
     assert out.data_ptr() == case.out.data_ptr()
+    case.check(out, lse)
+
+
+@pytest.mark.parametrize("page_size", [1, 5, 7])
+@pytest.mark.parametrize("num_splits", [None, 1, 3])
+@pytest.mark.parametrize("seqlen_q", [1, 4])
+def test_gather_long_sequences(torch, page_size, num_splits, seqlen_q):
+    """Page sizes under 16 rows per box take the cp.async gather (paging.fetch_plan): many tiles,
+    a tile's rows spread over many pages, splits, and lengths around tile edges."""
+    case = Case(torch, [0, 1, 63, 64, 65, 700, 1500], page_size=page_size, seqlen_q=seqlen_q,
+                seed=900 + page_size * 10 + (num_splits or 0) + seqlen_q)
+    out, lse = case.call(num_splits=num_splits)
+    case.check(out, lse)
+
+
+@pytest.mark.parametrize("page_size", [1, 5])
+def test_gather_strided_pool(torch, page_size):
+    """k_cache and v_cache as views of one [num_pages, 2, page_size, kv_heads, D] tensor (strided
+    along the page dim): the gather addresses rows by the caches' own strides."""
+    case = Case(torch, [0, 1, 90, 333], page_size=page_size, seqlen_q=1, seed=77 + page_size)
+    kv = torch.stack((case.k_cache, case.v_cache), dim=1)
+    case.k_cache, case.v_cache = kv[:, 0], kv[:, 1]
+    assert not case.k_cache.is_contiguous()
+    out, lse = case.call()
     case.check(out, lse)
 
 
@@ -323,7 +347,8 @@ def fp8_case(torch, lengths, page_size, grain, seed, seqlen_q=1, capacity=336):
 
 
 @pytest.mark.parametrize("page_size,grain", [(None, "tensor"), (None, "kv_head"), (None, "block"), (16, "tensor"),
-                                             (16, "block"), (64, "kv_head"), (64, "block"), (1, "block")])
+                                             (16, "block"), (64, "kv_head"), (64, "block"), (1, "block"),
+                                             (5, "block"), (1, "kv_head")])
 @pytest.mark.parametrize("seqlen_q", [1, 4])
 def test_fp8_cache(torch, page_size, grain, seqlen_q):
     """An e4m3 cache, dequantised in the kernel, by the FA rule against the float64 reference of

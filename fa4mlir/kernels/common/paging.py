@@ -18,9 +18,10 @@ box may not straddle a page (the next page is anywhere in the pool), so a tile i
 ``box_rows = gcd(bn, page_size)`` rows, which never straddle one (note "Box rows" below). When that
 box is tall enough (``MIN_TMA_BOX_ROWS``) and a tile needs few of them (``MAX_TMA_BOXES``), the
 producer issues TMA boxes; otherwise (page size 1, odd page sizes) the rows are gathered: cp.async
-per row on sm_90a, TMA gather4 (four arbitrary rows per instruction) on sm_100a. Both thresholds are
-first guesses: **the choice per page size is to be measured on the GPU** (issue 27: decode_paged at
-page sizes 1, 16, 64, 128) and the constants set from the measurement.
+per row on sm_90a (attention_decode_sm90, note "Gather"), TMA gather4 (four arbitrary rows per
+instruction) on sm_100a. Measured on an H200 (notes/RESULTS.md, `[D-decode-gather]`): at page size 1
+the gather reads 3.8 TB/s where 1-row TMA boxes read 0.64, and page size 16's 4-box tiles 4.2; the
+thresholds' other cases (8-row boxes, more than MAX_TMA_BOXES boxes) are not timed against the gather.
 
 Note "Box rows": a tile covers tokens [t0, t0 + bn) with t0 a multiple of bn; page boundaries are
 the multiples of page_size. Every boundary inside the tile is a multiple of g = gcd(bn, page_size)
@@ -36,8 +37,8 @@ from math import gcd
 from .fastdiv import divide, divisor
 
 MAX_PAGE_SIZE = 256          # the operand's page sizes are 1..256 (issue 27)
-MIN_TMA_BOX_ROWS = 16        # below this a gather is assumed faster than many tiny boxes: to be measured
-MAX_TMA_BOXES = 8            # more boxes than this per tile: gather instead (issue latency): to be measured
+MIN_TMA_BOX_ROWS = 16        # below this the gather (1-row boxes: 6x slower than it at page size 1, H200)
+MAX_TMA_BOXES = 8            # more boxes than this per tile: gather instead (issue latency): not timed
 GATHER4_ROWS = 4             # rows per sm_100a TMA gather4 instruction
 
 
