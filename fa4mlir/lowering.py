@@ -336,9 +336,11 @@ def run_ir_stages(module: ir.Module, arch: str, *, until: str = "nvvm", debug: b
 
 
 def lower_module(module: ir.Module, arch: str, *, debug: bool = False, dumper: _Dumper | None = None,
-                 times: dict | None = None, target: str = "ptx") -> tuple[str, dict]:
+                 times: dict | None = None, target: str = "ptx", after_stage=None) -> tuple[str, dict]:
     """Run the IR stages on `module` in place; return its PTX (target "ptx") or NVVM IR (target
-    "nvvm-ir", for nvjitlink-lto) and the planned resources."""
+    "nvvm-ir", for nvjitlink-lto) and the planned resources. `after_stage(stage, module)` is called
+    after each fa4 IR stage, as in `run_ir_stages` (one compile can feed the interpreter too:
+    `fa4mlir.interpret.StageTap`)."""
     if target not in ("ptx", "nvvm-ir"):
         raise ValueError(f"lower_module target {target!r}: expected 'ptx' or 'nvvm-ir'")
     dumper = dumper or _Dumper("kernel", "0" * 16)
@@ -353,6 +355,8 @@ def lower_module(module: ir.Module, arch: str, *, debug: bool = False, dumper: _
             _fail(stage, exc, dumper, f"fa4mlir-opt --pass-pipeline={','.join(names)}")
         times[stage] = time.perf_counter() - t0
         dumper.write(stage, "mlir", str(module))
+        if after_stage is not None:
+            after_stage(stage, module)
     planned = resource_attrs(module)
     stages = (("llvm", UPSTREAM_TO_LLVM),) + ((("ptx", TO_PTX),) if target == "ptx" else ())
     for stage, pipeline in stages:
@@ -392,8 +396,10 @@ def _fail(stage, exc, dumper: _Dumper, repro: str):
     raise CompileError(msg) from exc
 
 
-def lower(kernel_ir, options: CompileOptions = CompileOptions(), key: str = "") -> KernelArtifact:
-    """Lower a built kernel to a cubin artefact with `options` (no cache; see `fa4mlir.compiler`)."""
+def lower(kernel_ir, options: CompileOptions = CompileOptions(), key: str = "", *,
+          after_stage=None) -> KernelArtifact:
+    """Lower a built kernel to a cubin artefact with `options` (no cache; see `fa4mlir.compiler`).
+    `after_stage`: see `lower_module`."""
     debug = options.debug or bool(kernel_ir.config.get("_debug"))  # a kernel may insist (deadlock_sm90)
     backend = options.cubin_backend
     dumper = _Dumper(kernel_ir.name, key or "nokey0000000000000")
@@ -403,7 +409,7 @@ def lower(kernel_ir, options: CompileOptions = CompileOptions(), key: str = "") 
         check_lto_arch(kernel_ir.arch)
     with kernel_ir.module.context:
         code, planned = lower_module(kernel_ir.module, kernel_ir.arch, debug=debug, dumper=dumper, times=times,
-                                     target="nvvm-ir" if lto else "ptx")
+                                     target="nvvm-ir" if lto else "ptx", after_stage=after_stage)
     t0 = time.perf_counter()
     try:
         if lto:

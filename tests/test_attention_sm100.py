@@ -4,7 +4,8 @@
   is not built for it) and 256 (refused, with the reason), supported()'s reasons, description(),
   hashing and the cache key.
 * Every supported config compiles with 0 spills: supported() accepts, over a grid of every field,
-  only configs of the 288 code shapes of supported_configs(), and all 288 are compiled.
+  only configs of the 288 code shapes of supported_configs(), and all 288 are compiled; each
+  compile's nvvm-stage IR also runs in the interpreter (one CTA, numerics by the FA rule).
 * Every shipped config (attention_sm100_config.configs()) compiles to an sm_100a cubin through
   nvJitLink, as the kernel ships (its own cubin backend: NVVM IR -> libNVVM LTO-IR -> nvJitLink -lto, a
   whole-program link): 0 spills, no stack, setmaxnreg honoured with the role table's budgets
@@ -213,26 +214,45 @@ def test_compiles_with_zero_spills_and_the_role_budgets(cfg):
     assert seconds < 60
 
 
-def _compile_for_resources(cfg: FA4Config) -> tuple:
-    """(worker process) compile one config as the kernel ships (its own options); its resources."""
+def _compile_and_interpret(cfg: FA4Config) -> tuple:
+    """(worker process) compile one config as the kernel ships (its own options), and run the same
+    compile's nvvm-stage IR in the interpreter (fa4mlir.interpret.StageTap: the IR stages run once)
+    on one CTA, as tests/test_interpret_attention.py's test_sm100_supported_config does: 200 query
+    rows (both Q tiles, the second ragged) over stages + 1 K/V blocks less 37 keys (the K/V ring
+    wraps, the last block is ragged); for GQA the group's last head. Its resources, and the FA rule's
+    verdict (or the fault the interpreter raised)."""
+    from fa4mlir import interpret
+    from tests.test_interpret_attention import run_config
     t0 = time.perf_counter()
-    art = lowering.lower(k100.build(cfg), CompileOptions(cubin_backend=SHIPPED), key="test-sm100-supported")
-    return art.name, art.resources, art.smem_bytes, time.perf_counter() - t0, role_budgets(disassemble(art.cubin))
+    kir = k100.build(cfg)
+    tap = interpret.StageTap(kir)
+    art = lowering.lower(kir, CompileOptions(cubin_backend=SHIPPED), key="test-sm100-supported", after_stage=tap)
+    t1 = time.perf_counter()
+    try:
+        report = run_config(cfg, 200, 128 * (cfg.resolved_stages + 1) - 37, head=cfg.group - 1,
+                            seed=cfg.resolved_stages, kernel=tap.kernel())
+        verdict = "ok" if report["ok"] else {k: v for k, v in report.items() if k != "stats"}
+    except interpret.InterpretError as exc:
+        verdict = f"{type(exc).__name__}: {exc}"
+    return (art.name, art.resources, art.smem_bytes, t1 - t0, role_budgets(disassemble(art.cubin)), verdict,
+            time.perf_counter() - t1)
 
 
-def test_every_supported_config_compiles_with_zero_spills():
+def test_every_supported_config_compiles_and_interprets():
     """All 288 code shapes of the supported space (test_supported_space_is_the_compiled_one), compiled
     through nvJitLink's LTO in worker processes: 0 spills, setmaxnreg honoured, SMEM within the plan
-    and the carve-out, the whole TMEM allocated, the role table's register budgets in the SASS.
-    About 2 s of libNVVM + nvJitLink each."""
+    and the carve-out, the whole TMEM allocated, the role table's register budgets in the SASS. About
+    2 s of libNVVM + nvJitLink each. The same compile's nvvm-stage IR is executed by the interpreter
+    (issue 30's bar: every supported config, numerics by the FA rule, in CI): about 1 s more each."""
     if find_nvdisasm() is None:
         pytest.skip("nvdisasm is not installed (pip install nvidia-cuda-nvdisasm): cannot read the role budgets")
+    pytest.importorskip("torch")                         # the interpreter's inputs and float64 reference
     cfgs = supported_configs()
     ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=max(2, os.cpu_count() or 2), mp_context=ctx) as pool:
-        results = list(pool.map(_compile_for_resources, cfgs, chunksize=4))
-    bad, names = [], set()
-    for cfg, (name, r, smem, seconds, budgets) in zip(cfgs, results):
+        results = list(pool.map(_compile_and_interpret, cfgs, chunksize=4))
+    bad, wrong, names = [], [], set()
+    for cfg, (name, r, smem, seconds, budgets, verdict, _) in zip(cfgs, results):
         names.add(name)
         ok = (r["spill_stores"] == r["spill_loads"] == r["stack_bytes"] == 0 and not r["setmaxnreg_ignored"]
               and r["cubin_backend"] == "nvjitlink-lto" and budgets == ROLE_BUDGETS
@@ -240,9 +260,13 @@ def test_every_supported_config_compiles_with_zero_spills():
         if not ok:
             bad.append((name, {k: r[k] for k in ("spill_stores", "spill_loads", "stack_bytes", "setmaxnreg_ignored",
                                                  "tmem_cols")}, smem, budgets))
+        if verdict != "ok":
+            wrong.append((name, verdict))
     slowest = max(x[3] for x in results)
-    print(f"{len(cfgs)} supported code shapes compiled; slowest {slowest:.1f} s; failures {len(bad)}")
+    print(f"{len(cfgs)} supported code shapes compiled (slowest {slowest:.1f} s; failures {len(bad)}) and "
+          f"interpreted (slowest {max(x[6] for x in results):.1f} s; wrong or faulting {len(wrong)})")
     assert not bad, bad[:10]
+    assert not wrong, wrong[:10]
     assert len(names) == len(cfgs), "every code shape has its own kernel name"
 
 

@@ -127,8 +127,10 @@ def _cfg_id(c: FA4Config) -> str:
             f"-p{c.exp2_poly_stride}")
 
 
-# CI: every value of every field of the supported space at least once (dtype, head dim, each K/V ring
-# depth, causal, the three GQA code shapes, each exp2 poly stride), 8 of the 288 code shapes.
+# Here: every value of every field of the supported space at least once (dtype, head dim, each K/V ring
+# depth, causal, the three GQA code shapes, each exp2 poly stride), 8 of the 288 code shapes, through
+# interpret.load. All 288 run in CI in tests/test_attention_sm100.py, on the IR of the compile that
+# checks their resources (one compile each); FA4MLIR_INTERPRET_SWEEP=1 runs all 288 here too.
 COVERING = [("bf16", 64, 2, False, 1, 0), ("f16", 64, 3, True, 4, 2), ("bf16", 64, 4, True, 3, 8),
             ("f16", 64, 5, False, 3, 4), ("bf16", 64, 6, True, 1, 4), ("bf16", 128, 2, True, 4, 0),
             ("f16", 128, 2, False, 1, 8), ("bf16", 128, 2, False, 3, 2)]

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from .faults import (BarrierFault, Deadlock, ExitFault, Fault, FenceFault, InterpretError, RaceFault, TmemFault,
                      Unsupported, UnwaitedAsync)
-from .kernel import Kernel, load
+from .kernel import Kernel, StageTap, load
 from .machine import POLICIES
 
-__all__ = ["load", "Kernel", "POLICIES", "InterpretError", "Unsupported", "Fault", "Deadlock", "TmemFault",
+__all__ = ["load", "Kernel", "StageTap", "POLICIES", "InterpretError", "Unsupported", "Fault", "Deadlock", "TmemFault",
            "BarrierFault", "UnwaitedAsync", "FenceFault", "RaceFault", "ExitFault"]

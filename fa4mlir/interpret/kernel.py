@@ -111,14 +111,40 @@ class Kernel:
 def load(kernel_ir, *, debug: bool = False) -> Kernel:
     """Run the fa4 and nvvm stages on `kernel_ir.module` (in place) and translate it."""
     from ..lowering import run_ir_stages
-    names: dict[int, str] = {}
-
-    def after(stage, module):
-        if stage == "fa4":
-            names.update(_pipeline_barriers(module))
+    tap = StageTap(kernel_ir, copy=False)
     with kernel_ir.module.context:
-        run_ir_stages(kernel_ir.module, kernel_ir.arch, until="nvvm", debug=debug, after_stage=after)
-    return Kernel(kernel_ir.name, kernel_ir.module, kernel_ir.params, kernel_ir.block, names)
+        run_ir_stages(kernel_ir.module, kernel_ir.arch, until="nvvm", debug=debug, after_stage=tap)
+    return tap.kernel()
 
 
-__all__ = ["Kernel", "load"]
+class StageTap:
+    """An `after_stage` hook for `lowering.lower` / `run_ir_stages`: reads the pipelines' barrier
+    names after the fa4 stage and keeps the nvvm-stage module, so one compile gives both the cubin
+    and the interpreter's program (the IR stages run once):
+
+        tap = StageTap(kernel_ir)
+        art = lowering.lower(kernel_ir, options, after_stage=tap)
+        kernel = tap.kernel()
+
+    `copy`: keep a copy of the nvvm-stage module (`lower` goes on to rewrite it in place)."""
+
+    def __init__(self, kernel_ir, *, copy: bool = True):
+        self.kernel_ir, self.copy = kernel_ir, copy
+        self.names: dict[int, str] = {}
+        self.module = None
+
+    def __call__(self, stage: str, module) -> None:
+        if stage == "fa4":
+            self.names = _pipeline_barriers(module)
+        elif stage == "nvvm":
+            self.module = ir.Module.parse(str(module), module.context) if self.copy else module
+
+    def kernel(self) -> Kernel:
+        if self.module is None:
+            raise Unsupported(f"kernel {self.kernel_ir.name}: the tap saw no nvvm stage (was it passed as "
+                              f"after_stage to a lowering that ran?)")
+        k = self.kernel_ir
+        return Kernel(k.name, self.module, k.params, k.block, self.names)
+
+
+__all__ = ["Kernel", "StageTap", "load"]
