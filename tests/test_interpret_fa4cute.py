@@ -7,7 +7,7 @@ bits fa4-lower-mma-sm100 computed at run time. Theirs: FA4 CuTe compiled on this
 (tests/fa4cute_sm100.py, ~15 s, in a subprocess) and read from its PTX: the instruction
 descriptors, the SMEM descriptors' high word (SBO, version, swizzle), V's leading-byte offset and
 the TMEM columns of O and P in O += P V. Skipped when flash-attn-4 / nvidia-cutlass-dsl are not
-installed (`pip install flash-attn-4==4.0.0b36`; CI does not install them).
+installed (`pip install flash-attn-4==4.0.0b36 triton`; the test extra installs them, so CI runs it).
 """
 from __future__ import annotations
 
