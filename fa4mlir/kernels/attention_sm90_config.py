@@ -385,10 +385,10 @@ def config_from_spec(spec: str) -> AttnConfig:
     return replace(base, **values).validate()
 
 
-def default_configs(dtype: str, head_dim: int, causal: bool) -> list[AttnConfig]:
-    """Every config default_config picks for (dtype, head_dim, causal) at some seqlen_k: the long
-    one first."""
-    out = [default_config(dtype, head_dim, causal), default_config(dtype, head_dim, causal, 1)]
+def default_configs(dtype: str, head_dim: int, causal: bool, mask: Mask | None = None) -> list[AttnConfig]:
+    """Every config default_config picks for (dtype, head_dim, causal, mask) at some seqlen_k: the
+    long one first."""
+    out = [default_config(dtype, head_dim, causal, mask=mask), default_config(dtype, head_dim, causal, 1, mask=mask)]
     return out[:1] if out[0] == out[1] else out
 
 
