@@ -59,11 +59,10 @@ def test_configs_of_masks():
     mask = attention_mask(True, (200, -1))
     cfg = acfg.default_config("bf16", 128, True, mask=mask)
     assert (cfg.causal, cfg.window_left, cfg.window_right, cfg.chunk) == (True, 200, -1, 0) and cfg.mask == mask
-    assert cfg.key()["window_left"] == 200 and "chunk" not in cfg.key()
+    assert cfg.key()["window_left"] == 200 and cfg.key()["chunk"] == 0
     assert acfg.AttnConfig.from_key(cfg.key()) == cfg
-    # the causal and unmasked configs keep their keys: no mask field
     plain = acfg.default_config("bf16", 128, True)
-    assert not {"window_left", "window_right", "chunk"} & set(plain.key())
+    assert acfg.AttnConfig.from_key({k: v for k, v in plain.key().items() if k not in ("window_left", "chunk")}) == plain
     assert acfg.default_config("bf16", 128, False, mask=CAUSAL) == plain
     with pytest.raises(ValueError, match="canonical"):
         acfg.AttnConfig(causal=True, window_right=0).validate()
@@ -74,8 +73,9 @@ def test_configs_of_masks():
 def test_bundle_selection_tells_masks_apart():
     masked = acfg.default_config("bf16", 128, True, mask=attention_mask(True, (200, -1)))
     plain = acfg.default_config("bf16", 128, True)
-    entries = [{"arch": "sm_90a", "name": n, "config": {**c.key(), "cubin_backend": "ptxas"}}
-               for n, c in (("plain", plain), ("window", masked))]
+    old = {k: v for k, v in plain.key().items() if k not in ("window_left", "window_right", "chunk")}  # older bundle
+    entries = [{"arch": "sm_90a", "name": n, "config": {**c, "cubin_backend": "ptxas"}}
+               for n, c in (("plain", old), ("window", masked.key()))]
     assert select_entry(entries, "bf16", 128, True, default=plain)["name"] == "plain"
     assert select_entry(entries, "bf16", 128, True, default=masked)["name"] == "window"
     other = acfg.default_config("bf16", 128, True, mask=attention_mask(True, (100, -1)))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..kernels.common.masks import Mask, attention_mask
+from ..kernels.common.mask_family import Mask, attention_mask
 
 
 @dataclass(frozen=True)

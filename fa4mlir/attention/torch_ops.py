@@ -2,11 +2,11 @@
 its first call with torch tensors, so importing fa4mlir stays torch-free).
 
     fa4mlir::flash_attn_fwd(Tensor q, Tensor k, Tensor v, float? softmax_scale, bool causal,
-                            str? bundle, int window_left=-1, int window_right=-1,
-                            int attention_chunk=0) -> (Tensor out, Tensor lse)
+                            str? bundle, SymInt window_left=-1, SymInt window_right=-1,
+                            SymInt attention_chunk=0) -> (Tensor out, Tensor lse)
     fa4mlir::flash_attn_fwd_out(Tensor q, Tensor k, Tensor v, Tensor(a3!) out, Tensor(a4!)? lse,
-                                float? softmax_scale, bool causal, str? bundle, int window_left=-1,
-                                int window_right=-1, int attention_chunk=0) -> ()
+                                float? softmax_scale, bool causal, str? bundle, SymInt window_left=-1,
+                                SymInt window_right=-1, SymInt attention_chunk=0) -> ()
 
 ``flash_attn_fwd`` is functional: it allocates out and lse (the usual call; what torch.compile's
 graphs and CUDA-graph pools like best). ``flash_attn_fwd_out`` writes the caller's out= (and lse=)

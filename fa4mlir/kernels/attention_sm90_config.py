@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields, replace
 from .common.constants import LOG2E, MAX_RESCALE_THRESHOLD
 from .common.fastdiv import divisor
 from .common.fields import ConfigError, RegisterBudgetError, check_fields
-from .common.masks import Mask, attention_mask
+from .common.mask_family import Mask, attention_mask
 from .common.naming import softmax_knob_tags
 
 KERNEL = "attention_fwd_sm90"
@@ -260,10 +260,9 @@ class AttnConfig:
         return tags + ("_rb" if self.rescale_before_pv else "")
 
     def key(self) -> dict:
-        """The config as a dict; the mask fields only where they hold a window or chunk (keys of the
-        causal and unmasked kernels stay as they were)."""
-        mask_defaults = {"window_left": -1, "window_right": -1, "chunk": 0}
-        return {"kernel": KERNEL, **{k: v for k, v in self.__dict__.items() if mask_defaults.get(k, None) != v}}
+        """The config as a dict, every field (the mask's too: a bundle query by key() picks one kernel;
+        bundles from before the masks lack them, which attention.plan.select_entry reads as none)."""
+        return {"kernel": KERNEL, **self.__dict__}
 
     @classmethod
     def from_key(cls, key: dict) -> "AttnConfig":
