@@ -42,7 +42,7 @@ _LAZY = {
     "flash_attn_with_kvcache": ("fa4mlir.attention", "flash_attn_with_kvcache"),
     **{err: ("fa4mlir.attention", err) for err in (
         "FlashAttnInputError", "DTypeError", "ShapeError", "HeadDimError", "HeadsRatioError",
-        "EmptyInputError", "LayoutError", "DeviceError", "ScaleError", "ArgumentTypeError", "BundleError",
+        "EmptyInputError", "LayoutError", "DeviceError", "ScaleError", "MaskError", "ArgumentTypeError", "BundleError",
         "AutogradError", "UnsupportedFeatureError", "KVScaleError")},
     "AttnProblem": ("fa4mlir.attention", "AttnProblem"),
     "Bundle": ("fa4mlir.artifacts", "Bundle"),

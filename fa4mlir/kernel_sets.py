@@ -19,6 +19,11 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 entry (bf16/f16, D64/D128, causal or not, GQA 4 for bf16), compiled through
                 nvJitLink's LTO (the kernel's own backend: NVVM IR, whole-program, honours
                 setmaxnreg); runs only on an sm_100 GPU
+    attention-masks
+                the sm_90a attention kernel's sliding-window and chunked variants that
+                tests/gpu/test_attention_masks.py and the interpreter cases (tests/interpret_sm90.py
+                MASK_CASES) run: MASK_CASES here, each with default_configs' kernels (windows and
+                chunks are compile-time, so a bundle holds each size it serves)
     attention-tiles
                 bf16 tile variants of the sm_90a attention kernel next to the defaults (bm 192 =
                 three consumer warpgroups, bn), what bench/attention_probe.py times to pick TILES
@@ -54,6 +59,36 @@ def attention() -> list:
     from .kernels.attention_sm90_config import DTYPES, HEAD_DIMS, KERNEL, default_configs
     return [(KERNEL, cfg) for dtype in DTYPES for head_dim in HEAD_DIMS
             for causal in (False, True) for cfg in default_configs(dtype, head_dim, causal)]
+
+
+# (dtype, head_dim, causal, window_size, attention_chunk) of the attention-masks set: what
+# tests/gpu/test_attention_masks.py calls flash_attn_func with (a left-only window, left and right,
+# causal with a window, chunks that do not divide the sequence), and the interpreter's MASK_CASES
+MASK_CASES = [
+    ("bf16", 128, False, (256, -1), 0),
+    ("bf16", 64, False, (128, 64), 0),
+    ("bf16", 128, True, (200, -1), 0),
+    ("bf16", 256, True, (300, -1), 0),
+    ("bf16", 64, True, (-1, -1), 300),
+    ("f16", 128, False, (-1, -1), 300),
+    ("bf16", 128, True, (100, -1), 96),
+    # tests/interpret_sm90.py MASK_CASES
+    ("bf16", 64, False, (70, -1), 0),
+    ("bf16", 64, False, (90, 30), 0),
+    ("bf16", 128, True, (100, -1), 0),
+    ("bf16", 64, True, (-1, -1), 100),
+    ("bf16", 128, False, (-1, -1), 150),
+]
+
+
+def attention_masks() -> list:
+    from .kernels.attention_sm90_config import KERNEL, default_configs
+    from .kernels.common.masks import attention_mask
+    out = []
+    for dtype, d, causal, window, chunk in MASK_CASES:
+        mask = attention_mask(causal, window, chunk)
+        out += [(KERNEL, c) for c in default_configs(dtype, d, causal, mask=mask)]
+    return out
 
 
 FA4_PIECES = dict(exp2_poly_stride=4, rescale_threshold=8.0)
@@ -166,7 +201,7 @@ def decode() -> list:
 
 def gpu_tests() -> list:
     out = [_gemm90(dtype="bf16"), _gemm90(dtype="f16"), _gemm100()] + attention() + attention_fa4_pieces()
-    out += tile_variants()
+    out += tile_variants() + attention_masks()
     try:
         deadlock = importlib.import_module("fa4mlir.kernels.deadlock_sm90")
         out += deadlock.bundle_entries()
@@ -187,7 +222,8 @@ def bench() -> list:
 
 
 SETS = {"attention-sm100": attention_sm100, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
-        "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles, "decode": decode}
+        "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
+        "attention-masks": attention_masks, "decode": decode}
 
 
 def configs(names: list[str]) -> list:

@@ -100,15 +100,43 @@ def check_gemm(artifact_or_kernel, m: int, n: int, k: int, *, seed: int | None =
 # Attention: reference, PyTorch's low-precision computation, the FA rule on out and lse
 # ----------------------------------------------------------------------------------------------
 
-def attention_rows_visible(seqlen_q: int, seqlen_k: int, causal: bool, device=None):
-    """bool [seqlen_q]: query rows that see at least one key (bottom-right causal: row i sees key j
-    iff j <= i + seqlen_k - seqlen_q, so rows i < seqlen_q - seqlen_k see none)."""
+def attention_visible(seqlen_q: int, seqlen_k: int, causal: bool = False, window_size=(-1, -1),
+                      attention_chunk: int = 0, device=None):
+    """bool [seqlen_q, seqlen_k]: key j visible to query i, by FlashAttention's rule (bottom-right
+    aligned on diag = i + seqlen_k - seqlen_q): causal, j <= diag; window (left, right), diag - left
+    <= j <= diag + right (-1: that side unbounded; causal sets right to 0); attention_chunk c, j in
+    diag's chunk [diag - diag mod c, that + c). Written from FA's definitions
+    (flash_attn.cute.testing), not from fa4mlir's mask objects, which it checks."""
     import torch
+    diag = torch.arange(seqlen_q, device=device)[:, None] + (seqlen_k - seqlen_q)
+    j = torch.arange(seqlen_k, device=device)[None, :]
+    left, right = window_size
+    right = 0 if causal else right
+    ok = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=device)
+    if left >= 0:
+        ok &= j >= diag - left
+    if right >= 0:
+        ok &= j <= diag + right
+    if attention_chunk:
+        start = diag - torch.remainder(diag, attention_chunk)
+        ok &= (j >= start) & (j < start + attention_chunk)
+    return ok
+
+
+def attention_rows_visible(seqlen_q: int, seqlen_k: int, causal: bool, device=None, window_size=(-1, -1),
+                           attention_chunk: int = 0):
+    """bool [seqlen_q]: query rows that see at least one key (bottom-right causal: row i sees key j
+    iff j <= i + seqlen_k - seqlen_q, so rows i < seqlen_q - seqlen_k see none; attention_visible
+    for windows and chunks)."""
+    import torch
+    if window_size != (-1, -1) or attention_chunk:
+        return attention_visible(seqlen_q, seqlen_k, causal, window_size, attention_chunk, device).any(dim=1)
     rows = torch.arange(seqlen_q, device=device)
     return rows >= seqlen_q - seqlen_k if causal else torch.ones_like(rows, dtype=torch.bool)
 
 
-def attention_math(q, k, v, softmax_scale: float, causal: bool, compute_dtype):
+def attention_math(q, k, v, softmax_scale: float, causal: bool, compute_dtype, window_size=(-1, -1),
+                   attention_chunk: int = 0):
     """Plain attention with every step in ``compute_dtype``: float32/float64 for the reference,
     q.dtype for PyTorch's own low-precision computation (scores, softmax and P.V each rounded).
     q [B, Sq, H, D], k/v [B, Sk, Hkv, D] (k/v heads repeated for GQA here only). Returns out
@@ -120,7 +148,10 @@ def attention_math(q, k, v, softmax_scale: float, causal: bool, compute_dtype):
     k_c = k.to(compute_dtype).repeat_interleave(heads // kv_heads, dim=2).transpose(1, 2)
     v_c = v.to(compute_dtype).repeat_interleave(heads // kv_heads, dim=2).transpose(1, 2)
     s = (q_c @ k_c.transpose(-1, -2)) * softmax_scale                             # [B, H, Sq, Sk]
-    if causal:
+    if window_size != (-1, -1) or attention_chunk:
+        seen = attention_visible(seqlen_q, seqlen_k, causal, window_size, attention_chunk, q.device)
+        s = s.masked_fill(~seen, float("-inf"))
+    elif causal:
         i = torch.arange(seqlen_q, device=q.device)[:, None]
         j = torch.arange(seqlen_k, device=q.device)[None, :]
         s = s.masked_fill(j > i + seqlen_k - seqlen_q, float("-inf"))
@@ -132,7 +163,7 @@ def attention_math(q, k, v, softmax_scale: float, causal: bool, compute_dtype):
 
 
 def compare_attention(q, k, v, out, lse, softmax_scale=None, causal: bool = False, *,
-                      atol: float = DEFAULT_ATOL) -> dict:
+                      atol: float = DEFAULT_ATOL, window_size=(-1, -1), attention_chunk: int = 0) -> dict:
     """The FA rule on out and on lse (rows that see a key), exact 0 / +inf on rows that see none,
     and no NaN anywhere. The reference is float64 for small problems, float32 otherwise."""
     import torch
@@ -140,9 +171,10 @@ def compare_attention(q, k, v, out, lse, softmax_scale=None, causal: bool = Fals
     seqlen_k = k.shape[1]
     scale = head_dim ** -0.5 if softmax_scale is None else float(softmax_scale)
     ref_dtype = torch.float64 if b * heads * seqlen_q * seqlen_k <= 2**24 else torch.float32
-    ref_out, ref_lse = attention_math(q, k, v, scale, causal, ref_dtype)
-    low_out, low_lse = attention_math(q, k, v, scale, causal, q.dtype)
-    rows = attention_rows_visible(seqlen_q, seqlen_k, causal, q.device)
+    mask = dict(window_size=tuple(window_size), attention_chunk=attention_chunk)
+    ref_out, ref_lse = attention_math(q, k, v, scale, causal, ref_dtype, **mask)
+    low_out, low_lse = attention_math(q, k, v, scale, causal, q.dtype, **mask)
+    rows = attention_rows_visible(seqlen_q, seqlen_k, causal, q.device, **mask)
 
     def max_err(x, ref, dim):
         x, ref = x.index_select(dim, rows.nonzero()[:, 0]), ref.index_select(dim, rows.nonzero()[:, 0])

@@ -37,6 +37,13 @@ class Case:
     seqlen_k: int = 0                  # attention: keys; gemm: N
     heads: int = 1                     # attention: query heads; gemm: K
     kv_heads: int = 1
+    window: tuple = (-1, -1)           # attention: FlashAttention's window_size (common.masks)
+    chunk: int = 0                     # attention: attention_chunk
+
+    @property
+    def mask(self):
+        from fa4mlir.kernels.common.masks import attention_mask
+        return attention_mask(self.causal, self.window, self.chunk)
 
 
 # Every default tile of the sm_90a attention kernel (TILES and SHORT_TILES), f16, GQA, a few tile
@@ -63,6 +70,16 @@ CASES = [
     Case("gemm-bf16", "gemm", tiles=dict(bn=256, stages=4), seqlen_q=200, seqlen_k=264, heads=136),
     Case("gemm-f16", "gemm", dtype="f16", tiles=dict(bn=256, stages=4), seqlen_q=130, seqlen_k=264, heads=200),
 ]
+# Sliding windows and chunks (kernels/common/masks.py): skipped blocks on the left, masked left and
+# right edges, whole blocks between, seqlen_q != seqlen_k; tests/test_interpret_masks.py runs them
+MASK_CASES = [
+    Case("d64-window-left", "attention", head_dim=64, window=(70, -1), seqlen_q=200, seqlen_k=450),
+    Case("d64-window-lr", "attention", head_dim=64, window=(90, 30), seqlen_q=150, seqlen_k=420),
+    Case("d128-causal-window", "attention", head_dim=128, causal=True, window=(100, -1), seqlen_q=400, seqlen_k=400),
+    Case("d64-causal-chunk", "attention", head_dim=64, causal=True, chunk=100, seqlen_q=200, seqlen_k=300),
+    Case("d128-chunk-short", "attention", head_dim=128, short=True, chunk=150, seqlen_q=300, seqlen_k=260),
+]
+CASES += MASK_CASES
 BY_NAME = {c.name: c for c in CASES}
 
 
@@ -73,7 +90,8 @@ def config(case: Case):
     from fa4mlir.kernels.attention_sm90_config import AttnConfig, default_config
     if case.tiles:          # a tile variant, as kernel_sets.tile_variants builds it (default knobs)
         return AttnConfig(dtype=case.dtype, head_dim=case.head_dim, causal=case.causal, **case.tiles).validate()
-    return default_config(case.dtype, case.head_dim, case.causal, 1 if case.short else None)
+    mask = None if case.mask.is_legacy else case.mask
+    return default_config(case.dtype, case.head_dim, case.causal, 1 if case.short else None, mask=mask)
 
 
 def _bits(x: np.ndarray, dtype: str) -> np.ndarray:

@@ -59,7 +59,8 @@ def test_ops_are_registered_with_their_schemas():
     from fa4mlir.attention import torch_ops
     fwd = str(torch.ops.fa4mlir.flash_attn_fwd.default._schema)
     assert fwd == ("fa4mlir::flash_attn_fwd(Tensor q, Tensor k, Tensor v, float? softmax_scale, bool causal, "
-                   "str? bundle) -> (Tensor, Tensor)")
+                   "str? bundle, SymInt window_left=-1, SymInt window_right=-1, SymInt attention_chunk=0) "
+                   "-> (Tensor, Tensor)")
     out = str(torch.ops.fa4mlir.flash_attn_fwd_out.default._schema)
     assert "Tensor(a3!) out, Tensor(a4!)? lse" in out and out.endswith("-> ()")
     assert torch_ops.NAMESPACE == "fa4mlir"

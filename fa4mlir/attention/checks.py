@@ -16,7 +16,7 @@ from ..kernels import attention_sm90_config as attn_cfg
 from ..runtime import DTYPES, GMEM_ALIGN_BYTES, TensorInfo, tensor_info
 from ..tensors import TensorDTypeError, TensorLikeError, TensorStrideError
 from .errors import (ArgumentTypeError, DeviceError, DTypeError, EmptyInputError, HeadDimError, HeadsRatioError,
-                     LayoutError, ScaleError, ShapeError)
+                     LayoutError, MaskError, ScaleError, ShapeError)
 from .problem import AttnProblem
 
 MAX_GRID_YZ = 65535      # CUDA limit on gridDim.y (heads) and gridDim.z (batch)
@@ -89,6 +89,38 @@ def check_options(causal: Any, return_lse: Any, stream: Any, bundle: Any) -> tup
     check_stream(stream)
     check_bundle(bundle)
     return causal, return_lse
+
+
+def _mask_int(name: str, value: Any) -> int:
+    """An int argument of the mask (a Python or numpy int; not a bool, float or string)."""
+    if isinstance(value, bool) or _is_numpy_bool(value):
+        value = None
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ArgumentTypeError(_err(f"{name} must be an int, got {type(value).__name__} {value!r}")) from None
+
+
+def check_mask(window_size: Any, attention_chunk: Any) -> tuple[tuple[int, int], int]:
+    """FlashAttention's window_size (left, right) and attention_chunk, checked: ((left, right),
+    chunk) as ints. ArgumentTypeError for anything but a pair of ints and an int; MaskError for a
+    pair of another length, a side < -1 (-1: unbounded) or a chunk < 0 (0: none). A window wider
+    than the sequence is legal (it bounds nothing)."""
+    if isinstance(window_size, (str, bytes)) or not hasattr(window_size, "__len__"):
+        raise ArgumentTypeError(_err(f"window_size must be a (left, right) pair of ints, got "
+                                     f"{type(window_size).__name__} {window_size!r}; pass window_size=(-1, -1) "
+                                     f"for no window"))
+    if len(window_size) != 2:
+        raise MaskError(_err(f"window_size must have 2 entries (left, right), got {len(window_size)}: "
+                             f"{window_size!r}"))
+    left, right = (_mask_int(f"window_size[{i}]", w) for i, w in enumerate(window_size))
+    chunk = _mask_int("attention_chunk", attention_chunk)
+    if left < -1 or right < -1:
+        raise MaskError(_err(f"window_size entries must be >= -1 (-1: unbounded on that side; query i sees "
+                             f"keys i + seqlen_k - seqlen_q - left .. + right), got {(left, right)}"))
+    if chunk < 0:
+        raise MaskError(_err(f"attention_chunk must be >= 0 (0: no chunking), got {chunk}"))
+    return (left, right), chunk
 
 
 def read_tensor(name: str, x: Any, api: str = "flash_attn_func", shape: str | None = None) -> TensorInfo:

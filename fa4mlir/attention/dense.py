@@ -2,12 +2,21 @@
 
     out = flash_attn_func(q, k, v, softmax_scale=None, causal=False)
     out, lse = flash_attn_func(q, k, v, causal=True, return_lse=True)
+    out = flash_attn_func(q, k, v, causal=True, window_size=(4096, -1))   # sliding window
+    out = flash_attn_func(q, k, v, causal=True, attention_chunk=8192)     # Llama-4's chunked attention
 
 q is [batch, seqlen_q, heads, head_dim]; k and v are [batch, seqlen_k, kv_heads, head_dim]; one
 dtype, bf16 or f16; head_dim 64, 128 or 256; heads a multiple of kv_heads (GQA, MQA). out has q's
 shape and dtype; lse is float32 [batch, heads, seqlen_q], the natural-log logsumexp of the scaled
 scores. The causal mask is aligned bottom-right: query i sees key j iff j <= i + seqlen_k -
 seqlen_q; a query row that sees no key gets out = 0 and lse = +inf (FlashAttention's convention).
+window_size=(left, right) (keyword; FlashAttention-3/4's) keeps keys diag - left .. diag + right of
+query i, diag = i + seqlen_k - seqlen_q, -1 leaving a side unbounded (causal sets right to 0);
+attention_chunk=c (keyword; Llama-4's, as FA3/FA4) keeps the keys of diag's chunk of c keys. Both
+combine with causal and with each other (kernels/common/masks.py). A window or chunk compiles into
+the kernel (one kernel per size; a window or chunk that bounds nothing at the call's lengths runs
+the causal or unmasked kernel). Bad values raise ArgumentTypeError (not ints, not a pair) or
+MaskError (a pair of another length, a side < -1, a chunk < 0).
 softmax_scale defaults to 1 / sqrt(head_dim) and must lie in [2^-64, 2^64]. Empty problems return
 what FlashAttention-2 returns, with no kernel: batch, seqlen_q or heads 0 give empty out and lse;
 seqlen_k 0 (every row sees no key) gives out = 0 and lse = +inf.
@@ -46,8 +55,8 @@ from typing import Any
 from ..artifacts import Bundle
 from ..driver import device_info, resolve_stream
 from ..runtime import GMEM_ALIGN_BYTES, fill, tensor_info
-from .checks import (_err, check_device_context, check_devices, check_inputs, check_lse, check_options, check_out,
-                     check_scale, device_ordinal, read_tensor)
+from .checks import (_err, check_device_context, check_devices, check_inputs, check_lse, check_mask, check_options,
+                     check_out, check_scale, device_ordinal, read_tensor)
 from .errors import ArgumentTypeError, AutogradError
 from .plan import KernelSource, PreparedPlan, select, source_for
 from .problem import AttnProblem
@@ -108,7 +117,10 @@ _lock = threading.Lock()
 _SIGNATURE_ENV = ("FA4MLIR_BUNDLE", "FA4MLIR_CUBIN_BACKEND", "FA4MLIR_DEBUG")
 
 
-def _signature(q, k, v, out, lse, softmax_scale, causal, bundle) -> tuple | None:
+NO_WINDOW = (-1, -1)
+
+
+def _signature(q, k, v, out, lse, softmax_scale, causal, bundle, window=NO_WINDOW, chunk=0) -> tuple | None:
     """What a call's checks and kernel choice depend on, every tensor's address aside: shapes,
     strides, dtypes and devices of q, k, v (and out and lse when given), the scale, causal, the
     kernel source (bundle, or the environment source_for reads). Torch tensors only (None otherwise): their
@@ -127,7 +139,8 @@ def _signature(q, k, v, out, lse, softmax_scale, causal, bundle) -> tuple | None
             return None
     environ = os.environ
     # a bundle path is its own key (the ops pass one); a Bundle object is kept alive by its _Call
-    return (*parts, type(softmax_scale), softmax_scale, bool(causal), bundle if isinstance(bundle, str) else id(bundle),
+    return (*parts, type(softmax_scale), softmax_scale, bool(causal), window, chunk,
+            bundle if isinstance(bundle, str) else id(bundle),
             tuple(environ.get(n) for n in _SIGNATURE_ENV))
 
 
@@ -172,26 +185,31 @@ def check_no_grad(q, k, v) -> None:
             f"detached tensors (q.detach()) if no gradient should flow through attention"))
 
 
-def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False, *,
-                    out=None, lse=None, bundle: Bundle | str | os.PathLike | None = None, stream=None):
+def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False, *, window_size=NO_WINDOW,
+                    attention_chunk=0, out=None, lse=None, bundle: Bundle | str | os.PathLike | None = None,
+                    stream=None):
     """Attention forward on an sm_90 GPU; see the module docstring. Returns out, or (out, lse)
     when return_lse. ``bundle``: a Bundle or a bundle folder's path. Every argument is checked
     before any driver call or compile (typed errors, ``errors``)."""
     if type(causal) is not bool or type(return_lse) is not bool or stream is not None or bundle is not None:
         causal, return_lse = check_options(causal, return_lse, stream, bundle)
+    if window_size is not NO_WINDOW or type(attention_chunk) is not int or attention_chunk != 0:
+        window_size, attention_chunk = check_mask(window_size, attention_chunk)
     ops = _torch_ops(q, k, v, out, lse)
     if ops is not None and stream is None:
-        return ops.flash_attn(q, k, v, softmax_scale, causal, return_lse, out, lse, bundle)
+        return ops.flash_attn(q, k, v, softmax_scale, causal, return_lse, out, lse, bundle, window_size, attention_chunk)
     check_no_grad(q, k, v)
-    out, lse = _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream)
+    out, lse = _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream, window_size, attention_chunk)
     return (out, lse) if return_lse else out
 
 
-def _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream) -> tuple[Any, Any]:
-    """flash_attn_func's work on any tensor-likes, through the call cache: returns (out, lse)."""
+def _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream, window=NO_WINDOW,
+                chunk=0) -> tuple[Any, Any]:
+    """flash_attn_func's work on any tensor-likes, through the call cache: returns (out, lse).
+    window, chunk: checked (check_mask) window_size and attention_chunk."""
     signature = None
     try:
-        signature = _signature(q, k, v, out, lse, softmax_scale, causal, bundle)
+        signature = _signature(q, k, v, out, lse, softmax_scale, causal, bundle, window, chunk)
         call = _CALLS.get(signature) if signature is not None else None
     except (TypeError, RuntimeError):  # an unhashable softmax_scale (a 0-d array), a sparse tensor: no signature
         signature = call = None
@@ -207,10 +225,12 @@ def _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream) -> tup
             return out, lse
     # 1. pure checks: every argument, no driver call
     check_options(causal, False, stream, bundle)   # again for direct callers (the ops' implementations)
+    window, chunk = check_mask(window, chunk)
     given = {"q": q, "k": k, "v": v, "out": out, "lse": lse}
     infos = {n: read_tensor(n, x) for n, x in given.items() if x is not None or n in ("q", "k", "v")}
     problem = check_inputs(infos["q"], infos["k"], infos["v"])
-    problem = problem.with_options(causal=causal, softmax_scale=check_scale(softmax_scale, problem.head_dim))
+    problem = problem.with_options(causal=causal, softmax_scale=check_scale(softmax_scale, problem.head_dim),
+                                   window_size=window, attention_chunk=chunk)
     if out is not None:
         check_out(problem, infos["out"])
     if lse is not None:

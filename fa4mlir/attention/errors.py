@@ -52,6 +52,11 @@ class ArgumentTypeError(FlashAttnInputError, TypeError):
     out/lse missing where torch cannot allocate them."""
 
 
+class MaskError(FlashAttnInputError):
+    """window_size or attention_chunk out of range: window_size is (left, right), each an int >= -1
+    (-1: unbounded), attention_chunk an int >= 0 (0: none)."""
+
+
 class BundleError(FlashAttnInputError, LookupError):
     """bundle= (or FA4MLIR_BUNDLE) names no readable bundle, or the bundle has no kernel for the
     call: build one (``python -m fa4mlir bundle``), or pass no bundle to use the compiler."""
@@ -64,7 +69,7 @@ class AutogradError(FlashAttnInputError, NotImplementedError):
 
 class UnsupportedFeatureError(FlashAttnInputError, NotImplementedError):
     """A feature a caller asks for that the kernels do not have yet (a padding or arbitrary mask,
-    dropout, a sliding window, softcap, attention sinks, a static KV cache)."""
+    dropout, softcap, attention sinks, a static KV cache)."""
 
 
 class KVScaleError(ScaleError):
@@ -74,7 +79,7 @@ class KVScaleError(ScaleError):
 
 
 ERRORS = (FlashAttnInputError, DTypeError, ShapeError, HeadDimError, HeadsRatioError, EmptyInputError,
-          LayoutError, DeviceError, ScaleError, ArgumentTypeError, BundleError, AutogradError,
+          LayoutError, DeviceError, ScaleError, MaskError, ArgumentTypeError, BundleError, AutogradError,
           UnsupportedFeatureError, KVScaleError)
 
 __all__ = [e.__name__ for e in ERRORS] + ["ERRORS"]

@@ -82,6 +82,9 @@ class PreparedPlan:
 # Kernel sources: a bundle, or the compiler
 # ----------------------------------------------------------------------------------------------
 
+MASK_FIELDS = {"window_left": -1, "window_right": -1, "chunk": 0}   # absent from the keys of unwindowed kernels
+
+
 def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: bool, where: str = "bundle",
                  seqlen_k: int | None = None, default: attn_cfg.AttnConfig | None = None) -> dict:
     """The bundle entry (a manifest dict) to run for (dtype, head_dim, causal): `default`, else
@@ -91,17 +94,21 @@ def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: boo
     bundles: the defaults), then the one compiled with the kernel's own backend."""
     # Match on config["kernel"]: entry names carry the config too (attention_fwd_sm90_bf16_d128_...).
     want = {"kernel": attn_cfg.KERNEL, "dtype": dtype, "head_dim": head_dim, "causal": bool(causal)}
+    mask = {k: getattr(default, k) for k in MASK_FIELDS} if default is not None else MASK_FIELDS
     hits = [e for e in entries if e.get("arch") == ARCH
-            and all(e.get("config", {}).get(k) == v for k, v in want.items())]
+            and all(e.get("config", {}).get(k) == v for k, v in want.items())
+            and all(e.get("config", {}).get(k, d) == mask[k] for k, d in MASK_FIELDS.items())]
     if not hits:
+        masked = "".join(f", {k}={v}" for k, v in mask.items() if v != MASK_FIELDS[k])
         raise BundleError(f"flash_attn_func: {where} has no {attn_cfg.KERNEL} ({ARCH}) kernel for "
-                          f"dtype={dtype}, head_dim={head_dim}, causal={bool(causal)}; build it with "
-                          f"`python -m fa4mlir bundle --set attention`")
+                          f"dtype={dtype}, head_dim={head_dim}, causal={bool(causal)}{masked}; build it with "
+                          f"`python -m fa4mlir bundle --set attention`"
+                          f"{' (windows and chunks are compile-time: add this one to a set)' if masked else ''}")
     default = default or attn_cfg.default_config(dtype, head_dim, causal, seqlen_k)
     tiles = {k: getattr(default, k) for k in attn_cfg.TILE_FIELDS}
     # the default for this seqlen_k, else (the bundle lacks its tiles) the one for long sequences;
     # the code knobs to narrow by are those of the default whose tiles matched (KNOBS differ by tiles)
-    for cfg in (default, attn_cfg.default_config(dtype, head_dim, causal)):
+    for cfg in (default, attn_cfg.default_config(dtype, head_dim, causal, mask=default.mask)):
         same_tiles = [e for e in hits if all(e["config"].get(k) == getattr(cfg, k) for k in attn_cfg.TILE_FIELDS)]
         if same_tiles:
             hits, default = same_tiles, cfg
@@ -214,7 +221,8 @@ def select(problem: AttnProblem, device: DeviceInfo, source: KernelSource) -> Pl
     """The plan for `problem` on `device` (an sm_90 GPU: checks.check_device_context): the kernel
     `source` has for its case (default_config's tiles for its seqlen_k where the source has them),
     launched once by the contract of the config it was built from."""
-    kernel = source.kernel(attn_cfg.default_config(problem.dtype, problem.head_dim, problem.causal, problem.seqlen_k))
+    kernel = source.kernel(attn_cfg.default_config(problem.dtype, problem.head_dim, problem.causal, problem.seqlen_k,
+                                                   mask=problem.mask))
     config = attn_cfg.AttnConfig.from_key(kernel.artifact.config)
     return Plan(problem, (dense_launch(config, kernel, problem, device),))
 

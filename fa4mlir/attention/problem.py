@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..kernels.common.mask_family import Mask, attention_mask
+
 
 @dataclass(frozen=True)
 class AttnProblem:
     """Dense attention: q [batch, seqlen_q, heads, head_dim], k and v [batch, seqlen_k, kv_heads,
     head_dim], one dtype; causal aligned bottom-right; softmax_scale resolved (None until
-    with_options)."""
+    with_options); FlashAttention's window_size and attention_chunk (checked: checks.check_mask)."""
 
     batch: int
     seqlen_q: int
@@ -25,6 +27,8 @@ class AttnProblem:
     dtype: str
     causal: bool = False
     softmax_scale: float | None = None
+    window_size: tuple = (-1, -1)
+    attention_chunk: int = 0
 
     @classmethod
     def of(cls, q_shape, k_shape, dtype: str, *, causal: bool = False, softmax_scale: float | None = None) -> "AttnProblem":
@@ -35,8 +39,26 @@ class AttnProblem:
         return cls(int(b), int(sq), int(sk), int(h), int(hk), int(d), dtype, bool(causal),
                    float(d ** -0.5 if softmax_scale is None else softmax_scale))
 
-    def with_options(self, *, causal: bool, softmax_scale: float) -> "AttnProblem":
-        return replace(self, causal=bool(causal), softmax_scale=float(softmax_scale))
+    def with_options(self, *, causal: bool, softmax_scale: float, window_size: tuple = (-1, -1),
+                     attention_chunk: int = 0) -> "AttnProblem":
+        return replace(self, causal=bool(causal), softmax_scale=float(softmax_scale),
+                       window_size=tuple(window_size), attention_chunk=int(attention_chunk))
+
+    @property
+    def mask(self) -> Mask:
+        """The call's mask (kernels/common/masks.py), with the parts that bound nothing at these
+        lengths dropped, so that they run the causal or unmasked kernel: a window side that reaches
+        past every key (left >= seqlen_k - 1, right >= seqlen_q - 1) and a chunk that holds every
+        row's keys (seqlen_q <= seqlen_k <= chunk: every diagonal key lies in chunk 0)."""
+        left, right = self.window_size
+        if left >= self.seqlen_k - 1:
+            left = -1
+        if right >= self.seqlen_q - 1:
+            right = -1
+        chunk = self.attention_chunk
+        if chunk and self.seqlen_q <= self.seqlen_k <= chunk:
+            chunk = 0
+        return attention_mask(self.causal, (left, right), chunk)
 
     @property
     def heads_per_kv(self) -> int:

@@ -53,7 +53,7 @@ from ..dialect import builders as fa4
 from ..dsl import (ELEM_BYTES, KernelBuilder, PipeState, Value, const, fast_div, fma, fmax, log2, select, tree_reduce,
                    undef, vec)
 from .attention_sm90_config import LAUNCH_PARAMS, AttnConfig, causal_pair_slot, dealt_tile, section_tile
-from .common.masks import block_range, visible_keys
+from .common.masks import ValueOps, block_range, hidden, key_window, tile_blocks, visible_keys
 from .common.softmax import exp2_mixed, max_update
 from .common.wgmma import a_frag_pairs, acc_col, acc_pair, acc_row, row_regs, wait_group
 
@@ -71,7 +71,7 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
     nch = cfg.d_chunks
     q_bytes = cfg.bm * nch * SWIZZLE
     kv_bytes = cfg.bn * nch * SWIZZLE
-    name = (f"attention_fwd_sm90_{cfg.dtype}_d{cfg.head_dim}{'_causal' if cfg.causal else ''}"
+    name = (f"attention_fwd_sm90_{cfg.dtype}_d{cfg.head_dim}{cfg.mask.tag()}"
             f"_{cfg.bm}x{cfg.bn}_s{cfg.stages}{'' if cfg.pingpong else '_nopp'}{'_pers' if cfg.persistent else ''}"
             f"{cfg.name_suffix()}")
     kb = KernelBuilder(name, arch="sm_90a", block=(cfg.threads, 1, 1), config=cfg.key())
@@ -175,15 +175,33 @@ class _KvCarry(NamedTuple):
 
 
 class _Geometry:
-    """One query tile and the KV blocks it visits (computed by every thread)."""
+    """One query tile and the KV blocks it visits (computed by every thread): n_blocks of them.
+    No mask or causal alone: blocks 0 .. n_blocks - 1, the first n_unmasked whole (block_range; the
+    original code, so those kernels keep their PTX). Another mask (a window, a chunk): blocks
+    `first` .. first + n_blocks - 1, whole on [full_first, full_end) (common.masks.tile_blocks)."""
 
     def __init__(self, cfg, params: _Params, m_block, head, batch):
         self.seqlen_q, self.seqlen_k = params.seqlen_q, params.seqlen_k
         self.m0 = m_block * cfg.bm
         self.head, self.batch, self.heads = head, batch, params.heads
         self.kv_head = fast_div(self.head, *params.div_group)
-        self.n_blocks, self.n_unmasked = block_range(self.m0, cfg.bm, self.seqlen_q, self.seqlen_k, cfg.bn,
-                                                     cfg.causal)
+        self.first = self.full = None
+        if cfg.mask.is_legacy:
+            self.n_blocks, self.n_unmasked = block_range(self.m0, cfg.bm, self.seqlen_q, self.seqlen_k, cfg.bn,
+                                                         cfg.causal)
+            return
+        tb = tile_blocks(cfg.mask, self.m0, cfg.bm, self.seqlen_q, self.seqlen_k, cfg.bn, ValueOps)
+        self.first, self.n_blocks, self.full = tb.first, tb.end - tb.first, (tb.full_first, tb.full_end)
+
+    def first_is_whole(self) -> Value:
+        """Whether every row sees all of the first visited block (it may skip the mask)."""
+        if self.first is None:
+            return self.n_unmasked.gt(0)
+        return self.first.sge(self.full[0]) & self.first.slt(self.full[1])
+
+    def block(self, j) -> Value:
+        """The KV block index of the j-th visited block (j itself when they start at 0)."""
+        return j if self.first is None else self.first + j
 
 
 class _Tiles:
@@ -322,7 +340,7 @@ def _load_tile(kb, cfg, bufs: _Buffers, geo: _Geometry, counts: _Counts | None):
         # before O += P_{j-1} V_{j-1}, so K_j is never queued behind a V whose slot frees later
         # 1. K_0, then Q (bm rows)
         k0 = bufs.k_pipe.state_at(kv_count)
-        load_k(k0, const(0))
+        load_k(k0, const(0) if geo.first is None else geo.first * cfg.bn)
         q0 = bufs.q_pipe.state_at(q_count)
         load(bufs.q_pipe, bufs.q_desc, bufs.q_smem, q0, cfg.bm, geo.head, geo.m0, bufs.q_bytes,
              stage_bytes=bufs.q_bytes if cfg.q_stages > 1 else 0)
@@ -330,10 +348,10 @@ def _load_tile(kb, cfg, bufs: _Buffers, geo: _Geometry, counts: _Counts | None):
         loop = kb.for_(0, geo.n_blocks - 1, 1, carry=k0)
         with loop as (j, s):
             nxt = s.advance()
-            load_k(nxt, (j + 1) * cfg.bn)
-            load_v(s, j * cfg.bn)
+            load_k(nxt, geo.block(j + 1) * cfg.bn)
+            load_v(s, geo.block(j) * cfg.bn)
             loop.yield_(nxt)
-        load_v(loop.results, (geo.n_blocks - 1) * cfg.bn)
+        load_v(loop.results, geo.block(geo.n_blocks - 1) * cfg.bn)
 
 
 class _Consumer:
@@ -423,11 +441,16 @@ class _Consumer:
         (common.softmax.exp2_mixed)."""
         kb, cfg, geo = self.kb, self.cfg, self.geo
         s = [s_acc[i] for i in range(self.n_s)]
-        if masked:  # register i holds key col0 + acc_col(i) of row acc_row(i) (common/wgmma.py)
+        if masked and geo.first is None:  # register i holds key col0 + acc_col(i) of row acc_row(i) (common/wgmma.py)
             col0 = j * cfg.bn + self.t4 * 2
             visible = [visible_keys(col0, self.grow[h], geo.seqlen_q, geo.seqlen_k, cfg.causal) for h in (0, 1)]
             for i in range(self.n_s):
                 s[i] = select(visible[acc_row(i)].le(acc_col(i)), const(NEG_INF, "f32"), s[i])
+        elif masked:  # a window or chunk: keys [start, end) of col0 are visible (common.masks.key_window)
+            col0 = j * cfg.bn + self.t4 * 2
+            window = [key_window(cfg.mask, col0, self.grow[h], geo.seqlen_q, geo.seqlen_k) for h in (0, 1)]
+            for i in range(self.n_s):
+                s[i] = select(hidden(window[acc_row(i)], acc_col(i)), const(NEG_INF, "f32"), s[i])
         m_new, alpha, l_new = [], [], []
         p = [None] * self.n_s
         for h in (0, 1):
@@ -565,14 +588,14 @@ def _attend(cs: _Consumer, turns: _Turns, counts: _Counts | None) -> _Acc:
         # block 0 needs the mask only when some row does not see all of it (the causal diagonal,
         # seqlen_k < bn), and short tiles pay it per tile: the unmasked softmax gets its own copy
         # (only here: one-tile-per-CTA kernels were slower with it) [D-block0]
-        first = kb.if_(geo.n_unmasked.gt(0), results=((f32, f32), (f32, f32), [("i32", 4)] * (cfg.bn // WGMMA_K)))
+        first = kb.if_(geo.first_is_whole(), results=((f32, f32), (f32, f32), [("i32", 4)] * (cfg.bn // WGMMA_K)))
         for branch, masked in ((first.then_, False), (first.else_, True)):
             with branch():
-                p, m, l, _ = cs.softmax(s_acc, const(0), [neg_inf, neg_inf], [zero, zero], masked=masked)
+                p, m, l, _ = cs.softmax(s_acc, geo.block(const(0)), [neg_inf, neg_inf], [zero, zero], masked=masked)
                 first.yield_(m, l, cs.pack(p))
         m, l, frags = first.results
     else:
-        p, m, l, _ = cs.softmax(s_acc, const(0), [neg_inf, neg_inf], [zero, zero], masked=True)
+        p, m, l, _ = cs.softmax(s_acc, geo.block(const(0)), [neg_inf, neg_inf], [zero, zero], masked=True)
         frags = cs.pack(p)
     o = const(0.0, ("f32", cs.n_o))
     k1, v0 = k0.advance(), v_pipe.state_at(kv_count)
@@ -580,9 +603,7 @@ def _attend(cs: _Consumer, turns: _Turns, counts: _Counts | None) -> _Acc:
     owed = (const(1.0, f32),) * 2 if cfg.rescale_before_pv else ()
     state = _KvCarry(k1, v0, _Acc(o, tuple(m), tuple(l)), owed, tuple(frags))
 
-    # blocks 1 .. n_unmasked-1 need no mask; the rest (diagonal, seqlen_k tail) do
-    split = select(geo.n_unmasked.gt(1), geo.n_unmasked, const(1))
-    for lo, hi, masked in ((const(1), split, False), (split, geo.n_blocks, True)):
+    for lo, hi, masked in _kv_segments(geo):
         loop = kb.for_(lo, hi, 1, carry=state)
         with loop as (j, carried):
             loop.yield_(_kv_step(cs, turns, q0, j, carried, masked))
@@ -598,6 +619,20 @@ def _attend(cs: _Consumer, turns: _Turns, counts: _Counts | None) -> _Acc:
     o = wait_group(o, pending=0)
     cs.release((v_pipe, state.v), *(() if cfg.persistent else ((q_pipe, q0),)))
     return state.acc._replace(o=o)
+
+
+def _kv_segments(geo: _Geometry) -> list:
+    """The KV loop after the peeled first block, as (lo, hi, masked) runs of absolute block indices.
+    No mask or causal: blocks 1 .. n_unmasked - 1 need no mask, the rest (diagonal, seqlen_k tail)
+    do. Another mask: the blocks before the whole ones (a window's or chunk's left edge), the whole
+    ones, then the rest (right edge, seqlen_k tail), each run possibly empty."""
+    if geo.first is None:
+        split = select(geo.n_unmasked.gt(1), geo.n_unmasked, const(1))
+        return [(const(1), split, False), (split, geo.n_blocks, True)]
+    lo, end = geo.first + 1, geo.first + geo.n_blocks
+    whole_lo = geo.full[0].smax(lo).smin(end)
+    whole_hi = geo.full[1].smax(whole_lo).smin(end)
+    return [(lo, whole_lo, True), (whole_lo, whole_hi, False), (whole_hi, end, True)]
 
 
 def _kv_step(cs: _Consumer, turns: _Turns, q0: PipeState, j: Value, c: _KvCarry, masked: bool) -> _KvCarry:

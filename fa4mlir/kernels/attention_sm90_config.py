@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields, replace
 from .common.constants import LOG2E, MAX_RESCALE_THRESHOLD
 from .common.fastdiv import divisor
 from .common.fields import ConfigError, RegisterBudgetError, check_fields
+from .common.mask_family import Mask, attention_mask
 from .common.naming import softmax_knob_tags
 
 KERNEL = "attention_fwd_sm90"
@@ -31,6 +32,11 @@ class AttnConfig:
     dtype: str = "bf16"       # q, k, v, o element type: bf16 | f16
     head_dim: int = 128       # D: 64, 128, 256
     causal: bool = False      # bottom-right aligned causal mask
+    # sliding window and chunk (common.masks, FlashAttention's window_size and attention_chunk), fixed
+    # at compile time; -1 / 0: none. With causal the window's right side is causal's: window_right -1
+    window_left: int = -1
+    window_right: int = -1
+    chunk: int = 0
     bm: int = 128             # query rows per CTA: 64 per consumer warpgroup (128: 2, 192: 3)
     bn: int = 128             # key/value rows per pipeline block
     stages: int = 2           # K and V ring depth, >= 2
@@ -66,6 +72,7 @@ class AttnConfig:
             raise ConfigError(f"head_dim must be one of {HEAD_DIMS}, got {self.head_dim}")
         if self.bm not in BMS:
             raise ConfigError(f"bm must be one of {BMS} (consumer warpgroups of 64 rows each), got {self.bm}")
+        self._check_mask()
         if self.bn % 16 or not 16 <= self.bn <= 256:
             raise ConfigError(f"bn must be a multiple of 16 in [16, 256] (wgmma n and k16 steps), got {self.bn}")
         if self.stages < 2:
@@ -99,6 +106,30 @@ class AttnConfig:
                               f"lower bn or stages")
         self._check_registers()
         return self
+
+    def _check_mask(self) -> None:
+        """ConfigError unless the mask fields are in range and canonical (one config per mask:
+        attention_mask's form), so equal masks compile to one kernel."""
+        if self.window_left < -1 or self.window_right < -1 or self.chunk < 0:
+            raise ConfigError(f"window_left and window_right must be >= -1 (-1: unbounded) and chunk >= 0 (0: "
+                              f"none), got window_left={self.window_left}, window_right={self.window_right}, "
+                              f"chunk={self.chunk}")
+        mask = self.mask
+        want = _mask_fields(mask)
+        got = {k: getattr(self, k) for k in want}
+        if got != want:
+            raise ConfigError(f"the mask fields {got} are not in canonical form; the same mask is {want} "
+                              f"(causal bounds the window's right side at 0, window (-1, 0) is causal=True)")
+
+    @property
+    def mask(self) -> Mask:
+        """The mask object (common.masks) of causal, the window and the chunk."""
+        return attention_mask(self.causal, (self.window_left, self.window_right), self.chunk)
+
+    @property
+    def masked(self) -> bool:
+        """Whether some KV blocks run the masked softmax for more than the seqlen_k tail."""
+        return self.mask != attention_mask()
 
     def _check_registers(self) -> None:
         """RegisterBudgetError when the register model (consumer_regs_needed, producer_regs_needed)
@@ -186,7 +217,7 @@ class AttnConfig:
         against 184). Fit to ptxas, as the least setmaxnreg at which the kernel compiles with 0
         spills, measured over head dims, bn 16-240, bm 128 and 192, persistent or not and every
         softmax knob; the model is at or above every measurement (tests/test_attention_registers.py)."""
-        pieces = int(self.causal) + int(bool(self.rescale_threshold or self.exp2_poly_stride))
+        pieces = int(self.masked) + int(bool(self.rescale_threshold or self.exp2_poly_stride))
         return {"O": self.head_dim // 2, "S": self.bn // 2, "P": self.bn // 4,
                 "rest": CONSUMER_BASE_REGS + CONSUMER_CHUNK_REGS * self.d_chunks
                 + CONSUMER_PIECE_REGS * (self.d_chunks - 1) * pieces}
@@ -229,6 +260,8 @@ class AttnConfig:
         return tags + ("_rb" if self.rescale_before_pv else "")
 
     def key(self) -> dict:
+        """The config as a dict, every field (the mask's too: a bundle query by key() picks one kernel;
+        bundles from before the masks lack them, which attention.plan.select_entry reads as none)."""
         return {"kernel": KERNEL, **self.__dict__}
 
     @classmethod
@@ -298,9 +331,35 @@ TILE_FIELDS = ("bm", "bn", "stages", "pingpong", "persistent", "load_regs", "mma
 KNOB_FIELDS = tuple(f.name for f in fields(AttnConfig) if f.name not in ("dtype", "head_dim", "causal", *TILE_FIELDS))
 
 
-def default_config(dtype: str, head_dim: int, causal: bool, seqlen_k: int | None = None) -> AttnConfig:
+def _mask_fields(mask: Mask) -> dict:
+    """AttnConfig's fields of a mask: causal, window_left, window_right, chunk."""
+    out = {"causal": False, "window_left": -1, "window_right": -1, "chunk": 0}
+    for part in mask.parts:
+        if part.tag() == "_causal":
+            out["causal"] = True
+        elif hasattr(part, "left"):
+            out.update(window_left=part.left, window_right=part.right)
+        else:
+            out["chunk"] = part.size
+    if out["causal"]:
+        out["window_right"] = -1
+    if out["window_left"] < 0 and out["window_right"] == 0:
+        out.update(causal=True, window_right=-1)
+    if out["window_left"] >= 0 and out["window_right"] == 0:   # a left window with right 0: causal's spelling
+        out.update(causal=True, window_right=-1)
+    return out
+
+
+def default_config(dtype: str, head_dim: int, causal: bool, seqlen_k: int | None = None,
+                   mask: Mask | None = None) -> AttnConfig:
     """The measured tiles for (head_dim, causal): TILES, or SHORT_TILES when seqlen_k is given and
-    at most SHORT_SEQLEN_K of the case; plus the case's measured code knobs (KNOBS)."""
+    at most SHORT_SEQLEN_K of the case; plus the case's measured code knobs (KNOBS). `mask` (common.
+    masks; None: causal's or none) sets the mask fields, on the tiles of its causal flag (a window or
+    chunk has its own kernel on the same tiles)."""
+    if mask is not None:
+        fields_ = _mask_fields(mask)
+        cfg = default_config(dtype, head_dim, fields_["causal"], seqlen_k)
+        return replace(cfg, **fields_).validate()
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")
     key, short = (head_dim, bool(causal)), is_short(head_dim, causal, seqlen_k)
@@ -325,10 +384,10 @@ def config_from_spec(spec: str) -> AttnConfig:
     return replace(base, **values).validate()
 
 
-def default_configs(dtype: str, head_dim: int, causal: bool) -> list[AttnConfig]:
-    """Every config default_config picks for (dtype, head_dim, causal) at some seqlen_k: the long
-    one first."""
-    out = [default_config(dtype, head_dim, causal), default_config(dtype, head_dim, causal, 1)]
+def default_configs(dtype: str, head_dim: int, causal: bool, mask: Mask | None = None) -> list[AttnConfig]:
+    """Every config default_config picks for (dtype, head_dim, causal, mask) at some seqlen_k: the
+    long one first."""
+    out = [default_config(dtype, head_dim, causal, mask=mask), default_config(dtype, head_dim, causal, 1, mask=mask)]
     return out[:1] if out[0] == out[1] else out
 
 

@@ -49,6 +49,7 @@ _BINARY = {
     "arith.shrsi": lambda x, y: np.right_shift(x, y.astype(x.dtype)),
     "arith.divui": _unsigned(lambda x, y: x // _safe(y)), "arith.remui": _unsigned(lambda x, y: x % _safe(y)),
     "arith.divsi": lambda x, y: (np.sign(x) * np.sign(y) * (np.abs(x) // np.abs(_safe(y)))).astype(x.dtype),
+    "arith.remsi": lambda x, y: np.fmod(x, _safe(y)).astype(x.dtype),   # C's %: the dividend's sign
     "arith.minsi": np.minimum, "arith.maxsi": np.maximum,
     "arith.minui": _unsigned(np.minimum), "arith.maxui": _unsigned(np.maximum),
     "arith.addf": np.add, "arith.subf": np.subtract, "arith.mulf": np.multiply, "arith.divf": np.divide,

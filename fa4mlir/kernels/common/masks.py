@@ -50,4 +50,34 @@ def visible_keys(key0: Value, row: Value, seqlen_q: Value, seqlen_k: Value, caus
     return select(end.gt(key0), end - key0, 0)
 
 
-__all__ = ["block_range", "umin", "visible_keys"]
+from .mask_family import (CAUSAL, NO_MASK, Causal, Chunked, IntOps, Intersect, Mask, SlidingWindow,  # noqa: E402
+                          TileBlocks, attention_mask, intersect, row_keys, tile_blocks)
+
+
+class ValueOps:
+    """The same on the DSL's i32 Values, read as signed: a diagonal or a window bound may be < 0."""
+    smax = staticmethod(lambda a, b: a.smax(b))
+    smin = staticmethod(lambda a, b: a.smin(b))
+    floordiv = staticmethod(lambda a, b: a.sfloordiv(b))
+    ceildiv = staticmethod(lambda a, b: a.sceildiv(b))
+    slt = staticmethod(lambda a, b: a.slt(b))
+    select = staticmethod(select)
+
+
+def key_window(mask: Mask, key0: Value, row: Value, seqlen_q: Value, seqlen_k: Value) -> tuple:
+    """(start, end), signed i32: key key0 + c is visible to query `row` iff start <= c < end, for a
+    compile-time c. Computed once per row and KV block, so masking a score costs two compares with
+    immediates, an or and a select."""
+    lo, hi = row_keys(mask, row, seqlen_q, seqlen_k, ValueOps)
+    return lo - key0, hi - key0
+
+
+def hidden(window: tuple, c: int) -> Value:
+    """Whether key key0 + c is hidden, for key_window's (start, end)."""
+    start, end = window
+    return start.sgt(c) | end.sle(c)
+
+
+__all__ = ["block_range", "umin", "visible_keys", "Mask", "Causal", "SlidingWindow", "Chunked", "Intersect",
+           "CAUSAL", "NO_MASK", "intersect", "attention_mask", "row_keys", "tile_blocks", "TileBlocks",
+           "key_window", "hidden", "IntOps", "ValueOps"]
