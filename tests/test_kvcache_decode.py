@@ -277,10 +277,10 @@ def test_dynamo_traces_the_entry_point_without_a_graph_break():
 RING_OPS = ("fa4.producer_acquire", "fa4.consumer_wait", "fa4.consumer_release", "fa4.producer_commit")
 
 
-def _mutated_decode(index: int, how: str):
-    """The paged decode kernel with its index-th ring op's phase flipped, stage + 1, or erased."""
+def _mutated_decode(cfg, index: int, how: str):
+    """The decode kernel of `cfg` with its index-th ring op's phase flipped, stage + 1, or erased."""
     from fa4mlir._mlir import arith, ir
-    kir = kernels.module(dec.KERNEL).build(dec.default_config("bf16", 128, 16))
+    kir = kernels.module(dec.KERNEL).build(cfg)
     with kir.module.context:
         op = ops_named(kir.module.operation, *RING_OPS)[index]
         if how == "phase ^ 1" and op.name not in RING_OPS[:2]:
@@ -296,17 +296,20 @@ def _mutated_decode(index: int, how: str):
     return kir
 
 
-def test_verifier_rejects_every_single_op_mutation_of_the_decode_kernel():
+@pytest.mark.parametrize("kv_scale", ["", "block"])
+def test_verifier_rejects_every_single_op_mutation_of_the_decode_kernel(kv_scale):
+    """bf16 and FP8 (K_j and V_j waited for together, released together after their conversion)."""
     from fa4mlir.passes import verify_pipelines
     from fa4mlir.passes._util import PassError
-    good = kernels.module(dec.KERNEL).build(dec.default_config("bf16", 128, 16))
+    cfg = dec.default_config("bf16", 128, 16, kv_scale)
+    good = kernels.module(dec.KERNEL).build(cfg)
     with good.module.context:
         verify_pipelines.run(good.module.operation)
         num_ops = len(ops_named(good.module.operation, *RING_OPS))
     assert num_ops == 12      # producer: acquire + commit of K and V; consumer: wait + release of K and V, two loops
     for index in range(num_ops):
         for how in ("phase ^ 1", "stage + 1", "erase"):
-            kir = _mutated_decode(index, how)
+            kir = _mutated_decode(cfg, index, how)
             if kir is None:
                 continue
             with kir.module.context, pytest.raises(PassError):
@@ -324,6 +327,13 @@ def test_fp8_kernel_converts_each_tile_and_scales_by_granularity(grain):
     loads = ops_named(kir.module.operation, "fa4.tma_load")
     assert all(attr(op, "box") == [128, 1, 16, 1] and attr(op, "elem_bytes") == 1 for op in loads)
     assert all(attr(op, "ab_dtype") == "f16" for op in ops_named(kir.module.operation, "fa4.mma"))
+    # note "FP8": per tile one wait of each ring, one conversion pass of both tiles, one proxy fence and
+    # one warpgroup barrier for the pair, both releases, then S and P V (after the Q tile's fence + barrier)
+    steps = ("fa4.consumer_wait", "fa4.consumer_release", "fa4.fence", "fa4.named_barrier", "fa4.mma_wait_group")
+    order = [op.name for op in ops_named(kir.module.operation, *steps)]
+    tile = ["fa4.consumer_wait"] * 2 + ["fa4.fence", "fa4.named_barrier"] + ["fa4.consumer_release"] * 2 \
+        + ["fa4.mma_wait_group"] * 2
+    assert order == ["fa4.fence", "fa4.named_barrier"] + tile * 2, order
 
 
 def test_fp8_configs_refuse_unaligned_boxes():

@@ -87,6 +87,27 @@ def half_bits_to_f32(bits, dtype: str) -> np.ndarray:
     return bf16_to_f32(bits) if dtype == "bf16" else bits.view(np.float16).astype(np.float32)
 
 
+def _e4m3_f16_bits() -> np.ndarray:
+    """f16 bits of every e4m3fn code (sign, 4 exponent bits of bias 7, 3 mantissa bits, no
+    infinities; S.1111.111 is NaN, converted to the canonical f16 NaN 0x7FFF)."""
+    codes = np.arange(256)
+    exp, man = (codes >> 3) & 0xF, codes & 0x7
+    mag = np.where(exp == 0, man / 8.0 * 2.0 ** -6, (1.0 + man / 8.0) * 2.0 ** (exp - 7.0))
+    bits = np.where(codes & 0x80, -mag, mag).astype(np.float16).view(np.uint16)
+    return np.where((codes & 0x7F) == 0x7F, np.uint16(0x7FFF), bits).astype(np.uint16)
+
+
+E4M3_F16_BITS = _e4m3_f16_bits()
+
+
+def e4m3x2_to_f16x2(pairs) -> np.ndarray:
+    """cvt.rn.f16x2.e4m3x2 (exact): two e4m3 codes (the low and high byte of 16 bits) -> two f16
+    as 32 bits (the low byte's in the low half), int32."""
+    pairs = np.asarray(pairs).astype(np.uint16)
+    lo, hi = E4M3_F16_BITS[pairs & 0xFF].astype(np.uint32), E4M3_F16_BITS[pairs >> 8].astype(np.uint32)
+    return (lo | (hi << 16)).view(np.int32)
+
+
 def swizzle(addr, span: int):
     """A shared-memory byte address under the `span`-byte swizzle (0 = none): the 16-byte unit
     index within a row of `span` bytes is XORed with the row index modulo span / 16
@@ -111,4 +132,4 @@ def sw128_operand_offsets(rows: int, k: int, mn_major: bool, lbo: int, sbo: int)
 
 
 __all__ = ["sw128_operand_offsets", "WARP", "LANES", "np_dtype", "vector_len", "lane_shape", "is_bf16", "f32_to_bf16", "bf16_to_f32",
-           "half_bits_to_f32", "swizzle", "UNSIGNED"]
+           "half_bits_to_f32", "swizzle", "UNSIGNED", "E4M3_F16_BITS", "e4m3x2_to_f16x2"]

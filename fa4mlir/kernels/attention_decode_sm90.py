@@ -23,7 +23,8 @@ is register-bound, and the small block lets two CTAs share an SM, attention_deco
                           3. O *= alpha
                           4. wait V_j; zero V rows past L_b (note "NaN past L_b"); O += P V_j;
                              release V_j
-                          then the epilogue: O / l and LSE into the partial workspaces.
+                          (an e4m3 cache: K_j and V_j waited for and converted together first,
+                          note "FP8"), then the epilogue: O / l and LSE into the partial workspaces.
 
 Note "Paged boxes": the cache is a 4-D tensor [pages, page_rows, kv_heads, D] to TMA (a contiguous
 cache: [batch, seqlen_cache, kv_heads, D], the page being the sequence). A paged tile of bn tokens
@@ -34,9 +35,13 @@ that starts at or past L_b reads no page-table entry: it is aimed at page num_pa
 tensor, so TMA fills it with zeros (and still counts its bytes on the stage's barrier).
 
 Note "FP8": an e4m3 cache arrives by TMA unswizzled (one box of D bytes per row group) into its
-own rings; the consumer converts each K and V tile to f16 (fa4.cvt_e4m3x2: exact) into one f16
-tile each in the 128B-swizzled layout wgmma reads, releases the FP8 stage, and runs both GEMMs in
-f16 (Q rounded to f16 once when q is bf16: |q| above 65504 would overflow; O, LSE and the combine stay float32, out in q's dtype).
+own rings. Per tile the consumer waits for both K_j and V_j, converts both in one pass to f16
+(fa4.cvt_e4m3x2: exact) into one f16 tile each (k16, v16) in the 128B-swizzled layout wgmma reads,
+fences them to the async proxy and syncs the warpgroup once for the pair, releases both e4m3 stages
+(converted, no longer read), then runs S, the softmax and P V with no conversion between them, the
+GEMMs in f16 (Q rounded to f16 once when q is bf16: |q| above 65504 would overflow; O, LSE and the
+combine stay float32, out in q's dtype). Which thread converts which 16 bytes, and why no access
+conflicts in a bank: common/e4m3_tile.py, note "Bank phases". V rows past L_b convert to zeros.
 Scales never touch the tiles: a per-tensor or per-KV-head k_scale multiplies the softmax scale
 and v_scale the epilogue's 1 / l; per-block (page or token block) scales multiply S's columns
 after Q K^T and P's columns before P V (the row sum l takes P unscaled), with a token's v scale
@@ -46,7 +51,8 @@ Note "NaN past L_b": rows at or past L_b of a box that starts before L_b are rea
 (stale tokens, unused rows of the last page) and may hold anything, NaN included. K's are harmless
 (their scores are replaced by -inf before the max), but P V multiplies V's by P = 0, and 0 x NaN
 is NaN; so the consumer writes zeros over those V rows in SMEM before the P V GEMM (only in the
-tile that holds L_b), then fences them to the async proxy.
+tile that holds L_b), then fences them to the async proxy (FP8: the conversion writes them as
+zeros, in every tile of the masked loop).
 """
 from __future__ import annotations
 
@@ -54,6 +60,7 @@ from .. import dsl
 from ..dialect import builders as fa4
 from ..dsl import ELEM_BYTES, KernelBuilder, PipeState, Value, const, fast_div, fma, fmax, log2, select, tree_reduce, undef, vec
 from .attention_decode_sm90_config import SPLIT_PARAMS, TILE_M, DecodeConfig
+from .common import e4m3_tile
 from .common.softmax import max_update
 from .common.wgmma import a_frag_pairs, acc_col, acc_pair, acc_row, row_regs, wait_group
 
@@ -297,9 +304,10 @@ class _Consumer:
             self.end.append((work.length - hidden).smax(0))
         self.row_ok = [r.lt(p["rows"]) for r in self.packed]
 
-    def release(self, pipe, s: PipeState):
+    def release(self, s: PipeState, *pipes):
         with self.kb.if_(self.is_leader).then_():
-            pipe.consumer_release(s)
+            for pipe in pipes:
+                pipe.consumer_release(s)
 
     def barrier(self):
         self.kb.named_barrier(BAR_CONSUMER, 128)
@@ -425,31 +433,6 @@ def _zero_v_tail(cs: _Consumer, base, valid: Value):
     cs.barrier()
 
 
-def _convert_fp8(cs: _Consumer, src, dst):
-    """The FP8 tile at `src` (bn rows of D bytes, unswizzled) as f16 into `dst` (the 128B-swizzled
-    layout of a bf16/f16 ring stage), then fenced to the async proxy for wgmma (note "FP8"). Each
-    thread converts 16-byte pieces: 16 e4m3 -> 16 f16 = two 16-byte units of one swizzled row."""
-    kb, cfg = cs.kb, cs.cfg
-    pieces_per_row = cfg.head_dim // 16
-    for i in range(cfg.bn * pieces_per_row // 128):
-        u = cs.t + 128 * i
-        r = u // pieces_per_row
-        piece = u - r * pieces_per_row
-        raw = kb.load(kb.gep(src, r * cfg.head_dim + piece * 16, "i8"), ("i32", 4), align=16)
-        halves = []
-        for w in range(4):
-            word = raw[w]
-            halves.append(fa4.cvt_e4m3x2(word.to("i16")))
-            halves.append(fa4.cvt_e4m3x2((word >> 16).to("i16")))
-        chunk, unit = piece // 4, (piece % 4) * 2        # columns 16 piece .. 16 piece + 15
-        row_at = chunk * (cfg.bn * SWIZZLE) + r * SWIZZLE
-        for h in (0, 1):
-            off = row_at + ((unit + h) ^ (r % 8)) * 16
-            kb.store(vec(*[Value(x) for x in halves[4 * h:4 * h + 4]]), kb.gep(dst, off, "i8"), align=16)
-    kb.fence("async_smem")
-    cs.barrier()
-
-
 def _block_scales(cs: _Consumer, j: Value):
     """FP8 per-block scales of this thread's S columns in tile j, as {acc_col: value} for k and v
     (note "FP8"): the token's page (paged: through the page table, entry clamped) or token block
@@ -472,42 +455,61 @@ def _block_scales(cs: _Consumer, j: Value):
 
 
 def _kv_tile(cs: _Consumer, bufs, j: Value, carry, masked: bool):
-    q_smem, k_smem, v_smem, k_pipe, v_pipe, staged = bufs
+    q_smem, k_smem, v_smem, k_pipe, v_pipe, _ = bufs
     kb, cfg, work = cs.kb, cs.cfg, cs.work
     s, o, m, l = carry
-    # 1. S_j = Q K_j^T (FP8: K_j converted to f16 first, its stage released once read)
+    # 1. S_j = Q K_j^T; release K_j
     k_pipe.consumer_wait(s)
-    if cfg.gather and staged is None:     # cp.async wrote the stage: generic proxy -> wgmma's async proxy
+    if cfg.gather:     # cp.async wrote the stage: generic proxy -> wgmma's async proxy
         kb.fence("async_smem")
     k_stage = kb.gep(k_smem, s.stage * cfg.tile_bytes(), "i8")
-    if staged is not None:
-        _convert_fp8(cs, k_stage, staged[0])
-        cs.release(k_pipe, s)
-        k_stage = staged[0]
     s_acc = wait_group(_issue_s(cs, q_smem, k_stage), pending=0)
-    if staged is None:
-        cs.release(k_pipe, s)
-    # 2. softmax (FP8 block scales on S's and P's columns)
-    col_scales = _block_scales(cs, j) if cfg.fp8 and cfg.kv_scale == "block" else None
-    frags, m, l, alpha = _softmax(cs, s_acc, j, m, l, masked, col_scales)
-    # 3. O *= alpha
+    cs.release(s, k_pipe)
+    # 2. softmax, 3. O *= alpha
+    frags, m, l, alpha = _softmax(cs, s_acc, j, m, l, masked)
     o = vec(*[o[i] * alpha[acc_row(i)] for i in range(cs.n_o)])
-    # 4. O += P V_j (V rows past L_b zeroed first, in the tile that holds L_b)
+    # 4. O += P V_j (V rows past L_b zeroed first, in the tile that holds L_b); release V_j
     v_pipe.consumer_wait(s)
-    if cfg.gather and staged is None:
+    if cfg.gather:
         kb.fence("async_smem")
     v_stage = kb.gep(v_smem, s.stage * cfg.tile_bytes(), "i8")
-    if staged is not None:
-        _convert_fp8(cs, v_stage, staged[1])
-        cs.release(v_pipe, s)
-        v_stage = staged[1]
     if masked:
         valid = work.length - j * cfg.bn
         with kb.if_(valid.slt(cfg.bn)).then_():
             _zero_v_tail(cs, v_stage, valid)
     o = wait_group(_issue_pv(cs, v_stage, frags, o), pending=0)
-    if staged is None:
-        cs.release(v_pipe, s)
+    cs.release(s, v_pipe)
+    return s.advance(), o, tuple(m), tuple(l)
+
+
+def _kv_tile_fp8(cs: _Consumer, bufs, j: Value, carry, masked: bool):
+    """One KV tile of an e4m3 cache (note "FP8"): K_j and V_j converted in one pass."""
+    q_smem, k_smem, v_smem, k_pipe, v_pipe, (k16_smem, v16_smem) = bufs
+    kb, cfg, work = cs.kb, cs.cfg, cs.work
+    s, o, m, l = carry
+    # 1. wait for K_j and V_j: both e4m3 stages full
+    k_pipe.consumer_wait(s)
+    v_pipe.consumer_wait(s)
+    # 2. both tiles to f16 (V rows past L_b as zeros, note "NaN past L_b"), one fence to the async
+    #    proxy, one warpgroup barrier. k16 and v16 are free: this thread's S_{j-1} and P V_{j-1}
+    #    retired, and a wgmma retires for the whole warpgroup (as the leader's releases assume)
+    at = s.stage * cfg.tile_bytes()
+    valid = work.length - j * cfg.bn if masked else None
+    e4m3_tile.emit_convert(kb, cs.t, [(kb.gep(k_smem, at, "i8"), k16_smem, None),
+                                      (kb.gep(v_smem, at, "i8"), v16_smem, valid)], cfg.bn, cfg.head_dim)
+    kb.fence("async_smem")
+    cs.barrier()
+    # 3. release K_j and V_j: past the barrier every thread has loaded its e4m3 bytes; the GEMMs
+    #    read only the f16 copies
+    cs.release(s, k_pipe, v_pipe)
+    # 4. S_j = Q K_j^T
+    s_acc = wait_group(_issue_s(cs, q_smem, k16_smem), pending=0)
+    # 5. softmax (block scales on S's and P's columns), 6. O *= alpha
+    col_scales = _block_scales(cs, j) if cfg.kv_scale == "block" else None
+    frags, m, l, alpha = _softmax(cs, s_acc, j, m, l, masked, col_scales)
+    o = vec(*[o[i] * alpha[acc_row(i)] for i in range(cs.n_o)])
+    # 7. O += P V_j
+    o = wait_group(_issue_pv(cs, v16_smem, frags, o), pending=0)
     return s.advance(), o, tuple(m), tuple(l)
 
 
@@ -538,7 +540,7 @@ def _mma_role(kb, cfg, work: _Work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, s
     for lo, hi, masked in ((work.begin, split, False), (split, work.end, True)):
         loop = kb.for_(lo, hi, 1, carry=state)
         with loop as (j, carried):
-            loop.yield_(*_kv_tile(cs, bufs, j, carried, masked))
+            loop.yield_(*(_kv_tile_fp8 if cfg.fp8 else _kv_tile)(cs, bufs, j, carried, masked))
         state = loop.results
     _epilogue(cs, state[1], state[2], state[3], v_scale)
 

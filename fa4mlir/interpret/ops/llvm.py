@@ -12,7 +12,7 @@ import numpy as np
 from ..._mlir import ir
 from ..faults import Fault, Unsupported
 from ..machine import SMEM_BASE, uniform
-from ..numeric import WARP, np_dtype, vector_len
+from ..numeric import WARP, e4m3x2_to_f16x2, np_dtype, vector_len
 from ..program import PLAIN
 from . import semantics
 from .wgmma import move
@@ -150,12 +150,15 @@ def _scale_if_uniform(op, a, r, asm: str):
     return PLAIN, run
 
 
-_PTX = {"ex2.approx.ftz.f32 $0, $1;": np.exp2, "lg2.approx.ftz.f32 $0, $1;": np.log2}
+_PTX = {"ex2.approx.ftz.f32 $0, $1;": lambda x: np.exp2(x).astype(np.float32),
+        "lg2.approx.ftz.f32 $0, $1;": lambda x: np.log2(x).astype(np.float32),
+        "cvt.rn.f16x2.e4m3x2 $0, $1;": e4m3x2_to_f16x2}
 
 
 @semantics("nvvm.inline_ptx")
 def inline_ptx(p, op, a, r):
-    """The PTX of fa4-lower-math (_ptx.py): ex2/lg2.approx, modelled exactly (float32 exp2/log2)."""
+    """The PTX of fa4-lower-math: ex2/lg2.approx, modelled exactly (float32 exp2/log2), and
+    cvt.rn.f16x2.e4m3x2 (exact: numeric.e4m3x2_to_f16x2)."""
     code = ir.StringAttr(op.attributes["ptxCode"]).value
     f = _PTX.get(code)
     if f is None or len(a) != 1 or len(r) != 1:
@@ -163,7 +166,7 @@ def inline_ptx(p, op, a, r):
     x, z = a[0], r[0]
 
     def run(env, mask, w):
-        env[z] = f(env[x]).astype(np.float32)
+        env[z] = f(env[x])
     return PLAIN, run
 
 
