@@ -27,11 +27,12 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
     attention-tiles
                 bf16 tile variants of the sm_90a attention kernel next to the defaults (bm 192 =
                 three consumer warpgroups, bn), what bench/attention_probe.py times to pick TILES
-    decode      the sm_90a decode kernels (flash_attn_with_kvcache): the split kernel for contiguous
-                caches and for paged ones by fetch (page sizes whose TMA boxes would hold under 16 rows,
-                1..15, 24, odd ones: the cp.async gather; 16, 32: TMA boxes of the page; 64 and its
-                multiples: one box per tile), the combine and the
-                append (k=, v=) kernels, for the head dims, dtypes and page sizes
+    decode      the sm_90a decode kernels (flash_attn_with_kvcache): the decode kernel for contiguous
+                caches and for paged ones by fetch (page sizes whose TMA boxes would hold under 8 rows,
+                1..7 and odd ones, and FP8 pages under 16 rows: the cp.async gather; 8, 24, 40: 8-row
+                TMA boxes; 16, 32, 48: TMA boxes of the page; 64 and its multiples: one box per tile),
+                each as the split kernel and as its unsplit variant (calls of one split), the combine
+                and the append (k=, v=) kernels, for the head dims, dtypes and page sizes
                 tests/gpu/test_kvcache_gpu.py and `bench decode` run
     bench       the attention and decode sets, and the GEMM variants the benchmark times against torch.matmul
     sm90        the sm_90a GEMMs of gpu-tests and bench
@@ -174,7 +175,7 @@ def demo() -> list:
 # (dtype, head_dim, page sizes; None: contiguous) of the decode set: one page size per box-rows class
 DECODE_CASES = [
     ("bf16", 128, (None, 1, 8, 16, 32, 64)),
-    ("bf16", 64, (None, 1, 16, 64)),
+    ("bf16", 64, (None, 1, 8, 16, 64)),
     ("bf16", 256, (None, 64)),
     ("f16", 128, (None, 64)),
     ("f16", 64, (None,)),
@@ -188,12 +189,15 @@ DECODE_FP8_CASES = [("bf16", 128, page, grain) for page, grain in (
 
 
 def decode() -> list:
-    """The split kernels of DECODE_CASES and DECODE_FP8_CASES (default_config's tiles), a combine
-    and two append kernels (contiguous, paged) per (dtype, head_dim)."""
+    """The decode kernels of DECODE_CASES and DECODE_FP8_CASES (default_config's tiles), each split
+    and unsplit (a call of one split runs the unsplit variant alone: `[D-decode-unsplit]`), a
+    combine and two append kernels (contiguous, paged) per (dtype, head_dim)."""
     from .kernels.attention_decode_sm90_config import (APPEND_KERNEL, COMBINE_KERNEL, KERNEL, AppendConfig,
                                                        CombineConfig, default_config)
-    out = [(KERNEL, default_config(dtype, d, page)) for dtype, d, pages in DECODE_CASES for page in pages]
-    out += [(KERNEL, default_config(dtype, d, page, grain)) for dtype, d, page, grain in DECODE_FP8_CASES]
+    out = [(KERNEL, default_config(dtype, d, page, unsplit=unsplit)) for dtype, d, pages in DECODE_CASES
+           for page in pages for unsplit in (False, True)]
+    out += [(KERNEL, default_config(dtype, d, page, grain, unsplit=unsplit))
+            for dtype, d, page, grain in DECODE_FP8_CASES for unsplit in (False, True)]
     combos = sorted({(dtype, d) for dtype, d, _ in DECODE_CASES} | {(t, d) for t in ("bf16", "f16") for d in (64, 128, 256)})
     out += [(COMBINE_KERNEL, CombineConfig(dtype, d)) for dtype, d in combos]
     return out + [(APPEND_KERNEL, AppendConfig(dtype, d, paged)) for dtype, d in combos for paged in (False, True)]

@@ -3,15 +3,20 @@ launches them, without a GPU:
 
 * every entry of the `decode` bundle set compiles (through fa4-verify-pipelines) with no spills, no
   stack frame and no serialised wgmma; SMEM holds the Q tile and the K/V rings within the limit;
-  the parameters are the launch contracts (SPLIT_PARAMS, COMBINE_PARAMS) and the K/V descriptors'
-  box is (64 columns, 1 head, box_rows rows, 1 page);
+  the parameters are the launch contracts (SPLIT_PARAMS, UNSPLIT_PARAMS, COMBINE_PARAMS) and the
+  K/V descriptors' box is (64 columns, 1 head, box_rows rows, 1 page); each split kernel has its
+  unsplit twin in the set, with its SMEM and CTAs per SM;
 * the split kernel issues bn / box_rows TMA boxes per 64-column chunk and per K or V stage, and
   each stage expects exactly their bytes;
 * the plan: grid, split and combine arguments (pack GQA, divisors, strides), box rows per page size;
+  a plan of one split launches the unsplit variant alone (out and lse, no workspaces, no combine);
+  a bundle without the variant a call needs is a BundleError naming it;
 * errors before anything runs: bad page tables, lengths and new tokens raise the operand's typed
   errors through the public entry point; a call on tensor-likes that are not torch tensors is refused;
 * the append launch (k=, v=) comes first in the plan, with the strides of its four tensors.
 """
+from dataclasses import replace
+
 import pytest
 
 from fa4mlir import compiler, kernel_sets, kernels, lowering
@@ -19,6 +24,7 @@ from fa4mlir.attention import kvcache as kc
 from fa4mlir.attention.errors import DTypeError
 from fa4mlir.kernels import attention_decode_sm90 as decode_kernel
 from fa4mlir.kernels import attention_decode_sm90_config as dec
+from fa4mlir.kernels.common import paging
 from fa4mlir.kernels.common.fastdiv import divisor
 from fa4mlir.passes._util import attr, ops_named
 from fa4mlir.passes.plan_smem import SMEM_LIMIT
@@ -61,7 +67,8 @@ def test_decode_set_compiles_clean(entry):
     assert art.smem_bytes <= SMEM_LIMIT["sm_90a"]
     if name == dec.KERNEL:
         assert art.smem_bytes >= cfg.smem_bytes() - 1024, (art.smem_bytes, cfg.smem_bytes())
-        assert [(p.name, p.kind) for p in art.params] == list(dec.SPLIT_PARAMS)
+        assert [(p.name, p.kind) for p in art.params] == list(dec.UNSPLIT_PARAMS if cfg.unsplit else dec.SPLIT_PARAMS)
+        assert cfg.name().endswith("_unsplit") == cfg.unsplit
         for p in art.params:
             if p.kind == "tma" and cfg.fp8:     # rows of D bytes, unswizzled (converted in the kernel)
                 assert p.tma.box == (cfg.head_dim, 1, cfg.box_rows, 1) and p.tma.swizzle == "none"
@@ -71,6 +78,9 @@ def test_decode_set_compiles_clean(entry):
         assert art.block == (cfg.threads, 1, 1) and cfg.threads == 128 + 32 * (dec.GATHER_WARPS if cfg.gather else 1)
         if cfg.ctas_per_sm == 2:   # D64, D128
             assert art.smem_bytes <= dec.MAX_SMEM_2CTA and r["registers"] * cfg.threads * 2 <= 65536, r
+        twin = (name, replace(cfg, unsplit=not cfg.unsplit))
+        assert twin in ENTRIES, f"{cfg.name()}: no {twin[1].name()} in the decode set"
+        assert twin[1].smem_bytes() == cfg.smem_bytes() and twin[1].ctas_per_sm == cfg.ctas_per_sm
     elif name == dec.COMBINE_KERNEL:
         assert [(p.name, p.kind) for p in art.params] == list(dec.COMBINE_PARAMS)
         assert art.block == (32 * dec.COMBINE_WARPS, 1, 1)
@@ -79,7 +89,7 @@ def test_decode_set_compiles_clean(entry):
         assert [(p.name, p.kind) for p in art.params] == list(dec.APPEND_PARAMS)
 
 
-@pytest.mark.parametrize("box_rows", [1, 16, 64])
+@pytest.mark.parametrize("box_rows", [1, 8, 16, 64])
 def test_split_kernel_boxes_fill_each_stage(box_rows):
     cfg = dec.DecodeConfig(paged=True, box_rows=box_rows)
     kir = kernels.module(dec.KERNEL).build(cfg)
@@ -93,16 +103,19 @@ def test_split_kernel_boxes_fill_each_stage(box_rows):
         assert per_box * len(loads) == 2 * cfg.tile_bytes()
 
 
-@pytest.mark.parametrize("page_size,box", [(1, 0), (3, 0), (8, 0), (16, 16), (24, 0), (48, 16), (64, 64),
-                                           (128, 64), (256, 64), (None, 64)])
-def test_box_rows_per_page_size(page_size, box):
-    # box 0: the cp.async gather (box_rows 1), for page sizes whose boxes would hold under 16 rows
-    cfg = dec.default_config("bf16", 128, page_size)
+@pytest.mark.parametrize("page_size,box", [(1, 0), (3, 0), (7, 0), (8, 8), (16, 16), (24, 8), (40, 8), (48, 16),
+                                           (56, 8), (64, 64), (128, 64), (256, 64), (None, 64)])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_box_rows_per_page_size(page_size, box, head_dim):
+    # box 0: the cp.async gather (box_rows 1), for page sizes whose boxes would hold under 8 rows
+    cfg = dec.default_config("bf16", head_dim, page_size)
     assert cfg.gather == (box == 0) and cfg.box_rows == max(box, 1) and cfg.paged == (page_size is not None)
-    assert cfg.ctas_per_sm == 2
+    assert cfg.ctas_per_sm == 2 and cfg.stages == dec.DEFAULT_STAGES[head_dim]
     cfg.validate()
-    fp8 = dec.default_config("bf16", 128, page_size, "block")    # an FP8 gather: one CTA per SM, twice the stages
-    assert fp8.gather == cfg.gather and fp8.ctas_per_sm == (1 if cfg.gather else 2)
+    # FP8 keeps the gather under 16-row boxes ([D-decode-box8]): one CTA per SM, twice the stages
+    fp8 = dec.default_config("bf16", head_dim, page_size, "block").validate()
+    assert fp8.gather == (cfg.gather or cfg.box_rows < paging.MIN_FP8_TMA_BOX_ROWS)
+    assert fp8.ctas_per_sm == (1 if fp8.gather else 2)
 
 
 @pytest.mark.parametrize("head_dim,fp8", [(128, False), (64, False), (256, False), (128, True), (64, True)])
@@ -169,7 +182,10 @@ def test_split_launch_args_packed_gqa():
 
 def test_split_launch_args_unpacked_and_contiguous():
     plan = kc.plan_problem(_problem(page_size=None, heads=4, kv_heads=4, seqlen_q=1), 132)
-    args = dec.split_launch_args(plan, {n: n for n, _ in dec.SPLIT_TENSORS}, (512, 512, 128), 0)
+    assert plan.unsplit       # 5 tiles of capacity: one split, the unsplit variant's contract
+    args = dec.split_launch_args(plan, {n: n for n, _ in dec.UNSPLIT_TENSORS}, (512, 512, 128), 0)
+    assert list(args) == [n for n, _ in dec.UNSPLIT_PARAMS]
+    assert (args["out_stride_b"], args["out_stride_s"], args["out_stride_h"]) == (512, 512, 128)   # contiguous
     assert not plan.gqa.packed and args["cta_heads"] == 1 and args["rows"] == 1
     assert args["capacity"] == 300 and plan.grid[1] == 4
     assert plan.bn == dec.DEFAULT_BN[128]
@@ -253,8 +269,8 @@ def test_append_launch_args():
     assert list(args) == [n for n, _ in dec.APPEND_PARAMS]
     assert args["seqlen_new"] == 2 and args["capacity"] == 320 and args["page_size"] == 16
     assert dec.append_grid(plan) == (2, 3, 1)
-    split = dec.split_launch_args(plan, {n: n for n, _ in dec.SPLIT_TENSORS}, (1024, 1024, 128), 20)
-    assert split["seqlen_new"] == 2
+    split = dec.split_launch_args(plan, {n: n for n, _ in dec.UNSPLIT_TENSORS}, (1024, 1024, 128), 20)
+    assert split["seqlen_new"] == 2 and plan.unsplit
 
 
 def test_dynamo_traces_the_entry_point_without_a_graph_break():
@@ -353,9 +369,12 @@ def test_fp8_plan_picks_the_kernel_of_its_scale_granularity():
     table, lens = info((2, 20), "i32"), info((2,), "i32")
     for k_s, v_s, grain in (((1,), (1,), "tensor"), ((2,), (2,), "kv_head"), ((40, 2), (40, 2), "block")):
         p = kc.check_kvcache_inputs(q, pool, pool, lens, table, k_scale=info(k_s, "f32"), v_scale=info(v_s, "f32"))
-        plan = kc.plan_problem(p.with_options(causal=True, softmax_scale=0.1, num_splits=None, return_lse=False), 132)
-        split, combine = configs_for(plan)
-        assert split == dec.default_config("bf16", 128, 16, grain) and split.fp8 and combine.dtype == "bf16"
+        for num_splits in (None, 2):      # None: 20 tiles of capacity on 132 SMs, one split
+            opts = dict(causal=True, softmax_scale=0.1, num_splits=num_splits, return_lse=False)
+            plan = kc.plan_problem(p.with_options(**opts), 132)
+            split, combine = configs_for(plan)
+            assert split == dec.default_config("bf16", 128, 16, grain, unsplit=num_splits is None) and split.fp8
+            assert (combine is None) if num_splits is None else combine.dtype == "bf16"
     p = kc.check_kvcache_inputs(q, pool, pool, lens, table, k_scale=info((1,), "f32"), v_scale=info((2,), "f32"))
     plan = kc.plan_problem(p.with_options(causal=True, softmax_scale=0.1, num_splits=None, return_lse=False), 132)
     raises(UnsupportedFeatureError, ["different granularities"], configs_for, plan)
@@ -388,3 +407,118 @@ def test_gather_refuses_caches_past_its_u32_offsets():
             _check_gather_span(plan, None)
         else:
             raises(UnsupportedFeatureError, ["64 GiB", "page size 1"], _check_gather_span, plan, None)
+
+
+# ---- the unsplit variant (one split: no workspaces, no combine) [D-decode-unsplit] ----------------
+
+def test_unsplit_variant_name_key_and_stores():
+    split = dec.default_config("bf16", 128, 16)
+    unsplit = dec.default_config("bf16", 128, 16, unsplit=True)
+    assert unsplit == replace(split, unsplit=True) and unsplit.validate().params == dec.UNSPLIT_PARAMS
+    assert unsplit.name() == split.name() + "_unsplit" and unsplit.key() != split.key()
+    assert [n for n, _ in dec.UNSPLIT_TENSORS] == [{"o_partial": "out", "lse_partial": "lse"}.get(n, n)
+                                                   for n, _ in dec.SPLIT_TENSORS]
+    ptx = {}
+    for cfg in (split, unsplit):
+        ptx[cfg.unsplit], _ = lowering.lower_module(kernels.module(dec.KERNEL).build(cfg).module, "sm_90a")
+    # split: float32 pairs of partial O; unsplit: bf16 pairs of O (x 1/l + 0: note "Unsplit") into out
+    assert ptx[False].count("st.global.v2.b32") == 2 * 128 // 8 and ptx[False].count("st.global.b32") == 2
+    assert "st.global.v2.b32" not in ptx[True] and ptx[True].count("st.global.b32") == 2 * 128 // 8 + 2
+    assert ptx[True].count("0f7F800000") > ptx[False].count("0f7F800000")      # LSE +inf for a row with no key
+
+
+def _plan(seqlen_q=1, heads=8, kv_heads=2, num_splits=None, page_size=16, new=0):
+    q = info((3, seqlen_q, heads, 128))
+    pool = info((50, page_size, kv_heads, 128)) if page_size else info((3, 300, kv_heads, 128))
+    table = info((3, 20), "i32") if page_size else None
+    extra = dict(k=info((3, new, kv_heads, 128)), v=info((3, new, kv_heads, 128))) if new else {}
+    p = kc.check_kvcache_inputs(q, pool, pool, info((3,), "i32"), table, **extra)
+    return kc.plan_problem(p.with_options(causal=True, softmax_scale=0.1, num_splits=num_splits, return_lse=True), 132)
+
+
+@pytest.mark.parametrize("seqlen_q,heads,kv_heads", [(1, 8, 2), (4, 8, 2), (4, 4, 4), (16, 32, 1)])
+def test_unsplit_plan_launches_one_kernel_into_out_and_lse(monkeypatch, seqlen_q, heads, kv_heads):
+    from fa4mlir.attention import kvcache_call
+    from fa4mlir.attention.plan import TensorRef
+    monkeypatch.setattr(kvcache_call, "kernel_for", lambda source, cfg: cfg)   # the launches name their config
+    out_strides = (9999, 777, 130)      # a strided out: the kernel writes it in place
+    for num_splits, page_size in ((None, 16), (1, 16), (1, None), (1, 8)):
+        plan = _plan(seqlen_q, heads, kv_heads, num_splits, page_size)
+        assert plan.unsplit and plan.num_splits == 1 and plan.o_partial_shape is None
+        built = kvcache_call.build_plan(plan, None, (1, 1, 1), 20, out_strides)
+        (launch,) = built.launches
+        assert launch.kernel == dec.default_config("bf16", 128, page_size, unsplit=True)
+        assert launch.grid == (plan.gqa.m_tiles, plan.grid[1], 3)
+        assert list(launch.args) == [n for n, _ in dec.UNSPLIT_PARAMS]
+        assert launch.args["out"] == TensorRef("out") and launch.args["lse"] == TensorRef("lse")
+        assert (launch.args["out_stride_b"], launch.args["out_stride_s"], launch.args["out_stride_h"]) == out_strides
+        assert launch.args["num_splits"] == 1 and "o_partial" not in launch.args
+    split = kvcache_call.build_plan(_plan(seqlen_q, heads, kv_heads, 3), None, (1, 1, 1), 20, out_strides)
+    assert [launch.kernel for launch in split.launches] == [dec.default_config("bf16", 128, 16),
+                                                            dec.CombineConfig("bf16", 128)]
+    assert split.launches[0].args["o_partial"] == TensorRef("o_partial")
+    appended = kvcache_call.build_plan(_plan(num_splits=1, new=2), None, (1, 1, 1), 20, out_strides,
+                                       {n: (1, 1, 1) for n in ("k", "v", "k_cache", "v_cache")})
+    assert [type(launch.kernel).__name__ for launch in appended.launches] == ["AppendConfig", "DecodeConfig"]
+    assert appended.launches[1].kernel.unsplit
+
+
+def test_unsplit_call_allocates_no_workspace():
+    torch = pytest.importorskip("torch")
+    from fa4mlir.attention.kvcache_call import _outputs
+    q = torch.zeros(3, 4, 8, 128, dtype=torch.bfloat16)
+    o_partial, lse_partial, out, lse = _outputs(torch, q, _plan(seqlen_q=4, num_splits=1), None)
+    assert o_partial is None and lse_partial is None
+    assert out.shape == (3, 4, 8, 128) and out.dtype == torch.bfloat16 and lse.shape == (3, 8, 4)
+    o_partial, lse_partial, _, _ = _outputs(torch, q, _plan(seqlen_q=4, num_splits=3), None)
+    assert o_partial.shape == (3, 3, 4, 8, 128) and lse_partial.shape == (3, 3, 8, 4)
+
+
+def test_anchor_decode_workloads_resolve_to_the_unsplit_kernel():
+    """bench decode's decode_dense (B 64, 32 / 8 heads, 8192 keys) and decode_spec4 (B 32, Sq 4, 4096
+    keys, causal) fill an H200's 132 SMs unsplit: the unsplit variant, no combine; the paged
+    workloads (lengths up to 16k, unknown to the host) take balance_splits' ranges and the combine."""
+    from fa4mlir.attention.kvcache_call import configs_for
+    for b, sq, sk in ((64, 1, 8192), (32, 4, 4096)):
+        cache = info((b, sk, 8, 128))
+        p = kc.check_kvcache_inputs(info((b, sq, 32, 128)), cache, cache, info((b,), "i32"))
+        plan = kc.plan_problem(p.with_options(causal=True, softmax_scale=0.1, num_splits=None, return_lse=False), 132)
+        assert plan.unsplit and configs_for(plan) == (dec.default_config("bf16", 128, None, unsplit=True), None)
+    for page in (1, 8, 16, 64):
+        pool = info((64 * 16384 // page, page, 8, 128))
+        p = kc.check_kvcache_inputs(info((64, 1, 32, 128)), pool, pool, info((64,), "i32"),
+                                    info((64, 16384 // page), "i32"))
+        plan = kc.plan_problem(p.with_options(causal=True, softmax_scale=0.1, num_splits=None, return_lse=False), 132)
+        split, combine = configs_for(plan)
+        assert not plan.unsplit and not split.unsplit and combine is not None
+
+
+def test_a_bundle_without_the_needed_variant_is_a_bundle_error(tmp_path):
+    """No silent fallback: a bundle with the split kernel but not its unsplit twin, or the gather
+    but not the 8-row-box kernel of page size 8, refuses the call naming the missing kernel."""
+    from fa4mlir.artifacts import Bundle
+    from fa4mlir.attention.errors import BundleError
+    from fa4mlir.attention.kvcache_call import kernel_for
+    from fa4mlir.attention.plan import KernelSource
+    split = dec.default_config("bf16", 128, 16)
+    gather = dec.default_config("bf16", 128, 1, unsplit=True)
+    entries = [{"name": c.name(), "arch": "sm_90a", "config": c.key(), "cubin": "x.cubin"} for c in (split, gather)]
+    source = KernelSource(Bundle(tmp_path, entries))
+    for missing in (replace(split, unsplit=True), dec.default_config("bf16", 128, 8, unsplit=True)):
+        raises(BundleError, [missing.name(), "--set decode"], kernel_for, source, missing)
+
+
+def test_decode_set_holds_every_kernel_the_gpu_tests_pick():
+    """Each cache the GPU tests run (their parameter tables) picks kernels that `--set decode`
+    builds, split and unsplit: a missing one would be a BundleError there."""
+    from tests.gpu import test_kvcache_gpu as gpu
+    cases = [("bf16", 128, page, "") for page in gpu.PAGE_SIZES + gpu.UNSPLIT_PAGES + [None]]
+    cases += [(dtype, d, page, "") for dtype, d, page in gpu.HEAD_DIM_CASES]
+    cases += [("bf16", 128, page, grain) for page, grain in gpu.FP8_CASES]
+    names = {cfg.name() for _, cfg in ENTRIES}
+    for dtype, d, page, grain in cases:
+        for unsplit in (False, True):
+            cfg = dec.default_config(dtype, d, page, grain, unsplit=unsplit)
+            assert cfg.name() in names, (dtype, d, page, grain, cfg.name())
+    assert {dec.default_config("bf16", 128, p).box_rows for p in gpu.BOX8_PAGES} == {8}
+    assert all(dec.default_config("bf16", 128, p).gather for p in gpu.GATHER_PAGES)

@@ -289,6 +289,14 @@ def test_plan_page_1_takes_one_row_boxes_and_odd_pages_divide_by_fastdiv():
     plan = kc.plan_problem(_problem(paged_args(k_cache=pool, v_cache=pool)), 132)
     assert plan.page_div.log2 is None and plan.page_div.split(100) == (2, 4)
     assert plan.fetch == paging.FetchPlan(paging.KVFetch.TMA_BOXES, 16, plan.bn // 16)
+    # gcd(64, 24) = 8: 8-row TMA boxes for bf16 ([D-decode-box8]), the gather for an FP8 cache
+    pool = info((100, 24, HKV, D))
+    plan = kc.plan_problem(_problem(paged_args(k_cache=pool, v_cache=pool)), 132)
+    assert plan.fetch == paging.FetchPlan(paging.KVFetch.TMA_BOXES, 8, plan.bn // 8)
+    fp8 = info((100, 24, HKV, D), "e4m3")
+    plan = kc.plan_problem(_problem(paged_args(k_cache=fp8, v_cache=fp8, k_scale=info((1,), "f32"),
+                                               v_scale=info((1,), "f32"))), 132)
+    assert plan.fetch == paging.FetchPlan(paging.KVFetch.CP_ASYNC_GATHER, 1, plan.bn)
 
 
 def test_plan_kvcache_refuses_host_tensors_and_int_seqlens():

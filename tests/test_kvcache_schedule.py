@@ -10,7 +10,7 @@ import pytest
 from fa4mlir.kernels.common import decode_schedule as ds
 from fa4mlir.kernels.common import paging
 
-PAGE_SIZES = [1, 2, 3, 7, 16, 32, 48, 64, 96, 100, 128, 129, 255, 256]
+PAGE_SIZES = [1, 2, 3, 7, 8, 16, 24, 32, 40, 48, 64, 96, 100, 128, 129, 255, 256]
 
 
 @pytest.mark.parametrize("page_size", PAGE_SIZES + [1000, 4096, 12345])
@@ -48,11 +48,13 @@ def test_max_pages_per_tile_is_the_brute_force_maximum(bn, page_size):
 
 @pytest.mark.parametrize("bn", [64, 128, 176])
 @pytest.mark.parametrize("page_size", PAGE_SIZES + [8192])
-def test_fetch_plan_boxes_never_straddle_a_page(bn, page_size):
-    plan = paging.fetch_plan(bn, page_size)
+@pytest.mark.parametrize("fp8", [False, True])
+def test_fetch_plan_boxes_never_straddle_a_page(bn, page_size, fp8):
+    plan = paging.fetch_plan(bn, page_size, fp8=fp8)
     if plan.fetch is paging.KVFetch.TMA_BOXES:
         assert plan.box_rows * plan.boxes_per_tile == bn
-        assert plan.box_rows >= paging.MIN_TMA_BOX_ROWS and plan.boxes_per_tile <= paging.MAX_TMA_BOXES
+        least = paging.MIN_FP8_TMA_BOX_ROWS if fp8 else paging.MIN_TMA_BOX_ROWS
+        assert plan.box_rows >= least and plan.boxes_per_tile <= paging.MAX_TMA_BOXES
         for t0 in range(0, 4 * bn * page_size, bn):
             for b in range(plan.boxes_per_tile):
                 first = t0 + b * plan.box_rows
@@ -62,9 +64,10 @@ def test_fetch_plan_boxes_never_straddle_a_page(bn, page_size):
 
 
 def test_fetch_choice_per_page_size():
-    """The decisions the kernel starts from (to be measured): one box per tile for a contiguous cache
-    and page sizes that are multiples of bn, a box per page for 16/32/64, gather for 1 and odd sizes;
-    sm_100a gathers four rows at a time."""
+    """One box per tile for a contiguous cache and page sizes that are multiples of bn, a box per
+    page for 16/32/64, 8-row boxes for 8/24/40 at bn 64 ([D-decode-box8]; at bn 128 that is 16
+    boxes, past MAX_TMA_BOXES: gather), gather for 1-7 and odd sizes, and for an FP8 cache's
+    8-row boxes; sm_100a gathers four rows at a time."""
     F = paging.KVFetch
     assert paging.fetch_plan(128, 8192) == paging.FetchPlan(F.TMA_BOXES, 128, 1)
     assert paging.fetch_plan(128, 256) == paging.FetchPlan(F.TMA_BOXES, 128, 1)
@@ -73,7 +76,15 @@ def test_fetch_choice_per_page_size():
     assert paging.fetch_plan(128, 96) == paging.FetchPlan(F.TMA_BOXES, 32, 4)
     assert paging.fetch_plan(128, 1).fetch is F.CP_ASYNC_GATHER
     assert paging.fetch_plan(128, 3).fetch is F.CP_ASYNC_GATHER
-    assert paging.fetch_plan(128, 8).fetch is F.CP_ASYNC_GATHER
+    assert paging.fetch_plan(128, 8).fetch is F.CP_ASYNC_GATHER            # 16 boxes of 8 rows
+    for page in (8, 24, 40, 56, 200):                                       # gcd(64, page) = 8
+        assert paging.fetch_plan(64, page) == paging.FetchPlan(F.TMA_BOXES, 8, 8)
+        assert paging.fetch_plan(64, page, "sm_100a") == paging.FetchPlan(F.TMA_BOXES, 8, 8)
+        assert paging.fetch_plan(64, page, fp8=True) == paging.FetchPlan(F.CP_ASYNC_GATHER, 1, 64)
+    assert paging.fetch_plan(64, 16, fp8=True) == paging.FetchPlan(F.TMA_BOXES, 16, 4)
+    assert paging.fetch_plan(64, 48) == paging.FetchPlan(F.TMA_BOXES, 16, 4)
+    for page in (1, 2, 4, 7, 12, 20, 36):                                   # gcd(64, page) < 8
+        assert paging.fetch_plan(64, page).fetch is F.CP_ASYNC_GATHER
     assert paging.fetch_plan(128, 1, "sm_100a") == paging.FetchPlan(F.TMA_GATHER4, 4, 32)
     assert paging.fetch_plan(128, 100, paged=False) == paging.FetchPlan(F.TMA_BOXES, 128, 1)   # contiguous
 

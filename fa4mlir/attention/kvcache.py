@@ -422,7 +422,8 @@ class KVCachePlan:
     """How the decode kernel will run one problem: M geometry (pack GQA), tile N, the fetch choice and
     page divisor of the operand, the split count, the grid (x: M tiles x splits, y: KV heads when
     packed else query heads, z: batch) and the split workspaces (float32 partial O [num_splits,
-    batch, seqlen_q, heads, D] and LSE [num_splits, batch, heads, seqlen_q]; none unsplit)."""
+    batch, seqlen_q, heads, D] and LSE [num_splits, batch, heads, seqlen_q]; none unsplit: the
+    decode kernel's unsplit variant writes out and lse itself, and no combine runs)."""
 
     problem: KVCacheProblem
     gqa: PackGQA
@@ -435,6 +436,11 @@ class KVCachePlan:
     def grid(self) -> tuple[int, int, int]:
         p = self.problem
         return (self.gqa.m_tiles * self.num_splits, p.kv_heads if self.gqa.packed else p.heads, p.batch)
+
+    @property
+    def unsplit(self) -> bool:
+        """One split: the decode kernel's unsplit variant alone ([D-decode-unsplit])."""
+        return self.num_splits == 1
 
     @property
     def o_partial_shape(self) -> tuple[int, ...] | None:
@@ -462,7 +468,7 @@ def plan_problem(problem: KVCacheProblem, num_sms: int, arch: str = "sm_90a") ->
         splits = balance_splits(ctas, problem.max_seqlen_k, bn, slots)
     if gqa.m_tiles * splits > MAX_I32:
         raise ShapeError(_err(f"seqlen_q {problem.seqlen_q} x {splits} splits exceeds the grid; split the call"))
-    fetch = fetch_plan(bn, cache.page_size, arch, paged=cache.paged)   # the split kernel's (default_config)
+    fetch = fetch_plan(bn, cache.page_size, arch, paged=cache.paged, fp8=cache.quantized)   # default_config's
     return KVCachePlan(problem, gqa, bn, fetch, PageDivisor.of(cache.page_size), splits)
 
 

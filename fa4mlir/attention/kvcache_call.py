@@ -6,10 +6,12 @@
 
 Operands, layouts and the kernel contract (lengths clamped, unused pages never read into the
 result) are kvcache.py's; this module runs a checked call: ``kvcache.plan_kvcache`` (every host
-check, typed errors, then the decode plan: pack GQA, num_splits, grid) -> two launches on torch's
-current stream, the split kernel (attention_decode_sm90: float32 partial O and LSE per split) and
-the combine (attention_combine_sm90: O in q's dtype, LSE) -> out (and lse, float32 [batch, heads,
-seqlen_q], natural log, when return_lse).
+check, typed errors, then the decode plan: pack GQA, num_splits, grid) -> launches on torch's
+current stream: with several splits the split kernel (attention_decode_sm90: float32 partial O and
+LSE per split) and the combine (attention_combine_sm90: O in q's dtype, LSE); with one split the
+decode kernel's unsplit variant alone, writing O in q's dtype and the LSE into out and lse (no
+workspace, no combine: `[D-decode-unsplit]`) -> out (and lse, float32 [batch, heads, seqlen_q],
+natural log, when return_lse).
 
 Nothing in a call reads device data on the host or synchronises: cache_seqlens and the page
 table are only read by the kernels, the workspaces and outputs come from torch's caching allocator
@@ -64,8 +66,9 @@ _LOADED_LOCK = threading.Lock()
 
 
 def kernel_for(source, cfg) -> LoadedKernel:
-    """The loaded kernel of ``cfg`` (a DecodeConfig or CombineConfig) from ``source``
-    (plan.KernelSource): its bundle's entry of that name, else compiled here."""
+    """The loaded kernel of ``cfg`` (a DecodeConfig, CombineConfig or AppendConfig) from
+    ``source`` (plan.KernelSource): its bundle's entry of that name, else compiled here. A bundle
+    without it is a BundleError naming the kernel (never another variant in its place)."""
     key = (id(source), cfg)
     with _LOADED_LOCK:
         if key in _LOADED:
@@ -88,9 +91,10 @@ def kernel_for(source, cfg) -> LoadedKernel:
 GRAINS = {"tensor": "tensor", "kv_head": "kv_head", "block_kv_head": "block"}   # ScaleGranularity -> kv_scale
 
 
-def configs_for(plan: KVCachePlan) -> tuple[dec.DecodeConfig, dec.CombineConfig]:
-    """The split and combine kernels of a plan; UnsupportedFeatureError for an FP8 cache the
-    split kernel has no variant for (k and v scales of different granularities; TMA boxes of an
+def configs_for(plan: KVCachePlan) -> tuple[dec.DecodeConfig, dec.CombineConfig | None]:
+    """The decode and combine kernels of a plan: the split kernel and the combine, or (one split,
+    ``plan.unsplit``) the unsplit variant and None; UnsupportedFeatureError for an FP8 cache the
+    decode kernel has no variant for (k and v scales of different granularities; TMA boxes of an
     FP8 row group not 128-byte aligned: head_dim 64 with an odd page size)."""
     p = plan.problem
     cache = p.cache
@@ -101,12 +105,12 @@ def configs_for(plan: KVCachePlan) -> tuple[dec.DecodeConfig, dec.CombineConfig]
             raise UnsupportedFeatureError(_err(f"k_scale and v_scale of different granularities ({cache.k_scale.value}, "
                                                f"{cache.v_scale.value}) are not built: give both one granularity"))
         kv_scale = GRAINS[cache.k_scale.value]
-    split = dec.default_config(p.dtype, p.head_dim, page_size, kv_scale)
+    split = dec.default_config(p.dtype, p.head_dim, page_size, kv_scale, unsplit=plan.unsplit)
     try:
         split.validate()
     except ValueError as exc:
         raise UnsupportedFeatureError(_err(f"no decode kernel for this cache: {exc}")) from None
-    return split, dec.CombineConfig(p.dtype, p.head_dim)
+    return split, None if plan.unsplit else dec.CombineConfig(p.dtype, p.head_dim)
 
 
 def build_plan(kv_plan: KVCachePlan, source, q_strides, page_table_stride: int, out_strides,
@@ -114,8 +118,9 @@ def build_plan(kv_plan: KVCachePlan, source, q_strides, page_table_stride: int, 
     """The launches of a decode call, tensors named by TensorRef (SPLIT_NAMES, COMBINE_NAMES, and
     k, v with new tokens; a contiguous cache's page_table slot takes cache_seqlens, never read):
     the append (new tokens k, v into the cache; ``append_strides``: the element strides of dims 0-2
-    of k, v, k_cache, v_cache), the split kernel (``cache_strides``: the element strides of dims 0-2
-    of k_cache and v_cache, default contiguous), the combine."""
+    of k, v, k_cache, v_cache), the decode kernel (``cache_strides``: the element strides of dims
+    0-2 of k_cache and v_cache, default contiguous), the combine; unsplit (one split), the decode
+    kernel's unsplit variant writes out (``out_strides``) and lse, and no combine runs."""
     split_cfg, combine_cfg = configs_for(kv_plan)
     if split_cfg.bn != kv_plan.bn:
         raise AssertionError(f"plan tile {kv_plan.bn} != kernel tile {split_cfg.bn}")
@@ -134,9 +139,11 @@ def build_plan(kv_plan: KVCachePlan, source, q_strides, page_table_stride: int, 
     if split_cfg.gather:
         _check_gather_span(kv_plan, cache_strides)
     launches.append(Launch(kernel_for(source, split_cfg), dec.split_grid(kv_plan),
-                           dec.split_launch_args(kv_plan, refs, q_strides, page_table_stride, cache_strides)))
-    launches.append(Launch(kernel_for(source, combine_cfg), dec.combine_grid(kv_plan),
-                           dec.combine_launch_args(kv_plan, refs, out_strides)))
+                           dec.split_launch_args(kv_plan, refs, q_strides, page_table_stride, cache_strides,
+                                                 out_strides)))
+    if combine_cfg is not None:
+        launches.append(Launch(kernel_for(source, combine_cfg), dec.combine_grid(kv_plan),
+                               dec.combine_launch_args(kv_plan, refs, out_strides)))
     return Plan(p, tuple(launches))
 
 
@@ -202,11 +209,14 @@ def _torch(q):
 
 
 def _outputs(torch, q, kv_plan: KVCachePlan, out):
+    """The split workspaces (None, None when unsplit), out (the caller's, or new) and lse."""
     p = kv_plan.problem
     dev = q.device
     f32 = torch.float32
-    o_partial = torch.empty((kv_plan.num_splits, *p.out_shape), dtype=f32, device=dev)
-    lse_partial = torch.empty((kv_plan.num_splits, *p.lse_shape), dtype=f32, device=dev)
+    o_partial = lse_partial = None
+    if not kv_plan.unsplit:
+        o_partial = torch.empty(kv_plan.o_partial_shape, dtype=f32, device=dev)
+        lse_partial = torch.empty(kv_plan.lse_partial_shape, dtype=f32, device=dev)
     if out is None:
         out = torch.empty(p.out_shape, dtype=q.dtype, device=dev)
     lse = torch.empty(p.lse_shape, dtype=f32, device=dev)
@@ -262,8 +272,9 @@ def with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=None,
     addresses = {"q": q.data_ptr(), "k_cache": k_cache.data_ptr(), "v_cache": v_cache.data_ptr(),
                  "cache_seqlens": cache_seqlens.data_ptr(),
                  "page_table": (page_table if page_table is not None else cache_seqlens).data_ptr(),
-                 "o_partial": o_partial.data_ptr(), "lse_partial": lse_partial.data_ptr(), "out": out.data_ptr(),
-                 "lse": lse.data_ptr()}
+                 "out": out.data_ptr(), "lse": lse.data_ptr()}
+    if o_partial is not None:
+        addresses.update(o_partial=o_partial.data_ptr(), lse_partial=lse_partial.data_ptr())
     if k is not None:
         addresses.update(k=k.data_ptr(), v=v.data_ptr())
     if k_scale is not None:
@@ -300,7 +311,9 @@ def _prepare(tensors: dict, options: tuple, bundle, signature) -> _Call:
     o_partial, lse_partial, out_t, lse = _outputs(torch, q, kv_plan, out)
     named = {**{n: tensors[n] for n in ("q", "k_cache", "v_cache", "cache_seqlens", "k", "v", "k_scale", "v_scale")},
              "page_table": page_table if page_table is not None else tensors["cache_seqlens"],
-             "o_partial": o_partial, "lse_partial": lse_partial, "out": out_t, "lse": lse}
+             "out": out_t, "lse": lse}
+    if o_partial is not None:
+        named.update(o_partial=o_partial, lse_partial=lse_partial)
     call = _Call(plan.prepare(named), kv_plan, source)
     if signature is not None:
         with _lock:

@@ -2,7 +2,9 @@
 
 One CTA attends one M tile of 64 packed query rows to one contiguous range of KV tiles (its
 split) of one sequence, and writes float32 partial O (normalised by its own row sum) and its LSE;
-attention_combine_sm90 merges the splits (attention_decode_sm90_config: the launch contracts).
+attention_combine_sm90 merges the splits (attention_decode_sm90_config: the launch contracts). The
+`unsplit` variant (a call of one split) attends to the whole sequence and writes the final O and
+LSE itself (note "Unsplit").
 
 Grid: x = m_tile + m_tiles * split, y = the CTA's head block (a KV head when GQA is packed, else a
 query head), z = batch. Packed row r of the CTA (decode_schedule.PackGQA) is query token
@@ -13,7 +15,7 @@ is register-bound, and the small block lets two CTAs share an SM, attention_deco
     warp 4        `load`  one elected thread: for each KV tile j of the split, K_j then V_j into
                           rings of `stages` (k_pipe, v_pipe), each tile as bn / box_rows TMA boxes
                           per 64-column chunk (note "Paged boxes"); or, for page sizes
-                          whose boxes would hold under 16 rows (cfg.gather), warps 4-5, every
+                          whose boxes would hold under 8 rows, FP8 16 (cfg.gather), warps 4-5, every
                           lane, by a cp.async gather (note "Gather", at _gather_role).
     warps 0-3     `mma`   (one warpgroup) loads the 64 x D Q tile itself (plain loads, packed rows, into the
                           128B-swizzled layout wgmma reads), then per tile j:
@@ -24,7 +26,8 @@ is register-bound, and the small block lets two CTAs share an SM, attention_deco
                           4. wait V_j; zero V rows past L_b (note "NaN past L_b"); O += P V_j;
                              release V_j
                           (an e4m3 cache: K_j and V_j waited for and converted together first,
-                          note "FP8"), then the epilogue: O / l and LSE into the partial workspaces.
+                          note "FP8"), then the epilogue: O / l and LSE into the partial workspaces
+                          (unsplit: O / l in q's dtype into out, the LSE into lse).
 
 Note "Paged boxes": the cache is a 4-D tensor [pages, page_rows, kv_heads, D] to TMA (a contiguous
 cache: [batch, seqlen_cache, kv_heads, D], the page being the sequence). A paged tile of bn tokens
@@ -47,6 +50,17 @@ and v_scale the epilogue's 1 / l; per-block (page or token block) scales multipl
 after Q K^T and P's columns before P V (the row sum l takes P unscaled), with a token's v scale
 forced to 0 at or past L_b.
 
+Note "Unsplit": with one split the combine's arithmetic is exact: weight exp2((lse_0 - lse_0) log2 e)
+= 1, sum 1, 1 / sum = exp2(-log2 1) = 1, LSE lse_0 + log2(1) ln 2 = lse_0; it writes O_0 (= O * (1 / l),
+float32) rounded to q's dtype (0 + O_0 for the accumulation: -0 becomes +0), and for a row that saw
+no key (l = 0, lse_0 = -inf) O = +0 and LSE = +inf. The unsplit epilogue writes the same values
+directly: fma(O, 1 / l, +0) (the +0 turns -0, and O x 0 of an empty row, into +0) converted to q's
+dtype at out[b, t, h] by out's strides, and LSE = +inf for an empty row; so a call gives the bits
+the split kernel and the combine gave at num_splits = 1, with no float32 round trip through memory.
+Only the epilogue differs: the work item keeps the split arithmetic (num_splits = 1 gives split 0
+and every tile); with begin and end folded to constants ptxas spilled the FP8 paged block-scale
+kernel at its 168 registers.
+
 Note "NaN past L_b": rows at or past L_b of a box that starts before L_b are real cache rows
 (stale tokens, unused rows of the last page) and may hold anything, NaN included. K's are harmless
 (their scores are replaced by -inf before the max), but P V multiplies V's by P = 0, and 0 x NaN
@@ -59,7 +73,7 @@ from __future__ import annotations
 from .. import dsl
 from ..dialect import builders as fa4
 from ..dsl import ELEM_BYTES, KernelBuilder, PipeState, Value, const, fast_div, fma, fmax, log2, select, tree_reduce, undef, vec
-from .attention_decode_sm90_config import SPLIT_PARAMS, TILE_M, DecodeConfig
+from .attention_decode_sm90_config import TILE_M, DecodeConfig
 from .common import e4m3_tile
 from .common.softmax import max_update
 from .common.wgmma import a_frag_pairs, acc_col, acc_pair, acc_row, row_regs, wait_group
@@ -83,7 +97,7 @@ def build(cfg: DecodeConfig = DecodeConfig()) -> dsl.KernelIR:
         spec = dict(dtype="e4m3", box=(cfg.head_dim, 1, cfg.box_rows, 1), swizzle="none")
     else:
         spec = dict(dtype=cfg.dtype, box=(CHUNK, 1, cfg.box_rows, 1), swizzle="128B")
-    p = kb.params_from(SPLIT_PARAMS, tma={n: spec for n in ("k_cache", "v_cache")})
+    p = kb.params_from(cfg.params, tma={n: spec for n in ("k_cache", "v_cache")})
     with kb.body():
         q_smem = kb.smem("q_smem", TILE_M * cfg.d_chunks * SWIZZLE)
         k_smem = kb.smem("k_smem", cfg.stages * cfg.tile_bytes())
@@ -117,7 +131,8 @@ def div(p, name):
 class _Work:
     """This CTA's work item (computed alike by every thread): batch b, head block, KV head, M tile,
     split, the sequence length L_b (cache_seqlens[b] clamped, plus seqlen_new) and the split's KV
-    tiles [begin, end) (decode_schedule.split_range of ceil(L_b / bn) tiles)."""
+    tiles [begin, end) (decode_schedule.split_range of ceil(L_b / bn) tiles; unsplit: num_splits is
+    1, the same arithmetic gives split 0 and every tile: note "Unsplit")."""
 
     def __init__(self, kb, cfg, p):
         x = kb.block_idx(0)
@@ -546,10 +561,12 @@ def _mma_role(kb, cfg, work: _Work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, s
 
 
 def _epilogue(cs: _Consumer, o: Value, m, l, v_scale=None):
-    """Partial O (O / l, float32) and LSE (natural log; -inf when the split saw no key) of this
-    thread's two rows into the workspaces [num_splits, batch, seqlen_q, heads, D] and
-    [num_splits, batch, heads, seqlen_q]."""
-    kb, cfg, p, work = cs.kb, cs.cfg, cs.p, cs.work
+    """O / l and the LSE (natural log) of this thread's two rows: float32 partials (LSE -inf when
+    the split saw no key) into the workspaces [num_splits, batch, seqlen_q, heads, D] and
+    [num_splits, batch, heads, seqlen_q]; unsplit, O in q's dtype into out[b, t, h] by out's
+    strides and the LSE (+inf for a row that sees no key) into lse [batch, heads, seqlen_q]
+    (note "Unsplit")."""
+    kb, unsplit = cs.kb, cs.cfg.unsplit
     for h in (0, 1):
         total = l[h] + kb.shuffle_xor(l[h], 1)
         total = total + kb.shuffle_xor(total, 2)
@@ -559,16 +576,40 @@ def _epilogue(cs: _Consumer, o: Value, m, l, v_scale=None):
         inv = select(empty, const(0.0, "f32"), dsl.exp2(const(0.0, "f32") - log_total))
         if v_scale is not None:     # FP8 per-tensor / per-KV-head v scale (note "FP8")
             inv = inv * v_scale
-        lse = select(empty, const(NEG_INF, "f32"), (m[h] * cs.scale_log2 + log_total) * LN2)
+        no_key = float("inf") if unsplit else NEG_INF
+        lse = select(empty, const(no_key, "f32"), (m[h] * cs.scale_log2 + log_total) * LN2)
         with kb.if_(cs.row_ok[h]).then_():
-            sb = work.split * p["batch"] + work.batch
-            row = (sb.to("i64") * p["seqlen_q"].to("i64") + cs.token[h].to("i64")) * p["heads"].to("i64") \
-                + cs.head[h].to("i64")
-            base = row * cfg.head_dim + (cs.t4 * 2).to("i64")
-            for jd in range(cfg.head_dim // 8):
-                i = acc_pair(jd, h)
-                kb.store(vec(o[i] * inv, o[i + 1] * inv), kb.gep(p["o_partial"], base + jd * 8, "f32"), align=8)
-            with kb.if_(cs.t4.eq(0)).then_():
-                lrow = (sb.to("i64") * p["heads"].to("i64") + cs.head[h].to("i64")) * p["seqlen_q"].to("i64") \
-                    + cs.token[h].to("i64")
-                kb.store(lse, kb.gep(p["lse_partial"], lrow, "f32"), align=4)
+            (_store_final if unsplit else _store_partial)(cs, o, h, inv, lse)
+
+
+def _store_partial(cs: _Consumer, o: Value, h: int, inv: Value, lse: Value):
+    """Row h's O x (1 / l), float32, into split s's slice of o_partial and its LSE into lse_partial."""
+    kb, cfg, p, work = cs.kb, cs.cfg, cs.p, cs.work
+    sb = work.split * p["batch"] + work.batch
+    row = (sb.to("i64") * p["seqlen_q"].to("i64") + cs.token[h].to("i64")) * p["heads"].to("i64") \
+        + cs.head[h].to("i64")
+    base = row * cfg.head_dim + (cs.t4 * 2).to("i64")
+    for jd in range(cfg.head_dim // 8):
+        i = acc_pair(jd, h)
+        kb.store(vec(o[i] * inv, o[i + 1] * inv), kb.gep(p["o_partial"], base + jd * 8, "f32"), align=8)
+    with kb.if_(cs.t4.eq(0)).then_():
+        lrow = (sb.to("i64") * p["heads"].to("i64") + cs.head[h].to("i64")) * p["seqlen_q"].to("i64") \
+            + cs.token[h].to("i64")
+        kb.store(lse, kb.gep(p["lse_partial"], lrow, "f32"), align=4)
+
+
+def _store_final(cs: _Consumer, o: Value, h: int, inv: Value, lse: Value):
+    """Unsplit (note "Unsplit"): row h's O x (1 / l) + 0 in q's dtype at out[b, t, head] by out's
+    strides, two columns a store, and its LSE at lse[b, head, t]."""
+    kb, cfg, p, work = cs.kb, cs.cfg, cs.p, cs.work
+    token, head = cs.token[h].to("i64"), cs.head[h].to("i64")
+    base = (work.batch.to("i64") * p["out_stride_b"] + token * p["out_stride_s"] + head * p["out_stride_h"]
+            + (cs.t4 * 2).to("i64"))
+    zero = const(0.0, "f32")
+    for jd in range(cfg.head_dim // 8):
+        i = acc_pair(jd, h)
+        pair = vec(fma(o[i], inv, zero), fma(o[i + 1], inv, zero)).to((cfg.dtype, 2))
+        kb.store(pair, kb.gep(p["out"], base + jd * 8, cfg.dtype), align=4)
+    with kb.if_(cs.t4.eq(0)).then_():
+        lrow = (work.batch.to("i64") * p["heads"].to("i64") + head) * p["seqlen_q"].to("i64") + token
+        kb.store(lse, kb.gep(p["lse"], lrow, "f32"), align=4)

@@ -1,7 +1,7 @@
 """Configuration and launch contract of the sm_90a decode kernels over the KV-cache operand
 (MLIR-free: the host API imports it).
 
-Two kernels run one flash_attn_with_kvcache call (attention/kvcache.py plans them):
+One or two kernels run one flash_attn_with_kvcache call (attention/kvcache.py plans them):
 
     attention_decode_sm90   split kernel: grid (m_tiles x num_splits, kv_heads or heads, batch);
                             each CTA attends one M tile of packed query rows to one contiguous
@@ -12,15 +12,20 @@ Two kernels run one flash_attn_with_kvcache call (attention/kvcache.py plans the
                             the num_splits partials weighted by exp(lse_s - lse), in split order
                             (deterministic), writes O in q's dtype and the LSE.
 
-The split kernel is always followed by the combine (num_splits = 1 included): one code path,
-and the combine's cost (it reads num_splits x O, a few MB against the GBs of K/V) is one launch.
+A call whose schedule has one split (num_splits == 1: the plan's `unsplit`) runs the decode
+kernel's `unsplit` variant alone (`[D-decode-unsplit]`): grid (m_tiles, ..., batch), each CTA
+attends to every KV tile of its sequence and writes O in q's dtype straight into `out` (any
+strides) and the LSE into `lse` (+inf for a row that sees no key), the bits the combine would
+have written from that one split (attention_decode_sm90, note "Unsplit"): no float32 workspace,
+no second launch.
 
-`DecodeConfig` fixes what changes the split kernel's code: dtype, head_dim, the KV tile `bn`,
-ring depth `stages`, whether the cache is paged, and how K/V rows are fetched (paging.fetch_plan):
+`DecodeConfig` fixes what changes the decode kernel's code: dtype, head_dim, the KV tile `bn`,
+ring depth `stages`, whether the cache is paged, how K/V rows are fetched (paging.fetch_plan):
 TMA boxes of `box_rows` rows (a contiguous cache: bn; a paged one: gcd(bn, page_size)), which the
 K/V descriptors are encoded with, or (`gather`, page sizes whose boxes would be under
-paging.MIN_TMA_BOX_ROWS rows: 1..15 and the like) a cp.async gather, 16 bytes per lane, each lane
-reading its row's page-table entry.
+paging.MIN_TMA_BOX_ROWS rows: 1..7, odd ones; an FP8 cache's under MIN_FP8_TMA_BOX_ROWS) a
+cp.async gather, 16 bytes per lane, each lane reading its row's page-table entry; and whether it
+writes partials for the combine or the final O (`unsplit`).
 """
 from __future__ import annotations
 
@@ -66,6 +71,12 @@ class DecodeConfig:
     kv_dtype: str = ""            # "": the cache holds q's dtype; "e4m3": FP8, dequantised in the kernel (note "FP8")
     kv_scale: str = ""            # FP8 scale granularity of k_scale and v_scale: tensor | kv_head | block
     gather: bool = False          # paged: rows by a cp.async gather (box_rows 1), not TMA boxes
+    unsplit: bool = False         # num_splits == 1: O in q's dtype and the LSE into out, lse (no combine)
+
+    @property
+    def params(self) -> tuple:
+        """The launch contract: UNSPLIT_PARAMS for the unsplit variant, else SPLIT_PARAMS."""
+        return UNSPLIT_PARAMS if self.unsplit else SPLIT_PARAMS
 
     @property
     def d_chunks(self) -> int:
@@ -151,7 +162,7 @@ class DecodeConfig:
     def name(self) -> str:
         fp8 = f"_e4m3_{self.kv_scale}" if self.fp8 else ""
         return (f"{KERNEL}_{self.dtype}_d{self.head_dim}_n{self.bn}_s{self.stages}"
-                f"_{self._fetch_name()}{fp8}")
+                f"_{self._fetch_name()}{fp8}{'_unsplit' if self.unsplit else ''}")
 
     def _fetch_name(self) -> str:
         if not self.paged:
@@ -206,22 +217,25 @@ def box_rows_for(bn: int, page_size: int | None) -> int:
     return bn if page_size is None else gcd(bn, page_size)
 
 
-# Boxes of fewer rows than this (page sizes that are not a multiple of 8: 1, 3, ...) take one CTA
-# per SM with twice the stages: the producer's page-table reads of a tile's many boxes need about
-# 200 registers, more than two CTAs per SM leave (168 at 160 threads: ptxas spills there).
+# Boxes of fewer rows than this take one CTA per SM with twice the stages: the producer's
+# page-table reads of a tile's many boxes need about 200 registers, more than two CTAs per SM leave
+# (168 at 160 threads: ptxas spills there). paging.fetch_plan gathers those page sizes (1..7, odd
+# ones) instead; the rule still sizes the FP8 gather, whose consumer spills at 168 registers too.
 ONE_CTA_BOX_ROWS = 8
 
 
-def default_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: str = "") -> DecodeConfig:
-    """The split kernel for a cache of ``page_size`` (None: contiguous); ``kv_scale`` (tensor,
-    kv_head, block) for an FP8 cache."""
+def default_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: str = "",
+                   unsplit: bool = False) -> DecodeConfig:
+    """The decode kernel for a cache of ``page_size`` (None: contiguous); ``kv_scale`` (tensor,
+    kv_head, block) for an FP8 cache; ``unsplit`` for a call of one split (the tiles are the split
+    kernel's: only the epilogue differs)."""
     bn = DEFAULT_BN[head_dim]
     box_rows = box_rows_for(bn, page_size)
-    gather = page_size is not None and fetch_plan(bn, page_size).fetch is KVFetch.CP_ASYNC_GATHER
+    gather = page_size is not None and fetch_plan(bn, page_size, fp8=bool(kv_scale)).fetch is KVFetch.CP_ASYNC_GATHER
     stages = DEFAULT_STAGES[head_dim]
     fp8 = dict(kv_dtype="e4m3", kv_scale=kv_scale) if kv_scale else {}
     two = DecodeConfig(dtype=dtype, head_dim=head_dim, bn=bn, stages=stages, paged=page_size is not None,
-                       box_rows=1 if gather else box_rows, gather=gather, **fp8)
+                       box_rows=1 if gather else box_rows, gather=gather, unsplit=unsplit, **fp8)
     if two.box_rows < ONE_CTA_BOX_ROWS and two.ctas_per_sm == 2 and (two.fp8 or not gather):
         # (an FP8 gather too: its consumer's conversion and block scales spill at 168 registers)
         return replace(two, stages=2 * stages)
@@ -248,6 +262,12 @@ SPLIT_PARAMS = (*SPLIT_TENSORS,
                 *((f"{t}_stride_{d}", "i64") for t in ("k_pool", "v_pool") for d in ("0", "1", "2")),
                 *((f"{n}_{part}", "i32") for n in ("cta_heads", "group", "m_tiles", "page", "scale_block")
                   for part in ("mul", "shr")))
+# The unsplit variant: the caller's out and lse where the split kernel takes the workspaces, and
+# out's element strides (batch, seqlen, head; unit stride along D), after the split contract.
+UNSPLIT_TENSORS = tuple({"o_partial": ("out", "ptr"), "lse_partial": ("lse", "ptr")}.get(n, (n, k))
+                        for n, k in SPLIT_TENSORS)
+UNSPLIT_PARAMS = (*UNSPLIT_TENSORS, *SPLIT_PARAMS[len(SPLIT_TENSORS):],
+                  ("out_stride_b", "i64"), ("out_stride_s", "i64"), ("out_stride_h", "i64"))
 APPEND_TENSORS = (("k", "ptr"), ("v", "ptr"), ("k_cache", "ptr"), ("v_cache", "ptr"), ("cache_seqlens", "ptr"),
                   ("page_table", "ptr"))
 APPEND_PARAMS = (*APPEND_TENSORS, ("seqlen_new", "i32"), ("kv_heads", "i32"), ("capacity", "i32"),
@@ -268,17 +288,23 @@ def _fill(table, args: dict) -> dict:
 
 
 def split_launch_args(plan, tensors, q_strides: tuple[int, int, int], page_table_stride: int,
-                      cache_strides: dict | None = None) -> dict:
-    """The split kernel's parameters by name from a kvcache.KVCachePlan, the call's tensors by name
-    (SPLIT_TENSORS; page_table: the cache_seqlens tensor stands in for a contiguous cache, never
+                      cache_strides: dict | None = None, out_strides: tuple[int, int, int] | None = None) -> dict:
+    """The decode kernel's parameters by name from a kvcache.KVCachePlan (SPLIT_PARAMS, or
+    UNSPLIT_PARAMS when ``plan.unsplit``), the call's tensors by name (SPLIT_TENSORS or
+    UNSPLIT_TENSORS; page_table: the cache_seqlens tensor stands in for a contiguous cache, never
     read; k_pool, v_pool: the k_cache, v_cache tensors again, read by the gather), q's element
-    strides (batch, seqlen, head) and ``cache_strides``, the element strides of dims 0-2 of
-    k_cache and v_cache by name (default: contiguous caches)."""
+    strides (batch, seqlen, head), ``cache_strides``, the element strides of dims 0-2 of k_cache
+    and v_cache by name (default: contiguous caches), and unsplit ``out_strides``, out's element
+    strides (batch, seqlen, head; default contiguous)."""
     p = plan.problem
     cache = p.cache
     gqa = plan.gqa
     cta_heads = gqa.group if gqa.packed else 1
-    args = {n: tensors[n] for n, _ in SPLIT_TENSORS}
+    table = UNSPLIT_PARAMS if plan.unsplit else SPLIT_PARAMS
+    args = {n: tensors[n] for n, kind in table if kind == "ptr" or kind == "tma"}
+    if plan.unsplit:
+        out_strides = out_strides or (p.seqlen_q * p.heads * p.head_dim, p.heads * p.head_dim, p.head_dim)
+        args.update(zip(("out_stride_b", "out_stride_s", "out_stride_h"), (int(x) for x in out_strides)))
     args.update(batch=p.batch, seqlen_q=p.seqlen_q, heads=p.heads, rows=gqa.rows, m_tiles=gqa.m_tiles,
                 seqlen_new=p.seqlen_new,
                 num_splits=plan.num_splits, capacity=cache.capacity, num_pages=cache.num_pages,
@@ -298,7 +324,7 @@ def split_launch_args(plan, tensors, q_strides: tuple[int, int, int], page_table
     for name, n in (("cta_heads", cta_heads), ("group", gqa.group), ("m_tiles", gqa.m_tiles),
                     ("page", cache.page_size), ("scale_block", block)):
         args[f"{name}_mul"], args[f"{name}_shr"] = divisor(int(n))
-    return _fill(SPLIT_PARAMS, args)
+    return _fill(table, args)
 
 
 def split_grid(plan) -> tuple[int, int, int]:
@@ -344,5 +370,6 @@ def combine_grid(plan) -> tuple[int, int, int]:
 
 __all__ = ["APPEND_KERNEL", "AppendConfig", "APPEND_PARAMS", "APPEND_TENSORS", "append_launch_args", "append_grid",
            "KERNEL", "COMBINE_KERNEL", "DecodeConfig", "CombineConfig", "default_config", "box_rows_for",
-           "SPLIT_PARAMS", "COMBINE_PARAMS", "SPLIT_TENSORS", "COMBINE_TENSORS", "split_launch_args",
+           "SPLIT_PARAMS", "COMBINE_PARAMS", "SPLIT_TENSORS", "COMBINE_TENSORS", "UNSPLIT_PARAMS", "UNSPLIT_TENSORS",
+           "split_launch_args",
            "combine_launch_args", "split_grid", "combine_grid", "TILE_M", "COMBINE_WARPS", "DTYPES", "HEAD_DIMS"]

@@ -5,7 +5,13 @@ lengths 0 / 1 / page-1 / page / page+1 and different per sequence, seqlen_q 1 ..
 causal mask bottom-right, GQA ratios 1, 4, 8 and MQA, forced split counts (and the same bits for
 the same inputs), NaN written into every unused page, past every sequence's length and into the
 output before the call (none may reach it), CUDA-graph capture replayed after cache_seqlens, the
-page table and the cache contents change, and no host synchronisation in a call.
+page table and the cache contents change, and no host synchronisation in a call. Calls of one
+split (the default for short caches, or num_splits=1) run the decode kernel's unsplit variant,
+which writes out (strided too) and lse itself ([D-decode-unsplit]); page sizes 8, 24, 40 load by
+8-row TMA boxes ([D-decode-box8]).
+
+The kernels these tests need are in `kernel_sets.decode()` (tests/test_kvcache_decode.py checks it
+against the parameter tables below, without a GPU).
 """
 import math
 
@@ -126,7 +132,21 @@ def page_lengths(p):
     return sorted({0, 1, max(p - 1, 0), p, p + 1, 3 * p + 5, 2})
 
 
-@pytest.mark.parametrize("page_size", [1, 2, 3, 5, 7, 8, 16, 24, 32, 48, 64, 128, 256])
+# The tables the kernels are picked from (tests/test_kvcache_decode.py checks the decode set holds
+# every kernel they need, split and unsplit): bf16 D128 paged page sizes; small pages by fetch;
+# (dtype, head_dim, page_size) beyond D128; FP8 (page_size, scale granularity).
+PAGE_SIZES = [1, 2, 3, 5, 7, 8, 16, 24, 32, 40, 48, 64, 128, 256]
+GATHER_PAGES = [1, 5, 7]           # gcd(64, page) < 8: the cp.async gather
+BOX8_PAGES = [8, 24, 40]           # gcd(64, page) = 8: 8-row TMA boxes
+HEAD_DIM_CASES = [("bf16", 128, None), ("bf16", 64, None), ("bf16", 256, None), ("f16", 128, None),
+                  ("f16", 64, None), ("bf16", 64, 16), ("bf16", 64, 1), ("bf16", 64, 8), ("bf16", 256, 64),
+                  ("f16", 128, 64), ("bf16", 64, 64)]
+FP8_CASES = [(None, "tensor"), (None, "kv_head"), (None, "block"), (16, "tensor"), (16, "block"), (64, "kv_head"),
+             (64, "block"), (1, "block"), (5, "block"), (1, "kv_head"), (8, "kv_head"), (24, "block")]
+UNSPLIT_PAGES = [None, 16, 8, 1, 64]
+
+
+@pytest.mark.parametrize("page_size", PAGE_SIZES)
 def test_paged_page_sizes(torch, page_size):
     case = Case(torch, page_lengths(page_size), page_size=page_size, seqlen_q=1, seed=page_size)
     out, lse = case.call()
@@ -134,14 +154,21 @@ def test_paged_page_sizes(torch, page_size):
     case.check(out, lse)
 
 
-@pytest.mark.parametrize("page_size", [1, 5, 7])
+@pytest.mark.parametrize("page_size", GATHER_PAGES + BOX8_PAGES)
 @pytest.mark.parametrize("num_splits", [None, 1, 3])
 @pytest.mark.parametrize("seqlen_q", [1, 4])
-def test_gather_long_sequences(torch, page_size, num_splits, seqlen_q):
-    """Page sizes under 16 rows per box take the cp.async gather (paging.fetch_plan): many tiles,
-    a tile's rows spread over many pages, splits, and lengths around tile edges."""
+def test_small_pages_long_sequences(torch, page_size, num_splits, seqlen_q):
+    """Page sizes under 8 rows per box take the cp.async gather, 8, 24, 40 8-row TMA boxes
+    (paging.fetch_plan): many tiles, a tile's rows spread over many pages (8 boxes of 8 rows from
+    up to 8 pages), splits, and lengths around tile edges."""
+    from fa4mlir.attention.kvcache import plan_kvcache
+    from fa4mlir.kernels.common.paging import FetchPlan, KVFetch
     case = Case(torch, [0, 1, 63, 64, 65, 700, 1500], page_size=page_size, seqlen_q=seqlen_q,
                 seed=900 + page_size * 10 + (num_splits or 0) + seqlen_q)
+    _, plan = plan_kvcache(case.q, case.k_cache, case.v_cache, case.cache_seqlens, case.page_table,
+                           num_splits=num_splits)
+    want = FetchPlan(KVFetch.TMA_BOXES, 8, 8) if page_size in BOX8_PAGES else FetchPlan(KVFetch.CP_ASYNC_GATHER, 1, 64)
+    assert plan.fetch == want
     out, lse = case.call(num_splits=num_splits)
     case.check(out, lse)
 
@@ -168,9 +195,7 @@ def test_seqlen_q_and_gqa(torch, seqlen_q, heads, kv_heads, causal):
     case.check(out, lse, causal=causal)
 
 
-@pytest.mark.parametrize("dtype,head_dim,page_size", [
-    ("bf16", 128, None), ("bf16", 64, None), ("bf16", 256, None), ("f16", 128, None), ("f16", 64, None),
-    ("bf16", 64, 16), ("bf16", 64, 1), ("bf16", 256, 64), ("f16", 128, 64), ("bf16", 64, 64)])
+@pytest.mark.parametrize("dtype,head_dim,page_size", HEAD_DIM_CASES)
 @pytest.mark.parametrize("seqlen_q", [1, 4])
 def test_head_dims_dtypes_contiguous(torch, dtype, head_dim, page_size, seqlen_q):
     case = Case(torch, [5, 0, 64, 65, 200, 1], seqlen_q=seqlen_q, head_dim=head_dim, page_size=page_size,
@@ -186,6 +211,40 @@ def test_forced_splits_and_same_bits(torch, num_splits):
     case.check(out, lse)
     first = (out.clone(), lse.clone())
     out2, lse2 = case.call(num_splits=num_splits)
+    assert torch.equal(first[0], out2) and torch.equal(first[1], lse2), "not deterministic"
+
+
+@pytest.mark.parametrize("page_size", UNSPLIT_PAGES)
+@pytest.mark.parametrize("num_splits", [None, 1])
+@pytest.mark.parametrize("seqlen_q", [1, 4])
+@pytest.mark.parametrize("heads,kv_heads", [(8, 2), (8, 8), (32, 1)])
+def test_unsplit_writes_out_and_lse_directly(torch, page_size, num_splits, seqlen_q, heads, kv_heads):
+    """One split (the heuristic's choice for these short caches, or forced): the decode kernel's
+    unsplit variant alone writes O in q's dtype into the caller's out, here a strided view of a
+    NaN-filled tensor (the rest stays NaN), and the LSE; lengths 0, 1, page - 1, page, page + 1 (rows
+    that see no key: O = 0, LSE = +inf), packed GQA rows and seqlen_q 4 under the causal mask,
+    NaN in unused pages; the same bits on a second call."""
+    import fa4mlir
+    from fa4mlir.attention.kvcache import plan_kvcache
+    from fa4mlir.attention.kvcache_call import configs_for
+    p = page_size or 64
+    case = Case(torch, page_lengths(p) + [200], page_size=page_size, seqlen_q=seqlen_q, heads=heads,
+                kv_heads=kv_heads, seed=3000 + p * 7 + seqlen_q * 3 + heads + (num_splits or 0))
+    _, plan = plan_kvcache(case.q, case.k_cache, case.v_cache, case.cache_seqlens, case.page_table,
+                           num_splits=num_splits)
+    decode, combine = configs_for(plan)
+    assert plan.unsplit and decode.unsplit and combine is None, (plan.num_splits, decode.name())
+    b, sq, h, d = case.q.shape
+    wide = torch.full((b, sq, h + 3, d), NAN, dtype=case.q.dtype, device="cuda")
+    out_view = wide[:, :, 2:h + 2]                    # strides (sq (h + 3) d, (h + 3) d, d), offset 2 d
+    out, lse = fa4mlir.flash_attn_with_kvcache(case.q, case.k_cache, case.v_cache, case.cache_seqlens,
+                                               case.page_table, num_splits=num_splits, out=out_view,
+                                               return_lse=True)
+    assert out.data_ptr() == out_view.data_ptr()
+    assert torch.isnan(wide[:, :, :2]).all() and torch.isnan(wide[:, :, h + 2:]).all(), "wrote outside out"
+    case.check(out, lse)
+    first = (out.clone(), lse.clone())
+    out2, lse2 = case.call(num_splits=num_splits)      # contiguous out: same bits
     assert torch.equal(first[0], out2) and torch.equal(first[1], lse2), "not deterministic"
 
 
@@ -346,21 +405,29 @@ def fp8_case(torch, lengths, page_size, grain, seed, seqlen_q=1, capacity=336):
     return case
 
 
-@pytest.mark.parametrize("page_size,grain", [(None, "tensor"), (None, "kv_head"), (None, "block"), (16, "tensor"),
-                                             (16, "block"), (64, "kv_head"), (64, "block"), (1, "block"),
-                                             (5, "block"), (1, "kv_head")])
+@pytest.mark.parametrize("page_size,grain", FP8_CASES)
 @pytest.mark.parametrize("seqlen_q", [1, 4])
-def test_fp8_cache(torch, page_size, grain, seqlen_q):
+@pytest.mark.parametrize("num_splits", [None, 3])
+def test_fp8_cache(torch, page_size, grain, seqlen_q, num_splits):
     """An e4m3 cache, dequantised in the kernel, by the FA rule against the float64 reference of
     the same codes and scales; PyTorch's low-precision run attends over the dequantised rows in
-    bf16. NaN codes in unused pages and past the lengths must not reach the output."""
+    bf16. NaN codes in unused pages and past the lengths must not reach the output. num_splits
+    None is one split here (the unsplit variant), 3 the split kernel and the combine; page sizes
+    8 and 24 stay on the gather for FP8 ([D-decode-box8])."""
     import fa4mlir
+    from fa4mlir.attention.kvcache import plan_kvcache
+    from fa4mlir.kernels.common.paging import KVFetch
     from fa4mlir.testing import attention_math, fa_rule
     from fa4mlir.testing_kvcache import e4m3_decode, kvcache_reference
     case = fp8_case(torch, [0, 1, 15, 16, 17, 200, 330], page_size, grain, seed=41 + seqlen_q, seqlen_q=seqlen_q)
+    _, plan = plan_kvcache(case.q, case.k_cache, case.v_cache, case.cache_seqlens, case.page_table,
+                           k_scale=case.k_scale, v_scale=case.v_scale, num_splits=num_splits)
+    assert plan.unsplit == (num_splits is None)
+    if page_size in (8, 24):
+        assert plan.fetch.fetch is KVFetch.CP_ASYNC_GATHER
     out, lse = fa4mlir.flash_attn_with_kvcache(case.q, case.k_cache, case.v_cache, case.cache_seqlens,
                                                case.page_table, k_scale=case.k_scale, v_scale=case.v_scale,
-                                               out=case.out, return_lse=True)
+                                               num_splits=num_splits, out=case.out, return_lse=True)
     cpu = lambda x: None if x is None else x.cpu()   # noqa: E731
     ref = kvcache_reference(cpu(case.q).float(), cpu(case.k_cache), cpu(case.v_cache), cpu(case.cache_seqlens),
                             cpu(case.page_table), k_scale=cpu(case.k_scale), v_scale=cpu(case.v_scale))

@@ -16,12 +16,16 @@ Power-of-two page sizes divide by a shift; any other page size (1..256 are all t
 Fetching a K/V tile of ``bn`` consecutive tokens (the tile starts at a multiple of ``bn``): a TMA
 box may not straddle a page (the next page is anywhere in the pool), so a tile is cut into boxes of
 ``box_rows = gcd(bn, page_size)`` rows, which never straddle one (note "Box rows" below). When that
-box is tall enough (``MIN_TMA_BOX_ROWS``) and a tile needs few of them (``MAX_TMA_BOXES``), the
-producer issues TMA boxes; otherwise (page size 1, odd page sizes) the rows are gathered: cp.async
-per row on sm_90a (attention_decode_sm90, note "Gather"), TMA gather4 (four arbitrary rows per
-instruction) on sm_100a. Measured on an H200 (notes/RESULTS.md, `[D-decode-gather]`): at page size 1
-the gather reads 3.8 TB/s where 1-row TMA boxes read 0.64, and page size 16's 4-box tiles 4.2; the
-thresholds' other cases (8-row boxes, more than MAX_TMA_BOXES boxes) are not timed against the gather.
+box is tall enough (``MIN_TMA_BOX_ROWS``, 8; ``MIN_FP8_TMA_BOX_ROWS``, 16, for an FP8 cache) and a
+tile needs few of them (``MAX_TMA_BOXES``), the producer issues TMA boxes; otherwise (page sizes 1-7
+and odd ones, and an FP8 cache's 8-row pages) the rows are gathered: cp.async per row on sm_90a
+(attention_decode_sm90, note "Gather"), TMA gather4 (four arbitrary rows per instruction) on
+sm_100a. Measured on an H200 (notes/RESULTS.md, `[D-decode-gather]`, `[D-decode-box8]`): at page
+size 1 the gather reads 3.8 TB/s where 1-row TMA boxes read 0.64, and page size 16's 4-box tiles
+4.2; at page size 8 (D128 bf16) 8-row boxes read 4.13 TB/s where the gather read 3.85. FP8 keeps
+the gather below 16 rows: its 8-row boxes (1 KiB at D128) were never timed, and the FP8 decode is
+bound by its in-SMEM conversion, not by the fetch (`[O-decode-fp8]`). More than MAX_TMA_BOXES boxes
+per tile (bn > 64 with 8-row boxes) is not timed against the gather.
 
 Note "Box rows": a tile covers tokens [t0, t0 + bn) with t0 a multiple of bn; page boundaries are
 the multiples of page_size. Every boundary inside the tile is a multiple of g = gcd(bn, page_size)
@@ -37,7 +41,9 @@ from math import gcd
 from .fastdiv import divide, divisor
 
 MAX_PAGE_SIZE = 256          # the operand's page sizes are 1..256 (issue 27)
-MIN_TMA_BOX_ROWS = 16        # below this the gather (1-row boxes: 6x slower than it at page size 1, H200)
+MIN_TMA_BOX_ROWS = 8         # below this the gather (1-row boxes: 6x slower than it at page size 1, H200;
+                             # 8-row boxes 7% faster than it at page size 8: [D-decode-box8])
+MIN_FP8_TMA_BOX_ROWS = 16    # an FP8 cache's 8-row pages stay on the gather (not timed: [D-decode-box8])
 MAX_TMA_BOXES = 8            # more boxes than this per tile: gather instead (issue latency): not timed
 GATHER4_ROWS = 4             # rows per sm_100a TMA gather4 instruction
 
@@ -115,26 +121,27 @@ class FetchPlan:
         return self.fetch is not KVFetch.CP_ASYNC_GATHER
 
 
-def fetch_plan(bn: int, page_size: int, arch: str = "sm_90a", *, paged: bool = True) -> FetchPlan:
-    """TMA boxes when gcd(bn, page_size) rows make a box of at least MIN_TMA_BOX_ROWS and a tile
-    needs at most MAX_TMA_BOXES of them (one box per tile when page_size is a multiple of bn: the
-    contiguous cache, and FA3's TMA rule page_size % bn == 0); else a gather. Thresholds to be
-    measured (module docstring). page_size may exceed MAX_PAGE_SIZE here: a contiguous cache is one
-    page of seqlen_cache rows per sequence. A contiguous cache (``paged=False``) always takes one
-    box per tile, whatever seqlen_cache: its descriptor has a batch dimension, so a tile running
-    past seqlen_cache is cut by the TMA bounds (zero fill) instead of reading the next sequence."""
+def fetch_plan(bn: int, page_size: int, arch: str = "sm_90a", *, paged: bool = True, fp8: bool = False) -> FetchPlan:
+    """TMA boxes when gcd(bn, page_size) rows make a box of at least MIN_TMA_BOX_ROWS
+    (MIN_FP8_TMA_BOX_ROWS for an ``fp8`` cache) and a tile needs at most MAX_TMA_BOXES of them (one
+    box per tile when page_size is a multiple of bn: the contiguous cache, and FA3's TMA rule
+    page_size % bn == 0); else a gather. page_size may exceed MAX_PAGE_SIZE here: a contiguous
+    cache is one page of seqlen_cache rows per sequence. A contiguous cache (``paged=False``)
+    always takes one box per tile, whatever seqlen_cache: its descriptor has a batch dimension, so
+    a tile running past seqlen_cache is cut by the TMA bounds (zero fill) instead of reading the
+    next sequence."""
     if bn < 1 or page_size < 1:
         raise ValueError(f"bn and page_size must be >= 1, got {bn}, {page_size}")
     if not paged:
         return FetchPlan(KVFetch.TMA_BOXES, bn, 1)
     box_rows = gcd(bn, page_size)
     boxes = bn // box_rows
-    if box_rows >= MIN_TMA_BOX_ROWS and boxes <= MAX_TMA_BOXES:
+    if box_rows >= (MIN_FP8_TMA_BOX_ROWS if fp8 else MIN_TMA_BOX_ROWS) and boxes <= MAX_TMA_BOXES:
         return FetchPlan(KVFetch.TMA_BOXES, box_rows, boxes)
     if arch == "sm_100a" and bn % GATHER4_ROWS == 0:
         return FetchPlan(KVFetch.TMA_GATHER4, GATHER4_ROWS, bn // GATHER4_ROWS)
     return FetchPlan(KVFetch.CP_ASYNC_GATHER, 1, bn)
 
 
-__all__ = ["MAX_PAGE_SIZE", "MIN_TMA_BOX_ROWS", "MAX_TMA_BOXES", "GATHER4_ROWS", "check_page_size", "PageDivisor",
+__all__ = ["MAX_PAGE_SIZE", "MIN_TMA_BOX_ROWS", "MIN_FP8_TMA_BOX_ROWS", "MAX_TMA_BOXES", "GATHER4_ROWS", "check_page_size", "PageDivisor",
            "pool_row", "pages_spanned", "max_pages_per_tile", "KVFetch", "FetchPlan", "fetch_plan"]
