@@ -20,7 +20,7 @@ export FA4MLIR_BUNDLE=$PWD/bundle PYTHONPATH=$PWD${EXTRA_PYTHONPATH:+:$EXTRA_PYT
 OUT=${OUT:-results}; mkdir -p "$OUT"
 nvidia-smi -L | tee "$OUT/device.txt"
 echo "== GPU tests (timeout ${TESTS_TIMEOUT:-240} s)"
-# then the front end's tests on CPU torch tensors (CI has no torch, so they run here)
+# then the front end's tests on CPU torch tensors (CI runs them too, on the CPU build of torch)
 { timeout "${TESTS_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/gpu 2>&1
   timeout 60 python3 -m pytest -q -p no:cacheprovider -rs tests/test_attention_torch_cpu.py tests/test_torch_ops.py 2>&1
 } | tee "$OUT/gpu_tests.log" | tail -30

@@ -84,7 +84,7 @@ MASK_CASES = [
 
 def attention_masks() -> list:
     from .kernels.attention_sm90_config import KERNEL, default_configs
-    from .kernels.common.masks import attention_mask
+    from .kernels.common.mask_family import attention_mask
     out = []
     for dtype, d, causal, window, chunk in MASK_CASES:
         mask = attention_mask(causal, window, chunk)

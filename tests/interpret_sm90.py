@@ -42,7 +42,7 @@ class Case:
 
     @property
     def mask(self):
-        from fa4mlir.kernels.common.masks import attention_mask
+        from fa4mlir.kernels.common.mask_family import attention_mask
         return attention_mask(self.causal, self.window, self.chunk)
 
 

@@ -7,7 +7,7 @@ import pytest
 from fa4mlir import lowering
 from fa4mlir.kernels import attention_fwd_sm90
 from fa4mlir.kernels.attention_sm90_config import default_config
-from fa4mlir.kernels.common.masks import attention_mask
+from fa4mlir.kernels.common.mask_family import attention_mask
 from fa4mlir.lowering import CompileOptions
 
 CASES = [  # (dtype, head_dim, causal, window, chunk): one per head dim, window, chunk and both
