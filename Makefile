@@ -4,6 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 BUNDLE ?= bundle
+PYTEST_WORKERS ?= 2
 
 .PHONY: demo test ruff pytest lit gpu-bundle gpu-test bench bench-attention bench-gemm sanitize plot clean
 
@@ -21,8 +22,8 @@ test: ruff pytest lit     ## ruff, deviceless tests + lit (GPU tests skip withou
 ruff: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-pytest: $(STAMP)
-	$(PY) -m pytest -q tests
+pytest: $(STAMP)          ## two workers (pytest-xdist), one test file each at a time: module fixtures compile once
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests
 
 lit: $(STAMP)
 	$(VENV)/bin/lit -sv lit_tests
