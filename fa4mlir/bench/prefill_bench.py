@@ -26,7 +26,7 @@ fa4mlir's BundleError, AttributeError) is recorded as `unsupported: <reason>`; a
 Per row: every backend is made and called once into NaN-poisoned memory (a NaN block of the
 output's size is freed into torch's caching allocator just before the call, so a fresh output
 lands on it; the NaN count of the whole output is reported), its output checked against a float32
-reference on a slice (as anchors_serving does) by the FA rule (fa4mlir.testing.fa_rule: at most
+reference on a slice (as anchors_serving does) by the FA rule (fa4mlir.testing.fa_rule's: at most
 2x the error of torch's own bf16 computation of the same slice, plus 1e-5); then all backends are
 timed `--rounds` times in turn with fa4mlir.bench.timers' heated timer (--heat-ms of back-to-back
 calls, then triton do_bench's median), the median kept; then each is called and checked again.
@@ -182,6 +182,16 @@ def failure(e: BaseException, when: str = "") -> dict:
     """The record of a backend that raised: unsupported (UNSUPPORTED kinds) or error."""
     status = "unsupported" if isinstance(e, UNSUPPORTED) else "error"
     return {"status": status, "reason": (f"{when}: " if when else "") + _error_text(e)}
+
+
+FA_ATOL = 1e-5   # fa4mlir.testing.DEFAULT_ATOL
+
+
+def fa_rule(out_err: float, lowp_err: float, atol: float = FA_ATOL) -> tuple[bool, float]:
+    """(passes, bound) of the FA rule, as fa4mlir.testing.fa_rule (mirrored: fa4mlir.testing reaches
+    the compiler lazily, and this module imports nothing that does; a test keeps the two equal)."""
+    bound = 2.0 * lowp_err + atol
+    return not (math.isnan(out_err) or math.isnan(lowp_err)) and out_err <= bound, bound
 
 
 def _finite(x: float | None) -> float | None:
@@ -367,9 +377,8 @@ def run(args) -> int:
         return 2
     import torch
 
-    from .attention_bench import environment
     from .decode_bench import import_fa4
-    from .prefill_workloads import build_family, import_flex
+    from .prefill_workloads import build_family, environment, import_flex
     from .timers import make_timer
     if not torch.cuda.is_available():
         print("prefill bench: torch sees no CUDA device; run it on the GPU machine", file=sys.stderr)
