@@ -43,6 +43,10 @@ bench: bench-attention bench-gemm  ## there: both benchmarks (or `bash bench/dev
 bench-decode:             ## there: flash_attn_with_kvcache on the serving anchors' decode workloads vs FA4 CuTe, cuDNN, FA2
 	PYTHONPATH=$(CURDIR) python3 -m fa4mlir bench decode --bundle $(BUNDLE) --out decode-bench.json $(BENCH_ARGS)
 
+.PHONY: bench-prefill
+bench-prefill:            ## there: serving prefill (varlen, chunked, window, softcap, sink, ALiBi) vs FA4 CuTe, Flex, cuDNN, FA2
+	PYTHONPATH=$(CURDIR) python3 -m fa4mlir bench prefill --bundle $(BUNDLE) --out prefill-bench.json $(BENCH_ARGS)
+
 bench-attention:          ## there: attention vs cuDNN, FA2, FA4 on the FA3 grid (BENCH_ARGS=--quick for 2 points)
 	PYTHONPATH=$(CURDIR) python3 -m fa4mlir bench attention --bundle $(BUNDLE) --out attention-bench.json --png attention-bench.png $(BENCH_ARGS)
 

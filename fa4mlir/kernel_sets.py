@@ -34,7 +34,15 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 each as the split kernel and as its unsplit variant (calls of one split), the combine
                 and the append (k=, v=) kernels, for the head dims, dtypes and page sizes
                 tests/gpu/test_kvcache_gpu.py and `bench decode` run
-    bench       the attention and decode sets, and the GEMM variants the benchmark times against torch.matmul
+    prefill     what `bench prefill`'s fa4mlir rows run today (fa4mlir/bench/prefill_bench.py): the sm_90a
+                attention kernel, bf16 D128 causal (the dense rows; prefill_chunked on the contiguous
+                cache) and its sliding window PREFILL_WINDOW = (4096, 0) (the sliding_window row: a
+                mask object of kernels/common/mask_family.py through default_configs(..., mask=)), and
+                the decode kernels of a bf16 D128 cache in pages of 64, split and unsplit, with their
+                combine (prefill_chunked through flash_attn_with_kvcache). Softcap, sinks, varlen and
+                ALiBi have no kernel yet: those rows read "unsupported"
+    bench       the attention, decode and prefill sets, and the GEMM variants the benchmark times against
+                torch.matmul
     sm90        the sm_90a GEMMs of gpu-tests and bench
     demo        the default GEMM of each arch and the D128 bf16 attention kernels of each arch (what
                 `python -m fa4mlir` compiles)
@@ -203,6 +211,24 @@ def decode() -> list:
     return out + [(APPEND_KERNEL, AppendConfig(dtype, d, paged)) for dtype, d in combos for paged in (False, True)]
 
 
+# bench prefill's sliding_window row: anchors_serving's window_size=(4096, 0), causal, B=2 S=16384 H=16 D=128
+PREFILL_WINDOW = (4096, 0)
+
+
+def prefill() -> list:
+    """The sm_90a kernels bench prefill's fa4mlir rows need that exist (the docstring's `prefill`)."""
+    from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
+    from .kernels.attention_decode_sm90_config import KERNEL as DECODE_KERNEL
+    from .kernels.attention_decode_sm90_config import default_config as decode_config
+    from .kernels.attention_sm90_config import KERNEL, default_configs
+    from .kernels.common.mask_family import attention_mask
+    window = attention_mask(True, PREFILL_WINDOW, 0)
+    out = [(KERNEL, c) for c in default_configs("bf16", 128, True)]
+    out += [(KERNEL, c) for c in default_configs("bf16", 128, True, mask=window)]
+    out += [(DECODE_KERNEL, decode_config("bf16", 128, 64, unsplit=unsplit)) for unsplit in (False, True)]
+    return out + [(COMBINE_KERNEL, CombineConfig("bf16", 128))]
+
+
 def gpu_tests() -> list:
     out = [_gemm90(dtype="bf16"), _gemm90(dtype="f16"), _gemm100()] + attention() + attention_fa4_pieces()
     out += tile_variants() + attention_masks()
@@ -219,15 +245,15 @@ def sm90() -> list:
 
 
 def bench() -> list:
-    """The attention kernels flash_attn_func picks, and GEMM variants (each also through the
-    whole-program ptxas backend: a compile-option override)."""
+    """The attention kernels flash_attn_func picks, the decode and prefill sets, and GEMM variants
+    (each also through the whole-program ptxas backend: a compile-option override)."""
     cfgs = [_gemm90(stages=4), _gemm90(stages=3), _gemm90(bn=128, stages=6)]
-    return attention() + decode() + cfgs + [(*c, {"cubin_backend": "ptxas"}) for c in cfgs]
+    return attention() + decode() + prefill() + cfgs + [(*c, {"cubin_backend": "ptxas"}) for c in cfgs]
 
 
 SETS = {"attention-sm100": attention_sm100, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
         "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
-        "attention-masks": attention_masks, "decode": decode}
+        "attention-masks": attention_masks, "decode": decode, "prefill": prefill}
 
 
 def configs(names: list[str]) -> list:

@@ -200,3 +200,12 @@ def test_no_module_imports_bench():
     fa4mlir/bench/, part of the package."""
     assert any(d.startswith("fa4mlir.bench.") for d in imports("fa4mlir.__main__"))   # the parser sees it
     assert not _violations(list(MODULES), ("bench",))
+
+
+@pytest.mark.parametrize("module", ("fa4mlir.bench.timers", "fa4mlir.bench.decode_bench", "fa4mlir.bench.prefill_bench",
+                                    "fa4mlir.bench.prefill_workloads"))
+def test_serving_benches_import_no_mlir(module):
+    """The serving benchmarks reach fa4mlir only through the package's lazy entry points
+    (`import fa4mlir; fa4mlir.flash_attn_func`), so no import chain leads to the compiler."""
+    chain = _path_to_mlir(module)
+    assert chain is None, " -> ".join(chain)

@@ -1,0 +1,425 @@
+"""`python -m fa4mlir bench prefill`: serving prefill (ragged, chunked, masks, softcap, sinks, ALiBi).
+
+The prefill workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds (bf16, D128):
+    prefill_varlen     16 causal sequences of 256..8192 tokens (seed 11) packed by cu_seqlens, H=32, Hk=8
+    prefill_chunked    B=8: 2048 new queries against a paged cache of 8192+2048 keys, page 64, causal,
+                       H=32, Hk=8
+    sliding_window     B=2, S=16384, H=16, causal with window_size=(4096, 0)
+    softcap_sink       B=2, S=8192, H=16, causal: rows `softcap` (cap 30) and `sink` (a float32 sink
+                       logit per head, gpt-oss semantics), on q, k, v drawn as randn * 2
+    alibi              softcap_sink's shape and tensors, an ALiBi bias (slopes 2^(-8 (h+1) / H)) as a
+                       score_mod: reserved for fa4mlir's score_mod (issue 28 item 3), FlexAttention timed
+and next to each masked or modified row the dense causal kernel of the same shape and tensors
+(`dense_causal_16k` beside sliding_window, `dense_causal_8k` beside softcap, sink and alibi), so that
+the cost of each feature against the plain kernel is printed (time and TFLOP/s ratios).
+
+Backends, in one process on the same tensors: fa4mlir (flash_attn_func with window_size=, softcap=,
+sinks=; flash_attn_varlen_func when it exists; for prefill_chunked also flash_attn_func on the
+contiguous cache and flash_attn_with_kvcache on the paged one), FlashAttention-4 CuTe
+(flash_attn.cute's flash_attn_func / flash_attn_varlen_func, when it imports), FlexAttention
+(torch.compile'd, block masks and score_mods as the anchors build them), and torch's FA2 / cuDNN
+(SDPA on the dense rows, varlen_attn on prefill_varlen). A backend that cannot run a row (no such
+entry point or keyword, no kernel in the bundle: TypeError, NotImplementedError, LookupError such as
+fa4mlir's BundleError, AttributeError) is recorded as `unsupported: <reason>`; any other failure as
+`error`; neither stops the run.
+
+Per row: every backend is made and called once into NaN-poisoned memory (a NaN block of the
+output's size is freed into torch's caching allocator just before the call, so a fresh output
+lands on it; the NaN count of the whole output is reported), its output checked against a float32
+reference on a slice (as anchors_serving does) by the FA rule (fa4mlir.testing.fa_rule's: at most
+2x the error of torch's own bf16 computation of the same slice, plus 1e-5); then all backends are
+timed `--rounds` times in turn with fa4mlir.bench.timers' heated timer (--heat-ms of back-to-back
+calls, then triton do_bench's median), the median kept; then each is called and checked again.
+
+TFLOP/s: FLOPs counted exactly as anchors_serving counts them (the functions below mirror its
+expressions; tests/test_prefill_bench.py checks them against brute-force pair counts): causal
+sequences 4·H·D·S²/2 each (FlashAttention's convention: the visible pairs less half the
+diagonal), the chunk's 4·B·H·D·(Sq·Sc + Sq²/2), the window's visible pairs exactly
+(4·B·H·D·Σ_i min(i + 1, W + 1)).
+
+JSON (schema "fa4mlir-prefill-bench/1", --out, default prefill-bench.json), written after every
+workload: environment, timer, settings, `rows` (shape, FLOPs, baseline row), `results` (one per row
+and backend: status measured | unsupported | error), `feature_costs`. Exit code 1 when a measured
+fa4mlir result breaks the FA rule, else 0.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import math
+import os
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+SCHEMA = "fa4mlir-prefill-bench/1"
+D = 128
+# workload (the --workloads names) -> (family: the tensors its rows share, rows); a family's rows run
+# on one set of tensors, its dense row first
+WORKLOADS = {
+    "prefill_varlen": ("varlen", ("prefill_varlen",)),
+    "prefill_chunked": ("chunked", ("prefill_chunked",)),
+    "sliding_window": ("s16k", ("dense_causal_16k", "sliding_window")),
+    "softcap_sink": ("s8k", ("dense_causal_8k", "softcap", "sink")),
+    "alibi": ("s8k", ("dense_causal_8k", "alibi")),
+}
+BASELINE = {"sliding_window": "dense_causal_16k", "softcap": "dense_causal_8k", "sink": "dense_causal_8k",
+            "alibi": "dense_causal_8k"}
+FAMILY_ROWS = {"varlen": ("prefill_varlen",), "chunked": ("prefill_chunked",),
+               "s16k": ("dense_causal_16k", "sliding_window"), "s8k": ("dense_causal_8k", "softcap", "sink", "alibi")}
+VARLEN = dict(num_seqs=16, min_len=256, max_len=8192, seed=11, heads=32, kv_heads=8)
+CHUNKED = dict(batch=8, seqlen_q=2048, seqlen_cache=8192, heads=32, kv_heads=8, page=64)
+S16K = dict(batch=2, seqlen=16384, heads=16, window=4096)
+S8K = dict(batch=2, seqlen=8192, heads=16, softcap=30.0)
+CHECK_ROWS = 256        # the reference slice: anchors_serving's last (first, for chunked) 256 query rows
+UNSUPPORTED = (TypeError, NotImplementedError, LookupError, AttributeError)
+
+
+class Unsupported(NotImplementedError):
+    """A backend declared unable to run a row (e.g. fa4mlir's ALiBi before score_mod exists)."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Workload selection and FLOPs (pure)
+# ----------------------------------------------------------------------------------------------
+
+def parse_workloads(text: str | None) -> list[str]:
+    """--workloads (comma-separated WORKLOADS names; empty: all), checked: ValueError names an
+    unknown one."""
+    names = list(dict.fromkeys(n.strip() for n in (text or "").split(",") if n.strip())) or list(WORKLOADS)
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        raise ValueError(f"unknown prefill workload(s) {unknown}; pick from {', '.join(WORKLOADS)}")
+    return names
+
+
+def families(names: list[str]) -> dict[str, list[str]]:
+    """Workload names -> {family: rows}, in FAMILY_ROWS' order, each row once (alibi and
+    softcap_sink share dense_causal_8k and their tensors)."""
+    wanted = {row for n in names for row in WORKLOADS[n][1]}
+    out = {fam: [r for r in rows if r in wanted] for fam, rows in FAMILY_ROWS.items()}
+    return {fam: rows for fam, rows in out.items() if rows}
+
+
+def row_workload(row: str) -> str:
+    """The first workload that lists `row` (dense_causal_8k: softcap_sink, also alibi's baseline)."""
+    return next(w for w, (_, rows) in WORKLOADS.items() if row in rows)
+
+
+def causal_flops(batch: int, heads: int, seqlen: int, head_dim: int = D) -> float:
+    """anchors_serving's softcap_sink count: 4·B·H·S·S·D / 2."""
+    return 4 * batch * heads * seqlen * seqlen * head_dim / 2
+
+
+def varlen_flops(lens, heads: int, head_dim: int = D) -> float:
+    """anchors_serving's prefill_varlen count: Σ 4·H·L·L·D / 2 over the sequences."""
+    return sum(4 * heads * int(n) * int(n) * head_dim / 2 for n in lens)
+
+
+def chunked_flops(batch: int, seqlen_q: int, seqlen_cache: int, heads: int, head_dim: int = D) -> float:
+    """anchors_serving's prefill_chunked count: 4·B·H·D·(Sq·Sc + Sq·Sq / 2)."""
+    return 4 * batch * heads * head_dim * (seqlen_q * seqlen_cache + seqlen_q * seqlen_q / 2)
+
+
+def window_flops(batch: int, seqlen: int, heads: int, window: int, head_dim: int = D) -> float:
+    """anchors_serving's sliding_window count: 4·B·H·D·Σ_i min(i + 1, W + 1) (the visible pairs)."""
+    return 4 * batch * heads * head_dim * sum(min(i + 1, window + 1) for i in range(seqlen))
+
+
+def varlen_lens(torch: Any) -> list[int]:
+    """prefill_varlen's sequence lengths: anchors_serving's seeded draw (CPU generator, seed 11)."""
+    g = torch.Generator(device="cpu").manual_seed(VARLEN["seed"])
+    return [int(n) for n in torch.randint(VARLEN["min_len"], VARLEN["max_len"] + 1, (VARLEN["num_seqs"],), generator=g)]
+
+
+def row_shape(row: str, lens: list[int] | None = None) -> tuple[dict, float]:
+    """(shape for the JSON, FLOPs) of a row; prefill_varlen needs its lengths."""
+    if row == "prefill_varlen":
+        h, hk = VARLEN["heads"], VARLEN["kv_heads"]
+        return {"lens": list(lens), "total_tokens": sum(lens), "heads": h, "kv_heads": hk, "head_dim": D,
+                "causal": True}, varlen_flops(lens, h)
+    if row == "prefill_chunked":
+        c = CHUNKED
+        return ({"batch": c["batch"], "seqlen_q": c["seqlen_q"], "seqlen_k": c["seqlen_cache"] + c["seqlen_q"],
+                 "heads": c["heads"], "kv_heads": c["kv_heads"], "head_dim": D, "page_size": c["page"], "causal": True},
+                chunked_flops(c["batch"], c["seqlen_q"], c["seqlen_cache"], c["heads"]))
+    s = S16K if row in ("dense_causal_16k", "sliding_window") else S8K
+    shape = {"batch": s["batch"], "seqlen": s["seqlen"], "heads": s["heads"], "head_dim": D, "causal": True}
+    if row == "sliding_window":
+        return {**shape, "window_size": [s["window"], 0]}, window_flops(s["batch"], s["seqlen"], s["heads"], s["window"])
+    extra = {"softcap": {"softcap": s.get("softcap")}, "sink": {"sinks": "float32 [heads]"},
+             "alibi": {"score_mod": "alibi"}}.get(row, {})
+    return {**shape, **extra}, causal_flops(s["batch"], s["heads"], s["seqlen"])
+
+
+# ----------------------------------------------------------------------------------------------
+# One row: make, poison, call and check; time in rounds; call and check again (pure: fakes test it)
+# ----------------------------------------------------------------------------------------------
+
+@dataclass
+class Row:
+    """A row to time. `backends` {label: make}: make() builds the timed call (it may raise: the
+    row records why); check(out) -> {max_err, torch_err, bound, fa_rule_ok, nan_out}."""
+
+    name: str
+    workload: str
+    shape: dict
+    flops: float
+    backends: dict[str, Callable[[], Callable[[], Any]]]
+    check: Callable[[Any], dict]
+    poison: Callable[[], None] = lambda: None
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+def _error_text(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"[:400]
+
+
+def failure(e: BaseException, when: str = "") -> dict:
+    """The record of a backend that raised: unsupported (UNSUPPORTED kinds) or error."""
+    status = "unsupported" if isinstance(e, UNSUPPORTED) else "error"
+    return {"status": status, "reason": (f"{when}: " if when else "") + _error_text(e)}
+
+
+FA_ATOL = 1e-5   # fa4mlir.testing.DEFAULT_ATOL
+
+
+def fa_rule(out_err: float, lowp_err: float, atol: float = FA_ATOL) -> tuple[bool, float]:
+    """(passes, bound) of the FA rule, as fa4mlir.testing.fa_rule (mirrored: fa4mlir.testing reaches
+    the compiler lazily, and this module imports nothing that does; a test keeps the two equal)."""
+    bound = 2.0 * lowp_err + atol
+    return not (math.isnan(out_err) or math.isnan(lowp_err)) and out_err <= bound, bound
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def _merge_checks(first: dict, last: dict) -> dict:
+    errs = [c["max_err"] for c in (first, last)]
+    err = math.nan if any(math.isnan(e) for e in errs) else max(errs)
+    return {"max_err": _finite(err), "torch_err": _finite(first["torch_err"]), "bound": _finite(first["bound"]),
+            "fa_rule_ok": bool(first["fa_rule_ok"] and last["fa_rule_ok"]),
+            "nan_out": max(first["nan_out"], last["nan_out"])}
+
+
+def measure_row(row: Row, timer: Callable, *, sync: Callable[[], None], rounds: int = 3) -> list[dict]:
+    """Each backend made, called once into poison and checked; then timed `rounds` times in turn
+    (b1, b2, ..., b1, b2, ...), the median kept; then called and checked once more. One record per
+    backend, in row.backends' order."""
+    records: dict[str, dict] = {}
+    live: dict[str, tuple[Callable, dict, list]] = {}
+
+    def attempt(label, step, when=""):
+        try:
+            return step()
+        except Exception as e:  # noqa: BLE001  (a backend's failure is a result, not a crash)
+            records[label] = failure(e, when)
+            with contextlib.suppress(Exception):
+                sync()
+            return None
+
+    for label, make in row.backends.items():
+        def first_call(make=make):
+            fn = make()
+            row.poison()
+            out = fn()
+            sync()
+            return fn, row.check(out)
+        got = attempt(label, first_call)
+        if got is not None:
+            live[label] = (*got, [])
+    for _ in range(max(1, int(rounds))):
+        for label, (fn, _, times) in list(live.items()):
+            ms = attempt(label, lambda fn=fn: float(timer(fn)), "while timed")
+            if ms is None:
+                del live[label]
+            else:
+                times.append(ms)
+    for label, (fn, first, times) in live.items():
+        def last_call(fn=fn):
+            out = fn()
+            sync()
+            return row.check(out)
+        last = attempt(label, last_call, "last call")
+        if last is not None:
+            ms = statistics.median(times)
+            records[label] = {"status": "measured", "ms": ms, "tflops": row.flops / ms / 1e9, "times_ms": times,
+                              **_merge_checks(first, last)}
+    return [{"workload": row.workload, "row": row.name, "backend": label, **records[label],
+             **({"note": row.notes[label]} if label in row.notes else {})} for label in row.backends]
+
+
+# ----------------------------------------------------------------------------------------------
+# Feature costs, tables, JSON (pure: they work on the JSON)
+# ----------------------------------------------------------------------------------------------
+
+def _measured(results: list[dict]) -> dict[tuple[str, str], dict]:
+    return {(r["row"], r["backend"]): r for r in results if r.get("status") == "measured"}
+
+
+def feature_costs(results: list[dict]) -> list[dict]:
+    """For each feature row and each backend measured both there and on the row's dense causal
+    baseline (same shape, same tensors): time ratio and TFLOP/s ratio feature / dense."""
+    got, out = _measured(results), []
+    for (row, backend), r in got.items():
+        base = got.get((BASELINE.get(row, ""), backend))
+        if base is not None:
+            out.append({"row": row, "baseline": BASELINE[row], "backend": backend,
+                        "time_ratio": r["ms"] / base["ms"], "tflops_ratio": r["tflops"] / base["tflops"]})
+    return out
+
+
+def fa4mlir_ratios(results: list[dict], row: str) -> dict[str, float]:
+    """fa4mlir's TFLOP/s over each other non-fa4mlir backend's on one row (where both were measured)."""
+    got = {b: r for (rw, b), r in _measured(results).items() if rw == row}
+    mine = got.get("fa4mlir")
+    if mine is None:
+        return {}
+    return {b: mine["tflops"] / r["tflops"] for b, r in got.items() if not b.startswith("fa4mlir")}
+
+
+def _f(x: float | None, fmt: str) -> str:
+    return format(x, fmt) if x is not None else "-".rjust(len(format(0.0, fmt)))
+
+
+def format_result_line(r: dict) -> str:
+    head = f"{r['row']:17s} {r['backend']:31s}"
+    if r["status"] != "measured":
+        return f"{head} {r['status']}: {r['reason'][:150]}"
+    flag = "" if r["fa_rule_ok"] else "  ! FA rule" + (f" (NaN x{r['nan_out']})" if r["nan_out"] else "")
+    return (f"{head} {r['ms'] * 1e3:9.1f} {r['tflops']:8.1f}  {_f(r['max_err'], '8.2e')} "
+            f"{_f(r['bound'], '8.2e')}{flag}")
+
+
+def format_tables(result: dict) -> str:
+    t = result.get("timer", {})
+    lines = [f"prefill, bf16, {result.get('device', '?')}: {t.get('name', '?')} {t.get('stat', 'median')} of "
+             f"{result.get('settings', {}).get('rounds', '?')} round(s), heat {t.get('heat_ms', '?')} ms",
+             f"{'row':17s} {'backend':31s} {'us':>9s} {'TFLOP/s':>8s}  {'max_err':>8s} {'FA bound':>8s}"]
+    lines += [format_result_line(r) for r in result["results"]]
+    rows = list(dict.fromkeys(r["row"] for r in result["results"]))
+    ratios = [(row, fa4mlir_ratios(result["results"], row)) for row in rows]
+    if any(rs for _, rs in ratios):
+        lines += ["", "fa4mlir TFLOP/s over other backends':"]
+        lines += [f"  {row:17s} " + "  ".join(f"{b} {x:.3f}" for b, x in rs.items()) for row, rs in ratios if rs]
+    costs = result.get("feature_costs") or feature_costs(result["results"])
+    if costs:
+        lines += ["", "feature cost against the dense causal kernel of the same shape (feature / dense):"]
+        lines += [f"  {c['row']:15s} / {c['baseline']:17s} {c['backend']:31s} time x{c['time_ratio']:.3f}  "
+                  f"TFLOP/s x{c['tflops_ratio']:.3f}" for c in costs]
+    return "\n".join(lines)
+
+
+REQUIRED_KEYS = ("schema", "created", "device", "environment", "timer", "fa4_cute", "flex", "settings", "rows",
+                 "results", "feature_costs", "complete")
+ROW_KEYS = ("row", "workload", "shape", "flops", "baseline")
+RESULT_KEYS = ("workload", "row", "backend", "status")
+MEASURED_KEYS = ("ms", "tflops", "times_ms", "max_err", "torch_err", "bound", "fa_rule_ok", "nan_out")
+STATUSES = ("measured", "unsupported", "error")
+
+
+def new_result(*, device: str, environment: dict, timer: dict, fa4_cute: dict, flex: dict, settings: dict) -> dict:
+    return {"schema": SCHEMA, "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "device": device, "environment": environment, "timer": timer, "fa4_cute": fa4_cute, "flex": flex,
+            "settings": settings, "rows": [], "results": [], "feature_costs": [], "complete": False}
+
+
+def validate_result(result: Any) -> dict:
+    """Raise ValueError naming what is missing when `result` is not a prefill-bench result."""
+    if not isinstance(result, dict) or result.get("schema") != SCHEMA:
+        got = result.get("schema") if isinstance(result, dict) else type(result).__name__
+        raise ValueError(f"expected a prefill bench result with schema {SCHEMA!r}, got {got!r}")
+    missing = [k for k in REQUIRED_KEYS if k not in result]
+    if missing:
+        raise ValueError(f"prefill bench result lacks {missing}; was it written by fa4mlir.bench.prefill_bench?")
+    for i, row in enumerate(result["rows"]):
+        if [k for k in ROW_KEYS if k not in row]:
+            raise ValueError(f"row #{i} lacks {[k for k in ROW_KEYS if k not in row]}")
+    for i, r in enumerate(result["results"]):
+        need = RESULT_KEYS + (MEASURED_KEYS if r.get("status") == "measured" else ("reason",))
+        if [k for k in need if k not in r]:
+            raise ValueError(f"result #{i} lacks {[k for k in need if k not in r]}")
+        if r["status"] not in STATUSES:
+            raise ValueError(f"result #{i} has status {r['status']!r}; expected one of {STATUSES}")
+    return result
+
+
+def save_result(result: dict, path: str | os.PathLike) -> None:
+    from fa4mlir.artifacts import atomic_write
+    atomic_write(Path(path), (json.dumps(validate_result(result), indent=1, allow_nan=False) + "\n").encode())
+
+
+def load_result(path: str | os.PathLike) -> dict:
+    return validate_result(json.loads(Path(path).read_text()))
+
+
+def exit_code(result: dict) -> int:
+    """1 when a measured fa4mlir result (any fa4mlir* label) breaks the FA rule, else 0."""
+    bad = [r for r in result["results"] if r["backend"].startswith("fa4mlir") and r["status"] == "measured"
+           and not r["fa_rule_ok"]]
+    return 1 if bad else 0
+
+
+# ----------------------------------------------------------------------------------------------
+# CLI
+# ----------------------------------------------------------------------------------------------
+
+def run(args) -> int:
+    """`python -m fa4mlir bench prefill` (its flags: fa4mlir/__main__.py)."""
+    try:
+        names = parse_workloads(args.workloads)
+    except ValueError as e:
+        print(f"prefill bench: {e}", file=sys.stderr)
+        return 2
+    import torch
+
+    from .decode_bench import import_fa4
+    from .prefill_workloads import build_family, environment, import_flex
+    from .timers import make_timer
+    if not torch.cuda.is_available():
+        print("prefill bench: torch sees no CUDA device; run it on the GPU machine", file=sys.stderr)
+        return 2
+    if args.bundle:
+        os.environ["FA4MLIR_BUNDLE"] = args.bundle
+    timer, timer_desc = make_timer(args.warmup_ms, args.rep_ms, args.timer == "auto", args.heat_ms)
+    fa4, fa4_info = (None, {"available": False, "error": "--no-fa4"}) if args.no_fa4 else import_fa4()
+    flex, flex_info = (None, {"available": False, "error": "--no-flex"}) if args.no_flex else import_flex(torch)
+    env = environment(torch)
+    result = new_result(device=env.pop("device"), environment=env, timer=timer_desc, fa4_cute=fa4_info,
+                        flex=flex_info, settings={"workloads": names, "rounds": args.rounds,
+                                                  "bundle": os.environ.get("FA4MLIR_BUNDLE")})
+    plan = families(names)
+    print(f"prefill bench: {result['device']}, torch {torch.__version__}, FA4-CuTe "
+          f"{'yes' if fa4 else 'no'}, flex {'yes' if flex else 'no'}, rows {[r for rs in plan.values() for r in rs]}",
+          flush=True)
+    for family, rows in plan.items():
+        try:
+            built = build_family(torch, family, rows, fa4=fa4, flex=flex)
+        except Exception as e:  # noqa: BLE001  (e.g. out of memory making the inputs)
+            result["results"] += [{"workload": family, "row": r, "backend": "*", **failure(e, "setup")} for r in rows]
+            print(f"{family}: setup fails: {_error_text(e)}", flush=True)
+            built = []
+        for row in built:
+            result["rows"].append({"row": row.name, "workload": row.workload, "shape": row.shape, "flops": row.flops,
+                                   "baseline": BASELINE.get(row.name)})
+            for rec in measure_row(row, timer, sync=torch.cuda.synchronize, rounds=args.rounds):
+                result["results"].append(rec)
+                print(format_result_line(rec), flush=True)
+            ratios = fa4mlir_ratios(result["results"], row.name)
+            if ratios:
+                print(f"{row.name:17s} fa4mlir / other: " + "  ".join(f"{b} {x:.3f}" for b, x in ratios.items()),
+                      flush=True)
+        del built
+        torch.cuda.empty_cache()
+        result["feature_costs"] = feature_costs(result["results"])
+        save_result(result, args.out)
+    result["complete"] = True
+    save_result(result, args.out)
+    print()
+    print(format_tables(result))
+    print(f"\nwrote {args.out}")
+    return exit_code(result)

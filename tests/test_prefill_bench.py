@@ -1,0 +1,400 @@
+"""`bench prefill`'s pure logic without a GPU: workload selection and flags, FLOPs against brute-force
+pair counts, the row loop on fakes (unsupported and failing backends, poison, rounds), feature costs,
+tables, the JSON schema, the kernel set, and that the modules import without MLIR."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fa4mlir import kernel_sets, testing
+from fa4mlir.bench import prefill_bench as pb
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+# ----------------------------------------------------------------------------------------------
+# Workloads and flags
+# ----------------------------------------------------------------------------------------------
+
+def test_workloads_expand_to_rows_with_their_dense_baseline_first():
+    assert pb.parse_workloads("") == list(pb.WORKLOADS)
+    assert pb.parse_workloads(" alibi,softcap_sink,alibi ") == ["alibi", "softcap_sink"]
+    with pytest.raises(ValueError, match=r"unknown prefill workload\(s\) \['decode_dense'\]"):
+        pb.parse_workloads("sliding_window,decode_dense")
+    assert pb.families(["sliding_window"]) == {"s16k": ["dense_causal_16k", "sliding_window"]}
+    assert pb.families(["alibi", "softcap_sink"]) == {"s8k": ["dense_causal_8k", "softcap", "sink", "alibi"]}
+    assert pb.families(["alibi"]) == {"s8k": ["dense_causal_8k", "alibi"]}
+    every = pb.families(list(pb.WORKLOADS))
+    assert list(every) == ["varlen", "chunked", "s16k", "s8k"]
+    assert sum(map(len, every.values())) == 8
+    for row, base in pb.BASELINE.items():     # every feature row runs next to its dense row
+        assert base in next(rows for rows in every.values() if row in rows)
+    assert pb.row_workload("dense_causal_8k") == "softcap_sink" and pb.row_workload("sink") == "softcap_sink"
+
+
+def test_cli_parses_the_prefill_flags(monkeypatch):
+    from fa4mlir import __main__ as cli
+    seen = []
+    monkeypatch.setattr(pb, "run", lambda args: seen.append(args) or 0)
+    assert cli.main(["bench", "prefill", "--workloads", "sliding_window,alibi", "--rounds", "5", "--heat-ms", "250",
+                     "--no-fa4", "--no-flex", "--out", "p.json", "--bundle", "b"]) == 0
+    a = seen[-1]
+    assert (a.what, a.workloads, a.rounds, a.heat_ms, a.no_fa4, a.no_flex, a.out, a.bundle) == \
+        ("prefill", "sliding_window,alibi", 5, 250.0, True, True, "p.json", "b")
+    cli.main(["bench", "prefill"])
+    a = seen[-1]
+    assert (a.workloads, a.rounds, a.no_fa4, a.no_flex, a.out) == ("", 3, False, False, "prefill-bench.json")
+
+
+def test_run_refuses_an_unknown_workload_before_touching_torch(capsys):
+    from types import SimpleNamespace
+    assert pb.run(SimpleNamespace(workloads="prefill_varlen,nope")) == 2
+    assert "unknown prefill workload(s) ['nope']" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------------
+# FLOPs: the anchors' counts against brute-force counts of visible (query, key) pairs
+# ----------------------------------------------------------------------------------------------
+
+def visible_pairs(seqlen_q: int, seqlen_k: int, window_left: int | None = None) -> int:
+    """Pairs (i, j) with j <= diag = i + seqlen_k - seqlen_q (bottom-right causal) and, with a
+    window, j >= diag - window_left: counted one by one."""
+    count = 0
+    for i in range(seqlen_q):
+        diag = i + seqlen_k - seqlen_q
+        for j in range(seqlen_k):
+            count += j <= diag and (window_left is None or j >= diag - window_left)
+    return count
+
+
+@pytest.mark.parametrize("b, h, s, d", [(1, 1, 1, 8), (2, 3, 7, 16), (1, 2, 64, 128)])
+def test_causal_flops_are_the_visible_pairs_less_half_the_diagonal(b, h, s, d):
+    """FlashAttention's (and the anchors') S^2 / 2: the pairs j <= i less half of the S diagonal ones."""
+    assert pb.causal_flops(b, h, s, d) == 4 * b * h * d * (visible_pairs(s, s) - s / 2)
+
+
+def test_varlen_flops_sum_each_sequence():
+    lens, h, d = [1, 5, 17, 3], 4, 64
+    assert pb.varlen_flops(lens, h, d) == sum(4 * h * d * (visible_pairs(n, n) - n / 2) for n in lens)
+    assert pb.varlen_flops([], h, d) == 0
+
+
+@pytest.mark.parametrize("b, sq, sc, h", [(1, 4, 0, 1), (2, 5, 11, 3), (3, 16, 40, 2)])
+def test_chunked_flops_count_the_cache_and_the_new_tokens_causal_part(b, sq, sc, h):
+    d = 32
+    assert pb.chunked_flops(b, sq, sc, h, d) == 4 * b * h * d * (visible_pairs(sq, sc + sq) - sq / 2)
+
+
+@pytest.mark.parametrize("s, w", [(1, 0), (9, 0), (9, 3), (9, 8), (9, 20), (40, 7)])
+def test_window_flops_count_the_visible_pairs_exactly(s, w):
+    b, h, d = 2, 3, 16
+    assert pb.window_flops(b, s, h, w, d) == 4 * b * h * d * visible_pairs(s, s, window_left=w)
+
+
+def test_anchor_rows_flops():
+    s, w = 16384, 4096
+    shape, flops = pb.row_shape("sliding_window")
+    closed = (w + 1) * (w + 2) / 2 + (s - w - 1) * (w + 1)      # rows before the window fills, then W + 1 keys each
+    assert flops == 4 * 2 * 16 * 128 * closed and shape["window_size"] == [w, 0]
+    assert pb.row_shape("dense_causal_16k")[1] == 4 * 2 * 16 * s * s * 128 / 2
+    for row in ("dense_causal_8k", "softcap", "sink", "alibi"):
+        assert pb.row_shape(row)[1] == 4 * 2 * 16 * 8192 * 8192 * 128 / 2
+    shape, flops = pb.row_shape("prefill_chunked")
+    assert flops == 4 * 8 * 32 * 128 * (2048 * 8192 + 2048 * 2048 / 2) and shape["seqlen_k"] == 10240
+    assert pb.row_shape("prefill_varlen", [3, 5])[0]["total_tokens"] == 8
+
+
+def test_varlen_lengths_are_the_anchors_seeded_draw():
+    torch = pytest.importorskip("torch")
+    lens = pb.varlen_lens(torch)
+    assert len(lens) == 16 and all(256 <= n <= 8192 for n in lens)
+    assert lens[:3] == [6284, 604, 5670] and sum(lens) == 67242
+
+
+def test_fa_rule_mirrors_testing():
+    for out_err, lowp_err in ((1e-3, 1e-3), (3e-3, 1e-3), (2e-3 + 1e-5, 1e-3), (math.nan, 1e-3)):
+        assert pb.fa_rule(out_err, lowp_err) == testing.fa_rule(out_err, lowp_err)
+    assert pb.fa_rule(0.0, math.nan)[0] is testing.fa_rule(0.0, math.nan)[0] is False
+    assert pb.FA_ATOL == testing.DEFAULT_ATOL
+
+
+# ----------------------------------------------------------------------------------------------
+# One row on fakes: numpy outputs, a fake timer
+# ----------------------------------------------------------------------------------------------
+
+REF = np.zeros((2, 4), np.float32)
+
+
+def fake_check(out) -> dict:
+    out = out[0]
+    err = float(np.abs(out - REF).max())
+    nan = int(np.isnan(out).sum())
+    ok, bound = pb.fa_rule(err, 1e-3)
+    return {"max_err": err, "torch_err": 1e-3, "bound": bound, "fa_rule_ok": ok and nan == 0, "nan_out": nan}
+
+
+def _returns(out, name):
+    return lambda: lambda: (out, name)
+
+
+class BundleError(LookupError):   # fa4mlir.attention.errors.BundleError is a LookupError
+    pass
+
+
+def fake_row(backends, poison=lambda: None):
+    return pb.Row("softcap", "softcap_sink", {"batch": 2}, 1e12, backends, fake_check, poison)
+
+
+def test_measure_row_records_unsupported_backends_and_times_the_rest():
+    def no_softcap():
+        def call():
+            raise TypeError("flash_attn_func() got an unexpected keyword argument 'softcap'")
+        return call
+
+    def no_kernel():
+        raise BundleError("flash_attn_func: bundle has no attention_fwd_sm90 (sm_90a) kernel for dtype=bf16")
+
+    def declared():
+        raise pb.Unsupported("fa4mlir has no score_mod yet")
+
+    def broken():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    poisoned = []
+    row = fake_row({"fa4mlir": no_softcap, "fa4mlir(bundle)": no_kernel, "fa4mlir(alibi)": declared,
+                    "crashes": broken, "fa4cute": _returns(REF + 1e-3, "fa4cute"),
+                    "wrong": _returns(REF + np.nan, "wrong")}, poison=lambda: poisoned.append(1))
+    times = {"fa4cute": [2.0, 1.0, 3.0], "wrong": [1.0, 1.0, 1.0]}
+    seen = []
+
+    def timer(fn):
+        name = fn()[1]
+        seen.append(name)
+        return times[name][seen.count(name) - 1]
+    recs = pb.measure_row(row, timer, sync=lambda: None, rounds=3)
+    assert [r["backend"] for r in recs] == list(row.backends)
+    by = {r["backend"]: r for r in recs}
+    assert by["fa4mlir"] == {"workload": "softcap_sink", "row": "softcap", "backend": "fa4mlir", "status": "unsupported",
+                             "reason": "TypeError: flash_attn_func() got an unexpected keyword argument 'softcap'"}
+    assert by["fa4mlir(bundle)"]["status"] == "unsupported" and "BundleError: flash_attn_func: bundle has no" in \
+        by["fa4mlir(bundle)"]["reason"]
+    assert by["fa4mlir(alibi)"]["reason"] == "Unsupported: fa4mlir has no score_mod yet"
+    assert by["crashes"]["status"] == "error" and "illegal memory access" in by["crashes"]["reason"]
+    assert seen == ["fa4cute", "wrong"] * 3                        # timed in turn, round by round
+    good = by["fa4cute"]
+    assert good["status"] == "measured" and good["ms"] == 2.0 and good["times_ms"] == [2.0, 1.0, 3.0]
+    assert good["tflops"] == pytest.approx(1e12 / 2.0 / 1e9) and good["fa_rule_ok"]
+    assert good["max_err"] == pytest.approx(1e-3) and good["nan_out"] == 0
+    bad = by["wrong"]                                              # NaN everywhere: measured, flagged
+    assert bad["status"] == "measured" and bad["fa_rule_ok"] is False and bad["max_err"] is None
+    assert bad["nan_out"] == REF.size
+    assert len(poisoned) == 3                                      # before each first call that got that far
+
+
+def test_measure_row_drops_a_backend_that_fails_while_timed():
+    calls = []
+
+    def flaky():
+        def fn():
+            calls.append(1)
+            if len(calls) == 3:
+                raise RuntimeError("lost the device")
+            return REF, "flaky"
+        return fn
+    recs = pb.measure_row(fake_row({"flaky": flaky, "ok": _returns(REF, "ok")}), lambda fn: float(len(fn()[1])),
+                          sync=lambda: None, rounds=3)
+    assert recs[0]["status"] == "error" and recs[0]["reason"] == "while timed: RuntimeError: lost the device"
+    assert recs[1]["status"] == "measured" and recs[1]["times_ms"] == [2.0, 2.0, 2.0]
+
+
+def test_last_call_is_checked_too():
+    outs = iter([REF, REF, REF + 0.5])
+
+    def drifting():
+        return lambda: (next(outs), "d")
+    (rec,) = pb.measure_row(fake_row({"d": drifting}), lambda fn: (fn(), 1.0)[1], sync=lambda: None, rounds=1)
+    assert rec["max_err"] == 0.5 and rec["fa_rule_ok"] is False
+
+
+# ----------------------------------------------------------------------------------------------
+# Feature costs, tables, JSON
+# ----------------------------------------------------------------------------------------------
+
+def _measured(row, backend, ms, flops=1e12, ok=True):
+    return {"workload": pb.row_workload(row), "row": row, "backend": backend, "status": "measured", "ms": ms,
+            "tflops": flops / ms / 1e9, "times_ms": [ms], "max_err": 1e-3, "torch_err": 1e-3, "bound": 2e-3,
+            "fa_rule_ok": ok, "nan_out": 0}
+
+
+def synthetic_result(fa4mlir_ok=True):
+    res = pb.new_result(device="NVIDIA H200", environment={"torch": "2.11"}, timer={"name": "triton.testing.do_bench",
+                        "stat": "median", "heat_ms": 1000.0}, fa4_cute={"available": True}, flex={"available": True},
+                        settings={"workloads": ["softcap_sink"], "rounds": 3, "bundle": "bundle"})
+    for row in ("dense_causal_8k", "softcap"):
+        shape, flops = pb.row_shape(row)
+        res["rows"].append({"row": row, "workload": pb.row_workload(row), "shape": shape, "flops": flops,
+                            "baseline": pb.BASELINE.get(row)})
+    res["results"] = [_measured("dense_causal_8k", "fa4mlir", 1.0, ok=fa4mlir_ok), _measured("dense_causal_8k", "fa4cute", 1.25),
+                      {"workload": "softcap_sink", "row": "softcap", "backend": "fa4mlir", "status": "unsupported",
+                       "reason": "TypeError: flash_attn_func() got an unexpected keyword argument 'softcap'"},
+                      _measured("softcap", "fa4cute", 2.5), _measured("softcap", "flex(tanh score_mod)", 4.0)]
+    res["feature_costs"], res["complete"] = pb.feature_costs(res["results"]), True
+    return res
+
+
+def test_feature_costs_compare_each_backend_with_its_own_dense_row():
+    (cost,) = synthetic_result()["feature_costs"]          # flex has no dense row here, fa4mlir no softcap
+    assert cost == {"row": "softcap", "baseline": "dense_causal_8k", "backend": "fa4cute", "time_ratio": 2.0,
+                    "tflops_ratio": 0.5}
+    assert pb.fa4mlir_ratios(synthetic_result()["results"], "dense_causal_8k") == {"fa4cute": 1.25}
+    assert pb.fa4mlir_ratios(synthetic_result()["results"], "softcap") == {}
+
+
+def test_tables_show_unsupported_rows_flags_and_costs():
+    text = pb.format_tables(synthetic_result(fa4mlir_ok=False))
+    assert "softcap           fa4mlir" in text and "unsupported: TypeError: flash_attn_func() got an unexpected" in text
+    assert next(line for line in text.splitlines() if line.startswith("dense_causal_8k   fa4mlir")).endswith("! FA rule")
+    assert "softcap         / dense_causal_8k   fa4cute" in text and "time x2.000  TFLOP/s x0.500" in text
+    assert "dense_causal_8k   fa4cute 1.250" in text
+
+
+def test_json_round_trip_and_schema(tmp_path):
+    res = synthetic_result()
+    path = tmp_path / "prefill.json"
+    pb.save_result(res, path)
+    assert pb.load_result(path) == res and json.loads(path.read_text())["schema"] == pb.SCHEMA
+    with pytest.raises(ValueError, match="schema"):
+        pb.validate_result({"schema": "fa4mlir-attention-bench/1"})
+    for broken, words in ((lambda r: r.pop("feature_costs"), "lacks \\['feature_costs'\\]"),
+                          (lambda r: r["results"][0].pop("times_ms"), "result #0 lacks \\['times_ms'\\]"),
+                          (lambda r: r["results"][2].pop("reason"), "result #2 lacks \\['reason'\\]"),
+                          (lambda r: r["results"][2].update(status="skipped"), "status 'skipped'"),
+                          (lambda r: r["rows"][1].pop("flops"), "row #1 lacks \\['flops'\\]")):
+        bad = synthetic_result()
+        broken(bad)
+        with pytest.raises(ValueError, match=words):
+            pb.validate_result(bad)
+    nan = synthetic_result()
+    nan["results"][0]["ms"] = math.nan
+    with pytest.raises(ValueError):
+        pb.save_result(nan, tmp_path / "nan.json")
+
+
+def test_exit_code_flags_only_fa4mlir_breaking_the_rule():
+    assert pb.exit_code(synthetic_result()) == 0
+    assert pb.exit_code(synthetic_result(fa4mlir_ok=False)) == 1
+    other = synthetic_result()
+    other["results"][1]["fa_rule_ok"] = False
+    assert pb.exit_code(other) == 0
+
+
+# ----------------------------------------------------------------------------------------------
+# Kernel set, imports
+# ----------------------------------------------------------------------------------------------
+
+def test_prefill_set_holds_the_window_and_dense_causal_kernels_and_bench_holds_it():
+    from fa4mlir.kernels.attention_sm90_config import KERNEL
+    entries = kernel_sets.configs(["prefill"])
+    attn = [cfg for name, cfg, *_ in entries if name == KERNEL]
+    assert all(c.dtype == "bf16" and c.head_dim == 128 and c.causal for c in attn)
+    assert {(c.window_left, c.chunk) for c in attn} == {(-1, 0), (4096, 0)}
+    assert kernel_sets.PREFILL_WINDOW == (pb.S16K["window"], 0)
+    bench = kernel_sets.configs(["bench"])
+    assert all(any(e[0] == b[0] and e[1] == b[1] for b in bench) for e in entries)
+    assert "prefill" in kernel_sets.__doc__ and "prefill" in kernel_sets.SETS
+
+
+def test_prefill_modules_and_cli_import_no_mlir():
+    code = testing.BLOCK_MLIR + "\n".join([
+        "import fa4mlir.bench.prefill_bench, fa4mlir.bench.prefill_workloads",
+        "from fa4mlir.__main__ import main",
+        "assert main(['bench', 'prefill', '--workloads', 'nope']) == 2",
+        "mods = sorted(m for m in sys.modules if m == 'mlir' or m.startswith('mlir.'))",
+        "assert not mods, mods",
+        "print('OK')"])
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "OK" and "unknown prefill workload(s) ['nope']" in proc.stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# The torch side on the CPU, at small sizes: references, checks, and the FlexAttention mask_mods and
+# score_mods (run by a dense fake of flex_attention) against the references
+# ----------------------------------------------------------------------------------------------
+
+def fake_flex(torch):
+    def create_block_mask(mask_mod, b, h, q_len, kv_len, device=None):
+        qi, ki = torch.arange(q_len)[:, None], torch.arange(kv_len)[None, :]
+        return mask_mod(0, 0, qi, ki)
+
+    def flex(q, k, v, block_mask=None, score_mod=None, enable_gqa=False):
+        rep = q.shape[1] // k.shape[1]
+        qf, kf, vf = q.float(), k.float().repeat_interleave(rep, 1), v.float().repeat_interleave(rep, 1)
+        s = qf @ kf.transpose(-1, -2) * q.shape[-1] ** -0.5
+        if score_mod is not None:
+            hh = torch.arange(q.shape[1])[:, None, None]
+            s = score_mod(s, 0, hh, torch.arange(q.shape[2])[:, None], torch.arange(k.shape[2])[None, :])
+        s = s.masked_fill(~block_mask, float("-inf"))
+        return (torch.softmax(s, -1) @ vf).to(q.dtype)
+    return flex, create_block_mask
+
+
+def cpu_paged(torch, k, v, page):
+    """decode_bench._paged (made on "cuda") on the CPU: k, v scattered into shuffled pages."""
+    b, smax, hk, d = k.shape
+    per = -(-smax // page)
+    table = torch.randperm(b * per).view(b, per).to(torch.int32)
+    kp, vp = (torch.zeros(b * per, page, hk, d, dtype=k.dtype) for _ in range(2))
+    kp[table.long()] = torch.nn.functional.pad(k, (0, 0, 0, 0, 0, per * page - smax)).view(b, per, page, hk, d)
+    vp[table.long()] = torch.nn.functional.pad(v, (0, 0, 0, 0, 0, per * page - smax)).view(b, per, page, hk, d)
+    return kp, vp, table
+
+
+def test_rows_on_cpu_flex_mods_match_the_references(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from fa4mlir.bench import prefill_workloads as pw
+    monkeypatch.setattr(pw, "DEV", "cpu")
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(pw, "CHECK_ROWS", 8)
+    monkeypatch.setattr(pw, "_paged", cpu_paged)
+    monkeypatch.setattr(pw, "varlen_lens", lambda torch: [5, 1, 12])
+    monkeypatch.setattr(pw, "CHUNKED", dict(pb.CHUNKED, batch=2, seqlen_q=16, seqlen_cache=24, page=8))
+    monkeypatch.setattr(pw, "S16K", dict(pb.S16K, seqlen=48, window=10))
+    monkeypatch.setattr(pw, "S8K", dict(pb.S8K, seqlen=32, softcap=1.5))
+    flex = fake_flex(torch)
+    rows = [r for fam, names in pb.families(list(pb.WORKLOADS)).items()
+            for r in pw.build_family(torch, fam, names, flex=flex)]
+    assert [r.name for r in rows] == ["prefill_varlen", "prefill_chunked", "dense_causal_16k", "sliding_window",
+                                      "dense_causal_8k", "softcap", "sink", "alibi"]
+    recs = {(r.name, rec["backend"]): rec for r in rows
+            for rec in pb.measure_row(r, lambda fn: 1.0, sync=lambda: None, rounds=1)}
+    flexes = {k: r for k, r in recs.items() if k[1].startswith("flex")}
+    assert len(flexes) == 7
+    for key, rec in flexes.items():
+        assert rec["status"] == "measured" and rec["fa_rule_ok"], (key, rec)
+        assert 0 < rec["torch_err"] < 0.5, (key, rec)
+    assert recs[("alibi", "fa4mlir")] == {"workload": "alibi", "row": "alibi", "backend": "fa4mlir",
+                                          "status": "unsupported",
+                                          "reason": "Unsupported: fa4mlir has no score_mod yet (issue 28 item 3): "
+                                                    "row reserved"}
+    assert recs[("prefill_varlen", "fa4mlir")]["reason"] == "Unsupported: fa4mlir has no flash_attn_varlen_func yet"
+    # the features change the answer: a softcap / sink / ALiBi check fails the plain causal output
+    plain = next(r for r in rows if r.name == "dense_causal_8k")
+    out = flex[0](*(x.transpose(1, 2) for x in pw_inputs(torch, pw)), block_mask=flex[1](
+        lambda b, h, qi, ki: ki <= qi, None, None, 32, 32)).transpose(1, 2)
+    assert plain.check(out)["fa_rule_ok"]
+    for name in ("softcap", "sink", "alibi"):
+        assert not next(r for r in rows if r.name == name).check(out)["fa_rule_ok"], name
+
+
+def pw_inputs(torch, pw):
+    """softcap_sink's q, k, v at the test's small size (the same draws build_family makes)."""
+    torch.manual_seed(0)
+    s = pw.S8K
+    return [torch.randn(s["batch"], s["seqlen"], s["heads"], pb.D, dtype=torch.bfloat16) * 2 for _ in range(3)]
