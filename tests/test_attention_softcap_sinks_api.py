@@ -70,6 +70,9 @@ def test_flash_attn_func_checks_softcap_and_sinks_before_any_device_call():
         flash_attn_func(q, k, k, sinks=torch.zeros(3))
     with pytest.raises(DTypeError, match="sinks"):
         flash_attn_func(q, k, k, sinks=torch.zeros(4, dtype=torch.bfloat16))
+    from fa4mlir.attention import AutogradError
+    with pytest.raises(AutogradError, match="sinks requires grad"):     # learned sinks: no backward kernel yet
+        flash_attn_func(q, k, k, sinks=torch.zeros(4, requires_grad=True))
 
 
 def test_configs_names_and_keys():

@@ -181,13 +181,14 @@ def _torch_ops(q, k, v, out, lse, sinks=None):
     return _TORCH_OPS[0]
 
 
-def check_no_grad(q, k, v) -> None:
-    """Raise AutogradError when grad mode is on and q, k or v (a torch tensor) requires grad (no
-    backward kernel yet)."""
+def check_no_grad(q, k, v, sinks=None) -> None:
+    """Raise AutogradError when grad mode is on and q, k, v or sinks (a torch tensor) requires grad
+    (no backward kernel yet)."""
     torch = sys.modules.get("torch")
     if torch is None or not torch.is_grad_enabled():
         return
-    which = [n for n, x in (("q", q), ("k", k), ("v", v)) if isinstance(x, torch.Tensor) and x.requires_grad]
+    which = [n for n, x in (("q", q), ("k", k), ("v", v), ("sinks", sinks))
+             if isinstance(x, torch.Tensor) and x.requires_grad]
     if which:
         raise AutogradError(_err(
             f"{', '.join(which)} require{'s' if len(which) == 1 else ''} grad and grad mode is on, but "
@@ -210,7 +211,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
     if ops is not None and stream is None:
         return ops.flash_attn(q, k, v, softmax_scale, causal, return_lse, out, lse, bundle, window_size, attention_chunk,
                               softcap, sinks)
-    check_no_grad(q, k, v)
+    check_no_grad(q, k, v, sinks)
     out, lse = _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream, window_size, attention_chunk,
                            softcap, sinks)
     return (out, lse) if return_lse else out

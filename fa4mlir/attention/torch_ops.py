@@ -139,7 +139,7 @@ def flash_attn(q, k, v, softmax_scale, causal, return_lse, out, lse, bundle, win
     eager mode the op's implementation itself, which computes the same thing). window, chunk:
     checked window_size and attention_chunk (checks.check_mask); softcap (a number for the schema's
     float: checks.check_softcap) and sinks as flash_attn_func takes them."""
-    check_no_grad(q, k, v)
+    check_no_grad(q, k, v, sinks)
     if softmax_scale is not None and type(softmax_scale) is not float:
         softmax_scale = check_scale(softmax_scale, q.shape[-1] if q.dim() else 1)  # ints, 0-d arrays
     if _plain_eager(q):
