@@ -43,7 +43,7 @@ _LAZY = {
     **{err: ("fa4mlir.attention", err) for err in (
         "FlashAttnInputError", "DTypeError", "ShapeError", "HeadDimError", "HeadsRatioError",
         "EmptyInputError", "LayoutError", "DeviceError", "ScaleError", "MaskError", "ArgumentTypeError", "BundleError",
-        "AutogradError", "UnsupportedFeatureError", "KVScaleError")},
+        "AutogradError", "UnsupportedFeatureError", "KVScaleError", "SoftcapError")},
     "AttnProblem": ("fa4mlir.attention", "AttnProblem"),
     "Bundle": ("fa4mlir.artifacts", "Bundle"),
     "load": ("fa4mlir.runtime", "load"),

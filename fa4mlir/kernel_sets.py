@@ -24,6 +24,12 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 tests/gpu/test_attention_masks.py and the interpreter cases (tests/interpret_sm90.py
                 MASK_CASES) run: MASK_CASES here, each with default_configs' kernels (windows and
                 chunks are compile-time, so a bundle holds each size it serves)
+    attention-softcap-sinks
+                the sm_90a attention kernel's softcap and sinks variants that
+                tests/gpu/test_attention_softcap_sinks.py and the interpreter cases (tests/interpret_sm90.py
+                SCORE_CASES) run: SCORE_CASES here, each with default_configs' kernels (softcap and sinks
+                are compile-time flags; the cap and the sink values are launch arguments). Holds the
+                bench anchor softcap_sink's kernels (bf16 D128 causal, softcap and sinks)
     attention-tiles
                 bf16 tile variants of the sm_90a attention kernel next to the defaults (bm 192 =
                 three consumer warpgroups, bn), what bench/attention_probe.py times to pick TILES
@@ -39,8 +45,9 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 cache) and its sliding window PREFILL_WINDOW = (4096, 0) (the sliding_window row: a
                 mask object of kernels/common/mask_family.py through default_configs(..., mask=)), and
                 the decode kernels of a bf16 D128 cache in pages of 64, split and unsplit, with their
-                combine (prefill_chunked through flash_attn_with_kvcache). Softcap, sinks, varlen and
-                ALiBi have no kernel yet: those rows read "unsupported"
+                combine (prefill_chunked through flash_attn_with_kvcache), and the causal softcap and
+                sinks variants (the softcap and sink rows). Varlen and ALiBi have no kernel yet: those
+                rows read "unsupported"
     bench       the attention, decode and prefill sets, and the GEMM variants the benchmark times against
                 torch.matmul
     sm90        the sm_90a GEMMs of gpu-tests and bench
@@ -97,6 +104,39 @@ def attention_masks() -> list:
     for dtype, d, causal, window, chunk in MASK_CASES:
         mask = attention_mask(causal, window, chunk)
         out += [(KERNEL, c) for c in default_configs(dtype, d, causal, mask=mask)]
+    return out
+
+
+# (dtype, head_dim, causal, window_size, softcap, sinks) of the attention-softcap-sinks set: what
+# tests/gpu/test_attention_softcap_sinks.py runs (every head dim, causal or not, bf16 and f16, a window,
+# both at once) and the interpreter's SCORE_CASES
+SCORE_CASES = [
+    ("bf16", 64, False, (-1, -1), True, False),
+    ("bf16", 64, True, (-1, -1), True, False),
+    ("bf16", 128, False, (-1, -1), True, False),
+    ("bf16", 128, True, (-1, -1), True, False),
+    ("bf16", 256, False, (-1, -1), True, False),
+    ("bf16", 256, True, (-1, -1), True, False),
+    ("f16", 128, True, (-1, -1), True, False),
+    ("bf16", 128, True, (256, -1), True, False),
+    ("bf16", 64, False, (-1, -1), False, True),
+    ("bf16", 64, True, (-1, -1), False, True),
+    ("bf16", 128, False, (-1, -1), False, True),
+    ("bf16", 128, True, (-1, -1), False, True),
+    ("bf16", 256, True, (-1, -1), False, True),
+    ("f16", 64, False, (-1, -1), False, True),
+    ("bf16", 128, True, (200, -1), False, True),
+    ("bf16", 128, True, (-1, -1), True, True),
+]
+
+
+def attention_softcap_sinks() -> list:
+    from .kernels.attention_sm90_config import KERNEL, default_configs
+    from .kernels.common.mask_family import attention_mask
+    out = []
+    for dtype, d, causal, window, softcap, sinks in SCORE_CASES:
+        mask = attention_mask(causal, window, 0)
+        out += [(KERNEL, c) for c in default_configs(dtype, d, causal, mask=mask, softcap=softcap, sinks=sinks)]
     return out
 
 
@@ -225,13 +265,16 @@ def prefill() -> list:
     window = attention_mask(True, PREFILL_WINDOW, 0)
     out = [(KERNEL, c) for c in default_configs("bf16", 128, True)]
     out += [(KERNEL, c) for c in default_configs("bf16", 128, True, mask=window)]
+    # softcap_sink's rows: causal with a softcap (the cap is a launch argument), causal with sinks
+    out += [(KERNEL, c) for feature in ({"softcap": True}, {"sinks": True})
+            for c in default_configs("bf16", 128, True, **feature)]
     out += [(DECODE_KERNEL, decode_config("bf16", 128, 64, unsplit=unsplit)) for unsplit in (False, True)]
     return out + [(COMBINE_KERNEL, CombineConfig("bf16", 128))]
 
 
 def gpu_tests() -> list:
     out = [_gemm90(dtype="bf16"), _gemm90(dtype="f16"), _gemm100()] + attention() + attention_fa4_pieces()
-    out += tile_variants() + attention_masks()
+    out += tile_variants() + attention_masks() + attention_softcap_sinks()
     try:
         deadlock = importlib.import_module("fa4mlir.kernels.deadlock_sm90")
         out += deadlock.bundle_entries()
@@ -253,7 +296,8 @@ def bench() -> list:
 
 SETS = {"attention-sm100": attention_sm100, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
         "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
-        "attention-masks": attention_masks, "decode": decode, "prefill": prefill}
+        "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,
+        "prefill": prefill}
 
 
 def configs(names: list[str]) -> list:

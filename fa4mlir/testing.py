@@ -136,11 +136,15 @@ def attention_rows_visible(seqlen_q: int, seqlen_k: int, causal: bool, device=No
 
 
 def attention_math(q, k, v, softmax_scale: float, causal: bool, compute_dtype, window_size=(-1, -1),
-                   attention_chunk: int = 0):
+                   attention_chunk: int = 0, softcap: float = 0.0, sinks=None):
     """Plain attention with every step in ``compute_dtype``: float32/float64 for the reference,
     q.dtype for PyTorch's own low-precision computation (scores, softmax and P.V each rounded).
     q [B, Sq, H, D], k/v [B, Sk, Hkv, D] (k/v heads repeated for GQA here only). Returns out
-    [B, Sq, H, D] and lse [B, H, Sq] in ``compute_dtype``; rows that see no key get out 0, lse +inf."""
+    [B, Sq, H, D] and lse [B, H, Sq] in ``compute_dtype``; rows that see no key get out 0, lse +inf.
+    softcap > 0 caps each scaled score s to softcap * tanh(s / softcap) before the mask
+    (FlashAttention's rule); sinks [H] (gpt-oss, FA4's learnable_sink) is one more logit per row, in
+    the softmax's denominator and the lse, with no value: a row that sees no key then gets out 0
+    and lse = its sink."""
     import torch
     heads, kv_heads = q.shape[2], k.shape[2]
     seqlen_q, seqlen_k = q.shape[1], k.shape[1]
@@ -148,6 +152,8 @@ def attention_math(q, k, v, softmax_scale: float, causal: bool, compute_dtype, w
     k_c = k.to(compute_dtype).repeat_interleave(heads // kv_heads, dim=2).transpose(1, 2)
     v_c = v.to(compute_dtype).repeat_interleave(heads // kv_heads, dim=2).transpose(1, 2)
     s = (q_c @ k_c.transpose(-1, -2)) * softmax_scale                             # [B, H, Sq, Sk]
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
     if window_size != (-1, -1) or attention_chunk:
         seen = attention_visible(seqlen_q, seqlen_k, causal, window_size, attention_chunk, q.device)
         s = s.masked_fill(~seen, float("-inf"))
@@ -155,6 +161,11 @@ def attention_math(q, k, v, softmax_scale: float, causal: bool, compute_dtype, w
         i = torch.arange(seqlen_q, device=q.device)[:, None]
         j = torch.arange(seqlen_k, device=q.device)[None, :]
         s = s.masked_fill(j > i + seqlen_k - seqlen_q, float("-inf"))
+    if sinks is not None:
+        sink = sinks.to(compute_dtype).view(1, -1, 1, 1).expand(*s.shape[:3], 1)
+        s = torch.cat([s, sink], dim=-1)
+        p = torch.softmax(s, dim=-1)[..., :-1]
+        return (p @ v_c).transpose(1, 2), torch.logsumexp(s, dim=-1)
     lse = torch.logsumexp(s, dim=-1)
     empty = torch.isneginf(lse)
     p = torch.softmax(s, dim=-1).masked_fill(empty[..., None], 0)
@@ -163,17 +174,21 @@ def attention_math(q, k, v, softmax_scale: float, causal: bool, compute_dtype, w
 
 
 def compare_attention(q, k, v, out, lse, softmax_scale=None, causal: bool = False, *,
-                      atol: float = DEFAULT_ATOL, window_size=(-1, -1), attention_chunk: int = 0) -> dict:
-    """The FA rule on out and on lse (rows that see a key), exact 0 / +inf on rows that see none,
-    and no NaN anywhere. The reference is float64 for small problems, float32 otherwise."""
+                      atol: float = DEFAULT_ATOL, window_size=(-1, -1), attention_chunk: int = 0,
+                      softcap: float = 0.0, sinks=None) -> dict:
+    """The FA rule on out and on lse (rows that see a key), exact 0 / +inf on rows that see none
+    (with sinks: out 0, lse = the head's sink up to float32 rounding), and no NaN anywhere. The
+    reference is float64 for small problems, float32 otherwise; softcap and sinks as
+    attention_math takes them."""
     import torch
     b, seqlen_q, heads, head_dim = q.shape
     seqlen_k = k.shape[1]
     scale = head_dim ** -0.5 if softmax_scale is None else float(softmax_scale)
     ref_dtype = torch.float64 if b * heads * seqlen_q * seqlen_k <= 2**24 else torch.float32
     mask = dict(window_size=tuple(window_size), attention_chunk=attention_chunk)
-    ref_out, ref_lse = attention_math(q, k, v, scale, causal, ref_dtype, **mask)
-    low_out, low_lse = attention_math(q, k, v, scale, causal, q.dtype, **mask)
+    mods = dict(softcap=float(softcap), sinks=sinks)
+    ref_out, ref_lse = attention_math(q, k, v, scale, causal, ref_dtype, **mask, **mods)
+    low_out, low_lse = attention_math(q, k, v, scale, causal, q.dtype, **mask, **mods)
     rows = attention_rows_visible(seqlen_q, seqlen_k, causal, q.device, **mask)
 
     def max_err(x, ref, dim):
@@ -185,7 +200,12 @@ def compare_attention(q, k, v, out, lse, softmax_scale=None, causal: bool = Fals
     ok_out, bound = fa_rule(out_err, lowp_err, atol)
     ok_lse, lse_bound = fa_rule(lse_err, lse_lowp_err, atol)
     masked_out, masked_lse = out[:, ~rows], lse[:, :, ~rows]
-    masked_ok = bool((masked_out == 0).all().item()) and bool(torch.isposinf(masked_lse).all().item())
+    if sinks is None:
+        lse_ok = bool(torch.isposinf(masked_lse).all().item())
+    else:
+        want = sinks.float().view(1, -1, 1).expand(b, -1, seqlen_q)[:, :, ~rows]
+        lse_ok = bool(torch.allclose(masked_lse.float(), want, rtol=1e-6, atol=1e-6))
+    masked_ok = bool((masked_out == 0).all().item()) and lse_ok
     nan_out, nan_lse = int(torch.isnan(out).sum().item()), int(torch.isnan(lse).sum().item())
     lse_finite = bool(torch.isfinite(lse[:, :, rows]).all().item())
     return {"shape": (b, seqlen_q, seqlen_k, heads, k.shape[2], head_dim), "dtype": str(q.dtype),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +39,8 @@ class Case:
     kv_heads: int = 1
     window: tuple = (-1, -1)           # attention: FlashAttention's window_size (common.masks)
     chunk: int = 0                     # attention: attention_chunk
+    softcap: float = 0.0               # attention: the cap (a launch argument of the softcap kernel)
+    sinks: bool = False                # attention: sink logits per head (inputs' "sinks")
 
     @property
     def mask(self):
@@ -79,7 +81,19 @@ MASK_CASES = [
     Case("d64-causal-chunk", "attention", head_dim=64, causal=True, chunk=100, seqlen_q=200, seqlen_k=300),
     Case("d128-chunk-short", "attention", head_dim=128, short=True, chunk=150, seqlen_q=300, seqlen_k=260),
 ]
-CASES += MASK_CASES
+# Softcap and sinks (kernels/attention_fwd_sm90.py's module note): caps small enough that the tanh
+# bends the scores, sinks of either sign, causal rows that see no key (seqlen_q > seqlen_k), a window;
+# tests/test_interpret_softcap_sinks.py runs them
+SCORE_CASES = [
+    Case("d64-softcap", "attention", head_dim=64, softcap=2.0, seqlen_q=150, seqlen_k=300),
+    Case("d128-causal-window-softcap", "attention", head_dim=128, causal=True, window=(256, -1), softcap=3.0,
+         seqlen_q=64, seqlen_k=400),
+    Case("d256-causal-sink", "attention", head_dim=256, causal=True, sinks=True, seqlen_q=140, seqlen_k=100,
+         heads=2, kv_heads=1),
+    Case("d128-causal-softcap-sink", "attention", head_dim=128, causal=True, softcap=2.0, sinks=True, seqlen_q=130,
+         seqlen_k=70, heads=2, kv_heads=1),
+]
+CASES += MASK_CASES + SCORE_CASES
 BY_NAME = {c.name: c for c in CASES}
 
 
@@ -91,7 +105,8 @@ def config(case: Case):
     if case.tiles:          # a tile variant, as kernel_sets.tile_variants builds it (default knobs)
         return AttnConfig(dtype=case.dtype, head_dim=case.head_dim, causal=case.causal, **case.tiles).validate()
     mask = None if case.mask.is_legacy else case.mask
-    return default_config(case.dtype, case.head_dim, case.causal, 1 if case.short else None, mask=mask)
+    return default_config(case.dtype, case.head_dim, case.causal, 1 if case.short else None, mask=mask,
+                          softcap=case.softcap > 0, sinks=case.sinks)
 
 
 def _bits(x: np.ndarray, dtype: str) -> np.ndarray:
@@ -103,21 +118,26 @@ def _bits(x: np.ndarray, dtype: str) -> np.ndarray:
 def _problem(case: Case):
     from fa4mlir.attention.problem import AttnProblem
     d = case.head_dim
-    return AttnProblem.of((1, case.seqlen_q, case.heads, d), (1, case.seqlen_k, case.kv_heads, d), case.dtype,
-                          causal=case.causal)
+    problem = AttnProblem.of((1, case.seqlen_q, case.heads, d), (1, case.seqlen_k, case.kv_heads, d), case.dtype,
+                             causal=case.causal)
+    return replace(problem, softcap=case.softcap, sinks=case.sinks)
 
 
 def inputs(case: Case, seed: int = 0) -> dict:
-    """Standard-normal inputs as 16-bit patterns: q, k, v [1, S, H, D] or a [M, K], b [N, K]."""
+    """Standard-normal inputs as 16-bit patterns: q, k, v [1, S, H, D] or a [M, K], b [N, K]; with
+    sinks also float32 sinks [H], 3x standard normal (some above every row's scores, some below)."""
     rng = np.random.default_rng(seed)
     if case.kernel == "gemm":
         m, n, k = case.seqlen_q, case.seqlen_k, case.heads
         return {"a": _bits(rng.standard_normal((m, k), np.float32), case.dtype),
                 "b": _bits(rng.standard_normal((n, k), np.float32), case.dtype)}
     d = case.head_dim
-    return {"q": _bits(rng.standard_normal((1, case.seqlen_q, case.heads, d), np.float32), case.dtype),
-            "k": _bits(rng.standard_normal((1, case.seqlen_k, case.kv_heads, d), np.float32), case.dtype),
-            "v": _bits(rng.standard_normal((1, case.seqlen_k, case.kv_heads, d), np.float32), case.dtype)}
+    out = {"q": _bits(rng.standard_normal((1, case.seqlen_q, case.heads, d), np.float32), case.dtype),
+           "k": _bits(rng.standard_normal((1, case.seqlen_k, case.kv_heads, d), np.float32), case.dtype),
+           "v": _bits(rng.standard_normal((1, case.seqlen_k, case.kv_heads, d), np.float32), case.dtype)}
+    if case.sinks:
+        out["sinks"] = (3 * rng.standard_normal(case.heads)).astype(np.float32)
+    return out
 
 
 def launch(case: Case, tensors: dict, tile_config: dict | None = None):

@@ -302,7 +302,8 @@ def test_prefill_set_holds_the_window_and_dense_causal_kernels_and_bench_holds_i
     entries = kernel_sets.configs(["prefill"])
     attn = [cfg for name, cfg, *_ in entries if name == KERNEL]
     assert all(c.dtype == "bf16" and c.head_dim == 128 and c.causal for c in attn)
-    assert {(c.window_left, c.chunk) for c in attn} == {(-1, 0), (4096, 0)}
+    assert {(c.window_left, c.chunk, c.softcap, c.sinks) for c in attn} == {
+        (-1, 0, False, False), (4096, 0, False, False), (-1, 0, True, False), (-1, 0, False, True)}
     assert kernel_sets.PREFILL_WINDOW == (pb.S16K["window"], 0)
     bench = kernel_sets.configs(["bench"])
     assert all(any(e[0] == b[0] and e[1] == b[1] for b in bench) for e in entries)

@@ -59,10 +59,10 @@ def test_ops_are_registered_with_their_schemas():
     from fa4mlir.attention import torch_ops
     fwd = str(torch.ops.fa4mlir.flash_attn_fwd.default._schema)
     assert fwd == ("fa4mlir::flash_attn_fwd(Tensor q, Tensor k, Tensor v, float? softmax_scale, bool causal, "
-                   "str? bundle, SymInt window_left=-1, SymInt window_right=-1, SymInt attention_chunk=0) "
-                   "-> (Tensor, Tensor)")
+                   "str? bundle, SymInt window_left=-1, SymInt window_right=-1, SymInt attention_chunk=0, "
+                   "float softcap=0., Tensor? sinks=None) -> (Tensor, Tensor)")
     out = str(torch.ops.fa4mlir.flash_attn_fwd_out.default._schema)
-    assert "Tensor(a3!) out, Tensor(a4!)? lse" in out and out.endswith("-> ()")
+    assert "Tensor(a3!) out, Tensor(a4!)? lse" in out and out.endswith("float softcap=0., Tensor? sinks=None) -> ()")
     assert torch_ops.NAMESPACE == "fa4mlir"
 
 

@@ -16,7 +16,7 @@ from ..kernels import attention_sm90_config as attn_cfg
 from ..runtime import DTYPES, GMEM_ALIGN_BYTES, TensorInfo, tensor_info
 from ..tensors import TensorDTypeError, TensorLikeError, TensorStrideError
 from .errors import (ArgumentTypeError, DeviceError, DTypeError, EmptyInputError, HeadDimError, HeadsRatioError,
-                     LayoutError, MaskError, ScaleError, ShapeError)
+                     LayoutError, MaskError, ScaleError, ShapeError, SoftcapError)
 from .problem import AttnProblem
 
 MAX_GRID_YZ = 65535      # CUDA limit on gridDim.y (heads) and gridDim.z (batch)
@@ -314,6 +314,56 @@ def check_scale(softmax_scale: Any, head_dim: int) -> float:
                               f"scales scores by softmax_scale * log2(e) in float32), got {softmax_scale!r}; "
                               f"pass None for 1/sqrt(head_dim) = {max(head_dim, 1) ** -0.5:.6g}"))
     return value
+
+
+# float32's normal range, which softmax_scale / softcap (the factor before the tanh) and softcap * log2(e)
+# (the exp2 scale) must stay in [D-softcap]
+F32_MIN_NORMAL = 2.0**-126
+F32_MAX_POW2 = 2.0**127
+
+
+def check_softcap(softcap: Any, softmax_scale: float) -> float:
+    """softcap as a float >= 0 (0: none): ArgumentTypeError for anything but an int or float (a
+    bool, a string, None), SoftcapError for a negative, NaN or infinite cap, or one whose
+    softmax_scale / softcap or softcap * log2(e) leaves float32's normal range."""
+    value = None
+    if not (isinstance(softcap, (bool, str, bytes)) or _is_numpy_bool(softcap)):   # float() would read them
+        try:
+            value = float(softcap)
+        except (TypeError, ValueError, OverflowError):
+            value = None
+    if value is None:
+        raise ArgumentTypeError(_err(f"softcap must be a number (float), got {type(softcap).__name__} "
+                                     f"{softcap!r}; pass softcap=0.0 for none or e.g. softcap=30.0"))
+    if value == 0.0:
+        return 0.0
+    if not (value > 0 and math.isfinite(value)):
+        raise SoftcapError(_err(f"softcap must be a finite number >= 0 (0: no cap; scores become softcap * "
+                                f"tanh(score / softcap)), got {softcap!r}"))
+    ratio, exp_scale = softmax_scale / value, value * attn_cfg.LOG2E
+    if not (F32_MIN_NORMAL <= ratio <= F32_MAX_POW2 and exp_scale <= F32_MAX_POW2):
+        raise SoftcapError(_err(f"softcap={value!r} with softmax_scale={softmax_scale!r} puts softmax_scale / "
+                                f"softcap = {ratio:.3g} or softcap * log2(e) = {exp_scale:.3g} outside float32's "
+                                f"normal range [2^-126, 2^127], which the kernel computes in; pass a cap in "
+                                f"[{softmax_scale / F32_MAX_POW2:.3g}, {softmax_scale / F32_MIN_NORMAL:.3g}]"))
+    return value
+
+
+def check_sinks(dims: AttnProblem, sinks_info: TensorInfo) -> None:
+    """sinks: float32 [heads], unit stride, 4-byte aligned (one logit per query head)."""
+    if tuple(sinks_info.shape) != (dims.heads,):
+        raise ShapeError(_err(f"sinks must have shape [heads] = ({dims.heads},) (one logit per query head), got "
+                              f"{tuple(sinks_info.shape)}"))
+    if sinks_info.dtype != "f32":
+        raise DTypeError(_err(f"sinks must be float32, got {sinks_info.dtype}; convert it (sinks.float())"))
+    if dims.heads == 0:
+        return
+    check_pointer("sinks", sinks_info)
+    if dims.heads > 1 and sinks_info.strides[0] != 1:
+        raise LayoutError(_err(f"sinks must be contiguous (stride 1), got stride {sinks_info.strides[0]}; pass "
+                               f"sinks.contiguous()"))
+    if sinks_info.ptr % 4:
+        raise LayoutError(_err(f"sinks data pointer {sinks_info.ptr:#x} is not 4-byte aligned"))
 
 
 def device_ordinal(name: str, x: Any, api: str = "flash_attn_func") -> int | None:

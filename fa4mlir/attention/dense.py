@@ -4,6 +4,8 @@
     out, lse = flash_attn_func(q, k, v, causal=True, return_lse=True)
     out = flash_attn_func(q, k, v, causal=True, window_size=(4096, -1))   # sliding window
     out = flash_attn_func(q, k, v, causal=True, attention_chunk=8192)     # Llama-4's chunked attention
+    out = flash_attn_func(q, k, v, causal=True, softcap=30.0)             # Gemma-2's capped scores
+    out = flash_attn_func(q, k, v, causal=True, sinks=sinks)              # gpt-oss's sink logits
 
 q is [batch, seqlen_q, heads, head_dim]; k and v are [batch, seqlen_k, kv_heads, head_dim]; one
 dtype, bf16 or f16; head_dim 64, 128 or 256; heads a multiple of kv_heads (GQA, MQA). out has q's
@@ -17,6 +19,14 @@ combine with causal and with each other (kernels/common/masks.py). A window or c
 the kernel (one kernel per size; a window or chunk that bounds nothing at the call's lengths runs
 the causal or unmasked kernel). Bad values raise ArgumentTypeError (not ints, not a pair) or
 MaskError (a pair of another length, a side < -1, a chunk < 0).
+softcap=c (keyword; FlashAttention's) > 0 replaces each scaled score s by c * tanh(s / c) before the
+softmax (0: none); one compiled kernel serves every cap. sinks= (keyword; gpt-oss's, FA4's
+learnable_sink) is a float32 [heads] tensor of sink logits: each row's softmax gets one more logit,
+sinks[head], in its denominator and no value, and lse includes it. A row that sees no key gets out
+= 0 and lse = sinks[head] (the logsumexp of its one logit; FA4 CuTe returns NaN there, and inf where
+exp(sink - row max) overflows float32, which this kernel never forms) [D-sinks]. Bad values raise
+ArgumentTypeError (softcap not a number), SoftcapError (negative, NaN, infinite), ShapeError,
+DTypeError, LayoutError or DeviceError (sinks not float32 [heads], contiguous, on q's device).
 softmax_scale defaults to 1 / sqrt(head_dim) and must lie in [2^-64, 2^64]. Empty problems return
 what FlashAttention-2 returns, with no kernel: batch, seqlen_q or heads 0 give empty out and lse;
 seqlen_k 0 (every row sees no key) gives out = 0 and lse = +inf.
@@ -56,8 +66,8 @@ from ..artifacts import Bundle
 from ..driver import device_info, resolve_stream
 from ..runtime import GMEM_ALIGN_BYTES, fill, tensor_info
 from .checks import (_err, check_device_context, check_devices, check_inputs, check_lse, check_mask, check_options,
-                     check_out, check_scale, device_ordinal, read_tensor)
-from .errors import ArgumentTypeError, AutogradError
+                     check_out, check_scale, check_sinks, check_softcap, device_ordinal, read_tensor)
+from .errors import ArgumentTypeError, AutogradError, UnsupportedFeatureError
 from .plan import KernelSource, PreparedPlan, select, source_for
 from .problem import AttnProblem
 
@@ -120,7 +130,8 @@ _SIGNATURE_ENV = ("FA4MLIR_BUNDLE", "FA4MLIR_CUBIN_BACKEND", "FA4MLIR_DEBUG")
 NO_WINDOW = (-1, -1)
 
 
-def _signature(q, k, v, out, lse, softmax_scale, causal, bundle, window=NO_WINDOW, chunk=0) -> tuple | None:
+def _signature(q, k, v, out, lse, softmax_scale, causal, bundle, window=NO_WINDOW, chunk=0, softcap=0.0,
+               sinks=None) -> tuple | None:
     """What a call's checks and kernel choice depend on, every tensor's address aside: shapes,
     strides, dtypes and devices of q, k, v (and out and lse when given), the scale, causal, the
     kernel source (bundle, or the environment source_for reads). Torch tensors only (None otherwise): their
@@ -130,7 +141,7 @@ def _signature(q, k, v, out, lse, softmax_scale, causal, bundle, window=NO_WINDO
         return None
     tensor = torch.Tensor
     parts = []
-    for x in (q, k, v, out, lse):
+    for x in (q, k, v, out, lse, sinks):
         if x is None:
             parts.append(None)
         elif isinstance(x, tensor):
@@ -139,7 +150,7 @@ def _signature(q, k, v, out, lse, softmax_scale, causal, bundle, window=NO_WINDO
             return None
     environ = os.environ
     # a bundle path is its own key (the ops pass one); a Bundle object is kept alive by its _Call
-    return (*parts, type(softmax_scale), softmax_scale, bool(causal), window, chunk,
+    return (*parts, type(softmax_scale), softmax_scale, bool(causal), window, chunk, type(softcap), softcap,
             bundle if isinstance(bundle, str) else id(bundle),
             tuple(environ.get(n) for n in _SIGNATURE_ENV))
 
@@ -154,15 +165,15 @@ def _remember(signature: tuple, call: _Call) -> None:
 _TORCH_OPS: list = []   # fa4mlir.attention.torch_ops, once a call brought torch tensors
 
 
-def _torch_ops(q, k, v, out, lse):
-    """torch_ops when q, k, v (and out, lse when given) are torch tensors (torch then is imported),
-    else None."""
+def _torch_ops(q, k, v, out, lse, sinks=None):
+    """torch_ops when q, k, v (and out, lse, sinks when given) are torch tensors (torch then is
+    imported), else None."""
     torch = sys.modules.get("torch")
     if torch is None:
         return None
     tensor = torch.Tensor
     if not (isinstance(q, tensor) and isinstance(k, tensor) and isinstance(v, tensor)
-            and (out is None or isinstance(out, tensor)) and (lse is None or isinstance(lse, tensor))):
+            and all(x is None or isinstance(x, tensor) for x in (out, lse, sinks))):
         return None
     if not _TORCH_OPS:
         from . import torch_ops
@@ -170,13 +181,14 @@ def _torch_ops(q, k, v, out, lse):
     return _TORCH_OPS[0]
 
 
-def check_no_grad(q, k, v) -> None:
-    """Raise AutogradError when grad mode is on and q, k or v (a torch tensor) requires grad (no
-    backward kernel yet)."""
+def check_no_grad(q, k, v, sinks=None) -> None:
+    """Raise AutogradError when grad mode is on and q, k, v or sinks (a torch tensor) requires grad
+    (no backward kernel yet)."""
     torch = sys.modules.get("torch")
     if torch is None or not torch.is_grad_enabled():
         return
-    which = [n for n, x in (("q", q), ("k", k), ("v", v)) if isinstance(x, torch.Tensor) and x.requires_grad]
+    which = [n for n, x in (("q", q), ("k", k), ("v", v), ("sinks", sinks))
+             if isinstance(x, torch.Tensor) and x.requires_grad]
     if which:
         raise AutogradError(_err(
             f"{', '.join(which)} require{'s' if len(which) == 1 else ''} grad and grad mode is on, but "
@@ -186,8 +198,8 @@ def check_no_grad(q, k, v) -> None:
 
 
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False, *, window_size=NO_WINDOW,
-                    attention_chunk=0, out=None, lse=None, bundle: Bundle | str | os.PathLike | None = None,
-                    stream=None):
+                    attention_chunk=0, softcap=0.0, sinks=None, out=None, lse=None,
+                    bundle: Bundle | str | os.PathLike | None = None, stream=None):
     """Attention forward on an sm_90 GPU; see the module docstring. Returns out, or (out, lse)
     when return_lse. ``bundle``: a Bundle or a bundle folder's path. Every argument is checked
     before any driver call or compile (typed errors, ``errors``)."""
@@ -195,21 +207,24 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
         causal, return_lse = check_options(causal, return_lse, stream, bundle)
     if window_size is not NO_WINDOW or type(attention_chunk) is not int or attention_chunk != 0:
         window_size, attention_chunk = check_mask(window_size, attention_chunk)
-    ops = _torch_ops(q, k, v, out, lse)
+    ops = _torch_ops(q, k, v, out, lse, sinks)
     if ops is not None and stream is None:
-        return ops.flash_attn(q, k, v, softmax_scale, causal, return_lse, out, lse, bundle, window_size, attention_chunk)
-    check_no_grad(q, k, v)
-    out, lse = _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream, window_size, attention_chunk)
+        return ops.flash_attn(q, k, v, softmax_scale, causal, return_lse, out, lse, bundle, window_size, attention_chunk,
+                              softcap, sinks)
+    check_no_grad(q, k, v, sinks)
+    out, lse = _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream, window_size, attention_chunk,
+                           softcap, sinks)
     return (out, lse) if return_lse else out
 
 
 def _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream, window=NO_WINDOW,
-                chunk=0) -> tuple[Any, Any]:
+                chunk=0, softcap=0.0, sinks=None) -> tuple[Any, Any]:
     """flash_attn_func's work on any tensor-likes, through the call cache: returns (out, lse).
-    window, chunk: checked (check_mask) window_size and attention_chunk."""
+    window, chunk: checked (check_mask) window_size and attention_chunk; softcap and sinks as
+    flash_attn_func takes them."""
     signature = None
     try:
-        signature = _signature(q, k, v, out, lse, softmax_scale, causal, bundle, window, chunk)
+        signature = _signature(q, k, v, out, lse, softmax_scale, causal, bundle, window, chunk, softcap, sinks)
         call = _CALLS.get(signature) if signature is not None else None
     except (TypeError, RuntimeError):  # an unhashable softmax_scale (a 0-d array), a sparse tensor: no signature
         signature = call = None
@@ -220,17 +235,22 @@ def _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream, window
         if lse is None:
             lse = torch.empty(call.lse_shape, dtype=torch.float32, device=q.device)
         addresses = dict(zip(TENSORS, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr())))
+        if sinks is not None:
+            addresses["sinks"] = sinks.data_ptr()
         if not any(a % GMEM_ALIGN_BYTES for a in addresses.values()):  # else the checks below say which
             call.plan.launch(addresses, resolve_stream(stream, True, q.device.index))
             return out, lse
     # 1. pure checks: every argument, no driver call
     check_options(causal, False, stream, bundle)   # again for direct callers (the ops' implementations)
     window, chunk = check_mask(window, chunk)
-    given = {"q": q, "k": k, "v": v, "out": out, "lse": lse}
+    given = {"q": q, "k": k, "v": v, "out": out, "lse": lse, "sinks": sinks}
     infos = {n: read_tensor(n, x) for n, x in given.items() if x is not None or n in ("q", "k", "v")}
     problem = check_inputs(infos["q"], infos["k"], infos["v"])
-    problem = problem.with_options(causal=causal, softmax_scale=check_scale(softmax_scale, problem.head_dim),
-                                   window_size=window, attention_chunk=chunk)
+    scale = check_scale(softmax_scale, problem.head_dim)
+    problem = problem.with_options(causal=causal, softmax_scale=scale, window_size=window, attention_chunk=chunk,
+                                   softcap=check_softcap(softcap, scale), sinks=sinks is not None)
+    if sinks is not None:
+        check_sinks(problem, infos["sinks"])
     if out is not None:
         check_out(problem, infos["out"])
     if lse is not None:
@@ -248,11 +268,14 @@ def _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream, window
     out_info, lse_info = infos.get("out") or tensor_info(out), infos.get("lse") or tensor_info(lse)
     uses_torch = any(i.is_torch for i in (*infos.values(), out_info, lse_info))
     if problem.is_empty or problem.sees_no_key:
-        _no_kernel(problem, out, lse, out_info, lse_info, stream, uses_torch, ordinal)
+        _no_kernel(problem, out, lse, out_info, lse_info, stream, uses_torch, ordinal, sinks)
         return out, lse
     # 3. the kernel (compiled or loaded once per source and config), planned, prepared, launched
-    prepared = select(problem, device, source).prepare({"q": q, "k": k, "v": v, "o": out, "lse": lse})
+    tensors = {"q": q, "k": k, "v": v, "o": out, "lse": lse, **({"sinks": sinks} if sinks is not None else {})}
+    prepared = select(problem, device, source).prepare(tensors)
     addresses = {**{n: infos[n].ptr for n in ("q", "k", "v")}, "o": out_info.ptr, "lse": lse_info.ptr}
+    if sinks is not None:
+        addresses["sinks"] = infos["sinks"].ptr
     prepared.launch(addresses, resolve_stream(stream, uses_torch, ordinal))
     if signature is not None:
         # the signature of this call names out and lse as given or not; what fills them in is torch's
@@ -261,14 +284,23 @@ def _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream, window
     return out, lse
 
 
-def _no_kernel(problem: AttnProblem, out, lse, out_info, lse_info, stream, uses_torch: bool, ordinal: int) -> None:
+def _no_kernel(problem: AttnProblem, out, lse, out_info, lse_info, stream, uses_torch: bool, ordinal: int,
+               sinks=None) -> None:
     """What FlashAttention-2 returns for a problem with no work, without a kernel: nothing to write
     when out is empty (batch, seqlen_q or heads 0); when seqlen_k is 0 every query row sees no key,
-    so out = 0 and lse = +inf. Torch outputs on the current stream are filled by torch, anything
-    else by the driver's memsets on the call's stream."""
+    so out = 0 and lse = +inf (with sinks: lse = sinks[head], as the kernel writes for such a row).
+    Torch outputs on the current stream are filled by torch, anything else by the driver's memsets
+    on the call's stream (sinks there need torch: UnsupportedFeatureError otherwise)."""
     if problem.is_empty:
         return
     torch = sys.modules.get("torch")
+    if sinks is not None:
+        if torch is None or not all(isinstance(x, torch.Tensor) for x in (out, lse, sinks)) or stream is not None:
+            raise UnsupportedFeatureError(_err("seqlen_k = 0 with sinks writes lse = sinks[head] with torch: pass "
+                                               "torch tensors (and no stream=), or at least one key"))
+        out.zero_()
+        lse.copy_(sinks.view(1, -1, 1).expand(lse.shape))
+        return
     if stream is None and torch is not None and isinstance(out, torch.Tensor) and isinstance(lse, torch.Tensor):
         out.zero_()
         lse.fill_(math.inf)

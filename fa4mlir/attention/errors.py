@@ -57,6 +57,11 @@ class MaskError(FlashAttnInputError):
     (-1: unbounded), attention_chunk an int >= 0 (0: none)."""
 
 
+class SoftcapError(FlashAttnInputError):
+    """softcap is not a number the kernel takes: negative, NaN or infinite, or so small or large that
+    softmax_scale / softcap or softcap * log2(e) leaves float32's normal range (0 turns it off)."""
+
+
 class BundleError(FlashAttnInputError, LookupError):
     """bundle= (or FA4MLIR_BUNDLE) names no readable bundle, or the bundle has no kernel for the
     call: build one (``python -m fa4mlir bundle``), or pass no bundle to use the compiler."""
@@ -69,7 +74,7 @@ class AutogradError(FlashAttnInputError, NotImplementedError):
 
 class UnsupportedFeatureError(FlashAttnInputError, NotImplementedError):
     """A feature a caller asks for that the kernels do not have yet (a padding or arbitrary mask,
-    dropout, softcap, attention sinks, a static KV cache)."""
+    dropout, a static KV cache, or sinks where no kernel can write their lse)."""
 
 
 class KVScaleError(ScaleError):
@@ -79,7 +84,7 @@ class KVScaleError(ScaleError):
 
 
 ERRORS = (FlashAttnInputError, DTypeError, ShapeError, HeadDimError, HeadsRatioError, EmptyInputError,
-          LayoutError, DeviceError, ScaleError, MaskError, ArgumentTypeError, BundleError, AutogradError,
+          LayoutError, DeviceError, ScaleError, MaskError, SoftcapError, ArgumentTypeError, BundleError, AutogradError,
           UnsupportedFeatureError, KVScaleError)
 
 __all__ = [e.__name__ for e in ERRORS] + ["ERRORS"]

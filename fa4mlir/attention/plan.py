@@ -83,6 +83,8 @@ class PreparedPlan:
 # ----------------------------------------------------------------------------------------------
 
 MASK_FIELDS = {"window_left": -1, "window_right": -1, "chunk": 0}   # absent from the keys of unwindowed kernels
+# the compile-time fields a call must match exactly, with what older bundles' keys (which lack them) mean
+VARIANT_FIELDS = {**MASK_FIELDS, "softcap": False, "sinks": False}
 
 
 def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: bool, where: str = "bundle",
@@ -94,21 +96,22 @@ def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: boo
     bundles: the defaults), then the one compiled with the kernel's own backend."""
     # Match on config["kernel"]: entry names carry the config too (attention_fwd_sm90_bf16_d128_...).
     want = {"kernel": attn_cfg.KERNEL, "dtype": dtype, "head_dim": head_dim, "causal": bool(causal)}
-    mask = {k: getattr(default, k) for k in MASK_FIELDS} if default is not None else MASK_FIELDS
+    mask = {k: getattr(default, k) for k in VARIANT_FIELDS} if default is not None else VARIANT_FIELDS
     hits = [e for e in entries if e.get("arch") == ARCH
             and all(e.get("config", {}).get(k) == v for k, v in want.items())
-            and all(e.get("config", {}).get(k, d) == mask[k] for k, d in MASK_FIELDS.items())]
+            and all(e.get("config", {}).get(k, d) == mask[k] for k, d in VARIANT_FIELDS.items())]
     if not hits:
-        masked = "".join(f", {k}={v}" for k, v in mask.items() if v != MASK_FIELDS[k])
+        masked = "".join(f", {k}={v}" for k, v in mask.items() if v != VARIANT_FIELDS[k])
         raise BundleError(f"flash_attn_func: {where} has no {attn_cfg.KERNEL} ({ARCH}) kernel for "
                           f"dtype={dtype}, head_dim={head_dim}, causal={bool(causal)}{masked}; build it with "
                           f"`python -m fa4mlir bundle --set attention`"
-                          f"{' (windows and chunks are compile-time: add this one to a set)' if masked else ''}")
+                          f"{' (windows, chunks, softcap and sinks are compile-time: add this one to a set)' if masked else ''}")
     default = default or attn_cfg.default_config(dtype, head_dim, causal, seqlen_k)
     tiles = {k: getattr(default, k) for k in attn_cfg.TILE_FIELDS}
     # the default for this seqlen_k, else (the bundle lacks its tiles) the one for long sequences;
     # the code knobs to narrow by are those of the default whose tiles matched (KNOBS differ by tiles)
-    for cfg in (default, attn_cfg.default_config(dtype, head_dim, causal, mask=default.mask)):
+    for cfg in (default, attn_cfg.default_config(dtype, head_dim, causal, mask=default.mask, softcap=default.softcap,
+                                                 sinks=default.sinks)):
         same_tiles = [e for e in hits if all(e["config"].get(k) == getattr(cfg, k) for k in attn_cfg.TILE_FIELDS)]
         if same_tiles:
             hits, default = same_tiles, cfg
@@ -212,7 +215,7 @@ def dense_launch(config: attn_cfg.AttnConfig, kernel: LoadedKernel, problem: Att
     elif config.causal and tiles > MAX_I32:  # one 1-D grid (section_tile)
         raise ShapeError(_err(f"batch x heads x query tiles = {tiles} is too many for the causal kernel's "
                               f"grid (at most {MAX_I32})"))
-    refs = {name: TensorRef(name) for name, _ in attn_cfg.TENSOR_PARAMS}
+    refs = {name: TensorRef(name) for name, _ in (*attn_cfg.TENSOR_PARAMS, *attn_cfg.SINK_PARAMS)}
     return Launch(kernel, attn_cfg.grid(config, problem, device.num_sms),
                   attn_cfg.launch_args(config, problem, refs, device.l2_bytes))
 
@@ -222,7 +225,8 @@ def select(problem: AttnProblem, device: DeviceInfo, source: KernelSource) -> Pl
     `source` has for its case (default_config's tiles for its seqlen_k where the source has them),
     launched once by the contract of the config it was built from."""
     kernel = source.kernel(attn_cfg.default_config(problem.dtype, problem.head_dim, problem.causal, problem.seqlen_k,
-                                                   mask=problem.mask))
+                                                   mask=problem.mask, softcap=problem.softcap > 0,
+                                                   sinks=problem.sinks))
     config = attn_cfg.AttnConfig.from_key(kernel.artifact.config)
     return Plan(problem, (dense_launch(config, kernel, problem, device),))
 

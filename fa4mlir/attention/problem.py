@@ -16,7 +16,8 @@ from ..kernels.common.mask_family import Mask, attention_mask
 class AttnProblem:
     """Dense attention: q [batch, seqlen_q, heads, head_dim], k and v [batch, seqlen_k, kv_heads,
     head_dim], one dtype; causal aligned bottom-right; softmax_scale resolved (None until
-    with_options); FlashAttention's window_size and attention_chunk (checked: checks.check_mask)."""
+    with_options); FlashAttention's window_size and attention_chunk (checked: checks.check_mask), softcap
+    and whether sinks are given (checks.check_softcap, check_sinks)."""
 
     batch: int
     seqlen_q: int
@@ -29,6 +30,8 @@ class AttnProblem:
     softmax_scale: float | None = None
     window_size: tuple = (-1, -1)
     attention_chunk: int = 0
+    softcap: float = 0.0           # > 0: scores capped to softcap * tanh(s / softcap); 0: none
+    sinks: bool = False            # a float32 [heads] sink logit per head (the tensor travels with the call)
 
     @classmethod
     def of(cls, q_shape, k_shape, dtype: str, *, causal: bool = False, softmax_scale: float | None = None) -> "AttnProblem":
@@ -40,9 +43,10 @@ class AttnProblem:
                    float(d ** -0.5 if softmax_scale is None else softmax_scale))
 
     def with_options(self, *, causal: bool, softmax_scale: float, window_size: tuple = (-1, -1),
-                     attention_chunk: int = 0) -> "AttnProblem":
+                     attention_chunk: int = 0, softcap: float = 0.0, sinks: bool = False) -> "AttnProblem":
         return replace(self, causal=bool(causal), softmax_scale=float(softmax_scale),
-                       window_size=tuple(window_size), attention_chunk=int(attention_chunk))
+                       window_size=tuple(window_size), attention_chunk=int(attention_chunk),
+                       softcap=float(softcap), sinks=bool(sinks))
 
     @property
     def mask(self) -> Mask:

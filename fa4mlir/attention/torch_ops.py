@@ -3,10 +3,12 @@ its first call with torch tensors, so importing fa4mlir stays torch-free).
 
     fa4mlir::flash_attn_fwd(Tensor q, Tensor k, Tensor v, float? softmax_scale, bool causal,
                             str? bundle, SymInt window_left=-1, SymInt window_right=-1,
-                            SymInt attention_chunk=0) -> (Tensor out, Tensor lse)
+                            SymInt attention_chunk=0, float softcap=0., Tensor? sinks=None)
+                            -> (Tensor out, Tensor lse)
     fa4mlir::flash_attn_fwd_out(Tensor q, Tensor k, Tensor v, Tensor(a3!) out, Tensor(a4!)? lse,
                                 float? softmax_scale, bool causal, str? bundle, SymInt window_left=-1,
-                                SymInt window_right=-1, SymInt attention_chunk=0) -> ()
+                                SymInt window_right=-1, SymInt attention_chunk=0, float softcap=0.,
+                                Tensor? sinks=None) -> ()
 
 ``flash_attn_fwd`` is functional: it allocates out and lse (the usual call; what torch.compile's
 graphs and CUDA-graph pools like best). ``flash_attn_fwd_out`` writes the caller's out= (and lse=)
@@ -35,7 +37,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_
 
 from ..runtime import GMEM_ALIGN_BYTES, TensorInfo
 from ..tensors import TORCH_DTYPES
-from .checks import check_bundle, check_inputs, check_scale
+from .checks import check_bundle, check_inputs, check_scale, check_softcap
 from .dense import _flash_attn, check_no_grad
 
 NAMESPACE = "fa4mlir"
@@ -44,23 +46,24 @@ NAMESPACE = "fa4mlir"
 @torch.library.custom_op(f"{NAMESPACE}::flash_attn_fwd", mutates_args=())
 def flash_attn_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],
                    causal: bool, bundle: Optional[str], window_left: int = -1, window_right: int = -1,
-                   attention_chunk: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+                   attention_chunk: int = 0, softcap: float = 0.0,
+                   sinks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """out [batch, seqlen_q, heads, head_dim] (q's dtype) and lse float32 [batch, heads, seqlen_q]."""
     return _flash_attn(q, k, v, softmax_scale, causal, None, None, _bundle(bundle), None, (window_left, window_right),
-                       attention_chunk)
+                       attention_chunk, softcap, sinks)
 
 
 @torch.library.custom_op(f"{NAMESPACE}::flash_attn_fwd_out", mutates_args=("out", "lse"))
 def flash_attn_fwd_out(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                        lse: Optional[torch.Tensor], softmax_scale: Optional[float], causal: bool,
                        bundle: Optional[str], window_left: int = -1, window_right: int = -1,
-                       attention_chunk: int = 0) -> None:
+                       attention_chunk: int = 0, softcap: float = 0.0, sinks: Optional[torch.Tensor] = None) -> None:
     """Writes out (and lse when given) in place."""
     _flash_attn(q, k, v, softmax_scale, causal, out, lse, _bundle(bundle), None, (window_left, window_right),
-                attention_chunk)
+                attention_chunk, softcap, sinks)
 
 
-def _check_fake(q, k, v, softmax_scale) -> None:
+def _check_fake(q, k, v, softmax_scale, softcap=0.0) -> None:
     """The pure input checks on fake tensors whose sizes and strides are concrete (symbolic sizes:
     the implementation checks them at run time)."""
     dims = [*q.shape, *q.stride(), *k.shape, *k.stride(), *v.shape, *v.stride()]
@@ -70,20 +73,21 @@ def _check_fake(q, k, v, softmax_scale) -> None:
     infos = [TensorInfo(GMEM_ALIGN_BYTES, tuple(x.shape), tuple(x.stride()), TORCH_DTYPES.get(str(x.dtype).split(".")[-1], "?"),
                         "cuda", True) for x in (q, k, v)]
     problem = check_inputs(*infos)
-    check_scale(softmax_scale, problem.head_dim)
+    check_softcap(softcap, check_scale(softmax_scale, problem.head_dim))
 
 
 @flash_attn_fwd.register_fake
-def _flash_attn_fwd_fake(q, k, v, softmax_scale, causal, bundle, window_left=-1, window_right=-1, attention_chunk=0):
-    _check_fake(q, k, v, softmax_scale)
+def _flash_attn_fwd_fake(q, k, v, softmax_scale, causal, bundle, window_left=-1, window_right=-1, attention_chunk=0,
+                         softcap=0.0, sinks=None):
+    _check_fake(q, k, v, softmax_scale, softcap)
     batch, seqlen_q, heads, _ = q.shape
     return q.new_empty(q.shape), q.new_empty((batch, heads, seqlen_q), dtype=torch.float32)
 
 
 @flash_attn_fwd_out.register_fake
 def _flash_attn_fwd_out_fake(q, k, v, out, lse, softmax_scale, causal, bundle, window_left=-1, window_right=-1,
-                             attention_chunk=0):
-    _check_fake(q, k, v, softmax_scale)
+                             attention_chunk=0, softcap=0.0, sinks=None):
+    _check_fake(q, k, v, softmax_scale, softcap)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -129,25 +133,29 @@ def _plain_eager(q) -> bool:
             and _current_dispatch_mode() is None and not torch._C._is_torch_function_mode_enabled())
 
 
-def flash_attn(q, k, v, softmax_scale, causal, return_lse, out, lse, bundle, window=(-1, -1), chunk=0):
+def flash_attn(q, k, v, softmax_scale, causal, return_lse, out, lse, bundle, window=(-1, -1), chunk=0, softcap=0.0,
+               sinks=None):
     """dense.flash_attn_func on torch tensors: the autograd check, then one op call (in plain
     eager mode the op's implementation itself, which computes the same thing). window, chunk:
-    checked window_size and attention_chunk (checks.check_mask)."""
-    check_no_grad(q, k, v)
+    checked window_size and attention_chunk (checks.check_mask); softcap (a number for the schema's
+    float: checks.check_softcap) and sinks as flash_attn_func takes them."""
+    check_no_grad(q, k, v, sinks)
     if softmax_scale is not None and type(softmax_scale) is not float:
         softmax_scale = check_scale(softmax_scale, q.shape[-1] if q.dim() else 1)  # ints, 0-d arrays
     if _plain_eager(q):
-        out, lse = _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, None, window, chunk)
+        out, lse = _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, None, window, chunk, softcap, sinks)
         return (out, lse) if return_lse else out
+    if type(softcap) is not float:   # the schema's float: ints and numpy scalars as floats, the rest refused
+        softcap = check_softcap(softcap, check_scale(softmax_scale, max(q.shape[-1], 1) if q.dim() else 1))
     arg = _bundle_arg(bundle)
     if out is None and lse is None:
-        out, lse = _FWD(q, k, v, softmax_scale, bool(causal), arg, *window, chunk)
+        out, lse = _FWD(q, k, v, softmax_scale, bool(causal), arg, *window, chunk, softcap, sinks)
     else:
         if out is None:
             out = q.new_empty(q.shape)
         if lse is None and return_lse and q.dim() == 4:
             lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
-        _FWD_OUT(q, k, v, out, lse, softmax_scale, bool(causal), arg, *window, chunk)
+        _FWD_OUT(q, k, v, out, lse, softmax_scale, bool(causal), arg, *window, chunk, softcap, sinks)
     return (out, lse) if return_lse else out
 
 

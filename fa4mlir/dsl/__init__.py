@@ -11,10 +11,10 @@ Import direction: tree <- core <- kernel <- this package; neither module imports
 from __future__ import annotations
 
 from .core import (ELEM_BYTES, KernelIR, ParamSpec, PipeState, Pipeline, TmaSpec, Value, const, exp2, fast_div,
-                   floor, fma, fmax, log2, mlir_type, select, source_loc, tree_reduce, umulhi, undef, vec)
+                   floor, fma, fmax, log2, mlir_type, select, source_loc, tanh, tree_reduce, umulhi, undef, vec)
 from . import tree
 from .kernel import KernelBuilder, Param
 
 __all__ = ["KernelBuilder", "KernelIR", "Param", "Value", "Pipeline", "PipeState", "const", "select", "exp2",
-           "log2", "floor", "fmax", "fma", "undef", "tree_reduce", "vec", "umulhi", "fast_div",
+           "log2", "tanh", "floor", "fmax", "fma", "undef", "tree_reduce", "vec", "umulhi", "fast_div",
            "tree", "mlir_type", "source_loc", "ParamSpec", "TmaSpec", "ELEM_BYTES"]

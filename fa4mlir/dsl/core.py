@@ -272,6 +272,11 @@ def log2(x: Value) -> Value:
     return Value(math.log2(x.v, loc=source_loc()))
 
 
+def tanh(x: Value) -> Value:
+    """tanh(x) (lowers to the hardware's tanh.approx: one SFU op, max relative error 2^-11)."""
+    return Value(math.tanh(x.v, loc=source_loc()))
+
+
 def floor(x: Value) -> Value:
     """Round toward -inf (float; cvt.rmi on NVPTX)."""
     return Value(math.floor(x.v, loc=source_loc()))

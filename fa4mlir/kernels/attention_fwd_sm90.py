@@ -42,6 +42,15 @@ the causal diagonal or the seqlen_k tail run the masked variant (a persistent ke
 block runs unmasked when every row sees all of it). Causal is aligned bottom-right
 (query i sees key j iff j <= i + seqlen_k - seqlen_q); a row that sees no key gets O = 0 and
 LSE = +inf, as FlashAttention returns.
+Score modifiers (compile-time flags, each its own kernel; see notes/RESULTS.md [D-softcap] [D-sinks]):
+`softcap` caps each score as FlashAttention does, s' = c * tanh(s * scale / c). The kernel takes
+softcap_scale = scale / c and scale_log2 = c * log2(e) (one kernel serves every cap): it keeps
+t = tanh(S * softcap_scale) (tanh.approx: one SFU op) in S's registers, in units of c, so the
+softmax, its max and the LSE run unchanged on t, p = exp2(t * scale_log2 - m * scale_log2) =
+exp(s' - c m), and the masks set t to -inf after the tanh. `sinks` adds a learned logit per head
+(gpt-oss) to each row's denominator in the epilogue: with a = m * scale_log2, b = sink * log2(e)
+and M = max(a, b), l' = l * 2^(a - M) + 2^(b - M), O = O * 2^(a - M) / l' and LSE = (M + log2 l')
+* ln 2, stable for any sink; a row that sees no key gets O = 0 and LSE = sink.
 """
 from __future__ import annotations
 
@@ -50,9 +59,10 @@ from typing import NamedTuple
 
 from .. import dsl
 from ..dialect import builders as fa4
-from ..dsl import (ELEM_BYTES, KernelBuilder, PipeState, Value, const, fast_div, fma, fmax, log2, select, tree_reduce,
-                   undef, vec)
-from .attention_sm90_config import LAUNCH_PARAMS, AttnConfig, causal_pair_slot, dealt_tile, section_tile
+from ..dsl import (ELEM_BYTES, KernelBuilder, PipeState, Value, const, exp2, fast_div, fma, fmax, log2, select, tanh,
+                   tree_reduce, undef, vec)
+from .attention_sm90_config import AttnConfig, causal_pair_slot, dealt_tile, launch_params, section_tile
+from .common.constants import LOG2E
 from .common.masks import ValueOps, block_range, hidden, key_window, tile_blocks, visible_keys
 from .common.softmax import exp2_mixed, max_update
 from .common.wgmma import a_frag_pairs, acc_col, acc_pair, acc_row, row_regs, wait_group
@@ -71,14 +81,14 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
     nch = cfg.d_chunks
     q_bytes = cfg.bm * nch * SWIZZLE
     kv_bytes = cfg.bn * nch * SWIZZLE
-    name = (f"attention_fwd_sm90_{cfg.dtype}_d{cfg.head_dim}{cfg.mask.tag()}"
+    name = (f"attention_fwd_sm90_{cfg.dtype}_d{cfg.head_dim}{cfg.mask.tag()}{cfg.score_tag()}"
             f"_{cfg.bm}x{cfg.bn}_s{cfg.stages}{'' if cfg.pingpong else '_nopp'}{'_pers' if cfg.persistent else ''}"
             f"{cfg.name_suffix()}")
     kb = KernelBuilder(name, arch="sm_90a", block=(cfg.threads, 1, 1), config=cfg.key())
-    # the launch contract (attention_sm90_config.LAUNCH_PARAMS), in its order. TMA boxes, innermost
+    # the launch contract (attention_sm90_config.launch_params), in its order. TMA boxes, innermost
     # first over [batch, seqlen, heads, head_dim]: (columns, 1 head, rows, 1 batch)
     box = {"q": cfg.bm, "k": cfg.bn, "v": cfg.bn, "o": 64}
-    p = kb.params_from(LAUNCH_PARAMS, tma={n: dict(dtype=cfg.dtype, box=(CHUNK, 1, rows, 1), swizzle="128B")
+    p = kb.params_from(launch_params(cfg), tma={n: dict(dtype=cfg.dtype, box=(CHUNK, 1, rows, 1), swizzle="128B")
                                            for n, rows in box.items()})
     q_desc, k_desc, v_desc, o_desc, lse_ptr = (p[n] for n in ("q", "k", "v", "o", "lse"))
 
@@ -99,7 +109,8 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
         o_smem = kb.smem("o_smem", q_bytes) if cfg.persistent else q_smem
         kb.pipeline_init()
         params = _Params(p["batch"], p["heads"], p["seqlen_q"], p["seqlen_k"], p["scale_log2"], div("group"),
-                         div("tiles"), div("heads"), (p["section_shift"], div("rest")))
+                         div("tiles"), div("heads"), (p["section_shift"], div("rest")), p.get("softcap_scale"),
+                         p.get("sinks"))
         bufs = _Buffers(q_smem, k_smem, v_smem, o_smem, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_desc, o_desc,
                         lse_ptr, q_bytes, kv_bytes)
         tiles = _Tiles(kb, cfg, params)
@@ -108,7 +119,7 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
             with kb.role("load", first_warp=0, num_warps=1, regs=cfg.producer_regs):
                 _load_role(kb, cfg, tiles, bufs)
             with kb.role("mma", first_warp=4, num_warps=4 * cfg.consumers, regs=cfg.consumer_regs):
-                _mma_role(kb, cfg, tiles, bufs, params.scale_log2)
+                _mma_role(kb, cfg, tiles, bufs, params)
     return kb.finish()
 
 
@@ -125,6 +136,8 @@ class _Params:
     div_tiles: tuple       # query tiles per (head, batch)
     div_heads: tuple       # heads
     sections: tuple        # causal tile order: (section_shift, the rest's divisor), see section_tile
+    softcap_scale: Value | None = None   # softcap: softmax_scale / cap, the factor before the tanh
+    sinks: Value | None = None           # sinks: float32 [heads] sink logits (natural-log units)
 
 
 @dataclass(frozen=True)
@@ -357,9 +370,10 @@ def _load_tile(kb, cfg, bufs: _Buffers, geo: _Geometry, counts: _Counts | None):
 class _Consumer:
     """One consumer warpgroup's view: its rows, fragment coordinates and GEMM issue helpers."""
 
-    def __init__(self, kb, cfg, geo, bufs: _Buffers, scale_log2):
+    def __init__(self, kb, cfg, geo, bufs: _Buffers, params: _Params):
         self.kb, self.cfg, self.geo, self.bufs = kb, cfg, geo, bufs
-        self.scale_log2 = scale_log2
+        self.scale_log2 = params.scale_log2
+        self.softcap_scale, self.sinks = params.softcap_scale, params.sinks
         tid = kb.thread_idx(0)
         # 0 .. cfg.consumers - 1, broadcast so ptxas keeps this warpgroup's Q/O addresses and wgmma
         # descriptors in uniform registers (else an R2UR pair before every wgmma)
@@ -441,6 +455,8 @@ class _Consumer:
         (common.softmax.exp2_mixed)."""
         kb, cfg, geo = self.kb, self.cfg, self.geo
         s = [s_acc[i] for i in range(self.n_s)]
+        if cfg.softcap:  # t = tanh(s * scale / cap), in units of cap (scale_log2 = cap * log2 e): before the mask
+            s = [tanh(x * self.softcap_scale) for x in s]
         if masked and geo.first is None:  # register i holds key col0 + acc_col(i) of row acc_row(i) (common/wgmma.py)
             col0 = j * cfg.bn + self.t4 * 2
             visible = [visible_keys(col0, self.grow[h], geo.seqlen_q, geo.seqlen_k, cfg.causal) for h in (0, 1)]
@@ -528,8 +544,8 @@ class _Turns:
                 self.kb.named_barrier(BAR_SCHED, 256)
 
 
-def _mma_role(kb, cfg, tiles: _Tiles, bufs: _Buffers, scale_log2: Value):
-    cs = _Consumer(kb, cfg, tiles.fixed, bufs, scale_log2)
+def _mma_role(kb, cfg, tiles: _Tiles, bufs: _Buffers, params: _Params):
+    cs = _Consumer(kb, cfg, tiles.fixed, bufs, params)
     turns = _Turns(kb, cfg, cs.wg)
     turns.start()
     tiles.each(lambda geo, counts: _consume_tile(cs.at(geo), turns, counts))
@@ -705,13 +721,28 @@ def _epilogue(cs: _Consumer, acc: _Acc):
     kb, cfg, bufs, geo = cs.kb, cs.cfg, cs.bufs, cs.geo
     o, m, l = acc
     inv, lse = [], []
+    sink = None
+    if cfg.sinks:   # this head's sink logit, in log2 units
+        sink = kb.load(kb.gep(cs.sinks, geo.head, "f32"), "f32", align=4) * LOG2E
     for h in (0, 1):
         total = l[h] + kb.shuffle_xor(l[h], 1)
         total = total + kb.shuffle_xor(total, 2)
-        empty = total.eq(0.0)
-        inv.append(select(empty, const(0.0, "f32"), const(1.0, "f32") / total))
+        if sink is None:
+            empty = total.eq(0.0)
+            inv.append(select(empty, const(0.0, "f32"), const(1.0, "f32") / total))
+            m_scaled = m[h] * cs.scale_log2
+            lse.append(select(empty, const(float("inf"), "f32"), (m_scaled + log2(total)) * LN2))
+            continue
         m_scaled = m[h] * cs.scale_log2
-        lse.append(select(empty, const(float("inf"), "f32"), (m_scaled + log2(total)) * LN2))
+        # the sink joins the row's max and sum (module note): M = max(a, b) (0 when both are -inf, so that
+        # no -inf - -inf is formed), l' = l 2^(a - M) + 2^(b - M), O scaled by 2^(a - M) / l'
+        top = fmax(m_scaled, sink)
+        top = select(top.eq(NEG_INF), const(0.0, "f32"), top)
+        keys = exp2(m_scaled - top)
+        total = fma(total, keys, exp2(sink - top))
+        empty = total.eq(0.0)
+        inv.append(select(empty, const(0.0, "f32"), keys / total))
+        lse.append(select(empty, const(float("inf"), "f32"), (top + log2(total)) * LN2))
     # 1. O / l, converted, into this warpgroup's 64 rows of the O tile (the Q tile unless persistent;
     #    128B swizzle, as TMA reads it)
     nch = cfg.d_chunks

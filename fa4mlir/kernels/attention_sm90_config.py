@@ -37,6 +37,11 @@ class AttnConfig:
     window_left: int = -1
     window_right: int = -1
     chunk: int = 0
+    # score modifiers, fixed at compile time [D-softcap] [D-sinks]: softcap replaces each scaled score
+    # s by c * tanh(s / c), the cap c a launch argument (launch_params: softcap_scale); sinks adds a
+    # learned logit per head to each row's softmax denominator (launch_params: a float32 [heads] pointer)
+    softcap: bool = False
+    sinks: bool = False
     bm: int = 128             # query rows per CTA: 64 per consumer warpgroup (128: 2, 192: 3)
     bn: int = 128             # key/value rows per pipeline block
     stages: int = 2           # K and V ring depth, >= 2
@@ -254,14 +259,19 @@ class AttnConfig:
         o_tile = self.bm * row if self.persistent else 0
         return self.q_stages * self.bm * row + o_tile + 2 * self.stages * self.bn * row + 1024
 
+    def score_tag(self) -> str:
+        """Kernel-name tags of the score modifiers ('' for none): _softcap, _sink."""
+        return ("_softcap" if self.softcap else "") + ("_sink" if self.sinks else "")
+
     def name_suffix(self) -> str:
         """Kernel-name tags of the non-default softmax knobs ('' for the defaults): _poly4, _lazy8, _rb."""
         tags = softmax_knob_tags(self.exp2_poly_stride, self.rescale_threshold)
         return tags + ("_rb" if self.rescale_before_pv else "")
 
     def key(self) -> dict:
-        """The config as a dict, every field (the mask's too: a bundle query by key() picks one kernel;
-        bundles from before the masks lack them, which attention.plan.select_entry reads as none)."""
+        """The config as a dict, every field (the mask's and score modifiers' too: a bundle query by
+        key() picks one kernel; bundles from before them lack them, which attention.plan.select_entry
+        reads as none)."""
         return {"kernel": KERNEL, **self.__dict__}
 
     @classmethod
@@ -351,11 +361,15 @@ def _mask_fields(mask: Mask) -> dict:
 
 
 def default_config(dtype: str, head_dim: int, causal: bool, seqlen_k: int | None = None,
-                   mask: Mask | None = None) -> AttnConfig:
+                   mask: Mask | None = None, *, softcap: bool = False, sinks: bool = False) -> AttnConfig:
     """The measured tiles for (head_dim, causal): TILES, or SHORT_TILES when seqlen_k is given and
     at most SHORT_SEQLEN_K of the case; plus the case's measured code knobs (KNOBS). `mask` (common.
     masks; None: causal's or none) sets the mask fields, on the tiles of its causal flag (a window or
-    chunk has its own kernel on the same tiles)."""
+    chunk has its own kernel on the same tiles). `softcap`, `sinks`: the score modifiers' kernel on
+    the same tiles and knobs [D-softcap] [D-sinks]."""
+    if softcap or sinks:
+        return replace(default_config(dtype, head_dim, causal, seqlen_k, mask), softcap=bool(softcap),
+                       sinks=bool(sinks)).validate()
     if mask is not None:
         fields_ = _mask_fields(mask)
         cfg = default_config(dtype, head_dim, fields_["causal"], seqlen_k)
@@ -384,10 +398,12 @@ def config_from_spec(spec: str) -> AttnConfig:
     return replace(base, **values).validate()
 
 
-def default_configs(dtype: str, head_dim: int, causal: bool, mask: Mask | None = None) -> list[AttnConfig]:
-    """Every config default_config picks for (dtype, head_dim, causal, mask) at some seqlen_k: the
-    long one first."""
-    out = [default_config(dtype, head_dim, causal, mask=mask), default_config(dtype, head_dim, causal, 1, mask=mask)]
+def default_configs(dtype: str, head_dim: int, causal: bool, mask: Mask | None = None, *, softcap: bool = False,
+                    sinks: bool = False) -> list[AttnConfig]:
+    """Every config default_config picks for (dtype, head_dim, causal, mask, softcap, sinks) at some
+    seqlen_k: the long one first."""
+    mods = dict(mask=mask, softcap=softcap, sinks=sinks)
+    out = [default_config(dtype, head_dim, causal, **mods), default_config(dtype, head_dim, causal, 1, **mods)]
     return out[:1] if out[0] == out[1] else out
 
 
@@ -438,6 +454,19 @@ LAUNCH_PARAMS = (*TENSOR_PARAMS, ("batch", "i32"), ("heads", "i32"), ("seqlen_q"
                  ("section_shift", "i32"), ("rest_mul", "i32"), ("rest_shr", "i32"))
 
 
+# The score modifiers' parameters, after LAUNCH_PARAMS (so kernels without them keep their PTX):
+# softcap_scale = softmax_scale / softcap, the factor before the tanh [D-softcap]; sinks, float32
+# [heads] logits [D-sinks].
+SOFTCAP_PARAMS = (("softcap_scale", "f32"),)
+SINK_PARAMS = (("sinks", "ptr"),)
+
+
+def launch_params(config: AttnConfig) -> tuple:
+    """The config's launch contract, (name, kind) in PTX order: LAUNCH_PARAMS, then SOFTCAP_PARAMS
+    with softcap and SINK_PARAMS with sinks."""
+    return (*LAUNCH_PARAMS, *(SOFTCAP_PARAMS if config.softcap else ()), *(SINK_PARAMS if config.sinks else ()))
+
+
 def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) -> dict:
     """The kernel's parameters by name (LAUNCH_PARAMS): the tensors q, k, v, o ([B, S, H, D] each,
     TMA) and lse (float32 [B, H, Sq], contiguous) from `tensors` (a mapping), then from `problem`
@@ -446,7 +475,9 @@ def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) 
     index's split (query tiles per (head, batch), or pairs of them for a causal persistent kernel)
     and heads; then the section shift of a causal one-tile-per-CTA grid (section_shift, from the
     device's `l2_bytes`; 0 for other kernels, which do not read it) and the divisor of its last,
-    partial section's (head, batch) count (section_tile)."""
+    partial section's (head, batch) count (section_tile). A softcap kernel takes its scale as
+    softcap * log2(e) and softcap_scale = softmax_scale / softcap (problem.softcap, > 0) [D-softcap];
+    a sinks kernel the tensor `sinks` [D-sinks]."""
     tiles = query_tiles(config, problem.seqlen_q)
     split = (tiles + 1) // 2 if config.causal and config.persistent else tiles
     sectioned = config.causal and not config.persistent
@@ -458,7 +489,14 @@ def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) 
     for name, n in (("group", problem.heads_per_kv), ("tiles", max(split, 1)), ("heads", problem.heads),
                     ("rest", max(rest, 1))):
         args[f"{name}_mul"], args[f"{name}_shr"] = divisor(int(n))
-    return {name: args[name] for name, _ in LAUNCH_PARAMS}   # in PTX order, every parameter once
+    if config.softcap:
+        cap = float(getattr(problem, "softcap", 0.0))
+        if not cap > 0:
+            raise ValueError(f"a softcap kernel ({config.score_tag()}) needs problem.softcap > 0, got {cap!r}")
+        args.update(scale_log2=cap * LOG2E, softcap_scale=float(problem.softmax_scale) / cap)
+    if config.sinks:
+        args["sinks"] = tensors["sinks"]
+    return {name: args[name] for name, _ in launch_params(config)}   # in PTX order, every parameter once
 
 
 class IntOps:
@@ -529,5 +567,5 @@ def flops(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int, c
 
 __all__ = ["AttnConfig", "default_config", "default_configs", "SHORT_SEQLEN_K", "SHORT_TILES", "is_short",
            "query_tiles", "dealt_tile", "causal_pair_slot", "section_tile", "section_shift", "L2_BYTES",
-           "SECTION_L2_SHARE", "IntOps", "grid", "launch_args", "LAUNCH_PARAMS", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "DTYPES", "BMS",
+           "SECTION_L2_SHARE", "IntOps", "grid", "launch_args", "launch_params", "LAUNCH_PARAMS", "SOFTCAP_PARAMS", "SINK_PARAMS", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "DTYPES", "BMS",
            "TILES", "KNOBS", "TILE_FIELDS", "KNOB_FIELDS"]

@@ -5,7 +5,9 @@ FP8 conversions -> cvt.
 f16x2 pair, exact (nvvm in LLVM 22 has no op for it).
 
 `math.exp2` -> `ex2.approx.ftz.f32` and `math.log2` -> `lg2.approx.ftz.f32` (PTX ISA 9.7.4.5,
-9.7.4.4: max relative error 2^-22 over the normal range; subnormal inputs and results flush to 0).
+9.7.4.4: max relative error 2^-22 over the normal range; subnormal inputs and results flush to 0);
+`math.tanh` -> `tanh.approx.f32` (PTX ISA 9.7.4.9, sm_75+: one SFU op, max relative error 2^-11,
+the softcap's tanh as FlashAttention-3/4 compute it; subnormal results are not flushed).
 LLVM's NVPTX back end has no lowering of `llvm.log2.f32` without libdevice, and picking the
 instruction here keeps the softmax's exp2 the single SFU op FlashAttention budgets for. Other
 element types are rejected rather than silently routed elsewhere.
@@ -16,8 +18,9 @@ from .._mlir import ir, nvvm
 from ._util import PassError, check_none_left, kernel_func, ops_named, replace
 
 NAME = "fa4-lower-math"
-OPS = ("math.exp2", "math.log2", "fa4.cvt_e4m3x2")
+OPS = ("math.exp2", "math.log2", "math.tanh", "fa4.cvt_e4m3x2")
 PTX = {"math.exp2": "ex2.approx.ftz.f32 $0, $1;", "math.log2": "lg2.approx.ftz.f32 $0, $1;",
+       "math.tanh": "tanh.approx.f32 $0, $1;",
        "fa4.cvt_e4m3x2": "cvt.rn.f16x2.e4m3x2 $0, $1;"}
 
 
@@ -28,7 +31,7 @@ def run(module: ir.Operation) -> None:
     for op in ops_named(func, "fa4.cvt_e4m3x2"):
         with ir.InsertionPoint(op), op.location:
             replace(op, [nvvm.InlinePtxOp([i32], [op.operands[0]], [], PTX[op.name]).results[0]])
-    for op in ops_named(func, *OPS[:2]):
+    for op in ops_named(func, *OPS[:3]):
         x = op.operands[0]
         if x.type != f32:
             raise PassError(f"{NAME}: {op.name} is lowered for f32 only, got {x.type}", op.location)

@@ -73,3 +73,21 @@ module attributes {gpu.container_module} {
     }
   }
 }
+
+// -----
+
+// The softcap's tanh: math.tanh -> tanh.approx.f32 (PTX ISA 9.7.4.9), one SFU op per score.
+// CHECK-LABEL: llvm.func @softcap
+// CHECK-SAME: (%[[S:[^:]+]]: f32, %[[C:[^:]+]]: f32)
+// CHECK: %[[X:.*]] = arith.mulf %[[S]], %[[C]] : f32
+// CHECK: nvvm.inline_ptx "tanh.approx.f32 $0, $1;" ro(%[[X]] : f32) -> f32
+// CHECK-NOT: math.tanh
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @softcap(%s: f32, %c: f32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      %x = arith.mulf %s, %c : f32
+      %t = math.tanh %x : f32
+      llvm.return
+    }
+  }
+}

@@ -170,7 +170,7 @@ def fma(p, op, a, r):
 
 
 _MATH = {"math.exp2": np.exp2, "math.log2": np.log2, "math.exp": np.exp, "math.log": np.log, "math.sqrt": np.sqrt,
-         "math.absf": np.abs, "math.floor": np.floor, "math.rsqrt": lambda x: 1 / np.sqrt(x)}
+         "math.absf": np.abs, "math.floor": np.floor, "math.rsqrt": lambda x: 1 / np.sqrt(x), "math.tanh": np.tanh}
 
 
 @semantics(*_MATH)
