@@ -71,7 +71,8 @@ def _case(page: int | None, grain: str, seed: int = 0) -> dict:
 
 
 def _interpret(page: int | None, grain: str, c: dict) -> tuple[np.ndarray, np.ndarray]:
-    """The split kernel over the case (one split per sequence), combined on the host."""
+    """The split kernel over the case (two splits per sequence: one split would take the unsplit
+    variant, tests/test_kvcache_interpret.py), combined on the host."""
     q_bits = c["q"].view(torch.int16).numpy().view(np.uint16)
     lens = c["lens"]
     table = c["table"] if c["table"] is not None else lens
@@ -79,7 +80,7 @@ def _interpret(page: int | None, grain: str, c: dict) -> tuple[np.ndarray, np.nd
         _info(q_bits, "bf16"), _info(c["k_cache"], "e4m3"), _info(c["v_cache"], "e4m3"), _info(lens, "i32"),
         None if c["table"] is None else _info(table, "i32"), k_scale=_info(c["k_scale"], "f32"),
         v_scale=_info(c["v_scale"], "f32"))
-    plan = kc.plan_problem(problem.with_options(causal=True, softmax_scale=D ** -0.5, num_splits=1,
+    plan = kc.plan_problem(problem.with_options(causal=True, softmax_scale=D ** -0.5, num_splits=2,
                                                 return_lse=False), 132)
     cfg, _ = configs_for(plan)
     assert cfg == dec.default_config("bf16", D, page, grain) and cfg.fp8
