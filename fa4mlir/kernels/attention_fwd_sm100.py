@@ -37,8 +37,8 @@ Note "Stale V rows": a paged box that starts before the length L_b and ends past
 rows past L_b (unused rows of the last page, stale tokens), which may hold anything, NaN included.
 K's are harmless (their scores are masked to -inf by select), but O += P V multiplies V's by P = 0,
 and 0 x NaN is NaN. So in the tile holding L_b, once V_n is full, the MMA thread writes zeros over
-V rows [L_b - n BN, BN) of the stage and fences them to the async proxy (fence.proxy.async) before
-its tcgen05.mma reads the stage. Boxes that start at or past L_b were zero-filled by TMA.
+V rows [L_b - n BN, BN) of the stage, fences them to the async proxy (fence.proxy.async) and orders
+them before its next tcgen05.mma (tcgen05.fence::after_thread_sync), which reads the stage. Boxes that start at or past L_b were zero-filled by TMA.
 """
 from __future__ import annotations
 
@@ -338,6 +338,7 @@ def _wait_v(kb, cfg, geo: _Geometry, bufs: _Buffers, n: Value, st: PipeState):
         with kb.if_(valid.slt(cfg.bn)).then_():
             v_tile = kb.gep(bufs.v_smem, st.stage * bufs.v_tile, "i8")
             paged_rows.zero_rows(kb, v_tile, valid, cfg.bn, cfg.padded_head_dim_v // CHUNK, SW)
+            kb.fence("tcgen05_after")     # this thread's zeros are ordered before its next tcgen05.mma
 
 
 def _mma_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
