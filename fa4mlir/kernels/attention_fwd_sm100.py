@@ -37,8 +37,11 @@ Note "Stale V rows": a paged box that starts before the length L_b and ends past
 rows past L_b (unused rows of the last page, stale tokens), which may hold anything, NaN included.
 K's are harmless (their scores are masked to -inf by select), but O += P V multiplies V's by P = 0,
 and 0 x NaN is NaN. So in the tile holding L_b, once V_n is full, the MMA thread writes zeros over
-V rows [L_b - n BN, BN) of the stage, fences them to the async proxy (fence.proxy.async) and orders
-them before its next tcgen05.mma (tcgen05.fence::after_thread_sync), which reads the stage. Boxes that start at or past L_b were zero-filled by TMA.
+V rows [L_b - n BN, BN) of the stage and fences them to the async proxy (fence.proxy.async): its own
+next tcgen05.mma, which reads the stage through the async proxy, then sees them (PTX ISA 9.1
+§9.7.16.6.5; same thread, no thread sync, so no tcgen05.fence). Boxes that start at or past L_b were
+zero-filled by TMA. A sequence of length 0 visits no block: the epilogue writes zeros without
+reading O from TMEM, which no MMA wrote.
 """
 from __future__ import annotations
 
@@ -338,7 +341,6 @@ def _wait_v(kb, cfg, geo: _Geometry, bufs: _Buffers, n: Value, st: PipeState):
         with kb.if_(valid.slt(cfg.bn)).then_():
             v_tile = kb.gep(bufs.v_smem, st.stage * bufs.v_tile, "i8")
             paged_rows.zero_rows(kb, v_tile, valid, cfg.bn, cfg.padded_head_dim_v // CHUNK, SW)
-            kb.fence("tcgen05_after")     # this thread's zeros are ordered before its next tcgen05.mma
 
 
 def _mma_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
@@ -568,7 +570,14 @@ class _Correction:
         with kb.if_(geo.n_blocks.gt(0)).then_():
             o_pipe.consumer_wait(st.o)                   # the last O_i += P_i V completed
             kb.fence("tcgen05_after")
-        self.store_o_tile(i, inv, empty)
+        if cfg.paged:    # a sequence of length 0 visits no block: TMEM holds no O_i, so none is read
+            br = kb.if_(geo.n_blocks.gt(0))
+            with br.then_():
+                self.store_o_tile(i, inv, empty)
+            with br.else_():
+                self.store_o_tile(i, inv, empty, from_tmem=False)
+        else:
+            self.store_o_tile(i, inv, empty)
         with kb.if_(geo.n_blocks.gt(0)).then_():
             kb.fence("tcgen05_before")
             o_pipe.consumer_release(st.o)
@@ -589,17 +598,20 @@ class _Correction:
             base = (geo.batch * geo.heads + head).to("i64") * geo.seqlen_q.to("i64")
             kb.store(lse, kb.gep(bufs.lse_ptr, base + row.to("i64"), "f32"), align=4)
 
-    def store_o_tile(self, i: int, inv: Value, empty: Value):
+    def store_o_tile(self, i: int, inv: Value, empty: Value, from_tmem: bool = True):
         """Row t of O_i / l (0 for a row without keys; TMEM holds no O then) into Q_i's tile, 128B-swizzled:
-        16-byte unit u of a 128-byte row r lands at unit u ^ (r % 8)."""
+        16-byte unit u of a 128-byte row r lands at unit u ^ (r % 8). `from_tmem=False`: zeros, O_i unread."""
         kb, cfg, bufs, t = self.kb, self.cfg, self.bufs, self.t
         row_base = kb.gep(bufs.q_smem, t * SW + i * bufs.q_tile, "i8")
         zero = const(0.0, "f32")
         for ch in range(cfg.padded_head_dim_v // EPI_COLS):
-            o = tcgen05.tmem_load(self.o_addr[i] + ch * EPI_COLS, EPI_COLS)
-            fa4.tmem_wait(kind="ld")
-            o = o.bitcast(("f32", EPI_COLS))
-            vals = [select(empty, zero, o[j] * inv) for j in range(EPI_COLS)]
+            if from_tmem:
+                o = tcgen05.tmem_load(self.o_addr[i] + ch * EPI_COLS, EPI_COLS)
+                fa4.tmem_wait(kind="ld")
+                o = o.bitcast(("f32", EPI_COLS))
+                vals = [select(empty, zero, o[j] * inv) for j in range(EPI_COLS)]
+            else:
+                vals = [zero] * EPI_COLS
             for u in range(EPI_COLS // 8):
                 col = ch * EPI_COLS + 8 * u
                 c, unit = divmod(col, CHUNK)
