@@ -245,12 +245,16 @@ def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
         loop = kb.for_(0, geo.n_blocks, 1, carry=pipes.k.initial_state())
         with loop as (n, s):
             row = n * cfg.bn
+            if cfg.paged:    # the tile's pages, looked up once for K_n and V_n
+                origins = paged_rows.tile_box_origins(kb, row, cfg.bn, cfg.box_rows, geo.seqlen_k, geo.batch,
+                                                      bufs.page_table, bufs.page_table_stride, bufs.num_pages,
+                                                      cfg.page_size)
             for pipe, desc, base, tile, nch in ((pipes.k, bufs.k_desc, bufs.k_smem, bufs.k_tile, qk_ch),
                                                 (pipes.v, bufs.v_desc, bufs.v_smem, bufs.v_tile, ov_ch)):
                 pipe.producer_acquire(s)
                 pipe.producer_commit(s, tx_bytes=tile)
                 if cfg.paged:
-                    _load_paged_tile(kb, cfg, geo, bufs, pipe, desc, base, s, row, nch, tile)
+                    _load_paged_tile(kb, cfg, origins, pipe, desc, base, s, geo.kv_head, nch, tile)
                     continue
                 for c in range(nch):
                     dst = kb.gep(base, s.stage * tile + c * cfg.bn * SW, "i8")
@@ -259,16 +263,13 @@ def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
             loop.yield_(s.advance())
 
 
-def _load_paged_tile(kb, cfg, geo: _Geometry, bufs: _Buffers, pipe, desc, base, s: PipeState, t0: Value, nch: int,
-                     tile: int):
+def _load_paged_tile(kb, cfg, origins: list, pipe, desc, base, s: PipeState, kv_head: Value, nch: int, tile: int):
     """K or V tile of keys [t0, t0 + BN) as BN / box_rows per-page boxes per 64-column chunk (note
-    "Paged"): box i lands at row i box_rows of each chunk, from pool page origin(t0 + i box_rows)."""
-    for i in range(cfg.bn // cfg.box_rows):
-        page, row = paged_rows.box_origin(kb, t0 + i * cfg.box_rows, geo.seqlen_k, geo.batch, bufs.page_table,
-                                          bufs.page_table_stride, bufs.num_pages, cfg.page_size)
+    "Paged"): box i lands at row i box_rows of each chunk, from pool (page, row) = origins[i]."""
+    for i, (page, row) in enumerate(origins):
         for c in range(nch):
             dst = kb.gep(base, s.stage * tile + c * cfg.bn * SW + i * cfg.box_rows * SW, "i8")
-            fa4.tma_load(desc, dst, s.stage, [const(c * CHUNK), geo.kv_head, row, page],
+            fa4.tma_load(desc, dst, s.stage, [const(c * CHUNK), kv_head, row, page],
                          pipe=pipe.name, box=[CHUNK, 1, cfg.box_rows, 1], elem_bytes=fcfg.ELEM_BYTES)
 
 

@@ -38,7 +38,9 @@ page pool [num_pages, page_size, kv_heads, D] through a page table [batch, max_p
 sequence's length from cache_seqlens[batch] (int32, on the device) in place of seqlen_k
 (PAGED_LAUNCH_PARAMS). A K/V tile of BN keys is cut into BN / box_rows TMA boxes of box_rows =
 gcd(BN, page_size) rows, each inside one page (common.paging, note "Box rows"); a box that starts at
-or past the length aims at page num_pages (outside the pool: TMA zero-fills it). Only page sizes
+or past the length aims at page num_pages (outside the pool: TMA zero-fills it); the load warp looks a
+tile's pages up once for K and V within its 48 registers (common.paged_rows, note "Load warp
+registers": the shape of the lookups decided whether ptxas spilled). Only page sizes
 whose boxes hold >= MIN_PAGED_BOX_ROWS rows are built (16, 32, .., 256 and any multiple of 16);
 smaller ones are paging.fetch_plan's TMA gather4 route, not built here.
 

@@ -9,21 +9,46 @@ constant (a shift, or LLVM's multiply-high).
 """
 from __future__ import annotations
 
-from ...dsl import Value, const, select
+from ...dsl import Value, const
 
 
-def box_origin(kb, t: Value, length: Value, batch: Value, page_table: Value, page_table_stride: Value,
-               num_pages: Value, page_size: int) -> tuple[Value, Value]:
-    """(page, row) of the box starting at token t >= 0. A box at or past `length` reads no page-table
-    entry and aims at page num_pages, outside the pool, so TMA zero-fills it (and still counts its
-    bytes); an entry is clamped into [0, num_pages) so a bad table never reads outside the pool."""
-    live = t.slt(length)
-    slot = t // page_size
-    row = t - slot * page_size
-    index = batch.to("i64") * page_table_stride.to("i64") + select(live, slot, const(0)).to("i64")
-    entry = kb.load(kb.gep(page_table, index, "i32"), "i32", align=4)
-    page = entry.smax(0).smin(num_pages - 1)
-    return select(live, page, num_pages), row
+def tile_box_origins(kb, t0: Value, bn: int, box_rows: int, length: Value, batch: Value, page_table: Value,
+                     page_table_stride: Value, num_pages: Value, page_size: int) -> list[tuple[Value, Value]]:
+    """(page, row) of the bn / box_rows boxes of the tile of tokens [t0, t0 + bn), t0 a multiple of bn
+    (note "Box rows"): box i starts at token t = t0 + i box_rows, at (page_table[b, t / page_size],
+    t % page_size). A box at or past `length` reads no entry and aims at page num_pages, outside the
+    pool, so TMA zero-fills it (and still counts its bytes); an entry is clamped into [0, num_pages)
+    so a bad table never reads outside the pool.
+
+    Note "Load warp registers": the load warp runs at 48 registers, and ptxas issues every lookup of
+    a tile ahead of the mbarrier waits. Per box, an address of its own (slot clamped or selected), a
+    liveness threshold and the lookup repeated for V kept ~20 more values live and made ptxas spill
+    the CTA's SMEM base for the whole kernel (D128 page 16). So: one page-table pointer per tile
+    (row b, slot t0 / page_size) with each entry at a small offset (a constant when page_size
+    divides bn: every tile then starts a page), liveness as `length - t0` against immediates, the
+    load predicated (scf.if, no clamped address), and the caller reuses the origins for K and V."""
+    slot0 = t0 // page_size
+    row0 = const(0) if bn % page_size == 0 else t0 - slot0 * page_size
+    index = batch.to("i64") * page_table_stride.to("i64") + slot0.to("i64")
+    slots = kb.gep(page_table, index, "i32")
+    remaining = length - t0          # box i is live when i box_rows < remaining: one value, immediates
+    origins = []
+    for i in range(bn // box_rows):
+        if bn % page_size == 0:
+            d, row = (i * box_rows) // page_size, const((i * box_rows) % page_size)
+        else:
+            off = row0 + i * box_rows
+            d = off // page_size
+            row = off - d * page_size
+        live = remaining.sgt(i * box_rows)
+        br = kb.if_(live, results="i32")
+        with br.then_():
+            entry = kb.load(kb.gep(slots, d, "i32"), "i32", align=4)
+            br.yield_(entry.smax(0).smin(num_pages - 1))
+        with br.else_():
+            br.yield_(num_pages)
+        origins.append((br.results, row))
+    return origins
 
 
 def zero_rows(kb, tile: Value, first: Value, rows: int, chunks: int, swizzle: int):
@@ -40,4 +65,4 @@ def zero_rows(kb, tile: Value, first: Value, rows: int, chunks: int, swizzle: in
     kb.fence("async_smem")
 
 
-__all__ = ["box_origin", "zero_rows"]
+__all__ = ["tile_box_origins", "zero_rows"]
