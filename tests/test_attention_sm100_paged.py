@@ -186,17 +186,19 @@ def _paged_cache(torch, gen, lengths, page_size, kv_heads, d):
     return k, v, table
 
 
-@pytest.mark.parametrize("decode,seqlen_q", [(True, 3), (False, 5)])
-def test_paged_kernel_interpreted_by_the_fa_rule(decode, seqlen_q):
-    """Page size 16 (8 boxes a K/V tile), lengths page - 1, page, page + 1, 0 and 150 (two K/V blocks, the
-    second ragged inside a page), GQA 8 query heads over 2 KV heads, causal bottom-right, NaN in unused
-    pages and rows and in O before the call. Interpreted at the nvvm stage on the CPU."""
+@pytest.mark.parametrize("decode,seqlen_q,d,page", [(True, 3, 64, 16), (False, 5, 64, 16), (True, 3, 128, 16),
+                                                     (False, 5, 128, 16), (True, 3, 64, 48)])
+def test_paged_kernel_interpreted_by_the_fa_rule(decode, seqlen_q, d, page):
+    """Page size 16 (8 boxes a K/V tile) or 48 (8 boxes, the second tile starting at row 32 of a page),
+    lengths page - 1, page, page + 1, 0 and 150 (two K/V blocks, the second ragged inside a page), GQA 8
+    query heads over 2 KV heads, causal bottom-right, NaN in unused pages and rows and in O before the
+    call. Interpreted at the nvvm stage on the CPU."""
     torch = pytest.importorskip("torch")
     from fa4mlir import interpret
     from fa4mlir.kernels import attention_fwd_sm100 as k100
     from fa4mlir.testing import attention_math, fa_rule
     from fa4mlir.testing_kvcache import kvcache_reference
-    page, d, heads, kv_heads = 16, 64, 8, 2
+    heads, kv_heads = 8, 2
     lengths = [page - 1, page, page + 1, 0, 150]
     cfg = FA4Config(head_dim=d, head_dim_v=d, causal=True, num_q_heads=heads, num_kv_heads=kv_heads, page_size=page,
                     **(DECODE if decode else {}))
@@ -262,4 +264,4 @@ def test_stale_v_zeros_without_their_proxy_fence_are_a_fence_fault(monkeypatch):
     monkeypatch.setattr(paged_rows, "zero_rows", unfenced)
     with pytest.raises(interpret.FenceFault, match=r"tcgen05.mma B \(SMEM\) reads shared memory that warp 12 "
                                                    r"\(mma\) wrote with st.shared and did not fence"):
-        test_paged_kernel_interpreted_by_the_fa_rule(True, 3)
+        test_paged_kernel_interpreted_by_the_fa_rule(True, 3, 64, 16)
