@@ -164,3 +164,53 @@ def test_tma_store_needs_the_writers_proxy_fence():
                                                    r"st.shared and did not fence \(fence.proxy.async\)"):
         kernel(_tma_store(False), params=params, args=args).launch(
             (1, 1, 1), {"map": np.zeros((8, 64), np.uint16), "out": np.zeros(32, np.int32)})
+
+
+def _mma_after_generic_writes(writer: int, proxy_fence: bool, tcgen05_fence: bool):
+    """Warp `writer` writes both SMEM operands with st.shared (as the paged kernel's MMA thread zeroes
+    stale V rows, attention_fwd_sm100 note "Stale V rows"); then warp 0, with no thread sync between
+    them, issues the tcgen05.mma that reads them, after the given fences. Returns D's first column."""
+    from types import SimpleNamespace
+
+    from fa4mlir.interpret.hb import HappensBefore
+    from fa4mlir.interpret.ops.tcgen05 import execute_mma
+    from fa4mlir.passes.lower_mma_sm100 import instr_desc, smem_desc
+    from tests.test_interpret_ops import _FakeCTA
+    cta = _FakeCTA()
+    cta.hb = hb = HappensBefore(2, cta.smem.size, cta.tmem.shape, lambda w: f"warp {w}")
+    a_at, b_at, end = 1024, 1024 + 128 * 128, 1024 + 2 * 128 * 128
+    cta.smem[a_at:end:2] = 0x80                      # bf16 1.0 = 0x3F80 (little endian: 0x80, 0x3F)
+    cta.smem[a_at + 1:end:2] = 0x3F
+    hb.warp_access(SimpleNamespace(wid=writer), hb.smem, np.arange(a_at, end), True, "st.shared", generic=True)
+    if proxy_fence:
+        hb.proxy_fence(writer)
+    if tcgen05_fence:
+        hb.fence_after(0)
+    job = hb.stamp_async(hb.MMA, hb.issue(0))
+    idesc = instr_desc(m=128, n=128, ab_dtype="bf16", a_major="k", b_major="k")
+    execute_mma(cta, 0, smem_desc(a_at, swizzle=128, lbo=16, sbo=1024), smem_desc(b_at, swizzle=128, lbo=16, sbo=1024),
+                idesc, False, False, vc=job)
+    return cta.tmem[:, 0].view(np.float32)
+
+
+@pytest.mark.parametrize("tcgen05_fence", [False, True])
+def test_own_generic_writes_then_fence_proxy_async_order_the_threads_mma(tcgen05_fence):
+    """PTX ISA 9.1 §9.7.16.6.5: tcgen05.mma reads SMEM through the async proxy; fence.proxy.async
+    makes the thread's generic writes visible to it. Same thread, no thread sync: no tcgen05.fence is
+    needed, and one (::after_thread_sync) must not turn the ordered access into a race."""
+    assert (_mma_after_generic_writes(0, True, tcgen05_fence) == 16.0).all()
+
+
+@pytest.mark.parametrize("tcgen05_fence", [False, True])
+def test_own_generic_writes_without_fence_proxy_async_are_a_fence_fault(tcgen05_fence):
+    with pytest.raises(interpret.FenceFault, match=r"tcgen05.mma A \(SMEM\) reads shared memory that warp 0 wrote "
+                                                   r"with st.shared and did not fence \(fence.proxy.async\)"):
+        _mma_after_generic_writes(0, False, tcgen05_fence)
+
+
+def test_another_warps_fenced_writes_without_a_thread_sync_still_race():
+    """The proxy fence orders only the writer's own later async-proxy operations: warp 1's writes,
+    fenced but never handed over (no barrier), race with warp 0's MMA."""
+    with pytest.raises(interpret.RaceFault, match=r"tcgen05.mma A \(SMEM\) by the tensor core reads shared .*"
+                                                  r"its last write by warp 1 is not ordered before it"):
+        _mma_after_generic_writes(1, True, True)

@@ -28,8 +28,10 @@ Races are reported whatever the schedule: unordered accesses race even when this
 put them in a safe order.
 
 Proxies (§9.7.13.4 "fence.proxy"): shared memory written through the generic proxy (st.shared)
-and read by the async proxy (a TMA store) must be covered by its writer's fence.proxy.async
-after the write (FenceFault).
+and read by the async proxy (a TMA store; a tcgen05.mma's SMEM operands, §9.7.16.6.5) must be
+covered by its writer's fence.proxy.async after the write (FenceFault). The fence also orders the
+writer's own generic accesses before the async-proxy operations it issues after it (a warp that
+clears SMEM and then issues the tcgen05.mma reading it needs no thread sync, hence no tcgen05.fence).
 """
 from __future__ import annotations
 
@@ -95,8 +97,10 @@ class HappensBefore:
         self.vc[:, wid, t] = self.vc[:, t, t]
 
     def fence_after(self, wid: int) -> None:
-        """tcgen05.fence::after_thread_sync: T(w) is ordered after what the warp acquired."""
-        np.maximum(self.vc[REAL, self.tc(wid)], self.vc[REAL, wid], out=self.vc[REAL, self.tc(wid)])
+        """tcgen05.fence::after_thread_sync: T(w) is ordered after what the warp acquired. Both views:
+        the fully-fenced one orders at least what the fenced one does (else an access ordered by the
+        fence would be reported as a race)."""
+        np.maximum(self.vc[:, self.tc(wid)], self.vc[:, wid], out=self.vc[:, self.tc(wid)])
 
     def issue(self, wid: int) -> np.ndarray:
         """The vector pair a tcgen05.mma / commit carries: the issuing warp's tcgen05 side."""
@@ -183,10 +187,16 @@ class HappensBefore:
 
     # ---- proxies ------------------------------------------------------------------------------------
     def proxy_fence(self, wid: int) -> None:
+        """fence.proxy.async by warp `wid`: its generic accesses so far are visible to the async proxy,
+        and ordered before the async-proxy operations it issues next (its tcgen05.mma's SMEM operands,
+        PTX ISA 9.1 §9.7.16.6.5), in program order; no tcgen05.fence is involved (no thread sync)."""
         self.proxy_fenced[wid] = self.vc[REAL, wid, wid]
+        t = self.tc(wid)
+        self.vc[:, t, wid] = np.maximum(self.vc[:, t, wid], self.vc[:, wid, wid])
 
     def check_async_proxy_read(self, index, what: str) -> None:
-        """A TMA store reads shared `index`: generic-proxy writes there need their writer's fence.proxy.async."""
+        """The async proxy (a TMA store, a tcgen05.mma operand) reads shared `index`: generic-proxy
+        writes there need their writer's fence.proxy.async."""
         gen = self.smem.generic[index]
         if gen.any():
             writers, epochs = self.smem.w_agent[index][gen], self.smem.w_epoch[index][gen]

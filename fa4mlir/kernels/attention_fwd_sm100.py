@@ -26,6 +26,22 @@ hands back TMEM another warp read (C_i, before the softmax's next store) is foll
 tcgen05.fence::after_thread_sync; every TMEM write handed to another warp is waited
 (tcgen05.wait::st) and followed by tcgen05.fence::before_thread_sync before the arrive
 (PTX ISA 9.1 §9.7.16.6.4 "tcgen05.fence").
+
+The KV-cache operand (attention_sm100_config, notes "Paged" and "Decode"): with `page_size` the load
+warp fetches each K/V tile as per-page TMA boxes (common.paged_rows) and every role reads the
+sequence's length from cache_seqlens in place of seqlen_k; the MMA thread zeroes the V rows at or past
+the length before O += P V (note "Stale V rows"). The decode route has one Q tile of packed GQA rows:
+roles softmax1 and the tile-1 pipes are absent, and the MMA thread issues S0 <- Q0 Kn; O0 <- O0 + P0 Vn.
+
+Note "Stale V rows": a paged box that starts before the length L_b and ends past it brings real pool
+rows past L_b (unused rows of the last page, stale tokens), which may hold anything, NaN included.
+K's are harmless (their scores are masked to -inf by select), but O += P V multiplies V's by P = 0,
+and 0 x NaN is NaN. So in the tile holding L_b, once V_n is full, the MMA thread writes zeros over
+V rows [L_b - n BN, BN) of the stage and fences them to the async proxy (fence.proxy.async): its own
+next tcgen05.mma, which reads the stage through the async proxy, then sees them (PTX ISA 9.1
+§9.7.16.6.5; same thread, no thread sync, so no tcgen05.fence). Boxes that start at or past L_b were
+zero-filled by TMA. A sequence of length 0 visits no block: the epilogue writes zeros without
+reading O from TMEM, which no MMA wrote.
 """
 from __future__ import annotations
 
@@ -37,7 +53,7 @@ from ..dialect import builders as fa4
 from ..dsl import KernelBuilder, PipeState, Pipeline, Value, const, fma, log2, select, tree_reduce, vec
 from . import attention_sm100_config as fcfg
 from .attention_sm100_config import LAUNCH_PARAMS, FA4Config  # noqa: F401  (FA4Config re-exported)
-from .common import tcgen05
+from .common import paged_rows, tcgen05
 from .common.masks import block_range, visible_keys
 from .common.softmax import exp2_mixed, max_update
 
@@ -58,15 +74,18 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
     tm, sm = cfg.tmem_plan(), cfg.smem_plan()
     stages = sm["stages"]
     name = (f"attention_fwd_sm100_{cfg.dtype}_qk{cfg.head_dim}_ov{cfg.head_dim_v}_g{cfg.group}"
-            f"{'_causal' if cfg.causal else ''}_bn{cfg.bn}_s{stages}{cfg.name_suffix()}")
+            f"{'_causal' if cfg.causal else ''}_bn{cfg.bn}_s{stages}{cfg.name_route()}{cfg.name_suffix()}")
     kb = KernelBuilder(name, arch="sm_100a", block=(fcfg.NUM_THREADS, 1, 1), config=cfg.key())
-    box = {"q": MMA_M, "k": cfg.bn, "v": cfg.bn, "o": MMA_M}   # the launch contract, LAUNCH_PARAMS
-    p = kb.params_from(LAUNCH_PARAMS, tma={n: dict(dtype=cfg.dtype, box=(CHUNK, 1, rows, 1), swizzle="128B")
-                                           for n, rows in box.items()})
-    seqlen_q, seqlen_k, scale_log2 = p["seqlen_q"], p["seqlen_k"], p["scale_log2"]
+    # the launch contract (cfg.launch_params): q and o boxes of one Q tile, k and v boxes of box_rows
+    q_box = (CHUNK, cfg.group, cfg.tile_tokens, 1) if cfg.decode else (CHUNK, 1, MMA_M, 1)
+    box = {"q": q_box, "k": (CHUNK, 1, cfg.box_rows, 1), "v": (CHUNK, 1, cfg.box_rows, 1), "o": q_box}
+    p = kb.params_from(cfg.launch_params, tma={n: dict(dtype=cfg.dtype, box=b, swizzle="128B")
+                                               for n, b in box.items()})
+    seqlen_q, scale_log2 = p["seqlen_q"], p["scale_log2"]
+    seqlen_k = None if cfg.paged else p["seqlen_k"]     # paged: each role reads cache_seqlens[b] (_Geometry)
 
     with kb.body():
-        bufs = _declare_buffers(kb, sm, p)
+        bufs = _declare_buffers(kb, sm, p, cfg.num_q_tiles)
         warp = kb.thread_idx(0) // 32
         # 1. warp 0 allocates the TMEM columns; every warp reads the address after the barrier
         with kb.if_(warp.eq(0)).then_():
@@ -80,14 +99,14 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
 
         # each role computes the geometry after its setmaxnreg (a value live across it is spilled)
         def geo():
-            return _Geometry(kb, cfg, seqlen_q, seqlen_k)
+            return _Geometry(kb, cfg, seqlen_q, seqlen_k, p)
 
         with kb.warp_roles():
             with kb.role("load", **_role("load")):
                 _load_role(kb, cfg, geo(), bufs)
             with kb.role("mma", **_role("mma")):
                 _mma_role(kb, cfg, geo(), bufs)
-            for i in (0, 1):
+            for i in range(cfg.num_q_tiles):
                 with kb.role(f"softmax{i}", **_role(f"softmax{i}")):
                     _softmax_role(_Softmax(kb, cfg, geo(), bufs.pipes.tiles[i], tmem, i, scale_log2))
             with kb.role("correction", **_role("correction")):
@@ -117,10 +136,10 @@ class _TilePipes(NamedTuple):
 @dataclass(frozen=True)
 class _Pipes:
     """Every pipeline of the kernel: the load -> MMA rings, then the per-tile pipes."""
-    q: Pipeline            # Q0 and Q1, loaded once (1 stage)
+    q: Pipeline            # Q0 and Q1 (decode: Q0), loaded once (1 stage)
     k: Pipeline            # the K ring (`stages`)
     v: Pipeline            # the V ring (`stages`)
-    tiles: tuple           # _TilePipes of tile 0 and tile 1
+    tiles: tuple           # _TilePipes of tile 0 and tile 1 (decode: tile 0)
 
 
 @dataclass(frozen=True)
@@ -140,16 +159,19 @@ class _Buffers:
     v_desc: Value
     o_desc: Value
     lse_ptr: Value
+    page_table: Value | None = None      # paged (note "Paged"): [batch, max_pages] int32
+    num_pages: Value | None = None
+    page_table_stride: Value | None = None
 
 
-def _declare_buffers(kb, sm: dict, params: dict) -> _Buffers:
+def _declare_buffers(kb, sm: dict, params: dict, num_q_tiles: int = fcfg.NUM_Q_TILES) -> _Buffers:
     q_smem, k_smem, v_smem = (kb.smem(f"{n}_smem", sm[n]) for n in ("q", "k", "v"))
     tmem_slot = kb.smem("tmem_slot", fcfg.TMEM_SLOT_BYTES, align=16)
     stages = sm["stages"]
     q, k, v = (kb.pipeline(n, num_stages=st, producer="load", consumers=["mma"])
                for n, st in (("q", 1), ("k", stages), ("v", stages)))
     tiles = []
-    for i in (0, 1):
+    for i in range(num_q_tiles):
         sm_i = f"softmax{i}"
         tiles.append(_TilePipes(
             s=kb.pipeline(f"s{i}", num_stages=1, producer="mma", consumers=[sm_i], consumer_arrivals=128),
@@ -157,30 +179,43 @@ def _declare_buffers(kb, sm: dict, params: dict) -> _Buffers:
             o=kb.pipeline(f"o{i}", num_stages=1, producer="mma", consumers=["correction"], consumer_arrivals=128),
             c=kb.pipeline(f"c{i}", num_stages=1, producer=sm_i, consumers=["correction"], producer_arrivals=128,
                           consumer_arrivals=128)))
+    paged = {n: params[n] for n in ("page_table", "num_pages", "page_table_stride") if n in params}
     return _Buffers(q_smem, k_smem, v_smem, tmem_slot, sm["q_tile"], sm["k_tile"], sm["v_tile"],
-                    _Pipes(q, k, v, tuple(tiles)), *(params[n] for n in ("q", "k", "v", "o", "lse")))
+                    _Pipes(q, k, v, tuple(tiles)), *(params[n] for n in ("q", "k", "v", "o", "lse")), **paged)
 
 
 class _Geometry:
-    """The CTA's rows, head and the KV blocks it visits (every thread computes it)."""
+    """The CTA's rows, head and the KV blocks it visits (every thread computes it). Decode (note
+    "Decode"): m0 and tile_row0 count query tokens, `head` is the group's first query head."""
 
-    def __init__(self, kb, cfg, seqlen_q, seqlen_k):
+    def __init__(self, kb, cfg, seqlen_q, seqlen_k, p):
+        if cfg.paged:    # this sequence's length L_b (a negative entry is 0)
+            seqlen_k = kb.load(kb.gep(p["cache_seqlens"], kb.block_idx(2), "i32"), "i32", align=4).smax(0)
         self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
         m_block = kb.block_idx(0)
         if cfg.causal:  # the longest rows first: the grid's tail is short work
             m_block = kb.grid_dim(0) - 1 - m_block
-        self.m0 = m_block * cfg.bm
-        self.head = kb.block_idx(1)
-        self.heads = kb.grid_dim(1)
-        self.batch = kb.block_idx(2)
-        self.kv_head = self.head // cfg.group if cfg.group > 1 else self.head
-        self.n_blocks, _ = block_range(self.m0, cfg.bm, seqlen_q, seqlen_k, cfg.bn, cfg.causal)
+        if cfg.decode:
+            self.rows = cfg.tile_tokens
+            self.m0 = m_block * cfg.tile_tokens
+            self.kv_head = kb.block_idx(1)
+            self.head = self.kv_head * cfg.group
+            self.heads = kb.grid_dim(1) * cfg.group
+            self.batch = kb.block_idx(2)
+        else:
+            self.rows = MMA_M
+            self.m0 = m_block * cfg.bm
+            self.head = kb.block_idx(1)
+            self.heads = kb.grid_dim(1)
+            self.batch = kb.block_idx(2)
+            self.kv_head = self.head // cfg.group if cfg.group > 1 else self.head
+        self.n_blocks, _ = block_range(self.m0, cfg.num_q_tiles * self.rows, seqlen_q, seqlen_k, cfg.bn, cfg.causal)
 
     def tile_row0(self, i: int) -> Value:
         return self.m0 + i * MMA_M
 
     def n_unmasked(self, cfg, i: int) -> Value:
-        return block_range(self.tile_row0(i), MMA_M, self.seqlen_q, self.seqlen_k, cfg.bn, cfg.causal)[1]
+        return block_range(self.tile_row0(i), self.rows, self.seqlen_q, self.seqlen_k, cfg.bn, cfg.causal)[1]
 
 
 def _lane_base(kb) -> Value:
@@ -199,25 +234,43 @@ def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
         # 1. Q0 and Q1: 128 rows each, one box per 64-column chunk
         q0 = pipes.q.initial_state()
         pipes.q.producer_acquire(q0)
-        pipes.q.producer_commit(q0, tx_bytes=2 * bufs.q_tile)
-        for i in (0, 1):
+        pipes.q.producer_commit(q0, tx_bytes=cfg.num_q_tiles * bufs.q_tile)
+        q_box = [CHUNK, cfg.group, cfg.tile_tokens, 1] if cfg.decode else [CHUNK, 1, MMA_M, 1]
+        for i in range(cfg.num_q_tiles):
             for c in range(qk_ch):
                 dst = kb.gep(bufs.q_smem, i * bufs.q_tile + c * MMA_M * SW, "i8")
                 fa4.tma_load(bufs.q_desc, dst, q0.stage, [const(c * CHUNK), geo.head, geo.tile_row0(i), geo.batch],
-                             pipe=pipes.q.name, box=[CHUNK, 1, MMA_M, 1], elem_bytes=fcfg.ELEM_BYTES)
+                             pipe=pipes.q.name, box=q_box, elem_bytes=fcfg.ELEM_BYTES)
         # 2. K_n then V_n of every visited block, each into its ring (K and V stages move together)
         loop = kb.for_(0, geo.n_blocks, 1, carry=pipes.k.initial_state())
         with loop as (n, s):
             row = n * cfg.bn
+            if cfg.paged:    # the tile's pages, looked up once for K_n and V_n
+                origins = paged_rows.tile_box_origins(kb, row, cfg.bn, cfg.box_rows, geo.seqlen_k, geo.batch,
+                                                      bufs.page_table, bufs.page_table_stride, bufs.num_pages,
+                                                      cfg.page_size)
             for pipe, desc, base, tile, nch in ((pipes.k, bufs.k_desc, bufs.k_smem, bufs.k_tile, qk_ch),
                                                 (pipes.v, bufs.v_desc, bufs.v_smem, bufs.v_tile, ov_ch)):
                 pipe.producer_acquire(s)
                 pipe.producer_commit(s, tx_bytes=tile)
+                if cfg.paged:
+                    _load_paged_tile(kb, cfg, origins, pipe, desc, base, s, geo.kv_head, nch, tile)
+                    continue
                 for c in range(nch):
                     dst = kb.gep(base, s.stage * tile + c * cfg.bn * SW, "i8")
                     fa4.tma_load(desc, dst, s.stage, [const(c * CHUNK), geo.kv_head, row, geo.batch],
                                  pipe=pipe.name, box=[CHUNK, 1, cfg.bn, 1], elem_bytes=fcfg.ELEM_BYTES)
             loop.yield_(s.advance())
+
+
+def _load_paged_tile(kb, cfg, origins: list, pipe, desc, base, s: PipeState, kv_head: Value, nch: int, tile: int):
+    """K or V tile of keys [t0, t0 + BN) as BN / box_rows per-page boxes per 64-column chunk (note
+    "Paged"): box i lands at row i box_rows of each chunk, from pool (page, row) = origins[i]."""
+    for i, (page, row) in enumerate(origins):
+        for c in range(nch):
+            dst = kb.gep(base, s.stage * tile + c * cfg.bn * SW + i * cfg.box_rows * SW, "i8")
+            fa4.tma_load(desc, dst, s.stage, [const(c * CHUNK), kv_head, row, page],
+                         pipe=pipe.name, box=[CHUNK, 1, cfg.box_rows, 1], elem_bytes=fcfg.ELEM_BYTES)
 
 
 # ---- mma ----------------------------------------------------------------------------------------------
@@ -281,7 +334,19 @@ class _MmaCarry(NamedTuple):
     b: PipeState           # p1, o1: one block behind
 
 
+def _wait_v(kb, cfg, geo: _Geometry, bufs: _Buffers, n: Value, st: PipeState):
+    """Wait for V_n; paged, zero its rows at or past L_b first (note "Stale V rows")."""
+    bufs.pipes.v.consumer_wait(st)
+    if cfg.paged:
+        valid = geo.seqlen_k - n * cfg.bn
+        with kb.if_(valid.slt(cfg.bn)).then_():
+            v_tile = kb.gep(bufs.v_smem, st.stage * bufs.v_tile, "i8")
+            paged_rows.zero_rows(kb, v_tile, valid, cfg.bn, cfg.padded_head_dim_v // CHUNK, SW)
+
+
 def _mma_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
+    if cfg.decode:
+        return _mma_role_one_tile(kb, cfg, geo, bufs)
     mm = _Issuer(kb, cfg, bufs)
     q_pipe, k_pipe, v_pipe = bufs.pipes.q, bufs.pipes.k, bufs.pipes.v
     with kb.if_(kb.elect_one() & geo.n_blocks.gt(0)).then_():
@@ -294,7 +359,7 @@ def _mma_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
         mm.s(0, first, k0.stage)
         mm.s(1, first, k0.stage)
         k_pipe.mma_commit(k0, side="empty")
-        v_pipe.consumer_wait(v0)
+        _wait_v(kb, cfg, geo, bufs, const(0), v0)
         mm.pv(0, first, v0.stage, const(0, "i1"))
         # 2. blocks 1 .. N-1, two MMAs between computing S_i and consuming P_i
         loop = kb.for_(1, geo.n_blocks, 1, carry=_MmaCarry(k0.advance(), v0, first.advance(), first))
@@ -306,13 +371,43 @@ def _mma_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
             v_pipe.mma_commit(c.vr, side="empty")
             mm.s(1, c.a, c.kv.stage)                                    # S1 <- Q1 Kn
             k_pipe.mma_commit(c.kv, side="empty")
-            v_pipe.consumer_wait(c.kv)
+            _wait_v(kb, cfg, geo, bufs, n, c.kv)
             mm.pv(0, c.a, c.kv.stage, const(1, "i1"))                   # O0 <- O0 + P0 Vn
             loop.yield_(_MmaCarry(*(s.advance() for s in c)))
         # 3. the last O1 <- O1 + P1 V(N-1)
         last = loop.results
         mm.pv(1, last.b, last.vr.stage, geo.n_blocks.gt(1))
         v_pipe.mma_commit(last.vr, side="empty")
+        q_pipe.mma_commit(q0, side="empty")
+
+
+class _OneTileCarry(NamedTuple):
+    """What the decode route's MMA thread carries into block n."""
+    kv: PipeState          # K_n and V_n
+    a: PipeState           # s0, p0, o0 (1 stage each, in lock step)
+
+
+def _mma_role_one_tile(kb, cfg, geo: _Geometry, bufs: _Buffers):
+    """The decode route (note "Decode"): per block S0 <- Q0 Kn, then O0 <- O0 + P0 Vn once softmax 0
+    wrote P0 (the decode CTA streams K/V; the S/P overlap of two tiles buys nothing there)."""
+    mm = _Issuer(kb, cfg, bufs)
+    q_pipe, k_pipe, v_pipe = bufs.pipes.q, bufs.pipes.k, bufs.pipes.v
+    with kb.if_(kb.elect_one() & geo.n_blocks.gt(0)).then_():
+        q0 = q_pipe.initial_state()
+        q_pipe.consumer_wait(q0)
+        init = _OneTileCarry(k_pipe.initial_state(), bufs.pipes.tiles[0].s.initial_state())
+        loop = kb.for_(0, geo.n_blocks, 1, carry=init)
+        with loop as (n, c):
+            # 1. S0 <- Q0 Kn; release K_n
+            k_pipe.consumer_wait(c.kv)
+            kb.fence("tcgen05_after")
+            mm.s(0, c.a, c.kv.stage)
+            k_pipe.mma_commit(c.kv, side="empty")
+            # 2. O0 <- O0 + P0 Vn (overwrites O0 at n = 0); release V_n
+            _wait_v(kb, cfg, geo, bufs, n, c.kv)
+            mm.pv(0, c.a, c.kv.stage, n.gt(0))
+            v_pipe.mma_commit(c.kv, side="empty")
+            loop.yield_(_OneTileCarry(c.kv.advance(), c.a.advance()))
         q_pipe.mma_commit(q0, side="empty")
 
 
@@ -334,7 +429,9 @@ class _Softmax:
         tm = cfg.tmem_plan()
         lanes = tmem + _lane_base(kb)
         self.s_addr, self.p_addr, self.c_addr = lanes + tm[f"S{i}"], lanes + tm[f"P{i}"], lanes + tm[f"C{i}"]
-        self.row = geo.tile_row0(i) + kb.thread_idx(0) % MMA_M          # this thread's query row
+        t = kb.thread_idx(0) % MMA_M
+        # this thread's query row (decode: the token of packed row t, note "Decode")
+        self.row = geo.tile_row0(i) + (t // cfg.group if cfg.decode else t)
 
     def read_s(self, n: Value, st: PipeState, masked: bool) -> list:
         """The row's BN scores of block n (S_i -> registers; S_i is free for the MMA's bookkeeping)."""
@@ -428,8 +525,8 @@ class _Correction:
         tm = cfg.tmem_plan()
         lanes = tmem + _lane_base(kb)
         self.t = kb.thread_idx(0) % MMA_M                        # row of the tile (TMEM lane)
-        self.c_addr = [lanes + tm["C0"], lanes + tm["C1"]]
-        self.o_addr = [lanes + tm["O0"], lanes + tm["O1"]]
+        self.c_addr = [lanes + tm[f"C{i}"] for i in range(cfg.num_q_tiles)]
+        self.o_addr = [lanes + tm[f"O{i}"] for i in range(cfg.num_q_tiles)]
         self.pipes = bufs.pipes.tiles
 
     def read_c(self, i: int, st: PipeState, num: int) -> Value:
@@ -474,33 +571,48 @@ class _Correction:
         with kb.if_(geo.n_blocks.gt(0)).then_():
             o_pipe.consumer_wait(st.o)                   # the last O_i += P_i V completed
             kb.fence("tcgen05_after")
-        self.store_o_tile(i, inv, empty)
+        if cfg.paged:    # a sequence of length 0 visits no block: TMEM holds no O_i, so none is read
+            br = kb.if_(geo.n_blocks.gt(0))
+            with br.then_():
+                self.store_o_tile(i, inv, empty)
+            with br.else_():
+                self.store_o_tile(i, inv, empty, from_tmem=False)
+        else:
+            self.store_o_tile(i, inv, empty)
         with kb.if_(geo.n_blocks.gt(0)).then_():
             kb.fence("tcgen05_before")
             o_pipe.consumer_release(st.o)
         kb.fence("async_smem")
         kb.named_barrier(BAR_EPILOGUE, 128)
+        o_box = [CHUNK, cfg.group, cfg.tile_tokens, 1] if cfg.decode else [CHUNK, 1, MMA_M, 1]
         with kb.if_(t.eq(0)).then_():
             for c in range(cfg.padded_head_dim_v // CHUNK):
                 src = kb.gep(bufs.q_smem, i * bufs.q_tile + c * MMA_M * SW, "i8")
                 fa4.tma_store(bufs.o_desc, src, [const(c * CHUNK), geo.head, geo.tile_row0(i), geo.batch],
-                              box=[CHUNK, 1, MMA_M, 1])
-        row = geo.tile_row0(i) + t
+                              box=o_box)
+        if cfg.decode:   # packed row t: token t // group of head t % group (note "Decode")
+            row = geo.tile_row0(i) + t // cfg.group
+            head = geo.head + t % cfg.group
+        else:
+            row, head = geo.tile_row0(i) + t, geo.head
         with kb.if_(row.lt(geo.seqlen_q)).then_():
-            base = (geo.batch * geo.heads + geo.head).to("i64") * geo.seqlen_q.to("i64")
+            base = (geo.batch * geo.heads + head).to("i64") * geo.seqlen_q.to("i64")
             kb.store(lse, kb.gep(bufs.lse_ptr, base + row.to("i64"), "f32"), align=4)
 
-    def store_o_tile(self, i: int, inv: Value, empty: Value):
+    def store_o_tile(self, i: int, inv: Value, empty: Value, from_tmem: bool = True):
         """Row t of O_i / l (0 for a row without keys; TMEM holds no O then) into Q_i's tile, 128B-swizzled:
-        16-byte unit u of a 128-byte row r lands at unit u ^ (r % 8)."""
+        16-byte unit u of a 128-byte row r lands at unit u ^ (r % 8). `from_tmem=False`: zeros, O_i unread."""
         kb, cfg, bufs, t = self.kb, self.cfg, self.bufs, self.t
         row_base = kb.gep(bufs.q_smem, t * SW + i * bufs.q_tile, "i8")
         zero = const(0.0, "f32")
         for ch in range(cfg.padded_head_dim_v // EPI_COLS):
-            o = tcgen05.tmem_load(self.o_addr[i] + ch * EPI_COLS, EPI_COLS)
-            fa4.tmem_wait(kind="ld")
-            o = o.bitcast(("f32", EPI_COLS))
-            vals = [select(empty, zero, o[j] * inv) for j in range(EPI_COLS)]
+            if from_tmem:
+                o = tcgen05.tmem_load(self.o_addr[i] + ch * EPI_COLS, EPI_COLS)
+                fa4.tmem_wait(kind="ld")
+                o = o.bitcast(("f32", EPI_COLS))
+                vals = [select(empty, zero, o[j] * inv) for j in range(EPI_COLS)]
+            else:
+                vals = [zero] * EPI_COLS
             for u in range(EPI_COLS // 8):
                 col = ch * EPI_COLS + 8 * u
                 c, unit = divmod(col, CHUNK)
@@ -514,15 +626,16 @@ class _Correction:
 def _correction_role(corr: _Correction):
     kb, geo = corr.kb, corr.geo
     c0 = corr.pipes[0].c
-    init = tuple(_TileStates(c0.initial_state(), c0.initial_state()) for _ in (0, 1))
+    tiles = range(corr.cfg.num_q_tiles)
+    init = tuple(_TileStates(c0.initial_state(), c0.initial_state()) for _ in tiles)
     # 1. blocks 1 .. N-1: rescale O_0, then O_1
     loop = kb.for_(1, geo.n_blocks, 1, carry=init)
     with loop as (n, st):
-        for i in (0, 1):
+        for i in tiles:
             corr.rescale(i, st[i])
         loop.yield_(tuple(_TileStates(s.c.advance(), s.o.advance()) for s in st))
     # 2. per tile: O_i / l -> Q_i's SMEM tile -> TMA store; LSE
-    for i in (0, 1):
+    for i in tiles:
         corr.epilogue(i, loop.results[i])
     with kb.if_(corr.t.eq(0)).then_():
         fa4.tma_store_wait(pending=0)

@@ -32,14 +32,34 @@ FlashAttention's word), `bm`, `bn`, `stages` (the K/V ring; 0 here = as many as 
 depth is `resolved_stages`). Fields without an sm_90a twin keep their own names in snake_case
 (`num_qk_stages`, `num_pv_stages`, `bk0`, `bk1`, `mma_m`). The kernel name keeps its `qk`/`ov`
 tags: `attention_fwd_sm100_bf16_qk64_ov64_g4_bn128_s4` is head_dim 64, head_dim_v 64.
+
+Note "Paged" (`page_size` > 0; issue 27's KV-cache operand, `[D-sm100-paged]`): K and V come from a
+page pool [num_pages, page_size, kv_heads, D] through a page table [batch, max_pages] int32, and each
+sequence's length from cache_seqlens[batch] (int32, on the device) in place of seqlen_k
+(PAGED_LAUNCH_PARAMS). A K/V tile of BN keys is cut into BN / box_rows TMA boxes of box_rows =
+gcd(BN, page_size) rows, each inside one page (common.paging, note "Box rows"); a box that starts at
+or past the length aims at page num_pages (outside the pool: TMA zero-fills it); the load warp looks a
+tile's pages up once for K and V within its 48 registers (common.paged_rows, note "Load warp
+registers": the shape of the lookups decided whether ptxas spilled). Only page sizes
+whose boxes hold >= MIN_PAGED_BOX_ROWS rows are built (16, 32, .., 256 and any multiple of 16);
+smaller ones are paging.fetch_plan's TMA gather4 route, not built here.
+
+Note "Decode" (`num_q_tiles` 1 with `fuse_gqa`): one Q tile of MMA_M rows per CTA holding the
+`group` query heads of one KV head, packed as row r = token (r // group), head (r % group), so each
+K/V tile is read once per KV head. Q arrives and O leaves by one TMA box per 64-column chunk of
+(64, group, MMA_M // group, 1) over [batch, seqlen_q, heads, D]: its rows land in exactly this
+packed order. Grid (M tiles of MMA_M // group tokens, kv_heads, batch); roles softmax1 and the Q1
+tile are absent (warps 4-7 idle), the MMA warp issues S0 <- Q0 Kn; O0 <- O0 + P0 Vn per block.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from math import gcd
 
 from .common.constants import LOG2E, MAX_RESCALE_THRESHOLD, SM100_SMEM_PER_CTA
 from .common.fields import ConfigError, ConfigTypeError, check_fields
 from .common.naming import softmax_knob_tags
+from .common.paging import MAX_PAGE_SIZE, KVFetch, fetch_plan
 from .common.tmem import TMEM_COLUMNS, TMEM_LANES, TMEM_SLOT_BYTES, tmem_alloc_columns
 
 KERNEL = "attention_fwd_sm100"
@@ -70,6 +90,8 @@ NUM_THREADS = 512
 # pipelines: name -> stages (kv stages filled in per config). q, k, v: TMA -> mma; s_i: mma ->
 # softmax_i; p_i: softmax_i -> mma; o_i: mma -> correction; c_i: softmax_i -> correction.
 FIXED_PIPES = ("q", "s0", "s1", "p0", "p1", "o0", "o1", "c0", "c1")
+TILE_PIPES = 4                  # s_i, p_i, o_i, c_i per Q tile (the q pipe is shared)
+MIN_PAGED_BOX_ROWS = 16         # paged boxes below this are the gather4 route (note "Paged"): not built
 
 
 def _pad(x: int, to: int) -> int:
@@ -96,6 +118,8 @@ class FA4Config:
     swizzle: int = SWIZZLE_BYTES
     rescale_threshold: float = 8.0  # lazy rescale (log2 units); 0 = rescale O every block
     exp2_poly_stride: int = 4       # 1 in this many exp2 on the FMA pipes; 0 = all on the SFU
+    num_q_tiles: int = NUM_Q_TILES  # 2: the prefill CTA (BM = 256); 1: the decode route (note "Decode")
+    page_size: int = 0              # 0: K/V [batch, seqlen_k, kv_heads, D]; else a paged pool (note "Paged")
 
     def __post_init__(self):
         # 8 and 8.0 build the same kernel: one spelling in key() and the kernel name
@@ -105,8 +129,32 @@ class FA4Config:
     # ---- derived tiles ----------------------------------------------------------------------
     @property
     def bm(self) -> int:
-        """Query rows per CTA: NUM_Q_TILES tiles of MMA_M rows."""
-        return NUM_Q_TILES * MMA_M
+        """Query rows per CTA: num_q_tiles tiles of MMA_M rows (decode: packed rows of `group` heads)."""
+        return self.num_q_tiles * MMA_M
+
+    @property
+    def decode(self) -> bool:
+        """The 1-Q-tile route with the GQA group packed into M (note "Decode")."""
+        return self.num_q_tiles == 1
+
+    @property
+    def paged(self) -> bool:
+        return self.page_size > 0
+
+    @property
+    def tile_tokens(self) -> int:
+        """Query tokens per Q tile: MMA_M, or MMA_M // group when the group is packed into M."""
+        return MMA_M // self.group if self.decode else MMA_M
+
+    @property
+    def box_rows(self) -> int:
+        """K/V rows per TMA box: BN, or gcd(BN, page_size) for a paged cache (note "Paged")."""
+        return fetch_plan(self.bn, self.page_size, "sm_100a").box_rows if self.paged else self.bn
+
+    @property
+    def launch_params(self) -> tuple:
+        """PAGED_LAUNCH_PARAMS for a paged cache, else LAUNCH_PARAMS."""
+        return PAGED_LAUNCH_PARAMS if self.paged else LAUNCH_PARAMS
 
     @property
     def mma_m(self) -> int:
@@ -146,6 +194,10 @@ class FA4Config:
 
     # ---- tensor memory plan -----------------------------------------------------------------
     def tmem_plan(self) -> dict:
+        if self.decode:   # one tile: S0, then O0 (P0 and C0 alias S0 as in the two-tile plan)
+            used = self.bn + self.padded_head_dim_v
+            return {"S0": 0, "O0": self.bn, "P0": self.bn // 2, "C0": 0, "used": used,
+                    "alloc": tmem_alloc_columns(used)}
         s0, s1 = 0, self.bn
         o0 = 2 * self.bn
         o1 = o0 + self.padded_head_dim_v
@@ -162,8 +214,8 @@ class FA4Config:
         q = MMA_M * self.padded_head_dim * ELEM_BYTES
         k = self.bn * self.padded_head_dim * ELEM_BYTES
         v = self.bn * self.padded_head_dim_v * ELEM_BYTES
-        barriers = 2 * (len(FIXED_PIPES) + 2 * stages) * MBARRIER_BYTES
-        return {"q_tile": q, "k_tile": k, "v_tile": v, "q": NUM_Q_TILES * q, "k": stages * k, "v": stages * v,
+        barriers = 2 * (1 + TILE_PIPES * self.num_q_tiles + 2 * stages) * MBARRIER_BYTES
+        return {"q_tile": q, "k_tile": k, "v_tile": v, "q": self.num_q_tiles * q, "k": stages * k, "v": stages * v,
                 "barriers": barriers, "tmem_slot": TMEM_SLOT_BYTES}
 
     def _smem_total(self, stages: int) -> int:
@@ -224,6 +276,13 @@ class FA4Config:
                                f"is 65504 < 2**16)")
         if self.stages < 0:
             return ConfigError(f"stages={self.stages} must be >= 0 (0 = as many as fit)")
+        if self.num_q_tiles not in (1, NUM_Q_TILES):
+            return ConfigError(f"num_q_tiles={self.num_q_tiles}: 2 (prefill) or 1 (the decode route)")
+        if self.decode and (self.group > MMA_M or MMA_M % self.group):
+            return ConfigError(f"group={self.group}: the decode route packs the group into {MMA_M} rows, so the "
+                               f"group must divide {MMA_M}")
+        if self.page_size < 0 or self.page_size > MAX_PAGE_SIZE:
+            return ConfigError(f"page_size={self.page_size}: 0 (contiguous K/V) or a page size in 1..{MAX_PAGE_SIZE}")
         if self.num_qk_stages < 1 or self.num_pv_stages < 1:
             return ConfigError(f"num_qk_stages={self.num_qk_stages}, num_pv_stages={self.num_pv_stages}: "
                                f"each must be >= 1")
@@ -246,7 +305,10 @@ class FA4Config:
         else (False, the reason). The space: bf16/f16, head dim 64 or 128 (qk = ov), BN 128, causal
         or not, any GQA group, stages 0 (as many as fit) or 2.. what fits, exp2_poly_stride
         in EXP2_POLY_STRIDES, rescale_threshold in [0, MAX_RESCALE_THRESHOLD]; every field of its
-        annotated type."""
+        annotated type. The KV-cache operand's routes on top: page_size 0 or one whose boxes hold >=
+        MIN_PAGED_BOX_ROWS rows (note "Paged"), and num_q_tiles 1 with fuse_gqa (note "Decode"), for a
+        group that divides 128; their code shapes (paged_configs()) are compiled by
+        tests/test_attention_sm100_paged.py."""
         return _answer(self._refusal())
 
     def _refusal(self) -> ConfigError | None:
@@ -262,8 +324,17 @@ class FA4Config:
         if self.bn != 128:
             return ConfigError(f"bn={self.bn}: the kernel is built and checked for bn=128 only (the plan fits, "
                                f"see plan_fits(), but that kernel was never compiled)")
-        if self.fuse_gqa:
-            return ConfigError("fuse_gqa (several heads in one Q tile) is not implemented; each CTA takes one head")
+        if self.fuse_gqa != self.decode:
+            return ConfigError(f"fuse_gqa={self.fuse_gqa} with num_q_tiles={self.num_q_tiles}: the group is packed "
+                               f"into M only on the 1-Q-tile decode route (num_q_tiles=1, fuse_gqa=True); two Q "
+                               f"tiles take one head each")
+        if self.paged:
+            plan = fetch_plan(self.bn, self.page_size, "sm_100a")
+            if plan.fetch is not KVFetch.TMA_BOXES or plan.box_rows < MIN_PAGED_BOX_ROWS:
+                return ConfigError(f"page_size={self.page_size}: a K/V tile of bn={self.bn} would take boxes of "
+                                   f"gcd(bn, page_size) = {gcd(self.bn, self.page_size)} rows; per-page TMA boxes are built for "
+                                   f">= {MIN_PAGED_BOX_ROWS} rows (page sizes that are multiples of "
+                                   f"{MIN_PAGED_BOX_ROWS}); the TMA gather4 route for smaller pages is not built")
         if self.num_qk_stages != 1 or self.num_pv_stages != 1:
             return ConfigError(f"num_qk_stages={self.num_qk_stages}, num_pv_stages={self.num_pv_stages}: only 1 "
                                f"and 1 are implemented (whole K and V tiles per pipeline stage)")
@@ -291,14 +362,21 @@ class FA4Config:
 
     def description(self) -> str:
         tm, sm = self.tmem_plan(), self.smem_plan()
-        tmem = " ".join(f"{k}={tm[k]}" for k in ("S0", "S1", "O0", "O1", "P0", "P1", "C0", "C1"))
+        tmem = " ".join(f"{k}={tm[k]}" for k in ("S0", "S1", "O0", "O1", "P0", "P1", "C0", "C1") if k in tm)
+        route = (f" | decode: {self.group} heads x {self.tile_tokens} tokens packed" if self.decode else "") + \
+            (f" | paged {self.page_size} ({self.bn // self.box_rows} boxes of {self.box_rows} rows)"
+             if self.paged else "")
         return (f"FA4Config {self.dtype} qk{self.head_dim}/ov{self.head_dim_v} heads {self.num_q_heads}/"
                 f"{self.num_kv_heads} (group {self.group}){' causal' if self.causal else ''} "
-                f"bm={self.bm} (2x{MMA_M}) bn={self.bn} bk0={self.bk0} bk1={self.bk1} "
+                f"bm={self.bm} ({self.num_q_tiles}x{MMA_M}) bn={self.bn} bk0={self.bk0} bk1={self.bk1} "
                 f"stages kv={sm['stages']} qk={self.num_qk_stages} pv={self.num_pv_stages} | "
                 f"TMEM {tmem} used {tm['used']}/{TMEM_COLUMNS} alloc {tm['alloc']} | "
                 f"SMEM {sm['total']}/{SMEM_CARVEOUT} B | swizzle {self.swizzle}B | "
-                f"exp2 poly 1/{self.exp2_poly_stride or 'none'} | rescale threshold {self.rescale_threshold}")
+                f"exp2 poly 1/{self.exp2_poly_stride or 'none'} | rescale threshold {self.rescale_threshold}{route}")
+
+    def name_route(self) -> str:
+        """Kernel-name tags of the KV operand and the decode route ('' for the dense prefill kernel)."""
+        return (f"_paged{self.page_size}" if self.paged else "") + ("_decode" if self.decode else "")
 
     def key(self) -> dict:
         return {"kernel": KERNEL, **asdict(self)}
@@ -313,8 +391,12 @@ class FA4Config:
 
 
 def grid(config: "FA4Config", problem) -> tuple[int, int, int]:
-    """One CTA per (two Q tiles = 256 query rows, head, batch). `problem`: anything with batch,
-    heads, seqlen_q (attention.AttnProblem)."""
+    """One CTA per (two Q tiles = 256 query rows, head, batch); decode: per (tile_tokens query
+    tokens of the group's heads, KV head, batch). `problem`: anything with batch, heads, seqlen_q
+    (attention.AttnProblem)."""
+    if config.decode:
+        rows = config.tile_tokens
+        return ((problem.seqlen_q + rows - 1) // rows, problem.heads // config.group, problem.batch)
     bm = NUM_Q_TILES * MMA_M
     return ((problem.seqlen_q + bm - 1) // bm, problem.heads, problem.batch)
 
@@ -323,16 +405,38 @@ def grid(config: "FA4Config", problem) -> tuple[int, int, int]:
 # from this table and launch_args fills them by name. The GQA group is compiled in (FA4Config.group).
 TENSOR_PARAMS = (("q", "tma"), ("k", "tma"), ("v", "tma"), ("o", "tma"), ("lse", "ptr"))
 LAUNCH_PARAMS = (*TENSOR_PARAMS, ("seqlen_q", "i32"), ("seqlen_k", "i32"), ("scale_log2", "f32"))
+# A paged cache (note "Paged"): k, v are the pools [num_pages, page_size, kv_heads, D]; the page table
+# [batch, max_pages] (row stride page_table_stride elements) and cache_seqlens [batch] int32 replace
+# seqlen_k.
+PAGED_TENSOR_PARAMS = (*TENSOR_PARAMS, ("page_table", "ptr"), ("cache_seqlens", "ptr"))
+PAGED_LAUNCH_PARAMS = (*PAGED_TENSOR_PARAMS, ("seqlen_q", "i32"), ("num_pages", "i32"),
+                       ("page_table_stride", "i32"), ("scale_log2", "f32"))
 
 
 def launch_args(config: "FA4Config", problem, tensors) -> dict:
     """The parameters by name (LAUNCH_PARAMS): TMA tensors q, k, v, o ([B, S, H, D]) and the LSE
     pointer (float32 [B, H, Sq]) from `tensors`; seqlen_q, seqlen_k and softmax_scale * log2(e)
     from `problem`."""
+    if config.paged:
+        raise ValueError("a paged config's parameters come from paged_launch_args (page table, cache_seqlens)")
     args = {name: tensors[name] for name, _ in TENSOR_PARAMS}
     args.update(seqlen_q=int(problem.seqlen_q), seqlen_k=int(problem.seqlen_k),
                 scale_log2=float(problem.softmax_scale) * LOG2E)
     return {name: args[name] for name, _ in LAUNCH_PARAMS}
+
+
+def paged_launch_args(config: "FA4Config", problem, tensors, *, num_pages: int, page_table_stride: int) -> dict:
+    """PAGED_LAUNCH_PARAMS by name: `tensors` q, o ([B, Sq, H, D]), k, v (the pools), lse, page_table,
+    cache_seqlens; `problem` gives seqlen_q and softmax_scale (its seqlen_k is not read: each
+    sequence's length is cache_seqlens[b], read on the device)."""
+    if not config.paged:
+        raise ValueError("a contiguous config's parameters come from launch_args")
+    if config.decode and problem.heads != config.num_q_heads:
+        raise ValueError(f"decode: problem heads {problem.heads} != the config's num_q_heads {config.num_q_heads}")
+    args = {name: tensors[name] for name, _ in PAGED_TENSOR_PARAMS}
+    args.update(seqlen_q=int(problem.seqlen_q), num_pages=int(num_pages), page_table_stride=int(page_table_stride),
+                scale_log2=float(problem.softmax_scale) * LOG2E)
+    return {name: args[name] for name, _ in PAGED_LAUNCH_PARAMS}
 
 
 def configs() -> list[FA4Config]:
@@ -354,7 +458,7 @@ def code_shape(cfg: FA4Config) -> tuple:
     group's divisor, rescale_threshold's value, num_q_heads): two configs of one shape compile to
     the same instructions."""
     return (cfg.dtype, cfg.head_dim, cfg.head_dim_v, cfg.causal, group_class(cfg.group), cfg.resolved_stages,
-            cfg.exp2_poly_stride)
+            cfg.exp2_poly_stride, cfg.num_q_tiles, cfg.paged and cfg.bn // cfg.box_rows)
 
 
 def supported_configs() -> list[FA4Config]:
@@ -377,4 +481,24 @@ def supported_configs() -> list[FA4Config]:
     return out
 
 
-__all__ = ["FA4Config", "grid", "launch_args", "LAUNCH_PARAMS", "TENSOR_PARAMS", "configs", "supported_configs", "code_shape", "KERNEL", "ROLES", "TMEM_COLUMNS", "SMEM_CARVEOUT"]
+__all__ = ["FA4Config", "grid", "launch_args", "paged_launch_args", "LAUNCH_PARAMS", "TENSOR_PARAMS",
+           "PAGED_LAUNCH_PARAMS", "PAGED_TENSOR_PARAMS", "configs", "supported_configs", "paged_configs", "code_shape", "KERNEL", "ROLES", "TMEM_COLUMNS", "SMEM_CARVEOUT"]
+
+
+PAGED_PAGE_SIZES = (16, 64, 128, 256, 48)   # 8, 2, 1, 1 and 8 boxes per BN-128 tile (48: not a power of two)
+
+
+def paged_configs() -> list[FA4Config]:
+    """The KV-cache operand's kernels (kernel set `sm100-kvcache`): the paged prefill CTA and the
+    decode route over every box count of PAGED_PAGE_SIZES, and the decode route over a contiguous
+    cache, bf16 at head dims 64 and 128, causal, GQA group 4 (decode: 8 heads over 2 KV heads)."""
+    out = []
+    for d in (64, 128):
+        for page_size in PAGED_PAGE_SIZES:
+            out.append(FA4Config(head_dim=d, head_dim_v=d, causal=True, num_q_heads=8, num_kv_heads=2,
+                                 page_size=page_size))
+            out.append(FA4Config(head_dim=d, head_dim_v=d, causal=True, num_q_heads=8, num_kv_heads=2,
+                                 page_size=page_size, num_q_tiles=1, fuse_gqa=True))
+        out.append(FA4Config(head_dim=d, head_dim_v=d, causal=True, num_q_heads=8, num_kv_heads=2, num_q_tiles=1,
+                             fuse_gqa=True))
+    return out

@@ -87,7 +87,8 @@ for _name in ("nvvm.fence.mbarrier.init", "nvvm.fence.sc.cluster", "nvvm.membar"
 @semantics("nvvm.fence.proxy")
 def fence_proxy(p, op, a, r):
     """fence.proxy.async[.shared::cta]: this warp's generic-proxy shared writes so far are visible to
-    the async proxy (a TMA store may read them once handed over)."""
+    the async proxy (a TMA store may read them once handed over; its own next tcgen05.mma may read
+    them as operands, hb.proxy_fence)."""
     if "async" not in str(op.attributes["kind"]):
         raise Unsupported(f"nvvm.fence.proxy {op.attributes['kind']}")
 

@@ -220,6 +220,8 @@ def execute_mma(cta, d_addr: int, a, b_desc: int, idesc: int, accumulate: bool, 
 
     def access(shadow, index, write, what):
         if hb is not None:
+            if shadow is hb.smem:         # SMEM operands are read by the async proxy (§9.7.16.6.5)
+                hb.check_async_proxy_read(index, what)
             hb.access(shadow, index, vc, hb.MMA, write, what)
     m, n, k = f["m"], f["n"], 16
     if m != TMEM_LANES:

@@ -1,0 +1,267 @@
+"""Deviceless checks of the sm_100a kernel's KV-cache operand ([D-sm100-paged], issue 27 item 5):
+the paged pool with per-page TMA boxes and the decode route (one Q tile of packed GQA rows).
+
+* config: the fields, kernel names, refusals with reasons, launch contract, plans;
+* compiled (nvJitLink LTO, as the kernel ships): 0 spills, setmaxnreg honoured, SMEM and TMEM within
+  the plan, SASS holding tcgen05 (UTCHMMA, LDTM/STTM, UTCBAR, UTCATOMSWS) and the TMA loads/stores,
+  the pipeline verifier accepting the schedule;
+* interpreted (fa4mlir.interpret, nvvm stage, CPU): numerics by the FA rule against the float32
+  kvcache reference over a shuffled page table, lengths page - 1, page, page + 1, 0 and two K/V
+  blocks, GQA, NaN in every unused page and row. These are the only sm_100a numerics claimed: the
+  kernel is interpreted, never run (no Blackwell GPU here).
+"""
+from __future__ import annotations
+
+import re
+import time
+
+import numpy as np
+import pytest
+
+from fa4mlir.kernels.attention_sm100_config import (PAGED_LAUNCH_PARAMS, FA4Config, grid, launch_args,
+                                                    paged_configs, paged_launch_args)
+from fa4mlir.kernels.common.paging import KVFetch, fetch_plan
+
+DECODE = dict(num_q_tiles=1, fuse_gqa=True)
+
+
+def _id(c: FA4Config) -> str:
+    return f"d{c.head_dim}-p{c.page_size}{'-decode' if c.decode else ''}"
+
+
+# ---- config ---------------------------------------------------------------------------------------
+def test_default_config_is_unchanged_by_the_operand():
+    c = FA4Config()
+    assert not c.paged and not c.decode and c.bm == 256 and c.box_rows == c.bn == 128
+    assert c.name_route() == "" and c.launch_params[-2:] == (("seqlen_k", "i32"), ("scale_log2", "f32"))
+
+
+@pytest.mark.parametrize("page_size,boxes", [(16, 8), (32, 4), (48, 8), (64, 2), (128, 1), (256, 1), (208, 8)])
+def test_paged_boxes_hold_at_least_16_rows(page_size, boxes):
+    c = FA4Config(page_size=page_size)
+    assert c.supported() == (True, "")
+    assert c.box_rows >= 16 and c.bn // c.box_rows == boxes
+    plan = fetch_plan(c.bn, page_size, "sm_100a")
+    assert (plan.fetch, plan.box_rows, plan.boxes_per_tile) == (KVFetch.TMA_BOXES, c.box_rows, boxes)
+
+
+@pytest.mark.parametrize("kw,reason", [
+    (dict(page_size=8), "gather4 route for smaller pages is not built"),
+    (dict(page_size=1), "gather4"),
+    (dict(page_size=24), "gcd(bn, page_size) = 8 rows"),
+    (dict(page_size=300), "page size in 1..256"),
+    (dict(num_q_tiles=1), "packed into M only on the 1-Q-tile decode route"),
+    (dict(fuse_gqa=True), "packed into M only on the 1-Q-tile decode route"),
+    (dict(num_q_tiles=3), "num_q_tiles=3"),
+    (dict(num_q_heads=12, num_kv_heads=4, **DECODE), "group must divide 128"),
+])
+def test_refusals_say_why(kw, reason):
+    ok, why = FA4Config(**kw).supported()
+    assert not ok and reason in why, why
+
+
+def test_decode_plans():
+    c = FA4Config(num_q_heads=32, num_kv_heads=8, causal=True, page_size=64, **DECODE)
+    assert c.supported() == (True, "")
+    assert c.bm == 128 and c.tile_tokens == 32
+    tm = c.tmem_plan()
+    assert (tm["S0"], tm["O0"], tm["used"], tm["alloc"]) == (0, 128, 256, 256) and "S1" not in tm
+    assert c.smem_plan()["q"] == 128 * 128 * 2 and c.smem_plan()["stages"] == 3
+    assert "decode: 4 heads x 32 tokens packed" in c.description()
+
+    class P:
+        batch, heads, seqlen_q, seqlen_k, softmax_scale = 3, 32, 16, 999, 0.125
+    assert grid(c, P) == (1, 8, 3)
+    assert grid(FA4Config(num_q_heads=32, num_kv_heads=2, **DECODE), P) == (2, 2, 3)   # 8 tokens a tile
+    args = paged_launch_args(c, P, dict(q="q", k="k", v="v", o="o", lse="l", page_table="t", cache_seqlens="s"),
+                             num_pages=70, page_table_stride=9)
+    assert list(args) == [n for n, _ in PAGED_LAUNCH_PARAMS] and args["num_pages"] == 70
+    with pytest.raises(ValueError, match="paged_launch_args"):
+        launch_args(c, P, {})
+
+
+def test_paged_configs_are_supported_and_named_apart():
+    cfgs = paged_configs()
+    assert all(c.supported()[0] for c in cfgs)
+    from fa4mlir.kernels.attention_sm100_config import code_shape
+    assert len({code_shape(c) for c in cfgs}) == len({(c.head_dim, c.decode, c.paged and c.bn // c.box_rows)
+                                                     for c in cfgs})
+
+
+# ---- compiled -----------------------------------------------------------------------------------------
+COMPILED = [FA4Config(head_dim=d, head_dim_v=d, causal=True, num_q_heads=8, num_kv_heads=2, page_size=ps, **kw)
+            for d, ps, kw in ((64, 16, {}), (64, 16, DECODE), (128, 0, DECODE))]
+# These spilled one 4-byte value (the CTA's SMEM base or the warp index, held across the 48-register
+# roles) until the load warp's page lookups were reshaped (paged_rows, note "Load warp registers").
+ONCE_SPILLING = [FA4Config(head_dim=d, head_dim_v=d, causal=True, num_q_heads=8, num_kv_heads=2, page_size=ps, **kw)
+                 for d, ps, kw in ((128, 16, {}), (128, 16, DECODE), (64, 48, DECODE))]
+_BUILT: dict = {}
+
+
+def _compiled(cfg):
+    if cfg not in _BUILT:
+        from fa4mlir import lowering
+        from fa4mlir.kernels import attention_fwd_sm100 as k100
+        from fa4mlir.lowering import CompileOptions
+        t0 = time.perf_counter()
+        art = lowering.lower(k100.build(cfg), CompileOptions(cubin_backend="nvjitlink-lto"), key="test-sm100-paged")
+        _BUILT[cfg] = (art, time.perf_counter() - t0)
+    return _BUILT[cfg]
+
+
+@pytest.mark.parametrize("cfg", COMPILED + ONCE_SPILLING, ids=_id)
+def test_compiles_with_zero_spills_and_sass(cfg):
+    from fa4mlir.sass import disassemble, find_nvdisasm
+    art, seconds = _compiled(cfg)
+    r = art.resources
+    print(f"{art.name}: {r['registers']} regs at entry, spills {r['spill_stores']}/{r['spill_loads']}, "
+          f"SMEM {art.smem_bytes} B, TMEM {r['tmem_cols']} cols, compile {seconds:.1f} s")
+    assert art.arch == "sm_100a" and r["cubin_backend"] == "nvjitlink-lto"
+    assert r["spill_stores"] == r["spill_loads"] == r["stack_bytes"] == 0, r
+    assert not r["setmaxnreg_ignored"] and r["registers"] == 128 and r["threads"] == 512
+    assert r["tmem_cols"] == cfg.tmem_plan()["alloc"]
+    plan = cfg.smem_plan()
+    assert plan["total"] <= art.smem_bytes <= plan["total"] + 1024
+    assert [(p.name, p.kind) for p in art.params] == list(cfg.launch_params)
+    if find_nvdisasm() is None:
+        pytest.skip("nvdisasm is not installed (pip install nvidia-cuda-nvdisasm): cannot read the SASS")
+    sass = disassemble(art.cubin)
+    count = lambda op: len(re.findall(rf"\b{op}\b", sass))  # noqa: E731
+    s_mmas, pv_mmas = cfg.padded_head_dim // 16, cfg.bn // 16
+    if cfg.decode:   # one loop body: S0, P0 V
+        assert count("UTCHMMA") == s_mmas + pv_mmas
+    else:            # block 0 + the loop + the last P1 V, as the dense kernel
+        assert count("UTCHMMA") == (2 * s_mmas + pv_mmas) + (2 * s_mmas + 2 * pv_mmas) + pv_mmas
+    assert len(re.findall(r"UTCHMMA tmem\[", sass)) == (1 if cfg.decode else 4) * pv_mmas
+    assert count("UTCBAR") >= (6 if cfg.decode else 14) and count("LDTM") > 0 and count("STTM") > 0
+    assert count("UTCATOMSWS") >= 2
+    assert count("UTMASTG") >= 1 and count("HGMMA") == 0
+    # Q once per chunk, K and V: boxes per tile x chunks each (unrolled: the paged loop body holds them all)
+    boxes = cfg.bn // cfg.box_rows
+    assert count("UTMALDG") >= 2 * boxes * (cfg.padded_head_dim // 64) + 1
+    assert not re.search(r"\b(LDL|STL)\b", sass)
+
+
+@pytest.mark.parametrize("cfg", COMPILED[:2] + ONCE_SPILLING, ids=_id)
+def test_verifier_accepts_the_schedule(cfg):
+    from fa4mlir.kernels import attention_fwd_sm100 as k100
+    from fa4mlir.passes import registry
+    registry.run_passes(k100.build(cfg).module, ["fa4-verify-pipelines"])
+
+
+def test_verifier_rejects_a_v_release_removed_from_the_decode_route():
+    from fa4mlir.kernels import attention_fwd_sm100 as k100
+    from fa4mlir.passes import registry
+    from fa4mlir.passes._util import PassError, attr, ops_named
+    kir = k100.build(COMPILED[1])
+    ops = [op for op in ops_named(kir.module.operation, "fa4.mma_commit") if attr(op, "pipe") == "v"]
+    assert ops
+    ops[0].erase()
+    with pytest.raises(PassError, match="'v'"):
+        registry.run_passes(kir.module, ["fa4-verify-pipelines"])
+
+
+# ---- interpreted numerics ------------------------------------------------------------------------------
+def _bits(x, torch):
+    import numpy as np
+    return x.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16).copy()
+
+
+def _paged_cache(torch, gen, lengths, page_size, kv_heads, d):
+    """bf16 K/V pools with NaN in every unused page and row, a shuffled page table (-1 past each length)."""
+    max_pages = max(-(-n // page_size) for n in lengths) + 1
+    num_pages = sum(-(-n // page_size) for n in lengths) + 3
+    k, v = (torch.full((num_pages, page_size, kv_heads, d), float("nan")) for _ in range(2))
+    perm = torch.randperm(num_pages, generator=gen).numpy()
+    table = np.full((len(lengths), max_pages), -1, np.int32)
+    used = 0
+    for b, n in enumerate(lengths):
+        pages = -(-n // page_size)
+        table[b, :pages] = perm[used:used + pages]
+        used += pages
+        for t0 in range(0, n, page_size):
+            rows, page = min(page_size, n - t0), table[b, t0 // page_size]
+            k[page, :rows] = torch.randn(rows, kv_heads, d, generator=gen)
+            v[page, :rows] = torch.randn(rows, kv_heads, d, generator=gen)
+    return k, v, table
+
+
+@pytest.mark.parametrize("decode,seqlen_q,d,page", [(True, 3, 64, 16), (False, 5, 64, 16), (True, 3, 128, 16),
+                                                     (False, 5, 128, 16), (True, 3, 64, 48)])
+def test_paged_kernel_interpreted_by_the_fa_rule(decode, seqlen_q, d, page):
+    """Page size 16 (8 boxes a K/V tile) or 48 (8 boxes, the second tile starting at row 32 of a page),
+    lengths page - 1, page, page + 1, 0 and 150 (two K/V blocks, the second ragged inside a page), GQA 8
+    query heads over 2 KV heads, causal bottom-right, NaN in unused pages and rows and in O before the
+    call. Interpreted at the nvvm stage on the CPU."""
+    torch = pytest.importorskip("torch")
+    from fa4mlir import interpret
+    from fa4mlir.kernels import attention_fwd_sm100 as k100
+    from fa4mlir.testing import attention_math, fa_rule
+    from fa4mlir.testing_kvcache import kvcache_reference
+    heads, kv_heads = 8, 2
+    lengths = [page - 1, page, page + 1, 0, 150]
+    cfg = FA4Config(head_dim=d, head_dim_v=d, causal=True, num_q_heads=heads, num_kv_heads=kv_heads, page_size=page,
+                    **(DECODE if decode else {}))
+    gen = torch.Generator().manual_seed(27)
+    batch = len(lengths)
+    q = torch.randn(batch, seqlen_q, heads, d, generator=gen).to(torch.bfloat16)
+    k, v, table = _paged_cache(torch, gen, lengths, page, kv_heads, d)
+    kb, vb = _bits(k, torch), _bits(v, torch)
+    lens = np.array(lengths, np.int32)
+    o = np.full((batch, seqlen_q, heads, d), 0x7FC0, np.uint16)
+    lse = np.full((batch, heads, seqlen_q), np.nan, np.float32)
+
+    class P:
+        pass
+    P.batch, P.heads, P.seqlen_q, P.softmax_scale = batch, heads, seqlen_q, d ** -0.5
+    args = paged_launch_args(cfg, P, dict(q=_bits(q, torch), k=kb, v=vb, o=o, lse=lse, page_table=table,
+                                          cache_seqlens=lens), num_pages=k.shape[0], page_table_stride=table.shape[1])
+    t0 = time.perf_counter()
+    kernel = interpret.load(k100.build(cfg))
+    kernel.launch(grid(cfg, P), args)
+    seconds = time.perf_counter() - t0
+    out = torch.from_numpy(o.view(np.int16)).view(torch.bfloat16).double()
+    lse_t = torch.from_numpy(lse).double()
+    kf, vf = (torch.from_numpy(x.view(np.int16)).view(torch.bfloat16).float() for x in (kb, vb))
+    ref = kvcache_reference(q.float(), kf, vf, torch.from_numpy(lens), torch.from_numpy(table),
+                            compute_dtype=np.float32)
+    assert not torch.isnan(out).any() and not torch.isnan(lse_t).any()
+    assert (out[3] == 0).all() and torch.isposinf(lse_t[3]).all()          # length 0: no key seen
+    errs = {"out": 0.0, "out_lowp": 0.0, "lse": 0.0, "lse_lowp": 0.0}
+    for b, n in enumerate(lengths):
+        if not n:
+            continue
+        t = np.arange(n)
+        rows = torch.from_numpy(table[b][t // page] * page + t % page)
+        k_rows, v_rows = (x.reshape(-1, kv_heads, d)[rows].to(torch.bfloat16) for x in (kf, vf))
+        low_o, low_l = attention_math(q[b:b + 1], k_rows[None], v_rows[None], d ** -0.5, True, torch.bfloat16)
+        r_o, r_l = ref["out"][b].double(), ref["lse"][b].double()
+        errs["out"] = max(errs["out"], (out[b] - r_o).abs().max().item())
+        errs["out_lowp"] = max(errs["out_lowp"], (low_o[0].double() - r_o).abs().max().item())
+        errs["lse"] = max(errs["lse"], (lse_t[b] - r_l).abs().max().item())
+        errs["lse_lowp"] = max(errs["lse_lowp"], (low_l[0].double() - r_l).abs().max().item())
+    ok_out, bound = fa_rule(errs["out"], errs["out_lowp"])
+    ok_lse, lse_bound = fa_rule(errs["lse"], errs["lse_lowp"])
+    print(f"interpreted {cfg.description()[:40]}.. in {seconds:.1f} s: {errs}")
+    assert ok_out and ok_lse, {**errs, "bound": bound, "lse_bound": lse_bound}
+
+
+def test_stale_v_zeros_without_their_proxy_fence_are_a_fence_fault(monkeypatch):
+    """The MMA thread's st.shared zeros reach its tcgen05.mma (async proxy) only through
+    fence.proxy.async (note "Stale V rows"); without it the interpreter names the missing fence."""
+    pytest.importorskip("torch")
+    from fa4mlir import interpret
+    from fa4mlir.kernels.common import paged_rows
+    zero_rows = paged_rows.zero_rows
+
+    def unfenced(kb, *args):
+        fence = kb.fence
+        kb.fence = lambda kind: None if kind == "async_smem" else fence(kind)
+        try:
+            zero_rows(kb, *args)
+        finally:
+            del kb.fence
+    monkeypatch.setattr(paged_rows, "zero_rows", unfenced)
+    with pytest.raises(interpret.FenceFault, match=r"tcgen05.mma B \(SMEM\) reads shared memory that warp 12 "
+                                                   r"\(mma\) wrote with st.shared and did not fence"):
+        test_paged_kernel_interpreted_by_the_fa_rule(True, 3, 64, 16)
