@@ -53,6 +53,29 @@ def fa_rule(out_err: float, lowp_err: float, atol: float = DEFAULT_ATOL) -> tupl
     return ok, bound
 
 
+class FaTally:
+    """Max errors of a kernel's out and lse, and of PyTorch's own low-precision math, against one
+    float reference, gathered piece by piece (a sequence, its rows that see a key), then judged by
+    the FA rule: ``add`` per piece, ``check`` at the end (asserts; returns the errors)."""
+
+    def __init__(self):
+        self.errs = {"out": 0.0, "out_lowp": 0.0, "lse": 0.0, "lse_lowp": 0.0}
+
+    def add(self, out, low_out, ref_out, lse, low_lse, ref_lse) -> None:
+        """One piece: torch tensors of the kernel, the low-precision math and the reference."""
+        e = self.errs
+        e["out"] = max(e["out"], (out - ref_out).abs().max().item())
+        e["out_lowp"] = max(e["out_lowp"], (low_out - ref_out).abs().max().item())
+        e["lse"] = max(e["lse"], (lse - ref_lse).abs().max().item())
+        e["lse_lowp"] = max(e["lse_lowp"], (low_lse - ref_lse).abs().max().item())
+
+    def check(self) -> dict:
+        ok_out, bound = fa_rule(self.errs["out"], self.errs["out_lowp"])
+        ok_lse, lse_bound = fa_rule(self.errs["lse"], self.errs["lse_lowp"])
+        assert ok_out and ok_lse, {**self.errs, "bound": bound, "lse_bound": lse_bound}
+        return self.errs
+
+
 def raises(exc, words, fn, *args, **kw):
     """fn(*args, **kw) raises exactly exc (not a subclass), and its message holds every one of words.
     Returns the exception."""

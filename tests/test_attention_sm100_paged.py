@@ -196,7 +196,7 @@ def test_paged_kernel_interpreted_by_the_fa_rule(decode, seqlen_q, d, page):
     torch = pytest.importorskip("torch")
     from fa4mlir import interpret
     from fa4mlir.kernels import attention_fwd_sm100 as k100
-    from fa4mlir.testing import attention_math, fa_rule
+    from fa4mlir.testing import FaTally, attention_math
     from fa4mlir.testing_kvcache import kvcache_reference
     heads, kv_heads = 8, 2
     lengths = [page - 1, page, page + 1, 0, 150]
@@ -227,7 +227,7 @@ def test_paged_kernel_interpreted_by_the_fa_rule(decode, seqlen_q, d, page):
                             compute_dtype=np.float32)
     assert not torch.isnan(out).any() and not torch.isnan(lse_t).any()
     assert (out[3] == 0).all() and torch.isposinf(lse_t[3]).all()          # length 0: no key seen
-    errs = {"out": 0.0, "out_lowp": 0.0, "lse": 0.0, "lse_lowp": 0.0}
+    tally = FaTally()
     for b, n in enumerate(lengths):
         if not n:
             continue
@@ -235,15 +235,10 @@ def test_paged_kernel_interpreted_by_the_fa_rule(decode, seqlen_q, d, page):
         rows = torch.from_numpy(table[b][t // page] * page + t % page)
         k_rows, v_rows = (x.reshape(-1, kv_heads, d)[rows].to(torch.bfloat16) for x in (kf, vf))
         low_o, low_l = attention_math(q[b:b + 1], k_rows[None], v_rows[None], d ** -0.5, True, torch.bfloat16)
-        r_o, r_l = ref["out"][b].double(), ref["lse"][b].double()
-        errs["out"] = max(errs["out"], (out[b] - r_o).abs().max().item())
-        errs["out_lowp"] = max(errs["out_lowp"], (low_o[0].double() - r_o).abs().max().item())
-        errs["lse"] = max(errs["lse"], (lse_t[b] - r_l).abs().max().item())
-        errs["lse_lowp"] = max(errs["lse_lowp"], (low_l[0].double() - r_l).abs().max().item())
-    ok_out, bound = fa_rule(errs["out"], errs["out_lowp"])
-    ok_lse, lse_bound = fa_rule(errs["lse"], errs["lse_lowp"])
-    print(f"interpreted {cfg.description()[:40]}.. in {seconds:.1f} s: {errs}")
-    assert ok_out and ok_lse, {**errs, "bound": bound, "lse_bound": lse_bound}
+        tally.add(out[b], low_o[0].double(), ref["out"][b].double(),
+                  lse_t[b], low_l[0].double(), ref["lse"][b].double())
+    print(f"interpreted {cfg.description()[:40]}.. in {seconds:.1f} s: {tally.errs}")
+    tally.check()
 
 
 def test_stale_v_zeros_without_their_proxy_fence_are_a_fence_fault(monkeypatch):

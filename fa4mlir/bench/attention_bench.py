@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from .results import check_header
 from .timers import HEAT_MS, make_timer
 
 SCHEMA = "fa4mlir-attention-bench/1"
@@ -433,12 +434,7 @@ def new_result(*, device: str, dtype: str, timer: dict, tolerance: float = TOLER
 
 def validate_result(result: Any) -> dict:
     """Raise ValueError naming what is missing when `result` is not an attention-bench result."""
-    if not isinstance(result, dict) or result.get("schema") != SCHEMA:
-        got = result.get("schema") if isinstance(result, dict) else type(result).__name__
-        raise ValueError(f"expected an attention bench result with schema {SCHEMA!r}, got {got!r}")
-    missing = [k for k in REQUIRED_KEYS if k not in result]
-    if missing:
-        raise ValueError(f"attention bench result lacks {missing}; was it written by fa4mlir.bench.attention_bench?")
+    check_header(result, SCHEMA, "an attention bench result", REQUIRED_KEYS, "fa4mlir.bench.attention_bench")
     for i, p in enumerate(result["points"]):
         missing = [k for k in POINT_KEYS if k not in p]
         if missing:

@@ -55,6 +55,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .results import check_header
+
 SCHEMA = "fa4mlir-prefill-bench/1"
 D = 128
 # workload (the --workloads names) -> (family: the tensors its rows share, rows); a family's rows run
@@ -330,12 +332,7 @@ def new_result(*, device: str, environment: dict, timer: dict, fa4_cute: dict, f
 
 def validate_result(result: Any) -> dict:
     """Raise ValueError naming what is missing when `result` is not a prefill-bench result."""
-    if not isinstance(result, dict) or result.get("schema") != SCHEMA:
-        got = result.get("schema") if isinstance(result, dict) else type(result).__name__
-        raise ValueError(f"expected a prefill bench result with schema {SCHEMA!r}, got {got!r}")
-    missing = [k for k in REQUIRED_KEYS if k not in result]
-    if missing:
-        raise ValueError(f"prefill bench result lacks {missing}; was it written by fa4mlir.bench.prefill_bench?")
+    check_header(result, SCHEMA, "a prefill bench result", REQUIRED_KEYS, "fa4mlir.bench.prefill_bench")
     for i, row in enumerate(result["rows"]):
         if [k for k in ROW_KEYS if k not in row]:
             raise ValueError(f"row #{i} lacks {[k for k in ROW_KEYS if k not in row]}")

@@ -105,7 +105,7 @@ class DecodeConfig:
     @property
     def ctas_per_sm(self) -> int:
         """CTAs that fit one SM by SMEM (2 when the tile plan fits half an SM; registers follow:
-        the kernel asks ptxas for them with nvvm.minctasm)."""
+        the kernel declares its CTAs per SM as a kernel attribute, which bounds them)."""
         return 2 if self.smem_bytes() <= MAX_SMEM_2CTA else 1
 
     @property
@@ -247,7 +247,7 @@ def default_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: s
 
 
 # ----------------------------------------------------------------------------------------------
-# Launch contracts: (name, kind) in PTX order; launch_args fills them by name.
+# Launch contracts: (name, kind) in kernel-parameter order; launch_args fills them by name.
 # ----------------------------------------------------------------------------------------------
 
 SPLIT_TENSORS = (("k_cache", "tma"), ("v_cache", "tma"), ("q", "ptr"), ("cache_seqlens", "ptr"),
