@@ -94,6 +94,8 @@ MASK_CASES = [
     ("bf16", 128, True, (100, -1), 0),
     ("bf16", 64, True, (-1, -1), 100),
     ("bf16", 128, False, (-1, -1), 150),
+    # tests/gpu/test_transformers_gpu.py: sliding_window 65 (Mistral, Gemma-2, gpt-oss families, D64)
+    ("bf16", 64, True, (64, -1), 0),
 ]
 
 
@@ -127,6 +129,9 @@ SCORE_CASES = [
     ("f16", 64, False, (-1, -1), False, True),
     ("bf16", 128, True, (200, -1), False, True),
     ("bf16", 128, True, (-1, -1), True, True),
+    # tests/gpu/test_transformers_gpu.py: Gemma-2's sliding layers (softcap) and gpt-oss's (sinks), D64
+    ("bf16", 64, True, (64, -1), True, False),
+    ("bf16", 64, True, (64, -1), False, True),
 ]
 
 

@@ -19,12 +19,15 @@ torch = pytest.importorskip("torch")
 class FakeKernel:
     """Stands in for a loaded kernel on CPU tensors. prepare() records the launch plan; a launch on
     the prepared tensors' addresses writes float64 attention, rounded, into out and lse (optionally
-    corrupted); every launch records its addresses and stream."""
+    corrupted); every launch records its addresses and stream. With `config` (the AttnConfig the
+    front end asked for) it also applies that config's window and chunk, its softcap (the cap read
+    back from the launch's scale_log2 and softcap_scale as launch_args writes them) and its sinks."""
 
-    def __init__(self, causal, corrupt=None):
-        self.artifact = SimpleNamespace(config=acfg.AttnConfig(bm=128).key(),
-                                        params=[SimpleNamespace(name=n, kind=k) for n, k in acfg.LAUNCH_PARAMS])
-        self.causal, self.corrupt = causal, corrupt
+    def __init__(self, causal, corrupt=None, config=None):
+        config = config or acfg.AttnConfig(bm=128)
+        self.artifact = SimpleNamespace(config=config.key(),
+                                        params=[SimpleNamespace(name=n, kind=k) for n, k in acfg.launch_params(config)])
+        self.causal, self.corrupt, self.config = causal, corrupt, config
         self.prepared, self.launches = [], []
 
     def prepare(self, grid, args):
@@ -40,9 +43,17 @@ class FakeLaunch:
         from fa4mlir.testing import attention_math
         self.kernel.launches.append((tuple(addresses), stream))
         q, k, v, out, lse, scale_log2 = (self.args[n] for n in ("q", "k", "v", "o", "lse", "scale_log2"))
-        if tuple(addresses) != tuple(t.data_ptr() for t in (q, k, v, out, lse)):
+        prepared = (q, k, v, out, lse, *((self.args["sinks"],) if self.kernel.config.sinks else ()))
+        if tuple(addresses) != tuple(t.data_ptr() for t in prepared):
             return  # other tensors than prepared: the caller checks the addresses
-        o64, lse64 = attention_math(q, k, v, scale_log2 / acfg.LOG2E, self.kernel.causal, torch.float64)
+        cfg, extra = self.kernel.config, {}
+        scale = scale_log2 / acfg.LOG2E
+        if cfg.softcap:   # launch_args: scale_log2 = cap * log2(e), softcap_scale = softmax_scale / cap
+            extra["softcap"], scale = scale, self.args["softcap_scale"] * scale
+        if cfg.sinks:
+            extra["sinks"] = self.args["sinks"]
+        o64, lse64 = attention_math(q, k, v, scale, self.kernel.causal, torch.float64,
+                                    window_size=(cfg.window_left, cfg.window_right), attention_chunk=cfg.chunk, **extra)
         out.copy_(o64)
         lse.copy_(lse64)
         if self.kernel.corrupt == "out":

@@ -33,7 +33,7 @@ def cpu_ops(monkeypatch):
             self.bundle = bundle
 
         def kernel(self, default):
-            made.append(FakeKernel(default.causal))
+            made.append(FakeKernel(default.causal, config=default))
             return made[-1]
     monkeypatch.setattr(dense, "source_for", FakeSource)
     monkeypatch.setattr(checks, "CUDA_DEVICES", ("cuda", "cpu"))
@@ -231,16 +231,83 @@ def test_transformers_rejects_what_the_kernel_cannot_take(cpu_ops):
         model.train()(ids)  # training: parameters require grad, so q, k, v do
 
 
-def test_transformers_rejects_a_sliding_window_mask(cpu_ops):
+def tiny_model(kind: str, attn: str, seed: int = 0):
+    """A small random bf16 model of a family whose attention has a sliding window (Mistral: every
+    layer; Gemma-2: every other, with an attention-logit softcap; gpt-oss: every other, with learned
+    sinks), windows short enough that the prompt and generate() go past them."""
     transformers = pytest.importorskip("transformers")
     from fa4mlir.integrations.transformers import register
     register()
-    cfg = transformers.MistralConfig(vocab_size=96, hidden_size=128, intermediate_size=256, num_hidden_layers=1,
-                                     num_attention_heads=4, num_key_value_heads=2, head_dim=64, sliding_window=4)
-    model = transformers.MistralForCausalLM(cfg).to(torch.bfloat16).eval()
-    model.set_attn_implementation("fa4mlir")
-    with torch.no_grad(), pytest.raises(UnsupportedFeatureError, match="sliding window"):
-        model(torch.zeros(1, 9, dtype=torch.long))
+    common = dict(vocab_size=96, hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=64, max_position_embeddings=256)
+    if kind == "mistral":
+        cfg, cls = transformers.MistralConfig(num_hidden_layers=2, sliding_window=7, **common), "MistralForCausalLM"
+    elif kind == "gemma2":
+        cfg, cls = (transformers.Gemma2Config(num_hidden_layers=2, sliding_window=6, attn_logit_softcapping=2.0,
+                                              final_logit_softcapping=None, **common), "Gemma2ForCausalLM")
+    else:
+        cfg, cls = (transformers.GptOssConfig(num_hidden_layers=2, sliding_window=5, num_local_experts=4,
+                                              num_experts_per_tok=2, **common), "GptOssForCausalLM")
+    torch.manual_seed(seed)
+    model = getattr(transformers, cls)(cfg).to(torch.bfloat16).eval()
+    if kind == "gptoss":   # random sinks of either sign, large enough to matter
+        for layer in model.model.layers:
+            layer.self_attn.sinks.data = torch.randn(4, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16) * 2
+    model.set_attn_implementation(attn)
+    return model
+
+
+@pytest.mark.parametrize("kind", ["mistral", "gemma2", "gptoss"])
+def test_transformers_window_softcap_sinks_match_eager_attention(cpu_ops, kind):
+    """Prefill past the window, then 10 greedy decode steps through the sliding cache (which drops its
+    oldest tokens), against eager attention: prefill logits, and each decode step's logits against
+    eager's over the whole generated sequence at once (teacher-forced: no cache, the window as a
+    mask), so a near-tie between two tokens cannot fail it. The kernel config carries the module's
+    window (W - 1, 0), its softcap and sinks, and the fake kernel computes what that config would."""
+    model, ref = tiny_model(kind, "fa4mlir"), tiny_model(kind, "eager")
+    ids = torch.randint(1, 96, (2, 19), generator=torch.Generator().manual_seed(3))   # 0 is Gemma-2's pad token
+    with torch.no_grad():
+        got, want = model(ids).logits.float(), ref(ids).logits.float()
+        assert (got - want).abs().max() < 0.05, (got - want).abs().max()
+        out = model.generate(ids, max_new_tokens=10, min_new_tokens=10, do_sample=False, return_dict_in_generate=True,
+                             output_logits=True)
+        steps = torch.stack(out.logits, 1).float()                      # [2, 10, vocab]
+        forced = ref(out.sequences).logits.float()[:, 18:-1]            # the logits that chose tokens 19..28
+    assert (steps - forced).abs().max() < 0.05, (steps - forced).abs().max()
+    configs = {fake.config for fake in cpu_ops}
+    window = {"mistral": 6, "gemma2": 5, "gptoss": 4}[kind]
+    assert any(c.window_left == window and c.causal for c in configs), configs
+    if kind == "gemma2":
+        assert all(c.softcap for c in configs)
+    if kind == "gptoss":
+        assert all(c.sinks for c in configs) and any(c.window_left == -1 for c in configs)
+    # decode steps of a sliding layer see the window's keys only (the cache dropped the rest)
+    assert any(args["seqlen_q"] == 1 and args["seqlen_k"] == window + 1 for fake in cpu_ops for _, args in fake.prepared)
+
+
+def test_transformers_recognises_only_its_own_sliding_window_mask():
+    pytest.importorskip("transformers")
+    from transformers.masking_utils import (and_masks, causal_mask_function, chunked_causal_mask_function,
+                                            sliding_window_causal_mask_function, sliding_window_overlay)
+
+    from fa4mlir.integrations.transformers import attention_mask, sliding_window_of
+    assert sliding_window_of(sliding_window_causal_mask_function(12)) == 12
+    assert sliding_window_of(causal_mask_function) is None
+    assert sliding_window_of(and_masks(causal_mask_function, sliding_window_overlay(12))) is None   # other order
+    extra = and_masks(sliding_window_causal_mask_function(12), lambda b, h, q, kv: kv >= 0)
+    assert sliding_window_of(extra) is None
+    chunked = chunked_causal_mask_function(8, torch.zeros(1, dtype=torch.long))
+    for fn in (extra, chunked):
+        with pytest.raises(UnsupportedFeatureError, match="a mask other than"):
+            attention_mask(1, 4, 10, 6, 0, mask_function=fn)
+    with pytest.raises(UnsupportedFeatureError, match="local_size=7"):
+        attention_mask(1, 4, 10, 6, 0, mask_function=sliding_window_causal_mask_function(12), local_size=7)
+    # a sliding cache that dropped its oldest tokens: keys end at the last query
+    assert attention_mask(1, 1, 12, 20, 9, mask_function=sliding_window_causal_mask_function(12), local_size=12) is None
+    with pytest.raises(UnsupportedFeatureError, match="static or sliding cache"):   # keys past the last query
+        attention_mask(1, 1, 16, 20, 9, mask_function=sliding_window_causal_mask_function(12), local_size=12)
+    with pytest.raises(UnsupportedFeatureError, match="static or sliding cache"):   # a full layer must hold all
+        attention_mask(1, 1, 12, 20, 9, mask_function=causal_mask_function)
 
 
 def test_the_ops_module_registers_the_ops_and_fa4mlir_alone_imports_no_torch():

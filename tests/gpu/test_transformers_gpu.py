@@ -88,3 +88,59 @@ def test_padding_mask_is_a_typed_error(models):
     mask[1, :4] = 0
     with torch.no_grad(), pytest.raises(fa4mlir.UnsupportedFeatureError, match="padding mask"):
         fa(ids, attention_mask=mask)
+
+
+WINDOW = 65   # sliding_window of the models below: kernels of window (64, 0), bf16 D64 (kernel_sets MASK_CASES, SCORE_CASES)
+
+
+def _sliding_model(kind: str, transformers, torch):
+    """A small random model of a family with sliding-window layers: Mistral (every layer), Gemma-2
+    (every other, attention-logit softcap 20), gpt-oss (every other, learned sinks set to random
+    values of either sign); hidden 512, 8 heads of head_dim 64 over 2 KV heads, float32."""
+    common = dict(vocab_size=512, hidden_size=512, intermediate_size=1024, num_attention_heads=8, num_key_value_heads=2,
+                  head_dim=64, max_position_embeddings=1024, sliding_window=WINDOW)
+    if kind == "mistral":
+        cfg, cls = transformers.MistralConfig(num_hidden_layers=2, **common), "MistralForCausalLM"
+    elif kind == "gemma2":
+        cfg, cls = (transformers.Gemma2Config(num_hidden_layers=2, attn_logit_softcapping=20.0,
+                                              final_logit_softcapping=None, **common), "Gemma2ForCausalLM")
+    else:
+        cfg, cls = (transformers.GptOssConfig(num_hidden_layers=2, num_local_experts=4, num_experts_per_tok=2, **common),
+                    "GptOssForCausalLM")
+    torch.manual_seed(0)
+    model = getattr(transformers, cls)(cfg).to("cuda").eval()
+    if kind == "gptoss":
+        for layer in model.model.layers:
+            layer.self_attn.sinks.data = torch.randn(8, device="cuda", generator=torch.Generator("cuda").manual_seed(1)) * 2
+    return model
+
+
+@pytest.mark.parametrize("kind", ["mistral", "gemma2", "gptoss"])
+def test_sliding_window_softcap_sinks_models_by_the_fa_rule(bundle, require_arch, kind):
+    """Prefill of 200 tokens (past the 65-token window) and 16 greedy decode steps through the sliding
+    cache (which keeps only the window's last tokens): fa4mlir's bf16 model against the float32 eager
+    one, at most 2x bf16 eager's own error plus 1e-2 (prefill logits, and each decode step's logits
+    teacher-forced: the float32 model run once over fa4mlir's whole generated sequence)."""
+    require_arch(9)
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from fa4mlir.integrations.transformers import register
+    register()
+    ref32 = _sliding_model(kind, transformers, torch)
+    ref32.set_attn_implementation("eager")
+    eager = copy.deepcopy(ref32).to(torch.bfloat16)
+    fa = copy.deepcopy(eager)
+    fa.set_attn_implementation("fa4mlir")
+    ids = torch.randint(1, 512, (2, 200), device="cuda", generator=torch.Generator("cuda").manual_seed(5))
+    with torch.no_grad():
+        ref = ref32(ids).logits
+        err_eager = (eager(ids).logits.float() - ref).abs().max().item()
+        err_fa = (fa(ids).logits.float() - ref).abs().max().item()
+        assert err_fa <= 2 * err_eager + 1e-2, (err_fa, err_eager)
+        out = fa.generate(ids, max_new_tokens=16, min_new_tokens=16, do_sample=False, return_dict_in_generate=True,
+                          output_logits=True)
+        steps = torch.stack(out.logits, 1).float()                        # [2, 16, vocab]
+        forced = ref32(out.sequences).logits[:, 199:-1]
+        err_eager_steps = (eager(out.sequences).logits[:, 199:-1].float() - forced).abs().max().item()
+    err_steps = (steps - forced).abs().max().item()
+    assert err_steps <= 2 * err_eager_steps + 1e-2, (err_steps, err_eager_steps)
