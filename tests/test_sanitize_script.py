@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -163,9 +164,10 @@ def test_watchdog_trap_is_expected_and_nothing_else_is():
 
 @pytest.fixture(scope="module")
 def gpu_tests():
-    """gpu-tests' entries as (kernel, config dict, arch, compile-option overrides)."""
+    """The entries of the sets the matrix covers (gpu-tests, decode) as (kernel, config dict, arch,
+    compile-option overrides)."""
     return [(e[0], e[1].key(), kernels.arch(e[0]), e[2] if len(e) > 2 else {})
-            for e in kernel_sets.configs(["gpu-tests"])]
+            for e in kernel_sets.configs(list(san.SETS))]
 
 
 def test_every_runnable_family_and_feature_of_gpu_tests_has_a_case(gpu_tests):
@@ -174,15 +176,57 @@ def test_every_runnable_family_and_feature_of_gpu_tests_has_a_case(gpu_tests):
     assert {k for k, _ in runnable} == set(san.CHILDREN) == {c.kernel for c in san.CASES}
     # what cannot run here is sm_100a only, and has no case (the JSON lists it as not runnable)
     assert {arch for _, _, arch, _ in gpu_tests if arch != san.RUNNABLE_ARCH} == {"sm_100a"}
+    # the sets the lead's bundle holds (gpu-tests, bench) have nothing runnable beyond them either
+    bench = [(e[0], e[1].key()) for e in kernel_sets.configs(["gpu-tests", "bench"]) if kernels.arch(e[0]) == "sm_90a"]
+    assert san.uncovered(bench) == []
+    fams = {f for c in san.CASES for f in c.families}
+    for fetch in ("contig", "gather", "box8", "page-box", "tile-box"):
+        for split in ("split", "unsplit"):
+            assert f"attention_decode_sm90/{fetch}/{split}/dense" in fams
+    assert {"attention_combine_sm90", "kvcache_append_sm90/paged", "kvcache_append_sm90/contig"} <= fams
+    feats = set().union(*(san.features(c.kernel, m) for c in san.CASES for m in c.match))
+    assert {"window", "chunk", "softcap", "sinks", "scale-tensor", "scale-kv_head", "scale-block"} <= feats
 
 
 def test_the_coverage_check_fails_on_what_no_case_runs(gpu_tests):
     runnable = [(k, cfg) for k, cfg, arch, _ in gpu_tests if arch == san.RUNNABLE_ARCH]
     new_family = acfg.AttnConfig(dtype="bf16", head_dim=64, causal=True, bm=192, bn=128, persistent=True).key()
     assert san.uncovered([*runnable, (acfg.KERNEL, new_family)]) == ["attention_fwd_sm90/persistent/causal/3wg/pingpong"]
-    assert san.uncovered([*runnable, ("decode_sm90", {"kernel": "decode_sm90"})]) == ["decode_sm90"]
+    assert san.uncovered([*runnable, ("decode_sm100", {"kernel": "decode_sm100"})]) == ["decode_sm100"]
     no_poly = [c for c in san.CASES if not c.name.startswith("fa4-pieces")]
     assert san.uncovered(runnable, no_poly) == ["poly-exp2"]
+    # every mask and score-modifier feature, every decode family and feature: drop its case(s), it is missed
+    without = {
+        "mask-window-d64": [], "sinks-window-d128-causal": [], "mask-chunk-d128-f16": [],
+        "mask-chunk-window-d128-causal,mask-chunk-d128-f16": ["chunk"],
+        "mask-window-d64,mask-chunk-window-d128-causal,sinks-window-d128-causal": ["window"],
+        "softcap-sinks-d128-causal": ["softcap"],
+        "softcap-sinks-d128-causal,sinks-window-d128-causal": ["sinks", "softcap"],
+        "decode-gather-d64": ["attention_decode_sm90/gather/split/dense", "attention_decode_sm90/gather/unsplit/dense"],
+        "decode-box8-d128": ["attention_decode_sm90/box8/split/dense", "attention_decode_sm90/box8/unsplit/dense"],
+        "decode-pagebox-d128": ["attention_decode_sm90/page-box/split/dense",
+                                "attention_decode_sm90/page-box/unsplit/dense"],
+        "decode-tilebox-d256": ["attention_decode_sm90/tile-box/split/dense",
+                                "attention_decode_sm90/tile-box/unsplit/dense", "decode-d256"],
+        "decode-contig-d64-f16": ["attention_decode_sm90/contig/split/dense",
+                                  "attention_decode_sm90/contig/unsplit/dense", "decode-f16"],
+        "decode-fp8-contig-block,decode-fp8-gather-block": ["attention_decode_sm90/contig/split/fp8",
+                                                            "attention_decode_sm90/contig/unsplit/fp8",
+                                                            "attention_decode_sm90/gather/split/fp8",
+                                                            "attention_decode_sm90/gather/unsplit/fp8", "scale-block"],
+        "decode-fp8-pagebox-tensor": ["attention_decode_sm90/page-box/split/fp8",
+                                      "attention_decode_sm90/page-box/unsplit/fp8", "scale-tensor"],
+        "decode-fp8-tilebox-kvhead": ["attention_decode_sm90/tile-box/split/fp8",
+                                      "attention_decode_sm90/tile-box/unsplit/fp8", "scale-kv_head"],
+        "decode-combine": ["attention_combine_sm90"],
+        "decode-append": ["kvcache_append_sm90/contig", "kvcache_append_sm90/paged"],
+    }
+    for names, missed in without.items():
+        left = [c for c in san.CASES if c.name not in names.split(",")]
+        assert len(left) == len(san.CASES) - len(names.split(",")), names
+        assert san.uncovered(runnable, left) == missed, names
+    unsplit_only = [replace(c, match=c.match[1:]) if c.name == "decode-box8-d128" else c for c in san.CASES]
+    assert san.uncovered(runnable, unsplit_only) == ["attention_decode_sm90/box8/split/dense"]
 
 
 def test_every_case_runs_exactly_one_gpu_tests_kernel(gpu_tests):
