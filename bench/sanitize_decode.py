@@ -25,8 +25,11 @@ from __future__ import annotations
 from fa4mlir.kernels import attention_decode_sm90_config as dec
 
 DECODE_KERNELS = (dec.KERNEL, dec.COMBINE_KERNEL, dec.APPEND_KERNEL)
-# (seqlen_q, heads, kv_heads) of each call: one query row with GQA 4; four rows with MQA
-DECODE_SHAPES = ((1, 8, 2), (4, 4, 1))
+# (seqlen_q, heads, kv_heads) of each call: one query row with GQA 4; five rows with MQA 16, 80
+# packed query rows (two row tiles of 64, the second ragged); per-KV-head scales need two KV heads
+# (one would read as a per-tensor scale): 5 rows with GQA 8 there
+DECODE_SHAPES = ((1, 8, 2), (5, 16, 1))
+KV_HEAD_SHAPES = ((1, 8, 2), (5, 16, 2))
 CAPACITY = 208          # cache rows per sequence: 3 tiles of 64 and 16 rows; a multiple of the FP8 block (16)
 SPLITS = 3              # num_splits of a split call (1: the unsplit variant)
 SEQLEN_NEW = 3          # new tokens of the append case (k=, v=)
@@ -59,6 +62,10 @@ def decode_features(kernel: str, config: dict) -> set[str]:
         return set()
     out = {f"decode-{config['dtype']}", f"decode-d{config['head_dim']}"}
     return out | ({f"scale-{config['kv_scale']}"} if config["kv_scale"] else set())
+
+
+def shapes_for(case) -> tuple:
+    return KV_HEAD_SHAPES if case.kv_scale == "kv_head" else DECODE_SHAPES
 
 
 def lengths_for(page_size: int | None) -> list[int]:
@@ -201,7 +208,7 @@ def child_decode(case, bundle, seed: int):
     i = 0
     for match, splits, head_dim, dtype in _calls(case):
         page = case.page_size if not append or match["paged"] else None
-        for seqlen_q, heads, kv_heads in DECODE_SHAPES:
+        for seqlen_q, heads, kv_heads in shapes_for(case):
             s = seed + i
             i += 1
             before = lengths_for(page)

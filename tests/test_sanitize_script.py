@@ -477,8 +477,8 @@ class FakeKernel:
     """Stands in for a loaded kernel: a launch computes attention into o and lse (float32 math), or
     leaves them as they are (`broken`), or fails like a trapped launch (`trap`)."""
 
-    def __init__(self, artifact, broken=False, trap=False):
-        self.artifact, self.broken, self.trap, self.grids = artifact, broken, trap, []
+    def __init__(self, artifact, broken=False, trap=False, ignore_mods=False):
+        self.artifact, self.broken, self.trap, self.ignore_mods, self.grids = artifact, broken, trap, ignore_mods, []
 
     def launch(self, grid, args):
         import torch
@@ -489,8 +489,15 @@ class FakeKernel:
             raise RuntimeError("CUDA error: an illegal instruction was encountered")
         if isinstance(args, dict) and not self.broken:
             cfg = acfg.AttnConfig.from_key(self.artifact.config)
-            out, lse = attention_math(args["q"], args["k"], args["v"], args["scale_log2"] / acfg.LOG2E, cfg.causal,
-                                      torch.float32)
+            scale, mods = args["scale_log2"] / acfg.LOG2E, {}
+            if cfg.softcap:   # launch_args: scale_log2 = cap * log2(e), softcap_scale = softmax_scale / cap
+                mods["softcap"] = scale
+                scale = args["softcap_scale"] * scale
+            if self.ignore_mods:
+                mods = {}
+            else:
+                mods.update(san.mask_mods(cfg), **({"sinks": args["sinks"]} if cfg.sinks else {}))
+            out, lse = attention_math(args["q"], args["k"], args["v"], scale, cfg.causal, torch.float32, **mods)
             args["o"].copy_(out)
             args["lse"].copy_(lse)
 
@@ -513,9 +520,9 @@ def cpu_child(tmp_path, monkeypatch):
         loaded.append(FakeKernel(artifact, **options))
         return loaded[-1]
 
-    def api(q, k, v, scale, causal, return_lse, out, lse, bundle):
-        api_calls.append(tuple(q.shape))
-        ref_out, ref_lse = testing.attention_math(q, k, v, scale, causal, torch.float32)
+    def api(q, k, v, scale, causal, return_lse, out, lse, bundle, **mods):
+        api_calls.append(tuple(q.shape) + ((mods,) if mods else ()))
+        ref_out, ref_lse = testing.attention_math(q, k, v, scale, causal, torch.float32, **mods)
         out.copy_(ref_out)
         lse.copy_(ref_lse)
         return out, lse
@@ -554,6 +561,31 @@ def test_child_checks_every_attention_launch(cpu_child, capsys, name):
     if case.match[0]["persistent"]:
         assert {g[0] for g in loaded[0].grids} == {san.PERSISTENT_CTAS}
     assert verdict(under_sanitizer(rep)) == ("clean", f"{rep.end['checks']} checks passed")
+
+
+MOD_CASES = ["mask-window-d64", "mask-chunk-window-d128-causal", "mask-chunk-d128-f16", "softcap-sinks-d128-causal",
+             "sinks-window-d128-causal"]
+
+
+@pytest.mark.parametrize("name", MOD_CASES)
+def test_child_runs_masks_softcap_and_sinks(cpu_child, capsys, name):
+    """A mask or score-modifier case runs flash_attn_func with its window_size, attention_chunk,
+    softcap and sinks where it picks the case's kernel, the kernel directly on every shape, and
+    checks each against the reference with them; a kernel that ignores them is caught."""
+    bundle, loaded, api_calls, kernel = cpu_child
+    case = san.CASES_BY_NAME[name]
+    cfg = acfg.AttnConfig.from_key(case.match[0])
+    code, rep = child_report(capsys, name, bundle)
+    assert code == 0 and rep.end["ok"] and all(r["ok"] and r["masked_ok"] for r in rep.results), rep.results
+    api = san.api_shape(cfg)
+    assert api is not None and [r["via"] for r in rep.results] == ["flash_attn_func"] + ["runtime"] * len(case.shapes)
+    mods = api_calls[0][-1]
+    assert mods.get("window_size", (-1, -1)) == (cfg.window_left, cfg.window_right)
+    assert mods.get("attention_chunk", 0) == cfg.chunk and ("softcap" in mods) == cfg.softcap
+    assert ("sinks" in mods) == cfg.sinks
+    kernel["ignore_mods"] = True
+    code, rep = child_report(capsys, name, bundle)
+    assert code == 1 and not all(r["ok"] for r in rep.results if r["via"] == "runtime")
 
 
 def test_child_reports_a_kernel_that_writes_nothing(cpu_child, capsys):
