@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from bench import sanitize as san
+from bench import sanitize_decode as sdec
 from bench.sanitize_report import judge, parse_report
 from fa4mlir import kernel_sets, kernels
 from fa4mlir.artifacts import KernelArtifact, write_bundle
@@ -640,3 +641,99 @@ def test_runs_where_there_is_no_mlir(tmp_path):
                           env=dict(os.environ, PYTHONPATH=str(repo)))
     assert proc.returncode == 0 and "EXIT 0" in proc.stdout, proc.stdout + proc.stderr
     assert "holds every case's kernels" in proc.stdout
+
+
+# ----------------------------------------------------------------------------------------------
+# The decode children on CPU tensors: flash_attn_with_kvcache replaced by the reference (or a
+# broken one), the real plan (which kernel the call runs) and the real checks
+# ----------------------------------------------------------------------------------------------
+
+DECODE_CASES = [c.name for c in san.CASES if c.kernel in sdec.DECODE_KERNELS]
+
+
+@pytest.fixture
+def cpu_decode(cpu_child, monkeypatch):
+    """(bundle, the calls made, the fake's mode: 'right', 'nothing' (writes nothing), 'past-end'
+    (reads one row past each length), 'stale' (an append that leaves the cache as it was))."""
+    import torch
+
+    from fa4mlir import attention, driver
+    from fa4mlir.attention import checks
+    from fa4mlir.testing_kvcache import kvcache_reference
+    bundle, *_ = cpu_child
+    monkeypatch.setattr(checks, "check_devices", lambda *a, **kw: None)
+    monkeypatch.setattr(driver, "device_info", lambda: type("Info", (), {"num_sms": 132})())
+    calls, mode = [], {"mode": "right"}
+
+    def call(q, k_cache, v_cache, cache_seqlens, page_table, *, num_splits, out, return_lse, bundle, k=None, v=None,
+             k_scale=None, v_scale=None):
+        calls.append((tuple(q.shape), tuple(k_cache.shape), num_splits, k_scale is not None, k is not None))
+        lse = torch.full((q.shape[0], q.shape[2], q.shape[1]), float("nan"))
+        if mode["mode"] == "nothing":
+            return out, lse
+        fp8 = k_cache.dtype == torch.float8_e4m3fn
+        lens = cache_seqlens + (mode["mode"] == "past-end")
+        ref = kvcache_reference(q.float(), k_cache if fp8 else k_cache.float(), v_cache if fp8 else v_cache.float(),
+                                lens, page_table, k=None if k is None else k.float(), v=None if v is None else v.float(),
+                                k_scale=k_scale, v_scale=v_scale)
+        if k is not None and mode["mode"] != "stale":
+            k_cache.copy_(ref["k_cache"])
+            v_cache.copy_(ref["v_cache"])
+        out.copy_(ref["out"])
+        lse.copy_(ref["lse"])
+        return out, lse
+
+    monkeypatch.setattr(attention, "flash_attn_with_kvcache", call)
+    return bundle, calls, mode
+
+
+@pytest.mark.parametrize("name", DECODE_CASES)
+def test_decode_child_runs_the_case_kernel_and_checks_it(cpu_decode, capsys, name):
+    bundle, calls, mode = cpu_decode
+    case = san.CASES_BY_NAME[name]
+    code, rep = child_report(capsys, name, bundle)
+    shapes = sdec.shapes_for(case)
+    assert code == 0 and rep.end["ok"] and rep.end["checks"] == len(case.match) * len(shapes), rep.results
+    assert all(r["ok"] and r["masked_ok"] and r["nan_out"] == 0 for r in rep.results), rep.results
+    assert [r["kernel"] for r in rep.results] == [sdec.dec_name(case.kernel, m) for m in case.match for _ in shapes]
+    splits = [1 if case.kernel == sdec.dec.KERNEL and m.get("unsplit") else None if case.kernel == sdec.dec.APPEND_KERNEL
+              else sdec.SPLITS for m in case.match for _ in shapes]
+    assert [c[2] for c in calls] == splits
+    assert all(c[3] == bool(case.kv_scale) and c[4] == (case.kernel == sdec.dec.APPEND_KERNEL) for c in calls)
+    if case.page_size:   # a shuffled pool with spare pages, lengths not multiples of the page or the tile
+        assert any(c[1][1] == case.page_size for c in calls)
+    mode["mode"] = "nothing"
+    code, rep = child_report(capsys, name, bundle)
+    assert code == 1 and all(not r["ok"] and r["nan_out"] > 0 for r in rep.results)
+    mode["mode"] = "past-end"   # a row past a sequence's end is NaN (or another sequence's): caught
+    code, rep = child_report(capsys, name, bundle)
+    assert code == 1 and not any(r["ok"] for r in rep.results)
+
+
+def test_decode_append_child_checks_the_cache(cpu_decode, capsys):
+    bundle, _, mode = cpu_decode
+    mode["mode"] = "stale"
+    code, rep = child_report(capsys, "decode-append", bundle)
+    assert code == 1 and all(r["cache_ok"] is False and not r["ok"] for r in rep.results)
+
+
+def test_decode_inputs_hide_nan_where_no_sequence_reads():
+    torch = pytest.importorskip("torch")
+    for page in (None, 1, 8, 64):
+        lengths = sdec.lengths_for(page)
+        assert all(n % 64 for n in lengths if n > 1) and 0 in lengths and sdec.CAPACITY % 64
+        t = sdec.decode_inputs(torch, "cpu", lengths, 1, 8, 2, 64, "bf16", page, 3)
+        k, table = t["k_cache"], t["page_table"]
+        owned = torch.zeros(k.shape[:2], dtype=torch.bool)
+        for b, n in enumerate(lengths):
+            rows = torch.arange(n)
+            if table is None:
+                owned[b, :n] = True
+            else:
+                owned[table[b, rows // page].long(), rows % page] = True
+        assert torch.isnan(k[~owned]).all() and not torch.isnan(k[owned]).any()
+        if table is not None:
+            used = table[(table >= 0) & (table < k.shape[0])]
+            assert not torch.equal(used, used.sort().values)    # shuffled
+            assert (table >= sdec.GARBAGE).any() and (table == -1).any()
+            assert k.shape[0] > sum(-(-n // page) for n in lengths)   # pages no sequence owns
