@@ -9,23 +9,33 @@ GPU machine, from the repo root, with the bundle of `make gpu-bundle`):
 Each (case, tool) is one process, `compute-sanitizer --tool TOOL --error-exitcode 99 ... python3
 bench/sanitize.py --child CASE`: the child draws fresh random inputs, fills the outputs with NaN,
 launches the case's kernel on a few small shapes (ragged sequence lengths, several query tiles and
-KV blocks, seqlen_q above and below seqlen_k, GQA/MQA) and checks every result against a reference
+KV blocks, seqlen_q above and below seqlen_k, GQA/MQA; decode: page sizes, lengths and packed query
+rows that are not multiples of pages or tiles) and checks every result against a reference
 (the FA rule of fa4mlir.testing), so a clean report is known to come from kernels that ran and were
 right. memcheck and synccheck instrument only the case's kernels (`--kernel-name kns=KERNEL`; not
-torch's randn and reference kernels) where the sanitizer takes that option (probed first; the JSON
-says when not); initcheck and racecheck run unfiltered (UNFILTERED says why). torch's caching allocator is off in the child (PYTORCH_NO_CUDA_MEMORY_CACHING=1): each
+torch's randn and reference kernels; a decode call's other kernels, its combine or append, run
+uninstrumented there: each has its own case) where the sanitizer takes that option (probed first;
+the JSON says when not); initcheck and racecheck run unfiltered (UNFILTERED says why). torch's caching allocator is off in the child (PYTORCH_NO_CUDA_MEMORY_CACHING=1): each
 tensor is its own allocation, so memcheck sees an access past a tensor's end.
 
-The matrix (CASES): one case per family of gpu-tests' sm_90a kernels (`family`: the kernel, and for
-the attention kernel what changes its barriers and shared-memory protocol: persistent or one tile per
-CTA, causal, consumer warpgroups, GEMM turns), plus cases until every head dim, dtype and softmax
-knob of the set is covered (tests/test_sanitize_script.py checks both against kernel_sets). The
-attention defaults run through flash_attn_func on one shape it picks them for and, like the
-variants, launched directly on the others (a persistent kernel on PERSISTENT_CTAS CTAs, so each CTA
-strides over several tiles). The watchdog case launches the deadlocking debug kernel, which must
+The matrix (CASES): one case per family of the sm_90a kernels of the gpu-tests and decode sets
+(SETS; `family`: the kernel, and for the attention kernel what changes its barriers and
+shared-memory protocol: persistent or one tile per CTA, causal, consumer warpgroups, GEMM turns; for
+the decode kernels sanitize_decode's: fetch, split or unsplit, FP8; the combine; the append, paged
+or not), plus cases until every head dim, dtype, softmax knob, mask (window, chunk), score modifier
+(softcap, sinks) and decode dtype, head dim and FP8 scale granularity is covered
+(tests/test_sanitize_script.py checks both against kernel_sets). The attention defaults, masks and
+score modifiers run through flash_attn_func (window_size=, attention_chunk=, softcap=, sinks=) on one
+shape it picks them for and, like the variants, launched directly on the others (a persistent kernel
+on PERSISTENT_CTAS CTAs, so each CTA strides over several tiles). The decode cases run
+flash_attn_with_kvcache (num_splits 1 or SPLITS, k_scale=/v_scale=, k=/v=) on ragged lengths over
+shuffled page tables with NaN in unused pages (sanitize_decode's docstring), after checking the
+planned call runs the case's kernel. The watchdog case launches the deadlocking debug kernel, which must
 trap with its message; the sanitizer's report of that trap (a failed launch, the trap itself) is
 expected, anything else it reports is not. sm_100a kernels cannot run here (no Blackwell GPU): the
-JSON lists them as not runnable.
+JSON lists them as not runnable. `--quick`: the cases marked quick, one of each kernel family group
+(attention defaults, a mask, softcap and sinks, each decode fetch, FP8, the combine, the append, GEMM,
+watchdog).
 
 Per run: status, errors (ERROR SUMMARY), racecheck hazards (errors, warnings), wall seconds, return
 code, the first lines of the first findings, the child's checks; the full log under --logs.

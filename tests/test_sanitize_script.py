@@ -630,7 +630,8 @@ def test_runs_where_there_is_no_mlir(tmp_path):
     code = BLOCK_MLIR + textwrap.dedent(f"""
         sys.argv = ["bench/sanitize.py", "--dry-run", "--quick", "--bundle", {str(bundle)!r}]
         from bench import sanitize
-        import fa4mlir.attention, fa4mlir.runtime, fa4mlir.testing   # what the child imports
+        import fa4mlir.attention, fa4mlir.runtime, fa4mlir.testing   # what the children import
+        import fa4mlir.attention.kvcache, fa4mlir.attention.kvcache_call, fa4mlir.testing_kvcache
         code = sanitize.main()
         mods = sorted(m for m in sys.modules if m == "mlir" or m.startswith("mlir."))
         assert not mods, mods
