@@ -65,7 +65,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from bench.sanitize_decode import DECODE_KERNELS, child_decode, decode_family, decode_features, lengths_for, shapes_for
+from bench.sanitize_decode import DECODE_KERNELS, child_decode, decode_family, decode_features, describe
 from bench.sanitize_report import FAILED, judge, parse_report
 from fa4mlir import kernel_sets, kernels
 from fa4mlir.kernels import attention_decode_sm90_config as dcfg
@@ -758,8 +758,7 @@ def dry_run(args, cases: list[Case], pairs, sanitizer: str | None, seed: int) ->
         if case.kernel == acfg.KERNEL and (api := api_shape(acfg.AttnConfig.from_key(case.match[0]))):
             shapes = [f"{api} via flash_attn_func", *shapes]
         if case.kernel in DECODE_KERNELS:
-            shapes = [f"(seqlen_q, heads, kv_heads) {s} over lengths {lengths_for(case.page_size)}, page size "
-                      f"{case.page_size}{f', FP8 {case.kv_scale} scales' if case.kv_scale else ''}" for s in shapes_for(case)]
+            shapes = describe(case)
         print(f"case {case.name}{' (quick)' if case.quick else ''}: {case.family}; shapes {shapes}")
     status = 0
     if (Path(args.bundle) / "manifest.json").is_file():

@@ -68,6 +68,19 @@ def shapes_for(case) -> tuple:
     return KV_HEAD_SHAPES if case.kv_scale == "kv_head" else DECODE_SHAPES
 
 
+def describe(case) -> list[str]:
+    """The calls of a case, for --dry-run."""
+    out = []
+    for match, splits, head_dim, dtype in _calls(case):
+        page = None if case.kernel == dec.APPEND_KERNEL and not match["paged"] else case.page_size
+        rows = "" if case.kernel != dec.APPEND_KERNEL else f", {SEQLEN_NEW} new tokens"
+        for sq, h, hk in shapes_for(case):
+            before = lengths_for(page)
+            out.append(f"{dtype} D{head_dim} seqlen_q {SEQLEN_NEW if rows else sq}, heads {h}/{hk}, lengths {before}{rows}, "
+                       f"page size {page}, num_splits {splits}{f', FP8 {case.kv_scale} scales' if case.kv_scale else ''}")
+    return out
+
+
 def lengths_for(page_size: int | None) -> list[int]:
     """0, 1, page - 1, page + 1, three pages and 5, 201 (a tile of 64 for a contiguous cache)."""
     p = page_size or 64

@@ -470,6 +470,21 @@ def test_dry_run_prints_every_command_and_checks_the_bundle(tmp_path, capsys):
     assert "LACKS" in capsys.readouterr().out
 
 
+def test_dry_run_finds_every_case_in_the_lead_bundles_sets(tmp_path, capsys):
+    """A bundle of the gpu-tests and bench sets' entries as `python -m fa4mlir bundle` writes their
+    configs (the config's key and the cubin backend; fake cubins) holds every case's kernels, and
+    has no runnable family or feature without a case."""
+    arts = []
+    for i, (kernel, cfg, *opts) in enumerate(kernel_sets.configs(["gpu-tests", "bench"])):
+        backend = (opts[0] if opts else {}).get("cubin_backend", kernels.cubin_backend(kernel))
+        arts.append(KernelArtifact(name=f"{kernel}_{i}", arch=kernels.arch(kernel), cubin=b"fake", block=(128, 1, 1),
+                                   key=f"{i}".ljust(32, "0"), config={**cfg.key(), "cubin_backend": backend}))
+    bundle = write_bundle(tmp_path / "bundle", arts)
+    assert san.main(["--dry-run", "--bundle", str(bundle), "--seed", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "holds every case's kernels" in printed and "without a case" not in printed
+
+
 # ----------------------------------------------------------------------------------------------
 # The child, on CPU tensors: fake kernels that compute attention (or not), the real checks
 # ----------------------------------------------------------------------------------------------
