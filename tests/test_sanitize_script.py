@@ -270,6 +270,14 @@ def test_quick_cases_cover_every_kernel_first():
     fams = {c.family for c in quick}
     assert any("/persistent/" in f for f in fams) and any("/tiled/" in f for f in fams)
     assert any("/causal/" in f for f in fams) and any("/full/" in f for f in fams)
+    # one case of each new family group: a mask, softcap and sinks, each decode fetch, FP8, the combine, the append
+    feats = set().union(*(san.features(c.kernel, m) for c in quick for m in c.match))
+    assert {"window", "softcap", "sinks"} <= feats
+    fams = {f for c in quick for f in c.families}
+    for fetch in ("contig", "gather", "box8", "page-box", "tile-box"):
+        assert {f"attention_decode_sm90/{fetch}/split/dense", f"attention_decode_sm90/{fetch}/unsplit/dense"} <= fams
+    assert any(f.endswith("/fp8") for f in fams) and "attention_combine_sm90" in fams
+    assert {"kvcache_append_sm90/paged", "kvcache_append_sm90/contig"} <= fams
     everything = san.select_cases(False, None)
     assert len(everything) == len(san.CASES) and everything[:len(quick)] == quick
     assert [c.name for c in san.select_cases(False, ["gemm", "watchdog"])] == ["gemm", "watchdog"]
