@@ -9,23 +9,33 @@ GPU machine, from the repo root, with the bundle of `make gpu-bundle`):
 Each (case, tool) is one process, `compute-sanitizer --tool TOOL --error-exitcode 99 ... python3
 bench/sanitize.py --child CASE`: the child draws fresh random inputs, fills the outputs with NaN,
 launches the case's kernel on a few small shapes (ragged sequence lengths, several query tiles and
-KV blocks, seqlen_q above and below seqlen_k, GQA/MQA) and checks every result against a reference
+KV blocks, seqlen_q above and below seqlen_k, GQA/MQA; decode: page sizes, lengths and packed query
+rows that are not multiples of pages or tiles) and checks every result against a reference
 (the FA rule of fa4mlir.testing), so a clean report is known to come from kernels that ran and were
 right. memcheck and synccheck instrument only the case's kernels (`--kernel-name kns=KERNEL`; not
-torch's randn and reference kernels) where the sanitizer takes that option (probed first; the JSON
-says when not); initcheck and racecheck run unfiltered (UNFILTERED says why). torch's caching allocator is off in the child (PYTORCH_NO_CUDA_MEMORY_CACHING=1): each
+torch's randn and reference kernels; a decode call's other kernels, its combine or append, run
+uninstrumented there: each has its own case) where the sanitizer takes that option (probed first;
+the JSON says when not); initcheck and racecheck run unfiltered (UNFILTERED says why). torch's caching allocator is off in the child (PYTORCH_NO_CUDA_MEMORY_CACHING=1): each
 tensor is its own allocation, so memcheck sees an access past a tensor's end.
 
-The matrix (CASES): one case per family of gpu-tests' sm_90a kernels (`family`: the kernel, and for
-the attention kernel what changes its barriers and shared-memory protocol: persistent or one tile per
-CTA, causal, consumer warpgroups, GEMM turns), plus cases until every head dim, dtype and softmax
-knob of the set is covered (tests/test_sanitize_script.py checks both against kernel_sets). The
-attention defaults run through flash_attn_func on one shape it picks them for and, like the
-variants, launched directly on the others (a persistent kernel on PERSISTENT_CTAS CTAs, so each CTA
-strides over several tiles). The watchdog case launches the deadlocking debug kernel, which must
+The matrix (CASES): one case per family of the sm_90a kernels of the gpu-tests and decode sets
+(SETS; `family`: the kernel, and for the attention kernel what changes its barriers and
+shared-memory protocol: persistent or one tile per CTA, causal, consumer warpgroups, GEMM turns; for
+the decode kernels sanitize_decode's: fetch, split or unsplit, FP8; the combine; the append, paged
+or not), plus cases until every head dim, dtype, softmax knob, mask (window, chunk), score modifier
+(softcap, sinks) and decode dtype, head dim and FP8 scale granularity is covered
+(tests/test_sanitize_script.py checks both against kernel_sets). The attention defaults, masks and
+score modifiers run through flash_attn_func (window_size=, attention_chunk=, softcap=, sinks=) on one
+shape it picks them for and, like the variants, launched directly on the others (a persistent kernel
+on PERSISTENT_CTAS CTAs, so each CTA strides over several tiles). The decode cases run
+flash_attn_with_kvcache (num_splits 1 or SPLITS, k_scale=/v_scale=, k=/v=) on ragged lengths over
+shuffled page tables with NaN in unused pages (sanitize_decode's docstring), after checking the
+planned call runs the case's kernel. The watchdog case launches the deadlocking debug kernel, which must
 trap with its message; the sanitizer's report of that trap (a failed launch, the trap itself) is
 expected, anything else it reports is not. sm_100a kernels cannot run here (no Blackwell GPU): the
-JSON lists them as not runnable.
+JSON lists them as not runnable. `--quick`: the cases marked quick, one of each kernel family group
+(attention defaults, a mask, softcap and sinks, each decode fetch, FP8, the combine, the append, GEMM,
+watchdog).
 
 Per run: status, errors (ERROR SUMMARY), racecheck hazards (errors, warnings), wall seconds, return
 code, the first lines of the first findings, the child's checks; the full log under --logs.
@@ -55,9 +65,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from bench.sanitize_decode import DECODE_KERNELS, child_decode, decode_family, decode_features, describe
 from bench.sanitize_report import FAILED, judge, parse_report
 from fa4mlir import kernel_sets, kernels
+from fa4mlir.kernels import attention_decode_sm90_config as dcfg
 from fa4mlir.kernels import attention_sm90_config as acfg
+from fa4mlir.kernels.common.mask_family import attention_mask
 
 REPO = Path(__file__).resolve().parent.parent
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
@@ -76,6 +89,7 @@ ERROR_EXITCODE = 99
 # itself, so the sanitizer's errors here are the kernels' memory and synchronisation errors alone.
 API_ERRORS = ("--report-api-errors", "no")
 RUNNABLE_ARCH = "sm_90a"
+SETS = ("gpu-tests", "decode")   # the kernel sets whose runnable families and features the matrix covers
 PERSISTENT_CTAS = 3   # a persistent kernel launched directly gets 3 CTAs: each loops over several tiles
 WATCHDOG_TEXT = "fa4mlir watchdog: kernel deadlock_sm90_debug"
 NAN = float("nan")
@@ -89,7 +103,10 @@ DEVICE = "cuda"
 def family(kernel: str, config: dict) -> str:
     """The sanitizer family of a bundle entry: its kernel, and for the sm_90a attention kernel the
     choices that change its synchronisation and shared-memory protocol (tile sizes, stages, dtype,
-    head dim and the softmax knobs change the code inside one protocol: `features`)."""
+    head dim, masks, score modifiers and the softmax knobs change the code inside one protocol:
+    `features`); for the decode kernels sanitize_decode.decode_family (fetch, split, FP8)."""
+    if kernel in DECODE_KERNELS:
+        return decode_family(kernel, config)
     if kernel != acfg.KERNEL:
         return kernel
     return "/".join((kernel, "persistent" if config["persistent"] else "tiled",
@@ -98,13 +115,20 @@ def family(kernel: str, config: dict) -> str:
 
 
 def features(kernel: str, config: dict) -> set[str]:
-    """What else a reduced matrix must hit once: the attention kernel's dtypes, head dims and softmax knobs."""
+    """What else a reduced matrix must hit once: the attention kernel's dtypes, head dims, softmax
+    knobs, masks (a sliding window, chunks) and score modifiers (softcap, sinks); the decode
+    kernel's dtypes, head dims and FP8 scale granularities."""
+    if kernel in DECODE_KERNELS:
+        return decode_features(kernel, config)
     if kernel != acfg.KERNEL:
         return set()
     out = {config["dtype"], f"d{config['head_dim']}"}
     out |= {name for name, on in (("lazy-rescale", config["rescale_threshold"] > 0),
                                   ("poly-exp2", config["exp2_poly_stride"] > 0),
-                                  ("rescale-before-pv", config["rescale_before_pv"])) if on}
+                                  ("rescale-before-pv", config["rescale_before_pv"]),
+                                  ("window", config["window_left"] >= 0 or config["window_right"] >= 0),
+                                  ("chunk", config["chunk"] > 0), ("softcap", config["softcap"]),
+                                  ("sinks", config["sinks"])) if on}
     return out
 
 
@@ -112,7 +136,10 @@ def features(kernel: str, config: dict) -> set[str]:
 class Case:
     """One kernel family's sanitizer case: the bundle entries it runs (config items each entry
     holds, with the kernel's own cubin backend) and the shapes: attention (batch, seqlen_q,
-    seqlen_k, heads, kv_heads), GEMM (m, n, k)."""
+    seqlen_k, heads, kv_heads), GEMM (m, n, k); decode cases run sanitize_decode.DECODE_SHAPES on
+    a cache of `page_size` (None: contiguous), FP8 with scales of `kv_scale` when set. An attention
+    case with a mask or score modifier runs it with SOFTCAP and random sinks (compile-time flags;
+    the cap and the sinks are launch arguments)."""
 
     name: str
     kernel: str
@@ -120,10 +147,16 @@ class Case:
     shapes: tuple[tuple[int, ...], ...] = ()
     quick: bool = False
     expect_trap: bool = False
+    page_size: int | None = None
+    kv_scale: str = ""
+
+    @property
+    def families(self) -> list[str]:
+        return sorted({family(self.kernel, m) for m in self.match})
 
     @property
     def family(self) -> str:
-        return family(self.kernel, self.match[0])
+        return " + ".join(self.families)
 
 
 # Ragged lengths (not multiples of 64, 112, 128, 144 or 192), two or more query tiles and KV blocks:
@@ -133,13 +166,31 @@ ATTN_SHAPES = ((2, 300, 300, 4, 2), (1, 200, 520, 2, 1), (1, 520, 130, 2, 2))
 GEMM_SHAPES = ((300, 264, 200), (129, 136, 72), (1, 8, 8))   # ragged M, N, K over 3x2 and 2x1 tiles; one row
 
 
+SOFTCAP = 2.0    # the softcap cases' cap: low enough that tanh bends the scores of randn inputs
+
+
+def mask_mods(cfg: acfg.AttnConfig) -> dict:
+    """flash_attn_func's (and compare_attention's) window_size and attention_chunk of cfg's mask."""
+    window = (cfg.window_left, cfg.window_right)
+    return {**({"window_size": window} if window != (-1, -1) else {}),
+            **({"attention_chunk": cfg.chunk} if cfg.chunk else {})}
+
+
+def picks(cfg: acfg.AttnConfig, seqlen_k: int | None) -> acfg.AttnConfig:
+    """default_config of cfg's dtype, head dim, causal flag, mask and score modifiers at seqlen_k:
+    the kernel flash_attn_func runs there."""
+    masked = bool(mask_mods(cfg))
+    return acfg.default_config(cfg.dtype, cfg.head_dim, cfg.causal, seqlen_k, cfg.mask if masked else None,
+                               softcap=cfg.softcap, sinks=cfg.sinks)
+
+
 def api_shape(cfg: acfg.AttnConfig) -> tuple[int, ...] | None:
     """A shape flash_attn_func runs `cfg` on (default_config picks it there), or None when it never
     does (a tile variant or the FA4 pieces): ATTN_SHAPES' first for a kernel of every length or of
     short key sequences, else one key sequence just past SHORT_SEQLEN_K (few query rows: cheap)."""
     limit = acfg.SHORT_SEQLEN_K.get((cfg.head_dim, cfg.causal), 0)
     for shape in (ATTN_SHAPES[0], (1, 100, limit + 4, 2, 1)):
-        if acfg.default_config(cfg.dtype, cfg.head_dim, cfg.causal, shape[2]) == cfg:
+        if picks(cfg, shape[2]) == cfg:
             return shape
     return None
 
@@ -163,6 +214,18 @@ def _variant(head_dim: int, causal: bool, **tiles) -> acfg.AttnConfig:
     return acfg.AttnConfig(dtype="bf16", head_dim=head_dim, causal=causal, **tiles).validate()
 
 
+def _mods(dtype: str, head_dim: int, causal: bool, window=(-1, -1), chunk: int = 0, **score) -> acfg.AttnConfig:
+    """attention_masks()' and attention_softcap_sinks()' kernel for long key sequences."""
+    mask = attention_mask(causal, window, chunk) if window != (-1, -1) or chunk else None
+    return acfg.default_config(dtype, head_dim, causal, None, mask, **score)
+
+
+def _decode(name: str, dtype: str, head_dim: int, page: int | None, kv_scale: str = "", quick: bool = False) -> Case:
+    """The decode kernel of a cache of `page` rows, split and unsplit (kernel_sets.decode)."""
+    match = tuple(dcfg.default_config(dtype, head_dim, page, kv_scale, unsplit=u).key() for u in (False, True))
+    return Case(name, dcfg.KERNEL, match, quick=quick, page_size=page, kv_scale=kv_scale)
+
+
 CASES = (
     # flash_attn_func's kernels (kernel_sets.attention)
     _attn("attn-d64", _default("bf16", 64, False), quick=True),
@@ -182,16 +245,39 @@ CASES = (
     _attn("tiles-d64-causal-128x128-s4-nopp", _variant(64, True, bm=128, bn=128, stages=4, pingpong=False)),
     _attn("tiles-d64-128x128-nopp-pers", _variant(64, False, bm=128, bn=128, stages=2, pingpong=False,
                                                   persistent=True)),
+    # masks (attention-masks): a window both sides, chunks with a causal window, chunks alone
+    _attn("mask-window-d64", _mods("bf16", 64, False, (128, 64)), quick=True),
+    _attn("mask-chunk-window-d128-causal", _mods("bf16", 128, True, (100, -1), 96)),
+    _attn("mask-chunk-d128-f16", _mods("f16", 128, False, chunk=300)),
+    # score modifiers (attention-softcap-sinks): softcap and sinks at once, sinks with a window
+    _attn("softcap-sinks-d128-causal", _mods("bf16", 128, True, softcap=True, sinks=True), quick=True),
+    _attn("sinks-window-d128-causal", _mods("bf16", 128, True, (200, -1), sinks=True)),
     Case("gemm", "gemm_sm90", tuple({"kernel": "gemm_sm90", "dtype": dt, "bn": 256, "stages": 4} for dt in ("bf16", "f16")),
          GEMM_SHAPES, quick=True),
     Case("watchdog", "deadlock_sm90", ({"kernel": "deadlock_sm90"},), quick=True, expect_trap=True),
+    # flash_attn_with_kvcache's kernels (decode): the decode kernel by fetch, each split and unsplit
+    _decode("decode-contig-d64-f16", "f16", 64, None, quick=True),
+    _decode("decode-gather-d64", "bf16", 64, 1, quick=True),
+    _decode("decode-box8-d128", "bf16", 128, 8, quick=True),
+    _decode("decode-pagebox-d128", "bf16", 128, 32, quick=True),
+    _decode("decode-tilebox-d256", "bf16", 256, 64, quick=True),
+    _decode("decode-fp8-contig-block", "bf16", 128, None, "block", quick=True),
+    _decode("decode-fp8-pagebox-tensor", "bf16", 128, 16, "tensor"),
+    _decode("decode-fp8-tilebox-kvhead", "bf16", 128, 64, "kv_head"),
+    _decode("decode-fp8-gather-block", "bf16", 128, 1, "block"),
+    # the combine of split calls (contiguous caches of each dtype and head dim with a decode kernel)
+    Case("decode-combine", dcfg.COMBINE_KERNEL, tuple(dcfg.CombineConfig(dt, d).key() for dt, d in (
+        ("bf16", 128), ("bf16", 64), ("bf16", 256), ("f16", 128), ("f16", 64))), quick=True),
+    # the append of new tokens (k=, v=): a paged cache of 16-row pages and a contiguous one
+    Case("decode-append", dcfg.APPEND_KERNEL, tuple(dcfg.AppendConfig("bf16", 128, paged).key() for paged in (True, False)),
+         quick=True, page_size=16),
 )
 CASES_BY_NAME = {c.name: c for c in CASES}
 
 
 def uncovered(entries, cases=CASES) -> list[str]:
     """The families and features of bundle entries (kernel, config dict) that no case covers."""
-    have_fam = {c.family for c in cases}
+    have_fam = {f for c in cases for f in c.families}
     have_feat = set().union(*(features(c.kernel, m) for c in cases for m in c.match))
     missing = {family(k, cfg) for k, cfg in entries} - have_fam
     missing |= set().union(*(features(k, cfg) for k, cfg in entries)) - have_feat
@@ -261,7 +347,8 @@ def find(bundle, case: Case, match: dict):
 
 def child_attention(case: Case, bundle, seed: int):
     """The case's kernel through flash_attn_func on its api_shape (when it is a default), then launched
-    directly on each shape; every result against compare_attention (the FA rule, masked rows, no NaN)."""
+    directly on each shape; every result against compare_attention (the FA rule, masked rows, no NaN)
+    with the kernel's window, chunk, softcap (SOFTCAP) and sinks (random, one per head)."""
     import torch
 
     from fa4mlir.attention import AttnProblem, find_artifact, flash_attn_func
@@ -278,17 +365,22 @@ def child_attention(case: Case, bundle, seed: int):
         o = torch.full_like(q, NAN)
         lse = torch.full((b, h, sq), NAN, device=q.device, dtype=torch.float32)
         scale = cfg.head_dim ** -0.5
+        sinks = torch.randn(h, generator=torch.Generator().manual_seed(seed + i)).to(q.device) if cfg.sinks else None
+        mods = {**mask_mods(cfg), **({"softcap": SOFTCAP} if cfg.softcap else {}),
+                **({"sinks": sinks} if cfg.sinks else {})}
         if via == "flash_attn_func":
-            picked = acfg.AttnConfig.from_key(find_artifact(bundle, cfg.dtype, cfg.head_dim, cfg.causal, shape[2]).config)
-            if picked != cfg:
-                raise RuntimeError(f"flash_attn_func would run {picked} at {shape}, not the case's kernel")
-            flash_attn_func(q, k, v, scale, cfg.causal, return_lse=True, out=o, lse=lse, bundle=bundle)
+            art = find_artifact(bundle, cfg.dtype, cfg.head_dim, cfg.causal, shape[2], default=picks(cfg, shape[2]))
+            if acfg.AttnConfig.from_key(art.config) != cfg:
+                raise RuntimeError(f"flash_attn_func would run {art.name} at {shape}, not the case's kernel")
+            flash_attn_func(q, k, v, scale, cfg.causal, return_lse=True, out=o, lse=lse, bundle=bundle, **mods)
         else:
-            problem = AttnProblem.of(q.shape, k.shape, cfg.dtype, causal=cfg.causal, softmax_scale=scale)
-            kern.launch(acfg.grid(cfg, problem, PERSISTENT_CTAS),
-                        acfg.launch_args(cfg, problem, dict(q=q, k=k, v=v, o=o, lse=lse)))
+            problem = AttnProblem.of(q.shape, k.shape, cfg.dtype, causal=cfg.causal, softmax_scale=scale).with_options(
+                causal=cfg.causal, softmax_scale=scale, softcap=mods.get("softcap", 0.0), sinks=cfg.sinks,
+                **mask_mods(cfg))
+            tensors = dict(q=q, k=k, v=v, o=o, lse=lse, **({"sinks": sinks} if cfg.sinks else {}))
+            kern.launch(acfg.grid(cfg, problem, PERSISTENT_CTAS), acfg.launch_args(cfg, problem, tensors))
         torch.cuda.synchronize()
-        r = compare_attention(q, k, v, o, lse, scale, cfg.causal)
+        r = compare_attention(q, k, v, o, lse, scale, cfg.causal, **mods)
         yield {"kernel": kern.artifact.name, "shape": shape, "via": via, "seed": seed + i, "ok": r["ok"],
                **{key: r[key] for key in ("max_err", "bound", "lse_err", "lse_bound", "nan_out", "nan_lse", "masked_ok")}}
 
@@ -324,7 +416,8 @@ def child_watchdog(case: Case, bundle, seed: int):
     yield {"kernel": kern.artifact.name, "via": "runtime", "ok": False, "trapped": None}
 
 
-CHILDREN = {acfg.KERNEL: child_attention, "gemm_sm90": child_gemm, "deadlock_sm90": child_watchdog}
+CHILDREN = {acfg.KERNEL: child_attention, "gemm_sm90": child_gemm, "deadlock_sm90": child_watchdog,
+            **dict.fromkeys(DECODE_KERNELS, child_decode)}
 
 
 def start_cuda() -> dict:
@@ -664,6 +757,8 @@ def dry_run(args, cases: list[Case], pairs, sanitizer: str | None, seed: int) ->
         shapes = list(case.shapes)
         if case.kernel == acfg.KERNEL and (api := api_shape(acfg.AttnConfig.from_key(case.match[0]))):
             shapes = [f"{api} via flash_attn_func", *shapes]
+        if case.kernel in DECODE_KERNELS:
+            shapes = describe(case)
         print(f"case {case.name}{' (quick)' if case.quick else ''}: {case.family}; shapes {shapes}")
     status = 0
     if (Path(args.bundle) / "manifest.json").is_file():

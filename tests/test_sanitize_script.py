@@ -11,11 +11,13 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from bench import sanitize as san
+from bench import sanitize_decode as sdec
 from bench.sanitize_report import judge, parse_report
 from fa4mlir import kernel_sets, kernels
 from fa4mlir.artifacts import KernelArtifact, write_bundle
@@ -163,9 +165,10 @@ def test_watchdog_trap_is_expected_and_nothing_else_is():
 
 @pytest.fixture(scope="module")
 def gpu_tests():
-    """gpu-tests' entries as (kernel, config dict, arch, compile-option overrides)."""
+    """The entries of the sets the matrix covers (gpu-tests, decode) as (kernel, config dict, arch,
+    compile-option overrides)."""
     return [(e[0], e[1].key(), kernels.arch(e[0]), e[2] if len(e) > 2 else {})
-            for e in kernel_sets.configs(["gpu-tests"])]
+            for e in kernel_sets.configs(list(san.SETS))]
 
 
 def test_every_runnable_family_and_feature_of_gpu_tests_has_a_case(gpu_tests):
@@ -174,15 +177,57 @@ def test_every_runnable_family_and_feature_of_gpu_tests_has_a_case(gpu_tests):
     assert {k for k, _ in runnable} == set(san.CHILDREN) == {c.kernel for c in san.CASES}
     # what cannot run here is sm_100a only, and has no case (the JSON lists it as not runnable)
     assert {arch for _, _, arch, _ in gpu_tests if arch != san.RUNNABLE_ARCH} == {"sm_100a"}
+    # the sets the lead's bundle holds (gpu-tests, bench) have nothing runnable beyond them either
+    bench = [(e[0], e[1].key()) for e in kernel_sets.configs(["gpu-tests", "bench"]) if kernels.arch(e[0]) == "sm_90a"]
+    assert san.uncovered(bench) == []
+    fams = {f for c in san.CASES for f in c.families}
+    for fetch in ("contig", "gather", "box8", "page-box", "tile-box"):
+        for split in ("split", "unsplit"):
+            assert f"attention_decode_sm90/{fetch}/{split}/dense" in fams
+    assert {"attention_combine_sm90", "kvcache_append_sm90/paged", "kvcache_append_sm90/contig"} <= fams
+    feats = set().union(*(san.features(c.kernel, m) for c in san.CASES for m in c.match))
+    assert {"window", "chunk", "softcap", "sinks", "scale-tensor", "scale-kv_head", "scale-block"} <= feats
 
 
 def test_the_coverage_check_fails_on_what_no_case_runs(gpu_tests):
     runnable = [(k, cfg) for k, cfg, arch, _ in gpu_tests if arch == san.RUNNABLE_ARCH]
     new_family = acfg.AttnConfig(dtype="bf16", head_dim=64, causal=True, bm=192, bn=128, persistent=True).key()
     assert san.uncovered([*runnable, (acfg.KERNEL, new_family)]) == ["attention_fwd_sm90/persistent/causal/3wg/pingpong"]
-    assert san.uncovered([*runnable, ("decode_sm90", {"kernel": "decode_sm90"})]) == ["decode_sm90"]
+    assert san.uncovered([*runnable, ("decode_sm100", {"kernel": "decode_sm100"})]) == ["decode_sm100"]
     no_poly = [c for c in san.CASES if not c.name.startswith("fa4-pieces")]
     assert san.uncovered(runnable, no_poly) == ["poly-exp2"]
+    # every mask and score-modifier feature, every decode family and feature: drop its case(s), it is missed
+    without = {
+        "mask-window-d64": [], "sinks-window-d128-causal": [], "mask-chunk-d128-f16": [],
+        "mask-chunk-window-d128-causal,mask-chunk-d128-f16": ["chunk"],
+        "mask-window-d64,mask-chunk-window-d128-causal,sinks-window-d128-causal": ["window"],
+        "softcap-sinks-d128-causal": ["softcap"],
+        "softcap-sinks-d128-causal,sinks-window-d128-causal": ["sinks", "softcap"],
+        "decode-gather-d64": ["attention_decode_sm90/gather/split/dense", "attention_decode_sm90/gather/unsplit/dense"],
+        "decode-box8-d128": ["attention_decode_sm90/box8/split/dense", "attention_decode_sm90/box8/unsplit/dense"],
+        "decode-pagebox-d128": ["attention_decode_sm90/page-box/split/dense",
+                                "attention_decode_sm90/page-box/unsplit/dense"],
+        "decode-tilebox-d256": ["attention_decode_sm90/tile-box/split/dense",
+                                "attention_decode_sm90/tile-box/unsplit/dense", "decode-d256"],
+        "decode-contig-d64-f16": ["attention_decode_sm90/contig/split/dense",
+                                  "attention_decode_sm90/contig/unsplit/dense", "decode-f16"],
+        "decode-fp8-contig-block,decode-fp8-gather-block": ["attention_decode_sm90/contig/split/fp8",
+                                                            "attention_decode_sm90/contig/unsplit/fp8",
+                                                            "attention_decode_sm90/gather/split/fp8",
+                                                            "attention_decode_sm90/gather/unsplit/fp8", "scale-block"],
+        "decode-fp8-pagebox-tensor": ["attention_decode_sm90/page-box/split/fp8",
+                                      "attention_decode_sm90/page-box/unsplit/fp8", "scale-tensor"],
+        "decode-fp8-tilebox-kvhead": ["attention_decode_sm90/tile-box/split/fp8",
+                                      "attention_decode_sm90/tile-box/unsplit/fp8", "scale-kv_head"],
+        "decode-combine": ["attention_combine_sm90"],
+        "decode-append": ["kvcache_append_sm90/contig", "kvcache_append_sm90/paged"],
+    }
+    for names, missed in without.items():
+        left = [c for c in san.CASES if c.name not in names.split(",")]
+        assert len(left) == len(san.CASES) - len(names.split(",")), names
+        assert san.uncovered(runnable, left) == missed, names
+    unsplit_only = [replace(c, match=c.match[1:]) if c.name == "decode-box8-d128" else c for c in san.CASES]
+    assert san.uncovered(runnable, unsplit_only) == ["attention_decode_sm90/box8/split/dense"]
 
 
 def test_every_case_runs_exactly_one_gpu_tests_kernel(gpu_tests):
@@ -225,6 +270,14 @@ def test_quick_cases_cover_every_kernel_first():
     fams = {c.family for c in quick}
     assert any("/persistent/" in f for f in fams) and any("/tiled/" in f for f in fams)
     assert any("/causal/" in f for f in fams) and any("/full/" in f for f in fams)
+    # one case of each new family group: a mask, softcap and sinks, each decode fetch, FP8, the combine, the append
+    feats = set().union(*(san.features(c.kernel, m) for c in quick for m in c.match))
+    assert {"window", "softcap", "sinks"} <= feats
+    fams = {f for c in quick for f in c.families}
+    for fetch in ("contig", "gather", "box8", "page-box", "tile-box"):
+        assert {f"attention_decode_sm90/{fetch}/split/dense", f"attention_decode_sm90/{fetch}/unsplit/dense"} <= fams
+    assert any(f.endswith("/fp8") for f in fams) and "attention_combine_sm90" in fams
+    assert {"kvcache_append_sm90/paged", "kvcache_append_sm90/contig"} <= fams
     everything = san.select_cases(False, None)
     assert len(everything) == len(san.CASES) and everything[:len(quick)] == quick
     assert [c.name for c in san.select_cases(False, ["gemm", "watchdog"])] == ["gemm", "watchdog"]
@@ -425,6 +478,21 @@ def test_dry_run_prints_every_command_and_checks_the_bundle(tmp_path, capsys):
     assert "LACKS" in capsys.readouterr().out
 
 
+def test_dry_run_finds_every_case_in_the_lead_bundles_sets(tmp_path, capsys):
+    """A bundle of the gpu-tests and bench sets' entries as `python -m fa4mlir bundle` writes their
+    configs (the config's key and the cubin backend; fake cubins) holds every case's kernels, and
+    has no runnable family or feature without a case."""
+    arts = []
+    for i, (kernel, cfg, *opts) in enumerate(kernel_sets.configs(["gpu-tests", "bench"])):
+        backend = (opts[0] if opts else {}).get("cubin_backend", kernels.cubin_backend(kernel))
+        arts.append(KernelArtifact(name=f"{kernel}_{i}", arch=kernels.arch(kernel), cubin=b"fake", block=(128, 1, 1),
+                                   key=f"{i}".ljust(32, "0"), config={**cfg.key(), "cubin_backend": backend}))
+    bundle = write_bundle(tmp_path / "bundle", arts)
+    assert san.main(["--dry-run", "--bundle", str(bundle), "--seed", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "holds every case's kernels" in printed and "without a case" not in printed
+
+
 # ----------------------------------------------------------------------------------------------
 # The child, on CPU tensors: fake kernels that compute attention (or not), the real checks
 # ----------------------------------------------------------------------------------------------
@@ -433,8 +501,8 @@ class FakeKernel:
     """Stands in for a loaded kernel: a launch computes attention into o and lse (float32 math), or
     leaves them as they are (`broken`), or fails like a trapped launch (`trap`)."""
 
-    def __init__(self, artifact, broken=False, trap=False):
-        self.artifact, self.broken, self.trap, self.grids = artifact, broken, trap, []
+    def __init__(self, artifact, broken=False, trap=False, ignore_mods=False):
+        self.artifact, self.broken, self.trap, self.ignore_mods, self.grids = artifact, broken, trap, ignore_mods, []
 
     def launch(self, grid, args):
         import torch
@@ -445,8 +513,15 @@ class FakeKernel:
             raise RuntimeError("CUDA error: an illegal instruction was encountered")
         if isinstance(args, dict) and not self.broken:
             cfg = acfg.AttnConfig.from_key(self.artifact.config)
-            out, lse = attention_math(args["q"], args["k"], args["v"], args["scale_log2"] / acfg.LOG2E, cfg.causal,
-                                      torch.float32)
+            scale, mods = args["scale_log2"] / acfg.LOG2E, {}
+            if cfg.softcap:   # launch_args: scale_log2 = cap * log2(e), softcap_scale = softmax_scale / cap
+                mods["softcap"] = scale
+                scale = args["softcap_scale"] * scale
+            if self.ignore_mods:
+                mods = {}
+            else:
+                mods.update(san.mask_mods(cfg), **({"sinks": args["sinks"]} if cfg.sinks else {}))
+            out, lse = attention_math(args["q"], args["k"], args["v"], scale, cfg.causal, torch.float32, **mods)
             args["o"].copy_(out)
             args["lse"].copy_(lse)
 
@@ -469,9 +544,9 @@ def cpu_child(tmp_path, monkeypatch):
         loaded.append(FakeKernel(artifact, **options))
         return loaded[-1]
 
-    def api(q, k, v, scale, causal, return_lse, out, lse, bundle):
-        api_calls.append(tuple(q.shape))
-        ref_out, ref_lse = testing.attention_math(q, k, v, scale, causal, torch.float32)
+    def api(q, k, v, scale, causal, return_lse, out, lse, bundle, **mods):
+        api_calls.append(tuple(q.shape) + ((mods,) if mods else ()))
+        ref_out, ref_lse = testing.attention_math(q, k, v, scale, causal, torch.float32, **mods)
         out.copy_(ref_out)
         lse.copy_(ref_lse)
         return out, lse
@@ -510,6 +585,31 @@ def test_child_checks_every_attention_launch(cpu_child, capsys, name):
     if case.match[0]["persistent"]:
         assert {g[0] for g in loaded[0].grids} == {san.PERSISTENT_CTAS}
     assert verdict(under_sanitizer(rep)) == ("clean", f"{rep.end['checks']} checks passed")
+
+
+MOD_CASES = ["mask-window-d64", "mask-chunk-window-d128-causal", "mask-chunk-d128-f16", "softcap-sinks-d128-causal",
+             "sinks-window-d128-causal"]
+
+
+@pytest.mark.parametrize("name", MOD_CASES)
+def test_child_runs_masks_softcap_and_sinks(cpu_child, capsys, name):
+    """A mask or score-modifier case runs flash_attn_func with its window_size, attention_chunk,
+    softcap and sinks where it picks the case's kernel, the kernel directly on every shape, and
+    checks each against the reference with them; a kernel that ignores them is caught."""
+    bundle, loaded, api_calls, kernel = cpu_child
+    case = san.CASES_BY_NAME[name]
+    cfg = acfg.AttnConfig.from_key(case.match[0])
+    code, rep = child_report(capsys, name, bundle)
+    assert code == 0 and rep.end["ok"] and all(r["ok"] and r["masked_ok"] for r in rep.results), rep.results
+    api = san.api_shape(cfg)
+    assert api is not None and [r["via"] for r in rep.results] == ["flash_attn_func"] + ["runtime"] * len(case.shapes)
+    mods = api_calls[0][-1]
+    assert mods.get("window_size", (-1, -1)) == (cfg.window_left, cfg.window_right)
+    assert mods.get("attention_chunk", 0) == cfg.chunk and ("softcap" in mods) == cfg.softcap
+    assert ("sinks" in mods) == cfg.sinks
+    kernel["ignore_mods"] = True
+    code, rep = child_report(capsys, name, bundle)
+    assert code == 1 and not all(r["ok"] for r in rep.results if r["via"] == "runtime")
 
 
 def test_child_reports_a_kernel_that_writes_nothing(cpu_child, capsys):
@@ -553,7 +653,8 @@ def test_runs_where_there_is_no_mlir(tmp_path):
     code = BLOCK_MLIR + textwrap.dedent(f"""
         sys.argv = ["bench/sanitize.py", "--dry-run", "--quick", "--bundle", {str(bundle)!r}]
         from bench import sanitize
-        import fa4mlir.attention, fa4mlir.runtime, fa4mlir.testing   # what the child imports
+        import fa4mlir.attention, fa4mlir.runtime, fa4mlir.testing   # what the children import
+        import fa4mlir.attention.kvcache, fa4mlir.attention.kvcache_call, fa4mlir.testing_kvcache
         code = sanitize.main()
         mods = sorted(m for m in sys.modules if m == "mlir" or m.startswith("mlir."))
         assert not mods, mods
@@ -564,3 +665,99 @@ def test_runs_where_there_is_no_mlir(tmp_path):
                           env=dict(os.environ, PYTHONPATH=str(repo)))
     assert proc.returncode == 0 and "EXIT 0" in proc.stdout, proc.stdout + proc.stderr
     assert "holds every case's kernels" in proc.stdout
+
+
+# ----------------------------------------------------------------------------------------------
+# The decode children on CPU tensors: flash_attn_with_kvcache replaced by the reference (or a
+# broken one), the real plan (which kernel the call runs) and the real checks
+# ----------------------------------------------------------------------------------------------
+
+DECODE_CASES = [c.name for c in san.CASES if c.kernel in sdec.DECODE_KERNELS]
+
+
+@pytest.fixture
+def cpu_decode(cpu_child, monkeypatch):
+    """(bundle, the calls made, the fake's mode: 'right', 'nothing' (writes nothing), 'past-end'
+    (reads one row past each length), 'stale' (an append that leaves the cache as it was))."""
+    import torch
+
+    from fa4mlir import attention, driver
+    from fa4mlir.attention import checks
+    from fa4mlir.testing_kvcache import kvcache_reference
+    bundle, *_ = cpu_child
+    monkeypatch.setattr(checks, "check_devices", lambda *a, **kw: None)
+    monkeypatch.setattr(driver, "device_info", lambda: type("Info", (), {"num_sms": 132})())
+    calls, mode = [], {"mode": "right"}
+
+    def call(q, k_cache, v_cache, cache_seqlens, page_table, *, num_splits, out, return_lse, bundle, k=None, v=None,
+             k_scale=None, v_scale=None):
+        calls.append((tuple(q.shape), tuple(k_cache.shape), num_splits, k_scale is not None, k is not None))
+        lse = torch.full((q.shape[0], q.shape[2], q.shape[1]), float("nan"))
+        if mode["mode"] == "nothing":
+            return out, lse
+        fp8 = k_cache.dtype == torch.float8_e4m3fn
+        lens = cache_seqlens + (mode["mode"] == "past-end")
+        ref = kvcache_reference(q.float(), k_cache if fp8 else k_cache.float(), v_cache if fp8 else v_cache.float(),
+                                lens, page_table, k=None if k is None else k.float(), v=None if v is None else v.float(),
+                                k_scale=k_scale, v_scale=v_scale)
+        if k is not None and mode["mode"] != "stale":
+            k_cache.copy_(ref["k_cache"])
+            v_cache.copy_(ref["v_cache"])
+        out.copy_(ref["out"])
+        lse.copy_(ref["lse"])
+        return out, lse
+
+    monkeypatch.setattr(attention, "flash_attn_with_kvcache", call)
+    return bundle, calls, mode
+
+
+@pytest.mark.parametrize("name", DECODE_CASES)
+def test_decode_child_runs_the_case_kernel_and_checks_it(cpu_decode, capsys, name):
+    bundle, calls, mode = cpu_decode
+    case = san.CASES_BY_NAME[name]
+    code, rep = child_report(capsys, name, bundle)
+    shapes = sdec.shapes_for(case)
+    assert code == 0 and rep.end["ok"] and rep.end["checks"] == len(case.match) * len(shapes), rep.results
+    assert all(r["ok"] and r["masked_ok"] and r["nan_out"] == 0 for r in rep.results), rep.results
+    assert [r["kernel"] for r in rep.results] == [sdec.dec_name(case.kernel, m) for m in case.match for _ in shapes]
+    splits = [1 if case.kernel == sdec.dec.KERNEL and m.get("unsplit") else None if case.kernel == sdec.dec.APPEND_KERNEL
+              else sdec.SPLITS for m in case.match for _ in shapes]
+    assert [c[2] for c in calls] == splits
+    assert all(c[3] == bool(case.kv_scale) and c[4] == (case.kernel == sdec.dec.APPEND_KERNEL) for c in calls)
+    if case.page_size:   # a shuffled pool with spare pages, lengths not multiples of the page or the tile
+        assert any(c[1][1] == case.page_size for c in calls)
+    mode["mode"] = "nothing"
+    code, rep = child_report(capsys, name, bundle)
+    assert code == 1 and all(not r["ok"] and r["nan_out"] > 0 for r in rep.results)
+    mode["mode"] = "past-end"   # a row past a sequence's end is NaN (or another sequence's): caught
+    code, rep = child_report(capsys, name, bundle)
+    assert code == 1 and not any(r["ok"] for r in rep.results)
+
+
+def test_decode_append_child_checks_the_cache(cpu_decode, capsys):
+    bundle, _, mode = cpu_decode
+    mode["mode"] = "stale"
+    code, rep = child_report(capsys, "decode-append", bundle)
+    assert code == 1 and all(r["cache_ok"] is False and not r["ok"] for r in rep.results)
+
+
+def test_decode_inputs_hide_nan_where_no_sequence_reads():
+    torch = pytest.importorskip("torch")
+    for page in (None, 1, 8, 64):
+        lengths = sdec.lengths_for(page)
+        assert all(n % 64 for n in lengths if n > 1) and 0 in lengths and sdec.CAPACITY % 64
+        t = sdec.decode_inputs(torch, "cpu", lengths, 1, 8, 2, 64, "bf16", page, 3)
+        k, table = t["k_cache"], t["page_table"]
+        owned = torch.zeros(k.shape[:2], dtype=torch.bool)
+        for b, n in enumerate(lengths):
+            rows = torch.arange(n)
+            if table is None:
+                owned[b, :n] = True
+            else:
+                owned[table[b, rows // page].long(), rows % page] = True
+        assert torch.isnan(k[~owned]).all() and not torch.isnan(k[owned]).any()
+        if table is not None:
+            used = table[(table >= 0) & (table < k.shape[0])]
+            assert not torch.equal(used, used.sort().values)    # shuffled
+            assert (table >= sdec.GARBAGE).any() and (table == -1).any()
+            assert k.shape[0] > sum(-(-n // page) for n in lengths)   # pages no sequence owns
