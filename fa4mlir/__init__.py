@@ -40,6 +40,8 @@ _LAZY = {
     "gemm": ("fa4mlir.gemm", "gemm"),
     "flash_attn_func": ("fa4mlir.attention", "flash_attn_func"),
     "flash_attn_with_kvcache": ("fa4mlir.attention", "flash_attn_with_kvcache"),
+    "flash_mla_with_kvcache": ("fa4mlir.attention.mla", "flash_mla_with_kvcache"),
+    "get_mla_metadata": ("fa4mlir.attention.mla", "get_mla_metadata"),
     **{err: ("fa4mlir.attention", err) for err in (
         "FlashAttnInputError", "DTypeError", "ShapeError", "HeadDimError", "HeadsRatioError",
         "EmptyInputError", "LayoutError", "DeviceError", "ScaleError", "MaskError", "ArgumentTypeError", "BundleError",
