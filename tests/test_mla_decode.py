@@ -6,7 +6,8 @@
   reference (fa4mlir.testing_mla.check_mla): a shuffled block table with junk past each
   sequence's pages, NaN in every unused cache row and page, lengths 0, 1 and page + 1, seqlen_q 2
   causal (bottom-right) and 1, 16 and 48 heads (two M tiles, the second partial), two splits
-  merged by the head-dim-512 combine (interpreted too), and the unsplit variant;
+  merged by the combine's math on the host (testing_kvcache.combine_splits: the combine kernel's
+  per-lane loop bounds are not interpretable; tests/gpu runs it), and the unsplit variant;
 * the typed errors of check_mla_inputs and flash_mla_with_kvcache, the split heuristic and
   FlashMLA's FLOP/byte accounting.
 """
@@ -168,7 +169,8 @@ def _bits(torch, x):
 def test_mla_decode_through_the_interpreter(lens, seqlen_q, heads, page, splits, causal):
     torch = pytest.importorskip("torch")
     from fa4mlir import interpret
-    from fa4mlir.kernels import attention_combine_sm90, attention_mla_decode_sm90
+    from fa4mlir.kernels import attention_mla_decode_sm90
+    from fa4mlir.testing_kvcache import combine_splits
     from fa4mlir.testing_mla import check_mla
     q, kv, table, lens_a = _problem(torch, lens, seqlen_q, heads, page)
     batch, num_pages, max_pages = len(lens), kv.shape[0], table.shape[1]
@@ -188,9 +190,11 @@ def test_mla_decode_through_the_interpreter(lens, seqlen_q, heads, page, splits,
                           softmax_scale=problem.softmax_scale, q_strides=(seqlen_q * heads * 576, heads * 576, 576),
                           block_table_stride=max_pages, out_strides=out_strides)
     interpret.load(attention_mla_decode_sm90.build(cfg)).launch(mc.grid(batch, seqlen_q, heads, splits), args)
-    if combine is not None:
-        interpret.load(attention_combine_sm90.build(combine)).launch(
-            mla.combine_grid(problem), mla.combine_args(problem, tensors, out_strides))
-    out_t = torch.from_numpy(out.view(np.int16)).view(torch.bfloat16).float()
-    errs = check_mla(q, kv, table, lens_a, out_t, torch.from_numpy(lse), causal=causal)
+    if combine is None:
+        out_t, lse_t = torch.from_numpy(out.view(np.int16)).view(torch.bfloat16).float(), torch.from_numpy(lse)
+    else:   # the combine's math on the host (its per-lane loop bounds are not interpretable)
+        mla.combine_args(problem, tensors, out_strides)
+        o, lse_c = combine_splits(tensors["o_partial"], tensors["lse_partial"])
+        out_t, lse_t = torch.from_numpy(o).float(), torch.from_numpy(lse_c).float()
+    errs = check_mla(q, kv, table, lens_a, out_t, lse_t, causal=causal)
     assert errs["out"] > 0           # the kernel computed something (an all-zero out would fail the rule anyway)
