@@ -19,7 +19,7 @@ import inside a function counts too). Lower layers never import higher ones:
                a kernel both need lives in dialect.
     kernels    import dsl, dialect and kernels/common; never passes, lowering, compiler.
                kernels/*_config.py and the pure common pieces (constants, fastdiv, naming, tmem,
-               paging, decode_schedule, attention_decode_sm90_config) import no MLIR: the host API imports them. A config imports no other kernel module;
+               paging, decode_schedule, attention_decode_sm90_config, attention_mla_decode_sm90_config) import no MLIR: the host API imports them. A config imports no other kernel module;
                what two configs or kernels share lives in kernels/common/, which imports no kernel.
     lowering, compiler, kernel_sets, __main__ sit on top.
     interpret  the CPU interpreter of nvvm-stage IR: imports _mlir, dialect, lowering (its stages)
