@@ -50,7 +50,8 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 sinks variants (the softcap and sink rows). Varlen and ALiBi have no kernel yet: those
                 rows read "unsupported"
     mla         the sm_90a absorbed MLA decode kernels (flash_mla_with_kvcache, attention/mla.py): bf16 and
-                f16 caches in pages of 64 and a bf16 one in pages of 16, each split and unsplit, and the
+                f16 caches in pages of 64 and a bf16 one in pages of 16, each split and unsplit, the
+                bf16 page-64 pair without the S exchange (`exchange=False`, to time against), and the
                 head-dim-512 combine; what tests/gpu/test_mla_decode_gpu.py and `bench mla`'s decode rows run
     bench       the attention, decode, prefill and mla sets, and the GEMM variants the benchmark times against
                 torch.matmul
@@ -286,6 +287,8 @@ def mla() -> list:
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
     from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, default_config
     out = [(KERNEL, default_config(dtype, page, unsplit=u)) for dtype, page in MLA_CASES for u in (False, True)]
+    # the variant whose warpgroups both compute all of S (note "Design"), for bench mla to time against
+    out += [(KERNEL, default_config("bf16", 64, unsplit=u, exchange=False)) for u in (False, True)]
     return out + [(COMBINE_KERNEL, CombineConfig(dtype, D_V)) for dtype in sorted({d for d, _ in MLA_CASES})]
 
 

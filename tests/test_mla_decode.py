@@ -161,12 +161,14 @@ def _bits(torch, x):
     return x.view(torch.int16).numpy().view(np.uint16).copy()
 
 
-@pytest.mark.parametrize("lens,seqlen_q,heads,page,splits,causal", [
-    ((65, 0, 1), 2, 16, 64, 2, True),       # split kernel + combine; lengths page + 1, 0, 1
-    ((70, 3), 2, 48, 16, 1, True),          # unsplit; two M tiles (96 rows); 16-row boxes
-    ((64, 9), 1, 16, 64, 1, False),         # unsplit, seqlen_q 1
+@pytest.mark.parametrize("lens,seqlen_q,heads,page,splits,causal,exchange", [
+    ((65, 0, 1), 2, 16, 64, 2, True, False),       # split kernel + combine; lengths page + 1, 0, 1
+    ((70, 3), 2, 48, 16, 1, True, False),          # unsplit; two M tiles (96 rows); 16-row boxes
+    ((64, 9), 1, 16, 64, 1, False, False),         # unsplit, seqlen_q 1
+    ((65, 0, 1), 2, 16, 64, 2, True, True),        # the exchange variant (note "Exchange")
+    ((130, 3), 2, 48, 64, 1, True, True),
 ])
-def test_mla_decode_through_the_interpreter(lens, seqlen_q, heads, page, splits, causal):
+def test_mla_decode_through_the_interpreter(lens, seqlen_q, heads, page, splits, causal, exchange):
     torch = pytest.importorskip("torch")
     from fa4mlir import interpret
     from fa4mlir.kernels import attention_mla_decode_sm90
@@ -178,6 +180,7 @@ def test_mla_decode_through_the_interpreter(lens, seqlen_q, heads, page, splits,
                                    512, _info((splits, 8), "i32"), _info((batch + 1,), "i32"), causal=causal)
     cfg, combine = mla.configs_for(problem)
     assert cfg.unsplit == (splits == 1) and (combine is None) == cfg.unsplit
+    cfg = replace(cfg, exchange=exchange)
     out = np.full((batch, seqlen_q, heads, 512), 0x7FC0, np.uint16)       # NaN before the call
     lse = np.full((batch, heads, seqlen_q), np.nan, np.float32)
     tensors = {"kv_cache": _bits(torch, kv), "q": _bits(torch, q), "cache_seqlens": lens_a, "block_table": table,

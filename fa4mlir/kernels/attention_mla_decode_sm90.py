@@ -10,7 +10,8 @@ m_tiles * split, z = batch. The split variant writes float32 partial O (normalis
 sum) and its LSE for attention_combine_sm90; the `unsplit` variant (one split) writes O in q's
 dtype and the LSE itself (attention_decode_sm90, note "Unsplit": the same bits).
 
-Roles (12 warps, 384 threads, one CTA per SM: 216 KiB of SMEM; setmaxnreg 240 / 24, note "Design"):
+Roles (12 warps, 384 threads, one CTA per SM: 216 KiB of SMEM, 225 KiB exchanging; setmaxnreg
+240 / 24, note "Design"):
     warp 8        `load`  one elected thread: per KV tile j of the split, the 64 x 576 tile into a
                           ring of STAGES = 2 (kv_pipe), as 9 column chunks (64 columns, 128B
                           swizzle) x 64 / box_rows TMA boxes, each inside one page (paging.py,
@@ -18,34 +19,53 @@ Roles (12 warps, 384 threads, one CTA per SM: 216 KiB of SMEM; setmaxnreg 240 / 
                           past L_b is aimed past the pool and lands as zeros).
     warps 0-7     `mma`   two consumer warpgroups w = 0, 1. Q's 64 x 576 tile is loaded by both
                           (plain loads into the swizzled layout), then per tile j each warpgroup:
-                          1. wait KV_j; S = Q K_j^T over 576 columns (36 k16 steps, m64n64)
+                          1. wait KV_j; S = Q K_j^T over 576 columns (36 k16 steps): of its 32
+                             keys 32 w .. 32 w + 31 (m64n32, `exchange`, the default), or of all
+                             64 (m64n64)
                           2. mask (tokens at or past L_b; causal bottom-right by the row's token),
-                             online softmax in base 2, P as wgmma A fragments (registers)
+                             online softmax in base 2 (exchange: the row maxima of both
+                             warpgroups' keys, then P of all 64 keys, through SMEM), P as wgmma A
+                             fragments (registers)
                           3. O_w *= alpha
                           4. (the tile holding L_b) zero V rows past L_b (note "NaN past L_b")
                           5. O_w += P V_j[:, 256 w : 256 w + 256] (m64n256, 4 k16 steps); release
-                          then O_w / l and the LSE (warpgroup 0) into the partials or out.
+                          then O_w / l (exchange: l summed over both warpgroups) and the LSE
+                          (warpgroup 0) into the partials or out.
 
 Note "Design": the O accumulator is 64 x 512 float32, 256 registers a thread for one warpgroup:
 too many. It is split by V's columns between the two warpgroups as FlashMLA does (128 registers
-each), which leaves both needing P for all 64 rows. FlashMLA computes S once per tile and passes P
-(and the row rescale) through SMEM between its warpgroups; here each warpgroup computes the
-whole S itself, the same wgmmas on the same operands, so both get bit-identical S, m, l and P with
-no SMEM exchange or cross-warpgroup handshake per tile: registers per thread stay at O 128 + S 32
-+ P 16, which the launch's 168 registers a thread cannot hold (9 or 12 warps alike: an SM
+each), which leaves both needing P for all 64 keys. Registers per thread: O 128 + S 16 or 32 + P
+16, which the launch's 168 registers a thread cannot hold (9 or 12 warps alike: an SM
 sub-partition runs three of them): the producer warp gets a warpgroup of its own and setmaxnreg
-gives the consumers 240, the producer 24 (0 spills: tests/test_mla_decode.py), and SMEM holds Q plus two 72 KiB
-stages. The price is tensor-core work: Q K^T (64 x 64 x 576) is done twice per tile, 6.8 M MACs a
-tile where FlashMLA does 4.7 M, about 1.45x. Where decode is memory-bound (16-64 heads: one M
-tile reads each 72 KiB tile once for 64 rows or fewer) the tensor cores have slack; at 128 heads x
-seqlen_q 2 it is compute-bound and this costs time: P through SMEM (FlashMLA's exchange) is
-the next step there, measured against this.
+gives the consumers 240, the producer 24 (0 spills: tests/test_mla_decode.py). Q's 36 wgmma
+descriptors would be hoisted out of the KV loop by LLVM (72 registers: they spilled); Q's address
+is therefore re-read from SMEM after each wait (_kv_tile, step 1). Two ways to give both warpgroups
+P, both built (`exchange`), neither timed on a GPU yet:
+  * note "Exchange" (the default): warpgroup w computes S for keys 32 w .. 32 w + 31 only (Q K^T's
+    64 x 64 x 576 done once per tile, as FlashMLA does), writes its rows' maxima to SMEM, one
+    barrier of both warpgroups, both take the max of the two (fmax: the same bits in both), each
+    computes P of its keys and its own row sums l_w (rescaled by the common alpha), writes its P
+    fragments (2 k16 steps: thread t's 4 words each) to SMEM, a second barrier, and reads all 4
+    k-steps back in key order: thread t holds the same rows and columns of an A fragment in
+    either warpgroup. In the epilogue l = l_0 + l_1 through SMEM (a third barrier). One buffer of
+    each suffices: a warpgroup rewrites the maxima of tile j + 1 only after the second barrier of
+    tile j, which the other passes only after reading them, and P of tile j + 1 only after the
+    first barrier of tile j + 1, which the other reaches only after reading P of tile j. 9 KiB of
+    SMEM; 4.7 M MACs a tile.
+  * `exchange=False`: each warpgroup computes all of S itself, the same wgmmas on the same
+    operands, so both get bit-identical S, m, l and P with no SMEM exchange and no handshake per
+    tile; Q K^T is done twice per tile, 6.8 M MACs where the exchange does 4.7 M (1.45x). Where
+    decode is memory-bound (16-64 heads: one M tile reads each 72 KiB tile once for 64 rows or
+    fewer) the tensor cores have slack; at 128 heads it is compute-bound, and this variant cannot
+    reach FlashMLA's 660 TFLOP/s at all (69% of its tensor work is useful). Kept for bench mla to
+    time against the exchange.
 
 Note "NaN past L_b" (attention_decode_sm90's): rows at or past L_b of the tile that holds L_b are
 real cache rows that may hold NaN; P V multiplies them by P = 0 and 0 x NaN = NaN, so their V
 columns are zeroed in SMEM before P V. K and V share the tile: both warpgroups first finish S_j
-(a 256-thread barrier), then each zeroes the rows in its own 256 V columns, fences them to the
-async proxy and syncs its warpgroup. (K's columns of those rows are masked to -inf.)
+(a 256-thread barrier; exchanging, the exchange's barriers follow both S_j), then each zeroes the
+rows in its own 256 V columns, fences them to the async proxy and syncs its warpgroup. (K's columns
+of those rows are masked to -inf.)
 """
 from __future__ import annotations
 
@@ -78,13 +98,14 @@ def build(cfg: MLADecodeConfig = MLADecodeConfig()) -> dsl.KernelIR:
         q_smem = kb.smem("q_smem", TILE_M * D_QK * 2)
         kv_smem = kb.smem("kv_smem", STAGES * cfg.tile_bytes())
         q_slot = kb.smem("q_slot", 16, align=16)     # holds 0: see _kv_tile, step 1
+        x_smem = kb.smem("x_smem", cfg.exchange_bytes(), align=16) if cfg.exchange else None   # note "Exchange"
         kv_pipe = kb.pipeline("kv_pipe", num_stages=STAGES, producer="load", consumers=["mma"],
                               consumer_arrivals=CONSUMERS)
         kb.pipeline_init()
         work = _Work(kb, p)
         with kb.warp_roles():
             with kb.role("mma", first_warp=0, num_warps=4 * CONSUMERS, regs=MMA_REGS):
-                _mma_role(kb, cfg, work, p, q_smem, kv_smem, kv_pipe, q_slot)
+                _mma_role(kb, cfg, work, p, q_smem, kv_smem, kv_pipe, q_slot, x_smem)
             with kb.role("load", first_warp=4 * CONSUMERS, num_warps=1, regs=LOAD_REGS):
                 _load_role(kb, cfg, work, p, kv_smem, kv_pipe)
     return kb.finish()
@@ -152,8 +173,8 @@ def _load_role(kb, cfg: MLADecodeConfig, work: _Work, p, kv_smem, kv_pipe):
 class _Consumer:
     """A consumer thread's geometry: warpgroup w (its V columns 256 w ..), rows row0, row0 + 8."""
 
-    def __init__(self, kb, work: _Work, p):
-        self.kb, self.work, self.p = kb, work, p
+    def __init__(self, kb, cfg: MLADecodeConfig, work: _Work, p, x_smem=None):
+        self.kb, self.work, self.p, self.x_smem = kb, work, p, x_smem
         tid = kb.thread_idx(0)
         self.tid = tid                      # 0 .. 255
         self.wg = kb.warp_uniform(tid // 128)
@@ -161,7 +182,10 @@ class _Consumer:
         lane = self.t % 32
         self.t4 = lane % 4
         self.row0 = (self.t // 32) * 16 + lane // 4
-        self.n_s = BN // 2
+        self.exchange = cfg.exchange
+        self.s_keys = BN // CONSUMERS if cfg.exchange else BN     # keys of S this warpgroup computes
+        self.n_s = self.s_keys // 2
+        self.key0 = self.wg * self.s_keys if cfg.exchange else const(0)   # its first key in the tile
         self.n_o = WG_COLS // 2
         self.is_leader = self.t.eq(0)
         self.scale_log2 = p["scale_log2"]
@@ -206,16 +230,18 @@ def _load_q(cs: _Consumer, q_smem, q_slot, dtype: str):
 
 
 def _issue_s(cs: _Consumer, q_smem, kv_base, dtype: str) -> Value:
-    """S = Q K^T over all 576 columns of the tile at kv_base."""
+    """S = Q K^T over all 576 columns of the tile at kv_base (exchange: this warpgroup's 32 keys)."""
     kb = cs.kb
     acc = undef(("f32", cs.n_s))
+    key_off = cs.key0 * SWIZZLE if cs.exchange else 0      # this warpgroup's keys: rows of the tile
     fa4.mma_fence()
     for kk in range(D_QK // WGMMA_K):
         c, within = divmod(kk, CHUNK // WGMMA_K)
         off = within * WGMMA_K * 2
         a_d = fa4.smem_desc(kb.gep(q_smem, c * TILE_M * SWIZZLE + off, "i8"), swizzle=SWIZZLE, lbo=16, sbo=8 * SWIZZLE)
-        b_d = fa4.smem_desc(kb.gep(kv_base, c * BN * SWIZZLE + off, "i8"), swizzle=SWIZZLE, lbo=16, sbo=8 * SWIZZLE)
-        acc = Value(fa4.mma(a_d, b_d, const(int(kk > 0), "i1"), [acc], result_types=[acc.type], m=64, n=BN,
+        b_d = fa4.smem_desc(kb.gep(kv_base, c * BN * SWIZZLE + key_off + off, "i8"), swizzle=SWIZZLE, lbo=16,
+                            sbo=8 * SWIZZLE)
+        acc = Value(fa4.mma(a_d, b_d, const(int(kk > 0), "i1"), [acc], result_types=[acc.type], m=64, n=cs.s_keys,
                             k=WGMMA_K, a_source="smem", ab_dtype=dtype, acc_dtype="f32"))
     fa4.mma_commit_group()
     return acc
@@ -235,22 +261,27 @@ def _issue_pv(cs: _Consumer, v_base, frags: list, o: Value, dtype: str) -> Value
 
 
 def _softmax(cs: _Consumer, s_acc: Value, j: Value, m_prev, l_prev, masked: bool, dtype: str):
-    """Online softmax of S_j (base 2, scale folded in); masked: key j BN + col hidden from a row when
-    col >= end - j BN (attention_decode_sm90._softmax's)."""
+    """Online softmax of S_j (base 2, scale folded in); masked: key j BN + key0 + col hidden from a
+    row when it is >= the row's end (attention_decode_sm90._softmax's). Exchange: the row maxima
+    over both warpgroups' keys, and P of all 64 keys (note "Exchange"); l stays this warpgroup's."""
     kb = cs.kb
     s = [s_acc[i] for i in range(cs.n_s)]
     if masked:
-        vis = [cs.end[h] - j * BN - cs.t4 * 2 for h in (0, 1)]
+        vis = [cs.end[h] - j * BN - cs.key0 - cs.t4 * 2 for h in (0, 1)]
         for i in range(cs.n_s):
             s[i] = select(vis[acc_row(i)].sle(acc_col(i)), const(NEG_INF, "f32"), s[i])
+    maxes = []
+    for h in (0, 1):
+        mx = tree_reduce([s[i] for i in row_regs(cs.n_s, h)], fmax)
+        mx = fmax(mx, kb.shuffle_xor(mx, 1))
+        maxes.append(fmax(mx, kb.shuffle_xor(mx, 2)))
+    if cs.exchange:
+        maxes = _exchange_rows(cs, maxes, X_MAX_AT, fmax)
     p = [None] * cs.n_s
     m_new, l_new, alpha = [], [], []
     for h in (0, 1):
         idx = row_regs(cs.n_s, h)
-        mx = tree_reduce([s[i] for i in idx], fmax)
-        mx = fmax(mx, kb.shuffle_xor(mx, 1))
-        mx = fmax(mx, kb.shuffle_xor(mx, 2))
-        m, a, neg = max_update(m_prev[h], mx, cs.scale_log2, 0.0)
+        m, a, neg = max_update(m_prev[h], maxes[h], cs.scale_log2, 0.0)
         row_p = [dsl.exp2(fma(s[i], cs.scale_log2, neg)) for i in idx]
         for i, v in zip(idx, row_p):
             p[i] = v
@@ -258,10 +289,48 @@ def _softmax(cs: _Consumer, s_acc: Value, j: Value, m_prev, l_prev, masked: bool
         alpha.append(a)
         l_new.append(fma(l_prev[h], a, tree_reduce(row_p, lambda x, y: x + y)))
     frags = []
-    for kk in range(BN // WGMMA_K):
+    for kk in range(cs.s_keys // WGMMA_K):
         words = [vec(p[a], p[b]).to((dtype, 2)).bitcast("i32") for a, b in a_frag_pairs(kk)]
         frags.append(vec(*words))
+    if cs.exchange:
+        frags = _exchange_p(cs, frags)
     return frags, m_new, l_new, alpha
+
+
+# note "Exchange" SMEM: P words [warpgroup][k-step][thread][4 words], then row maxima and row sums
+# [warpgroup][row] float32
+X_STEPS = BN // CONSUMERS // WGMMA_K          # k16 steps of P per warpgroup
+X_P_BYTES = CONSUMERS * X_STEPS * 128 * 16
+X_MAX_AT, X_SUM_AT = X_P_BYTES, X_P_BYTES + CONSUMERS * TILE_M * 4
+
+
+def _exchange_rows(cs: _Consumer, vals: list, at: int, combine) -> list:
+    """Both rows' values (quad-reduced) of both warpgroups combined, warpgroup 0's first (the same
+    operands in both: the same bits): lane t4 = 0 of each quad writes its warpgroup's, one barrier
+    of both warpgroups, every thread reads both (note "Exchange")."""
+    kb = cs.kb
+    with kb.if_(cs.t4.eq(0)).then_():
+        for h in (0, 1):
+            kb.store(vals[h], kb.gep(cs.x_smem, at + (cs.wg * TILE_M + cs.row0 + 8 * h) * 4, "i8"), align=4)
+    kb.named_barrier(BAR_ALL, 256)
+    out = []
+    for h in (0, 1):
+        both = [kb.load(kb.gep(cs.x_smem, at + (w * TILE_M + cs.row0 + 8 * h) * 4, "i8"), "f32", align=4)
+                for w in range(CONSUMERS)]
+        out.append(combine(both[0], both[1]))
+    return out
+
+
+def _exchange_p(cs: _Consumer, frags: list) -> list:
+    """P's A fragments of all 64 keys: this warpgroup's X_STEPS k-steps written as thread t's words,
+    one barrier, then every k-step read back in key order (warpgroup 0's keys first). Thread t holds
+    the same rows and columns of a fragment in either warpgroup, so it reads the other's thread t."""
+    kb = cs.kb
+    for k, f in enumerate(frags):
+        kb.store(f, kb.gep(cs.x_smem, ((cs.wg * X_STEPS + k) * 128 + cs.t) * 16, "i8"), align=16)
+    kb.named_barrier(BAR_ALL, 256)
+    return [kb.load(kb.gep(cs.x_smem, (k * 128 + cs.t) * 16, "i8"), ("i32", 4), align=16)
+            for k in range(CONSUMERS * X_STEPS)]
 
 
 def _zero_v_tail(cs: _Consumer, v_base, valid: Value):
@@ -281,7 +350,7 @@ def _kv_tile(cs: _Consumer, bufs, j: Value, carry, masked: bool, dtype: str):
     q_smem, kv_smem, kv_pipe, q_slot = bufs
     kb, work = cs.kb, cs.work
     s, o, m, l = carry
-    # 1. S_j = Q K_j^T (both warpgroups alike). Q's address comes through a load of q_slot (0) after
+    # 1. S_j = Q K_j^T (both warpgroups alike; exchange: each its 32 keys). Q's address comes through a load of q_slot (0) after
     #    the wait: LLVM then keeps Q's 36 wgmma descriptors in the loop instead of hoisting them
     #    (72 registers for the whole loop: they spilled)
     kv_pipe.consumer_wait(s)
@@ -296,7 +365,8 @@ def _kv_tile(cs: _Consumer, bufs, j: Value, carry, masked: bool, dtype: str):
     if masked:
         valid = work.length - j * BN
         with kb.if_(valid.slt(BN)).then_():
-            kb.named_barrier(BAR_ALL, 256)
+            if not cs.exchange:     # (exchanging, both passed the barriers after their S_j)
+                kb.named_barrier(BAR_ALL, 256)
             _zero_v_tail(cs, v_base, valid)
     # 5. O_w += P V_j[:, 256 w ..]; release KV_j (one arrival per warpgroup)
     o = wait_group(_issue_pv(cs, v_base, frags, o, dtype), pending=0)
@@ -305,8 +375,8 @@ def _kv_tile(cs: _Consumer, bufs, j: Value, carry, masked: bool, dtype: str):
     return s.advance(), o, tuple(m), tuple(l)
 
 
-def _mma_role(kb, cfg: MLADecodeConfig, work: _Work, p, q_smem, kv_smem, kv_pipe, q_slot):
-    cs = _Consumer(kb, work, p)
+def _mma_role(kb, cfg: MLADecodeConfig, work: _Work, p, q_smem, kv_smem, kv_pipe, q_slot, x_smem):
+    cs = _Consumer(kb, cfg, work, p, x_smem)
     _load_q(cs, q_smem, q_slot, cfg.dtype)
     f32 = "f32"
     bufs = (q_smem, kv_smem, kv_pipe, q_slot)
@@ -330,9 +400,14 @@ def _epilogue(cs: _Consumer, cfg: MLADecodeConfig, o: Value, m, l):
     seqlen_q] (LSE -inf for a split that saw no key); unsplit, O in q's dtype into out by its
     strides and the LSE (+inf for a row that sees no key) into lse [batch, heads, seqlen_q]."""
     kb = cs.kb
+    totals = []
     for h in (0, 1):
         total = l[h] + kb.shuffle_xor(l[h], 1)
-        total = total + kb.shuffle_xor(total, 2)
+        totals.append(total + kb.shuffle_xor(total, 2))
+    if cs.exchange:    # each warpgroup summed its own keys' P (note "Exchange")
+        totals = _exchange_rows(cs, totals, X_SUM_AT, lambda a, b: a + b)
+    for h in (0, 1):
+        total = totals[h]
         empty = total.eq(0.0)
         log_total = log2(total)
         inv = select(empty, const(0.0, "f32"), dsl.exp2(const(0.0, "f32") - log_total))

@@ -14,7 +14,8 @@ One flash_mla_with_kvcache call runs one or two kernels:
 
 `MLADecodeConfig` fixes what changes the kernel's code: dtype, the page size's TMA box rows
 (gcd(64, page_size): 64 for FlashMLA's page size 64, one box per page and 64-column chunk), and
-whether it writes partials or the final O. The head count, seqlen_q, lengths and split count are
+whether it writes partials or the final O, and whether its two warpgroups split S's keys and exchange
+P (`exchange`, the default) or both compute all of S. The head count, seqlen_q, lengths and split count are
 launch arguments.
 """
 from __future__ import annotations
@@ -48,6 +49,9 @@ class MLADecodeConfig:
     dtype: str = "bf16"
     box_rows: int = 64             # rows per TMA box: gcd(BN, page_size), at least MIN_TMA_BOX_ROWS
     unsplit: bool = False          # one split: O in q's dtype and the LSE into out, lse (no combine)
+    exchange: bool = True          # each warpgroup computes S for half the tile's keys; row maxima and P
+                                   # cross through SMEM (attention_mla_decode_sm90, note "Exchange");
+                                   # False: each computes all of S (note "Design")
 
     @property
     def params(self) -> tuple:
@@ -65,8 +69,13 @@ class MLADecodeConfig:
     def tile_bytes() -> int:
         return BN * D_QK * 2
 
+    def exchange_bytes(self) -> int:
+        """note "Exchange": each warpgroup's P half (64 x 32 16-bit) and row maxima, and the row sums."""
+        return CONSUMERS * (TILE_M * BN // CONSUMERS * 2 + TILE_M * 4) + CONSUMERS * TILE_M * 4 if self.exchange else 0
+
     def smem_bytes(self) -> int:
-        return TILE_M * D_QK * 2 + STAGES * self.tile_bytes() + 2 * STAGES * MBARRIER_BYTES
+        return (TILE_M * D_QK * 2 + STAGES * self.tile_bytes() + 2 * STAGES * MBARRIER_BYTES + 16
+                + self.exchange_bytes())
 
     def validate(self) -> "MLADecodeConfig":
         check_fields(self, {"dtype": DTYPES})
@@ -83,7 +92,7 @@ class MLADecodeConfig:
         return {"kernel": KERNEL, **self.__dict__}
 
     def name(self) -> str:
-        return f"{KERNEL}_{self.dtype}_b{self.box_rows}{'_unsplit' if self.unsplit else ''}"
+        return f"{KERNEL}_{self.dtype}_b{self.box_rows}{'' if self.exchange else '_rs'}{'_unsplit' if self.unsplit else ''}"
 
 
 def page_supported(page_size: int) -> bool:
@@ -91,8 +100,10 @@ def page_supported(page_size: int) -> bool:
     return page_size >= 1 and gcd(BN, page_size) >= MIN_TMA_BOX_ROWS
 
 
-def default_config(dtype: str, page_size: int, unsplit: bool = False) -> MLADecodeConfig:
-    return MLADecodeConfig(dtype=dtype, box_rows=gcd(BN, page_size), unsplit=unsplit)
+def default_config(dtype: str, page_size: int, unsplit: bool = False, exchange: bool = True) -> MLADecodeConfig:
+    """The kernel for a cache of ``page_size``: the exchange variant (note "Exchange": half the
+    tensor work of the other, the same bytes; neither timed on a GPU yet)."""
+    return MLADecodeConfig(dtype=dtype, box_rows=gcd(BN, page_size), unsplit=unsplit, exchange=exchange)
 
 
 # ----------------------------------------------------------------------------------------------
