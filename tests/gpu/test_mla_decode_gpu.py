@@ -82,3 +82,51 @@ def test_mla_decode_typed_errors_on_device(torch):
         flash_mla_with_kvcache(q, kv.cuda(), table.cuda(), seqlens.cuda(), 512, meta, num_splits)
     with pytest.raises(E.HeadDimError):
         flash_mla_with_kvcache(q.cuda(), kv.cuda(), table.cuda(), seqlens.cuda(), 576, meta, num_splits)
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+def test_mla_decode_without_the_exchange(torch, monkeypatch, splits):
+    """The variant whose warpgroups both compute all of S (exchange=False, in the mla set for bench
+    mla to time against) by the same rule."""
+    from dataclasses import replace
+
+    from fa4mlir.attention import mla
+    from fa4mlir.testing_mla import check_mla
+    chosen = mla.configs_for
+    monkeypatch.setattr(mla, "configs_for", lambda p: (replace(chosen(p)[0], exchange=False), chosen(p)[1]))
+    monkeypatch.setattr(mla, "_CALLS", {})
+    q, kv, table, seqlens = _case(torch, (1000, 65, 0), 2, 128, 64, "bf16", seed=1)
+    meta, num_splits = _metadata(torch, splits, 3)
+    out, lse = mla.flash_mla_with_kvcache(q.cuda(), kv.cuda(), table.cuda(), seqlens.cuda(), 512, meta, num_splits,
+                                          causal=True)
+    torch.cuda.synchronize()
+    check_mla(q, kv, table, seqlens, out.cpu().float(), lse.cpu(), causal=True)
+
+
+def test_mla_decode_in_a_cuda_graph(torch):
+    """A captured call replayed after cache_seqlens, the block table and the cache change (same
+    shapes and addresses): nothing is read on the host."""
+    from fa4mlir import flash_mla_with_kvcache
+    from fa4mlir.testing_mla import check_mla
+    q, kv, table, seqlens = _case(torch, (300, 65, 1), 2, 64, 64, "bf16", seed=2)
+    q2, kv2, table2, seqlens2 = _case(torch, (100, 190, 0), 2, 64, 64, "bf16", seed=3)
+    assert kv2.shape[0] <= kv.shape[0] and table2.shape[1] <= table.shape[1]
+    qc, kvc, tc, sc = q.cuda(), kv.cuda(), table.cuda(), seqlens.cuda()
+    meta, num_splits = _metadata(torch, 2, 3)
+    flash_mla_with_kvcache(qc, kvc, tc, sc, 512, meta, num_splits, causal=True)       # prepare outside capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = flash_mla_with_kvcache(qc, kvc, tc, sc, 512, meta, num_splits, causal=True)
+    graph.replay()
+    torch.cuda.synchronize()
+    check_mla(q, kv, table, seqlens, out.cpu().float(), lse.cpu(), causal=True)
+    qc.copy_(q2)
+    kvc[:kv2.shape[0]].copy_(kv2)
+    tc.fill_(0)
+    tc[:, :table2.shape[1]].copy_(table2)
+    sc.copy_(seqlens2)
+    graph.replay()
+    torch.cuda.synchronize()
+    full_table = tc.cpu()
+    check_mla(q2, kvc.cpu(), full_table, seqlens2, out.cpu().float(), lse.cpu(), causal=True)
