@@ -94,6 +94,9 @@ def _good(**kw):
     (dict(k_cache=_info((8, 64, 576))), E.ShapeError),
     (dict(k_cache=_info((8, 4, 1, 576))), E.LayoutError),
     (dict(q=_info((2, 1, 129, 576))), E.ShapeError),
+    (dict(q=_info((65536, 1, 16, 576)), block_table=_info((65536, 4), "i32"), cache_seqlens=_info((65536,), "i32"),
+          num_splits=_info((65537,), "i32")), E.ShapeError),
+    (dict(q=_info((2, 0, 16, 576))), E.ShapeError),
     (dict(block_table=_info((2, 4), "i64")), E.DTypeError),
     (dict(cache_seqlens=_info((2,), "i64")), E.DTypeError),
     (dict(block_table=_info((3, 4), "i32")), E.ShapeError),
@@ -136,7 +139,7 @@ def test_refusals_before_anything_runs():
 
 # ---- the interpreter ------------------------------------------------------------------------------
 
-def _problem(torch, lens, seqlen_q, heads, page, seed=0):
+def _problem(torch, lens, seqlen_q, heads, page, seed=0, dtype="bf16"):
     """q, the cache (bf16; NaN in every row no sequence owns), a shuffled block table (junk past each
     sequence's pages) and the lengths."""
     g = torch.Generator().manual_seed(seed)
@@ -154,7 +157,8 @@ def _problem(torch, lens, seqlen_q, heads, page, seed=0):
             rows = min(page, n - slot * page)
             kv[table[b, slot], :rows] = torch.randn(rows, 1, 576, generator=g)
     q = torch.randn(batch, seqlen_q, heads, 576, generator=g)
-    return q.to(torch.bfloat16), kv.to(torch.bfloat16), table, np.array(lens, np.int32)
+    tdtype = torch.float16 if dtype == "f16" else torch.bfloat16
+    return q.to(tdtype), kv.to(tdtype), table, np.array(lens, np.int32)
 
 
 def _bits(torch, x):
@@ -167,6 +171,7 @@ def _bits(torch, x):
     ((64, 9), 1, 16, 64, 1, False, False),         # unsplit, seqlen_q 1
     ((65, 0, 1), 2, 16, 64, 2, True, True),        # the exchange variant (note "Exchange")
     ((130, 3), 2, 48, 64, 1, True, True),
+    ((9, 70), 1, 16, 64, 1, True, "f16"),          # f16 (exchange)
 ])
 def test_mla_decode_through_the_interpreter(lens, seqlen_q, heads, page, splits, causal, exchange):
     torch = pytest.importorskip("torch")
@@ -174,13 +179,15 @@ def test_mla_decode_through_the_interpreter(lens, seqlen_q, heads, page, splits,
     from fa4mlir.kernels import attention_mla_decode_sm90
     from fa4mlir.testing_kvcache import combine_splits
     from fa4mlir.testing_mla import check_mla
-    q, kv, table, lens_a = _problem(torch, lens, seqlen_q, heads, page)
+    dtype = "f16" if exchange == "f16" else "bf16"
+    q, kv, table, lens_a = _problem(torch, lens, seqlen_q, heads, page, dtype=dtype)
     batch, num_pages, max_pages = len(lens), kv.shape[0], table.shape[1]
-    problem = mla.check_mla_inputs(_info(q.shape), _info(kv.shape), _info(table.shape, "i32"), _info(lens_a.shape, "i32"),
+    problem = mla.check_mla_inputs(_info(q.shape, dtype), _info(kv.shape, dtype), _info(table.shape, "i32"), _info(lens_a.shape, "i32"),
                                    512, _info((splits, 8), "i32"), _info((batch + 1,), "i32"), causal=causal)
     cfg, combine = mla.configs_for(problem)
     assert cfg.unsplit == (splits == 1) and (combine is None) == cfg.unsplit
-    cfg = replace(cfg, exchange=exchange)
+    cfg = replace(cfg, exchange=bool(exchange))
+    assert cfg.dtype == dtype
     out = np.full((batch, seqlen_q, heads, 512), 0x7FC0, np.uint16)       # NaN before the call
     lse = np.full((batch, heads, seqlen_q), np.nan, np.float32)
     tensors = {"kv_cache": _bits(torch, kv), "q": _bits(torch, q), "cache_seqlens": lens_a, "block_table": table,
@@ -194,7 +201,8 @@ def test_mla_decode_through_the_interpreter(lens, seqlen_q, heads, page, splits,
                           block_table_stride=max_pages, out_strides=out_strides)
     interpret.load(attention_mla_decode_sm90.build(cfg)).launch(mc.grid(batch, seqlen_q, heads, splits), args)
     if combine is None:
-        out_t, lse_t = torch.from_numpy(out.view(np.int16)).view(torch.bfloat16).float(), torch.from_numpy(lse)
+        out_t = torch.from_numpy(out.view(np.int16)).view(q.dtype).float()
+        lse_t = torch.from_numpy(lse)
     else:   # the combine's math on the host (its per-lane loop bounds are not interpretable)
         mla.combine_args(problem, tensors, out_strides)
         o, lse_c = combine_splits(tensors["o_partial"], tensors["lse_partial"])

@@ -42,7 +42,8 @@ from ..driver import device_info, resolve_stream
 from ..kernels import attention_decode_sm90_config as dec
 from ..kernels import attention_mla_decode_sm90_config as mc
 from ..runtime import LoadedKernel, TensorInfo, load
-from .checks import check_bundle, check_device_context, check_devices, check_flag, check_layout, check_scale, read_tensor
+from .checks import (MAX_GRID_YZ, MAX_I32, check_bundle, check_device_context, check_devices, check_flag, check_layout,
+                     check_scale, read_tensor)
 from .errors import (ArgumentTypeError, BundleError, DTypeError, HeadDimError, HeadsRatioError, LayoutError, ShapeError,
                      UnsupportedFeatureError)
 from .plan import Launch, Plan, TensorRef, source_for
@@ -142,9 +143,12 @@ def check_mla_inputs(q: TensorInfo, k_cache: TensorInfo, block_table: TensorInfo
         raise HeadDimError(_err(f"q's head dim must be {mc.D_QK} (512 latent + 64 rope), got {d}"))
     if type(head_dim_v) is not int or head_dim_v != mc.D_V:
         raise HeadDimError(_err(f"head_dim_v must be {mc.D_V} (V: the cache's first 512 columns), got {head_dim_v!r}"))
-    if batch < 1 or seqlen_q < 1 or not mc.MIN_HEADS <= heads <= mc.MAX_HEADS:
-        raise ShapeError(_err(f"q [batch, seqlen_q, heads, 576] needs batch >= 1, seqlen_q >= 1 and heads in "
-                              f"[{mc.MIN_HEADS}, {mc.MAX_HEADS}], got {tuple(q.shape)}"))
+    if not 1 <= batch <= MAX_GRID_YZ or seqlen_q < 1 or not mc.MIN_HEADS <= heads <= mc.MAX_HEADS:
+        raise ShapeError(_err(f"q [batch, seqlen_q, heads, 576] needs batch in [1, {MAX_GRID_YZ}] (the grid's z), "
+                              f"seqlen_q >= 1 and heads in [{mc.MIN_HEADS}, {mc.MAX_HEADS}], got {tuple(q.shape)}"))
+    if seqlen_q * heads > MAX_I32 // MAX_SPLITS:
+        raise ShapeError(_err(f"seqlen_q x heads = {seqlen_q * heads} is too many query rows (the grid's x counts "
+                              f"M tiles x splits in int32)"))
     if len(k_cache.shape) != 4 or k_cache.shape[3] != mc.D_QK:
         raise ShapeError(_err(f"k_cache must be [num_pages, page_size, 1, {mc.D_QK}], got {tuple(k_cache.shape)}"))
     num_pages, page_size, kv_heads, _ = k_cache.shape
