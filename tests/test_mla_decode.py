@@ -209,3 +209,25 @@ def test_mla_decode_through_the_interpreter(lens, seqlen_q, heads, page, splits,
         out_t, lse_t = torch.from_numpy(o).float(), torch.from_numpy(lse_c).float()
     errs = check_mla(q, kv, table, lens_a, out_t, lse_t, causal=causal)
     assert errs["out"] > 0           # the kernel computed something (an all-zero out would fail the rule anyway)
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+def test_plan_launches_by_the_contracts(monkeypatch, splits):
+    """build_plan's launches (kernels stubbed: no driver here): the decode kernel's arguments are its
+    contract's, by name and order, the combine follows only with several splits, grids as stated."""
+    from types import SimpleNamespace
+    monkeypatch.setattr(mla, "kernel_for", lambda source, cfg: SimpleNamespace(cfg=cfg))
+    problem = mla.check_mla_inputs(_info((128, 2, 128, 576)), _info((8192, 64, 1, 576)), _info((128, 64), "i32"),
+                                   _info((128,), "i32"), 512, _info((splits, 8), "i32"), _info((129,), "i32"),
+                                   causal=True)
+    plan = mla.build_plan(problem, None, (2 * 128 * 576, 128 * 576, 576), 64, (2 * 128 * 512, 128 * 512, 512))
+    decode = plan.launches[0]
+    assert decode.kernel.cfg == mc.default_config("bf16", 64, unsplit=splits == 1)
+    assert list(decode.args) == [n for n, _ in decode.kernel.cfg.params]
+    assert decode.grid == (4 * splits, 1, 128) and decode.args["rows"] == 256 and decode.args["capacity"] == 64 * 64
+    assert len(plan.launches) == (1 if splits == 1 else 2)
+    if splits > 1:
+        combine = plan.launches[1]
+        assert combine.kernel.cfg == dec.CombineConfig("bf16", 512)
+        assert list(combine.args) == [n for n, _ in dec.COMBINE_PARAMS]
+        assert combine.grid == (128 * 2 * 128 // dec.COMBINE_WARPS, 1, 1) and combine.args["num_splits"] == splits
