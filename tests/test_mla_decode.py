@@ -231,3 +231,17 @@ def test_plan_launches_by_the_contracts(monkeypatch, splits):
         assert combine.kernel.cfg == dec.CombineConfig("bf16", 512)
         assert list(combine.args) == [n for n, _ in dec.COMBINE_PARAMS]
         assert combine.grid == (128 * 2 * 128 // dec.COMBINE_WARPS, 1, 1) and combine.args["num_splits"] == splits
+
+
+def test_host_path_refuses_cpu_tensors_and_grad():
+    """flash_mla_with_kvcache with CPU torch tensors runs the host path up to the device check."""
+    torch = pytest.importorskip("torch")
+    q = torch.zeros(2, 1, 16, 576, dtype=torch.bfloat16)
+    rest = (torch.zeros(4, 64, 1, 576, dtype=torch.bfloat16), torch.zeros(2, 2, dtype=torch.int32),
+            torch.zeros(2, dtype=torch.int32), 512, torch.zeros(1, 8, dtype=torch.int32), torch.zeros(3, dtype=torch.int32))
+    with pytest.raises(E.DeviceError, match="cuda"):
+        mla.flash_mla_with_kvcache(q, *rest)
+    with pytest.raises(E.AutogradError):
+        mla.flash_mla_with_kvcache(q.requires_grad_(True), *rest)
+    with pytest.raises(E.DTypeError):
+        mla.get_mla_metadata(torch.zeros(2, dtype=torch.int64), 16, 1)
