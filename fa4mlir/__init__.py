@@ -19,7 +19,7 @@ import inside a function counts too). Lower layers never import higher ones:
                a kernel both need lives in dialect.
     kernels    import dsl, dialect and kernels/common; never passes, lowering, compiler.
                kernels/*_config.py and the pure common pieces (constants, fastdiv, naming, tmem,
-               paging, decode_schedule, attention_decode_sm90_config) import no MLIR: the host API imports them. A config imports no other kernel module;
+               paging, decode_schedule, attention_decode_sm90_config, attention_mla_decode_sm90_config) import no MLIR: the host API imports them. A config imports no other kernel module;
                what two configs or kernels share lives in kernels/common/, which imports no kernel.
     lowering, compiler, kernel_sets, __main__ sit on top.
     interpret  the CPU interpreter of nvvm-stage IR: imports _mlir, dialect, lowering (its stages)
@@ -40,6 +40,8 @@ _LAZY = {
     "gemm": ("fa4mlir.gemm", "gemm"),
     "flash_attn_func": ("fa4mlir.attention", "flash_attn_func"),
     "flash_attn_with_kvcache": ("fa4mlir.attention", "flash_attn_with_kvcache"),
+    "flash_mla_with_kvcache": ("fa4mlir.attention.mla", "flash_mla_with_kvcache"),
+    "get_mla_metadata": ("fa4mlir.attention.mla", "get_mla_metadata"),
     **{err: ("fa4mlir.attention", err) for err in (
         "FlashAttnInputError", "DTypeError", "ShapeError", "HeadDimError", "HeadsRatioError",
         "EmptyInputError", "LayoutError", "DeviceError", "ScaleError", "MaskError", "ArgumentTypeError", "BundleError",

@@ -6,7 +6,8 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
 
     gpu-tests   what tests/gpu needs (GEMM bf16/f16 on sm_90a, the sm_100a GEMM, the debug deadlock
                 kernel, the attention set, the attention-fa4-pieces set and the attention-tiles
-                variants; the decode kernels are their own set, `--set decode`, which bench holds too)
+                variants, and the mla set; the decode kernels are their own set, `--set decode`, which
+                bench holds too)
     attention   the sm_90a attention forward kernel: default_configs for every dtype x head_dim x
                 causal (18 kernels: 12, and a persistent one for short key sequences at D64 and
                 D128 non-causal and D64 causal), compiled with ptxas (the kernel's own backend: honours
@@ -48,7 +49,11 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 combine (prefill_chunked through flash_attn_with_kvcache), and the causal softcap and
                 sinks variants (the softcap and sink rows). Varlen and ALiBi have no kernel yet: those
                 rows read "unsupported"
-    bench       the attention, decode and prefill sets, and the GEMM variants the benchmark times against
+    mla         the sm_90a absorbed MLA decode kernels (flash_mla_with_kvcache, attention/mla.py): bf16 and
+                f16 caches in pages of 64 and a bf16 one in pages of 16, each split and unsplit, the
+                bf16 page-64 pair without the S exchange (`exchange=False`, to time against), and the
+                head-dim-512 combine; what tests/gpu/test_mla_decode_gpu.py and `bench mla`'s decode rows run
+    bench       the attention, decode, prefill and mla sets, and the GEMM variants the benchmark times against
                 torch.matmul
     sm90        the sm_90a GEMMs of gpu-tests and bench
     demo        the default GEMM of each arch and the D128 bf16 attention kernels of each arch (what
@@ -277,9 +282,24 @@ def prefill() -> list:
     return out + [(COMBINE_KERNEL, CombineConfig("bf16", 128))]
 
 
+# (dtype, page size) of the mla set: FlashMLA's page size 64 in both dtypes, and 16 (16-row TMA boxes)
+MLA_CASES = [("bf16", 64), ("f16", 64), ("bf16", 16)]
+
+
+def mla() -> list:
+    """The absorbed MLA decode kernels (flash_mla_with_kvcache) of MLA_CASES, split and unsplit,
+    and the head-dim-512 combine per dtype."""
+    from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
+    from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, default_config
+    out = [(KERNEL, default_config(dtype, page, unsplit=u)) for dtype, page in MLA_CASES for u in (False, True)]
+    # the variant whose warpgroups both compute all of S (note "Design"), for bench mla to time against
+    out += [(KERNEL, default_config("bf16", 64, unsplit=u, exchange=False)) for u in (False, True)]
+    return out + [(COMBINE_KERNEL, CombineConfig(dtype, D_V)) for dtype in sorted({d for d, _ in MLA_CASES})]
+
+
 def gpu_tests() -> list:
     out = [_gemm90(dtype="bf16"), _gemm90(dtype="f16"), _gemm100()] + attention() + attention_fa4_pieces()
-    out += tile_variants() + attention_masks() + attention_softcap_sinks()
+    out += tile_variants() + attention_masks() + attention_softcap_sinks() + mla()
     try:
         deadlock = importlib.import_module("fa4mlir.kernels.deadlock_sm90")
         out += deadlock.bundle_entries()
@@ -296,13 +316,13 @@ def bench() -> list:
     """The attention kernels flash_attn_func picks, the decode and prefill sets, and GEMM variants
     (each also through the whole-program ptxas backend: a compile-option override)."""
     cfgs = [_gemm90(stages=4), _gemm90(stages=3), _gemm90(bn=128, stages=6)]
-    return attention() + decode() + prefill() + cfgs + [(*c, {"cubin_backend": "ptxas"}) for c in cfgs]
+    return attention() + decode() + prefill() + mla() + cfgs + [(*c, {"cubin_backend": "ptxas"}) for c in cfgs]
 
 
 SETS = {"attention-sm100": attention_sm100, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
         "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
         "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,
-        "prefill": prefill}
+        "prefill": prefill, "mla": mla}
 
 
 def configs(names: list[str]) -> list:

@@ -5,7 +5,7 @@ hold); importing a kernel module imports MLIR, so lookups stay lazy. The cubin b
 kernel's own compile option (`fa4mlir.compiler`): ptxas for the sm_90a attention kernel and
 nvJitLink's LTO for the sm_100a one, the routes that honour their setmaxnreg register split;
 nvJitLink (in process) for the rest. The attention kernels' consumers are budgeted more registers
-than the launch gives every thread (240 of 168 at sm_90a, 192 of 128 at sm_100a), which only
+than the launch gives every thread (240 of 168 at sm_90a, the MLA decode's too; 192 of 128 at sm_100a), which only
 setmaxnreg moves to them: a backend that drops it (nvJitLink given PTX) spills them, so the compiler
 refuses to pick one for them from the environment (`needs_setmaxnreg`).
 """
@@ -29,6 +29,7 @@ KERNELS = {
     "attention_fwd_sm100": KernelEntry("fa4mlir.kernels.attention_fwd_sm100", "sm_100a", "nvjitlink-lto", True),
     "attention_decode_sm90": KernelEntry("fa4mlir.kernels.attention_decode_sm90", "sm_90a", "nvjitlink", False),
     "attention_combine_sm90": KernelEntry("fa4mlir.kernels.attention_combine_sm90", "sm_90a", "nvjitlink", False),
+    "attention_mla_decode_sm90": KernelEntry("fa4mlir.kernels.attention_mla_decode_sm90", "sm_90a", "ptxas", True),
     "kvcache_append_sm90": KernelEntry("fa4mlir.kernels.kvcache_append_sm90", "sm_90a", "nvjitlink", False),
     "deadlock_sm90": KernelEntry("fa4mlir.kernels.deadlock_sm90", "sm_90a", "nvjitlink", False),  # watchdog GPU test
 }

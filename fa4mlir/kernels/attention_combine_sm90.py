@@ -85,10 +85,13 @@ def build(cfg: CombineConfig = CombineConfig()) -> dsl.KernelIR:
             # 3. normalise, convert, store; the LSE from lane 0
             log_total = log2(total)
             inv = select(empty, const(0.0, "f32"), dsl.exp2(const(0.0, "f32") - log_total))
-            out = vec(*[acc[i] * inv for i in range(cols)]).to((cfg.dtype, cols))
+            piece = min(cols, 8)        # at most 16 bytes a store (head_dim 512: two per lane)
+            out = [vec(*[acc[i] * inv for i in range(c0, c0 + piece)]).to((cfg.dtype, piece))
+                   for c0 in range(0, cols, piece)]
             oidx = (b.to("i64") * p["out_stride_b"] + t.to("i64") * p["out_stride_s"]
                     + h.to("i64") * p["out_stride_h"] + col0)
-            kb.store(out, kb.gep(p["out"], oidx, cfg.dtype), align=2 * cols)
+            for k, part in enumerate(out):
+                kb.store(part, kb.gep(p["out"], oidx + k * piece if k else oidx, cfg.dtype), align=2 * piece)
             with kb.if_(lane.eq(0)).then_():
                 lse = select(empty, const(float("inf"), "f32"), mx + log_total * LN2)
                 kb.store(lse, kb.gep(p["lse"], lrow.to("i64"), "f32"), align=4)

@@ -55,6 +55,7 @@ DEFAULT_BN = {64: 64, 128: 64, 256: 64}
 DEFAULT_STAGES = {64: 6, 128: 3, 256: 3}
 MAX_SMEM_2CTA = 233472 // 2 - 1024     # an SM's 228 KiB, less the 1 KiB the driver reserves per CTA
 COMBINE_WARPS = 4                 # output rows per combine CTA (one warp each)
+COMBINE_HEAD_DIMS = HEAD_DIMS + (512,)    # 512: the MLA decode's V (attention_mla_decode_sm90)
 SCALES = ("tensor", "kv_head", "block")   # FP8 scale granularities (kvcache.ScaleGranularity's values)
 GATHER_WARPS = 2                      # producer warps of the gather (note "Gather"): measured, 1 vs 2
 GATHER_MAX_CACHE_BYTES = 16 << 32     # the gather's row offsets are u32 counts of 16 bytes (note "Gather")
@@ -176,9 +177,9 @@ class CombineConfig:
     head_dim: int = 128
 
     def validate(self) -> "CombineConfig":
-        check_fields(self, {"dtype": DTYPES, "head_dim": HEAD_DIMS})
-        if self.dtype not in DTYPES or self.head_dim not in HEAD_DIMS:
-            raise ConfigError(f"combine: dtype in {DTYPES}, head_dim in {HEAD_DIMS}; got {self.dtype}, "
+        check_fields(self, {"dtype": DTYPES, "head_dim": COMBINE_HEAD_DIMS})
+        if self.dtype not in DTYPES or self.head_dim not in COMBINE_HEAD_DIMS:
+            raise ConfigError(f"combine: dtype in {DTYPES}, head_dim in {COMBINE_HEAD_DIMS}; got {self.dtype}, "
                               f"{self.head_dim}")
         return self
 

@@ -1,0 +1,355 @@
+"""Absorbed MLA decode over a paged latent cache on an sm_90a GPU, with FlashMLA's API (MLIR-free at
+import): its users switch by import.
+
+    tile_scheduler_metadata, num_splits = get_mla_metadata(cache_seqlens, seqlen_q * heads // 1, 1)
+    out, lse = flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, 512,
+                                      tile_scheduler_metadata, num_splits, causal=True)
+
+Operands (FlashMLA's): q [batch, seqlen_q, heads, 576] bf16 or f16 (512 latent + 64 rope columns);
+k_cache [num_pages, page_size, 1, 576] in q's dtype, one latent KV head, V = its first
+head_dim_v = 512 columns (read once, from the same SMEM tile); block_table [batch, max_pages]
+int32; cache_seqlens [batch] int32 on the device (never read on the host). Sequence b attends to
+its first L_b = clamp(cache_seqlens[b], 0, max_pages x page_size) tokens; with causal and
+seqlen_q > 1 (MTP) query token t sees keys < L_b - (seqlen_q - 1 - t) (bottom-right). Returns out
+[batch, seqlen_q, heads, 512] in q's dtype and lse [batch, heads, seqlen_q] float32 (natural log);
+a row that sees no key gets out 0 and lse +inf. Page sizes: multiples of 8 (FlashMLA's 64: one
+TMA box per page and 64-column chunk). Heads 1..128, any seqlen_q.
+
+Scheduling (where this differs from FlashMLA): FlashMLA's metadata balances each sequence's
+actual length over the SMs (a device kernel reads cache_seqlens). Here every sequence gets the
+same number of splits, chosen on the host from the shapes and the SM count only
+(``plan_splits``): ``tile_scheduler_metadata`` is an int32 device tensor of shape [splits,
+TILE_SCHEDULER_METADATA_SIZE] whose row s reads (s, splits, 0, ..), and ``num_splits`` FlashMLA's
+[batch + 1] int32 prefix sums (b x splits). flash_mla_with_kvcache reads the split count from the
+metadata's shape (no device read, no host synchronisation: CUDA-graph safe). A split covers
+ceil(L_b / 64) / splits KV tiles (decode_schedule.split_range); a call of one split runs the
+kernel's unsplit variant alone, else the split kernel and the combine (attention_combine_sm90,
+splits summed in index order: deterministic for a given split count).
+
+Not built (typed errors, UnsupportedFeatureError): the FP8 cache (is_fp8_kvcache, FlashMLA's
+656-byte layout), sparse attention (indices), more than one KV head, head dims other than 576/512.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from ..artifacts import Bundle
+from ..driver import device_info, resolve_stream
+from ..kernels import attention_decode_sm90_config as dec
+from ..kernels import attention_mla_decode_sm90_config as mc
+from ..runtime import LoadedKernel, TensorInfo, load
+from .checks import (MAX_GRID_YZ, MAX_I32, check_bundle, check_device_context, check_devices, check_flag, check_layout,
+                     check_scale, read_tensor)
+from .errors import (ArgumentTypeError, BundleError, DTypeError, HeadDimError, HeadsRatioError, LayoutError, ShapeError,
+                     UnsupportedFeatureError)
+from .plan import Launch, Plan, TensorRef, source_for
+
+ENTRY = "flash_mla_with_kvcache"
+TILE_SCHEDULER_METADATA_SIZE = 8
+MAX_SPLITS = 64               # per sequence (first guess: to be measured, bench mla)
+FILL_FRACTION = 0.8           # CTAs (one per SM: 216 KiB of SMEM) at or above this share of the SMs: no split
+CALLS_KEPT = 256
+
+
+def _err(msg: str, api: str = ENTRY) -> str:
+    return f"{api}: {msg}"
+
+
+def plan_splits(batch: int, seqlen_q_heads: int, num_sms: int) -> int:
+    """Splits per sequence for ``batch`` sequences of ``seqlen_q_heads`` packed query rows (one CTA
+    per 64 rows) on ``num_sms`` SMs, lengths unknown: 1 when the CTAs fill FILL_FRACTION of the SMs,
+    else as many splits as keep the grid within one wave (at most MAX_SPLITS). A sequence shorter
+    than splits x 64 tokens leaves its last splits empty (they write LSE -inf and weigh 0).
+    A first guess, to be measured (bench mla)."""
+    ctas = max(batch, 1) * -(-max(seqlen_q_heads, 1) // mc.TILE_M)
+    if ctas >= FILL_FRACTION * num_sms:
+        return 1
+    return max(1, min(MAX_SPLITS, num_sms // ctas))
+
+
+def get_mla_metadata(cache_seqlens, num_q_tokens_per_head_k: int, num_heads_k: int, num_heads_q=None,
+                     is_fp8_kvcache: bool = False, topk=None):
+    """FlashMLA's get_mla_metadata: (tile_scheduler_metadata [splits, 8] int32, num_splits [batch + 1]
+    int32), both on cache_seqlens' device, made without reading it (module docstring)."""
+    _refuse(is_fp8_kvcache, topk is not None, "get_mla_metadata")
+    if type(num_heads_k) is not int or num_heads_k != 1:
+        raise HeadsRatioError(_err(f"num_heads_k must be 1 (one latent KV head), got {num_heads_k!r}", "get_mla_metadata"))
+    if type(num_q_tokens_per_head_k) is not int or num_q_tokens_per_head_k < 1:
+        raise ShapeError(_err(f"num_q_tokens_per_head_k must be an int >= 1 (seqlen_q x heads), got "
+                              f"{num_q_tokens_per_head_k!r}", "get_mla_metadata"))
+    torch = _torch(cache_seqlens, "cache_seqlens", "get_mla_metadata")
+    if cache_seqlens.dtype != torch.int32 or cache_seqlens.dim() != 1:
+        raise DTypeError(_err(f"cache_seqlens must be a 1-D int32 tensor [batch], got {cache_seqlens.dtype} of shape "
+                              f"{tuple(cache_seqlens.shape)}", "get_mla_metadata"))
+    batch = cache_seqlens.shape[0]
+    splits = plan_splits(batch, num_q_tokens_per_head_k, device_info().num_sms)
+    dev = cache_seqlens.device
+    meta = torch.zeros((splits, TILE_SCHEDULER_METADATA_SIZE), dtype=torch.int32, device=dev)
+    meta[:, 0] = torch.arange(splits, dtype=torch.int32, device=dev)
+    meta[:, 1] = splits
+    return meta, torch.arange(batch + 1, dtype=torch.int32, device=dev) * splits
+
+
+def _refuse(is_fp8_kvcache, sparse: bool, api: str = ENTRY) -> None:
+    if is_fp8_kvcache:
+        raise UnsupportedFeatureError(_err("the FP8 latent cache (FlashMLA's 656-byte layout) is not built yet; pass a "
+                                           "bf16 or f16 cache", api))
+    if sparse:
+        raise UnsupportedFeatureError(_err("sparse MLA decode (indices / topk) is not built yet", api))
+
+
+@dataclass(frozen=True)
+class MLAProblem:
+    """A checked flash_mla_with_kvcache call: sizes, dtype, options and the split count."""
+
+    batch: int
+    seqlen_q: int
+    heads: int
+    num_pages: int
+    page_size: int
+    max_pages: int
+    dtype: str
+    splits: int
+    softmax_scale: float
+    causal: bool
+
+    @property
+    def out_shape(self) -> tuple:
+        return (self.batch, self.seqlen_q, self.heads, mc.D_V)
+
+    @property
+    def lse_shape(self) -> tuple:
+        return (self.batch, self.heads, self.seqlen_q)
+
+
+def check_mla_inputs(q: TensorInfo, k_cache: TensorInfo, block_table: TensorInfo, cache_seqlens: TensorInfo,
+                     head_dim_v: Any, metadata: TensorInfo, num_splits: TensorInfo, softmax_scale=None,
+                     causal: Any = False) -> MLAProblem:
+    """Every host check of a call (deviceless: TensorInfo and plain values), typed errors naming
+    what to pass; returns the problem."""
+    causal = check_flag("causal", causal)
+    if q.dtype not in mc.DTYPES:
+        raise DTypeError(_err(f"q must be bf16 or f16, got {q.dtype}"))
+    if k_cache.dtype != q.dtype:
+        raise DTypeError(_err(f"k_cache must have q's dtype {q.dtype}, got {k_cache.dtype} (an FP8 cache is not built yet)"))
+    if len(q.shape) != 4:
+        raise ShapeError(_err(f"q must be 4-D [batch, seqlen_q, heads, 576], got shape {tuple(q.shape)}"))
+    batch, seqlen_q, heads, d = q.shape
+    if d != mc.D_QK:
+        raise HeadDimError(_err(f"q's head dim must be {mc.D_QK} (512 latent + 64 rope), got {d}"))
+    if type(head_dim_v) is not int or head_dim_v != mc.D_V:
+        raise HeadDimError(_err(f"head_dim_v must be {mc.D_V} (V: the cache's first 512 columns), got {head_dim_v!r}"))
+    if not 1 <= batch <= MAX_GRID_YZ or seqlen_q < 1 or not mc.MIN_HEADS <= heads <= mc.MAX_HEADS:
+        raise ShapeError(_err(f"q [batch, seqlen_q, heads, 576] needs batch in [1, {MAX_GRID_YZ}] (the grid's z), "
+                              f"seqlen_q >= 1 and heads in [{mc.MIN_HEADS}, {mc.MAX_HEADS}], got {tuple(q.shape)}"))
+    if seqlen_q * heads > MAX_I32 // MAX_SPLITS:
+        raise ShapeError(_err(f"seqlen_q x heads = {seqlen_q * heads} is too many query rows (the grid's x counts "
+                              f"M tiles x splits in int32)"))
+    if len(k_cache.shape) != 4 or k_cache.shape[3] != mc.D_QK:
+        raise ShapeError(_err(f"k_cache must be [num_pages, page_size, 1, {mc.D_QK}], got {tuple(k_cache.shape)}"))
+    num_pages, page_size, kv_heads, _ = k_cache.shape
+    if kv_heads != 1:
+        raise HeadsRatioError(_err(f"k_cache must hold one latent KV head ([num_pages, page_size, 1, 576]), got "
+                                   f"{kv_heads}"))
+    if num_pages < 1 or not mc.page_supported(page_size):
+        raise LayoutError(_err(f"k_cache's page size must be a multiple of 8 (FlashMLA's is 64) with at least one page, "
+                               f"got num_pages={num_pages}, page_size={page_size}"))
+    if block_table.dtype != "i32" or cache_seqlens.dtype != "i32":
+        raise DTypeError(_err(f"block_table and cache_seqlens must be int32, got {block_table.dtype} and "
+                              f"{cache_seqlens.dtype}"))
+    if len(block_table.shape) != 2 or block_table.shape[0] != batch or block_table.shape[1] < 1:
+        raise ShapeError(_err(f"block_table must be [batch={batch}, max_pages >= 1], got {tuple(block_table.shape)}"))
+    if block_table.shape[1] > 1 and block_table.strides[1] != 1:
+        raise LayoutError(_err(f"block_table must have unit stride along its pages, got strides {block_table.strides}; "
+                               f"pass block_table.contiguous()"))
+    if tuple(cache_seqlens.shape) != (batch,) or (batch > 1 and cache_seqlens.strides[0] != 1):
+        raise ShapeError(_err(f"cache_seqlens must be a contiguous [batch={batch}], got shape {tuple(cache_seqlens.shape)} "
+                              f"strides {cache_seqlens.strides}"))
+    if block_table.shape[1] * page_size >= 2**31:
+        raise ShapeError(_err(f"max_pages x page_size = {block_table.shape[1] * page_size} exceeds int32"))
+    if metadata.dtype != "i32" or len(metadata.shape) != 2 or metadata.shape[1] != TILE_SCHEDULER_METADATA_SIZE \
+            or not 1 <= metadata.shape[0] <= MAX_SPLITS:
+        raise ShapeError(_err(f"tile_scheduler_metadata must be get_mla_metadata's int32 [splits in 1..{MAX_SPLITS}, "
+                              f"{TILE_SCHEDULER_METADATA_SIZE}], got {metadata.dtype} {tuple(metadata.shape)}"))
+    if num_splits.dtype != "i32" or tuple(num_splits.shape) != (batch + 1,):
+        raise ShapeError(_err(f"num_splits must be get_mla_metadata's int32 [batch + 1 = {batch + 1}], got "
+                              f"{num_splits.dtype} {tuple(num_splits.shape)}"))
+    for name, info in (("q", q), ("k_cache", k_cache)):
+        check_layout(name, info)
+    scale = check_scale(softmax_scale, d)
+    return MLAProblem(batch, seqlen_q, heads, num_pages, page_size, block_table.shape[1], q.dtype, metadata.shape[0],
+                      scale, causal)
+
+
+# ----------------------------------------------------------------------------------------------
+# Kernels and the plan
+# ----------------------------------------------------------------------------------------------
+
+_LOADED: dict = {}
+_LOADED_LOCK = threading.Lock()
+
+
+def kernel_for(source, cfg) -> LoadedKernel:
+    """``cfg``'s kernel (an MLADecodeConfig or the combine's CombineConfig) from ``source``'s bundle
+    (BundleError naming it when absent), else compiled here."""
+    key = (id(source), cfg)
+    with _LOADED_LOCK:
+        if key in _LOADED:
+            return _LOADED[key][1]
+    if source.bundle is not None:
+        try:
+            art = source.bundle.find(name=cfg.name(), arch="sm_90a")
+        except LookupError:
+            raise BundleError(_err(f"bundle {source.bundle.root} has no {cfg.name()}; build it with `python -m fa4mlir "
+                                   f"bundle --set mla` (or pass no bundle to compile it here)")) from None
+    else:
+        from ..compiler import compile_kernel   # needs MLIR
+        art = compile_kernel(cfg.key()["kernel"], cfg)
+    kernel = load(art)
+    with _LOADED_LOCK:
+        _LOADED[key] = (source, kernel)
+    return kernel
+
+
+def configs_for(problem: MLAProblem) -> tuple:
+    """The decode kernel (unsplit for one split) and the combine (None for one split)."""
+    unsplit = problem.splits == 1
+    cfg = mc.default_config(problem.dtype, problem.page_size, unsplit=unsplit).validate()
+    return cfg, None if unsplit else dec.CombineConfig(problem.dtype, mc.D_V).validate()
+
+
+def build_plan(problem: MLAProblem, source, q_strides, block_table_stride: int, out_strides) -> Plan:
+    """The launches, tensors by TensorRef: the decode kernel, then (several splits) the combine."""
+    cfg, combine = configs_for(problem)
+    names = {n for n, _ in (*mc.SPLIT_TENSORS, *mc.UNSPLIT_TENSORS, *dec.COMBINE_TENSORS)}
+    refs = {n: TensorRef(n) for n in names}
+    p = problem
+    launches = [Launch(kernel_for(source, cfg), mc.grid(p.batch, p.seqlen_q, p.heads, p.splits),
+                       mc.launch_args(cfg, refs, batch=p.batch, seqlen_q=p.seqlen_q, heads=p.heads, num_splits=p.splits,
+                                      num_pages=p.num_pages, page_size=p.page_size, max_pages=p.max_pages, causal=p.causal,
+                                      softmax_scale=p.softmax_scale, q_strides=q_strides,
+                                      block_table_stride=block_table_stride, out_strides=out_strides))]
+    if combine is not None:
+        launches.append(Launch(kernel_for(source, combine), combine_grid(p), combine_args(p, refs, out_strides)))
+    return Plan(problem, tuple(launches))
+
+
+def combine_grid(p: MLAProblem) -> tuple[int, int, int]:
+    return (-(-p.batch * p.seqlen_q * p.heads // dec.COMBINE_WARPS), 1, 1)
+
+
+def combine_args(p: MLAProblem, refs: dict, out_strides) -> dict:
+    """attention_combine_sm90's contract (attention_decode_sm90_config.COMBINE_PARAMS) for head dim 512."""
+    from ..kernels.common.fastdiv import divisor
+    args = {n: refs[n] for n, _ in dec.COMBINE_TENSORS}
+    args.update(total_rows=p.batch * p.seqlen_q * p.heads, num_splits=p.splits, seqlen_q=p.seqlen_q, heads=p.heads,
+                out_stride_b=int(out_strides[0]), out_stride_s=int(out_strides[1]), out_stride_h=int(out_strides[2]))
+    for name, n in (("heads", p.heads), ("seqlen_q", p.seqlen_q)):
+        args[f"{name}_mul"], args[f"{name}_shr"] = divisor(int(n))
+    return {n: args[n] for n, _ in dec.COMBINE_PARAMS}
+
+
+# ----------------------------------------------------------------------------------------------
+# The call
+# ----------------------------------------------------------------------------------------------
+
+def _torch(x, name: str = "q", api: str = ENTRY):
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(x, torch.Tensor):
+        raise ArgumentTypeError(_err(f"{name} must be a torch CUDA tensor (outputs and workspaces are torch's), got "
+                                     f"{type(x).__name__}", api))
+    return torch
+
+
+@dataclass(frozen=True)
+class _Call:
+    plan: Any
+    problem: MLAProblem
+
+
+_CALLS: dict = {}
+_lock = threading.Lock()
+
+
+def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata, num_splits,
+                           softmax_scale=None, causal=False, is_fp8_kvcache=False, indices=None, *,
+                           bundle: Bundle | str | os.PathLike | None = None):
+    """FlashMLA's flash_mla_with_kvcache (module docstring): returns (out, lse). Nothing is read from
+    the device on the host; the launches go to torch's current stream."""
+    _refuse(is_fp8_kvcache, indices is not None)
+    torch = _torch(q)
+    tensors = {"q": q, "k_cache": k_cache, "block_table": block_table, "cache_seqlens": cache_seqlens,
+               "tile_scheduler_metadata": tile_scheduler_metadata, "num_splits": num_splits}
+    for name, x in tensors.items():
+        _torch(x, name)
+    if torch.is_grad_enabled() and q.requires_grad:
+        from .errors import AutogradError
+        raise AutogradError(_err("q requires grad: there is no backward kernel for MLA decode; call under "
+                                 "torch.no_grad() or detach q"))
+    signature = (tuple((n, x.shape, x.stride(), x.dtype, x.device) for n, x in tensors.items()),
+                 head_dim_v if type(head_dim_v) is int else repr(head_dim_v), softmax_scale, causal,
+                 bundle if isinstance(bundle, (str, type(None))) else id(bundle),
+                 tuple(os.environ.get(n) for n in ("FA4MLIR_BUNDLE", "FA4MLIR_CUBIN_BACKEND", "FA4MLIR_DEBUG")))
+    try:
+        call = _CALLS.get(signature)
+    except TypeError:       # an unhashable option: no call cache
+        call, signature = None, None
+    if call is None:
+        call = _prepare(torch, tensors, head_dim_v, softmax_scale, causal, bundle, signature)
+    p = call.problem
+    out = torch.empty(p.out_shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(p.lse_shape, dtype=torch.float32, device=q.device)
+    addresses = {"q": q.data_ptr(), "kv_cache": k_cache.data_ptr(), "block_table": block_table.data_ptr(),
+                 "cache_seqlens": cache_seqlens.data_ptr(), "out": out.data_ptr(), "lse": lse.data_ptr()}
+    if p.splits > 1:
+        o_partial = torch.empty((p.splits, *p.out_shape), dtype=torch.float32, device=q.device)
+        lse_partial = torch.empty((p.splits, *p.lse_shape), dtype=torch.float32, device=q.device)
+        addresses.update(o_partial=o_partial.data_ptr(), lse_partial=lse_partial.data_ptr())
+    call.plan.launch(addresses, resolve_stream(None, True, q.device.index))
+    return out, lse
+
+
+def _prepare(torch, tensors: dict, head_dim_v, softmax_scale, causal, bundle, signature) -> _Call:
+    check_bundle(bundle, ENTRY)
+    infos = {n: read_tensor(n, x, ENTRY) for n, x in tensors.items()}
+    ordinal = check_devices([(n, i.device, x.device.index) for (n, i), x in zip(infos.items(), tensors.values())], ENTRY)
+    problem = check_mla_inputs(infos["q"], infos["k_cache"], infos["block_table"], infos["cache_seqlens"], head_dim_v,
+                               infos["tile_scheduler_metadata"], infos["num_splits"], softmax_scale, causal)
+    device = device_info()
+    check_device_context(ordinal, device.ordinal, device.capability)
+    q = tensors["q"]
+    out_strides = (problem.seqlen_q * problem.heads * mc.D_V, problem.heads * mc.D_V, mc.D_V)
+    plan = build_plan(problem, source_for(bundle), q.stride()[:3], tensors["block_table"].stride(0), out_strides)
+    dev = q.device
+    f32 = torch.float32
+    named = {"q": q, "kv_cache": tensors["k_cache"], "block_table": tensors["block_table"],
+             "cache_seqlens": tensors["cache_seqlens"], "out": torch.empty(problem.out_shape, dtype=q.dtype, device=dev),
+             "lse": torch.empty(problem.lse_shape, dtype=f32, device=dev)}
+    if problem.splits > 1:
+        named.update(o_partial=torch.empty((problem.splits, *problem.out_shape), dtype=f32, device=dev),
+                     lse_partial=torch.empty((problem.splits, *problem.lse_shape), dtype=f32, device=dev))
+    call = _Call(plan.prepare(named), problem)
+    if signature is not None:
+        with _lock:
+            while len(_CALLS) >= CALLS_KEPT:
+                _CALLS.pop(next(iter(_CALLS)))
+            _CALLS[signature] = call
+    return call
+
+
+def flops_and_bytes(batch: int, seqlen_q: int, heads: int, cached_tokens: int, dtype_bytes: int = 2) -> tuple[int, int]:
+    """FlashMLA's benchmark accounting (its tests/test_flash_mla.py) of ``batch`` sequences of
+    ``cached_tokens`` each: FLOPs = 2 x query rows x cached tokens x (576 + 512), bytes = (the
+    cache's tokens x 576 + q's rows x 576 + out's rows x 512) x the element size."""
+    rows = batch * seqlen_q * heads
+    flops = 2 * rows * cached_tokens * (mc.D_QK + mc.D_V)
+    data = (batch * cached_tokens * mc.D_QK + rows * mc.D_QK + rows * mc.D_V) * dtype_bytes
+    return int(flops), int(data)
+
+
+__all__ = ["get_mla_metadata", "flash_mla_with_kvcache", "check_mla_inputs", "plan_splits", "MLAProblem", "build_plan",
+           "configs_for", "kernel_for", "flops_and_bytes", "TILE_SCHEDULER_METADATA_SIZE", "ENTRY"]

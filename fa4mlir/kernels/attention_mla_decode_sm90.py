@@ -1,0 +1,445 @@
+"""Absorbed MLA decode over a paged latent cache on sm_90a (FlashMLA's flash_mla_with_kvcache):
+one KV head of 576 columns (512 latent + 64 rope) serves as K, its first 512 columns as V, read
+once from the same SMEM tile; split-KV, TMA ring, wgmma.
+
+One CTA attends one M tile of 64 packed query rows to one contiguous range of 64-token KV tiles
+(its split) of one sequence. Packed row r is query token r // heads of query head r % heads (all
+query heads share the one latent head: decode_schedule's pack-GQA with group = heads), so 16 heads
+x seqlen_q 2 fill 32 of the 64 rows and 128 heads x 2 take four M tiles. Grid: x = m_tile +
+m_tiles * split, z = batch. The split variant writes float32 partial O (normalised by its own row
+sum) and its LSE for attention_combine_sm90; the `unsplit` variant (one split) writes O in q's
+dtype and the LSE itself (attention_decode_sm90, note "Unsplit": the same bits).
+
+Roles (12 warps, 384 threads, one CTA per SM: 216 KiB of SMEM, 225 KiB exchanging; setmaxnreg
+240 / 24, note "Design"):
+    warp 8        `load`  one elected thread: per KV tile j of the split, the 64 x 576 tile into a
+                          ring of STAGES = 2 (kv_pipe), as 9 column chunks (64 columns, 128B
+                          swizzle) x 64 / box_rows TMA boxes, each inside one page (paging.py,
+                          note "Box rows"; attention_decode_sm90, note "Paged boxes": a box at or
+                          past L_b is aimed past the pool and lands as zeros).
+    warps 0-7     `mma`   two consumer warpgroups w = 0, 1. Q's 64 x 576 tile is loaded by both
+                          (plain loads into the swizzled layout), then per tile j each warpgroup:
+                          1. wait KV_j; S = Q K_j^T over 576 columns (36 k16 steps): of its 32
+                             keys 32 w .. 32 w + 31 (m64n32, `exchange`, the default), or of all
+                             64 (m64n64)
+                          2. mask (tokens at or past L_b; causal bottom-right by the row's token),
+                             online softmax in base 2 (exchange: the row maxima of both
+                             warpgroups' keys, then P of all 64 keys, through SMEM), P as wgmma A
+                             fragments (registers)
+                          3. O_w *= alpha
+                          4. (the tile holding L_b) zero V rows past L_b (note "NaN past L_b")
+                          5. O_w += P V_j[:, 256 w : 256 w + 256] (m64n256, 4 k16 steps); release
+                          then O_w / l (exchange: l summed over both warpgroups) and the LSE
+                          (warpgroup 0) into the partials or out.
+
+Note "Design": the O accumulator is 64 x 512 float32, 256 registers a thread for one warpgroup:
+too many. It is split by V's columns between the two warpgroups as FlashMLA does (128 registers
+each), which leaves both needing P for all 64 keys. Registers per thread: O 128 + S 16 or 32 + P
+16, which the launch's 168 registers a thread cannot hold (9 or 12 warps alike: an SM
+sub-partition runs three of them): the producer warp gets a warpgroup of its own and setmaxnreg
+gives the consumers 240, the producer 24 (0 spills: tests/test_mla_decode.py). Q's 36 wgmma
+descriptors would be hoisted out of the KV loop by LLVM (72 registers: they spilled); Q's address
+is therefore re-read from SMEM after each wait (_kv_tile, step 1). Two ways to give both warpgroups
+P, both built (`exchange`), neither timed on a GPU yet:
+  * note "Exchange" (the default): warpgroup w computes S for keys 32 w .. 32 w + 31 only (Q K^T's
+    64 x 64 x 576 done once per tile, as FlashMLA does), writes its rows' maxima to SMEM, one
+    barrier of both warpgroups, both take the max of the two (fmax: the same bits in both), each
+    computes P of its keys and its own row sums l_w (rescaled by the common alpha), writes its P
+    fragments (2 k16 steps: thread t's 4 words each) to SMEM, a second barrier, and reads all 4
+    k-steps back in key order: thread t holds the same rows and columns of an A fragment in
+    either warpgroup. In the epilogue l = l_0 + l_1 through SMEM (a third barrier). One buffer of
+    each suffices: a warpgroup rewrites the maxima of tile j + 1 only after the second barrier of
+    tile j, which the other passes only after reading them, and P of tile j + 1 only after the
+    first barrier of tile j + 1, which the other reaches only after reading P of tile j. 9 KiB of
+    SMEM; 4.7 M MACs a tile.
+  * `exchange=False`: each warpgroup computes all of S itself, the same wgmmas on the same
+    operands, so both get bit-identical S, m, l and P with no SMEM exchange and no handshake per
+    tile; Q K^T is done twice per tile, 6.8 M MACs where the exchange does 4.7 M (1.45x). Where
+    decode is memory-bound (16-64 heads: one M tile reads each 72 KiB tile once for 64 rows or
+    fewer) the tensor cores have slack; at 128 heads it is compute-bound, and this variant cannot
+    reach FlashMLA's 660 TFLOP/s at all (69% of its tensor work is useful). Kept for bench mla to
+    time against the exchange.
+
+Note "NaN past L_b" (attention_decode_sm90's): rows at or past L_b of the tile that holds L_b are
+real cache rows that may hold NaN; P V multiplies them by P = 0 and 0 x NaN = NaN, so their V
+columns are zeroed in SMEM before P V. K and V share the tile: both warpgroups first finish S_j
+(a 256-thread barrier; exchanging, the exchange's barriers follow both S_j), then each zeroes the
+rows in its own 256 V columns, fences them to the async proxy and syncs its warpgroup. (K's columns
+of those rows are masked to -inf.)
+"""
+from __future__ import annotations
+
+from .. import dsl
+from ..dialect import builders as fa4
+from ..dsl import ELEM_BYTES, KernelBuilder, Value, const, fast_div, fma, fmax, log2, select, tree_reduce, undef, vec
+from .attention_mla_decode_sm90_config import BN, CONSUMERS, D_QK, D_V, LOAD_REGS, MMA_REGS, STAGES, TILE_M, MLADecodeConfig
+from .common.softmax import max_update
+from .common.wgmma import a_frag_pairs, acc_col, acc_pair, acc_row, row_regs, wait_group
+
+SWIZZLE = 128                   # bytes per swizzled row: 64 16-bit columns
+CHUNK = 64                      # columns per swizzle chunk
+UNITS = SWIZZLE // 16           # 16-byte units per swizzled row
+QK_CHUNKS = D_QK // CHUNK       # 9
+WG_COLS = D_V // CONSUMERS      # 256 V columns of O per warpgroup
+WG_CHUNKS = WG_COLS // CHUNK    # 4
+WGMMA_K = 16
+LN2 = 0.6931471805599453
+NEG_INF = float("-inf")
+BAR_ALL = 1                     # named barrier of both consumer warpgroups (256 threads)
+BAR_WG = 2                      # + w: warpgroup w's own (128 threads)
+
+
+def build(cfg: MLADecodeConfig = MLADecodeConfig()) -> dsl.KernelIR:
+    cfg.validate()
+    kb = KernelBuilder(cfg.name(), arch="sm_90a", block=(cfg.threads, 1, 1), config=cfg.key(), min_ctas_per_sm=1)
+    spec = dict(dtype=cfg.dtype, box=(CHUNK, 1, cfg.box_rows, 1), swizzle="128B")
+    p = kb.params_from(cfg.params, tma={"kv_cache": spec})
+    with kb.body():
+        q_smem = kb.smem("q_smem", TILE_M * D_QK * 2)
+        kv_smem = kb.smem("kv_smem", STAGES * cfg.tile_bytes())
+        q_slot = kb.smem("q_slot", 16, align=16)     # holds 0: see _kv_tile, step 1
+        x_smem = kb.smem("x_smem", cfg.exchange_bytes(), align=16) if cfg.exchange else None   # note "Exchange"
+        kv_pipe = kb.pipeline("kv_pipe", num_stages=STAGES, producer="load", consumers=["mma"],
+                              consumer_arrivals=CONSUMERS)
+        kb.pipeline_init()
+        work = _Work(kb, p)
+        with kb.warp_roles():
+            with kb.role("mma", first_warp=0, num_warps=4 * CONSUMERS, regs=MMA_REGS):
+                _mma_role(kb, cfg, work, p, q_smem, kv_smem, kv_pipe, q_slot, x_smem)
+            with kb.role("load", first_warp=4 * CONSUMERS, num_warps=1, regs=LOAD_REGS):
+                _load_role(kb, cfg, work, p, kv_smem, kv_pipe)
+    return kb.finish()
+
+
+def div(p, name):
+    return p[f"{name}_mul"], p[f"{name}_shr"]
+
+
+class _Work:
+    """This CTA's work item: batch b, M tile, split, L_b (cache_seqlens[b] clamped to [0, capacity],
+    capacity = the block table's pages x page_size) and the split's KV tiles [begin, end)
+    (decode_schedule.split_range of ceil(L_b / BN) tiles)."""
+
+    def __init__(self, kb, p):
+        x = kb.block_idx(0)
+        self.split = fast_div(x, *div(p, "m_tiles"))
+        self.m_tile = x - self.split * p["m_tiles"]
+        self.batch = kb.block_idx(2)
+        raw = kb.load(kb.gep(p["cache_seqlens"], self.batch, "i32"), "i32", align=4)
+        self.length = raw.smax(0).smin(p["capacity"])
+        n_tiles = (self.length + (BN - 1)) // BN
+        base = n_tiles // p["num_splits"]
+        extra = n_tiles - base * p["num_splits"]
+        before = self.split.lt(extra)
+        self.begin = self.split * base + select(before, self.split, extra)
+        self.end = self.begin + base + select(before, const(1), const(0))
+
+
+# ---- producer -------------------------------------------------------------------------------------
+
+def _load_role(kb, cfg: MLADecodeConfig, work: _Work, p, kv_smem, kv_pipe):
+    tile_bytes = cfg.tile_bytes()
+    with kb.if_(kb.elect_one()).then_():
+        fa4.tma_prefetch(p["kv_cache"])
+        row_at = work.batch.to("i64") * p["block_table_stride"].to("i64")
+
+        def box_origin(t: Value):
+            """(page, row) of the box starting at token t; a box at or past L_b reads no
+            block-table entry and is aimed at page num_pages, past the pool: TMA fills zeros."""
+            live = t.slt(work.length)
+            slot = fast_div(t, *div(p, "page"))
+            row = t - slot * p["page_size"]
+            entry = kb.load(kb.gep(p["block_table"], row_at + select(live, slot, const(0)).to("i64"), "i32"), "i32",
+                            align=4)
+            page = entry.smax(0).smin(p["num_pages"] - 1)
+            return select(live, page, p["num_pages"]), row
+
+        loop = kb.for_(work.begin, work.end, 1, carry=kv_pipe.initial_state())
+        with loop as (j, s):
+            kv_pipe.producer_acquire(s)
+            kv_pipe.producer_commit(s, tx_bytes=tile_bytes)
+            base = s.stage * tile_bytes
+            for i in range(cfg.boxes_per_tile):
+                page, row = box_origin(j * BN + i * cfg.box_rows)
+                for c in range(QK_CHUNKS):
+                    dst = kb.gep(kv_smem, base + c * BN * SWIZZLE + i * cfg.box_rows * SWIZZLE, "i8")
+                    fa4.tma_load(p["kv_cache"], dst, s.stage, [const(c * CHUNK), const(0), row, page],
+                                 pipe=kv_pipe.name, box=[CHUNK, 1, cfg.box_rows, 1], elem_bytes=ELEM_BYTES[cfg.dtype])
+            loop.yield_(s.advance())
+
+
+# ---- consumers ------------------------------------------------------------------------------------
+
+class _Consumer:
+    """A consumer thread's geometry: warpgroup w (its V columns 256 w ..), rows row0, row0 + 8."""
+
+    def __init__(self, kb, cfg: MLADecodeConfig, work: _Work, p, x_smem=None):
+        self.kb, self.work, self.p, self.x_smem = kb, work, p, x_smem
+        tid = kb.thread_idx(0)
+        self.tid = tid                      # 0 .. 255
+        self.wg = kb.warp_uniform(tid // 128)
+        self.t = tid % 128
+        lane = self.t % 32
+        self.t4 = lane % 4
+        self.row0 = (self.t // 32) * 16 + lane // 4
+        self.exchange = cfg.exchange
+        self.s_keys = BN // CONSUMERS if cfg.exchange else BN     # keys of S this warpgroup computes
+        self.n_s = self.s_keys // 2
+        self.key0 = self.wg * self.s_keys if cfg.exchange else const(0)   # its first key in the tile
+        self.n_o = WG_COLS // 2
+        self.is_leader = self.t.eq(0)
+        self.scale_log2 = p["scale_log2"]
+        m0 = work.m_tile * TILE_M
+        self.packed = [m0 + self.row0 + 8 * h for h in (0, 1)]
+        self.token, self.head, self.end = [], [], []
+        for r in self.packed:
+            tok = fast_div(r, *div(p, "heads"))
+            self.token.append(tok)
+            self.head.append(r - tok * p["heads"])
+            hidden = (p["seqlen_q"] - 1 - tok) * p["causal"]      # causal, aligned bottom-right
+            self.end.append((work.length - hidden).smax(0))
+        self.row_ok = [r.lt(p["rows"]) for r in self.packed]
+
+
+def _load_q(cs: _Consumer, q_smem, q_slot, dtype: str):
+    """Q's 64 packed rows x 576 into SMEM by all 256 consumer threads (128B swizzle: chunk c of row r
+    at c * 64 * 128 + r * 128, 16-byte unit u at (u ^ r % 8) * 16); rows past `rows` are zeros."""
+    kb, p, work = cs.kb, cs.p, cs.work
+    units = QK_CHUNKS * UNITS
+    m0 = work.m_tile * TILE_M
+    zero = const(0, ("i32", 4))
+    for i in range(TILE_M * units // 256):
+        u = cs.tid + 256 * i
+        r = u // units
+        cu = u - r * units
+        c, unit = cu // UNITS, cu % UNITS
+        packed = m0 + r
+        ok = packed.lt(p["rows"])
+        tok = fast_div(packed, *div(p, "heads"))
+        head = packed - tok * p["heads"]
+        index = (work.batch.to("i64") * p["q_stride_b"] + tok.to("i64") * p["q_stride_s"]
+                 + head.to("i64") * p["q_stride_h"] + (cu * 8).to("i64"))
+        safe = select(ok, index, const(0, "i64"))
+        val = select(ok, kb.load(kb.gep(p["q"], safe, dtype), ("i32", 4), align=16), zero)
+        off = c * (TILE_M * SWIZZLE) + r * SWIZZLE + (unit ^ (r % 8)) * 16
+        kb.store(val, kb.gep(q_smem, off, "i8"), align=16)
+    with kb.if_(cs.tid.eq(0)).then_():
+        kb.store(const(0), q_slot, align=4)
+    kb.fence("async_smem")
+    kb.named_barrier(BAR_ALL, 256)
+
+
+def _issue_s(cs: _Consumer, q_smem, kv_base, dtype: str) -> Value:
+    """S = Q K^T over all 576 columns of the tile at kv_base (exchange: this warpgroup's 32 keys)."""
+    kb = cs.kb
+    acc = undef(("f32", cs.n_s))
+    key_off = cs.key0 * SWIZZLE if cs.exchange else 0      # this warpgroup's keys: rows of the tile
+    fa4.mma_fence()
+    for kk in range(D_QK // WGMMA_K):
+        c, within = divmod(kk, CHUNK // WGMMA_K)
+        off = within * WGMMA_K * 2
+        a_d = fa4.smem_desc(kb.gep(q_smem, c * TILE_M * SWIZZLE + off, "i8"), swizzle=SWIZZLE, lbo=16, sbo=8 * SWIZZLE)
+        b_d = fa4.smem_desc(kb.gep(kv_base, c * BN * SWIZZLE + key_off + off, "i8"), swizzle=SWIZZLE, lbo=16,
+                            sbo=8 * SWIZZLE)
+        acc = Value(fa4.mma(a_d, b_d, const(int(kk > 0), "i1"), [acc], result_types=[acc.type], m=64, n=cs.s_keys,
+                            k=WGMMA_K, a_source="smem", ab_dtype=dtype, acc_dtype="f32"))
+    fa4.mma_commit_group()
+    return acc
+
+
+def _issue_pv(cs: _Consumer, v_base, frags: list, o: Value, dtype: str) -> Value:
+    """O_w += P V[:, 256 w ..] from this warpgroup's four column chunks of the tile (v_base: chunk 4 w)."""
+    kb = cs.kb
+    fa4.mma_fence()
+    for kk in range(BN // WGMMA_K):
+        b_d = fa4.smem_desc(kb.gep(v_base, kk * WGMMA_K * SWIZZLE, "i8"), swizzle=SWIZZLE, lbo=BN * SWIZZLE,
+                            sbo=8 * SWIZZLE)
+        o = Value(fa4.mma(frags[kk], b_d, const(1, "i1"), [o], result_types=[o.type], m=64, n=WG_COLS, k=WGMMA_K,
+                          a_source="regs", b_major="mn", ab_dtype=dtype, acc_dtype="f32"))
+    fa4.mma_commit_group()
+    return o
+
+
+def _softmax(cs: _Consumer, s_acc: Value, j: Value, m_prev, l_prev, masked: bool, dtype: str):
+    """Online softmax of S_j (base 2, scale folded in); masked: key j BN + key0 + col hidden from a
+    row when it is >= the row's end (attention_decode_sm90._softmax's). Exchange: the row maxima
+    over both warpgroups' keys, and P of all 64 keys (note "Exchange"); l stays this warpgroup's."""
+    kb = cs.kb
+    s = [s_acc[i] for i in range(cs.n_s)]
+    if masked:
+        vis = [cs.end[h] - j * BN - cs.key0 - cs.t4 * 2 for h in (0, 1)]
+        for i in range(cs.n_s):
+            s[i] = select(vis[acc_row(i)].sle(acc_col(i)), const(NEG_INF, "f32"), s[i])
+    maxes = []
+    for h in (0, 1):
+        mx = tree_reduce([s[i] for i in row_regs(cs.n_s, h)], fmax)
+        mx = fmax(mx, kb.shuffle_xor(mx, 1))
+        maxes.append(fmax(mx, kb.shuffle_xor(mx, 2)))
+    if cs.exchange:
+        maxes = _exchange_rows(cs, maxes, X_MAX_AT, fmax)
+    p = [None] * cs.n_s
+    m_new, l_new, alpha = [], [], []
+    for h in (0, 1):
+        idx = row_regs(cs.n_s, h)
+        m, a, neg = max_update(m_prev[h], maxes[h], cs.scale_log2, 0.0)
+        row_p = [dsl.exp2(fma(s[i], cs.scale_log2, neg)) for i in idx]
+        for i, v in zip(idx, row_p):
+            p[i] = v
+        m_new.append(m)
+        alpha.append(a)
+        l_new.append(fma(l_prev[h], a, tree_reduce(row_p, lambda x, y: x + y)))
+    frags = []
+    for kk in range(cs.s_keys // WGMMA_K):
+        words = [vec(p[a], p[b]).to((dtype, 2)).bitcast("i32") for a, b in a_frag_pairs(kk)]
+        frags.append(vec(*words))
+    if cs.exchange:
+        frags = _exchange_p(cs, frags)
+    return frags, m_new, l_new, alpha
+
+
+# note "Exchange" SMEM: P words [warpgroup][k-step][thread][4 words], then row maxima and row sums
+# [warpgroup][row] float32
+X_STEPS = BN // CONSUMERS // WGMMA_K          # k16 steps of P per warpgroup
+X_P_BYTES = CONSUMERS * X_STEPS * 128 * 16
+X_MAX_AT, X_SUM_AT = X_P_BYTES, X_P_BYTES + CONSUMERS * TILE_M * 4
+
+
+def _exchange_rows(cs: _Consumer, vals: list, at: int, combine) -> list:
+    """Both rows' values (quad-reduced) of both warpgroups combined, warpgroup 0's first (the same
+    operands in both: the same bits): lane t4 = 0 of each quad writes its warpgroup's, one barrier
+    of both warpgroups, every thread reads both (note "Exchange")."""
+    kb = cs.kb
+    with kb.if_(cs.t4.eq(0)).then_():
+        for h in (0, 1):
+            kb.store(vals[h], kb.gep(cs.x_smem, at + (cs.wg * TILE_M + cs.row0 + 8 * h) * 4, "i8"), align=4)
+    kb.named_barrier(BAR_ALL, 256)
+    out = []
+    for h in (0, 1):
+        both = [kb.load(kb.gep(cs.x_smem, at + (w * TILE_M + cs.row0 + 8 * h) * 4, "i8"), "f32", align=4)
+                for w in range(CONSUMERS)]
+        out.append(combine(both[0], both[1]))
+    return out
+
+
+def _exchange_p(cs: _Consumer, frags: list) -> list:
+    """P's A fragments of all 64 keys: this warpgroup's X_STEPS k-steps written as thread t's words,
+    one barrier, then every k-step read back in key order (warpgroup 0's keys first). Thread t holds
+    the same rows and columns of a fragment in either warpgroup, so it reads the other's thread t."""
+    kb = cs.kb
+    for k, f in enumerate(frags):
+        kb.store(f, kb.gep(cs.x_smem, ((cs.wg * X_STEPS + k) * 128 + cs.t) * 16, "i8"), align=16)
+    kb.named_barrier(BAR_ALL, 256)
+    return [kb.load(kb.gep(cs.x_smem, (k * 128 + cs.t) * 16, "i8"), ("i32", 4), align=16)
+            for k in range(CONSUMERS * X_STEPS)]
+
+
+def _zero_v_tail(cs: _Consumer, v_base, valid: Value):
+    """Zero rows [valid, BN) of this warpgroup's four V chunks at v_base (note "NaN past L_b")."""
+    kb = cs.kb
+    zero = const(0, ("i32", 4))
+    for i in range(WG_CHUNKS * BN * UNITS // 128):
+        u = cs.t + 128 * i
+        r = (u % (BN * UNITS)) // UNITS
+        with kb.if_(r.sge(valid)).then_():
+            kb.store(zero, kb.gep(v_base, u * 16, "i8"), align=16)
+    kb.fence("async_smem")
+    kb.named_barrier(BAR_WG, 128, select=cs.wg, span=CONSUMERS)
+
+
+def _kv_tile(cs: _Consumer, bufs, j: Value, carry, masked: bool, dtype: str):
+    q_smem, kv_smem, kv_pipe, q_slot = bufs
+    kb, work = cs.kb, cs.work
+    s, o, m, l = carry
+    # 1. S_j = Q K_j^T (both warpgroups alike; exchange: each its 32 keys). Q's address comes through a load of q_slot (0) after
+    #    the wait: LLVM then keeps Q's 36 wgmma descriptors in the loop instead of hoisting them
+    #    (72 registers for the whole loop: they spilled)
+    kv_pipe.consumer_wait(s)
+    q_smem = kb.gep(q_smem, kb.warp_uniform(kb.load(q_slot, "i32", align=4)), "i8")
+    stage = kb.gep(kv_smem, s.stage * MLADecodeConfig.tile_bytes(), "i8")
+    s_acc = wait_group(_issue_s(cs, q_smem, stage, dtype), pending=0)
+    # 2. softmax, 3. O_w *= alpha
+    frags, m, l, alpha = _softmax(cs, s_acc, j, m, l, masked, dtype)
+    o = vec(*[o[i] * alpha[acc_row(i)] for i in range(cs.n_o)])
+    # 4. V rows past L_b zeroed (only the tile that holds L_b), once both warpgroups' S_j retired
+    v_base = kb.gep(stage, cs.wg * (WG_CHUNKS * BN * SWIZZLE), "i8")
+    if masked:
+        valid = work.length - j * BN
+        with kb.if_(valid.slt(BN)).then_():
+            if not cs.exchange:     # (exchanging, both passed the barriers after their S_j)
+                kb.named_barrier(BAR_ALL, 256)
+            _zero_v_tail(cs, v_base, valid)
+    # 5. O_w += P V_j[:, 256 w ..]; release KV_j (one arrival per warpgroup)
+    o = wait_group(_issue_pv(cs, v_base, frags, o, dtype), pending=0)
+    with kb.if_(cs.is_leader).then_():
+        kv_pipe.consumer_release(s)
+    return s.advance(), o, tuple(m), tuple(l)
+
+
+def _mma_role(kb, cfg: MLADecodeConfig, work: _Work, p, q_smem, kv_smem, kv_pipe, q_slot, x_smem):
+    cs = _Consumer(kb, cfg, work, p, x_smem)
+    _load_q(cs, q_smem, q_slot, cfg.dtype)
+    f32 = "f32"
+    bufs = (q_smem, kv_smem, kv_pipe, q_slot)
+    # tiles every row sees entirely need no mask: keys < min over the rows of `end` (token 0's)
+    hidden0 = (p["seqlen_q"] - 1) * p["causal"]
+    full = (work.length - hidden0).smax(0) // BN
+    split = full.smax(work.begin).smin(work.end)
+    neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
+    state = (kv_pipe.initial_state(), const(0.0, (f32, cs.n_o)), (neg_inf, neg_inf), (zero, zero))
+    for lo, hi, masked in ((work.begin, split, False), (split, work.end, True)):
+        loop = kb.for_(lo, hi, 1, carry=state)
+        with loop as (j, carried):
+            loop.yield_(*_kv_tile(cs, bufs, j, carried, masked, cfg.dtype))
+        state = loop.results
+    _epilogue(cs, cfg, state[1], state[2], state[3])
+
+
+def _epilogue(cs: _Consumer, cfg: MLADecodeConfig, o: Value, m, l):
+    """O_w / l (this warpgroup's 256 columns) and the LSE (warpgroup 0) of this thread's two rows:
+    float32 partials into [num_splits, batch, seqlen_q, heads, 512] and [num_splits, batch, heads,
+    seqlen_q] (LSE -inf for a split that saw no key); unsplit, O in q's dtype into out by its
+    strides and the LSE (+inf for a row that sees no key) into lse [batch, heads, seqlen_q]."""
+    kb = cs.kb
+    totals = []
+    for h in (0, 1):
+        total = l[h] + kb.shuffle_xor(l[h], 1)
+        totals.append(total + kb.shuffle_xor(total, 2))
+    if cs.exchange:    # each warpgroup summed its own keys' P (note "Exchange")
+        totals = _exchange_rows(cs, totals, X_SUM_AT, lambda a, b: a + b)
+    for h in (0, 1):
+        total = totals[h]
+        empty = total.eq(0.0)
+        log_total = log2(total)
+        inv = select(empty, const(0.0, "f32"), dsl.exp2(const(0.0, "f32") - log_total))
+        no_key = float("inf") if cfg.unsplit else NEG_INF
+        lse = select(empty, const(no_key, "f32"), (m[h] * cs.scale_log2 + log_total) * LN2)
+        with kb.if_(cs.row_ok[h]).then_():
+            _store(cs, cfg, o, h, inv, lse)
+
+
+def _store(cs: _Consumer, cfg: MLADecodeConfig, o: Value, h: int, inv: Value, lse: Value):
+    kb, p, work = cs.kb, cs.p, cs.work
+    token, head = cs.token[h].to("i64"), cs.head[h].to("i64")
+    col0 = (cs.wg * WG_COLS + cs.t4 * 2).to("i64")
+    lse_write = cs.t4.eq(0) & cs.wg.eq(0)
+    if cfg.unsplit:   # attention_decode_sm90, note "Unsplit": fma(O, 1 / l, +0) in q's dtype
+        base = (work.batch.to("i64") * p["out_stride_b"] + token * p["out_stride_s"] + head * p["out_stride_h"]
+                + col0)
+        zero = const(0.0, "f32")
+        for jd in range(WG_COLS // 8):
+            i = acc_pair(jd, h)
+            pair = vec(fma(o[i], inv, zero), fma(o[i + 1], inv, zero)).to((cfg.dtype, 2))
+            kb.store(pair, kb.gep(p["out"], base + jd * 8, cfg.dtype), align=4)
+        lrow = (work.batch.to("i64") * p["heads"].to("i64") + head) * p["seqlen_q"].to("i64") + token
+        with kb.if_(lse_write).then_():
+            kb.store(lse, kb.gep(p["lse"], lrow, "f32"), align=4)
+        return
+    sb = (work.split * p["batch"] + work.batch).to("i64")
+    row = (sb * p["seqlen_q"].to("i64") + token) * p["heads"].to("i64") + head
+    base = row * D_V + col0
+    for jd in range(WG_COLS // 8):
+        i = acc_pair(jd, h)
+        kb.store(vec(o[i] * inv, o[i + 1] * inv), kb.gep(p["o_partial"], base + jd * 8, "f32"), align=8)
+    lrow = (sb * p["heads"].to("i64") + head) * p["seqlen_q"].to("i64") + token
+    with kb.if_(lse_write).then_():
+        kb.store(lse, kb.gep(p["lse_partial"], lrow, "f32"), align=4)

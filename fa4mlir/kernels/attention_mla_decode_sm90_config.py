@@ -1,0 +1,159 @@
+"""Configuration and launch contract of the sm_90a absorbed-MLA decode kernel (MLIR-free: the host
+API, attention/mla.py, imports it).
+
+One flash_mla_with_kvcache call runs one or two kernels:
+
+    attention_mla_decode_sm90   grid (m_tiles x num_splits, 1, batch): each CTA attends one M tile
+                                of 64 packed query rows (seqlen_q x heads, token-major) to one
+                                contiguous range of 64-token KV tiles of one sequence's latent
+                                cache (576 columns; V = its first 512) and writes float32 partial
+                                O [.., 512] and its LSE (split), or, with one split (`unsplit`),
+                                O in q's dtype and the LSE straight into out and lse.
+    attention_combine_sm90      the decode kernels' combine (CombineConfig(dtype, 512)): merges
+                                the splits in split order (deterministic).
+
+`MLADecodeConfig` fixes what changes the kernel's code: dtype, the page size's TMA box rows
+(gcd(64, page_size): 64 for FlashMLA's page size 64, one box per page and 64-column chunk), and
+whether it writes partials or the final O, and whether its two warpgroups split S's keys and exchange
+P (`exchange`, the default) or both compute all of S. The head count, seqlen_q, lengths and split count are
+launch arguments.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import gcd
+
+from .common.constants import LOG2E
+from .common.fastdiv import divisor
+from .common.fields import ConfigError, check_fields
+from .common.paging import MIN_TMA_BOX_ROWS
+
+KERNEL = "attention_mla_decode_sm90"
+DTYPES = ("bf16", "f16")
+D_QK = 576                 # latent 512 + rope 64: q's and the cache's head dim
+D_V = 512                  # V: the cache's first 512 columns
+BN = 64                    # tokens per KV tile
+TILE_M = 64                # packed query rows per CTA: one wgmma M, shared by both consumer warpgroups
+CONSUMERS = 2              # warpgroups; each owns 256 of V's 512 columns of O
+STAGES = 2                 # KV ring depth: Q (72 KiB) + 2 x 72 KiB tiles fill the SM's SMEM
+SMEM_LIMIT = 227 * 1024
+MBARRIER_BYTES = 8
+MIN_HEADS, MAX_HEADS = 1, 128
+# setmaxnreg budgets: the launch gives 168 registers to each of 384 threads (a sub-partition runs
+# three of the twelve warps); the consumers' O (128) + S (32) + P (16) need more, the producer few
+MMA_REGS, LOAD_REGS = 240, 24
+
+
+@dataclass(frozen=True)
+class MLADecodeConfig:
+    dtype: str = "bf16"
+    box_rows: int = 64             # rows per TMA box: gcd(BN, page_size), at least MIN_TMA_BOX_ROWS
+    unsplit: bool = False          # one split: O in q's dtype and the LSE into out, lse (no combine)
+    exchange: bool = True          # each warpgroup computes S for half the tile's keys; row maxima and P
+                                   # cross through SMEM (attention_mla_decode_sm90, note "Exchange");
+                                   # False: each computes all of S (note "Design")
+
+    @property
+    def params(self) -> tuple:
+        return UNSPLIT_PARAMS if self.unsplit else SPLIT_PARAMS
+
+    @property
+    def threads(self) -> int:
+        return 128 * (CONSUMERS + 1)      # warps 0-7: the consumer warpgroups, warp 8 (of warpgroup 2): the producer
+
+    @property
+    def boxes_per_tile(self) -> int:
+        return BN // self.box_rows
+
+    @staticmethod
+    def tile_bytes() -> int:
+        return BN * D_QK * 2
+
+    def exchange_bytes(self) -> int:
+        """note "Exchange": each warpgroup's P half (64 x 32 16-bit) and row maxima, and the row sums."""
+        return CONSUMERS * (TILE_M * BN // CONSUMERS * 2 + TILE_M * 4) + CONSUMERS * TILE_M * 4 if self.exchange else 0
+
+    def smem_bytes(self) -> int:
+        return (TILE_M * D_QK * 2 + STAGES * self.tile_bytes() + 2 * STAGES * MBARRIER_BYTES + 16
+                + self.exchange_bytes())
+
+    def validate(self) -> "MLADecodeConfig":
+        check_fields(self, {"dtype": DTYPES})
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"MLA decode dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.box_rows < MIN_TMA_BOX_ROWS or BN % self.box_rows:
+            raise ConfigError(f"box_rows must divide {BN} and be >= {MIN_TMA_BOX_ROWS} (page sizes that are "
+                              f"multiples of 8), got {self.box_rows}")
+        if self.smem_bytes() > SMEM_LIMIT:
+            raise ConfigError(f"MLA decode needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
+        return self
+
+    def key(self) -> dict:
+        return {"kernel": KERNEL, **self.__dict__}
+
+    def name(self) -> str:
+        return f"{KERNEL}_{self.dtype}_b{self.box_rows}{'' if self.exchange else '_rs'}{'_unsplit' if self.unsplit else ''}"
+
+
+def page_supported(page_size: int) -> bool:
+    """Page sizes the kernel fetches by TMA boxes inside one page: multiples of MIN_TMA_BOX_ROWS."""
+    return page_size >= 1 and gcd(BN, page_size) >= MIN_TMA_BOX_ROWS
+
+
+def default_config(dtype: str, page_size: int, unsplit: bool = False, exchange: bool = True) -> MLADecodeConfig:
+    """The kernel for a cache of ``page_size``: the exchange variant (note "Exchange": half the
+    tensor work of the other, the same bytes; neither timed on a GPU yet)."""
+    return MLADecodeConfig(dtype=dtype, box_rows=gcd(BN, page_size), unsplit=unsplit, exchange=exchange)
+
+
+# ----------------------------------------------------------------------------------------------
+# Launch contract: (name, kind) in kernel-parameter order
+# ----------------------------------------------------------------------------------------------
+
+SPLIT_TENSORS = (("kv_cache", "tma"), ("q", "ptr"), ("cache_seqlens", "ptr"), ("block_table", "ptr"),
+                 ("o_partial", "ptr"), ("lse_partial", "ptr"))
+SCALARS = (("batch", "i32"), ("seqlen_q", "i32"), ("heads", "i32"), ("rows", "i32"), ("m_tiles", "i32"),
+           ("num_splits", "i32"), ("capacity", "i32"), ("num_pages", "i32"), ("page_size", "i32"),
+           ("block_table_stride", "i32"), ("causal", "i32"), ("scale_log2", "f32"),
+           ("q_stride_b", "i64"), ("q_stride_s", "i64"), ("q_stride_h", "i64"),
+           *((f"{n}_{part}", "i32") for n in ("heads", "m_tiles", "page") for part in ("mul", "shr")))
+SPLIT_PARAMS = (*SPLIT_TENSORS, *SCALARS)
+UNSPLIT_TENSORS = tuple({"o_partial": ("out", "ptr"), "lse_partial": ("lse", "ptr")}.get(n, (n, k))
+                        for n, k in SPLIT_TENSORS)
+UNSPLIT_PARAMS = (*UNSPLIT_TENSORS, *SCALARS,
+                  ("out_stride_b", "i64"), ("out_stride_s", "i64"), ("out_stride_h", "i64"))
+
+
+def launch_args(cfg: MLADecodeConfig, tensors: dict, *, batch: int, seqlen_q: int, heads: int, num_splits: int,
+                num_pages: int, page_size: int, max_pages: int, causal: bool, softmax_scale: float,
+                q_strides: tuple, block_table_stride: int, out_strides: tuple | None = None) -> dict:
+    """The kernel's parameters by name (cfg.params): ``tensors`` by the contract's tensor names
+    (anything: addresses, arrays, TensorRefs), q's and (unsplit) out's element strides (batch,
+    seqlen, head; unit stride along the head dim)."""
+    rows = seqlen_q * heads
+    m_tiles = -(-rows // TILE_M)
+    args = {n: tensors[n] for n, kind in cfg.params if kind in ("ptr", "tma")}
+    args.update(batch=batch, seqlen_q=seqlen_q, heads=heads, rows=rows, m_tiles=m_tiles, num_splits=num_splits,
+                capacity=max_pages * page_size, num_pages=num_pages, page_size=page_size,
+                block_table_stride=int(block_table_stride), causal=int(bool(causal)),
+                scale_log2=float(softmax_scale) * LOG2E,
+                q_stride_b=int(q_strides[0]), q_stride_s=int(q_strides[1]), q_stride_h=int(q_strides[2]))
+    for name, n in (("heads", heads), ("m_tiles", m_tiles), ("page", page_size)):
+        args[f"{name}_mul"], args[f"{name}_shr"] = divisor(int(n))
+    if cfg.unsplit:
+        out_strides = out_strides or (seqlen_q * heads * D_V, heads * D_V, D_V)
+        args.update(out_stride_b=int(out_strides[0]), out_stride_s=int(out_strides[1]),
+                    out_stride_h=int(out_strides[2]))
+    missing = [n for n, _ in cfg.params if n not in args]
+    if missing:
+        raise KeyError(f"launch arguments missing: {missing}")
+    return {n: args[n] for n, _ in cfg.params}
+
+
+def grid(batch: int, seqlen_q: int, heads: int, num_splits: int) -> tuple[int, int, int]:
+    return (-(-seqlen_q * heads // TILE_M) * num_splits, 1, batch)
+
+
+__all__ = ["KERNEL", "DTYPES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "MLADecodeConfig", "default_config",
+           "page_supported", "SPLIT_PARAMS", "UNSPLIT_PARAMS", "SPLIT_TENSORS", "UNSPLIT_TENSORS", "launch_args", "grid",
+           "MIN_HEADS", "MAX_HEADS"]

@@ -1,0 +1,247 @@
+"""Deviceless: the sm_90a absorbed MLA decode (attention_mla_decode_sm90, attention/mla.py).
+
+* every kernel of the `mla` bundle set compiles with no spills, wgmma not serialised, the SMEM
+  plan and launch contract its config states;
+* the interpreter runs the kernel on tiny problems, checked by the FA rule against the float64
+  reference (fa4mlir.testing_mla.check_mla): a shuffled block table with junk past each
+  sequence's pages, NaN in every unused cache row and page, lengths 0, 1 and page + 1, seqlen_q 2
+  causal (bottom-right) and 1, 16 and 48 heads (two M tiles, the second partial), two splits
+  merged by the combine's math on the host (testing_kvcache.combine_splits: the combine kernel's
+  per-lane loop bounds are not interpretable; tests/gpu runs it), and the unsplit variant;
+* the typed errors of check_mla_inputs and flash_mla_with_kvcache, the split heuristic and
+  FlashMLA's FLOP/byte accounting.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from fa4mlir import compiler, kernel_sets, kernels, lowering
+from fa4mlir.attention import errors as E
+from fa4mlir.attention import mla
+from fa4mlir.kernels import attention_decode_sm90_config as dec
+from fa4mlir.kernels import attention_mla_decode_sm90_config as mc
+from fa4mlir.kernels.common.fields import ConfigError
+from fa4mlir.runtime import TensorInfo
+
+ENTRIES = kernel_sets.mla()
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
+def test_mla_set_compiles_clean(entry):
+    name, cfg = entry
+    art = lowering.lower(kernels.module(name).build(cfg), compiler.resolve_options(name, debug=False))
+    r = art.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r
+    assert not r["wgmma_serialized"] and not r["setmaxnreg_ignored"], r
+    if name == mc.KERNEL:
+        assert cfg.smem_bytes() <= art.smem_bytes <= mc.SMEM_LIMIT, (art.smem_bytes, cfg.smem_bytes())
+        assert art.block == (cfg.threads, 1, 1) == (384, 1, 1)
+        assert [(p.name, p.kind) for p in art.params] == list(cfg.params)
+        tma = [p for p in art.params if p.kind == "tma"]
+        assert len(tma) == 1 and tma[0].tma.box == (64, 1, cfg.box_rows, 1) and tma[0].tma.swizzle == "128B"
+        assert (name, replace(cfg, unsplit=not cfg.unsplit)) in ENTRIES
+    else:
+        assert name == dec.COMBINE_KERNEL and cfg.head_dim == mc.D_V
+        assert [(p.name, p.kind) for p in art.params] == list(dec.COMBINE_PARAMS)
+
+
+def test_config_and_split_rules():
+    assert mc.default_config("bf16", 64).box_rows == 64 and mc.default_config("bf16", 48).box_rows == 16
+    assert mc.default_config("bf16", 128).box_rows == 64
+    for page in (1, 4, 12, 20):
+        assert not mc.page_supported(page)
+        with pytest.raises(ConfigError):
+            mc.default_config("bf16", page).validate()
+    with pytest.raises(ConfigError):
+        mc.MLADecodeConfig(dtype="f32").validate()
+    assert mc.MLADecodeConfig().smem_bytes() <= mc.SMEM_LIMIT
+    # batch 128 x 1 M tile fills 132 SMs: one split; 4 sequences of 128 heads x 2 tokens (4 M tiles): 8
+    assert mla.plan_splits(128, 16, 132) == 1 and mla.plan_splits(4, 256, 132) == 8
+    assert mla.plan_splits(1, 16, 132) == mla.MAX_SPLITS
+    flops, data = mla.flops_and_bytes(128, 1, 128, 4096)
+    assert flops == 2 * 128 * 128 * 4096 * 1088 and data == (128 * 4096 * 576 + 128 * 128 * 1088) * 2
+    assert mc.grid(3, 2, 48, 2) == (4, 1, 3)
+
+
+# ---- typed errors ---------------------------------------------------------------------------------
+
+def _info(shape, dtype="bf16", strides=None):
+    if strides is None:
+        strides, acc = [], 1
+        for n in reversed(shape):
+            strides.insert(0, acc)
+            acc *= n
+    return TensorInfo(1 << 20, tuple(shape), tuple(strides), dtype, "cuda")
+
+
+def _good(**kw):
+    args = dict(q=_info((2, 1, 16, 576)), k_cache=_info((8, 64, 1, 576)), block_table=_info((2, 4), "i32"),
+                cache_seqlens=_info((2,), "i32"), head_dim_v=512, metadata=_info((3, 8), "i32"),
+                num_splits=_info((3,), "i32"))
+    args.update(kw)
+    return args
+
+
+@pytest.mark.parametrize("change,error", [
+    (dict(q=_info((2, 1, 16, 512))), E.HeadDimError),
+    (dict(head_dim_v=576), E.HeadDimError),
+    (dict(q=_info((2, 1, 16, 576), "f32")), E.DTypeError),
+    (dict(k_cache=_info((8, 64, 1, 576), "f16")), E.DTypeError),
+    (dict(k_cache=_info((8, 64, 2, 576))), E.HeadsRatioError),
+    (dict(k_cache=_info((8, 64, 576))), E.ShapeError),
+    (dict(k_cache=_info((8, 4, 1, 576))), E.LayoutError),
+    (dict(q=_info((2, 1, 129, 576))), E.ShapeError),
+    (dict(q=_info((65536, 1, 16, 576)), block_table=_info((65536, 4), "i32"), cache_seqlens=_info((65536,), "i32"),
+          num_splits=_info((65537,), "i32")), E.ShapeError),
+    (dict(q=_info((2, 0, 16, 576))), E.ShapeError),
+    (dict(block_table=_info((2, 4), "i64")), E.DTypeError),
+    (dict(cache_seqlens=_info((2,), "i64")), E.DTypeError),
+    (dict(block_table=_info((3, 4), "i32")), E.ShapeError),
+    (dict(block_table=_info((2, 4), "i32", strides=(1, 2))), E.LayoutError),
+    (dict(cache_seqlens=_info((3,), "i32")), E.ShapeError),
+    (dict(metadata=_info((3, 4), "i32")), E.ShapeError),
+    (dict(num_splits=_info((2,), "i32")), E.ShapeError),
+    (dict(k_cache=_info((8, 64, 1, 576), strides=(64 * 584, 584, 584, 1))), None),
+    (dict(k_cache=_info((8, 64, 1, 576), strides=(64 * 577, 577, 577, 1))), E.LayoutError),
+])
+def test_typed_errors(change, error):
+    args = _good(**change)
+    if error is None:
+        assert mla.check_mla_inputs(**args).splits == 3
+        return
+    with pytest.raises(error):
+        mla.check_mla_inputs(**args)
+
+
+def test_scale_and_causal_checks():
+    with pytest.raises(E.ScaleError):
+        mla.check_mla_inputs(**_good(), softmax_scale=float("nan"))
+    with pytest.raises(E.FlashAttnInputError):
+        mla.check_mla_inputs(**_good(), causal="yes")
+    assert mla.check_mla_inputs(**_good()).softmax_scale == 576 ** -0.5
+
+
+def test_refusals_before_anything_runs():
+    with pytest.raises(E.UnsupportedFeatureError, match="FP8"):
+        mla.flash_mla_with_kvcache(None, None, None, None, 512, None, None, is_fp8_kvcache=True)
+    with pytest.raises(E.UnsupportedFeatureError, match="sparse"):
+        mla.flash_mla_with_kvcache(None, None, None, None, 512, None, None, indices=np.zeros(1))
+    with pytest.raises(E.ArgumentTypeError):
+        mla.flash_mla_with_kvcache(np.zeros((1, 1, 16, 576)), None, None, None, 512, None, None)
+    with pytest.raises(E.HeadsRatioError):
+        mla.get_mla_metadata(None, 16, 2)
+    with pytest.raises(E.UnsupportedFeatureError):
+        mla.get_mla_metadata(None, 16, 1, is_fp8_kvcache=True)
+
+
+# ---- the interpreter ------------------------------------------------------------------------------
+
+def _problem(torch, lens, seqlen_q, heads, page, seed=0, dtype="bf16"):
+    """q, the cache (bf16; NaN in every row no sequence owns), a shuffled block table (junk past each
+    sequence's pages) and the lengths."""
+    g = torch.Generator().manual_seed(seed)
+    batch = len(lens)
+    max_pages = max(-(-n // page) for n in lens) + 1
+    num_pages = batch * max_pages + 1
+    kv = torch.full((num_pages, page, 1, 576), float("nan"))
+    perm = torch.randperm(num_pages, generator=g).numpy()
+    table = np.full((batch, max_pages), 1 << 20, np.int32)
+    used = 0
+    for b, n in enumerate(lens):
+        for slot in range(-(-n // page)):
+            table[b, slot] = perm[used]
+            used += 1
+            rows = min(page, n - slot * page)
+            kv[table[b, slot], :rows] = torch.randn(rows, 1, 576, generator=g)
+    q = torch.randn(batch, seqlen_q, heads, 576, generator=g)
+    tdtype = torch.float16 if dtype == "f16" else torch.bfloat16
+    return q.to(tdtype), kv.to(tdtype), table, np.array(lens, np.int32)
+
+
+def _bits(torch, x):
+    return x.view(torch.int16).numpy().view(np.uint16).copy()
+
+
+@pytest.mark.parametrize("lens,seqlen_q,heads,page,splits,causal,exchange", [
+    ((65, 0, 1), 2, 16, 64, 2, True, False),       # split kernel + combine; lengths page + 1, 0, 1
+    ((70, 3), 2, 48, 16, 1, True, False),          # unsplit; two M tiles (96 rows); 16-row boxes
+    ((64, 9), 1, 16, 64, 1, False, False),         # unsplit, seqlen_q 1
+    ((65, 0, 1), 2, 16, 64, 2, True, True),        # the exchange variant (note "Exchange")
+    ((130, 3), 2, 48, 64, 1, True, True),
+    ((9, 70), 1, 16, 64, 1, True, "f16"),          # f16 (exchange)
+])
+def test_mla_decode_through_the_interpreter(lens, seqlen_q, heads, page, splits, causal, exchange):
+    torch = pytest.importorskip("torch")
+    from fa4mlir import interpret
+    from fa4mlir.kernels import attention_mla_decode_sm90
+    from fa4mlir.testing_kvcache import combine_splits
+    from fa4mlir.testing_mla import check_mla
+    dtype = "f16" if exchange == "f16" else "bf16"
+    q, kv, table, lens_a = _problem(torch, lens, seqlen_q, heads, page, dtype=dtype)
+    batch, num_pages, max_pages = len(lens), kv.shape[0], table.shape[1]
+    problem = mla.check_mla_inputs(_info(q.shape, dtype), _info(kv.shape, dtype), _info(table.shape, "i32"), _info(lens_a.shape, "i32"),
+                                   512, _info((splits, 8), "i32"), _info((batch + 1,), "i32"), causal=causal)
+    cfg, combine = mla.configs_for(problem)
+    assert cfg.unsplit == (splits == 1) and (combine is None) == cfg.unsplit
+    cfg = replace(cfg, exchange=bool(exchange))
+    assert cfg.dtype == dtype
+    out = np.full((batch, seqlen_q, heads, 512), 0x7FC0, np.uint16)       # NaN before the call
+    lse = np.full((batch, heads, seqlen_q), np.nan, np.float32)
+    tensors = {"kv_cache": _bits(torch, kv), "q": _bits(torch, q), "cache_seqlens": lens_a, "block_table": table,
+               "out": out, "lse": lse,
+               "o_partial": np.full((splits, batch, seqlen_q, heads, 512), np.nan, np.float32),
+               "lse_partial": np.full((splits, batch, heads, seqlen_q), np.nan, np.float32)}
+    out_strides = (seqlen_q * heads * 512, heads * 512, 512)
+    args = mc.launch_args(cfg, tensors, batch=batch, seqlen_q=seqlen_q, heads=heads, num_splits=splits,
+                          num_pages=num_pages, page_size=page, max_pages=max_pages, causal=causal,
+                          softmax_scale=problem.softmax_scale, q_strides=(seqlen_q * heads * 576, heads * 576, 576),
+                          block_table_stride=max_pages, out_strides=out_strides)
+    interpret.load(attention_mla_decode_sm90.build(cfg)).launch(mc.grid(batch, seqlen_q, heads, splits), args)
+    if combine is None:
+        out_t = torch.from_numpy(out.view(np.int16)).view(q.dtype).float()
+        lse_t = torch.from_numpy(lse)
+    else:   # the combine's math on the host (its per-lane loop bounds are not interpretable)
+        mla.combine_args(problem, tensors, out_strides)
+        o, lse_c = combine_splits(tensors["o_partial"], tensors["lse_partial"])
+        out_t, lse_t = torch.from_numpy(o).float(), torch.from_numpy(lse_c).float()
+    errs = check_mla(q, kv, table, lens_a, out_t, lse_t, causal=causal)
+    assert errs["out"] > 0           # the kernel computed something (an all-zero out would fail the rule anyway)
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+def test_plan_launches_by_the_contracts(monkeypatch, splits):
+    """build_plan's launches (kernels stubbed: no driver here): the decode kernel's arguments are its
+    contract's, by name and order, the combine follows only with several splits, grids as stated."""
+    from types import SimpleNamespace
+    monkeypatch.setattr(mla, "kernel_for", lambda source, cfg: SimpleNamespace(cfg=cfg))
+    problem = mla.check_mla_inputs(_info((128, 2, 128, 576)), _info((8192, 64, 1, 576)), _info((128, 64), "i32"),
+                                   _info((128,), "i32"), 512, _info((splits, 8), "i32"), _info((129,), "i32"),
+                                   causal=True)
+    plan = mla.build_plan(problem, None, (2 * 128 * 576, 128 * 576, 576), 64, (2 * 128 * 512, 128 * 512, 512))
+    decode = plan.launches[0]
+    assert decode.kernel.cfg == mc.default_config("bf16", 64, unsplit=splits == 1)
+    assert list(decode.args) == [n for n, _ in decode.kernel.cfg.params]
+    assert decode.grid == (4 * splits, 1, 128) and decode.args["rows"] == 256 and decode.args["capacity"] == 64 * 64
+    assert len(plan.launches) == (1 if splits == 1 else 2)
+    if splits > 1:
+        combine = plan.launches[1]
+        assert combine.kernel.cfg == dec.CombineConfig("bf16", 512)
+        assert list(combine.args) == [n for n, _ in dec.COMBINE_PARAMS]
+        assert combine.grid == (128 * 2 * 128 // dec.COMBINE_WARPS, 1, 1) and combine.args["num_splits"] == splits
+
+
+def test_host_path_refuses_cpu_tensors_and_grad():
+    """flash_mla_with_kvcache with CPU torch tensors runs the host path up to the device check."""
+    torch = pytest.importorskip("torch")
+    q = torch.zeros(2, 1, 16, 576, dtype=torch.bfloat16)
+    rest = (torch.zeros(4, 64, 1, 576, dtype=torch.bfloat16), torch.zeros(2, 2, dtype=torch.int32),
+            torch.zeros(2, dtype=torch.int32), 512, torch.zeros(1, 8, dtype=torch.int32), torch.zeros(3, dtype=torch.int32))
+    with pytest.raises(E.DeviceError, match="cuda"):
+        mla.flash_mla_with_kvcache(q, *rest)
+    with pytest.raises(E.AutogradError):
+        mla.flash_mla_with_kvcache(q.requires_grad_(True), *rest)
+    with pytest.raises(E.DTypeError):
+        mla.get_mla_metadata(torch.zeros(2, dtype=torch.int64), 16, 1)
