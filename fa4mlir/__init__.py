@@ -40,10 +40,11 @@ _LAZY = {
     "gemm": ("fa4mlir.gemm", "gemm"),
     "flash_attn_func": ("fa4mlir.attention", "flash_attn_func"),
     "flash_attn_with_kvcache": ("fa4mlir.attention", "flash_attn_with_kvcache"),
+    "flash_attn_varlen_func": ("fa4mlir.attention", "flash_attn_varlen_func"),
     **{err: ("fa4mlir.attention", err) for err in (
         "FlashAttnInputError", "DTypeError", "ShapeError", "HeadDimError", "HeadsRatioError",
         "EmptyInputError", "LayoutError", "DeviceError", "ScaleError", "MaskError", "ArgumentTypeError", "BundleError",
-        "AutogradError", "UnsupportedFeatureError", "KVScaleError", "SoftcapError")},
+        "AutogradError", "UnsupportedFeatureError", "KVScaleError", "SoftcapError", "SeqlensError")},
     "AttnProblem": ("fa4mlir.attention", "AttnProblem"),
     "Bundle": ("fa4mlir.artifacts", "Bundle"),
     "load": ("fa4mlir.runtime", "load"),

@@ -52,7 +52,7 @@ from ..kernels import attention_sm90_config as attn_cfg
 from .checks import (MAX_I32, VARLEN_API, _err, check_device_context, check_devices, check_flag, check_mask,
                      check_max_seqlen, check_scale, check_seqlens, check_sinks, check_softcap, check_varlen_inputs,
                      check_varlen_outputs, device_ordinal, read_tensor)
-from .errors import ArgumentTypeError, ShapeError, UnsupportedFeatureError
+from .errors import ArgumentTypeError, FlashAttnInputError, ShapeError, UnsupportedFeatureError
 from .plan import Launch, TensorRef, source_for
 
 NO_WINDOW = (-1, -1)
@@ -64,8 +64,11 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            sinks=None, return_lse=False, out=None, lse=None, bundle=None):
     """Ragged-batch attention forward; see the module docstring. Returns out, or (out, lse) when
     return_lse. Every argument is checked before any launch; cu_seqlens' values are not read."""
-    problem, infos = _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table,
-                            softmax_scale, causal, window_size, softcap, sinks, return_lse, out, lse)
+    try:
+        problem, infos = _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
+                                page_table, softmax_scale, causal, window_size, softcap, sinks, return_lse, out, lse)
+    except FlashAttnInputError as e:   # the checks shared with flash_attn_func, in this entry point's name
+        raise type(e)(str(e).replace("flash_attn_func:", f"{VARLEN_API}:", 1)) from None
     torch = sys.modules["torch"]
     ordinal = check_devices([(n, i.device, device_ordinal(n, x)) for n, (i, x) in infos.items()], VARLEN_API)
     source = source_for(bundle)
