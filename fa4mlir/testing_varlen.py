@@ -24,12 +24,10 @@ def compare_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale=
                    seqused_k=None, window_size=(-1, -1), attention_chunk: int = 0, softcap: float = 0.0,
                    sinks=None) -> dict:
     """compare_attention per sequence of packed q [total_q, H, D], k, v [total_k, Hkv, D], out like
-    q and lse float32 [H, total_q] (FlashAttention-3/4's varlen layout); tensors on any device
-    (compared on the CPU). Returns {'ok', 'per_sequence': [report or None for an empty one],
-    'untouched': rows past cu_q[-1] still NaN}."""
+    q and lse float32 [H, total_q] (FlashAttention-3/4's varlen layout); compared on their device
+    (cu_seqlens and seqused_k are read back to the host). Returns {'ok', 'per_sequence': [report or
+    None for an empty one], 'untouched': rows past cu_q[-1] still NaN}."""
     import torch
-    q, k, v, out, lse = (x.detach().cpu() for x in (q, k, v, out, lse))
-    sinks = None if sinks is None else sinks.detach().cpu()
     seqs = sequences(cu_seqlens_q.cpu(), cu_seqlens_k.cpu(), None if seqused_k is None else seqused_k.cpu())
     reports, ok = [], True
     for q0, nq, k0, nk in seqs:
