@@ -226,8 +226,7 @@ class _Geometry:
         """The KV block index of the j-th visited block (j itself when they start at 0)."""
         return j if self.first is None else self.first + j
 
-    def q_row(self, row) -> Value:
-        """Row `row` of this sequence's queries as a TMA row coordinate (varlen: the packed row)."""
+    def q_row(self, row) -> Value:   # a query (key) row as a TMA row coordinate (varlen: the packed row)
         return row if self.q_row0 is None else self.q_row0 + row
 
     def k_row(self, row) -> Value:
@@ -766,21 +765,12 @@ def _epilogue(cs: _Consumer, acc: _Acc):
         empty = total.eq(0.0)
         inv.append(select(empty, const(0.0, "f32"), keys / total))
         lse.append(select(empty, const(float("inf"), "f32"), (top + log2(total)) * LN2))
-    if cfg.varlen:  # the warpgroup holding the sequence's last rows stores them row by row
-        fits = kb.if_(varlen.rows_fit(geo, cs.wg))
-        with fits.then_():
-            _store_o_tile(cs, o, inv)
-        with fits.else_():
-            varlen.store_rows(kb, cfg, cs, o, inv)
-    else:
-        _store_o_tile(cs, o, inv)
+    if cfg.varlen:  # steps 1-3 clipped to the sequence's rows (attention_fwd_sm90_varlen.epilogue)
+        varlen.epilogue(kb, cfg, cs, o, inv, lse, lambda: _store_o_tile(cs, o, inv))
+        return
+    _store_o_tile(cs, o, inv)
     # 3. LSE from the lane that owns column pair 0 of each row
     with kb.if_(cs.t4.eq(0)).then_():
-        if cfg.varlen:  # [heads, total_q]
-            for h in (0, 1):
-                with kb.if_(cs.grow[h].lt(geo.seqlen_q)).then_():
-                    kb.store(lse[h], kb.gep(bufs.lse_ptr, varlen.lse_index(geo, cs.grow[h]), "f32"), align=4)
-            return
         row_base = (geo.batch * geo.heads + geo.head).to("i64") * geo.seqlen_q.to("i64")
         for h in (0, 1):
             with kb.if_(cs.grow[h].lt(geo.seqlen_q)).then_():

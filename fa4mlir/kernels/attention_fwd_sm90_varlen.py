@@ -110,4 +110,21 @@ def lse_index(geo, row: Value) -> Value:
     return geo.head.to("i64") * geo.total_q.to("i64") + (geo.q_row0 + row).to("i64")
 
 
-__all__ = ["VarlenParams", "Sequence", "params_of", "sequence", "tile_of", "rows_fit", "store_rows", "lse_index"]
+def epilogue(kb, cfg, cs, o: Value, inv: list, lse: list, store_tile) -> None:
+    """The varlen epilogue's stores: O by the dense kernel's TMA store (`store_tile`) where this
+    warpgroup's 64 rows all lie in the sequence, else row by row (store_rows); then each row's LSE,
+    [heads, total_q], from the lane that owns column pair 0 of the row, rows past the sequence
+    skipped."""
+    geo = cs.geo
+    fits = kb.if_(rows_fit(geo, cs.wg))
+    with fits.then_():
+        store_tile()
+    with fits.else_():
+        store_rows(kb, cfg, cs, o, inv)
+    with kb.if_(cs.t4.eq(0)).then_():
+        for h in (0, 1):
+            with kb.if_(cs.grow[h].lt(geo.seqlen_q)).then_():
+                kb.store(lse[h], kb.gep(cs.bufs.lse_ptr, lse_index(geo, cs.grow[h]), "f32"), align=4)
+
+
+__all__ = ["VarlenParams", "Sequence", "params_of", "sequence", "tile_of", "rows_fit", "store_rows", "lse_index", "epilogue"]
