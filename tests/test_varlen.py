@@ -136,3 +136,101 @@ def test_long_sequences_start_first_and_short_ones_fill_the_end():
     assert all(b == 0 for _, b in working[:first_short]) and first_short >= heads * (4000 // bm - 6)
     assert all(m == 0 for m, b in working[-heads * 4:])            # the last wave: tile 0 of everyone
     assert not any(b == 4 for _, b in working)                     # a length-0 sequence has no working tile
+
+
+# ----------------------------------------------------------------------------------------------
+# The host path and the custom op on CPU tensors, a stand-in kernel computing each sequence in float64
+# ----------------------------------------------------------------------------------------------
+
+class FakeVarlenKernel:
+    """Stands in for the loaded varlen kernel: a launch computes every sequence of the packed batch
+    with testing.attention_math from the launch's own arguments (cu_seqlens, seqused_k, the scale)."""
+
+    def __init__(self, config):
+        from types import SimpleNamespace
+        self.artifact = SimpleNamespace(config=config.key())
+        self.config, self.launches = config, []
+
+    def launch(self, grid, args, stream):
+        from fa4mlir.testing import attention_math
+        from fa4mlir.testing_varlen import sequences
+        self.launches.append((grid, args))
+        q, k, v, o, lse = (args[n] for n in ("q", "k", "v", "o", "lse"))
+        used = args["seqused_k"] if args["has_seqused_k"] else None
+        for q0, nq, k0, nk in sequences(args["cu_seqlens_q"], args["cu_seqlens_k"], used):
+            if nq == 0:
+                continue
+            o64, l64 = attention_math(q[:, q0:q0 + nq], k[:, k0:k0 + nk], v[:, k0:k0 + nk],
+                                      args["scale_log2"] / acfg.LOG2E, self.config.causal, torch.float64)
+            o[:, q0:q0 + nq] = o64.to(o.dtype)
+            lse[:, q0:q0 + nq] = l64[0].float()
+
+
+@pytest.fixture
+def cpu_varlen(monkeypatch):
+    from fa4mlir.attention import varlen
+    from fa4mlir.driver import DeviceInfo
+    made = []
+
+    class FakeSource:
+        def kernel(self, config):
+            made.append(FakeVarlenKernel(config))
+            return made[-1]
+    monkeypatch.setattr(varlen, "source_for", lambda bundle: FakeSource())
+    monkeypatch.setattr(checks, "CUDA_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(varlen, "device_info", lambda: DeviceInfo(0, (9, 0), 132, 50 * 2**20))
+    monkeypatch.setattr(varlen, "resolve_stream", lambda stream, uses_torch, device: 0)
+    torch._dynamo.reset()
+    yield made
+    torch._dynamo.reset()
+
+
+def _ragged(seed=0, h=4, hk=2, d=64):
+    g = torch.Generator().manual_seed(seed)
+    lens_q, lens_k = (0, 1, 130, 7), (3, 1, 140, 0)
+    a = _args(lens_q, lens_k, h, hk, d)
+    a[0] = torch.randn(a[0].shape, generator=g).to(BF)
+    a[1], a[2] = (torch.randn(a[1].shape, generator=g).to(BF) for _ in range(2))
+    return a
+
+
+def test_host_path_launches_the_varlen_kernel_with_its_contract(cpu_varlen):
+    from fa4mlir.testing_varlen import compare_varlen
+    a = _ragged()
+    out = torch.full_like(a[0], float("nan"))
+    lse = torch.full((4, a[0].shape[0]), float("nan"))
+    fa4mlir.flash_attn_varlen_func(*a, causal=True, out=out, lse=lse)
+    (kernel,) = cpu_varlen
+    assert kernel.config.varlen and kernel.config.causal
+    grid, args = kernel.launches[0]
+    assert grid == (-(-130 // kernel.config.bm) * 4 * 4, 1, 1) and args["q"].shape == (1, *a[0].shape) and args["o_rows"].shape[0] == 1
+    assert compare_varlen(a[0], a[1], a[2], out, lse, a[3], a[4], None, True)["ok"]
+
+
+def test_empty_batch_launches_nothing(cpu_varlen):
+    a = _args((0, 0), (0, 0))
+    out = fa4mlir.flash_attn_varlen_func(*a)
+    assert out.shape == (0, 4, 64) and not cpu_varlen
+
+
+def test_custom_op_opcheck_and_compiled_call(cpu_varlen):
+    a = _ragged(1)
+    op = torch.ops.fa4mlir.flash_attn_varlen_fwd.default
+    torch.library.opcheck(op, (*a[:7], None, None, True, None))
+    out, lse = op(*a[:7], None, None, True, None)
+    assert out.shape == a[0].shape and lse.shape == (4, a[0].shape[0]) and lse.dtype == torch.float32
+
+    def f(q, k, v, cq, ck):
+        return fa4mlir.flash_attn_varlen_func(q, k, v, cq, ck, 130, 140, causal=True) * 2
+
+    want = f(*a[:5])
+    got = torch.compile(f, fullgraph=True, backend="eager")(*a[:5])
+    assert torch.equal(got, want)
+
+
+def test_custom_op_fake_keeps_typed_errors(cpu_varlen):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    a = _args(d=48)
+    with FakeTensorMode() as mode, pytest.raises(HeadDimError):
+        fake = [mode.from_tensor(x) for x in a[:5]]
+        torch.ops.fa4mlir.flash_attn_varlen_fwd.default(*fake, 5, 5, None, None, False, None)

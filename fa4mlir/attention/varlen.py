@@ -40,8 +40,9 @@ the prompt's chunks through flash_attn_with_kvcache (its paged operand takes seq
 sequence) or pass the keys packed with cu_seqlens_k. attention_chunk is flash_attn_func's only for
 now (the kernel's chunked mask works on varlen; the keyword is not wired). There is no call cache
 yet: every call checks and packs its launch (tens of microseconds of host time), and no torch
-custom op (torch.compile would trace into this function). Torch tensors only (out and lse are
-allocated with torch), run on torch's current stream.
+custom op for calls with out= or lse= (the functional op fa4mlir::flash_attn_varlen_fwd serves the
+others under torch.compile: torch_ops). Torch tensors only (out and lse are allocated with torch),
+run on torch's current stream.
 """
 from __future__ import annotations
 
@@ -63,12 +64,46 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            page_table=None, softmax_scale=None, causal=False, window_size=NO_WINDOW, softcap=0.0,
                            sinks=None, return_lse=False, out=None, lse=None, bundle=None):
     """Ragged-batch attention forward; see the module docstring. Returns out, or (out, lse) when
-    return_lse. Every argument is checked before any launch; cu_seqlens' values are not read."""
+    return_lse. Every argument is checked before any launch; cu_seqlens' values are not read.
+    Under torch.compile or another tracer (torch_ops._plain_eager false) a call without out= and
+    lse= is the one custom op fa4mlir::flash_attn_varlen_fwd, whose implementation is this path."""
+    ops = _torch_ops(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    if ops is not None and out is None and lse is None and page_table is None and not ops._plain_eager(q):
+        try:
+            return ops.flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
+                                         softmax_scale, causal, window_size, softcap, sinks, return_lse, bundle)
+        except FlashAttnInputError as e:
+            raise _renamed(e) from None
+    out, lse = _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
+                                  page_table, softmax_scale, causal, window_size, softcap, sinks, return_lse, out, lse,
+                                  bundle)
+    return (out, lse) if return_lse else out
+
+
+def _renamed(e: FlashAttnInputError) -> FlashAttnInputError:
+    """The error of a check shared with flash_attn_func, in this entry point's name."""
+    return type(e)(str(e).replace("flash_attn_func:", f"{VARLEN_API}:", 1))
+
+
+def _torch_ops(*tensors):
+    """attention.torch_ops (registers the custom ops) when the tensors are torch tensors, else None."""
+    torch = sys.modules.get("torch")
+    if torch is None or not all(isinstance(x, torch.Tensor) for x in tensors):
+        return None
+    from . import torch_ops
+    return torch_ops
+
+
+def _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=None,
+                       page_table=None, softmax_scale=None, causal=False, window_size=NO_WINDOW, softcap=0.0,
+                       sinks=None, return_lse=False, out=None, lse=None, bundle=None):
+    """flash_attn_varlen_func's work (and the custom op's implementation): checks, then the launch;
+    returns (out, lse)."""
     try:
         problem, infos = _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
                                 page_table, softmax_scale, causal, window_size, softcap, sinks, return_lse, out, lse)
-    except FlashAttnInputError as e:   # the checks shared with flash_attn_func, in this entry point's name
-        raise type(e)(str(e).replace("flash_attn_func:", f"{VARLEN_API}:", 1)) from None
+    except FlashAttnInputError as e:
+        raise _renamed(e) from None
     torch = sys.modules["torch"]
     ordinal = check_devices([(n, i.device, device_ordinal(n, x)) for n, (i, x) in infos.items()], VARLEN_API)
     source = source_for(bundle)
@@ -88,7 +123,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                    "cu_seqlens_k": cu_seqlens_k, "seqused_k": seqused_k, "sinks": sinks}
         args = launch.bind({n: t.unsqueeze(0) if n in TMA_TENSORS else t for n, t in tensors.items()})
         kernel.launch(launch.grid, args, resolve_stream(None, True, q.device.index))
-    return (out, lse) if return_lse else out
+    return out, lse
 
 
 def varlen_launch(config: attn_cfg.AttnConfig, kernel, problem) -> Launch:
