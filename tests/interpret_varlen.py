@@ -40,6 +40,7 @@ CASES = [
     VarlenCase("d64-ragged", 64, (0, 1, 193, 70), (5, 1, 200, 130)),
     VarlenCase("d64-causal-gqa", 64, (1, 150, 0, 40), (1, 100, 7, 300), causal=True, heads=2, kv_heads=1),
     VarlenCase("d128-causal-window", 128, (129, 3, 60), (129, 200, 20), causal=True, window=(50, -1)),
+    VarlenCase("d256-causal", 256, (65, 0, 130), (64, 3, 200), causal=True),
     VarlenCase("d128-softcap-sink-seqused", 128, (70, 1, 0, 130), (90, 60, 2, 140), softcap=2.0, sinks=True,
                heads=2, kv_heads=2, seqused_k=(80, 0, 2, 129)),
 ]
