@@ -26,7 +26,6 @@ CONSUMER_BASE_REGS = 28
 CONSUMER_CHUNK_REGS = 4
 CONSUMER_PIECE_REGS = 2
 PRODUCER_REGS = 24
-VARLEN_REGS = 4        # a varlen consumer's sequence start, lengths and row bound (a guess above ptxas)
 
 
 @dataclass(frozen=True)
@@ -234,7 +233,7 @@ class AttnConfig:
         pieces = int(self.masked) + int(bool(self.rescale_threshold or self.exp2_poly_stride))
         return {"O": self.head_dim // 2, "S": self.bn // 2, "P": self.bn // 4,
                 "rest": CONSUMER_BASE_REGS + CONSUMER_CHUNK_REGS * self.d_chunks
-                + CONSUMER_PIECE_REGS * (self.d_chunks - 1) * pieces + VARLEN_REGS * int(self.varlen)}
+                + CONSUMER_PIECE_REGS * (self.d_chunks - 1) * pieces}
 
     @property
     def consumer_regs_needed(self) -> int:
@@ -532,14 +531,11 @@ def varlen_config(dtype: str, head_dim: int, causal: bool, mask: Mask | None = N
                   sinks: bool = False) -> AttnConfig:
     """The ragged-batch kernel of a case: default_config's tiles and knobs for long sequences, one
     tile per CTA (the 1-D grid's order is the schedule: common.varlen_schedule) and varlen=True.
-    The host knows only max_seqlen_q, so there is no short-sequence pick. Where the sequence
-    bookkeeping (VARLEN_REGS) leaves the tile over its register budget (D64's 192 x 128), bn steps
-    down by 16 until it fits (192 x 112, D64 causal's tile)."""
+    The host knows only max_seqlen_q, so there is no short-sequence pick. The register model is the
+    dense one: the sequence bookkeeping (starts, lengths, the row bound) fit in it, measured
+    [D-varlen]."""
     base = default_config(dtype, head_dim, causal, None, mask=mask, softcap=softcap, sinks=sinks)
-    cfg = replace(base, persistent=False, varlen=True)
-    while sum(cfg.consumer_register_parts().values()) > cfg.consumer_regs and cfg.bn > 16:
-        cfg = replace(cfg, bn=cfg.bn - 16)
-    return cfg.validate()
+    return replace(base, persistent=False, varlen=True).validate()
 
 
 def varlen_grid(config: AttnConfig, problem) -> tuple[int, int, int]:
