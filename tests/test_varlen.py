@@ -234,3 +234,15 @@ def test_custom_op_fake_keeps_typed_errors(cpu_varlen):
     with FakeTensorMode() as mode, pytest.raises(HeadDimError):
         fake = [mode.from_tensor(x) for x in a[:5]]
         torch.ops.fa4mlir.flash_attn_varlen_fwd.default(*fake, 5, 5, None, None, False, None)
+
+
+def test_bundle_lookup_tells_varlen_from_dense_kernels():
+    from fa4mlir.attention.errors import BundleError
+    from fa4mlir.attention.plan import select_entry
+    dense, ragged = acfg.default_config("bf16", 128, True), acfg.varlen_config("bf16", 128, True)
+    entries = [{"name": n, "arch": "sm_90a", "config": {**c.key(), "cubin_backend": "ptxas"}}
+               for n, c in (("dense", dense), ("ragged", ragged))]
+    assert select_entry(entries, "bf16", 128, True, default=ragged)["name"] == "ragged"
+    assert select_entry(entries, "bf16", 128, True, default=dense)["name"] == "dense"
+    with pytest.raises(BundleError, match="varlen=True"):
+        select_entry(entries[:1], "bf16", 128, True, default=ragged)

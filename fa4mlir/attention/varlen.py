@@ -116,7 +116,10 @@ def _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_se
     if not problem.is_empty:
         config = attn_cfg.varlen_config(problem.dtype, problem.head_dim, problem.causal, problem.mask,
                                         softcap=problem.softcap > 0, sinks=problem.sinks)
-        kernel = source.kernel(config)
+        try:
+            kernel = source.kernel(config)    # a bundle without it: BundleError (--set attention-varlen, prefill)
+        except FlashAttnInputError as e:
+            raise _renamed(e) from None
         built = attn_cfg.AttnConfig.from_key(kernel.artifact.config)
         launch = varlen_launch(built, kernel, problem)
         tensors = {"q": q, "k": k, "v": v, "o": out, "lse": lse, "cu_seqlens_q": cu_seqlens_q,
