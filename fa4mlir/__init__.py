@@ -42,10 +42,11 @@ _LAZY = {
     "flash_attn_with_kvcache": ("fa4mlir.attention", "flash_attn_with_kvcache"),
     "flash_mla_with_kvcache": ("fa4mlir.attention.mla", "flash_mla_with_kvcache"),
     "get_mla_metadata": ("fa4mlir.attention.mla", "get_mla_metadata"),
+    "flash_attn_varlen_func": ("fa4mlir.attention", "flash_attn_varlen_func"),
     **{err: ("fa4mlir.attention", err) for err in (
         "FlashAttnInputError", "DTypeError", "ShapeError", "HeadDimError", "HeadsRatioError",
         "EmptyInputError", "LayoutError", "DeviceError", "ScaleError", "MaskError", "ArgumentTypeError", "BundleError",
-        "AutogradError", "UnsupportedFeatureError", "KVScaleError", "SoftcapError")},
+        "AutogradError", "UnsupportedFeatureError", "KVScaleError", "SoftcapError", "SeqlensError")},
     "AttnProblem": ("fa4mlir.attention", "AttnProblem"),
     "Bundle": ("fa4mlir.artifacts", "Bundle"),
     "load": ("fa4mlir.runtime", "load"),

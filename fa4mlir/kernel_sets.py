@@ -5,9 +5,9 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
 (fa4mlir.compiler.resolve_options).
 
     gpu-tests   what tests/gpu needs (GEMM bf16/f16 on sm_90a, the sm_100a GEMM, the debug deadlock
-                kernel, the attention set, the attention-fa4-pieces set and the attention-tiles
-                variants, and the mla set; the decode kernels are their own set, `--set decode`, which
-                bench holds too)
+                kernel, the attention set, the attention-fa4-pieces set, the attention-tiles
+                variants, attention-masks, attention-softcap-sinks, attention-varlen and mla; the decode
+                kernels are their own set, `--set decode`, which bench holds too)
     attention   the sm_90a attention forward kernel: default_configs for every dtype x head_dim x
                 causal (18 kernels: 12, and a persistent one for short key sequences at D64 and
                 D128 non-causal and D64 causal), compiled with ptxas (the kernel's own backend: honours
@@ -46,9 +46,14 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 cache) and its sliding window PREFILL_WINDOW = (4096, 0) (the sliding_window row: a
                 mask object of kernels/common/mask_family.py through default_configs(..., mask=)), and
                 the decode kernels of a bf16 D128 cache in pages of 64, split and unsplit, with their
-                combine (prefill_chunked through flash_attn_with_kvcache), and the causal softcap and
-                sinks variants (the softcap and sink rows). Varlen and ALiBi have no kernel yet: those
-                rows read "unsupported"
+                combine (prefill_chunked through flash_attn_with_kvcache), the causal softcap and
+                sinks variants (the softcap and sink rows) and the bf16 D128 causal varlen kernel
+                (prefill_varlen through flash_attn_varlen_func). ALiBi has no kernel yet, nor varlen
+                over a page_table: those rows read "unsupported"
+    attention-varlen
+                the sm_90a attention kernel's ragged-batch (varlen) variants that
+                tests/gpu/test_varlen_gpu.py and the interpreter cases (tests/interpret_varlen.py) run:
+                VARLEN_CASES here, each attention_sm90_config.varlen_config
     mla         the sm_90a absorbed MLA decode kernels (flash_mla_with_kvcache, attention/mla.py): bf16 and
                 f16 caches in pages of 64 and a bf16 one in pages of 16, each split and unsplit, the
                 bf16 page-64 pair without the S exchange (`exchange=False`, to time against), and the
@@ -270,7 +275,7 @@ def prefill() -> list:
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
     from .kernels.attention_decode_sm90_config import KERNEL as DECODE_KERNEL
     from .kernels.attention_decode_sm90_config import default_config as decode_config
-    from .kernels.attention_sm90_config import KERNEL, default_configs
+    from .kernels.attention_sm90_config import KERNEL, default_configs, varlen_config
     from .kernels.common.mask_family import attention_mask
     window = attention_mask(True, PREFILL_WINDOW, 0)
     out = [(KERNEL, c) for c in default_configs("bf16", 128, True)]
@@ -279,6 +284,7 @@ def prefill() -> list:
     out += [(KERNEL, c) for feature in ({"softcap": True}, {"sinks": True})
             for c in default_configs("bf16", 128, True, **feature)]
     out += [(DECODE_KERNEL, decode_config("bf16", 128, 64, unsplit=unsplit)) for unsplit in (False, True)]
+    out.append((KERNEL, varlen_config("bf16", 128, True)))   # prefill_varlen
     return out + [(COMBINE_KERNEL, CombineConfig("bf16", 128))]
 
 
@@ -297,9 +303,37 @@ def mla() -> list:
     return out + [(COMBINE_KERNEL, CombineConfig(dtype, D_V)) for dtype in sorted({d for d, _ in MLA_CASES})]
 
 
+# (dtype, head_dim, causal, window_size, softcap, sinks) of the attention-varlen set: what
+# tests/gpu/test_varlen_gpu.py runs (every head dim causal or not, f16, GQA, a window, softcap, sinks)
+# and the interpreter's cases (tests/interpret_varlen.py)
+VARLEN_CASES = [
+    ("bf16", 64, False, (-1, -1), False, False),
+    ("bf16", 64, True, (-1, -1), False, False),
+    ("bf16", 128, False, (-1, -1), False, False),
+    ("bf16", 128, True, (-1, -1), False, False),
+    ("bf16", 256, False, (-1, -1), False, False),
+    ("bf16", 256, True, (-1, -1), False, False),
+    ("f16", 128, True, (-1, -1), False, False),
+    ("bf16", 128, True, (50, -1), False, False),
+    ("bf16", 128, False, (-1, -1), True, True),
+    ("bf16", 128, True, (-1, -1), True, True),
+]
+
+
+def attention_varlen() -> list:
+    from .kernels.attention_sm90_config import KERNEL, varlen_config
+    from .kernels.common.mask_family import attention_mask
+    out = []
+    for dtype, d, causal, window, softcap, sinks in VARLEN_CASES:
+        mask = attention_mask(causal, window, 0)
+        out.append((KERNEL, varlen_config(dtype, d, causal, None if mask.is_legacy else mask, softcap=softcap,
+                                          sinks=sinks)))
+    return out
+
+
 def gpu_tests() -> list:
     out = [_gemm90(dtype="bf16"), _gemm90(dtype="f16"), _gemm100()] + attention() + attention_fa4_pieces()
-    out += tile_variants() + attention_masks() + attention_softcap_sinks() + mla()
+    out += tile_variants() + attention_masks() + attention_softcap_sinks() + attention_varlen() + mla()
     try:
         deadlock = importlib.import_module("fa4mlir.kernels.deadlock_sm90")
         out += deadlock.bundle_entries()
@@ -322,7 +356,7 @@ def bench() -> list:
 SETS = {"attention-sm100": attention_sm100, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
         "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
         "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,
-        "prefill": prefill, "mla": mla}
+        "prefill": prefill, "mla": mla, "attention-varlen": attention_varlen}
 
 
 def configs(names: list[str]) -> list:

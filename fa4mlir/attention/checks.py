@@ -5,6 +5,7 @@ do. ``check_options`` checks the flags, stream and bundle; ``read_tensor`` reads
 (``AttnProblem``) from q, k, v. None of them makes a CUDA call or compiles."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 import os
@@ -15,9 +16,9 @@ from ..driver import stream_handle
 from ..kernels import attention_sm90_config as attn_cfg
 from ..runtime import DTYPES, GMEM_ALIGN_BYTES, TensorInfo, tensor_info
 from ..tensors import TensorDTypeError, TensorLikeError, TensorStrideError
-from .errors import (ArgumentTypeError, DeviceError, DTypeError, EmptyInputError, HeadDimError, HeadsRatioError,
-                     LayoutError, MaskError, ScaleError, ShapeError, SoftcapError)
-from .problem import AttnProblem
+from .errors import (ArgumentTypeError, DeviceError, DTypeError, EmptyInputError, FlashAttnInputError, HeadDimError,
+                     HeadsRatioError, LayoutError, MaskError, ScaleError, SeqlensError, ShapeError, SoftcapError)
+from .problem import AttnProblem, VarlenProblem
 
 MAX_GRID_YZ = 65535      # CUDA limit on gridDim.y (heads) and gridDim.z (batch)
 MAX_I32 = 2**31 - 1      # seqlen_q and seqlen_k are i32 kernel params
@@ -411,3 +412,92 @@ def check_device_context(ordinal: int | None, context_ordinal: int, capability: 
                                f"({attn_cfg.KERNEL}) needs an sm_90 GPU (H100/H200)"))
 
 
+
+
+# ----------------------------------------------------------------------------------------------
+# Ragged batches (flash_attn_varlen_func): packed q/k/v and the sequence tensors
+# ----------------------------------------------------------------------------------------------
+
+VARLEN_API = "flash_attn_varlen_func"
+PACKED_DIMS = ("total_tokens", "heads", "head_dim")
+
+
+def check_varlen_inputs(q_info: TensorInfo, k_info: TensorInfo, v_info: TensorInfo) -> VarlenProblem:
+    """Packed q [total_q, heads, head_dim], k and v [total_k, kv_heads, head_dim]: dtype, rank, head
+    dims, heads ratio and TMA layout, as check_inputs does for the dense layout (the packed tensors
+    run as a batch of one: the same checks, the same messages). Returns the problem with batch and
+    the maxima still 0 (check_seqlens fills them)."""
+    for name, info in (("q", q_info), ("k", k_info), ("v", v_info)):
+        if len(info.shape) != 3:
+            raise ShapeError(_err(f"{name} must be 3-D [total_tokens, heads, head_dim] (sequences packed one "
+                                  f"after another), got shape {tuple(info.shape)}; for [batch, seqlen, heads, "
+                                  f"head_dim] use flash_attn_func", VARLEN_API))
+    try:
+        dense = check_inputs(*(dataclasses.replace(info, shape=(1, *info.shape), strides=(0, *info.strides))
+                               for info in (q_info, k_info, v_info)))
+    except FlashAttnInputError as e:   # the same check, in this entry point's name
+        raise type(e)(str(e).replace("flash_attn_func:", f"{VARLEN_API}:", 1)) from None
+    return VarlenProblem(0, 0, 0, dense.seqlen_q, dense.seqlen_k, dense.heads, dense.kv_heads, dense.head_dim,
+                         dense.dtype)
+
+
+def check_max_seqlen(name: str, value: Any) -> int:
+    """max_seqlen_q / max_seqlen_k: an int in [0, 2^31 - 1] (ArgumentTypeError, SeqlensError)."""
+    if isinstance(value, bool) or _is_numpy_bool(value):
+        value = None
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise ArgumentTypeError(_err(f"{name} must be an int (the longest sequence's length, known to the "
+                                     f"caller: FlashAttention's contract), got {type(value).__name__} {value!r}",
+                                     VARLEN_API)) from None
+    if not 0 <= n <= MAX_I32:
+        raise SeqlensError(_err(f"{name} must be in [0, 2^31 - 1], got {n}", VARLEN_API))
+    return n
+
+
+def check_seqlens(name: str, info: TensorInfo, length: int | None) -> int:
+    """cu_seqlens_q / cu_seqlens_k (int32 [batch + 1]) or seqused_k (int32 [batch]): dtype
+    (DTypeError), 1-D, `length` entries when given (SeqlensError), unit stride and a 4-byte aligned
+    base (LayoutError). Returns the length. Their values are device data and are not read (no host
+    sync): increasing, in [0, total], seqused_k <= the sequence's keys are the caller's word."""
+    if info.dtype != "i32":
+        raise DTypeError(_err(f"{name} must be int32 (FlashAttention's cu_seqlens dtype), got {info.dtype}; "
+                              f"pass {name}.to(torch.int32)", VARLEN_API))
+    if len(info.shape) != 1:
+        raise SeqlensError(_err(f"{name} must be 1-D, got shape {tuple(info.shape)}", VARLEN_API))
+    n = info.shape[0]
+    if length is not None and n != length:
+        want = "batch + 1" if name.startswith("cu_") else "batch"
+        raise SeqlensError(_err(f"{name} must have {want} = {length} entries, got {n}", VARLEN_API))
+    if name.startswith("cu_") and n < 1:
+        raise SeqlensError(_err(f"{name} must have batch + 1 >= 1 entries (it starts with 0), got 0", VARLEN_API))
+    if n and (n > 1 and info.strides[0] != 1):
+        raise LayoutError(_err(f"{name} must be contiguous (stride 1), got stride {info.strides[0]}; pass "
+                               f"{name}.contiguous()", VARLEN_API))
+    if n:
+        check_pointer(name, info, VARLEN_API)
+        if info.ptr % 4:
+            raise LayoutError(_err(f"{name} data pointer {info.ptr:#x} is not 4-byte aligned", VARLEN_API))
+    return n
+
+
+def check_varlen_outputs(dims: VarlenProblem, out_info: TensorInfo | None, lse_info: TensorInfo | None) -> None:
+    """out: q's packed shape and dtype, contiguous (the rows at a sequence's end are stored by
+    address, attention_fwd_sm90_varlen); lse: float32 [heads, total_q], contiguous."""
+    if out_info is not None:
+        if tuple(out_info.shape) != dims.out_shape or out_info.dtype != dims.dtype:
+            raise ShapeError(_err(f"out must be {dims.dtype} {dims.out_shape} like q, got {out_info.dtype} "
+                                  f"{tuple(out_info.shape)}; allocate it with torch.empty_like(q)", VARLEN_API))
+        want = (dims.heads * dims.head_dim, dims.head_dim, 1)
+        if _numel(out_info) and tuple(out_info.strides) != want:
+            raise LayoutError(_err(f"out must be contiguous (strides {want}), got {out_info.strides}; pass "
+                                   f"torch.empty_like(q) or out.contiguous()", VARLEN_API))
+        check_layout("out", out_info, PACKED_DIMS)
+    if lse_info is not None:
+        if lse_info.dtype != "f32" or tuple(lse_info.shape) != dims.lse_shape:
+            raise ShapeError(_err(f"lse must be float32 [heads, total_q] = {dims.lse_shape} (FlashAttention-3/4's "
+                                  f"varlen layout), got {lse_info.dtype} {tuple(lse_info.shape)}", VARLEN_API))
+        if _numel(lse_info) and (tuple(lse_info.strides) != (dims.total_q, 1) or lse_info.ptr % GMEM_ALIGN_BYTES):
+            raise LayoutError(_err(f"lse must be contiguous (strides ({dims.total_q}, 1)) and 16-byte aligned, "
+                                   f"got strides {lse_info.strides} at {lse_info.ptr:#x}", VARLEN_API))

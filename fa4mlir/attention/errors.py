@@ -45,6 +45,13 @@ class ScaleError(FlashAttnInputError):
     (checks.MIN_SOFTMAX_SCALE .. checks.MAX_SOFTMAX_SCALE)."""
 
 
+class SeqlensError(ShapeError):
+    """flash_attn_varlen_func's cu_seqlens_q / cu_seqlens_k / seqused_k / max_seqlen_*: a length that
+    does not match the batch, a negative or non-int max_seqlen, or a tensor that is not 1-D and
+    contiguous. (Their dtype raises DTypeError, their device DeviceError; their values live on the
+    device and are not checked, see attention/varlen.py.)"""
+
+
 class ArgumentTypeError(FlashAttnInputError, TypeError):
     """An argument of the wrong kind: a tensor argument that is not a readable tensor-like (None, a
     list, a malformed __cuda_array_interface__ or DLPack object), a flag (causal, return_lse) that
@@ -83,7 +90,7 @@ class KVScaleError(ScaleError):
     and DTypeError like any tensor's."""
 
 
-ERRORS = (FlashAttnInputError, DTypeError, ShapeError, HeadDimError, HeadsRatioError, EmptyInputError,
+ERRORS = (FlashAttnInputError, DTypeError, ShapeError, SeqlensError, HeadDimError, HeadsRatioError, EmptyInputError,
           LayoutError, DeviceError, ScaleError, MaskError, SoftcapError, ArgumentTypeError, BundleError, AutogradError,
           UnsupportedFeatureError, KVScaleError)
 

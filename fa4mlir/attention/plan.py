@@ -84,7 +84,7 @@ class PreparedPlan:
 
 MASK_FIELDS = {"window_left": -1, "window_right": -1, "chunk": 0}   # absent from the keys of unwindowed kernels
 # the compile-time fields a call must match exactly, with what older bundles' keys (which lack them) mean
-VARIANT_FIELDS = {**MASK_FIELDS, "softcap": False, "sinks": False}
+VARIANT_FIELDS = {**MASK_FIELDS, "softcap": False, "sinks": False, "varlen": False}
 
 
 def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: bool, where: str = "bundle",

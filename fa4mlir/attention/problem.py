@@ -88,4 +88,68 @@ class AttnProblem:
         return (self.batch, self.heads, self.seqlen_q)
 
 
-__all__ = ["AttnProblem"]
+@dataclass(frozen=True)
+class VarlenProblem:
+    """A ragged batch (attention/varlen.py): q [total_q, heads, head_dim], k and v [total_k,
+    kv_heads, head_dim] packed, `batch` sequences whose rows cu_seqlens (device memory, never read
+    here) give; max_seqlen_q and max_seqlen_k bound their lengths (the caller's word: the grid has
+    ceil(max_seqlen_q / bm) query tiles per sequence). seqlen_q and seqlen_k read as the maxima, so
+    the launch contract (attention_sm90_config.launch_args) fills batch, seqlen_q and seqlen_k with
+    the number of sequences and the maxima."""
+
+    batch: int
+    max_seqlen_q: int
+    max_seqlen_k: int
+    total_q: int
+    total_k: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    dtype: str
+    causal: bool = False
+    softmax_scale: float | None = None
+    window_size: tuple = (-1, -1)
+    attention_chunk: int = 0
+    softcap: float = 0.0
+    sinks: bool = False
+    seqused_k: bool = False
+
+    @property
+    def seqlen_q(self) -> int:
+        return self.max_seqlen_q
+
+    @property
+    def seqlen_k(self) -> int:
+        return self.max_seqlen_k
+
+    @property
+    def heads_per_kv(self) -> int:
+        return self.heads // self.kv_heads
+
+    @property
+    def mask(self) -> Mask:
+        """The call's mask with the window sides that bound nothing for any sequence dropped (left >=
+        max_seqlen_k - 1, right >= max_seqlen_q - 1: every sequence is at most that long); a chunk is
+        kept (whether it bounds a sequence depends on its own lengths)."""
+        left, right = self.window_size
+        if left >= self.max_seqlen_k - 1:
+            left = -1
+        if right >= self.max_seqlen_q - 1:
+            right = -1
+        return attention_mask(self.causal, (left, right), self.attention_chunk)
+
+    @property
+    def is_empty(self) -> bool:
+        """No query row to compute: no sequence, no packed row, no head or max_seqlen_q 0."""
+        return self.batch * self.total_q * self.heads * self.max_seqlen_q == 0
+
+    @property
+    def out_shape(self) -> tuple[int, int, int]:
+        return (self.total_q, self.heads, self.head_dim)
+
+    @property
+    def lse_shape(self) -> tuple[int, int]:
+        return (self.heads, self.total_q)
+
+
+__all__ = ["AttnProblem", "VarlenProblem"]

@@ -9,6 +9,15 @@ its first call with torch tensors, so importing fa4mlir stays torch-free).
                                 float? softmax_scale, bool causal, str? bundle, SymInt window_left=-1,
                                 SymInt window_right=-1, SymInt attention_chunk=0, float softcap=0.,
                                 Tensor? sinks=None) -> ()
+    fa4mlir::flash_attn_varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k,
+                                   SymInt max_seqlen_q, SymInt max_seqlen_k, Tensor? seqused_k,
+                                   float? softmax_scale, bool causal, str? bundle, SymInt window_left=-1,
+                                   SymInt window_right=-1, float softcap=0., Tensor? sinks=None)
+                                   -> (Tensor out, Tensor lse)
+
+``flash_attn_varlen_fwd`` is varlen.flash_attn_varlen_func's functional op (calls without out= and
+lse=; its implementation is varlen._flash_attn_varlen, no call cache), out [total_q, heads, D] and lse
+float32 [heads, total_q].
 
 ``flash_attn_fwd`` is functional: it allocates out and lse (the usual call; what torch.compile's
 graphs and CUDA-graph pools like best). ``flash_attn_fwd_out`` writes the caller's out= (and lse=)
@@ -38,7 +47,9 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_
 from ..runtime import GMEM_ALIGN_BYTES, TensorInfo
 from ..tensors import TORCH_DTYPES
 from .checks import check_bundle, check_inputs, check_scale, check_softcap
+from .checks import check_mask, check_max_seqlen, check_varlen_inputs
 from .dense import _flash_attn, check_no_grad
+from .varlen import _flash_attn_varlen
 
 NAMESPACE = "fa4mlir"
 
@@ -159,4 +170,49 @@ def flash_attn(q, k, v, softmax_scale, causal, return_lse, out, lse, bundle, win
     return (out, lse) if return_lse else out
 
 
-__all__ = ["flash_attn_fwd", "flash_attn_fwd_out", "flash_attn", "NAMESPACE"]
+@torch.library.custom_op(f"{NAMESPACE}::flash_attn_varlen_fwd", mutates_args=())
+def flash_attn_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                          cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                          seqused_k: Optional[torch.Tensor], softmax_scale: Optional[float], causal: bool,
+                          bundle: Optional[str], window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
+                          sinks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """out [total_q, heads, head_dim] (q's dtype) and lse float32 [heads, total_q]."""
+    return _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, None,
+                              softmax_scale, causal, (window_left, window_right), softcap, sinks, True, None, None,
+                              _bundle(bundle))
+
+
+@flash_attn_varlen_fwd.register_fake
+def _flash_attn_varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
+                                softmax_scale, causal, bundle, window_left=-1, window_right=-1, softcap=0.0, sinks=None):
+    dims = [*q.shape, *q.stride(), *k.shape, *k.stride(), *v.shape, *v.stride()]
+    if all(isinstance(n, int) for n in dims):   # concrete sizes: the pure checks at trace time too
+        infos = [TensorInfo(GMEM_ALIGN_BYTES, tuple(x.shape), tuple(x.stride()),
+                            TORCH_DTYPES.get(str(x.dtype).split(".")[-1], "?"), "cuda", True) for x in (q, k, v)]
+        problem = check_varlen_inputs(*infos)
+        check_softcap(softcap, check_scale(softmax_scale, problem.head_dim))
+    total_q, heads = q.shape[0], q.shape[1]
+    return q.new_empty(q.shape), q.new_empty((heads, total_q), dtype=torch.float32)
+
+
+_VARLEN = torch.ops.fa4mlir.flash_attn_varlen_fwd.default
+
+
+def flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, softmax_scale,
+                      causal, window_size, softcap, sinks, return_lse, bundle):
+    """varlen.flash_attn_varlen_func as one op call (tracing, torch.compile): the schema's scalars
+    checked first (flags, window, max_seqlen, scale, softcap), then the op."""
+    from .checks import check_flag
+    check_no_grad(q, k, v, sinks)
+    causal, return_lse = check_flag("causal", causal), check_flag("return_lse", return_lse)
+    window, _ = check_mask(window_size, 0)
+    max_q, max_k = check_max_seqlen("max_seqlen_q", max_seqlen_q), check_max_seqlen("max_seqlen_k", max_seqlen_k)
+    scale = check_scale(softmax_scale, max(q.shape[-1], 1) if q.dim() else 1)
+    softcap = check_softcap(softcap, scale)
+    out, lse = _VARLEN(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, seqused_k, scale, causal,
+                       _bundle_arg(bundle), *window, softcap, sinks)
+    return (out, lse) if return_lse else out
+
+
+__all__ = ["flash_attn_fwd", "flash_attn_fwd_out", "flash_attn", "flash_attn_varlen_fwd", "flash_attn_varlen",
+           "NAMESPACE"]

@@ -51,6 +51,8 @@ exp(s' - c m), and the masks set t to -inf after the tanh. `sinks` adds a learne
 (gpt-oss) to each row's denominator in the epilogue: with a = m * scale_log2, b = sink * log2(e)
 and M = max(a, b), l' = l * 2^(a - M) + 2^(b - M), O = O * 2^(a - M) / l' and LSE = (M + log2 l')
 * ln 2, stable for any sink; a row that sees no key gets O = 0 and LSE = sink.
+Ragged batches (`varlen`): packed [total, heads, D] tensors, each CTA's sequence from cu_seqlens in
+device memory, a 1-D grid longest tile first; see attention_fwd_sm90_varlen.
 """
 from __future__ import annotations
 
@@ -61,6 +63,7 @@ from .. import dsl
 from ..dialect import builders as fa4
 from ..dsl import (ELEM_BYTES, KernelBuilder, PipeState, Value, const, exp2, fast_div, fma, fmax, log2, select, tanh,
                    tree_reduce, undef, vec)
+from . import attention_fwd_sm90_varlen as varlen
 from .attention_sm90_config import AttnConfig, causal_pair_slot, dealt_tile, launch_params, section_tile
 from .common.constants import LOG2E
 from .common.masks import ValueOps, block_range, hidden, key_window, tile_blocks, visible_keys
@@ -81,7 +84,7 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
     nch = cfg.d_chunks
     q_bytes = cfg.bm * nch * SWIZZLE
     kv_bytes = cfg.bn * nch * SWIZZLE
-    name = (f"attention_fwd_sm90_{cfg.dtype}_d{cfg.head_dim}{cfg.mask.tag()}{cfg.score_tag()}"
+    name = (f"attention_fwd_sm90_{cfg.dtype}_d{cfg.head_dim}{cfg.mask.tag()}{cfg.score_tag()}"  # score_tag: _varlen
             f"_{cfg.bm}x{cfg.bn}_s{cfg.stages}{'' if cfg.pingpong else '_nopp'}{'_pers' if cfg.persistent else ''}"
             f"{cfg.name_suffix()}")
     kb = KernelBuilder(name, arch="sm_90a", block=(cfg.threads, 1, 1), config=cfg.key())
@@ -110,7 +113,7 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
         kb.pipeline_init()
         params = _Params(p["batch"], p["heads"], p["seqlen_q"], p["seqlen_k"], p["scale_log2"], div("group"),
                          div("tiles"), div("heads"), (p["section_shift"], div("rest")), p.get("softcap_scale"),
-                         p.get("sinks"))
+                         p.get("sinks"), varlen.params_of(p) if cfg.varlen else None)
         bufs = _Buffers(q_smem, k_smem, v_smem, o_smem, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_desc, o_desc,
                         lse_ptr, q_bytes, kv_bytes)
         tiles = _Tiles(kb, cfg, params)
@@ -138,6 +141,7 @@ class _Params:
     sections: tuple        # causal tile order: (section_shift, the rest's divisor), see section_tile
     softcap_scale: Value | None = None   # softcap: softmax_scale / cap, the factor before the tanh
     sinks: Value | None = None           # sinks: float32 [heads] sink logits (natural-log units)
+    varlen: varlen.VarlenParams | None = None   # varlen: cu_seqlens and the rest (VARLEN_PARAMS)
 
 
 @dataclass(frozen=True)
@@ -193,8 +197,12 @@ class _Geometry:
     original code, so those kernels keep their PTX). Another mask (a window, a chunk): blocks
     `first` .. first + n_blocks - 1, whole on [full_first, full_end) (common.masks.tile_blocks)."""
 
-    def __init__(self, cfg, params: _Params, m_block, head, batch):
-        self.seqlen_q, self.seqlen_k = params.seqlen_q, params.seqlen_k
+    def __init__(self, cfg, params: _Params, m_block, head, batch, seq: varlen.Sequence | None = None):
+        self.seqlen_q, self.seqlen_k = (params.seqlen_q, params.seqlen_k) if seq is None else seq[1::2]
+        # varlen: rows are packed, offset by the sequence's starts, in TMA batch 0 (None: dense)
+        self.q_row0, self.k_row0 = (None, None) if seq is None else seq[0::2]
+        self.tma_batch = batch if seq is None else const(0)
+        self.total_q = None if seq is None else params.varlen.total_q
         self.m0 = m_block * cfg.bm
         self.head, self.batch, self.heads = head, batch, params.heads
         self.kv_head = fast_div(self.head, *params.div_group)
@@ -202,9 +210,11 @@ class _Geometry:
         if cfg.mask.is_legacy:
             self.n_blocks, self.n_unmasked = block_range(self.m0, cfg.bm, self.seqlen_q, self.seqlen_k, cfg.bn,
                                                          cfg.causal)
-            return
-        tb = tile_blocks(cfg.mask, self.m0, cfg.bm, self.seqlen_q, self.seqlen_k, cfg.bn, ValueOps)
-        self.first, self.n_blocks, self.full = tb.first, tb.end - tb.first, (tb.full_first, tb.full_end)
+        else:
+            tb = tile_blocks(cfg.mask, self.m0, cfg.bm, self.seqlen_q, self.seqlen_k, cfg.bn, ValueOps)
+            self.first, self.n_blocks, self.full = tb.first, tb.end - tb.first, (tb.full_first, tb.full_end)
+        if seq is not None:  # a tile past its sequence's end: no KV block, nothing loaded, no row stored
+            self.n_blocks = select(self.m0.lt(self.seqlen_q), self.n_blocks, const(0))
 
     def first_is_whole(self) -> Value:
         """Whether every row sees all of the first visited block (it may skip the mask)."""
@@ -215,6 +225,12 @@ class _Geometry:
     def block(self, j) -> Value:
         """The KV block index of the j-th visited block (j itself when they start at 0)."""
         return j if self.first is None else self.first + j
+
+    def q_row(self, row) -> Value:   # a query (key) row as a TMA row coordinate (varlen: the packed row)
+        return row if self.q_row0 is None else self.q_row0 + row
+
+    def k_row(self, row) -> Value:
+        return row if self.k_row0 is None else self.k_row0 + row
 
 
 class _Tiles:
@@ -241,6 +257,11 @@ class _Tiles:
     def __init__(self, kb, cfg, params: _Params):
         self.kb, self.cfg, self.params = kb, cfg, params
         self.fixed = None
+        if cfg.varlen:  # common.varlen_schedule's order; the sequence from cu_seqlens
+            m_block, head, b = varlen.tile_of(kb, params.varlen, params.div_heads, params.heads, params.batch,
+                                              self._m_tiles())
+            self.fixed = _Geometry(cfg, params, m_block, head, b, varlen.sequence(kb, params.varlen, b))
+            return
         if cfg.persistent:
             return
         if not cfg.causal:
@@ -338,15 +359,15 @@ def _load_tile(kb, cfg, bufs: _Buffers, geo: _Geometry, counts: _Counts | None):
             base = s.stage * stage_bytes if stage_bytes else 0
             for c in range(nch):
                 fa4.tma_load(desc, kb.gep(smem, base + c * rows * SWIZZLE, "i8"), s.stage,
-                             [const(c * CHUNK), head, row, geo.batch],
+                             [const(c * CHUNK), head, row, geo.tma_batch],
                              pipe=pipe.name, box=[CHUNK, 1, rows, 1], elem_bytes=ELEM_BYTES[cfg.dtype])
 
         def load_k(s, row):
-            load(bufs.k_pipe, bufs.k_desc, bufs.k_smem, s, cfg.bn, geo.kv_head, row, bufs.kv_bytes,
+            load(bufs.k_pipe, bufs.k_desc, bufs.k_smem, s, cfg.bn, geo.kv_head, geo.k_row(row), bufs.kv_bytes,
                  stage_bytes=bufs.kv_bytes)
 
         def load_v(s, row):
-            load(bufs.v_pipe, bufs.v_desc, bufs.v_smem, s, cfg.bn, geo.kv_head, row, bufs.kv_bytes,
+            load(bufs.v_pipe, bufs.v_desc, bufs.v_smem, s, cfg.bn, geo.kv_head, geo.k_row(row), bufs.kv_bytes,
                  stage_bytes=bufs.kv_bytes)
 
         # K runs one block ahead of V, in the order the consumers use them: S_j = Q K_j^T is issued
@@ -355,7 +376,7 @@ def _load_tile(kb, cfg, bufs: _Buffers, geo: _Geometry, counts: _Counts | None):
         k0 = bufs.k_pipe.state_at(kv_count)
         load_k(k0, const(0) if geo.first is None else geo.first * cfg.bn)
         q0 = bufs.q_pipe.state_at(q_count)
-        load(bufs.q_pipe, bufs.q_desc, bufs.q_smem, q0, cfg.bm, geo.head, geo.m0, bufs.q_bytes,
+        load(bufs.q_pipe, bufs.q_desc, bufs.q_smem, q0, cfg.bm, geo.head, geo.q_row(geo.m0), bufs.q_bytes,
              stage_bytes=bufs.q_bytes if cfg.q_stages > 1 else 0)
         # 2. K_{j+1} and V_j for j < n_blocks - 1, then the last V
         loop = kb.for_(0, geo.n_blocks - 1, 1, carry=k0)
@@ -374,6 +395,7 @@ class _Consumer:
         self.kb, self.cfg, self.geo, self.bufs = kb, cfg, geo, bufs
         self.scale_log2 = params.scale_log2
         self.softcap_scale, self.sinks = params.softcap_scale, params.sinks
+        self.o_rows = params.varlen.o_rows if params.varlen else None
         tid = kb.thread_idx(0)
         # 0 .. cfg.consumers - 1, broadcast so ptxas keeps this warpgroup's Q/O addresses and wgmma
         # descriptors in uniform registers (else an R2UR pair before every wgmma)
@@ -743,6 +765,21 @@ def _epilogue(cs: _Consumer, acc: _Acc):
         empty = total.eq(0.0)
         inv.append(select(empty, const(0.0, "f32"), keys / total))
         lse.append(select(empty, const(float("inf"), "f32"), (top + log2(total)) * LN2))
+    if cfg.varlen:  # steps 1-3 clipped to the sequence's rows (attention_fwd_sm90_varlen.epilogue)
+        varlen.epilogue(kb, cfg, cs, o, inv, lse, lambda: _store_o_tile(cs, o, inv))
+        return
+    _store_o_tile(cs, o, inv)
+    # 3. LSE from the lane that owns column pair 0 of each row
+    with kb.if_(cs.t4.eq(0)).then_():
+        row_base = (geo.batch * geo.heads + geo.head).to("i64") * geo.seqlen_q.to("i64")
+        for h in (0, 1):
+            with kb.if_(cs.grow[h].lt(geo.seqlen_q)).then_():
+                kb.store(lse[h], kb.gep(bufs.lse_ptr, row_base + cs.grow[h].to("i64"), "f32"), align=4)
+
+
+def _store_o_tile(cs: _Consumer, o: Value, inv: list):
+    """Steps 1-2 of the epilogue: O / l into the O tile in SMEM, then this warpgroup's 64 rows by TMA."""
+    kb, cfg, bufs, geo = cs.kb, cs.cfg, cs.bufs, cs.geo
     # 1. O / l, converted, into this warpgroup's 64 rows of the O tile (the Q tile unless persistent;
     #    128B swizzle, as TMA reads it)
     nch = cfg.d_chunks
@@ -765,12 +802,7 @@ def _epilogue(cs: _Consumer, acc: _Acc):
     with kb.if_(cs.is_leader).then_():
         for c in range(nch):
             fa4.tma_store(bufs.o_desc, kb.gep(wg_base, c * cfg.bm * SWIZZLE, "i8"),
-                          [const(c * CHUNK), geo.head, geo.m0 + cs.wg * 64, geo.batch], box=[CHUNK, 1, 64, 1])
+                          [const(c * CHUNK), geo.head, geo.q_row(geo.m0 + cs.wg * 64), geo.tma_batch],
+                          box=[CHUNK, 1, 64, 1])
         # commit the stores; one tile per CTA waits here, persistent before its next write to the tile
         fa4.tma_store_wait(pending=1 if cfg.persistent else 0)
-    # 3. LSE from the lane that owns column pair 0 of each row
-    with kb.if_(cs.t4.eq(0)).then_():
-        row_base = (geo.batch * geo.heads + geo.head).to("i64") * geo.seqlen_q.to("i64")
-        for h in (0, 1):
-            with kb.if_(cs.grow[h].lt(geo.seqlen_q)).then_():
-                kb.store(lse[h], kb.gep(bufs.lse_ptr, row_base + cs.grow[h].to("i64"), "f32"), align=4)

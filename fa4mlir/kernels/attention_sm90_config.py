@@ -14,6 +14,7 @@ from .common.fastdiv import divisor
 from .common.fields import ConfigError, RegisterBudgetError, check_fields
 from .common.mask_family import Mask, attention_mask
 from .common.naming import softmax_knob_tags
+from .common.varlen_schedule import varlen_grid_size
 
 KERNEL = "attention_fwd_sm90"
 HEAD_DIMS = (64, 128, 256)
@@ -42,6 +43,10 @@ class AttnConfig:
     # learned logit per head to each row's softmax denominator (launch_params: a float32 [heads] pointer)
     softcap: bool = False
     sinks: bool = False
+    # ragged batches (attention/varlen.py): q, k, v packed [total_tokens, heads, D], each sequence's
+    # rows from cu_seqlens in device memory, a 1-D grid in common.varlen_schedule's order; one tile per
+    # CTA (persistent False). Left out of key() when False, so the dense kernels keep their keys
+    varlen: bool = False
     bm: int = 128             # query rows per CTA: 64 per consumer warpgroup (128: 2, 192: 3)
     bn: int = 128             # key/value rows per pipeline block
     stages: int = 2           # K and V ring depth, >= 2
@@ -80,6 +85,9 @@ class AttnConfig:
         self._check_mask()
         if self.bn % 16 or not 16 <= self.bn <= 256:
             raise ConfigError(f"bn must be a multiple of 16 in [16, 256] (wgmma n and k16 steps), got {self.bn}")
+        if self.varlen and self.persistent:
+            raise ConfigError("varlen kernels run one tile per CTA (the grid's order is the schedule, "
+                              "common.varlen_schedule): use persistent=False")
         if self.stages < 2:
             raise ConfigError(f"stages must be >= 2 (K and V ring depth), got {self.stages}: with one stage the "
                               f"producer loads K_j+1 only after every consumer released K_j, and ptxas needs 16-40 "
@@ -260,8 +268,8 @@ class AttnConfig:
         return self.q_stages * self.bm * row + o_tile + 2 * self.stages * self.bn * row + 1024
 
     def score_tag(self) -> str:
-        """Kernel-name tags of the score modifiers ('' for none): _softcap, _sink."""
-        return ("_softcap" if self.softcap else "") + ("_sink" if self.sinks else "")
+        """Kernel-name tags of the score modifiers ('' for none): _softcap, _sink; and _varlen."""
+        return ("_softcap" if self.softcap else "") + ("_sink" if self.sinks else "") + ("_varlen" if self.varlen else "")
 
     def name_suffix(self) -> str:
         """Kernel-name tags of the non-default softmax knobs ('' for the defaults): _poly4, _lazy8, _rb."""
@@ -272,7 +280,10 @@ class AttnConfig:
         """The config as a dict, every field (the mask's and score modifiers' too: a bundle query by
         key() picks one kernel; bundles from before them lack them, which attention.plan.select_entry
         reads as none)."""
-        return {"kernel": KERNEL, **self.__dict__}
+        key = {"kernel": KERNEL, **self.__dict__}
+        if not self.varlen:
+            del key["varlen"]
+        return key
 
     @classmethod
     def from_key(cls, key: dict) -> "AttnConfig":
@@ -418,6 +429,8 @@ def grid(config: AttnConfig, problem, num_sms: int | None = None) -> tuple[int, 
     tiles: one CTA per SM with `num_sms` (fewer when there are fewer tiles), else one per tile.
     `problem`: anything with batch, heads, seqlen_q (attention.AttnProblem)."""
     tiles = query_tiles(config, problem.seqlen_q)
+    if config.varlen:
+        return varlen_grid(config, problem)
     if not config.persistent:  # causal: a 1-D grid in section_tile's order
         return (tiles * problem.heads * problem.batch, 1, 1) if config.causal else (tiles, problem.heads, problem.batch)
     total = tiles * problem.heads * problem.batch
@@ -459,12 +472,21 @@ LAUNCH_PARAMS = (*TENSOR_PARAMS, ("batch", "i32"), ("heads", "i32"), ("seqlen_q"
 # [heads] logits [D-sinks].
 SOFTCAP_PARAMS = (("softcap_scale", "f32"),)
 SINK_PARAMS = (("sinks", "ptr"),)
+# A varlen kernel's parameters, last (attention_fwd_sm90_varlen): o_rows, out again as a plain pointer
+# for the rows a TMA store would overrun into the next sequence; cu_seqlens_q / cu_seqlens_k, int32
+# [batch + 1]; seqused_k, int32 [batch] (cu_seqlens_k again when has_seqused_k is 0); total_q, the
+# packed rows (LSE is float32 [heads, total_q]); the divisor heads * batch of the tile order
+# (common.varlen_schedule). batch, seqlen_q and seqlen_k of LAUNCH_PARAMS hold the number of
+# sequences, max_seqlen_q and max_seqlen_k.
+VARLEN_PARAMS = (("o_rows", "ptr"), ("cu_seqlens_q", "ptr"), ("cu_seqlens_k", "ptr"), ("seqused_k", "ptr"),
+                 ("has_seqused_k", "i32"), ("total_q", "i32"), ("hb_mul", "i32"), ("hb_shr", "i32"))
 
 
 def launch_params(config: AttnConfig) -> tuple:
     """The config's launch contract, (name, kind) in PTX order: LAUNCH_PARAMS, then SOFTCAP_PARAMS
-    with softcap and SINK_PARAMS with sinks."""
-    return (*LAUNCH_PARAMS, *(SOFTCAP_PARAMS if config.softcap else ()), *(SINK_PARAMS if config.sinks else ()))
+    with softcap, SINK_PARAMS with sinks and VARLEN_PARAMS with varlen."""
+    return (*LAUNCH_PARAMS, *(SOFTCAP_PARAMS if config.softcap else ()), *(SINK_PARAMS if config.sinks else ()),
+            *(VARLEN_PARAMS if config.varlen else ()))
 
 
 def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) -> dict:
@@ -480,7 +502,7 @@ def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) 
     a sinks kernel the tensor `sinks` [D-sinks]."""
     tiles = query_tiles(config, problem.seqlen_q)
     split = (tiles + 1) // 2 if config.causal and config.persistent else tiles
-    sectioned = config.causal and not config.persistent
+    sectioned = config.causal and not config.persistent and not config.varlen
     shift = section_shift(config, problem, l2_bytes) if sectioned else 0
     rest = (problem.batch * problem.heads) % (1 << shift)
     args = {name: tensors[name] for name, _ in TENSOR_PARAMS}
@@ -496,7 +518,30 @@ def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) 
         args.update(scale_log2=cap * LOG2E, softcap_scale=float(problem.softmax_scale) / cap)
     if config.sinks:
         args["sinks"] = tensors["sinks"]
+    if config.varlen:
+        used = tensors.get("seqused_k")
+        args.update(o_rows=tensors["o"], cu_seqlens_q=tensors["cu_seqlens_q"], cu_seqlens_k=tensors["cu_seqlens_k"],
+                    seqused_k=tensors["cu_seqlens_k"] if used is None else used, has_seqused_k=int(used is not None),
+                    total_q=int(problem.total_q))
+        args["hb_mul"], args["hb_shr"] = divisor(max(int(problem.heads) * int(problem.batch), 1))
     return {name: args[name] for name, _ in launch_params(config)}   # in PTX order, every parameter once
+
+
+def varlen_config(dtype: str, head_dim: int, causal: bool, mask: Mask | None = None, *, softcap: bool = False,
+                  sinks: bool = False) -> AttnConfig:
+    """The ragged-batch kernel of a case: default_config's tiles and knobs for long sequences, one
+    tile per CTA (the 1-D grid's order is the schedule: common.varlen_schedule) and varlen=True.
+    The host knows only max_seqlen_q, so there is no short-sequence pick. The register model is the
+    dense one: the sequence bookkeeping (starts, lengths, the row bound) fit in it, measured
+    [D-varlen]."""
+    base = default_config(dtype, head_dim, causal, None, mask=mask, softcap=softcap, sinks=sinks)
+    return replace(base, persistent=False, varlen=True).validate()
+
+
+def varlen_grid(config: AttnConfig, problem) -> tuple[int, int, int]:
+    """The 1-D grid of a varlen kernel: ceil(max_seqlen_q / bm) x heads x batch blocks
+    (common.varlen_schedule). `problem`: batch (sequences), heads, seqlen_q (max_seqlen_q)."""
+    return (varlen_grid_size(problem.seqlen_q, config.bm, problem.heads, problem.batch), 1, 1)
 
 
 class IntOps:
@@ -567,5 +612,6 @@ def flops(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int, c
 
 __all__ = ["AttnConfig", "default_config", "default_configs", "SHORT_SEQLEN_K", "SHORT_TILES", "is_short",
            "query_tiles", "dealt_tile", "causal_pair_slot", "section_tile", "section_shift", "L2_BYTES",
-           "SECTION_L2_SHARE", "IntOps", "grid", "launch_args", "launch_params", "LAUNCH_PARAMS", "SOFTCAP_PARAMS", "SINK_PARAMS", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "DTYPES", "BMS",
+           "SECTION_L2_SHARE", "IntOps", "grid", "launch_args", "launch_params", "LAUNCH_PARAMS", "SOFTCAP_PARAMS", "SINK_PARAMS",
+           "VARLEN_PARAMS", "varlen_config", "varlen_grid", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "DTYPES", "BMS",
            "TILES", "KNOBS", "TILE_FIELDS", "KNOB_FIELDS"]

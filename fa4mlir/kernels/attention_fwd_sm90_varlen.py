@@ -1,0 +1,130 @@
+"""The ragged-batch (varlen) pieces of the sm_90a attention forward (attention_fwd_sm90, AttnConfig.varlen).
+
+q, k, v and out are packed [total_tokens, heads, D]; sequence b owns rows cu_seqlens_q[b] ..
+cu_seqlens_q[b + 1] of q and out, and rows cu_seqlens_k[b] .. of k and v, seqused_k[b] of them when
+seqused_k is given (else cu_seqlens_k[b + 1] - cu_seqlens_k[b]). The kernel sees the packed tensors
+as one batch of total_tokens rows (TMA descriptors over [1, total, heads, D]) and offsets every row
+coordinate by its sequence's start:
+
+- the grid is 1-D in common.varlen_schedule's order (last query tile first); each CTA reads its
+  sequence's start and lengths from device memory (`sequence`) and exits at once when its query
+  tile starts past the sequence's end (no barrier, no TMA: _Tiles.guard);
+- Q rows past the sequence's end load the next sequence's rows (or TMA's zeros past the tensor):
+  their results are never stored. K and V rows past seqlen_k load the same way and are masked
+  exactly as the dense kernel masks its seqlen_k tail (the tail block runs the masked softmax, its
+  scores set to -inf, P = 0). Note [finite-tails]: P V then multiplies those V rows by 0, so they
+  must be finite: rows of another sequence are, rows past seqused_k inside the packed tensor are
+  the caller's (attention/varlen.py says so);
+- O: a consumer warpgroup whose 64 rows all lie in the sequence stores them with the dense
+  kernel's TMA store (at the packed row); a warpgroup holding the sequence's last rows stores its
+  rows from registers, row by row behind a predicate (`store_rows`), since a 64-row TMA box would
+  overwrite the next sequence's first rows. LSE ([heads, total_q], FlashAttention-3/4's varlen
+  layout) is stored per row, behind the same bound.
+
+Bounds for bad lengths (cu_seqlens decreasing or past the tensor cannot be checked on the host
+without a sync): the query rows a sequence may write are clipped to [max(start, 0), min(end,
+total_q)), so no store leaves out and lse whatever cu_seqlens holds; reads past the tensors are
+TMA's zeros. The results of such a sequence are unspecified.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..dsl import Value, const, fast_div, select, vec
+from .common.varlen_schedule import varlen_tile
+from .common.wgmma import acc_pair
+
+
+class VarlenParams(NamedTuple):
+    """The varlen launch parameters (attention_sm90_config.VARLEN_PARAMS)."""
+    o_rows: Value          # out as a pointer (partial warpgroups' row stores)
+    cu_q: Value            # int32 [batch + 1]
+    cu_k: Value            # int32 [batch + 1]
+    seqused_k: Value       # int32 [batch], or cu_k when has_seqused_k is 0
+    has_seqused_k: Value   # i32 flag
+    total_q: Value         # packed query rows
+    div_hb: tuple          # heads * batch as a fastdiv (multiplier, shift)
+
+
+def params_of(p: dict) -> VarlenParams:
+    return VarlenParams(p["o_rows"], p["cu_seqlens_q"], p["cu_seqlens_k"], p["seqused_k"], p["has_seqused_k"],
+                        p["total_q"], (p["hb_mul"], p["hb_shr"]))
+
+
+class Sequence(NamedTuple):
+    """One sequence of the batch: its first packed row of q/out and of k/v, and its lengths."""
+    q_start: Value
+    seqlen_q: Value
+    k_start: Value
+    seqlen_k: Value
+
+
+def sequence(kb, vp: VarlenParams, batch: Value) -> Sequence:
+    """Sequence `batch`'s rows, from cu_seqlens (and seqused_k) in device memory. The query rows are
+    clipped to [0, total_q) (module note: no store leaves out for bad cu_seqlens); lengths are >= 0."""
+    def load(ptr, idx):
+        return kb.load(kb.gep(ptr, idx, "i32"), "i32", align=4)
+
+    q_start = load(vp.cu_q, batch).smax(const(0))
+    q_end = load(vp.cu_q, batch + 1).smin(vp.total_q)
+    k_start = load(vp.cu_k, batch)
+    k_len = load(vp.cu_k, batch + 1) - k_start
+    used = load(vp.seqused_k, batch)     # cu_seqlens_k[batch] when there is no seqused_k: not read then
+    seqlen_k = select(vp.has_seqused_k.ne(0), used, k_len).smax(const(0))
+    return Sequence(q_start, (q_end - q_start).smax(const(0)), k_start, seqlen_k)
+
+
+def tile_of(kb, vp: VarlenParams, div_heads: tuple, heads: Value, batch: Value, m_tiles: Value):
+    """(m_block, head, sequence) of this CTA: common.varlen_schedule.varlen_tile on the block index,
+    then hb = head + heads * sequence split by the heads divisor."""
+    m_block, hb = varlen_tile(kb.block_idx(0), m_tiles, heads * batch, lambda u: fast_div(u, *vp.div_hb))
+    b = fast_div(hb, *div_heads)
+    return m_block, hb - b * heads, b
+
+
+def rows_fit(geo, wg: Value) -> Value:
+    """Whether this warpgroup's 64 rows all lie in the sequence (its TMA store stays inside it)."""
+    return (geo.m0 + wg * 64 + 64).le(geo.seqlen_q)
+
+
+def store_rows(kb, cfg, cs, o: Value, inv: list) -> None:
+    """O / l of this thread's two rows straight from registers into out (packed [total_q, heads, D],
+    contiguous), each row behind `row < seqlen_q`: a 4-byte store per column pair of the accumulator
+    (common/wgmma.py: register pair acc_pair(jd, h) holds columns 8 jd + 2 t4, + 1 of row h)."""
+    geo = cs.geo
+    row_bytes = cfg.head_dim * 2
+    for h in (0, 1):
+        row = cs.grow[h]
+        with kb.if_(row.lt(geo.seqlen_q)).then_():
+            token = (geo.q_row0 + row).to("i64")
+            base = kb.gep(cs.o_rows, (token * geo.heads.to("i64") + geo.head.to("i64")) * row_bytes
+                          + (cs.t4 * 4).to("i64"), "i8")
+            for jd in range(cfg.head_dim // 8):
+                i = acc_pair(jd, h)
+                pair = vec(o[i] * inv[h], o[i + 1] * inv[h]).to((cfg.dtype, 2))
+                kb.store(pair, kb.gep(base, jd * 16, "i8"), align=4)
+
+
+def lse_index(geo, row: Value) -> Value:
+    """LSE element of `row` of this tile's sequence and head: [heads, total_q] (i64)."""
+    return geo.head.to("i64") * geo.total_q.to("i64") + (geo.q_row0 + row).to("i64")
+
+
+def epilogue(kb, cfg, cs, o: Value, inv: list, lse: list, store_tile) -> None:
+    """The varlen epilogue's stores: O by the dense kernel's TMA store (`store_tile`) where this
+    warpgroup's 64 rows all lie in the sequence, else row by row (store_rows); then each row's LSE,
+    [heads, total_q], from the lane that owns column pair 0 of the row, rows past the sequence
+    skipped."""
+    geo = cs.geo
+    fits = kb.if_(rows_fit(geo, cs.wg))
+    with fits.then_():
+        store_tile()
+    with fits.else_():
+        store_rows(kb, cfg, cs, o, inv)
+    with kb.if_(cs.t4.eq(0)).then_():
+        for h in (0, 1):
+            with kb.if_(cs.grow[h].lt(geo.seqlen_q)).then_():
+                kb.store(lse[h], kb.gep(cs.bufs.lse_ptr, lse_index(geo, cs.grow[h]), "f32"), align=4)
+
+
+__all__ = ["VarlenParams", "Sequence", "params_of", "sequence", "tile_of", "rows_fit", "store_rows", "lse_index", "epilogue"]

@@ -1,0 +1,111 @@
+"""Ragged batches through the interpreter: the cases and the runner (tests/test_interpret_varlen.py).
+
+Each case is a varlen kernel (attention_sm90_config.varlen_config) of the `varlen` bundle set at a
+tiny ragged batch: lengths 0 and 1, a tile plus one, unequal q and k lengths, GQA, masks, softcap
+and sinks. Packed inputs are standard normal; out and lse are NaN-poisoned, with a few packed rows
+past cu_seqlens_q[-1] that no sequence owns (they must stay NaN: no store past a sequence).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class VarlenCase:
+    name: str
+    head_dim: int
+    seqlens_q: tuple
+    seqlens_k: tuple
+    causal: bool = False
+    window: tuple = (-1, -1)
+    chunk: int = 0
+    softcap: float = 0.0
+    sinks: bool = False
+    heads: int = 1
+    kv_heads: int = 1
+    dtype: str = "bf16"
+    seqused_k: tuple | None = None    # keys used per sequence (<= seqlens_k)
+    spare_rows: int = 3                # packed rows past the last sequence (must stay untouched)
+
+    @property
+    def mask(self):
+        from fa4mlir.kernels.common.mask_family import attention_mask
+        return attention_mask(self.causal, self.window, self.chunk)
+
+
+# D64 runs bm 192 (three warpgroups: a 193-row sequence has one row in its second tile), D128 bm 128.
+CASES = [
+    VarlenCase("d64-ragged", 64, (0, 1, 193, 70), (5, 1, 200, 130)),
+    VarlenCase("d64-causal-gqa", 64, (1, 150, 0, 40), (1, 100, 7, 300), causal=True, heads=2, kv_heads=1),
+    VarlenCase("d128-causal-window", 128, (129, 3, 60), (129, 200, 20), causal=True, window=(50, -1)),
+    VarlenCase("d256-causal", 256, (65, 0, 130), (64, 3, 200), causal=True),
+    VarlenCase("d128-softcap-sink-seqused", 128, (70, 1, 0, 130), (90, 60, 2, 140), softcap=2.0, sinks=True,
+               heads=2, kv_heads=2, seqused_k=(80, 0, 2, 129)),
+]
+BY_NAME = {c.name: c for c in CASES}
+
+
+def config(case: VarlenCase):
+    from fa4mlir.kernels.attention_sm90_config import varlen_config
+    mask = None if case.mask.is_legacy else case.mask
+    return varlen_config(case.dtype, case.head_dim, case.causal, mask, softcap=case.softcap > 0, sinks=case.sinks)
+
+
+def _bits(x: np.ndarray, dtype: str) -> np.ndarray:
+    import torch
+    t = torch.from_numpy(x).to(torch.bfloat16 if dtype == "bf16" else torch.float16)
+    return t.view(torch.int16).numpy().view(np.uint16).copy()
+
+
+def problem(case: VarlenCase):
+    from fa4mlir.attention.problem import VarlenProblem
+    total_q, total_k = sum(case.seqlens_q) + case.spare_rows, sum(case.seqlens_k)
+    return VarlenProblem(len(case.seqlens_q), max(case.seqlens_q), max(case.seqlens_k), total_q, total_k,
+                         case.heads, case.kv_heads, case.head_dim, case.dtype, case.causal, case.head_dim ** -0.5,
+                         case.window, case.chunk, case.softcap, case.sinks, case.seqused_k is not None)
+
+
+def inputs(case: VarlenCase, seed: int = 0) -> dict:
+    """Packed q [total_q, H, D], k, v [total_k, Hkv, D] (16-bit patterns), cu_seqlens int32, NaN
+    out and lse [H, total_q]; seqused_k and sinks when the case has them."""
+    rng = np.random.default_rng(seed)
+    pr, d = problem(case), case.head_dim
+    nan16 = 0x7FC0 if case.dtype == "bf16" else 0x7E00
+    out = {"q": _bits(rng.standard_normal((pr.total_q, case.heads, d), np.float32), case.dtype),
+           "k": _bits(rng.standard_normal((pr.total_k, case.kv_heads, d), np.float32), case.dtype),
+           "v": _bits(rng.standard_normal((pr.total_k, case.kv_heads, d), np.float32), case.dtype),
+           "cu_seqlens_q": np.concatenate([[0], np.cumsum(case.seqlens_q)]).astype(np.int32),
+           "cu_seqlens_k": np.concatenate([[0], np.cumsum(case.seqlens_k)]).astype(np.int32),
+           "o": np.full((pr.total_q, case.heads, d), nan16, np.uint16),
+           "lse": np.full((case.heads, pr.total_q), np.nan, np.float32)}
+    if case.seqused_k is not None:
+        out["seqused_k"] = np.asarray(case.seqused_k, np.int32)
+    if case.sinks:
+        out["sinks"] = (3 * rng.standard_normal(case.heads)).astype(np.float32)
+    return out
+
+
+def launch(case: VarlenCase, tensors: dict):
+    """(grid, args) of the case's kernel over `tensors`; the TMA tensors as [1, total, H, D]."""
+    from fa4mlir.kernels.attention_sm90_config import grid, launch_args
+    cfg, pr = config(case), problem(case)
+    tma = {n: tensors[n].reshape(1, *tensors[n].shape) for n in ("q", "k", "v", "o")}
+    args = launch_args(cfg, pr, {**tensors, **tma})
+    args["o_rows"] = tensors["o"]
+    return grid(cfg, pr), args
+
+
+def run(case: VarlenCase, *, policy: str = "lazy", seed: int = 0) -> dict:
+    """Interpret the case: its tensors after the launch (o and lse written)."""
+    from fa4mlir import interpret
+    from fa4mlir.kernels import attention_fwd_sm90
+    kernel = interpret.load(attention_fwd_sm90.build(config(case)))
+    tensors = inputs(case, seed)
+    grid, args = launch(case, tensors)
+    done = kernel.launch(grid, args, policy=policy, seed=seed)
+    return {**tensors, "ctas": len(done), "kernel_name": kernel.name}
+
+
+__all__ = ["VarlenCase", "CASES", "BY_NAME", "config", "problem", "inputs", "launch", "run", "replace"]

@@ -1,0 +1,37 @@
+"""Deviceless: the ragged-batch (varlen) sm_90a kernel executed by the interpreter on small packed
+batches (tests/interpret_varlen.py CASES: lengths 0 and 1, a tile plus one row, unequal q and k
+lengths, GQA, causal, a window, softcap with sinks and seqused_k), numerics by the FA rule per
+sequence (fa4mlir.testing_varlen.compare_varlen), packed rows past the last sequence untouched, and
+rows that see no key exactly O = 0 with LSE = +inf (or the head's sink)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fa4mlir.testing_varlen import compare_varlen, sequences  # noqa: E402
+from tests.interpret_varlen import CASES, run  # noqa: E402
+
+
+def _tensor(bits: np.ndarray, dtype: str):
+    return torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16 if dtype == "bf16" else torch.float16)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_varlen_kernel_through_the_interpreter(case):
+    got = run(case, seed=1)
+    q, k, v, o = (_tensor(got[n], case.dtype) for n in ("q", "k", "v", "o"))
+    lse = torch.from_numpy(got["lse"])
+    cu_q, cu_k = torch.from_numpy(got["cu_seqlens_q"]), torch.from_numpy(got["cu_seqlens_k"])
+    used = torch.from_numpy(got["seqused_k"]) if case.seqused_k is not None else None
+    sinks = torch.from_numpy(got["sinks"]) if case.sinks else None
+    report = compare_varlen(q, k, v, o, lse, cu_q, cu_k, case.head_dim ** -0.5, case.causal, seqused_k=used,
+                            window_size=case.window, attention_chunk=case.chunk, softcap=case.softcap, sinks=sinks)
+    assert report["ok"], report
+    # a query row whose sequence has no key: O = 0 exactly, LSE = +inf (the head's sink with sinks)
+    for q0, nq, _, nk in sequences(cu_q, cu_k, used):
+        if nq and nk == 0:
+            assert (o[q0:q0 + nq].float() == 0).all()
+            want = sinks[:, None].expand(-1, nq) if sinks is not None else torch.full((case.heads, nq), float("inf"))
+            assert torch.equal(lse[:, q0:q0 + nq], want)

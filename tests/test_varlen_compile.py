@@ -1,0 +1,42 @@
+"""Deviceless: the ragged-batch (varlen) sm_90a attention kernels compile like the dense ones (0 spills,
+no stack, wgmma not serialised, registers within the launch allocation, SMEM within 227 KiB), one per
+head dim and for masks, softcap and sinks (every kernel_sets.VARLEN_CASES kernel); and the flag leaves the dense
+kernels' code alone (their key and name carry no trace of it)."""
+import pytest
+
+from fa4mlir import lowering
+from fa4mlir.kernel_sets import VARLEN_CASES
+from fa4mlir.kernels import attention_fwd_sm90
+from fa4mlir.kernels.attention_sm90_config import default_config, varlen_config
+from fa4mlir.kernels.common.mask_family import attention_mask
+from fa4mlir.lowering import CompileOptions
+
+CASES = VARLEN_CASES   # every head dim causal or not, f16, a window, softcap + sinks
+
+
+def _config(case):
+    dtype, d, causal, window, softcap, sinks = case
+    mask = attention_mask(causal, window, 0)
+    return varlen_config(dtype, d, causal, None if mask.is_legacy else mask, softcap=softcap, sinks=sinks)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-d{c[1]}{'-causal' if c[2] else ''}"
+                                                      f"{'-window' if c[3] != (-1, -1) else ''}"
+                                                      f"{'-softcap' if c[4] else ''}{'-sinks' if c[5] else ''}")
+def test_varlen_kernel_compiles_without_spills(case):
+    cfg = _config(case)
+    art = lowering.lower(attention_fwd_sm90.build(cfg), CompileOptions(cubin_backend="ptxas"))
+    r = art.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r
+    assert not r["wgmma_serialized"], r
+    assert 0 < r["registers"] <= cfg.register_pool // cfg.threads, r
+    assert r["smem_bytes"] <= 227 * 1024 and r["smem_bytes"] <= cfg.smem_bytes(), (r, cfg.smem_bytes())
+    assert "_varlen" in art.name and not cfg.persistent
+    assert [p.name for p in art.params][-8:] == ["o_rows", "cu_seqlens_q", "cu_seqlens_k", "seqused_k",
+                                                 "has_seqused_k", "total_q", "hb_mul", "hb_shr"]
+
+
+def test_dense_configs_do_not_carry_the_flag():
+    dense = default_config("bf16", 128, True)
+    assert "varlen" not in dense.key() and "_varlen" not in attention_fwd_sm90.build(dense).name
+    assert varlen_config("bf16", 128, True).key()["varlen"] is True
