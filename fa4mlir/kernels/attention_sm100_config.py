@@ -604,13 +604,13 @@ def serving_configs() -> list[FA4Config]:
     """Note "Serving"'s kernels (kernel set `sm100-serving`): one of each feature on the bf16 prefill
     CTA, at head dims 64 and 128, GQA group 2: a sliding window (causal, left 300), a two-sided
     window (100, 50), a chunk (causal, 200), softcap with sinks (causal), ragged lengths (causal, and
-    with a window and sinks). Their code shapes are compiled, verified and interpreted by
+    with a window of 100 and sinks). Their code shapes are compiled, verified and interpreted by
     tests/test_attention_sm100_serving.py; other combinations supported() accepts are not compiled in CI."""
     base = dict(dtype="bf16", num_q_heads=4, num_kv_heads=2)
     out = []
     for d in (128, 64):
         for kw in (dict(causal=True, window_left=300), dict(window_left=100, window_right=50),
                    dict(causal=True, chunk=200), dict(causal=True, softcap=True, sinks=True),
-                   dict(causal=True, varlen=True), dict(causal=True, window_left=300, sinks=True, varlen=True)):
+                   dict(causal=True, varlen=True), dict(causal=True, window_left=100, sinks=True, varlen=True)):
             out.append(FA4Config(head_dim=d, head_dim_v=d, **base, **kw))
     return out
