@@ -33,6 +33,13 @@ sequence's length from cache_seqlens in place of seqlen_k; the MMA thread zeroes
 the length before O += P V (note "Stale V rows"). The decode route has one Q tile of packed GQA rows:
 roles softmax1 and the tile-1 pipes are absent, and the MMA thread issues S0 <- Q0 Kn; O0 <- O0 + P0 Vn.
 
+Serving features (attention_sm100_config, note "Serving"): a window or chunk visits blocks first ..
+first + n_blocks - 1 (_Geometry.block) and masks with common.masks.key_window; softcap takes the tanh
+right after S leaves TMEM; sinks join in the correction's epilogue (_Correction.normalizer); varlen
+offsets every TMA row by cu_seqlens and stores O row by row (_Correction.store_o_rows). A CTA that
+visits no block (a window or chunk beyond its rows, a sequence without keys) writes zeros without
+reading O from TMEM, as the paged kernel does.
+
 Note "Stale V rows": a paged box that starts before the length L_b and ends past it brings real pool
 rows past L_b (unused rows of the last page, stale tokens), which may hold anything, NaN included.
 K's are harmless (their scores are masked to -inf by select), but O += P V multiplies V's by P = 0,

@@ -50,6 +50,21 @@ K/V tile is read once per KV head. Q arrives and O leaves by one TMA box per 64-
 (64, group, MMA_M // group, 1) over [batch, seqlen_q, heads, D]: its rows land in exactly this
 packed order. Grid (M tiles of MMA_M // group tokens, kv_heads, batch); roles softmax1 and the Q1
 tile are absent (warps 4-7 idle), the MMA warp issues S0 <- Q0 Kn; O0 <- O0 + P0 Vn per block.
+
+Note "Serving" (issue 28 item 6; the two-Q-tile prefill CTA over a contiguous K/V only), each a
+compile-time field, off by default (then `plain`: the kernel's original code, its cubins unchanged):
+  * masks: causal, window_left/window_right and chunk spell common.mask_family's masks as AttnConfig
+    does, in canonical form (mask_fields). Beyond causal, the CTA visits the KV blocks tile_blocks gives
+    for its 256 rows, starting at block `first` (empty blocks before it are never loaded), and each
+    softmax warpgroup runs the blocks its 128 rows see whole without a mask (key_window elsewhere);
+  * softcap: scores become tanh(s * softcap_scale) (tanh.approx) before the mask, with scale_log2 =
+    cap * log2(e), as the sm_90a kernel; sinks: a float32 [heads] logit joins each row's max and sum
+    in the epilogue (a row that sees no key: O = 0, LSE = its sink);
+  * varlen: q, k, v are the packed [total, heads, D] (FlashAttention's varlen layout, as one batch of
+    TMA boxes at row cu_seqlens[b] + r), sequence b's lengths come from cu_seqlens_q/cu_seqlens_k on the
+    device, CTAs past a sequence's rows do nothing, and O is stored row by row from the correction
+    warpgroup's registers (a TMA box would run into the next sequence), LSE as [heads, total_q].
+    seqused_k is not taken.
 """
 from __future__ import annotations
 
