@@ -61,6 +61,7 @@ def test_fields_are_the_sm90_spelling_and_canonical():
     (dict(sinks=True, num_q_tiles=1, fuse_gqa=True), "sink with page_size=0, num_q_tiles=1"),
     (dict(varlen=True, page_size=16), "varlen with page_size=16"),
     (dict(softcap=1), "softcap"),                          # a bool field given an int
+    (dict(seqused_k=True), "seqused_k=True needs varlen=True"),
 ])
 def test_refusals_say_why(kw, reason):
     ok, why = FA4Config(**kw).supported()
@@ -71,7 +72,7 @@ def test_names_tags_and_shapes():
     names = {c: c.serving_tag() for c in serving_configs()}
     assert names[FA4Config(causal=True, window_left=300, **GQA)] == "_wl300_wr0"
     assert FA4Config(causal=True, softcap=True, sinks=True, varlen=True).name_route() == "_varlen_softcap_sink"
-    assert len({code_shape(c) for c in serving_configs()}) == len(serving_configs()) == 12
+    assert len({code_shape(c) for c in serving_configs()}) == len(serving_configs()) == 14
     assert all(c.supported()[0] for c in serving_configs())
     assert "wl100 wr50" in FA4Config(window_left=100, window_right=50).description()
 
@@ -91,6 +92,9 @@ def test_launch_contract():
     args = varlen_launch_args(v, problem, t, total_q=777)
     assert list(args) == [n for n, _ in VARLEN_LAUNCH_PARAMS] and args["total_q"] == 777
     assert grid(v, problem) == (2, 4, 2)                   # problem.seqlen_q is max_seqlen_q
+    u = FA4Config(varlen=True, seqused_k=True, sinks=True, **GQA)
+    assert u.launch_params == (*VARLEN_LAUNCH_PARAMS, ("seqused_k", "ptr"), *SINK_PARAMS)
+    assert varlen_launch_args(u, problem, {**t, "seqused_k": "u"}, total_q=5)["seqused_k"] == "u"
     with pytest.raises(ValueError, match="varlen_launch_args"):
         launch_args(v, problem, t)
     with pytest.raises(ValueError, match="launch_args"):
@@ -142,7 +146,7 @@ def test_compiles_with_zero_spills_and_sass(cfg):
         assert re.search(r"\bSTG\.E\.128\b", sass)
 
 
-VERIFIED = [c for c in serving_configs() if c.head_dim == 128 and (c.sinks or c.chunk)]
+VERIFIED = [c for c in serving_configs() if c.head_dim == 128 and (c.sinks or c.chunk or c.seqused_k)]
 
 
 @pytest.mark.parametrize("cfg", VERIFIED, ids=_id)
@@ -235,9 +239,11 @@ VARLEN_CASES = [  # (head dim, config fields)
     (64, dict(causal=True, varlen=True)),
     (64, dict(causal=True, window_left=100, sinks=True, varlen=True)),
     (128, dict(causal=True, window_left=100, sinks=True, varlen=True)),
+    (64, dict(varlen=True, seqused_k=True)),
 ]
 LENS_Q = [0, 1, 129, 257, 3]       # 257 = one two-tile CTA + 1 row
 LENS_K = [7, 1, 129, 300, 0]       # a length-0 sequence of keys: its 3 rows see none
+USED_K = [5, 0, 100, 290, 0]       # seqused_k: the keys past these are NaN in K and V
 GUARD_ROWS = 4
 
 
@@ -247,7 +253,8 @@ def test_varlen_kernel_interpreted_by_the_fa_rule(d, fields):
     """A ragged batch: query lengths 0, 1, 129, 257, 3 over key lengths 7, 1, 129, 300, 0, packed, GQA 4
     over 2; the CTAs run last sequence first (a store past a sequence's rows would be overwritten
     otherwise, not caught); O holds NaN before the call and in GUARD_ROWS rows past total_q, which
-    must stay NaN."""
+    must stay NaN. With seqused_k, USED_K keys of each sequence, the rest NaN (in a ragged tile: the
+    MMA thread zeroes those V rows)."""
     torch = pytest.importorskip("torch")
     from fa4mlir.testing import compare_attention
     cfg = _serving(d, **fields)
@@ -256,13 +263,18 @@ def test_varlen_kernel_interpreted_by_the_fa_rule(d, fields):
     total_q, total_k = int(cu_q[-1]), int(cu_k[-1])
     q, k, v = _inputs(torch, gen, total_q, total_k, d)
     sinks, _ = _mods(cfg, torch, gen, 0.0)
+    used = USED_K if cfg.seqused_k else LENS_K
+    for b, n in enumerate(used):
+        k[cu_k[b] + n:cu_k[b + 1]] = float("nan")
+        v[cu_k[b] + n:cu_k[b + 1]] = float("nan")
     heads = GQA["num_q_heads"]
     o = np.full((total_q + GUARD_ROWS, heads, d), 0x7FC0, np.uint16)
     lse = np.full((heads, total_q), np.nan, np.float32)
     problem = SimpleNamespace(batch=len(LENS_Q), heads=heads, seqlen_q=max(LENS_Q), seqlen_k=None,
                               softmax_scale=d ** -0.5)
     tensors = dict(q=_bits(q[None], torch), k=_bits(k[None], torch), v=_bits(v[None], torch), o=o, lse=lse,
-                   cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, sinks=None if sinks is None else sinks.numpy())
+                   cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, seqused_k=np.array(USED_K, np.int32),
+                   sinks=None if sinks is None else sinks.numpy())
     g = grid(cfg, problem)
     ctas = [(x, y, z) for z in reversed(range(g[2])) for y in range(g[1]) for x in range(g[0])]
     t0 = time.perf_counter()
@@ -271,10 +283,10 @@ def test_varlen_kernel_interpreted_by_the_fa_rule(d, fields):
     assert (o[total_q:] == 0x7FC0).all(), "a store ran past the last sequence"
     out = torch.from_numpy(o[:total_q].view(np.int16)).view(torch.bfloat16)
     lse_t = torch.from_numpy(lse)
-    for b, (nq, nk) in enumerate(zip(LENS_Q, LENS_K)):
+    for b, (nq, nk) in enumerate(zip(LENS_Q, used)):
         if not nq:
             continue
-        qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b] + nk)
         if not nk:   # no key at all: O = 0, LSE = +inf (or the head's sink)
             assert (out[qs] == 0).all()
             want = torch.full((heads, nq), float("inf")) if sinks is None else sinks[:, None].expand(heads, nq)

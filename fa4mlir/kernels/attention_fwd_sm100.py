@@ -212,6 +212,8 @@ class _Geometry:
             b = kb.block_idx(2)
             self.q_start, seqlen_q = _span(kb, p["cu_seqlens_q"], b)
             self.k_start, seqlen_k = _span(kb, p["cu_seqlens_k"], b)
+            if cfg.seqused_k:   # only the first seqused_k[b] keys (a negative entry is 0)
+                seqlen_k = kb.load(kb.gep(p["seqused_k"], b, "i32"), "i32", align=4).smax(0)
         self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
         m_block = kb.block_idx(0)
         if cfg.causal:  # the longest rows first: the grid's tail is short work
@@ -397,10 +399,10 @@ class _MmaCarry(NamedTuple):
 
 
 def _wait_v(kb, cfg, geo: _Geometry, bufs: _Buffers, n: Value, st: PipeState):
-    """Wait for V_n; paged, zero its rows at or past L_b first (note "Stale V rows")."""
+    """Wait for V_n; paged or seqused_k, zero its rows at or past L_b first (note "Stale V rows")."""
     bufs.pipes.v.consumer_wait(st)
-    if cfg.paged:
-        valid = geo.seqlen_k - n * cfg.bn
+    if cfg.paged or cfg.seqused_k:
+        valid = geo.seqlen_k - geo.block(n) * cfg.bn
         with kb.if_(valid.slt(cfg.bn)).then_():
             v_tile = kb.gep(bufs.v_smem, st.stage * bufs.v_tile, "i8")
             paged_rows.zero_rows(kb, v_tile, valid, cfg.bn, cfg.padded_head_dim_v // CHUNK, SW)

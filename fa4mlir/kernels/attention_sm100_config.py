@@ -64,7 +64,8 @@ compile-time field, off by default (then `plain`: the kernel's original code, it
     TMA boxes at row cu_seqlens[b] + r), sequence b's lengths come from cu_seqlens_q/cu_seqlens_k on the
     device, CTAs past a sequence's rows do nothing, and O is stored row by row from the correction
     warpgroup's registers (a TMA box would run into the next sequence), LSE as [heads, total_q].
-    seqused_k is not taken.
+    With seqused_k, sequence b's keys are its first seqused_k[b] rows; the MMA thread zeroes the V rows
+    past it in the tile that holds it (the paged kernel's note "Stale V rows").
 """
 from __future__ import annotations
 
@@ -145,6 +146,7 @@ class FA4Config:
     softcap: bool = False           # s' = c tanh(s / c), c a launch argument (softcap_scale)
     sinks: bool = False             # a learned logit per head in each row's denominator (float32 [heads])
     varlen: bool = False            # packed [total, heads, D] with cu_seqlens_q / cu_seqlens_k (int32 [batch + 1])
+    seqused_k: bool = False         # varlen: sequence b uses its first seqused_k[b] keys (int32 [batch])
 
     def __post_init__(self):
         # 8 and 8.0 build the same kernel: one spelling in key() and the kernel name
@@ -175,7 +177,7 @@ class FA4Config:
     def plain(self) -> bool:
         """No window or chunk, softcap, sinks or ragged lengths: the kernel's original code (note
         "Serving")."""
-        return self.mask.is_legacy and not (self.softcap or self.sinks or self.varlen)
+        return self.mask.is_legacy and not (self.softcap or self.sinks or self.varlen or self.seqused_k)
 
     @property
     def tile_tokens(self) -> int:
@@ -192,6 +194,7 @@ class FA4Config:
         """PAGED_LAUNCH_PARAMS for a paged cache, VARLEN_LAUNCH_PARAMS for ragged lengths, else
         LAUNCH_PARAMS; then SOFTCAP_PARAMS with softcap and SINK_PARAMS with sinks (note "Serving")."""
         base = PAGED_LAUNCH_PARAMS if self.paged else VARLEN_LAUNCH_PARAMS if self.varlen else LAUNCH_PARAMS
+        base = (*base, *(SEQUSED_PARAMS if self.seqused_k else ()))
         return (*base, *(SOFTCAP_PARAMS if self.softcap else ()), *(SINK_PARAMS if self.sinks else ()))
 
     @property
@@ -362,7 +365,10 @@ class FA4Config:
         annotated type. The KV-cache operand's routes on top: page_size 0 or one whose boxes hold >=
         MIN_PAGED_BOX_ROWS rows (note "Paged"), and num_q_tiles 1 with fuse_gqa (note "Decode"), for a
         group that divides 128; their code shapes (paged_configs()) are compiled by
-        tests/test_attention_sm100_paged.py."""
+        tests/test_attention_sm100_paged.py. Note "Serving"'s fields on the two-tile contiguous
+        prefill kernel (any window, chunk, softcap, sinks, varlen on top of the space above): the 12
+        code shapes of serving_configs() are compiled, verified and interpreted by
+        tests/test_attention_sm100_serving.py; the other combinations are accepted unchecked."""
         return _answer(self._refusal())
 
     def _refusal(self) -> ConfigError | None:
@@ -393,6 +399,8 @@ class FA4Config:
             return ConfigError(f"{self.serving_tag().lstrip('_')} with page_size={self.page_size}, num_q_tiles="
                                f"{self.num_q_tiles}: windows, chunks, softcap, sinks and ragged lengths are built for "
                                f"the contiguous two-Q-tile prefill kernel only (page_size=0, num_q_tiles=2)")
+        if self.seqused_k and not self.varlen:
+            return ConfigError("seqused_k=True needs varlen=True (it bounds each packed sequence's keys)")
         if self.num_qk_stages != 1 or self.num_pv_stages != 1:
             return ConfigError(f"num_qk_stages={self.num_qk_stages}, num_pv_stages={self.num_pv_stages}: only 1 "
                                f"and 1 are implemented (whole K and V tiles per pipeline stage)")
@@ -437,13 +445,14 @@ class FA4Config:
         """Kernel-name tags of the KV operand, the decode route, ragged lengths and the score modifiers
         ('' for the dense prefill kernel)."""
         return (f"_paged{self.page_size}" if self.paged else "") + ("_decode" if self.decode else "") + \
-            ("_varlen" if self.varlen else "") + ("_softcap" if self.softcap else "") + ("_sink" if self.sinks else "")
+            ("_varlen" if self.varlen else "") + ("_used" if self.seqused_k else "") + \
+            ("_softcap" if self.softcap else "") + ("_sink" if self.sinks else "")
 
     def serving_tag(self) -> str:
         """The tags of note "Serving"'s features: the mask beyond causal, ragged lengths, the score
         modifiers ('' for a plain config)."""
         mask = "" if self.mask.is_legacy else self.mask.tag()
-        return mask + ("_varlen" if self.varlen else "") + ("_softcap" if self.softcap else "") + \
+        return mask + ("_varlen" if self.varlen else "") + ("_used" if self.seqused_k else "") + ("_softcap" if self.softcap else "") + \
             ("_sink" if self.sinks else "")
 
     def key(self) -> dict:
@@ -486,6 +495,10 @@ PAGED_LAUNCH_PARAMS = (*PAGED_TENSOR_PARAMS, ("seqlen_q", "i32"), ("num_pages", 
 VARLEN_TENSOR_PARAMS = (("q", "tma"), ("k", "tma"), ("v", "tma"), ("o", "ptr"), ("lse", "ptr"),
                         ("cu_seqlens_q", "ptr"), ("cu_seqlens_k", "ptr"))
 VARLEN_LAUNCH_PARAMS = (*VARLEN_TENSOR_PARAMS, ("total_q", "i32"), ("scale_log2", "f32"))
+# seqused_k (FlashAttention's): int32 [batch], sequence b's keys are its first seqused_k[b] packed rows
+# (the rest, up to cu_seqlens_k[b + 1], may hold anything: V rows past it are zeroed in SMEM, as the
+# paged kernel's stale rows).
+SEQUSED_PARAMS = (("seqused_k", "ptr"),)
 # The score modifiers' parameters, after the rest (as the sm_90a kernel's): softcap_scale = softmax_scale /
 # softcap, the factor before the tanh; sinks, float32 [heads] logits (natural-log units).
 SOFTCAP_PARAMS = (("softcap_scale", "f32"),)
@@ -526,7 +539,7 @@ def varlen_launch_args(config: "FA4Config", problem, tensors, *, total_q: int) -
     (and softcap); its seqlen_q is max_seqlen_q (grid() reads it), its seqlen_k is not read."""
     if not config.varlen:
         raise ValueError("a config without varlen takes launch_args")
-    args = {name: tensors[name] for name, _ in VARLEN_TENSOR_PARAMS}
+    args = {name: tensors[name] for name, _ in VARLEN_TENSOR_PARAMS + (SEQUSED_PARAMS if config.seqused_k else ())}
     args.update(total_q=int(total_q), **_score_args(config, problem, tensors))
     return {name: args[name] for name, _ in config.launch_params}
 
@@ -568,7 +581,7 @@ def code_shape(cfg: FA4Config) -> tuple:
     if cfg.plain:
         return shape
     mask = tuple(type(p).__name__ for p in cfg.mask.parts) if not cfg.mask.is_legacy else ()
-    return (*shape, mask, cfg.softcap, cfg.sinks, cfg.varlen)
+    return (*shape, mask, cfg.softcap, cfg.sinks, cfg.varlen, cfg.seqused_k)
 
 
 def supported_configs() -> list[FA4Config]:
@@ -592,7 +605,7 @@ def supported_configs() -> list[FA4Config]:
 
 
 __all__ = ["FA4Config", "grid", "launch_args", "paged_launch_args", "varlen_launch_args", "LAUNCH_PARAMS",
-           "TENSOR_PARAMS", "PAGED_LAUNCH_PARAMS", "PAGED_TENSOR_PARAMS", "VARLEN_LAUNCH_PARAMS", "SOFTCAP_PARAMS",
+           "TENSOR_PARAMS", "PAGED_LAUNCH_PARAMS", "PAGED_TENSOR_PARAMS", "VARLEN_LAUNCH_PARAMS", "SEQUSED_PARAMS", "SOFTCAP_PARAMS",
            "SINK_PARAMS", "serving_configs", "configs", "supported_configs", "paged_configs", "code_shape", "KERNEL", "ROLES", "TMEM_COLUMNS", "SMEM_CARVEOUT"]
 
 
@@ -619,13 +632,14 @@ def serving_configs() -> list[FA4Config]:
     """Note "Serving"'s kernels (kernel set `sm100-serving`): one of each feature on the bf16 prefill
     CTA, at head dims 64 and 128, GQA group 2: a sliding window (causal, left 300), a two-sided
     window (100, 50), a chunk (causal, 200), softcap with sinks (causal), ragged lengths (causal, and
-    with a window of 100 and sinks). Their code shapes are compiled, verified and interpreted by
+    with a window of 100 and sinks), ragged lengths with seqused_k (not causal). Their code shapes are compiled, verified and interpreted by
     tests/test_attention_sm100_serving.py; other combinations supported() accepts are not compiled in CI."""
     base = dict(dtype="bf16", num_q_heads=4, num_kv_heads=2)
     out = []
     for d in (128, 64):
         for kw in (dict(causal=True, window_left=300), dict(window_left=100, window_right=50),
                    dict(causal=True, chunk=200), dict(causal=True, softcap=True, sinks=True),
-                   dict(causal=True, varlen=True), dict(causal=True, window_left=100, sinks=True, varlen=True)):
+                   dict(causal=True, varlen=True), dict(causal=True, window_left=100, sinks=True, varlen=True),
+                   dict(varlen=True, seqused_k=True)):
             out.append(FA4Config(head_dim=d, head_dim_v=d, **base, **kw))
     return out
