@@ -5,7 +5,8 @@ No sm_100 GPU exists in this project's reach, so these cases have never run; the
 numerics were interpreted on the CPU (tests/test_attention_sm100_serving.py). Every kernel of the
 bundle set `attention-sm100-serving` (`python -m fa4mlir bundle --set attention-sm100-serving`) runs
 by the FA rule with fresh random inputs and NaN-poisoned outputs: the dense ones at two shapes, the
-varlen ones over a ragged batch with sequences of 0, 1 and tile + 1 rows and a sequence without keys.
+varlen ones over a ragged batch with sequences of 0, 1 and tile + 1 rows and a sequence without keys
+(with seqused_k: NaN keys past each used length).
 """
 import zlib
 
@@ -18,6 +19,7 @@ pytestmark = pytest.mark.gpu
 DENSE_SHAPES = [(2, 1000, 1000), (1, 300, 700), (1, 300, 200)]    # batch, seqlen_q, seqlen_k
 LENS_Q = [0, 1, 129, 1000, 257, 3]
 LENS_K = [7, 1, 129, 1300, 300, 0]
+USED_K = [5, 0, 100, 990, 250, 0]      # seqused_k kernels: the keys past these are NaN
 SOFTCAP = 2.0
 
 
@@ -98,18 +100,24 @@ def test_varlen_serving_kernels_by_the_fa_rule(serving_kernels):
         gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(entry["name"].encode()))
         q, k, v = _inputs(total_q, total_k, config, gen)
         sinks, _ = _mods(config, config.num_q_heads, gen)
+        used = USED_K if config.seqused_k else LENS_K
+        for b, n in enumerate(used):
+            k[int(cu_k[b]) + n:int(cu_k[b + 1])] = float("nan")
+            v[int(cu_k[b]) + n:int(cu_k[b + 1])] = float("nan")
         o = torch.full((total_q + 4, *q.shape[1:]), float("nan"), dtype=q.dtype, device="cuda")
         lse = torch.full((config.num_q_heads, total_q), float("nan"), device="cuda")
         scale = config.head_dim ** -0.5
         problem = SimpleNamespace(batch=len(LENS_Q), heads=config.num_q_heads, seqlen_q=max(LENS_Q), seqlen_k=None,
                                   softmax_scale=scale)
         args = varlen_launch_args(config, problem, dict(q=q[None], k=k[None], v=v[None], o=o, lse=lse, sinks=sinks,
-                                                        cu_seqlens_q=cu_q, cu_seqlens_k=cu_k), total_q=total_q)
+                                                        cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                                                        seqused_k=torch.tensor(USED_K, dtype=torch.int32, device="cuda")),
+                                  total_q=total_q)
         kern.launch(grid(config, problem), args)
         torch.cuda.synchronize()
         assert torch.isnan(o[total_q:].float()).all(), f"{entry['name']}: a store ran past the last sequence"
-        for b, (nq, nk) in enumerate(zip(LENS_Q, LENS_K)):
-            qs, ks = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+        for b, (nq, nk) in enumerate(zip(LENS_Q, used)):
+            qs, ks = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b]) + nk)
             if not nq:
                 continue
             if not nk:
