@@ -56,6 +56,18 @@ def test_fields_are_the_sm90_spelling_and_canonical():
             FA4Config(**kw).validate()
 
 
+def test_mask_fields_match_the_sm90_config():
+    """mask_family.mask_fields (FA4Config's canonical form) gives AttnConfig's fields for every mask."""
+    from fa4mlir.kernels.attention_sm90_config import _mask_fields
+    from fa4mlir.kernels.common.mask_family import mask_fields
+    for causal in (False, True):
+        for window in ((-1, -1), (-1, 0), (0, 0), (5, 0), (5, 3), (-1, 7), (0, -1)):
+            for chunk in (0, 64):
+                m = attention_mask(causal, window, chunk)
+                assert mask_fields(m) == _mask_fields(m), (causal, window, chunk)
+                assert FA4Config(**mask_fields(m)).mask == m
+
+
 @pytest.mark.parametrize("kw,reason", [
     (dict(causal=True, window_left=64, page_size=64), "contiguous two-Q-tile prefill kernel only"),
     (dict(sinks=True, num_q_tiles=1, fuse_gqa=True), "sink with page_size=0, num_q_tiles=1"),
