@@ -20,6 +20,11 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 entry (bf16/f16, D64/D128, causal or not, GQA 4 for bf16), compiled through
                 nvJitLink's LTO (the kernel's own backend: NVVM IR, whole-program, honours
                 setmaxnreg); runs only on an sm_100 GPU
+    attention-sm100-serving
+                the sm_100a kernel's serving features (attention_sm100_config.serving_configs(), note
+                "Serving"): sliding windows, a chunk, softcap with sinks and ragged lengths (varlen),
+                bf16 D64/D128, GQA 2; what tests/gpu/test_attention_sm100_serving_gpu.py runs (only
+                on an sm_100 GPU) and tests/test_attention_sm100_serving.py interprets
     attention-masks
                 the sm_90a attention kernel's sliding-window and chunked variants that
                 tests/gpu/test_attention_masks.py and the interpreter cases (tests/interpret_sm90.py
@@ -228,6 +233,11 @@ def attention_sm100() -> list:
     return [(KERNEL, cfg) for cfg in configs()]
 
 
+def attention_sm100_serving() -> list:
+    from .kernels.attention_sm100_config import KERNEL, serving_configs
+    return [(KERNEL, cfg) for cfg in serving_configs()]
+
+
 def demo() -> list:
     from .kernels import attention_sm100_config as sm100
     from .kernels.attention_sm90_config import KERNEL, default_configs
@@ -353,7 +363,7 @@ def bench() -> list:
     return attention() + decode() + prefill() + mla() + cfgs + [(*c, {"cubin_backend": "ptxas"}) for c in cfgs]
 
 
-SETS = {"attention-sm100": attention_sm100, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
+SETS = {"attention-sm100": attention_sm100, "attention-sm100-serving": attention_sm100_serving, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
         "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
         "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,
         "prefill": prefill, "mla": mla, "attention-varlen": attention_varlen}
