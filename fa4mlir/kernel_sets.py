@@ -8,9 +8,10 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 kernel, the attention set, the attention-fa4-pieces set and the attention-tiles
                 variants; the decode kernels are their own set, `--set decode`, which bench holds too)
     attention   the sm_90a attention forward kernel: default_configs for every dtype x head_dim x
-                causal (18 kernels: 12, and a persistent one for short key sequences at D64 and
-                D128 non-causal and D64 causal), compiled with ptxas (the kernel's own backend: honours
-                setmaxnreg)
+                causal (26 kernels: 20 over D64, 96, 128, 192, 256, and a persistent one for short key
+                sequences at D64 and D128 non-causal and D64 causal) and for the unequal head dims
+                HEAD_DIM_PAIRS (qk 192 / v 128: 4 more), compiled with ptxas (the kernel's own backend:
+                honours setmaxnreg)
     attention-fa4-pieces
                 the sm_90a attention kernel with FlashAttention-4's softmax pieces on (polynomial exp2
                 for 1 in 4 exps, lazy rescale at 8): bf16 D128 full and causal, f16 D64 causal
@@ -48,9 +49,14 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 combine (prefill_chunked through flash_attn_with_kvcache), and the causal softcap and
                 sinks variants (the softcap and sink rows). Varlen and ALiBi have no kernel yet: those
                 rows read "unsupported"
-    bench       the attention, decode and prefill sets, and the GEMM variants the benchmark times against
+    bench       the attention, decode, prefill and mla sets, and the GEMM variants the benchmark times against
                 torch.matmul
     sm90        the sm_90a GEMMs of gpu-tests and bench
+    head-dims   what tests/gpu/test_attention_head_dims.py and the interpreter cases (tests/interpret_sm90.py
+                HEAD_DIM_CASES) run: D96, D192 and qk 192 / v 128, bf16 and f16, causal or not (in the
+                attention set too; gpu-tests holds it)
+    mla         what `bench mla`'s fa4mlir rows run (fa4mlir/bench/mla_bench.py): mla_prefill's kernel,
+                bf16 qk 192 / v 128 causal (bench holds it; MLA decode and sparse rows have no kernel yet)
     demo        the default GEMM of each arch and the D128 bf16 attention kernels of each arch (what
                 `python -m fa4mlir` compiles)
 """
@@ -72,9 +78,29 @@ def _gemm100(**kw):
 def attention() -> list:
     """What flash_attn_func looks up in a bundle: the default_configs of every dtype x head_dim x
     causal (the persistent one for short key sequences next to the one for the rest)."""
-    from .kernels.attention_sm90_config import DTYPES, HEAD_DIMS, KERNEL, default_configs
-    return [(KERNEL, cfg) for dtype in DTYPES for head_dim in HEAD_DIMS
-            for causal in (False, True) for cfg in default_configs(dtype, head_dim, causal)]
+    from .kernels.attention_sm90_config import DTYPES, HEAD_DIM_PAIRS, HEAD_DIMS, KERNEL, default_configs
+    out = [(KERNEL, cfg) for dtype in DTYPES for head_dim in HEAD_DIMS
+           for causal in (False, True) for cfg in default_configs(dtype, head_dim, causal)]
+    return out + [(KERNEL, cfg) for dtype in DTYPES for d, dv in HEAD_DIM_PAIRS
+                  for causal in (False, True) for cfg in default_configs(dtype, d, causal, head_dim_v=dv)]
+
+
+# (dtype, head_dim, head_dim_v, causal) of the head-dims set: what tests/gpu/test_attention_head_dims.py
+# runs and the interpreter's HEAD_DIM_CASES
+HEAD_DIM_CASES = [(dtype, d, dv, causal) for dtype in ("bf16", "f16") for d, dv in ((96, 0), (192, 0), (192, 128))
+                  for causal in (False, True)]
+
+
+def head_dims() -> list:
+    from .kernels.attention_sm90_config import KERNEL, default_configs
+    return [(KERNEL, c) for dtype, d, dv, causal in HEAD_DIM_CASES
+            for c in default_configs(dtype, d, causal, head_dim_v=dv)]
+
+
+def mla() -> list:
+    """The sm_90a kernels bench mla's fa4mlir rows need that exist (the docstring's `mla`)."""
+    from .kernels.attention_sm90_config import KERNEL, default_configs
+    return [(KERNEL, c) for c in default_configs("bf16", 192, True, head_dim_v=128)]
 
 
 # (dtype, head_dim, causal, window_size, attention_chunk) of the attention-masks set: what
@@ -274,7 +300,7 @@ def prefill() -> list:
 
 def gpu_tests() -> list:
     out = [_gemm90(dtype="bf16"), _gemm90(dtype="f16"), _gemm100()] + attention() + attention_fa4_pieces()
-    out += tile_variants() + attention_masks() + attention_softcap_sinks()
+    out += tile_variants() + attention_masks() + attention_softcap_sinks() + head_dims()
     try:
         deadlock = importlib.import_module("fa4mlir.kernels.deadlock_sm90")
         out += deadlock.bundle_entries()
@@ -291,13 +317,13 @@ def bench() -> list:
     """The attention kernels flash_attn_func picks, the decode and prefill sets, and GEMM variants
     (each also through the whole-program ptxas backend: a compile-option override)."""
     cfgs = [_gemm90(stages=4), _gemm90(stages=3), _gemm90(bn=128, stages=6)]
-    return attention() + decode() + prefill() + cfgs + [(*c, {"cubin_backend": "ptxas"}) for c in cfgs]
+    return attention() + decode() + prefill() + mla() + cfgs + [(*c, {"cubin_backend": "ptxas"}) for c in cfgs]
 
 
 SETS = {"attention-sm100": attention_sm100, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
         "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
         "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,
-        "prefill": prefill}
+        "prefill": prefill, "head-dims": head_dims, "mla": mla}
 
 
 def configs(names: list[str]) -> list:
