@@ -5,8 +5,8 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
 (fa4mlir.compiler.resolve_options).
 
     gpu-tests   what tests/gpu needs (GEMM bf16/f16 on sm_90a, the sm_100a GEMM, the debug deadlock
-                kernel, the attention set, the attention-fa4-pieces set and the attention-tiles
-                variants; the decode kernels are their own set, `--set decode`, which bench holds too)
+                kernel, the attention set, the attention-fa4-pieces set, the attention-tiles
+                variants, the attention-masks, attention-softcap-sinks and head-dims sets; the decode kernels are their own set, `--set decode`, which bench holds too)
     attention   the sm_90a attention forward kernel: default_configs for every dtype x head_dim x
                 causal (26 kernels: 20 over D64, 96, 128, 192, 256, and a persistent one for short key
                 sequences at D64 and D128 non-causal and D64 causal) and for the unequal head dims

@@ -26,7 +26,10 @@ LSE = (m * scale_log2 + log2 l) * ln 2 is exact either way. `rescale_before_pv`
 (FA4 CuTe's order at head dim 256) scales O by the previous block's alpha after S_j is issued and
 before O += P V is, so the multiplies run under S_j instead of after P V's wait.
 P stays in registers and feeds wgmma's A operand; V is read MN-major (imm-trans-b).
-Epilogue: O / l into the (now idle) Q tile in SMEM with the 128B swizzle, then TMA stores; the LSE
+Head dims (attention_sm90_config.TileLayout): Q and K tiles are head_dim wide, V, O and the P V GEMM
+dim_v wide (head_dim_v: qk 192 / v 128 for MLA prefill), each in chunks of 64 columns under the 128B
+swizzle, or at D96 of 32 columns under the 64B swizzle (TMA boxes and wgmma descriptors alike).
+Epilogue: O / l into the (now idle) Q tile in SMEM with the V tile's swizzle, then TMA stores; the LSE
 (natural log, float32 [batch, heads, seqlen_q]) is written from registers.
 With `persistent`, a 1-D grid of at most one CTA per SM (attention_sm90_config.grid) strides over
 all query tiles (order: _Tiles); Q is a ring of two SMEM tiles (`q_pipe`, two stages) and O has
@@ -67,8 +70,8 @@ from .common.masks import ValueOps, block_range, hidden, key_window, tile_blocks
 from .common.softmax import exp2_mixed, max_update
 from .common.wgmma import a_frag_pairs, acc_col, acc_pair, acc_row, row_regs, wait_group
 
-SWIZZLE = 128          # bytes per swizzled row: 64 bf16/f16 columns (cfg.qk_tile / v_tile: 64 at D96)
-CHUNK = 64             # head-dim columns per swizzle chunk
+SWIZZLE = 128          # bytes per swizzled row: 64 bf16/f16 columns (the 128B layout's; each tile's
+CHUNK = 64             # head-dim columns per swizzle chunk      own: cfg.qk_tile, cfg.v_tile)
 WGMMA_K = 16
 LN2 = 0.6931471805599453
 NEG_INF = float("-inf")
