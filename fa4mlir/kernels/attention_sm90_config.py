@@ -35,8 +35,8 @@ class TileLayout(NamedTuple):
     (rows x `swizzle` bytes) block under the `swizzle`-byte swizzle, one TMA box per chunk, chunk c
     of a rows-row tile at c * rows * swizzle. The 128-byte swizzle (64-column chunks) where cols is a
     multiple of 64; else the 64-byte swizzle (32-column chunks: D96 in three), as CUTLASS's smem
-    selector picks for FlashAttention-3 (a 128-byte swizzle row would hold 64 columns, and the
-    third of D96's would be half empty) [D-hdim96]."""
+    selector picks for FlashAttention-3 (in 128-byte rows of 64 columns, D96's second chunk would be
+    half empty, and a TMA box or wgmma K step cannot stop at its middle under one swizzle) [D-hdim96]."""
     cols: int
     swizzle: int
 
