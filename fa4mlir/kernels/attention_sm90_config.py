@@ -34,9 +34,9 @@ class TileLayout(NamedTuple):
     """How a tile of `cols` 16-bit head-dim columns lies in SMEM: chunks of `chunk` columns, each a
     (rows x `swizzle` bytes) block under the `swizzle`-byte swizzle, one TMA box per chunk, chunk c
     of a rows-row tile at c * rows * swizzle. The 128-byte swizzle (64-column chunks) where cols is a
-    multiple of 64; else the 64-byte swizzle (32-column chunks: D96 in three), as CUTLASS's smem
-    selector picks for FlashAttention-3 (in 128-byte rows of 64 columns, D96's second chunk would be
-    half empty, and a TMA box or wgmma K step cannot stop at its middle under one swizzle) [D-hdim96]."""
+    multiple of 64; else the 64-byte swizzle (32-column chunks: D96 in three), what CUTLASS's smem
+    selector picks for FlashAttention-3 at a head dim that is a multiple of 32 but not of 64: one
+    layout and one descriptor form for the whole tile [D-hdim96]."""
     cols: int
     swizzle: int
 
