@@ -32,6 +32,13 @@ class AttnProblem:
     attention_chunk: int = 0
     softcap: float = 0.0           # > 0: scores capped to softcap * tanh(s / softcap); 0: none
     sinks: bool = False            # a float32 [heads] sink logit per head (the tensor travels with the call)
+    # score_mod / mask_mod (kernels/common/score_mod.py): fingerprints ('' none), the aux tensors' compile-time
+    # spec and sizes, and the ScoreMod's launch-time (pre_scale, post_scale) fold
+    score_mod: str = ""
+    mask_mod: str = ""
+    aux: str = ""
+    aux_shapes: tuple = ()
+    mod_scales: tuple = (1.0, 1.0)
 
     @classmethod
     def of(cls, q_shape, k_shape, dtype: str, *, causal: bool = False, softmax_scale: float | None = None) -> "AttnProblem":

@@ -63,6 +63,7 @@ from ..dsl import (ELEM_BYTES, KernelBuilder, PipeState, Value, const, exp2, fas
                    tree_reduce, undef, vec)
 from .attention_sm90_config import AttnConfig, causal_pair_slot, dealt_tile, launch_params, section_tile
 from .common.constants import LOG2E
+from .common.score_mod_ir import ModHook
 from .common.masks import ValueOps, block_range, hidden, key_window, tile_blocks, visible_keys
 from .common.softmax import exp2_mixed, max_update
 from .common.wgmma import a_frag_pairs, acc_col, acc_pair, acc_row, row_regs, wait_group
@@ -110,7 +111,7 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
         kb.pipeline_init()
         params = _Params(p["batch"], p["heads"], p["seqlen_q"], p["seqlen_k"], p["scale_log2"], div("group"),
                          div("tiles"), div("heads"), (p["section_shift"], div("rest")), p.get("softcap_scale"),
-                         p.get("sinks"))
+                         p.get("sinks"), ModHook(kb, cfg, p) if cfg.score_mod or cfg.mask_mod else None)
         bufs = _Buffers(q_smem, k_smem, v_smem, o_smem, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_desc, o_desc,
                         lse_ptr, q_bytes, kv_bytes)
         tiles = _Tiles(kb, cfg, params)
@@ -138,6 +139,7 @@ class _Params:
     sections: tuple        # causal tile order: (section_shift, the rest's divisor), see section_tile
     softcap_scale: Value | None = None   # softcap: softmax_scale / cap, the factor before the tanh
     sinks: Value | None = None           # sinks: float32 [heads] sink logits (natural-log units)
+    mods: ModHook | None = None          # score_mod / mask_mod (common.score_mod_ir)
 
 
 @dataclass(frozen=True)
@@ -373,7 +375,7 @@ class _Consumer:
     def __init__(self, kb, cfg, geo, bufs: _Buffers, params: _Params):
         self.kb, self.cfg, self.geo, self.bufs = kb, cfg, geo, bufs
         self.scale_log2 = params.scale_log2
-        self.softcap_scale, self.sinks = params.softcap_scale, params.sinks
+        self.softcap_scale, self.sinks, self.mods = params.softcap_scale, params.sinks, params.mods
         tid = kb.thread_idx(0)
         # 0 .. cfg.consumers - 1, broadcast so ptxas keeps this warpgroup's Q/O addresses and wgmma
         # descriptors in uniform registers (else an R2UR pair before every wgmma)
@@ -455,6 +457,10 @@ class _Consumer:
         (common.softmax.exp2_mixed)."""
         kb, cfg, geo = self.kb, self.cfg, self.geo
         s = [s_acc[i] for i in range(self.n_s)]
+        if self.mods is not None:  # score_mod(s * mod_scale, ...), then mask_mod, per element (common.score_mod_ir)
+            col0 = j * cfg.bn + self.t4 * 2
+            s = self.mods.apply(s, geo.batch, geo.head, [self.grow[acc_row(i)] for i in range(self.n_s)],
+                                [col0 + acc_col(i) for i in range(self.n_s)])
         if cfg.softcap:  # t = tanh(s * scale / cap), in units of cap (scale_log2 = cap * log2 e): before the mask
             s = [tanh(x * self.softcap_scale) for x in s]
         if masked and geo.first is None:  # register i holds key col0 + acc_col(i) of row acc_row(i) (common/wgmma.py)

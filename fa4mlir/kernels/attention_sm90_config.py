@@ -14,6 +14,7 @@ from .common.fastdiv import divisor
 from .common.fields import ConfigError, RegisterBudgetError, check_fields
 from .common.mask_family import Mask, attention_mask
 from .common.naming import softmax_knob_tags
+from .common.score_mod import aux_params, parse_aux_spec
 
 KERNEL = "attention_fwd_sm90"
 HEAD_DIMS = (64, 128, 256)
@@ -25,6 +26,7 @@ CONSUMER_BASE_REGS = 28
 CONSUMER_CHUNK_REGS = 4
 CONSUMER_PIECE_REGS = 2
 PRODUCER_REGS = 24
+MOD_FIELDS = ("score_mod", "mask_mod", "aux")   # absent from key() when '' (no function)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,12 @@ class AttnConfig:
     # learned logit per head to each row's softmax denominator (launch_params: a float32 [heads] pointer)
     softcap: bool = False
     sinks: bool = False
+    # score_mod / mask_mod (common.score_mod): fingerprints of Python functions compiled into the softmax
+    # ('' none) and the compile-time part of their aux tensors (aux_spec: 'f32x1,i32x1'); key() leaves
+    # them out when empty, so the kernels without them keep their keys [D-score-mod]
+    score_mod: str = ""
+    mask_mod: str = ""
+    aux: str = ""
     bm: int = 128             # query rows per CTA: 64 per consumer warpgroup (128: 2, 192: 3)
     bn: int = 128             # key/value rows per pipeline block
     stages: int = 2           # K and V ring depth, >= 2
@@ -78,6 +86,7 @@ class AttnConfig:
         if self.bm not in BMS:
             raise ConfigError(f"bm must be one of {BMS} (consumer warpgroups of 64 rows each), got {self.bm}")
         self._check_mask()
+        self._check_mods()
         if self.bn % 16 or not 16 <= self.bn <= 256:
             raise ConfigError(f"bn must be a multiple of 16 in [16, 256] (wgmma n and k16 steps), got {self.bn}")
         if self.stages < 2:
@@ -125,6 +134,19 @@ class AttnConfig:
         if got != want:
             raise ConfigError(f"the mask fields {got} are not in canonical form; the same mask is {want} "
                               f"(causal bounds the window's right side at 0, window (-1, 0) is causal=True)")
+
+    def _check_mods(self) -> None:
+        """ConfigError for a score_mod with softcap (one score modifier), aux tensors that no function
+        reads, or an aux spec that does not parse."""
+        if self.score_mod and self.softcap:
+            raise ConfigError("score_mod and softcap are both set: softcap is a score_mod "
+                              "(common.score_mod.softcap_score_mod); use one")
+        if self.aux and not (self.score_mod or self.mask_mod):
+            raise ConfigError(f"aux={self.aux!r} without a score_mod or mask_mod to read it")
+        try:
+            parse_aux_spec(self.aux)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
     @property
     def mask(self) -> Mask:
@@ -222,7 +244,8 @@ class AttnConfig:
         against 184). Fit to ptxas, as the least setmaxnreg at which the kernel compiles with 0
         spills, measured over head dims, bn 16-240, bm 128 and 192, persistent or not and every
         softmax knob; the model is at or above every measurement (tests/test_attention_registers.py)."""
-        pieces = int(self.masked) + int(bool(self.rescale_threshold or self.exp2_poly_stride))
+        pieces = (int(self.masked) + int(bool(self.rescale_threshold or self.exp2_poly_stride))
+                  + int(bool(self.score_mod or self.mask_mod)))
         return {"O": self.head_dim // 2, "S": self.bn // 2, "P": self.bn // 4,
                 "rest": CONSUMER_BASE_REGS + CONSUMER_CHUNK_REGS * self.d_chunks
                 + CONSUMER_PIECE_REGS * (self.d_chunks - 1) * pieces}
@@ -261,7 +284,8 @@ class AttnConfig:
 
     def score_tag(self) -> str:
         """Kernel-name tags of the score modifiers ('' for none): _softcap, _sink."""
-        return ("_softcap" if self.softcap else "") + ("_sink" if self.sinks else "")
+        return (("_softcap" if self.softcap else "") + ("_sink" if self.sinks else "")
+                + (f"_sm_{self.score_mod}" if self.score_mod else "") + (f"_mm_{self.mask_mod}" if self.mask_mod else ""))
 
     def name_suffix(self) -> str:
         """Kernel-name tags of the non-default softmax knobs ('' for the defaults): _poly4, _lazy8, _rb."""
@@ -272,7 +296,7 @@ class AttnConfig:
         """The config as a dict, every field (the mask's and score modifiers' too: a bundle query by
         key() picks one kernel; bundles from before them lack them, which attention.plan.select_entry
         reads as none)."""
-        return {"kernel": KERNEL, **self.__dict__}
+        return {"kernel": KERNEL, **{k: v for k, v in self.__dict__.items() if not (k in MOD_FIELDS and v == "")}}
 
     @classmethod
     def from_key(cls, key: dict) -> "AttnConfig":
@@ -361,12 +385,17 @@ def _mask_fields(mask: Mask) -> dict:
 
 
 def default_config(dtype: str, head_dim: int, causal: bool, seqlen_k: int | None = None,
-                   mask: Mask | None = None, *, softcap: bool = False, sinks: bool = False) -> AttnConfig:
+                   mask: Mask | None = None, *, softcap: bool = False, sinks: bool = False, score_mod: str = "",
+                   mask_mod: str = "", aux: str = "") -> AttnConfig:
     """The measured tiles for (head_dim, causal): TILES, or SHORT_TILES when seqlen_k is given and
     at most SHORT_SEQLEN_K of the case; plus the case's measured code knobs (KNOBS). `mask` (common.
     masks; None: causal's or none) sets the mask fields, on the tiles of its causal flag (a window or
     chunk has its own kernel on the same tiles). `softcap`, `sinks`: the score modifiers' kernel on
-    the same tiles and knobs [D-softcap] [D-sinks]."""
+    the same tiles and knobs [D-softcap] [D-sinks]. `score_mod`, `mask_mod`, `aux`: fingerprints and
+    aux spec (common.score_mod) of a compiled-in function's kernel, on the same tiles and knobs."""
+    if score_mod or mask_mod or aux:
+        return replace(default_config(dtype, head_dim, causal, seqlen_k, mask, softcap=softcap, sinks=sinks),
+                       score_mod=score_mod, mask_mod=mask_mod, aux=aux).validate()
     if softcap or sinks:
         return replace(default_config(dtype, head_dim, causal, seqlen_k, mask), softcap=bool(softcap),
                        sinks=bool(sinks)).validate()
@@ -399,10 +428,10 @@ def config_from_spec(spec: str) -> AttnConfig:
 
 
 def default_configs(dtype: str, head_dim: int, causal: bool, mask: Mask | None = None, *, softcap: bool = False,
-                    sinks: bool = False) -> list[AttnConfig]:
+                    sinks: bool = False, score_mod: str = "", mask_mod: str = "", aux: str = "") -> list[AttnConfig]:
     """Every config default_config picks for (dtype, head_dim, causal, mask, softcap, sinks) at some
     seqlen_k: the long one first."""
-    mods = dict(mask=mask, softcap=softcap, sinks=sinks)
+    mods = dict(mask=mask, softcap=softcap, sinks=sinks, score_mod=score_mod, mask_mod=mask_mod, aux=aux)
     out = [default_config(dtype, head_dim, causal, **mods), default_config(dtype, head_dim, causal, 1, **mods)]
     return out[:1] if out[0] == out[1] else out
 
@@ -459,12 +488,17 @@ LAUNCH_PARAMS = (*TENSOR_PARAMS, ("batch", "i32"), ("heads", "i32"), ("seqlen_q"
 # [heads] logits [D-sinks].
 SOFTCAP_PARAMS = (("softcap_scale", "f32"),)
 SINK_PARAMS = (("sinks", "ptr"),)
+# score_mod's (common.score_mod): mod_scale = softmax_scale * pre_scale, the factor before the function; then
+# each aux tensor's pointer and sizes (aux_params) [D-score-mod]
+MOD_SCALE_PARAMS = (("mod_scale", "f32"),)
 
 
 def launch_params(config: AttnConfig) -> tuple:
     """The config's launch contract, (name, kind) in PTX order: LAUNCH_PARAMS, then SOFTCAP_PARAMS
-    with softcap and SINK_PARAMS with sinks."""
-    return (*LAUNCH_PARAMS, *(SOFTCAP_PARAMS if config.softcap else ()), *(SINK_PARAMS if config.sinks else ()))
+    with softcap and SINK_PARAMS with sinks, MOD_SCALE_PARAMS with a score_mod and the aux tensors'
+    (common.score_mod.aux_params)."""
+    return (*LAUNCH_PARAMS, *(SOFTCAP_PARAMS if config.softcap else ()), *(SINK_PARAMS if config.sinks else ()),
+            *(MOD_SCALE_PARAMS if config.score_mod else ()), *aux_params(config.aux))
 
 
 def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) -> dict:
@@ -496,7 +530,28 @@ def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) 
         args.update(scale_log2=cap * LOG2E, softcap_scale=float(problem.softmax_scale) / cap)
     if config.sinks:
         args["sinks"] = tensors["sinks"]
+    if config.score_mod or config.mask_mod:
+        args.update(mod_args(config, problem, tensors))
     return {name: args[name] for name, _ in launch_params(config)}   # in PTX order, every parameter once
+
+
+def mod_args(config: AttnConfig, problem, tensors) -> dict:
+    """A score_mod / mask_mod kernel's arguments [D-score-mod]: scale_log2 = post_scale * log2(e)
+    and mod_scale = softmax_scale * pre_scale (problem.mod_scales: (pre_scale, post_scale) of the
+    call's ScoreMod) with a score_mod; each aux tensor `aux{i}` from `tensors` and its sizes from
+    problem.aux_shapes."""
+    args = {}
+    if config.score_mod:
+        pre, post = getattr(problem, "mod_scales", (1.0, 1.0))
+        args.update(scale_log2=float(post) * LOG2E, mod_scale=float(problem.softmax_scale) * float(pre))
+    shapes = tuple(getattr(problem, "aux_shapes", ()))
+    spec = parse_aux_spec(config.aux)
+    if len(shapes) != len(spec):
+        raise ValueError(f"the kernel reads {len(spec)} aux tensors ({config.aux!r}), the problem has {len(shapes)}")
+    for i, shape in enumerate(shapes):
+        args[f"aux{i}"] = tensors[f"aux{i}"]
+        args.update({f"aux{i}_n{d}": int(n) for d, n in enumerate(shape)})
+    return args
 
 
 class IntOps:
@@ -567,5 +622,5 @@ def flops(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int, c
 
 __all__ = ["AttnConfig", "default_config", "default_configs", "SHORT_SEQLEN_K", "SHORT_TILES", "is_short",
            "query_tiles", "dealt_tile", "causal_pair_slot", "section_tile", "section_shift", "L2_BYTES",
-           "SECTION_L2_SHARE", "IntOps", "grid", "launch_args", "launch_params", "LAUNCH_PARAMS", "SOFTCAP_PARAMS", "SINK_PARAMS", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "DTYPES", "BMS",
+           "SECTION_L2_SHARE", "IntOps", "grid", "launch_args", "launch_params", "LAUNCH_PARAMS", "SOFTCAP_PARAMS", "SINK_PARAMS", "MOD_SCALE_PARAMS", "mod_args", "MOD_FIELDS", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "DTYPES", "BMS",
            "TILES", "KNOBS", "TILE_FIELDS", "KNOB_FIELDS"]
