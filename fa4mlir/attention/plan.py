@@ -84,7 +84,7 @@ class PreparedPlan:
 
 MASK_FIELDS = {"window_left": -1, "window_right": -1, "chunk": 0}   # absent from the keys of unwindowed kernels
 # the compile-time fields a call must match exactly, with what older bundles' keys (which lack them) mean
-VARIANT_FIELDS = {**MASK_FIELDS, "softcap": False, "sinks": False}
+VARIANT_FIELDS = {**MASK_FIELDS, "softcap": False, "sinks": False, "score_mod": "", "mask_mod": "", "aux": ""}
 
 
 def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: bool, where: str = "bundle",
@@ -105,13 +105,15 @@ def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: boo
         raise BundleError(f"flash_attn_func: {where} has no {attn_cfg.KERNEL} ({ARCH}) kernel for "
                           f"dtype={dtype}, head_dim={head_dim}, causal={bool(causal)}{masked}; build it with "
                           f"`python -m fa4mlir bundle --set attention`"
-                          f"{' (windows, chunks, softcap and sinks are compile-time: add this one to a set)' if masked else ''}")
+                          f"{' (windows, chunks, softcap, sinks and score_mod/mask_mod fingerprints are compile-time: add this one to a set)' if masked else ''}"
+                          f"{_mod_hint(mask)}")
     default = default or attn_cfg.default_config(dtype, head_dim, causal, seqlen_k)
     tiles = {k: getattr(default, k) for k in attn_cfg.TILE_FIELDS}
     # the default for this seqlen_k, else (the bundle lacks its tiles) the one for long sequences;
     # the code knobs to narrow by are those of the default whose tiles matched (KNOBS differ by tiles)
     for cfg in (default, attn_cfg.default_config(dtype, head_dim, causal, mask=default.mask, softcap=default.softcap,
-                                                 sinks=default.sinks)):
+                                                 sinks=default.sinks, score_mod=default.score_mod,
+                                                 mask_mod=default.mask_mod, aux=default.aux)):
         same_tiles = [e for e in hits if all(e["config"].get(k) == getattr(cfg, k) for k in attn_cfg.TILE_FIELDS)]
         if same_tiles:
             hits, default = same_tiles, cfg
@@ -126,6 +128,16 @@ def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: boo
         raise BundleError(f"flash_attn_func: {len(hits)} {attn_cfg.KERNEL} kernels in {where} match "
                           f"{want} with default tiles {tiles} (keys {keys}); remove the duplicates")
     return hits[0]
+
+
+def _mod_hint(want: dict) -> str:
+    """How to get a score_mod / mask_mod kernel into a bundle: it is found by its fingerprint only."""
+    fps = [f"{k}={want[k]!r}" for k in ("score_mod", "mask_mod") if want.get(k)]
+    if not fps:
+        return ""
+    return (f". A score_mod/mask_mod kernel is found by its function's fingerprint ({', '.join(fps)}): build the "
+            f"bundle on a machine with MLIR from the same function source (kernel_sets.score_mods shows how, "
+            f"fa4mlir.bundle_score_mod_kernels adds a user's), then ship it")
 
 
 def find_artifact(bundle: Bundle, dtype: str, head_dim: int, causal: bool, seqlen_k: int | None = None, *,

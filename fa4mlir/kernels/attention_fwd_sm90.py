@@ -459,8 +459,9 @@ class _Consumer:
         s = [s_acc[i] for i in range(self.n_s)]
         if self.mods is not None:  # score_mod(s * mod_scale, ...), then mask_mod, per element (common.score_mod_ir)
             col0 = j * cfg.bn + self.t4 * 2
+            cols = {c: col0 + c for c in sorted({acc_col(i) for i in range(self.n_s)})}   # one Value per key
             s = self.mods.apply(s, geo.batch, geo.head, [self.grow[acc_row(i)] for i in range(self.n_s)],
-                                [col0 + acc_col(i) for i in range(self.n_s)])
+                                [cols[acc_col(i)] for i in range(self.n_s)])
         if cfg.softcap:  # t = tanh(s * scale / cap), in units of cap (scale_log2 = cap * log2 e): before the mask
             s = [tanh(x * self.softcap_scale) for x in s]
         if masked and geo.first is None:  # register i holds key col0 + acc_col(i) of row acc_row(i) (common/wgmma.py)
@@ -595,6 +596,8 @@ def _attend(cs: _Consumer, turns: _Turns, counts: _Counts | None) -> _Acc:
     q_pipe, k_pipe, v_pipe = bufs.q_pipe, bufs.k_pipe, bufs.v_pipe
     q_count, kv_count = counts or (None, None)
     f32 = "f32"
+    if cs.mods is not None:  # aux loads of the tile's head and batch go here, before the KV loop
+        cs.mods.start_tile(geo.batch, geo.head)
     q0 = q_pipe.state_at(q_count)
     q_pipe.consumer_wait(q0)
     # block 0 (peeled, masked): S_0, softmax; P_0 stays for the first P.V

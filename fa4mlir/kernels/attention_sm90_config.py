@@ -340,6 +340,12 @@ SHORT_TILES = {
 SHORT_SEQLEN_K = {(64, False): 4096, (64, True): 2048, (128, False): 8192}
 
 
+# A kernel with both a score_mod and a mask_mod at bm 192 (three consumer warpgroups of 160 registers)
+# spilled 44-116 bytes with ALiBi and the document mask (D64); at bm 128 (240 registers) none: it takes
+# these tiles [D-score-mod]
+MOD_BOTH_TILES = dict(bm=128, bn=128, load_regs=0, mma_regs=0)
+
+
 def is_short(head_dim: int, causal: bool, seqlen_k: int | None) -> bool:
     """Whether default_config picks SHORT_TILES at this seqlen_k (None: a long sequence)."""
     limit = SHORT_SEQLEN_K.get((head_dim, bool(causal)))
@@ -394,8 +400,10 @@ def default_config(dtype: str, head_dim: int, causal: bool, seqlen_k: int | None
     the same tiles and knobs [D-softcap] [D-sinks]. `score_mod`, `mask_mod`, `aux`: fingerprints and
     aux spec (common.score_mod) of a compiled-in function's kernel, on the same tiles and knobs."""
     if score_mod or mask_mod or aux:
-        return replace(default_config(dtype, head_dim, causal, seqlen_k, mask, softcap=softcap, sinks=sinks),
-                       score_mod=score_mod, mask_mod=mask_mod, aux=aux).validate()
+        cfg = default_config(dtype, head_dim, causal, seqlen_k, mask, softcap=softcap, sinks=sinks)
+        if score_mod and mask_mod and cfg.bm == 192:   # MOD_BOTH_TILES: room for both functions
+            cfg = replace(cfg, **MOD_BOTH_TILES)
+        return replace(cfg, score_mod=score_mod, mask_mod=mask_mod, aux=aux).validate()
     if softcap or sinks:
         return replace(default_config(dtype, head_dim, causal, seqlen_k, mask), softcap=bool(softcap),
                        sinks=bool(sinks)).validate()

@@ -23,17 +23,31 @@ class AuxView:
     """One aux tensor inside the kernel: `view[i]` / `view[i, j]` loads an element, each index clamped
     to [0, n - 1] (signed); `view.shape` its sizes (i32 launch arguments)."""
 
-    def __init__(self, kb, ptr: Value, shape: tuple, dtype: str, cache: dict):
+    def __init__(self, kb, ptr: Value, shape: tuple, dtype: str, cache: dict, tile=None):
         self.kb, self.ptr, self.shape, self.dtype, self._cache = kb, ptr, tuple(shape), dtype, cache
+        self._tile = tile   # ModHook's _Tile: where loads of tile-invariant indices go, and their cache
 
     def __getitem__(self, idx):
         idx = idx if isinstance(idx, tuple) else (idx,)
         if len(idx) != len(self.shape):
             raise sm.ModFunctionError(f"an aux tensor of rank {len(self.shape)} indexed with {len(idx)} indices")
-        key = (id(self),) + tuple(id(i) if isinstance(i, Value) else ("int", i) for i in idx)
+        key = (self.ptr.v,) + tuple(id(i) if isinstance(i, Value) else ("int", i) for i in idx)
+        tile = self._tile
+        if tile is not None and all(not isinstance(i, Value) or id(i) in tile.invariant for i in idx):
+            # every index is fixed for the tile (head, batch, a constant): load once, before the KV loop
+            hit = tile.cache.get(key)
+            if hit is None:
+                with self.kb.before(tile.mark):
+                    hit = tile.cache[key] = (self._load(idx), idx)
+            return hit[0]
         hit = self._cache.get(key)
         if hit is not None:
             return hit[0]
+        val = self._load(idx)
+        self._cache[key] = (val, idx)   # idx kept alive: its ids stay unique for the cache's life
+        return val
+
+    def _load(self, idx) -> Value:
         flat = None
         for i, n in zip(idx, self.shape):
             i = i if isinstance(i, Value) else const(int(i))
@@ -42,10 +56,8 @@ class AuxView:
                                           "got a float")
             i = i.smax(0).smin(n - 1)
             flat = i if flat is None else flat * n + i
-        val = self.kb.load(self.kb.gep(self.ptr, flat.to("i64", signed=True), _ELEM[self.dtype]), _ELEM[self.dtype],
-                           align=4)
-        self._cache[key] = (val, idx)   # idx kept alive: its ids stay unique for the cache's life
-        return val
+        return self.kb.load(self.kb.gep(self.ptr, flat.to("i64", signed=True), _ELEM[self.dtype]),
+                            _ELEM[self.dtype], align=4)
 
 
 class ModHook:
@@ -61,8 +73,16 @@ class ModHook:
         for i, (dtype, rank) in enumerate(sm.parse_aux_spec(cfg.aux)):
             self.aux.append((params[f"aux{i}"], tuple(params[f"aux{i}_n{d}"] for d in range(rank)), dtype))
 
+        self._tile = None
+
+    def start_tile(self, batch: Value, head: Value) -> None:
+        """Called where a query tile's work starts (before its KV loop): aux loads whose indices are
+        only batch, head or constants are emitted here, once per tile, instead of once per KV block.
+        Kernels that never call it load per application."""
+        self._tile = _Tile(self.kb.mark(), {id(batch), id(head)}, {}, (batch, head))
+
     def _views(self, cache):
-        return [AuxView(self.kb, ptr, shape, dtype, cache) for ptr, shape, dtype in self.aux]
+        return [AuxView(self.kb, ptr, shape, dtype, cache, self._tile) for ptr, shape, dtype in self.aux]
 
     def apply(self, s: list, batch: Value, head: Value, rows: list, cols: list) -> list:
         cache: dict = {}
@@ -90,6 +110,14 @@ class ModHook:
         finally:
             sm._DSL.pop()
         return out
+
+
+class _Tile:
+    """The tile-level hoisting point of ModHook.start_tile: the mark, the ids of the tile-invariant
+    index values (kept alive in `keep`) and the loads made there."""
+
+    def __init__(self, mark, invariant: set, cache: dict, keep: tuple):
+        self.mark, self.invariant, self.cache, self.keep = mark, invariant, cache, keep
 
 
 def _check(fn, kind: str, v) -> Value:
