@@ -25,7 +25,8 @@ from ..kernels import attention_sm90_config as attn_cfg
 from ..kernels import cubin_backend as kernel_cubin_backend
 from ..runtime import LoadedKernel, PreparedLaunch, load
 from .checks import MAX_I32, _err, check_bundle
-from .errors import BundleError, ShapeError
+from ..kernels.common.score_mod import ModFunctionError
+from .errors import BundleError, ScoreModError, ShapeError
 from .problem import AttnProblem
 
 ARCH = "sm_90a"
@@ -164,7 +165,10 @@ class KernelSource:
         if self.bundle is not None:
             return find_artifact(self.bundle, default.dtype, default.head_dim, default.causal, default=default)
         from ..compiler import compile_kernel   # needs MLIR
-        return compile_kernel(attn_cfg.KERNEL, default)
+        try:
+            return compile_kernel(attn_cfg.KERNEL, default)
+        except ModFunctionError as e:   # a score_mod / mask_mod the kernel builder could not compile
+            raise ScoreModError(_err(str(e))) from None
 
     def kernel(self, default: attn_cfg.AttnConfig) -> LoadedKernel:
         """The loaded kernel for `default` (a default_config); launch it by the config it was built
@@ -228,6 +232,7 @@ def dense_launch(config: attn_cfg.AttnConfig, kernel: LoadedKernel, problem: Att
         raise ShapeError(_err(f"batch x heads x query tiles = {tiles} is too many for the causal kernel's "
                               f"grid (at most {MAX_I32})"))
     refs = {name: TensorRef(name) for name, _ in (*attn_cfg.TENSOR_PARAMS, *attn_cfg.SINK_PARAMS)}
+    refs.update({f"aux{i}": TensorRef(f"aux{i}") for i in range(len(problem.aux_shapes))})
     return Launch(kernel, attn_cfg.grid(config, problem, device.num_sms),
                   attn_cfg.launch_args(config, problem, refs, device.l2_bytes))
 
@@ -238,7 +243,8 @@ def select(problem: AttnProblem, device: DeviceInfo, source: KernelSource) -> Pl
     launched once by the contract of the config it was built from."""
     kernel = source.kernel(attn_cfg.default_config(problem.dtype, problem.head_dim, problem.causal, problem.seqlen_k,
                                                    mask=problem.mask, softcap=problem.softcap > 0,
-                                                   sinks=problem.sinks))
+                                                   sinks=problem.sinks, score_mod=problem.score_mod,
+                                                   mask_mod=problem.mask_mod, aux=problem.aux))
     config = attn_cfg.AttnConfig.from_key(kernel.artifact.config)
     return Plan(problem, (dense_launch(config, kernel, problem, device),))
 
