@@ -30,7 +30,6 @@ class ModCase:
     heads: int = 2
     kv_heads: int = 1
     cap: float = 2.0           # the softcap case's cap
-    short: bool = False        # default_config's SHORT_TILES (persistent) kernel
 
 
 # small shapes: ragged tails, two or more KV blocks, GQA; document mask with seqlen_q == seqlen_k
@@ -42,7 +41,7 @@ CASES = [
     ModCase("docmask-alibi-d64-causal", score="alibi", mask="document_mask", causal=True, seqlen_q=200,
             seqlen_k=200),
     ModCase("softcap-d64", score="softcap", cap=2.0),
-    ModCase("softcap-d128-causal-short", score="softcap", head_dim=128, causal=True, short=True, cap=3.0,
+    ModCase("softcap-d128-causal", score="softcap", head_dim=128, causal=True, cap=3.0,
             seqlen_q=140, seqlen_k=200),
 ]
 BY_NAME = {c.name: c for c in CASES}
@@ -82,7 +81,7 @@ def case_config(case: ModCase):
     """The case's kernel config: default_config of its shape with its fingerprints and aux spec."""
     from .kernels.attention_sm90_config import default_config
     score, mask = case_mods(case)
-    return default_config(case.dtype, case.head_dim, case.causal, 1 if case.short else None,
+    return default_config(case.dtype, case.head_dim, case.causal, None,
                           score_mod=score.fingerprint() if score else "",
                           mask_mod=mask.fingerprint() if mask else "", aux=case_aux_spec(case))
 

@@ -14,7 +14,6 @@ from fa4mlir.kernels.attention_sm90_config import AttnConfig, default_config, la
 from fa4mlir.kernels.common import score_mod as sm
 from fa4mlir.kernels.common.fields import ConfigError
 from fa4mlir.lowering import CompileOptions
-from fa4mlir.testing_score_mod import CASES, case_config
 
 BIAS = 0.5
 
@@ -138,16 +137,23 @@ def test_compile_cache_recompiles_a_changed_function_only(tmp_path):
     assert len(list(tmp_path.rglob("*.json"))) >= 2 or len(list(tmp_path.iterdir())) >= 2
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.score != "softcap"], ids=lambda c: c.name)
-def test_builtin_mods_compile_without_spills(case):
-    cfg = case_config(case)
+def _set_kernels():
+    from fa4mlir import kernel_sets
+    return [c for _, c, *_ in kernel_sets.configs(["score-mods", "prefill"]) if getattr(c, "score_mod", "")
+            or getattr(c, "mask_mod", "")]
+
+
+@pytest.mark.parametrize("cfg", _set_kernels(), ids=lambda c: f"d{c.head_dim}{'-causal' if c.causal else ''}"
+                         f"-{c.bm}x{c.bn}{'-pers' if c.persistent else ''}-{c.score_mod[:8]}-{c.mask_mod[:8]}")
+def test_set_kernels_compile_without_spills(cfg):
+    """Every score_mod / mask_mod kernel of the score-mods and prefill bundle sets."""
     art = lowering.lower(attention_fwd_sm90.build(cfg), CompileOptions(cubin_backend="ptxas"))
     r = art.resources
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r
     assert not r["wgmma_serialized"], r
 
 
-@pytest.mark.parametrize("head_dim,causal", [(128, False), (64, True)])
+@pytest.mark.parametrize("head_dim,causal", [(128, False), (64, True), (128, True)])
 def test_softcap_score_mod_is_the_hand_written_softcap_kernel(head_dim, causal):
     """[D-score-mod]: the built-in's fold (pre_scale 1 / cap, post_scale cap) gives the same PTX as
     AttnConfig.softcap, so the same SASS: same softmax loop, same instruction counts."""

@@ -609,7 +609,7 @@ def _attend(cs: _Consumer, turns: _Turns, counts: _Counts | None) -> _Acc:
     s_acc = wait_group(s_acc, pending=0)
     cs.release((k_pipe, k0))
     neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
-    if cfg.persistent:
+    if cfg.persistent and not (cs.mods and cs.mods.aux):   # one copy when aux tensors are read [D-score-mod]
         # block 0 needs the mask only when some row does not see all of it (the causal diagonal,
         # seqlen_k < bn), and short tiles pay it per tile: the unmasked softmax gets its own copy
         # (only here: one-tile-per-CTA kernels were slower with it) [D-block0]

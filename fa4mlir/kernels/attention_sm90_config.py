@@ -398,9 +398,12 @@ def default_config(dtype: str, head_dim: int, causal: bool, seqlen_k: int | None
     masks; None: causal's or none) sets the mask fields, on the tiles of its causal flag (a window or
     chunk has its own kernel on the same tiles). `softcap`, `sinks`: the score modifiers' kernel on
     the same tiles and knobs [D-softcap] [D-sinks]. `score_mod`, `mask_mod`, `aux`: fingerprints and
-    aux spec (common.score_mod) of a compiled-in function's kernel, on the same tiles and knobs."""
+    aux spec (common.score_mod) of a compiled-in function's kernel, on the long sequences' tiles and
+    knobs (MOD_BOTH_TILES with both functions at bm 192)."""
     if score_mod or mask_mod or aux:
-        cfg = default_config(dtype, head_dim, causal, seqlen_k, mask, softcap=softcap, sinks=sinks)
+        # the long sequences' tiles at every seqlen_k: SHORT_TILES' persistent bm 192 spilled with the
+        # relative bias (216 bytes), 128 x 128 persistent with ALiBi and the document mask (4) [D-score-mod]
+        cfg = default_config(dtype, head_dim, causal, None, mask, softcap=softcap, sinks=sinks)
         if score_mod and mask_mod and cfg.bm == 192:   # MOD_BOTH_TILES: room for both functions
             cfg = replace(cfg, **MOD_BOTH_TILES)
         return replace(cfg, score_mod=score_mod, mask_mod=mask_mod, aux=aux).validate()
