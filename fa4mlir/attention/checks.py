@@ -13,7 +13,7 @@ from typing import Any, Sequence
 from ..artifacts import Bundle
 from ..driver import stream_handle
 from ..kernels import attention_sm90_config as attn_cfg
-from ..kernels.common import score_mod as sm
+from ..kernels.common.score_mod import AUX_DTYPES, MAX_AUX_RANK, ModFunctionError, as_mod, aux_spec, fn_name
 from ..runtime import DTYPES, GMEM_ALIGN_BYTES, TensorInfo, tensor_info
 from ..tensors import TensorDTypeError, TensorLikeError, TensorStrideError
 from .errors import (ArgumentTypeError, DeviceError, ScoreModError, DTypeError, EmptyInputError, HeadDimError, HeadsRatioError,
@@ -375,8 +375,8 @@ def check_mods(score_mod: Any, mask_mod: Any, aux_tensors: Any, softcap: float) 
     float32/int32, 1-D or 2-D, contiguous, non-empty (each index is clamped into them) and 4-byte
     aligned, or larger than int32 indexing."""
     try:
-        smod, mmod = sm.as_mod(score_mod, "score"), sm.as_mod(mask_mod, "mask")
-    except sm.ModFunctionError as e:
+        smod, mmod = as_mod(score_mod, "score"), as_mod(mask_mod, "mask")
+    except ModFunctionError as e:
         raise ScoreModError(_err(str(e))) from None
     if smod is not None and softcap:
         raise ScoreModError(_err(f"score_mod and softcap={softcap!r} are both given: pass one (softcap as a score_mod: "
@@ -388,13 +388,13 @@ def check_mods(score_mod: Any, mask_mod: Any, aux_tensors: Any, softcap: float) 
         raise ScoreModError(_err(f"aux_tensors ({len(aux)} tensors) given without a score_mod or mask_mod to read them"))
     readers = [m for m in (smod, mmod) if m is not None and m.takes_aux()]
     if readers and not aux:
-        raise ScoreModError(_err(f"{sm._name(readers[0].fn)} takes aux_tensors, but none are given: pass "
+        raise ScoreModError(_err(f"{fn_name(readers[0].fn)} takes aux_tensors, but none are given: pass "
                                  f"aux_tensors=[...]"))
     infos, spec, shapes = {}, [], []
     for i, x in enumerate(aux):
         info = read_tensor(f"aux_tensors[{i}]", x)
         shape = tuple(info.shape)
-        if info.dtype not in sm.AUX_DTYPES or not 1 <= len(shape) <= sm.MAX_AUX_RANK:
+        if info.dtype not in AUX_DTYPES or not 1 <= len(shape) <= MAX_AUX_RANK:
             raise ScoreModError(_err(f"aux_tensors[{i}] must be a float32 or int32 tensor of 1 or 2 dims, got "
                                      f"{info.dtype} of shape {shape}; convert it (t.float(), t.int())"))
         if min(shape) < 1 or _numel(info) > MAX_I32:
@@ -411,7 +411,7 @@ def check_mods(score_mod: Any, mask_mod: Any, aux_tensors: Any, softcap: float) 
         spec.append((info.dtype, len(shape)))
         shapes.append(shape)
     fields = dict(score_mod=smod.fingerprint() if smod else "", mask_mod=mmod.fingerprint() if mmod else "",
-                  aux=sm.aux_spec(spec), aux_shapes=tuple(shapes),
+                  aux=aux_spec(spec), aux_shapes=tuple(shapes),
                   mod_scales=(float(smod.pre_scale), float(smod.post_scale)) if smod else (1.0, 1.0))
     return fields, infos
 

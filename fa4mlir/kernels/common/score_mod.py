@@ -91,12 +91,12 @@ def as_mod(fn: Any, kind: str) -> ScoreMod | None:
     names = _positional(mod.fn)
     if len(names) not in (mod.arity, mod.arity + 1):
         want = "(score, batch, head, q_idx, kv_idx" if kind == "score" else "(batch, head, q_idx, kv_idx"
-        raise ModFunctionError(f"{kind}_mod {_name(mod.fn)} takes {len(names)} positional parameters {names}; it "
+        raise ModFunctionError(f"{kind}_mod {fn_name(mod.fn)} takes {len(names)} positional parameters {names}; it "
                                f"must take {mod.arity} {want}) or {mod.arity + 1} {want}, aux_tensors)")
     code = getattr(mod.fn, "__code__", None)
     if code is not None and code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE |
                                              inspect.CO_ASYNC_GENERATOR):
-        raise ModFunctionError(f"{kind}_mod {_name(mod.fn)} is a generator or coroutine; it must return a value")
+        raise ModFunctionError(f"{kind}_mod {fn_name(mod.fn)} is a generator or coroutine; it must return a value")
     for what, v in (("pre_scale", mod.pre_scale), ("post_scale", mod.post_scale)):
         if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 2.0 ** -60 <= abs(v) <= 2.0 ** 60):
             raise ModFunctionError(f"ScoreMod.{what} must be a nonzero finite float of magnitude in [2^-60, 2^60], "
@@ -112,11 +112,11 @@ def _positional(fn) -> list:
         raise ModFunctionError(f"cannot read the signature of {fn!r}; pass a def or lambda") from None
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     if any(p.kind == inspect.Parameter.VAR_POSITIONAL for p in sig.parameters.values()):
-        raise ModFunctionError(f"{_name(fn)} takes *args; name its parameters (score, batch, head, q_idx, kv_idx)")
+        raise ModFunctionError(f"{fn_name(fn)} takes *args; name its parameters (score, batch, head, q_idx, kv_idx)")
     return [p.name for p in sig.parameters.values() if p.kind in kinds and p.default is inspect.Parameter.empty]
 
 
-def _name(fn) -> str:
+def fn_name(fn) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
 
 
@@ -148,7 +148,7 @@ def registered(fp: str) -> Callable:
 
 def _parts(fn, seen: set) -> tuple:
     if id(fn) in seen:
-        return ("recursion", _name(fn))
+        return ("recursion", fn_name(fn))
     seen.add(id(fn))
     code = fn.__code__
     try:
@@ -166,7 +166,7 @@ def _parts(fn, seen: set) -> tuple:
         elif not hasattr(builtins, var):   # an attribute or method name (`.to`, `.eq`): part of the source
             continue
     defaults = tuple(_value(fn, "default", d, seen) for d in (fn.__defaults__ or ()))
-    return (_name(fn), text, tuple(captured), defaults)
+    return (fn_name(fn), text, tuple(captured), defaults)
 
 
 def _names(code) -> set:
@@ -195,7 +195,7 @@ def _value(fn, var: str, v: Any, seen: set):
     if isinstance(v, types.BuiltinFunctionType):
         return ("builtin", getattr(v, "__module__", None), v.__name__)
     raise ModFunctionError(
-        f"{_name(fn)} captures {var!r}, a {type(v).__module__}.{type(v).__name__}: a score_mod/mask_mod may "
+        f"{fn_name(fn)} captures {var!r}, a {type(v).__module__}.{type(v).__name__}: a score_mod/mask_mod may "
         f"capture numbers, strings, functions and modules only (they are compiled into the kernel); pass a "
         f"tensor through aux_tensors=[...] and read it from the function's last parameter (aux_tensors[i][idx])")
 
@@ -312,4 +312,4 @@ BUILTIN_MASK_MODS = {"document_mask": document_mask}
 __all__ = ["ScoreMod", "ModFunctionError", "as_mod", "fingerprint", "registered", "aux_spec", "parse_aux_spec",
            "aux_params", "select", "where", "exp2", "log2", "tanh", "fma", "fmax", "to_f32", "alibi",
            "relative_bias", "document_mask", "softcap_score_mod", "BUILTIN_SCORE_MODS", "BUILTIN_MASK_MODS",
-           "AUX_DTYPES", "MAX_AUX_RANK"]
+           "AUX_DTYPES", "MAX_AUX_RANK", "fn_name"]

@@ -104,7 +104,7 @@ class ModHook:
         except TypeError as e:
             if isinstance(e, sm.ModFunctionError):
                 raise
-            raise sm.ModFunctionError(f"{sm._name(self.score or self.mask)}: {e}. A score_mod/mask_mod runs once "
+            raise sm.ModFunctionError(f"{sm.fn_name(self.score or self.mask)}: {e}. A score_mod/mask_mod runs once "
                                       f"at build time on kernel values: no `if`, `and`, `or`, `min`/`max` on them "
                                       f"(use select, .lt/.eq, fmax)") from e
         finally:
@@ -122,11 +122,11 @@ class _Tile:
 
 def _check(fn, kind: str, v) -> Value:
     if not isinstance(v, Value):
-        raise sm.ModFunctionError(f"{kind}_mod {sm._name(fn)} returned {type(v).__name__} {v!r}, not a kernel value")
+        raise sm.ModFunctionError(f"{kind}_mod {sm.fn_name(fn)} returned {type(v).__name__} {v!r}, not a kernel value")
     t = str(v.type)
     want = "f32" if kind == "score" else "i1"
     if t != want:
-        raise sm.ModFunctionError(f"{kind}_mod {sm._name(fn)} returned a {t} value; it must return {want}"
+        raise sm.ModFunctionError(f"{kind}_mod {sm.fn_name(fn)} returned a {t} value; it must return {want}"
                                   f"{' (a comparison such as a.eq(b))' if kind == 'mask' else ''}")
     return v
 
