@@ -380,10 +380,10 @@ def test_rows_on_cpu_flex_mods_match_the_references(monkeypatch):
     for key, rec in flexes.items():
         assert rec["status"] == "measured" and rec["fa_rule_ok"], (key, rec)
         assert 0 < rec["torch_err"] < 0.5, (key, rec)
-    assert recs[("alibi", "fa4mlir")] == {"workload": "alibi", "row": "alibi", "backend": "fa4mlir",
-                                          "status": "unsupported",
-                                          "reason": "Unsupported: fa4mlir has no score_mod yet (issue 28 item 3): "
-                                                    "row reserved"}
+    # fa4mlir's ALiBi score_mod passes every argument check, as the softcap row does: only the CPU device is left
+    assert recs[("alibi", "fa4mlir")]["status"] == "error"
+    assert recs[("alibi", "fa4mlir")]["reason"] == recs[("softcap", "fa4mlir")]["reason"]
+    assert recs[("alibi", "fa4mlir")]["reason"].startswith("DeviceError"), recs[("alibi", "fa4mlir")]
     assert recs[("prefill_varlen", "fa4mlir")]["reason"] == "Unsupported: fa4mlir has no flash_attn_varlen_func yet"
     # the features change the answer: a softcap / sink / ALiBi check fails the plain causal output
     plain = next(r for r in rows if r.name == "dense_causal_8k")
