@@ -27,6 +27,8 @@ sinks[head], in its denominator and no value, and lse includes it. A row that se
 exp(sink - row max) overflows float32, which this kernel never forms) [D-sinks]. Bad values raise
 ArgumentTypeError (softcap not a number), SoftcapError (negative, NaN, infinite), ShapeError,
 DTypeError, LayoutError or DeviceError (sinks not float32 [heads], contiguous, on q's device).
+score_mod=, mask_mod=, aux_tensors= (keyword; FlexAttention's signatures, FA4 CuTe's names) compile
+Python functions into the kernel (kernels/common/score_mod.py; bad ones raise ScoreModError).
 softmax_scale defaults to 1 / sqrt(head_dim) and must lie in [2^-64, 2^64]. Empty problems return
 what FlashAttention-2 returns, with no kernel: batch, seqlen_q or heads 0 give empty out and lse;
 seqlen_k 0 (every row sees no key) gives out = 0 and lse = +inf.

@@ -51,6 +51,9 @@ exp(s' - c m), and the masks set t to -inf after the tanh. `sinks` adds a learne
 (gpt-oss) to each row's denominator in the epilogue: with a = m * scale_log2, b = sink * log2(e)
 and M = max(a, b), l' = l * 2^(a - M) + 2^(b - M), O = O * 2^(a - M) / l' and LSE = (M + log2 l')
 * ln 2, stable for any sink; a row that sees no key gets O = 0 and LSE = sink.
+`score_mod` / `mask_mod` (Python functions compiled in, common/score_mod_ir.py ModHook [D-score-mod]):
+each S register becomes post_scale * fn(s * mod_scale, batch, head, q_idx, kv_idx) before the masks,
+with scale_log2 = post_scale * log2(e); mask_mod hides keys on every block (no tile classification).
 """
 from __future__ import annotations
 
