@@ -1,7 +1,8 @@
 """Deviceless: score_mod / mask_mod kernels (kernels/common/score_mod.py) executed by the interpreter on
 small shapes: ALiBi, a relative-position bias table, a document mask (alone and with ALiBi and causal),
 softcap as a built-in score_mod; numerics by the FA rule against a float64 reference that applies the
-same functions (fa4mlir.testing_score_mod). The cases are kernels of the `score-mods` bundle set, so
+same functions (fa4mlir.testing_score_mod). Persistent kernels run on one CTA, striding over every
+query tile of both heads (the aux loads hoisted per tile must follow the head). The cases are kernels of the `score-mods` bundle set, so
 the H200 runs the same ones (tests/gpu/test_score_mod_gpu.py)."""
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ def run_case(case, seed=1):
     t.update({f"aux{i}": a for i, a in enumerate(aux)})
     cfg, problem = case_config(case), case_problem(case)
     kernel = interpret.load(attention_fwd_sm90.build(cfg))
-    kernel.launch(grid(cfg, problem), launch_args(cfg, problem, t), policy="lazy", seed=seed)
+    # a persistent kernel on one CTA: it strides over every tile (both heads: per-tile hoisted aux loads)
+    kernel.launch(grid(cfg, problem, num_sms=1 if cfg.persistent else None), launch_args(cfg, problem, t),
+                  policy="lazy", seed=seed)
     return t, aux
 
 

@@ -153,7 +153,7 @@ def test_set_kernels_compile_without_spills(cfg):
     assert not r["wgmma_serialized"], r
 
 
-@pytest.mark.parametrize("head_dim,causal", [(128, False), (64, True), (128, True)])
+@pytest.mark.parametrize("head_dim,causal", [(128, False), (64, False), (64, True), (128, True)])
 def test_softcap_score_mod_is_the_hand_written_softcap_kernel(head_dim, causal):
     """[D-score-mod]: the built-in's fold (pre_scale 1 / cap, post_scale cap) gives the same PTX as
     AttnConfig.softcap, so the same SASS: same softmax loop, same instruction counts."""
