@@ -173,3 +173,12 @@ def test_softcap_score_mod_is_the_hand_written_softcap_kernel(head_dim, causal):
         loops.append([[op for op, _ in loop] for loop in sass.wgmma_loops(sass.disassemble(cubin))])
     assert loops[0] == loops[1] and loops[0]
     assert sum(op.startswith("MUFU.TANH") for loop in loops[1] for op in loop) > 0
+
+
+shape = [1, 2]   # a module global that shares an attribute's name: not captured by `.shape`
+
+
+def test_attribute_names_are_not_captured_globals():
+    def reads_shape(score, batch, head, q_idx, kv_idx, aux_tensors):
+        return score + aux_tensors[0][head, aux_tensors[0].shape[1] - 1]
+    sm.as_mod(reads_shape, "score")   # `shape` the global list is not what the function reads

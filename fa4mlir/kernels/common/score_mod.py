@@ -40,7 +40,7 @@ AttnConfig.softcap's kernel.
 """
 from __future__ import annotations
 
-import builtins
+import dis
 import hashlib
 import inspect
 import textwrap
@@ -161,16 +161,15 @@ def _parts(fn, seen: set) -> tuple:
         captured.append((var, _value(fn, var, cell.cell_contents, seen)))
     g = fn.__globals__
     for var in sorted(_names(code)):
-        if var in g:
+        if var in g:   # else a builtin (abs, min): fixed, part of the source text
             captured.append((var, _value(fn, var, g[var], seen)))
-        elif not hasattr(builtins, var):   # an attribute or method name (`.to`, `.eq`): part of the source
-            continue
     defaults = tuple(_value(fn, "default", d, seen) for d in (fn.__defaults__ or ()))
     return (fn_name(fn), text, tuple(captured), defaults)
 
 
 def _names(code) -> set:
-    out = set(code.co_names)
+    """The global names `code` (and the functions nested in it) loads: attribute names are not globals."""
+    out = {ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
             out |= _names(c)
