@@ -79,3 +79,13 @@ def test_bundle_lookup_by_fingerprint():
     assert select_entry(entries, "bf16", 128, True, default=alibi)["name"] == "alibi"
     with pytest.raises(BundleError, match=other.score_mod):
         select_entry(entries, "bf16", 128, True, default=other)
+
+
+def test_python_control_flow_is_a_score_mod_error_from_the_compiler_source():
+    from fa4mlir.attention.plan import KernelSource
+
+    def branchy(score, batch, head, q_idx, kv_idx):
+        return score if score else -score
+    cfg = acfg.default_config("bf16", 64, False, score_mod=sm.fingerprint(branchy))
+    with pytest.raises(ScoreModError, match="branchy.*no `if`"):
+        KernelSource(None).artifact(cfg)
