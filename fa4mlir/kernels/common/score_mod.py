@@ -4,7 +4,7 @@ API and the kernel configs import it; kernels/common/score_mod_ir.py applies the
 FlexAttention's signatures, FA4 CuTe's `aux_tensors`:
 
     def alibi(score, batch, head, q_idx, kv_idx, aux_tensors):
-        return score + aux_tensors[0][head] * to_f32(kv_idx - q_idx)
+        return fma(aux_tensors[0][head], to_f32(kv_idx - q_idx), score)
 
     def document(batch, head, q_idx, kv_idx, aux_tensors):
         return aux_tensors[0][q_idx].eq(aux_tensors[0][kv_idx])
@@ -272,8 +272,10 @@ def to_f32(x):
 
 # ---- built-ins ---------------------------------------------------------------------------------------
 def alibi(score, batch, head, q_idx, kv_idx, aux_tensors):
-    """ALiBi (Press et al.): score + slopes[head] * (kv_idx - q_idx); aux_tensors = [slopes float32 [heads]]."""
-    return score + aux_tensors[0][head] * to_f32(kv_idx - q_idx)
+    """ALiBi (Press et al.): score + slopes[head] * (kv_idx - q_idx); aux_tensors = [slopes float32 [heads]].
+    One fma per score: the DSL does not contract a * b + c into an FMA by itself (it would change the
+    rounding), so the function asks for it."""
+    return fma(aux_tensors[0][head], to_f32(kv_idx - q_idx), score)
 
 
 def relative_bias(score, batch, head, q_idx, kv_idx, aux_tensors):
