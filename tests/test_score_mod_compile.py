@@ -182,3 +182,23 @@ def test_attribute_names_are_not_captured_globals():
     def reads_shape(score, batch, head, q_idx, kv_idx, aux_tensors):
         return score + aux_tensors[0][head, aux_tensors[0].shape[1] - 1]
     sm.as_mod(reads_shape, "score")   # `shape` the global list is not what the function reads
+
+
+def test_fingerprint_cache_follows_a_rebound_closure():
+    def outer():
+        c = 1.0
+
+        def f(score, batch, head, q_idx, kv_idx):
+            return score + c
+
+        def rebind(value):
+            nonlocal c
+            c = value
+        return f, rebind
+    f, rebind = outer()
+    first = sm.fingerprint(f)
+    assert sm.fingerprint(f) == first          # cached
+    rebind(2.0)
+    assert sm.fingerprint(f) != first          # the cell holds another object: recomputed
+    rebind(1.0)
+    assert sm.fingerprint(f) == first

@@ -231,7 +231,7 @@ def _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream, window
     """flash_attn_func's work on any tensor-likes, through the call cache: returns (out, lse).
     window, chunk: checked (check_mask) window_size and attention_chunk; softcap and sinks as
     flash_attn_func takes them; mods: (score_mod, mask_mod, aux_tensors) or None (a call with them
-    skips the call cache: their fingerprint is computed per call, so a changed function is seen)."""
+    skips the call cache: the fingerprint is checked per call, so a changed function is seen)."""
     signature = None
     try:
         if mods is not None:

@@ -125,14 +125,46 @@ _REGISTRY: dict[str, Callable] = {}
 _FACADE = __name__
 
 
+_FP_CACHE: dict = {}      # (kind, id(fn)) -> (the objects fingerprint read, its fingerprint)
+FP_CACHE_KEPT = 256
+
+
 def fingerprint(fn: Callable, kind: str = "score") -> str:
     """'<name>_<16 hex>' of fn (module note [D-score-mod]): its identifier-safe name and a sha256 of
-    what its generated code depends on. Registers fn under it (`registered`)."""
+    what its generated code depends on. Registers fn under it (`registered`). Cached per function
+    while every object it reads (its code, defaults, closure cells' and named globals' values,
+    recursively through helper functions) is the same object: a rebinding recomputes it (the cache
+    holds those objects, so no id is reused)."""
+    ident = _identity(fn, set(), [])
+    hit = _FP_CACHE.get((kind, id(fn)))
+    if hit is not None and len(hit[0]) == len(ident) and all(a is b for a, b in zip(hit[0], ident)):
+        return hit[1]
     digest = hashlib.sha256(repr((kind, _parts(fn, set()))).encode()).hexdigest()[:16]
     name = "".join(c if c.isalnum() else "_" for c in getattr(fn, "__name__", "fn"))[:24].strip("_") or "fn"
     fp = f"{name}_{digest}"
     _REGISTRY[fp] = fn
+    while len(_FP_CACHE) >= FP_CACHE_KEPT:
+        _FP_CACHE.pop(next(iter(_FP_CACHE)))
+    _FP_CACHE[(kind, id(fn))] = (ident, fp)
     return fp
+
+
+def _identity(fn, seen: set, out: list) -> list:
+    """The objects fn's fingerprint reads, flat (compared by identity)."""
+    out.append(fn)
+    if id(fn) in seen or not isinstance(fn, types.FunctionType):
+        return out
+    seen.add(id(fn))
+    code = fn.__code__
+    out += [code, fn.__defaults__]
+    g = fn.__globals__
+    values = [c.cell_contents for c in fn.__closure__ or ()] + [g[v] for v in sorted(_names(code)) if v in g]
+    for v in values:
+        if isinstance(v, types.FunctionType) and v.__module__ != _FACADE:
+            _identity(v, seen, out)
+        else:
+            out.append(v)
+    return out
 
 
 def registered(fp: str) -> Callable:
@@ -167,13 +199,20 @@ def _parts(fn, seen: set) -> tuple:
     return (fn_name(fn), text, tuple(captured), defaults)
 
 
-def _names(code) -> set:
-    """The global names `code` (and the functions nested in it) loads: attribute names are not globals."""
-    out = {ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            out |= _names(c)
-    return out
+_NAMES: dict = {}
+
+
+def _names(code) -> frozenset:
+    """The global names `code` (and the functions nested in it) loads: attribute names are not globals.
+    Cached per code object (immutable)."""
+    hit = _NAMES.get(code)
+    if hit is None:
+        out = {ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+        for c in code.co_consts:
+            if isinstance(c, types.CodeType):
+                out |= _names(c)
+        hit = _NAMES[code] = frozenset(out)
+    return hit
 
 
 def _consts(code) -> tuple:
