@@ -27,7 +27,7 @@ import inside a function counts too). Lower layers never import higher ones:
     attention  the entry points: kernel configs and the kernel table only (launch contracts, tile
                tables), the compiler lazily (the "else the compiler" kernel source); no IR layer.
     bench      fa4mlir/bench/: what `python -m fa4mlir bench` runs (torch, triton at run time).
-    sass, testing, testing_kvcache  test support (MLIR-free); nothing below imports them.
+    sass, testing, testing_kvcache, testing_score_mod  test support (MLIR-free); nothing below imports them.
     bench/     the checkout's developer probes, not part of the package: no module of fa4mlir
                imports it.
 """
@@ -46,7 +46,11 @@ _LAZY = {
     **{err: ("fa4mlir.attention", err) for err in (
         "FlashAttnInputError", "DTypeError", "ShapeError", "HeadDimError", "HeadsRatioError",
         "EmptyInputError", "LayoutError", "DeviceError", "ScaleError", "MaskError", "ArgumentTypeError", "BundleError",
-        "AutogradError", "UnsupportedFeatureError", "KVScaleError", "SoftcapError", "SeqlensError")},
+        "AutogradError", "UnsupportedFeatureError", "KVScaleError", "SoftcapError", "SeqlensError",
+        "ScoreModError")},
+    "ScoreMod": ("fa4mlir.kernels.common.score_mod", "ScoreMod"),
+    "softcap_score_mod": ("fa4mlir.kernels.common.score_mod", "softcap_score_mod"),
+    "score_mod_kernels": ("fa4mlir.kernel_sets", "score_mod_kernels"),
     "AttnProblem": ("fa4mlir.attention", "AttnProblem"),
     "Bundle": ("fa4mlir.artifacts", "Bundle"),
     "load": ("fa4mlir.runtime", "load"),

@@ -37,6 +37,13 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 SCORE_CASES) run: SCORE_CASES here, each with default_configs' kernels (softcap and sinks
                 are compile-time flags; the cap and the sink values are launch arguments). Holds the
                 bench anchor softcap_sink's kernels (bf16 D128 causal, softcap and sinks)
+    score-mods  the sm_90a attention kernel with score_mod / mask_mod functions compiled in
+                (kernels/common/score_mod.py): the built-in examples ALiBi, a relative-position bias table,
+                the document mask (alone and with ALiBi) and softcap as a score_mod, at the cases of
+                fa4mlir/testing_score_mod.py CASES (what tests/gpu/test_score_mod_gpu.py and
+                tests/test_interpret_score_mod.py run), each with default_configs' kernels. A kernel is
+                found by its function's fingerprint: a user's own function goes into a bundle through
+                score_mod_kernels (README, "score_mod and mask_mod")
     attention-tiles
                 bf16 tile variants of the sm_90a attention kernel next to the defaults (bm 192 =
                 three consumer warpgroups, bn), what bench/attention_probe.py times to pick TILES
@@ -54,8 +61,12 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 the decode kernels of a bf16 D128 cache in pages of 64, split and unsplit, with their
                 combine (prefill_chunked through flash_attn_with_kvcache), the causal softcap and
                 sinks variants (the softcap and sink rows) and the bf16 D128 causal varlen kernel
-                (prefill_varlen through flash_attn_varlen_func). ALiBi has no kernel yet, nor varlen
-                over a page_table: those rows read "unsupported"
+                (prefill_varlen through flash_attn_varlen_func), and the causal kernel with the built-in
+                ALiBi score_mod (the alibi row). Varlen over a page_table has no kernel yet: that row reads
+                "unsupported"
+    score-mods  the sm_90a attention kernel with the built-in score_mods and mask_mods of
+                testing_score_mod.CASES (ALiBi, relative bias, document mask, softcap as a score_mod), what
+                tests/gpu/test_score_mod_gpu.py and the interpreter cases run
     attention-varlen
                 the sm_90a attention kernel's ragged-batch (varlen) variants that
                 tests/gpu/test_varlen_gpu.py and the interpreter cases (tests/interpret_varlen.py) run:
@@ -311,6 +322,7 @@ def prefill() -> list:
     from .kernels.attention_decode_sm90_config import KERNEL as DECODE_KERNEL
     from .kernels.attention_decode_sm90_config import default_config as decode_config
     from .kernels.attention_sm90_config import KERNEL, default_configs, varlen_config
+    from .kernels.common import score_mod
     from .kernels.common.mask_family import attention_mask
     window = attention_mask(True, PREFILL_WINDOW, 0)
     out = [(KERNEL, c) for c in default_configs("bf16", 128, True)]
@@ -318,6 +330,7 @@ def prefill() -> list:
     # softcap_sink's rows: causal with a softcap (the cap is a launch argument), causal with sinks
     out += [(KERNEL, c) for feature in ({"softcap": True}, {"sinks": True})
             for c in default_configs("bf16", 128, True, **feature)]
+    out += score_mod_kernels("bf16", 128, True, score_mod=score_mod.alibi, aux=(("f32", 1),))   # the alibi row
     out += [(DECODE_KERNEL, decode_config("bf16", 128, 64, unsplit=unsplit)) for unsplit in (False, True)]
     out.append((KERNEL, varlen_config("bf16", 128, True)))   # prefill_varlen
     return out + [(COMBINE_KERNEL, CombineConfig("bf16", 128))]
@@ -367,9 +380,36 @@ def attention_varlen() -> list:
     return out
 
 
+def score_mod_kernels(dtype: str, head_dim: int, causal: bool, *, score_mod=None, mask_mod=None, aux=(),
+                      mask=None) -> list:
+    """The bundle entries of flash_attn_func(..., score_mod=, mask_mod=, aux_tensors=) for (dtype,
+    head_dim, causal): default_configs' kernels with the functions' fingerprints (functions or
+    ScoreMods; the fingerprint registers them for the build) and `aux`, the aux tensors' (dtype,
+    rank) in order (('f32', 1) for ALiBi's slopes). Compile and write them on a machine with MLIR:
+        write_bundle(path, [compile_kernel(*e) for e in score_mod_kernels(...)])"""
+    from .kernels.attention_sm90_config import KERNEL, default_configs
+    from .kernels.common import score_mod as sm
+    smod, mmod = sm.as_mod(score_mod, "score"), sm.as_mod(mask_mod, "mask")
+    return [(KERNEL, c) for c in default_configs(dtype, head_dim, causal, mask=mask,
+                                                 score_mod=smod.fingerprint() if smod else "",
+                                                 mask_mod=mmod.fingerprint() if mmod else "", aux=sm.aux_spec(aux))]
+
+
+def score_mods() -> list:
+    """The `score-mods` set: testing_score_mod.CASES, each with default_configs' kernels."""
+    from .testing_score_mod import CASES, aux_arrays, case_mods
+    out = []
+    for case in CASES:
+        smod, mmod = case_mods(case)
+        aux = [("f32" if a.dtype.kind == "f" else "i32", a.ndim) for a in aux_arrays(case)]
+        out += score_mod_kernels(case.dtype, case.head_dim, case.causal, score_mod=smod, mask_mod=mmod, aux=aux)
+    return out
+
+
 def gpu_tests() -> list:
     out = [_gemm90(dtype="bf16"), _gemm90(dtype="f16"), _gemm100()] + attention() + attention_fa4_pieces()
     out += tile_variants() + attention_masks() + attention_softcap_sinks() + attention_varlen() + head_dims() + mla()
+    out += score_mods()
     try:
         deadlock = importlib.import_module("fa4mlir.kernels.deadlock_sm90")
         out += deadlock.bundle_entries()
@@ -392,7 +432,8 @@ def bench() -> list:
 SETS = {"attention-sm100": attention_sm100, "attention-sm100-serving": attention_sm100_serving, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
         "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
         "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,
-        "prefill": prefill, "mla": mla, "attention-varlen": attention_varlen, "head-dims": head_dims}
+        "prefill": prefill, "mla": mla, "attention-varlen": attention_varlen, "head-dims": head_dims,
+        "score-mods": score_mods}
 
 
 def configs(names: list[str]) -> list:

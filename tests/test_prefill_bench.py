@@ -380,10 +380,10 @@ def test_rows_on_cpu_flex_mods_match_the_references(monkeypatch):
     for key, rec in flexes.items():
         assert rec["status"] == "measured" and rec["fa_rule_ok"], (key, rec)
         assert 0 < rec["torch_err"] < 0.5, (key, rec)
-    assert recs[("alibi", "fa4mlir")] == {"workload": "alibi", "row": "alibi", "backend": "fa4mlir",
-                                          "status": "unsupported",
-                                          "reason": "Unsupported: fa4mlir has no score_mod yet (issue 28 item 3): "
-                                                    "row reserved"}
+    # fa4mlir's ALiBi score_mod passes every argument check, as the softcap row does: only the CPU device is left
+    assert recs[("alibi", "fa4mlir")]["status"] == "error"
+    assert recs[("alibi", "fa4mlir")]["reason"] == recs[("softcap", "fa4mlir")]["reason"]
+    assert recs[("alibi", "fa4mlir")]["reason"].startswith("DeviceError"), recs[("alibi", "fa4mlir")]
     # fa4mlir runs prefill_varlen now (flash_attn_varlen_func): on these CPU tensors its device check refuses
     # them, a failure recorded as an error of the row, not an unsupported entry point
     varlen = recs[("prefill_varlen", "fa4mlir")]

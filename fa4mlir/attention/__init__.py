@@ -24,14 +24,14 @@ from __future__ import annotations
 
 from .checks import (MAX_SOFTMAX_SCALE, MIN_SOFTMAX_SCALE, check_device_context, check_devices, check_flag, check_mask,
                      check_inputs, check_layout, check_lse, check_options, check_out, check_outputs, check_scale,
-                     check_sinks, check_softcap, check_stream, read_tensor)
+                     check_mods, check_sinks, check_softcap, check_stream, read_tensor)
 from .dense import flash_attn_func
 from .kvcache_call import flash_attn_with_kvcache
 from .mla import flash_mla_with_kvcache, get_mla_metadata
 from .varlen import flash_attn_varlen_func
 from .errors import (ERRORS, ArgumentTypeError, AutogradError, BundleError, DeviceError, DTypeError, EmptyInputError,
                      FlashAttnInputError, HeadDimError, HeadsRatioError, KVScaleError, LayoutError, MaskError, ScaleError,
-                     SeqlensError, ShapeError, SoftcapError, UnsupportedFeatureError)
+                     ScoreModError, SeqlensError, ShapeError, SoftcapError, UnsupportedFeatureError)
 from .plan import ARCH, KernelSource, Launch, Plan, PreparedPlan, TensorRef, find_artifact, select, select_entry, source_for
 from .problem import AttnProblem, VarlenProblem
 
@@ -43,4 +43,4 @@ __all__ = ["flash_attn_func", "flash_attn_with_kvcache", "flash_attn_varlen_func
            "check_device_context", "check_layout", "MIN_SOFTMAX_SCALE", "MAX_SOFTMAX_SCALE", "ARCH", "ERRORS",
            "FlashAttnInputError", "DTypeError", "ShapeError", "HeadDimError", "HeadsRatioError", "EmptyInputError",
            "LayoutError", "DeviceError", "ScaleError", "MaskError", "ArgumentTypeError", "BundleError", "AutogradError",
-           "UnsupportedFeatureError", "KVScaleError", "SoftcapError"]
+           "UnsupportedFeatureError", "KVScaleError", "SoftcapError", "ScoreModError", "check_mods"]

@@ -14,10 +14,12 @@ from typing import Any, Sequence
 from ..artifacts import Bundle
 from ..driver import stream_handle
 from ..kernels import attention_sm90_config as attn_cfg
+from ..kernels.common.score_mod import AUX_DTYPES, MAX_AUX_RANK, ModFunctionError, as_mod, aux_spec, fn_name
 from ..runtime import DTYPES, GMEM_ALIGN_BYTES, TensorInfo, tensor_info
 from ..tensors import TensorDTypeError, TensorLikeError, TensorStrideError
 from .errors import (ArgumentTypeError, DeviceError, DTypeError, EmptyInputError, FlashAttnInputError, HeadDimError,
-                     HeadsRatioError, LayoutError, MaskError, ScaleError, SeqlensError, ShapeError, SoftcapError)
+                     HeadsRatioError, LayoutError, MaskError, ScaleError, ScoreModError, SeqlensError, ShapeError,
+                     SoftcapError)
 from .problem import AttnProblem, VarlenProblem
 
 MAX_GRID_YZ = 65535      # CUDA limit on gridDim.y (heads) and gridDim.z (batch)
@@ -372,6 +374,55 @@ def check_sinks(dims: AttnProblem, sinks_info: TensorInfo) -> None:
                                f"sinks.contiguous()"))
     if sinks_info.ptr % 4:
         raise LayoutError(_err(f"sinks data pointer {sinks_info.ptr:#x} is not 4-byte aligned"))
+
+
+def check_mods(score_mod: Any, mask_mod: Any, aux_tensors: Any, softcap: float) -> tuple[dict, dict]:
+    """score_mod, mask_mod and aux_tensors (kernels/common/score_mod.py), checked before any compile or
+    launch: (the AttnProblem fields they set, {aux{i}: TensorInfo}). ScoreModError for a function of
+    the wrong arity or that captures what it may not, score_mod with softcap, aux_tensors without a
+    function, a function that reads aux_tensors when none are given, and aux tensors that are not
+    float32/int32, 1-D or 2-D, contiguous, non-empty (each index is clamped into them) and 4-byte
+    aligned, or larger than int32 indexing."""
+    try:
+        smod, mmod = as_mod(score_mod, "score"), as_mod(mask_mod, "mask")
+    except ModFunctionError as e:
+        raise ScoreModError(_err(str(e))) from None
+    if smod is not None and softcap:
+        raise ScoreModError(_err(f"score_mod and softcap={softcap!r} are both given: pass one (softcap as a score_mod: "
+                                 f"fa4mlir.softcap_score_mod({softcap!r}))"))
+    if aux_tensors is not None and not isinstance(aux_tensors, (list, tuple)):
+        raise ScoreModError(_err(f"aux_tensors must be a list of tensors, got {type(aux_tensors).__name__}"))
+    aux = list(aux_tensors or ())
+    if aux and smod is None and mmod is None:
+        raise ScoreModError(_err(f"aux_tensors ({len(aux)} tensors) given without a score_mod or mask_mod to read them"))
+    readers = [m for m in (smod, mmod) if m is not None and m.takes_aux()]
+    if readers and not aux:
+        raise ScoreModError(_err(f"{fn_name(readers[0].fn)} takes aux_tensors, but none are given: pass "
+                                 f"aux_tensors=[...]"))
+    infos, spec, shapes = {}, [], []
+    for i, x in enumerate(aux):
+        info = read_tensor(f"aux_tensors[{i}]", x)
+        shape = tuple(info.shape)
+        if info.dtype not in AUX_DTYPES or not 1 <= len(shape) <= MAX_AUX_RANK:
+            raise ScoreModError(_err(f"aux_tensors[{i}] must be a float32 or int32 tensor of 1 or 2 dims, got "
+                                     f"{info.dtype} of shape {shape}; convert it (t.float(), t.int())"))
+        if min(shape) < 1 or _numel(info) > MAX_I32:
+            raise ScoreModError(_err(f"aux_tensors[{i}] must hold 1 to 2^31 - 1 elements (indices are clamped into "
+                                     f"it), got shape {shape}"))
+        want = (shape[1], 1) if len(shape) == 2 else (1,)
+        if any(n > 1 and st != w for n, st, w in zip(shape, info.strides, want)):
+            raise ScoreModError(_err(f"aux_tensors[{i}] must be contiguous (strides {want}), got strides "
+                                     f"{tuple(info.strides)}; pass t.contiguous()"))
+        check_pointer(f"aux_tensors[{i}]", info)
+        if info.ptr % 4:
+            raise ScoreModError(_err(f"aux_tensors[{i}] data pointer {info.ptr:#x} is not 4-byte aligned"))
+        infos[f"aux{i}"] = info
+        spec.append((info.dtype, len(shape)))
+        shapes.append(shape)
+    fields = dict(score_mod=smod.fingerprint() if smod else "", mask_mod=mmod.fingerprint() if mmod else "",
+                  aux=aux_spec(spec), aux_shapes=tuple(shapes),
+                  mod_scales=(float(smod.pre_scale), float(smod.post_scale)) if smod else (1.0, 1.0))
+    return fields, infos
 
 
 def device_ordinal(name: str, x: Any, api: str = "flash_attn_func") -> int | None:

@@ -29,6 +29,8 @@ sinks[head], in its denominator and no value, and lse includes it. A row that se
 exp(sink - row max) overflows float32, which this kernel never forms) [D-sinks]. Bad values raise
 ArgumentTypeError (softcap not a number), SoftcapError (negative, NaN, infinite), ShapeError,
 DTypeError, LayoutError or DeviceError (sinks not float32 [heads], contiguous, on q's device).
+score_mod=, mask_mod=, aux_tensors= (keyword; FlexAttention's signatures, FA4 CuTe's names) compile
+Python functions into the kernel (kernels/common/score_mod.py; bad ones raise ScoreModError).
 softmax_scale defaults to 1 / sqrt(head_dim) and must lie in [2^-64, 2^64]. Empty problems return
 what FlashAttention-2 returns, with no kernel: batch, seqlen_q or heads 0 give empty out and lse;
 seqlen_k 0 (every row sees no key) gives out = 0 and lse = +inf.
@@ -61,13 +63,13 @@ import math
 import os
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..artifacts import Bundle
 from ..driver import device_info, resolve_stream
 from ..runtime import GMEM_ALIGN_BYTES, fill, tensor_info
-from .checks import (_err, check_device_context, check_devices, check_inputs, check_lse, check_mask, check_options,
+from .checks import (_err, check_device_context, check_devices, check_inputs, check_lse, check_mask, check_mods, check_options,
                      check_out, check_scale, check_sinks, check_softcap, device_ordinal, read_tensor)
 from .errors import ArgumentTypeError, AutogradError, UnsupportedFeatureError
 from .plan import KernelSource, PreparedPlan, select, source_for
@@ -200,15 +202,22 @@ def check_no_grad(q, k, v, sinks=None) -> None:
 
 
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False, *, window_size=NO_WINDOW,
-                    attention_chunk=0, softcap=0.0, sinks=None, out=None, lse=None,
-                    bundle: Bundle | str | os.PathLike | None = None, stream=None):
+                    attention_chunk=0, softcap=0.0, sinks=None, score_mod=None, mask_mod=None, aux_tensors=None,
+                    out=None, lse=None, bundle: Bundle | str | os.PathLike | None = None, stream=None):
     """Attention forward on an sm_90 GPU; see the module docstring. Returns out, or (out, lse)
     when return_lse. ``bundle``: a Bundle or a bundle folder's path. Every argument is checked
-    before any driver call or compile (typed errors, ``errors``)."""
+    before any driver call or compile (typed errors, ``errors``). score_mod, mask_mod, aux_tensors:
+    Python functions compiled into the kernel (kernels/common/score_mod.py; README "score_mod and
+    mask_mod"); such a call takes the direct path (no torch custom op, no call cache)."""
     if type(causal) is not bool or type(return_lse) is not bool or stream is not None or bundle is not None:
         causal, return_lse = check_options(causal, return_lse, stream, bundle)
     if window_size is not NO_WINDOW or type(attention_chunk) is not int or attention_chunk != 0:
         window_size, attention_chunk = check_mask(window_size, attention_chunk)
+    if score_mod is not None or mask_mod is not None or aux_tensors is not None:
+        check_no_grad(q, k, v, sinks)
+        out, lse = _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream, window_size, attention_chunk,
+                               softcap, sinks, (score_mod, mask_mod, aux_tensors))
+        return (out, lse) if return_lse else out
     ops = _torch_ops(q, k, v, out, lse, sinks)
     if ops is not None and stream is None:
         return ops.flash_attn(q, k, v, softmax_scale, causal, return_lse, out, lse, bundle, window_size, attention_chunk,
@@ -220,12 +229,15 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
 
 
 def _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream, window=NO_WINDOW,
-                chunk=0, softcap=0.0, sinks=None) -> tuple[Any, Any]:
+                chunk=0, softcap=0.0, sinks=None, mods=None) -> tuple[Any, Any]:
     """flash_attn_func's work on any tensor-likes, through the call cache: returns (out, lse).
     window, chunk: checked (check_mask) window_size and attention_chunk; softcap and sinks as
-    flash_attn_func takes them."""
+    flash_attn_func takes them; mods: (score_mod, mask_mod, aux_tensors) or None (a call with them
+    skips the call cache: the fingerprint is checked per call, so a changed function is seen)."""
     signature = None
     try:
+        if mods is not None:
+            raise TypeError("score_mod calls have no signature")
         signature = _signature(q, k, v, out, lse, softmax_scale, causal, bundle, window, chunk, softcap, sinks)
         call = _CALLS.get(signature) if signature is not None else None
     except (TypeError, RuntimeError):  # an unhashable softmax_scale (a 0-d array), a sparse tensor: no signature
@@ -253,6 +265,11 @@ def _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream, window
                                    softcap=check_softcap(softcap, scale), sinks=sinks is not None)
     if sinks is not None:
         check_sinks(problem, infos["sinks"])
+    if mods is not None:
+        fields, aux_infos = check_mods(*mods, problem.softcap)
+        problem = replace(problem, **fields)
+        infos.update(aux_infos)
+        given.update({n: x for n, x in zip(aux_infos, mods[2] or ())})
     if out is not None:
         check_out(problem, infos["out"])
     if lse is not None:
@@ -273,9 +290,10 @@ def _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream, window
         _no_kernel(problem, out, lse, out_info, lse_info, stream, uses_torch, ordinal, sinks)
         return out, lse
     # 3. the kernel (compiled or loaded once per source and config), planned, prepared, launched
-    tensors = {"q": q, "k": k, "v": v, "o": out, "lse": lse, **({"sinks": sinks} if sinks is not None else {})}
+    aux = {n: given[n] for n in infos if n.startswith("aux")}
+    tensors = {"q": q, "k": k, "v": v, "o": out, "lse": lse, **({"sinks": sinks} if sinks is not None else {}), **aux}
     prepared = select(problem, device, source).prepare(tensors)
-    addresses = {**{n: infos[n].ptr for n in ("q", "k", "v")}, "o": out_info.ptr, "lse": lse_info.ptr}
+    addresses = {**{n: infos[n].ptr for n in ("q", "k", "v", *aux)}, "o": out_info.ptr, "lse": lse_info.ptr}
     if sinks is not None:
         addresses["sinks"] = infos["sinks"].ptr
     prepared.launch(addresses, resolve_stream(stream, uses_torch, ordinal))

@@ -69,6 +69,13 @@ class SoftcapError(FlashAttnInputError):
     softmax_scale / softcap or softcap * log2(e) leaves float32's normal range (0 turns it off)."""
 
 
+class ScoreModError(FlashAttnInputError, TypeError):
+    """score_mod / mask_mod / aux_tensors the kernels cannot take: a function of the wrong arity, one
+    that captures a tensor or another unsupported value (kernels/common/score_mod.py), score_mod with
+    softcap, aux_tensors that are not float32/int32, 1-D/2-D, contiguous, non-empty tensors on q's
+    device, aux_tensors with no function to read them, or a function that reads them without any."""
+
+
 class BundleError(FlashAttnInputError, LookupError):
     """bundle= (or FA4MLIR_BUNDLE) names no readable bundle, or the bundle has no kernel for the
     call: build one (``python -m fa4mlir bundle``), or pass no bundle to use the compiler."""
@@ -91,7 +98,7 @@ class KVScaleError(ScaleError):
 
 
 ERRORS = (FlashAttnInputError, DTypeError, ShapeError, SeqlensError, HeadDimError, HeadsRatioError, EmptyInputError,
-          LayoutError, DeviceError, ScaleError, MaskError, SoftcapError, ArgumentTypeError, BundleError, AutogradError,
-          UnsupportedFeatureError, KVScaleError)
+          LayoutError, DeviceError, ScaleError, MaskError, SoftcapError, ScoreModError, ArgumentTypeError, BundleError,
+          AutogradError, UnsupportedFeatureError, KVScaleError)
 
 __all__ = [e.__name__ for e in ERRORS] + ["ERRORS"]

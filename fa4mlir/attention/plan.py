@@ -25,7 +25,8 @@ from ..kernels import attention_sm90_config as attn_cfg
 from ..kernels import cubin_backend as kernel_cubin_backend
 from ..runtime import LoadedKernel, PreparedLaunch, load
 from .checks import MAX_I32, _err, check_bundle
-from .errors import BundleError, ShapeError
+from ..kernels.common.score_mod import ModFunctionError
+from .errors import BundleError, ScoreModError, ShapeError
 from .problem import AttnProblem
 
 ARCH = "sm_90a"
@@ -84,7 +85,8 @@ class PreparedPlan:
 
 MASK_FIELDS = {"window_left": -1, "window_right": -1, "chunk": 0}   # absent from the keys of unwindowed kernels
 # the compile-time fields a call must match exactly, with what older bundles' keys (which lack them) mean
-VARIANT_FIELDS = {**MASK_FIELDS, "softcap": False, "sinks": False, "varlen": False, "head_dim_v": 0}
+VARIANT_FIELDS = {**MASK_FIELDS, "softcap": False, "sinks": False, "varlen": False, "head_dim_v": 0, "score_mod": "",
+                  "mask_mod": "", "aux": ""}
 
 
 def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: bool, where: str = "bundle",
@@ -105,13 +107,16 @@ def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: boo
         raise BundleError(f"flash_attn_func: {where} has no {attn_cfg.KERNEL} ({ARCH}) kernel for "
                           f"dtype={dtype}, head_dim={head_dim}, causal={bool(causal)}{masked}; build it with "
                           f"`python -m fa4mlir bundle --set attention`"
-                          f"{' (windows, chunks, softcap, sinks and head_dim_v are compile-time: add this one to a set)' if masked else ''}")
+                          f"{' (windows, chunks, softcap, sinks, head_dim_v and score_mod/mask_mod fingerprints are compile-time: add this one to a set)' if masked else ''}"
+                          f"{_mod_hint(mask)}")
     default = default or attn_cfg.default_config(dtype, head_dim, causal, seqlen_k)
     tiles = {k: getattr(default, k) for k in attn_cfg.TILE_FIELDS}
     # the default for this seqlen_k, else (the bundle lacks its tiles) the one for long sequences;
     # the code knobs to narrow by are those of the default whose tiles matched (KNOBS differ by tiles)
     for cfg in (default, attn_cfg.default_config(dtype, head_dim, causal, mask=default.mask, softcap=default.softcap,
-                                                 sinks=default.sinks, head_dim_v=default.head_dim_v)):
+                                                 sinks=default.sinks, head_dim_v=default.head_dim_v,
+                                                 score_mod=default.score_mod, mask_mod=default.mask_mod,
+                                                 aux=default.aux)):
         same_tiles = [e for e in hits if all(e["config"].get(k) == getattr(cfg, k) for k in attn_cfg.TILE_FIELDS)]
         if same_tiles:
             hits, default = same_tiles, cfg
@@ -126,6 +131,16 @@ def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: boo
         raise BundleError(f"flash_attn_func: {len(hits)} {attn_cfg.KERNEL} kernels in {where} match "
                           f"{want} with default tiles {tiles} (keys {keys}); remove the duplicates")
     return hits[0]
+
+
+def _mod_hint(want: dict) -> str:
+    """How to get a score_mod / mask_mod kernel into a bundle: it is found by its fingerprint only."""
+    fps = [f"{k}={want[k]!r}" for k in ("score_mod", "mask_mod") if want.get(k)]
+    if not fps:
+        return ""
+    return (f". A score_mod/mask_mod kernel is found by its function's fingerprint ({', '.join(fps)}): build the "
+            f"bundle on a machine with MLIR from the same function source (kernel_sets.score_mods shows how, "
+            f"fa4mlir.bundle_score_mod_kernels adds a user's), then ship it")
 
 
 def find_artifact(bundle: Bundle, dtype: str, head_dim: int, causal: bool, seqlen_k: int | None = None, *,
@@ -152,7 +167,10 @@ class KernelSource:
         if self.bundle is not None:
             return find_artifact(self.bundle, default.dtype, default.head_dim, default.causal, default=default)
         from ..compiler import compile_kernel   # needs MLIR
-        return compile_kernel(attn_cfg.KERNEL, default)
+        try:
+            return compile_kernel(attn_cfg.KERNEL, default)
+        except ModFunctionError as e:   # a score_mod / mask_mod the kernel builder could not compile
+            raise ScoreModError(_err(str(e))) from None
 
     def kernel(self, default: attn_cfg.AttnConfig) -> LoadedKernel:
         """The loaded kernel for `default` (a default_config); launch it by the config it was built
@@ -216,6 +234,7 @@ def dense_launch(config: attn_cfg.AttnConfig, kernel: LoadedKernel, problem: Att
         raise ShapeError(_err(f"batch x heads x query tiles = {tiles} is too many for the causal kernel's "
                               f"grid (at most {MAX_I32})"))
     refs = {name: TensorRef(name) for name, _ in (*attn_cfg.TENSOR_PARAMS, *attn_cfg.SINK_PARAMS)}
+    refs.update({f"aux{i}": TensorRef(f"aux{i}") for i in range(len(problem.aux_shapes))})
     return Launch(kernel, attn_cfg.grid(config, problem, device.num_sms),
                   attn_cfg.launch_args(config, problem, refs, device.l2_bytes))
 
@@ -226,7 +245,9 @@ def select(problem: AttnProblem, device: DeviceInfo, source: KernelSource) -> Pl
     launched once by the contract of the config it was built from."""
     kernel = source.kernel(attn_cfg.default_config(problem.dtype, problem.head_dim, problem.causal, problem.seqlen_k,
                                                    mask=problem.mask, softcap=problem.softcap > 0,
-                                                   sinks=problem.sinks, head_dim_v=problem.head_dim_v))
+                                                   sinks=problem.sinks, head_dim_v=problem.head_dim_v,
+                                                   score_mod=problem.score_mod, mask_mod=problem.mask_mod,
+                                                   aux=problem.aux))
     config = attn_cfg.AttnConfig.from_key(kernel.artifact.config)
     return Plan(problem, (dense_launch(config, kernel, problem, device),))
 

@@ -34,6 +34,13 @@ class AttnProblem:
     softcap: float = 0.0           # > 0: scores capped to softcap * tanh(s / softcap); 0: none
     sinks: bool = False            # a float32 [heads] sink logit per head (the tensor travels with the call)
     head_dim_v: int = 0            # v and out's head dim when it differs from head_dim; 0: equal
+    # score_mod / mask_mod (kernels/common/score_mod.py): fingerprints ('' none), the aux tensors' compile-time
+    # spec and sizes, and the ScoreMod's launch-time (pre_scale, post_scale) fold
+    score_mod: str = ""
+    mask_mod: str = ""
+    aux: str = ""
+    aux_shapes: tuple = ()
+    mod_scales: tuple = (1.0, 1.0)
 
     @classmethod
     def of(cls, q_shape, k_shape, dtype: str, *, causal: bool = False, softmax_scale: float | None = None) -> "AttnProblem":

@@ -8,13 +8,15 @@ The prefill workloads of ../shared/anchors/anchors_serving.py, same shapes and s
     softcap_sink       B=2, S=8192, H=16, causal: rows `softcap` (cap 30) and `sink` (a float32 sink
                        logit per head, gpt-oss semantics), on q, k, v drawn as randn * 2
     alibi              softcap_sink's shape and tensors, an ALiBi bias (slopes 2^(-8 (h+1) / H)) as a
-                       score_mod: reserved for fa4mlir's score_mod (issue 28 item 3), FlexAttention timed
+                       score_mod: fa4mlir's built-in ALiBi score_mod (flash_attn_func(score_mod=,
+                       aux_tensors=[slopes]), the dense_causal_8k kernel with the function compiled in)
+                       and FlexAttention's
 and next to each masked or modified row the dense causal kernel of the same shape and tensors
 (`dense_causal_16k` beside sliding_window, `dense_causal_8k` beside softcap, sink and alibi), so that
 the cost of each feature against the plain kernel is printed (time and TFLOP/s ratios).
 
 Backends, in one process on the same tensors: fa4mlir (flash_attn_func with window_size=, softcap=,
-sinks=; flash_attn_varlen_func on prefill_varlen (the `prefill` set's varlen kernel) and on
+sinks=, score_mod=; flash_attn_varlen_func on prefill_varlen (the `prefill` set's varlen kernel) and on
 prefill_chunked with page_table= (unsupported: the varlen kernel takes packed keys only); for
 prefill_chunked also flash_attn_func on the contiguous cache and flash_attn_with_kvcache on the
 paged one), FlashAttention-4 CuTe

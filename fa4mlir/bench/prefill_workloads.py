@@ -257,6 +257,12 @@ def _s16k(torch, rows, fa4, flex) -> list[Row]:
     return out
 
 
+def _alibi():
+    """fa4mlir's built-in ALiBi score_mod function."""
+    from ..kernels.common.score_mod import alibi
+    return alibi
+
+
 def alibi_slopes(torch, heads: int):
     """ALiBi's per-head slopes 2^(-8 (h + 1) / H) (Press et al.; H a power of two), float32."""
     return torch.tensor([2.0 ** (-8.0 * (i + 1) / heads) for i in range(heads)], dtype=torch.float32, device=DEV)
@@ -297,9 +303,10 @@ def _s8k(torch, rows, fa4, flex) -> list[Row]:
         rel = torch.arange(s, device=DEV)[None, :] - torch.arange(s - n, s, device=DEV)[:, None]   # kv - q
         bias = slopes.view(h, 1, 1) * rel[None]
 
-        def fa4mlir_alibi():
-            raise Unsupported("fa4mlir has no score_mod yet (issue 28 item 3): row reserved")
-        bk = {"fa4mlir": fa4mlir_alibi}
+        # fa4mlir's built-in ALiBi score_mod (kernels/common/score_mod.py: slopes[head] * (kv_idx - q_idx)
+        # added to the scaled score), compiled into the dense_causal_8k row's kernel (same tiles and knobs:
+        # feature_costs compares the two)
+        bk = {"fa4mlir": fa4mlir(score_mod=_fa4mlir("ScoreMod")(_alibi()), aux_tensors=[slopes])}
         if flex:
             bk["flex(alibi score_mod)"] = lambda: _flex_call(
                 flex, q, k, v, causal_bm(), lambda sc, bb, hh, qi, ki: sc + slopes[hh] * (ki - qi))

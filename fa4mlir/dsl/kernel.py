@@ -211,6 +211,19 @@ class KernelBuilder:
     def store(self, value: Value, ptr: Value, align: int | None = None):
         llvm.store(value.v, ptr.v, alignment=align, loc=source_loc())
 
+    # ---- hoisting ----------------------------------------------------------------------------------
+    def mark(self):
+        """A point of the IR being built (a constant op emitted here, dropped by canonicalization if
+        nothing is emitted before it): `before(mark)` emits ops there later, e.g. a load of a
+        loop-invariant value found while building the loop body."""
+        return const(0).v.owner
+
+    @contextlib.contextmanager
+    def before(self, mark):
+        """Emit the ops of the block right before `mark` (kb.mark())."""
+        with ir.InsertionPoint(mark):
+            yield
+
     # ---- fences and barriers --------------------------------------------------------------------
     def fence(self, kind: str):
         fa4.fence(kind=kind)

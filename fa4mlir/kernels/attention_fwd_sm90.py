@@ -56,6 +56,9 @@ and M = max(a, b), l' = l * 2^(a - M) + 2^(b - M), O = O * 2^(a - M) / l' and LS
 * ln 2, stable for any sink; a row that sees no key gets O = 0 and LSE = sink.
 Ragged batches (`varlen`): packed [total, heads, D] tensors, each CTA's sequence from cu_seqlens in
 device memory, a 1-D grid longest tile first; see attention_fwd_sm90_varlen.
+`score_mod` / `mask_mod` (Python functions compiled in, common/score_mod_ir.py ModHook [D-score-mod]):
+each S register becomes post_scale * fn(s * mod_scale, batch, head, q_idx, kv_idx) before the masks,
+with scale_log2 = post_scale * log2(e); mask_mod hides keys on every block (no tile classification).
 """
 from __future__ import annotations
 
@@ -69,6 +72,7 @@ from ..dsl import (ELEM_BYTES, KernelBuilder, PipeState, Value, const, exp2, fas
 from . import attention_fwd_sm90_varlen as varlen
 from .attention_sm90_config import AttnConfig, causal_pair_slot, dealt_tile, launch_params, section_tile
 from .common.constants import LOG2E
+from .common.score_mod_ir import ModHook
 from .common.masks import ValueOps, block_range, hidden, key_window, tile_blocks, visible_keys
 from .common.softmax import exp2_mixed, max_update
 from .common.wgmma import a_frag_pairs, acc_col, acc_pair, acc_row, row_regs, wait_group
@@ -118,7 +122,8 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
         kb.pipeline_init()
         params = _Params(p["batch"], p["heads"], p["seqlen_q"], p["seqlen_k"], p["scale_log2"], div("group"),
                          div("tiles"), div("heads"), (p["section_shift"], div("rest")), p.get("softcap_scale"),
-                         p.get("sinks"), varlen.params_of(p) if cfg.varlen else None)
+                         p.get("sinks"), varlen.params_of(p) if cfg.varlen else None,
+                         ModHook(kb, cfg, p) if cfg.score_mod or cfg.mask_mod else None)
         bufs = _Buffers(q_smem, k_smem, v_smem, o_smem, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_desc, o_desc,
                         lse_ptr, q_bytes, kv_bytes, v_bytes)
         tiles = _Tiles(kb, cfg, params)
@@ -147,6 +152,7 @@ class _Params:
     softcap_scale: Value | None = None   # softcap: softmax_scale / cap, the factor before the tanh
     sinks: Value | None = None           # sinks: float32 [heads] sink logits (natural-log units)
     varlen: varlen.VarlenParams | None = None   # varlen: cu_seqlens and the rest (VARLEN_PARAMS)
+    mods: ModHook | None = None          # score_mod / mask_mod (common.score_mod_ir)
 
 
 @dataclass(frozen=True)
@@ -399,7 +405,7 @@ class _Consumer:
     def __init__(self, kb, cfg, geo, bufs: _Buffers, params: _Params):
         self.kb, self.cfg, self.geo, self.bufs = kb, cfg, geo, bufs
         self.scale_log2 = params.scale_log2
-        self.softcap_scale, self.sinks = params.softcap_scale, params.sinks
+        self.softcap_scale, self.sinks, self.mods = params.softcap_scale, params.sinks, params.mods
         self.o_rows = params.varlen.o_rows if params.varlen else None
         tid = kb.thread_idx(0)
         # 0 .. cfg.consumers - 1, broadcast so ptxas keeps this warpgroup's Q/O addresses and wgmma
@@ -481,6 +487,11 @@ class _Consumer:
         (common.softmax.exp2_mixed)."""
         kb, cfg, geo = self.kb, self.cfg, self.geo
         s = [s_acc[i] for i in range(self.n_s)]
+        if self.mods is not None:  # score_mod(s * mod_scale, ...), then mask_mod, per element (common.score_mod_ir)
+            col0 = j * cfg.bn + self.t4 * 2
+            cols = {c: col0 + c for c in sorted({acc_col(i) for i in range(self.n_s)})}   # one Value per key
+            s = self.mods.apply(s, geo.batch, geo.head, [self.grow[acc_row(i)] for i in range(self.n_s)],
+                                [cols[acc_col(i)] for i in range(self.n_s)])
         if cfg.softcap:  # t = tanh(s * scale / cap), in units of cap (scale_log2 = cap * log2 e): before the mask
             s = [tanh(x * self.softcap_scale) for x in s]
         if masked and geo.first is None:  # register i holds key col0 + acc_col(i) of row acc_row(i) (common/wgmma.py)
@@ -615,6 +626,8 @@ def _attend(cs: _Consumer, turns: _Turns, counts: _Counts | None) -> _Acc:
     q_pipe, k_pipe, v_pipe = bufs.q_pipe, bufs.k_pipe, bufs.v_pipe
     q_count, kv_count = counts or (None, None)
     f32 = "f32"
+    if cs.mods is not None:  # aux loads of the tile's head and batch go here, before the KV loop
+        cs.mods.start_tile(geo.batch, geo.head)
     q0 = q_pipe.state_at(q_count)
     q_pipe.consumer_wait(q0)
     # block 0 (peeled, masked): S_0, softmax; P_0 stays for the first P.V
@@ -626,7 +639,7 @@ def _attend(cs: _Consumer, turns: _Turns, counts: _Counts | None) -> _Acc:
     s_acc = wait_group(s_acc, pending=0)
     cs.release((k_pipe, k0))
     neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
-    if cfg.persistent:
+    if cfg.persistent and not (cs.mods and cs.mods.aux):   # one copy when aux tensors are read [D-score-mod]
         # block 0 needs the mask only when some row does not see all of it (the causal diagonal,
         # seqlen_k < bn), and short tiles pay it per tile: the unmasked softmax gets its own copy
         # (only here: one-tile-per-CTA kernels were slower with it) [D-block0]

@@ -15,6 +15,7 @@ from .common.fastdiv import divisor
 from .common.fields import ConfigError, RegisterBudgetError, check_fields
 from .common.mask_family import Mask, attention_mask
 from .common.naming import softmax_knob_tags
+from .common.score_mod import aux_params, parse_aux_spec
 from .common.varlen_schedule import varlen_grid_size
 
 KERNEL = "attention_fwd_sm90"
@@ -29,6 +30,7 @@ CONSUMER_BASE_REGS = 28
 CONSUMER_CHUNK_REGS = 4
 CONSUMER_PIECE_REGS = 2
 PRODUCER_REGS = 24
+MOD_FIELDS = ("score_mod", "mask_mod", "aux")   # absent from key() when '' (no function)
 
 
 class TileLayout(NamedTuple):
@@ -81,6 +83,12 @@ class AttnConfig:
     # D of v and o where it differs from head_dim (HEAD_DIM_PAIRS: 192 / 128, MLA prefill); 0: head_dim
     # (the one spelling of equal dims, so one kernel per pair)
     head_dim_v: int = 0
+    # score_mod / mask_mod (common.score_mod): fingerprints of Python functions compiled into the softmax
+    # ('' none) and the compile-time part of their aux tensors (aux_spec: 'f32x1,i32x1'); key() leaves
+    # them out when empty, so the kernels without them keep their keys [D-score-mod]
+    score_mod: str = ""
+    mask_mod: str = ""
+    aux: str = ""
     bm: int = 128             # query rows per CTA: 64 per consumer warpgroup (128: 2, 192: 3)
     bn: int = 128             # key/value rows per pipeline block
     stages: int = 2           # K and V ring depth, >= 2
@@ -121,6 +129,10 @@ class AttnConfig:
             raise ConfigError(f"head_dim_v must be 0 (v and o as wide as q and k) or pair with head_dim as one of "
                               f"{HEAD_DIM_PAIRS}, got head_dim={self.head_dim}, head_dim_v={self.head_dim_v}"
                               f"{' (equal dims are spelled head_dim_v=0)' if self.head_dim_v == self.head_dim else ''}")
+        self._check_mods()
+        if self.varlen and (self.score_mod or self.mask_mod):
+            raise ConfigError("varlen with a score_mod or mask_mod is not built yet (their q_idx / kv_idx would be "
+                              "packed rows, not positions in the sequence): use flash_attn_func per sequence")
         if self.bn % 16 or not 16 <= self.bn <= 256:
             raise ConfigError(f"bn must be a multiple of 16 in [16, 256] (wgmma n and k16 steps), got {self.bn}")
         if self.varlen and self.persistent:
@@ -171,6 +183,19 @@ class AttnConfig:
         if got != want:
             raise ConfigError(f"the mask fields {got} are not in canonical form; the same mask is {want} "
                               f"(causal bounds the window's right side at 0, window (-1, 0) is causal=True)")
+
+    def _check_mods(self) -> None:
+        """ConfigError for a score_mod with softcap (one score modifier), aux tensors that no function
+        reads, or an aux spec that does not parse."""
+        if self.score_mod and self.softcap:
+            raise ConfigError("score_mod and softcap are both set: softcap is a score_mod "
+                              "(common.score_mod.softcap_score_mod); use one")
+        if self.aux and not (self.score_mod or self.mask_mod):
+            raise ConfigError(f"aux={self.aux!r} without a score_mod or mask_mod to read it")
+        try:
+            parse_aux_spec(self.aux)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
     @property
     def mask(self) -> Mask:
@@ -268,7 +293,8 @@ class AttnConfig:
         against 184). Fit to ptxas, as the least setmaxnreg at which the kernel compiles with 0
         spills, measured over head dims, bn 16-240, bm 128 and 192, persistent or not and every
         softmax knob; the model is at or above every measurement (tests/test_attention_registers.py)."""
-        pieces = int(self.masked) + int(bool(self.rescale_threshold or self.exp2_poly_stride))
+        pieces = (int(self.masked) + int(bool(self.rescale_threshold or self.exp2_poly_stride))
+                  + int(bool(self.score_mod or self.mask_mod)))
         return {"O": self.dim_v // 2, "S": self.bn // 2, "P": self.bn // 4,
                 "rest": CONSUMER_BASE_REGS + CONSUMER_CHUNK_REGS * self.d_chunks
                 + CONSUMER_PIECE_REGS * (self.d_chunks - 1) * pieces}
@@ -322,8 +348,11 @@ class AttnConfig:
         return self.q_stages * self.bm * row_qk + o_tile + self.stages * self.bn * (row_qk + row_v) + 1024
 
     def score_tag(self) -> str:
-        """Kernel-name tags of the score modifiers ('' for none): _softcap, _sink; and _varlen."""
-        return ("_softcap" if self.softcap else "") + ("_sink" if self.sinks else "") + ("_varlen" if self.varlen else "")
+        """Kernel-name tags of the score modifiers ('' for none): _softcap, _sink, _sm_<fingerprint>,
+        _mm_<fingerprint>; and _varlen."""
+        return (("_softcap" if self.softcap else "") + ("_sink" if self.sinks else "")
+                + (f"_sm_{self.score_mod}" if self.score_mod else "") + (f"_mm_{self.mask_mod}" if self.mask_mod else "")
+                + ("_varlen" if self.varlen else ""))
 
     def name_suffix(self) -> str:
         """Kernel-name tags of the non-default softmax knobs ('' for the defaults): _poly4, _lazy8, _rb."""
@@ -333,10 +362,11 @@ class AttnConfig:
     def key(self) -> dict:
         """The config as a dict, every field (the mask's and score modifiers' too: a bundle query by
         key() picks one kernel; bundles from before them lack them, which attention.plan.select_entry
-        reads as none), but varlen and head_dim_v only when set, so the dense kernels and those of equal
-        head dims keep their keys."""
+        reads as none), but varlen, head_dim_v and the score_mod fields only when set, so the dense
+        kernels, those of equal head dims and those without functions keep their keys."""
         return {"kernel": KERNEL, **{k: v for k, v in self.__dict__.items()
-                                     if not (k == "head_dim_v" and not v) and not (k == "varlen" and not v)}}
+                                     if not (k == "head_dim_v" and not v) and not (k == "varlen" and not v)
+                                     and not (k in MOD_FIELDS and v == "")}}
 
     @classmethod
     def from_key(cls, key: dict) -> "AttnConfig":
@@ -394,6 +424,12 @@ SHORT_TILES = {
 SHORT_SEQLEN_K = {(64, False): 4096, (64, True): 2048, (128, False): 8192}
 
 
+# A kernel with both a score_mod and a mask_mod at bm 192 (three consumer warpgroups of 160 registers)
+# spilled 44-116 bytes with ALiBi and the document mask (D64); at bm 128 (240 registers) none: it takes
+# these tiles [D-score-mod]
+MOD_BOTH_TILES = dict(bm=128, bn=128, load_regs=0, mma_regs=0)
+
+
 def is_short(head_dim: int, causal: bool, seqlen_k: int | None) -> bool:
     """Whether default_config picks SHORT_TILES at this seqlen_k (None: a long sequence)."""
     limit = SHORT_SEQLEN_K.get((head_dim, bool(causal)))
@@ -441,19 +477,29 @@ def _mask_fields(mask: Mask) -> dict:
 
 def default_config(dtype: str, head_dim: int, causal: bool, seqlen_k: int | None = None,
                    mask: Mask | None = None, *, softcap: bool = False, sinks: bool = False,
-                   head_dim_v: int = 0) -> AttnConfig:
+                   head_dim_v: int = 0, score_mod: str = "", mask_mod: str = "", aux: str = "") -> AttnConfig:
     """The measured tiles for (head_dim, causal): TILES, or SHORT_TILES when seqlen_k is given and
     at most SHORT_SEQLEN_K of the case; plus the case's measured code knobs (KNOBS). `mask` (common.
     masks; None: causal's or none) sets the mask fields, on the tiles of its causal flag (a window or
     chunk has its own kernel on the same tiles). `softcap`, `sinks`: the score modifiers' kernel on
     the same tiles and knobs [D-softcap] [D-sinks]. `head_dim_v` (0 or head_dim: equal dims): the
-    v and o head dim of a HEAD_DIM_PAIRS pair, on SPLIT_TILES."""
+    v and o head dim of a HEAD_DIM_PAIRS pair, on SPLIT_TILES. `score_mod`, `mask_mod`, `aux`:
+    fingerprints and aux spec (common.score_mod) of a compiled-in function's kernel, on the long
+    sequences' tiles and knobs (MOD_BOTH_TILES with both functions at bm 192)."""
     if head_dim_v and head_dim_v != head_dim:
         if (head_dim, head_dim_v) not in HEAD_DIM_PAIRS:
             raise ValueError(f"(head_dim, head_dim_v) must be equal or one of {HEAD_DIM_PAIRS}, got "
                              f"({head_dim}, {head_dim_v})")
-        base = default_config(dtype, head_dim, causal, seqlen_k, mask, softcap=softcap, sinks=sinks)
+        base = default_config(dtype, head_dim, causal, seqlen_k, mask, softcap=softcap, sinks=sinks,
+                              score_mod=score_mod, mask_mod=mask_mod, aux=aux)
         return replace(base, head_dim_v=head_dim_v, **SPLIT_TILES[(head_dim, head_dim_v, base.causal)]).validate()
+    if score_mod or mask_mod or aux:
+        # the long sequences' tiles at every seqlen_k: SHORT_TILES' persistent bm 192 spilled with the
+        # relative bias (216 bytes), 128 x 128 persistent with ALiBi and the document mask (4) [D-score-mod]
+        cfg = default_config(dtype, head_dim, causal, None, mask, softcap=softcap, sinks=sinks)
+        if score_mod and mask_mod and cfg.bm == 192:   # MOD_BOTH_TILES: room for both functions
+            cfg = replace(cfg, **MOD_BOTH_TILES)
+        return replace(cfg, score_mod=score_mod, mask_mod=mask_mod, aux=aux).validate()
     if softcap or sinks:
         return replace(default_config(dtype, head_dim, causal, seqlen_k, mask), softcap=bool(softcap),
                        sinks=bool(sinks)).validate()
@@ -486,10 +532,12 @@ def config_from_spec(spec: str) -> AttnConfig:
 
 
 def default_configs(dtype: str, head_dim: int, causal: bool, mask: Mask | None = None, *, softcap: bool = False,
-                    sinks: bool = False, head_dim_v: int = 0) -> list[AttnConfig]:
+                    sinks: bool = False, head_dim_v: int = 0, score_mod: str = "", mask_mod: str = "",
+                    aux: str = "") -> list[AttnConfig]:
     """Every config default_config picks for (dtype, head_dim, causal, mask, softcap, sinks,
-    head_dim_v) at some seqlen_k: the long one first."""
-    mods = dict(mask=mask, softcap=softcap, sinks=sinks, head_dim_v=head_dim_v)
+    head_dim_v, score_mod, mask_mod, aux) at some seqlen_k: the long one first."""
+    mods = dict(mask=mask, softcap=softcap, sinks=sinks, head_dim_v=head_dim_v, score_mod=score_mod, mask_mod=mask_mod,
+                aux=aux)
     out = [default_config(dtype, head_dim, causal, **mods), default_config(dtype, head_dim, causal, 1, **mods)]
     return out[:1] if out[0] == out[1] else out
 
@@ -556,12 +604,17 @@ SINK_PARAMS = (("sinks", "ptr"),)
 # sequences, max_seqlen_q and max_seqlen_k.
 VARLEN_PARAMS = (("o_rows", "ptr"), ("cu_seqlens_q", "ptr"), ("cu_seqlens_k", "ptr"), ("seqused_k", "ptr"),
                  ("has_seqused_k", "i32"), ("total_q", "i32"), ("hb_mul", "i32"), ("hb_shr", "i32"))
+# score_mod's (common.score_mod): mod_scale = softmax_scale * pre_scale, the factor before the function; then
+# each aux tensor's pointer and sizes (aux_params) [D-score-mod]
+MOD_SCALE_PARAMS = (("mod_scale", "f32"),)
 
 
 def launch_params(config: AttnConfig) -> tuple:
     """The config's launch contract, (name, kind) in PTX order: LAUNCH_PARAMS, then SOFTCAP_PARAMS
-    with softcap, SINK_PARAMS with sinks and VARLEN_PARAMS with varlen."""
+    with softcap, SINK_PARAMS with sinks, MOD_SCALE_PARAMS with a score_mod and the aux tensors'
+    (common.score_mod.aux_params), and VARLEN_PARAMS with varlen."""
     return (*LAUNCH_PARAMS, *(SOFTCAP_PARAMS if config.softcap else ()), *(SINK_PARAMS if config.sinks else ()),
+            *(MOD_SCALE_PARAMS if config.score_mod else ()), *aux_params(config.aux),
             *(VARLEN_PARAMS if config.varlen else ()))
 
 
@@ -594,6 +647,8 @@ def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) 
         args.update(scale_log2=cap * LOG2E, softcap_scale=float(problem.softmax_scale) / cap)
     if config.sinks:
         args["sinks"] = tensors["sinks"]
+    if config.score_mod or config.mask_mod:
+        args.update(mod_args(config, problem, tensors))
     if config.varlen:
         used = tensors.get("seqused_k")
         args.update(o_rows=tensors["o"], cu_seqlens_q=tensors["cu_seqlens_q"], cu_seqlens_k=tensors["cu_seqlens_k"],
@@ -618,6 +673,25 @@ def varlen_grid(config: AttnConfig, problem) -> tuple[int, int, int]:
     """The 1-D grid of a varlen kernel: ceil(max_seqlen_q / bm) x heads x batch blocks
     (common.varlen_schedule). `problem`: batch (sequences), heads, seqlen_q (max_seqlen_q)."""
     return (varlen_grid_size(problem.seqlen_q, config.bm, problem.heads, problem.batch), 1, 1)
+
+
+def mod_args(config: AttnConfig, problem, tensors) -> dict:
+    """A score_mod / mask_mod kernel's arguments [D-score-mod]: scale_log2 = post_scale * log2(e)
+    and mod_scale = softmax_scale * pre_scale (problem.mod_scales: (pre_scale, post_scale) of the
+    call's ScoreMod) with a score_mod; each aux tensor `aux{i}` from `tensors` and its sizes from
+    problem.aux_shapes."""
+    args = {}
+    if config.score_mod:
+        pre, post = getattr(problem, "mod_scales", (1.0, 1.0))
+        args.update(scale_log2=float(post) * LOG2E, mod_scale=float(problem.softmax_scale) * float(pre))
+    shapes = tuple(getattr(problem, "aux_shapes", ()))
+    spec = parse_aux_spec(config.aux)
+    if len(shapes) != len(spec):
+        raise ValueError(f"the kernel reads {len(spec)} aux tensors ({config.aux!r}), the problem has {len(shapes)}")
+    for i, shape in enumerate(shapes):
+        args[f"aux{i}"] = tensors[f"aux{i}"]
+        args.update({f"aux{i}_n{d}": int(n) for d, n in enumerate(shape)})
+    return args
 
 
 class IntOps:
@@ -691,6 +765,7 @@ def flops(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int, c
 __all__ = ["AttnConfig", "default_config", "default_configs", "SHORT_SEQLEN_K", "SHORT_TILES", "is_short",
            "query_tiles", "dealt_tile", "causal_pair_slot", "section_tile", "section_shift", "L2_BYTES",
            "SECTION_L2_SHARE", "IntOps", "grid", "launch_args", "launch_params", "LAUNCH_PARAMS", "SOFTCAP_PARAMS", "SINK_PARAMS",
+           "MOD_SCALE_PARAMS", "mod_args", "MOD_FIELDS",
            "VARLEN_PARAMS", "varlen_config", "varlen_grid", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "HEAD_DIM_PAIRS",
            "SPLIT_TILES", "TileLayout", "tile_layout", "DTYPES", "BMS",
            "TILES", "KNOBS", "TILE_FIELDS", "KNOB_FIELDS"]

@@ -1,0 +1,134 @@
+"""The score_mod / mask_mod hook of the attention kernels: applies the compiled-in functions
+(common/score_mod.py) to a thread's S registers. Arch-neutral: a kernel passes each register's
+(row, column) through its fragment layout (sm_90a: common/wgmma.py acc_row / acc_col).
+
+Per element: s = score_mod(x * mod_scale, batch, head, q_idx, kv_idx[, aux]) (mod_scale =
+softmax_scale * pre_scale, a launch argument), then s = -inf where mask_mod(...) is False. The
+kernel's softmax then runs in base 2 with scale_log2 = post_scale * log2(e), so the fold of the
+softmax scale into exp2 stays exact around the function. Loads from the aux tensors are issued once
+per distinct index value per application (a slope per head is one load per KV block, not one per
+element).
+"""
+from __future__ import annotations
+
+from ... import dsl
+from ...dsl import Value, const, select
+from . import score_mod as sm
+
+NEG_INF = float("-inf")
+_ELEM = {"f32": "f32", "i32": "i32"}
+
+
+class AuxView:
+    """One aux tensor inside the kernel: `view[i]` / `view[i, j]` loads an element, each index clamped
+    to [0, n - 1] (signed); `view.shape` its sizes (i32 launch arguments)."""
+
+    def __init__(self, kb, ptr: Value, shape: tuple, dtype: str, cache: dict, tile=None):
+        self.kb, self.ptr, self.shape, self.dtype, self._cache = kb, ptr, tuple(shape), dtype, cache
+        self._tile = tile   # ModHook's _Tile: where loads of tile-invariant indices go, and their cache
+
+    def __getitem__(self, idx):
+        idx = idx if isinstance(idx, tuple) else (idx,)
+        if len(idx) != len(self.shape):
+            raise sm.ModFunctionError(f"an aux tensor of rank {len(self.shape)} indexed with {len(idx)} indices")
+        key = (self.ptr.v,) + tuple(id(i) if isinstance(i, Value) else ("int", i) for i in idx)
+        tile = self._tile
+        if tile is not None and all(not isinstance(i, Value) or id(i) in tile.invariant for i in idx):
+            # every index is fixed for the tile (head, batch, a constant): load once, before the KV loop
+            hit = tile.cache.get(key)
+            if hit is None:
+                with self.kb.before(tile.mark):
+                    hit = tile.cache[key] = (self._load(idx), idx)
+            return hit[0]
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit[0]
+        val = self._load(idx)
+        self._cache[key] = (val, idx)   # idx kept alive: its ids stay unique for the cache's life
+        return val
+
+    def _load(self, idx) -> Value:
+        flat = None
+        for i, n in zip(idx, self.shape):
+            i = i if isinstance(i, Value) else const(int(i))
+            if i.is_float:
+                raise sm.ModFunctionError("an aux tensor index must be an integer value (q_idx, kv_idx, head, ...), "
+                                          "got a float")
+            i = i.smax(0).smin(n - 1)
+            flat = i if flat is None else flat * n + i
+        return self.kb.load(self.kb.gep(self.ptr, flat.to("i64", signed=True), _ELEM[self.dtype]),
+                            _ELEM[self.dtype], align=4)
+
+
+class ModHook:
+    """What a kernel's softmax calls: `apply(s, batch, head, rows, cols)` with s the float32 raw
+    accumulator values (Q K^T), rows[i] / cols[i] each element's global query row and key (i32)."""
+
+    def __init__(self, kb, cfg, params: dict):
+        self.kb = kb
+        self.score = sm.registered(cfg.score_mod) if cfg.score_mod else None
+        self.mask = sm.registered(cfg.mask_mod) if cfg.mask_mod else None
+        self.mod_scale = params.get("mod_scale")
+        self.aux = []
+        for i, (dtype, rank) in enumerate(sm.parse_aux_spec(cfg.aux)):
+            self.aux.append((params[f"aux{i}"], tuple(params[f"aux{i}_n{d}"] for d in range(rank)), dtype))
+
+        self._tile = None
+
+    def start_tile(self, batch: Value, head: Value) -> None:
+        """Called where a query tile's work starts (before its KV loop): aux loads whose indices are
+        only batch, head or constants are emitted here, once per tile, instead of once per KV block.
+        Kernels that never call it load per application."""
+        self._tile = _Tile(self.kb.mark(), {id(batch), id(head)}, {}, (batch, head))
+
+    def _views(self, cache):
+        return [AuxView(self.kb, ptr, shape, dtype, cache, self._tile) for ptr, shape, dtype in self.aux]
+
+    def apply(self, s: list, batch: Value, head: Value, rows: list, cols: list) -> list:
+        cache: dict = {}
+        views = self._views(cache)
+        out = list(s)
+        sm._DSL.append(dsl)
+        try:
+            if self.score is not None:
+                takes_aux = sm.ScoreMod(self.score).takes_aux()
+                for i, x in enumerate(out):
+                    args = (x * self.mod_scale, batch, head, rows[i], cols[i]) + ((views,) if takes_aux else ())
+                    out[i] = _check(self.score, "score", self.score(*args))
+            if self.mask is not None:
+                takes_aux = sm.ScoreMod(self.mask, kind="mask").takes_aux()
+                neg_inf = const(NEG_INF, "f32")
+                for i, x in enumerate(out):
+                    args = (batch, head, rows[i], cols[i]) + ((views,) if takes_aux else ())
+                    out[i] = select(_check(self.mask, "mask", self.mask(*args)), x, neg_inf)
+        except TypeError as e:
+            if isinstance(e, sm.ModFunctionError):
+                raise
+            raise sm.ModFunctionError(f"{sm.fn_name(self.score or self.mask)}: {e}. A score_mod/mask_mod runs once "
+                                      f"at build time on kernel values: no `if`, `and`, `or`, `min`/`max` on them "
+                                      f"(use select, .lt/.eq, fmax)") from e
+        finally:
+            sm._DSL.pop()
+        return out
+
+
+class _Tile:
+    """The tile-level hoisting point of ModHook.start_tile: the mark, the ids of the tile-invariant
+    index values (kept alive in `keep`) and the loads made there."""
+
+    def __init__(self, mark, invariant: set, cache: dict, keep: tuple):
+        self.mark, self.invariant, self.cache, self.keep = mark, invariant, cache, keep
+
+
+def _check(fn, kind: str, v) -> Value:
+    if not isinstance(v, Value):
+        raise sm.ModFunctionError(f"{kind}_mod {sm.fn_name(fn)} returned {type(v).__name__} {v!r}, not a kernel value")
+    t = str(v.type)
+    want = "f32" if kind == "score" else "i1"
+    if t != want:
+        raise sm.ModFunctionError(f"{kind}_mod {sm.fn_name(fn)} returned a {t} value; it must return {want}"
+                                  f"{' (a comparison such as a.eq(b))' if kind == 'mask' else ''}")
+    return v
+
+
+__all__ = ["ModHook", "AuxView"]
