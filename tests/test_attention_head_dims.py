@@ -120,7 +120,7 @@ def test_bundle_selection_tells_the_pair_from_equal_192_and_reads_old_keys_as_eq
     entries = [_entry(equal), _entry(mla)]
     assert select_entry(entries, "bf16", 192, True, default=mla)["config"]["head_dim_v"] == 128
     assert "head_dim_v" not in select_entry(entries, "bf16", 192, True, default=equal)["config"]
-    with pytest.raises(LookupError, match=r"head_dim_v=128.*head_dim_v are compile-time"):
+    with pytest.raises(LookupError, match=r"head_dim_v=128.*head_dim_v and score_mod/mask_mod fingerprints are compile-time"):
         select_entry([_entry(equal)], "bf16", 192, True, default=mla)
 
 
