@@ -7,13 +7,16 @@ record opens with an unindented line ("========= Invalid __global__ write of siz
 call to ...") and goes on with indented ones ("=========     at kernel+0x90", "=========     by
 thread (0,0,0) in block (0,0,0)"); it ends with "ERROR SUMMARY: N errors", and racecheck with
 "RACECHECK SUMMARY: H hazards displayed (E errors, W warnings)". The child's own lines
-("SANITIZE-RESULT {json}", "SANITIZE-END {json}") carry its checks.
+("SANITIZE-RESULT {json}", "SANITIZE-END {json}") carry its checks. Also: the parent's table, exit
+status, log clipping and JSON writes.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 LINE = re.compile(r"^=========(?: (\S.*)|(\s.*)|)$")
 ERROR_SUMMARY = re.compile(r"^ERROR SUMMARY: (\d+) errors?")
@@ -143,3 +146,45 @@ def judge(rep: Report, rc: int | None, timed_out: bool, text: str, expect_trap: 
     if rep.race_warnings:
         return "warnings", f"{rep.race_warnings} racecheck warnings"
     return "clean", f"{len(rep.results)} checks passed"
+
+
+LOG_CHARS = 256 * 1024
+
+
+def clip_log(text: str) -> str:
+    """A run's log, its middle cut past LOG_CHARS."""
+    if len(text) <= LOG_CHARS:
+        return text
+    half = LOG_CHARS // 2
+    return f"{text[:half]}\n[... {len(text) - LOG_CHARS} characters cut ...]\n{text[-half:]}"
+
+
+def table(runs, tools: list[str], families: dict) -> str:
+    """Markdown: a row per case, a column per tool: status (errors, or racecheck errors/warnings; seconds)."""
+    by = {(r.case, r.tool): r for r in runs}
+    lines = ["| case | family | " + " | ".join(tools) + " |", "|---|---|" + "---|" * len(tools)]
+    for name in dict.fromkeys(r.case for r in runs):
+        cells = []
+        for tool in tools:
+            r = by.get((name, tool))
+            if r is None or r.status == "skipped":
+                cells.append(r.status if r else "")
+                continue
+            count = (f"{r.race_errors}/{r.race_warnings} hz" if r.hazards is not None else
+                     f"{r.errors} err" if r.errors is not None else "-")
+            cells.append(f"{r.status} ({count}, {r.wall_s:.0f} s)")
+        lines.append(f"| {name} | {families[name]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def exit_code(runs) -> int:
+    statuses = {r.status for r in runs}
+    if statuses & set(FAILED):
+        return 1
+    return 2 if "unavailable" in statuses else 3 if "skipped" in statuses else 0
+
+
+def write_json(path: Path, doc: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, path)
