@@ -382,8 +382,18 @@ def emit(tag: str, value: dict) -> None:
 
 
 def find(bundle, case: Case, match: dict):
-    """The bundle's artefact of one of the case's entries (compiled with the kernel's own backend)."""
-    return bundle.find(arch=RUNNABLE_ARCH, cubin_backend=kernels.cubin_backend(case.kernel), **match)
+    """The bundle's artefact of one of the case's entries (compiled with the kernel's own backend). A
+    varlen entry holds every item of the dense kernel of its tiles (a dense key has no `varlen`): a
+    dense case's entry is looked up among the dense entries, by name."""
+    want = dict(arch=RUNNABLE_ARCH, cubin_backend=kernels.cubin_backend(case.kernel), **match)
+    if case.kernel == acfg.KERNEL and not match.get("varlen"):
+        names = {e["name"] for e in bundle.entries if e["arch"] == RUNNABLE_ARCH and not e["config"].get("varlen")
+                 and all(e["config"].get(k) == v for k, v in want.items() if k != "arch")}
+        if not names:
+            raise LookupError(f"no dense (not varlen) kernel in bundle {bundle.root} matches {want}")
+        if len(names) == 1:
+            return bundle.find(name=names.pop(), **want)
+    return bundle.find(**want)
 
 
 def child_attention(case: Case, bundle, seed: int):
