@@ -7,35 +7,40 @@ GPU machine, from the repo root, with the bundle of `make gpu-bundle`):
     PYTHONPATH=$PWD python3 bench/sanitize.py --dry-run     # the matrix, the bundle check, every command
 
 Each (case, tool) is one process, `compute-sanitizer --tool TOOL --error-exitcode 99 ... python3
-bench/sanitize.py --child CASE`: the child draws fresh random inputs, fills the outputs with NaN,
-launches the case's kernel on a few small shapes (ragged sequence lengths, several query tiles and
-KV blocks, seqlen_q above and below seqlen_k, GQA/MQA; decode: page sizes, lengths and packed query
-rows that are not multiples of pages or tiles) and checks every result against a reference
-(the FA rule of fa4mlir.testing), so a clean report is known to come from kernels that ran and were
-right. memcheck and synccheck instrument only the case's kernels (`--kernel-name kns=KERNEL`; not
-torch's randn and reference kernels; a decode call's other kernels, its combine or append, run
-uninstrumented there: each has its own case) where the sanitizer takes that option (probed first;
-the JSON says when not); initcheck and racecheck run unfiltered (UNFILTERED says why). torch's caching allocator is off in the child (PYTORCH_NO_CUDA_MEMORY_CACHING=1): each
-tensor is its own allocation, so memcheck sees an access past a tensor's end.
+bench/sanitize.py --child CASE`: the child draws fresh random inputs, fills the outputs with NaN, launches
+the case's kernel on a few small shapes (ragged sequence lengths, several query tiles and KV blocks,
+seqlen_q above and below seqlen_k, GQA/MQA; decode: page sizes, lengths and packed query rows that are not
+multiples of pages or tiles) and checks every result against a reference (the FA rule of fa4mlir.testing),
+so a clean report is known to come from kernels that ran and were right. memcheck and synccheck instrument
+only the case's kernels (`--kernel-name kns=KERNEL`; not torch's randn and reference kernels; a decode
+call's other kernels, its combine or append, run uninstrumented there: each has its own case, MLA's
+combine too) where the sanitizer takes that option (probed first; the JSON says when not); initcheck and
+racecheck run unfiltered (UNFILTERED says why). torch's caching allocator is off in the child
+(PYTORCH_NO_CUDA_MEMORY_CACHING=1): each tensor is its own allocation, so memcheck sees an access past a
+tensor's end.
 
-The matrix (CASES): one case per family of the sm_90a kernels of the gpu-tests and decode sets
-(SETS; `family`: the kernel, and for the attention kernel what changes its barriers and
-shared-memory protocol: persistent or one tile per CTA, causal, consumer warpgroups, GEMM turns; for
-the decode kernels sanitize_decode's: fetch, split or unsplit, FP8; the combine; the append, paged
-or not), plus cases until every head dim, dtype, softmax knob, mask (window, chunk), score modifier
-(softcap, sinks) and decode dtype, head dim and FP8 scale granularity is covered
-(tests/test_sanitize_script.py checks both against kernel_sets). The attention defaults, masks and
-score modifiers run through flash_attn_func (window_size=, attention_chunk=, softcap=, sinks=) on one
-shape it picks them for and, like the variants, launched directly on the others (a persistent kernel
-on PERSISTENT_CTAS CTAs, so each CTA strides over several tiles). The decode cases run
-flash_attn_with_kvcache (num_splits 1 or SPLITS, k_scale=/v_scale=, k=/v=) on ragged lengths over
-shuffled page tables with NaN in unused pages (sanitize_decode's docstring), after checking the
-planned call runs the case's kernel. The watchdog case launches the deadlocking debug kernel, which must
-trap with its message; the sanitizer's report of that trap (a failed launch, the trap itself) is
-expected, anything else it reports is not. sm_100a kernels cannot run here (no Blackwell GPU): the
-JSON lists them as not runnable. `--quick`: the cases marked quick, one of each kernel family group
+The matrix (CASES): one case per family of the sm_90a kernels of the gpu-tests and decode sets (SETS;
+`family`: the kernel, and for the attention kernel what changes its barriers and shared-memory protocol:
+persistent, one tile per CTA or varlen (its own order and stores: sanitize_varlen), causal, consumer
+warpgroups, GEMM turns; for the decode kernels sanitize_decode's: fetch, split or unsplit, FP8; the
+combine; the append, paged or not; for the MLA decode kernel sanitize_mla's: split or unsplit, the
+exchange of P or not), plus cases until every head dim, dtype, softmax knob, mask (window, chunk), score
+modifier (softcap, sinks) (and the varlen kernels' own, `varlen-` features), decode dtype, head dim and
+FP8 scale granularity, combine head dim (512: MLA's) and MLA dtype and TMA box is covered
+(tests/test_sanitize_script.py checks both against kernel_sets). The attention defaults, masks and score
+modifiers run through flash_attn_func (window_size=, attention_chunk=, softcap=, sinks=) on one shape it
+picks them for and, like the variants, launched directly on the others (a persistent kernel on
+PERSISTENT_CTAS CTAs, so each CTA strides over several tiles). The decode cases run
+flash_attn_with_kvcache (num_splits 1 or SPLITS, k_scale=/v_scale=, k=/v=) on ragged lengths over shuffled
+page tables with NaN in unused pages (sanitize_decode's docstring), after checking the planned call runs
+the case's kernel. The varlen cases run flash_attn_varlen_func on ragged batches with spare packed rows
+(sanitize_varlen's docstring), the MLA cases get_mla_metadata and flash_mla_with_kvcache on a shuffled
+block table (sanitize_mla's), after the same check. The watchdog case launches the deadlocking debug
+kernel, which must trap with its message; the sanitizer's report of that trap (a failed launch, the trap
+itself) is expected, anything else it reports is not. sm_100a kernels cannot run here (no Blackwell GPU):
+the JSON lists them as not runnable. `--quick`: the cases marked quick, one of each kernel family group
 (attention defaults, a mask, softcap and sinks, each decode fetch, FP8, the combine, the append, GEMM,
-watchdog).
+watchdog, each varlen and MLA family).
 
 Per run: status, errors (ERROR SUMMARY), racecheck hazards (errors, warnings), wall seconds, return
 code, the first lines of the first findings, the child's checks; the full log under --logs.
@@ -68,7 +73,8 @@ from pathlib import Path
 from bench import sanitize_mla as smla
 from bench import sanitize_varlen as svar
 from bench.sanitize_decode import DECODE_KERNELS, child_decode, decode_family, decode_features, describe
-from bench.sanitize_report import FAILED, clip_log, exit_code, judge, parse_report, table, write_json
+from bench.sanitize_report import (FAILED, clip_log, exit_code, filter_accepted, judge, parse_report, sanitizer_version,
+                                   table, write_json)
 from fa4mlir import kernel_sets, kernels
 from fa4mlir.kernels import attention_decode_sm90_config as dcfg
 from fa4mlir.kernels import attention_mla_decode_sm90_config as mcfg
@@ -602,16 +608,6 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def filter_accepted(sanitizer: str) -> tuple[bool, str]:
-    """Whether this compute-sanitizer takes `--kernel-name kns=...` (and what it said when not)."""
-    try:
-        r = subprocess.run([sanitizer, "--kernel-name", "kns=fa4mlir_probe", "--version"], capture_output=True,
-                           text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, str(exc)
-    return r.returncode == 0, " ".join((r.stdout + r.stderr).split())[:300]
-
-
 def not_runnable(bundle) -> list[dict]:
     """The bundle's kernels this device cannot run (sm_100a: no Blackwell GPU here), per kernel."""
     counts: dict = {}
@@ -635,14 +631,6 @@ def bundle_check(bundle, cases: list[Case]) -> tuple[list[str], list[str]]:
     entries = [(e["config"]["kernel"], e["config"]) for e in bundle.entries
                if e["arch"] == RUNNABLE_ARCH and e["config"].get("kernel") in CHILDREN]
     return missing, uncovered(entries)
-
-
-def sanitizer_version(sanitizer: str) -> str:
-    try:
-        out = subprocess.run([sanitizer, "--version"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"unknown ({exc})"
-    return " ".join(out.split())[:300]
 
 
 def previous_runs(out: Path, pairs) -> list[Run]:

@@ -1,5 +1,5 @@
 """compute-sanitizer's output read into counts and records, and one run's verdict (for bench/sanitize.py;
-pure, no GPU).
+no GPU).
 
 The sanitizer writes its report into the program's output, each line prefixed "========= ": a
 record opens with an unindented line ("========= Invalid __global__ write of size 4 bytes",
@@ -8,13 +8,14 @@ call to ...") and goes on with indented ones ("=========     at kernel+0x90", "=
 thread (0,0,0) in block (0,0,0)"); it ends with "ERROR SUMMARY: N errors", and racecheck with
 "RACECHECK SUMMARY: H hazards displayed (E errors, W warnings)". The child's own lines
 ("SANITIZE-RESULT {json}", "SANITIZE-END {json}") carry its checks. Also: the parent's table, exit
-status, log clipping and JSON writes.
+status, log clipping and JSON writes, and the sanitizer's probes (version, kernel filter).
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -188,3 +189,21 @@ def write_json(path: Path, doc: dict) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(doc, indent=1) + "\n")
     os.replace(tmp, path)
+
+
+def filter_accepted(sanitizer: str) -> tuple[bool, str]:
+    """Whether this compute-sanitizer takes `--kernel-name kns=...` (and what it said when not)."""
+    try:
+        r = subprocess.run([sanitizer, "--kernel-name", "kns=fa4mlir_probe", "--version"], capture_output=True,
+                           text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, str(exc)
+    return r.returncode == 0, " ".join((r.stdout + r.stderr).split())[:300]
+
+
+def sanitizer_version(sanitizer: str) -> str:
+    try:
+        out = subprocess.run([sanitizer, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unknown ({exc})"
+    return " ".join(out.split())[:300]
