@@ -47,6 +47,10 @@ bench-decode:             ## there: flash_attn_with_kvcache on the serving ancho
 bench-prefill:            ## there: serving prefill (varlen, chunked, window, softcap, sink, ALiBi) vs FA4 CuTe, Flex, cuDNN, FA2
 	PYTHONPATH=$(CURDIR) python3 -m fa4mlir bench prefill --bundle $(BUNDLE) --out prefill-bench.json $(BENCH_ARGS)
 
+.PHONY: bench-mla
+bench-mla:                ## there: MLA prefill (qk 192, v 128, causal) vs FA4 CuTe and cuDNN
+	PYTHONPATH=$(CURDIR) python3 -m fa4mlir bench mla --bundle $(BUNDLE) --out mla-bench.json $(BENCH_ARGS)
+
 bench-attention:          ## there: attention vs cuDNN, FA2, FA4 on the FA3 grid (BENCH_ARGS=--quick for 2 points)
 	PYTHONPATH=$(CURDIR) python3 -m fa4mlir bench attention --bundle $(BUNDLE) --out attention-bench.json --png attention-bench.png $(BENCH_ARGS)
 

@@ -3,13 +3,14 @@
     demo (default)  compile the default kernel of each arch, print the resource table, and on a GPU
                     run the sm_90a GEMM against torch.matmul
     bundle          compile config sets into a bundle folder (cubins + manifest), with progress
-    bench [attention|gemm|decode|prefill]
+    bench [attention|gemm|decode|prefill|mla]
                     time a bundle's kernels on the GPU machine (no MLIR needed): attention (default)
                     against torch SDPA (cuDNN, FA2) and FA4 CuTe on the FA3 grid; gemm against
                     torch.matmul; decode (flash_attn_with_kvcache) on the serving anchors' decode
                     workloads against FA4 CuTe, cuDNN and FA2; prefill on the serving anchors'
                     prefill workloads (ragged, chunked, sliding window, softcap, sinks, ALiBi) against
-                    FA4 CuTe, FlexAttention and torch's FA2/cuDNN. All live in fa4mlir/bench/
+                    FA4 CuTe, FlexAttention and torch's FA2/cuDNN; mla on the serving anchors' MLA prefill
+                    (qk 192, v 128, causal) against FA4 CuTe and cuDNN. All live in fa4mlir/bench/
     knobs           print every FA4MLIR_* knob
 """
 from __future__ import annotations
@@ -97,6 +98,9 @@ def cmd_bench(args) -> int:
     if args.what == "prefill":
         args.out = args.out or "prefill-bench.json"
         return _bench_module("prefill_bench").run(args)
+    if args.what == "mla":
+        args.out = args.out or "mla-bench.json"
+        return _bench_module("mla_bench").run(args)
     args.out = args.out or "attention-bench.json"
     return _bench_module("attention_bench").run(args)
 
@@ -118,18 +122,20 @@ def main(argv=None) -> int:
     be = sub.add_parser("bench", help="time a bundle's attention kernels (default) or GEMMs on the GPU",
                         description="attention: fa4mlir vs torch SDPA (cuDNN, FA2) and FA4 CuTe on the "
                                     "FA3 grid; gemm: the bundle's sm_90a GEMMs vs torch.matmul; decode, "
-                                    "prefill: the serving anchors' workloads. The flags after --out apply "
-                                    "to attention; decode and prefill read --rounds, --heat-ms, --warmup-ms, "
+                                    "prefill, mla: the serving anchors' workloads. The flags after --out apply "
+                                    "to attention; decode, prefill and mla read --rounds, --heat-ms, --warmup-ms, "
                                     "--rep-ms, --timer and --no-fa4 too.")
-    be.add_argument("what", nargs="?", choices=("attention", "gemm", "decode", "prefill"), default="attention")
-    be.add_argument("--workloads", default="", help="decode, prefill: comma-separated workloads (default: all of "
-                                                     "fa4mlir/bench/decode_bench.py's / prefill_bench.py's WORKLOADS)")
+    be.add_argument("what", nargs="?", choices=("attention", "gemm", "decode", "prefill", "mla"),
+                    default="attention")
+    be.add_argument("--workloads", default="", help="decode, prefill, mla: comma-separated workloads (default: all "
+                                                     "of fa4mlir/bench/decode_bench.py's / prefill_bench.py's / "
+                                                     "mla_bench.py's WORKLOADS)")
     be.add_argument("--no-flex", action="store_true", help="prefill only: skip FlexAttention")
     be.add_argument("--splits", default="", help="decode only: also time fa4mlir with num_splits forced to each of "
                                                   "these (e.g. 2,4,8)")
     be.add_argument("--bundle", default=None, help="bundle folder (default: FA4MLIR_BUNDLE)")
     be.add_argument("--out", default=None, help="JSON result (default: attention-bench.json / gemm-bench.json / "
-                                                             "decode-bench.json / prefill-bench.json)")
+                                                             "decode-bench.json / prefill-bench.json / mla-bench.json)")
     _bench_module("attention_bench").add_arguments(be, with_common=False)
     sub.add_parser("knobs", help="print the FA4MLIR_* knobs")
     args = p.parse_args(argv)

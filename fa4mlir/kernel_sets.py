@@ -6,12 +6,13 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
 
     gpu-tests   what tests/gpu needs (GEMM bf16/f16 on sm_90a, the sm_100a GEMM, the debug deadlock
                 kernel, the attention set, the attention-fa4-pieces set, the attention-tiles
-                variants, attention-masks, attention-softcap-sinks, attention-varlen and mla; the decode
-                kernels are their own set, `--set decode`, which bench holds too)
+                variants, attention-masks, attention-softcap-sinks, attention-varlen, head-dims and mla;
+                the decode kernels are their own set, `--set decode`, which bench holds too)
     attention   the sm_90a attention forward kernel: default_configs for every dtype x head_dim x
-                causal (18 kernels: 12, and a persistent one for short key sequences at D64 and
-                D128 non-causal and D64 causal), compiled with ptxas (the kernel's own backend: honours
-                setmaxnreg)
+                causal (26 kernels: 20 over D64, 96, 128, 192, 256, and a persistent one for short key
+                sequences at D64 and D128 non-causal and D64 causal) and for the unequal head dims
+                HEAD_DIM_PAIRS (qk 192 / v 128: 4 more), compiled with ptxas (the kernel's own backend:
+                honours setmaxnreg)
     attention-fa4-pieces
                 the sm_90a attention kernel with FlashAttention-4's softmax pieces on (polynomial exp2
                 for 1 in 4 exps, lazy rescale at 8): bf16 D128 full and causal, f16 D64 causal
@@ -20,6 +21,11 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 entry (bf16/f16, D64/D128, causal or not, GQA 4 for bf16), compiled through
                 nvJitLink's LTO (the kernel's own backend: NVVM IR, whole-program, honours
                 setmaxnreg); runs only on an sm_100 GPU
+    attention-sm100-serving
+                the sm_100a kernel's serving features (attention_sm100_config.serving_configs(), note
+                "Serving"): sliding windows, a chunk, softcap with sinks and ragged lengths (varlen),
+                bf16 D64/D128, GQA 2; what tests/gpu/test_attention_sm100_serving_gpu.py runs (only
+                on an sm_100 GPU) and tests/test_attention_sm100_serving.py interprets
     attention-masks
                 the sm_90a attention kernel's sliding-window and chunked variants that
                 tests/gpu/test_attention_masks.py and the interpreter cases (tests/interpret_sm90.py
@@ -57,10 +63,14 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
     mla         the sm_90a absorbed MLA decode kernels (flash_mla_with_kvcache, attention/mla.py): bf16 and
                 f16 caches in pages of 64 and a bf16 one in pages of 16, each split and unsplit, the
                 bf16 page-64 pair without the S exchange (`exchange=False`, to time against), and the
-                head-dim-512 combine; what tests/gpu/test_mla_decode_gpu.py and `bench mla`'s decode rows run
+                head-dim-512 combine (what tests/gpu/test_mla_decode_gpu.py and `bench mla`'s decode rows run),
+                and mla_prefill's kernel, bf16 qk 192 / v 128 causal (`bench mla`'s prefill row)
     bench       the attention, decode, prefill and mla sets, and the GEMM variants the benchmark times against
                 torch.matmul
     sm90        the sm_90a GEMMs of gpu-tests and bench
+    head-dims   what tests/gpu/test_attention_head_dims.py and the interpreter cases (tests/interpret_sm90.py
+                HEAD_DIM_CASES) run: D96, D192 and qk 192 / v 128, bf16 and f16, causal or not (in the
+                attention set too; gpu-tests holds it)
     demo        the default GEMM of each arch and the D128 bf16 attention kernels of each arch (what
                 `python -m fa4mlir` compiles)
 """
@@ -82,9 +92,29 @@ def _gemm100(**kw):
 def attention() -> list:
     """What flash_attn_func looks up in a bundle: the default_configs of every dtype x head_dim x
     causal (the persistent one for short key sequences next to the one for the rest)."""
-    from .kernels.attention_sm90_config import DTYPES, HEAD_DIMS, KERNEL, default_configs
-    return [(KERNEL, cfg) for dtype in DTYPES for head_dim in HEAD_DIMS
-            for causal in (False, True) for cfg in default_configs(dtype, head_dim, causal)]
+    from .kernels.attention_sm90_config import DTYPES, HEAD_DIM_PAIRS, HEAD_DIMS, KERNEL, default_configs
+    out = [(KERNEL, cfg) for dtype in DTYPES for head_dim in HEAD_DIMS
+           for causal in (False, True) for cfg in default_configs(dtype, head_dim, causal)]
+    return out + [(KERNEL, cfg) for dtype in DTYPES for d, dv in HEAD_DIM_PAIRS
+                  for causal in (False, True) for cfg in default_configs(dtype, d, causal, head_dim_v=dv)]
+
+
+# (dtype, head_dim, head_dim_v, causal) of the head-dims set: what tests/gpu/test_attention_head_dims.py
+# runs and the interpreter's HEAD_DIM_CASES
+HEAD_DIM_CASES = [(dtype, d, dv, causal) for dtype in ("bf16", "f16") for d, dv in ((96, 0), (192, 0), (192, 128))
+                  for causal in (False, True)]
+
+
+def head_dims() -> list:
+    from .kernels.attention_sm90_config import KERNEL, default_configs
+    return [(KERNEL, c) for dtype, d, dv, causal in HEAD_DIM_CASES
+            for c in default_configs(dtype, d, causal, head_dim_v=dv)]
+
+
+def _mla_prefill() -> list:
+    """mla_prefill's kernel (bench mla's prefill row): bf16 qk 192 / v 128 causal."""
+    from .kernels.attention_sm90_config import KERNEL, default_configs
+    return [(KERNEL, c) for c in default_configs("bf16", 192, True, head_dim_v=128)]
 
 
 # (dtype, head_dim, causal, window_size, attention_chunk) of the attention-masks set: what
@@ -228,6 +258,11 @@ def attention_sm100() -> list:
     return [(KERNEL, cfg) for cfg in configs()]
 
 
+def attention_sm100_serving() -> list:
+    from .kernels.attention_sm100_config import KERNEL, serving_configs
+    return [(KERNEL, cfg) for cfg in serving_configs()]
+
+
 def demo() -> list:
     from .kernels import attention_sm100_config as sm100
     from .kernels.attention_sm90_config import KERNEL, default_configs
@@ -300,7 +335,8 @@ def mla() -> list:
     out = [(KERNEL, default_config(dtype, page, unsplit=u)) for dtype, page in MLA_CASES for u in (False, True)]
     # the variant whose warpgroups both compute all of S (note "Design"), for bench mla to time against
     out += [(KERNEL, default_config("bf16", 64, unsplit=u, exchange=False)) for u in (False, True)]
-    return out + [(COMBINE_KERNEL, CombineConfig(dtype, D_V)) for dtype in sorted({d for d, _ in MLA_CASES})]
+    out += [(COMBINE_KERNEL, CombineConfig(dtype, D_V)) for dtype in sorted({d for d, _ in MLA_CASES})]
+    return out + _mla_prefill()
 
 
 # (dtype, head_dim, causal, window_size, softcap, sinks) of the attention-varlen set: what
@@ -333,7 +369,7 @@ def attention_varlen() -> list:
 
 def gpu_tests() -> list:
     out = [_gemm90(dtype="bf16"), _gemm90(dtype="f16"), _gemm100()] + attention() + attention_fa4_pieces()
-    out += tile_variants() + attention_masks() + attention_softcap_sinks() + attention_varlen() + mla()
+    out += tile_variants() + attention_masks() + attention_softcap_sinks() + attention_varlen() + head_dims() + mla()
     try:
         deadlock = importlib.import_module("fa4mlir.kernels.deadlock_sm90")
         out += deadlock.bundle_entries()
@@ -353,10 +389,10 @@ def bench() -> list:
     return attention() + decode() + prefill() + mla() + cfgs + [(*c, {"cubin_backend": "ptxas"}) for c in cfgs]
 
 
-SETS = {"attention-sm100": attention_sm100, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
+SETS = {"attention-sm100": attention_sm100, "attention-sm100-serving": attention_sm100_serving, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
         "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
         "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,
-        "prefill": prefill, "mla": mla, "attention-varlen": attention_varlen}
+        "prefill": prefill, "mla": mla, "attention-varlen": attention_varlen, "head-dims": head_dims}
 
 
 def configs(names: list[str]) -> list:

@@ -41,6 +41,11 @@ class Case:
     chunk: int = 0                     # attention: attention_chunk
     softcap: float = 0.0               # attention: the cap (a launch argument of the softcap kernel)
     sinks: bool = False                # attention: sink logits per head (inputs' "sinks")
+    head_dim_v: int = 0                # attention: v and o head dim (0: head_dim)
+
+    @property
+    def dim_v(self) -> int:
+        return self.head_dim_v or self.head_dim
 
     @property
     def mask(self):
@@ -93,7 +98,20 @@ SCORE_CASES = [
     Case("d128-causal-softcap-sink", "attention", head_dim=128, causal=True, softcap=2.0, sinks=True, seqlen_q=130,
          seqlen_k=70, heads=2, kv_heads=1),
 ]
-CASES += MASK_CASES + SCORE_CASES
+# Head dims 96 (the 64-byte swizzle: three 32-column chunks) and 192, and qk 192 / v 128 (MLA prefill):
+# kernel_sets.HEAD_DIM_CASES' kernels, at least two K/V blocks, ragged tails, GQA;
+# tests/test_interpret_head_dims.py runs them
+HEAD_DIM_CASES = [
+    Case("d96", "attention", head_dim=96, seqlen_q=130, seqlen_k=300),
+    Case("d96-f16-causal-gqa", "attention", dtype="f16", head_dim=96, causal=True, seqlen_q=200, seqlen_k=180,
+         heads=2, kv_heads=1),
+    Case("d192", "attention", head_dim=192, seqlen_q=70, seqlen_k=250),
+    Case("d192-causal", "attention", head_dim=192, causal=True, seqlen_q=150, seqlen_k=260),
+    Case("d192v128", "attention", head_dim=192, head_dim_v=128, seqlen_q=100, seqlen_k=270),
+    Case("d192v128-f16-causal-gqa", "attention", dtype="f16", head_dim=192, head_dim_v=128, causal=True,
+         seqlen_q=140, seqlen_k=200, heads=2, kv_heads=1),
+]
+CASES += MASK_CASES + SCORE_CASES + HEAD_DIM_CASES
 BY_NAME = {c.name: c for c in CASES}
 
 
@@ -106,7 +124,7 @@ def config(case: Case):
         return AttnConfig(dtype=case.dtype, head_dim=case.head_dim, causal=case.causal, **case.tiles).validate()
     mask = None if case.mask.is_legacy else case.mask
     return default_config(case.dtype, case.head_dim, case.causal, 1 if case.short else None, mask=mask,
-                          softcap=case.softcap > 0, sinks=case.sinks)
+                          softcap=case.softcap > 0, sinks=case.sinks, head_dim_v=case.head_dim_v)
 
 
 def _bits(x: np.ndarray, dtype: str) -> np.ndarray:
@@ -120,7 +138,7 @@ def _problem(case: Case):
     d = case.head_dim
     problem = AttnProblem.of((1, case.seqlen_q, case.heads, d), (1, case.seqlen_k, case.kv_heads, d), case.dtype,
                              causal=case.causal)
-    return replace(problem, softcap=case.softcap, sinks=case.sinks)
+    return replace(problem, softcap=case.softcap, sinks=case.sinks, head_dim_v=case.head_dim_v)
 
 
 def inputs(case: Case, seed: int = 0) -> dict:
@@ -134,7 +152,7 @@ def inputs(case: Case, seed: int = 0) -> dict:
     d = case.head_dim
     out = {"q": _bits(rng.standard_normal((1, case.seqlen_q, case.heads, d), np.float32), case.dtype),
            "k": _bits(rng.standard_normal((1, case.seqlen_k, case.kv_heads, d), np.float32), case.dtype),
-           "v": _bits(rng.standard_normal((1, case.seqlen_k, case.kv_heads, d), np.float32), case.dtype)}
+           "v": _bits(rng.standard_normal((1, case.seqlen_k, case.kv_heads, case.dim_v), np.float32), case.dtype)}
     if case.sinks:
         out["sinks"] = (3 * rng.standard_normal(case.heads)).astype(np.float32)
     return out
@@ -167,7 +185,7 @@ def outputs_like(case: Case) -> dict:
     if case.kernel == "gemm":
         return {"c": np.full((case.seqlen_q, case.seqlen_k), 0x7FC0 if case.dtype == "bf16" else 0x7E00, np.uint16)}
     nan16 = 0x7FC0 if case.dtype == "bf16" else 0x7E00
-    return {"o": np.full((1, case.seqlen_q, case.heads, case.head_dim), nan16, np.uint16),
+    return {"o": np.full((1, case.seqlen_q, case.heads, case.dim_v), nan16, np.uint16),
             "lse": np.full((1, case.heads, case.seqlen_q), np.nan, np.float32)}
 
 

@@ -126,13 +126,13 @@ def test_k_v_shapes_differ(v_shape):
 
 
 def test_head_dim_unsupported_suggests_padding():
-    raises(HeadDimError, ["head_dim 96 is not supported", "(64, 128, 256)", "zero-pad q, k, v to head_dim 128",
-                          f"softmax_scale={96 ** -0.5:.6g}"],
-           check_inputs, info((1, 8, 2, 96)), info((1, 8, 2, 96)), info((1, 8, 2, 96)))
+    raises(HeadDimError, ["head_dim 112 is not supported", "(64, 96, 128, 192, 256)",
+                          "zero-pad q, k, v to head_dim 128", f"softmax_scale={112 ** -0.5:.6g}"],
+           check_inputs, info((1, 8, 2, 112)), info((1, 8, 2, 112)), info((1, 8, 2, 112)))
 
 
 def test_head_dim_above_largest():
-    err = raises(HeadDimError, ["head_dim 512 is not supported", "(64, 128, 256)"],
+    err = raises(HeadDimError, ["head_dim 512 is not supported", "(64, 96, 128, 192, 256)"],
                  check_inputs, info((1, 8, 2, 512)), info((1, 8, 2, 512)), info((1, 8, 2, 512)))
     assert "zero-pad" not in str(err)
 
@@ -521,15 +521,17 @@ def test_dense_launch_follows_the_contract():
 
 def test_attention_bundle_set():
     entries = kernel_sets.attention()
-    # 12 (dtype, head dim, causal), and the short-sequence tiles of D64 and D128 non-causal, D64 causal
-    assert len(entries) == 18
-    assert {(c.dtype, c.head_dim, c.causal) for _, c in entries} == {
-        (dt, d, c) for dt in ("bf16", "f16") for d in (64, 128, 256) for c in (False, True)}
+    # 20 (dtype, head dim, causal), the short-sequence tiles of D64 and D128 non-causal, D64 causal, and
+    # 4 of qk 192 / v 128
+    assert len(entries) == 30
+    assert {(c.dtype, c.head_dim, c.head_dim_v, c.causal) for _, c in entries} == {
+        (dt, d, dv, c) for dt in ("bf16", "f16") for d, dv in ((64, 0), (96, 0), (128, 0), (192, 0), (256, 0),
+                                                               (192, 128)) for c in (False, True)}
     for name, cfg in entries:   # compiled with the kernel's own options: ptxas
         assert name == "attention_fwd_sm90"
-        assert cfg in (acfg.default_config(cfg.dtype, cfg.head_dim, cfg.causal),
-                       acfg.default_config(cfg.dtype, cfg.head_dim, cfg.causal, 1))
-    assert sum(c.persistent for _, c in entries) == 8
+        assert cfg in (acfg.default_config(cfg.dtype, cfg.head_dim, cfg.causal, head_dim_v=cfg.head_dim_v),
+                       acfg.default_config(cfg.dtype, cfg.head_dim, cfg.causal, 1, head_dim_v=cfg.head_dim_v))
+    assert sum(c.persistent for _, c in entries) == 10     # D96 causal too
 
 
 def test_attention_fa4_pieces_bundle_set():
@@ -614,7 +616,7 @@ def test_attention_front_end_imports_no_mlir():
         import fa4mlir
         from fa4mlir import attention, kernel_sets
         assert fa4mlir.flash_attn_func is attention.flash_attn_func
-        assert len(kernel_sets.attention()) == 18
+        assert len(kernel_sets.attention()) == 30
         raw = np.zeros(2048 + 64, np.float16)
         start = (-raw.ctypes.data % 64) // 2
         q = raw[start:start + 2048].reshape(1, 16, 2, 64)

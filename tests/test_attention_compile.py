@@ -92,7 +92,8 @@ def compile_entry(entry: tuple, tmp_path_factory) -> Compiled:
 def _id(entry) -> str:
     cfg = entry[1]
     tiles = "" if cfg.bm == 128 else f"-{cfg.bm}x{cfg.bn}"
-    return f"{cfg.dtype}-d{cfg.head_dim}-{'causal' if cfg.causal else 'full'}{tiles}{cfg.name_suffix()}"
+    dims = f"d{cfg.head_dim}" + (f"v{cfg.head_dim_v}" if cfg.head_dim_v else "")
+    return f"{cfg.dtype}-{dims}-{'causal' if cfg.causal else 'full'}{tiles}{cfg.name_suffix()}"
 
 
 @pytest.fixture(scope="module", params=range(len(ENTRIES)), ids=[_id(e) for e in ENTRIES])
@@ -115,12 +116,13 @@ def test_setmaxnreg_is_honoured(compiled):
 
 
 def test_smem_is_the_tiles_plus_the_barriers(compiled):
-    """Q (bm x D; two of them and O's own tile when persistent) + K and V rings (stages x bn x D each) + 2
-    mbarriers per pipeline stage; every buffer is a multiple of the planner's 1024-byte alignment,
-    so no padding."""
+    """Q (bm x D; two of them and O's own tile, bm x Dv, when persistent) + K and V rings (stages x bn x D
+    and x Dv) + 2 mbarriers per pipeline stage; every buffer is a multiple of the planner's 1024-byte
+    alignment, so no padding."""
     cfg = compiled.cfg
-    row_bytes = cfg.head_dim * DTYPES[cfg.dtype][0]
-    tile_bytes = cfg.bm * row_bytes * (3 if cfg.persistent else 1) + 2 * cfg.stages * cfg.bn * row_bytes
+    row_bytes, v_row = cfg.head_dim * DTYPES[cfg.dtype][0], cfg.dim_v * DTYPES[cfg.dtype][0]
+    tile_bytes = (cfg.bm * row_bytes * (2 if cfg.persistent else 1) + (cfg.bm * v_row if cfg.persistent else 0)
+                  + cfg.stages * cfg.bn * (row_bytes + v_row))
     barrier_bytes = 2 * MBARRIER_BYTES * sum(compiled.pipe_stages)
     assert compiled.resources["smem_bytes"] == compiled.smem_bytes == tile_bytes + barrier_bytes
     assert compiled.smem_bytes <= cfg.smem_bytes() <= 227 * 1024 == SMEM_LIMIT["sm_90a"]
@@ -138,15 +140,15 @@ def test_pv_takes_p_from_registers(compiled):
     assert compiled.num_regs_mma > 0 and compiled.num_regs_mma % (cfg.bn // WGMMA_K) == 0, \
         f"each P.V is bn/16 = {cfg.bn // WGMMA_K} K-steps; the kernel has {compiled.num_regs_mma} register-A MMAs"
     assert len(found) == compiled.num_regs_mma
-    assert {(int(m[1]), m[2], m[3]) for m in found} == {(cfg.head_dim, cfg.dtype, "1")}, \
-        "register-A wgmma must be m64n{head_dim}k16 of the config dtype with imm-trans-b 1 (V is MN-major)"
+    assert {(int(m[1]), m[2], m[3]) for m in found} == {(cfg.dim_v, cfg.dtype, "1")}, \
+        "register-A wgmma must be m64n{dim_v}k16 of the config dtype with imm-trans-b 1 (V is MN-major)"
 
 
 def test_params_are_the_launch_contract(compiled):
     cfg = compiled.cfg
     assert [(p.name, p.kind) for p in compiled.params] == PARAMS == list(LAUNCH_PARAMS)
     # launch_args (what flash_attn_func passes) fills every one by name: tensors by name here.
-    problem = AttnProblem(2, 1000, 300, 8, 2, cfg.head_dim, cfg.dtype, cfg.causal, 0.125)
+    problem = AttnProblem(2, 1000, 300, 8, 2, cfg.head_dim, cfg.dtype, cfg.causal, 0.125, head_dim_v=cfg.head_dim_v)
     args = launch_args(cfg, problem, {n: n for n in ("q", "k", "v", "o", "lse")})
     assert list(args) == [p.name for p in compiled.params]
     for p, a in zip(compiled.params, args.values()):
@@ -155,10 +157,10 @@ def test_params_are_the_launch_contract(compiled):
         else:
             assert type(a) is {"i32": int, "f32": float}[p.kind], (p, a)
     batch, seqlen, heads = 2, 1000, 8
-    shape = (batch, seqlen, heads, cfg.head_dim)
-    strides = (seqlen * heads * cfg.head_dim, heads * cfg.head_dim, cfg.head_dim, 1)
     for p in compiled.params:
-        if p.kind == "tma":  # q, k, v, o are [B, S, H, D] tensors of the config dtype
+        if p.kind == "tma":  # q, k, v, o are [B, S, H, D] tensors of the config dtype (v, o: D = dim_v)
+            d = cfg.dim_v if p.name in ("v", "o") else cfg.head_dim
+            shape, strides = (batch, seqlen, heads, d), (seqlen * heads * d, heads * d, d, 1)
             assert p.tma.dtype == cfg.dtype
             enc = tma_encoding(p.tma, TensorInfo(0x7F0000000000, shape, strides, cfg.dtype, "cuda"), p.name)
             assert enc.global_dims == tuple(reversed(shape))
@@ -193,7 +195,7 @@ def test_default_kernels_use_neither_piece(compiled):
     configs ask for the lazy rescale only where KNOBS does (D256)."""
     from fa4mlir.kernels.attention_sm90_config import KNOBS, default_configs
     cfg = compiled.cfg
-    if cfg in default_configs(cfg.dtype, cfg.head_dim, cfg.causal):
+    if cfg in default_configs(cfg.dtype, cfg.head_dim, cfg.causal, head_dim_v=cfg.head_dim_v):
         assert cfg.exp2_poly_stride == 0, "the polynomial exp2 is opt-in"
         knobs = [KNOBS.get((cfg.head_dim, cfg.causal, short), {}) for short in (False, True)]
         assert cfg.rescale_threshold in [k.get("rescale_threshold", 0.0) for k in knobs]

@@ -57,6 +57,12 @@ MEASURED = [
     (dict(head_dim=256, bn=64, causal=True), 216), (dict(head_dim=256, bn=64, causal=True, **LAZY), 224),
     (dict(head_dim=256, bn=64, causal=True, exp2_poly_stride=2), 224), (dict(head_dim=256, bn=64, **ALL), 224),
     (dict(head_dim=256, bn=80), 224), (dict(head_dim=256, bn=80, **ALL), 232),
+    # head dims 96 (64-byte swizzle), 192 and qk 192 / v 128 (O is v's width): the default tiles, plain and
+    # with every knob
+    (dict(head_dim=96, bn=144), 184), (dict(head_dim=96, bn=144, **ALL), 184),
+    (dict(head_dim=96, bn=128, causal=True, persistent=True), 176),
+    (dict(head_dim=192, bn=112), 208), (dict(head_dim=192, bn=112, **ALL), 216),
+    (dict(head_dim=192, head_dim_v=128, bn=128), 192), (dict(head_dim=192, head_dim_v=128, bn=128, **ALL), 200),
 ]
 
 

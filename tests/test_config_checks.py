@@ -61,7 +61,7 @@ def test_the_issue_cases():
     raises(ConfigTypeError, ["AttnConfig.causal must be a bool (True or False)", "got 'no'"],
            AttnConfig(causal="no").validate)
     raises(ConfigTypeError, ["AttnConfig.pingpong", "got 'off'"], AttnConfig(pingpong="off").validate)
-    raises(ConfigTypeError, ["AttnConfig.head_dim must be an int, one of (64, 128, 256)", "got 128.0"],
+    raises(ConfigTypeError, ["AttnConfig.head_dim must be an int, one of (64, 96, 128, 192, 256)", "got 128.0"],
            AttnConfig(head_dim=128.0).validate)
     raises(ConfigTypeError, ["FA4Config.causal", "got 'no'"], FA4Config(causal="no").validate)
     raises(ConfigTypeError, ["GemmConfig.bn must be an int", "got 128.0"], gemm_sm90.GemmConfig(bn=128.0).validate)

@@ -410,10 +410,19 @@ def shape_cases():
                r"batch 70000 and heads 1 must be at most 65535 \(CUDA grid limit\): split the call")
     yield Case("seqlen-above-int32", over(q=cai((2, 2**31, 4, 64), 0)), ShapeError,
                r"must fit in int32.*split the call")
-    yield Case("head_dim-96", over(**{n: cai((2, 128, 4, 96), i) for i, n in enumerate("qkv")}), HeadDimError,
-               r"head_dim 96 is not supported.*zero-pad q, k, v to head_dim 128")
+    yield Case("head_dim-80", over(**{n: cai((2, 128, 4, 80), i) for i, n in enumerate("qkv")}), HeadDimError,
+               r"head_dim 80 is not supported.*zero-pad q, k, v to head_dim 96")
     yield Case("head_dim-512", over(**{n: cai((2, 128, 4, 512), i) for i, n in enumerate("qkv")}), HeadDimError,
-               r"head_dim 512 is not supported; the sm_90a kernel is built for head_dim in \(64, 128, 256\)")
+               r"head_dim 512 is not supported; the sm_90a kernel is built for head_dim in \(64, 96, 128, 192, 256\)")
+    yield Case("v-head_dim-64-of-128", over(v=cai((2, 96, 2, 128), 2)), HeadDimError,
+               r"q and k have head_dim 64 and v has head_dim 128; unequal head dims are supported only as "
+               r"\(qk, v\) in \(\(192, 128\),\) \(MLA prefill\)")
+    qk192 = (2, 96, 2, 192)
+    yield Case("v-head_dim-192-64", over(q=cai((2, 128, 4, 192), 0), k=cai(qk192, 1), v=cai((2, 96, 2, 64), 2)),
+               HeadDimError, r"v has head_dim 64; unequal head dims are supported only as")
+    yield Case("out-shape-mla", lambda t: with_outputs(q=cai((2, 128, 4, 192), 0), k=cai(qk192, 1),
+                                                       v=cai((2, 96, 2, 128), 2), out=cai((2, 128, 4, 192), 3)),
+               ShapeError, r"out must have q's shape with v's head_dim 128, \(2, 128, 4, 128\)")
     yield Case("heads-ratio", over(k=cai((2, 96, 3, 64), 1), v=cai((2, 96, 3, 64), 2)), HeadsRatioError,
                r"heads must be a multiple of kv_heads")
     yield Case("head_dim-0", over(**{n: cai((2, 128, 4, 0), i) for i, n in enumerate("qkv")}), EmptyInputError,
@@ -632,8 +641,8 @@ TORCH_CASES = [
     # the custom ops called directly: their implementation (eager) and their fake (FakeTensorMode)
     Case("op-f32", torch_over(q=lambda t, a: a["q"].float()), DTypeError, r"q has dtype f32",
          call=op_call("flash_attn_fwd")),
-    Case("op-head_dim-96", lambda t: torch_qkv(q_shape=(2, 128, 4, 96), kv_shape=(2, 96, 2, 96)), HeadDimError,
-         r"head_dim 96 is not supported", call=op_call("flash_attn_fwd")),
+    Case("op-head_dim-80", lambda t: torch_qkv(q_shape=(2, 128, 4, 80), kv_shape=(2, 96, 2, 80)), HeadDimError,
+         r"head_dim 80 is not supported", call=op_call("flash_attn_fwd")),
     Case("op-scale-1e300", torch_over(softmax_scale=1e300), ScaleError, SCALE, call=op_call("flash_attn_fwd")),
     Case("op-k-v-differ", torch_over(v=lambda t, a: t.zeros((2, 97, 2, 64), dtype=t.bfloat16)), ShapeError,
          r"k and v must have the same shape", call=op_call("flash_attn_fwd")),

@@ -75,8 +75,14 @@ def test_fake_gives_shapes_and_dtypes_and_typed_errors():
         assert out.shape == q.shape and out.dtype == torch.bfloat16
         assert lse.shape == (2, 8, 10) and lse.dtype == torch.float32
         with pytest.raises(HeadDimError):
-            bad = torch.empty(2, 10, 8, 96, dtype=torch.bfloat16)
+            bad = torch.empty(2, 10, 8, 80, dtype=torch.bfloat16)
             torch.ops.fa4mlir.flash_attn_fwd(bad, bad, bad, None, True, None)
+        # MLA prefill's unequal head dims: out takes v's; another pair is refused
+        qk, v128 = torch.empty(2, 10, 8, 192, dtype=torch.bfloat16), torch.empty(2, 10, 8, 128, dtype=torch.bfloat16)
+        out, _ = torch.ops.fa4mlir.flash_attn_fwd(qk, qk, v128, None, True, None)
+        assert out.shape == (2, 10, 8, 128)
+        with pytest.raises(HeadDimError):
+            torch.ops.fa4mlir.flash_attn_fwd(v128, v128, qk, None, True, None)
         with pytest.raises(ScaleError):
             torch.ops.fa4mlir.flash_attn_fwd(q, k, v, -1.0, True, None)
 

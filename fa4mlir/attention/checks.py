@@ -142,7 +142,7 @@ def read_tensor(name: str, x: Any, api: str = "flash_attn_func", shape: str | No
 
 
 _SHAPES = {"q": "[batch, seqlen_q, heads, head_dim]", "k": "[batch, seqlen_k, kv_heads, head_dim]",
-           "v": "[batch, seqlen_k, kv_heads, head_dim]", "out": "[batch, seqlen_q, heads, head_dim]",
+           "v": "[batch, seqlen_k, kv_heads, head_dim_v]", "out": "[batch, seqlen_q, heads, head_dim_v]",
            "lse": "[batch, heads, seqlen_q]"}
 
 
@@ -222,18 +222,18 @@ def check_inputs(q_info: TensorInfo, k_info: TensorInfo, v_info: TensorInfo) -> 
     if not q_info.dtype == k_info.dtype == v_info.dtype:
         raise DTypeError(_err(f"q, k, v must share one dtype, got q={q_info.dtype}, k={k_info.dtype}, "
                               f"v={v_info.dtype}; convert them all to bf16 or all to f16"))
-    (b, sq, h, d), (_, sk, hk, _) = q_info.shape, k_info.shape
+    (b, sq, h, d), (_, sk, hk, _), dv = q_info.shape, k_info.shape, v_info.shape[3]
     for name, info in (("k", k_info), ("v", v_info)):
         if info.shape[0] != b:
             raise ShapeError(_err(f"batch differs: q has batch {b} (shape {tuple(q_info.shape)}), {name} "
                                   f"has batch {info.shape[0]} (shape {tuple(info.shape)}); q, k, v need "
                                   f"one batch size"))
-        if info.shape[3] != d:
-            raise ShapeError(_err(f"head_dim differs: q has head_dim {d}, {name} has head_dim "
-                                  f"{info.shape[3]}; q, k, v need one head_dim (zero-pad the smaller)"))
-    if tuple(k_info.shape) != tuple(v_info.shape):
-        raise ShapeError(_err(f"k and v must have the same shape [batch, seqlen_k, kv_heads, head_dim], "
-                              f"got k {tuple(k_info.shape)} and v {tuple(v_info.shape)}"))
+    if k_info.shape[3] != d:
+        raise ShapeError(_err(f"head_dim differs: q has head_dim {d}, k has head_dim {k_info.shape[3]}; q and k "
+                              f"need one head_dim (zero-pad the smaller)"))
+    if tuple(k_info.shape[:3]) != tuple(v_info.shape[:3]):
+        raise ShapeError(_err(f"k and v must have the same shape in [batch, seqlen_k, kv_heads], got k "
+                              f"{tuple(k_info.shape)} and v {tuple(v_info.shape)}"))
     if d == 0:
         raise EmptyInputError(_err(f"head_dim is 0 (q {tuple(q_info.shape)}): attention needs head_dim in "
                                    f"{attn_cfg.HEAD_DIMS}; pass tensors with a head dimension"))
@@ -246,6 +246,10 @@ def check_inputs(q_info: TensorInfo, k_info: TensorInfo, v_info: TensorInfo) -> 
                 f"(1/sqrt({d})) and slice out[..., :{d}]") if up else ""
         raise HeadDimError(_err(f"head_dim {d} is not supported; the sm_90a kernel is built for head_dim "
                                 f"in {attn_cfg.HEAD_DIMS}{hint}"))
+    if dv != d and (d, dv) not in attn_cfg.HEAD_DIM_PAIRS:
+        raise HeadDimError(_err(f"q and k have head_dim {d} and v has head_dim {dv}; unequal head dims are "
+                                f"supported only as (qk, v) in {attn_cfg.HEAD_DIM_PAIRS} (MLA prefill): "
+                                f"zero-pad v to head_dim {d} and slice out[..., :{dv}]"))
     if hk and h % hk:
         raise HeadsRatioError(_err(f"q has {h} heads and k/v have {hk}; heads must be a multiple of "
                                    f"kv_heads (GQA/MQA: each k/v head serves heads // kv_heads q heads)"))
@@ -257,12 +261,15 @@ def check_inputs(q_info: TensorInfo, k_info: TensorInfo, v_info: TensorInfo) -> 
                               f"the call"))
     for name, info in named:
         check_layout(name, info)
-    return AttnProblem(b, sq, sk, h, hk, d, q_info.dtype)
+    return AttnProblem(b, sq, sk, h, hk, d, q_info.dtype, head_dim_v=0 if dv == d else dv)
 
 
 def check_out(dims: AttnProblem, out_info: TensorInfo) -> None:
-    """out: q's shape and dtype, TMA layout."""
+    """out: q's shape (with v's head dim) and dtype, TMA layout."""
     if tuple(out_info.shape) != dims.out_shape:
+        if dims.head_dim_v:
+            raise ShapeError(_err(f"out must have q's shape with v's head_dim {dims.head_dim_v}, {dims.out_shape}, "
+                                  f"got {tuple(out_info.shape)}; allocate it as q.new_empty({dims.out_shape})"))
         raise ShapeError(_err(f"out must have q's shape {dims.out_shape}, got {tuple(out_info.shape)}; "
                               f"allocate it like q (torch.empty_like(q))"))
     if out_info.dtype != dims.dtype:

@@ -8,8 +8,10 @@
     out = flash_attn_func(q, k, v, causal=True, sinks=sinks)              # gpt-oss's sink logits
 
 q is [batch, seqlen_q, heads, head_dim]; k and v are [batch, seqlen_k, kv_heads, head_dim]; one
-dtype, bf16 or f16; head_dim 64, 128 or 256; heads a multiple of kv_heads (GQA, MQA). out has q's
-shape and dtype; lse is float32 [batch, heads, seqlen_q], the natural-log logsumexp of the scaled
+dtype, bf16 or f16; head_dim 64, 96, 128, 192 or 256; heads a multiple of kv_heads (GQA, MQA). v's
+head dim may differ where the kernel has the pair (attention_sm90_config.HEAD_DIM_PAIRS: q and k 192,
+v 128, MLA prefill); out is then [batch, seqlen_q, heads, v's head dim]. out has q's shape (with v's
+head dim) and dtype; lse is float32 [batch, heads, seqlen_q], the natural-log logsumexp of the scaled
 scores. The causal mask is aligned bottom-right: query i sees key j iff j <= i + seqlen_k -
 seqlen_q; a query row that sees no key gets out = 0 and lse = +inf (FlashAttention's convention).
 window_size=(left, right) (keyword; FlashAttention-3/4's) keeps keys diag - left .. diag + right of

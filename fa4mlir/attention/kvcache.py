@@ -373,9 +373,9 @@ def check_kvcache_inputs(q: TensorInfo, k_cache: TensorInfo, v_cache: TensorInfo
     _not_empty("q", q, QO_DIMS)
     cache = _check_cache(q, k_cache, v_cache, page_table)
     batch, seqlen_q, heads, head_dim = q.shape
-    if head_dim not in attn_cfg.HEAD_DIMS:
+    if head_dim not in decode_cfg.HEAD_DIMS:   # the decode kernel's (the prefill kernel also has 96 and 192)
         raise HeadDimError(_err(f"head_dim {head_dim} is not supported; the kernels are built for head_dim in "
-                                f"{attn_cfg.HEAD_DIMS} (zero-pad q and the cache, pass softmax_scale = "
+                                f"{decode_cfg.HEAD_DIMS} (zero-pad q and the cache, pass softmax_scale = "
                                 f"{head_dim ** -0.5:.6g})"))
     if heads % cache.kv_heads:
         raise HeadsRatioError(_err(f"q has {heads} heads and the cache {cache.kv_heads} KV heads; heads must be a "

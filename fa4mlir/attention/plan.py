@@ -84,7 +84,7 @@ class PreparedPlan:
 
 MASK_FIELDS = {"window_left": -1, "window_right": -1, "chunk": 0}   # absent from the keys of unwindowed kernels
 # the compile-time fields a call must match exactly, with what older bundles' keys (which lack them) mean
-VARIANT_FIELDS = {**MASK_FIELDS, "softcap": False, "sinks": False, "varlen": False}
+VARIANT_FIELDS = {**MASK_FIELDS, "softcap": False, "sinks": False, "varlen": False, "head_dim_v": 0}
 
 
 def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: bool, where: str = "bundle",
@@ -105,13 +105,13 @@ def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: boo
         raise BundleError(f"flash_attn_func: {where} has no {attn_cfg.KERNEL} ({ARCH}) kernel for "
                           f"dtype={dtype}, head_dim={head_dim}, causal={bool(causal)}{masked}; build it with "
                           f"`python -m fa4mlir bundle --set attention`"
-                          f"{' (windows, chunks, softcap and sinks are compile-time: add this one to a set)' if masked else ''}")
+                          f"{' (windows, chunks, softcap, sinks and head_dim_v are compile-time: add this one to a set)' if masked else ''}")
     default = default or attn_cfg.default_config(dtype, head_dim, causal, seqlen_k)
     tiles = {k: getattr(default, k) for k in attn_cfg.TILE_FIELDS}
     # the default for this seqlen_k, else (the bundle lacks its tiles) the one for long sequences;
     # the code knobs to narrow by are those of the default whose tiles matched (KNOBS differ by tiles)
     for cfg in (default, attn_cfg.default_config(dtype, head_dim, causal, mask=default.mask, softcap=default.softcap,
-                                                 sinks=default.sinks)):
+                                                 sinks=default.sinks, head_dim_v=default.head_dim_v)):
         same_tiles = [e for e in hits if all(e["config"].get(k) == getattr(cfg, k) for k in attn_cfg.TILE_FIELDS)]
         if same_tiles:
             hits, default = same_tiles, cfg
@@ -226,7 +226,7 @@ def select(problem: AttnProblem, device: DeviceInfo, source: KernelSource) -> Pl
     launched once by the contract of the config it was built from."""
     kernel = source.kernel(attn_cfg.default_config(problem.dtype, problem.head_dim, problem.causal, problem.seqlen_k,
                                                    mask=problem.mask, softcap=problem.softcap > 0,
-                                                   sinks=problem.sinks))
+                                                   sinks=problem.sinks, head_dim_v=problem.head_dim_v))
     config = attn_cfg.AttnConfig.from_key(kernel.artifact.config)
     return Plan(problem, (dense_launch(config, kernel, problem, device),))
 

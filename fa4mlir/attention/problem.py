@@ -17,7 +17,8 @@ class AttnProblem:
     """Dense attention: q [batch, seqlen_q, heads, head_dim], k and v [batch, seqlen_k, kv_heads,
     head_dim], one dtype; causal aligned bottom-right; softmax_scale resolved (None until
     with_options); FlashAttention's window_size and attention_chunk (checked: checks.check_mask), softcap
-    and whether sinks are given (checks.check_softcap, check_sinks)."""
+    and whether sinks are given (checks.check_softcap, check_sinks). head_dim_v: v's (and out's) head
+    dim where it differs from head_dim (MLA prefill: 192 / 128), 0 when they are equal."""
 
     batch: int
     seqlen_q: int
@@ -32,6 +33,7 @@ class AttnProblem:
     attention_chunk: int = 0
     softcap: float = 0.0           # > 0: scores capped to softcap * tanh(s / softcap); 0: none
     sinks: bool = False            # a float32 [heads] sink logit per head (the tensor travels with the call)
+    head_dim_v: int = 0            # v and out's head dim when it differs from head_dim; 0: equal
 
     @classmethod
     def of(cls, q_shape, k_shape, dtype: str, *, causal: bool = False, softmax_scale: float | None = None) -> "AttnProblem":
@@ -80,8 +82,13 @@ class AttnProblem:
         return self.seqlen_k == 0
 
     @property
+    def dim_v(self) -> int:
+        """v's and out's head dim."""
+        return self.head_dim_v or self.head_dim
+
+    @property
     def out_shape(self) -> tuple[int, int, int, int]:
-        return (self.batch, self.seqlen_q, self.heads, self.head_dim)
+        return (self.batch, self.seqlen_q, self.heads, self.dim_v)
 
     @property
     def lse_shape(self) -> tuple[int, int, int]:

@@ -59,7 +59,7 @@ def flash_attn_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_sc
                    causal: bool, bundle: Optional[str], window_left: int = -1, window_right: int = -1,
                    attention_chunk: int = 0, softcap: float = 0.0,
                    sinks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """out [batch, seqlen_q, heads, head_dim] (q's dtype) and lse float32 [batch, heads, seqlen_q]."""
+    """out [batch, seqlen_q, heads, head_dim_v] (q's dtype; v's head dim) and lse float32 [batch, heads, seqlen_q]."""
     return _flash_attn(q, k, v, softmax_scale, causal, None, None, _bundle(bundle), None, (window_left, window_right),
                        attention_chunk, softcap, sinks)
 
@@ -92,7 +92,7 @@ def _flash_attn_fwd_fake(q, k, v, softmax_scale, causal, bundle, window_left=-1,
                          softcap=0.0, sinks=None):
     _check_fake(q, k, v, softmax_scale, softcap)
     batch, seqlen_q, heads, _ = q.shape
-    return q.new_empty(q.shape), q.new_empty((batch, heads, seqlen_q), dtype=torch.float32)
+    return q.new_empty((batch, seqlen_q, heads, v.shape[-1])), q.new_empty((batch, heads, seqlen_q), dtype=torch.float32)
 
 
 @flash_attn_fwd_out.register_fake
@@ -163,7 +163,7 @@ def flash_attn(q, k, v, softmax_scale, causal, return_lse, out, lse, bundle, win
         out, lse = _FWD(q, k, v, softmax_scale, bool(causal), arg, *window, chunk, softcap, sinks)
     else:
         if out is None:
-            out = q.new_empty(q.shape)
+            out = q.new_empty((*q.shape[:-1], v.shape[-1])) if q.dim() == 4 and v.dim() == 4 else q.new_empty(q.shape)
         if lse is None and return_lse and q.dim() == 4:
             lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
         _FWD_OUT(q, k, v, out, lse, softmax_scale, bool(causal), arg, *window, chunk, softcap, sinks)

@@ -117,18 +117,20 @@ def swizzle(addr, span: int):
     return addr ^ ((addr >> 3) & ((span // 16 - 1) << 4))
 
 
-def sw128_operand_offsets(rows: int, k: int, mn_major: bool, lbo: int, sbo: int) -> np.ndarray:
+def sw128_operand_offsets(rows: int, k: int, mn_major: bool, lbo: int, sbo: int, span: int = 128) -> np.ndarray:
     """Byte offset (before the swizzle) of element (row, k) of a rows x k 16-bit MMA operand in the
     canonical SWIZZLE_128B layouts that tcgen05 and wgmma share (PTX ISA §9.7.16.3.2 / §9.7.15.5.1;
     T = 8 elements = 16 bytes):
         K-major   ((8, m), (T, 2k)) : ((8T, SBO), (1, T))        a row is 128 contiguous bytes
         MN-major  ((T, 8, m), (8, k)) : ((1, T, LBO), (8T, SBO))  64 rows per 128-byte line
-    (K-major ignores LBO: a k16 step never leaves its 128-byte row.)"""
+    (K-major ignores LBO: a k16 step never leaves its 128-byte row.) `span` 64: the SWIZZLE_64B
+    layouts, the same with 4T for 8T (a row, or a line of 32 MN rows, is 64 bytes)."""
     mn = np.arange(rows)[:, None]
     kk = np.arange(k)[None, :]
     if mn_major:
-        return (mn // 64) * lbo + (mn % 64) * 2 + (kk % 8) * 128 + (kk // 8) * sbo
-    return (mn // 8) * sbo + (mn % 8) * 128 + kk * 2
+        line = span // 2
+        return (mn // line) * lbo + (mn % line) * 2 + (kk % 8) * span + (kk // 8) * sbo
+    return (mn // 8) * sbo + (mn % 8) * span + kk * 2
 
 
 __all__ = ["sw128_operand_offsets", "WARP", "LANES", "np_dtype", "vector_len", "lane_shape", "is_bf16", "f32_to_bf16", "bf16_to_f32",

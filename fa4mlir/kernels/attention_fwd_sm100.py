@@ -33,6 +33,13 @@ sequence's length from cache_seqlens in place of seqlen_k; the MMA thread zeroes
 the length before O += P V (note "Stale V rows"). The decode route has one Q tile of packed GQA rows:
 roles softmax1 and the tile-1 pipes are absent, and the MMA thread issues S0 <- Q0 Kn; O0 <- O0 + P0 Vn.
 
+Serving features (attention_sm100_config, note "Serving"): a window or chunk visits blocks first ..
+first + n_blocks - 1 (_Geometry.block) and masks with common.masks.key_window; softcap takes the tanh
+right after S leaves TMEM; sinks join in the correction's epilogue (_Correction.normalizer); varlen
+offsets every TMA row by cu_seqlens and stores O row by row (_Correction.store_o_rows). A CTA that
+visits no block (a window or chunk beyond its rows, a sequence without keys) writes zeros without
+reading O from TMEM, as the paged kernel does.
+
 Note "Stale V rows": a paged box that starts before the length L_b and ends past it brings real pool
 rows past L_b (unused rows of the last page, stale tokens), which may hold anything, NaN included.
 K's are harmless (their scores are masked to -inf by select), but O += P V multiplies V's by P = 0,
@@ -50,11 +57,13 @@ from typing import NamedTuple
 
 from .. import dsl
 from ..dialect import builders as fa4
-from ..dsl import KernelBuilder, PipeState, Pipeline, Value, const, fma, log2, select, tree_reduce, vec
+from ..dsl import (KernelBuilder, PipeState, Pipeline, Value, const, exp2, fma, fmax, log2, select, tanh, tree_reduce,
+                   vec)
 from . import attention_sm100_config as fcfg
 from .attention_sm100_config import LAUNCH_PARAMS, FA4Config  # noqa: F401  (FA4Config re-exported)
 from .common import paged_rows, tcgen05
-from .common.masks import block_range, visible_keys
+from .common.constants import LOG2E
+from .common.masks import ValueOps, block_range, hidden, key_window, tile_blocks, visible_keys
 from .common.softmax import exp2_mixed, max_update
 
 SW = fcfg.SWIZZLE_BYTES
@@ -74,15 +83,17 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
     tm, sm = cfg.tmem_plan(), cfg.smem_plan()
     stages = sm["stages"]
     name = (f"attention_fwd_sm100_{cfg.dtype}_qk{cfg.head_dim}_ov{cfg.head_dim_v}_g{cfg.group}"
-            f"{'_causal' if cfg.causal else ''}_bn{cfg.bn}_s{stages}{cfg.name_route()}{cfg.name_suffix()}")
+            f"{cfg.mask.tag()}_bn{cfg.bn}_s{stages}{cfg.name_route()}{cfg.name_suffix()}")
     kb = KernelBuilder(name, arch="sm_100a", block=(fcfg.NUM_THREADS, 1, 1), config=cfg.key())
     # the launch contract (cfg.launch_params): q and o boxes of one Q tile, k and v boxes of box_rows
     q_box = (CHUNK, cfg.group, cfg.tile_tokens, 1) if cfg.decode else (CHUNK, 1, MMA_M, 1)
     box = {"q": q_box, "k": (CHUNK, 1, cfg.box_rows, 1), "v": (CHUNK, 1, cfg.box_rows, 1), "o": q_box}
+    if cfg.varlen:   # O is stored row by row through a pointer (note "Serving")
+        del box["o"]
     p = kb.params_from(cfg.launch_params, tma={n: dict(dtype=cfg.dtype, box=b, swizzle="128B")
                                                for n, b in box.items()})
-    seqlen_q, scale_log2 = p["seqlen_q"], p["scale_log2"]
-    seqlen_k = None if cfg.paged else p["seqlen_k"]     # paged: each role reads cache_seqlens[b] (_Geometry)
+    seqlen_q, scale_log2 = p.get("seqlen_q"), p["scale_log2"]   # varlen: per sequence, in _Geometry
+    seqlen_k = p.get("seqlen_k")     # paged: each role reads cache_seqlens[b]; varlen: cu_seqlens_k (_Geometry)
 
     with kb.body():
         bufs = _declare_buffers(kb, sm, p, cfg.num_q_tiles)
@@ -108,7 +119,8 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
                 _mma_role(kb, cfg, geo(), bufs)
             for i in range(cfg.num_q_tiles):
                 with kb.role(f"softmax{i}", **_role(f"softmax{i}")):
-                    _softmax_role(_Softmax(kb, cfg, geo(), bufs.pipes.tiles[i], tmem, i, scale_log2))
+                    _softmax_role(_Softmax(kb, cfg, geo(), bufs.pipes.tiles[i], tmem, i, scale_log2,
+                                           p.get("softcap_scale")))
             with kb.role("correction", **_role("correction")):
                 _correction_role(_Correction(kb, cfg, geo(), bufs, tmem))
         # 2. every role finished (their TMEM accesses waited): warp 0 frees the columns
@@ -162,6 +174,8 @@ class _Buffers:
     page_table: Value | None = None      # paged (note "Paged"): [batch, max_pages] int32
     num_pages: Value | None = None
     page_table_stride: Value | None = None
+    sinks: Value | None = None           # sinks: float32 [heads] sink logits (note "Serving")
+    total_q: Value | None = None         # varlen: rows of the packed Q (LSE is [heads, total_q])
 
 
 def _declare_buffers(kb, sm: dict, params: dict, num_q_tiles: int = fcfg.NUM_Q_TILES) -> _Buffers:
@@ -179,7 +193,8 @@ def _declare_buffers(kb, sm: dict, params: dict, num_q_tiles: int = fcfg.NUM_Q_T
             o=kb.pipeline(f"o{i}", num_stages=1, producer="mma", consumers=["correction"], consumer_arrivals=128),
             c=kb.pipeline(f"c{i}", num_stages=1, producer=sm_i, consumers=["correction"], producer_arrivals=128,
                           consumer_arrivals=128)))
-    paged = {n: params[n] for n in ("page_table", "num_pages", "page_table_stride") if n in params}
+    paged = {n: params[n] for n in ("page_table", "num_pages", "page_table_stride", "sinks", "total_q")
+             if n in params}
     return _Buffers(q_smem, k_smem, v_smem, tmem_slot, sm["q_tile"], sm["k_tile"], sm["v_tile"],
                     _Pipes(q, k, v, tuple(tiles)), *(params[n] for n in ("q", "k", "v", "o", "lse")), **paged)
 
@@ -189,8 +204,16 @@ class _Geometry:
     "Decode"): m0 and tile_row0 count query tokens, `head` is the group's first query head."""
 
     def __init__(self, kb, cfg, seqlen_q, seqlen_k, p):
+        self.cfg = cfg
         if cfg.paged:    # this sequence's length L_b (a negative entry is 0)
             seqlen_k = kb.load(kb.gep(p["cache_seqlens"], kb.block_idx(2), "i32"), "i32", align=4).smax(0)
+        self.q_start = self.k_start = None
+        if cfg.varlen:   # sequence b: rows cu_seqlens[b] .. cu_seqlens[b + 1] of the packed tensors
+            b = kb.block_idx(2)
+            self.q_start, seqlen_q = _span(kb, p["cu_seqlens_q"], b)
+            self.k_start, seqlen_k = _span(kb, p["cu_seqlens_k"], b)
+            if cfg.seqused_k:   # only the first seqused_k[b] keys (a negative entry is 0)
+                seqlen_k = kb.load(kb.gep(p["seqused_k"], b, "i32"), "i32", align=4).smax(0)
         self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
         m_block = kb.block_idx(0)
         if cfg.causal:  # the longest rows first: the grid's tail is short work
@@ -209,13 +232,53 @@ class _Geometry:
             self.heads = kb.grid_dim(1)
             self.batch = kb.block_idx(2)
             self.kv_head = self.head // cfg.group if cfg.group > 1 else self.head
-        self.n_blocks, _ = block_range(self.m0, cfg.num_q_tiles * self.rows, seqlen_q, seqlen_k, cfg.bn, cfg.causal)
+        self.first = None
+        if cfg.mask.is_legacy:
+            self.n_blocks, _ = block_range(self.m0, cfg.num_q_tiles * self.rows, seqlen_q, seqlen_k, cfg.bn,
+                                           cfg.causal)
+        else:            # a window or chunk: blocks first .. first + n_blocks - 1 (common.masks.tile_blocks)
+            tb = tile_blocks(cfg.mask, self.m0, cfg.num_q_tiles * self.rows, seqlen_q, seqlen_k, cfg.bn, ValueOps)
+            self.first, self.n_blocks = tb.first, tb.end - tb.first
+        if cfg.varlen:   # a CTA past its sequence's rows visits nothing (and stores nothing)
+            self.n_blocks = select(self.m0.slt(seqlen_q), self.n_blocks, const(0))
 
     def tile_row0(self, i: int) -> Value:
         return self.m0 + i * MMA_M
 
-    def n_unmasked(self, cfg, i: int) -> Value:
-        return block_range(self.tile_row0(i), self.rows, self.seqlen_q, self.seqlen_k, cfg.bn, cfg.causal)[1]
+    def block(self, n: Value) -> Value:
+        """The KV block index of the n-th visited block."""
+        return n if self.first is None else self.first + n
+
+    def q_coord(self, row: Value) -> Value:
+        """The TMA row coordinate of query row `row` (varlen: in the packed tensor)."""
+        return row if self.q_start is None else self.q_start + row
+
+    def k_coord(self, row: Value) -> Value:
+        return row if self.k_start is None else self.k_start + row
+
+    def tma_batch(self) -> Value:
+        return const(0) if self.cfg.varlen else self.batch
+
+    def segments(self, i: int) -> list:
+        """Tile i's visited blocks after the peeled block 0 as (lo, hi, masked) runs of visit indices.
+        No mask or causal: 1 .. n_unmasked - 1 unmasked, then the rest (the diagonal, the seqlen_k
+        tail). A window or chunk: the blocks before the whole ones, the whole ones, then the rest."""
+        cfg, n = self.cfg, self.n_blocks
+        if self.first is None:
+            split = block_range(self.tile_row0(i), self.rows, self.seqlen_q, self.seqlen_k, cfg.bn, cfg.causal)[1]
+            split = select(split.gt(1), split, const(1))
+            return [(const(1), split, False), (split, n, True)]
+        tb = tile_blocks(cfg.mask, self.tile_row0(i), self.rows, self.seqlen_q, self.seqlen_k, cfg.bn, ValueOps)
+        whole_lo = (tb.full_first - self.first).smax(1).smin(n)
+        whole_hi = (tb.full_end - self.first).smax(whole_lo).smin(n)
+        return [(const(1), whole_lo, True), (whole_lo, whole_hi, False), (whole_hi, n, True)]
+
+
+def _span(kb, cu_seqlens: Value, b: Value) -> tuple:
+    """(start, length) of sequence b from cu_seqlens (int32 [batch + 1])."""
+    start = kb.load(kb.gep(cu_seqlens, b, "i32"), "i32", align=4)
+    end = kb.load(kb.gep(cu_seqlens, b + 1, "i32"), "i32", align=4)
+    return start, end - start
 
 
 def _lane_base(kb) -> Value:
@@ -239,12 +302,13 @@ def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
         for i in range(cfg.num_q_tiles):
             for c in range(qk_ch):
                 dst = kb.gep(bufs.q_smem, i * bufs.q_tile + c * MMA_M * SW, "i8")
-                fa4.tma_load(bufs.q_desc, dst, q0.stage, [const(c * CHUNK), geo.head, geo.tile_row0(i), geo.batch],
+                fa4.tma_load(bufs.q_desc, dst, q0.stage,
+                             [const(c * CHUNK), geo.head, geo.q_coord(geo.tile_row0(i)), geo.tma_batch()],
                              pipe=pipes.q.name, box=q_box, elem_bytes=fcfg.ELEM_BYTES)
         # 2. K_n then V_n of every visited block, each into its ring (K and V stages move together)
         loop = kb.for_(0, geo.n_blocks, 1, carry=pipes.k.initial_state())
         with loop as (n, s):
-            row = n * cfg.bn
+            row = geo.block(n) * cfg.bn
             if cfg.paged:    # the tile's pages, looked up once for K_n and V_n
                 origins = paged_rows.tile_box_origins(kb, row, cfg.bn, cfg.box_rows, geo.seqlen_k, geo.batch,
                                                       bufs.page_table, bufs.page_table_stride, bufs.num_pages,
@@ -258,7 +322,7 @@ def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
                     continue
                 for c in range(nch):
                     dst = kb.gep(base, s.stage * tile + c * cfg.bn * SW, "i8")
-                    fa4.tma_load(desc, dst, s.stage, [const(c * CHUNK), geo.kv_head, row, geo.batch],
+                    fa4.tma_load(desc, dst, s.stage, [const(c * CHUNK), geo.kv_head, geo.k_coord(row), geo.tma_batch()],
                                  pipe=pipe.name, box=[CHUNK, 1, cfg.bn, 1], elem_bytes=fcfg.ELEM_BYTES)
             loop.yield_(s.advance())
 
@@ -335,10 +399,10 @@ class _MmaCarry(NamedTuple):
 
 
 def _wait_v(kb, cfg, geo: _Geometry, bufs: _Buffers, n: Value, st: PipeState):
-    """Wait for V_n; paged, zero its rows at or past L_b first (note "Stale V rows")."""
+    """Wait for V_n; paged or seqused_k, zero its rows at or past L_b first (note "Stale V rows")."""
     bufs.pipes.v.consumer_wait(st)
-    if cfg.paged:
-        valid = geo.seqlen_k - n * cfg.bn
+    if cfg.paged or cfg.seqused_k:
+        valid = geo.seqlen_k - geo.block(n) * cfg.bn
         with kb.if_(valid.slt(cfg.bn)).then_():
             v_tile = kb.gep(bufs.v_smem, st.stage * bufs.v_tile, "i8")
             paged_rows.zero_rows(kb, v_tile, valid, cfg.bn, cfg.padded_head_dim_v // CHUNK, SW)
@@ -424,8 +488,10 @@ class _SoftmaxCarry(NamedTuple):
 class _Softmax:
     """Softmax warpgroup i: thread t owns query row tile_row0(i) + t (TMEM lane t of S_i, P_i, C_i)."""
 
-    def __init__(self, kb, cfg, geo: _Geometry, pipes: _TilePipes, tmem: Value, i: int, scale_log2: Value):
+    def __init__(self, kb, cfg, geo: _Geometry, pipes: _TilePipes, tmem: Value, i: int, scale_log2: Value,
+                 softcap_scale: Value | None = None):
         self.kb, self.cfg, self.geo, self.pipes, self.i, self.scale_log2 = kb, cfg, geo, pipes, i, scale_log2
+        self.softcap_scale = softcap_scale
         tm = cfg.tmem_plan()
         lanes = tmem + _lane_base(kb)
         self.s_addr, self.p_addr, self.c_addr = lanes + tm[f"S{i}"], lanes + tm[f"P{i}"], lanes + tm[f"C{i}"]
@@ -443,10 +509,16 @@ class _Softmax:
         kb.fence("tcgen05_before")
         self.pipes.s.consumer_release(st)
         s = [part.bitcast(("f32", S_LOAD_COLS))[j] for part in parts for j in range(S_LOAD_COLS)]
-        if masked:
+        if cfg.softcap:  # t = tanh(s * scale / cap), in units of the cap (scale_log2 = cap log2 e): before the mask
+            s = [tanh(x * self.softcap_scale) for x in s]
+        if masked and geo.first is None:
             visible = visible_keys(n * cfg.bn, self.row, geo.seqlen_q, geo.seqlen_k, cfg.causal)
             for j in range(cfg.bn):
                 s[j] = select(visible.le(j), const(NEG_INF, "f32"), s[j])
+        elif masked:     # a window or chunk: keys [start, end) of the block are visible (common.masks.key_window)
+            window = key_window(cfg.mask, geo.block(n) * cfg.bn, self.row, geo.seqlen_q, geo.seqlen_k)
+            for j in range(cfg.bn):
+                s[j] = select(hidden(window, j), const(NEG_INF, "f32"), s[j])
         return s
 
     def store_c(self, pipe_st: PipeState, *values: Value):
@@ -494,9 +566,7 @@ def _softmax_role(sm: _Softmax):
         # 1. block 0 (masked: it may hold the causal diagonal or the seqlen_k tail), then the
         #    unmasked blocks, then the masked ones up to N
         st = sm.block(const(0), init, first=True, masked=True)
-        split = geo.n_unmasked(cfg, sm.i)
-        split = select(split.gt(1), split, const(1))
-        for lo, hi, masked in ((const(1), split, False), (split, geo.n_blocks, True)):
+        for lo, hi, masked in geo.segments(sm.i):
             loop = kb.for_(lo, hi, 1, carry=st)
             with loop as (n, c):
                 loop.yield_(sm.block(n, c, first=False, masked=masked))
@@ -505,8 +575,9 @@ def _softmax_role(sm: _Softmax):
     with main.else_():
         main.yield_(init.m, init.l, init.c)
     m, l_, c_st = main.results
-    # 2. the row's final sum and scaled max (0 for a row without keys) for the epilogue
-    m_scaled = select(m.eq(NEG_INF), zero, m * sm.scale_log2)
+    # 2. the row's final sum and scaled max (0 for a row without keys; -inf with sinks, whose epilogue
+    #    joins the sink to it) for the epilogue
+    m_scaled = m * sm.scale_log2 if cfg.sinks else select(m.eq(NEG_INF), zero, m * sm.scale_log2)
     sm.store_c(c_st, l_, m_scaled)
 
 
@@ -564,24 +635,25 @@ class _Correction:
         kb, cfg, geo, bufs, t = self.kb, self.cfg, self.geo, self.bufs, self.t
         o_pipe = self.pipes[i].o
         stats = self.read_c(i, st.c, 2)
-        l_, m_scaled = stats[0], stats[1]
-        empty = l_.eq(0.0)
-        inv = select(empty, const(0.0, "f32"), const(1.0, "f32") / l_)
-        lse = select(empty, const(float("inf"), "f32"), (m_scaled + log2(l_)) * LN2)
+        inv, lse, empty = self.normalizer(stats[0], stats[1])
         with kb.if_(geo.n_blocks.gt(0)).then_():
             o_pipe.consumer_wait(st.o)                   # the last O_i += P_i V completed
             kb.fence("tcgen05_after")
-        if cfg.paged:    # a sequence of length 0 visits no block: TMEM holds no O_i, so none is read
+        store = self.store_o_rows if cfg.varlen else self.store_o_tile
+        if cfg.paged or not cfg.plain:   # a CTA without blocks: TMEM holds no O_i, so none is read
             br = kb.if_(geo.n_blocks.gt(0))
             with br.then_():
-                self.store_o_tile(i, inv, empty)
+                store(i, inv, empty)
             with br.else_():
-                self.store_o_tile(i, inv, empty, from_tmem=False)
+                store(i, inv, empty, from_tmem=False)
         else:
-            self.store_o_tile(i, inv, empty)
+            store(i, inv, empty)
         with kb.if_(geo.n_blocks.gt(0)).then_():
             kb.fence("tcgen05_before")
             o_pipe.consumer_release(st.o)
+        if cfg.varlen:
+            self.store_lse(geo.tile_row0(i) + t, geo.head, lse)
+            return
         kb.fence("async_smem")
         kb.named_barrier(BAR_EPILOGUE, 128)
         o_box = [CHUNK, cfg.group, cfg.tile_tokens, 1] if cfg.decode else [CHUNK, 1, MMA_M, 1]
@@ -595,9 +667,62 @@ class _Correction:
             head = geo.head + t % cfg.group
         else:
             row, head = geo.tile_row0(i) + t, geo.head
+        self.store_lse(row, head, lse)
+
+    def store_lse(self, row: Value, head: Value, lse: Value):
+        """The LSE of query row `row` of `head`: [batch, heads, seqlen_q], varlen [heads, total_q]."""
+        kb, geo = self.kb, self.geo
         with kb.if_(row.lt(geo.seqlen_q)).then_():
-            base = (geo.batch * geo.heads + head).to("i64") * geo.seqlen_q.to("i64")
-            kb.store(lse, kb.gep(bufs.lse_ptr, base + row.to("i64"), "f32"), align=4)
+            if self.cfg.varlen:
+                at = head.to("i64") * self.bufs.total_q.to("i64") + (geo.q_start + row).to("i64")
+            else:
+                at = (geo.batch * geo.heads + head).to("i64") * geo.seqlen_q.to("i64") + row.to("i64")
+            kb.store(lse, kb.gep(self.bufs.lse_ptr, at, "f32"), align=4)
+
+    def normalizer(self, l_: Value, m_scaled: Value) -> tuple:
+        """(1 / l or 0, LSE, whether the row is empty) from the row's sum l and scaled max. With sinks
+        the head's sink logit b joins them: M = max(m_scaled, b) (0 when both are -inf), l' = l 2^(m_scaled
+        - M) + 2^(b - M), O scaled by 2^(m_scaled - M) / l', LSE = (M + log2 l') ln 2 (= the sink for a
+        row without keys)."""
+        kb, f32 = self.kb, "f32"
+        if not self.cfg.sinks:
+            empty = l_.eq(0.0)
+            inv = select(empty, const(0.0, f32), const(1.0, f32) / l_)
+            return inv, select(empty, const(float("inf"), f32), (m_scaled + log2(l_)) * LN2), empty
+        sink = kb.load(kb.gep(self.bufs.sinks, self.geo.head, f32), f32, align=4) * LOG2E
+        top = fmax(m_scaled, sink)
+        top = select(top.eq(NEG_INF), const(0.0, f32), top)
+        keys = exp2(m_scaled - top)
+        total = fma(l_, keys, exp2(sink - top))
+        empty = total.eq(0.0)
+        inv = select(empty, const(0.0, f32), keys / total)
+        return inv, select(empty, const(float("inf"), f32), (top + log2(total)) * LN2), empty
+
+    def store_o_rows(self, i: int, inv: Value, empty: Value, from_tmem: bool = True):
+        """Varlen: row t of O_i / l straight from registers to the packed O [total_q, heads, Dv], 16 bytes
+        a store, only for rows inside the sequence (a TMA box would run into the next sequence's rows).
+        The TMEM loads are warp-collective, so every thread issues them; only the stores are predicated."""
+        kb, cfg, geo, t = self.kb, self.cfg, self.geo, self.t
+        row = geo.tile_row0(i) + t
+        row_bytes = cfg.head_dim_v * fcfg.ELEM_BYTES
+        at = ((geo.q_start + row).to("i64") * geo.heads.to("i64") + geo.head.to("i64")) * row_bytes
+        o_row = kb.gep(self.bufs.o_desc, at, "i8")
+        inside = row.lt(geo.seqlen_q)
+        zero = const(0.0, "f32")
+        for ch in range(cfg.head_dim_v // EPI_COLS):
+            if from_tmem:
+                o = tcgen05.tmem_load(self.o_addr[i] + ch * EPI_COLS, EPI_COLS)
+                fa4.tmem_wait(kind="ld")
+                o = o.bitcast(("f32", EPI_COLS))
+                vals = [select(empty, zero, o[j] * inv) for j in range(EPI_COLS)]
+            else:
+                vals = [zero] * EPI_COLS
+            with kb.if_(inside).then_():
+                for u in range(EPI_COLS // 8):
+                    words = [vec(vals[8 * u + 2 * w], vals[8 * u + 2 * w + 1]).to((cfg.dtype, 2)).bitcast("i32")
+                             for w in range(4)]
+                    col = ch * EPI_COLS + 8 * u
+                    kb.store(vec(*words), kb.gep(o_row, col * fcfg.ELEM_BYTES, "i8"), align=16)
 
     def store_o_tile(self, i: int, inv: Value, empty: Value, from_tmem: bool = True):
         """Row t of O_i / l (0 for a row without keys; TMEM holds no O then) into Q_i's tile, 128B-swizzled:
@@ -637,5 +762,7 @@ def _correction_role(corr: _Correction):
     # 2. per tile: O_i / l -> Q_i's SMEM tile -> TMA store; LSE
     for i in tiles:
         corr.epilogue(i, loop.results[i])
+    if corr.cfg.varlen:    # O was stored from registers: no TMA store to wait for
+        return
     with kb.if_(corr.t.eq(0)).then_():
         fa4.tma_store_wait(pending=0)

@@ -26,7 +26,10 @@ LSE = (m * scale_log2 + log2 l) * ln 2 is exact either way. `rescale_before_pv`
 (FA4 CuTe's order at head dim 256) scales O by the previous block's alpha after S_j is issued and
 before O += P V is, so the multiplies run under S_j instead of after P V's wait.
 P stays in registers and feeds wgmma's A operand; V is read MN-major (imm-trans-b).
-Epilogue: O / l into the (now idle) Q tile in SMEM with the 128B swizzle, then TMA stores; the LSE
+Head dims (attention_sm90_config.TileLayout): Q and K tiles are head_dim wide, V, O and the P V GEMM
+dim_v wide (head_dim_v: qk 192 / v 128 for MLA prefill), each in chunks of 64 columns under the 128B
+swizzle, or at D96 of 32 columns under the 64B swizzle (TMA boxes and wgmma descriptors alike).
+Epilogue: O / l into the (now idle) Q tile in SMEM with the V tile's swizzle, then TMA stores; the LSE
 (natural log, float32 [batch, heads, seqlen_q]) is written from registers.
 With `persistent`, a 1-D grid of at most one CTA per SM (attention_sm90_config.grid) strides over
 all query tiles (order: _Tiles); Q is a ring of two SMEM tiles (`q_pipe`, two stages) and O has
@@ -70,8 +73,8 @@ from .common.masks import ValueOps, block_range, hidden, key_window, tile_blocks
 from .common.softmax import exp2_mixed, max_update
 from .common.wgmma import a_frag_pairs, acc_col, acc_pair, acc_row, row_regs, wait_group
 
-SWIZZLE = 128          # bytes per swizzled row: 64 bf16/f16 columns
-CHUNK = 64             # head-dim columns per swizzle chunk
+SWIZZLE = 128          # bytes per swizzled row: 64 bf16/f16 columns (the 128B layout's; each tile's
+CHUNK = 64             # head-dim columns per swizzle chunk      own: cfg.qk_tile, cfg.v_tile)
 WGMMA_K = 16
 LN2 = 0.6931471805599453
 NEG_INF = float("-inf")
@@ -81,18 +84,20 @@ BAR_EPILOGUE = 4       # named barriers 4, 5(, 6): epilogue of consumer warpgrou
 
 def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
     cfg.validate()
-    nch = cfg.d_chunks
-    q_bytes = cfg.bm * nch * SWIZZLE
-    kv_bytes = cfg.bn * nch * SWIZZLE
-    name = (f"attention_fwd_sm90_{cfg.dtype}_d{cfg.head_dim}{cfg.mask.tag()}{cfg.score_tag()}"  # score_tag: _varlen
+    qk, vt = cfg.qk_tile, cfg.v_tile
+    q_bytes = cfg.bm * qk.chunks * qk.swizzle
+    kv_bytes = cfg.bn * qk.chunks * qk.swizzle      # one K stage
+    v_bytes = cfg.bn * vt.chunks * vt.swizzle       # one V stage
+    name = (f"attention_fwd_sm90_{cfg.dtype}_d{cfg.head_dim}{f'v{cfg.head_dim_v}' if cfg.head_dim_v else ''}"
+            f"{cfg.mask.tag()}{cfg.score_tag()}"  # score_tag: _varlen
             f"_{cfg.bm}x{cfg.bn}_s{cfg.stages}{'' if cfg.pingpong else '_nopp'}{'_pers' if cfg.persistent else ''}"
             f"{cfg.name_suffix()}")
     kb = KernelBuilder(name, arch="sm_90a", block=(cfg.threads, 1, 1), config=cfg.key())
     # the launch contract (attention_sm90_config.launch_params), in its order. TMA boxes, innermost
     # first over [batch, seqlen, heads, head_dim]: (columns, 1 head, rows, 1 batch)
-    box = {"q": cfg.bm, "k": cfg.bn, "v": cfg.bn, "o": 64}
-    p = kb.params_from(launch_params(cfg), tma={n: dict(dtype=cfg.dtype, box=(CHUNK, 1, rows, 1), swizzle="128B")
-                                           for n, rows in box.items()})
+    box = {"q": (cfg.bm, qk), "k": (cfg.bn, qk), "v": (cfg.bn, vt), "o": (64, vt)}
+    p = kb.params_from(launch_params(cfg), tma={n: dict(dtype=cfg.dtype, box=(lay.chunk, 1, rows, 1),
+                                                        swizzle=lay.tma_swizzle) for n, (rows, lay) in box.items()})
     q_desc, k_desc, v_desc, o_desc, lse_ptr = (p[n] for n in ("q", "k", "v", "o", "lse"))
 
     def div(name):  # divisors as (multiplier, shift) (common.fastdiv): quotients of uniform values stay uniform
@@ -101,7 +106,7 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
     with kb.body():
         q_smem = kb.smem("q_smem", cfg.q_stages * q_bytes)
         k_smem = kb.smem("k_smem", cfg.stages * kv_bytes)
-        v_smem = kb.smem("v_smem", cfg.stages * kv_bytes)
+        v_smem = kb.smem("v_smem", cfg.stages * v_bytes)
         q_pipe = kb.pipeline("q_pipe", num_stages=cfg.q_stages, producer="load", consumers=["mma"],
                              consumer_arrivals=cfg.consumers)
         k_pipe = kb.pipeline("k_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
@@ -109,13 +114,13 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
         v_pipe = kb.pipeline("v_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
                              consumer_arrivals=cfg.consumers)
         # persistent: O is staged in its own tile, so the next tile's Q can load during this epilogue
-        o_smem = kb.smem("o_smem", q_bytes) if cfg.persistent else q_smem
+        o_smem = kb.smem("o_smem", cfg.bm * vt.chunks * vt.swizzle) if cfg.persistent else q_smem
         kb.pipeline_init()
         params = _Params(p["batch"], p["heads"], p["seqlen_q"], p["seqlen_k"], p["scale_log2"], div("group"),
                          div("tiles"), div("heads"), (p["section_shift"], div("rest")), p.get("softcap_scale"),
                          p.get("sinks"), varlen.params_of(p) if cfg.varlen else None)
         bufs = _Buffers(q_smem, k_smem, v_smem, o_smem, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_desc, o_desc,
-                        lse_ptr, q_bytes, kv_bytes)
+                        lse_ptr, q_bytes, kv_bytes, v_bytes)
         tiles = _Tiles(kb, cfg, params)
 
         with kb.warp_roles():
@@ -160,7 +165,8 @@ class _Buffers:
     o_desc: Value
     lse_ptr: Value
     q_bytes: int           # one Q tile
-    kv_bytes: int          # one K or V stage
+    kv_bytes: int          # one K stage
+    v_bytes: int           # one V stage (kv_bytes unless head_dim_v)
 
     def prefetch_descriptors(self):
         for d in (self.q_desc, self.k_desc, self.v_desc):
@@ -343,7 +349,6 @@ def _load_role(kb, cfg, tiles: _Tiles, bufs: _Buffers):
 
 
 def _load_tile(kb, cfg, bufs: _Buffers, geo: _Geometry, counts: _Counts | None):
-    nch = cfg.d_chunks
     q_count, kv_count = counts or (None, None)
     # a tile with no visible KV block (causal, seqlen_q > seqlen_k) loads nothing: its consumers skip
     # q_pipe and write O = 0 into the Q tile, which an unwaited Q load could land on afterwards
@@ -351,24 +356,24 @@ def _load_tile(kb, cfg, bufs: _Buffers, geo: _Geometry, counts: _Counts | None):
         if counts is None:
             bufs.prefetch_descriptors()
 
-        def load(pipe, desc, smem, s, rows, head, row, tx_bytes, stage_bytes=0):
+        def load(pipe, desc, smem, s, rows, head, row, tx_bytes, stage_bytes=0, lay=cfg.qk_tile):
             """One ring stage (at s.stage * stage_bytes of `smem`): `rows` rows from `row` of `head`,
-            one swizzled box per 64-column chunk."""
+            one swizzled box per column chunk of `lay` (the Q/K or V TileLayout)."""
             pipe.producer_acquire(s)
             pipe.producer_commit(s, tx_bytes=tx_bytes)
             base = s.stage * stage_bytes if stage_bytes else 0
-            for c in range(nch):
-                fa4.tma_load(desc, kb.gep(smem, base + c * rows * SWIZZLE, "i8"), s.stage,
-                             [const(c * CHUNK), head, row, geo.tma_batch],
-                             pipe=pipe.name, box=[CHUNK, 1, rows, 1], elem_bytes=ELEM_BYTES[cfg.dtype])
+            for c in range(lay.chunks):
+                fa4.tma_load(desc, kb.gep(smem, base + c * rows * lay.swizzle, "i8"), s.stage,
+                             [const(c * lay.chunk), head, row, geo.tma_batch],
+                             pipe=pipe.name, box=[lay.chunk, 1, rows, 1], elem_bytes=ELEM_BYTES[cfg.dtype])
 
         def load_k(s, row):
             load(bufs.k_pipe, bufs.k_desc, bufs.k_smem, s, cfg.bn, geo.kv_head, geo.k_row(row), bufs.kv_bytes,
                  stage_bytes=bufs.kv_bytes)
 
         def load_v(s, row):
-            load(bufs.v_pipe, bufs.v_desc, bufs.v_smem, s, cfg.bn, geo.kv_head, geo.k_row(row), bufs.kv_bytes,
-                 stage_bytes=bufs.kv_bytes)
+            load(bufs.v_pipe, bufs.v_desc, bufs.v_smem, s, cfg.bn, geo.kv_head, geo.k_row(row), bufs.v_bytes,
+                 stage_bytes=bufs.v_bytes, lay=cfg.v_tile)
 
         # K runs one block ahead of V, in the order the consumers use them: S_j = Q K_j^T is issued
         # before O += P_{j-1} V_{j-1}, so K_j is never queued behind a V whose slot frees later
@@ -407,7 +412,7 @@ class _Consumer:
         self.t4 = lane % 4                            # column pair within an 8-column group
         self.row0 = (self.t // 32) * 16 + self.g      # rows row0 and row0 + 8 of the warpgroup's 64 (wgmma.acc_row)
         self.n_s = cfg.bn // 2                        # S accumulator registers per thread
-        self.n_o = cfg.head_dim // 2                  # O accumulator registers per thread
+        self.n_o = cfg.dim_v // 2                     # O accumulator registers per thread
         if geo is not None:
             self.at(geo)
 
@@ -433,35 +438,34 @@ class _Consumer:
         stage `q_stage` of the Q ring)."""
         kb, cfg = self.kb, self.cfg
         acc = undef(("f32", self.n_s))      # the first k-step overwrites it (scale-d = 0)
-        q_rows = self.wg * (64 * SWIZZLE)
+        sw = cfg.qk_tile.swizzle            # K-major, chunks of sw // 2 columns (cfg.qk_tile)
+        q_rows = self.wg * (64 * sw)
         if cfg.q_stages > 1:
-            q_rows = q_rows + q_stage * (cfg.bm * cfg.d_chunks * SWIZZLE)
+            q_rows = q_rows + q_stage * self.bufs.q_bytes
         q_base = kb.gep(self.bufs.q_smem, q_rows, "i8")
         k_base = kb.gep(self.bufs.k_smem, k_stage * self.bufs.kv_bytes, "i8")
         fa4.mma_fence()
         for kk in range(cfg.head_dim // WGMMA_K):
-            c, within = divmod(kk, CHUNK // WGMMA_K)
+            c, within = divmod(kk, cfg.qk_tile.chunk // WGMMA_K)
             off = within * WGMMA_K * ELEM_BYTES[cfg.dtype]
-            a_d = fa4.smem_desc(kb.gep(q_base, c * cfg.bm * SWIZZLE + off, "i8"), swizzle=SWIZZLE, lbo=16,
-                                sbo=8 * SWIZZLE)
-            b_d = fa4.smem_desc(kb.gep(k_base, c * cfg.bn * SWIZZLE + off, "i8"), swizzle=SWIZZLE, lbo=16,
-                                sbo=8 * SWIZZLE)
+            a_d = fa4.smem_desc(kb.gep(q_base, c * cfg.bm * sw + off, "i8"), swizzle=sw, lbo=16, sbo=8 * sw)
+            b_d = fa4.smem_desc(kb.gep(k_base, c * cfg.bn * sw + off, "i8"), swizzle=sw, lbo=16, sbo=8 * sw)
             acc = Value(fa4.mma(a_d, b_d, const(int(kk > 0), "i1"), [acc], result_types=[acc.type], m=64,
                                 n=cfg.bn, k=WGMMA_K, a_source="smem", ab_dtype=cfg.dtype, acc_dtype="f32"))
         fa4.mma_commit_group()
         return acc
 
     def issue_pv(self, p_frags: list, v_stage: Value, o: Value) -> Value:
-        """O += P V: bn / 16 wgmma m64n{head_dim}k16, A = P from registers, B = V MN-major."""
+        """O += P V: bn / 16 wgmma m64n{dim_v}k16, A = P from registers, B = V MN-major."""
         kb, cfg = self.kb, self.cfg
         true = const(1, "i1")
-        v_base = kb.gep(self.bufs.v_smem, v_stage * self.bufs.kv_bytes, "i8")
+        sw = cfg.v_tile.swizzle             # MN-major, chunks of sw // 2 columns (cfg.v_tile)
+        v_base = kb.gep(self.bufs.v_smem, v_stage * self.bufs.v_bytes, "i8")
         fa4.mma_fence()
         for kk in range(cfg.bn // WGMMA_K):
             # keys 16kk..16kk+15: two 8-row groups (SBO apart); head-dim chunks LBO = bn rows apart
-            b_d = fa4.smem_desc(kb.gep(v_base, kk * WGMMA_K * SWIZZLE, "i8"), swizzle=SWIZZLE,
-                                lbo=cfg.bn * SWIZZLE, sbo=8 * SWIZZLE)
-            o = Value(fa4.mma(p_frags[kk], b_d, true, [o], result_types=[o.type], m=64, n=cfg.head_dim,
+            b_d = fa4.smem_desc(kb.gep(v_base, kk * WGMMA_K * sw, "i8"), swizzle=sw, lbo=cfg.bn * sw, sbo=8 * sw)
+            o = Value(fa4.mma(p_frags[kk], b_d, true, [o], result_types=[o.type], m=64, n=cfg.dim_v,
                               k=WGMMA_K, a_source="regs", b_major="mn", ab_dtype=cfg.dtype, acc_dtype="f32"))
         fa4.mma_commit_group()
         return o
@@ -781,28 +785,31 @@ def _store_o_tile(cs: _Consumer, o: Value, inv: list):
     """Steps 1-2 of the epilogue: O / l into the O tile in SMEM, then this warpgroup's 64 rows by TMA."""
     kb, cfg, bufs, geo = cs.kb, cs.cfg, cs.bufs, cs.geo
     # 1. O / l, converted, into this warpgroup's 64 rows of the O tile (the Q tile unless persistent;
-    #    128B swizzle, as TMA reads it)
-    nch = cfg.d_chunks
+    #    cfg.v_tile's swizzle, as TMA reads it: 16-byte unit u of row r at u ^ (r % 8) (128B) or
+    #    u ^ (r / 2 % 4) (64B), with r % 8 = g)
+    vt = cfg.v_tile
+    sw, units = vt.swizzle, vt.swizzle // 16
+    phase = cs.g if sw == SWIZZLE else cs.g // 2
     if cfg.persistent:  # the previous tile's TMA store must have read this warpgroup's rows of the O tile
         with kb.if_(cs.is_leader).then_():
             fa4.tma_store_wait(pending=0)
         kb.named_barrier(BAR_EPILOGUE, 128, select=cs.wg, span=cfg.consumers)
-    wg_base = kb.gep(bufs.o_smem, cs.wg * (64 * SWIZZLE), "i8")
+    wg_base = kb.gep(bufs.o_smem, cs.wg * (64 * sw), "i8")
     for h in (0, 1):
-        row_base = kb.gep(wg_base, (cs.row0 + 8 * h) * SWIZZLE + cs.t4 * 4, "i8")
-        for jd in range(cfg.head_dim // 8):
-            c, unit = divmod(jd, 8)
+        row_base = kb.gep(wg_base, (cs.row0 + 8 * h) * sw + cs.t4 * 4, "i8")
+        for jd in range(cfg.dim_v // 8):
+            c, unit = divmod(jd, units)
             i = acc_pair(jd, h)
             pair = vec(o[i] * inv[h], o[i + 1] * inv[h]).to((cfg.dtype, 2))
-            off = ((cs.g ^ unit) * 16) + c * cfg.bm * SWIZZLE
+            off = ((phase ^ unit) * 16) + c * cfg.bm * sw
             kb.store(pair, kb.gep(row_base, off, "i8"), align=4)
     kb.fence("async_smem")
     kb.named_barrier(BAR_EPILOGUE, 128, select=cs.wg, span=cfg.consumers)  # one per warpgroup
     # 2. one thread per warpgroup stores the 64 x head_dim tile (rows past seqlen_q are clipped)
     with kb.if_(cs.is_leader).then_():
-        for c in range(nch):
-            fa4.tma_store(bufs.o_desc, kb.gep(wg_base, c * cfg.bm * SWIZZLE, "i8"),
-                          [const(c * CHUNK), geo.head, geo.q_row(geo.m0 + cs.wg * 64), geo.tma_batch],
-                          box=[CHUNK, 1, 64, 1])
+        for c in range(vt.chunks):
+            fa4.tma_store(bufs.o_desc, kb.gep(wg_base, c * cfg.bm * sw, "i8"),
+                          [const(c * vt.chunk), geo.head, geo.q_row(geo.m0 + cs.wg * 64), geo.tma_batch],
+                          box=[vt.chunk, 1, 64, 1])
         # commit the stores; one tile per CTA waits here, persistent before its next write to the tile
         fa4.tma_store_wait(pending=1 if cfg.persistent else 0)

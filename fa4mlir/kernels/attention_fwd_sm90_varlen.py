@@ -88,18 +88,18 @@ def rows_fit(geo, wg: Value) -> Value:
 
 
 def store_rows(kb, cfg, cs, o: Value, inv: list) -> None:
-    """O / l of this thread's two rows straight from registers into out (packed [total_q, heads, D],
+    """O / l of this thread's two rows straight from registers into out (packed [total_q, heads, D_v],
     contiguous), each row behind `row < seqlen_q`: a 4-byte store per column pair of the accumulator
     (common/wgmma.py: register pair acc_pair(jd, h) holds columns 8 jd + 2 t4, + 1 of row h)."""
     geo = cs.geo
-    row_bytes = cfg.head_dim * 2
+    row_bytes = cfg.dim_v * 2
     for h in (0, 1):
         row = cs.grow[h]
         with kb.if_(row.lt(geo.seqlen_q)).then_():
             token = (geo.q_row0 + row).to("i64")
             base = kb.gep(cs.o_rows, (token * geo.heads.to("i64") + geo.head.to("i64")) * row_bytes
                           + (cs.t4 * 4).to("i64"), "i8")
-            for jd in range(cfg.head_dim // 8):
+            for jd in range(cfg.dim_v // 8):
                 i = acc_pair(jd, h)
                 pair = vec(o[i] * inv[h], o[i + 1] * inv[h]).to((cfg.dtype, 2))
                 kb.store(pair, kb.gep(base, jd * 16, "i8"), align=4)

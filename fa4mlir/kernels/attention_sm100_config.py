@@ -50,6 +50,22 @@ K/V tile is read once per KV head. Q arrives and O leaves by one TMA box per 64-
 (64, group, MMA_M // group, 1) over [batch, seqlen_q, heads, D]: its rows land in exactly this
 packed order. Grid (M tiles of MMA_M // group tokens, kv_heads, batch); roles softmax1 and the Q1
 tile are absent (warps 4-7 idle), the MMA warp issues S0 <- Q0 Kn; O0 <- O0 + P0 Vn per block.
+
+Note "Serving" (issue 28 item 6; the two-Q-tile prefill CTA over a contiguous K/V only), each a
+compile-time field, off by default (then `plain`: the kernel's original code, its cubins unchanged):
+  * masks: causal, window_left/window_right and chunk spell common.mask_family's masks as AttnConfig
+    does, in canonical form (mask_fields). Beyond causal, the CTA visits the KV blocks tile_blocks gives
+    for its 256 rows, starting at block `first` (empty blocks before it are never loaded), and each
+    softmax warpgroup runs the blocks its 128 rows see whole without a mask (key_window elsewhere);
+  * softcap: scores become tanh(s * softcap_scale) (tanh.approx) before the mask, with scale_log2 =
+    cap * log2(e), as the sm_90a kernel; sinks: a float32 [heads] logit joins each row's max and sum
+    in the epilogue (a row that sees no key: O = 0, LSE = its sink);
+  * varlen: q, k, v are the packed [total, heads, D] (FlashAttention's varlen layout, as one batch of
+    TMA boxes at row cu_seqlens[b] + r), sequence b's lengths come from cu_seqlens_q/cu_seqlens_k on the
+    device, CTAs past a sequence's rows do nothing, and O is stored row by row from the correction
+    warpgroup's registers (a TMA box would run into the next sequence), LSE as [heads, total_q].
+    With seqused_k, sequence b's keys are its first seqused_k[b] rows; the MMA thread zeroes the V rows
+    past it in the tile that holds it (the paged kernel's note "Stale V rows").
 """
 from __future__ import annotations
 
@@ -58,6 +74,7 @@ from math import gcd
 
 from .common.constants import LOG2E, MAX_RESCALE_THRESHOLD, SM100_SMEM_PER_CTA
 from .common.fields import ConfigError, ConfigTypeError, check_fields
+from .common.mask_family import Mask, attention_mask, mask_fields
 from .common.naming import softmax_knob_tags
 from .common.paging import MAX_PAGE_SIZE, KVFetch, fetch_plan
 from .common.tmem import TMEM_COLUMNS, TMEM_LANES, TMEM_SLOT_BYTES, tmem_alloc_columns
@@ -120,6 +137,16 @@ class FA4Config:
     exp2_poly_stride: int = 4       # 1 in this many exp2 on the FMA pipes; 0 = all on the SFU
     num_q_tiles: int = NUM_Q_TILES  # 2: the prefill CTA (BM = 256); 1: the decode route (note "Decode")
     page_size: int = 0              # 0: K/V [batch, seqlen_k, kv_heads, D]; else a paged pool (note "Paged")
+    # note "Serving": the mask family (common.mask_family, FlashAttention's window_size and
+    # attention_chunk, canonical as AttnConfig spells them; -1 / 0: none), the score modifiers and
+    # ragged lengths, each fixed at compile time; off, the kernel is the plain one (same cubin)
+    window_left: int = -1
+    window_right: int = -1
+    chunk: int = 0
+    softcap: bool = False           # s' = c tanh(s / c), c a launch argument (softcap_scale)
+    sinks: bool = False             # a learned logit per head in each row's denominator (float32 [heads])
+    varlen: bool = False            # packed [total, heads, D] with cu_seqlens_q / cu_seqlens_k (int32 [batch + 1])
+    seqused_k: bool = False         # varlen: sequence b uses its first seqused_k[b] keys (int32 [batch])
 
     def __post_init__(self):
         # 8 and 8.0 build the same kernel: one spelling in key() and the kernel name
@@ -142,6 +169,17 @@ class FA4Config:
         return self.page_size > 0
 
     @property
+    def mask(self) -> Mask:
+        """The mask object (common.mask_family) of causal, the window and the chunk."""
+        return attention_mask(self.causal, (self.window_left, self.window_right), self.chunk)
+
+    @property
+    def plain(self) -> bool:
+        """No window or chunk, softcap, sinks or ragged lengths: the kernel's original code (note
+        "Serving")."""
+        return self.mask.is_legacy and not (self.softcap or self.sinks or self.varlen or self.seqused_k)
+
+    @property
     def tile_tokens(self) -> int:
         """Query tokens per Q tile: MMA_M, or MMA_M // group when the group is packed into M."""
         return MMA_M // self.group if self.decode else MMA_M
@@ -153,8 +191,11 @@ class FA4Config:
 
     @property
     def launch_params(self) -> tuple:
-        """PAGED_LAUNCH_PARAMS for a paged cache, else LAUNCH_PARAMS."""
-        return PAGED_LAUNCH_PARAMS if self.paged else LAUNCH_PARAMS
+        """PAGED_LAUNCH_PARAMS for a paged cache, VARLEN_LAUNCH_PARAMS for ragged lengths, else
+        LAUNCH_PARAMS; then SOFTCAP_PARAMS with softcap and SINK_PARAMS with sinks (note "Serving")."""
+        base = PAGED_LAUNCH_PARAMS if self.paged else VARLEN_LAUNCH_PARAMS if self.varlen else LAUNCH_PARAMS
+        base = (*base, *(SEQUSED_PARAMS if self.seqused_k else ()))
+        return (*base, *(SOFTCAP_PARAMS if self.softcap else ()), *(SINK_PARAMS if self.sinks else ()))
 
     @property
     def mma_m(self) -> int:
@@ -286,6 +327,9 @@ class FA4Config:
         if self.num_qk_stages < 1 or self.num_pv_stages < 1:
             return ConfigError(f"num_qk_stages={self.num_qk_stages}, num_pv_stages={self.num_pv_stages}: "
                                f"each must be >= 1")
+        refusal = self._mask_refusal()
+        if refusal is not None:
+            return refusal
         tm = self.tmem_plan()
         if tm["used"] > TMEM_COLUMNS:
             return ConfigError(f"TMEM: S0 + S1 ({2 * self.bn}) + O0 + O1 ({2 * self.padded_head_dim_v}) = "
@@ -299,6 +343,19 @@ class FA4Config:
                                f"carve-out {SMEM_CARVEOUT}")
         return None
 
+    def _mask_refusal(self) -> ConfigError | None:
+        """ConfigError unless the mask fields are in range and canonical (one config per mask)."""
+        if self.window_left < -1 or self.window_right < -1 or self.chunk < 0:
+            return ConfigError(f"window_left and window_right must be >= -1 (-1: unbounded) and chunk >= 0 (0: "
+                               f"none), got window_left={self.window_left}, window_right={self.window_right}, "
+                               f"chunk={self.chunk}")
+        want = mask_fields(self.mask)
+        got = {k: getattr(self, k) for k in want}
+        if got != want:
+            return ConfigError(f"the mask fields {got} are not in canonical form; the same mask is {want} "
+                               f"(causal bounds the window's right side at 0, window (-1, 0) is causal=True)")
+        return None
+
     def supported(self) -> tuple[bool, str]:
         """(True, "") when the kernel is built for this config and every such config is checked to
         compile with 0 spills (tests/test_attention_sm100.py compiles all of supported_configs()),
@@ -308,7 +365,10 @@ class FA4Config:
         annotated type. The KV-cache operand's routes on top: page_size 0 or one whose boxes hold >=
         MIN_PAGED_BOX_ROWS rows (note "Paged"), and num_q_tiles 1 with fuse_gqa (note "Decode"), for a
         group that divides 128; their code shapes (paged_configs()) are compiled by
-        tests/test_attention_sm100_paged.py."""
+        tests/test_attention_sm100_paged.py. Note "Serving"'s fields on the two-tile contiguous
+        prefill kernel (any window, chunk, softcap, sinks, varlen on top of the space above): the 12
+        code shapes of serving_configs() are compiled, verified and interpreted by
+        tests/test_attention_sm100_serving.py; the other combinations are accepted unchecked."""
         return _answer(self._refusal())
 
     def _refusal(self) -> ConfigError | None:
@@ -335,6 +395,12 @@ class FA4Config:
                                    f"gcd(bn, page_size) = {gcd(self.bn, self.page_size)} rows; per-page TMA boxes are built for "
                                    f">= {MIN_PAGED_BOX_ROWS} rows (page sizes that are multiples of "
                                    f"{MIN_PAGED_BOX_ROWS}); the TMA gather4 route for smaller pages is not built")
+        if not self.plain and (self.paged or self.decode):
+            return ConfigError(f"{self.serving_tag().lstrip('_')} with page_size={self.page_size}, num_q_tiles="
+                               f"{self.num_q_tiles}: windows, chunks, softcap, sinks and ragged lengths are built for "
+                               f"the contiguous two-Q-tile prefill kernel only (page_size=0, num_q_tiles=2)")
+        if self.seqused_k and not self.varlen:
+            return ConfigError("seqused_k=True needs varlen=True (it bounds each packed sequence's keys)")
         if self.num_qk_stages != 1 or self.num_pv_stages != 1:
             return ConfigError(f"num_qk_stages={self.num_qk_stages}, num_pv_stages={self.num_pv_stages}: only 1 "
                                f"and 1 are implemented (whole K and V tiles per pipeline stage)")
@@ -363,7 +429,8 @@ class FA4Config:
     def description(self) -> str:
         tm, sm = self.tmem_plan(), self.smem_plan()
         tmem = " ".join(f"{k}={tm[k]}" for k in ("S0", "S1", "O0", "O1", "P0", "P1", "C0", "C1") if k in tm)
-        route = (f" | decode: {self.group} heads x {self.tile_tokens} tokens packed" if self.decode else "") + \
+        route = (f" | {self.serving_tag().lstrip('_').replace('_', ' ')}" if not self.plain else "") + \
+            (f" | decode: {self.group} heads x {self.tile_tokens} tokens packed" if self.decode else "") + \
             (f" | paged {self.page_size} ({self.bn // self.box_rows} boxes of {self.box_rows} rows)"
              if self.paged else "")
         return (f"FA4Config {self.dtype} qk{self.head_dim}/ov{self.head_dim_v} heads {self.num_q_heads}/"
@@ -375,8 +442,18 @@ class FA4Config:
                 f"exp2 poly 1/{self.exp2_poly_stride or 'none'} | rescale threshold {self.rescale_threshold}{route}")
 
     def name_route(self) -> str:
-        """Kernel-name tags of the KV operand and the decode route ('' for the dense prefill kernel)."""
-        return (f"_paged{self.page_size}" if self.paged else "") + ("_decode" if self.decode else "")
+        """Kernel-name tags of the KV operand, the decode route, ragged lengths and the score modifiers
+        ('' for the dense prefill kernel)."""
+        return (f"_paged{self.page_size}" if self.paged else "") + ("_decode" if self.decode else "") + \
+            ("_varlen" if self.varlen else "") + ("_used" if self.seqused_k else "") + \
+            ("_softcap" if self.softcap else "") + ("_sink" if self.sinks else "")
+
+    def serving_tag(self) -> str:
+        """The tags of note "Serving"'s features: the mask beyond causal, ragged lengths, the score
+        modifiers ('' for a plain config)."""
+        mask = "" if self.mask.is_legacy else self.mask.tag()
+        return mask + ("_varlen" if self.varlen else "") + ("_used" if self.seqused_k else "") + ("_softcap" if self.softcap else "") + \
+            ("_sink" if self.sinks else "")
 
     def key(self) -> dict:
         return {"kernel": KERNEL, **asdict(self)}
@@ -411,6 +488,35 @@ LAUNCH_PARAMS = (*TENSOR_PARAMS, ("seqlen_q", "i32"), ("seqlen_k", "i32"), ("sca
 PAGED_TENSOR_PARAMS = (*TENSOR_PARAMS, ("page_table", "ptr"), ("cache_seqlens", "ptr"))
 PAGED_LAUNCH_PARAMS = (*PAGED_TENSOR_PARAMS, ("seqlen_q", "i32"), ("num_pages", "i32"),
                        ("page_table_stride", "i32"), ("scale_log2", "f32"))
+# Ragged lengths (note "Serving"): q, k, v are TMA tensors over the packed [total, heads, D] (viewed as
+# [1, total, heads, D]); o a plain pointer to the packed [total_q, heads, Dv] (each row is stored by its
+# own thread, so no store crosses into the next sequence); lse float32 [heads, total_q] (FlashAttention's
+# varlen layout); cu_seqlens_q, cu_seqlens_k int32 [batch + 1], read on the device.
+VARLEN_TENSOR_PARAMS = (("q", "tma"), ("k", "tma"), ("v", "tma"), ("o", "ptr"), ("lse", "ptr"),
+                        ("cu_seqlens_q", "ptr"), ("cu_seqlens_k", "ptr"))
+VARLEN_LAUNCH_PARAMS = (*VARLEN_TENSOR_PARAMS, ("total_q", "i32"), ("scale_log2", "f32"))
+# seqused_k (FlashAttention's): int32 [batch], sequence b's keys are its first seqused_k[b] packed rows
+# (the rest, up to cu_seqlens_k[b + 1], may hold anything: V rows past it are zeroed in SMEM, as the
+# paged kernel's stale rows).
+SEQUSED_PARAMS = (("seqused_k", "ptr"),)
+# The score modifiers' parameters, after the rest (as the sm_90a kernel's): softcap_scale = softmax_scale /
+# softcap, the factor before the tanh; sinks, float32 [heads] logits (natural-log units).
+SOFTCAP_PARAMS = (("softcap_scale", "f32"),)
+SINK_PARAMS = (("sinks", "ptr"),)
+
+
+def _score_args(config: "FA4Config", problem, tensors) -> dict:
+    """scale_log2 (softmax_scale * log2(e), or softcap * log2(e) with softcap: the kernel keeps tanh(s *
+    softcap_scale) in units of the cap), softcap_scale and sinks as the config takes them."""
+    args = {"scale_log2": float(problem.softmax_scale) * LOG2E}
+    if config.softcap:
+        cap = float(getattr(problem, "softcap", 0.0) or 0.0)
+        if not cap > 0:
+            raise ValueError(f"a softcap kernel needs problem.softcap > 0, got {cap!r}")
+        args.update(scale_log2=cap * LOG2E, softcap_scale=float(problem.softmax_scale) / cap)
+    if config.sinks:
+        args["sinks"] = tensors["sinks"]
+    return args
 
 
 def launch_args(config: "FA4Config", problem, tensors) -> dict:
@@ -419,10 +525,23 @@ def launch_args(config: "FA4Config", problem, tensors) -> dict:
     from `problem`."""
     if config.paged:
         raise ValueError("a paged config's parameters come from paged_launch_args (page table, cache_seqlens)")
+    if config.varlen:
+        raise ValueError("a varlen config's parameters come from varlen_launch_args (cu_seqlens_q, cu_seqlens_k)")
     args = {name: tensors[name] for name, _ in TENSOR_PARAMS}
-    args.update(seqlen_q=int(problem.seqlen_q), seqlen_k=int(problem.seqlen_k),
-                scale_log2=float(problem.softmax_scale) * LOG2E)
-    return {name: args[name] for name, _ in LAUNCH_PARAMS}
+    args.update(seqlen_q=int(problem.seqlen_q), seqlen_k=int(problem.seqlen_k), **_score_args(config, problem, tensors))
+    return {name: args[name] for name, _ in config.launch_params}
+
+
+def varlen_launch_args(config: "FA4Config", problem, tensors, *, total_q: int) -> dict:
+    """VARLEN_LAUNCH_PARAMS (+ the score modifiers') by name: `tensors` q, k, v (TMA over the packed
+    [total, heads, D]), o (pointer to the packed [total_q, heads, Dv]), lse (float32 [heads, total_q]),
+    cu_seqlens_q, cu_seqlens_k (int32 [batch + 1]), sinks with sinks; `problem` gives softmax_scale
+    (and softcap); its seqlen_q is max_seqlen_q (grid() reads it), its seqlen_k is not read."""
+    if not config.varlen:
+        raise ValueError("a config without varlen takes launch_args")
+    args = {name: tensors[name] for name, _ in VARLEN_TENSOR_PARAMS + (SEQUSED_PARAMS if config.seqused_k else ())}
+    args.update(total_q=int(total_q), **_score_args(config, problem, tensors))
+    return {name: args[name] for name, _ in config.launch_params}
 
 
 def paged_launch_args(config: "FA4Config", problem, tensors, *, num_pages: int, page_table_stride: int) -> dict:
@@ -436,7 +555,7 @@ def paged_launch_args(config: "FA4Config", problem, tensors, *, num_pages: int, 
     args = {name: tensors[name] for name, _ in PAGED_TENSOR_PARAMS}
     args.update(seqlen_q=int(problem.seqlen_q), num_pages=int(num_pages), page_table_stride=int(page_table_stride),
                 scale_log2=float(problem.softmax_scale) * LOG2E)
-    return {name: args[name] for name, _ in PAGED_LAUNCH_PARAMS}
+    return {name: args[name] for name, _ in config.launch_params}
 
 
 def configs() -> list[FA4Config]:
@@ -457,8 +576,12 @@ def code_shape(cfg: FA4Config) -> tuple:
     """What of a supported config changes the generated code beyond immediate operands (the GQA
     group's divisor, rescale_threshold's value, num_q_heads): two configs of one shape compile to
     the same instructions."""
-    return (cfg.dtype, cfg.head_dim, cfg.head_dim_v, cfg.causal, group_class(cfg.group), cfg.resolved_stages,
-            cfg.exp2_poly_stride, cfg.num_q_tiles, cfg.paged and cfg.bn // cfg.box_rows)
+    shape = (cfg.dtype, cfg.head_dim, cfg.head_dim_v, cfg.causal, group_class(cfg.group), cfg.resolved_stages,
+             cfg.exp2_poly_stride, cfg.num_q_tiles, cfg.paged and cfg.bn // cfg.box_rows)
+    if cfg.plain:
+        return shape
+    mask = tuple(type(p).__name__ for p in cfg.mask.parts) if not cfg.mask.is_legacy else ()
+    return (*shape, mask, cfg.softcap, cfg.sinks, cfg.varlen, cfg.seqused_k)
 
 
 def supported_configs() -> list[FA4Config]:
@@ -481,8 +604,9 @@ def supported_configs() -> list[FA4Config]:
     return out
 
 
-__all__ = ["FA4Config", "grid", "launch_args", "paged_launch_args", "LAUNCH_PARAMS", "TENSOR_PARAMS",
-           "PAGED_LAUNCH_PARAMS", "PAGED_TENSOR_PARAMS", "configs", "supported_configs", "paged_configs", "code_shape", "KERNEL", "ROLES", "TMEM_COLUMNS", "SMEM_CARVEOUT"]
+__all__ = ["FA4Config", "grid", "launch_args", "paged_launch_args", "varlen_launch_args", "LAUNCH_PARAMS",
+           "TENSOR_PARAMS", "PAGED_LAUNCH_PARAMS", "PAGED_TENSOR_PARAMS", "VARLEN_LAUNCH_PARAMS", "SEQUSED_PARAMS", "SOFTCAP_PARAMS",
+           "SINK_PARAMS", "serving_configs", "configs", "supported_configs", "paged_configs", "code_shape", "KERNEL", "ROLES", "TMEM_COLUMNS", "SMEM_CARVEOUT"]
 
 
 PAGED_PAGE_SIZES = (16, 64, 128, 256, 48)   # 8, 2, 1, 1 and 8 boxes per BN-128 tile (48: not a power of two)
@@ -501,4 +625,21 @@ def paged_configs() -> list[FA4Config]:
                                  page_size=page_size, num_q_tiles=1, fuse_gqa=True))
         out.append(FA4Config(head_dim=d, head_dim_v=d, causal=True, num_q_heads=8, num_kv_heads=2, num_q_tiles=1,
                              fuse_gqa=True))
+    return out
+
+
+def serving_configs() -> list[FA4Config]:
+    """Note "Serving"'s kernels (kernel set `sm100-serving`): one of each feature on the bf16 prefill
+    CTA, at head dims 64 and 128, GQA group 2: a sliding window (causal, left 300), a two-sided
+    window (100, 50), a chunk (causal, 200), softcap with sinks (causal), ragged lengths (causal, and
+    with a window of 100 and sinks), ragged lengths with seqused_k (not causal). Their code shapes are compiled, verified and interpreted by
+    tests/test_attention_sm100_serving.py; other combinations supported() accepts are not compiled in CI."""
+    base = dict(dtype="bf16", num_q_heads=4, num_kv_heads=2)
+    out = []
+    for d in (128, 64):
+        for kw in (dict(causal=True, window_left=300), dict(window_left=100, window_right=50),
+                   dict(causal=True, chunk=200), dict(causal=True, softcap=True, sinks=True),
+                   dict(causal=True, varlen=True), dict(causal=True, window_left=100, sinks=True, varlen=True),
+                   dict(varlen=True, seqused_k=True)):
+            out.append(FA4Config(head_dim=d, head_dim_v=d, **base, **kw))
     return out

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, fields, replace
+from typing import NamedTuple
 
 from .common.constants import LOG2E, MAX_RESCALE_THRESHOLD
 from .common.fastdiv import divisor
@@ -17,7 +18,9 @@ from .common.naming import softmax_knob_tags
 from .common.varlen_schedule import varlen_grid_size
 
 KERNEL = "attention_fwd_sm90"
-HEAD_DIMS = (64, 128, 256)
+HEAD_DIMS = (64, 96, 128, 192, 256)
+# (qk head dim, v head dim) pairs with head_dim_v != head_dim: MLA prefill (128 nope + 64 rope, v 128)
+HEAD_DIM_PAIRS = ((192, 128),)
 BMS = (128, 192)
 DTYPES = ("bf16", "f16")
 # The register model's constants (AttnConfig.consumer_register_parts, producer_regs_needed), fit to
@@ -28,10 +31,38 @@ CONSUMER_PIECE_REGS = 2
 PRODUCER_REGS = 24
 
 
+class TileLayout(NamedTuple):
+    """How a tile of `cols` 16-bit head-dim columns lies in SMEM: chunks of `chunk` columns, each a
+    (rows x `swizzle` bytes) block under the `swizzle`-byte swizzle, one TMA box per chunk, chunk c
+    of a rows-row tile at c * rows * swizzle. The 128-byte swizzle (64-column chunks) where cols is a
+    multiple of 64; else the 64-byte swizzle (32-column chunks: D96 in three), what CUTLASS's smem
+    selector picks for FlashAttention-3 at a head dim that is a multiple of 32 but not of 64: one
+    layout and one descriptor form for the whole tile [D-hdim96]."""
+    cols: int
+    swizzle: int
+
+    @property
+    def chunk(self) -> int:
+        return self.swizzle // 2
+
+    @property
+    def chunks(self) -> int:
+        return self.cols // self.chunk
+
+    @property
+    def tma_swizzle(self) -> str:
+        return f"{self.swizzle}B"
+
+
+def tile_layout(cols: int) -> TileLayout:
+    """The TileLayout of a tile `cols` 16-bit columns wide (a multiple of 32)."""
+    return TileLayout(cols, 128 if cols % 64 == 0 else 64)
+
+
 @dataclass(frozen=True)
 class AttnConfig:
     dtype: str = "bf16"       # q, k, v, o element type: bf16 | f16
-    head_dim: int = 128       # D: 64, 128, 256
+    head_dim: int = 128       # D of q and k (and of v and o unless head_dim_v): 64, 96, 128, 192, 256
     causal: bool = False      # bottom-right aligned causal mask
     # sliding window and chunk (common.masks, FlashAttention's window_size and attention_chunk), fixed
     # at compile time; -1 / 0: none. With causal the window's right side is causal's: window_right -1
@@ -47,6 +78,9 @@ class AttnConfig:
     # rows from cu_seqlens in device memory, a 1-D grid in common.varlen_schedule's order; one tile per
     # CTA (persistent False). Left out of key() when False, so the dense kernels keep their keys
     varlen: bool = False
+    # D of v and o where it differs from head_dim (HEAD_DIM_PAIRS: 192 / 128, MLA prefill); 0: head_dim
+    # (the one spelling of equal dims, so one kernel per pair)
+    head_dim_v: int = 0
     bm: int = 128             # query rows per CTA: 64 per consumer warpgroup (128: 2, 192: 3)
     bn: int = 128             # key/value rows per pipeline block
     stages: int = 2           # K and V ring depth, >= 2
@@ -83,6 +117,10 @@ class AttnConfig:
         if self.bm not in BMS:
             raise ConfigError(f"bm must be one of {BMS} (consumer warpgroups of 64 rows each), got {self.bm}")
         self._check_mask()
+        if self.head_dim_v and (self.head_dim, self.head_dim_v) not in HEAD_DIM_PAIRS:
+            raise ConfigError(f"head_dim_v must be 0 (v and o as wide as q and k) or pair with head_dim as one of "
+                              f"{HEAD_DIM_PAIRS}, got head_dim={self.head_dim}, head_dim_v={self.head_dim_v}"
+                              f"{' (equal dims are spelled head_dim_v=0)' if self.head_dim_v == self.head_dim else ''}")
         if self.bn % 16 or not 16 <= self.bn <= 256:
             raise ConfigError(f"bn must be a multiple of 16 in [16, 256] (wgmma n and k16 steps), got {self.bn}")
         if self.varlen and self.persistent:
@@ -231,7 +269,7 @@ class AttnConfig:
         spills, measured over head dims, bn 16-240, bm 128 and 192, persistent or not and every
         softmax knob; the model is at or above every measurement (tests/test_attention_registers.py)."""
         pieces = int(self.masked) + int(bool(self.rescale_threshold or self.exp2_poly_stride))
-        return {"O": self.head_dim // 2, "S": self.bn // 2, "P": self.bn // 4,
+        return {"O": self.dim_v // 2, "S": self.bn // 2, "P": self.bn // 4,
                 "rest": CONSUMER_BASE_REGS + CONSUMER_CHUNK_REGS * self.d_chunks
                 + CONSUMER_PIECE_REGS * (self.d_chunks - 1) * pieces}
 
@@ -258,14 +296,30 @@ class AttnConfig:
         return 2 if self.persistent else 1
 
     @property
+    def dim_v(self) -> int:
+        """The head dim of v and o: head_dim_v, or head_dim when 0."""
+        return self.head_dim_v or self.head_dim
+
+    @property
     def d_chunks(self) -> int:
-        """The head dim in 64-element (128-byte swizzle) column chunks."""
-        return self.head_dim // 64
+        """The larger head dim in 64-column chunks (rounded up: D96 has two), what the register model
+        counts per chunk."""
+        return -(-max(self.head_dim, self.dim_v) // 64)
+
+    @property
+    def qk_tile(self) -> "TileLayout":
+        """The SMEM layout of the Q and K tiles (head_dim columns)."""
+        return tile_layout(self.head_dim)
+
+    @property
+    def v_tile(self) -> "TileLayout":
+        """The SMEM layout of the V and O tiles (dim_v columns)."""
+        return tile_layout(self.dim_v)
 
     def smem_bytes(self) -> int:
-        row = self.d_chunks * 128
-        o_tile = self.bm * row if self.persistent else 0
-        return self.q_stages * self.bm * row + o_tile + 2 * self.stages * self.bn * row + 1024
+        row_qk, row_v = self.head_dim * 2, self.dim_v * 2
+        o_tile = self.bm * row_v if self.persistent else 0
+        return self.q_stages * self.bm * row_qk + o_tile + self.stages * self.bn * (row_qk + row_v) + 1024
 
     def score_tag(self) -> str:
         """Kernel-name tags of the score modifiers ('' for none): _softcap, _sink; and _varlen."""
@@ -279,11 +333,10 @@ class AttnConfig:
     def key(self) -> dict:
         """The config as a dict, every field (the mask's and score modifiers' too: a bundle query by
         key() picks one kernel; bundles from before them lack them, which attention.plan.select_entry
-        reads as none)."""
-        key = {"kernel": KERNEL, **self.__dict__}
-        if not self.varlen:
-            del key["varlen"]
-        return key
+        reads as none), but varlen and head_dim_v only when set, so the dense kernels and those of equal
+        head dims keep their keys."""
+        return {"kernel": KERNEL, **{k: v for k, v in self.__dict__.items()
+                                     if not (k == "head_dim_v" and not v) and not (k == "varlen" and not v)}}
 
     @classmethod
     def from_key(cls, key: dict) -> "AttnConfig":
@@ -311,6 +364,20 @@ TILES = {
     # 128 x 64 with GEMM turns: turns spill at 128 x 80, and 64 keys end on the causal diagonal [D-tiles-d256]
     (256, False): dict(bn=64, stages=2, pingpong=True),
     (256, True): dict(bn=64, stages=2, pingpong=True),
+    # D96 and D192: not timed (no GPU where they were added) [D-hdim-tiles]. D96 on D128's tiles (the
+    # nearest measured case; FA3's 192 x 144 runs P V from SMEM, and P in registers at bm 192 needs
+    # more than its 160); D192 on FA3's 128 x 112 (the most keys whose two K/V stages fit SMEM)
+    (96, False): dict(bn=144, stages=2, pingpong=True),
+    (96, True): dict(pingpong=True, **_PERS),
+    (192, False): dict(bn=112, stages=2, pingpong=True),
+    (192, True): dict(bn=112, stages=2, pingpong=True),
+}
+
+# (head_dim, head_dim_v, causal) -> tiles of unequal head dims: FA3's 128 x 128 for qk 192 / v 128,
+# not timed [D-hdim-tiles]
+SPLIT_TILES = {
+    (192, 128, False): dict(bn=128, stages=2, pingpong=True),
+    (192, 128, True): dict(bn=128, stages=2, pingpong=True),
 }
 
 
@@ -349,7 +416,8 @@ KNOBS = {
 # the AttnConfig fields TILES sets: what tells the default kernel from a tile variant in a bundle
 TILE_FIELDS = ("bm", "bn", "stages", "pingpong", "persistent", "load_regs", "mma_regs")
 # the other code knobs (softmax pieces, rescale placement): a variant differs from the default in them
-KNOB_FIELDS = tuple(f.name for f in fields(AttnConfig) if f.name not in ("dtype", "head_dim", "causal", *TILE_FIELDS))
+KNOB_FIELDS = tuple(f.name for f in fields(AttnConfig)
+                    if f.name not in ("dtype", "head_dim", "head_dim_v", "causal", *TILE_FIELDS))
 
 
 def _mask_fields(mask: Mask) -> dict:
@@ -372,12 +440,20 @@ def _mask_fields(mask: Mask) -> dict:
 
 
 def default_config(dtype: str, head_dim: int, causal: bool, seqlen_k: int | None = None,
-                   mask: Mask | None = None, *, softcap: bool = False, sinks: bool = False) -> AttnConfig:
+                   mask: Mask | None = None, *, softcap: bool = False, sinks: bool = False,
+                   head_dim_v: int = 0) -> AttnConfig:
     """The measured tiles for (head_dim, causal): TILES, or SHORT_TILES when seqlen_k is given and
     at most SHORT_SEQLEN_K of the case; plus the case's measured code knobs (KNOBS). `mask` (common.
     masks; None: causal's or none) sets the mask fields, on the tiles of its causal flag (a window or
     chunk has its own kernel on the same tiles). `softcap`, `sinks`: the score modifiers' kernel on
-    the same tiles and knobs [D-softcap] [D-sinks]."""
+    the same tiles and knobs [D-softcap] [D-sinks]. `head_dim_v` (0 or head_dim: equal dims): the
+    v and o head dim of a HEAD_DIM_PAIRS pair, on SPLIT_TILES."""
+    if head_dim_v and head_dim_v != head_dim:
+        if (head_dim, head_dim_v) not in HEAD_DIM_PAIRS:
+            raise ValueError(f"(head_dim, head_dim_v) must be equal or one of {HEAD_DIM_PAIRS}, got "
+                             f"({head_dim}, {head_dim_v})")
+        base = default_config(dtype, head_dim, causal, seqlen_k, mask, softcap=softcap, sinks=sinks)
+        return replace(base, head_dim_v=head_dim_v, **SPLIT_TILES[(head_dim, head_dim_v, base.causal)]).validate()
     if softcap or sinks:
         return replace(default_config(dtype, head_dim, causal, seqlen_k, mask), softcap=bool(softcap),
                        sinks=bool(sinks)).validate()
@@ -410,10 +486,10 @@ def config_from_spec(spec: str) -> AttnConfig:
 
 
 def default_configs(dtype: str, head_dim: int, causal: bool, mask: Mask | None = None, *, softcap: bool = False,
-                    sinks: bool = False) -> list[AttnConfig]:
-    """Every config default_config picks for (dtype, head_dim, causal, mask, softcap, sinks) at some
-    seqlen_k: the long one first."""
-    mods = dict(mask=mask, softcap=softcap, sinks=sinks)
+                    sinks: bool = False, head_dim_v: int = 0) -> list[AttnConfig]:
+    """Every config default_config picks for (dtype, head_dim, causal, mask, softcap, sinks,
+    head_dim_v) at some seqlen_k: the long one first."""
+    mods = dict(mask=mask, softcap=softcap, sinks=sinks, head_dim_v=head_dim_v)
     out = [default_config(dtype, head_dim, causal, **mods), default_config(dtype, head_dim, causal, 1, **mods)]
     return out[:1] if out[0] == out[1] else out
 
@@ -444,10 +520,10 @@ SECTION_L2_SHARE = 0.6
 
 def section_shift(config: AttnConfig, problem, l2_bytes: int = L2_BYTES) -> int:
     """log2 of the (head, batch) indices per section of a causal one-tile-per-CTA grid (section_tile):
-    the largest power of two whose K and V (seqlen_k x head_dim, both, of every KV head a run of that
-    many consecutive query heads reads) fit in SECTION_L2_SHARE of `l2_bytes`; at least one head, at
-    most all of them."""
-    kv_head = 2 * int(problem.seqlen_k) * config.head_dim * 2     # K and V of one KV head, 2-byte elements
+    the largest power of two whose K and V (seqlen_k x head_dim and x dim_v, of every KV head a run of
+    that many consecutive query heads reads) fit in SECTION_L2_SHARE of `l2_bytes`; at least one head,
+    at most all of them."""
+    kv_head = int(problem.seqlen_k) * (config.head_dim + config.dim_v) * 2   # K and V of one KV head, 2-byte elements
     budget = l2_bytes * SECTION_L2_SHARE
     group = max(int(problem.heads_per_kv), 1)
     shift = 0
@@ -604,14 +680,17 @@ def causal_pair_slot(slot, m_tiles, grid_size, div_pairs, ops=IntOps):
     return m_block, hb, ops.select(two, slot + 1, (slot | 1) + (grid_size * 2 - 1))
 
 
-def flops(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int, causal: bool) -> float:
-    """Forward FLOPs as FlashAttention counts them: 4·B·H·Sq·Sk·D, halved when causal."""
-    f = 4.0 * batch * heads * seqlen_q * seqlen_k * head_dim
+def flops(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int, causal: bool,
+          head_dim_v: int = 0) -> float:
+    """Forward FLOPs as FlashAttention counts them: 2·B·H·Sq·Sk·(D + Dv) (4·B·H·Sq·Sk·D when Dv is D
+    or 0), halved when causal."""
+    f = 2.0 * batch * heads * seqlen_q * seqlen_k * (head_dim + (head_dim_v or head_dim))
     return f / 2 if causal else f
 
 
 __all__ = ["AttnConfig", "default_config", "default_configs", "SHORT_SEQLEN_K", "SHORT_TILES", "is_short",
            "query_tiles", "dealt_tile", "causal_pair_slot", "section_tile", "section_shift", "L2_BYTES",
            "SECTION_L2_SHARE", "IntOps", "grid", "launch_args", "launch_params", "LAUNCH_PARAMS", "SOFTCAP_PARAMS", "SINK_PARAMS",
-           "VARLEN_PARAMS", "varlen_config", "varlen_grid", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "DTYPES", "BMS",
+           "VARLEN_PARAMS", "varlen_config", "varlen_grid", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "HEAD_DIM_PAIRS",
+           "SPLIT_TILES", "TileLayout", "tile_layout", "DTYPES", "BMS",
            "TILES", "KNOBS", "TILE_FIELDS", "KNOB_FIELDS"]

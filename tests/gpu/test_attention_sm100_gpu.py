@@ -24,7 +24,10 @@ def kernels_sm100(bundle, require_arch):
     require_arch(10)
     pytest.importorskip("torch")
     from fa4mlir.kernels.attention_sm100_config import KERNEL
-    entries = [e for e in bundle.entries if e.get("config", {}).get("kernel") == KERNEL]
+    from fa4mlir.kernels.attention_sm100_config import FA4Config
+    # the dense prefill kernels (the serving, paged and decode ones have their own launch contracts)
+    entries = [e for e in bundle.entries if e.get("config", {}).get("kernel") == KERNEL
+               and (lambda c: c.plain and not c.paged and not c.decode)(FA4Config.from_key(e["config"]))]
     if not entries:
         pytest.skip(f"the bundle has no {KERNEL} kernel: build it with `python -m fa4mlir bundle --set attention-sm100`")
     return bundle, entries

@@ -10,7 +10,7 @@ r + 8 ((i / 2) % 2); A word j (two 16-bit elements, low half first) row r + 8 (j
 8 (j / 2) + 2 (l % 4) + {0, 1}.
 
 Descriptors (§9.7.15.5.1 "Matrix Descriptor Format"): start address >> 4 in bits 0-13, LBO >> 4 in
-16-29, SBO >> 4 in 32-45, base offset in 49-51, swizzle in 62-63 (1 = 128B, the one modelled).
+16-29, SBO >> 4 in 32-45, base offset in 49-51, swizzle in 62-63 (1 = 128B and 2 = 64B modelled).
 A row-major ("K-major") A and a column-major B are K-major operands, a row-major B (imm-trans-b)
 is MN-major: numeric.sw128_operand_offsets.
 
@@ -40,6 +40,7 @@ from . import semantics
 from .tcgen05 import read_operand
 
 SWIZZLE_128B = 1      # swizzle field (bits 62-63) of a wgmma descriptor
+SWIZZLE_SPAN = {SWIZZLE_128B: 128, 2: 64}   # the modelled swizzle fields -> bytes (2: 64B, head dim 96)
 M, K = 64, 16
 
 
@@ -92,11 +93,12 @@ def descriptor_addresses(desc: int, rows: int, mn_major: bool) -> np.ndarray:
     descriptor `desc`."""
     start, lbo, sbo = _bits(desc, 0, 14) << 4, _bits(desc, 16, 14) << 4, _bits(desc, 32, 14) << 4
     base, layout = _bits(desc, 49, 3), _bits(desc, 62, 2)
-    if base or layout != SWIZZLE_128B or _bits(desc, 14, 2) or _bits(desc, 30, 2) or _bits(desc, 46, 3) \
+    if base or layout not in SWIZZLE_SPAN or _bits(desc, 14, 2) or _bits(desc, 30, 2) or _bits(desc, 46, 3) \
             or _bits(desc, 52, 10):
         raise Unsupported(f"wgmma descriptor {desc:#018x}: swizzle {layout}, base offset {base} or reserved bits "
-                          f"(modelled: the 128B swizzle, base offset 0)")
-    return swizzle(start + sw128_operand_offsets(rows, K, mn_major, lbo, sbo), 128)
+                          f"(modelled: the 128B and 64B swizzles, base offset 0)")
+    span = SWIZZLE_SPAN[layout]
+    return swizzle(start + sw128_operand_offsets(rows, K, mn_major, lbo, sbo, span), span)
 
 
 @lru_cache(maxsize=None)

@@ -184,6 +184,25 @@ def attention_mask(causal: bool = False, window_size: tuple = (-1, -1), attentio
     return intersect(*parts)
 
 
+def mask_fields(mask: Mask) -> dict:
+    """The config fields of a mask in canonical form, as AttnConfig and FA4Config spell them: causal,
+    window_left, window_right (-1: unbounded; with causal the right side is causal's, so -1), chunk
+    (0: none). Equal masks give equal fields, so they compile to one kernel."""
+    out = {"causal": False, "window_left": -1, "window_right": -1, "chunk": 0}
+    for part in mask.parts:
+        if isinstance(part, Causal):
+            out["causal"] = True
+        elif isinstance(part, SlidingWindow):
+            out.update(window_left=part.left, window_right=part.right)
+        else:
+            out["chunk"] = part.size
+    if out["window_right"] == 0:     # (left, 0) is causal's spelling of the right side
+        out.update(causal=True, window_right=-1)
+    if out["causal"]:
+        out["window_right"] = -1
+    return out
+
+
 def row_keys(mask: Mask, row, seqlen_q, seqlen_k, ops) -> tuple:
     """[lo, hi): the keys query `row` sees, clipped to [0, seqlen_k) (empty when hi <= lo)."""
     lo, hi = mask.bounds(row + seqlen_k - seqlen_q, ops)
@@ -217,4 +236,4 @@ def tile_blocks(mask: Mask, row0, rows: int, seqlen_q, seqlen_k, bn: int, ops) -
 
 
 __all__ = ["Mask", "Causal", "SlidingWindow", "Chunked", "Intersect", "CAUSAL", "NO_MASK", "intersect",
-           "attention_mask", "row_keys", "tile_blocks", "TileBlocks", "IntOps"]
+           "attention_mask", "mask_fields", "row_keys", "tile_blocks", "TileBlocks", "IntOps"]

@@ -1,0 +1,155 @@
+"""`bench mla`'s pure logic without a GPU: workload selection and flags, the anchors' FLOP count
+against brute-force pair counts, the mla_prefill row built on the CPU at a small size (its check
+passes the reference and fails wrong or NaN outputs), the JSON schema, the kernel set, and that the
+modules import without MLIR."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fa4mlir import kernel_sets, testing
+from fa4mlir.bench import mla_bench as mb
+from fa4mlir.kernels import attention_sm90_config as acfg
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_workloads_and_unknown_names():
+    assert mb.parse_workloads("") == ["mla_prefill"] == list(mb.WORKLOADS)
+    assert mb.parse_workloads(" mla_prefill,mla_prefill ") == ["mla_prefill"]
+    with pytest.raises(ValueError, match=r"unknown mla workload\(s\) \['decode_dense'\]"):
+        mb.parse_workloads("mla_prefill,decode_dense")
+    assert set(mb.BUILDERS) == set(mb.WORKLOADS)
+
+
+def test_cli_parses_the_mla_flags(monkeypatch):
+    from fa4mlir import __main__ as cli
+    seen = []
+    monkeypatch.setattr(mb, "run", lambda args: seen.append(args) or 0)
+    assert cli.main(["bench", "mla", "--rounds", "5", "--heat-ms", "250", "--no-fa4", "--out", "m.json",
+                     "--bundle", "b"]) == 0
+    a = seen[-1]
+    assert (a.what, a.workloads, a.rounds, a.heat_ms, a.no_fa4, a.out, a.bundle) == \
+        ("mla", "", 5, 250.0, True, "m.json", "b")
+    cli.main(["bench", "mla"])
+    assert (seen[-1].rounds, seen[-1].out) == (3, "mla-bench.json")
+
+
+def test_run_refuses_an_unknown_workload_before_touching_torch(capsys):
+    from types import SimpleNamespace
+    assert mb.run(SimpleNamespace(workloads="mla_prefill,nope")) == 2
+    assert "unknown mla workload(s) ['nope']" in capsys.readouterr().err
+
+
+def _causal_pairs(s: int) -> int:
+    return sum(j <= i for i in range(s) for j in range(s))
+
+
+@pytest.mark.parametrize("b, h, s", [(1, 1, 1), (2, 3, 9), (1, 2, 64)])
+def test_mla_flops_are_two_gemms_over_half_the_square(b, h, s):
+    """2·(D_qk + D_v) per visible (query, key) pair, less half the diagonal: FlashAttention's S²/2."""
+    d, dv = 192, 128
+    want = 2 * b * h * (d + dv) * (_causal_pairs(s) - s / 2)
+    assert mb.mla_flops(b, h, s, d, dv) == pytest.approx(want)
+    assert mb.mla_flops(b, h, s, d, dv, causal=False) == 2 * b * h * s * s * (d + dv)
+    assert acfg.flops(b, h, s, s, d, True, head_dim_v=dv) == mb.mla_flops(b, h, s, d, dv)
+    assert acfg.flops(b, h, s, s, 128, False) == acfg.flops(b, h, s, s, 128, False, head_dim_v=128)
+
+
+def test_anchor_row_shape_and_flops():
+    shape, flops = mb.row_shape("mla_prefill")
+    assert shape == {"batch": 2, "seqlen": 8192, "heads": 16, "head_dim": 192, "head_dim_v": 128, "causal": True}
+    assert flops == 2 * 2 * 16 * 8192 * 8192 * (192 + 128) / 2      # anchors_serving.w_mla_prefill's count
+    with pytest.raises(ValueError, match="unknown mla row"):
+        mb.row_shape("decode_dense")
+
+
+def test_mla_prefill_row_on_cpu_checks_by_the_fa_rule(monkeypatch):
+    """The row's tensors (q, k 192 wide, v 128), backends and check, made on the CPU at a small size:
+    the float32 reference passes, a wrong output and a NaN fail."""
+    torch = pytest.importorskip("torch")
+    from fa4mlir.bench import prefill_workloads as pw
+    monkeypatch.setattr(pw, "DEV", "cpu")
+    monkeypatch.setattr(mb, "MLA_PREFILL", dict(mb.MLA_PREFILL, batch=1, seqlen=300, heads=2))
+    monkeypatch.setattr(mb, "row_shape", lambda row: ({"seqlen": 300}, 1.0))
+    (row,) = mb.mla_prefill_rows(torch, fa4=None)
+    assert list(row.backends) == ["fa4mlir", "sdpa-cudnn"]
+    torch.manual_seed(0)
+    q = torch.randn(1, 300, 2, 192, dtype=torch.bfloat16)
+    k = torch.randn(1, 300, 2, 192, dtype=torch.bfloat16)
+    v = torch.randn(1, 300, 2, 128, dtype=torch.bfloat16)
+    mask = torch.ones(300, 300, dtype=torch.bool).tril()
+    good = pw.reference(torch, q, k, v, 192 ** -0.5, mask).to(torch.bfloat16)
+    assert good.shape == (1, 300, 2, 128)
+    report = row.check(good)
+    assert report["fa_rule_ok"] and report["nan_out"] == 0, report
+    wrong = good.clone()
+    wrong[0, -1, 0, :64] = wrong[0, -1, 0, 64:]
+    assert not row.check(wrong)["fa_rule_ok"]
+    poisoned = good.clone()
+    poisoned[0, 0, 0, 0] = float("nan")
+    bad = row.check(poisoned)
+    assert not bad["fa_rule_ok"] and bad["nan_out"] == 1, bad
+
+
+def synthetic_result() -> dict:
+    res = mb.new_result(device="NVIDIA H200", environment={"torch": "2.9"}, timer={"name": "heated"},
+                        fa4_cute={"available": False}, settings={"workloads": ["mla_prefill"], "rounds": 3})
+    res["rows"].append({"row": "mla_prefill", "workload": "mla_prefill", "shape": {}, "flops": 1e15})
+    ok = {"status": "measured", "ms": 2.0, "tflops": 500.0, "times_ms": [2.0], "max_err": 1e-3, "torch_err": 1e-3,
+          "bound": 2e-3, "fa_rule_ok": True, "nan_out": 0}
+    res["results"] += [{"workload": "mla_prefill", "row": "mla_prefill", "backend": "fa4mlir", **ok},
+                       {"workload": "mla_prefill", "row": "mla_prefill", "backend": "sdpa-cudnn",
+                        **ok, "tflops": 400.0},
+                       {"workload": "mla_prefill", "row": "mla_prefill", "backend": "fa4cute",
+                        "status": "unsupported", "reason": "no flash_attn.cute"}]
+    return res
+
+
+def test_json_round_trip_schema_tables_and_exit_code(tmp_path):
+    res = synthetic_result()
+    path = tmp_path / "mla.json"
+    mb.save_result(res, path)
+    assert mb.load_result(path) == res and json.loads(path.read_text())["schema"] == mb.SCHEMA
+    with pytest.raises(ValueError, match="schema"):
+        mb.validate_result({"schema": "fa4mlir-prefill-bench/1"})
+    for broken, words in ((lambda r: r.pop("rows"), "lacks \\['rows'\\]"),
+                          (lambda r: r["results"][0].pop("times_ms"), "result #0 lacks \\['times_ms'\\]"),
+                          (lambda r: r["results"][2].pop("reason"), "result #2 lacks \\['reason'\\]"),
+                          (lambda r: r["results"][2].update(status="skipped"), "status 'skipped'"),
+                          (lambda r: r["rows"][0].pop("flops"), "row #0 lacks \\['flops'\\]")):
+        bad = synthetic_result()
+        broken(bad)
+        with pytest.raises(ValueError, match=words):
+            mb.validate_result(bad)
+    table = mb.format_tables(res)
+    assert "sdpa-cudnn 1.250" in table and "unsupported: no flash_attn.cute" in table
+    assert mb.exit_code(res) == 0
+    res["results"][0]["fa_rule_ok"] = False
+    assert mb.exit_code(res) == 1
+
+
+def test_mla_set_holds_the_mla_prefill_kernel_and_bench_holds_it():
+    entries = kernel_sets.configs(["mla"])
+    assert [(c.dtype, c.head_dim, c.dim_v, c.causal) for _, c, *_ in entries] == [("bf16", 192, 128, True)]
+    bench = kernel_sets.configs(["bench"])
+    assert all(any(e[0] == b[0] and e[1] == b[1] for b in bench) for e in entries)
+    assert "mla" in kernel_sets.SETS and "bench mla" in kernel_sets.__doc__
+
+
+def test_mla_module_and_cli_import_no_mlir():
+    code = testing.BLOCK_MLIR + "\n".join([
+        "import fa4mlir.bench.mla_bench",
+        "from fa4mlir.__main__ import main",
+        "assert main(['bench', 'mla', '--workloads', 'nope']) == 2",
+        "mods = sorted(m for m in sys.modules if m == 'mlir' or m.startswith('mlir.'))",
+        "assert not mods, mods",
+        "print('OK')"])
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "OK" and "unknown mla workload(s) ['nope']" in proc.stderr
