@@ -129,7 +129,7 @@ def family(kernel: str, config: dict) -> str:
 
 
 def features(kernel: str, config: dict) -> set[str]:
-    """What else a reduced matrix must hit once: the attention kernel's dtypes, head dims, softmax
+    """What else a reduced matrix must hit once: the attention kernel's dtypes, head dims (and v's), softmax
     knobs, masks (a sliding window, chunks) and score modifiers (softcap, sinks), a varlen kernel's
     with a `varlen-` prefix (its own, so every varlen case is needed); the decode
     kernel's dtypes, head dims and FP8 scale granularities, the combine's head dims; the MLA
@@ -140,7 +140,7 @@ def features(kernel: str, config: dict) -> set[str]:
         return smla.mla_features(config)
     if kernel != acfg.KERNEL:
         return set()
-    out = {config["dtype"], f"d{config['head_dim']}"}
+    out = {config["dtype"], f"d{config['head_dim']}", *([f"dv{config['head_dim_v']}"] if config.get("head_dim_v") else [])}
     out |= {name for name, on in (("lazy-rescale", config["rescale_threshold"] > 0),
                                   ("poly-exp2", config["exp2_poly_stride"] > 0),
                                   ("rescale-before-pv", config["rescale_before_pv"]),
@@ -202,7 +202,7 @@ def picks(cfg: acfg.AttnConfig, seqlen_k: int | None) -> acfg.AttnConfig:
     the kernel flash_attn_func runs there."""
     masked = bool(mask_mods(cfg))
     return acfg.default_config(cfg.dtype, cfg.head_dim, cfg.causal, seqlen_k, cfg.mask if masked else None,
-                               softcap=cfg.softcap, sinks=cfg.sinks)
+                               softcap=cfg.softcap, sinks=cfg.sinks, head_dim_v=cfg.head_dim_v)
 
 
 def api_shape(cfg: acfg.AttnConfig) -> tuple[int, ...] | None:
@@ -269,6 +269,10 @@ CASES = (
     _attn("attn-d128-short-f16", _default("f16", 128, False, short=True)),
     _attn("attn-d128-causal", _default("bf16", 128, True), quick=True),
     _attn("attn-d256-causal", _default("bf16", 256, True), quick=True),
+    # head dims 96 and 192, qk 192 / v 128 (MLA prefill) (the head-dims set)
+    _attn("attn-d96-causal", _default("bf16", 96, True)),
+    _attn("attn-d192-f16", _default("f16", 192, False)),
+    _attn("attn-d192-v128-causal", acfg.default_config("bf16", 192, True, head_dim_v=128)),
     # FlashAttention-4's softmax pieces (polynomial exp2): attention-fa4-pieces
     _attn("fa4-pieces-d64-causal-f16", _pieces("f16", 64, True)),
     # tile variants whose protocol no default has (attention-tiles)
@@ -419,7 +423,9 @@ def child_attention(case: Case, bundle, seed: int):
     for i, (shape, via) in enumerate(launches):
         b, sq, _, h, _ = shape
         q, k, v = attention_inputs(*shape, cfg.head_dim, cfg.dtype, seed + i)
-        o = torch.full_like(q, NAN)
+        if cfg.head_dim_v:   # v and o of their own head dim (qk 192 / v 128)
+            v = attention_inputs(*shape, cfg.dim_v, cfg.dtype, seed + i + 1)[2]
+        o = torch.full((*q.shape[:3], cfg.dim_v), NAN, device=q.device, dtype=q.dtype)
         lse = torch.full((b, h, sq), NAN, device=q.device, dtype=torch.float32)
         scale = cfg.head_dim ** -0.5
         sinks = torch.randn(h, generator=torch.Generator().manual_seed(seed + i)).to(q.device) if cfg.sinks else None
@@ -434,6 +440,7 @@ def child_attention(case: Case, bundle, seed: int):
             problem = AttnProblem.of(q.shape, k.shape, cfg.dtype, causal=cfg.causal, softmax_scale=scale).with_options(
                 causal=cfg.causal, softmax_scale=scale, softcap=mods.get("softcap", 0.0), sinks=cfg.sinks,
                 **mask_mods(cfg))
+            problem = replace(problem, head_dim_v=cfg.head_dim_v)
             tensors = dict(q=q, k=k, v=v, o=o, lse=lse, **({"sinks": sinks} if cfg.sinks else {}))
             kern.launch(acfg.grid(cfg, problem, PERSISTENT_CTAS), acfg.launch_args(cfg, problem, tensors))
         torch.cuda.synchronize()

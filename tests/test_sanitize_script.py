@@ -248,6 +248,9 @@ def test_the_coverage_check_fails_on_what_no_case_runs(gpu_tests):
         "mla-f16-p64": ["mla-f16"],
         "mla-bf16-p16": ["mla-box16"],
         "mla-combine": ["combine-d512"],
+        "attn-d96-causal": ["d96"],
+        "attn-d192-v128-causal": ["dv128"],
+        "attn-d192-f16,attn-d192-v128-causal": ["d192", "dv128"],
         "decode-combine,mla-combine": ["attention_combine_sm90", "combine-d128", "combine-d256", "combine-d512",
                                        "combine-d64"],
     }
@@ -279,7 +282,7 @@ def test_flash_attn_func_runs_every_default_kernel_on_its_api_shape():
     for cfg in defaults:
         shape = san.api_shape(cfg)
         assert shape is not None, cfg
-        assert acfg.default_config(cfg.dtype, cfg.head_dim, cfg.causal, shape[2]) == cfg
+        assert acfg.default_config(cfg.dtype, cfg.head_dim, cfg.causal, shape[2], head_dim_v=cfg.head_dim_v) == cfg
     for _, cfg, *_ in kernel_sets.tile_variants() + kernel_sets.attention_fa4_pieces():
         assert cfg in defaults or san.api_shape(cfg) is None, cfg   # one variant is also a default
     attn_cases = [c for c in san.CASES if c.kernel == acfg.KERNEL]
@@ -612,7 +615,7 @@ def under_sanitizer(rep, summary="========= ERROR SUMMARY: 0 errors\n") -> str:
     return "========= COMPUTE-SANITIZER\n" + lines + summary
 
 
-@pytest.mark.parametrize("name", ["attn-d128-causal", "attn-d64", "tiles-d64-128x128-nopp-pers"])
+@pytest.mark.parametrize("name", ["attn-d128-causal", "attn-d64", "tiles-d64-128x128-nopp-pers", "attn-d192-v128-causal"])
 def test_child_checks_every_attention_launch(cpu_child, capsys, name):
     bundle, loaded, api_calls, _ = cpu_child
     code, rep = child_report(capsys, name, bundle)
