@@ -7,35 +7,40 @@ GPU machine, from the repo root, with the bundle of `make gpu-bundle`):
     PYTHONPATH=$PWD python3 bench/sanitize.py --dry-run     # the matrix, the bundle check, every command
 
 Each (case, tool) is one process, `compute-sanitizer --tool TOOL --error-exitcode 99 ... python3
-bench/sanitize.py --child CASE`: the child draws fresh random inputs, fills the outputs with NaN,
-launches the case's kernel on a few small shapes (ragged sequence lengths, several query tiles and
-KV blocks, seqlen_q above and below seqlen_k, GQA/MQA; decode: page sizes, lengths and packed query
-rows that are not multiples of pages or tiles) and checks every result against a reference
-(the FA rule of fa4mlir.testing), so a clean report is known to come from kernels that ran and were
-right. memcheck and synccheck instrument only the case's kernels (`--kernel-name kns=KERNEL`; not
-torch's randn and reference kernels; a decode call's other kernels, its combine or append, run
-uninstrumented there: each has its own case) where the sanitizer takes that option (probed first;
-the JSON says when not); initcheck and racecheck run unfiltered (UNFILTERED says why). torch's caching allocator is off in the child (PYTORCH_NO_CUDA_MEMORY_CACHING=1): each
-tensor is its own allocation, so memcheck sees an access past a tensor's end.
+bench/sanitize.py --child CASE`: the child draws fresh random inputs, fills the outputs with NaN, launches
+the case's kernel on a few small shapes (ragged sequence lengths, several query tiles and KV blocks,
+seqlen_q above and below seqlen_k, GQA/MQA; decode: page sizes, lengths and packed query rows that are not
+multiples of pages or tiles) and checks every result against a reference (the FA rule of fa4mlir.testing),
+so a clean report is known to come from kernels that ran and were right. memcheck and synccheck instrument
+only the case's kernels (`--kernel-name kns=KERNEL`; not torch's randn and reference kernels; a decode
+call's other kernels, its combine or append, run uninstrumented there: each has its own case, MLA's
+combine too) where the sanitizer takes that option (probed first; the JSON says when not); initcheck and
+racecheck run unfiltered (UNFILTERED says why). torch's caching allocator is off in the child
+(PYTORCH_NO_CUDA_MEMORY_CACHING=1): each tensor is its own allocation, so memcheck sees an access past a
+tensor's end.
 
-The matrix (CASES): one case per family of the sm_90a kernels of the gpu-tests and decode sets
-(SETS; `family`: the kernel, and for the attention kernel what changes its barriers and
-shared-memory protocol: persistent or one tile per CTA, causal, consumer warpgroups, GEMM turns; for
-the decode kernels sanitize_decode's: fetch, split or unsplit, FP8; the combine; the append, paged
-or not), plus cases until every head dim, dtype, softmax knob, mask (window, chunk), score modifier
-(softcap, sinks) and decode dtype, head dim and FP8 scale granularity is covered
-(tests/test_sanitize_script.py checks both against kernel_sets). The attention defaults, masks and
-score modifiers run through flash_attn_func (window_size=, attention_chunk=, softcap=, sinks=) on one
-shape it picks them for and, like the variants, launched directly on the others (a persistent kernel
-on PERSISTENT_CTAS CTAs, so each CTA strides over several tiles). The decode cases run
-flash_attn_with_kvcache (num_splits 1 or SPLITS, k_scale=/v_scale=, k=/v=) on ragged lengths over
-shuffled page tables with NaN in unused pages (sanitize_decode's docstring), after checking the
-planned call runs the case's kernel. The watchdog case launches the deadlocking debug kernel, which must
-trap with its message; the sanitizer's report of that trap (a failed launch, the trap itself) is
-expected, anything else it reports is not. sm_100a kernels cannot run here (no Blackwell GPU): the
-JSON lists them as not runnable. `--quick`: the cases marked quick, one of each kernel family group
+The matrix (CASES): one case per family of the sm_90a kernels of the gpu-tests and decode sets (SETS;
+`family`: the kernel, and for the attention kernel what changes its barriers and shared-memory protocol:
+persistent, one tile per CTA or varlen (its own order and stores: sanitize_varlen), causal, consumer
+warpgroups, GEMM turns; for the decode kernels sanitize_decode's: fetch, split or unsplit, FP8; the
+combine; the append, paged or not; for the MLA decode kernel sanitize_mla's: split or unsplit, the
+exchange of P or not), plus cases until every head dim, dtype, softmax knob, mask (window, chunk), score
+modifier (softcap, sinks) (and the varlen kernels' own, `varlen-` features), decode dtype, head dim and
+FP8 scale granularity, combine head dim (512: MLA's) and MLA dtype and TMA box is covered
+(tests/test_sanitize_script.py checks both against kernel_sets). The attention defaults, masks and score
+modifiers run through flash_attn_func (window_size=, attention_chunk=, softcap=, sinks=) on one shape it
+picks them for and, like the variants, launched directly on the others (a persistent kernel on
+PERSISTENT_CTAS CTAs, so each CTA strides over several tiles). The decode cases run
+flash_attn_with_kvcache (num_splits 1 or SPLITS, k_scale=/v_scale=, k=/v=) on ragged lengths over shuffled
+page tables with NaN in unused pages (sanitize_decode's docstring), after checking the planned call runs
+the case's kernel. The varlen cases run flash_attn_varlen_func on ragged batches with spare packed rows
+(sanitize_varlen's docstring), the MLA cases get_mla_metadata and flash_mla_with_kvcache on a shuffled
+block table (sanitize_mla's), after the same check. The watchdog case launches the deadlocking debug
+kernel, which must trap with its message; the sanitizer's report of that trap (a failed launch, the trap
+itself) is expected, anything else it reports is not. sm_100a kernels cannot run here (no Blackwell GPU):
+the JSON lists them as not runnable. `--quick`: the cases marked quick, one of each kernel family group
 (attention defaults, a mask, softcap and sinks, each decode fetch, FP8, the combine, the append, GEMM,
-watchdog).
+watchdog, each varlen and MLA family).
 
 Per run: status, errors (ERROR SUMMARY), racecheck hazards (errors, warnings), wall seconds, return
 code, the first lines of the first findings, the child's checks; the full log under --logs.
@@ -65,10 +70,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from bench import sanitize_mla as smla
+from bench import sanitize_varlen as svar
 from bench.sanitize_decode import DECODE_KERNELS, child_decode, decode_family, decode_features, describe
-from bench.sanitize_report import FAILED, judge, parse_report
+from bench.sanitize_report import (FAILED, clip_log, exit_code, filter_accepted, judge, parse_report, sanitizer_version,
+                                   table, write_json)
 from fa4mlir import kernel_sets, kernels
 from fa4mlir.kernels import attention_decode_sm90_config as dcfg
+from fa4mlir.kernels import attention_mla_decode_sm90_config as mcfg
 from fa4mlir.kernels import attention_sm90_config as acfg
 from fa4mlir.kernels.common.mask_family import attention_mask
 
@@ -89,7 +98,8 @@ ERROR_EXITCODE = 99
 # itself, so the sanitizer's errors here are the kernels' memory and synchronisation errors alone.
 API_ERRORS = ("--report-api-errors", "no")
 RUNNABLE_ARCH = "sm_90a"
-SETS = ("gpu-tests", "decode")   # the kernel sets whose runnable families and features the matrix covers
+SETS = ("gpu-tests", "decode")   # the kernel sets whose runnable families and features the matrix covers (mla and
+                                 # attention-varlen are in gpu-tests)
 PERSISTENT_CTAS = 3   # a persistent kernel launched directly gets 3 CTAs: each loops over several tiles
 WATCHDOG_TEXT = "fa4mlir watchdog: kernel deadlock_sm90_debug"
 NAN = float("nan")
@@ -104,32 +114,40 @@ def family(kernel: str, config: dict) -> str:
     """The sanitizer family of a bundle entry: its kernel, and for the sm_90a attention kernel the
     choices that change its synchronisation and shared-memory protocol (tile sizes, stages, dtype,
     head dim, masks, score modifiers and the softmax knobs change the code inside one protocol:
-    `features`); for the decode kernels sanitize_decode.decode_family (fetch, split, FP8)."""
+    `features`; a varlen kernel is its own protocol: sanitize_varlen); for the decode kernels
+    sanitize_decode.decode_family (fetch, split, FP8), for the MLA kernel sanitize_mla.mla_family."""
     if kernel in DECODE_KERNELS:
         return decode_family(kernel, config)
+    if kernel == mcfg.KERNEL:
+        return smla.mla_family(config)
     if kernel != acfg.KERNEL:
         return kernel
-    return "/".join((kernel, "persistent" if config["persistent"] else "tiled",
+    order = "varlen" if config.get("varlen") else "persistent" if config["persistent"] else "tiled"
+    return "/".join((kernel, order,
                      "causal" if config["causal"] else "full", f"{config['bm'] // 64}wg",
                      "pingpong" if config["pingpong"] else "nopp"))
 
 
 def features(kernel: str, config: dict) -> set[str]:
-    """What else a reduced matrix must hit once: the attention kernel's dtypes, head dims, softmax
-    knobs, masks (a sliding window, chunks) and score modifiers (softcap, sinks); the decode
-    kernel's dtypes, head dims and FP8 scale granularities."""
+    """What else a reduced matrix must hit once: the attention kernel's dtypes, head dims (and v's), softmax
+    knobs, masks (a sliding window, chunks) and score modifiers (softcap, sinks), a varlen kernel's
+    with a `varlen-` prefix (its own, so every varlen case is needed); the decode
+    kernel's dtypes, head dims and FP8 scale granularities, the combine's head dims; the MLA
+    kernel's dtypes and TMA box rows."""
     if kernel in DECODE_KERNELS:
         return decode_features(kernel, config)
+    if kernel == mcfg.KERNEL:
+        return smla.mla_features(config)
     if kernel != acfg.KERNEL:
         return set()
-    out = {config["dtype"], f"d{config['head_dim']}"}
+    out = {config["dtype"], f"d{config['head_dim']}", *([f"dv{config['head_dim_v']}"] if config.get("head_dim_v") else [])}
     out |= {name for name, on in (("lazy-rescale", config["rescale_threshold"] > 0),
                                   ("poly-exp2", config["exp2_poly_stride"] > 0),
                                   ("rescale-before-pv", config["rescale_before_pv"]),
                                   ("window", config["window_left"] >= 0 or config["window_right"] >= 0),
                                   ("chunk", config["chunk"] > 0), ("softcap", config["softcap"]),
                                   ("sinks", config["sinks"])) if on}
-    return out
+    return {f"varlen-{f}" for f in out} if config.get("varlen") else out
 
 
 @dataclass(frozen=True)
@@ -139,7 +157,9 @@ class Case:
     seqlen_k, heads, kv_heads), GEMM (m, n, k); decode cases run sanitize_decode.DECODE_SHAPES on
     a cache of `page_size` (None: contiguous), FP8 with scales of `kv_scale` when set. An attention
     case with a mask or score modifier runs it with SOFTCAP and random sinks (compile-time flags;
-    the cap and the sinks are launch arguments)."""
+    the cap and the sinks are launch arguments). `child`: 'varlen' (sanitize_varlen's batches through
+    flash_attn_varlen_func) or 'mla' (sanitize_mla's calls of flash_mla_with_kvcache, its combine
+    too) in place of the kernel's own child."""
 
     name: str
     kernel: str
@@ -149,6 +169,7 @@ class Case:
     expect_trap: bool = False
     page_size: int | None = None
     kv_scale: str = ""
+    child: str = ""
 
     @property
     def families(self) -> list[str]:
@@ -181,7 +202,7 @@ def picks(cfg: acfg.AttnConfig, seqlen_k: int | None) -> acfg.AttnConfig:
     the kernel flash_attn_func runs there."""
     masked = bool(mask_mods(cfg))
     return acfg.default_config(cfg.dtype, cfg.head_dim, cfg.causal, seqlen_k, cfg.mask if masked else None,
-                               softcap=cfg.softcap, sinks=cfg.sinks)
+                               softcap=cfg.softcap, sinks=cfg.sinks, head_dim_v=cfg.head_dim_v)
 
 
 def api_shape(cfg: acfg.AttnConfig) -> tuple[int, ...] | None:
@@ -220,6 +241,18 @@ def _mods(dtype: str, head_dim: int, causal: bool, window=(-1, -1), chunk: int =
     return acfg.default_config(dtype, head_dim, causal, None, mask, **score)
 
 
+def _varlen(name: str, cases, quick: bool = False) -> Case:
+    """kernel_sets.attention_varlen()'s kernels of VARLEN_CASES rows `cases`."""
+    match = tuple(cfg.key() for i, (_, cfg) in enumerate(kernel_sets.attention_varlen()) if i in cases)
+    return Case(name, acfg.KERNEL, match, quick=quick, child="varlen")
+
+
+def _mla(name: str, dtype: str, page: int, exchange: bool = True, quick: bool = False) -> Case:
+    """The MLA decode kernel for pages of `page` rows, split and unsplit (kernel_sets.mla)."""
+    match = tuple(mcfg.default_config(dtype, page, unsplit=u, exchange=exchange).key() for u in (False, True))
+    return Case(name, mcfg.KERNEL, match, quick=quick, page_size=page, child="mla")
+
+
 def _decode(name: str, dtype: str, head_dim: int, page: int | None, kv_scale: str = "", quick: bool = False) -> Case:
     """The decode kernel of a cache of `page` rows, split and unsplit (kernel_sets.decode)."""
     match = tuple(dcfg.default_config(dtype, head_dim, page, kv_scale, unsplit=u).key() for u in (False, True))
@@ -236,6 +269,10 @@ CASES = (
     _attn("attn-d128-short-f16", _default("f16", 128, False, short=True)),
     _attn("attn-d128-causal", _default("bf16", 128, True), quick=True),
     _attn("attn-d256-causal", _default("bf16", 256, True), quick=True),
+    # head dims 96 and 192, qk 192 / v 128 (MLA prefill) (the head-dims set)
+    _attn("attn-d96-causal", _default("bf16", 96, True)),
+    _attn("attn-d192-f16", _default("f16", 192, False)),
+    _attn("attn-d192-v128-causal", acfg.default_config("bf16", 192, True, head_dim_v=128)),
     # FlashAttention-4's softmax pieces (polynomial exp2): attention-fa4-pieces
     _attn("fa4-pieces-d64-causal-f16", _pieces("f16", 64, True)),
     # tile variants whose protocol no default has (attention-tiles)
@@ -271,6 +308,20 @@ CASES = (
     # the append of new tokens (k=, v=): a paged cache of 16-row pages and a contiguous one
     Case("decode-append", dcfg.APPEND_KERNEL, tuple(dcfg.AppendConfig("bf16", 128, paged).key() for paged in (True, False)),
          quick=True, page_size=16),
+    # flash_attn_varlen_func's kernels (attention-varlen; rows of kernel_sets.VARLEN_CASES): each head dim
+    # and tile shape, full and causal; f16; a window; softcap with sinks (and seqused_k)
+    _varlen("varlen-d64", (0, 1), quick=True),
+    _varlen("varlen-d128", (2, 3), quick=True),
+    _varlen("varlen-d256-f16", (4, 5, 6)),
+    _varlen("varlen-window-softcap-sinks", (7, 8, 9)),
+    # flash_mla_with_kvcache's kernels (mla): split and unsplit, with and without the exchange of P;
+    # f16; 16-row pages; the head-dim-512 combine of split calls
+    _mla("mla-bf16-p64", "bf16", 64, quick=True),
+    _mla("mla-full-s-bf16-p64", "bf16", 64, exchange=False, quick=True),
+    _mla("mla-f16-p64", "f16", 64),
+    _mla("mla-bf16-p16", "bf16", 16),
+    Case("mla-combine", dcfg.COMBINE_KERNEL, tuple(smla.combine_match(dt) for dt in ("bf16", "f16")), page_size=64,
+         child="mla"),
 )
 CASES_BY_NAME = {c.name: c for c in CASES}
 
@@ -341,8 +392,18 @@ def emit(tag: str, value: dict) -> None:
 
 
 def find(bundle, case: Case, match: dict):
-    """The bundle's artefact of one of the case's entries (compiled with the kernel's own backend)."""
-    return bundle.find(arch=RUNNABLE_ARCH, cubin_backend=kernels.cubin_backend(case.kernel), **match)
+    """The bundle's artefact of one of the case's entries (compiled with the kernel's own backend). A
+    varlen entry holds every item of the dense kernel of its tiles (a dense key has no `varlen`): a
+    dense case's entry is looked up among the dense entries, by name."""
+    want = dict(arch=RUNNABLE_ARCH, cubin_backend=kernels.cubin_backend(case.kernel), **match)
+    if case.kernel == acfg.KERNEL and not match.get("varlen"):
+        names = {e["name"] for e in bundle.entries if e["arch"] == RUNNABLE_ARCH and not e["config"].get("varlen")
+                 and all(e["config"].get(k) == v for k, v in want.items() if k != "arch")}
+        if not names:
+            raise LookupError(f"no dense (not varlen) kernel in bundle {bundle.root} matches {want}")
+        if len(names) == 1:
+            return bundle.find(name=names.pop(), **want)
+    return bundle.find(**want)
 
 
 def child_attention(case: Case, bundle, seed: int):
@@ -362,7 +423,9 @@ def child_attention(case: Case, bundle, seed: int):
     for i, (shape, via) in enumerate(launches):
         b, sq, _, h, _ = shape
         q, k, v = attention_inputs(*shape, cfg.head_dim, cfg.dtype, seed + i)
-        o = torch.full_like(q, NAN)
+        if cfg.head_dim_v:   # v and o of their own head dim (qk 192 / v 128)
+            v = attention_inputs(*shape, cfg.dim_v, cfg.dtype, seed + i + 1)[2]
+        o = torch.full((*q.shape[:3], cfg.dim_v), NAN, device=q.device, dtype=q.dtype)
         lse = torch.full((b, h, sq), NAN, device=q.device, dtype=torch.float32)
         scale = cfg.head_dim ** -0.5
         sinks = torch.randn(h, generator=torch.Generator().manual_seed(seed + i)).to(q.device) if cfg.sinks else None
@@ -377,6 +440,7 @@ def child_attention(case: Case, bundle, seed: int):
             problem = AttnProblem.of(q.shape, k.shape, cfg.dtype, causal=cfg.causal, softmax_scale=scale).with_options(
                 causal=cfg.causal, softmax_scale=scale, softcap=mods.get("softcap", 0.0), sinks=cfg.sinks,
                 **mask_mods(cfg))
+            problem = replace(problem, head_dim_v=cfg.head_dim_v)
             tensors = dict(q=q, k=k, v=v, o=o, lse=lse, **({"sinks": sinks} if cfg.sinks else {}))
             kern.launch(acfg.grid(cfg, problem, PERSISTENT_CTAS), acfg.launch_args(cfg, problem, tensors))
         torch.cuda.synchronize()
@@ -417,7 +481,8 @@ def child_watchdog(case: Case, bundle, seed: int):
 
 
 CHILDREN = {acfg.KERNEL: child_attention, "gemm_sm90": child_gemm, "deadlock_sm90": child_watchdog,
-            **dict.fromkeys(DECODE_KERNELS, child_decode)}
+            **dict.fromkeys(DECODE_KERNELS, child_decode), mcfg.KERNEL: smla.child_mla}
+VARIANT_CHILDREN = {"varlen": svar.child_varlen, "mla": smla.child_mla}   # Case.child
 
 
 def start_cuda() -> dict:
@@ -435,7 +500,8 @@ def child_main(name: str, bundle_dir: str, seed: int) -> int:
     info, ok, count = {"seed": seed}, True, 0
     try:
         info.update(start_cuda())
-        for result in CHILDREN[case.kernel](case, Bundle.open(bundle_dir), seed):
+        child = VARIANT_CHILDREN[case.child] if case.child else CHILDREN[case.kernel]
+        for result in child(case, Bundle.open(bundle_dir), seed):
             emit("SANITIZE-RESULT", result)
             ok, count = ok and bool(result["ok"]), count + 1
     except Exception as exc:
@@ -471,7 +537,6 @@ class Run:
 
 
 MIN_RUN_S = 10     # no run starts with less of the budget left
-LOG_CHARS = 256 * 1024
 
 
 class Runner:
@@ -526,7 +591,7 @@ class Runner:
                 self.procs.discard(proc)
         run.wall_s, run.rc = round(time.monotonic() - t0, 2), proc.returncode
         log = self.logs / f"{case.name}.{tool}.log"
-        log.write_text(_clip(f"$ {run.command}\n{text}"))
+        log.write_text(clip_log(f"$ {run.command}\n{text}"))
         run.log = str(log)
         rep = parse_report(text)
         run.status, run.why = judge(rep, run.rc, timed_out, text, WATCHDOG_TEXT if case.expect_trap else None)
@@ -548,23 +613,6 @@ def _kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _clip(text: str) -> str:
-    if len(text) <= LOG_CHARS:
-        return text
-    half = LOG_CHARS // 2
-    return f"{text[:half]}\n[... {len(text) - LOG_CHARS} characters cut ...]\n{text[-half:]}"
-
-
-def filter_accepted(sanitizer: str) -> tuple[bool, str]:
-    """Whether this compute-sanitizer takes `--kernel-name kns=...` (and what it said when not)."""
-    try:
-        r = subprocess.run([sanitizer, "--kernel-name", "kns=fa4mlir_probe", "--version"], capture_output=True,
-                           text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, str(exc)
-    return r.returncode == 0, " ".join((r.stdout + r.stderr).split())[:300]
 
 
 def not_runnable(bundle) -> list[dict]:
@@ -590,45 +638,6 @@ def bundle_check(bundle, cases: list[Case]) -> tuple[list[str], list[str]]:
     entries = [(e["config"]["kernel"], e["config"]) for e in bundle.entries
                if e["arch"] == RUNNABLE_ARCH and e["config"].get("kernel") in CHILDREN]
     return missing, uncovered(entries)
-
-
-def table(runs: list[Run], tools: list[str]) -> str:
-    """Markdown: a row per case, a column per tool: status (errors, or racecheck errors/warnings; seconds)."""
-    by = {(r.case, r.tool): r for r in runs}
-    lines = ["| case | family | " + " | ".join(tools) + " |", "|---|---|" + "---|" * len(tools)]
-    for name in dict.fromkeys(r.case for r in runs):
-        cells = []
-        for tool in tools:
-            r = by.get((name, tool))
-            if r is None or r.status == "skipped":
-                cells.append(r.status if r else "")
-                continue
-            count = (f"{r.race_errors}/{r.race_warnings} hz" if r.hazards is not None else
-                     f"{r.errors} err" if r.errors is not None else "-")
-            cells.append(f"{r.status} ({count}, {r.wall_s:.0f} s)")
-        lines.append(f"| {name} | {CASES_BY_NAME[name].family} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def exit_code(runs: list[Run]) -> int:
-    statuses = {r.status for r in runs}
-    if statuses & set(FAILED):
-        return 1
-    return 2 if "unavailable" in statuses else 3 if "skipped" in statuses else 0
-
-
-def write_json(path: Path, doc: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    os.replace(tmp, path)
-
-
-def sanitizer_version(sanitizer: str) -> str:
-    try:
-        out = subprocess.run([sanitizer, "--version"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"unknown ({exc})"
-    return " ".join(out.split())[:300]
 
 
 def previous_runs(out: Path, pairs) -> list[Run]:
@@ -737,7 +746,7 @@ def main(argv=None) -> int:
     doc["summary"] = {s: sum(r.status == s for r in runs) for s in dict.fromkeys(r.status for r in runs)}
     doc["exit"] = exit_code(runs)
     write_json(out, doc)
-    print("\n" + table(runs, tools))
+    print("\n" + table(runs, tools, {c.name: c.family for c in CASES}))
     for r in runs:
         if r.status in (*FAILED, "unavailable", "warnings"):
             lines = r.findings[0]["lines"] if r.findings else []
@@ -755,9 +764,11 @@ def dry_run(args, cases: list[Case], pairs, sanitizer: str | None, seed: int) ->
     print(f"compute-sanitizer: {sanitizer or 'NOT FOUND (a real run would exit 2)'}")
     for case in cases:
         shapes = list(case.shapes)
-        if case.kernel == acfg.KERNEL and (api := api_shape(acfg.AttnConfig.from_key(case.match[0]))):
+        if case.child:
+            shapes = {"varlen": svar, "mla": smla}[case.child].describe(case)
+        elif case.kernel == acfg.KERNEL and (api := api_shape(acfg.AttnConfig.from_key(case.match[0]))):
             shapes = [f"{api} via flash_attn_func", *shapes]
-        if case.kernel in DECODE_KERNELS:
+        elif case.kernel in DECODE_KERNELS:
             shapes = describe(case)
         print(f"case {case.name}{' (quick)' if case.quick else ''}: {case.family}; shapes {shapes}")
     status = 0

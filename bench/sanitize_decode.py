@@ -6,7 +6,7 @@ cache; gather: the cp.async gather of small or odd pages; box8: 8-row TMA boxes;
 boxes of the page; tile-box: one box per tile, pages of bn rows or more), split (partials for
 the combine) or unsplit (out and lse itself), and an FP8 (e4m3) or a dense cache; the combine
 kernel; the append kernel, paged or contiguous. Its features: the dtype, the head dim and the FP8
-scale granularity.
+scale granularity; the combine's: its head dim (512: sanitize_mla's combine case).
 
 Every call draws its inputs on the CPU (seeded), then: a cache of `capacity` rows (not a multiple of
 the tiles or pages) holding NaN past each sequence's length, in every page no sequence owns and
@@ -58,6 +58,8 @@ def decode_family(kernel: str, config: dict) -> str:
 
 
 def decode_features(kernel: str, config: dict) -> set[str]:
+    if kernel == dec.COMBINE_KERNEL:
+        return {f"combine-d{config['head_dim']}"}
     if kernel != dec.KERNEL:
         return set()
     out = {f"decode-{config['dtype']}", f"decode-d{config['head_dim']}"}

@@ -1,5 +1,5 @@
 """compute-sanitizer's output read into counts and records, and one run's verdict (for bench/sanitize.py;
-pure, no GPU).
+no GPU).
 
 The sanitizer writes its report into the program's output, each line prefixed "========= ": a
 record opens with an unindented line ("========= Invalid __global__ write of size 4 bytes",
@@ -7,13 +7,17 @@ record opens with an unindented line ("========= Invalid __global__ write of siz
 call to ...") and goes on with indented ones ("=========     at kernel+0x90", "=========     by
 thread (0,0,0) in block (0,0,0)"); it ends with "ERROR SUMMARY: N errors", and racecheck with
 "RACECHECK SUMMARY: H hazards displayed (E errors, W warnings)". The child's own lines
-("SANITIZE-RESULT {json}", "SANITIZE-END {json}") carry its checks.
+("SANITIZE-RESULT {json}", "SANITIZE-END {json}") carry its checks. Also: the parent's table, exit
+status, log clipping and JSON writes, and the sanitizer's probes (version, kernel filter).
 """
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 
 LINE = re.compile(r"^=========(?: (\S.*)|(\s.*)|)$")
 ERROR_SUMMARY = re.compile(r"^ERROR SUMMARY: (\d+) errors?")
@@ -143,3 +147,63 @@ def judge(rep: Report, rc: int | None, timed_out: bool, text: str, expect_trap: 
     if rep.race_warnings:
         return "warnings", f"{rep.race_warnings} racecheck warnings"
     return "clean", f"{len(rep.results)} checks passed"
+
+
+LOG_CHARS = 256 * 1024
+
+
+def clip_log(text: str) -> str:
+    """A run's log, its middle cut past LOG_CHARS."""
+    if len(text) <= LOG_CHARS:
+        return text
+    half = LOG_CHARS // 2
+    return f"{text[:half]}\n[... {len(text) - LOG_CHARS} characters cut ...]\n{text[-half:]}"
+
+
+def table(runs, tools: list[str], families: dict) -> str:
+    """Markdown: a row per case, a column per tool: status (errors, or racecheck errors/warnings; seconds)."""
+    by = {(r.case, r.tool): r for r in runs}
+    lines = ["| case | family | " + " | ".join(tools) + " |", "|---|---|" + "---|" * len(tools)]
+    for name in dict.fromkeys(r.case for r in runs):
+        cells = []
+        for tool in tools:
+            r = by.get((name, tool))
+            if r is None or r.status == "skipped":
+                cells.append(r.status if r else "")
+                continue
+            count = (f"{r.race_errors}/{r.race_warnings} hz" if r.hazards is not None else
+                     f"{r.errors} err" if r.errors is not None else "-")
+            cells.append(f"{r.status} ({count}, {r.wall_s:.0f} s)")
+        lines.append(f"| {name} | {families[name]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def exit_code(runs) -> int:
+    statuses = {r.status for r in runs}
+    if statuses & set(FAILED):
+        return 1
+    return 2 if "unavailable" in statuses else 3 if "skipped" in statuses else 0
+
+
+def write_json(path: Path, doc: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def filter_accepted(sanitizer: str) -> tuple[bool, str]:
+    """Whether this compute-sanitizer takes `--kernel-name kns=...` (and what it said when not)."""
+    try:
+        r = subprocess.run([sanitizer, "--kernel-name", "kns=fa4mlir_probe", "--version"], capture_output=True,
+                           text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, str(exc)
+    return r.returncode == 0, " ".join((r.stdout + r.stderr).split())[:300]
+
+
+def sanitizer_version(sanitizer: str) -> str:
+    try:
+        out = subprocess.run([sanitizer, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unknown ({exc})"
+    return " ".join(out.split())[:300]

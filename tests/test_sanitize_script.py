@@ -18,6 +18,8 @@ import pytest
 
 from bench import sanitize as san
 from bench import sanitize_decode as sdec
+from bench import sanitize_mla as smla
+from bench import sanitize_varlen as svar
 from bench.sanitize_report import judge, parse_report
 from fa4mlir import kernel_sets, kernels
 from fa4mlir.artifacts import KernelArtifact, write_bundle
@@ -187,6 +189,18 @@ def test_every_runnable_family_and_feature_of_gpu_tests_has_a_case(gpu_tests):
     assert {"attention_combine_sm90", "kvcache_append_sm90/paged", "kvcache_append_sm90/contig"} <= fams
     feats = set().union(*(san.features(c.kernel, m) for c in san.CASES for m in c.match))
     assert {"window", "chunk", "softcap", "sinks", "scale-tensor", "scale-kv_head", "scale-block"} <= feats
+    # the varlen kernels: their own order and stores (a family of each tile shape, full and causal), their
+    # own features; the MLA kernel split and unsplit, with and without the exchange; the 512 combine
+    for order in ("full/3wg", "causal/3wg", "full/2wg", "causal/2wg"):
+        assert f"attention_fwd_sm90/varlen/{order}/pingpong" in fams
+    assert {"varlen-window", "varlen-softcap", "varlen-sinks", "varlen-f16", "varlen-d256"} <= feats
+    assert {f"attention_mla_decode_sm90/{split}/{ex}" for split in ("split", "unsplit")
+            for ex in ("exchange", "full-s")} <= fams
+    assert {"mla-bf16", "mla-f16", "mla-box64", "mla-box16", "combine-d512"} <= feats
+    # every entry of the attention-varlen and mla sets is one case's
+    matched = [m for c in san.CASES for m in c.match]
+    for _, cfg in kernel_sets.attention_varlen() + kernel_sets.mla():
+        assert cfg.key() in matched, cfg
 
 
 def test_the_coverage_check_fails_on_what_no_case_runs(gpu_tests):
@@ -219,8 +233,26 @@ def test_the_coverage_check_fails_on_what_no_case_runs(gpu_tests):
                                       "attention_decode_sm90/page-box/unsplit/fp8", "scale-tensor"],
         "decode-fp8-tilebox-kvhead": ["attention_decode_sm90/tile-box/split/fp8",
                                       "attention_decode_sm90/tile-box/unsplit/fp8", "scale-kv_head"],
-        "decode-combine": ["attention_combine_sm90"],
+        "decode-combine": ["combine-d128", "combine-d256", "combine-d64"],
         "decode-append": ["kvcache_append_sm90/contig", "kvcache_append_sm90/paged"],
+        "varlen-d64": ["attention_fwd_sm90/varlen/causal/3wg/pingpong", "attention_fwd_sm90/varlen/full/3wg/pingpong",
+                       "varlen-d64"],
+        "varlen-d128,varlen-d256-f16,varlen-window-softcap-sinks": [
+            "attention_fwd_sm90/varlen/causal/2wg/pingpong", "attention_fwd_sm90/varlen/full/2wg/pingpong",
+            "varlen-d128", "varlen-d256", "varlen-f16", "varlen-sinks", "varlen-softcap", "varlen-window"],
+        "varlen-d256-f16": ["varlen-d256", "varlen-f16"],
+        "varlen-window-softcap-sinks": ["varlen-sinks", "varlen-softcap", "varlen-window"],
+        "mla-full-s-bf16-p64": ["attention_mla_decode_sm90/split/full-s", "attention_mla_decode_sm90/unsplit/full-s"],
+        "mla-bf16-p64,mla-f16-p64,mla-bf16-p16": ["attention_mla_decode_sm90/split/exchange",
+                                                  "attention_mla_decode_sm90/unsplit/exchange", "mla-box16", "mla-f16"],
+        "mla-f16-p64": ["mla-f16"],
+        "mla-bf16-p16": ["mla-box16"],
+        "mla-combine": ["combine-d512"],
+        "attn-d96-causal": ["d96"],
+        "attn-d192-v128-causal": ["dv128"],
+        "attn-d192-f16,attn-d192-v128-causal": ["d192", "dv128"],
+        "decode-combine,mla-combine": ["attention_combine_sm90", "combine-d128", "combine-d256", "combine-d512",
+                                       "combine-d64"],
     }
     for names, missed in without.items():
         left = [c for c in san.CASES if c.name not in names.split(",")]
@@ -228,13 +260,20 @@ def test_the_coverage_check_fails_on_what_no_case_runs(gpu_tests):
         assert san.uncovered(runnable, left) == missed, names
     unsplit_only = [replace(c, match=c.match[1:]) if c.name == "decode-box8-d128" else c for c in san.CASES]
     assert san.uncovered(runnable, unsplit_only) == ["attention_decode_sm90/box8/split/dense"]
+    unsplit_only = [replace(c, match=c.match[1:]) if c.name == "mla-full-s-bf16-p64" else c for c in san.CASES]
+    assert san.uncovered(runnable, unsplit_only) == ["attention_mla_decode_sm90/split/full-s"]
+    # a dense kernel does not cover its tiles' varlen family (nor the other way round)
+    dense = [replace(c, match=tuple({k: v for k, v in m.items() if k != "varlen"} for m in c.match))
+             if c.child == "varlen" else c for c in san.CASES]
+    assert "attention_fwd_sm90/varlen/causal/3wg/pingpong" in san.uncovered(runnable, dense)
 
 
 def test_every_case_runs_exactly_one_gpu_tests_kernel(gpu_tests):
     for case in san.CASES:
         for match in case.match:
             hits = [cfg for k, cfg, _, opts in gpu_tests if k == case.kernel and not opts
-                    and all(cfg.get(key) == value for key, value in match.items())]
+                    and all(cfg.get(key) == value for key, value in match.items())
+                    and cfg.get("varlen") == match.get("varlen")]    # as san.find tells dense from varlen
             assert len(hits) == 1, (case.name, match, len(hits))
 
 
@@ -243,7 +282,7 @@ def test_flash_attn_func_runs_every_default_kernel_on_its_api_shape():
     for cfg in defaults:
         shape = san.api_shape(cfg)
         assert shape is not None, cfg
-        assert acfg.default_config(cfg.dtype, cfg.head_dim, cfg.causal, shape[2]) == cfg
+        assert acfg.default_config(cfg.dtype, cfg.head_dim, cfg.causal, shape[2], head_dim_v=cfg.head_dim_v) == cfg
     for _, cfg, *_ in kernel_sets.tile_variants() + kernel_sets.attention_fa4_pieces():
         assert cfg in defaults or san.api_shape(cfg) is None, cfg   # one variant is also a default
     attn_cases = [c for c in san.CASES if c.kernel == acfg.KERNEL]
@@ -251,7 +290,7 @@ def test_flash_attn_func_runs_every_default_kernel_on_its_api_shape():
 
 
 def test_attention_shapes_reach_the_edges():
-    for case in (c for c in san.CASES if c.kernel == acfg.KERNEL):
+    for case in (c for c in san.CASES if c.kernel == acfg.KERNEL and not c.child):
         cfg = acfg.AttnConfig.from_key(case.match[0])
         shapes = case.shapes
         assert any(sq > sk for _, sq, sk, _, _ in shapes) and any(sq < sk for _, sq, sk, _, _ in shapes)
@@ -278,6 +317,10 @@ def test_quick_cases_cover_every_kernel_first():
         assert {f"attention_decode_sm90/{fetch}/split/dense", f"attention_decode_sm90/{fetch}/unsplit/dense"} <= fams
     assert any(f.endswith("/fp8") for f in fams) and "attention_combine_sm90" in fams
     assert {"kvcache_append_sm90/paged", "kvcache_append_sm90/contig"} <= fams
+    # and every varlen and MLA family (their features may wait for the full matrix)
+    every = {f for c in san.CASES for f in c.families}
+    assert {f for f in every if "/varlen/" in f or f.startswith("attention_mla")} <= fams
+    assert sum("/varlen/" in f for f in fams) == 4 and sum(f.startswith("attention_mla") for f in fams) == 4
     everything = san.select_cases(False, None)
     assert len(everything) == len(san.CASES) and everything[:len(quick)] == quick
     assert [c.name for c in san.select_cases(False, ["gemm", "watchdog"])] == ["gemm", "watchdog"]
@@ -572,7 +615,7 @@ def under_sanitizer(rep, summary="========= ERROR SUMMARY: 0 errors\n") -> str:
     return "========= COMPUTE-SANITIZER\n" + lines + summary
 
 
-@pytest.mark.parametrize("name", ["attn-d128-causal", "attn-d64", "tiles-d64-128x128-nopp-pers"])
+@pytest.mark.parametrize("name", ["attn-d128-causal", "attn-d64", "tiles-d64-128x128-nopp-pers", "attn-d192-v128-causal"])
 def test_child_checks_every_attention_launch(cpu_child, capsys, name):
     bundle, loaded, api_calls, _ = cpu_child
     code, rep = child_report(capsys, name, bundle)
@@ -655,6 +698,7 @@ def test_runs_where_there_is_no_mlir(tmp_path):
         from bench import sanitize
         import fa4mlir.attention, fa4mlir.runtime, fa4mlir.testing   # what the children import
         import fa4mlir.attention.kvcache, fa4mlir.attention.kvcache_call, fa4mlir.testing_kvcache
+        import fa4mlir.attention.mla, fa4mlir.attention.varlen, fa4mlir.testing_mla, fa4mlir.testing_varlen
         code = sanitize.main()
         mods = sorted(m for m in sys.modules if m == "mlir" or m.startswith("mlir."))
         assert not mods, mods
@@ -672,7 +716,7 @@ def test_runs_where_there_is_no_mlir(tmp_path):
 # broken one), the real plan (which kernel the call runs) and the real checks
 # ----------------------------------------------------------------------------------------------
 
-DECODE_CASES = [c.name for c in san.CASES if c.kernel in sdec.DECODE_KERNELS]
+DECODE_CASES = [c.name for c in san.CASES if c.kernel in sdec.DECODE_KERNELS and not c.child]
 
 
 @pytest.fixture
@@ -761,3 +805,156 @@ def test_decode_inputs_hide_nan_where_no_sequence_reads():
             assert not torch.equal(used, used.sort().values)    # shuffled
             assert (table >= sdec.GARBAGE).any() and (table == -1).any()
             assert k.shape[0] > sum(-(-n // page) for n in lengths)   # pages no sequence owns
+
+
+# ----------------------------------------------------------------------------------------------
+# The varlen and MLA children on CPU tensors: the entry points replaced by fakes that compute the
+# reference (right), write nothing, or go wrong; the real checks
+# ----------------------------------------------------------------------------------------------
+
+VARLEN_CASES = [c.name for c in san.CASES if c.child == "varlen"]
+MLA_CASES = [c.name for c in san.CASES if c.child == "mla"]
+
+
+@pytest.fixture
+def cpu_varlen(cpu_child, monkeypatch):
+    """(bundle, the calls made, the fake's mode: 'right', 'nothing' (writes nothing), 'spill' (also
+    writes the rows past the last sequence), 'no-mods' (ignores window, softcap and sinks))."""
+    import torch
+
+    from fa4mlir import attention
+    from fa4mlir.testing import attention_math
+    from fa4mlir.testing_varlen import sequences
+    bundle, *_ = cpu_child
+    calls, mode = [], {"mode": "right"}
+
+    def call(q, k, v, cu_q, cu_k, max_q, max_k, *, seqused_k=None, causal, out, lse, return_lse, bundle,
+             window_size=(-1, -1), softcap=0.0, sinks=None):
+        calls.append((tuple(q.shape), tuple(k.shape), causal, window_size, softcap, sinks is not None,
+                      None if seqused_k is None else seqused_k.tolist(), max_q, max_k))
+        assert return_lse and torch.isnan(out).all() and torch.isnan(lse).all()   # poisoned
+        if mode["mode"] == "nothing":
+            return out, lse
+        mods = {} if mode["mode"] == "no-mods" else dict(window_size=window_size, softcap=softcap, sinks=sinks)
+        for q0, nq, k0, nk in sequences(cu_q, cu_k, seqused_k):
+            if nq:
+                o, l_ = attention_math(q[q0:q0 + nq][None], k[k0:k0 + nk][None], v[k0:k0 + nk][None],
+                                       q.shape[-1] ** -0.5, causal, torch.float32, **mods)
+                out[q0:q0 + nq], lse[:, q0:q0 + nq] = o[0], l_[0]
+        if mode["mode"] == "spill":
+            out[int(cu_q[-1]):] = 0
+        return out, lse
+
+    monkeypatch.setattr(attention, "flash_attn_varlen_func", call)
+    return bundle, calls, mode
+
+
+@pytest.mark.parametrize("name", VARLEN_CASES)
+def test_varlen_child_runs_ragged_batches_and_checks_them(cpu_varlen, capsys, name):
+    bundle, calls, mode = cpu_varlen
+    case = san.CASES_BY_NAME[name]
+    code, rep = child_report(capsys, name, bundle)
+    cfgs = [acfg.AttnConfig.from_key(m) for m in case.match]
+    assert code == 0 and rep.end["ok"] and rep.end["checks"] == 2 * len(case.match), rep.results
+    assert all(r["ok"] and r["untouched"] and r["masked_ok"] and r["nan_out"] == 0 for r in rep.results), rep.results
+    for cfg, (lens, h, hk) in zip([c for c in cfgs for _ in range(2)], [b for c in cfgs for b in svar.batches(c)]):
+        assert cfg.varlen and svar.picked(cfg, {}) == cfg or cfg.window_left >= 0 or cfg.softcap
+        assert {0, 1, cfg.bm + 1} <= set(lens[0]) and lens[0] != lens[1] and h > hk
+    # packed rows: the sequences and SPARE more; the case's causal flag, window, softcap, sinks and seqused_k
+    assert [c[0][0] for c in calls] == [sum(b[0][0]) + svar.SPARE for c in cfgs for b in svar.batches(c)]
+    assert [c[2] for c in calls] == [cfg.causal for cfg in cfgs for _ in range(2)]
+    assert [c[5] for c in calls] == [cfg.sinks for cfg in cfgs for _ in range(2)]
+    assert [c[6] is not None for c in calls] == [cfg.sinks or cfg.softcap for cfg in cfgs for _ in range(2)]
+    for mode["mode"] in ("nothing", "spill"):
+        code, rep = child_report(capsys, name, bundle)
+        assert code == 1 and not any(r["ok"] for r in rep.results), mode
+    assert not any(r["untouched"] for r in rep.results)           # the spare rows were written
+    mode["mode"] = "no-mods"
+    code, rep = child_report(capsys, name, bundle)
+    mods = any(c.window_left >= 0 or c.softcap or c.sinks for c in cfgs)
+    assert (code == 1) == mods
+
+
+def test_varlen_child_stops_when_the_call_runs_another_kernel(cpu_varlen, capsys, monkeypatch):
+    bundle, calls, _ = cpu_varlen
+    monkeypatch.setattr(svar, "picked", lambda cfg, opts: replace(cfg, bn=cfg.bn + 16))
+    code, rep = child_report(capsys, "varlen-d64", bundle)
+    assert code == 3 and "would run" in rep.end["error"] and calls == []
+
+
+@pytest.fixture
+def cpu_mla(cpu_child, monkeypatch):
+    """(bundle, the calls made, the fake's mode: 'right', 'nothing' (returns torch.empty's out and lse),
+    'past-end' (reads one row past each length))."""
+    import torch
+
+    from fa4mlir.attention import mla
+    from fa4mlir.testing import attention_math
+    from fa4mlir.testing_mla import gather_rows
+    bundle, *_ = cpu_child
+    monkeypatch.setattr(mla, "device_info", lambda: type("Info", (), {"num_sms": 132})())
+    calls, mode = [], {"mode": "right"}
+
+    def call(q, kv, table, seqlens, head_dim_v, meta, num_splits, causal, bundle):
+        batch, sq, heads, _ = q.shape
+        p = mla.MLAProblem(batch, sq, heads, kv.shape[0], kv.shape[1], table.shape[1], "bf16", meta.shape[0],
+                           q.shape[-1] ** -0.5, causal)
+        calls.append((batch, sq, heads, kv.shape[1], meta.shape[0], tuple(num_splits.tolist()),
+                      mla.configs_for(p)[0].exchange, causal))
+        out = torch.empty((batch, sq, heads, head_dim_v), dtype=q.dtype)
+        lse = torch.empty((batch, heads, sq), dtype=torch.float32)
+        if mode["mode"] == "nothing":
+            return out, lse
+        for b in range(batch):
+            n = int(seqlens[b]) + (mode["mode"] == "past-end")
+            rows = gather_rows(kv, table.clamp(0, kv.shape[0] - 1), n, b)[None, :, None, :]
+            o, l_ = attention_math(q[b:b + 1], rows, rows[..., :head_dim_v], q.shape[-1] ** -0.5, causal,
+                                   torch.float32)
+            out[b], lse[b] = o[0], l_[0]
+        return out, lse
+
+    monkeypatch.setattr(mla, "flash_mla_with_kvcache", call)
+    return bundle, calls, mode
+
+
+@pytest.mark.parametrize("name", MLA_CASES)
+def test_mla_child_runs_the_case_kernel_and_checks_it(cpu_mla, capsys, name):
+    from fa4mlir.attention import mla
+    bundle, calls, mode = cpu_mla
+    case = san.CASES_BY_NAME[name]
+    chosen = mla.configs_for
+    code, rep = child_report(capsys, name, bundle)
+    assert code == 0 and rep.end["ok"] and rep.end["checks"] == len(case.match) * len(smla.MLA_SHAPES), rep.results
+    assert all(r["ok"] and r["nan_out"] == 0 for r in rep.results), rep.results
+    assert mla.configs_for is chosen and mla._CALLS == {}        # the variant swap is undone
+    exchange = case.match[0].get("exchange", True)
+    assert {c[6] for c in calls} == {exchange} and all(c[7] for c in calls)
+    assert {(c[1], c[2]) for c in calls} == set(smla.MLA_SHAPES) and {c[3] for c in calls} == {case.page_size}
+    unsplit = [bool(m.get("unsplit")) for m in case.match for _ in smla.MLA_SHAPES]
+    assert [c[4] == 1 for c in calls] == unsplit                  # split calls: several splits, the combine runs
+    assert all(c[4] in (1, smla.SPLITS, mla.plan_splits(c[0], c[1] * c[2], 132)) and c[5][-1] == c[0] * c[4]
+               for c in calls)
+    assert any(c[4] > smla.SPLITS for c in calls) and 0 in rep.results[0]["lengths"]
+    for mode["mode"] in ("nothing", "past-end"):
+        code, rep = child_report(capsys, name, bundle)
+        assert code == 1 and not any(r["ok"] for r in rep.results), mode
+    mode["mode"] = "nothing"
+    code, rep = child_report(capsys, name, bundle)
+    assert all(r["nan_out"] > 0 for r in rep.results)     # what flash_mla_with_kvcache's torch.empty gave was NaN
+
+
+def test_mla_child_stops_when_the_call_runs_another_kernel(cpu_mla, capsys, monkeypatch):
+    from fa4mlir.attention import mla
+    bundle, calls, _ = cpu_mla
+    chosen = mla.configs_for
+    monkeypatch.setattr(mla, "configs_for", lambda p: (replace(chosen(p)[0], box_rows=8), chosen(p)[1]))
+    code, rep = child_report(capsys, "mla-bf16-p64", bundle)
+    assert code == 3 and "would run" in rep.end["error"] and calls == []
+
+
+def test_nan_empty_poisons_floating_tensors_only():
+    torch = pytest.importorskip("torch")
+    empty = torch.empty
+    with smla.nan_empty(torch):
+        assert torch.isnan(torch.empty(3, 4)).all() and torch.empty(2, dtype=torch.int32).dtype == torch.int32
+    assert torch.empty is empty
