@@ -391,16 +391,27 @@ def emit(tag: str, value: dict) -> None:
     print(f"{tag} {json.dumps(value)}", flush=True)
 
 
+# Fields an attention kernel's key holds only when set (AttnConfig.key): an entry with one set holds
+# every item of the plain kernel of its tiles, so a case's entry must agree on these too
+OPTIONAL_FIELDS = {"varlen": False, "head_dim_v": 0, "score_mod": "", "mask_mod": "", "aux": ""}
+
+
+def same_variant(config: dict, match: dict) -> bool:
+    """Whether a bundle entry's config and a case's match agree on OPTIONAL_FIELDS (absent: unset)."""
+    return all(config.get(k, d) == match.get(k, d) for k, d in OPTIONAL_FIELDS.items())
+
+
 def find(bundle, case: Case, match: dict):
     """The bundle's artefact of one of the case's entries (compiled with the kernel's own backend). A
-    varlen entry holds every item of the dense kernel of its tiles (a dense key has no `varlen`): a
-    dense case's entry is looked up among the dense entries, by name."""
+    varlen, head_dim_v or score_mod entry holds every item of the plain kernel of its tiles (a plain
+    key has none of OPTIONAL_FIELDS): an attention case's entry is looked up among the entries of its
+    own variant, by name."""
     want = dict(arch=RUNNABLE_ARCH, cubin_backend=kernels.cubin_backend(case.kernel), **match)
-    if case.kernel == acfg.KERNEL and not match.get("varlen"):
-        names = {e["name"] for e in bundle.entries if e["arch"] == RUNNABLE_ARCH and not e["config"].get("varlen")
+    if case.kernel == acfg.KERNEL:
+        names = {e["name"] for e in bundle.entries if e["arch"] == RUNNABLE_ARCH and same_variant(e["config"], match)
                  and all(e["config"].get(k) == v for k, v in want.items() if k != "arch")}
         if not names:
-            raise LookupError(f"no dense (not varlen) kernel in bundle {bundle.root} matches {want}")
+            raise LookupError(f"no kernel of this variant in bundle {bundle.root} matches {want}")
         if len(names) == 1:
             return bundle.find(name=names.pop(), **want)
     return bundle.find(**want)

@@ -273,7 +273,7 @@ def test_every_case_runs_exactly_one_gpu_tests_kernel(gpu_tests):
         for match in case.match:
             hits = [cfg for k, cfg, _, opts in gpu_tests if k == case.kernel and not opts
                     and all(cfg.get(key) == value for key, value in match.items())
-                    and cfg.get("varlen") == match.get("varlen")]    # as san.find tells dense from varlen
+                    and san.same_variant(cfg, match)]    # as san.find tells the variants apart
             assert len(hits) == 1, (case.name, match, len(hits))
 
 
