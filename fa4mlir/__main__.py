@@ -72,12 +72,25 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def _compile_parallel(entries, sets: list[str], jobs: int):
+    """_compile in `jobs` spawned processes (compiler.compile_entries), in the entries' order."""
+    from . import compiler
+    out = []
+    for i, (art, seconds) in enumerate(compiler.compile_entries(entries, sets, jobs), 1):
+        print(f"[{i}/{len(entries)}] {art.name} ({art.arch}, {art.resources.get('cubin_backend')}) {seconds:.2f} s",
+              flush=True)
+        out.append((art.name, art))
+    return out
+
+
 def cmd_bundle(args) -> int:
     from . import kernel_sets
     from .artifacts import write_bundle
     entries = kernel_sets.configs(args.set)
-    print(f"compiling {len(entries)} kernel(s) for bundle {args.out}", flush=True)
-    rows = _compile(entries)
+    jobs = args.jobs or 1
+    print(f"compiling {len(entries)} kernel(s) for bundle {args.out}{f' in {jobs} processes' if jobs > 1 else ''}",
+          flush=True)
+    rows = _compile_parallel(entries, args.set, jobs) if jobs > 1 else _compile(entries)
     write_bundle(args.out, [a for _, a in rows])
     print(_resource_table(rows))
     print(f"wrote {args.out}/manifest.json")
@@ -119,6 +132,8 @@ def main(argv=None) -> int:
     b = sub.add_parser("bundle", help="compile config sets into a bundle folder")
     b.add_argument("--out", required=True)
     b.add_argument("--set", action="append", default=None, help="demo, gpu-tests, bench (repeatable)")
+    b.add_argument("--jobs", type=int, default=1, help="compile in this many processes (default 1); the bundle is "
+                                                       "the same, in the same order")
     be = sub.add_parser("bench", help="time a bundle's attention kernels (default) or GEMMs on the GPU",
                         description="attention: fa4mlir vs torch SDPA (cuDNN, FA2) and FA4 CuTe on the "
                                     "FA3 grid; gemm: the bundle's sm_90a GEMMs vs torch.matmul; decode, "

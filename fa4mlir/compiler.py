@@ -118,3 +118,26 @@ def compile_kernel(kernel_name: str, cfg, options: CompileOptions | None = None,
 
 __all__ = ["compile_kernel", "resolve_options", "check_backend", "validated", "key_for", "CompileOptions",
            "BackendError", "SetmaxnregDroppedWarning"]
+
+
+def _worker_init(sets: list[str]) -> None:
+    """A compile worker: the sets' entries again, so the score_mod functions they name are registered
+    here too (a fingerprint registers its function when it is computed)."""
+    from . import kernel_sets
+    kernel_sets.configs(sets)
+
+
+def _compile_entry(entry) -> tuple[KernelArtifact, float]:
+    name, cfg, *overrides = entry
+    t0 = time.perf_counter()
+    return compile_kernel(name, cfg, **(overrides[0] if overrides else {})), time.perf_counter() - t0
+
+
+def compile_entries(entries, sets: list[str], jobs: int):
+    """Yield (artifact, seconds) of kernel_sets entries (from the named `sets`) compiled in `jobs`
+    spawned processes, in the entries' order (the disk cache's writes are atomic, so workers share it)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
+                             initargs=(list(sets),)) as pool:
+        yield from pool.map(_compile_entry, entries)

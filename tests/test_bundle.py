@@ -180,3 +180,19 @@ def test_bundle_loads_with_mlir_unimportable(tmp_path):
 def test_mlir_blocker_is_effective(tmp_path):
     proc = run_without_mlir("import mlir.ir\n", tmp_path)
     assert proc.returncode != 0 and "mlir is blocked" in proc.stderr
+
+
+def test_parallel_compile_gives_the_serial_artifacts_in_order(tmp_path, monkeypatch):
+    """`bundle --jobs N` (compiler.compile_entries): spawned workers, the entries' order, the same
+    cubins as compiling one by one (each worker has its own empty cache here)."""
+    pytest.importorskip("mlir")
+    from fa4mlir import compiler, kernel_sets
+    from fa4mlir.kernels.gemm_sm90 import GemmConfig
+    monkeypatch.setenv("FA4MLIR_CACHE_DIR", str(tmp_path / "cache-parallel"))
+    entries = [("gemm_sm90", GemmConfig(dtype="f16").validate()), ("gemm_sm90", GemmConfig(dtype="bf16").validate())]
+    got = [art for art, seconds in compiler.compile_entries(entries, ["sm90"], 2)]
+    monkeypatch.setenv("FA4MLIR_CACHE_DIR", str(tmp_path / "cache-serial"))
+    want = [compiler.compile_kernel(name, cfg) for name, cfg in entries]
+    assert [a.name for a in got] == [a.name for a in want] == ["gemm_sm90_f16_128x256x64_s4", "gemm_sm90_bf16_128x256x64_s4"]
+    assert [a.cubin for a in got] == [a.cubin for a in want]
+    assert kernel_sets.SETS["sm90"]   # the workers' initializer reads the named sets
