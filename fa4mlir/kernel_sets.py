@@ -304,13 +304,16 @@ MLA_CASES = [("bf16", 64), ("f16", 64), ("bf16", 16)]
 
 def mla() -> list:
     """The absorbed MLA decode kernels (flash_mla_with_kvcache) of MLA_CASES, split and unsplit,
-    and the head-dim-512 combine per dtype."""
+    the head-dim-512 combine per dtype, and the sparse prefill's four (flash_mla_sparse_fwd)."""
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
     from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, default_config
     out = [(KERNEL, default_config(dtype, page, unsplit=u)) for dtype, page in MLA_CASES for u in (False, True)]
     # the variant whose warpgroups both compute all of S (note "Design"), for bench mla to time against
     out += [(KERNEL, default_config("bf16", 64, unsplit=u, exchange=False)) for u in (False, True)]
-    return out + [(COMBINE_KERNEL, CombineConfig(dtype, D_V)) for dtype in sorted({d for d, _ in MLA_CASES})]
+    out += [(COMBINE_KERNEL, CombineConfig(dtype, D_V)) for dtype in sorted({d for d, _ in MLA_CASES})]
+    # the sparse prefill (flash_mla_sparse_fwd), with and without topk_length and attention sinks
+    from .kernels.attention_mla_sparse_sm90_config import KERNEL as SPARSE, MLASparseConfig
+    return out + [(SPARSE, MLASparseConfig(topk_length=t, sinks=s)) for t in (False, True) for s in (False, True)]
 
 
 # (dtype, head_dim, causal, window_size, softcap, sinks) of the attention-varlen set: what

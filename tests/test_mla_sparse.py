@@ -15,7 +15,10 @@ import numpy as np
 import pytest
 
 from fa4mlir import compiler, kernel_sets, kernels, lowering
+from fa4mlir.attention import errors as E
+from fa4mlir.attention import mla_sparse as ms
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as sc
+from fa4mlir.runtime import TensorInfo
 
 ENTRIES = [e for e in kernel_sets.mla() if e[0] == sc.KERNEL]
 
@@ -102,3 +105,94 @@ def test_mla_sparse_through_the_interpreter(s_q, heads, topk_length, sinks):
         assert (out_t[2] == 0).all() and np.isposinf(lse[2]).all() and np.isneginf(max_logits[2]).all()
     if sinks is not None:   # a +inf sink zeroes its head's out; lse, max_logits stay the scores'
         assert (out_t[:2, 2] == 0).all() and np.isfinite(lse[:2, 2]).all()
+
+
+# ---- typed errors, the plan, FLOPs ----------------------------------------------------------------
+
+def _info(shape, dtype="bf16", strides=None):
+    if strides is None:
+        strides, acc = [], 1
+        for n in reversed(shape):
+            strides.insert(0, acc)
+            acc *= n
+    return TensorInfo(1 << 20, tuple(shape), tuple(strides), dtype, "cuda")
+
+
+def _good(**kw):
+    args = dict(q=_info((4, 128, 576)), kv=_info((1000, 1, 576)), indices=_info((4, 1, 2048), "i32"), sm_scale=None,
+                d_v=512, attn_sink=None, topk_length=None)
+    args.update(kw)
+    return args
+
+
+@pytest.mark.parametrize("change,error", [
+    (dict(indices=_info((4, 1, 2048), "i64")), E.DTypeError),
+    (dict(indices=_info((4, 1, 2048), "f32")), E.DTypeError),
+    (dict(indices=_info((4, 2048), "i32")), E.ShapeError),
+    (dict(indices=_info((3, 1, 2048), "i32")), E.ShapeError),
+    (dict(indices=_info((4, 2, 2048), "i32")), E.ShapeError),
+    (dict(indices=_info((4, 1, 2000), "i32")), E.ShapeError),           # topk not a multiple of 64
+    (dict(indices=_info((4, 1, 2048), "i32", strides=(1, 1, 4))), E.LayoutError),
+    (dict(q=_info((4, 128, 512))), E.HeadDimError),
+    (dict(q=_info((4, 128, 576)), kv=_info((1000, 1, 512))), E.ShapeError),
+    (dict(d_v=576), E.HeadDimError),
+    (dict(q=_info((4, 96, 576))), E.ShapeError),                        # h_q not a multiple of 64
+    (dict(q=_info((4, 32, 576))), E.ShapeError),
+    (dict(q=_info((4, 128, 576), "f16"), kv=_info((1000, 1, 576), "f16")), E.DTypeError),
+    (dict(kv=_info((1000, 1, 576), "f16")), E.DTypeError),
+    (dict(kv=_info((1000, 2, 576))), E.HeadsRatioError),
+    (dict(kv=_info((1000, 576))), E.ShapeError),
+    (dict(kv=_info((1000, 1, 576), strides=(580, 576, 1))), E.LayoutError),    # rows not 16-byte aligned
+    (dict(kv=_info((1000, 1, 576), strides=(584, 584, 1))), None),             # padded rows: fine
+    (dict(q=_info((4, 128, 576), strides=(128 * 576, 1, 128))), E.LayoutError),
+    (dict(attn_sink=_info((64,), "f32")), E.ShapeError),
+    (dict(attn_sink=_info((128,), "bf16")), E.ShapeError),
+    (dict(topk_length=_info((4,), "i64")), E.ShapeError),
+    (dict(topk_length=_info((5,), "i32")), E.ShapeError),
+    (dict(sm_scale=float("nan")), E.ScaleError),
+    (dict(attn_sink=_info((128,), "f32"), topk_length=_info((4,), "i32")), None),
+])
+def test_typed_errors(change, error):
+    args = _good(**change)
+    if error is None:
+        p = ms.check_sparse_inputs(**args)
+        assert p.topk == 2048 and p.softmax_scale == 576 ** -0.5
+        return
+    with pytest.raises(error):
+        ms.check_sparse_inputs(**args)
+
+
+def test_plan_launches_by_the_contract(monkeypatch):
+    """build_plan's launch (kernel stubbed: no driver here): the contract's arguments by name and
+    order, the grid, the optional tensors only when given."""
+    from types import SimpleNamespace
+    monkeypatch.setattr(ms, "kernel_for", lambda source, cfg: SimpleNamespace(cfg=cfg))
+    for sinks, lens in ((None, None), (_info((128,), "f32"), _info((4096,), "i32"))):
+        problem = ms.check_sparse_inputs(_info((4096, 128, 576)), _info((32768, 1, 576)), _info((4096, 1, 2048), "i32"),
+                                         0.1, 512, sinks, lens)
+        launch = ms.build_plan(problem, None, (128 * 576, 576), 576, 2048).launches[0]
+        cfg = launch.kernel.cfg
+        assert cfg == sc.MLASparseConfig(topk_length=lens is not None, sinks=sinks is not None)
+        assert (sc.KERNEL, cfg) in ENTRIES
+        assert list(launch.args) == [n for n, _ in cfg.params] and launch.grid == (8192, 1, 1)
+        assert launch.args["topk"] == 2048 and launch.args["s_kv"] == 32768 and launch.args["scale"] == 0.1
+
+
+def test_flops_as_flashmla_counts():
+    assert ms.flops(4096, 128, 2048) == 2 * 4096 * 2048 * 128 * (576 + 512) == 2_336_462_209_024
+    assert ms.flops(2, 64, 128, topk_length=[100, 3]) == 2 * 103 * 64 * 1088
+
+
+def test_host_path_refuses_cpu_tensors_and_grad():
+    torch = pytest.importorskip("torch")
+    q = torch.zeros(2, 64, 576, dtype=torch.bfloat16)
+    kv = torch.zeros(100, 1, 576, dtype=torch.bfloat16)
+    idx = torch.zeros(2, 1, 64, dtype=torch.int32)
+    with pytest.raises(E.DeviceError, match="cuda"):
+        ms.flash_mla_sparse_fwd(q, kv, idx, 0.1)
+    with pytest.raises(E.AutogradError):
+        ms.flash_mla_sparse_fwd(q.requires_grad_(True), kv, idx, 0.1)
+    with pytest.raises(E.ArgumentTypeError):
+        ms.flash_mla_sparse_fwd(np.zeros((2, 64, 576)), kv, idx, 0.1)
+    with pytest.raises(E.ArgumentTypeError):
+        ms.flash_mla_sparse_fwd(q, kv, idx, 0.1, softmax_scale=0.1)
