@@ -62,7 +62,9 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
     mla         the sm_90a absorbed MLA decode kernels (flash_mla_with_kvcache, attention/mla.py): bf16 and
                 f16 caches in pages of 64 and a bf16 one in pages of 16, each split and unsplit, the
                 bf16 page-64 pair without the S exchange (`exchange=False`, to time against), and the
-                head-dim-512 combine; what tests/gpu/test_mla_decode_gpu.py and `bench mla`'s decode rows run
+                head-dim-512 combine; what tests/gpu/test_mla_decode_gpu.py and `bench mla`'s decode rows run;
+                and the sparse prefill (flash_mla_sparse_fwd, attention/mla_sparse.py) with and without
+                topk_length and sinks: tests/gpu/test_mla_sparse_gpu.py and `bench mla`'s sparse rows
     bench       the attention, decode, prefill and mla sets, and the GEMM variants the benchmark times against
                 torch.matmul
     sm90        the sm_90a GEMMs of gpu-tests and bench
