@@ -18,7 +18,7 @@ from fa4mlir import compiler, kernel_sets, kernels, lowering
 from fa4mlir.attention import errors as E
 from fa4mlir.attention import mla_sparse as ms
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as sc
-from fa4mlir.runtime import TensorInfo
+from tests.test_mla_decode import _info
 
 ENTRIES = [e for e in kernel_sets.mla() if e[0] == sc.KERNEL]
 
@@ -108,15 +108,6 @@ def test_mla_sparse_through_the_interpreter(s_q, heads, topk_length, sinks):
 
 
 # ---- typed errors, the plan, FLOPs ----------------------------------------------------------------
-
-def _info(shape, dtype="bf16", strides=None):
-    if strides is None:
-        strides, acc = [], 1
-        for n in reversed(shape):
-            strides.insert(0, acc)
-            acc *= n
-    return TensorInfo(1 << 20, tuple(shape), tuple(strides), dtype, "cuda")
-
 
 def _good(**kw):
     args = dict(q=_info((4, 128, 576)), kv=_info((1000, 1, 576)), indices=_info((4, 1, 2048), "i32"), sm_scale=None,

@@ -30,7 +30,6 @@ flash_mla_with_kvcache with indices), d_qk 512 (FlashMLA's MODEL1), the sm_100a 
 from __future__ import annotations
 
 import os
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,11 +40,10 @@ from ..runtime import TensorInfo
 from .checks import (MAX_I32, check_bundle, check_device_context, check_devices, check_layout, check_scale,
                      read_tensor)
 from .errors import ArgumentTypeError, DTypeError, HeadDimError, HeadsRatioError, LayoutError, ShapeError
-from .mla import _torch, kernel_for
+from .mla import CallCache, _torch, kernel_for
 from .plan import Launch, Plan, TensorRef, source_for
 
 ENTRY = "flash_mla_sparse_fwd"
-CALLS_KEPT = 256
 MLA_DIMS = ("tokens", "heads", "head_dim")
 
 
@@ -136,8 +134,7 @@ class _Call:
     problem: SparseProblem
 
 
-_CALLS: dict = {}
-_lock = threading.Lock()
+_CALLS = CallCache()
 
 
 def flash_mla_sparse_fwd(q, kv, indices, sm_scale=None, d_v: int = sc.D_V, attn_sink=None, topk_length=None, *,
@@ -163,14 +160,8 @@ def flash_mla_sparse_fwd(q, kv, indices, sm_scale=None, d_v: int = sc.D_V, attn_
         from .errors import AutogradError
         raise AutogradError(_err("q or kv requires grad: there is no backward kernel for sparse MLA; call under "
                                  "torch.no_grad() or detach them"))
-    signature = (tuple((n, x.shape, x.stride(), x.dtype, x.device) for n, x in tensors.items()),
-                 d_v if type(d_v) is int else repr(d_v), sm_scale,
-                 bundle if isinstance(bundle, (str, type(None))) else id(bundle),
-                 tuple(os.environ.get(n) for n in ("FA4MLIR_BUNDLE", "FA4MLIR_CUBIN_BACKEND", "FA4MLIR_DEBUG")))
-    try:
-        call = _CALLS.get(signature)
-    except TypeError:       # an unhashable option: no call cache
-        call, signature = None, None
+    options = (d_v if type(d_v) is int else repr(d_v), sm_scale)
+    call, signature = _CALLS.get(_CALLS.signature(tensors, options, bundle))
     if call is None:
         call = _prepare(torch, tensors, sm_scale, d_v, bundle, signature)
     p = call.problem
@@ -207,11 +198,7 @@ def _prepare(torch, tensors: dict, sm_scale, d_v, bundle, signature) -> _Call:
     if "topk_length" in tensors:
         named["topk_length"] = tensors["topk_length"]
     call = _Call(plan.prepare(named), problem)
-    if signature is not None:
-        with _lock:
-            while len(_CALLS) >= CALLS_KEPT:
-                _CALLS.pop(next(iter(_CALLS)))
-            _CALLS[signature] = call
+    _CALLS.put(signature, call)
     return call
 
 
