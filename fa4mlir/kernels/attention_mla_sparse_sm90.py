@@ -9,10 +9,10 @@ Grid: x = head block + (h_q / 64) x token (attention_mla_sparse_sm90_config.grid
 
 Roles (12 warps, 384 threads, one CTA per SM; setmaxnreg 240 / 32: the decode's note "Design"):
     warp 8        `gather`  all 32 lanes: per tile j of the token's ceil(L / 64) tiles (L = topk,
-                            or topk_length[token] clamped into [0, topk]), lane l copies rows l
-                            and l + 32 of the tile, 1152 bytes each, by cp.async into a ring of
-                            STAGES = 2 (kv_pipe; 128B swizzle, the layout TMA boxes give), and
-                            writes each row's score bias (note "Bias").
+                            or topk_length[token] clamped into [0, topk]), the tile's 64 rows of
+                            1152 bytes by cp.async into a ring of STAGES = 2 (kv_pipe; 128B
+                            swizzle, the layout TMA boxes give), and each row's score bias
+                            (notes "Gather", at _gather_role, and "Bias").
     warps 0-7     `mma`     the decode's two consumer warpgroups: Q's 64 heads x 576 loaded by both,
                             then per tile j:
                             1. wait KV_j; S = Q K_j^T of this warpgroup's 32 keys (576 columns)
@@ -44,12 +44,13 @@ from ..dialect import builders as fa4
 from ..dsl import KernelBuilder, Value, const, fast_div, fma, log2, select, vec
 from .attention_mla_sparse_sm90_config import BN, CONSUMERS, D_QK, LOAD_REGS, MMA_REGS, STAGES, TILE_M, MLASparseConfig
 from .common.constants import LOG2E
-from .common.mla_sm90 import (LN2, NEG_INF, QK_CHUNKS, SWIZZLE, UNITS, WG_CHUNKS, WG_COLS, ConsumerGeometry,
+from .common.mla_sm90 import (CHUNK, LN2, NEG_INF, QK_CHUNKS, SWIZZLE, UNITS, WG_CHUNKS, WG_COLS, ConsumerGeometry,
                               issue_pv, issue_s, load_q, row_totals, softmax)
 from .common.wgmma import acc_col, acc_pair, acc_row, wait_group
 
 GATHER_LANES = 32
 ROWS_PER_LANE = BN // GATHER_LANES      # 2
+BAR_GATHER = 4                          # the gather warp's own named barrier (common.mla_sm90 uses 1-3)
 
 
 def build(cfg: MLASparseConfig = MLASparseConfig()) -> dsl.KernelIR:
@@ -62,6 +63,7 @@ def build(cfg: MLASparseConfig = MLASparseConfig()) -> dsl.KernelIR:
         q_slot = kb.smem("q_slot", 16, align=16)     # holds 0: the decode's _kv_tile, step 1
         x_smem = kb.smem("x_smem", cfg.exchange_bytes(), align=16)    # decode, note "Exchange"
         bias_smem = kb.smem("bias_smem", cfg.bias_bytes(), align=16)  # note "Bias"
+        rows_smem = kb.smem("gather_rows", cfg.rows_bytes(), align=16)          # note "Gather"
         # each gather lane commits once per fill (after its cp_async_arrive)
         kv_pipe = kb.pipeline("kv_pipe", num_stages=STAGES, producer="gather", consumers=["mma"],
                               producer_arrivals=GATHER_LANES, consumer_arrivals=CONSUMERS)
@@ -71,7 +73,7 @@ def build(cfg: MLASparseConfig = MLASparseConfig()) -> dsl.KernelIR:
             with kb.role("mma", first_warp=0, num_warps=4 * CONSUMERS, regs=MMA_REGS):
                 _mma_role(kb, cfg, work, p, (q_smem, kv_smem, kv_pipe, q_slot, bias_smem), x_smem)
             with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=1, regs=LOAD_REGS):
-                _gather_role(kb, work, p, kv_smem, kv_pipe, bias_smem)
+                _gather_role(kb, work, p, kv_smem, kv_pipe, bias_smem, rows_smem)
     return kb.finish()
 
 
@@ -93,37 +95,52 @@ class _Work:
 
 # ---- producer -------------------------------------------------------------------------------------
 
-def _gather_role(kb, work: _Work, p, kv_smem, kv_pipe, bias_smem):
-    """Note "Bias" and the roles' sketch: lane l gathers rows l and l + 32 of each tile, chunk by
-    chunk (8 16-byte units of each row per trip), into the 128B-swizzled layout (chunk c of row r at
-    c * 64 * 128 + r * 128, unit u at (u ^ r % 8) * 16; r % 8 = l % 8 for both rows)."""
+def _gather_role(kb, work: _Work, p, kv_smem, kv_pipe, bias_smem, rows_smem):
+    """Note "Gather": per tile, lane l first looks up rows l and l + 32 (position -> index ->
+    validity and kv element offset, 0 when invalid), writes their biases (note "Bias") and offsets
+    (`rows_smem`, 8 bytes a row) and the warp syncs; then the copies: one warp instruction moves 4
+    whole 128-byte chunk rows (lane l: row 4 i + l / 8, 16-byte unit l % 8: coalesced, and 4
+    distinct rows of SMEM per instruction, conflict-free), each lane reading its row's offset and
+    validity once per trip of 9 chunks, into the 128B-swizzled layout TMA boxes give (chunk c of
+    row r at c * 64 * 128 + r * 128, unit u at (u ^ r % 8) * 16). A second warp sync keeps the
+    next tile's offsets from overwriting ones still to be read."""
     lane = kb.thread_idx(0) % GATHER_LANES
+    sub, unit = lane // UNITS, lane % UNITS
+    rows_per_instr = GATHER_LANES // UNITS          # 4
     tile_bytes = MLASparseConfig.tile_bytes()
     idx_row = kb.gep(p["indices"], work.token.to("i64") * p["indices_stride_s"], "i32")
+    kv_lane = kb.gep(p["kv"], unit * 8, "bf16")    # this lane's 16-byte unit of row 0
     loop = kb.for_(0, work.n_tiles, 1, carry=kv_pipe.initial_state())
     with loop as (j, s):
-        # 1. this lane's rows: position in the token's list -> index -> validity, source row
+        # 1. this lane's rows: position in the token's list -> index -> validity, element offset
         rows = []
         for e in range(ROWS_PER_LANE):
             pos = j * BN + lane + GATHER_LANES * e
             index = kb.load(kb.gep(idx_row, pos, "i32"), "i32", align=4)
             valid = pos.slt(work.length) & index.sge(0) & index.slt(p["s_kv"])
-            src = kb.gep(p["kv"], select(valid, index, const(0)).to("i64") * p["kv_stride_s"], "bf16")
-            rows.append((valid, src))
-        # 2. wait for the stage to be free; the rows' biases, then their 9 x 8 units by cp.async
+            rows.append((valid, select(valid, index, const(0)).to("i64") * p["kv_stride_s"]))
+        # 2. wait for the stage to be free; biases into the stage, offsets into rows_smem; warp sync
         kv_pipe.producer_acquire(s)
-        for e, (valid, _) in enumerate(rows):
+        for e, (valid, offset) in enumerate(rows):
+            r = lane + GATHER_LANES * e
             bias = select(valid, const(0.0, "f32"), const(NEG_INF, "f32"))
-            kb.store(bias, kb.gep(bias_smem, (s.stage * BN + lane + GATHER_LANES * e) * 4, "i8"), align=4)
+            kb.store(bias, kb.gep(bias_smem, (s.stage * BN + r) * 4, "i8"), align=4)
+            kb.store(offset, kb.gep(rows_smem, r * 8, "i8"), align=8)
+        kb.named_barrier(BAR_GATHER, GATHER_LANES)
+        # 3. the copies: trip i, row 4 i + l / 8, its 9 chunks
         base = kb.gep(kv_smem, s.stage * tile_bytes, "i8")
-        with kb.for_(0, QK_CHUNKS * UNITS, 1) as (k, _):     # unit u = k % 8 of chunk c = k / 8
-            c, u = k // UNITS, k % UNITS
-            dst = kb.gep(base, c * (BN * SWIZZLE) + lane * SWIZZLE + ((lane % 8) ^ u) * 16, "i8")
-            for e, (valid, src) in enumerate(rows):
-                fa4.cp_async(kb.gep(src, k * 8, "bf16"), kb.gep(dst, e * GATHER_LANES * SWIZZLE, "i8"), valid)
-        # 3. each lane: its copies arrive on full[stage] when they land, then its commit
+        with kb.for_(0, BN // rows_per_instr, 1) as (i, _):
+            r = i * rows_per_instr + sub
+            offset = kb.load(kb.gep(rows_smem, r * 8, "i8"), "i64", align=8)
+            valid = kb.load(kb.gep(bias_smem, (s.stage * BN + r) * 4, "i8"), "f32", align=4).eq(0.0)
+            src = kb.gep(kv_lane, offset, "bf16")
+            dst = kb.gep(base, r * SWIZZLE + (unit ^ (r % 8)) * 16, "i8")
+            for c in range(QK_CHUNKS):
+                fa4.cp_async(kb.gep(src, c * CHUNK, "bf16"), kb.gep(dst, c * BN * SWIZZLE, "i8"), valid)
+        # 4. each lane: its copies arrive on full[stage] when they land, then its commit; warp sync
         fa4.cp_async_arrive(s.stage, pipe=kv_pipe.name)
         kv_pipe.producer_commit(s)
+        kb.named_barrier(BAR_GATHER, GATHER_LANES)
         loop.yield_(s.advance())
 
 

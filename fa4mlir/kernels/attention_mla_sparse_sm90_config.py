@@ -69,9 +69,15 @@ class MLASparseConfig:
         note "Bias"."""
         return STAGES * BN * 4
 
+    @staticmethod
+    def rows_bytes() -> int:
+        """The gather's table of the tile's row offsets (int64 elements): attention_mla_sparse_sm90,
+        note "Gather"."""
+        return BN * 8
+
     def smem_bytes(self) -> int:
         return (TILE_M * D_QK * 2 + STAGES * self.tile_bytes() + 2 * STAGES * MBARRIER_BYTES + 16
-                + self.exchange_bytes() + self.bias_bytes())
+                + self.exchange_bytes() + self.bias_bytes() + self.rows_bytes())
 
     def validate(self) -> "MLASparseConfig":
         check_fields(self, {"dtype": DTYPES})
