@@ -66,17 +66,17 @@ def _problem(torch, s_q, heads, topk, s_kv, seed=0):
     return q, kv.to(torch.bfloat16), idx
 
 
-@pytest.mark.parametrize("s_q,heads,topk_length,sinks", [
-    (3, 64, None, None),
-    (3, 64, (100, 64, 128), (0.5, float("-inf"), float("inf"))),     # sinks: the first three heads pinned
-    (2, 128, (0, 128), None),                                        # two head blocks; a token with L = 0
+@pytest.mark.parametrize("s_q,heads,topk,topk_length,sinks", [
+    (3, 64, 256, None, None),                                       # 4 tiles: the 2-stage ring wraps
+    (3, 64, 128, (100, 64, 128), (0.5, float("-inf"), float("inf"))),   # sinks: the first three heads pinned
+    (2, 128, 128, (0, 128), None),                                  # two head blocks; a token with L = 0
 ])
-def test_mla_sparse_through_the_interpreter(s_q, heads, topk_length, sinks):
+def test_mla_sparse_through_the_interpreter(s_q, heads, topk, topk_length, sinks):
     torch = pytest.importorskip("torch")
     from fa4mlir import interpret
     from fa4mlir.kernels import attention_mla_sparse_sm90
     from fa4mlir.testing_mla import check_mla_sparse
-    topk, s_kv = 128, 300
+    s_kv = 600
     q, kv, idx = _problem(torch, s_q, heads, topk, s_kv)
     lens = None if topk_length is None else np.array(topk_length, np.int32)
     sink_t = None
