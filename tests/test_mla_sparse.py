@@ -48,14 +48,15 @@ def _bits(torch, x):
 
 def _problem(torch, s_q, heads, topk, s_kv, seed=0):
     """q, kv (NaN in every row no valid entry names) and indices [s_q, 1, topk]: token 0 a shuffled
-    mix of valid rows, duplicates, -1 and indices >= s_kv; token 1 valid rows in descending order
+    mix of valid rows, duplicates, -1, other negatives and indices >= s_kv (int32's extremes too); token 1 valid rows in descending order
     with -1 padding at the end; token 2 (when s_q > 2) every entry invalid."""
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(s_q, heads, 576, generator=g).to(torch.bfloat16)
     idx = np.full((s_q, 1, topk), -1, np.int32)
     used = torch.randperm(s_kv, generator=g).numpy()[:s_kv // 2]
+    rest = topk - topk // 2 - 3 * (topk // 8)
     mix = np.concatenate([used[:topk // 2], used[:topk // 8], np.full(topk // 8, -1), s_kv + np.arange(topk // 8),
-                          [-7] * (topk - topk // 2 - 3 * (topk // 8))])
+                          np.resize([-2**31, 2**31 - 1, -7, 114514], rest)])     # FlashMLA's invalid candidates
     idx[0, 0] = np.random.default_rng(seed).permutation(mix)
     idx[1, 0, :topk - 23] = np.sort(used[:topk - 23])[::-1]
     for t in range(3, s_q):

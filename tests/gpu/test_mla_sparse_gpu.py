@@ -30,7 +30,8 @@ def _case(torch, s_q, heads, topk, s_kv, seed=0, kv_pad=0):
     for t in range(s_q):
         valid = rng.integers(0, s_kv, topk)
         kind = rng.integers(0, 10, topk)
-        row = np.where(kind < 7, valid, np.where(kind < 9, -1, s_kv + rng.integers(0, 1000, topk)))
+        invalid = rng.choice([-2**31, -123456, s_kv, 2**31 - 1], topk)      # FlashMLA's candidates, some
+        row = np.where(kind < 7, valid, np.where(kind < 9, -1, invalid))
         idx[t, 0] = -1 if t % 7 == 3 else row
     kv = torch.full((s_kv, 1, 576 + kv_pad), float("nan"))
     live = np.unique(idx[(idx >= 0) & (idx < s_kv)])
