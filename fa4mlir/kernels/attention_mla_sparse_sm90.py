@@ -4,7 +4,7 @@ columns (512 latent + 64 rope) serves as K, its first 512 columns as V, read onc
 SMEM tile (the absorbed MLA decode's tile step, common/mla_sm90.py).
 
 One CTA attends 64 query heads of one token to that token's gathered rows: tile j holds the rows
-named by indices[token, 0, 64 j .. 64 j + 63]. No split: topk <= 2048 makes at most 32 tiles.
+named by indices[token, 0, 64 j .. 64 j + 63]. No split (DSA's topk 2048 is 32 tiles).
 Grid: x = head block + (h_q / 64) x token (attention_mla_sparse_sm90_config.grid).
 
 Roles (12 warps, 384 threads, one CTA per SM; setmaxnreg 240 / 32: the decode's note "Design"):
