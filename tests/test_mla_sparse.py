@@ -188,3 +188,25 @@ def test_host_path_refuses_cpu_tensors_and_grad():
         ms.flash_mla_sparse_fwd(np.zeros((2, 64, 576)), kv, idx, 0.1)
     with pytest.raises(E.ArgumentTypeError):
         ms.flash_mla_sparse_fwd(q, kv, idx, 0.1, softmax_scale=0.1)
+
+
+def test_gather_sass_is_nine_zero_filling_16_byte_copies_a_trip():
+    """The gather's copy loop in SASS: per trip one 16-byte LDGSTS (cp.async.cg: BYPASS) per chunk of
+    576 columns, 9 in all, from one base register at immediate offsets 128 bytes apart, each with
+    the ignore-src predicate (an invalid row lands zeros), one cp.async.mbarrier.arrive per tile;
+    and the 36 + 4 wgmmas of the tile step."""
+    import re
+
+    from fa4mlir import sass
+    if sass.find_nvdisasm() is None:
+        pytest.skip("nvdisasm not installed")
+    art = lowering.lower(kernels.module(sc.KERNEL).build(sc.MLASparseConfig()),
+                         compiler.resolve_options(sc.KERNEL, debug=False))
+    text = sass.disassemble(art.cubin)
+    copies = re.findall(r"LDGSTS\.E\.BYPASS\.128 \[R\d+\+(0x[0-9a-f]+)\], desc\[\w+\]\[R\d+\.64(?:\+(0x[0-9a-f]+))?\], !P\d",
+                        text)
+    assert len(copies) == 9 and len(re.findall(r"\bLDGSTS\.", text)) == 9, copies
+    assert sorted(int(src or "0", 16) for _, src in copies) == [128 * c for c in range(9)]
+    assert len({int(dst, 16) % (64 * 128) for dst, _ in copies}) == 1          # chunk c: 8 KiB apart
+    assert len(re.findall(r"LDGSTSBAR", text)) == 1
+    assert len(re.findall(r"HGMMA\.64x32x16\.F32\.BF16", text)) == 36 and len(re.findall(r"HGMMA\.64x256x16", text)) == 4
