@@ -42,6 +42,7 @@ _LAZY = {
     "flash_attn_with_kvcache": ("fa4mlir.attention", "flash_attn_with_kvcache"),
     "flash_mla_with_kvcache": ("fa4mlir.attention.mla", "flash_mla_with_kvcache"),
     "get_mla_metadata": ("fa4mlir.attention.mla", "get_mla_metadata"),
+    "flash_mla_sparse_fwd": ("fa4mlir.attention.mla_sparse", "flash_mla_sparse_fwd"),
     "flash_attn_varlen_func": ("fa4mlir.attention", "flash_attn_varlen_func"),
     **{err: ("fa4mlir.attention", err) for err in (
         "FlashAttnInputError", "DTypeError", "ShapeError", "HeadDimError", "HeadsRatioError",

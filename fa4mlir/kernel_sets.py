@@ -75,7 +75,9 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 f16 caches in pages of 64 and a bf16 one in pages of 16, each split and unsplit, the
                 bf16 page-64 pair without the S exchange (`exchange=False`, to time against), and the
                 head-dim-512 combine (what tests/gpu/test_mla_decode_gpu.py and `bench mla`'s decode rows run),
-                and mla_prefill's kernel, bf16 qk 192 / v 128 causal (`bench mla`'s prefill row)
+                mla_prefill's kernel, bf16 qk 192 / v 128 causal (`bench mla`'s prefill row), and the sparse
+                prefill (flash_mla_sparse_fwd, attention/mla_sparse.py) with and without topk_length and sinks
+                (tests/gpu/test_mla_sparse_gpu.py and `bench mla`'s sparse rows)
     bench       the attention, decode, prefill and mla sets, and the GEMM variants the benchmark times against
                 torch.matmul
     sm90        the sm_90a GEMMs of gpu-tests and bench
@@ -342,13 +344,16 @@ MLA_CASES = [("bf16", 64), ("f16", 64), ("bf16", 16)]
 
 def mla() -> list:
     """The absorbed MLA decode kernels (flash_mla_with_kvcache) of MLA_CASES, split and unsplit,
-    and the head-dim-512 combine per dtype."""
+    the head-dim-512 combine per dtype, and the sparse prefill's four (flash_mla_sparse_fwd)."""
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
     from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, default_config
     out = [(KERNEL, default_config(dtype, page, unsplit=u)) for dtype, page in MLA_CASES for u in (False, True)]
     # the variant whose warpgroups both compute all of S (note "Design"), for bench mla to time against
     out += [(KERNEL, default_config("bf16", 64, unsplit=u, exchange=False)) for u in (False, True)]
     out += [(COMBINE_KERNEL, CombineConfig(dtype, D_V)) for dtype in sorted({d for d, _ in MLA_CASES})]
+    # the sparse prefill (flash_mla_sparse_fwd), with and without topk_length and attention sinks
+    from .kernels.attention_mla_sparse_sm90_config import KERNEL as SPARSE, MLASparseConfig
+    out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s)) for t in (False, True) for s in (False, True)]
     return out + _mla_prefill()
 
 

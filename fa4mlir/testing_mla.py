@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .testing import FaTally, attention_math
+from .testing import FaTally, attention_math, fa_rule
 
 
 def gather_rows(kv_cache, block_table, length: int, b: int):
@@ -47,4 +47,62 @@ def check_mla(q, kv_cache, block_table, cache_seqlens, out, lse, *, head_dim_v: 
     return tally.check()
 
 
-__all__ = ["gather_rows", "check_mla"]
+def sparse_reference(q, kv, indices, softmax_scale: float, compute_dtype, *, d_v: int = 512, sinks=None,
+                     topk_length=None):
+    """flash_mla_sparse_fwd's definition (FlashMLA tests/ref.py ref_sparse_attn_fwd) with every step
+    in ``compute_dtype`` (float64: the reference; q.dtype: PyTorch's own low-precision math). q [s_q,
+    h_q, 576], kv [s_kv, 1, 576], indices [s_q, 1, topk]; an entry is invalid when negative, >= s_kv
+    or at or past topk_length[i]; invalid rows read as zeros (the kernel's cp.async zero fill: a NaN in
+    an unused KV row reaches nothing). Returns (out [s_q, h_q, d_v], max_logits [s_q, h_q] = the max
+    scaled score, -inf for a token with no valid entry, lse [s_q, h_q] natural log, +inf for such a
+    token); sinks [h_q] scale out by exp(lse) / (exp(lse) + exp(sink)) and change neither."""
+    import torch
+    s_q, _, topk = indices.shape
+    s_kv = kv.shape[0]
+    idx = torch.as_tensor(np.asarray(indices)).long().reshape(s_q, topk)
+    invalid = (idx < 0) | (idx >= s_kv)
+    if topk_length is not None:
+        lens = torch.as_tensor(np.asarray(topk_length)).long()
+        invalid |= torch.arange(topk)[None, :] >= lens[:, None]
+    rows = kv[:, 0][idx.masked_fill(invalid, 0)].to(compute_dtype)                # [s_q, topk, 576]
+    rows = rows.masked_fill(invalid[..., None], 0)
+    scores = (q.to(compute_dtype) @ rows.transpose(1, 2)) * softmax_scale          # [s_q, h_q, topk]
+    scores = scores.masked_fill(invalid[:, None, :], float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    max_logits = scores.max(dim=-1).values
+    lse_for_o = lse
+    if sinks is not None:
+        sink = sinks.to(compute_dtype)[None, :].expand_as(lse)
+        lse_for_o = torch.logsumexp(torch.stack([lse, sink]), dim=0)
+    lse_for_o = lse_for_o.masked_fill(lse_for_o == float("-inf"), float("inf"))
+    out = torch.exp(scores - lse_for_o[..., None]) @ rows[..., :d_v]
+    return out, max_logits, lse.masked_fill(lse == float("-inf"), float("inf"))
+
+
+def check_mla_sparse(q, kv, indices, out, max_logits, lse, softmax_scale: float, *, sinks=None,
+                     topk_length=None) -> dict:
+    """The FA rule for a flash_mla_sparse_fwd result (CPU torch tensors) against the float64
+    sparse_reference, PyTorch's own low-precision math giving the bound, for out, lse and
+    max_logits; a token with no valid entry must give out exactly 0, lse +inf and max_logits -inf
+    (sinks or not); no NaN anywhere. Returns the errors (asserts)."""
+    import torch
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any() and not torch.isnan(max_logits).any()
+    kw = dict(sinks=sinks, topk_length=topk_length)
+    ref_o, ref_m, ref_l = sparse_reference(q, kv, indices, softmax_scale, torch.float64, **kw)
+    low_o, low_m, low_l = sparse_reference(q, kv, indices, softmax_scale, q.dtype, **kw)
+    o, m, lo = out.double(), max_logits.double(), lse.double()
+    empty = torch.isposinf(ref_l)                                                  # [s_q, h_q]
+    assert (o[empty] == 0).all() and torch.isposinf(lo[empty]).all() and torch.isneginf(m[empty]).all()
+    seen = ~empty
+    assert seen.any(), "no token has a valid entry: nothing to check by the FA rule"
+    tally = FaTally()
+    tally.add(o[seen], low_o.double()[seen], ref_o[seen], lo[seen], low_l.double()[seen], ref_l[seen])
+    errs = tally.check()
+    errs["max_logits"] = (m[seen] - ref_m[seen]).abs().max().item()
+    errs["max_logits_lowp"] = (low_m.double()[seen] - ref_m[seen]).abs().max().item()
+    ok, bound = fa_rule(errs["max_logits"], errs["max_logits_lowp"])
+    assert ok, {**errs, "max_logits_bound": bound}
+    return errs
+
+
+__all__ = ["gather_rows", "check_mla", "sparse_reference", "check_mla_sparse"]

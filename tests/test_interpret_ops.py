@@ -324,3 +324,49 @@ def test_lower_tmem_one_column_load_is_read_after_its_wait():
     registry.run_passes(module, ["fa4-lower-tmem"])
     k = Kernel("k", module, OUT, (32, 1, 1), {})
     assert (run(k) == np.arange(32)).all()
+
+
+def cp_async_kernel(arrive: bool) -> Kernel:
+    """Lane l copies 16 bytes (4 int32) of `src` row l into shared 64 + 16 l by cp.async, src-size 16
+    on even lanes and 0 (nothing read, 16 zero bytes) on odd ones, arrives for them on an mbarrier of
+    count 32 (net zero) and its own arrive, waits for the phase, then writes word 0 of its copy."""
+    body = """
+      %c0 = arith.constant 0 : i32
+      %c1 = arith.constant 1 : i32
+      %c4 = arith.constant 4 : i32
+      %c16 = arith.constant 16 : i32
+      %c32 = arith.constant 32 : i32
+      %c64 = arith.constant 64 : i32
+""" + MBAR + """
+      nvvm.mbarrier.init %bar, %c32 : !llvm.ptr<3>, i32
+      %word = arith.muli %tid, %c4 : i32
+      %src_l = llvm.getelementptr %src[%word] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, i32
+      %off = arith.muli %tid, %c16 : i32
+      %at = arith.addi %off, %c64 : i32
+      %dst = llvm.getelementptr %smem[%at] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i8
+      %odd = arith.andi %tid, %c1 : i32
+      %even = arith.cmpi eq, %odd, %c0 : i32
+      %n = arith.select %even, %c16, %c0 : i32
+      nvvm.cp.async.shared.global %dst, %src_l, 16, cache = cg, %n : !llvm.ptr<3>, !llvm.ptr<1>, i32
+""" + ("      nvvm.cp.async.mbarrier.arrive %bar : !llvm.ptr<3>\n" if arrive else "") + """
+      %s = nvvm.mbarrier.arrive %bar : !llvm.ptr<3> -> i64
+      %t = arith.constant 1000 : i32
+      nvvm.mbarrier.try_wait.parity %bar, %c0, %t : !llvm.ptr<3>, i32, i32
+      %v = llvm.load %dst : !llvm.ptr<3> -> i32
+"""
+    params = (ParamSpec("src", "ptr"), *OUT)
+    return Kernel("k", parse(body + store_out("%v"), "%src: !llvm.ptr<1>, %out: !llvm.ptr<1>", chip="sm_90a"),
+                  params, (32, 1, 1), {})
+
+
+def test_cp_async_copies_and_zero_fills_at_its_arrive():
+    src = np.arange(32 * 4, dtype=np.int32) + 1000
+    out = np.full(32, -1, np.int32)
+    cp_async_kernel(True).launch((1, 1, 1), {"src": src, "out": out})
+    assert (out[0::2] == src[0::8]).all() and (out[1::2] == 0).all()
+
+
+def test_cp_async_never_arrived_is_a_fault():
+    out = np.full(32, -1, np.int32)
+    with pytest.raises((interpret.ExitFault, interpret.RaceFault)):
+        cp_async_kernel(False).launch((1, 1, 1), {"src": np.zeros(128, np.int32), "out": out})

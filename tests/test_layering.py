@@ -25,6 +25,7 @@ COMPILER = ("fa4mlir._mlir", "fa4mlir.dsl", "fa4mlir.dialect", "fa4mlir.passes",
 # hold numbers and host-side math. The other common/ modules build IR through the DSL.
 PURE_KERNEL_PIECES = ("fa4mlir.kernels.attention_sm90_config", "fa4mlir.kernels.attention_sm100_config",
                       "fa4mlir.kernels.attention_decode_sm90_config", "fa4mlir.kernels.attention_mla_decode_sm90_config",
+                      "fa4mlir.kernels.attention_mla_sparse_sm90_config",
                       "fa4mlir.kernels.common.constants", "fa4mlir.kernels.common.fastdiv",
                       "fa4mlir.kernels.common.naming", "fa4mlir.kernels.common.tmem",
                       "fa4mlir.kernels.common.paging", "fa4mlir.kernels.common.decode_schedule",

@@ -12,6 +12,8 @@
     kvcache_call.py  flash_attn_with_kvcache: the decode plan's two launches (split kernel, combine)
     mla.py      FlashMLA's get_mla_metadata and flash_mla_with_kvcache: absorbed MLA decode over a
                 paged latent cache (attention_mla_decode_sm90, then the combine)
+    mla_sparse.py  FlashMLA's flash_mla_sparse_fwd: sparse MLA prefill over top-k gathered rows
+                (attention_mla_sparse_sm90)
     varlen.py   flash_attn_varlen_func: ragged batches packed by cu_seqlens (VarlenProblem), one launch
     torch_ops.py  (imports torch; loaded on the first call with torch tensors) the fa4mlir:: torch
                 custom ops flash_attn_func goes through, with their fake (meta) implementations
@@ -28,6 +30,7 @@ from .checks import (MAX_SOFTMAX_SCALE, MIN_SOFTMAX_SCALE, check_device_context,
 from .dense import flash_attn_func
 from .kvcache_call import flash_attn_with_kvcache
 from .mla import flash_mla_with_kvcache, get_mla_metadata
+from .mla_sparse import flash_mla_sparse_fwd
 from .varlen import flash_attn_varlen_func
 from .errors import (ERRORS, ArgumentTypeError, AutogradError, BundleError, DeviceError, DTypeError, EmptyInputError,
                      FlashAttnInputError, HeadDimError, HeadsRatioError, KVScaleError, LayoutError, MaskError, ScaleError,
@@ -36,7 +39,7 @@ from .plan import ARCH, KernelSource, Launch, Plan, PreparedPlan, TensorRef, fin
 from .problem import AttnProblem, VarlenProblem
 
 __all__ = ["flash_attn_func", "flash_attn_with_kvcache", "flash_attn_varlen_func", "flash_mla_with_kvcache",
-           "get_mla_metadata", "AttnProblem", "VarlenProblem",
+           "get_mla_metadata", "flash_mla_sparse_fwd", "AttnProblem", "VarlenProblem",
            "SeqlensError", "Plan", "PreparedPlan", "Launch", "TensorRef", "KernelSource", "select",
            "source_for", "select_entry", "find_artifact", "check_inputs", "check_outputs", "check_out", "check_lse",
            "check_scale", "check_softcap", "check_sinks", "check_flag", "check_mask", "check_stream", "check_options", "read_tensor", "check_devices",

@@ -271,8 +271,39 @@ class _Call:
     problem: MLAProblem
 
 
-_CALLS: dict = {}
-_lock = threading.Lock()
+class CallCache:
+    """Prepared calls by signature (the call's tensors' shapes, strides, dtypes and devices, its
+    options, the bundle and the environment that picks kernels), at most CALLS_KEPT, the oldest
+    dropped first: a call seen before only launches."""
+
+    ENV = ("FA4MLIR_BUNDLE", "FA4MLIR_CUBIN_BACKEND", "FA4MLIR_DEBUG")
+
+    def __init__(self):
+        self._calls: dict = {}
+        self._lock = threading.Lock()
+
+    def signature(self, tensors: dict, options: tuple, bundle):
+        return (tuple((n, x.shape, x.stride(), x.dtype, x.device) for n, x in tensors.items()), options,
+                bundle if isinstance(bundle, (str, type(None))) else id(bundle),
+                tuple(os.environ.get(n) for n in self.ENV))
+
+    def get(self, signature):
+        """(the prepared call or None, the signature or None when it is unhashable: no caching)."""
+        try:
+            return self._calls.get(signature), signature
+        except TypeError:       # an unhashable option
+            return None, None
+
+    def put(self, signature, call) -> None:
+        if signature is None:
+            return
+        with self._lock:
+            while len(self._calls) >= CALLS_KEPT:
+                self._calls.pop(next(iter(self._calls)))
+            self._calls[signature] = call
+
+
+_CALLS = CallCache()
 
 
 def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata, num_splits,
@@ -290,14 +321,8 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, t
         from .errors import AutogradError
         raise AutogradError(_err("q requires grad: there is no backward kernel for MLA decode; call under "
                                  "torch.no_grad() or detach q"))
-    signature = (tuple((n, x.shape, x.stride(), x.dtype, x.device) for n, x in tensors.items()),
-                 head_dim_v if type(head_dim_v) is int else repr(head_dim_v), softmax_scale, causal,
-                 bundle if isinstance(bundle, (str, type(None))) else id(bundle),
-                 tuple(os.environ.get(n) for n in ("FA4MLIR_BUNDLE", "FA4MLIR_CUBIN_BACKEND", "FA4MLIR_DEBUG")))
-    try:
-        call = _CALLS.get(signature)
-    except TypeError:       # an unhashable option: no call cache
-        call, signature = None, None
+    options = (head_dim_v if type(head_dim_v) is int else repr(head_dim_v), softmax_scale, causal)
+    call, signature = _CALLS.get(_CALLS.signature(tensors, options, bundle))
     if call is None:
         call = _prepare(torch, tensors, head_dim_v, softmax_scale, causal, bundle, signature)
     p = call.problem
@@ -333,11 +358,7 @@ def _prepare(torch, tensors: dict, head_dim_v, softmax_scale, causal, bundle, si
         named.update(o_partial=torch.empty((problem.splits, *problem.out_shape), dtype=f32, device=dev),
                      lse_partial=torch.empty((problem.splits, *problem.lse_shape), dtype=f32, device=dev))
     call = _Call(plan.prepare(named), problem)
-    if signature is not None:
-        with _lock:
-            while len(_CALLS) >= CALLS_KEPT:
-                _CALLS.pop(next(iter(_CALLS)))
-            _CALLS[signature] = call
+    _CALLS.put(signature, call)
     return call
 
 
@@ -352,4 +373,5 @@ def flops_and_bytes(batch: int, seqlen_q: int, heads: int, cached_tokens: int, d
 
 
 __all__ = ["get_mla_metadata", "flash_mla_with_kvcache", "check_mla_inputs", "plan_splits", "MLAProblem", "build_plan",
+           "CallCache",
            "configs_for", "kernel_for", "flops_and_bytes", "TILE_SCHEDULER_METADATA_SIZE", "ENTRY"]

@@ -186,6 +186,8 @@ class CTA:
         self.mma_queue: collections.deque = collections.deque()
         # warp id -> (TMA stores not yet committed, deque of committed groups not yet waited)
         self.store_groups: dict = collections.defaultdict(lambda: ([], collections.deque()))
+        # (warp id, lane) -> cp.async copies issued and not yet landed (ops/tma.py, cp.async)
+        self.cp_async_pending: dict = collections.defaultdict(list)
         self.named_barriers: collections.Counter = collections.Counter()   # barrier id -> warps arrived
         self.barrier_generation: collections.Counter = collections.Counter()
         self.stats: collections.Counter = collections.Counter()
@@ -298,6 +300,9 @@ class CTA:
             stores = open_ + [job for g in groups for job in g]
             if stores:
                 problems.append(f"warp {wid}: {len(stores)} TMA store(s) never waited (cp.async.bulk.wait_group)")
+        unlanded = sum(len(v) for v in self.cp_async_pending.values())
+        if unlanded:
+            problems.append(f"{unlanded} cp.async copies never arrived on an mbarrier (cp.async.mbarrier.arrive)")
         if problems:
             raise ExitFault("CTA exited with work outstanding: " + "; ".join(problems))
 

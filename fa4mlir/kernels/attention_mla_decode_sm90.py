@@ -71,22 +71,11 @@ from __future__ import annotations
 
 from .. import dsl
 from ..dialect import builders as fa4
-from ..dsl import ELEM_BYTES, KernelBuilder, Value, const, fast_div, fma, fmax, log2, select, tree_reduce, undef, vec
+from ..dsl import ELEM_BYTES, KernelBuilder, Value, const, fast_div, fma, log2, select, vec
 from .attention_mla_decode_sm90_config import BN, CONSUMERS, D_QK, D_V, LOAD_REGS, MMA_REGS, STAGES, TILE_M, MLADecodeConfig
-from .common.softmax import max_update
-from .common.wgmma import a_frag_pairs, acc_col, acc_pair, acc_row, row_regs, wait_group
-
-SWIZZLE = 128                   # bytes per swizzled row: 64 16-bit columns
-CHUNK = 64                      # columns per swizzle chunk
-UNITS = SWIZZLE // 16           # 16-byte units per swizzled row
-QK_CHUNKS = D_QK // CHUNK       # 9
-WG_COLS = D_V // CONSUMERS      # 256 V columns of O per warpgroup
-WG_CHUNKS = WG_COLS // CHUNK    # 4
-WGMMA_K = 16
-LN2 = 0.6931471805599453
-NEG_INF = float("-inf")
-BAR_ALL = 1                     # named barrier of both consumer warpgroups (256 threads)
-BAR_WG = 2                      # + w: warpgroup w's own (128 threads)
+from .common.mla_sm90 import (BAR_ALL, BAR_WG, CHUNK, LN2, NEG_INF, QK_CHUNKS, SWIZZLE, UNITS, WG_CHUNKS, WG_COLS,
+                              ConsumerGeometry, issue_pv, issue_s, load_q, row_totals, softmax)
+from .common.wgmma import acc_col, acc_pair, acc_row, wait_group
 
 
 def build(cfg: MLADecodeConfig = MLADecodeConfig()) -> dsl.KernelIR:
@@ -170,25 +159,13 @@ def _load_role(kb, cfg: MLADecodeConfig, work: _Work, p, kv_smem, kv_pipe):
 
 # ---- consumers ------------------------------------------------------------------------------------
 
-class _Consumer:
-    """A consumer thread's geometry: warpgroup w (its V columns 256 w ..), rows row0, row0 + 8."""
+class _Consumer(ConsumerGeometry):
+    """A consumer thread's geometry (ConsumerGeometry) and its two rows' packed query rows: token,
+    head and causal end."""
 
     def __init__(self, kb, cfg: MLADecodeConfig, work: _Work, p, x_smem=None):
-        self.kb, self.work, self.p, self.x_smem = kb, work, p, x_smem
-        tid = kb.thread_idx(0)
-        self.tid = tid                      # 0 .. 255
-        self.wg = kb.warp_uniform(tid // 128)
-        self.t = tid % 128
-        lane = self.t % 32
-        self.t4 = lane % 4
-        self.row0 = (self.t // 32) * 16 + lane // 4
-        self.exchange = cfg.exchange
-        self.s_keys = BN // CONSUMERS if cfg.exchange else BN     # keys of S this warpgroup computes
-        self.n_s = self.s_keys // 2
-        self.key0 = self.wg * self.s_keys if cfg.exchange else const(0)   # its first key in the tile
-        self.n_o = WG_COLS // 2
-        self.is_leader = self.t.eq(0)
-        self.scale_log2 = p["scale_log2"]
+        super().__init__(kb, cfg.exchange, p["scale_log2"], x_smem)
+        self.work, self.p = work, p
         m0 = work.m_tile * TILE_M
         self.packed = [m0 + self.row0 + 8 * h for h in (0, 1)]
         self.token, self.head, self.end = [], [], []
@@ -202,135 +179,28 @@ class _Consumer:
 
 
 def _load_q(cs: _Consumer, q_smem, q_slot, dtype: str):
-    """Q's 64 packed rows x 576 into SMEM by all 256 consumer threads (128B swizzle: chunk c of row r
-    at c * 64 * 128 + r * 128, 16-byte unit u at (u ^ r % 8) * 16); rows past `rows` are zeros."""
-    kb, p, work = cs.kb, cs.p, cs.work
-    units = QK_CHUNKS * UNITS
+    """Q's 64 packed rows (common.mla_sm90.load_q); rows past `rows` are zeros."""
+    p, work = cs.p, cs.work
     m0 = work.m_tile * TILE_M
-    zero = const(0, ("i32", 4))
-    for i in range(TILE_M * units // 256):
-        u = cs.tid + 256 * i
-        r = u // units
-        cu = u - r * units
-        c, unit = cu // UNITS, cu % UNITS
+
+    def row_source(r, cu):
         packed = m0 + r
         ok = packed.lt(p["rows"])
         tok = fast_div(packed, *div(p, "heads"))
         head = packed - tok * p["heads"]
         index = (work.batch.to("i64") * p["q_stride_b"] + tok.to("i64") * p["q_stride_s"]
                  + head.to("i64") * p["q_stride_h"] + (cu * 8).to("i64"))
-        safe = select(ok, index, const(0, "i64"))
-        val = select(ok, kb.load(kb.gep(p["q"], safe, dtype), ("i32", 4), align=16), zero)
-        off = c * (TILE_M * SWIZZLE) + r * SWIZZLE + (unit ^ (r % 8)) * 16
-        kb.store(val, kb.gep(q_smem, off, "i8"), align=16)
-    with kb.if_(cs.tid.eq(0)).then_():
-        kb.store(const(0), q_slot, align=4)
-    kb.fence("async_smem")
-    kb.named_barrier(BAR_ALL, 256)
+        return ok, index
+
+    load_q(cs, q_smem, q_slot, dtype, p["q"], row_source)
 
 
-def _issue_s(cs: _Consumer, q_smem, kv_base, dtype: str) -> Value:
-    """S = Q K^T over all 576 columns of the tile at kv_base (exchange: this warpgroup's 32 keys)."""
-    kb = cs.kb
-    acc = undef(("f32", cs.n_s))
-    key_off = cs.key0 * SWIZZLE if cs.exchange else 0      # this warpgroup's keys: rows of the tile
-    fa4.mma_fence()
-    for kk in range(D_QK // WGMMA_K):
-        c, within = divmod(kk, CHUNK // WGMMA_K)
-        off = within * WGMMA_K * 2
-        a_d = fa4.smem_desc(kb.gep(q_smem, c * TILE_M * SWIZZLE + off, "i8"), swizzle=SWIZZLE, lbo=16, sbo=8 * SWIZZLE)
-        b_d = fa4.smem_desc(kb.gep(kv_base, c * BN * SWIZZLE + key_off + off, "i8"), swizzle=SWIZZLE, lbo=16,
-                            sbo=8 * SWIZZLE)
-        acc = Value(fa4.mma(a_d, b_d, const(int(kk > 0), "i1"), [acc], result_types=[acc.type], m=64, n=cs.s_keys,
-                            k=WGMMA_K, a_source="smem", ab_dtype=dtype, acc_dtype="f32"))
-    fa4.mma_commit_group()
-    return acc
-
-
-def _issue_pv(cs: _Consumer, v_base, frags: list, o: Value, dtype: str) -> Value:
-    """O_w += P V[:, 256 w ..] from this warpgroup's four column chunks of the tile (v_base: chunk 4 w)."""
-    kb = cs.kb
-    fa4.mma_fence()
-    for kk in range(BN // WGMMA_K):
-        b_d = fa4.smem_desc(kb.gep(v_base, kk * WGMMA_K * SWIZZLE, "i8"), swizzle=SWIZZLE, lbo=BN * SWIZZLE,
-                            sbo=8 * SWIZZLE)
-        o = Value(fa4.mma(frags[kk], b_d, const(1, "i1"), [o], result_types=[o.type], m=64, n=WG_COLS, k=WGMMA_K,
-                          a_source="regs", b_major="mn", ab_dtype=dtype, acc_dtype="f32"))
-    fa4.mma_commit_group()
-    return o
-
-
-def _softmax(cs: _Consumer, s_acc: Value, j: Value, m_prev, l_prev, masked: bool, dtype: str):
-    """Online softmax of S_j (base 2, scale folded in); masked: key j BN + key0 + col hidden from a
-    row when it is >= the row's end (attention_decode_sm90._softmax's). Exchange: the row maxima
-    over both warpgroups' keys, and P of all 64 keys (note "Exchange"); l stays this warpgroup's."""
-    kb = cs.kb
-    s = [s_acc[i] for i in range(cs.n_s)]
-    if masked:
+def _mask(cs: _Consumer, j: Value):
+    """Key j BN + key0 + col hidden from a row when it is >= the row's end (attention_decode_sm90._softmax's)."""
+    def mask(s):
         vis = [cs.end[h] - j * BN - cs.key0 - cs.t4 * 2 for h in (0, 1)]
-        for i in range(cs.n_s):
-            s[i] = select(vis[acc_row(i)].sle(acc_col(i)), const(NEG_INF, "f32"), s[i])
-    maxes = []
-    for h in (0, 1):
-        mx = tree_reduce([s[i] for i in row_regs(cs.n_s, h)], fmax)
-        mx = fmax(mx, kb.shuffle_xor(mx, 1))
-        maxes.append(fmax(mx, kb.shuffle_xor(mx, 2)))
-    if cs.exchange:
-        maxes = _exchange_rows(cs, maxes, X_MAX_AT, fmax)
-    p = [None] * cs.n_s
-    m_new, l_new, alpha = [], [], []
-    for h in (0, 1):
-        idx = row_regs(cs.n_s, h)
-        m, a, neg = max_update(m_prev[h], maxes[h], cs.scale_log2, 0.0)
-        row_p = [dsl.exp2(fma(s[i], cs.scale_log2, neg)) for i in idx]
-        for i, v in zip(idx, row_p):
-            p[i] = v
-        m_new.append(m)
-        alpha.append(a)
-        l_new.append(fma(l_prev[h], a, tree_reduce(row_p, lambda x, y: x + y)))
-    frags = []
-    for kk in range(cs.s_keys // WGMMA_K):
-        words = [vec(p[a], p[b]).to((dtype, 2)).bitcast("i32") for a, b in a_frag_pairs(kk)]
-        frags.append(vec(*words))
-    if cs.exchange:
-        frags = _exchange_p(cs, frags)
-    return frags, m_new, l_new, alpha
-
-
-# note "Exchange" SMEM: P words [warpgroup][k-step][thread][4 words], then row maxima and row sums
-# [warpgroup][row] float32
-X_STEPS = BN // CONSUMERS // WGMMA_K          # k16 steps of P per warpgroup
-X_P_BYTES = CONSUMERS * X_STEPS * 128 * 16
-X_MAX_AT, X_SUM_AT = X_P_BYTES, X_P_BYTES + CONSUMERS * TILE_M * 4
-
-
-def _exchange_rows(cs: _Consumer, vals: list, at: int, combine) -> list:
-    """Both rows' values (quad-reduced) of both warpgroups combined, warpgroup 0's first (the same
-    operands in both: the same bits): lane t4 = 0 of each quad writes its warpgroup's, one barrier
-    of both warpgroups, every thread reads both (note "Exchange")."""
-    kb = cs.kb
-    with kb.if_(cs.t4.eq(0)).then_():
-        for h in (0, 1):
-            kb.store(vals[h], kb.gep(cs.x_smem, at + (cs.wg * TILE_M + cs.row0 + 8 * h) * 4, "i8"), align=4)
-    kb.named_barrier(BAR_ALL, 256)
-    out = []
-    for h in (0, 1):
-        both = [kb.load(kb.gep(cs.x_smem, at + (w * TILE_M + cs.row0 + 8 * h) * 4, "i8"), "f32", align=4)
-                for w in range(CONSUMERS)]
-        out.append(combine(both[0], both[1]))
-    return out
-
-
-def _exchange_p(cs: _Consumer, frags: list) -> list:
-    """P's A fragments of all 64 keys: this warpgroup's X_STEPS k-steps written as thread t's words,
-    one barrier, then every k-step read back in key order (warpgroup 0's keys first). Thread t holds
-    the same rows and columns of a fragment in either warpgroup, so it reads the other's thread t."""
-    kb = cs.kb
-    for k, f in enumerate(frags):
-        kb.store(f, kb.gep(cs.x_smem, ((cs.wg * X_STEPS + k) * 128 + cs.t) * 16, "i8"), align=16)
-    kb.named_barrier(BAR_ALL, 256)
-    return [kb.load(kb.gep(cs.x_smem, (k * 128 + cs.t) * 16, "i8"), ("i32", 4), align=16)
-            for k in range(CONSUMERS * X_STEPS)]
+        return [select(vis[acc_row(i)].sle(acc_col(i)), const(NEG_INF, "f32"), s[i]) for i in range(cs.n_s)]
+    return mask
 
 
 def _zero_v_tail(cs: _Consumer, v_base, valid: Value):
@@ -356,9 +226,9 @@ def _kv_tile(cs: _Consumer, bufs, j: Value, carry, masked: bool, dtype: str):
     kv_pipe.consumer_wait(s)
     q_smem = kb.gep(q_smem, kb.warp_uniform(kb.load(q_slot, "i32", align=4)), "i8")
     stage = kb.gep(kv_smem, s.stage * MLADecodeConfig.tile_bytes(), "i8")
-    s_acc = wait_group(_issue_s(cs, q_smem, stage, dtype), pending=0)
+    s_acc = wait_group(issue_s(cs, q_smem, stage, dtype), pending=0)
     # 2. softmax, 3. O_w *= alpha
-    frags, m, l, alpha = _softmax(cs, s_acc, j, m, l, masked, dtype)
+    frags, m, l, alpha = softmax(cs, s_acc, _mask(cs, j) if masked else None, m, l, dtype)
     o = vec(*[o[i] * alpha[acc_row(i)] for i in range(cs.n_o)])
     # 4. V rows past L_b zeroed (only the tile that holds L_b), once both warpgroups' S_j retired
     v_base = kb.gep(stage, cs.wg * (WG_CHUNKS * BN * SWIZZLE), "i8")
@@ -369,7 +239,7 @@ def _kv_tile(cs: _Consumer, bufs, j: Value, carry, masked: bool, dtype: str):
                 kb.named_barrier(BAR_ALL, 256)
             _zero_v_tail(cs, v_base, valid)
     # 5. O_w += P V_j[:, 256 w ..]; release KV_j (one arrival per warpgroup)
-    o = wait_group(_issue_pv(cs, v_base, frags, o, dtype), pending=0)
+    o = wait_group(issue_pv(cs, v_base, frags, o, dtype), pending=0)
     with kb.if_(cs.is_leader).then_():
         kv_pipe.consumer_release(s)
     return s.advance(), o, tuple(m), tuple(l)
@@ -400,12 +270,7 @@ def _epilogue(cs: _Consumer, cfg: MLADecodeConfig, o: Value, m, l):
     seqlen_q] (LSE -inf for a split that saw no key); unsplit, O in q's dtype into out by its
     strides and the LSE (+inf for a row that sees no key) into lse [batch, heads, seqlen_q]."""
     kb = cs.kb
-    totals = []
-    for h in (0, 1):
-        total = l[h] + kb.shuffle_xor(l[h], 1)
-        totals.append(total + kb.shuffle_xor(total, 2))
-    if cs.exchange:    # each warpgroup summed its own keys' P (note "Exchange")
-        totals = _exchange_rows(cs, totals, X_SUM_AT, lambda a, b: a + b)
+    totals = row_totals(cs, l)
     for h in (0, 1):
         total = totals[h]
         empty = total.eq(0.0)

@@ -8,6 +8,13 @@ reads it "later" on the hardware, before the cp.async.bulk.wait_group[.read] tha
 bulk group: until then its source bytes count as read in flight, and a write to them is a
 RaceFault) and writes global memory when that wait retires its group. Groups are per warp
 (commit_group closes one; wait_group N retires all but the N most recent).
+
+Per-thread cp.async (§9.7.9.25.3, 16 bytes, src-size 0..16, the rest zero-filled) reads global
+memory when issued and is pending for its lane until the lane's cp.async.mbarrier.arrive
+(§9.7.13.15.14): there it lands, a generic-proxy write by the issuing warp (the lowering's
+arrive is the net-zero form, so the barrier's count does not move), and the lane's next
+mbarrier.arrive publishes it. A copy never arrived for is an ExitFault; one that lands over
+shared memory another warp reads unordered is a RaceFault.
 """
 from __future__ import annotations
 
@@ -126,3 +133,40 @@ def wait_group(p, op, a, r):
 @semantics("nvvm.prefetch")
 def prefetch(p, op, a, r):
     return PLAIN, lambda env, mask, w: None
+
+
+@semantics("nvvm.cp.async.shared.global")
+def cp_async(p, op, a, r):
+    dst, src = a[0], a[1]
+    size = a[2] if len(a) > 2 else None
+
+    def run(env, mask, w):
+        cta = w.cta
+        for lane in np.nonzero(mask)[0]:
+            n = 16 if size is None else int(env[size][lane])
+            if not 0 <= n <= 16:
+                raise Fault(f"cp.async src-size {n}: expected 0 .. 16")
+            d = int(env[dst][lane])
+            if d % 16 or d < SMEM_BASE or d + 16 > cta.smem.size:
+                raise Fault(f"cp.async to shared {d:#x}: not a 16-byte aligned address inside shared memory")
+            data = np.zeros(16, np.uint8)
+            if n:
+                data[:n] = cta.gmem.read(int(env[src][lane]), n)
+            cta.cp_async_pending[(w.wid, int(lane))].append((d, data))
+            cta.stats["cp_async_bytes"] += n
+    return PLAIN, run
+
+
+@semantics("nvvm.cp.async.mbarrier.arrive", "nvvm.cp.async.mbarrier.arrive.shared")
+def cp_async_mbarrier_arrive(p, op, a, r):
+    """The lane's cp.async copies land (net-zero arrival: the barrier's count is unchanged)."""
+    def run(env, mask, w):
+        cta = w.cta
+        for lane in np.nonzero(mask)[0]:
+            cta.mbarrier(env[a[0]][lane])          # a barrier, or a Fault
+            for d, data in cta.cp_async_pending.pop((w.wid, int(lane)), []):
+                span = np.arange(d, d + 16)
+                cta.check_smem_write(span, "cp.async")
+                cta.hb.warp_access(w, cta.hb.smem, span, True, "cp.async", generic=True)
+                cta.smem[span] = data
+    return PLAIN, run

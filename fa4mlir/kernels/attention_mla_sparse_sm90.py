@@ -1,0 +1,244 @@
+"""Sparse MLA prefill on sm_90a (FlashMLA's flash_mla_sparse_fwd, DeepSeek-V3.2's DSA): each query
+token attends, with all its heads, to the top-k KV rows its indices name; one latent KV head of 576
+columns (512 latent + 64 rope) serves as K, its first 512 columns as V, read once from the same
+SMEM tile (the absorbed MLA decode's tile step, common/mla_sm90.py).
+
+One CTA attends 64 query heads of one token to that token's gathered rows: tile j holds the rows
+named by indices[token, 0, 64 j .. 64 j + 63]. No split (DSA's topk 2048 is 32 tiles).
+Grid: x = head block + (h_q / 64) x token (attention_mla_sparse_sm90_config.grid).
+
+Roles (12 warps, 384 threads, one CTA per SM; setmaxnreg 240 / 32: the decode's note "Design"):
+    warp 8        `gather`  all 32 lanes: per tile j of the token's ceil(L / 64) tiles (L = topk,
+                            or topk_length[token] clamped into [0, topk]), the tile's 64 rows of
+                            1152 bytes by cp.async into a ring of STAGES = 2 (kv_pipe; 128B
+                            swizzle, the layout TMA boxes give), and each row's score bias
+                            (notes "Gather", at _gather_role, and "Bias").
+    warps 0-7     `mma`     the decode's two consumer warpgroups: Q's 64 heads x 576 loaded by both,
+                            then per tile j:
+                            1. wait KV_j; S = Q K_j^T of this warpgroup's 32 keys (576 columns)
+                            2. S += bias_j (note "Bias"); online softmax in base 2 with the row
+                               maxima and P exchanged through SMEM (decode, note "Exchange")
+                            3. O_w *= alpha
+                            4. O_w += P V_j[:, 256 w : 256 w + 256]; release KV_j
+                            then the epilogue: O / (l + sink term) in q's dtype, max_logits and
+                            the LSE (natural log; FlashMLA's tests/ref.py).
+
+Note "Bias": a gathered row is invalid when its position in the token's list is at or past L, or
+its index is negative or >= s_kv (FlashMLA: "-1 or numbers >= s_kv"). An invalid row's cp.asyncs
+read nothing and land 16 zero bytes each, so its K gives S = 0 (finite) and its V adds 0 x P to O:
+no NaN of an unused KV row can reach P V. The gather lane also writes the row's bias, 0 or -inf,
+into the stage's bias words before it commits (its mbarrier arrive releases the plain stores with
+the copies); the consumers add the bias of each of their S columns, so an invalid row's score is
+-inf: P = 0, and a row (head) whose every row is invalid keeps m = -inf and l = 0 (out 0, LSE +inf,
+max_logits -inf). Duplicated indices are attended once per occurrence, as FlashMLA's reference
+does.
+
+Note "Sinks" (FlashMLA: out x exp(lse) / (exp(lse) + exp(sink)), lse and max_logits unchanged):
+with lse = ln l + m s (s the softmax scale, l = sum exp2((S - m) s log2 e)) that is
+O / (l + exp2(sink log2 e - m s log2 e)); sink = -inf adds 0, +inf gives out 0.
+"""
+from __future__ import annotations
+
+from .. import dsl
+from ..dialect import builders as fa4
+from ..dsl import KernelBuilder, Value, const, fast_div, fma, log2, select, vec
+from .attention_mla_sparse_sm90_config import BN, CONSUMERS, D_QK, LOAD_REGS, MMA_REGS, STAGES, TILE_M, MLASparseConfig
+from .common.constants import LOG2E
+from .common.mla_sm90 import (CHUNK, LN2, NEG_INF, QK_CHUNKS, SWIZZLE, UNITS, WG_CHUNKS, WG_COLS, ConsumerGeometry,
+                              issue_pv, issue_s, load_q, row_totals, softmax)
+from .common.wgmma import acc_col, acc_pair, acc_row, wait_group
+
+GATHER_LANES = 32
+ROWS_PER_LANE = BN // GATHER_LANES      # 2
+BAR_GATHER = 4                          # the gather warp's own named barrier (common.mla_sm90 uses 1-3)
+
+
+def build(cfg: MLASparseConfig = MLASparseConfig()) -> dsl.KernelIR:
+    cfg.validate()
+    kb = KernelBuilder(cfg.name(), arch="sm_90a", block=(cfg.threads, 1, 1), config=cfg.key(), min_ctas_per_sm=1)
+    p = kb.params_from(cfg.params, tma={})
+    with kb.body():
+        q_smem = kb.smem("q_smem", TILE_M * D_QK * 2)
+        kv_smem = kb.smem("kv_smem", STAGES * cfg.tile_bytes())
+        q_slot = kb.smem("q_slot", 16, align=16)     # holds 0: the decode's _kv_tile, step 1
+        x_smem = kb.smem("x_smem", cfg.exchange_bytes(), align=16)    # decode, note "Exchange"
+        bias_smem = kb.smem("bias_smem", cfg.bias_bytes(), align=16)  # note "Bias"
+        rows_smem = kb.smem("gather_rows", cfg.rows_bytes(), align=16)          # note "Gather"
+        # each gather lane commits once per fill (after its cp_async_arrive)
+        kv_pipe = kb.pipeline("kv_pipe", num_stages=STAGES, producer="gather", consumers=["mma"],
+                              producer_arrivals=GATHER_LANES, consumer_arrivals=CONSUMERS)
+        kb.pipeline_init()
+        work = _Work(kb, cfg, p)
+        with kb.warp_roles():
+            with kb.role("mma", first_warp=0, num_warps=4 * CONSUMERS, regs=MMA_REGS):
+                _mma_role(kb, cfg, work, p, (q_smem, kv_smem, kv_pipe, q_slot, bias_smem), x_smem)
+            with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=1, regs=LOAD_REGS):
+                _gather_role(kb, work, p, kv_smem, kv_pipe, bias_smem, rows_smem)
+    return kb.finish()
+
+
+class _Work:
+    """This CTA's token, its first head h0, and L: the token's attended list length (topk, or
+    topk_length[token] clamped into [0, topk]), in ceil(L / BN) tiles."""
+
+    def __init__(self, kb, cfg: MLASparseConfig, p):
+        x = kb.block_idx(0)
+        self.token = fast_div(x, p["head_blocks_mul"], p["head_blocks_shr"])
+        self.h0 = (x - self.token * (p["heads"] // TILE_M)) * TILE_M
+        if cfg.topk_length:
+            raw = kb.load(kb.gep(p["topk_length"], self.token, "i32"), "i32", align=4)
+            self.length = raw.smax(0).smin(p["topk"])
+        else:
+            self.length = p["topk"]
+        self.n_tiles = (self.length + (BN - 1)) // BN
+
+
+# ---- producer -------------------------------------------------------------------------------------
+
+def _gather_role(kb, work: _Work, p, kv_smem, kv_pipe, bias_smem, rows_smem):
+    """Note "Gather": per tile, lane l first looks up rows l and l + 32 (position -> index ->
+    validity and kv element offset, 0 when invalid), writes their biases (note "Bias") and offsets
+    (`rows_smem`, 8 bytes a row) and the warp syncs; then the copies: one warp instruction moves 4
+    whole 128-byte chunk rows (lane l: row 4 i + l / 8, 16-byte unit l % 8: coalesced, and 4
+    distinct rows of SMEM per instruction, conflict-free), each lane reading its row's offset and
+    validity once per trip of 9 chunks, into the 128B-swizzled layout TMA boxes give (chunk c of
+    row r at c * 64 * 128 + r * 128, unit u at (u ^ r % 8) * 16). A second warp sync keeps the
+    next tile's offsets from overwriting ones still to be read."""
+    lane = kb.thread_idx(0) % GATHER_LANES
+    sub, unit = lane // UNITS, lane % UNITS
+    rows_per_instr = GATHER_LANES // UNITS          # 4
+    tile_bytes = MLASparseConfig.tile_bytes()
+    idx_row = kb.gep(p["indices"], work.token.to("i64") * p["indices_stride_s"], "i32")
+    kv_lane = kb.gep(p["kv"], unit * 8, "bf16")    # this lane's 16-byte unit of row 0
+    loop = kb.for_(0, work.n_tiles, 1, carry=kv_pipe.initial_state())
+    with loop as (j, s):
+        # 1. this lane's rows: position in the token's list -> index -> validity, element offset
+        rows = []
+        for e in range(ROWS_PER_LANE):
+            pos = j * BN + lane + GATHER_LANES * e
+            index = kb.load(kb.gep(idx_row, pos, "i32"), "i32", align=4)
+            valid = pos.slt(work.length) & index.sge(0) & index.slt(p["s_kv"])
+            rows.append((valid, select(valid, index, const(0)).to("i64") * p["kv_stride_s"]))
+        # 2. wait for the stage to be free; biases into the stage, offsets into rows_smem; warp sync
+        kv_pipe.producer_acquire(s)
+        for e, (valid, offset) in enumerate(rows):
+            r = lane + GATHER_LANES * e
+            bias = select(valid, const(0.0, "f32"), const(NEG_INF, "f32"))
+            kb.store(bias, kb.gep(bias_smem, (s.stage * BN + r) * 4, "i8"), align=4)
+            kb.store(offset, kb.gep(rows_smem, r * 8, "i8"), align=8)
+        kb.named_barrier(BAR_GATHER, GATHER_LANES)
+        # 3. the copies: trip i, row 4 i + l / 8, its 9 chunks
+        base = kb.gep(kv_smem, s.stage * tile_bytes, "i8")
+        with kb.for_(0, BN // rows_per_instr, 1) as (i, _):
+            r = i * rows_per_instr + sub
+            offset = kb.load(kb.gep(rows_smem, r * 8, "i8"), "i64", align=8)
+            valid = kb.load(kb.gep(bias_smem, (s.stage * BN + r) * 4, "i8"), "f32", align=4).eq(0.0)
+            src = kb.gep(kv_lane, offset, "bf16")
+            dst = kb.gep(base, r * SWIZZLE + (unit ^ (r % 8)) * 16, "i8")
+            for c in range(QK_CHUNKS):
+                fa4.cp_async(kb.gep(src, c * CHUNK, "bf16"), kb.gep(dst, c * BN * SWIZZLE, "i8"), valid)
+        # 4. each lane: its copies arrive on full[stage] when they land, then its commit; warp sync
+        fa4.cp_async_arrive(s.stage, pipe=kv_pipe.name)
+        kv_pipe.producer_commit(s)
+        kb.named_barrier(BAR_GATHER, GATHER_LANES)
+        loop.yield_(s.advance())
+
+
+# ---- consumers ------------------------------------------------------------------------------------
+
+def _load_q(cs: ConsumerGeometry, work: _Work, p, q_smem, q_slot, dtype: str):
+    """Q's 64 heads h0 .. h0 + 63 of the token (every row real: h_q is a multiple of 64)."""
+    base = work.token.to("i64") * p["q_stride_s"]
+
+    def row_source(r, cu):
+        return None, base + (work.h0 + r).to("i64") * p["q_stride_h"] + (cu * 8).to("i64")
+
+    load_q(cs, q_smem, q_slot, dtype, p["q"], row_source)
+
+
+def _bias_mask(cs: ConsumerGeometry, bias_smem, stage: Value):
+    """S + bias of each of this thread's columns (note "Bias"): key key0 + 2 t4 + acc_col(i)."""
+    kb = cs.kb
+
+    def mask(s):
+        first = kb.gep(bias_smem, (stage * BN + cs.key0 + cs.t4 * 2) * 4, "i8")
+        pairs = {}
+        for col in sorted({acc_col(i) - acc_col(i) % 2 for i in range(cs.n_s)}):
+            pairs[col] = kb.load(kb.gep(first, col * 4, "i8"), ("f32", 2), align=8)
+        return [s[i] + pairs[acc_col(i) - acc_col(i) % 2][acc_col(i) % 2] for i in range(cs.n_s)]
+    return mask
+
+
+def _kv_tile(cs: ConsumerGeometry, bufs, carry, dtype: str):
+    q_smem, kv_smem, kv_pipe, q_slot, bias_smem = bufs
+    kb = cs.kb
+    s, o, m, l = carry
+    # 1. wait KV_j (cp.async wrote it: generic proxy -> wgmma's async proxy); S_j = Q K_j^T of this
+    #    warpgroup's 32 keys (Q's address through q_slot: the decode's _kv_tile, step 1)
+    kv_pipe.consumer_wait(s)
+    kb.fence("async_smem")
+    q_smem = kb.gep(q_smem, kb.warp_uniform(kb.load(q_slot, "i32", align=4)), "i8")
+    stage = kb.gep(kv_smem, s.stage * MLASparseConfig.tile_bytes(), "i8")
+    s_acc = wait_group(issue_s(cs, q_smem, stage, dtype), pending=0)
+    # 2. S += bias (note "Bias"), softmax; 3. O_w *= alpha
+    frags, m, l, alpha = softmax(cs, s_acc, _bias_mask(cs, bias_smem, s.stage), m, l, dtype)
+    o = vec(*[o[i] * alpha[acc_row(i)] for i in range(cs.n_o)])
+    # 4. O_w += P V_j[:, 256 w ..]; release KV_j (one arrival per warpgroup)
+    v_base = kb.gep(stage, cs.wg * (WG_CHUNKS * BN * SWIZZLE), "i8")
+    o = wait_group(issue_pv(cs, v_base, frags, o, dtype), pending=0)
+    with kb.if_(cs.is_leader).then_():
+        kv_pipe.consumer_release(s)
+    return s.advance(), o, tuple(m), tuple(l)
+
+
+def _mma_role(kb, cfg: MLASparseConfig, work: _Work, p, bufs, x_smem):
+    cs = ConsumerGeometry(kb, True, p["scale_log2"], x_smem)
+    q_smem, _, kv_pipe, q_slot, _ = bufs
+    _load_q(cs, work, p, q_smem, q_slot, cfg.dtype)
+    f32 = "f32"
+    neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
+    state = (kv_pipe.initial_state(), const(0.0, (f32, cs.n_o)), (neg_inf, neg_inf), (zero, zero))
+    loop = kb.for_(0, work.n_tiles, 1, carry=state)
+    with loop as (_, carried):
+        loop.yield_(*_kv_tile(cs, bufs, carried, cfg.dtype))
+    _, o, m, l = loop.results
+    _epilogue(cs, cfg, work, p, o, m, l)
+
+
+def _epilogue(cs: ConsumerGeometry, cfg: MLASparseConfig, work: _Work, p, o: Value, m, l):
+    """Per row (head): O_w / (l + sink term) (note "Sinks"; +0 for a head that saw no key) in q's
+    dtype into out by its strides; warpgroup 0's quad leaders write max_logits = m x scale (-inf
+    for no key) and LSE = ln l + m x scale (+inf for no key) into [s_q, h_q]."""
+    kb = cs.kb
+    totals = row_totals(cs, l)
+    f32 = "f32"
+    zero = const(0.0, f32)
+    for h in (0, 1):
+        total, m_scaled = totals[h], m[h] * cs.scale_log2
+        empty = total.eq(0.0)
+        log_total = log2(total)
+        denom = total
+        if cfg.sinks:
+            head = work.h0 + cs.row0 + 8 * h
+            sink = kb.load(kb.gep(p["sinks"], head, "f32"), "f32", align=4)
+            denom = total + dsl.exp2(fma(sink, const(LOG2E, f32), zero - m_scaled))
+        inv = select(empty, zero, dsl.exp2(zero - log2(denom)))
+        lse = select(empty, const(float("inf"), f32), (m_scaled + log_total) * LN2)
+        _store(cs, cfg, work, p, o, h, inv, lse, m[h] * p["scale"])
+
+
+def _store(cs: ConsumerGeometry, cfg: MLASparseConfig, work: _Work, p, o: Value, h: int, inv: Value, lse: Value,
+           max_logit: Value):
+    kb = cs.kb
+    head = (work.h0 + cs.row0 + 8 * h).to("i64")
+    token = work.token.to("i64")
+    base = token * p["out_stride_s"] + head * p["out_stride_h"] + (cs.wg * WG_COLS + cs.t4 * 2).to("i64")
+    zero = const(0.0, "f32")
+    for jd in range(WG_COLS // 8):      # fma(O, 1 / l, +0): -0 and an empty row's O x 0 become +0
+        i = acc_pair(jd, h)
+        pair = vec(fma(o[i], inv, zero), fma(o[i + 1], inv, zero)).to((cfg.dtype, 2))
+        kb.store(pair, kb.gep(p["out"], base + jd * 8, cfg.dtype), align=4)
+    row = token * p["heads"].to("i64") + head
+    with kb.if_(cs.t4.eq(0) & cs.wg.eq(0)).then_():
+        kb.store(lse, kb.gep(p["lse"], row, "f32"), align=4)
+        kb.store(max_logit, kb.gep(p["max_logits"], row, "f32"), align=4)

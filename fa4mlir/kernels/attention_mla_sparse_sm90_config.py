@@ -1,0 +1,139 @@
+"""Configuration and launch contract of the sm_90a sparse MLA prefill kernel (FlashMLA's
+flash_mla_sparse_fwd; MLIR-free: the host API, attention/mla_sparse.py, imports it).
+
+    attention_mla_sparse_sm90   grid (s_q x h_q / 64, 1, 1): CTA x attends query token x // (h_q / 64)'s
+                                64 heads (x % (h_q / 64)) x 64 .. to the KV rows its top-k indices
+                                name, 64 rows a tile, gathered by cp.async; writes out [s_q, h_q, 512]
+                                in q's dtype, max_logits and lse [s_q, h_q] float32.
+
+`MLASparseConfig` fixes what changes the kernel's code: the dtype and whether the call passes
+topk_length and attention sinks (each a tensor the kernel then reads). s_q, s_kv, h_q, topk and the
+strides are launch arguments.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .common.constants import LOG2E
+from .common.fastdiv import divisor
+from .common.fields import ConfigError, check_fields
+
+KERNEL = "attention_mla_sparse_sm90"
+DTYPES = ("bf16",)         # FlashMLA's sparse prefill takes bf16 only
+D_QK = 576                 # latent 512 + rope 64 (q's and kv's head dim)
+D_V = 512                  # V: kv's first 512 columns
+BN = 64                    # gathered KV rows per tile; topk must be a multiple
+TILE_M = 64                # query heads per CTA
+CONSUMERS = 2              # warpgroups; each owns 256 of V's 512 columns of O
+STAGES = 2                 # KV ring depth: Q (72 KiB) + 2 x 72 KiB tiles fill the SM's SMEM
+SMEM_LIMIT = 227 * 1024
+MBARRIER_BYTES = 8
+HEADS = (64, 128)          # h_q FlashMLA's sm_90a kernel takes
+# setmaxnreg budgets (attention_mla_decode_sm90, note "Design"): 240 x 256 consumer threads leave
+# the producer's warpgroup 32 of the SM's 64 Ki registers
+MMA_REGS, LOAD_REGS = 240, 32
+
+
+@dataclass(frozen=True)
+class MLASparseConfig:
+    dtype: str = "bf16"
+    topk_length: bool = False      # the kernel reads topk_length [s_q] int32 (else every token sees topk)
+    sinks: bool = False            # the kernel reads attention sinks [h_q] float32
+
+    @property
+    def params(self) -> tuple:
+        tensors = [("kv", "ptr"), ("q", "ptr"), ("indices", "ptr")]
+        if self.topk_length:
+            tensors.append(("topk_length", "ptr"))
+        if self.sinks:
+            tensors.append(("sinks", "ptr"))
+        return (*tensors, *OUTPUTS, *SCALARS)
+
+    @property
+    def threads(self) -> int:
+        return 128 * (CONSUMERS + 1)      # warps 0-7: the consumer warpgroups, warp 8 (of warpgroup 2): the gather
+
+    @staticmethod
+    def tile_bytes() -> int:
+        return BN * D_QK * 2
+
+    @staticmethod
+    def exchange_bytes() -> int:
+        """attention_mla_decode_sm90, note "Exchange": each warpgroup's P half (64 x 32 16-bit) and
+        row maxima, and the row sums."""
+        return CONSUMERS * (TILE_M * BN // CONSUMERS * 2 + TILE_M * 4) + CONSUMERS * TILE_M * 4
+
+    @staticmethod
+    def bias_bytes() -> int:
+        """Per stage, each gathered row's score bias (0 or -inf, float32): attention_mla_sparse_sm90,
+        note "Bias"."""
+        return STAGES * BN * 4
+
+    @staticmethod
+    def rows_bytes() -> int:
+        """The gather's table of the tile's row offsets (int64 elements): attention_mla_sparse_sm90,
+        note "Gather"."""
+        return BN * 8
+
+    def smem_bytes(self) -> int:
+        return (TILE_M * D_QK * 2 + STAGES * self.tile_bytes() + 2 * STAGES * MBARRIER_BYTES + 16
+                + self.exchange_bytes() + self.bias_bytes() + self.rows_bytes())
+
+    def validate(self) -> "MLASparseConfig":
+        check_fields(self, {"dtype": DTYPES})
+        if self.smem_bytes() > SMEM_LIMIT:
+            raise ConfigError(f"sparse MLA needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
+        return self
+
+    def key(self) -> dict:
+        return {"kernel": KERNEL, **self.__dict__}
+
+    def name(self) -> str:
+        return f"{KERNEL}_{self.dtype}{'_topklen' if self.topk_length else ''}{'_sinks' if self.sinks else ''}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Launch contract: (name, kind) in kernel-parameter order (the optional tensors in `params`)
+# ----------------------------------------------------------------------------------------------
+
+OUTPUTS = (("out", "ptr"), ("max_logits", "ptr"), ("lse", "ptr"))
+SCALARS = (("s_q", "i32"), ("s_kv", "i32"), ("heads", "i32"), ("topk", "i32"), ("scale", "f32"),
+           ("scale_log2", "f32"), ("q_stride_s", "i64"), ("q_stride_h", "i64"), ("kv_stride_s", "i64"),
+           ("indices_stride_s", "i64"), ("out_stride_s", "i64"), ("out_stride_h", "i64"),
+           ("head_blocks_mul", "i32"), ("head_blocks_shr", "i32"))
+
+
+def launch_args(cfg: MLASparseConfig, tensors: dict, *, s_q: int, s_kv: int, heads: int, topk: int,
+                softmax_scale: float, q_strides: tuple, kv_stride: int, indices_stride: int,
+                out_strides: tuple | None = None) -> dict:
+    """The kernel's parameters by name (cfg.params): ``tensors`` by the contract's tensor names
+    (addresses, arrays, TensorRefs); q's (token, head) and out's element strides, kv's and the
+    indices' token strides (unit stride along the last dim). max_logits and lse are [s_q, heads]
+    contiguous."""
+    args = {n: tensors[n] for n, kind in cfg.params if kind == "ptr"}
+    out_strides = out_strides or (heads * D_V, D_V)
+    args.update(s_q=s_q, s_kv=s_kv, heads=heads, topk=topk, scale=float(softmax_scale),
+                scale_log2=float(softmax_scale) * LOG2E, q_stride_s=int(q_strides[0]), q_stride_h=int(q_strides[1]),
+                kv_stride_s=int(kv_stride), indices_stride_s=int(indices_stride),
+                out_stride_s=int(out_strides[0]), out_stride_h=int(out_strides[1]))
+    args["head_blocks_mul"], args["head_blocks_shr"] = divisor(heads // TILE_M)
+    missing = [n for n, _ in cfg.params if n not in args]
+    if missing:
+        raise KeyError(f"launch arguments missing: {missing}")
+    return {n: args[n] for n, _ in cfg.params}
+
+
+def grid(s_q: int, heads: int) -> tuple[int, int, int]:
+    """x = token x head block, the head block fastest (a token's two blocks gather the same rows)."""
+    return (s_q * (heads // TILE_M), 1, 1)
+
+
+def flops(s_q: int, heads: int, topk: int, topk_length=None) -> int:
+    """FlashMLA's count (tests/lib.py count_flop_and_mem_vol): 2 x attended pairs x heads x (576 + 512),
+    attended = s_q x topk, or the sum of topk_length when given."""
+    attended = s_q * topk if topk_length is None else int(sum(int(n) for n in topk_length))
+    return 2 * attended * heads * (D_QK + D_V)
+
+
+__all__ = ["KERNEL", "DTYPES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "HEADS", "MLASparseConfig",
+           "OUTPUTS", "SCALARS", "launch_args", "grid", "flops"]

@@ -1,0 +1,91 @@
+"""flash_mla_sparse_fwd on an sm_90 GPU with the bundle's sparse MLA kernels (FA4MLIR_BUNDLE built
+with `--set mla`, `--set gpu-tests` or `--set bench`), by the FA rule against the float64 reference
+of FlashMLA's definition (fa4mlir.testing_mla.check_mla_sparse) for out, lse and max_logits: h_q 64
+and 128, topk 128 to 2048, -1 padding, indices >= s_kv, duplicates, shuffled entries, s_kv shorter
+than topk, NaN in every kv row no valid entry names, topk_length (shorter than topk, and 0), tokens
+whose entries are all invalid, attention sinks (finite, -inf, +inf), a padded kv row stride, the
+same bits for the same inputs. The kernels are kernel_sets.mla()'s (tests/test_mla_sparse.py
+compiles them deviceless and runs them in the interpreter).
+"""
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def torch(bundle, require_arch):
+    require_arch(9)
+    return pytest.importorskip("torch")
+
+
+def _case(torch, s_q, heads, topk, s_kv, seed=0, kv_pad=0):
+    """q, kv (rows named by no valid entry are NaN; kv_pad extra columns per row) and indices: each
+    token a shuffled mix of valid rows (with duplicates), -1 and indices >= s_kv; every 7th token all
+    invalid."""
+    g = torch.Generator().manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    q = torch.randn(s_q, heads, 576, generator=g).to(torch.bfloat16)
+    idx = np.empty((s_q, 1, topk), np.int32)
+    for t in range(s_q):
+        valid = rng.integers(0, s_kv, topk)
+        kind = rng.integers(0, 10, topk)
+        invalid = rng.choice([-2**31, -123456, s_kv, 2**31 - 1], topk)      # FlashMLA's candidates, some
+        row = np.where(kind < 7, valid, np.where(kind < 9, -1, invalid))
+        idx[t, 0] = -1 if t % 7 == 3 else row
+    kv = torch.full((s_kv, 1, 576 + kv_pad), float("nan"))
+    live = np.unique(idx[(idx >= 0) & (idx < s_kv)])
+    kv[live, :, :576] = torch.randn(len(live), 1, 576, generator=g)
+    return q, kv.to(torch.bfloat16), idx
+
+
+CASES = [  # s_q, heads, topk, s_kv, topk_length, sinks, kv_pad
+    (9, 64, 128, 300, False, False, 0),
+    (9, 128, 512, 5000, False, False, 0),
+    (17, 128, 2048, 32768, False, False, 0),
+    (10, 64, 2048, 1000, True, True, 0),       # s_kv < topk
+    (30, 128, 1024, 4000, True, False, 8),     # padded kv rows (stride 584)
+    (8, 128, 256, 95, False, True, 0),
+]
+
+
+@pytest.mark.parametrize("s_q,heads,topk,s_kv,with_lengths,with_sinks,kv_pad", CASES)
+def test_mla_sparse_matches_reference(torch, s_q, heads, topk, s_kv, with_lengths, with_sinks, kv_pad):
+    from fa4mlir import flash_mla_sparse_fwd
+    from fa4mlir.testing_mla import check_mla_sparse
+    q, kv_rows, idx = _case(torch, s_q, heads, topk, s_kv, kv_pad=kv_pad)
+    kv, kvc = kv_rows[..., :576], kv_rows.cuda()[..., :576]       # (padded rows: a strided view)
+    lens = sinks = None
+    if with_lengths:
+        lens = torch.from_numpy(np.random.default_rng(1).integers(0, topk + 100, s_q).astype(np.int32))
+        lens[0], lens[1] = 0, topk // 3
+    if with_sinks:
+        sinks = torch.randn(heads, generator=torch.Generator().manual_seed(2))
+        sinks[:3] = torch.tensor([float("-inf"), float("inf"), 4.0])
+    scale = 576 ** -0.5
+    assert kvc.stride(0) == 576 + kv_pad
+    args = (q.cuda(), kvc, torch.from_numpy(idx).cuda(), scale)
+    kw = dict(attn_sink=None if sinks is None else sinks.cuda(), topk_length=None if lens is None else lens.cuda())
+    out, max_logits, lse = flash_mla_sparse_fwd(*args, **kw)
+    again = flash_mla_sparse_fwd(*args, **kw)
+    torch.cuda.synchronize()
+    assert out.shape == (s_q, heads, 512) and out.dtype == torch.bfloat16
+    assert max_logits.shape == lse.shape == (s_q, heads) and lse.dtype == torch.float32
+    assert torch.equal(out, again[0]) and torch.equal(max_logits, again[1]) and torch.equal(lse, again[2])
+    check_mla_sparse(q, kv, idx, out.cpu().float(), max_logits.cpu(), lse.cpu(), scale, sinks=sinks,
+                     topk_length=None if lens is None else lens.numpy())
+
+
+def test_mla_sparse_typed_errors_on_device(torch):
+    from fa4mlir import flash_mla_sparse_fwd
+    from fa4mlir.attention import errors as E
+    q, kv, idx = _case(torch, 2, 64, 128, 300)     # (no pad: kv is [s_kv, 1, 576])
+    q, kv, idx = q.cuda(), kv.cuda(), torch.from_numpy(idx).cuda()
+    with pytest.raises(E.DTypeError):
+        flash_mla_sparse_fwd(q, kv, idx.long(), 0.1)
+    with pytest.raises(E.ShapeError):
+        flash_mla_sparse_fwd(q, kv, idx[..., :100].contiguous(), 0.1)
+    with pytest.raises(E.ShapeError):
+        flash_mla_sparse_fwd(q[:, :48].contiguous(), kv, idx, 0.1)
+    with pytest.raises(E.HeadDimError):
+        flash_mla_sparse_fwd(q, kv, idx, 0.1, d_v=576)
