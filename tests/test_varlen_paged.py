@@ -135,3 +135,47 @@ def test_varlen_q_kernels_compile_without_spills(case, unsplit):
     r = compile_kernel(dec.KERNEL, cfg).resources
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r
     assert not r["wgmma_serialized"], r
+
+
+def test_run_binds_every_argument_of_its_launches(monkeypatch):
+    """varlen_paged.run with the driver and the kernels stubbed (CPU torch tensors): the launches,
+    grids and bound arguments of an unsplit and of a split call."""
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from fa4mlir.attention import kvcache_call
+    launched = []
+
+    class Kernel:
+        def __init__(self, cfg):
+            self.cfg = cfg
+
+        def launch(self, grid, args, stream):
+            launched.append((self.cfg, grid, args))
+    monkeypatch.setattr(vp, "device_info", lambda: SimpleNamespace(num_sms=132))
+    monkeypatch.setattr(vp, "resolve_stream", lambda *a: 0)
+    monkeypatch.setattr(kvcache_call, "kernel_for", lambda source, cfg: Kernel(cfg))
+    bf = torch.bfloat16
+    tensors = {"q": torch.zeros(30, H, D, dtype=bf), "k": torch.zeros(20, PAGE, HKV, D, dtype=bf),
+               "v": torch.zeros(20, PAGE, HKV, D, dtype=bf), "cu_seqlens_q": torch.zeros(4, dtype=torch.int32),
+               "seqused_k": None, "page_table": torch.zeros(3, MAX_PAGES, dtype=torch.int32),
+               "out": torch.zeros(30, H, D, dtype=bf), "lse": torch.zeros(H, 30)}
+    problem = _check(_infos(seqused_k=None), causal=True)
+    vp.run(tensors, problem, None)
+    (cfg, grid, args), = launched
+    assert cfg.varlen_q and cfg.unsplit and grid == (1, HKV, 3)
+    assert args["cu_seqlens_q"] is tensors["cu_seqlens_q"] and args["out"] is tensors["out"]
+    assert args["k_cache"] is tensors["k"] and args["page_table"] is tensors["page_table"]
+    assert torch.equal(args["cache_seqlens"], torch.full((3,), PAGE * MAX_PAGES, dtype=torch.int32))  # no seqused_k
+    # a capacity long enough to split: the split kernel into -inf LSE partials, then the combine
+    launched.clear()
+    tensors.update(page_table=torch.zeros(3, 1000, dtype=torch.int32), seqused_k=torch.ones(3, dtype=torch.int32))
+    problem = _check(_infos(page_table=_info((3, 1000), "i32")), causal=True)
+    vp.run(tensors, problem, None)
+    (split_cfg, grid, args), (combine_cfg, cgrid, cargs) = launched
+    splits = args["num_splits"]
+    assert not split_cfg.unsplit and splits > 1 and grid == (splits, HKV, 3)
+    assert args["cache_seqlens"] is tensors["seqused_k"] and args["o_partial"] is cargs["o_partial"]
+    assert tuple(args["o_partial"].shape) == (splits, 30, H, D) and torch.isneginf(args["lse_partial"]).all()
+    assert combine_cfg == dec.CombineConfig("bf16", D) and cgrid == (30 * H // 4, 1, 1)
+    assert cargs["out"] is tensors["out"] and cargs["lse"] is tensors["lse"]
