@@ -182,7 +182,10 @@ def launch_args(plan: KVCachePlan, problem: VarlenPagedProblem, q_strides: tuple
 def plan_for(problem: VarlenPagedProblem, num_sms: int) -> KVCachePlan:
     """The decode schedule (kvcache.plan_problem) of a checked call on ``num_sms`` SMs: pack GQA and
     the M tiles by max_seqlen_q, the split count by the page table's capacity."""
-    return plan_problem(problem.kv_problem(), num_sms)
+    try:
+        return plan_problem(problem.kv_problem(), num_sms)
+    except FlashAttnInputError as e:    # a grid past its limits: ShapeError
+        raise _renamed(e) from None
 
 
 def run(tensors: dict, problem: VarlenPagedProblem, source) -> None:
