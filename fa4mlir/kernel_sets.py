@@ -61,16 +61,19 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 the decode kernels of a bf16 D128 cache in pages of 64, split and unsplit, with their
                 combine (prefill_chunked through flash_attn_with_kvcache), the causal softcap and
                 sinks variants (the softcap and sink rows) and the bf16 D128 causal varlen kernel
-                (prefill_varlen through flash_attn_varlen_func), and the causal kernel with the built-in
-                ALiBi score_mod (the alibi row). Varlen over a page_table has no kernel yet: that row reads
-                "unsupported"
+                (prefill_varlen through flash_attn_varlen_func), the decode kernel's varlen_q variants of
+                that cache, split and unsplit (prefill_chunked through flash_attn_varlen_func(page_table=)),
+                and the causal kernel with the built-in ALiBi score_mod (the alibi row)
     score-mods  the sm_90a attention kernel with the built-in score_mods and mask_mods of
                 testing_score_mod.CASES (ALiBi, relative bias, document mask, softcap as a score_mod), what
                 tests/gpu/test_score_mod_gpu.py and the interpreter cases run
     attention-varlen
                 the sm_90a attention kernel's ragged-batch (varlen) variants that
                 tests/gpu/test_varlen_gpu.py and the interpreter cases (tests/interpret_varlen.py) run:
-                VARLEN_CASES here, each attention_sm90_config.varlen_config
+                VARLEN_CASES here, each attention_sm90_config.varlen_config, VARLEN_CHUNK_CASES
+                (attention_chunk=); and flash_attn_varlen_func(page_table=)'s kernels that
+                tests/gpu/test_varlen_paged_gpu.py runs: the decode kernel's varlen_q variants of
+                VARLEN_PAGED_CASES, split and unsplit, with their combines
     mla         the sm_90a absorbed MLA decode kernels (flash_mla_with_kvcache, attention/mla.py): bf16 and
                 f16 caches in pages of 64 and a bf16 one in pages of 16, each split and unsplit, the
                 bf16 page-64 pair without the S exchange (`exchange=False`, to time against), and the
@@ -335,7 +338,31 @@ def prefill() -> list:
     out += score_mod_kernels("bf16", 128, True, score_mod=score_mod.alibi, aux=(("f32", 1),))   # the alibi row
     out += [(DECODE_KERNEL, decode_config("bf16", 128, 64, unsplit=unsplit)) for unsplit in (False, True)]
     out.append((KERNEL, varlen_config("bf16", 128, True)))   # prefill_varlen
+    out += varlen_paged([("bf16", 128, 64)])                  # prefill_chunked (varlen with page_table)
     return out + [(COMBINE_KERNEL, CombineConfig("bf16", 128))]
+
+
+# (dtype, head_dim, page size) of flash_attn_varlen_func(page_table=)'s kernels in the attention-varlen
+# set: what tests/gpu/test_varlen_paged_gpu.py runs (TMA boxes of a page, of 16 and of 8 rows, the
+# cp.async gather of page sizes 1 and 3, every head dim, f16)
+VARLEN_PAGED_CASES = [
+    ("bf16", 128, 64),
+    ("bf16", 64, 16),
+    ("f16", 128, 24),
+    ("bf16", 256, 32),
+    ("bf16", 128, 1),
+    ("bf16", 64, 3),
+]
+
+
+def varlen_paged(cases=None) -> list:
+    """The decode kernel's varlen_q variants (flash_attn_varlen_func with a page_table: attention/
+    varlen_paged.py), split and unsplit, of `cases` (default VARLEN_PAGED_CASES); the combines are
+    the decode set's (CombineConfig of the dtype and head_dim)."""
+    from dataclasses import replace
+    from .kernels.attention_decode_sm90_config import KERNEL, default_config
+    return [(KERNEL, replace(default_config(dtype, d, page, unsplit=unsplit), varlen_q=True))
+            for dtype, d, page in (VARLEN_PAGED_CASES if cases is None else cases) for unsplit in (False, True)]
 
 
 # (dtype, page size) of the mla set: FlashMLA's page size 64 in both dtypes, and 16 (16-row TMA boxes)
@@ -372,9 +399,16 @@ VARLEN_CASES = [
     ("bf16", 128, False, (-1, -1), True, True),
     ("bf16", 128, True, (-1, -1), True, True),
 ]
+# (dtype, head_dim, window_size, attention_chunk) of causal varlen kernels with a chunk (tests/gpu/
+# test_varlen_gpu.py's attention_chunk cases, tests/interpret_varlen.py's)
+VARLEN_CHUNK_CASES = [
+    ("bf16", 64, (-1, -1), 100),
+    ("bf16", 128, (60, -1), 96),
+]
 
 
 def attention_varlen() -> list:
+    from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
     from .kernels.attention_sm90_config import KERNEL, varlen_config
     from .kernels.common.mask_family import attention_mask
     out = []
@@ -382,7 +416,11 @@ def attention_varlen() -> list:
         mask = attention_mask(causal, window, 0)
         out.append((KERNEL, varlen_config(dtype, d, causal, None if mask.is_legacy else mask, softcap=softcap,
                                           sinks=sinks)))
-    return out
+    for dtype, d, window, chunk in VARLEN_CHUNK_CASES:    # attention_chunk=
+        out.append((KERNEL, varlen_config(dtype, d, True, attention_mask(True, window, chunk))))
+    out += varlen_paged()
+    combines = sorted({(dtype, d) for dtype, d, _ in VARLEN_PAGED_CASES})
+    return out + [(COMBINE_KERNEL, CombineConfig(dtype, d)) for dtype, d in combines]
 
 
 def score_mod_kernels(dtype: str, head_dim: int, causal: bool, *, score_mod=None, mask_mod=None, aux=(),

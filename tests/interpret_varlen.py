@@ -41,6 +41,10 @@ CASES = [
     VarlenCase("d64-causal-gqa", 64, (1, 150, 0, 40), (1, 100, 7, 300), causal=True, heads=2, kv_heads=1),
     VarlenCase("d128-causal-window", 128, (129, 3, 60), (129, 200, 20), causal=True, window=(50, -1)),
     VarlenCase("d256-causal", 256, (65, 0, 130), (64, 3, 200), causal=True),
+    # attention_chunk= (kernel_sets.VARLEN_CHUNK_CASES): chunks that do not divide the sequences, q shorter
+    # than k (the diagonal's chunk per sequence), with a window
+    VarlenCase("d64-causal-chunk", 64, (150, 1, 0, 40), (230, 5, 3, 40), causal=True, chunk=100),
+    VarlenCase("d128-causal-window-chunk", 128, (129, 3), (200, 20), causal=True, window=(60, -1), chunk=96),
     VarlenCase("d128-softcap-sink-seqused", 128, (70, 1, 0, 130), (90, 60, 2, 140), softcap=2.0, sinks=True,
                heads=2, kv_heads=2, seqused_k=(80, 0, 2, 129)),
 ]

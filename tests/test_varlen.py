@@ -3,6 +3,8 @@ call, on CPU tensors), the varlen launch contract, and the ragged tile order of
 kernels/common/varlen_schedule.py (longest first, every tile once, empty tiles flagged)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -70,10 +72,35 @@ def test_packed_shapes_dtypes_and_head_dims():
     _raises(LayoutError, ["contiguous"], *a, out=torch.zeros(8, 64, 4, dtype=BF).transpose(1, 2))
 
 
-def test_page_table_is_a_typed_not_implemented():
-    with pytest.raises(NotImplementedError) as info:
-        fa4mlir.flash_attn_varlen_func(*_args(), page_table=torch.zeros(3, 1, dtype=torch.int32))
-    assert isinstance(info.value, UnsupportedFeatureError) and "flash_attn_with_kvcache" in str(info.value)
+def _paged_args(page=16):
+    """A call with a page_table: q packed, k and v the pools, cu_seqlens_k None (tests/test_varlen_paged.py
+    checks the rest on TensorInfos)."""
+    q, _, _, cq, _, mq, _ = _args()
+    pool = torch.zeros(6, page, 2, 64, dtype=BF)
+    return [q, pool, pool.clone(), cq, None, mq, 2 * page], torch.zeros(3, 2, dtype=torch.int32)
+
+
+def test_page_table_checks_then_refuses_cpu_tensors():
+    a, table = _paged_args()
+    _raises(DeviceError, ["CUDA"], *a, page_table=table, seqused_k=torch.zeros(3, dtype=torch.int32), causal=True)
+    _raises(DeviceError, ["CUDA"], *a, page_table=table)          # no seqused_k: every slot of the table
+    _raises(SeqlensError, ["cu_seqlens_k must be None with page_table"], *a[:4], _args()[4], *a[5:],
+            page_table=table)
+    for kw in ({"window_size": (4, 0)}, {"attention_chunk": 32}, {"softcap": 3.0}, {"sinks": torch.zeros(4)}):
+        _raises(UnsupportedFeatureError, ["with page_table is not supported"], *a, page_table=table, **kw)
+    _raises(ShapeError, ["[batch, max_pages]"], *a, page_table=torch.zeros(2, 2, dtype=torch.int32))
+    _raises(DTypeError, ["page_table must be int32"], *a, page_table=table.long())
+
+
+def test_attention_chunk_is_checked_and_reaches_the_problem():
+    a = _args()
+    _raises(MaskError, ["attention_chunk"], *a, attention_chunk=-1)
+    _raises(ArgumentTypeError, ["attention_chunk"], *a, attention_chunk=2.5)
+    _raises(DeviceError, ["CUDA"], *a, attention_chunk=4, causal=True)
+    from fa4mlir.attention.varlen import _check
+    problem, _ = _check(*a, seqused_k=None, page_table=None, softmax_scale=None, causal=True, window_size=(-1, -1),
+                        softcap=0.0, sinks=None, return_lse=False, out=None, lse=None, attention_chunk=4)
+    assert problem.attention_chunk == 4 and problem.mask.tag() != replace(problem, attention_chunk=0).mask.tag()
 
 
 def test_cpu_tensors_are_a_device_error_after_every_other_check():

@@ -5,7 +5,7 @@ kernels' code alone (their key and name carry no trace of it)."""
 import pytest
 
 from fa4mlir import lowering
-from fa4mlir.kernel_sets import VARLEN_CASES
+from fa4mlir.kernel_sets import VARLEN_CASES, VARLEN_CHUNK_CASES
 from fa4mlir.kernels import attention_fwd_sm90
 from fa4mlir.kernels.attention_sm90_config import default_config, varlen_config
 from fa4mlir.kernels.common.mask_family import attention_mask
@@ -40,3 +40,16 @@ def test_dense_configs_do_not_carry_the_flag():
     dense = default_config("bf16", 128, True)
     assert "varlen" not in dense.key() and "_varlen" not in attention_fwd_sm90.build(dense).name
     assert varlen_config("bf16", 128, True).key()["varlen"] is True
+
+
+@pytest.mark.parametrize("case", VARLEN_CHUNK_CASES, ids=lambda c: f"{c[0]}-d{c[1]}-window{c[2][0]}-chunk{c[3]}")
+def test_varlen_chunk_kernels_compile_without_spills(case):
+    """attention_chunk= on the varlen kernel (kernel_sets.VARLEN_CHUNK_CASES): the chunk is in the
+    kernel's mask and name, 0 spills."""
+    dtype, d, window, chunk = case
+    cfg = varlen_config(dtype, d, True, attention_mask(True, window, chunk))
+    assert cfg.chunk == chunk and cfg.varlen
+    art = lowering.lower(attention_fwd_sm90.build(cfg), CompileOptions(cubin_backend="ptxas"))
+    r = art.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r
+    assert f"_chunk{chunk}_" in art.name and "_varlen" in art.name, art.name

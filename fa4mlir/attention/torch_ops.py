@@ -12,8 +12,8 @@ its first call with torch tensors, so importing fa4mlir stays torch-free).
     fa4mlir::flash_attn_varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k,
                                    SymInt max_seqlen_q, SymInt max_seqlen_k, Tensor? seqused_k,
                                    float? softmax_scale, bool causal, str? bundle, SymInt window_left=-1,
-                                   SymInt window_right=-1, float softcap=0., Tensor? sinks=None)
-                                   -> (Tensor out, Tensor lse)
+                                   SymInt window_right=-1, float softcap=0., Tensor? sinks=None,
+                                   SymInt attention_chunk=0) -> (Tensor out, Tensor lse)
 
 ``flash_attn_varlen_fwd`` is varlen.flash_attn_varlen_func's functional op (calls without out= and
 lse=; its implementation is varlen._flash_attn_varlen, no call cache), out [total_q, heads, D] and lse
@@ -175,16 +175,18 @@ def flash_attn_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_
                           cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
                           seqused_k: Optional[torch.Tensor], softmax_scale: Optional[float], causal: bool,
                           bundle: Optional[str], window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
-                          sinks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+                          sinks: Optional[torch.Tensor] = None, attention_chunk: int = 0
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
     """out [total_q, heads, head_dim] (q's dtype) and lse float32 [heads, total_q]."""
     return _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, None,
                               softmax_scale, causal, (window_left, window_right), softcap, sinks, True, None, None,
-                              _bundle(bundle))
+                              _bundle(bundle), attention_chunk)
 
 
 @flash_attn_varlen_fwd.register_fake
 def _flash_attn_varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
-                                softmax_scale, causal, bundle, window_left=-1, window_right=-1, softcap=0.0, sinks=None):
+                                softmax_scale, causal, bundle, window_left=-1, window_right=-1, softcap=0.0, sinks=None,
+                                attention_chunk=0):
     dims = [*q.shape, *q.stride(), *k.shape, *k.stride(), *v.shape, *v.stride()]
     if all(isinstance(n, int) for n in dims):   # concrete sizes: the pure checks at trace time too
         infos = [TensorInfo(GMEM_ALIGN_BYTES, tuple(x.shape), tuple(x.stride()),
@@ -199,18 +201,18 @@ _VARLEN = torch.ops.fa4mlir.flash_attn_varlen_fwd.default
 
 
 def flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, softmax_scale,
-                      causal, window_size, softcap, sinks, return_lse, bundle):
+                      causal, window_size, softcap, sinks, return_lse, bundle, attention_chunk=0):
     """varlen.flash_attn_varlen_func as one op call (tracing, torch.compile): the schema's scalars
     checked first (flags, window, max_seqlen, scale, softcap), then the op."""
     from .checks import check_flag
     check_no_grad(q, k, v, sinks)
     causal, return_lse = check_flag("causal", causal), check_flag("return_lse", return_lse)
-    window, _ = check_mask(window_size, 0)
+    window, chunk = check_mask(window_size, attention_chunk)
     max_q, max_k = check_max_seqlen("max_seqlen_q", max_seqlen_q), check_max_seqlen("max_seqlen_k", max_seqlen_k)
     scale = check_scale(softmax_scale, max(q.shape[-1], 1) if q.dim() else 1)
     softcap = check_softcap(softcap, scale)
     out, lse = _VARLEN(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, seqused_k, scale, causal,
-                       _bundle_arg(bundle), *window, softcap, sinks)
+                       _bundle_arg(bundle), *window, softcap, sinks, chunk)
     return (out, lse) if return_lse else out
 
 

@@ -35,10 +35,16 @@ unwritten. With seqused_k, k and v rows past seqused_k[b] inside the packed tens
 finite values (they are masked, but P V multiplies them by 0, and 0 * NaN is NaN): zero a freshly
 allocated cache's tail.
 
-Not here: page_table (chunked prefill over a paged KV cache) raises UnsupportedFeatureError; run
-the prompt's chunks through flash_attn_with_kvcache (its paged operand takes seqlen_q > 1 per
-sequence) or pass the keys packed with cu_seqlens_k. attention_chunk is flash_attn_func's only for
-now (the kernel's chunked mask works on varlen; the keyword is not wired). There is no call cache
+attention_chunk=c (Llama-4's chunked attention, as flash_attn_func) keeps, per sequence, the keys
+of the chunk of c keys that holds the query's diagonal key (kernels/common/masks.py); it combines
+with causal and window_size and compiles into the kernel (one kernel per chunk size, as windows).
+
+With page_table (chunked prefill of a ragged batch over the paged KV cache): k and v are the pools
+[num_pages, page_size, kv_heads, head_dim], page_table int32 [batch, max_pages], the keys' lengths
+seqused_k (or every slot of the table), cu_seqlens_k None (FlashAttention-3/4's contract); the
+decode kernel over the KV-cache operand runs it (varlen_paged.py says what it takes and does).
+
+There is no call cache
 yet: every call checks and packs its launch (tens of microseconds of host time), and no torch
 custom op for calls with out= or lse= (the functional op fa4mlir::flash_attn_varlen_fwd serves the
 others under torch.compile: torch_ops). Torch tensors only (out and lse are allocated with torch),
@@ -53,8 +59,10 @@ from ..kernels import attention_sm90_config as attn_cfg
 from .checks import (MAX_I32, VARLEN_API, _err, check_device_context, check_devices, check_flag, check_mask,
                      check_max_seqlen, check_scale, check_seqlens, check_sinks, check_softcap, check_varlen_inputs,
                      check_varlen_outputs, device_ordinal, read_tensor)
-from .errors import ArgumentTypeError, FlashAttnInputError, ShapeError, UnsupportedFeatureError
+from .errors import ArgumentTypeError, FlashAttnInputError, ShapeError
 from .plan import Launch, TensorRef, source_for
+from .varlen_paged import VarlenPagedProblem, check_varlen_paged
+from .varlen_paged import run as run_paged
 
 NO_WINDOW = (-1, -1)
 TMA_TENSORS = ("q", "k", "v", "o")     # passed to the kernel as [1, total, heads, D]
@@ -62,7 +70,7 @@ TMA_TENSORS = ("q", "k", "v", "o")     # passed to the kernel as [1, total, head
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, seqused_k=None,
                            page_table=None, softmax_scale=None, causal=False, window_size=NO_WINDOW, softcap=0.0,
-                           sinks=None, return_lse=False, out=None, lse=None, bundle=None):
+                           sinks=None, return_lse=False, out=None, lse=None, bundle=None, attention_chunk=0):
     """Ragged-batch attention forward; see the module docstring. Returns out, or (out, lse) when
     return_lse. Every argument is checked before any launch; cu_seqlens' values are not read.
     Under torch.compile or another tracer (torch_ops._plain_eager false) a call without out= and
@@ -71,12 +79,13 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if ops is not None and out is None and lse is None and page_table is None and not ops._plain_eager(q):
         try:
             return ops.flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
-                                         softmax_scale, causal, window_size, softcap, sinks, return_lse, bundle)
+                                         softmax_scale, causal, window_size, softcap, sinks, return_lse, bundle,
+                                         attention_chunk)
         except FlashAttnInputError as e:
             raise _renamed(e) from None
     out, lse = _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
                                   page_table, softmax_scale, causal, window_size, softcap, sinks, return_lse, out, lse,
-                                  bundle)
+                                  bundle, attention_chunk)
     return (out, lse) if return_lse else out
 
 
@@ -96,12 +105,13 @@ def _torch_ops(*tensors):
 
 def _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=None,
                        page_table=None, softmax_scale=None, causal=False, window_size=NO_WINDOW, softcap=0.0,
-                       sinks=None, return_lse=False, out=None, lse=None, bundle=None):
-    """flash_attn_varlen_func's work (and the custom op's implementation): checks, then the launch;
-    returns (out, lse)."""
+                       sinks=None, return_lse=False, out=None, lse=None, bundle=None, attention_chunk=0):
+    """flash_attn_varlen_func's work (and the custom op's implementation): checks, then the launch
+    (with a page_table: varlen_paged.run's); returns (out, lse)."""
     try:
         problem, infos = _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
-                                page_table, softmax_scale, causal, window_size, softcap, sinks, return_lse, out, lse)
+                                page_table, softmax_scale, causal, window_size, softcap, sinks, return_lse, out, lse,
+                                attention_chunk)
     except FlashAttnInputError as e:
         raise _renamed(e) from None
     torch = sys.modules["torch"]
@@ -113,7 +123,12 @@ def _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_se
         out = torch.empty(problem.out_shape, dtype=q.dtype, device=q.device)
     if lse is None:
         lse = torch.empty(problem.lse_shape, dtype=torch.float32, device=q.device)
-    if not problem.is_empty:
+    if isinstance(problem, VarlenPagedProblem):
+        if not problem.is_empty:
+            tensors = {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q, "seqused_k": seqused_k,
+                       "page_table": page_table, "out": out, "lse": lse}
+            run_paged(tensors, problem, source)
+    elif not problem.is_empty:
         config = attn_cfg.varlen_config(problem.dtype, problem.head_dim, problem.causal, problem.mask,
                                         softcap=problem.softcap > 0, sinks=problem.sinks)
         try:
@@ -144,24 +159,26 @@ def varlen_launch(config: attn_cfg.AttnConfig, kernel, problem) -> Launch:
 
 
 def _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, softmax_scale,
-           causal, window_size, softcap, sinks, return_lse, out, lse):
-    """Every argument, deviceless: (VarlenProblem, {name: (TensorInfo, tensor)})."""
+           causal, window_size, softcap, sinks, return_lse, out, lse, attention_chunk=0):
+    """Every argument, deviceless: (VarlenProblem, or VarlenPagedProblem with a page_table,
+    {name: (TensorInfo, tensor)})."""
     causal, _ = check_flag("causal", causal), check_flag("return_lse", return_lse)
-    window_size, _ = check_mask(window_size, 0)
-    if page_table is not None:
-        raise UnsupportedFeatureError(_err(
-            "page_table (chunked prefill over a paged KV cache) is not supported by the varlen kernel yet; run "
-            "each prompt chunk through flash_attn_with_kvcache (its paged cache takes seqlen_q > 1 per "
-            "sequence), or pass the keys packed in k and v with cu_seqlens_k", VARLEN_API))
+    window_size, chunk = check_mask(window_size, attention_chunk)
     torch = sys.modules.get("torch")
     given = {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
-             "seqused_k": seqused_k, "sinks": sinks, "out": out, "lse": lse}
+             "seqused_k": seqused_k, "sinks": sinks, "out": out, "lse": lse, "page_table": page_table}
     if torch is None or not all(x is None or isinstance(x, torch.Tensor) for x in given.values()):
         raise ArgumentTypeError(_err("takes torch tensors (out and lse are allocated with torch); convert the "
                                      "others with torch.as_tensor / torch.from_dlpack", VARLEN_API))
     from .dense import check_no_grad
     check_no_grad(q, k, v, sinks)
-    infos = {n: (read_tensor(n, x, VARLEN_API), x) for n, x in given.items() if x is not None or n in ("q", "k", "v")}
+    infos = {n: (read_tensor(n, x, VARLEN_API), x) for n, x in given.items()
+             if x is not None or n in ("q", "k", "v", "cu_seqlens_q") or (n == "cu_seqlens_k" and page_table is None)}
+    if page_table is not None:
+        problem = check_varlen_paged({n: i for n, (i, _) in infos.items()}, max_seqlen_q, max_seqlen_k,
+                                     softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+                                     attention_chunk=chunk, softcap=softcap)
+        return problem, infos
     problem = check_varlen_inputs(infos["q"][0], infos["k"][0], infos["v"][0])
     batch = check_seqlens("cu_seqlens_q", infos["cu_seqlens_q"][0], None) - 1
     check_seqlens("cu_seqlens_k", infos["cu_seqlens_k"][0], batch + 1)
@@ -171,7 +188,7 @@ def _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sequ
     problem = type(problem)(
         batch, check_max_seqlen("max_seqlen_q", max_seqlen_q), check_max_seqlen("max_seqlen_k", max_seqlen_k),
         problem.total_q, problem.total_k, problem.heads, problem.kv_heads, problem.head_dim, problem.dtype, causal,
-        scale, tuple(window_size), 0, check_softcap(softcap, scale), sinks is not None, seqused_k is not None)
+        scale, tuple(window_size), chunk, check_softcap(softcap, scale), sinks is not None, seqused_k is not None)
     if sinks is not None:
         check_sinks(problem, infos["sinks"][0])
     check_varlen_outputs(problem, infos["out"][0] if out is not None else None,

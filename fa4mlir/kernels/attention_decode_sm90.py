@@ -61,6 +61,17 @@ Only the epilogue differs: the work item keeps the split arithmetic (num_splits 
 and every tile); with begin and end folded to constants ptxas spilled the FP8 paged block-scale
 kernel at its 168 registers.
 
+Note "Varlen q" (cfg.varlen_q: flash_attn_varlen_func with a page_table, chunked prefill of a
+ragged batch): q and out are packed [total_q, heads, D] and sequence b's queries are rows
+cu_seqlens_q[b] .. cu_seqlens_q[b + 1] (read here, never on the host). The work item reads its
+sequence's start q0 and length sq_b (a decreasing pair reads as 0) and uses sq_b where the dense
+kernel uses seqlen_q: its packed rows are sq_b x cta_heads, the causal mask hides the keys past
+L_b - (sq_b - 1 - token). The grid's m_tiles come from max_seqlen_q on the host: a CTA whose
+M tile starts at or past its sequence's rows runs no KV tile (both roles' loops are empty) and
+stores nothing. Token t of the sequence is row q0 + t of q, out and the LSE [heads, total_q];
+`seqlen_q` carries total_q (the LSE's and the partials' row count, partials [num_splits, total_q,
+heads, D] and [num_splits, heads, total_q]), and the batch strides of q and out are unused.
+
 Note "NaN past L_b": rows at or past L_b of a box that starts before L_b are real cache rows
 (stale tokens, unused rows of the last page) and may hold anything, NaN included. K's are harmless
 (their scores are replaced by -inf before the max), but P V multiplies V's by P = 0, and 0 x NaN
@@ -147,6 +158,14 @@ class _Work:
         # kvcache_append_sm90 wrote there first (kvcache.py's kernel contract)
         self.length = raw.smax(0).smin(p["capacity"] - p["seqlen_new"]) + p["seqlen_new"]
         n_tiles = (self.length + (cfg.bn - 1)) // cfg.bn
+        # the sequence's queries: seqlen_q and `rows` of the call, or (note "Varlen q") its own
+        self.q_start, self.seqlen_q, self.rows = None, p["seqlen_q"], p["rows"]
+        if cfg.varlen_q:
+            self.q_start = kb.load(kb.gep(p["cu_seqlens_q"], self.batch, "i32"), "i32", align=4)
+            q_end = kb.load(kb.gep(p["cu_seqlens_q"], self.batch + 1, "i32"), "i32", align=4)
+            self.seqlen_q = (q_end - self.q_start).smax(0)
+            self.rows = self.seqlen_q * p["cta_heads"]
+            n_tiles = select((self.m_tile * TILE_M).lt(self.rows), n_tiles, const(0))   # no row: no KV tile
         base = n_tiles // p["num_splits"]
         extra = n_tiles - base * p["num_splits"]
         before = self.split.lt(extra)
@@ -315,9 +334,11 @@ class _Consumer:
             self.token.append(tok)
             self.head.append(work.head_base + r - tok * cta_heads)
             # keys [0, end) are visible: L_b, less seqlen_q - 1 - token under the causal mask
-            hidden = (p["seqlen_q"] - 1 - tok) * p["causal"]
+            hidden = (work.seqlen_q - 1 - tok) * p["causal"]
             self.end.append((work.length - hidden).smax(0))
-        self.row_ok = [r.lt(p["rows"]) for r in self.packed]
+        self.row_ok = [r.lt(work.rows) for r in self.packed]
+        # the rows of q, out and the LSE the tokens are at: q_start + token (note "Varlen q")
+        self.q_row = self.token if work.q_start is None else [work.q_start + t for t in self.token]
 
     def release(self, s: PipeState, *pipes):
         with self.kb.if_(self.is_leader).then_():
@@ -342,11 +363,14 @@ def _load_q(cs: _Consumer, q_smem):
         cu = u - r * units
         c, unit = cu // UNITS, cu % UNITS
         packed = m0 + r
-        ok = packed.lt(p["rows"])
+        ok = packed.lt(work.rows)
         tok = fast_div(packed, *div(p, "cta_heads"))
         head = work.head_base + packed - tok * cta_heads
-        index = (work.batch.to("i64") * p["q_stride_b"] + tok.to("i64") * p["q_stride_s"]
-                 + head.to("i64") * p["q_stride_h"] + (cu * 8).to("i64"))
+        if work.q_start is None:
+            at = work.batch.to("i64") * p["q_stride_b"] + tok.to("i64") * p["q_stride_s"]
+        else:    # note "Varlen q": row q_start + token of packed q
+            at = (work.q_start + tok).to("i64") * p["q_stride_s"]
+        index = at + head.to("i64") * p["q_stride_h"] + (cu * 8).to("i64")
         safe = select(ok, index, const(0, "i64"))      # rows past `rows` read q's first row, unused
         val = select(ok, kb.load(kb.gep(p["q"], safe, cfg.dtype), ("i32", 4), align=16), zero)
         if cfg.mma_dtype != cfg.dtype:       # bf16 q for f16 GEMMs (note "FP8")
@@ -547,7 +571,7 @@ def _mma_role(kb, cfg, work: _Work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, s
     f32 = "f32"
     bufs = (q_smem, k_smem, v_smem, k_pipe, v_pipe, staged)
     # tiles every row sees entirely need no mask: keys < min over the rows of `end` (token 0's)
-    hidden0 = (p["seqlen_q"] - 1) * p["causal"]
+    hidden0 = (work.seqlen_q - 1) * p["causal"]
     full = (work.length - hidden0).smax(0) // cfg.bn
     split = full.smax(work.begin).smin(work.end)
     neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
@@ -585,8 +609,9 @@ def _epilogue(cs: _Consumer, o: Value, m, l, v_scale=None):
 def _store_partial(cs: _Consumer, o: Value, h: int, inv: Value, lse: Value):
     """Row h's O x (1 / l), float32, into split s's slice of o_partial and its LSE into lse_partial."""
     kb, cfg, p, work = cs.kb, cs.cfg, cs.p, cs.work
-    sb = work.split * p["batch"] + work.batch
-    row = (sb.to("i64") * p["seqlen_q"].to("i64") + cs.token[h].to("i64")) * p["heads"].to("i64") \
+    # note "Varlen q": one packed batch of total_q (= seqlen_q) rows per split
+    sb = work.split if cfg.varlen_q else work.split * p["batch"] + work.batch
+    row = (sb.to("i64") * p["seqlen_q"].to("i64") + cs.q_row[h].to("i64")) * p["heads"].to("i64") \
         + cs.head[h].to("i64")
     base = row * cfg.head_dim + (cs.t4 * 2).to("i64")
     for jd in range(cfg.head_dim // 8):
@@ -594,7 +619,7 @@ def _store_partial(cs: _Consumer, o: Value, h: int, inv: Value, lse: Value):
         kb.store(vec(o[i] * inv, o[i + 1] * inv), kb.gep(p["o_partial"], base + jd * 8, "f32"), align=8)
     with kb.if_(cs.t4.eq(0)).then_():
         lrow = (sb.to("i64") * p["heads"].to("i64") + cs.head[h].to("i64")) * p["seqlen_q"].to("i64") \
-            + cs.token[h].to("i64")
+            + cs.q_row[h].to("i64")
         kb.store(lse, kb.gep(p["lse_partial"], lrow, "f32"), align=4)
 
 
@@ -602,14 +627,15 @@ def _store_final(cs: _Consumer, o: Value, h: int, inv: Value, lse: Value):
     """Unsplit (note "Unsplit"): row h's O x (1 / l) + 0 in q's dtype at out[b, t, head] by out's
     strides, two columns a store, and its LSE at lse[b, head, t]."""
     kb, cfg, p, work = cs.kb, cs.cfg, cs.p, cs.work
-    token, head = cs.token[h].to("i64"), cs.head[h].to("i64")
-    base = (work.batch.to("i64") * p["out_stride_b"] + token * p["out_stride_s"] + head * p["out_stride_h"]
-            + (cs.t4 * 2).to("i64"))
+    token, head = cs.q_row[h].to("i64"), cs.head[h].to("i64")
+    # note "Varlen q": packed out and LSE [heads, total_q], the sequence's rows from q_start
+    batch = const(0, "i64") if cfg.varlen_q else work.batch.to("i64")
+    base = batch * p["out_stride_b"] + token * p["out_stride_s"] + head * p["out_stride_h"] + (cs.t4 * 2).to("i64")
     zero = const(0.0, "f32")
     for jd in range(cfg.head_dim // 8):
         i = acc_pair(jd, h)
         pair = vec(fma(o[i], inv, zero), fma(o[i + 1], inv, zero)).to((cfg.dtype, 2))
         kb.store(pair, kb.gep(p["out"], base + jd * 8, cfg.dtype), align=4)
     with kb.if_(cs.t4.eq(0)).then_():
-        lrow = (work.batch.to("i64") * p["heads"].to("i64") + head) * p["seqlen_q"].to("i64") + token
+        lrow = (batch * p["heads"].to("i64") + head) * p["seqlen_q"].to("i64") + token
         kb.store(lse, kb.gep(p["lse"], lrow, "f32"), align=4)

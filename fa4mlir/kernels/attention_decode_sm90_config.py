@@ -73,11 +73,14 @@ class DecodeConfig:
     kv_scale: str = ""            # FP8 scale granularity of k_scale and v_scale: tensor | kv_head | block
     gather: bool = False          # paged: rows by a cp.async gather (box_rows 1), not TMA boxes
     unsplit: bool = False         # num_splits == 1: O in q's dtype and the LSE into out, lse (no combine)
+    varlen_q: bool = False        # packed q [total_q, heads, D] by cu_seqlens_q (note "Varlen q" of the kernel)
 
     @property
     def params(self) -> tuple:
-        """The launch contract: UNSPLIT_PARAMS for the unsplit variant, else SPLIT_PARAMS."""
-        return UNSPLIT_PARAMS if self.unsplit else SPLIT_PARAMS
+        """The launch contract: UNSPLIT_PARAMS for the unsplit variant, else SPLIT_PARAMS; a
+        varlen_q kernel takes cu_seqlens_q after them (VARLEN_Q_PARAMS)."""
+        base = UNSPLIT_PARAMS if self.unsplit else SPLIT_PARAMS
+        return base + VARLEN_Q_PARAMS if self.varlen_q else base
 
     @property
     def d_chunks(self) -> int:
@@ -152,18 +155,24 @@ class DecodeConfig:
         if (self.kv_scale not in SCALES) if self.fp8 else self.kv_scale:
             raise ConfigError(f"kv_scale must be one of {SCALES} for an FP8 cache and '' otherwise, got "
                               f"{self.kv_scale!r}")
+        if self.varlen_q and self.fp8:
+            raise ConfigError("varlen_q (flash_attn_varlen_func's paged path) is built for bf16/f16 caches only, "
+                              f"got kv_dtype={self.kv_dtype!r}")
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"decode tile plan needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT}): lower "
                               f"stages ({self.stages}) or bn ({self.bn})")
         return self
 
     def key(self) -> dict:
-        return {"kernel": KERNEL, **self.__dict__}
+        """The compile key: every field (varlen_q only when set, so that the keys, names and code
+        of the kernels built before it existed are unchanged)."""
+        fields = {n: v for n, v in self.__dict__.items() if n != "varlen_q" or v}
+        return {"kernel": KERNEL, **fields}
 
     def name(self) -> str:
         fp8 = f"_e4m3_{self.kv_scale}" if self.fp8 else ""
         return (f"{KERNEL}_{self.dtype}_d{self.head_dim}_n{self.bn}_s{self.stages}"
-                f"_{self._fetch_name()}{fp8}{'_unsplit' if self.unsplit else ''}")
+                f"_{self._fetch_name()}{fp8}{'_unsplit' if self.unsplit else ''}{'_varlen' if self.varlen_q else ''}")
 
     def _fetch_name(self) -> str:
         if not self.paged:
@@ -269,6 +278,9 @@ UNSPLIT_TENSORS = tuple({"o_partial": ("out", "ptr"), "lse_partial": ("lse", "pt
                         for n, k in SPLIT_TENSORS)
 UNSPLIT_PARAMS = (*UNSPLIT_TENSORS, *SPLIT_PARAMS[len(SPLIT_TENSORS):],
                   ("out_stride_b", "i64"), ("out_stride_s", "i64"), ("out_stride_h", "i64"))
+# varlen_q kernels (flash_attn_varlen_func with a page_table): q's sequence offsets, after the
+# split or unsplit contract
+VARLEN_Q_PARAMS = (("cu_seqlens_q", "ptr"),)
 APPEND_TENSORS = (("k", "ptr"), ("v", "ptr"), ("k_cache", "ptr"), ("v_cache", "ptr"), ("cache_seqlens", "ptr"),
                   ("page_table", "ptr"))
 APPEND_PARAMS = (*APPEND_TENSORS, ("seqlen_new", "i32"), ("kv_heads", "i32"), ("capacity", "i32"),
@@ -289,19 +301,25 @@ def _fill(table, args: dict) -> dict:
 
 
 def split_launch_args(plan, tensors, q_strides: tuple[int, int, int], page_table_stride: int,
-                      cache_strides: dict | None = None, out_strides: tuple[int, int, int] | None = None) -> dict:
+                      cache_strides: dict | None = None, out_strides: tuple[int, int, int] | None = None,
+                      varlen_total_q: int | None = None) -> dict:
     """The decode kernel's parameters by name from a kvcache.KVCachePlan (SPLIT_PARAMS, or
     UNSPLIT_PARAMS when ``plan.unsplit``), the call's tensors by name (SPLIT_TENSORS or
     UNSPLIT_TENSORS; page_table: the cache_seqlens tensor stands in for a contiguous cache, never
     read; k_pool, v_pool: the k_cache, v_cache tensors again, read by the gather), q's element
     strides (batch, seqlen, head), ``cache_strides``, the element strides of dims 0-2 of k_cache
     and v_cache by name (default: contiguous caches), and unsplit ``out_strides``, out's element
-    strides (batch, seqlen, head; default contiguous)."""
+    strides (batch, seqlen, head; default contiguous). ``varlen_total_q`` (a varlen_q kernel:
+    q, out packed [total_q, heads, D], the strides' batch entries 0): the contract takes
+    tensors["cu_seqlens_q"] too, and seqlen_q is total_q, the row count of the packed LSE [heads,
+    total_q] and of the partials [num_splits, total_q, ...] (the kernel's note "Varlen q")."""
     p = plan.problem
     cache = p.cache
     gqa = plan.gqa
     cta_heads = gqa.group if gqa.packed else 1
     table = UNSPLIT_PARAMS if plan.unsplit else SPLIT_PARAMS
+    if varlen_total_q is not None:
+        table = table + VARLEN_Q_PARAMS
     args = {n: tensors[n] for n, kind in table if kind == "ptr" or kind == "tma"}
     if plan.unsplit:
         out_strides = out_strides or (p.seqlen_q * p.heads * p.head_dim, p.heads * p.head_dim, p.head_dim)
@@ -312,6 +330,8 @@ def split_launch_args(plan, tensors, q_strides: tuple[int, int, int], page_table
                 page_size=cache.page_size, page_table_stride=int(page_table_stride), cta_heads=cta_heads, causal=int(bool(p.causal)),
                 scale_log2=float(p.softmax_scale) * LOG2E, q_stride_b=int(q_strides[0]),
                 q_stride_s=int(q_strides[1]), q_stride_h=int(q_strides[2]))
+    if varlen_total_q is not None:
+        args["seqlen_q"] = int(varlen_total_q)
     # FP8 block scales of a contiguous cache: [batch, scale_blocks, kv_heads], scale_block tokens each
     block = cache.scale_block or 1
     args["scale_blocks"] = cache.capacity // block if not cache.paged else 0
@@ -371,6 +391,6 @@ def combine_grid(plan) -> tuple[int, int, int]:
 
 __all__ = ["APPEND_KERNEL", "AppendConfig", "APPEND_PARAMS", "APPEND_TENSORS", "append_launch_args", "append_grid",
            "KERNEL", "COMBINE_KERNEL", "DecodeConfig", "CombineConfig", "default_config", "box_rows_for",
-           "SPLIT_PARAMS", "COMBINE_PARAMS", "SPLIT_TENSORS", "COMBINE_TENSORS", "UNSPLIT_PARAMS", "UNSPLIT_TENSORS",
+           "SPLIT_PARAMS", "VARLEN_Q_PARAMS", "COMBINE_PARAMS", "SPLIT_TENSORS", "COMBINE_TENSORS", "UNSPLIT_PARAMS", "UNSPLIT_TENSORS",
            "split_launch_args",
            "combine_launch_args", "split_grid", "combine_grid", "TILE_M", "COMBINE_WARPS", "DTYPES", "HEAD_DIMS"]

@@ -4,12 +4,13 @@ NaN-poisoned out and lse with spare packed rows past the last sequence (they mus
 rule per sequence against a float32/float64 reference (fa4mlir.testing_varlen.compare_varlen).
 Batches with empty and length-1 sequences, a tile plus one row, q longer and shorter than k (causal
 rows that see no key: out 0, lse +inf or the sink), GQA, long sequences next to short ones (the
-longest-first order), seqused_k, a window, softcap with sinks; typed errors on device tensors."""
+longest-first order), seqused_k, a window, softcap with sinks, attention_chunk; typed errors on device
+tensors."""
 import zlib
 
 import pytest
 
-from fa4mlir.kernel_sets import VARLEN_CASES
+from fa4mlir.kernel_sets import VARLEN_CASES, VARLEN_CHUNK_CASES
 from fa4mlir.testing_varlen import compare_varlen
 
 pytestmark = pytest.mark.gpu
@@ -97,3 +98,25 @@ def test_cu_seqlens_on_the_host_is_a_device_error(attn_bundle):
     cu = torch.tensor([0, 4], dtype=torch.int32)
     with pytest.raises(DeviceError, match="cu_seqlens_q"):
         flash_attn_varlen_func(q, q, q, cu, cu.cuda(), 4, 4, bundle=attn_bundle)
+
+
+@pytest.mark.parametrize("case", VARLEN_CHUNK_CASES, ids=_ids)
+def test_attention_chunk(attn_bundle, case):
+    """attention_chunk= (kernel_sets.VARLEN_CHUNK_CASES): chunks that divide no sequence, q shorter
+    and longer than k, empty and length-1 sequences, GQA."""
+    import torch
+    from fa4mlir import flash_attn_varlen_func
+    dtype, d, window, chunk = case
+    lq, lk = (0, 1, 300, 129, 40), (3, 1, 500, 100, 40)
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr(case).encode()))
+    total_q, total_k = sum(lq) + SPARE, sum(lk)
+    q = torch.randn(total_q, 4, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k, v = (torch.randn(total_k, 2, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+    cu_q, cu_k = _cu(torch, lq), _cu(torch, lk)
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((4, total_q), float("nan"), device="cuda")
+    flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=True, window_size=window,
+                           attention_chunk=chunk, out=out, lse=lse, bundle=attn_bundle)
+    torch.cuda.synchronize()
+    r = compare_varlen(q, k, v, out, lse, cu_q, cu_k, d ** -0.5, True, window_size=window, attention_chunk=chunk)
+    assert r["ok"], r

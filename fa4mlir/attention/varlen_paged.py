@@ -1,0 +1,234 @@
+"""flash_attn_varlen_func(..., page_table=...): chunked prefill of a ragged batch over the paged
+KV cache on an sm_90a GPU (MLIR-free at import; varlen.py routes calls with a page_table here).
+
+    out = flash_attn_varlen_func(q, k_pool, v_pool, cu_seqlens_q, None, max_seqlen_q, max_seqlen_k,
+                                 seqused_k=seqused_k, page_table=page_table, causal=True)
+
+FlashAttention-3/4's contract for a page table: q is packed [total_q, heads, head_dim] with
+cu_seqlens_q (int32 [batch + 1]) as without one, but k and v ARE the cache's pools [num_pages,
+page_size, kv_heads, head_dim] (q's dtype; page_size 1..256), page_table is int32 [batch,
+max_pages] (sequence b's key t lives in page page_table[b, t // page_size], row t % page_size),
+and sequence b attends to seqused_k[b] keys (int32 [batch]), or to all max_pages x page_size of
+its slots when seqused_k is None. cu_seqlens_k must be None (as FlashAttention-3/4 require: the
+keys are not packed); max_seqlen_k is checked as an int and bounds nothing (a length is clamped
+to the page table's capacity, as flash_attn_with_kvcache clamps cache_seqlens). Causal masks align
+bottom-right per sequence: query i of sequence b (sq_b queries, L_b keys) sees key j iff j <= i +
+L_b - sq_b; a row that sees no key gets out = 0 and lse = +inf. out is [total_q, heads, head_dim]
+like q, lse float32 [heads, total_q] (the varlen layout).
+
+How it runs: the decode kernel over the KV-cache operand (attention_decode_sm90, its compile-time
+`varlen_q` variant, note "Varlen q"), which takes any number of queries per sequence, packs GQA
+heads into M and splits long key ranges (kvcache.plan_problem's schedule, with max_seqlen_q as the
+queries per sequence). Each CTA reads its sequence's start and length from cu_seqlens_q on the
+device; the grid has ceil(max_seqlen_q x packed heads / 64) M tiles per sequence (max_seqlen_q is
+the caller's word, never checked against the device values) and a tile past its sequence's rows
+exits without reading a key. Nothing reads device data on the host: no synchronisation. With one
+split (the plan's `unsplit`) the kernel writes out and lse directly and rows of out past
+cu_seqlens_q[batch] are not written; with several, the combine writes every row of out and lse,
+and those rows, which no sequence owns, get out = 0 and lse = +inf (their partials' LSE is filled
+with -inf before the launch).
+
+Not here (typed errors before any launch): window_size, attention_chunk, softcap and sinks with a
+page_table (the decode kernel has causal masks only: UnsupportedFeatureError; they work on packed
+keys, cu_seqlens_k and no page_table); an FP8 pool (flash_attn_with_kvcache takes it with its
+scales); out= and lse= are honoured, but there is no call cache (every call checks and plans,
+tens of microseconds of host time) and no custom op (a traced call runs eagerly).
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, replace
+
+from ..driver import device_info, resolve_stream
+from ..kernels import attention_decode_sm90_config as dec
+from .checks import (MAX_GRID_YZ, PACKED_DIMS, VARLEN_API, _err, check_layout, check_max_seqlen, check_scale,
+                     check_seqlens, check_varlen_outputs)
+from .errors import (BundleError, DTypeError, FlashAttnInputError, HeadDimError, HeadsRatioError, SeqlensError,
+                     ShapeError, UnsupportedFeatureError)
+from .kvcache import PAGED_DIMS, KVCacheOperand, KVCachePlan, KVCacheProblem, _check_cache, _layout, plan_problem
+from .plan import Launch, TensorRef
+from .problem import VarlenProblem
+
+NO_WINDOW = (-1, -1)
+WORKS = ("with a page_table the decode kernel runs causal or full attention only; window_size, attention_chunk, "
+         "softcap and sinks work on packed keys (k, v [total_k, kv_heads, head_dim] with cu_seqlens_k)")
+
+
+def _renamed(e: FlashAttnInputError) -> FlashAttnInputError:
+    """A flash_attn_with_kvcache / flash_attn_func check's error in this entry point's name."""
+    text = str(e)
+    for entry in ("flash_attn_with_kvcache:", "flash_attn_func:"):
+        text = text.replace(entry, f"{VARLEN_API}:", 1)
+    return type(e)(text)
+
+
+@dataclass(frozen=True)
+class VarlenPagedProblem:
+    """A checked call: `batch` sequences of at most max_seqlen_q queries packed in total_q rows,
+    over the paged `cache` (KVCacheOperand), with their key lengths from seqused_k (or the
+    capacity)."""
+
+    batch: int
+    max_seqlen_q: int
+    max_seqlen_k: int
+    total_q: int
+    heads: int
+    head_dim: int
+    dtype: str
+    cache: KVCacheOperand
+    causal: bool
+    softmax_scale: float
+    seqused_k: bool
+
+    @property
+    def out_shape(self) -> tuple[int, int, int]:
+        return (self.total_q, self.heads, self.head_dim)
+
+    @property
+    def lse_shape(self) -> tuple[int, int]:
+        return (self.heads, self.total_q)
+
+    @property
+    def is_empty(self) -> bool:
+        return self.batch * self.total_q * self.max_seqlen_q == 0
+
+    def kv_problem(self) -> KVCacheProblem:
+        """The flash_attn_with_kvcache problem the decode schedule plans: max_seqlen_q queries per
+        sequence (the grid's bound), no new tokens."""
+        return KVCacheProblem(self.batch, max(self.max_seqlen_q, 1), self.heads, self.head_dim, self.dtype, self.cache,
+                              0, self.causal, self.softmax_scale, None, True)
+
+
+def check_varlen_paged(infos: dict, max_seqlen_q, max_seqlen_k, *, softmax_scale=None, causal: bool = False,
+                       window_size=NO_WINDOW, attention_chunk: int = 0, softcap: float = 0.0) -> VarlenPagedProblem:
+    """Every host check of a call with a page_table, on TensorInfos by name (q, k, v, cu_seqlens_q,
+    cu_seqlens_k, seqused_k, page_table, sinks, out, lse; None when not given); window_size and
+    attention_chunk already checked (checks.check_mask). Typed errors, no driver call."""
+    asked = [n for n, on in (("window_size", tuple(window_size) != NO_WINDOW), ("attention_chunk", attention_chunk),
+                             ("softcap", softcap not in (0, 0.0)), ("sinks", infos.get("sinks") is not None)) if on]
+    if asked:
+        raise UnsupportedFeatureError(_err(f"{', '.join(asked)} with page_table is not supported: {WORKS}", VARLEN_API))
+    if infos.get("cu_seqlens_k") is not None:
+        raise SeqlensError(_err("cu_seqlens_k must be None with page_table (FlashAttention-3/4's contract: k and v "
+                                "are the paged pools, not packed keys); give each sequence's key count as seqused_k",
+                                VARLEN_API))
+    q = infos["q"]
+    if len(q.shape) != 3:
+        raise ShapeError(_err(f"q must be 3-D [total_tokens, heads, head_dim] (sequences packed one after another), "
+                              f"got shape {tuple(q.shape)}", VARLEN_API))
+    if q.dtype not in dec.DTYPES:
+        raise DTypeError(_err(f"q has dtype {q.dtype}; expected one of {dec.DTYPES}", VARLEN_API))
+    total_q, heads, head_dim = q.shape
+    if head_dim not in dec.HEAD_DIMS:
+        raise HeadDimError(_err(f"head_dim {head_dim} is not supported with page_table; the decode kernel is built "
+                                f"for head_dim in {dec.HEAD_DIMS}", VARLEN_API))
+    batch = check_seqlens("cu_seqlens_q", infos["cu_seqlens_q"], None) - 1
+    if infos.get("seqused_k") is not None:
+        check_seqlens("seqused_k", infos["seqused_k"], batch)
+    sq, sk = check_max_seqlen("max_seqlen_q", max_seqlen_q), check_max_seqlen("max_seqlen_k", max_seqlen_k)
+    q4 = replace(q, shape=(batch, max(sq, 1), heads, head_dim), strides=(0, *q.strides))
+    try:
+        cache = _check_cache(q4, infos["k"], infos["v"], infos["page_table"])
+        for name in ("k", "v"):
+            _layout(name, infos[name], PAGED_DIMS)
+    except FlashAttnInputError as e:
+        raise _renamed(e) from None
+    if cache.quantized:
+        raise UnsupportedFeatureError(_err(f"an FP8 ({cache.dtype}) pool is not supported with page_table here (it "
+                                           "needs k_scale and v_scale): run it through flash_attn_with_kvcache",
+                                           VARLEN_API))
+    if heads % cache.kv_heads:
+        raise HeadsRatioError(_err(f"q has {heads} heads and k/v {cache.kv_heads} KV heads; heads must be a multiple "
+                                   "of kv_heads (GQA/MQA)", VARLEN_API))
+    if batch > MAX_GRID_YZ or heads > MAX_GRID_YZ:
+        raise ShapeError(_err(f"batch {batch} and heads {heads} must be at most {MAX_GRID_YZ} (CUDA grid limit)",
+                              VARLEN_API))
+    check_layout("q", q, PACKED_DIMS)
+    scale = check_scale(softmax_scale, head_dim)
+    dims = VarlenProblem(batch, sq, sk, total_q, 0, heads, cache.kv_heads, head_dim, q.dtype)
+    check_varlen_outputs(dims, infos.get("out"), infos.get("lse"))
+    return VarlenPagedProblem(batch, sq, sk, total_q, heads, head_dim, q.dtype, cache, bool(causal), scale,
+                              infos.get("seqused_k") is not None)
+
+
+def configs_for(plan: KVCachePlan) -> tuple[dec.DecodeConfig, dec.CombineConfig | None]:
+    """The varlen_q decode kernel of a plan (split, or unsplit for one split) and its combine (None
+    unsplit): the tiles and fetch of flash_attn_with_kvcache's kernel for the same pool."""
+    p = plan.problem
+    base = dec.default_config(p.dtype, p.head_dim, p.cache.page_size, unsplit=plan.unsplit)
+    return replace(base, varlen_q=True), None if plan.unsplit else dec.CombineConfig(p.dtype, p.head_dim)
+
+
+def combine_plan(plan: KVCachePlan, problem: VarlenPagedProblem) -> KVCachePlan:
+    """The plan the combine runs by: one packed batch of total_q rows (note "Varlen q")."""
+    return replace(plan, problem=replace(plan.problem, batch=1, seqlen_q=problem.total_q))
+
+
+def launch_args(plan: KVCachePlan, problem: VarlenPagedProblem, q_strides: tuple[int, int], page_table_stride: int,
+                cache_strides: dict, out_strides: tuple[int, int]) -> tuple[dict, dict | None]:
+    """The decode kernel's arguments by name and the combine's (None unsplit), tensors as TensorRefs
+    (q, k_cache, v_cache = the pools, cache_seqlens = the key lengths, page_table, cu_seqlens_q, out,
+    lse, o_partial, lse_partial); q's and out's (token, head) element strides."""
+    refs = {n: TensorRef(n) for n, _ in dec.SPLIT_TENSORS + dec.UNSPLIT_TENSORS + dec.COMBINE_TENSORS}
+    refs.update(k_pool=TensorRef("k_cache"), v_pool=TensorRef("v_cache"), cu_seqlens_q=TensorRef("cu_seqlens_q"),
+                k_scale=TensorRef("cache_seqlens"), v_scale=TensorRef("cache_seqlens"))   # scales: never read
+    split = dec.split_launch_args(plan, refs, (0, *q_strides), page_table_stride, cache_strides,
+                                  (0, *out_strides), varlen_total_q=problem.total_q)
+    if plan.unsplit:
+        return split, None
+    return split, dec.combine_launch_args(combine_plan(plan, problem), refs, (0, *out_strides))
+
+
+def plan_for(problem: VarlenPagedProblem, num_sms: int) -> KVCachePlan:
+    """The decode schedule (kvcache.plan_problem) of a checked call on ``num_sms`` SMs: pack GQA and
+    the M tiles by max_seqlen_q, the split count by the page table's capacity."""
+    try:
+        return plan_problem(problem.kv_problem(), num_sms)
+    except FlashAttnInputError as e:    # a grid past its limits: ShapeError
+        raise _renamed(e) from None
+
+
+def run(tensors: dict, problem: VarlenPagedProblem, source) -> None:
+    """The launches of a checked call on torch's current stream: the decode kernel, then (several
+    splits) the combine. ``tensors``: q, k, v, cu_seqlens_q, seqused_k (or None), page_table, out,
+    lse (allocated)."""
+    from .kvcache_call import kernel_for
+    torch = sys.modules["torch"]
+    q = tensors["q"]
+    device = device_info()
+    plan = plan_for(problem, device.num_sms)
+    split_cfg, combine_cfg = configs_for(plan)
+    lengths = tensors["seqused_k"]
+    if lengths is None:    # FlashAttention's default: every slot of the page table holds a key
+        lengths = torch.full((problem.batch,), problem.cache.capacity, dtype=torch.int32, device=q.device)
+    named = {"q": q, "k_cache": tensors["k"], "v_cache": tensors["v"], "cache_seqlens": lengths,
+             "page_table": tensors["page_table"], "cu_seqlens_q": tensors["cu_seqlens_q"], "out": tensors["out"],
+             "lse": tensors["lse"]}
+    if not plan.unsplit:   # rows no sequence owns combine from LSE -inf partials: out 0, lse +inf
+        named["o_partial"] = torch.empty((plan.num_splits, problem.total_q, problem.heads, problem.head_dim),
+                                         dtype=torch.float32, device=q.device)
+        named["lse_partial"] = torch.full((plan.num_splits, problem.heads, problem.total_q), float("-inf"),
+                                          dtype=torch.float32, device=q.device)
+    cache_strides = {n: named[n].stride()[:3] for n in ("k_cache", "v_cache")}
+    split_args, combine_args = launch_args(plan, problem, q.stride()[:2], named["page_table"].stride(0),
+                                           cache_strides, tensors["out"].stride()[:2])
+    stream = resolve_stream(None, True, q.device.index)
+    launches = [Launch(_kernel(kernel_for, source, split_cfg), plan.grid, split_args)]
+    if combine_cfg is not None:
+        launches.append(Launch(_kernel(kernel_for, source, combine_cfg), dec.combine_grid(combine_plan(plan, problem)),
+                               combine_args))
+    for launch in launches:
+        launch.kernel.launch(launch.grid, launch.bind(named), stream)
+
+
+def _kernel(kernel_for, source, cfg):
+    try:
+        return kernel_for(source, cfg)
+    except BundleError:
+        raise BundleError(_err(f"bundle {source.bundle.root} has no {cfg.name()}; build it with `python -m fa4mlir "
+                               "bundle --set attention-varlen` or `--set prefill` (or pass no bundle to compile it "
+                               "here)", VARLEN_API)) from None
+
+
+__all__ = ["VarlenPagedProblem", "check_varlen_paged", "configs_for", "combine_plan", "launch_args", "plan_for",
+           "run"]
