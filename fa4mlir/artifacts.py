@@ -298,12 +298,16 @@ class Bundle:
             raise ValueError(f"bundle {self.root}: kernel {e['name']!r} has malformed metadata ({err!r}); "
                              f"rebuild the bundle") from None
 
-    def find(self, name: str | None = None, arch: str | None = None, **config_match: Any) -> KernelArtifact:
-        """The one kernel with this name/arch whose config holds every ``config_match`` item."""
+    def find(self, name: str | None = None, arch: str | None = None, *, exact: bool = False,
+             **config_match: Any) -> KernelArtifact:
+        """The one kernel with this name/arch whose config holds every ``config_match`` item; with
+        ``exact``, whose config is exactly ``config_match`` (no other items: a kernel whose key leaves
+        out unset fields, e.g. the attention kernel's varlen, is told from its variants that set them)."""
         want = {k: _jsonable(v) for k, v in config_match.items()}
         hits = [e for e in self.entries
                 if (name is None or e["name"] == name) and (arch is None or e["arch"] == arch)
-                and all(k in e.get("config", {}) and e["config"][k] == v for k, v in want.items())]
+                and all(k in e.get("config", {}) and e["config"][k] == v for k, v in want.items())
+                and (not exact or set(e.get("config", {})) == set(want))]
         query = ", ".join([f"name={name!r}"] * (name is not None) + [f"arch={arch!r}"] * (arch is not None)
                           + [f"{k}={v!r}" for k, v in want.items()])
         if not hits:

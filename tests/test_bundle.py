@@ -196,3 +196,16 @@ def test_parallel_compile_gives_the_serial_artifacts_in_order(tmp_path, monkeypa
     assert [a.name for a in got] == [a.name for a in want] == ["gemm_sm90_f16_128x256x64_s4", "gemm_sm90_bf16_128x256x64_s4"]
     assert [a.cubin for a in got] == [a.cubin for a in want]
     assert kernel_sets.SETS["sm90"]   # the workers' initializer reads the named sets
+
+
+def test_exact_find_tells_a_key_from_its_superset(tmp_path):
+    """A kernel whose key leaves out unset fields (AttnConfig.varlen) holds every item of its plain
+    variant's key: a subset query finds both, an exact one the plain kernel."""
+    from dataclasses import replace
+    plain = artifact(128, False)
+    varlen = replace(plain, name="attn_fwd_varlen", key="f".ljust(64, "0"), config={**plain.config, "varlen": True})
+    b = Bundle.open(write_bundle(tmp_path, [plain, varlen]))
+    with pytest.raises(LookupError, match="2 kernels"):
+        b.find(**plain.config)
+    assert b.find(exact=True, **plain.config).name == "attn_fwd"
+    assert b.find(exact=True, **varlen.config).name == "attn_fwd_varlen"

@@ -72,6 +72,6 @@ def test_every_case_is_a_kernel_of_the_gpu_tests_bundle():
     entries = [{"cubin_backend": (over[0] if over else {}).get("cubin_backend", kernels.cubin_backend(name)),
                 **cfg.key()} for name, cfg, *over in kernel_sets.configs(["gpu-tests"])]   # deduplicated, as bundled
     for case in CASES:
-        query = {k: v for k, v in bundle_query(case).items() if k != "arch"}
-        hits = [e for e in entries if all(e.get(k) == v for k, v in query.items())]
+        query = {k: v for k, v in bundle_query(case).items() if k not in ("arch", "exact")}
+        hits = [e for e in entries if e == query]   # Bundle.find(exact=True)
         assert len(hits) == 1, (case.name, query, len(hits))

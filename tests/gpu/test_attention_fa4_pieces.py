@@ -55,7 +55,7 @@ def load_sm90(bundle, cfg, cubin_backend: str, label: str, set_name: str):
     setmaxnreg honoured and the block the config asks for."""
     from fa4mlir.runtime import load
     try:
-        art = bundle.find(arch="sm_90a", cubin_backend=cubin_backend, **cfg.key())
+        art = bundle.find(arch="sm_90a", exact=True, cubin_backend=cubin_backend, **cfg.key())
     except LookupError:
         pytest.skip(f"bundle {bundle.root} has no {label} kernel: build it with "
                     f"`python -m fa4mlir bundle --set gpu-tests` (or --set {set_name})")
