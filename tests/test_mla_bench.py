@@ -19,7 +19,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_workloads_and_unknown_names():
-    assert mb.parse_workloads("") == ["mla_prefill"] == list(mb.WORKLOADS)
+    assert mb.parse_workloads("") == ["mla_prefill", "mla_decode", "mla_sparse"] == list(mb.WORKLOADS)
     assert mb.parse_workloads(" mla_prefill,mla_prefill ") == ["mla_prefill"]
     with pytest.raises(ValueError, match=r"unknown mla workload\(s\) \['decode_dense'\]"):
         mb.parse_workloads("mla_prefill,decode_dense")
@@ -66,6 +66,36 @@ def test_anchor_row_shape_and_flops():
     assert flops == 2 * 2 * 16 * 8192 * 8192 * (192 + 128) / 2      # anchors_serving.w_mla_prefill's count
     with pytest.raises(ValueError, match="unknown mla row"):
         mb.row_shape("decode_dense")
+
+
+@pytest.mark.parametrize("heads, sq", [(16, 1), (64, 2), (128, 1)])
+def test_decode_rows_count_flops_and_bytes_as_flashmla(heads, sq):
+    """FlashMLA's tests/test_flash_mla.py: FLOPs 2 x b x s_q x h_q x s_k x (d + dv); bytes of the whole
+    cache (b x s_k x d), q (b x s_q x h_q x d) and out (b x s_q x h_q x dv), bf16."""
+    shape, flops = mb.row_shape(f"mla_decode_h{heads}_q{sq}")
+    b, s_k, d, dv = 128, 4096, 576, 512
+    assert flops == 2 * b * sq * heads * s_k * (d + dv)
+    assert shape["bytes"] == 2 * (b * s_k * d + b * sq * heads * d + b * sq * heads * dv)
+    assert (shape["heads"], shape["seqlen_q"], shape["page_size"]) == (heads, sq, 64)
+    assert mb.WORKLOADS["mla_decode"] == tuple(f"mla_decode_h{h}_q{q}" for h in (16, 64, 128) for q in (1, 2))
+
+
+def test_sparse_row_counts_as_flashmla_and_its_check_fails_a_wrong_output():
+    torch = pytest.importorskip("torch")
+    shape, flops = mb.row_shape("mla_sparse")
+    assert flops == 2 * 4096 * 2048 * 128 * (576 + 512) == 2336462209024
+    assert shape["bytes"] == (4096 * 2048 * 576 + 4096 * 128 * 1088) * 2 == 10804527104
+    from fa4mlir.testing_mla import sparse_reference
+    torch.manual_seed(0)
+    q = torch.randn(4, 64, 576, dtype=torch.bfloat16) / 10
+    kv = torch.randn(200, 1, 576, dtype=torch.bfloat16) / 10
+    idx = torch.randint(-1, 200, (4, 1, 64), dtype=torch.int32)
+    check = mb._sparse_check(torch, q, kv, idx, 576 ** -0.5, tokens=4)
+    out = sparse_reference(q, kv, idx, 576 ** -0.5, torch.float32)[0].to(torch.bfloat16)
+    assert check((out, None, None))["fa_rule_ok"]
+    bad = out.clone()
+    bad[1, 0, :256] = bad[1, 0, 256:]
+    assert not check((bad, None, None))["fa_rule_ok"]
 
 
 def test_mla_prefill_row_on_cpu_checks_by_the_fa_rule(monkeypatch):

@@ -3,9 +3,15 @@
 The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds (bf16):
     mla_prefill    B=2, S=8192, H=16, q and k [B, S, H, 192] (128 nope + 64 rope), v [B, S, H, 128],
                    causal; torch.manual_seed(0), then q, k, v drawn by torch.randn on the GPU in that order
-Room is left for the rest of issue 29's rows (dense and sparse MLA decode, sparse prefill): a
-workload is a name in WORKLOADS and a builder in BUILDERS (rows of Row, prefill_bench's); their
-kernels do not exist yet, so they are not listed.
+    mla_decode     FlashMLA's dense decode benchmark shape (issue 29): batch 128, 4096 cached tokens per
+                   sequence in a paged latent cache (page 64, a shuffled block table), one KV head of 576
+                   (V = its first 512 columns), 16 / 64 / 128 query heads, seqlen_q 1 and 2 (causal);
+                   rows mla_decode_h{16,64,128}_q{1,2}; get_mla_metadata + flash_mla_with_kvcache
+    mla_sparse     FlashMLA's sparse prefill shape: s_q 4096, 128 heads, topk 2048 distinct indices per
+                   token into s_kv 32768 rows of [s_kv, 1, 576]; flash_mla_sparse_fwd
+A workload is a name in WORKLOADS and a builder in BUILDERS (rows of Row, prefill_bench's). FlashMLA
+itself is not installed on the GPU machine: the decode and sparse rows time fa4mlir alone, against
+issue 29's absolute bars (FlashMLA's published H800 figures).
 
 Backends, in one process on the same tensors: fa4mlir (flash_attn_func with q, k 192 wide and v 128:
 the sm_90a kernel's head_dim_v), FlashAttention-4 CuTe (flash_attn.cute's flash_attn_func, when it
@@ -20,7 +26,10 @@ the same slice, plus 1e-5; the NaN count of the whole output), timed `--rounds` 
 fa4mlir.bench.timers' heated timer (median kept), then called and checked again.
 
 TFLOP/s: FLOPs as anchors_serving counts them, 2·B·H·S²·(D_qk + D_v) / 2 for causal MLA prefill
-(mla_flops; the same as attention_sm90_config.flops with head_dim_v).
+(mla_flops; the same as attention_sm90_config.flops with head_dim_v); the decode and sparse rows as
+FlashMLA's benchmarks count them (attention.mla.flops_and_bytes: 2 x query rows x cached tokens x
+(576 + 512), and the bytes of the cache, q and out; attention.mla_sparse.flops: 2 x s_q x topk x h_q x
+(576 + 512)); rows with a byte count also get GB/s (`gbps` in the JSON).
 
 JSON (schema "fa4mlir-mla-bench/1", --out, default mla-bench.json), written after every workload:
 environment, timer, settings, `rows` (shape, FLOPs), `results` (one per row and backend: status
@@ -41,8 +50,12 @@ from .results import check_header
 
 SCHEMA = "fa4mlir-mla-bench/1"
 MLA_PREFILL = dict(batch=2, seqlen=8192, heads=16, head_dim=192, head_dim_v=128, causal=True)
-# workload (the --workloads names) -> its rows; issue 29's decode and sparse rows join here with their kernels
-WORKLOADS = {"mla_prefill": ("mla_prefill",)}
+MLA_DECODE = dict(batch=128, cached=4096, page_size=64)
+DECODE_HEADS, DECODE_QS = (16, 64, 128), (1, 2)
+MLA_SPARSE = dict(s_q=4096, heads=128, topk=2048, s_kv=32768)
+DECODE_ROWS = tuple(f"mla_decode_h{h}_q{sq}" for h in DECODE_HEADS for sq in DECODE_QS)
+# workload (the --workloads names) -> its rows
+WORKLOADS = {"mla_prefill": ("mla_prefill",), "mla_decode": DECODE_ROWS, "mla_sparse": ("mla_sparse",)}
 
 
 def parse_workloads(text: str | None) -> list[str]:
@@ -62,10 +75,22 @@ def mla_flops(batch: int, heads: int, seqlen: int, head_dim: int, head_dim_v: in
 
 
 def row_shape(row: str) -> tuple[dict, float]:
-    """(shape for the JSON, FLOPs) of a row."""
+    """(shape for the JSON, FLOPs) of a row; the decode and sparse rows' shapes hold `bytes`, the
+    bytes FlashMLA's benchmark counts."""
     if row == "mla_prefill":
         s = MLA_PREFILL
         return dict(s), mla_flops(s["batch"], s["heads"], s["seqlen"], s["head_dim"], s["head_dim_v"], s["causal"])
+    if row in DECODE_ROWS:
+        from ..attention.mla import flops_and_bytes
+        heads, sq = (int(x[1:]) for x in row.split("_")[2:])
+        d = MLA_DECODE
+        flops, data = flops_and_bytes(d["batch"], sq, heads, d["cached"])
+        return dict(d, heads=heads, seqlen_q=sq, bytes=data), float(flops)
+    if row == "mla_sparse":
+        from ..attention.mla_sparse import flops
+        d = MLA_SPARSE
+        data = (d["s_q"] * d["topk"] * 576 + d["s_q"] * d["heads"] * (576 + 512)) * 2   # FlashMLA's count
+        return dict(d, bytes=data), float(flops(d["s_q"], d["heads"], d["topk"]))
     raise ValueError(f"unknown mla row {row!r}")
 
 
@@ -115,8 +140,80 @@ def mla_prefill_rows(torch: Any, fa4=None) -> list[Row]:
                 poisoner(torch, b * n * h * dv, torch.bfloat16))]
 
 
+def mla_decode_rows(torch: Any, fa4=None) -> list[Row]:
+    """mla_decode's rows: one bf16 latent cache (batch 128 x 4096 tokens in pages of 64, a shuffled
+    block table; seed 0) and, per (heads, seqlen_q), q drawn after it; causal (bottom-right). Checked
+    on sequence 0 against the dense equivalent (its 4096 rows gathered: MQA over K = the rows, V = their
+    first 512 columns) by the FA rule."""
+    import fa4mlir
+    from .prefill_workloads import DEV, causal_mask, checker, poisoner
+    d = MLA_DECODE
+    b, n, page = d["batch"], d["cached"], d["page_size"]
+    pages = b * n // page
+    torch.manual_seed(0)
+    cache = torch.randn(pages, page, 1, 576, dtype=torch.bfloat16, device=DEV) / 4
+    table = torch.randperm(pages, device=DEV).to(torch.int32).view(b, n // page)
+    seqlens = torch.full((b,), n, dtype=torch.int32, device=DEV)
+    k0 = cache[table[0].long()].reshape(1, n, 1, 576)                 # sequence 0's rows, in order
+    rows = []
+    for heads in DECODE_HEADS:
+        for sq in DECODE_QS:
+            q = torch.randn(b, sq, heads, 576, dtype=torch.bfloat16, device=DEV) / 4
+            meta = fa4mlir.get_mla_metadata(seqlens, sq * heads, 1)
+            check = checker(torch, lambda o: o[:1], (q[:1], k0, k0[..., :512], 576 ** -0.5),
+                            mask=causal_mask(torch, sq, n))
+
+            def call(q=q, meta=meta):
+                return lambda: fa4mlir.flash_mla_with_kvcache(q, cache, table, seqlens, 512, meta[0], meta[1],
+                                                              causal=True)[0]   # out (lse is made too)
+            name = f"mla_decode_h{heads}_q{sq}"
+            shape, flops = row_shape(name)
+            rows.append(Row(name, "mla_decode", shape, flops, {"fa4mlir": call}, check,
+                            poisoner(torch, b * sq * heads * 512, torch.bfloat16)))
+    return rows
+
+
+def _sparse_check(torch: Any, q, kv, indices, scale: float, tokens: int = 32) -> Callable[[Any], dict]:
+    """check(out) of flash_mla_sparse_fwd's (out, max_logits, lse) on its first `tokens` tokens:
+    testing_mla.sparse_reference in float32 against the kernel's out, by the FA rule against the
+    same reference in bf16; the NaN count of the whole output."""
+    from ..testing import fa_rule
+    from ..testing_mla import sparse_reference
+    qs, ix = q[:tokens], indices[:tokens]
+    want = sparse_reference(qs, kv, ix, scale, torch.float32)[0].float()
+    torch_err = float((sparse_reference(qs, kv, ix, scale, torch.bfloat16)[0].float() - want).abs().max())
+
+    def check(result) -> dict:
+        out = result[0]
+        err = float((out[:tokens].float() - want).abs().max())
+        nan = int(torch.isnan(out).sum())
+        ok, bound = fa_rule(err, torch_err)
+        return {"max_err": err, "torch_err": torch_err, "bound": bound, "fa_rule_ok": ok and nan == 0, "nan_out": nan}
+    return check
+
+
+def mla_sparse_rows(torch: Any, fa4=None) -> list[Row]:
+    """mla_sparse's row: q [4096, 128, 576], kv [32768, 1, 576] (bf16, /10 as FlashMLA draws them),
+    2048 distinct random indices per token (seed 0)."""
+    import fa4mlir
+    from .prefill_workloads import DEV, poisoner
+    d = MLA_SPARSE
+    torch.manual_seed(0)
+    q = torch.randn(d["s_q"], d["heads"], 576, dtype=torch.bfloat16, device=DEV) / 10
+    kv = torch.randn(d["s_kv"], 1, 576, dtype=torch.bfloat16, device=DEV) / 10
+    indices = torch.empty(d["s_q"], 1, d["topk"], dtype=torch.int32, device=DEV)
+    for i in range(0, d["s_q"], 256):   # distinct rows per token, in chunks (a [4096, 32768] draw is 512 MiB)
+        indices[i:i + 256, 0] = torch.rand(256, d["s_kv"], device=DEV).topk(d["topk"], dim=-1).indices.to(torch.int32)
+    scale = 576 ** -0.5
+    check = _sparse_check(torch, q, kv, indices, scale)
+    shape, flops = row_shape("mla_sparse")
+    call = {"fa4mlir": lambda: (lambda: fa4mlir.flash_mla_sparse_fwd(q, kv, indices, scale, 512))}
+    return [Row("mla_sparse", "mla_sparse", shape, flops, call, check,
+                poisoner(torch, d["s_q"] * d["heads"] * 512, torch.bfloat16))]
+
+
 # workload -> builder(torch, fa4) -> rows
-BUILDERS = {"mla_prefill": mla_prefill_rows}
+BUILDERS = {"mla_prefill": mla_prefill_rows, "mla_decode": mla_decode_rows, "mla_sparse": mla_sparse_rows}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -160,12 +257,17 @@ def load_result(path: str | os.PathLike) -> dict:
     return validate_result(json.loads(Path(path).read_text()))
 
 
+def _line(r: dict) -> str:
+    """prefill_bench's result line, and GB/s where the row counts bytes (decode, sparse)."""
+    return format_result_line(r) + (f"  {r['gbps']:7.0f} GB/s" if r.get("gbps") else "")
+
+
 def format_tables(result: dict) -> str:
     t = result.get("timer", {})
     lines = [f"mla, bf16, {result.get('device', '?')}: {t.get('name', '?')} {t.get('stat', 'median')} of "
              f"{result.get('settings', {}).get('rounds', '?')} round(s), heat {t.get('heat_ms', '?')} ms",
              f"{'row':17s} {'backend':31s} {'us':>9s} {'TFLOP/s':>8s}  {'max_err':>8s} {'FA bound':>8s}"]
-    lines += [format_result_line(r) for r in result["results"]]
+    lines += [_line(r) for r in result["results"]]
     ratios = [(row, fa4mlir_ratios(result["results"], row))
               for row in dict.fromkeys(r["row"] for r in result["results"])]
     if any(rs for _, rs in ratios):
@@ -214,8 +316,10 @@ def run(args) -> int:
         for row in built:
             result["rows"].append({"row": row.name, "workload": row.workload, "shape": row.shape, "flops": row.flops})
             for rec in measure_row(row, timer, sync=torch.cuda.synchronize, rounds=args.rounds):
+                if rec.get("ms") and row.shape.get("bytes"):
+                    rec["gbps"] = row.shape["bytes"] / (rec["ms"] * 1e-3) / 1e9
                 result["results"].append(rec)
-                print(format_result_line(rec), flush=True)
+                print(_line(rec), flush=True)
             ratios = fa4mlir_ratios(result["results"], row.name)
             if ratios:
                 print(f"{row.name:17s} fa4mlir / other: " + "  ".join(f"{b} {x:.3f}" for b, x in ratios.items()),
