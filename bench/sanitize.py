@@ -25,22 +25,24 @@ persistent, one tile per CTA or varlen (its own order and stores: sanitize_varle
 warpgroups, GEMM turns; for the decode kernels sanitize_decode's: fetch, split or unsplit, FP8; the
 combine; the append, paged or not; for the MLA decode kernel sanitize_mla's: split or unsplit, the
 exchange of P or not), plus cases until every head dim, dtype, softmax knob, mask (window, chunk), score
-modifier (softcap, sinks) (and the varlen kernels' own, `varlen-` features), decode dtype, head dim and
-FP8 scale granularity, combine head dim (512: MLA's) and MLA dtype and TMA box is covered
-(tests/test_sanitize_script.py checks both against kernel_sets). The attention defaults, masks and score
-modifiers run through flash_attn_func (window_size=, attention_chunk=, softcap=, sinks=) on one shape it
-picks them for and, like the variants, launched directly on the others (a persistent kernel on
-PERSISTENT_CTAS CTAs, so each CTA strides over several tiles). The decode cases run
-flash_attn_with_kvcache (num_splits 1 or SPLITS, k_scale=/v_scale=, k=/v=) on ragged lengths over shuffled
-page tables with NaN in unused pages (sanitize_decode's docstring), after checking the planned call runs
-the case's kernel. The varlen cases run flash_attn_varlen_func on ragged batches with spare packed rows
-(sanitize_varlen's docstring), the MLA cases get_mla_metadata and flash_mla_with_kvcache on a shuffled
-block table (sanitize_mla's), after the same check. The watchdog case launches the deadlocking debug
-kernel, which must trap with its message; the sanitizer's report of that trap (a failed launch, the trap
-itself) is expected, anything else it reports is not. sm_100a kernels cannot run here (no Blackwell GPU):
-the JSON lists them as not runnable. `--quick`: the cases marked quick, one of each kernel family group
-(attention defaults, a mask, softcap and sinks, each decode fetch, FP8, the combine, the append, GEMM,
-watchdog, each varlen and MLA family).
+modifier (softcap, sinks), compiled-in score_mod / mask_mod and aux tensor (and the varlen kernels' own,
+`varlen-` features), decode dtype, head dim and FP8 scale granularity, combine head dim (512: MLA's) and
+MLA dtype and TMA box is covered (tests/test_sanitize_script.py checks both against kernel_sets). The
+attention defaults, masks and score modifiers run through flash_attn_func (window_size=, attention_chunk=,
+softcap=, sinks=) on one shape it picks them for and, like the variants, launched directly on the others
+(a persistent kernel on PERSISTENT_CTAS CTAs, so each CTA strides over several tiles). The decode cases
+run flash_attn_with_kvcache (num_splits 1 or SPLITS, k_scale=/v_scale=, k=/v=) on ragged lengths over
+shuffled page tables with NaN in unused pages (sanitize_decode's docstring), after checking the planned
+call runs the case's kernel. The varlen cases run flash_attn_varlen_func on ragged batches with spare
+packed rows (sanitize_varlen's docstring), the MLA cases get_mla_metadata and flash_mla_with_kvcache on a
+shuffled block table (sanitize_mla's), the score-mod cases flash_attn_func(score_mod=, mask_mod=,
+aux_tensors=) on ragged shapes with exactly sized aux tensors (sanitize_score_mod's), after the same
+check. The watchdog case launches the deadlocking debug kernel, which must trap with its message; the
+sanitizer's report of that trap (a failed launch, the trap itself) is expected, anything else it reports
+is not. sm_100a kernels cannot run here (no Blackwell GPU): the JSON lists them as not runnable.
+`--quick`: the cases marked quick, one of each kernel family group (attention defaults, a mask, softcap
+and sinks, each decode fetch, FP8, the combine, the append, GEMM, watchdog, each varlen and MLA family,
+one score-mod case).
 
 Per run: status, errors (ERROR SUMMARY), racecheck hazards (errors, warnings), wall seconds, return
 code, the first lines of the first findings, the child's checks; the full log under --logs.
@@ -71,6 +73,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from bench import sanitize_mla as smla
+from bench import sanitize_score_mod as ssm
 from bench import sanitize_varlen as svar
 from bench.sanitize_decode import DECODE_KERNELS, child_decode, decode_family, decode_features, describe
 from bench.sanitize_report import (FAILED, clip_log, exit_code, filter_accepted, judge, parse_report, sanitizer_version,
@@ -114,7 +117,8 @@ def family(kernel: str, config: dict) -> str:
     """The sanitizer family of a bundle entry: its kernel, and for the sm_90a attention kernel the
     choices that change its synchronisation and shared-memory protocol (tile sizes, stages, dtype,
     head dim, masks, score modifiers and the softmax knobs change the code inside one protocol:
-    `features`; a varlen kernel is its own protocol: sanitize_varlen); for the decode kernels
+    `features`, compiled-in functions too: sanitize_score_mod; a varlen kernel is its own protocol:
+    sanitize_varlen); for the decode kernels
     sanitize_decode.decode_family (fetch, split, FP8), for the MLA kernel sanitize_mla.mla_family."""
     if kernel in DECODE_KERNELS:
         return decode_family(kernel, config)
@@ -130,8 +134,9 @@ def family(kernel: str, config: dict) -> str:
 
 def features(kernel: str, config: dict) -> set[str]:
     """What else a reduced matrix must hit once: the attention kernel's dtypes, head dims (and v's), softmax
-    knobs, masks (a sliding window, chunks) and score modifiers (softcap, sinks), a varlen kernel's
-    with a `varlen-` prefix (its own, so every varlen case is needed); the decode
+    knobs, masks (a sliding window, chunks), score modifiers (softcap, sinks) and compiled-in functions
+    and aux tensors (sanitize_score_mod.mod_features), a varlen kernel's with a `varlen-` prefix (its
+    own, so every varlen case is needed); the decode
     kernel's dtypes, head dims and FP8 scale granularities, the combine's head dims; the MLA
     kernel's dtypes and TMA box rows."""
     if kernel in DECODE_KERNELS:
@@ -146,7 +151,7 @@ def features(kernel: str, config: dict) -> set[str]:
                                   ("rescale-before-pv", config["rescale_before_pv"]),
                                   ("window", config["window_left"] >= 0 or config["window_right"] >= 0),
                                   ("chunk", config["chunk"] > 0), ("softcap", config["softcap"]),
-                                  ("sinks", config["sinks"])) if on}
+                                  ("sinks", config["sinks"])) if on} | ssm.mod_features(config)
     return {f"varlen-{f}" for f in out} if config.get("varlen") else out
 
 
@@ -159,7 +164,8 @@ class Case:
     case with a mask or score modifier runs it with SOFTCAP and random sinks (compile-time flags;
     the cap and the sinks are launch arguments). `child`: 'varlen' (sanitize_varlen's batches through
     flash_attn_varlen_func) or 'mla' (sanitize_mla's calls of flash_mla_with_kvcache, its combine
-    too) in place of the kernel's own child."""
+    too) or 'scoremod' (sanitize_score_mod's calls of flash_attn_func with score_mod, mask_mod and
+    aux tensors) in place of the kernel's own child."""
 
     name: str
     kernel: str
@@ -322,6 +328,8 @@ CASES = (
     _mla("mla-bf16-p16", "bf16", 16),
     Case("mla-combine", dcfg.COMBINE_KERNEL, tuple(smla.combine_match(dt) for dt in ("bf16", "f16")), page_size=64,
          child="mla"),
+    # flash_attn_func(score_mod=, mask_mod=, aux_tensors=)'s kernels (score-mods): sanitize_score_mod.CASES
+    *(Case(n, acfg.KERNEL, ssm.matches(mods), quick=q, child="scoremod") for n, mods, q in ssm.CASES),
 )
 CASES_BY_NAME = {c.name: c for c in CASES}
 
@@ -493,7 +501,7 @@ def child_watchdog(case: Case, bundle, seed: int):
 
 CHILDREN = {acfg.KERNEL: child_attention, "gemm_sm90": child_gemm, "deadlock_sm90": child_watchdog,
             **dict.fromkeys(DECODE_KERNELS, child_decode), mcfg.KERNEL: smla.child_mla}
-VARIANT_CHILDREN = {"varlen": svar.child_varlen, "mla": smla.child_mla}   # Case.child
+VARIANT_CHILDREN = {"varlen": svar.child_varlen, "mla": smla.child_mla, "scoremod": ssm.child_scoremod}
 
 
 def start_cuda() -> dict:
@@ -776,7 +784,7 @@ def dry_run(args, cases: list[Case], pairs, sanitizer: str | None, seed: int) ->
     for case in cases:
         shapes = list(case.shapes)
         if case.child:
-            shapes = {"varlen": svar, "mla": smla}[case.child].describe(case)
+            shapes = {"varlen": svar, "mla": smla, "scoremod": ssm}[case.child].describe(case)
         elif case.kernel == acfg.KERNEL and (api := api_shape(acfg.AttnConfig.from_key(case.match[0]))):
             shapes = [f"{api} via flash_attn_func", *shapes]
         elif case.kernel in DECODE_KERNELS:

@@ -19,6 +19,7 @@ import pytest
 from bench import sanitize as san
 from bench import sanitize_decode as sdec
 from bench import sanitize_mla as smla
+from bench import sanitize_score_mod as ssm
 from bench import sanitize_varlen as svar
 from bench.sanitize_report import judge, parse_report
 from fa4mlir import kernel_sets, kernels
@@ -197,10 +198,15 @@ def test_every_runnable_family_and_feature_of_gpu_tests_has_a_case(gpu_tests):
     assert {f"attention_mla_decode_sm90/{split}/{ex}" for split in ("split", "unsplit")
             for ex in ("exchange", "full-s")} <= fams
     assert {"mla-bf16", "mla-f16", "mla-box64", "mla-box16", "combine-d512"} <= feats
-    # every entry of the attention-varlen and mla sets is one case's
+    # compiled-in functions: each built-in by name, each aux tensor by position, dtype and rank
+    assert {"score_mod-alibi", "score_mod-relative_bias", "score_mod-softcap_tanh", "mask_mod-document_mask",
+            "aux0-f32x1", "aux0-f32x2", "aux0-i32x1", "aux1-i32x1"} <= feats
+    # every entry of the attention-varlen and mla sets is one case's; every score-mods entry one scoremod case's
     matched = [m for c in san.CASES for m in c.match]
     for _, cfg in kernel_sets.attention_varlen() + kernel_sets.mla():
         assert cfg.key() in matched, cfg
+    for _, cfg in kernel_sets.score_mods():
+        assert [c.child for c in san.CASES if cfg.key() in c.match] == ["scoremod"], cfg
 
 
 def test_the_coverage_check_fails_on_what_no_case_runs(gpu_tests):
@@ -253,6 +259,15 @@ def test_the_coverage_check_fails_on_what_no_case_runs(gpu_tests):
         "attn-d192-f16,attn-d192-v128-causal": ["d192", "dv128"],
         "decode-combine,mla-combine": ["attention_combine_sm90", "combine-d128", "combine-d256", "combine-d512",
                                        "combine-d64"],
+        "scoremod-docmask-alibi-d64-causal": ["aux1-i32x1"],
+        "scoremod-alibi-relbias-d64": ["aux0-f32x2", "score_mod-relative_bias"],
+        "scoremod-docmask-d128": ["aux0-i32x1"],
+        "scoremod-docmask-alibi-d64-causal,scoremod-docmask-d128": ["aux0-i32x1", "aux1-i32x1",
+                                                                     "mask_mod-document_mask"],
+        "scoremod-softcap": ["score_mod-softcap_tanh"],
+        ",".join(n for n, _, _ in ssm.CASES): ["aux0-f32x1", "aux0-f32x2", "aux0-i32x1", "aux1-i32x1",
+                                               "mask_mod-document_mask", "score_mod-alibi", "score_mod-relative_bias",
+                                               "score_mod-softcap_tanh"],
     }
     for names, missed in without.items():
         left = [c for c in san.CASES if c.name not in names.split(",")]
@@ -266,6 +281,10 @@ def test_the_coverage_check_fails_on_what_no_case_runs(gpu_tests):
     dense = [replace(c, match=tuple({k: v for k, v in m.items() if k != "varlen"} for m in c.match))
              if c.child == "varlen" else c for c in san.CASES]
     assert "attention_fwd_sm90/varlen/causal/3wg/pingpong" in san.uncovered(runnable, dense)
+    # nor a plain kernel of a score-mod kernel's tiles its functions and aux tensors
+    plain = [replace(c, match=tuple({k: v for k, v in m.items() if k not in ("score_mod", "mask_mod", "aux")}
+                                    for m in c.match)) if c.child == "scoremod" else c for c in san.CASES]
+    assert {"score_mod-alibi", "mask_mod-document_mask", "aux1-i32x1"} <= set(san.uncovered(runnable, plain))
 
 
 def test_every_case_runs_exactly_one_gpu_tests_kernel(gpu_tests):
@@ -321,6 +340,9 @@ def test_quick_cases_cover_every_kernel_first():
     every = {f for c in san.CASES for f in c.families}
     assert {f for f in every if "/varlen/" in f or f.startswith("attention_mla")} <= fams
     assert sum("/varlen/" in f for f in fams) == 4 and sum(f.startswith("attention_mla") for f in fams) == 4
+    # one score-mod case: a score_mod and a mask_mod, two aux tensors
+    assert [c.name for c in quick if c.child == "scoremod"] == ["scoremod-docmask-alibi-d64-causal"]
+    assert {"score_mod-alibi", "mask_mod-document_mask", "aux0-f32x1", "aux1-i32x1"} <= feats
     everything = san.select_cases(False, None)
     assert len(everything) == len(san.CASES) and everything[:len(quick)] == quick
     assert [c.name for c in san.select_cases(False, ["gemm", "watchdog"])] == ["gemm", "watchdog"]
@@ -699,6 +721,7 @@ def test_runs_where_there_is_no_mlir(tmp_path):
         import fa4mlir.attention, fa4mlir.runtime, fa4mlir.testing   # what the children import
         import fa4mlir.attention.kvcache, fa4mlir.attention.kvcache_call, fa4mlir.testing_kvcache
         import fa4mlir.attention.mla, fa4mlir.attention.varlen, fa4mlir.testing_mla, fa4mlir.testing_varlen
+        import fa4mlir.attention.checks, fa4mlir.testing_score_mod
         code = sanitize.main()
         mods = sorted(m for m in sys.modules if m == "mlir" or m.startswith("mlir."))
         assert not mods, mods
@@ -958,3 +981,4 @@ def test_nan_empty_poisons_floating_tensors_only():
     with smla.nan_empty(torch):
         assert torch.isnan(torch.empty(3, 4)).all() and torch.empty(2, dtype=torch.int32).dtype == torch.int32
     assert torch.empty is empty
+
