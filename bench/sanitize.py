@@ -27,7 +27,7 @@ combine; the append, paged or not; for the MLA decode kernel sanitize_mla's: spl
 exchange of P or not), plus cases until every head dim, dtype, softmax knob, mask (window, chunk), score
 modifier (softcap, sinks), compiled-in score_mod / mask_mod and aux tensor (and the varlen kernels' own,
 `varlen-` features), decode dtype, head dim and FP8 scale granularity, combine head dim (512: MLA's) and
-MLA dtype and TMA box is covered (tests/test_sanitize_script.py checks both against kernel_sets). The
+MLA dtype and TMA box, sparse MLA topk_length and sinks is covered (tests/test_sanitize_script.py checks both against kernel_sets). The
 attention defaults, masks and score modifiers run through flash_attn_func (window_size=, attention_chunk=,
 softcap=, sinks=) on one shape it picks them for and, like the variants, launched directly on the others
 (a persistent kernel on PERSISTENT_CTAS CTAs, so each CTA strides over several tiles). The decode cases
@@ -35,14 +35,15 @@ run flash_attn_with_kvcache (num_splits 1 or SPLITS, k_scale=/v_scale=, k=/v=) o
 shuffled page tables with NaN in unused pages (sanitize_decode's docstring), after checking the planned
 call runs the case's kernel. The varlen cases run flash_attn_varlen_func on ragged batches with spare
 packed rows (sanitize_varlen's docstring), the MLA cases get_mla_metadata and flash_mla_with_kvcache on a
-shuffled block table (sanitize_mla's), the score-mod cases flash_attn_func(score_mod=, mask_mod=,
+shuffled block table (sanitize_mla's), the sparse MLA cases flash_mla_sparse_fwd with padded, invalid and
+duplicate indices, topk_length and sinks (sanitize_mla_sparse's), the score-mod cases flash_attn_func(score_mod=, mask_mod=,
 aux_tensors=) on ragged shapes with exactly sized aux tensors (sanitize_score_mod's), after the same
 check. The watchdog case launches the deadlocking debug kernel, which must trap with its message; the
 sanitizer's report of that trap (a failed launch, the trap itself) is expected, anything else it reports
 is not. sm_100a kernels cannot run here (no Blackwell GPU): the JSON lists them as not runnable.
 `--quick`: the cases marked quick, one of each kernel family group (attention defaults, a mask, softcap
 and sinks, each decode fetch, FP8, the combine, the append, GEMM, watchdog, each varlen and MLA family,
-one score-mod case).
+one score-mod case, one sparse MLA case).
 
 Per run: status, errors (ERROR SUMMARY), racecheck hazards (errors, warnings), wall seconds, return
 code, the first lines of the first findings, the child's checks; the full log under --logs.
@@ -73,6 +74,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from bench import sanitize_mla as smla
+from bench import sanitize_mla_sparse as sps
 from bench import sanitize_score_mod as ssm
 from bench import sanitize_varlen as svar
 from bench.sanitize_decode import DECODE_KERNELS, child_decode, decode_family, decode_features, describe
@@ -124,6 +126,8 @@ def family(kernel: str, config: dict) -> str:
         return decode_family(kernel, config)
     if kernel == mcfg.KERNEL:
         return smla.mla_family(config)
+    if kernel == sps.sc.KERNEL:
+        return sps.sparse_family(config)
     if kernel != acfg.KERNEL:
         return kernel
     order = "varlen" if config.get("varlen") else "persistent" if config["persistent"] else "tiled"
@@ -143,6 +147,8 @@ def features(kernel: str, config: dict) -> set[str]:
         return decode_features(kernel, config)
     if kernel == mcfg.KERNEL:
         return smla.mla_features(config)
+    if kernel == sps.sc.KERNEL:
+        return sps.sparse_features(config)
     if kernel != acfg.KERNEL:
         return set()
     out = {config["dtype"], f"d{config['head_dim']}", *([f"dv{config['head_dim_v']}"] if config.get("head_dim_v") else [])}
@@ -330,6 +336,8 @@ CASES = (
          child="mla"),
     # flash_attn_func(score_mod=, mask_mod=, aux_tensors=)'s kernels (score-mods): sanitize_score_mod.CASES
     *(Case(n, acfg.KERNEL, ssm.matches(mods), quick=q, child="scoremod") for n, mods, q in ssm.CASES),
+    # flash_mla_sparse_fwd's kernels (mla): with and without topk_length and sinks (sanitize_mla_sparse.CASES)
+    *(Case(n, sps.sc.KERNEL, sps.matches(f), quick=q, child="mla-sparse") for n, f, q in sps.CASES),
 )
 CASES_BY_NAME = {c.name: c for c in CASES}
 
@@ -500,8 +508,10 @@ def child_watchdog(case: Case, bundle, seed: int):
 
 
 CHILDREN = {acfg.KERNEL: child_attention, "gemm_sm90": child_gemm, "deadlock_sm90": child_watchdog,
-            **dict.fromkeys(DECODE_KERNELS, child_decode), mcfg.KERNEL: smla.child_mla}
-VARIANT_CHILDREN = {"varlen": svar.child_varlen, "mla": smla.child_mla, "scoremod": ssm.child_scoremod}
+            **dict.fromkeys(DECODE_KERNELS, child_decode), mcfg.KERNEL: smla.child_mla,
+            sps.sc.KERNEL: sps.child_mla_sparse}
+VARIANT_CHILDREN = {"varlen": svar.child_varlen, "mla": smla.child_mla, "scoremod": ssm.child_scoremod,
+                    "mla-sparse": sps.child_mla_sparse}
 
 
 def start_cuda() -> dict:
@@ -784,7 +794,7 @@ def dry_run(args, cases: list[Case], pairs, sanitizer: str | None, seed: int) ->
     for case in cases:
         shapes = list(case.shapes)
         if case.child:
-            shapes = {"varlen": svar, "mla": smla, "scoremod": ssm}[case.child].describe(case)
+            shapes = {"varlen": svar, "mla": smla, "scoremod": ssm, "mla-sparse": sps}[case.child].describe(case)
         elif case.kernel == acfg.KERNEL and (api := api_shape(acfg.AttnConfig.from_key(case.match[0]))):
             shapes = [f"{api} via flash_attn_func", *shapes]
         elif case.kernel in DECODE_KERNELS:

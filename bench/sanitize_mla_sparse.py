@@ -1,0 +1,121 @@
+"""bench/sanitize.py's sparse MLA prefill cases (MLIR-free): attention_mla_sparse_sm90 (the mla set's four
+entries, MLASparseConfig(topk_length=, sinks=) each off and on) through flash_mla_sparse_fwd.
+
+Family: the kernel (topk_length and sinks add a tensor the kernel reads, inside one protocol); features
+(sparse_features): the dtype and, when set, `sparse-topk_length` and `sparse-sinks`.
+
+Every call: SHAPES (s_q 4 and 5, h_q 64 and 128: one and two CTAs per token, topk 128 and 256: two and
+four gathered tiles, s_kv not a multiple of 64 and below topk once), fresh inputs (`sparse_inputs`):
+each token's entries a shuffled mix of valid rows with duplicates, out-of-range entries (s_kv, 2^31 - 1,
+negative) and a tail of -1 padding, one token with every entry invalid; kv NaN in every row no entry
+names (so a row read without an entry naming it shows); with topk_length, one token's 0, one shorter
+than topk, one past topk (clamped); with sinks, finite ones of either sign, -inf and +inf. out,
+max_logits and lse are allocated inside flash_mla_sparse_fwd: the child makes torch.empty return
+NaN-filled tensors for the call (sanitize_mla.nan_empty), so anything not written shows. Each result:
+testing_mla.check_mla_sparse (the FA rule against float64 for out, lse and max_logits; a token with no
+valid entry out 0, lse +inf, max_logits -inf; no NaN). Before each call the child checks that the call
+runs the case's kernel (the config of mla_sparse.check_sparse_inputs' problem, as the call builds it).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from bench.sanitize_mla import nan_empty
+from fa4mlir.kernels import attention_mla_sparse_sm90_config as sc
+
+# (case name, (topk_length, sinks) of its kernels, quick): every sparse entry of the mla set is one case's
+CASES = (
+    ("mla-sparse", ((False, False), (True, True)), True),
+    ("mla-sparse-topklen-or-sinks", ((True, False), (False, True)), False),
+)
+SHAPES = ((4, 64, 128, 90), (5, 128, 256, 1000))    # (s_q, h_q, topk, s_kv)
+ALL_INVALID = 1            # the token whose entries are all invalid
+INVALID = (-1, -123456, -2**31, 2**31 - 1)           # and s_kv itself
+
+
+def matches(flags) -> tuple[dict, ...]:
+    return tuple(sc.MLASparseConfig("bf16", topk_length=t, sinks=s).key() for t, s in flags)
+
+
+def sparse_family(config: dict) -> str:
+    return sc.KERNEL
+
+
+def sparse_features(config: dict) -> set[str]:
+    return {f"sparse-{config['dtype']}", *(f"sparse-{k}" for k in ("topk_length", "sinks") if config[k])}
+
+
+def describe(case) -> list[str]:
+    return [f"s_q {sq}, h_q {h}, topk {k}, s_kv {skv}{', topk_length' if m['topk_length'] else ''}"
+            f"{', sinks' if m['sinks'] else ''} via flash_mla_sparse_fwd" for m in case.match for sq, h, k, skv in SHAPES]
+
+
+def sparse_inputs(s_q: int, topk: int, s_kv: int, topk_length: bool, sinks_on: bool, heads: int, seed: int):
+    """numpy (indices [s_q, 1, topk] int32, the kv rows any entry names, topk_length [s_q] int32 or None,
+    sinks [heads] float32 or None): module docstring."""
+    rng = np.random.default_rng(seed)
+    idx = np.empty((s_q, 1, topk), np.int32)
+    for t in range(s_q):
+        pad = rng.integers(1, topk // 4)                          # the -1 tail
+        row = rng.integers(0, s_kv, topk)
+        bad = rng.random(topk) < 0.15
+        row[bad] = rng.choice([*INVALID, s_kv], int(bad.sum()))
+        row[rng.choice(np.flatnonzero(~bad[:topk - pad]), 4)] = row[~bad][0]      # duplicates
+        row[topk - pad:] = -1
+        idx[t, 0] = -1 if t == ALL_INVALID else rng.permutation(row[:topk - pad]).tolist() + [-1] * pad
+    named = np.unique(idx[(idx >= 0) & (idx < s_kv)])
+    lens = None
+    if topk_length:
+        lens = rng.integers(1, topk + 1, s_q).astype(np.int32)
+        lens[0], lens[2], lens[3] = 0, topk // 3, topk + 40
+    sinks = None
+    if sinks_on:
+        sinks = (rng.standard_normal(heads) * 3).astype(np.float32)
+        sinks[:4] = (3.0, -3.0, -np.inf, np.inf)
+    return idx, named, lens, sinks
+
+
+def child_mla_sparse(case, bundle, seed: int):
+    """Each of the case's kernels on each of SHAPES through flash_mla_sparse_fwd (module docstring); one
+    SANITIZE-RESULT per call."""
+    import torch
+
+    from bench import sanitize as san
+    from fa4mlir.attention import mla_sparse
+    from fa4mlir.attention.checks import read_tensor
+    from fa4mlir.testing_mla import check_mla_sparse
+
+    device, i = san.DEVICE, 0
+    for match in case.match:
+        name = san.find(bundle, case, match).name           # LookupError unless the bundle holds it
+        for s_q, heads, topk, s_kv in SHAPES:
+            s, i = seed + i, i + 1
+            idx, named, lens, sinks = sparse_inputs(s_q, topk, s_kv, match["topk_length"], match["sinks"], heads, s)
+            g = torch.Generator().manual_seed(s)
+            q = torch.randn(s_q, heads, sc.D_QK, generator=g).to(torch.bfloat16)
+            kv = torch.full((s_kv, 1, sc.D_QK), san.NAN)
+            kv[torch.from_numpy(named).long()] = torch.randn(len(named), 1, sc.D_QK, generator=g)
+            kv = kv.to(torch.bfloat16)
+            scale = sc.D_QK ** -0.5
+            args = [x.to(device) for x in (q, kv, torch.from_numpy(idx))]
+            kw = {"attn_sink": None if sinks is None else torch.from_numpy(sinks).to(device),
+                  "topk_length": None if lens is None else torch.from_numpy(lens).to(device)}
+            infos = [read_tensor(n, x, mla_sparse.ENTRY) if x is not None else None
+                     for n, x in zip(("q", "kv", "indices", "attn_sink", "topk_length"), [*args, *kw.values()])]
+            got = mla_sparse.check_sparse_inputs(*infos[:3], scale, sc.D_V, *infos[3:]).config.key()
+            if got != match:
+                raise RuntimeError(f"flash_mla_sparse_fwd would run {got} for the case's {match} at "
+                                   f"{(s_q, heads, topk, s_kv)}")
+            with nan_empty(torch):
+                out, max_logits, lse = mla_sparse.flash_mla_sparse_fwd(*args, scale, sc.D_V, bundle=bundle, **kw)
+            torch.cuda.synchronize()
+            out_c, m_c, lse_c = out.cpu().float(), max_logits.cpu(), lse.cpu()
+            r = {"nan_out": int(torch.isnan(out_c).sum()), "nan_lse": int(torch.isnan(lse_c).sum())}
+            try:
+                errs = check_mla_sparse(q, kv, idx, out_c, m_c, lse_c, scale,
+                                        sinks=None if sinks is None else torch.from_numpy(sinks), topk_length=lens)
+                r.update(ok=True, max_err=errs["out"], lse_err=errs["lse"], max_logits_err=errs["max_logits"])
+            except AssertionError as exc:
+                r.update(ok=False, error=str(exc)[:300])
+            yield {"kernel": name, "shape": [s_q, heads, topk, s_kv], "topk_length": lens is not None,
+                   "sinks": sinks is not None, "via": "flash_mla_sparse_fwd", "seed": s, **r}
