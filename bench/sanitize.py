@@ -326,6 +326,7 @@ CASES = (
     _varlen("varlen-d128", (2, 3), quick=True),
     _varlen("varlen-d256-f16", (4, 5, 6)),
     _varlen("varlen-window-softcap-sinks", (7, 8, 9)),
+    _varlen("varlen-chunk", (10, 11)),   # attention_chunk= (kernel_sets.VARLEN_CHUNK_CASES)
     # flash_mla_with_kvcache's kernels (mla): split and unsplit, with and without the exchange of P;
     # f16; 16-row pages; the head-dim-512 combine of split calls
     _mla("mla-bf16-p64", "bf16", 64, quick=True),
@@ -342,10 +343,18 @@ CASES = (
 CASES_BY_NAME = {c.name: c for c in CASES}
 
 
-def uncovered(entries, cases=CASES) -> list[str]:
-    """The families and features of bundle entries (kernel, config dict) that no case covers."""
-    have_fam = {f for c in cases for f in c.families}
-    have_feat = set().union(*(features(c.kernel, m) for c in cases for m in c.match))
+# Features of the gpu-tests kernels no case runs yet, and why: reported by --dry-run and in the JSON,
+# never counted as covered (uncovered() leaves out only these)
+KNOWN_GAPS = {"decode-varlen_q": "the decode kernel's varlen_q variants (flash_attn_varlen_func with page_table=) "
+                                 "have no sanitizer child yet: their numerics are GPU-tested "
+                                 "(tests/gpu/test_varlen_paged_gpu.py), their memory accesses are not sanitized"}
+
+
+def uncovered(entries, cases=CASES, gaps=KNOWN_GAPS) -> list[str]:
+    """The families and features of bundle entries (kernel, config dict) that no case covers, less
+    the KNOWN_GAPS (`gaps`)."""
+    have_fam = {f for c in cases for f in c.families} | set(gaps)
+    have_feat = set().union(*(features(c.kernel, m) for c in cases for m in c.match)) | set(gaps)
     missing = {family(k, cfg) for k, cfg in entries} - have_fam
     missing |= set().union(*(features(k, cfg) for k, cfg in entries)) - have_feat
     return sorted(missing)
@@ -409,7 +418,7 @@ def emit(tag: str, value: dict) -> None:
 
 # Fields an attention kernel's key holds only when set (AttnConfig.key): an entry with one set holds
 # every item of the plain kernel of its tiles, so a case's entry must agree on these too
-OPTIONAL_FIELDS = {"varlen": False, "head_dim_v": 0, "score_mod": "", "mask_mod": "", "aux": ""}
+OPTIONAL_FIELDS = {"varlen": False, "head_dim_v": 0, "score_mod": "", "mask_mod": "", "aux": "", "varlen_q": False}
 
 
 def same_variant(config: dict, match: dict) -> bool:
@@ -423,7 +432,7 @@ def find(bundle, case: Case, match: dict):
     key has none of OPTIONAL_FIELDS): an attention case's entry is looked up among the entries of its
     own variant, by name."""
     want = dict(arch=RUNNABLE_ARCH, cubin_backend=kernels.cubin_backend(case.kernel), **match)
-    if case.kernel == acfg.KERNEL:
+    if case.kernel in (acfg.KERNEL, dcfg.KERNEL):
         names = {e["name"] for e in bundle.entries if e["arch"] == RUNNABLE_ARCH and same_variant(e["config"], match)
                  and all(e["config"].get(k) == v for k, v in want.items() if k != "arch")}
         if not names:
@@ -744,7 +753,7 @@ def main(argv=None) -> int:
     todo = [(c, t, seed + 1000 * i) for i, (c, t) in enumerate(pairs) if (c.name, t) not in done]
     doc = {"command": shlex.join(["bench/sanitize.py", *(sys.argv[1:] if argv is None else argv)]),
            "sanitizer": sanitizer, "sanitizer_version": sanitizer_version(sanitizer), "bundle": args.bundle,
-           "tools": tools, "quick": args.quick, "kernel_filter": kernel_filter,
+           "tools": tools, "quick": args.quick, "kernel_filter": kernel_filter, "known_gaps": KNOWN_GAPS,
            "kernel_filter_probe": None if kernel_filter else said, "seed": seed, "timeout_s": args.timeout_s,
            "budget_s": args.budget_s, "jobs": args.jobs, "resumed": len(runs),
            "not_runnable": not_runnable(bundle), "uncovered_bundle_families": uncovered_bundle}
@@ -800,6 +809,8 @@ def dry_run(args, cases: list[Case], pairs, sanitizer: str | None, seed: int) ->
         elif case.kernel in DECODE_KERNELS:
             shapes = describe(case)
         print(f"case {case.name}{' (quick)' if case.quick else ''}: {case.family}; shapes {shapes}")
+    for gap, why in KNOWN_GAPS.items():
+        print(f"not covered: {gap}: {why}")
     status = 0
     if (Path(args.bundle) / "manifest.json").is_file():
         from fa4mlir.runtime import Bundle

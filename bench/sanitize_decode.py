@@ -63,6 +63,7 @@ def decode_features(kernel: str, config: dict) -> set[str]:
     if kernel != dec.KERNEL:
         return set()
     out = {f"decode-{config['dtype']}", f"decode-d{config['head_dim']}"}
+    out |= {"decode-varlen_q"} if config.get("varlen_q") else set()   # flash_attn_varlen_func(page_table=)
     return out | ({f"scale-{config['kv_scale']}"} if config["kv_scale"] else set())
 
 

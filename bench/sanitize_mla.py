@@ -77,16 +77,15 @@ def nan_empty(torch):
 @contextlib.contextmanager
 def variant(mla, exchange: bool):
     """flash_mla_with_kvcache runs the exchange=False kernel inside the block (mla.configs_for swapped,
-    its call cache emptied before and after)."""
-    chosen = mla.configs_for
-    mla._CALLS.clear()
+    and the call cache: a fresh mla.CallCache for the block, the module's own one back after)."""
+    chosen, calls = mla.configs_for, mla._CALLS
+    mla._CALLS = mla.CallCache()
     if not exchange:
         mla.configs_for = lambda p: (replace(chosen(p)[0], exchange=False), chosen(p)[1])
     try:
         yield
     finally:
-        mla.configs_for = chosen
-        mla._CALLS.clear()
+        mla.configs_for, mla._CALLS = chosen, calls
 
 
 def child_mla(case, bundle, seed: int):

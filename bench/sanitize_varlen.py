@@ -51,17 +51,18 @@ def describe(case) -> list[str]:
 
 
 def options(cfg: acfg.AttnConfig, torch, heads: int, seed: int) -> dict:
-    """flash_attn_varlen_func's (and compare_varlen's) window_size, softcap and sinks of cfg."""
+    """flash_attn_varlen_func's (and compare_varlen's) window_size, attention_chunk, softcap and sinks of cfg."""
     window = (cfg.window_left, cfg.window_right)
     sinks = torch.randn(heads, generator=torch.Generator().manual_seed(seed)) if cfg.sinks else None
     return {**({"window_size": window} if window != (-1, -1) else {}),
+            **({"attention_chunk": cfg.chunk} if cfg.chunk else {}),
             **({"softcap": SOFTCAP} if cfg.softcap else {}), **({"sinks": sinks} if cfg.sinks else {})}
 
 
 def picked(cfg: acfg.AttnConfig, opts: dict) -> acfg.AttnConfig:
     """The kernel flash_attn_varlen_func runs for cfg's dtype, head dim, causal flag and opts."""
     from fa4mlir.kernels.common.mask_family import attention_mask
-    mask = attention_mask(cfg.causal, opts.get("window_size", (-1, -1)), 0)
+    mask = attention_mask(cfg.causal, opts.get("window_size", (-1, -1)), opts.get("attention_chunk", 0))
     return acfg.varlen_config(cfg.dtype, cfg.head_dim, cfg.causal, None if mask.is_legacy else mask,
                               softcap=bool(opts.get("softcap")), sinks="sinks" in opts)
 

@@ -94,7 +94,7 @@ def test_mla_decode_without_the_exchange(torch, monkeypatch, splits):
     from fa4mlir.testing_mla import check_mla
     chosen = mla.configs_for
     monkeypatch.setattr(mla, "configs_for", lambda p: (replace(chosen(p)[0], exchange=False), chosen(p)[1]))
-    monkeypatch.setattr(mla, "_CALLS", {})
+    monkeypatch.setattr(mla, "_CALLS", mla.CallCache())
     q, kv, table, seqlens = _case(torch, (1000, 65, 0), 2, 128, 64, "bf16", seed=1)
     meta, num_splits = _metadata(torch, splits, 3)
     out, lse = mla.flash_mla_with_kvcache(q.cuda(), kv.cuda(), table.cuda(), seqlens.cuda(), 512, meta, num_splits,
