@@ -84,7 +84,7 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
     bench       the attention, decode, prefill and mla sets, and the GEMM variants the benchmark times against
                 torch.matmul
     sm90        the sm_90a GEMMs of gpu-tests and bench
-    head-dims   what tests/gpu/test_attention_head_dims.py and the interpreter cases (tests/interpret_sm90.py
+    head-dims   what tests/gpu/test_attention_head_dims_gpu.py and the interpreter cases (tests/interpret_sm90.py
                 HEAD_DIM_CASES) run: D96, D192 and qk 192 / v 128, bf16 and f16, causal or not (in the
                 attention set too; gpu-tests holds it)
     demo        the default GEMM of each arch and the D128 bf16 attention kernels of each arch (what
@@ -115,7 +115,7 @@ def attention() -> list:
                   for causal in (False, True) for cfg in default_configs(dtype, d, causal, head_dim_v=dv)]
 
 
-# (dtype, head_dim, head_dim_v, causal) of the head-dims set: what tests/gpu/test_attention_head_dims.py
+# (dtype, head_dim, head_dim_v, causal) of the head-dims set: what tests/gpu/test_attention_head_dims_gpu.py
 # runs and the interpreter's HEAD_DIM_CASES
 HEAD_DIM_CASES = [(dtype, d, dv, causal) for dtype in ("bf16", "f16") for d, dv in ((96, 0), (192, 0), (192, 128))
                   for causal in (False, True)]

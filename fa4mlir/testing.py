@@ -149,13 +149,15 @@ def attention_visible(seqlen_q: int, seqlen_k: int, causal: bool = False, window
 def attention_rows_visible(seqlen_q: int, seqlen_k: int, causal: bool, device=None, window_size=(-1, -1),
                            attention_chunk: int = 0):
     """bool [seqlen_q]: query rows that see at least one key (bottom-right causal: row i sees key j
-    iff j <= i + seqlen_k - seqlen_q, so rows i < seqlen_q - seqlen_k see none; attention_visible
-    for windows and chunks)."""
+    iff j <= i + seqlen_k - seqlen_q, so rows i < seqlen_q - seqlen_k see none; not causal: every row,
+    unless there is no key; attention_visible for windows and chunks)."""
     import torch
     if window_size != (-1, -1) or attention_chunk:
         return attention_visible(seqlen_q, seqlen_k, causal, window_size, attention_chunk, device).any(dim=1)
     rows = torch.arange(seqlen_q, device=device)
-    return rows >= seqlen_q - seqlen_k if causal else torch.ones_like(rows, dtype=torch.bool)
+    if causal:
+        return rows >= seqlen_q - seqlen_k
+    return torch.full_like(rows, seqlen_k > 0, dtype=torch.bool)   # no key at all: no row sees one
 
 
 def attention_math(q, k, v, softmax_scale: float, causal: bool, compute_dtype, window_size=(-1, -1),

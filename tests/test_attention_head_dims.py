@@ -2,7 +2,7 @@
 sm_90a prefill kernel: SMEM layouts (TileLayout), the config's canonical head_dim_v, its key and
 default tiles, the register and SMEM plans, the launch contract, bundle selection and the host
 checks (typed errors before launch). Compiles: tests/test_attention_compile.py (the attention set
-holds every case); numerics: tests/test_interpret_head_dims.py; GPU: tests/gpu/test_attention_head_dims.py."""
+holds every case); numerics: tests/test_interpret_head_dims.py; GPU: tests/gpu/test_attention_head_dims_gpu.py."""
 from __future__ import annotations
 
 import pytest

@@ -210,3 +210,12 @@ def test_gather_sass_is_nine_zero_filling_16_byte_copies_a_trip():
     assert len({int(dst, 16) % (64 * 128) for dst, _ in copies}) == 1          # chunk c: 8 KiB apart
     assert len(re.findall(r"LDGSTSBAR", text)) == 1
     assert len(re.findall(r"HGMMA\.64x32x16\.F32\.BF16", text)) == 36 and len(re.findall(r"HGMMA\.64x256x16", text)) == 4
+
+
+def test_setmaxnreg_budgets_fit_the_launch_allocation():
+    """The H200 hang of 32 gather registers: 128 x (2 x 240 + 32) = 65536 > 384 x 168 = 64512, so the
+    consumers' setmaxnreg.inc never returns. The shipped budgets fit, the decode kernel's too; 32 does not."""
+    from fa4mlir.kernels import attention_mla_decode_sm90_config as dc
+    assert sc.register_pool_fits(384, sc.MMA_REGS, sc.LOAD_REGS, sc.CONSUMERS) == (True, 64512, 64512)
+    assert sc.register_pool_fits(384, dc.MMA_REGS, dc.LOAD_REGS, dc.CONSUMERS)[0]
+    assert sc.register_pool_fits(384, 240, 32, 2) == (False, 65536, 64512)

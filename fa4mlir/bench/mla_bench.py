@@ -179,13 +179,13 @@ def _sparse_check(torch: Any, q, kv, indices, scale: float, tokens: int = 32) ->
     same reference in bf16; the NaN count of the whole output."""
     from ..testing import fa_rule
     from ..testing_mla import sparse_reference
-    qs, ix = q[:tokens], indices[:tokens]
-    want = sparse_reference(qs, kv, ix, scale, torch.float32)[0].float()
-    torch_err = float((sparse_reference(qs, kv, ix, scale, torch.bfloat16)[0].float() - want).abs().max())
+    qs, kvs, ix = q[:tokens].cpu(), kv.cpu(), indices[:tokens].cpu()     # sparse_reference: CPU tensors
+    want = sparse_reference(qs, kvs, ix, scale, torch.float32)[0].float()
+    torch_err = float((sparse_reference(qs, kvs, ix, scale, torch.bfloat16)[0].float() - want).abs().max())
 
     def check(result) -> dict:
         out = result[0]
-        err = float((out[:tokens].float() - want).abs().max())
+        err = float((out[:tokens].float().cpu() - want).abs().max())
         nan = int(torch.isnan(out).sum())
         ok, bound = fa_rule(err, torch_err)
         return {"max_err": err, "torch_err": torch_err, "bound": bound, "fa_rule_ok": ok and nan == 0, "nan_out": nan}

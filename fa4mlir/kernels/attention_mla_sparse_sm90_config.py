@@ -29,9 +29,21 @@ STAGES = 2                 # KV ring depth: Q (72 KiB) + 2 x 72 KiB tiles fill t
 SMEM_LIMIT = 227 * 1024
 MBARRIER_BYTES = 8
 HEADS = (64, 128)          # h_q FlashMLA's sm_90a kernel takes
-# setmaxnreg budgets (attention_mla_decode_sm90, note "Design"): 240 x 256 consumer threads leave
-# the producer's warpgroup 32 of the SM's 64 Ki registers
-MMA_REGS, LOAD_REGS = 240, 32
+# setmaxnreg budgets (attention_mla_decode_sm90, note "Design"): the launch gives each of the 384
+# threads 168 registers (64 Ki / 384, in steps of 8): a pool of 64512, of which 240 x 256 consumer
+# threads leave 24 x 128 to the gather's warpgroup. With 32 the sum (65536) exceeds the pool and the
+# consumers' setmaxnreg.inc waits forever: the kernel hung on an H200 (the interpreter does not model
+# the pool; register_pool_fits checks it)
+MMA_REGS, LOAD_REGS = 240, 24
+REGISTER_FILE = 65536
+
+
+def register_pool_fits(threads: int, mma_regs: int, load_regs: int, consumers: int) -> tuple[bool, int, int]:
+    """(fits, needed, pool): the setmaxnreg budgets of `consumers` warpgroups at mma_regs and one at
+    load_regs against the launch allocation, threads x (REGISTER_FILE / threads rounded down to 8)."""
+    pool = threads * (REGISTER_FILE // threads // 8 * 8)
+    need = 128 * (consumers * mma_regs + load_regs)
+    return need <= pool, need, pool
 
 
 @dataclass(frozen=True)
@@ -83,6 +95,11 @@ class MLASparseConfig:
         check_fields(self, {"dtype": DTYPES})
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
+        fits, need, pool = register_pool_fits(self.threads, MMA_REGS, LOAD_REGS, CONSUMERS)
+        if not fits:
+            raise ConfigError(f"setmaxnreg budgets need {need} registers (128 x ({CONSUMERS} x {MMA_REGS} + "
+                              f"{LOAD_REGS})), more than the launch allocation of {pool}: setmaxnreg.inc would "
+                              f"wait forever")
         return self
 
     def key(self) -> dict:

@@ -317,7 +317,7 @@ def test_input_errors_raise_before_launch(attn_bundle):
     cases = [
         (attention.LayoutError, "stride 1 along head_dim", (q, k.transpose(1, 3).contiguous().transpose(1, 3), v)),
         (attention.DeviceError, "device 'cpu'", (q, k.cpu(), v)),
-        (attention.HeadDimError, "head_dim 96", (q[..., :96], k[..., :96], v[..., :96])),
+        (attention.HeadDimError, "head_dim 80", (q[..., :80], k[..., :80], v[..., :80])),
         (attention.DTypeError, "share one dtype", (q, k.half(), v)),
         (attention.HeadsRatioError, "multiple of kv_heads", (q, k[:, :, :1].expand(-1, -1, 3, -1).contiguous(),
                                                              v[:, :, :1].expand(-1, -1, 3, -1).contiguous())),
