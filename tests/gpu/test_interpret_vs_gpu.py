@@ -90,7 +90,7 @@ def test_h200_matches_the_interpreter(path, bundle, torch_cuda, capsys):
         outs = ["c"]
     else:
         tensors = {n: _half(torch, data[n], dt) for n in ("q", "k", "v")}
-        tensors["o"] = torch.full_like(tensors["q"], float("nan"))
+        tensors["o"] = torch.full(tuple(data["o"].shape), float("nan"), device="cuda", dtype=tensors["q"].dtype)   # D_v wide
         tensors["lse"] = torch.full(data["lse"].shape, float("nan"), device="cuda", dtype=torch.float32)
         if "sinks" in data:
             tensors["sinks"] = torch.from_numpy(data["sinks"]).cuda()
