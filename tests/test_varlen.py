@@ -17,6 +17,7 @@ from fa4mlir.attention.errors import (ArgumentTypeError, DeviceError, DTypeError
 from fa4mlir.attention.problem import VarlenProblem  # noqa: E402
 from fa4mlir.kernels import attention_sm90_config as acfg  # noqa: E402
 from fa4mlir.kernels.common import varlen_schedule as vs  # noqa: E402
+from fa4mlir.kernels.common.fastdiv import divisor  # noqa: E402
 
 BF = torch.bfloat16
 
@@ -129,7 +130,8 @@ def test_launch_contract_and_grid():
     assert list(args) == [n for n, _ in acfg.launch_params(cfg)]
     assert args["o_rows"] == "o" and args["seqused_k"] == "cu_seqlens_k" and args["has_seqused_k"] == 0
     assert (args["batch"], args["seqlen_q"], args["seqlen_k"], args["total_q"]) == (3, 300, 400, 500)
-    assert args["section_shift"] == 0
+    assert args["section_shift"] == acfg.section_shift(cfg, p) == 4   # 16 of the 24 (head, sequence) indices
+    assert (args["rest_mul"], args["rest_shr"]) == divisor(24 % 16) and (args["tiles_mul"], args["tiles_shr"]) == divisor(3)
     assert acfg.launch_args(cfg, p, {**refs, "seqused_k": "u"})["has_seqused_k"] == 1
     assert acfg.grid(cfg, p) == (3 * 8 * 3, 1, 1)      # ceil(300 / 128) tiles x heads x batch
     with pytest.raises(acfg.ConfigError if hasattr(acfg, "ConfigError") else ValueError):
@@ -142,27 +144,50 @@ def test_varlen_mask_drops_only_what_bounds_no_sequence():
     assert not _problem(attention_chunk=10_000).mask.is_legacy     # a chunk is kept
 
 
-@pytest.mark.parametrize("max_q,bm,heads,batch", [(1000, 128, 3, 5), (129, 192, 1, 1), (7, 128, 2, 3), (0, 128, 2, 2)])
-def test_tile_order_covers_every_tile_once_longest_first(max_q, bm, heads, batch):
-    order = vs.tile_order(max_q, bm, heads, batch)
+@pytest.mark.parametrize("max_q,bm,heads,batch,shift", [(1000, 128, 3, 5, 2), (129, 192, 1, 1, 0), (7, 128, 2, 3, 1),
+                                                       (0, 128, 2, 2, 1), (1000, 128, 4, 4, 4), (700, 128, 6, 3, 5)])
+def test_tile_order_covers_every_tile_once_longest_first_per_section(max_q, bm, heads, batch, shift):
+    order = vs.tile_order(max_q, bm, heads, batch, shift)
     m_tiles = vs.varlen_tiles(max_q, bm)
     assert len(order) == vs.varlen_grid_size(max_q, bm, heads, batch) == m_tiles * heads * batch
     assert sorted(order) == sorted((m, h, b) for m in range(m_tiles) for h in range(heads) for b in range(batch))
-    blocks = [m for m, _, _ in order]
-    assert blocks == sorted(blocks, reverse=True)                  # last query tile first, tile 0 last
-    assert order[:heads] == [(m_tiles - 1, h, 0) for h in range(heads)][:len(order)]   # a sequence's heads adjacent
+    size, total = 1 << shift, heads * batch
+    if m_tiles == 0:
+        assert order == []
+        return
+    starts = list(range(0, total, size))
+    offset = 0
+    for first in starts:                                           # section by section, in index order
+        ids = list(range(first, min(first + size, total)))
+        sec = order[offset:offset + len(ids) * m_tiles]
+        offset += len(sec)
+        assert sorted({h + heads * b for _, h, b in sec}) == ids
+        blocks = [m for m, _, _ in sec]
+        assert blocks == sorted(blocks, reverse=True)              # last query tile first, tile 0 last
+        assert sec[:len(ids)] == [(m_tiles - 1, i % heads, i // heads) for i in ids][:len(sec)]
+    assert offset == len(order)
 
 
-def test_long_sequences_start_first_and_short_ones_fill_the_end():
+def test_long_sequences_start_first_and_short_ones_fill_the_end_of_each_section():
     lens = [4000, 100, 130, 700, 0, 1]
-    bm, heads = 128, 2
-    order = vs.tile_order(max(lens), bm, heads, len(lens))
+    bm, heads, shift = 128, 2, 1                                    # a section is one sequence's two heads
+    order = vs.tile_order(max(lens), bm, heads, len(lens), shift)
     working = [(m, b) for m, _, b in order if vs.tile_has_rows(m, bm, lens[b])]
     assert len(working) == heads * sum(-(-n // bm) for n in lens)
-    first_short = next(i for i, (_, b) in enumerate(working) if lens[b] < 1000)
-    assert all(b == 0 for _, b in working[:first_short]) and first_short >= heads * (4000 // bm - 6)
-    assert all(m == 0 for m, b in working[-heads * 4:])            # the last wave: tile 0 of everyone
+    assert [b for _, b in working] == sorted(b for _, b in working)  # sequence by sequence, in order
+    first = [m for m, b in working if b == 0]
+    assert first == sorted(first, reverse=True) and len(first) == heads * -(-4000 // bm)
+    assert all(m == 0 for m, b in working[-heads:])                 # the grid ends on tile 0
     assert not any(b == 4 for _, b in working)                     # a length-0 sequence has no working tile
+
+
+def test_launch_sections_fit_l2():
+    from fa4mlir.kernels.attention_sm90_config import section_shift
+    cfg = acfg.varlen_config("bf16", 128, True)
+    p = _problem()
+    shift = section_shift(cfg, p)
+    kv_head = p.seqlen_k * 256 * 2
+    assert (-(-((1 << shift) - 1) // p.heads_per_kv) + 1) * kv_head <= acfg.L2_BYTES * acfg.SECTION_L2_SHARE
 
 
 # ----------------------------------------------------------------------------------------------

@@ -270,8 +270,7 @@ class _Tiles:
         self.kb, self.cfg, self.params = kb, cfg, params
         self.fixed = None
         if cfg.varlen:  # common.varlen_schedule's order; the sequence from cu_seqlens
-            m_block, head, b = varlen.tile_of(kb, params.varlen, params.div_heads, params.heads, params.batch,
-                                              self._m_tiles())
+            m_block, head, b = varlen.tile_of(kb, params, self._m_tiles())
             self.fixed = _Geometry(cfg, params, m_block, head, b, varlen.sequence(kb, params.varlen, b))
             return
         if cfg.persistent:

@@ -6,7 +6,8 @@ seqused_k is given (else cu_seqlens_k[b + 1] - cu_seqlens_k[b]). The kernel sees
 as one batch of total_tokens rows (TMA descriptors over [1, total, heads, D]) and offsets every row
 coordinate by its sequence's start:
 
-- the grid is 1-D in common.varlen_schedule's order (last query tile first); each CTA reads its
+- the grid is 1-D in common.varlen_schedule's order (sections of (head, sequence) indices whose K
+  and V fit in L2, last query tile first within a section); each CTA reads its
   sequence's start and lengths from device memory (`sequence`) and exits at once when its query
   tile starts past the sequence's end (no barrier, no TMA: _Tiles.guard);
 - Q rows past the sequence's end load the next sequence's rows (or TMA's zeros past the tensor):
@@ -31,7 +32,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..dsl import Value, const, fast_div, select, vec
-from .common.varlen_schedule import varlen_tile
+from .attention_sm90_config import section_tile
 from .common.wgmma import acc_pair
 
 
@@ -43,12 +44,11 @@ class VarlenParams(NamedTuple):
     seqused_k: Value       # int32 [batch], or cu_k when has_seqused_k is 0
     has_seqused_k: Value   # i32 flag
     total_q: Value         # packed query rows
-    div_hb: tuple          # heads * batch as a fastdiv (multiplier, shift)
 
 
 def params_of(p: dict) -> VarlenParams:
     return VarlenParams(p["o_rows"], p["cu_seqlens_q"], p["cu_seqlens_k"], p["seqused_k"], p["has_seqused_k"],
-                        p["total_q"], (p["hb_mul"], p["hb_shr"]))
+                        p["total_q"])
 
 
 class Sequence(NamedTuple):
@@ -74,12 +74,22 @@ def sequence(kb, vp: VarlenParams, batch: Value) -> Sequence:
     return Sequence(q_start, (q_end - q_start).smax(const(0)), k_start, seqlen_k)
 
 
-def tile_of(kb, vp: VarlenParams, div_heads: tuple, heads: Value, batch: Value, m_tiles: Value):
-    """(m_block, head, sequence) of this CTA: common.varlen_schedule.varlen_tile on the block index,
-    then hb = head + heads * sequence split by the heads divisor."""
-    m_block, hb = varlen_tile(kb.block_idx(0), m_tiles, heads * batch, lambda u: fast_div(u, *vp.div_hb))
-    b = fast_div(hb, *div_heads)
-    return m_block, hb - b * heads, b
+class _SectionOps:
+    """section_tile's comparison and select on kernel Values."""
+    lt = staticmethod(lambda a, b: a.lt(b))
+    select = staticmethod(select)
+
+
+def tile_of(kb, params, m_tiles: Value):
+    """(m_block, head, sequence) of this CTA: attention_sm90_config.section_tile on the block index
+    (common.varlen_schedule: sections of (head, sequence) indices whose K and V fit in L2, longest
+    query tiles first within each), then hb = head + heads * sequence split by the heads divisor."""
+    shift, div_rest = params.sections
+    m_block, hb = section_tile(kb.block_idx(0), m_tiles, params.heads * params.batch, shift,
+                               lambda u: fast_div(u, *params.div_tiles), lambda u: fast_div(u, *div_rest),
+                               _SectionOps)
+    b = fast_div(hb, *params.div_heads)
+    return m_block, hb - b * params.heads, b
 
 
 def rows_fit(geo, wg: Value) -> Value:

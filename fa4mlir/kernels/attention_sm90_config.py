@@ -599,11 +599,11 @@ SINK_PARAMS = (("sinks", "ptr"),)
 # A varlen kernel's parameters, last (attention_fwd_sm90_varlen): o_rows, out again as a plain pointer
 # for the rows a TMA store would overrun into the next sequence; cu_seqlens_q / cu_seqlens_k, int32
 # [batch + 1]; seqused_k, int32 [batch] (cu_seqlens_k again when has_seqused_k is 0); total_q, the
-# packed rows (LSE is float32 [heads, total_q]); the divisor heads * batch of the tile order
-# (common.varlen_schedule). batch, seqlen_q and seqlen_k of LAUNCH_PARAMS hold the number of
-# sequences, max_seqlen_q and max_seqlen_k.
+# packed rows (LSE is float32 [heads, total_q]). batch, seqlen_q and seqlen_k of LAUNCH_PARAMS hold
+# the number of sequences, max_seqlen_q and max_seqlen_k; the tile order (common.varlen_schedule) is
+# the dense causal grid's sections (section_shift, rest and tiles of LAUNCH_PARAMS).
 VARLEN_PARAMS = (("o_rows", "ptr"), ("cu_seqlens_q", "ptr"), ("cu_seqlens_k", "ptr"), ("seqused_k", "ptr"),
-                 ("has_seqused_k", "i32"), ("total_q", "i32"), ("hb_mul", "i32"), ("hb_shr", "i32"))
+                 ("has_seqused_k", "i32"), ("total_q", "i32"))
 # score_mod's (common.score_mod): mod_scale = softmax_scale * pre_scale, the factor before the function; then
 # each aux tensor's pointer and sizes (aux_params) [D-score-mod]
 MOD_SCALE_PARAMS = (("mod_scale", "f32"),)
@@ -624,14 +624,14 @@ def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) 
     (attention.AttnProblem: batch, heads, seqlen_q, seqlen_k, heads_per_kv, softmax_scale) the
     sizes, softmax_scale * log2(e) and three divisors: heads // kv_heads (the GQA group), the tile
     index's split (query tiles per (head, batch), or pairs of them for a causal persistent kernel)
-    and heads; then the section shift of a causal one-tile-per-CTA grid (section_shift, from the
+    and heads; then the section shift of a causal one-tile-per-CTA or a varlen grid (section_shift, from the
     device's `l2_bytes`; 0 for other kernels, which do not read it) and the divisor of its last,
     partial section's (head, batch) count (section_tile). A softcap kernel takes its scale as
     softcap * log2(e) and softcap_scale = softmax_scale / softcap (problem.softcap, > 0) [D-softcap];
     a sinks kernel the tensor `sinks` [D-sinks]."""
     tiles = query_tiles(config, problem.seqlen_q)
     split = (tiles + 1) // 2 if config.causal and config.persistent else tiles
-    sectioned = config.causal and not config.persistent and not config.varlen
+    sectioned = (config.causal and not config.persistent) or config.varlen
     shift = section_shift(config, problem, l2_bytes) if sectioned else 0
     rest = (problem.batch * problem.heads) % (1 << shift)
     args = {name: tensors[name] for name, _ in TENSOR_PARAMS}
@@ -654,7 +654,6 @@ def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) 
         args.update(o_rows=tensors["o"], cu_seqlens_q=tensors["cu_seqlens_q"], cu_seqlens_k=tensors["cu_seqlens_k"],
                     seqused_k=tensors["cu_seqlens_k"] if used is None else used, has_seqused_k=int(used is not None),
                     total_q=int(problem.total_q))
-        args["hb_mul"], args["hb_shr"] = divisor(max(int(problem.heads) * int(problem.batch), 1))
     return {name: args[name] for name, _ in launch_params(config)}   # in PTX order, every parameter once
 
 

@@ -7,26 +7,26 @@ therefore has one CTA for every (query tile m_block < m_tiles = ceil(max_seqlen_
 sequence); the CTA reads its sequence's start and length from device memory and exits at once when
 its tile starts past the sequence's end.
 
-Order: longest first. The hardware hands the blocks of a 1-D grid out in index order as SMs free
-up, so the order of block indices is the schedule. Block t is query tile
+Order: the dense causal grid's (attention_sm90_config.section_tile), over (head, sequence)
+indices hb = head + heads * sequence. The indices go in sections of 2**shift whose K and V (at
+max_seqlen_k, section_shift) fit in a share of L2; within a section the tiles go from the last query
+tile down to tile 0, every index of the section at one tile before the next. The hardware hands the
+blocks of a 1-D grid out in index order as SMs free up, so this order is the schedule: the CTAs
+running at one time read the K and V of a few KV heads of one or two sequences, which stay in L2,
+and each section starts with its longest tiles (a causal tile's KV blocks grow with m_block; the
+sequences reaching a high m_block are the long ones) and ends on tile 0 of its indices, so the grid
+ends on short work. The heads of a sequence are adjacent (a GQA group's CTAs read one KV head's K and
+V at the same time). An order over all indices at once (every sequence's last tile first) balanced
+as well but streamed every KV head from memory: on an nvidia-h200 the sections ran the anchors'
+prefill_varlen 1-8% faster and 16 x 8192 causal 7-12% ([D-varlen-sections] in notes/RESULTS.md).
 
-    m_block = m_tiles - 1 - t // (heads * batch),    (head, sequence) index hb = t % (heads * batch)
+The price is the empty blocks: a sequence of n tokens has ceil(n / bm) of the m_tiles tiles, the
+rest exit after two loads of cu_seqlens (no barrier, no TMA). With lengths 32k and 63 x 512 at bm
+128 that is 256 x 64 x heads blocks of which about 6% work; an empty block costs the block launch
+and two global loads, far below a working tile's KV loop.
 
-(hb = head + heads * sequence: the heads of one sequence are adjacent, so a GQA group's CTAs read
-one KV head's K and V at the same time). The grid walks the query tiles from the last one down:
-the first blocks are the tiles that only the longest sequences have, each as expensive as a tile
-gets (a causal tile's KV blocks grow with m_block; a non-causal one sees its whole sequence, and
-the sequences reaching m_block are the long ones), and the grid ends on m_block 0 of every
-sequence, where the short sequences live. The long tiles therefore start first and the last wave
-is made of short work, which is what keeps the SMs balanced without knowing the lengths (the rule
-of the dense causal grid, attention_sm90_config.section_tile, applied across sequences). The price
-is the empty blocks: a sequence of n tokens has ceil(n / bm) of the m_tiles tiles, the rest exit
-after two loads of cu_seqlens (no barrier, no TMA). With lengths 32k and 63 x 512 at bm 128 that
-is 256 x 64 x heads blocks of which about 6% work; an empty block costs the block launch and two
-global loads, far below a working tile's KV loop.
-
-Written once for Python ints (tests, the host's reference order) and kernel Values (`ops` as in
-attention_sm90_config: lt, select), like section_tile.
+The kernel (attention_fwd_sm90_varlen.tile_of) and `tile_order` here (tests, a host-side print)
+run the same section_tile, fastdiv included.
 """
 from __future__ import annotations
 
@@ -43,23 +43,19 @@ def varlen_grid_size(max_seqlen_q: int, bm: int, heads: int, batch: int) -> int:
     return varlen_tiles(max_seqlen_q, bm) * int(heads) * int(batch)
 
 
-def varlen_tile(t, m_tiles, hb_total, div_hb):
-    """(m_block, hb) of block t: m_block = m_tiles - 1 - t // hb_total (last query tile first),
-    hb = t % hb_total = head + heads * sequence. `div_hb(u)` is u // hb_total (fast_div in the
-    kernel)."""
-    m_idx = div_hb(t)
-    return m_tiles - 1 - m_idx, t - m_idx * hb_total
-
-
-def tile_order(max_seqlen_q: int, bm: int, heads: int, batch: int) -> list[tuple[int, int, int]]:
+def tile_order(max_seqlen_q: int, bm: int, heads: int, batch: int, shift: int) -> list[tuple[int, int, int]]:
     """The grid's (m_block, head, sequence) by block index, as the kernel computes them (fastdiv
-    included): what the tests check and what a host-side tool can print."""
+    included), for sections of 2**shift (head, sequence) indices (the launch's section_shift): what
+    the tests check and what a host-side tool can print."""
+    from ..attention_sm90_config import section_tile   # that module imports this one
     hb_total = heads * batch
     m_tiles = varlen_tiles(max_seqlen_q, bm)
-    mul, shr = divisor(max(hb_total, 1))
+    rest = hb_total % (1 << shift)
+    tiles_div, rest_div = divisor(max(m_tiles, 1)), divisor(max(rest, 1))
     out = []
     for t in range(m_tiles * hb_total):
-        m_block, hb = varlen_tile(t, m_tiles, hb_total, lambda u: divide(u, mul, shr))
+        m_block, hb = section_tile(t, m_tiles, hb_total, shift, lambda u: divide(u, *tiles_div),
+                                   lambda u: divide(u, *rest_div))
         b = hb // heads
         out.append((m_block, hb - b * heads, b))
     return out
@@ -71,4 +67,4 @@ def tile_has_rows(m_block: int, bm: int, seqlen_q: int) -> bool:
     return m_block * bm < seqlen_q
 
 
-__all__ = ["varlen_tiles", "varlen_grid_size", "varlen_tile", "tile_order", "tile_has_rows"]
+__all__ = ["varlen_tiles", "varlen_grid_size", "tile_order", "tile_has_rows"]

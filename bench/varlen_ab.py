@@ -1,0 +1,68 @@
+"""A/B of the varlen kernels of two (or more) bundles on the same tensors, on a GPU (MLIR-free).
+
+    python3 bench/varlen_ab.py BUNDLE_A BUNDLE_B [--out ab.json]
+
+Times fa4mlir.flash_attn_varlen_func(bundle=...) for each bundle in turn, alternating, two rounds,
+on: the anchors' prefill_varlen batch (16 causal sequences of 256..8192 tokens, seed 11, H 32, Hk 8,
+D 128), 16 x 8192 and 16 x 2048 causal, and the anchors' batch non-causal. Each timing is the
+benchmarks' heated do_bench median (fa4mlir.bench.timers.make_timer, heat 1000 ms), so the order of
+the bundles does not bias the clock. Prints a table and the largest difference between the bundles'
+outputs (the same kernel math should agree to the bit), and writes the rows as JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def cases(torch):
+    g = torch.Generator(device="cpu").manual_seed(11)
+    anchor = torch.randint(256, 8193, (16,), generator=g).tolist()
+    return [("anchor", anchor, True), ("16x8192", [8192] * 16, True), ("16x2048", [2048] * 16, True),
+            ("anchor", anchor, False)]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("bundles", nargs="+")
+    ap.add_argument("--out", default="varlen-ab.json")
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args(argv)
+    import torch
+
+    import fa4mlir
+    from fa4mlir.bench.timers import make_timer
+    timer, desc = make_timer(heat_ms=1000)
+    heads, kv_heads, d = 32, 8, 128
+    rows = []
+    for name, lens, causal in cases(torch):
+        cu = torch.zeros(len(lens) + 1, dtype=torch.int32)
+        cu[1:] = torch.cumsum(torch.tensor(lens), 0)
+        total, mx = int(cu[-1]), max(lens)
+        cu = cu.cuda()
+        q = torch.randn(total, heads, d, dtype=torch.bfloat16, device="cuda")
+        k = torch.randn(total, kv_heads, d, dtype=torch.bfloat16, device="cuda")
+        v = torch.randn_like(k)
+        flops = sum(4 * heads * n * n * d / (2 if causal else 1) for n in lens)
+        outs = []
+        for rnd in range(args.rounds):
+            for b in args.bundles:
+                def call(b=b):
+                    return fa4mlir.flash_attn_varlen_func(q, k, v, cu, cu, mx, mx, causal=causal, bundle=b)
+                o = call()
+                torch.cuda.synchronize()
+                if rnd == 0:
+                    outs.append(o.float())
+                ms = timer(call)
+                rows.append({"case": name, "causal": causal, "bundle": b, "round": rnd, "ms": ms,
+                             "tflops": flops / ms / 1e9})
+                print(f"{name:10s} causal={causal:d} r{rnd} {ms:8.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s  {b}", flush=True)
+        diff = max(float((o - outs[0]).abs().max()) for o in outs)
+        print(f"   largest |difference| between the bundles' outputs: {diff}")
+    with open(args.out, "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "timer": desc, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
