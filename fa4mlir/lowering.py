@@ -301,9 +301,13 @@ class _Dumper:
             os.makedirs(self.dir, exist_ok=True)
 
     def write(self, stage: str, ext: str, data) -> str | None:
+        """Write one stage's artefact; `data` may be a callable giving it, called only when dumping
+        (printing a kernel module costs about a tenth of a second per stage)."""
         self.count += 1
         if not self.dir:
             return None
+        if callable(data):
+            data = data()
         path = os.path.join(self.dir, f"{self.count:02d}-{stage}.{ext}")
         with open(path, "wb" if isinstance(data, bytes) else "w") as f:
             f.write(data)
@@ -346,7 +350,7 @@ def lower_module(module: ir.Module, arch: str, *, debug: bool = False, dumper: _
     dumper = dumper or _Dumper("kernel", "0" * 16)
     times = times if times is not None else {}
     ctx = module.context
-    dumper.write("build", "mlir", str(module))
+    dumper.write("build", "mlir", module.__str__)
     for stage, names in stage_pipelines(arch, debug):
         t0 = time.perf_counter()
         try:
@@ -354,7 +358,7 @@ def lower_module(module: ir.Module, arch: str, *, debug: bool = False, dumper: _
         except PassError as exc:
             _fail(stage, exc, dumper, f"fa4mlir-opt --pass-pipeline={','.join(names)}")
         times[stage] = time.perf_counter() - t0
-        dumper.write(stage, "mlir", str(module))
+        dumper.write(stage, "mlir", module.__str__)
         if after_stage is not None:
             after_stage(stage, module)
     planned = resource_attrs(module)
@@ -368,7 +372,7 @@ def lower_module(module: ir.Module, arch: str, *, debug: bool = False, dumper: _
             _fail(stage, exc, dumper, f"mlir-opt --pass-pipeline='{pipeline}'")
         times[stage] = time.perf_counter() - t0
         if stage == "llvm":
-            dumper.write(stage, "mlir", str(module))
+            dumper.write(stage, "mlir", module.__str__)
     if target == "nvvm-ir":
         t0 = time.perf_counter()
         try:

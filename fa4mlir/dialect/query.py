@@ -25,14 +25,25 @@ class PassError(Exception):
 
 
 def ops_named(root: ir.Operation, *names: str) -> list[ir.Operation]:
-    """Every op under `root` whose name is in `names` (or starts with a name ending in '.'), pre-order."""
-    found = []
+    """Every op under `root` whose name is in `names` (or starts with a name ending in '.'), pre-order.
+    The callback runs once per op of the module (Python), so it does one set lookup and at most one
+    str.startswith: the passes' walks were 40% of a kernel's compile time with a generator per op."""
+    exact = frozenset(n for n in names if not n.endswith("."))
+    prefixes = tuple(n for n in names if n.endswith("."))
+    found: list[ir.Operation] = []
+    add, advance = found.append, ir.WalkResult.ADVANCE
 
-    def visit(op):
-        n = op.name
-        if n in names or any(x.endswith(".") and n.startswith(x) for x in names):
-            found.append(op)
-        return ir.WalkResult.ADVANCE
+    if prefixes:
+        def visit(op):
+            n = op.name
+            if n in exact or n.startswith(prefixes):
+                add(op)
+            return advance
+    else:
+        def visit(op):
+            if op.name in exact:
+                add(op)
+            return advance
 
     root.walk(visit, ir.WalkOrder.PRE_ORDER)
     return found
