@@ -112,3 +112,28 @@ def test_host_refuses_sequences_past_the_fold_bound():
     assert sm.MAX_MOD_SEQLEN + 256 == 2**24
     with pytest.raises(ScoreModError, match="2\\^24 - 256"):
         check_mod_seqlens(1, sm.MAX_MOD_SEQLEN + 1)
+
+
+def test_index_fold_ir_converts_each_base_once():
+    """IndexFold at the IR: kv_idx - q_idx over 2 rows x 4 keys is one subi, one sitofp and an addf per
+    distinct nonzero offset (0, 1, 8, 9, -8, -7: five); Value - Index folds too (Index.__rsub__); an
+    unsigned conversion folds only for a nonnegative index; any other operation sees base + offset."""
+    from fa4mlir.dsl.kernel import KernelBuilder
+    from fa4mlir.kernels.common.score_mod_ir import IndexFold
+    kb = KernelBuilder("t", arch="sm_90a", block=(128, 1, 1))
+    row, col, out = kb.param_i32("row"), kb.param_i32("col"), kb.param_ptr("out")
+    with kb.body():
+        r = row + 0
+        fold = IndexFold()
+        q = [fold.index((r, 0), nonneg=True), fold.index((r, 8), nonneg=True)]
+        k = [fold.index((col, c), nonneg=True) for c in (0, 1, 8, 9)]
+        assert fold.index((col, 8), nonneg=True) is k[2]          # interned: aux loads of one key are shared
+        vals = [sm.to_f32(kk - qq) for qq in q for kk in k]
+        vals += [sm.to_f32(r - k[1]), k[2].to("f32"), (k[3] * 2).to("f32", signed=True)]
+        for i, v in enumerate(vals):
+            kb.store(v, kb.gep(out, i, "f32"))
+    text = str(kb.finish().module)
+    ops = {op: text.count(f"arith.{op} ") for op in ("subi", "sitofp", "uitofp", "addf", "addi", "muli")}
+    # kv - q: subi, sitofp, 5 addf; r - k[1]: subi, sitofp, addf; k[2] unsigned: uitofp, addf;
+    # k[3] * 2: the i32 col + 9 (addi), muli, sitofp; plus `row + 0`
+    assert ops == {"subi": 2, "sitofp": 3, "uitofp": 1, "addf": 7, "addi": 2, "muli": 1}, ops
