@@ -64,6 +64,12 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 (prefill_varlen through flash_attn_varlen_func), the decode kernel's varlen_q variants of
                 that cache, split and unsplit (prefill_chunked through flash_attn_varlen_func(page_table=)),
                 and the causal kernel with the built-in ALiBi score_mod (the alibi row)
+    prefill-poly0, prefill-poly2, prefill-poly8
+                A/B twins for `bench prefill --workloads softcap_sink,alibi`: the prefill set's kernels
+                of those rows (dense causal, sinks, ALiBi) with the softcap kernel's exp2_poly_stride
+                set to 0 (every exp2 on the SFU: the default before [D-sfu-poly]), 2 or 8 instead of
+                the default SFU_MOD_POLY_STRIDE (4, in the prefill set). A bundle of one of these sets
+                alone runs its twin (flash_attn_func takes the one kernel of the default's tiles)
     score-mods  the sm_90a attention kernel with the built-in score_mods and mask_mods of
                 testing_score_mod.CASES (ALiBi, relative bias, document mask, softcap as a score_mod), what
                 tests/gpu/test_score_mod_gpu.py and the interpreter cases run
@@ -342,6 +348,19 @@ def prefill() -> list:
     return out + [(COMBINE_KERNEL, CombineConfig("bf16", 128))]
 
 
+def prefill_poly(stride: int) -> list:
+    """bench prefill's softcap_sink and alibi rows' kernels, the softcap one with exp2_poly_stride
+    `stride` (the `prefill-poly<stride>` sets, docstring)."""
+    from dataclasses import replace
+
+    from .kernels.attention_sm90_config import KERNEL, default_configs
+    from .kernels.common import score_mod
+    out = [(KERNEL, c) for c in default_configs("bf16", 128, True) + default_configs("bf16", 128, True, sinks=True)]
+    out += [(KERNEL, replace(c, exp2_poly_stride=stride).validate())
+            for c in default_configs("bf16", 128, True, softcap=True)]
+    return out + score_mod_kernels("bf16", 128, True, score_mod=score_mod.alibi, aux=(("f32", 1),))
+
+
 # (dtype, head_dim, page size) of flash_attn_varlen_func(page_table=)'s kernels in the attention-varlen
 # set: what tests/gpu/test_varlen_paged_gpu.py runs (TMA boxes of a page, of 16 and of 8 rows, the
 # cp.async gather of page sizes 1 and 3, every head dim, f16)
@@ -476,7 +495,7 @@ SETS = {"attention-sm100": attention_sm100, "attention-sm100-serving": attention
         "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
         "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,
         "prefill": prefill, "mla": mla, "attention-varlen": attention_varlen, "head-dims": head_dims,
-        "score-mods": score_mods}
+        "score-mods": score_mods, **{f"prefill-poly{k}": (lambda k=k: prefill_poly(k)) for k in (0, 2, 8)}}
 
 
 def configs(names: list[str]) -> list:

@@ -80,8 +80,10 @@ def test_configs_names_and_keys():
     cap = acfg.default_config("bf16", 128, True, softcap=True)
     both = acfg.default_config("bf16", 128, True, softcap=True, sinks=True)
     assert (cap.softcap, cap.sinks) == (True, False) and (both.softcap, both.sinks) == (True, True)
-    assert {k: v for k, v in cap.key().items() if k != "softcap"} == {k: v for k, v in plain.key().items()
-                                                                      if k != "softcap"}  # same tiles and knobs
+    mine = ("softcap", "exp2_poly_stride")   # softcap's own knob [D-sfu-poly]: 1 in 4 exp2 by the polynomial
+    assert {k: v for k, v in cap.key().items() if k not in mine} == {k: v for k, v in plain.key().items()
+                                                                      if k not in mine}  # same tiles, other knobs
+    assert (plain.exp2_poly_stride, cap.exp2_poly_stride) == (0, acfg.SFU_MOD_POLY_STRIDE)
     for cfg in (plain, cap, both):
         assert acfg.AttnConfig.from_key(cfg.key()) == cfg
     old = {k: v for k, v in plain.key().items() if k not in ("softcap", "sinks")}    # an older bundle's key

@@ -160,3 +160,23 @@ def test_lazy_m_lags_the_true_max_by_less_than_the_threshold():
         m, _, _ = max_update_rule(m, s[:, j0:j0 + BLOCK].max(axis=1), SCALE_LOG2, THRESHOLD)
         lag = (s[:, :j0 + BLOCK].max(axis=1) - m) * SCALE_LOG2
         assert np.all((lag >= 0) & (lag <= THRESHOLD)), lag
+
+
+def test_interpreter_computes_the_kernel_polynomial_bit_exactly():
+    """The fa4 interpreter runs exp2_poly's IR (FADDs, three FMAs, the exponent shift, the select) to the
+    same float32 bits as exp2_poly_reference, so interpreter checks of poly kernels (the softcap
+    kernels' default, [D-sfu-poly]) see the GPU's polynomial lanes exactly."""
+    from fa4mlir import interpret
+    from fa4mlir.dsl.kernel import KernelBuilder
+    kb = KernelBuilder("poly", arch="sm_90a", block=(128, 1, 1))
+    x_gmem, p_gmem = kb.param_ptr("x"), kb.param_ptr("p")
+    with kb.body():
+        t = kb.thread_idx(0)
+        for k in range(4):
+            x = kb.load(kb.gep(x_gmem, t * 4 + k, "f32"), "f32")
+            kb.store(softmax.exp2_poly(x), kb.gep(p_gmem, t * 4 + k, "f32"))
+    special = [-np.inf, 0, -1, -0.5, 0.5, -126, -125.75, -126.5, 3.25, -7.5, -0.49999997, 0.49999997]
+    x = np.resize(np.concatenate([np.linspace(-130, 8, 500), special]), 512).astype(np.float32)
+    p = np.zeros(512, np.float32)
+    interpret.load(kb.finish()).launch((1,), {"x": x, "p": p})
+    assert np.array_equal(p.view(np.uint32), softmax.exp2_poly_reference(x).view(np.uint32))

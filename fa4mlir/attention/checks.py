@@ -14,7 +14,8 @@ from typing import Any, Sequence
 from ..artifacts import Bundle
 from ..driver import stream_handle
 from ..kernels import attention_sm90_config as attn_cfg
-from ..kernels.common.score_mod import AUX_DTYPES, MAX_AUX_RANK, ModFunctionError, as_mod, aux_spec, fn_name
+from ..kernels.common.score_mod import (AUX_DTYPES, MAX_AUX_RANK, MAX_MOD_SEQLEN, ModFunctionError, as_mod, aux_spec,
+                                       fn_name)
 from ..runtime import DTYPES, GMEM_ALIGN_BYTES, TensorInfo, tensor_info
 from ..tensors import TensorDTypeError, TensorLikeError, TensorStrideError
 from .errors import (ArgumentTypeError, DeviceError, DTypeError, EmptyInputError, FlashAttnInputError, HeadDimError,
@@ -423,6 +424,16 @@ def check_mods(score_mod: Any, mask_mod: Any, aux_tensors: Any, softcap: float) 
                   aux=aux_spec(spec), aux_shapes=tuple(shapes),
                   mod_scales=(float(smod.pre_scale), float(smod.post_scale)) if smod else (1.0, 1.0))
     return fields, infos
+
+
+def check_mod_seqlens(seqlen_q: int, seqlen_k: int) -> None:
+    """ScoreModError when a score_mod / mask_mod call's sequences are longer than MAX_MOD_SEQLEN
+    (2^24 - 256): the kernels hand the function q_idx and kv_idx as tile base + register offset, whose
+    float32 conversion is exact only below 2^24 (kernels/common/score_mod_ir.py [D-index-fold])."""
+    if max(seqlen_q, seqlen_k) > MAX_MOD_SEQLEN:
+        raise ScoreModError(_err(f"a score_mod or mask_mod call takes seqlen_q and seqlen_k of at most {MAX_MOD_SEQLEN} "
+                                 f"(2^24 - 256: its q_idx and kv_idx stay exact in float32), got seqlen_q={seqlen_q}, "
+                                 f"seqlen_k={seqlen_k}; split the sequence"))
 
 
 def device_ordinal(name: str, x: Any, api: str = "flash_attn_func") -> int | None:

@@ -69,8 +69,8 @@ from typing import Any
 from ..artifacts import Bundle
 from ..driver import device_info, resolve_stream
 from ..runtime import GMEM_ALIGN_BYTES, fill, tensor_info
-from .checks import (_err, check_device_context, check_devices, check_inputs, check_lse, check_mask, check_mods, check_options,
-                     check_out, check_scale, check_sinks, check_softcap, device_ordinal, read_tensor)
+from .checks import (_err, check_device_context, check_devices, check_inputs, check_lse, check_mask, check_mod_seqlens,
+                     check_mods, check_options, check_out, check_scale, check_sinks, check_softcap, device_ordinal, read_tensor)
 from .errors import ArgumentTypeError, AutogradError, UnsupportedFeatureError
 from .plan import KernelSource, PreparedPlan, select, source_for
 from .problem import AttnProblem
@@ -267,6 +267,7 @@ def _flash_attn(q, k, v, softmax_scale, causal, out, lse, bundle, stream, window
         check_sinks(problem, infos["sinks"])
     if mods is not None:
         fields, aux_infos = check_mods(*mods, problem.softcap)
+        check_mod_seqlens(problem.seqlen_q, problem.seqlen_k)
         problem = replace(problem, **fields)
         infos.update(aux_infos)
         given.update({n: x for n, x in zip(aux_infos, mods[2] or ())})

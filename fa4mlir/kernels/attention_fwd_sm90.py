@@ -487,10 +487,9 @@ class _Consumer:
         kb, cfg, geo = self.kb, self.cfg, self.geo
         s = [s_acc[i] for i in range(self.n_s)]
         if self.mods is not None:  # score_mod(s * mod_scale, ...), then mask_mod, per element (common.score_mod_ir)
-            col0 = j * cfg.bn + self.t4 * 2
-            cols = {c: col0 + c for c in sorted({acc_col(i) for i in range(self.n_s)})}   # one Value per key
-            s = self.mods.apply(s, geo.batch, geo.head, [self.grow[acc_row(i)] for i in range(self.n_s)],
-                                [cols[acc_col(i)] for i in range(self.n_s)])
+            col0 = j * cfg.bn + self.t4 * 2   # (base, offset) indices, a base per row [D-index-fold]
+            s = self.mods.apply(s, geo.batch, geo.head, [(self.grow[acc_row(i)], 0) for i in range(self.n_s)],
+                                [(col0, acc_col(i)) for i in range(self.n_s)])
         if cfg.softcap:  # t = tanh(s * scale / cap), in units of cap (scale_log2 = cap * log2 e): before the mask
             s = [tanh(x * self.softcap_scale) for x in s]
         if masked and geo.first is None:  # register i holds key col0 + acc_col(i) of row acc_row(i) (common/wgmma.py)

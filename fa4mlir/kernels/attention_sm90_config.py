@@ -15,7 +15,7 @@ from .common.fastdiv import divisor
 from .common.fields import ConfigError, RegisterBudgetError, check_fields
 from .common.mask_family import Mask, attention_mask
 from .common.naming import softmax_knob_tags
-from .common.score_mod import aux_params, parse_aux_spec
+from .common.score_mod import aux_params, calls_sfu, parse_aux_spec, registered
 from .common.varlen_schedule import varlen_grid_size
 
 KERNEL = "attention_fwd_sm90"
@@ -430,6 +430,13 @@ SHORT_SEQLEN_K = {(64, False): 4096, (64, True): 2048, (128, False): 8192}
 MOD_BOTH_TILES = dict(bm=128, bn=128, load_regs=0, mma_regs=0)
 
 
+# exp2_poly_stride of kernels whose scores already take a MUFU op each (softcap's tanh.approx, a score_mod
+# that calls tanh / exp2 / log2: score_mod.calls_sfu): two SFU ops per score against one on dense kernels,
+# so 1 in 4 of a row's exp2 runs on the FMA pipes (common.softmax.exp2_poly, max relative error 1.01e-4)
+# [D-sfu-poly]. Dense and other score_mod kernels keep 0 [D-poly-exp2].
+SFU_MOD_POLY_STRIDE = 4
+
+
 def is_short(head_dim: int, causal: bool, seqlen_k: int | None) -> bool:
     """Whether default_config picks SHORT_TILES at this seqlen_k (None: a long sequence)."""
     limit = SHORT_SEQLEN_K.get((head_dim, bool(causal)))
@@ -485,7 +492,9 @@ def default_config(dtype: str, head_dim: int, causal: bool, seqlen_k: int | None
     the same tiles and knobs [D-softcap] [D-sinks]. `head_dim_v` (0 or head_dim: equal dims): the
     v and o head dim of a HEAD_DIM_PAIRS pair, on SPLIT_TILES. `score_mod`, `mask_mod`, `aux`:
     fingerprints and aux spec (common.score_mod) of a compiled-in function's kernel, on the long
-    sequences' tiles and knobs (MOD_BOTH_TILES with both functions at bm 192)."""
+    sequences' tiles and knobs (MOD_BOTH_TILES with both functions at bm 192). Softcap kernels, and
+    those of a score_mod that calls an SFU helper (score_mod.calls_sfu; the function must be
+    registered: fingerprinted in this process), take exp2_poly_stride SFU_MOD_POLY_STRIDE."""
     if head_dim_v and head_dim_v != head_dim:
         if (head_dim, head_dim_v) not in HEAD_DIM_PAIRS:
             raise ValueError(f"(head_dim, head_dim_v) must be equal or one of {HEAD_DIM_PAIRS}, got "
@@ -499,10 +508,12 @@ def default_config(dtype: str, head_dim: int, causal: bool, seqlen_k: int | None
         cfg = default_config(dtype, head_dim, causal, None, mask, softcap=softcap, sinks=sinks)
         if score_mod and mask_mod and cfg.bm == 192:   # MOD_BOTH_TILES: room for both functions
             cfg = replace(cfg, **MOD_BOTH_TILES)
-        return replace(cfg, score_mod=score_mod, mask_mod=mask_mod, aux=aux).validate()
+        sfu = bool(score_mod) and calls_sfu(registered(score_mod))
+        return replace(cfg, score_mod=score_mod, mask_mod=mask_mod, aux=aux,
+                       **(dict(exp2_poly_stride=SFU_MOD_POLY_STRIDE) if sfu else {})).validate()
     if softcap or sinks:
         return replace(default_config(dtype, head_dim, causal, seqlen_k, mask), softcap=bool(softcap),
-                       sinks=bool(sinks)).validate()
+                       sinks=bool(sinks), **(dict(exp2_poly_stride=SFU_MOD_POLY_STRIDE) if softcap else {})).validate()
     if mask is not None:
         fields_ = _mask_fields(mask)
         cfg = default_config(dtype, head_dim, fields_["causal"], seqlen_k)
@@ -767,4 +778,4 @@ __all__ = ["AttnConfig", "default_config", "default_configs", "SHORT_SEQLEN_K", 
            "MOD_SCALE_PARAMS", "mod_args", "MOD_FIELDS",
            "VARLEN_PARAMS", "varlen_config", "varlen_grid", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "HEAD_DIM_PAIRS",
            "SPLIT_TILES", "TileLayout", "tile_layout", "DTYPES", "BMS",
-           "TILES", "KNOBS", "TILE_FIELDS", "KNOB_FIELDS"]
+           "TILES", "KNOBS", "TILE_FIELDS", "KNOB_FIELDS", "SFU_MOD_POLY_STRIDE"]

@@ -17,7 +17,9 @@ and head (query head) are i32 values, q_idx and kv_idx the global row and key (i
 past the sequence occur and are never stored or are masked). The function is plain Python run once
 at kernel build time on the DSL's values: arithmetic operators, the comparisons' methods (`.lt`,
 `.eq`, `.slt` ...), `.to(...)`, and this module's select, where, exp2, log2, tanh, fma, fmax,
-to_f32. The optional last parameter receives the call's `aux_tensors` as in-kernel views: `t[i]` or
+to_f32. q_idx and kv_idx arrive as tile base + register offset (score_mod_ir [D-index-fold]): their
+float32 conversion costs an FADD per value, not an I2F, exactly while seqlen_q and seqlen_k are at
+most MAX_MOD_SEQLEN (2^24 - 256; longer raise ScoreModError). The optional last parameter receives the call's `aux_tensors` as in-kernel views: `t[i]` or
 `t[i, j]` (float32 or int32, contiguous, 1-D or 2-D) loads one element, its index clamped to the
 tensor's bounds (the sizes are launch arguments, so one kernel serves every length). A mask_mod
 returns a comparison (i1): False hides the key.
@@ -50,6 +52,10 @@ from typing import Any, Callable
 
 AUX_DTYPES = ("f32", "i32")
 MAX_AUX_RANK = 2
+# the longest seqlen_q / seqlen_k of a score_mod or mask_mod call: the kernels' q_idx and kv_idx (rows
+# and keys of a tile, up to a tile past the sequence: bm, bn <= 256) then stay below 2^24, where the
+# index fold's float(base) + float(offset) is the exact float32 of the index (score_mod_ir [D-index-fold])
+MAX_MOD_SEQLEN = 2**24 - 256
 
 
 class ModFunctionError(TypeError):
@@ -238,6 +244,36 @@ def _value(fn, var: str, v: Any, seen: set):
         f"tensor through aux_tensors=[...] and read it from the function's last parameter (aux_tensors[i][idx])")
 
 
+SFU_HELPERS = frozenset({"tanh", "exp2", "log2"})   # the facade's helpers that issue a MUFU op per call
+
+
+def calls_sfu(fn: Callable) -> bool:
+    """Whether fn (or a function it captures, recursively) names one of the SFU helpers (tanh, exp2,
+    log2; as a global or an attribute, e.g. `sm.tanh`): such a function adds MUFU ops per score to
+    the softmax's exp2, and its kernel's default moves part of the exp2 to the FMA pipes
+    (attention_sm90_config.SFU_MOD_POLY_STRIDE). A build-time reading of the code, not of what runs:
+    it picks a default knob only (every choice is correct)."""
+    return _calls_sfu(fn, set())
+
+
+def _calls_sfu(fn, seen: set) -> bool:
+    if id(fn) in seen or not isinstance(fn, types.FunctionType):
+        return False
+    seen.add(id(fn))
+
+    def names(code) -> set:
+        out = set(code.co_names)
+        for c in code.co_consts:
+            if isinstance(c, types.CodeType):
+                out |= names(c)
+        return out
+    if names(fn.__code__) & SFU_HELPERS:
+        return True
+    g = fn.__globals__
+    values = [c.cell_contents for c in fn.__closure__ or ()] + [g[v] for v in _names(fn.__code__) if v in g]
+    return any(_calls_sfu(v, seen) for v in values if isinstance(v, types.FunctionType) and v.__module__ != _FACADE)
+
+
 # ---- aux tensors ---------------------------------------------------------------------------------------
 def aux_spec(dtypes_ranks) -> str:
     """The compile-time part of the aux tensors, [(dtype, rank)] -> 'f32x1,i32x1' (AttnConfig.aux)."""
@@ -352,4 +388,4 @@ BUILTIN_MASK_MODS = {"document_mask": document_mask}
 __all__ = ["ScoreMod", "ModFunctionError", "as_mod", "fingerprint", "registered", "aux_spec", "parse_aux_spec",
            "aux_params", "select", "where", "exp2", "log2", "tanh", "fma", "fmax", "to_f32", "alibi",
            "relative_bias", "document_mask", "softcap_score_mod", "BUILTIN_SCORE_MODS", "BUILTIN_MASK_MODS",
-           "AUX_DTYPES", "MAX_AUX_RANK", "fn_name"]
+           "AUX_DTYPES", "MAX_AUX_RANK", "MAX_MOD_SEQLEN", "fn_name", "calls_sfu", "SFU_HELPERS"]

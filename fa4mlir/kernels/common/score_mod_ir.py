@@ -8,11 +8,26 @@ kernel's softmax then runs in base 2 with scale_log2 = post_scale * log2(e), so 
 softmax scale into exp2 stays exact around the function. Loads from the aux tensors are issued once
 per distinct index value per application (a slope per head is one load per KV block, not one per
 element).
+
+Indices as tile base + register offset [D-index-fold]: a kernel passes each element's q_idx / kv_idx
+as (base, offset), the base an i32 Value shared by several of the thread's registers (its first key
+of the KV block, its row) and the offset that register's column (or row) within the tile, a Python
+int known when the kernel is built (the accumulator fragment layout). The function then sees `Index`
+values: integer + and - on them combine bases once per application (kv_idx - q_idx: one subtraction
+per row per KV block) and add offsets at build time; converting one to float32 (`to_f32`,
+`.to("f32")`) is float(base) + float(offset): one I2F per distinct base, then an FADD of a constant
+per distinct value, instead of an integer add and an I2F (I2FP.F32.S32 on sm_90a) per element. Any
+other use (comparisons, aux indexing, *, shifts) sees the plain i32 base + offset, built once per
+distinct value. Exactness: float(base) + float(offset) equals the direct conversion when |base| <
+2^24 and |base + offset| <= 2^24 (every integer of that size is a float32, so neither the I2F nor
+the FADD rounds); the kernels' indices stay below 2^24 while seqlen_q and seqlen_k are at most
+score_mod.MAX_MOD_SEQLEN, which the host API enforces (ScoreModError beyond).
 """
 from __future__ import annotations
 
 from ... import dsl
 from ...dsl import Value, const, select
+from ...dsl.core import mlir_type
 from . import score_mod as sm
 
 NEG_INF = float("-inf")
@@ -85,9 +100,13 @@ class ModHook:
         return [AuxView(self.kb, ptr, shape, dtype, cache, self._tile) for ptr, shape, dtype in self.aux]
 
     def apply(self, s: list, batch: Value, head: Value, rows: list, cols: list) -> list:
+        """rows[i] / cols[i]: an i32 Value, or (base Value, offset int) for the index fold (module
+        note [D-index-fold])."""
         cache: dict = {}
         views = self._views(cache)
         out = list(s)
+        fold = IndexFold()
+        rows, cols = [fold.index(r, nonneg=True) for r in rows], [fold.index(c, nonneg=True) for c in cols]
         sm._DSL.append(dsl)
         try:
             if self.score is not None:
@@ -112,6 +131,106 @@ class ModHook:
         return out
 
 
+class IndexFold:
+    """The Index values of one ModHook.apply (module note [D-index-fold]): one Index per distinct
+    (base, offset), one i32 per combination of bases, one float32 per base and per value."""
+
+    def __init__(self):
+        self._index: dict = {}   # (id(base), offset) -> Index
+        self._int: dict = {}     # (op, id(a), id(b)) -> (Value, a, b): bases combined once
+        self._f32: dict = {}     # (id(base), signed) -> (float32 Value, base)
+
+    def index(self, x, nonneg: bool = False):
+        """x as an Index: (base, offset) folds; a plain Value (or an Index) is returned as it is."""
+        if not isinstance(x, tuple):
+            return x
+        base, offset = x
+        key = (id(base), int(offset))
+        hit = self._index.get(key)
+        if hit is None:
+            hit = self._index[key] = Index(self, base, int(offset), nonneg and offset >= 0)
+        return hit
+
+    def combine(self, op: str, a: Value, b: Value) -> Value:
+        key = (op, id(a), id(b))
+        hit = self._int.get(key)
+        if hit is None:
+            hit = self._int[key] = ((a + b) if op == "add" else (a - b), a, b)
+        return hit[0]
+
+    def base_f32(self, base: Value, signed: bool) -> Value:
+        key = (id(base), signed)
+        hit = self._f32.get(key)
+        if hit is None:
+            hit = self._f32[key] = (base.to("f32", signed=signed), base)
+        return hit[0]
+
+
+class Index(Value):
+    """An i32 index base + offset (base a Value of the tile, offset an int of the register), made by
+    IndexFold. Integer + / - with ints, Values and other Indexes stay folded; to("f32") is float(base)
+    + float(offset) (module note [D-index-fold]); every other operation sees the i32 base + offset
+    (built at first use, once)."""
+
+    def __init__(self, fold: IndexFold, base: Value, offset: int, nonneg: bool):
+        self.fold, self.base, self.offset, self.nonneg = fold, base, offset, nonneg
+        self._v = None
+        self._f32: dict = {}
+
+    @property
+    def v(self):
+        if self._v is None:
+            self._v = (self.base + self.offset).v if self.offset else self.base.v
+        return self._v
+
+    @property
+    def type(self):
+        return self.base.type
+
+    @property
+    def is_float(self) -> bool:
+        return False
+
+    def _shift(self, base: Value, offset: int, nonneg: bool = False) -> "Index":
+        return self.fold.index((base, offset), nonneg)
+
+    def __add__(self, o):
+        if isinstance(o, int) and not isinstance(o, bool):
+            return self._shift(self.base, self.offset + o, self.nonneg and o >= 0)
+        if isinstance(o, Index):
+            return self._shift(self.fold.combine("add", self.base, o.base), self.offset + o.offset,
+                               self.nonneg and o.nonneg)
+        if isinstance(o, Value) and str(o.type) == "i32":
+            return self._shift(self.fold.combine("add", self.base, o), self.offset)
+        return Value.__add__(self, o)
+
+    __radd__ = __add__
+
+    def __sub__(self, o):
+        if isinstance(o, int) and not isinstance(o, bool):
+            return self._shift(self.base, self.offset - o)
+        if isinstance(o, Index):
+            return self._shift(self.fold.combine("sub", self.base, o.base), self.offset - o.offset)
+        if isinstance(o, Value) and str(o.type) == "i32":
+            return self._shift(self.fold.combine("sub", self.base, o), self.offset)
+        return Value.__sub__(self, o)
+
+    def __rsub__(self, o):
+        # Value - Index comes here first (a subclass's reflected operator wins)
+        if isinstance(o, Value) and not isinstance(o, Index) and str(o.type) == "i32":
+            return self._shift(self.fold.combine("sub", o, self.base), -self.offset)
+        return Value.__rsub__(self, o)
+
+    def to(self, t, *, signed: bool = False) -> Value:
+        if mlir_type(t) != mlir_type("f32") or not (signed or self.nonneg):
+            return Value.to(self, t, signed=signed)   # unsigned of a possibly negative value: as written
+        hit = self._f32.get(signed)
+        if hit is None:
+            base_f = self.fold.base_f32(self.base, signed)
+            hit = self._f32[signed] = base_f + float(self.offset) if self.offset else base_f
+        return hit
+
+
 class _Tile:
     """The tile-level hoisting point of ModHook.start_tile: the mark, the ids of the tile-invariant
     index values (kept alive in `keep`) and the loads made there."""
@@ -131,4 +250,4 @@ def _check(fn, kind: str, v) -> Value:
     return v
 
 
-__all__ = ["ModHook", "AuxView"]
+__all__ = ["ModHook", "AuxView", "Index", "IndexFold"]
