@@ -85,7 +85,7 @@ from .. import dsl
 from ..dialect import builders as fa4
 from ..dsl import ELEM_BYTES, KernelBuilder, PipeState, Value, const, fast_div, fma, fmax, log2, select, tree_reduce, undef, vec
 from .attention_decode_sm90_config import TILE_M, DecodeConfig
-from .common import e4m3_tile
+from .common import e4m3_converter, e4m3_tile
 from .common.softmax import max_update
 from .common.wgmma import a_frag_pairs, acc_col, acc_pair, acc_row, row_regs, wait_group
 
@@ -113,21 +113,29 @@ def build(cfg: DecodeConfig = DecodeConfig()) -> dsl.KernelIR:
         q_smem = kb.smem("q_smem", TILE_M * cfg.d_chunks * SWIZZLE)
         k_smem = kb.smem("k_smem", cfg.stages * cfg.tile_bytes())
         v_smem = kb.smem("v_smem", cfg.stages * cfg.tile_bytes())
-        # FP8: the tiles the tensor cores read, converted to f16 (else the ring stages themselves)
-        staged = (kb.smem("k16_smem", cfg.staged_bytes()), kb.smem("v16_smem", cfg.staged_bytes())) if cfg.fp8 else None
+        # FP8: the tiles the tensor cores read, converted to f16 (else the ring stages themselves);
+        # with a converter warpgroup, a ring of converter_stages of them (note "Converter")
+        copies = cfg.converter_stages or 1
+        staged = (kb.smem("k16_smem", copies * cfg.staged_bytes()),
+                  kb.smem("v16_smem", copies * cfg.staged_bytes())) if cfg.fp8 else None
         rows_smem = kb.smem("gather_rows", cfg.bn * 8, align=16) if cfg.gather else None   # note "Gather"
         # a gather's 32 lanes each commit once (after their cp_async_arrive): 32 arrivals per fill
         arrivals = 32 * cfg.producer_warps if cfg.gather else 1
-        k_pipe = kb.pipeline("k_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
-                             producer_arrivals=arrivals)
-        v_pipe = kb.pipeline("v_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
-                             producer_arrivals=arrivals)
+        # the e4m3 rings' consumer: the converter warpgroup, every thread releasing, or the mma warpgroup's leader
+        readers = dict(consumers=["cvt"], consumer_arrivals=128) if cfg.converter else dict(consumers=["mma"])
+        k_pipe = kb.pipeline("k_pipe", num_stages=cfg.stages, producer="load", producer_arrivals=arrivals, **readers)
+        v_pipe = kb.pipeline("v_pipe", num_stages=cfg.stages, producer="load", producer_arrivals=arrivals, **readers)
+        c_pipe = kb.pipeline("c_pipe", num_stages=cfg.converter_stages, producer="cvt", consumers=["mma"],
+                             producer_arrivals=128) if cfg.converter else None
         kb.pipeline_init()
         work = _Work(kb, cfg, p)
         with kb.warp_roles():
             with kb.role("mma", first_warp=0, num_warps=4, regs=0):
-                _mma_role(kb, cfg, work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, staged)
-            with kb.role("load", first_warp=4, num_warps=cfg.producer_warps, regs=0):
+                _mma_role(kb, cfg, work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, staged, c_pipe)
+            if cfg.converter:
+                with kb.role("cvt", first_warp=4, num_warps=4, regs=0):
+                    e4m3_converter.converter_role(kb, cfg, work, (k_smem, v_smem), (k_pipe, v_pipe), staged, c_pipe)
+            with kb.role("load", first_warp=cfg.producer_first_warp, num_warps=cfg.producer_warps, regs=0):
                 if cfg.gather:
                     _gather_role(kb, cfg, work, p, k_smem, v_smem, k_pipe, v_pipe, rows_smem)
                 else:
@@ -240,7 +248,7 @@ def _gather_role(kb, cfg, work: _Work, p, k_smem, v_smem, k_pipe, v_pipe, rows_s
     (net zero: the phase waits for its copies) and commits once; the pipelines count 32 x warps
     producer arrivals."""
     nthreads = 32 * cfg.producer_warps
-    pt = kb.thread_idx(0) - 128                    # 0 .. nthreads - 1
+    pt = kb.thread_idx(0) - 32 * cfg.producer_first_warp       # 0 .. nthreads - 1
     lane, warp = pt % 32, pt // 32
     esize = 1 if cfg.fp8 else ELEM_BYTES[cfg.dtype]
     units = cfg.head_dim * esize // 16
@@ -552,6 +560,24 @@ def _kv_tile_fp8(cs: _Consumer, bufs, j: Value, carry, masked: bool):
     return s.advance(), o, tuple(m), tuple(l)
 
 
+def _kv_tile_converted(cs: _Consumer, bufs, j: Value, carry, masked: bool):
+    """One KV tile of an e4m3 cache with a converter warpgroup (note "Converter"): wait for the
+    converter's f16 pair of tile j, S, softmax, P V, then release the pair (its wgmma groups
+    retired: wait_group 0). V rows past L_b arrive as zeros."""
+    q_smem, _, _, _, _, (k16_smem, v16_smem), c_pipe = bufs
+    kb, cfg = cs.kb, cs.cfg
+    c, o, m, l = carry
+    c_pipe.consumer_wait(c)
+    at = c.stage * cfg.staged_bytes()
+    s_acc = wait_group(_issue_s(cs, q_smem, kb.gep(k16_smem, at, "i8")), pending=0)
+    col_scales = _block_scales(cs, j) if cfg.kv_scale == "block" else None
+    frags, m, l, alpha = _softmax(cs, s_acc, j, m, l, masked, col_scales)
+    o = vec(*[o[i] * alpha[acc_row(i)] for i in range(cs.n_o)])
+    o = wait_group(_issue_pv(cs, kb.gep(v16_smem, at, "i8"), frags, o), pending=0)
+    cs.release(c, c_pipe)
+    return c.advance(), o, tuple(m), tuple(l)
+
+
 def _scalar_scales(cs: _Consumer):
     """FP8 per-tensor or per-KV-head scales (k's, v's), or (None, None) (note "FP8")."""
     kb, cfg, p, work = cs.kb, cs.cfg, cs.p, cs.work
@@ -562,24 +588,26 @@ def _scalar_scales(cs: _Consumer):
             kb.load(kb.gep(p["v_scale"], at, "f32"), "f32", align=4))
 
 
-def _mma_role(kb, cfg, work: _Work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, staged):
+def _mma_role(kb, cfg, work: _Work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, staged, c_pipe=None):
     cs = _Consumer(kb, cfg, work, p)
     k_scale, v_scale = _scalar_scales(cs)
     if k_scale is not None:    # S's scale: softmax_scale x k_scale (the LSE too)
         cs.scale_log2 = cs.scale_log2 * k_scale
     _load_q(cs, q_smem)
     f32 = "f32"
-    bufs = (q_smem, k_smem, v_smem, k_pipe, v_pipe, staged)
+    bufs = (q_smem, k_smem, v_smem, k_pipe, v_pipe, staged) + ((c_pipe,) if cfg.converter else ())
     # tiles every row sees entirely need no mask: keys < min over the rows of `end` (token 0's)
     hidden0 = (work.seqlen_q - 1) * p["causal"]
     full = (work.length - hidden0).smax(0) // cfg.bn
     split = full.smax(work.begin).smin(work.end)
     neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
-    state = (k_pipe.initial_state(), const(0.0, (f32, cs.n_o)), (neg_inf, neg_inf), (zero, zero))
+    ring = c_pipe if cfg.converter else k_pipe
+    state = (ring.initial_state(), const(0.0, (f32, cs.n_o)), (neg_inf, neg_inf), (zero, zero))
+    tile = _kv_tile_converted if cfg.converter else _kv_tile_fp8 if cfg.fp8 else _kv_tile
     for lo, hi, masked in ((work.begin, split, False), (split, work.end, True)):
         loop = kb.for_(lo, hi, 1, carry=state)
         with loop as (j, carried):
-            loop.yield_(*(_kv_tile_fp8 if cfg.fp8 else _kv_tile)(cs, bufs, j, carried, masked))
+            loop.yield_(*tile(cs, bufs, j, carried, masked))
         state = loop.results
     _epilogue(cs, state[1], state[2], state[3], v_scale)
 

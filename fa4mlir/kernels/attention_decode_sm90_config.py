@@ -74,6 +74,8 @@ class DecodeConfig:
     gather: bool = False          # paged: rows by a cp.async gather (box_rows 1), not TMA boxes
     unsplit: bool = False         # num_splits == 1: O in q's dtype and the LSE into out, lse (no combine)
     varlen_q: bool = False        # packed q [total_q, heads, D] by cu_seqlens_q (note "Varlen q" of the kernel)
+    converter_stages: int = 0     # FP8: 0 converts in the consumer; n > 0: a converter warpgroup fills a ring of n
+                                  # f16 K/V tile pairs (the kernel's note "Converter")
 
     @property
     def params(self) -> tuple:
@@ -103,8 +105,18 @@ class DecodeConfig:
         return GATHER_WARPS if self.gather else 1
 
     @property
+    def converter(self) -> bool:
+        return self.converter_stages > 0
+
+    @property
+    def producer_first_warp(self) -> int:
+        """The producer's first warp: 4, or 8 behind the converter warpgroup (warps 4-7)."""
+        return 8 if self.converter else 4
+
+    @property
     def threads(self) -> int:
-        return 128 + 32 * self.producer_warps    # warps 0-3: the consumer warpgroup, warp 4 (on): the producer
+        # warps 0-3: the consumer warpgroup, [4-7: the converter warpgroup], then the producer
+        return 32 * self.producer_first_warp + 32 * self.producer_warps
 
     @property
     def ctas_per_sm(self) -> int:
@@ -126,7 +138,11 @@ class DecodeConfig:
 
     def smem_bytes(self) -> int:
         q = TILE_M * self.head_dim * 2
-        return (q + 2 * self.stages * self.tile_bytes() + 2 * self.staged_bytes()
+        if self.converter:    # the converter's ring: converter_stages (K, V) f16 pairs and their barriers
+            staged = 2 * self.converter_stages * (self.staged_bytes() + MBARRIER_BYTES)
+        else:
+            staged = 2 * self.staged_bytes()
+        return (q + 2 * self.stages * self.tile_bytes() + staged
                 + 2 * 2 * self.stages * MBARRIER_BYTES + (self.bn * 8 if self.gather else 0))
 
     def validate(self) -> "DecodeConfig":
@@ -155,6 +171,9 @@ class DecodeConfig:
         if (self.kv_scale not in SCALES) if self.fp8 else self.kv_scale:
             raise ConfigError(f"kv_scale must be one of {SCALES} for an FP8 cache and '' otherwise, got "
                               f"{self.kv_scale!r}")
+        if self.converter_stages < 0 or (self.converter and not self.fp8):
+            raise ConfigError(f"converter_stages (a converter warpgroup for an FP8 cache) must be 0, or > 0 with "
+                              f"kv_dtype 'e4m3'; got {self.converter_stages} with kv_dtype {self.kv_dtype!r}")
         if self.varlen_q and self.fp8:
             raise ConfigError("varlen_q (flash_attn_varlen_func's paged path) is built for bf16/f16 caches only, "
                               f"got kv_dtype={self.kv_dtype!r}")
@@ -164,15 +183,16 @@ class DecodeConfig:
         return self
 
     def key(self) -> dict:
-        """The compile key: every field (varlen_q only when set, so that the keys, names and code
+        """The compile key: every field (varlen_q and converter_stages only when set, so that the keys, names and code
         of the kernels built before it existed are unchanged)."""
-        fields = {n: v for n, v in self.__dict__.items() if n != "varlen_q" or v}
+        fields = {n: v for n, v in self.__dict__.items() if n not in ("varlen_q", "converter_stages") or v}
         return {"kernel": KERNEL, **fields}
 
     def name(self) -> str:
         fp8 = f"_e4m3_{self.kv_scale}" if self.fp8 else ""
         return (f"{KERNEL}_{self.dtype}_d{self.head_dim}_n{self.bn}_s{self.stages}"
-                f"_{self._fetch_name()}{fp8}{'_unsplit' if self.unsplit else ''}{'_varlen' if self.varlen_q else ''}")
+                f"_{self._fetch_name()}{fp8}{f'_cw{self.converter_stages}' if self.converter else ''}"
+                f"{'_unsplit' if self.unsplit else ''}{'_varlen' if self.varlen_q else ''}")
 
     def _fetch_name(self) -> str:
         if not self.paged:
