@@ -317,6 +317,23 @@ def decode() -> list:
     return out + [(APPEND_KERNEL, AppendConfig(dtype, d, paged)) for dtype, d in combos for paged in (False, True)]
 
 
+# FP8 decode variants (attention_decode_sm90_config.FP8_VARIANTS) over these caches: bench decode's
+# FP8 workloads (per-KV-head scales, contiguous and paged 16) and the other two granularities
+DECODE_FP8_VARIANT_CASES = [("bf16", 128, page, grain) for page in (None, 16) for grain in ("tensor", "kv_head", "block")]
+
+
+def decode_fp8_variants() -> list:
+    """Every FP8_VARIANTS entry but "default" (the `decode` set's) over DECODE_FP8_VARIANT_CASES,
+    split and unsplit, plus the `decode` set: `python -m fa4mlir bench decode --workloads
+    decode_dense_fp8,decode_paged_16_fp8 --decode-variant default,cw2,...` times them."""
+    from .kernels.attention_decode_sm90_config import FP8_VARIANTS, KERNEL, default_config, fp8_variant
+    out = decode()
+    out += [(KERNEL, fp8_variant(default_config(dtype, d, page, grain, unsplit=unsplit), name, page))
+            for dtype, d, page, grain in DECODE_FP8_VARIANT_CASES for unsplit in (False, True)
+            for name in FP8_VARIANTS if name != "default"]
+    return out
+
+
 # bench prefill's sliding_window row: anchors_serving's window_size=(4096, 0), causal, B=2 S=16384 H=16 D=128
 PREFILL_WINDOW = (4096, 0)
 
@@ -475,6 +492,7 @@ def bench() -> list:
 SETS = {"attention-sm100": attention_sm100, "attention-sm100-serving": attention_sm100_serving, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
         "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
         "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,
+        "decode-fp8-variants": decode_fp8_variants,
         "prefill": prefill, "mla": mla, "attention-varlen": attention_varlen, "head-dims": head_dims,
         "score-mods": score_mods}
 

@@ -277,6 +277,69 @@ def default_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: s
 
 
 # ----------------------------------------------------------------------------------------------
+# FP8 variants (issue #27's FP8 bar): alternatives to default_config's FP8 kernel, to be timed
+# ----------------------------------------------------------------------------------------------
+
+# name -> (converter_stages, bn or None for default_config's, CTAs per SM): stages are the most the
+# SMEM of that many CTAs per SM holds (`_most_stages`). "cwN": a converter warpgroup with a ring
+# of N f16 pairs (the kernel's note "Converter"), one CTA per SM (288 threads: two CTAs would cap
+# ptxas at 96 registers, where the consumer spills about 700 bytes); "bn128": the in-consumer
+# conversion over tiles of 128 keys, one CTA per SM. (A converter over 128-key tiles spills at the
+# 168 registers ptxas gives 288 threads: not offered.) bf16/f16 caches have no variants.
+FP8_VARIANTS = {
+    "default": None,
+    "cw2": (2, None, 1),
+    "cw3": (3, None, 1),
+    "bn128": (0, 128, 1),
+}
+FP8_VARIANT_ENV = "FA4MLIR_DECODE_FP8_VARIANT"
+MAX_FP8_STAGES = 12      # a bound on the e4m3 ring, far past what the latency needs
+
+
+def _most_stages(cfg: DecodeConfig, ctas: int) -> DecodeConfig | None:
+    """cfg with the most stages (2 .. MAX_FP8_STAGES) whose SMEM fits `ctas` CTAs per SM, or None."""
+    limit = MAX_SMEM_2CTA if ctas == 2 else SMEM_LIMIT
+    best = None
+    for stages in range(2, MAX_FP8_STAGES + 1):
+        c = replace(cfg, stages=stages)
+        if c.smem_bytes() <= limit:
+            best = c
+    return best
+
+
+def fp8_variant(cfg: DecodeConfig, name: str, page_size: int | None) -> DecodeConfig:
+    """default_config's FP8 kernel ``cfg`` for a cache of ``page_size`` (None: contiguous) as
+    variant ``name`` of FP8_VARIANTS (ConfigError for an unknown name, a non-FP8 cfg, or a variant
+    the SMEM cannot hold)."""
+    if name not in FP8_VARIANTS:
+        raise ConfigError(f"unknown FP8 decode variant {name!r}; known: {', '.join(FP8_VARIANTS)}")
+    if not cfg.fp8:
+        raise ConfigError(f"FP8 decode variant {name!r} is for an e4m3 cache; {cfg.name()} is not one")
+    if FP8_VARIANTS[name] is None:
+        return cfg
+    converter_stages, bn, ctas = FP8_VARIANTS[name]
+    bn = bn or cfg.bn
+    box_rows = 1 if cfg.gather else box_rows_for(bn, page_size)
+    out = _most_stages(replace(cfg, converter_stages=converter_stages, bn=bn, box_rows=box_rows), ctas)
+    if out is None or out.ctas_per_sm != ctas:
+        raise ConfigError(f"FP8 decode variant {name!r} of {cfg.name()}: no stage count fits {ctas} CTA(s) per SM")
+    return out.validate()
+
+
+def runtime_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: str = "",
+                   unsplit: bool = False, variant: str | None = None) -> DecodeConfig:
+    """The decode kernel a call runs: default_config's, or for an FP8 cache the FP8_VARIANTS entry
+    named by ``variant`` or else the environment's FA4MLIR_DECODE_FP8_VARIANT (unset: "default";
+    for `bench decode --decode-variant`). bf16/f16 caches always get default_config's."""
+    cfg = default_config(dtype, head_dim, page_size, kv_scale, unsplit=unsplit)
+    if not cfg.fp8:
+        return cfg
+    import os
+    name = variant or os.environ.get(FP8_VARIANT_ENV) or "default"
+    return fp8_variant(cfg, name, page_size)
+
+
+# ----------------------------------------------------------------------------------------------
 # Launch contracts: (name, kind) in kernel-parameter order; launch_args fills them by name.
 # ----------------------------------------------------------------------------------------------
 
