@@ -98,6 +98,9 @@ NEG_INF = float("-inf")
 BAR_CONSUMER = 1       # named barrier of the consumer warpgroup (128 threads)
 GATHER_UNROLL = 8      # cp.asyncs per trip of the gather's copy loop (note "Gather"): first guess
 BAR_GATHER = 2         # named barrier of the gather's producer warps
+# cfg.convert_split: V's e4m3 loads in flight during its conversion, next to S_j's 32 accumulators
+# (2, e4m3_tile.LOADS_AHEAD, spills 12 bytes at paged block scales)
+SPLIT_V_LOADS_AHEAD = 1
 
 
 def build(cfg: DecodeConfig = DecodeConfig()) -> dsl.KernelIR:
@@ -560,6 +563,38 @@ def _kv_tile_fp8(cs: _Consumer, bufs, j: Value, carry, masked: bool):
     return s.advance(), o, tuple(m), tuple(l)
 
 
+def _kv_tile_fp8_split(cs: _Consumer, bufs, j: Value, carry, masked: bool):
+    """One KV tile of an e4m3 cache, cfg.convert_split (note "FP8"): K_j converted, fenced, synced
+    and released, S_j issued; V_j converted (rows past L_b as zeros) while S_j runs on the tensor
+    cores, fenced, synced and released; then S_j waited for, softmax and P V as _kv_tile_fp8."""
+    q_smem, k_smem, v_smem, k_pipe, v_pipe, (k16_smem, v16_smem) = bufs
+    kb, cfg, work = cs.kb, cs.cfg, cs.work
+    s, o, m, l = carry
+    at = s.stage * cfg.tile_bytes()
+    # 1. K_j to f16 (k16 is free: S_{j-1} retired), S_j issued
+    k_pipe.consumer_wait(s)
+    e4m3_tile.emit_convert(kb, cs.t, [(kb.gep(k_smem, at, "i8"), k16_smem, None)], cfg.bn, cfg.head_dim)
+    kb.fence("async_smem")
+    cs.barrier()
+    cs.release(s, k_pipe)
+    s_acc = _issue_s(cs, q_smem, k16_smem)
+    # 2. V_j to f16 while S_j runs (v16 is free: P V_{j-1} retired)
+    v_pipe.consumer_wait(s)
+    valid = work.length - j * cfg.bn if masked else None
+    e4m3_tile.emit_convert(kb, cs.t, [(kb.gep(v_smem, at, "i8"), v16_smem, valid)], cfg.bn, cfg.head_dim,
+                           ahead=SPLIT_V_LOADS_AHEAD)
+    kb.fence("async_smem")
+    cs.barrier()
+    cs.release(s, v_pipe)
+    # 3. softmax of S_j, O *= alpha, O += P V_j
+    s_acc = wait_group(s_acc, pending=0)
+    col_scales = _block_scales(cs, j) if cfg.kv_scale == "block" else None
+    frags, m, l, alpha = _softmax(cs, s_acc, j, m, l, masked, col_scales)
+    o = vec(*[o[i] * alpha[acc_row(i)] for i in range(cs.n_o)])
+    o = wait_group(_issue_pv(cs, v16_smem, frags, o), pending=0)
+    return s.advance(), o, tuple(m), tuple(l)
+
+
 def _kv_tile_converted(cs: _Consumer, bufs, j: Value, carry, masked: bool):
     """One KV tile of an e4m3 cache with a converter warpgroup (note "Converter"): wait for the
     converter's f16 pair of tile j, S, softmax, P V, then release the pair (its wgmma groups
@@ -603,7 +638,8 @@ def _mma_role(kb, cfg, work: _Work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, s
     neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
     ring = c_pipe if cfg.converter else k_pipe
     state = (ring.initial_state(), const(0.0, (f32, cs.n_o)), (neg_inf, neg_inf), (zero, zero))
-    tile = _kv_tile_converted if cfg.converter else _kv_tile_fp8 if cfg.fp8 else _kv_tile
+    tile = _kv_tile_converted if cfg.converter else _kv_tile_fp8_split if cfg.convert_split \
+        else _kv_tile_fp8 if cfg.fp8 else _kv_tile
     for lo, hi, masked in ((work.begin, split, False), (split, work.end, True)):
         loop = kb.for_(lo, hi, 1, carry=state)
         with loop as (j, carried):

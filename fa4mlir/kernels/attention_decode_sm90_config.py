@@ -61,6 +61,11 @@ GATHER_WARPS = 2                      # producer warps of the gather (note "Gath
 GATHER_MAX_CACHE_BYTES = 16 << 32     # the gather's row offsets are u32 counts of 16 bytes (note "Gather")
 
 
+# fields in the compile key only when set: the keys, names and code of the kernels built before
+# they existed stay the same
+OPTIONAL_KEY_FIELDS = ("varlen_q", "converter_stages", "convert_split")
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     dtype: str = "bf16"
@@ -76,6 +81,7 @@ class DecodeConfig:
     varlen_q: bool = False        # packed q [total_q, heads, D] by cu_seqlens_q (note "Varlen q" of the kernel)
     converter_stages: int = 0     # FP8: 0 converts in the consumer; n > 0: a converter warpgroup fills a ring of n
                                   # f16 K/V tile pairs (the kernel's note "Converter")
+    convert_split: bool = False   # FP8, in the consumer: K_j converted, S_j issued, V_j converted while S_j runs
 
     @property
     def params(self) -> tuple:
@@ -174,6 +180,8 @@ class DecodeConfig:
         if self.converter_stages < 0 or (self.converter and not self.fp8):
             raise ConfigError(f"converter_stages (a converter warpgroup for an FP8 cache) must be 0, or > 0 with "
                               f"kv_dtype 'e4m3'; got {self.converter_stages} with kv_dtype {self.kv_dtype!r}")
+        if self.convert_split and (not self.fp8 or self.converter):
+            raise ConfigError("convert_split is for an FP8 cache converted in the consumer (converter_stages 0)")
         if self.varlen_q and self.fp8:
             raise ConfigError("varlen_q (flash_attn_varlen_func's paged path) is built for bf16/f16 caches only, "
                               f"got kv_dtype={self.kv_dtype!r}")
@@ -183,15 +191,16 @@ class DecodeConfig:
         return self
 
     def key(self) -> dict:
-        """The compile key: every field (varlen_q and converter_stages only when set, so that the keys, names and code
+        """The compile key: every field (OPTIONAL_KEY_FIELDS only when set, so that the keys, names and code
         of the kernels built before it existed are unchanged)."""
-        fields = {n: v for n, v in self.__dict__.items() if n not in ("varlen_q", "converter_stages") or v}
+        fields = {n: v for n, v in self.__dict__.items() if n not in OPTIONAL_KEY_FIELDS or v}
         return {"kernel": KERNEL, **fields}
 
     def name(self) -> str:
         fp8 = f"_e4m3_{self.kv_scale}" if self.fp8 else ""
         return (f"{KERNEL}_{self.dtype}_d{self.head_dim}_n{self.bn}_s{self.stages}"
                 f"_{self._fetch_name()}{fp8}{f'_cw{self.converter_stages}' if self.converter else ''}"
+                f"{'_ks' if self.convert_split else ''}"
                 f"{'_unsplit' if self.unsplit else ''}{'_varlen' if self.varlen_q else ''}")
 
     def _fetch_name(self) -> str:
@@ -284,13 +293,15 @@ def default_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: s
 # SMEM of that many CTAs per SM holds (`_most_stages`). "cwN": a converter warpgroup with a ring
 # of N f16 pairs (the kernel's note "Converter"), one CTA per SM (288 threads: two CTAs would cap
 # ptxas at 96 registers, where the consumer spills about 700 bytes); "bn128": the in-consumer
-# conversion over tiles of 128 keys, one CTA per SM. (A converter over 128-key tiles spills at the
+# conversion over tiles of 128 keys, one CTA per SM; "split": default_config's tiles, the consumer
+# converting K_j, issuing S_j, then converting V_j while S_j runs (the kernel's note "FP8"). (A converter over 128-key tiles spills at the
 # 168 registers ptxas gives 288 threads: not offered.) bf16/f16 caches have no variants.
 FP8_VARIANTS = {
     "default": None,
     "cw2": (2, None, 1),
     "cw3": (3, None, 1),
     "bn128": (0, 128, 1),
+    "split": "convert_split",
 }
 FP8_VARIANT_ENV = "FA4MLIR_DECODE_FP8_VARIANT"
 MAX_FP8_STAGES = 12      # a bound on the e4m3 ring, far past what the latency needs
@@ -317,6 +328,8 @@ def fp8_variant(cfg: DecodeConfig, name: str, page_size: int | None) -> DecodeCo
         raise ConfigError(f"FP8 decode variant {name!r} is for an e4m3 cache; {cfg.name()} is not one")
     if FP8_VARIANTS[name] is None:
         return cfg
+    if FP8_VARIANTS[name] == "convert_split":    # default_config's tiles and stages
+        return replace(cfg, convert_split=True).validate()
     converter_stages, bn, ctas = FP8_VARIANTS[name]
     bn = bn or cfg.bn
     box_rows = 1 if cfg.gather else box_rows_for(bn, page_size)
