@@ -54,6 +54,10 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 each as the split kernel and as its unsplit variant (calls of one split), the combine
                 and the append (k=, v=) kernels, for the head dims, dtypes and page sizes
                 tests/gpu/test_kvcache_gpu.py and `bench decode` run
+    decode-fp8-variants
+                the decode set plus attention_decode_sm90_config.FP8_VARIANTS (converter warpgroup,
+                128-key tiles, split conversion) of bf16 D128 FP8 caches, contiguous and paged 16, each
+                scale granularity, split and unsplit: what `bench decode --decode-variant` times
     prefill     what `bench prefill`'s fa4mlir rows run today (fa4mlir/bench/prefill_bench.py): the sm_90a
                 attention kernel, bf16 D128 causal (the dense rows; prefill_chunked on the contiguous
                 cache) and its sliding window PREFILL_WINDOW = (4096, 0) (the sliding_window row: a

@@ -10,7 +10,7 @@ Grid: x = m_tile + m_tiles * split, y = the CTA's head block (a KV head when GQA
 query head), z = batch. Packed row r of the CTA (decode_schedule.PackGQA) is query token
 r // cta_heads of query head y * cta_heads + r % cta_heads (cta_heads = group packed, else 1).
 
-Roles (5 warps, 160 threads; 6 with the gather's two producer warps; no setmaxnreg: neither role
+Roles (5 warps, 160 threads; 6 with the gather's two producer warps; 4 more with a converter; no setmaxnreg: neither role
 is register-bound, and the small block lets two CTAs share an SM, attention_decode_sm90_config.DEFAULT_STAGES):
     warp 4        `load`  one elected thread: for each KV tile j of the split, K_j then V_j into
                           rings of `stages` (k_pipe, v_pipe), each tile as bn / box_rows TMA boxes
@@ -28,6 +28,8 @@ is register-bound, and the small block lets two CTAs share an SM, attention_deco
                           (an e4m3 cache: K_j and V_j waited for and converted together first,
                           note "FP8"), then the epilogue: O / l and LSE into the partial workspaces
                           (unsplit: O / l in q's dtype into out, the LSE into lse).
+    warps 4-7     `cvt`   only with cfg.converter_stages > 0 (note "Converter"; the producer then is
+                          warp 8, or 8-9 for the gather): e4m3 K_j, V_j -> a ring of f16 pairs.
 
 Note "Paged boxes": the cache is a 4-D tensor [pages, page_rows, kv_heads, D] to TMA (a contiguous
 cache: [batch, seqlen_cache, kv_heads, D], the page being the sequence). A paged tile of bn tokens
@@ -49,6 +51,19 @@ Scales never touch the tiles: a per-tensor or per-KV-head k_scale multiplies the
 and v_scale the epilogue's 1 / l; per-block (page or token block) scales multiply S's columns
 after Q K^T and P's columns before P V (the row sum l takes P unscaled), with a token's v scale
 forced to 0 at or past L_b.
+
+Variants of the FP8 consumer (attention_decode_sm90_config.FP8_VARIANTS, to be timed): with
+cfg.convert_split the consumer converts K_j, issues S_j, then converts V_j while S_j runs on the
+tensor cores (one fence and barrier per tile each), so V's conversion overlaps the first GEMM.
+
+Note "Converter" (cfg.converter_stages = n > 0): the conversion leaves the consumer. The e4m3
+rings' consumer is the converter warpgroup (warps 4-7, common/e4m3_converter.py): per tile it
+waits for K_j and V_j, acquires a free pair of the f16 ring `c_pipe` (n stages of K16 + V16),
+converts with the consumer's slot map, fences to the async proxy and commits (128 arrivals), then
+releases the e4m3 stages (128 arrivals). The mma warpgroup waits for pair j, runs S, the softmax
+(block scales as in note "FP8") and P V, and releases the pair once P V retired. The conversion of
+tiles j+1 .. j+n overlaps tile j's GEMMs and softmax. 288 threads (320 with the gather): one CTA
+per SM (two would cap ptxas at 96 registers, where the consumer spills).
 
 Note "Unsplit": with one split the combine's arithmetic is exact: weight exp2((lse_0 - lse_0) log2 e)
 = 1, sum 1, 1 / sum = exp2(-log2 1) = 1, LSE lse_0 + log2(1) ln 2 = lse_0; it writes O_0 (= O * (1 / l),

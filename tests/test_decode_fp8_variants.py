@@ -1,0 +1,95 @@
+"""The FP8 decode variants (attention_decode_sm90_config.FP8_VARIANTS: a converter warpgroup with
+a ring of f16 pairs, 128-key tiles, the split conversion), without a GPU:
+
+* every kernel of the `decode-fp8-variants` bundle set that the `decode` set lacks compiles
+  (through fa4-verify-pipelines: the converter's ring `c_pipe` and the e4m3 rings it consumes with
+  128 arrivals) with no spills, no stack frame and no serialised wgmma, in the SMEM its config
+  plans, one CTA per SM for the converter (288 threads) and the 128-key tiles;
+* the variants keep default_config's kernels as they were: the compile key and name of a config
+  without them hold no new field (so cached and bundled kernels keep their keys);
+* the variant the runtime picks: FA4MLIR_DECODE_FP8_VARIANT through runtime_config (plan_problem
+  and configs_for), an unknown name a ConfigError, bf16/f16 caches never a variant;
+* the consumer's loop of a converter variant holds no e4m3 conversion and the converter's loop
+  every one (SASS, when nvdisasm is installed).
+Numerics: tests/test_interpret_decode_sm90.py runs every variant through the interpreter.
+"""
+from __future__ import annotations
+
+import pytest
+
+from fa4mlir import compiler, kernel_sets, kernels, lowering
+from fa4mlir.kernels import attention_decode_sm90_config as dec
+from fa4mlir.kernels.common.fields import ConfigError
+from fa4mlir.passes.plan_smem import SMEM_LIMIT
+
+DEFAULTS = set(kernel_sets.SETS["decode"]())
+ENTRIES = [e for e in kernel_sets.SETS["decode-fp8-variants"]() if e not in DEFAULTS]
+_COMPILED: dict = {}
+
+
+def _compiled(entry):
+    if entry not in _COMPILED:
+        name, cfg = entry
+        _COMPILED[entry] = lowering.lower(kernels.module(name).build(cfg), compiler.resolve_options(name, debug=False))
+    return _COMPILED[entry]
+
+
+def test_the_set_holds_every_variant_of_every_case():
+    names = {cfg.name() for _, cfg in ENTRIES}
+    assert len(names) == len(ENTRIES) == (len(dec.FP8_VARIANTS) - 1) * len(kernel_sets.DECODE_FP8_VARIANT_CASES) * 2
+    assert all(cfg.fp8 and (cfg.converter or cfg.bn == 128 or cfg.convert_split) for _, cfg in ENTRIES)
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
+def test_variant_compiles_clean(entry):
+    _, cfg = entry
+    art = _compiled(entry)
+    r = art.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r
+    assert not r["wgmma_serialized"], r
+    assert cfg.smem_bytes() - 1024 <= art.smem_bytes <= SMEM_LIMIT["sm_90a"], (art.smem_bytes, cfg.smem_bytes())
+    assert art.block == (cfg.threads, 1, 1)
+    if cfg.converter:
+        assert cfg.threads == 288 + 32 * (cfg.producer_warps - 1) and cfg.ctas_per_sm == 1
+    if cfg.convert_split:
+        assert cfg.ctas_per_sm == 2       # default_config's tiles and stages
+
+
+def test_default_keys_hold_no_new_field():
+    cfg = dec.default_config("bf16", 128, None, "kv_head")
+    assert not {"converter_stages", "convert_split"} & set(cfg.key())
+    assert "_cw" not in cfg.name() and not cfg.name().endswith("_ks")
+    cw = dec.fp8_variant(cfg, "cw2", None)
+    assert cw.key()["converter_stages"] == 2 and cw.name().endswith("_cw2")
+    assert dec.fp8_variant(cfg, "default", None) is cfg
+
+
+def test_runtime_config_reads_the_variant(monkeypatch):
+    monkeypatch.delenv(dec.FP8_VARIANT_ENV, raising=False)
+    assert dec.runtime_config("bf16", 128, 16, "block") == dec.default_config("bf16", 128, 16, "block")
+    monkeypatch.setenv(dec.FP8_VARIANT_ENV, "bn128")
+    cfg = dec.runtime_config("bf16", 128, 16, "block")
+    assert cfg.bn == 128 and cfg.box_rows == 16 and cfg.ctas_per_sm == 1
+    assert dec.runtime_config("bf16", 128, 16) == dec.default_config("bf16", 128, 16)   # bf16 cache: no variant
+    monkeypatch.setenv(dec.FP8_VARIANT_ENV, "cw9")
+    with pytest.raises(ConfigError, match="unknown FP8 decode variant"):
+        dec.runtime_config("bf16", 128, None, "tensor")
+    with pytest.raises(ConfigError, match="converter_stages"):
+        dec.DecodeConfig(converter_stages=2).validate()
+
+
+def test_converter_moves_every_conversion_out_of_the_consumer():
+    sass_mod = pytest.importorskip("fa4mlir.sass")
+    if sass_mod.find_nvdisasm() is None:
+        pytest.skip("nvdisasm is not installed")
+    from bench.sass_decode_fp8 import loop_row, loops
+    for name, conv in (("cw2", True), ("default", False)):
+        cfg = dec.fp8_variant(dec.default_config("bf16", 128, None, "kv_head"), name, None)
+        art = _compiled((dec.KERNEL, cfg))
+        rows = [loop_row(x) for x in loops(sass_mod.disassemble(art.cubin))]
+        mma = [r for r in rows if r["hgmma"]]
+        assert mma and all(r["cvt_e4m3"] == (0 if conv else r["cvt_e4m3"]) for r in mma)
+        if conv:
+            assert any(r["cvt_e4m3"] and not r["hgmma"] for r in rows)
+        else:
+            assert all(r["cvt_e4m3"] for r in mma)
