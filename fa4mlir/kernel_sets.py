@@ -327,14 +327,15 @@ DECODE_FP8_VARIANT_CASES = [("bf16", 128, page, grain) for page in (None, 16) fo
 
 
 def decode_fp8_variants() -> list:
-    """Every FP8_VARIANTS entry but "default" (the `decode` set's) over DECODE_FP8_VARIANT_CASES,
-    split and unsplit, plus the `decode` set: `python -m fa4mlir bench decode --workloads
+    """Every FP8_VARIANTS entry but "default" (the `decode` set's) over DECODE_FP8_VARIANT_CASES
+    of its scales (FP8_VARIANT_SCALES), split and unsplit, plus the `decode` set: `python -m fa4mlir bench decode --workloads
     decode_dense_fp8,decode_paged_16_fp8 --decode-variant default,cw2,...` times them."""
-    from .kernels.attention_decode_sm90_config import FP8_VARIANTS, KERNEL, default_config, fp8_variant
+    from .kernels.attention_decode_sm90_config import (FP8_VARIANT_SCALES, FP8_VARIANTS, KERNEL, SCALES,
+                                                       default_config, fp8_variant)
     out = decode()
     out += [(KERNEL, fp8_variant(default_config(dtype, d, page, grain, unsplit=unsplit), name, page))
             for dtype, d, page, grain in DECODE_FP8_VARIANT_CASES for unsplit in (False, True)
-            for name in FP8_VARIANTS if name != "default"]
+            for name in FP8_VARIANTS if name != "default" and grain in FP8_VARIANT_SCALES.get(name, SCALES)]
     return out
 
 

@@ -36,7 +36,10 @@ def _compiled(entry):
 
 def test_the_set_holds_every_variant_of_every_case():
     names = {cfg.name() for _, cfg in ENTRIES}
-    assert len(names) == len(ENTRIES) == (len(dec.FP8_VARIANTS) - 1) * len(kernel_sets.DECODE_FP8_VARIANT_CASES) * 2
+    cases = kernel_sets.DECODE_FP8_VARIANT_CASES
+    want = sum(2 for name in dec.FP8_VARIANTS if name != "default" for *_, grain in cases
+               if grain in dec.FP8_VARIANT_SCALES.get(name, dec.SCALES))
+    assert len(names) == len(ENTRIES) == want > 2 * len(cases)
     assert all(cfg.fp8 and (cfg.converter or cfg.bn == 128 or cfg.convert_split) for _, cfg in ENTRIES)
 
 
@@ -68,7 +71,9 @@ def test_runtime_config_reads_the_variant(monkeypatch):
     monkeypatch.delenv(dec.FP8_VARIANT_ENV, raising=False)
     assert dec.runtime_config("bf16", 128, 16, "block") == dec.default_config("bf16", 128, 16, "block")
     monkeypatch.setenv(dec.FP8_VARIANT_ENV, "bn128")
-    cfg = dec.runtime_config("bf16", 128, 16, "block")
+    with pytest.raises(ConfigError, match="built for scales"):
+        dec.runtime_config("bf16", 128, 16, "block")
+    cfg = dec.runtime_config("bf16", 128, 16, "kv_head")
     assert cfg.bn == 128 and cfg.box_rows == 16 and cfg.ctas_per_sm == 1
     assert dec.runtime_config("bf16", 128, 16) == dec.default_config("bf16", 128, 16)   # bf16 cache: no variant
     monkeypatch.setenv(dec.FP8_VARIANT_ENV, "cw9")
@@ -93,3 +98,28 @@ def test_converter_moves_every_conversion_out_of_the_consumer():
             assert any(r["cvt_e4m3"] and not r["hgmma"] for r in rows)
         else:
             assert all(r["cvt_e4m3"] for r in mma)
+
+
+@pytest.mark.parametrize("variant,page,grain", [("cw2", 16, "block"), ("cw3", None, "tensor"), ("split", 16, "kv_head")])
+def test_verifier_rejects_every_single_op_mutation_of_a_variant(variant, page, grain):
+    """The converter's rings (e4m3 K, V consumed by the converter warpgroup; the f16 pairs `c_pipe`
+    it produces and the consumer waits for) and the split conversion's separate K and V waits: each
+    ring op with its phase flipped, its stage + 1, or erased, is a verifier error."""
+    from fa4mlir.passes import verify_pipelines
+    from fa4mlir.passes._util import PassError, ops_named
+    from tests.test_kvcache_decode import RING_OPS, _mutated_decode
+    cfg = dec.fp8_variant(dec.default_config("bf16", 128, page, grain), variant, page)
+    good = kernels.module(dec.KERNEL).build(cfg)
+    with good.module.context:
+        verify_pipelines.run(good.module.operation)
+        num_ops = len(ops_named(good.module.operation, *RING_OPS))
+    # producer: K and V acquire + commit; consumer(s): wait + release per ring in two loops each;
+    # the converter: K, V wait + release and c_pipe acquire + commit, the consumer c_pipe wait + release
+    assert num_ops == (4 + 2 * 6 + 2 * 2 if cfg.converter else 12), num_ops
+    for index in range(num_ops):
+        for how in ("phase ^ 1", "stage + 1", "erase"):
+            kir = _mutated_decode(cfg, index, how)
+            if kir is None:
+                continue
+            with kir.module.context, pytest.raises(PassError):
+                verify_pipelines.run(kir.module.operation)

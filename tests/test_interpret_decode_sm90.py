@@ -123,7 +123,7 @@ CASES = [(None, "tensor"), (PAGE, "kv_head"), (PAGE, "block"), (None, "block")]
 # (cw2; cw3 wraps its 3-stage ring over the 3 tiles differently), both fetches of 128-key tiles,
 # and every granularity of the split conversion
 VARIANT_CASES = [("cw2", page, grain) for page, grain in CASES] + [("cw3", PAGE, "block"), ("cw3", None, "kv_head")] \
-    + [("bn128", None, "tensor"), ("bn128", PAGE, "block")] \
+    + [("bn128", None, "tensor"), ("bn128", PAGE, "kv_head")] \
     + [("split", None, "tensor"), ("split", PAGE, "kv_head"), ("split", PAGE, "block"), ("split", None, "block")]
 
 

@@ -303,6 +303,9 @@ FP8_VARIANTS = {
     "bn128": (0, 128, 1),
     "split": "convert_split",
 }
+# scale granularities a variant is built for (others: all of SCALES): 128-key tiles with block
+# scales spill 20 bytes at 255 registers (the scales of 64 S columns a thread)
+FP8_VARIANT_SCALES = {"bn128": ("tensor", "kv_head")}
 FP8_VARIANT_ENV = "FA4MLIR_DECODE_FP8_VARIANT"
 MAX_FP8_STAGES = 12      # a bound on the e4m3 ring, far past what the latency needs
 
@@ -321,13 +324,16 @@ def _most_stages(cfg: DecodeConfig, ctas: int) -> DecodeConfig | None:
 def fp8_variant(cfg: DecodeConfig, name: str, page_size: int | None) -> DecodeConfig:
     """default_config's FP8 kernel ``cfg`` for a cache of ``page_size`` (None: contiguous) as
     variant ``name`` of FP8_VARIANTS (ConfigError for an unknown name, a non-FP8 cfg, or a variant
-    the SMEM cannot hold)."""
+    the SMEM cannot hold, or a scale granularity outside FP8_VARIANT_SCALES[name])."""
     if name not in FP8_VARIANTS:
         raise ConfigError(f"unknown FP8 decode variant {name!r}; known: {', '.join(FP8_VARIANTS)}")
     if not cfg.fp8:
         raise ConfigError(f"FP8 decode variant {name!r} is for an e4m3 cache; {cfg.name()} is not one")
     if FP8_VARIANTS[name] is None:
         return cfg
+    if cfg.kv_scale not in FP8_VARIANT_SCALES.get(name, SCALES):
+        raise ConfigError(f"FP8 decode variant {name!r} is built for scales {FP8_VARIANT_SCALES[name]}, not "
+                          f"{cfg.kv_scale!r}")
     if FP8_VARIANTS[name] == "convert_split":    # default_config's tiles and stages
         return replace(cfg, convert_split=True).validate()
     converter_stages, bn, ctas = FP8_VARIANTS[name]
