@@ -123,3 +123,12 @@ def test_verifier_rejects_every_single_op_mutation_of_a_variant(variant, page, g
                 continue
             with kir.module.context, pytest.raises(PassError):
                 verify_pipelines.run(kir.module.operation)
+
+
+def test_the_set_holds_every_kernel_the_gpu_test_picks():
+    from tests.gpu import test_decode_fp8_variants_gpu as gpu
+    names = {cfg.name() for _, cfg in kernel_sets.SETS["decode-fp8-variants"]()}
+    for variant, page, grain in gpu.CASES:
+        for unsplit in (False, True):
+            cfg = dec.fp8_variant(dec.default_config("bf16", 128, page, grain, unsplit=unsplit), variant, page)
+            assert cfg.name() in names, cfg.name()
