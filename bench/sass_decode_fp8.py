@@ -23,19 +23,22 @@ CLASSES = {"hgmma": ("HGMMA",), "cvt_e4m3": ("F2FP.F16.E4M3",), "pack": ("F2FP.F
 
 
 def loops(sass: str) -> list[list[tuple[str, str]]]:
-    """Every SASS loop (label .. backward branch to it) in program order, as (opcode, operands)."""
+    """The innermost SASS loops (label .. backward branch to it, holding no other such span) in
+    program order, as (opcode, operands). A span holding others is left out: ptxas may lay
+    another role's code out inside it (the consumer's and the converter's loops side by side)."""
     ops, labels = [], {}
     for line in sass.splitlines():
         if m := _SASS_LABEL.match(line):
             labels[m.group(1)] = len(ops)
         elif m := _SASS_INSTR.match(line):
             ops.append((m.group(1), m.group(2).strip()))
-    out = []
+    spans = []
     for i, (op, rest) in enumerate(ops):
         target = re.search(r"`\((\.L_x_\d+)\)", rest) if op == "BRA" else None
         if target and labels.get(target.group(1), i) < i:
-            out.append(ops[labels[target.group(1)]:i + 1])
-    return out
+            spans.append((labels[target.group(1)], i))
+    inner = [(a, b) for a, b in spans if not any((c, d) != (a, b) and a <= c and d <= b for c, d in spans)]
+    return [ops[a:b + 1] for a, b in inner]
 
 
 def loop_row(loop: list[tuple[str, str]]) -> dict:
@@ -78,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         for v in args.variant or list(FP8_VARIANTS):
             r = rows(v, page, args.grain)
             print(f"{r['kernel']}: {r['registers']} registers, {r['spills']} spill bytes, {r['smem']} B SMEM, "
-                  f"{r['ctas_per_sm']} CTA/SM x {r['threads']} threads; the shortest converting loop's "
-                  f"instructions per 16 e4m3 bytes a thread converts: {r['instructions_per_16B']}")
+                  f"{r['ctas_per_sm']} CTA/SM x {r['threads']} threads; instructions of the shortest converting loop "
+                  f"per 16-byte e4m3 piece it converts a thread: {r['instructions_per_16B']}")
             for x in r["loops"]:
                 print("    " + "  ".join(f"{k} {n}" for k, n in x.items()))
     return 0
