@@ -76,6 +76,9 @@ def test_runtime_config_reads_the_variant(monkeypatch):
     cfg = dec.runtime_config("bf16", 128, 16, "kv_head")
     assert cfg.bn == 128 and cfg.box_rows == 16 and cfg.ctas_per_sm == 1
     assert dec.runtime_config("bf16", 128, 16) == dec.default_config("bf16", 128, 16)   # bf16 cache: no variant
+    with pytest.raises(ConfigError, match="cp.async gather"):
+        dec.runtime_config("bf16", 128, 1, "block")
+    assert dec.runtime_config("bf16", 128, 1, "block", variant="default").gather
     monkeypatch.setenv(dec.FP8_VARIANT_ENV, "cw9")
     with pytest.raises(ConfigError, match="unknown FP8 decode variant"):
         dec.runtime_config("bf16", 128, None, "tensor")

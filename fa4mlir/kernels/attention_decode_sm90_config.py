@@ -324,13 +324,17 @@ def _most_stages(cfg: DecodeConfig, ctas: int) -> DecodeConfig | None:
 def fp8_variant(cfg: DecodeConfig, name: str, page_size: int | None) -> DecodeConfig:
     """default_config's FP8 kernel ``cfg`` for a cache of ``page_size`` (None: contiguous) as
     variant ``name`` of FP8_VARIANTS (ConfigError for an unknown name, a non-FP8 cfg, or a variant
-    the SMEM cannot hold, or a scale granularity outside FP8_VARIANT_SCALES[name])."""
+    the SMEM cannot hold, a gather (small-page) cache, or a scale granularity outside
+    FP8_VARIANT_SCALES[name])."""
     if name not in FP8_VARIANTS:
         raise ConfigError(f"unknown FP8 decode variant {name!r}; known: {', '.join(FP8_VARIANTS)}")
     if not cfg.fp8:
         raise ConfigError(f"FP8 decode variant {name!r} is for an e4m3 cache; {cfg.name()} is not one")
     if FP8_VARIANTS[name] is None:
         return cfg
+    if cfg.gather:    # small pages: the variants were neither compiled nor interpreted with the gather
+        raise ConfigError(f"FP8 decode variant {name!r} is built for TMA fetches, not the cp.async gather of "
+                          f"{cfg.name()}")
     if cfg.kv_scale not in FP8_VARIANT_SCALES.get(name, SCALES):
         raise ConfigError(f"FP8 decode variant {name!r} is built for scales {FP8_VARIANT_SCALES[name]}, not "
                           f"{cfg.kv_scale!r}")
