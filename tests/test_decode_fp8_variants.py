@@ -135,3 +135,15 @@ def test_the_set_holds_every_kernel_the_gpu_test_picks():
         for unsplit in (False, True):
             cfg = dec.fp8_variant(dec.default_config("bf16", 128, page, grain, unsplit=unsplit), variant, page)
             assert cfg.name() in names, cfg.name()
+
+
+def test_bench_variant_backend_sets_and_restores_the_variant(monkeypatch):
+    import os
+
+    from fa4mlir.bench.decode_bench import _with_variant
+    monkeypatch.setenv(dec.FP8_VARIANT_ENV, "split")
+    seen = []
+    call = _with_variant(lambda: seen.append(os.environ.get(dec.FP8_VARIANT_ENV)) or 7, "cw2")
+    assert call() == 7 and seen == ["cw2"] and os.environ[dec.FP8_VARIANT_ENV] == "split"
+    monkeypatch.delenv(dec.FP8_VARIANT_ENV)
+    assert call() == 7 and seen == ["cw2", "cw2"] and dec.FP8_VARIANT_ENV not in os.environ
