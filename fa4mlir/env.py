@@ -34,6 +34,9 @@ KNOBS: dict[str, Knob] = {
         Knob("FA4MLIR_VERBOSE", "0", "bool", "1: log compiles, cache hits and kernel loads to stderr"),
         Knob("FA4MLIR_INTERPRET_SWEEP", "0", "bool", "1: tests/test_interpret_attention.py also runs its "
              "broad sweep of the sm_100a kernel through the interpreter (minutes; CI runs 4 cases)"),
+        Knob("FA4MLIR_DECODE_FP8_VARIANT", None, "str", "flash_attn_with_kvcache over an FP8 cache runs this "
+             "entry of attention_decode_sm90_config.FP8_VARIANTS instead of the default kernel (bench decode "
+             "--decode-variant; a bundle must hold it: the decode-fp8-variants set)"),
         Knob("FA4MLIR_CUBIN_BACKEND", None, "str",
              "overrides each kernel's own LLVM->cubin route (one the kernel cannot take is refused: "
              "nvjitlink for the attention kernels, nvjitlink-lto before sm_100): nvjitlink (upstream PTX, "

@@ -54,6 +54,10 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 each as the split kernel and as its unsplit variant (calls of one split), the combine
                 and the append (k=, v=) kernels, for the head dims, dtypes and page sizes
                 tests/gpu/test_kvcache_gpu.py and `bench decode` run
+    decode-fp8-variants
+                the decode set plus attention_decode_sm90_config.FP8_VARIANTS (converter warpgroup,
+                128-key tiles, split conversion) of bf16 D128 FP8 caches, contiguous and paged 16, each
+                scale granularity, split and unsplit: what `bench decode --decode-variant` times
     prefill     what `bench prefill`'s fa4mlir rows run today (fa4mlir/bench/prefill_bench.py): the sm_90a
                 attention kernel, bf16 D128 causal (the dense rows; prefill_chunked on the contiguous
                 cache) and its sliding window PREFILL_WINDOW = (4096, 0) (the sliding_window row: a
@@ -323,6 +327,24 @@ def decode() -> list:
     return out + [(APPEND_KERNEL, AppendConfig(dtype, d, paged)) for dtype, d in combos for paged in (False, True)]
 
 
+# FP8 decode variants (attention_decode_sm90_config.FP8_VARIANTS) over these caches: bench decode's
+# FP8 workloads (per-KV-head scales, contiguous and paged 16) and the other two granularities
+DECODE_FP8_VARIANT_CASES = [("bf16", 128, page, grain) for page in (None, 16) for grain in ("tensor", "kv_head", "block")]
+
+
+def decode_fp8_variants() -> list:
+    """Every FP8_VARIANTS entry but "default" (the `decode` set's) over DECODE_FP8_VARIANT_CASES
+    of its scales (FP8_VARIANT_SCALES), split and unsplit, plus the `decode` set: `python -m fa4mlir bench decode --workloads
+    decode_dense_fp8,decode_paged_16_fp8 --decode-variant default,cw2,...` times them."""
+    from .kernels.attention_decode_sm90_config import (FP8_VARIANT_SCALES, FP8_VARIANTS, KERNEL, SCALES,
+                                                       default_config, fp8_variant)
+    out = decode()
+    out += [(KERNEL, fp8_variant(default_config(dtype, d, page, grain, unsplit=unsplit), name, page))
+            for dtype, d, page, grain in DECODE_FP8_VARIANT_CASES for unsplit in (False, True)
+            for name in FP8_VARIANTS if name != "default" and grain in FP8_VARIANT_SCALES.get(name, SCALES)]
+    return out
+
+
 # bench prefill's sliding_window row: anchors_serving's window_size=(4096, 0), causal, B=2 S=16384 H=16 D=128
 PREFILL_WINDOW = (4096, 0)
 
@@ -494,6 +516,7 @@ def bench() -> list:
 SETS = {"attention-sm100": attention_sm100, "attention-sm100-serving": attention_sm100_serving, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
         "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
         "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,
+        "decode-fp8-variants": decode_fp8_variants,
         "prefill": prefill, "mla": mla, "attention-varlen": attention_varlen, "head-dims": head_dims,
         "score-mods": score_mods, **{f"prefill-poly{k}": (lambda k=k: prefill_poly(k)) for k in (0, 2, 8)}}
 

@@ -70,9 +70,10 @@ def _case(page: int | None, grain: str, seed: int = 0) -> dict:
     return out
 
 
-def _interpret(page: int | None, grain: str, c: dict) -> tuple[np.ndarray, np.ndarray]:
+def _interpret(page: int | None, grain: str, c: dict, variant: str = "default") -> tuple[np.ndarray, np.ndarray]:
     """The split kernel over the case (two splits per sequence: one split would take the unsplit
-    variant, tests/test_kvcache_interpret.py), combined on the host."""
+    variant, tests/test_kvcache_interpret.py), combined on the host; ``variant``: the FP8 kernel
+    variant the plan picks (dec.FP8_VARIANTS, set through FA4MLIR_DECODE_FP8_VARIANT by the caller)."""
     q_bits = c["q"].view(torch.int16).numpy().view(np.uint16)
     lens = c["lens"]
     table = c["table"] if c["table"] is not None else lens
@@ -83,7 +84,8 @@ def _interpret(page: int | None, grain: str, c: dict) -> tuple[np.ndarray, np.nd
     plan = kc.plan_problem(problem.with_options(causal=True, softmax_scale=D ** -0.5, num_splits=2,
                                                 return_lse=False), 132)
     cfg, _ = configs_for(plan)
-    assert cfg == dec.default_config("bf16", D, page, grain) and cfg.fp8
+    assert cfg == dec.fp8_variant(dec.default_config("bf16", D, page, grain), variant, page) and cfg.fp8
+    assert plan.bn == cfg.bn
     p = plan.problem
     tensors = {"q": q_bits, "k_cache": c["k_cache"], "v_cache": c["v_cache"], "cache_seqlens": lens,
                "page_table": table, "k_scale": c["k_scale"], "v_scale": c["v_scale"],
@@ -116,10 +118,29 @@ def _lowp(c: dict, page: int | None, grain: str) -> tuple:
     return np.stack(outs), np.stack(lses)
 
 
-@pytest.mark.parametrize("page,grain", [(None, "tensor"), (PAGE, "kv_head"), (PAGE, "block"), (None, "block")])
+CASES = [(None, "tensor"), (PAGE, "kv_head"), (PAGE, "block"), (None, "block")]
+# the FP8 variants (dec.FP8_VARIANTS): every scale granularity of the converter warpgroup's ring
+# (cw2; cw3 wraps its 3-stage ring over the 3 tiles differently), both fetches of 128-key tiles,
+# and every granularity of the split conversion
+VARIANT_CASES = [("cw2", page, grain) for page, grain in CASES] + [("cw3", PAGE, "block"), ("cw3", None, "kv_head")] \
+    + [("bn128", None, "tensor"), ("bn128", PAGE, "kv_head")] \
+    + [("split", None, "tensor"), ("split", PAGE, "kv_head"), ("split", PAGE, "block"), ("split", None, "block")]
+
+
+@pytest.mark.parametrize("page,grain", CASES)
 def test_fp8_decode_through_the_interpreter(page, grain):
+    _check(page, grain, "default")
+
+
+@pytest.mark.parametrize("variant,page,grain", VARIANT_CASES)
+def test_fp8_decode_variant_through_the_interpreter(variant, page, grain, monkeypatch):
+    monkeypatch.setenv(dec.FP8_VARIANT_ENV, variant)
+    _check(page, grain, variant)
+
+
+def _check(page, grain, variant):
     c = _case(page, grain)
-    out, lse = _interpret(page, grain, c)
+    out, lse = _interpret(page, grain, c, variant)
     ref = kvcache_reference(c["q"].float().numpy(), c["k_cache"], c["v_cache"], c["lens"], c["table"],
                             softmax_scale=D ** -0.5, causal=True, k_scale=c["k_scale"], v_scale=c["v_scale"])
     low_o, low_l = _lowp(c, page, grain)

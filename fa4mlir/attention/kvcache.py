@@ -454,13 +454,14 @@ class KVCachePlan:
 def plan_problem(problem: KVCacheProblem, num_sms: int, arch: str = "sm_90a") -> KVCachePlan:
     """The schedule of a checked problem on a device of ``num_sms`` SMs (deviceless)."""
     gqa = pack_gqa(problem.seqlen_q, problem.heads, problem.kv_heads)
-    bn = DECODE_BN[problem.head_dim]
     ctas = problem.batch * problem.kv_heads * gqa.m_tiles_per_kv_head
     # a wave is every CTA the device holds at once: two per SM for the kernels that fit half an SM
     cache = problem.cache
     grain = {"tensor": "tensor", "kv_head": "kv_head", "block_kv_head": "block"}[cache.k_scale.value] \
         if cache.quantized and cache.k_scale else ""
-    kernel = decode_cfg.default_config(problem.dtype, problem.head_dim, cache.page_size if cache.paged else None, grain)
+    # default_config's kernel, or an FP8 variant (runtime_config: FA4MLIR_DECODE_FP8_VARIANT)
+    kernel = decode_cfg.runtime_config(problem.dtype, problem.head_dim, cache.page_size if cache.paged else None, grain)
+    bn = kernel.bn      # DECODE_BN[head_dim] unless an FP8 variant's tile differs
     slots = num_sms * kernel.ctas_per_sm
     splits = problem.num_splits or num_splits_heuristic(ctas, problem.max_seqlen_k, bn, slots)
     if problem.num_splits is None and cache.paged and splits == 1:

@@ -105,7 +105,7 @@ def configs_for(plan: KVCachePlan) -> tuple[dec.DecodeConfig, dec.CombineConfig 
             raise UnsupportedFeatureError(_err(f"k_scale and v_scale of different granularities ({cache.k_scale.value}, "
                                                f"{cache.v_scale.value}) are not built: give both one granularity"))
         kv_scale = GRAINS[cache.k_scale.value]
-    split = dec.default_config(p.dtype, p.head_dim, page_size, kv_scale, unsplit=plan.unsplit)
+    split = dec.runtime_config(p.dtype, p.head_dim, page_size, kv_scale, unsplit=plan.unsplit)
     try:
         split.validate()
     except ValueError as exc:
@@ -177,7 +177,7 @@ class _Call:
 
 _CALLS: dict = {}
 _lock = threading.Lock()
-_SIGNATURE_ENV = ("FA4MLIR_BUNDLE", "FA4MLIR_CUBIN_BACKEND", "FA4MLIR_DEBUG")
+_SIGNATURE_ENV = ("FA4MLIR_BUNDLE", "FA4MLIR_CUBIN_BACKEND", "FA4MLIR_DEBUG", dec.FP8_VARIANT_ENV)
 
 
 def _signature(tensors: dict, options: tuple, bundle) -> tuple | None:

@@ -18,8 +18,12 @@ per second, counting only the tokens each sequence holds, K and V once (bytes pe
 cache's own dtype); `tokens_per_s` is cached tokens attended per second (the sum of the
 sequences' lengths over the time), the same for every dtype. Every backend's output is
 checked against a float32 reference on a sample of sequences. `--splits 2,4,8` also times
-fa4mlir with num_splits forced to each (the data the split heuristic is to be set from). JSON to
---out (default decode-bench.json).
+fa4mlir with num_splits forced to each (the data the split heuristic is to be set from).
+`--decode-variant default,cw2,cw3,bn128` also times, on the *_fp8 workloads, fa4mlir with each FP8
+kernel variant (attention_decode_sm90_config.FP8_VARIANTS, chosen per call through
+FA4MLIR_DECODE_FP8_VARIANT, part of the call cache's key) as backends `fa4mlir[NAME]` (a bundle
+must hold them: `python -m fa4mlir bundle --set decode-fp8-variants`). JSON to --out (default
+decode-bench.json).
 """
 from __future__ import annotations
 
@@ -70,8 +74,9 @@ def _first(x):
     return x[0] if isinstance(x, tuple) else x
 
 
-def workload(torch, name: str, fa4, splits=()):
-    """(backends {label: fn}, K/V bytes, cached tokens, check(out) -> max error) of one workload."""
+def workload(torch, name: str, fa4, splits=(), variants=()):
+    """(backends {label: fn}, K/V bytes, cached tokens, check(out) -> max error) of one workload;
+    ``variants``: FP8 decode variants to time too (the *_fp8 workloads)."""
     import torch.nn.functional as F
     import fa4mlir
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -80,7 +85,7 @@ def workload(torch, name: str, fa4, splits=()):
     fa4_func, fa4_varlen = fa4 or (None, None)
     backends = {}
     if name.endswith("_fp8"):
-        return _fp8_workload(torch, name[:-4])
+        return _fp8_workload(torch, name[:-4], variants)
     if name in ("decode_dense", "decode_spec4"):
         b, sq, sk = (64, 1, 8192) if name == "decode_dense" else (32, 4, 4096)
         q = torch.randn(b, sq, H, D, dtype=bf, device="cuda")
@@ -132,10 +137,30 @@ def kv_bytes(tokens: int, elem_bytes: int, scale_floats: int = 0) -> int:
     return 2 * tokens * HK * D * elem_bytes + 4 * scale_floats
 
 
-def _fp8_workload(torch, base: str):
-    """``base``'s shapes and seeds with the cache in e4m3 and per-KV-head scales: fa4mlir only,
-    checked against a float32 reference over the dequantised rows; the rate counts e4m3 bytes
-    (1 per element) plus the k and v scales (HK float32 each)."""
+def _with_variant(call, name: str):
+    """``call`` run with FA4MLIR_DECODE_FP8_VARIANT=name (the call cache keys on it), restored after."""
+    import os
+
+    from ..kernels.attention_decode_sm90_config import FP8_VARIANT_ENV
+
+    def run():
+        before = os.environ.get(FP8_VARIANT_ENV)
+        os.environ[FP8_VARIANT_ENV] = name
+        try:
+            return call()
+        finally:
+            if before is None:
+                del os.environ[FP8_VARIANT_ENV]
+            else:
+                os.environ[FP8_VARIANT_ENV] = before
+    return run
+
+
+def _fp8_workload(torch, base: str, variants=()):
+    """``base``'s shapes and seeds with the cache in e4m3 and per-KV-head scales: fa4mlir only (and
+    ``variants``, FP8 kernel variants, as `fa4mlir[NAME]`), checked against a float32 reference
+    over the dequantised rows; the rate counts e4m3 bytes (1 per element) plus the k and v scales
+    (HK float32 each)."""
     import fa4mlir
     bf = torch.bfloat16
     torch.manual_seed(0)
@@ -169,7 +194,8 @@ def _fp8_workload(torch, base: str):
         call = lambda: fa4mlir.flash_attn_with_kvcache(q, k8, v8, lens, k_scale=k_scale,   # noqa: E731
                                                        v_scale=v_scale)
     total = int(lens.sum())
-    return ({"fa4mlir": call}, kv_bytes(total, 1, 2 * HK), total,
+    backends = {"fa4mlir": call, **{f"fa4mlir[{n}]": _with_variant(call, n) for n in variants}}
+    return (backends, kv_bytes(total, 1, 2 * HK), total,
             lambda o: float((o[:1].float() - want).abs().max()))
 
 
@@ -196,7 +222,8 @@ def run(args) -> int:
     for name in names:
         try:
             splits = [int(x) for x in (args.splits or "").split(",") if x]
-            backends, nbytes, tokens, check = workload(torch, name, fa4, splits)
+            variants = [x for x in (getattr(args, "decode_variant", "") or "").split(",") if x]
+            backends, nbytes, tokens, check = workload(torch, name, fa4, splits, variants)
         except Exception as e:  # noqa: BLE001
             results.append({"workload": name, "error": f"setup {type(e).__name__}: {e}"[:300]})
             print(f"{name}: setup fails: {e}", flush=True)

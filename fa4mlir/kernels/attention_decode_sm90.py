@@ -10,7 +10,7 @@ Grid: x = m_tile + m_tiles * split, y = the CTA's head block (a KV head when GQA
 query head), z = batch. Packed row r of the CTA (decode_schedule.PackGQA) is query token
 r // cta_heads of query head y * cta_heads + r % cta_heads (cta_heads = group packed, else 1).
 
-Roles (5 warps, 160 threads; 6 with the gather's two producer warps; no setmaxnreg: neither role
+Roles (5 warps, 160 threads; 6 with the gather's two producer warps; 4 more with a converter; no setmaxnreg: neither role
 is register-bound, and the small block lets two CTAs share an SM, attention_decode_sm90_config.DEFAULT_STAGES):
     warp 4        `load`  one elected thread: for each KV tile j of the split, K_j then V_j into
                           rings of `stages` (k_pipe, v_pipe), each tile as bn / box_rows TMA boxes
@@ -28,6 +28,8 @@ is register-bound, and the small block lets two CTAs share an SM, attention_deco
                           (an e4m3 cache: K_j and V_j waited for and converted together first,
                           note "FP8"), then the epilogue: O / l and LSE into the partial workspaces
                           (unsplit: O / l in q's dtype into out, the LSE into lse).
+    warps 4-7     `cvt`   only with cfg.converter_stages > 0 (note "Converter"; the producer then is
+                          warp 8, or 8-9 for the gather): e4m3 K_j, V_j -> a ring of f16 pairs.
 
 Note "Paged boxes": the cache is a 4-D tensor [pages, page_rows, kv_heads, D] to TMA (a contiguous
 cache: [batch, seqlen_cache, kv_heads, D], the page being the sequence). A paged tile of bn tokens
@@ -49,6 +51,19 @@ Scales never touch the tiles: a per-tensor or per-KV-head k_scale multiplies the
 and v_scale the epilogue's 1 / l; per-block (page or token block) scales multiply S's columns
 after Q K^T and P's columns before P V (the row sum l takes P unscaled), with a token's v scale
 forced to 0 at or past L_b.
+
+Variants of the FP8 consumer (attention_decode_sm90_config.FP8_VARIANTS, to be timed): with
+cfg.convert_split the consumer converts K_j, issues S_j, then converts V_j while S_j runs on the
+tensor cores (one fence and barrier per tile each), so V's conversion overlaps the first GEMM.
+
+Note "Converter" (cfg.converter_stages = n > 0): the conversion leaves the consumer. The e4m3
+rings' consumer is the converter warpgroup (warps 4-7, common/e4m3_converter.py): per tile it
+waits for K_j and V_j, acquires a free pair of the f16 ring `c_pipe` (n stages of K16 + V16),
+converts with the consumer's slot map, fences to the async proxy and commits (128 arrivals), then
+releases the e4m3 stages (128 arrivals). The mma warpgroup waits for pair j, runs S, the softmax
+(block scales as in note "FP8") and P V, and releases the pair once P V retired. The conversion of
+tiles j+1 .. j+n overlaps tile j's GEMMs and softmax. 288 threads (320 with the gather): one CTA
+per SM (two would cap ptxas at 96 registers, where the consumer spills).
 
 Note "Unsplit": with one split the combine's arithmetic is exact: weight exp2((lse_0 - lse_0) log2 e)
 = 1, sum 1, 1 / sum = exp2(-log2 1) = 1, LSE lse_0 + log2(1) ln 2 = lse_0; it writes O_0 (= O * (1 / l),
@@ -85,7 +100,7 @@ from .. import dsl
 from ..dialect import builders as fa4
 from ..dsl import ELEM_BYTES, KernelBuilder, PipeState, Value, const, fast_div, fma, fmax, log2, select, tree_reduce, undef, vec
 from .attention_decode_sm90_config import TILE_M, DecodeConfig
-from .common import e4m3_tile
+from .common import e4m3_converter, e4m3_tile
 from .common.softmax import max_update
 from .common.wgmma import a_frag_pairs, acc_col, acc_pair, acc_row, row_regs, wait_group
 
@@ -98,6 +113,9 @@ NEG_INF = float("-inf")
 BAR_CONSUMER = 1       # named barrier of the consumer warpgroup (128 threads)
 GATHER_UNROLL = 8      # cp.asyncs per trip of the gather's copy loop (note "Gather"): first guess
 BAR_GATHER = 2         # named barrier of the gather's producer warps
+# cfg.convert_split: V's e4m3 loads in flight during its conversion, next to S_j's 32 accumulators
+# (2, e4m3_tile.LOADS_AHEAD, spills 12 bytes at paged block scales)
+SPLIT_V_LOADS_AHEAD = 1
 
 
 def build(cfg: DecodeConfig = DecodeConfig()) -> dsl.KernelIR:
@@ -113,21 +131,29 @@ def build(cfg: DecodeConfig = DecodeConfig()) -> dsl.KernelIR:
         q_smem = kb.smem("q_smem", TILE_M * cfg.d_chunks * SWIZZLE)
         k_smem = kb.smem("k_smem", cfg.stages * cfg.tile_bytes())
         v_smem = kb.smem("v_smem", cfg.stages * cfg.tile_bytes())
-        # FP8: the tiles the tensor cores read, converted to f16 (else the ring stages themselves)
-        staged = (kb.smem("k16_smem", cfg.staged_bytes()), kb.smem("v16_smem", cfg.staged_bytes())) if cfg.fp8 else None
+        # FP8: the tiles the tensor cores read, converted to f16 (else the ring stages themselves);
+        # with a converter warpgroup, a ring of converter_stages of them (note "Converter")
+        copies = cfg.converter_stages or 1
+        staged = (kb.smem("k16_smem", copies * cfg.staged_bytes()),
+                  kb.smem("v16_smem", copies * cfg.staged_bytes())) if cfg.fp8 else None
         rows_smem = kb.smem("gather_rows", cfg.bn * 8, align=16) if cfg.gather else None   # note "Gather"
         # a gather's 32 lanes each commit once (after their cp_async_arrive): 32 arrivals per fill
         arrivals = 32 * cfg.producer_warps if cfg.gather else 1
-        k_pipe = kb.pipeline("k_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
-                             producer_arrivals=arrivals)
-        v_pipe = kb.pipeline("v_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
-                             producer_arrivals=arrivals)
+        # the e4m3 rings' consumer: the converter warpgroup, every thread releasing, or the mma warpgroup's leader
+        readers = dict(consumers=["cvt"], consumer_arrivals=128) if cfg.converter else dict(consumers=["mma"])
+        k_pipe = kb.pipeline("k_pipe", num_stages=cfg.stages, producer="load", producer_arrivals=arrivals, **readers)
+        v_pipe = kb.pipeline("v_pipe", num_stages=cfg.stages, producer="load", producer_arrivals=arrivals, **readers)
+        c_pipe = kb.pipeline("c_pipe", num_stages=cfg.converter_stages, producer="cvt", consumers=["mma"],
+                             producer_arrivals=128) if cfg.converter else None
         kb.pipeline_init()
         work = _Work(kb, cfg, p)
         with kb.warp_roles():
             with kb.role("mma", first_warp=0, num_warps=4, regs=0):
-                _mma_role(kb, cfg, work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, staged)
-            with kb.role("load", first_warp=4, num_warps=cfg.producer_warps, regs=0):
+                _mma_role(kb, cfg, work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, staged, c_pipe)
+            if cfg.converter:
+                with kb.role("cvt", first_warp=4, num_warps=4, regs=0):
+                    e4m3_converter.converter_role(kb, cfg, work, (k_smem, v_smem), (k_pipe, v_pipe), staged, c_pipe)
+            with kb.role("load", first_warp=cfg.producer_first_warp, num_warps=cfg.producer_warps, regs=0):
                 if cfg.gather:
                     _gather_role(kb, cfg, work, p, k_smem, v_smem, k_pipe, v_pipe, rows_smem)
                 else:
@@ -240,7 +266,7 @@ def _gather_role(kb, cfg, work: _Work, p, k_smem, v_smem, k_pipe, v_pipe, rows_s
     (net zero: the phase waits for its copies) and commits once; the pipelines count 32 x warps
     producer arrivals."""
     nthreads = 32 * cfg.producer_warps
-    pt = kb.thread_idx(0) - 128                    # 0 .. nthreads - 1
+    pt = kb.thread_idx(0) - 32 * cfg.producer_first_warp       # 0 .. nthreads - 1
     lane, warp = pt % 32, pt // 32
     esize = 1 if cfg.fp8 else ELEM_BYTES[cfg.dtype]
     units = cfg.head_dim * esize // 16
@@ -552,6 +578,56 @@ def _kv_tile_fp8(cs: _Consumer, bufs, j: Value, carry, masked: bool):
     return s.advance(), o, tuple(m), tuple(l)
 
 
+def _kv_tile_fp8_split(cs: _Consumer, bufs, j: Value, carry, masked: bool):
+    """One KV tile of an e4m3 cache, cfg.convert_split (note "FP8"): K_j converted, fenced, synced
+    and released, S_j issued; V_j converted (rows past L_b as zeros) while S_j runs on the tensor
+    cores, fenced, synced and released; then S_j waited for, softmax and P V as _kv_tile_fp8."""
+    q_smem, k_smem, v_smem, k_pipe, v_pipe, (k16_smem, v16_smem) = bufs
+    kb, cfg, work = cs.kb, cs.cfg, cs.work
+    s, o, m, l = carry
+    at = s.stage * cfg.tile_bytes()
+    # 1. K_j to f16 (k16 is free: S_{j-1} retired), S_j issued
+    k_pipe.consumer_wait(s)
+    e4m3_tile.emit_convert(kb, cs.t, [(kb.gep(k_smem, at, "i8"), k16_smem, None)], cfg.bn, cfg.head_dim)
+    kb.fence("async_smem")
+    cs.barrier()
+    cs.release(s, k_pipe)
+    s_acc = _issue_s(cs, q_smem, k16_smem)
+    # 2. V_j to f16 while S_j runs (v16 is free: P V_{j-1} retired)
+    v_pipe.consumer_wait(s)
+    valid = work.length - j * cfg.bn if masked else None
+    e4m3_tile.emit_convert(kb, cs.t, [(kb.gep(v_smem, at, "i8"), v16_smem, valid)], cfg.bn, cfg.head_dim,
+                           ahead=SPLIT_V_LOADS_AHEAD)
+    kb.fence("async_smem")
+    cs.barrier()
+    cs.release(s, v_pipe)
+    # 3. softmax of S_j, O *= alpha, O += P V_j
+    s_acc = wait_group(s_acc, pending=0)
+    col_scales = _block_scales(cs, j) if cfg.kv_scale == "block" else None
+    frags, m, l, alpha = _softmax(cs, s_acc, j, m, l, masked, col_scales)
+    o = vec(*[o[i] * alpha[acc_row(i)] for i in range(cs.n_o)])
+    o = wait_group(_issue_pv(cs, v16_smem, frags, o), pending=0)
+    return s.advance(), o, tuple(m), tuple(l)
+
+
+def _kv_tile_converted(cs: _Consumer, bufs, j: Value, carry, masked: bool):
+    """One KV tile of an e4m3 cache with a converter warpgroup (note "Converter"): wait for the
+    converter's f16 pair of tile j, S, softmax, P V, then release the pair (its wgmma groups
+    retired: wait_group 0). V rows past L_b arrive as zeros."""
+    q_smem, _, _, _, _, (k16_smem, v16_smem), c_pipe = bufs
+    kb, cfg = cs.kb, cs.cfg
+    c, o, m, l = carry
+    c_pipe.consumer_wait(c)
+    at = c.stage * cfg.staged_bytes()
+    s_acc = wait_group(_issue_s(cs, q_smem, kb.gep(k16_smem, at, "i8")), pending=0)
+    col_scales = _block_scales(cs, j) if cfg.kv_scale == "block" else None
+    frags, m, l, alpha = _softmax(cs, s_acc, j, m, l, masked, col_scales)
+    o = vec(*[o[i] * alpha[acc_row(i)] for i in range(cs.n_o)])
+    o = wait_group(_issue_pv(cs, kb.gep(v16_smem, at, "i8"), frags, o), pending=0)
+    cs.release(c, c_pipe)
+    return c.advance(), o, tuple(m), tuple(l)
+
+
 def _scalar_scales(cs: _Consumer):
     """FP8 per-tensor or per-KV-head scales (k's, v's), or (None, None) (note "FP8")."""
     kb, cfg, p, work = cs.kb, cs.cfg, cs.p, cs.work
@@ -562,24 +638,27 @@ def _scalar_scales(cs: _Consumer):
             kb.load(kb.gep(p["v_scale"], at, "f32"), "f32", align=4))
 
 
-def _mma_role(kb, cfg, work: _Work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, staged):
+def _mma_role(kb, cfg, work: _Work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, staged, c_pipe=None):
     cs = _Consumer(kb, cfg, work, p)
     k_scale, v_scale = _scalar_scales(cs)
     if k_scale is not None:    # S's scale: softmax_scale x k_scale (the LSE too)
         cs.scale_log2 = cs.scale_log2 * k_scale
     _load_q(cs, q_smem)
     f32 = "f32"
-    bufs = (q_smem, k_smem, v_smem, k_pipe, v_pipe, staged)
+    bufs = (q_smem, k_smem, v_smem, k_pipe, v_pipe, staged) + ((c_pipe,) if cfg.converter else ())
     # tiles every row sees entirely need no mask: keys < min over the rows of `end` (token 0's)
     hidden0 = (work.seqlen_q - 1) * p["causal"]
     full = (work.length - hidden0).smax(0) // cfg.bn
     split = full.smax(work.begin).smin(work.end)
     neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
-    state = (k_pipe.initial_state(), const(0.0, (f32, cs.n_o)), (neg_inf, neg_inf), (zero, zero))
+    ring = c_pipe if cfg.converter else k_pipe
+    state = (ring.initial_state(), const(0.0, (f32, cs.n_o)), (neg_inf, neg_inf), (zero, zero))
+    tile = _kv_tile_converted if cfg.converter else _kv_tile_fp8_split if cfg.convert_split \
+        else _kv_tile_fp8 if cfg.fp8 else _kv_tile
     for lo, hi, masked in ((work.begin, split, False), (split, work.end, True)):
         loop = kb.for_(lo, hi, 1, carry=state)
         with loop as (j, carried):
-            loop.yield_(*(_kv_tile_fp8 if cfg.fp8 else _kv_tile)(cs, bufs, j, carried, masked))
+            loop.yield_(*tile(cs, bufs, j, carried, masked))
         state = loop.results
     _epilogue(cs, state[1], state[2], state[3], v_scale)
 

@@ -61,6 +61,11 @@ GATHER_WARPS = 2                      # producer warps of the gather (note "Gath
 GATHER_MAX_CACHE_BYTES = 16 << 32     # the gather's row offsets are u32 counts of 16 bytes (note "Gather")
 
 
+# fields in the compile key only when set: the keys, names and code of the kernels built before
+# they existed stay the same
+OPTIONAL_KEY_FIELDS = ("varlen_q", "converter_stages", "convert_split")
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     dtype: str = "bf16"
@@ -74,6 +79,9 @@ class DecodeConfig:
     gather: bool = False          # paged: rows by a cp.async gather (box_rows 1), not TMA boxes
     unsplit: bool = False         # num_splits == 1: O in q's dtype and the LSE into out, lse (no combine)
     varlen_q: bool = False        # packed q [total_q, heads, D] by cu_seqlens_q (note "Varlen q" of the kernel)
+    converter_stages: int = 0     # FP8: 0 converts in the consumer; n > 0: a converter warpgroup fills a ring of n
+                                  # f16 K/V tile pairs (the kernel's note "Converter")
+    convert_split: bool = False   # FP8, in the consumer: K_j converted, S_j issued, V_j converted while S_j runs
 
     @property
     def params(self) -> tuple:
@@ -103,8 +111,18 @@ class DecodeConfig:
         return GATHER_WARPS if self.gather else 1
 
     @property
+    def converter(self) -> bool:
+        return self.converter_stages > 0
+
+    @property
+    def producer_first_warp(self) -> int:
+        """The producer's first warp: 4, or 8 behind the converter warpgroup (warps 4-7)."""
+        return 8 if self.converter else 4
+
+    @property
     def threads(self) -> int:
-        return 128 + 32 * self.producer_warps    # warps 0-3: the consumer warpgroup, warp 4 (on): the producer
+        # warps 0-3: the consumer warpgroup, [4-7: the converter warpgroup], then the producer
+        return 32 * self.producer_first_warp + 32 * self.producer_warps
 
     @property
     def ctas_per_sm(self) -> int:
@@ -126,7 +144,11 @@ class DecodeConfig:
 
     def smem_bytes(self) -> int:
         q = TILE_M * self.head_dim * 2
-        return (q + 2 * self.stages * self.tile_bytes() + 2 * self.staged_bytes()
+        if self.converter:    # the converter's ring: converter_stages (K, V) f16 pairs and their barriers
+            staged = 2 * self.converter_stages * (self.staged_bytes() + MBARRIER_BYTES)
+        else:
+            staged = 2 * self.staged_bytes()
+        return (q + 2 * self.stages * self.tile_bytes() + staged
                 + 2 * 2 * self.stages * MBARRIER_BYTES + (self.bn * 8 if self.gather else 0))
 
     def validate(self) -> "DecodeConfig":
@@ -155,6 +177,11 @@ class DecodeConfig:
         if (self.kv_scale not in SCALES) if self.fp8 else self.kv_scale:
             raise ConfigError(f"kv_scale must be one of {SCALES} for an FP8 cache and '' otherwise, got "
                               f"{self.kv_scale!r}")
+        if self.converter_stages < 0 or (self.converter and not self.fp8):
+            raise ConfigError(f"converter_stages (a converter warpgroup for an FP8 cache) must be 0, or > 0 with "
+                              f"kv_dtype 'e4m3'; got {self.converter_stages} with kv_dtype {self.kv_dtype!r}")
+        if self.convert_split and (not self.fp8 or self.converter):
+            raise ConfigError("convert_split is for an FP8 cache converted in the consumer (converter_stages 0)")
         if self.varlen_q and self.fp8:
             raise ConfigError("varlen_q (flash_attn_varlen_func's paged path) is built for bf16/f16 caches only, "
                               f"got kv_dtype={self.kv_dtype!r}")
@@ -164,15 +191,17 @@ class DecodeConfig:
         return self
 
     def key(self) -> dict:
-        """The compile key: every field (varlen_q only when set, so that the keys, names and code
+        """The compile key: every field (OPTIONAL_KEY_FIELDS only when set, so that the keys, names and code
         of the kernels built before it existed are unchanged)."""
-        fields = {n: v for n, v in self.__dict__.items() if n != "varlen_q" or v}
+        fields = {n: v for n, v in self.__dict__.items() if n not in OPTIONAL_KEY_FIELDS or v}
         return {"kernel": KERNEL, **fields}
 
     def name(self) -> str:
         fp8 = f"_e4m3_{self.kv_scale}" if self.fp8 else ""
         return (f"{KERNEL}_{self.dtype}_d{self.head_dim}_n{self.bn}_s{self.stages}"
-                f"_{self._fetch_name()}{fp8}{'_unsplit' if self.unsplit else ''}{'_varlen' if self.varlen_q else ''}")
+                f"_{self._fetch_name()}{fp8}{f'_cw{self.converter_stages}' if self.converter else ''}"
+                f"{'_ks' if self.convert_split else ''}"
+                f"{'_unsplit' if self.unsplit else ''}{'_varlen' if self.varlen_q else ''}")
 
     def _fetch_name(self) -> str:
         if not self.paged:
@@ -254,6 +283,83 @@ def default_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: s
         while replace(two, stages=two.stages + 1).ctas_per_sm == 2:
             two = replace(two, stages=two.stages + 1)
     return two
+
+
+# ----------------------------------------------------------------------------------------------
+# FP8 variants (issue #27's FP8 bar): alternatives to default_config's FP8 kernel, to be timed
+# ----------------------------------------------------------------------------------------------
+
+# name -> (converter_stages, bn or None for default_config's, CTAs per SM): stages are the most the
+# SMEM of that many CTAs per SM holds (`_most_stages`). "cwN": a converter warpgroup with a ring
+# of N f16 pairs (the kernel's note "Converter"), one CTA per SM (288 threads: two CTAs would cap
+# ptxas at 96 registers, where the consumer spills about 700 bytes); "bn128": the in-consumer
+# conversion over tiles of 128 keys, one CTA per SM; "split": default_config's tiles, the consumer
+# converting K_j, issuing S_j, then converting V_j while S_j runs (the kernel's note "FP8"). (A converter over 128-key tiles spills at the
+# 168 registers ptxas gives 288 threads: not offered.) bf16/f16 caches have no variants.
+FP8_VARIANTS = {
+    "default": None,
+    "cw2": (2, None, 1),
+    "cw3": (3, None, 1),
+    "bn128": (0, 128, 1),
+    "split": "convert_split",
+}
+# scale granularities a variant is built for (others: all of SCALES): 128-key tiles with block
+# scales spill 20 bytes at 255 registers (the scales of 64 S columns a thread)
+FP8_VARIANT_SCALES = {"bn128": ("tensor", "kv_head")}
+FP8_VARIANT_ENV = "FA4MLIR_DECODE_FP8_VARIANT"
+MAX_FP8_STAGES = 12      # a bound on the e4m3 ring, far past what the latency needs
+
+
+def _most_stages(cfg: DecodeConfig, ctas: int) -> DecodeConfig | None:
+    """cfg with the most stages (2 .. MAX_FP8_STAGES) whose SMEM fits `ctas` CTAs per SM, or None."""
+    limit = MAX_SMEM_2CTA if ctas == 2 else SMEM_LIMIT
+    best = None
+    for stages in range(2, MAX_FP8_STAGES + 1):
+        c = replace(cfg, stages=stages)
+        if c.smem_bytes() <= limit:
+            best = c
+    return best
+
+
+def fp8_variant(cfg: DecodeConfig, name: str, page_size: int | None) -> DecodeConfig:
+    """default_config's FP8 kernel ``cfg`` for a cache of ``page_size`` (None: contiguous) as
+    variant ``name`` of FP8_VARIANTS (ConfigError for an unknown name, a non-FP8 cfg, or a variant
+    the SMEM cannot hold, a gather (small-page) cache, or a scale granularity outside
+    FP8_VARIANT_SCALES[name])."""
+    if name not in FP8_VARIANTS:
+        raise ConfigError(f"unknown FP8 decode variant {name!r}; known: {', '.join(FP8_VARIANTS)}")
+    if not cfg.fp8:
+        raise ConfigError(f"FP8 decode variant {name!r} is for an e4m3 cache; {cfg.name()} is not one")
+    if FP8_VARIANTS[name] is None:
+        return cfg
+    if cfg.gather:    # small pages: the variants were neither compiled nor interpreted with the gather
+        raise ConfigError(f"FP8 decode variant {name!r} is built for TMA fetches, not the cp.async gather of "
+                          f"{cfg.name()}")
+    if cfg.kv_scale not in FP8_VARIANT_SCALES.get(name, SCALES):
+        raise ConfigError(f"FP8 decode variant {name!r} is built for scales {FP8_VARIANT_SCALES[name]}, not "
+                          f"{cfg.kv_scale!r}")
+    if FP8_VARIANTS[name] == "convert_split":    # default_config's tiles and stages
+        return replace(cfg, convert_split=True).validate()
+    converter_stages, bn, ctas = FP8_VARIANTS[name]
+    bn = bn or cfg.bn
+    box_rows = 1 if cfg.gather else box_rows_for(bn, page_size)
+    out = _most_stages(replace(cfg, converter_stages=converter_stages, bn=bn, box_rows=box_rows), ctas)
+    if out is None or out.ctas_per_sm != ctas:
+        raise ConfigError(f"FP8 decode variant {name!r} of {cfg.name()}: no stage count fits {ctas} CTA(s) per SM")
+    return out.validate()
+
+
+def runtime_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: str = "",
+                   unsplit: bool = False, variant: str | None = None) -> DecodeConfig:
+    """The decode kernel a call runs: default_config's, or for an FP8 cache the FP8_VARIANTS entry
+    named by ``variant`` or else the environment's FA4MLIR_DECODE_FP8_VARIANT (unset: "default";
+    for `bench decode --decode-variant`). bf16/f16 caches always get default_config's."""
+    cfg = default_config(dtype, head_dim, page_size, kv_scale, unsplit=unsplit)
+    if not cfg.fp8:
+        return cfg
+    import os
+    name = variant or os.environ.get(FP8_VARIANT_ENV) or "default"
+    return fp8_variant(cfg, name, page_size)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -88,12 +88,12 @@ def f16_offset(row, piece, half: int, bn: int):
     return chunk * (bn * SWIZZLE) + row * SWIZZLE + (unit ^ (row % UNITS)) * 16
 
 
-def emit_convert(kb, t: Value, tiles, bn: int, head_dim: int) -> None:
+def emit_convert(kb, t: Value, tiles, bn: int, head_dim: int, ahead: int = LOADS_AHEAD) -> None:
     """Convert e4m3 tiles to f16, thread t's slots of every tile: `tiles` is [(src, dst, valid)],
     src the e4m3 tile, dst its f16 copy, valid None or a Value: rows at or past it are written as
     zeros. Slot by slot, the tiles of a slot one after the other, each piece's load issued
-    LOADS_AHEAD pieces ahead of its fa4.cvt_e4m3x2s (exact) and stores. The caller fences the stores
-    to the async proxy and syncs the warpgroup."""
+    `ahead` (LOADS_AHEAD) pieces ahead of its fa4.cvt_e4m3x2s (exact) and stores. The caller fences
+    the stores to the async proxy and syncs the warpgroup (or arrives on a barrier)."""
     slots = [slot(t, i, head_dim) for i in range(slots_per_thread(bn, head_dim))]
     items = [(row, piece, tile) for row, piece in slots for tile in tiles]
     loads = []
@@ -104,7 +104,7 @@ def emit_convert(kb, t: Value, tiles, bn: int, head_dim: int) -> None:
             loads.append(kb.load(kb.gep(src, e4m3_offset(row, piece, head_dim), "i8"), ("i32", 4), align=16))
 
     zero = const(0, ("i32", 4))
-    for _ in range(LOADS_AHEAD):
+    for _ in range(ahead):
         issue()
     for n, (row, piece, (_, dst, valid)) in enumerate(items):
         issue()

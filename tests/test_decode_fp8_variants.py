@@ -1,0 +1,149 @@
+"""The FP8 decode variants (attention_decode_sm90_config.FP8_VARIANTS: a converter warpgroup with
+a ring of f16 pairs, 128-key tiles, the split conversion), without a GPU:
+
+* every kernel of the `decode-fp8-variants` bundle set that the `decode` set lacks compiles
+  (through fa4-verify-pipelines: the converter's ring `c_pipe` and the e4m3 rings it consumes with
+  128 arrivals) with no spills, no stack frame and no serialised wgmma, in the SMEM its config
+  plans, one CTA per SM for the converter (288 threads) and the 128-key tiles;
+* the variants keep default_config's kernels as they were: the compile key and name of a config
+  without them hold no new field (so cached and bundled kernels keep their keys);
+* the variant the runtime picks: FA4MLIR_DECODE_FP8_VARIANT through runtime_config (plan_problem
+  and configs_for), an unknown name a ConfigError, bf16/f16 caches never a variant;
+* the consumer's loop of a converter variant holds no e4m3 conversion and the converter's loop
+  every one (SASS, when nvdisasm is installed).
+Numerics: tests/test_interpret_decode_sm90.py runs every variant through the interpreter.
+"""
+from __future__ import annotations
+
+import pytest
+
+from fa4mlir import compiler, kernel_sets, kernels, lowering
+from fa4mlir.kernels import attention_decode_sm90_config as dec
+from fa4mlir.kernels.common.fields import ConfigError
+from fa4mlir.passes.plan_smem import SMEM_LIMIT
+
+DEFAULTS = set(kernel_sets.SETS["decode"]())
+ENTRIES = [e for e in kernel_sets.SETS["decode-fp8-variants"]() if e not in DEFAULTS]
+_COMPILED: dict = {}
+
+
+def _compiled(entry):
+    if entry not in _COMPILED:
+        name, cfg = entry
+        _COMPILED[entry] = lowering.lower(kernels.module(name).build(cfg), compiler.resolve_options(name, debug=False))
+    return _COMPILED[entry]
+
+
+def test_the_set_holds_every_variant_of_every_case():
+    names = {cfg.name() for _, cfg in ENTRIES}
+    cases = kernel_sets.DECODE_FP8_VARIANT_CASES
+    want = sum(2 for name in dec.FP8_VARIANTS if name != "default" for *_, grain in cases
+               if grain in dec.FP8_VARIANT_SCALES.get(name, dec.SCALES))
+    assert len(names) == len(ENTRIES) == want > 2 * len(cases)
+    assert all(cfg.fp8 and (cfg.converter or cfg.bn == 128 or cfg.convert_split) for _, cfg in ENTRIES)
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
+def test_variant_compiles_clean(entry):
+    _, cfg = entry
+    art = _compiled(entry)
+    r = art.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r
+    assert not r["wgmma_serialized"], r
+    assert cfg.smem_bytes() - 1024 <= art.smem_bytes <= SMEM_LIMIT["sm_90a"], (art.smem_bytes, cfg.smem_bytes())
+    assert art.block == (cfg.threads, 1, 1)
+    if cfg.converter:
+        assert cfg.threads == 288 + 32 * (cfg.producer_warps - 1) and cfg.ctas_per_sm == 1
+    if cfg.convert_split:
+        assert cfg.ctas_per_sm == 2       # default_config's tiles and stages
+
+
+def test_default_keys_hold_no_new_field():
+    cfg = dec.default_config("bf16", 128, None, "kv_head")
+    assert not {"converter_stages", "convert_split"} & set(cfg.key())
+    assert "_cw" not in cfg.name() and not cfg.name().endswith("_ks")
+    cw = dec.fp8_variant(cfg, "cw2", None)
+    assert cw.key()["converter_stages"] == 2 and cw.name().endswith("_cw2")
+    assert dec.fp8_variant(cfg, "default", None) is cfg
+
+
+def test_runtime_config_reads_the_variant(monkeypatch):
+    monkeypatch.delenv(dec.FP8_VARIANT_ENV, raising=False)
+    assert dec.runtime_config("bf16", 128, 16, "block") == dec.default_config("bf16", 128, 16, "block")
+    monkeypatch.setenv(dec.FP8_VARIANT_ENV, "bn128")
+    with pytest.raises(ConfigError, match="built for scales"):
+        dec.runtime_config("bf16", 128, 16, "block")
+    cfg = dec.runtime_config("bf16", 128, 16, "kv_head")
+    assert cfg.bn == 128 and cfg.box_rows == 16 and cfg.ctas_per_sm == 1
+    assert dec.runtime_config("bf16", 128, 16) == dec.default_config("bf16", 128, 16)   # bf16 cache: no variant
+    with pytest.raises(ConfigError, match="cp.async gather"):
+        dec.runtime_config("bf16", 128, 1, "block")
+    assert dec.runtime_config("bf16", 128, 1, "block", variant="default").gather
+    monkeypatch.setenv(dec.FP8_VARIANT_ENV, "cw9")
+    with pytest.raises(ConfigError, match="unknown FP8 decode variant"):
+        dec.runtime_config("bf16", 128, None, "tensor")
+    with pytest.raises(ConfigError, match="converter_stages"):
+        dec.DecodeConfig(converter_stages=2).validate()
+
+
+def test_converter_moves_every_conversion_out_of_the_consumer():
+    sass_mod = pytest.importorskip("fa4mlir.sass")
+    if sass_mod.find_nvdisasm() is None:
+        pytest.skip("nvdisasm is not installed")
+    from bench.sass_decode_fp8 import loop_row, loops
+    for name, conv in (("cw2", True), ("default", False)):
+        cfg = dec.fp8_variant(dec.default_config("bf16", 128, None, "kv_head"), name, None)
+        art = _compiled((dec.KERNEL, cfg))
+        rows = [loop_row(x) for x in loops(sass_mod.disassemble(art.cubin))]
+        mma = [r for r in rows if r["hgmma"]]
+        assert mma and all(r["cvt_e4m3"] == (0 if conv else r["cvt_e4m3"]) for r in mma)
+        if conv:
+            assert any(r["cvt_e4m3"] and not r["hgmma"] for r in rows)
+        else:
+            assert all(r["cvt_e4m3"] for r in mma)
+
+
+@pytest.mark.parametrize("variant,page,grain", [("cw2", 16, "block"), ("cw3", None, "tensor"), ("split", 16, "kv_head")])
+def test_verifier_rejects_every_single_op_mutation_of_a_variant(variant, page, grain):
+    """The converter's rings (e4m3 K, V consumed by the converter warpgroup; the f16 pairs `c_pipe`
+    it produces and the consumer waits for) and the split conversion's separate K and V waits: each
+    ring op with its phase flipped, its stage + 1, or erased, is a verifier error."""
+    from fa4mlir.passes import verify_pipelines
+    from fa4mlir.passes._util import PassError, ops_named
+    from tests.test_kvcache_decode import RING_OPS, _mutated_decode
+    cfg = dec.fp8_variant(dec.default_config("bf16", 128, page, grain), variant, page)
+    good = kernels.module(dec.KERNEL).build(cfg)
+    with good.module.context:
+        verify_pipelines.run(good.module.operation)
+        num_ops = len(ops_named(good.module.operation, *RING_OPS))
+    # producer: K and V acquire + commit; consumer(s): wait + release per ring in two loops each;
+    # the converter: K, V wait + release and c_pipe acquire + commit, the consumer c_pipe wait + release
+    assert num_ops == (4 + 2 * 6 + 2 * 2 if cfg.converter else 12), num_ops
+    for index in range(num_ops):
+        for how in ("phase ^ 1", "stage + 1", "erase"):
+            kir = _mutated_decode(cfg, index, how)
+            if kir is None:
+                continue
+            with kir.module.context, pytest.raises(PassError):
+                verify_pipelines.run(kir.module.operation)
+
+
+def test_the_set_holds_every_kernel_the_gpu_test_picks():
+    from tests.gpu import test_decode_fp8_variants_gpu as gpu
+    names = {cfg.name() for _, cfg in kernel_sets.SETS["decode-fp8-variants"]()}
+    for variant, page, grain in gpu.CASES:
+        for unsplit in (False, True):
+            cfg = dec.fp8_variant(dec.default_config("bf16", 128, page, grain, unsplit=unsplit), variant, page)
+            assert cfg.name() in names, cfg.name()
+
+
+def test_bench_variant_backend_sets_and_restores_the_variant(monkeypatch):
+    import os
+
+    from fa4mlir.bench.decode_bench import _with_variant
+    monkeypatch.setenv(dec.FP8_VARIANT_ENV, "split")
+    seen = []
+    call = _with_variant(lambda: seen.append(os.environ.get(dec.FP8_VARIANT_ENV)) or 7, "cw2")
+    assert call() == 7 and seen == ["cw2"] and os.environ[dec.FP8_VARIANT_ENV] == "split"
+    monkeypatch.delenv(dec.FP8_VARIANT_ENV)
+    assert call() == 7 and seen == ["cw2", "cw2"] and dec.FP8_VARIANT_ENV not in os.environ
