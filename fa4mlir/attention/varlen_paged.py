@@ -147,10 +147,13 @@ def check_varlen_paged(infos: dict, max_seqlen_q, max_seqlen_k, *, softmax_scale
                               VARLEN_API))
     check_layout("q", q, PACKED_DIMS)
     scale = check_scale(softmax_scale, head_dim)
-    cap = check_softcap(softcap, scale)
     dims = VarlenProblem(batch, sq, sk, total_q, 0, heads, cache.kv_heads, head_dim, q.dtype)
-    if infos.get("sinks") is not None:
-        check_sinks(dims, infos["sinks"])
+    try:
+        cap = check_softcap(softcap, scale)
+        if infos.get("sinks") is not None:
+            check_sinks(dims, infos["sinks"])
+    except FlashAttnInputError as e:
+        raise _renamed(e) from None
     check_varlen_outputs(dims, infos.get("out"), infos.get("lse"))
     return VarlenPagedProblem(batch, sq, sk, total_q, heads, head_dim, q.dtype, cache, bool(causal), scale,
                               infos.get("seqused_k") is not None, tuple(window_size), int(attention_chunk), cap,
