@@ -186,3 +186,15 @@ def test_mask_sets_hold_what_the_gpu_tests_pick():
                     cfg = replace(cfg, varlen_q=True)
                 assert cfg.name() in held, cfg.name()
                 assert comb is None or comb.name() in held, comb.name()
+
+
+def test_fp8_cache_with_a_mask_or_modifier_is_refused_before_launch():
+    from fa4mlir.attention.errors import UnsupportedFeatureError
+    q, cache = info((3, 1, 8, 128)), info((3, 320, 2, 128), "e4m3")
+    p = kc.check_kvcache_inputs(q, cache, cache, info((3,), "i32"), k_scale=info((1,), "f32"),
+                                v_scale=info((1,), "f32"))
+    for mods in ({"window_size": (64, 0)}, {"softcap": 5.0}, {"sinks": True}, {"attention_chunk": 128}):
+        plan = kc.plan_problem(p.with_options(causal=True, softmax_scale=0.1, num_splits=1, return_lse=True, **mods), 132)
+        raises(UnsupportedFeatureError, ["flash_attn_with_kvcache:", "FP8", "not built"], configs_for, plan)
+    plan = kc.plan_problem(p.with_options(causal=True, softmax_scale=0.1, num_splits=1, return_lse=True), 132)
+    assert configs_for(plan)[0].fp8

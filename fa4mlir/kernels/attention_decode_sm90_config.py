@@ -184,6 +184,11 @@ class DecodeConfig:
             raise ConfigError("varlen_q (flash_attn_varlen_func's paged path) is built for bf16/f16 caches only, "
                               f"got kv_dtype={self.kv_dtype!r}")
         self._check_mask()
+        if self.fp8 and (self.windowed or self.softcap or self.sinks):
+            # measured: the D128 FP8 kernels with a window and softcap spill (~120 bytes) at the 168
+            # registers of two CTAs per SM
+            raise ConfigError(f"an FP8 cache's decode kernel with a window, chunk, softcap or sinks is not built (it "
+                              f"spills at two CTAs per SM), got {self.name()}: dequantise the cache to {self.dtype}")
         if self.sinks and not self.unsplit:
             raise ConfigError("sinks enter once: in the combine when split (CombineConfig(sinks=True)), in the "
                               "decode kernel only for its unsplit variant; got sinks=True, unsplit=False")
