@@ -29,7 +29,7 @@ exits without reading a key. Nothing reads device data on the host: no synchroni
 split (the plan's `unsplit`) the kernel writes out and lse directly and rows of out past
 cu_seqlens_q[batch] are not written; with several, the combine writes every row of out and lse,
 and those rows, which no sequence owns, get out = 0 and lse = +inf (their partials' LSE is filled
-with -inf before the launch).
+with -inf before the launch; with sinks, lse = sinks[head], as any row that sees no key).
 
 Not here (typed errors before any launch): an FP8 pool (flash_attn_with_kvcache takes it with its
 scales); out= and lse= are honoured, but there is no call cache (every call checks and plans,
