@@ -20,8 +20,9 @@ is register-bound, and the small block lets two CTAs share an SM, attention_deco
     warps 0-3     `mma`   (one warpgroup) loads the 64 x D Q tile itself (plain loads, packed rows, into the
                           128B-swizzled layout wgmma reads), then per tile j:
                           1. wait K_j; S = Q K_j^T; release K_j
-                          2. mask (tokens at or past the sequence's length L_b, and causal
-                             bottom-right), online softmax in base 2, P as wgmma A fragments
+                          2. softcap (cfg.softcap: tanh), mask (tokens at or past the sequence's
+                             length L_b, causal bottom-right, and the compile-time window or chunk:
+                             note "Window"), online softmax in base 2, P as wgmma A fragments
                           3. O *= alpha
                           4. wait V_j; zero V rows past L_b (note "NaN past L_b"); O += P V_j;
                              release V_j
@@ -60,6 +61,23 @@ the split kernel and the combine gave at num_splits = 1, with no float32 round t
 Only the epilogue differs: the work item keeps the split arithmetic (num_splits = 1 gives split 0
 and every tile); with begin and end folded to constants ptxas spilled the FP8 paged block-scale
 kernel at its 168 registers.
+
+Note "Window" (cfg.windowed: DecodeConfig's window_left, window_right, chunk; common.mask_family):
+query token t of the sequence sees keys [lo, hi) = row_keys(mask, t, seqlen_q, L_b), bottom-right
+(diag = t + L_b - seqlen_q), hi also bounded by the runtime causal flag (diag + 1). lo and hi never
+decrease with t, so the M tile's first and last tokens bound its KV tiles: it visits [lo(first) / bn,
+ceil(hi(last) / bn)), and those tiles, not ceil(L_b / bn), are what the splits divide (both roles'
+loops start at the first tile the window reaches: the tiles on its left are never loaded, and a
+split past the live range has no tile and writes LSE -inf, which the combine weighs 0). Tiles inside
+[lo(last), hi(first)) every row sees whole and run unmasked; the edges run the masked softmax, which
+hides key k from a row unless lo <= k < hi (common.masks.hidden). Without a window or chunk the
+kernel keeps its original mask code (and so its PTX).
+
+Note "Sinks" (cfg.sinks, unsplit only): the head's sink logit b (float32, natural log) joins the
+row's max and sum in the epilogue, as in attention_fwd_sm90: with a = m scale_log2 and b' = b log2 e,
+M = max(a, b') (0 when both are -inf), l' = l 2^(a - M) + 2^(b' - M), O = O 2^(a - M) / l', LSE =
+(M + log2 l') ln 2; a row that sees no key gets O = 0, LSE = b. With several splits the split kernel
+never adds it: the combine's sink variant does, once (attention_combine_sm90).
 
 Note "Varlen q" (cfg.varlen_q: flash_attn_varlen_func with a page_table, chunked prefill of a
 ragged batch): q and out are packed [total_q, heads, D] and sequence b's queries are rows
@@ -665,8 +683,8 @@ def _epilogue(cs: _Consumer, o: Value, m, l, v_scale=None):
 
 
 def _epilogue_sink(cs: _Consumer, o: Value, m, h: int, total: Value, v_scale):
-    """Unsplit with sinks (note "Sinks"): row h's sink logit joins its max and sum, O and the LSE
-    go to out and lse."""
+    """Unsplit with sinks (note "Sinks"): row h's sink logit joins its max and sum (`total`: the
+    row's l over its four lanes), O and the LSE go to out and lse."""
     kb, p = cs.kb, cs.p
     sink = kb.load(kb.gep(p["sinks"], cs.head[h].to("i64"), "f32"), "f32", align=4) * LOG2E
     m_scaled = m[h] * cs.scale_log2
