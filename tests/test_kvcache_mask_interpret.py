@@ -24,6 +24,9 @@ CASES = {
     "window-sinks-split": Case(window_size=(65, -1), sinks=True, num_splits=3, kv_heads=1),
     "sinks-softcap-no-window-split": Case(softcap=3.0, sinks=True, num_splits=2),
     "chunk-causal": Case(attention_chunk=64, page_size=8),
+    # 20 queries x 4 packed heads: two M tiles, each with its own live tiles and whole-tile segment
+    "window-two-m-tiles-split": Case(seqlen_q=20, heads=8, kv_heads=2, window_size=(30, -1), num_splits=2,
+                                     lengths=(150, 0, 1, 90)),
 }
 
 
