@@ -347,7 +347,11 @@ CASES_BY_NAME = {c.name: c for c in CASES}
 # never counted as covered (uncovered() leaves out only these)
 KNOWN_GAPS = {"decode-varlen_q": "the decode kernel's varlen_q variants (flash_attn_varlen_func with page_table=) "
                                  "have no sanitizer child yet: their numerics are GPU-tested "
-                                 "(tests/gpu/test_varlen_paged_gpu.py), their memory accesses are not sanitized"}
+                                 "(tests/gpu/test_varlen_paged_gpu.py), their memory accesses are not sanitized",
+              "decode-masks": "the decode kernel's window / chunk / softcap / sinks variants and the combine's sink "
+                              "variant (flash_attn_with_kvcache, flash_attn_varlen_func(page_table=)) have no sanitizer "
+                              "case yet: their numerics are GPU-tested (tests/gpu/test_kvcache_mask_gpu.py), their "
+                              "memory accesses are not sanitized"}
 
 
 def uncovered(entries, cases=CASES, gaps=KNOWN_GAPS) -> list[str]:
@@ -418,7 +422,8 @@ def emit(tag: str, value: dict) -> None:
 
 # Fields an attention kernel's key holds only when set (AttnConfig.key): an entry with one set holds
 # every item of the plain kernel of its tiles, so a case's entry must agree on these too
-OPTIONAL_FIELDS = {"varlen": False, "head_dim_v": 0, "score_mod": "", "mask_mod": "", "aux": "", "varlen_q": False}
+OPTIONAL_FIELDS = {"varlen": False, "head_dim_v": 0, "score_mod": "", "mask_mod": "", "aux": "", "varlen_q": False,
+                   "window_left": -1, "window_right": -1, "chunk": 0, "softcap": False, "sinks": False}
 
 
 def same_variant(config: dict, match: dict) -> bool:
@@ -428,11 +433,12 @@ def same_variant(config: dict, match: dict) -> bool:
 
 def find(bundle, case: Case, match: dict):
     """The bundle's artefact of one of the case's entries (compiled with the kernel's own backend). A
-    varlen, head_dim_v or score_mod entry holds every item of the plain kernel of its tiles (a plain
-    key has none of OPTIONAL_FIELDS): an attention case's entry is looked up among the entries of its
-    own variant, by name."""
+    varlen, head_dim_v or score_mod entry (a decode kernel's window / softcap / sinks variant, a
+    combine's sink variant) holds every item of the plain kernel of its tiles (a plain key has none of
+    OPTIONAL_FIELDS): an attention, decode or combine case's entry is looked up among the entries of
+    its own variant, by name."""
     want = dict(arch=RUNNABLE_ARCH, cubin_backend=kernels.cubin_backend(case.kernel), **match)
-    if case.kernel in (acfg.KERNEL, dcfg.KERNEL):
+    if case.kernel in (acfg.KERNEL, dcfg.KERNEL, dcfg.COMBINE_KERNEL):
         names = {e["name"] for e in bundle.entries if e["arch"] == RUNNABLE_ARCH and same_variant(e["config"], match)
                  and all(e["config"].get(k) == v for k, v in want.items() if k != "arch")}
         if not names:

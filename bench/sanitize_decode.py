@@ -57,13 +57,19 @@ def decode_family(kernel: str, config: dict) -> str:
     return kernel
 
 
+# the decode kernel's mask and score-modifier fields at their defaults (absent from a default key)
+MOD_FIELDS = {"window_left": -1, "window_right": -1, "chunk": 0, "softcap": False, "sinks": False}
+
+
 def decode_features(kernel: str, config: dict) -> set[str]:
     if kernel == dec.COMBINE_KERNEL:
-        return {f"combine-d{config['head_dim']}"}
+        return {f"combine-d{config['head_dim']}"} | ({"decode-masks"} if config.get("sinks") else set())
     if kernel != dec.KERNEL:
         return set()
     out = {f"decode-{config['dtype']}", f"decode-d{config['head_dim']}"}
     out |= {"decode-varlen_q"} if config.get("varlen_q") else set()   # flash_attn_varlen_func(page_table=)
+    # window_size / attention_chunk / softcap / sinks (DecodeConfig's compile-time mask and modifiers)
+    out |= {"decode-masks"} if any(config.get(k, d) != d for k, d in MOD_FIELDS.items()) else set()
     return out | ({f"scale-{config['kv_scale']}"} if config["kv_scale"] else set())
 
 

@@ -53,7 +53,10 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 TMA boxes; 16, 32, 48: TMA boxes of the page; 64 and its multiples: one box per tile),
                 each as the split kernel and as its unsplit variant (calls of one split), the combine
                 and the append (k=, v=) kernels, for the head dims, dtypes and page sizes
-                tests/gpu/test_kvcache_gpu.py and `bench decode` run
+                tests/gpu/test_kvcache_gpu.py and `bench decode` run; and the mask and score-modifier
+                variants of DECODE_MASK_CASES (window_size, attention_chunk, softcap, sinks: compile-time
+                DecodeConfig fields, one kernel per window size), split and unsplit, with the combine's
+                sink variant, what tests/gpu/test_kvcache_mask_gpu.py runs
     decode-fp8-variants
                 the decode set plus attention_decode_sm90_config.FP8_VARIANTS (converter warpgroup,
                 128-key tiles, split conversion) of bf16 D128 FP8 caches, contiguous and paged 16, each
@@ -83,7 +86,8 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 VARLEN_CASES here, each attention_sm90_config.varlen_config, VARLEN_CHUNK_CASES
                 (attention_chunk=); and flash_attn_varlen_func(page_table=)'s kernels that
                 tests/gpu/test_varlen_paged_gpu.py runs: the decode kernel's varlen_q variants of
-                VARLEN_PAGED_CASES, split and unsplit, with their combines
+                VARLEN_PAGED_CASES, split and unsplit, with their combines, and of
+                VARLEN_PAGED_MASK_CASES (window_size, softcap, sinks with a page_table)
     mla         the sm_90a absorbed MLA decode kernels (flash_mla_with_kvcache, attention/mla.py): bf16 and
                 f16 caches in pages of 64 and a bf16 one in pages of 16, each split and unsplit, the
                 bf16 page-64 pair without the S exchange (`exchange=False`, to time against), and the
@@ -324,7 +328,45 @@ def decode() -> list:
             for dtype, d, page, grain in DECODE_FP8_CASES for unsplit in (False, True)]
     combos = sorted({(dtype, d) for dtype, d, _ in DECODE_CASES} | {(t, d) for t in ("bf16", "f16") for d in (64, 128, 256)})
     out += [(COMBINE_KERNEL, CombineConfig(dtype, d)) for dtype, d in combos]
-    return out + [(APPEND_KERNEL, AppendConfig(dtype, d, paged)) for dtype, d in combos for paged in (False, True)]
+    out += [(APPEND_KERNEL, AppendConfig(dtype, d, paged)) for dtype, d in combos for paged in (False, True)]
+    return out + decode_masks(DECODE_MASK_CASES)
+
+
+# flash_attn_with_kvcache's mask and score-modifier variants in the decode set, what
+# tests/gpu/test_kvcache_mask_gpu.py runs: (dtype, head_dim, page size (None: contiguous), causal,
+# window_size, attention_chunk, softcap, sinks); a window or chunk size is compile-time (a bundle holds
+# each size it serves), the cap and the sink values are launch data
+DECODE_MASK_CASES = [
+    ("bf16", 128, None, True, (127, -1), 0, False, False),    # a left window, contiguous (TMA)
+    ("bf16", 128, 64, True, (127, -1), 0, True, True),        # gpt-oss's: window, softcap, sinks, paged
+    ("bf16", 128, 16, True, (-1, -1), 0, False, True),        # sinks alone
+    ("f16", 64, None, True, (-1, -1), 0, True, False),        # softcap alone
+    ("bf16", 64, None, False, (64, 16), 0, False, False),     # two-sided, not causal
+    ("bf16", 128, None, True, (-1, -1), 256, False, False),   # attention_chunk
+    ("bf16", 128, 1, True, (127, -1), 0, False, False),       # a window over the cp.async gather
+]
+# flash_attn_varlen_func(page_table=)'s, in the attention-varlen set (tests/gpu/test_kvcache_mask_gpu.py too)
+VARLEN_PAGED_MASK_CASES = [
+    ("bf16", 128, 64, True, (127, -1), 0, True, True),
+    ("bf16", 64, 16, False, (48, 8), 0, False, False),
+]
+
+
+def decode_masks(cases, varlen_q: bool = False) -> list:
+    """The decode kernels of mask / score-modifier `cases` (DECODE_MASK_CASES' rows), split and
+    unsplit (sinks in the unsplit kernel; the split one's combine takes them: CombineConfig(sinks=True)),
+    as attention/kvcache.decode_variant picks them; ``varlen_q``: flash_attn_varlen_func's variants."""
+    from dataclasses import replace
+    from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, KERNEL, CombineConfig, decode_mask, default_config
+    out = []
+    for dtype, d, page, causal, window, chunk, softcap, sinks in cases:
+        _, mask = decode_mask(causal, window, chunk)
+        for unsplit in (False, True):
+            cfg = default_config(dtype, d, page, unsplit=unsplit, **mask, softcap=softcap, sinks=sinks and unsplit)
+            out.append((KERNEL, replace(cfg, varlen_q=varlen_q)))
+        if sinks:
+            out.append((COMBINE_KERNEL, CombineConfig(dtype, d, sinks=True)))
+    return out
 
 
 # FP8 decode variants (attention_decode_sm90_config.FP8_VARIANTS) over these caches: bench decode's
@@ -459,8 +501,8 @@ def attention_varlen() -> list:
                                           sinks=sinks)))
     for dtype, d, window, chunk in VARLEN_CHUNK_CASES:    # attention_chunk=
         out.append((KERNEL, varlen_config(dtype, d, True, attention_mask(True, window, chunk))))
-    out += varlen_paged()
-    combines = sorted({(dtype, d) for dtype, d, _ in VARLEN_PAGED_CASES})
+    out += varlen_paged() + decode_masks(VARLEN_PAGED_MASK_CASES, varlen_q=True)
+    combines = sorted({(dtype, d) for dtype, d, _ in VARLEN_PAGED_CASES} | {c[:2] for c in VARLEN_PAGED_MASK_CASES})
     return out + [(COMBINE_KERNEL, CombineConfig(dtype, d)) for dtype, d in combines]
 
 

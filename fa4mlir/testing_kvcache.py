@@ -14,8 +14,10 @@ can compare a kernel against it on the same data:
    the token's granularity (tensor, KV head, or page / token block and KV head), in float32, then
    widened to the compute dtype (a kernel that rounds the product to bf16 adds that rounding to its
    low-precision error, which the FA rule's PyTorch computation should then do too);
-5. attention per sequence in ``compute_dtype`` (float64 by default), causal aligned bottom-right per
-   sequence; rows that see no key: O = 0, LSE = +inf.
+5. attention per sequence in ``compute_dtype`` (float64 by default), causal, window_size and
+   attention_chunk aligned bottom-right per sequence (common.mask_family), softcap (s -> cap
+   tanh(s / cap), before the mask) and sinks (one more logit per query head in the denominator, no
+   value); rows that see no key: O = 0, LSE = +inf (LSE = the head's sink with sinks).
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .kernels.common.decode_schedule import ceil_div, split_range
+from .kernels.common.mask_family import IntOps, attention_mask, row_keys
 
 E4M3_MAX = 448.0
 
@@ -110,22 +113,32 @@ def _token_scales(scale: np.ndarray | None, b: int, pages: np.ndarray | None, to
     return s[b, tokens // block]
 
 
-def _attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, causal: bool) -> tuple[np.ndarray, np.ndarray]:
-    """q [Sq, H, D], k/v [L, Hkv, D] -> out [Sq, H, D], lse [H, Sq]; bottom-right causal."""
+def _attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, causal: bool, window_size=(-1, -1),
+            attention_chunk: int = 0, softcap: float = 0.0, sinks=None) -> tuple[np.ndarray, np.ndarray]:
+    """q [Sq, H, D], k/v [L, Hkv, D] -> out [Sq, H, D], lse [H, Sq]; the mask of (causal,
+    window_size, attention_chunk) bottom-right, softcap, sinks [H] (module docstring, step 5)."""
     sq, heads, _ = q.shape
     length, kv_heads = k.shape[0], k.shape[1]
     group = heads // kv_heads
     kh = np.repeat(k, group, axis=1).transpose(1, 0, 2)                  # [H, L, D]
     vh = np.repeat(v, group, axis=1).transpose(1, 0, 2)
     s = np.einsum("qhd,hkd->hqk", q, kh) * scale                          # [H, Sq, L]
-    if causal:
-        i = np.arange(sq)[:, None]
-        j = np.arange(length)[None, :]
-        s = np.where(j > i + length - sq, -np.inf, s)
+    if softcap:
+        s = softcap * np.tanh(s / softcap)
+    mask = attention_mask(causal, tuple(window_size), attention_chunk)
+    j = np.arange(length)[None, :]
+    bounds = np.array([row_keys(mask, i, sq, length, IntOps) for i in range(sq)]).reshape(sq, 2)
+    s = np.where((j < bounds[:, :1]) | (j >= bounds[:, 1:]), -np.inf, s)
     m = s.max(axis=-1, initial=-np.inf)
+    sink = None
+    if sinks is not None:
+        sink = np.asarray(sinks, dtype=s.dtype)[:, None]                  # [H, 1]
+        m = np.maximum(m, sink)
     seen = np.isfinite(m)
     p = np.exp(s - np.where(seen, m, 0)[..., None])
     denom = p.sum(axis=-1)
+    if sink is not None:
+        denom = denom + np.exp(sink - np.where(seen, m, 0))
     lse = np.where(seen, m + np.log(np.where(seen, denom, 1)), np.inf)
     out = np.einsum("hqk,hkd->qhd", p / np.where(seen, denom, 1)[..., None], vh)
     return out, lse
@@ -133,7 +146,8 @@ def _attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, causal: b
 
 def kvcache_reference(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=None, v=None, softmax_scale=None,
                       causal: bool = True, k_scale=None, v_scale=None, fp8: bool | None = None,
-                      compute_dtype=np.float64) -> dict:
+                      compute_dtype=np.float64, window_size=(-1, -1), attention_chunk: int = 0, softcap: float = 0.0,
+                      sinks=None) -> dict:
     """flash_attn_with_kvcache by the kernel contract (module docstring). Arrays: numpy or CPU torch;
     an FP8 cache is a torch float8_e4m3fn tensor or uint8 codes (``fp8`` None: uint8 means FP8).
     Returns {"out" [B, Sq, H, D], "lse" [B, H, Sq], "k_cache", "v_cache" (after the append, the
@@ -178,7 +192,8 @@ def kvcache_reference(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=
             vs = _token_scales(_np(v_scale), b, pages, tokens, kv_heads, page_size, capacity)
             k_rows = e4m3_decode(k_rows) * ks[..., None]
             v_rows = e4m3_decode(v_rows) * vs[..., None]
-        o_b, lse_b = _attend(qn[b], k_rows.astype(compute_dtype), v_rows.astype(compute_dtype), scale, causal)
+        o_b, lse_b = _attend(qn[b], k_rows.astype(compute_dtype), v_rows.astype(compute_dtype), scale, causal,
+                             window_size, attention_chunk, softcap, None if sinks is None else _np(sinks))
         out[b], lse[b] = o_b, lse_b                                                  # 5. attend
     result = {"out": out, "lse": lse, "k_cache": kc, "v_cache": vc, "seqlens_k": seqlens_k}
     if as_torch:
@@ -194,20 +209,26 @@ def kvcache_reference(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=
 # Split KV: partial results and their combine
 # ----------------------------------------------------------------------------------------------
 
-def combine_splits(o_partial, lse_partial) -> tuple[np.ndarray, np.ndarray]:
+def combine_splits(o_partial, lse_partial, sinks=None) -> tuple[np.ndarray, np.ndarray]:
     """The combine kernel's math, on the plan's workspace layouts: o_partial [S, ..., Sq, H, D] (each
     split normalised by its own row sum), lse_partial [S, ..., H, Sq] (natural log; -inf, or +inf,
     for a split that saw no key) -> out [..., Sq, H, D], lse [..., H, Sq]. lse = log sum_s exp(lse_s)
     (max-shifted), out = sum_s exp(lse_s - lse) o_s summed in split order (deterministic); a split
-    of weight 0 contributes nothing, whatever its o holds; rows no split saw: out 0, lse +inf."""
+    of weight 0 contributes nothing, whatever its o holds; rows no split saw: out 0, lse +inf.
+    ``sinks`` [H] (the combine's sink variant): one more term exp(sinks[h]) of each row's sum, with
+    no value (a row no split saw: out 0, lse = its sink)."""
     o = np.asarray(o_partial, dtype=np.float64)
     lp = np.swapaxes(np.asarray(lse_partial, dtype=np.float64), -1, -2)      # [S, ..., Sq, H]
     lp = np.where(np.isposinf(lp), -np.inf, lp)
     m = lp.max(axis=0)
+    if sinks is not None:
+        sink = np.asarray(sinks, dtype=np.float64)
+        m = np.maximum(m, sink)
     seen = np.isfinite(m)
     m0 = np.where(seen, m, 0.0)
     w = np.exp(lp - m0)                                   # exp(-inf) = 0 for empty splits
-    total = np.where(seen, w.sum(axis=0), 1.0)
+    total = w.sum(axis=0) + (np.exp(sink - m0) if sinks is not None else 0.0)
+    total = np.where(seen, total, 1.0)
     lse = np.where(seen, m0 + np.log(total), np.inf)
     out = np.zeros(o.shape[1:])
     for s in range(o.shape[0]):                           # split order: the kernel's order

@@ -31,6 +31,9 @@ class PagedCase:
     dtype: str = "bf16"
     num_splits: int | None = None  # None: the plan's own (1 at these sizes: the unsplit variant)
     spare_rows: int = 3
+    window_size: tuple = (-1, -1)  # the decode kernel's mask and score-modifier variants
+    softcap: float = 0.0
+    sinks: bool = False            # sinks: float32 [heads] drawn from the seed
 
     @property
     def capacity(self) -> int:
@@ -48,6 +51,12 @@ CASES = [
     # (Page sizes the cp.async gather fetches compile (tests/test_varlen_paged.py) but do not interpret:
     # the interpreter has no cp.async.)
     PagedCase("d64-page24-f16-mqa", 64, 24, 2, (4, 1, 0, 2), (23, 25, 1, 24), heads=2, kv_heads=1, dtype="f16"),
+    # a causal left window that skips two KV tiles of the long sequence, softcap and sinks (unsplit:
+    # the epilogue adds them); a two-sided window over two splits (the combine adds the sinks)
+    PagedCase("d64-page16-window-softcap-sinks", 64, 16, 10, (2, 0, 1, 20, 5), (150, 5, 0, 70, 3), heads=4, kv_heads=2,
+              window_size=(20, -1), softcap=4.0, sinks=True),
+    PagedCase("d64-page8-window2-split-sinks", 64, 8, 20, (3, 9, 1), (150, 40, 0), causal=False, heads=2,
+              kv_heads=1, num_splits=2, window_size=(30, 5), sinks=True),
 ]
 BY_NAME = {c.name: c for c in CASES}
 
@@ -89,7 +98,8 @@ def inputs(case: PagedCase, seed: int = 0) -> dict:
            "cu_seqlens_q": np.concatenate([[0], np.cumsum(case.seqlens_q)]).astype(np.int32),
            "seqused_k": None if case.seqused_k is None else np.asarray(case.seqused_k, np.int32),
            "out": np.full((total_q, case.heads, d), NAN16[case.dtype], np.uint16),
-           "lse": np.full((case.heads, total_q), np.nan, np.float32)}
+           "lse": np.full((case.heads, total_q), np.nan, np.float32),
+           "sinks": (torch.randn(case.heads, generator=gen) * 2).numpy().astype(np.float32) if case.sinks else None}
     return out
 
 
@@ -98,8 +108,10 @@ def check(case: PagedCase, tensors: dict):
     from fa4mlir.attention.varlen_paged import check_varlen_paged
     infos = {n: None if tensors.get(n) is None else _info(tensors[n], dt)
              for n, dt in (("q", case.dtype), ("k", case.dtype), ("v", case.dtype), ("cu_seqlens_q", "i32"),
-                           ("seqused_k", "i32"), ("page_table", "i32"), ("out", case.dtype), ("lse", "f32"))}
-    return check_varlen_paged(infos, max(case.seqlens_q), case.capacity, causal=case.causal)
+                           ("seqused_k", "i32"), ("page_table", "i32"), ("out", case.dtype), ("lse", "f32"),
+                           ("sinks", "f32"))}
+    return check_varlen_paged(infos, max(case.seqlens_q), case.capacity, causal=case.causal,
+                              window_size=case.window_size, softcap=case.softcap)
 
 
 def run(case: PagedCase, seed: int = 0) -> dict:
@@ -120,7 +132,7 @@ def run(case: PagedCase, seed: int = 0) -> dict:
     h, d = case.heads, case.head_dim
     named = {"q": tensors["q"], "k_cache": tensors["k"], "v_cache": tensors["v"], "cache_seqlens": lens,
              "page_table": tensors["page_table"], "cu_seqlens_q": tensors["cu_seqlens_q"], "out": tensors["out"],
-             "lse": tensors["lse"]}
+             "lse": tensors["lse"], "sinks": tensors["sinks"]}
     if not plan.unsplit:
         named["o_partial"] = np.full((plan.num_splits, problem.total_q, h, d), np.nan, np.float32)
         named["lse_partial"] = np.full((plan.num_splits, h, problem.total_q), -np.inf, np.float32)
@@ -134,7 +146,7 @@ def run(case: PagedCase, seed: int = 0) -> dict:
     kernel.launch(plan.grid, bind(split_args))
     if combine_cfg is not None:   # the combine kernel's math on the host (its lane-strided split loop is not
         from fa4mlir.testing_kvcache import combine_splits   # interpretable), over the packed workspaces
-        o, lse = combine_splits(named["o_partial"], named["lse_partial"])
+        o, lse = combine_splits(named["o_partial"], named["lse_partial"], tensors["sinks"])
         tensors["out"][...] = _bits(o, case.dtype)
         tensors["lse"][...] = lse.astype(np.float32)
     return {**tensors, "lens": lens, "plan": plan, "config": split_cfg, "combine_args": combine_args,

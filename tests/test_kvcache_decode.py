@@ -67,8 +67,10 @@ def test_decode_set_compiles_clean(entry):
     assert art.smem_bytes <= SMEM_LIMIT["sm_90a"]
     if name == dec.KERNEL:
         assert art.smem_bytes >= cfg.smem_bytes() - 1024, (art.smem_bytes, cfg.smem_bytes())
-        assert [(p.name, p.kind) for p in art.params] == list(dec.UNSPLIT_PARAMS if cfg.unsplit else dec.SPLIT_PARAMS)
-        assert cfg.name().endswith("_unsplit") == cfg.unsplit
+        assert [(p.name, p.kind) for p in art.params] == list(cfg.params)
+        base = dec.UNSPLIT_PARAMS if cfg.unsplit else dec.SPLIT_PARAMS
+        assert cfg.params == base + dec.mod_params(cfg.softcap, cfg.sinks)
+        assert ("_unsplit" in cfg.name()) == cfg.unsplit
         for p in art.params:
             if p.kind == "tma" and cfg.fp8:     # rows of D bytes, unswizzled (converted in the kernel)
                 assert p.tma.box == (cfg.head_dim, 1, cfg.box_rows, 1) and p.tma.swizzle == "none"
@@ -78,11 +80,14 @@ def test_decode_set_compiles_clean(entry):
         assert art.block == (cfg.threads, 1, 1) and cfg.threads == 128 + 32 * (dec.GATHER_WARPS if cfg.gather else 1)
         if cfg.ctas_per_sm == 2:   # D64, D128
             assert art.smem_bytes <= dec.MAX_SMEM_2CTA and r["registers"] * cfg.threads * 2 <= 65536, r
-        twin = (name, replace(cfg, unsplit=not cfg.unsplit))
+        # the other variant (sinks: in the unsplit kernel only, the split one's combine adds them)
+        twins = [(name, replace(cfg, unsplit=not cfg.unsplit, sinks=s)) for s in (False, not cfg.unsplit)]
+        twin = next((t for t in twins if t in ENTRIES), twins[0])
         assert twin in ENTRIES, f"{cfg.name()}: no {twin[1].name()} in the decode set"
         assert twin[1].smem_bytes() == cfg.smem_bytes() and twin[1].ctas_per_sm == cfg.ctas_per_sm
     elif name == dec.COMBINE_KERNEL:
-        assert [(p.name, p.kind) for p in art.params] == list(dec.COMBINE_PARAMS)
+        assert [(p.name, p.kind) for p in art.params] == list(cfg.params)
+        assert cfg.params == dec.COMBINE_PARAMS + dec.mod_params(False, cfg.sinks)
         assert art.block == (32 * dec.COMBINE_WARPS, 1, 1)
     else:
         assert name == dec.APPEND_KERNEL

@@ -12,8 +12,7 @@ torch = pytest.importorskip("torch")
 import fa4mlir  # noqa: E402
 from fa4mlir.attention import checks  # noqa: E402
 from fa4mlir.attention.errors import (ArgumentTypeError, DeviceError, DTypeError, HeadDimError,  # noqa: E402
-                                      LayoutError, MaskError, SeqlensError, ShapeError, SoftcapError,
-                                      UnsupportedFeatureError)
+                                      LayoutError, MaskError, SeqlensError, ShapeError, SoftcapError)
 from fa4mlir.attention.problem import VarlenProblem  # noqa: E402
 from fa4mlir.kernels import attention_sm90_config as acfg  # noqa: E402
 from fa4mlir.kernels.common import varlen_schedule as vs  # noqa: E402
@@ -87,8 +86,10 @@ def test_page_table_checks_then_refuses_cpu_tensors():
     _raises(DeviceError, ["CUDA"], *a, page_table=table)          # no seqused_k: every slot of the table
     _raises(SeqlensError, ["cu_seqlens_k must be None with page_table"], *a[:4], _args()[4], *a[5:],
             page_table=table)
+    # window, chunk, softcap and sinks run through the decode kernel's variants: checked, then the device
     for kw in ({"window_size": (4, 0)}, {"attention_chunk": 32}, {"softcap": 3.0}, {"sinks": torch.zeros(4)}):
-        _raises(UnsupportedFeatureError, ["with page_table is not supported"], *a, page_table=table, **kw)
+        _raises(DeviceError, ["CUDA"], *a, page_table=table, **kw)
+    _raises(ShapeError, ["sinks must have shape"], *a, page_table=table, sinks=torch.zeros(3))
     _raises(ShapeError, ["[batch, max_pages]"], *a, page_table=torch.zeros(2, 2, dtype=torch.int32))
     _raises(DTypeError, ["page_table must be int32"], *a, page_table=table.long())
 

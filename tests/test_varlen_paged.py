@@ -50,13 +50,13 @@ def test_problem_of_a_call():
     assert _check(max_q=0).is_empty and _check(_infos(total_q=0)).is_empty
 
 
-@pytest.mark.parametrize("kw,what", [({"window_size": (8, 0)}, "window_size"), ({"attention_chunk": 64}, "attention_chunk"),
-                                     ({"softcap": 10.0}, "softcap")])
-def test_features_the_decode_kernel_lacks_are_refused(kw, what):
-    with pytest.raises(UnsupportedFeatureError, match=f"flash_attn_varlen_func: {what} with page_table.*cu_seqlens_k"):
-        _check(**kw)
-    with pytest.raises(UnsupportedFeatureError, match="sinks with page_table"):
-        _check(_infos(sinks=_info((H,), "f32")))
+def test_window_softcap_sinks_reach_the_problem():
+    """(The decode kernel's variants: tests/test_kvcache_mask_api.py)"""
+    p = _check(_infos(sinks=_info((H,), "f32")), causal=True, window_size=(8, 0), softcap=10.0)
+    assert (p.window_size, p.attention_chunk, p.softcap, p.sinks) == ((8, 0), 0, 10.0, True)
+    kv = p.kv_problem()
+    assert (kv.window_size, kv.softcap, kv.sinks, kv.causal) == ((8, 0), 10.0, True, True)
+    assert _check(attention_chunk=64).kv_problem().attention_chunk == 64
 
 
 @pytest.mark.parametrize("over,err,match", [

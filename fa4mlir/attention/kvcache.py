@@ -4,7 +4,8 @@ The entry point this module prepares (names and layouts as FlashAttention-3's, w
 SGLang and vLLM should switch modules unchanged)::
 
     flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=None, v=None,
-                            softmax_scale=None, causal=True, num_splits=None, k_scale=None,
+                            softmax_scale=None, causal=True, window_size=(-1, -1), attention_chunk=0,
+                            softcap=0.0, sinks=None, num_splits=None, k_scale=None,
                             v_scale=None, return_lse=False, out=None)
 
 is ``kvcache_call.flash_attn_with_kvcache``; ``plan_kvcache`` takes its arguments, runs every check
@@ -34,7 +35,14 @@ Operands
              [batch, heads, seqlen_q], natural log.
 
 Causal masks align bottom-right per sequence: query i of sequence b sees key j iff j <= i + L_b -
-seqlen_q; a row that sees no key gets O = 0 and LSE = +inf (as flash_attn_func).
+seqlen_q; a row that sees no key gets O = 0 and LSE = +inf (as flash_attn_func). window_size =
+(left, right) and attention_chunk are FlashAttention-3/4's, aligned the same way (query i sees keys
+diag - left .. diag + right, diag = i + L_b - seqlen_q; -1 unbounded; causal sets right to 0; a
+chunk of attention_chunk keys holds diag), compiled into the decode kernel (one kernel per window,
+as flash_attn_func's); the kernel starts at the first KV tile the window reaches, so a window makes
+a long cache cheaper. softcap > 0 caps each scaled score to softcap * tanh(s / softcap); sinks
+(float32 [heads], gpt-oss) adds one logit per query head to the softmax's denominator (no value):
+a row that sees no key then gets O = 0 and LSE = sinks[head].
 
 What is checked on the host, before any launch, raising the typed errors of ``errors``: every
 dtype, rank, shape, stride and alignment above; that k_cache and v_cache agree (one page size and
@@ -71,7 +79,7 @@ from ..kernels import attention_sm90_config as attn_cfg
 from ..kernels.common.decode_schedule import MAX_SPLITS, PackGQA, balance_splits, num_splits_heuristic, pack_gqa
 from ..kernels.common.paging import MAX_PAGE_SIZE, FetchPlan, PageDivisor, fetch_plan
 from ..runtime import TensorInfo
-from .checks import MAX_GRID_YZ, MAX_I32, check_layout, check_scale
+from .checks import MAX_GRID_YZ, MAX_I32, check_layout, check_mask, check_scale, check_sinks, check_softcap
 from .errors import (DTypeError, EmptyInputError, FlashAttnInputError, HeadDimError, HeadsRatioError, KVScaleError,
                      LayoutError, ShapeError, UnsupportedFeatureError)
 
@@ -136,7 +144,8 @@ class KVCacheOperand:
 class KVCacheProblem:
     """What one flash_attn_with_kvcache call asks for. Lengths are per sequence and on the device;
     the host knows only the bound ``max_seqlen_k`` (capacity: cache_seqlens is clamped so that
-    L_b <= capacity). Options (causal, scale, num_splits, return_lse) are set by with_options."""
+    L_b <= capacity). Options (causal, scale, num_splits, return_lse, the mask and score
+    modifiers) are set by with_options."""
 
     batch: int
     seqlen_q: int
@@ -149,11 +158,30 @@ class KVCacheProblem:
     softmax_scale: float | None = None
     num_splits: int | None = None       # None: the heuristic
     return_lse: bool = False
+    window_size: tuple = (-1, -1)       # FlashAttention's (left, right), checked (checks.check_mask)
+    attention_chunk: int = 0
+    softcap: float = 0.0                # 0: none
+    sinks: bool = False                 # a float32 [heads] sinks tensor is given
 
     def with_options(self, *, causal: bool, softmax_scale: float, num_splits: int | None,
-                     return_lse: bool) -> "KVCacheProblem":
+                     return_lse: bool, window_size: tuple = (-1, -1), attention_chunk: int = 0,
+                     softcap: float = 0.0, sinks: bool = False) -> "KVCacheProblem":
         return replace(self, causal=bool(causal), softmax_scale=float(softmax_scale), num_splits=num_splits,
-                       return_lse=bool(return_lse))
+                       return_lse=bool(return_lse), window_size=tuple(window_size),
+                       attention_chunk=int(attention_chunk), softcap=float(softcap), sinks=bool(sinks))
+
+    @property
+    def live_keys(self) -> int:
+        """A bound on the keys one query token's rows reach (the schedule's split count is sized by
+        it): the capacity, or less under a left window or a chunk (the decode kernel starts at the
+        first KV tile the window reaches)."""
+        keys = self.cache.capacity
+        left, right = self.window_size
+        if left >= 0:
+            keys = min(keys, left + self.seqlen_q + max(right, 0))
+        if self.attention_chunk:
+            keys = min(keys, self.attention_chunk + self.seqlen_q)
+        return keys
 
     @property
     def kv_heads(self) -> int:
@@ -463,26 +491,39 @@ def plan_problem(problem: KVCacheProblem, num_sms: int, arch: str = "sm_90a") ->
     kernel = decode_cfg.runtime_config(problem.dtype, problem.head_dim, cache.page_size if cache.paged else None, grain)
     bn = kernel.bn      # DECODE_BN[head_dim] unless an FP8 variant's tile differs
     slots = num_sms * kernel.ctas_per_sm
-    splits = problem.num_splits or num_splits_heuristic(ctas, problem.max_seqlen_k, bn, slots)
+    keys = problem.live_keys
+    splits = problem.num_splits or num_splits_heuristic(ctas, keys, bn, slots)
     if problem.num_splits is None and cache.paged and splits == 1:
         # a paged cache's lengths are ragged as a rule (and unknown here): bound each CTA's range
-        splits = balance_splits(ctas, problem.max_seqlen_k, bn, slots)
+        splits = balance_splits(ctas, keys, bn, slots)
     if gqa.m_tiles * splits > MAX_I32:
         raise ShapeError(_err(f"seqlen_q {problem.seqlen_q} x {splits} splits exceeds the grid; split the call"))
     fetch = fetch_plan(bn, cache.page_size, arch, paged=cache.paged, fp8=cache.quantized)   # default_config's
     return KVCachePlan(problem, gqa, bn, fetch, PageDivisor.of(cache.page_size), splits)
 
 
+def decode_variant(plan: KVCachePlan) -> dict:
+    """The decode kernel's mask and score-modifier fields of a plan (DecodeConfig): the
+    compile-time mask of (causal, window_size, attention_chunk) (causal stays a launch argument),
+    softcap, and sinks when unsplit (with several splits the combine adds them)."""
+    p = plan.problem
+    _, mask = decode_cfg.decode_mask(p.causal, p.window_size, p.attention_chunk)
+    return {**mask, "softcap": p.softcap > 0, "sinks": p.sinks and plan.unsplit}
+
+
 def check_kvcache_call(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=None, v=None, softmax_scale=None,
                        causal=True, num_splits=None, k_scale=None, v_scale=None, return_lse=False,
-                       out=None) -> KVCacheProblem:
+                       out=None, window_size=(-1, -1), attention_chunk=0, softcap=0.0, sinks=None) -> KVCacheProblem:
     """flash_attn_with_kvcache's arguments -> the checked problem with its options: every host
     check, no driver call. Tensors are torch tensors or other tensor-likes on one CUDA device;
-    cache_seqlens and page_table are never read."""
+    cache_seqlens and page_table are never read. window_size and attention_chunk: checks.check_mask
+    (MaskError, ArgumentTypeError); softcap: checks.check_softcap (SoftcapError); sinks:
+    checks.check_sinks (float32 [heads], unit stride)."""
+    window, chunk = _as_entry(check_mask, window_size, attention_chunk)
     from ..runtime import tensor_info
     from .checks import check_devices
     named = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "cache_seqlens": cache_seqlens, "page_table": page_table,
-             "k": k, "v": v, "k_scale": k_scale, "v_scale": v_scale, "out": out}
+             "k": k, "v": v, "k_scale": k_scale, "v_scale": v_scale, "out": out, "sinks": sinks}
     if isinstance(cache_seqlens, int):
         raise DTypeError(_err("cache_seqlens must be an int32 tensor [batch] on the device, not a Python int "
                               "(a host value cannot be updated by a CUDA graph replay): pass torch.full((batch,), "
@@ -493,18 +534,24 @@ def check_kvcache_call(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k
     problem = check_kvcache_inputs(infos["q"], infos["k_cache"], infos["v_cache"], infos["cache_seqlens"],
                                    infos["page_table"], k=infos["k"], v=infos["v"], k_scale=infos["k_scale"],
                                    v_scale=infos["v_scale"], out=infos["out"])
-    return problem.with_options(causal=causal, softmax_scale=_as_entry(check_scale, softmax_scale, problem.head_dim),
-                                num_splits=check_num_splits(num_splits), return_lse=return_lse)
+    scale = _as_entry(check_scale, softmax_scale, problem.head_dim)
+    if sinks is not None:
+        _as_entry(check_sinks, problem, infos["sinks"])
+    return problem.with_options(causal=causal, softmax_scale=scale, num_splits=check_num_splits(num_splits),
+                                return_lse=return_lse, window_size=window, attention_chunk=chunk,
+                                softcap=_as_entry(check_softcap, softcap, scale), sinks=sinks is not None)
 
 
 def plan_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=None, v=None, softmax_scale=None,
                  causal=True, num_splits=None, k_scale=None, v_scale=None, return_lse=False, out=None,
-                 num_sms: int | None = None, arch: str = "sm_90a") -> tuple[KVCacheProblem, KVCachePlan]:
+                 num_sms: int | None = None, arch: str = "sm_90a", window_size=(-1, -1), attention_chunk=0,
+                 softcap=0.0, sinks=None) -> tuple[KVCacheProblem, KVCachePlan]:
     """flash_attn_with_kvcache's arguments -> (checked problem, plan) (check_kvcache_call, then
     plan_problem); launches nothing. ``num_sms`` defaults to the device's SM count (fa4mlir.driver)."""
     problem = check_kvcache_call(q, k_cache, v_cache, cache_seqlens, page_table, k=k, v=v, softmax_scale=softmax_scale,
                                  causal=causal, num_splits=num_splits, k_scale=k_scale, v_scale=v_scale,
-                                 return_lse=return_lse, out=out)
+                                 return_lse=return_lse, out=out, window_size=window_size,
+                                 attention_chunk=attention_chunk, softcap=softcap, sinks=sinks)
     if num_sms is None:
         from ..driver import device_info
         num_sms = device_info().num_sms
@@ -512,4 +559,5 @@ def plan_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=None,
 
 
 __all__ = ["ENTRY", "ScaleGranularity", "KVCacheOperand", "KVCacheProblem", "KVCachePlan", "DECODE_BN",
-           "check_kvcache_inputs", "check_kvcache_call", "check_num_splits", "scale_granularity", "plan_problem", "plan_kvcache"]
+           "check_kvcache_inputs", "check_kvcache_call", "check_num_splits", "scale_granularity", "plan_problem", "plan_kvcache",
+           "decode_variant"]

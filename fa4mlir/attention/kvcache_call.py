@@ -3,6 +3,8 @@
     out = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens)                    # contiguous cache
     out, lse = flash_attn_with_kvcache(q, k_pool, v_pool, cache_seqlens, page_table,
                                        causal=True, return_lse=True)                     # paged cache
+    out = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, causal=True,
+                                  window_size=(127, 0), softcap=30.0, sinks=sinks)       # gpt-oss style
 
 Operands, layouts and the kernel contract (lengths clamped, unused pages never read into the
 result) are kvcache.py's; this module runs a checked call: ``kvcache.plan_kvcache`` (every host
@@ -27,8 +29,11 @@ sequence b attends to L_b = clamp(cache_seqlens[b], 0, capacity - seqlen_new) + 
 FP8 (e4m3) caches take float32 k_scale and v_scale of one granularity (per tensor, per KV head, per
 page or token block and KV head), dequantised in the kernel (attention_decode_sm90, note "FP8");
 appending to an FP8 cache, k and v scales of different granularities and head_dim 64 with an odd
-page size are refused before anything runs (``UnsupportedFeatureError``). Tensors must be torch
-CUDA tensors (the workspaces are torch's).
+page size are refused before anything runs (``UnsupportedFeatureError``). window_size,
+attention_chunk, softcap and sinks (kvcache.py) select a decode kernel variant (DecodeConfig's
+compile-time mask and score-modifier fields; with several splits the sinks enter in the combine's
+sink variant, unsplit in the decode kernel's epilogue). Tensors must be torch CUDA tensors (the
+workspaces are torch's).
 """
 from __future__ import annotations
 
@@ -44,7 +49,7 @@ from ..kernels import attention_decode_sm90_config as dec
 from ..runtime import LoadedKernel, load
 from .checks import check_bundle, check_device_context, check_flag
 from .errors import ArgumentTypeError, BundleError, LayoutError, UnsupportedFeatureError
-from .kvcache import ENTRY, KVCachePlan, check_kvcache_call, plan_problem
+from .kvcache import ENTRY, KVCachePlan, check_kvcache_call, decode_variant, plan_problem
 from .plan import Launch, Plan, PreparedPlan, TensorRef, source_for
 
 SPLIT_NAMES = tuple(n for n, _ in dec.SPLIT_TENSORS)
@@ -105,12 +110,12 @@ def configs_for(plan: KVCachePlan) -> tuple[dec.DecodeConfig, dec.CombineConfig 
             raise UnsupportedFeatureError(_err(f"k_scale and v_scale of different granularities ({cache.k_scale.value}, "
                                                f"{cache.v_scale.value}) are not built: give both one granularity"))
         kv_scale = GRAINS[cache.k_scale.value]
-    split = dec.runtime_config(p.dtype, p.head_dim, page_size, kv_scale, unsplit=plan.unsplit)
+    split = dec.runtime_config(p.dtype, p.head_dim, page_size, kv_scale, unsplit=plan.unsplit, **decode_variant(plan))
     try:
         split.validate()
     except ValueError as exc:
         raise UnsupportedFeatureError(_err(f"no decode kernel for this cache: {exc}")) from None
-    return split, None if plan.unsplit else dec.CombineConfig(p.dtype, p.head_dim)
+    return split, None if plan.unsplit else dec.CombineConfig(p.dtype, p.head_dim, sinks=p.sinks)
 
 
 def build_plan(kv_plan: KVCachePlan, source, q_strides, page_table_stride: int, out_strides,
@@ -131,6 +136,7 @@ def build_plan(kv_plan: KVCachePlan, source, q_strides, page_table_stride: int, 
         refs["page_table"] = TensorRef("cache_seqlens")
     if not p.cache.quantized:     # the scale parameters are never read: any device address
         refs["k_scale"] = refs["v_scale"] = TensorRef("cache_seqlens")
+    refs["sinks"] = TensorRef("sinks")
     launches = []
     if p.seqlen_new:
         append_cfg = dec.AppendConfig(p.dtype, p.head_dim, p.cache.paged)
@@ -234,15 +240,20 @@ def _kvcache_ops():
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=None, v=None,
-                            softmax_scale=None, causal=True, num_splits=None, k_scale=None, v_scale=None,
+                            softmax_scale=None, causal=True, window_size=(-1, -1), attention_chunk=0, softcap=0.0,
+                            sinks=None, num_splits=None, k_scale=None, v_scale=None,
                             return_lse=False, out=None, bundle: Bundle | str | os.PathLike | None = None):
     """Attention of q over the KV cache; see the module docstring and kvcache.py. Returns out, or
     (out, lse) when return_lse. Under torch.compile, a dispatch mode or a trace, a call goes through
     the custom ops of kvcache_ops (fa4mlir::flash_attn_with_kvcache, ..._out); in plain eager mode
-    through their implementation directly."""
+    through their implementation directly (so do calls with new k/v, FP8 scales, a window, a chunk,
+    a softcap or sinks, which the custom ops do not take)."""
     causal = check_flag("causal", causal) if type(causal) is not bool else causal
     return_lse = check_flag("return_lse", return_lse) if type(return_lse) is not bool else return_lse
-    extras = k is None and v is None and k_scale is None and v_scale is None
+    mods = dict(window_size=window_size, attention_chunk=attention_chunk, softcap=softcap, sinks=sinks)
+    plain = (sinks is None and isinstance(softcap, (int, float)) and not softcap and attention_chunk == 0
+             and isinstance(window_size, tuple) and window_size == (-1, -1))
+    extras = plain and k is None and v is None and k_scale is None and v_scale is None
     torch = sys.modules.get("torch")
     if extras and torch is not None and isinstance(q, torch.Tensor):
         kvcache_ops = _kvcache_ops()
@@ -252,17 +263,20 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None,
             return (out, lse) if return_lse else out
     out, lse = with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table, k=k, v=v, softmax_scale=softmax_scale,
                             causal=causal, num_splits=num_splits, k_scale=k_scale, v_scale=v_scale, out=out,
-                            bundle=bundle)
+                            bundle=bundle, **mods)
     return (out, lse) if return_lse else out
 
 
 def with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=None, v=None, softmax_scale=None,
-                 causal=True, num_splits=None, k_scale=None, v_scale=None, out=None, bundle=None):
+                 causal=True, num_splits=None, k_scale=None, v_scale=None, out=None, bundle=None,
+                 window_size=(-1, -1), attention_chunk=0, softcap=0.0, sinks=None):
     """The implementation (the custom ops' too): checks or the call cache, then the two launches.
     Returns (out, lse)."""
     tensors = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "cache_seqlens": cache_seqlens,
-               "page_table": page_table, "k": k, "v": v, "k_scale": k_scale, "v_scale": v_scale, "out": out}
-    options = (softmax_scale, causal, num_splits)
+               "page_table": page_table, "k": k, "v": v, "k_scale": k_scale, "v_scale": v_scale, "out": out,
+               "sinks": sinks}
+    window = tuple(window_size) if isinstance(window_size, (tuple, list)) else window_size
+    options = (softmax_scale, causal, num_splits, window, attention_chunk, softcap)
     signature = _signature(tensors, options, bundle)
     call = _CALLS.get(signature) if signature is not None else None
     if call is None:
@@ -279,16 +293,19 @@ def with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=None,
         addresses.update(k=k.data_ptr(), v=v.data_ptr())
     if k_scale is not None:
         addresses.update(k_scale=k_scale.data_ptr(), v_scale=v_scale.data_ptr())
+    if sinks is not None:
+        addresses["sinks"] = sinks.data_ptr()
     call.plan.launch(addresses, resolve_stream(None, True, q.device.index))
     return out, lse
 
 
 def _prepare(tensors: dict, options: tuple, bundle, signature) -> _Call:
     """The checked call: every host check, the plan, the kernels, prepared against the tensors."""
-    softmax_scale, causal, num_splits = options
+    softmax_scale, causal, num_splits, window_size, attention_chunk, softcap = options
     check_bundle(bundle, ENTRY)
     q = tensors["q"]
-    problem = check_kvcache_call(**tensors, softmax_scale=softmax_scale, causal=causal, num_splits=num_splits)
+    problem = check_kvcache_call(**tensors, softmax_scale=softmax_scale, causal=causal, num_splits=num_splits,
+                                 window_size=window_size, attention_chunk=attention_chunk, softcap=softcap)
     torch = _torch(q)
     for name in ("k_scale", "v_scale"):    # the kernel indexes them densely
         if tensors[name] is not None and not tensors[name].is_contiguous():
@@ -309,7 +326,8 @@ def _prepare(tensors: dict, options: tuple, bundle, signature) -> _Call:
     cache_strides = {n: tensors[n].stride()[:3] for n in ("k_cache", "v_cache")}
     plan = build_plan(kv_plan, source, q.stride()[:3], pt_stride, out_strides, append_strides, cache_strides)
     o_partial, lse_partial, out_t, lse = _outputs(torch, q, kv_plan, out)
-    named = {**{n: tensors[n] for n in ("q", "k_cache", "v_cache", "cache_seqlens", "k", "v", "k_scale", "v_scale")},
+    named = {**{n: tensors[n] for n in ("q", "k_cache", "v_cache", "cache_seqlens", "k", "v", "k_scale", "v_scale",
+                                        "sinks")},
              "page_table": page_table if page_table is not None else tensors["cache_seqlens"],
              "out": out_t, "lse": lse}
     if o_partial is not None:

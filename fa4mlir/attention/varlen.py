@@ -126,7 +126,7 @@ def _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_se
     if isinstance(problem, VarlenPagedProblem):
         if not problem.is_empty:
             tensors = {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q, "seqused_k": seqused_k,
-                       "page_table": page_table, "out": out, "lse": lse}
+                       "page_table": page_table, "out": out, "lse": lse, "sinks": sinks}
             run_paged(tensors, problem, source)
     elif not problem.is_empty:
         config = attn_cfg.varlen_config(problem.dtype, problem.head_dim, problem.causal, problem.mask,

@@ -13,8 +13,11 @@ its slots when seqused_k is None. cu_seqlens_k must be None (as FlashAttention-3
 keys are not packed); max_seqlen_k is checked as an int and bounds nothing (a length is clamped
 to the page table's capacity, as flash_attn_with_kvcache clamps cache_seqlens). Causal masks align
 bottom-right per sequence: query i of sequence b (sq_b queries, L_b keys) sees key j iff j <= i +
-L_b - sq_b; a row that sees no key gets out = 0 and lse = +inf. out is [total_q, heads, head_dim]
-like q, lse float32 [heads, total_q] (the varlen layout).
+L_b - sq_b; a row that sees no key gets out = 0 and lse = +inf. window_size, attention_chunk,
+softcap and sinks are flash_attn_func's, aligned the same way per sequence (diag = i + L_b - sq_b),
+run by the decode kernel's compile-time mask and score-modifier variants (kvcache.py; with sinks a
+row that sees no key gets lse = sinks[head]). out is [total_q, heads, head_dim] like q, lse float32
+[heads, total_q] (the varlen layout).
 
 How it runs: the decode kernel over the KV-cache operand (attention_decode_sm90, its compile-time
 `varlen_q` variant, note "Varlen q"), which takes any number of queries per sequence, packs GQA
@@ -26,11 +29,9 @@ exits without reading a key. Nothing reads device data on the host: no synchroni
 split (the plan's `unsplit`) the kernel writes out and lse directly and rows of out past
 cu_seqlens_q[batch] are not written; with several, the combine writes every row of out and lse,
 and those rows, which no sequence owns, get out = 0 and lse = +inf (their partials' LSE is filled
-with -inf before the launch).
+with -inf before the launch; with sinks, lse = sinks[head], as any row that sees no key).
 
-Not here (typed errors before any launch): window_size, attention_chunk, softcap and sinks with a
-page_table (the decode kernel has causal masks only: UnsupportedFeatureError; they work on packed
-keys, cu_seqlens_k and no page_table); an FP8 pool (flash_attn_with_kvcache takes it with its
+Not here (typed errors before any launch): an FP8 pool (flash_attn_with_kvcache takes it with its
 scales); out= and lse= are honoured, but there is no call cache (every call checks and plans,
 tens of microseconds of host time) and no custom op (a traced call runs eagerly).
 """
@@ -42,16 +43,15 @@ from dataclasses import dataclass, replace
 from ..driver import device_info, resolve_stream
 from ..kernels import attention_decode_sm90_config as dec
 from .checks import (MAX_GRID_YZ, PACKED_DIMS, VARLEN_API, _err, check_layout, check_max_seqlen, check_scale,
-                     check_seqlens, check_varlen_outputs)
+                     check_seqlens, check_sinks, check_softcap, check_varlen_outputs)
 from .errors import (BundleError, DTypeError, FlashAttnInputError, HeadDimError, HeadsRatioError, SeqlensError,
                      ShapeError, UnsupportedFeatureError)
-from .kvcache import PAGED_DIMS, KVCacheOperand, KVCachePlan, KVCacheProblem, _check_cache, _layout, plan_problem
+from .kvcache import (PAGED_DIMS, KVCacheOperand, KVCachePlan, KVCacheProblem, _check_cache, _layout, decode_variant,
+                      plan_problem)
 from .plan import Launch, TensorRef
 from .problem import VarlenProblem
 
 NO_WINDOW = (-1, -1)
-WORKS = ("with a page_table the decode kernel runs causal or full attention only; window_size, attention_chunk, "
-         "softcap and sinks work on packed keys (k, v [total_k, kv_heads, head_dim] with cu_seqlens_k)")
 
 
 def _renamed(e: FlashAttnInputError) -> FlashAttnInputError:
@@ -79,6 +79,10 @@ class VarlenPagedProblem:
     causal: bool
     softmax_scale: float
     seqused_k: bool
+    window_size: tuple = NO_WINDOW
+    attention_chunk: int = 0
+    softcap: float = 0.0
+    sinks: bool = False
 
     @property
     def out_shape(self) -> tuple[int, int, int]:
@@ -96,18 +100,16 @@ class VarlenPagedProblem:
         """The flash_attn_with_kvcache problem the decode schedule plans: max_seqlen_q queries per
         sequence (the grid's bound), no new tokens."""
         return KVCacheProblem(self.batch, max(self.max_seqlen_q, 1), self.heads, self.head_dim, self.dtype, self.cache,
-                              0, self.causal, self.softmax_scale, None, True)
+                              0, self.causal, self.softmax_scale, None, True, tuple(self.window_size),
+                              self.attention_chunk, self.softcap, self.sinks)
 
 
 def check_varlen_paged(infos: dict, max_seqlen_q, max_seqlen_k, *, softmax_scale=None, causal: bool = False,
                        window_size=NO_WINDOW, attention_chunk: int = 0, softcap: float = 0.0) -> VarlenPagedProblem:
     """Every host check of a call with a page_table, on TensorInfos by name (q, k, v, cu_seqlens_q,
     cu_seqlens_k, seqused_k, page_table, sinks, out, lse; None when not given); window_size and
-    attention_chunk already checked (checks.check_mask). Typed errors, no driver call."""
-    asked = [n for n, on in (("window_size", tuple(window_size) != NO_WINDOW), ("attention_chunk", attention_chunk),
-                             ("softcap", softcap not in (0, 0.0)), ("sinks", infos.get("sinks") is not None)) if on]
-    if asked:
-        raise UnsupportedFeatureError(_err(f"{', '.join(asked)} with page_table is not supported: {WORKS}", VARLEN_API))
+    attention_chunk already checked (checks.check_mask); softcap (SoftcapError) and sinks (float32
+    [heads]) checked here. Typed errors, no driver call."""
     if infos.get("cu_seqlens_k") is not None:
         raise SeqlensError(_err("cu_seqlens_k must be None with page_table (FlashAttention-3/4's contract: k and v "
                                 "are the paged pools, not packed keys); give each sequence's key count as seqused_k",
@@ -146,17 +148,24 @@ def check_varlen_paged(infos: dict, max_seqlen_q, max_seqlen_k, *, softmax_scale
     check_layout("q", q, PACKED_DIMS)
     scale = check_scale(softmax_scale, head_dim)
     dims = VarlenProblem(batch, sq, sk, total_q, 0, heads, cache.kv_heads, head_dim, q.dtype)
+    try:
+        cap = check_softcap(softcap, scale)
+        if infos.get("sinks") is not None:
+            check_sinks(dims, infos["sinks"])
+    except FlashAttnInputError as e:
+        raise _renamed(e) from None
     check_varlen_outputs(dims, infos.get("out"), infos.get("lse"))
     return VarlenPagedProblem(batch, sq, sk, total_q, heads, head_dim, q.dtype, cache, bool(causal), scale,
-                              infos.get("seqused_k") is not None)
+                              infos.get("seqused_k") is not None, tuple(window_size), int(attention_chunk), cap,
+                              infos.get("sinks") is not None)
 
 
 def configs_for(plan: KVCachePlan) -> tuple[dec.DecodeConfig, dec.CombineConfig | None]:
     """The varlen_q decode kernel of a plan (split, or unsplit for one split) and its combine (None
     unsplit): the tiles and fetch of flash_attn_with_kvcache's kernel for the same pool."""
     p = plan.problem
-    base = dec.default_config(p.dtype, p.head_dim, p.cache.page_size, unsplit=plan.unsplit)
-    return replace(base, varlen_q=True), None if plan.unsplit else dec.CombineConfig(p.dtype, p.head_dim)
+    base = dec.default_config(p.dtype, p.head_dim, p.cache.page_size, unsplit=plan.unsplit, **decode_variant(plan))
+    return replace(base, varlen_q=True), None if plan.unsplit else dec.CombineConfig(p.dtype, p.head_dim, sinks=p.sinks)
 
 
 def combine_plan(plan: KVCachePlan, problem: VarlenPagedProblem) -> KVCachePlan:
@@ -171,6 +180,7 @@ def launch_args(plan: KVCachePlan, problem: VarlenPagedProblem, q_strides: tuple
     lse, o_partial, lse_partial); q's and out's (token, head) element strides."""
     refs = {n: TensorRef(n) for n, _ in dec.SPLIT_TENSORS + dec.UNSPLIT_TENSORS + dec.COMBINE_TENSORS}
     refs.update(k_pool=TensorRef("k_cache"), v_pool=TensorRef("v_cache"), cu_seqlens_q=TensorRef("cu_seqlens_q"),
+                sinks=TensorRef("sinks"),
                 k_scale=TensorRef("cache_seqlens"), v_scale=TensorRef("cache_seqlens"))   # scales: never read
     split = dec.split_launch_args(plan, refs, (0, *q_strides), page_table_stride, cache_strides,
                                   (0, *out_strides), varlen_total_q=problem.total_q)
@@ -191,7 +201,7 @@ def plan_for(problem: VarlenPagedProblem, num_sms: int) -> KVCachePlan:
 def run(tensors: dict, problem: VarlenPagedProblem, source) -> None:
     """The launches of a checked call on torch's current stream: the decode kernel, then (several
     splits) the combine. ``tensors``: q, k, v, cu_seqlens_q, seqused_k (or None), page_table, out,
-    lse (allocated)."""
+    lse (allocated), sinks (or None)."""
     from .kvcache_call import kernel_for
     torch = sys.modules["torch"]
     q = tensors["q"]
@@ -203,7 +213,7 @@ def run(tensors: dict, problem: VarlenPagedProblem, source) -> None:
         lengths = torch.full((problem.batch,), problem.cache.capacity, dtype=torch.int32, device=q.device)
     named = {"q": q, "k_cache": tensors["k"], "v_cache": tensors["v"], "cache_seqlens": lengths,
              "page_table": tensors["page_table"], "cu_seqlens_q": tensors["cu_seqlens_q"], "out": tensors["out"],
-             "lse": tensors["lse"]}
+             "lse": tensors["lse"], "sinks": tensors.get("sinks")}
     if not plan.unsplit:   # rows no sequence owns combine from LSE -inf partials: out 0, lse +inf
         named["o_partial"] = torch.empty((plan.num_splits, problem.total_q, problem.heads, problem.head_dim),
                                          dtype=torch.float32, device=q.device)

@@ -8,6 +8,10 @@ per CTA, 1-D grid):
        columns; a split of weight 0 (no key seen) is skipped, whatever its O holds
     3. O in q's dtype at out[b, t, h] (any strides); LSE (natural log) at lse[b, h, t]; a row no
        split saw gets O = 0 and LSE = +inf (FlashAttention's convention)
+With sinks (CombineConfig.sinks: gpt-oss's learned logit per query head, flash_attn_with_kvcache's
+`sinks`), the sink of head h is one more term of step 1: lse = log(sum_s exp(lse_s) + exp(sink_h)),
+so it enters once however many splits there are (the split kernel never adds it), and a row no
+split saw gets O = 0 and LSE = sink_h.
 Partials: o_partial [num_splits, batch, seqlen_q, heads, D] = [num_splits, total_rows, D] and
 lse_partial [num_splits, batch, heads, seqlen_q], both contiguous (the plan's workspaces).
 """
@@ -15,7 +19,7 @@ from __future__ import annotations
 
 from .. import dsl
 from ..dsl import KernelBuilder, const, fast_div, fmax, log2, select, vec
-from .attention_decode_sm90_config import COMBINE_PARAMS, COMBINE_WARPS, CombineConfig
+from .attention_decode_sm90_config import COMBINE_WARPS, CombineConfig
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -25,7 +29,7 @@ NEG_INF = float("-inf")
 def build(cfg: CombineConfig = CombineConfig()) -> dsl.KernelIR:
     cfg.validate()
     kb = KernelBuilder(cfg.name(), arch="sm_90a", block=(32 * COMBINE_WARPS, 1, 1), config=cfg.key())
-    p = kb.params_from(COMBINE_PARAMS, tma={})
+    p = kb.params_from(cfg.params, tma={})
     cols = cfg.head_dim // 32                   # columns per lane
     with kb.body():
         tid = kb.thread_idx(0)
@@ -51,6 +55,10 @@ def build(cfg: CombineConfig = CombineConfig()) -> dsl.KernelIR:
             mx = loop.results
             for off in (16, 8, 4, 2, 1):
                 mx = fmax(mx, kb.shuffle_xor(mx, off))
+            sink = None
+            if cfg.sinks:      # head h's sink logit joins the max (and, below, the sum)
+                sink = kb.load(kb.gep(p["sinks"], h.to("i64"), "f32"), "f32", align=4)
+                mx = fmax(mx, sink)
             empty = mx.eq(NEG_INF)
             shift = select(empty, const(0.0, "f32"), mx)       # exp2(-inf - -inf) would be NaN
 
@@ -63,6 +71,8 @@ def build(cfg: CombineConfig = CombineConfig()) -> dsl.KernelIR:
             total = loop.results
             for off in (16, 8, 4, 2, 1):
                 total = total + kb.shuffle_xor(total, off)
+            if sink is not None:
+                total = total + dsl.exp2((sink - shift) * LOG2E)
             # 2. the weighted partials, in split order
             col0 = (lane * cols).to("i64")
             zero = const(0.0, ("f32", cols))

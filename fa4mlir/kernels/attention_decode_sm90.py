@@ -20,8 +20,9 @@ is register-bound, and the small block lets two CTAs share an SM, attention_deco
     warps 0-3     `mma`   (one warpgroup) loads the 64 x D Q tile itself (plain loads, packed rows, into the
                           128B-swizzled layout wgmma reads), then per tile j:
                           1. wait K_j; S = Q K_j^T; release K_j
-                          2. mask (tokens at or past the sequence's length L_b, and causal
-                             bottom-right), online softmax in base 2, P as wgmma A fragments
+                          2. softcap (cfg.softcap: tanh), mask (tokens at or past the sequence's
+                             length L_b, causal bottom-right, and the compile-time window or chunk:
+                             note "Window"), online softmax in base 2, P as wgmma A fragments
                           3. O *= alpha
                           4. wait V_j; zero V rows past L_b (note "NaN past L_b"); O += P V_j;
                              release V_j
@@ -76,6 +77,23 @@ Only the epilogue differs: the work item keeps the split arithmetic (num_splits 
 and every tile); with begin and end folded to constants ptxas spilled the FP8 paged block-scale
 kernel at its 168 registers.
 
+Note "Window" (cfg.windowed: DecodeConfig's window_left, window_right, chunk; common.mask_family):
+query token t of the sequence sees keys [lo, hi) = row_keys(mask, t, seqlen_q, L_b), bottom-right
+(diag = t + L_b - seqlen_q), hi also bounded by the runtime causal flag (diag + 1). lo and hi never
+decrease with t, so the M tile's first and last tokens bound its KV tiles: it visits [lo(first) / bn,
+ceil(hi(last) / bn)), and those tiles, not ceil(L_b / bn), are what the splits divide (both roles'
+loops start at the first tile the window reaches: the tiles on its left are never loaded, and a
+split past the live range has no tile and writes LSE -inf, which the combine weighs 0). Tiles inside
+[lo(last), hi(first)) every row sees whole and run unmasked; the edges run the masked softmax, which
+hides key k from a row unless lo <= k < hi (common.masks.hidden). Without a window or chunk the
+kernel keeps its original mask code (and so its PTX).
+
+Note "Sinks" (cfg.sinks, unsplit only): the head's sink logit b (float32, natural log) joins the
+row's max and sum in the epilogue, as in attention_fwd_sm90: with a = m scale_log2 and b' = b log2 e,
+M = max(a, b') (0 when both are -inf), l' = l 2^(a - M) + 2^(b' - M), O = O 2^(a - M) / l', LSE =
+(M + log2 l') ln 2; a row that sees no key gets O = 0, LSE = b. With several splits the split kernel
+never adds it: the combine's sink variant does, once (attention_combine_sm90).
+
 Note "Varlen q" (cfg.varlen_q: flash_attn_varlen_func with a page_table, chunked prefill of a
 ragged batch): q and out are packed [total_q, heads, D] and sequence b's queries are rows
 cu_seqlens_q[b] .. cu_seqlens_q[b + 1] (read here, never on the host). The work item reads its
@@ -98,9 +116,12 @@ from __future__ import annotations
 
 from .. import dsl
 from ..dialect import builders as fa4
-from ..dsl import ELEM_BYTES, KernelBuilder, PipeState, Value, const, fast_div, fma, fmax, log2, select, tree_reduce, undef, vec
+from ..dsl import (ELEM_BYTES, KernelBuilder, PipeState, Value, const, fast_div, fma, fmax, log2, select, tanh, tree_reduce,
+                   undef, vec)
 from .attention_decode_sm90_config import TILE_M, DecodeConfig
 from .common import e4m3_converter, e4m3_tile
+from .common.constants import LOG2E
+from .common.masks import ValueOps, hidden, row_keys
 from .common.softmax import max_update
 from .common.wgmma import a_frag_pairs, acc_col, acc_pair, acc_row, row_regs, wait_group
 
@@ -172,6 +193,7 @@ class _Work:
     1, the same arithmetic gives split 0 and every tile: note "Unsplit")."""
 
     def __init__(self, kb, cfg, p):
+        self.cfg = cfg
         x = kb.block_idx(0)
         self.split = fast_div(x, *div(p, "m_tiles"))
         self.m_tile = x - self.split * p["m_tiles"]
@@ -192,11 +214,40 @@ class _Work:
             self.seqlen_q = (q_end - self.q_start).smax(0)
             self.rows = self.seqlen_q * p["cta_heads"]
             n_tiles = select((self.m_tile * TILE_M).lt(self.rows), n_tiles, const(0))   # no row: no KV tile
+        first = None
+        if cfg.windowed:    # note "Window": only the tiles the M tile's rows reach, split among the splits
+            first, last_end, self.full = self._live_tiles(kb, cfg, p)
+            n_tiles = select(n_tiles.gt(0), (last_end - first).smax(0), const(0))
         base = n_tiles // p["num_splits"]
         extra = n_tiles - base * p["num_splits"]
         before = self.split.lt(extra)
         self.begin = self.split * base + select(before, self.split, extra)
+        if first is not None:
+            self.begin = first + self.begin
         self.end = self.begin + base + select(before, const(1), const(0))
+
+    def row_keys(self, p, token: Value) -> tuple:
+        """[lo, hi): the keys query `token` of the sequence sees (signed; empty when hi <= lo): the
+        compile-time mask's (common.masks.row_keys, bottom-right: diag = token + L_b - seqlen_q),
+        hi also bounded by the runtime causal flag."""
+        lo, hi = row_keys(self.cfg.mask, token, self.seqlen_q, self.length, ValueOps)
+        causal_end = (self.length - (self.seqlen_q - 1 - token) * p["causal"]).smax(0)
+        return lo, hi.smin(causal_end)
+
+    def _live_tiles(self, kb, cfg, p) -> tuple:
+        """Note "Window": (first, end, (full_first, full_end)) KV tiles of the M tile's tokens: lo and
+        hi grow with the token, so the first token's lo and the last token's hi bound the tiles any
+        row sees, and [last's lo, first's hi) holds the keys every row sees (no mask there)."""
+        m0 = self.m_tile * TILE_M
+        tok_first = fast_div(m0, *div(p, "cta_heads"))
+        tok_last = fast_div((m0 + TILE_M).smin(self.rows) - 1, *div(p, "cta_heads"))
+        lo_first, hi_first = self.row_keys(p, tok_first)
+        lo_last, hi_last = self.row_keys(p, tok_last)
+        first = lo_first // cfg.bn                      # lo >= 0
+        end = (hi_last.smax(0) + (cfg.bn - 1)) // cfg.bn
+        full_first = (lo_last + (cfg.bn - 1)) // cfg.bn
+        full_end = hi_first.smax(0) // cfg.bn
+        return first, end, (full_first, full_end)
 
 
 # ---- producer -------------------------------------------------------------------------------------
@@ -354,14 +405,20 @@ class _Consumer:
         m0 = work.m_tile * TILE_M
         cta_heads = p["cta_heads"]
         self.packed = [m0 + self.row0 + 8 * h for h in (0, 1)]          # this thread's packed rows
-        self.token, self.head, self.end = [], [], []
+        self.token, self.head, self.start, self.end = [], [], [], []
         for r in self.packed:
             tok = fast_div(r, *div(p, "cta_heads"))
             self.token.append(tok)
             self.head.append(work.head_base + r - tok * cta_heads)
+            if cfg.windowed:    # keys [start, end) are visible (note "Window")
+                start, end = work.row_keys(p, tok)
+                self.start.append(start)
+                self.end.append(end)
+                continue
             # keys [0, end) are visible: L_b, less seqlen_q - 1 - token under the causal mask
             hidden = (work.seqlen_q - 1 - tok) * p["causal"]
             self.end.append((work.length - hidden).smax(0))
+        self.softcap_scale = p["softcap_scale"] if cfg.softcap else None
         self.row_ok = [r.lt(work.rows) for r in self.packed]
         # the rows of q, out and the LSE the tokens are at: q_start + token (note "Varlen q")
         self.q_row = self.token if work.q_start is None else [work.q_start + t for t in self.token]
@@ -453,7 +510,14 @@ def _softmax(cs: _Consumer, s_acc: Value, j: Value, m_prev, l_prev, masked: bool
     s = [s_acc[i] for i in range(cs.n_s)]
     if col_scales is not None:
         s = [s[i] * col_scales[0][acc_col(i)] for i in range(cs.n_s)]
-    if masked:
+    if cfg.softcap:    # t = tanh(s scale / cap), in units of cap (scale_log2 = cap log2 e): before the mask
+        s = [tanh(x * cs.softcap_scale) for x in s]
+    if masked and cfg.windowed:    # keys [start, end) of the row are visible (note "Window")
+        key0 = j * cfg.bn + cs.t4 * 2
+        window = [(cs.start[h] - key0, cs.end[h] - key0) for h in (0, 1)]
+        for i in range(cs.n_s):
+            s[i] = select(hidden(window[acc_row(i)], acc_col(i)), const(NEG_INF, "f32"), s[i])
+    elif masked:
         vis = [cs.end[h] - j * cfg.bn - cs.t4 * 2 for h in (0, 1)]
         for i in range(cs.n_s):
             s[i] = select(vis[acc_row(i)].sle(acc_col(i)), const(NEG_INF, "f32"), s[i])
@@ -641,21 +705,30 @@ def _scalar_scales(cs: _Consumer):
 def _mma_role(kb, cfg, work: _Work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, staged, c_pipe=None):
     cs = _Consumer(kb, cfg, work, p)
     k_scale, v_scale = _scalar_scales(cs)
-    if k_scale is not None:    # S's scale: softmax_scale x k_scale (the LSE too)
+    if k_scale is not None and cfg.softcap:    # the tanh's argument: s softmax_scale k_scale / cap
+        cs.softcap_scale = cs.softcap_scale * k_scale
+    elif k_scale is not None:    # S's scale: softmax_scale x k_scale (the LSE too)
         cs.scale_log2 = cs.scale_log2 * k_scale
     _load_q(cs, q_smem)
     f32 = "f32"
     bufs = (q_smem, k_smem, v_smem, k_pipe, v_pipe, staged) + ((c_pipe,) if cfg.converter else ())
-    # tiles every row sees entirely need no mask: keys < min over the rows of `end` (token 0's)
-    hidden0 = (work.seqlen_q - 1) * p["causal"]
-    full = (work.length - hidden0).smax(0) // cfg.bn
-    split = full.smax(work.begin).smin(work.end)
+    if cfg.windowed:   # note "Window": masked left edge, whole tiles, masked right edge
+        full_first, full_end = work.full
+        a = full_first.smax(work.begin).smin(work.end)
+        b = full_end.smax(a).smin(work.end)
+        segments = ((work.begin, a, True), (a, b, False), (b, work.end, True))
+    else:
+        # tiles every row sees entirely need no mask: keys < min over the rows of `end` (token 0's)
+        hidden0 = (work.seqlen_q - 1) * p["causal"]
+        full = (work.length - hidden0).smax(0) // cfg.bn
+        split = full.smax(work.begin).smin(work.end)
+        segments = ((work.begin, split, False), (split, work.end, True))
     neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
     ring = c_pipe if cfg.converter else k_pipe
     state = (ring.initial_state(), const(0.0, (f32, cs.n_o)), (neg_inf, neg_inf), (zero, zero))
     tile = _kv_tile_converted if cfg.converter else _kv_tile_fp8_split if cfg.convert_split \
         else _kv_tile_fp8 if cfg.fp8 else _kv_tile
-    for lo, hi, masked in ((work.begin, split, False), (split, work.end, True)):
+    for lo, hi, masked in segments:
         loop = kb.for_(lo, hi, 1, carry=state)
         with loop as (j, carried):
             loop.yield_(*tile(cs, bufs, j, carried, masked))
@@ -673,6 +746,9 @@ def _epilogue(cs: _Consumer, o: Value, m, l, v_scale=None):
     for h in (0, 1):
         total = l[h] + kb.shuffle_xor(l[h], 1)
         total = total + kb.shuffle_xor(total, 2)
+        if cs.cfg.sinks:
+            _epilogue_sink(cs, o, m, h, total, v_scale)
+            continue
         empty = total.eq(0.0)
         # 1 / l as exp2(-log2 l) (MUFU): rcp.rn is a ptxas subroutine call, which serialises every wgmma
         log_total = log2(total)
@@ -683,6 +759,27 @@ def _epilogue(cs: _Consumer, o: Value, m, l, v_scale=None):
         lse = select(empty, const(no_key, "f32"), (m[h] * cs.scale_log2 + log_total) * LN2)
         with kb.if_(cs.row_ok[h]).then_():
             (_store_final if unsplit else _store_partial)(cs, o, h, inv, lse)
+
+
+def _epilogue_sink(cs: _Consumer, o: Value, m, h: int, total: Value, v_scale):
+    """Unsplit with sinks (note "Sinks"): row h's sink logit joins its max and sum (`total`: the
+    row's l over its four lanes), O and the LSE go to out and lse."""
+    kb, p = cs.kb, cs.p
+    sink = kb.load(kb.gep(p["sinks"], cs.head[h].to("i64"), "f32"), "f32", align=4) * LOG2E
+    m_scaled = m[h] * cs.scale_log2
+    # M = max(a, b) (0 when both are -inf: no -inf - -inf), l' = l 2^(a - M) + 2^(b - M), O 2^(a - M) / l'
+    top = fmax(m_scaled, sink)
+    top = select(top.eq(NEG_INF), const(0.0, "f32"), top)
+    keys = dsl.exp2(m_scaled - top)
+    total = fma(total, keys, dsl.exp2(sink - top))
+    empty = total.eq(0.0)
+    log_total = log2(total)
+    inv = select(empty, const(0.0, "f32"), keys * dsl.exp2(const(0.0, "f32") - log_total))
+    if v_scale is not None:
+        inv = inv * v_scale
+    lse = select(empty, const(float("inf"), "f32"), (top + log_total) * LN2)
+    with kb.if_(cs.row_ok[h]).then_():
+        _store_final(cs, o, h, inv, lse)
 
 
 def _store_partial(cs: _Consumer, o: Value, h: int, inv: Value, lse: Value):

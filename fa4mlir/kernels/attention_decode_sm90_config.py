@@ -25,7 +25,13 @@ TMA boxes of `box_rows` rows (a contiguous cache: bn; a paged one: gcd(bn, page_
 K/V descriptors are encoded with, or (`gather`, page sizes whose boxes would be under
 paging.MIN_TMA_BOX_ROWS rows: 1..7, odd ones; an FP8 cache's under MIN_FP8_TMA_BOX_ROWS) a
 cp.async gather, 16 bytes per lane, each lane reading its row's page-table entry; and whether it
-writes partials for the combine or the final O (`unsplit`).
+writes partials for the combine or the final O (`unsplit`). Masks and score modifiers beyond the
+runtime causal flag are compile-time variants, as in the prefill kernel (attention_sm90_config):
+a sliding window (`window_left`, `window_right`) and `chunk` (common.mask_family, bottom-right per
+sequence, causal staying a launch argument), `softcap` (the cap a launch argument) and `sinks`
+(unsplit only: with several splits the sink enters in the combine, CombineConfig.sinks, so that it
+counts once). Their fields are left out of key() and name() at their defaults, so the kernels built
+before them keep their keys, names and code.
 """
 from __future__ import annotations
 
@@ -35,6 +41,7 @@ from math import gcd
 from .common.constants import LOG2E
 from .common.fastdiv import divisor
 from .common.fields import ConfigError, check_fields
+from .common.mask_family import Mask, attention_mask, mask_fields
 from .common.paging import KVFetch, fetch_plan
 
 KERNEL = "attention_decode_sm90"
@@ -63,7 +70,6 @@ GATHER_MAX_CACHE_BYTES = 16 << 32     # the gather's row offsets are u32 counts 
 
 # fields in the compile key only when set: the keys, names and code of the kernels built before
 # they existed stay the same
-OPTIONAL_KEY_FIELDS = ("varlen_q", "converter_stages", "convert_split")
 
 
 @dataclass(frozen=True)
@@ -82,13 +88,31 @@ class DecodeConfig:
     converter_stages: int = 0     # FP8: 0 converts in the consumer; n > 0: a converter warpgroup fills a ring of n
                                   # f16 K/V tile pairs (the kernel's note "Converter")
     convert_split: bool = False   # FP8, in the consumer: K_j converted, S_j issued, V_j converted while S_j runs
+    # compile-time mask beyond the runtime causal flag (note "Window" of the kernel): FlashAttention's
+    # window_size sides (-1: unbounded) and attention_chunk (0: none), canonical without causal
+    window_left: int = -1
+    window_right: int = -1
+    chunk: int = 0
+    softcap: bool = False         # s -> cap tanh(s / cap): launch takes softcap_scale, scale_log2 = cap log2(e)
+    sinks: bool = False           # unsplit: a learned logit per query head in the denominator (split: the combine's)
 
     @property
     def params(self) -> tuple:
         """The launch contract: UNSPLIT_PARAMS for the unsplit variant, else SPLIT_PARAMS; a
         varlen_q kernel takes cu_seqlens_q after them (VARLEN_Q_PARAMS)."""
         base = UNSPLIT_PARAMS if self.unsplit else SPLIT_PARAMS
-        return base + VARLEN_Q_PARAMS if self.varlen_q else base
+        return base + (VARLEN_Q_PARAMS if self.varlen_q else ()) + mod_params(self.softcap, self.sinks)
+
+    @property
+    def mask(self) -> Mask:
+        """The compile-time mask (common.mask_family; NO_MASK by default): the runtime causal flag
+        intersects it in the kernel."""
+        return attention_mask(False, (self.window_left, self.window_right), self.chunk)
+
+    @property
+    def windowed(self) -> bool:
+        """A window or a chunk: the kernel bounds each row's keys on the left too (note "Window")."""
+        return bool(self.mask.parts)
 
     @property
     def d_chunks(self) -> int:
@@ -185,23 +209,43 @@ class DecodeConfig:
         if self.varlen_q and self.fp8:
             raise ConfigError("varlen_q (flash_attn_varlen_func's paged path) is built for bf16/f16 caches only, "
                               f"got kv_dtype={self.kv_dtype!r}")
+        self._check_mask()
+        if self.fp8 and (self.windowed or self.softcap or self.sinks):
+            # measured: the D128 FP8 kernels with a window and softcap spill (~120 bytes) at the 168
+            # registers of two CTAs per SM
+            raise ConfigError(f"an FP8 cache's decode kernel with a window, chunk, softcap or sinks is not built (it "
+                              f"spills at two CTAs per SM), got {self.name()}: dequantise the cache to {self.dtype}")
+        if self.sinks and not self.unsplit:
+            raise ConfigError("sinks enter once: in the combine when split (CombineConfig(sinks=True)), in the "
+                              "decode kernel only for its unsplit variant; got sinks=True, unsplit=False")
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"decode tile plan needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT}): lower "
                               f"stages ({self.stages}) or bn ({self.bn})")
         return self
 
+    def _check_mask(self) -> None:
+        if self.window_left < -1 or self.window_right < -1 or self.chunk < 0:
+            raise ConfigError(f"window_left and window_right must be >= -1 (-1: unbounded) and chunk >= 0 (0: none), "
+                              f"got {self.window_left}, {self.window_right}, {self.chunk}")
+        fields = mask_fields(self.mask)
+        if fields["causal"]:
+            raise ConfigError(f"window ({self.window_left}, {self.window_right}) is the causal mask's right side: "
+                              f"causal is a launch argument of the decode kernel; pass causal=1 with window_right=-1")
+
     def key(self) -> dict:
-        """The compile key: every field (OPTIONAL_KEY_FIELDS only when set, so that the keys, names and code
-        of the kernels built before it existed are unchanged)."""
-        fields = {n: v for n, v in self.__dict__.items() if n not in OPTIONAL_KEY_FIELDS or v}
+        """The compile key: every field (_OPTIONAL's only when not at their defaults: varlen_q, the
+        FP8 variants' fields, the mask and score-modifier fields, so that the keys, names and code of
+        the kernels built before them are unchanged)."""
+        fields = {n: v for n, v in self.__dict__.items() if n not in _OPTIONAL or v != _OPTIONAL[n]}
         return {"kernel": KERNEL, **fields}
 
     def name(self) -> str:
         fp8 = f"_e4m3_{self.kv_scale}" if self.fp8 else ""
+        mods = f"{self.mask.tag()}{'_softcap' if self.softcap else ''}{'_sink' if self.sinks else ''}"
         return (f"{KERNEL}_{self.dtype}_d{self.head_dim}_n{self.bn}_s{self.stages}"
                 f"_{self._fetch_name()}{fp8}{f'_cw{self.converter_stages}' if self.converter else ''}"
                 f"{'_ks' if self.convert_split else ''}"
-                f"{'_unsplit' if self.unsplit else ''}{'_varlen' if self.varlen_q else ''}")
+                f"{'_unsplit' if self.unsplit else ''}{'_varlen' if self.varlen_q else ''}{mods}")
 
     def _fetch_name(self) -> str:
         if not self.paged:
@@ -209,10 +253,33 @@ class DecodeConfig:
         return "paged_gather" if self.gather else f"paged_b{self.box_rows}"
 
 
+# DecodeConfig fields left out of key() at these defaults (added after kernels were shipped)
+_OPTIONAL = {"varlen_q": False, "converter_stages": 0, "convert_split": False, "window_left": -1, "window_right": -1, "chunk": 0, "softcap": False, "sinks": False}
+
+
+def mod_params(softcap: bool, sinks: bool) -> tuple:
+    """The score modifiers' launch parameters, after the rest of a decode or combine contract:
+    softcap_scale (softmax_scale / cap, the factor before the tanh) and sinks (float32 [heads])."""
+    return ((("softcap_scale", "f32"),) if softcap else ()) + ((("sinks", "ptr"),) if sinks else ())
+
+
+def decode_mask(causal: bool, window_size: tuple = (-1, -1), attention_chunk: int = 0) -> tuple[bool, dict]:
+    """FlashAttention's (causal, window_size, attention_chunk) as the decode kernel runs them: the
+    runtime causal flag and DecodeConfig's compile-time mask fields (window_left, window_right,
+    chunk), canonical (mask_family.mask_fields: a window (left, 0) is causal with (left, -1))."""
+    f = mask_fields(attention_mask(bool(causal), tuple(window_size), int(attention_chunk)))
+    return f["causal"], {"window_left": f["window_left"], "window_right": f["window_right"], "chunk": f["chunk"]}
+
+
 @dataclass(frozen=True)
 class CombineConfig:
     dtype: str = "bf16"
     head_dim: int = 128
+    sinks: bool = False           # the sink logits join each row's sum (COMBINE_PARAMS + sinks)
+
+    @property
+    def params(self) -> tuple:
+        return COMBINE_PARAMS + mod_params(False, self.sinks)
 
     def validate(self) -> "CombineConfig":
         check_fields(self, {"dtype": DTYPES, "head_dim": COMBINE_HEAD_DIMS})
@@ -222,10 +289,10 @@ class CombineConfig:
         return self
 
     def key(self) -> dict:
-        return {"kernel": COMBINE_KERNEL, **self.__dict__}
+        return {"kernel": COMBINE_KERNEL, **{n: v for n, v in self.__dict__.items() if n != "sinks" or v}}
 
     def name(self) -> str:
-        return f"{COMBINE_KERNEL}_{self.dtype}_d{self.head_dim}"
+        return f"{COMBINE_KERNEL}_{self.dtype}_d{self.head_dim}{'_sink' if self.sinks else ''}"
 
 
 @dataclass(frozen=True)
@@ -264,10 +331,15 @@ ONE_CTA_BOX_ROWS = 8
 
 
 def default_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: str = "",
-                   unsplit: bool = False) -> DecodeConfig:
+                   unsplit: bool = False, **variant) -> DecodeConfig:
     """The decode kernel for a cache of ``page_size`` (None: contiguous); ``kv_scale`` (tensor,
     kv_head, block) for an FP8 cache; ``unsplit`` for a call of one split (the tiles are the split
-    kernel's: only the epilogue differs)."""
+    kernel's: only the epilogue differs); ``variant``: the mask and score-modifier fields
+    (window_left, window_right, chunk, softcap, sinks), which change no tile choice."""
+    return replace(_default_tiles(dtype, head_dim, page_size, kv_scale, unsplit), **variant)
+
+
+def _default_tiles(dtype: str, head_dim: int, page_size: int | None, kv_scale: str, unsplit: bool) -> DecodeConfig:
     bn = DEFAULT_BN[head_dim]
     box_rows = box_rows_for(bn, page_size)
     gather = page_size is not None and fetch_plan(bn, page_size, fp8=bool(kv_scale)).fetch is KVFetch.CP_ASYNC_GATHER
@@ -350,11 +422,12 @@ def fp8_variant(cfg: DecodeConfig, name: str, page_size: int | None) -> DecodeCo
 
 
 def runtime_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: str = "",
-                   unsplit: bool = False, variant: str | None = None) -> DecodeConfig:
-    """The decode kernel a call runs: default_config's, or for an FP8 cache the FP8_VARIANTS entry
-    named by ``variant`` or else the environment's FA4MLIR_DECODE_FP8_VARIANT (unset: "default";
-    for `bench decode --decode-variant`). bf16/f16 caches always get default_config's."""
-    cfg = default_config(dtype, head_dim, page_size, kv_scale, unsplit=unsplit)
+                   unsplit: bool = False, variant: str | None = None, **mods) -> DecodeConfig:
+    """The decode kernel a call runs: default_config's (with `mods`, its mask and score-modifier
+    fields), or for an FP8 cache the FP8_VARIANTS entry named by ``variant`` or else the
+    environment's FA4MLIR_DECODE_FP8_VARIANT (unset: "default"; for `bench decode
+    --decode-variant`). bf16/f16 caches always get default_config's."""
+    cfg = default_config(dtype, head_dim, page_size, kv_scale, unsplit=unsplit, **mods)
     if not cfg.fp8:
         return cfg
     import os
@@ -423,9 +496,13 @@ def split_launch_args(plan, tensors, q_strides: tuple[int, int, int], page_table
     cache = p.cache
     gqa = plan.gqa
     cta_heads = gqa.group if gqa.packed else 1
+    causal, _ = decode_mask(p.causal, getattr(p, "window_size", (-1, -1)), getattr(p, "attention_chunk", 0))
+    softcap = float(getattr(p, "softcap", 0.0))
+    sinks = bool(getattr(p, "sinks", False)) and plan.unsplit     # split: the combine adds them
     table = UNSPLIT_PARAMS if plan.unsplit else SPLIT_PARAMS
     if varlen_total_q is not None:
         table = table + VARLEN_Q_PARAMS
+    table = table + mod_params(softcap > 0, sinks)
     args = {n: tensors[n] for n, kind in table if kind == "ptr" or kind == "tma"}
     if plan.unsplit:
         out_strides = out_strides or (p.seqlen_q * p.heads * p.head_dim, p.heads * p.head_dim, p.head_dim)
@@ -433,11 +510,13 @@ def split_launch_args(plan, tensors, q_strides: tuple[int, int, int], page_table
     args.update(batch=p.batch, seqlen_q=p.seqlen_q, heads=p.heads, rows=gqa.rows, m_tiles=gqa.m_tiles,
                 seqlen_new=p.seqlen_new,
                 num_splits=plan.num_splits, capacity=cache.capacity, num_pages=cache.num_pages,
-                page_size=cache.page_size, page_table_stride=int(page_table_stride), cta_heads=cta_heads, causal=int(bool(p.causal)),
-                scale_log2=float(p.softmax_scale) * LOG2E, q_stride_b=int(q_strides[0]),
+                page_size=cache.page_size, page_table_stride=int(page_table_stride), cta_heads=cta_heads, causal=int(causal),
+                scale_log2=(softcap if softcap > 0 else float(p.softmax_scale)) * LOG2E, q_stride_b=int(q_strides[0]),
                 q_stride_s=int(q_strides[1]), q_stride_h=int(q_strides[2]))
     if varlen_total_q is not None:
         args["seqlen_q"] = int(varlen_total_q)
+    if softcap > 0:     # [D-softcap]: t = tanh(s softmax_scale / cap) in units of cap
+        args["softcap_scale"] = float(p.softmax_scale) / softcap
     # FP8 block scales of a contiguous cache: [batch, scale_blocks, kv_heads], scale_block tokens each
     block = cache.scale_block or 1
     args["scale_blocks"] = cache.capacity // block if not cache.paged else 0
@@ -479,14 +558,16 @@ def append_grid(plan) -> tuple[int, int, int]:
 
 
 def combine_launch_args(plan, tensors, out_strides: tuple[int, int, int]) -> dict:
+    """The combine's parameters; with the problem's sinks (CombineConfig.sinks), tensors["sinks"] too."""
     p = plan.problem
-    args = {n: tensors[n] for n, _ in COMBINE_TENSORS}
+    table = COMBINE_PARAMS + mod_params(False, bool(getattr(p, "sinks", False)))
+    args = {n: tensors[n] for n, kind in table if kind == "ptr"}
     args.update(total_rows=p.batch * p.seqlen_q * p.heads, num_splits=plan.num_splits, seqlen_q=p.seqlen_q,
                 heads=p.heads, out_stride_b=int(out_strides[0]), out_stride_s=int(out_strides[1]),
                 out_stride_h=int(out_strides[2]))
     for name, n in (("heads", p.heads), ("seqlen_q", p.seqlen_q)):
         args[f"{name}_mul"], args[f"{name}_shr"] = divisor(int(n))
-    return _fill(COMBINE_PARAMS, args)
+    return _fill(table, args)
 
 
 def combine_grid(plan) -> tuple[int, int, int]:
@@ -496,7 +577,7 @@ def combine_grid(plan) -> tuple[int, int, int]:
 
 
 __all__ = ["APPEND_KERNEL", "AppendConfig", "APPEND_PARAMS", "APPEND_TENSORS", "append_launch_args", "append_grid",
-           "KERNEL", "COMBINE_KERNEL", "DecodeConfig", "CombineConfig", "default_config", "box_rows_for",
+           "KERNEL", "COMBINE_KERNEL", "DecodeConfig", "decode_mask", "mod_params", "CombineConfig", "default_config", "box_rows_for",
            "SPLIT_PARAMS", "VARLEN_Q_PARAMS", "COMBINE_PARAMS", "SPLIT_TENSORS", "COMBINE_TENSORS", "UNSPLIT_PARAMS", "UNSPLIT_TENSORS",
            "split_launch_args",
            "combine_launch_args", "split_grid", "combine_grid", "TILE_M", "COMBINE_WARPS", "DTYPES", "HEAD_DIMS"]

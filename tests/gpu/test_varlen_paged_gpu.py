@@ -99,17 +99,13 @@ def test_long_cache_splits(attn_bundle, case):
     assert (tail_out == 0).all() and tail_lse.isposinf().all()
 
 
-def test_features_the_paged_path_lacks_are_typed_errors(attn_bundle):
+def test_packed_keys_with_a_page_table_are_a_typed_error(attn_bundle):
+    """(window_size, softcap, sinks with a page_table: tests/gpu/test_kvcache_mask_gpu.py)"""
     import torch
-    from fa4mlir import SeqlensError, UnsupportedFeatureError, flash_attn_varlen_func
+    from fa4mlir import SeqlensError, flash_attn_varlen_func
     q = torch.randn(4, 2, 128, device="cuda", dtype=torch.bfloat16)
     pool = torch.zeros(4, 64, 2, 128, device="cuda", dtype=torch.bfloat16)
     table = torch.zeros(1, 2, dtype=torch.int32, device="cuda")
     cu = torch.tensor([0, 4], dtype=torch.int32, device="cuda")
-    for kw in ({"window_size": (8, 0)}, {"softcap": 5.0}, {"attention_chunk": 64},
-               {"sinks": torch.zeros(2, device="cuda")}):
-        with pytest.raises(UnsupportedFeatureError, match="page_table"):
-            flash_attn_varlen_func(q, pool, pool, cu, None, 4, 128, page_table=table, causal=True, bundle=attn_bundle,
-                                   **kw)
     with pytest.raises(SeqlensError, match="cu_seqlens_k"):
         flash_attn_varlen_func(q, pool, pool, cu, cu, 4, 128, page_table=table, bundle=attn_bundle)
