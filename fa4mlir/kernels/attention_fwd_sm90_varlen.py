@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..dsl import Value, const, fast_div, select, vec
-from .attention_sm90_config import section_tile
+from .common.sections import section_tile
 from .common.wgmma import acc_pair
 
 
@@ -81,7 +81,7 @@ class _SectionOps:
 
 
 def tile_of(kb, params, m_tiles: Value):
-    """(m_block, head, sequence) of this CTA: attention_sm90_config.section_tile on the block index
+    """(m_block, head, sequence) of this CTA: common.sections.section_tile on the block index
     (common.varlen_schedule: sections of (head, sequence) indices whose K and V fit in L2, longest
     query tiles first within each), then hb = head + heads * sequence split by the heads divisor."""
     shift, div_rest = params.sections

@@ -16,6 +16,7 @@ from .common.fields import ConfigError, RegisterBudgetError, check_fields
 from .common.mask_family import Mask, attention_mask
 from .common.naming import softmax_knob_tags
 from .common.score_mod import aux_params, calls_sfu, parse_aux_spec, registered
+from .common.sections import section_tile
 from .common.varlen_schedule import varlen_grid_size
 
 KERNEL = "attention_fwd_sm90"
@@ -709,28 +710,6 @@ class IntOps:
     eq = staticmethod(lambda a, b: a == b)
     lt = staticmethod(lambda a, b: a < b)
     select = staticmethod(lambda c, a, b: a if c else b)
-
-
-def section_tile(t, m_tiles, hb_total, shift, div_tiles, div_rest, ops=IntOps):
-    """(m_block, (head, batch) index) of block t of a causal one-tile-per-CTA grid. The (head, batch)
-    indices go in sections of 2**shift (section_shift: their K and V fit in a share of L2); within
-    a section the tiles go longest rows first, every index of the section at one query tile before
-    the next shorter tile, so the hardware, which hands blocks out in order, starts the long tiles of all
-    sections' heads early and ends on short ones (a head-by-head order leaves the last heads' long
-    tiles to run after the rest of the grid has finished). The last section holds the rest,
-    hb_total mod 2**shift indices. div_tiles(u) = u // m_tiles, div_rest(u) = u // rest. Written once
-    for ints (tests) and kernel Values (`ops`: lt, select)."""
-    full = (hb_total >> shift) << shift                    # indices in whole sections
-    in_full = ops.lt(t, full * m_tiles)
-    sec = div_tiles(t >> shift)
-    r = t - ((sec * m_tiles) << shift)
-    m_full = r >> shift
-    hb_full = (sec << shift) + r - (m_full << shift)
-    r2 = ops.select(in_full, t - t, t - full * m_tiles)   # 0 when unused: div_rest needs n >= 0
-    m_rest = div_rest(r2)
-    hb_rest = full + r2 - m_rest * (hb_total - full)
-    m_idx = ops.select(in_full, m_full, m_rest)
-    return m_tiles - 1 - m_idx, ops.select(in_full, hb_full, hb_rest)
 
 
 def dealt_tile(base, slot, grid_size, ops=IntOps):

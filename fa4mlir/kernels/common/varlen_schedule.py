@@ -7,7 +7,7 @@ therefore has one CTA for every (query tile m_block < m_tiles = ceil(max_seqlen_
 sequence); the CTA reads its sequence's start and length from device memory and exits at once when
 its tile starts past the sequence's end.
 
-Order: the dense causal grid's (attention_sm90_config.section_tile), over (head, sequence)
+Order: the dense causal grid's (common.sections.section_tile), over (head, sequence)
 indices hb = head + heads * sequence. The indices go in sections of 2**shift whose K and V (at
 max_seqlen_k, section_shift) fit in a share of L2; within a section the tiles go from the last query
 tile down to tile 0, every index of the section at one tile before the next. The hardware hands the
@@ -31,6 +31,7 @@ run the same section_tile, fastdiv included.
 from __future__ import annotations
 
 from .fastdiv import divide, divisor
+from .sections import section_tile
 
 
 def varlen_tiles(max_seqlen_q: int, bm: int) -> int:
@@ -47,7 +48,6 @@ def tile_order(max_seqlen_q: int, bm: int, heads: int, batch: int, shift: int) -
     """The grid's (m_block, head, sequence) by block index, as the kernel computes them (fastdiv
     included), for sections of 2**shift (head, sequence) indices (the launch's section_shift): what
     the tests check and what a host-side tool can print."""
-    from ..attention_sm90_config import section_tile   # that module imports this one
     hb_total = heads * batch
     m_tiles = varlen_tiles(max_seqlen_q, bm)
     rest = hb_total % (1 << shift)
