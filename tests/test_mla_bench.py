@@ -13,6 +13,7 @@ import pytest
 
 from fa4mlir import kernel_sets, testing
 from fa4mlir.bench import mla_bench as mb
+from fa4mlir.bench import runner
 from fa4mlir.kernels import attention_sm90_config as acfg
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -158,9 +159,9 @@ def test_json_round_trip_schema_tables_and_exit_code(tmp_path):
             mb.validate_result(bad)
     table = mb.format_tables(res)
     assert "sdpa-cudnn 1.250" in table and "unsupported: no flash_attn.cute" in table
-    assert mb.exit_code(res) == 0
+    assert runner.exit_code(res) == 0
     res["results"][0]["fa_rule_ok"] = False
-    assert mb.exit_code(res) == 1
+    assert runner.exit_code(res) == 1
 
 
 def test_mla_set_holds_the_mla_prefill_kernel_and_bench_holds_it():
