@@ -3,19 +3,14 @@ pair counts, feature costs, tables, the JSON schema, the kernel set, and that th
 without MLIR (the row loop it shares with `bench mla`: tests/test_bench_runner.py)."""
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from fa4mlir import kernel_sets, testing
+from fa4mlir import kernel_sets
 from fa4mlir.bench import prefill_bench as pb
 from fa4mlir.bench import runner
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tests._bench_helpers import RESULT_BREAKAGES, check_cli_imports_no_mlir, check_json_round_trip
 
 
 # ----------------------------------------------------------------------------------------------
@@ -160,21 +155,9 @@ def test_tables_show_unsupported_rows_flags_and_costs():
 
 
 def test_json_round_trip_and_schema(tmp_path):
-    res = synthetic_result()
-    path = tmp_path / "prefill.json"
-    pb.save_result(res, path)
-    assert pb.load_result(path) == res and json.loads(path.read_text())["schema"] == pb.SCHEMA
-    with pytest.raises(ValueError, match="schema"):
-        pb.validate_result({"schema": "fa4mlir-attention-bench/1"})
-    for broken, words in ((lambda r: r.pop("feature_costs"), "lacks \\['feature_costs'\\]"),
-                          (lambda r: r["results"][0].pop("times_ms"), "result #0 lacks \\['times_ms'\\]"),
-                          (lambda r: r["results"][2].pop("reason"), "result #2 lacks \\['reason'\\]"),
-                          (lambda r: r["results"][2].update(status="skipped"), "status 'skipped'"),
-                          (lambda r: r["rows"][1].pop("flops"), "row #1 lacks \\['flops'\\]")):
-        bad = synthetic_result()
-        broken(bad)
-        with pytest.raises(ValueError, match=words):
-            pb.validate_result(bad)
+    check_json_round_trip(pb, synthetic_result, tmp_path / "prefill.json", "fa4mlir-attention-bench/1",
+                          ((lambda r: r.pop("feature_costs"), "lacks \\['feature_costs'\\]"), *RESULT_BREAKAGES,
+                           (lambda r: r["rows"][1].pop("flops"), "row #1 lacks \\['flops'\\]")))
     nan = synthetic_result()
     nan["results"][0]["ms"] = math.nan
     with pytest.raises(ValueError):
@@ -207,17 +190,7 @@ def test_prefill_set_holds_the_window_and_dense_causal_kernels_and_bench_holds_i
 
 
 def test_prefill_modules_and_cli_import_no_mlir():
-    code = testing.BLOCK_MLIR + "\n".join([
-        "import fa4mlir.bench.prefill_bench, fa4mlir.bench.prefill_workloads",
-        "from fa4mlir.__main__ import main",
-        "assert main(['bench', 'prefill', '--workloads', 'nope']) == 2",
-        "mods = sorted(m for m in sys.modules if m == 'mlir' or m.startswith('mlir.'))",
-        "assert not mods, mods",
-        "print('OK')"])
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "OK" and "unknown prefill workload(s) ['nope']" in proc.stderr
+    check_cli_imports_no_mlir("fa4mlir.bench.prefill_bench, fa4mlir.bench.prefill_workloads", "prefill")
 
 
 # ----------------------------------------------------------------------------------------------
