@@ -26,24 +26,11 @@ from fa4mlir.kernels.common import fastdiv
 from fa4mlir.artifacts import Bundle, KernelArtifact, write_bundle
 from fa4mlir.attention.plan import dense_launch
 from fa4mlir.driver import DeviceInfo
-from fa4mlir.runtime import TensorInfo
 from fa4mlir.testing import BLOCK_MLIR, raises
+from tests._tensor_infos import PTR, info
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-PTR = 0x7F0000000000
 Q_SHAPE, KV_SHAPE = (2, 100, 8, 128), (2, 60, 2, 128)
-
-
-def contiguous(shape):
-    strides, acc = [], 1
-    for n in reversed(shape):
-        strides.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(strides))
-
-
-def info(shape, dtype="bf16", strides=None, ptr=PTR, device="cuda"):
-    return TensorInfo(ptr, tuple(shape), tuple(strides) if strides else contiguous(shape), dtype, device)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -36,10 +36,11 @@ from fa4mlir.kernels import attention_fwd_sm100 as k100
 from fa4mlir.kernels.attention_sm100_config import (FA4Config, MMA_M, ROLES, SMEM_CARVEOUT,
                                                    TMEM_COLUMNS, LAUNCH_PARAMS, code_shape, configs, grid, launch_args,
                                                    supported_configs)
-from fa4mlir.passes import registry
 from fa4mlir.passes._util import PassError, attr, ops_named
 
 from fa4mlir.sass import disassemble, find_nvdisasm
+from tests import _sm100_helpers as _sm100
+from tests._sm100_helpers import role_budgets, sass_count, sass_of, verify_pipelines
 
 
 # ---- FA4Config plans ---------------------------------------------------------------------------------
@@ -160,27 +161,10 @@ def test_launch_contract():
 needs_ptxas = pytest.mark.skipif(lowering.find_ptxas() is None,
                                  reason="no ptxas (pip install nvidia-cuda-nvcc): the ptxas route needs it")
 SHIPPED = kernels.cubin_backend("attention_fwd_sm100")
-_BUILT: dict = {}
 
 
 def compiled(cfg: FA4Config, backend: str = SHIPPED):
-    if (cfg, backend) not in _BUILT:
-        t0 = time.perf_counter()
-        art = lowering.lower(k100.build(cfg), CompileOptions(cubin_backend=backend), key="test-sm100-attention")
-        seconds = time.perf_counter() - t0
-        _BUILT[(cfg, backend)] = (art, seconds)
-    return _BUILT[(cfg, backend)]
-
-
-def sass_of(art) -> str:
-    if find_nvdisasm() is None:
-        pytest.skip("nvdisasm is not installed (pip install nvidia-cuda-nvdisasm): cannot read the SASS")
-    return disassemble(art.cubin)
-
-
-def role_budgets(sass: str) -> set[int]:
-    """The setmaxnreg operands in the SASS (USETMAXREG)."""
-    return {int(v, 16) for v in re.findall(r"USETMAXREG\.\S+\s+(?:UP\d+,\s*)?(0x[0-9a-f]+)", sass)}
+    return _sm100.compiled(cfg, "test-sm100-attention", backend)
 
 
 ROLE_BUDGETS = {regs for _, _, _, regs in ROLES}          # 48, 80, 192
@@ -282,7 +266,7 @@ def test_sass_setmaxnreg_matches_the_role_table():
 def test_sass_holds_tcgen05_tmem_and_tma(cfg):
     art, _ = compiled(cfg)
     sass = sass_of(art)
-    count = lambda op: len(re.findall(rf"\b{op}\b", sass))  # noqa: E731
+    count = lambda op: sass_count(sass, op)  # noqa: E731
     s_mmas, pv_mmas = cfg.padded_head_dim // 16, cfg.bn // 16
     # block 0 (S0, S1, P0 V0) + the loop (S0, P1 V, S1, P0 V) + the last P1 V
     assert count("UTCHMMA") == (2 * s_mmas + pv_mmas) + (2 * s_mmas + 2 * pv_mmas) + pv_mmas
@@ -318,13 +302,9 @@ def test_the_ptxas_route_has_zero_spills_too(cfg):
 
 
 # ---- the pipeline verifier -------------------------------------------------------------------------
-def _verify(kir):
-    registry.run_passes(kir.module, ["fa4-verify-pipelines"])
-
-
 def test_verifier_accepts_the_kernel():
     for cfg in (FA4Config(), FA4Config(causal=True, head_dim=64, head_dim_v=64)):
-        _verify(k100.build(cfg))
+        verify_pipelines(k100.build(cfg).module)
 
 
 def _commits(module):
@@ -340,7 +320,7 @@ def test_verifier_rejects_any_one_commit_removed():
         pipe = attr(op, "pipe")
         op.erase()
         with pytest.raises(PassError, match=rf"pipeline '{pipe}'|'{pipe}'"):
-            _verify(kir)
+            verify_pipelines(kir.module)
 
 
 def test_role_table_fills_the_register_file():

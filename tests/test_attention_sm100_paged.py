@@ -21,6 +21,8 @@ import pytest
 from fa4mlir.kernels.attention_sm100_config import (PAGED_LAUNCH_PARAMS, FA4Config, grid, launch_args,
                                                     paged_configs, paged_launch_args)
 from fa4mlir.kernels.common.paging import KVFetch, fetch_plan
+from tests._sm100_helpers import (check_resources, check_verifier_rejects_a_dropped_commit, compiled, sass_count,
+                                  sass_of, verify_pipelines)
 
 DECODE = dict(num_q_tiles=1, fuse_gqa=True)
 
@@ -95,38 +97,14 @@ COMPILED = [FA4Config(head_dim=d, head_dim_v=d, causal=True, num_q_heads=8, num_
 # roles) until the load warp's page lookups were reshaped (paged_rows, note "Load warp registers").
 ONCE_SPILLING = [FA4Config(head_dim=d, head_dim_v=d, causal=True, num_q_heads=8, num_kv_heads=2, page_size=ps, **kw)
                  for d, ps, kw in ((128, 16, {}), (128, 16, DECODE), (64, 48, DECODE))]
-_BUILT: dict = {}
-
-
-def _compiled(cfg):
-    if cfg not in _BUILT:
-        from fa4mlir import lowering
-        from fa4mlir.kernels import attention_fwd_sm100 as k100
-        from fa4mlir.lowering import CompileOptions
-        t0 = time.perf_counter()
-        art = lowering.lower(k100.build(cfg), CompileOptions(cubin_backend="nvjitlink-lto"), key="test-sm100-paged")
-        _BUILT[cfg] = (art, time.perf_counter() - t0)
-    return _BUILT[cfg]
 
 
 @pytest.mark.parametrize("cfg", COMPILED + ONCE_SPILLING, ids=_id)
 def test_compiles_with_zero_spills_and_sass(cfg):
-    from fa4mlir.sass import disassemble, find_nvdisasm
-    art, seconds = _compiled(cfg)
-    r = art.resources
-    print(f"{art.name}: {r['registers']} regs at entry, spills {r['spill_stores']}/{r['spill_loads']}, "
-          f"SMEM {art.smem_bytes} B, TMEM {r['tmem_cols']} cols, compile {seconds:.1f} s")
-    assert art.arch == "sm_100a" and r["cubin_backend"] == "nvjitlink-lto"
-    assert r["spill_stores"] == r["spill_loads"] == r["stack_bytes"] == 0, r
-    assert not r["setmaxnreg_ignored"] and r["registers"] == 128 and r["threads"] == 512
-    assert r["tmem_cols"] == cfg.tmem_plan()["alloc"]
-    plan = cfg.smem_plan()
-    assert plan["total"] <= art.smem_bytes <= plan["total"] + 1024
-    assert [(p.name, p.kind) for p in art.params] == list(cfg.launch_params)
-    if find_nvdisasm() is None:
-        pytest.skip("nvdisasm is not installed (pip install nvidia-cuda-nvdisasm): cannot read the SASS")
-    sass = disassemble(art.cubin)
-    count = lambda op: len(re.findall(rf"\b{op}\b", sass))  # noqa: E731
+    art, seconds = compiled(cfg, key="test-sm100-paged")
+    check_resources(cfg, art, seconds)
+    sass = sass_of(art)
+    count = lambda op: sass_count(sass, op)  # noqa: E731
     s_mmas, pv_mmas = cfg.padded_head_dim // 16, cfg.bn // 16
     if cfg.decode:   # one loop body: S0, P0 V
         assert count("UTCHMMA") == s_mmas + pv_mmas
@@ -145,20 +123,11 @@ def test_compiles_with_zero_spills_and_sass(cfg):
 @pytest.mark.parametrize("cfg", COMPILED[:2] + ONCE_SPILLING, ids=_id)
 def test_verifier_accepts_the_schedule(cfg):
     from fa4mlir.kernels import attention_fwd_sm100 as k100
-    from fa4mlir.passes import registry
-    registry.run_passes(k100.build(cfg).module, ["fa4-verify-pipelines"])
+    verify_pipelines(k100.build(cfg).module)
 
 
 def test_verifier_rejects_a_v_release_removed_from_the_decode_route():
-    from fa4mlir.kernels import attention_fwd_sm100 as k100
-    from fa4mlir.passes import registry
-    from fa4mlir.passes._util import PassError, attr, ops_named
-    kir = k100.build(COMPILED[1])
-    ops = [op for op in ops_named(kir.module.operation, "fa4.mma_commit") if attr(op, "pipe") == "v"]
-    assert ops
-    ops[0].erase()
-    with pytest.raises(PassError, match="'v'"):
-        registry.run_passes(kir.module, ["fa4-verify-pipelines"])
+    check_verifier_rejects_a_dropped_commit(COMPILED[1], "v")
 
 
 # ---- interpreted numerics ------------------------------------------------------------------------------

@@ -28,6 +28,8 @@ from fa4mlir.kernels.attention_sm100_config import (LAUNCH_PARAMS, SINK_PARAMS, 
                                                     FA4Config, code_shape, configs, grid, launch_args,
                                                     serving_configs, varlen_launch_args)
 from fa4mlir.kernels.common.mask_family import SlidingWindow, attention_mask
+from tests._sm100_helpers import (check_resources, check_verifier_rejects_a_dropped_commit, compiled, role_budgets,
+                                  sass_count, sass_of, verify_pipelines)
 
 GQA = dict(num_q_heads=4, num_kv_heads=2)
 
@@ -114,40 +116,13 @@ def test_launch_contract():
 
 
 # ---- compiled -----------------------------------------------------------------------------------------
-_BUILT: dict = {}
-
-
-def _compiled(cfg):
-    if cfg not in _BUILT:
-        from fa4mlir import lowering
-        from fa4mlir.kernels import attention_fwd_sm100 as k100
-        from fa4mlir.lowering import CompileOptions
-        t0 = time.perf_counter()
-        art = lowering.lower(k100.build(cfg), CompileOptions(cubin_backend="nvjitlink-lto"), key="test-sm100-serving")
-        _BUILT[cfg] = (art, time.perf_counter() - t0)
-    return _BUILT[cfg]
-
-
 @pytest.mark.parametrize("cfg", serving_configs(), ids=_id)
 def test_compiles_with_zero_spills_and_sass(cfg):
-    from fa4mlir.sass import disassemble, find_nvdisasm
-    art, seconds = _compiled(cfg)
-    r = art.resources
-    print(f"{art.name}: {r['registers']} regs at entry, spills {r['spill_stores']}/{r['spill_loads']}, "
-          f"SMEM {art.smem_bytes} B, TMEM {r['tmem_cols']} cols, compile {seconds:.1f} s")
-    assert art.arch == "sm_100a" and r["cubin_backend"] == "nvjitlink-lto"
-    assert r["spill_stores"] == r["spill_loads"] == r["stack_bytes"] == 0, r
-    assert not r["setmaxnreg_ignored"] and r["registers"] == 128 and r["threads"] == 512
-    assert r["tmem_cols"] == cfg.tmem_plan()["alloc"]
-    plan = cfg.smem_plan()
-    assert plan["total"] <= art.smem_bytes <= plan["total"] + 1024
-    assert [(p.name, p.kind) for p in art.params] == list(cfg.launch_params)
-    if find_nvdisasm() is None:
-        pytest.skip("nvdisasm is not installed (pip install nvidia-cuda-nvdisasm): cannot read the SASS")
-    sass = disassemble(art.cubin)
-    count = lambda op: len(re.findall(rf"\b{op}\b", sass))  # noqa: E731
-    budgets = {int(v, 16) for v in re.findall(r"USETMAXREG\.\S+\s+(?:UP\d+,\s*)?(0x[0-9a-f]+)", sass)}
-    assert budgets == {48, 80, 192}
+    art, seconds = compiled(cfg, key="test-sm100-serving")
+    check_resources(cfg, art, seconds)
+    sass = sass_of(art)
+    count = lambda op: sass_count(sass, op)  # noqa: E731
+    assert role_budgets(sass) == {48, 80, 192}
     s_mmas, pv_mmas = cfg.padded_head_dim // 16, cfg.bn // 16
     assert count("UTCHMMA") == (2 * s_mmas + pv_mmas) + (2 * s_mmas + 2 * pv_mmas) + pv_mmas
     assert count("LDTM") > 0 and count("STTM") > 0 and count("UTCBAR") >= 14
@@ -164,20 +139,11 @@ VERIFIED = [c for c in serving_configs() if c.head_dim == 128 and (c.sinks or c.
 @pytest.mark.parametrize("cfg", VERIFIED, ids=_id)
 def test_verifier_accepts_the_schedule(cfg):
     from fa4mlir.kernels import attention_fwd_sm100 as k100
-    from fa4mlir.passes import registry
-    registry.run_passes(k100.build(cfg).module, ["fa4-verify-pipelines"])
+    verify_pipelines(k100.build(cfg).module)
 
 
 def test_verifier_rejects_a_softmax_release_removed_from_a_window_kernel():
-    from fa4mlir.kernels import attention_fwd_sm100 as k100
-    from fa4mlir.passes import registry
-    from fa4mlir.passes._util import PassError, attr, ops_named
-    kir = k100.build(FA4Config(causal=True, window_left=300, **GQA))
-    ops = [op for op in ops_named(kir.module.operation, "fa4.mma_commit") if attr(op, "pipe") == "k"]
-    assert ops
-    ops[0].erase()
-    with pytest.raises(PassError, match="'k'"):
-        registry.run_passes(kir.module, ["fa4-verify-pipelines"])
+    check_verifier_rejects_a_dropped_commit(FA4Config(causal=True, window_left=300, **GQA), "k")
 
 
 # ---- interpreted numerics ------------------------------------------------------------------------------

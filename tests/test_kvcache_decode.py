@@ -30,6 +30,7 @@ from fa4mlir.passes._util import attr, ops_named
 from fa4mlir.passes.plan_smem import SMEM_LIMIT
 from fa4mlir.runtime import TensorInfo
 from fa4mlir.testing import raises
+from tests._ring_mutations import RING_OPS, mutate_ring_op
 
 ENTRIES = kernel_sets.SETS["decode"]()
 PTR = 1 << 20
@@ -295,26 +296,9 @@ def test_dynamo_traces_the_entry_point_without_a_graph_break():
     assert explain.graph_break_count == 0, explain.break_reasons
 
 
-RING_OPS = ("fa4.producer_acquire", "fa4.consumer_wait", "fa4.consumer_release", "fa4.producer_commit")
-
-
 def _mutated_decode(cfg, index: int, how: str):
     """The decode kernel of `cfg` with its index-th ring op's phase flipped, stage + 1, or erased."""
-    from fa4mlir._mlir import arith, ir
-    kir = kernels.module(dec.KERNEL).build(cfg)
-    with kir.module.context:
-        op = ops_named(kir.module.operation, *RING_OPS)[index]
-        if how == "phase ^ 1" and op.name not in RING_OPS[:2]:
-            return None
-        with ir.InsertionPoint(op), op.location:
-            one = arith.constant(ir.IntegerType.get_signless(32), 1)
-            if how == "phase ^ 1":
-                op.operands[1] = arith.xori(op.operands[1], one)
-            elif how == "stage + 1":
-                op.operands[0] = arith.addi(op.operands[0], one)
-            else:
-                op.erase()
-    return kir
+    return mutate_ring_op(kernels.module(dec.KERNEL).build(cfg), index, how)
 
 
 @pytest.mark.parametrize("kv_scale", ["", "block"])

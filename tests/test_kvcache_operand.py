@@ -13,24 +13,11 @@ import pytest
 from fa4mlir.attention import errors as E
 from fa4mlir.attention import kvcache as kc
 from fa4mlir.kernels.common import paging
-from fa4mlir.runtime import TensorInfo
 from fa4mlir.testing import BLOCK_MLIR, raises
+from tests._tensor_infos import PTR, contiguous, info
 
-PTR = 0x7F0000000000
 B, SQ, H, HKV, D = 2, 1, 8, 2, 128
 NUM_PAGES, PAGE, MAX_PAGES = 10, 16, 4
-
-
-def contiguous(shape):
-    strides, acc = [], 1
-    for n in reversed(shape):
-        strides.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(strides))
-
-
-def info(shape, dtype="bf16", strides=None, ptr=PTR, device="cuda"):
-    return TensorInfo(ptr, tuple(shape), tuple(strides) if strides else contiguous(shape), dtype, device)
 
 
 def paged_args(**over):

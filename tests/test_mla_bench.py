@@ -4,18 +4,14 @@ passes the reference and fails wrong or NaN outputs), the JSON schema, the kerne
 modules import without MLIR."""
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from fa4mlir import kernel_sets, testing
+from fa4mlir import kernel_sets
 from fa4mlir.bench import mla_bench as mb
+from fa4mlir.bench import runner
 from fa4mlir.kernels import attention_sm90_config as acfg
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tests._bench_helpers import RESULT_BREAKAGES, check_cli_imports_no_mlir, check_json_round_trip
 
 
 def test_workloads_and_unknown_names():
@@ -141,26 +137,14 @@ def synthetic_result() -> dict:
 
 
 def test_json_round_trip_schema_tables_and_exit_code(tmp_path):
-    res = synthetic_result()
-    path = tmp_path / "mla.json"
-    mb.save_result(res, path)
-    assert mb.load_result(path) == res and json.loads(path.read_text())["schema"] == mb.SCHEMA
-    with pytest.raises(ValueError, match="schema"):
-        mb.validate_result({"schema": "fa4mlir-prefill-bench/1"})
-    for broken, words in ((lambda r: r.pop("rows"), "lacks \\['rows'\\]"),
-                          (lambda r: r["results"][0].pop("times_ms"), "result #0 lacks \\['times_ms'\\]"),
-                          (lambda r: r["results"][2].pop("reason"), "result #2 lacks \\['reason'\\]"),
-                          (lambda r: r["results"][2].update(status="skipped"), "status 'skipped'"),
-                          (lambda r: r["rows"][0].pop("flops"), "row #0 lacks \\['flops'\\]")):
-        bad = synthetic_result()
-        broken(bad)
-        with pytest.raises(ValueError, match=words):
-            mb.validate_result(bad)
+    res = check_json_round_trip(mb, synthetic_result, tmp_path / "mla.json", "fa4mlir-prefill-bench/1",
+                                ((lambda r: r.pop("rows"), "lacks \\['rows'\\]"), *RESULT_BREAKAGES,
+                                 (lambda r: r["rows"][0].pop("flops"), "row #0 lacks \\['flops'\\]")))
     table = mb.format_tables(res)
     assert "sdpa-cudnn 1.250" in table and "unsupported: no flash_attn.cute" in table
-    assert mb.exit_code(res) == 0
+    assert runner.exit_code(res) == 0
     res["results"][0]["fa_rule_ok"] = False
-    assert mb.exit_code(res) == 1
+    assert runner.exit_code(res) == 1
 
 
 def test_mla_set_holds_the_mla_prefill_kernel_and_bench_holds_it():
@@ -173,14 +157,4 @@ def test_mla_set_holds_the_mla_prefill_kernel_and_bench_holds_it():
 
 
 def test_mla_module_and_cli_import_no_mlir():
-    code = testing.BLOCK_MLIR + "\n".join([
-        "import fa4mlir.bench.mla_bench",
-        "from fa4mlir.__main__ import main",
-        "assert main(['bench', 'mla', '--workloads', 'nope']) == 2",
-        "mods = sorted(m for m in sys.modules if m == 'mlir' or m.startswith('mlir.'))",
-        "assert not mods, mods",
-        "print('OK')"])
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "OK" and "unknown mla workload(s) ['nope']" in proc.stderr
+    check_cli_imports_no_mlir("fa4mlir.bench.mla_bench", "mla")

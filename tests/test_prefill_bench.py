@@ -1,21 +1,16 @@
 """`bench prefill`'s pure logic without a GPU: workload selection and flags, FLOPs against brute-force
-pair counts, the row loop on fakes (unsupported and failing backends, poison, rounds), feature costs,
-tables, the JSON schema, the kernel set, and that the modules import without MLIR."""
+pair counts, feature costs, tables, the JSON schema, the kernel set, and that the modules import
+without MLIR (the row loop it shares with `bench mla`: tests/test_bench_runner.py)."""
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
-import numpy as np
 import pytest
 
-from fa4mlir import kernel_sets, testing
+from fa4mlir import kernel_sets
 from fa4mlir.bench import prefill_bench as pb
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from fa4mlir.bench import runner
+from tests._bench_helpers import RESULT_BREAKAGES, check_cli_imports_no_mlir, check_json_round_trip
 
 
 # ----------------------------------------------------------------------------------------------
@@ -117,110 +112,6 @@ def test_varlen_lengths_are_the_anchors_seeded_draw():
     assert lens[:3] == [6284, 604, 5670] and sum(lens) == 67242
 
 
-def test_fa_rule_mirrors_testing():
-    for out_err, lowp_err in ((1e-3, 1e-3), (3e-3, 1e-3), (2e-3 + 1e-5, 1e-3), (math.nan, 1e-3)):
-        assert pb.fa_rule(out_err, lowp_err) == testing.fa_rule(out_err, lowp_err)
-    assert pb.fa_rule(0.0, math.nan)[0] is testing.fa_rule(0.0, math.nan)[0] is False
-    assert pb.FA_ATOL == testing.DEFAULT_ATOL
-
-
-# ----------------------------------------------------------------------------------------------
-# One row on fakes: numpy outputs, a fake timer
-# ----------------------------------------------------------------------------------------------
-
-REF = np.zeros((2, 4), np.float32)
-
-
-def fake_check(out) -> dict:
-    out = out[0]
-    err = float(np.abs(out - REF).max())
-    nan = int(np.isnan(out).sum())
-    ok, bound = pb.fa_rule(err, 1e-3)
-    return {"max_err": err, "torch_err": 1e-3, "bound": bound, "fa_rule_ok": ok and nan == 0, "nan_out": nan}
-
-
-def _returns(out, name):
-    return lambda: lambda: (out, name)
-
-
-class BundleError(LookupError):   # fa4mlir.attention.errors.BundleError is a LookupError
-    pass
-
-
-def fake_row(backends, poison=lambda: None):
-    return pb.Row("softcap", "softcap_sink", {"batch": 2}, 1e12, backends, fake_check, poison)
-
-
-def test_measure_row_records_unsupported_backends_and_times_the_rest():
-    def no_softcap():
-        def call():
-            raise TypeError("flash_attn_func() got an unexpected keyword argument 'softcap'")
-        return call
-
-    def no_kernel():
-        raise BundleError("flash_attn_func: bundle has no attention_fwd_sm90 (sm_90a) kernel for dtype=bf16")
-
-    def declared():
-        raise pb.Unsupported("fa4mlir has no score_mod yet")
-
-    def broken():
-        raise RuntimeError("CUDA error: an illegal memory access was encountered")
-    poisoned = []
-    row = fake_row({"fa4mlir": no_softcap, "fa4mlir(bundle)": no_kernel, "fa4mlir(alibi)": declared,
-                    "crashes": broken, "fa4cute": _returns(REF + 1e-3, "fa4cute"),
-                    "wrong": _returns(REF + np.nan, "wrong")}, poison=lambda: poisoned.append(1))
-    times = {"fa4cute": [2.0, 1.0, 3.0], "wrong": [1.0, 1.0, 1.0]}
-    seen = []
-
-    def timer(fn):
-        name = fn()[1]
-        seen.append(name)
-        return times[name][seen.count(name) - 1]
-    recs = pb.measure_row(row, timer, sync=lambda: None, rounds=3)
-    assert [r["backend"] for r in recs] == list(row.backends)
-    by = {r["backend"]: r for r in recs}
-    assert by["fa4mlir"] == {"workload": "softcap_sink", "row": "softcap", "backend": "fa4mlir", "status": "unsupported",
-                             "reason": "TypeError: flash_attn_func() got an unexpected keyword argument 'softcap'"}
-    assert by["fa4mlir(bundle)"]["status"] == "unsupported" and "BundleError: flash_attn_func: bundle has no" in \
-        by["fa4mlir(bundle)"]["reason"]
-    assert by["fa4mlir(alibi)"]["reason"] == "Unsupported: fa4mlir has no score_mod yet"
-    assert by["crashes"]["status"] == "error" and "illegal memory access" in by["crashes"]["reason"]
-    assert seen == ["fa4cute", "wrong"] * 3                        # timed in turn, round by round
-    good = by["fa4cute"]
-    assert good["status"] == "measured" and good["ms"] == 2.0 and good["times_ms"] == [2.0, 1.0, 3.0]
-    assert good["tflops"] == pytest.approx(1e12 / 2.0 / 1e9) and good["fa_rule_ok"]
-    assert good["max_err"] == pytest.approx(1e-3) and good["nan_out"] == 0
-    bad = by["wrong"]                                              # NaN everywhere: measured, flagged
-    assert bad["status"] == "measured" and bad["fa_rule_ok"] is False and bad["max_err"] is None
-    assert bad["nan_out"] == REF.size
-    assert len(poisoned) == 3                                      # before each first call that got that far
-
-
-def test_measure_row_drops_a_backend_that_fails_while_timed():
-    calls = []
-
-    def flaky():
-        def fn():
-            calls.append(1)
-            if len(calls) == 3:
-                raise RuntimeError("lost the device")
-            return REF, "flaky"
-        return fn
-    recs = pb.measure_row(fake_row({"flaky": flaky, "ok": _returns(REF, "ok")}), lambda fn: float(len(fn()[1])),
-                          sync=lambda: None, rounds=3)
-    assert recs[0]["status"] == "error" and recs[0]["reason"] == "while timed: RuntimeError: lost the device"
-    assert recs[1]["status"] == "measured" and recs[1]["times_ms"] == [2.0, 2.0, 2.0]
-
-
-def test_last_call_is_checked_too():
-    outs = iter([REF, REF, REF + 0.5])
-
-    def drifting():
-        return lambda: (next(outs), "d")
-    (rec,) = pb.measure_row(fake_row({"d": drifting}), lambda fn: (fn(), 1.0)[1], sync=lambda: None, rounds=1)
-    assert rec["max_err"] == 0.5 and rec["fa_rule_ok"] is False
-
-
 # ----------------------------------------------------------------------------------------------
 # Feature costs, tables, JSON
 # ----------------------------------------------------------------------------------------------
@@ -251,8 +142,8 @@ def test_feature_costs_compare_each_backend_with_its_own_dense_row():
     (cost,) = synthetic_result()["feature_costs"]          # flex has no dense row here, fa4mlir no softcap
     assert cost == {"row": "softcap", "baseline": "dense_causal_8k", "backend": "fa4cute", "time_ratio": 2.0,
                     "tflops_ratio": 0.5}
-    assert pb.fa4mlir_ratios(synthetic_result()["results"], "dense_causal_8k") == {"fa4cute": 1.25}
-    assert pb.fa4mlir_ratios(synthetic_result()["results"], "softcap") == {}
+    assert runner.fa4mlir_ratios(synthetic_result()["results"], "dense_causal_8k") == {"fa4cute": 1.25}
+    assert runner.fa4mlir_ratios(synthetic_result()["results"], "softcap") == {}
 
 
 def test_tables_show_unsupported_rows_flags_and_costs():
@@ -264,21 +155,9 @@ def test_tables_show_unsupported_rows_flags_and_costs():
 
 
 def test_json_round_trip_and_schema(tmp_path):
-    res = synthetic_result()
-    path = tmp_path / "prefill.json"
-    pb.save_result(res, path)
-    assert pb.load_result(path) == res and json.loads(path.read_text())["schema"] == pb.SCHEMA
-    with pytest.raises(ValueError, match="schema"):
-        pb.validate_result({"schema": "fa4mlir-attention-bench/1"})
-    for broken, words in ((lambda r: r.pop("feature_costs"), "lacks \\['feature_costs'\\]"),
-                          (lambda r: r["results"][0].pop("times_ms"), "result #0 lacks \\['times_ms'\\]"),
-                          (lambda r: r["results"][2].pop("reason"), "result #2 lacks \\['reason'\\]"),
-                          (lambda r: r["results"][2].update(status="skipped"), "status 'skipped'"),
-                          (lambda r: r["rows"][1].pop("flops"), "row #1 lacks \\['flops'\\]")):
-        bad = synthetic_result()
-        broken(bad)
-        with pytest.raises(ValueError, match=words):
-            pb.validate_result(bad)
+    check_json_round_trip(pb, synthetic_result, tmp_path / "prefill.json", "fa4mlir-attention-bench/1",
+                          ((lambda r: r.pop("feature_costs"), "lacks \\['feature_costs'\\]"), *RESULT_BREAKAGES,
+                           (lambda r: r["rows"][1].pop("flops"), "row #1 lacks \\['flops'\\]")))
     nan = synthetic_result()
     nan["results"][0]["ms"] = math.nan
     with pytest.raises(ValueError):
@@ -286,11 +165,11 @@ def test_json_round_trip_and_schema(tmp_path):
 
 
 def test_exit_code_flags_only_fa4mlir_breaking_the_rule():
-    assert pb.exit_code(synthetic_result()) == 0
-    assert pb.exit_code(synthetic_result(fa4mlir_ok=False)) == 1
+    assert runner.exit_code(synthetic_result()) == 0
+    assert runner.exit_code(synthetic_result(fa4mlir_ok=False)) == 1
     other = synthetic_result()
     other["results"][1]["fa_rule_ok"] = False
-    assert pb.exit_code(other) == 0
+    assert runner.exit_code(other) == 0
 
 
 # ----------------------------------------------------------------------------------------------
@@ -311,17 +190,7 @@ def test_prefill_set_holds_the_window_and_dense_causal_kernels_and_bench_holds_i
 
 
 def test_prefill_modules_and_cli_import_no_mlir():
-    code = testing.BLOCK_MLIR + "\n".join([
-        "import fa4mlir.bench.prefill_bench, fa4mlir.bench.prefill_workloads",
-        "from fa4mlir.__main__ import main",
-        "assert main(['bench', 'prefill', '--workloads', 'nope']) == 2",
-        "mods = sorted(m for m in sys.modules if m == 'mlir' or m.startswith('mlir.'))",
-        "assert not mods, mods",
-        "print('OK')"])
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "OK" and "unknown prefill workload(s) ['nope']" in proc.stderr
+    check_cli_imports_no_mlir("fa4mlir.bench.prefill_bench, fa4mlir.bench.prefill_workloads", "prefill")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -374,7 +243,7 @@ def test_rows_on_cpu_flex_mods_match_the_references(monkeypatch):
     assert [r.name for r in rows] == ["prefill_varlen", "prefill_chunked", "dense_causal_16k", "sliding_window",
                                       "dense_causal_8k", "softcap", "sink", "alibi"]
     recs = {(r.name, rec["backend"]): rec for r in rows
-            for rec in pb.measure_row(r, lambda fn: 1.0, sync=lambda: None, rounds=1)}
+            for rec in runner.measure_row(r, lambda fn: 1.0, sync=lambda: None, rounds=1)}
     flexes = {k: r for k, r in recs.items() if k[1].startswith("flex")}
     assert len(flexes) == 7
     for key, rec in flexes.items():

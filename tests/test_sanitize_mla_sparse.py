@@ -1,7 +1,7 @@
 """bench/sanitize.py's sparse MLA prefill cases without a GPU (bench/sanitize_mla_sparse.py): the inputs
 reach the edges, the kernel check (which kernel flash_mla_sparse_fwd runs), and the child on CPU tensors
 with fake flash_mla_sparse_fwds (right, writes nothing, ignores topk_length, ignores the sinks), on
-tests/test_sanitize_script.py's fixtures. The matrix's coverage of the mla set is checked there with
+tests/test_sanitize_children.py's fixture. The matrix's coverage of the mla set is checked there with
 the rest."""
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 
 from bench import sanitize as san
+from bench import sanitize_matrix as smx
 from bench import sanitize_mla_sparse as sps
 from fa4mlir import kernel_sets
-from tests.test_sanitize_script import child_report, cpu_child  # noqa: F401 (cpu_child: a fixture)
+from tests._sanitize_helpers import child_report
+from tests.test_sanitize_children import cpu_child  # noqa: F401 (a fixture)
 
 SPARSE_CASES = [c.name for c in san.CASES if c.child == "mla-sparse"]
 
@@ -24,7 +26,7 @@ def test_every_sparse_entry_is_one_case_and_one_is_quick():
     for key in sparse:
         assert [c.name for c in san.CASES if key in c.match] in ([n] for n in SPARSE_CASES), key
     assert [c.name for c in san.select_cases(True, None) if c.child == "mla-sparse"] == ["mla-sparse"]
-    feats = set().union(*(san.features(sps.sc.KERNEL, m) for m in san.CASES_BY_NAME["mla-sparse"].match))
+    feats = set().union(*(smx.features(sps.sc.KERNEL, m) for m in san.CASES_BY_NAME["mla-sparse"].match))
     assert feats == {"sparse-bf16", "sparse-topk_length", "sparse-sinks"}
     assert {f for c in san.CASES for f in c.families if "sparse" in f} == {sps.sc.KERNEL}
     # drop either case and an entry is no case's; drop the quick one and its features are missed

@@ -1,7 +1,7 @@
 """bench/sanitize.py's score-mod cases without a GPU (bench/sanitize_score_mod.py): the shapes reach the
 edges, the kernel check (which kernel flash_attn_func runs for the functions and aux tensors given),
 and the child on CPU tensors with fake flash_attn_funcs (right, writes nothing, ignores the functions),
-on tests/test_sanitize_script.py's fixtures. The matrix's coverage of the score-mods set is checked
+on tests/test_sanitize_children.py's fixture. The matrix's coverage of the score-mods set is checked
 there with the rest."""
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 from bench import sanitize as san
 from bench import sanitize_score_mod as ssm
 from fa4mlir.kernels import attention_sm90_config as acfg
-from tests.test_sanitize_script import child_report, cpu_child, under_sanitizer, verdict  # noqa: F401 (cpu_child: a fixture)
+from tests._sanitize_helpers import child_report, under_sanitizer, verdict
+from tests.test_sanitize_children import cpu_child  # noqa: F401 (a fixture)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -42,7 +43,7 @@ def test_scoremod_shapes_reach_the_edges():
 @pytest.fixture
 def cpu_scoremod(request, monkeypatch):
     """(bundle, the calls made, the fake's mode: 'right', 'nothing' (writes nothing), 'no-mods'
-    (ignores score_mod, mask_mod and the aux tensors)), on test_sanitize_script's cpu_child."""
+    (ignores score_mod, mask_mod and the aux tensors)), on test_sanitize_children's cpu_child."""
     import torch
 
     from fa4mlir import attention

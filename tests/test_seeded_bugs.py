@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from fa4mlir import kernel_sets, kernels
-from fa4mlir._mlir import arith, ir
 from fa4mlir.dialect.query import ops_named
 from fa4mlir.kernels import gemm_sm90
 from fa4mlir.passes import verify_pipelines
 from fa4mlir.passes._util import PassError
 from tests.seeded import buggy_kernels
+from tests._ring_mutations import MUTATIONS, RING_OPS, mutate_ring_op
 
 SEEDED = Path(buggy_kernels.__file__).resolve()
 
@@ -53,27 +53,10 @@ def test_every_shipped_kernel_verifies(name, cfg):
     verify(kir)      # the deadlock kernel marks itself unverified: skipped as the compiler skips it
 
 
-RING_OPS = ("fa4.producer_acquire", "fa4.consumer_wait", "fa4.consumer_release", "fa4.producer_commit")
-MUTATIONS = ("phase ^ 1", "stage + 1", "erase")
-
-
 def _mutated_gemm(index: int, how: str):
     """gemm_sm90 with its index-th ring op's phase flipped, its stage + 1, or the op erased; None
     when the op has no phase."""
-    kir = gemm_sm90.build()
-    with kir.module.context:
-        op = ops_named(kir.module.operation, *RING_OPS)[index]
-        if how == "phase ^ 1" and op.name not in RING_OPS[:2]:
-            return None
-        with ir.InsertionPoint(op), op.location:
-            one = arith.constant(ir.IntegerType.get_signless(32), 1)
-            if how == "phase ^ 1":
-                op.operands[1] = arith.xori(op.operands[1], one)
-            elif how == "stage + 1":
-                op.operands[0] = arith.addi(op.operands[0], one)
-            else:
-                op.erase()
-    return kir
+    return mutate_ring_op(gemm_sm90.build(), index, how)
 
 
 def test_every_single_op_mutation_of_the_gemm_is_rejected():

@@ -127,6 +127,21 @@ def test_kernel_sets_hold_the_variants():
     assert "attention_decode_sm90_bf16_d128_n64_s3_paged_b64_unsplit_varlen" in pre
 
 
+def test_a_bundle_without_the_variant_names_the_sets_that_build_it(tmp_path):
+    """No silent fallback: a bundle with the split varlen_q kernel but not its unsplit twin refuses
+    the unsplit one as flash_attn_varlen_func, naming it and both sets that hold it."""
+    from fa4mlir.artifacts import Bundle
+    from fa4mlir.attention.errors import BundleError
+    from fa4mlir.attention.plan import KernelSource
+    split = replace(dec.default_config("bf16", 128, 64), varlen_q=True)
+    entry = {"name": split.name(), "arch": "sm_90a", "config": split.key(), "cubin": "x.cubin"}
+    missing = replace(split, unsplit=True)
+    with pytest.raises(BundleError) as info:
+        vp.kernel_for(KernelSource(Bundle(tmp_path, [entry])), missing)
+    for words in (vp.VARLEN_API, missing.name(), "--set attention-varlen` or `--set prefill`"):
+        assert words in str(info.value)
+
+
 @pytest.mark.parametrize("case", VARLEN_PAGED_CASES, ids=lambda c: f"{c[0]}-d{c[1]}-page{c[2]}")
 @pytest.mark.parametrize("unsplit", [False, True], ids=["split", "unsplit"])
 def test_varlen_q_kernels_compile_without_spills(case, unsplit):
@@ -143,7 +158,6 @@ def test_run_binds_every_argument_of_its_launches(monkeypatch):
     torch = pytest.importorskip("torch")
     from types import SimpleNamespace
 
-    from fa4mlir.attention import kvcache_call
     launched = []
 
     class Kernel:
@@ -154,7 +168,7 @@ def test_run_binds_every_argument_of_its_launches(monkeypatch):
             launched.append((self.cfg, grid, args))
     monkeypatch.setattr(vp, "device_info", lambda: SimpleNamespace(num_sms=132))
     monkeypatch.setattr(vp, "resolve_stream", lambda *a: 0)
-    monkeypatch.setattr(kvcache_call, "kernel_for", lambda source, cfg: Kernel(cfg))
+    monkeypatch.setattr(vp, "kernel_for", lambda source, cfg: Kernel(cfg))
     bf = torch.bfloat16
     tensors = {"q": torch.zeros(30, H, D, dtype=bf), "k": torch.zeros(20, PAGE, HKV, D, dtype=bf),
                "v": torch.zeros(20, PAGE, HKV, D, dtype=bf), "cu_seqlens_q": torch.zeros(4, dtype=torch.int32),

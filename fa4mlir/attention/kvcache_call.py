@@ -46,11 +46,11 @@ from typing import Any
 from ..artifacts import Bundle
 from ..driver import device_info, resolve_stream
 from ..kernels import attention_decode_sm90_config as dec
-from ..runtime import LoadedKernel, load
+from ..runtime import LoadedKernel
 from .checks import check_bundle, check_device_context, check_flag
-from .errors import ArgumentTypeError, BundleError, LayoutError, UnsupportedFeatureError
+from .errors import ArgumentTypeError, LayoutError, UnsupportedFeatureError
 from .kvcache import ENTRY, KVCachePlan, check_kvcache_call, decode_variant, plan_problem
-from .plan import Launch, Plan, PreparedPlan, TensorRef, source_for
+from .plan import Launch, Plan, PreparedPlan, TensorRef, config_kernel, source_for
 
 SPLIT_NAMES = tuple(n for n, _ in dec.SPLIT_TENSORS)
 COMBINE_NAMES = tuple(n for n, _ in dec.COMBINE_TENSORS)
@@ -62,35 +62,11 @@ def _err(msg: str) -> str:
     return f"{ENTRY}: {msg}"
 
 
-# ----------------------------------------------------------------------------------------------
-# Kernels: a bundle's, or compiled here
-# ----------------------------------------------------------------------------------------------
-
-_LOADED: dict = {}
-_LOADED_LOCK = threading.Lock()
-
-
 def kernel_for(source, cfg) -> LoadedKernel:
     """The loaded kernel of ``cfg`` (a DecodeConfig, CombineConfig or AppendConfig) from
-    ``source`` (plan.KernelSource): its bundle's entry of that name, else compiled here. A bundle
-    without it is a BundleError naming the kernel (never another variant in its place)."""
-    key = (id(source), cfg)
-    with _LOADED_LOCK:
-        if key in _LOADED:
-            return _LOADED[key][1]
-    if source.bundle is not None:
-        try:
-            art = source.bundle.find(name=cfg.name(), arch="sm_90a")
-        except LookupError:
-            raise BundleError(_err(f"bundle {source.bundle.root} has no {cfg.name()}; build it with `python -m fa4mlir "
-                                   f"bundle --set decode` (or pass no bundle to compile it here)")) from None
-    else:
-        from ..compiler import compile_kernel   # needs MLIR
-        art = compile_kernel(cfg.key()["kernel"], cfg)
-    kernel = load(art)
-    with _LOADED_LOCK:
-        _LOADED[key] = (source, kernel)     # the source is kept alive: its id stays unique
-    return kernel
+    ``source`` (plan.KernelSource): plan.config_kernel, its bundle's entry of that name (`--set
+    decode`), else compiled here."""
+    return config_kernel(source, cfg, ENTRY, ("decode",))
 
 
 GRAINS = {"tensor": "tensor", "kv_head": "kv_head", "block_kv_head": "block"}   # ScaleGranularity -> kv_scale

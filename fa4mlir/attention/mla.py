@@ -41,12 +41,12 @@ from ..artifacts import Bundle
 from ..driver import device_info, resolve_stream
 from ..kernels import attention_decode_sm90_config as dec
 from ..kernels import attention_mla_decode_sm90_config as mc
-from ..runtime import LoadedKernel, TensorInfo, load
+from ..runtime import LoadedKernel, TensorInfo
 from .checks import (MAX_GRID_YZ, MAX_I32, check_bundle, check_device_context, check_devices, check_flag, check_layout,
                      check_scale, read_tensor)
-from .errors import (ArgumentTypeError, BundleError, DTypeError, HeadDimError, HeadsRatioError, LayoutError, ShapeError,
+from .errors import (ArgumentTypeError, DTypeError, HeadDimError, HeadsRatioError, LayoutError, ShapeError,
                      UnsupportedFeatureError)
-from .plan import Launch, Plan, TensorRef, source_for
+from .plan import Launch, Plan, TensorRef, config_kernel, source_for
 
 ENTRY = "flash_mla_with_kvcache"
 TILE_SCHEDULER_METADATA_SIZE = 8
@@ -189,30 +189,10 @@ def check_mla_inputs(q: TensorInfo, k_cache: TensorInfo, block_table: TensorInfo
 # Kernels and the plan
 # ----------------------------------------------------------------------------------------------
 
-_LOADED: dict = {}
-_LOADED_LOCK = threading.Lock()
-
-
 def kernel_for(source, cfg) -> LoadedKernel:
-    """``cfg``'s kernel (an MLADecodeConfig or the combine's CombineConfig) from ``source``'s bundle
-    (BundleError naming it when absent), else compiled here."""
-    key = (id(source), cfg)
-    with _LOADED_LOCK:
-        if key in _LOADED:
-            return _LOADED[key][1]
-    if source.bundle is not None:
-        try:
-            art = source.bundle.find(name=cfg.name(), arch="sm_90a")
-        except LookupError:
-            raise BundleError(_err(f"bundle {source.bundle.root} has no {cfg.name()}; build it with `python -m fa4mlir "
-                                   f"bundle --set mla` (or pass no bundle to compile it here)")) from None
-    else:
-        from ..compiler import compile_kernel   # needs MLIR
-        art = compile_kernel(cfg.key()["kernel"], cfg)
-    kernel = load(art)
-    with _LOADED_LOCK:
-        _LOADED[key] = (source, kernel)
-    return kernel
+    """``cfg``'s kernel (an MLADecodeConfig, the combine's CombineConfig or an MLASparseConfig) from
+    ``source``: plan.config_kernel, its bundle's entry of that name (`--set mla`), else compiled here."""
+    return config_kernel(source, cfg, ENTRY, ("mla",))
 
 
 def configs_for(problem: MLAProblem) -> tuple:

@@ -181,6 +181,37 @@ class KernelSource:
             return self._loaded[default]
 
 
+_CONFIG_KERNELS: dict = {}
+_CONFIG_KERNELS_LOCK = threading.Lock()
+
+
+def config_kernel(source: KernelSource, cfg: Any, api: str, bundle_sets: Sequence[str]) -> LoadedKernel:
+    """The loaded kernel of ``cfg`` (a config with ``name()`` and ``key()``: the decode, combine,
+    append, MLA decode and sparse MLA kernels' configs) from ``source``: its bundle's sm_90a entry of
+    that name, else compiled here; loaded once per (source, cfg). A bundle without it is a
+    BundleError of entry point ``api`` naming the kernel and the ``bundle_sets`` that build it
+    (never another variant in its place)."""
+    key = (id(source), cfg)
+    with _CONFIG_KERNELS_LOCK:
+        if key in _CONFIG_KERNELS:
+            return _CONFIG_KERNELS[key][1]
+    if source.bundle is not None:
+        try:
+            art = source.bundle.find(name=cfg.name(), arch=ARCH)
+        except LookupError:
+            build = f"`python -m fa4mlir bundle --set {bundle_sets[0]}`" + "".join(f" or `--set {s}`"
+                                                                                  for s in bundle_sets[1:])
+            raise BundleError(_err(f"bundle {source.bundle.root} has no {cfg.name()}; build it with {build} (or pass "
+                                   f"no bundle to compile it here)", api)) from None
+    else:
+        from ..compiler import compile_kernel   # needs MLIR
+        art = compile_kernel(cfg.key()["kernel"], cfg)
+    kernel = load(art)
+    with _CONFIG_KERNELS_LOCK:
+        _CONFIG_KERNELS[key] = (source, kernel)     # the source is kept alive: its id stays unique
+    return kernel
+
+
 _SOURCES: dict = {}
 _SOURCES_LOCK = threading.Lock()
 
@@ -253,4 +284,4 @@ def select(problem: AttnProblem, device: DeviceInfo, source: KernelSource) -> Pl
 
 
 __all__ = ["Plan", "PreparedPlan", "Launch", "TensorRef", "KernelSource", "select", "source_for", "select_entry",
-           "find_artifact", "dense_launch", "ARCH"]
+           "find_artifact", "dense_launch", "config_kernel", "ARCH"]

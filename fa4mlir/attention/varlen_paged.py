@@ -44,11 +44,11 @@ from ..driver import device_info, resolve_stream
 from ..kernels import attention_decode_sm90_config as dec
 from .checks import (MAX_GRID_YZ, PACKED_DIMS, VARLEN_API, _err, check_layout, check_max_seqlen, check_scale,
                      check_seqlens, check_sinks, check_softcap, check_varlen_outputs)
-from .errors import (BundleError, DTypeError, FlashAttnInputError, HeadDimError, HeadsRatioError, SeqlensError,
+from .errors import (DTypeError, FlashAttnInputError, HeadDimError, HeadsRatioError, SeqlensError,
                      ShapeError, UnsupportedFeatureError)
 from .kvcache import (PAGED_DIMS, KVCacheOperand, KVCachePlan, KVCacheProblem, _check_cache, _layout, decode_variant,
                       plan_problem)
-from .plan import Launch, TensorRef
+from .plan import Launch, TensorRef, config_kernel
 from .problem import VarlenProblem
 
 NO_WINDOW = (-1, -1)
@@ -202,7 +202,6 @@ def run(tensors: dict, problem: VarlenPagedProblem, source) -> None:
     """The launches of a checked call on torch's current stream: the decode kernel, then (several
     splits) the combine. ``tensors``: q, k, v, cu_seqlens_q, seqused_k (or None), page_table, out,
     lse (allocated), sinks (or None)."""
-    from .kvcache_call import kernel_for
     torch = sys.modules["torch"]
     q = tensors["q"]
     device = device_info()
@@ -223,21 +222,19 @@ def run(tensors: dict, problem: VarlenPagedProblem, source) -> None:
     split_args, combine_args = launch_args(plan, problem, q.stride()[:2], named["page_table"].stride(0),
                                            cache_strides, tensors["out"].stride()[:2])
     stream = resolve_stream(None, True, q.device.index)
-    launches = [Launch(_kernel(kernel_for, source, split_cfg), plan.grid, split_args)]
+    launches = [Launch(kernel_for(source, split_cfg), plan.grid, split_args)]
     if combine_cfg is not None:
-        launches.append(Launch(_kernel(kernel_for, source, combine_cfg), dec.combine_grid(combine_plan(plan, problem)),
+        launches.append(Launch(kernel_for(source, combine_cfg), dec.combine_grid(combine_plan(plan, problem)),
                                combine_args))
     for launch in launches:
         launch.kernel.launch(launch.grid, launch.bind(named), stream)
 
 
-def _kernel(kernel_for, source, cfg):
-    try:
-        return kernel_for(source, cfg)
-    except BundleError:
-        raise BundleError(_err(f"bundle {source.bundle.root} has no {cfg.name()}; build it with `python -m fa4mlir "
-                               "bundle --set attention-varlen` or `--set prefill` (or pass no bundle to compile it "
-                               "here)", VARLEN_API)) from None
+def kernel_for(source, cfg):
+    """The loaded kernel of ``cfg`` (the decode kernel's varlen_q variant or the combine) from
+    ``source``: plan.config_kernel, its bundle's entry of that name (`--set attention-varlen` or
+    `--set prefill`), else compiled here."""
+    return config_kernel(source, cfg, VARLEN_API, ("attention-varlen", "prefill"))
 
 
 __all__ = ["VarlenPagedProblem", "check_varlen_paged", "configs_for", "combine_plan", "launch_args", "plan_for",

@@ -9,7 +9,7 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    rows mla_decode_h{16,64,128}_q{1,2}; get_mla_metadata + flash_mla_with_kvcache
     mla_sparse     FlashMLA's sparse prefill shape: s_q 4096, 128 heads, topk 2048 distinct indices per
                    token into s_kv 32768 rows of [s_kv, 1, 576]; flash_mla_sparse_fwd
-A workload is a name in WORKLOADS and a builder in BUILDERS (rows of Row, prefill_bench's). FlashMLA
+A workload is a name in WORKLOADS and a builder in BUILDERS (rows of runner.Row). FlashMLA
 itself is not installed on the GPU machine: the decode and sparse rows time fa4mlir alone, against
 issue 29's absolute bars (FlashMLA's published H800 figures).
 
@@ -17,9 +17,9 @@ Backends, in one process on the same tensors: fa4mlir (flash_attn_func with q, k
 the sm_90a kernel's head_dim_v), FlashAttention-4 CuTe (flash_attn.cute's flash_attn_func, when it
 imports) and cuDNN (torch SDPA's CUDNN_ATTENTION backend, on contiguous [B, H, S, D] copies made
 before timing). A backend that cannot run a row is recorded as `unsupported` or `error`
-(prefill_bench.failure); neither stops the run.
+(runner.failure); neither stops the run.
 
-Per row, as prefill_bench.measure_row does: every backend is made and called once into NaN-poisoned
+Per row, as runner.measure_row does: every backend is made and called once into NaN-poisoned
 memory and checked (max error of the last 256 query rows of batch 0, as the anchors slice it,
 against a float32 reference, by the FA rule: at most 2x the error of torch's own bf16 computation of
 the same slice, plus 1e-5; the NaN count of the whole output), timed `--rounds` times in turn with
@@ -37,16 +37,12 @@ measured | unsupported | error). Exit code 1 when a measured fa4mlir result brea
 """
 from __future__ import annotations
 
-import datetime
-import json
 import os
-import sys
-from pathlib import Path
 from typing import Any, Callable
 
-from .prefill_bench import (CHECK_ROWS, STATUSES, Row, _error_text, exit_code, fa4mlir_ratios, failure,
-                            format_result_line, measure_row)
-from .results import check_header
+from . import runner
+from .prefill_bench import CHECK_ROWS
+from .runner import Row, format_result_line
 
 SCHEMA = "fa4mlir-mla-bench/1"
 MLA_PREFILL = dict(batch=2, seqlen=8192, heads=16, head_dim=192, head_dim_v=128, causal=True)
@@ -223,57 +219,40 @@ BUILDERS = {"mla_prefill": mla_prefill_rows, "mla_decode": mla_decode_rows, "mla
 REQUIRED_KEYS = ("schema", "created", "device", "environment", "timer", "fa4_cute", "settings", "rows", "results",
                  "complete")
 ROW_KEYS = ("row", "workload", "shape", "flops")
-RESULT_KEYS = ("workload", "row", "backend", "status")
-MEASURED_KEYS = ("ms", "tflops", "times_ms", "max_err", "torch_err", "bound", "fa_rule_ok", "nan_out")
 
 
 def new_result(*, device: str, environment: dict, timer: dict, fa4_cute: dict, settings: dict) -> dict:
-    return {"schema": SCHEMA, "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "device": device, "environment": environment, "timer": timer, "fa4_cute": fa4_cute,
-            "settings": settings, "rows": [], "results": [], "complete": False}
+    return runner.new_result(SCHEMA, device=device, environment=environment, timer=timer,
+                             backends={"fa4_cute": fa4_cute}, settings=settings)
 
 
 def validate_result(result: Any) -> dict:
     """Raise ValueError naming what is missing when `result` is not an mla-bench result."""
-    check_header(result, SCHEMA, "an mla bench result", REQUIRED_KEYS, "fa4mlir.bench.mla_bench")
-    for i, row in enumerate(result["rows"]):
-        if [k for k in ROW_KEYS if k not in row]:
-            raise ValueError(f"row #{i} lacks {[k for k in ROW_KEYS if k not in row]}")
-    for i, r in enumerate(result["results"]):
-        need = RESULT_KEYS + (MEASURED_KEYS if r.get("status") == "measured" else ("reason",))
-        if [k for k in need if k not in r]:
-            raise ValueError(f"result #{i} lacks {[k for k in need if k not in r]}")
-        if r["status"] not in STATUSES:
-            raise ValueError(f"result #{i} has status {r['status']!r}; expected one of {STATUSES}")
-    return result
+    return runner.validate_result(result, SCHEMA, "an mla bench result", REQUIRED_KEYS, ROW_KEYS,
+                                  "fa4mlir.bench.mla_bench")
 
 
 def save_result(result: dict, path: str | os.PathLike) -> None:
-    from fa4mlir.artifacts import atomic_write
-    atomic_write(Path(path), (json.dumps(validate_result(result), indent=1, allow_nan=False) + "\n").encode())
+    runner.save_result(result, path, validate_result)
 
 
 def load_result(path: str | os.PathLike) -> dict:
-    return validate_result(json.loads(Path(path).read_text()))
+    return runner.load_result(path, validate_result)
 
 
 def _line(r: dict) -> str:
-    """prefill_bench's result line, and GB/s where the row counts bytes (decode, sparse)."""
+    """runner.format_result_line, and GB/s where the row counts bytes (decode, sparse)."""
     return format_result_line(r) + (f"  {r['gbps']:7.0f} GB/s" if r.get("gbps") else "")
 
 
 def format_tables(result: dict) -> str:
-    t = result.get("timer", {})
-    lines = [f"mla, bf16, {result.get('device', '?')}: {t.get('name', '?')} {t.get('stat', 'median')} of "
-             f"{result.get('settings', {}).get('rounds', '?')} round(s), heat {t.get('heat_ms', '?')} ms",
-             f"{'row':17s} {'backend':31s} {'us':>9s} {'TFLOP/s':>8s}  {'max_err':>8s} {'FA bound':>8s}"]
-    lines += [_line(r) for r in result["results"]]
-    ratios = [(row, fa4mlir_ratios(result["results"], row))
-              for row in dict.fromkeys(r["row"] for r in result["results"])]
-    if any(rs for _, rs in ratios):
-        lines += ["", "fa4mlir TFLOP/s over other backends':"]
-        lines += [f"  {row:17s} " + "  ".join(f"{b} {x:.3f}" for b, x in rs.items()) for row, rs in ratios if rs]
-    return "\n".join(lines)
+    return "\n".join(runner.table_lines(result, "mla, bf16", _line))
+
+
+def _gbps(row: Row, rec: dict) -> None:
+    """GB/s of a measured record whose row counts bytes (decode, sparse)."""
+    if rec.get("ms") and row.shape.get("bytes"):
+        rec["gbps"] = row.shape["bytes"] / (rec["ms"] * 1e-3) / 1e9
 
 
 # ----------------------------------------------------------------------------------------------
@@ -282,54 +261,19 @@ def format_tables(result: dict) -> str:
 
 def run(args) -> int:
     """`python -m fa4mlir bench mla` (its flags: fa4mlir/__main__.py)."""
-    try:
-        names = parse_workloads(args.workloads)
-    except ValueError as e:
-        print(f"mla bench: {e}", file=sys.stderr)
-        return 2
-    import torch
-
-    from .decode_bench import import_fa4
-    from .prefill_workloads import environment
-    from .timers import make_timer
-    if not torch.cuda.is_available():
-        print("mla bench: torch sees no CUDA device; run it on the GPU machine", file=sys.stderr)
-        return 2
-    if args.bundle:
-        os.environ["FA4MLIR_BUNDLE"] = args.bundle
-    timer, timer_desc = make_timer(args.warmup_ms, args.rep_ms, args.timer == "auto", args.heat_ms)
-    fa4, fa4_info = (None, {"available": False, "error": "--no-fa4"}) if args.no_fa4 else import_fa4()
-    env = environment(torch)
-    result = new_result(device=env.pop("device"), environment=env, timer=timer_desc, fa4_cute=fa4_info,
-                        settings={"workloads": names, "rounds": args.rounds,
-                                  "bundle": os.environ.get("FA4MLIR_BUNDLE")})
+    session = runner.start(args, "mla", parse_workloads)
+    if isinstance(session, int):
+        return session
+    torch, fa4 = session.torch, session.fa4
+    result = new_result(device=session.device, environment=session.environment, timer=session.timer_desc,
+                        fa4_cute=session.fa4_info, settings={"workloads": session.names, "rounds": args.rounds,
+                                                             "bundle": os.environ.get("FA4MLIR_BUNDLE")})
     print(f"mla bench: {result['device']}, torch {torch.__version__}, FA4-CuTe {'yes' if fa4 else 'no'}, "
-          f"workloads {names}", flush=True)
-    for name in names:
-        try:
-            built = BUILDERS[name](torch, fa4)
-        except Exception as e:  # noqa: BLE001  (e.g. out of memory making the inputs)
-            result["results"] += [{"workload": name, "row": r, "backend": "*", **failure(e, "setup")}
-                                  for r in WORKLOADS[name]]
-            print(f"{name}: setup fails: {_error_text(e)}", flush=True)
-            built = []
-        for row in built:
-            result["rows"].append({"row": row.name, "workload": row.workload, "shape": row.shape, "flops": row.flops})
-            for rec in measure_row(row, timer, sync=torch.cuda.synchronize, rounds=args.rounds):
-                if rec.get("ms") and row.shape.get("bytes"):
-                    rec["gbps"] = row.shape["bytes"] / (rec["ms"] * 1e-3) / 1e9
-                result["results"].append(rec)
-                print(_line(rec), flush=True)
-            ratios = fa4mlir_ratios(result["results"], row.name)
-            if ratios:
-                print(f"{row.name:17s} fa4mlir / other: " + "  ".join(f"{b} {x:.3f}" for b, x in ratios.items()),
-                      flush=True)
-        del built
-        torch.cuda.empty_cache()
+          f"workloads {session.names}", flush=True)
+    for name in session.names:
+        runner.run_group(session, result, name, WORKLOADS[name], lambda name=name: BUILDERS[name](torch, fa4),
+                         args.rounds, row_entry=lambda row: {"row": row.name, "workload": row.workload,
+                                                             "shape": row.shape, "flops": row.flops},
+                         line=_line, annotate=_gbps)
         save_result(result, args.out)
-    result["complete"] = True
-    save_result(result, args.out)
-    print()
-    print(format_tables(result))
-    print(f"\nwrote {args.out}")
-    return exit_code(result)
+    return runner.finish(result, args.out, save_result, format_tables)

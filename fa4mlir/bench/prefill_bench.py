@@ -48,18 +48,11 @@ fa4mlir result breaks the FA rule, else 0.
 """
 from __future__ import annotations
 
-import contextlib
-import datetime
-import json
-import math
 import os
-import statistics
-import sys
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from .results import check_header
+from . import runner
+from .runner import measured
 
 SCHEMA = "fa4mlir-prefill-bench/1"
 D = 128
@@ -81,13 +74,6 @@ CHUNKED = dict(batch=8, seqlen_q=2048, seqlen_cache=8192, heads=32, kv_heads=8, 
 S16K = dict(batch=2, seqlen=16384, heads=16, window=4096)
 S8K = dict(batch=2, seqlen=8192, heads=16, softcap=30.0)
 CHECK_ROWS = 256        # the reference slice: anchors_serving's last (first, for chunked) 256 query rows
-UNSUPPORTED = (TypeError, NotImplementedError, LookupError, AttributeError)
-
-
-class Unsupported(NotImplementedError):
-    """A backend declared unable to run a row (e.g. fa4mlir's ALiBi before score_mod exists)."""
-
-
 # ----------------------------------------------------------------------------------------------
 # Workload selection and FLOPs (pure)
 # ----------------------------------------------------------------------------------------------
@@ -162,115 +148,13 @@ def row_shape(row: str, lens: list[int] | None = None) -> tuple[dict, float]:
 
 
 # ----------------------------------------------------------------------------------------------
-# One row: make, poison, call and check; time in rounds; call and check again (pure: fakes test it)
-# ----------------------------------------------------------------------------------------------
-
-@dataclass
-class Row:
-    """A row to time. `backends` {label: make}: make() builds the timed call (it may raise: the
-    row records why); check(out) -> {max_err, torch_err, bound, fa_rule_ok, nan_out}."""
-
-    name: str
-    workload: str
-    shape: dict
-    flops: float
-    backends: dict[str, Callable[[], Callable[[], Any]]]
-    check: Callable[[Any], dict]
-    poison: Callable[[], None] = lambda: None
-    notes: dict[str, str] = field(default_factory=dict)
-
-
-def _error_text(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}"[:400]
-
-
-def failure(e: BaseException, when: str = "") -> dict:
-    """The record of a backend that raised: unsupported (UNSUPPORTED kinds) or error."""
-    status = "unsupported" if isinstance(e, UNSUPPORTED) else "error"
-    return {"status": status, "reason": (f"{when}: " if when else "") + _error_text(e)}
-
-
-FA_ATOL = 1e-5   # fa4mlir.testing.DEFAULT_ATOL
-
-
-def fa_rule(out_err: float, lowp_err: float, atol: float = FA_ATOL) -> tuple[bool, float]:
-    """(passes, bound) of the FA rule, as fa4mlir.testing.fa_rule (mirrored: fa4mlir.testing reaches
-    the compiler lazily, and this module imports nothing that does; a test keeps the two equal)."""
-    bound = 2.0 * lowp_err + atol
-    return not (math.isnan(out_err) or math.isnan(lowp_err)) and out_err <= bound, bound
-
-
-def _finite(x: float | None) -> float | None:
-    return x if x is not None and math.isfinite(x) else None
-
-
-def _merge_checks(first: dict, last: dict) -> dict:
-    errs = [c["max_err"] for c in (first, last)]
-    err = math.nan if any(math.isnan(e) for e in errs) else max(errs)
-    return {"max_err": _finite(err), "torch_err": _finite(first["torch_err"]), "bound": _finite(first["bound"]),
-            "fa_rule_ok": bool(first["fa_rule_ok"] and last["fa_rule_ok"]),
-            "nan_out": max(first["nan_out"], last["nan_out"])}
-
-
-def measure_row(row: Row, timer: Callable, *, sync: Callable[[], None], rounds: int = 3) -> list[dict]:
-    """Each backend made, called once into poison and checked; then timed `rounds` times in turn
-    (b1, b2, ..., b1, b2, ...), the median kept; then called and checked once more. One record per
-    backend, in row.backends' order."""
-    records: dict[str, dict] = {}
-    live: dict[str, tuple[Callable, dict, list]] = {}
-
-    def attempt(label, step, when=""):
-        try:
-            return step()
-        except Exception as e:  # noqa: BLE001  (a backend's failure is a result, not a crash)
-            records[label] = failure(e, when)
-            with contextlib.suppress(Exception):
-                sync()
-            return None
-
-    for label, make in row.backends.items():
-        def first_call(make=make):
-            fn = make()
-            row.poison()
-            out = fn()
-            sync()
-            return fn, row.check(out)
-        got = attempt(label, first_call)
-        if got is not None:
-            live[label] = (*got, [])
-    for _ in range(max(1, int(rounds))):
-        for label, (fn, _, times) in list(live.items()):
-            ms = attempt(label, lambda fn=fn: float(timer(fn)), "while timed")
-            if ms is None:
-                del live[label]
-            else:
-                times.append(ms)
-    for label, (fn, first, times) in live.items():
-        def last_call(fn=fn):
-            out = fn()
-            sync()
-            return row.check(out)
-        last = attempt(label, last_call, "last call")
-        if last is not None:
-            ms = statistics.median(times)
-            records[label] = {"status": "measured", "ms": ms, "tflops": row.flops / ms / 1e9, "times_ms": times,
-                              **_merge_checks(first, last)}
-    return [{"workload": row.workload, "row": row.name, "backend": label, **records[label],
-             **({"note": row.notes[label]} if label in row.notes else {})} for label in row.backends]
-
-
-# ----------------------------------------------------------------------------------------------
 # Feature costs, tables, JSON (pure: they work on the JSON)
 # ----------------------------------------------------------------------------------------------
-
-def _measured(results: list[dict]) -> dict[tuple[str, str], dict]:
-    return {(r["row"], r["backend"]): r for r in results if r.get("status") == "measured"}
-
 
 def feature_costs(results: list[dict]) -> list[dict]:
     """For each feature row and each backend measured both there and on the row's dense causal
     baseline (same shape, same tensors): time ratio and TFLOP/s ratio feature / dense."""
-    got, out = _measured(results), []
+    got, out = measured(results), []
     for (row, backend), r in got.items():
         base = got.get((BASELINE.get(row, ""), backend))
         if base is not None:
@@ -279,39 +163,8 @@ def feature_costs(results: list[dict]) -> list[dict]:
     return out
 
 
-def fa4mlir_ratios(results: list[dict], row: str) -> dict[str, float]:
-    """fa4mlir's TFLOP/s over each other non-fa4mlir backend's on one row (where both were measured)."""
-    got = {b: r for (rw, b), r in _measured(results).items() if rw == row}
-    mine = got.get("fa4mlir")
-    if mine is None:
-        return {}
-    return {b: mine["tflops"] / r["tflops"] for b, r in got.items() if not b.startswith("fa4mlir")}
-
-
-def _f(x: float | None, fmt: str) -> str:
-    return format(x, fmt) if x is not None else "-".rjust(len(format(0.0, fmt)))
-
-
-def format_result_line(r: dict) -> str:
-    head = f"{r['row']:17s} {r['backend']:31s}"
-    if r["status"] != "measured":
-        return f"{head} {r['status']}: {r['reason'][:150]}"
-    flag = "" if r["fa_rule_ok"] else "  ! FA rule" + (f" (NaN x{r['nan_out']})" if r["nan_out"] else "")
-    return (f"{head} {r['ms'] * 1e3:9.1f} {r['tflops']:8.1f}  {_f(r['max_err'], '8.2e')} "
-            f"{_f(r['bound'], '8.2e')}{flag}")
-
-
 def format_tables(result: dict) -> str:
-    t = result.get("timer", {})
-    lines = [f"prefill, bf16, {result.get('device', '?')}: {t.get('name', '?')} {t.get('stat', 'median')} of "
-             f"{result.get('settings', {}).get('rounds', '?')} round(s), heat {t.get('heat_ms', '?')} ms",
-             f"{'row':17s} {'backend':31s} {'us':>9s} {'TFLOP/s':>8s}  {'max_err':>8s} {'FA bound':>8s}"]
-    lines += [format_result_line(r) for r in result["results"]]
-    rows = list(dict.fromkeys(r["row"] for r in result["results"]))
-    ratios = [(row, fa4mlir_ratios(result["results"], row)) for row in rows]
-    if any(rs for _, rs in ratios):
-        lines += ["", "fa4mlir TFLOP/s over other backends':"]
-        lines += [f"  {row:17s} " + "  ".join(f"{b} {x:.3f}" for b, x in rs.items()) for row, rs in ratios if rs]
+    lines = runner.table_lines(result, "prefill, bf16")
     costs = result.get("feature_costs") or feature_costs(result["results"])
     if costs:
         lines += ["", "feature cost against the dense causal kernel of the same shape (feature / dense):"]
@@ -323,46 +176,26 @@ def format_tables(result: dict) -> str:
 REQUIRED_KEYS = ("schema", "created", "device", "environment", "timer", "fa4_cute", "flex", "settings", "rows",
                  "results", "feature_costs", "complete")
 ROW_KEYS = ("row", "workload", "shape", "flops", "baseline")
-RESULT_KEYS = ("workload", "row", "backend", "status")
-MEASURED_KEYS = ("ms", "tflops", "times_ms", "max_err", "torch_err", "bound", "fa_rule_ok", "nan_out")
-STATUSES = ("measured", "unsupported", "error")
 
 
 def new_result(*, device: str, environment: dict, timer: dict, fa4_cute: dict, flex: dict, settings: dict) -> dict:
-    return {"schema": SCHEMA, "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "device": device, "environment": environment, "timer": timer, "fa4_cute": fa4_cute, "flex": flex,
-            "settings": settings, "rows": [], "results": [], "feature_costs": [], "complete": False}
+    return runner.new_result(SCHEMA, device=device, environment=environment, timer=timer,
+                             backends={"fa4_cute": fa4_cute, "flex": flex}, settings=settings,
+                             lists=("rows", "results", "feature_costs"))
 
 
 def validate_result(result: Any) -> dict:
     """Raise ValueError naming what is missing when `result` is not a prefill-bench result."""
-    check_header(result, SCHEMA, "a prefill bench result", REQUIRED_KEYS, "fa4mlir.bench.prefill_bench")
-    for i, row in enumerate(result["rows"]):
-        if [k for k in ROW_KEYS if k not in row]:
-            raise ValueError(f"row #{i} lacks {[k for k in ROW_KEYS if k not in row]}")
-    for i, r in enumerate(result["results"]):
-        need = RESULT_KEYS + (MEASURED_KEYS if r.get("status") == "measured" else ("reason",))
-        if [k for k in need if k not in r]:
-            raise ValueError(f"result #{i} lacks {[k for k in need if k not in r]}")
-        if r["status"] not in STATUSES:
-            raise ValueError(f"result #{i} has status {r['status']!r}; expected one of {STATUSES}")
-    return result
+    return runner.validate_result(result, SCHEMA, "a prefill bench result", REQUIRED_KEYS, ROW_KEYS,
+                                  "fa4mlir.bench.prefill_bench")
 
 
 def save_result(result: dict, path: str | os.PathLike) -> None:
-    from fa4mlir.artifacts import atomic_write
-    atomic_write(Path(path), (json.dumps(validate_result(result), indent=1, allow_nan=False) + "\n").encode())
+    runner.save_result(result, path, validate_result)
 
 
 def load_result(path: str | os.PathLike) -> dict:
-    return validate_result(json.loads(Path(path).read_text()))
-
-
-def exit_code(result: dict) -> int:
-    """1 when a measured fa4mlir result (any fa4mlir* label) breaks the FA rule, else 0."""
-    bad = [r for r in result["results"] if r["backend"].startswith("fa4mlir") and r["status"] == "measured"
-           and not r["fa_rule_ok"]]
-    return 1 if bad else 0
+    return runner.load_result(path, validate_result)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -371,56 +204,26 @@ def exit_code(result: dict) -> int:
 
 def run(args) -> int:
     """`python -m fa4mlir bench prefill` (its flags: fa4mlir/__main__.py)."""
-    try:
-        names = parse_workloads(args.workloads)
-    except ValueError as e:
-        print(f"prefill bench: {e}", file=sys.stderr)
-        return 2
-    import torch
-
-    from .decode_bench import import_fa4
-    from .prefill_workloads import build_family, environment, import_flex
-    from .timers import make_timer
-    if not torch.cuda.is_available():
-        print("prefill bench: torch sees no CUDA device; run it on the GPU machine", file=sys.stderr)
-        return 2
-    if args.bundle:
-        os.environ["FA4MLIR_BUNDLE"] = args.bundle
-    timer, timer_desc = make_timer(args.warmup_ms, args.rep_ms, args.timer == "auto", args.heat_ms)
-    fa4, fa4_info = (None, {"available": False, "error": "--no-fa4"}) if args.no_fa4 else import_fa4()
+    session = runner.start(args, "prefill", parse_workloads)
+    if isinstance(session, int):
+        return session
+    from .prefill_workloads import build_family, import_flex
+    torch, fa4 = session.torch, session.fa4
     flex, flex_info = (None, {"available": False, "error": "--no-flex"}) if args.no_flex else import_flex(torch)
-    env = environment(torch)
-    result = new_result(device=env.pop("device"), environment=env, timer=timer_desc, fa4_cute=fa4_info,
-                        flex=flex_info, settings={"workloads": names, "rounds": args.rounds,
-                                                  "bundle": os.environ.get("FA4MLIR_BUNDLE")})
-    plan = families(names)
+    result = new_result(device=session.device, environment=session.environment, timer=session.timer_desc,
+                        fa4_cute=session.fa4_info, flex=flex_info,
+                        settings={"workloads": session.names, "rounds": args.rounds,
+                                  "bundle": os.environ.get("FA4MLIR_BUNDLE")})
+    plan = families(session.names)
     print(f"prefill bench: {result['device']}, torch {torch.__version__}, FA4-CuTe "
           f"{'yes' if fa4 else 'no'}, flex {'yes' if flex else 'no'}, rows {[r for rs in plan.values() for r in rs]}",
           flush=True)
     for family, rows in plan.items():
-        try:
-            built = build_family(torch, family, rows, fa4=fa4, flex=flex)
-        except Exception as e:  # noqa: BLE001  (e.g. out of memory making the inputs)
-            result["results"] += [{"workload": family, "row": r, "backend": "*", **failure(e, "setup")} for r in rows]
-            print(f"{family}: setup fails: {_error_text(e)}", flush=True)
-            built = []
-        for row in built:
-            result["rows"].append({"row": row.name, "workload": row.workload, "shape": row.shape, "flops": row.flops,
-                                   "baseline": BASELINE.get(row.name)})
-            for rec in measure_row(row, timer, sync=torch.cuda.synchronize, rounds=args.rounds):
-                result["results"].append(rec)
-                print(format_result_line(rec), flush=True)
-            ratios = fa4mlir_ratios(result["results"], row.name)
-            if ratios:
-                print(f"{row.name:17s} fa4mlir / other: " + "  ".join(f"{b} {x:.3f}" for b, x in ratios.items()),
-                      flush=True)
-        del built
-        torch.cuda.empty_cache()
+        runner.run_group(session, result, family, rows,
+                         lambda family=family, rows=rows: build_family(torch, family, rows, fa4=fa4, flex=flex),
+                         args.rounds, row_entry=lambda row: {"row": row.name, "workload": row.workload,
+                                                             "shape": row.shape, "flops": row.flops,
+                                                             "baseline": BASELINE.get(row.name)})
         result["feature_costs"] = feature_costs(result["results"])
         save_result(result, args.out)
-    result["complete"] = True
-    save_result(result, args.out)
-    print()
-    print(format_tables(result))
-    print(f"\nwrote {args.out}")
-    return exit_code(result)
+    return runner.finish(result, args.out, save_result, format_tables)

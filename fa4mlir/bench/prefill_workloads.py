@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .decode_bench import _first, _paged
-from .prefill_bench import (CHECK_ROWS, CHUNKED, D, S8K, S16K, VARLEN, Row, Unsupported, fa_rule, row_shape,
-                            row_workload, varlen_lens)
+from .prefill_bench import CHECK_ROWS, CHUNKED, D, S8K, S16K, VARLEN, row_shape, row_workload, varlen_lens
+from .runner import Row, Unsupported, fa_rule
 
 DEV = "cuda"
 

@@ -52,6 +52,7 @@ reading O from TMEM, which no MMA wrote.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -707,30 +708,28 @@ class _Correction:
         row_bytes = cfg.head_dim_v * fcfg.ELEM_BYTES
         at = ((geo.q_start + row).to("i64") * geo.heads.to("i64") + geo.head.to("i64")) * row_bytes
         o_row = kb.gep(self.bufs.o_desc, at, "i8")
-        inside = row.lt(geo.seqlen_q)
-        zero = const(0.0, "f32")
-        for ch in range(cfg.head_dim_v // EPI_COLS):
-            if from_tmem:
-                o = tcgen05.tmem_load(self.o_addr[i] + ch * EPI_COLS, EPI_COLS)
-                fa4.tmem_wait(kind="ld")
-                o = o.bitcast(("f32", EPI_COLS))
-                vals = [select(empty, zero, o[j] * inv) for j in range(EPI_COLS)]
-            else:
-                vals = [zero] * EPI_COLS
-            with kb.if_(inside).then_():
-                for u in range(EPI_COLS // 8):
-                    words = [vec(vals[8 * u + 2 * w], vals[8 * u + 2 * w + 1]).to((cfg.dtype, 2)).bitcast("i32")
-                             for w in range(4)]
-                    col = ch * EPI_COLS + 8 * u
-                    kb.store(vec(*words), kb.gep(o_row, col * fcfg.ELEM_BYTES, "i8"), align=16)
+        self._store_o(i, inv, empty, from_tmem, cfg.head_dim_v, o_row, lambda col: col * fcfg.ELEM_BYTES,
+                      inside=row.lt(geo.seqlen_q))
 
     def store_o_tile(self, i: int, inv: Value, empty: Value, from_tmem: bool = True):
         """Row t of O_i / l (0 for a row without keys; TMEM holds no O then) into Q_i's tile, 128B-swizzled:
         16-byte unit u of a 128-byte row r lands at unit u ^ (r % 8). `from_tmem=False`: zeros, O_i unread."""
         kb, cfg, bufs, t = self.kb, self.cfg, self.bufs, self.t
         row_base = kb.gep(bufs.q_smem, t * SW + i * bufs.q_tile, "i8")
+
+        def swizzled(col: int) -> Value:
+            c, unit = divmod(col, CHUNK)
+            return c * MMA_M * SW + ((t % 8) ^ (unit // 8)) * 16
+        self._store_o(i, inv, empty, from_tmem, cfg.padded_head_dim_v, row_base, swizzled)
+
+    def _store_o(self, i: int, inv: Value, empty: Value, from_tmem: bool, num_cols: int, row_ptr: Value,
+                 col_offset, inside: Value | None = None):
+        """The first `num_cols` columns of this row of O_i / l (0 for a row without keys; zeros, O_i unread,
+        when not `from_tmem`), EPI_COLS at a time out of TMEM, in 16-byte stores of 8 columns to
+        row_ptr + col_offset(column) (bytes), predicated on `inside` when given."""
+        kb, cfg = self.kb, self.cfg
         zero = const(0.0, "f32")
-        for ch in range(cfg.padded_head_dim_v // EPI_COLS):
+        for ch in range(num_cols // EPI_COLS):
             if from_tmem:
                 o = tcgen05.tmem_load(self.o_addr[i] + ch * EPI_COLS, EPI_COLS)
                 fa4.tmem_wait(kind="ld")
@@ -738,14 +737,12 @@ class _Correction:
                 vals = [select(empty, zero, o[j] * inv) for j in range(EPI_COLS)]
             else:
                 vals = [zero] * EPI_COLS
-            for u in range(EPI_COLS // 8):
-                col = ch * EPI_COLS + 8 * u
-                c, unit = divmod(col, CHUNK)
-                unit //= 8
-                words = [vec(vals[8 * u + 2 * w], vals[8 * u + 2 * w + 1]).to((cfg.dtype, 2)).bitcast("i32")
-                         for w in range(4)]
-                off = c * MMA_M * SW + ((t % 8) ^ unit) * 16
-                kb.store(vec(*words), kb.gep(row_base, off, "i8"), align=16)
+            with kb.if_(inside).then_() if inside is not None else contextlib.nullcontext():
+                for u in range(EPI_COLS // 8):
+                    words = [vec(vals[8 * u + 2 * w], vals[8 * u + 2 * w + 1]).to((cfg.dtype, 2)).bitcast("i32")
+                             for w in range(4)]
+                    off = col_offset(ch * EPI_COLS + 8 * u)
+                    kb.store(vec(*words), kb.gep(row_ptr, off, "i8"), align=16)
 
 
 def _correction_role(corr: _Correction):
