@@ -53,13 +53,14 @@ run on torch's current stream.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 from ..driver import device_info, resolve_stream
 from ..kernels import attention_sm90_config as attn_cfg
 from .checks import (MAX_I32, VARLEN_API, _err, check_device_context, check_devices, check_flag, check_mask,
-                     check_max_seqlen, check_scale, check_seqlens, check_sinks, check_softcap, check_varlen_inputs,
+                     check_max_seqlen, check_mods, check_scale, check_seqlens, check_sinks, check_softcap, check_varlen_inputs,
                      check_varlen_outputs, device_ordinal, read_tensor)
-from .errors import ArgumentTypeError, FlashAttnInputError, ShapeError
+from .errors import ArgumentTypeError, FlashAttnInputError, ShapeError, UnsupportedFeatureError
 from .plan import Launch, TensorRef, source_for
 from .varlen_paged import VarlenPagedProblem, check_varlen_paged
 from .varlen_paged import run as run_paged
@@ -70,11 +71,20 @@ TMA_TENSORS = ("q", "k", "v", "o")     # passed to the kernel as [1, total, head
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, seqused_k=None,
                            page_table=None, softmax_scale=None, causal=False, window_size=NO_WINDOW, softcap=0.0,
-                           sinks=None, return_lse=False, out=None, lse=None, bundle=None, attention_chunk=0):
+                           sinks=None, return_lse=False, out=None, lse=None, bundle=None, attention_chunk=0,
+                           score_mod=None, mask_mod=None, aux_tensors=None):
     """Ragged-batch attention forward; see the module docstring. Returns out, or (out, lse) when
     return_lse. Every argument is checked before any launch; cu_seqlens' values are not read.
-    Under torch.compile or another tracer (torch_ops._plain_eager false) a call without out= and
-    lse= is the one custom op fa4mlir::flash_attn_varlen_fwd, whose implementation is this path."""
+    Under torch.compile or another tracer (torch_ops._plain_eager false) a call without out=,
+    lse= and score_mod/mask_mod is the one custom op fa4mlir::flash_attn_varlen_fwd, whose
+    implementation is this path. score_mod, mask_mod, aux_tensors: as flash_attn_func takes them,
+    batch the sequence index and q_idx / kv_idx positions within the sequence (module docstring)."""
+    mods = (score_mod, mask_mod, aux_tensors)
+    if any(m is not None for m in mods):
+        out, lse = _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
+                                      page_table, softmax_scale, causal, window_size, softcap, sinks, return_lse, out,
+                                      lse, bundle, attention_chunk, mods)
+        return (out, lse) if return_lse else out
     ops = _torch_ops(q, k, v, cu_seqlens_q, cu_seqlens_k)
     if ops is not None and out is None and lse is None and page_table is None and not ops._plain_eager(q):
         try:
@@ -105,13 +115,14 @@ def _torch_ops(*tensors):
 
 def _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=None,
                        page_table=None, softmax_scale=None, causal=False, window_size=NO_WINDOW, softcap=0.0,
-                       sinks=None, return_lse=False, out=None, lse=None, bundle=None, attention_chunk=0):
+                       sinks=None, return_lse=False, out=None, lse=None, bundle=None, attention_chunk=0, mods=None):
     """flash_attn_varlen_func's work (and the custom op's implementation): checks, then the launch
-    (with a page_table: varlen_paged.run's); returns (out, lse)."""
+    (with a page_table: varlen_paged.run's); returns (out, lse). mods: (score_mod, mask_mod,
+    aux_tensors) or None."""
     try:
         problem, infos = _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
                                 page_table, softmax_scale, causal, window_size, softcap, sinks, return_lse, out, lse,
-                                attention_chunk)
+                                attention_chunk, mods)
     except FlashAttnInputError as e:
         raise _renamed(e) from None
     torch = sys.modules["torch"]
@@ -120,7 +131,7 @@ def _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_se
     device = device_info()
     check_device_context(ordinal, device.ordinal, device.capability)
     if out is None:
-        out = torch.empty(problem.out_shape, dtype=q.dtype, device=q.device)
+        out = torch.empty(problem.out_shape, dtype=q.dtype, device=q.device)   # [total_q, heads, dim_v]
     if lse is None:
         lse = torch.empty(problem.lse_shape, dtype=torch.float32, device=q.device)
     if isinstance(problem, VarlenPagedProblem):
@@ -130,7 +141,9 @@ def _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_se
             run_paged(tensors, problem, source)
     elif not problem.is_empty:
         config = attn_cfg.varlen_config(problem.dtype, problem.head_dim, problem.causal, problem.mask,
-                                        softcap=problem.softcap > 0, sinks=problem.sinks)
+                                        softcap=problem.softcap > 0, sinks=problem.sinks,
+                                        head_dim_v=problem.head_dim_v, score_mod=problem.score_mod,
+                                        mask_mod=problem.mask_mod, aux=problem.aux)
         try:
             kernel = source.kernel(config)    # a bundle without it: BundleError (--set attention-varlen, prefill)
         except FlashAttnInputError as e:
@@ -138,7 +151,8 @@ def _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_se
         built = attn_cfg.AttnConfig.from_key(kernel.artifact.config)
         launch = varlen_launch(built, kernel, problem)
         tensors = {"q": q, "k": k, "v": v, "o": out, "lse": lse, "cu_seqlens_q": cu_seqlens_q,
-                   "cu_seqlens_k": cu_seqlens_k, "seqused_k": seqused_k, "sinks": sinks}
+                   "cu_seqlens_k": cu_seqlens_k, "seqused_k": seqused_k, "sinks": sinks,
+                   **{n: x for n, (_, x) in infos.items() if n.startswith("aux")}}
         args = launch.bind({n: t.unsqueeze(0) if n in TMA_TENSORS else t for n, t in tensors.items()})
         kernel.launch(launch.grid, args, resolve_stream(None, True, q.device.index))
     return out, lse
@@ -153,15 +167,17 @@ def varlen_launch(config: attn_cfg.AttnConfig, kernel, problem) -> Launch:
                               f"({MAX_I32}): split the batch", VARLEN_API))
     names = ("q", "k", "v", "o", "lse", "cu_seqlens_q", "cu_seqlens_k", "sinks")
     refs = {n: TensorRef(n) for n in names}
+    refs.update({f"aux{i}": TensorRef(f"aux{i}") for i in range(len(problem.aux_shapes))})
     if problem.seqused_k:
         refs["seqused_k"] = TensorRef("seqused_k")
     return Launch(kernel, grid, attn_cfg.launch_args(config, problem, refs))
 
 
 def _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, softmax_scale,
-           causal, window_size, softcap, sinks, return_lse, out, lse, attention_chunk=0):
+           causal, window_size, softcap, sinks, return_lse, out, lse, attention_chunk=0, mods=None):
     """Every argument, deviceless: (VarlenProblem, or VarlenPagedProblem with a page_table,
-    {name: (TensorInfo, tensor)})."""
+    {name: (TensorInfo, tensor)}, the aux tensors as aux0, aux1, ...). mods: (score_mod, mask_mod,
+    aux_tensors) or None."""
     causal, _ = check_flag("causal", causal), check_flag("return_lse", return_lse)
     window_size, chunk = check_mask(window_size, attention_chunk)
     torch = sys.modules.get("torch")
@@ -175,6 +191,10 @@ def _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sequ
     infos = {n: (read_tensor(n, x, VARLEN_API), x) for n, x in given.items()
              if x is not None or n in ("q", "k", "v", "cu_seqlens_q") or (n == "cu_seqlens_k" and page_table is None)}
     if page_table is not None:
+        if mods is not None and any(m is not None for m in mods):
+            raise UnsupportedFeatureError(_err("score_mod, mask_mod and aux_tensors with page_table are not built (the "
+                                               "decode kernel runs it): pass packed k and v with cu_seqlens_k",
+                                               VARLEN_API))
         problem = check_varlen_paged({n: i for n, (i, _) in infos.items()}, max_seqlen_q, max_seqlen_k,
                                      softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                                      attention_chunk=chunk, softcap=softcap)
@@ -185,12 +205,17 @@ def _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sequ
     if seqused_k is not None:
         check_seqlens("seqused_k", infos["seqused_k"][0], batch)
     scale = check_scale(softmax_scale, problem.head_dim)
-    problem = type(problem)(
-        batch, check_max_seqlen("max_seqlen_q", max_seqlen_q), check_max_seqlen("max_seqlen_k", max_seqlen_k),
-        problem.total_q, problem.total_k, problem.heads, problem.kv_heads, problem.head_dim, problem.dtype, causal,
-        scale, tuple(window_size), chunk, check_softcap(softcap, scale), sinks is not None, seqused_k is not None)
+    problem = replace(
+        problem, batch=batch, max_seqlen_q=check_max_seqlen("max_seqlen_q", max_seqlen_q),
+        max_seqlen_k=check_max_seqlen("max_seqlen_k", max_seqlen_k), causal=causal, softmax_scale=scale,
+        window_size=tuple(window_size), attention_chunk=chunk, softcap=check_softcap(softcap, scale),
+        sinks=sinks is not None, seqused_k=seqused_k is not None)
     if sinks is not None:
         check_sinks(problem, infos["sinks"][0])
+    if mods is not None:   # a function's batch is the sequence, q_idx / kv_idx positions in it [varlen-mod-indices]
+        fields, aux_infos = check_mods(*mods, problem.softcap)
+        problem = replace(problem, **fields)
+        infos.update({n: (i, x) for (n, i), x in zip(aux_infos.items(), mods[2] or ())})
     check_varlen_outputs(problem, infos["out"][0] if out is not None else None,
                          infos["lse"][0] if lse is not None else None)
     return problem, infos
