@@ -663,11 +663,14 @@ def varlen_config(dtype: str, head_dim: int, causal: bool, mask: Mask | None = N
     The host knows only max_seqlen_q, so there is no short-sequence pick. The register model is the
     dense one: the sequence bookkeeping (starts, lengths, the row bound) fit in it, measured
     [D-varlen]. head_dim_v (a HEAD_DIM_PAIRS pair: MLA prefill's 192 / 128) and score_mod, mask_mod,
-    aux (common.score_mod fingerprints and aux spec) as default_config takes them; in the kernel a
+    aux (common.score_mod fingerprints and aux spec) as default_config takes them, a mask_mod on
+    MOD_BOTH_TILES where the tiles have bm 192; in the kernel a
     function's batch is the sequence index and q_idx / kv_idx are positions within the sequence
     (attention_fwd_sm90_varlen's note [varlen-mod-indices]) [D-varlen-mods]."""
     base = default_config(dtype, head_dim, causal, None, mask=mask, softcap=softcap, sinks=sinks,
                           head_dim_v=head_dim_v, score_mod=score_mod, mask_mod=mask_mod, aux=aux)
+    if mask_mod and base.bm == 192:   # bm 192 spilled 128 bytes with the document mask (D64) [D-varlen-mods]
+        base = replace(base, **MOD_BOTH_TILES)
     return replace(base, persistent=False, varlen=True).validate()
 
 

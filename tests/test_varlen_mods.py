@@ -1,0 +1,126 @@
+"""Deviceless: flash_attn_varlen_func's score_mod= / mask_mod= / aux_tensors= and unequal head dims
+(MLA prefill's qk 192 / v 128): the typed errors (raised before any driver call, on CPU tensors),
+the problem the checks build (fingerprints, aux sizes, D_v), the kernel config and the launch
+contract (aux tensors between the mod scale and the varlen parameters)."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import fa4mlir  # noqa: E402
+from fa4mlir.attention.errors import (DeviceError, HeadDimError, ScoreModError, ShapeError,  # noqa: E402
+                                      UnsupportedFeatureError)
+from fa4mlir.attention.varlen import _check, varlen_launch  # noqa: E402
+from fa4mlir.kernels import attention_sm90_config as acfg  # noqa: E402
+from fa4mlir.kernels.common import score_mod as sm  # noqa: E402
+from fa4mlir.testing_varlen import sequence_bias, sequence_document  # noqa: E402
+
+BF = torch.bfloat16
+
+
+def _args(lens_q=(3, 0, 5), lens_k=(4, 1, 5), h=4, hk=2, d=64, dv=None):
+    cq = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32)
+    ck = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32)
+    q = torch.zeros(int(cq[-1]), h, d, dtype=BF)
+    k = torch.zeros(int(ck[-1]), hk, d, dtype=BF)
+    v = torch.zeros(int(ck[-1]), hk, dv or d, dtype=BF)
+    return [q, k, v, cq, ck, max(lens_q), max(lens_k)]
+
+
+def _raises(exc, words, *args, **kw):
+    with pytest.raises(exc) as info:
+        fa4mlir.flash_attn_varlen_func(*args, **kw)
+    msg = str(info.value)
+    assert msg.startswith("flash_attn_varlen_func:"), msg
+    for w in words:
+        assert w in msg, (w, msg)
+
+
+def _problem(*a, mods=None, **kw):
+    opts = dict(seqused_k=None, page_table=None, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                sinks=None, return_lse=False, out=None, lse=None)
+    opts.update(kw)
+    return _check(*a, **opts, mods=mods)
+
+
+def test_mod_errors_are_typed_and_named_for_the_entry_point():
+    a = _args()
+    _raises(ScoreModError, ["takes 3 positional parameters"], *a, score_mod=lambda s, b, h: s)
+    _raises(ScoreModError, ["softcap"], *a, score_mod=sm.alibi, aux_tensors=[torch.ones(4)], softcap=5.0)
+    _raises(ScoreModError, ["without a score_mod or mask_mod"], *a, aux_tensors=[torch.ones(4)])
+    _raises(ScoreModError, ["takes aux_tensors"], *a, score_mod=sm.alibi)
+    _raises(ScoreModError, ["float32 or int32"], *a, score_mod=sm.alibi, aux_tensors=[torch.ones(4, dtype=BF)])
+    # every check passes: the CPU tensors are the first thing refused
+    _raises(DeviceError, ["CUDA"], *a, score_mod=sm.alibi, aux_tensors=[torch.ones(4)])
+
+
+def test_mods_with_page_table_are_not_built():
+    q = torch.zeros(8, 4, 64, dtype=BF)
+    pool = torch.zeros(2, 16, 2, 64, dtype=BF)
+    cu = torch.tensor([0, 8], dtype=torch.int32)
+    table = torch.zeros(1, 2, dtype=torch.int32)
+    _raises(UnsupportedFeatureError, ["page_table", "not built"], q, pool, pool, cu, None, 8, 8, page_table=table,
+            mask_mod=sequence_document, aux_tensors=[torch.zeros(1, 8, dtype=torch.int32)])
+
+
+def test_problem_config_and_launch_carry_the_functions():
+    a = _args()
+    qb, kb = torch.zeros(3, 5), torch.zeros(3, 5)
+    doc = torch.zeros(3, 5, dtype=torch.int32)
+    problem, infos = _problem(*a, mods=(sequence_bias, sequence_document, [qb, kb, doc]), causal=True)
+    assert problem.score_mod == sm.fingerprint(sequence_bias) and problem.mask_mod == sm.fingerprint(
+        sequence_document, "mask")
+    assert problem.aux == "f32x2,f32x2,i32x2" and problem.aux_shapes == ((3, 5), (3, 5), (3, 5))
+    assert [n for n in infos if n.startswith("aux")] == ["aux0", "aux1", "aux2"] and infos["aux2"][1] is doc
+    cfg = acfg.varlen_config("bf16", 64, True, score_mod=problem.score_mod, mask_mod=problem.mask_mod,
+                             aux=problem.aux)
+    assert cfg.varlen and cfg.score_mod and cfg.mask_mod and not cfg.persistent
+
+    class _Kernel:   # varlen_launch reads nothing of the kernel but what it passes on
+        pass
+    launch = varlen_launch(cfg, _Kernel(), problem)
+    names = [n for n, _ in acfg.launch_params(cfg)]
+    assert names.index("mod_scale") < names.index("aux0") < names.index("o_rows")
+    assert launch.grid == acfg.varlen_grid(cfg, problem)
+
+
+def test_a_softcap_score_mod_keeps_its_scale_fold():
+    problem, _ = _problem(*_args(), mods=(sm.softcap_score_mod(4.0), None, None))
+    assert problem.mod_scales == (0.25, 4.0) and problem.aux == "" and problem.softcap == 0.0
+
+
+def test_mla_prefill_head_dims():
+    a = _args(d=192, dv=128)
+    problem, _ = _problem(*a, causal=True)
+    assert (problem.head_dim, problem.head_dim_v, problem.dim_v) == (192, 128, 128)
+    assert problem.out_shape == (8, 4, 128)
+    assert problem.softmax_scale == pytest.approx(192 ** -0.5)
+    cfg = acfg.varlen_config("bf16", 192, True, head_dim_v=128)
+    assert cfg.dim_v == 128 and cfg.varlen and (cfg.bm, cfg.bn) == (128, 128)
+    # out must be [total_q, heads, 128]: q-shaped is a ShapeError naming the shape it takes
+    _raises(ShapeError, ["(8, 4, 128)"], *a, out=torch.zeros(8, 4, 192, dtype=BF))
+    _raises(DeviceError, ["CUDA"], *a, out=torch.zeros(8, 4, 128, dtype=BF))
+    # equal dims of the new head dims go through too
+    for d in (96, 192):
+        problem, _ = _problem(*_args(d=d))
+        assert problem.head_dim_v == 0 and problem.out_shape[-1] == d
+
+
+@pytest.mark.parametrize("d,dv", [(192, 64), (128, 64), (256, 128), (192, 96)])
+def test_unsupported_head_dim_pairs_are_head_dim_errors(d, dv):
+    _raises(HeadDimError, ["(192, 128)", f"has head_dim {dv}"], *_args(d=d, dv=dv))
+
+
+def test_fake_tensor_gives_out_v_wide():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from fa4mlir.attention import torch_ops
+    mode = FakeTensorMode()
+    with mode:
+        q = torch.empty(8, 4, 192, dtype=BF)
+        k = torch.empty(10, 2, 192, dtype=BF)
+        v = torch.empty(10, 2, 128, dtype=BF)
+        cu = mode.from_tensor(torch.tensor([0, 8], dtype=torch.int32))
+        out, lse = torch_ops._flash_attn_varlen_fwd_fake(q, k, v, cu, cu, 8, 10, None, None, True, None)
+    assert tuple(out.shape) == (8, 4, 128) and tuple(lse.shape) == (4, 8)
