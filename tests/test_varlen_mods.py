@@ -4,6 +4,7 @@ the problem the checks build (fingerprints, aux sizes, D_v), the kernel config a
 contract (aux tensors between the mod scale and the varlen parameters)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -124,3 +125,40 @@ def test_fake_tensor_gives_out_v_wide():
         cu = mode.from_tensor(torch.tensor([0, 8], dtype=torch.int32))
         out, lse = torch_ops._flash_attn_varlen_fwd_fake(q, k, v, cu, cu, 8, 10, None, None, True, None)
     assert tuple(out.shape) == (8, 4, 128) and tuple(lse.shape) == (4, 8)
+
+
+@pytest.mark.parametrize("score,mask", [("sequence_bias", ""), ("alibi", "sequence_document")])
+def test_the_reference_tells_positions_in_the_sequence_from_packed_rows(score, mask):
+    """compare_varlen_scored on outputs made by the reference itself (rounded to bf16): those of the
+    convention pass; those where batch is 0 and q_idx / kv_idx are packed rows (what a kernel that
+    passed packed coordinates would compute) fail, so the interpreter and GPU cases can fail."""
+    from fa4mlir.testing_score_mod import scored_attention
+    from fa4mlir.testing_varlen import compare_varlen_scored, sequences, varlen_aux, varlen_torch_mods
+    lq, lk, heads = (5, 0, 40, 1), (9, 3, 40, 30), 2
+    gen = torch.Generator().manual_seed(0)
+    a = _args(lq, lk, heads, 1, 64)
+    q, k, v = (torch.randn(x.shape, generator=gen).to(BF) for x in a[:3])
+    cq, ck = a[3], a[4]
+    aux = varlen_aux(score, mask, lq, lk, heads)
+    if score == "sequence_bias":   # packed rows index these tables too: make them long enough
+        aux = [np.tile(x, (1, 4)) for x in aux]
+    if mask == "sequence_document":
+        aux[-1] = np.tile(aux[-1], (1, 4))
+    right = varlen_torch_mods(score, mask, aux, cq)
+
+    def packed(b):   # the functions at packed coordinates: batch 0, rows offset by the sequence's starts
+        s_fn, m_fn = varlen_torch_mods(score, mask, aux, [0, 0])(0)
+        q0, k0 = int(cq[b]), int(ck[b])
+        return ((lambda s, h, qi, kv: s_fn(s, h, qi + q0, kv + k0)) if s_fn else None,
+                (lambda h, qi, kv: m_fn(h, qi + q0, kv + k0)) if m_fn else None)
+
+    for fns, ok in ((right, True), (packed, False)):
+        out = torch.full((q.shape[0] + 2, heads, 64), float("nan")).to(BF)
+        lse = torch.full((heads, q.shape[0] + 2), float("nan"))
+        for b, (q0, nq, k0, nk) in enumerate(sequences(cq, ck)):
+            o, l_ = scored_attention(q[q0:q0 + nq][None], k[k0:k0 + nk][None], v[k0:k0 + nk][None], 0.125, False,
+                                     *fns(b), torch.float64)
+            out[q0:q0 + nq], lse[:, q0:q0 + nq] = o[0].to(BF), l_[0].float()
+        qp = torch.cat([q, torch.zeros(2, heads, 64, dtype=BF)])
+        r = compare_varlen_scored(qp, k, v, out, lse, cq, ck, 0.125, False, right)
+        assert r["ok"] is ok, (ok, r)
