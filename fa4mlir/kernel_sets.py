@@ -418,7 +418,8 @@ VARLEN_MOD_CASES = [
     ("bf16", 64, True, "softcap", ""),
     ("bf16", 64, False, "", "document_mask"),
     ("bf16", 128, True, "sequence_bias", ""),
-    ("bf16", 128, False, "alibi", "sequence_document"),
+    ("bf16", 128, False, "", "sequence_document"),
+    ("bf16", 64, True, "alibi", "document_mask"),
     ("bf16", 128, False, "packed_bias", ""),
 ]
 # (dtype, head_dim, head_dim_v (0: equal), causal) of varlen kernels at the head dims beyond 64/128/256:

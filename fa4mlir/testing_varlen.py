@@ -160,13 +160,13 @@ def compare_varlen_scored(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax
     from .testing_score_mod import scored_attention
     seqs = sequences(cu_seqlens_q, cu_seqlens_k)
     out_err = low_err = lse_err = lse_low = 0.0
-    masked_ok, nans = True, 0
+    masked_ok, nan_out, nan_lse = True, 0, 0
     for b, (q0, nq, k0, nk) in enumerate(seqs):
         if nq == 0:
             continue
         sl, kl = slice(q0, q0 + nq), slice(k0, k0 + nk)
         got_o, got_l = out[sl][None], lse[:, sl][None]
-        nans += int(torch.isnan(got_o).sum()) + int(torch.isnan(got_l).sum())
+        nan_out, nan_lse = nan_out + int(torch.isnan(got_o).sum()), nan_lse + int(torch.isnan(got_l).sum())
         args = (q[sl][None], k[kl][None], v[kl][None], softmax_scale, causal, *fns(b))
         ref_o, ref_l = scored_attention(*args, torch.float64)
         low_o, low_l = scored_attention(*args, q.dtype)
@@ -183,8 +183,8 @@ def compare_varlen_scored(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax
     end = seqs[-1][0] + seqs[-1][1] if seqs else 0
     untouched = bool(torch.isnan(out[end:].float()).all()) and bool(torch.isnan(lse[:, end:]).all())
     return {"max_err": out_err, "torch_err": low_err, "bound": bound, "lse_err": lse_err, "lse_bound": lse_bound,
-            "masked_ok": masked_ok, "nan": nans, "untouched": untouched,
-            "ok": ok_out and ok_lse and masked_ok and nans == 0 and untouched}
+            "masked_ok": masked_ok, "nan_out": nan_out, "nan_lse": nan_lse, "untouched": untouched,
+            "ok": ok_out and ok_lse and masked_ok and nan_out == 0 and nan_lse == 0 and untouched}
 
 
 __all__ = ["sequences", "compare_varlen", "compare_varlen_scored", "varlen_mods", "varlen_aux", "varlen_torch_mods", "sequence_bias",

@@ -79,8 +79,10 @@ MOD_CASES = [
     VarlenCase("d64-docmask", 64, (90, 1, 150), (90, 1, 150), mask_mod="document_mask"),
     VarlenCase("d128-causal-seqbias", 128, (70, 0, 131), (90, 4, 131), causal=True, score="sequence_bias",
                heads=2, kv_heads=2),
-    VarlenCase("d128-alibi-seqdoc", 128, (1, 130, 0, 40), (1, 130, 6, 64), score="alibi",
-               mask_mod="sequence_document", heads=2, kv_heads=1),
+    VarlenCase("d128-seqdoc", 128, (1, 130, 0, 40), (1, 130, 6, 64), mask_mod="sequence_document", heads=2,
+               kv_heads=1),
+    VarlenCase("d64-causal-alibi-docmask", 64, (90, 1, 140), (90, 1, 150), causal=True, score="alibi",
+               mask_mod="document_mask", heads=2, kv_heads=1),
     VarlenCase("d128-packed-bias", 128, (5, 66, 1), (9, 66, 130), score="packed_bias"),
 ]
 # MLA prefill (qk 192 / v 128: kernel_sets.VARLEN_HEAD_DIM_CASES), D96 and D192 through the varlen kernel

@@ -4,15 +4,17 @@
                                  causal=True)
     out, lse = flash_attn_varlen_func(..., window_size=(4096, -1), softcap=30.0, sinks=sinks,
                                       return_lse=True)
+    out = flash_attn_varlen_func(..., causal=True, score_mod=alibi, aux_tensors=[slopes])
 
 FlashAttention-3/4's names and layouts. `batch` sequences are packed one after another: q is
-[total_q, heads, head_dim], k and v [total_k, kv_heads, head_dim] (bf16 or f16, head_dim 64, 128
-or 256, heads a multiple of kv_heads); sequence b owns q rows cu_seqlens_q[b] .. cu_seqlens_q[b+1]
+[total_q, heads, head_dim], k [total_k, kv_heads, head_dim] and v [total_k, kv_heads, head_dim_v]
+(bf16 or f16, head_dim 64, 96, 128, 192 or 256, head_dim_v = head_dim or MLA prefill's 128 for
+head_dim 192; HeadDimError for other pairs; heads a multiple of kv_heads); sequence b owns q rows cu_seqlens_q[b] .. cu_seqlens_q[b+1]
 and k/v rows from cu_seqlens_k[b], cu_seqlens_k[b+1] - cu_seqlens_k[b] of them, or seqused_k[b]
 when seqused_k (int32 [batch]) is given (a sequence using only the first keys of its slot).
 cu_seqlens_q and cu_seqlens_k are int32 [batch + 1] tensors on the GPU; max_seqlen_q and
 max_seqlen_k are Python ints at least every sequence's length (the grid has ceil(max_seqlen_q /
-bm) query tiles per sequence). out is [total_q, heads, head_dim] like q; lse is float32 [heads,
+bm) query tiles per sequence). out is [total_q, heads, head_dim_v]; lse is float32 [heads,
 total_q] (FlashAttention-3/4's varlen layout). Each sequence is its own problem: the causal mask is
 aligned bottom-right per sequence (query i of a sequence of sq queries and sk keys sees key j iff
 j <= i + sk - sq), window_size=(left, right) likewise per sequence, softcap and sinks as in
@@ -34,6 +36,14 @@ a sequence are unspecified, and a max_seqlen_q below a sequence's length leaves 
 unwritten. With seqused_k, k and v rows past seqused_k[b] inside the packed tensors must hold
 finite values (they are masked, but P V multiplies them by 0, and 0 * NaN is NaN): zero a freshly
 allocated cache's tail.
+
+score_mod=, mask_mod=, aux_tensors= (flash_attn_func's Python functions compiled into the kernel:
+kernels/common/score_mod.py) apply per sequence with FlexAttention's and FA4 CuTe's meaning: `batch`
+is the sequence's index, q_idx and kv_idx are positions within the sequence (0 .. its length - 1),
+not packed rows; a function that wants a packed row reads cu_seqlens_q as an aux tensor
+(aux_tensors[i][batch] + q_idx). The varlen kernel's note [varlen-mod-indices] says why the kernel
+needs nothing more. Not with page_table (UnsupportedFeatureError); such calls take the direct path
+(no custom op).
 
 attention_chunk=c (Llama-4's chunked attention, as flash_attn_func) keeps, per sequence, the keys
 of the chunk of c keys that holds the query's diagonal key (kernels/common/masks.py); it combines

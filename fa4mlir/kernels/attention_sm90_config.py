@@ -664,12 +664,12 @@ def varlen_config(dtype: str, head_dim: int, causal: bool, mask: Mask | None = N
     dense one: the sequence bookkeeping (starts, lengths, the row bound) fit in it, measured
     [D-varlen]. head_dim_v (a HEAD_DIM_PAIRS pair: MLA prefill's 192 / 128) and score_mod, mask_mod,
     aux (common.score_mod fingerprints and aux spec) as default_config takes them, a mask_mod on
-    MOD_BOTH_TILES where the tiles have bm 192; in the kernel a
+    MOD_BOTH_TILES (128 x 128) where the tiles are larger; in the kernel a
     function's batch is the sequence index and q_idx / kv_idx are positions within the sequence
     (attention_fwd_sm90_varlen's note [varlen-mod-indices]) [D-varlen-mods]."""
     base = default_config(dtype, head_dim, causal, None, mask=mask, softcap=softcap, sinks=sinks,
                           head_dim_v=head_dim_v, score_mod=score_mod, mask_mod=mask_mod, aux=aux)
-    if mask_mod and base.bm == 192:   # bm 192 spilled 128 bytes with the document mask (D64) [D-varlen-mods]
+    if mask_mod and (base.bm == 192 or base.bn > 128):   # spilled there [D-varlen-mods]
         base = replace(base, **MOD_BOTH_TILES)
     return replace(base, persistent=False, varlen=True).validate()
 
