@@ -77,24 +77,6 @@ def test_score_mod_and_mask_mod_on_ragged_batches(attn_bundle, case, batch):
     assert r["ok"], r
 
 
-def test_softcap_score_mod_matches_the_softcap_kernel(attn_bundle):
-    """softcap_score_mod(c) compiles to the hand-written softcap kernel's code (tests/
-    test_score_mod_compile.py), so on one ragged batch the two give bit-identical out and lse."""
-    import torch
-    from fa4mlir import flash_attn_varlen_func
-    from fa4mlir.kernels.common.score_mod import softcap_score_mod
-    (lq, lk), heads, kv_heads = BATCHES[0]
-    q, k, v, cu_q, cu_k, out, lse = _inputs(torch, 7, "bf16", (lq, lk), heads, kv_heads, 64, 64)
-    out2, lse2 = out.clone(), lse.clone()
-    flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=True, score_mod=softcap_score_mod(3.0),
-                           out=out, lse=lse, bundle=attn_bundle)
-    flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=True, softcap=3.0, out=out2, lse=lse2,
-                           bundle=attn_bundle)
-    torch.cuda.synchronize()
-    end = int(cu_q[-1])
-    assert torch.equal(out[:end], out2[:end]) and torch.equal(lse[:, :end], lse2[:, :end])
-
-
 @pytest.mark.parametrize("batch", BATCHES, ids=lambda b: f"b{len(b[0][0])}-h{b[1]}-hk{b[2]}")
 @pytest.mark.parametrize("case", VARLEN_HEAD_DIM_CASES, ids=lambda c: f"{c[0]}-d{c[1]}v{c[2] or c[1]}"
                                                                       f"{'-causal' if c[3] else ''}")
