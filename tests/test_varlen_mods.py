@@ -162,3 +162,15 @@ def test_the_reference_tells_positions_in_the_sequence_from_packed_rows(score, m
         qp = torch.cat([q, torch.zeros(2, heads, 64, dtype=BF)])
         r = compare_varlen_scored(qp, k, v, out, lse, cq, ck, 0.125, False, right)
         assert r["ok"] is ok, (ok, r)
+
+
+def test_interpreter_cases_are_the_bundle_sets_kernels():
+    """tests/interpret_varlen.py's MOD_CASES run exactly kernel_sets.VARLEN_MOD_CASES' kernels, and its
+    HEAD_DIM_CASES kernels of VARLEN_HEAD_DIM_CASES (what the GPU tests run from the bundle)."""
+    from fa4mlir.kernel_sets import VARLEN_HEAD_DIM_CASES, VARLEN_MOD_CASES, attention_varlen, varlen_mod_config
+    from tests.interpret_varlen import HEAD_DIM_CASES, MOD_CASES, config
+    assert {config(c) for c in MOD_CASES} == {varlen_mod_config(r) for r in VARLEN_MOD_CASES}
+    heads = {acfg.varlen_config(dt, d, c, head_dim_v=dv) for dt, d, dv, c in VARLEN_HEAD_DIM_CASES}
+    assert {config(c) for c in HEAD_DIM_CASES} <= heads
+    shipped = {cfg for _, cfg in attention_varlen()}
+    assert heads | {varlen_mod_config(r) for r in VARLEN_MOD_CASES} <= shipped
