@@ -157,6 +157,9 @@ def _mods(dtype: str, head_dim: int, causal: bool, window=(-1, -1), chunk: int =
     return acfg.default_config(dtype, head_dim, causal, None, mask, **score)
 
 
+_MODS_END = 12 + len(kernel_sets.VARLEN_MOD_CASES)   # attention_varlen(): VARLEN_CASES, chunks, mods, head dims
+
+
 def _varlen(name: str, cases, quick: bool = False) -> Case:
     """kernel_sets.attention_varlen()'s kernels of VARLEN_CASES rows `cases`."""
     match = tuple(cfg.key() for i, (_, cfg) in enumerate(kernel_sets.attention_varlen()) if i in cases)
@@ -231,6 +234,8 @@ CASES = (
     _varlen("varlen-d256-f16", (4, 5, 6)),
     _varlen("varlen-window-softcap-sinks", (7, 8, 9)),
     _varlen("varlen-chunk", (10, 11)),   # attention_chunk= (kernel_sets.VARLEN_CHUNK_CASES)
+    _varlen("varlen-mods", range(12, _MODS_END)),        # score_mod= / mask_mod= (kernel_sets.VARLEN_MOD_CASES)
+    _varlen("varlen-head-dims", range(_MODS_END, _MODS_END + len(kernel_sets.VARLEN_HEAD_DIM_CASES))),  # MLA, D96, D192
     # flash_mla_with_kvcache's kernels (mla): split and unsplit, with and without the exchange of P;
     # f16; 16-row pages; the head-dim-512 combine of split calls
     _mla("mla-bf16-p64", "bf16", 64, quick=True),

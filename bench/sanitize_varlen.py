@@ -14,7 +14,10 @@ the result with testing_varlen.compare_varlen: the FA rule per sequence against 
 reference, rows that see no key 0 and +inf (or the sink), no NaN, and the spare rows still NaN (a
 store past a sequence's end into the next one is a wrong result, past total_q also memcheck's).
 The score-modifier kernels run with softcap SOFTCAP, random sinks and seqused_k below some
-sequences' key counts. Before each call the child checks that flash_attn_varlen_func picks the
+sequences' key counts. A kernel with head_dim_v (MLA prefill's qk 192 / v 128) gets v and out
+D_v wide. A kernel with compiled-in functions (kernel_sets.VARLEN_MOD_CASES, found by their
+fingerprints) runs them with testing_varlen's aux tensors and is checked by compare_varlen_scored
+(per sequence, on the CPU). Before each call the child checks that flash_attn_varlen_func picks the
 case's kernel (varlen_config of the call's options).
 """
 from __future__ import annotations
@@ -59,12 +62,24 @@ def options(cfg: acfg.AttnConfig, torch, heads: int, seed: int) -> dict:
             **({"softcap": SOFTCAP} if cfg.softcap else {}), **({"sinks": sinks} if cfg.sinks else {})}
 
 
+def mod_case(cfg: acfg.AttnConfig):
+    """The kernel_sets.VARLEN_MOD_CASES row of a kernel with compiled-in functions (None without)."""
+    if not (cfg.score_mod or cfg.mask_mod):
+        return None
+    from fa4mlir.kernel_sets import VARLEN_MOD_CASES, varlen_mod_config
+    rows = [c for c in VARLEN_MOD_CASES if varlen_mod_config(c) == cfg]
+    if not rows:
+        raise LookupError(f"no kernel_sets.VARLEN_MOD_CASES row builds {cfg.key()}")
+    return rows[0]
+
+
 def picked(cfg: acfg.AttnConfig, opts: dict) -> acfg.AttnConfig:
-    """The kernel flash_attn_varlen_func runs for cfg's dtype, head dim, causal flag and opts."""
+    """The kernel flash_attn_varlen_func runs for cfg's dtype, head dims, causal flag, functions and opts."""
     from fa4mlir.kernels.common.mask_family import attention_mask
     mask = attention_mask(cfg.causal, opts.get("window_size", (-1, -1)), opts.get("attention_chunk", 0))
     return acfg.varlen_config(cfg.dtype, cfg.head_dim, cfg.causal, None if mask.is_legacy else mask,
-                              softcap=bool(opts.get("softcap")), sinks="sinks" in opts)
+                              softcap=bool(opts.get("softcap")), sinks="sinks" in opts, head_dim_v=cfg.head_dim_v,
+                              score_mod=cfg.score_mod, mask_mod=cfg.mask_mod, aux=cfg.aux)
 
 
 def child_varlen(case, bundle, seed: int):
@@ -75,7 +90,7 @@ def child_varlen(case, bundle, seed: int):
     from bench import sanitize as san
     from fa4mlir.attention import flash_attn_varlen_func
     from fa4mlir.testing import torch_dtype
-    from fa4mlir.testing_varlen import compare_varlen
+    from fa4mlir.testing_varlen import compare_varlen, compare_varlen_scored, varlen_aux, varlen_mods, varlen_torch_mods
 
     device, i = san.DEVICE, 0
     for match in case.match:
@@ -87,7 +102,8 @@ def child_varlen(case, bundle, seed: int):
             gen = torch.Generator().manual_seed(s)
             tq, tk, d, dt = sum(lq) + SPARE, sum(lk), cfg.head_dim, torch_dtype(cfg.dtype)
             q = torch.randn(tq, heads, d, generator=gen).to(dt).to(device)
-            k, v = (torch.randn(tk, kv_heads, d, generator=gen).to(dt).to(device) for _ in range(2))
+            k = torch.randn(tk, kv_heads, d, generator=gen).to(dt).to(device)
+            v = torch.randn(tk, kv_heads, cfg.dim_v, generator=gen).to(dt).to(device)
             cu_q, cu_k = (torch.tensor([0, *torch.tensor(n).cumsum(0).tolist()], dtype=torch.int32).to(device)
                           for n in (lq, lk))
             used = seqused(cfg, lk)
@@ -98,11 +114,24 @@ def child_varlen(case, bundle, seed: int):
             if picked(cfg, opts) != cfg:
                 raise RuntimeError(f"flash_attn_varlen_func would run {picked(cfg, opts).key()}, not the case's "
                                    f"{name}")
-            out = torch.full_like(q, float("nan"))
+            out = torch.full((tq, heads, cfg.dim_v), float("nan"), dtype=dt).to(device)
             lse = torch.full((heads, tq), float("nan"), dtype=torch.float32).to(device)
+            row = mod_case(cfg)
+            if row is not None:   # compiled-in functions: their aux tensors, the scored reference
+                score, mask = row[3], row[4]
+                aux = varlen_aux(score, mask, lq, lk, heads, s)
+                score_mod, mask_mod = varlen_mods(score, mask)
+                opts.update(score_mod=score_mod, mask_mod=mask_mod,
+                            aux_tensors=[torch.from_numpy(a).to(device) for a in aux])
             flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk), seqused_k=used_t, causal=cfg.causal,
                                    out=out, lse=lse, return_lse=True, bundle=bundle, **opts)
             torch.cuda.synchronize()
+            if row is not None:
+                r = compare_varlen_scored(*(x.cpu() for x in (q, k, v, out, lse, cu_q, cu_k)), d ** -0.5, cfg.causal,
+                                          varlen_torch_mods(score, mask, aux, cu_q.cpu()))
+                yield {"kernel": name, "shape": [list(lq), list(lk), heads, kv_heads], "via": "flash_attn_varlen_func",
+                       "seed": s, **r}
+                continue
             r = compare_varlen(q, k, v, out, lse, cu_q, cu_k, d ** -0.5, cfg.causal, seqused_k=used_t, **opts)
             reps = [x for x in r["per_sequence"] if x is not None]
             yield {"kernel": name, "shape": [list(lq), list(lk), heads, kv_heads], "seqused_k": used,

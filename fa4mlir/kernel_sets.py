@@ -84,7 +84,9 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 the sm_90a attention kernel's ragged-batch (varlen) variants that
                 tests/gpu/test_varlen_gpu.py and the interpreter cases (tests/interpret_varlen.py) run:
                 VARLEN_CASES here, each attention_sm90_config.varlen_config, VARLEN_CHUNK_CASES
-                (attention_chunk=); and flash_attn_varlen_func(page_table=)'s kernels that
+                (attention_chunk=), VARLEN_MOD_CASES (score_mod= / mask_mod=, built-in and
+                testing_varlen's functions) and VARLEN_HEAD_DIM_CASES (MLA prefill's qk 192 / v 128, D96,
+                D192; both tests/gpu/test_varlen_mods_gpu.py); and flash_attn_varlen_func(page_table=)'s kernels that
                 tests/gpu/test_varlen_paged_gpu.py runs: the decode kernel's varlen_q variants of
                 VARLEN_PAGED_CASES, split and unsplit, with their combines, and of
                 VARLEN_PAGED_MASK_CASES (window_size, softcap, sinks with a page_table)
@@ -490,6 +492,45 @@ VARLEN_CHUNK_CASES = [
 ]
 
 
+# (dtype, head_dim, causal, score_mod, mask_mod) of varlen kernels with functions compiled in, by
+# fa4mlir.testing_varlen.varlen_mods' names: tests/gpu/test_varlen_mods_gpu.py and the interpreter's
+# MOD_CASES (tests/interpret_varlen.py)
+VARLEN_MOD_CASES = [
+    ("bf16", 64, False, "alibi", ""),
+    ("bf16", 128, True, "relative_bias", ""),
+    ("bf16", 64, True, "softcap", ""),
+    ("bf16", 64, False, "", "document_mask"),
+    ("bf16", 128, True, "sequence_bias", ""),
+    ("bf16", 128, False, "", "sequence_document"),
+    ("bf16", 64, True, "alibi", "document_mask"),
+    ("bf16", 128, False, "packed_bias", ""),
+]
+# (dtype, head_dim, head_dim_v (0: equal), causal) of varlen kernels at the head dims beyond 64/128/256:
+# MLA prefill's qk 192 / v 128, D96, D192 (tests/gpu/test_varlen_mods_gpu.py, HEAD_DIM_CASES of
+# tests/interpret_varlen.py)
+VARLEN_HEAD_DIM_CASES = [
+    ("bf16", 192, 128, True),
+    ("bf16", 192, 128, False),
+    ("f16", 192, 128, True),
+    ("bf16", 96, 0, True),
+    ("bf16", 96, 0, False),
+    ("bf16", 192, 0, True),
+    ("bf16", 192, 0, False),
+]
+
+
+def varlen_mod_config(case):
+    """The varlen kernel of a VARLEN_MOD_CASES row: its functions' fingerprints and aux spec."""
+    from .kernels.attention_sm90_config import varlen_config
+    from .kernels.common.score_mod import aux_spec
+    from .testing_varlen import varlen_aux, varlen_mods
+    dtype, d, causal, score, mask = case
+    smod, mmod = varlen_mods(score, mask)
+    aux = [("f32" if a.dtype.kind == "f" else "i32", a.ndim) for a in varlen_aux(score, mask, (1,), (1,), 1)]
+    return varlen_config(dtype, d, causal, score_mod=smod.fingerprint() if smod else "",
+                         mask_mod=mmod.fingerprint() if mmod else "", aux=aux_spec(aux))
+
+
 def attention_varlen() -> list:
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
     from .kernels.attention_sm90_config import KERNEL, varlen_config
@@ -501,6 +542,8 @@ def attention_varlen() -> list:
                                           sinks=sinks)))
     for dtype, d, window, chunk in VARLEN_CHUNK_CASES:    # attention_chunk=
         out.append((KERNEL, varlen_config(dtype, d, True, attention_mask(True, window, chunk))))
+    out += [(KERNEL, varlen_mod_config(case)) for case in VARLEN_MOD_CASES]      # score_mod= / mask_mod=
+    out += [(KERNEL, varlen_config(dtype, d, causal, head_dim_v=dv)) for dtype, d, dv, causal in VARLEN_HEAD_DIM_CASES]
     out += varlen_paged() + decode_masks(VARLEN_PAGED_MASK_CASES, varlen_q=True)
     combines = sorted({(dtype, d) for dtype, d, _ in VARLEN_PAGED_CASES} | {c[:2] for c in VARLEN_PAGED_MASK_CASES})
     return out + [(COMBINE_KERNEL, CombineConfig(dtype, d)) for dtype, d in combines]

@@ -2,7 +2,9 @@
 batches (tests/interpret_varlen.py CASES: lengths 0 and 1, a tile plus one row, unequal q and k
 lengths, GQA, causal, a window, softcap with sinks and seqused_k), numerics by the FA rule per
 sequence (fa4mlir.testing_varlen.compare_varlen), packed rows past the last sequence untouched, and
-rows that see no key exactly O = 0 with LSE = +inf (or the head's sink)."""
+rows that see no key exactly O = 0 with LSE = +inf (or the head's sink). HEAD_DIM_CASES: MLA prefill's
+qk 192 / v 128 (out [total_q, heads, 128]), D96, D192. MOD_CASES: score_mod / mask_mod with batch the
+sequence and q_idx / kv_idx positions in it, against the functions' torch twins per sequence."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,15 +12,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fa4mlir.testing_varlen import compare_varlen, sequences  # noqa: E402
-from tests.interpret_varlen import CASES, run  # noqa: E402
+from fa4mlir.testing_varlen import compare_varlen, compare_varlen_scored, sequences, varlen_torch_mods  # noqa: E402
+from tests.interpret_varlen import CASES, HEAD_DIM_CASES, MOD_CASES, run  # noqa: E402
 
 
 def _tensor(bits: np.ndarray, dtype: str):
     return torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16 if dtype == "bf16" else torch.float16)
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+@pytest.mark.parametrize("case", CASES + HEAD_DIM_CASES, ids=lambda c: c.name)
 def test_varlen_kernel_through_the_interpreter(case):
     got = run(case, seed=1)
     q, k, v, o = (_tensor(got[n], case.dtype) for n in ("q", "k", "v", "o"))
@@ -35,3 +37,15 @@ def test_varlen_kernel_through_the_interpreter(case):
             assert (o[q0:q0 + nq].float() == 0).all()
             want = sinks[:, None].expand(-1, nq) if sinks is not None else torch.full((case.heads, nq), float("inf"))
             assert torch.equal(lse[:, q0:q0 + nq], want)
+
+
+@pytest.mark.parametrize("case", MOD_CASES, ids=lambda c: c.name)
+def test_varlen_score_mod_through_the_interpreter(case):
+    got = run(case, seed=2)
+    q, k, v, o = (_tensor(got[n], case.dtype) for n in ("q", "k", "v", "o"))
+    lse = torch.from_numpy(got["lse"])
+    aux = [got[f"aux{i}"] for i in range(len(case.aux()))]
+    fns = varlen_torch_mods(case.score, case.mask_mod, aux, got["cu_seqlens_q"], case.cap)
+    report = compare_varlen_scored(q, k, v, o, lse, got["cu_seqlens_q"], got["cu_seqlens_k"], case.head_dim ** -0.5,
+                                   case.causal, fns)
+    assert report["ok"], report

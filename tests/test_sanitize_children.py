@@ -274,16 +274,30 @@ def cpu_varlen(cpu_child, monkeypatch):
 
     from fa4mlir import attention
     from fa4mlir.testing import attention_math
+    from fa4mlir.testing_score_mod import scored_attention
     from fa4mlir.testing_varlen import sequences
     bundle, *_ = cpu_child
     calls, mode = [], {"mode": "right"}
 
     def call(q, k, v, cu_q, cu_k, max_q, max_k, *, seqused_k=None, causal, out, lse, return_lse, bundle,
-             window_size=(-1, -1), attention_chunk=0, softcap=0.0, sinks=None):
+             window_size=(-1, -1), attention_chunk=0, softcap=0.0, sinks=None, score_mod=None, mask_mod=None,
+             aux_tensors=None):
         calls.append((tuple(q.shape), tuple(k.shape), causal, window_size, softcap, sinks is not None,
                       None if seqused_k is None else seqused_k.tolist(), max_q, max_k))
         assert return_lse and torch.isnan(out).all() and torch.isnan(lse).all()   # poisoned
+        assert out.shape[-1] == v.shape[-1]
         if mode["mode"] == "nothing":
+            return out, lse
+        if score_mod is not None or mask_mod is not None:   # the functions' twins (testing_varlen), per sequence
+            fns = _varlen_twins(score_mod, mask_mod, aux_tensors, cu_q) if mode["mode"] != "no-mods" else None
+            for b, (q0, nq, k0, nk) in enumerate(sequences(cu_q, cu_k)):
+                if nq:
+                    o, l_ = scored_attention(q[q0:q0 + nq][None], k[k0:k0 + nk][None], v[k0:k0 + nk][None],
+                                             q.shape[-1] ** -0.5, causal, *(fns(b) if fns else (None, None)),
+                                             torch.float32)
+                    out[q0:q0 + nq], lse[:, q0:q0 + nq] = o[0], l_[0]
+            if mode["mode"] == "spill":
+                out[int(cu_q[-1]):] = 0
             return out, lse
         mods = {} if mode["mode"] == "no-mods" else dict(window_size=window_size, attention_chunk=attention_chunk,
                                                           softcap=softcap, sinks=sinks)
@@ -298,6 +312,18 @@ def cpu_varlen(cpu_child, monkeypatch):
 
     monkeypatch.setattr(attention, "flash_attn_varlen_func", call)
     return bundle, calls, mode
+
+
+def _varlen_twins(score_mod, mask_mod, aux_tensors, cu_q):
+    """testing_varlen.varlen_torch_mods of the ScoreMods a varlen call got (named by their functions)."""
+    from fa4mlir.kernels.common import score_mod as sm
+    from fa4mlir.testing_varlen import VARLEN_MASK_MODS, VARLEN_SCORE_MODS, varlen_torch_mods
+    names = {f: n for n, f in {**sm.BUILTIN_SCORE_MODS, **VARLEN_SCORE_MODS, **sm.BUILTIN_MASK_MODS,
+                               **VARLEN_MASK_MODS}.items()}
+    score = names[score_mod.fn] if score_mod is not None else ""
+    mask = names[mask_mod.fn] if mask_mod is not None else ""
+    cap = score_mod.post_scale if score_mod is not None else 2.0
+    return varlen_torch_mods(score, mask, [a.cpu().numpy() for a in aux_tensors or ()], cu_q, cap)
 
 
 @pytest.mark.parametrize("name", VARLEN_CASES)
@@ -322,7 +348,7 @@ def test_varlen_child_runs_ragged_batches_and_checks_them(cpu_varlen, capsys, na
     assert not any(r["untouched"] for r in rep.results)           # the spare rows were written
     mode["mode"] = "no-mods"
     code, rep = child_report(capsys, name, bundle)
-    mods = any(c.window_left >= 0 or c.softcap or c.sinks for c in cfgs)
+    mods = any(c.window_left >= 0 or c.softcap or c.sinks or c.score_mod or c.mask_mod for c in cfgs)
     assert (code == 1) == mods
 
 

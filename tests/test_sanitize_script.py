@@ -241,11 +241,19 @@ def test_the_coverage_check_fails_on_what_no_case_runs(gpu_tests):
         "decode-combine": ["combine-d128", "combine-d256", "combine-d64"],
         "decode-append": ["kvcache_append_sm90/contig", "kvcache_append_sm90/paged"],
         # (the varlen-chunk case's kernels are D64 causal and D128 causal with a window: they cover those)
-        "varlen-d64": ["attention_fwd_sm90/varlen/full/3wg/pingpong"],
-        "varlen-d128,varlen-d256-f16,varlen-window-softcap-sinks": [
-            "attention_fwd_sm90/varlen/full/2wg/pingpong", "varlen-d256", "varlen-f16", "varlen-poly-exp2",
-            "varlen-sinks", "varlen-softcap"],
-        "varlen-d256-f16": ["varlen-d256", "varlen-f16"],
+        "varlen-d64": [],     # varlen-mods' ALiBi D64 kernel has its family
+        "varlen-mods": [f"varlen-{f}" for f in ("aux0-f32x1", "aux0-f32x2", "aux0-i32x1", "aux0-i32x2", "aux1-f32x1",
+                                                "aux1-f32x2", "aux1-i32x1", "mask_mod-document_mask",
+                                                "mask_mod-sequence_document", "score_mod-alibi",
+                                                "score_mod-packed_bias", "score_mod-relative_bias",
+                                                "score_mod-sequence_bias", "score_mod-softcap_tanh")],
+        "varlen-head-dims": ["varlen-d192", "varlen-d96", "varlen-dv128"],
+        # the full 2-warpgroup family and f16 are run by varlen-mods and varlen-head-dims too
+        "varlen-d128,varlen-d256-f16,varlen-window-softcap-sinks": ["varlen-d256", "varlen-poly-exp2", "varlen-sinks",
+                                                                    "varlen-softcap"],
+        "varlen-d256-f16": ["varlen-d256"],          # varlen-head-dims has an f16 kernel
+        "varlen-d256-f16,varlen-head-dims": ["varlen-d192", "varlen-d256", "varlen-d96", "varlen-dv128",
+                                             "varlen-f16"],
         "varlen-window-softcap-sinks": ["varlen-poly-exp2", "varlen-sinks", "varlen-softcap"],   # softcap: poly exp2
         "varlen-chunk": ["varlen-chunk"],
         "mla-full-s-bf16-p64": ["attention_mla_decode_sm90/split/full-s", "attention_mla_decode_sm90/unsplit/full-s"],

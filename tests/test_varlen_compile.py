@@ -5,7 +5,8 @@ kernels' code alone (their key and name carry no trace of it)."""
 import pytest
 
 from fa4mlir import lowering
-from fa4mlir.kernel_sets import VARLEN_CASES, VARLEN_CHUNK_CASES
+from fa4mlir.kernel_sets import (VARLEN_CASES, VARLEN_CHUNK_CASES, VARLEN_HEAD_DIM_CASES, VARLEN_MOD_CASES,
+                                 varlen_mod_config)
 from fa4mlir.kernels import attention_fwd_sm90
 from fa4mlir.kernels.attention_sm90_config import default_config, varlen_config
 from fa4mlir.kernels.common.mask_family import attention_mask
@@ -53,3 +54,38 @@ def test_varlen_chunk_kernels_compile_without_spills(case):
     r = art.resources
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r
     assert f"_chunk{chunk}_" in art.name and "_varlen" in art.name, art.name
+
+
+def _mod_id(c):
+    return f"{c[0]}-d{c[1]}{'-causal' if c[2] else ''}{'-' + c[3] if c[3] else ''}{'-' + c[4] if c[4] else ''}"
+
+
+@pytest.mark.parametrize("case", VARLEN_MOD_CASES, ids=_mod_id)
+def test_varlen_mod_kernels_compile_without_spills(case):
+    """score_mod / mask_mod on the varlen kernel (kernel_sets.VARLEN_MOD_CASES): the fingerprints in the
+    name, the aux tensors' parameters between the mod scale and the varlen ones, 0 spills."""
+    cfg = varlen_mod_config(case)
+    art = lowering.lower(attention_fwd_sm90.build(cfg), CompileOptions(cubin_backend="ptxas"))
+    r = art.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r
+    assert not r["wgmma_serialized"], r
+    assert "_varlen" in art.name and (f"_sm_{cfg.score_mod}" in art.name or f"_mm_{cfg.mask_mod}" in art.name)
+    names = [p.name for p in art.params]
+    assert names[-8:][0] == "o_rows" and ("mod_scale" in names) == bool(cfg.score_mod)
+    assert any(n.startswith("aux0") for n in names) == bool(cfg.aux)
+
+
+@pytest.mark.parametrize("case", VARLEN_HEAD_DIM_CASES, ids=lambda c: f"{c[0]}-d{c[1]}v{c[2] or c[1]}"
+                                                                      f"{'-causal' if c[3] else ''}")
+def test_varlen_head_dim_kernels_compile_without_spills(case):
+    """MLA prefill's qk 192 / v 128, D96 and D192 on the varlen kernel (kernel_sets.VARLEN_HEAD_DIM_CASES):
+    0 spills, SMEM within the plan, the pair in the name."""
+    dtype, d, dv, causal = case
+    cfg = varlen_config(dtype, d, causal, head_dim_v=dv)
+    art = lowering.lower(attention_fwd_sm90.build(cfg), CompileOptions(cubin_backend="ptxas"))
+    r = art.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r
+    assert not r["wgmma_serialized"], r
+    assert 0 < r["registers"] <= cfg.register_pool // cfg.threads, r
+    assert r["smem_bytes"] <= 227 * 1024 and r["smem_bytes"] <= cfg.smem_bytes(), (r, cfg.smem_bytes())
+    assert f"_d{d}{f'v{dv}' if dv else ''}_" in art.name and "_varlen" in art.name, art.name

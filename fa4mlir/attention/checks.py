@@ -492,9 +492,10 @@ PACKED_DIMS = ("total_tokens", "heads", "head_dim")
 
 
 def check_varlen_inputs(q_info: TensorInfo, k_info: TensorInfo, v_info: TensorInfo) -> VarlenProblem:
-    """Packed q [total_q, heads, head_dim], k and v [total_k, kv_heads, head_dim]: dtype, rank, head
-    dims, heads ratio and TMA layout, as check_inputs does for the dense layout (the packed tensors
-    run as a batch of one: the same checks, the same messages). Returns the problem with batch and
+    """Packed q [total_q, heads, head_dim], k [total_k, kv_heads, head_dim] and v [total_k, kv_heads,
+    head_dim or a HEAD_DIM_PAIRS partner: MLA prefill's 128 for 192]: dtype, rank, head dims,
+    heads ratio and TMA layout, as check_inputs does for the dense layout (the packed tensors run as
+    a batch of one: the same checks, the same messages, HeadDimError for an unsupported pair). Returns the problem with batch and
     the maxima still 0 (check_seqlens fills them)."""
     for name, info in (("q", q_info), ("k", k_info), ("v", v_info)):
         if len(info.shape) != 3:
@@ -507,7 +508,7 @@ def check_varlen_inputs(q_info: TensorInfo, k_info: TensorInfo, v_info: TensorIn
     except FlashAttnInputError as e:   # the same check, in this entry point's name
         raise type(e)(str(e).replace("flash_attn_func:", f"{VARLEN_API}:", 1)) from None
     return VarlenProblem(0, 0, 0, dense.seqlen_q, dense.seqlen_k, dense.heads, dense.kv_heads, dense.head_dim,
-                         dense.dtype)
+                         dense.dtype, head_dim_v=dense.head_dim_v)
 
 
 def check_max_seqlen(name: str, value: Any) -> int:
@@ -552,13 +553,14 @@ def check_seqlens(name: str, info: TensorInfo, length: int | None) -> int:
 
 
 def check_varlen_outputs(dims: VarlenProblem, out_info: TensorInfo | None, lse_info: TensorInfo | None) -> None:
-    """out: q's packed shape and dtype, contiguous (the rows at a sequence's end are stored by
+    """out: [total_q, heads, dim_v] (q's packed shape, v's head dim) in q's dtype, contiguous (the rows at a sequence's end are stored by
     address, attention_fwd_sm90_varlen); lse: float32 [heads, total_q], contiguous."""
     if out_info is not None:
         if tuple(out_info.shape) != dims.out_shape or out_info.dtype != dims.dtype:
-            raise ShapeError(_err(f"out must be {dims.dtype} {dims.out_shape} like q, got {out_info.dtype} "
-                                  f"{tuple(out_info.shape)}; allocate it with torch.empty_like(q)", VARLEN_API))
-        want = (dims.heads * dims.head_dim, dims.head_dim, 1)
+            raise ShapeError(_err(f"out must be {dims.dtype} {dims.out_shape} (q's rows and heads, v's head_dim), got "
+                                  f"{out_info.dtype} {tuple(out_info.shape)}; allocate it with "
+                                  f"q.new_empty(q.shape[:2] + v.shape[2:])", VARLEN_API))
+        want = (dims.heads * dims.dim_v, dims.dim_v, 1)
         if _numel(out_info) and tuple(out_info.strides) != want:
             raise LayoutError(_err(f"out must be contiguous (strides {want}), got {out_info.strides}; pass "
                                    f"torch.empty_like(q) or out.contiguous()", VARLEN_API))

@@ -104,8 +104,8 @@ class AttnProblem:
 
 @dataclass(frozen=True)
 class VarlenProblem:
-    """A ragged batch (attention/varlen.py): q [total_q, heads, head_dim], k and v [total_k,
-    kv_heads, head_dim] packed, `batch` sequences whose rows cu_seqlens (device memory, never read
+    """A ragged batch (attention/varlen.py): q [total_q, heads, head_dim], k [total_k, kv_heads,
+    head_dim] and v [total_k, kv_heads, dim_v] packed, `batch` sequences whose rows cu_seqlens (device memory, never read
     here) give; max_seqlen_q and max_seqlen_k bound their lengths (the caller's word: the grid has
     ceil(max_seqlen_q / bm) query tiles per sequence). seqlen_q and seqlen_k read as the maxima, so
     the launch contract (attention_sm90_config.launch_args) fills batch, seqlen_q and seqlen_k with
@@ -127,6 +127,18 @@ class VarlenProblem:
     softcap: float = 0.0
     sinks: bool = False
     seqused_k: bool = False
+    head_dim_v: int = 0            # v and out's head dim when it differs from head_dim (MLA prefill); 0: equal
+    # score_mod / mask_mod, as AttnProblem's (in the kernel: batch the sequence, q_idx / kv_idx positions in it)
+    score_mod: str = ""
+    mask_mod: str = ""
+    aux: str = ""
+    aux_shapes: tuple = ()
+    mod_scales: tuple = (1.0, 1.0)
+
+    @property
+    def dim_v(self) -> int:
+        """v's and out's head dim."""
+        return self.head_dim_v or self.head_dim
 
     @property
     def seqlen_q(self) -> int:
@@ -159,7 +171,7 @@ class VarlenProblem:
 
     @property
     def out_shape(self) -> tuple[int, int, int]:
-        return (self.total_q, self.heads, self.head_dim)
+        return (self.total_q, self.heads, self.dim_v)
 
     @property
     def lse_shape(self) -> tuple[int, int]:

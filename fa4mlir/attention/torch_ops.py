@@ -16,7 +16,7 @@ its first call with torch tensors, so importing fa4mlir stays torch-free).
                                    SymInt attention_chunk=0) -> (Tensor out, Tensor lse)
 
 ``flash_attn_varlen_fwd`` is varlen.flash_attn_varlen_func's functional op (calls without out= and
-lse=; its implementation is varlen._flash_attn_varlen, no call cache), out [total_q, heads, D] and lse
+lse=; its implementation is varlen._flash_attn_varlen, no call cache), out [total_q, heads, D_v] and lse
 float32 [heads, total_q].
 
 ``flash_attn_fwd`` is functional: it allocates out and lse (the usual call; what torch.compile's
@@ -177,7 +177,7 @@ def flash_attn_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_
                           bundle: Optional[str], window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
                           sinks: Optional[torch.Tensor] = None, attention_chunk: int = 0
                           ) -> tuple[torch.Tensor, torch.Tensor]:
-    """out [total_q, heads, head_dim] (q's dtype) and lse float32 [heads, total_q]."""
+    """out [total_q, heads, head_dim of v] (q's dtype) and lse float32 [heads, total_q]."""
     return _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, None,
                               softmax_scale, causal, (window_left, window_right), softcap, sinks, True, None, None,
                               _bundle(bundle), attention_chunk)
@@ -194,7 +194,7 @@ def _flash_attn_varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_
         problem = check_varlen_inputs(*infos)
         check_softcap(softcap, check_scale(softmax_scale, problem.head_dim))
     total_q, heads = q.shape[0], q.shape[1]
-    return q.new_empty(q.shape), q.new_empty((heads, total_q), dtype=torch.float32)
+    return q.new_empty((total_q, heads, v.shape[-1])), q.new_empty((heads, total_q), dtype=torch.float32)
 
 
 _VARLEN = torch.ops.fa4mlir.flash_attn_varlen_fwd.default

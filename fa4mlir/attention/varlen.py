@@ -4,15 +4,17 @@
                                  causal=True)
     out, lse = flash_attn_varlen_func(..., window_size=(4096, -1), softcap=30.0, sinks=sinks,
                                       return_lse=True)
+    out = flash_attn_varlen_func(..., causal=True, score_mod=alibi, aux_tensors=[slopes])
 
 FlashAttention-3/4's names and layouts. `batch` sequences are packed one after another: q is
-[total_q, heads, head_dim], k and v [total_k, kv_heads, head_dim] (bf16 or f16, head_dim 64, 128
-or 256, heads a multiple of kv_heads); sequence b owns q rows cu_seqlens_q[b] .. cu_seqlens_q[b+1]
+[total_q, heads, head_dim], k [total_k, kv_heads, head_dim] and v [total_k, kv_heads, head_dim_v]
+(bf16 or f16, head_dim 64, 96, 128, 192 or 256, head_dim_v = head_dim or MLA prefill's 128 for
+head_dim 192; HeadDimError for other pairs; heads a multiple of kv_heads); sequence b owns q rows cu_seqlens_q[b] .. cu_seqlens_q[b+1]
 and k/v rows from cu_seqlens_k[b], cu_seqlens_k[b+1] - cu_seqlens_k[b] of them, or seqused_k[b]
 when seqused_k (int32 [batch]) is given (a sequence using only the first keys of its slot).
 cu_seqlens_q and cu_seqlens_k are int32 [batch + 1] tensors on the GPU; max_seqlen_q and
 max_seqlen_k are Python ints at least every sequence's length (the grid has ceil(max_seqlen_q /
-bm) query tiles per sequence). out is [total_q, heads, head_dim] like q; lse is float32 [heads,
+bm) query tiles per sequence). out is [total_q, heads, head_dim_v]; lse is float32 [heads,
 total_q] (FlashAttention-3/4's varlen layout). Each sequence is its own problem: the causal mask is
 aligned bottom-right per sequence (query i of a sequence of sq queries and sk keys sees key j iff
 j <= i + sk - sq), window_size=(left, right) likewise per sequence, softcap and sinks as in
@@ -35,6 +37,14 @@ unwritten. With seqused_k, k and v rows past seqused_k[b] inside the packed tens
 finite values (they are masked, but P V multiplies them by 0, and 0 * NaN is NaN): zero a freshly
 allocated cache's tail.
 
+score_mod=, mask_mod=, aux_tensors= (flash_attn_func's Python functions compiled into the kernel:
+kernels/common/score_mod.py) apply per sequence with FlexAttention's and FA4 CuTe's meaning: `batch`
+is the sequence's index, q_idx and kv_idx are positions within the sequence (0 .. its length - 1),
+not packed rows; a function that wants a packed row reads cu_seqlens_q as an aux tensor
+(aux_tensors[i][batch] + q_idx). The varlen kernel's note [varlen-mod-indices] says why the kernel
+needs nothing more. Not with page_table (UnsupportedFeatureError); such calls take the direct path
+(no custom op).
+
 attention_chunk=c (Llama-4's chunked attention, as flash_attn_func) keeps, per sequence, the keys
 of the chunk of c keys that holds the query's diagonal key (kernels/common/masks.py); it combines
 with causal and window_size and compiles into the kernel (one kernel per chunk size, as windows).
@@ -53,13 +63,14 @@ run on torch's current stream.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 from ..driver import device_info, resolve_stream
 from ..kernels import attention_sm90_config as attn_cfg
 from .checks import (MAX_I32, VARLEN_API, _err, check_device_context, check_devices, check_flag, check_mask,
-                     check_max_seqlen, check_scale, check_seqlens, check_sinks, check_softcap, check_varlen_inputs,
+                     check_max_seqlen, check_mods, check_scale, check_seqlens, check_sinks, check_softcap, check_varlen_inputs,
                      check_varlen_outputs, device_ordinal, read_tensor)
-from .errors import ArgumentTypeError, FlashAttnInputError, ShapeError
+from .errors import ArgumentTypeError, FlashAttnInputError, ShapeError, UnsupportedFeatureError
 from .plan import Launch, TensorRef, source_for
 from .varlen_paged import VarlenPagedProblem, check_varlen_paged
 from .varlen_paged import run as run_paged
@@ -70,11 +81,20 @@ TMA_TENSORS = ("q", "k", "v", "o")     # passed to the kernel as [1, total, head
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, seqused_k=None,
                            page_table=None, softmax_scale=None, causal=False, window_size=NO_WINDOW, softcap=0.0,
-                           sinks=None, return_lse=False, out=None, lse=None, bundle=None, attention_chunk=0):
+                           sinks=None, return_lse=False, out=None, lse=None, bundle=None, attention_chunk=0,
+                           score_mod=None, mask_mod=None, aux_tensors=None):
     """Ragged-batch attention forward; see the module docstring. Returns out, or (out, lse) when
     return_lse. Every argument is checked before any launch; cu_seqlens' values are not read.
-    Under torch.compile or another tracer (torch_ops._plain_eager false) a call without out= and
-    lse= is the one custom op fa4mlir::flash_attn_varlen_fwd, whose implementation is this path."""
+    Under torch.compile or another tracer (torch_ops._plain_eager false) a call without out=,
+    lse= and score_mod/mask_mod is the one custom op fa4mlir::flash_attn_varlen_fwd, whose
+    implementation is this path. score_mod, mask_mod, aux_tensors: as flash_attn_func takes them,
+    batch the sequence index and q_idx / kv_idx positions within the sequence (module docstring)."""
+    mods = (score_mod, mask_mod, aux_tensors)
+    if any(m is not None for m in mods):
+        out, lse = _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
+                                      page_table, softmax_scale, causal, window_size, softcap, sinks, return_lse, out,
+                                      lse, bundle, attention_chunk, mods)
+        return (out, lse) if return_lse else out
     ops = _torch_ops(q, k, v, cu_seqlens_q, cu_seqlens_k)
     if ops is not None and out is None and lse is None and page_table is None and not ops._plain_eager(q):
         try:
@@ -105,13 +125,14 @@ def _torch_ops(*tensors):
 
 def _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k=None,
                        page_table=None, softmax_scale=None, causal=False, window_size=NO_WINDOW, softcap=0.0,
-                       sinks=None, return_lse=False, out=None, lse=None, bundle=None, attention_chunk=0):
+                       sinks=None, return_lse=False, out=None, lse=None, bundle=None, attention_chunk=0, mods=None):
     """flash_attn_varlen_func's work (and the custom op's implementation): checks, then the launch
-    (with a page_table: varlen_paged.run's); returns (out, lse)."""
+    (with a page_table: varlen_paged.run's); returns (out, lse). mods: (score_mod, mask_mod,
+    aux_tensors) or None."""
     try:
         problem, infos = _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
                                 page_table, softmax_scale, causal, window_size, softcap, sinks, return_lse, out, lse,
-                                attention_chunk)
+                                attention_chunk, mods)
     except FlashAttnInputError as e:
         raise _renamed(e) from None
     torch = sys.modules["torch"]
@@ -120,7 +141,7 @@ def _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_se
     device = device_info()
     check_device_context(ordinal, device.ordinal, device.capability)
     if out is None:
-        out = torch.empty(problem.out_shape, dtype=q.dtype, device=q.device)
+        out = torch.empty(problem.out_shape, dtype=q.dtype, device=q.device)   # [total_q, heads, dim_v]
     if lse is None:
         lse = torch.empty(problem.lse_shape, dtype=torch.float32, device=q.device)
     if isinstance(problem, VarlenPagedProblem):
@@ -130,7 +151,9 @@ def _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_se
             run_paged(tensors, problem, source)
     elif not problem.is_empty:
         config = attn_cfg.varlen_config(problem.dtype, problem.head_dim, problem.causal, problem.mask,
-                                        softcap=problem.softcap > 0, sinks=problem.sinks)
+                                        softcap=problem.softcap > 0, sinks=problem.sinks,
+                                        head_dim_v=problem.head_dim_v, score_mod=problem.score_mod,
+                                        mask_mod=problem.mask_mod, aux=problem.aux)
         try:
             kernel = source.kernel(config)    # a bundle without it: BundleError (--set attention-varlen, prefill)
         except FlashAttnInputError as e:
@@ -138,7 +161,8 @@ def _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_se
         built = attn_cfg.AttnConfig.from_key(kernel.artifact.config)
         launch = varlen_launch(built, kernel, problem)
         tensors = {"q": q, "k": k, "v": v, "o": out, "lse": lse, "cu_seqlens_q": cu_seqlens_q,
-                   "cu_seqlens_k": cu_seqlens_k, "seqused_k": seqused_k, "sinks": sinks}
+                   "cu_seqlens_k": cu_seqlens_k, "seqused_k": seqused_k, "sinks": sinks,
+                   **{n: x for n, (_, x) in infos.items() if n.startswith("aux")}}
         args = launch.bind({n: t.unsqueeze(0) if n in TMA_TENSORS else t for n, t in tensors.items()})
         kernel.launch(launch.grid, args, resolve_stream(None, True, q.device.index))
     return out, lse
@@ -153,15 +177,17 @@ def varlen_launch(config: attn_cfg.AttnConfig, kernel, problem) -> Launch:
                               f"({MAX_I32}): split the batch", VARLEN_API))
     names = ("q", "k", "v", "o", "lse", "cu_seqlens_q", "cu_seqlens_k", "sinks")
     refs = {n: TensorRef(n) for n in names}
+    refs.update({f"aux{i}": TensorRef(f"aux{i}") for i in range(len(problem.aux_shapes))})
     if problem.seqused_k:
         refs["seqused_k"] = TensorRef("seqused_k")
     return Launch(kernel, grid, attn_cfg.launch_args(config, problem, refs))
 
 
 def _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, page_table, softmax_scale,
-           causal, window_size, softcap, sinks, return_lse, out, lse, attention_chunk=0):
+           causal, window_size, softcap, sinks, return_lse, out, lse, attention_chunk=0, mods=None):
     """Every argument, deviceless: (VarlenProblem, or VarlenPagedProblem with a page_table,
-    {name: (TensorInfo, tensor)})."""
+    {name: (TensorInfo, tensor)}, the aux tensors as aux0, aux1, ...). mods: (score_mod, mask_mod,
+    aux_tensors) or None."""
     causal, _ = check_flag("causal", causal), check_flag("return_lse", return_lse)
     window_size, chunk = check_mask(window_size, attention_chunk)
     torch = sys.modules.get("torch")
@@ -175,6 +201,10 @@ def _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sequ
     infos = {n: (read_tensor(n, x, VARLEN_API), x) for n, x in given.items()
              if x is not None or n in ("q", "k", "v", "cu_seqlens_q") or (n == "cu_seqlens_k" and page_table is None)}
     if page_table is not None:
+        if mods is not None and any(m is not None for m in mods):
+            raise UnsupportedFeatureError(_err("score_mod, mask_mod and aux_tensors with page_table are not built (the "
+                                               "decode kernel runs it): pass packed k and v with cu_seqlens_k",
+                                               VARLEN_API))
         problem = check_varlen_paged({n: i for n, (i, _) in infos.items()}, max_seqlen_q, max_seqlen_k,
                                      softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                                      attention_chunk=chunk, softcap=softcap)
@@ -185,12 +215,17 @@ def _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sequ
     if seqused_k is not None:
         check_seqlens("seqused_k", infos["seqused_k"][0], batch)
     scale = check_scale(softmax_scale, problem.head_dim)
-    problem = type(problem)(
-        batch, check_max_seqlen("max_seqlen_q", max_seqlen_q), check_max_seqlen("max_seqlen_k", max_seqlen_k),
-        problem.total_q, problem.total_k, problem.heads, problem.kv_heads, problem.head_dim, problem.dtype, causal,
-        scale, tuple(window_size), chunk, check_softcap(softcap, scale), sinks is not None, seqused_k is not None)
+    problem = replace(
+        problem, batch=batch, max_seqlen_q=check_max_seqlen("max_seqlen_q", max_seqlen_q),
+        max_seqlen_k=check_max_seqlen("max_seqlen_k", max_seqlen_k), causal=causal, softmax_scale=scale,
+        window_size=tuple(window_size), attention_chunk=chunk, softcap=check_softcap(softcap, scale),
+        sinks=sinks is not None, seqused_k=seqused_k is not None)
     if sinks is not None:
         check_sinks(problem, infos["sinks"][0])
+    if mods is not None:   # a function's batch is the sequence, q_idx / kv_idx positions in it [varlen-mod-indices]
+        fields, aux_infos = check_mods(*mods, problem.softcap)
+        problem = replace(problem, **fields)
+        infos.update({n: (i, x) for (n, i), x in zip(aux_infos.items(), mods[2] or ())})
     check_varlen_outputs(problem, infos["out"][0] if out is not None else None,
                          infos["lse"][0] if lse is not None else None)
     return problem, infos

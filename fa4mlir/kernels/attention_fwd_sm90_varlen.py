@@ -1,6 +1,7 @@
 """The ragged-batch (varlen) pieces of the sm_90a attention forward (attention_fwd_sm90, AttnConfig.varlen).
 
-q, k, v and out are packed [total_tokens, heads, D]; sequence b owns rows cu_seqlens_q[b] ..
+q, k, v and out are packed [total_tokens, heads, D] (v and out D_v wide where head_dim_v is set:
+MLA prefill's qk 192 / v 128, out [total_q, heads, 128]); sequence b owns rows cu_seqlens_q[b] ..
 cu_seqlens_q[b + 1] of q and out, and rows cu_seqlens_k[b] .. of k and v, seqused_k[b] of them when
 seqused_k is given (else cu_seqlens_k[b + 1] - cu_seqlens_k[b]). The kernel sees the packed tensors
 as one batch of total_tokens rows (TMA descriptors over [1, total, heads, D]) and offsets every row
@@ -21,6 +22,18 @@ coordinate by its sequence's start:
   rows from registers, row by row behind a predicate (`store_rows`), since a 64-row TMA box would
   overwrite the next sequence's first rows. LSE ([heads, total_q], FlashAttention-3/4's varlen
   layout) is stored per row, behind the same bound.
+
+Note [varlen-mod-indices]: a score_mod / mask_mod (common/score_mod_ir.py ModHook) sees batch = the
+sequence index b, head the query head, and q_idx / kv_idx the row's and key's positions WITHIN the
+sequence (0 .. seqlen_q - 1, 0 .. seqlen_k - 1), not packed rows: FlexAttention's meaning applied to
+each sequence, and FA4 CuTe's (flash_attn/cute: tests/cute/test_score_mod_varlen.py's reference runs
+flex_attention per sequence with b = the sequence). The consumer's rows (`grow`) and the key columns
+of a block (j * bn + ...) already count from the sequence's start (its offsets go only into the TMA
+coordinates and the row stores), so the hook needs nothing varlen-specific. A function that wants
+packed positions reads them from an aux tensor: aux_tensors=[cu_seqlens_q] gives
+aux_tensors[0][batch] + q_idx (FA4 CuTe passes a seqlen_info argument for this; the
+FlexAttention signature has no room for it). Aux loads indexed by batch and head alone are hoisted
+per tile as in the dense kernel (ModHook.start_tile, the sequence index being tile-invariant).
 
 Bounds for bad lengths (cu_seqlens decreasing or past the tensor cannot be checked on the host
 without a sync): the query rows a sequence may write are clipped to [max(start, 0), min(end,

@@ -131,9 +131,6 @@ class AttnConfig:
                               f"{HEAD_DIM_PAIRS}, got head_dim={self.head_dim}, head_dim_v={self.head_dim_v}"
                               f"{' (equal dims are spelled head_dim_v=0)' if self.head_dim_v == self.head_dim else ''}")
         self._check_mods()
-        if self.varlen and (self.score_mod or self.mask_mod):
-            raise ConfigError("varlen with a score_mod or mask_mod is not built yet (their q_idx / kv_idx would be "
-                              "packed rows, not positions in the sequence): use flash_attn_func per sequence")
         if self.bn % 16 or not 16 <= self.bn <= 256:
             raise ConfigError(f"bn must be a multiple of 16 in [16, 256] (wgmma n and k16 steps), got {self.bn}")
         if self.varlen and self.persistent:
@@ -670,13 +667,21 @@ def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) 
 
 
 def varlen_config(dtype: str, head_dim: int, causal: bool, mask: Mask | None = None, *, softcap: bool = False,
-                  sinks: bool = False) -> AttnConfig:
+                  sinks: bool = False, head_dim_v: int = 0, score_mod: str = "", mask_mod: str = "",
+                  aux: str = "") -> AttnConfig:
     """The ragged-batch kernel of a case: default_config's tiles and knobs for long sequences, one
     tile per CTA (the 1-D grid's order is the schedule: common.varlen_schedule) and varlen=True.
     The host knows only max_seqlen_q, so there is no short-sequence pick. The register model is the
     dense one: the sequence bookkeeping (starts, lengths, the row bound) fit in it, measured
-    [D-varlen]."""
-    base = default_config(dtype, head_dim, causal, None, mask=mask, softcap=softcap, sinks=sinks)
+    [D-varlen]. head_dim_v (a HEAD_DIM_PAIRS pair: MLA prefill's 192 / 128) and score_mod, mask_mod,
+    aux (common.score_mod fingerprints and aux spec) as default_config takes them, a mask_mod on
+    MOD_BOTH_TILES (128 x 128) where the tiles are larger; in the kernel a
+    function's batch is the sequence index and q_idx / kv_idx are positions within the sequence
+    (attention_fwd_sm90_varlen's note [varlen-mod-indices]) [D-varlen-mods]."""
+    base = default_config(dtype, head_dim, causal, None, mask=mask, softcap=softcap, sinks=sinks,
+                          head_dim_v=head_dim_v, score_mod=score_mod, mask_mod=mask_mod, aux=aux)
+    if mask_mod and (base.bm == 192 or base.bn > 128):   # spilled there [D-varlen-mods]
+        base = replace(base, **MOD_BOTH_TILES)
     return replace(base, persistent=False, varlen=True).validate()
 
 
