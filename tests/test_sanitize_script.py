@@ -249,12 +249,11 @@ def test_the_coverage_check_fails_on_what_no_case_runs(gpu_tests):
                                                 "score_mod-sequence_bias", "score_mod-softcap_tanh")],
         "varlen-head-dims": ["varlen-d192", "varlen-d96", "varlen-dv128"],
         # the full 2-warpgroup family and f16 are run by varlen-mods and varlen-head-dims too
-        "varlen-d128,varlen-d256-f16,varlen-window-softcap-sinks": ["varlen-d256", "varlen-poly-exp2", "varlen-sinks",
-                                                                    "varlen-softcap"],
+        "varlen-d128,varlen-d256-f16,varlen-window-softcap-sinks": ["varlen-d256", "varlen-sinks", "varlen-softcap"],
         "varlen-d256-f16": ["varlen-d256"],          # varlen-head-dims has an f16 kernel
         "varlen-d256-f16,varlen-head-dims": ["varlen-d192", "varlen-d256", "varlen-d96", "varlen-dv128",
                                              "varlen-f16"],
-        "varlen-window-softcap-sinks": ["varlen-poly-exp2", "varlen-sinks", "varlen-softcap"],   # softcap: poly exp2
+        "varlen-window-softcap-sinks": ["varlen-sinks", "varlen-softcap"],   # (varlen-mods' softcap_tanh: poly exp2)
         "varlen-chunk": ["varlen-chunk"],
         "mla-full-s-bf16-p64": ["attention_mla_decode_sm90/split/full-s", "attention_mla_decode_sm90/unsplit/full-s"],
         "mla-bf16-p64,mla-f16-p64,mla-bf16-p16": ["attention_mla_decode_sm90/split/exchange",
