@@ -60,6 +60,7 @@ from ..dialect import builders as fa4
 from ..dsl import (KernelBuilder, PipeState, Pipeline, Value, const, exp2, fma, fmax, log2, select, tanh, tree_reduce,
                    vec)
 from . import attention_sm100_config as fcfg
+from . import attention_sm100_fp8 as fp8
 from .attention_sm100_config import LAUNCH_PARAMS, FA4Config  # noqa: F401  (FA4Config re-exported)
 from .common import paged_rows, tcgen05
 from .common.constants import LOG2E
@@ -90,8 +91,10 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
     box = {"q": q_box, "k": (CHUNK, 1, cfg.box_rows, 1), "v": (CHUNK, 1, cfg.box_rows, 1), "o": q_box}
     if cfg.varlen:   # O is stored row by row through a pointer (note "Serving")
         del box["o"]
-    p = kb.params_from(cfg.launch_params, tma={n: dict(dtype=cfg.dtype, box=b, swizzle="128B")
-                                               for n, b in box.items()})
+    tma = {n: dict(dtype=cfg.dtype, box=b, swizzle="128B") for n, b in box.items()}
+    if cfg.fp8:      # e4m3 K/V, unswizzled (attention_sm100_fp8)
+        tma.update(k=fp8.tma_spec(cfg), v=fp8.tma_spec(cfg))
+    p = kb.params_from(cfg.launch_params, tma=tma)
     seqlen_q, scale_log2 = p.get("seqlen_q"), p["scale_log2"]   # varlen: per sequence, in _Geometry
     seqlen_k = p.get("seqlen_k")     # paged: each role reads cache_seqlens[b]; varlen: cu_seqlens_k (_Geometry)
 
@@ -117,6 +120,10 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
                 _load_role(kb, cfg, geo(), bufs)
             with kb.role("mma", **_role("mma")):
                 _mma_role(kb, cfg, geo(), bufs)
+            if cfg.fp8:      # the decode route's free warps 4-7 (attention_sm100_fp8)
+                name, first, n, regs = fp8.CONVERT_ROLE
+                with kb.role(name, first_warp=first, num_warps=n, regs=regs):
+                    fp8.convert_role(kb, cfg, geo(), bufs, p)
             for i in range(cfg.num_q_tiles):
                 with kb.role(f"softmax{i}", **_role(f"softmax{i}")):
                     _softmax_role(_Softmax(kb, cfg, geo(), bufs.pipes.tiles[i], tmem, i, scale_log2,
@@ -152,6 +159,8 @@ class _Pipes:
     k: Pipeline            # the K ring (`stages`)
     v: Pipeline            # the V ring (`stages`)
     tiles: tuple           # _TilePipes of tile 0 and tile 1 (decode: tile 0)
+    k8: Pipeline | None = None   # FP8: the e4m3 K ring, load -> convert (k and v: convert -> mma)
+    v8: Pipeline | None = None
 
 
 @dataclass(frozen=True)
@@ -176,14 +185,20 @@ class _Buffers:
     page_table_stride: Value | None = None
     sinks: Value | None = None           # sinks: float32 [heads] sink logits (note "Serving")
     total_q: Value | None = None         # varlen: rows of the packed Q (LSE is [heads, total_q])
+    k8_smem: Value | None = None         # FP8: `stages` e4m3 K / V tiles (attention_sm100_fp8)
+    v8_smem: Value | None = None
+    k8_tile: int = 0
+    v8_tile: int = 0
 
 
 def _declare_buffers(kb, sm: dict, params: dict, num_q_tiles: int = fcfg.NUM_Q_TILES) -> _Buffers:
     q_smem, k_smem, v_smem = (kb.smem(f"{n}_smem", sm[n]) for n in ("q", "k", "v"))
     tmem_slot = kb.smem("tmem_slot", fcfg.TMEM_SLOT_BYTES, align=16)
     stages = sm["stages"]
-    q, k, v = (kb.pipeline(n, num_stages=st, producer="load", consumers=["mma"])
-               for n, st in (("q", 1), ("k", stages), ("v", stages)))
+    q = kb.pipeline("q", num_stages=1, producer="load", consumers=["mma"])
+    # FP8: k and v carry the converted tiles from the convert warpgroup (128 arrivals)
+    kv = dict(producer="convert", producer_arrivals=128) if "k8" in sm else dict(producer="load")
+    k, v = (kb.pipeline(n, num_stages=stages, consumers=["mma"], **kv) for n in ("k", "v"))
     tiles = []
     for i in range(num_q_tiles):
         sm_i = f"softmax{i}"
@@ -195,8 +210,15 @@ def _declare_buffers(kb, sm: dict, params: dict, num_q_tiles: int = fcfg.NUM_Q_T
                           consumer_arrivals=128)))
     paged = {n: params[n] for n in ("page_table", "num_pages", "page_table_stride", "sinks", "total_q")
              if n in params}
+    rings8 = {}
+    if "k8" in sm:   # FP8 (attention_sm100_fp8): the e4m3 rings, load -> convert
+        paged.update(k8_smem=kb.smem("k8_smem", sm["k8"]), v8_smem=kb.smem("v8_smem", sm["v8"]),
+                     k8_tile=sm["k8_tile"], v8_tile=sm["v8_tile"])
+        rings8 = {n: kb.pipeline(n, num_stages=stages, producer="load", consumers=["convert"], consumer_arrivals=128)
+                  for n in ("k8", "v8")}
     return _Buffers(q_smem, k_smem, v_smem, tmem_slot, sm["q_tile"], sm["k_tile"], sm["v_tile"],
-                    _Pipes(q, k, v, tuple(tiles)), *(params[n] for n in ("q", "k", "v", "o", "lse")), **paged)
+                    _Pipes(q, k, v, tuple(tiles), **rings8), *(params[n] for n in ("q", "k", "v", "o", "lse")),
+                    **paged)
 
 
 class _Geometry:
@@ -313,10 +335,18 @@ def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
                 origins = paged_rows.tile_box_origins(kb, row, cfg.bn, cfg.box_rows, geo.seqlen_k, geo.batch,
                                                       bufs.page_table, bufs.page_table_stride, bufs.num_pages,
                                                       cfg.page_size)
-            for pipe, desc, base, tile, nch in ((pipes.k, bufs.k_desc, bufs.k_smem, bufs.k_tile, qk_ch),
-                                                (pipes.v, bufs.v_desc, bufs.v_smem, bufs.v_tile, ov_ch)):
+            rings = ((pipes.k, bufs.k_desc, bufs.k_smem, bufs.k_tile, qk_ch),
+                     (pipes.v, bufs.v_desc, bufs.v_smem, bufs.v_tile, ov_ch))
+            if cfg.fp8:      # the e4m3 rings (attention_sm100_fp8)
+                rings = ((pipes.k8, bufs.k_desc, bufs.k8_smem, bufs.k8_tile, 0),
+                         (pipes.v8, bufs.v_desc, bufs.v8_smem, bufs.v8_tile, 0))
+            for pipe, desc, base, tile, nch in rings:
                 pipe.producer_acquire(s)
                 pipe.producer_commit(s, tx_bytes=tile)
+                if cfg.fp8:
+                    fp8.load_tile(kb, cfg, origins if cfg.paged else None, pipe, desc, base, s, tile, geo.kv_head,
+                                  row, geo.batch)
+                    continue
                 if cfg.paged:
                     _load_paged_tile(kb, cfg, origins, pipe, desc, base, s, geo.kv_head, nch, tile)
                     continue
@@ -401,7 +431,7 @@ class _MmaCarry(NamedTuple):
 def _wait_v(kb, cfg, geo: _Geometry, bufs: _Buffers, n: Value, st: PipeState):
     """Wait for V_n; paged or seqused_k, zero its rows at or past L_b first (note "Stale V rows")."""
     bufs.pipes.v.consumer_wait(st)
-    if cfg.paged or cfg.seqused_k:
+    if (cfg.paged or cfg.seqused_k) and not cfg.fp8:   # FP8: the convert warpgroup wrote them as zeros
         valid = geo.seqlen_k - geo.block(n) * cfg.bn
         with kb.if_(valid.slt(cfg.bn)).then_():
             v_tile = kb.gep(bufs.v_smem, st.stage * bufs.v_tile, "i8")

@@ -108,6 +108,7 @@ NUM_THREADS = 512
 # softmax_i; p_i: softmax_i -> mma; o_i: mma -> correction; c_i: softmax_i -> correction.
 FIXED_PIPES = ("q", "s0", "s1", "p0", "p1", "o0", "o1", "c0", "c1")
 TILE_PIPES = 4                  # s_i, p_i, o_i, c_i per Q tile (the q pipe is shared)
+FP8_SCALES = ("tensor", "kv_head", "block")   # k_scale / v_scale granularities (note "FP8")
 MIN_PAGED_BOX_ROWS = 16         # paged boxes below this are the gather4 route (note "Paged"): not built
 
 
@@ -147,6 +148,9 @@ class FA4Config:
     sinks: bool = False             # a learned logit per head in each row's denominator (float32 [heads])
     varlen: bool = False            # packed [total, heads, D] with cu_seqlens_q / cu_seqlens_k (int32 [batch + 1])
     seqused_k: bool = False         # varlen: sequence b uses its first seqused_k[b] keys (int32 [batch])
+    # note "FP8": an e4m3 K/V cache (decode route), dequantised by the convert warpgroup
+    kv_dtype: str = ""              # "": K/V hold Q's dtype; "e4m3": FP8 with float32 k_scale / v_scale
+    kv_scale: str = ""              # FP8 scale granularity: tensor | kv_head | block (per (page, KV head))
 
     def __post_init__(self):
         # 8 and 8.0 build the same kernel: one spelling in key() and the kernel name
@@ -167,6 +171,11 @@ class FA4Config:
     @property
     def paged(self) -> bool:
         return self.page_size > 0
+
+    @property
+    def fp8(self) -> bool:
+        """An e4m3 K/V cache (note "FP8")."""
+        return self.kv_dtype == "e4m3"
 
     @property
     def mask(self) -> Mask:
@@ -195,7 +204,8 @@ class FA4Config:
         LAUNCH_PARAMS; then SOFTCAP_PARAMS with softcap and SINK_PARAMS with sinks (note "Serving")."""
         base = PAGED_LAUNCH_PARAMS if self.paged else VARLEN_LAUNCH_PARAMS if self.varlen else LAUNCH_PARAMS
         base = (*base, *(SEQUSED_PARAMS if self.seqused_k else ()))
-        return (*base, *(SOFTCAP_PARAMS if self.softcap else ()), *(SINK_PARAMS if self.sinks else ()))
+        return (*base, *(SOFTCAP_PARAMS if self.softcap else ()), *(SINK_PARAMS if self.sinks else ()),
+                *(FP8_PARAMS if self.fp8 else ()))
 
     @property
     def mma_m(self) -> int:
@@ -255,13 +265,18 @@ class FA4Config:
         q = MMA_M * self.padded_head_dim * ELEM_BYTES
         k = self.bn * self.padded_head_dim * ELEM_BYTES
         v = self.bn * self.padded_head_dim_v * ELEM_BYTES
-        barriers = 2 * (1 + TILE_PIPES * self.num_q_tiles + 2 * stages) * MBARRIER_BYTES
-        return {"q_tile": q, "k_tile": k, "v_tile": v, "q": self.num_q_tiles * q, "k": stages * k, "v": stages * v,
+        rings = 4 if self.fp8 else 2      # FP8: the e4m3 rings k8, v8 besides the converted k, v (note "FP8")
+        barriers = 2 * (1 + TILE_PIPES * self.num_q_tiles + rings * stages) * MBARRIER_BYTES
+        plan = {"q_tile": q, "k_tile": k, "v_tile": v, "q": self.num_q_tiles * q, "k": stages * k, "v": stages * v,
                 "barriers": barriers, "tmem_slot": TMEM_SLOT_BYTES}
+        if self.fp8:   # e4m3 tiles, unswizzled: row r at r * D bytes
+            plan.update(k8_tile=self.bn * self.head_dim, v8_tile=self.bn * self.head_dim_v)
+            plan.update(k8=stages * plan["k8_tile"], v8=stages * plan["v8_tile"])
+        return plan
 
     def _smem_total(self, stages: int) -> int:
         t = self._tiles(stages)
-        return t["q"] + t["k"] + t["v"] + t["barriers"] + t["tmem_slot"]
+        return t["q"] + t["k"] + t["v"] + t.get("k8", 0) + t.get("v8", 0) + t["barriers"] + t["tmem_slot"]
 
     def smem_plan(self) -> dict:
         """Byte sizes of every SMEM region and their total (tiles are 1024-byte multiples, so the
@@ -356,6 +371,21 @@ class FA4Config:
                                f"(causal bounds the window's right side at 0, window (-1, 0) is causal=True)")
         return None
 
+    def _fp8_refusal(self) -> ConfigError | None:
+        """ConfigError unless kv_dtype / kv_scale name a built FP8 route (note "FP8") or none."""
+        if self.kv_dtype not in ("", "e4m3"):
+            return ConfigError(f"kv_dtype={self.kv_dtype!r}: '' (K/V in Q's dtype) or 'e4m3' (an FP8 cache)")
+        if (self.kv_scale not in FP8_SCALES) if self.fp8 else self.kv_scale:
+            return ConfigError(f"kv_scale={self.kv_scale!r}: one of {FP8_SCALES} for kv_dtype='e4m3', '' otherwise")
+        if self.fp8 and not self.decode:
+            return ConfigError("kv_dtype='e4m3' with num_q_tiles=2: the FP8 cache is built on the decode route "
+                               "(num_q_tiles=1, fuse_gqa=True), whose free warps 4-7 convert it; the two-Q-tile "
+                               "prefill CTA has no warpgroup to spare")
+        if self.fp8 and self.kv_scale == "block" and not self.paged:
+            return ConfigError("kv_scale='block' with page_size=0: per-(page, KV head) scales are built for a paged "
+                               "cache; a contiguous cache's token-block scales are not (use 'tensor' or 'kv_head')")
+        return None
+
     def supported(self) -> tuple[bool, str]:
         """(True, "") when the kernel is built for this config and every such config is checked to
         compile with 0 spills (tests/test_attention_sm100.py compiles all of supported_configs()),
@@ -395,6 +425,9 @@ class FA4Config:
                                    f"gcd(bn, page_size) = {gcd(self.bn, self.page_size)} rows; per-page TMA boxes are built for "
                                    f">= {MIN_PAGED_BOX_ROWS} rows (page sizes that are multiples of "
                                    f"{MIN_PAGED_BOX_ROWS}); the TMA gather4 route for smaller pages is not built")
+        refusal = self._fp8_refusal()
+        if refusal is not None:
+            return refusal
         if not self.plain and (self.paged or self.decode):
             return ConfigError(f"{self.serving_tag().lstrip('_')} with page_size={self.page_size}, num_q_tiles="
                                f"{self.num_q_tiles}: windows, chunks, softcap, sinks and ragged lengths are built for "
@@ -432,7 +465,8 @@ class FA4Config:
         route = (f" | {self.serving_tag().lstrip('_').replace('_', ' ')}" if not self.plain else "") + \
             (f" | decode: {self.group} heads x {self.tile_tokens} tokens packed" if self.decode else "") + \
             (f" | paged {self.page_size} ({self.bn // self.box_rows} boxes of {self.box_rows} rows)"
-             if self.paged else "")
+             if self.paged else "") + \
+            (f" | e4m3 K/V, {self.kv_scale} scales, converted to {self.dtype}" if self.fp8 else "")
         return (f"FA4Config {self.dtype} qk{self.head_dim}/ov{self.head_dim_v} heads {self.num_q_heads}/"
                 f"{self.num_kv_heads} (group {self.group}){' causal' if self.causal else ''} "
                 f"bm={self.bm} ({self.num_q_tiles}x{MMA_M}) bn={self.bn} bk0={self.bk0} bk1={self.bk1} "
@@ -446,7 +480,8 @@ class FA4Config:
         ('' for the dense prefill kernel)."""
         return (f"_paged{self.page_size}" if self.paged else "") + ("_decode" if self.decode else "") + \
             ("_varlen" if self.varlen else "") + ("_used" if self.seqused_k else "") + \
-            ("_softcap" if self.softcap else "") + ("_sink" if self.sinks else "")
+            ("_softcap" if self.softcap else "") + ("_sink" if self.sinks else "") + \
+            (f"_e4m3_{self.kv_scale}" if self.fp8 else "")
 
     def serving_tag(self) -> str:
         """The tags of note "Serving"'s features: the mask beyond causal, ragged lengths, the score
@@ -503,6 +538,9 @@ SEQUSED_PARAMS = (("seqused_k", "ptr"),)
 # softcap, the factor before the tanh; sinks, float32 [heads] logits (natural-log units).
 SOFTCAP_PARAMS = (("softcap_scale", "f32"),)
 SINK_PARAMS = (("sinks", "ptr"),)
+# An FP8 cache (note "FP8"), last: float32 k_scale and v_scale, [1] (tensor), [kv_heads] (kv_head) or
+# [num_pages, kv_heads] (block); value = e4m3 x scale.
+FP8_PARAMS = (("k_scale", "ptr"), ("v_scale", "ptr"))
 
 
 def _score_args(config: "FA4Config", problem, tensors) -> dict:
@@ -516,6 +554,8 @@ def _score_args(config: "FA4Config", problem, tensors) -> dict:
         args.update(scale_log2=cap * LOG2E, softcap_scale=float(problem.softmax_scale) / cap)
     if config.sinks:
         args["sinks"] = tensors["sinks"]
+    if config.fp8:
+        args.update(k_scale=tensors["k_scale"], v_scale=tensors["v_scale"])
     return args
 
 
@@ -546,15 +586,15 @@ def varlen_launch_args(config: "FA4Config", problem, tensors, *, total_q: int) -
 
 def paged_launch_args(config: "FA4Config", problem, tensors, *, num_pages: int, page_table_stride: int) -> dict:
     """PAGED_LAUNCH_PARAMS by name: `tensors` q, o ([B, Sq, H, D]), k, v (the pools), lse, page_table,
-    cache_seqlens; `problem` gives seqlen_q and softmax_scale (its seqlen_k is not read: each
-    sequence's length is cache_seqlens[b], read on the device)."""
+    cache_seqlens, and k_scale, v_scale for an FP8 cache; `problem` gives seqlen_q and softmax_scale (its
+    seqlen_k is not read: each sequence's length is cache_seqlens[b], read on the device)."""
     if not config.paged:
         raise ValueError("a contiguous config's parameters come from launch_args")
     if config.decode and problem.heads != config.num_q_heads:
         raise ValueError(f"decode: problem heads {problem.heads} != the config's num_q_heads {config.num_q_heads}")
     args = {name: tensors[name] for name, _ in PAGED_TENSOR_PARAMS}
     args.update(seqlen_q=int(problem.seqlen_q), num_pages=int(num_pages), page_table_stride=int(page_table_stride),
-                scale_log2=float(problem.softmax_scale) * LOG2E)
+                **_score_args(config, problem, tensors))
     return {name: args[name] for name, _ in config.launch_params}
 
 
@@ -577,7 +617,7 @@ def code_shape(cfg: FA4Config) -> tuple:
     group's divisor, rescale_threshold's value, num_q_heads): two configs of one shape compile to
     the same instructions."""
     shape = (cfg.dtype, cfg.head_dim, cfg.head_dim_v, cfg.causal, group_class(cfg.group), cfg.resolved_stages,
-             cfg.exp2_poly_stride, cfg.num_q_tiles, cfg.paged and cfg.bn // cfg.box_rows)
+             cfg.exp2_poly_stride, cfg.num_q_tiles, cfg.paged and cfg.bn // cfg.box_rows, cfg.kv_scale)
     if cfg.plain:
         return shape
     mask = tuple(type(p).__name__ for p in cfg.mask.parts) if not cfg.mask.is_legacy else ()
@@ -606,7 +646,7 @@ def supported_configs() -> list[FA4Config]:
 
 __all__ = ["FA4Config", "grid", "launch_args", "paged_launch_args", "varlen_launch_args", "LAUNCH_PARAMS",
            "TENSOR_PARAMS", "PAGED_LAUNCH_PARAMS", "PAGED_TENSOR_PARAMS", "VARLEN_LAUNCH_PARAMS", "SEQUSED_PARAMS", "SOFTCAP_PARAMS",
-           "SINK_PARAMS", "serving_configs", "configs", "supported_configs", "paged_configs", "code_shape", "KERNEL", "ROLES", "TMEM_COLUMNS", "SMEM_CARVEOUT"]
+           "SINK_PARAMS", "FP8_PARAMS", "FP8_SCALES", "serving_configs", "configs", "supported_configs", "paged_configs", "code_shape", "KERNEL", "ROLES", "TMEM_COLUMNS", "SMEM_CARVEOUT"]
 
 
 PAGED_PAGE_SIZES = (16, 64, 128, 256, 48)   # 8, 2, 1, 1 and 8 boxes per BN-128 tile (48: not a power of two)
