@@ -76,6 +76,10 @@ NEG_INF = float("-inf")
 EPI_COLS = 16                  # TMEM columns per tcgen05.ld in the correction role (80 registers)
 S_LOAD_COLS = 32               # TMEM columns per tcgen05.ld of S in the softmax (all issued, then one wait)
 BAR_EPILOGUE = 1               # named barrier of the correction warpgroup's O tile hand-off to TMA
+# the load role of a row gather (paged_rows, note "Row gather"; decode route only): the free warpgroup 4-7,
+# softmax1's warps and register budget
+GATHER_ROLE = dict(first_warp=4, num_warps=4, regs=192)
+BAR_GATHER = 2                 # named barrier of the load warp's row gather (paged_rows, note "Row gather")
 ROLE = {name: (first, n, regs) for name, first, n, regs in fcfg.ROLES}
 
 
@@ -91,6 +95,8 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
     box = {"q": q_box, "k": (CHUNK, 1, cfg.box_rows, 1), "v": (CHUNK, 1, cfg.box_rows, 1), "o": q_box}
     if cfg.varlen:   # O is stored row by row through a pointer (note "Serving")
         del box["o"]
+    if cfg.gather:   # K and V rows by cp.async from the pools' pointers (paged_rows, note "Row gather")
+        del box["k"], box["v"]
     tma = {n: dict(dtype=cfg.dtype, box=b, swizzle="128B") for n, b in box.items()}
     if cfg.fp8:      # e4m3 K/V, unswizzled (attention_sm100_fp8)
         tma.update(k=fp8.tma_spec(cfg), v=fp8.tma_spec(cfg))
@@ -99,7 +105,7 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
     seqlen_k = p.get("seqlen_k")     # paged: each role reads cache_seqlens[b]; varlen: cu_seqlens_k (_Geometry)
 
     with kb.body():
-        bufs = _declare_buffers(kb, sm, p, cfg.num_q_tiles)
+        bufs = _declare_buffers(kb, sm, p, cfg.num_q_tiles, cfg.gather)
         warp = kb.thread_idx(0) // 32
         # 1. warp 0 allocates the TMEM columns; every warp reads the address after the barrier
         with kb.if_(warp.eq(0)).then_():
@@ -116,7 +122,7 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
             return _Geometry(kb, cfg, seqlen_q, seqlen_k, p)
 
         with kb.warp_roles():
-            with kb.role("load", **_role("load")):
+            with kb.role("load", **(GATHER_ROLE if cfg.gather else _role("load"))):
                 _load_role(kb, cfg, geo(), bufs)
             with kb.role("mma", **_role("mma")):
                 _mma_role(kb, cfg, geo(), bufs)
@@ -189,15 +195,18 @@ class _Buffers:
     v8_smem: Value | None = None
     k8_tile: int = 0
     v8_tile: int = 0
+    rows_smem: Value | None = None       # row gather: the tile's pool rows, int32 [BN] (note "Row gather")
 
 
-def _declare_buffers(kb, sm: dict, params: dict, num_q_tiles: int = fcfg.NUM_Q_TILES) -> _Buffers:
+def _declare_buffers(kb, sm: dict, params: dict, num_q_tiles: int = fcfg.NUM_Q_TILES, gather: bool = False) -> _Buffers:
     q_smem, k_smem, v_smem = (kb.smem(f"{n}_smem", sm[n]) for n in ("q", "k", "v"))
     tmem_slot = kb.smem("tmem_slot", fcfg.TMEM_SLOT_BYTES, align=16)
     stages = sm["stages"]
     q = kb.pipeline("q", num_stages=1, producer="load", consumers=["mma"])
     # FP8: k and v carry the converted tiles from the convert warpgroup (128 arrivals)
     kv = dict(producer="convert", producer_arrivals=128) if "k8" in sm else dict(producer="load")
+    if gather:       # every thread of the gather warps commits (paged_rows, note "Row gather")
+        kv["producer_arrivals"] = 32 * GATHER_ROLE["num_warps"]
     k, v = (kb.pipeline(n, num_stages=stages, consumers=["mma"], **kv) for n in ("k", "v"))
     tiles = []
     for i in range(num_q_tiles):
@@ -211,6 +220,8 @@ def _declare_buffers(kb, sm: dict, params: dict, num_q_tiles: int = fcfg.NUM_Q_T
     paged = {n: params[n] for n in ("page_table", "num_pages", "page_table_stride", "sinks", "total_q")
              if n in params}
     rings8 = {}
+    if gather:       # the row gather's pool rows (paged_rows, note "Row gather")
+        paged["rows_smem"] = kb.smem("rows_smem", sm["gather_rows"], align=16)
     if "k8" in sm:   # FP8 (attention_sm100_fp8): the e4m3 rings, load -> convert
         paged.update(k8_smem=kb.smem("k8_smem", sm["k8"]), v8_smem=kb.smem("v8_smem", sm["v8"]),
                      k8_tile=sm["k8_tile"], v8_tile=sm["v8_tile"])
@@ -310,6 +321,8 @@ def _lane_base(kb) -> Value:
 
 # ---- load ---------------------------------------------------------------------------------------------
 def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
+    if cfg.gather:
+        return _load_role_gather(kb, cfg, geo, bufs)
     qk_ch, ov_ch = cfg.padded_head_dim // CHUNK, cfg.padded_head_dim_v // CHUNK
     pipes = bufs.pipes
     # a CTA without KV blocks loads nothing: its epilogue writes zeros into Q's tiles right away
@@ -354,6 +367,48 @@ def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
                     dst = kb.gep(base, s.stage * tile + c * cfg.bn * SW, "i8")
                     fa4.tma_load(desc, dst, s.stage, [const(c * CHUNK), geo.kv_head, geo.k_coord(row), geo.tma_batch()],
                                  pipe=pipe.name, box=[CHUNK, 1, cfg.bn, 1], elem_bytes=fcfg.ELEM_BYTES)
+            loop.yield_(s.advance())
+
+
+def _load_role_gather(kb, cfg, geo: _Geometry, bufs: _Buffers):
+    """The gather warps over pages too small for TMA boxes (paged_rows, note "Row gather"): Q by TMA from
+    one thread, then every thread gathers its rows of K_n and V_n by cp.async."""
+    pipes = bufs.pipes
+    role = GATHER_ROLE
+    threads = 32 * role["num_warps"]
+    tid = kb.thread_idx(0) - 32 * role["first_warp"]
+    lane, warp = tid % 32, tid // 32
+    with kb.if_(geo.n_blocks.gt(0)).then_():
+        # 1. Q0 (and Q1), one box per 64-column chunk, from one thread
+        with kb.if_(kb.thread_idx(0).eq(32 * role["first_warp"])).then_():
+            fa4.tma_prefetch(bufs.q_desc)
+            q0 = pipes.q.initial_state()
+            pipes.q.producer_acquire(q0)
+            pipes.q.producer_commit(q0, tx_bytes=cfg.num_q_tiles * bufs.q_tile)
+            q_box = [CHUNK, cfg.group, cfg.tile_tokens, 1] if cfg.decode else [CHUNK, 1, MMA_M, 1]
+            for i in range(cfg.num_q_tiles):
+                for c in range(cfg.padded_head_dim // CHUNK):
+                    dst = kb.gep(bufs.q_smem, i * bufs.q_tile + c * MMA_M * SW, "i8")
+                    fa4.tma_load(bufs.q_desc, dst, q0.stage, [const(c * CHUNK), geo.head, geo.tile_row0(i), geo.batch],
+                                 pipe=pipes.q.name, box=q_box, elem_bytes=fcfg.ELEM_BYTES)
+        # 2. per block: the rows' pool indices once, then K_n's rows, then V_n's, each stage committed
+        #    by every lane after its copies (cp.async.mbarrier.arrive.noinc)
+        kv_heads = kb.grid_dim(1) if cfg.decode else kb.grid_dim(1) // cfg.group
+        row_stride = (kv_heads * cfg.head_dim * fcfg.ELEM_BYTES).to("i64")
+        head_offset = (geo.kv_head * cfg.head_dim * fcfg.ELEM_BYTES).to("i64")
+        loop = kb.for_(0, geo.n_blocks, 1, carry=pipes.k.initial_state())
+        with loop as (n, s):
+            paged_rows.gather_rows(kb, tid, threads, n * cfg.bn, cfg.bn, geo.seqlen_k, geo.batch, bufs.page_table,
+                                   bufs.page_table_stride, bufs.num_pages, cfg.page_size, bufs.rows_smem)
+            kb.named_barrier(BAR_GATHER, threads)
+            for pipe, pool, base, tile in ((pipes.k, bufs.k_desc, bufs.k_smem, bufs.k_tile),
+                                           (pipes.v, bufs.v_desc, bufs.v_smem, bufs.v_tile)):
+                pipe.producer_acquire(s)
+                paged_rows.gather_tile(kb, bufs.rows_smem, lane, warp, role["num_warps"], pool, row_stride,
+                                       head_offset, cfg.head_dim * fcfg.ELEM_BYTES, base, s.stage * tile, cfg.bn, SW)
+                fa4.cp_async_arrive(s.stage, pipe=pipe.name)
+                pipe.producer_commit(s)
+            kb.named_barrier(BAR_GATHER, threads)   # every thread read rows_smem before the next tile's rows
             loop.yield_(s.advance())
 
 
@@ -428,10 +483,20 @@ class _MmaCarry(NamedTuple):
     b: PipeState           # p1, o1: one block behind
 
 
+def _wait_k(kb, cfg, bufs: _Buffers, st: PipeState):
+    """Wait for K_n; gathered by cp.async (generic proxy), fence it to the tcgen05.mma's async proxy."""
+    bufs.pipes.k.consumer_wait(st)
+    if cfg.gather:
+        kb.fence("async_smem")
+
+
 def _wait_v(kb, cfg, geo: _Geometry, bufs: _Buffers, n: Value, st: PipeState):
-    """Wait for V_n; paged or seqused_k, zero its rows at or past L_b first (note "Stale V rows")."""
+    """Wait for V_n; paged or seqused_k, zero its rows at or past L_b first (note "Stale V rows"; the
+    row gather and the FP8 conversion wrote them as zeros already)."""
     bufs.pipes.v.consumer_wait(st)
-    if (cfg.paged or cfg.seqused_k) and not cfg.fp8:   # FP8: the convert warpgroup wrote them as zeros
+    if cfg.gather:   # cp.async wrote the stage (paged_rows, note "Row gather")
+        kb.fence("async_smem")
+    if (cfg.paged or cfg.seqused_k) and not (cfg.fp8 or cfg.gather):
         valid = geo.seqlen_k - geo.block(n) * cfg.bn
         with kb.if_(valid.slt(cfg.bn)).then_():
             v_tile = kb.gep(bufs.v_smem, st.stage * bufs.v_tile, "i8")
@@ -448,7 +513,7 @@ def _mma_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
         q_pipe.consumer_wait(q0)
         k0, v0, first = k_pipe.initial_state(), v_pipe.initial_state(), bufs.pipes.tiles[0].s.initial_state()
         # 1. block 0: S0, S1, then O0 = P0 V0 (O1 = P1 V0 is issued in the next step)
-        k_pipe.consumer_wait(k0)
+        _wait_k(kb, cfg, bufs, k0)
         kb.fence("tcgen05_after")
         mm.s(0, first, k0.stage)
         mm.s(1, first, k0.stage)
@@ -458,7 +523,7 @@ def _mma_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
         # 2. blocks 1 .. N-1, two MMAs between computing S_i and consuming P_i
         loop = kb.for_(1, geo.n_blocks, 1, carry=_MmaCarry(k0.advance(), v0, first.advance(), first))
         with loop as (n, c):
-            k_pipe.consumer_wait(c.kv)
+            _wait_k(kb, cfg, bufs, c.kv)
             kb.fence("tcgen05_after")
             mm.s(0, c.a, c.kv.stage)                                    # S0 <- Q0 Kn
             mm.pv(1, c.b, c.vr.stage, n.gt(1))                          # O1 <- O1 + P1 V(n-1)
@@ -493,7 +558,7 @@ def _mma_role_one_tile(kb, cfg, geo: _Geometry, bufs: _Buffers):
         loop = kb.for_(0, geo.n_blocks, 1, carry=init)
         with loop as (n, c):
             # 1. S0 <- Q0 Kn; release K_n
-            k_pipe.consumer_wait(c.kv)
+            _wait_k(kb, cfg, bufs, c.kv)
             kb.fence("tcgen05_after")
             mm.s(0, c.a, c.kv.stage)
             k_pipe.mma_commit(c.kv, side="empty")
@@ -670,7 +735,7 @@ class _Correction:
             o_pipe.consumer_wait(st.o)                   # the last O_i += P_i V completed
             kb.fence("tcgen05_after")
         store = self.store_o_rows if cfg.varlen else self.store_o_tile
-        if cfg.paged or not cfg.plain:   # a CTA without blocks: TMEM holds no O_i, so none is read
+        if cfg.paged or cfg.fp8 or not cfg.plain:   # a CTA without blocks: TMEM holds no O_i, so none is read
             br = kb.if_(geo.n_blocks.gt(0))
             with br.then_():
                 store(i, inv, empty)

@@ -194,6 +194,12 @@ class FA4Config:
         return MMA_M // self.group if self.decode else MMA_M
 
     @property
+    def gather(self) -> bool:
+        """A paged cache whose pages are too small for per-page TMA boxes: the load warp's cp.async row
+        gather (note "Paged"; paged_rows, note "Row gather")."""
+        return self.paged and fetch_plan(self.bn, self.page_size, "sm_100a").fetch is KVFetch.CP_ASYNC_GATHER
+
+    @property
     def box_rows(self) -> int:
         """K/V rows per TMA box: BN, or gcd(BN, page_size) for a paged cache (note "Paged")."""
         return fetch_plan(self.bn, self.page_size, "sm_100a").box_rows if self.paged else self.bn
@@ -202,7 +208,8 @@ class FA4Config:
     def launch_params(self) -> tuple:
         """PAGED_LAUNCH_PARAMS for a paged cache, VARLEN_LAUNCH_PARAMS for ragged lengths, else
         LAUNCH_PARAMS; then SOFTCAP_PARAMS with softcap and SINK_PARAMS with sinks (note "Serving")."""
-        base = PAGED_LAUNCH_PARAMS if self.paged else VARLEN_LAUNCH_PARAMS if self.varlen else LAUNCH_PARAMS
+        base = PAGED_GATHER_LAUNCH_PARAMS if self.gather else PAGED_LAUNCH_PARAMS if self.paged else \
+            VARLEN_LAUNCH_PARAMS if self.varlen else LAUNCH_PARAMS
         base = (*base, *(SEQUSED_PARAMS if self.seqused_k else ()))
         return (*base, *(SOFTCAP_PARAMS if self.softcap else ()), *(SINK_PARAMS if self.sinks else ()),
                 *(FP8_PARAMS if self.fp8 else ()))
@@ -269,6 +276,8 @@ class FA4Config:
         barriers = 2 * (1 + TILE_PIPES * self.num_q_tiles + rings * stages) * MBARRIER_BYTES
         plan = {"q_tile": q, "k_tile": k, "v_tile": v, "q": self.num_q_tiles * q, "k": stages * k, "v": stages * v,
                 "barriers": barriers, "tmem_slot": TMEM_SLOT_BYTES}
+        if self.gather:   # the row gather's pool rows, int32 [BN] (paged_rows, note "Row gather")
+            plan["gather_rows"] = self.bn * 4
         if self.fp8:   # e4m3 tiles, unswizzled: row r at r * D bytes
             plan.update(k8_tile=self.bn * self.head_dim, v8_tile=self.bn * self.head_dim_v)
             plan.update(k8=stages * plan["k8_tile"], v8=stages * plan["v8_tile"])
@@ -276,7 +285,8 @@ class FA4Config:
 
     def _smem_total(self, stages: int) -> int:
         t = self._tiles(stages)
-        return t["q"] + t["k"] + t["v"] + t.get("k8", 0) + t.get("v8", 0) + t["barriers"] + t["tmem_slot"]
+        extra = t.get("k8", 0) + t.get("v8", 0) + t.get("gather_rows", 0)
+        return t["q"] + t["k"] + t["v"] + extra + t["barriers"] + t["tmem_slot"]
 
     def smem_plan(self) -> dict:
         """Byte sizes of every SMEM region and their total (tiles are 1024-byte multiples, so the
@@ -418,13 +428,20 @@ class FA4Config:
             return ConfigError(f"fuse_gqa={self.fuse_gqa} with num_q_tiles={self.num_q_tiles}: the group is packed "
                                f"into M only on the 1-Q-tile decode route (num_q_tiles=1, fuse_gqa=True); two Q "
                                f"tiles take one head each")
-        if self.paged:
-            plan = fetch_plan(self.bn, self.page_size, "sm_100a")
-            if plan.fetch is not KVFetch.TMA_BOXES or plan.box_rows < MIN_PAGED_BOX_ROWS:
-                return ConfigError(f"page_size={self.page_size}: a K/V tile of bn={self.bn} would take boxes of "
-                                   f"gcd(bn, page_size) = {gcd(self.bn, self.page_size)} rows; per-page TMA boxes are built for "
-                                   f">= {MIN_PAGED_BOX_ROWS} rows (page sizes that are multiples of "
-                                   f"{MIN_PAGED_BOX_ROWS}); the TMA gather4 route for smaller pages is not built")
+        if self.paged and not self.gather and self.box_rows < MIN_PAGED_BOX_ROWS:
+            return ConfigError(f"page_size={self.page_size}: a K/V tile of bn={self.bn} would take boxes of "
+                               f"gcd(bn, page_size) = {gcd(self.bn, self.page_size)} rows; per-page TMA boxes are built "
+                               f"for >= {MIN_PAGED_BOX_ROWS} rows")
+        if self.gather and not self.decode:
+            return ConfigError(f"page_size={self.page_size} with num_q_tiles={self.num_q_tiles}: pages that take no "
+                               f"per-page TMA box of >= {MIN_PAGED_BOX_ROWS} rows (gcd(bn, page_size) < "
+                               f"{MIN_PAGED_BOX_ROWS}) are fetched by the row gather of the decode route (num_q_tiles=1, "
+                               f"fuse_gqa=True), on its free warps 4-7; the two-Q-tile CTA has only 48-register warps "
+                               f"to spare, where ptxas spilled (page 5, head dim 128)")
+        if self.gather and self.fp8:
+            return ConfigError(f"page_size={self.page_size} with kv_dtype='e4m3': an FP8 cache arrives by per-page TMA "
+                               f"boxes (>= {MIN_PAGED_BOX_ROWS} rows, page sizes that are multiples of "
+                               f"{MIN_PAGED_BOX_ROWS}); the row gather of smaller pages is built for bf16/f16 caches")
         refusal = self._fp8_refusal()
         if refusal is not None:
             return refusal
@@ -465,6 +482,7 @@ class FA4Config:
         route = (f" | {self.serving_tag().lstrip('_').replace('_', ' ')}" if not self.plain else "") + \
             (f" | decode: {self.group} heads x {self.tile_tokens} tokens packed" if self.decode else "") + \
             (f" | paged {self.page_size} ({self.bn // self.box_rows} boxes of {self.box_rows} rows)"
+             if self.paged and not self.gather else f" | paged {self.page_size} (cp.async row gather)"
              if self.paged else "") + \
             (f" | e4m3 K/V, {self.kv_scale} scales, converted to {self.dtype}" if self.fp8 else "")
         return (f"FA4Config {self.dtype} qk{self.head_dim}/ov{self.head_dim_v} heads {self.num_q_heads}/"
@@ -523,6 +541,9 @@ LAUNCH_PARAMS = (*TENSOR_PARAMS, ("seqlen_q", "i32"), ("seqlen_k", "i32"), ("sca
 PAGED_TENSOR_PARAMS = (*TENSOR_PARAMS, ("page_table", "ptr"), ("cache_seqlens", "ptr"))
 PAGED_LAUNCH_PARAMS = (*PAGED_TENSOR_PARAMS, ("seqlen_q", "i32"), ("num_pages", "i32"),
                        ("page_table_stride", "i32"), ("scale_log2", "f32"))
+# Pages too small for per-page TMA boxes (note "Paged": the row gather): k and v are pointers to the
+# pools, contiguous [num_pages, page_size, kv_heads, D] (a row of kv_heads x D elements), not TMA tensors.
+PAGED_GATHER_LAUNCH_PARAMS = tuple((n, "ptr") if n in ("k", "v") else (n, kind) for n, kind in PAGED_LAUNCH_PARAMS)
 # Ragged lengths (note "Serving"): q, k, v are TMA tensors over the packed [total, heads, D] (viewed as
 # [1, total, heads, D]); o a plain pointer to the packed [total_q, heads, Dv] (each row is stored by its
 # own thread, so no store crosses into the next sequence); lse float32 [heads, total_q] (FlashAttention's
@@ -645,7 +666,7 @@ def supported_configs() -> list[FA4Config]:
 
 
 __all__ = ["FA4Config", "grid", "launch_args", "paged_launch_args", "varlen_launch_args", "LAUNCH_PARAMS",
-           "TENSOR_PARAMS", "PAGED_LAUNCH_PARAMS", "PAGED_TENSOR_PARAMS", "VARLEN_LAUNCH_PARAMS", "SEQUSED_PARAMS", "SOFTCAP_PARAMS",
+           "TENSOR_PARAMS", "PAGED_LAUNCH_PARAMS", "PAGED_TENSOR_PARAMS", "PAGED_GATHER_LAUNCH_PARAMS", "VARLEN_LAUNCH_PARAMS", "SEQUSED_PARAMS", "SOFTCAP_PARAMS",
            "SINK_PARAMS", "FP8_PARAMS", "FP8_SCALES", "serving_configs", "configs", "supported_configs", "paged_configs", "code_shape", "KERNEL", "ROLES", "TMEM_COLUMNS", "SMEM_CARVEOUT"]
 
 
