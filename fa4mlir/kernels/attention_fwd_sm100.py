@@ -371,8 +371,8 @@ def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
 
 
 def _load_role_gather(kb, cfg, geo: _Geometry, bufs: _Buffers):
-    """The gather warps over pages too small for TMA boxes (paged_rows, note "Row gather"): Q by TMA from
-    one thread, then every thread gathers its rows of K_n and V_n by cp.async."""
+    """The gather warpgroup over pages too small for TMA boxes (paged_rows, note "Row gather"): Q by TMA
+    from one thread, then every thread copies its pieces of K_n's and V_n's rows."""
     pipes = bufs.pipes
     role = GATHER_ROLE
     threads = 32 * role["num_warps"]
@@ -391,8 +391,8 @@ def _load_role_gather(kb, cfg, geo: _Geometry, bufs: _Buffers):
                     dst = kb.gep(bufs.q_smem, i * bufs.q_tile + c * MMA_M * SW, "i8")
                     fa4.tma_load(bufs.q_desc, dst, q0.stage, [const(c * CHUNK), geo.head, geo.tile_row0(i), geo.batch],
                                  pipe=pipes.q.name, box=q_box, elem_bytes=fcfg.ELEM_BYTES)
-        # 2. per block: the rows' pool indices once, then K_n's rows, then V_n's, each stage committed
-        #    by every lane after its copies (cp.async.mbarrier.arrive.noinc)
+        # 2. per block: the rows' pool indices once, then K_n's rows, then V_n's, each stage fenced to
+        #    the async proxy and committed by every thread
         kv_heads = kb.grid_dim(1) if cfg.decode else kb.grid_dim(1) // cfg.group
         row_stride = (kv_heads * cfg.head_dim * fcfg.ELEM_BYTES).to("i64")
         head_offset = (geo.kv_head * cfg.head_dim * fcfg.ELEM_BYTES).to("i64")
@@ -406,7 +406,7 @@ def _load_role_gather(kb, cfg, geo: _Geometry, bufs: _Buffers):
                 pipe.producer_acquire(s)
                 paged_rows.gather_tile(kb, bufs.rows_smem, lane, warp, role["num_warps"], pool, row_stride,
                                        head_offset, cfg.head_dim * fcfg.ELEM_BYTES, base, s.stage * tile, cfg.bn, SW)
-                fa4.cp_async_arrive(s.stage, pipe=pipe.name)
+                kb.fence("async_smem")     # the stores -> tcgen05.mma's async proxy (note "Row gather")
                 pipe.producer_commit(s)
             kb.named_barrier(BAR_GATHER, threads)   # every thread read rows_smem before the next tile's rows
             loop.yield_(s.advance())
@@ -483,19 +483,10 @@ class _MmaCarry(NamedTuple):
     b: PipeState           # p1, o1: one block behind
 
 
-def _wait_k(kb, cfg, bufs: _Buffers, st: PipeState):
-    """Wait for K_n; gathered by cp.async (generic proxy), fence it to the tcgen05.mma's async proxy."""
-    bufs.pipes.k.consumer_wait(st)
-    if cfg.gather:
-        kb.fence("async_smem")
-
-
 def _wait_v(kb, cfg, geo: _Geometry, bufs: _Buffers, n: Value, st: PipeState):
     """Wait for V_n; paged or seqused_k, zero its rows at or past L_b first (note "Stale V rows"; the
     row gather and the FP8 conversion wrote them as zeros already)."""
     bufs.pipes.v.consumer_wait(st)
-    if cfg.gather:   # cp.async wrote the stage (paged_rows, note "Row gather")
-        kb.fence("async_smem")
     if (cfg.paged or cfg.seqused_k) and not (cfg.fp8 or cfg.gather):
         valid = geo.seqlen_k - geo.block(n) * cfg.bn
         with kb.if_(valid.slt(cfg.bn)).then_():
@@ -513,7 +504,7 @@ def _mma_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
         q_pipe.consumer_wait(q0)
         k0, v0, first = k_pipe.initial_state(), v_pipe.initial_state(), bufs.pipes.tiles[0].s.initial_state()
         # 1. block 0: S0, S1, then O0 = P0 V0 (O1 = P1 V0 is issued in the next step)
-        _wait_k(kb, cfg, bufs, k0)
+        k_pipe.consumer_wait(k0)
         kb.fence("tcgen05_after")
         mm.s(0, first, k0.stage)
         mm.s(1, first, k0.stage)
@@ -523,7 +514,7 @@ def _mma_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
         # 2. blocks 1 .. N-1, two MMAs between computing S_i and consuming P_i
         loop = kb.for_(1, geo.n_blocks, 1, carry=_MmaCarry(k0.advance(), v0, first.advance(), first))
         with loop as (n, c):
-            _wait_k(kb, cfg, bufs, c.kv)
+            k_pipe.consumer_wait(c.kv)
             kb.fence("tcgen05_after")
             mm.s(0, c.a, c.kv.stage)                                    # S0 <- Q0 Kn
             mm.pv(1, c.b, c.vr.stage, n.gt(1))                          # O1 <- O1 + P1 V(n-1)
@@ -558,7 +549,7 @@ def _mma_role_one_tile(kb, cfg, geo: _Geometry, bufs: _Buffers):
         loop = kb.for_(0, geo.n_blocks, 1, carry=init)
         with loop as (n, c):
             # 1. S0 <- Q0 Kn; release K_n
-            _wait_k(kb, cfg, bufs, c.kv)
+            k_pipe.consumer_wait(c.kv)
             kb.fence("tcgen05_after")
             mm.s(0, c.a, c.kv.stage)
             k_pipe.mma_commit(c.kv, side="empty")

@@ -482,7 +482,7 @@ class FA4Config:
         route = (f" | {self.serving_tag().lstrip('_').replace('_', ' ')}" if not self.plain else "") + \
             (f" | decode: {self.group} heads x {self.tile_tokens} tokens packed" if self.decode else "") + \
             (f" | paged {self.page_size} ({self.bn // self.box_rows} boxes of {self.box_rows} rows)"
-             if self.paged and not self.gather else f" | paged {self.page_size} (cp.async row gather)"
+             if self.paged and not self.gather else f" | paged {self.page_size} (row gather)"
              if self.paged else "") + \
             (f" | e4m3 K/V, {self.kv_scale} scales, converted to {self.dtype}" if self.fp8 else "")
         return (f"FA4Config {self.dtype} qk{self.head_dim}/ov{self.head_dim_v} heads {self.num_q_heads}/"

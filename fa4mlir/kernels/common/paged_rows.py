@@ -13,9 +13,6 @@ from ...dialect import builders as fa4
 from ...dsl import Value, const, select
 
 
-GATHER_TRIP_ROWS = 16    # rows a warp copies per trip of the row gather's copy loop (note "Row gather")
-
-
 def tile_box_origins(kb, t0: Value, bn: int, box_rows: int, length: Value, batch: Value, page_table: Value,
                      page_table_stride: Value, num_pages: Value, page_size: int) -> list[tuple[Value, Value]]:
     """(page, row) of the bn / box_rows boxes of the tile of tokens [t0, t0 + bn), t0 a multiple of bn
@@ -74,30 +71,29 @@ def gather_rows(kb, tid: Value, threads: int, t0: Value, bn: int, length: Value,
 def gather_tile(kb, rows_smem: Value, lane: Value, warp: Value, warps: int, pool: Value, row_stride: Value,
                 head_offset: Value, row_bytes: int, smem: Value, tile_offset: Value, bn: int, swizzle: int):
     """Note "Row gather", step 2: warp `warp` of `warps` copies rows [warp bn / warps, (warp + 1) bn /
-    warps); this lane's 16-byte pieces of a K or V tile by cp.async into the
-    128B-swizzled layout a TMA box gives (chunk c of row r at c * bn * swizzle + r * swizzle, 16-byte
-    unit u at (u ^ r % 8) * 16), the tile at byte `tile_offset` (a multiple of 1024) of `smem`. `pool`
-    the pool's base, `row_stride` its bytes per pool row (i64: kv_heads * D * 2), `head_offset` this KV
-    head's bytes into a row (i64), row_bytes the D * 2 bytes of a row; pool rows from `rows_smem`.
+    warps) of a K or V tile into the 128B-swizzled layout a TMA box gives (chunk c of row r at
+    c * bn * swizzle + r * swizzle, 16-byte unit u at (u ^ r % 8) * 16), the tile at byte
+    `tile_offset` (a multiple of 1024) of `smem`. `pool` the pool's base, `row_stride` its bytes per
+    pool row (i64: kv_heads * D * 2), `head_offset` this KV head's bytes into a row (i64), row_bytes
+    the D * 2 bytes of a row; pool rows from `rows_smem` (-1: a dead row, stored as zeros). The caller
+    fences the stores to the async proxy before it hands the stage over.
 
-    Note "Row gather": the gather warps (attention_fwd_sm100: warps 14-15, idle otherwise, at the
-    48-register budget of the MMA and load warps' warpgroup) fetch a tile whose pages are too small
-    for per-page TMA boxes (paging.fetch_plan). 1. Thread x of the 64 looks up the pool rows of tile
-    rows x + 64 j and stores them to `rows_smem` (gather_rows), the warps sync (a named barrier);
-    2. for K, then V: a warp instruction copies R = 32 / U whole rows of its warp's half (U =
-    row_bytes / 16 pieces a row), lane l piece l % U of row i R + l / U of instruction i (consecutive
-    lanes, consecutive 16 bytes of one row: coalesced),
-    by cp.async.cg (through L2; src-size 0 for a row past the length: zeros, so no stale row reaches
-    P V); then every lane arrives on the stage's full barrier through cp.async.mbarrier.arrive.noinc
-    and commits (the pipe counts 32 producer arrivals); 3. the warp syncs before the next tile's rows
-    overwrite `rows_smem`. A lane's destination is one of 8 / R swizzle positions (r % 8 takes 8 / R
-    values per lane) plus an immediate, so the 48-register warps hold no per-piece addresses (with one
-    warp doing it all, the lookups of 4 rows a lane made ptxas spill a value held across the roles,
-    as paged_rows' note "Load warp registers" tells of the TMA boxes). The MMA
-    thread fences a stage to the async proxy (fence.proxy.async) after its wait, before tcgen05.mma
-    reads what the generic proxy wrote. Not timed (no Blackwell GPU)."""
+    Note "Row gather": the decode route's free warpgroup (warps 4-7, 192 registers) fetches a tile
+    whose pages are too small for per-page TMA boxes (paging.fetch_plan). 1. Thread x looks up the
+    pool row of tile row x and stores it to `rows_smem` (gather_rows); the warpgroup syncs (a named
+    barrier). 2. For K, then V: a warp's step copies R = 32 / U whole rows of its quarter of the tile
+    (U = row_bytes / 16 pieces a row), lane l piece l % U of row i R + l / U of step i (consecutive
+    lanes read consecutive 16 bytes of one row: coalesced); every step's 16-byte load is issued
+    before the first store (all of a thread's loads in flight: 64 registers at D128), then the
+    stores, zeros for a row past the length (no stale row reaches P V). 3. fence.proxy.async, then
+    every thread arrives on the stage's full barrier (the pipe counts 128 producer arrivals): the
+    tcgen05.mma reads the stage through the async proxy, and a writer must fence its own generic
+    writes (PTX ISA 9.1 §9.7.16.6.5); cp.async would land its bytes after the fence, and the dialect
+    has no cp.async.wait_all to wait for them first. 4. The warpgroup syncs before the next tile's
+    rows overwrite `rows_smem`. A lane's destination is one of 8 / R swizzle positions (r % 8 takes
+    8 / R values per lane) plus an immediate. Not timed (no Blackwell GPU)."""
     units = row_bytes // 16
-    per_instr = 32 // units                            # R rows per warp instruction
+    per_instr = 32 // units                            # R rows per warp step
     sub, unit = lane // units, lane % units
     chunk, in_chunk = unit // (swizzle // 16), unit % (swizzle // 16)
     warp_rows = bn // warps
@@ -106,16 +102,15 @@ def gather_tile(kb, rows_smem: Value, lane: Value, warp: Value, warps: int, pool
     pos = {k: lane_base + ((in_chunk ^ (sub + k)) * 16) for k in range(0, 8, per_instr)}
     src_lane = kb.gep(pool, head_offset + (unit * 16).to("i64"), "i8")
     first = warp * warp_rows + sub
-    # a loop of GATHER_UNROLL-row trips (a multiple of 8 rows: each trip sees the same positions), not
-    # unrolled whole: all of a warp's copies in flight at once made ptxas spill at 48 registers
-    unroll = GATHER_TRIP_ROWS // per_instr
-    with kb.for_(0, warp_rows // GATHER_TRIP_ROWS, 1) as (g, _):
-        for k in range(unroll):
-            i = g * unroll + k
-            row = kb.load(kb.gep(rows_smem, (first + i * per_instr) * 4, "i8"), "i32", align=4)
-            src = kb.gep(src_lane, row.smax(0).to("i64") * row_stride, "i8")
-            dst = kb.gep(smem, pos[(k * per_instr) % 8] + i * (per_instr * swizzle), "i8")
-            fa4.cp_async(src, dst, row.sge(0))
+    zero = const(0, ("i32", 4))
+    pieces = []
+    for i in range(warp_rows // per_instr):
+        row = kb.load(kb.gep(rows_smem, (first + i * per_instr) * 4, "i8"), "i32", align=4)
+        data = kb.load(kb.gep(src_lane, row.smax(0).to("i64") * row_stride, "i8"), ("i32", 4), align=16)
+        pieces.append((row.sge(0), data))
+    for i, (live, data) in enumerate(pieces):
+        dst = kb.gep(smem, pos[(i * per_instr) % 8] + i * (per_instr * swizzle), "i8")
+        kb.store(select(live, data, zero), dst, align=16)
 
 
 def zero_rows(kb, tile: Value, first: Value, rows: int, chunks: int, swizzle: int):
