@@ -1,4 +1,4 @@
-"""Deviceless checks of the sm_100a kernel's FP8 (e4m3) KV cache (issue 27 item 5; attention_sm100_fp8,
+"""Deviceless checks of the sm_100a kernel's FP8 (e4m3) KV cache (issue 27 item 5; attention_sm100_kv,
 note "FP8"): the decode route with a convert warpgroup that dequantises K/V into the 16-bit tiles the
 tcgen05.mma reads.
 

@@ -32,6 +32,11 @@ warp fetches each K/V tile as per-page TMA boxes (common.paged_rows) and every r
 sequence's length from cache_seqlens in place of seqlen_k; the MMA thread zeroes the V rows at or past
 the length before O += P V (note "Stale V rows"). The decode route has one Q tile of packed GQA rows:
 roles softmax1 and the tile-1 pipes are absent, and the MMA thread issues S0 <- Q0 Kn; O0 <- O0 + P0 Vn.
+Its free warps 4-7 take one of two roles: `load` for pages too small for 16-row boxes (a row gather
+by 16-byte loads and shared stores, paged_rows note "Row gather"; warp 13 is then idle), or `convert`
+for an e4m3 cache (attention_sm100_kv, note "FP8": the load warp brings e4m3 tiles, the convert
+warpgroup writes them dequantised into the K/V stages). Both write the V rows past the length as zeros,
+so the MMA thread zeroes none.
 
 Serving features (attention_sm100_config, note "Serving"): a window or chunk visits blocks first ..
 first + n_blocks - 1 (_Geometry.block) and masks with common.masks.key_window; softcap takes the tanh
@@ -60,7 +65,7 @@ from ..dialect import builders as fa4
 from ..dsl import (KernelBuilder, PipeState, Pipeline, Value, const, exp2, fma, fmax, log2, select, tanh, tree_reduce,
                    vec)
 from . import attention_sm100_config as fcfg
-from . import attention_sm100_fp8 as fp8
+from . import attention_sm100_kv as kvroles
 from .attention_sm100_config import LAUNCH_PARAMS, FA4Config  # noqa: F401  (FA4Config re-exported)
 from .common import paged_rows, tcgen05
 from .common.constants import LOG2E
@@ -76,10 +81,6 @@ NEG_INF = float("-inf")
 EPI_COLS = 16                  # TMEM columns per tcgen05.ld in the correction role (80 registers)
 S_LOAD_COLS = 32               # TMEM columns per tcgen05.ld of S in the softmax (all issued, then one wait)
 BAR_EPILOGUE = 1               # named barrier of the correction warpgroup's O tile hand-off to TMA
-# the load role of a row gather (paged_rows, note "Row gather"; decode route only): the free warpgroup 4-7,
-# softmax1's warps and register budget
-GATHER_ROLE = dict(first_warp=4, num_warps=4, regs=192)
-BAR_GATHER = 2                 # named barrier of the load warp's row gather (paged_rows, note "Row gather")
 ROLE = {name: (first, n, regs) for name, first, n, regs in fcfg.ROLES}
 
 
@@ -98,8 +99,8 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
     if cfg.gather:   # K and V rows by cp.async from the pools' pointers (paged_rows, note "Row gather")
         del box["k"], box["v"]
     tma = {n: dict(dtype=cfg.dtype, box=b, swizzle="128B") for n, b in box.items()}
-    if cfg.fp8:      # e4m3 K/V, unswizzled (attention_sm100_fp8)
-        tma.update(k=fp8.tma_spec(cfg), v=fp8.tma_spec(cfg))
+    if cfg.fp8:      # e4m3 K/V, unswizzled (attention_sm100_kv)
+        tma.update(k=kvroles.tma_spec(cfg), v=kvroles.tma_spec(cfg))
     p = kb.params_from(cfg.launch_params, tma=tma)
     seqlen_q, scale_log2 = p.get("seqlen_q"), p["scale_log2"]   # varlen: per sequence, in _Geometry
     seqlen_k = p.get("seqlen_k")     # paged: each role reads cache_seqlens[b]; varlen: cu_seqlens_k (_Geometry)
@@ -122,14 +123,14 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
             return _Geometry(kb, cfg, seqlen_q, seqlen_k, p)
 
         with kb.warp_roles():
-            with kb.role("load", **(GATHER_ROLE if cfg.gather else _role("load"))):
+            with kb.role("load", **(kvroles.GATHER_ROLE if cfg.gather else _role("load"))):
                 _load_role(kb, cfg, geo(), bufs)
             with kb.role("mma", **_role("mma")):
                 _mma_role(kb, cfg, geo(), bufs)
-            if cfg.fp8:      # the decode route's free warps 4-7 (attention_sm100_fp8)
-                name, first, n, regs = fp8.CONVERT_ROLE
+            if cfg.fp8:      # the decode route's free warps 4-7 (attention_sm100_kv)
+                name, first, n, regs = kvroles.CONVERT_ROLE
                 with kb.role(name, first_warp=first, num_warps=n, regs=regs):
-                    fp8.convert_role(kb, cfg, geo(), bufs, p)
+                    kvroles.convert_role(kb, cfg, geo(), bufs, p)
             for i in range(cfg.num_q_tiles):
                 with kb.role(f"softmax{i}", **_role(f"softmax{i}")):
                     _softmax_role(_Softmax(kb, cfg, geo(), bufs.pipes.tiles[i], tmem, i, scale_log2,
@@ -191,7 +192,7 @@ class _Buffers:
     page_table_stride: Value | None = None
     sinks: Value | None = None           # sinks: float32 [heads] sink logits (note "Serving")
     total_q: Value | None = None         # varlen: rows of the packed Q (LSE is [heads, total_q])
-    k8_smem: Value | None = None         # FP8: `stages` e4m3 K / V tiles (attention_sm100_fp8)
+    k8_smem: Value | None = None         # FP8: `stages` e4m3 K / V tiles (attention_sm100_kv)
     v8_smem: Value | None = None
     k8_tile: int = 0
     v8_tile: int = 0
@@ -206,7 +207,7 @@ def _declare_buffers(kb, sm: dict, params: dict, num_q_tiles: int = fcfg.NUM_Q_T
     # FP8: k and v carry the converted tiles from the convert warpgroup (128 arrivals)
     kv = dict(producer="convert", producer_arrivals=128) if "k8" in sm else dict(producer="load")
     if gather:       # every thread of the gather warps commits (paged_rows, note "Row gather")
-        kv["producer_arrivals"] = 32 * GATHER_ROLE["num_warps"]
+        kv["producer_arrivals"] = 32 * kvroles.GATHER_ROLE["num_warps"]
     k, v = (kb.pipeline(n, num_stages=stages, consumers=["mma"], **kv) for n in ("k", "v"))
     tiles = []
     for i in range(num_q_tiles):
@@ -222,7 +223,7 @@ def _declare_buffers(kb, sm: dict, params: dict, num_q_tiles: int = fcfg.NUM_Q_T
     rings8 = {}
     if gather:       # the row gather's pool rows (paged_rows, note "Row gather")
         paged["rows_smem"] = kb.smem("rows_smem", sm["gather_rows"], align=16)
-    if "k8" in sm:   # FP8 (attention_sm100_fp8): the e4m3 rings, load -> convert
+    if "k8" in sm:   # FP8 (attention_sm100_kv): the e4m3 rings, load -> convert
         paged.update(k8_smem=kb.smem("k8_smem", sm["k8"]), v8_smem=kb.smem("v8_smem", sm["v8"]),
                      k8_tile=sm["k8_tile"], v8_tile=sm["v8_tile"])
         rings8 = {n: kb.pipeline(n, num_stages=stages, producer="load", consumers=["convert"], consumer_arrivals=128)
@@ -321,8 +322,8 @@ def _lane_base(kb) -> Value:
 
 # ---- load ---------------------------------------------------------------------------------------------
 def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
-    if cfg.gather:
-        return _load_role_gather(kb, cfg, geo, bufs)
+    if cfg.gather:   # the decode route's row gather (attention_sm100_kv, note "Row gather")
+        return kvroles.gather_role(kb, cfg, geo, bufs)
     qk_ch, ov_ch = cfg.padded_head_dim // CHUNK, cfg.padded_head_dim_v // CHUNK
     pipes = bufs.pipes
     # a CTA without KV blocks loads nothing: its epilogue writes zeros into Q's tiles right away
@@ -350,14 +351,14 @@ def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
                                                       cfg.page_size)
             rings = ((pipes.k, bufs.k_desc, bufs.k_smem, bufs.k_tile, qk_ch),
                      (pipes.v, bufs.v_desc, bufs.v_smem, bufs.v_tile, ov_ch))
-            if cfg.fp8:      # the e4m3 rings (attention_sm100_fp8)
+            if cfg.fp8:      # the e4m3 rings (attention_sm100_kv)
                 rings = ((pipes.k8, bufs.k_desc, bufs.k8_smem, bufs.k8_tile, 0),
                          (pipes.v8, bufs.v_desc, bufs.v8_smem, bufs.v8_tile, 0))
             for pipe, desc, base, tile, nch in rings:
                 pipe.producer_acquire(s)
                 pipe.producer_commit(s, tx_bytes=tile)
                 if cfg.fp8:
-                    fp8.load_tile(kb, cfg, origins if cfg.paged else None, pipe, desc, base, s, tile, geo.kv_head,
+                    kvroles.load_tile(kb, cfg, origins if cfg.paged else None, pipe, desc, base, s, tile, geo.kv_head,
                                   row, geo.batch)
                     continue
                 if cfg.paged:
@@ -367,48 +368,6 @@ def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
                     dst = kb.gep(base, s.stage * tile + c * cfg.bn * SW, "i8")
                     fa4.tma_load(desc, dst, s.stage, [const(c * CHUNK), geo.kv_head, geo.k_coord(row), geo.tma_batch()],
                                  pipe=pipe.name, box=[CHUNK, 1, cfg.bn, 1], elem_bytes=fcfg.ELEM_BYTES)
-            loop.yield_(s.advance())
-
-
-def _load_role_gather(kb, cfg, geo: _Geometry, bufs: _Buffers):
-    """The gather warpgroup over pages too small for TMA boxes (paged_rows, note "Row gather"): Q by TMA
-    from one thread, then every thread copies its pieces of K_n's and V_n's rows."""
-    pipes = bufs.pipes
-    role = GATHER_ROLE
-    threads = 32 * role["num_warps"]
-    tid = kb.thread_idx(0) - 32 * role["first_warp"]
-    lane, warp = tid % 32, tid // 32
-    with kb.if_(geo.n_blocks.gt(0)).then_():
-        # 1. Q0 (and Q1), one box per 64-column chunk, from one thread
-        with kb.if_(kb.thread_idx(0).eq(32 * role["first_warp"])).then_():
-            fa4.tma_prefetch(bufs.q_desc)
-            q0 = pipes.q.initial_state()
-            pipes.q.producer_acquire(q0)
-            pipes.q.producer_commit(q0, tx_bytes=cfg.num_q_tiles * bufs.q_tile)
-            q_box = [CHUNK, cfg.group, cfg.tile_tokens, 1] if cfg.decode else [CHUNK, 1, MMA_M, 1]
-            for i in range(cfg.num_q_tiles):
-                for c in range(cfg.padded_head_dim // CHUNK):
-                    dst = kb.gep(bufs.q_smem, i * bufs.q_tile + c * MMA_M * SW, "i8")
-                    fa4.tma_load(bufs.q_desc, dst, q0.stage, [const(c * CHUNK), geo.head, geo.tile_row0(i), geo.batch],
-                                 pipe=pipes.q.name, box=q_box, elem_bytes=fcfg.ELEM_BYTES)
-        # 2. per block: the rows' pool indices once, then K_n's rows, then V_n's, each stage fenced to
-        #    the async proxy and committed by every thread
-        kv_heads = kb.grid_dim(1) if cfg.decode else kb.grid_dim(1) // cfg.group
-        row_stride = (kv_heads * cfg.head_dim * fcfg.ELEM_BYTES).to("i64")
-        head_offset = (geo.kv_head * cfg.head_dim * fcfg.ELEM_BYTES).to("i64")
-        loop = kb.for_(0, geo.n_blocks, 1, carry=pipes.k.initial_state())
-        with loop as (n, s):
-            paged_rows.gather_rows(kb, tid, threads, n * cfg.bn, cfg.bn, geo.seqlen_k, geo.batch, bufs.page_table,
-                                   bufs.page_table_stride, bufs.num_pages, cfg.page_size, bufs.rows_smem)
-            kb.named_barrier(BAR_GATHER, threads)
-            for pipe, pool, base, tile in ((pipes.k, bufs.k_desc, bufs.k_smem, bufs.k_tile),
-                                           (pipes.v, bufs.v_desc, bufs.v_smem, bufs.v_tile)):
-                pipe.producer_acquire(s)
-                paged_rows.gather_tile(kb, bufs.rows_smem, lane, warp, role["num_warps"], pool, row_stride,
-                                       head_offset, cfg.head_dim * fcfg.ELEM_BYTES, base, s.stage * tile, cfg.bn, SW)
-                kb.fence("async_smem")     # the stores -> tcgen05.mma's async proxy (note "Row gather")
-                pipe.producer_commit(s)
-            kb.named_barrier(BAR_GATHER, threads)   # every thread read rows_smem before the next tile's rows
             loop.yield_(s.advance())
 
 

@@ -40,9 +40,22 @@ sequence's length from cache_seqlens[batch] (int32, on the device) in place of s
 gcd(BN, page_size) rows, each inside one page (common.paging, note "Box rows"); a box that starts at
 or past the length aims at page num_pages (outside the pool: TMA zero-fills it); the load warp looks a
 tile's pages up once for K and V within its 48 registers (common.paged_rows, note "Load warp
-registers": the shape of the lookups decided whether ptxas spilled). Only page sizes
-whose boxes hold >= MIN_PAGED_BOX_ROWS rows are built (16, 32, .., 256 and any multiple of 16);
-smaller ones are paging.fetch_plan's TMA gather4 route, not built here.
+registers": the shape of the lookups decided whether ptxas spilled). Boxes of >= MIN_PAGED_BOX_ROWS
+rows (page sizes that are multiples of 16) take this route on both CTAs. Any other page size (1..15,
+and those with gcd(BN, page_size) < 16, e.g. 24) is fetched row by row (`gather`, paging.fetch_plan's
+CP_ASYNC_GATHER plan) on the decode route only: its free warpgroup 4-7 (softmax1's warps and 192
+registers) looks each tile's rows up once and copies them with 16-byte loads and shared stores into
+the layout a TMA box gives (common.paged_rows, note "Row gather"); k and v are then pointers to the
+pools (PAGED_GATHER_LAUNCH_PARAMS). The two-Q-tile CTA refuses those pages: only the 48-register warps
+14-15 are free there, and ptxas spilled the gather at page 5. TMA gather4 (tile::gather4) is not built.
+
+Note "FP8" (`kv_dtype="e4m3"`, `kv_scale` tensor | kv_head | block; decode route only): K and V are
+e4m3 with float32 scales (value = e4m3 x scale) per tensor, per KV head or per (page, KV head) (paged
+caches only), the layouts of the sm_90a decode (attention/kvcache.py). Q and O stay bf16/f16. The load
+warp brings e4m3 tiles by TMA into rings k8/v8 (smem_plan's `k8`, `v8`); the convert warpgroup (warps
+4-7) writes round(e4m3 x scale) in Q's dtype into the K/V stages the MMA reads, V rows past the length as
+zeros (attention_sm100_kv, its module note says why and what rounding the reference must repeat).
+FP8 with a row gather (page sizes not multiples of 16) is refused.
 
 Note "Decode" (`num_q_tiles` 1 with `fuse_gqa`): one Q tile of MMA_M rows per CTA holding the
 `group` query heads of one KV head, packed as row r = token (r // group), head (r % group), so each
@@ -405,7 +418,10 @@ class FA4Config:
         annotated type. The KV-cache operand's routes on top: page_size 0 or one whose boxes hold >=
         MIN_PAGED_BOX_ROWS rows (note "Paged"), and num_q_tiles 1 with fuse_gqa (note "Decode"), for a
         group that divides 128; their code shapes (paged_configs()) are compiled by
-        tests/test_attention_sm100_paged.py. Note "Serving"'s fields on the two-tile contiguous
+        tests/test_attention_sm100_paged.py. On the decode route also any page size 1..256 (the row
+        gather, compiled by tests/test_attention_sm100_gather.py) and an e4m3 cache with kv_scale
+        tensor, kv_head or block (note "FP8"; tests/test_attention_sm100_kv.py), each a few code
+        shapes compiled and interpreted, not every combination. Note "Serving"'s fields on the two-tile contiguous
         prefill kernel (any window, chunk, softcap, sinks, varlen on top of the space above): the 12
         code shapes of serving_configs() are compiled, verified and interpreted by
         tests/test_attention_sm100_serving.py; the other combinations are accepted unchecked."""

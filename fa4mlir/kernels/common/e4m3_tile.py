@@ -1,5 +1,6 @@
 """The e4m3 -> f16 conversion of K/V tiles in shared memory (sm_90a decode, attention_decode_sm90
-note "FP8"): which 16-byte piece each thread of the consumer warpgroup converts, where it reads it
+note "FP8"; with a scale per row and bf16 output for the sm_100a decode route, attention_sm100_kv):
+which 16-byte piece each thread of the consumer warpgroup converts, where it reads it
 and where its f16 lands. The address math is plain integer arithmetic that runs on Python ints
 (tests/test_kvcache_fp8_banks.py counts the shared-memory banks of every access) and on DSL Values
 (`emit_convert`, the kernel's conversion), so the test checks the kernel's own formulas.

@@ -9,7 +9,6 @@ constant (a shift, or LLVM's multiply-high).
 """
 from __future__ import annotations
 
-from ...dialect import builders as fa4
 from ...dsl import Value, const, select
 
 

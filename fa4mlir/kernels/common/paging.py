@@ -18,9 +18,10 @@ box may not straddle a page (the next page is anywhere in the pool), so a tile i
 ``box_rows = gcd(bn, page_size)`` rows, which never straddle one (note "Box rows" below). When that
 box is tall enough (``MIN_TMA_BOX_ROWS``, 8; ``MIN_FP8_TMA_BOX_ROWS``, 16, for an FP8 cache) and a
 tile needs few of them (``MAX_TMA_BOXES``), the producer issues TMA boxes; otherwise (page sizes 1-7
-and odd ones, and an FP8 cache's 8-row pages) the rows are gathered by cp.async, 16 bytes a lane:
-on sm_90a by two producer warps (attention_decode_sm90, note "Gather"), on sm_100a by the load
-warp (paged_rows.gather_tile). TMA gather4 (sm_100a's tile::gather4, four arbitrary rows per
+and odd ones, and an FP8 cache's 8-row pages) the rows are gathered, 16 bytes a lane: on sm_90a by
+cp.async from two producer warps (attention_decode_sm90, note "Gather"), on sm_100a by plain 16-byte
+loads and shared stores from the decode route's free warpgroup (paged_rows, note "Row gather": the
+tcgen05.mma reads through the async proxy, so the writer fences its own stores). TMA gather4 (sm_100a's tile::gather4, four arbitrary rows per
 instruction) would issue 4x fewer instructions than a row each; it is not built (it needs a 2-D
 tensor map of the pool and a lowering and interpreter op of its own). Measured on an H200 (notes/RESULTS.md, `[D-decode-gather]`, `[D-decode-box8]`): at page
 size 1 the gather reads 3.8 TB/s where 1-row TMA boxes read 0.64, and page size 16's 4-box tiles

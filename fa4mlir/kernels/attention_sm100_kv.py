@@ -1,5 +1,7 @@
-"""The sm_100a kernel's FP8 (e4m3) KV cache: the load warp's e4m3 boxes and the convert warpgroup
-(attention_sm100_config, note "FP8"; used by attention_fwd_sm100 on the decode route).
+"""The sm_100a decode route's KV-cache roles on its free warpgroup (warps 4-7, softmax1's warps and
+192-register budget; used by attention_fwd_sm100): the FP8 (e4m3) cache's convert warpgroup with the
+load warp's e4m3 boxes (attention_sm100_config, note "FP8"), and the row gather of pages too small
+for 16-row TMA boxes (`gather_role`; its protocol is common.paged_rows' note "Row gather").
 
 Note "FP8": tcgen05.mma takes e4m3 only as kind::f8f6f4, with *both* operands 8-bit, so Q (bf16/f16)
 would have to be quantised; it stays in its dtype instead, and K/V are dequantised in shared memory
@@ -34,9 +36,13 @@ from __future__ import annotations
 
 from ..dialect import builders as fa4
 from ..dsl import PipeState, Value, const, select
-from .common import e4m3_tile
+from .attention_sm100_config import CHUNK, ELEM_BYTES, MMA_M, SWIZZLE_BYTES as SW
+from .common import e4m3_tile, paged_rows
 
 CONVERT_ROLE = ("convert", 4, 4, 192)   # name, first warp, warps, setmaxnreg: softmax1's warps and budget
+# the load role of a row gather (paged_rows, note "Row gather"): the same free warpgroup
+GATHER_ROLE = dict(first_warp=4, num_warps=4, regs=192)
+BAR_GATHER = 2                 # named barrier of the row gather's warpgroup
 
 
 def tma_spec(cfg) -> dict:
@@ -123,4 +129,46 @@ def convert_role(kb, cfg, geo, bufs, p):
         loop.yield_(s.advance())
 
 
-__all__ = ["CONVERT_ROLE", "tma_spec", "load_tile", "convert_role"]
+def gather_role(kb, cfg, geo, bufs):
+    """The gather warpgroup over pages too small for TMA boxes (paged_rows, note "Row gather"): Q by TMA
+    from one thread, then every thread copies its pieces of K_n's and V_n's rows."""
+    pipes = bufs.pipes
+    role = GATHER_ROLE
+    threads = 32 * role["num_warps"]
+    tid = kb.thread_idx(0) - 32 * role["first_warp"]
+    lane, warp = tid % 32, tid // 32
+    with kb.if_(geo.n_blocks.gt(0)).then_():
+        # 1. Q0 (and Q1), one box per 64-column chunk, from one thread
+        with kb.if_(kb.thread_idx(0).eq(32 * role["first_warp"])).then_():
+            fa4.tma_prefetch(bufs.q_desc)
+            q0 = pipes.q.initial_state()
+            pipes.q.producer_acquire(q0)
+            pipes.q.producer_commit(q0, tx_bytes=cfg.num_q_tiles * bufs.q_tile)
+            q_box = [CHUNK, cfg.group, cfg.tile_tokens, 1] if cfg.decode else [CHUNK, 1, MMA_M, 1]
+            for i in range(cfg.num_q_tiles):
+                for c in range(cfg.padded_head_dim // CHUNK):
+                    dst = kb.gep(bufs.q_smem, i * bufs.q_tile + c * MMA_M * SW, "i8")
+                    fa4.tma_load(bufs.q_desc, dst, q0.stage, [const(c * CHUNK), geo.head, geo.tile_row0(i), geo.batch],
+                                 pipe=pipes.q.name, box=q_box, elem_bytes=ELEM_BYTES)
+        # 2. per block: the rows' pool indices once, then K_n's rows, then V_n's, each stage fenced to
+        #    the async proxy and committed by every thread
+        kv_heads = kb.grid_dim(1) if cfg.decode else kb.grid_dim(1) // cfg.group
+        row_stride = (kv_heads * cfg.head_dim * ELEM_BYTES).to("i64")
+        head_offset = (geo.kv_head * cfg.head_dim * ELEM_BYTES).to("i64")
+        loop = kb.for_(0, geo.n_blocks, 1, carry=pipes.k.initial_state())
+        with loop as (n, s):
+            paged_rows.gather_rows(kb, tid, threads, n * cfg.bn, cfg.bn, geo.seqlen_k, geo.batch, bufs.page_table,
+                                   bufs.page_table_stride, bufs.num_pages, cfg.page_size, bufs.rows_smem)
+            kb.named_barrier(BAR_GATHER, threads)
+            for pipe, pool, base, tile in ((pipes.k, bufs.k_desc, bufs.k_smem, bufs.k_tile),
+                                           (pipes.v, bufs.v_desc, bufs.v_smem, bufs.v_tile)):
+                pipe.producer_acquire(s)
+                paged_rows.gather_tile(kb, bufs.rows_smem, lane, warp, role["num_warps"], pool, row_stride,
+                                       head_offset, cfg.head_dim * ELEM_BYTES, base, s.stage * tile, cfg.bn, SW)
+                kb.fence("async_smem")     # the stores -> tcgen05.mma's async proxy (note "Row gather")
+                pipe.producer_commit(s)
+            kb.named_barrier(BAR_GATHER, threads)   # every thread read rows_smem before the next tile's rows
+            loop.yield_(s.advance())
+
+
+__all__ = ["CONVERT_ROLE", "GATHER_ROLE", "tma_spec", "load_tile", "convert_role", "gather_role"]
