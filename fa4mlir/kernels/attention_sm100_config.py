@@ -122,7 +122,7 @@ NUM_THREADS = 512
 FIXED_PIPES = ("q", "s0", "s1", "p0", "p1", "o0", "o1", "c0", "c1")
 TILE_PIPES = 4                  # s_i, p_i, o_i, c_i per Q tile (the q pipe is shared)
 FP8_SCALES = ("tensor", "kv_head", "block")   # k_scale / v_scale granularities (note "FP8")
-MIN_PAGED_BOX_ROWS = 16         # paged boxes below this are the gather4 route (note "Paged"): not built
+MIN_PAGED_BOX_ROWS = 16         # paged boxes below this: the decode route's row gather (note "Paged")
 
 
 def _pad(x: int, to: int) -> int:
