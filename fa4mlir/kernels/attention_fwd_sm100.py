@@ -96,7 +96,7 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
     box = {"q": q_box, "k": (CHUNK, 1, cfg.box_rows, 1), "v": (CHUNK, 1, cfg.box_rows, 1), "o": q_box}
     if cfg.varlen:   # O is stored row by row through a pointer (note "Serving")
         del box["o"]
-    if cfg.gather:   # K and V rows by cp.async from the pools' pointers (paged_rows, note "Row gather")
+    if cfg.gather:   # K and V rows copied from the pools' pointers (paged_rows, note "Row gather")
         del box["k"], box["v"]
     tma = {n: dict(dtype=cfg.dtype, box=b, swizzle="128B") for n, b in box.items()}
     if cfg.fp8:      # e4m3 K/V, unswizzled (attention_sm100_kv)

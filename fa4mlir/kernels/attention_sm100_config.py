@@ -208,8 +208,9 @@ class FA4Config:
 
     @property
     def gather(self) -> bool:
-        """A paged cache whose pages are too small for per-page TMA boxes: the load warp's cp.async row
-        gather (note "Paged"; paged_rows, note "Row gather")."""
+        """A paged cache whose pages are too small for per-page TMA boxes (fetch_plan's gather plan): the
+        decode route's row gather, 16-byte loads and shared stores (note "Paged"; paged_rows, note "Row
+        gather")."""
         return self.paged and fetch_plan(self.bn, self.page_size, "sm_100a").fetch is KVFetch.CP_ASYNC_GATHER
 
     @property
