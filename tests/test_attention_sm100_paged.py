@@ -48,9 +48,9 @@ def test_paged_boxes_hold_at_least_16_rows(page_size, boxes):
 
 
 @pytest.mark.parametrize("kw,reason", [
-    (dict(page_size=8), "gather4 route for smaller pages is not built"),
-    (dict(page_size=1), "gather4"),
-    (dict(page_size=24), "gcd(bn, page_size) = 8 rows"),
+    (dict(page_size=8), "fetched by the row gather of the decode route"),
+    (dict(page_size=1), "row gather"),
+    (dict(page_size=24), "gcd(bn, page_size) < 16"),
     (dict(page_size=300), "page size in 1..256"),
     (dict(num_q_tiles=1), "packed into M only on the 1-Q-tile decode route"),
     (dict(fuse_gqa=True), "packed into M only on the 1-Q-tile decode route"),

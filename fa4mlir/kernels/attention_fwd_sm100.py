@@ -32,6 +32,11 @@ warp fetches each K/V tile as per-page TMA boxes (common.paged_rows) and every r
 sequence's length from cache_seqlens in place of seqlen_k; the MMA thread zeroes the V rows at or past
 the length before O += P V (note "Stale V rows"). The decode route has one Q tile of packed GQA rows:
 roles softmax1 and the tile-1 pipes are absent, and the MMA thread issues S0 <- Q0 Kn; O0 <- O0 + P0 Vn.
+Its free warps 4-7 take one of two roles: `load` for pages too small for 16-row boxes (a row gather
+by 16-byte loads and shared stores, paged_rows note "Row gather"; warp 13 is then idle), or `convert`
+for an e4m3 cache (attention_sm100_kv, note "FP8": the load warp brings e4m3 tiles, the convert
+warpgroup writes them dequantised into the K/V stages). Both write the V rows past the length as zeros,
+so the MMA thread zeroes none.
 
 Serving features (attention_sm100_config, note "Serving"): a window or chunk visits blocks first ..
 first + n_blocks - 1 (_Geometry.block) and masks with common.masks.key_window; softcap takes the tanh
@@ -61,6 +66,7 @@ from ..dialect import builders as fa4
 from ..dsl import (KernelBuilder, PipeState, Pipeline, Value, const, exp2, fma, fmax, log2, select, tanh, tree_reduce,
                    vec)
 from . import attention_sm100_config as fcfg
+from . import attention_sm100_kv as kvroles
 from .attention_sm100_config import LAUNCH_PARAMS, FA4Config  # noqa: F401  (FA4Config re-exported)
 from .common import paged_rows, tcgen05
 from .common.constants import LOG2E
@@ -91,13 +97,17 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
     box = {"q": q_box, "k": (CHUNK, 1, cfg.box_rows, 1), "v": (CHUNK, 1, cfg.box_rows, 1), "o": q_box}
     if cfg.varlen:   # O is stored row by row through a pointer (note "Serving")
         del box["o"]
-    p = kb.params_from(cfg.launch_params, tma={n: dict(dtype=cfg.dtype, box=b, swizzle="128B")
-                                               for n, b in box.items()})
+    if cfg.gather:   # K and V rows copied from the pools' pointers (paged_rows, note "Row gather")
+        del box["k"], box["v"]
+    tma = {n: dict(dtype=cfg.dtype, box=b, swizzle="128B") for n, b in box.items()}
+    if cfg.fp8:      # e4m3 K/V, unswizzled (attention_sm100_kv)
+        tma.update(k=kvroles.tma_spec(cfg), v=kvroles.tma_spec(cfg))
+    p = kb.params_from(cfg.launch_params, tma=tma)
     seqlen_q, scale_log2 = p.get("seqlen_q"), p["scale_log2"]   # varlen: per sequence, in _Geometry
     seqlen_k = p.get("seqlen_k")     # paged: each role reads cache_seqlens[b]; varlen: cu_seqlens_k (_Geometry)
 
     with kb.body():
-        bufs = _declare_buffers(kb, sm, p, cfg.num_q_tiles)
+        bufs = _declare_buffers(kb, sm, p, cfg.num_q_tiles, cfg.gather)
         warp = kb.thread_idx(0) // 32
         # 1. warp 0 allocates the TMEM columns; every warp reads the address after the barrier
         with kb.if_(warp.eq(0)).then_():
@@ -114,10 +124,14 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
             return _Geometry(kb, cfg, seqlen_q, seqlen_k, p)
 
         with kb.warp_roles():
-            with kb.role("load", **_role("load")):
+            with kb.role("load", **(kvroles.GATHER_ROLE if cfg.gather else _role("load"))):
                 _load_role(kb, cfg, geo(), bufs)
             with kb.role("mma", **_role("mma")):
                 _mma_role(kb, cfg, geo(), bufs)
+            if cfg.fp8:      # the decode route's free warps 4-7 (attention_sm100_kv)
+                name, first, n, regs = kvroles.CONVERT_ROLE
+                with kb.role(name, first_warp=first, num_warps=n, regs=regs):
+                    kvroles.convert_role(kb, cfg, geo(), bufs, p)
             for i in range(cfg.num_q_tiles):
                 with kb.role(f"softmax{i}", **_role(f"softmax{i}")):
                     _softmax_role(_Softmax(kb, cfg, geo(), bufs.pipes.tiles[i], tmem, i, scale_log2,
@@ -153,6 +167,8 @@ class _Pipes:
     k: Pipeline            # the K ring (`stages`)
     v: Pipeline            # the V ring (`stages`)
     tiles: tuple           # _TilePipes of tile 0 and tile 1 (decode: tile 0)
+    k8: Pipeline | None = None   # FP8: the e4m3 K ring, load -> convert (k and v: convert -> mma)
+    v8: Pipeline | None = None
 
 
 @dataclass(frozen=True)
@@ -177,14 +193,23 @@ class _Buffers:
     page_table_stride: Value | None = None
     sinks: Value | None = None           # sinks: float32 [heads] sink logits (note "Serving")
     total_q: Value | None = None         # varlen: rows of the packed Q (LSE is [heads, total_q])
+    k8_smem: Value | None = None         # FP8: `stages` e4m3 K / V tiles (attention_sm100_kv)
+    v8_smem: Value | None = None
+    k8_tile: int = 0
+    v8_tile: int = 0
+    rows_smem: Value | None = None       # row gather: the tile's pool rows, int32 [BN] (note "Row gather")
 
 
-def _declare_buffers(kb, sm: dict, params: dict, num_q_tiles: int = fcfg.NUM_Q_TILES) -> _Buffers:
+def _declare_buffers(kb, sm: dict, params: dict, num_q_tiles: int = fcfg.NUM_Q_TILES, gather: bool = False) -> _Buffers:
     q_smem, k_smem, v_smem = (kb.smem(f"{n}_smem", sm[n]) for n in ("q", "k", "v"))
     tmem_slot = kb.smem("tmem_slot", fcfg.TMEM_SLOT_BYTES, align=16)
     stages = sm["stages"]
-    q, k, v = (kb.pipeline(n, num_stages=st, producer="load", consumers=["mma"])
-               for n, st in (("q", 1), ("k", stages), ("v", stages)))
+    q = kb.pipeline("q", num_stages=1, producer="load", consumers=["mma"])
+    # FP8: k and v carry the converted tiles from the convert warpgroup (128 arrivals)
+    kv = dict(producer="convert", producer_arrivals=128) if "k8" in sm else dict(producer="load")
+    if gather:       # every thread of the gather warps commits (paged_rows, note "Row gather")
+        kv["producer_arrivals"] = 32 * kvroles.GATHER_ROLE["num_warps"]
+    k, v = (kb.pipeline(n, num_stages=stages, consumers=["mma"], **kv) for n in ("k", "v"))
     tiles = []
     for i in range(num_q_tiles):
         sm_i = f"softmax{i}"
@@ -196,8 +221,17 @@ def _declare_buffers(kb, sm: dict, params: dict, num_q_tiles: int = fcfg.NUM_Q_T
                           consumer_arrivals=128)))
     paged = {n: params[n] for n in ("page_table", "num_pages", "page_table_stride", "sinks", "total_q")
              if n in params}
+    rings8 = {}
+    if gather:       # the row gather's pool rows (paged_rows, note "Row gather")
+        paged["rows_smem"] = kb.smem("rows_smem", sm["gather_rows"], align=16)
+    if "k8" in sm:   # FP8 (attention_sm100_kv): the e4m3 rings, load -> convert
+        paged.update(k8_smem=kb.smem("k8_smem", sm["k8"]), v8_smem=kb.smem("v8_smem", sm["v8"]),
+                     k8_tile=sm["k8_tile"], v8_tile=sm["v8_tile"])
+        rings8 = {n: kb.pipeline(n, num_stages=stages, producer="load", consumers=["convert"], consumer_arrivals=128)
+                  for n in ("k8", "v8")}
     return _Buffers(q_smem, k_smem, v_smem, tmem_slot, sm["q_tile"], sm["k_tile"], sm["v_tile"],
-                    _Pipes(q, k, v, tuple(tiles)), *(params[n] for n in ("q", "k", "v", "o", "lse")), **paged)
+                    _Pipes(q, k, v, tuple(tiles), **rings8), *(params[n] for n in ("q", "k", "v", "o", "lse")),
+                    **paged)
 
 
 class _Geometry:
@@ -289,6 +323,8 @@ def _lane_base(kb) -> Value:
 
 # ---- load ---------------------------------------------------------------------------------------------
 def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
+    if cfg.gather:   # the decode route's row gather (attention_sm100_kv, note "Row gather")
+        return kvroles.gather_role(kb, cfg, geo, bufs)
     qk_ch, ov_ch = cfg.padded_head_dim // CHUNK, cfg.padded_head_dim_v // CHUNK
     pipes = bufs.pipes
     # a CTA without KV blocks loads nothing: its epilogue writes zeros into Q's tiles right away
@@ -314,10 +350,18 @@ def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
                 origins = paged_rows.tile_box_origins(kb, row, cfg.bn, cfg.box_rows, geo.seqlen_k, geo.batch,
                                                       bufs.page_table, bufs.page_table_stride, bufs.num_pages,
                                                       cfg.page_size)
-            for pipe, desc, base, tile, nch in ((pipes.k, bufs.k_desc, bufs.k_smem, bufs.k_tile, qk_ch),
-                                                (pipes.v, bufs.v_desc, bufs.v_smem, bufs.v_tile, ov_ch)):
+            rings = ((pipes.k, bufs.k_desc, bufs.k_smem, bufs.k_tile, qk_ch),
+                     (pipes.v, bufs.v_desc, bufs.v_smem, bufs.v_tile, ov_ch))
+            if cfg.fp8:      # the e4m3 rings (attention_sm100_kv)
+                rings = ((pipes.k8, bufs.k_desc, bufs.k8_smem, bufs.k8_tile, 0),
+                         (pipes.v8, bufs.v_desc, bufs.v8_smem, bufs.v8_tile, 0))
+            for pipe, desc, base, tile, nch in rings:
                 pipe.producer_acquire(s)
                 pipe.producer_commit(s, tx_bytes=tile)
+                if cfg.fp8:
+                    kvroles.load_tile(kb, cfg, origins if cfg.paged else None, pipe, desc, base, s, tile, geo.kv_head,
+                                  row, geo.batch)
+                    continue
                 if cfg.paged:
                     _load_paged_tile(kb, cfg, origins, pipe, desc, base, s, geo.kv_head, nch, tile)
                     continue
@@ -400,9 +444,10 @@ class _MmaCarry(NamedTuple):
 
 
 def _wait_v(kb, cfg, geo: _Geometry, bufs: _Buffers, n: Value, st: PipeState):
-    """Wait for V_n; paged or seqused_k, zero its rows at or past L_b first (note "Stale V rows")."""
+    """Wait for V_n; paged or seqused_k, zero its rows at or past L_b first (note "Stale V rows"; the
+    row gather and the FP8 conversion wrote them as zeros already)."""
     bufs.pipes.v.consumer_wait(st)
-    if cfg.paged or cfg.seqused_k:
+    if (cfg.paged or cfg.seqused_k) and not (cfg.fp8 or cfg.gather):
         valid = geo.seqlen_k - geo.block(n) * cfg.bn
         with kb.if_(valid.slt(cfg.bn)).then_():
             v_tile = kb.gep(bufs.v_smem, st.stage * bufs.v_tile, "i8")
@@ -641,7 +686,7 @@ class _Correction:
             o_pipe.consumer_wait(st.o)                   # the last O_i += P_i V completed
             kb.fence("tcgen05_after")
         store = self.store_o_rows if cfg.varlen else self.store_o_tile
-        if cfg.paged or not cfg.plain:   # a CTA without blocks: TMEM holds no O_i, so none is read
+        if cfg.paged or cfg.fp8 or not cfg.plain:   # a CTA without blocks: TMEM holds no O_i, so none is read
             br = kb.if_(geo.n_blocks.gt(0))
             with br.then_():
                 store(i, inv, empty)

@@ -40,9 +40,22 @@ sequence's length from cache_seqlens[batch] (int32, on the device) in place of s
 gcd(BN, page_size) rows, each inside one page (common.paging, note "Box rows"); a box that starts at
 or past the length aims at page num_pages (outside the pool: TMA zero-fills it); the load warp looks a
 tile's pages up once for K and V within its 48 registers (common.paged_rows, note "Load warp
-registers": the shape of the lookups decided whether ptxas spilled). Only page sizes
-whose boxes hold >= MIN_PAGED_BOX_ROWS rows are built (16, 32, .., 256 and any multiple of 16);
-smaller ones are paging.fetch_plan's TMA gather4 route, not built here.
+registers": the shape of the lookups decided whether ptxas spilled). Boxes of >= MIN_PAGED_BOX_ROWS
+rows (page sizes that are multiples of 16) take this route on both CTAs. Any other page size (1..15,
+and those with gcd(BN, page_size) < 16, e.g. 24) is fetched row by row (`gather`, paging.fetch_plan's
+CP_ASYNC_GATHER plan) on the decode route only: its free warpgroup 4-7 (softmax1's warps and 192
+registers) looks each tile's rows up once and copies them with 16-byte loads and shared stores into
+the layout a TMA box gives (common.paged_rows, note "Row gather"); k and v are then pointers to the
+pools (PAGED_GATHER_LAUNCH_PARAMS). The two-Q-tile CTA refuses those pages: only the 48-register warps
+14-15 are free there, and ptxas spilled the gather at page 5. TMA gather4 (tile::gather4) is not built.
+
+Note "FP8" (`kv_dtype="e4m3"`, `kv_scale` tensor | kv_head | block; decode route only): K and V are
+e4m3 with float32 scales (value = e4m3 x scale) per tensor, per KV head or per (page, KV head) (paged
+caches only), the layouts of the sm_90a decode (attention/kvcache.py). Q and O stay bf16/f16. The load
+warp brings e4m3 tiles by TMA into rings k8/v8 (smem_plan's `k8`, `v8`); the convert warpgroup (warps
+4-7) writes round(e4m3 x scale) in Q's dtype into the K/V stages the MMA reads, V rows past the length as
+zeros (attention_sm100_kv, its module note says why and what rounding the reference must repeat).
+FP8 with a row gather (page sizes not multiples of 16) is refused.
 
 Note "Decode" (`num_q_tiles` 1 with `fuse_gqa`): one Q tile of MMA_M rows per CTA holding the
 `group` query heads of one KV head, packed as row r = token (r // group), head (r % group), so each
@@ -108,7 +121,8 @@ NUM_THREADS = 512
 # softmax_i; p_i: softmax_i -> mma; o_i: mma -> correction; c_i: softmax_i -> correction.
 FIXED_PIPES = ("q", "s0", "s1", "p0", "p1", "o0", "o1", "c0", "c1")
 TILE_PIPES = 4                  # s_i, p_i, o_i, c_i per Q tile (the q pipe is shared)
-MIN_PAGED_BOX_ROWS = 16         # paged boxes below this are the gather4 route (note "Paged"): not built
+FP8_SCALES = ("tensor", "kv_head", "block")   # k_scale / v_scale granularities (note "FP8")
+MIN_PAGED_BOX_ROWS = 16         # paged boxes below this: the decode route's row gather (note "Paged")
 
 
 def _pad(x: int, to: int) -> int:
@@ -147,6 +161,9 @@ class FA4Config:
     sinks: bool = False             # a learned logit per head in each row's denominator (float32 [heads])
     varlen: bool = False            # packed [total, heads, D] with cu_seqlens_q / cu_seqlens_k (int32 [batch + 1])
     seqused_k: bool = False         # varlen: sequence b uses its first seqused_k[b] keys (int32 [batch])
+    # note "FP8": an e4m3 K/V cache (decode route), dequantised by the convert warpgroup
+    kv_dtype: str = ""              # "": K/V hold Q's dtype; "e4m3": FP8 with float32 k_scale / v_scale
+    kv_scale: str = ""              # FP8 scale granularity: tensor | kv_head | block (per (page, KV head))
 
     def __post_init__(self):
         # 8 and 8.0 build the same kernel: one spelling in key() and the kernel name
@@ -169,6 +186,11 @@ class FA4Config:
         return self.page_size > 0
 
     @property
+    def fp8(self) -> bool:
+        """An e4m3 K/V cache (note "FP8")."""
+        return self.kv_dtype == "e4m3"
+
+    @property
     def mask(self) -> Mask:
         """The mask object (common.mask_family) of causal, the window and the chunk."""
         return attention_mask(self.causal, (self.window_left, self.window_right), self.chunk)
@@ -185,6 +207,13 @@ class FA4Config:
         return MMA_M // self.group if self.decode else MMA_M
 
     @property
+    def gather(self) -> bool:
+        """A paged cache whose pages are too small for per-page TMA boxes (fetch_plan's gather plan): the
+        decode route's row gather, 16-byte loads and shared stores (note "Paged"; paged_rows, note "Row
+        gather")."""
+        return self.paged and fetch_plan(self.bn, self.page_size, "sm_100a").fetch is KVFetch.CP_ASYNC_GATHER
+
+    @property
     def box_rows(self) -> int:
         """K/V rows per TMA box: BN, or gcd(BN, page_size) for a paged cache (note "Paged")."""
         return fetch_plan(self.bn, self.page_size, "sm_100a").box_rows if self.paged else self.bn
@@ -193,9 +222,11 @@ class FA4Config:
     def launch_params(self) -> tuple:
         """PAGED_LAUNCH_PARAMS for a paged cache, VARLEN_LAUNCH_PARAMS for ragged lengths, else
         LAUNCH_PARAMS; then SOFTCAP_PARAMS with softcap and SINK_PARAMS with sinks (note "Serving")."""
-        base = PAGED_LAUNCH_PARAMS if self.paged else VARLEN_LAUNCH_PARAMS if self.varlen else LAUNCH_PARAMS
+        base = PAGED_GATHER_LAUNCH_PARAMS if self.gather else PAGED_LAUNCH_PARAMS if self.paged else \
+            VARLEN_LAUNCH_PARAMS if self.varlen else LAUNCH_PARAMS
         base = (*base, *(SEQUSED_PARAMS if self.seqused_k else ()))
-        return (*base, *(SOFTCAP_PARAMS if self.softcap else ()), *(SINK_PARAMS if self.sinks else ()))
+        return (*base, *(SOFTCAP_PARAMS if self.softcap else ()), *(SINK_PARAMS if self.sinks else ()),
+                *(FP8_PARAMS if self.fp8 else ()))
 
     @property
     def mma_m(self) -> int:
@@ -255,13 +286,21 @@ class FA4Config:
         q = MMA_M * self.padded_head_dim * ELEM_BYTES
         k = self.bn * self.padded_head_dim * ELEM_BYTES
         v = self.bn * self.padded_head_dim_v * ELEM_BYTES
-        barriers = 2 * (1 + TILE_PIPES * self.num_q_tiles + 2 * stages) * MBARRIER_BYTES
-        return {"q_tile": q, "k_tile": k, "v_tile": v, "q": self.num_q_tiles * q, "k": stages * k, "v": stages * v,
+        rings = 4 if self.fp8 else 2      # FP8: the e4m3 rings k8, v8 besides the converted k, v (note "FP8")
+        barriers = 2 * (1 + TILE_PIPES * self.num_q_tiles + rings * stages) * MBARRIER_BYTES
+        plan = {"q_tile": q, "k_tile": k, "v_tile": v, "q": self.num_q_tiles * q, "k": stages * k, "v": stages * v,
                 "barriers": barriers, "tmem_slot": TMEM_SLOT_BYTES}
+        if self.gather:   # the row gather's pool rows, int32 [BN] (paged_rows, note "Row gather")
+            plan["gather_rows"] = self.bn * 4
+        if self.fp8:   # e4m3 tiles, unswizzled: row r at r * D bytes
+            plan.update(k8_tile=self.bn * self.head_dim, v8_tile=self.bn * self.head_dim_v)
+            plan.update(k8=stages * plan["k8_tile"], v8=stages * plan["v8_tile"])
+        return plan
 
     def _smem_total(self, stages: int) -> int:
         t = self._tiles(stages)
-        return t["q"] + t["k"] + t["v"] + t["barriers"] + t["tmem_slot"]
+        extra = t.get("k8", 0) + t.get("v8", 0) + t.get("gather_rows", 0)
+        return t["q"] + t["k"] + t["v"] + extra + t["barriers"] + t["tmem_slot"]
 
     def smem_plan(self) -> dict:
         """Byte sizes of every SMEM region and their total (tiles are 1024-byte multiples, so the
@@ -356,6 +395,21 @@ class FA4Config:
                                f"(causal bounds the window's right side at 0, window (-1, 0) is causal=True)")
         return None
 
+    def _fp8_refusal(self) -> ConfigError | None:
+        """ConfigError unless kv_dtype / kv_scale name a built FP8 route (note "FP8") or none."""
+        if self.kv_dtype not in ("", "e4m3"):
+            return ConfigError(f"kv_dtype={self.kv_dtype!r}: '' (K/V in Q's dtype) or 'e4m3' (an FP8 cache)")
+        if (self.kv_scale not in FP8_SCALES) if self.fp8 else self.kv_scale:
+            return ConfigError(f"kv_scale={self.kv_scale!r}: one of {FP8_SCALES} for kv_dtype='e4m3', '' otherwise")
+        if self.fp8 and not self.decode:
+            return ConfigError("kv_dtype='e4m3' with num_q_tiles=2: the FP8 cache is built on the decode route "
+                               "(num_q_tiles=1, fuse_gqa=True), whose free warps 4-7 convert it; the two-Q-tile "
+                               "prefill CTA has no warpgroup to spare")
+        if self.fp8 and self.kv_scale == "block" and not self.paged:
+            return ConfigError("kv_scale='block' with page_size=0: per-(page, KV head) scales are built for a paged "
+                               "cache; a contiguous cache's token-block scales are not (use 'tensor' or 'kv_head')")
+        return None
+
     def supported(self) -> tuple[bool, str]:
         """(True, "") when the kernel is built for this config and every such config is checked to
         compile with 0 spills (tests/test_attention_sm100.py compiles all of supported_configs()),
@@ -365,7 +419,10 @@ class FA4Config:
         annotated type. The KV-cache operand's routes on top: page_size 0 or one whose boxes hold >=
         MIN_PAGED_BOX_ROWS rows (note "Paged"), and num_q_tiles 1 with fuse_gqa (note "Decode"), for a
         group that divides 128; their code shapes (paged_configs()) are compiled by
-        tests/test_attention_sm100_paged.py. Note "Serving"'s fields on the two-tile contiguous
+        tests/test_attention_sm100_paged.py. On the decode route also any page size 1..256 (the row
+        gather, compiled by tests/test_attention_sm100_gather.py) and an e4m3 cache with kv_scale
+        tensor, kv_head or block (note "FP8"; tests/test_attention_sm100_kv.py), each a few code
+        shapes compiled and interpreted, not every combination. Note "Serving"'s fields on the two-tile contiguous
         prefill kernel (any window, chunk, softcap, sinks, varlen on top of the space above): the 12
         code shapes of serving_configs() are compiled, verified and interpreted by
         tests/test_attention_sm100_serving.py; the other combinations are accepted unchecked."""
@@ -388,13 +445,23 @@ class FA4Config:
             return ConfigError(f"fuse_gqa={self.fuse_gqa} with num_q_tiles={self.num_q_tiles}: the group is packed "
                                f"into M only on the 1-Q-tile decode route (num_q_tiles=1, fuse_gqa=True); two Q "
                                f"tiles take one head each")
-        if self.paged:
-            plan = fetch_plan(self.bn, self.page_size, "sm_100a")
-            if plan.fetch is not KVFetch.TMA_BOXES or plan.box_rows < MIN_PAGED_BOX_ROWS:
-                return ConfigError(f"page_size={self.page_size}: a K/V tile of bn={self.bn} would take boxes of "
-                                   f"gcd(bn, page_size) = {gcd(self.bn, self.page_size)} rows; per-page TMA boxes are built for "
-                                   f">= {MIN_PAGED_BOX_ROWS} rows (page sizes that are multiples of "
-                                   f"{MIN_PAGED_BOX_ROWS}); the TMA gather4 route for smaller pages is not built")
+        if self.paged and not self.gather and self.box_rows < MIN_PAGED_BOX_ROWS:
+            return ConfigError(f"page_size={self.page_size}: a K/V tile of bn={self.bn} would take boxes of "
+                               f"gcd(bn, page_size) = {gcd(self.bn, self.page_size)} rows; per-page TMA boxes are built "
+                               f"for >= {MIN_PAGED_BOX_ROWS} rows")
+        if self.gather and not self.decode:
+            return ConfigError(f"page_size={self.page_size} with num_q_tiles={self.num_q_tiles}: pages that take no "
+                               f"per-page TMA box of >= {MIN_PAGED_BOX_ROWS} rows (gcd(bn, page_size) < "
+                               f"{MIN_PAGED_BOX_ROWS}) are fetched by the row gather of the decode route (num_q_tiles=1, "
+                               f"fuse_gqa=True), on its free warps 4-7; the two-Q-tile CTA has only 48-register warps "
+                               f"to spare, where ptxas spilled (page 5, head dim 128)")
+        if self.gather and self.fp8:
+            return ConfigError(f"page_size={self.page_size} with kv_dtype='e4m3': an FP8 cache arrives by per-page TMA "
+                               f"boxes (>= {MIN_PAGED_BOX_ROWS} rows, page sizes that are multiples of "
+                               f"{MIN_PAGED_BOX_ROWS}); the row gather of smaller pages is built for bf16/f16 caches")
+        refusal = self._fp8_refusal()
+        if refusal is not None:
+            return refusal
         if not self.plain and (self.paged or self.decode):
             return ConfigError(f"{self.serving_tag().lstrip('_')} with page_size={self.page_size}, num_q_tiles="
                                f"{self.num_q_tiles}: windows, chunks, softcap, sinks and ragged lengths are built for "
@@ -432,7 +499,9 @@ class FA4Config:
         route = (f" | {self.serving_tag().lstrip('_').replace('_', ' ')}" if not self.plain else "") + \
             (f" | decode: {self.group} heads x {self.tile_tokens} tokens packed" if self.decode else "") + \
             (f" | paged {self.page_size} ({self.bn // self.box_rows} boxes of {self.box_rows} rows)"
-             if self.paged else "")
+             if self.paged and not self.gather else f" | paged {self.page_size} (row gather)"
+             if self.paged else "") + \
+            (f" | e4m3 K/V, {self.kv_scale} scales, converted to {self.dtype}" if self.fp8 else "")
         return (f"FA4Config {self.dtype} qk{self.head_dim}/ov{self.head_dim_v} heads {self.num_q_heads}/"
                 f"{self.num_kv_heads} (group {self.group}){' causal' if self.causal else ''} "
                 f"bm={self.bm} ({self.num_q_tiles}x{MMA_M}) bn={self.bn} bk0={self.bk0} bk1={self.bk1} "
@@ -446,7 +515,8 @@ class FA4Config:
         ('' for the dense prefill kernel)."""
         return (f"_paged{self.page_size}" if self.paged else "") + ("_decode" if self.decode else "") + \
             ("_varlen" if self.varlen else "") + ("_used" if self.seqused_k else "") + \
-            ("_softcap" if self.softcap else "") + ("_sink" if self.sinks else "")
+            ("_softcap" if self.softcap else "") + ("_sink" if self.sinks else "") + \
+            (f"_e4m3_{self.kv_scale}" if self.fp8 else "")
 
     def serving_tag(self) -> str:
         """The tags of note "Serving"'s features: the mask beyond causal, ragged lengths, the score
@@ -488,6 +558,9 @@ LAUNCH_PARAMS = (*TENSOR_PARAMS, ("seqlen_q", "i32"), ("seqlen_k", "i32"), ("sca
 PAGED_TENSOR_PARAMS = (*TENSOR_PARAMS, ("page_table", "ptr"), ("cache_seqlens", "ptr"))
 PAGED_LAUNCH_PARAMS = (*PAGED_TENSOR_PARAMS, ("seqlen_q", "i32"), ("num_pages", "i32"),
                        ("page_table_stride", "i32"), ("scale_log2", "f32"))
+# Pages too small for per-page TMA boxes (note "Paged": the row gather): k and v are pointers to the
+# pools, contiguous [num_pages, page_size, kv_heads, D] (a row of kv_heads x D elements), not TMA tensors.
+PAGED_GATHER_LAUNCH_PARAMS = tuple((n, "ptr") if n in ("k", "v") else (n, kind) for n, kind in PAGED_LAUNCH_PARAMS)
 # Ragged lengths (note "Serving"): q, k, v are TMA tensors over the packed [total, heads, D] (viewed as
 # [1, total, heads, D]); o a plain pointer to the packed [total_q, heads, Dv] (each row is stored by its
 # own thread, so no store crosses into the next sequence); lse float32 [heads, total_q] (FlashAttention's
@@ -503,6 +576,9 @@ SEQUSED_PARAMS = (("seqused_k", "ptr"),)
 # softcap, the factor before the tanh; sinks, float32 [heads] logits (natural-log units).
 SOFTCAP_PARAMS = (("softcap_scale", "f32"),)
 SINK_PARAMS = (("sinks", "ptr"),)
+# An FP8 cache (note "FP8"), last: float32 k_scale and v_scale, [1] (tensor), [kv_heads] (kv_head) or
+# [num_pages, kv_heads] (block); value = e4m3 x scale.
+FP8_PARAMS = (("k_scale", "ptr"), ("v_scale", "ptr"))
 
 
 def _score_args(config: "FA4Config", problem, tensors) -> dict:
@@ -516,6 +592,8 @@ def _score_args(config: "FA4Config", problem, tensors) -> dict:
         args.update(scale_log2=cap * LOG2E, softcap_scale=float(problem.softmax_scale) / cap)
     if config.sinks:
         args["sinks"] = tensors["sinks"]
+    if config.fp8:
+        args.update(k_scale=tensors["k_scale"], v_scale=tensors["v_scale"])
     return args
 
 
@@ -546,15 +624,15 @@ def varlen_launch_args(config: "FA4Config", problem, tensors, *, total_q: int) -
 
 def paged_launch_args(config: "FA4Config", problem, tensors, *, num_pages: int, page_table_stride: int) -> dict:
     """PAGED_LAUNCH_PARAMS by name: `tensors` q, o ([B, Sq, H, D]), k, v (the pools), lse, page_table,
-    cache_seqlens; `problem` gives seqlen_q and softmax_scale (its seqlen_k is not read: each
-    sequence's length is cache_seqlens[b], read on the device)."""
+    cache_seqlens, and k_scale, v_scale for an FP8 cache; `problem` gives seqlen_q and softmax_scale (its
+    seqlen_k is not read: each sequence's length is cache_seqlens[b], read on the device)."""
     if not config.paged:
         raise ValueError("a contiguous config's parameters come from launch_args")
     if config.decode and problem.heads != config.num_q_heads:
         raise ValueError(f"decode: problem heads {problem.heads} != the config's num_q_heads {config.num_q_heads}")
     args = {name: tensors[name] for name, _ in PAGED_TENSOR_PARAMS}
     args.update(seqlen_q=int(problem.seqlen_q), num_pages=int(num_pages), page_table_stride=int(page_table_stride),
-                scale_log2=float(problem.softmax_scale) * LOG2E)
+                **_score_args(config, problem, tensors))
     return {name: args[name] for name, _ in config.launch_params}
 
 
@@ -577,7 +655,7 @@ def code_shape(cfg: FA4Config) -> tuple:
     group's divisor, rescale_threshold's value, num_q_heads): two configs of one shape compile to
     the same instructions."""
     shape = (cfg.dtype, cfg.head_dim, cfg.head_dim_v, cfg.causal, group_class(cfg.group), cfg.resolved_stages,
-             cfg.exp2_poly_stride, cfg.num_q_tiles, cfg.paged and cfg.bn // cfg.box_rows)
+             cfg.exp2_poly_stride, cfg.num_q_tiles, cfg.paged and cfg.bn // cfg.box_rows, cfg.kv_scale)
     if cfg.plain:
         return shape
     mask = tuple(type(p).__name__ for p in cfg.mask.parts) if not cfg.mask.is_legacy else ()
@@ -605,8 +683,8 @@ def supported_configs() -> list[FA4Config]:
 
 
 __all__ = ["FA4Config", "grid", "launch_args", "paged_launch_args", "varlen_launch_args", "LAUNCH_PARAMS",
-           "TENSOR_PARAMS", "PAGED_LAUNCH_PARAMS", "PAGED_TENSOR_PARAMS", "VARLEN_LAUNCH_PARAMS", "SEQUSED_PARAMS", "SOFTCAP_PARAMS",
-           "SINK_PARAMS", "serving_configs", "configs", "supported_configs", "paged_configs", "code_shape", "KERNEL", "ROLES", "TMEM_COLUMNS", "SMEM_CARVEOUT"]
+           "TENSOR_PARAMS", "PAGED_LAUNCH_PARAMS", "PAGED_TENSOR_PARAMS", "PAGED_GATHER_LAUNCH_PARAMS", "VARLEN_LAUNCH_PARAMS", "SEQUSED_PARAMS", "SOFTCAP_PARAMS",
+           "SINK_PARAMS", "FP8_PARAMS", "FP8_SCALES", "serving_configs", "configs", "supported_configs", "paged_configs", "code_shape", "KERNEL", "ROLES", "TMEM_COLUMNS", "SMEM_CARVEOUT"]
 
 
 PAGED_PAGE_SIZES = (16, 64, 128, 256, 48)   # 8, 2, 1, 1 and 8 boxes per BN-128 tile (48: not a power of two)

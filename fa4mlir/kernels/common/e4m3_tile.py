@@ -1,5 +1,6 @@
 """The e4m3 -> f16 conversion of K/V tiles in shared memory (sm_90a decode, attention_decode_sm90
-note "FP8"): which 16-byte piece each thread of the consumer warpgroup converts, where it reads it
+note "FP8"; with a scale per row and bf16 output for the sm_100a decode route, attention_sm100_kv):
+which 16-byte piece each thread of the consumer warpgroup converts, where it reads it
 and where its f16 lands. The address math is plain integer arithmetic that runs on Python ints
 (tests/test_kvcache_fp8_banks.py counts the shared-memory banks of every access) and on DSL Values
 (`emit_convert`, the kernel's conversion), so the test checks the kernel's own formulas.
@@ -88,31 +89,54 @@ def f16_offset(row, piece, half: int, bn: int):
     return chunk * (bn * SWIZZLE) + row * SWIZZLE + (unit ^ (row % UNITS)) * 16
 
 
-def emit_convert(kb, t: Value, tiles, bn: int, head_dim: int, ahead: int = LOADS_AHEAD) -> None:
-    """Convert e4m3 tiles to f16, thread t's slots of every tile: `tiles` is [(src, dst, valid)],
-    src the e4m3 tile, dst its f16 copy, valid None or a Value: rows at or past it are written as
-    zeros. Slot by slot, the tiles of a slot one after the other, each piece's load issued
-    `ahead` (LOADS_AHEAD) pieces ahead of its fa4.cvt_e4m3x2s (exact) and stores. The caller fences
-    the stores to the async proxy and syncs the warpgroup (or arrives on a barrier)."""
+def _scaled(word: Value, scale: Value, dtype: str) -> Value:
+    """Two f16 (an i32, low half first) times the f32 `scale`, rounded to `dtype` (note "Scaled
+    conversion")."""
+    lo = (word & 0xFFFF).to("i16").bitcast("f16").to("f32")
+    hi = (word >> 16).to("i16").bitcast("f16").to("f32")
+    return vec(lo * scale, hi * scale).to((dtype, 2)).bitcast("i32")
+
+
+def emit_convert(kb, t: Value, tiles, bn: int, head_dim: int, dtype: str = "f16", ahead: int = LOADS_AHEAD) -> None:
+    """Convert e4m3 tiles to f16, thread t's slots of every tile: `tiles` is [(src, dst, valid)] or
+    [(src, dst, valid, row_scale)], src the e4m3 tile, dst its 16-bit copy, valid None or a Value:
+    rows at or past it are written as zeros; row_scale a function of the tile row giving the f32
+    scale its values are multiplied by before they are rounded to `dtype` (note "Scaled
+    conversion"; without it the conversion is exact and `dtype` must be f16). Slot by slot, the
+    tiles of a slot one after the other, each piece's load issued `ahead` (LOADS_AHEAD) pieces ahead
+    of its fa4.cvt_e4m3x2s and stores. The caller fences the stores to the async proxy and syncs the
+    warpgroup.
+
+    Note "Scaled conversion" (the sm_100a decode's FP8 cache): value = float32(e4m3) x scale in
+    float32, then rounded to nearest even in bf16 or f16: what a reference computes as
+    (decode(k).float() * scale).to(dtype). The tile then holds the dequantised cache in Q's dtype,
+    so tcgen05.mma kind::f16 takes Q (bf16 or f16) unconverted."""
+    if dtype != "f16" and any(len(tile) < 4 or tile[3] is None for tile in tiles):
+        raise ValueError(f"an unscaled e4m3 conversion is exact to f16 only; {dtype} needs a row_scale per tile")
     slots = [slot(t, i, head_dim) for i in range(slots_per_thread(bn, head_dim))]
     items = [(row, piece, tile) for row, piece in slots for tile in tiles]
     loads = []
 
     def issue():
         if len(loads) < len(items):
-            row, piece, (src, _, _) = items[len(loads)]
+            row, piece, (src, *_) = items[len(loads)]
             loads.append(kb.load(kb.gep(src, e4m3_offset(row, piece, head_dim), "i8"), ("i32", 4), align=16))
 
     zero = const(0, ("i32", 4))
     for _ in range(ahead):
         issue()
-    for n, (row, piece, (_, dst, valid)) in enumerate(items):
+    for n, (row, piece, tile) in enumerate(items):
+        _, dst, valid = tile[:3]
+        row_scale = tile[3] if len(tile) > 3 else None
         issue()
         raw = loads[n]
         halves = []
         for w in range(4):
             halves.append(Value(fa4.cvt_e4m3x2(raw[w].to("i16"))))
             halves.append(Value(fa4.cvt_e4m3x2((raw[w] >> 16).to("i16"))))
+        if row_scale is not None:
+            scale = row_scale(row)
+            halves = [_scaled(word, scale, dtype) for word in halves]
         for h in (0, 1):
             val = vec(*halves[4 * h:4 * h + 4])
             if valid is not None:

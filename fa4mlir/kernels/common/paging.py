@@ -18,9 +18,12 @@ box may not straddle a page (the next page is anywhere in the pool), so a tile i
 ``box_rows = gcd(bn, page_size)`` rows, which never straddle one (note "Box rows" below). When that
 box is tall enough (``MIN_TMA_BOX_ROWS``, 8; ``MIN_FP8_TMA_BOX_ROWS``, 16, for an FP8 cache) and a
 tile needs few of them (``MAX_TMA_BOXES``), the producer issues TMA boxes; otherwise (page sizes 1-7
-and odd ones, and an FP8 cache's 8-row pages) the rows are gathered: cp.async per row on sm_90a
-(attention_decode_sm90, note "Gather"), TMA gather4 (four arbitrary rows per instruction) on
-sm_100a. Measured on an H200 (notes/RESULTS.md, `[D-decode-gather]`, `[D-decode-box8]`): at page
+and odd ones, and an FP8 cache's 8-row pages) the rows are gathered, 16 bytes a lane: on sm_90a by
+cp.async from two producer warps (attention_decode_sm90, note "Gather"), on sm_100a by plain 16-byte
+loads and shared stores from the decode route's free warpgroup (paged_rows, note "Row gather": the
+tcgen05.mma reads through the async proxy, so the writer fences its own stores). TMA gather4 (sm_100a's tile::gather4, four arbitrary rows per
+instruction) would issue 4x fewer instructions than a row each; it is not built (it needs a 2-D
+tensor map of the pool and a lowering and interpreter op of its own). Measured on an H200 (notes/RESULTS.md, `[D-decode-gather]`, `[D-decode-box8]`): at page
 size 1 the gather reads 3.8 TB/s where 1-row TMA boxes read 0.64, and page size 16's 4-box tiles
 4.2; at page size 8 (D128 bf16) 8-row boxes read 4.13 TB/s where the gather read 3.85. FP8 keeps
 the gather below 16 rows: its 8-row boxes (1 KiB at D128) were never timed, and the FP8 decode is
@@ -45,7 +48,6 @@ MIN_TMA_BOX_ROWS = 8         # below this the gather (1-row boxes: 6x slower tha
                              # 8-row boxes 7% faster than it at page size 8: [D-decode-box8])
 MIN_FP8_TMA_BOX_ROWS = 16    # an FP8 cache's 8-row pages stay on the gather (not timed: [D-decode-box8])
 MAX_TMA_BOXES = 8            # more boxes than this per tile: gather instead (issue latency): not timed
-GATHER4_ROWS = 4             # rows per sm_100a TMA gather4 instruction
 
 
 def check_page_size(page_size: int) -> int:
@@ -104,8 +106,7 @@ class KVFetch(enum.Enum):
     """How the producer brings a K/V tile into SMEM."""
 
     TMA_BOXES = "tma_boxes"          # bn / box_rows TMA boxes of box_rows rows, each inside one page
-    CP_ASYNC_GATHER = "cp_async"     # sm_90a: one cp.async row (D elements) per token, any page size
-    TMA_GATHER4 = "tma_gather4"      # sm_100a: TMA gather4, four rows of arbitrary pool index each
+    CP_ASYNC_GATHER = "cp_async"     # one cp.async row (D elements) per token, any page size
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,8 @@ def fetch_plan(bn: int, page_size: int, arch: str = "sm_90a", *, paged: bool = T
     cache is one page of seqlen_cache rows per sequence. A contiguous cache (``paged=False``)
     always takes one box per tile, whatever seqlen_cache: its descriptor has a batch dimension, so
     a tile running past seqlen_cache is cut by the TMA bounds (zero fill) instead of reading the
-    next sequence."""
+    next sequence. ``arch`` (sm_90a, sm_100a) takes the same plan on both today: each gathers by
+    cp.async."""
     if bn < 1 or page_size < 1:
         raise ValueError(f"bn and page_size must be >= 1, got {bn}, {page_size}")
     if not paged:
@@ -138,10 +140,8 @@ def fetch_plan(bn: int, page_size: int, arch: str = "sm_90a", *, paged: bool = T
     boxes = bn // box_rows
     if box_rows >= (MIN_FP8_TMA_BOX_ROWS if fp8 else MIN_TMA_BOX_ROWS) and boxes <= MAX_TMA_BOXES:
         return FetchPlan(KVFetch.TMA_BOXES, box_rows, boxes)
-    if arch == "sm_100a" and bn % GATHER4_ROWS == 0:
-        return FetchPlan(KVFetch.TMA_GATHER4, GATHER4_ROWS, bn // GATHER4_ROWS)
     return FetchPlan(KVFetch.CP_ASYNC_GATHER, 1, bn)
 
 
-__all__ = ["MAX_PAGE_SIZE", "MIN_TMA_BOX_ROWS", "MIN_FP8_TMA_BOX_ROWS", "MAX_TMA_BOXES", "GATHER4_ROWS", "check_page_size", "PageDivisor",
+__all__ = ["MAX_PAGE_SIZE", "MIN_TMA_BOX_ROWS", "MIN_FP8_TMA_BOX_ROWS", "MAX_TMA_BOXES", "check_page_size", "PageDivisor",
            "pool_row", "pages_spanned", "max_pages_per_tile", "KVFetch", "FetchPlan", "fetch_plan"]
