@@ -95,6 +95,7 @@ MBARRIER_BYTES = 8
 NUM_C_COLS = 2                  # correction columns per tile: [alpha | row sum, scaled row max]
 MAX_KV_STAGES = 4
 HEAD_DIMS = ((64, 64), (128, 128))   # (head_dim, head_dim_v) the kernel is built and checked for
+MLA_HEAD_DIMS = ((192, 128),)         # MLA prefill (note "MLA"): built and checked apart from HEAD_DIMS
 EXP2_POLY_STRIDES = (0, 2, 4, 8)
 ROLES = (  # name, first warp, warps, setmaxnreg
     ("softmax0", 0, 4, 192),
@@ -163,6 +164,11 @@ class FA4Config:
     def decode(self) -> bool:
         """The 1-Q-tile route with the GQA group packed into M (note "Decode")."""
         return self.num_q_tiles == 1
+
+    @property
+    def mla(self) -> bool:
+        """head_dim/head_dim_v an MLA prefill pair of MLA_HEAD_DIMS (note "MLA")."""
+        return (self.head_dim, self.head_dim_v) in MLA_HEAD_DIMS
 
     @property
     def paged(self) -> bool:
@@ -343,6 +349,22 @@ class FA4Config:
                                f"carve-out {SMEM_CARVEOUT}")
         return None
 
+    def _mla_refusal(self) -> ConfigError | None:
+        """The MLA prefill space's limits (note "MLA"): the plain two-Q-tile prefill CTA over a contiguous
+        K/V, the default exp2_poly_stride, stages 0 (its one K/V stage) -- what mla_configs() compiles."""
+        if self.paged or self.decode or not self.plain:
+            what = f"page_size={self.page_size}, num_q_tiles={self.num_q_tiles}" + \
+                (f", {self.serving_tag().lstrip('_')}" if not self.plain else "")
+            return ConfigError(f"MLA head_dim/head_dim_v {self.head_dim}/{self.head_dim_v} with {what}: MLA is built "
+                               f"for the plain contiguous two-Q-tile prefill kernel only (note \"MLA\")")
+        if self.exp2_poly_stride != FA4Config.exp2_poly_stride:
+            return ConfigError(f"MLA {self.head_dim}/{self.head_dim_v} with exp2_poly_stride={self.exp2_poly_stride}: "
+                               f"MLA is built and checked at the default {FA4Config.exp2_poly_stride} only")
+        if self.stages not in (0, 1):
+            return ConfigError(f"MLA {self.head_dim}/{self.head_dim_v} with stages={self.stages}: one K/V stage is "
+                               f"all SMEM holds next to the two 192-wide Q tiles (use 0 or 1)")
+        return None
+
     def _mask_refusal(self) -> ConfigError | None:
         """ConfigError unless the mask fields are in range and canonical (one config per mask)."""
         if self.window_left < -1 or self.window_right < -1 or self.chunk < 0:
@@ -376,11 +398,15 @@ class FA4Config:
         refusal = self._plan_refusal()
         if refusal is not None:
             return refusal
-        if (self.head_dim, self.head_dim_v) not in HEAD_DIMS:
+        if self.mla:
+            refusal = self._mla_refusal()
+            if refusal is not None:
+                return refusal
+        elif (self.head_dim, self.head_dim_v) not in HEAD_DIMS:
             mla = " (MLA: its plan fits, see plan_fits(); the kernel is not built for it)" \
                 if self.head_dim != self.head_dim_v else ""
             return ConfigError(f"head_dim/head_dim_v {self.head_dim}/{self.head_dim_v}: the kernel is built and "
-                               f"checked for {', '.join(f'{a}/{b}' for a, b in HEAD_DIMS)}{mla}")
+                               f"checked for {', '.join(f'{a}/{b}' for a, b in HEAD_DIMS + MLA_HEAD_DIMS)}{mla}")
         if self.bn != 128:
             return ConfigError(f"bn={self.bn}: the kernel is built and checked for bn=128 only (the plan fits, "
                                f"see plan_fits(), but that kernel was never compiled)")
@@ -404,7 +430,7 @@ class FA4Config:
         if self.num_qk_stages != 1 or self.num_pv_stages != 1:
             return ConfigError(f"num_qk_stages={self.num_qk_stages}, num_pv_stages={self.num_pv_stages}: only 1 "
                                f"and 1 are implemented (whole K and V tiles per pipeline stage)")
-        if self.stages == 1:
+        if self.stages == 1 and not self.mla:
             return ConfigError("stages=1: one K/V stage serialises TMA and MMA, and at head dim 128 the "
                                "kernel spills 8 bytes; use 0 (as many as fit) or >= 2")
         if self.exp2_poly_stride not in EXP2_POLY_STRIDES:
