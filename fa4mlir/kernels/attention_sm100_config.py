@@ -632,7 +632,7 @@ def supported_configs() -> list[FA4Config]:
 
 __all__ = ["FA4Config", "grid", "launch_args", "paged_launch_args", "varlen_launch_args", "LAUNCH_PARAMS",
            "TENSOR_PARAMS", "PAGED_LAUNCH_PARAMS", "PAGED_TENSOR_PARAMS", "VARLEN_LAUNCH_PARAMS", "SEQUSED_PARAMS", "SOFTCAP_PARAMS",
-           "SINK_PARAMS", "serving_configs", "configs", "supported_configs", "paged_configs", "code_shape", "KERNEL", "ROLES", "TMEM_COLUMNS", "SMEM_CARVEOUT"]
+           "SINK_PARAMS", "serving_configs", "configs", "supported_configs", "mla_configs", "paged_configs", "code_shape", "KERNEL", "ROLES", "TMEM_COLUMNS", "SMEM_CARVEOUT"]
 
 
 PAGED_PAGE_SIZES = (16, 64, 128, 256, 48)   # 8, 2, 1, 1 and 8 boxes per BN-128 tile (48: not a power of two)
@@ -669,3 +669,13 @@ def serving_configs() -> list[FA4Config]:
                    dict(varlen=True, seqused_k=True)):
             out.append(FA4Config(head_dim=d, head_dim_v=d, **base, **kw))
     return out
+
+
+def mla_configs() -> list[FA4Config]:
+    """Note "MLA"'s code shapes: head_dim 192 / head_dim_v 128 on the plain
+    two-Q-tile prefill CTA, bf16 and f16, causal or not, every GQA group class (1, a power of two,
+    other). Kept out of supported_configs() (CI's sweep); tests/test_attention_sm100_mla.py compiles,
+    verifies and interprets them."""
+    return [FA4Config(dtype=dtype, head_dim=qk, head_dim_v=ov, causal=causal, num_q_heads=12 * group,
+                      num_kv_heads=12)
+            for qk, ov in MLA_HEAD_DIMS for dtype in DTYPES for causal in (False, True) for group in (1, 4, 3)]
