@@ -66,6 +66,22 @@ compile-time field, off by default (then `plain`: the kernel's original code, it
     warpgroup's registers (a TMA box would run into the next sequence), LSE as [heads, total_q].
     With seqused_k, sequence b's keys are its first seqused_k[b] rows; the MMA thread zeroes the V rows
     past it in the tile that holds it (the paged kernel's note "Stale V rows").
+
+Note "MLA" (issue 29 item 5): head_dim 192 (Q and K: 128 nope + 64 rope) with head_dim_v 128 (V, O),
+MLA_HEAD_DIMS, on the plain two-Q-tile prefill CTA over a contiguous K/V, bf16 or f16, causal or not,
+any GQA group, at the default exp2_poly_stride. S = Q K^T is 12 MMAs of K 16 over three 64-column
+(128B-swizzle) chunks of the 192-wide Q and K tiles; O = P V is N = 128. TMEM: S0 S1 O0 O1 = 4 x 128
+= all 512 columns. SMEM: Q0 + Q1 (96 KiB) + one K (48 KiB) and one V (32 KiB) stage = 176 KiB; a
+second stage (256 KiB) does not fit, so the ring has one stage (TMA of block n + 1 waits for the MMAs
+of block n). Note "MLA registers": with one stage every Q, K and V descriptor is loop-invariant, and
+LLVM hoisted all 2 x 12 + 12 + 8 of them (64-bit each) into the 48-register MMA warp, which spilled
+64 bytes; for MLA the MMA thread offsets the tiles' addresses by the lane field of the TMEM address
+re-read from its slot (always 0), which keeps them in the loop: 0 spills. The default kernels do not
+take that path (their code is unchanged). mla_configs() lists the 12 code shapes, compiled, verified
+and interpreted by tests/test_attention_sm100_mla.py, kept out of supported_configs() (CI's sweep).
+Absorbed MLA decode (576 = 512 latent + 64 rope, V 512, one latent KV head) is refused by the plan: O
+of head dim 512 is 512 TMEM columns (none left for S) and one P V MMA of N = 512 > 256; it needs O
+split over two CTAs (or N-split MMAs with O in two halves), not built.
 """
 from __future__ import annotations
 
@@ -307,7 +323,9 @@ class FA4Config:
                                f"in Q's SMEM tile")
         if self.padded_head_dim_v > 256:
             return ConfigError(f"head_dim_v={self.head_dim_v}: O += P V is one MMA of N = "
-                               f"{self.padded_head_dim_v} > 256")
+                               f"{self.padded_head_dim_v} > 256" + (
+                                   "; absorbed MLA decode (576/512) does not fit either way: O alone takes "
+                                   "512 TMEM columns, none left for S (note \"MLA\")" if self.head_dim_v >= 512 else ""))
         if self.num_q_heads < 1 or self.num_kv_heads < 1 or self.num_q_heads % self.num_kv_heads:
             return ConfigError(f"num_q_heads={self.num_q_heads} must be a positive multiple of num_kv_heads="
                                f"{self.num_kv_heads} (GQA/MQA)")
