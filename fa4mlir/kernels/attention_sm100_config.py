@@ -408,7 +408,10 @@ class FA4Config:
         tests/test_attention_sm100_paged.py. Note "Serving"'s fields on the two-tile contiguous
         prefill kernel (any window, chunk, softcap, sinks, varlen on top of the space above): the 12
         code shapes of serving_configs() are compiled, verified and interpreted by
-        tests/test_attention_sm100_serving.py; the other combinations are accepted unchecked."""
+        tests/test_attention_sm100_serving.py; the other combinations are accepted unchecked. MLA
+        prefill (head_dim 192, head_dim_v 128, note "MLA"): the plain contiguous two-tile prefill CTA,
+        stages 0 or 1, the default exp2_poly_stride; its 12 code shapes (mla_configs()) are compiled,
+        verified and interpreted by tests/test_attention_sm100_mla.py, outside supported_configs()."""
         return _answer(self._refusal())
 
     def _refusal(self) -> ConfigError | None:
