@@ -40,6 +40,10 @@ offsets every TMA row by cu_seqlens and stores O row by row (_Correction.store_o
 visits no block (a window or chunk beyond its rows, a sequence without keys) writes zeros without
 reading O from TMEM, as the paged kernel does.
 
+MLA prefill (attention_sm100_config, note "MLA"): head_dim 192 / head_dim_v 128 is the same code with
+three 64-column chunks per Q/K tile (12 S MMAs), two per V tile, and one K/V stage; the MMA thread
+keeps its SMEM descriptors in the loop there (_Issuer._opaque_zero, note "MLA registers").
+
 Note "Stale V rows": a paged box that starts before the length L_b and ends past it brings real pool
 rows past L_b (unused rows of the last page, stale tokens), which may hold anything, NaN included.
 K's are harmless (their scores are masked to -inf by select), but O += P V multiplies V's by P = 0,
