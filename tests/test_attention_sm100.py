@@ -1,7 +1,7 @@
 """The sm_100a FlashAttention-4 forward kernel, proven without a Blackwell GPU.
 
-* FA4Config: the TMEM and SMEM plans at head dims 64, 128, 192/128 (MLA: the plan fits, the kernel
-  is not built for it) and 256 (refused, with the reason), supported()'s reasons, description(),
+* FA4Config: the TMEM and SMEM plans at head dims 64, 128, 192/128 (MLA: built, its own code shapes
+  checked by tests/test_attention_sm100_mla.py, outside the 288 below) and 256 (refused, with the reason), supported()'s reasons, description(),
   hashing and the cache key.
 * Every supported config compiles with 0 spills: supported() accepts, over a grid of every field,
   only configs of the 288 code shapes of supported_configs(), and all 288 are compiled; each
@@ -35,7 +35,7 @@ from fa4mlir.lowering import CompileOptions
 from fa4mlir.kernels import attention_fwd_sm100 as k100
 from fa4mlir.kernels.attention_sm100_config import (FA4Config, MMA_M, ROLES, SMEM_CARVEOUT,
                                                    TMEM_COLUMNS, LAUNCH_PARAMS, code_shape, configs, grid, launch_args,
-                                                   supported_configs)
+                                                   mla_configs, supported_configs)
 from fa4mlir.passes._util import PassError, attr, ops_named
 
 from fa4mlir.sass import disassemble, find_nvdisasm
@@ -71,8 +71,9 @@ def test_plan_head_dim_64():
 def test_plan_mla_192_128():
     c = FA4Config(head_dim=192, head_dim_v=128)
     assert c.plan_fits() == (True, "")
-    ok, why = c.supported()                             # planned, not built: the reason says so
-    assert not ok and "192/128" in why and "MLA" in why and "not built" in why
+    assert c.supported() == (True, "") and c.mla        # built (tests/test_attention_sm100_mla.py)
+    ok, why = FA4Config(head_dim=128, head_dim_v=64).supported()   # other MLA-like pairs: planned, not built
+    assert not ok and "128/64" in why and "MLA" in why and "not built" in why
     assert (c.padded_head_dim, c.padded_head_dim_v) == (192, 128)
     tm = c.tmem_plan()
     assert (tm["O0"], tm["O1"], tm["used"]) == (256, 384, 512)
@@ -117,19 +118,25 @@ def test_supported_space_is_the_compiled_one():
     spills' is checked, not sampled."""
     compiled_shapes = [code_shape(c) for c in supported_configs()]
     assert len(set(compiled_shapes)) == len(compiled_shapes) == 288
+    # MLA (note "MLA"): compiled by tests/test_attention_sm100_mla.py, not by the sweep below
+    mla_shapes = {code_shape(c) for c in mla_configs()}
+    assert not mla_shapes & set(compiled_shapes)
     assert all(c.supported()[0] for c in supported_configs())
     assert all(code_shape(c) in compiled_shapes for c in configs()), "the shipped configs are among them"
-    seen = set()
+    seen, seen_mla = set(), set()
     pairs = [(d, d) for d in range(16, 272, 16)] + [(192, 128), (128, 64), (256, 128)]
     for dtype, (qk, ov), bn, stages, stride, group, causal in itertools.product(
             ("bf16", "f16", "f32"), pairs, (32, 64, 128, 256), range(8), range(10), (1, 2, 3, 8, 12),
             (False, True)):
         cfg = FA4Config(dtype=dtype, head_dim=qk, head_dim_v=ov, bn=bn, stages=stages,
                         exp2_poly_stride=stride, num_q_heads=group * 2, num_kv_heads=2, causal=causal)
-        if cfg.supported()[0]:
+        if cfg.supported()[0] and cfg.mla:
+            assert code_shape(cfg) in mla_shapes, cfg
+            seen_mla.add(code_shape(cfg))
+        elif cfg.supported()[0]:
             assert code_shape(cfg) in compiled_shapes, cfg
             seen.add(code_shape(cfg))
-    assert seen == set(compiled_shapes)
+    assert seen == set(compiled_shapes) and seen_mla == mla_shapes
 
 
 def test_config_is_frozen_hashable_and_keyed():

@@ -45,6 +45,10 @@ offsets every TMA row by cu_seqlens and stores O row by row (_Correction.store_o
 visits no block (a window or chunk beyond its rows, a sequence without keys) writes zeros without
 reading O from TMEM, as the paged kernel does.
 
+MLA prefill (attention_sm100_config, note "MLA"): head_dim 192 / head_dim_v 128 is the same code with
+three 64-column chunks per Q/K tile (12 S MMAs), two per V tile, and one K/V stage; the MMA thread
+keeps its SMEM descriptors in the loop there (_Issuer._opaque_zero, note "MLA registers").
+
 Note "Stale V rows": a paged box that starts before the length L_b and ends past it brings real pool
 rows past L_b (unused rows of the last page, stale tokens), which may hold anything, NaN included.
 K's are harmless (their scores are masked to -inf by select), but O += P V multiplies V's by P = 0,
@@ -397,14 +401,23 @@ class _Issuer:
     def _tmem(self, region: str) -> Value:
         return self.kb.load(self.bufs.tmem_slot, "i32") + self.tm[region]
 
+    def _opaque_zero(self) -> Value:
+        """0, as the lane field (bits 31..16) of the TMEM address tcgen05.alloc wrote (always lane 0),
+        re-read from its SMEM slot: LLVM cannot prove it 0, so an SMEM address offset by it is not
+        loop-invariant and is not hoisted (note "MLA registers")."""
+        return self.kb.load(self.bufs.tmem_slot, "i32") >> 16
+
     def s(self, i: int, st: PipeState, k_stage: Value):
         """S_i = Q_i K^T once softmax i read S_i(n-1): head_dim / 16 MMAs 128 x BN x 16, both operands
         K-major SMEM (128B swizzle); committed to s_i.full."""
         kb, cfg, bufs = self.kb, self.cfg, self.bufs
         s_pipe = bufs.pipes.tiles[i].s
         s_pipe.producer_acquire(st)
-        q_base = kb.gep(bufs.q_smem, i * bufs.q_tile, "i8")
-        k_base = kb.gep(bufs.k_smem, k_stage * bufs.k_tile, "i8")
+        q_off, k_off = const(i * bufs.q_tile), k_stage * bufs.k_tile
+        if cfg.mla:   # note "MLA registers": the descriptors stay in the loop, not hoisted
+            q_off, k_off = self._opaque_zero() + q_off, self._opaque_zero() + k_off
+        q_base = kb.gep(bufs.q_smem, q_off, "i8")
+        k_base = kb.gep(bufs.k_smem, k_off, "i8")
         per_chunk = CHUNK // MMA_K
         s_tmem = self._tmem(f"S{i}")
         for kk in range(cfg.padded_head_dim // MMA_K):
@@ -424,7 +437,10 @@ class _Issuer:
         pipes.p.consumer_wait(st)
         pipes.o.producer_acquire(st)
         kb.fence("tcgen05_after")
-        v_base = kb.gep(bufs.v_smem, v_stage * bufs.v_tile, "i8")
+        v_off = v_stage * bufs.v_tile
+        if cfg.mla:
+            v_off = self._opaque_zero() + v_off
+        v_base = kb.gep(bufs.v_smem, v_off, "i8")
         p_tmem, o_tmem = self._tmem(f"P{i}"), self._tmem(f"O{i}")
         for kk in range(cfg.bn // MMA_K):
             b = fa4.smem_desc(kb.gep(v_base, kk * MMA_K * SW, "i8"), swizzle=SW, lbo=cfg.bn * SW, sbo=8 * SW)

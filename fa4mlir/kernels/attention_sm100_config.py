@@ -79,6 +79,22 @@ compile-time field, off by default (then `plain`: the kernel's original code, it
     warpgroup's registers (a TMA box would run into the next sequence), LSE as [heads, total_q].
     With seqused_k, sequence b's keys are its first seqused_k[b] rows; the MMA thread zeroes the V rows
     past it in the tile that holds it (the paged kernel's note "Stale V rows").
+
+Note "MLA" (issue 29 item 5): head_dim 192 (Q and K: 128 nope + 64 rope) with head_dim_v 128 (V, O),
+MLA_HEAD_DIMS, on the plain two-Q-tile prefill CTA over a contiguous K/V, bf16 or f16, causal or not,
+any GQA group, at the default exp2_poly_stride. S = Q K^T is 12 MMAs of K 16 over three 64-column
+(128B-swizzle) chunks of the 192-wide Q and K tiles; O = P V is N = 128. TMEM: S0 S1 O0 O1 = 4 x 128
+= all 512 columns. SMEM: Q0 + Q1 (96 KiB) + one K (48 KiB) and one V (32 KiB) stage = 176 KiB; a
+second stage (256 KiB) does not fit, so the ring has one stage (TMA of block n + 1 waits for the MMAs
+of block n). Note "MLA registers": with one stage every Q, K and V descriptor is loop-invariant, and
+LLVM hoisted all 2 x 12 + 12 + 8 of them (64-bit each) into the 48-register MMA warp, which spilled
+64 bytes; for MLA the MMA thread offsets the tiles' addresses by the lane field of the TMEM address
+re-read from its slot (always 0), which keeps them in the loop: 0 spills. The default kernels do not
+take that path (their code is unchanged). mla_configs() lists the 12 code shapes, compiled, verified
+and interpreted by tests/test_attention_sm100_mla.py, kept out of supported_configs() (CI's sweep).
+Absorbed MLA decode (576 = 512 latent + 64 rope, V 512, one latent KV head) is refused by the plan: O
+of head dim 512 is 512 TMEM columns (none left for S) and one P V MMA of N = 512 > 256; it needs O
+split over two CTAs (or N-split MMAs with O in two halves), not built.
 """
 from __future__ import annotations
 
@@ -108,6 +124,7 @@ MBARRIER_BYTES = 8
 NUM_C_COLS = 2                  # correction columns per tile: [alpha | row sum, scaled row max]
 MAX_KV_STAGES = 4
 HEAD_DIMS = ((64, 64), (128, 128))   # (head_dim, head_dim_v) the kernel is built and checked for
+MLA_HEAD_DIMS = ((192, 128),)         # MLA prefill (note "MLA"): built and checked apart from HEAD_DIMS
 EXP2_POLY_STRIDES = (0, 2, 4, 8)
 ROLES = (  # name, first warp, warps, setmaxnreg
     ("softmax0", 0, 4, 192),
@@ -180,6 +197,11 @@ class FA4Config:
     def decode(self) -> bool:
         """The 1-Q-tile route with the GQA group packed into M (note "Decode")."""
         return self.num_q_tiles == 1
+
+    @property
+    def mla(self) -> bool:
+        """head_dim/head_dim_v an MLA prefill pair of MLA_HEAD_DIMS (note "MLA")."""
+        return (self.head_dim, self.head_dim_v) in MLA_HEAD_DIMS
 
     @property
     def paged(self) -> bool:
@@ -340,7 +362,9 @@ class FA4Config:
                                f"in Q's SMEM tile")
         if self.padded_head_dim_v > 256:
             return ConfigError(f"head_dim_v={self.head_dim_v}: O += P V is one MMA of N = "
-                               f"{self.padded_head_dim_v} > 256")
+                               f"{self.padded_head_dim_v} > 256" + (
+                                   "; absorbed MLA decode (576/512) does not fit either way: O alone takes "
+                                   "512 TMEM columns, none left for S (note \"MLA\")" if self.head_dim_v >= 512 else ""))
         if self.num_q_heads < 1 or self.num_kv_heads < 1 or self.num_q_heads % self.num_kv_heads:
             return ConfigError(f"num_q_heads={self.num_q_heads} must be a positive multiple of num_kv_heads="
                                f"{self.num_kv_heads} (GQA/MQA)")
@@ -380,6 +404,22 @@ class FA4Config:
         if total > SMEM_CARVEOUT:
             return ConfigError(f"SMEM: {total} bytes with {self.resolved_stages} K/V stage(s) > the sm_100a "
                                f"carve-out {SMEM_CARVEOUT}")
+        return None
+
+    def _mla_refusal(self) -> ConfigError | None:
+        """The MLA prefill space's limits (note "MLA"): the plain two-Q-tile prefill CTA over a contiguous
+        K/V, the default exp2_poly_stride, stages 0 (its one K/V stage) -- what mla_configs() compiles."""
+        if self.paged or self.decode or not self.plain:
+            what = f"page_size={self.page_size}, num_q_tiles={self.num_q_tiles}" + \
+                (f", {self.serving_tag().lstrip('_')}" if not self.plain else "")
+            return ConfigError(f"MLA head_dim/head_dim_v {self.head_dim}/{self.head_dim_v} with {what}: MLA is built "
+                               f"for the plain contiguous two-Q-tile prefill kernel only (note \"MLA\")")
+        if self.exp2_poly_stride != FA4Config.exp2_poly_stride:
+            return ConfigError(f"MLA {self.head_dim}/{self.head_dim_v} with exp2_poly_stride={self.exp2_poly_stride}: "
+                               f"MLA is built and checked at the default {FA4Config.exp2_poly_stride} only")
+        if self.stages not in (0, 1):
+            return ConfigError(f"MLA {self.head_dim}/{self.head_dim_v} with stages={self.stages}: one K/V stage is "
+                               f"all SMEM holds next to the two 192-wide Q tiles (use 0 or 1)")
         return None
 
     def _mask_refusal(self) -> ConfigError | None:
@@ -425,7 +465,10 @@ class FA4Config:
         shapes compiled and interpreted, not every combination. Note "Serving"'s fields on the two-tile contiguous
         prefill kernel (any window, chunk, softcap, sinks, varlen on top of the space above): the 12
         code shapes of serving_configs() are compiled, verified and interpreted by
-        tests/test_attention_sm100_serving.py; the other combinations are accepted unchecked."""
+        tests/test_attention_sm100_serving.py; the other combinations are accepted unchecked. MLA
+        prefill (head_dim 192, head_dim_v 128, note "MLA"): the plain contiguous two-tile prefill CTA,
+        stages 0 or 1, the default exp2_poly_stride; its 12 code shapes (mla_configs()) are compiled,
+        verified and interpreted by tests/test_attention_sm100_mla.py, outside supported_configs()."""
         return _answer(self._refusal())
 
     def _refusal(self) -> ConfigError | None:
@@ -433,11 +476,15 @@ class FA4Config:
         refusal = self._plan_refusal()
         if refusal is not None:
             return refusal
-        if (self.head_dim, self.head_dim_v) not in HEAD_DIMS:
+        if self.mla:
+            refusal = self._mla_refusal()
+            if refusal is not None:
+                return refusal
+        elif (self.head_dim, self.head_dim_v) not in HEAD_DIMS:
             mla = " (MLA: its plan fits, see plan_fits(); the kernel is not built for it)" \
                 if self.head_dim != self.head_dim_v else ""
             return ConfigError(f"head_dim/head_dim_v {self.head_dim}/{self.head_dim_v}: the kernel is built and "
-                               f"checked for {', '.join(f'{a}/{b}' for a, b in HEAD_DIMS)}{mla}")
+                               f"checked for {', '.join(f'{a}/{b}' for a, b in HEAD_DIMS + MLA_HEAD_DIMS)}{mla}")
         if self.bn != 128:
             return ConfigError(f"bn={self.bn}: the kernel is built and checked for bn=128 only (the plan fits, "
                                f"see plan_fits(), but that kernel was never compiled)")
@@ -471,7 +518,7 @@ class FA4Config:
         if self.num_qk_stages != 1 or self.num_pv_stages != 1:
             return ConfigError(f"num_qk_stages={self.num_qk_stages}, num_pv_stages={self.num_pv_stages}: only 1 "
                                f"and 1 are implemented (whole K and V tiles per pipeline stage)")
-        if self.stages == 1:
+        if self.stages == 1 and not self.mla:
             return ConfigError("stages=1: one K/V stage serialises TMA and MMA, and at head dim 128 the "
                                "kernel spills 8 bytes; use 0 (as many as fit) or >= 2")
         if self.exp2_poly_stride not in EXP2_POLY_STRIDES:
@@ -684,7 +731,7 @@ def supported_configs() -> list[FA4Config]:
 
 __all__ = ["FA4Config", "grid", "launch_args", "paged_launch_args", "varlen_launch_args", "LAUNCH_PARAMS",
            "TENSOR_PARAMS", "PAGED_LAUNCH_PARAMS", "PAGED_TENSOR_PARAMS", "PAGED_GATHER_LAUNCH_PARAMS", "VARLEN_LAUNCH_PARAMS", "SEQUSED_PARAMS", "SOFTCAP_PARAMS",
-           "SINK_PARAMS", "FP8_PARAMS", "FP8_SCALES", "serving_configs", "configs", "supported_configs", "paged_configs", "code_shape", "KERNEL", "ROLES", "TMEM_COLUMNS", "SMEM_CARVEOUT"]
+           "SINK_PARAMS", "FP8_PARAMS", "FP8_SCALES", "serving_configs", "configs", "supported_configs", "mla_configs", "paged_configs", "code_shape", "KERNEL", "ROLES", "TMEM_COLUMNS", "SMEM_CARVEOUT"]
 
 
 PAGED_PAGE_SIZES = (16, 64, 128, 256, 48)   # 8, 2, 1, 1 and 8 boxes per BN-128 tile (48: not a power of two)
@@ -721,3 +768,13 @@ def serving_configs() -> list[FA4Config]:
                    dict(varlen=True, seqused_k=True)):
             out.append(FA4Config(head_dim=d, head_dim_v=d, **base, **kw))
     return out
+
+
+def mla_configs() -> list[FA4Config]:
+    """Note "MLA"'s code shapes: head_dim 192 / head_dim_v 128 on the plain
+    two-Q-tile prefill CTA, bf16 and f16, causal or not, every GQA group class (1, a power of two,
+    other). Kept out of supported_configs() (CI's sweep); tests/test_attention_sm100_mla.py compiles,
+    verifies and interprets them."""
+    return [FA4Config(dtype=dtype, head_dim=qk, head_dim_v=ov, causal=causal, num_q_heads=12 * group,
+                      num_kv_heads=12)
+            for qk, ov in MLA_HEAD_DIMS for dtype in DTYPES for causal in (False, True) for group in (1, 4, 3)]
