@@ -68,6 +68,8 @@ class MLASparseDecodeConfig:
 
     def validate(self) -> "MLASparseDecodeConfig":
         check_fields(self, {"dtype": DTYPES})
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"sparse MLA decode: dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.kv_dtype not in ("", self.dtype):
             raise ConfigError(f"sparse MLA decode: the cache must hold q's dtype {self.dtype} (kv_dtype \"\"), got "
                               f"{self.kv_dtype!r}; the FP8 cache is not built here")
