@@ -75,6 +75,7 @@ from pathlib import Path
 
 from bench import sanitize_mla as smla
 from bench import sanitize_mla_sparse as sps
+from bench import sanitize_mla_sparse_decode as spd
 from bench import sanitize_score_mod as ssm
 from bench import sanitize_varlen as svar
 from bench.sanitize_decode import DECODE_KERNELS, child_decode, decode_family, decode_features, describe
@@ -128,6 +129,8 @@ def family(kernel: str, config: dict) -> str:
         return smla.mla_family(config)
     if kernel == sps.sc.KERNEL:
         return sps.sparse_family(config)
+    if kernel == spd.dc.KERNEL:
+        return spd.sparse_decode_family(config)
     if kernel != acfg.KERNEL:
         return kernel
     order = "varlen" if config.get("varlen") else "persistent" if config["persistent"] else "tiled"
@@ -149,6 +152,8 @@ def features(kernel: str, config: dict) -> set[str]:
         return smla.mla_features(config)
     if kernel == sps.sc.KERNEL:
         return sps.sparse_features(config)
+    if kernel == spd.dc.KERNEL:
+        return spd.sparse_decode_features(config)
     if kernel != acfg.KERNEL:
         return set()
     out = {config["dtype"], f"d{config['head_dim']}", *([f"dv{config['head_dim_v']}"] if config.get("head_dim_v") else [])}
@@ -339,6 +344,8 @@ CASES = (
     *(Case(n, acfg.KERNEL, ssm.matches(mods), quick=q, child="scoremod") for n, mods, q in ssm.CASES),
     # flash_mla_sparse_fwd's kernels (mla): with and without topk_length and sinks (sanitize_mla_sparse.CASES)
     *(Case(n, sps.sc.KERNEL, sps.matches(f), quick=q, child="mla-sparse") for n, f, q in sps.CASES),
+    # flash_mla_with_kvcache(indices=)'s kernels (mla): sanitize_mla_sparse_decode.CASES
+    *(Case(n, spd.dc.KERNEL, spd.matches(f), quick=q, child="mla-sparse-decode") for n, f, q in spd.CASES),
 )
 CASES_BY_NAME = {c.name: c for c in CASES}
 
@@ -518,9 +525,9 @@ def child_watchdog(case: Case, bundle, seed: int):
 
 CHILDREN = {acfg.KERNEL: child_attention, "gemm_sm90": child_gemm, "deadlock_sm90": child_watchdog,
             **dict.fromkeys(DECODE_KERNELS, child_decode), mcfg.KERNEL: smla.child_mla,
-            sps.sc.KERNEL: sps.child_mla_sparse}
+            sps.sc.KERNEL: sps.child_mla_sparse, spd.dc.KERNEL: spd.child_mla_sparse_decode}
 VARIANT_CHILDREN = {"varlen": svar.child_varlen, "mla": smla.child_mla, "scoremod": ssm.child_scoremod,
-                    "mla-sparse": sps.child_mla_sparse}
+                    "mla-sparse": sps.child_mla_sparse, "mla-sparse-decode": spd.child_mla_sparse_decode}
 
 
 def start_cuda() -> dict:
@@ -803,7 +810,8 @@ def dry_run(args, cases: list[Case], pairs, sanitizer: str | None, seed: int) ->
     for case in cases:
         shapes = list(case.shapes)
         if case.child:
-            shapes = {"varlen": svar, "mla": smla, "scoremod": ssm, "mla-sparse": sps}[case.child].describe(case)
+            shapes = {"varlen": svar, "mla": smla, "scoremod": ssm, "mla-sparse": sps,
+                      "mla-sparse-decode": spd}[case.child].describe(case)
         elif case.kernel == acfg.KERNEL and (api := api_shape(acfg.AttnConfig.from_key(case.match[0]))):
             shapes = [f"{api} via flash_attn_func", *shapes]
         elif case.kernel in DECODE_KERNELS:
