@@ -20,7 +20,7 @@ import numpy as np
 
 from bench.sanitize_mla import nan_empty
 from bench.sanitize_mla_sparse import sparse_inputs
-from fa4mlir.kernels import attention_mla_sparse_decode_sm90_config as dc
+from fa4mlir.kernels import attention_mla_sparse_sm90_config as dc
 
 # (case name, (dtype, topk_length, split) of its kernels, quick): every sparse decode entry of the mla set
 CASES = (
@@ -37,7 +37,7 @@ def matches(entries) -> tuple[dict, ...]:
 
 
 def sparse_decode_family(config: dict) -> str:
-    return f"{dc.KERNEL}/{'split' if config['split'] else 'unsplit'}"
+    return f"{dc.DECODE_KERNEL}/{'split' if config['split'] else 'unsplit'}"
 
 
 def sparse_decode_features(config: dict) -> set[str]:

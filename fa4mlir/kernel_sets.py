@@ -387,9 +387,9 @@ def mla() -> list:
     out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s)) for t in (False, True) for s in (False, True)]
     # the sparse decode (flash_mla_with_kvcache with indices) per dtype, with and without topk_length,
     # split (merged by the head-dim-512 combine above) and unsplit
-    from .kernels.attention_mla_sparse_decode_sm90_config import DTYPES, KERNEL as SPARSE_DECODE, MLASparseDecodeConfig
-    out += [(SPARSE_DECODE, MLASparseDecodeConfig(d, topk_length=t, split=s)) for d in DTYPES for t in (False, True)
-            for s in (False, True)]
+    from .kernels.attention_mla_sparse_sm90_config import DECODE_DTYPES, DECODE_KERNEL, MLASparseDecodeConfig
+    out += [(DECODE_KERNEL, MLASparseDecodeConfig(d, topk_length=t, split=s)) for d in DECODE_DTYPES
+            for t in (False, True) for s in (False, True)]
     return out + _mla_prefill()
 
 

@@ -23,17 +23,17 @@ from fa4mlir.attention import errors as E
 from fa4mlir.attention import mla
 from fa4mlir.attention import mla_sparse_decode as sd
 from fa4mlir.kernels import attention_decode_sm90_config as dec
-from fa4mlir.kernels import attention_mla_sparse_decode_sm90_config as dc
+from fa4mlir.kernels import attention_mla_sparse_sm90_config as dc
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as sc
 from tests.test_mla_decode import _info
 
-ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.KERNEL]
+ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL]
 
 
 def test_sparse_decode_kernels_are_in_the_mla_set():
-    assert {cfg for _, cfg in ENTRIES} == {dc.MLASparseDecodeConfig(d, topk_length=t, split=s) for d in dc.DTYPES
+    assert {cfg for _, cfg in ENTRIES} == {dc.MLASparseDecodeConfig(d, topk_length=t, split=s) for d in dc.DECODE_DTYPES
                                           for t in (False, True) for s in (False, True)}
-    assert {(dec.COMBINE_KERNEL, dec.CombineConfig(d, 512)) for d in dc.DTYPES} <= set(kernel_sets.mla())
+    assert {(dec.COMBINE_KERNEL, dec.CombineConfig(d, 512)) for d in dc.DECODE_DTYPES} <= set(kernel_sets.mla())
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
@@ -114,10 +114,10 @@ def test_sparse_decode_through_the_interpreter(batch, seqlen_q, heads, topk, pag
                "lse_partial": np.full((splits, batch, heads, seqlen_q), np.nan, np.float32)}
     if lens is not None:
         tensors["topk_length"] = lens
-    args = dc.launch_args(cfg, tensors, batch=batch, seqlen_q=seqlen_q, num_splits=splits, s_kv=pages * page,
+    args = dc.decode_launch_args(cfg, tensors, batch=batch, seqlen_q=seqlen_q, num_splits=splits, s_kv=pages * page,
                           heads=heads, topk=topk, softmax_scale=problem.softmax_scale, q_strides=(heads * 576, 576),
                           kv_stride=576, indices_stride=topk)
-    interpret.load(attention_mla_sparse_sm90.build(cfg)).launch(dc.grid(batch, seqlen_q, heads, splits), args)
+    interpret.load(attention_mla_sparse_sm90.build(cfg)).launch(dc.decode_grid(batch, seqlen_q, heads, splits), args)
     if splits == 1:
         out_t = torch.from_numpy(out.view(np.int16)).view(q.dtype).float()
         lse_t = torch.from_numpy(lse)
@@ -129,7 +129,7 @@ def test_sparse_decode_through_the_interpreter(batch, seqlen_q, heads, topk, pag
     assert errs["out"] > 0
     if batch * seqlen_q > 2:        # query row 2: every entry invalid
         b, t = divmod(2, seqlen_q)
-        assert (out_t[b, t] == 0).all() and np.isposinf(lse_t[b, :, t]).all()
+        assert (out_t[b, t] == 0).all() and torch.isposinf(lse_t[b, :, t]).all()
 
 
 def test_split_range_covers_every_tile_once():
@@ -203,7 +203,7 @@ def test_plan_launches_by_the_contracts(monkeypatch, splits):
     first = plan.launches[0]
     cfg = first.kernel.cfg
     assert cfg == dc.MLASparseDecodeConfig("bf16", topk_length=True, split=splits > 1)
-    assert (dc.KERNEL, cfg) in ENTRIES
+    assert (dc.DECODE_KERNEL, cfg) in ENTRIES
     assert list(first.args) == [n for n, _ in cfg.params] and first.grid == (4 * 2 * 2, splits, 1)
     assert first.args["s_kv"] == 6400 and first.args["tokens"] == 8 and first.args["head_blocks"] == 2
     assert len(plan.launches) == (2 if splits > 1 else 1)

@@ -16,16 +16,16 @@ CASES = [c.name for c in san.CASES if c.child == "mla-sparse-decode"]
 
 
 def test_every_sparse_decode_entry_is_one_case_and_the_quick_one_has_both_families():
-    entries = [(k, cfg.key()) for k, cfg in kernel_sets.mla() if k == spd.dc.KERNEL]
+    entries = [(k, cfg.key()) for k, cfg in kernel_sets.mla() if k == spd.dc.DECODE_KERNEL]
     assert len(entries) == 8
     for _, key in entries:
         assert [c.name for c in san.CASES if key in c.match] in ([n] for n in CASES), key
     quick = [c for c in san.select_cases(True, None) if c.child == "mla-sparse-decode"]
     assert [c.name for c in quick] == ["mla-sparse-decode"]
-    assert set(quick[0].families) == {f"{spd.dc.KERNEL}/split", f"{spd.dc.KERNEL}/unsplit"}
+    assert set(quick[0].families) == {f"{spd.dc.DECODE_KERNEL}/split", f"{spd.dc.DECODE_KERNEL}/unsplit"}
     assert san.uncovered(entries) == []
     assert san.uncovered(entries, [c for c in san.CASES if c.child != "mla-sparse-decode"]) == sorted(
-        [f"{spd.dc.KERNEL}/split", f"{spd.dc.KERNEL}/unsplit", "sparse-decode-bf16", "sparse-decode-f16",
+        [f"{spd.dc.DECODE_KERNEL}/split", f"{spd.dc.DECODE_KERNEL}/unsplit", "sparse-decode-bf16", "sparse-decode-f16",
          "sparse-decode-topk_length"])
 
 

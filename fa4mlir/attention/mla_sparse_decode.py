@@ -43,7 +43,7 @@ from typing import Any
 from ..artifacts import Bundle
 from ..driver import device_info, resolve_stream
 from ..kernels import attention_decode_sm90_config as dec
-from ..kernels import attention_mla_sparse_decode_sm90_config as dc
+from ..kernels import attention_mla_sparse_sm90_config as dc
 from ..runtime import TensorInfo
 from .checks import MAX_I32, check_bundle, check_device_context, check_devices, check_layout, check_scale, read_tensor
 from .errors import DTypeError, HeadDimError, HeadsRatioError, LayoutError, ShapeError, UnsupportedFeatureError
@@ -109,7 +109,7 @@ def check_sparse_decode_inputs(q: TensorInfo, k_cache: TensorInfo, indices: Tens
     if causal is not False:
         raise UnsupportedFeatureError(_err(f"causal must be False with indices (sparse decode; FlashMLA asserts it), "
                                            f"got {causal!r}"))
-    if q.dtype not in dc.DTYPES:
+    if q.dtype not in dc.DECODE_DTYPES:
         raise DTypeError(_err(f"q must be bf16 or f16, got {q.dtype}"))
     if k_cache.dtype != q.dtype:
         raise DTypeError(_err(f"k_cache must have q's dtype {q.dtype}, got {k_cache.dtype} (the FP8 cache is not built "
@@ -122,10 +122,10 @@ def check_sparse_decode_inputs(q: TensorInfo, k_cache: TensorInfo, indices: Tens
     if type(head_dim_v) is not int or head_dim_v != dc.D_V:
         raise HeadDimError(_err(f"head_dim_v must be {dc.D_V} (V: the cache's first 512 columns), got {head_dim_v!r}"))
     tokens = batch * seqlen_q
-    if batch < 1 or seqlen_q < 1 or not dc.MIN_HEADS <= heads <= dc.MAX_HEADS \
+    if batch < 1 or seqlen_q < 1 or not dc.DECODE_MIN_HEADS <= heads <= dc.DECODE_MAX_HEADS \
             or tokens * dc.head_blocks(max(heads, 1)) > MAX_I32:
         raise ShapeError(_err(f"q [batch, seqlen_q, heads, 576] needs batch, seqlen_q >= 1, heads in "
-                              f"[{dc.MIN_HEADS}, {dc.MAX_HEADS}] and batch x seqlen_q x ceil(heads / 64) within "
+                              f"[{dc.DECODE_MIN_HEADS}, {dc.DECODE_MAX_HEADS}] and batch x seqlen_q x ceil(heads / 64) within "
                               f"int32 (the grid's x), got {tuple(q.shape)}"))
     if len(k_cache.shape) != 4 or k_cache.shape[3] != dc.D_QK:
         raise ShapeError(_err(f"k_cache must be [num_pages, page_size, 1, {dc.D_QK}], got {tuple(k_cache.shape)}"))
@@ -147,9 +147,9 @@ def check_sparse_decode_inputs(q: TensorInfo, k_cache: TensorInfo, indices: Tens
         raise ShapeError(_err(f"indices must be [batch={batch}, seqlen_q={seqlen_q}, topk], got "
                               f"{tuple(indices.shape)}"))
     topk = indices.shape[2]
-    if topk % dc.BN or not dc.MIN_TOPK <= topk <= dc.MAX_TOPK:
-        raise ShapeError(_err(f"topk (indices' last dim) must be a multiple of {dc.BN} in [{dc.MIN_TOPK}, "
-                              f"{dc.MAX_TOPK}], got {topk}; pad with -1"))
+    if topk % dc.BN or not dc.DECODE_MIN_TOPK <= topk <= dc.DECODE_MAX_TOPK:
+        raise ShapeError(_err(f"topk (indices' last dim) must be a multiple of {dc.BN} in [{dc.DECODE_MIN_TOPK}, "
+                              f"{dc.DECODE_MAX_TOPK}], got {topk}; pad with -1"))
     if indices.strides[2] != 1 or not _merges(indices, 0, 1) or (tokens > 1 and indices.strides[1] < 1):
         raise LayoutError(_err(f"indices must have unit stride along topk and batch, seqlen_q dims that fold into one "
                                f"(positive strides), got strides {indices.strides}; pass indices.contiguous()"))
@@ -183,10 +183,10 @@ def build_plan(problem: SparseDecodeProblem, source, q_strides, kv_stride: int, 
     cfg = p.config(split).validate()
     names = {n for n, kind in cfg.params if kind == "ptr"} | {n for n, _ in dec.COMBINE_TENSORS}
     refs = {n: TensorRef(n) for n in names}
-    args = dc.launch_args(cfg, refs, batch=p.batch, seqlen_q=p.seqlen_q, num_splits=p.splits, s_kv=p.s_kv,
+    args = dc.decode_launch_args(cfg, refs, batch=p.batch, seqlen_q=p.seqlen_q, num_splits=p.splits, s_kv=p.s_kv,
                           heads=p.heads, topk=p.topk, softmax_scale=p.softmax_scale, q_strides=q_strides,
                           kv_stride=kv_stride, indices_stride=indices_stride)
-    launches = [Launch(kernel_for(source, cfg), dc.grid(p.batch, p.seqlen_q, p.heads, p.splits), args)]
+    launches = [Launch(kernel_for(source, cfg), dc.decode_grid(p.batch, p.seqlen_q, p.heads, p.splits), args)]
     if split:
         combine = dec.CombineConfig(p.dtype, dc.D_V).validate()
         out_strides = (p.seqlen_q * p.heads * dc.D_V, p.heads * dc.D_V, dc.D_V)

@@ -52,8 +52,8 @@ from __future__ import annotations
 from .. import dsl
 from ..dialect import builders as fa4
 from ..dsl import KernelBuilder, Value, const, fast_div, fma, log2, select, vec
-from .attention_mla_sparse_decode_sm90_config import MLASparseDecodeConfig
-from .attention_mla_sparse_sm90_config import BN, CONSUMERS, D_QK, D_V, LOAD_REGS, MMA_REGS, STAGES, TILE_M, MLASparseConfig
+from .attention_mla_sparse_sm90_config import (BN, CONSUMERS, D_QK, D_V, LOAD_REGS, MMA_REGS, STAGES, TILE_M,
+                                               MLASparseConfig, MLASparseDecodeConfig)
 from .common.constants import LOG2E
 from .common.mla_sm90 import (CHUNK, LN2, NEG_INF, QK_CHUNKS, SWIZZLE, UNITS, WG_CHUNKS, WG_COLS, ConsumerGeometry,
                               issue_pv, issue_s, load_q, row_totals, softmax)
