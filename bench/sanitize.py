@@ -129,7 +129,7 @@ def family(kernel: str, config: dict) -> str:
         return smla.mla_family(config)
     if kernel == sps.sc.KERNEL:
         return sps.sparse_family(config)
-    if kernel == spd.dc.KERNEL:
+    if kernel == spd.dc.DECODE_KERNEL:
         return spd.sparse_decode_family(config)
     if kernel != acfg.KERNEL:
         return kernel
@@ -152,7 +152,7 @@ def features(kernel: str, config: dict) -> set[str]:
         return smla.mla_features(config)
     if kernel == sps.sc.KERNEL:
         return sps.sparse_features(config)
-    if kernel == spd.dc.KERNEL:
+    if kernel == spd.dc.DECODE_KERNEL:
         return spd.sparse_decode_features(config)
     if kernel != acfg.KERNEL:
         return set()
@@ -345,7 +345,7 @@ CASES = (
     # flash_mla_sparse_fwd's kernels (mla): with and without topk_length and sinks (sanitize_mla_sparse.CASES)
     *(Case(n, sps.sc.KERNEL, sps.matches(f), quick=q, child="mla-sparse") for n, f, q in sps.CASES),
     # flash_mla_with_kvcache(indices=)'s kernels (mla): sanitize_mla_sparse_decode.CASES
-    *(Case(n, spd.dc.KERNEL, spd.matches(f), quick=q, child="mla-sparse-decode") for n, f, q in spd.CASES),
+    *(Case(n, spd.dc.DECODE_KERNEL, spd.matches(f), quick=q, child="mla-sparse-decode") for n, f, q in spd.CASES),
 )
 CASES_BY_NAME = {c.name: c for c in CASES}
 
@@ -525,7 +525,7 @@ def child_watchdog(case: Case, bundle, seed: int):
 
 CHILDREN = {acfg.KERNEL: child_attention, "gemm_sm90": child_gemm, "deadlock_sm90": child_watchdog,
             **dict.fromkeys(DECODE_KERNELS, child_decode), mcfg.KERNEL: smla.child_mla,
-            sps.sc.KERNEL: sps.child_mla_sparse, spd.dc.KERNEL: spd.child_mla_sparse_decode}
+            sps.sc.KERNEL: sps.child_mla_sparse, spd.dc.DECODE_KERNEL: spd.child_mla_sparse_decode}
 VARIANT_CHILDREN = {"varlen": svar.child_varlen, "mla": smla.child_mla, "scoremod": ssm.child_scoremod,
                     "mla-sparse": sps.child_mla_sparse, "mla-sparse-decode": spd.child_mla_sparse_decode}
 

@@ -166,6 +166,7 @@ def _good(**kw):
     (dict(k_cache=_info((100, 64, 576))), E.ShapeError),
     (dict(k_cache=_info((100, 64, 1, 576), strides=(65 * 576, 576, 576, 1))), E.LayoutError),  # pages not even
     (dict(causal=True), E.UnsupportedFeatureError),
+    (dict(causal="False"), E.ArgumentTypeError),
     (dict(topk_length=_info((8,), "i32")), E.ShapeError),
     (dict(topk_length=_info((4,), "i64")), E.ShapeError),
     (dict(metadata=_info((65, 8), "i32")), E.ShapeError),

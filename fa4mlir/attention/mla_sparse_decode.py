@@ -45,7 +45,8 @@ from ..driver import device_info, resolve_stream
 from ..kernels import attention_decode_sm90_config as dec
 from ..kernels import attention_mla_sparse_sm90_config as dc
 from ..runtime import TensorInfo
-from .checks import MAX_I32, check_bundle, check_device_context, check_devices, check_layout, check_scale, read_tensor
+from .checks import (MAX_I32, check_bundle, check_device_context, check_devices, check_flag, check_layout, check_scale,
+                     read_tensor)
 from .errors import DTypeError, HeadDimError, HeadsRatioError, LayoutError, ShapeError, UnsupportedFeatureError
 from .mla import (ENTRY, FILL_FRACTION, MAX_SPLITS, TILE_SCHEDULER_METADATA_SIZE, CallCache, _err, _torch,
                   combine_args, combine_grid, kernel_for)
@@ -106,9 +107,8 @@ def check_sparse_decode_inputs(q: TensorInfo, k_cache: TensorInfo, indices: Tens
                                metadata: TensorInfo, num_splits: TensorInfo, softmax_scale=None, causal: Any = False,
                                topk_length: TensorInfo | None = None) -> SparseDecodeProblem:
     """Every host check of a sparse call (deviceless), typed errors naming what to pass."""
-    if causal is not False:
-        raise UnsupportedFeatureError(_err(f"causal must be False with indices (sparse decode; FlashMLA asserts it), "
-                                           f"got {causal!r}"))
+    if check_flag("causal", causal):
+        raise UnsupportedFeatureError(_err("causal must be False with indices (sparse decode; FlashMLA asserts it)"))
     if q.dtype not in dc.DECODE_DTYPES:
         raise DTypeError(_err(f"q must be bf16 or f16, got {q.dtype}"))
     if k_cache.dtype != q.dtype:

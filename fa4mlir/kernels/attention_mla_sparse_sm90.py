@@ -101,12 +101,10 @@ class _Work:
         self.token = fast_div(x, p["head_blocks_mul"], p["head_blocks_shr"])
         if self.decode:
             self.h0 = (x - self.token * p["head_blocks"]) * TILE_M
-            self.batch = fast_div(self.token, p["seqlen_q_mul"], p["seqlen_q_shr"])
-            self.t = self.token - self.batch * p["seqlen_q"]
         else:
             self.h0 = (x - self.token * (p["heads"] // TILE_M)) * TILE_M
         if cfg.topk_length:
-            at = self.batch if self.decode else self.token
+            at = self.batch_and_t(p)[0] if self.decode else self.token
             raw = kb.load(kb.gep(p["topk_length"], at, "i32"), "i32", align=4)
             self.length = raw.smax(0).smin(p["topk"])
         else:
@@ -118,6 +116,12 @@ class _Work:
             per = (self.n_tiles + p["num_splits"] - 1) // p["num_splits"]
             self.begin = (self.split * per).smin(self.n_tiles)
             self.end = (self.begin + per).smin(self.n_tiles)
+
+    def batch_and_t(self, p) -> tuple:
+        """Decode: (b, t) of token = b x seqlen_q + t, emitted where asked (the role that needs it: values
+        made before the role split stay live into the gather warp's 24 registers and spill)."""
+        batch = fast_div(self.token, p["seqlen_q_mul"], p["seqlen_q_shr"])
+        return batch, self.token - batch * p["seqlen_q"]
 
 
 # ---- producer -------------------------------------------------------------------------------------
@@ -305,6 +309,7 @@ def _decode_store(cs: ConsumerGeometry, cfg: MLASparseDecodeConfig, work: _Work,
     col0 = (cs.wg * WG_COLS + cs.t4 * 2).to(i64)
     lse_write = cs.t4.eq(0) & cs.wg.eq(0)
     heads, seqlen_q = p["heads"].to(i64), p["seqlen_q"].to(i64)
+    batch, t = (v.to(i64) for v in work.batch_and_t(p))
     if not cfg.split:       # fma(O, 1 / l, +0): -0 and an empty row's O x 0 become +0
         base = token * p["out_stride_s"] + head * p["out_stride_h"] + col0
         zero = const(0.0, "f32")
@@ -312,7 +317,7 @@ def _decode_store(cs: ConsumerGeometry, cfg: MLASparseDecodeConfig, work: _Work,
             i = acc_pair(jd, h)
             pair = vec(fma(o[i], inv, zero), fma(o[i + 1], inv, zero)).to((cfg.dtype, 2))
             kb.store(pair, kb.gep(p["out"], base + jd * 8, cfg.dtype), align=4)
-        lrow = (work.batch.to(i64) * heads + head) * seqlen_q + work.t.to(i64)
+        lrow = (batch * heads + head) * seqlen_q + t
         with kb.if_(lse_write).then_():
             kb.store(lse, kb.gep(p["lse"], lrow, "f32"), align=4)
         return
@@ -321,6 +326,6 @@ def _decode_store(cs: ConsumerGeometry, cfg: MLASparseDecodeConfig, work: _Work,
     for jd in range(WG_COLS // 8):
         i = acc_pair(jd, h)
         kb.store(vec(o[i] * inv, o[i + 1] * inv), kb.gep(p["o_partial"], base + jd * 8, "f32"), align=8)
-    lrow = ((split * p["batch"].to(i64) + work.batch.to(i64)) * heads + head) * seqlen_q + work.t.to(i64)
+    lrow = ((split * p["batch"].to(i64) + batch) * heads + head) * seqlen_q + t
     with kb.if_(lse_write).then_():
         kb.store(lse, kb.gep(p["lse_partial"], lrow, "f32"), align=4)
