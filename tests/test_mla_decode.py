@@ -129,8 +129,10 @@ def test_scale_and_causal_checks():
 def test_refusals_before_anything_runs():
     with pytest.raises(E.UnsupportedFeatureError, match="FP8"):
         mla.flash_mla_with_kvcache(None, None, None, None, 512, None, None, is_fp8_kvcache=True)
-    with pytest.raises(E.UnsupportedFeatureError, match="sparse"):
+    with pytest.raises(E.ArgumentTypeError):        # indices: the sparse decode (tests/test_mla_sparse_decode.py)
         mla.flash_mla_with_kvcache(None, None, None, None, 512, None, None, indices=np.zeros(1))
+    with pytest.raises(E.UnsupportedFeatureError, match="attn_sink"):
+        mla.flash_mla_with_kvcache(None, None, None, None, 512, None, None, indices=np.zeros(1), attn_sink=np.zeros(1))
     with pytest.raises(E.ArgumentTypeError):
         mla.flash_mla_with_kvcache(np.zeros((1, 1, 16, 576)), None, None, None, 512, None, None)
     with pytest.raises(E.HeadsRatioError):
