@@ -75,6 +75,7 @@ from pathlib import Path
 
 from bench import sanitize_mla as smla
 from bench import sanitize_mla_sparse as sps
+from bench import sanitize_mla_sparse_decode as spd
 from bench import sanitize_score_mod as ssm
 from bench import sanitize_varlen as svar
 from bench.sanitize_decode import DECODE_KERNELS, child_decode, describe
@@ -263,9 +264,9 @@ def child_watchdog(case: Case, bundle, seed: int):
 
 CHILDREN = {acfg.KERNEL: child_attention, "gemm_sm90": child_gemm, "deadlock_sm90": child_watchdog,
             **dict.fromkeys(DECODE_KERNELS, child_decode), mcfg.KERNEL: smla.child_mla,
-            sps.sc.KERNEL: sps.child_mla_sparse}
+            sps.sc.KERNEL: sps.child_mla_sparse, spd.dc.DECODE_KERNEL: spd.child_mla_sparse_decode}
 VARIANT_CHILDREN = {"varlen": svar.child_varlen, "mla": smla.child_mla, "scoremod": ssm.child_scoremod,
-                    "mla-sparse": sps.child_mla_sparse}
+                    "mla-sparse": sps.child_mla_sparse, "mla-sparse-decode": spd.child_mla_sparse_decode}
 
 
 def start_cuda() -> dict:
@@ -548,7 +549,8 @@ def dry_run(args, cases: list[Case], pairs, sanitizer: str | None, seed: int) ->
     for case in cases:
         shapes = list(case.shapes)
         if case.child:
-            shapes = {"varlen": svar, "mla": smla, "scoremod": ssm, "mla-sparse": sps}[case.child].describe(case)
+            shapes = {"varlen": svar, "mla": smla, "scoremod": ssm, "mla-sparse": sps,
+                      "mla-sparse-decode": spd}[case.child].describe(case)
         elif case.kernel == acfg.KERNEL and (api := api_shape(acfg.AttnConfig.from_key(case.match[0]))):
             shapes = [f"{api} via flash_attn_func", *shapes]
         elif case.kernel in DECODE_KERNELS:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 from bench import sanitize_mla as smla
 from bench import sanitize_mla_sparse as sps
+from bench import sanitize_mla_sparse_decode as spd
 from bench import sanitize_score_mod as ssm
 from bench.sanitize_decode import DECODE_KERNELS, decode_family, decode_features
 from fa4mlir import kernel_sets
@@ -32,6 +33,8 @@ def family(kernel: str, config: dict) -> str:
         return smla.mla_family(config)
     if kernel == sps.sc.KERNEL:
         return sps.sparse_family(config)
+    if kernel == spd.dc.DECODE_KERNEL:
+        return spd.sparse_decode_family(config)
     if kernel != acfg.KERNEL:
         return kernel
     order = "varlen" if config.get("varlen") else "persistent" if config["persistent"] else "tiled"
@@ -53,6 +56,8 @@ def features(kernel: str, config: dict) -> set[str]:
         return smla.mla_features(config)
     if kernel == sps.sc.KERNEL:
         return sps.sparse_features(config)
+    if kernel == spd.dc.DECODE_KERNEL:
+        return spd.sparse_decode_features(config)
     if kernel != acfg.KERNEL:
         return set()
     out = {config["dtype"], f"d{config['head_dim']}", *([f"dv{config['head_dim_v']}"] if config.get("head_dim_v") else [])}
@@ -248,6 +253,8 @@ CASES = (
     *(Case(n, acfg.KERNEL, ssm.matches(mods), quick=q, child="scoremod") for n, mods, q in ssm.CASES),
     # flash_mla_sparse_fwd's kernels (mla): with and without topk_length and sinks (sanitize_mla_sparse.CASES)
     *(Case(n, sps.sc.KERNEL, sps.matches(f), quick=q, child="mla-sparse") for n, f, q in sps.CASES),
+    # flash_mla_with_kvcache(indices=)'s kernels (mla): sanitize_mla_sparse_decode.CASES
+    *(Case(n, spd.dc.DECODE_KERNEL, spd.matches(f), quick=q, child="mla-sparse-decode") for n, f, q in spd.CASES),
 )
 CASES_BY_NAME = {c.name: c for c in CASES}
 

@@ -105,4 +105,29 @@ def check_mla_sparse(q, kv, indices, out, max_logits, lse, softmax_scale: float,
     return errs
 
 
-__all__ = ["gather_rows", "check_mla", "sparse_reference", "check_mla_sparse"]
+def check_mla_sparse_decode(q, k_cache, indices, out, lse, softmax_scale: float, *, topk_length=None) -> dict:
+    """The FA rule for a sparse flash_mla_with_kvcache result (CPU torch tensors) against the float64
+    sparse_reference of the same rows: q [b, s_q, h, 576], k_cache [pages, page_size, 1, 576] viewed
+    as [pages x page_size, 1, 576] (FlashMLA's indices name its rows: page x page_size + offset),
+    indices [b, s_q, topk], topk_length [b] (host), out [b, s_q, h, 512], lse [b, h, s_q]. A query row
+    with no valid entry must give out exactly 0 and lse +inf; no NaN anywhere. Returns the errors."""
+    import torch
+    b, s_q, h, d = q.shape
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+    q2, kv = q.reshape(b * s_q, h, d), k_cache.reshape(-1, 1, d)
+    idx = np.asarray(indices).reshape(b * s_q, 1, -1)
+    lens = None if topk_length is None else np.repeat(np.asarray(topk_length), s_q)
+    ref_o, _, ref_l = sparse_reference(q2, kv, idx, softmax_scale, torch.float64, topk_length=lens)
+    low_o, _, low_l = sparse_reference(q2, kv, idx, softmax_scale, q.dtype, topk_length=lens)
+    o = out.double().reshape(b * s_q, h, -1)
+    lo = lse.double().transpose(1, 2).reshape(b * s_q, h)
+    empty = torch.isposinf(ref_l)
+    assert (o[empty] == 0).all() and torch.isposinf(lo[empty]).all()
+    seen = ~empty
+    assert seen.any(), "no query row has a valid entry: nothing to check by the FA rule"
+    tally = FaTally()
+    tally.add(o[seen], low_o.double()[seen], ref_o[seen], lo[seen], low_l.double()[seen], ref_l[seen])
+    return tally.check()
+
+
+__all__ = ["gather_rows", "check_mla", "sparse_reference", "check_mla_sparse", "check_mla_sparse_decode"]

@@ -15,7 +15,8 @@ from tests._bench_helpers import RESULT_BREAKAGES, check_cli_imports_no_mlir, ch
 
 
 def test_workloads_and_unknown_names():
-    assert mb.parse_workloads("") == ["mla_prefill", "mla_decode", "mla_sparse"] == list(mb.WORKLOADS)
+    assert mb.parse_workloads("") == ["mla_prefill", "mla_decode", "mla_sparse", "mla_sparse_decode"] == \
+        list(mb.WORKLOADS)
     assert mb.parse_workloads(" mla_prefill,mla_prefill ") == ["mla_prefill"]
     with pytest.raises(ValueError, match=r"unknown mla workload\(s\) \['decode_dense'\]"):
         mb.parse_workloads("mla_prefill,decode_dense")
@@ -158,3 +159,22 @@ def test_mla_set_holds_the_mla_prefill_kernel_and_bench_holds_it():
 
 def test_mla_module_and_cli_import_no_mlir():
     check_cli_imports_no_mlir("fa4mlir.bench.mla_bench", "mla")
+
+
+def test_sparse_decode_row_counts_flops_and_bytes_as_flashmla():
+    """FlashMLA's count_flop_and_mem_vol_for_decode: FLOPs 2 x h_q x b x s_q x topk x (576 + 512);
+    bytes q + out + the distinct cache rows named (1152 bytes each in bf16). The indices are cache
+    rows page x 64 + offset inside each sequence's own pages, distinct per query token."""
+    import numpy as np
+    shape, flops = mb.row_shape("mla_sparse_decode")
+    b, sq, h, topk = 64, 2, 128, 2048
+    assert flops == 2 * h * b * sq * topk * (576 + 512)
+    table, rows = mb.sparse_decode_indices()
+    assert rows.shape == (b, sq, topk) and rows.dtype == np.int32 and table.shape == (b, 32768 // 64)
+    assert all(len(set(r.tolist())) == topk for r in rows.reshape(-1, topk))
+    for s in (0, b - 1):                                   # each sequence's rows lie in its own pages
+        assert set((rows[s] // 64).flatten().tolist()) <= set(table[s].tolist())
+    distinct = len(np.unique(rows))
+    assert b * topk <= distinct <= b * sq * topk
+    assert shape["bytes"] == 2 * b * sq * h * (576 + 512) + distinct * 1152
+    assert mb.WORKLOADS["mla_sparse_decode"] == ("mla_sparse_decode",)

@@ -26,7 +26,9 @@ from fa4mlir.kernels import attention_mla_decode_sm90_config as mc
 from fa4mlir.kernels.common.fields import ConfigError
 from fa4mlir.runtime import TensorInfo
 
-ENTRIES = [e for e in kernel_sets.mla() if e[0] not in ("attention_mla_sparse_sm90", "attention_fwd_sm90")]   # the sparse kernels: tests/test_mla_sparse.py; mla_prefill: test_attention_compile
+# the sparse kernels: tests/test_mla_sparse.py and tests/test_mla_sparse_decode.py; mla_prefill: test_attention_compile
+ENTRIES = [e for e in kernel_sets.mla()
+           if e[0] not in ("attention_mla_sparse_sm90", "attention_mla_sparse_decode_sm90", "attention_fwd_sm90")]
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
@@ -127,8 +129,10 @@ def test_scale_and_causal_checks():
 def test_refusals_before_anything_runs():
     with pytest.raises(E.UnsupportedFeatureError, match="FP8"):
         mla.flash_mla_with_kvcache(None, None, None, None, 512, None, None, is_fp8_kvcache=True)
-    with pytest.raises(E.UnsupportedFeatureError, match="sparse"):
+    with pytest.raises(E.ArgumentTypeError):        # indices: the sparse decode (tests/test_mla_sparse_decode.py)
         mla.flash_mla_with_kvcache(None, None, None, None, 512, None, None, indices=np.zeros(1))
+    with pytest.raises(E.UnsupportedFeatureError, match="attn_sink"):
+        mla.flash_mla_with_kvcache(None, None, None, None, 512, None, None, indices=np.zeros(1), attn_sink=np.zeros(1))
     with pytest.raises(E.ArgumentTypeError):
         mla.flash_mla_with_kvcache(np.zeros((1, 1, 16, 576)), None, None, None, 512, None, None)
     with pytest.raises(E.HeadsRatioError):

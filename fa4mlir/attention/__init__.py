@@ -14,6 +14,8 @@
                 paged latent cache (attention_mla_decode_sm90, then the combine)
     mla_sparse.py  FlashMLA's flash_mla_sparse_fwd: sparse MLA prefill over top-k gathered rows
                 (attention_mla_sparse_sm90)
+    mla_sparse_decode.py  FlashMLA's flash_mla_with_kvcache with indices: sparse MLA decode over the
+                paged latent cache (the same kernel, MLASparseDecodeConfig)
     varlen.py   flash_attn_varlen_func: ragged batches packed by cu_seqlens (VarlenProblem), one launch
     torch_ops.py  (imports torch; loaded on the first call with torch tensors) the fa4mlir:: torch
                 custom ops flash_attn_func goes through, with their fake (meta) implementations

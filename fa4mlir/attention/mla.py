@@ -26,8 +26,10 @@ ceil(L_b / 64) / splits KV tiles (decode_schedule.split_range); a call of one sp
 kernel's unsplit variant alone, else the split kernel and the combine (attention_combine_sm90,
 splits summed in index order: deterministic for a given split count).
 
+Sparse decode (``indices``, FlashMLA's DSA decode): attention/mla_sparse_decode.py, called from here.
+
 Not built (typed errors, UnsupportedFeatureError): the FP8 cache (is_fp8_kvcache, FlashMLA's
-656-byte layout), sparse attention (indices), more than one KV head, head dims other than 576/512.
+656-byte layout), more than one KV head, head dims other than 576/512.
 """
 from __future__ import annotations
 
@@ -74,8 +76,9 @@ def plan_splits(batch: int, seqlen_q_heads: int, num_sms: int) -> int:
 def get_mla_metadata(cache_seqlens, num_q_tokens_per_head_k: int, num_heads_k: int, num_heads_q=None,
                      is_fp8_kvcache: bool = False, topk=None):
     """FlashMLA's get_mla_metadata: (tile_scheduler_metadata [splits, 8] int32, num_splits [batch + 1]
-    int32), both on cache_seqlens' device, made without reading it (module docstring)."""
-    _refuse(is_fp8_kvcache, topk is not None, "get_mla_metadata")
+    int32), both on cache_seqlens' device, made without reading it (module docstring). With ``topk``
+    (sparse decode) num_heads_q is required and the splits are mla_sparse_decode.plan_sparse_splits'."""
+    _refuse(is_fp8_kvcache, "get_mla_metadata")
     if type(num_heads_k) is not int or num_heads_k != 1:
         raise HeadsRatioError(_err(f"num_heads_k must be 1 (one latent KV head), got {num_heads_k!r}", "get_mla_metadata"))
     if type(num_q_tokens_per_head_k) is not int or num_q_tokens_per_head_k < 1:
@@ -86,7 +89,10 @@ def get_mla_metadata(cache_seqlens, num_q_tokens_per_head_k: int, num_heads_k: i
         raise DTypeError(_err(f"cache_seqlens must be a 1-D int32 tensor [batch], got {cache_seqlens.dtype} of shape "
                               f"{tuple(cache_seqlens.shape)}", "get_mla_metadata"))
     batch = cache_seqlens.shape[0]
-    splits = plan_splits(batch, num_q_tokens_per_head_k, device_info().num_sms)
+    if topk is None:
+        splits = plan_splits(batch, num_q_tokens_per_head_k, device_info().num_sms)
+    else:
+        splits = _sparse_splits(batch, num_q_tokens_per_head_k, num_heads_q, topk)
     dev = cache_seqlens.device
     meta = torch.zeros((splits, TILE_SCHEDULER_METADATA_SIZE), dtype=torch.int32, device=dev)
     meta[:, 0] = torch.arange(splits, dtype=torch.int32, device=dev)
@@ -94,12 +100,20 @@ def get_mla_metadata(cache_seqlens, num_q_tokens_per_head_k: int, num_heads_k: i
     return meta, torch.arange(batch + 1, dtype=torch.int32, device=dev) * splits
 
 
-def _refuse(is_fp8_kvcache, sparse: bool, api: str = ENTRY) -> None:
+def _sparse_splits(batch: int, num_q_tokens: int, num_heads_q, topk) -> int:
+    from .mla_sparse_decode import plan_sparse_splits
+    if type(num_heads_q) is not int or num_heads_q < 1 or num_q_tokens % num_heads_q:
+        raise ShapeError(_err(f"with topk, num_heads_q must be an int >= 1 dividing num_q_tokens_per_head_k "
+                              f"({num_q_tokens} = seqlen_q x heads), got {num_heads_q!r}", "get_mla_metadata"))
+    if type(topk) is not int or topk < 1:
+        raise ShapeError(_err(f"topk must be an int >= 1 (indices' last dim), got {topk!r}", "get_mla_metadata"))
+    return plan_sparse_splits(batch, num_q_tokens // num_heads_q, num_heads_q, topk, device_info().num_sms)
+
+
+def _refuse(is_fp8_kvcache, api: str = ENTRY) -> None:
     if is_fp8_kvcache:
         raise UnsupportedFeatureError(_err("the FP8 latent cache (FlashMLA's 656-byte layout) is not built yet; pass a "
                                            "bf16 or f16 cache", api))
-    if sparse:
-        raise UnsupportedFeatureError(_err("sparse MLA decode (indices / topk) is not built yet", api))
 
 
 @dataclass(frozen=True)
@@ -287,11 +301,25 @@ _CALLS = CallCache()
 
 
 def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata, num_splits,
-                           softmax_scale=None, causal=False, is_fp8_kvcache=False, indices=None, *,
-                           bundle: Bundle | str | os.PathLike | None = None):
-    """FlashMLA's flash_mla_with_kvcache (module docstring): returns (out, lse). Nothing is read from
-    the device on the host; the launches go to torch's current stream."""
-    _refuse(is_fp8_kvcache, indices is not None)
+                           softmax_scale=None, causal=False, is_fp8_kvcache=False, indices=None, attn_sink=None,
+                           extra_k_cache=None, extra_indices_in_kvcache=None, topk_length=None,
+                           extra_topk_length=None, *, bundle: Bundle | str | os.PathLike | None = None):
+    """FlashMLA's flash_mla_with_kvcache (module docstring): returns (out, lse). With ``indices`` the
+    sparse decode (attention/mla_sparse_decode.py; block_table and cache_seqlens unread, may be
+    None). Nothing is read from the device on the host; the launches go to torch's current stream."""
+    _refuse(is_fp8_kvcache)
+    extras = [n for n, x in (("attn_sink", attn_sink), ("extra_k_cache", extra_k_cache),
+                             ("extra_indices_in_kvcache", extra_indices_in_kvcache),
+                             ("extra_topk_length", extra_topk_length)) if x is not None]
+    if extras:
+        raise UnsupportedFeatureError(_err(f"{', '.join(extras)} (FlashMLA's sparse-decode options) are not built yet; "
+                                           f"pass None"))
+    if indices is not None:
+        from .mla_sparse_decode import sparse_decode
+        return sparse_decode(q, k_cache, indices, head_dim_v, tile_scheduler_metadata, num_splits, softmax_scale,
+                             causal, topk_length, bundle=bundle)
+    if topk_length is not None:
+        raise UnsupportedFeatureError(_err("topk_length needs indices (sparse decode); pass None for the dense decode"))
     torch = _torch(q)
     tensors = {"q": q, "k_cache": k_cache, "block_table": block_table, "cache_seqlens": cache_seqlens,
                "tile_scheduler_metadata": tile_scheduler_metadata, "num_splits": num_splits}

@@ -24,8 +24,9 @@ The kernel (attention_mla_sparse_sm90): one CTA per (token, 64 heads), the token
 64 rows a tile by cp.async; no split (topk <= 2048 in DSA). Aliases: ``softmax_scale`` for
 sm_scale and ``sinks`` for attn_sink (keywords). Nothing is read from the device on the host.
 
-Not built: the FP8 kv cache and sparse decode over the paged cache (FlashMLA's
-flash_mla_with_kvcache with indices), d_qk 512 (FlashMLA's MODEL1), the sm_100a kernel.
+Not built: the FP8 kv cache, d_qk 512 (FlashMLA's MODEL1), the sm_100a kernel. The sparse decode
+over the paged cache (flash_mla_with_kvcache with indices) is attention/mla_sparse_decode.py, on
+this kernel.
 """
 from __future__ import annotations
 

@@ -9,6 +9,12 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    rows mla_decode_h{16,64,128}_q{1,2}; get_mla_metadata + flash_mla_with_kvcache
     mla_sparse     FlashMLA's sparse prefill shape: s_q 4096, 128 heads, topk 2048 distinct indices per
                    token into s_kv 32768 rows of [s_kv, 1, 576]; flash_mla_sparse_fwd
+    mla_sparse_decode  FlashMLA's sparse decode benchmark shape (DeepSeek-V3.2, its
+                   tests/test_flash_mla_sparse_decoding.py): batch 64, seqlen_q 2, 128 heads, topk 2048
+                   distinct positions of each sequence's 32768 cached tokens (every length 32768: FlashMLA
+                   draws them varlen), page 64, shuffled block tables; the indices are FlashMLA's cache
+                   rows page x 64 + offset; bf16 latent cache (FlashMLA's is FP8);
+                   get_mla_metadata(topk=) + flash_mla_with_kvcache(indices=)
 A workload is a name in WORKLOADS and a builder in BUILDERS (rows of runner.Row). FlashMLA
 itself is not installed on the GPU machine: the decode and sparse rows time fa4mlir alone, against
 issue 29's absolute bars (FlashMLA's published H800 figures).
@@ -29,7 +35,9 @@ TFLOP/s: FLOPs as anchors_serving counts them, 2·B·H·S²·(D_qk + D_v) / 2 fo
 (mla_flops; the same as attention_sm90_config.flops with head_dim_v); the decode and sparse rows as
 FlashMLA's benchmarks count them (attention.mla.flops_and_bytes: 2 x query rows x cached tokens x
 (576 + 512), and the bytes of the cache, q and out; attention.mla_sparse.flops: 2 x s_q x topk x h_q x
-(576 + 512)); rows with a byte count also get GB/s (`gbps` in the JSON).
+(576 + 512); attention.mla_sparse_decode.flops_and_bytes: 2 x h_q x b x s_q x topk x (576 + 512), and
+the bytes of q, out and the distinct cache rows the indices name, 1152 each in bf16 where FlashMLA
+counts its 656-byte FP8 row); rows with a byte count also get GB/s (`gbps` in the JSON).
 
 JSON (schema "fa4mlir-mla-bench/1", --out, default mla-bench.json), written after every workload:
 environment, timer, settings, `rows` (shape, FLOPs), `results` (one per row and backend: status
@@ -49,9 +57,11 @@ MLA_PREFILL = dict(batch=2, seqlen=8192, heads=16, head_dim=192, head_dim_v=128,
 MLA_DECODE = dict(batch=128, cached=4096, page_size=64)
 DECODE_HEADS, DECODE_QS = (16, 64, 128), (1, 2)
 MLA_SPARSE = dict(s_q=4096, heads=128, topk=2048, s_kv=32768)
+MLA_SPARSE_DECODE = dict(batch=64, seqlen_q=2, heads=128, topk=2048, cached=32768, page_size=64)
 DECODE_ROWS = tuple(f"mla_decode_h{h}_q{sq}" for h in DECODE_HEADS for sq in DECODE_QS)
 # workload (the --workloads names) -> its rows
-WORKLOADS = {"mla_prefill": ("mla_prefill",), "mla_decode": DECODE_ROWS, "mla_sparse": ("mla_sparse",)}
+WORKLOADS = {"mla_prefill": ("mla_prefill",), "mla_decode": DECODE_ROWS, "mla_sparse": ("mla_sparse",),
+             "mla_sparse_decode": ("mla_sparse_decode",)}
 
 
 def parse_workloads(text: str | None) -> list[str]:
@@ -87,7 +97,26 @@ def row_shape(row: str) -> tuple[dict, float]:
         d = MLA_SPARSE
         data = (d["s_q"] * d["topk"] * 576 + d["s_q"] * d["heads"] * (576 + 512)) * 2   # FlashMLA's count
         return dict(d, bytes=data), float(flops(d["s_q"], d["heads"], d["topk"]))
+    if row == "mla_sparse_decode":
+        from ..attention.mla_sparse_decode import flops_and_bytes
+        d = MLA_SPARSE_DECODE
+        flops, data = flops_and_bytes(d["batch"], d["seqlen_q"], d["heads"], sparse_decode_indices()[1])
+        return dict(d, bytes=data), float(flops)
     raise ValueError(f"unknown mla row {row!r}")
+
+
+def sparse_decode_indices():
+    """mla_sparse_decode's block table [batch, cached / page] (a shuffled page order) and indices
+    [batch, seqlen_q, topk] int32 (numpy, seed 0): per query token topk distinct positions of its
+    sequence, as FlashMLA's cache rows table[b, pos / page] x page + pos % page."""
+    import numpy as np
+    d = MLA_SPARSE_DECODE
+    b, sq, topk, n, page = d["batch"], d["seqlen_q"], d["topk"], d["cached"], d["page_size"]
+    rng = np.random.default_rng(0)
+    table = rng.permutation(b * n // page).astype(np.int64).reshape(b, n // page)
+    pos = np.stack([rng.choice(n, topk, replace=False) for _ in range(b * sq)]).reshape(b, sq, topk)
+    rows = table[np.arange(b)[:, None, None], pos // page] * page + pos % page
+    return table.astype(np.int32), rows.astype(np.int32)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -208,8 +237,41 @@ def mla_sparse_rows(torch: Any, fa4=None) -> list[Row]:
                 poisoner(torch, d["s_q"] * d["heads"] * 512, torch.bfloat16))]
 
 
+def mla_sparse_decode_rows(torch: Any, fa4=None) -> list[Row]:
+    """mla_sparse_decode's row: a bf16 latent cache of batch x 32768 tokens (/10 as FlashMLA draws
+    them; seed 0), q [64, 2, 128, 576], sparse_decode_indices. Checked on sequence 0 (its rows
+    gathered to the CPU) by _sparse_check."""
+    import fa4mlir
+    from .prefill_workloads import DEV, poisoner
+    d = MLA_SPARSE_DECODE
+    b, sq, h, topk, n, page = (d[k] for k in ("batch", "seqlen_q", "heads", "topk", "cached", "page_size"))
+    _, rows = sparse_decode_indices()
+    torch.manual_seed(0)
+    cache = torch.randn(b * n // page, page, 1, 576, dtype=torch.bfloat16, device=DEV) / 10
+    q = torch.randn(b, sq, h, 576, dtype=torch.bfloat16, device=DEV) / 10
+    indices = torch.from_numpy(rows).to(DEV)
+    seqlens = torch.full((b,), n, dtype=torch.int32, device=DEV)
+    meta = fa4mlir.get_mla_metadata(seqlens, sq * h, 1, h, topk=topk)
+    scale = 576 ** -0.5
+    named = torch.unique(indices[0].flatten().long())              # sequence 0's rows, remapped 0..
+    kv0 = cache.view(-1, 1, 576)[named]
+    local = torch.searchsorted(named, indices[0].long()).to(torch.int32).view(sq, 1, topk)
+    check = _sparse_check(torch, q[0], kv0, local, scale, tokens=sq)
+    shape, flops = row_shape("mla_sparse_decode")
+    call = {"fa4mlir": lambda: (lambda: fa4mlir.flash_mla_with_kvcache(q, cache, None, None, 512, meta[0], meta[1],
+                                                                       indices=indices))}
+
+    def check_row(result) -> dict:      # out [0]: sequence 0 by the rule; NaN over the whole out
+        r = check((result[0][0],))
+        nan = int(torch.isnan(result[0]).sum())
+        return dict(r, nan_out=nan, fa_rule_ok=r["fa_rule_ok"] and nan == 0)
+    return [Row("mla_sparse_decode", "mla_sparse_decode", shape, flops, call, check_row,
+                poisoner(torch, b * sq * h * 512, torch.bfloat16))]
+
+
 # workload -> builder(torch, fa4) -> rows
-BUILDERS = {"mla_prefill": mla_prefill_rows, "mla_decode": mla_decode_rows, "mla_sparse": mla_sparse_rows}
+BUILDERS = {"mla_prefill": mla_prefill_rows, "mla_decode": mla_decode_rows, "mla_sparse": mla_sparse_rows,
+            "mla_sparse_decode": mla_sparse_decode_rows}
 
 
 # ----------------------------------------------------------------------------------------------

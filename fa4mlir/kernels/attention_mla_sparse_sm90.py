@@ -36,13 +36,24 @@ does.
 Note "Sinks" (FlashMLA: out x exp(lse) / (exp(lse) + exp(sink)), lse and max_logits unchanged):
 with lse = ln l + m s (s the softmax scale, l = sum exp2((S - m) s log2 e)) that is
 O / (l + exp2(sink log2 e - m s log2 e)); sink = -inf adds 0, +inf gives out 0.
+
+Note "Decode" (MLASparseDecodeConfig: FlashMLA's flash_mla_with_kvcache with indices): the same
+kernel over the paged latent cache viewed as [num_pages x page_size, 576] rows, since FlashMLA's
+indices already name a cache row (page x page_size + offset; its flash_mla_interface.py), and
+tokens = batch x seqlen_q (q's and the indices' batch and seqlen_q dims merge). What changes: q's
+dtype may be f16; heads 1..128 in ceil(h_q / 64) blocks, the rows past h_q zero in Q and never
+stored; topk_length is per batch; no max_logits; lse is [batch, h_q, seqlen_q]; and with a split
+(grid y) CTA y attends tiles [y p, y p + p) of the token's ceil(L / 64), p = ceil(tiles / splits),
+and writes float32 partials (O / l, LSE -inf when it saw no key) that attention_combine_sm90 (head
+dim 512) merges. The gather and the consumers' tile step are the prefill's, unchanged.
 """
 from __future__ import annotations
 
 from .. import dsl
 from ..dialect import builders as fa4
 from ..dsl import KernelBuilder, Value, const, fast_div, fma, log2, select, vec
-from .attention_mla_sparse_sm90_config import BN, CONSUMERS, D_QK, LOAD_REGS, MMA_REGS, STAGES, TILE_M, MLASparseConfig
+from .attention_mla_sparse_sm90_config import (BN, CONSUMERS, D_QK, D_V, LOAD_REGS, MMA_REGS, STAGES, TILE_M,
+                                               MLASparseConfig, MLASparseDecodeConfig)
 from .common.constants import LOG2E
 from .common.mla_sm90 import (CHUNK, LN2, NEG_INF, QK_CHUNKS, SWIZZLE, UNITS, WG_CHUNKS, WG_COLS, ConsumerGeometry,
                               issue_pv, issue_s, load_q, row_totals, softmax)
@@ -53,7 +64,9 @@ ROWS_PER_LANE = BN // GATHER_LANES      # 2
 BAR_GATHER = 4                          # the gather warp's own named barrier (common.mla_sm90 uses 1-3)
 
 
-def build(cfg: MLASparseConfig = MLASparseConfig()) -> dsl.KernelIR:
+def build(cfg: MLASparseConfig | MLASparseDecodeConfig = MLASparseConfig()) -> dsl.KernelIR:
+    """The sparse prefill (MLASparseConfig) or the sparse decode over the paged cache
+    (MLASparseDecodeConfig: note "Decode")."""
     cfg.validate()
     kb = KernelBuilder(cfg.name(), arch="sm_90a", block=(cfg.threads, 1, 1), config=cfg.key(), min_ctas_per_sm=1)
     p = kb.params_from(cfg.params, tma={})
@@ -79,18 +92,36 @@ def build(cfg: MLASparseConfig = MLASparseConfig()) -> dsl.KernelIR:
 
 class _Work:
     """This CTA's token, its first head h0, and L: the token's attended list length (topk, or
-    topk_length[token] clamped into [0, topk]), in ceil(L / BN) tiles."""
+    topk_length[token] clamped into [0, topk]; decode: topk_length[batch]), in ceil(L / BN) tiles,
+    of which it attends [begin, end) (all of them unless the decode is split: note "Decode")."""
 
-    def __init__(self, kb, cfg: MLASparseConfig, p):
+    def __init__(self, kb, cfg, p):
+        self.decode = isinstance(cfg, MLASparseDecodeConfig)
         x = kb.block_idx(0)
         self.token = fast_div(x, p["head_blocks_mul"], p["head_blocks_shr"])
-        self.h0 = (x - self.token * (p["heads"] // TILE_M)) * TILE_M
+        if self.decode:
+            self.h0 = (x - self.token * p["head_blocks"]) * TILE_M
+        else:
+            self.h0 = (x - self.token * (p["heads"] // TILE_M)) * TILE_M
         if cfg.topk_length:
-            raw = kb.load(kb.gep(p["topk_length"], self.token, "i32"), "i32", align=4)
+            at = self.batch_and_t(p)[0] if self.decode else self.token
+            raw = kb.load(kb.gep(p["topk_length"], at, "i32"), "i32", align=4)
             self.length = raw.smax(0).smin(p["topk"])
         else:
             self.length = p["topk"]
         self.n_tiles = (self.length + (BN - 1)) // BN
+        self.begin, self.end = 0, self.n_tiles
+        if self.decode and cfg.split:
+            self.split = kb.block_idx(1)
+            per = (self.n_tiles + p["num_splits"] - 1) // p["num_splits"]
+            self.begin = (self.split * per).smin(self.n_tiles)
+            self.end = (self.begin + per).smin(self.n_tiles)
+
+    def batch_and_t(self, p) -> tuple:
+        """Decode: (b, t) of token = b x seqlen_q + t, emitted where asked (the role that needs it: values
+        made before the role split stay live into the gather warp's 24 registers and spill)."""
+        batch = fast_div(self.token, p["seqlen_q_mul"], p["seqlen_q_shr"])
+        return batch, self.token - batch * p["seqlen_q"]
 
 
 # ---- producer -------------------------------------------------------------------------------------
@@ -110,7 +141,7 @@ def _gather_role(kb, work: _Work, p, kv_smem, kv_pipe, bias_smem, rows_smem):
     tile_bytes = MLASparseConfig.tile_bytes()
     idx_row = kb.gep(p["indices"], work.token.to("i64") * p["indices_stride_s"], "i32")
     kv_lane = kb.gep(p["kv"], unit * 8, "bf16")    # this lane's 16-byte unit of row 0
-    loop = kb.for_(0, work.n_tiles, 1, carry=kv_pipe.initial_state())
+    loop = kb.for_(work.begin, work.end, 1, carry=kv_pipe.initial_state())
     with loop as (j, s):
         # 1. this lane's rows: position in the token's list -> index -> validity, element offset
         rows = []
@@ -147,11 +178,13 @@ def _gather_role(kb, work: _Work, p, kv_smem, kv_pipe, bias_smem, rows_smem):
 # ---- consumers ------------------------------------------------------------------------------------
 
 def _load_q(cs: ConsumerGeometry, work: _Work, p, q_smem, q_slot, dtype: str):
-    """Q's 64 heads h0 .. h0 + 63 of the token (every row real: h_q is a multiple of 64)."""
+    """Q's 64 heads h0 .. h0 + 63 of the token (prefill: every row real, h_q is a multiple of 64;
+    decode: heads past h_q land as zeros and read nothing)."""
     base = work.token.to("i64") * p["q_stride_s"]
 
     def row_source(r, cu):
-        return None, base + (work.h0 + r).to("i64") * p["q_stride_h"] + (cu * 8).to("i64")
+        ok = (work.h0 + r).slt(p["heads"]) if work.decode else None
+        return ok, base + (work.h0 + r).to("i64") * p["q_stride_h"] + (cu * 8).to("i64")
 
     load_q(cs, q_smem, q_slot, dtype, p["q"], row_source)
 
@@ -198,11 +231,14 @@ def _mma_role(kb, cfg: MLASparseConfig, work: _Work, p, bufs, x_smem):
     f32 = "f32"
     neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
     state = (kv_pipe.initial_state(), const(0.0, (f32, cs.n_o)), (neg_inf, neg_inf), (zero, zero))
-    loop = kb.for_(0, work.n_tiles, 1, carry=state)
+    loop = kb.for_(work.begin, work.end, 1, carry=state)
     with loop as (_, carried):
         loop.yield_(*_kv_tile(cs, bufs, carried, cfg.dtype))
     _, o, m, l = loop.results
-    _epilogue(cs, cfg, work, p, o, m, l)
+    if work.decode:
+        _decode_epilogue(cs, cfg, work, p, o, m, l)
+    else:
+        _epilogue(cs, cfg, work, p, o, m, l)
 
 
 def _epilogue(cs: ConsumerGeometry, cfg: MLASparseConfig, work: _Work, p, o: Value, m, l):
@@ -242,3 +278,54 @@ def _store(cs: ConsumerGeometry, cfg: MLASparseConfig, work: _Work, p, o: Value,
     with kb.if_(cs.t4.eq(0) & cs.wg.eq(0)).then_():
         kb.store(lse, kb.gep(p["lse"], row, "f32"), align=4)
         kb.store(max_logit, kb.gep(p["max_logits"], row, "f32"), align=4)
+
+
+def _decode_epilogue(cs: ConsumerGeometry, cfg: MLASparseDecodeConfig, work: _Work, p, o: Value, m, l):
+    """Note "Decode": per real row (head < h_q), O_w / l and the LSE (natural log). Unsplit: O in
+    q's dtype into out by its strides, LSE into lse [batch, h_q, seqlen_q], +inf (and O 0) for a
+    head that saw no key. Split: float32 O / l into o_partial [splits, batch, seqlen_q, h_q, 512],
+    LSE into lse_partial [splits, batch, h_q, seqlen_q], -inf for a split that saw no key (the
+    combine weighs it 0)."""
+    kb = cs.kb
+    totals = row_totals(cs, l)
+    f32 = "f32"
+    zero = const(0.0, f32)
+    no_key = NEG_INF if cfg.split else float("inf")
+    for h in (0, 1):
+        total = totals[h]
+        empty = total.eq(0.0)
+        log_total = log2(total)
+        inv = select(empty, zero, dsl.exp2(zero - log_total))
+        lse = select(empty, const(no_key, f32), (m[h] * cs.scale_log2 + log_total) * LN2)
+        head = work.h0 + cs.row0 + 8 * h
+        with kb.if_(head.slt(p["heads"])).then_():
+            _decode_store(cs, cfg, work, p, o, h, head.to("i64"), inv, lse)
+
+
+def _decode_store(cs: ConsumerGeometry, cfg: MLASparseDecodeConfig, work: _Work, p, o: Value, h: int, head: Value,
+                  inv: Value, lse: Value):
+    kb = cs.kb
+    token, i64 = work.token.to("i64"), "i64"
+    col0 = (cs.wg * WG_COLS + cs.t4 * 2).to(i64)
+    lse_write = cs.t4.eq(0) & cs.wg.eq(0)
+    heads, seqlen_q = p["heads"].to(i64), p["seqlen_q"].to(i64)
+    batch, t = (v.to(i64) for v in work.batch_and_t(p))
+    if not cfg.split:       # fma(O, 1 / l, +0): -0 and an empty row's O x 0 become +0
+        base = token * p["out_stride_s"] + head * p["out_stride_h"] + col0
+        zero = const(0.0, "f32")
+        for jd in range(WG_COLS // 8):
+            i = acc_pair(jd, h)
+            pair = vec(fma(o[i], inv, zero), fma(o[i + 1], inv, zero)).to((cfg.dtype, 2))
+            kb.store(pair, kb.gep(p["out"], base + jd * 8, cfg.dtype), align=4)
+        lrow = (batch * heads + head) * seqlen_q + t
+        with kb.if_(lse_write).then_():
+            kb.store(lse, kb.gep(p["lse"], lrow, "f32"), align=4)
+        return
+    split = work.split.to(i64)
+    base = ((split * p["tokens"].to(i64) + token) * heads + head) * D_V + col0
+    for jd in range(WG_COLS // 8):
+        i = acc_pair(jd, h)
+        kb.store(vec(o[i] * inv, o[i + 1] * inv), kb.gep(p["o_partial"], base + jd * 8, "f32"), align=8)
+    lrow = ((split * p["batch"].to(i64) + batch) * heads + head) * seqlen_q + t
+    with kb.if_(lse_write).then_():
+        kb.store(lse, kb.gep(p["lse_partial"], lrow, "f32"), align=4)

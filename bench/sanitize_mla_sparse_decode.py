@@ -1,0 +1,106 @@
+"""bench/sanitize.py's sparse MLA decode cases (MLIR-free): attention_mla_sparse_decode_sm90 (the mla set's
+eight entries, MLASparseDecodeConfig(dtype, topk_length=, split=)) through flash_mla_with_kvcache with
+indices, the split ones with the head-dim-512 combine.
+
+Family: the kernel and split or unsplit (the split writes partials another kernel reads); features
+(sparse_decode_features): the dtype and, when set, `sparse-decode-topk_length`.
+
+Every call: SHAPES (batch 2 and 3, seqlen_q 1 and 2, heads 16 and 80: masked rows, one and two head
+blocks, topk 128 and 256, pages of 64 and 61), the split count the entry asks for (1, or 3: one split
+with no tile at topk 128), fresh inputs (sanitize_mla_sparse.sparse_inputs over the cache's rows, one
+query row with every entry invalid; the cache NaN in every row no entry names; with topk_length, one
+sequence's 0 and one past topk). out, lse and the partials are allocated inside the call from NaN-filled
+torch.empty (sanitize_mla.nan_empty), so anything not written shows. Each result:
+testing_mla.check_mla_sparse_decode (the FA rule against float64 for out and lse; a row with no valid
+entry out 0, lse +inf; no NaN). Before each call the child checks the call runs the case's kernel.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from bench.sanitize_mla import nan_empty
+from bench.sanitize_mla_sparse import sparse_inputs
+from fa4mlir.kernels import attention_mla_sparse_sm90_config as dc
+
+# (case name, (dtype, topk_length, split) of its kernels, quick): every sparse decode entry of the mla set
+CASES = (
+    ("mla-sparse-decode", (("bf16", False, False), ("bf16", True, True)), True),
+    ("mla-sparse-decode-more", (("bf16", True, False), ("bf16", False, True), ("f16", False, False),
+                                ("f16", True, False), ("f16", False, True), ("f16", True, True)), False),
+)
+SHAPES = ((2, 2, 16, 128, 10, 64), (3, 1, 80, 256, 20, 61))    # (batch, seqlen_q, heads, topk, pages, page)
+SPLITS = 3
+
+
+def matches(entries) -> tuple[dict, ...]:
+    return tuple(dc.MLASparseDecodeConfig(d, topk_length=t, split=s).key() for d, t, s in entries)
+
+
+def sparse_decode_family(config: dict) -> str:
+    return f"{dc.DECODE_KERNEL}/{'split' if config['split'] else 'unsplit'}"
+
+
+def sparse_decode_features(config: dict) -> set[str]:
+    return {f"sparse-decode-{config['dtype']}", *(["sparse-decode-topk_length"] if config["topk_length"] else [])}
+
+
+def describe(case) -> list[str]:
+    return [f"batch {b}, seqlen_q {sq}, heads {h}, topk {k}, {p} pages of {ps}, {m['dtype']}"
+            f"{', topk_length' if m['topk_length'] else ''}, {SPLITS if m['split'] else 1} split(s) via "
+            f"flash_mla_with_kvcache(indices=)" for m in case.match for b, sq, h, k, p, ps in SHAPES]
+
+
+def child_mla_sparse_decode(case, bundle, seed: int):
+    """Each of the case's kernels on each of SHAPES through flash_mla_with_kvcache with indices (module
+    docstring); one SANITIZE-RESULT per call."""
+    import torch
+
+    from bench import sanitize as san
+    from fa4mlir.attention import mla_sparse_decode as sd
+    from fa4mlir.attention.checks import read_tensor
+    from fa4mlir.testing_mla import check_mla_sparse_decode
+
+    device, i = san.DEVICE, 0
+    for match in case.match:
+        name = san.find(bundle, case, match).name           # LookupError unless the bundle holds it
+        tdtype = {"bf16": torch.bfloat16, "f16": torch.float16}[match["dtype"]]
+        splits = SPLITS if match["split"] else 1
+        for batch, seqlen_q, heads, topk, pages, page in SHAPES:
+            s, i = seed + i, i + 1
+            rows = batch * seqlen_q
+            idx, named, lens, _ = sparse_inputs(max(rows, 4), topk, pages * page, False, False, heads, s)
+            idx = idx[:rows].reshape(batch, seqlen_q, topk)
+            if match["topk_length"]:
+                lens = np.random.default_rng(s).integers(1, topk + 1, batch).astype(np.int32)
+                lens[0], lens[-1] = 0, topk + 40
+            g = torch.Generator().manual_seed(s)
+            q = torch.randn(batch, seqlen_q, heads, dc.D_QK, generator=g).to(tdtype)
+            cache = torch.full((pages * page, 1, dc.D_QK), san.NAN)
+            cache[torch.from_numpy(named).long()] = torch.randn(len(named), 1, dc.D_QK, generator=g)
+            cache = cache.to(tdtype).reshape(pages, page, 1, dc.D_QK)
+            meta = torch.zeros((splits, 8), dtype=torch.int32, device=device)
+            num_splits = torch.arange(batch + 1, dtype=torch.int32, device=device) * splits
+            args = [x.to(device) for x in (q, cache, torch.from_numpy(np.ascontiguousarray(idx)))]
+            length_t = None if lens is None else torch.from_numpy(lens).to(device)
+            infos = {n: read_tensor(n, x, sd.ENTRY) for n, x in (("q", args[0]), ("k_cache", args[1]),
+                                                                  ("indices", args[2]), ("meta", meta),
+                                                                  ("num_splits", num_splits))}
+            problem = sd.check_sparse_decode_inputs(infos["q"], infos["k_cache"], infos["indices"], dc.D_V,
+                                                    infos["meta"], infos["num_splits"],
+                                                    topk_length=None if length_t is None else
+                                                    read_tensor("topk_length", length_t, sd.ENTRY))
+            got = problem.config(splits > 1).key()
+            if got != match:
+                raise RuntimeError(f"flash_mla_with_kvcache would run {got} for the case's {match}")
+            with nan_empty(torch):
+                out, lse = sd.sparse_decode(*args, dc.D_V, meta, num_splits, topk_length=length_t, bundle=bundle)
+            torch.cuda.synchronize()
+            out_c, lse_c = out.cpu().float(), lse.cpu()
+            r = {"nan_out": int(torch.isnan(out_c).sum()), "nan_lse": int(torch.isnan(lse_c).sum())}
+            try:
+                errs = check_mla_sparse_decode(q, cache, idx, out_c, lse_c, dc.D_QK ** -0.5, topk_length=lens)
+                r.update(ok=True, max_err=errs["out"], lse_err=errs["lse"])
+            except AssertionError as exc:
+                r.update(ok=False, error=str(exc)[:300])
+            yield {"kernel": name, "shape": [batch, seqlen_q, heads, topk, pages, page], "splits": splits,
+                   "topk_length": lens is not None, "via": "flash_mla_with_kvcache(indices=)", "seed": s, **r}

@@ -1,0 +1,291 @@
+"""Sparse MLA decode over the paged latent cache on an sm_90a GPU (DeepSeek-V3.2's DSA decode): FlashMLA's
+flash_mla_with_kvcache with ``indices`` (MLIR-free at import). flash_mla_with_kvcache (attention/mla.py)
+sends a call with indices here.
+
+    tile_scheduler_metadata, num_splits = get_mla_metadata(cache_seqlens, seqlen_q * heads, 1, heads,
+                                                           topk=indices.shape[-1])
+    out, lse = flash_mla_with_kvcache(q, k_cache, None, None, 512, tile_scheduler_metadata, num_splits,
+                                      indices=indices, topk_length=None)
+
+Operands (FlashMLA's): q [batch, seqlen_q, heads, 576] bf16 or f16, heads 1..128 (FlashMLA: 64 or
+128); k_cache [num_pages, page_size, 1, 576] in q's dtype, one latent KV head, V = its first 512
+columns; indices [batch, seqlen_q, topk] int32: indices[b, t, k] = page x page_size + offset, the
+cache row (page, offset) query token t of sequence b attends (FlashMLA's flash_mla_interface.py:
+"the index of the page block where token t resides x block_size + the offset of token t among the
+page block"): they already name a cache row, so block_table and cache_seqlens are not read (FlashMLA:
+"Can be None when sparse attention is used"). An entry that is negative (-1: padding) or >=
+num_pages x page_size is ignored (FlashMLA names -1; past the cache is ignored here rather than
+read), a duplicated entry counts once per occurrence, the order does not matter; a row no valid entry
+names is never read (NaN there cannot reach out). topk a multiple of 64 (DeepSeek-V3.2: 2048).
+topk_length [batch] int32 (optional, FlashMLA's): sequence b uses only its first topk_length[b]
+entries (clamped into [0, topk]). causal must be False (FlashMLA asserts it).
+
+Returns (out [batch, seqlen_q, heads, 512] in q's dtype, lse [batch, heads, seqlen_q] float32,
+natural log); a row with no valid entry gets out 0 and lse +inf (FlashMLA's tests/ref.py
+ref_sparse_attn_decode).
+
+Scheduling: one CTA per (query token, 64 heads); when batch x seqlen_q x ceil(heads / 64) CTAs fill
+less than mla.FILL_FRACTION of the SMs, each token's topk tiles are split over CTAs
+(``plan_sparse_splits``, read from get_mla_metadata's shape as the dense decode does: no device
+read, no host synchronisation) and attention_combine_sm90 (head dim 512) merges the partials.
+
+Not built (typed errors, UnsupportedFeatureError): the FP8 cache (FlashMLA's sparse decode takes
+only its 656-byte FP8 layout; here the bf16/f16 latent cache comes first, the kernel config's
+kv_dtype is the seam), attn_sink and extra_k_cache / extra_indices_in_kvcache / extra_topk_length
+(FlashMLA's MODEL1 options), d_qk 512, the sm_100a kernel.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from ..artifacts import Bundle
+from ..driver import device_info, resolve_stream
+from ..kernels import attention_decode_sm90_config as dec
+from ..kernels import attention_mla_sparse_sm90_config as dc
+from ..runtime import TensorInfo
+from .checks import (MAX_I32, check_bundle, check_device_context, check_devices, check_flag, check_layout, check_scale,
+                     read_tensor)
+from .errors import DTypeError, HeadDimError, HeadsRatioError, LayoutError, ShapeError, UnsupportedFeatureError
+from .mla import (ENTRY, FILL_FRACTION, MAX_SPLITS, TILE_SCHEDULER_METADATA_SIZE, CallCache, _err, _torch,
+                  combine_args, combine_grid, kernel_for)
+from .plan import Launch, Plan, TensorRef, source_for
+
+CACHE_DIMS = ("pages", "page_size", "kv_heads", "head_dim")
+Q_DIMS = ("batch", "seqlen_q", "heads", "head_dim")
+
+
+def plan_sparse_splits(batch: int, seqlen_q: int, heads: int, topk: int, num_sms: int) -> int:
+    """Splits of each token's topk tiles: 1 when the batch x seqlen_q x ceil(heads / 64) CTAs fill
+    FILL_FRACTION of the SMs, else as many as keep the grid within one wave, at most MAX_SPLITS and
+    at most topk / 64 (one tile each). A first guess, to be measured (bench mla)."""
+    ctas = max(batch, 1) * max(seqlen_q, 1) * dc.head_blocks(max(heads, 1))
+    if ctas >= FILL_FRACTION * num_sms:
+        return 1
+    return max(1, min(MAX_SPLITS, num_sms // ctas, max(topk, dc.BN) // dc.BN))
+
+
+@dataclass(frozen=True)
+class SparseDecodeProblem:
+    """A checked sparse flash_mla_with_kvcache call; ``splits`` from the metadata's shape."""
+
+    batch: int
+    seqlen_q: int
+    heads: int
+    s_kv: int
+    topk: int
+    dtype: str
+    splits: int
+    softmax_scale: float
+    has_topk_length: bool
+
+    @property
+    def out_shape(self) -> tuple:
+        return (self.batch, self.seqlen_q, self.heads, dc.D_V)
+
+    @property
+    def lse_shape(self) -> tuple:
+        return (self.batch, self.heads, self.seqlen_q)
+
+    def config(self, split: bool) -> dc.MLASparseDecodeConfig:
+        return dc.MLASparseDecodeConfig(self.dtype, topk_length=self.has_topk_length, split=split)
+
+
+def _merges(info: TensorInfo, outer: int, inner: int) -> bool:
+    """Dims ``outer`` and ``inner`` of ``info`` fold into one (stride_outer = n_inner x stride_inner)."""
+    return info.shape[outer] == 1 or info.shape[inner] == 1 or \
+        info.strides[outer] == info.shape[inner] * info.strides[inner]
+
+
+def token_stride(shape, strides) -> int:
+    """The stride of the folded (batch, seqlen_q) token dim (``_merges`` holds)."""
+    return int(strides[1] if shape[1] > 1 else strides[0])
+
+
+def check_sparse_decode_inputs(q: TensorInfo, k_cache: TensorInfo, indices: TensorInfo, head_dim_v: Any,
+                               metadata: TensorInfo, num_splits: TensorInfo, softmax_scale=None, causal: Any = False,
+                               topk_length: TensorInfo | None = None) -> SparseDecodeProblem:
+    """Every host check of a sparse call (deviceless), typed errors naming what to pass."""
+    if check_flag("causal", causal):
+        raise UnsupportedFeatureError(_err("causal must be False with indices (sparse decode; FlashMLA asserts it)"))
+    if q.dtype not in dc.DECODE_DTYPES:
+        raise DTypeError(_err(f"q must be bf16 or f16, got {q.dtype}"))
+    if k_cache.dtype != q.dtype:
+        raise DTypeError(_err(f"k_cache must have q's dtype {q.dtype}, got {k_cache.dtype} (the FP8 cache is not built "
+                              f"for sparse decode yet)"))
+    if len(q.shape) != 4:
+        raise ShapeError(_err(f"q must be 4-D [batch, seqlen_q, heads, 576], got shape {tuple(q.shape)}"))
+    batch, seqlen_q, heads, d = q.shape
+    if d != dc.D_QK:
+        raise HeadDimError(_err(f"q's head dim must be {dc.D_QK} (512 latent + 64 rope), got {d}"))
+    if type(head_dim_v) is not int or head_dim_v != dc.D_V:
+        raise HeadDimError(_err(f"head_dim_v must be {dc.D_V} (V: the cache's first 512 columns), got {head_dim_v!r}"))
+    tokens = batch * seqlen_q
+    if batch < 1 or seqlen_q < 1 or not dc.DECODE_MIN_HEADS <= heads <= dc.DECODE_MAX_HEADS \
+            or tokens * dc.head_blocks(max(heads, 1)) > MAX_I32:
+        raise ShapeError(_err(f"q [batch, seqlen_q, heads, 576] needs batch, seqlen_q >= 1, heads in "
+                              f"[{dc.DECODE_MIN_HEADS}, {dc.DECODE_MAX_HEADS}] and batch x seqlen_q x ceil(heads / 64) within "
+                              f"int32 (the grid's x), got {tuple(q.shape)}"))
+    if len(k_cache.shape) != 4 or k_cache.shape[3] != dc.D_QK:
+        raise ShapeError(_err(f"k_cache must be [num_pages, page_size, 1, {dc.D_QK}], got {tuple(k_cache.shape)}"))
+    num_pages, page_size, kv_heads, _ = k_cache.shape
+    if kv_heads != 1:
+        raise HeadsRatioError(_err(f"k_cache must hold one latent KV head ([num_pages, page_size, 1, 576]), got "
+                                   f"{kv_heads}"))
+    s_kv = num_pages * page_size
+    if not 1 <= s_kv <= MAX_I32:
+        raise ShapeError(_err(f"k_cache needs 1 <= num_pages x page_size <= 2^31 - 1 rows (the indices are int32), "
+                              f"got {num_pages} x {page_size}"))
+    if not _merges(k_cache, 0, 1):
+        raise LayoutError(_err(f"k_cache's pages must be evenly strided (page stride = page_size x token stride: an "
+                               f"index names row page x page_size + offset), got strides {k_cache.strides}; pass "
+                               f"k_cache.contiguous()"))
+    if indices.dtype != "i32":
+        raise DTypeError(_err(f"indices must be int32, got {indices.dtype}"))
+    if len(indices.shape) != 3 or tuple(indices.shape[:2]) != (batch, seqlen_q):
+        raise ShapeError(_err(f"indices must be [batch={batch}, seqlen_q={seqlen_q}, topk], got "
+                              f"{tuple(indices.shape)}"))
+    topk = indices.shape[2]
+    if topk % dc.BN or not dc.DECODE_MIN_TOPK <= topk <= dc.DECODE_MAX_TOPK:
+        raise ShapeError(_err(f"topk (indices' last dim) must be a multiple of {dc.BN} in [{dc.DECODE_MIN_TOPK}, "
+                              f"{dc.DECODE_MAX_TOPK}], got {topk}; pad with -1"))
+    if indices.strides[2] != 1 or not _merges(indices, 0, 1) or (tokens > 1 and indices.strides[1] < 1):
+        raise LayoutError(_err(f"indices must have unit stride along topk and batch, seqlen_q dims that fold into one "
+                               f"(positive strides), got strides {indices.strides}; pass indices.contiguous()"))
+    if not _merges(q, 0, 1):
+        raise LayoutError(_err(f"q's batch and seqlen_q dims must fold into one (stride_batch = seqlen_q x "
+                               f"stride_seqlen_q), got strides {q.strides}; pass q.contiguous()"))
+    if topk_length is not None and (topk_length.dtype != "i32" or tuple(topk_length.shape) != (batch,)
+                                    or (batch > 1 and topk_length.strides[0] != 1)):
+        raise ShapeError(_err(f"topk_length must be a contiguous int32 [batch={batch}], got {topk_length.dtype} of "
+                              f"shape {tuple(topk_length.shape)}"))
+    if metadata.dtype != "i32" or len(metadata.shape) != 2 or metadata.shape[1] != TILE_SCHEDULER_METADATA_SIZE \
+            or not 1 <= metadata.shape[0] <= MAX_SPLITS:
+        raise ShapeError(_err(f"tile_scheduler_metadata must be get_mla_metadata's int32 [splits in 1..{MAX_SPLITS}, "
+                              f"{TILE_SCHEDULER_METADATA_SIZE}], got {metadata.dtype} {tuple(metadata.shape)}"))
+    if num_splits.dtype != "i32" or tuple(num_splits.shape) != (batch + 1,):
+        raise ShapeError(_err(f"num_splits must be get_mla_metadata's int32 [batch + 1 = {batch + 1}], got "
+                              f"{num_splits.dtype} {tuple(num_splits.shape)}"))
+    check_layout("q", q, Q_DIMS)
+    check_layout("k_cache", k_cache, CACHE_DIMS)
+    scale = check_scale(softmax_scale, d)
+    return SparseDecodeProblem(batch, seqlen_q, heads, s_kv, topk, q.dtype, metadata.shape[0], scale,
+                               topk_length is not None)
+
+
+def build_plan(problem: SparseDecodeProblem, source, q_strides, kv_stride: int, indices_stride: int) -> Plan:
+    """The sparse decode kernel, then (several splits) the head-dim-512 combine; tensors by TensorRef.
+    ``q_strides`` are q's (seqlen_q, heads) strides (batch folds into seqlen_q), ``kv_stride`` the
+    cache's token stride, ``indices_stride`` the indices' seqlen_q stride; out and lse contiguous."""
+    p = problem
+    split = p.splits > 1
+    cfg = p.config(split).validate()
+    names = {n for n, kind in cfg.params if kind == "ptr"} | {n for n, _ in dec.COMBINE_TENSORS}
+    refs = {n: TensorRef(n) for n in names}
+    args = dc.decode_launch_args(cfg, refs, batch=p.batch, seqlen_q=p.seqlen_q, num_splits=p.splits, s_kv=p.s_kv,
+                          heads=p.heads, topk=p.topk, softmax_scale=p.softmax_scale, q_strides=q_strides,
+                          kv_stride=kv_stride, indices_stride=indices_stride)
+    launches = [Launch(kernel_for(source, cfg), dc.decode_grid(p.batch, p.seqlen_q, p.heads, p.splits), args)]
+    if split:
+        combine = dec.CombineConfig(p.dtype, dc.D_V).validate()
+        out_strides = (p.seqlen_q * p.heads * dc.D_V, p.heads * dc.D_V, dc.D_V)
+        launches.append(Launch(kernel_for(source, combine), combine_grid(p), combine_args(p, refs, out_strides)))
+    return Plan(p, tuple(launches))
+
+
+@dataclass(frozen=True)
+class _Call:
+    plan: Any
+    problem: SparseDecodeProblem
+
+
+_CALLS = CallCache()
+
+
+def sparse_decode(q, k_cache, indices, head_dim_v, tile_scheduler_metadata, num_splits, softmax_scale=None,
+                  causal=False, topk_length=None, *, bundle: Bundle | str | os.PathLike | None = None):
+    """flash_mla_with_kvcache's sparse path (module docstring): returns (out, lse). Nothing is read
+    from the device on the host; the launches go to torch's current stream."""
+    torch = _torch(q)
+    tensors = {"q": q, "k_cache": k_cache, "indices": indices, "tile_scheduler_metadata": tile_scheduler_metadata,
+               "num_splits": num_splits}
+    if topk_length is not None:
+        tensors["topk_length"] = topk_length
+    for name, x in tensors.items():
+        _torch(x, name)
+    if torch.is_grad_enabled() and q.requires_grad:
+        from .errors import AutogradError
+        raise AutogradError(_err("q requires grad: there is no backward kernel for MLA decode; call under "
+                                 "torch.no_grad() or detach q"))
+    options = ("sparse", head_dim_v if type(head_dim_v) is int else repr(head_dim_v), softmax_scale, causal)
+    call, signature = _CALLS.get(_CALLS.signature(tensors, options, bundle))
+    if call is None:
+        call = _prepare(torch, tensors, head_dim_v, softmax_scale, causal, bundle, signature)
+    p = call.problem
+    out = torch.empty(p.out_shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(p.lse_shape, dtype=torch.float32, device=q.device)
+    addresses = {"q": q.data_ptr(), "kv": k_cache.data_ptr(), "indices": indices.data_ptr(), "out": out.data_ptr(),
+                 "lse": lse.data_ptr()}
+    if topk_length is not None:
+        addresses["topk_length"] = topk_length.data_ptr()
+    if p.splits > 1:
+        o_partial = torch.empty((p.splits, *p.out_shape), dtype=torch.float32, device=q.device)
+        lse_partial = torch.empty((p.splits, *p.lse_shape), dtype=torch.float32, device=q.device)
+        addresses.update(o_partial=o_partial.data_ptr(), lse_partial=lse_partial.data_ptr())
+    call.plan.launch(addresses, resolve_stream(None, True, q.device.index))
+    return out, lse
+
+
+def _prepare(torch, tensors: dict, head_dim_v, softmax_scale, causal, bundle, signature) -> _Call:
+    check_bundle(bundle, ENTRY)
+    infos = {n: read_tensor(n, x, ENTRY) for n, x in tensors.items()}
+    ordinal = check_devices([(n, i.device, x.device.index) for (n, i), x in zip(infos.items(), tensors.values())], ENTRY)
+    problem = check_sparse_decode_inputs(infos["q"], infos["k_cache"], infos["indices"], head_dim_v,
+                                         infos["tile_scheduler_metadata"], infos["num_splits"], softmax_scale, causal,
+                                         infos.get("topk_length"))
+    device = device_info()
+    check_device_context(ordinal, device.ordinal, device.capability)
+    q, k_cache, indices = tensors["q"], tensors["k_cache"], tensors["indices"]
+    q_strides = (token_stride(q.shape, q.stride()), q.stride(2))
+    plan = build_plan(problem, source_for(bundle), q_strides, k_cache.stride(1),
+                      token_stride(indices.shape, indices.stride()))
+    dev, f32 = q.device, torch.float32
+    named = {"q": q, "kv": k_cache, "indices": indices,
+             "out": torch.empty(problem.out_shape, dtype=q.dtype, device=dev),
+             "lse": torch.empty(problem.lse_shape, dtype=f32, device=dev)}
+    if "topk_length" in tensors:
+        named["topk_length"] = tensors["topk_length"]
+    if problem.splits > 1:
+        named.update(o_partial=torch.empty((problem.splits, *problem.out_shape), dtype=f32, device=dev),
+                     lse_partial=torch.empty((problem.splits, *problem.lse_shape), dtype=f32, device=dev))
+    call = _Call(plan.prepare(named), problem)
+    _CALLS.put(signature, call)
+    return call
+
+
+def flops_and_bytes(batch: int, seqlen_q: int, heads: int, indices, topk_length=None,
+                    token_bytes: int = dc.D_QK * 2, dtype_bytes: int = 2) -> tuple[int, int]:
+    """FlashMLA's benchmark accounting (tests/lib.py count_flop_and_mem_vol_for_decode) of a sparse
+    call: FLOPs = 2 x heads x attended x (576 + 512), attended = batch x seqlen_q x topk, or
+    sum(topk_length) x seqlen_q; bytes = q (rows x 576) + out (rows x 512) in the element size + the
+    distinct entries of the indices (after topk_length masks entries to -1; -1 counts once, as
+    FlashMLA's unique() does) x ``token_bytes`` (FlashMLA assumes its 656-byte FP8 row; here the
+    cache's 576 x 2). ``indices`` and ``topk_length``: host numpy arrays or sequences."""
+    import numpy as np
+    idx = np.asarray(indices, dtype=np.int64).reshape(batch, seqlen_q, -1).copy()
+    topk = idx.shape[-1]
+    if topk_length is None:
+        attended = batch * seqlen_q * topk
+    else:
+        lens = np.asarray(topk_length, dtype=np.int64).reshape(batch)
+        attended = int(lens.sum()) * seqlen_q
+        idx[np.arange(topk)[None, None, :] >= lens[:, None, None]] = -1
+    rows = batch * seqlen_q * heads
+    flops = 2 * heads * attended * (dc.D_QK + dc.D_V)
+    data = rows * dc.D_QK * dtype_bytes + len(np.unique(idx)) * token_bytes + rows * dc.D_V * dtype_bytes
+    return int(flops), int(data)
+
+
+__all__ = ["sparse_decode", "token_stride", "check_sparse_decode_inputs", "plan_sparse_splits", "SparseDecodeProblem", "build_plan",
+           "flops_and_bytes"]
