@@ -26,8 +26,15 @@ ceil(L_b / 64) / splits KV tiles (decode_schedule.split_range); a call of one sp
 kernel's unsplit variant alone, else the split kernel and the combine (attention_combine_sm90,
 splits summed in index order: deterministic for a given split count).
 
-Not built (typed errors, UnsupportedFeatureError): the FP8 cache (is_fp8_kvcache, FlashMLA's
-656-byte layout), sparse attention (indices), more than one KV head, head dims other than 576/512.
+FP8 latent cache (``is_fp8_kvcache=True``, FlashMLA's V32 layout): k_cache float8_e4m3fn (or uint8)
+[num_pages, page_size, 1, 656], each token row 512 e4m3 latent bytes, four float32 scales (one per
+128 latent columns), then the 64 rope columns in bf16; q bf16, out bf16. The kernel dequantizes
+each row to bf16(float32(e4m3) x scale) (FlashMLA's dequantize_k_cache) in SMEM and runs the bf16
+GEMMs (attention_mla_decode_sm90, note "FP8 latent"). Token and page strides: multiples of 16
+bytes (FlashMLA's own quantize_k_cache pads each page by one row: taken).
+
+Not built (typed errors, UnsupportedFeatureError): sparse attention (indices), more than one KV
+head, head dims other than 576/512.
 """
 from __future__ import annotations
 
@@ -75,7 +82,8 @@ def get_mla_metadata(cache_seqlens, num_q_tokens_per_head_k: int, num_heads_k: i
                      is_fp8_kvcache: bool = False, topk=None):
     """FlashMLA's get_mla_metadata: (tile_scheduler_metadata [splits, 8] int32, num_splits [batch + 1]
     int32), both on cache_seqlens' device, made without reading it (module docstring)."""
-    _refuse(is_fp8_kvcache, topk is not None, "get_mla_metadata")
+    check_flag("is_fp8_kvcache", is_fp8_kvcache)      # the same metadata either way
+    _refuse(topk is not None, "get_mla_metadata")
     if type(num_heads_k) is not int or num_heads_k != 1:
         raise HeadsRatioError(_err(f"num_heads_k must be 1 (one latent KV head), got {num_heads_k!r}", "get_mla_metadata"))
     if type(num_q_tokens_per_head_k) is not int or num_q_tokens_per_head_k < 1:
@@ -94,10 +102,7 @@ def get_mla_metadata(cache_seqlens, num_q_tokens_per_head_k: int, num_heads_k: i
     return meta, torch.arange(batch + 1, dtype=torch.int32, device=dev) * splits
 
 
-def _refuse(is_fp8_kvcache, sparse: bool, api: str = ENTRY) -> None:
-    if is_fp8_kvcache:
-        raise UnsupportedFeatureError(_err("the FP8 latent cache (FlashMLA's 656-byte layout) is not built yet; pass a "
-                                           "bf16 or f16 cache", api))
+def _refuse(sparse: bool, api: str = ENTRY) -> None:
     if sparse:
         raise UnsupportedFeatureError(_err("sparse MLA decode (indices / topk) is not built yet", api))
 
@@ -116,6 +121,7 @@ class MLAProblem:
     splits: int
     softmax_scale: float
     causal: bool
+    fp8: bool = False           # FlashMLA's FP8 latent cache (656-byte rows)
 
     @property
     def out_shape(self) -> tuple:
@@ -126,16 +132,35 @@ class MLAProblem:
         return (self.batch, self.heads, self.seqlen_q)
 
 
-def check_mla_inputs(q: TensorInfo, k_cache: TensorInfo, block_table: TensorInfo, cache_seqlens: TensorInfo,
-                     head_dim_v: Any, metadata: TensorInfo, num_splits: TensorInfo, softmax_scale=None,
-                     causal: Any = False) -> MLAProblem:
-    """Every host check of a call (deviceless: TensorInfo and plain values), typed errors naming
-    what to pass; returns the problem."""
-    causal = check_flag("causal", causal)
+FP8_CACHE_DTYPES = ("e4m3", "u8")
+
+
+def _check_cache_dtype(q: TensorInfo, k_cache: TensorInfo, fp8: bool) -> int:
+    """q's and the cache's dtypes; returns the cache row's width (576 or 656)."""
+    if fp8:
+        if q.dtype != mc.FP8_DTYPE:
+            raise DTypeError(_err(f"with is_fp8_kvcache=True q must be bf16 (FlashMLA's FP8 cache), got {q.dtype}"))
+        if k_cache.dtype not in FP8_CACHE_DTYPES:
+            raise DTypeError(_err(f"with is_fp8_kvcache=True k_cache must be float8_e4m3fn (or uint8) [num_pages, "
+                                  f"page_size, 1, {mc.FP8_ROW_BYTES}] (FlashMLA's quantize_k_cache), got "
+                                  f"{k_cache.dtype}; pass is_fp8_kvcache=False for a {k_cache.dtype} cache"))
+        return mc.FP8_ROW_BYTES
     if q.dtype not in mc.DTYPES:
         raise DTypeError(_err(f"q must be bf16 or f16, got {q.dtype}"))
     if k_cache.dtype != q.dtype:
-        raise DTypeError(_err(f"k_cache must have q's dtype {q.dtype}, got {k_cache.dtype} (an FP8 cache is not built yet)"))
+        hint = " (an FP8 cache: pass is_fp8_kvcache=True)" if k_cache.dtype in FP8_CACHE_DTYPES else ""
+        raise DTypeError(_err(f"k_cache must have q's dtype {q.dtype}, got {k_cache.dtype}{hint}"))
+    return mc.D_QK
+
+
+def check_mla_inputs(q: TensorInfo, k_cache: TensorInfo, block_table: TensorInfo, cache_seqlens: TensorInfo,
+                     head_dim_v: Any, metadata: TensorInfo, num_splits: TensorInfo, softmax_scale=None,
+                     causal: Any = False, is_fp8_kvcache: Any = False) -> MLAProblem:
+    """Every host check of a call (deviceless: TensorInfo and plain values), typed errors naming
+    what to pass; returns the problem."""
+    causal = check_flag("causal", causal)
+    fp8 = check_flag("is_fp8_kvcache", is_fp8_kvcache)
+    row = _check_cache_dtype(q, k_cache, fp8)
     if len(q.shape) != 4:
         raise ShapeError(_err(f"q must be 4-D [batch, seqlen_q, heads, 576], got shape {tuple(q.shape)}"))
     batch, seqlen_q, heads, d = q.shape
@@ -149,8 +174,9 @@ def check_mla_inputs(q: TensorInfo, k_cache: TensorInfo, block_table: TensorInfo
     if seqlen_q * heads > MAX_I32 // MAX_SPLITS:
         raise ShapeError(_err(f"seqlen_q x heads = {seqlen_q * heads} is too many query rows (the grid's x counts "
                               f"M tiles x splits in int32)"))
-    if len(k_cache.shape) != 4 or k_cache.shape[3] != mc.D_QK:
-        raise ShapeError(_err(f"k_cache must be [num_pages, page_size, 1, {mc.D_QK}], got {tuple(k_cache.shape)}"))
+    if len(k_cache.shape) != 4 or k_cache.shape[3] != row:
+        what = " (FP8: 512 e4m3 + 4 float32 scales + 64 bf16 bytes a token)" if fp8 else ""
+        raise ShapeError(_err(f"k_cache must be [num_pages, page_size, 1, {row}]{what}, got {tuple(k_cache.shape)}"))
     num_pages, page_size, kv_heads, _ = k_cache.shape
     if kv_heads != 1:
         raise HeadsRatioError(_err(f"k_cache must hold one latent KV head ([num_pages, page_size, 1, 576]), got "
@@ -182,7 +208,7 @@ def check_mla_inputs(q: TensorInfo, k_cache: TensorInfo, block_table: TensorInfo
         check_layout(name, info)
     scale = check_scale(softmax_scale, d)
     return MLAProblem(batch, seqlen_q, heads, num_pages, page_size, block_table.shape[1], q.dtype, metadata.shape[0],
-                      scale, causal)
+                      scale, causal, fp8)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -218,7 +244,7 @@ def kernel_for(source, cfg) -> LoadedKernel:
 def configs_for(problem: MLAProblem) -> tuple:
     """The decode kernel (unsplit for one split) and the combine (None for one split)."""
     unsplit = problem.splits == 1
-    cfg = mc.default_config(problem.dtype, problem.page_size, unsplit=unsplit).validate()
+    cfg = mc.default_config(problem.dtype, problem.page_size, unsplit=unsplit, fp8=problem.fp8).validate()
     return cfg, None if unsplit else dec.CombineConfig(problem.dtype, mc.D_V).validate()
 
 
@@ -311,7 +337,7 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, t
                            bundle: Bundle | str | os.PathLike | None = None):
     """FlashMLA's flash_mla_with_kvcache (module docstring): returns (out, lse). Nothing is read from
     the device on the host; the launches go to torch's current stream."""
-    _refuse(is_fp8_kvcache, indices is not None)
+    _refuse(indices is not None)
     torch = _torch(q)
     tensors = {"q": q, "k_cache": k_cache, "block_table": block_table, "cache_seqlens": cache_seqlens,
                "tile_scheduler_metadata": tile_scheduler_metadata, "num_splits": num_splits}
@@ -321,10 +347,10 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, t
         from .errors import AutogradError
         raise AutogradError(_err("q requires grad: there is no backward kernel for MLA decode; call under "
                                  "torch.no_grad() or detach q"))
-    options = (head_dim_v if type(head_dim_v) is int else repr(head_dim_v), softmax_scale, causal)
+    options = (head_dim_v if type(head_dim_v) is int else repr(head_dim_v), softmax_scale, causal, is_fp8_kvcache)
     call, signature = _CALLS.get(_CALLS.signature(tensors, options, bundle))
     if call is None:
-        call = _prepare(torch, tensors, head_dim_v, softmax_scale, causal, bundle, signature)
+        call = _prepare(torch, tensors, head_dim_v, softmax_scale, causal, bundle, signature, is_fp8_kvcache)
     p = call.problem
     out = torch.empty(p.out_shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(p.lse_shape, dtype=torch.float32, device=q.device)
@@ -338,12 +364,13 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, t
     return out, lse
 
 
-def _prepare(torch, tensors: dict, head_dim_v, softmax_scale, causal, bundle, signature) -> _Call:
+def _prepare(torch, tensors: dict, head_dim_v, softmax_scale, causal, bundle, signature, is_fp8_kvcache=False) -> _Call:
     check_bundle(bundle, ENTRY)
     infos = {n: read_tensor(n, x, ENTRY) for n, x in tensors.items()}
     ordinal = check_devices([(n, i.device, x.device.index) for (n, i), x in zip(infos.items(), tensors.values())], ENTRY)
     problem = check_mla_inputs(infos["q"], infos["k_cache"], infos["block_table"], infos["cache_seqlens"], head_dim_v,
-                               infos["tile_scheduler_metadata"], infos["num_splits"], softmax_scale, causal)
+                               infos["tile_scheduler_metadata"], infos["num_splits"], softmax_scale, causal,
+                               is_fp8_kvcache)
     device = device_info()
     check_device_context(ordinal, device.ordinal, device.capability)
     q = tensors["q"]
@@ -351,7 +378,7 @@ def _prepare(torch, tensors: dict, head_dim_v, softmax_scale, causal, bundle, si
     plan = build_plan(problem, source_for(bundle), q.stride()[:3], tensors["block_table"].stride(0), out_strides)
     dev = q.device
     f32 = torch.float32
-    named = {"q": q, "kv_cache": tensors["k_cache"], "block_table": tensors["block_table"],
+    named = {"q": q, "kv_cache": kv_operand(torch, tensors["k_cache"], problem.fp8), "block_table": tensors["block_table"],
              "cache_seqlens": tensors["cache_seqlens"], "out": torch.empty(problem.out_shape, dtype=q.dtype, device=dev),
              "lse": torch.empty(problem.lse_shape, dtype=f32, device=dev)}
     if problem.splits > 1:
@@ -360,6 +387,12 @@ def _prepare(torch, tensors: dict, head_dim_v, softmax_scale, causal, bundle, si
     call = _Call(plan.prepare(named), problem)
     _CALLS.put(signature, call)
     return call
+
+
+def kv_operand(torch, k_cache, fp8: bool):
+    """The kernel's kv_cache operand: the cache itself, or (FP8) its rows as 164 int32 words, the TMA
+    element of common/mla_fp8.py (the same bytes and address)."""
+    return k_cache.view(torch.uint8).view(torch.int32) if fp8 else k_cache
 
 
 def flops_and_bytes(batch: int, seqlen_q: int, heads: int, cached_tokens: int, dtype_bytes: int = 2) -> tuple[int, int]:
