@@ -162,3 +162,59 @@ def test_fp8_decode_through_the_interpreter(lens, seqlen_q, heads, page, splits,
         out_t, lse_t = torch.from_numpy(o).float(), torch.from_numpy(lse_c).float()
     errs = check_mla(q, dequantize_fp8_cache(cache), table, lens_a, out_t, lse_t, causal=causal)
     assert errs["out"] > 0
+
+
+# ---- typed errors ---------------------------------------------------------------------------------
+
+def _good(**kw):
+    args = dict(q=_info((2, 1, 16, 576)), k_cache=_info((8, 64, 1, 656), "e4m3"), block_table=_info((2, 4), "i32"),
+                cache_seqlens=_info((2,), "i32"), head_dim_v=512, metadata=_info((3, 8), "i32"),
+                num_splits=_info((3,), "i32"), is_fp8_kvcache=True)
+    args.update(kw)
+    return args
+
+
+@pytest.mark.parametrize("change,error", [
+    (dict(), None),
+    (dict(k_cache=_info((8, 64, 1, 656), "u8")), None),                                 # a uint8 view: the same bytes
+    (dict(k_cache=_info((8, 64, 1, 656), "e4m3", strides=(65 * 656, 656, 656, 1))), None),  # quantize_k_cache's padding
+    (dict(q=_info((2, 1, 16, 576), "f16")), E.DTypeError),                             # FP8: q must be bf16
+    (dict(k_cache=_info((8, 64, 1, 656), "bf16")), E.DTypeError),
+    (dict(k_cache=_info((8, 64, 1, 656), "i8")), E.DTypeError),
+    (dict(k_cache=_info((8, 64, 1, 576), "e4m3")), E.ShapeError),                       # no scales / rope: not FlashMLA's
+    (dict(k_cache=_info((8, 64, 656), "e4m3")), E.ShapeError),
+    (dict(k_cache=_info((8, 64, 2, 656), "e4m3")), E.HeadsRatioError),
+    (dict(k_cache=_info((8, 4, 1, 656), "e4m3")), E.LayoutError),                       # page size 4
+    (dict(k_cache=_info((8, 64, 1, 656), "e4m3", strides=(64 * 660, 660, 660, 1))), E.LayoutError),    # 660: not 16 B
+    (dict(k_cache=_info((8, 64, 1, 656), "e4m3", strides=(64 * 656, 656, 656, 2))), E.LayoutError),
+    (dict(k_cache=_info((8, 64, 1, 656), "e4m3", strides=(64 * 656, 328, 328, 1))), E.LayoutError),    # rows overlap
+    (dict(is_fp8_kvcache=1), E.ArgumentTypeError),
+    (dict(is_fp8_kvcache=False), E.DTypeError),                                          # an e4m3 cache, flag off
+])
+def test_fp8_typed_errors(change, error):
+    args = _good(**change)
+    if error is None:
+        problem = mla.check_mla_inputs(**args)
+        assert problem.fp8 and mla.configs_for(problem)[0].fp8
+        return
+    with pytest.raises(error):
+        mla.check_mla_inputs(**args)
+
+
+def test_fp8_refused_before_launch_and_metadata_taken():
+    """flash_mla_with_kvcache(is_fp8_kvcache=True) with CPU torch tensors runs the host path up to the
+    device check (the cache checks above follow it: check_mla_inputs); get_mla_metadata checks the flag
+    (tests/gpu runs it)."""
+    torch = pytest.importorskip("torch")
+    from fa4mlir.testing_mla import quantize_fp8_cache
+    q = torch.zeros(2, 1, 16, 576, dtype=torch.bfloat16)
+    cache = quantize_fp8_cache(torch.zeros(4, 64, 1, 576, dtype=torch.bfloat16))
+    rest = (torch.zeros(2, 2, dtype=torch.int32), torch.zeros(2, dtype=torch.int32), 512,
+            torch.zeros(1, 8, dtype=torch.int32), torch.zeros(3, dtype=torch.int32))
+    with pytest.raises(E.DeviceError, match="cuda"):
+        mla.flash_mla_with_kvcache(q, cache, *rest, is_fp8_kvcache=True)
+    with pytest.raises(E.ArgumentTypeError):
+        mla.get_mla_metadata(torch.zeros(2, dtype=torch.int32), 16, 1, is_fp8_kvcache="yes")
+    # the operand the kernel's TMA reads: the same bytes as 164 int32 words a row
+    words = mla.kv_operand(torch, cache, True)
+    assert words.dtype == torch.int32 and words.shape == (4, 64, 1, 164) and words.data_ptr() == cache.data_ptr()
