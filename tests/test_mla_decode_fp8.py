@@ -93,6 +93,20 @@ def test_lane_map_covers_each_byte_once_without_bank_conflicts():
                     loads.add((mla_fp8.stage_offset(row, 528 + 16 * unit) // 16) % 8)
                     stores.add((mla_fp8.tile_offset(row, 512 + 8 * unit, bn) // 16) % 8)
                 assert len(loads) == 8 and len(stores) == 8
+    # the kernel addresses pass i as pass 0's addresses + i x pass_steps (mla_fp8.emit_dequant)
+    for kind, slot_of, col_of, at, passes in (
+            ("latent", lambda t, w, i: mla_fp8.latent_slot(t, w, i), lambda p: 16 * p, lambda p: 16 * p,
+             mla_fp8.latent_passes(bn)),
+            ("rope", lambda t, w, i: mla_fp8.rope_slot(t, w, i, bn), lambda u: 512 + 8 * u, lambda u: 528 + 16 * u,
+             mla_fp8.rope_passes(bn))):
+        step, tile_step = mla_fp8.pass_steps(kind)
+        for w in range(2):
+            for t in range(128):
+                r0, p0 = slot_of(t, w, 0)
+                for i in range(passes):
+                    r, p = slot_of(t, w, i)
+                    assert p == p0 and mla_fp8.stage_offset(r, at(p)) == mla_fp8.stage_offset(r0, at(p)) + i * step
+                    assert mla_fp8.tile_offset(r, col_of(p), bn) == mla_fp8.tile_offset(r0, col_of(p), bn) + i * tile_step
     assert sorted(latent) == [(r, p) for r in range(bn) for p in range(32)] and set(latent.values()) == {1}
     assert sorted(rope) == [(r, u) for r in range(bn) for u in range(8)] and set(rope.values()) == {1}
     # the swizzled offsets: 16-bit column c of row r in chunk c // 64 (common/mla_sm90's layout)

@@ -255,12 +255,15 @@ def _kv_tile(cs: _Consumer, bufs, j: Value, carry, masked: bool, cfg: MLADecodeC
     #    the wait: LLVM then keeps Q's 36 wgmma descriptors in the loop instead of hoisting them
     #    (72 registers for the whole loop: they spilled)
     kv_pipe.consumer_wait(s)
-    if cfg.fp8:     # 1a. (FP8) dequantize KV_j into the bf16 tile, release its stage (note "FP8 latent")
+    q_at = kb.warp_uniform(kb.load(q_slot, "i32", align=4))
+    if cfg.fp8:     # 1a. (FP8) dequantize KV_j into the bf16 tile, release its stage (note "FP8 latent");
+        #             its addresses too start from q_slot's 0, so they are not hoisted out of the loop
         valid = work.length - j * BN if masked else None
-        _dequant_tile(cs, kb.gep(kv_smem, s.stage * cfg.stage_bytes(), "i8"), tile_smem, valid)
+        tile_smem = kb.gep(tile_smem, q_at, "i8")
+        _dequant_tile(cs, kb.gep(kv_smem, s.stage * cfg.stage_bytes() + q_at, "i8"), tile_smem, valid)
         with kb.if_(cs.is_leader).then_():
             kv_pipe.consumer_release(s)
-    q_smem = kb.gep(q_smem, kb.warp_uniform(kb.load(q_slot, "i32", align=4)), "i8")
+    q_smem = kb.gep(q_smem, q_at, "i8")
     stage = tile_smem if cfg.fp8 else kb.gep(kv_smem, s.stage * MLADecodeConfig.tile_bytes(), "i8")
     s_acc = wait_group(issue_s(cs, q_smem, stage, dtype), pending=0)
     # 2. softmax, 3. O_w *= alpha

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from ...dsl import Value, const, select, vec
 from ...dialect import builders as fa4
-from .e4m3_tile import f16_offset
+from .e4m3_tile import SWIZZLE, f16_offset
 
 NOPE = 512                      # latent columns stored as e4m3
 ROPE = 64                       # rope columns stored as bf16
@@ -104,37 +104,52 @@ def _dequant(raw: Value, scale: Value) -> list:
     return [vec(*words[0:4]), vec(*words[4:8])]
 
 
+def pass_steps(kind: str) -> tuple[int, int]:
+    """(stage, tile) byte distance between one pass's slot and the next for a thread: rows advance
+    by a multiple of 8, so the swizzle (row % 8) stays and each pass is an immediate offset from
+    pass 0's addresses (a few base registers per thread, not one per slot)."""
+    rows = QUARTER if kind == "latent" else THREADS // ROPE_UNITS
+    return rows * ROW_BYTES, rows * SWIZZLE
+
+
 def emit_dequant(kb, t: Value, w: Value, stage, tile, bn: int, valid: Value | None = None) -> None:
     """Warpgroup w's share (note "FP8 lanes") of one staged tile of bn rows at `stage` into the
     swizzled bf16 tile at `tile`: its latent columns dequantized, its rope rows copied; rows at or
-    past `valid` (None: all real) are written as zeros, whatever the stage holds there. Loads are
-    issued a pass ahead of their use. The caller fences the stores to the async proxy and syncs."""
+    past `valid` (None: all real) are written as zeros, whatever the stage holds there. Each load is
+    issued a pass ahead of its use. The caller fences the stores to the async proxy and syncs."""
     check_bn(bn)
     zero = const(0, ("i32", 4))
+    row0, piece = latent_slot(t, w, 0)
+    src = kb.gep(stage, stage_offset(row0, piece * PIECE), "i8")
+    scale_src = kb.gep(stage, stage_offset(row0, SCALES_AT + WORD * ((piece * PIECE) // SCALE_GROUP)), "i8")
+    dst = [kb.gep(tile, tile_offset(row0, piece * PIECE + 8 * h, bn), "i8") for h in (0, 1)]
+    step, tile_step = pass_steps("latent")
 
-    def load(row, piece):
-        return (kb.load(kb.gep(stage, stage_offset(row, piece * PIECE), "i8"), ("i32", 4), align=16),
-                kb.load(kb.gep(stage, stage_offset(row, SCALES_AT + WORD * ((piece * PIECE) // SCALE_GROUP)), "i8"),
-                        "f32", align=4))
+    def load(i):
+        return (kb.load(kb.gep(src, i * step, "i8"), ("i32", 4), align=16),
+                kb.load(kb.gep(scale_src, i * step, "i8"), "f32", align=4))
 
-    slots = [latent_slot(t, w, i) for i in range(latent_passes(bn))]
-    pending = [load(*slots[0])]
-    for i, (row, piece) in enumerate(slots):
-        if i + 1 < len(slots):
-            pending.append(load(*slots[i + 1]))
+    passes = latent_passes(bn)
+    pending = [load(0)]
+    for i in range(passes):
+        if i + 1 < passes:
+            pending.append(load(i + 1))
         raw, scale = pending[i]
         for h, unit in enumerate(_dequant(raw, scale)):
             if valid is not None:
-                unit = select(row.slt(valid), unit, zero)
-            kb.store(unit, kb.gep(tile, tile_offset(row, piece * PIECE + 8 * h, bn), "i8"), align=16)
+                unit = select((row0 + QUARTER * i).slt(valid), unit, zero)
+            kb.store(unit, kb.gep(dst[h], i * tile_step, "i8"), align=16)
+    row0, unit_idx = rope_slot(t, w, 0, bn)
+    src = kb.gep(stage, stage_offset(row0, ROPE_AT + unit_idx * PIECE), "i8")
+    dst = kb.gep(tile, tile_offset(row0, NOPE + 8 * unit_idx, bn), "i8")
+    step, tile_step = pass_steps("rope")
     for i in range(rope_passes(bn)):
-        row, unit_idx = rope_slot(t, w, i, bn)
-        val = kb.load(kb.gep(stage, stage_offset(row, ROPE_AT + unit_idx * PIECE), "i8"), ("i32", 4), align=16)
+        val = kb.load(kb.gep(src, i * step, "i8"), ("i32", 4), align=16)
         if valid is not None:
-            val = select(row.slt(valid), val, zero)
-        kb.store(val, kb.gep(tile, tile_offset(row, NOPE + 8 * unit_idx, bn), "i8"), align=16)
+            val = select((row0 + step // ROW_BYTES * i).slt(valid), val, zero)
+        kb.store(val, kb.gep(dst, i * tile_step, "i8"), align=16)
 
 
 __all__ = ["NOPE", "ROPE", "SCALE_GROUP", "NUM_SCALES", "SCALES_AT", "ROPE_AT", "ROW_BYTES", "ROW_WORDS", "WORD",
            "stage_bytes", "latent_slot", "rope_slot", "latent_passes", "rope_passes", "stage_offset", "tile_offset",
-           "check_bn", "emit_dequant"]
+           "check_bn", "pass_steps", "emit_dequant"]
