@@ -61,7 +61,7 @@ def quantize_fp8_cache(kv):
     n, page, heads, d = kv.shape
     assert heads == 1 and d == 576 and kv.dtype == torch.bfloat16
     rows = kv.reshape(n, page, d)
-    out = torch.zeros((n, page, FP8_ROW_BYTES), dtype=torch.uint8)
+    out = torch.zeros((n, page, FP8_ROW_BYTES), dtype=torch.uint8, device=kv.device)
     scales = out[..., 512:528].view(torch.float32)
     out[..., 528:] = rows[..., 512:].contiguous().view(torch.uint8)
     for g in range(512 // FP8_TILE):
@@ -82,7 +82,7 @@ def dequantize_fp8_cache(cache):
     n, page, heads, width = cache.shape
     assert heads == 1 and width == FP8_ROW_BYTES
     raw = cache.reshape(n, page, width).view(torch.uint8)
-    out = torch.empty((n, page, 576), dtype=torch.bfloat16)
+    out = torch.empty((n, page, 576), dtype=torch.bfloat16, device=cache.device)
     out[..., 512:] = raw[..., 528:].contiguous().view(torch.bfloat16)
     scales = raw[..., 512:528].contiguous().view(torch.float32)
     for g in range(512 // FP8_TILE):

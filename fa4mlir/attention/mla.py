@@ -395,16 +395,19 @@ def kv_operand(torch, k_cache, fp8: bool):
     return k_cache.view(torch.uint8).view(torch.int32) if fp8 else k_cache
 
 
-def flops_and_bytes(batch: int, seqlen_q: int, heads: int, cached_tokens: int, dtype_bytes: int = 2) -> tuple[int, int]:
-    """FlashMLA's benchmark accounting (its tests/test_flash_mla.py) of ``batch`` sequences of
-    ``cached_tokens`` each: FLOPs = 2 x query rows x cached tokens x (576 + 512), bytes = (the
-    cache's tokens x 576 + q's rows x 576 + out's rows x 512) x the element size."""
+def flops_and_bytes(batch: int, seqlen_q: int, heads: int, cached_tokens: int, dtype_bytes: int = 2,
+                    fp8: bool = False) -> tuple[int, int]:
+    """FlashMLA's benchmark accounting (its tests/test_flash_mla.py; FP8: tests/lib.py
+    count_flop_and_mem_vol_for_decode) of ``batch`` sequences of ``cached_tokens`` each: FLOPs = 2 x
+    query rows x cached tokens x (576 + 512), bytes = the cache's tokens x 576 x the element size
+    (FP8: x 656 bytes, the whole row) + (q's rows x 576 + out's rows x 512) x the element size."""
     rows = batch * seqlen_q * heads
     flops = 2 * rows * cached_tokens * (mc.D_QK + mc.D_V)
-    data = (batch * cached_tokens * mc.D_QK + rows * mc.D_QK + rows * mc.D_V) * dtype_bytes
+    cache = batch * cached_tokens * (mc.FP8_ROW_BYTES if fp8 else mc.D_QK * dtype_bytes)
+    data = cache + (rows * mc.D_QK + rows * mc.D_V) * dtype_bytes
     return int(flops), int(data)
 
 
 __all__ = ["get_mla_metadata", "flash_mla_with_kvcache", "check_mla_inputs", "plan_splits", "MLAProblem", "build_plan",
            "CallCache",
-           "configs_for", "kernel_for", "flops_and_bytes", "TILE_SCHEDULER_METADATA_SIZE", "ENTRY"]
+           "configs_for", "kernel_for", "flops_and_bytes", "kv_operand", "TILE_SCHEDULER_METADATA_SIZE", "ENTRY"]
