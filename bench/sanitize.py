@@ -442,6 +442,12 @@ def find(bundle, case: Case, match: dict):
             raise LookupError(f"no kernel of this variant in bundle {bundle.root} matches {want}")
         if len(names) == 1:
             return bundle.find(name=names.pop(), **want)
+    if case.kernel == mcfg.KERNEL:      # a 16-bit MLA key is a subset of its FP8 twin's (`fp8` set there only)
+        names = {e["name"] for e in bundle.entries if e["arch"] == RUNNABLE_ARCH
+                 and bool(e["config"].get("fp8")) == bool(match.get("fp8"))
+                 and all(e["config"].get(k) == v for k, v in want.items() if k != "arch")}
+        if len(names) == 1:
+            return bundle.find(name=names.pop(), **want)
     return bundle.find(**want)
 
 

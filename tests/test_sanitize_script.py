@@ -962,7 +962,7 @@ def test_mla_child_runs_the_case_kernel_and_checks_it(cpu_mla, capsys, name):
     case = san.CASES_BY_NAME[name]
     chosen, cache = mla.configs_for, mla._CALLS
     code, rep = child_report(capsys, name, bundle)
-    assert code == 0 and rep.end["ok"] and rep.end["checks"] == len(case.match) * len(smla.MLA_SHAPES), rep.results
+    assert code == 0 and rep.end["ok"] and rep.end["checks"] == len(case.match) * len(smla.MLA_SHAPES), (rep.end, rep.results)
     assert all(r["ok"] and r["nan_out"] == 0 for r in rep.results), rep.results
     assert mla.configs_for is chosen and mla._CALLS is cache      # the variant swap is undone
     exchange = case.match[0].get("exchange", True)
