@@ -46,7 +46,10 @@ SMEM_LIMIT = 227 * 1024
 MBARRIER_BYTES = 8
 MIN_HEADS, MAX_HEADS = 1, 128
 FP8_DTYPE = "bf16"         # FlashMLA's FP8 cache: q and out bf16, the latent dequantized to bf16
-FP8_ROW_BYTES = 656        # common/mla_fp8.ROW_BYTES (kept here for the MLIR-free host API)
+FP8_SCALE_GROUP = 128      # latent columns per float32 scale
+# FlashMLA's FP8 token row: e4m3 latent, float32 scales, bf16 rope (656; common/mla_fp8.ROW_BYTES, which
+# imports the DSL: the host API reads this one)
+FP8_ROW_BYTES = D_V + 4 * (D_V // FP8_SCALE_GROUP) + 2 * (D_QK - D_V)
 FP8_MAX_STAGES = 2
 # setmaxnreg budgets: the launch gives 168 registers to each of 384 threads (a sub-partition runs
 # three of the twelve warps); the consumers' O (128) + S (32) + P (16) need more, the producer few
