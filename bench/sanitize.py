@@ -421,7 +421,9 @@ def emit(tag: str, value: dict) -> None:
 
 # Fields an attention kernel's key holds only when set (AttnConfig.key): an entry with one set holds
 # every item of the plain kernel of its tiles, so a case's entry must agree on these too
-OPTIONAL_FIELDS = {"varlen": False, "head_dim_v": 0, "score_mod": "", "mask_mod": "", "aux": "", "varlen_q": False}
+# (fp8: the MLA kernel's FP8-latent-cache variant, whose key alone holds it)
+OPTIONAL_FIELDS = {"varlen": False, "head_dim_v": 0, "score_mod": "", "mask_mod": "", "aux": "", "varlen_q": False,
+                   "fp8": False}
 
 
 def same_variant(config: dict, match: dict) -> bool:
@@ -432,20 +434,14 @@ def same_variant(config: dict, match: dict) -> bool:
 def find(bundle, case: Case, match: dict):
     """The bundle's artefact of one of the case's entries (compiled with the kernel's own backend). A
     varlen, head_dim_v or score_mod entry holds every item of the plain kernel of its tiles (a plain
-    key has none of OPTIONAL_FIELDS): an attention case's entry is looked up among the entries of its
-    own variant, by name."""
+    key has none of OPTIONAL_FIELDS): an attention, decode or MLA decode case's entry is looked up among
+    the entries of its own variant, by name."""
     want = dict(arch=RUNNABLE_ARCH, cubin_backend=kernels.cubin_backend(case.kernel), **match)
-    if case.kernel in (acfg.KERNEL, dcfg.KERNEL):
+    if case.kernel in (acfg.KERNEL, dcfg.KERNEL, mcfg.KERNEL):
         names = {e["name"] for e in bundle.entries if e["arch"] == RUNNABLE_ARCH and same_variant(e["config"], match)
                  and all(e["config"].get(k) == v for k, v in want.items() if k != "arch")}
         if not names:
             raise LookupError(f"no kernel of this variant in bundle {bundle.root} matches {want}")
-        if len(names) == 1:
-            return bundle.find(name=names.pop(), **want)
-    if case.kernel == mcfg.KERNEL:      # a 16-bit MLA key is a subset of its FP8 twin's (`fp8` set there only)
-        names = {e["name"] for e in bundle.entries if e["arch"] == RUNNABLE_ARCH
-                 and bool(e["config"].get("fp8")) == bool(match.get("fp8"))
-                 and all(e["config"].get(k) == v for k, v in want.items() if k != "arch")}
         if len(names) == 1:
             return bundle.find(name=names.pop(), **want)
     return bundle.find(**want)
