@@ -163,7 +163,8 @@ def emit(tag: str, value: dict) -> None:
 # Fields an attention kernel's key holds only when set (AttnConfig.key): an entry with one set holds
 # every item of the plain kernel of its tiles, so a case's entry must agree on these too
 OPTIONAL_FIELDS = {"varlen": False, "head_dim_v": 0, "score_mod": "", "mask_mod": "", "aux": "", "varlen_q": False,
-                   "window_left": -1, "window_right": -1, "chunk": 0, "softcap": False, "sinks": False}
+                   "window_left": -1, "window_right": -1, "chunk": 0, "softcap": False, "sinks": False,
+                   "fp8": False}   # fp8: the MLA kernel's FP8-latent-cache variant, whose key alone holds it
 
 
 def same_variant(config: dict, match: dict) -> bool:
@@ -175,10 +176,10 @@ def find(bundle, case: Case, match: dict):
     """The bundle's artefact of one of the case's entries (compiled with the kernel's own backend). A
     varlen, head_dim_v or score_mod entry (a decode kernel's window / softcap / sinks variant, a
     combine's sink variant) holds every item of the plain kernel of its tiles (a plain key has none of
-    OPTIONAL_FIELDS): an attention, decode or combine case's entry is looked up among the entries of
-    its own variant, by name."""
+    OPTIONAL_FIELDS): an attention, decode, combine or MLA decode case's entry is looked up among the
+    entries of its own variant, by name."""
     want = dict(arch=RUNNABLE_ARCH, cubin_backend=kernels.cubin_backend(case.kernel), **match)
-    if case.kernel in (acfg.KERNEL, dcfg.KERNEL, dcfg.COMBINE_KERNEL):
+    if case.kernel in (acfg.KERNEL, dcfg.KERNEL, dcfg.COMBINE_KERNEL, mcfg.KERNEL):
         names = {e["name"] for e in bundle.entries if e["arch"] == RUNNABLE_ARCH and same_variant(e["config"], match)
                  and all(e["config"].get(k) == v for k, v in want.items() if k != "arch")}
         if not names:

@@ -171,9 +171,10 @@ def _varlen(name: str, cases, quick: bool = False) -> Case:
     return Case(name, acfg.KERNEL, match, quick=quick, child="varlen")
 
 
-def _mla(name: str, dtype: str, page: int, exchange: bool = True, quick: bool = False) -> Case:
-    """The MLA decode kernel for pages of `page` rows, split and unsplit (kernel_sets.mla)."""
-    match = tuple(mcfg.default_config(dtype, page, unsplit=u, exchange=exchange).key() for u in (False, True))
+def _mla(name: str, dtype: str, page: int, exchange: bool = True, quick: bool = False, fp8: bool = False) -> Case:
+    """The MLA decode kernel for pages of `page` rows (fp8: FlashMLA's FP8 latent cache), split and
+    unsplit (kernel_sets.mla)."""
+    match = tuple(mcfg.default_config(dtype, page, unsplit=u, exchange=exchange, fp8=fp8).key() for u in (False, True))
     return Case(name, mcfg.KERNEL, match, quick=quick, page_size=page, child="mla")
 
 
@@ -247,6 +248,8 @@ CASES = (
     _mla("mla-full-s-bf16-p64", "bf16", 64, exchange=False, quick=True),
     _mla("mla-f16-p64", "f16", 64),
     _mla("mla-bf16-p16", "bf16", 16),
+    _mla("mla-fp8-p64", "bf16", 64, quick=True, fp8=True),
+    _mla("mla-fp8-p16", "bf16", 16, fp8=True),
     Case("mla-combine", dcfg.COMBINE_KERNEL, tuple(smla.combine_match(dt) for dt in ("bf16", "f16")), page_size=64,
          child="mla"),
     # flash_attn_func(score_mod=, mask_mod=, aux_tensors=)'s kernels (score-mods): sanitize_score_mod.CASES

@@ -4,7 +4,10 @@ the mla set) and its head-dim-512 combine, through get_mla_metadata and flash_ml
 Family of the MLA kernel: split (float32 partials for the combine) or unsplit (out and lse
 itself), and the exchange variant (its warpgroups split S's keys and trade P and the row maxima
 through shared memory) or the one whose warpgroups each compute all of S; its features: the dtype
-and the TMA box rows (64: one box per page of 64, 16: pages of 16). The combine's feature is its
+and the TMA box rows (64: one box per page of 64, 16: pages of 16); the FP8-latent-cache kernels
+(is_fp8_kvcache) a family of their own (`/fp8`) and the feature mla-fp8: their cache is the same
+bf16 latent quantized to FlashMLA's 656-byte rows (testing_mla.quantize_fp8_cache; NaN rows give
+NaN bytes and scales), checked over its dequantized rows. The combine's feature is its
 head dim (sanitize_decode.decode_features), so the 512 one needs this module's combine case.
 
 Every call: a latent cache [num_pages, page, 1, 576] with spare pages, a shuffled block table
@@ -36,11 +39,11 @@ SPLITS = 3
 
 def mla_family(config: dict) -> str:
     return "/".join((mc.KERNEL, "unsplit" if config["unsplit"] else "split",
-                     "exchange" if config["exchange"] else "full-s"))
+                     "exchange" if config["exchange"] else "full-s", *(["fp8"] if config.get("fp8") else [])))
 
 
 def mla_features(config: dict) -> set[str]:
-    return {f"mla-{config['dtype']}", f"mla-box{config['box_rows']}"}
+    return {f"mla-{config['dtype']}", f"mla-box{config['box_rows']}", *(["mla-fp8"] if config.get("fp8") else [])}
 
 
 def _calls(case):
@@ -95,7 +98,7 @@ def child_mla(case, bundle, seed: int):
 
     from bench import sanitize as san
     from fa4mlir.attention import mla
-    from fa4mlir.testing_mla import check_mla
+    from fa4mlir.testing_mla import check_mla, dequantize_fp8_cache, quantize_fp8_cache
 
     device, page = san.DEVICE, case.page_size
     for i, (match, exchange, splits, sq, heads) in enumerate(_calls(case)):
@@ -103,7 +106,10 @@ def child_mla(case, bundle, seed: int):
         lengths = lengths_for(page)
         t = decode_inputs(torch, device, lengths, sq, heads, 1, mc.D_QK, match["dtype"], page, s)
         q, table, seqlens = t["q"], t["page_table"], t["cache_seqlens"]
+        fp8 = bool(match.get("fp8"))
         kv = t["k_cache"].to(q.dtype).to(device)
+        if fp8:
+            kv = quantize_fp8_cache(kv)
         if splits is None:
             meta, num_splits = mla.get_mla_metadata(seqlens, sq * heads, 1)
         else:
@@ -111,7 +117,7 @@ def child_mla(case, bundle, seed: int):
             num_splits = (torch.arange(len(lengths) + 1, dtype=torch.int32) * splits).to(device)
         n = meta.shape[0]
         problem = mla.MLAProblem(len(lengths), sq, heads, kv.shape[0], page, table.shape[1], match["dtype"], n,
-                                 mc.D_QK ** -0.5, True)
+                                 mc.D_QK ** -0.5, True, fp8)
         with variant(mla, exchange):
             cfg, combine = mla.configs_for(problem)
             got = (cfg if case.kernel == mc.KERNEL else combine)
@@ -121,17 +127,18 @@ def child_mla(case, bundle, seed: int):
             name = san.find(bundle, case, match).name
             with nan_empty(torch):
                 out, lse = mla.flash_mla_with_kvcache(q, kv, table, seqlens, mc.D_V, meta, num_splits, causal=True,
-                                                      bundle=bundle)
+                                                      bundle=bundle, **({"is_fp8_kvcache": True} if fp8 else {}))
             torch.cuda.synchronize()
         out_c, lse_c = out.cpu().float(), lse.cpu()
         r = {"nan_out": int(torch.isnan(out_c).sum()), "nan_lse": int(torch.isnan(lse_c).sum())}
         try:
-            errs = check_mla(q.cpu(), kv.cpu(), table.cpu(), seqlens.cpu(), out_c, lse_c, causal=True)
+            rows = dequantize_fp8_cache(kv.cpu()) if fp8 else kv.cpu()
+            errs = check_mla(q.cpu(), rows, table.cpu(), seqlens.cpu(), out_c, lse_c, causal=True)
             r.update(ok=True, max_err=errs["out"], lse_err=errs["lse"])
         except AssertionError as exc:
             r.update(ok=False, error=str(exc)[:300])
         yield {"kernel": name, "shape": [len(lengths), sq, heads], "lengths": lengths, "page_size": page,
-               "num_splits": n, "exchange": exchange, "via": "flash_mla_with_kvcache", "seed": s, **r}
+               "num_splits": n, "exchange": exchange, "fp8": fp8, "via": "flash_mla_with_kvcache", "seed": s, **r}
 
 
 def combine_match(dtype: str) -> dict:

@@ -94,6 +94,7 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 f16 caches in pages of 64 and a bf16 one in pages of 16, each split and unsplit, the
                 bf16 page-64 pair without the S exchange (`exchange=False`, to time against), and the
                 head-dim-512 combine (what tests/gpu/test_mla_decode_gpu.py and `bench mla`'s decode rows run),
+                the FP8-latent-cache variants (is_fp8_kvcache, bf16, pages 64 and 16, split and unsplit),
                 mla_prefill's kernel, bf16 qk 192 / v 128 causal (`bench mla`'s prefill row), and the sparse
                 prefill (flash_mla_sparse_fwd, attention/mla_sparse.py) with and without topk_length and sinks
                 (tests/gpu/test_mla_sparse_gpu.py and `bench mla`'s sparse rows), and the sparse decode
@@ -466,6 +467,8 @@ def mla() -> list:
     out = [(KERNEL, default_config(dtype, page, unsplit=u)) for dtype, page in MLA_CASES for u in (False, True)]
     # the variant whose warpgroups both compute all of S (note "Design"), for bench mla to time against
     out += [(KERNEL, default_config("bf16", 64, unsplit=u, exchange=False)) for u in (False, True)]
+    # FlashMLA's FP8 latent cache (is_fp8_kvcache=True; bf16 q): page sizes 64 and 16
+    out += [(KERNEL, default_config("bf16", page, unsplit=u, fp8=True)) for page in (64, 16) for u in (False, True)]
     out += [(COMBINE_KERNEL, CombineConfig(dtype, D_V)) for dtype in sorted({d for d, _ in MLA_CASES})]
     # the sparse prefill (flash_mla_sparse_fwd), with and without topk_length and attention sinks
     from .kernels.attention_mla_sparse_sm90_config import KERNEL as SPARSE, MLASparseConfig

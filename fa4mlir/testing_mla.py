@@ -47,6 +47,50 @@ def check_mla(q, kv_cache, block_table, cache_seqlens, out, lse, *, head_dim_v: 
     return tally.check()
 
 
+FP8_TILE = 128          # latent columns per scale (FlashMLA's V32 FP8 layout)
+FP8_ROW_BYTES = 656     # 512 e4m3 + 4 float32 scales + 64 bf16
+
+
+def quantize_fp8_cache(kv):
+    """FlashMLA's quantize_k_cache (tests/quant.py, V32 layout) of a bf16 latent cache [num_pages,
+    page_size, 1, 576]: float8_e4m3fn [num_pages, page_size, 1, 656], each token's 512 latent
+    columns divided by its group's scale (amax / 448 rounded up to a power of two, at least 1e-4:
+    FlashMLA's ue8m0 cast) and cast to e4m3, the four float32 scales, the 64 rope columns as bf16.
+    Rows holding a NaN quantize to NaN bytes and scales (what a real cache's unused rows may hold)."""
+    import torch
+    n, page, heads, d = kv.shape
+    assert heads == 1 and d == 576 and kv.dtype == torch.bfloat16
+    rows = kv.reshape(n, page, d)
+    out = torch.zeros((n, page, FP8_ROW_BYTES), dtype=torch.uint8, device=kv.device)
+    scales = out[..., 512:528].view(torch.float32)
+    out[..., 528:] = rows[..., 512:].contiguous().view(torch.uint8)
+    for g in range(512 // FP8_TILE):
+        cols = rows[..., g * FP8_TILE:(g + 1) * FP8_TILE].float()
+        inv = cols.abs().amax(dim=-1) / 448.0
+        inv = torch.pow(2, torch.clamp_min(inv, 1e-4).log2().ceil())
+        scales[..., g] = inv
+        q8 = (cols / inv[..., None]).to(torch.float8_e4m3fn)
+        out[..., g * FP8_TILE:(g + 1) * FP8_TILE] = q8.view(torch.uint8)
+    return out.view(torch.float8_e4m3fn).view(n, page, 1, FP8_ROW_BYTES)
+
+
+def dequantize_fp8_cache(cache):
+    """FlashMLA's dequantize_k_cache (V32 layout), exactly as the kernel does it (common/mla_fp8.py):
+    bf16(float32(e4m3) x float32 scale) per 128-column group, the rope copied: bf16 [num_pages,
+    page_size, 1, 576]."""
+    import torch
+    n, page, heads, width = cache.shape
+    assert heads == 1 and width == FP8_ROW_BYTES
+    raw = cache.reshape(n, page, width).view(torch.uint8)
+    out = torch.empty((n, page, 576), dtype=torch.bfloat16, device=cache.device)
+    out[..., 512:] = raw[..., 528:].contiguous().view(torch.bfloat16)
+    scales = raw[..., 512:528].contiguous().view(torch.float32)
+    for g in range(512 // FP8_TILE):
+        cols = raw[..., g * FP8_TILE:(g + 1) * FP8_TILE].contiguous().view(torch.float8_e4m3fn).float()
+        out[..., g * FP8_TILE:(g + 1) * FP8_TILE] = (cols * scales[..., g:g + 1]).to(torch.bfloat16)
+    return out.view(n, page, 1, 576)
+
+
 def sparse_reference(q, kv, indices, softmax_scale: float, compute_dtype, *, d_v: int = 512, sinks=None,
                      topk_length=None):
     """flash_mla_sparse_fwd's definition (FlashMLA tests/ref.py ref_sparse_attn_fwd) with every step
@@ -130,4 +174,5 @@ def check_mla_sparse_decode(q, k_cache, indices, out, lse, softmax_scale: float,
     return tally.check()
 
 
-__all__ = ["gather_rows", "check_mla", "sparse_reference", "check_mla_sparse", "check_mla_sparse_decode"]
+__all__ = ["gather_rows", "check_mla", "quantize_fp8_cache", "dequantize_fp8_cache", "sparse_reference", "check_mla_sparse",
+           "check_mla_sparse_decode"]

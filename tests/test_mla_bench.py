@@ -15,8 +15,8 @@ from tests._bench_helpers import RESULT_BREAKAGES, check_cli_imports_no_mlir, ch
 
 
 def test_workloads_and_unknown_names():
-    assert mb.parse_workloads("") == ["mla_prefill", "mla_decode", "mla_sparse", "mla_sparse_decode"] == \
-        list(mb.WORKLOADS)
+    assert mb.parse_workloads("") == ["mla_prefill", "mla_decode", "mla_decode_fp8", "mla_sparse",
+                                       "mla_sparse_decode"] == list(mb.WORKLOADS)
     assert mb.parse_workloads(" mla_prefill,mla_prefill ") == ["mla_prefill"]
     with pytest.raises(ValueError, match=r"unknown mla workload\(s\) \['decode_dense'\]"):
         mb.parse_workloads("mla_prefill,decode_dense")
@@ -75,6 +75,18 @@ def test_decode_rows_count_flops_and_bytes_as_flashmla(heads, sq):
     assert shape["bytes"] == 2 * (b * s_k * d + b * sq * heads * d + b * sq * heads * dv)
     assert (shape["heads"], shape["seqlen_q"], shape["page_size"]) == (heads, sq, 64)
     assert mb.WORKLOADS["mla_decode"] == tuple(f"mla_decode_h{h}_q{q}" for h in (16, 64, 128) for q in (1, 2))
+
+
+@pytest.mark.parametrize("heads, sq", [(16, 1), (128, 2)])
+def test_fp8_decode_rows_count_bytes_as_flashmla(heads, sq):
+    """FlashMLA's tests/lib.py count_flop_and_mem_vol_for_decode with its FP8 cache: q and out in bf16
+    (2 bytes), each retrieved token 656 bytes; the FLOPs as the bf16 rows'."""
+    shape, flops = mb.row_shape(f"mla_decode_fp8_h{heads}_q{sq}")
+    b, s_k, d, dv = 128, 4096, 576, 512
+    assert flops == mb.row_shape(f"mla_decode_h{heads}_q{sq}")[1] == 2 * b * sq * heads * s_k * (d + dv)
+    assert shape["bytes"] == 2 * b * sq * heads * d + b * s_k * 656 + 2 * b * sq * heads * dv
+    assert shape["kv"] == "fp8" and (shape["heads"], shape["seqlen_q"]) == (heads, sq)
+    assert mb.WORKLOADS["mla_decode_fp8"] == tuple(f"mla_decode_fp8_h{h}_q{q}" for h in (16, 64, 128) for q in (1, 2))
 
 
 def test_sparse_row_counts_as_flashmla_and_its_check_fails_a_wrong_output():

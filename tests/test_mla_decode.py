@@ -26,9 +26,11 @@ from fa4mlir.kernels import attention_mla_decode_sm90_config as mc
 from fa4mlir.kernels.common.fields import ConfigError
 from fa4mlir.runtime import TensorInfo
 
-# the sparse kernels: tests/test_mla_sparse.py and tests/test_mla_sparse_decode.py; mla_prefill: test_attention_compile
+# the sparse kernels: tests/test_mla_sparse.py and tests/test_mla_sparse_decode.py; mla_prefill:
+# test_attention_compile; FP8: test_mla_decode_fp8.py
 ENTRIES = [e for e in kernel_sets.mla()
-           if e[0] not in ("attention_mla_sparse_sm90", "attention_mla_sparse_decode_sm90", "attention_fwd_sm90")]
+           if e[0] not in ("attention_mla_sparse_sm90", "attention_mla_sparse_decode_sm90", "attention_fwd_sm90")
+           and not getattr(e[1], "fp8", False)]
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
@@ -127,7 +129,7 @@ def test_scale_and_causal_checks():
 
 
 def test_refusals_before_anything_runs():
-    with pytest.raises(E.UnsupportedFeatureError, match="FP8"):
+    with pytest.raises(E.ArgumentTypeError):      # the FP8 cache is built (tests/test_mla_decode_fp8.py)
         mla.flash_mla_with_kvcache(None, None, None, None, 512, None, None, is_fp8_kvcache=True)
     with pytest.raises(E.ArgumentTypeError):        # indices: the sparse decode (tests/test_mla_sparse_decode.py)
         mla.flash_mla_with_kvcache(None, None, None, None, 512, None, None, indices=np.zeros(1))
@@ -138,7 +140,9 @@ def test_refusals_before_anything_runs():
     with pytest.raises(E.HeadsRatioError):
         mla.get_mla_metadata(None, 16, 2)
     with pytest.raises(E.UnsupportedFeatureError):
-        mla.get_mla_metadata(None, 16, 1, is_fp8_kvcache=True)
+        mla.get_mla_metadata(None, 16, 1, topk=64)
+    with pytest.raises(E.ArgumentTypeError):
+        mla.get_mla_metadata(None, 16, 1, is_fp8_kvcache=None)
 
 
 # ---- the interpreter ------------------------------------------------------------------------------

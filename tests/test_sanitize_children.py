@@ -372,10 +372,14 @@ def cpu_mla(cpu_child, monkeypatch):
     monkeypatch.setattr(mla, "device_info", lambda: type("Info", (), {"num_sms": 132})())
     calls, mode = [], {"mode": "right"}
 
-    def call(q, kv, table, seqlens, head_dim_v, meta, num_splits, causal, bundle):
+    def call(q, kv, table, seqlens, head_dim_v, meta, num_splits, causal, bundle, is_fp8_kvcache=False):
         batch, sq, heads, _ = q.shape
         p = mla.MLAProblem(batch, sq, heads, kv.shape[0], kv.shape[1], table.shape[1], "bf16", meta.shape[0],
-                           q.shape[-1] ** -0.5, causal)
+                           q.shape[-1] ** -0.5, causal, is_fp8_kvcache)
+        if is_fp8_kvcache:
+            from fa4mlir.testing_mla import dequantize_fp8_cache
+            assert kv.shape[-1] == 656
+            kv = dequantize_fp8_cache(kv)
         calls.append((batch, sq, heads, kv.shape[1], meta.shape[0], tuple(num_splits.tolist()),
                       mla.configs_for(p)[0].exchange, causal))
         out = torch.empty((batch, sq, heads, head_dim_v), dtype=q.dtype)
@@ -401,7 +405,7 @@ def test_mla_child_runs_the_case_kernel_and_checks_it(cpu_mla, capsys, name):
     case = san.CASES_BY_NAME[name]
     chosen, cache = mla.configs_for, mla._CALLS
     code, rep = child_report(capsys, name, bundle)
-    assert code == 0 and rep.end["ok"] and rep.end["checks"] == len(case.match) * len(smla.MLA_SHAPES), rep.results
+    assert code == 0 and rep.end["ok"] and rep.end["checks"] == len(case.match) * len(smla.MLA_SHAPES), (rep.end, rep.results)
     assert all(r["ok"] and r["nan_out"] == 0 for r in rep.results), rep.results
     assert mla.configs_for is chosen and mla._CALLS is cache      # the variant swap is undone
     exchange = case.match[0].get("exchange", True)

@@ -193,7 +193,7 @@ def test_every_runnable_family_and_feature_of_gpu_tests_has_a_case(gpu_tests):
     assert {"varlen-window", "varlen-softcap", "varlen-sinks", "varlen-f16", "varlen-d256"} <= feats
     assert {f"attention_mla_decode_sm90/{split}/{ex}" for split in ("split", "unsplit")
             for ex in ("exchange", "full-s")} <= fams
-    assert {"mla-bf16", "mla-f16", "mla-box64", "mla-box16", "combine-d512"} <= feats
+    assert {"mla-bf16", "mla-f16", "mla-box64", "mla-box16", "mla-fp8", "combine-d512"} <= feats
     assert sps.sc.KERNEL in fams and {"sparse-bf16", "sparse-topk_length", "sparse-sinks"} <= feats
     # compiled-in functions: each built-in by name, each aux tensor by position, dtype and rank
     assert {"score_mod-alibi", "score_mod-relative_bias", "score_mod-softcap_tanh", "mask_mod-document_mask",
@@ -257,10 +257,12 @@ def test_the_coverage_check_fails_on_what_no_case_runs(gpu_tests):
         "varlen-chunk": ["varlen-chunk"],
         "mla-full-s-bf16-p64": ["attention_mla_decode_sm90/split/full-s", "attention_mla_decode_sm90/unsplit/full-s"],
         "mla-bf16-p64,mla-f16-p64,mla-bf16-p16": ["attention_mla_decode_sm90/split/exchange",
-                                                  "attention_mla_decode_sm90/unsplit/exchange", "mla-box16", "mla-f16"],
+                                                  "attention_mla_decode_sm90/unsplit/exchange", "mla-f16"],
         "mla-f16-p64": ["mla-f16"],
-        "mla-bf16-p16": ["mla-box16"],
+        "mla-bf16-p16,mla-fp8-p16": ["mla-box16"],
         "mla-combine": ["combine-d512"],
+        "mla-fp8-p64,mla-fp8-p16": ["attention_mla_decode_sm90/split/exchange/fp8",
+                                    "attention_mla_decode_sm90/unsplit/exchange/fp8", "mla-fp8"],
         "mla-sparse-topklen-or-sinks": [],
         "mla-sparse,mla-sparse-topklen-or-sinks": [sps.sc.KERNEL, "sparse-bf16", "sparse-sinks", "sparse-topk_length"],
         "attn-d96-causal": ["d96"],
@@ -348,7 +350,7 @@ def test_quick_cases_cover_every_kernel_first():
     # and every varlen and MLA family (their features may wait for the full matrix)
     every = {f for c in san.CASES for f in c.families}
     assert {f for f in every if "/varlen/" in f or f.startswith("attention_mla")} <= fams
-    assert sum("/varlen/" in f for f in fams) == 4 and sum(f.startswith("attention_mla_decode") for f in fams) == 4
+    assert sum("/varlen/" in f for f in fams) == 4 and sum(f.startswith("attention_mla_decode") for f in fams) == 6
     assert sps.sc.KERNEL in fams and {"sparse-topk_length", "sparse-sinks"} <= feats
     # one score-mod case: a score_mod and a mask_mod, two aux tensors
     assert [c.name for c in quick if c.child == "scoremod"] == ["scoremod-docmask-alibi-d64-causal"]

@@ -28,8 +28,16 @@ splits summed in index order: deterministic for a given split count).
 
 Sparse decode (``indices``, FlashMLA's DSA decode): attention/mla_sparse_decode.py, called from here.
 
-Not built (typed errors, UnsupportedFeatureError): the FP8 cache (is_fp8_kvcache, FlashMLA's
-656-byte layout), more than one KV head, head dims other than 576/512.
+FP8 latent cache (``is_fp8_kvcache=True``, FlashMLA's V32 layout): k_cache float8_e4m3fn (or uint8)
+[num_pages, page_size, 1, 656], each token row 512 e4m3 latent bytes, four float32 scales (one per
+128 latent columns), then the 64 rope columns in bf16; q bf16, out bf16. The kernel dequantizes
+each row to bf16(float32(e4m3) x scale) (FlashMLA's dequantize_k_cache) in SMEM and runs the bf16
+GEMMs (attention_mla_decode_sm90, note "FP8 latent"). Token and page strides: multiples of 16
+bytes (FlashMLA's own quantize_k_cache pads each page by one row: taken).
+
+Not built (typed errors, UnsupportedFeatureError): sparse decode over the FP8 cache (indices with
+is_fp8_kvcache=True, FlashMLA's only sparse-decode cache), more than one KV head, head dims other
+than 576/512.
 """
 from __future__ import annotations
 
@@ -78,7 +86,7 @@ def get_mla_metadata(cache_seqlens, num_q_tokens_per_head_k: int, num_heads_k: i
     """FlashMLA's get_mla_metadata: (tile_scheduler_metadata [splits, 8] int32, num_splits [batch + 1]
     int32), both on cache_seqlens' device, made without reading it (module docstring). With ``topk``
     (sparse decode) num_heads_q is required and the splits are mla_sparse_decode.plan_sparse_splits'."""
-    _refuse(is_fp8_kvcache, "get_mla_metadata")
+    check_flag("is_fp8_kvcache", is_fp8_kvcache)      # the same metadata either way
     if type(num_heads_k) is not int or num_heads_k != 1:
         raise HeadsRatioError(_err(f"num_heads_k must be 1 (one latent KV head), got {num_heads_k!r}", "get_mla_metadata"))
     if type(num_q_tokens_per_head_k) is not int or num_q_tokens_per_head_k < 1:
@@ -110,11 +118,6 @@ def _sparse_splits(batch: int, num_q_tokens: int, num_heads_q, topk) -> int:
     return plan_sparse_splits(batch, num_q_tokens // num_heads_q, num_heads_q, topk, device_info().num_sms)
 
 
-def _refuse(is_fp8_kvcache, api: str = ENTRY) -> None:
-    if is_fp8_kvcache:
-        raise UnsupportedFeatureError(_err("the FP8 latent cache (FlashMLA's 656-byte layout) is not built yet; pass a "
-                                           "bf16 or f16 cache", api))
-
 
 @dataclass(frozen=True)
 class MLAProblem:
@@ -130,6 +133,7 @@ class MLAProblem:
     splits: int
     softmax_scale: float
     causal: bool
+    fp8: bool = False           # FlashMLA's FP8 latent cache (656-byte rows)
 
     @property
     def out_shape(self) -> tuple:
@@ -140,16 +144,35 @@ class MLAProblem:
         return (self.batch, self.heads, self.seqlen_q)
 
 
-def check_mla_inputs(q: TensorInfo, k_cache: TensorInfo, block_table: TensorInfo, cache_seqlens: TensorInfo,
-                     head_dim_v: Any, metadata: TensorInfo, num_splits: TensorInfo, softmax_scale=None,
-                     causal: Any = False) -> MLAProblem:
-    """Every host check of a call (deviceless: TensorInfo and plain values), typed errors naming
-    what to pass; returns the problem."""
-    causal = check_flag("causal", causal)
+FP8_CACHE_DTYPES = ("e4m3", "u8")
+
+
+def _check_cache_dtype(q: TensorInfo, k_cache: TensorInfo, fp8: bool) -> int:
+    """q's and the cache's dtypes; returns the cache row's width (576 or 656)."""
+    if fp8:
+        if q.dtype != mc.FP8_DTYPE:
+            raise DTypeError(_err(f"with is_fp8_kvcache=True q must be bf16 (FlashMLA's FP8 cache), got {q.dtype}"))
+        if k_cache.dtype not in FP8_CACHE_DTYPES:
+            raise DTypeError(_err(f"with is_fp8_kvcache=True k_cache must be float8_e4m3fn (or uint8) [num_pages, "
+                                  f"page_size, 1, {mc.FP8_ROW_BYTES}] (FlashMLA's quantize_k_cache), got "
+                                  f"{k_cache.dtype}; pass is_fp8_kvcache=False for a {k_cache.dtype} cache"))
+        return mc.FP8_ROW_BYTES
     if q.dtype not in mc.DTYPES:
         raise DTypeError(_err(f"q must be bf16 or f16, got {q.dtype}"))
     if k_cache.dtype != q.dtype:
-        raise DTypeError(_err(f"k_cache must have q's dtype {q.dtype}, got {k_cache.dtype} (an FP8 cache is not built yet)"))
+        hint = " (an FP8 cache: pass is_fp8_kvcache=True)" if k_cache.dtype in FP8_CACHE_DTYPES else ""
+        raise DTypeError(_err(f"k_cache must have q's dtype {q.dtype}, got {k_cache.dtype}{hint}"))
+    return mc.D_QK
+
+
+def check_mla_inputs(q: TensorInfo, k_cache: TensorInfo, block_table: TensorInfo, cache_seqlens: TensorInfo,
+                     head_dim_v: Any, metadata: TensorInfo, num_splits: TensorInfo, softmax_scale=None,
+                     causal: Any = False, is_fp8_kvcache: Any = False) -> MLAProblem:
+    """Every host check of a call (deviceless: TensorInfo and plain values), typed errors naming
+    what to pass; returns the problem."""
+    causal = check_flag("causal", causal)
+    fp8 = check_flag("is_fp8_kvcache", is_fp8_kvcache)
+    row = _check_cache_dtype(q, k_cache, fp8)
     if len(q.shape) != 4:
         raise ShapeError(_err(f"q must be 4-D [batch, seqlen_q, heads, 576], got shape {tuple(q.shape)}"))
     batch, seqlen_q, heads, d = q.shape
@@ -163,8 +186,9 @@ def check_mla_inputs(q: TensorInfo, k_cache: TensorInfo, block_table: TensorInfo
     if seqlen_q * heads > MAX_I32 // MAX_SPLITS:
         raise ShapeError(_err(f"seqlen_q x heads = {seqlen_q * heads} is too many query rows (the grid's x counts "
                               f"M tiles x splits in int32)"))
-    if len(k_cache.shape) != 4 or k_cache.shape[3] != mc.D_QK:
-        raise ShapeError(_err(f"k_cache must be [num_pages, page_size, 1, {mc.D_QK}], got {tuple(k_cache.shape)}"))
+    if len(k_cache.shape) != 4 or k_cache.shape[3] != row:
+        what = " (FP8: 512 e4m3 + 4 float32 scales + 64 bf16 bytes a token)" if fp8 else ""
+        raise ShapeError(_err(f"k_cache must be [num_pages, page_size, 1, {row}]{what}, got {tuple(k_cache.shape)}"))
     num_pages, page_size, kv_heads, _ = k_cache.shape
     if kv_heads != 1:
         raise HeadsRatioError(_err(f"k_cache must hold one latent KV head ([num_pages, page_size, 1, 576]), got "
@@ -196,7 +220,7 @@ def check_mla_inputs(q: TensorInfo, k_cache: TensorInfo, block_table: TensorInfo
         check_layout(name, info)
     scale = check_scale(softmax_scale, d)
     return MLAProblem(batch, seqlen_q, heads, num_pages, page_size, block_table.shape[1], q.dtype, metadata.shape[0],
-                      scale, causal)
+                      scale, causal, fp8)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -212,7 +236,7 @@ def kernel_for(source, cfg) -> LoadedKernel:
 def configs_for(problem: MLAProblem) -> tuple:
     """The decode kernel (unsplit for one split) and the combine (None for one split)."""
     unsplit = problem.splits == 1
-    cfg = mc.default_config(problem.dtype, problem.page_size, unsplit=unsplit).validate()
+    cfg = mc.default_config(problem.dtype, problem.page_size, unsplit=unsplit, fp8=problem.fp8).validate()
     return cfg, None if unsplit else dec.CombineConfig(problem.dtype, mc.D_V).validate()
 
 
@@ -307,7 +331,9 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, t
     """FlashMLA's flash_mla_with_kvcache (module docstring): returns (out, lse). With ``indices`` the
     sparse decode (attention/mla_sparse_decode.py; block_table and cache_seqlens unread, may be
     None). Nothing is read from the device on the host; the launches go to torch's current stream."""
-    _refuse(is_fp8_kvcache)
+    if indices is not None and check_flag("is_fp8_kvcache", is_fp8_kvcache):
+        raise UnsupportedFeatureError(_err("sparse decode (indices) over the FP8 latent cache is not built yet; pass "
+                                           "a bf16 or f16 cache with is_fp8_kvcache=False"))
     extras = [n for n, x in (("attn_sink", attn_sink), ("extra_k_cache", extra_k_cache),
                              ("extra_indices_in_kvcache", extra_indices_in_kvcache),
                              ("extra_topk_length", extra_topk_length)) if x is not None]
@@ -329,10 +355,10 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, t
         from .errors import AutogradError
         raise AutogradError(_err("q requires grad: there is no backward kernel for MLA decode; call under "
                                  "torch.no_grad() or detach q"))
-    options = (head_dim_v if type(head_dim_v) is int else repr(head_dim_v), softmax_scale, causal)
+    options = (head_dim_v if type(head_dim_v) is int else repr(head_dim_v), softmax_scale, causal, is_fp8_kvcache)
     call, signature = _CALLS.get(_CALLS.signature(tensors, options, bundle))
     if call is None:
-        call = _prepare(torch, tensors, head_dim_v, softmax_scale, causal, bundle, signature)
+        call = _prepare(torch, tensors, head_dim_v, softmax_scale, causal, bundle, signature, is_fp8_kvcache)
     p = call.problem
     out = torch.empty(p.out_shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(p.lse_shape, dtype=torch.float32, device=q.device)
@@ -346,12 +372,13 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, t
     return out, lse
 
 
-def _prepare(torch, tensors: dict, head_dim_v, softmax_scale, causal, bundle, signature) -> _Call:
+def _prepare(torch, tensors: dict, head_dim_v, softmax_scale, causal, bundle, signature, is_fp8_kvcache=False) -> _Call:
     check_bundle(bundle, ENTRY)
     infos = {n: read_tensor(n, x, ENTRY) for n, x in tensors.items()}
     ordinal = check_devices([(n, i.device, x.device.index) for (n, i), x in zip(infos.items(), tensors.values())], ENTRY)
     problem = check_mla_inputs(infos["q"], infos["k_cache"], infos["block_table"], infos["cache_seqlens"], head_dim_v,
-                               infos["tile_scheduler_metadata"], infos["num_splits"], softmax_scale, causal)
+                               infos["tile_scheduler_metadata"], infos["num_splits"], softmax_scale, causal,
+                               is_fp8_kvcache)
     device = device_info()
     check_device_context(ordinal, device.ordinal, device.capability)
     q = tensors["q"]
@@ -359,7 +386,7 @@ def _prepare(torch, tensors: dict, head_dim_v, softmax_scale, causal, bundle, si
     plan = build_plan(problem, source_for(bundle), q.stride()[:3], tensors["block_table"].stride(0), out_strides)
     dev = q.device
     f32 = torch.float32
-    named = {"q": q, "kv_cache": tensors["k_cache"], "block_table": tensors["block_table"],
+    named = {"q": q, "kv_cache": kv_operand(torch, tensors["k_cache"], problem.fp8), "block_table": tensors["block_table"],
              "cache_seqlens": tensors["cache_seqlens"], "out": torch.empty(problem.out_shape, dtype=q.dtype, device=dev),
              "lse": torch.empty(problem.lse_shape, dtype=f32, device=dev)}
     if problem.splits > 1:
@@ -370,16 +397,25 @@ def _prepare(torch, tensors: dict, head_dim_v, softmax_scale, causal, bundle, si
     return call
 
 
-def flops_and_bytes(batch: int, seqlen_q: int, heads: int, cached_tokens: int, dtype_bytes: int = 2) -> tuple[int, int]:
-    """FlashMLA's benchmark accounting (its tests/test_flash_mla.py) of ``batch`` sequences of
-    ``cached_tokens`` each: FLOPs = 2 x query rows x cached tokens x (576 + 512), bytes = (the
-    cache's tokens x 576 + q's rows x 576 + out's rows x 512) x the element size."""
+def kv_operand(torch, k_cache, fp8: bool):
+    """The kernel's kv_cache operand: the cache itself, or (FP8) its rows as 164 int32 words, the TMA
+    element of common/mla_fp8.py (the same bytes and address)."""
+    return k_cache.view(torch.uint8).view(torch.int32) if fp8 else k_cache
+
+
+def flops_and_bytes(batch: int, seqlen_q: int, heads: int, cached_tokens: int, dtype_bytes: int = 2,
+                    fp8: bool = False) -> tuple[int, int]:
+    """FlashMLA's benchmark accounting (its tests/test_flash_mla.py; FP8: tests/lib.py
+    count_flop_and_mem_vol_for_decode) of ``batch`` sequences of ``cached_tokens`` each: FLOPs = 2 x
+    query rows x cached tokens x (576 + 512), bytes = the cache's tokens x 576 x the element size
+    (FP8: x 656 bytes, the whole row) + (q's rows x 576 + out's rows x 512) x the element size."""
     rows = batch * seqlen_q * heads
     flops = 2 * rows * cached_tokens * (mc.D_QK + mc.D_V)
-    data = (batch * cached_tokens * mc.D_QK + rows * mc.D_QK + rows * mc.D_V) * dtype_bytes
+    cache = batch * cached_tokens * (mc.FP8_ROW_BYTES if fp8 else mc.D_QK * dtype_bytes)
+    data = cache + (rows * mc.D_QK + rows * mc.D_V) * dtype_bytes
     return int(flops), int(data)
 
 
 __all__ = ["get_mla_metadata", "flash_mla_with_kvcache", "check_mla_inputs", "plan_splits", "MLAProblem", "build_plan",
            "CallCache",
-           "configs_for", "kernel_for", "flops_and_bytes", "TILE_SCHEDULER_METADATA_SIZE", "ENTRY"]
+           "configs_for", "kernel_for", "flops_and_bytes", "kv_operand", "TILE_SCHEDULER_METADATA_SIZE", "ENTRY"]

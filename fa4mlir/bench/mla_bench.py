@@ -7,6 +7,10 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    sequence in a paged latent cache (page 64, a shuffled block table), one KV head of 576
                    (V = its first 512 columns), 16 / 64 / 128 query heads, seqlen_q 1 and 2 (causal);
                    rows mla_decode_h{16,64,128}_q{1,2}; get_mla_metadata + flash_mla_with_kvcache
+    mla_decode_fp8 the same over FlashMLA's FP8 latent cache (656-byte rows: the bf16 cache quantized
+                   by FlashMLA's quantize_k_cache recipe, testing_mla.quantize_fp8_cache), bf16 q;
+                   rows mla_decode_fp8_h{16,64,128}_q{1,2}; flash_mla_with_kvcache(is_fp8_kvcache=True),
+                   checked against the dense equivalent over the dequantized rows
     mla_sparse     FlashMLA's sparse prefill shape: s_q 4096, 128 heads, topk 2048 distinct indices per
                    token into s_kv 32768 rows of [s_kv, 1, 576]; flash_mla_sparse_fwd
     mla_sparse_decode  FlashMLA's sparse decode benchmark shape (DeepSeek-V3.2, its
@@ -34,10 +38,10 @@ fa4mlir.bench.timers' heated timer (median kept), then called and checked again.
 TFLOP/s: FLOPs as anchors_serving counts them, 2·B·H·S²·(D_qk + D_v) / 2 for causal MLA prefill
 (mla_flops; the same as attention_sm90_config.flops with head_dim_v); the decode and sparse rows as
 FlashMLA's benchmarks count them (attention.mla.flops_and_bytes: 2 x query rows x cached tokens x
-(576 + 512), and the bytes of the cache, q and out; attention.mla_sparse.flops: 2 x s_q x topk x h_q x
-(576 + 512); attention.mla_sparse_decode.flops_and_bytes: 2 x h_q x b x s_q x topk x (576 + 512), and
-the bytes of q, out and the distinct cache rows the indices name, 1152 each in bf16 where FlashMLA
-counts its 656-byte FP8 row); rows with a byte count also get GB/s (`gbps` in the JSON).
+(576 + 512), and the bytes of the cache (FP8: 656 a token), q and out; attention.mla_sparse.flops: 2 x s_q x
+topk x h_q x (576 + 512); attention.mla_sparse_decode.flops_and_bytes: 2 x h_q x b x s_q x topk x (576 +
+512), and the bytes of q, out and the distinct cache rows the indices name, 1152 each in bf16 where
+FlashMLA counts its 656-byte FP8 row); rows with a byte count also get GB/s (`gbps` in the JSON).
 
 JSON (schema "fa4mlir-mla-bench/1", --out, default mla-bench.json), written after every workload:
 environment, timer, settings, `rows` (shape, FLOPs), `results` (one per row and backend: status
@@ -59,9 +63,10 @@ DECODE_HEADS, DECODE_QS = (16, 64, 128), (1, 2)
 MLA_SPARSE = dict(s_q=4096, heads=128, topk=2048, s_kv=32768)
 MLA_SPARSE_DECODE = dict(batch=64, seqlen_q=2, heads=128, topk=2048, cached=32768, page_size=64)
 DECODE_ROWS = tuple(f"mla_decode_h{h}_q{sq}" for h in DECODE_HEADS for sq in DECODE_QS)
+FP8_DECODE_ROWS = tuple(f"mla_decode_fp8_h{h}_q{sq}" for h in DECODE_HEADS for sq in DECODE_QS)
 # workload (the --workloads names) -> its rows
-WORKLOADS = {"mla_prefill": ("mla_prefill",), "mla_decode": DECODE_ROWS, "mla_sparse": ("mla_sparse",),
-             "mla_sparse_decode": ("mla_sparse_decode",)}
+WORKLOADS = {"mla_prefill": ("mla_prefill",), "mla_decode": DECODE_ROWS, "mla_decode_fp8": FP8_DECODE_ROWS,
+             "mla_sparse": ("mla_sparse",), "mla_sparse_decode": ("mla_sparse_decode",)}
 
 
 def parse_workloads(text: str | None) -> list[str]:
@@ -86,12 +91,13 @@ def row_shape(row: str) -> tuple[dict, float]:
     if row == "mla_prefill":
         s = MLA_PREFILL
         return dict(s), mla_flops(s["batch"], s["heads"], s["seqlen"], s["head_dim"], s["head_dim_v"], s["causal"])
-    if row in DECODE_ROWS:
+    if row in DECODE_ROWS or row in FP8_DECODE_ROWS:
         from ..attention.mla import flops_and_bytes
-        heads, sq = (int(x[1:]) for x in row.split("_")[2:])
+        fp8 = row in FP8_DECODE_ROWS
+        heads, sq = (int(x[1:]) for x in row.split("_")[-2:])
         d = MLA_DECODE
-        flops, data = flops_and_bytes(d["batch"], sq, heads, d["cached"])
-        return dict(d, heads=heads, seqlen_q=sq, bytes=data), float(flops)
+        flops, data = flops_and_bytes(d["batch"], sq, heads, d["cached"], fp8=fp8)
+        return dict(d, heads=heads, seqlen_q=sq, bytes=data, **({"kv": "fp8"} if fp8 else {})), float(flops)
     if row == "mla_sparse":
         from ..attention.mla_sparse import flops
         d = MLA_SPARSE
@@ -165,11 +171,12 @@ def mla_prefill_rows(torch: Any, fa4=None) -> list[Row]:
                 poisoner(torch, b * n * h * dv, torch.bfloat16))]
 
 
-def mla_decode_rows(torch: Any, fa4=None) -> list[Row]:
+def mla_decode_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]:
     """mla_decode's rows: one bf16 latent cache (batch 128 x 4096 tokens in pages of 64, a shuffled
     block table; seed 0) and, per (heads, seqlen_q), q drawn after it; causal (bottom-right). Checked
     on sequence 0 against the dense equivalent (its 4096 rows gathered: MQA over K = the rows, V = their
-    first 512 columns) by the FA rule."""
+    first 512 columns) by the FA rule. fp8 (mla_decode_fp8): the cache quantized to FlashMLA's FP8
+    layout, the check over its rows dequantized as the kernel does."""
     import fa4mlir
     from .prefill_workloads import DEV, causal_mask, checker, poisoner
     d = MLA_DECODE
@@ -179,23 +186,33 @@ def mla_decode_rows(torch: Any, fa4=None) -> list[Row]:
     cache = torch.randn(pages, page, 1, 576, dtype=torch.bfloat16, device=DEV) / 4
     table = torch.randperm(pages, device=DEV).to(torch.int32).view(b, n // page)
     seqlens = torch.full((b,), n, dtype=torch.int32, device=DEV)
-    k0 = cache[table[0].long()].reshape(1, n, 1, 576)                 # sequence 0's rows, in order
+    if fp8:
+        from ..testing_mla import dequantize_fp8_cache, quantize_fp8_cache
+        cache = quantize_fp8_cache(cache)
+        k0 = dequantize_fp8_cache(cache[table[0].long()]).reshape(1, n, 1, 576)
+    else:
+        k0 = cache[table[0].long()].reshape(1, n, 1, 576)             # sequence 0's rows, in order
     rows = []
     for heads in DECODE_HEADS:
         for sq in DECODE_QS:
             q = torch.randn(b, sq, heads, 576, dtype=torch.bfloat16, device=DEV) / 4
-            meta = fa4mlir.get_mla_metadata(seqlens, sq * heads, 1)
+            meta = fa4mlir.get_mla_metadata(seqlens, sq * heads, 1, is_fp8_kvcache=fp8)
             check = checker(torch, lambda o: o[:1], (q[:1], k0, k0[..., :512], 576 ** -0.5),
                             mask=causal_mask(torch, sq, n))
 
             def call(q=q, meta=meta):
                 return lambda: fa4mlir.flash_mla_with_kvcache(q, cache, table, seqlens, 512, meta[0], meta[1],
-                                                              causal=True)[0]   # out (lse is made too)
-            name = f"mla_decode_h{heads}_q{sq}"
+                                                              causal=True, is_fp8_kvcache=fp8)[0]   # out (lse too)
+            name = f"mla_decode{'_fp8' if fp8 else ''}_h{heads}_q{sq}"
             shape, flops = row_shape(name)
-            rows.append(Row(name, "mla_decode", shape, flops, {"fa4mlir": call}, check,
+            rows.append(Row(name, "mla_decode_fp8" if fp8 else "mla_decode", shape, flops, {"fa4mlir": call}, check,
                             poisoner(torch, b * sq * heads * 512, torch.bfloat16)))
     return rows
+
+
+def mla_decode_fp8_rows(torch: Any, fa4=None) -> list[Row]:
+    """mla_decode_fp8's rows (mla_decode_rows with fp8)."""
+    return mla_decode_rows(torch, fa4, fp8=True)
 
 
 def _sparse_check(torch: Any, q, kv, indices, scale: float, tokens: int = 32) -> Callable[[Any], dict]:
@@ -270,8 +287,8 @@ def mla_sparse_decode_rows(torch: Any, fa4=None) -> list[Row]:
 
 
 # workload -> builder(torch, fa4) -> rows
-BUILDERS = {"mla_prefill": mla_prefill_rows, "mla_decode": mla_decode_rows, "mla_sparse": mla_sparse_rows,
-            "mla_sparse_decode": mla_sparse_decode_rows}
+BUILDERS = {"mla_prefill": mla_prefill_rows, "mla_decode": mla_decode_rows, "mla_decode_fp8": mla_decode_fp8_rows,
+            "mla_sparse": mla_sparse_rows, "mla_sparse_decode": mla_sparse_decode_rows}
 
 
 # ----------------------------------------------------------------------------------------------

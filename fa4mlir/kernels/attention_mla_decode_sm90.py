@@ -13,7 +13,8 @@ dtype and the LSE itself (attention_decode_sm90, note "Unsplit": the same bits).
 Roles (12 warps, 384 threads, one CTA per SM: 216 KiB of SMEM, 225 KiB exchanging; setmaxnreg
 240 / 24, note "Design"):
     warp 8        `load`  one elected thread: per KV tile j of the split, the 64 x 576 tile into a
-                          ring of STAGES = 2 (kv_pipe), as 9 column chunks (64 columns, 128B
+                          ring of STAGES = 2 (kv_pipe; FP8: one stage of 656-byte rows, note
+                          "FP8 latent"), as 9 column chunks (64 columns, 128B
                           swizzle) x 64 / box_rows TMA boxes, each inside one page (paging.py,
                           note "Box rows"; attention_decode_sm90, note "Paged boxes": a box at or
                           past L_b is aimed past the pool and lands as zeros).
@@ -66,13 +67,24 @@ columns are zeroed in SMEM before P V. K and V share the tile: both warpgroups f
 (a 256-thread barrier; exchanging, the exchange's barriers follow both S_j), then each zeroes the
 rows in its own 256 V columns, fences them to the async proxy and syncs its warpgroup. (K's columns
 of those rows are masked to -inf.)
+
+Note "FP8 latent" (`fp8`, FlashMLA's 656-byte rows: common/mla_fp8.py): the ring holds staged
+rows (one stage: attention_mla_decode_sm90_config, note "FP8 SMEM plan"), one TMA box of whole
+rows per page piece. Per tile, after waiting for its stage, warpgroup w dequantizes the latent
+columns 256 w .. 256 w + 255 (bf16(e4m3 x its row's scale)) and copies half the rows' rope into
+one bf16 tile of the usual swizzled layout (rows at or past L_b as zeros, so no V tail is zeroed
+later), fences, and both pass one barrier; each then releases the stage and runs steps 1-5 on the
+bf16 tile. Overwriting the tile for j + 1 needs no barrier before it: warpgroup w writes only its
+own V columns (its P V_j has retired) and rope rows, which only S_j reads, and both warpgroups'
+S_j retired before the exchange's barriers of tile j (the reason fp8 requires `exchange`).
 """
 from __future__ import annotations
 
 from .. import dsl
 from ..dialect import builders as fa4
 from ..dsl import ELEM_BYTES, KernelBuilder, Value, const, fast_div, fma, log2, select, vec
-from .attention_mla_decode_sm90_config import BN, CONSUMERS, D_QK, D_V, LOAD_REGS, MMA_REGS, STAGES, TILE_M, MLADecodeConfig
+from .attention_mla_decode_sm90_config import BN, CONSUMERS, D_QK, D_V, LOAD_REGS, MMA_REGS, TILE_M, MLADecodeConfig
+from .common import mla_fp8
 from .common.mla_sm90 import (BAR_ALL, BAR_WG, CHUNK, LN2, NEG_INF, QK_CHUNKS, SWIZZLE, UNITS, WG_CHUNKS, WG_COLS,
                               ConsumerGeometry, issue_pv, issue_s, load_q, row_totals, softmax)
 from .common.wgmma import acc_col, acc_pair, acc_row, wait_group
@@ -81,20 +93,24 @@ from .common.wgmma import acc_col, acc_pair, acc_row, wait_group
 def build(cfg: MLADecodeConfig = MLADecodeConfig()) -> dsl.KernelIR:
     cfg.validate()
     kb = KernelBuilder(cfg.name(), arch="sm_90a", block=(cfg.threads, 1, 1), config=cfg.key(), min_ctas_per_sm=1)
-    spec = dict(dtype=cfg.dtype, box=(CHUNK, 1, cfg.box_rows, 1), swizzle="128B")
+    if cfg.fp8:     # note "FP8 latent": whole 656-byte rows as 164 int32 words, unswizzled
+        spec = dict(dtype="i32", box=(mla_fp8.ROW_WORDS, 1, cfg.box_rows, 1), swizzle="none")
+    else:
+        spec = dict(dtype=cfg.dtype, box=(CHUNK, 1, cfg.box_rows, 1), swizzle="128B")
     p = kb.params_from(cfg.params, tma={"kv_cache": spec})
     with kb.body():
         q_smem = kb.smem("q_smem", TILE_M * D_QK * 2)
-        kv_smem = kb.smem("kv_smem", STAGES * cfg.tile_bytes())
+        kv_smem = kb.smem("kv_smem", cfg.stages * cfg.stage_bytes())
+        tile_smem = kb.smem("tile_smem", cfg.tile_bytes()) if cfg.fp8 else None   # the dequantized tile
         q_slot = kb.smem("q_slot", 16, align=16)     # holds 0: see _kv_tile, step 1
         x_smem = kb.smem("x_smem", cfg.exchange_bytes(), align=16) if cfg.exchange else None   # note "Exchange"
-        kv_pipe = kb.pipeline("kv_pipe", num_stages=STAGES, producer="load", consumers=["mma"],
+        kv_pipe = kb.pipeline("kv_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
                               consumer_arrivals=CONSUMERS)
         kb.pipeline_init()
         work = _Work(kb, p)
         with kb.warp_roles():
             with kb.role("mma", first_warp=0, num_warps=4 * CONSUMERS, regs=MMA_REGS):
-                _mma_role(kb, cfg, work, p, q_smem, kv_smem, kv_pipe, q_slot, x_smem)
+                _mma_role(kb, cfg, work, p, q_smem, kv_smem, kv_pipe, q_slot, x_smem, tile_smem)
             with kb.role("load", first_warp=4 * CONSUMERS, num_warps=1, regs=LOAD_REGS):
                 _load_role(kb, cfg, work, p, kv_smem, kv_pipe)
     return kb.finish()
@@ -127,7 +143,7 @@ class _Work:
 # ---- producer -------------------------------------------------------------------------------------
 
 def _load_role(kb, cfg: MLADecodeConfig, work: _Work, p, kv_smem, kv_pipe):
-    tile_bytes = cfg.tile_bytes()
+    tile_bytes = cfg.stage_bytes()
     with kb.if_(kb.elect_one()).then_():
         fa4.tma_prefetch(p["kv_cache"])
         row_at = work.batch.to("i64") * p["block_table_stride"].to("i64")
@@ -150,6 +166,11 @@ def _load_role(kb, cfg: MLADecodeConfig, work: _Work, p, kv_smem, kv_pipe):
             base = s.stage * tile_bytes
             for i in range(cfg.boxes_per_tile):
                 page, row = box_origin(j * BN + i * cfg.box_rows)
+                if cfg.fp8:     # note "FP8 latent": box_rows whole rows
+                    dst = kb.gep(kv_smem, base + mla_fp8.stage_offset(i * cfg.box_rows, 0), "i8")
+                    fa4.tma_load(p["kv_cache"], dst, s.stage, [const(0), const(0), row, page], pipe=kv_pipe.name,
+                                 box=[mla_fp8.ROW_WORDS, 1, cfg.box_rows, 1], elem_bytes=mla_fp8.WORD)
+                    continue
                 for c in range(QK_CHUNKS):
                     dst = kb.gep(kv_smem, base + c * BN * SWIZZLE + i * cfg.box_rows * SWIZZLE, "i8")
                     fa4.tma_load(p["kv_cache"], dst, s.stage, [const(c * CHUNK), const(0), row, page],
@@ -216,40 +237,60 @@ def _zero_v_tail(cs: _Consumer, v_base, valid: Value):
     kb.named_barrier(BAR_WG, 128, select=cs.wg, span=CONSUMERS)
 
 
-def _kv_tile(cs: _Consumer, bufs, j: Value, carry, masked: bool, dtype: str):
-    q_smem, kv_smem, kv_pipe, q_slot = bufs
-    kb, work = cs.kb, cs.work
+def _dequant_tile(cs: _Consumer, staged, tile_smem, valid: Value | None):
+    """note "FP8 latent": this warpgroup's share of the staged 656-byte rows into the bf16 tile
+    (rows at or past `valid` as zeros), fenced to the async proxy, then a barrier of both
+    warpgroups: the tile is whole and neither reads the stage again."""
+    kb = cs.kb
+    mla_fp8.emit_dequant(kb, cs.t, cs.wg, staged, tile_smem, BN, valid)
+    kb.fence("async_smem")
+    kb.named_barrier(BAR_ALL, 256)
+
+
+def _kv_tile(cs: _Consumer, bufs, j: Value, carry, masked: bool, cfg: MLADecodeConfig):
+    q_smem, kv_smem, kv_pipe, q_slot, tile_smem = bufs
+    kb, work, dtype = cs.kb, cs.work, cfg.dtype
     s, o, m, l = carry
     # 1. S_j = Q K_j^T (both warpgroups alike; exchange: each its 32 keys). Q's address comes through a load of q_slot (0) after
     #    the wait: LLVM then keeps Q's 36 wgmma descriptors in the loop instead of hoisting them
     #    (72 registers for the whole loop: they spilled)
     kv_pipe.consumer_wait(s)
-    q_smem = kb.gep(q_smem, kb.warp_uniform(kb.load(q_slot, "i32", align=4)), "i8")
-    stage = kb.gep(kv_smem, s.stage * MLADecodeConfig.tile_bytes(), "i8")
+    q_at = kb.warp_uniform(kb.load(q_slot, "i32", align=4))
+    if cfg.fp8:     # 1a. (FP8) dequantize KV_j into the bf16 tile, release its stage (note "FP8 latent");
+        #             its addresses too start from q_slot's 0, so they are not hoisted out of the loop
+        valid = work.length - j * BN if masked else None
+        tile_smem = kb.gep(tile_smem, q_at, "i8")
+        _dequant_tile(cs, kb.gep(kv_smem, s.stage * cfg.stage_bytes() + q_at, "i8"), tile_smem, valid)
+        with kb.if_(cs.is_leader).then_():
+            kv_pipe.consumer_release(s)
+    q_smem = kb.gep(q_smem, q_at, "i8")
+    stage = tile_smem if cfg.fp8 else kb.gep(kv_smem, s.stage * MLADecodeConfig.tile_bytes(), "i8")
     s_acc = wait_group(issue_s(cs, q_smem, stage, dtype), pending=0)
     # 2. softmax, 3. O_w *= alpha
     frags, m, l, alpha = softmax(cs, s_acc, _mask(cs, j) if masked else None, m, l, dtype)
     o = vec(*[o[i] * alpha[acc_row(i)] for i in range(cs.n_o)])
     # 4. V rows past L_b zeroed (only the tile that holds L_b), once both warpgroups' S_j retired
+    #    (FP8: the dequantization wrote them as zeros)
     v_base = kb.gep(stage, cs.wg * (WG_CHUNKS * BN * SWIZZLE), "i8")
-    if masked:
+    if masked and not cfg.fp8:
         valid = work.length - j * BN
         with kb.if_(valid.slt(BN)).then_():
             if not cs.exchange:     # (exchanging, both passed the barriers after their S_j)
                 kb.named_barrier(BAR_ALL, 256)
             _zero_v_tail(cs, v_base, valid)
-    # 5. O_w += P V_j[:, 256 w ..]; release KV_j (one arrival per warpgroup)
+    # 5. O_w += P V_j[:, 256 w ..]; release KV_j (one arrival per warpgroup; FP8: released in 1a)
     o = wait_group(issue_pv(cs, v_base, frags, o, dtype), pending=0)
-    with kb.if_(cs.is_leader).then_():
-        kv_pipe.consumer_release(s)
+    if not cfg.fp8:
+        with kb.if_(cs.is_leader).then_():
+            kv_pipe.consumer_release(s)
     return s.advance(), o, tuple(m), tuple(l)
 
 
-def _mma_role(kb, cfg: MLADecodeConfig, work: _Work, p, q_smem, kv_smem, kv_pipe, q_slot, x_smem):
+def _mma_role(kb, cfg: MLADecodeConfig, work: _Work, p, q_smem, kv_smem, kv_pipe, q_slot, x_smem, tile_smem=None):
     cs = _Consumer(kb, cfg, work, p, x_smem)
     _load_q(cs, q_smem, q_slot, cfg.dtype)
     f32 = "f32"
-    bufs = (q_smem, kv_smem, kv_pipe, q_slot)
+    bufs = (q_smem, kv_smem, kv_pipe, q_slot, tile_smem)
     # tiles every row sees entirely need no mask: keys < min over the rows of `end` (token 0's)
     hidden0 = (p["seqlen_q"] - 1) * p["causal"]
     full = (work.length - hidden0).smax(0) // BN
@@ -259,7 +300,7 @@ def _mma_role(kb, cfg: MLADecodeConfig, work: _Work, p, q_smem, kv_smem, kv_pipe
     for lo, hi, masked in ((work.begin, split, False), (split, work.end, True)):
         loop = kb.for_(lo, hi, 1, carry=state)
         with loop as (j, carried):
-            loop.yield_(*_kv_tile(cs, bufs, j, carried, masked, cfg.dtype))
+            loop.yield_(*_kv_tile(cs, bufs, j, carried, masked, cfg))
         state = loop.results
     _epilogue(cs, cfg, state[1], state[2], state[3])
 

@@ -15,8 +15,14 @@ One flash_mla_with_kvcache call runs one or two kernels:
 `MLADecodeConfig` fixes what changes the kernel's code: dtype, the page size's TMA box rows
 (gcd(64, page_size): 64 for FlashMLA's page size 64, one box per page and 64-column chunk), and
 whether it writes partials or the final O, and whether its two warpgroups split S's keys and exchange
-P (`exchange`, the default) or both compute all of S. The head count, seqlen_q, lengths and split count are
-launch arguments.
+P (`exchange`, the default) or both compute all of S, and whether the cache is FlashMLA's FP8 latent
+layout (`fp8`: 656-byte token rows, common/mla_fp8.py; q bf16). The head count, seqlen_q, lengths
+and split count are launch arguments.
+
+Note "FP8 SMEM plan": Q (72 KiB) + one bf16 tile (72 KiB) the wgmmas read + the exchange (9 KiB)
+leave 74 KiB of the 227: one staging stage of 64 x 656-byte rows (41 KiB) fits, two (82 KiB) do
+not (`fp8_stages` derives the count). The stage is released once both warpgroups have dequantized
+it into the bf16 tile, so the TMA of tile j + 1 overlaps tile j's GEMMs and softmax.
 """
 from __future__ import annotations
 
@@ -39,6 +45,12 @@ STAGES = 2                 # KV ring depth: Q (72 KiB) + 2 x 72 KiB tiles fill t
 SMEM_LIMIT = 227 * 1024
 MBARRIER_BYTES = 8
 MIN_HEADS, MAX_HEADS = 1, 128
+FP8_DTYPE = "bf16"         # FlashMLA's FP8 cache: q and out bf16, the latent dequantized to bf16
+FP8_SCALE_GROUP = 128      # latent columns per float32 scale
+# FlashMLA's FP8 token row: e4m3 latent, float32 scales, bf16 rope (656; common/mla_fp8.ROW_BYTES, which
+# imports the DSL: the host API reads this one)
+FP8_ROW_BYTES = D_V + 4 * (D_V // FP8_SCALE_GROUP) + 2 * (D_QK - D_V)
+FP8_MAX_STAGES = 2
 # setmaxnreg budgets: the launch gives 168 registers to each of 384 threads (a sub-partition runs
 # three of the twelve warps); the consumers' O (128) + S (32) + P (16) need more, the producer few
 MMA_REGS, LOAD_REGS = 240, 24
@@ -52,6 +64,7 @@ class MLADecodeConfig:
     exchange: bool = True          # each warpgroup computes S for half the tile's keys; row maxima and P
                                    # cross through SMEM (attention_mla_decode_sm90, note "Exchange");
                                    # False: each computes all of S (note "Design")
+    fp8: bool = False              # FlashMLA's FP8 latent cache (656-byte rows), dequantized in the kernel
 
     @property
     def params(self) -> tuple:
@@ -67,14 +80,30 @@ class MLADecodeConfig:
 
     @staticmethod
     def tile_bytes() -> int:
+        """One bf16/f16 tile the wgmmas read (the ring stage itself unless fp8)."""
         return BN * D_QK * 2
+
+    def stage_bytes(self) -> int:
+        """One ring stage: the tile, or (fp8) BN staged 656-byte rows."""
+        return BN * FP8_ROW_BYTES if self.fp8 else self.tile_bytes()
+
+    @property
+    def stages(self) -> int:
+        return self.fp8_stages() if self.fp8 else STAGES
+
+    def fp8_stages(self) -> int:
+        """note "FP8 SMEM plan": as many staging stages as fit (at most FP8_MAX_STAGES)."""
+        fixed = TILE_M * D_QK * 2 + self.tile_bytes() + 16 + self.exchange_bytes()
+        per_stage = self.stage_bytes() + 2 * MBARRIER_BYTES
+        return min(FP8_MAX_STAGES, (SMEM_LIMIT - fixed) // per_stage)
 
     def exchange_bytes(self) -> int:
         """note "Exchange": each warpgroup's P half (64 x 32 16-bit) and row maxima, and the row sums."""
         return CONSUMERS * (TILE_M * BN // CONSUMERS * 2 + TILE_M * 4) + CONSUMERS * TILE_M * 4 if self.exchange else 0
 
     def smem_bytes(self) -> int:
-        return (TILE_M * D_QK * 2 + STAGES * self.tile_bytes() + 2 * STAGES * MBARRIER_BYTES + 16
+        converted = self.tile_bytes() if self.fp8 else 0        # fp8: the bf16 tile next to the staging ring
+        return (TILE_M * D_QK * 2 + self.stages * (self.stage_bytes() + 2 * MBARRIER_BYTES) + converted + 16
                 + self.exchange_bytes())
 
     def validate(self) -> "MLADecodeConfig":
@@ -84,15 +113,23 @@ class MLADecodeConfig:
         if self.box_rows < MIN_TMA_BOX_ROWS or BN % self.box_rows:
             raise ConfigError(f"box_rows must divide {BN} and be >= {MIN_TMA_BOX_ROWS} (page sizes that are "
                               f"multiples of 8), got {self.box_rows}")
+        if self.fp8 and (self.dtype != FP8_DTYPE or not self.exchange):
+            raise ConfigError(f"the FP8 latent cache is built for dtype {FP8_DTYPE!r} with exchange=True (FlashMLA's "
+                              f"bf16 q; note \"FP8 SMEM plan\"), got dtype={self.dtype!r}, exchange={self.exchange}")
+        if self.fp8 and self.stages < 1:
+            raise ConfigError("the FP8 latent cache's staging stage does not fit the SMEM (note \"FP8 SMEM plan\")")
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"MLA decode needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
         return self
 
     def key(self) -> dict:
-        return {"kernel": KERNEL, **self.__dict__}
+        """The compile key; `fp8` only where set (the 16-bit kernels' keys as before it existed)."""
+        fields = {k: v for k, v in self.__dict__.items() if k != "fp8" or v}
+        return {"kernel": KERNEL, **fields}
 
     def name(self) -> str:
-        return f"{KERNEL}_{self.dtype}_b{self.box_rows}{'' if self.exchange else '_rs'}{'_unsplit' if self.unsplit else ''}"
+        return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}_b{self.box_rows}{'' if self.exchange else '_rs'}"
+                f"{'_unsplit' if self.unsplit else ''}")
 
 
 def page_supported(page_size: int) -> bool:
@@ -100,10 +137,12 @@ def page_supported(page_size: int) -> bool:
     return page_size >= 1 and gcd(BN, page_size) >= MIN_TMA_BOX_ROWS
 
 
-def default_config(dtype: str, page_size: int, unsplit: bool = False, exchange: bool = True) -> MLADecodeConfig:
+def default_config(dtype: str, page_size: int, unsplit: bool = False, exchange: bool = True,
+                   fp8: bool = False) -> MLADecodeConfig:
     """The kernel for a cache of ``page_size``: the exchange variant (note "Exchange": half the
-    tensor work of the other, the same bytes; neither timed on a GPU yet)."""
-    return MLADecodeConfig(dtype=dtype, box_rows=gcd(BN, page_size), unsplit=unsplit, exchange=exchange)
+    tensor work of the other, the same bytes; neither timed on a GPU yet); fp8: FlashMLA's FP8
+    latent cache (dtype is q's: bf16)."""
+    return MLADecodeConfig(dtype=dtype, box_rows=gcd(BN, page_size), unsplit=unsplit, exchange=exchange, fp8=fp8)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -154,6 +193,6 @@ def grid(batch: int, seqlen_q: int, heads: int, num_splits: int) -> tuple[int, i
     return (-(-seqlen_q * heads // TILE_M) * num_splits, 1, batch)
 
 
-__all__ = ["KERNEL", "DTYPES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "MLADecodeConfig", "default_config",
+__all__ = ["KERNEL", "DTYPES", "FP8_DTYPE", "FP8_ROW_BYTES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "MLADecodeConfig", "default_config",
            "page_supported", "SPLIT_PARAMS", "UNSPLIT_PARAMS", "SPLIT_TENSORS", "UNSPLIT_TENSORS", "launch_args", "grid",
            "MIN_HEADS", "MAX_HEADS"]
