@@ -80,6 +80,10 @@ class AttnConfig:
     # rows from cu_seqlens in device memory, a 1-D grid in common.varlen_schedule's order; one tile per
     # CTA (persistent False). Left out of key() when False, so the dense kernels keep their keys
     varlen: bool = False
+    # varlen over the paged KV cache (attention/varlen_paged.py, attention_fwd_sm90_paged): k and v are the
+    # pools [num_pages, page_size, kv_heads, D], K/V tiles come in TMA boxes per page (common.paging's
+    # box-rows rule). 0: contiguous packed k/v; left out of key() when 0, so other kernels keep their keys
+    page_size: int = 0
     # D of v and o where it differs from head_dim (HEAD_DIM_PAIRS: 192 / 128, MLA prefill); 0: head_dim
     # (the one spelling of equal dims, so one kernel per pair)
     head_dim_v: int = 0
@@ -135,6 +139,7 @@ class AttnConfig:
                               "packed rows, not positions in the sequence): use flash_attn_func per sequence")
         if self.bn % 16 or not 16 <= self.bn <= 256:
             raise ConfigError(f"bn must be a multiple of 16 in [16, 256] (wgmma n and k16 steps), got {self.bn}")
+        self._check_paged()
         if self.varlen and self.persistent:
             raise ConfigError("varlen kernels run one tile per CTA (the grid's order is the schedule, "
                               "common.varlen_schedule): use persistent=False")
@@ -169,6 +174,33 @@ class AttnConfig:
                               f"lower bn or stages")
         self._check_registers()
         return self
+
+    def _check_paged(self) -> None:
+        """ConfigError unless page_size is 0 or a varlen kernel's page size whose K/V tiles common.paging
+        cuts into TMA boxes (fetch_plan: boxes of gcd(bn, page_size) >= 8 rows, at most 8 per tile; the
+        other page sizes run the decode kernel's gather, attention/varlen_paged.py)."""
+        if not self.page_size:
+            return
+        from .common.paging import MAX_PAGE_SIZE, KVFetch, fetch_plan
+        if type(self.page_size) is not int or not 1 <= self.page_size <= MAX_PAGE_SIZE:
+            raise ConfigError(f"page_size must be 0 (contiguous k/v) or an int in 1..{MAX_PAGE_SIZE}, "
+                              f"got {self.page_size!r}")
+        if not self.varlen:
+            raise ConfigError("page_size needs varlen=True (the paged prefill is the varlen kernel over the pools)")
+        if self.score_mod or self.mask_mod:
+            raise ConfigError("page_size with a score_mod or mask_mod is not built")
+        plan = fetch_plan(self.bn, self.page_size)
+        if plan.fetch is not KVFetch.TMA_BOXES or plan.box_rows % 8:
+            raise ConfigError(f"page_size {self.page_size} with bn {self.bn} cuts K/V tiles into {plan.boxes_per_tile} "
+                              f"boxes of gcd(bn, page_size) = {plan.box_rows} rows; the prefill kernel takes "
+                              f"boxes of >= 8 rows (a multiple of 8), at most 8 per tile (common.paging.fetch_plan): "
+                              f"other page sizes run the decode kernel's varlen_q variant")
+
+    @property
+    def kv_box_rows(self) -> int:
+        """Rows per K/V TMA box: bn, or with page_size the box-rows rule's gcd(bn, page_size)."""
+        from .common.paging import fetch_plan
+        return fetch_plan(self.bn, self.page_size).box_rows if self.page_size else self.bn
 
     def _check_mask(self) -> None:
         """ConfigError unless the mask fields are in range and canonical (one config per mask:
@@ -357,7 +389,7 @@ class AttnConfig:
     def name_suffix(self) -> str:
         """Kernel-name tags of the non-default softmax knobs ('' for the defaults): _poly4, _lazy8, _rb."""
         tags = softmax_knob_tags(self.exp2_poly_stride, self.rescale_threshold)
-        return tags + ("_rb" if self.rescale_before_pv else "")
+        return tags + ("_rb" if self.rescale_before_pv else "") + (f"_page{self.page_size}" if self.page_size else "")
 
     def key(self) -> dict:
         """The config as a dict, every field (the mask's and score modifiers' too: a bundle query by
@@ -365,7 +397,7 @@ class AttnConfig:
         reads as none), but varlen, head_dim_v and the score_mod fields only when set, so the dense
         kernels, those of equal head dims and those without functions keep their keys."""
         return {"kernel": KERNEL, **{k: v for k, v in self.__dict__.items()
-                                     if not (k == "head_dim_v" and not v) and not (k == "varlen" and not v)
+                                     if not (k in ("head_dim_v", "varlen", "page_size") and not v)
                                      and not (k in MOD_FIELDS and v == "")}}
 
     @classmethod
@@ -613,6 +645,10 @@ SINK_PARAMS = (("sinks", "ptr"),)
 # packed rows (LSE is float32 [heads, total_q]). batch, seqlen_q and seqlen_k of LAUNCH_PARAMS hold
 # the number of sequences, max_seqlen_q and max_seqlen_k; the tile order (common.varlen_schedule) is
 # the dense causal grid's sections (section_shift, rest and tiles of LAUNCH_PARAMS).
+# A paged varlen kernel's (page_size, attention_fwd_sm90_paged), after VARLEN_PARAMS: the page table int32
+# [batch, max_pages] and its row stride (elements), the pool's pages (a box past a length aims at page
+# num_pages: TMA's zeros) and the table's capacity max_pages * page_size (the lengths' clamp)
+PAGED_PARAMS = (("page_table", "ptr"), ("page_table_stride", "i32"), ("num_pages", "i32"), ("kv_capacity", "i32"))
 VARLEN_PARAMS = (("o_rows", "ptr"), ("cu_seqlens_q", "ptr"), ("cu_seqlens_k", "ptr"), ("seqused_k", "ptr"),
                  ("has_seqused_k", "i32"), ("total_q", "i32"))
 # score_mod's (common.score_mod): mod_scale = softmax_scale * pre_scale, the factor before the function; then
@@ -626,7 +662,7 @@ def launch_params(config: AttnConfig) -> tuple:
     (common.score_mod.aux_params), and VARLEN_PARAMS with varlen."""
     return (*LAUNCH_PARAMS, *(SOFTCAP_PARAMS if config.softcap else ()), *(SINK_PARAMS if config.sinks else ()),
             *(MOD_SCALE_PARAMS if config.score_mod else ()), *aux_params(config.aux),
-            *(VARLEN_PARAMS if config.varlen else ()))
+            *(VARLEN_PARAMS if config.varlen else ()), *(PAGED_PARAMS if config.page_size else ()))
 
 
 def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) -> dict:
@@ -665,6 +701,9 @@ def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) 
         args.update(o_rows=tensors["o"], cu_seqlens_q=tensors["cu_seqlens_q"], cu_seqlens_k=tensors["cu_seqlens_k"],
                     seqused_k=tensors["cu_seqlens_k"] if used is None else used, has_seqused_k=int(used is not None),
                     total_q=int(problem.total_q))
+    if config.page_size:   # problem: attention.varlen_paged.PrefillProblem
+        args.update(page_table=tensors["page_table"], page_table_stride=int(problem.page_table_stride),
+                    num_pages=int(problem.num_pages), kv_capacity=int(problem.kv_capacity))
     return {name: args[name] for name, _ in launch_params(config)}   # in PTX order, every parameter once
 
 
@@ -776,6 +815,6 @@ __all__ = ["AttnConfig", "default_config", "default_configs", "SHORT_SEQLEN_K", 
            "query_tiles", "dealt_tile", "causal_pair_slot", "section_tile", "section_shift", "L2_BYTES",
            "SECTION_L2_SHARE", "IntOps", "grid", "launch_args", "launch_params", "LAUNCH_PARAMS", "SOFTCAP_PARAMS", "SINK_PARAMS",
            "MOD_SCALE_PARAMS", "mod_args", "MOD_FIELDS",
-           "VARLEN_PARAMS", "varlen_config", "varlen_grid", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "HEAD_DIM_PAIRS",
+           "VARLEN_PARAMS", "PAGED_PARAMS", "varlen_config", "varlen_grid", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "HEAD_DIM_PAIRS",
            "SPLIT_TILES", "TileLayout", "tile_layout", "DTYPES", "BMS",
            "TILES", "KNOBS", "TILE_FIELDS", "KNOB_FIELDS", "SFU_MOD_POLY_STRIDE"]
