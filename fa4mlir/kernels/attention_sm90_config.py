@@ -718,6 +718,33 @@ def varlen_config(dtype: str, head_dim: int, causal: bool, mask: Mask | None = N
     return replace(base, persistent=False, varlen=True).validate()
 
 
+# The producer's setmaxnreg for a paged varlen kernel of more than PAGED_FEW_BOXES boxes per K/V tile:
+# its page-table lookups (one live page index per box) spilled at 24 and 32 registers with page 16's 8
+# boxes (D128 causal bf16, 8 and 32 bytes), none at 40; 2 boxes (page 64) and 1 (page 128) fit in 24
+PAGED_FEW_BOXES = 2
+PAGED_LOAD_REGS = 40
+
+
+def paged_varlen_config(dtype: str, head_dim: int, causal: bool, page_size: int) -> AttnConfig | None:
+    """The paged prefill kernel (varlen over the KV cache's pools, AttnConfig.page_size) of a case:
+    varlen_config's tiles, or bn 128 where its bn does not cut into TMA boxes of the page size
+    (AttnConfig._check_paged: gcd(bn, page_size) >= 8 rows, at most 8 boxes), with the producer at
+    PAGED_LOAD_REGS past PAGED_FEW_BOXES boxes per tile. None when no such tile serves page_size (the
+    host then runs the decode kernel's gather: attention/varlen_paged.py, note "Which kernel")."""
+    from .common.paging import KVFetch, fetch_plan
+    base = varlen_config(dtype, head_dim, causal)
+    for bn in dict.fromkeys((base.bn, 128)):
+        plan = fetch_plan(bn, page_size)
+        if plan.fetch is not KVFetch.TMA_BOXES or plan.box_rows % 8:
+            continue
+        regs = PAGED_LOAD_REGS if plan.boxes_per_tile > PAGED_FEW_BOXES else base.load_regs
+        try:
+            return replace(base, bn=bn, page_size=page_size, load_regs=regs).validate()
+        except ConfigError:
+            continue
+    return None
+
+
 def varlen_grid(config: AttnConfig, problem) -> tuple[int, int, int]:
     """The 1-D grid of a varlen kernel: ceil(max_seqlen_q / bm) x heads x batch blocks
     (common.varlen_schedule). `problem`: batch (sequences), heads, seqlen_q (max_seqlen_q)."""
@@ -815,6 +842,6 @@ __all__ = ["AttnConfig", "default_config", "default_configs", "SHORT_SEQLEN_K", 
            "query_tiles", "dealt_tile", "causal_pair_slot", "section_tile", "section_shift", "L2_BYTES",
            "SECTION_L2_SHARE", "IntOps", "grid", "launch_args", "launch_params", "LAUNCH_PARAMS", "SOFTCAP_PARAMS", "SINK_PARAMS",
            "MOD_SCALE_PARAMS", "mod_args", "MOD_FIELDS",
-           "VARLEN_PARAMS", "PAGED_PARAMS", "varlen_config", "varlen_grid", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "HEAD_DIM_PAIRS",
+           "VARLEN_PARAMS", "PAGED_PARAMS", "paged_varlen_config", "PAGED_LOAD_REGS", "varlen_config", "varlen_grid", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "HEAD_DIM_PAIRS",
            "SPLIT_TILES", "TileLayout", "tile_layout", "DTYPES", "BMS",
            "TILES", "KNOBS", "TILE_FIELDS", "KNOB_FIELDS", "SFU_MOD_POLY_STRIDE"]
