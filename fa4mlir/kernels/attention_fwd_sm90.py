@@ -86,6 +86,7 @@ LN2 = 0.6931471805599453
 NEG_INF = float("-inf")
 BAR_SCHED = 1          # named barriers 1, 2(, 3): GEMM-issue turn of consumer warpgroup 0, 1(, 2)
 BAR_EPILOGUE = 4       # named barriers 4, 5(, 6): epilogue of consumer warpgroup 0, 1(, 2)
+BAR_V_TAIL = 7         # page_size: every consumer thread, after zeroing V rows past the length
 
 
 def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
@@ -681,7 +682,7 @@ def _attend(cs: _Consumer, turns: _Turns, counts: _Counts | None) -> _Acc:
         cs.release((q_pipe, q0))
     v_pipe.consumer_wait(state.v)
     if cfg.page_size:   # the last block holds the rows past the length (attention_fwd_sm90_paged)
-        paged.zero_v_tail(cs, state.v.stage, geo.block(geo.n_blocks - 1), BAR_EPILOGUE)
+        paged.zero_v_tail(cs, state.v.stage, geo.block(geo.n_blocks - 1), BAR_V_TAIL)
     o = cs.issue_pv(state.p, state.v.stage, o)
     o = wait_group(o, pending=0)
     cs.release((v_pipe, state.v), *(() if cfg.persistent else ((q_pipe, q0),)))

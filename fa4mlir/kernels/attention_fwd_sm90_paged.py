@@ -84,33 +84,39 @@ def load_tile(kb, cfg, pp: PagedParams, geo, pipe, desc, smem, s, t0: Value, tx_
 
 def zero_v_tail(cs, v_stage: Value, block: Value, barrier_id: int) -> None:
     """Zero the V rows at or past the length in the stage `v_stage` of KV block `block` (module note
-    "NaN past the length"), when the block holds any: the warpgroup's 128 threads take the
-    bn x chunks 16-byte units in turn, each fences its stores to the async proxy (fence.proxy.async),
-    then the warpgroup meets on named barrier `barrier_id` + wg before its wgmma reads the stage.
+    "NaN past the length"), when the block holds any: the consumer warpgroups' threads (128 x
+    consumers) split the bn x chunks 16-byte units between them, each thread fences its stores to
+    the async proxy (fence.proxy.async), then all consumer threads meet on named barrier
+    `barrier_id` before any wgmma reads the stage.
 
-    Race-free with several consumer warpgroups (each reads the same V stage and zeroes it alike): every
-    warpgroup writes only after the stage's full barrier (the TMA writes are done), and the producer
-    refills the stage only after every warpgroup released it, i.e. after each one's P V completed. A
-    warpgroup's wgmma is ordered after its own stores by its fence and barrier; another warpgroup's
-    stores to the same bytes may land before, during or after that wgmma, but they store the value
-    the bytes already hold (zero), so every read sees zero whatever the interleaving, and the NaN
-    the TMA wrote is gone before any of this warpgroup's reads."""
+    Why a barrier across the warpgroups, not each warpgroup zeroing every row for itself: those
+    stores would all write zeros, so the bytes would read zero whatever the interleaving, but they
+    are unordered write-write pairs between warpgroups (the interpreter's race check rejects them,
+    and the PTX memory model calls them a data race). Split and met, each unit is written once and
+    every warpgroup's wgmma is ordered after every store by fence + barrier. No deadlock: every
+    consumer warpgroup of the tile comes here (bm 128: no warpgroup skips a tile,
+    AttnConfig._check_paged), after its last GEMM turn (turns.end of the last block), so none waits
+    here on a turn another one holds; `valid` is the same in every thread of the CTA (one sequence,
+    one block), so all of them take the branch or none."""
     kb, cfg = cs.kb, cs.cfg
     vt = cfg.v_tile
     valid = cs.geo.seqlen_k - block * cfg.bn
     zero = const(0, ("i32", 4))
     base = kb.gep(cs.bufs.v_smem, v_stage * cs.bufs.v_bytes, "i8")
     units = vt.swizzle // 16
-    with kb.if_(valid.slt(cfg.bn)).then_():   # warp-uniform: the barrier below is reached by all 128 threads
+    threads = 128 * cfg.consumers
+    with kb.if_(valid.slt(cfg.bn)).then_():
         total = cfg.bn * vt.chunks * units
-        for i in range(total // 128):
-            u = cs.t + 128 * i
+        tid = cs.wg * 128 + cs.t
+        for i in range(-(-total // threads)):
+            u = tid + threads * i
             c = u // (cfg.bn * units)
             r = (u - c * (cfg.bn * units)) // units     # a whole row's units: the swizzle does not matter
-            with kb.if_(r.sge(valid)).then_():
+            live = r.sge(valid) if total % threads == 0 or (i + 1) * threads <= total else r.sge(valid) & u.slt(total)
+            with kb.if_(live).then_():
                 kb.store(zero, kb.gep(base, u * 16, "i8"), align=16)
         kb.fence("async_smem")
-        kb.named_barrier(barrier_id, 128, select=cs.wg, span=cfg.consumers)
+        kb.named_barrier(barrier_id, threads)
 
 
 __all__ = ["PagedParams", "params_of", "sequence", "load_tile", "zero_v_tail"]

@@ -189,6 +189,10 @@ class AttnConfig:
             raise ConfigError("page_size needs varlen=True (the paged prefill is the varlen kernel over the pools)")
         if self.score_mod or self.mask_mod:
             raise ConfigError("page_size with a score_mod or mask_mod is not built")
+        if self.skips_empty_warpgroups:
+            raise ConfigError(f"page_size needs bm 128 (got {self.bm}): every consumer warpgroup meets on the "
+                              "V tail's barrier (attention_fwd_sm90_paged.zero_v_tail), which one that skips "
+                              "its tile would never reach")
         plan = fetch_plan(self.bn, self.page_size)
         if plan.fetch is not KVFetch.TMA_BOXES or plan.box_rows % 8:
             raise ConfigError(f"page_size {self.page_size} with bn {self.bn} cuts K/V tiles into {plan.boxes_per_tile} "
