@@ -1,7 +1,8 @@
 """Deviceless: chunked prefill over the paged KV cache on the sm_90a PREFILL kernel (AttnConfig.page_size,
 kernels/attention_fwd_sm90_paged): the config's key and validation (page sizes by common.paging's
 box-rows rule), the host's rule for which kernel runs a call (varlen_paged.py, note "Which kernel"),
-compiles with 0 spills at page 16/64/128 (D128 causal bf16), and numerics through the interpreter
+compiles with 0 spills (kernel_sets.VARLEN_PAGED_PREFILL_CASES: page 16/64/128 D128 causal bf16,
+full attention, f16), and numerics through the interpreter
 (tests/interpret_varlen_paged.py PREFILL_CASES: shuffled page tables, lengths 0/1/page-1/page/page+1,
 NaN in unused pages and past every length) by the FA rule against a float64 reference over the keys
 gathered through the page table; packed rows past cu_seqlens_q[batch] untouched."""
@@ -12,6 +13,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from fa4mlir.kernel_sets import VARLEN_PAGED_PREFILL_CASES
 from fa4mlir.kernels.attention_sm90_config import AttnConfig, paged_varlen_config, varlen_config
 from fa4mlir.kernels.common.fields import ConfigError
 
@@ -61,12 +63,15 @@ def test_which_kernel_rule():
     assert prefill_config(_problem(2048, 64, head_dim=64)) is None             # head dims not checked paged
 
 
-@pytest.mark.parametrize("page", [16, 64, 128])
-def test_paged_prefill_compiles_without_spills(page):
+@pytest.mark.parametrize("case", VARLEN_PAGED_PREFILL_CASES, ids=lambda c: f"{c[0]}-d{c[1]}-{'causal' if c[2] else 'full'}"
+                                                                      f"-page{c[3]}")
+def test_paged_prefill_compiles_without_spills(case):
+    """Every kernel of the set (pages 16, 64, 128 D128 causal bf16, full attention, f16)."""
     from fa4mlir import lowering
     from fa4mlir.kernels import attention_fwd_sm90
     from fa4mlir.lowering import CompileOptions
-    cfg = paged_varlen_config("bf16", 128, True, page)
+    dtype, d, causal, page = case
+    cfg = paged_varlen_config(dtype, d, causal, page)
     art = lowering.lower(attention_fwd_sm90.build(cfg), CompileOptions(cubin_backend="ptxas"))
     r = art.resources
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r

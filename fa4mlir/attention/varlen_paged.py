@@ -18,14 +18,15 @@ like q, lse float32 [heads, total_q] (the varlen layout).
 
 Note "Which kernel": the sm_90a PREFILL kernel's varlen variant over the pools (AttnConfig.page_size,
 kernels/attention_fwd_sm90_paged: 128 query rows of one head per tile, K/V tiles in TMA boxes per page)
-runs a call when max_seqlen_q >= PREFILL_MIN_SEQLEN_Q (128: one full query tile of one head; shorter
-chunks leave most of a 128-row tile empty, where the decode kernel packs the GQA heads of few queries
-into its 64-row tiles and splits the key range over the SMs), head_dim is in PREFILL_HEAD_DIMS (128:
+runs a call when max_seqlen_q >= PREFILL_MIN_SEQLEN_Q (256: two of its 128-row query tiles per
+(sequence, head); with fewer queries its grid has one tile per (sequence, head), where the decode
+kernel packs the GQA heads of a few queries into its 64-row tiles and splits the key range over the
+SMs; the crossover is not timed, and tests/gpu/test_varlen_paged_gpu.py's chunks of up to 200 queries
+keep running the decode kernel), head_dim is in PREFILL_HEAD_DIMS (128:
 the head dims compiled, interpreted and GPU-tested with pages) and attention_sm90_config.
 paged_varlen_config serves the page size (boxes of gcd(bn, page_size) >= 8 rows, at most 8 per tile:
 page sizes that are multiples of, or divide, bn down to 8 rows); every other call runs the decode
-kernel below, by this rule (`uses_prefill`), never as a fallback from a failure. The threshold is the
-tile height, not a timed crossover. The prefill kernel reads seqused_k (or the capacity) on the device
+kernel below, by this rule (`uses_prefill`), never as a fallback from a failure.  The prefill kernel reads seqused_k (or the capacity) on the device
 like the decode kernel, one launch, no split, no combine (rows past cu_seqlens_q[batch] are not
 written).
 
@@ -64,7 +65,7 @@ from .plan import Launch, TensorRef
 from .problem import VarlenProblem
 
 NO_WINDOW = (-1, -1)
-PREFILL_MIN_SEQLEN_Q = 128     # note "Which kernel": the prefill kernel's query tile (bm 128)
+PREFILL_MIN_SEQLEN_Q = 256     # note "Which kernel": two of the prefill kernel's query tiles (bm 128)
 PREFILL_HEAD_DIMS = (128,)     # the head dims the paged prefill kernel is checked at
 WORKS = ("with a page_table the decode kernel runs causal or full attention only; window_size, attention_chunk, "
          "softcap and sinks work on packed keys (k, v [total_k, kv_heads, head_dim] with cu_seqlens_k)")
