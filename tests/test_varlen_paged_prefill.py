@@ -63,6 +63,29 @@ def test_which_kernel_rule():
     assert prefill_config(_problem(2048, 64, head_dim=64)) is None             # head dims not checked paged
 
 
+@pytest.mark.parametrize("seqused", [True, False])
+def test_prefill_launch_contract(seqused):
+    """prefill_launch fills every parameter of the paged kernel's contract, in PTX order: the pools as the
+    k/v TMA tensors, cu_seqlens_q standing in for the never-read cu_seqlens_k (and for seqused_k without
+    one, has_seqused_k 0), the page table, its stride, the pool's pages and the capacity."""
+    from fa4mlir.attention.plan import TensorRef
+    from fa4mlir.attention.varlen_paged import prefill_config, prefill_launch, prefill_problem
+    from fa4mlir.kernels.attention_sm90_config import launch_params, varlen_grid
+    problem = replace(_problem(2048, 64), seqused_k=seqused)
+    cfg = prefill_config(problem)
+    pp = prefill_problem(problem, 16)
+    launch = prefill_launch(cfg, None, pp)
+    a = launch.args
+    assert list(a) == [n for n, _ in launch_params(cfg)]
+    assert (a["k"], a["v"], a["page_table"], a["cu_seqlens_k"]) == (
+        TensorRef("k"), TensorRef("v"), TensorRef("page_table"), TensorRef("cu_seqlens_q"))
+    assert a["seqused_k"] == TensorRef("seqused_k" if seqused else "cu_seqlens_q")
+    assert a["has_seqused_k"] == int(seqused)
+    assert (a["page_table_stride"], a["num_pages"], a["kv_capacity"]) == (16, 64, 16 * 64)
+    assert (a["batch"], a["heads"], a["seqlen_q"], a["total_q"]) == (8, 32, 2048, 8 * 2048)
+    assert launch.grid == varlen_grid(cfg, pp) == (16 * 32 * 8, 1, 1)
+
+
 @pytest.mark.parametrize("case", VARLEN_PAGED_PREFILL_CASES, ids=lambda c: f"{c[0]}-d{c[1]}-{'causal' if c[2] else 'full'}"
                                                                       f"-page{c[3]}")
 def test_paged_prefill_compiles_without_spills(case):
