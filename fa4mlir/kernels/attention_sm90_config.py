@@ -15,6 +15,7 @@ from .common.fastdiv import divisor
 from .common.fields import ConfigError, RegisterBudgetError, check_fields
 from .common.mask_family import Mask, attention_mask
 from .common.naming import softmax_knob_tags
+from .common.paging import MAX_PAGE_SIZE, fetch_plan, prefill_box_rule
 from .common.score_mod import aux_params, calls_sfu, parse_aux_spec, registered
 from .common.varlen_schedule import varlen_grid_size
 
@@ -176,34 +177,24 @@ class AttnConfig:
         return self
 
     def _check_paged(self) -> None:
-        """ConfigError unless page_size is 0 or a varlen kernel's page size whose K/V tiles common.paging
-        cuts into TMA boxes (fetch_plan: boxes of gcd(bn, page_size) >= 8 rows, at most 8 per tile; the
-        other page sizes run the decode kernel's gather, attention/varlen_paged.py)."""
+        """ConfigError unless page_size is 0 or a page size whose K/V tiles the varlen kernel fetches in
+        TMA boxes per page (common.paging.prefill_box_rule), at bm 128 without score_mod/mask_mod."""
         if not self.page_size:
             return
-        from .common.paging import MAX_PAGE_SIZE, KVFetch, fetch_plan
         if type(self.page_size) is not int or not 1 <= self.page_size <= MAX_PAGE_SIZE:
-            raise ConfigError(f"page_size must be 0 (contiguous k/v) or an int in 1..{MAX_PAGE_SIZE}, "
-                              f"got {self.page_size!r}")
-        if not self.varlen:
-            raise ConfigError("page_size needs varlen=True (the paged prefill is the varlen kernel over the pools)")
-        if self.score_mod or self.mask_mod:
-            raise ConfigError("page_size with a score_mod or mask_mod is not built")
-        if self.skips_empty_warpgroups:
-            raise ConfigError(f"page_size needs bm 128 (got {self.bm}): every consumer warpgroup meets on the "
-                              "V tail's barrier (attention_fwd_sm90_paged.zero_v_tail), which one that skips "
-                              "its tile would never reach")
-        plan = fetch_plan(self.bn, self.page_size)
-        if plan.fetch is not KVFetch.TMA_BOXES or plan.box_rows % 8:
-            raise ConfigError(f"page_size {self.page_size} with bn {self.bn} cuts K/V tiles into {plan.boxes_per_tile} "
-                              f"boxes of gcd(bn, page_size) = {plan.box_rows} rows; the prefill kernel takes "
-                              f"boxes of >= 8 rows (a multiple of 8), at most 8 per tile (common.paging.fetch_plan): "
-                              f"other page sizes run the decode kernel's varlen_q variant")
+            raise ConfigError(f"page_size must be 0 (contiguous k/v) or an int in 1..{MAX_PAGE_SIZE}, got "
+                              f"{self.page_size!r}")
+        if not self.varlen or self.score_mod or self.mask_mod or self.skips_empty_warpgroups:
+            raise ConfigError(f"page_size needs varlen=True, no score_mod or mask_mod, and bm 128 (every consumer "
+                              f"warpgroup meets on the V tail's barrier, attention_fwd_sm90_paged.zero_v_tail), "
+                              f"got varlen={self.varlen}, bm={self.bm}")
+        why = prefill_box_rule(self.bn, self.page_size)
+        if why:
+            raise ConfigError(why)
 
     @property
     def kv_box_rows(self) -> int:
         """Rows per K/V TMA box: bn, or with page_size the box-rows rule's gcd(bn, page_size)."""
-        from .common.paging import fetch_plan
         return fetch_plan(self.bn, self.page_size).box_rows if self.page_size else self.bn
 
     def _check_mask(self) -> None:
@@ -732,16 +723,14 @@ PAGED_LOAD_REGS = 40
 def paged_varlen_config(dtype: str, head_dim: int, causal: bool, page_size: int) -> AttnConfig | None:
     """The paged prefill kernel (varlen over the KV cache's pools, AttnConfig.page_size) of a case:
     varlen_config's tiles, or bn 128 where its bn does not cut into TMA boxes of the page size
-    (AttnConfig._check_paged: gcd(bn, page_size) >= 8 rows, at most 8 boxes), with the producer at
+    (common.paging.prefill_box_rule: gcd(bn, page_size) >= 8 rows, at most 8 boxes), with the producer at
     PAGED_LOAD_REGS past PAGED_FEW_BOXES boxes per tile. None when no such tile serves page_size (the
     host then runs the decode kernel's gather: attention/varlen_paged.py, note "Which kernel")."""
-    from .common.paging import KVFetch, fetch_plan
     base = varlen_config(dtype, head_dim, causal)
     for bn in dict.fromkeys((base.bn, 128)):
-        plan = fetch_plan(bn, page_size)
-        if plan.fetch is not KVFetch.TMA_BOXES or plan.box_rows % 8:
+        if prefill_box_rule(bn, page_size):
             continue
-        regs = PAGED_LOAD_REGS if plan.boxes_per_tile > PAGED_FEW_BOXES else base.load_regs
+        regs = PAGED_LOAD_REGS if fetch_plan(bn, page_size).boxes_per_tile > PAGED_FEW_BOXES else base.load_regs
         try:
             return replace(base, bn=bn, page_size=page_size, load_regs=regs).validate()
         except ConfigError:
