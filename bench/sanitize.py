@@ -115,6 +115,9 @@ DEVICE = "cuda"
 # The matrix
 # ----------------------------------------------------------------------------------------------
 
+PAGED_PREFILL = "varlen-paged"   # family and feature of the varlen kernels over paged pools (a KNOWN_GAPS key)
+
+
 def family(kernel: str, config: dict) -> str:
     """The sanitizer family of a bundle entry: its kernel, and for the sm_90a attention kernel the
     choices that change its synchronisation and shared-memory protocol (tile sizes, stages, dtype,
@@ -130,6 +133,8 @@ def family(kernel: str, config: dict) -> str:
         return sps.sparse_family(config)
     if kernel != acfg.KERNEL:
         return kernel
+    if config.get("page_size"):     # the varlen kernel over paged pools: a known gap (KNOWN_GAPS)
+        return PAGED_PREFILL
     order = "varlen" if config.get("varlen") else "persistent" if config["persistent"] else "tiled"
     return "/".join((kernel, order,
                      "causal" if config["causal"] else "full", f"{config['bm'] // 64}wg",
@@ -158,6 +163,8 @@ def features(kernel: str, config: dict) -> set[str]:
                                   ("window", config["window_left"] >= 0 or config["window_right"] >= 0),
                                   ("chunk", config["chunk"] > 0), ("softcap", config["softcap"]),
                                   ("sinks", config["sinks"])) if on} | ssm.mod_features(config)
+    if config.get("page_size"):
+        out.add("paged")
     return {f"varlen-{f}" for f in out} if config.get("varlen") else out
 
 
@@ -347,7 +354,11 @@ CASES_BY_NAME = {c.name: c for c in CASES}
 # never counted as covered (uncovered() leaves out only these)
 KNOWN_GAPS = {"decode-varlen_q": "the decode kernel's varlen_q variants (flash_attn_varlen_func with page_table=) "
                                  "have no sanitizer child yet: their numerics are GPU-tested "
-                                 "(tests/gpu/test_varlen_paged_gpu.py), their memory accesses are not sanitized"}
+                                 "(tests/gpu/test_varlen_paged_gpu.py), their memory accesses are not sanitized",
+              PAGED_PREFILL: "the varlen kernels over paged pools (AttnConfig.page_size: flash_attn_varlen_func with "
+                             "page_table= at max_seqlen_q >= 256) have no sanitizer child yet: their numerics are "
+                             "interpreted (tests/test_varlen_paged_prefill.py) and GPU-tested "
+                             "(tests/gpu/test_varlen_paged_prefill_gpu.py), their memory accesses are not sanitized"}
 
 
 def uncovered(entries, cases=CASES, gaps=KNOWN_GAPS) -> list[str]:
@@ -418,7 +429,7 @@ def emit(tag: str, value: dict) -> None:
 
 # Fields an attention kernel's key holds only when set (AttnConfig.key): an entry with one set holds
 # every item of the plain kernel of its tiles, so a case's entry must agree on these too
-OPTIONAL_FIELDS = {"varlen": False, "head_dim_v": 0, "score_mod": "", "mask_mod": "", "aux": "", "varlen_q": False}
+OPTIONAL_FIELDS = {"varlen": False, "page_size": 0, "head_dim_v": 0, "score_mod": "", "mask_mod": "", "aux": "", "varlen_q": False}
 
 
 def same_variant(config: dict, match: dict) -> bool:
