@@ -69,7 +69,8 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 combine (prefill_chunked through flash_attn_with_kvcache), the causal softcap and
                 sinks variants (the softcap and sink rows) and the bf16 D128 causal varlen kernel
                 (prefill_varlen through flash_attn_varlen_func), the decode kernel's varlen_q variants of
-                that cache, split and unsplit (prefill_chunked through flash_attn_varlen_func(page_table=)),
+                that cache, split and unsplit, and the varlen kernel over its pools (page_size 64: what
+                prefill_chunked through flash_attn_varlen_func(page_table=) runs at max_seqlen_q >= 256),
                 and the causal kernel with the built-in ALiBi score_mod (the alibi row)
     prefill-poly0, prefill-poly2, prefill-poly8
                 A/B twins for `bench prefill --workloads softcap_sink,alibi`: the prefill set's kernels
@@ -88,8 +89,10 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 testing_varlen's functions) and VARLEN_HEAD_DIM_CASES (MLA prefill's qk 192 / v 128, D96,
                 D192; both tests/gpu/test_varlen_mods_gpu.py); and flash_attn_varlen_func(page_table=)'s kernels that
                 tests/gpu/test_varlen_paged_gpu.py runs: the decode kernel's varlen_q variants of
-                VARLEN_PAGED_CASES, split and unsplit, with their combines, and of
-                VARLEN_PAGED_MASK_CASES (window_size, softcap, sinks with a page_table)
+                VARLEN_PAGED_CASES, split and unsplit, with their combines, of
+                VARLEN_PAGED_MASK_CASES (window_size, softcap, sinks with a page_table), and the paged
+                prefill kernels (the varlen kernel over the pools, AttnConfig.page_size) of
+                VARLEN_PAGED_PREFILL_CASES that tests/gpu/test_varlen_paged_prefill_gpu.py runs
     mla         the sm_90a absorbed MLA decode kernels (flash_mla_with_kvcache, attention/mla.py): bf16 and
                 f16 caches in pages of 64 and a bf16 one in pages of 16, each split and unsplit, the
                 bf16 page-64 pair without the S exchange (`exchange=False`, to time against), and the
@@ -415,6 +418,7 @@ def prefill() -> list:
     out += [(DECODE_KERNEL, decode_config("bf16", 128, 64, unsplit=unsplit)) for unsplit in (False, True)]
     out.append((KERNEL, varlen_config("bf16", 128, True)))   # prefill_varlen
     out += varlen_paged([("bf16", 128, 64)])                  # prefill_chunked (varlen with page_table)
+    out += varlen_paged_prefill([("bf16", 128, True, 64)])    # prefill_chunked's paged prefill kernel
     return out + [(COMBINE_KERNEL, CombineConfig("bf16", 128))]
 
 
@@ -452,6 +456,27 @@ def varlen_paged(cases=None) -> list:
     from .kernels.attention_decode_sm90_config import KERNEL, default_config
     return [(KERNEL, replace(default_config(dtype, d, page, unsplit=unsplit), varlen_q=True))
             for dtype, d, page in (VARLEN_PAGED_CASES if cases is None else cases) for unsplit in (False, True)]
+
+
+# (dtype, head_dim, causal, page size) of the paged PREFILL kernels (attention_sm90_config.paged_varlen_config,
+# what flash_attn_varlen_func(page_table=) runs for max_seqlen_q >= 256: attention/varlen_paged.py note
+# "Which kernel") in the attention-varlen set: what tests/gpu/test_varlen_paged_prefill_gpu.py runs (pages
+# of 16: 8 boxes per tile, 64: 2, 128: 1; causal and not)
+VARLEN_PAGED_PREFILL_CASES = [
+    ("bf16", 128, True, 64),
+    ("bf16", 128, True, 16),
+    ("bf16", 128, True, 128),
+    ("bf16", 128, False, 64),
+    ("f16", 128, True, 64),
+]
+
+
+def varlen_paged_prefill(cases=None) -> list:
+    """The sm_90a varlen kernels over the paged pools (AttnConfig.page_size) of `cases` (default
+    VARLEN_PAGED_PREFILL_CASES)."""
+    from .kernels.attention_sm90_config import KERNEL, paged_varlen_config
+    return [(KERNEL, paged_varlen_config(dtype, d, causal, page))
+            for dtype, d, causal, page in (VARLEN_PAGED_PREFILL_CASES if cases is None else cases)]
 
 
 # (dtype, page size) of the mla set: FlashMLA's page size 64 in both dtypes, and 16 (16-row TMA boxes)
@@ -556,7 +581,7 @@ def attention_varlen() -> list:
         out.append((KERNEL, varlen_config(dtype, d, True, attention_mask(True, window, chunk))))
     out += [(KERNEL, varlen_mod_config(case)) for case in VARLEN_MOD_CASES]      # score_mod= / mask_mod=
     out += [(KERNEL, varlen_config(dtype, d, causal, head_dim_v=dv)) for dtype, d, dv, causal in VARLEN_HEAD_DIM_CASES]
-    out += varlen_paged() + decode_masks(VARLEN_PAGED_MASK_CASES, varlen_q=True)
+    out += varlen_paged() + decode_masks(VARLEN_PAGED_MASK_CASES, varlen_q=True) + varlen_paged_prefill()
     combines = sorted({(dtype, d) for dtype, d, _ in VARLEN_PAGED_CASES} | {c[:2] for c in VARLEN_PAGED_MASK_CASES})
     return out + [(COMBINE_KERNEL, CombineConfig(dtype, d)) for dtype, d in combines]
 

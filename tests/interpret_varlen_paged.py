@@ -153,4 +153,41 @@ def run(case: PagedCase, seed: int = 0) -> dict:
             "partials": (named.get("o_partial"), named.get("lse_partial"))}
 
 
-__all__ = ["PagedCase", "CASES", "BY_NAME", "inputs", "check", "run"]
+# The paged PREFILL kernel (attention_sm90_config.paged_varlen_config: the sm_90a varlen kernel over the
+# pools, D128 bm 128 bn 128): lengths 0, 1, page - 1, page, page + 1 and past a tile, queries longer than
+# their keys (causal rows that see no key), two query tiles, GQA; page 16 (8 boxes per tile), 64 (2) and
+# 128 (1); NaN in every unused page and past every length (inputs).
+PREFILL_CASES = [
+    PagedCase("prefill-d128-page16-gqa", 128, 16, 10, (3, 2, 1, 20, 130, 0), (15, 0, 16, 17, 150, 1), heads=2,
+              kv_heads=1),
+    PagedCase("prefill-d128-page64", 128, 64, 4, (65, 1, 7), (63, 64, 200), heads=1, kv_heads=1),
+    PagedCase("prefill-d128-page128-capacity-full", 128, 128, 2, (40, 129), None, causal=False),
+]
+
+
+def run_prefill(case: PagedCase, seed: int = 0) -> dict:
+    """Interpret the paged prefill kernel on the case (the host's prefill_problem and prefill_launch);
+    its tensors after the launch, with `config`."""
+    from fa4mlir import interpret
+    from fa4mlir.attention import varlen_paged as vp
+    from fa4mlir.kernels import attention_fwd_sm90
+    from fa4mlir.kernels.attention_sm90_config import paged_varlen_config
+    tensors = inputs(case, seed)
+    problem = check(case, tensors)
+    cfg = paged_varlen_config(case.dtype, case.head_dim, case.causal, case.page_size)
+    launch = vp.prefill_launch(cfg, None, vp.prefill_problem(problem, case.max_pages))
+    q, out = tensors["q"], tensors["out"]
+    named = {"q": q.reshape(1, *q.shape), "k": tensors["k"], "v": tensors["v"], "o": out.reshape(1, *out.shape),
+             "lse": tensors["lse"], "cu_seqlens_q": tensors["cu_seqlens_q"], "seqused_k": tensors["seqused_k"],
+             "page_table": tensors["page_table"]}
+    args = launch.bind(named)
+    args["o_rows"] = out
+    kernel = interpret.load(attention_fwd_sm90.build(cfg))
+    kernel.launch(launch.grid, args)
+    lens = tensors["seqused_k"]
+    if lens is None:
+        lens = np.full(problem.batch, problem.cache.capacity, np.int32)
+    return {**tensors, "lens": np.minimum(lens, problem.cache.capacity), "config": cfg, "kernel_name": kernel.name}
+
+
+__all__ = ["PagedCase", "CASES", "BY_NAME", "inputs", "check", "run", "PREFILL_CASES", "run_prefill"]

@@ -19,7 +19,22 @@ run by the decode kernel's compile-time mask and score-modifier variants (kvcach
 row that sees no key gets lse = sinks[head]). out is [total_q, heads, head_dim] like q, lse float32
 [heads, total_q] (the varlen layout).
 
-How it runs: the decode kernel over the KV-cache operand (attention_decode_sm90, its compile-time
+Note "Which kernel": the sm_90a PREFILL kernel's varlen variant over the pools (AttnConfig.page_size,
+kernels/attention_fwd_sm90_paged: 128 query rows of one head per tile, K/V tiles in TMA boxes per page)
+runs a call when max_seqlen_q >= PREFILL_MIN_SEQLEN_Q (256: two of its 128-row query tiles per
+(sequence, head); with fewer queries its grid has one tile per (sequence, head), where the decode
+kernel packs the GQA heads of a few queries into its 64-row tiles and splits the key range over the
+SMs; the crossover is not timed, and tests/gpu/test_varlen_paged_gpu.py's chunks of up to 200 queries
+keep running the decode kernel), head_dim is in PREFILL_HEAD_DIMS (128:
+the head dims compiled, interpreted and GPU-tested with pages) and attention_sm90_config.
+paged_varlen_config serves the page size (boxes of gcd(bn, page_size) >= 8 rows, at most 8 per tile:
+page sizes that are multiples of, or divide, bn down to 8 rows) and the call has no window_size,
+attention_chunk, softcap or sinks (the paged prefill kernel is causal or full only); every other call runs the decode
+kernel below, by this rule (`uses_prefill`), never as a fallback from a failure.  The prefill kernel reads seqused_k (or the capacity) on the device
+like the decode kernel, one launch, no split, no combine (rows past cu_seqlens_q[batch] are not
+written).
+
+Otherwise it runs the decode kernel over the KV-cache operand (attention_decode_sm90, its compile-time
 `varlen_q` variant, note "Varlen q"), which takes any number of queries per sequence, packs GQA
 heads into M and splits long key ranges (kvcache.plan_problem's schedule, with max_seqlen_q as the
 queries per sequence). Each CTA reads its sequence's start and length from cu_seqlens_q on the
@@ -42,7 +57,8 @@ from dataclasses import dataclass, replace
 
 from ..driver import device_info, resolve_stream
 from ..kernels import attention_decode_sm90_config as dec
-from .checks import (MAX_GRID_YZ, PACKED_DIMS, VARLEN_API, _err, check_layout, check_max_seqlen, check_scale,
+from ..kernels import attention_sm90_config as attn_cfg
+from .checks import (MAX_GRID_YZ, MAX_I32, PACKED_DIMS, VARLEN_API, _err, check_layout, check_max_seqlen, check_scale,
                      check_seqlens, check_sinks, check_softcap, check_varlen_outputs)
 from .errors import (DTypeError, FlashAttnInputError, HeadDimError, HeadsRatioError, SeqlensError,
                      ShapeError, UnsupportedFeatureError)
@@ -52,6 +68,8 @@ from .plan import Launch, TensorRef, config_kernel
 from .problem import VarlenProblem
 
 NO_WINDOW = (-1, -1)
+PREFILL_MIN_SEQLEN_Q = 256     # note "Which kernel": two of the prefill kernel's query tiles (bm 128)
+PREFILL_HEAD_DIMS = (128,)     # the head dims the paged prefill kernel is checked at
 
 
 def _renamed(e: FlashAttnInputError) -> FlashAttnInputError:
@@ -168,6 +186,73 @@ def configs_for(plan: KVCachePlan) -> tuple[dec.DecodeConfig, dec.CombineConfig 
     return replace(base, varlen_q=True), None if plan.unsplit else dec.CombineConfig(p.dtype, p.head_dim, sinks=p.sinks)
 
 
+def prefill_config(problem: VarlenPagedProblem) -> attn_cfg.AttnConfig | None:
+    """The paged prefill kernel of a checked call (note "Which kernel"), or None: the decode kernel runs it."""
+    if problem.max_seqlen_q < PREFILL_MIN_SEQLEN_Q or problem.head_dim not in PREFILL_HEAD_DIMS:
+        return None
+    if problem.window_size != NO_WINDOW or problem.attention_chunk or problem.softcap or problem.sinks:
+        return None     # the paged prefill kernel has causal masks only; the decode kernel has the rest
+    return attn_cfg.paged_varlen_config(problem.dtype, problem.head_dim, problem.causal, problem.cache.page_size)
+
+
+def uses_prefill(problem: VarlenPagedProblem) -> bool:
+    return prefill_config(problem) is not None
+
+
+@dataclass(frozen=True)
+class PrefillProblem:
+    """What attention_sm90_config.launch_args reads of a paged prefill launch: the varlen sizes (batch
+    sequences, max_seqlen_q, the capacity as seqlen_k, which only sizes the grid's L2 sections) and
+    the pages."""
+
+    batch: int
+    heads: int
+    heads_per_kv: int
+    seqlen_q: int
+    seqlen_k: int
+    total_q: int
+    softmax_scale: float
+    page_table_stride: int
+    num_pages: int
+    kv_capacity: int
+    seqused_k: bool
+
+
+def prefill_problem(problem: VarlenPagedProblem, page_table_stride: int) -> PrefillProblem:
+    c = problem.cache
+    return PrefillProblem(problem.batch, problem.heads, problem.heads // c.kv_heads, problem.max_seqlen_q,
+                          c.capacity, problem.total_q, problem.softmax_scale, page_table_stride, c.num_pages,
+                          c.capacity, problem.seqused_k)
+
+
+def prefill_launch(config: attn_cfg.AttnConfig, kernel, problem: PrefillProblem) -> Launch:
+    """The one launch of the paged prefill kernel: the varlen 1-D grid and its arguments by name, tensors
+    as TensorRefs: q, o as [1, total_q, heads, D] views, k and v the pools (4-D TMA tensors [num_pages,
+    page_size, kv_heads, D]), lse, cu_seqlens_q (also passed as cu_seqlens_k, never read), seqused_k
+    (when given), page_table."""
+    grid = attn_cfg.varlen_grid(config, problem)
+    if grid[0] > MAX_I32:
+        raise ShapeError(_err(f"query tiles x heads x batch = {grid[0]} blocks is more than a 1-D grid takes "
+                              f"({MAX_I32}): split the batch", VARLEN_API))
+    refs = {n: TensorRef(n) for n in ("q", "k", "v", "o", "lse", "cu_seqlens_q", "page_table")}
+    refs["cu_seqlens_k"] = TensorRef("cu_seqlens_q")
+    if problem.seqused_k:
+        refs["seqused_k"] = TensorRef("seqused_k")
+    return Launch(kernel, grid, attn_cfg.launch_args(config, problem, refs))
+
+
+def _run_prefill(tensors: dict, problem: VarlenPagedProblem, source, config: attn_cfg.AttnConfig) -> None:
+    """The paged prefill kernel's one launch on torch's current stream (note "Which kernel")."""
+    q, out = tensors["q"], tensors["out"]
+    kernel = kernel_for(source, config)
+    built = attn_cfg.AttnConfig.from_key(kernel.artifact.config)
+    launch = prefill_launch(built, kernel, prefill_problem(problem, tensors["page_table"].stride(0)))
+    named = {"q": q.unsqueeze(0), "k": tensors["k"], "v": tensors["v"], "o": out.unsqueeze(0), "lse": tensors["lse"],
+             "cu_seqlens_q": tensors["cu_seqlens_q"], "seqused_k": tensors["seqused_k"],
+             "page_table": tensors["page_table"]}
+    kernel.launch(launch.grid, launch.bind(named), resolve_stream(None, True, q.device.index))
+
+
 def combine_plan(plan: KVCachePlan, problem: VarlenPagedProblem) -> KVCachePlan:
     """The plan the combine runs by: one packed batch of total_q rows (note "Varlen q")."""
     return replace(plan, problem=replace(plan.problem, batch=1, seqlen_q=problem.total_q))
@@ -202,6 +287,9 @@ def run(tensors: dict, problem: VarlenPagedProblem, source) -> None:
     """The launches of a checked call on torch's current stream: the decode kernel, then (several
     splits) the combine. ``tensors``: q, k, v, cu_seqlens_q, seqused_k (or None), page_table, out,
     lse (allocated), sinks (or None)."""
+    config = prefill_config(problem)
+    if config is not None:
+        return _run_prefill(tensors, problem, source, config)
     torch = sys.modules["torch"]
     q = tensors["q"]
     device = device_info()
@@ -238,4 +326,5 @@ def kernel_for(source, cfg):
 
 
 __all__ = ["VarlenPagedProblem", "check_varlen_paged", "configs_for", "combine_plan", "launch_args", "plan_for",
-           "run"]
+           "run", "PREFILL_MIN_SEQLEN_Q",
+           "PREFILL_HEAD_DIMS", "prefill_config", "uses_prefill", "PrefillProblem", "prefill_problem", "prefill_launch"]

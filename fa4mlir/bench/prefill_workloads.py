@@ -203,7 +203,8 @@ def _chunked(torch, rows, fa4, flex) -> list[Row]:
             return lambda: flex[0](q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask=bm,
                                    enable_gqa=True).transpose(1, 2)
         bk["flex(contiguous)"] = flex_contiguous
-    notes = {"fa4mlir": "flash_attn_varlen_func(page_table=): the decode kernel's varlen_q variant over the pool",
+    notes = {"fa4mlir": "flash_attn_varlen_func(page_table=): the prefill kernel's varlen variant over the pool "
+                        "(page_size 64; varlen_paged.py note \"Which kernel\")",
              f"fa4mlir(kvcache paged {page})": "flash_attn_with_kvcache: the decode kernel over the paged cache",
              "fa4mlir(contiguous)": "flash_attn_func on the contiguous k, v (no paging)"}
     return [_row(torch, "prefill_chunked", bk, check, q.numel(), notes=notes)]

@@ -55,7 +55,8 @@ exp(s' - c m), and the masks set t to -inf after the tanh. `sinks` adds a learne
 and M = max(a, b), l' = l * 2^(a - M) + 2^(b - M), O = O * 2^(a - M) / l' and LSE = (M + log2 l')
 * ln 2, stable for any sink; a row that sees no key gets O = 0 and LSE = sink.
 Ragged batches (`varlen`): packed [total, heads, D] tensors, each CTA's sequence from cu_seqlens in
-device memory, a 1-D grid longest tile first; see attention_fwd_sm90_varlen.
+device memory, a 1-D grid longest tile first; see attention_fwd_sm90_varlen. With `page_size`, k and v
+are the paged KV cache's pools (K/V tiles in TMA boxes per page): attention_fwd_sm90_paged.
 `score_mod` / `mask_mod` (Python functions compiled in, common/score_mod_ir.py ModHook [D-score-mod]):
 each S register becomes post_scale * fn(s * mod_scale, batch, head, q_idx, kv_idx) before the masks,
 with scale_log2 = post_scale * log2(e); mask_mod hides keys on every block (no tile classification).
@@ -69,6 +70,7 @@ from .. import dsl
 from ..dialect import builders as fa4
 from ..dsl import (ELEM_BYTES, KernelBuilder, PipeState, Value, const, exp2, fast_div, fma, fmax, log2, select, tanh,
                    tree_reduce, undef, vec)
+from . import attention_fwd_sm90_paged as paged
 from . import attention_fwd_sm90_varlen as varlen
 from .attention_fwd_sm90_producer import _load_role
 from .attention_sm90_config import AttnConfig, causal_pair_slot, dealt_tile, launch_params, section_tile
@@ -85,6 +87,7 @@ LN2 = 0.6931471805599453
 NEG_INF = float("-inf")
 BAR_SCHED = 1          # named barriers 1, 2(, 3): GEMM-issue turn of consumer warpgroup 0, 1(, 2)
 BAR_EPILOGUE = 4       # named barriers 4, 5(, 6): epilogue of consumer warpgroup 0, 1(, 2)
+BAR_V_TAIL = 7         # page_size: every consumer thread, after zeroing V rows past the length
 
 
 def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
@@ -100,7 +103,7 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
     kb = KernelBuilder(name, arch="sm_90a", block=(cfg.threads, 1, 1), config=cfg.key())
     # the launch contract (attention_sm90_config.launch_params), in its order. TMA boxes, innermost
     # first over [batch, seqlen, heads, head_dim]: (columns, 1 head, rows, 1 batch)
-    box = {"q": (cfg.bm, qk), "k": (cfg.bn, qk), "v": (cfg.bn, vt), "o": (64, vt)}
+    box = {"q": (cfg.bm, qk), "k": (cfg.kv_box_rows, qk), "v": (cfg.kv_box_rows, vt), "o": (64, vt)}
     p = kb.params_from(launch_params(cfg), tma={n: dict(dtype=cfg.dtype, box=(lay.chunk, 1, rows, 1),
                                                         swizzle=lay.tma_swizzle) for n, (rows, lay) in box.items()})
     q_desc, k_desc, v_desc, o_desc, lse_ptr = (p[n] for n in ("q", "k", "v", "o", "lse"))
@@ -124,7 +127,8 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
         params = _Params(p["batch"], p["heads"], p["seqlen_q"], p["seqlen_k"], p["scale_log2"], div("group"),
                          div("tiles"), div("heads"), (p["section_shift"], div("rest")), p.get("softcap_scale"),
                          p.get("sinks"), varlen.params_of(p) if cfg.varlen else None,
-                         ModHook(kb, cfg, p) if cfg.score_mod or cfg.mask_mod else None)
+                         ModHook(kb, cfg, p) if cfg.score_mod or cfg.mask_mod else None,
+                         paged.params_of(p) if cfg.page_size else None)
         bufs = _Buffers(q_smem, k_smem, v_smem, o_smem, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_desc, o_desc,
                         lse_ptr, q_bytes, kv_bytes, v_bytes)
         tiles = _Tiles(kb, cfg, params)
@@ -154,6 +158,7 @@ class _Params:
     sinks: Value | None = None           # sinks: float32 [heads] sink logits (natural-log units)
     varlen: varlen.VarlenParams | None = None   # varlen: cu_seqlens and the rest (VARLEN_PARAMS)
     mods: ModHook | None = None          # score_mod / mask_mod (common.score_mod_ir)
+    paged: paged.PagedParams | None = None   # page_size: the page table (PAGED_PARAMS)
 
 
 @dataclass(frozen=True)
@@ -272,7 +277,9 @@ class _Tiles:
         self.fixed = None
         if cfg.varlen:  # common.varlen_schedule's order; the sequence from cu_seqlens
             m_block, head, b = varlen.tile_of(kb, params, self._m_tiles())
-            self.fixed = _Geometry(cfg, params, m_block, head, b, varlen.sequence(kb, params.varlen, b))
+            seq = (paged.sequence(kb, params.varlen, params.paged, b) if cfg.page_size
+                   else varlen.sequence(kb, params.varlen, b))
+            self.fixed = _Geometry(cfg, params, m_block, head, b, seq)
             return
         if cfg.persistent:
             return
@@ -617,6 +624,8 @@ def _attend(cs: _Consumer, turns: _Turns, counts: _Counts | None) -> _Acc:
     if cfg.persistent:  # every S GEMM has completed: the next tile's Q may load now
         cs.release((q_pipe, q0))
     v_pipe.consumer_wait(state.v)
+    if cfg.page_size:   # the last block holds the rows past the length (attention_fwd_sm90_paged)
+        paged.zero_v_tail(cs, state.v.stage, geo.block(geo.n_blocks - 1), BAR_V_TAIL)
     o = cs.issue_pv(state.p, state.v.stage, o)
     o = wait_group(o, pending=0)
     cs.release((v_pipe, state.v), *(() if cfg.persistent else ((q_pipe, q0),)))

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from ..dialect import builders as fa4
 from ..dsl import ELEM_BYTES, const
+from . import attention_fwd_sm90_paged as paged
 
 if TYPE_CHECKING:
     from .attention_fwd_sm90 import _Buffers, _Counts, _Geometry, _Tiles
@@ -15,10 +16,10 @@ def _load_role(kb, cfg, tiles: _Tiles, bufs: _Buffers):
     if cfg.persistent:
         with kb.if_(kb.elect_one()).then_():
             bufs.prefetch_descriptors()
-    tiles.each(lambda geo, counts: _load_tile(kb, cfg, bufs, geo, counts))
+    tiles.each(lambda geo, counts: _load_tile(kb, cfg, bufs, geo, counts, tiles.params.paged))
 
 
-def _load_tile(kb, cfg, bufs: _Buffers, geo: _Geometry, counts: _Counts | None):
+def _load_tile(kb, cfg, bufs: _Buffers, geo: _Geometry, counts: _Counts | None, pp=None):
     q_count, kv_count = counts or (None, None)
     # a tile with no visible KV block (causal, seqlen_q > seqlen_k) loads nothing: its consumers skip
     # q_pipe and write O = 0 into the Q tile, which an unwaited Q load could land on afterwards
@@ -38,10 +39,16 @@ def _load_tile(kb, cfg, bufs: _Buffers, geo: _Geometry, counts: _Counts | None):
                              pipe=pipe.name, box=[lay.chunk, 1, rows, 1], elem_bytes=ELEM_BYTES[cfg.dtype])
 
         def load_k(s, row):
+            if pp is not None:   # page_size: boxes per page (attention_fwd_sm90_paged)
+                return paged.load_tile(kb, cfg, pp, geo, bufs.k_pipe, bufs.k_desc, bufs.k_smem, s, row,
+                                       bufs.kv_bytes, bufs.kv_bytes, cfg.qk_tile)
             load(bufs.k_pipe, bufs.k_desc, bufs.k_smem, s, cfg.bn, geo.kv_head, geo.k_row(row), bufs.kv_bytes,
                  stage_bytes=bufs.kv_bytes)
 
         def load_v(s, row):
+            if pp is not None:
+                return paged.load_tile(kb, cfg, pp, geo, bufs.v_pipe, bufs.v_desc, bufs.v_smem, s, row,
+                                       bufs.v_bytes, bufs.v_bytes, cfg.v_tile)
             load(bufs.v_pipe, bufs.v_desc, bufs.v_smem, s, cfg.bn, geo.kv_head, geo.k_row(row), bufs.v_bytes,
                  stage_bytes=bufs.v_bytes, lay=cfg.v_tile)
 

@@ -15,6 +15,7 @@ from .common.fastdiv import divisor
 from .common.fields import ConfigError, RegisterBudgetError, check_fields
 from .common.mask_family import Mask, attention_mask
 from .common.naming import softmax_knob_tags
+from .common.paging import MAX_PAGE_SIZE, fetch_plan, prefill_box_rule
 from .common.score_mod import aux_params, calls_sfu, parse_aux_spec, registered
 from .common.sections import section_tile
 from .common.varlen_schedule import varlen_grid_size
@@ -81,6 +82,10 @@ class AttnConfig:
     # rows from cu_seqlens in device memory, a 1-D grid in common.varlen_schedule's order; one tile per
     # CTA (persistent False). Left out of key() when False, so the dense kernels keep their keys
     varlen: bool = False
+    # varlen over the paged KV cache (attention/varlen_paged.py, attention_fwd_sm90_paged): k and v are the
+    # pools [num_pages, page_size, kv_heads, D], K/V tiles come in TMA boxes per page (common.paging's
+    # box-rows rule). 0: contiguous packed k/v; left out of key() when 0, so other kernels keep their keys
+    page_size: int = 0
     # D of v and o where it differs from head_dim (HEAD_DIM_PAIRS: 192 / 128, MLA prefill); 0: head_dim
     # (the one spelling of equal dims, so one kernel per pair)
     head_dim_v: int = 0
@@ -133,6 +138,7 @@ class AttnConfig:
         self._check_mods()
         if self.bn % 16 or not 16 <= self.bn <= 256:
             raise ConfigError(f"bn must be a multiple of 16 in [16, 256] (wgmma n and k16 steps), got {self.bn}")
+        self._check_paged()
         if self.varlen and self.persistent:
             raise ConfigError("varlen kernels run one tile per CTA (the grid's order is the schedule, "
                               "common.varlen_schedule): use persistent=False")
@@ -167,6 +173,27 @@ class AttnConfig:
                               f"lower bn or stages")
         self._check_registers()
         return self
+
+    def _check_paged(self) -> None:
+        """ConfigError unless page_size is 0 or a page size whose K/V tiles the varlen kernel fetches in
+        TMA boxes per page (common.paging.prefill_box_rule), at bm 128 without score_mod/mask_mod."""
+        if not self.page_size:
+            return
+        if type(self.page_size) is not int or not 1 <= self.page_size <= MAX_PAGE_SIZE:
+            raise ConfigError(f"page_size must be 0 (contiguous k/v) or an int in 1..{MAX_PAGE_SIZE}, got "
+                              f"{self.page_size!r}")
+        if not self.varlen or self.score_mod or self.mask_mod or self.skips_empty_warpgroups:
+            raise ConfigError(f"page_size needs varlen=True, no score_mod or mask_mod, and bm 128 (every consumer "
+                              f"warpgroup meets on the V tail's barrier, attention_fwd_sm90_paged.zero_v_tail), "
+                              f"got varlen={self.varlen}, bm={self.bm}")
+        why = prefill_box_rule(self.bn, self.page_size)
+        if why:
+            raise ConfigError(why)
+
+    @property
+    def kv_box_rows(self) -> int:
+        """Rows per K/V TMA box: bn, or with page_size the box-rows rule's gcd(bn, page_size)."""
+        return fetch_plan(self.bn, self.page_size).box_rows if self.page_size else self.bn
 
     def _check_mask(self) -> None:
         """ConfigError unless the mask fields are in range and canonical (one config per mask:
@@ -355,7 +382,7 @@ class AttnConfig:
     def name_suffix(self) -> str:
         """Kernel-name tags of the non-default softmax knobs ('' for the defaults): _poly4, _lazy8, _rb."""
         tags = softmax_knob_tags(self.exp2_poly_stride, self.rescale_threshold)
-        return tags + ("_rb" if self.rescale_before_pv else "")
+        return tags + ("_rb" if self.rescale_before_pv else "") + (f"_page{self.page_size}" if self.page_size else "")
 
     def key(self) -> dict:
         """The config as a dict, every field (the mask's and score modifiers' too: a bundle query by
@@ -363,7 +390,7 @@ class AttnConfig:
         reads as none), but varlen, head_dim_v and the score_mod fields only when set, so the dense
         kernels, those of equal head dims and those without functions keep their keys."""
         return {"kernel": KERNEL, **{k: v for k, v in self.__dict__.items()
-                                     if not (k == "head_dim_v" and not v) and not (k == "varlen" and not v)
+                                     if not (k in ("head_dim_v", "varlen", "page_size") and not v)
                                      and not (k in MOD_FIELDS and v == "")}}
 
     @classmethod
@@ -611,6 +638,10 @@ SINK_PARAMS = (("sinks", "ptr"),)
 # packed rows (LSE is float32 [heads, total_q]). batch, seqlen_q and seqlen_k of LAUNCH_PARAMS hold
 # the number of sequences, max_seqlen_q and max_seqlen_k; the tile order (common.varlen_schedule) is
 # the dense causal grid's sections (section_shift, rest and tiles of LAUNCH_PARAMS).
+# A paged varlen kernel's (page_size, attention_fwd_sm90_paged), after VARLEN_PARAMS: the page table int32
+# [batch, max_pages] and its row stride (elements), the pool's pages (a box past a length aims at page
+# num_pages: TMA's zeros) and the table's capacity max_pages * page_size (the lengths' clamp)
+PAGED_PARAMS = (("page_table", "ptr"), ("page_table_stride", "i32"), ("num_pages", "i32"), ("kv_capacity", "i32"))
 VARLEN_PARAMS = (("o_rows", "ptr"), ("cu_seqlens_q", "ptr"), ("cu_seqlens_k", "ptr"), ("seqused_k", "ptr"),
                  ("has_seqused_k", "i32"), ("total_q", "i32"))
 # score_mod's (common.score_mod): mod_scale = softmax_scale * pre_scale, the factor before the function; then
@@ -624,7 +655,7 @@ def launch_params(config: AttnConfig) -> tuple:
     (common.score_mod.aux_params), and VARLEN_PARAMS with varlen."""
     return (*LAUNCH_PARAMS, *(SOFTCAP_PARAMS if config.softcap else ()), *(SINK_PARAMS if config.sinks else ()),
             *(MOD_SCALE_PARAMS if config.score_mod else ()), *aux_params(config.aux),
-            *(VARLEN_PARAMS if config.varlen else ()))
+            *(VARLEN_PARAMS if config.varlen else ()), *(PAGED_PARAMS if config.page_size else ()))
 
 
 def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) -> dict:
@@ -663,6 +694,9 @@ def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) 
         args.update(o_rows=tensors["o"], cu_seqlens_q=tensors["cu_seqlens_q"], cu_seqlens_k=tensors["cu_seqlens_k"],
                     seqused_k=tensors["cu_seqlens_k"] if used is None else used, has_seqused_k=int(used is not None),
                     total_q=int(problem.total_q))
+    if config.page_size:   # problem: attention.varlen_paged.PrefillProblem
+        args.update(page_table=tensors["page_table"], page_table_stride=int(problem.page_table_stride),
+                    num_pages=int(problem.num_pages), kv_capacity=int(problem.kv_capacity))
     return {name: args[name] for name, _ in launch_params(config)}   # in PTX order, every parameter once
 
 
@@ -683,6 +717,31 @@ def varlen_config(dtype: str, head_dim: int, causal: bool, mask: Mask | None = N
     if mask_mod and (base.bm == 192 or base.bn > 128):   # spilled there [D-varlen-mods]
         base = replace(base, **MOD_BOTH_TILES)
     return replace(base, persistent=False, varlen=True).validate()
+
+
+# The producer's setmaxnreg for a paged varlen kernel of more than PAGED_FEW_BOXES boxes per K/V tile:
+# its page-table lookups (one live page index per box) spilled at 24 and 32 registers with page 16's 8
+# boxes (D128 causal bf16, 8 and 32 bytes), none at 40; 2 boxes (page 64) and 1 (page 128) fit in 24
+PAGED_FEW_BOXES = 2
+PAGED_LOAD_REGS = 40
+
+
+def paged_varlen_config(dtype: str, head_dim: int, causal: bool, page_size: int) -> AttnConfig | None:
+    """The paged prefill kernel (varlen over the KV cache's pools, AttnConfig.page_size) of a case:
+    varlen_config's tiles, or bn 128 where its bn does not cut into TMA boxes of the page size
+    (common.paging.prefill_box_rule: gcd(bn, page_size) >= 8 rows, at most 8 boxes), with the producer at
+    PAGED_LOAD_REGS past PAGED_FEW_BOXES boxes per tile. None when no such tile serves page_size (the
+    host then runs the decode kernel's gather: attention/varlen_paged.py, note "Which kernel")."""
+    base = varlen_config(dtype, head_dim, causal)
+    for bn in dict.fromkeys((base.bn, 128)):
+        if prefill_box_rule(bn, page_size):
+            continue
+        regs = PAGED_LOAD_REGS if fetch_plan(bn, page_size).boxes_per_tile > PAGED_FEW_BOXES else base.load_regs
+        try:
+            return replace(base, bn=bn, page_size=page_size, load_regs=regs).validate()
+        except ConfigError:
+            continue
+    return None
 
 
 def varlen_grid(config: AttnConfig, problem) -> tuple[int, int, int]:
@@ -760,6 +819,6 @@ __all__ = ["AttnConfig", "default_config", "default_configs", "SHORT_SEQLEN_K", 
            "query_tiles", "dealt_tile", "causal_pair_slot", "section_tile", "section_shift", "L2_BYTES",
            "SECTION_L2_SHARE", "IntOps", "grid", "launch_args", "launch_params", "LAUNCH_PARAMS", "SOFTCAP_PARAMS", "SINK_PARAMS",
            "MOD_SCALE_PARAMS", "mod_args", "MOD_FIELDS",
-           "VARLEN_PARAMS", "varlen_config", "varlen_grid", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "HEAD_DIM_PAIRS",
+           "VARLEN_PARAMS", "PAGED_PARAMS", "paged_varlen_config", "PAGED_LOAD_REGS", "varlen_config", "varlen_grid", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "HEAD_DIM_PAIRS",
            "SPLIT_TILES", "TileLayout", "tile_layout", "DTYPES", "BMS",
            "TILES", "KNOBS", "TILE_FIELDS", "KNOB_FIELDS", "SFU_MOD_POLY_STRIDE"]

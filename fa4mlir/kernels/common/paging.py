@@ -143,5 +143,18 @@ def fetch_plan(bn: int, page_size: int, arch: str = "sm_90a", *, paged: bool = T
     return FetchPlan(KVFetch.CP_ASYNC_GATHER, 1, bn)
 
 
-__all__ = ["MAX_PAGE_SIZE", "MIN_TMA_BOX_ROWS", "MIN_FP8_TMA_BOX_ROWS", "MAX_TMA_BOXES", "check_page_size", "PageDivisor",
+def prefill_box_rule(bn: int, page_size: int) -> str | None:
+    """Why the sm_90a prefill kernel cannot fetch bn-key tiles of pages of page_size by TMA boxes
+    (attention_fwd_sm90_paged), or None when it can: fetch_plan's boxes, and a multiple of 8 rows (whole
+    128B-swizzle atoms of 8 rows: a box lands at row i box_rows of its tile)."""
+    plan = fetch_plan(bn, page_size)
+    if plan.fetch is KVFetch.TMA_BOXES and plan.box_rows % 8 == 0:
+        return None
+    return (f"page_size {page_size} with bn {bn} cuts K/V tiles into {bn // gcd(bn, page_size)} boxes of "
+            f"gcd(bn, page_size) = {gcd(bn, page_size)} rows; the prefill kernel takes boxes of >= "
+            f"{MIN_TMA_BOX_ROWS} rows (a multiple of 8), at most {MAX_TMA_BOXES} per tile: other page sizes "
+            f"run the decode kernel's varlen_q variant")
+
+
+__all__ = ["prefill_box_rule", "MAX_PAGE_SIZE", "MIN_TMA_BOX_ROWS", "MIN_FP8_TMA_BOX_ROWS", "MAX_TMA_BOXES", "check_page_size", "PageDivisor",
            "pool_row", "pages_spanned", "max_pages_per_tile", "KVFetch", "FetchPlan", "fetch_plan"]

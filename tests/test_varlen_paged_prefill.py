@@ -1,0 +1,137 @@
+"""Deviceless: chunked prefill over the paged KV cache on the sm_90a PREFILL kernel (AttnConfig.page_size,
+kernels/attention_fwd_sm90_paged): the config's key and validation (page sizes by common.paging's
+box-rows rule), the host's rule for which kernel runs a call (varlen_paged.py, note "Which kernel"),
+compiles with 0 spills (kernel_sets.VARLEN_PAGED_PREFILL_CASES: page 16/64/128 D128 causal bf16,
+full attention, f16), and numerics through the interpreter
+(tests/interpret_varlen_paged.py PREFILL_CASES: shuffled page tables, lengths 0/1/page-1/page/page+1,
+NaN in unused pages and past every length) by the FA rule against a float64 reference over the keys
+gathered through the page table; packed rows past cu_seqlens_q[batch] untouched."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from fa4mlir.kernel_sets import VARLEN_PAGED_PREFILL_CASES
+from fa4mlir.kernels.attention_sm90_config import AttnConfig, paged_varlen_config, varlen_config
+from fa4mlir.kernels.common.fields import ConfigError
+
+
+def test_page_size_zero_keeps_every_key_and_name():
+    base = varlen_config("bf16", 128, True)
+    assert "page_size" not in base.key() and "page_size" not in AttnConfig().key()
+    paged = replace(base, page_size=64).validate()
+    assert paged.key()["page_size"] == 64 and paged.name_suffix().endswith("_page64")
+    assert AttnConfig.from_key(paged.key()) == paged
+
+
+@pytest.mark.parametrize("page,box", [(16, 16), (32, 32), (64, 64), (128, 128), (256, 128)])
+def test_box_rows_rule(page, box):
+    cfg = paged_varlen_config("bf16", 128, True, page)
+    assert cfg is not None and cfg.bn == 128 and cfg.kv_box_rows == box
+    assert cfg.load_regs == (40 if 128 // box > 2 else 0)
+
+
+@pytest.mark.parametrize("page", [1, 7, 8, 12, 24, 40])
+def test_other_page_sizes_are_refused(page):
+    """Boxes of < 8 rows or not a multiple of 8 (8 rows at bn 128 is 16 boxes): the decode kernel's."""
+    assert paged_varlen_config("bf16", 128, True, page) is None
+    with pytest.raises(ConfigError, match="gcd"):
+        replace(varlen_config("bf16", 128, True), page_size=page).validate()
+
+
+def test_page_size_needs_varlen():
+    with pytest.raises(ConfigError, match="varlen"):
+        AttnConfig(page_size=64).validate()
+
+
+def _problem(max_seqlen_q: int, page: int, head_dim: int = 128):
+    from fa4mlir.attention.varlen_paged import VarlenPagedProblem
+    from fa4mlir.attention.kvcache import KVCacheOperand
+    cache = KVCacheOperand(True, "bf16", 64, page, 16, 8, head_dim)
+    return VarlenPagedProblem(8, max_seqlen_q, 4096, 8 * max_seqlen_q, 32, head_dim, "bf16", cache, True,
+                              head_dim ** -0.5, True)
+
+
+def test_which_kernel_rule():
+    from fa4mlir.attention.varlen_paged import PREFILL_MIN_SEQLEN_Q, prefill_config
+    assert prefill_config(_problem(PREFILL_MIN_SEQLEN_Q, 64)).page_size == 64
+    assert prefill_config(_problem(2048, 16)).page_size == 16
+    assert prefill_config(_problem(PREFILL_MIN_SEQLEN_Q - 1, 64)) is None     # short chunks: decode kernel
+    assert prefill_config(_problem(2048, 8)) is None                           # 8-row pages: decode kernel
+    assert prefill_config(_problem(2048, 64, head_dim=64)) is None             # head dims not checked paged
+
+
+@pytest.mark.parametrize("seqused", [True, False])
+def test_prefill_launch_contract(seqused):
+    """prefill_launch fills every parameter of the paged kernel's contract, in PTX order: the pools as the
+    k/v TMA tensors, cu_seqlens_q standing in for the never-read cu_seqlens_k (and for seqused_k without
+    one, has_seqused_k 0), the page table, its stride, the pool's pages and the capacity."""
+    from fa4mlir.attention.plan import TensorRef
+    from fa4mlir.attention.varlen_paged import prefill_config, prefill_launch, prefill_problem
+    from fa4mlir.kernels.attention_sm90_config import launch_params, varlen_grid
+    problem = replace(_problem(2048, 64), seqused_k=seqused)
+    cfg = prefill_config(problem)
+    pp = prefill_problem(problem, 16)
+    launch = prefill_launch(cfg, None, pp)
+    a = launch.args
+    assert list(a) == [n for n, _ in launch_params(cfg)]
+    assert (a["k"], a["v"], a["page_table"], a["cu_seqlens_k"]) == (
+        TensorRef("k"), TensorRef("v"), TensorRef("page_table"), TensorRef("cu_seqlens_q"))
+    assert a["seqused_k"] == TensorRef("seqused_k" if seqused else "cu_seqlens_q")
+    assert a["has_seqused_k"] == int(seqused)
+    assert (a["page_table_stride"], a["num_pages"], a["kv_capacity"]) == (16, 64, 16 * 64)
+    assert (a["batch"], a["heads"], a["seqlen_q"], a["total_q"]) == (8, 32, 2048, 8 * 2048)
+    assert launch.grid == varlen_grid(cfg, pp) == (16 * 32 * 8, 1, 1)
+
+
+@pytest.mark.parametrize("case", VARLEN_PAGED_PREFILL_CASES, ids=lambda c: f"{c[0]}-d{c[1]}-{'causal' if c[2] else 'full'}"
+                                                                      f"-page{c[3]}")
+def test_paged_prefill_compiles_without_spills(case):
+    """Every kernel of the set (pages 16, 64, 128 D128 causal bf16, full attention, f16)."""
+    from fa4mlir import lowering
+    from fa4mlir.kernels import attention_fwd_sm90
+    from fa4mlir.lowering import CompileOptions
+    dtype, d, causal, page = case
+    cfg = paged_varlen_config(dtype, d, causal, page)
+    art = lowering.lower(attention_fwd_sm90.build(cfg), CompileOptions(cubin_backend="ptxas"))
+    r = art.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r
+    assert not r["wgmma_serialized"], r
+    assert r["smem_bytes"] <= cfg.smem_bytes(), r
+    assert art.name.endswith(f"_page{page}") and [p.name for p in art.params][-4:] == [
+        "page_table", "page_table_stride", "num_pages", "kv_capacity"]
+
+
+torch = pytest.importorskip("torch")
+from tests.interpret_varlen_paged import NAN16, PREFILL_CASES, run_prefill  # noqa: E402
+
+
+def _tensor(bits: np.ndarray, dtype: str):
+    return torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16 if dtype == "bf16" else torch.float16)
+
+
+@pytest.mark.parametrize("case", PREFILL_CASES, ids=lambda c: c.name)
+def test_paged_prefill_through_the_interpreter(case):
+    from fa4mlir.testing import compare_attention
+    got = run_prefill(case, seed=5)
+    assert got["config"].page_size == case.page_size
+    q, k, v, out = (_tensor(got[n], case.dtype) for n in ("q", "k", "v", "out"))
+    lse = torch.from_numpy(got["lse"])
+    cu, lens, table, page = got["cu_seqlens_q"], got["lens"], got["page_table"], case.page_size
+    checked = 0
+    for b in range(len(case.seqlens_q)):
+        q0, nq, nk = int(cu[b]), int(cu[b + 1] - cu[b]), int(lens[b])
+        if nq == 0:
+            continue
+        t = np.arange(nk)
+        rows = torch.from_numpy(table[b][t // page].astype(np.int64) * page + t % page)
+        k_rows, v_rows = (x.reshape(-1, case.kv_heads, case.head_dim)[rows] for x in (k, v))
+        rep = compare_attention(q[q0:q0 + nq][None], k_rows[None], v_rows[None], out[q0:q0 + nq][None],
+                                lse[:, q0:q0 + nq][None], case.head_dim ** -0.5, case.causal)
+        assert rep["ok"], (b, rep)
+        checked += 1
+    assert checked
+    end = int(cu[-1])    # rows no sequence owns: not written
+    assert (got["out"][end:] == NAN16[case.dtype]).all() and np.isnan(got["lse"][:, end:]).all()
