@@ -23,7 +23,7 @@ ruff: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 pytest: $(STAMP)          ## two workers (pytest-xdist), one test file each at a time: module fixtures compile once
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25 tests
 
 lit: $(STAMP)
 	$(VENV)/bin/lit -sv lit_tests
