@@ -244,7 +244,8 @@ def prefill_launch(config: attn_cfg.AttnConfig, kernel, problem: PrefillProblem)
 def _run_prefill(tensors: dict, problem: VarlenPagedProblem, source, config: attn_cfg.AttnConfig) -> None:
     """The paged prefill kernel's one launch on torch's current stream (note "Which kernel")."""
     q, out = tensors["q"], tensors["out"]
-    kernel = kernel_for(source, config)
+    kernel = source.kernel(config)    # the dense path's bundle lookup (variant fields, page_size included):
+    #                                   a bundle without it is a BundleError (--set attention-varlen, prefill)
     built = attn_cfg.AttnConfig.from_key(kernel.artifact.config)
     launch = prefill_launch(built, kernel, prefill_problem(problem, tensors["page_table"].stride(0)))
     named = {"q": q.unsqueeze(0), "k": tensors["k"], "v": tensors["v"], "o": out.unsqueeze(0), "lse": tensors["lse"],
