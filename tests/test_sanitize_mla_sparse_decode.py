@@ -10,7 +10,8 @@ import pytest
 from bench import sanitize as san
 from bench import sanitize_mla_sparse_decode as spd
 from fa4mlir import kernel_sets
-from tests.test_sanitize_script import child_report, cpu_child  # noqa: F401 (cpu_child: a fixture)
+from tests._sanitize_helpers import child_report
+from tests.test_sanitize_children import cpu_child  # noqa: F401 (a fixture)
 
 CASES = [c.name for c in san.CASES if c.child == "mla-sparse-decode"]
 

@@ -716,7 +716,14 @@ def varlen_config(dtype: str, head_dim: int, causal: bool, mask: Mask | None = N
                           head_dim_v=head_dim_v, score_mod=score_mod, mask_mod=mask_mod, aux=aux)
     if mask_mod and (base.bm == 192 or base.bn > 128):   # spilled there [D-varlen-mods]
         base = replace(base, **MOD_BOTH_TILES)
+    if (base.head_dim, base.dim_v, causal) == (192, 192, True) and base.bn > VARLEN_D192_CAUSAL_BN:
+        base = replace(base, bn=VARLEN_D192_CAUSAL_BN)   # [D-varlen-sections]: bn 112 spilled 4 / 12 bytes
     return replace(base, persistent=False, varlen=True).validate()
+
+
+# D192 causal varlen: the section order's bookkeeping (common.sections) spilled 4 / 12 bytes at the dense
+# default's 128 x 112 (ptxas, 168 registers); 128 x 96 has none [D-varlen-sections]
+VARLEN_D192_CAUSAL_BN = 96
 
 
 # The producer's setmaxnreg for a paged varlen kernel of more than PAGED_FEW_BOXES boxes per K/V tile:
