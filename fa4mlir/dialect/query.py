@@ -49,8 +49,27 @@ def ops_named(root: ir.Operation, *names: str) -> list[ir.Operation]:
     return found
 
 
+def _children(op: ir.Operation, name: str) -> list[ir.Operation]:
+    """The ops named `name` directly in op's single-block body ([] if op has no such body)."""
+    if len(op.regions) != 1 or len(op.regions[0].blocks) != 1:
+        return []
+    return [child.operation for child in op.regions[0].blocks[0].operations if child.operation.name == name]
+
+
+def _kernel_funcs_fast(module: ir.Operation) -> list[ir.Operation]:
+    """The kernel llvm.funcs of the usual layout, builtin.module > gpu.module > llvm.func, without
+    walking every op ([] otherwise): the passes ask for the kernel often."""
+    mods = _children(module, "gpu.module")
+    if len(mods) != 1:
+        return []
+    return [f for f in _children(mods[0], "llvm.func") if "nvvm.kernel" in f.attributes]
+
+
 def kernel_func(module: ir.Operation) -> ir.Operation:
     """The (single) kernel llvm.func inside the module's gpu.module."""
+    fast = _kernel_funcs_fast(module)
+    if len(fast) == 1:
+        return fast[0]
     funcs = [op for op in ops_named(module, "llvm.func") if "nvvm.kernel" in op.attributes]
     if len(funcs) != 1:
         raise PassError(f"expected exactly one kernel function (llvm.func with nvvm.kernel), found {len(funcs)}")
@@ -58,6 +77,9 @@ def kernel_func(module: ir.Operation) -> ir.Operation:
 
 
 def gpu_module(module: ir.Operation) -> ir.Operation:
+    top = _children(module, "gpu.module")
+    if len(top) == 1:
+        return top[0]
     mods = ops_named(module, "gpu.module")
     if len(mods) != 1:
         raise PassError(f"expected one gpu.module, found {len(mods)}")
