@@ -120,20 +120,14 @@ def _sparse_splits(batch: int, num_q_tokens: int, num_heads_q, topk) -> int:
 
 
 @dataclass(frozen=True)
-class MLAProblem:
-    """A checked flash_mla_with_kvcache call: sizes, dtype, options and the split count."""
+class MLAOutputs:
+    """What a checked MLA decode call (dense: MLAProblem, sparse: mla_sparse_decode.SparseDecodeProblem)
+    writes: out [batch, seqlen_q, heads, 512] (contiguous) and lse [batch, heads, seqlen_q], and per
+    split (``splits``, set by the subclass) their float32 partials."""
 
     batch: int
     seqlen_q: int
     heads: int
-    num_pages: int
-    page_size: int
-    max_pages: int
-    dtype: str
-    splits: int
-    softmax_scale: float
-    causal: bool
-    fp8: bool = False           # FlashMLA's FP8 latent cache (656-byte rows)
 
     @property
     def out_shape(self) -> tuple:
@@ -142,6 +136,36 @@ class MLAProblem:
     @property
     def lse_shape(self) -> tuple:
         return (self.batch, self.heads, self.seqlen_q)
+
+    @property
+    def out_strides(self) -> tuple:
+        """out's (batch, seqlen_q, heads) strides, contiguous."""
+        return (self.seqlen_q * self.heads * mc.D_V, self.heads * mc.D_V, mc.D_V)
+
+    def outputs(self, torch, dtype, device) -> dict:
+        """New out (``dtype``) and lse tensors, and with several splits the o_partial and lse_partial
+        workspaces (float32), by the kernels' operand names."""
+        f32 = torch.float32
+        named = {"out": torch.empty(self.out_shape, dtype=dtype, device=device),
+                 "lse": torch.empty(self.lse_shape, dtype=f32, device=device)}
+        if self.splits > 1:
+            named.update(o_partial=torch.empty((self.splits, *self.out_shape), dtype=f32, device=device),
+                         lse_partial=torch.empty((self.splits, *self.lse_shape), dtype=f32, device=device))
+        return named
+
+
+@dataclass(frozen=True)
+class MLAProblem(MLAOutputs):
+    """A checked flash_mla_with_kvcache call: sizes, dtype, options and the split count."""
+
+    num_pages: int
+    page_size: int
+    max_pages: int
+    dtype: str
+    splits: int
+    softmax_scale: float
+    causal: bool
+    fp8: bool = False           # FlashMLA's FP8 latent cache (656-byte rows)
 
 
 FP8_CACHE_DTYPES = ("e4m3", "u8")
@@ -163,6 +187,17 @@ def _check_cache_dtype(q: TensorInfo, k_cache: TensorInfo, fp8: bool) -> int:
         hint = " (an FP8 cache: pass is_fp8_kvcache=True)" if k_cache.dtype in FP8_CACHE_DTYPES else ""
         raise DTypeError(_err(f"k_cache must have q's dtype {q.dtype}, got {k_cache.dtype}{hint}"))
     return mc.D_QK
+
+
+def check_metadata(metadata: TensorInfo, num_splits: TensorInfo, batch: int) -> None:
+    """get_mla_metadata's outputs for ``batch`` sequences (dense and sparse calls): ShapeError otherwise."""
+    if metadata.dtype != "i32" or len(metadata.shape) != 2 or metadata.shape[1] != TILE_SCHEDULER_METADATA_SIZE \
+            or not 1 <= metadata.shape[0] <= MAX_SPLITS:
+        raise ShapeError(_err(f"tile_scheduler_metadata must be get_mla_metadata's int32 [splits in 1..{MAX_SPLITS}, "
+                              f"{TILE_SCHEDULER_METADATA_SIZE}], got {metadata.dtype} {tuple(metadata.shape)}"))
+    if num_splits.dtype != "i32" or tuple(num_splits.shape) != (batch + 1,):
+        raise ShapeError(_err(f"num_splits must be get_mla_metadata's int32 [batch + 1 = {batch + 1}], got "
+                              f"{num_splits.dtype} {tuple(num_splits.shape)}"))
 
 
 def check_mla_inputs(q: TensorInfo, k_cache: TensorInfo, block_table: TensorInfo, cache_seqlens: TensorInfo,
@@ -209,13 +244,7 @@ def check_mla_inputs(q: TensorInfo, k_cache: TensorInfo, block_table: TensorInfo
                               f"strides {cache_seqlens.strides}"))
     if block_table.shape[1] * page_size >= 2**31:
         raise ShapeError(_err(f"max_pages x page_size = {block_table.shape[1] * page_size} exceeds int32"))
-    if metadata.dtype != "i32" or len(metadata.shape) != 2 or metadata.shape[1] != TILE_SCHEDULER_METADATA_SIZE \
-            or not 1 <= metadata.shape[0] <= MAX_SPLITS:
-        raise ShapeError(_err(f"tile_scheduler_metadata must be get_mla_metadata's int32 [splits in 1..{MAX_SPLITS}, "
-                              f"{TILE_SCHEDULER_METADATA_SIZE}], got {metadata.dtype} {tuple(metadata.shape)}"))
-    if num_splits.dtype != "i32" or tuple(num_splits.shape) != (batch + 1,):
-        raise ShapeError(_err(f"num_splits must be get_mla_metadata's int32 [batch + 1 = {batch + 1}], got "
-                              f"{num_splits.dtype} {tuple(num_splits.shape)}"))
+    check_metadata(metadata, num_splits, batch)
     for name, info in (("q", q), ("k_cache", k_cache)):
         check_layout(name, info)
     scale = check_scale(softmax_scale, d)
@@ -283,10 +312,18 @@ def _torch(x, name: str = "q", api: str = ENTRY):
     return torch
 
 
+def check_no_grad(torch, q) -> None:
+    """AutogradError when q requires grad (there is no backward kernel for MLA decode)."""
+    if torch.is_grad_enabled() and q.requires_grad:
+        from .errors import AutogradError
+        raise AutogradError(_err("q requires grad: there is no backward kernel for MLA decode; call under "
+                                 "torch.no_grad() or detach q"))
+
+
 @dataclass(frozen=True)
 class _Call:
     plan: Any
-    problem: MLAProblem
+    problem: MLAOutputs
 
 
 class CallCache:
@@ -351,25 +388,16 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, t
                "tile_scheduler_metadata": tile_scheduler_metadata, "num_splits": num_splits}
     for name, x in tensors.items():
         _torch(x, name)
-    if torch.is_grad_enabled() and q.requires_grad:
-        from .errors import AutogradError
-        raise AutogradError(_err("q requires grad: there is no backward kernel for MLA decode; call under "
-                                 "torch.no_grad() or detach q"))
+    check_no_grad(torch, q)
     options = (head_dim_v if type(head_dim_v) is int else repr(head_dim_v), softmax_scale, causal, is_fp8_kvcache)
     call, signature = _CALLS.get(_CALLS.signature(tensors, options, bundle))
     if call is None:
         call = _prepare(torch, tensors, head_dim_v, softmax_scale, causal, bundle, signature, is_fp8_kvcache)
-    p = call.problem
-    out = torch.empty(p.out_shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty(p.lse_shape, dtype=torch.float32, device=q.device)
+    outputs = call.problem.outputs(torch, q.dtype, q.device)
     addresses = {"q": q.data_ptr(), "kv_cache": k_cache.data_ptr(), "block_table": block_table.data_ptr(),
-                 "cache_seqlens": cache_seqlens.data_ptr(), "out": out.data_ptr(), "lse": lse.data_ptr()}
-    if p.splits > 1:
-        o_partial = torch.empty((p.splits, *p.out_shape), dtype=torch.float32, device=q.device)
-        lse_partial = torch.empty((p.splits, *p.lse_shape), dtype=torch.float32, device=q.device)
-        addresses.update(o_partial=o_partial.data_ptr(), lse_partial=lse_partial.data_ptr())
+                 "cache_seqlens": cache_seqlens.data_ptr(), **{n: x.data_ptr() for n, x in outputs.items()}}
     call.plan.launch(addresses, resolve_stream(None, True, q.device.index))
-    return out, lse
+    return outputs["out"], outputs["lse"]
 
 
 def _prepare(torch, tensors: dict, head_dim_v, softmax_scale, causal, bundle, signature, is_fp8_kvcache=False) -> _Call:
@@ -382,16 +410,10 @@ def _prepare(torch, tensors: dict, head_dim_v, softmax_scale, causal, bundle, si
     device = device_info()
     check_device_context(ordinal, device.ordinal, device.capability)
     q = tensors["q"]
-    out_strides = (problem.seqlen_q * problem.heads * mc.D_V, problem.heads * mc.D_V, mc.D_V)
-    plan = build_plan(problem, source_for(bundle), q.stride()[:3], tensors["block_table"].stride(0), out_strides)
-    dev = q.device
-    f32 = torch.float32
+    plan = build_plan(problem, source_for(bundle), q.stride()[:3], tensors["block_table"].stride(0),
+                      problem.out_strides)
     named = {"q": q, "kv_cache": kv_operand(torch, tensors["k_cache"], problem.fp8), "block_table": tensors["block_table"],
-             "cache_seqlens": tensors["cache_seqlens"], "out": torch.empty(problem.out_shape, dtype=q.dtype, device=dev),
-             "lse": torch.empty(problem.lse_shape, dtype=f32, device=dev)}
-    if problem.splits > 1:
-        named.update(o_partial=torch.empty((problem.splits, *problem.out_shape), dtype=f32, device=dev),
-                     lse_partial=torch.empty((problem.splits, *problem.lse_shape), dtype=f32, device=dev))
+             "cache_seqlens": tensors["cache_seqlens"], **problem.outputs(torch, q.dtype, q.device)}
     call = _Call(plan.prepare(named), problem)
     _CALLS.put(signature, call)
     return call
@@ -416,6 +438,7 @@ def flops_and_bytes(batch: int, seqlen_q: int, heads: int, cached_tokens: int, d
     return int(flops), int(data)
 
 
-__all__ = ["get_mla_metadata", "flash_mla_with_kvcache", "check_mla_inputs", "plan_splits", "MLAProblem", "build_plan",
+__all__ = ["get_mla_metadata", "flash_mla_with_kvcache", "check_mla_inputs", "check_metadata", "check_no_grad",
+           "plan_splits", "MLAOutputs", "MLAProblem", "build_plan",
            "CallCache",
            "configs_for", "kernel_for", "flops_and_bytes", "kv_operand", "TILE_SCHEDULER_METADATA_SIZE", "ENTRY"]

@@ -48,8 +48,8 @@ from ..runtime import TensorInfo
 from .checks import (MAX_I32, check_bundle, check_device_context, check_devices, check_flag, check_layout, check_scale,
                      read_tensor)
 from .errors import DTypeError, HeadDimError, HeadsRatioError, LayoutError, ShapeError, UnsupportedFeatureError
-from .mla import (ENTRY, FILL_FRACTION, MAX_SPLITS, TILE_SCHEDULER_METADATA_SIZE, CallCache, _err, _torch,
-                  combine_args, combine_grid, kernel_for)
+from .mla import (ENTRY, FILL_FRACTION, MAX_SPLITS, CallCache, MLAOutputs, _Call, _err, _torch, check_metadata,
+                  check_no_grad, combine_args, combine_grid, kernel_for)
 from .plan import Launch, Plan, TensorRef, source_for
 
 CACHE_DIMS = ("pages", "page_size", "kv_heads", "head_dim")
@@ -67,26 +67,15 @@ def plan_sparse_splits(batch: int, seqlen_q: int, heads: int, topk: int, num_sms
 
 
 @dataclass(frozen=True)
-class SparseDecodeProblem:
+class SparseDecodeProblem(MLAOutputs):
     """A checked sparse flash_mla_with_kvcache call; ``splits`` from the metadata's shape."""
 
-    batch: int
-    seqlen_q: int
-    heads: int
     s_kv: int
     topk: int
     dtype: str
     splits: int
     softmax_scale: float
     has_topk_length: bool
-
-    @property
-    def out_shape(self) -> tuple:
-        return (self.batch, self.seqlen_q, self.heads, dc.D_V)
-
-    @property
-    def lse_shape(self) -> tuple:
-        return (self.batch, self.heads, self.seqlen_q)
 
     def config(self, split: bool) -> dc.MLASparseDecodeConfig:
         return dc.MLASparseDecodeConfig(self.dtype, topk_length=self.has_topk_length, split=split)
@@ -160,13 +149,7 @@ def check_sparse_decode_inputs(q: TensorInfo, k_cache: TensorInfo, indices: Tens
                                     or (batch > 1 and topk_length.strides[0] != 1)):
         raise ShapeError(_err(f"topk_length must be a contiguous int32 [batch={batch}], got {topk_length.dtype} of "
                               f"shape {tuple(topk_length.shape)}"))
-    if metadata.dtype != "i32" or len(metadata.shape) != 2 or metadata.shape[1] != TILE_SCHEDULER_METADATA_SIZE \
-            or not 1 <= metadata.shape[0] <= MAX_SPLITS:
-        raise ShapeError(_err(f"tile_scheduler_metadata must be get_mla_metadata's int32 [splits in 1..{MAX_SPLITS}, "
-                              f"{TILE_SCHEDULER_METADATA_SIZE}], got {metadata.dtype} {tuple(metadata.shape)}"))
-    if num_splits.dtype != "i32" or tuple(num_splits.shape) != (batch + 1,):
-        raise ShapeError(_err(f"num_splits must be get_mla_metadata's int32 [batch + 1 = {batch + 1}], got "
-                              f"{num_splits.dtype} {tuple(num_splits.shape)}"))
+    check_metadata(metadata, num_splits, batch)
     check_layout("q", q, Q_DIMS)
     check_layout("k_cache", k_cache, CACHE_DIMS)
     scale = check_scale(softmax_scale, d)
@@ -189,15 +172,8 @@ def build_plan(problem: SparseDecodeProblem, source, q_strides, kv_stride: int, 
     launches = [Launch(kernel_for(source, cfg), dc.decode_grid(p.batch, p.seqlen_q, p.heads, p.splits), args)]
     if split:
         combine = dec.CombineConfig(p.dtype, dc.D_V).validate()
-        out_strides = (p.seqlen_q * p.heads * dc.D_V, p.heads * dc.D_V, dc.D_V)
-        launches.append(Launch(kernel_for(source, combine), combine_grid(p), combine_args(p, refs, out_strides)))
+        launches.append(Launch(kernel_for(source, combine), combine_grid(p), combine_args(p, refs, p.out_strides)))
     return Plan(p, tuple(launches))
-
-
-@dataclass(frozen=True)
-class _Call:
-    plan: Any
-    problem: SparseDecodeProblem
 
 
 _CALLS = CallCache()
@@ -214,27 +190,18 @@ def sparse_decode(q, k_cache, indices, head_dim_v, tile_scheduler_metadata, num_
         tensors["topk_length"] = topk_length
     for name, x in tensors.items():
         _torch(x, name)
-    if torch.is_grad_enabled() and q.requires_grad:
-        from .errors import AutogradError
-        raise AutogradError(_err("q requires grad: there is no backward kernel for MLA decode; call under "
-                                 "torch.no_grad() or detach q"))
+    check_no_grad(torch, q)
     options = ("sparse", head_dim_v if type(head_dim_v) is int else repr(head_dim_v), softmax_scale, causal)
     call, signature = _CALLS.get(_CALLS.signature(tensors, options, bundle))
     if call is None:
         call = _prepare(torch, tensors, head_dim_v, softmax_scale, causal, bundle, signature)
-    p = call.problem
-    out = torch.empty(p.out_shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty(p.lse_shape, dtype=torch.float32, device=q.device)
-    addresses = {"q": q.data_ptr(), "kv": k_cache.data_ptr(), "indices": indices.data_ptr(), "out": out.data_ptr(),
-                 "lse": lse.data_ptr()}
+    outputs = call.problem.outputs(torch, q.dtype, q.device)
+    addresses = {"q": q.data_ptr(), "kv": k_cache.data_ptr(), "indices": indices.data_ptr(),
+                 **{n: x.data_ptr() for n, x in outputs.items()}}
     if topk_length is not None:
         addresses["topk_length"] = topk_length.data_ptr()
-    if p.splits > 1:
-        o_partial = torch.empty((p.splits, *p.out_shape), dtype=torch.float32, device=q.device)
-        lse_partial = torch.empty((p.splits, *p.lse_shape), dtype=torch.float32, device=q.device)
-        addresses.update(o_partial=o_partial.data_ptr(), lse_partial=lse_partial.data_ptr())
     call.plan.launch(addresses, resolve_stream(None, True, q.device.index))
-    return out, lse
+    return outputs["out"], outputs["lse"]
 
 
 def _prepare(torch, tensors: dict, head_dim_v, softmax_scale, causal, bundle, signature) -> _Call:
@@ -250,15 +217,9 @@ def _prepare(torch, tensors: dict, head_dim_v, softmax_scale, causal, bundle, si
     q_strides = (token_stride(q.shape, q.stride()), q.stride(2))
     plan = build_plan(problem, source_for(bundle), q_strides, k_cache.stride(1),
                       token_stride(indices.shape, indices.stride()))
-    dev, f32 = q.device, torch.float32
-    named = {"q": q, "kv": k_cache, "indices": indices,
-             "out": torch.empty(problem.out_shape, dtype=q.dtype, device=dev),
-             "lse": torch.empty(problem.lse_shape, dtype=f32, device=dev)}
+    named = {"q": q, "kv": k_cache, "indices": indices, **problem.outputs(torch, q.dtype, q.device)}
     if "topk_length" in tensors:
         named["topk_length"] = tensors["topk_length"]
-    if problem.splits > 1:
-        named.update(o_partial=torch.empty((problem.splits, *problem.out_shape), dtype=f32, device=dev),
-                     lse_partial=torch.empty((problem.splits, *problem.lse_shape), dtype=f32, device=dev))
     call = _Call(plan.prepare(named), problem)
     _CALLS.put(signature, call)
     return call
