@@ -200,6 +200,19 @@ def check_metadata(metadata: TensorInfo, num_splits: TensorInfo, batch: int) -> 
                               f"{num_splits.dtype} {tuple(num_splits.shape)}"))
 
 
+def check_q_dims(q: TensorInfo, head_dim_v: Any) -> tuple:
+    """q [batch, seqlen_q, heads, 576] and head_dim_v 512 (dense and sparse calls): q's shape, or
+    ShapeError / HeadDimError."""
+    if len(q.shape) != 4:
+        raise ShapeError(_err(f"q must be 4-D [batch, seqlen_q, heads, 576], got shape {tuple(q.shape)}"))
+    d = q.shape[3]
+    if d != mc.D_QK:
+        raise HeadDimError(_err(f"q's head dim must be {mc.D_QK} (512 latent + 64 rope), got {d}"))
+    if type(head_dim_v) is not int or head_dim_v != mc.D_V:
+        raise HeadDimError(_err(f"head_dim_v must be {mc.D_V} (V: the cache's first 512 columns), got {head_dim_v!r}"))
+    return tuple(q.shape)
+
+
 def check_mla_inputs(q: TensorInfo, k_cache: TensorInfo, block_table: TensorInfo, cache_seqlens: TensorInfo,
                      head_dim_v: Any, metadata: TensorInfo, num_splits: TensorInfo, softmax_scale=None,
                      causal: Any = False, is_fp8_kvcache: Any = False) -> MLAProblem:
@@ -208,13 +221,7 @@ def check_mla_inputs(q: TensorInfo, k_cache: TensorInfo, block_table: TensorInfo
     causal = check_flag("causal", causal)
     fp8 = check_flag("is_fp8_kvcache", is_fp8_kvcache)
     row = _check_cache_dtype(q, k_cache, fp8)
-    if len(q.shape) != 4:
-        raise ShapeError(_err(f"q must be 4-D [batch, seqlen_q, heads, 576], got shape {tuple(q.shape)}"))
-    batch, seqlen_q, heads, d = q.shape
-    if d != mc.D_QK:
-        raise HeadDimError(_err(f"q's head dim must be {mc.D_QK} (512 latent + 64 rope), got {d}"))
-    if type(head_dim_v) is not int or head_dim_v != mc.D_V:
-        raise HeadDimError(_err(f"head_dim_v must be {mc.D_V} (V: the cache's first 512 columns), got {head_dim_v!r}"))
+    batch, seqlen_q, heads, d = check_q_dims(q, head_dim_v)
     if not 1 <= batch <= MAX_GRID_YZ or seqlen_q < 1 or not mc.MIN_HEADS <= heads <= mc.MAX_HEADS:
         raise ShapeError(_err(f"q [batch, seqlen_q, heads, 576] needs batch in [1, {MAX_GRID_YZ}] (the grid's z), "
                               f"seqlen_q >= 1 and heads in [{mc.MIN_HEADS}, {mc.MAX_HEADS}], got {tuple(q.shape)}"))
@@ -438,7 +445,7 @@ def flops_and_bytes(batch: int, seqlen_q: int, heads: int, cached_tokens: int, d
     return int(flops), int(data)
 
 
-__all__ = ["get_mla_metadata", "flash_mla_with_kvcache", "check_mla_inputs", "check_metadata", "check_no_grad",
+__all__ = ["get_mla_metadata", "flash_mla_with_kvcache", "check_mla_inputs", "check_metadata", "check_no_grad", "check_q_dims",
            "plan_splits", "MLAOutputs", "MLAProblem", "build_plan",
            "CallCache",
            "configs_for", "kernel_for", "flops_and_bytes", "kv_operand", "TILE_SCHEDULER_METADATA_SIZE", "ENTRY"]

@@ -47,9 +47,9 @@ from ..kernels import attention_mla_sparse_sm90_config as dc
 from ..runtime import TensorInfo
 from .checks import (MAX_I32, check_bundle, check_device_context, check_devices, check_flag, check_layout, check_scale,
                      read_tensor)
-from .errors import DTypeError, HeadDimError, HeadsRatioError, LayoutError, ShapeError, UnsupportedFeatureError
+from .errors import DTypeError, HeadsRatioError, LayoutError, ShapeError, UnsupportedFeatureError
 from .mla import (ENTRY, FILL_FRACTION, MAX_SPLITS, CallCache, MLAOutputs, _Call, _err, _torch, check_metadata,
-                  check_no_grad, combine_args, combine_grid, kernel_for)
+                  check_no_grad, check_q_dims, combine_args, combine_grid, kernel_for)
 from .plan import Launch, Plan, TensorRef, source_for
 
 CACHE_DIMS = ("pages", "page_size", "kv_heads", "head_dim")
@@ -103,13 +103,7 @@ def check_sparse_decode_inputs(q: TensorInfo, k_cache: TensorInfo, indices: Tens
     if k_cache.dtype != q.dtype:
         raise DTypeError(_err(f"k_cache must have q's dtype {q.dtype}, got {k_cache.dtype} (the FP8 cache is not built "
                               f"for sparse decode yet)"))
-    if len(q.shape) != 4:
-        raise ShapeError(_err(f"q must be 4-D [batch, seqlen_q, heads, 576], got shape {tuple(q.shape)}"))
-    batch, seqlen_q, heads, d = q.shape
-    if d != dc.D_QK:
-        raise HeadDimError(_err(f"q's head dim must be {dc.D_QK} (512 latent + 64 rope), got {d}"))
-    if type(head_dim_v) is not int or head_dim_v != dc.D_V:
-        raise HeadDimError(_err(f"head_dim_v must be {dc.D_V} (V: the cache's first 512 columns), got {head_dim_v!r}"))
+    batch, seqlen_q, heads, d = check_q_dims(q, head_dim_v)
     tokens = batch * seqlen_q
     if batch < 1 or seqlen_q < 1 or not dc.DECODE_MIN_HEADS <= heads <= dc.DECODE_MAX_HEADS \
             or tokens * dc.head_blocks(max(heads, 1)) > MAX_I32:
