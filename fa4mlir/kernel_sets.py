@@ -84,7 +84,7 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
     attention-varlen
                 the sm_90a attention kernel's ragged-batch (varlen) variants that
                 tests/gpu/test_varlen_gpu.py and the interpreter cases (tests/interpret_varlen.py) run:
-                VARLEN_CASES here, each attention_sm90_config.varlen_config, VARLEN_CHUNK_CASES
+                VARLEN_CASES here, each attention_sm90_config_varlen.varlen_config, VARLEN_CHUNK_CASES
                 (attention_chunk=), VARLEN_MOD_CASES (score_mod= / mask_mod=, built-in and
                 testing_varlen's functions) and VARLEN_HEAD_DIM_CASES (MLA prefill's qk 192 / v 128, D96,
                 D192; both tests/gpu/test_varlen_mods_gpu.py); and flash_attn_varlen_func(page_table=)'s kernels that
@@ -405,7 +405,8 @@ def prefill() -> list:
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
     from .kernels.attention_decode_sm90_config import KERNEL as DECODE_KERNEL
     from .kernels.attention_decode_sm90_config import default_config as decode_config
-    from .kernels.attention_sm90_config import KERNEL, default_configs, varlen_config
+    from .kernels.attention_sm90_config import KERNEL, default_configs
+    from .kernels.attention_sm90_config_varlen import varlen_config
     from .kernels.common import score_mod
     from .kernels.common.mask_family import attention_mask
     window = attention_mask(True, PREFILL_WINDOW, 0)
@@ -458,7 +459,7 @@ def varlen_paged(cases=None) -> list:
             for dtype, d, page in (VARLEN_PAGED_CASES if cases is None else cases) for unsplit in (False, True)]
 
 
-# (dtype, head_dim, causal, page size) of the paged PREFILL kernels (attention_sm90_config.paged_varlen_config,
+# (dtype, head_dim, causal, page size) of the paged PREFILL kernels (attention_sm90_config_varlen.paged_varlen_config,
 # what flash_attn_varlen_func(page_table=) runs for max_seqlen_q >= 256: attention/varlen_paged.py note
 # "Which kernel") in the attention-varlen set: what tests/gpu/test_varlen_paged_prefill_gpu.py runs (pages
 # of 16: 8 boxes per tile, 64: 2, 128: 1; causal and not)
@@ -474,7 +475,8 @@ VARLEN_PAGED_PREFILL_CASES = [
 def varlen_paged_prefill(cases=None) -> list:
     """The sm_90a varlen kernels over the paged pools (AttnConfig.page_size) of `cases` (default
     VARLEN_PAGED_PREFILL_CASES)."""
-    from .kernels.attention_sm90_config import KERNEL, paged_varlen_config
+    from .kernels.attention_sm90_config import KERNEL
+    from .kernels.attention_sm90_config_varlen import paged_varlen_config
     return [(KERNEL, paged_varlen_config(dtype, d, causal, page))
             for dtype, d, causal, page in (VARLEN_PAGED_PREFILL_CASES if cases is None else cases)]
 
@@ -558,7 +560,7 @@ VARLEN_HEAD_DIM_CASES = [
 
 def varlen_mod_config(case):
     """The varlen kernel of a VARLEN_MOD_CASES row: its functions' fingerprints and aux spec."""
-    from .kernels.attention_sm90_config import varlen_config
+    from .kernels.attention_sm90_config_varlen import varlen_config
     from .kernels.common.score_mod import aux_spec
     from .testing_varlen import varlen_aux, varlen_mods
     dtype, d, causal, score, mask = case
@@ -570,7 +572,8 @@ def varlen_mod_config(case):
 
 def attention_varlen() -> list:
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
-    from .kernels.attention_sm90_config import KERNEL, varlen_config
+    from .kernels.attention_sm90_config import KERNEL
+    from .kernels.attention_sm90_config_varlen import varlen_config
     from .kernels.common.mask_family import attention_mask
     out = []
     for dtype, d, causal, window, softcap, sinks in VARLEN_CASES:

@@ -58,6 +58,7 @@ from dataclasses import dataclass, replace
 from ..driver import device_info, resolve_stream
 from ..kernels import attention_decode_sm90_config as dec
 from ..kernels import attention_sm90_config as attn_cfg
+from ..kernels import attention_sm90_config_varlen as attn_varlen
 from .checks import (MAX_GRID_YZ, MAX_I32, PACKED_DIMS, VARLEN_API, _err, check_layout, check_max_seqlen, check_scale,
                      check_seqlens, check_sinks, check_softcap, check_varlen_outputs)
 from .errors import (DTypeError, FlashAttnInputError, HeadDimError, HeadsRatioError, SeqlensError,
@@ -192,7 +193,7 @@ def prefill_config(problem: VarlenPagedProblem) -> attn_cfg.AttnConfig | None:
         return None
     if problem.window_size != NO_WINDOW or problem.attention_chunk or problem.softcap or problem.sinks:
         return None     # the paged prefill kernel has causal masks only; the decode kernel has the rest
-    return attn_cfg.paged_varlen_config(problem.dtype, problem.head_dim, problem.causal, problem.cache.page_size)
+    return attn_varlen.paged_varlen_config(problem.dtype, problem.head_dim, problem.causal, problem.cache.page_size)
 
 
 def uses_prefill(problem: VarlenPagedProblem) -> bool:

@@ -700,57 +700,6 @@ def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) 
     return {name: args[name] for name, _ in launch_params(config)}   # in PTX order, every parameter once
 
 
-def varlen_config(dtype: str, head_dim: int, causal: bool, mask: Mask | None = None, *, softcap: bool = False,
-                  sinks: bool = False, head_dim_v: int = 0, score_mod: str = "", mask_mod: str = "",
-                  aux: str = "") -> AttnConfig:
-    """The ragged-batch kernel of a case: default_config's tiles and knobs for long sequences, one
-    tile per CTA (the 1-D grid's order is the schedule: common.varlen_schedule) and varlen=True.
-    The host knows only max_seqlen_q, so there is no short-sequence pick. The register model is the
-    dense one: the sequence bookkeeping (starts, lengths, the row bound) fit in it, measured
-    [D-varlen]. head_dim_v (a HEAD_DIM_PAIRS pair: MLA prefill's 192 / 128) and score_mod, mask_mod,
-    aux (common.score_mod fingerprints and aux spec) as default_config takes them, a mask_mod on
-    MOD_BOTH_TILES (128 x 128) where the tiles are larger; in the kernel a
-    function's batch is the sequence index and q_idx / kv_idx are positions within the sequence
-    (attention_fwd_sm90_varlen's note [varlen-mod-indices]) [D-varlen-mods]."""
-    base = default_config(dtype, head_dim, causal, None, mask=mask, softcap=softcap, sinks=sinks,
-                          head_dim_v=head_dim_v, score_mod=score_mod, mask_mod=mask_mod, aux=aux)
-    if mask_mod and (base.bm == 192 or base.bn > 128):   # spilled there [D-varlen-mods]
-        base = replace(base, **MOD_BOTH_TILES)
-    if (base.head_dim, base.dim_v, causal) == (192, 192, True) and base.bn > VARLEN_D192_CAUSAL_BN:
-        base = replace(base, bn=VARLEN_D192_CAUSAL_BN)   # [D-varlen-sections]: bn 112 spilled 4 / 12 bytes
-    return replace(base, persistent=False, varlen=True).validate()
-
-
-# D192 causal varlen: the section order's bookkeeping (common.sections) spilled 4 / 12 bytes at the dense
-# default's 128 x 112 (ptxas, 168 registers); 128 x 96 has none [D-varlen-sections]
-VARLEN_D192_CAUSAL_BN = 96
-
-
-# The producer's setmaxnreg for a paged varlen kernel of more than PAGED_FEW_BOXES boxes per K/V tile:
-# its page-table lookups (one live page index per box) spilled at 24 and 32 registers with page 16's 8
-# boxes (D128 causal bf16, 8 and 32 bytes), none at 40; 2 boxes (page 64) and 1 (page 128) fit in 24
-PAGED_FEW_BOXES = 2
-PAGED_LOAD_REGS = 40
-
-
-def paged_varlen_config(dtype: str, head_dim: int, causal: bool, page_size: int) -> AttnConfig | None:
-    """The paged prefill kernel (varlen over the KV cache's pools, AttnConfig.page_size) of a case:
-    varlen_config's tiles, or bn 128 where its bn does not cut into TMA boxes of the page size
-    (common.paging.prefill_box_rule: gcd(bn, page_size) >= 8 rows, at most 8 boxes), with the producer at
-    PAGED_LOAD_REGS past PAGED_FEW_BOXES boxes per tile. None when no such tile serves page_size (the
-    host then runs the decode kernel's gather: attention/varlen_paged.py, note "Which kernel")."""
-    base = varlen_config(dtype, head_dim, causal)
-    for bn in dict.fromkeys((base.bn, 128)):
-        if prefill_box_rule(bn, page_size):
-            continue
-        regs = PAGED_LOAD_REGS if fetch_plan(bn, page_size).boxes_per_tile > PAGED_FEW_BOXES else base.load_regs
-        try:
-            return replace(base, bn=bn, page_size=page_size, load_regs=regs).validate()
-        except ConfigError:
-            continue
-    return None
-
-
 def varlen_grid(config: AttnConfig, problem) -> tuple[int, int, int]:
     """The 1-D grid of a varlen kernel: ceil(max_seqlen_q / bm) x heads x batch blocks
     (common.varlen_schedule). `problem`: batch (sequences), heads, seqlen_q (max_seqlen_q)."""
@@ -826,6 +775,6 @@ __all__ = ["AttnConfig", "default_config", "default_configs", "SHORT_SEQLEN_K", 
            "query_tiles", "dealt_tile", "causal_pair_slot", "section_tile", "section_shift", "L2_BYTES",
            "SECTION_L2_SHARE", "IntOps", "grid", "launch_args", "launch_params", "LAUNCH_PARAMS", "SOFTCAP_PARAMS", "SINK_PARAMS",
            "MOD_SCALE_PARAMS", "mod_args", "MOD_FIELDS",
-           "VARLEN_PARAMS", "PAGED_PARAMS", "paged_varlen_config", "PAGED_LOAD_REGS", "varlen_config", "varlen_grid", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "HEAD_DIM_PAIRS",
+           "VARLEN_PARAMS", "PAGED_PARAMS", "varlen_grid", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "HEAD_DIM_PAIRS",
            "SPLIT_TILES", "TileLayout", "tile_layout", "DTYPES", "BMS",
            "TILES", "KNOBS", "TILE_FIELDS", "KNOB_FIELDS", "SFU_MOD_POLY_STRIDE"]
