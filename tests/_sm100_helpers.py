@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import time
 
+import numpy as np
 import pytest
 
 _BUILT: dict = {}
@@ -85,23 +86,28 @@ def check_verifier_rejects_a_dropped_commit(cfg, pipe: str) -> None:
 
 def bf16_bits(x, torch):
     """Tensor `x` rounded to bf16, its elements as a uint16 array (the interpreter's view)."""
-    import numpy as np
     return x.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16).copy()
 
 
-def paged_cache(torch, gen, lengths, page_size, kv_heads, d):
-    """bf16 K/V pools with NaN in every unused page and row, a shuffled page table (-1 past each length)."""
-    import numpy as np
-    max_pages = max(-(-n // page_size) for n in lengths) + 1
-    num_pages = sum(-(-n // page_size) for n in lengths) + 3
-    k, v = (torch.full((num_pages, page_size, kv_heads, d), float("nan")) for _ in range(2))
-    perm = torch.randperm(num_pages, generator=gen).numpy()
+def page_table(perm, lengths, page_size: int, max_pages: int):
+    """A shuffled page table (int32 [batch, max_pages]): sequence b takes the next ceil(lengths[b] /
+    page_size) pages of `perm`, -1 past them."""
     table = np.full((len(lengths), max_pages), -1, np.int32)
     used = 0
     for b, n in enumerate(lengths):
         pages = -(-n // page_size)
         table[b, :pages] = perm[used:used + pages]
         used += pages
+    return table
+
+
+def paged_cache(torch, gen, lengths, page_size, kv_heads, d):
+    """bf16 K/V pools with NaN in every unused page and row, a shuffled page table (-1 past each length)."""
+    max_pages = max(-(-n // page_size) for n in lengths) + 1
+    num_pages = sum(-(-n // page_size) for n in lengths) + 3
+    k, v = (torch.full((num_pages, page_size, kv_heads, d), float("nan")) for _ in range(2))
+    table = page_table(torch.randperm(num_pages, generator=gen).numpy(), lengths, page_size, max_pages)
+    for b, n in enumerate(lengths):
         for t0 in range(0, n, page_size):
             rows, page = min(page_size, n - t0), table[b, t0 // page_size]
             k[page, :rows] = torch.randn(rows, kv_heads, d, generator=gen)
@@ -115,8 +121,6 @@ def interpret_paged(torch, cfg, q, k, v, table, lengths, page):
     asserts that no NaN is left. Returns (out, lse) as float64 tensors, the FaTally of every sequence
     with keys against the float32 kvcache reference and PyTorch's own bf16 math, and the seconds the
     interpreter took."""
-    import numpy as np
-
     from fa4mlir import interpret
     from fa4mlir.kernels import attention_fwd_sm100 as k100
     from fa4mlir.kernels.attention_sm100_config import grid, paged_launch_args

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from fa4mlir.kernels.attention_sm100_config import FP8_PARAMS, FA4Config, grid, launch_args, paged_launch_args
-from tests._sm100_helpers import bf16_bits, check_compiled, compiled, sass_count, sass_of
+from tests._sm100_helpers import bf16_bits, check_compiled, compiled, page_table, sass_count, sass_of
 
 DECODE = dict(num_q_tiles=1, fuse_gqa=True, causal=True, num_q_heads=8, num_kv_heads=2)
 
@@ -116,13 +116,8 @@ def _fp8_cache(gen, lengths, page_size, kv_heads, d, kv_scale):
     k, v = np.full(shape, nan, np.uint8), np.full(shape, nan, np.uint8)
     table = None
     if page_size:
-        perm = rng.permutation(num_pages)
-        table = np.full((len(lengths), max_pages), -1, np.int32)
-        used = 0
+        table = page_table(rng.permutation(num_pages), lengths, page_size, max_pages)
         for b, n in enumerate(lengths):
-            pages = -(-n // page_size)
-            table[b, :pages] = perm[used:used + pages]
-            used += pages
             for t0 in range(0, n, page_size):
                 rows, page = min(page_size, n - t0), table[b, t0 // page_size]
                 k[page, :rows] = e4m3_encode(rng.standard_normal((rows, kv_heads, d)) * 3)
