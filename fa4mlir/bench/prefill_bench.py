@@ -209,18 +209,20 @@ def run(args) -> int:
         return session
     from .prefill_workloads import build_family, import_flex
     torch, fa4 = session.torch, session.fa4
+    tiles = [x.strip() for x in (getattr(args, "prefill_tiles", "") or "").split(";") if x.strip()]
     flex, flex_info = (None, {"available": False, "error": "--no-flex"}) if args.no_flex else import_flex(torch)
     result = new_result(device=session.device, environment=session.environment, timer=session.timer_desc,
                         fa4_cute=session.fa4_info, flex=flex_info,
                         settings={"workloads": session.names, "rounds": args.rounds,
-                                  "bundle": os.environ.get("FA4MLIR_BUNDLE")})
+                                  "bundle": os.environ.get("FA4MLIR_BUNDLE"), "prefill_tiles": tiles})
     plan = families(session.names)
     print(f"prefill bench: {result['device']}, torch {torch.__version__}, FA4-CuTe "
           f"{'yes' if fa4 else 'no'}, flex {'yes' if flex else 'no'}, rows {[r for rs in plan.values() for r in rs]}",
           flush=True)
     for family, rows in plan.items():
         runner.run_group(session, result, family, rows,
-                         lambda family=family, rows=rows: build_family(torch, family, rows, fa4=fa4, flex=flex),
+                         lambda family=family, rows=rows: build_family(torch, family, rows, fa4=fa4, flex=flex,
+                                                                           tiles=tiles),
                          args.rounds, row_entry=lambda row: {"row": row.name, "workload": row.workload,
                                                              "shape": row.shape, "flops": row.flops,
                                                              "baseline": BASELINE.get(row.name)})

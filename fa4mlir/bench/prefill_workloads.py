@@ -4,6 +4,8 @@ anchors' tensors, references and backends of each row, built on the GPU machine.
 same draws in the same order), so its numbers and these compare."""
 from __future__ import annotations
 
+import os
+
 from typing import Any, Callable
 
 from .decode_bench import _first, _paged
@@ -319,7 +321,40 @@ def _s8k(torch, rows, fa4, flex) -> list[Row]:
 BUILDERS = {"varlen": _varlen, "chunked": _chunked, "s16k": _s16k, "s8k": _s8k}
 
 
-def build_family(torch: Any, family: str, rows: list[str], *, fa4=None, flex=None) -> list[Row]:
-    """The rows of one family on its anchors' tensors (torch.manual_seed(0) first, as the anchors)."""
+PREFILL_TILES_ENV = "FA4MLIR_PREFILL_TILES"   # attention.plan's (not imported: the layering keeps MLIR out)
+# the families whose fa4mlir row is flash_attn_func (the dense kernel FA4MLIR_PREFILL_TILES retiles)
+TILED_FAMILIES = ("s16k", "s8k")
+
+
+def with_tiles(make: Callable, spec: str) -> Callable:
+    """The backend `make` whose calls run with FA4MLIR_PREFILL_TILES=spec (attention.plan.tile_override;
+    the call cache keys on it), the environment restored after each call."""
+    def made():
+        call = make()
+
+        def run():
+            before = os.environ.get(PREFILL_TILES_ENV)
+            os.environ[PREFILL_TILES_ENV] = spec
+            try:
+                return call()
+            finally:
+                if before is None:
+                    del os.environ[PREFILL_TILES_ENV]
+                else:
+                    os.environ[PREFILL_TILES_ENV] = before
+        return run
+    return made
+
+
+def build_family(torch: Any, family: str, rows: list[str], *, fa4=None, flex=None, tiles=()) -> list[Row]:
+    """The rows of one family on its anchors' tensors (torch.manual_seed(0) first, as the anchors).
+    `tiles`: FA4MLIR_PREFILL_TILES specs, each timed as backend fa4mlir[spec] beside fa4mlir on the
+    flash_attn_func rows (TILED_FAMILIES)."""
     torch.manual_seed(0)
-    return BUILDERS[family](torch, rows, fa4, flex)
+    out = BUILDERS[family](torch, rows, fa4, flex)
+    if family in TILED_FAMILIES:
+        for row in out:
+            if "fa4mlir" in row.backends:
+                for spec in tiles:
+                    row.backends[f"fa4mlir[{spec}]"] = with_tiles(row.backends["fa4mlir"], spec)
+    return out
