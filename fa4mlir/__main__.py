@@ -152,7 +152,7 @@ def main(argv=None) -> int:
                                                           "each of these FP8 kernel variants (attention_decode_sm90_"
                                                           "config.FP8_VARIANTS, e.g. default,cw2,cw3,bn128; a bundle "
                                                           "of the decode-fp8-variants set holds them)")
-    be.add_argument("--prefill-tiles", default="", help="prefill only: also time flash_attn_func's rows with each of "
+    be.add_argument("--prefill-tiles", default="", help="prefill, mla (mla_prefill): also time flash_attn_func's rows with each of "
                                                          "these ';'-separated FA4MLIR_PREFILL_TILES specs (e.g. "
                                                          "'persistent=False;bn=144'; the bundle must hold them)")
     be.add_argument("--bundle", default=None, help="bundle folder (default: FA4MLIR_BUNDLE)")
