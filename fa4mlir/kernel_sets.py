@@ -92,7 +92,8 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 VARLEN_PAGED_CASES, split and unsplit, with their combines, of
                 VARLEN_PAGED_MASK_CASES (window_size, softcap, sinks with a page_table), and the paged
                 prefill kernels (the varlen kernel over the pools, AttnConfig.page_size) of
-                VARLEN_PAGED_PREFILL_CASES that tests/gpu/test_varlen_paged_prefill_gpu.py runs
+                VARLEN_PAGED_PREFILL_CASES and VARLEN_PAGED_PREFILL_MOD_CASES (window_size,
+                attention_chunk, softcap, sinks) that tests/gpu/test_varlen_paged_prefill_gpu.py runs
     mla         the sm_90a absorbed MLA decode kernels (flash_mla_with_kvcache, attention/mla.py): bf16 and
                 f16 caches in pages of 64 and a bf16 one in pages of 16, each split and unsplit, the
                 bf16 page-64 pair without the S exchange (`exchange=False`, to time against), and the
@@ -418,7 +419,7 @@ def prefill() -> list:
     out += [(DECODE_KERNEL, decode_config("bf16", 128, 64, unsplit=unsplit)) for unsplit in (False, True)]
     out.append((KERNEL, varlen_config("bf16", 128, True)))   # prefill_varlen
     out += varlen_paged([("bf16", 128, 64)])                  # prefill_chunked (varlen with page_table)
-    out += varlen_paged_prefill([("bf16", 128, True, 64)])    # prefill_chunked's paged prefill kernel
+    out += varlen_paged_prefill([("bf16", 128, True, 64)], [])    # prefill_chunked's paged prefill kernel
     return out + [(COMBINE_KERNEL, CombineConfig("bf16", 128))]
 
 
@@ -471,12 +472,36 @@ VARLEN_PAGED_PREFILL_CASES = [
 ]
 
 
-def varlen_paged_prefill(cases=None) -> list:
+# ... and their mask / score-modifier variants, what the same test runs with window_size, attention_chunk,
+# softcap and sinks: (dtype, head_dim, causal, page size, window_size, attention_chunk, softcap, sinks).
+# A window or chunk size is compile-time (a bundle holds each size it serves; the test's windows bound its
+# sequences, so varlen_paged.prefill_mask keeps them), the cap and the sink values are launch data
+VARLEN_PAGED_PREFILL_MOD_CASES = [
+    ("bf16", 128, True, 64, (1023, -1), 0, False, False),   # a sliding window (chunked prefill past it)
+    ("bf16", 128, True, 64, (1023, -1), 0, True, True),     # gpt-oss's: window, softcap, sinks
+    ("bf16", 128, True, 16, (-1, -1), 256, False, False),   # attention_chunk (Llama-4), 8 boxes per tile
+    ("bf16", 128, False, 128, (300, 64), 0, False, True),   # two-sided, not causal, sinks
+    ("f16", 128, True, 64, (-1, -1), 0, True, False),       # softcap alone
+]
+
+
+def paged_prefill_mod_config(case):
+    """The paged prefill kernel of a VARLEN_PAGED_PREFILL_MOD_CASES row."""
+    from .kernels.attention_sm90_config import paged_varlen_config
+    from .kernels.common.mask_family import attention_mask
+    dtype, d, causal, page, window, chunk, softcap, sinks = case
+    mask = attention_mask(causal, window, chunk)
+    return paged_varlen_config(dtype, d, causal, page, None if mask.is_legacy else mask, softcap=softcap, sinks=sinks)
+
+
+def varlen_paged_prefill(cases=None, mod_cases=None) -> list:
     """The sm_90a varlen kernels over the paged pools (AttnConfig.page_size) of `cases` (default
-    VARLEN_PAGED_PREFILL_CASES)."""
+    VARLEN_PAGED_PREFILL_CASES) and `mod_cases` (default VARLEN_PAGED_PREFILL_MOD_CASES)."""
     from .kernels.attention_sm90_config import KERNEL, paged_varlen_config
-    return [(KERNEL, paged_varlen_config(dtype, d, causal, page))
-            for dtype, d, causal, page in (VARLEN_PAGED_PREFILL_CASES if cases is None else cases)]
+    out = [(KERNEL, paged_varlen_config(dtype, d, causal, page))
+           for dtype, d, causal, page in (VARLEN_PAGED_PREFILL_CASES if cases is None else cases)]
+    return out + [(KERNEL, paged_prefill_mod_config(c))
+                  for c in (VARLEN_PAGED_PREFILL_MOD_CASES if mod_cases is None else mod_cases)]
 
 
 # (dtype, page size) of the mla set: FlashMLA's page size 64 in both dtypes, and 16 (16-row TMA boxes)
