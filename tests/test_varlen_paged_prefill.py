@@ -213,3 +213,12 @@ def test_paged_prefill_through_the_interpreter(case):
     assert checked
     end = int(cu[-1])    # rows no sequence owns: not written
     assert (got["out"][end:] == NAN16[case.dtype]).all() and np.isnan(got["lse"][:, end:]).all()
+
+
+@pytest.mark.parametrize("case", VARLEN_PAGED_PREFILL_MOD_CASES, ids=_case_id)
+def test_gpu_mod_calls_run_the_set_kernels(case):
+    """tests/gpu/test_varlen_paged_prefill_gpu.py's mod calls route to the kernels the attention-varlen set holds
+    (else the GPU run would meet a BundleError): the windows there bound the sequences, so prefill_mask keeps them."""
+    from tests.gpu.test_varlen_paged_prefill_gpu import mod_route
+    cfg = mod_route(case)
+    assert cfg is not None and cfg == paged_prefill_mod_config(case)
