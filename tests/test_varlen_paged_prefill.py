@@ -122,6 +122,40 @@ def test_default_paged_configs_are_unchanged():
         assert replace(varlen_config(dtype, d, causal), page_size=page, bn=cfg.bn, load_regs=cfg.load_regs) == cfg
 
 
+def test_prefill_launch_contract_with_softcap_and_sinks(monkeypatch):
+    """A softcap + sinks + window variant's launch: the softcap kernel's scales (scale_log2 = cap * log2 e,
+    softcap_scale = softmax_scale / cap) and the sinks tensor, in PTX order with the paged parameters last;
+    _run_prefill binds the call's sinks tensor to it."""
+    import math
+    from types import SimpleNamespace
+
+    from fa4mlir.attention import varlen_paged as vp
+    from fa4mlir.attention.plan import TensorRef
+    from fa4mlir.kernels.attention_sm90_config import launch_params
+    problem = _problem(2048, 64, window_size=(127, -1), softcap=30.0, sinks=True)
+    cfg = vp.prefill_config(problem)
+    a = vp.prefill_launch(cfg, None, vp.prefill_problem(problem, 16)).args
+    assert list(a) == [n for n, _ in launch_params(cfg)] and list(a)[-4:] == [
+        "page_table", "page_table_stride", "num_pages", "kv_capacity"]
+    assert a["sinks"] == TensorRef("sinks")
+    assert math.isclose(a["scale_log2"], 30.0 * math.log2(math.e)) and math.isclose(a["softcap_scale"],
+                                                                                  128 ** -0.5 / 30.0)
+    launched = []
+    kernel = SimpleNamespace(artifact=SimpleNamespace(config=cfg.key()),
+                             launch=lambda grid, args, stream: launched.append(args))
+    source = SimpleNamespace(kernel=lambda c: kernel if c == cfg else None)
+    sinks = object()
+    q = SimpleNamespace(unsqueeze=lambda dim: "q4", device=SimpleNamespace(index=0))
+    out = SimpleNamespace(unsqueeze=lambda dim: "o4")
+    table = SimpleNamespace(stride=lambda dim: 16)
+    tensors = {"q": q, "out": out, "k": "k", "v": "v", "lse": "lse", "cu_seqlens_q": "cu", "seqused_k": "used",
+               "page_table": table, "sinks": sinks}
+    monkeypatch.setattr(vp, "resolve_stream", lambda *a: 0)
+    vp.run(tensors, problem, source)
+    (args,) = launched
+    assert args["sinks"] is sinks and args["page_table"] is table and args["q"] == "q4"
+
+
 @pytest.mark.parametrize("seqused", [True, False])
 def test_prefill_launch_contract(seqused):
     """prefill_launch fills every parameter of the paged kernel's contract, in PTX order: the pools as the
