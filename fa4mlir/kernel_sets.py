@@ -70,7 +70,8 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 sinks variants (the softcap and sink rows) and the bf16 D128 causal varlen kernel
                 (prefill_varlen through flash_attn_varlen_func), the decode kernel's varlen_q variants of
                 that cache, split and unsplit, and the varlen kernel over its pools (page_size 64: what
-                prefill_chunked through flash_attn_varlen_func(page_table=) runs at max_seqlen_q >= 256),
+                prefill_chunked through flash_attn_varlen_func(page_table=) runs at max_seqlen_q >= 256)
+                with its PREFILL_WINDOW variant (the prefill_chunked_window row),
                 and the causal kernel with the built-in ALiBi score_mod (the alibi row)
     prefill-poly0, prefill-poly2, prefill-poly8
                 A/B twins for `bench prefill --workloads softcap_sink,alibi`: the prefill set's kernels
@@ -419,7 +420,8 @@ def prefill() -> list:
     out += [(DECODE_KERNEL, decode_config("bf16", 128, 64, unsplit=unsplit)) for unsplit in (False, True)]
     out.append((KERNEL, varlen_config("bf16", 128, True)))   # prefill_varlen
     out += varlen_paged([("bf16", 128, 64)])                  # prefill_chunked (varlen with page_table)
-    out += varlen_paged_prefill([("bf16", 128, True, 64)], [])    # prefill_chunked's paged prefill kernel
+    out += varlen_paged_prefill([("bf16", 128, True, 64)],        # prefill_chunked's paged prefill kernel,
+                                [("bf16", 128, True, 64, PREFILL_WINDOW, 0, False, False)])   # and windowed
     return out + [(COMBINE_KERNEL, CombineConfig("bf16", 128))]
 
 
