@@ -17,9 +17,9 @@ with kernel.module.context:
 print(ptx)
 
 # CHECK: .target sm_100a
-# CHECK-LABEL: .visible .entry tma_gather4_probe_r8(
-# CHECK: .param .align 64 .b8 tma_gather4_probe_r8_param_0[128]
-# CHECK: mov.b64 %[[MAP:rd[0-9]+]], tma_gather4_probe_r8_param_0;
+# CHECK-LABEL: .visible .entry tma_gather4_probe_r8_c64(
+# CHECK: .param .align 64 .b8 tma_gather4_probe_r8_c64_param_0[128]
+# CHECK: mov.b64 %[[MAP:rd[0-9]+]], tma_gather4_probe_r8_c64_param_0;
 # CHECK: cvta.param.u64 %[[DESC:rd[0-9]+]], %[[MAP]];
 # CHECK: cp.async.bulk.tensor.2d.shared::cluster.global.tile::gather4.mbarrier::complete_tx::bytes [%[[DST0:rd[0-9]+]]], [%[[DESC]], {%[[COL:r[0-9]+]], %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}], [fa4_smem+[[BAR:[0-9]+]]];
 # CHECK: cp.async.bulk.tensor.2d.shared::cluster.global.tile::gather4.mbarrier::complete_tx::bytes [%{{rd[0-9]+}}], [%[[DESC]], {%[[COL]], %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}], [fa4_smem+[[BAR]]];
