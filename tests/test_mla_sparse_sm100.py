@@ -32,6 +32,21 @@ def test_plans_fit():
     assert sc.grid(3) == (6, 1, 1) and sc.NUM_THREADS == 192
 
 
+def test_registered_and_in_its_bundle_set():
+    import subprocess
+    import sys
+    from fa4mlir import kernel_sets, kernels
+    from fa4mlir.kernels.common import gather4
+    assert kernels.arch(sc.KERNEL) == "sm_100a" and kernels.cubin_backend(sc.KERNEL) == "nvjitlink-lto"
+    assert [cfg for _, cfg in kernel_sets.configs(["mla-sparse-sm100"])] == CONFIGS
+    assert sc.smem_plan()["kv"] == gather4.tile_bytes(sc.B_TOPK, sc.D_QK, "bf16")
+    with pytest.raises(TypeError, match="must be a bool"):
+        sc.MLASparseSm100Config(sinks=1).validate()
+    code = ("import sys; import fa4mlir.kernels.attention_mla_sparse_sm100_config; "
+            "sys.exit('mlir' in sys.modules or 'fa4mlir._mlir' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0        # the config stays MLIR-free
+
+
 @pytest.mark.parametrize("kw,match", [(dict(heads=96), "h_q in"), (dict(topk=100), "multiple of 64")])
 def test_launch_args_refuse_what_the_kernel_cannot_take(kw, match):
     args = dict(s_kv=10, heads=64, topk=128, softmax_scale=0.1) | kw

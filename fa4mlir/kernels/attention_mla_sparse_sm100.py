@@ -68,6 +68,7 @@ def _geometry(kb, cfg, p) -> _Geo:
 
 
 def build(cfg: sc.MLASparseSm100Config = sc.MLASparseSm100Config()) -> dsl.KernelIR:
+    cfg.validate()
     tm, sm = sc.tmem_plan(), sc.smem_plan()
     kb = KernelBuilder(cfg.name(), arch="sm_100a", block=(sc.NUM_THREADS, 1, 1), config=cfg.key())
     p = kb.params_from(cfg.params, tma=cfg.tma_specs())

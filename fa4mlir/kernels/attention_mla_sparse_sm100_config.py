@@ -23,11 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .common.constants import LOG2E
-from .common.gather4 import tile_bytes
 from .common.tmem import TMEM_COLUMNS, TMEM_LANES, TMEM_SLOT_BYTES, tmem_alloc_columns
 
 KERNEL = "attention_mla_sparse_sm100"
 DTYPE = "bf16"
+ELEM_BYTES = 2
 D_QK = 576
 D_V = 512
 CHUNK = 64                       # bf16 columns per 128-byte swizzle chunk
@@ -56,8 +56,8 @@ def tmem_plan() -> dict:
 
 def smem_plan() -> dict:
     """SMEM bytes: Q (128 rows x 576, nine 64-column chunks), one gathered KV tile, barriers, TMEM slot."""
-    q = tile_bytes(TILE_M, D_QK, DTYPE)
-    kv = tile_bytes(B_TOPK, D_QK, DTYPE)
+    q = TILE_M * D_QK * ELEM_BYTES
+    kv = B_TOPK * D_QK * ELEM_BYTES          # = common.gather4.tile_bytes(B_TOPK, D_QK, DTYPE)
     bars = 2 * sum(PIPES.values()) * MBARRIER_BYTES
     total = q + kv + bars + TMEM_SLOT_BYTES
     if total > SMEM_LIMIT:
@@ -70,6 +70,14 @@ class MLASparseSm100Config:
     """Compile-time fields (the sm_90a kernel's): topk_length and sinks present or not."""
     topk_length: bool = False
     sinks: bool = False
+
+    def validate(self) -> None:
+        """TypeError unless both fields are bools; the plans must fit (ValueError otherwise)."""
+        for field in ("topk_length", "sinks"):
+            if not isinstance(getattr(self, field), bool):
+                raise TypeError(f"MLASparseSm100Config.{field} must be a bool, got {getattr(self, field)!r}")
+        tmem_plan()
+        smem_plan()
 
     def name(self) -> str:
         return f"{KERNEL}_{DTYPE}{'_topklen' if self.topk_length else ''}{'_sinks' if self.sinks else ''}"
