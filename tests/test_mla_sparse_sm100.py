@@ -2,10 +2,11 @@
 rows, S and O in TMEM, D_v split over two CTAs per token; config note "Split" says how this differs
 from FlashMLA's cta_group::2 pair).
 
-* plans: TMEM (O 256 + S 64 + P 32 columns of 512) and SMEM (Q 144 KiB + one 72 KiB tile) within limits;
+* plans: TMEM (O 256 + S 64 + P 32 + Q's first 320 columns in 160 = 512) and SMEM (Q's last 256 columns,
+  64 KiB, + two 72 KiB KV stages, which first stage Q's TMEM part) within limits;
 * compiled (nvJitLink LTO) with and without topk_length / sinks: 0 spills, no stack, SMEM as planned,
   512 TMEM columns; the SASS holds 16 x 9 UTMALDG.2D.GATHER4 per tile (64 rows of 576 columns), 9
-  tile loads of Q and 36 + 4 tcgen05 MMAs (UTCHMMA);
+  tile loads of Q and 36 + 4 tcgen05 MMAs (UTCHMMA), 20 + 4 of them with A from TMEM;
 * the pipeline verifier accepts the schedule and rejects it with the S commit removed;
 * interpreted (fa4mlir.interpret, CPU) on tiny problems, numerics by the FA rule against the float64
   sparse reference (fa4mlir.testing_mla.check_mla_sparse): -1 padding, duplicates, out-of-order and
@@ -27,8 +28,9 @@ CONFIGS = [sc.MLASparseSm100Config(), sc.MLASparseSm100Config(topk_length=True, 
 
 def test_plans_fit():
     tm, sm = sc.tmem_plan(), sc.smem_plan()
-    assert (tm["O"], tm["S"], tm["P"], tm["used"], tm["alloc"]) == (0, 256, 320, 352, 512)
-    assert sm["q"] == 128 * 576 * 2 and sm["kv"] == 64 * 576 * 2 and sm["total"] <= sc.SMEM_LIMIT
+    assert (tm["O"], tm["S"], tm["P"], tm["Q"], tm["used"], tm["alloc"]) == (0, 256, 320, 352, 512, 512)
+    assert sm["q"] == 128 * 256 * 2 and sm["kv"] == 2 * 64 * 576 * 2 and sm["total"] <= sc.SMEM_LIMIT
+    assert 128 * sc.Q_TMEM_COLS * 2 <= sm["kv"]             # Q's TMEM part is staged in the KV ring
     assert sc.grid(3) == (6, 1, 1) and sc.NUM_THREADS == 192
 
 
@@ -39,7 +41,7 @@ def test_registered_and_in_its_bundle_set():
     from fa4mlir.kernels.common import gather4
     assert kernels.arch(sc.KERNEL) == "sm_100a" and kernels.cubin_backend(sc.KERNEL) == "nvjitlink-lto"
     assert [cfg for _, cfg in kernel_sets.configs(["mla-sparse-sm100"])] == CONFIGS
-    assert sc.smem_plan()["kv"] == gather4.tile_bytes(sc.B_TOPK, sc.D_QK, "bf16")
+    assert sc.smem_plan()["kv_tile"] == gather4.tile_bytes(sc.B_TOPK, sc.D_QK, "bf16")
     with pytest.raises(TypeError, match="must be a bool"):
         sc.MLASparseSm100Config(sinks=1).validate()
     code = ("import sys; import fa4mlir.kernels.attention_mla_sparse_sm100_config; "
@@ -80,6 +82,7 @@ def test_compiles_with_zero_spills_and_the_gather4_sass(artifacts, index):
     assert count("UTMALDG.2D.GATHER4") == (sc.B_TOPK // 4) * (sc.D_QK // 64)
     assert count("UTMALDG.3D") == sc.D_QK // 64
     assert count("UTCHMMA") == sc.D_QK // 16 + sc.B_TOPK // 16
+    assert len(re.findall(r"\bUTCHMMA\s+tmem\[", sass)) == sc.Q_TMEM_COLS // 16 + sc.B_TOPK // 16    # A from TMEM
     assert not re.search(r"\b(LDL|STL)\b", sass)
 
 

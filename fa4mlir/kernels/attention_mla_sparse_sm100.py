@@ -6,13 +6,15 @@ CTA (token, half) of the grid (attention_mla_sparse_sm100_config.grid) owns O's 
 FlashMLA's cta_group::2 pair). Semantics: attention_mla_sparse_sm90, notes "Bias" and "Sinks".
 
 Roles (config.ROLES; 192 threads, no setmaxnreg):
-    load     (warp 5) one elected thread: Q's 128 x 576 once (nine 64-column TMA boxes, `q`), then per
-             tile j of the token's ceil(L / 64) (L = topk, or topk_length[token] clamped to [0, topk])
-             the 64 rows indices[token, 64 j ..] by 16 x 9 gather4 copies into the one KV stage
-             (`kv`); a position at or past L gathers row -1 (out of bounds: zeros, as invalid
-             indices are).
-    mma      (warp 4) one elected thread, per tile j:
-                 1. wait KV_j; S = Q K_j^T (36 MMAs 128 x 64 x 16, K-major from SMEM) -> `s`
+    load     (warp 5) one elected thread: Q's last 256 columns into q_smem (`q`) and its first 320 into
+             the KV ring's SMEM (`qstage`, note "Q staging"), then, once the softmax warps copied
+             those to TMEM, per tile j of the token's ceil(L / 64) (L = topk, or topk_length[token]
+             clamped to [0, topk]) the 64 rows indices[token, 64 j ..] by 16 x 9 gather4 copies into
+             the 2-stage ring (`kv`); a position at or past L gathers row -1 (out of bounds: zeros,
+             as invalid indices are).
+    mma      (warp 4) one elected thread; waits Q (`q`, `qt`), then per tile j:
+                 1. wait KV_j; S = Q K_j^T (36 MMAs 128 x 64 x 16: the first 20 with A = Q from TMEM,
+                    the last 16 from SMEM; K K-major from SMEM) -> `s`
                  2. wait P_j; O (+)= P_j V_j[:, this half] (4 MMAs 128 x 256 x 16, P from TMEM, V the
                     tile's MN-major columns) -> frees P (`p` empty) and the stage (`kv` empty)
              and after the last tile commits `o` (O complete).
@@ -25,6 +27,12 @@ Roles (config.ROLES; 192 threads, no setmaxnreg):
                  4. P_j (bf16) -> TMEM once O += P_(j-1) V_(j-1) freed it (`p`)
              then waits `o`, and writes O / (l + sink term) (this half's 256 columns, rows < h_q),
              and in CTA half 0 the LSE and max_logits.
+
+Note "Q staging": Q's first Q_TMEM_COLS columns reach TMEM through SMEM (fa4 has no tcgen05.cp): TMA
+boxes put them, 128B-swizzled, at the start of the KV ring; softmax thread t reads row t of them and
+tcgen05.st's it to its lane (2 bf16 a column: the A layout of a TMEM operand, as P's), commits `qt` to
+the MMA thread and releases `qstage`; the load warp waits on named barrier BAR_Q_STAGED (its 32
+threads and the 128 softmax threads) before its first gather overwrites the ring.
 
 Every wait on a barrier a tcgen05 op completes is followed by tcgen05.fence::after_thread_sync, every
 TMEM write handed to another thread by tcgen05.wait::st and fence::before_thread_sync (PTX ISA
@@ -45,6 +53,7 @@ from .common.gather4 import gather4_tile
 SW = 128
 LN2 = 0.6931471805599453
 NEG_INF = float("-inf")
+BAR_Q_STAGED = 1               # named barrier: Q's TMEM part left the KV ring's SMEM (note "Q staging")
 S_COLS = 32                    # TMEM columns per tcgen05.ld of S
 O_COLS = 16                    # TMEM columns per tcgen05.ld of O (rescale, epilogue)
 
@@ -78,7 +87,10 @@ def build(cfg: sc.MLASparseSm100Config = sc.MLASparseSm100Config()) -> dsl.Kerne
         tmem_slot = kb.smem("tmem_slot", 16, align=16)
         pipes = {
             "q": kb.pipeline("q", num_stages=1, producer="load", consumers=["mma"]),
-            "kv": kb.pipeline("kv", num_stages=1, producer="load", consumers=["mma"]),
+            "qstage": kb.pipeline("qstage", num_stages=1, producer="load", consumers=["softmax"],
+                                  consumer_arrivals=128),
+            "qt": kb.pipeline("qt", num_stages=1, producer="softmax", consumers=["mma"], producer_arrivals=128),
+            "kv": kb.pipeline("kv", num_stages=sc.KV_STAGES, producer="load", consumers=["mma"]),
             "s": kb.pipeline("s", num_stages=1, producer="mma", consumers=["softmax"], consumer_arrivals=128),
             "p": kb.pipeline("p", num_stages=1, producer="softmax", consumers=["mma"], producer_arrivals=128),
             "o": kb.pipeline("o", num_stages=1, producer="mma", consumers=["softmax"], consumer_arrivals=128),
@@ -96,11 +108,11 @@ def build(cfg: sc.MLASparseSm100Config = sc.MLASparseSm100Config()) -> dsl.Kerne
         roles = {name: dict(first_warp=first, num_warps=n) for name, first, n in sc.ROLES}
         with kb.warp_roles():
             with kb.role("load", **roles["load"]):
-                _load_role(kb, cfg, p, _geometry(kb, cfg, p), pipes, q_smem, kv_smem)
+                _load_role(kb, cfg, p, _geometry(kb, cfg, p), pipes, q_smem, kv_smem, sm["kv_tile"])
             with kb.role("mma", **roles["mma"]):
-                _mma_role(kb, _geometry(kb, cfg, p), pipes, q_smem, kv_smem, tmem, tm)
+                _mma_role(kb, _geometry(kb, cfg, p), pipes, q_smem, kv_smem, sm["kv_tile"], tmem, tm)
             with kb.role("softmax", **roles["softmax"]):
-                _softmax_role(kb, cfg, p, _geometry(kb, cfg, p), pipes, tmem, tm)
+                _softmax_role(kb, cfg, p, _geometry(kb, cfg, p), pipes, tmem, tm, kv_smem)
         # 2. every role finished (their TMEM accesses waited): warp 0 frees the columns
         kb.fence("tcgen05_before")
         kb.sync_threads()
@@ -111,18 +123,24 @@ def build(cfg: sc.MLASparseSm100Config = sc.MLASparseSm100Config()) -> dsl.Kerne
 
 
 # ---- load ----------------------------------------------------------------------------------------------
-def _load_role(kb, cfg, p, geo: _Geo, pipes, q_smem, kv_smem):
+def _load_role(kb, cfg, p, geo: _Geo, pipes, q_smem, kv_smem, kv_tile: int):
+    def q_boxes(pipe: str, dst, chunks):
+        st = pipes[pipe].initial_state()
+        pipes[pipe].producer_acquire(st)
+        for i, c in enumerate(chunks):
+            fa4.tma_load(p["q"], kb.gep(dst, i * sc.TILE_M * SW, "i8"), st.stage, [const(c * sc.CHUNK), const(0),
+                         geo.token], pipe=pipe, box=[sc.CHUNK, sc.TILE_M, 1], elem_bytes=2)
+        pipes[pipe].producer_commit(st, tx_bytes=len(chunks) * sc.CHUNK * sc.TILE_M * 2)
+
     with kb.if_(kb.elect_one()).then_():
-        # 1. Q: nine boxes of 64 columns x 128 heads of the token (heads >= h_q zero-filled)
-        q0 = pipes["q"].initial_state()
-        pipes["q"].producer_acquire(q0)
-        q_tx = 0
-        for c in range(sc.D_QK // sc.CHUNK):
-            fa4.tma_load(p["q"], kb.gep(q_smem, c * sc.TILE_M * SW, "i8"), q0.stage, [const(c * sc.CHUNK), const(0),
-                         geo.token], pipe="q", box=[sc.CHUNK, sc.TILE_M, 1], elem_bytes=2)
-            q_tx += sc.CHUNK * sc.TILE_M * 2
-        pipes["q"].producer_commit(q0, tx_bytes=q_tx)
-        # 2. per tile: the 64 named rows (position >= L: row -1, out of bounds -> zeros)
+        # 1. Q: 64-column x 128-head boxes of the token (heads >= h_q zero-filled): the last four chunks
+        #    for the MMAs, the first five staged in the KV ring for the softmax warps (note "Q staging")
+        q_boxes("q", q_smem, range(sc.Q_TMEM_CHUNKS, sc.D_QK // sc.CHUNK))
+        q_boxes("qstage", kv_smem, range(sc.Q_TMEM_CHUNKS))
+    # 2. the staged Q left the ring's SMEM
+    kb.named_barrier(BAR_Q_STAGED, 32 + 128)
+    with kb.if_(kb.elect_one()).then_():
+        # 3. per tile: the 64 named rows (position >= L: row -1, out of bounds -> zeros)
         row0 = geo.token * p["topk"]
         loop = kb.for_(0, geo.n_tiles, 1, carry=pipes["kv"].initial_state())
         with loop as (j, st):
@@ -132,7 +150,8 @@ def _load_role(kb, cfg, p, geo: _Geo, pipes, q_smem, kv_smem):
                 pos = j * sc.B_TOPK + i
                 idx = kb.load(kb.gep(p["indices"], row0 + pos, "i32"), "i32")
                 rows.append(select(pos.lt(geo.length), idx, const(-1)))
-            tx = gather4_tile(kb, p["kv"], kv_smem, st.stage, rows, pipe="kv", cols=sc.D_QK, dtype=sc.DTYPE)
+            tx = gather4_tile(kb, p["kv"], kb.gep(kv_smem, st.stage * kv_tile, "i8"), st.stage, rows, pipe="kv",
+                              cols=sc.D_QK, dtype=sc.DTYPE)
             pipes["kv"].producer_commit(st, tx_bytes=tx)
             loop.yield_(st.advance())
 
@@ -143,11 +162,12 @@ class _MmaCarry(NamedTuple):
     t: PipeState           # s, p (1 stage each, in lock step)
 
 
-def _mma_role(kb, geo: _Geo, pipes, q_smem, kv_smem, tmem, tm):
-    s_tmem, p_tmem, o_tmem = tmem + tm["S"], tmem + tm["P"], tmem + tm["O"]
+def _mma_role(kb, geo: _Geo, pipes, q_smem, kv_smem, kv_tile: int, tmem, tm):
+    s_tmem, p_tmem, o_tmem, q_tmem = tmem + tm["S"], tmem + tm["P"], tmem + tm["O"], tmem + tm["Q"]
     with kb.if_(kb.elect_one() & geo.n_tiles.gt(0)).then_():
         q0 = pipes["q"].initial_state()
         pipes["q"].consumer_wait(q0)
+        pipes["qt"].consumer_wait(q0)
         init = _MmaCarry(pipes["kv"].initial_state(), pipes["s"].initial_state())
         loop = kb.for_(0, geo.n_tiles, 1, carry=init)
         with loop as (j, c):
@@ -156,18 +176,24 @@ def _mma_role(kb, geo: _Geo, pipes, q_smem, kv_smem, tmem, tm):
             pipes["s"].producer_acquire(c.t)
             kb.fence("tcgen05_after")
             per_chunk = sc.CHUNK // sc.MMA_K
+            k_base = kb.gep(kv_smem, c.kv.stage * kv_tile, "i8")
             for kk in range(sc.D_QK // sc.MMA_K):
                 ch, within = divmod(kk, per_chunk)
                 off = within * sc.MMA_K * 2
-                a = fa4.smem_desc(kb.gep(q_smem, ch * sc.TILE_M * SW + off, "i8"), swizzle=SW, lbo=16, sbo=8 * SW)
-                b = fa4.smem_desc(kb.gep(kv_smem, ch * sc.B_TOPK * SW + off, "i8"), swizzle=SW, lbo=16, sbo=8 * SW)
-                tcgen05.mma(a, b, const(int(kk > 0), "i1"), s_tmem, m=sc.TILE_M, n=sc.B_TOPK, k=sc.MMA_K,
-                            ab_dtype=sc.DTYPE)
+                b = fa4.smem_desc(kb.gep(k_base, ch * sc.B_TOPK * SW + off, "i8"), swizzle=SW, lbo=16, sbo=8 * SW)
+                acc = const(int(kk > 0), "i1")
+                if ch < sc.Q_TMEM_CHUNKS:     # A = Q from TMEM: 16 columns of Q in 8 TMEM columns
+                    tcgen05.mma(q_tmem + kk * (sc.MMA_K // 2), b, acc, s_tmem, m=sc.TILE_M, n=sc.B_TOPK, k=sc.MMA_K,
+                                ab_dtype=sc.DTYPE, a_source="tmem")
+                else:
+                    a = fa4.smem_desc(kb.gep(q_smem, (ch - sc.Q_TMEM_CHUNKS) * sc.TILE_M * SW + off, "i8"),
+                                      swizzle=SW, lbo=16, sbo=8 * SW)
+                    tcgen05.mma(a, b, acc, s_tmem, m=sc.TILE_M, n=sc.B_TOPK, k=sc.MMA_K, ab_dtype=sc.DTYPE)
             pipes["s"].mma_commit(c.t, side="full")
             # 2. O (+)= P_j V_j[:, half]: V's columns of this half are chunks 4 half .. 4 half + 3
             pipes["p"].consumer_wait(c.t)
             kb.fence("tcgen05_after")
-            v_base = kb.gep(kv_smem, geo.half * (sc.D_V_CTA // sc.CHUNK) * sc.B_TOPK * SW, "i8")
+            v_base = kb.gep(k_base, geo.half * (sc.D_V_CTA // sc.CHUNK) * sc.B_TOPK * SW, "i8")
             for kk in range(sc.B_TOPK // sc.MMA_K):
                 b = fa4.smem_desc(kb.gep(v_base, kk * sc.MMA_K * SW, "i8"), swizzle=SW, lbo=sc.B_TOPK * SW,
                                   sbo=8 * SW)
@@ -182,6 +208,7 @@ def _mma_role(kb, geo: _Geo, pipes, q_smem, kv_smem, tmem, tm):
         pipes["o"].producer_acquire(o0)
         pipes["o"].mma_commit(o0, side="full")
         pipes["q"].mma_commit(q0, side="empty")
+        pipes["qt"].mma_commit(q0, side="empty")
 
 
 # ---- softmax and epilogue ----------------------------------------------------------------------------------
@@ -191,10 +218,30 @@ class _SoftmaxCarry(NamedTuple):
     l: Value               # running sum
 
 
-def _softmax_role(kb, cfg, p, geo: _Geo, pipes, tmem, tm):
+def _stage_q(kb, pipes, kv_smem, q_addr, row):
+    """Note "Q staging": row `row` of Q's first Q_TMEM_CHUNKS chunks, from the ring's SMEM (128B swizzle:
+    16-byte unit u of row r at unit u ^ (r % 8)) to this thread's TMEM lane; commits `qt`, releases
+    `qstage`, then arrives on BAR_Q_STAGED for the load warp."""
+    st = pipes["qstage"].initial_state()
+    pipes["qstage"].consumer_wait(st)
+    for c in range(sc.Q_TMEM_CHUNKS):
+        base = kb.gep(kv_smem, c * sc.TILE_M * SW + row * SW, "i8")
+        units = [kb.load(kb.gep(base, ((row % 8) ^ u) * 16, "i8"), ("i32", 4), align=16) for u in range(SW // 16)]
+        words = [unit[w] for unit in units for w in range(4)]
+        fa4.tmem_store(q_addr + c * (sc.CHUNK // 2), vec(*words))
+    fa4.tmem_wait(kind="st")
+    kb.fence("tcgen05_before")
+    pipes["qstage"].consumer_release(st)
+    kb.named_barrier_arrive(BAR_Q_STAGED, 32 + 128)
+    pipes["qt"].producer_acquire(st)
+    pipes["qt"].producer_commit(st)
+
+
+def _softmax_role(kb, cfg, p, geo: _Geo, pipes, tmem, tm, kv_smem):
     lanes = tmem + (((kb.thread_idx(0) // 32) % 4 * 32) << 16)
     s_addr, p_addr, o_addr = lanes + tm["S"], lanes + tm["P"], lanes + tm["O"]
     row = kb.thread_idx(0) % sc.TILE_M
+    _stage_q(kb, pipes, kv_smem, lanes + tm["Q"], row)
     scale_log2 = p["scale_log2"]
     row0 = geo.token * p["topk"]
     f32 = "f32"

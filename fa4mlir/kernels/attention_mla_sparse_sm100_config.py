@@ -14,9 +14,11 @@ gemm" (Q's halves in lanes 0-63 and 64-127, O 0-256, Q 256-400, P 400-464). fa4m
 cta_group::2 (dialect, lowering, interpreter), so this kernel splits D_v over a pair of independent
 CTAs of the grid instead: CTA (token, half) computes S = Q K^T for all 128 head rows (the pair
 computes S twice: 2x the QK FLOPs of FlashMLA's pair) and O for V's columns [256 half, 256 half + 256).
-Its TMEM: O 0-256, S 256-320, P 320-352 (alloc 512). Q stays in SMEM (128 x 576 bf16 = 144 KiB):
-with O's 256 and S's 64 columns, Q's 288 would not fit in TMEM. One KV stage: Q and one 64-row tile
-(72 KiB) take 216 KiB of the 227.
+Its TMEM: O 0-256, S 256-320, P 320-352, and Q's first Q_TMEM_COLS = 320 columns at 352-512 (2 bf16
+a column, the A operand of the first 20 of S's 36 MMAs, as FlashMLA keeps 384 of Q's columns in TMEM);
+Q's last 256 columns stay in SMEM (64 KiB), which leaves room for a KV ring of two 72 KiB stages.
+Q's TMEM part is staged through the KV ring's SMEM before the first gather (note "Q staging" of the
+kernel).
 """
 from __future__ import annotations
 
@@ -36,33 +38,42 @@ TILE_M = TMEM_LANES              # head rows per CTA (M of both MMAs; rows >= h_
 V_SPLIT = 2                      # CTAs per token, each owning D_V / V_SPLIT columns of O
 D_V_CTA = D_V // V_SPLIT
 MMA_K = 16
+Q_TMEM_COLS = 320               # Q's columns held in TMEM (five 64-column chunks)
+Q_TMEM_CHUNKS = Q_TMEM_COLS // CHUNK
+KV_STAGES = 2
 SMEM_LIMIT = 227 * 1024
 MBARRIER_BYTES = 8
 HEADS = (64, 128)
 # warps: softmax 0-3 (thread t = head row t = TMEM lane t), mma 4, load 5; no setmaxnreg
 ROLES = (("softmax", 0, 4), ("mma", 4, 1), ("load", 5, 1))
 NUM_THREADS = 32 * sum(n for _, _, n in ROLES)
-PIPES = {"q": 1, "kv": 1, "s": 1, "p": 1, "o": 1}     # stages
+PIPES = {"q": 1, "qstage": 1, "qt": 1, "kv": KV_STAGES, "s": 1, "p": 1, "o": 1}     # stages
 
 
 def tmem_plan() -> dict:
-    """TMEM columns (note "Split"): O (D_V_CTA float32), S (B_TOPK float32), P (B_TOPK bf16, 2 a column)."""
+    """TMEM columns (note "Split"): O (D_V_CTA float32), S (B_TOPK float32), P (B_TOPK bf16, 2 a column),
+    Q's first Q_TMEM_COLS columns (bf16, 2 a column)."""
     plan = {"O": 0, "S": D_V_CTA, "P": D_V_CTA + B_TOPK}
-    used = plan["P"] + B_TOPK // 2
+    plan["Q"] = plan["P"] + B_TOPK // 2
+    used = plan["Q"] + Q_TMEM_COLS // 2
     if used > TMEM_COLUMNS:
         raise ValueError(f"TMEM plan of {used} columns exceeds {TMEM_COLUMNS}")
     return {**plan, "used": used, "alloc": tmem_alloc_columns(used)}
 
 
 def smem_plan() -> dict:
-    """SMEM bytes: Q (128 rows x 576, nine 64-column chunks), one gathered KV tile, barriers, TMEM slot."""
-    q = TILE_M * D_QK * ELEM_BYTES
-    kv = B_TOPK * D_QK * ELEM_BYTES          # = common.gather4.tile_bytes(B_TOPK, D_QK, DTYPE)
+    """SMEM bytes: Q's SMEM part (128 rows x its last 256 columns, four 64-column chunks), the KV ring of
+    KV_STAGES gathered tiles (which first stages Q's TMEM part), barriers, TMEM slot."""
+    q = TILE_M * (D_QK - Q_TMEM_COLS) * ELEM_BYTES
+    kv_tile = B_TOPK * D_QK * ELEM_BYTES     # = common.gather4.tile_bytes(B_TOPK, D_QK, DTYPE)
+    kv = KV_STAGES * kv_tile
+    if TILE_M * Q_TMEM_COLS * ELEM_BYTES > kv:
+        raise ValueError("Q's TMEM part does not fit the KV ring it is staged in")
     bars = 2 * sum(PIPES.values()) * MBARRIER_BYTES
     total = q + kv + bars + TMEM_SLOT_BYTES
     if total > SMEM_LIMIT:
         raise ValueError(f"SMEM plan of {total} bytes exceeds {SMEM_LIMIT}")
-    return {"q": q, "kv": kv, "barriers": bars, "total": total}
+    return {"q": q, "kv": kv, "kv_tile": kv_tile, "barriers": bars, "total": total}
 
 
 @dataclass(frozen=True)
@@ -121,5 +132,6 @@ def grid(s_q: int) -> tuple[int, int, int]:
     return (V_SPLIT * s_q, 1, 1)
 
 
-__all__ = ["KERNEL", "D_QK", "D_V", "B_TOPK", "TILE_M", "V_SPLIT", "D_V_CTA", "ROLES", "NUM_THREADS",
+__all__ = ["KERNEL", "D_QK", "D_V", "B_TOPK", "TILE_M", "V_SPLIT", "D_V_CTA", "Q_TMEM_COLS", "KV_STAGES", "ROLES",
+           "NUM_THREADS",
            "MLASparseSm100Config", "tmem_plan", "smem_plan", "launch_args", "grid"]
