@@ -26,6 +26,10 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 "Serving"): sliding windows, a chunk, softcap with sinks and ragged lengths (varlen),
                 bf16 D64/D128, GQA 2; what tests/gpu/test_attention_sm100_serving_gpu.py runs (only
                 on an sm_100 GPU) and tests/test_attention_sm100_serving.py interprets
+    mla-sparse-sm100
+                the sm_100a sparse MLA prefill (attention_mla_sparse_sm100: TMA gather4, D_v split over
+                two CTAs per token) without and with topk_length + sinks, through nvJitLink's LTO;
+                tests/test_mla_sparse_sm100.py compiles and interprets them; runs only on an sm_100 GPU
     attention-masks
                 the sm_90a attention kernel's sliding-window and chunked variants that
                 tests/gpu/test_attention_masks.py and the interpreter cases (tests/interpret_sm90.py
@@ -302,6 +306,11 @@ def attention_sm100() -> list:
 def attention_sm100_serving() -> list:
     from .kernels.attention_sm100_config import KERNEL, serving_configs
     return [(KERNEL, cfg) for cfg in serving_configs()]
+
+
+def mla_sparse_sm100() -> list:
+    from .kernels.attention_mla_sparse_sm100_config import KERNEL, MLASparseSm100Config
+    return [(KERNEL, MLASparseSm100Config()), (KERNEL, MLASparseSm100Config(topk_length=True, sinks=True))]
 
 
 def demo() -> list:
@@ -662,7 +671,8 @@ def bench() -> list:
     return attention() + decode() + prefill() + mla() + cfgs + [(*c, {"cubin_backend": "ptxas"}) for c in cfgs]
 
 
-SETS = {"attention-sm100": attention_sm100, "attention-sm100-serving": attention_sm100_serving, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
+SETS = {"attention-sm100": attention_sm100, "attention-sm100-serving": attention_sm100_serving,
+        "mla-sparse-sm100": mla_sparse_sm100, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
         "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
         "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,
         "decode-fp8-variants": decode_fp8_variants,
