@@ -55,7 +55,10 @@ forced to 0 at or past L_b.
 
 Variants of the FP8 consumer (attention_decode_sm90_config.FP8_VARIANTS, to be timed): with
 cfg.convert_split the consumer converts K_j, issues S_j, then converts V_j while S_j runs on the
-tensor cores (one fence and barrier per tile each), so V's conversion overlaps the first GEMM.
+tensor cores (one fence and barrier per tile each), so V's conversion overlaps the first GEMM. With
+cfg.convert_bits (any of them) the conversion is integer ops, not cvt, and the tiles hold K and V
+times 2^-8 (common/e4m3_tile.py, note "Bit conversion"): S's scale (scale_log2, after k_scale) and
+O's (the epilogue's 1 / l, after v_scale) take the 2^8 back, exactly (powers of two).
 
 Note "Converter" (cfg.converter_stages = n > 0): the conversion leaves the consumer. The e4m3
 rings' consumer is the converter warpgroup (warps 4-7, common/e4m3_converter.py): per tile it
@@ -625,7 +628,8 @@ def _kv_tile_fp8(cs: _Consumer, bufs, j: Value, carry, masked: bool):
     at = s.stage * cfg.tile_bytes()
     valid = work.length - j * cfg.bn if masked else None
     e4m3_tile.emit_convert(kb, cs.t, [(kb.gep(k_smem, at, "i8"), k16_smem, None),
-                                      (kb.gep(v_smem, at, "i8"), v16_smem, valid)], cfg.bn, cfg.head_dim)
+                                      (kb.gep(v_smem, at, "i8"), v16_smem, valid)], cfg.bn, cfg.head_dim,
+                           bits=cfg.convert_bits)
     kb.fence("async_smem")
     cs.barrier()
     # 3. release K_j and V_j: past the barrier every thread has loaded its e4m3 bytes; the GEMMs
@@ -652,7 +656,8 @@ def _kv_tile_fp8_split(cs: _Consumer, bufs, j: Value, carry, masked: bool):
     at = s.stage * cfg.tile_bytes()
     # 1. K_j to f16 (k16 is free: S_{j-1} retired), S_j issued
     k_pipe.consumer_wait(s)
-    e4m3_tile.emit_convert(kb, cs.t, [(kb.gep(k_smem, at, "i8"), k16_smem, None)], cfg.bn, cfg.head_dim)
+    e4m3_tile.emit_convert(kb, cs.t, [(kb.gep(k_smem, at, "i8"), k16_smem, None)], cfg.bn, cfg.head_dim,
+                           bits=cfg.convert_bits)
     kb.fence("async_smem")
     cs.barrier()
     cs.release(s, k_pipe)
@@ -661,7 +666,7 @@ def _kv_tile_fp8_split(cs: _Consumer, bufs, j: Value, carry, masked: bool):
     v_pipe.consumer_wait(s)
     valid = work.length - j * cfg.bn if masked else None
     e4m3_tile.emit_convert(kb, cs.t, [(kb.gep(v_smem, at, "i8"), v16_smem, valid)], cfg.bn, cfg.head_dim,
-                           ahead=SPLIT_V_LOADS_AHEAD)
+                           ahead=SPLIT_V_LOADS_AHEAD, bits=cfg.convert_bits)
     kb.fence("async_smem")
     cs.barrier()
     cs.release(s, v_pipe)
@@ -709,6 +714,9 @@ def _mma_role(kb, cfg, work: _Work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, s
         cs.softcap_scale = cs.softcap_scale * k_scale
     elif k_scale is not None:    # S's scale: softmax_scale x k_scale (the LSE too)
         cs.scale_log2 = cs.scale_log2 * k_scale
+    if cfg.convert_bits:    # the tiles hold K, V x 2^-8 (note "FP8"); softcap never meets FP8 (validate)
+        cs.scale_log2 = cs.scale_log2 * e4m3_tile.BITS_SCALE
+        v_scale = const(e4m3_tile.BITS_SCALE, "f32") if v_scale is None else v_scale * e4m3_tile.BITS_SCALE
     _load_q(cs, q_smem)
     f32 = "f32"
     bufs = (q_smem, k_smem, v_smem, k_pipe, v_pipe, staged) + ((c_pipe,) if cfg.converter else ())
