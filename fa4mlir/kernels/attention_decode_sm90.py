@@ -140,6 +140,9 @@ BAR_GATHER = 2         # named barrier of the gather's producer warps
 # cfg.convert_split: V's e4m3 loads in flight during its conversion, next to S_j's 32 accumulators
 # (2, e4m3_tile.LOADS_AHEAD, spills 12 bytes at paged block scales)
 SPLIT_V_LOADS_AHEAD = 1
+# cfg.convert_bits with block scales: e4m3 loads in flight during the conversion (2 spills 8 bytes in
+# the contiguous split kernel at 168 registers)
+BITS_BLOCK_LOADS_AHEAD = 1
 
 
 def build(cfg: DecodeConfig = DecodeConfig()) -> dsl.KernelIR:
@@ -629,7 +632,8 @@ def _kv_tile_fp8(cs: _Consumer, bufs, j: Value, carry, masked: bool):
     valid = work.length - j * cfg.bn if masked else None
     e4m3_tile.emit_convert(kb, cs.t, [(kb.gep(k_smem, at, "i8"), k16_smem, None),
                                       (kb.gep(v_smem, at, "i8"), v16_smem, valid)], cfg.bn, cfg.head_dim,
-                           bits=cfg.convert_bits)
+                           ahead=BITS_BLOCK_LOADS_AHEAD if cfg.convert_bits and cfg.kv_scale == "block"
+                           else e4m3_tile.LOADS_AHEAD, bits=cfg.convert_bits)
     kb.fence("async_smem")
     cs.barrier()
     # 3. release K_j and V_j: past the barrier every thread has loaded its e4m3 bytes; the GEMMs
