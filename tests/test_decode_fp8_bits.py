@@ -1,5 +1,5 @@
-"""The FP8 decode's bit conversion (DecodeConfig.convert_bits, FP8_VARIANTS "bits";
-common/e4m3_tile.py, note "Bit conversion"), without a GPU:
+"""The FP8 decode's bit conversion (DecodeConfig.convert_bits, FP8_VARIANTS "bits" (K and V) and
+"bits_v" (V only, K by cvt); common/e4m3_tile.py, note "Bit conversion"), without a GPU:
 
 * every one of the 256 e4m3 codes, in every byte position of a word, through the kernel's own
   constants (PRMT selectors, shift, mask) and a PRMT written from the PTX ISA's text: the f16 is the
@@ -10,8 +10,8 @@ common/e4m3_tile.py, note "Bit conversion"), without a GPU:
   NaN codes in the valid range (the 2^8 folded into S's and O's scales is exact), and by the FA rule,
   with finite output, where NaN codes sit inside the valid range (the reference reads them as +-480);
   every scale granularity by the FA rule: tests/test_interpret_decode_sm90.py (VARIANT_CASES);
-* SASS (when nvdisasm is installed): the variant's KV loops issue no e4m3 cvt (F2FP.F16.E4M3), two
-  PRMT per four bytes, and no spills; the default's loops issue the cvts;
+* SASS (when nvdisasm is installed): the `bits` KV loops issue no e4m3 cvt (F2FP.F16.E4M3), two
+  PRMT per four bytes, and no spills; `bits_v` half of each; the default's loops issue the cvts;
 * configs: the variant's name and key, default keys without the field, errors.
 """
 from __future__ import annotations
@@ -105,8 +105,9 @@ def test_interpreter_prmt_is_the_ptx_reading():
 
 # ---- the kernel through the interpreter ---------------------------------------------------------
 
-@pytest.mark.parametrize("page,grain", [(16, "block"), (None, "kv_head")])
-def test_bits_kernel_gives_the_default_kernels_bits(page, grain, monkeypatch):
+@pytest.mark.parametrize("variant,page,grain", [("bits", 16, "block"), ("bits", None, "kv_head"),
+                                                ("bits_v", None, "block")])
+def test_bits_kernel_gives_the_default_kernels_bits(variant, page, grain, monkeypatch):
     """Powers of two commute with every rounding: the f16 tiles x 2^-8 and the scales x 2^8 give the
     cvt kernel's O and LSE bit for bit (the interpreter's wgmma: float64 products, one float32
     rounding), with block scales (2^8 on S's scale and O's 1 / l) and per-KV-head ones (on k_scale
@@ -116,8 +117,8 @@ def test_bits_kernel_gives_the_default_kernels_bits(page, grain, monkeypatch):
     c = _case(page, grain, seed=2)
     monkeypatch.setenv(dec.FP8_VARIANT_ENV, "default")
     out_default, lse_default = _interpret(page, grain, c, "default")
-    monkeypatch.setenv(dec.FP8_VARIANT_ENV, "bits")
-    out_bits, lse_bits = _interpret(page, grain, c, "bits")
+    monkeypatch.setenv(dec.FP8_VARIANT_ENV, variant)
+    out_bits, lse_bits = _interpret(page, grain, c, variant)
     assert np.isfinite(out_bits).all()
     assert np.array_equal(out_bits.view(np.uint32), out_default.view(np.uint32))
     assert np.array_equal(lse_bits.view(np.uint32), lse_default.view(np.uint32))
@@ -160,6 +161,9 @@ def test_bits_loops_issue_no_e4m3_cvt(page, grain):
     assert not resources["wgmma_serialized"]
     words = cfg.bn * cfg.head_dim * 2 // (4 * e4m3_tile.THREADS)       # K and V words a thread converts per tile
     assert kv and all(r["cvt_e4m3"] == 0 and r["prmt"] == 2 * words for r in kv), kv
+    _, resources, half = _kv_loops("bits_v", page, grain)              # K: 2 cvts a word, V: 2 PRMTs
+    assert resources["spill_stores"] == 0 and resources["spill_loads"] == 0
+    assert half and all(r["cvt_e4m3"] == words and r["prmt"] == words for r in half), half
     _, _, default = _kv_loops("default", page, grain)
     assert default and all(r["cvt_e4m3"] == 2 * words and r["prmt"] == 0 for r in default), default
 
@@ -167,18 +171,22 @@ def test_bits_loops_issue_no_e4m3_cvt(page, grain):
 def test_bits_variant_config():
     cfg = dec.default_config("bf16", 128, 16, "kv_head")
     bits = dec.fp8_variant(cfg, "bits", 16)
-    assert bits == replace(cfg, convert_bits=True) and bits.name() == cfg.name() + "_bits"
-    assert bits.key()["convert_bits"] is True and "convert_bits" not in cfg.key()
+    assert bits == replace(cfg, convert_bits="kv") and bits.name() == cfg.name() + "_bits"
+    assert bits.key()["convert_bits"] == "kv" and "convert_bits" not in cfg.key()
     assert bits.ctas_per_sm == cfg.ctas_per_sm and bits.stages == cfg.stages
+    half = dec.fp8_variant(cfg, "bits_v", 16)
+    assert half.convert_bits == "v" and half.name() == cfg.name() + "_bitsv"
     with pytest.raises(ConfigError, match="convert_bits"):
-        dec.DecodeConfig(convert_bits=True).validate()
+        dec.DecodeConfig(convert_bits="kv").validate()      # a bf16 cache
+    with pytest.raises(ConfigError, match="convert_bits"):
+        replace(cfg, convert_bits="k").validate()
     with pytest.raises(ConfigError, match="cp.async gather"):
         dec.fp8_variant(dec.default_config("bf16", 128, 1, "block"), "bits", 1)
 
 
 def test_runtime_config_picks_bits(monkeypatch):
     monkeypatch.setenv(dec.FP8_VARIANT_ENV, "bits")
-    assert dec.runtime_config("bf16", 128, None, "block").convert_bits
+    assert dec.runtime_config("bf16", 128, None, "block").convert_bits == "kv"
     assert dec.runtime_config("bf16", 128, None, "block", unsplit=True).name().endswith("_bits_unsplit")
     assert dec.runtime_config("bf16", 128, None) == dec.default_config("bf16", 128, None)   # bf16 cache
 

@@ -1,5 +1,5 @@
 """The FP8 decode variants (attention_decode_sm90_config.FP8_VARIANTS: a converter warpgroup with
-a ring of f16 pairs, 128-key tiles, the split conversion, the bit conversion), without a GPU:
+a ring of f16 pairs, 128-key tiles, the split conversion, the bit conversions), without a GPU:
 
 * one kernel of each variant of the `decode-fp8-variants` bundle set (contiguous and paged 16, split,
   richest scales: `_representatives`) compiles
@@ -30,8 +30,8 @@ _GRAIN_ORDER = {"block": 0, "kv_head": 1, "tensor": 2}
 
 def _representatives(entries):
     """One kernel per (variant, contiguous or paged), split, at its richest scale granularity (block
-    scales hold the most registers): 10 of the set's 56 compiles, to keep CI's time (the bundle build
-    compiles all 56 with the same lowering, and test_interpret_decode_sm90 interprets 16 of them)."""
+    scales hold the most registers): 12 of the set's 68 compiles, to keep CI's time (the bundle build
+    compiles all 68 with the same lowering, and test_interpret_decode_sm90 interprets 17 of them)."""
     out = {}
     for e in sorted(entries, key=lambda e: (e[1].unsplit, _GRAIN_ORDER[e[1].kv_scale])):
         cfg = e[1]

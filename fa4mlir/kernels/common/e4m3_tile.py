@@ -132,7 +132,7 @@ def e4m3x4_bits(word: Value) -> list:
 
 
 def emit_convert(kb, t: Value, tiles, bn: int, head_dim: int, dtype: str = "f16", ahead: int = LOADS_AHEAD,
-                 bits: bool = False) -> None:
+                 bits=False) -> None:
     """Convert e4m3 tiles to f16, thread t's slots of every tile: `tiles` is [(src, dst, valid)] or
     [(src, dst, valid, row_scale)], src the e4m3 tile, dst its 16-bit copy, valid None or a Value:
     rows at or past it are written as zeros; row_scale a function of the tile row giving the f32
@@ -148,31 +148,34 @@ def emit_convert(kb, t: Value, tiles, bn: int, head_dim: int, dtype: str = "f16"
     so tcgen05.mma kind::f16 takes Q (bf16 or f16) unconverted.
 
     bits: the integer conversion of note "Bit conversion" (f16 values 2^-8 times the e4m3 values),
-    unscaled only."""
+    unscaled only: True for every tile, or a bool per tile."""
     if dtype != "f16" and any(len(tile) < 4 or tile[3] is None for tile in tiles):
         raise ValueError(f"an unscaled e4m3 conversion is exact to f16 only; {dtype} needs a row_scale per tile")
-    if bits and (dtype != "f16" or any(len(tile) > 3 and tile[3] is not None for tile in tiles)):
+    bits = tuple(bits) if isinstance(bits, (tuple, list)) else (bool(bits),) * len(tiles)
+    if len(bits) != len(tiles):
+        raise ValueError(f"bits: one flag per tile, got {len(bits)} for {len(tiles)} tiles")
+    if any(bits) and (dtype != "f16" or any(len(tile) > 3 and tile[3] is not None for tile in tiles)):
         raise ValueError("the bit conversion (note \"Bit conversion\") gives f16 times 2^-8: unscaled f16 tiles only")
     slots = [slot(t, i, head_dim) for i in range(slots_per_thread(bn, head_dim))]
-    items = [(row, piece, tile) for row, piece in slots for tile in tiles]
+    items = [(row, piece, tile, b) for row, piece in slots for tile, b in zip(tiles, bits)]
     loads = []
 
     def issue():
         if len(loads) < len(items):
-            row, piece, (src, *_) = items[len(loads)]
+            row, piece, (src, *_), _ = items[len(loads)]
             loads.append(kb.load(kb.gep(src, e4m3_offset(row, piece, head_dim), "i8"), ("i32", 4), align=16))
 
     zero = const(0, ("i32", 4))
     for _ in range(ahead):
         issue()
-    for n, (row, piece, tile) in enumerate(items):
+    for n, (row, piece, tile, tile_bits) in enumerate(items):
         _, dst, valid = tile[:3]
         row_scale = tile[3] if len(tile) > 3 else None
         issue()
         raw = loads[n]
         halves = []
         for w in range(4):
-            if bits:
+            if tile_bits:
                 halves += e4m3x4_bits(raw[w])
                 continue
             halves.append(Value(fa4.cvt_e4m3x2(raw[w].to("i16"))))
