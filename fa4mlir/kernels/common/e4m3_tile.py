@@ -24,7 +24,7 @@ x0: multiplication by a generator of GF(4), so sigma(x) ^ x is a bijection too):
 (8 consecutive pieces of one row per quarter, the plain map, puts two stores on each position at
 head_dim >= 128: a 2-way conflict.)
 
-Note "Bit conversion" (`emit_convert(bits=True)`, DecodeConfig.convert_bits): instead of one
+Note "Bit conversion" (`emit_convert(bits=...)`, per tile; DecodeConfig.convert_bits): instead of one
 cvt.rn.f16x2.e4m3x2 (SASS F2FP, on the conversion pipe) per two bytes, integer ops on the ALU
 (as Marlin-style dequantisers do): for a word of four e4m3 bytes b0..b3, a byte permute with sign
 replication puts each byte of a pair in the low byte of a 16-bit lane and its sign bit over the high
