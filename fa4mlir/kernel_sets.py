@@ -103,7 +103,9 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 (tests/gpu/test_mla_sparse_gpu.py and `bench mla`'s sparse rows), and the sparse decode
                 (flash_mla_with_kvcache with indices, attention/mla_sparse_decode.py) in bf16 and f16, with
                 and without topk_length, split and unsplit (tests/gpu/test_mla_sparse_decode_gpu.py and `bench
-                mla`'s sparse decode row)
+                mla`'s sparse decode row), and the same four over FlashMLA's FP8 cache (is_fp8_kvcache with
+                indices, bf16; tests/gpu/test_mla_sparse_decode_fp8_gpu.py and `bench mla`'s
+                mla_sparse_decode_fp8 row)
     bench       the attention, decode, prefill and mla sets, and the GEMM variants the benchmark times against
                 torch.matmul
     sm90        the sm_90a GEMMs of gpu-tests and bench
@@ -486,7 +488,7 @@ MLA_CASES = [("bf16", 64), ("f16", 64), ("bf16", 16)]
 def mla() -> list:
     """The absorbed MLA decode kernels (flash_mla_with_kvcache) of MLA_CASES, split and unsplit,
     the head-dim-512 combine per dtype, the sparse prefill's four (flash_mla_sparse_fwd) and the sparse
-    decode's eight (flash_mla_with_kvcache with indices)."""
+    decode's eight (flash_mla_with_kvcache with indices) and four over the FP8 cache."""
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
     from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, default_config
     out = [(KERNEL, default_config(dtype, page, unsplit=u)) for dtype, page in MLA_CASES for u in (False, True)]
@@ -502,6 +504,9 @@ def mla() -> list:
     # split (merged by the head-dim-512 combine above) and unsplit
     from .kernels.attention_mla_sparse_sm90_config import DECODE_DTYPES, DECODE_KERNEL, MLASparseDecodeConfig
     out += [(DECODE_KERNEL, MLASparseDecodeConfig(d, topk_length=t, split=s)) for d in DECODE_DTYPES
+            for t in (False, True) for s in (False, True)]
+    # the sparse decode over FlashMLA's FP8 cache (is_fp8_kvcache=True with indices; bf16 q), the same four
+    out += [(DECODE_KERNEL, MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s))
             for t in (False, True) for s in (False, True)]
     return out + _mla_prefill()
 
