@@ -286,7 +286,8 @@ def mla_sparse_decode_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]
     named = torch.unique(indices[0].flatten().long())              # sequence 0's rows, remapped 0..
     if fp8:
         from ..testing_mla import dequantize_fp8_cache
-        kv0 = dequantize_fp8_cache(cache.view(-1, 1, 1, 656)[named]).view(-1, 1, 576)
+        rows8 = cache.view(torch.uint8).view(-1, 1, 1, 656)[named]      # as bytes: float8 indexing is not everywhere
+        kv0 = dequantize_fp8_cache(rows8).view(-1, 1, 576)
     else:
         kv0 = cache.view(-1, 1, 576)[named]
     local = torch.searchsorted(named, indices[0].long()).to(torch.int32).view(sq, 1, topk)

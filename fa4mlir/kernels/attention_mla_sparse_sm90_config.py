@@ -8,7 +8,8 @@ flash_mla_sparse_fwd; MLIR-free: the host API, attention/mla_sparse.py, imports 
 
     attention_mla_sparse_decode_sm90   the same kernel module built from MLASparseDecodeConfig: the sparse
                                 decode over the paged latent cache (flash_mla_with_kvcache with indices;
-                                the section at the end of this file)
+                                the section at the end of this file), also over FlashMLA's FP8 cache
+                                (kv_dtype "fp8": names ..._bf16_fp8..., is_fp8_kvcache=True)
 
 `MLASparseConfig` fixes what changes the kernel's code: the dtype and whether the call passes
 topk_length and attention sinks (each a tensor the kernel then reads). s_q, s_kv, h_q, topk and the
