@@ -47,12 +47,14 @@ stored; topk_length is per batch; no max_logits; lse is [batch, h_q, seqlen_q]; 
 and writes float32 partials (O / l, LSE -inf when it saw no key) that attention_combine_sm90 (head
 dim 512) merges. The gather and the consumers' tile step are the prefill's, unchanged.
 
-Note "FP8 gather" (MLASparseDecodeConfig(kv_dtype="fp8"): FlashMLA's 656-byte rows, common/mla_fp8.py,
-flash_mla_with_kvcache(is_fp8_kvcache=True, indices=...)): the ring is one staging stage of 64 whole
+Note "FP8 gather" (kv_dtype "fp8": FlashMLA's 656-byte rows, common/mla_fp8.py; the decode's
+flash_mla_with_kvcache(is_fp8_kvcache=True, indices=...), and the prefill's flash_mla_sparse_fwd with kv
+[s_kv, 1, 656] float8_e4m3fn or uint8): the ring is one staging stage of 64 whole
 rows (row r at r x 656, unswizzled: the layout common/mla_fp8's lane map reads without bank
 conflicts; config note "FP8 sparse SMEM plan") next to one bf16 tile of the usual swizzled layout.
-    gather: per tile, as above, each valid row's byte offset page x page stride + offset x row stride
-            (index = page x page_size + offset, FlashMLA's stride_kv_block / stride_kv_row) and its
+    gather: per tile, as above, each valid row's byte offset (prefill: index x row stride; decode:
+            page x page stride + offset x row stride, index = page x page_size + offset, FlashMLA's
+            stride_kv_block / stride_kv_row) and its
             bias, here into bias slot j % 2 (the tile's parity: the consumers read a tile's biases after
             they release its stage); then, a row a trip (41 16-byte pieces), lane l copies piece l
             and, when l < 9, piece l + 32: a warp instruction moves one 512-byte run (coalesced, and
@@ -94,7 +96,7 @@ def build(cfg: MLASparseConfig | MLASparseDecodeConfig = MLASparseConfig()) -> d
     """The sparse prefill (MLASparseConfig) or the sparse decode over the paged cache
     (MLASparseDecodeConfig: note "Decode")."""
     cfg.validate()
-    fp8 = getattr(cfg, "fp8", False)        # note "FP8 gather"
+    fp8 = cfg.fp8        # note "FP8 gather"
     kb = KernelBuilder(cfg.name(), arch="sm_90a", block=(cfg.threads, 1, 1), config=cfg.key(), min_ctas_per_sm=1)
     p = kb.params_from(cfg.params, tma={})
     with kb.body():
@@ -206,14 +208,17 @@ def _gather_role(kb, work: _Work, p, kv_smem, kv_pipe, bias_smem, rows_smem):
         loop.yield_(s.advance())
 
 
-def _row_offset(kb, p, valid: Value, index: Value) -> Value:
-    """Note "FP8 gather": the byte offset of cache row `index` (page x page_size + offset), 0 when invalid."""
+def _row_offset(kb, p, valid: Value, index: Value, paged: bool) -> Value:
+    """Note "FP8 gather": the byte offset of kv row `index` (decode: of cache row page x page_size +
+    offset, by the page and row strides), 0 when invalid."""
     row = select(valid, index, const(0))
+    if not paged:
+        return row.to("i64") * p["kv_stride_s"]
     page = fast_div(row, p["page_mul"], p["page_shr"])
     return page.to("i64") * p["kv_stride_page"] + (row - page * p["page_size"]).to("i64") * p["kv_stride_s"]
 
 
-def _gather_role_fp8(kb, cfg: MLASparseDecodeConfig, work: _Work, p, kv_smem, kv_pipe, bias_smem, rows_smem):
+def _gather_role_fp8(kb, cfg: MLASparseConfig | MLASparseDecodeConfig, work: _Work, p, kv_smem, kv_pipe, bias_smem, rows_smem):
     """Note "FP8 gather": per tile, the rows' validity, biases (slot j % 2) and byte offsets as
     _gather_role does, then the rows' 656 bytes by cp.async, a row a trip: lane l copies its 16-byte
     piece l and, when l < 9, piece l + 32 (a row is 41 pieces; the second copy is the first's
@@ -231,7 +236,7 @@ def _gather_role_fp8(kb, cfg: MLASparseDecodeConfig, work: _Work, p, kv_smem, kv
             pos = j * BN + lane + GATHER_LANES * e
             index = kb.load(kb.gep(idx_row, pos, "i32"), "i32", align=4)
             valid = pos.slt(work.length) & index.sge(0) & index.slt(p["s_kv"])
-            rows.append((valid, _row_offset(kb, p, valid, index)))
+            rows.append((valid, _row_offset(kb, p, valid, index, work.decode)))
         # 2. wait for the stage to be free; biases into slot j % 2, offsets into rows_smem; warp sync
         kv_pipe.producer_acquire(s)
         bias_slot = kb.gep(bias_smem, (j % 2) * (BN * 4), "i8")
@@ -308,7 +313,7 @@ def _kv_tile(cs: ConsumerGeometry, bufs, carry, dtype: str):
     return s.advance(), o, tuple(m), tuple(l)
 
 
-def _kv_tile_fp8(cs: ConsumerGeometry, cfg: MLASparseDecodeConfig, bufs, tile_smem, j: Value, carry):
+def _kv_tile_fp8(cs: ConsumerGeometry, cfg: MLASparseConfig | MLASparseDecodeConfig, bufs, tile_smem, j: Value, carry):
     """Note "FP8 gather": tile j's staged rows dequantized into the bf16 tile, the stage released,
     then _kv_tile's steps 1-4 on the tile with the biases of slot j % 2."""
     q_smem, kv_smem, kv_pipe, q_slot, bias_smem = bufs

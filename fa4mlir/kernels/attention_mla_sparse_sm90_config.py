@@ -11,9 +11,10 @@ flash_mla_sparse_fwd; MLIR-free: the host API, attention/mla_sparse.py, imports 
                                 the section at the end of this file), also over FlashMLA's FP8 cache
                                 (kv_dtype "fp8": names ..._bf16_fp8..., is_fp8_kvcache=True)
 
-`MLASparseConfig` fixes what changes the kernel's code: the dtype and whether the call passes
-topk_length and attention sinks (each a tensor the kernel then reads). s_q, s_kv, h_q, topk and the
-strides are launch arguments.
+`MLASparseConfig` fixes what changes the kernel's code: the dtype, whether the call passes
+topk_length and attention sinks (each a tensor the kernel then reads), and whether kv is FlashMLA's
+FP8 rows (kv_dtype "fp8": kv [s_kv, 1, 656] bytes, names ..._bf16_fp8...; the kernel's note "FP8
+gather"). s_q, s_kv, h_q, topk and the strides are launch arguments.
 """
 from __future__ import annotations
 
@@ -41,6 +42,14 @@ HEADS = (64, 128)          # h_q FlashMLA's sm_90a kernel takes
 # the pool; register_pool_fits checks it)
 MMA_REGS, LOAD_REGS = 240, 24
 REGISTER_FILE = 65536
+# FlashMLA's FP8 cache (kv_dtype "fp8"; the decode section's note "FP8 sparse SMEM plan")
+KV_DTYPES = ("", "fp8")     # "": q's dtype; "fp8": FlashMLA's 656-byte FP8 rows
+FP8_DTYPE = "bf16"          # FlashMLA's FP8 cache: q and out bf16
+FP8_SCALE_GROUP = 128       # latent columns per float32 scale
+# FlashMLA's FP8 token row: e4m3 latent, float32 scales, bf16 rope (656; common/mla_fp8.ROW_BYTES, which
+# imports the DSL: the host API reads this one)
+FP8_ROW_BYTES = D_V + 4 * (D_V // FP8_SCALE_GROUP) + 2 * (D_QK - D_V)
+FP8_MAX_STAGES = 2
 
 
 def register_pool_fits(threads: int, mma_regs: int, load_regs: int, consumers: int) -> tuple[bool, int, int]:
@@ -51,11 +60,35 @@ def register_pool_fits(threads: int, mma_regs: int, load_regs: int, consumers: i
     return need <= pool, need, pool
 
 
+def fp8_plan() -> tuple[int, int]:
+    """note "FP8 sparse SMEM plan": (staging stages, SMEM bytes) of a kernel over the FP8 cache: Q, the
+    bf16 tile, the exchange, biases, row offsets and as many 656-byte-row stages as fit (at most
+    FP8_MAX_STAGES)."""
+    fixed = (TILE_M * D_QK * 2 + MLASparseConfig.tile_bytes() + 16 + MLASparseConfig.exchange_bytes()
+             + MLASparseConfig.bias_bytes() + MLASparseConfig.rows_bytes())
+    per_stage = BN * FP8_ROW_BYTES + 2 * MBARRIER_BYTES
+    stages = min(FP8_MAX_STAGES, (SMEM_LIMIT - fixed) // per_stage)
+    return stages, fixed + stages * per_stage
+
+
 @dataclass(frozen=True)
 class MLASparseConfig:
     dtype: str = "bf16"
     topk_length: bool = False      # the kernel reads topk_length [s_q] int32 (else every token sees topk)
     sinks: bool = False            # the kernel reads attention sinks [h_q] float32
+    kv_dtype: str = ""             # "": q's dtype; "fp8": FlashMLA's 656-byte FP8 rows, kv [s_kv, 1, 656]
+
+    @property
+    def fp8(self) -> bool:
+        return self.kv_dtype == "fp8"
+
+    @property
+    def stages(self) -> int:
+        return fp8_plan()[0] if self.fp8 else STAGES
+
+    def stage_bytes(self) -> int:
+        """One ring stage: the tile, or (fp8) BN staged 656-byte rows."""
+        return BN * FP8_ROW_BYTES if self.fp8 else self.tile_bytes()
 
     @property
     def params(self) -> tuple:
@@ -93,11 +126,20 @@ class MLASparseConfig:
         return BN * 8
 
     def smem_bytes(self) -> int:
+        if self.fp8:
+            return fp8_plan()[1]
         return (TILE_M * D_QK * 2 + STAGES * self.tile_bytes() + 2 * STAGES * MBARRIER_BYTES + 16
                 + self.exchange_bytes() + self.bias_bytes() + self.rows_bytes())
 
     def validate(self) -> "MLASparseConfig":
-        check_fields(self, {"dtype": DTYPES})
+        check_fields(self, {"dtype": DTYPES, "kv_dtype": KV_DTYPES})
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"sparse MLA: dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.kv_dtype not in KV_DTYPES:
+            raise ConfigError(f"sparse MLA: kv_dtype must be \"\" (kv holds q's dtype) or \"fp8\" (FlashMLA's "
+                              f"656-byte FP8 rows), got {self.kv_dtype!r}")
+        if self.fp8 and self.stages < 1:
+            raise ConfigError("the FP8 cache's staging stage does not fit the SMEM (note \"FP8 sparse SMEM plan\")")
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
         fits, need, pool = register_pool_fits(self.threads, MMA_REGS, LOAD_REGS, CONSUMERS)
@@ -108,10 +150,12 @@ class MLASparseConfig:
         return self
 
     def key(self) -> dict:
-        return {"kernel": KERNEL, **self.__dict__}
+        """The compile key; kv_dtype only where set (the bf16 kernels' keys as before it existed)."""
+        return {"kernel": KERNEL, **{k: v for k, v in self.__dict__.items() if k != "kv_dtype" or v}}
 
     def name(self) -> str:
-        return f"{KERNEL}_{self.dtype}{'_topklen' if self.topk_length else ''}{'_sinks' if self.sinks else ''}"
+        return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_topklen' if self.topk_length else ''}"
+                f"{'_sinks' if self.sinks else ''}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -192,13 +236,6 @@ DECODE_KERNEL = "attention_mla_sparse_decode_sm90"
 DECODE_DTYPES = ("bf16", "f16")
 DECODE_MIN_HEADS, DECODE_MAX_HEADS = 1, 128   # FlashMLA's: 64 or 128; fewer heads are masked rows of a tile
 DECODE_MIN_TOPK, DECODE_MAX_TOPK = BN, 2048 * 8
-KV_DTYPES = ("", "fp8")     # "": q's dtype; "fp8": FlashMLA's FP8 cache (the section above)
-FP8_DTYPE = "bf16"          # FlashMLA's FP8 cache: q and out bf16
-FP8_SCALE_GROUP = 128       # latent columns per float32 scale
-# FlashMLA's FP8 token row: e4m3 latent, float32 scales, bf16 rope (656; common/mla_fp8.ROW_BYTES, which
-# imports the DSL: the host API reads this one)
-FP8_ROW_BYTES = D_V + 4 * (D_V // FP8_SCALE_GROUP) + 2 * (D_QK - D_V)
-FP8_MAX_STAGES = 2
 
 
 @dataclass(frozen=True)
@@ -235,12 +272,8 @@ class MLASparseDecodeConfig:
 
     @property
     def stages(self) -> int:
-        """note "FP8 sparse SMEM plan": as many staging stages as fit (at most FP8_MAX_STAGES); else STAGES."""
-        if not self.fp8:
-            return STAGES
-        fixed = (TILE_M * D_QK * 2 + self.tile_bytes() + 16 + self.exchange_bytes() + self.bias_bytes()
-                 + self.rows_bytes())
-        return min(FP8_MAX_STAGES, (SMEM_LIMIT - fixed) // (self.stage_bytes() + 2 * MBARRIER_BYTES))
+        """note "FP8 sparse SMEM plan" (fp8_plan); else STAGES."""
+        return fp8_plan()[0] if self.fp8 else STAGES
 
     # the prefill's buffers, unchanged (fp8: the biases' two slots by tile parity, note "FP8 sparse SMEM plan")
     exchange_bytes = staticmethod(MLASparseConfig.exchange_bytes)
@@ -248,10 +281,7 @@ class MLASparseDecodeConfig:
     rows_bytes = staticmethod(MLASparseConfig.rows_bytes)
 
     def smem_bytes(self) -> int:
-        if not self.fp8:
-            return MLASparseConfig().smem_bytes()
-        return (TILE_M * D_QK * 2 + self.stages * (self.stage_bytes() + 2 * MBARRIER_BYTES) + self.tile_bytes() + 16
-                + self.exchange_bytes() + self.bias_bytes() + self.rows_bytes())
+        return MLASparseConfig(kv_dtype=self.kv_dtype).smem_bytes()
 
     def validate(self) -> "MLASparseDecodeConfig":
         check_fields(self, {"dtype": DECODE_DTYPES, "kv_dtype": KV_DTYPES})
@@ -342,7 +372,7 @@ def split_range(n_tiles: int, split: int, num_splits: int) -> tuple[int, int]:
     return begin, min(begin + per, n_tiles)
 
 
-__all__ = ["KERNEL", "DTYPES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "HEADS", "MLASparseConfig",
+__all__ = ["fp8_plan", "KERNEL", "DTYPES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "HEADS", "MLASparseConfig",
            "OUTPUTS", "SCALARS", "launch_args", "grid", "flops", "DECODE_KERNEL", "DECODE_DTYPES", "MLASparseDecodeConfig",
            "DECODE_OUTPUTS", "DECODE_SPLIT_OUTPUTS", "DECODE_SCALARS", "DECODE_FP8_SCALARS", "KV_DTYPES", "FP8_DTYPE",
            "FP8_ROW_BYTES", "decode_launch_args", "decode_grid", "head_blocks",
