@@ -13,6 +13,8 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    checked against the dense equivalent over the dequantized rows
     mla_sparse     FlashMLA's sparse prefill shape: s_q 4096, 128 heads, topk 2048 distinct indices per
                    token into s_kv 32768 rows of [s_kv, 1, 576]; flash_mla_sparse_fwd
+    mla_sparse_fp8 the same over FlashMLA's FP8 rows (kv [s_kv, 1, 656], the bf16 kv quantized by
+                   testing_mla.quantize_fp8_cache), checked over the dequantized rows
     mla_sparse_decode  FlashMLA's sparse decode benchmark shape (DeepSeek-V3.2, its
                    tests/test_flash_mla_sparse_decoding.py): batch 64, seqlen_q 2, 128 heads, topk 2048
                    distinct positions of each sequence's 32768 cached tokens (every length 32768: FlashMLA
@@ -71,7 +73,8 @@ DECODE_ROWS = tuple(f"mla_decode_h{h}_q{sq}" for h in DECODE_HEADS for sq in DEC
 FP8_DECODE_ROWS = tuple(f"mla_decode_fp8_h{h}_q{sq}" for h in DECODE_HEADS for sq in DECODE_QS)
 # workload (the --workloads names) -> its rows
 WORKLOADS = {"mla_prefill": ("mla_prefill",), "mla_decode": DECODE_ROWS, "mla_decode_fp8": FP8_DECODE_ROWS,
-             "mla_sparse": ("mla_sparse",), "mla_sparse_decode": ("mla_sparse_decode",),
+             "mla_sparse": ("mla_sparse",), "mla_sparse_fp8": ("mla_sparse_fp8",),
+             "mla_sparse_decode": ("mla_sparse_decode",),
              "mla_sparse_decode_fp8": ("mla_sparse_decode_fp8",)}
 
 
@@ -104,11 +107,14 @@ def row_shape(row: str) -> tuple[dict, float]:
         d = MLA_DECODE
         flops, data = flops_and_bytes(d["batch"], sq, heads, d["cached"], fp8=fp8)
         return dict(d, heads=heads, seqlen_q=sq, bytes=data, **({"kv": "fp8"} if fp8 else {})), float(flops)
-    if row == "mla_sparse":
+    if row in ("mla_sparse", "mla_sparse_fp8"):
         from ..attention.mla_sparse import flops
+        from ..kernels.attention_mla_sparse_sm90_config import FP8_ROW_BYTES
         d = MLA_SPARSE
-        data = (d["s_q"] * d["topk"] * 576 + d["s_q"] * d["heads"] * (576 + 512)) * 2   # FlashMLA's count
-        return dict(d, bytes=data), float(flops(d["s_q"], d["heads"], d["topk"]))
+        fp8 = row == "mla_sparse_fp8"
+        row_bytes = FP8_ROW_BYTES if fp8 else 576 * 2       # FlashMLA's count, an FP8 kv row at its 656 bytes
+        data = d["s_q"] * d["topk"] * row_bytes + d["s_q"] * d["heads"] * (576 + 512) * 2
+        return dict(d, bytes=data, **({"kv": "fp8"} if fp8 else {})), float(flops(d["s_q"], d["heads"], d["topk"]))
     if row in ("mla_sparse_decode", "mla_sparse_decode_fp8"):
         from ..attention.mla_sparse_decode import flops_and_bytes
         from ..kernels.attention_mla_sparse_sm90_config import D_QK, FP8_ROW_BYTES
@@ -243,9 +249,10 @@ def _sparse_check(torch: Any, q, kv, indices, scale: float, tokens: int = 32) ->
     return check
 
 
-def mla_sparse_rows(torch: Any, fa4=None) -> list[Row]:
+def mla_sparse_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]:
     """mla_sparse's row: q [4096, 128, 576], kv [32768, 1, 576] (bf16, /10 as FlashMLA draws them),
-    2048 distinct random indices per token (seed 0)."""
+    2048 distinct random indices per token (seed 0). fp8 (mla_sparse_fp8): kv quantized to FlashMLA's
+    656-byte rows, checked over the dequantized rows."""
     import fa4mlir
     from .prefill_workloads import DEV, poisoner
     d = MLA_SPARSE
@@ -256,11 +263,23 @@ def mla_sparse_rows(torch: Any, fa4=None) -> list[Row]:
     for i in range(0, d["s_q"], 256):   # distinct rows per token, in chunks (a [4096, 32768] draw is 512 MiB)
         indices[i:i + 256, 0] = torch.rand(256, d["s_kv"], device=DEV).topk(d["topk"], dim=-1).indices.to(torch.int32)
     scale = 576 ** -0.5
+    name = "mla_sparse_fp8" if fp8 else "mla_sparse"
+    if fp8:
+        from ..testing_mla import dequantize_fp8_cache, quantize_fp8_cache
+        packed = quantize_fp8_cache(kv.view(d["s_kv"], 1, 1, 576))
+        kv = dequantize_fp8_cache(packed).view(d["s_kv"], 1, 576)       # what the kernel reads, for the check
+        operand = packed.view(d["s_kv"], 1, 656)
+    else:
+        operand = kv
     check = _sparse_check(torch, q, kv, indices, scale)
-    shape, flops = row_shape("mla_sparse")
-    call = {"fa4mlir": lambda: (lambda: fa4mlir.flash_mla_sparse_fwd(q, kv, indices, scale, 512))}
-    return [Row("mla_sparse", "mla_sparse", shape, flops, call, check,
-                poisoner(torch, d["s_q"] * d["heads"] * 512, torch.bfloat16))]
+    shape, flops = row_shape(name)
+    call = {"fa4mlir": lambda: (lambda: fa4mlir.flash_mla_sparse_fwd(q, operand, indices, scale, 512))}
+    return [Row(name, name, shape, flops, call, check, poisoner(torch, d["s_q"] * d["heads"] * 512, torch.bfloat16))]
+
+
+def mla_sparse_fp8_rows(torch: Any, fa4=None) -> list[Row]:
+    """mla_sparse_fp8's row (mla_sparse_rows with fp8)."""
+    return mla_sparse_rows(torch, fa4, fp8=True)
 
 
 def mla_sparse_decode_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]:
@@ -311,7 +330,8 @@ def mla_sparse_decode_fp8_rows(torch: Any, fa4=None) -> list[Row]:
 
 # workload -> builder(torch, fa4) -> rows
 BUILDERS = {"mla_prefill": mla_prefill_rows, "mla_decode": mla_decode_rows, "mla_decode_fp8": mla_decode_fp8_rows,
-            "mla_sparse": mla_sparse_rows, "mla_sparse_decode": mla_sparse_decode_rows,
+            "mla_sparse": mla_sparse_rows, "mla_sparse_fp8": mla_sparse_fp8_rows,
+            "mla_sparse_decode": mla_sparse_decode_rows,
             "mla_sparse_decode_fp8": mla_sparse_decode_fp8_rows}
 
 
