@@ -48,21 +48,21 @@ and writes float32 partials (O / l, LSE -inf when it saw no key) that attention_
 dim 512) merges. The gather and the consumers' tile step are the prefill's, unchanged.
 
 Note "FP8 gather" (kv_dtype "fp8": FlashMLA's 656-byte rows, common/mla_fp8.py; the decode's
-flash_mla_with_kvcache(is_fp8_kvcache=True, indices=...), and the prefill's flash_mla_sparse_fwd with kv
-[s_kv, 1, 656] float8_e4m3fn or uint8): the ring is one staging stage of 64 whole
-rows (row r at r x 656, unswizzled: the layout common/mla_fp8's lane map reads without bank
-conflicts; config note "FP8 sparse SMEM plan") next to one bf16 tile of the usual swizzled layout.
+flash_mla_with_kvcache(is_fp8_kvcache=True, indices=...), and the prefill's flash_mla_sparse_fwd with
+kv [s_kv, 1, 656] float8_e4m3fn or uint8): the ring is one staging stage of 64 whole rows (row r at
+r x 656, unswizzled: the layout common/mla_fp8's lane map reads without bank conflicts; config note
+"FP8 sparse SMEM plan") next to one bf16 tile of the usual swizzled layout.
     gather: per tile, as above, each valid row's byte offset (prefill: index x row stride; decode:
             page x page stride + offset x row stride, index = page x page_size + offset, FlashMLA's
-            stride_kv_block / stride_kv_row) and its
-            bias, here into bias slot j % 2 (the tile's parity: the consumers read a tile's biases after
-            they release its stage); then, a row a trip (41 16-byte pieces), lane l copies piece l
-            and, when l < 9, piece l + 32: a warp instruction moves one 512-byte run (coalesced, and
-            contiguous in SMEM: no bank conflict). Pairing rows (82 pieces in 3 instructions, not 4)
-            spilled the gather's 24 registers: the per-row loop keeps one source and one destination
-            base, the second copy an immediate 512 past the first. An invalid row's
-            copies read nothing and land zeros: e4m3 0 times scale 0 dequantizes to 0 (no NaN of an
-            unused row reaches P V) and its bias is -inf, as in the 16-bit kernel.
+            stride_kv_block / stride_kv_row) and its bias, here into bias slot j % 2 (the tile's
+            parity: the consumers read a tile's biases after they release its stage); then, a row a
+            trip (41 16-byte pieces), lane l copies piece l and, when l < 9, piece l + 32: a warp
+            instruction moves one 512-byte run (coalesced, and contiguous in SMEM: no bank
+            conflict). Pairing rows (82 pieces in 3 instructions, not 4) spilled the gather's 24
+            registers: the per-row loop keeps one source and one destination base, the second copy
+            an immediate 512 past the first. An invalid row's copies read nothing and land zeros:
+            e4m3 0 times scale 0 dequantizes to 0 (no NaN of an unused row reaches P V) and its bias
+            is -inf, as in the 16-bit kernel.
     consumers: per tile j, after waiting for its stage, warpgroup w dequantizes the latent columns
             256 w .. 256 w + 255 and copies half the rows' rope into the bf16 tile (common/mla_fp8:
             bf16(e4m3 x the row's float32 scale), FlashMLA's dequantize_k_cache), fences it to the
