@@ -105,11 +105,14 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 head-dim-512 combine (what tests/gpu/test_mla_decode_gpu.py and `bench mla`'s decode rows run),
                 the FP8-latent-cache variants (is_fp8_kvcache, bf16, pages 64 and 16, split and unsplit),
                 mla_prefill's kernel, bf16 qk 192 / v 128 causal (`bench mla`'s prefill row), and the sparse
-                prefill (flash_mla_sparse_fwd, attention/mla_sparse.py) with and without topk_length and sinks
-                (tests/gpu/test_mla_sparse_gpu.py and `bench mla`'s sparse rows), and the sparse decode
+                prefill (flash_mla_sparse_fwd, attention/mla_sparse.py) with and without topk_length and sinks,
+                over a bf16 kv and FlashMLA's FP8 rows (tests/gpu/test_mla_sparse_gpu.py,
+                tests/gpu/test_mla_sparse_fp8_gpu.py and `bench mla`'s sparse rows), and the sparse decode
                 (flash_mla_with_kvcache with indices, attention/mla_sparse_decode.py) in bf16 and f16, with
                 and without topk_length, split and unsplit (tests/gpu/test_mla_sparse_decode_gpu.py and `bench
-                mla`'s sparse decode row)
+                mla`'s sparse decode row), and the same four over FlashMLA's FP8 cache (is_fp8_kvcache with
+                indices, bf16; tests/gpu/test_mla_sparse_decode_fp8_gpu.py and `bench mla`'s
+                mla_sparse_decode_fp8 row)
     bench       the attention, decode, prefill and mla sets, and the GEMM variants the benchmark times against
                 torch.matmul
     sm90        the sm_90a GEMMs of gpu-tests and bench
@@ -521,8 +524,9 @@ MLA_CASES = [("bf16", 64), ("f16", 64), ("bf16", 16)]
 
 def mla() -> list:
     """The absorbed MLA decode kernels (flash_mla_with_kvcache) of MLA_CASES, split and unsplit,
-    the head-dim-512 combine per dtype, the sparse prefill's four (flash_mla_sparse_fwd) and the sparse
-    decode's eight (flash_mla_with_kvcache with indices)."""
+    the head-dim-512 combine per dtype, the sparse prefill's four (flash_mla_sparse_fwd) and four over
+    FlashMLA's FP8 rows, and the sparse decode's eight (flash_mla_with_kvcache with indices) and four
+    over the FP8 cache."""
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
     from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, default_config
     out = [(KERNEL, default_config(dtype, page, unsplit=u)) for dtype, page in MLA_CASES for u in (False, True)]
@@ -534,10 +538,15 @@ def mla() -> list:
     # the sparse prefill (flash_mla_sparse_fwd), with and without topk_length and attention sinks
     from .kernels.attention_mla_sparse_sm90_config import KERNEL as SPARSE, MLASparseConfig
     out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s)) for t in (False, True) for s in (False, True)]
+    # ... over FlashMLA's FP8 rows (kv [s_kv, 1, 656]), the same four
+    out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s, kv_dtype="fp8")) for t in (False, True) for s in (False, True)]
     # the sparse decode (flash_mla_with_kvcache with indices) per dtype, with and without topk_length,
     # split (merged by the head-dim-512 combine above) and unsplit
     from .kernels.attention_mla_sparse_sm90_config import DECODE_DTYPES, DECODE_KERNEL, MLASparseDecodeConfig
     out += [(DECODE_KERNEL, MLASparseDecodeConfig(d, topk_length=t, split=s)) for d in DECODE_DTYPES
+            for t in (False, True) for s in (False, True)]
+    # the sparse decode over FlashMLA's FP8 cache (is_fp8_kvcache=True with indices; bf16 q), the same four
+    out += [(DECODE_KERNEL, MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s))
             for t in (False, True) for s in (False, True)]
     return out + _mla_prefill()
 
