@@ -26,7 +26,8 @@ ceil(L_b / 64) / splits KV tiles (decode_schedule.split_range); a call of one sp
 kernel's unsplit variant alone, else the split kernel and the combine (attention_combine_sm90,
 splits summed in index order: deterministic for a given split count).
 
-Sparse decode (``indices``, FlashMLA's DSA decode): attention/mla_sparse_decode.py, called from here.
+Sparse decode (``indices``, FlashMLA's DSA decode, over a bf16/f16 cache or, with
+``is_fp8_kvcache=True``, the FP8 cache below): attention/mla_sparse_decode.py, called from here.
 
 FP8 latent cache (``is_fp8_kvcache=True``, FlashMLA's V32 layout): k_cache float8_e4m3fn (or uint8)
 [num_pages, page_size, 1, 656], each token row 512 e4m3 latent bytes, four float32 scales (one per
@@ -35,9 +36,8 @@ each row to bf16(float32(e4m3) x scale) (FlashMLA's dequantize_k_cache) in SMEM 
 GEMMs (attention_mla_decode_sm90, note "FP8 latent"). Token and page strides: multiples of 16
 bytes (FlashMLA's own quantize_k_cache pads each page by one row: taken).
 
-Not built (typed errors, UnsupportedFeatureError): sparse decode over the FP8 cache (indices with
-is_fp8_kvcache=True, FlashMLA's only sparse-decode cache), more than one KV head, head dims other
-than 576/512.
+Not built (typed errors, UnsupportedFeatureError): more than one KV head, head dims other than
+576/512.
 """
 from __future__ import annotations
 
@@ -375,9 +375,6 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, t
     """FlashMLA's flash_mla_with_kvcache (module docstring): returns (out, lse). With ``indices`` the
     sparse decode (attention/mla_sparse_decode.py; block_table and cache_seqlens unread, may be
     None). Nothing is read from the device on the host; the launches go to torch's current stream."""
-    if indices is not None and check_flag("is_fp8_kvcache", is_fp8_kvcache):
-        raise UnsupportedFeatureError(_err("sparse decode (indices) over the FP8 latent cache is not built yet; pass "
-                                           "a bf16 or f16 cache with is_fp8_kvcache=False"))
     extras = [n for n, x in (("attn_sink", attn_sink), ("extra_k_cache", extra_k_cache),
                              ("extra_indices_in_kvcache", extra_indices_in_kvcache),
                              ("extra_topk_length", extra_topk_length)) if x is not None]
@@ -387,7 +384,7 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, t
     if indices is not None:
         from .mla_sparse_decode import sparse_decode
         return sparse_decode(q, k_cache, indices, head_dim_v, tile_scheduler_metadata, num_splits, softmax_scale,
-                             causal, topk_length, bundle=bundle)
+                             causal, topk_length, is_fp8_kvcache, bundle=bundle)
     if topk_length is not None:
         raise UnsupportedFeatureError(_err("topk_length needs indices (sparse decode); pass None for the dense decode"))
     torch = _torch(q)

@@ -52,7 +52,8 @@ with causal and window_size and compiles into the kernel (one kernel per chunk s
 With page_table (chunked prefill of a ragged batch over the paged KV cache): k and v are the pools
 [num_pages, page_size, kv_heads, head_dim], page_table int32 [batch, max_pages], the keys' lengths
 seqused_k (or every slot of the table), cu_seqlens_k None (FlashAttention-3/4's contract); the
-decode kernel over the KV-cache operand runs it (varlen_paged.py says what it takes and does).
+prefill kernel over the pools or the decode kernel over the KV-cache operand runs it, masks and score
+modifiers included, by an explicit rule (varlen_paged.py, note "Which kernel", says what it takes and does).
 
 There is no call cache
 yet: every call checks and packs its launch (tens of microseconds of host time), and no torch
