@@ -71,6 +71,7 @@ from ..dsl import (KernelBuilder, PipeState, Pipeline, Value, const, exp2, fma, 
                    vec)
 from . import attention_sm100_config as fcfg
 from . import attention_sm100_kv as kvroles
+from . import attention_sm100_mla_decode as mla_dec
 from .attention_sm100_config import LAUNCH_PARAMS, FA4Config  # noqa: F401  (FA4Config re-exported)
 from .common import paged_rows, tcgen05
 from .common.constants import LOG2E
@@ -97,8 +98,10 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
             f"{cfg.mask.tag()}_bn{cfg.bn}_s{stages}{cfg.name_route()}{cfg.name_suffix()}")
     kb = KernelBuilder(name, arch="sm_100a", block=(fcfg.NUM_THREADS, 1, 1), config=cfg.key())
     # the launch contract (cfg.launch_params): q and o boxes of one Q tile, k and v boxes of box_rows
-    q_box = (CHUNK, cfg.group, cfg.tile_tokens, 1) if cfg.decode else (CHUNK, 1, MMA_M, 1)
+    q_box = (CHUNK, cfg.tile_heads, cfg.tile_tokens, 1) if cfg.decode else (CHUNK, 1, MMA_M, 1)
     box = {"q": q_box, "k": (CHUNK, 1, cfg.box_rows, 1), "v": (CHUNK, 1, cfg.box_rows, 1), "o": q_box}
+    if cfg.mla_decode:   # V is read from the K tile (attention_sm100_mla_decode): no v parameter
+        del box["v"]
     if cfg.varlen:   # O is stored row by row through a pointer (note "Serving")
         del box["o"]
     if cfg.gather:   # K and V rows copied from the pools' pointers (paged_rows, note "Row gather")
@@ -111,7 +114,7 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
     seqlen_k = p.get("seqlen_k")     # paged: each role reads cache_seqlens[b]; varlen: cu_seqlens_k (_Geometry)
 
     with kb.body():
-        bufs = _declare_buffers(kb, sm, p, cfg.num_q_tiles, cfg.gather)
+        bufs = _declare_buffers(kb, sm, p, cfg.num_q_tiles, cfg.gather, cfg.mla_decode)
         warp = kb.thread_idx(0) // 32
         # 1. warp 0 allocates the TMEM columns; every warp reads the address after the barrier
         with kb.if_(warp.eq(0)).then_():
@@ -169,7 +172,7 @@ class _Pipes:
     """Every pipeline of the kernel: the load -> MMA rings, then the per-tile pipes."""
     q: Pipeline            # Q0 and Q1 (decode: Q0), loaded once (1 stage)
     k: Pipeline            # the K ring (`stages`)
-    v: Pipeline            # the V ring (`stages`)
+    v: Pipeline | None     # the V ring (`stages`; MLA decode: none, V is read from the K ring)
     tiles: tuple           # _TilePipes of tile 0 and tile 1 (decode: tile 0)
     k8: Pipeline | None = None   # FP8: the e4m3 K ring, load -> convert (k and v: convert -> mma)
     v8: Pipeline | None = None
@@ -204,8 +207,10 @@ class _Buffers:
     rows_smem: Value | None = None       # row gather: the tile's pool rows, int32 [BN] (note "Row gather")
 
 
-def _declare_buffers(kb, sm: dict, params: dict, num_q_tiles: int = fcfg.NUM_Q_TILES, gather: bool = False) -> _Buffers:
-    q_smem, k_smem, v_smem = (kb.smem(f"{n}_smem", sm[n]) for n in ("q", "k", "v"))
+def _declare_buffers(kb, sm: dict, params: dict, num_q_tiles: int = fcfg.NUM_Q_TILES, gather: bool = False,
+                     v_in_k: bool = False) -> _Buffers:
+    q_smem, k_smem = (kb.smem(f"{n}_smem", sm[n]) for n in ("q", "k"))
+    v_smem = k_smem if v_in_k else kb.smem("v_smem", sm["v"])
     tmem_slot = kb.smem("tmem_slot", fcfg.TMEM_SLOT_BYTES, align=16)
     stages = sm["stages"]
     q = kb.pipeline("q", num_stages=1, producer="load", consumers=["mma"])
@@ -213,7 +218,8 @@ def _declare_buffers(kb, sm: dict, params: dict, num_q_tiles: int = fcfg.NUM_Q_T
     kv = dict(producer="convert", producer_arrivals=128) if "k8" in sm else dict(producer="load")
     if gather:       # every thread of the gather warps commits (paged_rows, note "Row gather")
         kv["producer_arrivals"] = 32 * kvroles.GATHER_ROLE["num_warps"]
-    k, v = (kb.pipeline(n, num_stages=stages, consumers=["mma"], **kv) for n in ("k", "v"))
+    k, v = (kb.pipeline(n, num_stages=stages, consumers=["mma"], **kv) if n == "k" or not v_in_k else None
+            for n in ("k", "v"))
     tiles = []
     for i in range(num_q_tiles):
         sm_i = f"softmax{i}"
@@ -234,7 +240,7 @@ def _declare_buffers(kb, sm: dict, params: dict, num_q_tiles: int = fcfg.NUM_Q_T
         rings8 = {n: kb.pipeline(n, num_stages=stages, producer="load", consumers=["convert"], consumer_arrivals=128)
                   for n in ("k8", "v8")}
     return _Buffers(q_smem, k_smem, v_smem, tmem_slot, sm["q_tile"], sm["k_tile"], sm["v_tile"],
-                    _Pipes(q, k, v, tuple(tiles), **rings8), *(params[n] for n in ("q", "k", "v", "o", "lse")),
+                    _Pipes(q, k, v, tuple(tiles), **rings8), *(params.get(n) for n in ("q", "k", "v", "o", "lse")),
                     **paged)
 
 
@@ -257,7 +263,14 @@ class _Geometry:
         m_block = kb.block_idx(0)
         if cfg.causal:  # the longest rows first: the grid's tail is short work
             m_block = kb.grid_dim(0) - 1 - m_block
-        if cfg.decode:
+        if cfg.mla_decode:   # tile_heads query heads per CTA (one latent KV head, note "MLA decode")
+            self.rows = cfg.tile_tokens
+            self.m0 = m_block * cfg.tile_tokens
+            self.head = kb.block_idx(1) * cfg.tile_heads
+            self.kv_head = self.head // cfg.group
+            self.heads = kb.grid_dim(1) * cfg.tile_heads
+            self.batch = kb.block_idx(2)
+        elif cfg.decode:
             self.rows = cfg.tile_tokens
             self.m0 = m_block * cfg.tile_tokens
             self.kv_head = kb.block_idx(1)
@@ -333,16 +346,16 @@ def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
     pipes = bufs.pipes
     # a CTA without KV blocks loads nothing: its epilogue writes zeros into Q's tiles right away
     with kb.if_(kb.elect_one() & geo.n_blocks.gt(0)).then_():
-        for d in (bufs.q_desc, bufs.k_desc, bufs.v_desc):
+        for d in (bufs.q_desc, bufs.k_desc, bufs.v_desc)[:2 if cfg.mla_decode else 3]:
             fa4.tma_prefetch(d)
         # 1. Q0 and Q1: 128 rows each, one box per 64-column chunk
         q0 = pipes.q.initial_state()
         pipes.q.producer_acquire(q0)
         pipes.q.producer_commit(q0, tx_bytes=cfg.num_q_tiles * bufs.q_tile)
-        q_box = [CHUNK, cfg.group, cfg.tile_tokens, 1] if cfg.decode else [CHUNK, 1, MMA_M, 1]
+        q_box = [CHUNK, cfg.tile_heads, cfg.tile_tokens, 1] if cfg.decode else [CHUNK, 1, MMA_M, 1]
         for i in range(cfg.num_q_tiles):
             for c in range(qk_ch):
-                dst = kb.gep(bufs.q_smem, i * bufs.q_tile + c * MMA_M * SW, "i8")
+                dst = kb.gep(bufs.q_smem, i * bufs.q_tile + c * cfg.mma_m * SW, "i8")
                 fa4.tma_load(bufs.q_desc, dst, q0.stage,
                              [const(c * CHUNK), geo.head, geo.q_coord(geo.tile_row0(i)), geo.tma_batch()],
                              pipe=pipes.q.name, box=q_box, elem_bytes=fcfg.ELEM_BYTES)
@@ -355,7 +368,7 @@ def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
                                                       bufs.page_table, bufs.page_table_stride, bufs.num_pages,
                                                       cfg.page_size)
             rings = ((pipes.k, bufs.k_desc, bufs.k_smem, bufs.k_tile, qk_ch),
-                     (pipes.v, bufs.v_desc, bufs.v_smem, bufs.v_tile, ov_ch))
+                     (pipes.v, bufs.v_desc, bufs.v_smem, bufs.v_tile, ov_ch))[:1 if cfg.mla_decode else 2]
             if cfg.fp8:      # the e4m3 rings (attention_sm100_kv)
                 rings = ((pipes.k8, bufs.k_desc, bufs.k8_smem, bufs.k8_tile, 0),
                          (pipes.v8, bufs.v_desc, bufs.v8_smem, bufs.v8_tile, 0))
@@ -471,6 +484,9 @@ def _wait_v(kb, cfg, geo: _Geometry, bufs: _Buffers, n: Value, st: PipeState):
 
 
 def _mma_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
+    if cfg.mla_decode:   # 64-row tile, O in Layout F's two lane halves (attention_sm100_mla_decode)
+        mm = _Issuer(kb, cfg, bufs)
+        return mla_dec.mma_role(kb, cfg, geo, bufs, mm._opaque_zero, mm._tmem)
     if cfg.decode:
         return _mma_role_one_tile(kb, cfg, geo, bufs)
     mm = _Issuer(kb, cfg, bufs)
@@ -558,8 +574,10 @@ class _Softmax:
         lanes = tmem + _lane_base(kb)
         self.s_addr, self.p_addr, self.c_addr = lanes + tm[f"S{i}"], lanes + tm[f"P{i}"], lanes + tm[f"C{i}"]
         t = kb.thread_idx(0) % MMA_M
+        if cfg.mla_decode:   # lane 32 w + l: packed row 16 w + l % 16 (Layout F, attention_sm100_mla_decode)
+            t = mla_dec.packed_row(kb)[0]
         # this thread's query row (decode: the token of packed row t, note "Decode")
-        self.row = geo.tile_row0(i) + (t // cfg.group if cfg.decode else t)
+        self.row = geo.tile_row0(i) + (t // cfg.tile_heads if cfg.decode else t)
 
     def read_s(self, n: Value, st: PipeState, masked: bool) -> list:
         """The row's BN scores of block n (S_i -> registers; S_i is free for the MMA's bookkeeping)."""
@@ -658,6 +676,9 @@ class _Correction:
         tm = cfg.tmem_plan()
         lanes = tmem + _lane_base(kb)
         self.t = kb.thread_idx(0) % MMA_M                        # row of the tile (TMEM lane)
+        self.half = None
+        if cfg.mla_decode:   # Layout F: packed row and O half of this lane (attention_sm100_mla_decode)
+            self.t, self.half = mla_dec.packed_row(kb)
         self.c_addr = [lanes + tm[f"C{i}"] for i in range(cfg.num_q_tiles)]
         self.o_addr = [lanes + tm[f"O{i}"] for i in range(cfg.num_q_tiles)]
         self.pipes = bufs.pipes.tiles
@@ -681,7 +702,7 @@ class _Correction:
         o_pipe.consumer_wait(st.o)
         kb.fence("tcgen05_after")
         with kb.if_(kb.vote_any(alpha.ne(1.0))).then_():
-            for ch in range(self.cfg.padded_head_dim_v // EPI_COLS):
+            for ch in range(self.cfg.o_cols // EPI_COLS):
                 addr = self.o_addr[i] + ch * EPI_COLS
                 o = tcgen05.tmem_load(addr, EPI_COLS)
                 fa4.tmem_wait(kind="ld")
@@ -718,18 +739,23 @@ class _Correction:
             return
         kb.fence("async_smem")
         kb.named_barrier(BAR_EPILOGUE, 128)
-        o_box = [CHUNK, cfg.group, cfg.tile_tokens, 1] if cfg.decode else [CHUNK, 1, MMA_M, 1]
-        with kb.if_(t.eq(0)).then_():
+        o_box = [CHUNK, cfg.tile_heads, cfg.tile_tokens, 1] if cfg.decode else [CHUNK, 1, MMA_M, 1]
+        first = t.eq(0) if self.half is None else t.eq(0) & self.half.eq(0)
+        with kb.if_(first).then_():
             for c in range(cfg.padded_head_dim_v // CHUNK):
-                src = kb.gep(bufs.q_smem, i * bufs.q_tile + c * MMA_M * SW, "i8")
+                src = kb.gep(bufs.q_smem, i * bufs.q_tile + c * cfg.mma_m * SW, "i8")
                 fa4.tma_store(bufs.o_desc, src, [const(c * CHUNK), geo.head, geo.tile_row0(i), geo.batch],
                               box=o_box)
         if cfg.decode:   # packed row t: token t // group of head t % group (note "Decode")
-            row = geo.tile_row0(i) + t // cfg.group
-            head = geo.head + t % cfg.group
+            row = geo.tile_row0(i) + t // cfg.tile_heads
+            head = geo.head + t % cfg.tile_heads
         else:
             row, head = geo.tile_row0(i) + t, geo.head
-        self.store_lse(row, head, lse)
+        if self.half is None:
+            self.store_lse(row, head, lse)
+            return
+        with kb.if_(self.half.eq(0)).then_():   # MLA decode: both halves of a row hold its LSE
+            self.store_lse(row, head, lse)
 
     def store_lse(self, row: Value, head: Value, lse: Value):
         """The LSE of query row `row` of `head`: [batch, heads, seqlen_q], varlen [heads, total_q]."""
@@ -777,11 +803,13 @@ class _Correction:
         16-byte unit u of a 128-byte row r lands at unit u ^ (r % 8). `from_tmem=False`: zeros, O_i unread."""
         kb, cfg, bufs, t = self.kb, self.cfg, self.bufs, self.t
         row_base = kb.gep(bufs.q_smem, t * SW + i * bufs.q_tile, "i8")
+        if self.half is not None:   # MLA decode: this lane's O half, columns [256 h, 256 h + 256)
+            row_base = kb.gep(row_base, self.half * (cfg.o_cols // CHUNK * cfg.mma_m * SW), "i8")
 
         def swizzled(col: int) -> Value:
             c, unit = divmod(col, CHUNK)
-            return c * MMA_M * SW + ((t % 8) ^ (unit // 8)) * 16
-        self._store_o(i, inv, empty, from_tmem, cfg.padded_head_dim_v, row_base, swizzled)
+            return c * cfg.mma_m * SW + ((t % 8) ^ (unit // 8)) * 16
+        self._store_o(i, inv, empty, from_tmem, cfg.o_cols, row_base, swizzled)
 
     def _store_o(self, i: int, inv: Value, empty: Value, from_tmem: bool, num_cols: int, row_ptr: Value,
                  col_offset, inside: Value | None = None):

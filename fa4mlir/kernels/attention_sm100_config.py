@@ -125,6 +125,10 @@ NUM_C_COLS = 2                  # correction columns per tile: [alpha | row sum,
 MAX_KV_STAGES = 4
 HEAD_DIMS = ((64, 64), (128, 128))   # (head_dim, head_dim_v) the kernel is built and checked for
 MLA_HEAD_DIMS = ((192, 128),)         # MLA prefill (note "MLA"): built and checked apart from HEAD_DIMS
+MLA_DECODE_HEAD_DIMS = ((576, 512),)  # absorbed MLA decode (note "MLA decode"): 512 latent + 64 rope, V 512
+MLA_DECODE_M = 64               # query rows of the MLA decode tile: tcgen05.mma M = 64 (Layout F)
+MLA_DECODE_BN = 64              # keys per K tile of the MLA decode route (two 72 KiB stages)
+O_HALF_LANE = 16                # Layout F's second lane alignment (PTX ISA 9.1 §9.7.16.10.5)
 EXP2_POLY_STRIDES = (0, 2, 4, 8)
 ROLES = (  # name, first warp, warps, setmaxnreg
     ("softmax0", 0, 4, 192),
@@ -190,8 +194,8 @@ class FA4Config:
     # ---- derived tiles ----------------------------------------------------------------------
     @property
     def bm(self) -> int:
-        """Query rows per CTA: num_q_tiles tiles of MMA_M rows (decode: packed rows of `group` heads)."""
-        return self.num_q_tiles * MMA_M
+        """Query rows per CTA: num_q_tiles tiles of mma_m rows (decode: packed rows of `tile_heads` heads)."""
+        return self.num_q_tiles * self.mma_m
 
     @property
     def decode(self) -> bool:
@@ -202,6 +206,17 @@ class FA4Config:
     def mla(self) -> bool:
         """head_dim/head_dim_v an MLA prefill pair of MLA_HEAD_DIMS (note "MLA")."""
         return (self.head_dim, self.head_dim_v) in MLA_HEAD_DIMS
+
+    @property
+    def mla_decode(self) -> bool:
+        """head_dim/head_dim_v the absorbed MLA decode pair 576/512 (note "MLA decode")."""
+        return (self.head_dim, self.head_dim_v) in MLA_DECODE_HEAD_DIMS
+
+    @property
+    def tile_heads(self) -> int:
+        """Query heads packed into one decode tile: the GQA group, or for MLA decode min(group, 64)
+        (128 heads take two CTAs per token, each reading the latent cache)."""
+        return min(self.group, MLA_DECODE_M) if self.mla_decode else self.group
 
     @property
     def paged(self) -> bool:
@@ -225,8 +240,8 @@ class FA4Config:
 
     @property
     def tile_tokens(self) -> int:
-        """Query tokens per Q tile: MMA_M, or MMA_M // group when the group is packed into M."""
-        return MMA_M // self.group if self.decode else MMA_M
+        """Query tokens per Q tile: MMA_M, or mma_m // tile_heads when the heads are packed into M."""
+        return self.mma_m // self.tile_heads if self.decode else MMA_M
 
     @property
     def gather(self) -> bool:
@@ -247,12 +262,21 @@ class FA4Config:
         base = PAGED_GATHER_LAUNCH_PARAMS if self.gather else PAGED_LAUNCH_PARAMS if self.paged else \
             VARLEN_LAUNCH_PARAMS if self.varlen else LAUNCH_PARAMS
         base = (*base, *(SEQUSED_PARAMS if self.seqused_k else ()))
+        if self.mla_decode:   # V is the K tile's first 512 columns: no v parameter (note "MLA decode")
+            base = tuple(p for p in base if p[0] != "v")
         return (*base, *(SOFTCAP_PARAMS if self.softcap else ()), *(SINK_PARAMS if self.sinks else ()),
                 *(FP8_PARAMS if self.fp8 else ()))
 
     @property
     def mma_m(self) -> int:
-        return MMA_M
+        """Rows of one Q tile = tcgen05.mma M: 128, or 64 for MLA decode (note "MLA decode")."""
+        return MLA_DECODE_M if self.mla_decode else MMA_M
+
+    @property
+    def o_cols(self) -> int:
+        """TMEM columns of O per lane: head_dim_v, or half of it where O's halves share the columns in
+        Layout F's two lane halves (note "MLA decode")."""
+        return self.padded_head_dim_v // 2 if self.mla_decode else self.padded_head_dim_v
 
     @property
     def bk0(self) -> int:
@@ -288,6 +312,10 @@ class FA4Config:
 
     # ---- tensor memory plan -----------------------------------------------------------------
     def tmem_plan(self) -> dict:
+        if self.mla_decode:   # note "MLA decode": O's two halves in lane halves 0 / 16, then S (twice)
+            used = self.o_cols + self.bn
+            return {"O0": 0, "S0": self.o_cols, "P0": self.o_cols + self.bn // 2, "C0": self.o_cols, "used": used,
+                    "alloc": tmem_alloc_columns(used)}
         if self.decode:   # one tile: S0, then O0 (P0 and C0 alias S0 as in the two-tile plan)
             used = self.bn + self.padded_head_dim_v
             return {"S0": 0, "O0": self.bn, "P0": self.bn // 2, "C0": 0, "used": used,
@@ -305,10 +333,11 @@ class FA4Config:
 
     # ---- shared memory plan -----------------------------------------------------------------
     def _tiles(self, stages: int) -> dict:
-        q = MMA_M * self.padded_head_dim * ELEM_BYTES
+        q = self.mma_m * self.padded_head_dim * ELEM_BYTES
         k = self.bn * self.padded_head_dim * ELEM_BYTES
-        v = self.bn * self.padded_head_dim_v * ELEM_BYTES
-        rings = 4 if self.fp8 else 2      # FP8: the e4m3 rings k8, v8 besides the converted k, v (note "FP8")
+        # MLA decode: V is the first 512 columns of the K tile, read in place (note "MLA decode")
+        v = 0 if self.mla_decode else self.bn * self.padded_head_dim_v * ELEM_BYTES
+        rings = 4 if self.fp8 else 1 if self.mla_decode else 2   # FP8: the e4m3 rings k8, v8 besides k, v
         barriers = 2 * (1 + TILE_PIPES * self.num_q_tiles + rings * stages) * MBARRIER_BYTES
         plan = {"q_tile": q, "k_tile": k, "v_tile": v, "q": self.num_q_tiles * q, "k": stages * k, "v": stages * v,
                 "barriers": barriers, "tmem_slot": TMEM_SLOT_BYTES}
@@ -360,11 +389,13 @@ class FA4Config:
         if self.head_dim_v > self.head_dim:
             return ConfigError(f"head_dim_v={self.head_dim_v} > head_dim={self.head_dim}: the epilogue stages O "
                                f"in Q's SMEM tile")
-        if self.padded_head_dim_v > 256:
+        if self.padded_head_dim_v > 256 and not (self.mla_decode and self.decode):
             return ConfigError(f"head_dim_v={self.head_dim_v}: O += P V is one MMA of N = "
                                f"{self.padded_head_dim_v} > 256" + (
-                                   "; absorbed MLA decode (576/512) does not fit either way: O alone takes "
-                                   "512 TMEM columns, none left for S (note \"MLA\")" if self.head_dim_v >= 512 else ""))
+                                   "; absorbed MLA decode (576/512) is built on the decode route only "
+                                   "(num_q_tiles=1, fuse_gqa=True: 64 query rows, O's halves in Layout F's two "
+                                   "lane halves, note \"MLA decode\"); two 128-row Q tiles would need 2 x 512 "
+                                   "TMEM columns for O alone" if self.mla_decode else ""))
         if self.num_q_heads < 1 or self.num_kv_heads < 1 or self.num_q_heads % self.num_kv_heads:
             return ConfigError(f"num_q_heads={self.num_q_heads} must be a positive multiple of num_kv_heads="
                                f"{self.num_kv_heads} (GQA/MQA)")
@@ -382,7 +413,10 @@ class FA4Config:
             return ConfigError(f"stages={self.stages} must be >= 0 (0 = as many as fit)")
         if self.num_q_tiles not in (1, NUM_Q_TILES):
             return ConfigError(f"num_q_tiles={self.num_q_tiles}: 2 (prefill) or 1 (the decode route)")
-        if self.decode and (self.group > MMA_M or MMA_M % self.group):
+        if self.decode and self.mla_decode and (self.group % self.tile_heads or MLA_DECODE_M % self.tile_heads):
+            return ConfigError(f"group={self.group}: MLA decode packs min(group, {MLA_DECODE_M}) heads into its "
+                               f"{MLA_DECODE_M} rows, so the group must divide {MLA_DECODE_M} or be a multiple of it")
+        if self.decode and not self.mla_decode and (self.group > MMA_M or MMA_M % self.group):
             return ConfigError(f"group={self.group}: the decode route packs the group into {MMA_M} rows, so the "
                                f"group must divide {MMA_M}")
         if self.page_size < 0 or self.page_size > MAX_PAGE_SIZE:
@@ -420,6 +454,31 @@ class FA4Config:
         if self.stages not in (0, 1):
             return ConfigError(f"MLA {self.head_dim}/{self.head_dim_v} with stages={self.stages}: one K/V stage is "
                                f"all SMEM holds next to the two 192-wide Q tiles (use 0 or 1)")
+        return None
+
+    def _mla_decode_refusal(self) -> ConfigError | None:
+        """The MLA decode space's limits (note "MLA decode"): the decode route with one latent KV head, BN 64,
+        a contiguous cache or per-page TMA boxes, bf16/f16 K/V, no serving features, the default
+        exp2_poly_stride, stages 0 or 2 -- what mla_decode_configs() compiles."""
+        what = f"MLA decode {self.head_dim}/{self.head_dim_v}"
+        if not (self.decode and self.fuse_gqa):
+            return ConfigError(f"{what} with num_q_tiles={self.num_q_tiles}, fuse_gqa={self.fuse_gqa}: built on the "
+                               f"decode route only (num_q_tiles=1, fuse_gqa=True)")
+        if self.num_kv_heads != 1:
+            return ConfigError(f"{what} with num_kv_heads={self.num_kv_heads}: absorbed MLA has one latent KV head")
+        if self.bn != MLA_DECODE_BN:
+            return ConfigError(f"{what} with bn={self.bn}: built for bn={MLA_DECODE_BN} (a 64 x 576 K tile is 72 KiB; "
+                               f"two stages and the 64-row Q tile fill the {SMEM_CARVEOUT}-byte carve-out)")
+        if self.fp8 or self.gather or not self.plain:
+            extra = "e4m3 K/V" if self.fp8 else f"page_size={self.page_size} (row gather)" if self.gather else \
+                self.serving_tag().lstrip("_")
+            return ConfigError(f"{what} with {extra}: built for a bf16/f16 cache, contiguous or in pages whose "
+                               f"TMA boxes hold >= {MIN_PAGED_BOX_ROWS} rows, without serving features")
+        if self.exp2_poly_stride != FA4Config.exp2_poly_stride:
+            return ConfigError(f"{what} with exp2_poly_stride={self.exp2_poly_stride}: built and checked at the "
+                               f"default {FA4Config.exp2_poly_stride} only")
+        if self.stages not in (0, 2):
+            return ConfigError(f"{what} with stages={self.stages}: two K stages are what SMEM holds (use 0 or 2)")
         return None
 
     def _mask_refusal(self) -> ConfigError | None:
@@ -476,8 +535,8 @@ class FA4Config:
         refusal = self._plan_refusal()
         if refusal is not None:
             return refusal
-        if self.mla:
-            refusal = self._mla_refusal()
+        if self.mla or self.mla_decode:
+            refusal = self._mla_refusal() if self.mla else self._mla_decode_refusal()
             if refusal is not None:
                 return refusal
         elif (self.head_dim, self.head_dim_v) not in HEAD_DIMS:
@@ -485,7 +544,7 @@ class FA4Config:
                 if self.head_dim != self.head_dim_v else ""
             return ConfigError(f"head_dim/head_dim_v {self.head_dim}/{self.head_dim_v}: the kernel is built and "
                                f"checked for {', '.join(f'{a}/{b}' for a, b in HEAD_DIMS + MLA_HEAD_DIMS)}{mla}")
-        if self.bn != 128:
+        if self.bn != 128 and not self.mla_decode:
             return ConfigError(f"bn={self.bn}: the kernel is built and checked for bn=128 only (the plan fits, "
                                f"see plan_fits(), but that kernel was never compiled)")
         if self.fuse_gqa != self.decode:
@@ -586,11 +645,11 @@ class FA4Config:
 
 def grid(config: "FA4Config", problem) -> tuple[int, int, int]:
     """One CTA per (two Q tiles = 256 query rows, head, batch); decode: per (tile_tokens query
-    tokens of the group's heads, KV head, batch). `problem`: anything with batch, heads, seqlen_q
-    (attention.AttnProblem)."""
+    tokens of the group's heads, KV head, batch); MLA decode: per (tile_tokens tokens, tile_heads query
+    heads, batch). `problem`: anything with batch, heads, seqlen_q (attention.AttnProblem)."""
     if config.decode:
         rows = config.tile_tokens
-        return ((problem.seqlen_q + rows - 1) // rows, problem.heads // config.group, problem.batch)
+        return ((problem.seqlen_q + rows - 1) // rows, problem.heads // config.tile_heads, problem.batch)
     bm = NUM_Q_TILES * MMA_M
     return ((problem.seqlen_q + bm - 1) // bm, problem.heads, problem.batch)
 
@@ -652,7 +711,7 @@ def launch_args(config: "FA4Config", problem, tensors) -> dict:
         raise ValueError("a paged config's parameters come from paged_launch_args (page table, cache_seqlens)")
     if config.varlen:
         raise ValueError("a varlen config's parameters come from varlen_launch_args (cu_seqlens_q, cu_seqlens_k)")
-    args = {name: tensors[name] for name, _ in TENSOR_PARAMS}
+    args = {name: tensors[name] for name, _ in TENSOR_PARAMS if name != "v" or not config.mla_decode}
     args.update(seqlen_q=int(problem.seqlen_q), seqlen_k=int(problem.seqlen_k), **_score_args(config, problem, tensors))
     return {name: args[name] for name, _ in config.launch_params}
 
@@ -677,7 +736,7 @@ def paged_launch_args(config: "FA4Config", problem, tensors, *, num_pages: int, 
         raise ValueError("a contiguous config's parameters come from launch_args")
     if config.decode and problem.heads != config.num_q_heads:
         raise ValueError(f"decode: problem heads {problem.heads} != the config's num_q_heads {config.num_q_heads}")
-    args = {name: tensors[name] for name, _ in PAGED_TENSOR_PARAMS}
+    args = {name: tensors[name] for name, _ in PAGED_TENSOR_PARAMS if name != "v" or not config.mla_decode}
     args.update(seqlen_q=int(problem.seqlen_q), num_pages=int(num_pages), page_table_stride=int(page_table_stride),
                 **_score_args(config, problem, tensors))
     return {name: args[name] for name, _ in config.launch_params}
@@ -731,7 +790,7 @@ def supported_configs() -> list[FA4Config]:
 
 __all__ = ["FA4Config", "grid", "launch_args", "paged_launch_args", "varlen_launch_args", "LAUNCH_PARAMS",
            "TENSOR_PARAMS", "PAGED_LAUNCH_PARAMS", "PAGED_TENSOR_PARAMS", "PAGED_GATHER_LAUNCH_PARAMS", "VARLEN_LAUNCH_PARAMS", "SEQUSED_PARAMS", "SOFTCAP_PARAMS",
-           "SINK_PARAMS", "FP8_PARAMS", "FP8_SCALES", "serving_configs", "configs", "supported_configs", "mla_configs", "paged_configs", "code_shape", "KERNEL", "ROLES", "TMEM_COLUMNS", "SMEM_CARVEOUT"]
+           "SINK_PARAMS", "FP8_PARAMS", "FP8_SCALES", "serving_configs", "configs", "supported_configs", "mla_configs", "mla_decode_configs", "paged_configs", "code_shape", "KERNEL", "ROLES", "TMEM_COLUMNS", "SMEM_CARVEOUT"]
 
 
 PAGED_PAGE_SIZES = (16, 64, 128, 256, 48)   # 8, 2, 1, 1 and 8 boxes per BN-128 tile (48: not a power of two)
@@ -778,3 +837,20 @@ def mla_configs() -> list[FA4Config]:
     return [FA4Config(dtype=dtype, head_dim=qk, head_dim_v=ov, causal=causal, num_q_heads=12 * group,
                       num_kv_heads=12)
             for qk, ov in MLA_HEAD_DIMS for dtype in DTYPES for causal in (False, True) for group in (1, 4, 3)]
+
+
+MLA_DECODE_PAGE_SIZES = (64, 16)   # 1 and 4 TMA boxes per 64-key tile
+
+
+def mla_decode_configs() -> list[FA4Config]:
+    """Note "MLA decode"'s kernels: absorbed MLA (576/512, one latent KV head) on the decode route over a paged
+    latent cache (page 64, and 16: four boxes per tile) or a contiguous one, heads 16 (x 4 tokens per tile),
+    64 (one token) and 128 (two CTAs per token), causal (MTP) or not, bf16 and f16. Kept out of
+    supported_configs() (CI's sweep); tests/test_attention_sm100_mla_decode.py compiles, verifies and
+    interprets them."""
+    base = dict(head_dim=576, head_dim_v=512, num_kv_heads=1, bn=MLA_DECODE_BN, num_q_tiles=1, fuse_gqa=True)
+    return [FA4Config(**base, dtype="bf16", num_q_heads=16, causal=True, page_size=64),
+            FA4Config(**base, dtype="bf16", num_q_heads=64, page_size=64),
+            FA4Config(**base, dtype="bf16", num_q_heads=128, causal=True, page_size=64),
+            FA4Config(**base, dtype="f16", num_q_heads=32, page_size=16),
+            FA4Config(**base, dtype="bf16", num_q_heads=16)]

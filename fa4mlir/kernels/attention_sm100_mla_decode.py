@@ -1,0 +1,124 @@
+"""Absorbed MLA decode on sm_100a: the decode route's pieces for head dims 576/512 (attention_sm100_config,
+note "MLA decode"), used by attention_fwd_sm100.
+
+Why a 64-row tile. O of head dim 512 in float32 is 512 TMEM columns per row, all there are, so a 128-row
+tile (Layout D, row i in lane i) has no column left for S. tcgen05.mma with M = 64 and cta_group::1,
+not .ws, writes Layout F, "4x1 (1/2 datapath utilized)", whose "Tensor Memory Datapath Lane Alignment"
+is "0 or 16" (PTX ISA 9.1 §9.7.16.10.5 "Data Path Layout Organization"): row r of D sits in lane
+32 (r // 16) + a + r % 16 for the alignment a of its TMEM address, so two 64-row accumulators live in
+the same columns, one in lanes 0-15 and one in lanes 16-31 of each warp's 32-lane slab. And "the
+layouts which utilize only half the datapath lanes, i.e., Layout F and Layout C, must use the same
+Tensor Memory lane alignment across matrices A, D" (ibid.): P, the A operand of O += P V read from
+TMEM, must sit at its O's alignment.
+
+TMEM plan (64 query rows; a = lane alignment 0 or 16):
+
+    columns [0, 256)          O_a = O[:, 256 (a / 16) ...+ 256]  (N = 256 per P.V MMA, the largest N)
+    columns [256, 256 + BN)   S_a = Q K^T, computed twice (a = 0 and a = 16: 2 x 36 MMAs of K 16)
+    P_a = S_a + BN / 2, C_a = S_a   (as the 128-row plan: P over S's upper half, C its lower half)
+
+Thread l of warp w (softmax and correction warpgroups alike) owns lane 32 w + l, i.e. packed row
+16 w + l % 16 and half h = l // 16: every tcgen05.ld/st stays the 32x32b one-lane-per-thread access of
+the other routes. Both threads of a row read the same S (each its copy), run the same softmax and
+write P and C into their own lane; the correction thread of half h rescales and stores O columns
+[256 h, 256 h + 256). The price: S's MMAs run twice (576 of the 1088 MACs per key and row) and the
+softmax's exp2 twice (on threads that would be idle); no shuffles, no P in SMEM, no new ld shape.
+
+V is the first 512 columns of the K tile (one latent head, FlashMLA's layout): no V ring, no V loads;
+the MMA thread releases a K stage after the P V MMAs that read it. K tiles are 64 keys x 576 (72 KiB):
+the 64 x 576 Q tile (72 KiB) and two K stages fill the SMEM carve-out. Heads 16..64 pack into the 64
+rows with 64 / heads tokens (MTP); 128 heads take two CTAs per token (grid y = heads / 64), each reading
+the latent cache.
+
+Proven without a Blackwell GPU (tests/test_attention_sm100_mla_decode.py): compiled with 0 spills, SASS
+and pipeline verifier checked, interpreted on small shapes (the interpreter models Layout F and its
+lane-alignment rule); no Blackwell numerics claimed.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..dialect import builders as fa4
+from ..dsl import PipeState, Value, const
+from . import attention_sm100_config as fcfg
+from .common import paged_rows, tcgen05
+
+SW = fcfg.SWIZZLE_BYTES
+CHUNK = fcfg.CHUNK
+MMA_K = fcfg.MMA_K
+HALVES = 2                           # O's column halves, one per lane alignment
+ROWS_PER_SLAB = 16                   # Layout F: rows of one warp's 32-lane slab per alignment
+
+
+def packed_row(kb) -> tuple[Value, Value]:
+    """(packed row, half) of this thread's TMEM lane in Layout F: lane 32 w + l holds row 16 w + l % 16
+    of the accumulator at alignment 16 (l // 16)."""
+    t = kb.thread_idx(0) % fcfg.MMA_M
+    lane = t % 32
+    return (t // 32) * ROWS_PER_SLAB + lane % ROWS_PER_SLAB, lane // ROWS_PER_SLAB
+
+
+def lane_offset(half: int) -> int:
+    """The TMEM address bits of lane alignment `half` x 16 (lane field, bits 31-16)."""
+    return (half * fcfg.O_HALF_LANE) << 16
+
+
+class _Carry(NamedTuple):
+    k: PipeState           # K_n (= V_n)
+    a: PipeState           # s0, p0, o0 (1 stage each, in lock step)
+
+
+def mma_role(kb, cfg, geo, bufs, opaque_zero, tmem_of):
+    """The MMA thread per block n: S_a <- Q K_n^T for a = 0, 16; then O_a <- O_a + P_a V_n (V_n = K_n's
+    first 512 columns, chunks 4 (a / 16) .. + 3 for O_a's 256 columns); release K_n after both.
+    `opaque_zero()`: 0 the compiler cannot fold (note "MLA registers": keeps the 36 Q descriptors in
+    the loop); `tmem_of(region)`: the TMEM address of a plan region, re-read from its slot."""
+    q_pipe, k_pipe = bufs.pipes.q, bufs.pipes.k
+    tile = bufs.pipes.tiles[0]
+    with kb.if_(kb.elect_one() & geo.n_blocks.gt(0)).then_():
+        q0 = q_pipe.initial_state()
+        q_pipe.consumer_wait(q0)
+        loop = kb.for_(0, geo.n_blocks, 1, carry=_Carry(k_pipe.initial_state(), tile.s.initial_state()))
+        with loop as (n, c):
+            # 1. K_n; a paged tile holding the length L_b: zero its V rows past L_b first (the paged
+            #    kernel's note "Stale V rows"; here before S's MMAs, which read the same stage)
+            k_pipe.consumer_wait(c.k)
+            k_tile = kb.gep(bufs.k_smem, opaque_zero() + c.k.stage * bufs.k_tile, "i8")
+            if cfg.paged:
+                valid = geo.seqlen_k - n * cfg.bn
+                with kb.if_(valid.slt(cfg.bn)).then_():
+                    paged_rows.zero_rows(kb, k_tile, valid, cfg.bn, cfg.padded_head_dim_v // CHUNK, SW)
+            kb.fence("tcgen05_after")
+            # 2. S_a <- Q K_n^T, a = 0 and 16 (the same product in both lane halves)
+            tile.s.producer_acquire(c.a)
+            q_base = kb.gep(bufs.q_smem, opaque_zero(), "i8")
+            for half in range(HALVES):
+                s_tmem = tmem_of("S0") + lane_offset(half)
+                for kk in range(cfg.padded_head_dim // MMA_K):
+                    ch, within = divmod(kk, CHUNK // MMA_K)
+                    off = within * MMA_K * fcfg.ELEM_BYTES
+                    a = fa4.smem_desc(kb.gep(q_base, ch * cfg.mma_m * SW + off, "i8"), swizzle=SW, lbo=16, sbo=8 * SW)
+                    b = fa4.smem_desc(kb.gep(k_tile, ch * cfg.bn * SW + off, "i8"), swizzle=SW, lbo=16, sbo=8 * SW)
+                    tcgen05.mma(a, b, const(int(kk > 0), "i1"), s_tmem, m=cfg.mma_m, n=cfg.bn, k=MMA_K,
+                                ab_dtype=cfg.dtype)
+            tile.s.mma_commit(c.a, side="full")
+            # 3. O_a <- O_a + P_a V_n once softmax wrote P_a and the correction released O (n = 0 overwrites)
+            tile.p.consumer_wait(c.a)
+            tile.o.producer_acquire(c.a)
+            kb.fence("tcgen05_after")
+            for half in range(HALVES):
+                p_tmem, o_tmem = tmem_of("P0") + lane_offset(half), tmem_of("O0") + lane_offset(half)
+                v_half = kb.gep(k_tile, half * (cfg.o_cols // CHUNK) * cfg.bn * SW, "i8")
+                for kk in range(cfg.bn // MMA_K):
+                    b = fa4.smem_desc(kb.gep(v_half, kk * MMA_K * SW, "i8"), swizzle=SW, lbo=cfg.bn * SW, sbo=8 * SW)
+                    acc = n.gt(0) if kk == 0 else const(1, "i1")
+                    tcgen05.mma(p_tmem + kk * (MMA_K // 2), b, acc, o_tmem, m=cfg.mma_m, n=cfg.o_cols, k=MMA_K,
+                                ab_dtype=cfg.dtype, a_source="tmem", b_major="mn")
+            tile.o.mma_commit(c.a, side="full")
+            tile.p.mma_commit(c.a, side="empty")
+            k_pipe.mma_commit(c.k, side="empty")     # 4. K_n (and V_n) read by every MMA of block n
+            loop.yield_(_Carry(c.k.advance(), c.a.advance()))
+        q_pipe.mma_commit(q0, side="empty")
+
+
+__all__ = ["packed_row", "lane_offset", "mma_role", "HALVES"]
