@@ -131,9 +131,9 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
             return _Geometry(kb, cfg, seqlen_q, seqlen_k, p)
 
         with kb.warp_roles():
-            with kb.role("load", **(kvroles.GATHER_ROLE if cfg.gather else _role("load"))):
+            with kb.role("load", **(kvroles.GATHER_ROLE if cfg.gather else _role("load", cfg))):
                 _load_role(kb, cfg, geo(), bufs)
-            with kb.role("mma", **_role("mma")):
+            with kb.role("mma", **_role("mma", cfg)):
                 _mma_role(kb, cfg, geo(), bufs)
             if cfg.fp8:      # the decode route's free warps 4-7 (attention_sm100_kv)
                 name, first, n, regs = kvroles.CONVERT_ROLE
@@ -154,8 +154,10 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
     return kb.finish()
 
 
-def _role(name: str) -> dict:
+def _role(name: str, cfg: FA4Config | None = None) -> dict:
     first, n, regs = ROLE[name]
+    if cfg is not None and cfg.mla_decode:   # attention_sm100_config.MLA_DECODE_ROLE_REGS
+        regs = fcfg.MLA_DECODE_ROLE_REGS.get(name, regs)
     return dict(first_warp=first, num_warps=n, regs=regs)
 
 

@@ -138,6 +138,10 @@ ROLES = (  # name, first warp, warps, setmaxnreg
     ("load", 13, 1, 48),
 )
 NUM_THREADS = 512
+# MLA decode (note "MLA decode"): the MMA thread issues 72 + 8 MMAs per block over 36 + 8 descriptors, and at 48
+# registers ptxas spilled 12 bytes there; warps 4-7 have no role on the decode route (128 registers untouched), so
+# warpgroup 12-15 takes 80: 192 + 128 + 80 + 80 = 480 of the 512 registers per thread-of-a-warpgroup.
+MLA_DECODE_ROLE_REGS = {"mma": 80, "load": 80}
 # pipelines: name -> stages (kv stages filled in per config). q, k, v: TMA -> mma; s_i: mma ->
 # softmax_i; p_i: softmax_i -> mma; o_i: mma -> correction; c_i: softmax_i -> correction.
 FIXED_PIPES = ("q", "s0", "s1", "p0", "p1", "o0", "o1", "c0", "c1")
