@@ -27,7 +27,8 @@ import pytest
 from _sm100_helpers import (check_resources, check_verifier_rejects_a_dropped_commit, compiled, role_budgets,
                             sass_count, sass_of, verify_pipelines)
 from fa4mlir.kernels.attention_sm100_config import (SMEM_CARVEOUT, FA4Config, code_shape, grid, mla_configs,
-                                                    mla_decode_configs, paged_launch_args, supported_configs)
+                                                    launch_args, mla_decode_configs, paged_launch_args,
+                                                    supported_configs)
 
 BASE = dict(head_dim=576, head_dim_v=512, num_kv_heads=1, bn=64, num_q_tiles=1, fuse_gqa=True)
 KEY = "test-sm100-mla-decode"
@@ -160,9 +161,12 @@ def _interpret(cfg, lengths, seqlen_q, seed=29):
     lse = np.full((batch, heads, seqlen_q), np.nan, np.float32)
     P = type("P", (), dict(batch=batch, heads=heads, seqlen_q=seqlen_q, softmax_scale=scale))
     tensors = dict(q=_bits(q, torch, dtype), k=kv_bits, o=o, lse=lse, page_table=table, cache_seqlens=lens)
-    if table is None:      # contiguous: the decode route's paged parameters need a page table; use the plain ones
-        pytest.skip("interpreted here over paged caches only")
-    args = paged_launch_args(cfg, P, tensors, num_pages=kv.shape[0], page_table_stride=table.shape[1])
+    if table is None:      # contiguous [batch, seqlen_k, 1, 576]: one length for the batch (seqlen_k)
+        assert len(set(lengths)) == 1
+        P.seqlen_k = lengths[0]
+        args = launch_args(cfg, P, tensors)
+    else:
+        args = paged_launch_args(cfg, P, tensors, num_pages=kv.shape[0], page_table_stride=table.shape[1])
     t0 = time.perf_counter()
     interpret.load(k100.build(cfg)).launch(grid(cfg, P), args)
     seconds = time.perf_counter() - t0
@@ -175,8 +179,11 @@ def _interpret(cfg, lengths, seqlen_q, seed=29):
             assert (out[b] == 0).all() and torch.isposinf(lse_t[b]).all()      # no key seen
             continue
         t = np.arange(n)
-        k_rows = kv.reshape(-1, 1, 576)[torch.from_numpy(table[b][t // cfg.page_size] * cfg.page_size + t % cfg.page_size)]
-        k_rows = k_rows[None]
+        if table is None:
+            k_rows = kv[b:b + 1, :n]
+        else:
+            rows = torch.from_numpy(table[b][t // cfg.page_size] * cfg.page_size + t % cfg.page_size)
+            k_rows = kv.reshape(-1, 1, 576)[rows][None]
         v_rows = k_rows[..., :512]
         ref_o, ref_l = attention_math(q[b:b + 1], k_rows, v_rows, scale, cfg.causal, torch.float64)
         low_o, low_l = attention_math(q[b:b + 1], k_rows, v_rows, scale, cfg.causal, dtype)
@@ -189,6 +196,7 @@ CASES = [  # (config index in mla_decode_configs(), lengths, seqlen_q)
     (0, [63, 64, 150, 0], 2),          # 16 heads x 2 MTP tokens (of 4 per tile), causal; 3 blocks through 2 stages
     (2, [70], 1),                      # 128 heads: two CTAs per token
     (3, [17, 100], 1),                 # f16, page 16: 4 boxes per tile, the length inside a page
+    (4, [90, 90], 3),                  # a contiguous cache, 3 tokens of 16 heads, not causal
 ]
 
 
