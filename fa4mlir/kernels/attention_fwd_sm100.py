@@ -49,6 +49,11 @@ MLA prefill (attention_sm100_config, note "MLA"): head_dim 192 / head_dim_v 128 
 three 64-column chunks per Q/K tile (12 S MMAs), two per V tile, and one K/V stage; the MMA thread
 keeps its SMEM descriptors in the loop there (_Issuer._opaque_zero, note "MLA registers").
 
+Absorbed MLA decode (attention_sm100_config, note "MLA decode"; attention_sm100_mla_decode): the decode
+route with a 64-row tile (tcgen05.mma M = 64, Layout F), O's halves in the two lane halves of TMEM, S
+computed in both; thread l of a warp owns packed row 16 w + l % 16 and O half l // 16. V is read from the
+K stage (no V ring), and the MMA thread (attention_sm100_mla_decode.mma_role) frees a K stage after P V.
+
 Note "Stale V rows": a paged box that starts before the length L_b and ends past it brings real pool
 rows past L_b (unused rows of the last page, stale tokens), which may hold anything, NaN included.
 K's are harmless (their scores are masked to -inf by select), but O += P V multiplies V's by P = 0,

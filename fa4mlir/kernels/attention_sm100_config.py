@@ -92,9 +92,15 @@ LLVM hoisted all 2 x 12 + 12 + 8 of them (64-bit each) into the 48-register MMA 
 re-read from its slot (always 0), which keeps them in the loop: 0 spills. The default kernels do not
 take that path (their code is unchanged). mla_configs() lists the 12 code shapes, compiled, verified
 and interpreted by tests/test_attention_sm100_mla.py, kept out of supported_configs() (CI's sweep).
-Absorbed MLA decode (576 = 512 latent + 64 rope, V 512, one latent KV head) is refused by the plan: O
-of head dim 512 is 512 TMEM columns (none left for S) and one P V MMA of N = 512 > 256; it needs O
-split over two CTAs (or N-split MMAs with O in two halves), not built.
+
+Note "MLA decode" (issue 29 item 5; the plan and its PTX ISA grounds: attention_sm100_mla_decode): absorbed
+MLA, head_dim 576 (512 latent + 64 rope), head_dim_v 512 (V = the latent's first 512 columns, no V ring),
+one latent KV head, decode route only, BN 64, bf16/f16, a contiguous cache or per-page TMA boxes,
+cache_seqlens on the device. mma_m = 64 (tcgen05.mma M = 64, Layout F): O's two 256-column halves share
+TMEM columns 0-255 in the two lane halves (o_cols 256), S (both halves) at 256: 320 columns. tile_heads =
+min(group, 64) heads pack into the 64 rows (128 heads: two CTAs per token). SMEM: Q 72 KiB + two 72 KiB K
+stages. MMA/load warps at 80 registers (MLA_DECODE_ROLE_REGS). No FP8, row gather, serving features or
+split-KV partials (each CTA takes a whole cache). mla_decode_configs(): tests/test_attention_sm100_mla_decode.py.
 """
 from __future__ import annotations
 
@@ -138,9 +144,8 @@ ROLES = (  # name, first warp, warps, setmaxnreg
     ("load", 13, 1, 48),
 )
 NUM_THREADS = 512
-# MLA decode (note "MLA decode"): the MMA thread issues 72 + 8 MMAs per block over 36 + 8 descriptors, and at 48
-# registers ptxas spilled 12 bytes there; warps 4-7 have no role on the decode route (128 registers untouched), so
-# warpgroup 12-15 takes 80: 192 + 128 + 80 + 80 = 480 of the 512 registers per thread-of-a-warpgroup.
+# MLA decode: at 48 registers ptxas spilled 12 bytes around the MMA thread's 80 MMAs per block; warps 4-7 have
+# no role on the decode route (128 untouched), so 192 + 128 + 80 + 80 = 480 of 512 per thread-of-a-warpgroup.
 MLA_DECODE_ROLE_REGS = {"mma": 80, "load": 80}
 # pipelines: name -> stages (kv stages filled in per config). q, k, v: TMA -> mma; s_i: mma ->
 # softmax_i; p_i: softmax_i -> mma; o_i: mma -> correction; c_i: softmax_i -> correction.
@@ -490,7 +495,10 @@ class FA4Config:
         tests/test_attention_sm100_serving.py; the other combinations are accepted unchecked. MLA
         prefill (head_dim 192, head_dim_v 128, note "MLA"): the plain contiguous two-tile prefill CTA,
         stages 0 or 1, the default exp2_poly_stride; its 12 code shapes (mla_configs()) are compiled,
-        verified and interpreted by tests/test_attention_sm100_mla.py, outside supported_configs()."""
+        verified and interpreted by tests/test_attention_sm100_mla.py, outside supported_configs(). Absorbed MLA
+        decode (576/512, note "MLA decode"): the decode route, one latent KV head, BN 64, stages 0 or 2, a
+        contiguous cache or per-page TMA boxes; mla_decode_configs() is compiled, verified and interpreted by
+        tests/test_attention_sm100_mla_decode.py, outside supported_configs()."""
         return _answer(self._refusal())
 
     def _refusal(self) -> ConfigError | None:
