@@ -49,7 +49,8 @@ def test_plan(cfg):
     assert sm["q_tile"] == 64 * 576 * 2 and sm["k_tile"] == 64 * 576 * 2 and sm["v"] == 0
     assert sm["stages"] == 2 and sm["total"] <= SMEM_CARVEOUT < cfg._smem_total(3)
     assert cfg.tile_heads * cfg.tile_tokens == 64 and cfg.tile_heads == min(cfg.num_q_heads, 64)
-    assert [n for n, _ in cfg.launch_params][:4] == ["q", "k", "o", "lse"]     # no v: V is K's first 512 columns
+    outs = ["o_partial", "lse_partial"] if cfg.split_kv else ["o", "lse"]
+    assert [n for n, _ in cfg.launch_params][:4] == ["q", "k", *outs]     # no v: V is K's first 512 columns
 
 
 def test_heads_pack_into_the_64_rows():
@@ -84,7 +85,7 @@ def test_two_q_tiles_do_not_fit():
 def test_kept_out_of_the_supported_sweep():
     shapes = {code_shape(c) for c in supported_configs()}
     dec = [code_shape(c) for c in mla_decode_configs()]
-    assert len(supported_configs()) == 288 and not shapes & set(dec)
+    assert len(supported_configs()) == 288 and not shapes & set(dec) and len(set(dec)) == len(dec)
     assert not set(dec) & {code_shape(c) for c in mla_configs()}
 
 
@@ -93,13 +94,15 @@ def test_kept_out_of_the_supported_sweep():
 def test_compiles_with_zero_spills_and_sass(cfg):
     art, seconds = compiled(cfg, KEY)
     check_resources(cfg, art, seconds)
-    assert "_qk576_ov512_" in art.name and "_bn64_" in art.name and art.name.endswith("_decode")
+    assert "_qk576_ov512_" in art.name and "_bn64_" in art.name and art.name.endswith("_split" if cfg.split_kv else
+                                                                                        "_decode")
     sass = sass_of(art)
     assert role_budgets(sass) == {192, 80}, "softmax 192, correction 80, MMA/load 80"
     s_mmas, pv_mmas = 2 * 576 // 16, 2 * 64 // 16          # per block: both lane halves
     assert sass_count(sass, "UTCHMMA") == s_mmas + pv_mmas
     assert len(re.findall(r"UTCHMMA tmem\[", sass)) == pv_mmas, "P.V takes A (= P) from tensor memory"
-    assert sass_count(sass, "UTMALDG") >= 9 + 9 and sass_count(sass, "UTMASTG") >= 8
+    assert sass_count(sass, "UTMALDG") >= 9 + 9
+    assert sass_count(sass, "UTMASTG") == 0 if cfg.split_kv else sass_count(sass, "UTMASTG") >= 8   # partials: STG
     assert not re.search(r"\b(LDL|STL)\b", sass), "no local-memory spills"
 
 
@@ -144,8 +147,10 @@ def _latent_cache(torch, gen, lengths, page_size, dtype):
     return kv.to(dtype), table
 
 
-def _interpret(cfg, lengths, seqlen_q, seed=29):
-    """Interpret `cfg` over latent caches of `lengths` and return the FA-rule errors (asserted)."""
+def _interpret(cfg, lengths, seqlen_q, seed=29, num_splits=1):
+    """Interpret `cfg` over latent caches of `lengths` and return the FA-rule errors (asserted); split-KV:
+    `num_splits` CTAs per sequence write float32 partials, merged by the combine's math
+    (testing_kvcache.combine_splits, the host twin of attention_combine_sm90)."""
     torch = pytest.importorskip("torch")
     from fa4mlir import interpret
     from fa4mlir.kernels import attention_fwd_sm100 as k100
@@ -159,8 +164,10 @@ def _interpret(cfg, lengths, seqlen_q, seed=29):
     lens = np.array(lengths, np.int32)
     o = np.full((batch, seqlen_q, heads, 512), 0x7E00, np.uint16)
     lse = np.full((batch, heads, seqlen_q), np.nan, np.float32)
-    P = type("P", (), dict(batch=batch, heads=heads, seqlen_q=seqlen_q, softmax_scale=scale))
-    tensors = dict(q=_bits(q, torch, dtype), k=kv_bits, o=o, lse=lse, page_table=table, cache_seqlens=lens)
+    P = type("P", (), dict(batch=batch, heads=heads, seqlen_q=seqlen_q, softmax_scale=scale, num_splits=num_splits))
+    tensors = dict(q=_bits(q, torch, dtype), k=kv_bits, o=o, lse=lse, page_table=table, cache_seqlens=lens,
+                   o_partial=np.full((num_splits, batch, seqlen_q, heads, 512), np.nan, np.float32),
+                   lse_partial=np.full((num_splits, batch, heads, seqlen_q), np.nan, np.float32))
     if table is None:      # contiguous [batch, seqlen_k, 1, 576]: one length for the batch (seqlen_k)
         assert len(set(lengths)) == 1
         P.seqlen_k = lengths[0]
@@ -168,10 +175,17 @@ def _interpret(cfg, lengths, seqlen_q, seed=29):
     else:
         args = paged_launch_args(cfg, P, tensors, num_pages=kv.shape[0], page_table_stride=table.shape[1])
     t0 = time.perf_counter()
-    interpret.load(k100.build(cfg)).launch(grid(cfg, P), args)
+    interpret.load(k100.build(cfg)).launch(grid(cfg, P, num_splits), args)
     seconds = time.perf_counter() - t0
-    out = torch.from_numpy(o.view(np.int16)).view(dtype).double()
-    lse_t = torch.from_numpy(lse).double()
+    if cfg.split_kv:       # every partial row written (0 and -inf for a split without keys), then combined
+        from fa4mlir.testing_kvcache import combine_splits
+        assert not np.isnan(tensors["o_partial"]).any() and not np.isnan(tensors["lse_partial"]).any()
+        out_c, lse_c = combine_splits(tensors["o_partial"], tensors["lse_partial"])
+        out = torch.from_numpy(out_c).to(dtype).double()      # the combine rounds O to q's dtype
+        lse_t = torch.from_numpy(lse_c)
+    else:
+        out = torch.from_numpy(o.view(np.int16)).view(dtype).double()
+        lse_t = torch.from_numpy(lse).double()
     assert not torch.isnan(out).any() and not torch.isnan(lse_t).any()
     tally = FaTally()
     for b, n in enumerate(lengths):
@@ -203,6 +217,16 @@ CASES = [  # (config index in mla_decode_configs(), lengths, seqlen_q)
 @pytest.mark.parametrize("index,lengths,seqlen_q", CASES, ids=[f"{_id(mla_decode_configs()[c[0]])}" for c in CASES])
 def test_interpreted_by_the_fa_rule(index, lengths, seqlen_q):
     _interpret(mla_decode_configs()[index], lengths, seqlen_q)
+
+
+@pytest.mark.parametrize("index,lengths,seqlen_q,num_splits", [
+    (5, [150, 40, 0], 2, 3),          # 3 blocks over 3 splits; 1 block (two empty splits); no key at all
+    (6, [200], 1, 2),                  # 128 heads, 4 blocks over 2 splits
+], ids=["h16-causal-3splits", "h128-2splits"])
+def test_split_kv_partials_combine_by_the_fa_rule(index, lengths, seqlen_q, num_splits):
+    cfg = mla_decode_configs()[index]
+    assert cfg.split_kv
+    _interpret(cfg, lengths, seqlen_q, num_splits=num_splits)
 
 
 def test_collapsed_lane_halves_are_caught(monkeypatch):

@@ -107,7 +107,7 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
     box = {"q": q_box, "k": (CHUNK, 1, cfg.box_rows, 1), "v": (CHUNK, 1, cfg.box_rows, 1), "o": q_box}
     if cfg.mla_decode:   # V is read from the K tile (attention_sm100_mla_decode): no v parameter
         del box["v"]
-    if cfg.varlen:   # O is stored row by row through a pointer (note "Serving")
+    if cfg.varlen or cfg.split_kv:   # O is stored row by row through a pointer (note "Serving"; o_partial)
         del box["o"]
     if cfg.gather:   # K and V rows copied from the pools' pointers (paged_rows, note "Row gather")
         del box["k"], box["v"]
@@ -247,7 +247,7 @@ def _declare_buffers(kb, sm: dict, params: dict, num_q_tiles: int = fcfg.NUM_Q_T
         rings8 = {n: kb.pipeline(n, num_stages=stages, producer="load", consumers=["convert"], consumer_arrivals=128)
                   for n in ("k8", "v8")}
     return _Buffers(q_smem, k_smem, v_smem, tmem_slot, sm["q_tile"], sm["k_tile"], sm["v_tile"],
-                    _Pipes(q, k, v, tuple(tiles), **rings8), *(params.get(n) for n in ("q", "k", "v", "o", "lse")),
+                    _Pipes(q, k, v, tuple(tiles), **rings8), *(params[n] if n in params else params.get(f"{n}_partial") for n in ("q", "k", "v", "o", "lse")),
                     **paged)
 
 
@@ -291,13 +291,22 @@ class _Geometry:
             self.heads = kb.grid_dim(1)
             self.batch = kb.block_idx(2)
             self.kv_head = self.head // cfg.group if cfg.group > 1 else self.head
-        self.first = None
+        self.first = self.offset = None
+        if cfg.split_kv:     # CTA x = M tile x num_splits + split (note "MLA decode"), uncounted from the top
+            splits = p["num_splits"]
+            m_block = kb.block_idx(0) // splits
+            split = kb.block_idx(0) - m_block * splits
+            self.m0, self.split = m_block * cfg.tile_tokens, split
         if cfg.mask.is_legacy:
             self.n_blocks, _ = block_range(self.m0, cfg.num_q_tiles * self.rows, seqlen_q, seqlen_k, cfg.bn,
                                            cfg.causal)
         else:            # a window or chunk: blocks first .. first + n_blocks - 1 (common.masks.tile_blocks)
             tb = tile_blocks(cfg.mask, self.m0, cfg.num_q_tiles * self.rows, seqlen_q, seqlen_k, cfg.bn, ValueOps)
             self.first, self.n_blocks = tb.first, tb.end - tb.first
+        if cfg.split_kv:     # blocks [split x per, ..) of the n_blocks, per = ceil(n_blocks / num_splits)
+            per = (self.n_blocks + splits - 1) // splits
+            self.offset = self.split * per
+            self.n_blocks = (self.n_blocks - self.offset).smin(per).smax(0)
         if cfg.varlen:   # a CTA past its sequence's rows visits nothing (and stores nothing)
             self.n_blocks = select(self.m0.slt(seqlen_q), self.n_blocks, const(0))
 
@@ -306,6 +315,8 @@ class _Geometry:
 
     def block(self, n: Value) -> Value:
         """The KV block index of the n-th visited block."""
+        if self.offset is not None:    # split-KV: this split's first block
+            return self.offset + n
         return n if self.first is None else self.first + n
 
     def q_coord(self, row: Value) -> Value:
@@ -323,6 +334,8 @@ class _Geometry:
         No mask or causal: 1 .. n_unmasked - 1 unmasked, then the rest (the diagonal, the seqlen_k
         tail). A window or chunk: the blocks before the whole ones, the whole ones, then the rest."""
         cfg, n = self.cfg, self.n_blocks
+        if self.offset is not None:    # split-KV: the diagonal or the tail may be in any split's blocks
+            return [(const(1), n, True)]
         if self.first is None:
             split = block_range(self.tile_row0(i), self.rows, self.seqlen_q, self.seqlen_k, cfg.bn, cfg.causal)[1]
             split = select(split.gt(1), split, const(1))
@@ -599,7 +612,7 @@ class _Softmax:
         if cfg.softcap:  # t = tanh(s * scale / cap), in units of the cap (scale_log2 = cap log2 e): before the mask
             s = [tanh(x * self.softcap_scale) for x in s]
         if masked and geo.first is None:
-            visible = visible_keys(n * cfg.bn, self.row, geo.seqlen_q, geo.seqlen_k, cfg.causal)
+            visible = visible_keys(geo.block(n) * cfg.bn, self.row, geo.seqlen_q, geo.seqlen_k, cfg.causal)
             for j in range(cfg.bn):
                 s[j] = select(visible.le(j), const(NEG_INF, "f32"), s[j])
         elif masked:     # a window or chunk: keys [start, end) of the block are visible (common.masks.key_window)
@@ -730,7 +743,9 @@ class _Correction:
             o_pipe.consumer_wait(st.o)                   # the last O_i += P_i V completed
             kb.fence("tcgen05_after")
         store = self.store_o_rows if cfg.varlen else self.store_o_tile
-        if cfg.paged or cfg.fp8 or not cfg.plain:   # a CTA without blocks: TMEM holds no O_i, so none is read
+        if cfg.split_kv:   # float32 partials for the combine (attention_sm100_mla_decode.store_partial)
+            store = lambda i, inv, empty, from_tmem=True: mla_dec.store_partial(self, inv, empty, from_tmem)  # noqa: E731
+        if cfg.paged or cfg.fp8 or not cfg.plain or cfg.split_kv:   # a CTA without blocks: TMEM holds no O_i
             br = kb.if_(geo.n_blocks.gt(0))
             with br.then_():
                 store(i, inv, empty)
@@ -743,6 +758,9 @@ class _Correction:
             o_pipe.consumer_release(st.o)
         if cfg.varlen:
             self.store_lse(geo.tile_row0(i) + t, geo.head, lse)
+            return
+        if cfg.split_kv:
+            mla_dec.store_lse_partial(self, lse, empty)
             return
         kb.fence("async_smem")
         kb.named_barrier(BAR_EPILOGUE, 128)

@@ -194,6 +194,9 @@ class FA4Config:
     # note "FP8": an e4m3 K/V cache (decode route), dequantised by the convert warpgroup
     kv_dtype: str = ""              # "": K/V hold Q's dtype; "e4m3": FP8 with float32 k_scale / v_scale
     kv_scale: str = ""              # FP8 scale granularity: tensor | kv_head | block (per (page, KV head))
+    # MLA decode only: split the cache's blocks over num_splits CTAs (a launch argument) writing float32
+    # partials for the combine (note "MLA decode"); off, the key() omits it (existing keys unchanged)
+    split_kv: bool = False
 
     def __post_init__(self):
         # 8 and 8.0 build the same kernel: one spelling in key() and the kernel name
@@ -273,6 +276,8 @@ class FA4Config:
         base = (*base, *(SEQUSED_PARAMS if self.seqused_k else ()))
         if self.mla_decode:   # V is the K tile's first 512 columns: no v parameter (note "MLA decode")
             base = tuple(p for p in base if p[0] != "v")
+        if self.split_kv:     # float32 partials for the combine in place of o and lse, then num_splits
+            base = (*(SPLIT_OUT.get(n, (n, kind)) for n, kind in base), ("num_splits", "i32"))
         return (*base, *(SOFTCAP_PARAMS if self.softcap else ()), *(SINK_PARAMS if self.sinks else ()),
                 *(FP8_PARAMS if self.fp8 else ()))
 
@@ -540,6 +545,8 @@ class FA4Config:
         refusal = self._fp8_refusal()
         if refusal is not None:
             return refusal
+        if self.split_kv and not self.mla_decode:
+            return ConfigError("split_kv=True: split-KV partials are built for MLA decode (576/512) only on sm_100a")
         if not self.plain and (self.paged or self.decode):
             return ConfigError(f"{self.serving_tag().lstrip('_')} with page_size={self.page_size}, num_q_tiles="
                                f"{self.num_q_tiles}: windows, chunks, softcap, sinks and ragged lengths are built for "
@@ -594,7 +601,7 @@ class FA4Config:
         return (f"_paged{self.page_size}" if self.paged else "") + ("_decode" if self.decode else "") + \
             ("_varlen" if self.varlen else "") + ("_used" if self.seqused_k else "") + \
             ("_softcap" if self.softcap else "") + ("_sink" if self.sinks else "") + \
-            (f"_e4m3_{self.kv_scale}" if self.fp8 else "")
+            (f"_e4m3_{self.kv_scale}" if self.fp8 else "") + ("_split" if self.split_kv else "")
 
     def serving_tag(self) -> str:
         """The tags of note "Serving"'s features: the mask beyond causal, ragged lengths, the score
@@ -604,7 +611,10 @@ class FA4Config:
             ("_sink" if self.sinks else "")
 
     def key(self) -> dict:
-        return {"kernel": KERNEL, **asdict(self)}
+        key = {"kernel": KERNEL, **asdict(self)}
+        if not self.split_kv:     # added after the keys were in use: absent when off
+            del key["split_kv"]
+        return key
 
     @classmethod
     def from_key(cls, key: dict) -> "FA4Config":
@@ -615,13 +625,14 @@ class FA4Config:
         return cls(**{k: v for k, v in key.items() if k in names})
 
 
-def grid(config: "FA4Config", problem) -> tuple[int, int, int]:
+def grid(config: "FA4Config", problem, num_splits: int = 1) -> tuple[int, int, int]:
     """One CTA per (two Q tiles = 256 query rows, head, batch); decode: per (tile_tokens query
     tokens of the group's heads, KV head, batch); MLA decode: per (tile_tokens tokens, tile_heads query
     heads, batch). `problem`: anything with batch, heads, seqlen_q (attention.AttnProblem)."""
     if config.decode:
         rows = config.tile_tokens
-        return ((problem.seqlen_q + rows - 1) // rows, problem.heads // config.tile_heads, problem.batch)
+        tiles = (problem.seqlen_q + rows - 1) // rows * (num_splits if config.split_kv else 1)
+        return (tiles, problem.heads // config.tile_heads, problem.batch)
     bm = NUM_Q_TILES * MMA_M
     return ((problem.seqlen_q + bm - 1) // bm, problem.heads, problem.batch)
 
@@ -630,6 +641,10 @@ def grid(config: "FA4Config", problem) -> tuple[int, int, int]:
 # from this table and launch_args fills them by name. The GQA group is compiled in (FA4Config.group).
 TENSOR_PARAMS = (("q", "tma"), ("k", "tma"), ("v", "tma"), ("o", "tma"), ("lse", "ptr"))
 LAUNCH_PARAMS = (*TENSOR_PARAMS, ("seqlen_q", "i32"), ("seqlen_k", "i32"), ("scale_log2", "f32"))
+# Split-KV (MLA decode, note "MLA decode"): o_partial float32 [num_splits, batch, seqlen_q, heads, Dv] and
+# lse_partial float32 [num_splits, batch, heads, seqlen_q] (natural log, -inf for a split without keys), the
+# combine's workspaces (attention_combine_sm90), replace o and lse; num_splits comes last.
+SPLIT_OUT = {"o": ("o_partial", "ptr"), "lse": ("lse_partial", "ptr")}
 # A paged cache (note "Paged"): k, v are the pools [num_pages, page_size, kv_heads, D]; the page table
 # [batch, max_pages] (row stride page_table_stride elements) and cache_seqlens [batch] int32 replace
 # seqlen_k.
@@ -672,7 +687,17 @@ def _score_args(config: "FA4Config", problem, tensors) -> dict:
         args["sinks"] = tensors["sinks"]
     if config.fp8:
         args.update(k_scale=tensors["k_scale"], v_scale=tensors["v_scale"])
+    if config.split_kv:   # the combine's workspaces; problem.num_splits CTAs share each sequence's blocks
+        splits = int(getattr(problem, "num_splits", 0) or 0)
+        if splits < 1:
+            raise ValueError(f"a split_kv kernel needs problem.num_splits >= 1, got {splits}")
+        args.update(o_partial=tensors["o_partial"], lse_partial=tensors["lse_partial"], num_splits=splits)
     return args
+
+
+def _wanted(config: "FA4Config") -> set:
+    """The parameter names of the config's launch contract."""
+    return {name for name, _ in config.launch_params}
 
 
 def launch_args(config: "FA4Config", problem, tensors) -> dict:
@@ -683,7 +708,7 @@ def launch_args(config: "FA4Config", problem, tensors) -> dict:
         raise ValueError("a paged config's parameters come from paged_launch_args (page table, cache_seqlens)")
     if config.varlen:
         raise ValueError("a varlen config's parameters come from varlen_launch_args (cu_seqlens_q, cu_seqlens_k)")
-    args = {name: tensors[name] for name, _ in TENSOR_PARAMS if name != "v" or not config.mla_decode}
+    args = {name: tensors[name] for name, _ in TENSOR_PARAMS if name in _wanted(config)}
     args.update(seqlen_q=int(problem.seqlen_q), seqlen_k=int(problem.seqlen_k), **_score_args(config, problem, tensors))
     return {name: args[name] for name, _ in config.launch_params}
 
@@ -708,7 +733,7 @@ def paged_launch_args(config: "FA4Config", problem, tensors, *, num_pages: int, 
         raise ValueError("a contiguous config's parameters come from launch_args")
     if config.decode and problem.heads != config.num_q_heads:
         raise ValueError(f"decode: problem heads {problem.heads} != the config's num_q_heads {config.num_q_heads}")
-    args = {name: tensors[name] for name, _ in PAGED_TENSOR_PARAMS if name != "v" or not config.mla_decode}
+    args = {name: tensors[name] for name, _ in PAGED_TENSOR_PARAMS if name in _wanted(config)}
     args.update(seqlen_q=int(problem.seqlen_q), num_pages=int(num_pages), page_table_stride=int(page_table_stride),
                 **_score_args(config, problem, tensors))
     return {name: args[name] for name, _ in config.launch_params}
@@ -734,6 +759,8 @@ def code_shape(cfg: FA4Config) -> tuple:
     the same instructions."""
     shape = (cfg.dtype, cfg.head_dim, cfg.head_dim_v, cfg.causal, group_class(cfg.group), cfg.resolved_stages,
              cfg.exp2_poly_stride, cfg.num_q_tiles, cfg.paged and cfg.bn // cfg.box_rows, cfg.kv_scale)
+    if cfg.split_kv:     # float32 partials in place of the TMA store (note "MLA decode")
+        shape = (*shape, "split_kv")
     if cfg.plain:
         return shape
     mask = tuple(type(p).__name__ for p in cfg.mask.parts) if not cfg.mask.is_legacy else ()

@@ -67,7 +67,8 @@ MLA_DECODE_PAGE_SIZES = (64, 16)   # 1 and 4 TMA boxes per 64-key tile
 def mla_decode_configs() -> list[FA4Config]:
     """Note "MLA decode"'s kernels: absorbed MLA (576/512, one latent KV head) on the decode route over a paged
     latent cache (page 64, and 16: four boxes per tile) or a contiguous one, heads 16 (x 4 tokens per tile),
-    64 (one token) and 128 (two CTAs per token), causal (MTP) or not, bf16 and f16. Kept out of
+    64 (one token) and 128 (two CTAs per token), causal (MTP) or not, bf16 and f16; and split-KV (float32
+    partials for the combine) at 16 and 128 heads. Kept out of
     supported_configs() (CI's sweep); tests/test_attention_sm100_mla_decode.py compiles, verifies and
     interprets them."""
     base = dict(head_dim=576, head_dim_v=512, num_kv_heads=1, bn=MLA_DECODE_BN, num_q_tiles=1, fuse_gqa=True)
@@ -75,7 +76,9 @@ def mla_decode_configs() -> list[FA4Config]:
             FA4Config(**base, dtype="bf16", num_q_heads=64, page_size=64),
             FA4Config(**base, dtype="bf16", num_q_heads=128, causal=True, page_size=64),
             FA4Config(**base, dtype="f16", num_q_heads=32, page_size=16),
-            FA4Config(**base, dtype="bf16", num_q_heads=16)]
+            FA4Config(**base, dtype="bf16", num_q_heads=16),
+            FA4Config(**base, dtype="bf16", num_q_heads=16, causal=True, page_size=64, split_kv=True),
+            FA4Config(**base, dtype="bf16", num_q_heads=128, page_size=64, split_kv=True)]
 
 
 __all__ = ["mla_prefill_refusal", "mla_decode_refusal", "mla_configs", "mla_decode_configs"]

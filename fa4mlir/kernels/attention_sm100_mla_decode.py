@@ -43,7 +43,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..dialect import builders as fa4
-from ..dsl import PipeState, Value, const
+from ..dsl import PipeState, Value, const, select, vec
 from . import attention_sm100_config as fcfg
 from .common import paged_rows, tcgen05
 
@@ -89,7 +89,7 @@ def mma_role(kb, cfg, geo, bufs, opaque_zero, tmem_of):
             k_pipe.consumer_wait(c.k)
             k_tile = kb.gep(bufs.k_smem, opaque_zero() + c.k.stage * bufs.k_tile, "i8")
             if cfg.paged:
-                valid = geo.seqlen_k - n * cfg.bn
+                valid = geo.seqlen_k - geo.block(n) * cfg.bn
                 with kb.if_(valid.slt(cfg.bn)).then_():
                     paged_rows.zero_rows(kb, k_tile, valid, cfg.bn, cfg.padded_head_dim_v // CHUNK, SW)
             kb.fence("tcgen05_after")
@@ -127,4 +127,54 @@ def mma_role(kb, cfg, geo, bufs, opaque_zero, tmem_of):
         q_pipe.mma_commit(q0, side="empty")
 
 
-__all__ = ["packed_row", "lane_offset", "mma_role", "HALVES"]
+def _partial_row(corr) -> tuple[Value, Value, Value]:
+    """(token, head, flat row (batch, token, head) of o_partial's [batch, seqlen_q, heads]) of this lane."""
+    cfg, geo = corr.cfg, corr.geo
+    token = geo.tile_row0(0) + corr.t // cfg.tile_heads
+    head = geo.head + corr.t % cfg.tile_heads
+    return token, head, (geo.batch * geo.seqlen_q + token) * geo.heads + head
+
+
+def _split_base(corr, per_split: Value) -> Value:
+    """The i64 element offset of this CTA's split in a workspace of `per_split` elements a split."""
+    return corr.geo.split.to("i64") * per_split.to("i64")
+
+
+def store_partial(corr, inv: Value, empty: Value, from_tmem: bool = True):
+    """Split-KV: this lane's O half / l (0 for a row without keys; zeros, TMEM unread, when not `from_tmem`)
+    as float32 to o_partial[split, batch, token, head, 256 h ..+ 256], 16 bytes a store, for tokens < seqlen_q.
+    The TMEM loads are warp-collective: every thread issues them, only the stores are predicated."""
+    kb, cfg, geo = corr.kb, corr.cfg, corr.geo
+    token, _, row = _partial_row(corr)
+    rows_per_split = kb.grid_dim(2) * geo.seqlen_q * geo.heads
+    at = (_split_base(corr, rows_per_split) + row.to("i64")) * cfg.padded_head_dim_v + \
+        (corr.half * cfg.o_cols).to("i64")
+    o_row = kb.gep(corr.bufs.o_desc, at * 4, "i8")
+    zero = const(0.0, "f32")
+    cols = 16
+    for ch in range(cfg.o_cols // cols):
+        if from_tmem:
+            o = tcgen05.tmem_load(corr.o_addr[0] + ch * cols, cols)
+            fa4.tmem_wait(kind="ld")
+            o = o.bitcast(("f32", cols))
+            vals = [select(empty, zero, o[j] * inv) for j in range(cols)]
+        else:
+            vals = [zero] * cols
+        with kb.if_(token.lt(geo.seqlen_q)).then_():
+            for u in range(cols // 4):
+                words = vec(*[vals[4 * u + j].bitcast("i32") for j in range(4)])
+                kb.store(words, kb.gep(o_row, (ch * cols + 4 * u) * 4, "i8"), align=16)
+
+
+def store_lse_partial(corr, lse: Value, empty: Value):
+    """Split-KV: this row's natural-log LSE to lse_partial[split, batch, head, token], -inf for a row this
+    split saw no key of (the combine gives it weight 0); written by the lanes of half 0."""
+    kb, geo = corr.kb, corr.geo
+    token, head, _ = _partial_row(corr)
+    per_split = kb.grid_dim(2) * geo.heads * geo.seqlen_q
+    at = _split_base(corr, per_split) + ((geo.batch * geo.heads + head) * geo.seqlen_q + token).to("i64")
+    with kb.if_(corr.half.eq(0) & token.lt(geo.seqlen_q)).then_():
+        kb.store(select(empty, const(float("-inf"), "f32"), lse), kb.gep(corr.bufs.lse_ptr, at, "f32"), align=4)
+
+
+__all__ = ["packed_row", "lane_offset", "mma_role", "store_partial", "store_lse_partial", "HALVES"]
