@@ -93,14 +93,10 @@ re-read from its slot (always 0), which keeps them in the loop: 0 spills. The de
 take that path (their code is unchanged). mla_configs() lists the 12 code shapes, compiled, verified
 and interpreted by tests/test_attention_sm100_mla.py, kept out of supported_configs() (CI's sweep).
 
-Note "MLA decode" (issue 29 item 5; the plan and its PTX ISA grounds: attention_sm100_mla_decode): absorbed
-MLA, head_dim 576 (512 latent + 64 rope), head_dim_v 512 (V = the latent's first 512 columns, no V ring),
-one latent KV head, decode route only, BN 64, bf16/f16, a contiguous cache or per-page TMA boxes,
-cache_seqlens on the device. mma_m = 64 (tcgen05.mma M = 64, Layout F): O's two 256-column halves share
-TMEM columns 0-255 in the two lane halves (o_cols 256), S (both halves) at 256: 320 columns. tile_heads =
-min(group, 64) heads pack into the 64 rows (128 heads: two CTAs per token). SMEM: Q 72 KiB + two 72 KiB K
-stages. MMA/load warps at 80 registers (MLA_DECODE_ROLE_REGS). No FP8, row gather, serving features or
-split-KV partials (each CTA takes a whole cache). mla_decode_configs(): tests/test_attention_sm100_mla_decode.py.
+Note "MLA decode" (issue 29 item 5; plan, PTX ISA grounds and limits: attention_sm100_mla_decode and
+common.mla_sm100): absorbed MLA 576/512 (V = the latent's first 512 columns) on the decode route, 64-row
+tiles (mma_m; tcgen05.mma M = 64, Layout F) with O's two halves in TMEM's two lane halves (o_cols 256), BN
+64, tile_heads = min(group, 64) heads packed, optional split_kv (float32 partials for the combine).
 """
 from __future__ import annotations
 
@@ -110,6 +106,9 @@ from math import gcd
 from .common.constants import LOG2E, MAX_RESCALE_THRESHOLD, SM100_SMEM_PER_CTA
 from .common.fields import ConfigError, ConfigTypeError, check_fields
 from .common.mask_family import Mask, attention_mask, mask_fields
+from .common.mla_sm100 import (MIN_PAGED_BOX_ROWS, MLA_DECODE_BN, MLA_DECODE_HEAD_DIMS, MLA_DECODE_M,  # noqa: F401
+                               MLA_DECODE_ROLE_REGS, O_HALF_LANE, SPLIT_OUT, decode_configs, mla_decode_refusal,
+                               mla_prefill_refusal)
 from .common.naming import softmax_knob_tags
 from .common.paging import MAX_PAGE_SIZE, KVFetch, fetch_plan
 from .common.tmem import TMEM_COLUMNS, TMEM_LANES, TMEM_SLOT_BYTES, tmem_alloc_columns
@@ -131,10 +130,6 @@ NUM_C_COLS = 2                  # correction columns per tile: [alpha | row sum,
 MAX_KV_STAGES = 4
 HEAD_DIMS = ((64, 64), (128, 128))   # (head_dim, head_dim_v) the kernel is built and checked for
 MLA_HEAD_DIMS = ((192, 128),)         # MLA prefill (note "MLA"): built and checked apart from HEAD_DIMS
-MLA_DECODE_HEAD_DIMS = ((576, 512),)  # absorbed MLA decode (note "MLA decode"): 512 latent + 64 rope, V 512
-MLA_DECODE_M = 64               # query rows of the MLA decode tile: tcgen05.mma M = 64 (Layout F)
-MLA_DECODE_BN = 64              # keys per K tile of the MLA decode route (two 72 KiB stages)
-O_HALF_LANE = 16                # Layout F's second lane alignment (PTX ISA 9.1 §9.7.16.10.5)
 EXP2_POLY_STRIDES = (0, 2, 4, 8)
 ROLES = (  # name, first warp, warps, setmaxnreg
     ("softmax0", 0, 4, 192),
@@ -144,15 +139,11 @@ ROLES = (  # name, first warp, warps, setmaxnreg
     ("load", 13, 1, 48),
 )
 NUM_THREADS = 512
-# MLA decode: at 48 registers ptxas spilled 12 bytes around the MMA thread's 80 MMAs per block; warps 4-7 have
-# no role on the decode route (128 untouched), so 192 + 128 + 80 + 80 = 480 of 512 per thread-of-a-warpgroup.
-MLA_DECODE_ROLE_REGS = {"mma": 80, "load": 80}
 # pipelines: name -> stages (kv stages filled in per config). q, k, v: TMA -> mma; s_i: mma ->
 # softmax_i; p_i: softmax_i -> mma; o_i: mma -> correction; c_i: softmax_i -> correction.
 FIXED_PIPES = ("q", "s0", "s1", "p0", "p1", "o0", "o1", "c0", "c1")
 TILE_PIPES = 4                  # s_i, p_i, o_i, c_i per Q tile (the q pipe is shared)
 FP8_SCALES = ("tensor", "kv_head", "block")   # k_scale / v_scale granularities (note "FP8")
-MIN_PAGED_BOX_ROWS = 16         # paged boxes below this: the decode route's row gather (note "Paged")
 
 
 def _pad(x: int, to: int) -> int:
@@ -500,10 +491,8 @@ class FA4Config:
         tests/test_attention_sm100_serving.py; the other combinations are accepted unchecked. MLA
         prefill (head_dim 192, head_dim_v 128, note "MLA"): the plain contiguous two-tile prefill CTA,
         stages 0 or 1, the default exp2_poly_stride; its 12 code shapes (mla_configs()) are compiled,
-        verified and interpreted by tests/test_attention_sm100_mla.py, outside supported_configs(). Absorbed MLA
-        decode (576/512, note "MLA decode"): the decode route, one latent KV head, BN 64, stages 0 or 2, a
-        contiguous cache or per-page TMA boxes; mla_decode_configs() is compiled, verified and interpreted by
-        tests/test_attention_sm100_mla_decode.py, outside supported_configs()."""
+        verified and interpreted by tests/test_attention_sm100_mla.py, outside supported_configs(). MLA decode
+        (576/512, note "MLA decode"): common.mla_sm100's limits; mla_decode_configs(), tested apart likewise."""
         return _answer(self._refusal())
 
     def _refusal(self) -> ConfigError | None:
@@ -512,7 +501,6 @@ class FA4Config:
         if refusal is not None:
             return refusal
         if self.mla or self.mla_decode:
-            from .attention_sm100_mla_config import mla_decode_refusal, mla_prefill_refusal
             refusal = mla_prefill_refusal(self) if self.mla else mla_decode_refusal(self)
             if refusal is not None:
                 return refusal
@@ -641,10 +629,6 @@ def grid(config: "FA4Config", problem, num_splits: int = 1) -> tuple[int, int, i
 # from this table and launch_args fills them by name. The GQA group is compiled in (FA4Config.group).
 TENSOR_PARAMS = (("q", "tma"), ("k", "tma"), ("v", "tma"), ("o", "tma"), ("lse", "ptr"))
 LAUNCH_PARAMS = (*TENSOR_PARAMS, ("seqlen_q", "i32"), ("seqlen_k", "i32"), ("scale_log2", "f32"))
-# Split-KV (MLA decode, note "MLA decode"): o_partial float32 [num_splits, batch, seqlen_q, heads, Dv] and
-# lse_partial float32 [num_splits, batch, heads, seqlen_q] (natural log, -inf for a split without keys), the
-# combine's workspaces (attention_combine_sm90), replace o and lse; num_splits comes last.
-SPLIT_OUT = {"o": ("o_partial", "ptr"), "lse": ("lse_partial", "ptr")}
 # A paged cache (note "Paged"): k, v are the pools [num_pages, page_size, kv_heads, D]; the page table
 # [batch, max_pages] (row stride page_table_stride elements) and cache_seqlens [batch] int32 replace
 # seqlen_k.
@@ -828,5 +812,20 @@ def serving_configs() -> list[FA4Config]:
     return out
 
 
-# MLA's refusals and config lists (notes "MLA" and "MLA decode") live in attention_sm100_mla_config
-from .attention_sm100_mla_config import mla_configs, mla_decode_configs  # noqa: E402
+def mla_configs() -> list[FA4Config]:
+    """Note "MLA"'s code shapes: head_dim 192 / head_dim_v 128 on the plain
+    two-Q-tile prefill CTA, bf16 and f16, causal or not, every GQA group class (1, a power of two,
+    other). Kept out of supported_configs() (CI's sweep); tests/test_attention_sm100_mla.py compiles,
+    verifies and interprets them."""
+    return [FA4Config(dtype=dtype, head_dim=qk, head_dim_v=ov, causal=causal, num_q_heads=12 * group,
+                      num_kv_heads=12)
+            for qk, ov in MLA_HEAD_DIMS for dtype in DTYPES for causal in (False, True) for group in (1, 4, 3)]
+
+
+MLA_DECODE_PAGE_SIZES = (64, 16)   # 1 and 4 TMA boxes per 64-key tile
+
+
+def mla_decode_configs() -> list[FA4Config]:
+    """Note "MLA decode"'s kernels (common.mla_sm100.decode_configs): outside supported_configs() (CI's sweep),
+    compiled, verified and interpreted by tests/test_attention_sm100_mla_decode.py."""
+    return decode_configs(FA4Config)

@@ -28,7 +28,17 @@ V is the first 512 columns of the K tile (one latent head, FlashMLA's layout): n
 the MMA thread releases a K stage after the P V MMAs that read it. K tiles are 64 keys x 576 (72 KiB):
 the 64 x 576 Q tile (72 KiB) and two K stages fill the SMEM carve-out. Heads 16..64 pack into the 64
 rows with 64 / heads tokens (MTP); 128 heads take two CTAs per token (grid y = heads / 64), each reading
-the latent cache.
+the latent cache. The MMA and load warps run at 80 registers (common.mla_sm100.MLA_DECODE_ROLE_REGS).
+
+Limits (common.mla_sm100.mla_decode_refusal): one latent KV head, BN 64, stages 0 or 2, bf16/f16, a
+contiguous cache or pages whose TMA boxes hold >= 16 rows, cache_seqlens on the device; no FP8 cache, row
+gather or serving features.
+
+Split-KV (FA4Config.split_kv, num_splits a launch argument): CTA x = M tile x num_splits + split takes the
+sequence's blocks [split x per, ..) with per = ceil(blocks / num_splits), masks every block (the diagonal
+or the tail may fall in any split), and writes O / l as float32 to o_partial [num_splits, batch, seqlen_q,
+heads, 512] and the natural-log LSE to lse_partial [num_splits, batch, heads, seqlen_q] (-inf for a split
+that saw no key): the workspaces attention_combine_sm90 merges (store_partial, store_lse_partial).
 
 Note "Descriptor lifetimes": issuing all 36 K steps of S_0 and then all of S_16 kept the 72 SMEM
 descriptors of the first pass live for the second (ptxas computed them once), and the 48-register MMA
