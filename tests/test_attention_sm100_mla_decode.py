@@ -13,7 +13,8 @@ lane halves 0-15 / 16-31 of each warp's TMEM slab. Proven without a Blackwell GP
 * interpreted (fa4mlir.interpret, nvvm stage, CPU) on small shapes: paged latent caches with NaN in
   unused pages and rows, cache_seqlens on the device, MTP (seqlen_q 2, causal), 128 heads over two CTAs;
   numerics by the FA rule against a float64 reference. The interpreter models Layout F and its lane
-  alignment rule, and faults when the kernel's lane halves are collapsed. These are the only numerics
+  alignment rule, and faults when the kernel's lane halves are collapsed; split-KV partials (float32, the
+  combine's workspaces) merged by the combine's host twin (testing_kvcache.combine_splits). These are the only numerics
   claimed: the kernel is interpreted, never run on a Blackwell GPU.
 """
 from __future__ import annotations
