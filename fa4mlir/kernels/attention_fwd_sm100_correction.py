@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from ..dialect import builders as fa4
 from ..dsl import PipeState, Value, const, exp2, fma, fmax, log2, select, vec
 from . import attention_sm100_config as fcfg
+from . import attention_sm100_mla_decode as mla_dec
 from .common import tcgen05
 from .common.constants import LN2, LOG2E, NEG_INF
 
@@ -39,6 +40,9 @@ class _Correction:
         tm = cfg.tmem_plan()
         lanes = tmem + tcgen05.lane_base(kb)
         self.t = kb.thread_idx(0) % MMA_M                        # row of the tile (TMEM lane)
+        self.half = None
+        if cfg.mla_decode:   # Layout F: packed row and O half of this lane (attention_sm100_mla_decode)
+            self.t, self.half = mla_dec.packed_row(kb)
         self.c_addr = [lanes + tm[f"C{i}"] for i in range(cfg.num_q_tiles)]
         self.o_addr = [lanes + tm[f"O{i}"] for i in range(cfg.num_q_tiles)]
         self.pipes = bufs.pipes.tiles
@@ -62,7 +66,7 @@ class _Correction:
         o_pipe.consumer_wait(st.o)
         kb.fence("tcgen05_after")
         with kb.if_(kb.vote_any(alpha.ne(1.0))).then_():
-            for ch in range(self.cfg.padded_head_dim_v // EPI_COLS):
+            for ch in range(self.cfg.o_cols // EPI_COLS):
                 addr = self.o_addr[i] + ch * EPI_COLS
                 o = tcgen05.tmem_load(addr, EPI_COLS)
                 fa4.tmem_wait(kind="ld")
@@ -83,7 +87,9 @@ class _Correction:
             o_pipe.consumer_wait(st.o)                   # the last O_i += P_i V completed
             kb.fence("tcgen05_after")
         store = self.store_o_rows if cfg.varlen else self.store_o_tile
-        if cfg.paged or cfg.fp8 or not cfg.plain:   # a CTA without blocks: TMEM holds no O_i, so none is read
+        if cfg.split_kv:   # float32 partials for the combine (attention_sm100_mla_decode.store_partial)
+            store = lambda i, inv, empty, from_tmem=True: mla_dec.store_partial(self, inv, empty, from_tmem)  # noqa: E731
+        if cfg.paged or cfg.fp8 or not cfg.plain or cfg.split_kv:   # a CTA without blocks: TMEM holds no O_i
             br = kb.if_(geo.n_blocks.gt(0))
             with br.then_():
                 store(i, inv, empty)
@@ -97,20 +103,28 @@ class _Correction:
         if cfg.varlen:
             self.store_lse(geo.tile_row0(i) + t, geo.head, lse)
             return
+        if cfg.split_kv:
+            mla_dec.store_lse_partial(self, lse, empty)
+            return
         kb.fence("async_smem")
         kb.named_barrier(BAR_EPILOGUE, 128)
-        o_box = [CHUNK, cfg.group, cfg.tile_tokens, 1] if cfg.decode else [CHUNK, 1, MMA_M, 1]
-        with kb.if_(t.eq(0)).then_():
+        o_box = [CHUNK, cfg.tile_heads, cfg.tile_tokens, 1] if cfg.decode else [CHUNK, 1, MMA_M, 1]
+        first = t.eq(0) if self.half is None else t.eq(0) & self.half.eq(0)
+        with kb.if_(first).then_():
             for c in range(cfg.padded_head_dim_v // CHUNK):
-                src = kb.gep(bufs.q_smem, i * bufs.q_tile + c * MMA_M * SW, "i8")
+                src = kb.gep(bufs.q_smem, i * bufs.q_tile + c * cfg.mma_m * SW, "i8")
                 fa4.tma_store(bufs.o_desc, src, [const(c * CHUNK), geo.head, geo.tile_row0(i), geo.batch],
                               box=o_box)
         if cfg.decode:   # packed row t: token t // group of head t % group (note "Decode")
-            row = geo.tile_row0(i) + t // cfg.group
-            head = geo.head + t % cfg.group
+            row = geo.tile_row0(i) + t // cfg.tile_heads
+            head = geo.head + t % cfg.tile_heads
         else:
             row, head = geo.tile_row0(i) + t, geo.head
-        self.store_lse(row, head, lse)
+        if self.half is None:
+            self.store_lse(row, head, lse)
+            return
+        with kb.if_(self.half.eq(0)).then_():   # MLA decode: both halves of a row hold its LSE
+            self.store_lse(row, head, lse)
 
     def store_lse(self, row: Value, head: Value, lse: Value):
         """The LSE of query row `row` of `head`: [batch, heads, seqlen_q], varlen [heads, total_q]."""
@@ -158,11 +172,13 @@ class _Correction:
         16-byte unit u of a 128-byte row r lands at unit u ^ (r % 8). `from_tmem=False`: zeros, O_i unread."""
         kb, cfg, bufs, t = self.kb, self.cfg, self.bufs, self.t
         row_base = kb.gep(bufs.q_smem, t * SW + i * bufs.q_tile, "i8")
+        if self.half is not None:   # MLA decode: this lane's O half, columns [256 h, 256 h + 256)
+            row_base = kb.gep(row_base, self.half * (cfg.o_cols // CHUNK * cfg.mma_m * SW), "i8")
 
         def swizzled(col: int) -> Value:
             c, unit = divmod(col, CHUNK)
-            return c * MMA_M * SW + ((t % 8) ^ (unit // 8)) * 16
-        self._store_o(i, inv, empty, from_tmem, cfg.padded_head_dim_v, row_base, swizzled)
+            return c * cfg.mma_m * SW + ((t % 8) ^ (unit // 8)) * 16
+        self._store_o(i, inv, empty, from_tmem, cfg.o_cols, row_base, swizzled)
 
     def _store_o(self, i: int, inv: Value, empty: Value, from_tmem: bool, num_cols: int, row_ptr: Value,
                  col_offset, inside: Value | None = None):
