@@ -19,14 +19,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fa4mlir import compiler, kernel_sets, kernels, lowering
+from fa4mlir import kernel_sets
 from fa4mlir.attention import errors as E
 from fa4mlir.attention import mla
 from fa4mlir.attention import mla_sparse_decode as sd
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as dc
 from fa4mlir.kernels.common import mla_fp8
 from fa4mlir.kernels.common.fields import ConfigError
-from tests.test_mla_decode import _info
+from tests._mla_helpers import check_sparse_art, lower_clean
+from tests._mla_helpers import info as _info
 
 FP8_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].fp8]
 
@@ -55,13 +56,7 @@ def test_fp8_kernels_are_in_the_mla_set():
 @pytest.mark.parametrize("entry", FP8_ENTRIES, ids=lambda e: e[1].name())
 def test_fp8_sparse_decode_compiles_clean(entry):
     name, cfg = entry
-    art = lowering.lower(kernels.module(name).build(cfg), compiler.resolve_options(name, debug=False))
-    r = art.resources
-    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r
-    assert not r["wgmma_serialized"] and not r["setmaxnreg_ignored"], r
-    assert cfg.smem_bytes() <= art.smem_bytes <= dc.SMEM_LIMIT, (art.smem_bytes, cfg.smem_bytes())
-    assert art.block == (384, 1, 1)
-    assert [(p.name, p.kind) for p in art.params] == list(cfg.params)
+    check_sparse_art(lower_clean(name, cfg), cfg)
 
 
 # ---- the interpreter ------------------------------------------------------------------------------
