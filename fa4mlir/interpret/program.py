@@ -59,6 +59,9 @@ class Program:
         self._semantics = SEMANTICS
         self._slots: dict = {}
         self.constants: list[tuple[int, np.ndarray]] = []
+        # (type, value attribute) -> its array: a kernel repeats a few hundred constants thousands of
+        # times. Sharing is safe as it is across warps: no op writes into an operand's array.
+        self.constant_arrays: dict = {}
         body = func.regions[0].blocks[0]
         self.name = ir.StringAttr(func.attributes["sym_name"]).value
         self.arg_slots = [self.slot(a) for a in body.arguments]
