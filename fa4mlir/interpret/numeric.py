@@ -22,7 +22,11 @@ UNSIGNED = {np.dtype(np.int8): np.uint8, np.dtype(np.int16): np.uint16, np.dtype
 
 def _struct_fields(t) -> list[str] | None:
     """The field types of an !llvm.struct<(T, T, ...)> (None for any other type)."""
-    s = str(t)
+    return _fields_of(str(t))
+
+
+def _fields_of(s: str) -> list[str] | None:
+    """_struct_fields of a type printed as `s` (printing a type is the costly part)."""
     if not s.startswith("!llvm.struct<("):
         return None
     return [f.strip() for f in s[len("!llvm.struct<("):-2].split(",")]
@@ -33,7 +37,7 @@ def np_dtype(t: ir.Type):
     if isinstance(t, ir.VectorType):
         t = ir.VectorType(t).element_type
     s = str(t)
-    fields = _struct_fields(t)
+    fields = _fields_of(s)
     if fields is not None:
         if len(set(fields)) != 1 or fields[0] not in _SCALAR:
             raise Unsupported(f"type {s}: only structs of one scalar type are modelled")
@@ -47,11 +51,9 @@ def np_dtype(t: ir.Type):
 
 def vector_len(t: ir.Type) -> int | None:
     """N of vector<N x T> (1-D only) or of a struct of N fields, None for a scalar type."""
-    fields = _struct_fields(t)
-    if fields is not None:
-        return len(fields)
     if not isinstance(t, ir.VectorType):
-        return None
+        fields = _struct_fields(t)
+        return None if fields is None else len(fields)
     shape = ir.VectorType(t).shape
     if len(shape) != 1:
         raise Unsupported(f"{t}: only 1-D vectors are modelled")
