@@ -77,6 +77,7 @@ from .attention_sm90_config import AttnConfig, causal_pair_slot, dealt_tile, lau
 from .common.constants import LOG2E
 from .common.score_mod_ir import ModHook
 from .common.masks import ValueOps, block_range, hidden, key_window, tile_blocks, visible_keys
+from .common.smem_scale import scale_bf16_rows
 from .common.softmax import exp2_mixed, max_update
 from .common.wgmma import a_frag_pairs, acc_col, acc_pair, acc_row, row_regs, wait_group
 
@@ -88,6 +89,7 @@ NEG_INF = float("-inf")
 BAR_SCHED = 1          # named barriers 1, 2(, 3): GEMM-issue turn of consumer warpgroup 0, 1(, 2)
 BAR_EPILOGUE = 4       # named barriers 4, 5(, 6): epilogue of consumer warpgroup 0, 1(, 2)
 BAR_V_TAIL = 7         # page_size: every consumer thread, after zeroing V rows past the length
+BAR_Q_FOLD = 8         # named barriers 8, 9(, 10): softcap_fold_q, warpgroup 0, 1(, 2) scaled its Q rows
 
 
 def kernel_name(cfg: AttnConfig) -> str:
@@ -437,6 +439,19 @@ class _Consumer:
         fa4.mma_commit_group()
         return o
 
+    def fold_q(self, q_stage: Value) -> None:
+        """softcap_fold_q: this warpgroup's 64 rows of Q stage `q_stage` times softcap_scale in SMEM
+        (common.smem_scale, note "Q fold"), fenced to the async proxy before its S GEMMs read them."""
+        kb, cfg = self.kb, self.cfg
+        sw = cfg.qk_tile.swizzle
+        q_rows = self.wg * (64 * sw)
+        if cfg.q_stages > 1:
+            q_rows = q_rows + q_stage * self.bufs.q_bytes
+        scale_bf16_rows(kb, kb.gep(self.bufs.q_smem, q_rows, "i8"), cfg.qk_tile.chunks, cfg.bm * sw, 64 * sw,
+                        self.t, 128, self.softcap_scale)
+        kb.fence("async_smem")
+        kb.named_barrier(BAR_Q_FOLD, 128, select=self.wg, span=cfg.consumers)
+
     # ---- softmax --------------------------------------------------------------------------------
     def softmax(self, s_acc: Value, j: Value, m_prev: list, l_prev: list, masked: bool):
         """Online softmax of one S block. Returns (P, m, l, alpha): P in float32 (`pack` makes the
@@ -453,7 +468,7 @@ class _Consumer:
             s = self.mods.apply(s, geo.batch, geo.head, [(self.grow[acc_row(i)], 0) for i in range(self.n_s)],
                                 [(col0, acc_col(i)) for i in range(self.n_s)])
         if cfg.softcap:  # t = tanh(s * scale / cap), in units of cap (scale_log2 = cap * log2 e): before the mask
-            s = [tanh(x * self.softcap_scale) for x in s]
+            s = [tanh(x if cfg.softcap_fold_q else x * self.softcap_scale) for x in s]   # fold_q: S is Q' K^T
         if masked and geo.first is None:  # register i holds key col0 + acc_col(i) of row acc_row(i) (common/wgmma.py)
             col0 = j * cfg.bn + self.t4 * 2
             visible = [visible_keys(col0, self.grow[h], geo.seqlen_q, geo.seqlen_k, cfg.causal) for h in (0, 1)]
@@ -590,6 +605,8 @@ def _attend(cs: _Consumer, turns: _Turns, counts: _Counts | None) -> _Acc:
         cs.mods.start_tile(geo.batch, geo.head)
     q0 = q_pipe.state_at(q_count)
     q_pipe.consumer_wait(q0)
+    if cfg.softcap_fold_q:
+        cs.fold_q(q0.stage)
     # block 0 (peeled, masked): S_0, softmax; P_0 stays for the first P.V
     k0 = k_pipe.state_at(kv_count)
     k_pipe.consumer_wait(k0)

@@ -78,6 +78,10 @@ class AttnConfig:
     # learned logit per head to each row's softmax denominator (launch_params: a float32 [heads] pointer)
     softcap: bool = False
     sinks: bool = False
+    # softcap's tanh input scale folded into Q [D-softcap-fold]: each consumer warpgroup multiplies its Q
+    # rows in SMEM by softcap_scale once per tile (bf16 only), so the KV loop takes tanh(S) without a
+    # multiply per score. An opt-in variant; left out of key() when False
+    softcap_fold_q: bool = False
     # ragged batches (attention/varlen.py): q, k, v packed [total_tokens, heads, D], each sequence's
     # rows from cu_seqlens in device memory, a 1-D grid in common.varlen_schedule's order; one tile per
     # CTA (persistent False). Left out of key() when False, so the dense kernels keep their keys
@@ -215,6 +219,10 @@ class AttnConfig:
         if self.score_mod and self.softcap:
             raise ConfigError("score_mod and softcap are both set: softcap is a score_mod "
                               "(common.score_mod.softcap_score_mod); use one")
+        if self.softcap_fold_q and not (self.softcap and self.dtype == "bf16" and not self.varlen):
+            raise ConfigError(f"softcap_fold_q needs softcap=True, dtype bf16 (Q times softmax_scale / cap rounds to "
+                              f"bf16, whose range keeps its precision; f16's subnormals would not) and varlen=False, "
+                              f"got softcap={self.softcap}, dtype={self.dtype}, varlen={self.varlen}")
         if self.aux and not (self.score_mod or self.mask_mod):
             raise ConfigError(f"aux={self.aux!r} without a score_mod or mask_mod to read it")
         try:
@@ -373,9 +381,10 @@ class AttnConfig:
         return self.q_stages * self.bm * row_qk + o_tile + self.stages * self.bn * (row_qk + row_v) + 1024
 
     def score_tag(self) -> str:
-        """Kernel-name tags of the score modifiers ('' for none): _softcap, _sink, _sm_<fingerprint>,
+        """Kernel-name tags of the score modifiers ('' for none): _softcap, _qfold, _sink, _sm_<fingerprint>,
         _mm_<fingerprint>; and _varlen."""
-        return (("_softcap" if self.softcap else "") + ("_sink" if self.sinks else "")
+        return (("_softcap" if self.softcap else "") + ("_qfold" if self.softcap_fold_q else "")
+                + ("_sink" if self.sinks else "")
                 + (f"_sm_{self.score_mod}" if self.score_mod else "") + (f"_mm_{self.mask_mod}" if self.mask_mod else "")
                 + ("_varlen" if self.varlen else ""))
 
@@ -390,7 +399,7 @@ class AttnConfig:
         reads as none), but varlen, head_dim_v and the score_mod fields only when set, so the dense
         kernels, those of equal head dims and those without functions keep their keys."""
         return {"kernel": KERNEL, **{k: v for k, v in self.__dict__.items()
-                                     if not (k in ("head_dim_v", "varlen", "page_size") and not v)
+                                     if not (k in ("head_dim_v", "varlen", "page_size", "softcap_fold_q") and not v)
                                      and not (k in MOD_FIELDS and v == "")}}
 
     @classmethod

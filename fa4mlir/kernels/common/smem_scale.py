@@ -1,0 +1,46 @@
+"""Scale a bf16 tile in shared memory in place: softcap's tanh input scale folded into Q.
+
+`scale_bf16_rows(kb, base, chunks, chunk_stride, rows_bytes, t, threads, scale)`: every bf16 of
+`chunks` runs of `rows_bytes` bytes (run c at base + c * chunk_stride) becomes
+bf16(float32(x) * scale), round to nearest even: each 16-byte unit is loaded by one of `threads`
+threads (`t` its index), its eight bf16 widened exactly (bf16 is float32's upper half: a shift and a
+mask on the integer pipe), multiplied in float32 and packed back (cvt.rn.bf16x2.f32). The element
+order inside a unit does not matter, so any swizzle is fine. The caller fences the stores to the
+async proxy and syncs the threads before a wgmma reads the tile (as e4m3_tile.emit_convert's callers).
+
+Note "Q fold" [D-softcap-fold]: the sm_90a softcap kernel computes t = tanh(S * softmax_scale / cap)
+with one FMUL per score in the KV loop. With AttnConfig.softcap_fold_q each consumer warpgroup scales
+its 64 Q rows by softcap_scale once per query tile instead, so S already is the tanh's argument. The
+rounding of Q' = bf16(q * scale) adds a relative error of at most 2^-9 per Q element, the size of
+the bf16 rounding of S that torch's own bf16 computation makes; bf16 keeps float32's exponent range,
+so small scales (large caps) lose no precision. f16 would flush q * scale below 2^-14 to subnormals:
+the config refuses it.
+"""
+from __future__ import annotations
+
+from ...dsl import Value, vec
+
+UNIT = 16   # bytes per thread access: eight bf16
+
+
+def _scale_word(word: Value, scale: Value) -> Value:
+    """Two bf16 (an i32, low half first) times the float32 `scale`, rounded to bf16x2."""
+    lo = (word << 16).bitcast("f32")
+    hi = (word & -65536).bitcast("f32")
+    return vec(lo * scale, hi * scale).to(("bf16", 2)).bitcast("i32")
+
+
+def scale_bf16_rows(kb, base: Value, chunks: int, chunk_stride: int, rows_bytes: int, t: Value, threads: int,
+                    scale: Value) -> None:
+    """Module docstring: `chunks` runs of `rows_bytes` bytes from `base` (an i8 SMEM pointer), run c at
+    c * chunk_stride bytes, scaled in place by `threads` threads (`t` in [0, threads))."""
+    if rows_bytes % (UNIT * threads):
+        raise ValueError(f"scale_bf16_rows: {rows_bytes} bytes per run is not a multiple of {UNIT} x {threads} threads")
+    for c in range(chunks):
+        for u in range(rows_bytes // (UNIT * threads)):
+            ptr = kb.gep(base, t * UNIT + (c * chunk_stride + u * UNIT * threads), "i8")
+            words = kb.load(ptr, ("i32", 4), align=UNIT)
+            kb.store(vec(*[_scale_word(words[w], scale) for w in range(4)]), ptr, align=UNIT)
+
+
+__all__ = ["scale_bf16_rows", "UNIT"]
