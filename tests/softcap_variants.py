@@ -1,0 +1,38 @@
+"""The softcap kernel's opt-in variants through the interpreter (tests/test_softcap_variants.py): a
+config of kernel_sets.SOFTCAP_VARIANTS' kind at a tiny shape, inputs scaled so the cap bends the
+scores, checked by the FA rule against FlashAttention's softcap (fa4mlir.testing.compare_attention)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+
+def run_variant(cfg, seqlen_q: int, seqlen_k: int, cap: float, q_gain: float, seed: int = 0) -> dict:
+    """Interpret `cfg` (a softcap AttnConfig) on standard-normal k, v and q times `q_gain` (so
+    s * scale reaches a few caps); returns compare_attention's report."""
+    import torch
+
+    from fa4mlir import interpret
+    from fa4mlir.kernels import attention_fwd_sm90
+    from fa4mlir.kernels.attention_sm90_config import grid, launch_args
+    from fa4mlir.testing import compare_attention
+    from tests.interpret_sm90 import Case, _bits, _problem, outputs_like
+    from tests.test_interpret_sm90 import _tensor
+
+    case = Case("variant", "attention", dtype=cfg.dtype, head_dim=cfg.head_dim, causal=cfg.causal, softcap=cap,
+                seqlen_q=seqlen_q, seqlen_k=seqlen_k)
+    rng = np.random.default_rng(seed)
+    d = cfg.head_dim
+    tensors = {"q": _bits(q_gain * rng.standard_normal((1, seqlen_q, 1, d), np.float32), cfg.dtype),
+               "k": _bits(rng.standard_normal((1, seqlen_k, 1, d), np.float32), cfg.dtype),
+               "v": _bits(rng.standard_normal((1, seqlen_k, 1, d), np.float32), cfg.dtype), **outputs_like(case)}
+    problem = _problem(case)
+    kernel = interpret.load(attention_fwd_sm90.build(cfg))
+    kernel.launch(grid(cfg, problem), launch_args(cfg, problem, tensors), policy="lazy", seed=seed)
+    q, k, v, o = (_tensor(tensors[n], cfg.dtype) for n in ("q", "k", "v", "o"))
+    return compare_attention(q, k, v, o, torch.from_numpy(tensors["lse"]), d ** -0.5, cfg.causal, softcap=cap)
+
+
+def variant(base, **fields):
+    return replace(base, **fields).validate()
