@@ -85,7 +85,7 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 alone runs its twin (flash_attn_func takes the one kernel of the default's tiles)
     prefill-softcap-variants
                 the opt-in variants of the softcap row's kernel (bf16 D128 causal, SOFTCAP_VARIANTS:
-                softcap_fold_q and exp2_poly_stride 0 / 2 / 3 / 4, [D-softcap-fold]) beside the prefill
+                softcap_fold_q, softcap_tanh and exp2_poly_stride 0 / 2 / 3 / 4, [D-softcap-fold]) beside the prefill
                 set's dense causal, sinks and default softcap kernels of `bench prefill --workloads
                 softcap_sink`; softcap_variant_specs() is its --prefill-tiles argument
     score-mods  the sm_90a attention kernel with the built-in score_mods and mask_mods of
@@ -464,6 +464,7 @@ SOFTCAP_VARIANTS = (
     dict(softcap_fold_q=True, exp2_poly_stride=0),
     dict(softcap_fold_q=True, exp2_poly_stride=2),
     dict(softcap_fold_q=True, exp2_poly_stride=3),
+    dict(softcap_fold_q=True, softcap_tanh="f16x2"),    # tanh.approx.f16x2: MUFU.TANH.F16, if it runs faster
     dict(exp2_poly_stride=0),
     dict(exp2_poly_stride=2),
     dict(exp2_poly_stride=3),
@@ -473,7 +474,7 @@ SOFTCAP_VARIANTS = (
 def softcap_variant_specs() -> str:
     """SOFTCAP_VARIANTS as `bench prefill --prefill-tiles`' argument ('spec;spec', FA4MLIR_PREFILL_TILES
     specs)."""
-    return ";".join(",".join(f"{k}={v}" for k, v in fields.items()) for fields in SOFTCAP_VARIANTS)
+    return ";".join(",".join(f"{k}={v!r}" for k, v in fields.items()) for fields in SOFTCAP_VARIANTS)
 
 
 def prefill_softcap_variants() -> list:

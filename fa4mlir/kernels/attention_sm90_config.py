@@ -33,6 +33,9 @@ CONSUMER_CHUNK_REGS = 4
 CONSUMER_PIECE_REGS = 2
 PRODUCER_REGS = 24
 MOD_FIELDS = ("score_mod", "mask_mod", "aux")   # absent from key() when '' (no function)
+SOFTCAP_TANH = ("", "f16x2")   # AttnConfig.softcap_tanh
+# absent from key() when 0 / False / '': the kernels without them keep their keys
+OPTIONAL_FIELDS = ("head_dim_v", "varlen", "page_size", "softcap_fold_q", "softcap_tanh")
 
 
 class TileLayout(NamedTuple):
@@ -82,6 +85,10 @@ class AttnConfig:
     # rows in SMEM by softcap_scale once per tile (bf16 only), so the KV loop takes tanh(S) without a
     # multiply per score. An opt-in variant; left out of key() when False
     softcap_fold_q: bool = False
+    # softcap's tanh on pairs of scores [D-softcap-fold]: '' one tanh.approx.f32 per score; 'f16x2' the
+    # two scores of a register pair rounded to f16 and capped by one tanh.approx.f16x2 (on sm_90a still
+    # one MUFU.TANH.F16 per score). An opt-in variant; left out of key() when ''
+    softcap_tanh: str = ""
     # ragged batches (attention/varlen.py): q, k, v packed [total_tokens, heads, D], each sequence's
     # rows from cu_seqlens in device memory, a 1-D grid in common.varlen_schedule's order; one tile per
     # CTA (persistent False). Left out of key() when False, so the dense kernels keep their keys
@@ -223,6 +230,9 @@ class AttnConfig:
             raise ConfigError(f"softcap_fold_q needs softcap=True, dtype bf16 (Q times softmax_scale / cap rounds to "
                               f"bf16, whose range keeps its precision; f16's subnormals would not) and varlen=False, "
                               f"got softcap={self.softcap}, dtype={self.dtype}, varlen={self.varlen}")
+        if self.softcap_tanh not in SOFTCAP_TANH or (self.softcap_tanh and not self.softcap):
+            raise ConfigError(f"softcap_tanh must be one of {SOFTCAP_TANH} ('' = tanh.approx.f32 per score), and "
+                              f"non-empty only with softcap=True, got {self.softcap_tanh!r}, softcap={self.softcap}")
         if self.aux and not (self.score_mod or self.mask_mod):
             raise ConfigError(f"aux={self.aux!r} without a score_mod or mask_mod to read it")
         try:
@@ -384,6 +394,7 @@ class AttnConfig:
         """Kernel-name tags of the score modifiers ('' for none): _softcap, _qfold, _sink, _sm_<fingerprint>,
         _mm_<fingerprint>; and _varlen."""
         return (("_softcap" if self.softcap else "") + ("_qfold" if self.softcap_fold_q else "")
+                + (f"_tanh{self.softcap_tanh}" if self.softcap_tanh else "")
                 + ("_sink" if self.sinks else "")
                 + (f"_sm_{self.score_mod}" if self.score_mod else "") + (f"_mm_{self.mask_mod}" if self.mask_mod else "")
                 + ("_varlen" if self.varlen else ""))
@@ -396,10 +407,11 @@ class AttnConfig:
     def key(self) -> dict:
         """The config as a dict, every field (the mask's and score modifiers' too: a bundle query by
         key() picks one kernel; bundles from before them lack them, which attention.plan.select_entry
-        reads as none), but varlen, head_dim_v and the score_mod fields only when set, so the dense
-        kernels, those of equal head dims and those without functions keep their keys."""
+        reads as none), but OPTIONAL_FIELDS (varlen, head_dim_v, page_size, the softcap variants' knobs) and
+        the score_mod fields only when set, so the dense kernels, those of equal head dims, those without
+        functions and the default softcap kernels keep their keys."""
         return {"kernel": KERNEL, **{k: v for k, v in self.__dict__.items()
-                                     if not (k in ("head_dim_v", "varlen", "page_size", "softcap_fold_q") and not v)
+                                     if not (k in OPTIONAL_FIELDS and not v)
                                      and not (k in MOD_FIELDS and v == "")}}
 
     @classmethod

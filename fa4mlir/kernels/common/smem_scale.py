@@ -18,6 +18,7 @@ the config refuses it.
 """
 from __future__ import annotations
 
+from ...dialect import builders as fa4
 from ...dsl import Value, vec
 
 UNIT = 16   # bytes per thread access: eight bf16
@@ -43,4 +44,18 @@ def scale_bf16_rows(kb, base: Value, chunks: int, chunk_stride: int, rows_bytes:
             kb.store(vec(*[_scale_word(words[w], scale) for w in range(4)]), ptr, align=UNIT)
 
 
-__all__ = ["scale_bf16_rows", "UNIT"]
+def tanh_pairs(xs: list) -> list:
+    """tanh of float32 values two at a time (AttnConfig.softcap_tanh 'f16x2'): each pair rounded to f16x2,
+    one tanh.approx.f16x2 (fa4.tanh_f16x2), each half widened back to float32 exactly. f16 holds every
+    tanh input the softcap needs: |x| past 65504 rounds to inf, whose tanh is the +-1 the saturated tanh
+    is; below 2^-14 the subnormals' absolute error (2^-24) is far under the scores' own rounding."""
+    if len(xs) % 2:
+        raise ValueError(f"tanh_pairs: an even number of values, got {len(xs)}")
+    out = []
+    for a, b in zip(xs[::2], xs[1::2]):
+        t = Value(fa4.tanh_f16x2(vec(a, b).to(("f16", 2)).bitcast("i32")))
+        out += [(t & 0xFFFF).to("i16").bitcast("f16").to("f32"), (t >> 16).to("i16").bitcast("f16").to("f32")]
+    return out
+
+
+__all__ = ["scale_bf16_rows", "tanh_pairs", "UNIT"]

@@ -1,0 +1,125 @@
+"""Deviceless: the sm_90a softcap kernel's opt-in variants [D-softcap-fold] (AttnConfig.softcap_fold_q,
+softcap_tanh; kernel_sets.SOFTCAP_VARIANTS, the prefill-softcap-variants set): their configs and keys,
+interpreter numerics by the FA rule at the bench's cap (30), small caps (0.5, 2) and a large one (1000)
+with inputs that make the cap bend the scores, and the KV loop's SASS (the fold removes the multiply
+per score; tanh.approx.f16x2 is still one MUFU per score on sm_90a)."""
+from __future__ import annotations
+
+import collections
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from fa4mlir import kernel_sets, lowering, sass
+from fa4mlir.attention.plan import tile_override
+from fa4mlir.kernels.attention_sm90_config import KERNEL, AttnConfig, default_configs
+from fa4mlir.kernels.common.fields import ConfigError
+
+
+def _softcap(d=128, causal=True):
+    return default_configs("bf16", d, causal, softcap=True)[0]
+
+
+def test_variant_fields_stay_out_of_the_default_kernels_keys():
+    base = _softcap()
+    assert "softcap_fold_q" not in base.key() and "softcap_tanh" not in base.key()
+    fold = replace(base, softcap_fold_q=True, softcap_tanh="f16x2").validate()
+    assert fold.key()["softcap_fold_q"] is True and fold.key()["softcap_tanh"] == "f16x2"
+    assert AttnConfig.from_key(fold.key()) == fold and AttnConfig.from_key(base.key()) == base
+    assert "_softcap_qfold_tanhf16x2" in fold.score_tag() and "qfold" not in base.score_tag()
+
+
+@pytest.mark.parametrize("fields", [dict(softcap=False, softcap_fold_q=True), dict(dtype="f16", softcap_fold_q=True),
+                                    dict(softcap=False, softcap_tanh="f16x2"), dict(softcap_tanh="bf16x2")],
+                         ids=lambda f: ",".join(f"{k}={v}" for k, v in f.items()))
+def test_variant_fields_refused_where_not_built(fields):
+    with pytest.raises(ConfigError):
+        replace(_softcap(), **fields).validate()
+
+
+def test_variant_set_and_its_bench_specs():
+    """The set holds the softcap_sink rows' defaults and one kernel per SOFTCAP_VARIANTS entry, and
+    softcap_variant_specs() parses (attention.plan.tile_override) back into those entries."""
+    entries = kernel_sets.SETS["prefill-softcap-variants"]()
+    cfgs = [c for k, c in entries if k == KERNEL]
+    base = _softcap()
+    assert default_configs("bf16", 128, True)[0] in cfgs and base in cfgs
+    specs = kernel_sets.softcap_variant_specs().split(";")
+    assert [tile_override(s) for s in specs] == list(kernel_sets.SOFTCAP_VARIANTS)
+    for fields in kernel_sets.SOFTCAP_VARIANTS:
+        assert replace(base, **fields).validate() in cfgs
+
+
+INTERP_CASES = [  # (variant fields, cap, q gain): gain 8 puts s * scale at ~8 sigma, where cap 30 bends it
+    (dict(softcap_fold_q=True), 30.0, 8.0),
+    (dict(softcap_fold_q=True), 2.0, 1.0),
+    (dict(softcap_fold_q=True), 1000.0, 8.0),
+    (dict(softcap_tanh="f16x2"), 30.0, 8.0),
+    (dict(softcap_tanh="f16x2"), 0.5, 3.0),
+    (dict(softcap_fold_q=True, softcap_tanh="f16x2", exp2_poly_stride=2), 30.0, 8.0),
+    (dict(softcap_fold_q=True, exp2_poly_stride=3), 1000.0, 8.0),
+]
+
+
+@pytest.mark.parametrize("case", INTERP_CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c[0].items())
+                         + f"-cap{c[1]:g}-gain{c[2]:g}")
+def test_variant_numerics_through_the_interpreter(case):
+    pytest.importorskip("torch")
+    from tests.softcap_variants import run_variant
+    fields, cap, gain = case
+    report = run_variant(replace(_softcap(), **fields).validate(), 130, 200, cap, gain)
+    assert report["ok"] and report["nan_out"] == 0, report
+
+
+def test_fold_with_three_warpgroups_one_tile_per_cta():
+    """D64's 192 x 128 one-tile-per-CTA softcap kernel: three warpgroups, each its own barrier."""
+    pytest.importorskip("torch")
+    from tests.softcap_variants import run_variant
+    cfg = replace(_softcap(64, False), softcap_fold_q=True).validate()
+    assert cfg.consumers == 3 and not cfg.persistent
+    report = run_variant(cfg, 200, 300, 5.0, 4.0)
+    assert report["ok"] and report["nan_out"] == 0, report
+
+
+def test_tanh_f16x2_interpreter_model():
+    from fa4mlir.interpret.numeric import tanh_f16x2
+    x = np.array([0.5, -3.0, 1e-6, 70000.0], np.float32)
+    with np.errstate(over="ignore"):   # 70000 rounds to f16 inf, as cvt.rn.f16x2.f32 does
+        x16 = x.astype(np.float16)
+    words = x16.view(np.uint16).astype(np.uint32)
+    got = tanh_f16x2((words[0::2] | (words[1::2] << 16)).view(np.int32)).view(np.uint32)
+    halves = np.stack([got & 0xFFFF, got >> 16], axis=1).reshape(-1).astype(np.uint16).view(np.float16)
+    want = np.tanh(x16.astype(np.float32)).astype(np.float16)   # tanh(inf) = 1
+    assert np.array_equal(halves, want) and halves[3] == 1.0
+
+
+def _loop_counts(cfg) -> list:
+    if sass.find_nvdisasm() is None or lowering.find_ptxas() is None:
+        pytest.skip("needs ptxas and nvdisasm")
+    from fa4mlir.compiler import compile_kernel
+    art = compile_kernel(KERNEL, cfg)
+    r = art.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r
+    hgmma = cfg.head_dim // 16 + cfg.bn // 16
+    loops = [collections.Counter(op if op.startswith("MUFU") else op.split(".")[0] for op, _ in loop)
+             for loop in sass.wgmma_loops(sass.disassemble(art.cubin))
+             if sum(op.startswith("HGMMA") for op, _ in loop) == hgmma]
+    assert loops
+    return loops
+
+
+def test_fold_drops_the_multiply_per_score_and_f16x2_keeps_one_mufu_per_score():
+    """Per KV loop (bf16 D128 causal 128 x 128 persistent, 64 S registers): the fold has 64 FMUL
+    fewer and the same MUFU; tanh.approx.f16x2 runs as 64 MUFU.TANH.F16 (one per score, not per pair)
+    plus the f16 packs (F2FP) and widenings (HADD2)."""
+    base = _softcap()
+    n_s = base.bn // 2
+    ref = _loop_counts(base)
+    fold = _loop_counts(replace(base, softcap_fold_q=True).validate())
+    pair = _loop_counts(replace(base, softcap_fold_q=True, softcap_tanh="f16x2").validate())
+    for r, f, p in zip(ref, fold, pair):
+        assert f["FMUL"] == r["FMUL"] - n_s and f["MUFU.TANH"] == r["MUFU.TANH"] == n_s, (r, f)
+        assert f["MUFU.EX2"] == r["MUFU.EX2"] and f["FFMA"] == r["FFMA"], (r, f)
+        assert p["MUFU.TANH"] == 0 and p["MUFU.TANH.F16"] == n_s and p["FMUL"] == f["FMUL"], p
+        assert p["F2FP"] == f["F2FP"] + n_s // 2 and p["HADD2"] >= n_s, (f, p)
