@@ -468,8 +468,8 @@ class _Consumer:
             s = self.mods.apply(s, geo.batch, geo.head, [(self.grow[acc_row(i)], 0) for i in range(self.n_s)],
                                 [(col0, acc_col(i)) for i in range(self.n_s)])
         if cfg.softcap:  # t = tanh(s * scale / cap), in units of cap (scale_log2 = cap * log2 e): before the mask
-            s = [x if cfg.softcap_fold_q else x * self.softcap_scale for x in s]   # fold_q: S is Q' K^T already
-            s = tanh_pairs(s) if cfg.softcap_tanh == "f16x2" else [tanh(x) for x in s]
+            x = (lambda v: v) if cfg.softcap_fold_q else (lambda v: v * self.softcap_scale)   # fold_q: S is Q' K^T
+            s = tanh_pairs([x(v) for v in s]) if cfg.softcap_tanh == "f16x2" else [tanh(x(v)) for v in s]
         if masked and geo.first is None:  # register i holds key col0 + acc_col(i) of row acc_row(i) (common/wgmma.py)
             col0 = j * cfg.bn + self.t4 * 2
             visible = [visible_keys(col0, self.grow[h], geo.seqlen_q, geo.seqlen_k, cfg.causal) for h in (0, 1)]
