@@ -85,7 +85,8 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 alone runs its twin (flash_attn_func takes the one kernel of the default's tiles)
     prefill-softcap-variants
                 the opt-in variants of the softcap row's kernel (bf16 D128 causal, SOFTCAP_VARIANTS:
-                softcap_fold_q, softcap_tanh and exp2_poly_stride 0 / 2 / 3 / 4, [D-softcap-fold]) beside the prefill
+                softcap_fold_q, softcap_tanh, softcap_fixed_max and exp2_poly_stride 0 / 2 / 3 / 4,
+                [D-softcap-fold]) beside the prefill
                 set's dense causal, sinks and default softcap kernels of `bench prefill --workloads
                 softcap_sink`; softcap_variant_specs() is its --prefill-tiles argument
     score-mods  the sm_90a attention kernel with the built-in score_mods and mask_mods of
@@ -465,6 +466,10 @@ SOFTCAP_VARIANTS = (
     dict(softcap_fold_q=True, exp2_poly_stride=2),
     dict(softcap_fold_q=True, exp2_poly_stride=3),
     dict(softcap_fold_q=True, softcap_tanh="f16x2"),    # tanh.approx.f16x2: MUFU.TANH.F16, if it runs faster
+    dict(softcap_fixed_max=True),                       # no row max: caps <= FIXED_MAX_CAP (43.3)
+    dict(softcap_fold_q=True, softcap_fixed_max=True),
+    dict(softcap_fold_q=True, softcap_fixed_max=True, exp2_poly_stride=0),
+    dict(softcap_fold_q=True, softcap_fixed_max=True, exp2_poly_stride=2),
     dict(exp2_poly_stride=0),
     dict(exp2_poly_stride=2),
     dict(exp2_poly_stride=3),

@@ -8,9 +8,12 @@ from dataclasses import replace
 import numpy as np
 
 
-def run_variant(cfg, seqlen_q: int, seqlen_k: int, cap: float, q_gain: float, seed: int = 0) -> dict:
+def run_variant(cfg, seqlen_q: int, seqlen_k: int, cap: float, q_gain: float, seed: int = 0,
+                aligned: bool = False) -> dict:
     """Interpret `cfg` (a softcap AttnConfig) on standard-normal k, v and q times `q_gain` (so
-    s * scale reaches a few caps); returns compare_attention's report."""
+    s * scale reaches a few caps); returns compare_attention's report. `aligned`: every key is one
+    vector u plus 0.1 noise and the query rows alternate +-q_gain u, so every score of the odd rows
+    sits near -q_gain^2 sqrt(D) (t near -1 on every key: a row far below its cap)."""
     import torch
 
     from fa4mlir import interpret
@@ -24,8 +27,13 @@ def run_variant(cfg, seqlen_q: int, seqlen_k: int, cap: float, q_gain: float, se
                 seqlen_q=seqlen_q, seqlen_k=seqlen_k)
     rng = np.random.default_rng(seed)
     d = cfg.head_dim
-    tensors = {"q": _bits(q_gain * rng.standard_normal((1, seqlen_q, 1, d), np.float32), cfg.dtype),
-               "k": _bits(rng.standard_normal((1, seqlen_k, 1, d), np.float32), cfg.dtype),
+    q = q_gain * rng.standard_normal((1, seqlen_q, 1, d), np.float32)
+    k = rng.standard_normal((1, seqlen_k, 1, d), np.float32)
+    if aligned:
+        u = rng.standard_normal(d).astype(np.float32)
+        k = u + np.float32(0.1) * k
+        q = q_gain * np.where((np.arange(seqlen_q) % 2 == 0)[None, :, None, None], u, -u).astype(np.float32)
+    tensors = {"q": _bits(q, cfg.dtype), "k": _bits(k, cfg.dtype),
                "v": _bits(rng.standard_normal((1, seqlen_k, 1, d), np.float32), cfg.dtype), **outputs_like(case)}
     problem = _problem(case)
     kernel = interpret.load(attention_fwd_sm90.build(cfg))

@@ -1,8 +1,10 @@
 """Deviceless: the sm_90a softcap kernel's opt-in variants [D-softcap-fold] (AttnConfig.softcap_fold_q,
-softcap_tanh; kernel_sets.SOFTCAP_VARIANTS, the prefill-softcap-variants set): their configs and keys,
-interpreter numerics by the FA rule at the bench's cap (30), small caps (0.5, 2) and a large one (1000)
-with inputs that make the cap bend the scores, and the KV loop's SASS (the fold removes the multiply
-per score; tanh.approx.f16x2 is still one MUFU per score on sm_90a)."""
+softcap_tanh, softcap_fixed_max; kernel_sets.SOFTCAP_VARIANTS, the prefill-softcap-variants set): their
+configs and keys, interpreter numerics by the FA rule at the bench's cap (30), small caps (0.5, 2) and
+large ones (1000; 43, near FIXED_MAX_CAP, for the fixed max, with rows whose every score sits far below
+the cap) with inputs that make the cap bend the scores, and the KV loop's SASS (the fold removes the
+multiply per score, the fixed max the row max and O's rescale; tanh.approx.f16x2 is still one MUFU per
+score on sm_90a)."""
 from __future__ import annotations
 
 import collections
@@ -13,7 +15,8 @@ import pytest
 
 from fa4mlir import kernel_sets, lowering, sass
 from fa4mlir.attention.plan import tile_override
-from fa4mlir.kernels.attention_sm90_config import KERNEL, AttnConfig, default_configs
+from fa4mlir.attention.problem import AttnProblem
+from fa4mlir.kernels.attention_sm90_config import FIXED_MAX_CAP, KERNEL, AttnConfig, default_configs, launch_args
 from fa4mlir.kernels.common.fields import ConfigError
 
 
@@ -31,7 +34,10 @@ def test_variant_fields_stay_out_of_the_default_kernels_keys():
 
 
 @pytest.mark.parametrize("fields", [dict(softcap=False, softcap_fold_q=True), dict(dtype="f16", softcap_fold_q=True),
-                                    dict(softcap=False, softcap_tanh="f16x2"), dict(softcap_tanh="bf16x2")],
+                                    dict(softcap=False, softcap_tanh="f16x2"), dict(softcap_tanh="bf16x2"),
+                                    dict(dtype="f16", softcap_fixed_max=True),
+                                    dict(softcap_fixed_max=True, rescale_threshold=8.0),
+                                    dict(softcap_fixed_max=True, rescale_before_pv=True)],
                          ids=lambda f: ",".join(f"{k}={v}" for k, v in f.items()))
 def test_variant_fields_refused_where_not_built(fields):
     with pytest.raises(ConfigError):
@@ -51,7 +57,18 @@ def test_variant_set_and_its_bench_specs():
         assert replace(base, **fields).validate() in cfgs
 
 
-INTERP_CASES = [  # (variant fields, cap, q gain): gain 8 puts s * scale at ~8 sigma, where cap 30 bends it
+def test_fixed_max_refuses_caps_whose_p_would_leave_float32s_normal_range():
+    cfg = replace(_softcap(), softcap_fixed_max=True).validate()
+    problem = AttnProblem.of((1, 256, 1, 128), (1, 256, 1, 128), "bf16", causal=True)
+    tensors = {n: n for n in ("q", "k", "v", "o", "lse")}
+    assert 43.0 < FIXED_MAX_CAP < 43.5
+    launch_args(cfg, replace(problem, softcap=43.0), tensors)
+    with pytest.raises(ConfigError, match="caps up to"):
+        launch_args(cfg, replace(problem, softcap=44.0), tensors)
+    launch_args(_softcap(), replace(problem, softcap=44.0), tensors)   # the default kernel takes any cap
+
+
+INTERP_CASES = [  # (variant fields, cap, q gain[, aligned]): gain 8 puts s * scale at ~8 sigma, where cap 30 bends it
     (dict(softcap_fold_q=True), 30.0, 8.0),
     (dict(softcap_fold_q=True), 2.0, 1.0),
     (dict(softcap_fold_q=True), 1000.0, 8.0),
@@ -59,16 +76,21 @@ INTERP_CASES = [  # (variant fields, cap, q gain): gain 8 puts s * scale at ~8 s
     (dict(softcap_tanh="f16x2"), 0.5, 3.0),
     (dict(softcap_fold_q=True, softcap_tanh="f16x2", exp2_poly_stride=2), 30.0, 8.0),
     (dict(softcap_fold_q=True, exp2_poly_stride=3), 1000.0, 8.0),
+    (dict(softcap_fixed_max=True), 30.0, 8.0),
+    (dict(softcap_fixed_max=True), 0.5, 3.0),
+    (dict(softcap_fixed_max=True, softcap_fold_q=True, exp2_poly_stride=0), 43.0, 8.0, True),
+    (dict(softcap_fixed_max=True, softcap_fold_q=True, exp2_poly_stride=2), 30.0, 8.0),
+    (dict(softcap_fixed_max=True, softcap_fold_q=True), 2.0, 1.0),
 ]
 
 
 @pytest.mark.parametrize("case", INTERP_CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c[0].items())
-                         + f"-cap{c[1]:g}-gain{c[2]:g}")
+                         + f"-cap{c[1]:g}-gain{c[2]:g}{'-aligned' if c[3:] else ''}")
 def test_variant_numerics_through_the_interpreter(case):
     pytest.importorskip("torch")
     from tests.softcap_variants import run_variant
-    fields, cap, gain = case
-    report = run_variant(replace(_softcap(), **fields).validate(), 130, 200, cap, gain)
+    fields, cap, gain, *aligned = case
+    report = run_variant(replace(_softcap(), **fields).validate(), 130, 200, cap, gain, aligned=bool(aligned))
     assert report["ok"] and report["nan_out"] == 0, report
 
 
@@ -123,3 +145,13 @@ def test_fold_drops_the_multiply_per_score_and_f16x2_keeps_one_mufu_per_score():
         assert f["MUFU.EX2"] == r["MUFU.EX2"] and f["FFMA"] == r["FFMA"], (r, f)
         assert p["MUFU.TANH"] == 0 and p["MUFU.TANH.F16"] == n_s and p["FMUL"] == f["FMUL"], p
         assert p["F2FP"] == f["F2FP"] + n_s // 2 and p["HADD2"] >= n_s, (f, p)
+
+
+def test_fixed_max_drops_the_row_max_and_the_rescale():
+    """Per KV loop: no FMNMX (row max), no O rescale; with the fold no FMUL at all; every exp2 on the
+    SFU at stride 0 (64, the alpha exp2s gone too)."""
+    base = _softcap()
+    n_s = base.bn // 2
+    for fixed in _loop_counts(replace(base, softcap_fixed_max=True, softcap_fold_q=True, exp2_poly_stride=0).validate()):
+        assert fixed["FMNMX"] == 0 and fixed["FMUL"] == 0 and fixed["SHFL"] == 0, fixed
+        assert fixed["MUFU.EX2"] == n_s and fixed["MUFU.TANH"] == n_s, fixed

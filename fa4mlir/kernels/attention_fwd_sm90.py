@@ -77,7 +77,7 @@ from .attention_sm90_config import AttnConfig, causal_pair_slot, dealt_tile, lau
 from .common.constants import LOG2E
 from .common.score_mod_ir import ModHook
 from .common.masks import ValueOps, block_range, hidden, key_window, tile_blocks, visible_keys
-from .common.smem_scale import scale_bf16_rows, tanh_pairs
+from .common.softcap_variants import scale_bf16_rows, tanh_pairs
 from .common.softmax import exp2_mixed, max_update
 from .common.wgmma import a_frag_pairs, acc_col, acc_pair, acc_row, row_regs, wait_group
 
@@ -441,7 +441,7 @@ class _Consumer:
 
     def fold_q(self, q_stage: Value) -> None:
         """softcap_fold_q: this warpgroup's 64 rows of Q stage `q_stage` times softcap_scale in SMEM
-        (common.smem_scale, note "Q fold"), fenced to the async proxy before its S GEMMs read them."""
+        (common.softcap_variants, note "Q fold"), fenced to the async proxy before its S GEMMs read them."""
         kb, cfg = self.kb, self.cfg
         sw = cfg.qk_tile.swizzle
         q_rows = self.wg * (64 * sw)
@@ -484,11 +484,15 @@ class _Consumer:
         p = [None] * self.n_s
         for h in (0, 1):
             idx = row_regs(self.n_s, h)
-            mx = tree_reduce([s[i] for i in idx], fmax)
-            mx = fmax(mx, kb.shuffle_xor(mx, 1))
-            mx = fmax(mx, kb.shuffle_xor(mx, 2))
-            # m: the max this row's P, l and O are relative to (lags the true max under lazy rescale)
-            m, alpha_h, neg = max_update(m_prev[h], mx, self.scale_log2, cfg.rescale_threshold)
+            if cfg.softcap_fixed_max:   # |t| <= 1: m = 1 on every row, no max, O never rescaled (note "Fixed max")
+                one = const(1.0, "f32")
+                m, alpha_h, neg = one, one, const(0.0, "f32") - self.scale_log2
+            else:
+                mx = tree_reduce([s[i] for i in idx], fmax)
+                mx = fmax(mx, kb.shuffle_xor(mx, 1))
+                mx = fmax(mx, kb.shuffle_xor(mx, 2))
+                # m: the max this row's P, l and O are relative to (lags the true max under lazy rescale)
+                m, alpha_h, neg = max_update(m_prev[h], mx, self.scale_log2, cfg.rescale_threshold)
             alpha.append(alpha_h)
             # a generator: each fma is emitted right before its exp2 (the op order of the measured kernel)
             row_p = exp2_mixed((fma(s[i], self.scale_log2, neg) for i in idx), cfg.exp2_poly_stride)
@@ -496,7 +500,7 @@ class _Consumer:
                 p[i] = p_i
             total = tree_reduce(row_p, lambda a, b: a + b)
             m_new.append(m)
-            l_new.append(fma(l_prev[h], alpha[h], total))
+            l_new.append(l_prev[h] + total if cfg.softcap_fixed_max else fma(l_prev[h], alpha[h], total))
         return p, m_new, l_new, alpha
 
     def pack(self, p: list) -> list:
@@ -520,6 +524,8 @@ class _Consumer:
         exactly when it did), behind a branch made warp-uniform by a vote (fa4.scale_if_uniform:
         a `bra.uni`, so the wgmma descriptors of the loop stay in uniform registers; an scf.if here
         cost 32 R2UR and 40 IMAD per D128 KV loop)."""
+        if self.cfg.softcap_fixed_max:   # P is relative to the fixed max: O is never rescaled
+            return o
         if not self.cfg.rescale_threshold:
             return self.rescale(o, alpha)
         moved = self.kb.vote_any(alpha[0].ne(1.0) | alpha[1].ne(1.0))

@@ -34,8 +34,11 @@ CONSUMER_PIECE_REGS = 2
 PRODUCER_REGS = 24
 MOD_FIELDS = ("score_mod", "mask_mod", "aux")   # absent from key() when '' (no function)
 SOFTCAP_TANH = ("", "f16x2")   # AttnConfig.softcap_tanh
+# AttnConfig.softcap_fixed_max's largest cap: p >= 2^(-2 cap log2 e) >= 2^-125, a normal float32 (ex2.approx.ftz
+# and the polynomial exp2 flush below 2^-126)
+FIXED_MAX_CAP = 125.0 / (2.0 * LOG2E)
 # absent from key() when 0 / False / '': the kernels without them keep their keys
-OPTIONAL_FIELDS = ("head_dim_v", "varlen", "page_size", "softcap_fold_q", "softcap_tanh")
+OPTIONAL_FIELDS = ("head_dim_v", "varlen", "page_size", "softcap_fold_q", "softcap_tanh", "softcap_fixed_max")
 
 
 class TileLayout(NamedTuple):
@@ -89,6 +92,9 @@ class AttnConfig:
     # two scores of a register pair rounded to f16 and capped by one tanh.approx.f16x2 (on sm_90a still
     # one MUFU.TANH.F16 per score). An opt-in variant; left out of key() when ''
     softcap_tanh: str = ""
+    # softcap's scores are at most the cap: every row's softmax runs relative to the fixed max t = 1 (no row
+    # max, no O rescale; bf16, caps <= FIXED_MAX_CAP: launch_args) [D-softcap-fold]. Opt-in; out of key() when False
+    softcap_fixed_max: bool = False
     # ragged batches (attention/varlen.py): q, k, v packed [total_tokens, heads, D], each sequence's
     # rows from cu_seqlens in device memory, a 1-D grid in common.varlen_schedule's order; one tile per
     # CTA (persistent False). Left out of key() when False, so the dense kernels keep their keys
@@ -233,6 +239,12 @@ class AttnConfig:
         if self.softcap_tanh not in SOFTCAP_TANH or (self.softcap_tanh and not self.softcap):
             raise ConfigError(f"softcap_tanh must be one of {SOFTCAP_TANH} ('' = tanh.approx.f32 per score), and "
                               f"non-empty only with softcap=True, got {self.softcap_tanh!r}, softcap={self.softcap}")
+        if self.softcap_fixed_max and not (self.softcap and self.dtype == "bf16" and not self.rescale_threshold
+                                           and not self.rescale_before_pv):
+            raise ConfigError(f"softcap_fixed_max needs softcap=True, dtype bf16 (P spans 2^-125..1: f16 would flush "
+                              f"it) and no running-max knobs (rescale_threshold 0, rescale_before_pv False), got "
+                              f"softcap={self.softcap}, dtype={self.dtype}, rescale_threshold={self.rescale_threshold}, "
+                              f"rescale_before_pv={self.rescale_before_pv}")
         if self.aux and not (self.score_mod or self.mask_mod):
             raise ConfigError(f"aux={self.aux!r} without a score_mod or mask_mod to read it")
         try:
@@ -394,7 +406,7 @@ class AttnConfig:
         """Kernel-name tags of the score modifiers ('' for none): _softcap, _qfold, _sink, _sm_<fingerprint>,
         _mm_<fingerprint>; and _varlen."""
         return (("_softcap" if self.softcap else "") + ("_qfold" if self.softcap_fold_q else "")
-                + (f"_tanh{self.softcap_tanh}" if self.softcap_tanh else "")
+                + (f"_tanh{self.softcap_tanh}" if self.softcap_tanh else "") + ("_fixmax" if self.softcap_fixed_max else "")
                 + ("_sink" if self.sinks else "")
                 + (f"_sm_{self.score_mod}" if self.score_mod else "") + (f"_mm_{self.mask_mod}" if self.mask_mod else "")
                 + ("_varlen" if self.varlen else ""))
@@ -705,6 +717,9 @@ def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) 
         cap = float(getattr(problem, "softcap", 0.0))
         if not cap > 0:
             raise ValueError(f"a softcap kernel ({config.score_tag()}) needs problem.softcap > 0, got {cap!r}")
+        if config.softcap_fixed_max and cap > FIXED_MAX_CAP:
+            raise ConfigError(f"a softcap_fixed_max kernel ({config.score_tag()}) takes caps up to {FIXED_MAX_CAP:.4g} "
+                              f"(p = exp2((t - 1) cap log2 e) must stay a normal float32 down to t = -1), got {cap!r}")
         args.update(scale_log2=cap * LOG2E, softcap_scale=float(problem.softmax_scale) / cap)
     if config.sinks:
         args["sinks"] = tensors["sinks"]
