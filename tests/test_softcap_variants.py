@@ -155,3 +155,20 @@ def test_fixed_max_drops_the_row_max_and_the_rescale():
     for fixed in _loop_counts(replace(base, softcap_fixed_max=True, softcap_fold_q=True, exp2_poly_stride=0).validate()):
         assert fixed["FMNMX"] == 0 and fixed["FMUL"] == 0 and fixed["SHFL"] == 0, fixed
         assert fixed["MUFU.EX2"] == n_s and fixed["MUFU.TANH"] == n_s, fixed
+
+
+def test_bundle_selection_keeps_the_default_and_finds_each_variant():
+    """flash_attn_func's bundle query (attention.plan.select_entry) among the prefill-softcap-variants
+    set: the default softcap kernel without FA4MLIR_PREFILL_TILES, the variant asked for with it."""
+    from fa4mlir.attention.plan import select_entry
+    base = _softcap()
+    cfgs = [c for k, c in kernel_sets.SETS["prefill-softcap-variants"]() if k == KERNEL]
+    entries = [{"arch": "sm_90a", "key": f"{i:02d}".ljust(64, "0"), "config": {**c.key(), "cubin_backend": "ptxas"}}
+               for i, c in enumerate(cfgs)]
+
+    def picked(cfg):
+        return AttnConfig.from_key(select_entry(entries, "bf16", 128, True, default=cfg)["config"])
+    assert picked(base) == base
+    for fields in kernel_sets.SOFTCAP_VARIANTS:
+        want = replace(base, **fields).validate()
+        assert picked(want) == want, fields

@@ -50,7 +50,8 @@ Score modifiers (compile-time flags, each its own kernel; see notes/RESULTS.md [
 softcap_scale = scale / c and scale_log2 = c * log2(e) (one kernel serves every cap): it keeps
 t = tanh(S * softcap_scale) (tanh.approx: one SFU op) in S's registers, in units of c, so the
 softmax, its max and the LSE run unchanged on t, p = exp2(t * scale_log2 - m * scale_log2) =
-exp(s' - c m), and the masks set t to -inf after the tanh. `sinks` adds a learned logit per head
+exp(s' - c m), and the masks set t to -inf after the tanh. Opt-in variants (softcap_fold_q: Q scaled in
+SMEM instead of S; softcap_fixed_max: m = 1, no row max; softcap_tanh): common/softcap_variants.py. `sinks` adds a learned logit per head
 (gpt-oss) to each row's denominator in the epilogue: with a = m * scale_log2, b = sink * log2(e)
 and M = max(a, b), l' = l * 2^(a - M) + 2^(b - M), O = O * 2^(a - M) / l' and LSE = (M + log2 l')
 * ln 2, stable for any sink; a row that sees no key gets O = 0 and LSE = sink.

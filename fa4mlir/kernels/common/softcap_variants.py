@@ -1,4 +1,5 @@
-"""Scale a bf16 tile in shared memory in place: softcap's tanh input scale folded into Q.
+"""The sm_90a softcap kernel's opt-in variants [D-softcap-fold] (AttnConfig.softcap_fold_q, softcap_tanh,
+softcap_fixed_max; kernel_sets.SOFTCAP_VARIANTS): the pieces they emit and the notes on their math.
 
 `scale_bf16_rows(kb, base, chunks, chunk_stride, rows_bytes, t, threads, scale)`: every bf16 of
 `chunks` runs of `rows_bytes` bytes (run c at base + c * chunk_stride) becomes
@@ -8,13 +9,29 @@ mask on the integer pipe), multiplied in float32 and packed back (cvt.rn.bf16x2.
 order inside a unit does not matter, so any swizzle is fine. The caller fences the stores to the
 async proxy and syncs the threads before a wgmma reads the tile (as e4m3_tile.emit_convert's callers).
 
-Note "Q fold" [D-softcap-fold]: the sm_90a softcap kernel computes t = tanh(S * softmax_scale / cap)
-with one FMUL per score in the KV loop. With AttnConfig.softcap_fold_q each consumer warpgroup scales
-its 64 Q rows by softcap_scale once per query tile instead, so S already is the tanh's argument. The
-rounding of Q' = bf16(q * scale) adds a relative error of at most 2^-9 per Q element, the size of
-the bf16 rounding of S that torch's own bf16 computation makes; bf16 keeps float32's exponent range,
-so small scales (large caps) lose no precision. f16 would flush q * scale below 2^-14 to subnormals:
-the config refuses it.
+`tanh_pairs(xs)`: tanh two values at a time through tanh.approx.f16x2 (softcap_tanh 'f16x2').
+
+Note "Q fold" (softcap_fold_q): the softcap kernel computes t = tanh(S * softmax_scale / cap) with one
+FMUL per score in the KV loop. With the fold each consumer warpgroup scales its 64 Q rows by
+softcap_scale once per query tile instead, so S already is the tanh's argument. The rounding of
+Q' = bf16(q * scale) adds a relative error of at most 2^-9 per Q element, the size of the bf16 rounding
+of S that torch's own bf16 computation makes; bf16 keeps float32's exponent range, so small scales
+(large caps) lose no precision. f16 would flush q * scale below 2^-14 to subnormals: the config
+refuses it.
+
+Note "Pairs" (softcap_tanh 'f16x2'): two scores rounded to f16 (|x| past 65504 becomes inf, whose tanh
+is the saturated +-1), one tanh.approx.f16x2, both halves widened exactly. On sm_90a ptxas runs the
+pair as two MUFU.TANH.F16 (ptxas 13.0), so it saves no SFU op; it is kept to time whether the f16
+form is faster on the SFU than MUFU.TANH (f32).
+
+Note "Fixed max" (softcap_fixed_max): a capped score is t = tanh(x) in units of the cap, |t| <= 1, so
+every row's softmax may run relative to the fixed max 1 instead of its running max: p = exp2(t C - C)
+with C = cap log2 e, p in [2^-2C, 1]. No row max (FMNMX, shuffles), no alpha exp2s, no rescale of O
+and l; m = 1 in the epilogue, so LSE = (C + log2 l) ln 2 as before. Exact as long as every p stays a
+normal float32 (ex2.approx.ftz and the polynomial flush below 2^-126): 2 C <= 125, caps up to
+FIXED_MAX_CAP = 43.3 (attention_sm90_config; launch_args refuses larger ones). P goes to the P.V GEMM
+in bf16, whose exponent range is float32's (f16 would flush small p: refused). p <= 1 keeps l <= keys
+and O within keys x max|v|, as the online softmax does.
 """
 from __future__ import annotations
 
