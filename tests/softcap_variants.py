@@ -9,11 +9,12 @@ import numpy as np
 
 
 def run_variant(cfg, seqlen_q: int, seqlen_k: int, cap: float, q_gain: float, seed: int = 0,
-                aligned: bool = False) -> dict:
+                aligned: bool = False, num_sms: int | None = None) -> dict:
     """Interpret `cfg` (a softcap AttnConfig) on standard-normal k, v and q times `q_gain` (so
     s * scale reaches a few caps); returns compare_attention's report. `aligned`: every key is one
     vector u plus 0.1 noise and the query rows alternate +-q_gain u, so every score of the odd rows
-    sits near -q_gain^2 sqrt(D) (t near -1 on every key: a row far below its cap)."""
+    sits near -q_gain^2 sqrt(D) (t near -1 on every key: a row far below its cap). `num_sms`: a
+    persistent kernel's grid (1: one CTA runs every tile, through both Q stages)."""
     import torch
 
     from fa4mlir import interpret
@@ -37,7 +38,7 @@ def run_variant(cfg, seqlen_q: int, seqlen_k: int, cap: float, q_gain: float, se
                "v": _bits(rng.standard_normal((1, seqlen_k, 1, d), np.float32), cfg.dtype), **outputs_like(case)}
     problem = _problem(case)
     kernel = interpret.load(attention_fwd_sm90.build(cfg))
-    kernel.launch(grid(cfg, problem), launch_args(cfg, problem, tensors), policy="lazy", seed=seed)
+    kernel.launch(grid(cfg, problem, num_sms), launch_args(cfg, problem, tensors), policy="lazy", seed=seed)
     q, k, v, o = (_tensor(tensors[n], cfg.dtype) for n in ("q", "k", "v", "o"))
     return compare_attention(q, k, v, o, torch.from_numpy(tensors["lse"]), d ** -0.5, cfg.causal, softcap=cap)
 

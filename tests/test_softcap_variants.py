@@ -94,6 +94,16 @@ def test_variant_numerics_through_the_interpreter(case):
     assert report["ok"] and report["nan_out"] == 0, report
 
 
+def test_fold_in_one_persistent_cta_through_both_q_stages():
+    """One CTA runs all four query tiles (two causal pairs): each tile's Q is folded in its own stage."""
+    pytest.importorskip("torch")
+    from tests.softcap_variants import run_variant
+    cfg = replace(_softcap(), softcap_fold_q=True, softcap_fixed_max=True).validate()
+    assert cfg.persistent and cfg.q_stages == 2
+    report = run_variant(cfg, 500, 500, 30.0, 8.0, num_sms=1)
+    assert report["ok"] and report["nan_out"] == 0, report
+
+
 def test_fold_with_three_warpgroups_one_tile_per_cta():
     """D64's 192 x 128 one-tile-per-CTA softcap kernel: three warpgroups, each its own barrier."""
     pytest.importorskip("torch")
