@@ -104,6 +104,18 @@ def test_fold_in_one_persistent_cta_through_both_q_stages():
     assert report["ok"] and report["nan_out"] == 0, report
 
 
+@pytest.mark.parametrize("sink", [2.0, 60.0, -60.0])
+def test_fixed_max_with_sinks_and_rows_that_see_no_key(sink):
+    """The epilogue's sink merge with m = 1 (a = cap log2 e): ordinary, dominant and negligible sinks;
+    seqlen_q > seqlen_k, so causal rows 0..29 see no key (O = 0, LSE = the sink)."""
+    pytest.importorskip("torch")
+    from tests.softcap_variants import run_variant
+    cfg = replace(default_configs("bf16", 128, True, softcap=True, sinks=True)[0], softcap_fold_q=True,
+                  softcap_fixed_max=True).validate()
+    report = run_variant(cfg, 130, 100, 30.0, 8.0, sinks=sink)
+    assert report["ok"] and report["nan_out"] == 0 and report["masked_rows"] > 0 and report["masked_ok"], report
+
+
 def test_fold_with_three_warpgroups_one_tile_per_cta():
     """D64's 192 x 128 one-tile-per-CTA softcap kernel: three warpgroups, each its own barrier."""
     pytest.importorskip("torch")

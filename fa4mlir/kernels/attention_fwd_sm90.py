@@ -760,6 +760,8 @@ def _epilogue(cs: _Consumer, acc: _Acc):
             lse.append(select(empty, const(float("inf"), "f32"), (m_scaled + log2(total)) * LN2))
             continue
         m_scaled = m[h] * cs.scale_log2
+        if cfg.softcap_fixed_max:   # m = 1 even on a row that saw no key: that row's max is -inf, as m's otherwise
+            m_scaled = select(total.eq(0.0), const(NEG_INF, "f32"), m_scaled)
         # the sink joins the row's max and sum (module note): M = max(a, b) (0 when both are -inf, so that
         # no -inf - -inf is formed), l' = l 2^(a - M) + 2^(b - M), O scaled by 2^(a - M) / l'
         top = fmax(m_scaled, sink)

@@ -27,7 +27,9 @@ form is faster on the SFU than MUFU.TANH (f32).
 Note "Fixed max" (softcap_fixed_max): a capped score is t = tanh(x) in units of the cap, |t| <= 1, so
 every row's softmax may run relative to the fixed max 1 instead of its running max: p = exp2(t C - C)
 with C = cap log2 e, p in [2^-2C, 1]. No row max (FMNMX, shuffles), no alpha exp2s, no rescale of O
-and l; m = 1 in the epilogue, so LSE = (C + log2 l) ln 2 as before. Exact as long as every p stays a
+and l; m = 1 in the epilogue, so LSE = (C + log2 l) ln 2 as before, except that with sinks a row that
+saw no key (l = 0) takes m = -inf, as the online softmax leaves it: else a sink far below C (2^(sink - C)
+under 2^-126) would flush to 0 and give LSE +inf instead of the sink. Exact as long as every p stays a
 normal float32 (ex2.approx.ftz and the polynomial flush below 2^-126): 2 C <= 125, caps up to
 FIXED_MAX_CAP = 43.3 (attention_sm90_config; launch_args refuses larger ones). P goes to the P.V GEMM
 in bf16, whose exponent range is float32's (f16 would flush small p: refused). p <= 1 keeps l <= keys
