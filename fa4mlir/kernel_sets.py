@@ -83,6 +83,12 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 set to 0 (every exp2 on the SFU: the default before [D-sfu-poly]), 2 or 8 instead of
                 the default SFU_MOD_POLY_STRIDE (4, in the prefill set). A bundle of one of these sets
                 alone runs its twin (flash_attn_func takes the one kernel of the default's tiles)
+    prefill-softcap-variants
+                the opt-in variants of the softcap row's kernel (bf16 D128 causal, SOFTCAP_VARIANTS:
+                softcap_fold_q, softcap_tanh, softcap_fixed_max and exp2_poly_stride 0 / 2 / 3 / 4,
+                [D-softcap-fold]) beside the prefill
+                set's dense causal, sinks and default softcap kernels of `bench prefill --workloads
+                softcap_sink`; softcap_variant_specs() is its --prefill-tiles argument
     score-mods  the sm_90a attention kernel with the built-in score_mods and mask_mods of
                 testing_score_mod.CASES (ALiBi, relative bias, document mask, softcap as a score_mod), what
                 tests/gpu/test_score_mod_gpu.py and the interpreter cases run
@@ -451,6 +457,43 @@ def prefill_poly(stride: int) -> list:
     return out + score_mod_kernels("bf16", 128, True, score_mod=score_mod.alibi, aux=(("f32", 1),))
 
 
+# The softcap row's opt-in variants (AttnConfig fields over its default kernel) [D-softcap-fold]: the tanh
+# input scale folded into Q, with each exp2 split; and the split alone. Timed by bench prefill's
+# --prefill-tiles (softcap_variant_specs()); the lead picks the default from those timings
+SOFTCAP_VARIANTS = (
+    dict(softcap_fold_q=True),                          # the default split (SFU_MOD_POLY_STRIDE 4)
+    dict(softcap_fold_q=True, exp2_poly_stride=0),
+    dict(softcap_fold_q=True, exp2_poly_stride=2),
+    dict(softcap_fold_q=True, exp2_poly_stride=3),
+    dict(softcap_fold_q=True, softcap_tanh="f16x2"),    # tanh.approx.f16x2: MUFU.TANH.F16, if it runs faster
+    dict(softcap_fixed_max=True),                       # no row max: caps <= FIXED_MAX_CAP (43.3)
+    dict(softcap_fold_q=True, softcap_fixed_max=True),
+    dict(softcap_fold_q=True, softcap_fixed_max=True, exp2_poly_stride=0),
+    dict(softcap_fold_q=True, softcap_fixed_max=True, exp2_poly_stride=2),
+    dict(exp2_poly_stride=0),
+    dict(exp2_poly_stride=2),
+    dict(exp2_poly_stride=3),
+)
+
+
+def softcap_variant_specs() -> str:
+    """SOFTCAP_VARIANTS as `bench prefill --prefill-tiles`' argument ('spec;spec', FA4MLIR_PREFILL_TILES
+    specs)."""
+    return ";".join(",".join(f"{k}={v!r}" for k, v in fields.items()) for fields in SOFTCAP_VARIANTS)
+
+
+def prefill_softcap_variants() -> list:
+    """The prefill-softcap-variants set (docstring): bench prefill softcap_sink's rows' default kernels
+    (dense causal 8k, sinks, softcap) and the softcap kernel with each of SOFTCAP_VARIANTS."""
+    from dataclasses import replace
+
+    from .kernels.attention_sm90_config import KERNEL, default_configs
+    out = [(KERNEL, c) for feature in ({}, {"sinks": True}, {"softcap": True})
+           for c in default_configs("bf16", 128, True, **feature)]
+    return out + [(KERNEL, replace(c, **fields).validate()) for fields in SOFTCAP_VARIANTS
+                  for c in default_configs("bf16", 128, True, softcap=True)]
+
+
 # (dtype, head_dim, page size) of flash_attn_varlen_func(page_table=)'s kernels in the attention-varlen
 # set: what tests/gpu/test_varlen_paged_gpu.py runs (TMA boxes of a page, of 16 and of 8 rows, the
 # cp.async gather of page sizes 1 and 3, every head dim, f16)
@@ -689,7 +732,8 @@ SETS = {"attention-sm100": attention_sm100, "attention-sm100-serving": attention
         "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,
         "decode-fp8-variants": decode_fp8_variants,
         "prefill": prefill, "mla": mla, "attention-varlen": attention_varlen, "head-dims": head_dims,
-        "score-mods": score_mods, **{f"prefill-poly{k}": (lambda k=k: prefill_poly(k)) for k in (0, 2, 8)}}
+        "score-mods": score_mods, "prefill-softcap-variants": prefill_softcap_variants,
+        **{f"prefill-poly{k}": (lambda k=k: prefill_poly(k)) for k in (0, 2, 8)}}
 
 
 def configs(names: list[str]) -> list:
