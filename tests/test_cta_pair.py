@@ -55,3 +55,32 @@ def test_probe_compiles_with_no_spills_and_the_2cta_sass(artifact):
     assert not re.search(r"\bUTCBAR(?!\.2CTA)\b", sass)
     assert re.search(r"\bUTCATOMSWS\.2CTA\.FIND_AND_SET\b", sass)         # the pair's TMEM allocation
     assert re.search(r"\bUCGABAR_ARV\b", sass) and re.search(r"\bUCGABAR_WAIT\b", sass)
+
+
+def _alloc_only(group: int):
+    """One warp allocating, relinquishing and freeing 32 TMEM columns with cta_group `group`."""
+    from fa4mlir.dialect import builders as fa4
+    from fa4mlir.dsl import KernelBuilder
+    kb = KernelBuilder(f"tmem_alloc_g{group}", arch="sm_100a", block=(32, 1, 1), cluster=(group, 1, 1))
+    with kb.body():
+        slot = kb.smem("tmem_slot", 16, align=16)
+        fa4.tmem_alloc(slot, cols=32, cta_group=group)
+        fa4.tmem_relinquish(cta_group=group)
+        kb.fence("tcgen05_before")
+        kb.sync_threads()
+        kb.fence("tcgen05_after")
+        fa4.tmem_dealloc(kb.load(slot, "i32"), cols=32, cta_group=group)
+    return kb.finish()
+
+
+def test_interpreter_refuses_the_pair():
+    """No silent one-CTA reading of a pair: the interpreter names the 2-CTA form (or cluster op) it does
+    not model, and still runs the one-CTA forms."""
+    from fa4mlir.interpret import kernel as ik
+    from fa4mlir.interpret.faults import InterpretError
+    with pytest.raises(InterpretError, match=r"tcgen05\.alloc .*cta_2.*: a CTA pair \(cta_group::2\) is not modelled"):
+        ik.load(_alloc_only(2))
+    with pytest.raises(InterpretError, match=r"no semantics for nvvm\.read\.ptx\.sreg\.cluster\.ctarank"):
+        ik.load(build(64))
+    (cta,) = ik.load(_alloc_only(1)).launch((1, 1, 1), {})
+    assert cta.tmem_cols == 0 and cta.stats["warp_ops"] > 0         # allocated, freed (else an ExitFault), ran
