@@ -307,7 +307,7 @@ class FScore(_LazyF):
 
     def __sub__(self, o):
         if isinstance(o, FScaled):
-            return self + FScaled(self.fold, self.fold.negate(o.k), o.index)
+            return self + o.index.scaled(self.fold.negate(o.k))
         return Value.__sub__(self, o)
 
 
@@ -318,17 +318,24 @@ class FIndex(_LazyF):
 
     def __init__(self, fold: "IndexFold", base_f: Value, offset: float):
         self.fold, self.base_f, self.offset = fold, base_f, offset
+        self._scaled: dict = {}   # id(k) -> (FScaled, k): one per coefficient (keys shared by rows)
 
     def _emit(self) -> Value:
         return self.base_f + self.offset if self.offset else self.base_f
 
+    def scaled(self, k: Value) -> "FScaled":
+        hit = self._scaled.get(id(k))
+        if hit is None:
+            hit = self._scaled[id(k)] = (FScaled(self.fold, k, self), k)
+        return hit[0]
+
     def __mul__(self, o):
         k = self.fold.coefficient(o)
-        return FScaled(self.fold, k, self) if k is not None else Value.__mul__(self, o)
+        return self.scaled(k) if k is not None else Value.__mul__(self, o)
 
     def __rmul__(self, o):
         k = self.fold.coefficient(o)
-        return FScaled(self.fold, k, self) if k is not None else Value.__rmul__(self, o)
+        return self.scaled(k) if k is not None else Value.__rmul__(self, o)
 
 
 class FScaled(_LazyF):
@@ -344,14 +351,21 @@ class FScaled(_LazyF):
 
 
 def _addend(o) -> bool:
-    """Whether o can be the addend of the score's fma: a float32 Value or a Python number."""
+    """Whether score + o takes o as the addend of the score's fma: a Python number or an affine index
+    value (FIndex, FScaled), values made from launch arguments and indices only. Any other float32
+    Value (an aux tensor load, the result of an SFU op) is added as written, after the multiply: with
+    the relative bias table's load as the fma's addend its D128 causal loop was 704 instructions
+    instead of 768, but its D64 192 x 128 kernel (score-mods set) spilled 8 bytes (0 as written)."""
     if isinstance(o, (int, float)) and not isinstance(o, bool):
         return True
-    return isinstance(o, Value) and str(o.type) == "f32"
+    return isinstance(o, (FIndex, FScaled))
 
 
 def _plain_f32(o) -> bool:
-    return _addend(o) and not isinstance(o, _LazyF)
+    """A float32 Value as written (not lazy) or a Python number: an FScaled's coefficient."""
+    if isinstance(o, (int, float)) and not isinstance(o, bool):
+        return True
+    return isinstance(o, Value) and not isinstance(o, _LazyF) and str(o.type) == "f32"
 
 
 class _ModDSL:
