@@ -22,6 +22,22 @@ distinct value. Exactness: float(base) + float(offset) equals the direct convers
 2^24 and |base + offset| <= 2^24 (every integer of that size is a float32, so neither the I2F nor
 the FADD rounds); the kernels' indices stay below 2^24 while seqlen_q and seqlen_k are at most
 score_mod.MAX_MOD_SEQLEN, which the host API enforces (ScoreModError beyond).
+
+The affine fold [D-affine-fold]: the function's score is FScore, x * mod_scale not yet multiplied, an
+Index's float32 is FIndex, float(base) + offset not yet added, and FIndex times a plain float32 Value
+(or a number) c is FScaled, c * (float(base) + offset) not yet built. Each is emitted as written at
+its first other use (`.v`), but:
+  score + FScaled (or + FIndex, + a number; `+` either way, `-` of an FScaled, `fma(c, idx, score)`)
+      -> fma(x, mod_scale, addend): the softmax scale stays inside one FFMA, no FMUL per score;
+  FScaled -> fma(c, offset, c * float(base)), c * float(base) once per (c, base): per row base and KV
+      block, so no FADD of the offset per score.
+ALiBi in any spelling is then two FFMAs per score (bench prefill's kernel: 593 instructions per KV
+loop iteration, 656 before, 461 without a score_mod; tests/test_score_mod_affine.py). Nothing is
+named: any function whose result adds a constant-or-uniform multiple of a float32 index to the score
+takes it. Rounding: the fma of the score is one rounding where x * mod_scale + y was two; c * (base +
+offset) is fma(c, offset, round(c * base)), within 2^-24 (|c * base| + |result|) of the exact
+product, i.e. of the size of the float32 rounding of the bias itself (the FA rule's tolerance is
+orders larger). An addend that is a general Value (an aux load) is added as written (see _addend).
 """
 from __future__ import annotations
 
