@@ -126,7 +126,8 @@ CASES = [(None, "tensor"), (PAGE, "kv_head"), (PAGE, "block"), (None, "block")]
 VARIANT_CASES = [("cw2", page, grain) for page, grain in CASES] + [("cw3", PAGE, "block"), ("cw3", None, "kv_head")] \
     + [("bn128", None, "tensor"), ("bn128", PAGE, "kv_head")] \
     + [("split", None, "tensor"), ("split", PAGE, "kv_head"), ("split", PAGE, "block"), ("split", None, "block")] \
-    + [("bits", page, grain) for page, grain in CASES] + [("bits_v", PAGE, "kv_head")]
+    + [("bits", page, grain) for page, grain in CASES] + [("bits_v", PAGE, "kv_head")] \
+    + [("swapab", None, "tensor"), ("swapab", PAGE, "kv_head")]
 
 
 @pytest.mark.parametrize("page,grain", CASES)
