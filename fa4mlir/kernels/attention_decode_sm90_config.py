@@ -388,7 +388,10 @@ def _default_tiles(dtype: str, head_dim: int, page_size: int | None, kv_scale: s
 # converting K_j, issuing S_j, then converting V_j while S_j runs (the kernel's note "FP8"); "bits":
 # default_config's tiles and stages, e4m3 -> f16 by integer ops instead of cvt (F2FP)
 # (common/e4m3_tile.py, note "Bit conversion"); "bits_v": the same for V only, K by cvt (half the
-# conversions on each pipe: conversion and ALU). (A converter over 128-key tiles spills at the
+# conversions on each pipe: conversion and ALU); "swapab": S^T = K Q^T, K_j the register A operand
+# (attention_decode_sm90_swapab, note "Swap AB"; at most SWAP_AB_ROWS packed query rows, D128, tensor or
+# kv_head scales), default_config's stages; "swapab5": the same with the 5 stages its smaller SMEM (no
+# f16 K tile, an 8-row Q) leaves at two CTAs per SM. (A converter over 128-key tiles spills at the
 # 168 registers ptxas gives 288 threads: not offered.) bf16/f16 caches have no variants.
 FP8_VARIANTS = {
     "default": None,
@@ -399,10 +402,12 @@ FP8_VARIANTS = {
     "bits": {"convert_bits": "kv"},
     "bits_v": {"convert_bits": "v"},
     "swapab": {"swap_ab": True},
+    "swapab5": {"swap_ab": True, "stages": 5},
 }
 # scale granularities a variant is built for (others: all of SCALES): 128-key tiles with block
 # scales spill 20 bytes at 255 registers (the scales of 64 S columns a thread)
-FP8_VARIANT_SCALES = {"bn128": ("tensor", "kv_head"), "swapab": ("tensor", "kv_head")}
+FP8_VARIANT_SCALES = {"bn128": ("tensor", "kv_head"), "swapab": ("tensor", "kv_head"),
+                      "swapab5": ("tensor", "kv_head")}
 FP8_VARIANT_ENV = "FA4MLIR_DECODE_FP8_VARIANT"
 MAX_FP8_STAGES = 12      # a bound on the e4m3 ring, far past what the latency needs
 
