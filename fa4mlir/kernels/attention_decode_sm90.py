@@ -62,6 +62,10 @@ and those tiles hold K or V times 2^-8 (common/e4m3_tile.py, note "Bit conversio
 (scale_log2, after k_scale) or O's (the epilogue's 1 / l, after v_scale) takes the 2^8 back, exactly
 (powers of two).
 
+With cfg.swap_ab (attention_decode_sm90_swapab.py, note "Swap AB") the consumer computes S^T = K_j Q^T
+with K_j converted in registers into wgmma A fragments (no f16 K tile), the softmax over S^T's columns,
+and P V from a P tile in SMEM; at most 8 packed query rows.
+
 Note "Converter" (cfg.converter_stages = n > 0): the conversion leaves the consumer. The e4m3
 rings' consumer is the converter warpgroup (warps 4-7, common/e4m3_converter.py): per tile it
 waits for K_j and V_j, acquires a free pair of the f16 ring `c_pipe` (n stages of K16 + V16),
