@@ -159,7 +159,10 @@ def build(cfg: DecodeConfig = DecodeConfig()) -> dsl.KernelIR:
         spec = dict(dtype="e4m3", box=(cfg.head_dim, 1, cfg.box_rows, 1), swizzle="none")
     else:
         spec = dict(dtype=cfg.dtype, box=(CHUNK, 1, cfg.box_rows, 1), swizzle="128B")
-    p = kb.params_from(cfg.params, tma={n: spec for n in ("k_cache", "v_cache")})
+    specs = {n: spec for n in ("k_cache", "v_cache")}
+    if cfg.swap_ab:   # K's e4m3 rows 128B-swizzled: conflict-free fragment loads (attention_decode_sm90_swapab)
+        specs["k_cache"] = dict(spec, swizzle="128B")
+    p = kb.params_from(cfg.params, tma=specs)
     with kb.body():
         # swap_ab: its own Q^T, V f16, P and exchange buffers (attention_decode_sm90_swapab)
         q_smem = None if cfg.swap_ab else kb.smem("q_smem", TILE_M * cfg.d_chunks * SWIZZLE)

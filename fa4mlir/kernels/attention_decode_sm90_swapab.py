@@ -24,8 +24,10 @@ K's head-dim order: thread t (lane quad t4 = t % 4) holds, of each of its key ro
 32 t4 .. 32 t4 + 31 (two 16-byte loads), byte 4 kk + 2 w + e as element e of word w of k-step kk's
 fragment, which the wgmma reads as reduction index kappa = 16 kk + 8 w + 2 t4 + e. So kappa reads
 head-dim column d = `head_dim_of(kappa)` = 32 t4 + 4 kk + 2 w + e, and Q^T's row kappa holds
-Q[:, head_dim_of(kappa)] (written so once, by the prologue). The K loads of rows r and r + 1 in a
-quarter-warp hit the same 16-byte positions (2-way bank conflict: the e4m3 tile is unswizzled).
+Q[:, head_dim_of(kappa)] (written so once, by the prologue). K's TMA box lands 128B-swizzled (a
+128-byte e4m3 row is one swizzle row: 16-byte unit u of row r at (u ^ r % 8) 16), so a quarter-warp's
+loads (rows g = 2q, 2q + 1, units 2 t4 + x) take 8 distinct 16-byte positions: no bank conflict
+(`k_load_offset`; tests/test_decode_fp8_swapab.py counts them). V's box stays unswizzled (e4m3_tile).
 
 Scales as the default FP8 kernel (tensor / kv_head: k in the softmax scale, v in the epilogue's 1 /
 l); K rows past L_b (any bits, NaN included) are masked to -inf in S^T before the max, V's convert to
@@ -56,6 +58,13 @@ def head_dim_of(kappa: int) -> int:
     w, rest = divmod(rest, 8)
     t4, e = divmod(rest, 2)
     return K_ROW_BYTES * t4 + 4 * kk + 2 * w + e
+
+
+def k_load_offset(row, t4, g, x: int):
+    """Byte offset in the 128B-swizzled e4m3 K tile (rows of 128 bytes) of the x-th 16 bytes (x = 0, 1)
+    of key row `row` that lane quad t4 converts (bytes 32 t4 + 16 x ..); g = row % 8 (the lane's
+    row0 % 8). Plain integer arithmetic: ints here and in tests, DSL Values in the kernel."""
+    return row * 128 + ((t4 * 2 + x) ^ g) * 16
 
 
 def q_offset(n: int, kappa: int) -> int:
@@ -134,8 +143,9 @@ def _k_frags(cs, k_stage) -> list:
     kb = cs.kb
     raw = []
     for h in (0, 1):
-        row = (cs.row0 + 8 * h) * cs.cfg.head_dim + cs.t4 * K_ROW_BYTES
-        lo, hi = (kb.load(kb.gep(k_stage, row + 16 * x, "i8"), ("i32", 4), align=16) for x in (0, 1))
+        # row r = row0 + 8 h (r % 8 = g): its 16-byte units 2 t4 + x at ((2 t4 + x) ^ g) 16 (128B swizzle)
+        lo, hi = (kb.load(kb.gep(k_stage, k_load_offset(cs.row0 + 8 * h, cs.t4, cs.g, x), "i8"), ("i32", 4),
+                          align=16) for x in (0, 1))
         raw.append([lo[i] for i in range(4)] + [hi[i] for i in range(4)])
     frags = []
     for kk in range(cs.cfg.head_dim // WGMMA_K):
