@@ -127,7 +127,7 @@ VARIANT_CASES = [("cw2", page, grain) for page, grain in CASES] + [("cw3", PAGE,
     + [("bn128", None, "tensor"), ("bn128", PAGE, "kv_head")] \
     + [("split", None, "tensor"), ("split", PAGE, "kv_head"), ("split", PAGE, "block"), ("split", None, "block")] \
     + [("bits", page, grain) for page, grain in CASES] + [("bits_v", PAGE, "kv_head")] \
-    + [("swapab", None, "tensor"), ("swapab", PAGE, "kv_head")]
+    + [("swapab", None, "tensor"), ("swapab", PAGE, "kv_head"), ("swapabw", None, "tensor"), ("swapabw", PAGE, "kv_head")]
 
 
 @pytest.mark.parametrize("page,grain", CASES)
@@ -159,15 +159,16 @@ def _check(page, grain, variant, c: dict | None = None, nan: float | None = None
     return out, lse
 
 
-@pytest.mark.parametrize("page,grain", [(None, "kv_head"), (PAGE, "tensor")])
-def test_swapab_at_the_bench_group_through_the_interpreter(page, grain, monkeypatch):
-    """The swap_ab variant (attention_decode_sm90_swapab, note "Swap AB") at bench decode's GQA group 4
-    (8 query heads over 2 KV heads): 4 packed rows of its 8 S^T columns."""
+@pytest.mark.parametrize("variant,page,grain", [(v, page, grain) for v in ("swapab", "swapabw")
+                                                 for page, grain in ((None, "kv_head"), (PAGE, "tensor"))])
+def test_swapab_at_the_bench_group_through_the_interpreter(variant, page, grain, monkeypatch):
+    """The swap_ab variants (attention_decode_sm90_swapab, notes "Swap AB", "Warp partials") at bench
+    decode's GQA group 4 (8 query heads over 2 KV heads): 4 packed rows of the 8 S^T columns."""
     monkeypatch.setitem(globals(), "HEADS", 8)
-    monkeypatch.setenv(dec.FP8_VARIANT_ENV, "swapab")
+    monkeypatch.setenv(dec.FP8_VARIANT_ENV, variant)
     c = _case(page, grain)
     assert c["q"].shape[2] == 8
-    _check(page, grain, "swapab", c)
+    _check(page, grain, variant, c)
 
 
 def test_swapab_refuses_more_rows_than_its_columns(monkeypatch):
@@ -186,11 +187,12 @@ def test_swapab_refuses_more_rows_than_its_columns(monkeypatch):
         configs_for(plan)
 
 
-def test_swapab_unsplit_through_the_interpreter(monkeypatch):
+@pytest.mark.parametrize("variant", ["swapab", "swapabw"])
+def test_swapab_unsplit_through_the_interpreter(variant, monkeypatch):
     """swap_ab's unsplit kernel (one split: O in bf16 and the LSE straight into out and lse, the
     epilogue fed by its S^T columns' sums) at group 4, a contiguous cache, per-KV-head scales."""
     monkeypatch.setitem(globals(), "HEADS", 8)
-    monkeypatch.setenv(dec.FP8_VARIANT_ENV, "swapab")
+    monkeypatch.setenv(dec.FP8_VARIANT_ENV, variant)
     c = _case(None, "kv_head")
     q_bits = c["q"].view(torch.int16).numpy().view(np.uint16)
     lens = c["lens"]

@@ -772,5 +772,9 @@ def _mma_role(kb, cfg, work: _Work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, s
         with loop as (j, carried):
             loop.yield_(*tile(cs, bufs, j, carried, masked))
         state = loop.results
-    m, l = swapab.row_stats(cs, staged, state[2], state[3]) if cfg.swap_ab else state[2:4]
-    _epilogue(cs, state[1], m, l, v_scale)
+    o, m, l = state[1:4]
+    if cfg.swap_ab_warp_max:
+        o, m, l = swapab.merge_warps(cs, staged, o, m, l)
+    elif cfg.swap_ab:
+        m, l = swapab.row_stats(cs, staged, m, l)
+    _epilogue(cs, o, m, l, v_scale)

@@ -96,6 +96,8 @@ class DecodeConfig:
                                   # into S's or O's scale (common/e4m3_tile.py, note "Bit conversion")
     swap_ab: bool = False         # FP8 D128: S^T = K Q^T, K the wgmma A operand from registers (converted there, no
                                   # f16 K tile), at most SWAP_AB_ROWS packed query rows (attention_decode_sm90_swapab)
+    swap_ab_warp_max: bool = False  # swap_ab: each warp's own running max, partial O rows merged at the end (one
+                                    # barrier a tile, not two: attention_decode_sm90_swapab, note "Warp partials")
     # compile-time mask beyond the runtime causal flag (note "Window" of the kernel): FlashAttention's
     # window_size sides (-1: unbounded) and attention_chunk (0: none), canonical without causal
     window_left: int = -1
@@ -225,6 +227,8 @@ class DecodeConfig:
                              or self.convert_split or self.convert_bits or self.kv_scale == "block"):
             raise ConfigError(f"swap_ab (S^T = K Q^T, K from registers) is built for an FP8 cache at head_dim 128, bn 64, "
                               f"TMA fetches, tensor or kv_head scales, no other FP8 variant; got {self.name()}")
+        if self.swap_ab_warp_max and not self.swap_ab:
+            raise ConfigError("swap_ab_warp_max is a form of swap_ab: set swap_ab too")
         if self.varlen_q and self.fp8:
             raise ConfigError("varlen_q (flash_attn_varlen_func's paged path) is built for bf16/f16 caches only, "
                               f"got kv_dtype={self.kv_dtype!r}")
@@ -263,7 +267,7 @@ class DecodeConfig:
         mods = f"{self.mask.tag()}{'_softcap' if self.softcap else ''}{'_sink' if self.sinks else ''}"
         return (f"{KERNEL}_{self.dtype}_d{self.head_dim}_n{self.bn}_s{self.stages}"
                 f"_{self._fetch_name()}{fp8}{f'_cw{self.converter_stages}' if self.converter else ''}"
-                f"{'_ks' if self.convert_split else ''}{BITS_TILES[self.convert_bits]}{'_swapab' if self.swap_ab else ''}"
+                f"{'_ks' if self.convert_split else ''}{BITS_TILES[self.convert_bits]}{'_swapab' if self.swap_ab else ''}{'w' if self.swap_ab_warp_max else ''}"
                 f"{'_unsplit' if self.unsplit else ''}{'_varlen' if self.varlen_q else ''}{mods}")
 
     def _fetch_name(self) -> str:
@@ -273,7 +277,7 @@ class DecodeConfig:
 
 
 # DecodeConfig fields left out of key() at these defaults (added after kernels were shipped)
-_OPTIONAL = {"varlen_q": False, "converter_stages": 0, "convert_split": False, "convert_bits": "", "swap_ab": False, "window_left": -1, "window_right": -1, "chunk": 0, "softcap": False, "sinks": False}
+_OPTIONAL = {"varlen_q": False, "converter_stages": 0, "convert_split": False, "convert_bits": "", "swap_ab": False, "swap_ab_warp_max": False, "window_left": -1, "window_right": -1, "chunk": 0, "softcap": False, "sinks": False}
 
 
 def mod_params(softcap: bool, sinks: bool) -> tuple:
@@ -403,11 +407,12 @@ FP8_VARIANTS = {
     "bits_v": {"convert_bits": "v"},
     "swapab": {"swap_ab": True},
     "swapab5": {"swap_ab": True, "stages": 5},
+    "swapabw": {"swap_ab": True, "swap_ab_warp_max": True, "stages": 5},
 }
 # scale granularities a variant is built for (others: all of SCALES): 128-key tiles with block
 # scales spill 20 bytes at 255 registers (the scales of 64 S columns a thread)
 FP8_VARIANT_SCALES = {"bn128": ("tensor", "kv_head"), "swapab": ("tensor", "kv_head"),
-                      "swapab5": ("tensor", "kv_head")}
+                      "swapab5": ("tensor", "kv_head"), "swapabw": ("tensor", "kv_head")}
 FP8_VARIANT_ENV = "FA4MLIR_DECODE_FP8_VARIANT"
 MAX_FP8_STAGES = 12      # a bound on the e4m3 ring, far past what the latency needs
 

@@ -42,7 +42,7 @@ from .attention_decode_sm90_config import SWAP_AB_ROWS, TILE_M
 from .common import e4m3_tile
 from .common.constants import NEG_INF
 from .common.softmax import max_update
-from .common.wgmma import acc_row, wait_group
+from .common.wgmma import acc_col, acc_row, wait_group
 
 SWIZZLE = 128
 WGMMA_K = 16
@@ -186,10 +186,12 @@ def _x(buf: Buffers, kb, slot):
 
 
 def kv_tile(cs, rings, buf: Buffers, ends, j: Value, carry, masked: bool):
-    """One KV tile (note "Swap AB"). carry: the ring state, O (64 x D, the default kernel's layout),
-    the running max m of the thread's two S^T columns and their per-thread partial sums l."""
+    """One KV tile (note "Swap AB"; cfg.swap_ab_warp_max: note "Warp partials"). carry: the ring state,
+    O (64 x D, the default kernel's layout), the running max m of the thread's two S^T columns (over
+    the CTA's keys, or its warp's) and their per-thread partial sums l."""
     k_smem, v_smem, k_pipe, v_pipe = rings
     kb, cfg, work = cs.kb, cs.cfg, cs.work
+    warp_max = cfg.swap_ab_warp_max
     s, o, m, l = carry
     k_pipe.consumer_wait(s)
     v_pipe.consumer_wait(s)
@@ -208,37 +210,49 @@ def kv_tile(cs, rings, buf: Buffers, ends, j: Value, carry, masked: bool):
             sv[i] = select(key.sge(ends[i % 2]), const(NEG_INF, "f32"), sv[i])
     warp = cs.t // 32
     is_g0 = cs.g.eq(0)
+    maxima = []
     for e in (0, 1):
         mx = fmax(sv[e], sv[2 + e])
         for off in (4, 8, 16):
             mx = fmax(mx, kb.shuffle_xor(mx, off))
-        with kb.if_(is_g0).then_():
-            kb.store(mx, _x(buf, kb, X_MAX + (cs.t4 * 2 + e) * 4 + warp), align=4)
-    kb.fence("async_smem")      # V's f16 stores, for the P V wgmma
-    cs.barrier()
-    cs.release(s, k_pipe, v_pipe)   # every thread's e4m3 loads are done
+        maxima.append(mx)
+    if not warp_max:    # the 4 warps' maxima through SMEM
+        for e in (0, 1):
+            with kb.if_(is_g0).then_():
+                kb.store(maxima[e], _x(buf, kb, X_MAX + (cs.t4 * 2 + e) * 4 + warp), align=4)
+        kb.fence("async_smem")      # V's f16 stores, for the P V wgmma
+        cs.barrier()
+        cs.release(s, k_pipe, v_pipe)   # every thread's e4m3 loads are done
+        for e in (0, 1):
+            four = kb.load(_x(buf, kb, X_MAX + (cs.t4 * 2 + e) * 4), ("f32", 4), align=16)
+            maxima[e] = fmax(fmax(four[0], four[1]), fmax(four[2], four[3]))
     m_new, l_new, alphas, p = [], [], [], [None] * 4
     for e in (0, 1):
-        col = cs.t4 * 2 + e
-        four = kb.load(_x(buf, kb, X_MAX + col * 4), ("f32", 4), align=16)
-        mx = fmax(fmax(four[0], four[1]), fmax(four[2], four[3]))
-        mc, alpha, neg = max_update(m[e], mx, cs.scale_log2, 0.0)
+        mc, alpha, neg = max_update(m[e], maxima[e], cs.scale_log2, 0.0)
         for h in (0, 1):
             p[2 * h + e] = dsl.exp2(fma(sv[2 * h + e], cs.scale_log2, neg))
         m_new.append(mc)
         alphas.append(alpha)
         l_new.append(fma(l[e], alpha, p[e] + p[2 + e]))
-    # 5. P's columns into its tile, the columns' alpha beside them
+    # 5. P's columns into its tile (warp partials: row 8 warp + column), the columns' alpha beside them
+    p_row0 = warp * N if warp_max else 0
     for i in range(4):
-        n, key = cs.t4 * 2 + i % 2, cs.row0 + 8 * acc_row(i)
+        n, key = p_row0 + cs.t4 * 2 + i % 2, cs.row0 + 8 * acc_row(i)
         kb.store(p[i].to("f16"), kb.gep(buf.p, p_offset(n, key), "i8"), align=2)
-    with kb.if_(cs.t.lt(4)).then_():
-        kb.store(vec(alphas[0], alphas[1]), _x(buf, kb, X_ALPHA + cs.t4 * 2), align=8)
+    with kb.if_(is_g0 if warp_max else cs.t.lt(4)).then_():
+        kb.store(vec(alphas[0], alphas[1]), _x(buf, kb, X_ALPHA + p_row0 + cs.t4 * 2), align=8)
     kb.fence("async_smem")
     cs.barrier()
-    # 6. O *= alpha of its row (rows past N hold zeros: left alone), O += P V_j
-    alpha_row = kb.load(_x(buf, kb, X_ALPHA + cs.row0 % N), "f32", align=4)
-    o = vec(*[o[i] * alpha_row if acc_row(i) == 0 else o[i] for i in range(cs.n_o)])
+    if warp_max:
+        cs.release(s, k_pipe, v_pipe)
+    # 6. O *= alpha of its row, O += P V_j. Shared max: rows past N hold zeros (left alone); warp
+    #    partials: O row R is warp R / 8's partial of column R % 8 (rows 32..63: zeros, any finite alpha)
+    if warp_max:
+        a = [kb.load(_x(buf, kb, X_ALPHA + (cs.row0 + 8 * h) % (4 * N)), "f32", align=4) for h in (0, 1)]
+        o = vec(*[o[i] * a[acc_row(i)] for i in range(cs.n_o)])
+    else:
+        alpha_row = kb.load(_x(buf, kb, X_ALPHA + cs.row0 % N), "f32", align=4)
+        o = vec(*[o[i] * alpha_row if acc_row(i) == 0 else o[i] for i in range(cs.n_o)])
     o = wait_group(_issue_pv(cs, buf, o), pending=0)
     return s.advance(), o, tuple(m_new), tuple(l_new)
 
@@ -265,3 +279,59 @@ def row_stats(cs, buf: Buffers, m, l) -> tuple:
     zero = const(0.0, "f32")
     m_row = kb.load(_x(buf, kb, X_M + row), "f32", align=4)
     return (m_row, const(NEG_INF, "f32")), (select(cs.t4.eq(0), total, zero), zero)
+
+
+def merge_warps(cs, buf: Buffers, o: Value, m, l) -> tuple:
+    """Note "Warp partials", after the last tile: (O, m, l) for the epilogue. Warp w's column n holds
+    max m_w, sum l_w (its lanes' partials summed) and O row 8 w + n relative to m_w; with M = max_w
+    m_w and f_w = 2^((m_w - M) scale) (0 when m_w = -inf), O = sum_w f_w O_w and l = sum_w f_w l_w:
+    the rows' scaled partials meet in V's f16 tile (as float32 [32][head_dim]; every P V retired at the
+    barrier), and the thread of row n (warp 0, its first row) adds the four."""
+    kb, cfg = cs.kb, cs.cfg
+    warp = cs.t // 32
+    is_g0 = cs.g.eq(0)
+    for e in (0, 1):
+        total = l[e]
+        for off in (4, 8, 16):
+            total = total + kb.shuffle_xor(total, off)
+        with kb.if_(is_g0).then_():
+            kb.store(total, _x(buf, kb, X_SUM + warp * N + cs.t4 * 2 + e), align=4)
+            kb.store(m[e], _x(buf, kb, X_M + warp * N + cs.t4 * 2 + e), align=4)
+    cs.barrier()
+    zero, neg_inf = const(0.0, "f32"), const(NEG_INF, "f32")
+
+    def column(n):
+        ms = [kb.load(_x(buf, kb, X_M + w * N + n), "f32", align=4) for w in range(4)]
+        top = fmax(fmax(ms[0], ms[1]), fmax(ms[2], ms[3]))
+        safe = select(top.eq(NEG_INF), zero, top)
+        f = [dsl.exp2((x - safe) * cs.scale_log2) for x in ms]     # exp2(-inf) = 0: a warp that saw no key
+        total = zero
+        for w in range(4):
+            total = fma(kb.load(_x(buf, kb, X_SUM + w * N + n), "f32", align=4), f[w], total)
+        return top, f, total
+
+    width = cfg.head_dim
+    with kb.if_(warp.lt(2)).then_():     # rows 0..31: the partials
+        for h in (0, 1):
+            r = cs.row0 + 8 * h
+            _, f, _ = column(r % N)
+            fr = select(r.lt(N), f[0], select(r.lt(2 * N), f[1], select(r.lt(3 * N), f[2], f[3])))
+            for i in range(0, cs.n_o, 2):
+                if acc_row(i) != h:
+                    continue
+                col = acc_col(i) + cs.t4 * 2
+                kb.store(vec(o[i] * fr, o[i + 1] * fr), kb.gep(buf.v16, (r * width + col) * 4, "i8"), align=8)
+    cs.barrier()
+    n = cs.row0 % N
+    top, _, total = column(n)
+    out = [zero] * cs.n_o
+    for i in range(0, cs.n_o, 2):
+        if acc_row(i):
+            continue
+        col = acc_col(i) + cs.t4 * 2
+        acc = [zero, zero]
+        for w in range(4):
+            pair = kb.load(kb.gep(buf.v16, ((n + w * N) * width + col) * 4, "i8"), ("f32", 2), align=8)
+            acc = [acc[0] + pair[0], acc[1] + pair[1]]
+        out[i], out[i + 1] = acc
+    return vec(*out), (top, neg_inf), (select(cs.t4.eq(0), total, zero), zero)
