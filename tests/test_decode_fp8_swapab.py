@@ -57,3 +57,12 @@ def test_swap_ab_refuses_what_it_is_not_built_for(change):
     cfg.validate()
     with pytest.raises(ValueError, match="swap_ab"):
         dec.DecodeConfig(**{**cfg.__dict__, **change}).validate()
+
+
+def test_alpha_slots_pair_a_threads_two_rows():
+    """Note "Warp partials": O rows 0..31 take 32 distinct slots, and a thread's rows r, r + 8 (r = its
+    row0 % 32, r % 16 < 8) are slots s, s + 1 with s even (one 8-byte load)."""
+    assert sorted(sw.alpha_slot(r) for r in range(32)) == list(range(32))
+    for t in range(128):
+        r = (16 * (t // 32) + (t % 32) // 4) % 32
+        assert sw.alpha_slot(r) % 2 == 0 and sw.alpha_slot(r + 8) == sw.alpha_slot(r) + 1

@@ -125,7 +125,7 @@ def test_converter_moves_every_conversion_out_of_the_consumer():
 
 # the converter's ring (c_pipe) is the new protocol; cw3 is the same code with one more stage and split
 # the default's rings in another order (CI time: each variant's sweep is ~20 s)
-@pytest.mark.parametrize("variant,page,grain", [("cw2", 16, "block"), ("swapab", 16, "kv_head")])
+@pytest.mark.parametrize("variant,page,grain", [("cw2", 16, "block"), ("swapab", 16, "kv_head"), ("swapabw", None, "tensor")])
 def test_verifier_rejects_every_single_op_mutation_of_a_variant(variant, page, grain):
     """The converter's rings (e4m3 K, V consumed by the converter warpgroup; the f16 pairs `c_pipe`
     it produces and the consumer waits for) and the split conversion's separate K and V waits: each

@@ -762,7 +762,7 @@ def _mma_role(kb, cfg, work: _Work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, s
     tile = _kv_tile_converted if cfg.converter else _kv_tile_fp8_split if cfg.convert_split \
         else _kv_tile_fp8 if cfg.fp8 else _kv_tile
     if cfg.swap_ab:    # attention_decode_sm90_swapab, note "Swap AB": m and l of the thread's S^T columns
-        ends = swapab.column_ends(cs)
+        ends = None if cfg.swap_ab_warp_max else swapab.column_ends(cs)
         rings = (k_smem, v_smem, k_pipe, v_pipe)
 
         def tile(cs, bufs, j, carried, masked):

@@ -181,6 +181,12 @@ def _issue_pv(cs, buf: Buffers, o: Value) -> Value:
     return o
 
 
+def alpha_slot(row):
+    """Note "Warp partials": the exchange slot of O row `row` (< 32)'s alpha; rows r and r + 8 (r % 16 < 8)
+    adjacent, so a thread reads its two rows' with one 8-byte load."""
+    return (row // 16) * 16 + (row % 8) * 2 + (row // 8) % 2
+
+
 def _x(buf: Buffers, kb, slot):
     return kb.gep(buf.x, slot, "f32")
 
@@ -205,6 +211,8 @@ def kv_tile(cs, rings, buf: Buffers, ends, j: Value, carry, masked: bool):
     # 4. column maxima: registers i = 2 h + e (row row0 + 8 h, column 2 t4 + e)
     sv = [st[i] for i in range(4)]
     if masked:
+        if ends is None:    # computed in the masked tiles, not held across the loops (warp partials: registers)
+            ends = column_ends(cs)
         for i in range(4):
             key = j * cfg.bn + cs.row0 + 8 * acc_row(i)
             sv[i] = select(key.sge(ends[i % 2]), const(NEG_INF, "f32"), sv[i])
@@ -239,8 +247,13 @@ def kv_tile(cs, rings, buf: Buffers, ends, j: Value, carry, masked: bool):
     for i in range(4):
         n, key = p_row0 + cs.t4 * 2 + i % 2, cs.row0 + 8 * acc_row(i)
         kb.store(p[i].to("f16"), kb.gep(buf.p, p_offset(n, key), "i8"), align=2)
-    with kb.if_(is_g0 if warp_max else cs.t.lt(4)).then_():
-        kb.store(vec(alphas[0], alphas[1]), _x(buf, kb, X_ALPHA + p_row0 + cs.t4 * 2), align=8)
+    if warp_max:    # O row R = 8 w + n's alpha at alpha_slot(R): a thread's rows R, R + 8 side by side
+        with kb.if_(is_g0).then_():
+            for e in (0, 1):
+                kb.store(alphas[e], _x(buf, kb, X_ALPHA + alpha_slot(p_row0 + cs.t4 * 2 + e)), align=4)
+    else:
+        with kb.if_(cs.t.lt(4)).then_():
+            kb.store(vec(alphas[0], alphas[1]), _x(buf, kb, X_ALPHA + cs.t4 * 2), align=8)
     kb.fence("async_smem")
     cs.barrier()
     if warp_max:
@@ -248,7 +261,7 @@ def kv_tile(cs, rings, buf: Buffers, ends, j: Value, carry, masked: bool):
     # 6. O *= alpha of its row, O += P V_j. Shared max: rows past N hold zeros (left alone); warp
     #    partials: O row R is warp R / 8's partial of column R % 8 (rows 32..63: zeros, any finite alpha)
     if warp_max:
-        a = [kb.load(_x(buf, kb, X_ALPHA + (cs.row0 + 8 * h) % (4 * N)), "f32", align=4) for h in (0, 1)]
+        a = kb.load(_x(buf, kb, X_ALPHA + alpha_slot(cs.row0 % (4 * N))), ("f32", 2), align=8)
         o = vec(*[o[i] * a[acc_row(i)] for i in range(cs.n_o)])
     else:
         alpha_row = kb.load(_x(buf, kb, X_ALPHA + cs.row0 % N), "f32", align=4)
