@@ -29,6 +29,15 @@ Q[:, head_dim_of(kappa)] (written so once, by the prologue). K's TMA box lands 1
 loads (rows g = 2q, 2q + 1, units 2 t4 + x) take 8 distinct 16-byte positions: no bank conflict
 (`k_load_offset`; tests/test_decode_fp8_swapab.py counts them). V's box stays unswizzled (e4m3_tile).
 
+Note "Warp partials" (cfg.swap_ab_warp_max, variant `swapabw`): no column max across warps. Warp w
+keeps its own running max m_w and sum l_w per column over its 16 keys of each tile and writes its P
+to rows 8 w + n of P's tile (its own keys only; the rest of the row stays zero), so O row 8 w + n is
+warp w's partial of column n, rescaled by warp w's alpha (at `alpha_slot`). Per tile one fence and
+one barrier (P, V's f16 tile and the alphas together) instead of two, and no SMEM round trip before
+the exponentials. After the last tile (`merge_warps`) the partials meet as a split-KV combine inside
+the CTA: M = max_w m_w, f_w = 2^((m_w - M) scale), O = sum_w f_w O_w, l = sum_w f_w l_w, through V's
+f16 tile as float32. Costs: O *= alpha on both of a thread's rows (64 FMUL, rows 0..31 are live).
+
 Scales as the default FP8 kernel (tensor / kv_head: k in the softmax scale, v in the epilogue's 1 /
 l); K rows past L_b (any bits, NaN included) are masked to -inf in S^T before the max, V's convert to
 zeros (note "NaN past L_b").
