@@ -187,15 +187,9 @@ def test_swapab_refuses_more_rows_than_its_columns(monkeypatch):
         configs_for(plan)
 
 
-@pytest.mark.parametrize("variant", ["swapab", "swapabw"])
-def test_swapab_unsplit_through_the_interpreter(variant, monkeypatch):
-    """swap_ab's unsplit kernel (one split: O in bf16 and the LSE straight into out and lse, the
-    epilogue fed by its S^T columns' sums) at group 4, a contiguous cache, per-KV-head scales."""
-    monkeypatch.setitem(globals(), "HEADS", 8)
-    monkeypatch.setenv(dec.FP8_VARIANT_ENV, variant)
-    c = _case(None, "kv_head")
+def _run_unsplit(variant: str, c: dict, lens: np.ndarray) -> tuple:
+    """``variant``'s unsplit kernel (one split) over case ``c`` with lengths ``lens``: (out as float64, lse)."""
     q_bits = c["q"].view(torch.int16).numpy().view(np.uint16)
-    lens = c["lens"]
     problem = kc.check_kvcache_inputs(
         _info(q_bits, "bf16"), _info(c["k_cache"], "e4m3"), _info(c["v_cache"], "e4m3"), _info(lens, "i32"), None,
         k_scale=_info(c["k_scale"], "f32"), v_scale=_info(c["v_scale"], "f32"))
@@ -203,6 +197,7 @@ def test_swapab_unsplit_through_the_interpreter(variant, monkeypatch):
                                                 return_lse=True), 132)
     cfg, combine = configs_for(plan)
     assert plan.unsplit and combine is None and cfg.swap_ab and cfg.unsplit
+    assert cfg == dec.fp8_variant(dec.default_config("bf16", D, None, "kv_head", unsplit=True), variant, None)
     p = plan.problem
     out = np.full(p.out_shape, 0xFFFF, np.uint16)
     lse = np.full(p.lse_shape, np.nan, np.float32)
@@ -212,11 +207,25 @@ def test_swapab_unsplit_through_the_interpreter(variant, monkeypatch):
     args = dec.split_launch_args(plan, tensors, tuple(s // 2 for s in q_bits.strides[:3]), 0,
                                  {n: c[n].strides[:3] for n in ("k_cache", "v_cache")})
     interpret.load(attention_decode_sm90.build(cfg)).launch(plan.grid, args)
-    got = torch.from_numpy(out.astype(np.int32) << 16).view(torch.float32).double().numpy()
-    ref = kvcache_reference(c["q"].float().numpy(), c["k_cache"], c["v_cache"], lens, None, softmax_scale=D ** -0.5,
-                            causal=True, k_scale=c["k_scale"], v_scale=c["v_scale"])
+    return torch.from_numpy(out.astype(np.int32) << 16).view(torch.float32).double().numpy(), lse
+
+
+@pytest.mark.parametrize("variant", ["swapab", "swapabw"])
+def test_swapab_unsplit_through_the_interpreter(variant, monkeypatch):
+    """The swap_ab variants' unsplit kernels (one split: O in bf16 and the LSE straight into out and lse,
+    the epilogue fed by the S^T columns' sums, or the merged warp partials) at group 4, a contiguous
+    cache, per-KV-head scales; then with the second sequence empty (O = +0, LSE = +inf)."""
+    monkeypatch.setitem(globals(), "HEADS", 8)
+    monkeypatch.setenv(dec.FP8_VARIANT_ENV, variant)
+    c = _case(None, "kv_head")
+    got, lse = _run_unsplit(variant, c, c["lens"])
+    ref = kvcache_reference(c["q"].float().numpy(), c["k_cache"], c["v_cache"], c["lens"], None,
+                            softmax_scale=D ** -0.5, causal=True, k_scale=c["k_scale"], v_scale=c["v_scale"])
     low_o, low_l = _lowp(c, None, "kv_head")
     assert np.isfinite(got).all() and np.isfinite(lse).all()
     ok_out, bound = fa_rule(np.abs(got - ref["out"]).max(), np.abs(low_o - ref["out"]).max())
     ok_lse, lse_bound = fa_rule(np.abs(lse - ref["lse"]).max(), np.abs(low_l - ref["lse"]).max())
     assert ok_out and ok_lse, (np.abs(got - ref["out"]).max(), bound, np.abs(lse - ref["lse"]).max(), lse_bound)
+    empty, empty_lse = _run_unsplit(variant, c, np.array([LENGTHS[0], 0], np.int32))
+    assert np.array_equal(empty[0], got[0]) and np.array_equal(empty_lse[0], lse[0])
+    assert (empty[1] == 0).all() and np.isposinf(empty_lse[1]).all()
