@@ -12,11 +12,12 @@ the bench's D128 shape: group 4, seqlen_q 1), far fewer than the 64 rows of a wg
   3. V_j to its f16 tile (common/e4m3_tile.py, rows past L_b as zeros) while S^T runs;
   4. the softmax over S^T's columns: a column's max is over 64 keys = 2 registers, 8 lanes (3
      shuffles) and the 4 warps (one f32 per warp and column through SMEM and the warpgroup barrier,
-     which also publishes V's f16 tile after its fence); p = exp2(s scale - m scale) for the thread's
+     which also publishes V's f16 tile after its fence; past it K_j and V_j are released: every
+     thread's e4m3 loads are done); p = exp2(s scale - m scale) for the thread's
      4 values; the row sum l stays a per-thread partial (every thread rescales it by the same alpha),
      summed over lanes and warps once, in the epilogue;
   5. P (f16) into a 64 x bn K-major tile whose rows 8..63 stay zero (written once), each column's
-     alpha beside it; fence, barrier; release K_j, V_j;
+     alpha beside it; fence, barrier;
   6. O *= alpha (only the thread's first row: the rows past 8 are zero), O += P V_j: 4 wgmma
      m64n128k16, A = P and B = V_j's f16 tile from SMEM, as the default kernel's P V.
 
