@@ -30,12 +30,13 @@ _GRAIN_ORDER = {"block": 0, "kv_head": 1, "tensor": 2}
 
 def _representatives(entries):
     """One kernel per (variant, contiguous or paged), split, at its richest scale granularity (block
-    scales hold the most registers): 16 of the set's 84 compiles, to keep CI's time (the bundle build
-    compiles all 68 with the same lowering, and test_interpret_decode_sm90 interprets 17 of them)."""
+    scales hold the most registers): 18 of the set's 92 compiles, to keep CI's time (the bundle build
+    compiles all 92 with the same lowering, and test_interpret_decode_sm90 interprets 27 of them)."""
     out = {}
     for e in sorted(entries, key=lambda e: (e[1].unsplit, _GRAIN_ORDER[e[1].kv_scale])):
         cfg = e[1]
-        out.setdefault((cfg.converter_stages, cfg.bn, cfg.convert_split, cfg.convert_bits, cfg.swap_ab, cfg.stages,
+        out.setdefault((cfg.converter_stages, cfg.bn, cfg.convert_split, cfg.convert_bits, cfg.swap_ab,
+                        cfg.swap_ab_warp_max, cfg.stages,
                         cfg.paged), e)
     return list(out.values())
 
