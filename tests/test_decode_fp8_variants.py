@@ -31,7 +31,8 @@ _GRAIN_ORDER = {"block": 0, "kv_head": 1, "tensor": 2}
 def _representatives(entries):
     """One kernel per (variant, contiguous or paged), split, at its richest scale granularity (block
     scales hold the most registers): 18 of the set's 92 compiles, to keep CI's time (the bundle build
-    compiles all 92 with the same lowering, and test_interpret_decode_sm90 interprets 27 of them)."""
+    compiles all 92 with the same lowering, and test_interpret_decode_sm90 interprets 21 variant cases, plus
+    swap_ab's GQA 4 and unsplit ones)."""
     out = {}
     for e in sorted(entries, key=lambda e: (e[1].unsplit, _GRAIN_ORDER[e[1].kv_scale])):
         cfg = e[1]
