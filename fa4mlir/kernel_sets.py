@@ -63,7 +63,7 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 sink variant, what tests/gpu/test_kvcache_mask_gpu.py runs
     decode-fp8-variants
                 the decode set plus attention_decode_sm90_config.FP8_VARIANTS (converter warpgroup,
-                128-key tiles, split conversion, bit conversion) of bf16 D128 FP8 caches, contiguous and paged 16, each
+                128-key tiles, split conversion, bit conversion, swap AB) of bf16 D128 FP8 caches, contiguous and paged 16, each
                 scale granularity, split and unsplit: what `bench decode --decode-variant` times
     prefill     what `bench prefill`'s fa4mlir rows run today (fa4mlir/bench/prefill_bench.py): the sm_90a
                 attention kernel, bf16 D128 causal (the dense rows; prefill_chunked on the contiguous
