@@ -112,7 +112,9 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 and without topk_length, split and unsplit (tests/gpu/test_mla_sparse_decode_gpu.py and `bench
                 mla`'s sparse decode row), and the same four over FlashMLA's FP8 cache (is_fp8_kvcache with
                 indices, bf16; tests/gpu/test_mla_sparse_decode_fp8_gpu.py and `bench mla`'s
-                mla_sparse_decode_fp8 row)
+                mla_sparse_decode_fp8 row); every FP8 sparse kernel in both staging rings (the default
+                three half-tile stages and fp8_stage_rows=64's one whole-tile stage, `..._fp8_st64`, which
+                FA4MLIR_MLA_SPARSE_FP8_STAGE_ROWS=64 picks for A/B)
     bench       the attention, decode, prefill and mla sets, and the GEMM variants the benchmark times against
                 torch.matmul
     sm90        the sm_90a GEMMs of gpu-tests and bench
@@ -528,7 +530,7 @@ def mla() -> list:
     """The absorbed MLA decode kernels (flash_mla_with_kvcache) of MLA_CASES, split and unsplit,
     the head-dim-512 combine per dtype, the sparse prefill's four (flash_mla_sparse_fwd) and four over
     FlashMLA's FP8 rows, and the sparse decode's eight (flash_mla_with_kvcache with indices) and four
-    over the FP8 cache."""
+    over the FP8 cache; the FP8 sparse kernels each in both staging rings (fp8_stage_rows 32 and 64)."""
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
     from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, default_config
     out = [(KERNEL, default_config(dtype, page, unsplit=u)) for dtype, page in MLA_CASES for u in (False, True)]
