@@ -37,10 +37,6 @@ KNOBS: dict[str, Knob] = {
         Knob("FA4MLIR_DECODE_FP8_VARIANT", None, "str", "flash_attn_with_kvcache over an FP8 cache runs this "
              "entry of attention_decode_sm90_config.FP8_VARIANTS instead of the default kernel (bench decode "
              "--decode-variant; a bundle must hold it: the decode-fp8-variants set)"),
-        Knob("FA4MLIR_MLA_SPARSE_FP8_STAGE_ROWS", None, "str", "the sparse MLA kernels over FlashMLA's FP8 rows "
-             "(flash_mla_sparse_fwd, flash_mla_with_kvcache(is_fp8_kvcache=True, indices=)) run with staging stages "
-             "of these rows: 32 (unset: the default, three half-tile stages) or 64 (the one whole-tile stage, for "
-             "A/B; bench mla's mla_sparse_fp8 / mla_sparse_decode_fp8); anything else raises ConfigError"),
         Knob("FA4MLIR_PREFILL_TILES", None, "str", "flash_attn_func runs its case's default kernel with these "
              "AttnConfig tile / code-knob fields replaced ('bn=144,persistent=False'; for measurement: bench "
              "prefill --prefill-tiles); a kernel source without that variant raises BundleError, never falls back"),
