@@ -208,12 +208,14 @@ def test_host_path_refuses_cpu_tensors_and_grad():
 # note "Overlap" (attention_mla_decode_sm90): S_t issued before P_{t-1} V_{t-1}, softmax_t under it.
 # Lengths give 0, 1, 2, 3 and 4 tiles per split (the prologue alone, one and two loop trips, both loops,
 # the last tile's V tail), an empty split and a 0-length sequence; two M tiles; 16-row boxes.
-@pytest.mark.parametrize("lens,seqlen_q,heads,page,splits,dtype", [
-    ((130, 0, 1), 2, 16, 64, 2, "bf16"),          # split + combine: 3 tiles as 2 + 1, empty splits
-    ((200, 64, 65), 2, 48, 16, 1, "bf16"),        # unsplit, 4 / 1 / 2 tiles, two M tiles, causal tail
-    ((192, 7), 1, 16, 64, 1, "f16"),              # whole tiles only, seqlen_q 1
+@pytest.mark.parametrize("lens,seqlen_q,heads,page,splits,dtype,late", [
+    ((130, 0, 1), 2, 16, 64, 2, "bf16", False),   # split + combine: 3 tiles as 2 + 1, empty splits
+    ((200, 64, 65), 2, 48, 16, 1, "bf16", False),  # unsplit, 4 / 1 / 2 tiles, two M tiles, causal tail
+    ((192, 7), 1, 16, 64, 1, "f16", False),       # whole tiles only, seqlen_q 1
+    ((130, 0, 1), 2, 16, 64, 2, "bf16", True),    # late_rescale: O *= alpha after the next S is issued
+    ((200, 64, 65), 2, 48, 16, 1, "bf16", True),
 ])
-def test_mla_decode_overlap_through_the_interpreter(lens, seqlen_q, heads, page, splits, dtype):
+def test_mla_decode_overlap_through_the_interpreter(lens, seqlen_q, heads, page, splits, dtype, late):
     torch = pytest.importorskip("torch")
     from fa4mlir.testing_mla import check_mla
     q, kv, table, lens_a = _problem(torch, lens, seqlen_q, heads, page, dtype=dtype)
@@ -222,7 +224,7 @@ def test_mla_decode_overlap_through_the_interpreter(lens, seqlen_q, heads, page,
                                    _info(lens_a.shape, "i32"), 512, _info((splits, 8), "i32"),
                                    _info((batch + 1,), "i32"), causal=True)
     cfg, combine = mla.configs_for(problem)
-    cfg = replace(cfg, overlap=True).validate()
+    cfg = replace(cfg, overlap=True, late_rescale=late).validate()
     out_t, lse_t = interpret_decode(torch, problem, cfg, combine, q, bits(torch, kv), table, lens_a, page)
     errs = check_mla(q, kv, table, lens_a, out_t, lse_t, causal=True)
     assert errs["out"] > 0
@@ -244,6 +246,8 @@ def test_mla_decode_variants(monkeypatch):
     monkeypatch.setenv(mc.VARIANT_ENV, "nope")
     with pytest.raises(ConfigError, match="unknown MLA decode variant"):
         mla.configs_for(problem)
+    with pytest.raises(ConfigError, match="overlap=True"):
+        replace(base, late_rescale=True).validate()
     with pytest.raises(ConfigError, match="exchange"):
         replace(base, overlap=True, exchange=False).validate()
     with pytest.raises(ConfigError, match="FP8"):
@@ -254,10 +258,11 @@ def test_mla_decode_variants(monkeypatch):
             assert (mc.KERNEL, mc.default_config("bf16", 64, unsplit=unsplit, **fields)) in entries
 
 
+@pytest.mark.parametrize("late", [False, True])
 @pytest.mark.parametrize("unsplit", [False, True])
-def test_overlap_compiles_clean(unsplit):
+def test_overlap_compiles_clean(unsplit, late):
     """The overlap kernels: 0 spills, no stack, wgmma not serialised (C7513 if P_t's fragments were
     read back before P_{t-1} V_{t-1} retired), the pipeline verifier passed (part of lowering)."""
-    cfg = mc.default_config("bf16", 64, unsplit=unsplit, overlap=True)
+    cfg = mc.default_config("bf16", 64, unsplit=unsplit, overlap=True, late_rescale=late)
     art = lower_clean(mc.KERNEL, cfg)
     assert cfg.smem_bytes() <= art.smem_bytes <= mc.SMEM_LIMIT

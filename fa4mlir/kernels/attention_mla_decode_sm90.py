@@ -326,6 +326,10 @@ def _v_base(cs: _Consumer, bufs, s) -> Value:
     return cs.kb.gep(kv_smem, s.stage * MLADecodeConfig.tile_bytes() + cs.wg * (WG_CHUNKS * BN * SWIZZLE), "i8")
 
 
+def _rescale(cs: _Consumer, o: Value, alpha) -> Value:
+    return vec(*[o[i] * alpha[acc_row(i)] for i in range(cs.n_o)])
+
+
 def _overlapped(cs: _Consumer, cfg: MLADecodeConfig, bufs, split: Value, init):
     """note "Overlap": the split's tiles with S_{t} issued before P_{t-1} V_{t-1} and softmax_t run
     while P_{t-1} V_{t-1} is on the tensor cores. init: (the ring's initial state, O, m, l); returns them
@@ -338,16 +342,19 @@ def _overlapped(cs: _Consumer, cfg: MLADecodeConfig, bufs, split: Value, init):
         s0, o, m, l = init
         # prologue: tile `begin` (masked softmax: a tile every row sees entirely is left as it is)
         s_acc = wait_group(_issue_s_at(cs, bufs, s0, cfg), pending=0)
-        frags, m, l, _ = softmax(cs, s_acc, _mask(cs, work.begin), m, l, dtype)   # O = 0: no rescale
-        state = (s0, o, tuple(m), tuple(l), tuple(frags))
+        frags, m, l, alpha = softmax(cs, s_acc, _mask(cs, work.begin), m, l, dtype)   # O = 0: no rescale
+        one = const(1.0, "f32")
+        state = (s0, o, tuple(m), tuple(l), tuple(frags), (one, one))
         first = work.begin + 1
         mid = split.smax(first)
         for lo, hi, masked in ((first, mid, False), (mid, work.end, True)):
             loop = kb.for_(lo, hi, 1, carry=state)
             with loop as (t, carried):
-                s_prev, o, m, l, frags = carried
+                s_prev, o, m, l, frags, alpha = carried
                 s_t = s_prev.advance()
                 s_acc = _issue_s_at(cs, bufs, s_t, cfg)                            # S_t, then
+                if cfg.late_rescale:    # O *= alpha_{t-1} while S_t runs
+                    o = _rescale(cs, o, alpha)
                 o = issue_pv(cs, _v_base(cs, bufs, s_prev), list(frags), o, dtype)  # O += P_{t-1} V_{t-1}
                 s_acc = wait_group(s_acc, pending=1)                               # S_t retired (committed first)
                 _, m, l, alpha = softmax(cs, s_acc, _mask(cs, t) if masked else None, m, l, dtype, read_p=False)
@@ -355,10 +362,14 @@ def _overlapped(cs: _Consumer, cfg: MLADecodeConfig, bufs, split: Value, init):
                 frags = read_p_frags(cs)     # P_t's fragments only now: P_{t-1}'s registers are free
                 with kb.if_(cs.is_leader).then_():
                     kv_pipe.consumer_release(s_prev)
-                o = vec(*[o[i] * alpha[acc_row(i)] for i in range(cs.n_o)])
-                loop.yield_(s_t, o, tuple(m), tuple(l), tuple(frags))
+                if not cfg.late_rescale:
+                    o = _rescale(cs, o, alpha)
+                    alpha = (one, one)
+                loop.yield_(s_t, o, tuple(m), tuple(l), tuple(frags), tuple(alpha))
             state = loop.results
-        s_last, o, m, l, frags = state
+        s_last, o, m, l, frags, alpha = state
+        if cfg.late_rescale:
+            o = _rescale(cs, o, alpha)
         # the last tile: V rows past L_b zeroed where it holds L_b (both warpgroups' S retired: the
         # exchange's barriers, else BAR_ALL), then O += P V
         v_base = _v_base(cs, bufs, s_last)
