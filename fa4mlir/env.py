@@ -39,7 +39,7 @@ KNOBS: dict[str, Knob] = {
              "--decode-variant; a bundle must hold it: the decode-fp8-variants set)"),
         Knob("FA4MLIR_MLA_DECODE_VARIANT", None, "str", "flash_mla_with_kvcache (dense, 16-bit cache) runs this "
              "entry of attention_mla_decode_sm90_config.VARIANTS (overlap, full_s) instead of the default kernel "
-             "(bench mla --mla-decode-variant; a bundle must hold it: the mla-decode-variants set; an unknown "
+             "(bench mla --mla-decode-variant; a bundle must hold it: the mla set; an unknown "
              "name is a ConfigError)"),
         Knob("FA4MLIR_PREFILL_TILES", None, "str", "flash_attn_func runs its case's default kernel with these "
              "AttnConfig tile / code-knob fields replaced ('bn=144,persistent=False'; for measurement: bench "

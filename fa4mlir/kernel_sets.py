@@ -65,10 +65,6 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 the decode set plus attention_decode_sm90_config.FP8_VARIANTS (converter warpgroup,
                 128-key tiles, split conversion, bit conversion) of bf16 D128 FP8 caches, contiguous and paged 16, each
                 scale granularity, split and unsplit: what `bench decode --decode-variant` times
-    mla-decode-variants
-                the mla set plus attention_mla_decode_sm90_config.VARIANTS' non-default MLA decode
-                kernels (overlap) of bf16 page 64, split and unsplit: what `bench mla --workloads
-                mla_decode --mla-decode-variant default,overlap,full_s` times
     prefill     what `bench prefill`'s fa4mlir rows run today (fa4mlir/bench/prefill_bench.py): the sm_90a
                 attention kernel, bf16 D128 causal (the dense rows; prefill_chunked on the contiguous
                 cache) and its sliding window PREFILL_WINDOW = (4096, 0) (the sliding_window row: a
@@ -534,10 +530,13 @@ def mla() -> list:
     FlashMLA's FP8 rows, and the sparse decode's eight (flash_mla_with_kvcache with indices) and four
     over the FP8 cache."""
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
-    from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, default_config
+    from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, VARIANTS, default_config
     out = [(KERNEL, default_config(dtype, page, unsplit=u)) for dtype, page in MLA_CASES for u in (False, True)]
-    # the variant whose warpgroups both compute all of S (note "Design"), for bench mla to time against
-    out += [(KERNEL, default_config("bf16", 64, unsplit=u, exchange=False)) for u in (False, True)]
+    # the variant whose warpgroups both compute all of S (note "Design") and the other VARIANTS
+    # (overlap, overlap_late: note "Overlap"), for `bench mla --mla-decode-variant` to time against
+    # the default and tests/gpu/test_mla_decode_gpu.py to check
+    out += [(KERNEL, default_config("bf16", 64, unsplit=u, **fields)) for name, fields in VARIANTS.items()
+            if name != "default" for u in (False, True)]
     # FlashMLA's FP8 latent cache (is_fp8_kvcache=True; bf16 q): page sizes 64 and 16
     out += [(KERNEL, default_config("bf16", page, unsplit=u, fp8=True)) for page in (64, 16) for u in (False, True)]
     out += [(COMBINE_KERNEL, CombineConfig(dtype, D_V)) for dtype in sorted({d for d, _ in MLA_CASES})]
@@ -687,26 +686,11 @@ def bench() -> list:
     return attention() + decode() + prefill() + mla() + cfgs + [(*c, {"cubin_backend": "ptxas"}) for c in cfgs]
 
 
-def mla_decode_variants() -> list:
-    """The mla set plus every MLA decode variant (attention_mla_decode_sm90_config.VARIANTS) the mla
-    set lacks, bf16 page 64 (bench mla's cache), split and unsplit."""
-    from .kernels.attention_mla_decode_sm90_config import KERNEL, VARIANTS, default_config
-    out = mla()
-    have = set(map(repr, out))
-    for fields in VARIANTS.values():
-        for unsplit in (False, True):
-            entry = (KERNEL, default_config("bf16", 64, unsplit=unsplit, **fields))
-            if repr(entry) not in have:
-                out.append(entry)
-                have.add(repr(entry))
-    return out
-
-
 SETS = {"attention-sm100": attention_sm100, "attention-sm100-serving": attention_sm100_serving,
         "mla-sparse-sm100": mla_sparse_sm100, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
         "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
         "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,
-        "decode-fp8-variants": decode_fp8_variants, "mla-decode-variants": mla_decode_variants,
+        "decode-fp8-variants": decode_fp8_variants,
         "prefill": prefill, "mla": mla, "attention-varlen": attention_varlen, "head-dims": head_dims,
         "score-mods": score_mods, **{f"prefill-poly{k}": (lambda k=k: prefill_poly(k)) for k in (0, 2, 8)}}
 

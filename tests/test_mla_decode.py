@@ -233,7 +233,7 @@ def test_mla_decode_overlap_through_the_interpreter(lens, seqlen_q, heads, page,
 def test_mla_decode_variants(monkeypatch):
     """FA4MLIR_MLA_DECODE_VARIANT picks the kernel configs_for returns; an unknown name and overlap
     without the exchange or over the FP8 cache are ConfigErrors; the default's key and name are as
-    before the field existed; the mla-decode-variants set holds every variant of bench mla's cache."""
+    before the field existed; the mla set holds every variant of bench mla's cache."""
     args = _good()
     problem = mla.check_mla_inputs(**args)
     base, _ = mla.configs_for(problem)
@@ -252,7 +252,7 @@ def test_mla_decode_variants(monkeypatch):
         replace(base, overlap=True, exchange=False).validate()
     with pytest.raises(ConfigError, match="FP8"):
         mc.default_config("bf16", 64, fp8=True, overlap=True).validate()
-    entries = kernel_sets.mla_decode_variants()
+    entries = kernel_sets.mla()
     for fields in mc.VARIANTS.values():
         for unsplit in (False, True):
             assert (mc.KERNEL, mc.default_config("bf16", 64, unsplit=unsplit, **fields)) in entries

@@ -221,7 +221,7 @@ def mla_decode_rows(torch: Any, fa4=None, fp8: bool = False, variants=()) -> lis
     first 512 columns) by the FA rule. fp8 (mla_decode_fp8): the cache quantized to FlashMLA's FP8
     layout, the check over its rows dequantized as the kernel does. ``variants`` (bf16 only; `bench mla
     --mla-decode-variant`): MLA decode kernel variants also timed, as `fa4mlir[NAME]`, each checked
-    like fa4mlir (a bundle must hold them: the mla-decode-variants set)."""
+    like fa4mlir (a bundle must hold them: the mla set)."""
     import fa4mlir
     from .prefill_workloads import DEV, causal_mask, checker, poisoner
     d = MLA_DECODE

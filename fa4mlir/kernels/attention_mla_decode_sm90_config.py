@@ -157,7 +157,8 @@ def default_config(dtype: str, page_size: int, unsplit: bool = False, exchange: 
                            overlap=overlap, late_rescale=late_rescale)
 
 
-# opt-in kernel variants (FA4MLIR_MLA_DECODE_VARIANT, bench mla --mla-decode-variant): name -> the
+# opt-in kernel variants (FA4MLIR_MLA_DECODE_VARIANT, bench mla --mla-decode-variant; kernel_sets.mla holds
+# each for bf16 page 64): name -> the
 # default_config fields it sets; "default" sets none
 VARIANT_ENV = "FA4MLIR_MLA_DECODE_VARIANT"
 VARIANTS = {"default": {}, "overlap": {"overlap": True}, "overlap_late": {"overlap": True, "late_rescale": True},
