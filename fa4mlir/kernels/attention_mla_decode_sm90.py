@@ -61,6 +61,24 @@ P, both built (`exchange`), neither timed on a GPU yet:
     reach FlashMLA's 660 TFLOP/s at all (69% of its tensor work is useful). Kept for bench mla to
     time against the exchange.
 
+Note "Overlap" (`overlap`, opt-in: attention_mla_decode_sm90_config.VARIANTS; exchange only): the
+default runs each tile's steps back to back, so both warpgroups' tensor work stops while both do the
+softmax, the two exchange barriers and O *= alpha (SASS: wait KV; 36 HGMMA.64x32x16; DEPBAR 0; two
+BAR.SYNC; 16 MUFU.EX2 a thread; 128 FMUL; 4 HGMMA.64x256x16; DEPBAR 0). With overlap the loop is
+rotated (FA3's intra-warpgroup overlap): a prologue computes S and the softmax of the split's first
+tile; iteration t waits KV_t, issues S_t, then P_{t-1} V_{t-1} (two commit groups, S_t first), waits
+for one group (S_t retired), runs softmax_t with its barriers while P_{t-1} V_{t-1} is on the tensor
+cores, waits for the other, releases KV_{t-1}, reads P_t's fragments back from the exchange buffer
+and scales O by alpha_t; the last tile's P V (after its V tail is zeroed) closes the split. Reading
+P_t back only after P_{t-1} V_{t-1} retired is required: LLVM otherwise gives P_t's loads the
+registers of P_{t-1}'s fragments while the wgmma still reads them, and ptxas serialises every wgmma
+(C7513). The exchange buffer's one-copy argument (note "Exchange") still holds: P_t is written
+after barrier 1 of tile t, which the other warpgroup reaches only after reading P_{t-1}. Two ring
+stages are held at once (KV_{t-1} until its P V retired, KV_t from S_t), so the producer's TMA of
+tile t + 1 starts after P_{t-1} V_{t-1} retires. `late_rescale` moves O *= alpha_t from the end of
+iteration t to after S_{t+1} is issued (the 128 FMULs then run under S_{t+1}). An empty split skips
+everything (an scf.if yielding the ring state, so the pipeline verifier counts both branches).
+
 Note "NaN past L_b" (attention_decode_sm90's): rows at or past L_b of the tile that holds L_b are
 real cache rows that may hold NaN; P V multiplies them by P = 0 and 0 x NaN = NaN, so their V
 columns are zeroed in SMEM before P V. K and V share the tile: both warpgroups first finish S_j
