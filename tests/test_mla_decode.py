@@ -203,3 +203,66 @@ def test_host_path_refuses_cpu_tensors_and_grad():
         mla.flash_mla_with_kvcache(q.requires_grad_(True), *rest)
     with pytest.raises(E.DTypeError):
         mla.get_mla_metadata(torch.zeros(2, dtype=torch.int64), 16, 1)
+
+
+# note "Overlap" (attention_mla_decode_sm90): S_t issued before P_{t-1} V_{t-1}, softmax_t under it.
+# Lengths give 0, 1, 2, 3 and 4 tiles per split (the prologue alone, one and two loop trips, both loops,
+# the last tile's V tail), an empty split and a 0-length sequence; two M tiles; 16-row boxes.
+@pytest.mark.parametrize("lens,seqlen_q,heads,page,splits,dtype,late", [
+    ((130, 0, 1), 2, 16, 64, 2, "bf16", False),   # split + combine: 3 tiles as 2 + 1, empty splits
+    ((200, 64, 65), 2, 48, 16, 1, "bf16", False),  # unsplit, 4 / 1 / 2 tiles, two M tiles, causal tail
+    ((192, 7), 1, 16, 64, 1, "f16", False),       # whole tiles only, seqlen_q 1
+    ((130, 0, 1), 2, 16, 64, 2, "bf16", True),    # late_rescale: O *= alpha after the next S is issued
+    ((200, 64, 65), 2, 48, 16, 1, "bf16", True),
+])
+def test_mla_decode_overlap_through_the_interpreter(lens, seqlen_q, heads, page, splits, dtype, late):
+    torch = pytest.importorskip("torch")
+    from fa4mlir.testing_mla import check_mla
+    q, kv, table, lens_a = _problem(torch, lens, seqlen_q, heads, page, dtype=dtype)
+    batch = len(lens)
+    problem = mla.check_mla_inputs(_info(q.shape, dtype), _info(kv.shape, dtype), _info(table.shape, "i32"),
+                                   _info(lens_a.shape, "i32"), 512, _info((splits, 8), "i32"),
+                                   _info((batch + 1,), "i32"), causal=True)
+    cfg, combine = mla.configs_for(problem)
+    cfg = replace(cfg, overlap=True, late_rescale=late).validate()
+    out_t, lse_t = interpret_decode(torch, problem, cfg, combine, q, bits(torch, kv), table, lens_a, page)
+    errs = check_mla(q, kv, table, lens_a, out_t, lse_t, causal=True)
+    assert errs["out"] > 0
+
+
+def test_mla_decode_variants(monkeypatch):
+    """FA4MLIR_MLA_DECODE_VARIANT picks the kernel configs_for returns; an unknown name and overlap
+    without the exchange or over the FP8 cache are ConfigErrors; the default's key and name are as
+    before the field existed; the mla set holds every variant of bench mla's cache."""
+    args = _good()
+    problem = mla.check_mla_inputs(**args)
+    base, _ = mla.configs_for(problem)
+    assert not base.overlap and "overlap" not in base.key() and "_ov" not in base.name()
+    monkeypatch.setenv(mc.VARIANT_ENV, "overlap")
+    cfg, _ = mla.configs_for(problem)
+    assert cfg == replace(base, overlap=True) and cfg.key()["overlap"] is True and "_ov" in cfg.name()
+    monkeypatch.setenv(mc.VARIANT_ENV, "full_s")
+    assert mla.configs_for(problem)[0] == replace(base, exchange=False)
+    monkeypatch.setenv(mc.VARIANT_ENV, "nope")
+    with pytest.raises(ConfigError, match="unknown MLA decode variant"):
+        mla.configs_for(problem)
+    with pytest.raises(ConfigError, match="overlap=True"):
+        replace(base, late_rescale=True).validate()
+    with pytest.raises(ConfigError, match="exchange"):
+        replace(base, overlap=True, exchange=False).validate()
+    with pytest.raises(ConfigError, match="FP8"):
+        mc.default_config("bf16", 64, fp8=True, overlap=True).validate()
+    entries = kernel_sets.mla()
+    for fields in mc.VARIANTS.values():
+        for unsplit in (False, True):
+            assert (mc.KERNEL, mc.default_config("bf16", 64, unsplit=unsplit, **fields)) in entries
+
+
+@pytest.mark.parametrize("late", [False, True])
+@pytest.mark.parametrize("unsplit", [False, True])
+def test_overlap_compiles_clean(unsplit, late):
+    """The overlap kernels: 0 spills, no stack, wgmma not serialised (C7513 if P_t's fragments were
+    read back before P_{t-1} V_{t-1} retired), the pipeline verifier passed (part of lowering)."""
+    cfg = mc.default_config("bf16", 64, unsplit=unsplit, overlap=True, late_rescale=late)
+    art = lower_clean(mc.KERNEL, cfg)
+    assert cfg.smem_bytes() <= art.smem_bytes <= mc.SMEM_LIMIT
