@@ -165,8 +165,7 @@ def emit(tag: str, value: dict) -> None:
 OPTIONAL_FIELDS = {"varlen": False, "page_size": 0, "head_dim_v": 0, "score_mod": "", "mask_mod": "", "aux": "", "varlen_q": False,
                    "window_left": -1, "window_right": -1, "chunk": 0, "softcap": False, "sinks": False,
                    "fp8": False,   # fp8: the MLA kernel's FP8-latent-cache variant, whose key alone holds it
-                   "kv_dtype": "",  # and the sparse MLA prefill's FP8 variant (kv_dtype "fp8"), likewise
-                   "overlap": False, "late_rescale": False}   # the MLA kernel's overlap variants, likewise
+                   "kv_dtype": ""}  # and the sparse MLA prefill's FP8 variant (kv_dtype "fp8"), likewise
 
 
 def same_variant(config: dict, match: dict) -> bool:

@@ -20,14 +20,14 @@ most splits of a short sequence empty: the combine must weigh them 0); the unspl
 split. out, lse and the split partials are allocated inside flash_mla_with_kvcache: the child
 makes torch.empty return NaN-filled tensors for the call (`nan_empty`), so anything not written
 shows. Each result: testing_mla.check_mla (the FA rule per sequence against float64, rows
-without keys 0 and +inf, no NaN). The variants (mc.VARIANTS: exchange=False, overlap, overlap_late; the
-overlap ones a family of their own) are what flash_mla_with_kvcache runs with FA4MLIR_MLA_DECODE_VARIANT
-set for the call. Before
+without keys 0 and +inf, no NaN). The exchange=False variant is what flash_mla_with_kvcache runs
+once mla.configs_for is swapped for the call (as tests/gpu/test_mla_decode_gpu.py does). Before
 each call the child checks that the call runs the case's kernel (mla.configs_for of its problem).
 """
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 
 from bench.sanitize_decode import decode_inputs, lengths_for
 from fa4mlir.kernels import attention_decode_sm90_config as dec
@@ -38,20 +38,8 @@ SPLITS = 3
 
 
 def mla_family(config: dict) -> str:
-    name = variant_name(config)
     return "/".join((mc.KERNEL, "unsplit" if config["unsplit"] else "split",
-                     "exchange" if config["exchange"] else "full-s", *(["fp8"] if config.get("fp8") else []),
-                     *([name.replace("_", "-")] if name.startswith("overlap") else [])))
-
-
-def variant_name(config: dict) -> str:
-    """The mc.VARIANTS name whose fields the MLA decode config (its key) has ('default' for a combine's)."""
-    defaults = {"exchange": True, "overlap": False, "late_rescale": False}
-    for name, fields in mc.VARIANTS.items():
-        want = {**defaults, **fields}
-        if all(config.get(k, d) == want[k] for k, d in defaults.items()):
-            return name
-    raise ValueError(f"no MLA decode variant has the fields of {config}")
+                     "exchange" if config["exchange"] else "full-s", *(["fp8"] if config.get("fp8") else [])))
 
 
 def mla_features(config: dict) -> set[str]:
@@ -59,19 +47,19 @@ def mla_features(config: dict) -> set[str]:
 
 
 def _calls(case):
-    """(config dict of the case's kernel, the MLA kernel's variant name (mc.VARIANTS), num_splits (None:
-    get_mla_metadata's), seqlen_q, heads) per call."""
+    """(config dict of the case's kernel, exchange of the MLA kernel, num_splits (None: get_mla_metadata's),
+    seqlen_q, heads) per call."""
     for match in case.match:
-        name = variant_name(match)
+        exchange = match.get("exchange", True)
         for j, (sq, h) in enumerate(MLA_SHAPES):
             splits = 1 if match.get("unsplit") else None if j == 0 else SPLITS
-            yield match, name, splits, sq, h
+            yield match, exchange, splits, sq, h
 
 
 def describe(case) -> list[str]:
     return [f"{m['dtype']} seqlen_q {sq}, heads {h}, lengths {lengths_for(case.page_size)}, page size "
-            f"{case.page_size}, num_splits {splits or 'get_mla_metadata'}{'' if v == 'default' else f', variant {v}'}"
-            for m, v, splits, sq, h in _calls(case)]
+            f"{case.page_size}, num_splits {splits or 'get_mla_metadata'}{'' if ex else ', exchange=False'}"
+            for m, ex, splits, sq, h in _calls(case)]
 
 
 @contextlib.contextmanager
@@ -90,21 +78,17 @@ def nan_empty(torch):
 
 
 @contextlib.contextmanager
-def variant(mla, name: str):
-    """flash_mla_with_kvcache runs MLA decode variant `name` (mc.VARIANTS) inside the block
-    (FA4MLIR_MLA_DECODE_VARIANT set, and a fresh mla.CallCache; both as before after)."""
-    import os
-    calls, before = mla._CALLS, os.environ.get(mc.VARIANT_ENV)
+def variant(mla, exchange: bool):
+    """flash_mla_with_kvcache runs the exchange=False kernel inside the block (mla.configs_for swapped,
+    and the call cache: a fresh mla.CallCache for the block, the module's own one back after)."""
+    chosen, calls = mla.configs_for, mla._CALLS
     mla._CALLS = mla.CallCache()
-    os.environ[mc.VARIANT_ENV] = name
+    if not exchange:
+        mla.configs_for = lambda p: (replace(chosen(p)[0], exchange=False), chosen(p)[1])
     try:
         yield
     finally:
-        mla._CALLS = calls
-        if before is None:
-            del os.environ[mc.VARIANT_ENV]
-        else:
-            os.environ[mc.VARIANT_ENV] = before
+        mla.configs_for, mla._CALLS = chosen, calls
 
 
 def child_mla(case, bundle, seed: int):
@@ -117,7 +101,7 @@ def child_mla(case, bundle, seed: int):
     from fa4mlir.testing_mla import check_mla, dequantize_fp8_cache, quantize_fp8_cache
 
     device, page = san.DEVICE, case.page_size
-    for i, (match, vname, splits, sq, heads) in enumerate(_calls(case)):
+    for i, (match, exchange, splits, sq, heads) in enumerate(_calls(case)):
         s = seed + i
         lengths = lengths_for(page)
         t = decode_inputs(torch, device, lengths, sq, heads, 1, mc.D_QK, match["dtype"], page, s)
@@ -134,7 +118,7 @@ def child_mla(case, bundle, seed: int):
         n = meta.shape[0]
         problem = mla.MLAProblem(len(lengths), sq, heads, kv.shape[0], page, table.shape[1], match["dtype"], n,
                                  mc.D_QK ** -0.5, True, fp8)
-        with variant(mla, vname):
+        with variant(mla, exchange):
             cfg, combine = mla.configs_for(problem)
             got = (cfg if case.kernel == mc.KERNEL else combine)
             if got is None or got.key() != match:
@@ -154,7 +138,7 @@ def child_mla(case, bundle, seed: int):
         except AssertionError as exc:
             r.update(ok=False, error=str(exc)[:300])
         yield {"kernel": name, "shape": [len(lengths), sq, heads], "lengths": lengths, "page_size": page,
-               "num_splits": n, "exchange": match.get("exchange", True), "variant": vname, "fp8": fp8, "via": "flash_mla_with_kvcache", "seed": s, **r}
+               "num_splits": n, "exchange": exchange, "fp8": fp8, "via": "flash_mla_with_kvcache", "seed": s, **r}
 
 
 def combine_match(dtype: str) -> dict:

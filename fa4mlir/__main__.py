@@ -152,10 +152,6 @@ def main(argv=None) -> int:
                                                           "each of these FP8 kernel variants (attention_decode_sm90_"
                                                           "config.FP8_VARIANTS, e.g. default,split,bits,bits_v; a bundle "
                                                           "of the decode-fp8-variants set holds them)")
-    be.add_argument("--mla-decode-variant", default="", help="mla only: the mla_decode rows also time fa4mlir with "
-                                                              "each of these MLA decode kernel variants (attention_mla_"
-                                                              "decode_sm90_config.VARIANTS, e.g. default,overlap,full_s; "
-                                                              "the mla, bench and gpu-tests sets hold them)")
     be.add_argument("--prefill-tiles", default="", help="prefill, mla (mla_prefill): also time flash_attn_func's rows with each of "
                                                          "these ';'-separated FA4MLIR_PREFILL_TILES specs (e.g. "
                                                          "'persistent=False;bn=144'; the bundle must hold them)")

@@ -37,10 +37,6 @@ KNOBS: dict[str, Knob] = {
         Knob("FA4MLIR_DECODE_FP8_VARIANT", None, "str", "flash_attn_with_kvcache over an FP8 cache runs this "
              "entry of attention_decode_sm90_config.FP8_VARIANTS instead of the default kernel (bench decode "
              "--decode-variant; a bundle must hold it: the decode-fp8-variants set)"),
-        Knob("FA4MLIR_MLA_DECODE_VARIANT", None, "str", "flash_mla_with_kvcache (dense, 16-bit cache) runs this "
-             "entry of attention_mla_decode_sm90_config.VARIANTS (overlap, full_s) instead of the default kernel "
-             "(bench mla --mla-decode-variant; a bundle must hold it: the mla set; an unknown "
-             "name is a ConfigError)"),
         Knob("FA4MLIR_PREFILL_TILES", None, "str", "flash_attn_func runs its case's default kernel with these "
              "AttnConfig tile / code-knob fields replaced ('bn=144,persistent=False'; for measurement: bench "
              "prefill --prefill-tiles); a kernel source without that variant raises BundleError, never falls back"),

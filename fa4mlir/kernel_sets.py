@@ -573,13 +573,10 @@ def mla() -> list:
     FlashMLA's FP8 rows, and the sparse decode's eight (flash_mla_with_kvcache with indices) and four
     over the FP8 cache."""
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
-    from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, VARIANTS, default_config
+    from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, default_config
     out = [(KERNEL, default_config(dtype, page, unsplit=u)) for dtype, page in MLA_CASES for u in (False, True)]
-    # the variant whose warpgroups both compute all of S (note "Design") and the other VARIANTS
-    # (overlap, overlap_late: note "Overlap"), for `bench mla --mla-decode-variant` to time against
-    # the default and tests/gpu/test_mla_decode_gpu.py to check
-    out += [(KERNEL, default_config("bf16", 64, unsplit=u, **fields)) for name, fields in VARIANTS.items()
-            if name != "default" for u in (False, True)]
+    # the variant whose warpgroups both compute all of S (note "Design"), for bench mla to time against
+    out += [(KERNEL, default_config("bf16", 64, unsplit=u, exchange=False)) for u in (False, True)]
     # FlashMLA's FP8 latent cache (is_fp8_kvcache=True; bf16 q): page sizes 64 and 16
     out += [(KERNEL, default_config("bf16", page, unsplit=u, fp8=True)) for page in (64, 16) for u in (False, True)]
     out += [(COMBINE_KERNEL, CombineConfig(dtype, D_V)) for dtype in sorted({d for d, _ in MLA_CASES})]

@@ -61,24 +61,6 @@ P, both built (`exchange`), neither timed on a GPU yet:
     reach FlashMLA's 660 TFLOP/s at all (69% of its tensor work is useful). Kept for bench mla to
     time against the exchange.
 
-Note "Overlap" (`overlap`, opt-in: attention_mla_decode_sm90_config.VARIANTS; exchange only): the
-default runs each tile's steps back to back, so both warpgroups' tensor work stops while both do the
-softmax, the two exchange barriers and O *= alpha (SASS: wait KV; 36 HGMMA.64x32x16; DEPBAR 0; two
-BAR.SYNC; 16 MUFU.EX2 a thread; 128 FMUL; 4 HGMMA.64x256x16; DEPBAR 0). With overlap the loop is
-rotated (FA3's intra-warpgroup overlap): a prologue computes S and the softmax of the split's first
-tile; iteration t waits KV_t, issues S_t, then P_{t-1} V_{t-1} (two commit groups, S_t first), waits
-for one group (S_t retired), runs softmax_t with its barriers while P_{t-1} V_{t-1} is on the tensor
-cores, waits for the other, releases KV_{t-1}, reads P_t's fragments back from the exchange buffer
-and scales O by alpha_t; the last tile's P V (after its V tail is zeroed) closes the split. Reading
-P_t back only after P_{t-1} V_{t-1} retired is required: LLVM otherwise gives P_t's loads the
-registers of P_{t-1}'s fragments while the wgmma still reads them, and ptxas serialises every wgmma
-(C7513). The exchange buffer's one-copy argument (note "Exchange") still holds: P_t is written
-after barrier 1 of tile t, which the other warpgroup reaches only after reading P_{t-1}. Two ring
-stages are held at once (KV_{t-1} until its P V retired, KV_t from S_t), so the producer's TMA of
-tile t + 1 starts after P_{t-1} V_{t-1} retires. `late_rescale` moves O *= alpha_t from the end of
-iteration t to after S_{t+1} is issued (the 128 FMULs then run under S_{t+1}). An empty split skips
-everything (an scf.if yielding the ring state, so the pipeline verifier counts both branches).
-
 Note "NaN past L_b" (attention_decode_sm90's): rows at or past L_b of the tile that holds L_b are
 real cache rows that may hold NaN; P V multiplies them by P = 0 and 0 x NaN = NaN, so their V
 columns are zeroed in SMEM before P V. K and V share the tile: both warpgroups first finish S_j
@@ -104,7 +86,7 @@ from ..dsl import ELEM_BYTES, KernelBuilder, Value, const, fast_div, fma, log2, 
 from .attention_mla_decode_sm90_config import BN, CONSUMERS, D_QK, D_V, LOAD_REGS, MMA_REGS, TILE_M, MLADecodeConfig
 from .common import mla_fp8
 from .common.mla_sm90 import (BAR_ALL, BAR_WG, CHUNK, LN2, NEG_INF, QK_CHUNKS, SWIZZLE, UNITS, WG_CHUNKS, WG_COLS,
-                              ConsumerGeometry, issue_pv, issue_s, load_q, read_p_frags, row_totals, softmax)
+                              ConsumerGeometry, issue_pv, issue_s, load_q, row_totals, softmax)
 from .common.wgmma import acc_col, acc_pair, acc_row, wait_group
 
 
@@ -315,94 +297,12 @@ def _mma_role(kb, cfg: MLADecodeConfig, work: _Work, p, q_smem, kv_smem, kv_pipe
     split = full.smax(work.begin).smin(work.end)
     neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
     state = (kv_pipe.initial_state(), const(0.0, (f32, cs.n_o)), (neg_inf, neg_inf), (zero, zero))
-    if cfg.overlap:     # note "Overlap"
-        _, o, m, l = _overlapped(cs, cfg, bufs, split, state)
-        _epilogue(cs, cfg, o, m, l)
-        return
     for lo, hi, masked in ((work.begin, split, False), (split, work.end, True)):
         loop = kb.for_(lo, hi, 1, carry=state)
         with loop as (j, carried):
             loop.yield_(*_kv_tile(cs, bufs, j, carried, masked, cfg))
         state = loop.results
     _epilogue(cs, cfg, state[1], state[2], state[3])
-
-
-def _issue_s_at(cs: _Consumer, bufs, s, cfg: MLADecodeConfig) -> Value:
-    """Wait for KV tile s's stage and issue (commit, not wait) S = Q K^T on it; Q's address through
-    q_slot's 0 as in _kv_tile, step 1."""
-    q_smem, kv_smem, kv_pipe, q_slot, _ = bufs
-    kb = cs.kb
-    kv_pipe.consumer_wait(s)
-    q_at = kb.warp_uniform(kb.load(q_slot, "i32", align=4))
-    stage = kb.gep(kv_smem, s.stage * MLADecodeConfig.tile_bytes(), "i8")
-    return issue_s(cs, kb.gep(q_smem, q_at, "i8"), stage, cfg.dtype)
-
-
-def _v_base(cs: _Consumer, bufs, s) -> Value:
-    """This warpgroup's four V chunks of stage s."""
-    kv_smem = bufs[1]
-    return cs.kb.gep(kv_smem, s.stage * MLADecodeConfig.tile_bytes() + cs.wg * (WG_CHUNKS * BN * SWIZZLE), "i8")
-
-
-def _rescale(cs: _Consumer, o: Value, alpha) -> Value:
-    return vec(*[o[i] * alpha[acc_row(i)] for i in range(cs.n_o)])
-
-
-def _overlapped(cs: _Consumer, cfg: MLADecodeConfig, bufs, split: Value, init):
-    """note "Overlap": the split's tiles with S_{t} issued before P_{t-1} V_{t-1} and softmax_t run
-    while P_{t-1} V_{t-1} is on the tensor cores. init: (the ring's initial state, O, m, l); returns them
-    after the split's tiles (init for an empty split: the ring state is yielded so that the pipeline
-    verifier counts the waits of both branches)."""
-    kb, work, dtype = cs.kb, cs.work, cfg.dtype
-    kv_pipe = bufs[2]
-    br = kb.if_(work.begin.lt(work.end), results=init)
-    with br.then_():
-        s0, o, m, l = init
-        # prologue: tile `begin` (masked softmax: a tile every row sees entirely is left as it is)
-        s_acc = wait_group(_issue_s_at(cs, bufs, s0, cfg), pending=0)
-        frags, m, l, alpha = softmax(cs, s_acc, _mask(cs, work.begin), m, l, dtype)   # O = 0: no rescale
-        one = const(1.0, "f32")
-        state = (s0, o, tuple(m), tuple(l), tuple(frags), (one, one))
-        first = work.begin + 1
-        mid = split.smax(first)
-        for lo, hi, masked in ((first, mid, False), (mid, work.end, True)):
-            loop = kb.for_(lo, hi, 1, carry=state)
-            with loop as (t, carried):
-                s_prev, o, m, l, frags, alpha = carried
-                s_t = s_prev.advance()
-                s_acc = _issue_s_at(cs, bufs, s_t, cfg)                            # S_t, then
-                if cfg.late_rescale:    # O *= alpha_{t-1} while S_t runs
-                    o = _rescale(cs, o, alpha)
-                o = issue_pv(cs, _v_base(cs, bufs, s_prev), list(frags), o, dtype)  # O += P_{t-1} V_{t-1}
-                s_acc = wait_group(s_acc, pending=1)                               # S_t retired (committed first)
-                _, m, l, alpha = softmax(cs, s_acc, _mask(cs, t) if masked else None, m, l, dtype, read_p=False)
-                o = wait_group(o, pending=0)                                       # P_{t-1} V_{t-1} retired
-                frags = read_p_frags(cs)     # P_t's fragments only now: P_{t-1}'s registers are free
-                with kb.if_(cs.is_leader).then_():
-                    kv_pipe.consumer_release(s_prev)
-                if not cfg.late_rescale:
-                    o = _rescale(cs, o, alpha)
-                    alpha = (one, one)
-                loop.yield_(s_t, o, tuple(m), tuple(l), tuple(frags), tuple(alpha))
-            state = loop.results
-        s_last, o, m, l, frags, alpha = state
-        if cfg.late_rescale:
-            o = _rescale(cs, o, alpha)
-        # the last tile: V rows past L_b zeroed where it holds L_b (both warpgroups' S retired: the
-        # exchange's barriers, else BAR_ALL), then O += P V
-        v_base = _v_base(cs, bufs, s_last)
-        valid = work.length - (work.end - 1) * BN
-        with kb.if_(valid.slt(BN)).then_():
-            if not cs.exchange:
-                kb.named_barrier(BAR_ALL, 256)
-            _zero_v_tail(cs, v_base, valid)
-        o = wait_group(issue_pv(cs, v_base, list(frags), o, dtype), pending=0)
-        with kb.if_(cs.is_leader).then_():
-            kv_pipe.consumer_release(s_last)
-        br.yield_(s_last.advance(), o, tuple(m), tuple(l))
-    with br.else_():
-        br.yield_(*init)
-    return br.results
 
 
 def _epilogue(cs: _Consumer, cfg: MLADecodeConfig, o: Value, m, l):

@@ -65,9 +65,6 @@ class MLADecodeConfig:
                                    # cross through SMEM (attention_mla_decode_sm90, note "Exchange");
                                    # False: each computes all of S (note "Design")
     fp8: bool = False              # FlashMLA's FP8 latent cache (656-byte rows), dequantized in the kernel
-    overlap: bool = False          # issue S_{j+1} before P_j V_j and run softmax_{j+1} under P_j V_j
-                                   # (attention_mla_decode_sm90, note "Overlap"); 16-bit caches, exchange
-    late_rescale: bool = False     # overlap: O *= alpha_t after S_{t+1} is issued, not before (note "Overlap")
 
     @property
     def params(self) -> tuple:
@@ -119,14 +116,6 @@ class MLADecodeConfig:
         if self.fp8 and (self.dtype != FP8_DTYPE or not self.exchange):
             raise ConfigError(f"the FP8 latent cache is built for dtype {FP8_DTYPE!r} with exchange=True (FlashMLA's "
                               f"bf16 q; note \"FP8 SMEM plan\"), got dtype={self.dtype!r}, exchange={self.exchange}")
-        if self.overlap and not self.exchange:
-            raise ConfigError("overlap is built on the exchange (P_t read back from SMEM only after P_{t-1} V_{t-1} "
-                              "retired; attention_mla_decode_sm90, note \"Overlap\"): set exchange=True")
-        if self.late_rescale and not self.overlap:
-            raise ConfigError("late_rescale is a form of overlap (note \"Overlap\"): set overlap=True")
-        if self.fp8 and self.overlap:
-            raise ConfigError("overlap is built for the 16-bit latent cache: the FP8 kernel's one staging stage and "
-                              "its dequantization sit between the wait and S (note \"FP8 SMEM plan\")")
         if self.fp8 and self.stages < 1:
             raise ConfigError("the FP8 latent cache's staging stage does not fit the SMEM (note \"FP8 SMEM plan\")")
         if self.smem_bytes() > SMEM_LIMIT:
@@ -134,13 +123,13 @@ class MLADecodeConfig:
         return self
 
     def key(self) -> dict:
-        """The compile key; `fp8`, `overlap` and `late_rescale` only where set (the other kernels' keys as before they existed)."""
-        fields = {k: v for k, v in self.__dict__.items() if k not in ("fp8", "overlap", "late_rescale") or v}
+        """The compile key; `fp8` only where set (the 16-bit kernels' keys as before it existed)."""
+        fields = {k: v for k, v in self.__dict__.items() if k != "fp8" or v}
         return {"kernel": KERNEL, **fields}
 
     def name(self) -> str:
         return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}_b{self.box_rows}{'' if self.exchange else '_rs'}"
-                f"{'_ov' if self.overlap else ''}{'l' if self.late_rescale else ''}{'_unsplit' if self.unsplit else ''}")
+                f"{'_unsplit' if self.unsplit else ''}")
 
 
 def page_supported(page_size: int) -> bool:
@@ -149,30 +138,11 @@ def page_supported(page_size: int) -> bool:
 
 
 def default_config(dtype: str, page_size: int, unsplit: bool = False, exchange: bool = True,
-                   fp8: bool = False, overlap: bool = False, late_rescale: bool = False) -> MLADecodeConfig:
+                   fp8: bool = False) -> MLADecodeConfig:
     """The kernel for a cache of ``page_size``: the exchange variant (note "Exchange": half the
     tensor work of the other, the same bytes; neither timed on a GPU yet); fp8: FlashMLA's FP8
     latent cache (dtype is q's: bf16)."""
-    return MLADecodeConfig(dtype=dtype, box_rows=gcd(BN, page_size), unsplit=unsplit, exchange=exchange, fp8=fp8,
-                           overlap=overlap, late_rescale=late_rescale)
-
-
-# opt-in kernel variants (FA4MLIR_MLA_DECODE_VARIANT, bench mla --mla-decode-variant; kernel_sets.mla holds
-# each for bf16 page 64): name -> the
-# default_config fields it sets; "default" sets none
-VARIANT_ENV = "FA4MLIR_MLA_DECODE_VARIANT"
-VARIANTS = {"default": {}, "overlap": {"overlap": True}, "overlap_late": {"overlap": True, "late_rescale": True},
-            "full_s": {"exchange": False}}
-
-
-def variant_fields(name: str | None) -> dict:
-    """The default_config fields of variant ``name`` ('' or None: the default); ConfigError for an
-    unknown name (never a silent fallback)."""
-    if not name:
-        return {}
-    if name not in VARIANTS:
-        raise ConfigError(f"unknown MLA decode variant {name!r} ({VARIANT_ENV}); known: {', '.join(VARIANTS)}")
-    return dict(VARIANTS[name])
+    return MLADecodeConfig(dtype=dtype, box_rows=gcd(BN, page_size), unsplit=unsplit, exchange=exchange, fp8=fp8)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -223,6 +193,6 @@ def grid(batch: int, seqlen_q: int, heads: int, num_splits: int) -> tuple[int, i
     return (-(-seqlen_q * heads // TILE_M) * num_splits, 1, batch)
 
 
-__all__ = ["VARIANT_ENV", "VARIANTS", "variant_fields", "KERNEL", "DTYPES", "FP8_DTYPE", "FP8_ROW_BYTES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "MLADecodeConfig", "default_config",
+__all__ = ["KERNEL", "DTYPES", "FP8_DTYPE", "FP8_ROW_BYTES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "MLADecodeConfig", "default_config",
            "page_supported", "SPLIT_PARAMS", "UNSPLIT_PARAMS", "SPLIT_TENSORS", "UNSPLIT_TENSORS", "launch_args", "grid",
            "MIN_HEADS", "MAX_HEADS"]

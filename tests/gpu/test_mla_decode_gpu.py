@@ -87,25 +87,6 @@ def test_mla_decode_without_the_exchange(torch, monkeypatch, splits):
     check_mla(q, kv, table, seqlens, out.cpu().float(), lse.cpu(), causal=True)
 
 
-@pytest.mark.parametrize("variant", ["overlap", "overlap_late"])
-@pytest.mark.parametrize("lens,seqlen_q,heads,splits", [((1000, 65, 0), 2, 128, 1), ((1000, 65, 0), 2, 128, 3),
-                                                         ((4096, 129, 1), 1, 16, 2)])
-def test_mla_decode_variants(torch, monkeypatch, variant, lens, seqlen_q, heads, splits):
-    """The opt-in variants (attention_mla_decode_sm90_config.VARIANTS, note "Overlap"; in the mla set)
-    chosen by FA4MLIR_MLA_DECODE_VARIANT, by the same rule."""
-    from fa4mlir.attention import mla
-    from fa4mlir.kernels import attention_mla_decode_sm90_config as mc
-    from fa4mlir.testing_mla import check_mla
-    monkeypatch.setenv(mc.VARIANT_ENV, variant)
-    monkeypatch.setattr(mla, "_CALLS", mla.CallCache())
-    q, kv, table, seqlens = _case(torch, lens, seqlen_q, heads, 64, "bf16", seed=2)
-    meta, num_splits = _metadata(torch, splits, len(lens))
-    out, lse = mla.flash_mla_with_kvcache(q.cuda(), kv.cuda(), table.cuda(), seqlens.cuda(), 512, meta, num_splits,
-                                          causal=True)
-    torch.cuda.synchronize()
-    check_mla(q, kv, table, seqlens, out.cpu().float(), lse.cpu(), causal=True)
-
-
 def test_mla_decode_in_a_cuda_graph(torch):
     """A captured call replayed after cache_seqlens, the block table and the cache change (same
     shapes and addresses): nothing is read on the host."""

@@ -130,11 +130,10 @@ def issue_pv(cs: ConsumerGeometry, v_base, frags: list, o: Value, dtype: str) ->
     return o
 
 
-def softmax(cs: ConsumerGeometry, s_acc: Value, mask, m_prev, l_prev, dtype: str, read_p: bool = True):
+def softmax(cs: ConsumerGeometry, s_acc: Value, mask, m_prev, l_prev, dtype: str):
     """Online softmax of S_j (base 2, scale folded in); mask (None: every key seen) maps this
     thread's S values to themselves or -inf. Exchange: the row maxima over both warpgroups' keys,
-    and P of all 64 keys (note "Exchange"); l stays this warpgroup's. read_p=False (exchange only):
-    P is written and the barrier passed, frags is None, and read_p_frags reads it back later."""
+    and P of all 64 keys (note "Exchange"); l stays this warpgroup's."""
     kb = cs.kb
     s = [s_acc[i] for i in range(cs.n_s)]
     if mask is not None:
@@ -161,9 +160,6 @@ def softmax(cs: ConsumerGeometry, s_acc: Value, mask, m_prev, l_prev, dtype: str
     for kk in range(cs.s_keys // WGMMA_K):
         words = [vec(p[a], p[b]).to((dtype, 2)).bitcast("i32") for a, b in a_frag_pairs(kk)]
         frags.append(vec(*words))
-    if cs.exchange and not read_p:
-        write_p(cs, frags)
-        return None, m_new, l_new, alpha
     if cs.exchange:
         frags = exchange_p(cs, frags)
     return frags, m_new, l_new, alpha
@@ -190,21 +186,10 @@ def exchange_p(cs: ConsumerGeometry, frags: list) -> list:
     """P's A fragments of all 64 keys: this warpgroup's X_STEPS k-steps written as thread t's words,
     one barrier, then every k-step read back in key order (warpgroup 0's keys first). Thread t holds
     the same rows and columns of a fragment in either warpgroup, so it reads the other's thread t."""
-    write_p(cs, frags)
-    return read_p_frags(cs)
-
-
-def write_p(cs: ConsumerGeometry, frags: list) -> None:
-    """exchange_p's first half: this warpgroup's k-steps of P into SMEM, then the barrier."""
     kb = cs.kb
     for k, f in enumerate(frags):
         kb.store(f, kb.gep(cs.x_smem, ((cs.wg * X_STEPS + k) * 128 + cs.t) * 16, "i8"), align=16)
     kb.named_barrier(BAR_ALL, 256)
-
-
-def read_p_frags(cs: ConsumerGeometry) -> list:
-    """exchange_p's second half: every k-step of P read back in key order."""
-    kb = cs.kb
     return [kb.load(kb.gep(cs.x_smem, (k * 128 + cs.t) * 16, "i8"), ("i32", 4), align=16)
             for k in range(CONSUMERS * X_STEPS)]
 
@@ -224,5 +209,5 @@ def row_totals(cs: ConsumerGeometry, l) -> list:
 
 __all__ = ["D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "SWIZZLE", "CHUNK", "UNITS", "QK_CHUNKS", "WG_COLS",
            "WG_CHUNKS", "WGMMA_K", "LN2", "NEG_INF", "BAR_ALL", "BAR_WG", "tile_bytes", "exchange_bytes",
-           "ConsumerGeometry", "load_q", "issue_s", "issue_pv", "softmax", "exchange_rows", "exchange_p", "write_p", "read_p_frags",
+           "ConsumerGeometry", "load_q", "issue_s", "issue_pv", "softmax", "exchange_rows", "exchange_p",
            "row_totals"]
