@@ -10,7 +10,10 @@ coordinate by its sequence's start:
 - the grid is 1-D in common.varlen_schedule's order (sections of (head, sequence) indices whose K
   and V fit in L2, last query tile first within a section); each CTA reads its
   sequence's start and lengths from device memory (`sequence`) and exits at once when its query
-  tile starts past the sequence's end (no barrier, no TMA: _Tiles.guard);
+  tile starts past the sequence's end (no barrier, no TMA: _Tiles.guard). With varlen_compact the
+  grid is common.varlen_compact's instead, one block per working tile (`compact_tile_of`: a warp
+  scan of cu_seqlens_q finds the block's sequence), and only the blocks past the last working tile
+  exit so;
 - Q rows past the sequence's end load the next sequence's rows (or TMA's zeros past the tensor):
   their results are never stored. K and V rows past seqlen_k load the same way and are masked
   exactly as the dense kernel masks its seqlen_k tail (the tail block runs the masked softmax, its
@@ -46,6 +49,7 @@ from typing import NamedTuple
 
 from ..dsl import Value, const, fast_div, select, vec
 from .common.sections import section_tile
+from .common.varlen_compact import WARP, length_tiles, scan_step, tile_in_sequence
 from .common.wgmma import acc_pair
 
 
@@ -105,6 +109,63 @@ def tile_of(kb, params, m_tiles: Value):
     return m_block, hb - b * params.heads, b
 
 
+class CompactParams(NamedTuple):
+    """The compact grid's launch parameters (attention_sm90_config.COMPACT_PARAMS)."""
+    chunk_heads: Value     # g: heads per chunk
+    chunk_full: Value      # whole chunks (heads // g)
+    div_chunk: tuple       # g as a fastdiv pair
+    div_rest: tuple        # heads mod g (1 when none) as a fastdiv pair
+
+
+def compact_params_of(p: dict) -> CompactParams:
+    return CompactParams(p["chunk_heads"], p["chunk_full"], (p["chunk_mul"], p["chunk_shr"]),
+                         (p["chunk_rest_mul"], p["chunk_rest_shr"]))
+
+
+class _LaneOps:
+    """common.varlen_compact's ops on kernel Values (each thread one lane of its warp)."""
+
+    def __init__(self, kb):
+        self.shuffle_xor = kb.shuffle_xor
+
+    select = staticmethod(select)
+    le = staticmethod(lambda a, b: a.le(b))
+    lt = staticmethod(lambda a, b: a.lt(b))
+    nonzero = staticmethod(lambda a: a.ne(0))
+    smin = staticmethod(lambda a, b: a.smin(b))
+    smax = staticmethod(lambda a, b: a.smax(b))
+    const = staticmethod(const)
+
+
+def compact_tile_of(kb, params, m_tiles: Value, bm: int):
+    """(m_block, head, sequence, Sequence) of this CTA on the compact grid (common.varlen_compact):
+    every warp scans cu_seqlens_q 32 sequences at a time (scan_step: the sequences ending at or before
+    the block index t, and where the last of them ends), then splits the index within the sequence
+    (tile_in_sequence). A block past the last working tile (b = batch) takes sequence batch - 1 at a
+    query tile past its end (ceil(seqlen_q / bm), whatever m_tiles is), so it exits as an empty tile
+    does. Every thread runs it before the roles split: the shuffles need whole warps."""
+    vp, cp = params.varlen, params.compact
+    ops, t = _LaneOps(kb), kb.block_idx(0)
+    lane = kb.thread_idx(0) & (WARP - 1)
+
+    def load_cu(idx):
+        return kb.load(kb.gep(vp.cu_q, idx, "i32"), "i32", align=4)
+
+    zero = const(0)
+    scan = kb.for_(zero, params.batch, WARP, carry=(zero, zero, zero))
+    with scan as (k, carry):
+        scan.yield_(scan_step(t, lane, k, params.batch, load_cu, vp.total_q, bm, m_tiles, params.heads, carry,
+                              ops))
+    _, b, first = scan.results
+    past = b.ge(params.batch)
+    b = select(past, params.batch - 1, b)
+    seq = sequence(kb, vp, b)
+    n = length_tiles(seq.seqlen_q, bm, m_tiles, ops)      # as the scan counted sequence b's tiles
+    m_block, head = tile_in_sequence(t - first, n, params.heads, cp.chunk_heads, cp.chunk_full,
+                                     lambda u: fast_div(u, *cp.div_chunk), lambda u: fast_div(u, *cp.div_rest), ops)
+    return select(past, (seq.seqlen_q + (bm - 1)) // bm, m_block), head, b, seq
+
+
 def rows_fit(geo, wg: Value) -> Value:
     """Whether this warpgroup's 64 rows all lie in the sequence (its TMA store stays inside it)."""
     return (geo.m0 + wg * 64 + 64).le(geo.seqlen_q)
@@ -150,4 +211,4 @@ def epilogue(kb, cfg, cs, o: Value, inv: list, lse: list, store_tile) -> None:
                 kb.store(lse[h], kb.gep(cs.bufs.lse_ptr, lse_index(geo, cs.grow[h]), "f32"), align=4)
 
 
-__all__ = ["VarlenParams", "Sequence", "params_of", "sequence", "tile_of", "rows_fit", "store_rows", "lse_index", "epilogue"]
+__all__ = ["VarlenParams", "Sequence", "CompactParams", "compact_params_of", "compact_tile_of", "params_of", "sequence", "tile_of", "rows_fit", "store_rows", "lse_index", "epilogue"]
