@@ -68,7 +68,9 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 the decode kernels of a bf16 D128 cache in pages of 64, split and unsplit, with their
                 combine (prefill_chunked through flash_attn_with_kvcache), the causal softcap and
                 sinks variants (the softcap and sink rows) and the bf16 D128 causal varlen kernel
-                (prefill_varlen through flash_attn_varlen_func), the decode kernel's varlen_q variants of
+                (prefill_varlen through flash_attn_varlen_func) with its compact-grid variant (varlen_compact:
+                `bench prefill`'s fa4mlir[compact] and bench/varlen_ab.py --grids, FA4MLIR_VARLEN_GRID=compact),
+                the decode kernel's varlen_q variants of
                 that cache, split and unsplit, and the varlen kernel over its pools (page_size 64: what
                 prefill_chunked through flash_attn_varlen_func(page_table=) runs at max_seqlen_q >= 256),
                 and the causal kernel with the built-in ALiBi score_mod (the alibi row)
@@ -417,6 +419,7 @@ def prefill() -> list:
     out += score_mod_kernels("bf16", 128, True, score_mod=score_mod.alibi, aux=(("f32", 1),))   # the alibi row
     out += [(DECODE_KERNEL, decode_config("bf16", 128, 64, unsplit=unsplit)) for unsplit in (False, True)]
     out.append((KERNEL, varlen_config("bf16", 128, True)))   # prefill_varlen
+    out.append((KERNEL, varlen_config("bf16", 128, True, compact=True)))   # prefill_varlen, fa4mlir[compact]
     out += varlen_paged([("bf16", 128, 64)])                  # prefill_chunked (varlen with page_table)
     out += varlen_paged_prefill([("bf16", 128, True, 64)])    # prefill_chunked's paged prefill kernel
     return out + [(COMBINE_KERNEL, CombineConfig("bf16", 128))]

@@ -154,3 +154,24 @@ def test_kernel_code_matches_the_host_mirror(lens, heads, shift, bm, spare):
             assert empty == 1 and b == len(lens) - 1, (t, out[t])
         else:
             assert (m_block, head, b, empty) == (*want, 0), (t, out[t], want)
+
+
+def test_the_environment_picks_the_grid(monkeypatch):
+    from fa4mlir.attention.varlen import GRID_ENV, varlen_grid
+    from fa4mlir.bench.prefill_workloads import with_varlen_grid
+    monkeypatch.delenv(GRID_ENV, raising=False)
+    assert varlen_grid() == "sections"
+    assert with_varlen_grid(varlen_grid, "compact")() == "compact" and GRID_ENV not in __import__("os").environ
+    monkeypatch.setenv(GRID_ENV, "sections")
+    assert varlen_grid() == "sections"
+    monkeypatch.setenv(GRID_ENV, "compat")
+    with pytest.raises(ValueError, match="FA4MLIR_VARLEN_GRID='compat'"):
+        varlen_grid()
+
+
+def test_the_bench_sets_hold_the_variant_next_to_the_default():
+    from fa4mlir import kernel_sets
+    from fa4mlir.kernels.attention_sm90_config import KERNEL
+    for name in ("prefill", "bench"):
+        cfgs = [c for k, c, *_ in kernel_sets.configs([name]) if k == KERNEL]
+        assert varlen_config("bf16", 128, True) in cfgs and varlen_config("bf16", 128, True, compact=True) in cfgs

@@ -148,6 +148,7 @@ def _varlen(torch, rows, fa4, flex) -> list[Row]:
         f = _fa4mlir("flash_attn_varlen_func")
         return lambda: _first(f(q, k, v, cu, cu, mx, mx, causal=True))
     bk["fa4mlir"] = fa4mlir_varlen
+    bk["fa4mlir[compact]"] = lambda: with_varlen_grid(fa4mlir_varlen(), "compact")
     if fa4:
         bk["fa4cute"] = lambda: lambda: _first(fa4[1](q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=mx,
                                                       max_seqlen_k=mx, causal=True))
@@ -168,6 +169,26 @@ def _varlen(torch, rows, fa4, flex) -> list[Row]:
                                    block_mask=bm, enable_gqa=True)[0].transpose(0, 1)
         bk["flex(document mask)"] = flex_doc
     return [_row(torch, "prefill_varlen", bk, check, q.numel(), lens)]
+
+
+def with_varlen_grid(call: Callable, grid: str) -> Callable:
+    """``call`` run with FA4MLIR_VARLEN_GRID=grid (flash_attn_varlen_func reads it at every call: the
+    compact grid's A/B against the default on the same tensors), the environment restored after."""
+    import os
+
+    from ..attention.varlen import GRID_ENV
+
+    def run():
+        before = os.environ.get(GRID_ENV)
+        os.environ[GRID_ENV] = grid
+        try:
+            return call()
+        finally:
+            if before is None:
+                del os.environ[GRID_ENV]
+            else:
+                os.environ[GRID_ENV] = before
+    return run
 
 
 def _chunked(torch, rows, fa4, flex) -> list[Row]:

@@ -158,12 +158,15 @@ def compact_tile_of(kb, params, m_tiles: Value, bm: int):
                               ops))
     _, b, first = scan.results
     past = b.ge(params.batch)
-    b = select(past, params.batch - 1, b)
+    # warp-uniform (every lane's reductions agree; broadcast so that ptxas knows): the tile's coordinates
+    # then live in uniform registers as the default grid's do (from the block index), not in the consumers'
+    b, first = kb.warp_uniform(select(past, params.batch - 1, b)), kb.warp_uniform(first)
     seq = sequence(kb, vp, b)
     n = length_tiles(seq.seqlen_q, bm, m_tiles, ops)      # as the scan counted sequence b's tiles
     m_block, head = tile_in_sequence(t - first, n, params.heads, cp.chunk_heads, cp.chunk_full,
                                      lambda u: fast_div(u, *cp.div_chunk), lambda u: fast_div(u, *cp.div_rest), ops)
-    return select(past, (seq.seqlen_q + (bm - 1)) // bm, m_block), head, b, seq
+    m_block = select(past, (seq.seqlen_q + (bm - 1)) // bm, m_block)
+    return kb.warp_uniform(m_block), kb.warp_uniform(head), b, seq
 
 
 def rows_fit(geo, wg: Value) -> Value:
