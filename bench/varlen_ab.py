@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     import torch
 
     import fa4mlir
-    from fa4mlir.attention.varlen import GRIDS
+    from fa4mlir.kernels.common.varlen_compact import GRIDS
     from fa4mlir.bench.prefill_workloads import with_varlen_grid
     from fa4mlir.bench.timers import make_timer
     grids = args.grids.split(",")

@@ -89,7 +89,8 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 VARLEN_CASES here, each attention_sm90_config.varlen_config, VARLEN_CHUNK_CASES
                 (attention_chunk=), VARLEN_MOD_CASES (score_mod= / mask_mod=, built-in and
                 testing_varlen's functions) and VARLEN_HEAD_DIM_CASES (MLA prefill's qk 192 / v 128, D96,
-                D192; both tests/gpu/test_varlen_mods_gpu.py); and flash_attn_varlen_func(page_table=)'s kernels that
+                D192; both tests/gpu/test_varlen_mods_gpu.py); VARLEN_COMPACT_CASES' compact-grid twins
+                (tests/gpu/test_varlen_compact_gpu.py); and flash_attn_varlen_func(page_table=)'s kernels that
                 tests/gpu/test_varlen_paged_gpu.py runs: the decode kernel's varlen_q variants of
                 VARLEN_PAGED_CASES, split and unsplit, with their combines, of
                 VARLEN_PAGED_MASK_CASES (window_size, softcap, sinks with a page_table), and the paged
@@ -571,6 +572,11 @@ def varlen_mod_config(case):
                          mask_mod=mmod.fingerprint() if mmod else "", aux=aux_spec(aux))
 
 
+# (dtype, head_dim, causal) of the compact-grid varlen kernels (AttnConfig.varlen_compact) in the attention-varlen
+# set: what tests/gpu/test_varlen_compact_gpu.py runs (the anchors' prefill_varlen kernel's twin, and bm 192's)
+VARLEN_COMPACT_CASES = [("bf16", 128, True), ("bf16", 64, False)]
+
+
 def attention_varlen() -> list:
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
     from .kernels.attention_sm90_config import KERNEL, varlen_config
@@ -584,6 +590,7 @@ def attention_varlen() -> list:
         out.append((KERNEL, varlen_config(dtype, d, True, attention_mask(True, window, chunk))))
     out += [(KERNEL, varlen_mod_config(case)) for case in VARLEN_MOD_CASES]      # score_mod= / mask_mod=
     out += [(KERNEL, varlen_config(dtype, d, causal, head_dim_v=dv)) for dtype, d, dv, causal in VARLEN_HEAD_DIM_CASES]
+    out += [(KERNEL, varlen_config(dtype, d, causal, compact=True)) for dtype, d, causal in VARLEN_COMPACT_CASES]
     out += varlen_paged() + decode_masks(VARLEN_PAGED_MASK_CASES, varlen_q=True) + varlen_paged_prefill()
     combines = sorted({(dtype, d) for dtype, d, _ in VARLEN_PAGED_CASES} | {c[:2] for c in VARLEN_PAGED_MASK_CASES})
     return out + [(COMBINE_KERNEL, CombineConfig(dtype, d)) for dtype, d in combines]

@@ -112,7 +112,8 @@ def test_config_key_name_and_contract():
 
 
 def _probe(bm):
-    """A one-warp kernel that runs compact_tile_of and stores (m_block, head, b) of its block."""
+    """A one-warp kernel that runs compact_tile_of and stores m_block, head, b, the sequence's q_start,
+    seqlen_q, k_start and seqlen_k of its block (cu_seqlens_k = cu_seqlens_q here)."""
     from types import SimpleNamespace
 
     from fa4mlir.dsl import KernelBuilder, const
@@ -125,10 +126,9 @@ def _probe(bm):
         params = SimpleNamespace(varlen=vp, compact=varlen.compact_params_of(p), batch=p["batch"], heads=p["heads"])
         m_tiles = (p["max_q"] + (bm - 1)) // bm
         m_block, head, b, seq = varlen.compact_tile_of(kb, params, m_tiles, bm)
-        empty = (m_block * bm).ge(seq.seqlen_q)
         with kb.if_(kb.thread_idx(0).eq(0)).then_():
-            base = kb.block_idx(0) * 4
-            for i, v in enumerate((m_block, head, b, empty.to("i32"))):
+            base = kb.block_idx(0) * 7
+            for i, v in enumerate((m_block, head, b, *seq)):
                 kb.store(v, kb.gep(out, base + i, "i32"), align=4)
     return kb.finish()
 
@@ -144,16 +144,17 @@ def test_kernel_code_matches_the_host_mirror(lens, heads, shift, bm, spare):
     cu = np.asarray(_cu(lens), np.int32)
     total, mx = int(cu[-1]) + spare, max(lens)
     order = vc.tile_order(cu, total, mx, bm, heads, shift)
-    out = np.full((len(order), 4), -1, np.int32)
+    out = np.full((len(order), 7), -1, np.int32)
     args = {"out": out, "cu": cu, "batch": len(lens), "heads": heads, "max_q": mx, "total_q": total,
             **vc.compact_params(heads, shift)}
     kernel.launch((len(order), 1, 1), args)
     for t, want in enumerate(order):
-        m_block, head, b, empty = out[t].tolist()
-        if want is None:
-            assert empty == 1 and b == len(lens) - 1, (t, out[t])
+        m_block, head, b, q_start, seqlen_q, k_start, seqlen_k = out[t].tolist()
+        if want is None:   # no sequence: an empty tile at m_block 0 (the epilogue's row bounds are unsigned)
+            assert (m_block, seqlen_q) == (0, 0), (t, out[t])
         else:
-            assert (m_block, head, b, empty) == (*want, 0), (t, out[t], want)
+            assert (m_block, head, b) == want, (t, out[t], want)
+            assert (q_start, seqlen_q, k_start, seqlen_k) == (cu[b], lens[b], cu[b], lens[b]), (t, out[t])
 
 
 def test_the_environment_picks_the_grid(monkeypatch):
@@ -175,3 +176,13 @@ def test_the_bench_sets_hold_the_variant_next_to_the_default():
     for name in ("prefill", "bench"):
         cfgs = [c for k, c, *_ in kernel_sets.configs([name]) if k == KERNEL]
         assert varlen_config("bf16", 128, True) in cfgs and varlen_config("bf16", 128, True, compact=True) in cfgs
+
+
+def test_bad_cu_seqlens_stay_in_bounds():
+    """Decreasing cu_seqlens and a pair past total_q (the caller's error, not checked without a host
+    sync): every block still maps to a sequence, head and tile in range, each at most once."""
+    cu, total = [0, 300, 100, 900, 250], 400
+    order = vc.tile_order(cu, total, 300, 128, 3, 1)
+    got = [o for o in order if o is not None]
+    assert len(got) == len(set(got)) and got
+    assert all(0 <= m < 3 and 0 <= h < 3 and 0 <= b < 4 for m, h, b in got)

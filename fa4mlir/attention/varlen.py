@@ -77,12 +77,11 @@ from .checks import (MAX_I32, VARLEN_API, _err, check_device_context, check_devi
                      check_varlen_outputs, device_ordinal, read_tensor)
 from .errors import ArgumentTypeError, FlashAttnInputError, ShapeError, UnsupportedFeatureError
 from .plan import Launch, TensorRef, source_for
+from ..kernels.common.varlen_compact import GRID_ENV, GRIDS
 from .varlen_paged import VarlenPagedProblem, check_varlen_paged
 from .varlen_paged import run as run_paged
 
 NO_WINDOW = (-1, -1)
-GRID_ENV = "FA4MLIR_VARLEN_GRID"
-GRIDS = ("sections", "compact")
 TMA_TENSORS = ("q", "k", "v", "o")     # passed to the kernel as [1, total, heads, D]
 
 

@@ -176,7 +176,7 @@ def with_varlen_grid(call: Callable, grid: str) -> Callable:
     compact grid's A/B against the default on the same tensors), the environment restored after."""
     import os
 
-    from ..attention.varlen import GRID_ENV
+    from ..kernels.common.varlen_compact import GRID_ENV
 
     def run():
         before = os.environ.get(GRID_ENV)

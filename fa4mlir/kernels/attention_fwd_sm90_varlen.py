@@ -49,7 +49,7 @@ from typing import NamedTuple
 
 from ..dsl import Value, const, fast_div, select, vec
 from .common.sections import section_tile
-from .common.varlen_compact import WARP, length_tiles, scan_step, tile_in_sequence
+from .common.varlen_compact import WARP, length_tiles, scan_start, scan_step, tile_in_sequence
 from .common.wgmma import acc_pair
 
 
@@ -82,11 +82,19 @@ def sequence(kb, vp: VarlenParams, batch: Value) -> Sequence:
     def load(ptr, idx):
         return kb.load(kb.gep(ptr, idx, "i32"), "i32", align=4)
 
-    q_start = load(vp.cu_q, batch).smax(const(0))
-    q_end = load(vp.cu_q, batch + 1).smin(vp.total_q)
-    k_start = load(vp.cu_k, batch)
-    k_len = load(vp.cu_k, batch + 1) - k_start
-    used = load(vp.seqused_k, batch)     # cu_seqlens_k[batch] when there is no seqused_k: not read then
+    return clip_sequence(vp, lambda: load(vp.cu_q, batch), lambda: load(vp.cu_q, batch + 1),
+                         lambda: load(vp.cu_k, batch), lambda: load(vp.cu_k, batch + 1),
+                         lambda: load(vp.seqused_k, batch))
+
+
+def clip_sequence(vp: VarlenParams, q_lo, q_hi, k_lo, k_hi, used) -> Sequence:
+    """`sequence` from its cu_seqlens_q pair, cu_seqlens_k pair and seqused_k entry, each a thunk
+    (`sequence` loads there; the compact grid's scan has them already)."""
+    q_start = q_lo().smax(const(0))
+    q_end = q_hi().smin(vp.total_q)
+    k_start = k_lo()
+    k_len = k_hi() - k_start
+    used = used()     # cu_seqlens_k[batch] when there is no seqused_k: not read then
     seqlen_k = select(vp.has_seqused_k.ne(0), used, k_len).smax(const(0))
     return Sequence(q_start, (q_end - q_start).smax(const(0)), k_start, seqlen_k)
 
@@ -139,33 +147,36 @@ class _LaneOps:
 
 def compact_tile_of(kb, params, m_tiles: Value, bm: int):
     """(m_block, head, sequence, Sequence) of this CTA on the compact grid (common.varlen_compact):
-    every warp scans cu_seqlens_q 32 sequences at a time (scan_step: the sequences ending at or before
-    the block index t, and where the last of them ends), then splits the index within the sequence
-    (tile_in_sequence). A block past the last working tile (b = batch) takes sequence batch - 1 at a
-    query tile past its end (ceil(seqlen_q / bm), whatever m_tiles is), so it exits as an empty tile
-    does. Every thread runs it before the roles split: the shuffles need whole warps."""
+    every warp scans the batch 32 sequences at a time, each lane loading its sequence's cu_seqlens_q
+    and cu_seqlens_k pairs and seqused_k at once (scan_step), and the lane whose tiles hold the block
+    index t hands its sequence, first tile and loads to the warp, so no load waits on the scan; then
+    the index within the sequence splits into (m_block, head) (tile_in_sequence). A block past the last
+    working tile finds no sequence: index 0, every field 0, so seqlen_q 0, and m_block 0 (not -1: the
+    epilogue's row bounds are unsigned), an empty tile (it exits as an empty tile does: no KV block, no
+    row stored). Every thread runs it before the roles split (the shuffles need whole
+    warps); the results are broadcast warp-uniform, so that ptxas keeps the tile's coordinates in uniform
+    registers, as the default grid's (from the block index) are, not in the consumers' (D64's bm 192
+    kernel spilled 12 / 48 bytes without it)."""
     vp, cp = params.varlen, params.compact
     ops, t = _LaneOps(kb), kb.block_idx(0)
     lane = kb.thread_idx(0) & (WARP - 1)
 
-    def load_cu(idx):
-        return kb.load(kb.gep(vp.cu_q, idx, "i32"), "i32", align=4)
+    def load(ptr, idx):
+        return kb.load(kb.gep(ptr, idx, "i32"), "i32", align=4)
 
-    zero = const(0)
-    scan = kb.for_(zero, params.batch, WARP, carry=(zero, zero, zero))
+    def load_fields(i, i1, iu):   # a lane's cu_seqlens_q pair, cu_seqlens_k pair and seqused_k (clamped)
+        return load(vp.cu_q, i), load(vp.cu_q, i1), load(vp.cu_k, i), load(vp.cu_k, i1), load(vp.seqused_k, iu)
+
+    scan = kb.for_(const(0), params.batch, WARP, carry=scan_start(5, ops))
     with scan as (k, carry):
-        scan.yield_(scan_step(t, lane, k, params.batch, load_cu, vp.total_q, bm, m_tiles, params.heads, carry,
+        scan.yield_(scan_step(t, lane, k, params.batch, load_fields, vp.total_q, bm, m_tiles, params.heads, carry,
                               ops))
-    _, b, first = scan.results
-    past = b.ge(params.batch)
-    # warp-uniform (every lane's reductions agree; broadcast so that ptxas knows): the tile's coordinates
-    # then live in uniform registers as the default grid's do (from the block index), not in the consumers'
-    b, first = kb.warp_uniform(select(past, params.batch - 1, b)), kb.warp_uniform(first)
-    seq = sequence(kb, vp, b)
+    b, first, *fields = (kb.warp_uniform(v) for v in scan.results[1:])
+    seq = clip_sequence(vp, *(lambda v=v: v for v in fields))
     n = length_tiles(seq.seqlen_q, bm, m_tiles, ops)      # as the scan counted sequence b's tiles
     m_block, head = tile_in_sequence(t - first, n, params.heads, cp.chunk_heads, cp.chunk_full,
                                      lambda u: fast_div(u, *cp.div_chunk), lambda u: fast_div(u, *cp.div_rest), ops)
-    m_block = select(past, (seq.seqlen_q + (bm - 1)) // bm, m_block)
+    m_block = select(n.eq(0), const(0), m_block)   # no sequence: tile 0 of none (its n - 1 - idx is -1)
     return kb.warp_uniform(m_block), kb.warp_uniform(head), b, seq
 
 

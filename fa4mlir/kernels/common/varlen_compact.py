@@ -24,13 +24,15 @@ divides heads (the anchors': g 16 of 32 heads), a section of the default grid is
 so this is the default order with the empty blocks left out; where the default's sections span
 sequences (short sequences, 2**section_shift > heads) a chunk here is one sequence's heads.
 
-Finding the sequence (`locate`): every warp scans the batch 32 sequences at a time, lane i reading
-cu_seqlens_q[k + i] and [k + i + 1] (clamped to batch: a lane past the batch has length 0), computing
-the lengths exactly as the kernel's `sequence` clips them, its tiles w_i = n_i x heads, an inclusive
-prefix over the lanes by five xor shuffles (a lane whose bit d is set adds the lower block's sum),
-then, by five more each, the number of sequences ending at or before the block's index t (= b, the
-block's sequence) and the largest such end (= the first tile of sequence b). Two loads and 15
-shuffles per 32 sequences, instead of a chain of batch dependent loads. The functions take an `ops`
+Finding the sequence (`locate`): every warp scans the batch 32 sequences at a time, lane i loading
+sequence k + i's cu_seqlens_q pair (clamped to batch: a lane past the batch has length 0) and, in the
+kernel, its cu_seqlens_k pair and seqused_k, computing the length exactly as the kernel's `sequence`
+clips it, its tiles w_i = n_i x heads, an inclusive prefix over the lanes by five xor shuffles (a
+lane whose bit d is set adds the lower block's sum); the one lane whose tiles [start, stop) hold the
+block's index t then hands its sequence index, start and loads to every lane by five more shuffles
+each (a sum over the lanes, the others adding 0). One round of loads, all issued at once, and no
+load after the scan: the default grid's block waits for one round (its sequence's cu_seqlens) before
+its first TMA, and so does this one, plus the shuffles. The functions take an `ops`
 (shuffle_xor, select, comparisons, min / max) so that the host runs them over numpy lanes
 (`numpy_lanes`, what `tile_order` and the tests run) and the kernel over Values.
 
@@ -44,6 +46,9 @@ from __future__ import annotations
 from .fastdiv import divide, divisor
 
 WARP = 32
+# The environment knob that picks the grid of flash_attn_varlen_func (attention/varlen.py varlen_grid)
+GRID_ENV = "FA4MLIR_VARLEN_GRID"
+GRIDS = ("sections", "compact")    # the default grid (common.varlen_schedule), this one
 SCAN_OFFSETS = (1, 2, 4, 8, 16)
 
 
@@ -95,24 +100,24 @@ def length_tiles(length, bm: int, m_tiles, ops):
     return ops.smin((length + (bm - 1)) // bm, m_tiles)
 
 
-def scan_chunk(t, lane, w, carry, ops):
-    """One step of `locate` over 32 sequences, lane i holding w_i, the tiles of sequence k + i:
-    carry (base: tiles before the chunk, count: sequences ending at or before t, end: the largest such
-    end) -> the same after the chunk."""
-    base, count, end = carry
+def scan_chunk(t, lane, seq, w, fields, carry, ops):
+    """One step of `locate` over 32 sequences, lane i holding sequence seq = k + i, its tiles w and
+    `fields` (what it loaded of it): carry (base: the tiles before the chunk; then of the one sequence
+    whose tiles [start, stop) hold t, summed over the lanes (0 while none has): its index, start, and
+    fields) -> the same after the chunk. Every lane ends with the same carry."""
+    base, picked = carry[0], carry[1:]
     incl, total = w, w
     for off in SCAN_OFFSETS:      # inclusive prefix: a lane whose bit `off` is set adds the lower block
         other = ops.shuffle_xor(total, off)
         incl = incl + ops.select(ops.nonzero(lane & off), other, ops.const(0))
         total = total + other
     stop = base + incl            # tile index one past lane i's sequence
-    done = ops.le(stop, t)
-    n_done = ops.select(done, ops.const(1), ops.const(0))
-    last = ops.select(done, stop, ops.const(0))
-    for off in SCAN_OFFSETS:      # the sequences before t, and where the last of them ends
-        n_done = n_done + ops.shuffle_xor(n_done, off)
-        last = ops.smax(last, ops.shuffle_xor(last, off))
-    return base + total, count + n_done, ops.smax(end, last)
+    start = stop - w
+    holds = ops.le(start, t) & ops.lt(t, stop)    # one lane of the batch at most (w 0: none)
+    mine = [ops.select(holds, v, ops.const(0)) for v in (seq, start, *fields)]
+    for off in SCAN_OFFSETS:      # the holding lane's values in every lane
+        mine = [v + ops.shuffle_xor(v, off) for v in mine]
+    return (base + total, *(a + v for a, v in zip(picked, mine)))
 
 
 def tile_in_sequence(r, n, heads, g, full_chunks, div_g, div_rest, ops):
@@ -154,35 +159,45 @@ def tile_order(cu_seqlens_q, total_q: int, max_seqlen_q: int, bm: int, heads: in
     g_div, rest_div = (p["chunk_mul"], p["chunk_shr"]), (p["chunk_rest_mul"], p["chunk_rest_shr"])
     out = []
     for t in range(compact_grid_size(total_q, max_seqlen_q, bm, heads, batch)):
-        b, first = locate(t, lane, batch, lambda i: cu[i], total_q, bm, m_tiles, heads, ops)
-        if b >= batch:
+        found, b, first, (lo, hi) = locate(t, lane, batch, lambda i, i1, iu: (cu[i], cu[i1]), 2, total_q, bm, m_tiles,
+                                           heads, ops)
+        if not found:
             out.append(None)
             continue
-        n = int(sequence_tiles(cu[b], cu[b + 1], total_q, bm, m_tiles, ops))
+        assert (lo, hi) == (cu[b], cu[b + 1])
+        n = int(sequence_tiles(lo, hi, total_q, bm, m_tiles, ops))
         m_block, head = tile_in_sequence(t - first, n, heads, p["chunk_heads"], p["chunk_full"],
                                          lambda u: divide(int(u), *g_div), lambda u: divide(int(u), *rest_div), ops)
         out.append((int(m_block), int(head), b))
     return out
 
 
-def locate(t, lane, batch: int, load_cu, total_q, bm: int, m_tiles, heads, ops):
-    """(b, first): the sequence of tile index t and its first tile index, by the warp scan of
-    scan_chunk over the batch 32 sequences at a time (a Python loop here; the kernel's is an scf.for
-    with the same body). b = batch when t is past every working tile. load_cu(i): cu_seqlens_q[i]
-    per lane, i clamped to batch."""
-    carry = (ops.const(0), ops.const(0), ops.const(0))
+def locate(t, lane, batch: int, load_fields, n_fields: int, total_q, bm: int, m_tiles, heads, ops):
+    """(found, b, first, fields): whether tile index t is a working tile, its sequence, the sequence's
+    first tile index and its fields (load_fields'), by the warp scan of scan_chunk over the batch 32
+    sequences at a time (a Python loop here; the kernel's is an scf.for over the same scan_step).
+    found is False (b, first and the fields 0) past every working tile."""
+    carry = scan_start(n_fields, ops)
     for k in range(0, batch, WARP):
-        carry = scan_step(t, lane, k, batch, load_cu, total_q, bm, m_tiles, heads, carry, ops)
-    return int(max(carry[1])), int(max(carry[2]))
+        carry = scan_step(t, lane, k, batch, load_fields, total_q, bm, m_tiles, heads, carry, ops)
+    _, b, first, *fields = (int(v[0]) for v in carry)
+    return first + int(sequence_tiles(fields[0], fields[1], total_q, bm, m_tiles, ops)) * heads > t, b, first, fields
 
 
-def scan_step(t, lane, k, batch, load_cu, total_q, bm: int, m_tiles, heads, carry, ops):
-    """scan_chunk over sequences k .. k + 31: lane i loads cu_seqlens_q[min(k + i, batch)] and
-    [min(k + i + 1, batch)] (a lane past the batch reads a length of 0)."""
+def scan_start(n_fields: int, ops) -> tuple:
+    """The scan's carry before the first chunk: base, sequence, start and n_fields fields, all 0."""
+    return tuple(ops.const(0) for _ in range(3 + n_fields))
+
+
+def scan_step(t, lane, k, batch, load_fields, total_q, bm: int, m_tiles, heads, carry, ops):
+    """scan_chunk over sequences k .. k + 31. load_fields(i, i1, iu) gives lane i's fields, the first two
+    cu_seqlens_q[i] and cu_seqlens_q[i1]: i = min(k + lane, batch), i1 = min(k + lane + 1, batch), iu =
+    min(k + lane, batch - 1) (a [batch] tensor's index); a lane past the batch reads a length of 0."""
     i = k + lane
-    lo, hi = load_cu(ops.smin(i, batch)), load_cu(ops.smin(i + 1, batch))
-    return scan_chunk(t, lane, sequence_tiles(lo, hi, total_q, bm, m_tiles, ops) * heads, carry, ops)
+    fields = load_fields(ops.smin(i, batch), ops.smin(i + 1, batch), ops.smin(i, batch - 1))
+    w = sequence_tiles(fields[0], fields[1], total_q, bm, m_tiles, ops) * heads
+    return scan_chunk(t, lane, i, w, fields, carry, ops)
 
 
 __all__ = ["compact_grid_size", "chunk_heads", "compact_params", "sequence_tiles", "length_tiles", "scan_chunk", "scan_step",
-           "tile_in_sequence", "locate", "tile_order", "m_tiles_of", "numpy_lanes", "WARP"]
+           "tile_in_sequence", "locate", "scan_start", "tile_order", "m_tiles_of", "numpy_lanes", "WARP", "GRID_ENV", "GRIDS"]
