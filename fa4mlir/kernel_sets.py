@@ -573,8 +573,9 @@ def varlen_mod_config(case):
 
 
 # (dtype, head_dim, causal) of the compact-grid varlen kernels (AttnConfig.varlen_compact) in the attention-varlen
-# set: what tests/gpu/test_varlen_compact_gpu.py runs (the anchors' prefill_varlen kernel's twin, and bm 192's)
-VARLEN_COMPACT_CASES = [("bf16", 128, True), ("bf16", 64, False)]
+# set: what tests/gpu/test_varlen_compact_gpu.py runs (the anchors' prefill_varlen kernel's twin, its non-causal
+# one, which bench/varlen_ab.py's non-causal case times, and bm 192's)
+VARLEN_COMPACT_CASES = [("bf16", 128, True), ("bf16", 128, False), ("bf16", 64, False)]
 
 
 def attention_varlen() -> list:

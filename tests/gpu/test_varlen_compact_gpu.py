@@ -16,7 +16,7 @@ pytestmark = pytest.mark.gpu
 GRID_ENV = "FA4MLIR_VARLEN_GRID"
 BATCHES = [  # (seqlens_q, seqlens_k), heads, kv_heads
     (((0, 1, 129, 64, 300), (5, 1, 129, 200, 300)), 4, 2),
-    (((4096, 256, 300, 1),) * 2, 6, 3),                  # heads 6: chunks of 4 and 2 where sections are 4
+    (((4096, 256, 300, 1),) * 2, 6, 3),                  # one long sequence, short ones, heads 6
     ((tuple((i * 37) % 700 for i in range(40)),) * 2, 2, 1),
 ]
 SPARE = 5
