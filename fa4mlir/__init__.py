@@ -47,7 +47,7 @@ _LAZY = {
     **{err: ("fa4mlir.attention", err) for err in (
         "FlashAttnInputError", "DTypeError", "ShapeError", "HeadDimError", "HeadsRatioError",
         "EmptyInputError", "LayoutError", "DeviceError", "ScaleError", "MaskError", "ArgumentTypeError", "BundleError",
-        "AutogradError", "UnsupportedFeatureError", "KVScaleError", "SoftcapError", "SeqlensError",
+        "AutogradError", "UnsupportedFeatureError", "KVScaleError", "KnobError", "SoftcapError", "SeqlensError",
         "ScoreModError")},
     "ScoreMod": ("fa4mlir.kernels.common.score_mod", "ScoreMod"),
     "softcap_score_mod": ("fa4mlir.kernels.common.score_mod", "softcap_score_mod"),

@@ -150,8 +150,11 @@ def main(argv=None) -> int:
                                                   "these (e.g. 2,4,8)")
     be.add_argument("--decode-variant", default="", help="decode only: the *_fp8 workloads also time fa4mlir with "
                                                           "each of these FP8 kernel variants (attention_decode_sm90_"
-                                                          "config.FP8_VARIANTS, e.g. default,cw2,cw3,bn128; a bundle "
+                                                          "config.FP8_VARIANTS, e.g. default,split,bits,bits_v; a bundle "
                                                           "of the decode-fp8-variants set holds them)")
+    be.add_argument("--prefill-tiles", default="", help="prefill, mla (mla_prefill): also time flash_attn_func's rows with each of "
+                                                         "these ';'-separated FA4MLIR_PREFILL_TILES specs (e.g. "
+                                                         "'persistent=False;bn=144'; the bundle must hold them)")
     be.add_argument("--bundle", default=None, help="bundle folder (default: FA4MLIR_BUNDLE)")
     be.add_argument("--out", default=None, help="JSON result (default: attention-bench.json / gemm-bench.json / "
                                                              "decode-bench.json / prefill-bench.json / mla-bench.json)")

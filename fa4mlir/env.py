@@ -41,6 +41,9 @@ KNOBS: dict[str, Knob] = {
              "'sections', the default (ceil(max_seqlen_q / bm) tiles per sequence, the empty ones exit), or "
              "'compact' (one block per working tile, AttnConfig.varlen_compact: an A/B variant; a bundle must "
              "hold it: the bench or prefill set); read at every call"),
+        Knob("FA4MLIR_PREFILL_TILES", None, "str", "flash_attn_func runs its case's default kernel with these "
+             "AttnConfig tile / code-knob fields replaced ('bn=144,persistent=False'; for measurement: bench "
+             "prefill --prefill-tiles); a kernel source without that variant raises BundleError, never falls back"),
         Knob("FA4MLIR_CUBIN_BACKEND", None, "str",
              "overrides each kernel's own LLVM->cubin route (one the kernel cannot take is refused: "
              "nvjitlink for the attention kernels, nvjitlink-lto before sm_100): nvjitlink (upstream PTX, "

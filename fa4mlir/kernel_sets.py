@@ -26,6 +26,10 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 "Serving"): sliding windows, a chunk, softcap with sinks and ragged lengths (varlen),
                 bf16 D64/D128, GQA 2; what tests/gpu/test_attention_sm100_serving_gpu.py runs (only
                 on an sm_100 GPU) and tests/test_attention_sm100_serving.py interprets
+    mla-sparse-sm100
+                the sm_100a sparse MLA prefill (attention_mla_sparse_sm100: TMA gather4, D_v split over
+                two CTAs per token) without and with topk_length + sinks, through nvJitLink's LTO;
+                tests/test_mla_sparse_sm100.py compiles and interprets them; runs only on an sm_100 GPU
     attention-masks
                 the sm_90a attention kernel's sliding-window and chunked variants that
                 tests/gpu/test_attention_masks.py and the interpreter cases (tests/interpret_sm90.py
@@ -59,7 +63,7 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 sink variant, what tests/gpu/test_kvcache_mask_gpu.py runs
     decode-fp8-variants
                 the decode set plus attention_decode_sm90_config.FP8_VARIANTS (converter warpgroup,
-                128-key tiles, split conversion) of bf16 D128 FP8 caches, contiguous and paged 16, each
+                128-key tiles, split conversion, bit conversion) of bf16 D128 FP8 caches, contiguous and paged 16, each
                 scale granularity, split and unsplit: what `bench decode --decode-variant` times
     prefill     what `bench prefill`'s fa4mlir rows run today (fa4mlir/bench/prefill_bench.py): the sm_90a
                 attention kernel, bf16 D128 causal (the dense rows; prefill_chunked on the contiguous
@@ -72,7 +76,8 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 `bench prefill`'s fa4mlir[compact] and bench/varlen_ab.py --grids, FA4MLIR_VARLEN_GRID=compact),
                 the decode kernel's varlen_q variants of
                 that cache, split and unsplit, and the varlen kernel over its pools (page_size 64: what
-                prefill_chunked through flash_attn_varlen_func(page_table=) runs at max_seqlen_q >= 256),
+                prefill_chunked through flash_attn_varlen_func(page_table=) runs at max_seqlen_q >= 256)
+                with its PREFILL_WINDOW variant (the prefill_chunked_window row),
                 and the causal kernel with the built-in ALiBi score_mod (the alibi row)
     prefill-poly0, prefill-poly2, prefill-poly8
                 A/B twins for `bench prefill --workloads softcap_sink,alibi`: the prefill set's kernels
@@ -95,7 +100,8 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 VARLEN_PAGED_CASES, split and unsplit, with their combines, of
                 VARLEN_PAGED_MASK_CASES (window_size, softcap, sinks with a page_table), and the paged
                 prefill kernels (the varlen kernel over the pools, AttnConfig.page_size) of
-                VARLEN_PAGED_PREFILL_CASES that tests/gpu/test_varlen_paged_prefill_gpu.py runs
+                VARLEN_PAGED_PREFILL_CASES and VARLEN_PAGED_PREFILL_MOD_CASES (window_size,
+                attention_chunk, softcap, sinks) that tests/gpu/test_varlen_paged_prefill_gpu.py runs
     mla         the sm_90a absorbed MLA decode kernels (flash_mla_with_kvcache, attention/mla.py): bf16 and
                 f16 caches in pages of 64 and a bf16 one in pages of 16, each split and unsplit, the
                 bf16 page-64 pair without the S exchange (`exchange=False`, to time against), and the
@@ -305,6 +311,11 @@ def attention_sm100_serving() -> list:
     return [(KERNEL, cfg) for cfg in serving_configs()]
 
 
+def mla_sparse_sm100() -> list:
+    from .kernels.attention_mla_sparse_sm100_config import KERNEL, MLASparseSm100Config
+    return [(KERNEL, MLASparseSm100Config()), (KERNEL, MLASparseSm100Config(topk_length=True, sinks=True))]
+
+
 def demo() -> list:
     from .kernels import attention_sm100_config as sm100
     from .kernels.attention_sm90_config import KERNEL, default_configs
@@ -422,7 +433,8 @@ def prefill() -> list:
     out.append((KERNEL, varlen_config("bf16", 128, True)))   # prefill_varlen
     out.append((KERNEL, varlen_config("bf16", 128, True, compact=True)))   # prefill_varlen, fa4mlir[compact]
     out += varlen_paged([("bf16", 128, 64)])                  # prefill_chunked (varlen with page_table)
-    out += varlen_paged_prefill([("bf16", 128, True, 64)])    # prefill_chunked's paged prefill kernel
+    out += varlen_paged_prefill([("bf16", 128, True, 64)],        # prefill_chunked's paged prefill kernel,
+                                [("bf16", 128, True, 64, PREFILL_WINDOW, 0, False, False)])   # and windowed
     return out + [(COMBINE_KERNEL, CombineConfig("bf16", 128))]
 
 
@@ -475,12 +487,36 @@ VARLEN_PAGED_PREFILL_CASES = [
 ]
 
 
-def varlen_paged_prefill(cases=None) -> list:
+# ... and their mask / score-modifier variants, what the same test runs with window_size, attention_chunk,
+# softcap and sinks: (dtype, head_dim, causal, page size, window_size, attention_chunk, softcap, sinks).
+# A window or chunk size is compile-time (a bundle holds each size it serves; the test's windows bound its
+# sequences, so varlen_paged.prefill_mask keeps them), the cap and the sink values are launch data
+VARLEN_PAGED_PREFILL_MOD_CASES = [
+    ("bf16", 128, True, 64, (1023, -1), 0, False, False),   # a sliding window (chunked prefill past it)
+    ("bf16", 128, True, 64, (1023, -1), 0, True, True),     # gpt-oss's: window, softcap, sinks
+    ("bf16", 128, True, 16, (-1, -1), 256, False, False),   # attention_chunk (Llama-4), 8 boxes per tile
+    ("bf16", 128, False, 128, (300, 64), 0, False, True),   # two-sided, not causal, sinks
+    ("f16", 128, True, 64, (-1, -1), 0, True, False),       # softcap alone
+]
+
+
+def paged_prefill_mod_config(case):
+    """The paged prefill kernel of a VARLEN_PAGED_PREFILL_MOD_CASES row."""
+    from .kernels.attention_sm90_config import paged_varlen_config
+    from .kernels.common.mask_family import attention_mask
+    dtype, d, causal, page, window, chunk, softcap, sinks = case
+    mask = attention_mask(causal, window, chunk)
+    return paged_varlen_config(dtype, d, causal, page, None if mask.is_legacy else mask, softcap=softcap, sinks=sinks)
+
+
+def varlen_paged_prefill(cases=None, mod_cases=None) -> list:
     """The sm_90a varlen kernels over the paged pools (AttnConfig.page_size) of `cases` (default
-    VARLEN_PAGED_PREFILL_CASES)."""
+    VARLEN_PAGED_PREFILL_CASES) and `mod_cases` (default VARLEN_PAGED_PREFILL_MOD_CASES)."""
     from .kernels.attention_sm90_config import KERNEL, paged_varlen_config
-    return [(KERNEL, paged_varlen_config(dtype, d, causal, page))
-            for dtype, d, causal, page in (VARLEN_PAGED_PREFILL_CASES if cases is None else cases)]
+    out = [(KERNEL, paged_varlen_config(dtype, d, causal, page))
+           for dtype, d, causal, page in (VARLEN_PAGED_PREFILL_CASES if cases is None else cases)]
+    return out + [(KERNEL, paged_prefill_mod_config(c))
+                  for c in (VARLEN_PAGED_PREFILL_MOD_CASES if mod_cases is None else mod_cases)]
 
 
 # (dtype, page size) of the mla set: FlashMLA's page size 64 in both dtypes, and 16 (16-row TMA boxes)
@@ -646,7 +682,8 @@ def bench() -> list:
     return attention() + decode() + prefill() + mla() + cfgs + [(*c, {"cubin_backend": "ptxas"}) for c in cfgs]
 
 
-SETS = {"attention-sm100": attention_sm100, "attention-sm100-serving": attention_sm100_serving, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
+SETS = {"attention-sm100": attention_sm100, "attention-sm100-serving": attention_sm100_serving,
+        "mla-sparse-sm100": mla_sparse_sm100, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
         "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
         "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,
         "decode-fp8-variants": decode_fp8_variants,

@@ -31,9 +31,11 @@ class PagedCase:
     dtype: str = "bf16"
     num_splits: int | None = None  # None: the plan's own (1 at these sizes: the unsplit variant)
     spare_rows: int = 3
-    window_size: tuple = (-1, -1)  # the decode kernel's mask and score-modifier variants
+    window_size: tuple = (-1, -1)  # the kernels' mask and score-modifier variants
+    attention_chunk: int = 0
     softcap: float = 0.0
     sinks: bool = False            # sinks: float32 [heads] drawn from the seed
+    nan_keys: tuple | None = None  # per sequence, leading keys set to NaN: keys of KV tiles no query tile visits
 
     @property
     def capacity(self) -> int:
@@ -93,6 +95,8 @@ def inputs(case: PagedCase, seed: int = 0) -> dict:
             rows = min(page, n - t0)
             k[table[b, t0 // page], :rows] = torch.randn(rows, case.kv_heads, d, generator=gen)
             v[table[b, t0 // page], :rows] = torch.randn(rows, case.kv_heads, d, generator=gen)
+        for t in range(case.nan_keys[b] if case.nan_keys else 0):   # a tile that loads them makes P V NaN
+            k[table[b, t // page], t % page] = v[table[b, t // page], t % page] = float("nan")
     out = {"q": _bits(torch.randn(total_q, case.heads, d, generator=gen), case.dtype),
            "k": _bits(k, case.dtype), "v": _bits(v, case.dtype), "page_table": table,
            "cu_seqlens_q": np.concatenate([[0], np.cumsum(case.seqlens_q)]).astype(np.int32),
@@ -111,7 +115,8 @@ def check(case: PagedCase, tensors: dict):
                            ("seqused_k", "i32"), ("page_table", "i32"), ("out", case.dtype), ("lse", "f32"),
                            ("sinks", "f32"))}
     return check_varlen_paged(infos, max(case.seqlens_q), case.capacity, causal=case.causal,
-                              window_size=case.window_size, softcap=case.softcap)
+                              window_size=case.window_size, attention_chunk=case.attention_chunk,
+                              softcap=case.softcap)
 
 
 def run(case: PagedCase, seed: int = 0) -> dict:
@@ -163,6 +168,27 @@ PREFILL_CASES = [
     PagedCase("prefill-d128-page64", 128, 64, 4, (65, 1, 7), (63, 64, 200), heads=1, kv_heads=1),
     PagedCase("prefill-d128-page128-capacity-full", 128, 128, 2, (40, 129), None, causal=False),
 ]
+# ... with window_size, attention_chunk, softcap and sinks (the same kernel's compile-time variants,
+# attention/varlen_paged.py note "Which kernel"): a causal left window that skips the first KV tile of
+# the 200-query sequence's second query tile (its first load at key 128, a box per page of 16), with
+# softcap, sinks, GQA and a sequence of no key (lse = its head's sink); a chunk of 100 keys that divides
+# neither the lengths nor bn (NaN in the KV tile left of the long sequence's chunks: `nan_keys`); a two-sided window wider than every sequence yet inside the capacity (kept
+# in the kernel: varlen_paged.prefill_mask drops only sides that bound no possible sequence), not causal,
+# with sinks; a causal window within a chunk, softcap alone, pages of 32 (4 boxes per tile).
+PREFILL_MOD_CASES = [
+    PagedCase("prefill-d128-page16-window-softcap-sinks", 128, 16, 20, (3, 0, 1, 20, 200, 2), (15, 5, 16, 17, 300, 0),
+              heads=2, kv_heads=1, window_size=(40, -1), softcap=4.0, sinks=True),
+    PagedCase("prefill-d128-page64-chunk100", 128, 64, 6, (130, 5, 1), (333, 64, 63), attention_chunk=100,
+              nan_keys=(128, 0, 0)),
+    PagedCase("prefill-d128-page128-wide-window-full-sinks", 128, 128, 5, (200, 129, 40), (200, 129, 41),
+              causal=False, window_size=(300, 3), sinks=True),
+    PagedCase("prefill-d128-page32-window-in-chunk-softcap", 128, 32, 8, (150, 1, 64), (250, 33, 31), heads=2,
+              kv_heads=2, window_size=(50, -1), attention_chunk=96, softcap=10.0),
+    # skipped KV tiles are never loaded: NaN in the keys of the tiles left of every query tile's window (a
+    # visited tile's invisible keys must be finite: P = 0 times a NaN V is NaN)
+    PagedCase("prefill-d128-page64-window-skips-nan", 128, 64, 12, (100, 130), (600, 700), heads=2, kv_heads=1,
+              window_size=(40, -1), nan_keys=(384, 512)),
+]
 
 
 def run_prefill(case: PagedCase, seed: int = 0) -> dict:
@@ -174,12 +200,14 @@ def run_prefill(case: PagedCase, seed: int = 0) -> dict:
     from fa4mlir.kernels.attention_sm90_config import paged_varlen_config
     tensors = inputs(case, seed)
     problem = check(case, tensors)
-    cfg = paged_varlen_config(case.dtype, case.head_dim, case.causal, case.page_size)
+    # varlen_paged.prefill_config's kernel without its max_seqlen_q rule (small shapes interpret)
+    cfg = paged_varlen_config(case.dtype, case.head_dim, case.causal, case.page_size, vp.prefill_mask(problem),
+                              softcap=problem.softcap > 0, sinks=problem.sinks)
     launch = vp.prefill_launch(cfg, None, vp.prefill_problem(problem, case.max_pages))
     q, out = tensors["q"], tensors["out"]
     named = {"q": q.reshape(1, *q.shape), "k": tensors["k"], "v": tensors["v"], "o": out.reshape(1, *out.shape),
              "lse": tensors["lse"], "cu_seqlens_q": tensors["cu_seqlens_q"], "seqused_k": tensors["seqused_k"],
-             "page_table": tensors["page_table"]}
+             "page_table": tensors["page_table"], "sinks": tensors["sinks"]}
     args = launch.bind(named)
     args["o_rows"] = out
     kernel = interpret.load(attention_fwd_sm90.build(cfg))
@@ -190,4 +218,5 @@ def run_prefill(case: PagedCase, seed: int = 0) -> dict:
     return {**tensors, "lens": np.minimum(lens, problem.cache.capacity), "config": cfg, "kernel_name": kernel.name}
 
 
-__all__ = ["PagedCase", "CASES", "BY_NAME", "inputs", "check", "run", "PREFILL_CASES", "run_prefill"]
+__all__ = ["PagedCase", "CASES", "BY_NAME", "inputs", "check", "run", "PREFILL_CASES", "PREFILL_MOD_CASES",
+           "run_prefill"]

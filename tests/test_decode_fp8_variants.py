@@ -1,5 +1,5 @@
 """The FP8 decode variants (attention_decode_sm90_config.FP8_VARIANTS: a converter warpgroup with
-a ring of f16 pairs, 128-key tiles, the split conversion), without a GPU:
+a ring of f16 pairs, 128-key tiles, the split conversion, the bit conversions), without a GPU:
 
 * one kernel of each variant of the `decode-fp8-variants` bundle set (contiguous and paged 16, split,
   richest scales: `_representatives`) compiles
@@ -30,12 +30,12 @@ _GRAIN_ORDER = {"block": 0, "kv_head": 1, "tensor": 2}
 
 def _representatives(entries):
     """One kernel per (variant, contiguous or paged), split, at its richest scale granularity (block
-    scales hold the most registers): 8 of the set's 44 compiles, to keep CI's time (the bundle build
-    compiles all 44 with the same lowering, and test_interpret_decode_sm90 interprets 12 of them)."""
+    scales hold the most registers): 12 of the set's 68 compiles, to keep CI's time (the bundle build
+    compiles all 68 with the same lowering, and test_interpret_decode_sm90 interprets 17 of them)."""
     out = {}
     for e in sorted(entries, key=lambda e: (e[1].unsplit, _GRAIN_ORDER[e[1].kv_scale])):
         cfg = e[1]
-        out.setdefault((cfg.converter_stages, cfg.bn, cfg.convert_split, cfg.paged), e)
+        out.setdefault((cfg.converter_stages, cfg.bn, cfg.convert_split, cfg.convert_bits, cfg.paged), e)
     return list(out.values())
 
 
@@ -56,7 +56,8 @@ def test_the_set_holds_every_variant_of_every_case():
     want = sum(2 for name in dec.FP8_VARIANTS if name != "default" for *_, grain in cases
                if grain in dec.FP8_VARIANT_SCALES.get(name, dec.SCALES))
     assert len(names) == len(ENTRIES) == want > 2 * len(cases)
-    assert all(cfg.fp8 and (cfg.converter or cfg.bn == 128 or cfg.convert_split) for _, cfg in ENTRIES)
+    assert all(cfg.fp8 and (cfg.converter or cfg.bn == 128 or cfg.convert_split or cfg.convert_bits)
+               for _, cfg in ENTRIES)
 
 
 @pytest.mark.parametrize("entry", COMPILED_IN_CI, ids=lambda e: e[1].name())
@@ -76,8 +77,8 @@ def test_variant_compiles_clean(entry):
 
 def test_default_keys_hold_no_new_field():
     cfg = dec.default_config("bf16", 128, None, "kv_head")
-    assert not {"converter_stages", "convert_split"} & set(cfg.key())
-    assert "_cw" not in cfg.name() and not cfg.name().endswith("_ks")
+    assert not {"converter_stages", "convert_split", "convert_bits"} & set(cfg.key())
+    assert "_cw" not in cfg.name() and not cfg.name().endswith(("_ks", "_bits"))
     cw = dec.fp8_variant(cfg, "cw2", None)
     assert cw.key()["converter_stages"] == 2 and cw.name().endswith("_cw2")
     assert dec.fp8_variant(cfg, "default", None) is cfg

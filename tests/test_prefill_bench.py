@@ -27,7 +27,8 @@ def test_workloads_expand_to_rows_with_their_dense_baseline_first():
     assert pb.families(["alibi"]) == {"s8k": ["dense_causal_8k", "alibi"]}
     every = pb.families(list(pb.WORKLOADS))
     assert list(every) == ["varlen", "chunked", "s16k", "s8k"]
-    assert sum(map(len, every.values())) == 8
+    assert sum(map(len, every.values())) == 9
+    assert pb.families(["prefill_chunked_window"]) == {"chunked": ["prefill_chunked", "prefill_chunked_window"]}
     for row, base in pb.BASELINE.items():     # every feature row runs next to its dense row
         assert base in next(rows for rows in every.values() if row in rows)
     assert pb.row_workload("dense_causal_8k") == "softcap_sink" and pb.row_workload("sink") == "softcap_sink"
@@ -86,6 +87,12 @@ def test_chunked_flops_count_the_cache_and_the_new_tokens_causal_part(b, sq, sc,
     assert pb.chunked_flops(b, sq, sc, h, d) == 4 * b * h * d * (visible_pairs(sq, sc + sq) - sq / 2)
 
 
+@pytest.mark.parametrize("b, sq, sc, h, w", [(1, 4, 0, 1, 2), (2, 5, 11, 3, 4), (3, 16, 40, 2, 60), (1, 9, 3, 1, 0)])
+def test_chunked_window_flops_count_the_visible_pairs_exactly(b, sq, sc, h, w):
+    d = 32
+    assert pb.chunked_window_flops(b, sq, sc, h, w, d) == 4 * b * h * d * visible_pairs(sq, sc + sq, window_left=w)
+
+
 @pytest.mark.parametrize("s, w", [(1, 0), (9, 0), (9, 3), (9, 8), (9, 20), (40, 7)])
 def test_window_flops_count_the_visible_pairs_exactly(s, w):
     b, h, d = 2, 3, 16
@@ -102,6 +109,8 @@ def test_anchor_rows_flops():
         assert pb.row_shape(row)[1] == 4 * 2 * 16 * 8192 * 8192 * 128 / 2
     shape, flops = pb.row_shape("prefill_chunked")
     assert flops == 4 * 8 * 32 * 128 * (2048 * 8192 + 2048 * 2048 / 2) and shape["seqlen_k"] == 10240
+    shape, flops = pb.row_shape("prefill_chunked_window")     # every query past the cache sees W + 1 keys
+    assert flops == 4 * 8 * 32 * 128 * 2048 * 4097 and shape["window_size"] == [4096, 0]
     assert pb.row_shape("prefill_varlen", [3, 5])[0]["total_tokens"] == 8
 
 
@@ -183,7 +192,18 @@ def test_prefill_set_holds_the_window_and_dense_causal_kernels_and_bench_holds_i
     assert all(c.dtype == "bf16" and c.head_dim == 128 and c.causal for c in attn)
     assert {(c.window_left, c.chunk, c.softcap, c.sinks) for c in attn} == {
         (-1, 0, False, False), (4096, 0, False, False), (-1, 0, True, False), (-1, 0, False, True)}
-    assert kernel_sets.PREFILL_WINDOW == (pb.S16K["window"], 0)
+    assert kernel_sets.PREFILL_WINDOW == (pb.S16K["window"], 0) == (pb.CHUNKED["window"], 0)
+    # prefill_chunked and prefill_chunked_window through flash_attn_varlen_func(page_table=) run set kernels
+    from fa4mlir.attention.kvcache import KVCacheOperand
+    from fa4mlir.attention.varlen_paged import VarlenPagedProblem, prefill_config
+    c = pb.CHUNKED
+    sk = c["seqlen_cache"] + c["seqlen_q"]
+    cache = KVCacheOperand(True, "bf16", c["batch"] * sk // c["page"], c["page"], sk // c["page"], c["kv_heads"], 128)
+    for window in ((-1, -1), kernel_sets.PREFILL_WINDOW):
+        problem = VarlenPagedProblem(c["batch"], c["seqlen_q"], sk, c["batch"] * c["seqlen_q"], c["heads"], 128,
+                                     "bf16", cache, True, 128 ** -0.5, True, window)
+        cfg = prefill_config(problem)
+        assert cfg is not None and cfg.window_left == window[0] and cfg in attn
     bench = kernel_sets.configs(["bench"])
     assert all(any(e[0] == b[0] and e[1] == b[1] for b in bench) for e in entries)
     assert "prefill" in kernel_sets.__doc__ and "prefill" in kernel_sets.SETS
@@ -234,18 +254,18 @@ def test_rows_on_cpu_flex_mods_match_the_references(monkeypatch):
     monkeypatch.setattr(pw, "CHECK_ROWS", 8)
     monkeypatch.setattr(pw, "_paged", cpu_paged)
     monkeypatch.setattr(pw, "varlen_lens", lambda torch: [5, 1, 12])
-    monkeypatch.setattr(pw, "CHUNKED", dict(pb.CHUNKED, batch=2, seqlen_q=16, seqlen_cache=24, page=8))
+    monkeypatch.setattr(pw, "CHUNKED", dict(pb.CHUNKED, batch=2, seqlen_q=16, seqlen_cache=24, page=8, window=10))
     monkeypatch.setattr(pw, "S16K", dict(pb.S16K, seqlen=48, window=10))
     monkeypatch.setattr(pw, "S8K", dict(pb.S8K, seqlen=32, softcap=1.5))
     flex = fake_flex(torch)
     rows = [r for fam, names in pb.families(list(pb.WORKLOADS)).items()
             for r in pw.build_family(torch, fam, names, flex=flex)]
-    assert [r.name for r in rows] == ["prefill_varlen", "prefill_chunked", "dense_causal_16k", "sliding_window",
-                                      "dense_causal_8k", "softcap", "sink", "alibi"]
+    assert [r.name for r in rows] == ["prefill_varlen", "prefill_chunked", "prefill_chunked_window",
+                                      "dense_causal_16k", "sliding_window", "dense_causal_8k", "softcap", "sink", "alibi"]
     recs = {(r.name, rec["backend"]): rec for r in rows
             for rec in runner.measure_row(r, lambda fn: 1.0, sync=lambda: None, rounds=1)}
     flexes = {k: r for k, r in recs.items() if k[1].startswith("flex")}
-    assert len(flexes) == 7
+    assert len(flexes) == 8
     for key, rec in flexes.items():
         assert rec["status"] == "measured" and rec["fa_rule_ok"], (key, rec)
         assert 0 < rec["torch_err"] < 0.5, (key, rec)

@@ -35,7 +35,7 @@ from .mla import flash_mla_with_kvcache, get_mla_metadata
 from .mla_sparse import flash_mla_sparse_fwd
 from .varlen import flash_attn_varlen_func
 from .errors import (ERRORS, ArgumentTypeError, AutogradError, BundleError, DeviceError, DTypeError, EmptyInputError,
-                     FlashAttnInputError, HeadDimError, HeadsRatioError, KVScaleError, LayoutError, MaskError, ScaleError,
+                     FlashAttnInputError, HeadDimError, HeadsRatioError, KnobError, KVScaleError, LayoutError, MaskError, ScaleError,
                      ScoreModError, SeqlensError, ShapeError, SoftcapError, UnsupportedFeatureError)
 from .plan import ARCH, KernelSource, Launch, Plan, PreparedPlan, TensorRef, find_artifact, select, select_entry, source_for
 from .problem import AttnProblem, VarlenProblem
@@ -48,4 +48,4 @@ __all__ = ["flash_attn_func", "flash_attn_with_kvcache", "flash_attn_varlen_func
            "check_device_context", "check_layout", "MIN_SOFTMAX_SCALE", "MAX_SOFTMAX_SCALE", "ARCH", "ERRORS",
            "FlashAttnInputError", "DTypeError", "ShapeError", "HeadDimError", "HeadsRatioError", "EmptyInputError",
            "LayoutError", "DeviceError", "ScaleError", "MaskError", "ArgumentTypeError", "BundleError", "AutogradError",
-           "UnsupportedFeatureError", "KVScaleError", "SoftcapError", "ScoreModError", "check_mods"]
+           "UnsupportedFeatureError", "KVScaleError", "KnobError", "SoftcapError", "ScoreModError", "check_mods"]

@@ -128,7 +128,7 @@ CALLS_KEPT = 256
 _CALLS: dict = {}
 _lock = threading.Lock()
 # the environment source_for reads: a change picks another kernel source
-_SIGNATURE_ENV = ("FA4MLIR_BUNDLE", "FA4MLIR_CUBIN_BACKEND", "FA4MLIR_DEBUG")
+_SIGNATURE_ENV = ("FA4MLIR_BUNDLE", "FA4MLIR_CUBIN_BACKEND", "FA4MLIR_DEBUG", "FA4MLIR_PREFILL_TILES")
 
 
 NO_WINDOW = (-1, -1)

@@ -97,8 +97,13 @@ class KVScaleError(ScaleError):
     and DTypeError like any tensor's."""
 
 
+class KnobError(FlashAttnInputError):
+    """An FA4MLIR_* measurement knob (fa4mlir.env) holds a value the call cannot take, e.g.
+    FA4MLIR_PREFILL_TILES naming a field that is not a tile or code knob."""
+
+
 ERRORS = (FlashAttnInputError, DTypeError, ShapeError, SeqlensError, HeadDimError, HeadsRatioError, EmptyInputError,
           LayoutError, DeviceError, ScaleError, MaskError, SoftcapError, ScoreModError, ArgumentTypeError, BundleError,
-          AutogradError, UnsupportedFeatureError, KVScaleError)
+          AutogradError, UnsupportedFeatureError, KVScaleError, KnobError)
 
 __all__ = [e.__name__ for e in ERRORS] + ["ERRORS"]

@@ -13,9 +13,10 @@ the tables choose and finds or compiles it.
 """
 from __future__ import annotations
 
+import ast
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from .. import env
@@ -26,7 +27,7 @@ from ..kernels import cubin_backend as kernel_cubin_backend
 from ..runtime import LoadedKernel, PreparedLaunch, load
 from .checks import MAX_I32, _err, check_bundle
 from ..kernels.common.score_mod import ModFunctionError
-from .errors import BundleError, ScoreModError, ShapeError
+from .errors import BundleError, KnobError, ScoreModError, ShapeError
 from .problem import AttnProblem
 
 ARCH = "sm_90a"
@@ -271,16 +272,46 @@ def dense_launch(config: attn_cfg.AttnConfig, kernel: LoadedKernel, problem: Att
                   attn_cfg.launch_args(config, problem, refs, device.l2_bytes))
 
 
+# The measurement knob of the dense sm_90a kernel's tiles (fa4mlir.env: FA4MLIR_PREFILL_TILES): `bench
+# prefill --prefill-tiles` times flash_attn_func on other tiles than default_config's, the data the
+# TILES / KNOBS tables are set from. Never a fallback: a source without that variant is a BundleError.
+PREFILL_TILES_ENV = "FA4MLIR_PREFILL_TILES"
+
+
+def tile_override(spec: str | None = None) -> dict:
+    """FA4MLIR_PREFILL_TILES (or `spec`), 'bn=144,persistent=False': {field: value} of AttnConfig's
+    TILE_FIELDS and KNOB_FIELDS (values as Python literals); {} when unset. Other fields: ConfigError."""
+    spec = os.environ.get(PREFILL_TILES_ENV, "") if spec is None else spec
+    out = {}
+    allowed = (*attn_cfg.TILE_FIELDS, *attn_cfg.KNOB_FIELDS)
+    for item in filter(None, (x.strip() for x in spec.split(","))):
+        key, eq, raw = item.partition("=")
+        key = key.strip()
+        if not eq or key not in allowed:
+            raise KnobError(_err(f"{PREFILL_TILES_ENV}: expected field=value with a field of {allowed}, got {item!r}"))
+        try:
+            out[key] = ast.literal_eval(raw.strip())
+        except (ValueError, SyntaxError):
+            raise KnobError(_err(f"{PREFILL_TILES_ENV}: {item!r} is not a Python literal")) from None
+    return out
+
+
 def select(problem: AttnProblem, device: DeviceInfo, source: KernelSource) -> Plan:
     """The plan for `problem` on `device` (an sm_90 GPU: checks.check_device_context): the kernel
     `source` has for its case (default_config's tiles for its seqlen_k where the source has them),
     launched once by the contract of the config it was built from."""
-    kernel = source.kernel(attn_cfg.default_config(problem.dtype, problem.head_dim, problem.causal, problem.seqlen_k,
-                                                   mask=problem.mask, softcap=problem.softcap > 0,
-                                                   sinks=problem.sinks, head_dim_v=problem.head_dim_v,
-                                                   score_mod=problem.score_mod, mask_mod=problem.mask_mod,
-                                                   aux=problem.aux))
+    default = attn_cfg.default_config(problem.dtype, problem.head_dim, problem.causal, problem.seqlen_k,
+                                      mask=problem.mask, softcap=problem.softcap > 0, sinks=problem.sinks,
+                                      head_dim_v=problem.head_dim_v, score_mod=problem.score_mod,
+                                      mask_mod=problem.mask_mod, aux=problem.aux)
+    fields = tile_override()
+    wanted = replace(default, **fields).validate() if fields else default
+    kernel = source.kernel(wanted)
     config = attn_cfg.AttnConfig.from_key(kernel.artifact.config)
+    if any(getattr(config, k) != v for k, v in fields.items()):
+        raise BundleError(_err(f"{PREFILL_TILES_ENV}={os.environ.get(PREFILL_TILES_ENV)!r}: the kernel source has "
+                               f"no kernel of those tiles (it offered "
+                               f"{ {k: getattr(config, k) for k in fields} }); add that tile variant to the bundle"))
     return Plan(problem, (dense_launch(config, kernel, problem, device),))
 
 

@@ -52,7 +52,8 @@ with causal and window_size and compiles into the kernel (one kernel per chunk s
 With page_table (chunked prefill of a ragged batch over the paged KV cache): k and v are the pools
 [num_pages, page_size, kv_heads, head_dim], page_table int32 [batch, max_pages], the keys' lengths
 seqused_k (or every slot of the table), cu_seqlens_k None (FlashAttention-3/4's contract); the
-decode kernel over the KV-cache operand runs it (varlen_paged.py says what it takes and does).
+prefill kernel over the pools or the decode kernel over the KV-cache operand runs it, masks and score
+modifiers included, by an explicit rule (varlen_paged.py, note "Which kernel", says what it takes and does).
 
 The grid: FA4MLIR_VARLEN_GRID=compact (read at every call, `varlen_grid`) runs the kernel on the compact
 grid (kernels/common/varlen_compact.py: one block per working query tile, no empty blocks), a variant

@@ -15,22 +15,31 @@ to the page table's capacity, as flash_attn_with_kvcache clamps cache_seqlens). 
 bottom-right per sequence: query i of sequence b (sq_b queries, L_b keys) sees key j iff j <= i +
 L_b - sq_b; a row that sees no key gets out = 0 and lse = +inf. window_size, attention_chunk,
 softcap and sinks are flash_attn_func's, aligned the same way per sequence (diag = i + L_b - sq_b),
-run by the decode kernel's compile-time mask and score-modifier variants (kvcache.py; with sinks a
-row that sees no key gets lse = sinks[head]). out is [total_q, heads, head_dim] like q, lse float32
+compile-time variants of whichever kernel runs the call (note "Which kernel"; with sinks a row that
+sees no key gets lse = sinks[head]). out is [total_q, heads, head_dim] like q, lse float32
 [heads, total_q] (the varlen layout).
 
 Note "Which kernel": the sm_90a PREFILL kernel's varlen variant over the pools (AttnConfig.page_size,
 kernels/attention_fwd_sm90_paged: 128 query rows of one head per tile, K/V tiles in TMA boxes per page)
-runs a call when max_seqlen_q >= PREFILL_MIN_SEQLEN_Q (256: two of its 128-row query tiles per
-(sequence, head); with fewer queries its grid has one tile per (sequence, head), where the decode
-kernel packs the GQA heads of a few queries into its 64-row tiles and splits the key range over the
-SMs; the crossover is not timed, and tests/gpu/test_varlen_paged_gpu.py's chunks of up to 200 queries
-keep running the decode kernel), head_dim is in PREFILL_HEAD_DIMS (128:
-the head dims compiled, interpreted and GPU-tested with pages) and attention_sm90_config.
-paged_varlen_config serves the page size (boxes of gcd(bn, page_size) >= 8 rows, at most 8 per tile:
-page sizes that are multiples of, or divide, bn down to 8 rows) and the call has no window_size,
-attention_chunk, softcap or sinks (the paged prefill kernel is causal or full only); every other call runs the decode
-kernel below, by this rule (`uses_prefill`), never as a fallback from a failure.  The prefill kernel reads seqused_k (or the capacity) on the device
+runs a call when all of
+  1. max_seqlen_q >= PREFILL_MIN_SEQLEN_Q (256: two of its 128-row query tiles per (sequence, head);
+     with fewer queries its grid has one tile per (sequence, head), where the decode kernel packs the
+     GQA heads of a few queries into its 64-row tiles and splits the key range over the SMs; the
+     crossover is not timed, and tests/gpu/test_varlen_paged_gpu.py's chunks of up to 200 queries keep
+     running the decode kernel);
+  2. head_dim is in PREFILL_HEAD_DIMS (128: the head dims compiled, interpreted and GPU-tested with
+     pages);
+  3. attention_sm90_config.paged_varlen_config serves the page size (boxes of gcd(bn, page_size) >= 8
+     rows, at most 8 per tile: page sizes that are multiples of, or divide, bn down to 8 rows).
+window_size, attention_chunk, softcap and sinks do not change the rule: the prefill kernel takes them
+as the contiguous varlen kernel does (the mask's tile classification skips the KV tiles no row of a
+query tile sees and runs whole ones unmasked, softcap is the built-in score_mod, sinks join each row's
+denominator in the epilogue), one kernel per (mask, softcap, sinks) as every compile-time variant;
+`prefill_mask` drops a window side that bounds no sequence (left >= the page table's capacity - 1,
+right >= max_seqlen_q - 1), so such calls run the causal or full kernel. So the decode kernel runs
+exactly the calls with fewer queries (1.), other head dims (2.) and page sizes without such boxes
+(3.: 1..7, 12, 24, 40, ...), with every mask and score modifier too, by this rule (`uses_prefill`),
+never as a fallback from a failure. The prefill kernel reads seqused_k (or the capacity) on the device
 like the decode kernel, one launch, no split, no combine (rows past cu_seqlens_q[batch] are not
 written).
 
@@ -58,6 +67,7 @@ from dataclasses import dataclass, replace
 from ..driver import device_info, resolve_stream
 from ..kernels import attention_decode_sm90_config as dec
 from ..kernels import attention_sm90_config as attn_cfg
+from ..kernels.common.mask_family import Mask, attention_mask
 from .checks import (MAX_GRID_YZ, MAX_I32, PACKED_DIMS, VARLEN_API, _err, check_layout, check_max_seqlen, check_scale,
                      check_seqlens, check_sinks, check_softcap, check_varlen_outputs)
 from .errors import (DTypeError, FlashAttnInputError, HeadDimError, HeadsRatioError, SeqlensError,
@@ -186,13 +196,26 @@ def configs_for(plan: KVCachePlan) -> tuple[dec.DecodeConfig, dec.CombineConfig 
     return replace(base, varlen_q=True), None if plan.unsplit else dec.CombineConfig(p.dtype, p.head_dim, sinks=p.sinks)
 
 
+def prefill_mask(problem: VarlenPagedProblem) -> Mask | None:
+    """The paged prefill kernel's mask of a checked call (None: causal's or none): its window with the
+    sides that bound no sequence dropped (left >= the page table's capacity - 1: every length is
+    clamped to it; right >= max_seqlen_q - 1: the grid's bound, as varlen.py drops it), and its chunk."""
+    left, right = problem.window_size
+    if left >= problem.cache.capacity - 1:
+        left = -1
+    if right >= problem.max_seqlen_q - 1:
+        right = -1
+    mask = attention_mask(problem.causal, (left, right), problem.attention_chunk)
+    return None if mask.is_legacy else mask
+
+
 def prefill_config(problem: VarlenPagedProblem) -> attn_cfg.AttnConfig | None:
-    """The paged prefill kernel of a checked call (note "Which kernel"), or None: the decode kernel runs it."""
+    """The paged prefill kernel of a checked call (note "Which kernel": rules 1-3), or None: the decode
+    kernel runs it. Masks, softcap and sinks are the kernel's compile-time variants, never a reason for None."""
     if problem.max_seqlen_q < PREFILL_MIN_SEQLEN_Q or problem.head_dim not in PREFILL_HEAD_DIMS:
         return None
-    if problem.window_size != NO_WINDOW or problem.attention_chunk or problem.softcap or problem.sinks:
-        return None     # the paged prefill kernel has causal masks only; the decode kernel has the rest
-    return attn_cfg.paged_varlen_config(problem.dtype, problem.head_dim, problem.causal, problem.cache.page_size)
+    return attn_cfg.paged_varlen_config(problem.dtype, problem.head_dim, problem.causal, problem.cache.page_size,
+                                        prefill_mask(problem), softcap=problem.softcap > 0, sinks=problem.sinks)
 
 
 def uses_prefill(problem: VarlenPagedProblem) -> bool:
@@ -202,8 +225,8 @@ def uses_prefill(problem: VarlenPagedProblem) -> bool:
 @dataclass(frozen=True)
 class PrefillProblem:
     """What attention_sm90_config.launch_args reads of a paged prefill launch: the varlen sizes (batch
-    sequences, max_seqlen_q, the capacity as seqlen_k, which only sizes the grid's L2 sections) and
-    the pages."""
+    sequences, max_seqlen_q, the capacity as seqlen_k, which only sizes the grid's L2 sections), the
+    pages and the softcap (0: none; a softcap kernel's scales)."""
 
     batch: int
     heads: int
@@ -216,25 +239,26 @@ class PrefillProblem:
     num_pages: int
     kv_capacity: int
     seqused_k: bool
+    softcap: float = 0.0
 
 
 def prefill_problem(problem: VarlenPagedProblem, page_table_stride: int) -> PrefillProblem:
     c = problem.cache
     return PrefillProblem(problem.batch, problem.heads, problem.heads // c.kv_heads, problem.max_seqlen_q,
                           c.capacity, problem.total_q, problem.softmax_scale, page_table_stride, c.num_pages,
-                          c.capacity, problem.seqused_k)
+                          c.capacity, problem.seqused_k, problem.softcap)
 
 
 def prefill_launch(config: attn_cfg.AttnConfig, kernel, problem: PrefillProblem) -> Launch:
     """The one launch of the paged prefill kernel: the varlen 1-D grid and its arguments by name, tensors
     as TensorRefs: q, o as [1, total_q, heads, D] views, k and v the pools (4-D TMA tensors [num_pages,
     page_size, kv_heads, D]), lse, cu_seqlens_q (also passed as cu_seqlens_k, never read), seqused_k
-    (when given), page_table."""
+    (when given), page_table, sinks (a sinks kernel)."""
     grid = attn_cfg.varlen_grid(config, problem)
     if grid[0] > MAX_I32:
         raise ShapeError(_err(f"query tiles x heads x batch = {grid[0]} blocks is more than a 1-D grid takes "
                               f"({MAX_I32}): split the batch", VARLEN_API))
-    refs = {n: TensorRef(n) for n in ("q", "k", "v", "o", "lse", "cu_seqlens_q", "page_table")}
+    refs = {n: TensorRef(n) for n in ("q", "k", "v", "o", "lse", "cu_seqlens_q", "page_table", "sinks")}
     refs["cu_seqlens_k"] = TensorRef("cu_seqlens_q")
     if problem.seqused_k:
         refs["seqused_k"] = TensorRef("seqused_k")
@@ -250,7 +274,7 @@ def _run_prefill(tensors: dict, problem: VarlenPagedProblem, source, config: att
     launch = prefill_launch(built, kernel, prefill_problem(problem, tensors["page_table"].stride(0)))
     named = {"q": q.unsqueeze(0), "k": tensors["k"], "v": tensors["v"], "o": out.unsqueeze(0), "lse": tensors["lse"],
              "cu_seqlens_q": tensors["cu_seqlens_q"], "seqused_k": tensors["seqused_k"],
-             "page_table": tensors["page_table"]}
+             "page_table": tensors["page_table"], "sinks": tensors.get("sinks")}
     kernel.launch(launch.grid, launch.bind(named), resolve_stream(None, True, q.device.index))
 
 
@@ -328,4 +352,4 @@ def kernel_for(source, cfg):
 
 __all__ = ["VarlenPagedProblem", "check_varlen_paged", "configs_for", "combine_plan", "launch_args", "plan_for",
            "run", "PREFILL_MIN_SEQLEN_Q",
-           "PREFILL_HEAD_DIMS", "prefill_config", "uses_prefill", "PrefillProblem", "prefill_problem", "prefill_launch"]
+           "PREFILL_HEAD_DIMS", "prefill_mask", "prefill_config", "uses_prefill", "PrefillProblem", "prefill_problem", "prefill_launch"]

@@ -19,7 +19,7 @@ cache's own dtype); `tokens_per_s` is cached tokens attended per second (the sum
 sequences' lengths over the time), the same for every dtype. Every backend's output is
 checked against a float32 reference on a sample of sequences. `--splits 2,4,8` also times
 fa4mlir with num_splits forced to each (the data the split heuristic is to be set from).
-`--decode-variant default,cw2,cw3,bn128` also times, on the *_fp8 workloads, fa4mlir with each FP8
+`--decode-variant default,bits,bits_v` also times, on the *_fp8 workloads, fa4mlir with each FP8
 kernel variant (attention_decode_sm90_config.FP8_VARIANTS, chosen per call through
 FA4MLIR_DECODE_FP8_VARIANT, part of the call cache's key) as backends `fa4mlir[NAME]` (a bundle
 must hold them: `python -m fa4mlir bundle --set decode-fp8-variants`). JSON to --out (default

@@ -144,10 +144,11 @@ def _sdpa_cudnn(torch: Any, q, k, v) -> Callable[[], Callable[[], Any]]:
     return make
 
 
-def mla_prefill_rows(torch: Any, fa4=None) -> list[Row]:
-    """mla_prefill's row: anchors_serving.w_mla_prefill's tensors (seed 0; q, k, v in that order)."""
+def mla_prefill_rows(torch: Any, fa4=None, tiles=()) -> list[Row]:
+    """mla_prefill's row: anchors_serving.w_mla_prefill's tensors (seed 0; q, k, v in that order).
+    `tiles`: FA4MLIR_PREFILL_TILES specs, each timed as fa4mlir[spec] (--prefill-tiles)."""
     from .decode_bench import _first
-    from .prefill_workloads import DEV, causal_mask, checker, poisoner
+    from .prefill_workloads import DEV, causal_mask, checker, poisoner, with_tiles
     s = MLA_PREFILL
     b, n, h, d, dv = s["batch"], s["seqlen"], s["heads"], s["head_dim"], s["head_dim_v"]
     torch.manual_seed(0)
@@ -161,7 +162,7 @@ def mla_prefill_rows(torch: Any, fa4=None) -> list[Row]:
         import fa4mlir
         return lambda: fa4mlir.flash_attn_func(q, k, v, causal=True)
 
-    backends = {"fa4mlir": fa4mlir_call}
+    backends = {"fa4mlir": fa4mlir_call, **{f"fa4mlir[{spec}]": with_tiles(fa4mlir_call, spec) for spec in tiles}}
     if fa4 is not None:
         fa4_func = fa4[0]
         backends["fa4cute"] = lambda: (lambda: _first(fa4_func(q, k, v, causal=True)))
@@ -349,8 +350,10 @@ def run(args) -> int:
                                                              "bundle": os.environ.get("FA4MLIR_BUNDLE")})
     print(f"mla bench: {result['device']}, torch {torch.__version__}, FA4-CuTe {'yes' if fa4 else 'no'}, "
           f"workloads {session.names}", flush=True)
+    tiles = [x.strip() for x in (getattr(args, "prefill_tiles", "") or "").split(";") if x.strip()]
+    kw = {"mla_prefill": {"tiles": tiles}}
     for name in session.names:
-        runner.run_group(session, result, name, WORKLOADS[name], lambda name=name: BUILDERS[name](torch, fa4),
+        runner.run_group(session, result, name, WORKLOADS[name], lambda name=name: BUILDERS[name](torch, fa4, **kw.get(name, {})),
                          args.rounds, row_entry=lambda row: {"row": row.name, "workload": row.workload,
                                                              "shape": row.shape, "flops": row.flops},
                          line=_line, annotate=_gbps)

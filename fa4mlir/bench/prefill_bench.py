@@ -4,6 +4,10 @@ The prefill workloads of ../shared/anchors/anchors_serving.py, same shapes and s
     prefill_varlen     16 causal sequences of 256..8192 tokens (seed 11) packed by cu_seqlens, H=32, Hk=8
     prefill_chunked    B=8: 2048 new queries against a paged cache of 8192+2048 keys, page 64, causal,
                        H=32, Hk=8
+    prefill_chunked_window
+                       (not an anchors_serving workload) prefill_chunked's shape and tensors with
+                       window_size=(4096, 0): each query sees its 4097 latest keys; fa4mlir's paged
+                       prefill kernel's window variant (the `prefill` set), next to prefill_chunked
     sliding_window     B=2, S=16384, H=16, causal with window_size=(4096, 0)
     softcap_sink       B=2, S=8192, H=16, causal: rows `softcap` (cap 30) and `sink` (a float32 sink
                        logit per head, gpt-oss semantics), on q, k, v drawn as randn * 2
@@ -12,7 +16,8 @@ The prefill workloads of ../shared/anchors/anchors_serving.py, same shapes and s
                        aux_tensors=[slopes]), the dense_causal_8k kernel with the function compiled in)
                        and FlexAttention's
 and next to each masked or modified row the dense causal kernel of the same shape and tensors
-(`dense_causal_16k` beside sliding_window, `dense_causal_8k` beside softcap, sink and alibi), so that
+(`dense_causal_16k` beside sliding_window, `dense_causal_8k` beside softcap, sink and alibi,
+`prefill_chunked` beside prefill_chunked_window), so that
 the cost of each feature against the plain kernel is printed (time and TFLOP/s ratios).
 
 Backends, in one process on the same tensors: fa4mlir (flash_attn_func with window_size=, softcap=,
@@ -40,7 +45,7 @@ TFLOP/s: FLOPs counted exactly as anchors_serving counts them (the functions bel
 expressions; tests/test_prefill_bench.py checks them against brute-force pair counts): causal
 sequences 4·H·D·S²/2 each (FlashAttention's convention: the visible pairs less half the
 diagonal), the chunk's 4·B·H·D·(Sq·Sc + Sq²/2), the window's visible pairs exactly
-(4·B·H·D·Σ_i min(i + 1, W + 1)).
+(4·B·H·D·Σ_i min(i + 1, W + 1); the windowed chunk's 4·B·H·D·Σ_i min(Sc + i + 1, W + 1)).
 
 JSON (schema "fa4mlir-prefill-bench/1", --out, default prefill-bench.json), written after every
 workload: environment, timer, settings, `rows` (shape, FLOPs, baseline row), `results` (one per row
@@ -62,16 +67,17 @@ D = 128
 WORKLOADS = {
     "prefill_varlen": ("varlen", ("prefill_varlen",)),
     "prefill_chunked": ("chunked", ("prefill_chunked",)),
+    "prefill_chunked_window": ("chunked", ("prefill_chunked", "prefill_chunked_window")),
     "sliding_window": ("s16k", ("dense_causal_16k", "sliding_window")),
     "softcap_sink": ("s8k", ("dense_causal_8k", "softcap", "sink")),
     "alibi": ("s8k", ("dense_causal_8k", "alibi")),
 }
-BASELINE = {"sliding_window": "dense_causal_16k", "softcap": "dense_causal_8k", "sink": "dense_causal_8k",
+BASELINE = {"prefill_chunked_window": "prefill_chunked", "sliding_window": "dense_causal_16k", "softcap": "dense_causal_8k", "sink": "dense_causal_8k",
             "alibi": "dense_causal_8k"}
-FAMILY_ROWS = {"varlen": ("prefill_varlen",), "chunked": ("prefill_chunked",),
+FAMILY_ROWS = {"varlen": ("prefill_varlen",), "chunked": ("prefill_chunked", "prefill_chunked_window"),
                "s16k": ("dense_causal_16k", "sliding_window"), "s8k": ("dense_causal_8k", "softcap", "sink", "alibi")}
 VARLEN = dict(num_seqs=16, min_len=256, max_len=8192, seed=11, heads=32, kv_heads=8)
-CHUNKED = dict(batch=8, seqlen_q=2048, seqlen_cache=8192, heads=32, kv_heads=8, page=64)
+CHUNKED = dict(batch=8, seqlen_q=2048, seqlen_cache=8192, heads=32, kv_heads=8, page=64, window=4096)
 S16K = dict(batch=2, seqlen=16384, heads=16, window=4096)
 S8K = dict(batch=2, seqlen=8192, heads=16, softcap=30.0)
 CHECK_ROWS = 256        # the reference slice: anchors_serving's last (first, for chunked) 256 query rows
@@ -117,6 +123,12 @@ def chunked_flops(batch: int, seqlen_q: int, seqlen_cache: int, heads: int, head
     return 4 * batch * heads * head_dim * (seqlen_q * seqlen_cache + seqlen_q * seqlen_q / 2)
 
 
+def chunked_window_flops(batch: int, seqlen_q: int, seqlen_cache: int, heads: int, window: int,
+                         head_dim: int = D) -> float:
+    """prefill_chunked_window's count: 4·B·H·D·Σ_i min(Sc + i + 1, W + 1) (the visible pairs)."""
+    return 4 * batch * heads * head_dim * sum(min(seqlen_cache + i + 1, window + 1) for i in range(seqlen_q))
+
+
 def window_flops(batch: int, seqlen: int, heads: int, window: int, head_dim: int = D) -> float:
     """anchors_serving's sliding_window count: 4·B·H·D·Σ_i min(i + 1, W + 1) (the visible pairs)."""
     return 4 * batch * heads * head_dim * sum(min(i + 1, window + 1) for i in range(seqlen))
@@ -139,6 +151,11 @@ def row_shape(row: str, lens: list[int] | None = None) -> tuple[dict, float]:
         return ({"batch": c["batch"], "seqlen_q": c["seqlen_q"], "seqlen_k": c["seqlen_cache"] + c["seqlen_q"],
                  "heads": c["heads"], "kv_heads": c["kv_heads"], "head_dim": D, "page_size": c["page"], "causal": True},
                 chunked_flops(c["batch"], c["seqlen_q"], c["seqlen_cache"], c["heads"]))
+    if row == "prefill_chunked_window":
+        c = CHUNKED
+        shape, _ = row_shape("prefill_chunked")
+        return ({**shape, "window_size": [c["window"], 0]},
+                chunked_window_flops(c["batch"], c["seqlen_q"], c["seqlen_cache"], c["heads"], c["window"]))
     s = S16K if row in ("dense_causal_16k", "sliding_window") else S8K
     shape = {"batch": s["batch"], "seqlen": s["seqlen"], "heads": s["heads"], "head_dim": D, "causal": True}
     if row == "sliding_window":
@@ -210,18 +227,20 @@ def run(args) -> int:
         return session
     from .prefill_workloads import build_family, import_flex
     torch, fa4 = session.torch, session.fa4
+    tiles = [x.strip() for x in (getattr(args, "prefill_tiles", "") or "").split(";") if x.strip()]
     flex, flex_info = (None, {"available": False, "error": "--no-flex"}) if args.no_flex else import_flex(torch)
     result = new_result(device=session.device, environment=session.environment, timer=session.timer_desc,
                         fa4_cute=session.fa4_info, flex=flex_info,
                         settings={"workloads": session.names, "rounds": args.rounds,
-                                  "bundle": os.environ.get("FA4MLIR_BUNDLE")})
+                                  "bundle": os.environ.get("FA4MLIR_BUNDLE"), "prefill_tiles": tiles})
     plan = families(session.names)
     print(f"prefill bench: {result['device']}, torch {torch.__version__}, FA4-CuTe "
           f"{'yes' if fa4 else 'no'}, flex {'yes' if flex else 'no'}, rows {[r for rs in plan.values() for r in rs]}",
           flush=True)
     for family, rows in plan.items():
         runner.run_group(session, result, family, rows,
-                         lambda family=family, rows=rows: build_family(torch, family, rows, fa4=fa4, flex=flex),
+                         lambda family=family, rows=rows: build_family(torch, family, rows, fa4=fa4, flex=flex,
+                                                                           tiles=tiles),
                          args.rounds, row_entry=lambda row: {"row": row.name, "workload": row.workload,
                                                              "shape": row.shape, "flops": row.flops,
                                                              "baseline": BASELINE.get(row.name)})

@@ -4,6 +4,8 @@ anchors' tensors, references and backends of each row, built on the GPU machine.
 same draws in the same order), so its numbers and these compare."""
 from __future__ import annotations
 
+import os
+
 from typing import Any, Callable
 
 from .decode_bench import _first, _paged
@@ -174,20 +176,22 @@ def _varlen(torch, rows, fa4, flex) -> list[Row]:
 def with_varlen_grid(call: Callable, grid: str) -> Callable:
     """``call`` run with FA4MLIR_VARLEN_GRID=grid (flash_attn_varlen_func reads it at every call: the
     compact grid's A/B against the default on the same tensors), the environment restored after."""
-    import os
-
     from ..kernels.common.varlen_compact import GRID_ENV
+    return with_env(call, GRID_ENV, grid)
 
+
+def with_env(call: Callable, name: str, value: str) -> Callable:
+    """``call`` run with the environment variable ``name`` set to ``value``, restored after each call."""
     def run():
-        before = os.environ.get(GRID_ENV)
-        os.environ[GRID_ENV] = grid
+        before = os.environ.get(name)
+        os.environ[name] = value
         try:
             return call()
         finally:
             if before is None:
-                del os.environ[GRID_ENV]
+                del os.environ[name]
             else:
-                os.environ[GRID_ENV] = before
+                os.environ[name] = before
     return run
 
 
@@ -201,34 +205,56 @@ def _chunked(torch, rows, fa4, flex) -> list[Row]:
     lens = torch.full((b,), sk, dtype=torch.int32, device=DEV)
     kp, vp, table = _paged(torch, k, v, page)
     n = CHECK_ROWS
-    check = checker(torch, lambda o: o[:1, :n], (q[:1, :n], k[:1, :sc + n], v[:1, :sc + n], D ** -0.5),
-                    mask=causal_mask(torch, n, sc + n))
-    bk: dict[str, Callable] = {}
+    cu_q = torch.arange(0, (b + 1) * sq, sq, dtype=torch.int32, device=DEV)
 
-    def fa4mlir_paged():
-        f = _fa4mlir("flash_attn_varlen_func")
-        cu_q = torch.arange(0, (b + 1) * sq, sq, dtype=torch.int32, device=DEV)
-        return lambda: _first(f(q.view(b * sq, h, D), kp, vp, cu_q, None, sq, sk, seqused_k=lens, page_table=table,
-                                causal=True)).view(b, sq, h, D)
-    bk["fa4mlir"] = fa4mlir_paged
-    bk[f"fa4mlir(kvcache paged {page})"] = lambda: lambda: _first(
-        _fa4mlir("flash_attn_with_kvcache")(q, kp, vp, lens, table, causal=True))
-    bk["fa4mlir(contiguous)"] = lambda: lambda: _fa4mlir("flash_attn_func")(q, k, v, causal=True)
-    if fa4:
-        bk[f"fa4cute(paged {page})"] = lambda: lambda: _first(fa4[1](q, kp, vp, page_table=table, seqused_k=lens,
-                                                                     causal=True))
-        bk["fa4cute(contiguous)"] = lambda: lambda: _first(fa4[0](q, k, v, causal=True))
-    if flex:
-        def flex_contiguous():
-            bm = flex[1](lambda bb, hh, qi, ki: ki <= qi + sc, None, None, sq, sk, device=DEV)
-            return lambda: flex[0](q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask=bm,
-                                   enable_gqa=True).transpose(1, 2)
-        bk["flex(contiguous)"] = flex_contiguous
-    notes = {"fa4mlir": "flash_attn_varlen_func(page_table=): the prefill kernel's varlen variant over the pool "
-                        "(page_size 64; varlen_paged.py note \"Which kernel\")",
-             f"fa4mlir(kvcache paged {page})": "flash_attn_with_kvcache: the decode kernel over the paged cache",
-             "fa4mlir(contiguous)": "flash_attn_func on the contiguous k, v (no paging)"}
-    return [_row(torch, "prefill_chunked", bk, check, q.numel(), notes=notes)]
+    def fa4mlir_paged(**mask):
+        def make():
+            f = _fa4mlir("flash_attn_varlen_func")
+            return lambda: _first(f(q.view(b * sq, h, D), kp, vp, cu_q, None, sq, sk, seqused_k=lens, page_table=table,
+                                    causal=True, **mask)).view(b, sq, h, D)
+        return make
+    out = []
+    if "prefill_chunked" in rows:
+        check = checker(torch, lambda o: o[:1, :n], (q[:1, :n], k[:1, :sc + n], v[:1, :sc + n], D ** -0.5),
+                        mask=causal_mask(torch, n, sc + n))
+        bk: dict[str, Callable] = {"fa4mlir": fa4mlir_paged()}
+        bk[f"fa4mlir(kvcache paged {page})"] = lambda: lambda: _first(
+            _fa4mlir("flash_attn_with_kvcache")(q, kp, vp, lens, table, causal=True))
+        bk["fa4mlir(contiguous)"] = lambda: lambda: _fa4mlir("flash_attn_func")(q, k, v, causal=True)
+        if fa4:
+            bk[f"fa4cute(paged {page})"] = lambda: lambda: _first(fa4[1](q, kp, vp, page_table=table, seqused_k=lens,
+                                                                         causal=True))
+            bk["fa4cute(contiguous)"] = lambda: lambda: _first(fa4[0](q, k, v, causal=True))
+        if flex:
+            def flex_contiguous():
+                bm = flex[1](lambda bb, hh, qi, ki: ki <= qi + sc, None, None, sq, sk, device=DEV)
+                return lambda: flex[0](q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask=bm,
+                                       enable_gqa=True).transpose(1, 2)
+            bk["flex(contiguous)"] = flex_contiguous
+        notes = {"fa4mlir": "flash_attn_varlen_func(page_table=): the prefill kernel's varlen variant over the pool "
+                            "(page_size 64; varlen_paged.py note \"Which kernel\")",
+                 f"fa4mlir(kvcache paged {page})": "flash_attn_with_kvcache: the decode kernel over the paged cache",
+                 "fa4mlir(contiguous)": "flash_attn_func on the contiguous k, v (no paging)"}
+        out.append(_row(torch, "prefill_chunked", bk, check, q.numel(), notes=notes))
+    if "prefill_chunked_window" in rows:
+        w = c["window"]
+        check = checker(torch, lambda o: o[:1, :n], (q[:1, :n], k[:1, :sc + n], v[:1, :sc + n], D ** -0.5),
+                        mask=causal_mask(torch, n, sc + n, w))
+        bk = {"fa4mlir": fa4mlir_paged(window_size=(w, 0))}
+        if fa4:
+            bk[f"fa4cute(paged {page})"] = lambda: lambda: _first(fa4[1](q, kp, vp, page_table=table, seqused_k=lens,
+                                                                         causal=True, window_size=(w, 0)))
+        if flex:
+            def flex_window():
+                bm = flex[1](lambda bb, hh, qi, ki: (ki <= qi + sc) & (qi + sc - ki <= w), None, None, sq, sk,
+                             device=DEV)
+                return lambda: flex[0](q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask=bm,
+                                       enable_gqa=True).transpose(1, 2)
+            bk["flex(contiguous)"] = flex_window
+        notes = {"fa4mlir": "flash_attn_varlen_func(page_table=, window_size=(4096, 0)): the paged prefill kernel's "
+                            "window variant (its query tiles skip the KV tiles left of the window)"}
+        out.append(_row(torch, "prefill_chunked_window", bk, check, q.numel(), notes=notes))
+    return out
 
 
 def _dense_backends(torch, q, k, v, fa4, flex, causal_bm: Callable) -> dict[str, Callable]:
@@ -340,7 +366,28 @@ def _s8k(torch, rows, fa4, flex) -> list[Row]:
 BUILDERS = {"varlen": _varlen, "chunked": _chunked, "s16k": _s16k, "s8k": _s8k}
 
 
-def build_family(torch: Any, family: str, rows: list[str], *, fa4=None, flex=None) -> list[Row]:
-    """The rows of one family on its anchors' tensors (torch.manual_seed(0) first, as the anchors)."""
+PREFILL_TILES_ENV = "FA4MLIR_PREFILL_TILES"   # attention.plan's (not imported: the layering keeps MLIR out)
+# the families whose fa4mlir row is flash_attn_func (the dense kernel FA4MLIR_PREFILL_TILES retiles)
+TILED_FAMILIES = ("s16k", "s8k")
+
+
+def with_tiles(make: Callable, spec: str) -> Callable:
+    """The backend `make` whose calls run with FA4MLIR_PREFILL_TILES=spec (attention.plan.tile_override;
+    the call cache keys on it), the environment restored after each call."""
+    def made():
+        return with_env(make(), PREFILL_TILES_ENV, spec)
+    return made
+
+
+def build_family(torch: Any, family: str, rows: list[str], *, fa4=None, flex=None, tiles=()) -> list[Row]:
+    """The rows of one family on its anchors' tensors (torch.manual_seed(0) first, as the anchors).
+    `tiles`: FA4MLIR_PREFILL_TILES specs, each timed as backend fa4mlir[spec] beside fa4mlir on the
+    flash_attn_func rows (TILED_FAMILIES)."""
     torch.manual_seed(0)
-    return BUILDERS[family](torch, rows, fa4, flex)
+    out = BUILDERS[family](torch, rows, fa4, flex)
+    if family in TILED_FAMILIES:
+        for row in out:
+            if "fa4mlir" in row.backends:
+                for spec in tiles:
+                    row.backends[f"fa4mlir[{spec}]"] = with_tiles(row.backends["fa4mlir"], spec)
+    return out

@@ -99,6 +99,17 @@ OPS: tuple[OpDef, ...] = (
     `dst`; the copy's bytes count as transactions on `full[stage]` of `pipe`.""",
           operands=(("desc", "ptr"), ("dst", "smem_ptr"), ("stage", "i32"), ("coords", "*i32")),
           attrs=(("pipe", "str"), ("box", "ints"), ("elem_bytes", "int"))),
+    OpDef("tma_gather4", """sm_100a: copy four rows of the 2-D tensor that `desc` describes, rows `row0` ..
+    `row3` (any order, repeats allowed), columns [`col`, `col` + box[0]), into `dst` as one 4-row box
+    (row i at `dst` + i * box[0] * elem_bytes, under the descriptor's swizzle); the copy's bytes
+    (4 * box[0] * elem_bytes) count as transactions on `full[stage]` of `pipe`. `box` is the
+    descriptor's box, [columns, 1]: PTX ISA 9.7.9.25 cp.async.bulk.tensor with .tile::gather4
+    (PTX ISA 8.6, sm_100 and later; `.2d` only) and 5.5.3.4 "tile::scatter4 and tile::gather4 modes" (2-D
+    tensors only, the bounding box 1 row high, four row coordinates and one column coordinate;
+    no interleaved layout; the other tile-mode rules, out-of-bounds zero fill among them, hold).""",
+          operands=(("desc", "ptr"), ("dst", "smem_ptr"), ("stage", "i32"), ("col", "i32"), ("row0", "i32"),
+                    ("row1", "i32"), ("row2", "i32"), ("row3", "i32")),
+          attrs=(("pipe", "str"), ("box", "ints"), ("elem_bytes", "int"))),
     # ---- per-thread async copies (sm_80+) -------------------------------------------------------
     OpDef("cp_async", """Copy 16 bytes from global `src` to `dst` (16-byte aligned both) asynchronously,
     through L2 only (cp.async.cg); where `valid` is false nothing is read and `dst` gets 16 zero
@@ -186,6 +197,10 @@ OPS: tuple[OpDef, ...] = (
     OpDef("cvt_e4m3x2", """Two FP8 e4m3 values (the low and high byte of `x`) as two f16 (the low and
     high half of the result): exact, e4m3 is a subset of f16 (NaN stays NaN).""",
           operands=(("x", "i16"),), results=(("out", "i32"),)),
+    OpDef("prmt", """Byte permute (PTX prmt.b32, default mode): byte k of the result is byte `selector`
+    nibble k & 7 of the eight bytes {b, a} (a: bytes 0-3, b: bytes 4-7), or, when that nibble's bit 3
+    is set, that byte's sign bit replicated over all 8 bits; `selector` in [0, 0xFFFF].""",
+          operands=(("a", "i32"), ("b", "i32")), results=(("out", "i32"),), attrs=(("selector", "int"),)),
     OpDef("trap_if", "Abort the kernel when `cond` is true (debug builds).", operands=(("cond", "i1"),)),
 )
 

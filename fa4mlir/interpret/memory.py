@@ -60,9 +60,11 @@ class TensorMap:
             clipped.append(np.clip(g, 0, n - 1))
         return tuple(clipped), inside
 
-    def smem_addresses(self, dst: int) -> np.ndarray:
-        """The shared-memory byte address of every byte of the box, [row, byte in row]."""
-        raw = dst + np.arange(self.rows)[:, None] * self.row_bytes + np.arange(self.row_bytes)[None, :]
+    def smem_addresses(self, dst: int, rows: int | None = None) -> np.ndarray:
+        """The shared-memory byte address of every byte of the box, [row, byte in row] (`rows`: the
+        box rows the copy writes, when not the descriptor's: 4 for a gather4)."""
+        rows = self.rows if rows is None else rows
+        raw = dst + np.arange(rows)[:, None] * self.row_bytes + np.arange(self.row_bytes)[None, :]
         return swizzle(raw, self.span)
 
     def load_box(self, coords) -> np.ndarray:

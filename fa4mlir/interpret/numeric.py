@@ -108,6 +108,22 @@ def e4m3x2_to_f16x2(pairs) -> np.ndarray:
     return (lo | (hi << 16)).view(np.int32)
 
 
+def prmt(a, b, selector: int) -> np.ndarray:
+    """prmt.b32 d, a, b, selector (PTX ISA 9.7.9.7, default mode), per lane: byte k of d is byte
+    n & 7 of {b, a} (a's bytes 0-3, b's 4-7) for the selector's nibble n = (selector >> 4 k) & 15,
+    or, when n & 8, that byte's sign bit replicated over 8 bits. int32 in, int32 out."""
+    src = np.stack([np.asarray(a).astype(np.int32).view(np.uint32), np.asarray(b).astype(np.int32).view(np.uint32)],
+                   axis=-1)
+    out = np.zeros(np.shape(a), np.uint32)
+    for k in range(4):
+        n = (selector >> (4 * k)) & 0xF
+        byte = (src[..., (n & 7) // 4] >> np.uint32(8 * (n & 3))) & np.uint32(0xFF)
+        if n & 8:
+            byte = np.where(byte & np.uint32(0x80), np.uint32(0xFF), np.uint32(0))
+        out |= byte.astype(np.uint32) << np.uint32(8 * k)
+    return out.view(np.int32)
+
+
 def swizzle(addr, span: int):
     """A shared-memory byte address under the `span`-byte swizzle (0 = none): the 16-byte unit
     index within a row of `span` bytes is XORed with the row index modulo span / 16
@@ -134,4 +150,4 @@ def sw128_operand_offsets(rows: int, k: int, mn_major: bool, lbo: int, sbo: int,
 
 
 __all__ = ["sw128_operand_offsets", "WARP", "LANES", "np_dtype", "vector_len", "lane_shape", "is_bf16", "f32_to_bf16", "bf16_to_f32",
-           "half_bits_to_f32", "swizzle", "UNSIGNED", "E4M3_F16_BITS", "e4m3x2_to_f16x2"]
+           "half_bits_to_f32", "swizzle", "UNSIGNED", "E4M3_F16_BITS", "e4m3x2_to_f16x2", "prmt"]

@@ -33,6 +33,8 @@ KERNELS = {
     "attention_mla_sparse_sm90": KernelEntry("fa4mlir.kernels.attention_mla_sparse_sm90", "sm_90a", "ptxas", True),
     "attention_mla_sparse_decode_sm90": KernelEntry("fa4mlir.kernels.attention_mla_sparse_sm90", "sm_90a", "ptxas",
                                                     True),
+    "attention_mla_sparse_sm100": KernelEntry("fa4mlir.kernels.attention_mla_sparse_sm100", "sm_100a", "nvjitlink-lto",
+                                              False),
     "kvcache_append_sm90": KernelEntry("fa4mlir.kernels.kvcache_append_sm90", "sm_90a", "nvjitlink", False),
     "deadlock_sm90": KernelEntry("fa4mlir.kernels.deadlock_sm90", "sm_90a", "nvjitlink", False),  # watchdog GPU test
 }

@@ -55,7 +55,11 @@ forced to 0 at or past L_b.
 
 Variants of the FP8 consumer (attention_decode_sm90_config.FP8_VARIANTS, to be timed): with
 cfg.convert_split the consumer converts K_j, issues S_j, then converts V_j while S_j runs on the
-tensor cores (one fence and barrier per tile each), so V's conversion overlaps the first GEMM.
+tensor cores (one fence and barrier per tile each), so V's conversion overlaps the first GEMM. With
+cfg.convert_bits (any of them) the conversion of K and V ("kv") or of V ("v") is integer ops, not cvt,
+and those tiles hold K or V times 2^-8 (common/e4m3_tile.py, note "Bit conversion"): S's scale
+(scale_log2, after k_scale) or O's (the epilogue's 1 / l, after v_scale) takes the 2^8 back, exactly
+(powers of two).
 
 Note "Converter" (cfg.converter_stages = n > 0): the conversion leaves the consumer. The e4m3
 rings' consumer is the converter warpgroup (warps 4-7, common/e4m3_converter.py): per tile it
@@ -137,6 +141,9 @@ BAR_GATHER = 2         # named barrier of the gather's producer warps
 # cfg.convert_split: V's e4m3 loads in flight during its conversion, next to S_j's 32 accumulators
 # (2, e4m3_tile.LOADS_AHEAD, spills 12 bytes at paged block scales)
 SPLIT_V_LOADS_AHEAD = 1
+# cfg.convert_bits with block scales: e4m3 loads in flight during the conversion (2 spills 8 bytes in
+# the contiguous split kernel at 168 registers)
+BITS_BLOCK_LOADS_AHEAD = 1
 
 
 def build(cfg: DecodeConfig = DecodeConfig()) -> dsl.KernelIR:
@@ -625,7 +632,9 @@ def _kv_tile_fp8(cs: _Consumer, bufs, j: Value, carry, masked: bool):
     at = s.stage * cfg.tile_bytes()
     valid = work.length - j * cfg.bn if masked else None
     e4m3_tile.emit_convert(kb, cs.t, [(kb.gep(k_smem, at, "i8"), k16_smem, None),
-                                      (kb.gep(v_smem, at, "i8"), v16_smem, valid)], cfg.bn, cfg.head_dim)
+                                      (kb.gep(v_smem, at, "i8"), v16_smem, valid)], cfg.bn, cfg.head_dim,
+                           ahead=BITS_BLOCK_LOADS_AHEAD if cfg.convert_bits and cfg.kv_scale == "block"
+                           else e4m3_tile.LOADS_AHEAD, bits=_bits(cfg, "k", "v"))
     kb.fence("async_smem")
     cs.barrier()
     # 3. release K_j and V_j: past the barrier every thread has loaded its e4m3 bytes; the GEMMs
@@ -652,7 +661,8 @@ def _kv_tile_fp8_split(cs: _Consumer, bufs, j: Value, carry, masked: bool):
     at = s.stage * cfg.tile_bytes()
     # 1. K_j to f16 (k16 is free: S_{j-1} retired), S_j issued
     k_pipe.consumer_wait(s)
-    e4m3_tile.emit_convert(kb, cs.t, [(kb.gep(k_smem, at, "i8"), k16_smem, None)], cfg.bn, cfg.head_dim)
+    e4m3_tile.emit_convert(kb, cs.t, [(kb.gep(k_smem, at, "i8"), k16_smem, None)], cfg.bn, cfg.head_dim,
+                           bits=_bits(cfg, "k"))
     kb.fence("async_smem")
     cs.barrier()
     cs.release(s, k_pipe)
@@ -661,7 +671,7 @@ def _kv_tile_fp8_split(cs: _Consumer, bufs, j: Value, carry, masked: bool):
     v_pipe.consumer_wait(s)
     valid = work.length - j * cfg.bn if masked else None
     e4m3_tile.emit_convert(kb, cs.t, [(kb.gep(v_smem, at, "i8"), v16_smem, valid)], cfg.bn, cfg.head_dim,
-                           ahead=SPLIT_V_LOADS_AHEAD)
+                           ahead=SPLIT_V_LOADS_AHEAD, bits=_bits(cfg, "v"))
     kb.fence("async_smem")
     cs.barrier()
     cs.release(s, v_pipe)
@@ -692,6 +702,11 @@ def _kv_tile_converted(cs: _Consumer, bufs, j: Value, carry, masked: bool):
     return c.advance(), o, tuple(m), tuple(l)
 
 
+def _bits(cfg: DecodeConfig, *tiles: str) -> tuple:
+    """Per tile ("k", "v") of an emit_convert call: whether it takes the bit conversion (cfg.convert_bits)."""
+    return tuple(t in cfg.convert_bits for t in tiles)
+
+
 def _scalar_scales(cs: _Consumer):
     """FP8 per-tensor or per-KV-head scales (k's, v's), or (None, None) (note "FP8")."""
     kb, cfg, p, work = cs.kb, cs.cfg, cs.p, cs.work
@@ -709,6 +724,11 @@ def _mma_role(kb, cfg, work: _Work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, s
         cs.softcap_scale = cs.softcap_scale * k_scale
     elif k_scale is not None:    # S's scale: softmax_scale x k_scale (the LSE too)
         cs.scale_log2 = cs.scale_log2 * k_scale
+    # note "FP8": bit-converted tiles hold K or V x 2^-8 (softcap never meets FP8: validate)
+    if "k" in cfg.convert_bits:
+        cs.scale_log2 = cs.scale_log2 * e4m3_tile.BITS_SCALE
+    if "v" in cfg.convert_bits:
+        v_scale = const(e4m3_tile.BITS_SCALE, "f32") if v_scale is None else v_scale * e4m3_tile.BITS_SCALE
     _load_q(cs, q_smem)
     f32 = "f32"
     bufs = (q_smem, k_smem, v_smem, k_pipe, v_pipe, staged) + ((c_pipe,) if cfg.converter else ())

@@ -64,6 +64,7 @@ MAX_SMEM_2CTA = 233472 // 2 - 1024     # an SM's 228 KiB, less the 1 KiB the dri
 COMBINE_WARPS = 4                 # output rows per combine CTA (one warp each)
 COMBINE_HEAD_DIMS = HEAD_DIMS + (512,)    # 512: the MLA decode's V (attention_mla_decode_sm90)
 SCALES = ("tensor", "kv_head", "block")   # FP8 scale granularities (kvcache.ScaleGranularity's values)
+BITS_TILES = {"": "", "kv": "_bits", "v": "_bitsv"}   # DecodeConfig.convert_bits -> its kernel-name suffix
 GATHER_WARPS = 2                      # producer warps of the gather (note "Gather"): measured, 1 vs 2
 GATHER_MAX_CACHE_BYTES = 16 << 32     # the gather's row offsets are u32 counts of 16 bytes (note "Gather")
 
@@ -88,6 +89,9 @@ class DecodeConfig:
     converter_stages: int = 0     # FP8: 0 converts in the consumer; n > 0: a converter warpgroup fills a ring of n
                                   # f16 K/V tile pairs (the kernel's note "Converter")
     convert_split: bool = False   # FP8, in the consumer: K_j converted, S_j issued, V_j converted while S_j runs
+    convert_bits: str = ""        # FP8: the tiles ("kv": K and V; "v": V only, K by cvt) converted e4m3 -> f16 by
+                                  # integer ops (PRMT, shift, LOP3), not cvt (F2FP): values x 2^-8, the 2^8 folded
+                                  # into S's or O's scale (common/e4m3_tile.py, note "Bit conversion")
     # compile-time mask beyond the runtime causal flag (note "Window" of the kernel): FlashAttention's
     # window_size sides (-1: unbounded) and attention_chunk (0: none), canonical without causal
     window_left: int = -1
@@ -206,6 +210,10 @@ class DecodeConfig:
                               f"kv_dtype 'e4m3'; got {self.converter_stages} with kv_dtype {self.kv_dtype!r}")
         if self.convert_split and (not self.fp8 or self.converter):
             raise ConfigError("convert_split is for an FP8 cache converted in the consumer (converter_stages 0)")
+        if self.convert_bits not in BITS_TILES or (self.convert_bits and not self.fp8):
+            raise ConfigError(f"convert_bits (the bit-level e4m3 -> f16 conversion of these tiles) must be one of "
+                              f"{BITS_TILES}, and '' without an FP8 cache; got {self.convert_bits!r} with kv_dtype "
+                              f"{self.kv_dtype!r}")
         if self.varlen_q and self.fp8:
             raise ConfigError("varlen_q (flash_attn_varlen_func's paged path) is built for bf16/f16 caches only, "
                               f"got kv_dtype={self.kv_dtype!r}")
@@ -244,7 +252,7 @@ class DecodeConfig:
         mods = f"{self.mask.tag()}{'_softcap' if self.softcap else ''}{'_sink' if self.sinks else ''}"
         return (f"{KERNEL}_{self.dtype}_d{self.head_dim}_n{self.bn}_s{self.stages}"
                 f"_{self._fetch_name()}{fp8}{f'_cw{self.converter_stages}' if self.converter else ''}"
-                f"{'_ks' if self.convert_split else ''}"
+                f"{'_ks' if self.convert_split else ''}{BITS_TILES[self.convert_bits]}"
                 f"{'_unsplit' if self.unsplit else ''}{'_varlen' if self.varlen_q else ''}{mods}")
 
     def _fetch_name(self) -> str:
@@ -254,7 +262,7 @@ class DecodeConfig:
 
 
 # DecodeConfig fields left out of key() at these defaults (added after kernels were shipped)
-_OPTIONAL = {"varlen_q": False, "converter_stages": 0, "convert_split": False, "window_left": -1, "window_right": -1, "chunk": 0, "softcap": False, "sinks": False}
+_OPTIONAL = {"varlen_q": False, "converter_stages": 0, "convert_split": False, "convert_bits": "", "window_left": -1, "window_right": -1, "chunk": 0, "softcap": False, "sinks": False}
 
 
 def mod_params(softcap: bool, sinks: bool) -> tuple:
@@ -366,14 +374,19 @@ def _default_tiles(dtype: str, head_dim: int, page_size: int | None, kv_scale: s
 # of N f16 pairs (the kernel's note "Converter"), one CTA per SM (288 threads: two CTAs would cap
 # ptxas at 96 registers, where the consumer spills about 700 bytes); "bn128": the in-consumer
 # conversion over tiles of 128 keys, one CTA per SM; "split": default_config's tiles, the consumer
-# converting K_j, issuing S_j, then converting V_j while S_j runs (the kernel's note "FP8"). (A converter over 128-key tiles spills at the
+# converting K_j, issuing S_j, then converting V_j while S_j runs (the kernel's note "FP8"); "bits":
+# default_config's tiles and stages, e4m3 -> f16 by integer ops instead of cvt (F2FP)
+# (common/e4m3_tile.py, note "Bit conversion"); "bits_v": the same for V only, K by cvt (half the
+# conversions on each pipe: conversion and ALU). (A converter over 128-key tiles spills at the
 # 168 registers ptxas gives 288 threads: not offered.) bf16/f16 caches have no variants.
 FP8_VARIANTS = {
     "default": None,
     "cw2": (2, None, 1),
     "cw3": (3, None, 1),
     "bn128": (0, 128, 1),
-    "split": "convert_split",
+    "split": {"convert_split": True},
+    "bits": {"convert_bits": "kv"},
+    "bits_v": {"convert_bits": "v"},
 }
 # scale granularities a variant is built for (others: all of SCALES): 128-key tiles with block
 # scales spill 20 bytes at 255 registers (the scales of 64 S columns a thread)
@@ -410,8 +423,8 @@ def fp8_variant(cfg: DecodeConfig, name: str, page_size: int | None) -> DecodeCo
     if cfg.kv_scale not in FP8_VARIANT_SCALES.get(name, SCALES):
         raise ConfigError(f"FP8 decode variant {name!r} is built for scales {FP8_VARIANT_SCALES[name]}, not "
                           f"{cfg.kv_scale!r}")
-    if FP8_VARIANTS[name] == "convert_split":    # default_config's tiles and stages
-        return replace(cfg, convert_split=True).validate()
+    if isinstance(FP8_VARIANTS[name], dict):    # DecodeConfig fields over default_config's tiles and stages
+        return replace(cfg, **FP8_VARIANTS[name]).validate()
     converter_stages, bn, ctas = FP8_VARIANTS[name]
     bn = bn or cfg.bn
     box_rows = 1 if cfg.gather else box_rows_for(bn, page_size)

@@ -90,16 +90,22 @@ BAR_EPILOGUE = 4       # named barriers 4, 5(, 6): epilogue of consumer warpgrou
 BAR_V_TAIL = 7         # page_size: every consumer thread, after zeroing V rows past the length
 
 
+def kernel_name(cfg: AttnConfig) -> str:
+    """The kernel's (and its cubin's, and its bundle entry's) name: dtype, head dims, the mask's tag, the score
+    modifiers' and varlen's (score_tag), the tiles, then the knobs' and page size's (name_suffix)."""
+    return (f"attention_fwd_sm90_{cfg.dtype}_d{cfg.head_dim}{f'v{cfg.head_dim_v}' if cfg.head_dim_v else ''}"
+            f"{cfg.mask.tag()}{cfg.score_tag()}"  # score_tag: _varlen
+            f"_{cfg.bm}x{cfg.bn}_s{cfg.stages}{'' if cfg.pingpong else '_nopp'}{'_pers' if cfg.persistent else ''}"
+            f"{cfg.name_suffix()}")
+
+
 def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
     cfg.validate()
     qk, vt = cfg.qk_tile, cfg.v_tile
     q_bytes = cfg.bm * qk.chunks * qk.swizzle
     kv_bytes = cfg.bn * qk.chunks * qk.swizzle      # one K stage
     v_bytes = cfg.bn * vt.chunks * vt.swizzle       # one V stage
-    name = (f"attention_fwd_sm90_{cfg.dtype}_d{cfg.head_dim}{f'v{cfg.head_dim_v}' if cfg.head_dim_v else ''}"
-            f"{cfg.mask.tag()}{cfg.score_tag()}"  # score_tag: _varlen
-            f"_{cfg.bm}x{cfg.bn}_s{cfg.stages}{'' if cfg.pingpong else '_nopp'}{'_pers' if cfg.persistent else ''}"
-            f"{cfg.name_suffix()}")
+    name = kernel_name(cfg)
     kb = KernelBuilder(name, arch="sm_90a", block=(cfg.threads, 1, 1), config=cfg.key())
     # the launch contract (attention_sm90_config.launch_params), in its order. TMA boxes, innermost
     # first over [batch, seqlen, heads, head_dim]: (columns, 1 head, rows, 1 batch)

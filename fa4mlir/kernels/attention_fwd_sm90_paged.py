@@ -19,10 +19,14 @@ contract).
 - Note "NaN past the length": rows of a live box at or past the length are real pool rows (the rest
   of the last page) and may hold anything, NaN included. K's only reach scores of keys the masked
   softmax replaces by a select with -inf (the seqlen_k tail block is always masked, and a select
-  drops a NaN operand), so they never reach m, l or P. V's meet P = 0 in P V, and 0 x NaN = NaN, so
+  drops a NaN operand), so they never reach m, l or P. With a window or chunk (common.masks.tile_blocks)
+  the whole blocks end at floor(seqlen_k / bn) too, so the tail block is masked there as well, and a
+  block left of a window or chunk is never visited (its page-table entries are not read). V's meet P = 0 in P V, and 0 x NaN = NaN, so
   each consumer warpgroup writes zeros over the V rows [length - t0, bn) of the last block's stage
-  (the only block that holds rows past the length: no block starting at or past it is visited) before
-  its last P V GEMM (`zero_v_tail`).
+  (the only block that holds rows past the length: no block starting at or past it is visited; a window
+  that ends before the length never visits it, and then there is nothing to zero) before its last P V
+  GEMM (`zero_v_tail`). Softcap's tanh of a NaN score is NaN and the same select drops it; sinks enter
+  in the epilogue, after every block.
 """
 from __future__ import annotations
 

@@ -750,13 +750,17 @@ PAGED_FEW_BOXES = 2
 PAGED_LOAD_REGS = 40
 
 
-def paged_varlen_config(dtype: str, head_dim: int, causal: bool, page_size: int) -> AttnConfig | None:
+def paged_varlen_config(dtype: str, head_dim: int, causal: bool, page_size: int, mask: Mask | None = None, *,
+                        softcap: bool = False, sinks: bool = False) -> AttnConfig | None:
     """The paged prefill kernel (varlen over the KV cache's pools, AttnConfig.page_size) of a case:
     varlen_config's tiles, or bn 128 where its bn does not cut into TMA boxes of the page size
     (common.paging.prefill_box_rule: gcd(bn, page_size) >= 8 rows, at most 8 boxes), with the producer at
-    PAGED_LOAD_REGS past PAGED_FEW_BOXES boxes per tile. None when no such tile serves page_size (the
-    host then runs the decode kernel's gather: attention/varlen_paged.py, note "Which kernel")."""
-    base = varlen_config(dtype, head_dim, causal)
+    PAGED_LOAD_REGS past PAGED_FEW_BOXES boxes per tile. `mask` (common.masks: a window, a chunk; None:
+    causal's or none), `softcap` and `sinks` as varlen_config takes them: the same mask classification,
+    built-in softcap score_mod and epilogue sinks as the contiguous varlen kernel, each its own kernel
+    (name and key) [D-paged-prefill-mods]. None when no such tile serves page_size (the host then runs the
+    decode kernel's gather: attention/varlen_paged.py, note "Which kernel")."""
+    base = varlen_config(dtype, head_dim, causal, mask, softcap=softcap, sinks=sinks)
     for bn in dict.fromkeys((base.bn, 128)):
         if prefill_box_rule(bn, page_size):
             continue

@@ -43,7 +43,8 @@ def kind_of(op: ir.Operation) -> tuple[str, str]:
                             "expected \"full\" (producer) or \"empty\" (consumer)", op.location)
         return ("producer", "commit") if side == "full" else ("consumer", "release")
     return {"fa4.producer_acquire": ("producer", "acquire"), "fa4.producer_commit": ("producer", "commit"),
-            "fa4.tma_load": ("producer", "load"), "fa4.consumer_wait": ("consumer", "wait"),
+            "fa4.tma_load": ("producer", "load"), "fa4.tma_gather4": ("producer", "load"),
+            "fa4.consumer_wait": ("consumer", "wait"),
             "fa4.consumer_release": ("consumer", "release")}[op.name]
 
 

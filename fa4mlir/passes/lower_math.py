@@ -4,6 +4,10 @@ FP8 conversions -> cvt.
 `fa4.cvt_e4m3x2` -> `cvt.rn.f16x2.e4m3x2` (PTX ISA 9.7.9.21 "cvt", sm_89+): two e4m3 bytes to an
 f16x2 pair, exact (nvvm in LLVM 22 has no op for it).
 
+`fa4.prmt` -> `prmt.b32 d, a, b, selector` (PTX ISA 9.7.9.7 "prmt", default mode; the selector an
+immediate): the byte permute of the FP8 decode's bit-level e4m3 conversion (common/e4m3_tile.py,
+note "Bit conversion").
+
 `math.exp2` -> `ex2.approx.ftz.f32` and `math.log2` -> `lg2.approx.ftz.f32` (PTX ISA 9.7.4.5,
 9.7.4.4: max relative error 2^-22 over the normal range; subnormal inputs and results flush to 0);
 `math.tanh` -> `tanh.approx.f32` (PTX ISA 9.7.4.9, sm_75+: one SFU op, max relative error 2^-11,
@@ -18,10 +22,16 @@ from .._mlir import ir, nvvm
 from ._util import PassError, check_none_left, kernel_func, ops_named, replace
 
 NAME = "fa4-lower-math"
-OPS = ("math.exp2", "math.log2", "math.tanh", "fa4.cvt_e4m3x2")
+OPS = ("math.exp2", "math.log2", "math.tanh", "fa4.cvt_e4m3x2", "fa4.prmt")
 PTX = {"math.exp2": "ex2.approx.ftz.f32 $0, $1;", "math.log2": "lg2.approx.ftz.f32 $0, $1;",
        "math.tanh": "tanh.approx.f32 $0, $1;",
        "fa4.cvt_e4m3x2": "cvt.rn.f16x2.e4m3x2 $0, $1;"}
+PRMT_MAX_SELECTOR = 0xFFFF    # four 4-bit byte selectors
+
+
+def prmt_ptx(selector: int) -> str:
+    """The inline PTX of fa4.prmt with `selector` (the interpreter parses the same text back)."""
+    return f"prmt.b32 $0, $1, $2, {selector:#06x};"
 
 
 def run(module: ir.Operation) -> None:
@@ -31,6 +41,13 @@ def run(module: ir.Operation) -> None:
     for op in ops_named(func, "fa4.cvt_e4m3x2"):
         with ir.InsertionPoint(op), op.location:
             replace(op, [nvvm.InlinePtxOp([i32], [op.operands[0]], [], PTX[op.name]).results[0]])
+    for op in ops_named(func, "fa4.prmt"):
+        selector = ir.IntegerAttr(op.attributes["selector"]).value
+        if not 0 <= selector <= PRMT_MAX_SELECTOR:
+            raise PassError(f"{NAME}: fa4.prmt selector must be in [0, {PRMT_MAX_SELECTOR:#x}] (four byte "
+                            f"selectors), got {selector:#x}", op.location)
+        with ir.InsertionPoint(op), op.location:
+            replace(op, [nvvm.InlinePtxOp([i32], list(op.operands), [], prmt_ptx(selector)).results[0]])
     for op in ops_named(func, *OPS[:3]):
         x = op.operands[0]
         if x.type != f32:

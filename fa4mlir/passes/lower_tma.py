@@ -3,15 +3,22 @@ nvvm.cp.async.bulk.tensor.* (PTX ISA 9.7.9.25); per-thread 16-byte copies -> nvv
 (9.7.9.3, .cg with src-size 0 for the zero-filled `valid = false`) and their completion ->
 cp.async.mbarrier.arrive without .noinc (9.7.13.15.14: a net-zero arrival on `full[stage]`).
 
-A `fa4.tma_load` completes on `full[stage]` of its pipeline (mbarrier::complete_tx::bytes).
+A `fa4.tma_load` completes on `full[stage]` of its pipeline (mbarrier::complete_tx::bytes). A
+`fa4.tma_gather4` (sm_100a) is the same load in .tile::gather4 mode: `cp.async.bulk.tensor.2d.
+shared::cluster.global.tile::gather4.mbarrier::complete_tx::bytes [dst], [desc, {col, row0, row1,
+row2, row3}], [full]` (PTX ISA 9.7.9.25, .tile::gather4 needs PTX ISA 8.6 and sm_100 or later, and only
+the .2d form exists; 5.5.3.4: the descriptor's box is one row high, the copy writes four box rows).
 """
 from __future__ import annotations
+
+import re
 
 from .._mlir import arith, ir, llvm, nvvm
 from ._util import PassError, attr, barrier_addr, check_none_left, i32, kernel_func, ops_named, pipelines
 
 NAME = "fa4-lower-tma"
-OPS = ("fa4.tma_load", "fa4.tma_store", "fa4.tma_store_wait", "fa4.tma_prefetch", "fa4.cp_async",
+GATHER4_MIN_SM = 100      # .tile::gather4: PTX ISA 8.6, sm_100 and later (9.7.9.25, "Target ISA notes")
+OPS = ("fa4.tma_load", "fa4.tma_gather4", "fa4.tma_store", "fa4.tma_store_wait", "fa4.tma_prefetch", "fa4.cp_async",
        "fa4.cp_async_arrive")
 
 
@@ -29,6 +36,8 @@ def run(module: ir.Operation) -> None:
                 mbar = barrier_addr(pipes, op, "full", stage)
                 dst_cluster = llvm.addrspacecast(ir.Type.parse("!llvm.ptr<7>"), dst)
                 nvvm.cp_async_bulk_tensor_shared_cluster_global(dst_cluster, desc, list(coords), mbar, [])
+            elif op.name == "fa4.tma_gather4":
+                _lower_gather4(op, pipes, func)
             elif op.name == "fa4.tma_store":
                 desc, src, *coords = op.operands
                 nvvm.cp_async_bulk_tensor_global_shared_cta(desc, src, list(coords))
@@ -45,4 +54,39 @@ def run(module: ir.Operation) -> None:
                 nvvm.prefetch(op.operands[0], tensormap=True)
             op.erase()
     check_none_left(func, OPS, NAME)
+
+
+def _lower_gather4(op: ir.Operation, pipes, func: ir.Operation) -> None:
+    """fa4.tma_gather4 -> cp.async.bulk.tensor.2d...tile::gather4 (nvvm mode tile_gather4): the
+    coordinates in PTX order, the column (dimension 0) first, then the four rows (dimension 1)."""
+    desc, dst, stage, col, *rows = op.operands
+    box = attr(op, "box")
+    if len(box) != 2 or box[1] != 1:
+        raise PassError(f"{NAME}: tma_gather4 with box {list(box)}; .tile::gather4 copies rows of a 2-D tensor "
+                        "whose descriptor box is [columns, 1] (PTX ISA 5.5.3.4: the bounding box is one row high)",
+                        op.location)
+    chip = _chip(func)
+    sm = re.fullmatch(r"sm_(\d+)[af]?", chip or "")
+    if chip is not None and (sm is None or int(sm.group(1)) < GATHER4_MIN_SM):
+        raise PassError(f"{NAME}: tma_gather4 in a kernel for {chip}; .tile::gather4 needs sm_{GATHER4_MIN_SM} or "
+                        "later (PTX ISA 9.7.9.25): gather rows with per-thread cp_async on older targets",
+                        op.location)
+    mbar = barrier_addr(pipes, op, "full", stage)
+    dst_cluster = llvm.addrspacecast(ir.Type.parse("!llvm.ptr<7>"), dst)
+    nvvm.cp_async_bulk_tensor_shared_cluster_global(dst_cluster, desc, [col, *rows], mbar, [],
+                                                    mode=nvvm.TMALoadMode.TILE_GATHER4)
+
+
+def _chip(func: ir.Operation) -> str | None:
+    """The chip of the gpu.module target around `func` (None when it has none)."""
+    parent = func.parent
+    while parent is not None and parent.name != "gpu.module":
+        parent = parent.parent
+    if parent is None or "targets" not in parent.attributes:
+        return None
+    for target in ir.ArrayAttr(parent.attributes["targets"]):
+        m = re.search(r'chip = "([^"]+)"', str(target))
+        if m:
+            return m.group(1)
+    return None
 

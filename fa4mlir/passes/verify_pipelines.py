@@ -18,7 +18,8 @@ pipeline, the role, the stage and the op's source location. Rules, in the order 
 5. Fills. The ops of one stage fill (a `producer_acquire`, then its `producer_commit` and
    `tma_load`s in either order: a copy may start before `arrive.expect_tx` on its barrier) sit in
    one block, nested regions without commits of their own included. The commit announces exactly
-   the bytes of the fill's loads: sum of prod(box) * elem_bytes, times its optional `cta_group`
+   the bytes of the fill's loads: sum of prod(box) * elem_bytes (four boxes of one row for a
+   `tma_gather4`, which counts as a `tma_load` throughout), times its optional `cta_group`
    (default 1); every load lands on the commit's stage; a load before the fill's acquire may
    overwrite a stage the consumers still read. A load's box and element size are those its TMA
    descriptor was declared with (the kernel parameter's `fa4.tma` attribute, when present).
@@ -82,7 +83,8 @@ from ._ring_walk import RoleWalk, _legend, kind_of
 from ._util import PassError, attr, ops_named
 
 NAME = "fa4-verify-pipelines"
-PROTOCOL_OPS = ("fa4.producer_acquire", "fa4.producer_commit", "fa4.tma_load", "fa4.consumer_wait",
+LOAD_OPS = ("fa4.tma_load", "fa4.tma_gather4")     # TMA copies completing on full[stage]; stage is operand 2
+PROTOCOL_OPS = ("fa4.producer_acquire", "fa4.producer_commit", *LOAD_OPS, "fa4.consumer_wait",
                 "fa4.consumer_release", "fa4.mma_commit")
 WALKED_OPS = PROTOCOL_OPS + ("fa4.mma", "fa4.mma_commit_group", "fa4.mma_wait_group")
 LOOPS = ("scf.for", "scf.while")
@@ -152,7 +154,9 @@ def _in_then(child: ir.Operation, ifop: ir.Operation) -> bool:
 
 
 def _load_bytes(op: ir.Operation) -> int:
-    return math.prod(attr(op, "box")) * attr(op, "elem_bytes")
+    """The bytes a TMA load delivers: its box, four boxes of one row for a gather4 (PTX ISA 5.5.3.4)."""
+    rows = 4 if op.name == "fa4.tma_gather4" else 1
+    return math.prod(attr(op, "box")) * attr(op, "elem_bytes") * rows
 
 
 @dataclass
@@ -305,7 +309,7 @@ class _Checker:
         condition is not a leader predicate (note "conditions")."""
         for op in block.operations:
             op = op.operation
-            if op.name in PROTOCOL_OPS and op.name != "fa4.tma_load":
+            if op.name in PROTOCOL_OPS and op.name not in LOAD_OPS:
                 tally.ops.setdefault((attr(op, "pipe"), path, kind_of(op)[1]), []).append(op)
             elif op.name == "scf.if":
                 _, rest = split_condition(op.operands[0])
@@ -364,7 +368,7 @@ class _Checker:
         for block in blocks:
             self._fills_of(block, covered)
         for op, role in self.ops:
-            if op.name != "fa4.tma_load":
+            if op.name not in LOAD_OPS:
                 continue
             if op not in covered:
                 self.fail(f"pipeline '{attr(op, 'pipe')}', role '{attr(role, 'name')}': tma_load on "
@@ -393,7 +397,7 @@ class _Checker:
                     close(attr(op, "pipe"))
                     fill = fills[attr(op, "pipe")] = _Fill()
                 fill.commit = op
-            elif op.name == "fa4.tma_load":
+            elif op.name in LOAD_OPS:
                 fills.setdefault(attr(op, "pipe"), _Fill()).loads.append(op)
             elif op in self.inside:
                 # a nested region that acquires or commits on a pipe fills its own stages
@@ -402,7 +406,7 @@ class _Checker:
                 for pname in own:
                     close(pname)
                 for x in nested:
-                    if x.name == "fa4.tma_load" and attr(x, "pipe") not in own:
+                    if x.name in LOAD_OPS and attr(x, "pipe") not in own:
                         fills.setdefault(attr(x, "pipe"), _Fill()).loads.append(x)
         for pname in list(fills):
             close(pname)
@@ -427,7 +431,8 @@ class _Checker:
         cta_group = attr(op, "cta_group") if "cta_group" in op.attributes else 1
         tx = attr(op, "tx_bytes")
         if tx != expected * cta_group:
-            boxes = " + ".join(f"{'x'.join(map(str, attr(x, 'box')))}x{attr(x, 'elem_bytes')}B" for x in fill.loads)
+            boxes = " + ".join(f"{'4 x ' if x.name == 'fa4.tma_gather4' else ''}{'x'.join(map(str, attr(x, 'box')))}"
+                              f"x{attr(x, 'elem_bytes')}B" for x in fill.loads)
             self.fail(f"pipeline '{pname}', role '{rname}': producer_commit on "
                       f"{_stage_text(op.operands[0])} expects tx_bytes = {tx}, but the {len(fill.loads)} "
                       f"tma_load(s) of its fill deliver {expected * cta_group} bytes "
@@ -501,7 +506,7 @@ class _Checker:
             while op is not None and op not in self.relevant and op.name != "llvm.func":
                 self.relevant.add(op)
                 op = op.parent
-        for op in ops_named(self.func, "fa4.tma_load"):
+        for op in ops_named(self.func, *LOAD_OPS):
             buf = _buffer_of(op.operands[1])
             if buf is not None:
                 self.buffer_pipe[buf] = attr(op, "pipe") if self.buffer_pipe.get(buf, attr(op, "pipe")) == \

@@ -37,6 +37,9 @@ module attributes {gpu.container_module} {
           // CHECK: "fa4.tma_load"(%[[DESC]], %[[SMEM]], %[[TID]], %[[TID]], %[[TID]]) {box = array<i64: 64, 128>, elem_bytes = 2 : i64, pipe = "ab_pipe"} : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32) -> ()
           "fa4.tma_load"(%desc, %a_smem, %tid, %tid, %tid) {pipe = "ab_pipe", box = array<i64: 64, 128>, elem_bytes = 2 : i64}
               : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32) -> ()
+          // CHECK: "fa4.tma_gather4"(%[[DESC]], %[[SMEM]], %[[TID]], %[[TID]], %[[TID]], %[[TID]], %[[TID]], %[[TID]]) {box = array<i64: 64, 1>, elem_bytes = 2 : i64, pipe = "ab_pipe"} : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32, i32, i32, i32) -> ()
+          "fa4.tma_gather4"(%desc, %a_smem, %tid, %tid, %tid, %tid, %tid, %tid) {pipe = "ab_pipe", box = array<i64: 64, 1>, elem_bytes = 2 : i64}
+              : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32, i32, i32, i32) -> ()
           // CHECK: "fa4.tma_prefetch"(%[[DESC]]) : (!llvm.ptr) -> ()
           "fa4.tma_prefetch"(%desc) : (!llvm.ptr) -> ()
           // CHECK: "fa4.cp_async"(%[[DESC]], %[[SMEM]], %{{.*}}) : (!llvm.ptr, !llvm.ptr<3>, i1) -> ()
@@ -122,6 +125,8 @@ module attributes {gpu.container_module} {
       // CHECK: "fa4.cvt_e4m3x2"(%{{.*}}) : (i16) -> i32
       %codes = arith.constant 14392 : i16
       %f16x2 = "fa4.cvt_e4m3x2"(%codes) : (i16) -> i32
+      // CHECK: "fa4.prmt"(%[[TID]], %[[TID]]) {selector = 37248 : i64} : (i32, i32) -> i32
+      %lanes = "fa4.prmt"(%tid, %tid) {selector = 37248 : i64} : (i32, i32) -> i32
       // CHECK: "fa4.trap_if"(%[[PRED]]) : (i1) -> ()
       "fa4.trap_if"(%pred) : (i1) -> ()
       llvm.return

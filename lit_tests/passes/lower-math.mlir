@@ -76,6 +76,36 @@ module attributes {gpu.container_module} {
 
 // -----
 
+// fa4.prmt -> prmt.b32 (PTX ISA 9.7.9.7) with the selector as an immediate: the FP8 decode's bit
+// conversion (e4m3_tile note "Bit conversion"), bytes 0, 1 sign-extended into 16-bit lanes.
+// CHECK-LABEL: llvm.func @bits
+// CHECK-SAME: (%[[W:[^:]+]]: i32)
+// CHECK: nvvm.inline_ptx "prmt.b32 $0, $1, $2, 0x9180;" ro(%[[W]], %[[W]] : i32, i32) -> i32
+// CHECK-NOT: fa4.prmt
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @bits(%w: i32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      %lanes = "fa4.prmt"(%w, %w) {selector = 37248 : i64} : (i32, i32) -> i32
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// A selector holds four 4-bit byte selectors.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @prmt_wide(%w: i32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      // expected-error @+1 {{fa4-lower-math: fa4.prmt selector must be in [0, 0xffff] (four byte selectors), got 0x10000}}
+      %lanes = "fa4.prmt"(%w, %w) {selector = 65536 : i64} : (i32, i32) -> i32
+      llvm.return
+    }
+  }
+}
+
+// -----
+
 // The softcap's tanh: math.tanh -> tanh.approx.f32 (PTX ISA 9.7.4.9), one SFU op per score.
 // CHECK-LABEL: llvm.func @softcap
 // CHECK-SAME: (%[[S:[^:]+]]: f32, %[[C:[^:]+]]: f32)

@@ -114,3 +114,64 @@ module attributes {gpu.container_module} {
     }
   }
 }
+
+// -----
+
+// sm_100a TMA gather4: the column (dimension 0) first, then the four rows (dimension 1), in the
+// .tile::gather4 mode of cp.async.bulk.tensor; completes on full[stage] like a tma_load.
+// CHECK-LABEL: llvm.func @gather4
+// CHECK-SAME: (%[[DESC:[^:]+]]: !llvm.ptr, %[[DST:[^:]+]]: !llvm.ptr<3>, %[[STAGE:[^:]+]]: i32, %[[COL:[^:]+]]: i32, %[[R0:[^:]+]]: i32, %[[R1:[^:]+]]: i32, %[[R2:[^:]+]]: i32, %[[R3:[^:]+]]: i32)
+// CHECK: %[[FULL:.*]] = llvm.getelementptr
+// CHECK: %[[DST7:.*]] = llvm.addrspacecast %[[DST]] : !llvm.ptr<3> to !llvm.ptr<7>
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %[[DST7]], %[[DESC]], %[[FULL]], box[%[[COL]], %[[R0]], %[[R1]], %[[R2]], %[[R3]]] {mode = #nvvm.tma_load_mode<tile_gather4>}
+// CHECK-NOT: fa4.tma_gather4
+// CHECK: llvm.return
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_100a", features = "+ptx86">] {
+    llvm.mlir.global external @fa4_smem() {addr_space = 3 : i32, alignment = 1024 : i64} : !llvm.array<0 x i8>
+    llvm.func @gather4(%desc: !llvm.ptr, %dst: !llvm.ptr<3>, %stage: i32, %col: i32, %r0: i32, %r1: i32, %r2: i32, %r3: i32)
+        attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "kv_pipe", num_stages = 2 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 1 : i64, consumer_arrivals = 1 : i64, offset = 0 : i64} : () -> ()
+      "fa4.tma_gather4"(%desc, %dst, %stage, %col, %r0, %r1, %r2, %r3) {pipe = "kv_pipe", box = array<i64: 64, 1>, elem_bytes = 2 : i64}
+          : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32, i32, i32, i32) -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// The gather4 descriptor's box is one row high (PTX ISA 5.5.3.4).
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_100a", features = "+ptx86">] {
+    llvm.mlir.global external @fa4_smem() {addr_space = 3 : i32, alignment = 1024 : i64} : !llvm.array<0 x i8>
+    llvm.func @gather4_box_of_four_rows(%desc: !llvm.ptr, %dst: !llvm.ptr<3>, %stage: i32, %col: i32, %r: i32)
+        attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "kv_pipe", num_stages = 2 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 1 : i64, consumer_arrivals = 1 : i64, offset = 0 : i64} : () -> ()
+      // expected-error @+1 {{tma_gather4 with box [64, 4]; .tile::gather4 copies rows of a 2-D tensor whose descriptor box is [columns, 1]}}
+      "fa4.tma_gather4"(%desc, %dst, %stage, %col, %r, %r, %r, %r) {pipe = "kv_pipe", box = array<i64: 64, 4>, elem_bytes = 2 : i64}
+          : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32, i32, i32, i32) -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// .tile::gather4 does not exist before sm_100 (PTX ISA 9.7.9.25).
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.mlir.global external @fa4_smem() {addr_space = 3 : i32, alignment = 1024 : i64} : !llvm.array<0 x i8>
+    llvm.func @gather4_on_hopper(%desc: !llvm.ptr, %dst: !llvm.ptr<3>, %stage: i32, %col: i32, %r: i32)
+        attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "kv_pipe", num_stages = 2 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 1 : i64, consumer_arrivals = 1 : i64, offset = 0 : i64} : () -> ()
+      // expected-error @+1 {{tma_gather4 in a kernel for sm_90a; .tile::gather4 needs sm_100 or later}}
+      "fa4.tma_gather4"(%desc, %dst, %stage, %col, %r, %r, %r, %r) {pipe = "kv_pipe", box = array<i64: 64, 1>, elem_bytes = 2 : i64}
+          : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32, i32, i32, i32) -> ()
+      llvm.return
+    }
+  }
+}

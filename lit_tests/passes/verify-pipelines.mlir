@@ -157,6 +157,36 @@ module attributes {gpu.container_module} {
 
 // -----
 
+// A tma_gather4 delivers four rows of its one-row box: a commit announcing one row is short.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_100a", features = "+ptx86">] {
+    llvm.func @gather4_tx_bytes(%desc: !llvm.ptr, %buf: !llvm.ptr<3>) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 256, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "kv_pipe", num_stages = 1 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 32 : i64, consumer_arrivals = 128 : i64} : () -> ()
+      "fa4.warp_roles"() ({
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          "fa4.producer_acquire"(%c0, %c0) {pipe = "kv_pipe"} : (i32, i32) -> ()
+          // expected-error @+1 {{expects tx_bytes = 128, but the 1 tma_load(s) of its fill deliver 512 bytes (4 x 64x1x2B)}}
+          "fa4.producer_commit"(%c0) {pipe = "kv_pipe", tx_bytes = 128 : i64} : (i32) -> ()
+          "fa4.tma_gather4"(%desc, %buf, %c0, %c0, %c0, %c0, %c0, %c0) {pipe = "kv_pipe", box = array<i64: 64, 1>, elem_bytes = 2 : i64} : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32, i32, i32, i32) -> ()
+          gpu.yield
+        }) {name = "load", first_warp = 0 : i64, num_warps = 1 : i64, regs = 0 : i64} : () -> ()
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          "fa4.consumer_wait"(%c0, %c0) {pipe = "kv_pipe"} : (i32, i32) -> ()
+          "fa4.consumer_release"(%c0) {pipe = "kv_pipe"} : (i32) -> ()
+          gpu.yield
+        }) {name = "mma", first_warp = 4 : i64, num_warps = 4 : i64, regs = 0 : i64} : () -> ()
+        gpu.yield
+      }) : () -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
 module attributes {gpu.container_module} {
   gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
     llvm.func @wrong_tx_bytes(%desc: !llvm.ptr, %buf: !llvm.ptr<3>) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 256, 1, 1>} {

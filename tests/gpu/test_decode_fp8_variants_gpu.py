@@ -1,5 +1,5 @@
 """The FP8 decode variants (attention_decode_sm90_config.FP8_VARIANTS: converter warpgroup, 128-key
-tiles, split conversion) on an sm_90 GPU, chosen through FA4MLIR_DECODE_FP8_VARIANT, by the checks
+tiles, split conversion, bit conversions) on an sm_90 GPU, chosen through FA4MLIR_DECODE_FP8_VARIANT, by the checks
 of tests/gpu/test_kvcache_gpu.py's test_fp8_cache (FA rule against the float64 reference of the
 same codes and scales, NaN codes in unused pages and past the lengths, lengths 0 .. 330, one split
 (the unsplit variant) and three). Needs a bundle of the `decode-fp8-variants` set

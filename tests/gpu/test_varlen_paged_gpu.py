@@ -44,7 +44,11 @@ def _pool(torch, gen, lens, page, max_pages, kv_heads, d, dtype):
     return k, v, table.cuda()
 
 
-def _run(attn_bundle, case, seqlens_q, seqused_k, max_pages, heads, kv_heads, causal):
+def _run(attn_bundle, case, seqlens_q, seqused_k, max_pages, heads, kv_heads, causal, window_size=(-1, -1),
+         attention_chunk=0, softcap=0.0, sinks=False):
+    """One call on the case's shapes (``sinks``: a float32 [heads] logit tensor drawn from the seed), the
+    FA rule per sequence (a sequence of no key: out 0, lse +inf or its head's sink); the packed rows past
+    the last sequence returned."""
     import torch
     from fa4mlir import flash_attn_varlen_func
     from fa4mlir.testing import compare_attention
@@ -58,18 +62,24 @@ def _run(attn_bundle, case, seqlens_q, seqused_k, max_pages, heads, kv_heads, ca
     used = torch.tensor(seqused_k, dtype=torch.int32, device="cuda")
     out = torch.full_like(q, float("nan"))
     lse = torch.full((heads, total_q), float("nan"), device="cuda")
+    sink = torch.randn(heads, device="cuda", generator=gen) * 2 if sinks else None
+    mods = dict(window_size=window_size, attention_chunk=attention_chunk, softcap=softcap)
     flash_attn_varlen_func(q, k, v, cu_q, None, max(seqlens_q), max_pages * page, seqused_k=used, page_table=table,
-                           causal=causal, out=out, lse=lse, bundle=attn_bundle)
+                           causal=causal, out=out, lse=lse, bundle=attn_bundle, sinks=sink, **mods)
     torch.cuda.synchronize()
     for b, (nq, nk) in enumerate(zip(seqlens_q, seqused_k)):
         if nq == 0:
             continue
         q0 = int(cu_q[b])
+        if nk == 0 and sink is not None:    # no key: out 0, lse = the head's sink
+            assert (out[q0:q0 + nq] == 0).all()
+            assert torch.allclose(lse[:, q0:q0 + nq], sink[:, None].expand(-1, nq), atol=1e-5)
+            continue
         t = torch.arange(nk, device="cuda")
         rows = table[b, t // page].long() * page + t % page
         k_rows, v_rows = (x.reshape(-1, kv_heads, d)[rows] for x in (k, v))
         r = compare_attention(q[q0:q0 + nq][None], k_rows[None], v_rows[None], out[q0:q0 + nq][None],
-                              lse[:, q0:q0 + nq][None], d ** -0.5, causal)
+                              lse[:, q0:q0 + nq][None], d ** -0.5, causal, sinks=sink, **mods)
         assert r["ok"], (b, r)
     return out[int(cu_q[-1]):], lse[:, int(cu_q[-1]):]
 

@@ -7,12 +7,14 @@ parameter holds its array's made-up global address (memory.GlobalMemory).
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..._mlir import ir
 from ..faults import Fault, Unsupported
 from ..machine import SMEM_BASE, uniform
-from ..numeric import WARP, e4m3x2_to_f16x2, np_dtype, vector_len
+from ..numeric import WARP, e4m3x2_to_f16x2, np_dtype, prmt, vector_len
 from ..program import PLAIN
 from . import semantics
 from .wgmma import move
@@ -156,12 +158,28 @@ _PTX = {"ex2.approx.ftz.f32 $0, $1;": lambda x: np.exp2(x).astype(np.float32),
         "cvt.rn.f16x2.e4m3x2 $0, $1;": e4m3x2_to_f16x2}
 
 
+_PRMT = re.compile(r"prmt\.b32 \$0, \$1, \$2, 0x([0-9a-f]{4});")
+
+
+def _prmt(selector: int, a, r):
+    """fa4.prmt: prmt.b32 (numeric.prmt), exact."""
+    if len(a) != 2 or len(r) != 1:
+        raise Unsupported(f"prmt.b32 with {len(a)} operands")
+    x, y, z = a[0], a[1], r[0]
+
+    def run(env, mask, w):
+        env[z] = prmt(env[x], env[y], selector)
+    return PLAIN, run
+
+
 @semantics("nvvm.inline_ptx")
 def inline_ptx(p, op, a, r):
     """The PTX of fa4-lower-math: ex2/lg2/tanh.approx, modelled exactly (float32 exp2/log2/tanh: the
     hardware's tanh.approx is off by up to 2^-11 relative, which the GPU comparison allows for), and
-    cvt.rn.f16x2.e4m3x2 (exact: numeric.e4m3x2_to_f16x2)."""
+    cvt.rn.f16x2.e4m3x2 (exact: numeric.e4m3x2_to_f16x2), prmt.b32 (exact: numeric.prmt)."""
     code = ir.StringAttr(op.attributes["ptxCode"]).value
+    if m := _PRMT.fullmatch(code):     # fa4.prmt (fa4-lower-math's prmt_ptx): two operands
+        return _prmt(int(m.group(1), 16), a, r)
     f = _PTX.get(code)
     if f is None or len(a) != 1 or len(r) != 1:
         raise Unsupported(f"inline PTX {code!r}")

@@ -1,6 +1,8 @@
 """TMA (PTX ISA §9.7.9.25 cp.async.bulk.tensor): box copies between global and shared memory.
 
-A load is queued on the CTA's TMA engine when issued; when the engine runs it, it writes the box
+A load is queued on the CTA's TMA engine when issued (a .tile::gather4 load, sm_100a, is four
+one-row boxes of a 2-D tensor at one column and four row coordinates, landing as one 4-row box:
+PTX ISA 5.5.3.4); when the engine runs it, it writes the box
 (clipped, out-of-bounds zero-filled, swizzled: memory.TensorMap) into shared memory and completes
 that many transaction bytes on its mbarrier, publishing the issuer's vector clock plus the engine's
 epoch of the copy (hb.py). A store reads shared memory when issued (the engine
@@ -45,13 +47,41 @@ def _check_smem(cta, addrs, what):
                     f"{cta.smem.size - SMEM_BASE} bytes of shared memory")
 
 
+GATHER4 = "tile_gather4"
+
+
+def _load_mode(op) -> str:
+    """The nvvm TMA load mode ("tile", "tile_gather4", ...) of a cp.async.bulk.tensor load."""
+    if "mode" not in op.attributes:
+        return "tile"
+    text = str(op.attributes["mode"])                  # #nvvm.tma_load_mode<tile_gather4>
+    return text[text.index("<") + 1:text.rindex(">")]
+
+
+def _gather4_box(tm, coords) -> np.ndarray:
+    """.tile::gather4 (PTX ISA 5.5.3.4): coords = (column, row0, row1, row2, row3) of a 2-D tensor
+    whose box is one row high; the four one-row boxes (each clipped and filled as in tile mode) land
+    one after the other, as a 4-row box would: bytes [4, row_bytes]."""
+    if tm.array.ndim != 2 or tm.box[1] != 1:
+        raise Fault(f"TMA gather4 through {tm.name}: the tensor map is rank {tm.array.ndim} with box {tm.box}; "
+                    ".tile::gather4 needs a 2-D tensor map whose box is one row high (PTX ISA 5.5.3.4)")
+    col, *rows = coords
+    return np.concatenate([tm.load_box([col, row]) for row in rows])
+
+
 @semantics("nvvm.cp.async.bulk.tensor.shared.cluster.global")
 def tma_load(p, op, a, r):
     seg = _segments(op)
     if seg[3] != 1 or any(seg[4:]):
         raise Unsupported(f"TMA load with multicast / im2col / L2 hint operands (segments {seg})")
+    mode = _load_mode(op)
+    if mode not in ("tile", GATHER4):
+        raise Unsupported(f"TMA load mode {mode!r} (tile and tile_gather4 are modelled)")
     nd = seg[2]
+    if mode == GATHER4 and nd != 5:
+        raise Fault(f"TMA gather4 with {nd} coordinates: .tile::gather4 takes a column and four rows")
     dst, desc, coords, bar = a[0], a[1], a[2:2 + nd], a[2 + nd]
+    rows = 4 if mode == GATHER4 else None
 
     def run(env, mask, w):
         cta = w.cta
@@ -59,17 +89,21 @@ def tma_load(p, op, a, r):
             tm = _tensor_map(w, env[desc][lane])
             c = [int(env[s][lane]) for s in coords]
             d = int(env[dst][lane])
-            if tm.span and d % (8 * tm.span):
-                raise Fault(f"TMA load into shared {d:#x}: a {tm.span}-byte swizzled box must start "
-                            f"{8 * tm.span}-byte aligned")
-            addrs = tm.smem_addresses(d)
+            # a box starts at a swizzle atom (8 rows of the span); a gather4's four rows may start
+            # half-way into one (FlashMLA fills a 128B-swizzled tile 4 rows at a time), the swizzle
+            # being a function of the address bits (numeric.swizzle)
+            align = tm.span * (1 if rows else 8)
+            if tm.span and d % align:
+                raise Fault(f"TMA {'gather4' if rows else 'load'} into shared {d:#x}: a {tm.span}-byte swizzled "
+                            f"box must start {align}-byte aligned")
+            addrs = tm.smem_addresses(d, rows)
             _check_smem(cta, addrs, f"TMA load of {tm.name}")
             b = cta.mbarrier(env[bar][lane])
             issued = cta.hb.tma_issue(w.wid)
 
             def complete(tm=tm, c=c, addrs=addrs, b=b, issued=issued):
-                data = tm.load_box(c)
-                what = f"TMA load of {tm.name}"
+                data = _gather4_box(tm, c) if rows else tm.load_box(c)
+                what = f"TMA {'gather4' if rows else 'load'} of {tm.name}"
                 cta.check_smem_write(addrs, what)
                 job = cta.hb.stamp_async(cta.hb.TMA, issued)
                 cta.hb.access(cta.hb.smem, addrs, job, cta.hb.TMA, True, what)

@@ -11,7 +11,8 @@ exact fa4.cvt_e4m3x2; V rows at or past L_b written as zeros, in the tiles that 
 past L_b"), fences its stores to the async proxy, commits the pair (c_pipe full: 128 arrivals, one
 a thread, each after its own fence) and releases K_j and V_j (128 arrivals: each thread's e4m3
 loads were consumed by its conversion before its arrive). Scales never touch the tiles (note
-"FP8"): the conversion is the pure e4m3 -> f16 cvt.
+"FP8"): the conversion is the pure e4m3 -> f16 cvt (or, for the tiles in cfg.convert_bits, the integer
+ops of e4m3_tile's note "Bit conversion", values x 2^-8, which the consumer's scales take back).
 """
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def _convert_tile(kb, cfg, work, t: Value, j: Value, s, c, e4m3_smem, e4m3_pipes
     (k_smem, v_smem), (k16_smem, v16_smem) = e4m3_smem, staged
     e4m3_tile.emit_convert(kb, t, [(kb.gep(k_smem, at, "i8"), kb.gep(k16_smem, to, "i8"), None),
                                    (kb.gep(v_smem, at, "i8"), kb.gep(v16_smem, to, "i8"), valid)],
-                           cfg.bn, cfg.head_dim, ahead=LOADS_AHEAD)
+                           cfg.bn, cfg.head_dim, ahead=LOADS_AHEAD, bits=("k" in cfg.convert_bits, "v" in cfg.convert_bits))
     kb.fence("async_smem")
     c_pipe.producer_commit(c)
     k_pipe.consumer_release(s)
