@@ -8,6 +8,7 @@ shapes); CASES is the matrix, `uncovered` what of a set's entries it misses (les
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 
 from bench import sanitize_mla as smla
 from bench import sanitize_mla_sparse as sps
@@ -21,6 +22,11 @@ from fa4mlir.kernels import attention_sm90_config as acfg
 from fa4mlir.kernels.common.mask_family import attention_mask
 
 PAGED_PREFILL = "varlen-paged"   # family and feature of the varlen kernels over paged pools (a KNOWN_GAPS key)
+# kernel -> (family(config), features(config)) of the kernels whose own sanitize module classifies them
+OWN_RULES = {**{k: (partial(decode_family, k), partial(decode_features, k)) for k in DECODE_KERNELS},
+             mcfg.KERNEL: (smla.mla_family, smla.mla_features),
+             sps.sc.KERNEL: (sps.sparse_family, sps.sparse_features),
+             spd.dc.DECODE_KERNEL: (spd.sparse_decode_family, spd.sparse_decode_features)}
 
 
 def family(kernel: str, config: dict) -> str:
@@ -30,14 +36,8 @@ def family(kernel: str, config: dict) -> str:
     `features`, compiled-in functions too: sanitize_score_mod; a varlen kernel is its own protocol:
     sanitize_varlen); for the decode kernels
     sanitize_decode.decode_family (fetch, split, FP8), for the MLA kernel sanitize_mla.mla_family."""
-    if kernel in DECODE_KERNELS:
-        return decode_family(kernel, config)
-    if kernel == mcfg.KERNEL:
-        return smla.mla_family(config)
-    if kernel == sps.sc.KERNEL:
-        return sps.sparse_family(config)
-    if kernel == spd.dc.DECODE_KERNEL:
-        return spd.sparse_decode_family(config)
+    if kernel in OWN_RULES:
+        return OWN_RULES[kernel][0](config)
     if kernel != acfg.KERNEL:
         return kernel
     if config.get("page_size"):     # the varlen kernel over paged pools: a known gap (KNOWN_GAPS)
@@ -56,14 +56,8 @@ def features(kernel: str, config: dict) -> set[str]:
     own, so every varlen case is needed); the decode
     kernel's dtypes, head dims and FP8 scale granularities, the combine's head dims; the MLA
     kernel's dtypes and TMA box rows."""
-    if kernel in DECODE_KERNELS:
-        return decode_features(kernel, config)
-    if kernel == mcfg.KERNEL:
-        return smla.mla_features(config)
-    if kernel == sps.sc.KERNEL:
-        return sps.sparse_features(config)
-    if kernel == spd.dc.DECODE_KERNEL:
-        return spd.sparse_decode_features(config)
+    if kernel in OWN_RULES:
+        return OWN_RULES[kernel][1](config)
     if kernel != acfg.KERNEL:
         return set()
     out = {config["dtype"], f"d{config['head_dim']}", *([f"dv{config['head_dim_v']}"] if config.get("head_dim_v") else [])}

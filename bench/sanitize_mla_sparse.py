@@ -1,8 +1,10 @@
-"""bench/sanitize.py's sparse MLA prefill cases (MLIR-free): attention_mla_sparse_sm90 (the mla set's four
-entries, MLASparseConfig(topk_length=, sinks=) each off and on) through flash_mla_sparse_fwd.
+"""bench/sanitize.py's sparse MLA prefill cases (MLIR-free): attention_mla_sparse_sm90 (the mla set's eight
+entries, MLASparseConfig(topk_length=, sinks=) each off and on, over a bf16 kv and (kv_dtype "fp8") over
+FlashMLA's FP8 rows: the same bf16 kv quantized by testing_mla.quantize_fp8_cache, NaN rows giving NaN bytes
+and scales, checked over its dequantized rows) through flash_mla_sparse_fwd.
 
 Family: the kernel (topk_length and sinks add a tensor the kernel reads, inside one protocol); features
-(sparse_features): the dtype and, when set, `sparse-topk_length` and `sparse-sinks`.
+(sparse_features): the dtype and, when set, `sparse-topk_length`, `sparse-sinks` and `sparse-fp8`.
 
 Every call: SHAPES (s_q 4 and 5, h_q 64 and 128: one and two CTAs per token, topk 128 and 256: two and
 four gathered tiles, s_kv not a multiple of 64 and below topk once), fresh inputs (`sparse_inputs`):
@@ -23,10 +25,12 @@ import numpy as np
 from bench.sanitize_mla import nan_empty
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as sc
 
-# (case name, (topk_length, sinks) of its kernels, quick): every sparse entry of the mla set is one case's
+# (case name, (topk_length, sinks[, kv_dtype]) of its kernels, quick): every sparse entry of the mla set is
+# one case's
 CASES = (
     ("mla-sparse", ((False, False), (True, True)), True),
     ("mla-sparse-topklen-or-sinks", ((True, False), (False, True)), False),
+    ("mla-sparse-fp8", ((False, False, "fp8"), (True, True, "fp8"), (True, False, "fp8"), (False, True, "fp8")), False),
 )
 SHAPES = ((4, 64, 128, 90), (5, 128, 256, 1000))    # (s_q, h_q, topk, s_kv)
 ALL_INVALID = 1            # the token whose entries are all invalid
@@ -34,7 +38,8 @@ INVALID = (-1, -123456, -2**31, 2**31 - 1)           # and s_kv itself
 
 
 def matches(flags) -> tuple[dict, ...]:
-    return tuple(sc.MLASparseConfig("bf16", topk_length=t, sinks=s).key() for t, s in flags)
+    return tuple(sc.MLASparseConfig("bf16", topk_length=t, sinks=s, kv_dtype=kv[0] if kv else "").key()
+                 for t, s, *kv in flags)
 
 
 def sparse_family(config: dict) -> str:
@@ -42,11 +47,13 @@ def sparse_family(config: dict) -> str:
 
 
 def sparse_features(config: dict) -> set[str]:
-    return {f"sparse-{config['dtype']}", *(f"sparse-{k}" for k in ("topk_length", "sinks") if config[k])}
+    return {f"sparse-{config['dtype']}", *(f"sparse-{k}" for k in ("topk_length", "sinks") if config[k]),
+            *(["sparse-fp8"] if config.get("kv_dtype") == "fp8" else [])}
 
 
 def describe(case) -> list[str]:
-    return [f"s_q {sq}, h_q {h}, topk {k}, s_kv {skv}{', topk_length' if m['topk_length'] else ''}"
+    return [f"s_q {sq}, h_q {h}, topk {k}, s_kv {skv}{', FP8 kv' if m.get('kv_dtype') == 'fp8' else ''}"
+            f"{', topk_length' if m['topk_length'] else ''}"
             f"{', sinks' if m['sinks'] else ''} via flash_mla_sparse_fwd" for m in case.match for sq, h, k, skv in SHAPES]
 
 
@@ -83,7 +90,7 @@ def child_mla_sparse(case, bundle, seed: int):
     from bench import sanitize as san
     from fa4mlir.attention import mla_sparse
     from fa4mlir.attention.checks import read_tensor
-    from fa4mlir.testing_mla import check_mla_sparse
+    from fa4mlir.testing_mla import check_mla_sparse, dequantize_fp8_cache, quantize_fp8_cache
 
     device, i = san.DEVICE, 0
     for match in case.match:
@@ -96,6 +103,9 @@ def child_mla_sparse(case, bundle, seed: int):
             kv = torch.full((s_kv, 1, sc.D_QK), san.NAN)
             kv[torch.from_numpy(named).long()] = torch.randn(len(named), 1, sc.D_QK, generator=g)
             kv = kv.to(torch.bfloat16)
+            fp8 = match.get("kv_dtype") == "fp8"
+            if fp8:
+                kv = quantize_fp8_cache(kv.view(s_kv, 1, 1, sc.D_QK)).view(s_kv, 1, sc.FP8_ROW_BYTES)
             scale = sc.D_QK ** -0.5
             args = [x.to(device) for x in (q, kv, torch.from_numpy(idx))]
             kw = {"attn_sink": None if sinks is None else torch.from_numpy(sinks).to(device),
@@ -112,10 +122,11 @@ def child_mla_sparse(case, bundle, seed: int):
             out_c, m_c, lse_c = out.cpu().float(), max_logits.cpu(), lse.cpu()
             r = {"nan_out": int(torch.isnan(out_c).sum()), "nan_lse": int(torch.isnan(lse_c).sum())}
             try:
-                errs = check_mla_sparse(q, kv, idx, out_c, m_c, lse_c, scale,
+                rows = dequantize_fp8_cache(kv.view(s_kv, 1, 1, -1)).view(s_kv, 1, sc.D_QK) if fp8 else kv
+                errs = check_mla_sparse(q, rows, idx, out_c, m_c, lse_c, scale,
                                         sinks=None if sinks is None else torch.from_numpy(sinks), topk_length=lens)
                 r.update(ok=True, max_err=errs["out"], lse_err=errs["lse"], max_logits_err=errs["max_logits"])
             except AssertionError as exc:
                 r.update(ok=False, error=str(exc)[:300])
             yield {"kernel": name, "shape": [s_q, heads, topk, s_kv], "topk_length": lens is not None,
-                   "sinks": sinks is not None, "via": "flash_mla_sparse_fwd", "seed": s, **r}
+                   "sinks": sinks is not None, "fp8": fp8, "via": "flash_mla_sparse_fwd", "seed": s, **r}

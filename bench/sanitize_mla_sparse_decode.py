@@ -1,9 +1,11 @@
 """bench/sanitize.py's sparse MLA decode cases (MLIR-free): attention_mla_sparse_decode_sm90 (the mla set's
-eight entries, MLASparseDecodeConfig(dtype, topk_length=, split=)) through flash_mla_with_kvcache with
-indices, the split ones with the head-dim-512 combine.
+twelve entries, MLASparseDecodeConfig(dtype, kv_dtype=, topk_length=, split=)) through flash_mla_with_kvcache
+with indices, the split ones with the head-dim-512 combine; the four over FlashMLA's FP8 cache
+(kv_dtype "fp8") with is_fp8_kvcache=True, their cache the same bf16 latent quantized to 656-byte rows
+(testing_mla.quantize_fp8_cache: NaN rows give NaN bytes and scales), checked over its dequantized rows.
 
 Family: the kernel and split or unsplit (the split writes partials another kernel reads); features
-(sparse_decode_features): the dtype and, when set, `sparse-decode-topk_length`.
+(sparse_decode_features): the dtype and, when set, `sparse-decode-topk_length` and `sparse-decode-fp8`.
 
 Every call: SHAPES (batch 2 and 3, seqlen_q 1 and 2, heads 16 and 80: masked rows, one and two head
 blocks, topk 128 and 256, pages of 64 and 61), the split count the entry asks for (1, or 3: one split
@@ -22,18 +24,22 @@ from bench.sanitize_mla import nan_empty
 from bench.sanitize_mla_sparse import sparse_inputs
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as dc
 
-# (case name, (dtype, topk_length, split) of its kernels, quick): every sparse decode entry of the mla set
+# (case name, (dtype, topk_length, split[, kv_dtype]) of its kernels, quick): every sparse decode entry of the
+# mla set
 CASES = (
     ("mla-sparse-decode", (("bf16", False, False), ("bf16", True, True)), True),
     ("mla-sparse-decode-more", (("bf16", True, False), ("bf16", False, True), ("f16", False, False),
                                 ("f16", True, False), ("f16", False, True), ("f16", True, True)), False),
+    ("mla-sparse-decode-fp8", (("bf16", False, False, "fp8"), ("bf16", True, True, "fp8"),
+                               ("bf16", True, False, "fp8"), ("bf16", False, True, "fp8")), False),
 )
 SHAPES = ((2, 2, 16, 128, 10, 64), (3, 1, 80, 256, 20, 61))    # (batch, seqlen_q, heads, topk, pages, page)
 SPLITS = 3
 
 
 def matches(entries) -> tuple[dict, ...]:
-    return tuple(dc.MLASparseDecodeConfig(d, topk_length=t, split=s).key() for d, t, s in entries)
+    return tuple(dc.MLASparseDecodeConfig(d, kv_dtype=kv[0] if kv else "", topk_length=t, split=s).key()
+                 for d, t, s, *kv in entries)
 
 
 def sparse_decode_family(config: dict) -> str:
@@ -41,12 +47,13 @@ def sparse_decode_family(config: dict) -> str:
 
 
 def sparse_decode_features(config: dict) -> set[str]:
-    return {f"sparse-decode-{config['dtype']}", *(["sparse-decode-topk_length"] if config["topk_length"] else [])}
+    return {f"sparse-decode-{config['dtype']}", *(["sparse-decode-topk_length"] if config["topk_length"] else []),
+            *(["sparse-decode-fp8"] if config.get("kv_dtype") == "fp8" else [])}
 
 
 def describe(case) -> list[str]:
     return [f"batch {b}, seqlen_q {sq}, heads {h}, topk {k}, {p} pages of {ps}, {m['dtype']}"
-            f"{', topk_length' if m['topk_length'] else ''}, {SPLITS if m['split'] else 1} split(s) via "
+            f"{', FP8 cache' if m.get('kv_dtype') == 'fp8' else ''}{', topk_length' if m['topk_length'] else ''}, {SPLITS if m['split'] else 1} split(s) via "
             f"flash_mla_with_kvcache(indices=)" for m in case.match for b, sq, h, k, p, ps in SHAPES]
 
 
@@ -58,12 +65,13 @@ def child_mla_sparse_decode(case, bundle, seed: int):
     from bench import sanitize as san
     from fa4mlir.attention import mla_sparse_decode as sd
     from fa4mlir.attention.checks import read_tensor
-    from fa4mlir.testing_mla import check_mla_sparse_decode
+    from fa4mlir.testing_mla import check_mla_sparse_decode, dequantize_fp8_cache, quantize_fp8_cache
 
     device, i = san.DEVICE, 0
     for match in case.match:
         name = san.find(bundle, case, match).name           # LookupError unless the bundle holds it
         tdtype = {"bf16": torch.bfloat16, "f16": torch.float16}[match["dtype"]]
+        fp8 = match.get("kv_dtype") == "fp8"
         splits = SPLITS if match["split"] else 1
         for batch, seqlen_q, heads, topk, pages, page in SHAPES:
             s, i = seed + i, i + 1
@@ -78,6 +86,8 @@ def child_mla_sparse_decode(case, bundle, seed: int):
             cache = torch.full((pages * page, 1, dc.D_QK), san.NAN)
             cache[torch.from_numpy(named).long()] = torch.randn(len(named), 1, dc.D_QK, generator=g)
             cache = cache.to(tdtype).reshape(pages, page, 1, dc.D_QK)
+            if fp8:
+                cache = quantize_fp8_cache(cache)
             meta = torch.zeros((splits, 8), dtype=torch.int32, device=device)
             num_splits = torch.arange(batch + 1, dtype=torch.int32, device=device) * splits
             args = [x.to(device) for x in (q, cache, torch.from_numpy(np.ascontiguousarray(idx)))]
@@ -88,19 +98,22 @@ def child_mla_sparse_decode(case, bundle, seed: int):
             problem = sd.check_sparse_decode_inputs(infos["q"], infos["k_cache"], infos["indices"], dc.D_V,
                                                     infos["meta"], infos["num_splits"],
                                                     topk_length=None if length_t is None else
-                                                    read_tensor("topk_length", length_t, sd.ENTRY))
+                                                    read_tensor("topk_length", length_t, sd.ENTRY),
+                                                    is_fp8_kvcache=fp8)
             got = problem.config(splits > 1).key()
             if got != match:
                 raise RuntimeError(f"flash_mla_with_kvcache would run {got} for the case's {match}")
             with nan_empty(torch):
-                out, lse = sd.sparse_decode(*args, dc.D_V, meta, num_splits, topk_length=length_t, bundle=bundle)
+                out, lse = sd.sparse_decode(*args, dc.D_V, meta, num_splits, topk_length=length_t,
+                                            is_fp8_kvcache=fp8, bundle=bundle)
             torch.cuda.synchronize()
             out_c, lse_c = out.cpu().float(), lse.cpu()
             r = {"nan_out": int(torch.isnan(out_c).sum()), "nan_lse": int(torch.isnan(lse_c).sum())}
             try:
-                errs = check_mla_sparse_decode(q, cache, idx, out_c, lse_c, dc.D_QK ** -0.5, topk_length=lens)
+                rows = dequantize_fp8_cache(cache) if fp8 else cache
+                errs = check_mla_sparse_decode(q, rows, idx, out_c, lse_c, dc.D_QK ** -0.5, topk_length=lens)
                 r.update(ok=True, max_err=errs["out"], lse_err=errs["lse"])
             except AssertionError as exc:
                 r.update(ok=False, error=str(exc)[:300])
             yield {"kernel": name, "shape": [batch, seqlen_q, heads, topk, pages, page], "splits": splits,
-                   "topk_length": lens is not None, "via": "flash_mla_with_kvcache(indices=)", "seed": s, **r}
+                   "topk_length": lens is not None, "fp8": fp8, "via": "flash_mla_with_kvcache(indices=)", "seed": s, **r}

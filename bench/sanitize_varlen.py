@@ -25,6 +25,7 @@ runs with FA4MLIR_VARLEN_GRID=compact.
 from __future__ import annotations
 
 from fa4mlir.kernels import attention_sm90_config as acfg
+from fa4mlir.kernels import attention_sm90_config_varlen as acfg_varlen
 
 SPARE = 5          # packed q / out / lse rows past the last sequence: they must stay NaN
 SOFTCAP = 2.0
@@ -79,7 +80,7 @@ def picked(cfg: acfg.AttnConfig, opts: dict) -> acfg.AttnConfig:
     """The kernel flash_attn_varlen_func runs for cfg's dtype, head dims, causal flag, functions and opts."""
     from fa4mlir.kernels.common.mask_family import attention_mask
     mask = attention_mask(cfg.causal, opts.get("window_size", (-1, -1)), opts.get("attention_chunk", 0))
-    return acfg.varlen_config(cfg.dtype, cfg.head_dim, cfg.causal, None if mask.is_legacy else mask,
+    return acfg_varlen.varlen_config(cfg.dtype, cfg.head_dim, cfg.causal, None if mask.is_legacy else mask,
                               softcap=bool(opts.get("softcap")), sinks="sinks" in opts, head_dim_v=cfg.head_dim_v,
                               score_mod=cfg.score_mod, mask_mod=cfg.mask_mod, aux=cfg.aux, compact=cfg.varlen_compact)
 

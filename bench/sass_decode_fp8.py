@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import argparse
 import collections
-import re
 import sys
 
-from fa4mlir.sass import _SASS_INSTR, _SASS_LABEL, disassemble
+from fa4mlir.sass import backward_branch_spans, disassemble
 
 CLASSES = {"hgmma": ("HGMMA",), "cvt_e4m3": ("F2FP.F16.E4M3",), "prmt": ("PRMT",),
            "pack": ("F2FP.F16.F32", "F2FP.BF16"),
@@ -27,17 +26,7 @@ def loops(sass: str) -> list[list[tuple[str, str]]]:
     """The innermost SASS loops (label .. backward branch to it, holding no other such span) in
     program order, as (opcode, operands). A span holding others is left out: ptxas may lay
     another role's code out inside it (the consumer's and the converter's loops side by side)."""
-    ops, labels = [], {}
-    for line in sass.splitlines():
-        if m := _SASS_LABEL.match(line):
-            labels[m.group(1)] = len(ops)
-        elif m := _SASS_INSTR.match(line):
-            ops.append((m.group(1), m.group(2).strip()))
-    spans = []
-    for i, (op, rest) in enumerate(ops):
-        target = re.search(r"`\((\.L_x_\d+)\)", rest) if op == "BRA" else None
-        if target and labels.get(target.group(1), i) < i:
-            spans.append((labels[target.group(1)], i))
+    ops, spans = backward_branch_spans(sass)
     inner = [(a, b) for a, b in spans if not any((c, d) != (a, b) and a <= c and d <= b for c, d in spans)]
     return [ops[a:b + 1] for a, b in inner]
 

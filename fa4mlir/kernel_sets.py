@@ -85,13 +85,19 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 set to 0 (every exp2 on the SFU: the default before [D-sfu-poly]), 2 or 8 instead of
                 the default SFU_MOD_POLY_STRIDE (4, in the prefill set). A bundle of one of these sets
                 alone runs its twin (flash_attn_func takes the one kernel of the default's tiles)
+    prefill-softcap-variants
+                the opt-in variants of the softcap row's kernel (bf16 D128 causal, SOFTCAP_VARIANTS:
+                softcap_fold_q, softcap_tanh, softcap_fixed_max and exp2_poly_stride 0 / 2 / 3 / 4,
+                [D-softcap-fold]) beside the prefill
+                set's dense causal, sinks and default softcap kernels of `bench prefill --workloads
+                softcap_sink`; softcap_variant_specs() is its --prefill-tiles argument
     score-mods  the sm_90a attention kernel with the built-in score_mods and mask_mods of
                 testing_score_mod.CASES (ALiBi, relative bias, document mask, softcap as a score_mod), what
                 tests/gpu/test_score_mod_gpu.py and the interpreter cases run
     attention-varlen
                 the sm_90a attention kernel's ragged-batch (varlen) variants that
                 tests/gpu/test_varlen_gpu.py and the interpreter cases (tests/interpret_varlen.py) run:
-                VARLEN_CASES here, each attention_sm90_config.varlen_config, VARLEN_CHUNK_CASES
+                VARLEN_CASES here, each attention_sm90_config_varlen.varlen_config, VARLEN_CHUNK_CASES
                 (attention_chunk=), VARLEN_MOD_CASES (score_mod= / mask_mod=, built-in and
                 testing_varlen's functions) and VARLEN_HEAD_DIM_CASES (MLA prefill's qk 192 / v 128, D96,
                 D192; both tests/gpu/test_varlen_mods_gpu.py); VARLEN_COMPACT_CASES' compact-grid twins
@@ -108,11 +114,14 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 head-dim-512 combine (what tests/gpu/test_mla_decode_gpu.py and `bench mla`'s decode rows run),
                 the FP8-latent-cache variants (is_fp8_kvcache, bf16, pages 64 and 16, split and unsplit),
                 mla_prefill's kernel, bf16 qk 192 / v 128 causal (`bench mla`'s prefill row), and the sparse
-                prefill (flash_mla_sparse_fwd, attention/mla_sparse.py) with and without topk_length and sinks
-                (tests/gpu/test_mla_sparse_gpu.py and `bench mla`'s sparse rows), and the sparse decode
+                prefill (flash_mla_sparse_fwd, attention/mla_sparse.py) with and without topk_length and sinks,
+                over a bf16 kv and FlashMLA's FP8 rows (tests/gpu/test_mla_sparse_gpu.py,
+                tests/gpu/test_mla_sparse_fp8_gpu.py and `bench mla`'s sparse rows), and the sparse decode
                 (flash_mla_with_kvcache with indices, attention/mla_sparse_decode.py) in bf16 and f16, with
                 and without topk_length, split and unsplit (tests/gpu/test_mla_sparse_decode_gpu.py and `bench
-                mla`'s sparse decode row)
+                mla`'s sparse decode row), and the same four over FlashMLA's FP8 cache (is_fp8_kvcache with
+                indices, bf16; tests/gpu/test_mla_sparse_decode_fp8_gpu.py and `bench mla`'s
+                mla_sparse_decode_fp8 row)
     bench       the attention, decode, prefill and mla sets, and the GEMM variants the benchmark times against
                 torch.matmul
     sm90        the sm_90a GEMMs of gpu-tests and bench
@@ -419,7 +428,8 @@ def prefill() -> list:
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
     from .kernels.attention_decode_sm90_config import KERNEL as DECODE_KERNEL
     from .kernels.attention_decode_sm90_config import default_config as decode_config
-    from .kernels.attention_sm90_config import KERNEL, default_configs, varlen_config
+    from .kernels.attention_sm90_config import KERNEL, default_configs
+    from .kernels.attention_sm90_config_varlen import varlen_config
     from .kernels.common import score_mod
     from .kernels.common.mask_family import attention_mask
     window = attention_mask(True, PREFILL_WINDOW, 0)
@@ -451,6 +461,43 @@ def prefill_poly(stride: int) -> list:
     return out + score_mod_kernels("bf16", 128, True, score_mod=score_mod.alibi, aux=(("f32", 1),))
 
 
+# The softcap row's opt-in variants (AttnConfig fields over its default kernel) [D-softcap-fold]: the tanh
+# input scale folded into Q, with each exp2 split; and the split alone. Timed by bench prefill's
+# --prefill-tiles (softcap_variant_specs()); the lead picks the default from those timings
+SOFTCAP_VARIANTS = (
+    dict(softcap_fold_q=True),                          # the default split (SFU_MOD_POLY_STRIDE 4)
+    dict(softcap_fold_q=True, exp2_poly_stride=0),
+    dict(softcap_fold_q=True, exp2_poly_stride=2),
+    dict(softcap_fold_q=True, exp2_poly_stride=3),
+    dict(softcap_fold_q=True, softcap_tanh="f16x2"),    # tanh.approx.f16x2: MUFU.TANH.F16, if it runs faster
+    dict(softcap_fixed_max=True),                       # no row max: caps <= FIXED_MAX_CAP (43.3)
+    dict(softcap_fold_q=True, softcap_fixed_max=True),
+    dict(softcap_fold_q=True, softcap_fixed_max=True, exp2_poly_stride=0),
+    dict(softcap_fold_q=True, softcap_fixed_max=True, exp2_poly_stride=2),
+    dict(exp2_poly_stride=0),
+    dict(exp2_poly_stride=2),
+    dict(exp2_poly_stride=3),
+)
+
+
+def softcap_variant_specs() -> str:
+    """SOFTCAP_VARIANTS as `bench prefill --prefill-tiles`' argument ('spec;spec', FA4MLIR_PREFILL_TILES
+    specs)."""
+    return ";".join(",".join(f"{k}={v!r}" for k, v in fields.items()) for fields in SOFTCAP_VARIANTS)
+
+
+def prefill_softcap_variants() -> list:
+    """The prefill-softcap-variants set (docstring): bench prefill softcap_sink's rows' default kernels
+    (dense causal 8k, sinks, softcap) and the softcap kernel with each of SOFTCAP_VARIANTS."""
+    from dataclasses import replace
+
+    from .kernels.attention_sm90_config import KERNEL, default_configs
+    out = [(KERNEL, c) for feature in ({}, {"sinks": True}, {"softcap": True})
+           for c in default_configs("bf16", 128, True, **feature)]
+    return out + [(KERNEL, replace(c, **fields).validate()) for fields in SOFTCAP_VARIANTS
+                  for c in default_configs("bf16", 128, True, softcap=True)]
+
+
 # (dtype, head_dim, page size) of flash_attn_varlen_func(page_table=)'s kernels in the attention-varlen
 # set: what tests/gpu/test_varlen_paged_gpu.py runs (TMA boxes of a page, of 16 and of 8 rows, the
 # cp.async gather of page sizes 1 and 3, every head dim, f16)
@@ -474,7 +521,7 @@ def varlen_paged(cases=None) -> list:
             for dtype, d, page in (VARLEN_PAGED_CASES if cases is None else cases) for unsplit in (False, True)]
 
 
-# (dtype, head_dim, causal, page size) of the paged PREFILL kernels (attention_sm90_config.paged_varlen_config,
+# (dtype, head_dim, causal, page size) of the paged PREFILL kernels (attention_sm90_config_varlen.paged_varlen_config,
 # what flash_attn_varlen_func(page_table=) runs for max_seqlen_q >= 256: attention/varlen_paged.py note
 # "Which kernel") in the attention-varlen set: what tests/gpu/test_varlen_paged_prefill_gpu.py runs (pages
 # of 16: 8 boxes per tile, 64: 2, 128: 1; causal and not)
@@ -502,7 +549,7 @@ VARLEN_PAGED_PREFILL_MOD_CASES = [
 
 def paged_prefill_mod_config(case):
     """The paged prefill kernel of a VARLEN_PAGED_PREFILL_MOD_CASES row."""
-    from .kernels.attention_sm90_config import paged_varlen_config
+    from .kernels.attention_sm90_config_varlen import paged_varlen_config
     from .kernels.common.mask_family import attention_mask
     dtype, d, causal, page, window, chunk, softcap, sinks = case
     mask = attention_mask(causal, window, chunk)
@@ -512,7 +559,8 @@ def paged_prefill_mod_config(case):
 def varlen_paged_prefill(cases=None, mod_cases=None) -> list:
     """The sm_90a varlen kernels over the paged pools (AttnConfig.page_size) of `cases` (default
     VARLEN_PAGED_PREFILL_CASES) and `mod_cases` (default VARLEN_PAGED_PREFILL_MOD_CASES)."""
-    from .kernels.attention_sm90_config import KERNEL, paged_varlen_config
+    from .kernels.attention_sm90_config import KERNEL
+    from .kernels.attention_sm90_config_varlen import paged_varlen_config
     out = [(KERNEL, paged_varlen_config(dtype, d, causal, page))
            for dtype, d, causal, page in (VARLEN_PAGED_PREFILL_CASES if cases is None else cases)]
     return out + [(KERNEL, paged_prefill_mod_config(c))
@@ -525,8 +573,9 @@ MLA_CASES = [("bf16", 64), ("f16", 64), ("bf16", 16)]
 
 def mla() -> list:
     """The absorbed MLA decode kernels (flash_mla_with_kvcache) of MLA_CASES, split and unsplit,
-    the head-dim-512 combine per dtype, the sparse prefill's four (flash_mla_sparse_fwd) and the sparse
-    decode's eight (flash_mla_with_kvcache with indices)."""
+    the head-dim-512 combine per dtype, the sparse prefill's four (flash_mla_sparse_fwd) and four over
+    FlashMLA's FP8 rows, and the sparse decode's eight (flash_mla_with_kvcache with indices) and four
+    over the FP8 cache."""
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
     from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, default_config
     out = [(KERNEL, default_config(dtype, page, unsplit=u)) for dtype, page in MLA_CASES for u in (False, True)]
@@ -538,10 +587,15 @@ def mla() -> list:
     # the sparse prefill (flash_mla_sparse_fwd), with and without topk_length and attention sinks
     from .kernels.attention_mla_sparse_sm90_config import KERNEL as SPARSE, MLASparseConfig
     out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s)) for t in (False, True) for s in (False, True)]
+    # ... over FlashMLA's FP8 rows (kv [s_kv, 1, 656]), the same four
+    out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s, kv_dtype="fp8")) for t in (False, True) for s in (False, True)]
     # the sparse decode (flash_mla_with_kvcache with indices) per dtype, with and without topk_length,
     # split (merged by the head-dim-512 combine above) and unsplit
     from .kernels.attention_mla_sparse_sm90_config import DECODE_DTYPES, DECODE_KERNEL, MLASparseDecodeConfig
     out += [(DECODE_KERNEL, MLASparseDecodeConfig(d, topk_length=t, split=s)) for d in DECODE_DTYPES
+            for t in (False, True) for s in (False, True)]
+    # the sparse decode over FlashMLA's FP8 cache (is_fp8_kvcache=True with indices; bf16 q), the same four
+    out += [(DECODE_KERNEL, MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s))
             for t in (False, True) for s in (False, True)]
     return out + _mla_prefill()
 
@@ -598,7 +652,7 @@ VARLEN_HEAD_DIM_CASES = [
 
 def varlen_mod_config(case):
     """The varlen kernel of a VARLEN_MOD_CASES row: its functions' fingerprints and aux spec."""
-    from .kernels.attention_sm90_config import varlen_config
+    from .kernels.attention_sm90_config_varlen import varlen_config
     from .kernels.common.score_mod import aux_spec
     from .testing_varlen import varlen_aux, varlen_mods
     dtype, d, causal, score, mask = case
@@ -616,7 +670,8 @@ VARLEN_COMPACT_CASES = [("bf16", 128, True), ("bf16", 128, False), ("bf16", 64, 
 
 def attention_varlen() -> list:
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
-    from .kernels.attention_sm90_config import KERNEL, varlen_config
+    from .kernels.attention_sm90_config import KERNEL
+    from .kernels.attention_sm90_config_varlen import varlen_config
     from .kernels.common.mask_family import attention_mask
     out = []
     for dtype, d, causal, window, softcap, sinks in VARLEN_CASES:
@@ -688,7 +743,8 @@ SETS = {"attention-sm100": attention_sm100, "attention-sm100-serving": attention
         "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,
         "decode-fp8-variants": decode_fp8_variants,
         "prefill": prefill, "mla": mla, "attention-varlen": attention_varlen, "head-dims": head_dims,
-        "score-mods": score_mods, **{f"prefill-poly{k}": (lambda k=k: prefill_poly(k)) for k in (0, 2, 8)}}
+        "score-mods": score_mods, "prefill-softcap-variants": prefill_softcap_variants,
+        **{f"prefill-poly{k}": (lambda k=k: prefill_poly(k)) for k in (0, 2, 8)}}
 
 
 def configs(names: list[str]) -> list:

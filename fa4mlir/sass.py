@@ -3,6 +3,7 @@ tests and bench/sass_loops.py use to check what ptxas scheduled.
 
     find_nvdisasm()      nvdisasm from PATH or the nvidia-cuda-nvdisasm wheel, or None
     disassemble(cubin)   the SASS text (nvdisasm -c)
+    backward_branch_spans(sass)  the instructions and the loops (a backward branch to a label) as spans
     wgmma_loops(sass)    the loops that issue wgmma (HGMMA), as (opcode, operands) lists
     wgmma_waits(loop)    where an attention KV loop waits on its wgmma groups
 """
@@ -47,23 +48,29 @@ _SASS_LABEL = re.compile(r"^\s*(\.L_x_\d+):")
 _SASS_INSTR = re.compile(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][\w.]*)(.*);")
 
 
-def wgmma_loops(sass: str) -> list[list[tuple[str, str]]]:
-    """The SASS loops (a backward branch to a label) that issue wgmma (HGMMA), shortest first:
-    each a list of (opcode, operands) from the label to the branch."""
+def backward_branch_spans(sass: str) -> tuple[list[tuple[str, str]], list[tuple[int, int]]]:
+    """The SASS's instructions as (opcode, operands) and its loops as (first, last) index spans into
+    them, in program order: a loop runs from a label to a later BRA back to it."""
     ops, labels = [], {}
     for line in sass.splitlines():
         if m := _SASS_LABEL.match(line):
             labels[m.group(1)] = len(ops)
         elif m := _SASS_INSTR.match(line):
             ops.append((m.group(1), m.group(2).strip()))
-    loops = []
+    spans = []
     for i, (op, rest) in enumerate(ops):
         target = re.search(r"`\((\.L_x_\d+)\)", rest) if op == "BRA" else None
         if target and labels.get(target.group(1), i) < i:
-            body = ops[labels[target.group(1)]:i + 1]
-            if any(o.startswith("HGMMA") for o, _ in body):
-                loops.append(body)
-    return sorted(loops, key=len)
+            spans.append((labels[target.group(1)], i))
+    return ops, spans
+
+
+def wgmma_loops(sass: str) -> list[list[tuple[str, str]]]:
+    """The SASS loops (a backward branch to a label) that issue wgmma (HGMMA), shortest first:
+    each a list of (opcode, operands) from the label to the branch."""
+    ops, spans = backward_branch_spans(sass)
+    loops = [ops[first:last + 1] for first, last in spans]
+    return sorted((body for body in loops if any(o.startswith("HGMMA") for o, _ in body)), key=len)
 
 
 def wgmma_waits(loop: list[tuple[str, str]]) -> dict:

@@ -1,6 +1,6 @@
 """Ragged batches through the interpreter: the cases and the runner (tests/test_interpret_varlen.py).
 
-Each case is a varlen kernel (attention_sm90_config.varlen_config) of the `varlen` bundle set at a
+Each case is a varlen kernel (attention_sm90_config_varlen.varlen_config) of the `varlen` bundle set at a
 tiny ragged batch: lengths 0 and 1, a tile plus one, unequal q and k lengths, GQA, masks, softcap
 and sinks; MOD_CASES with score_mod / mask_mod, HEAD_DIM_CASES MLA prefill's qk 192 / v 128, D96
 and D192. Packed inputs are standard normal; out and lse are NaN-poisoned, with a few packed rows
@@ -113,7 +113,7 @@ BY_NAME = {c.name: c for c in CASES + MOD_CASES + HEAD_DIM_CASES + COMPACT_CASES
 
 
 def config(case: VarlenCase):
-    from fa4mlir.kernels.attention_sm90_config import varlen_config
+    from fa4mlir.kernels.attention_sm90_config_varlen import varlen_config
     mask = None if case.mask.is_legacy else case.mask
     score, mask_mod = case.mods
     return varlen_config(case.dtype, case.head_dim, case.causal, mask, softcap=case.softcap > 0, sinks=case.sinks,

@@ -158,7 +158,7 @@ def run(case: PagedCase, seed: int = 0) -> dict:
             "partials": (named.get("o_partial"), named.get("lse_partial"))}
 
 
-# The paged PREFILL kernel (attention_sm90_config.paged_varlen_config: the sm_90a varlen kernel over the
+# The paged PREFILL kernel (attention_sm90_config_varlen.paged_varlen_config: the sm_90a varlen kernel over the
 # pools, D128 bm 128 bn 128): lengths 0, 1, page - 1, page, page + 1 and past a tile, queries longer than
 # their keys (causal rows that see no key), two query tiles, GQA; page 16 (8 boxes per tile), 64 (2) and
 # 128 (1); NaN in every unused page and past every length (inputs).
@@ -197,7 +197,7 @@ def run_prefill(case: PagedCase, seed: int = 0) -> dict:
     from fa4mlir import interpret
     from fa4mlir.attention import varlen_paged as vp
     from fa4mlir.kernels import attention_fwd_sm90
-    from fa4mlir.kernels.attention_sm90_config import paged_varlen_config
+    from fa4mlir.kernels.attention_sm90_config_varlen import paged_varlen_config
     tensors = inputs(case, seed)
     problem = check(case, tensors)
     # varlen_paged.prefill_config's kernel without its max_seqlen_q rule (small shapes interpret)

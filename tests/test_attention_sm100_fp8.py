@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from fa4mlir.kernels.attention_sm100_config import FP8_PARAMS, FA4Config, grid, launch_args, paged_launch_args
+from tests._sm100_helpers import bf16_bits, check_compiled, compiled, page_table, sass_count, sass_of
 
 DECODE = dict(num_q_tiles=1, fuse_gqa=True, causal=True, num_q_heads=8, num_kv_heads=2)
 
@@ -66,40 +67,22 @@ def test_fp8_refusals_say_why(kw, reason):
 COMPILED = [_fp8(64, 16, "block"), _fp8(128, 16, "block"), _fp8(128, 0, "tensor")]
 
 
-@pytest.fixture(scope="module")
-def compiled():
-    """Each COMPILED kernel lowered once (nvJitLink LTO)."""
-    from fa4mlir import lowering
-    from fa4mlir.kernels import attention_fwd_sm100 as k100
-    from fa4mlir.lowering import CompileOptions
-    return {c: lowering.lower(k100.build(c), CompileOptions(cubin_backend="nvjitlink-lto"), key="test-sm100-fp8")
-            for c in COMPILED}
-
-
 @pytest.mark.parametrize("index", range(len(COMPILED)))
-def test_fp8_compiles_with_zero_spills_and_sass(compiled, index):
-    from fa4mlir.sass import disassemble, find_nvdisasm
+def test_fp8_compiles_with_zero_spills_and_sass(index):
     cfg = COMPILED[index]
-    art = compiled[cfg]
-    r = art.resources
-    assert r["spill_stores"] == r["spill_loads"] == r["stack_bytes"] == 0, r
-    assert not r["setmaxnreg_ignored"] and r["registers"] == 128 and r["threads"] == 512
-    assert r["tmem_cols"] == cfg.tmem_plan()["alloc"]
-    plan = cfg.smem_plan()
-    assert plan["total"] <= art.smem_bytes <= plan["total"] + 1024
-    assert [(p.name, p.kind) for p in art.params] == list(cfg.launch_params)
-    if find_nvdisasm() is None:
-        pytest.skip("nvdisasm is not installed (pip install nvidia-cuda-nvdisasm): cannot read the SASS")
-    sass = disassemble(art.cubin)
+    art, _ = compiled(cfg, "test-sm100-fp8", "nvjitlink-lto")     # each COMPILED kernel lowered once (nvJitLink LTO)
+    check_compiled(cfg, art)
+    assert art.resources["tmem_cols"] == cfg.tmem_plan()["alloc"]
+    sass = sass_of(art)
     assert re.search(r"E4M3", sass), "no e4m3 conversion in the SASS"
     assert not re.search(r"\b(LDL|STL)\b", sass)
-    count = lambda op: len(re.findall(rf"\b{op}\b", sass))  # noqa: E731
     # S0 and P0 V per block; without the MMA thread's V zeroing (the convert warpgroup zeroes) LLVM
     # unrolls its loop, so the body appears more than once
     per_block = cfg.padded_head_dim // 16 + cfg.bn // 16
-    assert count("UTCHMMA") >= per_block and count("UTCHMMA") % per_block == 0 and count("HGMMA") == 0
+    mmas = sass_count(sass, "UTCHMMA")
+    assert mmas >= per_block and mmas % per_block == 0 and sass_count(sass, "HGMMA") == 0
     # Q per 64-column chunk, then one e4m3 box per page box for K and for V
-    assert count("UTMALDG") >= 2 * (cfg.bn // cfg.box_rows) + cfg.padded_head_dim // 64
+    assert sass_count(sass, "UTMALDG") >= 2 * (cfg.bn // cfg.box_rows) + cfg.padded_head_dim // 64
 
 
 def test_fp8_verifier_accepts_the_schedule_and_rejects_a_missing_release():
@@ -116,10 +99,6 @@ def test_fp8_verifier_accepts_the_schedule_and_rejects_a_missing_release():
 
 
 # ---- interpreted numerics ------------------------------------------------------------------------------
-def _bf16_bits(x, torch):
-    return x.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16).copy()
-
-
 def _fp8_cache(gen, lengths, page_size, kv_heads, d, kv_scale):
     """e4m3 codes: a paged pool (page_size > 0; shuffled table, -1 past each length) or a contiguous
     [batch, capacity, kv_heads, D] cache, with the NaN code in every unused page and row; the scales of
@@ -137,13 +116,8 @@ def _fp8_cache(gen, lengths, page_size, kv_heads, d, kv_scale):
     k, v = np.full(shape, nan, np.uint8), np.full(shape, nan, np.uint8)
     table = None
     if page_size:
-        perm = rng.permutation(num_pages)
-        table = np.full((len(lengths), max_pages), -1, np.int32)
-        used = 0
+        table = page_table(rng.permutation(num_pages), lengths, page_size, max_pages)
         for b, n in enumerate(lengths):
-            pages = -(-n // page_size)
-            table[b, :pages] = perm[used:used + pages]
-            used += pages
             for t0 in range(0, n, page_size):
                 rows, page = min(page_size, n - t0), table[b, t0 // page_size]
                 k[page, :rows] = e4m3_encode(rng.standard_normal((rows, kv_heads, d)) * 3)
@@ -200,7 +174,7 @@ def test_fp8_kernel_interpreted_by_the_fa_rule(page_size, kv_scale, seqlen_q):
     class P:
         pass
     P.batch, P.heads, P.seqlen_q, P.seqlen_k, P.softmax_scale = batch, heads, seqlen_q, k.shape[1], d ** -0.5
-    tensors = dict(q=_bf16_bits(q, torch), k=k, v=v, o=o, lse=lse, page_table=table, cache_seqlens=lens,
+    tensors = dict(q=bf16_bits(q, torch), k=k, v=v, o=o, lse=lse, page_table=table, cache_seqlens=lens,
                    k_scale=k_scale, v_scale=v_scale)
     if page_size:
         args = paged_launch_args(cfg, P, tensors, num_pages=k.shape[0], page_table_stride=table.shape[1])

@@ -14,12 +14,12 @@ warpgroup 4-7.
 from __future__ import annotations
 
 import re
-import time
 
 import numpy as np
 import pytest
 
-from fa4mlir.kernels.attention_sm100_config import PAGED_GATHER_LAUNCH_PARAMS, FA4Config, grid, paged_launch_args
+from fa4mlir.kernels.attention_sm100_config import PAGED_GATHER_LAUNCH_PARAMS, FA4Config
+from tests._sm100_helpers import check_compiled, compiled, interpret_paged, paged_cache, sass_count, sass_of
 
 DECODE = dict(num_q_tiles=1, fuse_gqa=True, causal=True, num_q_heads=8, num_kv_heads=2)
 
@@ -61,34 +61,16 @@ def test_gather_refusals_say_why(kw, reason):
 COMPILED = [_gather(64, 5), _gather(128, 1)]
 
 
-@pytest.fixture(scope="module")
-def compiled():
-    from fa4mlir import lowering
-    from fa4mlir.kernels import attention_fwd_sm100 as k100
-    from fa4mlir.lowering import CompileOptions
-    return {c: lowering.lower(k100.build(c), CompileOptions(cubin_backend="nvjitlink-lto"), key="test-sm100-gather")
-            for c in COMPILED}
-
-
 @pytest.mark.parametrize("index", range(len(COMPILED)))
-def test_gather_compiles_with_zero_spills_and_sass(compiled, index):
-    from fa4mlir.sass import disassemble, find_nvdisasm
+def test_gather_compiles_with_zero_spills_and_sass(index):
     cfg = COMPILED[index]
-    art = compiled[cfg]
-    r = art.resources
-    assert r["spill_stores"] == r["spill_loads"] == r["stack_bytes"] == 0, r
-    assert not r["setmaxnreg_ignored"] and r["registers"] == 128 and r["threads"] == 512
-    plan = cfg.smem_plan()
-    assert plan["total"] <= art.smem_bytes <= plan["total"] + 1024
-    assert [(p.name, p.kind) for p in art.params] == list(cfg.launch_params)
-    if find_nvdisasm() is None:
-        pytest.skip("nvdisasm is not installed (pip install nvidia-cuda-nvdisasm): cannot read the SASS")
-    sass = disassemble(art.cubin)
-    count = lambda op: len(re.findall(rf"\b{op}\b", sass))  # noqa: E731
+    art, _ = compiled(cfg, "test-sm100-gather", "nvjitlink-lto")
+    check_compiled(cfg, art)
+    sass = sass_of(art)
     assert re.search(r"\bLDG\.E\.128", sass) and re.search(r"\bSTS\.128", sass)   # 16-byte loads and stores
     assert not re.search(r"\b(LDL|STL)\b", sass)
-    assert count("UTMALDG") == cfg.padded_head_dim // 64      # Q's boxes only: K and V are gathered
-    assert count("UTCHMMA") % (cfg.padded_head_dim // 16 + cfg.bn // 16) == 0
+    assert sass_count(sass, "UTMALDG") == cfg.padded_head_dim // 64      # Q's boxes only: K and V are gathered
+    assert sass_count(sass, "UTCHMMA") % (cfg.padded_head_dim // 16 + cfg.bn // 16) == 0
 
 
 def test_gather_verifier_accepts_the_schedule():
@@ -104,47 +86,15 @@ def test_gather_kernel_interpreted_by_the_fa_rule(page):
     """D64, GQA 8 query heads over 2 KV heads, seqlen_q 3, causal bottom-right; NaN in unused pages and
     rows and in O before the call."""
     torch = pytest.importorskip("torch")
-    from fa4mlir import interpret
-    from fa4mlir.kernels import attention_fwd_sm100 as k100
-    from fa4mlir.testing import FaTally, attention_math
-    from fa4mlir.testing_kvcache import kvcache_reference
-    from test_attention_sm100_paged import _bits, _paged_cache
     d, heads, kv_heads, seqlen_q = 64, 8, 2, 3
     lengths = sorted({0, 1, max(page - 1, 1), page, page + 1}) + [150]
     cfg = _gather(d, page)
     gen = torch.Generator().manual_seed(27 + page)
     batch = len(lengths)
     q = torch.randn(batch, seqlen_q, heads, d, generator=gen).to(torch.bfloat16)
-    k, v, table = _paged_cache(torch, gen, lengths, page, kv_heads, d)
-    kb, vb = _bits(k, torch), _bits(v, torch)
-    lens = np.array(lengths, np.int32)
-    o = np.full((batch, seqlen_q, heads, d), 0x7FC0, np.uint16)
-    lse = np.full((batch, heads, seqlen_q), np.nan, np.float32)
-
-    class P:
-        pass
-    P.batch, P.heads, P.seqlen_q, P.softmax_scale = batch, heads, seqlen_q, d ** -0.5
-    args = paged_launch_args(cfg, P, dict(q=_bits(q, torch), k=kb, v=vb, o=o, lse=lse, page_table=table,
-                                          cache_seqlens=lens), num_pages=k.shape[0], page_table_stride=table.shape[1])
-    t0 = time.perf_counter()
-    interpret.load(k100.build(cfg)).launch(grid(cfg, P), args)
-    seconds = time.perf_counter() - t0
-    out = torch.from_numpy(o.view(np.int16)).view(torch.bfloat16).double()
-    lse_t = torch.from_numpy(lse).double()
-    kf, vf = (torch.from_numpy(x.view(np.int16)).view(torch.bfloat16).float() for x in (kb, vb))
-    ref = kvcache_reference(q.float(), kf, vf, torch.from_numpy(lens), torch.from_numpy(table), compute_dtype=np.float32)
-    assert not torch.isnan(out).any() and not torch.isnan(lse_t).any()
+    k, v, table = paged_cache(torch, gen, lengths, page, kv_heads, d)
+    out, lse_t, tally, seconds = interpret_paged(torch, cfg, q, k, v, table, lengths, page)
     empty = lengths.index(0)
     assert (out[empty] == 0).all() and torch.isposinf(lse_t[empty]).all()      # length 0: no key seen
-    tally = FaTally()
-    for b, n in enumerate(lengths):
-        if not n:
-            continue
-        t = np.arange(n)
-        rows = torch.from_numpy(table[b][t // page] * page + t % page)
-        k_rows, v_rows = (x.reshape(-1, kv_heads, d)[rows].to(torch.bfloat16) for x in (kf, vf))
-        low_o, low_l = attention_math(q[b:b + 1], k_rows[None], v_rows[None], d ** -0.5, True, torch.bfloat16)
-        tally.add(out[b], low_o[0].double(), ref["out"][b].double(),
-                  lse_t[b], low_l[0].double(), ref["lse"][b].double())
     print(f"interpreted page {page} in {seconds:.1f} s: {tally.errs}")
     tally.check()

@@ -3,7 +3,7 @@
 
 * config: the TMEM plan (S0 S1 O0 O1 = 512 columns), the SMEM plan (one K/V stage), what is refused
   and why (serving features, paging, the decode route, other strides, 2 stages; absorbed MLA decode
-  576/512 does not fit), and that supported_configs() (CI's 288-shape sweep) does not hold them;
+  576/512 fits the decode route only), and that supported_configs() (CI's 288-shape sweep) does not hold them;
 * compiled (nvJitLink LTO, as the kernel ships), every code shape of mla_configs(): 0 spills, no
   stack, setmaxnreg honoured with the role table's budgets, SMEM within the plan, 512 TMEM columns;
   the SASS holds 12 MMAs per S (K = 192 in steps of 16 over three 64-column chunks) and 8 per P.V;
@@ -64,12 +64,14 @@ def test_refusals_say_why(kw, reason):
     assert not ok and reason in why, why
 
 
-def test_absorbed_decode_does_not_fit():
-    """Absorbed MLA decode (qk 576 = 512 latent + 64 rope, v 512, one latent KV head): O alone is 512
-    TMEM columns and one P.V MMA of N = 512 > 256; the refusal says so."""
-    for kw in (dict(num_q_tiles=1, fuse_gqa=True, num_q_heads=16, num_kv_heads=1), {}):
-        ok, why = FA4Config(head_dim=576, head_dim_v=512, **kw).plan_fits()
-        assert not ok and "N = 512 > 256" in why and "absorbed MLA decode" in why, why
+def test_absorbed_decode_fits_the_decode_route_only():
+    """Absorbed MLA decode (qk 576 = 512 latent + 64 rope, v 512, one latent KV head): on the two-Q-tile
+    CTA, O alone is 512 TMEM columns per tile and one P.V MMA of N = 512 > 256, and the refusal says so;
+    the decode route's 64-row Layout F plan fits (tests/test_attention_sm100_mla_decode.py)."""
+    ok, why = FA4Config(head_dim=576, head_dim_v=512).plan_fits()
+    assert not ok and "N = 512 > 256" in why and "absorbed MLA decode" in why, why
+    dec = FA4Config(head_dim=576, head_dim_v=512, num_q_tiles=1, fuse_gqa=True, num_q_heads=16, num_kv_heads=1, bn=64)
+    assert dec.plan_fits() == (True, "") and dec.supported() == (True, "")
 
 
 def test_kept_out_of_the_supported_sweep():

@@ -13,16 +13,14 @@ the paged pool with per-page TMA boxes and the decode route (one Q tile of packe
 from __future__ import annotations
 
 import re
-import time
 
-import numpy as np
 import pytest
 
 from fa4mlir.kernels.attention_sm100_config import (PAGED_LAUNCH_PARAMS, FA4Config, grid, launch_args,
                                                     paged_configs, paged_launch_args)
 from fa4mlir.kernels.common.paging import KVFetch, fetch_plan
-from tests._sm100_helpers import (check_resources, check_verifier_rejects_a_dropped_commit, compiled, sass_count,
-                                  sass_of, verify_pipelines)
+from tests._sm100_helpers import (check_resources, check_verifier_rejects_a_dropped_commit, compiled, interpret_paged,
+                                  paged_cache, sass_count, sass_of, verify_pipelines)
 
 DECODE = dict(num_q_tiles=1, fuse_gqa=True)
 
@@ -131,30 +129,6 @@ def test_verifier_rejects_a_v_release_removed_from_the_decode_route():
 
 
 # ---- interpreted numerics ------------------------------------------------------------------------------
-def _bits(x, torch):
-    import numpy as np
-    return x.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16).copy()
-
-
-def _paged_cache(torch, gen, lengths, page_size, kv_heads, d):
-    """bf16 K/V pools with NaN in every unused page and row, a shuffled page table (-1 past each length)."""
-    max_pages = max(-(-n // page_size) for n in lengths) + 1
-    num_pages = sum(-(-n // page_size) for n in lengths) + 3
-    k, v = (torch.full((num_pages, page_size, kv_heads, d), float("nan")) for _ in range(2))
-    perm = torch.randperm(num_pages, generator=gen).numpy()
-    table = np.full((len(lengths), max_pages), -1, np.int32)
-    used = 0
-    for b, n in enumerate(lengths):
-        pages = -(-n // page_size)
-        table[b, :pages] = perm[used:used + pages]
-        used += pages
-        for t0 in range(0, n, page_size):
-            rows, page = min(page_size, n - t0), table[b, t0 // page_size]
-            k[page, :rows] = torch.randn(rows, kv_heads, d, generator=gen)
-            v[page, :rows] = torch.randn(rows, kv_heads, d, generator=gen)
-    return k, v, table
-
-
 @pytest.mark.parametrize("decode,seqlen_q,d,page", [(True, 3, 64, 16), (False, 5, 64, 16), (True, 3, 128, 16),
                                                      (False, 5, 128, 16), (True, 3, 64, 48)])
 def test_paged_kernel_interpreted_by_the_fa_rule(decode, seqlen_q, d, page):
@@ -163,10 +137,6 @@ def test_paged_kernel_interpreted_by_the_fa_rule(decode, seqlen_q, d, page):
     query heads over 2 KV heads, causal bottom-right, NaN in unused pages and rows and in O before the
     call. Interpreted at the nvvm stage on the CPU."""
     torch = pytest.importorskip("torch")
-    from fa4mlir import interpret
-    from fa4mlir.kernels import attention_fwd_sm100 as k100
-    from fa4mlir.testing import FaTally, attention_math
-    from fa4mlir.testing_kvcache import kvcache_reference
     heads, kv_heads = 8, 2
     lengths = [page - 1, page, page + 1, 0, 150]
     cfg = FA4Config(head_dim=d, head_dim_v=d, causal=True, num_q_heads=heads, num_kv_heads=kv_heads, page_size=page,
@@ -174,38 +144,9 @@ def test_paged_kernel_interpreted_by_the_fa_rule(decode, seqlen_q, d, page):
     gen = torch.Generator().manual_seed(27)
     batch = len(lengths)
     q = torch.randn(batch, seqlen_q, heads, d, generator=gen).to(torch.bfloat16)
-    k, v, table = _paged_cache(torch, gen, lengths, page, kv_heads, d)
-    kb, vb = _bits(k, torch), _bits(v, torch)
-    lens = np.array(lengths, np.int32)
-    o = np.full((batch, seqlen_q, heads, d), 0x7FC0, np.uint16)
-    lse = np.full((batch, heads, seqlen_q), np.nan, np.float32)
-
-    class P:
-        pass
-    P.batch, P.heads, P.seqlen_q, P.softmax_scale = batch, heads, seqlen_q, d ** -0.5
-    args = paged_launch_args(cfg, P, dict(q=_bits(q, torch), k=kb, v=vb, o=o, lse=lse, page_table=table,
-                                          cache_seqlens=lens), num_pages=k.shape[0], page_table_stride=table.shape[1])
-    t0 = time.perf_counter()
-    kernel = interpret.load(k100.build(cfg))
-    kernel.launch(grid(cfg, P), args)
-    seconds = time.perf_counter() - t0
-    out = torch.from_numpy(o.view(np.int16)).view(torch.bfloat16).double()
-    lse_t = torch.from_numpy(lse).double()
-    kf, vf = (torch.from_numpy(x.view(np.int16)).view(torch.bfloat16).float() for x in (kb, vb))
-    ref = kvcache_reference(q.float(), kf, vf, torch.from_numpy(lens), torch.from_numpy(table),
-                            compute_dtype=np.float32)
-    assert not torch.isnan(out).any() and not torch.isnan(lse_t).any()
+    k, v, table = paged_cache(torch, gen, lengths, page, kv_heads, d)
+    out, lse_t, tally, seconds = interpret_paged(torch, cfg, q, k, v, table, lengths, page)
     assert (out[3] == 0).all() and torch.isposinf(lse_t[3]).all()          # length 0: no key seen
-    tally = FaTally()
-    for b, n in enumerate(lengths):
-        if not n:
-            continue
-        t = np.arange(n)
-        rows = torch.from_numpy(table[b][t // page] * page + t % page)
-        k_rows, v_rows = (x.reshape(-1, kv_heads, d)[rows].to(torch.bfloat16) for x in (kf, vf))
-        low_o, low_l = attention_math(q[b:b + 1], k_rows[None], v_rows[None], d ** -0.5, True, torch.bfloat16)
-        tally.add(out[b], low_o[0].double(), ref["out"][b].double(),
-                  lse_t[b], low_l[0].double(), ref["lse"][b].double())
     print(f"interpreted {cfg.description()[:40]}.. in {seconds:.1f} s: {tally.errs}")
     tally.check()
 

@@ -23,7 +23,8 @@ COMPILER = ("fa4mlir._mlir", "fa4mlir.dsl", "fa4mlir.dialect", "fa4mlir.passes",
             "fa4mlir.compiler", "fa4mlir.kernels", "fa4mlir.interpret")
 # Pure-Python kernel pieces: the configs (the host API imports them) and the common/ modules that
 # hold numbers and host-side math. The other common/ modules build IR through the DSL.
-PURE_KERNEL_PIECES = ("fa4mlir.kernels.attention_sm90_config", "fa4mlir.kernels.attention_sm100_config",
+PURE_KERNEL_PIECES = ("fa4mlir.kernels.attention_sm90_config", "fa4mlir.kernels.attention_sm90_config_varlen",
+                      "fa4mlir.kernels.attention_sm100_config",
                       "fa4mlir.kernels.attention_decode_sm90_config", "fa4mlir.kernels.attention_mla_decode_sm90_config",
                       "fa4mlir.kernels.attention_mla_sparse_sm90_config",
                       "fa4mlir.kernels.common.constants", "fa4mlir.kernels.common.fastdiv",

@@ -15,8 +15,8 @@ from tests._bench_helpers import RESULT_BREAKAGES, check_cli_imports_no_mlir, ch
 
 
 def test_workloads_and_unknown_names():
-    assert mb.parse_workloads("") == ["mla_prefill", "mla_decode", "mla_decode_fp8", "mla_sparse",
-                                       "mla_sparse_decode"] == list(mb.WORKLOADS)
+    assert mb.parse_workloads("") == ["mla_prefill", "mla_decode", "mla_decode_fp8", "mla_sparse", "mla_sparse_fp8",
+                                       "mla_sparse_decode", "mla_sparse_decode_fp8"] == list(mb.WORKLOADS)
     assert mb.parse_workloads(" mla_prefill,mla_prefill ") == ["mla_prefill"]
     with pytest.raises(ValueError, match=r"unknown mla workload\(s\) \['decode_dense'\]"):
         mb.parse_workloads("mla_prefill,decode_dense")
@@ -190,3 +190,27 @@ def test_sparse_decode_row_counts_flops_and_bytes_as_flashmla():
     assert b * topk <= distinct <= b * sq * topk
     assert shape["bytes"] == 2 * b * sq * h * (576 + 512) + distinct * 1152
     assert mb.WORKLOADS["mla_sparse_decode"] == ("mla_sparse_decode",)
+
+
+def test_fp8_sparse_decode_row_counts_656_bytes_a_row_as_flashmla():
+    """The FP8 row: the same shape and FLOPs as mla_sparse_decode, each distinct cache row counted at
+    FlashMLA's 656 bytes (its count_flop_and_mem_vol_for_decode assumes the FP8 row)."""
+    import numpy as np
+    shape, flops = mb.row_shape("mla_sparse_decode_fp8")
+    plain, plain_flops = mb.row_shape("mla_sparse_decode")
+    assert flops == plain_flops and shape["kv"] == "fp8" and "kv" not in plain
+    b, sq, h = 64, 2, 128
+    distinct = len(np.unique(mb.sparse_decode_indices()[1]))
+    assert shape["bytes"] == 2 * b * sq * h * (576 + 512) + distinct * 656
+    assert mb.WORKLOADS["mla_sparse_decode_fp8"] == ("mla_sparse_decode_fp8",)
+    assert mb.BUILDERS["mla_sparse_decode_fp8"] is mb.mla_sparse_decode_fp8_rows
+
+
+def test_fp8_sparse_prefill_row_counts_656_bytes_a_kv_row():
+    shape, flops = mb.row_shape("mla_sparse_fp8")
+    plain, plain_flops = mb.row_shape("mla_sparse")
+    s_q, h, topk = 4096, 128, 2048
+    assert flops == plain_flops == 2 * s_q * topk * h * (576 + 512) and shape["kv"] == "fp8"
+    assert plain["bytes"] == (s_q * topk * 576 + s_q * h * (576 + 512)) * 2
+    assert shape["bytes"] == s_q * topk * 656 + s_q * h * (576 + 512) * 2
+    assert mb.BUILDERS["mla_sparse_fp8"] is mb.mla_sparse_fp8_rows

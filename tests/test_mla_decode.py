@@ -18,13 +18,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from fa4mlir import compiler, kernel_sets, kernels, lowering
+from fa4mlir import kernel_sets
 from fa4mlir.attention import errors as E
 from fa4mlir.attention import mla
 from fa4mlir.kernels import attention_decode_sm90_config as dec
 from fa4mlir.kernels import attention_mla_decode_sm90_config as mc
 from fa4mlir.kernels.common.fields import ConfigError
-from fa4mlir.runtime import TensorInfo
+from tests._mla_helpers import info as _info
+from tests._mla_helpers import bits, interpret_decode, lower_clean, paged_latent
 
 # the sparse kernels: tests/test_mla_sparse.py and tests/test_mla_sparse_decode.py; mla_prefill:
 # test_attention_compile; FP8: test_mla_decode_fp8.py
@@ -36,10 +37,7 @@ ENTRIES = [e for e in kernel_sets.mla()
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
 def test_mla_set_compiles_clean(entry):
     name, cfg = entry
-    art = lowering.lower(kernels.module(name).build(cfg), compiler.resolve_options(name, debug=False))
-    r = art.resources
-    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r
-    assert not r["wgmma_serialized"] and not r["setmaxnreg_ignored"], r
+    art = lower_clean(name, cfg)
     if name == mc.KERNEL:
         assert cfg.smem_bytes() <= art.smem_bytes <= mc.SMEM_LIMIT, (art.smem_bytes, cfg.smem_bytes())
         assert art.block == (cfg.threads, 1, 1) == (384, 1, 1)
@@ -71,15 +69,6 @@ def test_config_and_split_rules():
 
 
 # ---- typed errors ---------------------------------------------------------------------------------
-
-def _info(shape, dtype="bf16", strides=None):
-    if strides is None:
-        strides, acc = [], 1
-        for n in reversed(shape):
-            strides.insert(0, acc)
-            acc *= n
-    return TensorInfo(1 << 20, tuple(shape), tuple(strides), dtype, "cuda")
-
 
 def _good(**kw):
     args = dict(q=_info((2, 1, 16, 576)), k_cache=_info((8, 64, 1, 576)), block_table=_info((2, 4), "i32"),
@@ -139,7 +128,7 @@ def test_refusals_before_anything_runs():
         mla.flash_mla_with_kvcache(np.zeros((1, 1, 16, 576)), None, None, None, 512, None, None)
     with pytest.raises(E.HeadsRatioError):
         mla.get_mla_metadata(None, 16, 2)
-    with pytest.raises(E.UnsupportedFeatureError, match="FP8 latent cache"):   # sparse decode over FP8: not built
+    with pytest.raises(E.ArgumentTypeError):   # sparse decode over FP8: built (tests/test_mla_sparse_decode_fp8.py)
         mla.flash_mla_with_kvcache(None, None, None, None, 512, None, None, is_fp8_kvcache=True, indices=np.zeros(1))
     with pytest.raises(E.ArgumentTypeError):
         mla.get_mla_metadata(None, 16, 1, is_fp8_kvcache=None)
@@ -150,27 +139,9 @@ def test_refusals_before_anything_runs():
 def _problem(torch, lens, seqlen_q, heads, page, seed=0, dtype="bf16"):
     """q, the cache (bf16; NaN in every row no sequence owns), a shuffled block table (junk past each
     sequence's pages) and the lengths."""
-    g = torch.Generator().manual_seed(seed)
-    batch = len(lens)
-    max_pages = max(-(-n // page) for n in lens) + 1
-    num_pages = batch * max_pages + 1
-    kv = torch.full((num_pages, page, 1, 576), float("nan"))
-    perm = torch.randperm(num_pages, generator=g).numpy()
-    table = np.full((batch, max_pages), 1 << 20, np.int32)
-    used = 0
-    for b, n in enumerate(lens):
-        for slot in range(-(-n // page)):
-            table[b, slot] = perm[used]
-            used += 1
-            rows = min(page, n - slot * page)
-            kv[table[b, slot], :rows] = torch.randn(rows, 1, 576, generator=g)
-    q = torch.randn(batch, seqlen_q, heads, 576, generator=g)
+    q, kv, table, lens_a = paged_latent(torch, lens, seqlen_q, heads, page, seed)
     tdtype = torch.float16 if dtype == "f16" else torch.bfloat16
-    return q.to(tdtype), kv.to(tdtype), table, np.array(lens, np.int32)
-
-
-def _bits(torch, x):
-    return x.view(torch.int16).numpy().view(np.uint16).copy()
+    return q.to(tdtype), kv.to(tdtype), table, lens_a
 
 
 @pytest.mark.parametrize("lens,seqlen_q,heads,page,splits,causal,exchange", [
@@ -183,38 +154,17 @@ def _bits(torch, x):
 ])
 def test_mla_decode_through_the_interpreter(lens, seqlen_q, heads, page, splits, causal, exchange):
     torch = pytest.importorskip("torch")
-    from fa4mlir import interpret
-    from fa4mlir.kernels import attention_mla_decode_sm90
-    from fa4mlir.testing_kvcache import combine_splits
     from fa4mlir.testing_mla import check_mla
     dtype = "f16" if exchange == "f16" else "bf16"
     q, kv, table, lens_a = _problem(torch, lens, seqlen_q, heads, page, dtype=dtype)
-    batch, num_pages, max_pages = len(lens), kv.shape[0], table.shape[1]
+    batch = len(lens)
     problem = mla.check_mla_inputs(_info(q.shape, dtype), _info(kv.shape, dtype), _info(table.shape, "i32"), _info(lens_a.shape, "i32"),
                                    512, _info((splits, 8), "i32"), _info((batch + 1,), "i32"), causal=causal)
     cfg, combine = mla.configs_for(problem)
     assert cfg.unsplit == (splits == 1) and (combine is None) == cfg.unsplit
     cfg = replace(cfg, exchange=bool(exchange))
     assert cfg.dtype == dtype
-    out = np.full((batch, seqlen_q, heads, 512), 0x7FC0, np.uint16)       # NaN before the call
-    lse = np.full((batch, heads, seqlen_q), np.nan, np.float32)
-    tensors = {"kv_cache": _bits(torch, kv), "q": _bits(torch, q), "cache_seqlens": lens_a, "block_table": table,
-               "out": out, "lse": lse,
-               "o_partial": np.full((splits, batch, seqlen_q, heads, 512), np.nan, np.float32),
-               "lse_partial": np.full((splits, batch, heads, seqlen_q), np.nan, np.float32)}
-    out_strides = (seqlen_q * heads * 512, heads * 512, 512)
-    args = mc.launch_args(cfg, tensors, batch=batch, seqlen_q=seqlen_q, heads=heads, num_splits=splits,
-                          num_pages=num_pages, page_size=page, max_pages=max_pages, causal=causal,
-                          softmax_scale=problem.softmax_scale, q_strides=(seqlen_q * heads * 576, heads * 576, 576),
-                          block_table_stride=max_pages, out_strides=out_strides)
-    interpret.load(attention_mla_decode_sm90.build(cfg)).launch(mc.grid(batch, seqlen_q, heads, splits), args)
-    if combine is None:
-        out_t = torch.from_numpy(out.view(np.int16)).view(q.dtype).float()
-        lse_t = torch.from_numpy(lse)
-    else:   # the combine's math on the host (its per-lane loop bounds are not interpretable)
-        mla.combine_args(problem, tensors, out_strides)
-        o, lse_c = combine_splits(tensors["o_partial"], tensors["lse_partial"])
-        out_t, lse_t = torch.from_numpy(o).float(), torch.from_numpy(lse_c).float()
+    out_t, lse_t = interpret_decode(torch, problem, cfg, combine, q, bits(torch, kv), table, lens_a, page)
     errs = check_mla(q, kv, table, lens_a, out_t, lse_t, causal=causal)
     assert errs["out"] > 0           # the kernel computed something (an all-zero out would fail the rule anyway)
 

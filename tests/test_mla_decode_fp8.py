@@ -19,24 +19,16 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from fa4mlir import compiler, kernel_sets, kernels, lowering
+from fa4mlir import kernel_sets
 from fa4mlir.attention import errors as E
 from fa4mlir.attention import mla
 from fa4mlir.kernels import attention_mla_decode_sm90_config as mc
 from fa4mlir.kernels.common import mla_fp8
 from fa4mlir.kernels.common.fields import ConfigError
-from fa4mlir.runtime import TensorInfo
+from tests._mla_helpers import info as _info
+from tests._mla_helpers import interpret_decode, lower_clean, paged_latent
 
 FP8_ENTRIES = [e for e in kernel_sets.mla() if e[0] == mc.KERNEL and e[1].fp8]
-
-
-def _info(shape, dtype="bf16", strides=None):
-    if strides is None:
-        strides, acc = [], 1
-        for n in reversed(shape):
-            strides.insert(0, acc)
-            acc *= n
-    return TensorInfo(1 << 20, tuple(shape), tuple(strides), dtype, "cuda")
 
 
 # ---- config, SMEM plan, compile ------------------------------------------------------------------
@@ -57,10 +49,7 @@ def test_fp8_config_rules():
 @pytest.mark.parametrize("entry", FP8_ENTRIES, ids=lambda e: e[1].name())
 def test_fp8_set_compiles_clean(entry):
     name, cfg = entry
-    art = lowering.lower(kernels.module(name).build(cfg), compiler.resolve_options(name, debug=False))
-    r = art.resources
-    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r
-    assert not r["wgmma_serialized"] and not r["setmaxnreg_ignored"], r
+    art = lower_clean(name, cfg)
     assert cfg.smem_bytes() <= art.smem_bytes <= mc.SMEM_LIMIT, (art.smem_bytes, cfg.smem_bytes())
     assert [(p.name, p.kind) for p in art.params] == list(cfg.params)
     (tma,) = [p for p in art.params if p.kind == "tma"]
@@ -119,22 +108,8 @@ def _problem(torch, lens, seqlen_q, heads, page, seed=0):
     """q (bf16), the FP8 cache (NaN bytes and scales in every row no sequence owns), a shuffled block
     table (junk past each sequence's pages) and the lengths."""
     from fa4mlir.testing_mla import quantize_fp8_cache
-    g = torch.Generator().manual_seed(seed)
-    batch = len(lens)
-    max_pages = max(-(-n // page) for n in lens) + 1
-    num_pages = batch * max_pages + 1
-    kv = torch.full((num_pages, page, 1, 576), float("nan"))
-    perm = torch.randperm(num_pages, generator=g).numpy()
-    table = np.full((batch, max_pages), 1 << 20, np.int32)
-    used = 0
-    for b, n in enumerate(lens):
-        for slot in range(-(-n // page)):
-            table[b, slot] = perm[used]
-            used += 1
-            rows = min(page, n - slot * page)
-            kv[table[b, slot], :rows] = torch.randn(rows, 1, 576, generator=g) * 3
-    q = torch.randn(batch, seqlen_q, heads, 576, generator=g)
-    return q.bfloat16(), quantize_fp8_cache(kv.bfloat16()), table, np.array(lens, np.int32)
+    q, kv, table, lens_a = paged_latent(torch, lens, seqlen_q, heads, page, seed, scale=3)
+    return q.bfloat16(), quantize_fp8_cache(kv.bfloat16()), table, lens_a
 
 
 @pytest.mark.parametrize("lens,seqlen_q,heads,page,splits,causal", [
@@ -144,36 +119,16 @@ def _problem(torch, lens, seqlen_q, heads, page, seed=0):
 ])
 def test_fp8_decode_through_the_interpreter(lens, seqlen_q, heads, page, splits, causal):
     torch = pytest.importorskip("torch")
-    from fa4mlir import interpret
-    from fa4mlir.kernels import attention_mla_decode_sm90
-    from fa4mlir.testing_kvcache import combine_splits
     from fa4mlir.testing_mla import check_mla, dequantize_fp8_cache
     q, cache, table, lens_a = _problem(torch, lens, seqlen_q, heads, page)
-    batch, num_pages, max_pages = len(lens), cache.shape[0], table.shape[1]
+    batch = len(lens)
     problem = mla.check_mla_inputs(_info(q.shape), _info(cache.shape, "e4m3"), _info(table.shape, "i32"),
                                    _info(lens_a.shape, "i32"), 512, _info((splits, 8), "i32"),
                                    _info((batch + 1,), "i32"), causal=causal, is_fp8_kvcache=True)
     cfg, combine = mla.configs_for(problem)
     assert cfg.fp8 and cfg.unsplit == (splits == 1) and (combine is None) == cfg.unsplit
-    out = np.full((batch, seqlen_q, heads, 512), 0x7FC0, np.uint16)       # NaN before the call
-    lse = np.full((batch, heads, seqlen_q), np.nan, np.float32)
     words = cache.view(torch.uint8).numpy().view(np.int32)                  # [num_pages, page, 1, 164]
-    tensors = {"kv_cache": words, "q": q.view(torch.int16).numpy().view(np.uint16).copy(), "cache_seqlens": lens_a,
-               "block_table": table, "out": out, "lse": lse,
-               "o_partial": np.full((splits, batch, seqlen_q, heads, 512), np.nan, np.float32),
-               "lse_partial": np.full((splits, batch, heads, seqlen_q), np.nan, np.float32)}
-    out_strides = (seqlen_q * heads * 512, heads * 512, 512)
-    args = mc.launch_args(cfg, tensors, batch=batch, seqlen_q=seqlen_q, heads=heads, num_splits=splits,
-                          num_pages=num_pages, page_size=page, max_pages=max_pages, causal=causal,
-                          softmax_scale=problem.softmax_scale, q_strides=(seqlen_q * heads * 576, heads * 576, 576),
-                          block_table_stride=max_pages, out_strides=out_strides)
-    interpret.load(attention_mla_decode_sm90.build(cfg)).launch(mc.grid(batch, seqlen_q, heads, splits), args)
-    if combine is None:
-        out_t = torch.from_numpy(out.view(np.int16)).view(torch.bfloat16).float()
-        lse_t = torch.from_numpy(lse)
-    else:   # the combine's math on the host (its per-lane loop bounds are not interpretable)
-        o, lse_c = combine_splits(tensors["o_partial"], tensors["lse_partial"])
-        out_t, lse_t = torch.from_numpy(o).float(), torch.from_numpy(lse_c).float()
+    out_t, lse_t = interpret_decode(torch, problem, cfg, combine, q, words, table, lens_a, page)
     errs = check_mla(q, dequantize_fp8_cache(cache), table, lens_a, out_t, lse_t, causal=causal)
     assert errs["out"] > 0
 

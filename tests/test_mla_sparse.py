@@ -18,9 +18,11 @@ from fa4mlir import compiler, kernel_sets, kernels, lowering
 from fa4mlir.attention import errors as E
 from fa4mlir.attention import mla_sparse as ms
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as sc
-from tests.test_mla_decode import _info
+from tests._mla_helpers import bits as _bits
+from tests._mla_helpers import check_sparse_art, invalid_mix, lower_clean
+from tests._mla_helpers import info as _info
 
-ENTRIES = [e for e in kernel_sets.mla() if e[0] == sc.KERNEL]
+ENTRIES = [e for e in kernel_sets.mla() if e[0] == sc.KERNEL and not e[1].fp8]   # FP8 kv: test_mla_sparse_fp8.py
 
 
 def test_sparse_kernels_are_in_the_mla_set():
@@ -31,20 +33,10 @@ def test_sparse_kernels_are_in_the_mla_set():
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
 def test_sparse_set_compiles_clean(entry):
     name, cfg = entry
-    art = lowering.lower(kernels.module(name).build(cfg), compiler.resolve_options(name, debug=False))
-    r = art.resources
-    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r
-    assert not r["wgmma_serialized"] and not r["setmaxnreg_ignored"], r
-    assert cfg.smem_bytes() <= art.smem_bytes <= sc.SMEM_LIMIT, (art.smem_bytes, cfg.smem_bytes())
-    assert art.block == (cfg.threads, 1, 1) == (384, 1, 1)
-    assert [(p.name, p.kind) for p in art.params] == list(cfg.params)
+    check_sparse_art(lower_clean(name, cfg), cfg)
 
 
 # ---- the interpreter ------------------------------------------------------------------------------
-
-def _bits(torch, x):
-    return x.view(torch.int16).numpy().view(np.uint16).copy()
-
 
 def _problem(torch, s_q, heads, topk, s_kv, seed=0):
     """q, kv (NaN in every row no valid entry names) and indices [s_q, 1, topk]: token 0 a shuffled
@@ -54,10 +46,7 @@ def _problem(torch, s_q, heads, topk, s_kv, seed=0):
     q = torch.randn(s_q, heads, 576, generator=g).to(torch.bfloat16)
     idx = np.full((s_q, 1, topk), -1, np.int32)
     used = torch.randperm(s_kv, generator=g).numpy()[:s_kv // 2]
-    rest = topk - topk // 2 - 3 * (topk // 8)
-    mix = np.concatenate([used[:topk // 2], used[:topk // 8], np.full(topk // 8, -1), s_kv + np.arange(topk // 8),
-                          np.resize([-2**31, 2**31 - 1, -7, 114514], rest)])     # FlashMLA's invalid candidates
-    idx[0, 0] = np.random.default_rng(seed).permutation(mix)
+    idx[0, 0] = invalid_mix(used, topk, s_kv, seed)
     idx[1, 0, :topk - 23] = np.sort(used[:topk - 23])[::-1]
     for t in range(3, s_q):
         idx[t, 0] = np.random.default_rng(seed + t).choice(used, topk)

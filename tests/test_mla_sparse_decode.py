@@ -18,16 +18,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fa4mlir import compiler, kernel_sets, kernels, lowering
+from fa4mlir import kernel_sets
 from fa4mlir.attention import errors as E
 from fa4mlir.attention import mla
 from fa4mlir.attention import mla_sparse_decode as sd
 from fa4mlir.kernels import attention_decode_sm90_config as dec
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as dc
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as sc
-from tests.test_mla_decode import _info
+from tests._mla_helpers import bits as _bits
+from tests._mla_helpers import check_sparse_art, invalid_mix, lower_clean
+from tests._mla_helpers import info as _info
 
-ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL]
+ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and not e[1].fp8]   # FP8: its own test file
 
 
 def test_sparse_decode_kernels_are_in_the_mla_set():
@@ -39,29 +41,19 @@ def test_sparse_decode_kernels_are_in_the_mla_set():
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
 def test_sparse_decode_set_compiles_clean(entry):
     name, cfg = entry
-    art = lowering.lower(kernels.module(name).build(cfg), compiler.resolve_options(name, debug=False))
-    r = art.resources
-    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r
-    assert not r["wgmma_serialized"] and not r["setmaxnreg_ignored"], r
-    assert cfg.smem_bytes() <= art.smem_bytes <= sc.SMEM_LIMIT, (art.smem_bytes, cfg.smem_bytes())
-    assert art.block == (cfg.threads, 1, 1) == (384, 1, 1)
-    assert [(p.name, p.kind) for p in art.params] == list(cfg.params)
+    check_sparse_art(lower_clean(name, cfg), cfg)
     assert sc.register_pool_fits(cfg.threads, sc.MMA_REGS, sc.LOAD_REGS, sc.CONSUMERS)[0]
 
 
-def test_config_refuses_an_fp8_cache_and_other_dtypes():
+def test_config_refuses_unknown_cache_formats_and_dtypes():
     from fa4mlir.kernels.common.fields import ConfigError
-    with pytest.raises(ConfigError, match="FP8"):
+    with pytest.raises(ConfigError, match="fp8"):      # FlashMLA's FP8 cache is kv_dtype "fp8"
         dc.MLASparseDecodeConfig("bf16", kv_dtype="e4m3").validate()
     with pytest.raises((ConfigError, ValueError, TypeError)):
         dc.MLASparseDecodeConfig("f32").validate()
 
 
 # ---- the interpreter ------------------------------------------------------------------------------
-
-def _bits(torch, x):
-    return x.view(torch.int16).numpy().view(np.uint16).copy()
-
 
 def _problem(torch, batch, seqlen_q, heads, topk, pages, page, dtype, seed=0):
     """q, k_cache (NaN in every row no valid entry names) and indices [batch, seqlen_q, topk] of cache
@@ -75,10 +67,7 @@ def _problem(torch, batch, seqlen_q, heads, topk, pages, page, dtype, seed=0):
     rows = batch * seqlen_q
     idx = np.full((rows, topk), -1, np.int32)
     used = torch.randperm(s_kv, generator=g).numpy()[:s_kv // 2]
-    rest = topk - topk // 2 - 3 * (topk // 8)
-    mix = np.concatenate([used[:topk // 2], used[:topk // 8], np.full(topk // 8, -1), s_kv + np.arange(topk // 8),
-                          np.resize([-2**31, 2**31 - 1, -7, 114514], rest)])
-    idx[0] = np.random.default_rng(seed).permutation(mix)
+    idx[0] = invalid_mix(used, topk, s_kv, seed)
     if rows > 1:
         idx[1, :topk - 23] = np.sort(used[:topk - 23])[::-1]
     for t in range(3, rows):
@@ -238,7 +227,7 @@ def test_host_path_refuses_typed_before_touching_the_device():
     for kw in (dict(attn_sink=torch.zeros(64)), dict(extra_k_cache=cache), dict(extra_topk_length=splits)):
         with pytest.raises(E.UnsupportedFeatureError, match="not built"):
             mla.flash_mla_with_kvcache(q, cache, None, None, 512, meta, splits, indices=idx, **kw)
-    with pytest.raises(E.UnsupportedFeatureError, match="FP8"):
+    with pytest.raises(E.DeviceError, match="cuda"):   # FP8: the sparse host path (tests/test_mla_sparse_decode_fp8.py)
         mla.flash_mla_with_kvcache(q, cache, None, None, 512, meta, splits, indices=idx, is_fp8_kvcache=True)
     with pytest.raises(E.UnsupportedFeatureError, match="needs indices"):
         mla.flash_mla_with_kvcache(q, cache, None, None, 512, meta, splits, topk_length=splits)

@@ -22,7 +22,7 @@ SPARSE_CASES = [c.name for c in san.CASES if c.child == "mla-sparse"]
 
 def test_every_sparse_entry_is_one_case_and_one_is_quick():
     sparse = [cfg.key() for k, cfg in kernel_sets.mla() if k == sps.sc.KERNEL]
-    assert len(sparse) == 4
+    assert len(sparse) == 8          # bf16 kv: 4, FlashMLA's FP8 rows: 4
     for key in sparse:
         assert [c.name for c in san.CASES if key in c.match] in ([n] for n in SPARSE_CASES), key
     assert [c.name for c in san.select_cases(True, None) if c.child == "mla-sparse"] == ["mla-sparse"]
@@ -33,7 +33,7 @@ def test_every_sparse_entry_is_one_case_and_one_is_quick():
     runnable = [(k, cfg.key()) for k, cfg in kernel_sets.mla() if k == sps.sc.KERNEL]
     assert san.uncovered(runnable, [c for c in san.CASES if c.name != "mla-sparse-topklen-or-sinks"]) == []
     assert san.uncovered(runnable, [c for c in san.CASES if c.child != "mla-sparse"]) == [
-        sps.sc.KERNEL, "sparse-bf16", "sparse-sinks", "sparse-topk_length"]
+        sps.sc.KERNEL, "sparse-bf16", "sparse-fp8", "sparse-sinks", "sparse-topk_length"]
     only_plain = [replace(c, match=c.match[:1]) if c.child == "mla-sparse" else c for c in san.CASES]
     assert san.uncovered(runnable, only_plain) == ["sparse-sinks"]     # (True, False) left of the second case
 
@@ -71,13 +71,15 @@ def cpu_sparse(request, monkeypatch):
     import torch
 
     from fa4mlir.attention import mla_sparse
-    from fa4mlir.testing_mla import sparse_reference
+    from fa4mlir.testing_mla import dequantize_fp8_cache, sparse_reference
     bundle, *_ = request.getfixturevalue("cpu_child")
     calls, mode = [], {"mode": "right"}
 
     def call(q, kv, indices, sm_scale, d_v, *, bundle, attn_sink, topk_length):
         calls.append((tuple(q.shape), kv.shape[0], indices.shape[2], topk_length is not None, attn_sink is not None))
         s_q, heads, _ = q.shape
+        if kv.shape[-1] == 656:         # FlashMLA's FP8 rows
+            kv = dequantize_fp8_cache(kv.view(kv.shape[0], 1, 1, 656)).view(kv.shape[0], 1, 576)
         out = torch.empty((s_q, heads, d_v), dtype=q.dtype)
         m, lse = torch.empty((s_q, heads)), torch.empty((s_q, heads))
         if mode["mode"] == "nothing":

@@ -1,6 +1,7 @@
 """bench/sanitize.py's sparse MLA decode cases without a GPU (bench/sanitize_mla_sparse_decode.py): every
-sparse decode entry of the mla set is one case's, the quick one covers both families, and the child on
-CPU tensors with fake sparse decodes (right; writes nothing; ignores topk_length), on
+sparse decode entry of the mla set (the FP8 cache's included) is one case's, the quick one covers both
+families, and the child on CPU tensors with fake sparse decodes (right; writes nothing; ignores
+topk_length), on
 tests/test_sanitize_script.py's fixtures."""
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ CASES = [c.name for c in san.CASES if c.child == "mla-sparse-decode"]
 
 def test_every_sparse_decode_entry_is_one_case_and_the_quick_one_has_both_families():
     entries = [(k, cfg.key()) for k, cfg in kernel_sets.mla() if k == spd.dc.DECODE_KERNEL]
-    assert len(entries) == 8
+    assert len(entries) == 12       # 16-bit: 8, FP8 cache: 4
     for _, key in entries:
         assert [c.name for c in san.CASES if key in c.match] in ([n] for n in CASES), key
     quick = [c for c in san.select_cases(True, None) if c.child == "mla-sparse-decode"]
@@ -27,7 +28,7 @@ def test_every_sparse_decode_entry_is_one_case_and_the_quick_one_has_both_famili
     assert san.uncovered(entries) == []
     assert san.uncovered(entries, [c for c in san.CASES if c.child != "mla-sparse-decode"]) == sorted(
         [f"{spd.dc.DECODE_KERNEL}/split", f"{spd.dc.DECODE_KERNEL}/unsplit", "sparse-decode-bf16", "sparse-decode-f16",
-         "sparse-decode-topk_length"])
+         "sparse-decode-fp8", "sparse-decode-topk_length"])
 
 
 @pytest.fixture
@@ -37,13 +38,15 @@ def cpu_decode(request, monkeypatch):
     import torch
 
     from fa4mlir.attention import mla_sparse_decode as sd
-    from fa4mlir.testing_mla import sparse_reference
+    from fa4mlir.testing_mla import dequantize_fp8_cache, sparse_reference
     bundle, *_ = request.getfixturevalue("cpu_child")
     calls, mode = [], {"mode": "right"}
 
-    def call(q, k_cache, indices, head_dim_v, meta, num_splits, *, topk_length, bundle):
+    def call(q, k_cache, indices, head_dim_v, meta, num_splits, *, topk_length, is_fp8_kvcache, bundle):
         b, sq, h, d = q.shape
         calls.append((tuple(q.shape), tuple(k_cache.shape), indices.shape[2], meta.shape[0], topk_length is not None))
+        if is_fp8_kvcache:
+            k_cache = dequantize_fp8_cache(k_cache)
         out, lse = torch.empty((b, sq, h, head_dim_v), dtype=q.dtype), torch.empty((b, h, sq))
         if mode["mode"] == "nothing":
             return out, lse
@@ -67,7 +70,8 @@ def test_sparse_decode_child_runs_the_case_kernels_and_checks_them(cpu_decode, c
     code, rep = child_report(capsys, name, bundle)
     assert code == 0 and rep.end["ok"] and rep.end["checks"] == len(case.match) * len(spd.SHAPES), rep.results
     assert all(r["ok"] and r["nan_out"] == 0 for r in rep.results), rep.results
-    want = [((b, sq, h, 576), (p, ps, 1, 576), k, spd.SPLITS if m["split"] else 1, m["topk_length"])
+    want = [((b, sq, h, 576), (p, ps, 1, 656 if m["kv_dtype"] == "fp8" else 576), k, spd.SPLITS if m["split"] else 1,
+             m["topk_length"])
             for m in case.match for b, sq, h, k, p, ps in spd.SHAPES]
     assert calls == want
     lengths = [m["topk_length"] for m in case.match for _ in spd.SHAPES]

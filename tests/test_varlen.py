@@ -15,6 +15,7 @@ from fa4mlir.attention.errors import (ArgumentTypeError, DeviceError, DTypeError
                                       LayoutError, MaskError, SeqlensError, ShapeError, SoftcapError)
 from fa4mlir.attention.problem import VarlenProblem  # noqa: E402
 from fa4mlir.kernels import attention_sm90_config as acfg  # noqa: E402
+from fa4mlir.kernels import attention_sm90_config_varlen as acfg_varlen  # noqa: E402
 from fa4mlir.kernels.common import varlen_schedule as vs  # noqa: E402
 from fa4mlir.kernels.common.fastdiv import divisor  # noqa: E402
 
@@ -123,7 +124,7 @@ def _problem(**kw):
 
 
 def test_launch_contract_and_grid():
-    cfg = acfg.varlen_config("bf16", 128, True)
+    cfg = acfg_varlen.varlen_config("bf16", 128, True)
     assert cfg.varlen and not cfg.persistent and cfg.validate()
     p = _problem()
     refs = {n: n for n in ("q", "k", "v", "o", "lse", "cu_seqlens_q", "cu_seqlens_k")}
@@ -184,7 +185,7 @@ def test_long_sequences_start_first_and_short_ones_fill_the_end_of_each_section(
 
 def test_launch_sections_fit_l2():
     from fa4mlir.kernels.attention_sm90_config import section_shift
-    cfg = acfg.varlen_config("bf16", 128, True)
+    cfg = acfg_varlen.varlen_config("bf16", 128, True)
     p = _problem()
     shift = section_shift(cfg, p)
     kv_head = p.seqlen_k * 256 * 2
@@ -292,7 +293,7 @@ def test_custom_op_fake_keeps_typed_errors(cpu_varlen):
 def test_bundle_lookup_tells_varlen_from_dense_kernels():
     from fa4mlir.attention.errors import BundleError
     from fa4mlir.attention.plan import select_entry
-    dense, ragged = acfg.default_config("bf16", 128, True), acfg.varlen_config("bf16", 128, True)
+    dense, ragged = acfg.default_config("bf16", 128, True), acfg_varlen.varlen_config("bf16", 128, True)
     entries = [{"name": n, "arch": "sm_90a", "config": {**c.key(), "cubin_backend": "ptxas"}}
                for n, c in (("dense", dense), ("ragged", ragged))]
     assert select_entry(entries, "bf16", 128, True, default=ragged)["name"] == "ragged"

@@ -16,8 +16,8 @@ import random
 import numpy as np
 import pytest
 
-from fa4mlir.kernels.attention_sm90_config import (COMPACT_PARAMS, AttnConfig, ConfigError, launch_params,
-                                                   varlen_config)
+from fa4mlir.kernels.attention_sm90_config import COMPACT_PARAMS, AttnConfig, ConfigError, launch_params
+from fa4mlir.kernels.attention_sm90_config_varlen import varlen_config
 from fa4mlir.kernels.common import varlen_compact as vc
 from fa4mlir.kernels.common.varlen_schedule import tile_order as default_order
 

@@ -8,7 +8,8 @@ from fa4mlir import lowering
 from fa4mlir.kernel_sets import (VARLEN_CASES, VARLEN_CHUNK_CASES, VARLEN_HEAD_DIM_CASES, VARLEN_MOD_CASES,
                                  varlen_mod_config)
 from fa4mlir.kernels import attention_fwd_sm90
-from fa4mlir.kernels.attention_sm90_config import default_config, varlen_config
+from fa4mlir.kernels.attention_sm90_config import default_config
+from fa4mlir.kernels.attention_sm90_config_varlen import varlen_config
 from fa4mlir.kernels.common.mask_family import attention_mask
 from fa4mlir.lowering import CompileOptions
 

@@ -14,6 +14,7 @@ from fa4mlir.attention.errors import (DeviceError, HeadDimError, ScoreModError, 
                                       UnsupportedFeatureError)
 from fa4mlir.attention.varlen import _check, varlen_launch  # noqa: E402
 from fa4mlir.kernels import attention_sm90_config as acfg  # noqa: E402
+from fa4mlir.kernels import attention_sm90_config_varlen as acfg_varlen  # noqa: E402
 from fa4mlir.kernels.common import score_mod as sm  # noqa: E402
 from fa4mlir.testing_varlen import sequence_bias, sequence_document  # noqa: E402
 
@@ -74,7 +75,7 @@ def test_problem_config_and_launch_carry_the_functions():
         sequence_document, "mask")
     assert problem.aux == "f32x2,f32x2,i32x2" and problem.aux_shapes == ((3, 5), (3, 5), (3, 5))
     assert [n for n in infos if n.startswith("aux")] == ["aux0", "aux1", "aux2"] and infos["aux2"][1] is doc
-    cfg = acfg.varlen_config("bf16", 64, True, score_mod=problem.score_mod, mask_mod=problem.mask_mod,
+    cfg = acfg_varlen.varlen_config("bf16", 64, True, score_mod=problem.score_mod, mask_mod=problem.mask_mod,
                              aux=problem.aux)
     assert cfg.varlen and cfg.score_mod and cfg.mask_mod and not cfg.persistent
 
@@ -97,7 +98,7 @@ def test_mla_prefill_head_dims():
     assert (problem.head_dim, problem.head_dim_v, problem.dim_v) == (192, 128, 128)
     assert problem.out_shape == (8, 4, 128)
     assert problem.softmax_scale == pytest.approx(192 ** -0.5)
-    cfg = acfg.varlen_config("bf16", 192, True, head_dim_v=128)
+    cfg = acfg_varlen.varlen_config("bf16", 192, True, head_dim_v=128)
     assert cfg.dim_v == 128 and cfg.varlen and (cfg.bm, cfg.bn) == (128, 128)
     # out must be [total_q, heads, 128]: q-shaped is a ShapeError naming the shape it takes
     _raises(ShapeError, ["(8, 4, 128)"], *a, out=torch.zeros(8, 4, 192, dtype=BF))
@@ -170,7 +171,7 @@ def test_interpreter_cases_are_the_bundle_sets_kernels():
     from fa4mlir.kernel_sets import VARLEN_HEAD_DIM_CASES, VARLEN_MOD_CASES, attention_varlen, varlen_mod_config
     from tests.interpret_varlen import HEAD_DIM_CASES, MOD_CASES, config
     assert {config(c) for c in MOD_CASES} == {varlen_mod_config(r) for r in VARLEN_MOD_CASES}
-    heads = {acfg.varlen_config(dt, d, c, head_dim_v=dv) for dt, d, dv, c in VARLEN_HEAD_DIM_CASES}
+    heads = {acfg_varlen.varlen_config(dt, d, c, head_dim_v=dv) for dt, d, dv, c in VARLEN_HEAD_DIM_CASES}
     assert {config(c) for c in HEAD_DIM_CASES} <= heads
     shipped = {cfg for _, cfg in attention_varlen()}
     assert heads | {varlen_mod_config(r) for r in VARLEN_MOD_CASES} <= shipped

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from fa4mlir.kernel_sets import VARLEN_PAGED_PREFILL_CASES, VARLEN_PAGED_PREFILL_MOD_CASES, paged_prefill_mod_config
-from fa4mlir.kernels.attention_sm90_config import AttnConfig, paged_varlen_config, varlen_config
+from fa4mlir.kernels.attention_sm90_config import AttnConfig
+from fa4mlir.kernels.attention_sm90_config_varlen import paged_varlen_config, varlen_config
 from fa4mlir.kernels.common.fields import ConfigError
 
 

@@ -26,7 +26,8 @@ ceil(L_b / 64) / splits KV tiles (decode_schedule.split_range); a call of one sp
 kernel's unsplit variant alone, else the split kernel and the combine (attention_combine_sm90,
 splits summed in index order: deterministic for a given split count).
 
-Sparse decode (``indices``, FlashMLA's DSA decode): attention/mla_sparse_decode.py, called from here.
+Sparse decode (``indices``, FlashMLA's DSA decode, over a bf16/f16 cache or, with
+``is_fp8_kvcache=True``, the FP8 cache below): attention/mla_sparse_decode.py, called from here.
 
 FP8 latent cache (``is_fp8_kvcache=True``, FlashMLA's V32 layout): k_cache float8_e4m3fn (or uint8)
 [num_pages, page_size, 1, 656], each token row 512 e4m3 latent bytes, four float32 scales (one per
@@ -35,9 +36,8 @@ each row to bf16(float32(e4m3) x scale) (FlashMLA's dequantize_k_cache) in SMEM 
 GEMMs (attention_mla_decode_sm90, note "FP8 latent"). Token and page strides: multiples of 16
 bytes (FlashMLA's own quantize_k_cache pads each page by one row: taken).
 
-Not built (typed errors, UnsupportedFeatureError): sparse decode over the FP8 cache (indices with
-is_fp8_kvcache=True, FlashMLA's only sparse-decode cache), more than one KV head, head dims other
-than 576/512.
+Not built (typed errors, UnsupportedFeatureError): more than one KV head, head dims other than
+576/512.
 """
 from __future__ import annotations
 
@@ -120,20 +120,14 @@ def _sparse_splits(batch: int, num_q_tokens: int, num_heads_q, topk) -> int:
 
 
 @dataclass(frozen=True)
-class MLAProblem:
-    """A checked flash_mla_with_kvcache call: sizes, dtype, options and the split count."""
+class MLAOutputs:
+    """What a checked MLA decode call (dense: MLAProblem, sparse: mla_sparse_decode.SparseDecodeProblem)
+    writes: out [batch, seqlen_q, heads, 512] (contiguous) and lse [batch, heads, seqlen_q], and per
+    split (``splits``, set by the subclass) their float32 partials."""
 
     batch: int
     seqlen_q: int
     heads: int
-    num_pages: int
-    page_size: int
-    max_pages: int
-    dtype: str
-    splits: int
-    softmax_scale: float
-    causal: bool
-    fp8: bool = False           # FlashMLA's FP8 latent cache (656-byte rows)
 
     @property
     def out_shape(self) -> tuple:
@@ -142,6 +136,36 @@ class MLAProblem:
     @property
     def lse_shape(self) -> tuple:
         return (self.batch, self.heads, self.seqlen_q)
+
+    @property
+    def out_strides(self) -> tuple:
+        """out's (batch, seqlen_q, heads) strides, contiguous."""
+        return (self.seqlen_q * self.heads * mc.D_V, self.heads * mc.D_V, mc.D_V)
+
+    def outputs(self, torch, dtype, device) -> dict:
+        """New out (``dtype``) and lse tensors, and with several splits the o_partial and lse_partial
+        workspaces (float32), by the kernels' operand names."""
+        f32 = torch.float32
+        named = {"out": torch.empty(self.out_shape, dtype=dtype, device=device),
+                 "lse": torch.empty(self.lse_shape, dtype=f32, device=device)}
+        if self.splits > 1:
+            named.update(o_partial=torch.empty((self.splits, *self.out_shape), dtype=f32, device=device),
+                         lse_partial=torch.empty((self.splits, *self.lse_shape), dtype=f32, device=device))
+        return named
+
+
+@dataclass(frozen=True)
+class MLAProblem(MLAOutputs):
+    """A checked flash_mla_with_kvcache call: sizes, dtype, options and the split count."""
+
+    num_pages: int
+    page_size: int
+    max_pages: int
+    dtype: str
+    splits: int
+    softmax_scale: float
+    causal: bool
+    fp8: bool = False           # FlashMLA's FP8 latent cache (656-byte rows)
 
 
 FP8_CACHE_DTYPES = ("e4m3", "u8")
@@ -165,6 +189,30 @@ def _check_cache_dtype(q: TensorInfo, k_cache: TensorInfo, fp8: bool) -> int:
     return mc.D_QK
 
 
+def check_metadata(metadata: TensorInfo, num_splits: TensorInfo, batch: int) -> None:
+    """get_mla_metadata's outputs for ``batch`` sequences (dense and sparse calls): ShapeError otherwise."""
+    if metadata.dtype != "i32" or len(metadata.shape) != 2 or metadata.shape[1] != TILE_SCHEDULER_METADATA_SIZE \
+            or not 1 <= metadata.shape[0] <= MAX_SPLITS:
+        raise ShapeError(_err(f"tile_scheduler_metadata must be get_mla_metadata's int32 [splits in 1..{MAX_SPLITS}, "
+                              f"{TILE_SCHEDULER_METADATA_SIZE}], got {metadata.dtype} {tuple(metadata.shape)}"))
+    if num_splits.dtype != "i32" or tuple(num_splits.shape) != (batch + 1,):
+        raise ShapeError(_err(f"num_splits must be get_mla_metadata's int32 [batch + 1 = {batch + 1}], got "
+                              f"{num_splits.dtype} {tuple(num_splits.shape)}"))
+
+
+def check_q_dims(q: TensorInfo, head_dim_v: Any) -> tuple:
+    """q [batch, seqlen_q, heads, 576] and head_dim_v 512 (dense and sparse calls): q's shape, or
+    ShapeError / HeadDimError."""
+    if len(q.shape) != 4:
+        raise ShapeError(_err(f"q must be 4-D [batch, seqlen_q, heads, 576], got shape {tuple(q.shape)}"))
+    d = q.shape[3]
+    if d != mc.D_QK:
+        raise HeadDimError(_err(f"q's head dim must be {mc.D_QK} (512 latent + 64 rope), got {d}"))
+    if type(head_dim_v) is not int or head_dim_v != mc.D_V:
+        raise HeadDimError(_err(f"head_dim_v must be {mc.D_V} (V: the cache's first 512 columns), got {head_dim_v!r}"))
+    return tuple(q.shape)
+
+
 def check_mla_inputs(q: TensorInfo, k_cache: TensorInfo, block_table: TensorInfo, cache_seqlens: TensorInfo,
                      head_dim_v: Any, metadata: TensorInfo, num_splits: TensorInfo, softmax_scale=None,
                      causal: Any = False, is_fp8_kvcache: Any = False) -> MLAProblem:
@@ -173,13 +221,7 @@ def check_mla_inputs(q: TensorInfo, k_cache: TensorInfo, block_table: TensorInfo
     causal = check_flag("causal", causal)
     fp8 = check_flag("is_fp8_kvcache", is_fp8_kvcache)
     row = _check_cache_dtype(q, k_cache, fp8)
-    if len(q.shape) != 4:
-        raise ShapeError(_err(f"q must be 4-D [batch, seqlen_q, heads, 576], got shape {tuple(q.shape)}"))
-    batch, seqlen_q, heads, d = q.shape
-    if d != mc.D_QK:
-        raise HeadDimError(_err(f"q's head dim must be {mc.D_QK} (512 latent + 64 rope), got {d}"))
-    if type(head_dim_v) is not int or head_dim_v != mc.D_V:
-        raise HeadDimError(_err(f"head_dim_v must be {mc.D_V} (V: the cache's first 512 columns), got {head_dim_v!r}"))
+    batch, seqlen_q, heads, d = check_q_dims(q, head_dim_v)
     if not 1 <= batch <= MAX_GRID_YZ or seqlen_q < 1 or not mc.MIN_HEADS <= heads <= mc.MAX_HEADS:
         raise ShapeError(_err(f"q [batch, seqlen_q, heads, 576] needs batch in [1, {MAX_GRID_YZ}] (the grid's z), "
                               f"seqlen_q >= 1 and heads in [{mc.MIN_HEADS}, {mc.MAX_HEADS}], got {tuple(q.shape)}"))
@@ -209,13 +251,7 @@ def check_mla_inputs(q: TensorInfo, k_cache: TensorInfo, block_table: TensorInfo
                               f"strides {cache_seqlens.strides}"))
     if block_table.shape[1] * page_size >= 2**31:
         raise ShapeError(_err(f"max_pages x page_size = {block_table.shape[1] * page_size} exceeds int32"))
-    if metadata.dtype != "i32" or len(metadata.shape) != 2 or metadata.shape[1] != TILE_SCHEDULER_METADATA_SIZE \
-            or not 1 <= metadata.shape[0] <= MAX_SPLITS:
-        raise ShapeError(_err(f"tile_scheduler_metadata must be get_mla_metadata's int32 [splits in 1..{MAX_SPLITS}, "
-                              f"{TILE_SCHEDULER_METADATA_SIZE}], got {metadata.dtype} {tuple(metadata.shape)}"))
-    if num_splits.dtype != "i32" or tuple(num_splits.shape) != (batch + 1,):
-        raise ShapeError(_err(f"num_splits must be get_mla_metadata's int32 [batch + 1 = {batch + 1}], got "
-                              f"{num_splits.dtype} {tuple(num_splits.shape)}"))
+    check_metadata(metadata, num_splits, batch)
     for name, info in (("q", q), ("k_cache", k_cache)):
         check_layout(name, info)
     scale = check_scale(softmax_scale, d)
@@ -283,10 +319,18 @@ def _torch(x, name: str = "q", api: str = ENTRY):
     return torch
 
 
+def check_no_grad(torch, q) -> None:
+    """AutogradError when q requires grad (there is no backward kernel for MLA decode)."""
+    if torch.is_grad_enabled() and q.requires_grad:
+        from .errors import AutogradError
+        raise AutogradError(_err("q requires grad: there is no backward kernel for MLA decode; call under "
+                                 "torch.no_grad() or detach q"))
+
+
 @dataclass(frozen=True)
 class _Call:
     plan: Any
-    problem: MLAProblem
+    problem: MLAOutputs
 
 
 class CallCache:
@@ -331,9 +375,6 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, t
     """FlashMLA's flash_mla_with_kvcache (module docstring): returns (out, lse). With ``indices`` the
     sparse decode (attention/mla_sparse_decode.py; block_table and cache_seqlens unread, may be
     None). Nothing is read from the device on the host; the launches go to torch's current stream."""
-    if indices is not None and check_flag("is_fp8_kvcache", is_fp8_kvcache):
-        raise UnsupportedFeatureError(_err("sparse decode (indices) over the FP8 latent cache is not built yet; pass "
-                                           "a bf16 or f16 cache with is_fp8_kvcache=False"))
     extras = [n for n, x in (("attn_sink", attn_sink), ("extra_k_cache", extra_k_cache),
                              ("extra_indices_in_kvcache", extra_indices_in_kvcache),
                              ("extra_topk_length", extra_topk_length)) if x is not None]
@@ -343,7 +384,7 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, t
     if indices is not None:
         from .mla_sparse_decode import sparse_decode
         return sparse_decode(q, k_cache, indices, head_dim_v, tile_scheduler_metadata, num_splits, softmax_scale,
-                             causal, topk_length, bundle=bundle)
+                             causal, topk_length, is_fp8_kvcache, bundle=bundle)
     if topk_length is not None:
         raise UnsupportedFeatureError(_err("topk_length needs indices (sparse decode); pass None for the dense decode"))
     torch = _torch(q)
@@ -351,25 +392,16 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, t
                "tile_scheduler_metadata": tile_scheduler_metadata, "num_splits": num_splits}
     for name, x in tensors.items():
         _torch(x, name)
-    if torch.is_grad_enabled() and q.requires_grad:
-        from .errors import AutogradError
-        raise AutogradError(_err("q requires grad: there is no backward kernel for MLA decode; call under "
-                                 "torch.no_grad() or detach q"))
+    check_no_grad(torch, q)
     options = (head_dim_v if type(head_dim_v) is int else repr(head_dim_v), softmax_scale, causal, is_fp8_kvcache)
     call, signature = _CALLS.get(_CALLS.signature(tensors, options, bundle))
     if call is None:
         call = _prepare(torch, tensors, head_dim_v, softmax_scale, causal, bundle, signature, is_fp8_kvcache)
-    p = call.problem
-    out = torch.empty(p.out_shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty(p.lse_shape, dtype=torch.float32, device=q.device)
+    outputs = call.problem.outputs(torch, q.dtype, q.device)
     addresses = {"q": q.data_ptr(), "kv_cache": k_cache.data_ptr(), "block_table": block_table.data_ptr(),
-                 "cache_seqlens": cache_seqlens.data_ptr(), "out": out.data_ptr(), "lse": lse.data_ptr()}
-    if p.splits > 1:
-        o_partial = torch.empty((p.splits, *p.out_shape), dtype=torch.float32, device=q.device)
-        lse_partial = torch.empty((p.splits, *p.lse_shape), dtype=torch.float32, device=q.device)
-        addresses.update(o_partial=o_partial.data_ptr(), lse_partial=lse_partial.data_ptr())
+                 "cache_seqlens": cache_seqlens.data_ptr(), **{n: x.data_ptr() for n, x in outputs.items()}}
     call.plan.launch(addresses, resolve_stream(None, True, q.device.index))
-    return out, lse
+    return outputs["out"], outputs["lse"]
 
 
 def _prepare(torch, tensors: dict, head_dim_v, softmax_scale, causal, bundle, signature, is_fp8_kvcache=False) -> _Call:
@@ -382,16 +414,10 @@ def _prepare(torch, tensors: dict, head_dim_v, softmax_scale, causal, bundle, si
     device = device_info()
     check_device_context(ordinal, device.ordinal, device.capability)
     q = tensors["q"]
-    out_strides = (problem.seqlen_q * problem.heads * mc.D_V, problem.heads * mc.D_V, mc.D_V)
-    plan = build_plan(problem, source_for(bundle), q.stride()[:3], tensors["block_table"].stride(0), out_strides)
-    dev = q.device
-    f32 = torch.float32
+    plan = build_plan(problem, source_for(bundle), q.stride()[:3], tensors["block_table"].stride(0),
+                      problem.out_strides)
     named = {"q": q, "kv_cache": kv_operand(torch, tensors["k_cache"], problem.fp8), "block_table": tensors["block_table"],
-             "cache_seqlens": tensors["cache_seqlens"], "out": torch.empty(problem.out_shape, dtype=q.dtype, device=dev),
-             "lse": torch.empty(problem.lse_shape, dtype=f32, device=dev)}
-    if problem.splits > 1:
-        named.update(o_partial=torch.empty((problem.splits, *problem.out_shape), dtype=f32, device=dev),
-                     lse_partial=torch.empty((problem.splits, *problem.lse_shape), dtype=f32, device=dev))
+             "cache_seqlens": tensors["cache_seqlens"], **problem.outputs(torch, q.dtype, q.device)}
     call = _Call(plan.prepare(named), problem)
     _CALLS.put(signature, call)
     return call
@@ -416,6 +442,7 @@ def flops_and_bytes(batch: int, seqlen_q: int, heads: int, cached_tokens: int, d
     return int(flops), int(data)
 
 
-__all__ = ["get_mla_metadata", "flash_mla_with_kvcache", "check_mla_inputs", "plan_splits", "MLAProblem", "build_plan",
+__all__ = ["get_mla_metadata", "flash_mla_with_kvcache", "check_mla_inputs", "check_metadata", "check_no_grad", "check_q_dims",
+           "plan_splits", "MLAOutputs", "MLAProblem", "build_plan",
            "CallCache",
            "configs_for", "kernel_for", "flops_and_bytes", "kv_operand", "TILE_SCHEDULER_METADATA_SIZE", "ENTRY"]

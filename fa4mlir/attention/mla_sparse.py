@@ -24,7 +24,14 @@ The kernel (attention_mla_sparse_sm90): one CTA per (token, 64 heads), the token
 64 rows a tile by cp.async; no split (topk <= 2048 in DSA). Aliases: ``softmax_scale`` for
 sm_scale and ``sinks`` for attn_sink (keywords). Nothing is read from the device on the host.
 
-Not built: the FP8 kv cache, d_qk 512 (FlashMLA's MODEL1), the sm_100a kernel. The sparse decode
+FP8 kv (FlashMLA's 656-byte V32 rows, the cache its sparse decode reads; FlashMLA's own sparse prefill
+takes bf16 only): kv float8_e4m3fn (or uint8) [s_kv, 1, 656], each row 512 e4m3 latent bytes, four
+float32 scales (one per 128 latent columns), the 64 rope columns in bf16, its row stride a multiple of
+16 bytes; q and out bf16. The kernel lands each named row by cp.async and dequantizes it in SMEM to
+bf16(float32(e4m3) x scale) (FlashMLA's dequantize_k_cache; attention_mla_sparse_sm90, note "FP8
+gather"); the definitions above hold for the dequantized rows.
+
+Not built: d_qk 512 (FlashMLA's MODEL1), the sm_100a kernel. The sparse decode
 over the paged cache (flash_mla_with_kvcache with indices) is attention/mla_sparse_decode.py, on
 this kernel.
 """
@@ -64,18 +71,26 @@ class SparseProblem:
     softmax_scale: float
     has_topk_length: bool
     has_sinks: bool
+    fp8: bool = False           # kv in FlashMLA's 656-byte FP8 rows
 
     @property
     def config(self) -> sc.MLASparseConfig:
-        return sc.MLASparseConfig(self.dtype, topk_length=self.has_topk_length, sinks=self.has_sinks)
+        return sc.MLASparseConfig(self.dtype, topk_length=self.has_topk_length, sinks=self.has_sinks,
+                                  kv_dtype="fp8" if self.fp8 else "")
+
+
+FP8_KV_DTYPES = ("e4m3", "u8")
 
 
 def check_sparse_inputs(q: TensorInfo, kv: TensorInfo, indices: TensorInfo, sm_scale: Any, d_v: Any = sc.D_V,
                         attn_sink: TensorInfo | None = None, topk_length: TensorInfo | None = None) -> SparseProblem:
     """Every host check of a call (deviceless: TensorInfo and plain values), typed errors naming
     what to pass; returns the problem."""
-    if q.dtype not in sc.DTYPES or kv.dtype != q.dtype:
-        raise DTypeError(_err(f"q and kv must be bf16 (FlashMLA's sparse prefill), got {q.dtype} and {kv.dtype}"))
+    fp8 = kv.dtype in FP8_KV_DTYPES
+    if q.dtype not in sc.DTYPES or not (fp8 or kv.dtype == q.dtype):
+        raise DTypeError(_err(f"q and kv must be bf16 (FlashMLA's sparse prefill), or q bf16 and kv FlashMLA's FP8 rows "
+                              f"(float8_e4m3fn or uint8 [s_kv, 1, {sc.FP8_ROW_BYTES}]), got {q.dtype} and {kv.dtype}"))
+    width = sc.FP8_ROW_BYTES if fp8 else sc.D_QK
     if len(q.shape) != 3:
         raise ShapeError(_err(f"q must be 3-D [s_q, h_q, 576], got shape {tuple(q.shape)}"))
     s_q, heads, d = q.shape
@@ -88,8 +103,9 @@ def check_sparse_inputs(q: TensorInfo, kv: TensorInfo, indices: TensorInfo, sm_s
     if s_q < 1 or s_q * (heads // sc.TILE_M) > MAX_I32:
         raise ShapeError(_err(f"s_q must be in [1, {MAX_I32 // (heads // sc.TILE_M)}] (the grid's x counts tokens x "
                               f"head blocks), got {s_q}"))
-    if len(kv.shape) != 3 or kv.shape[2] != sc.D_QK:
-        raise ShapeError(_err(f"kv must be [s_kv, 1, {sc.D_QK}], got {tuple(kv.shape)}"))
+    if len(kv.shape) != 3 or kv.shape[2] != width:
+        what = " (FP8: 512 e4m3 + 4 float32 scales + 64 bf16 bytes a row)" if fp8 else ""
+        raise ShapeError(_err(f"kv must be [s_kv, 1, {width}]{what}, got {tuple(kv.shape)}"))
     s_kv, kv_heads, _ = kv.shape
     if kv_heads != 1:
         raise HeadsRatioError(_err(f"kv must hold one latent KV head ([s_kv, 1, 576]), got {kv_heads}"))
@@ -116,7 +132,7 @@ def check_sparse_inputs(q: TensorInfo, kv: TensorInfo, indices: TensorInfo, sm_s
     check_layout("q", q, MLA_DIMS)
     check_layout("kv", kv, MLA_DIMS)
     scale = check_scale(sm_scale, d)
-    return SparseProblem(s_q, s_kv, heads, topk, q.dtype, scale, topk_length is not None, attn_sink is not None)
+    return SparseProblem(s_q, s_kv, heads, topk, q.dtype, scale, topk_length is not None, attn_sink is not None, fp8)
 
 
 def build_plan(problem: SparseProblem, source, q_strides, kv_stride: int, indices_stride: int) -> Plan:

@@ -29,10 +29,22 @@ less than mla.FILL_FRACTION of the SMs, each token's topk tiles are split over C
 (``plan_sparse_splits``, read from get_mla_metadata's shape as the dense decode does: no device
 read, no host synchronisation) and attention_combine_sm90 (head dim 512) merges the partials.
 
-Not built (typed errors, UnsupportedFeatureError): the FP8 cache (FlashMLA's sparse decode takes
-only its 656-byte FP8 layout; here the bf16/f16 latent cache comes first, the kernel config's
-kv_dtype is the seam), attn_sink and extra_k_cache / extra_indices_in_kvcache / extra_topk_length
-(FlashMLA's MODEL1 options), d_qk 512, the sm_100a kernel.
+FP8 cache (``is_fp8_kvcache=True``, FlashMLA's sparse-decode cache, its V32 layout):
+
+    out, lse = flash_mla_with_kvcache(q, k_cache, None, None, 512, tile_scheduler_metadata, num_splits,
+                                      is_fp8_kvcache=True, indices=indices)
+
+k_cache float8_e4m3fn (or uint8) [num_pages, page_size, 1, 656]: each token row 512 e4m3 latent
+bytes, four float32 scales (one per 128 latent columns), the 64 rope columns in bf16; q and out
+bf16. An index names row page x page_size + offset, addressed by the page and row strides as
+FlashMLA does (so its quantize_k_cache's padded pages, a page stride of page_size + 1 rows, work);
+both strides multiples of 16 bytes. The kernel lands each named row's 656 bytes by cp.async and
+dequantizes it in SMEM to bf16(float32(e4m3) x scale) (FlashMLA's dequantize_k_cache), the rope
+copied (attention_mla_sparse_sm90, note "FP8 gather"); everything else as above.
+
+Not built (typed errors, UnsupportedFeatureError): attn_sink and extra_k_cache /
+extra_indices_in_kvcache / extra_topk_length (FlashMLA's MODEL1 options), d_qk 512, the sm_100a
+kernel.
 """
 from __future__ import annotations
 
@@ -47,9 +59,9 @@ from ..kernels import attention_mla_sparse_sm90_config as dc
 from ..runtime import TensorInfo
 from .checks import (MAX_I32, check_bundle, check_device_context, check_devices, check_flag, check_layout, check_scale,
                      read_tensor)
-from .errors import DTypeError, HeadDimError, HeadsRatioError, LayoutError, ShapeError, UnsupportedFeatureError
-from .mla import (ENTRY, FILL_FRACTION, MAX_SPLITS, TILE_SCHEDULER_METADATA_SIZE, CallCache, _err, _torch,
-                  combine_args, combine_grid, kernel_for)
+from .errors import DTypeError, HeadsRatioError, LayoutError, ShapeError, UnsupportedFeatureError
+from .mla import (ENTRY, FILL_FRACTION, MAX_SPLITS, CallCache, MLAOutputs, _Call, _err, _torch, check_metadata,
+                  check_no_grad, check_q_dims, combine_args, combine_grid, kernel_for)
 from .plan import Launch, Plan, TensorRef, source_for
 
 CACHE_DIMS = ("pages", "page_size", "kv_heads", "head_dim")
@@ -67,29 +79,21 @@ def plan_sparse_splits(batch: int, seqlen_q: int, heads: int, topk: int, num_sms
 
 
 @dataclass(frozen=True)
-class SparseDecodeProblem:
+class SparseDecodeProblem(MLAOutputs):
     """A checked sparse flash_mla_with_kvcache call; ``splits`` from the metadata's shape."""
 
-    batch: int
-    seqlen_q: int
-    heads: int
     s_kv: int
     topk: int
     dtype: str
     splits: int
     softmax_scale: float
     has_topk_length: bool
-
-    @property
-    def out_shape(self) -> tuple:
-        return (self.batch, self.seqlen_q, self.heads, dc.D_V)
-
-    @property
-    def lse_shape(self) -> tuple:
-        return (self.batch, self.heads, self.seqlen_q)
+    fp8: bool = False               # FlashMLA's FP8 cache (656-byte rows, addressed by page and row strides)
+    page_size: int = 0
 
     def config(self, split: bool) -> dc.MLASparseDecodeConfig:
-        return dc.MLASparseDecodeConfig(self.dtype, topk_length=self.has_topk_length, split=split)
+        return dc.MLASparseDecodeConfig(self.dtype, kv_dtype="fp8" if self.fp8 else "", topk_length=self.has_topk_length,
+                                        split=split)
 
 
 def _merges(info: TensorInfo, outer: int, inner: int) -> bool:
@@ -103,32 +107,45 @@ def token_stride(shape, strides) -> int:
     return int(strides[1] if shape[1] > 1 else strides[0])
 
 
-def check_sparse_decode_inputs(q: TensorInfo, k_cache: TensorInfo, indices: TensorInfo, head_dim_v: Any,
-                               metadata: TensorInfo, num_splits: TensorInfo, softmax_scale=None, causal: Any = False,
-                               topk_length: TensorInfo | None = None) -> SparseDecodeProblem:
-    """Every host check of a sparse call (deviceless), typed errors naming what to pass."""
-    if check_flag("causal", causal):
-        raise UnsupportedFeatureError(_err("causal must be False with indices (sparse decode; FlashMLA asserts it)"))
+FP8_CACHE_DTYPES = ("e4m3", "u8")
+
+
+def _check_cache_dtype(q: TensorInfo, k_cache: TensorInfo, fp8: bool) -> int:
+    """q's and the cache's dtypes; returns the cache row's width (576, or 656 bytes for FP8)."""
+    if fp8:
+        if q.dtype != dc.FP8_DTYPE:
+            raise DTypeError(_err(f"with is_fp8_kvcache=True q must be bf16 (FlashMLA's FP8 cache), got {q.dtype}"))
+        if k_cache.dtype not in FP8_CACHE_DTYPES:
+            raise DTypeError(_err(f"with is_fp8_kvcache=True k_cache must be float8_e4m3fn (or uint8) [num_pages, "
+                                  f"page_size, 1, {dc.FP8_ROW_BYTES}] (FlashMLA's quantize_k_cache), got "
+                                  f"{k_cache.dtype}; pass is_fp8_kvcache=False for a {k_cache.dtype} cache"))
+        return dc.FP8_ROW_BYTES
     if q.dtype not in dc.DECODE_DTYPES:
         raise DTypeError(_err(f"q must be bf16 or f16, got {q.dtype}"))
     if k_cache.dtype != q.dtype:
-        raise DTypeError(_err(f"k_cache must have q's dtype {q.dtype}, got {k_cache.dtype} (the FP8 cache is not built "
-                              f"for sparse decode yet)"))
-    if len(q.shape) != 4:
-        raise ShapeError(_err(f"q must be 4-D [batch, seqlen_q, heads, 576], got shape {tuple(q.shape)}"))
-    batch, seqlen_q, heads, d = q.shape
-    if d != dc.D_QK:
-        raise HeadDimError(_err(f"q's head dim must be {dc.D_QK} (512 latent + 64 rope), got {d}"))
-    if type(head_dim_v) is not int or head_dim_v != dc.D_V:
-        raise HeadDimError(_err(f"head_dim_v must be {dc.D_V} (V: the cache's first 512 columns), got {head_dim_v!r}"))
+        hint = " (an FP8 cache: pass is_fp8_kvcache=True)" if k_cache.dtype in FP8_CACHE_DTYPES else ""
+        raise DTypeError(_err(f"k_cache must have q's dtype {q.dtype}, got {k_cache.dtype}{hint}"))
+    return dc.D_QK
+
+
+def check_sparse_decode_inputs(q: TensorInfo, k_cache: TensorInfo, indices: TensorInfo, head_dim_v: Any,
+                               metadata: TensorInfo, num_splits: TensorInfo, softmax_scale=None, causal: Any = False,
+                               topk_length: TensorInfo | None = None, is_fp8_kvcache: Any = False) -> SparseDecodeProblem:
+    """Every host check of a sparse call (deviceless), typed errors naming what to pass."""
+    if check_flag("causal", causal):
+        raise UnsupportedFeatureError(_err("causal must be False with indices (sparse decode; FlashMLA asserts it)"))
+    fp8 = check_flag("is_fp8_kvcache", is_fp8_kvcache)
+    row = _check_cache_dtype(q, k_cache, fp8)
+    batch, seqlen_q, heads, d = check_q_dims(q, head_dim_v)
     tokens = batch * seqlen_q
     if batch < 1 or seqlen_q < 1 or not dc.DECODE_MIN_HEADS <= heads <= dc.DECODE_MAX_HEADS \
             or tokens * dc.head_blocks(max(heads, 1)) > MAX_I32:
         raise ShapeError(_err(f"q [batch, seqlen_q, heads, 576] needs batch, seqlen_q >= 1, heads in "
                               f"[{dc.DECODE_MIN_HEADS}, {dc.DECODE_MAX_HEADS}] and batch x seqlen_q x ceil(heads / 64) within "
                               f"int32 (the grid's x), got {tuple(q.shape)}"))
-    if len(k_cache.shape) != 4 or k_cache.shape[3] != dc.D_QK:
-        raise ShapeError(_err(f"k_cache must be [num_pages, page_size, 1, {dc.D_QK}], got {tuple(k_cache.shape)}"))
+    if len(k_cache.shape) != 4 or k_cache.shape[3] != row:
+        what = " (FP8: 512 e4m3 + 4 float32 scales + 64 bf16 bytes a token)" if fp8 else ""
+        raise ShapeError(_err(f"k_cache must be [num_pages, page_size, 1, {row}]{what}, got {tuple(k_cache.shape)}"))
     num_pages, page_size, kv_heads, _ = k_cache.shape
     if kv_heads != 1:
         raise HeadsRatioError(_err(f"k_cache must hold one latent KV head ([num_pages, page_size, 1, 576]), got "
@@ -137,7 +154,7 @@ def check_sparse_decode_inputs(q: TensorInfo, k_cache: TensorInfo, indices: Tens
     if not 1 <= s_kv <= MAX_I32:
         raise ShapeError(_err(f"k_cache needs 1 <= num_pages x page_size <= 2^31 - 1 rows (the indices are int32), "
                               f"got {num_pages} x {page_size}"))
-    if not _merges(k_cache, 0, 1):
+    if not fp8 and not _merges(k_cache, 0, 1):     # (FP8: addressed by page and row strides, as FlashMLA does)
         raise LayoutError(_err(f"k_cache's pages must be evenly strided (page stride = page_size x token stride: an "
                                f"index names row page x page_size + offset), got strides {k_cache.strides}; pass "
                                f"k_cache.contiguous()"))
@@ -160,24 +177,20 @@ def check_sparse_decode_inputs(q: TensorInfo, k_cache: TensorInfo, indices: Tens
                                     or (batch > 1 and topk_length.strides[0] != 1)):
         raise ShapeError(_err(f"topk_length must be a contiguous int32 [batch={batch}], got {topk_length.dtype} of "
                               f"shape {tuple(topk_length.shape)}"))
-    if metadata.dtype != "i32" or len(metadata.shape) != 2 or metadata.shape[1] != TILE_SCHEDULER_METADATA_SIZE \
-            or not 1 <= metadata.shape[0] <= MAX_SPLITS:
-        raise ShapeError(_err(f"tile_scheduler_metadata must be get_mla_metadata's int32 [splits in 1..{MAX_SPLITS}, "
-                              f"{TILE_SCHEDULER_METADATA_SIZE}], got {metadata.dtype} {tuple(metadata.shape)}"))
-    if num_splits.dtype != "i32" or tuple(num_splits.shape) != (batch + 1,):
-        raise ShapeError(_err(f"num_splits must be get_mla_metadata's int32 [batch + 1 = {batch + 1}], got "
-                              f"{num_splits.dtype} {tuple(num_splits.shape)}"))
+    check_metadata(metadata, num_splits, batch)
     check_layout("q", q, Q_DIMS)
     check_layout("k_cache", k_cache, CACHE_DIMS)
     scale = check_scale(softmax_scale, d)
     return SparseDecodeProblem(batch, seqlen_q, heads, s_kv, topk, q.dtype, metadata.shape[0], scale,
-                               topk_length is not None)
+                               topk_length is not None, fp8, page_size)
 
 
-def build_plan(problem: SparseDecodeProblem, source, q_strides, kv_stride: int, indices_stride: int) -> Plan:
+def build_plan(problem: SparseDecodeProblem, source, q_strides, kv_stride: int, indices_stride: int,
+               kv_page_stride: int = 0) -> Plan:
     """The sparse decode kernel, then (several splits) the head-dim-512 combine; tensors by TensorRef.
     ``q_strides`` are q's (seqlen_q, heads) strides (batch folds into seqlen_q), ``kv_stride`` the
-    cache's token stride, ``indices_stride`` the indices' seqlen_q stride; out and lse contiguous."""
+    cache's token stride (FP8: in bytes, with ``kv_page_stride`` its page stride),
+    ``indices_stride`` the indices' seqlen_q stride; out and lse contiguous."""
     p = problem
     split = p.splits > 1
     cfg = p.config(split).validate()
@@ -185,26 +198,21 @@ def build_plan(problem: SparseDecodeProblem, source, q_strides, kv_stride: int, 
     refs = {n: TensorRef(n) for n in names}
     args = dc.decode_launch_args(cfg, refs, batch=p.batch, seqlen_q=p.seqlen_q, num_splits=p.splits, s_kv=p.s_kv,
                           heads=p.heads, topk=p.topk, softmax_scale=p.softmax_scale, q_strides=q_strides,
-                          kv_stride=kv_stride, indices_stride=indices_stride)
+                          kv_stride=kv_stride, indices_stride=indices_stride, page_size=p.page_size,
+                          kv_page_stride=kv_page_stride)
     launches = [Launch(kernel_for(source, cfg), dc.decode_grid(p.batch, p.seqlen_q, p.heads, p.splits), args)]
     if split:
         combine = dec.CombineConfig(p.dtype, dc.D_V).validate()
-        out_strides = (p.seqlen_q * p.heads * dc.D_V, p.heads * dc.D_V, dc.D_V)
-        launches.append(Launch(kernel_for(source, combine), combine_grid(p), combine_args(p, refs, out_strides)))
+        launches.append(Launch(kernel_for(source, combine), combine_grid(p), combine_args(p, refs, p.out_strides)))
     return Plan(p, tuple(launches))
-
-
-@dataclass(frozen=True)
-class _Call:
-    plan: Any
-    problem: SparseDecodeProblem
 
 
 _CALLS = CallCache()
 
 
 def sparse_decode(q, k_cache, indices, head_dim_v, tile_scheduler_metadata, num_splits, softmax_scale=None,
-                  causal=False, topk_length=None, *, bundle: Bundle | str | os.PathLike | None = None):
+                  causal=False, topk_length=None, is_fp8_kvcache=False, *,
+                  bundle: Bundle | str | os.PathLike | None = None):
     """flash_mla_with_kvcache's sparse path (module docstring): returns (out, lse). Nothing is read
     from the device on the host; the launches go to torch's current stream."""
     torch = _torch(q)
@@ -214,54 +222,47 @@ def sparse_decode(q, k_cache, indices, head_dim_v, tile_scheduler_metadata, num_
         tensors["topk_length"] = topk_length
     for name, x in tensors.items():
         _torch(x, name)
-    if torch.is_grad_enabled() and q.requires_grad:
-        from .errors import AutogradError
-        raise AutogradError(_err("q requires grad: there is no backward kernel for MLA decode; call under "
-                                 "torch.no_grad() or detach q"))
-    options = ("sparse", head_dim_v if type(head_dim_v) is int else repr(head_dim_v), softmax_scale, causal)
+    check_no_grad(torch, q)
+    options = ("sparse", head_dim_v if type(head_dim_v) is int else repr(head_dim_v), softmax_scale, causal,
+               is_fp8_kvcache)
     call, signature = _CALLS.get(_CALLS.signature(tensors, options, bundle))
     if call is None:
-        call = _prepare(torch, tensors, head_dim_v, softmax_scale, causal, bundle, signature)
-    p = call.problem
-    out = torch.empty(p.out_shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty(p.lse_shape, dtype=torch.float32, device=q.device)
-    addresses = {"q": q.data_ptr(), "kv": k_cache.data_ptr(), "indices": indices.data_ptr(), "out": out.data_ptr(),
-                 "lse": lse.data_ptr()}
+        call = _prepare(torch, tensors, head_dim_v, softmax_scale, causal, bundle, signature, is_fp8_kvcache)
+    outputs = call.problem.outputs(torch, q.dtype, q.device)
+    addresses = {"q": q.data_ptr(), "kv": k_cache.data_ptr(), "indices": indices.data_ptr(),
+                 **{n: x.data_ptr() for n, x in outputs.items()}}
     if topk_length is not None:
         addresses["topk_length"] = topk_length.data_ptr()
-    if p.splits > 1:
-        o_partial = torch.empty((p.splits, *p.out_shape), dtype=torch.float32, device=q.device)
-        lse_partial = torch.empty((p.splits, *p.lse_shape), dtype=torch.float32, device=q.device)
-        addresses.update(o_partial=o_partial.data_ptr(), lse_partial=lse_partial.data_ptr())
     call.plan.launch(addresses, resolve_stream(None, True, q.device.index))
-    return out, lse
+    return outputs["out"], outputs["lse"]
 
 
-def _prepare(torch, tensors: dict, head_dim_v, softmax_scale, causal, bundle, signature) -> _Call:
+def _prepare(torch, tensors: dict, head_dim_v, softmax_scale, causal, bundle, signature, is_fp8_kvcache=False) -> _Call:
     check_bundle(bundle, ENTRY)
     infos = {n: read_tensor(n, x, ENTRY) for n, x in tensors.items()}
     ordinal = check_devices([(n, i.device, x.device.index) for (n, i), x in zip(infos.items(), tensors.values())], ENTRY)
     problem = check_sparse_decode_inputs(infos["q"], infos["k_cache"], infos["indices"], head_dim_v,
                                          infos["tile_scheduler_metadata"], infos["num_splits"], softmax_scale, causal,
-                                         infos.get("topk_length"))
+                                         infos.get("topk_length"), is_fp8_kvcache)
     device = device_info()
     check_device_context(ordinal, device.ordinal, device.capability)
     q, k_cache, indices = tensors["q"], tensors["k_cache"], tensors["indices"]
     q_strides = (token_stride(q.shape, q.stride()), q.stride(2))
-    plan = build_plan(problem, source_for(bundle), q_strides, k_cache.stride(1),
-                      token_stride(indices.shape, indices.stride()))
-    dev, f32 = q.device, torch.float32
-    named = {"q": q, "kv": k_cache, "indices": indices,
-             "out": torch.empty(problem.out_shape, dtype=q.dtype, device=dev),
-             "lse": torch.empty(problem.lse_shape, dtype=f32, device=dev)}
+    kv_stride, page_stride = cache_strides(k_cache.shape, k_cache.stride())
+    plan = build_plan(problem, source_for(bundle), q_strides, kv_stride, token_stride(indices.shape, indices.stride()),
+                      page_stride)
+    named = {"q": q, "kv": k_cache, "indices": indices, **problem.outputs(torch, q.dtype, q.device)}
     if "topk_length" in tensors:
         named["topk_length"] = tensors["topk_length"]
-    if problem.splits > 1:
-        named.update(o_partial=torch.empty((problem.splits, *problem.out_shape), dtype=f32, device=dev),
-                     lse_partial=torch.empty((problem.splits, *problem.lse_shape), dtype=f32, device=dev))
     call = _Call(plan.prepare(named), problem)
     _CALLS.put(signature, call)
     return call
+
+
+def cache_strides(shape, strides) -> tuple[int, int]:
+    """The cache's (row, page) strides in elements (FP8: bytes); a size-1 dim's stride, arbitrary in
+    torch, is never used (every offset along it is 0) and given as 0."""
+    return (int(strides[1]) if shape[1] > 1 else 0), (int(strides[0]) if shape[0] > 1 else 0)
 
 
 def flops_and_bytes(batch: int, seqlen_q: int, heads: int, indices, topk_length=None,
@@ -287,5 +288,5 @@ def flops_and_bytes(batch: int, seqlen_q: int, heads: int, indices, topk_length=
     return int(flops), int(data)
 
 
-__all__ = ["sparse_decode", "token_stride", "check_sparse_decode_inputs", "plan_sparse_splits", "SparseDecodeProblem", "build_plan",
+__all__ = ["sparse_decode", "token_stride", "cache_strides", "check_sparse_decode_inputs", "plan_sparse_splits", "SparseDecodeProblem", "build_plan",
            "flops_and_bytes"]

@@ -86,8 +86,9 @@ class PreparedPlan:
 
 MASK_FIELDS = {"window_left": -1, "window_right": -1, "chunk": 0}   # absent from the keys of unwindowed kernels
 # the compile-time fields a call must match exactly, with what older bundles' keys (which lack them) mean
-VARIANT_FIELDS = {**MASK_FIELDS, "softcap": False, "sinks": False, "varlen": False, "page_size": 0, "head_dim_v": 0,
-                  "score_mod": "",
+VARIANT_FIELDS = {**MASK_FIELDS, "softcap": False, "softcap_fold_q": False, "softcap_tanh": "",
+                  "softcap_fixed_max": False, "sinks": False,
+                  "varlen": False, "page_size": 0, "head_dim_v": 0, "score_mod": "",
                   "mask_mod": "", "aux": ""}
 
 

@@ -73,6 +73,7 @@ from dataclasses import replace
 from .. import env
 from ..driver import device_info, resolve_stream
 from ..kernels import attention_sm90_config as attn_cfg
+from ..kernels import attention_sm90_config_varlen as attn_varlen
 from .checks import (MAX_I32, VARLEN_API, _err, check_device_context, check_devices, check_flag, check_mask,
                      check_max_seqlen, check_mods, check_scale, check_seqlens, check_sinks, check_softcap, check_varlen_inputs,
                      check_varlen_outputs, device_ordinal, read_tensor)
@@ -157,7 +158,7 @@ def _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_se
                        "page_table": page_table, "out": out, "lse": lse, "sinks": sinks}
             run_paged(tensors, problem, source)
     elif not problem.is_empty:
-        config = attn_cfg.varlen_config(problem.dtype, problem.head_dim, problem.causal, problem.mask,
+        config = attn_varlen.varlen_config(problem.dtype, problem.head_dim, problem.causal, problem.mask,
                                         softcap=problem.softcap > 0, sinks=problem.sinks,
                                         head_dim_v=problem.head_dim_v, score_mod=problem.score_mod,
                                         mask_mod=problem.mask_mod, aux=problem.aux, compact=varlen_grid() == "compact")

@@ -29,7 +29,7 @@ runs a call when all of
      running the decode kernel);
   2. head_dim is in PREFILL_HEAD_DIMS (128: the head dims compiled, interpreted and GPU-tested with
      pages);
-  3. attention_sm90_config.paged_varlen_config serves the page size (boxes of gcd(bn, page_size) >= 8
+  3. attention_sm90_config_varlen.paged_varlen_config serves the page size (boxes of gcd(bn, page_size) >= 8
      rows, at most 8 per tile: page sizes that are multiples of, or divide, bn down to 8 rows).
 window_size, attention_chunk, softcap and sinks do not change the rule: the prefill kernel takes them
 as the contiguous varlen kernel does (the mask's tile classification skips the KV tiles no row of a
@@ -67,6 +67,7 @@ from dataclasses import dataclass, replace
 from ..driver import device_info, resolve_stream
 from ..kernels import attention_decode_sm90_config as dec
 from ..kernels import attention_sm90_config as attn_cfg
+from ..kernels import attention_sm90_config_varlen as attn_varlen
 from ..kernels.common.mask_family import Mask, attention_mask
 from .checks import (MAX_GRID_YZ, MAX_I32, PACKED_DIMS, VARLEN_API, _err, check_layout, check_max_seqlen, check_scale,
                      check_seqlens, check_sinks, check_softcap, check_varlen_outputs)
@@ -214,8 +215,8 @@ def prefill_config(problem: VarlenPagedProblem) -> attn_cfg.AttnConfig | None:
     kernel runs it. Masks, softcap and sinks are the kernel's compile-time variants, never a reason for None."""
     if problem.max_seqlen_q < PREFILL_MIN_SEQLEN_Q or problem.head_dim not in PREFILL_HEAD_DIMS:
         return None
-    return attn_cfg.paged_varlen_config(problem.dtype, problem.head_dim, problem.causal, problem.cache.page_size,
-                                        prefill_mask(problem), softcap=problem.softcap > 0, sinks=problem.sinks)
+    return attn_varlen.paged_varlen_config(problem.dtype, problem.head_dim, problem.causal, problem.cache.page_size,
+                                           prefill_mask(problem), softcap=problem.softcap > 0, sinks=problem.sinks)
 
 
 def uses_prefill(problem: VarlenPagedProblem) -> bool:

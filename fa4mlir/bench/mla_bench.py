@@ -13,12 +13,18 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    checked against the dense equivalent over the dequantized rows
     mla_sparse     FlashMLA's sparse prefill shape: s_q 4096, 128 heads, topk 2048 distinct indices per
                    token into s_kv 32768 rows of [s_kv, 1, 576]; flash_mla_sparse_fwd
+    mla_sparse_fp8 the same over FlashMLA's FP8 rows (kv [s_kv, 1, 656], the bf16 kv quantized by
+                   testing_mla.quantize_fp8_cache), checked over the dequantized rows
     mla_sparse_decode  FlashMLA's sparse decode benchmark shape (DeepSeek-V3.2, its
                    tests/test_flash_mla_sparse_decoding.py): batch 64, seqlen_q 2, 128 heads, topk 2048
                    distinct positions of each sequence's 32768 cached tokens (every length 32768: FlashMLA
                    draws them varlen), page 64, shuffled block tables; the indices are FlashMLA's cache
                    rows page x 64 + offset; bf16 latent cache (FlashMLA's is FP8);
                    get_mla_metadata(topk=) + flash_mla_with_kvcache(indices=)
+    mla_sparse_decode_fp8  the same over FlashMLA's FP8 latent cache (FlashMLA's own sparse decode
+                   benchmark: the bf16 cache quantized by testing_mla.quantize_fp8_cache), bf16 q;
+                   flash_mla_with_kvcache(is_fp8_kvcache=True, indices=), checked against the sparse
+                   reference over the dequantized rows
 A workload is a name in WORKLOADS and a builder in BUILDERS (rows of runner.Row). FlashMLA
 itself is not installed on the GPU machine: the decode and sparse rows time fa4mlir alone, against
 issue 29's absolute bars (FlashMLA's published H800 figures).
@@ -41,7 +47,8 @@ FlashMLA's benchmarks count them (attention.mla.flops_and_bytes: 2 x query rows 
 (576 + 512), and the bytes of the cache (FP8: 656 a token), q and out; attention.mla_sparse.flops: 2 x s_q x
 topk x h_q x (576 + 512); attention.mla_sparse_decode.flops_and_bytes: 2 x h_q x b x s_q x topk x (576 +
 512), and the bytes of q, out and the distinct cache rows the indices name, 1152 each in bf16 where
-FlashMLA counts its 656-byte FP8 row); rows with a byte count also get GB/s (`gbps` in the JSON).
+FlashMLA counts its 656-byte FP8 row, 656 in mla_sparse_decode_fp8); rows with a byte count also get
+GB/s (`gbps` in the JSON).
 
 JSON (schema "fa4mlir-mla-bench/1", --out, default mla-bench.json), written after every workload:
 environment, timer, settings, `rows` (shape, FLOPs), `results` (one per row and backend: status
@@ -66,7 +73,9 @@ DECODE_ROWS = tuple(f"mla_decode_h{h}_q{sq}" for h in DECODE_HEADS for sq in DEC
 FP8_DECODE_ROWS = tuple(f"mla_decode_fp8_h{h}_q{sq}" for h in DECODE_HEADS for sq in DECODE_QS)
 # workload (the --workloads names) -> its rows
 WORKLOADS = {"mla_prefill": ("mla_prefill",), "mla_decode": DECODE_ROWS, "mla_decode_fp8": FP8_DECODE_ROWS,
-             "mla_sparse": ("mla_sparse",), "mla_sparse_decode": ("mla_sparse_decode",)}
+             "mla_sparse": ("mla_sparse",), "mla_sparse_fp8": ("mla_sparse_fp8",),
+             "mla_sparse_decode": ("mla_sparse_decode",),
+             "mla_sparse_decode_fp8": ("mla_sparse_decode_fp8",)}
 
 
 def parse_workloads(text: str | None) -> list[str]:
@@ -98,16 +107,22 @@ def row_shape(row: str) -> tuple[dict, float]:
         d = MLA_DECODE
         flops, data = flops_and_bytes(d["batch"], sq, heads, d["cached"], fp8=fp8)
         return dict(d, heads=heads, seqlen_q=sq, bytes=data, **({"kv": "fp8"} if fp8 else {})), float(flops)
-    if row == "mla_sparse":
+    if row in ("mla_sparse", "mla_sparse_fp8"):
         from ..attention.mla_sparse import flops
+        from ..kernels.attention_mla_sparse_sm90_config import FP8_ROW_BYTES
         d = MLA_SPARSE
-        data = (d["s_q"] * d["topk"] * 576 + d["s_q"] * d["heads"] * (576 + 512)) * 2   # FlashMLA's count
-        return dict(d, bytes=data), float(flops(d["s_q"], d["heads"], d["topk"]))
-    if row == "mla_sparse_decode":
+        fp8 = row == "mla_sparse_fp8"
+        row_bytes = FP8_ROW_BYTES if fp8 else 576 * 2       # FlashMLA's count, an FP8 kv row at its 656 bytes
+        data = d["s_q"] * d["topk"] * row_bytes + d["s_q"] * d["heads"] * (576 + 512) * 2
+        return dict(d, bytes=data, **({"kv": "fp8"} if fp8 else {})), float(flops(d["s_q"], d["heads"], d["topk"]))
+    if row in ("mla_sparse_decode", "mla_sparse_decode_fp8"):
         from ..attention.mla_sparse_decode import flops_and_bytes
+        from ..kernels.attention_mla_sparse_sm90_config import D_QK, FP8_ROW_BYTES
+        fp8 = row == "mla_sparse_decode_fp8"
         d = MLA_SPARSE_DECODE
-        flops, data = flops_and_bytes(d["batch"], d["seqlen_q"], d["heads"], sparse_decode_indices()[1])
-        return dict(d, bytes=data), float(flops)
+        flops, data = flops_and_bytes(d["batch"], d["seqlen_q"], d["heads"], sparse_decode_indices()[1],
+                                      token_bytes=FP8_ROW_BYTES if fp8 else D_QK * 2)
+        return dict(d, bytes=data, **({"kv": "fp8"} if fp8 else {})), float(flops)
     raise ValueError(f"unknown mla row {row!r}")
 
 
@@ -235,9 +250,10 @@ def _sparse_check(torch: Any, q, kv, indices, scale: float, tokens: int = 32) ->
     return check
 
 
-def mla_sparse_rows(torch: Any, fa4=None) -> list[Row]:
+def mla_sparse_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]:
     """mla_sparse's row: q [4096, 128, 576], kv [32768, 1, 576] (bf16, /10 as FlashMLA draws them),
-    2048 distinct random indices per token (seed 0)."""
+    2048 distinct random indices per token (seed 0). fp8 (mla_sparse_fp8): kv quantized to FlashMLA's
+    656-byte rows, checked over the dequantized rows."""
     import fa4mlir
     from .prefill_workloads import DEV, poisoner
     d = MLA_SPARSE
@@ -248,17 +264,30 @@ def mla_sparse_rows(torch: Any, fa4=None) -> list[Row]:
     for i in range(0, d["s_q"], 256):   # distinct rows per token, in chunks (a [4096, 32768] draw is 512 MiB)
         indices[i:i + 256, 0] = torch.rand(256, d["s_kv"], device=DEV).topk(d["topk"], dim=-1).indices.to(torch.int32)
     scale = 576 ** -0.5
+    name = "mla_sparse_fp8" if fp8 else "mla_sparse"
+    if fp8:
+        from ..testing_mla import dequantize_fp8_cache, quantize_fp8_cache
+        packed = quantize_fp8_cache(kv.view(d["s_kv"], 1, 1, 576))
+        kv = dequantize_fp8_cache(packed).view(d["s_kv"], 1, 576)       # what the kernel reads, for the check
+        operand = packed.view(d["s_kv"], 1, 656)
+    else:
+        operand = kv
     check = _sparse_check(torch, q, kv, indices, scale)
-    shape, flops = row_shape("mla_sparse")
-    call = {"fa4mlir": lambda: (lambda: fa4mlir.flash_mla_sparse_fwd(q, kv, indices, scale, 512))}
-    return [Row("mla_sparse", "mla_sparse", shape, flops, call, check,
-                poisoner(torch, d["s_q"] * d["heads"] * 512, torch.bfloat16))]
+    shape, flops = row_shape(name)
+    call = {"fa4mlir": lambda: (lambda: fa4mlir.flash_mla_sparse_fwd(q, operand, indices, scale, 512))}
+    return [Row(name, name, shape, flops, call, check, poisoner(torch, d["s_q"] * d["heads"] * 512, torch.bfloat16))]
 
 
-def mla_sparse_decode_rows(torch: Any, fa4=None) -> list[Row]:
+def mla_sparse_fp8_rows(torch: Any, fa4=None) -> list[Row]:
+    """mla_sparse_fp8's row (mla_sparse_rows with fp8)."""
+    return mla_sparse_rows(torch, fa4, fp8=True)
+
+
+def mla_sparse_decode_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]:
     """mla_sparse_decode's row: a bf16 latent cache of batch x 32768 tokens (/10 as FlashMLA draws
     them; seed 0), q [64, 2, 128, 576], sparse_decode_indices. Checked on sequence 0 (its rows
-    gathered to the CPU) by _sparse_check."""
+    gathered to the CPU) by _sparse_check. fp8 (mla_sparse_decode_fp8): the cache quantized to
+    FlashMLA's FP8 rows (the bf16 one freed), checked over the dequantized rows."""
     import fa4mlir
     from .prefill_workloads import DEV, poisoner
     d = MLA_SPARSE_DECODE
@@ -267,29 +296,44 @@ def mla_sparse_decode_rows(torch: Any, fa4=None) -> list[Row]:
     torch.manual_seed(0)
     cache = torch.randn(b * n // page, page, 1, 576, dtype=torch.bfloat16, device=DEV) / 10
     q = torch.randn(b, sq, h, 576, dtype=torch.bfloat16, device=DEV) / 10
+    if fp8:
+        from ..testing_mla import quantize_fp8_cache
+        cache = quantize_fp8_cache(cache)
     indices = torch.from_numpy(rows).to(DEV)
     seqlens = torch.full((b,), n, dtype=torch.int32, device=DEV)
-    meta = fa4mlir.get_mla_metadata(seqlens, sq * h, 1, h, topk=topk)
+    meta = fa4mlir.get_mla_metadata(seqlens, sq * h, 1, h, is_fp8_kvcache=fp8, topk=topk)
     scale = 576 ** -0.5
     named = torch.unique(indices[0].flatten().long())              # sequence 0's rows, remapped 0..
-    kv0 = cache.view(-1, 1, 576)[named]
+    if fp8:
+        from ..testing_mla import dequantize_fp8_cache
+        rows8 = cache.view(torch.uint8).view(-1, 1, 1, 656)[named]      # as bytes: float8 indexing is not everywhere
+        kv0 = dequantize_fp8_cache(rows8).view(-1, 1, 576)
+    else:
+        kv0 = cache.view(-1, 1, 576)[named]
     local = torch.searchsorted(named, indices[0].long()).to(torch.int32).view(sq, 1, topk)
     check = _sparse_check(torch, q[0], kv0, local, scale, tokens=sq)
-    shape, flops = row_shape("mla_sparse_decode")
+    name = "mla_sparse_decode_fp8" if fp8 else "mla_sparse_decode"
+    shape, flops = row_shape(name)
     call = {"fa4mlir": lambda: (lambda: fa4mlir.flash_mla_with_kvcache(q, cache, None, None, 512, meta[0], meta[1],
-                                                                       indices=indices))}
+                                                                       is_fp8_kvcache=fp8, indices=indices))}
 
     def check_row(result) -> dict:      # out [0]: sequence 0 by the rule; NaN over the whole out
         r = check((result[0][0],))
         nan = int(torch.isnan(result[0]).sum())
         return dict(r, nan_out=nan, fa_rule_ok=r["fa_rule_ok"] and nan == 0)
-    return [Row("mla_sparse_decode", "mla_sparse_decode", shape, flops, call, check_row,
-                poisoner(torch, b * sq * h * 512, torch.bfloat16))]
+    return [Row(name, name, shape, flops, call, check_row, poisoner(torch, b * sq * h * 512, torch.bfloat16))]
+
+
+def mla_sparse_decode_fp8_rows(torch: Any, fa4=None) -> list[Row]:
+    """mla_sparse_decode_fp8's row (mla_sparse_decode_rows with fp8)."""
+    return mla_sparse_decode_rows(torch, fa4, fp8=True)
 
 
 # workload -> builder(torch, fa4) -> rows
 BUILDERS = {"mla_prefill": mla_prefill_rows, "mla_decode": mla_decode_rows, "mla_decode_fp8": mla_decode_fp8_rows,
-            "mla_sparse": mla_sparse_rows, "mla_sparse_decode": mla_sparse_decode_rows}
+            "mla_sparse": mla_sparse_rows, "mla_sparse_fp8": mla_sparse_fp8_rows,
+            "mla_sparse_decode": mla_sparse_decode_rows,
+            "mla_sparse_decode_fp8": mla_sparse_decode_fp8_rows}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -6,6 +6,11 @@ from .ops import OPS, OPS_BY_NAME, OpDef, irdl_source
 
 _IRDL_TEXT = irdl_source()
 
+# The bindings find fa4's (empty) dialect module, fa4mlir/dialect/fa4.py, under this prefix and stop
+# looking for it on every fa4 op view (see that module).
+if __name__ not in ir._globals.dialect_search_modules:
+    ir._globals.append_dialect_search_prefix(__name__)
+
 
 def load(ctx: ir.Context) -> None:
     """Register the fa4 dialect (IRDL) in `ctx`."""

@@ -197,6 +197,9 @@ OPS: tuple[OpDef, ...] = (
     OpDef("cvt_e4m3x2", """Two FP8 e4m3 values (the low and high byte of `x`) as two f16 (the low and
     high half of the result): exact, e4m3 is a subset of f16 (NaN stays NaN).""",
           operands=(("x", "i16"),), results=(("out", "i32"),)),
+    OpDef("tanh_f16x2", """tanh of two f16 (the low and high half of `x`), two f16 in the same halves of the
+    result: the SFU's tanh.approx.f16x2 (sm_90a runs it as two MUFU.TANH.F16).""",
+          operands=(("x", "i32"),), results=(("out", "i32"),)),
     OpDef("prmt", """Byte permute (PTX prmt.b32, default mode): byte k of the result is byte `selector`
     nibble k & 7 of the eight bytes {b, a} (a: bytes 0-3, b: bytes 4-7), or, when that nibble's bit 3
     is set, that byte's sign bit replicated over all 8 bits; `selector` in [0, 0xFFFF].""",

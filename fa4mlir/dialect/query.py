@@ -49,6 +49,22 @@ def ops_named(root: ir.Operation, *names: str) -> list[ir.Operation]:
     return found
 
 
+def llvm_funcs(root: ir.Operation) -> list[ir.Operation]:
+    """Every llvm.func under `root`, pre-order, as ops_named(root, "llvm.func"), without walking
+    their bodies (an llvm.func holds no llvm.func; the bodies are nearly all of a kernel's ops)."""
+    found: list[ir.Operation] = []
+    advance, skip = ir.WalkResult.ADVANCE, ir.WalkResult.SKIP
+
+    def visit(op):
+        if op.name == "llvm.func":
+            found.append(op)
+            return skip
+        return advance
+
+    root.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return found
+
+
 def _children(op: ir.Operation, name: str) -> list[ir.Operation]:
     """The ops named `name` directly in op's single-block body ([] if op has no such body)."""
     if len(op.regions) != 1 or len(op.regions[0].blocks) != 1:
@@ -70,7 +86,7 @@ def kernel_func(module: ir.Operation) -> ir.Operation:
     fast = _kernel_funcs_fast(module)
     if len(fast) == 1:
         return fast[0]
-    funcs = [op for op in ops_named(module, "llvm.func") if "nvvm.kernel" in op.attributes]
+    funcs = [op for op in llvm_funcs(module) if "nvvm.kernel" in op.attributes]
     if len(funcs) != 1:
         raise PassError(f"expected exactly one kernel function (llvm.func with nvvm.kernel), found {len(funcs)}")
     return funcs[0]
@@ -92,4 +108,4 @@ def mark_unverified(module: ir.Operation) -> None:
     kernel_func(module).attributes[UNVERIFIED_ATTR] = ir.UnitAttr.get()
 
 
-__all__ = ["PassError", "UNVERIFIED_ATTR", "gpu_module", "kernel_func", "mark_unverified", "ops_named"]
+__all__ = ["PassError", "UNVERIFIED_ATTR", "gpu_module", "kernel_func", "llvm_funcs", "mark_unverified", "ops_named"]

@@ -22,7 +22,11 @@ UNSIGNED = {np.dtype(np.int8): np.uint8, np.dtype(np.int16): np.uint16, np.dtype
 
 def _struct_fields(t) -> list[str] | None:
     """The field types of an !llvm.struct<(T, T, ...)> (None for any other type)."""
-    s = str(t)
+    return _fields_of(str(t))
+
+
+def _fields_of(s: str) -> list[str] | None:
+    """_struct_fields of a type printed as `s` (printing a type is the costly part)."""
     if not s.startswith("!llvm.struct<("):
         return None
     return [f.strip() for f in s[len("!llvm.struct<("):-2].split(",")]
@@ -33,7 +37,7 @@ def np_dtype(t: ir.Type):
     if isinstance(t, ir.VectorType):
         t = ir.VectorType(t).element_type
     s = str(t)
-    fields = _struct_fields(t)
+    fields = _fields_of(s)
     if fields is not None:
         if len(set(fields)) != 1 or fields[0] not in _SCALAR:
             raise Unsupported(f"type {s}: only structs of one scalar type are modelled")
@@ -47,11 +51,9 @@ def np_dtype(t: ir.Type):
 
 def vector_len(t: ir.Type) -> int | None:
     """N of vector<N x T> (1-D only) or of a struct of N fields, None for a scalar type."""
-    fields = _struct_fields(t)
-    if fields is not None:
-        return len(fields)
     if not isinstance(t, ir.VectorType):
-        return None
+        fields = _struct_fields(t)
+        return None if fields is None else len(fields)
     shape = ir.VectorType(t).shape
     if len(shape) != 1:
         raise Unsupported(f"{t}: only 1-D vectors are modelled")
@@ -108,6 +110,16 @@ def e4m3x2_to_f16x2(pairs) -> np.ndarray:
     return (lo | (hi << 16)).view(np.int32)
 
 
+def tanh_f16x2(words) -> np.ndarray:
+    """tanh.approx.f16x2: two f16 (low and high half of 32 bits) -> their tanh, each rounded to nearest f16
+    (the hardware's own approximation error beyond that rounding is not modelled), int32."""
+    words = np.asarray(words).astype(np.int32).view(np.uint32)
+    halves = [(words & np.uint32(0xFFFF)).astype(np.uint16), (words >> np.uint32(16)).astype(np.uint16)]
+    lo, hi = (np.tanh(h.view(np.float16).astype(np.float32)).astype(np.float16).view(np.uint16).astype(np.uint32)
+              for h in halves)
+    return (lo | (hi << np.uint32(16))).view(np.int32)
+
+
 def prmt(a, b, selector: int) -> np.ndarray:
     """prmt.b32 d, a, b, selector (PTX ISA 9.7.9.7, default mode), per lane: byte k of d is byte
     n & 7 of {b, a} (a's bytes 0-3, b's 4-7) for the selector's nibble n = (selector >> 4 k) & 15,
@@ -150,4 +162,4 @@ def sw128_operand_offsets(rows: int, k: int, mn_major: bool, lbo: int, sbo: int,
 
 
 __all__ = ["sw128_operand_offsets", "WARP", "LANES", "np_dtype", "vector_len", "lane_shape", "is_bf16", "f32_to_bf16", "bf16_to_f32",
-           "half_bits_to_f32", "swizzle", "UNSIGNED", "E4M3_F16_BITS", "e4m3x2_to_f16x2", "prmt"]
+           "half_bits_to_f32", "swizzle", "UNSIGNED", "E4M3_F16_BITS", "e4m3x2_to_f16x2", "tanh_f16x2", "prmt"]

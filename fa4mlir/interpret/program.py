@@ -15,6 +15,7 @@ condition does not hold.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -45,8 +46,17 @@ class Wait:
         return self.what() if callable(self.what) else str(self.what)
 
 
+_PLAIN_FILENAME = re.compile(r"[\w./+-]+", re.ASCII)   # printed by MLIR as is, between quotes
+
+
 def where(op) -> str:
-    loc = str(op.location)
+    loc = op.location
+    # A file:line:col location (every op of a parsed module) is formatted here as MLIR prints it:
+    # printing the location is most of the cost, and every op of a kernel gets one.
+    if loc.is_a_file() and loc.start_line == loc.end_line and loc.start_col == loc.end_col \
+            and _PLAIN_FILENAME.fullmatch(loc.filename):
+        return f'{op.name} at "{loc.filename}":{loc.start_line}:{loc.start_col}'
+    loc = str(loc)
     return f"{op.name} at {loc[4:-1] if loc.startswith('loc(') else loc}"
 
 
@@ -59,6 +69,9 @@ class Program:
         self._semantics = SEMANTICS
         self._slots: dict = {}
         self.constants: list[tuple[int, np.ndarray]] = []
+        # (type, value attribute) -> its array: a kernel repeats a few hundred constants thousands of
+        # times. Sharing is safe as it is across warps: no op writes into an operand's array.
+        self.constant_arrays: dict = {}
         body = func.regions[0].blocks[0]
         self.name = ir.StringAttr(func.attributes["sym_name"]).value
         self.arg_slots = [self.slot(a) for a in body.arguments]
@@ -78,12 +91,13 @@ class Program:
 
     def compile_block(self, block) -> list[Instr]:
         out = []
+        semantics_of, slot = self._semantics.get, self.slot
         for op in block.operations:
             op = op.operation
-            semantics = self._semantics.get(op.name)
+            semantics = semantics_of(op.name)
             if semantics is None:
                 raise Unsupported(f"no semantics for {op.name}", op=where(op))
-            ins = semantics(self, op, [self.slot(v) for v in op.operands], [self.slot(v) for v in op.results])
+            ins = semantics(self, op, [slot(v) for v in op.operands], [slot(v) for v in op.results])
             if ins is not None:
                 out.append(Instr(ins[0], ins[1], where(op)) if isinstance(ins, tuple) else ins)
         return out

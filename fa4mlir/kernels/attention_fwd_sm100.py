@@ -19,7 +19,8 @@ TMEM and SMEM plans. Roles (FA4Config.ROLES; 512 threads):
     correction  (warps 8-11) per block n >= 1 and tile: read the factor from C_i, wait until
                 O_i += P_i V(n-1) completed, rescale O_i in TMEM when some row of the warp moved
                 its max (vote.any; skipped otherwise), release `o_i` (the MMA may issue the next
-                P_i V). At the end: O_i / l -> Q_i's SMEM tile (128B swizzle) -> TMA store, LSE.
+                P_i V). At the end: O_i / l -> Q_i's SMEM tile (128B swizzle) -> TMA store, LSE
+                (attention_fwd_sm100_correction.py).
 
 Every wait on a barrier that a tcgen05 op completes, that guards TMEM another warp wrote, or that
 hands back TMEM another warp read (C_i, before the softmax's next store) is followed by
@@ -49,6 +50,11 @@ MLA prefill (attention_sm100_config, note "MLA"): head_dim 192 / head_dim_v 128 
 three 64-column chunks per Q/K tile (12 S MMAs), two per V tile, and one K/V stage; the MMA thread
 keeps its SMEM descriptors in the loop there (_Issuer._opaque_zero, note "MLA registers").
 
+Absorbed MLA decode (attention_sm100_config, note "MLA decode"; attention_sm100_mla_decode): the decode
+route with a 64-row tile (tcgen05.mma M = 64, Layout F), O's halves in the two lane halves of TMEM, S
+computed in both; thread l of a warp owns packed row 16 w + l % 16 and O half l // 16. V is read from the
+K stage (no V ring), and the MMA thread (attention_sm100_mla_decode.mma_role) frees a K stage after P V.
+
 Note "Stale V rows": a paged box that starts before the length L_b and ends past it brings real pool
 rows past L_b (unused rows of the last page, stale tokens), which may hold anything, NaN included.
 K's are harmless (their scores are masked to -inf by select), but O += P V multiplies V's by P = 0,
@@ -61,19 +67,20 @@ reading O from TMEM, which no MMA wrote.
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from .. import dsl
 from ..dialect import builders as fa4
-from ..dsl import (KernelBuilder, PipeState, Pipeline, Value, const, exp2, fma, fmax, log2, select, tanh, tree_reduce,
+from ..dsl import (KernelBuilder, PipeState, Pipeline, Value, const, fma, select, tanh, tree_reduce,
                    vec)
 from . import attention_sm100_config as fcfg
 from . import attention_sm100_kv as kvroles
+from . import attention_sm100_mla_decode as mla_dec
+from .attention_fwd_sm100_correction import _Correction, _correction_role
 from .attention_sm100_config import LAUNCH_PARAMS, FA4Config  # noqa: F401  (FA4Config re-exported)
 from .common import paged_rows, tcgen05
-from .common.constants import LOG2E
+from .common.constants import NEG_INF
 from .common.masks import ValueOps, block_range, hidden, key_window, tile_blocks, visible_keys
 from .common.softmax import exp2_mixed, max_update
 
@@ -81,11 +88,7 @@ SW = fcfg.SWIZZLE_BYTES
 CHUNK = fcfg.CHUNK
 MMA_M = fcfg.MMA_M
 MMA_K = fcfg.MMA_K
-LN2 = 0.6931471805599453
-NEG_INF = float("-inf")
-EPI_COLS = 16                  # TMEM columns per tcgen05.ld in the correction role (80 registers)
 S_LOAD_COLS = 32               # TMEM columns per tcgen05.ld of S in the softmax (all issued, then one wait)
-BAR_EPILOGUE = 1               # named barrier of the correction warpgroup's O tile hand-off to TMA
 ROLE = {name: (first, n, regs) for name, first, n, regs in fcfg.ROLES}
 
 
@@ -97,9 +100,11 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
             f"{cfg.mask.tag()}_bn{cfg.bn}_s{stages}{cfg.name_route()}{cfg.name_suffix()}")
     kb = KernelBuilder(name, arch="sm_100a", block=(fcfg.NUM_THREADS, 1, 1), config=cfg.key())
     # the launch contract (cfg.launch_params): q and o boxes of one Q tile, k and v boxes of box_rows
-    q_box = (CHUNK, cfg.group, cfg.tile_tokens, 1) if cfg.decode else (CHUNK, 1, MMA_M, 1)
+    q_box = (CHUNK, cfg.tile_heads, cfg.tile_tokens, 1) if cfg.decode else (CHUNK, 1, MMA_M, 1)
     box = {"q": q_box, "k": (CHUNK, 1, cfg.box_rows, 1), "v": (CHUNK, 1, cfg.box_rows, 1), "o": q_box}
-    if cfg.varlen:   # O is stored row by row through a pointer (note "Serving")
+    if cfg.mla_decode:   # V is read from the K tile (attention_sm100_mla_decode): no v parameter
+        del box["v"]
+    if cfg.varlen or cfg.split_kv:   # O is stored row by row through a pointer (note "Serving"; o_partial)
         del box["o"]
     if cfg.gather:   # K and V rows copied from the pools' pointers (paged_rows, note "Row gather")
         del box["k"], box["v"]
@@ -111,7 +116,7 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
     seqlen_k = p.get("seqlen_k")     # paged: each role reads cache_seqlens[b]; varlen: cu_seqlens_k (_Geometry)
 
     with kb.body():
-        bufs = _declare_buffers(kb, sm, p, cfg.num_q_tiles, cfg.gather)
+        bufs = _declare_buffers(kb, sm, p, cfg.num_q_tiles, cfg.gather, cfg.mla_decode)
         warp = kb.thread_idx(0) // 32
         # 1. warp 0 allocates the TMEM columns; every warp reads the address after the barrier
         with kb.if_(warp.eq(0)).then_():
@@ -128,9 +133,9 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
             return _Geometry(kb, cfg, seqlen_q, seqlen_k, p)
 
         with kb.warp_roles():
-            with kb.role("load", **(kvroles.GATHER_ROLE if cfg.gather else _role("load"))):
+            with kb.role("load", **(kvroles.GATHER_ROLE if cfg.gather else _role("load", cfg))):
                 _load_role(kb, cfg, geo(), bufs)
-            with kb.role("mma", **_role("mma")):
+            with kb.role("mma", **_role("mma", cfg)):
                 _mma_role(kb, cfg, geo(), bufs)
             if cfg.fp8:      # the decode route's free warps 4-7 (attention_sm100_kv)
                 name, first, n, regs = kvroles.CONVERT_ROLE
@@ -151,8 +156,10 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
     return kb.finish()
 
 
-def _role(name: str) -> dict:
+def _role(name: str, cfg: FA4Config | None = None) -> dict:
     first, n, regs = ROLE[name]
+    if cfg is not None and cfg.mla_decode:   # attention_sm100_config.MLA_DECODE_ROLE_REGS
+        regs = fcfg.MLA_DECODE_ROLE_REGS.get(name, regs)
     return dict(first_warp=first, num_warps=n, regs=regs)
 
 
@@ -169,7 +176,7 @@ class _Pipes:
     """Every pipeline of the kernel: the load -> MMA rings, then the per-tile pipes."""
     q: Pipeline            # Q0 and Q1 (decode: Q0), loaded once (1 stage)
     k: Pipeline            # the K ring (`stages`)
-    v: Pipeline            # the V ring (`stages`)
+    v: Pipeline | None     # the V ring (`stages`; MLA decode: none, V is read from the K ring)
     tiles: tuple           # _TilePipes of tile 0 and tile 1 (decode: tile 0)
     k8: Pipeline | None = None   # FP8: the e4m3 K ring, load -> convert (k and v: convert -> mma)
     v8: Pipeline | None = None
@@ -204,8 +211,10 @@ class _Buffers:
     rows_smem: Value | None = None       # row gather: the tile's pool rows, int32 [BN] (note "Row gather")
 
 
-def _declare_buffers(kb, sm: dict, params: dict, num_q_tiles: int = fcfg.NUM_Q_TILES, gather: bool = False) -> _Buffers:
-    q_smem, k_smem, v_smem = (kb.smem(f"{n}_smem", sm[n]) for n in ("q", "k", "v"))
+def _declare_buffers(kb, sm: dict, params: dict, num_q_tiles: int = fcfg.NUM_Q_TILES, gather: bool = False,
+                     v_in_k: bool = False) -> _Buffers:
+    q_smem, k_smem = (kb.smem(f"{n}_smem", sm[n]) for n in ("q", "k"))
+    v_smem = k_smem if v_in_k else kb.smem("v_smem", sm["v"])
     tmem_slot = kb.smem("tmem_slot", fcfg.TMEM_SLOT_BYTES, align=16)
     stages = sm["stages"]
     q = kb.pipeline("q", num_stages=1, producer="load", consumers=["mma"])
@@ -213,7 +222,8 @@ def _declare_buffers(kb, sm: dict, params: dict, num_q_tiles: int = fcfg.NUM_Q_T
     kv = dict(producer="convert", producer_arrivals=128) if "k8" in sm else dict(producer="load")
     if gather:       # every thread of the gather warps commits (paged_rows, note "Row gather")
         kv["producer_arrivals"] = 32 * kvroles.GATHER_ROLE["num_warps"]
-    k, v = (kb.pipeline(n, num_stages=stages, consumers=["mma"], **kv) for n in ("k", "v"))
+    k, v = (kb.pipeline(n, num_stages=stages, consumers=["mma"], **kv) if n == "k" or not v_in_k else None
+            for n in ("k", "v"))
     tiles = []
     for i in range(num_q_tiles):
         sm_i = f"softmax{i}"
@@ -234,7 +244,7 @@ def _declare_buffers(kb, sm: dict, params: dict, num_q_tiles: int = fcfg.NUM_Q_T
         rings8 = {n: kb.pipeline(n, num_stages=stages, producer="load", consumers=["convert"], consumer_arrivals=128)
                   for n in ("k8", "v8")}
     return _Buffers(q_smem, k_smem, v_smem, tmem_slot, sm["q_tile"], sm["k_tile"], sm["v_tile"],
-                    _Pipes(q, k, v, tuple(tiles), **rings8), *(params[n] for n in ("q", "k", "v", "o", "lse")),
+                    _Pipes(q, k, v, tuple(tiles), **rings8), *(params[n] if n in params else params.get(f"{n}_partial") for n in ("q", "k", "v", "o", "lse")),
                     **paged)
 
 
@@ -257,7 +267,14 @@ class _Geometry:
         m_block = kb.block_idx(0)
         if cfg.causal:  # the longest rows first: the grid's tail is short work
             m_block = kb.grid_dim(0) - 1 - m_block
-        if cfg.decode:
+        if cfg.mla_decode:   # tile_heads query heads per CTA (one latent KV head, note "MLA decode")
+            self.rows = cfg.tile_tokens
+            self.m0 = m_block * cfg.tile_tokens
+            self.head = kb.block_idx(1) * cfg.tile_heads
+            self.kv_head = self.head // cfg.group
+            self.heads = kb.grid_dim(1) * cfg.tile_heads
+            self.batch = kb.block_idx(2)
+        elif cfg.decode:
             self.rows = cfg.tile_tokens
             self.m0 = m_block * cfg.tile_tokens
             self.kv_head = kb.block_idx(1)
@@ -271,13 +288,22 @@ class _Geometry:
             self.heads = kb.grid_dim(1)
             self.batch = kb.block_idx(2)
             self.kv_head = self.head // cfg.group if cfg.group > 1 else self.head
-        self.first = None
+        self.first = self.offset = None
+        if cfg.split_kv:     # CTA x = M tile x num_splits + split (note "MLA decode"), uncounted from the top
+            splits = p["num_splits"]
+            m_block = kb.block_idx(0) // splits
+            split = kb.block_idx(0) - m_block * splits
+            self.m0, self.split = m_block * cfg.tile_tokens, split
         if cfg.mask.is_legacy:
             self.n_blocks, _ = block_range(self.m0, cfg.num_q_tiles * self.rows, seqlen_q, seqlen_k, cfg.bn,
                                            cfg.causal)
         else:            # a window or chunk: blocks first .. first + n_blocks - 1 (common.masks.tile_blocks)
             tb = tile_blocks(cfg.mask, self.m0, cfg.num_q_tiles * self.rows, seqlen_q, seqlen_k, cfg.bn, ValueOps)
             self.first, self.n_blocks = tb.first, tb.end - tb.first
+        if cfg.split_kv:     # blocks [split x per, ..) of the n_blocks, per = ceil(n_blocks / num_splits)
+            per = (self.n_blocks + splits - 1) // splits
+            self.offset = self.split * per
+            self.n_blocks = (self.n_blocks - self.offset).smin(per).smax(0)
         if cfg.varlen:   # a CTA past its sequence's rows visits nothing (and stores nothing)
             self.n_blocks = select(self.m0.slt(seqlen_q), self.n_blocks, const(0))
 
@@ -286,6 +312,8 @@ class _Geometry:
 
     def block(self, n: Value) -> Value:
         """The KV block index of the n-th visited block."""
+        if self.offset is not None:    # split-KV: this split's first block
+            return self.offset + n
         return n if self.first is None else self.first + n
 
     def q_coord(self, row: Value) -> Value:
@@ -303,6 +331,8 @@ class _Geometry:
         No mask or causal: 1 .. n_unmasked - 1 unmasked, then the rest (the diagonal, the seqlen_k
         tail). A window or chunk: the blocks before the whole ones, the whole ones, then the rest."""
         cfg, n = self.cfg, self.n_blocks
+        if self.offset is not None:    # split-KV: the diagonal or the tail may be in any split's blocks
+            return [(const(1), n, True)]
         if self.first is None:
             split = block_range(self.tile_row0(i), self.rows, self.seqlen_q, self.seqlen_k, cfg.bn, cfg.causal)[1]
             split = select(split.gt(1), split, const(1))
@@ -320,11 +350,6 @@ def _span(kb, cu_seqlens: Value, b: Value) -> tuple:
     return start, end - start
 
 
-def _lane_base(kb) -> Value:
-    """TMEM address bits of this warp's lane quarter: warp w reaches lanes 32 (w % 4) .. + 31 (§9.7.16.8)."""
-    return ((kb.thread_idx(0) // 32) % 4 * 32) << 16
-
-
 # ---- load ---------------------------------------------------------------------------------------------
 def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
     if cfg.gather:   # the decode route's row gather (attention_sm100_kv, note "Row gather")
@@ -333,16 +358,16 @@ def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
     pipes = bufs.pipes
     # a CTA without KV blocks loads nothing: its epilogue writes zeros into Q's tiles right away
     with kb.if_(kb.elect_one() & geo.n_blocks.gt(0)).then_():
-        for d in (bufs.q_desc, bufs.k_desc, bufs.v_desc):
+        for d in (bufs.q_desc, bufs.k_desc, bufs.v_desc)[:2 if cfg.mla_decode else 3]:
             fa4.tma_prefetch(d)
         # 1. Q0 and Q1: 128 rows each, one box per 64-column chunk
         q0 = pipes.q.initial_state()
         pipes.q.producer_acquire(q0)
         pipes.q.producer_commit(q0, tx_bytes=cfg.num_q_tiles * bufs.q_tile)
-        q_box = [CHUNK, cfg.group, cfg.tile_tokens, 1] if cfg.decode else [CHUNK, 1, MMA_M, 1]
+        q_box = [CHUNK, cfg.tile_heads, cfg.tile_tokens, 1] if cfg.decode else [CHUNK, 1, MMA_M, 1]
         for i in range(cfg.num_q_tiles):
             for c in range(qk_ch):
-                dst = kb.gep(bufs.q_smem, i * bufs.q_tile + c * MMA_M * SW, "i8")
+                dst = kb.gep(bufs.q_smem, i * bufs.q_tile + c * cfg.mma_m * SW, "i8")
                 fa4.tma_load(bufs.q_desc, dst, q0.stage,
                              [const(c * CHUNK), geo.head, geo.q_coord(geo.tile_row0(i)), geo.tma_batch()],
                              pipe=pipes.q.name, box=q_box, elem_bytes=fcfg.ELEM_BYTES)
@@ -355,7 +380,7 @@ def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
                                                       bufs.page_table, bufs.page_table_stride, bufs.num_pages,
                                                       cfg.page_size)
             rings = ((pipes.k, bufs.k_desc, bufs.k_smem, bufs.k_tile, qk_ch),
-                     (pipes.v, bufs.v_desc, bufs.v_smem, bufs.v_tile, ov_ch))
+                     (pipes.v, bufs.v_desc, bufs.v_smem, bufs.v_tile, ov_ch))[:1 if cfg.mla_decode else 2]
             if cfg.fp8:      # the e4m3 rings (attention_sm100_kv)
                 rings = ((pipes.k8, bufs.k_desc, bufs.k8_smem, bufs.k8_tile, 0),
                          (pipes.v8, bufs.v_desc, bufs.v8_smem, bufs.v8_tile, 0))
@@ -471,6 +496,9 @@ def _wait_v(kb, cfg, geo: _Geometry, bufs: _Buffers, n: Value, st: PipeState):
 
 
 def _mma_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
+    if cfg.mla_decode:   # 64-row tile, O in Layout F's two lane halves (attention_sm100_mla_decode)
+        mm = _Issuer(kb, cfg, bufs)
+        return mla_dec.mma_role(kb, cfg, geo, bufs, mm._opaque_zero, mm._tmem)
     if cfg.decode:
         return _mma_role_one_tile(kb, cfg, geo, bufs)
     mm = _Issuer(kb, cfg, bufs)
@@ -555,11 +583,13 @@ class _Softmax:
         self.kb, self.cfg, self.geo, self.pipes, self.i, self.scale_log2 = kb, cfg, geo, pipes, i, scale_log2
         self.softcap_scale = softcap_scale
         tm = cfg.tmem_plan()
-        lanes = tmem + _lane_base(kb)
+        lanes = tmem + tcgen05.lane_base(kb)
         self.s_addr, self.p_addr, self.c_addr = lanes + tm[f"S{i}"], lanes + tm[f"P{i}"], lanes + tm[f"C{i}"]
         t = kb.thread_idx(0) % MMA_M
+        if cfg.mla_decode:   # lane 32 w + l: packed row 16 w + l % 16 (Layout F, attention_sm100_mla_decode)
+            t = mla_dec.packed_row(kb)[0]
         # this thread's query row (decode: the token of packed row t, note "Decode")
-        self.row = geo.tile_row0(i) + (t // cfg.group if cfg.decode else t)
+        self.row = geo.tile_row0(i) + (t // cfg.tile_heads if cfg.decode else t)
 
     def read_s(self, n: Value, st: PipeState, masked: bool) -> list:
         """The row's BN scores of block n (S_i -> registers; S_i is free for the MMA's bookkeeping)."""
@@ -574,7 +604,7 @@ class _Softmax:
         if cfg.softcap:  # t = tanh(s * scale / cap), in units of the cap (scale_log2 = cap log2 e): before the mask
             s = [tanh(x * self.softcap_scale) for x in s]
         if masked and geo.first is None:
-            visible = visible_keys(n * cfg.bn, self.row, geo.seqlen_q, geo.seqlen_k, cfg.causal)
+            visible = visible_keys(geo.block(n) * cfg.bn, self.row, geo.seqlen_q, geo.seqlen_k, cfg.causal)
             for j in range(cfg.bn):
                 s[j] = select(visible.le(j), const(NEG_INF, "f32"), s[j])
         elif masked:     # a window or chunk: keys [start, end) of the block are visible (common.masks.key_window)
@@ -641,186 +671,3 @@ def _softmax_role(sm: _Softmax):
     #    joins the sink to it) for the epilogue
     m_scaled = m * sm.scale_log2 if cfg.sinks else select(m.eq(NEG_INF), zero, m * sm.scale_log2)
     sm.store_c(c_st, l_, m_scaled)
-
-
-# ---- correction and epilogue ----------------------------------------------------------------------------
-class _TileStates(NamedTuple):
-    """Where the correction warpgroup is in C_i and O_i of one tile."""
-    c: PipeState
-    o: PipeState
-
-
-class _Correction:
-    """The correction warpgroup: thread t owns row t of both tiles (TMEM lane t of C_i and O_i)."""
-
-    def __init__(self, kb, cfg, geo: _Geometry, bufs: _Buffers, tmem: Value):
-        self.kb, self.cfg, self.geo, self.bufs = kb, cfg, geo, bufs
-        tm = cfg.tmem_plan()
-        lanes = tmem + _lane_base(kb)
-        self.t = kb.thread_idx(0) % MMA_M                        # row of the tile (TMEM lane)
-        self.c_addr = [lanes + tm[f"C{i}"] for i in range(cfg.num_q_tiles)]
-        self.o_addr = [lanes + tm[f"O{i}"] for i in range(cfg.num_q_tiles)]
-        self.pipes = bufs.pipes.tiles
-
-    def read_c(self, i: int, st: PipeState, num: int) -> Value:
-        """The `num` f32 words softmax i left in C_i for this row; C_i is free again after."""
-        kb, c_pipe = self.kb, self.pipes[i].c
-        c_pipe.consumer_wait(st)
-        kb.fence("tcgen05_after")
-        v = tcgen05.tmem_load(self.c_addr[i], num)
-        fa4.tmem_wait(kind="ld")
-        kb.fence("tcgen05_before")
-        c_pipe.consumer_release(st)
-        return v.bitcast(("f32", num))
-
-    def rescale(self, i: int, st: _TileStates):
-        """O_i *= alpha between O_i += P_i V(n-1) and O_i += P_i V(n); skipped when no row of the warp
-        moved its max."""
-        kb, o_pipe = self.kb, self.pipes[i].o
-        alpha = self.read_c(i, st.c, 1)[0]
-        o_pipe.consumer_wait(st.o)
-        kb.fence("tcgen05_after")
-        with kb.if_(kb.vote_any(alpha.ne(1.0))).then_():
-            for ch in range(self.cfg.padded_head_dim_v // EPI_COLS):
-                addr = self.o_addr[i] + ch * EPI_COLS
-                o = tcgen05.tmem_load(addr, EPI_COLS)
-                fa4.tmem_wait(kind="ld")
-                o = o.bitcast(("f32", EPI_COLS))
-                scaled = vec(*[o[j] * alpha for j in range(EPI_COLS)])
-                fa4.tmem_store(addr, scaled.bitcast(("i32", EPI_COLS)))
-            fa4.tmem_wait(kind="st")
-        kb.fence("tcgen05_before")
-        o_pipe.consumer_release(st.o)
-
-    def epilogue(self, i: int, st: _TileStates):
-        """O_i / l -> Q_i's SMEM tile -> TMA store; the LSE of this row."""
-        kb, cfg, geo, bufs, t = self.kb, self.cfg, self.geo, self.bufs, self.t
-        o_pipe = self.pipes[i].o
-        stats = self.read_c(i, st.c, 2)
-        inv, lse, empty = self.normalizer(stats[0], stats[1])
-        with kb.if_(geo.n_blocks.gt(0)).then_():
-            o_pipe.consumer_wait(st.o)                   # the last O_i += P_i V completed
-            kb.fence("tcgen05_after")
-        store = self.store_o_rows if cfg.varlen else self.store_o_tile
-        if cfg.paged or cfg.fp8 or not cfg.plain:   # a CTA without blocks: TMEM holds no O_i, so none is read
-            br = kb.if_(geo.n_blocks.gt(0))
-            with br.then_():
-                store(i, inv, empty)
-            with br.else_():
-                store(i, inv, empty, from_tmem=False)
-        else:
-            store(i, inv, empty)
-        with kb.if_(geo.n_blocks.gt(0)).then_():
-            kb.fence("tcgen05_before")
-            o_pipe.consumer_release(st.o)
-        if cfg.varlen:
-            self.store_lse(geo.tile_row0(i) + t, geo.head, lse)
-            return
-        kb.fence("async_smem")
-        kb.named_barrier(BAR_EPILOGUE, 128)
-        o_box = [CHUNK, cfg.group, cfg.tile_tokens, 1] if cfg.decode else [CHUNK, 1, MMA_M, 1]
-        with kb.if_(t.eq(0)).then_():
-            for c in range(cfg.padded_head_dim_v // CHUNK):
-                src = kb.gep(bufs.q_smem, i * bufs.q_tile + c * MMA_M * SW, "i8")
-                fa4.tma_store(bufs.o_desc, src, [const(c * CHUNK), geo.head, geo.tile_row0(i), geo.batch],
-                              box=o_box)
-        if cfg.decode:   # packed row t: token t // group of head t % group (note "Decode")
-            row = geo.tile_row0(i) + t // cfg.group
-            head = geo.head + t % cfg.group
-        else:
-            row, head = geo.tile_row0(i) + t, geo.head
-        self.store_lse(row, head, lse)
-
-    def store_lse(self, row: Value, head: Value, lse: Value):
-        """The LSE of query row `row` of `head`: [batch, heads, seqlen_q], varlen [heads, total_q]."""
-        kb, geo = self.kb, self.geo
-        with kb.if_(row.lt(geo.seqlen_q)).then_():
-            if self.cfg.varlen:
-                at = head.to("i64") * self.bufs.total_q.to("i64") + (geo.q_start + row).to("i64")
-            else:
-                at = (geo.batch * geo.heads + head).to("i64") * geo.seqlen_q.to("i64") + row.to("i64")
-            kb.store(lse, kb.gep(self.bufs.lse_ptr, at, "f32"), align=4)
-
-    def normalizer(self, l_: Value, m_scaled: Value) -> tuple:
-        """(1 / l or 0, LSE, whether the row is empty) from the row's sum l and scaled max. With sinks
-        the head's sink logit b joins them: M = max(m_scaled, b) (0 when both are -inf), l' = l 2^(m_scaled
-        - M) + 2^(b - M), O scaled by 2^(m_scaled - M) / l', LSE = (M + log2 l') ln 2 (= the sink for a
-        row without keys)."""
-        kb, f32 = self.kb, "f32"
-        if not self.cfg.sinks:
-            empty = l_.eq(0.0)
-            inv = select(empty, const(0.0, f32), const(1.0, f32) / l_)
-            return inv, select(empty, const(float("inf"), f32), (m_scaled + log2(l_)) * LN2), empty
-        sink = kb.load(kb.gep(self.bufs.sinks, self.geo.head, f32), f32, align=4) * LOG2E
-        top = fmax(m_scaled, sink)
-        top = select(top.eq(NEG_INF), const(0.0, f32), top)
-        keys = exp2(m_scaled - top)
-        total = fma(l_, keys, exp2(sink - top))
-        empty = total.eq(0.0)
-        inv = select(empty, const(0.0, f32), keys / total)
-        return inv, select(empty, const(float("inf"), f32), (top + log2(total)) * LN2), empty
-
-    def store_o_rows(self, i: int, inv: Value, empty: Value, from_tmem: bool = True):
-        """Varlen: row t of O_i / l straight from registers to the packed O [total_q, heads, Dv], 16 bytes
-        a store, only for rows inside the sequence (a TMA box would run into the next sequence's rows).
-        The TMEM loads are warp-collective, so every thread issues them; only the stores are predicated."""
-        kb, cfg, geo, t = self.kb, self.cfg, self.geo, self.t
-        row = geo.tile_row0(i) + t
-        row_bytes = cfg.head_dim_v * fcfg.ELEM_BYTES
-        at = ((geo.q_start + row).to("i64") * geo.heads.to("i64") + geo.head.to("i64")) * row_bytes
-        o_row = kb.gep(self.bufs.o_desc, at, "i8")
-        self._store_o(i, inv, empty, from_tmem, cfg.head_dim_v, o_row, lambda col: col * fcfg.ELEM_BYTES,
-                      inside=row.lt(geo.seqlen_q))
-
-    def store_o_tile(self, i: int, inv: Value, empty: Value, from_tmem: bool = True):
-        """Row t of O_i / l (0 for a row without keys; TMEM holds no O then) into Q_i's tile, 128B-swizzled:
-        16-byte unit u of a 128-byte row r lands at unit u ^ (r % 8). `from_tmem=False`: zeros, O_i unread."""
-        kb, cfg, bufs, t = self.kb, self.cfg, self.bufs, self.t
-        row_base = kb.gep(bufs.q_smem, t * SW + i * bufs.q_tile, "i8")
-
-        def swizzled(col: int) -> Value:
-            c, unit = divmod(col, CHUNK)
-            return c * MMA_M * SW + ((t % 8) ^ (unit // 8)) * 16
-        self._store_o(i, inv, empty, from_tmem, cfg.padded_head_dim_v, row_base, swizzled)
-
-    def _store_o(self, i: int, inv: Value, empty: Value, from_tmem: bool, num_cols: int, row_ptr: Value,
-                 col_offset, inside: Value | None = None):
-        """The first `num_cols` columns of this row of O_i / l (0 for a row without keys; zeros, O_i unread,
-        when not `from_tmem`), EPI_COLS at a time out of TMEM, in 16-byte stores of 8 columns to
-        row_ptr + col_offset(column) (bytes), predicated on `inside` when given."""
-        kb, cfg = self.kb, self.cfg
-        zero = const(0.0, "f32")
-        for ch in range(num_cols // EPI_COLS):
-            if from_tmem:
-                o = tcgen05.tmem_load(self.o_addr[i] + ch * EPI_COLS, EPI_COLS)
-                fa4.tmem_wait(kind="ld")
-                o = o.bitcast(("f32", EPI_COLS))
-                vals = [select(empty, zero, o[j] * inv) for j in range(EPI_COLS)]
-            else:
-                vals = [zero] * EPI_COLS
-            with kb.if_(inside).then_() if inside is not None else contextlib.nullcontext():
-                for u in range(EPI_COLS // 8):
-                    words = [vec(vals[8 * u + 2 * w], vals[8 * u + 2 * w + 1]).to((cfg.dtype, 2)).bitcast("i32")
-                             for w in range(4)]
-                    off = col_offset(ch * EPI_COLS + 8 * u)
-                    kb.store(vec(*words), kb.gep(row_ptr, off, "i8"), align=16)
-
-
-def _correction_role(corr: _Correction):
-    kb, geo = corr.kb, corr.geo
-    c0 = corr.pipes[0].c
-    tiles = range(corr.cfg.num_q_tiles)
-    init = tuple(_TileStates(c0.initial_state(), c0.initial_state()) for _ in tiles)
-    # 1. blocks 1 .. N-1: rescale O_0, then O_1
-    loop = kb.for_(1, geo.n_blocks, 1, carry=init)
-    with loop as (n, st):
-        for i in tiles:
-            corr.rescale(i, st[i])
-        loop.yield_(tuple(_TileStates(s.c.advance(), s.o.advance()) for s in st))
-    # 2. per tile: O_i / l -> Q_i's SMEM tile -> TMA store; LSE
-    for i in tiles:
-        corr.epilogue(i, loop.results[i])
-    if corr.cfg.varlen:    # O was stored from registers: no TMA store to wait for
-        return
-    with kb.if_(corr.t.eq(0)).then_():
-        fa4.tma_store_wait(pending=0)

@@ -50,7 +50,8 @@ Score modifiers (compile-time flags, each its own kernel; see notes/RESULTS.md [
 softcap_scale = scale / c and scale_log2 = c * log2(e) (one kernel serves every cap): it keeps
 t = tanh(S * softcap_scale) (tanh.approx: one SFU op) in S's registers, in units of c, so the
 softmax, its max and the LSE run unchanged on t, p = exp2(t * scale_log2 - m * scale_log2) =
-exp(s' - c m), and the masks set t to -inf after the tanh. `sinks` adds a learned logit per head
+exp(s' - c m), and the masks set t to -inf after the tanh. Opt-in variants (softcap_fold_q: Q scaled in
+SMEM instead of S; softcap_fixed_max: m = 1, no row max; softcap_tanh): common/softcap_variants.py. `sinks` adds a learned logit per head
 (gpt-oss) to each row's denominator in the epilogue: with a = m * scale_log2, b = sink * log2(e)
 and M = max(a, b), l' = l * 2^(a - M) + 2^(b - M), O = O * 2^(a - M) / l' and LSE = (M + log2 l')
 * ln 2, stable for any sink; a row that sees no key gets O = 0 and LSE = sink.
@@ -77,6 +78,7 @@ from .attention_sm90_config import AttnConfig, causal_pair_slot, dealt_tile, lau
 from .common.constants import LOG2E
 from .common.score_mod_ir import ModHook
 from .common.masks import ValueOps, block_range, hidden, key_window, tile_blocks, visible_keys
+from .common.softcap_variants import scale_bf16_rows, tanh_pairs
 from .common.softmax import exp2_mixed, max_update
 from .common.wgmma import a_frag_pairs, acc_col, acc_pair, acc_row, row_regs, wait_group
 
@@ -88,6 +90,7 @@ NEG_INF = float("-inf")
 BAR_SCHED = 1          # named barriers 1, 2(, 3): GEMM-issue turn of consumer warpgroup 0, 1(, 2)
 BAR_EPILOGUE = 4       # named barriers 4, 5(, 6): epilogue of consumer warpgroup 0, 1(, 2)
 BAR_V_TAIL = 7         # page_size: every consumer thread, after zeroing V rows past the length
+BAR_Q_FOLD = 8         # named barriers 8, 9(, 10): softcap_fold_q, warpgroup 0, 1(, 2) scaled its Q rows
 
 
 def kernel_name(cfg: AttnConfig) -> str:
@@ -443,6 +446,19 @@ class _Consumer:
         fa4.mma_commit_group()
         return o
 
+    def fold_q(self, q_stage: Value) -> None:
+        """softcap_fold_q: this warpgroup's 64 rows of Q stage `q_stage` times softcap_scale in SMEM
+        (common.softcap_variants, note "Q fold"), fenced to the async proxy before its S GEMMs read them."""
+        kb, cfg = self.kb, self.cfg
+        sw = cfg.qk_tile.swizzle
+        q_rows = self.wg * (64 * sw)
+        if cfg.q_stages > 1:
+            q_rows = q_rows + q_stage * self.bufs.q_bytes
+        scale_bf16_rows(kb, kb.gep(self.bufs.q_smem, q_rows, "i8"), cfg.qk_tile.chunks, cfg.bm * sw, 64 * sw,
+                        self.t, 128, self.softcap_scale)
+        kb.fence("async_smem")
+        kb.named_barrier(BAR_Q_FOLD, 128, select=self.wg, span=cfg.consumers)
+
     # ---- softmax --------------------------------------------------------------------------------
     def softmax(self, s_acc: Value, j: Value, m_prev: list, l_prev: list, masked: bool):
         """Online softmax of one S block. Returns (P, m, l, alpha): P in float32 (`pack` makes the
@@ -459,7 +475,8 @@ class _Consumer:
             s = self.mods.apply(s, geo.batch, geo.head, [(self.grow[acc_row(i)], 0) for i in range(self.n_s)],
                                 [(col0, acc_col(i)) for i in range(self.n_s)])
         if cfg.softcap:  # t = tanh(s * scale / cap), in units of cap (scale_log2 = cap * log2 e): before the mask
-            s = [tanh(x * self.softcap_scale) for x in s]
+            x = (lambda v: v) if cfg.softcap_fold_q else (lambda v: v * self.softcap_scale)   # fold_q: S is Q' K^T
+            s = tanh_pairs([x(v) for v in s]) if cfg.softcap_tanh == "f16x2" else [tanh(x(v)) for v in s]
         if masked and geo.first is None:  # register i holds key col0 + acc_col(i) of row acc_row(i) (common/wgmma.py)
             col0 = j * cfg.bn + self.t4 * 2
             visible = [visible_keys(col0, self.grow[h], geo.seqlen_q, geo.seqlen_k, cfg.causal) for h in (0, 1)]
@@ -474,11 +491,15 @@ class _Consumer:
         p = [None] * self.n_s
         for h in (0, 1):
             idx = row_regs(self.n_s, h)
-            mx = tree_reduce([s[i] for i in idx], fmax)
-            mx = fmax(mx, kb.shuffle_xor(mx, 1))
-            mx = fmax(mx, kb.shuffle_xor(mx, 2))
-            # m: the max this row's P, l and O are relative to (lags the true max under lazy rescale)
-            m, alpha_h, neg = max_update(m_prev[h], mx, self.scale_log2, cfg.rescale_threshold)
+            if cfg.softcap_fixed_max:   # |t| <= 1: m = 1 on every row, no max, O never rescaled (note "Fixed max")
+                one = const(1.0, "f32")
+                m, alpha_h, neg = one, one, const(0.0, "f32") - self.scale_log2
+            else:
+                mx = tree_reduce([s[i] for i in idx], fmax)
+                mx = fmax(mx, kb.shuffle_xor(mx, 1))
+                mx = fmax(mx, kb.shuffle_xor(mx, 2))
+                # m: the max this row's P, l and O are relative to (lags the true max under lazy rescale)
+                m, alpha_h, neg = max_update(m_prev[h], mx, self.scale_log2, cfg.rescale_threshold)
             alpha.append(alpha_h)
             # a generator: each fma is emitted right before its exp2 (the op order of the measured kernel)
             row_p = exp2_mixed((fma(s[i], self.scale_log2, neg) for i in idx), cfg.exp2_poly_stride)
@@ -486,7 +507,7 @@ class _Consumer:
                 p[i] = p_i
             total = tree_reduce(row_p, lambda a, b: a + b)
             m_new.append(m)
-            l_new.append(fma(l_prev[h], alpha[h], total))
+            l_new.append(l_prev[h] + total if cfg.softcap_fixed_max else fma(l_prev[h], alpha[h], total))
         return p, m_new, l_new, alpha
 
     def pack(self, p: list) -> list:
@@ -510,6 +531,8 @@ class _Consumer:
         exactly when it did), behind a branch made warp-uniform by a vote (fa4.scale_if_uniform:
         a `bra.uni`, so the wgmma descriptors of the loop stay in uniform registers; an scf.if here
         cost 32 R2UR and 40 IMAD per D128 KV loop)."""
+        if self.cfg.softcap_fixed_max:   # P is relative to the fixed max: O is never rescaled
+            return o
         if not self.cfg.rescale_threshold:
             return self.rescale(o, alpha)
         moved = self.kb.vote_any(alpha[0].ne(1.0) | alpha[1].ne(1.0))
@@ -596,6 +619,8 @@ def _attend(cs: _Consumer, turns: _Turns, counts: _Counts | None) -> _Acc:
         cs.mods.start_tile(geo.batch, geo.head)
     q0 = q_pipe.state_at(q_count)
     q_pipe.consumer_wait(q0)
+    if cfg.softcap_fold_q:
+        cs.fold_q(q0.stage)
     # block 0 (peeled, masked): S_0, softmax; P_0 stays for the first P.V
     k0 = k_pipe.state_at(kv_count)
     k_pipe.consumer_wait(k0)
@@ -741,6 +766,8 @@ def _epilogue(cs: _Consumer, acc: _Acc):
             lse.append(select(empty, const(float("inf"), "f32"), (m_scaled + log2(total)) * LN2))
             continue
         m_scaled = m[h] * cs.scale_log2
+        if cfg.softcap_fixed_max:   # m = 1 even on a row that saw no key: that row's max is -inf, as m's otherwise
+            m_scaled = select(total.eq(0.0), const(NEG_INF, "f32"), m_scaled)
         # the sink joins the row's max and sum (module note): M = max(a, b) (0 when both are -inf, so that
         # no -inf - -inf is formed), l' = l 2^(a - M) + 2^(b - M), O scaled by 2^(a - M) / l'
         top = fmax(m_scaled, sink)

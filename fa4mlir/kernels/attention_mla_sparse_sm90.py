@@ -46,6 +46,31 @@ stored; topk_length is per batch; no max_logits; lse is [batch, h_q, seqlen_q]; 
 (grid y) CTA y attends tiles [y p, y p + p) of the token's ceil(L / 64), p = ceil(tiles / splits),
 and writes float32 partials (O / l, LSE -inf when it saw no key) that attention_combine_sm90 (head
 dim 512) merges. The gather and the consumers' tile step are the prefill's, unchanged.
+
+Note "FP8 gather" (kv_dtype "fp8": FlashMLA's 656-byte rows, common/mla_fp8.py; the decode's
+flash_mla_with_kvcache(is_fp8_kvcache=True, indices=...), and the prefill's flash_mla_sparse_fwd with
+kv [s_kv, 1, 656] float8_e4m3fn or uint8): the ring is one staging stage of 64 whole rows (row r at
+r x 656, unswizzled: the layout common/mla_fp8's lane map reads without bank conflicts; config note
+"FP8 sparse SMEM plan") next to one bf16 tile of the usual swizzled layout.
+    gather: per tile, as above, each valid row's byte offset (prefill: index x row stride; decode:
+            page x page stride + offset x row stride, index = page x page_size + offset, FlashMLA's
+            stride_kv_block / stride_kv_row) and its bias, here into bias slot j % 2 (the tile's
+            parity: the consumers read a tile's biases after they release its stage); then, a row a
+            trip (41 16-byte pieces), lane l copies piece l and, when l < 9, piece l + 32: a warp
+            instruction moves one 512-byte run (coalesced, and contiguous in SMEM: no bank
+            conflict). Pairing rows (82 pieces in 3 instructions, not 4) spilled the gather's 24
+            registers: the per-row loop keeps one source and one destination base, the second copy
+            an immediate 512 past the first. An invalid row's copies read nothing and land zeros:
+            e4m3 0 times scale 0 dequantizes to 0 (no NaN of an unused row reaches P V) and its bias
+            is -inf, as in the 16-bit kernel.
+    consumers: per tile j, after waiting for its stage, warpgroup w dequantizes the latent columns
+            256 w .. 256 w + 255 and copies half the rows' rope into the bf16 tile (common/mla_fp8:
+            bf16(e4m3 x the row's float32 scale), FlashMLA's dequantize_k_cache), fences it to the
+            async proxy, both pass one barrier, each releases the stage (the gather fetches tile j + 1
+            during tile j's GEMMs) and runs steps 1-4 on the bf16 tile. Writing tile j + 1 needs no
+            barrier before it (attention_mla_decode_sm90, note "FP8 latent"): warpgroup w writes only
+            its own V columns (its P V_j retired) and rope rows, which only S_j reads, and both
+            warpgroups' S_j retired before the exchange's barriers of tile j.
 """
 from __future__ import annotations
 
@@ -54,39 +79,47 @@ from ..dialect import builders as fa4
 from ..dsl import KernelBuilder, Value, const, fast_div, fma, log2, select, vec
 from .attention_mla_sparse_sm90_config import (BN, CONSUMERS, D_QK, D_V, LOAD_REGS, MMA_REGS, STAGES, TILE_M,
                                                MLASparseConfig, MLASparseDecodeConfig)
+from .common import mla_fp8
 from .common.constants import LOG2E
-from .common.mla_sm90 import (CHUNK, LN2, NEG_INF, QK_CHUNKS, SWIZZLE, UNITS, WG_CHUNKS, WG_COLS, ConsumerGeometry,
-                              issue_pv, issue_s, load_q, row_totals, softmax)
+from .common.mla_sm90 import (BAR_ALL, CHUNK, LN2, NEG_INF, QK_CHUNKS, SWIZZLE, UNITS, WG_CHUNKS, WG_COLS,
+                              ConsumerGeometry, issue_pv, issue_s, load_q, row_totals, softmax)
 from .common.wgmma import acc_col, acc_pair, acc_row, wait_group
 
 GATHER_LANES = 32
 ROWS_PER_LANE = BN // GATHER_LANES      # 2
 BAR_GATHER = 4                          # the gather warp's own named barrier (common.mla_sm90 uses 1-3)
+PIECE = 16                              # bytes a cp.async moves
+FP8_PIECES = mla_fp8.ROW_BYTES // PIECE  # 41 16-byte pieces an FP8 row (note "FP8 gather")
 
 
 def build(cfg: MLASparseConfig | MLASparseDecodeConfig = MLASparseConfig()) -> dsl.KernelIR:
     """The sparse prefill (MLASparseConfig) or the sparse decode over the paged cache
     (MLASparseDecodeConfig: note "Decode")."""
     cfg.validate()
+    fp8 = cfg.fp8        # note "FP8 gather"
     kb = KernelBuilder(cfg.name(), arch="sm_90a", block=(cfg.threads, 1, 1), config=cfg.key(), min_ctas_per_sm=1)
     p = kb.params_from(cfg.params, tma={})
     with kb.body():
         q_smem = kb.smem("q_smem", TILE_M * D_QK * 2)
-        kv_smem = kb.smem("kv_smem", STAGES * cfg.tile_bytes())
+        kv_smem = kb.smem("kv_smem", cfg.stages * cfg.stage_bytes() if fp8 else STAGES * cfg.tile_bytes())
+        tile_smem = kb.smem("tile_smem", cfg.tile_bytes()) if fp8 else None     # fp8: the dequantized tile
         q_slot = kb.smem("q_slot", 16, align=16)     # holds 0: the decode's _kv_tile, step 1
         x_smem = kb.smem("x_smem", cfg.exchange_bytes(), align=16)    # decode, note "Exchange"
         bias_smem = kb.smem("bias_smem", cfg.bias_bytes(), align=16)  # note "Bias"
         rows_smem = kb.smem("gather_rows", cfg.rows_bytes(), align=16)          # note "Gather"
         # each gather lane commits once per fill (after its cp_async_arrive)
-        kv_pipe = kb.pipeline("kv_pipe", num_stages=STAGES, producer="gather", consumers=["mma"],
+        kv_pipe = kb.pipeline("kv_pipe", num_stages=cfg.stages if fp8 else STAGES, producer="gather", consumers=["mma"],
                               producer_arrivals=GATHER_LANES, consumer_arrivals=CONSUMERS)
         kb.pipeline_init()
         work = _Work(kb, cfg, p)
         with kb.warp_roles():
             with kb.role("mma", first_warp=0, num_warps=4 * CONSUMERS, regs=MMA_REGS):
-                _mma_role(kb, cfg, work, p, (q_smem, kv_smem, kv_pipe, q_slot, bias_smem), x_smem)
+                _mma_role(kb, cfg, work, p, (q_smem, kv_smem, kv_pipe, q_slot, bias_smem), x_smem, tile_smem)
             with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=1, regs=LOAD_REGS):
-                _gather_role(kb, work, p, kv_smem, kv_pipe, bias_smem, rows_smem)
+                if fp8:
+                    _gather_role_fp8(kb, cfg, work, p, kv_smem, kv_pipe, bias_smem, rows_smem)
+                else:
+                    _gather_role(kb, work, p, kv_smem, kv_pipe, bias_smem, rows_smem)
     return kb.finish()
 
 
@@ -175,6 +208,62 @@ def _gather_role(kb, work: _Work, p, kv_smem, kv_pipe, bias_smem, rows_smem):
         loop.yield_(s.advance())
 
 
+def _row_offset(kb, p, valid: Value, index: Value, paged: bool) -> Value:
+    """Note "FP8 gather": the byte offset of kv row `index` (decode: of cache row page x page_size +
+    offset, by the page and row strides), 0 when invalid."""
+    row = select(valid, index, const(0))
+    if not paged:
+        return row.to("i64") * p["kv_stride_s"]
+    page = fast_div(row, p["page_mul"], p["page_shr"])
+    return page.to("i64") * p["kv_stride_page"] + (row - page * p["page_size"]).to("i64") * p["kv_stride_s"]
+
+
+def _gather_role_fp8(kb, cfg: MLASparseConfig | MLASparseDecodeConfig, work: _Work, p, kv_smem, kv_pipe, bias_smem, rows_smem):
+    """Note "FP8 gather": per tile, the rows' validity, biases (slot j % 2) and byte offsets as
+    _gather_role does, then the rows' 656 bytes by cp.async, a row a trip: lane l copies its 16-byte
+    piece l and, when l < 9, piece l + 32 (a row is 41 pieces; the second copy is the first's
+    addresses + 512, so the loop keeps one source and one destination base)."""
+    lane = kb.thread_idx(0) % GATHER_LANES
+    stage_bytes = cfg.stage_bytes()
+    idx_row = kb.gep(p["indices"], work.token.to("i64") * p["indices_stride_s"], "i32")
+    kv_lane = kb.gep(p["kv"], lane * PIECE, "i8")    # this lane's first piece of row 0
+    tail = lane.slt(FP8_PIECES - GATHER_LANES)        # a row's pieces 32 .. 40 (9 lanes)
+    loop = kb.for_(work.begin, work.end, 1, carry=kv_pipe.initial_state())
+    with loop as (j, s):
+        # 1. this lane's rows: position in the token's list -> index -> validity, byte offset
+        rows = []
+        for e in range(ROWS_PER_LANE):
+            pos = j * BN + lane + GATHER_LANES * e
+            index = kb.load(kb.gep(idx_row, pos, "i32"), "i32", align=4)
+            valid = pos.slt(work.length) & index.sge(0) & index.slt(p["s_kv"])
+            rows.append((valid, _row_offset(kb, p, valid, index, work.decode)))
+        # 2. wait for the stage to be free; biases into slot j % 2, offsets into rows_smem; warp sync
+        kv_pipe.producer_acquire(s)
+        bias_slot = kb.gep(bias_smem, (j % 2) * (BN * 4), "i8")
+        for e, (valid, offset) in enumerate(rows):
+            r = lane + GATHER_LANES * e
+            bias = select(valid, const(0.0, "f32"), const(NEG_INF, "f32"))
+            kb.store(bias, kb.gep(bias_slot, r * 4, "i8"), align=4)
+            kb.store(offset, kb.gep(rows_smem, r * 8, "i8"), align=8)
+        kb.named_barrier(BAR_GATHER, GATHER_LANES)
+        # 3. the copies: trip r, row r's pieces l and (l < 9) l + 32, at r x 656 of the stage
+        base = kb.gep(kv_smem, s.stage * stage_bytes + lane * PIECE, "i8")
+        with kb.for_(0, BN, 1) as (r, _):
+            offset = kb.load(kb.gep(rows_smem, r * 8, "i8"), "i64", align=8)
+            valid = kb.load(kb.gep(bias_slot, r * 4, "i8"), "f32", align=4).eq(0.0)
+            src = kb.gep(kv_lane, offset, "i8")
+            dst = kb.gep(base, r * mla_fp8.ROW_BYTES, "i8")
+            fa4.cp_async(src, dst, valid)
+            with kb.if_(tail).then_():
+                run = GATHER_LANES * PIECE
+                fa4.cp_async(kb.gep(src, run, "i8"), kb.gep(dst, run, "i8"), valid)
+        # 4. each lane: its copies arrive on full[stage] when they land, then its commit; warp sync
+        fa4.cp_async_arrive(s.stage, pipe=kv_pipe.name)
+        kv_pipe.producer_commit(s)
+        kb.named_barrier(BAR_GATHER, GATHER_LANES)
+        loop.yield_(s.advance())
+
+
 # ---- consumers ------------------------------------------------------------------------------------
 
 def _load_q(cs: ConsumerGeometry, work: _Work, p, q_smem, q_slot, dtype: str):
@@ -224,7 +313,35 @@ def _kv_tile(cs: ConsumerGeometry, bufs, carry, dtype: str):
     return s.advance(), o, tuple(m), tuple(l)
 
 
-def _mma_role(kb, cfg: MLASparseConfig, work: _Work, p, bufs, x_smem):
+def _kv_tile_fp8(cs: ConsumerGeometry, cfg: MLASparseConfig | MLASparseDecodeConfig, bufs, tile_smem, j: Value, carry):
+    """Note "FP8 gather": tile j's staged rows dequantized into the bf16 tile, the stage released,
+    then _kv_tile's steps 1-4 on the tile with the biases of slot j % 2."""
+    q_smem, kv_smem, kv_pipe, q_slot, bias_smem = bufs
+    kb = cs.kb
+    s, o, m, l = carry
+    # 0. wait for the staged rows (cp.async: generic-proxy writes, read by plain loads); this warpgroup's
+    #    share into the bf16 tile, fenced to the async proxy; both warpgroups sync; release the stage.
+    #    The addresses start from q_slot's 0 (the decode's _kv_tile, step 1), so they are not hoisted
+    kv_pipe.consumer_wait(s)
+    q_at = kb.warp_uniform(kb.load(q_slot, "i32", align=4))
+    tile = kb.gep(tile_smem, q_at, "i8")
+    mla_fp8.emit_dequant(kb, cs.t, cs.wg, kb.gep(kv_smem, s.stage * cfg.stage_bytes() + q_at, "i8"), tile, BN)
+    kb.fence("async_smem")
+    kb.named_barrier(BAR_ALL, 256)
+    with kb.if_(cs.is_leader).then_():
+        kv_pipe.consumer_release(s)
+    # 1. S_j = Q K_j^T of this warpgroup's 32 keys
+    s_acc = wait_group(issue_s(cs, kb.gep(q_smem, q_at, "i8"), tile, cfg.dtype), pending=0)
+    # 2. S += bias (slot j % 2), softmax; 3. O_w *= alpha
+    frags, m, l, alpha = softmax(cs, s_acc, _bias_mask(cs, bias_smem, j % 2), m, l, cfg.dtype)
+    o = vec(*[o[i] * alpha[acc_row(i)] for i in range(cs.n_o)])
+    # 4. O_w += P V_j[:, 256 w ..] (the stage was released in 0)
+    v_base = kb.gep(tile, cs.wg * (WG_CHUNKS * BN * SWIZZLE), "i8")
+    o = wait_group(issue_pv(cs, v_base, frags, o, cfg.dtype), pending=0)
+    return s.advance(), o, tuple(m), tuple(l)
+
+
+def _mma_role(kb, cfg: MLASparseConfig, work: _Work, p, bufs, x_smem, tile_smem=None):
     cs = ConsumerGeometry(kb, True, p["scale_log2"], x_smem)
     q_smem, _, kv_pipe, q_slot, _ = bufs
     _load_q(cs, work, p, q_smem, q_slot, cfg.dtype)
@@ -232,8 +349,11 @@ def _mma_role(kb, cfg: MLASparseConfig, work: _Work, p, bufs, x_smem):
     neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
     state = (kv_pipe.initial_state(), const(0.0, (f32, cs.n_o)), (neg_inf, neg_inf), (zero, zero))
     loop = kb.for_(work.begin, work.end, 1, carry=state)
-    with loop as (_, carried):
-        loop.yield_(*_kv_tile(cs, bufs, carried, cfg.dtype))
+    with loop as (j, carried):
+        if tile_smem is not None:
+            loop.yield_(*_kv_tile_fp8(cs, cfg, bufs, tile_smem, j, carried))
+        else:
+            loop.yield_(*_kv_tile(cs, bufs, carried, cfg.dtype))
     _, o, m, l = loop.results
     if work.decode:
         _decode_epilogue(cs, cfg, work, p, o, m, l)

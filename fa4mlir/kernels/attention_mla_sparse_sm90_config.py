@@ -8,11 +8,13 @@ flash_mla_sparse_fwd; MLIR-free: the host API, attention/mla_sparse.py, imports 
 
     attention_mla_sparse_decode_sm90   the same kernel module built from MLASparseDecodeConfig: the sparse
                                 decode over the paged latent cache (flash_mla_with_kvcache with indices;
-                                the section at the end of this file)
+                                the section at the end of this file), also over FlashMLA's FP8 cache
+                                (kv_dtype "fp8": names ..._bf16_fp8..., is_fp8_kvcache=True)
 
-`MLASparseConfig` fixes what changes the kernel's code: the dtype and whether the call passes
-topk_length and attention sinks (each a tensor the kernel then reads). s_q, s_kv, h_q, topk and the
-strides are launch arguments.
+`MLASparseConfig` fixes what changes the kernel's code: the dtype, whether the call passes
+topk_length and attention sinks (each a tensor the kernel then reads), and whether kv is FlashMLA's
+FP8 rows (kv_dtype "fp8": kv [s_kv, 1, 656] bytes, names ..._bf16_fp8...; the kernel's note "FP8
+gather"). s_q, s_kv, h_q, topk and the strides are launch arguments.
 """
 from __future__ import annotations
 
@@ -40,6 +42,14 @@ HEADS = (64, 128)          # h_q FlashMLA's sm_90a kernel takes
 # the pool; register_pool_fits checks it)
 MMA_REGS, LOAD_REGS = 240, 24
 REGISTER_FILE = 65536
+# FlashMLA's FP8 cache (kv_dtype "fp8"; the decode section's note "FP8 sparse SMEM plan")
+KV_DTYPES = ("", "fp8")     # "": q's dtype; "fp8": FlashMLA's 656-byte FP8 rows
+FP8_DTYPE = "bf16"          # FlashMLA's FP8 cache: q and out bf16
+FP8_SCALE_GROUP = 128       # latent columns per float32 scale
+# FlashMLA's FP8 token row: e4m3 latent, float32 scales, bf16 rope (656; common/mla_fp8.ROW_BYTES, which
+# imports the DSL: the host API reads this one)
+FP8_ROW_BYTES = D_V + 4 * (D_V // FP8_SCALE_GROUP) + 2 * (D_QK - D_V)
+FP8_MAX_STAGES = 2
 
 
 def register_pool_fits(threads: int, mma_regs: int, load_regs: int, consumers: int) -> tuple[bool, int, int]:
@@ -50,11 +60,35 @@ def register_pool_fits(threads: int, mma_regs: int, load_regs: int, consumers: i
     return need <= pool, need, pool
 
 
+def fp8_plan() -> tuple[int, int]:
+    """note "FP8 sparse SMEM plan": (staging stages, SMEM bytes) of a kernel over the FP8 cache: Q, the
+    bf16 tile, the exchange, biases, row offsets and as many 656-byte-row stages as fit (at most
+    FP8_MAX_STAGES)."""
+    fixed = (TILE_M * D_QK * 2 + MLASparseConfig.tile_bytes() + 16 + MLASparseConfig.exchange_bytes()
+             + MLASparseConfig.bias_bytes() + MLASparseConfig.rows_bytes())
+    per_stage = BN * FP8_ROW_BYTES + 2 * MBARRIER_BYTES
+    stages = min(FP8_MAX_STAGES, (SMEM_LIMIT - fixed) // per_stage)
+    return stages, fixed + stages * per_stage
+
+
 @dataclass(frozen=True)
 class MLASparseConfig:
     dtype: str = "bf16"
     topk_length: bool = False      # the kernel reads topk_length [s_q] int32 (else every token sees topk)
     sinks: bool = False            # the kernel reads attention sinks [h_q] float32
+    kv_dtype: str = ""             # "": q's dtype; "fp8": FlashMLA's 656-byte FP8 rows, kv [s_kv, 1, 656]
+
+    @property
+    def fp8(self) -> bool:
+        return self.kv_dtype == "fp8"
+
+    @property
+    def stages(self) -> int:
+        return fp8_plan()[0] if self.fp8 else STAGES
+
+    def stage_bytes(self) -> int:
+        """One ring stage: the tile, or (fp8) BN staged 656-byte rows."""
+        return BN * FP8_ROW_BYTES if self.fp8 else self.tile_bytes()
 
     @property
     def params(self) -> tuple:
@@ -92,11 +126,20 @@ class MLASparseConfig:
         return BN * 8
 
     def smem_bytes(self) -> int:
+        if self.fp8:
+            return fp8_plan()[1]
         return (TILE_M * D_QK * 2 + STAGES * self.tile_bytes() + 2 * STAGES * MBARRIER_BYTES + 16
                 + self.exchange_bytes() + self.bias_bytes() + self.rows_bytes())
 
     def validate(self) -> "MLASparseConfig":
-        check_fields(self, {"dtype": DTYPES})
+        check_fields(self, {"dtype": DTYPES, "kv_dtype": KV_DTYPES})
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"sparse MLA: dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.kv_dtype not in KV_DTYPES:
+            raise ConfigError(f"sparse MLA: kv_dtype must be \"\" (kv holds q's dtype) or \"fp8\" (FlashMLA's "
+                              f"656-byte FP8 rows), got {self.kv_dtype!r}")
+        if self.fp8 and self.stages < 1:
+            raise ConfigError("the FP8 cache's staging stage does not fit the SMEM (note \"FP8 sparse SMEM plan\")")
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
         fits, need, pool = register_pool_fits(self.threads, MMA_REGS, LOAD_REGS, CONSUMERS)
@@ -107,10 +150,12 @@ class MLASparseConfig:
         return self
 
     def key(self) -> dict:
-        return {"kernel": KERNEL, **self.__dict__}
+        """The compile key; kv_dtype only where set (the bf16 kernels' keys as before it existed)."""
+        return {"kernel": KERNEL, **{k: v for k, v in self.__dict__.items() if k != "kv_dtype" or v}}
 
     def name(self) -> str:
-        return f"{KERNEL}_{self.dtype}{'_topklen' if self.topk_length else ''}{'_sinks' if self.sinks else ''}"
+        return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_topklen' if self.topk_length else ''}"
+                f"{'_sinks' if self.sinks else ''}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -174,10 +219,18 @@ def flops(s_q: int, heads: int, topk: int, topk_length=None) -> int:
 # The indices are FlashMLA's: page x page_size + offset, a row of the cache viewed as [num_pages x
 # page_size, 576] (kv_stride_s = the cache's token stride; the host checks pages are evenly strided).
 #
-# Seam for the FP8 cache (FlashMLA's 656-byte layout; being built for the dense decode on h/mlafp8):
-# `kv_dtype` names the cache's element format ("": q's dtype); only q's dtype is accepted here. An FP8
-# cache changes the gather role only (each row's 656 bytes land and are dequantised into the tile the consumers
-# already read): the consumers, the split and the combine stay as they are.
+# The FP8 cache (`kv_dtype="fp8"`, FlashMLA's 656-byte V32 layout: flash_mla_with_kvcache(is_fp8_kvcache=True,
+# indices=...)): q and out bf16; the gather lands each named row's 656 bytes by cp.async in a staging stage
+# and the consumers dequantize it into the bf16 tile they already read (attention_mla_sparse_sm90, note
+# "FP8 gather"); the consumers' GEMMs, the split and the combine stay as they are. Its rows are addressed
+# by page and offset (FlashMLA's stride_kv_block, stride_kv_row: its quantize_k_cache pads each page by
+# one row), so four scalars follow the contract's (DECODE_FP8_SCALARS).
+#
+# Note "FP8 sparse SMEM plan": Q (72 KiB) + the bf16 tile (72 KiB) + the exchange (9 KiB) + the biases
+# and row offsets (1 KiB) leave 73 KiB of the 227: one staging stage of 64 x 656-byte rows (41 KiB)
+# fits, two do not (`stages` derives the count). The biases keep two slots, indexed by the tile's
+# parity rather than the stage: the consumers release the stage right after dequantizing it and read
+# its biases later, in the softmax.
 
 DECODE_KERNEL = "attention_mla_sparse_decode_sm90"
 DECODE_DTYPES = ("bf16", "f16")
@@ -188,16 +241,21 @@ DECODE_MIN_TOPK, DECODE_MAX_TOPK = BN, 2048 * 8
 @dataclass(frozen=True)
 class MLASparseDecodeConfig:
     dtype: str = "bf16"
-    kv_dtype: str = ""              # "": q's dtype (the seam for FlashMLA's FP8 cache, module docstring)
+    kv_dtype: str = ""              # "": q's dtype; "fp8": FlashMLA's 656-byte FP8 rows (module section "FP8")
     topk_length: bool = False       # the kernel reads topk_length [batch] int32 (else every token sees topk)
     split: bool = False             # float32 partials for the combine (else the final out and lse)
+
+    @property
+    def fp8(self) -> bool:
+        return self.kv_dtype == "fp8"
 
     @property
     def params(self) -> tuple:
         tensors = [("kv", "ptr"), ("q", "ptr"), ("indices", "ptr")]
         if self.topk_length:
             tensors.append(("topk_length", "ptr"))
-        return (*tensors, *(DECODE_SPLIT_OUTPUTS if self.split else DECODE_OUTPUTS), *DECODE_SCALARS)
+        scalars = (*DECODE_SCALARS, *DECODE_FP8_SCALARS) if self.fp8 else DECODE_SCALARS
+        return (*tensors, *(DECODE_SPLIT_OUTPUTS if self.split else DECODE_OUTPUTS), *scalars)
 
     @property
     def threads(self) -> int:
@@ -205,23 +263,38 @@ class MLASparseDecodeConfig:
 
     @staticmethod
     def tile_bytes() -> int:
+        """The 16-bit tile the wgmmas read (the ring stage itself unless fp8)."""
         return MLASparseConfig.tile_bytes()
 
-    # the prefill's buffers, unchanged
+    def stage_bytes(self) -> int:
+        """One ring stage: the tile, or (fp8) BN staged 656-byte rows."""
+        return BN * FP8_ROW_BYTES if self.fp8 else self.tile_bytes()
+
+    @property
+    def stages(self) -> int:
+        """note "FP8 sparse SMEM plan" (fp8_plan); else STAGES."""
+        return fp8_plan()[0] if self.fp8 else STAGES
+
+    # the prefill's buffers, unchanged (fp8: the biases' two slots by tile parity, note "FP8 sparse SMEM plan")
     exchange_bytes = staticmethod(MLASparseConfig.exchange_bytes)
     bias_bytes = staticmethod(MLASparseConfig.bias_bytes)
     rows_bytes = staticmethod(MLASparseConfig.rows_bytes)
 
     def smem_bytes(self) -> int:
-        return MLASparseConfig().smem_bytes()
+        return MLASparseConfig(kv_dtype=self.kv_dtype).smem_bytes()
 
     def validate(self) -> "MLASparseDecodeConfig":
-        check_fields(self, {"dtype": DECODE_DTYPES})
+        check_fields(self, {"dtype": DECODE_DTYPES, "kv_dtype": KV_DTYPES})
         if self.dtype not in DECODE_DTYPES:
             raise ConfigError(f"sparse MLA decode: dtype must be one of {DECODE_DTYPES}, got {self.dtype!r}")
-        if self.kv_dtype not in ("", self.dtype):
-            raise ConfigError(f"sparse MLA decode: the cache must hold q's dtype {self.dtype} (kv_dtype \"\"), got "
-                              f"{self.kv_dtype!r}; the FP8 cache is not built here")
+        if self.kv_dtype not in KV_DTYPES:
+            raise ConfigError(f"sparse MLA decode: kv_dtype must be \"\" (the cache holds q's dtype) or \"fp8\" "
+                              f"(FlashMLA's 656-byte FP8 rows), got {self.kv_dtype!r}")
+        if self.fp8 and self.dtype != FP8_DTYPE:
+            raise ConfigError(f"sparse MLA decode over the FP8 cache is built for q in {FP8_DTYPE!r} (FlashMLA's), got "
+                              f"dtype={self.dtype!r}")
+        if self.fp8 and self.stages < 1:
+            raise ConfigError("the FP8 cache's staging stage does not fit the SMEM (note \"FP8 sparse SMEM plan\")")
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA decode needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
         fits, need, pool = register_pool_fits(self.threads, MMA_REGS, LOAD_REGS, CONSUMERS)
@@ -233,7 +306,8 @@ class MLASparseDecodeConfig:
         return {"kernel": DECODE_KERNEL, **self.__dict__}
 
     def name(self) -> str:
-        return f"{DECODE_KERNEL}_{self.dtype}{'_topklen' if self.topk_length else ''}{'_split' if self.split else ''}"
+        return (f"{DECODE_KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_topklen' if self.topk_length else ''}"
+                f"{'_split' if self.split else ''}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -247,6 +321,9 @@ DECODE_SCALARS = (("tokens", "i32"), ("batch", "i32"), ("seqlen_q", "i32"), ("nu
            ("q_stride_s", "i64"), ("q_stride_h", "i64"), ("kv_stride_s", "i64"), ("indices_stride_s", "i64"),
            ("out_stride_s", "i64"), ("out_stride_h", "i64"), ("head_blocks_mul", "i32"),
            ("head_blocks_shr", "i32"), ("seqlen_q_mul", "i32"), ("seqlen_q_shr", "i32"))
+# fp8 only: a row's page and offset (index = page x page_size + offset) and the page's byte stride
+# (kv_stride_s then is the row's byte stride)
+DECODE_FP8_SCALARS = (("page_size", "i32"), ("page_mul", "i32"), ("page_shr", "i32"), ("kv_stride_page", "i64"))
 
 
 def head_blocks(heads: int) -> int:
@@ -255,12 +332,14 @@ def head_blocks(heads: int) -> int:
 
 def decode_launch_args(cfg: MLASparseDecodeConfig, tensors: dict, *, batch: int, seqlen_q: int, num_splits: int, s_kv: int,
                 heads: int, topk: int, softmax_scale: float, q_strides: tuple, kv_stride: int, indices_stride: int,
-                out_strides: tuple | None = None) -> dict:
+                out_strides: tuple | None = None, page_size: int | None = None,
+                kv_page_stride: int | None = None) -> dict:
     """The kernel's parameters by name (cfg.params): ``tensors`` by the contract's names; q's (token,
     head) element strides with token = b x seqlen_q + t (the host checks q's batch and seqlen_q dims
     merge), the cache's token stride, the indices' token stride, out's (token, head) strides. lse is
     [batch, heads, seqlen_q] contiguous; the partials [num_splits, batch, seqlen_q, heads, 512] and
-    [num_splits, batch, heads, seqlen_q] (attention_combine_sm90's)."""
+    [num_splits, batch, heads, seqlen_q] (attention_combine_sm90's). fp8: kv_stride and
+    kv_page_stride are the cache's row and page strides in bytes, page_size its rows a page."""
     args = {n: tensors[n] for n, kind in cfg.params if kind == "ptr"}
     out_strides = out_strides or (heads * D_V, D_V)
     blocks = head_blocks(heads)
@@ -271,6 +350,9 @@ def decode_launch_args(cfg: MLASparseDecodeConfig, tensors: dict, *, batch: int,
                 out_stride_s=int(out_strides[0]), out_stride_h=int(out_strides[1]))
     args["head_blocks_mul"], args["head_blocks_shr"] = divisor(blocks)
     args["seqlen_q_mul"], args["seqlen_q_shr"] = divisor(seqlen_q)
+    if cfg.fp8:
+        args.update(page_size=int(page_size), kv_stride_page=int(kv_page_stride))
+        args["page_mul"], args["page_shr"] = divisor(int(page_size))
     missing = [n for n, _ in cfg.params if n not in args]
     if missing:
         raise KeyError(f"launch arguments missing: {missing}")
@@ -290,7 +372,8 @@ def split_range(n_tiles: int, split: int, num_splits: int) -> tuple[int, int]:
     return begin, min(begin + per, n_tiles)
 
 
-__all__ = ["KERNEL", "DTYPES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "HEADS", "MLASparseConfig",
+__all__ = ["fp8_plan", "KERNEL", "DTYPES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "HEADS", "MLASparseConfig",
            "OUTPUTS", "SCALARS", "launch_args", "grid", "flops", "DECODE_KERNEL", "DECODE_DTYPES", "MLASparseDecodeConfig",
-           "DECODE_OUTPUTS", "DECODE_SPLIT_OUTPUTS", "DECODE_SCALARS", "decode_launch_args", "decode_grid", "head_blocks",
+           "DECODE_OUTPUTS", "DECODE_SPLIT_OUTPUTS", "DECODE_SCALARS", "DECODE_FP8_SCALARS", "KV_DTYPES", "FP8_DTYPE",
+           "FP8_ROW_BYTES", "decode_launch_args", "decode_grid", "head_blocks",
            "split_range"]

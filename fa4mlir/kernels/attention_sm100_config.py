@@ -92,9 +92,11 @@ LLVM hoisted all 2 x 12 + 12 + 8 of them (64-bit each) into the 48-register MMA 
 re-read from its slot (always 0), which keeps them in the loop: 0 spills. The default kernels do not
 take that path (their code is unchanged). mla_configs() lists the 12 code shapes, compiled, verified
 and interpreted by tests/test_attention_sm100_mla.py, kept out of supported_configs() (CI's sweep).
-Absorbed MLA decode (576 = 512 latent + 64 rope, V 512, one latent KV head) is refused by the plan: O
-of head dim 512 is 512 TMEM columns (none left for S) and one P V MMA of N = 512 > 256; it needs O
-split over two CTAs (or N-split MMAs with O in two halves), not built.
+
+Note "MLA decode" (issue 29 item 5; plan, PTX ISA grounds and limits: attention_sm100_mla_decode and
+common.mla_sm100): absorbed MLA 576/512 (V = the latent's first 512 columns) on the decode route, 64-row
+tiles (mma_m; tcgen05.mma M = 64, Layout F) with O's two halves in TMEM's two lane halves (o_cols 256), BN
+64, tile_heads = min(group, 64) heads packed, optional split_kv (float32 partials for the combine).
 """
 from __future__ import annotations
 
@@ -104,6 +106,9 @@ from math import gcd
 from .common.constants import LOG2E, MAX_RESCALE_THRESHOLD, SM100_SMEM_PER_CTA
 from .common.fields import ConfigError, ConfigTypeError, check_fields
 from .common.mask_family import Mask, attention_mask, mask_fields
+from .common.mla_sm100 import (MIN_PAGED_BOX_ROWS, MLA_DECODE_BN, MLA_DECODE_HEAD_DIMS, MLA_DECODE_M,  # noqa: F401
+                               MLA_DECODE_ROLE_REGS, O_HALF_LANE, SPLIT_OUT, decode_configs, mla_decode_refusal,
+                               mla_prefill_refusal)
 from .common.naming import softmax_knob_tags
 from .common.paging import MAX_PAGE_SIZE, KVFetch, fetch_plan
 from .common.tmem import TMEM_COLUMNS, TMEM_LANES, TMEM_SLOT_BYTES, tmem_alloc_columns
@@ -139,7 +144,6 @@ NUM_THREADS = 512
 FIXED_PIPES = ("q", "s0", "s1", "p0", "p1", "o0", "o1", "c0", "c1")
 TILE_PIPES = 4                  # s_i, p_i, o_i, c_i per Q tile (the q pipe is shared)
 FP8_SCALES = ("tensor", "kv_head", "block")   # k_scale / v_scale granularities (note "FP8")
-MIN_PAGED_BOX_ROWS = 16         # paged boxes below this: the decode route's row gather (note "Paged")
 
 
 def _pad(x: int, to: int) -> int:
@@ -181,6 +185,9 @@ class FA4Config:
     # note "FP8": an e4m3 K/V cache (decode route), dequantised by the convert warpgroup
     kv_dtype: str = ""              # "": K/V hold Q's dtype; "e4m3": FP8 with float32 k_scale / v_scale
     kv_scale: str = ""              # FP8 scale granularity: tensor | kv_head | block (per (page, KV head))
+    # MLA decode only: split the cache's blocks over num_splits CTAs (a launch argument) writing float32
+    # partials for the combine (note "MLA decode"); off, the key() omits it (existing keys unchanged)
+    split_kv: bool = False
 
     def __post_init__(self):
         # 8 and 8.0 build the same kernel: one spelling in key() and the kernel name
@@ -190,8 +197,8 @@ class FA4Config:
     # ---- derived tiles ----------------------------------------------------------------------
     @property
     def bm(self) -> int:
-        """Query rows per CTA: num_q_tiles tiles of MMA_M rows (decode: packed rows of `group` heads)."""
-        return self.num_q_tiles * MMA_M
+        """Query rows per CTA: num_q_tiles tiles of mma_m rows (decode: packed rows of `tile_heads` heads)."""
+        return self.num_q_tiles * self.mma_m
 
     @property
     def decode(self) -> bool:
@@ -202,6 +209,17 @@ class FA4Config:
     def mla(self) -> bool:
         """head_dim/head_dim_v an MLA prefill pair of MLA_HEAD_DIMS (note "MLA")."""
         return (self.head_dim, self.head_dim_v) in MLA_HEAD_DIMS
+
+    @property
+    def mla_decode(self) -> bool:
+        """head_dim/head_dim_v the absorbed MLA decode pair 576/512 (note "MLA decode")."""
+        return (self.head_dim, self.head_dim_v) in MLA_DECODE_HEAD_DIMS
+
+    @property
+    def tile_heads(self) -> int:
+        """Query heads packed into one decode tile: the GQA group, or for MLA decode min(group, 64)
+        (128 heads take two CTAs per token, each reading the latent cache)."""
+        return min(self.group, MLA_DECODE_M) if self.mla_decode else self.group
 
     @property
     def paged(self) -> bool:
@@ -225,8 +243,8 @@ class FA4Config:
 
     @property
     def tile_tokens(self) -> int:
-        """Query tokens per Q tile: MMA_M, or MMA_M // group when the group is packed into M."""
-        return MMA_M // self.group if self.decode else MMA_M
+        """Query tokens per Q tile: MMA_M, or mma_m // tile_heads when the heads are packed into M."""
+        return self.mma_m // self.tile_heads if self.decode else MMA_M
 
     @property
     def gather(self) -> bool:
@@ -247,12 +265,23 @@ class FA4Config:
         base = PAGED_GATHER_LAUNCH_PARAMS if self.gather else PAGED_LAUNCH_PARAMS if self.paged else \
             VARLEN_LAUNCH_PARAMS if self.varlen else LAUNCH_PARAMS
         base = (*base, *(SEQUSED_PARAMS if self.seqused_k else ()))
+        if self.mla_decode:   # V is the K tile's first 512 columns: no v parameter (note "MLA decode")
+            base = tuple(p for p in base if p[0] != "v")
+        if self.split_kv:     # float32 partials for the combine in place of o and lse, then num_splits
+            base = (*(SPLIT_OUT.get(n, (n, kind)) for n, kind in base), ("num_splits", "i32"))
         return (*base, *(SOFTCAP_PARAMS if self.softcap else ()), *(SINK_PARAMS if self.sinks else ()),
                 *(FP8_PARAMS if self.fp8 else ()))
 
     @property
     def mma_m(self) -> int:
-        return MMA_M
+        """Rows of one Q tile = tcgen05.mma M: 128, or 64 for MLA decode (note "MLA decode")."""
+        return MLA_DECODE_M if self.mla_decode else MMA_M
+
+    @property
+    def o_cols(self) -> int:
+        """TMEM columns of O per lane: head_dim_v, or half of it where O's halves share the columns in
+        Layout F's two lane halves (note "MLA decode")."""
+        return self.padded_head_dim_v // 2 if self.mla_decode else self.padded_head_dim_v
 
     @property
     def bk0(self) -> int:
@@ -288,6 +317,10 @@ class FA4Config:
 
     # ---- tensor memory plan -----------------------------------------------------------------
     def tmem_plan(self) -> dict:
+        if self.mla_decode:   # note "MLA decode": O's two halves in lane halves 0 / 16, then S (twice)
+            used = self.o_cols + self.bn
+            return {"O0": 0, "S0": self.o_cols, "P0": self.o_cols + self.bn // 2, "C0": self.o_cols, "used": used,
+                    "alloc": tmem_alloc_columns(used)}
         if self.decode:   # one tile: S0, then O0 (P0 and C0 alias S0 as in the two-tile plan)
             used = self.bn + self.padded_head_dim_v
             return {"S0": 0, "O0": self.bn, "P0": self.bn // 2, "C0": 0, "used": used,
@@ -305,10 +338,11 @@ class FA4Config:
 
     # ---- shared memory plan -----------------------------------------------------------------
     def _tiles(self, stages: int) -> dict:
-        q = MMA_M * self.padded_head_dim * ELEM_BYTES
+        q = self.mma_m * self.padded_head_dim * ELEM_BYTES
         k = self.bn * self.padded_head_dim * ELEM_BYTES
-        v = self.bn * self.padded_head_dim_v * ELEM_BYTES
-        rings = 4 if self.fp8 else 2      # FP8: the e4m3 rings k8, v8 besides the converted k, v (note "FP8")
+        # MLA decode: V is the first 512 columns of the K tile, read in place (note "MLA decode")
+        v = 0 if self.mla_decode else self.bn * self.padded_head_dim_v * ELEM_BYTES
+        rings = 4 if self.fp8 else 1 if self.mla_decode else 2   # FP8: the e4m3 rings k8, v8 besides k, v
         barriers = 2 * (1 + TILE_PIPES * self.num_q_tiles + rings * stages) * MBARRIER_BYTES
         plan = {"q_tile": q, "k_tile": k, "v_tile": v, "q": self.num_q_tiles * q, "k": stages * k, "v": stages * v,
                 "barriers": barriers, "tmem_slot": TMEM_SLOT_BYTES}
@@ -360,11 +394,13 @@ class FA4Config:
         if self.head_dim_v > self.head_dim:
             return ConfigError(f"head_dim_v={self.head_dim_v} > head_dim={self.head_dim}: the epilogue stages O "
                                f"in Q's SMEM tile")
-        if self.padded_head_dim_v > 256:
+        if self.padded_head_dim_v > 256 and not (self.mla_decode and self.decode):
             return ConfigError(f"head_dim_v={self.head_dim_v}: O += P V is one MMA of N = "
                                f"{self.padded_head_dim_v} > 256" + (
-                                   "; absorbed MLA decode (576/512) does not fit either way: O alone takes "
-                                   "512 TMEM columns, none left for S (note \"MLA\")" if self.head_dim_v >= 512 else ""))
+                                   "; absorbed MLA decode (576/512) is built on the decode route only "
+                                   "(num_q_tiles=1, fuse_gqa=True: 64 query rows, O's halves in Layout F's two "
+                                   "lane halves, note \"MLA decode\"); two 128-row Q tiles would need 2 x 512 "
+                                   "TMEM columns for O alone" if self.mla_decode else ""))
         if self.num_q_heads < 1 or self.num_kv_heads < 1 or self.num_q_heads % self.num_kv_heads:
             return ConfigError(f"num_q_heads={self.num_q_heads} must be a positive multiple of num_kv_heads="
                                f"{self.num_kv_heads} (GQA/MQA)")
@@ -382,7 +418,10 @@ class FA4Config:
             return ConfigError(f"stages={self.stages} must be >= 0 (0 = as many as fit)")
         if self.num_q_tiles not in (1, NUM_Q_TILES):
             return ConfigError(f"num_q_tiles={self.num_q_tiles}: 2 (prefill) or 1 (the decode route)")
-        if self.decode and (self.group > MMA_M or MMA_M % self.group):
+        if self.decode and self.mla_decode and (self.group % self.tile_heads or MLA_DECODE_M % self.tile_heads):
+            return ConfigError(f"group={self.group}: MLA decode packs min(group, {MLA_DECODE_M}) heads into its "
+                               f"{MLA_DECODE_M} rows, so the group must divide {MLA_DECODE_M} or be a multiple of it")
+        if self.decode and not self.mla_decode and (self.group > MMA_M or MMA_M % self.group):
             return ConfigError(f"group={self.group}: the decode route packs the group into {MMA_M} rows, so the "
                                f"group must divide {MMA_M}")
         if self.page_size < 0 or self.page_size > MAX_PAGE_SIZE:
@@ -404,22 +443,6 @@ class FA4Config:
         if total > SMEM_CARVEOUT:
             return ConfigError(f"SMEM: {total} bytes with {self.resolved_stages} K/V stage(s) > the sm_100a "
                                f"carve-out {SMEM_CARVEOUT}")
-        return None
-
-    def _mla_refusal(self) -> ConfigError | None:
-        """The MLA prefill space's limits (note "MLA"): the plain two-Q-tile prefill CTA over a contiguous
-        K/V, the default exp2_poly_stride, stages 0 (its one K/V stage) -- what mla_configs() compiles."""
-        if self.paged or self.decode or not self.plain:
-            what = f"page_size={self.page_size}, num_q_tiles={self.num_q_tiles}" + \
-                (f", {self.serving_tag().lstrip('_')}" if not self.plain else "")
-            return ConfigError(f"MLA head_dim/head_dim_v {self.head_dim}/{self.head_dim_v} with {what}: MLA is built "
-                               f"for the plain contiguous two-Q-tile prefill kernel only (note \"MLA\")")
-        if self.exp2_poly_stride != FA4Config.exp2_poly_stride:
-            return ConfigError(f"MLA {self.head_dim}/{self.head_dim_v} with exp2_poly_stride={self.exp2_poly_stride}: "
-                               f"MLA is built and checked at the default {FA4Config.exp2_poly_stride} only")
-        if self.stages not in (0, 1):
-            return ConfigError(f"MLA {self.head_dim}/{self.head_dim_v} with stages={self.stages}: one K/V stage is "
-                               f"all SMEM holds next to the two 192-wide Q tiles (use 0 or 1)")
         return None
 
     def _mask_refusal(self) -> ConfigError | None:
@@ -468,7 +491,8 @@ class FA4Config:
         tests/test_attention_sm100_serving.py; the other combinations are accepted unchecked. MLA
         prefill (head_dim 192, head_dim_v 128, note "MLA"): the plain contiguous two-tile prefill CTA,
         stages 0 or 1, the default exp2_poly_stride; its 12 code shapes (mla_configs()) are compiled,
-        verified and interpreted by tests/test_attention_sm100_mla.py, outside supported_configs()."""
+        verified and interpreted by tests/test_attention_sm100_mla.py, outside supported_configs(). MLA decode
+        (576/512, note "MLA decode"): common.mla_sm100's limits; mla_decode_configs(), tested apart likewise."""
         return _answer(self._refusal())
 
     def _refusal(self) -> ConfigError | None:
@@ -476,8 +500,8 @@ class FA4Config:
         refusal = self._plan_refusal()
         if refusal is not None:
             return refusal
-        if self.mla:
-            refusal = self._mla_refusal()
+        if self.mla or self.mla_decode:
+            refusal = mla_prefill_refusal(self) if self.mla else mla_decode_refusal(self)
             if refusal is not None:
                 return refusal
         elif (self.head_dim, self.head_dim_v) not in HEAD_DIMS:
@@ -485,7 +509,7 @@ class FA4Config:
                 if self.head_dim != self.head_dim_v else ""
             return ConfigError(f"head_dim/head_dim_v {self.head_dim}/{self.head_dim_v}: the kernel is built and "
                                f"checked for {', '.join(f'{a}/{b}' for a, b in HEAD_DIMS + MLA_HEAD_DIMS)}{mla}")
-        if self.bn != 128:
+        if self.bn != 128 and not self.mla_decode:
             return ConfigError(f"bn={self.bn}: the kernel is built and checked for bn=128 only (the plan fits, "
                                f"see plan_fits(), but that kernel was never compiled)")
         if self.fuse_gqa != self.decode:
@@ -509,6 +533,8 @@ class FA4Config:
         refusal = self._fp8_refusal()
         if refusal is not None:
             return refusal
+        if self.split_kv and not self.mla_decode:
+            return ConfigError("split_kv=True: split-KV partials are built for MLA decode (576/512) only on sm_100a")
         if not self.plain and (self.paged or self.decode):
             return ConfigError(f"{self.serving_tag().lstrip('_')} with page_size={self.page_size}, num_q_tiles="
                                f"{self.num_q_tiles}: windows, chunks, softcap, sinks and ragged lengths are built for "
@@ -563,7 +589,7 @@ class FA4Config:
         return (f"_paged{self.page_size}" if self.paged else "") + ("_decode" if self.decode else "") + \
             ("_varlen" if self.varlen else "") + ("_used" if self.seqused_k else "") + \
             ("_softcap" if self.softcap else "") + ("_sink" if self.sinks else "") + \
-            (f"_e4m3_{self.kv_scale}" if self.fp8 else "")
+            (f"_e4m3_{self.kv_scale}" if self.fp8 else "") + ("_split" if self.split_kv else "")
 
     def serving_tag(self) -> str:
         """The tags of note "Serving"'s features: the mask beyond causal, ragged lengths, the score
@@ -573,7 +599,10 @@ class FA4Config:
             ("_sink" if self.sinks else "")
 
     def key(self) -> dict:
-        return {"kernel": KERNEL, **asdict(self)}
+        key = {"kernel": KERNEL, **asdict(self)}
+        if not self.split_kv:     # added after the keys were in use: absent when off
+            del key["split_kv"]
+        return key
 
     @classmethod
     def from_key(cls, key: dict) -> "FA4Config":
@@ -584,13 +613,14 @@ class FA4Config:
         return cls(**{k: v for k, v in key.items() if k in names})
 
 
-def grid(config: "FA4Config", problem) -> tuple[int, int, int]:
+def grid(config: "FA4Config", problem, num_splits: int = 1) -> tuple[int, int, int]:
     """One CTA per (two Q tiles = 256 query rows, head, batch); decode: per (tile_tokens query
-    tokens of the group's heads, KV head, batch). `problem`: anything with batch, heads, seqlen_q
-    (attention.AttnProblem)."""
+    tokens of the group's heads, KV head, batch); MLA decode: per (tile_tokens tokens, tile_heads query
+    heads, batch). `problem`: anything with batch, heads, seqlen_q (attention.AttnProblem)."""
     if config.decode:
         rows = config.tile_tokens
-        return ((problem.seqlen_q + rows - 1) // rows, problem.heads // config.group, problem.batch)
+        tiles = (problem.seqlen_q + rows - 1) // rows * (num_splits if config.split_kv else 1)
+        return (tiles, problem.heads // config.tile_heads, problem.batch)
     bm = NUM_Q_TILES * MMA_M
     return ((problem.seqlen_q + bm - 1) // bm, problem.heads, problem.batch)
 
@@ -641,7 +671,17 @@ def _score_args(config: "FA4Config", problem, tensors) -> dict:
         args["sinks"] = tensors["sinks"]
     if config.fp8:
         args.update(k_scale=tensors["k_scale"], v_scale=tensors["v_scale"])
+    if config.split_kv:   # the combine's workspaces; problem.num_splits CTAs share each sequence's blocks
+        splits = int(getattr(problem, "num_splits", 0) or 0)
+        if splits < 1:
+            raise ValueError(f"a split_kv kernel needs problem.num_splits >= 1, got {splits}")
+        args.update(o_partial=tensors["o_partial"], lse_partial=tensors["lse_partial"], num_splits=splits)
     return args
+
+
+def _wanted(config: "FA4Config") -> set:
+    """The parameter names of the config's launch contract."""
+    return {name for name, _ in config.launch_params}
 
 
 def launch_args(config: "FA4Config", problem, tensors) -> dict:
@@ -652,7 +692,7 @@ def launch_args(config: "FA4Config", problem, tensors) -> dict:
         raise ValueError("a paged config's parameters come from paged_launch_args (page table, cache_seqlens)")
     if config.varlen:
         raise ValueError("a varlen config's parameters come from varlen_launch_args (cu_seqlens_q, cu_seqlens_k)")
-    args = {name: tensors[name] for name, _ in TENSOR_PARAMS}
+    args = {name: tensors[name] for name, _ in TENSOR_PARAMS if name in _wanted(config)}
     args.update(seqlen_q=int(problem.seqlen_q), seqlen_k=int(problem.seqlen_k), **_score_args(config, problem, tensors))
     return {name: args[name] for name, _ in config.launch_params}
 
@@ -677,7 +717,7 @@ def paged_launch_args(config: "FA4Config", problem, tensors, *, num_pages: int, 
         raise ValueError("a contiguous config's parameters come from launch_args")
     if config.decode and problem.heads != config.num_q_heads:
         raise ValueError(f"decode: problem heads {problem.heads} != the config's num_q_heads {config.num_q_heads}")
-    args = {name: tensors[name] for name, _ in PAGED_TENSOR_PARAMS}
+    args = {name: tensors[name] for name, _ in PAGED_TENSOR_PARAMS if name in _wanted(config)}
     args.update(seqlen_q=int(problem.seqlen_q), num_pages=int(num_pages), page_table_stride=int(page_table_stride),
                 **_score_args(config, problem, tensors))
     return {name: args[name] for name, _ in config.launch_params}
@@ -703,6 +743,8 @@ def code_shape(cfg: FA4Config) -> tuple:
     the same instructions."""
     shape = (cfg.dtype, cfg.head_dim, cfg.head_dim_v, cfg.causal, group_class(cfg.group), cfg.resolved_stages,
              cfg.exp2_poly_stride, cfg.num_q_tiles, cfg.paged and cfg.bn // cfg.box_rows, cfg.kv_scale)
+    if cfg.split_kv:     # float32 partials in place of the TMA store (note "MLA decode")
+        shape = (*shape, "split_kv")
     if cfg.plain:
         return shape
     mask = tuple(type(p).__name__ for p in cfg.mask.parts) if not cfg.mask.is_legacy else ()
@@ -731,7 +773,7 @@ def supported_configs() -> list[FA4Config]:
 
 __all__ = ["FA4Config", "grid", "launch_args", "paged_launch_args", "varlen_launch_args", "LAUNCH_PARAMS",
            "TENSOR_PARAMS", "PAGED_LAUNCH_PARAMS", "PAGED_TENSOR_PARAMS", "PAGED_GATHER_LAUNCH_PARAMS", "VARLEN_LAUNCH_PARAMS", "SEQUSED_PARAMS", "SOFTCAP_PARAMS",
-           "SINK_PARAMS", "FP8_PARAMS", "FP8_SCALES", "serving_configs", "configs", "supported_configs", "mla_configs", "paged_configs", "code_shape", "KERNEL", "ROLES", "TMEM_COLUMNS", "SMEM_CARVEOUT"]
+           "SINK_PARAMS", "FP8_PARAMS", "FP8_SCALES", "serving_configs", "configs", "supported_configs", "mla_configs", "mla_decode_configs", "paged_configs", "code_shape", "KERNEL", "ROLES", "TMEM_COLUMNS", "SMEM_CARVEOUT"]
 
 
 PAGED_PAGE_SIZES = (16, 64, 128, 256, 48)   # 8, 2, 1, 1 and 8 boxes per BN-128 tile (48: not a power of two)
@@ -778,3 +820,12 @@ def mla_configs() -> list[FA4Config]:
     return [FA4Config(dtype=dtype, head_dim=qk, head_dim_v=ov, causal=causal, num_q_heads=12 * group,
                       num_kv_heads=12)
             for qk, ov in MLA_HEAD_DIMS for dtype in DTYPES for causal in (False, True) for group in (1, 4, 3)]
+
+
+MLA_DECODE_PAGE_SIZES = (64, 16)   # 1 and 4 TMA boxes per 64-key tile
+
+
+def mla_decode_configs() -> list[FA4Config]:
+    """Note "MLA decode"'s kernels (common.mla_sm100.decode_configs): outside supported_configs() (CI's sweep),
+    compiled, verified and interpreted by tests/test_attention_sm100_mla_decode.py."""
+    return decode_configs(FA4Config)

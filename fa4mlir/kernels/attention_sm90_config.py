@@ -34,6 +34,13 @@ CONSUMER_CHUNK_REGS = 4
 CONSUMER_PIECE_REGS = 2
 PRODUCER_REGS = 24
 MOD_FIELDS = ("score_mod", "mask_mod", "aux")   # absent from key() when '' (no function)
+SOFTCAP_TANH = ("", "f16x2")   # AttnConfig.softcap_tanh
+# AttnConfig.softcap_fixed_max's largest cap: p >= 2^(-2 cap log2 e) >= 2^-125, a normal float32 (ex2.approx.ftz
+# and the polynomial exp2 flush below 2^-126)
+FIXED_MAX_CAP = 125.0 / (2.0 * LOG2E)
+# absent from key() when 0 / False / '': the kernels without them keep their keys
+OPTIONAL_FIELDS = ("head_dim_v", "varlen", "page_size", "varlen_compact", "softcap_fold_q", "softcap_tanh",
+                   "softcap_fixed_max")
 
 
 class TileLayout(NamedTuple):
@@ -79,6 +86,17 @@ class AttnConfig:
     # learned logit per head to each row's softmax denominator (launch_params: a float32 [heads] pointer)
     softcap: bool = False
     sinks: bool = False
+    # softcap's tanh input scale folded into Q [D-softcap-fold]: each consumer warpgroup multiplies its Q
+    # rows in SMEM by softcap_scale once per tile (bf16 only), so the KV loop takes tanh(S) without a
+    # multiply per score. An opt-in variant; left out of key() when False
+    softcap_fold_q: bool = False
+    # softcap's tanh on pairs of scores [D-softcap-fold]: '' one tanh.approx.f32 per score; 'f16x2' the
+    # two scores of a register pair rounded to f16 and capped by one tanh.approx.f16x2 (on sm_90a still
+    # one MUFU.TANH.F16 per score). An opt-in variant; left out of key() when ''
+    softcap_tanh: str = ""
+    # softcap's scores are at most the cap: every row's softmax runs relative to the fixed max t = 1 (no row
+    # max, no O rescale; bf16, caps <= FIXED_MAX_CAP: launch_args) [D-softcap-fold]. Opt-in; out of key() when False
+    softcap_fixed_max: bool = False
     # ragged batches (attention/varlen.py): q, k, v packed [total_tokens, heads, D], each sequence's
     # rows from cu_seqlens in device memory, a 1-D grid in common.varlen_schedule's order; one tile per
     # CTA (persistent False). Left out of key() when False, so the dense kernels keep their keys
@@ -224,6 +242,19 @@ class AttnConfig:
         if self.score_mod and self.softcap:
             raise ConfigError("score_mod and softcap are both set: softcap is a score_mod "
                               "(common.score_mod.softcap_score_mod); use one")
+        if self.softcap_fold_q and not (self.softcap and self.dtype == "bf16" and not self.varlen):
+            raise ConfigError(f"softcap_fold_q needs softcap=True, dtype bf16 (Q times softmax_scale / cap rounds to "
+                              f"bf16, whose range keeps its precision; f16's subnormals would not) and varlen=False, "
+                              f"got softcap={self.softcap}, dtype={self.dtype}, varlen={self.varlen}")
+        if self.softcap_tanh not in SOFTCAP_TANH or (self.softcap_tanh and not self.softcap):
+            raise ConfigError(f"softcap_tanh must be one of {SOFTCAP_TANH} ('' = tanh.approx.f32 per score), and "
+                              f"non-empty only with softcap=True, got {self.softcap_tanh!r}, softcap={self.softcap}")
+        if self.softcap_fixed_max and not (self.softcap and self.dtype == "bf16" and not self.rescale_threshold
+                                           and not self.rescale_before_pv):
+            raise ConfigError(f"softcap_fixed_max needs softcap=True, dtype bf16 (P spans 2^-125..1: f16 would flush "
+                              f"it) and no running-max knobs (rescale_threshold 0, rescale_before_pv False), got "
+                              f"softcap={self.softcap}, dtype={self.dtype}, rescale_threshold={self.rescale_threshold}, "
+                              f"rescale_before_pv={self.rescale_before_pv}")
         if self.aux and not (self.score_mod or self.mask_mod):
             raise ConfigError(f"aux={self.aux!r} without a score_mod or mask_mod to read it")
         try:
@@ -382,9 +413,11 @@ class AttnConfig:
         return self.q_stages * self.bm * row_qk + o_tile + self.stages * self.bn * (row_qk + row_v) + 1024
 
     def score_tag(self) -> str:
-        """Kernel-name tags of the score modifiers ('' for none): _softcap, _sink, _sm_<fingerprint>,
+        """Kernel-name tags of the score modifiers ('' for none): _softcap, _qfold, _sink, _sm_<fingerprint>,
         _mm_<fingerprint>; and _varlen."""
-        return (("_softcap" if self.softcap else "") + ("_sink" if self.sinks else "")
+        return (("_softcap" if self.softcap else "") + ("_qfold" if self.softcap_fold_q else "")
+                + (f"_tanh{self.softcap_tanh}" if self.softcap_tanh else "") + ("_fixmax" if self.softcap_fixed_max else "")
+                + ("_sink" if self.sinks else "")
                 + (f"_sm_{self.score_mod}" if self.score_mod else "") + (f"_mm_{self.mask_mod}" if self.mask_mod else "")
                 + ("_varlen" if self.varlen else ""))
 
@@ -397,10 +430,11 @@ class AttnConfig:
     def key(self) -> dict:
         """The config as a dict, every field (the mask's and score modifiers' too: a bundle query by
         key() picks one kernel; bundles from before them lack them, which attention.plan.select_entry
-        reads as none), but varlen, head_dim_v and the score_mod fields only when set, so the dense
-        kernels, those of equal head dims and those without functions keep their keys."""
+        reads as none), but OPTIONAL_FIELDS (varlen, head_dim_v, page_size, varlen_compact, the softcap variants' knobs) and
+        the score_mod fields only when set, so the dense kernels, those of equal head dims, those without
+        functions and the default softcap kernels keep their keys."""
         return {"kernel": KERNEL, **{k: v for k, v in self.__dict__.items()
-                                     if not (k in ("head_dim_v", "varlen", "page_size", "varlen_compact") and not v)
+                                     if not (k in OPTIONAL_FIELDS and not v)
                                      and not (k in MOD_FIELDS and v == "")}}
 
     @classmethod
@@ -699,6 +733,9 @@ def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) 
         cap = float(getattr(problem, "softcap", 0.0))
         if not cap > 0:
             raise ValueError(f"a softcap kernel ({config.score_tag()}) needs problem.softcap > 0, got {cap!r}")
+        if config.softcap_fixed_max and cap > FIXED_MAX_CAP:
+            raise ConfigError(f"a softcap_fixed_max kernel ({config.score_tag()}) takes caps up to {FIXED_MAX_CAP:.4g} "
+                              f"(p = exp2((t - 1) cap log2 e) must stay a normal float32 down to t = -1), got {cap!r}")
         args.update(scale_log2=cap * LOG2E, softcap_scale=float(problem.softmax_scale) / cap)
     if config.sinks:
         args["sinks"] = tensors["sinks"]
@@ -715,61 +752,6 @@ def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) 
         args.update(page_table=tensors["page_table"], page_table_stride=int(problem.page_table_stride),
                     num_pages=int(problem.num_pages), kv_capacity=int(problem.kv_capacity))
     return {name: args[name] for name, _ in launch_params(config)}   # in PTX order, every parameter once
-
-
-def varlen_config(dtype: str, head_dim: int, causal: bool, mask: Mask | None = None, *, softcap: bool = False,
-                  sinks: bool = False, head_dim_v: int = 0, score_mod: str = "", mask_mod: str = "",
-                  aux: str = "", compact: bool = False) -> AttnConfig:
-    """The ragged-batch kernel of a case (`compact`: on the compact grid, AttnConfig.varlen_compact): default_config's tiles and knobs for long sequences, one
-    tile per CTA (the 1-D grid's order is the schedule: common.varlen_schedule) and varlen=True.
-    The host knows only max_seqlen_q, so there is no short-sequence pick. The register model is the
-    dense one: the sequence bookkeeping (starts, lengths, the row bound) fit in it, measured
-    [D-varlen]. head_dim_v (a HEAD_DIM_PAIRS pair: MLA prefill's 192 / 128) and score_mod, mask_mod,
-    aux (common.score_mod fingerprints and aux spec) as default_config takes them, a mask_mod on
-    MOD_BOTH_TILES (128 x 128) where the tiles are larger; in the kernel a
-    function's batch is the sequence index and q_idx / kv_idx are positions within the sequence
-    (attention_fwd_sm90_varlen's note [varlen-mod-indices]) [D-varlen-mods]."""
-    base = default_config(dtype, head_dim, causal, None, mask=mask, softcap=softcap, sinks=sinks,
-                          head_dim_v=head_dim_v, score_mod=score_mod, mask_mod=mask_mod, aux=aux)
-    if mask_mod and (base.bm == 192 or base.bn > 128):   # spilled there [D-varlen-mods]
-        base = replace(base, **MOD_BOTH_TILES)
-    if (base.head_dim, base.dim_v, causal) == (192, 192, True) and base.bn > VARLEN_D192_CAUSAL_BN:
-        base = replace(base, bn=VARLEN_D192_CAUSAL_BN)   # [D-varlen-sections]: bn 112 spilled 4 / 12 bytes
-    return replace(base, persistent=False, varlen=True, varlen_compact=compact).validate()
-
-
-# D192 causal varlen: the section order's bookkeeping (common.sections) spilled 4 / 12 bytes at the dense
-# default's 128 x 112 (ptxas, 168 registers); 128 x 96 has none [D-varlen-sections]
-VARLEN_D192_CAUSAL_BN = 96
-
-
-# The producer's setmaxnreg for a paged varlen kernel of more than PAGED_FEW_BOXES boxes per K/V tile:
-# its page-table lookups (one live page index per box) spilled at 24 and 32 registers with page 16's 8
-# boxes (D128 causal bf16, 8 and 32 bytes), none at 40; 2 boxes (page 64) and 1 (page 128) fit in 24
-PAGED_FEW_BOXES = 2
-PAGED_LOAD_REGS = 40
-
-
-def paged_varlen_config(dtype: str, head_dim: int, causal: bool, page_size: int, mask: Mask | None = None, *,
-                        softcap: bool = False, sinks: bool = False) -> AttnConfig | None:
-    """The paged prefill kernel (varlen over the KV cache's pools, AttnConfig.page_size) of a case:
-    varlen_config's tiles, or bn 128 where its bn does not cut into TMA boxes of the page size
-    (common.paging.prefill_box_rule: gcd(bn, page_size) >= 8 rows, at most 8 boxes), with the producer at
-    PAGED_LOAD_REGS past PAGED_FEW_BOXES boxes per tile. `mask` (common.masks: a window, a chunk; None:
-    causal's or none), `softcap` and `sinks` as varlen_config takes them: the same mask classification,
-    built-in softcap score_mod and epilogue sinks as the contiguous varlen kernel, each its own kernel
-    (name and key) [D-paged-prefill-mods]. None when no such tile serves page_size (the host then runs the
-    decode kernel's gather: attention/varlen_paged.py, note "Which kernel")."""
-    base = varlen_config(dtype, head_dim, causal, mask, softcap=softcap, sinks=sinks)
-    for bn in dict.fromkeys((base.bn, 128)):
-        if prefill_box_rule(bn, page_size):
-            continue
-        regs = PAGED_LOAD_REGS if fetch_plan(bn, page_size).boxes_per_tile > PAGED_FEW_BOXES else base.load_regs
-        try:
-            return replace(base, bn=bn, page_size=page_size, load_regs=regs).validate()
-        except ConfigError:
-            continue
-    return None
 
 
 def varlen_grid(config: AttnConfig, problem) -> tuple[int, int, int]:
@@ -851,6 +833,6 @@ __all__ = ["AttnConfig", "default_config", "default_configs", "SHORT_SEQLEN_K", 
            "query_tiles", "dealt_tile", "causal_pair_slot", "section_tile", "section_shift", "L2_BYTES",
            "SECTION_L2_SHARE", "IntOps", "grid", "launch_args", "launch_params", "LAUNCH_PARAMS", "SOFTCAP_PARAMS", "SINK_PARAMS",
            "MOD_SCALE_PARAMS", "mod_args", "MOD_FIELDS",
-           "VARLEN_PARAMS", "COMPACT_PARAMS", "PAGED_PARAMS", "paged_varlen_config", "PAGED_LOAD_REGS", "varlen_config", "varlen_grid", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "HEAD_DIM_PAIRS",
+           "VARLEN_PARAMS", "COMPACT_PARAMS", "PAGED_PARAMS", "varlen_grid", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "HEAD_DIM_PAIRS",
            "SPLIT_TILES", "TileLayout", "tile_layout", "DTYPES", "BMS",
            "TILES", "KNOBS", "TILE_FIELDS", "KNOB_FIELDS", "SFU_MOD_POLY_STRIDE"]

@@ -4,6 +4,9 @@ FP8 conversions -> cvt.
 `fa4.cvt_e4m3x2` -> `cvt.rn.f16x2.e4m3x2` (PTX ISA 9.7.9.21 "cvt", sm_89+): two e4m3 bytes to an
 f16x2 pair, exact (nvvm in LLVM 22 has no op for it).
 
+`fa4.tanh_f16x2` -> `tanh.approx.f16x2` (PTX ISA 9.7.4.9, sm_75+): two f16 in an i32; on sm_90a ptxas
+emits one MUFU.TANH.F16 per half (not one op for the pair), so it saves no SFU op [D-softcap-fold].
+
 `fa4.prmt` -> `prmt.b32 d, a, b, selector` (PTX ISA 9.7.9.7 "prmt", default mode; the selector an
 immediate): the byte permute of the FP8 decode's bit-level e4m3 conversion (common/e4m3_tile.py,
 note "Bit conversion").
@@ -22,10 +25,10 @@ from .._mlir import ir, nvvm
 from ._util import PassError, check_none_left, kernel_func, ops_named, replace
 
 NAME = "fa4-lower-math"
-OPS = ("math.exp2", "math.log2", "math.tanh", "fa4.cvt_e4m3x2", "fa4.prmt")
+OPS = ("math.exp2", "math.log2", "math.tanh", "fa4.cvt_e4m3x2", "fa4.prmt", "fa4.tanh_f16x2")
 PTX = {"math.exp2": "ex2.approx.ftz.f32 $0, $1;", "math.log2": "lg2.approx.ftz.f32 $0, $1;",
        "math.tanh": "tanh.approx.f32 $0, $1;",
-       "fa4.cvt_e4m3x2": "cvt.rn.f16x2.e4m3x2 $0, $1;"}
+       "fa4.cvt_e4m3x2": "cvt.rn.f16x2.e4m3x2 $0, $1;", "fa4.tanh_f16x2": "tanh.approx.f16x2 $0, $1;"}
 PRMT_MAX_SELECTOR = 0xFFFF    # four 4-bit byte selectors
 
 
@@ -38,7 +41,7 @@ def run(module: ir.Operation) -> None:
     func = kernel_func(module)
     f32 = ir.F32Type.get()
     i32 = ir.IntegerType.get_signless(32)
-    for op in ops_named(func, "fa4.cvt_e4m3x2"):
+    for op in ops_named(func, "fa4.cvt_e4m3x2", "fa4.tanh_f16x2"):
         with ir.InsertionPoint(op), op.location:
             replace(op, [nvvm.InlinePtxOp([i32], [op.operands[0]], [], PTX[op.name]).results[0]])
     for op in ops_named(func, "fa4.prmt"):

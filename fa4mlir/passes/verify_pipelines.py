@@ -77,7 +77,7 @@ import math
 from dataclasses import dataclass, field
 
 from .._mlir import ir
-from ..dialect.query import UNVERIFIED_ATTR
+from ..dialect.query import UNVERIFIED_ATTR, llvm_funcs
 from ._ring_eval import Kernel, conjuncts, const_int, leader_threads, owner, split_condition, where
 from ._ring_walk import RoleWalk, _legend, kind_of
 from ._util import PassError, attr, ops_named
@@ -88,11 +88,12 @@ PROTOCOL_OPS = ("fa4.producer_acquire", "fa4.producer_commit", *LOAD_OPS, "fa4.c
                 "fa4.consumer_release", "fa4.mma_commit")
 WALKED_OPS = PROTOCOL_OPS + ("fa4.mma", "fa4.mma_commit_group", "fa4.mma_wait_group")
 LOOPS = ("scf.for", "scf.while")
+_QUERIED = ("fa4.role", "fa4.pipeline", "fa4.cp_async_arrive") + WALKED_OPS   # what _Checker.named is asked
 TMA_ATTR = "fa4.tma"    # on a TMA descriptor parameter: {name, box, elem_bytes} (dsl KernelBuilder.param_tma)
 
 
 def run(module: ir.Operation) -> None:
-    funcs = [op for op in ops_named(module, "llvm.func")
+    funcs = [op for op in llvm_funcs(module)
              if "nvvm.kernel" in op.attributes and UNVERIFIED_ATTR not in op.attributes]
     for func in funcs:
         _Checker(func).check()
@@ -188,6 +189,13 @@ class _Checker:
         self.kernel = Kernel()
         self.relevant: set = set()         # the ops rule 7 walks: protocol and MMA ops and what holds them
         self.buffer_pipe: dict = {}        # fa4.smem_buffer op -> the pipeline its tma_loads fill
+        # (name, op) of every op the rules ask for, in pre-order: one walk of the function serves
+        # them all (the checker only reads the IR; a walk per question was most of its time)
+        self._walked = [(op.name, op) for op in ops_named(func, *_QUERIED)]
+
+    def named(self, *names: str) -> list[ir.Operation]:
+        """ops_named(self.func, *names), from the one walk (names among _QUERIED)."""
+        return [op for name, op in self._walked if name in names]
 
     def fail(self, msg: str, op: ir.Operation):
         raise PassError(f"{NAME}: {msg}", op.location)
@@ -213,12 +221,12 @@ class _Checker:
 
     # 1. declarations -----------------------------------------------------------------------------
     def _declarations(self):
-        for role in ops_named(self.func, "fa4.role"):
+        for role in self.named("fa4.role"):
             name = attr(role, "name")
             if name in self.roles:
                 self.fail(f"two fa4.role ops are named '{name}'; role names must be unique", role)
             self.roles[name] = role
-        for pipe in ops_named(self.func, "fa4.pipeline"):
+        for pipe in self.named("fa4.pipeline"):
             name = attr(pipe, "sym_name")
             if name in self.pipes:
                 self.fail(f"pipeline '{name}' is declared twice", pipe)
@@ -244,7 +252,7 @@ class _Checker:
 
     # 2. placement --------------------------------------------------------------------------------
     def _placement(self):
-        for op in ops_named(self.func, *PROTOCOL_OPS):
+        for op in self.named(*PROTOCOL_OPS):
             pname = attr(op, "pipe")
             role = _role_of(op)
             if role is None:
@@ -271,7 +279,7 @@ class _Checker:
             while parent is not None and parent != role:
                 self.inside.setdefault(parent, []).append(op)
                 parent = parent.parent
-        for op in ops_named(self.func, "fa4.cp_async_arrive"):   # a net-zero arrival: placement only
+        for op in self.named("fa4.cp_async_arrive"):   # a net-zero arrival: placement only
             pname, role = attr(op, "pipe"), _role_of(op)
             pipe = self.pipes.get(pname)
             if pipe is None or role is None or attr(role, "name") != attr(pipe, "producer"):
@@ -502,11 +510,11 @@ class _Checker:
 
     # 7. ring positions ---------------------------------------------------------------------------
     def _positions(self):
-        for op in ops_named(self.func, *WALKED_OPS):
+        for op in self.named(*WALKED_OPS):
             while op is not None and op not in self.relevant and op.name != "llvm.func":
                 self.relevant.add(op)
                 op = op.parent
-        for op in ops_named(self.func, *LOAD_OPS):
+        for op in self.named(*LOAD_OPS):
             buf = _buffer_of(op.operands[1])
             if buf is not None:
                 self.buffer_pipe[buf] = attr(op, "pipe") if self.buffer_pipe.get(buf, attr(op, "pipe")) == \

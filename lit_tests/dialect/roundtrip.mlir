@@ -125,6 +125,8 @@ module attributes {gpu.container_module} {
       // CHECK: "fa4.cvt_e4m3x2"(%{{.*}}) : (i16) -> i32
       %codes = arith.constant 14392 : i16
       %f16x2 = "fa4.cvt_e4m3x2"(%codes) : (i16) -> i32
+      // CHECK: "fa4.tanh_f16x2"(%{{.*}}) : (i32) -> i32
+      %tanh2 = "fa4.tanh_f16x2"(%f16x2) : (i32) -> i32
       // CHECK: "fa4.prmt"(%[[TID]], %[[TID]]) {selector = 37248 : i64} : (i32, i32) -> i32
       %lanes = "fa4.prmt"(%tid, %tid) {selector = 37248 : i64} : (i32, i32) -> i32
       // CHECK: "fa4.trap_if"(%[[PRED]]) : (i1) -> ()

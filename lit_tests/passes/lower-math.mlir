@@ -121,3 +121,20 @@ module attributes {gpu.container_module} {
     }
   }
 }
+
+// -----
+
+// fa4.tanh_f16x2 (two f16 in an i32) -> tanh.approx.f16x2 (PTX ISA 9.7.4.9): the packed softcap tanh of
+// AttnConfig.softcap_tanh; sm_90a's ptxas runs it as two MUFU.TANH.F16.
+// CHECK-LABEL: llvm.func @tanh_pair
+// CHECK-SAME: (%[[X:[^:]+]]: i32)
+// CHECK: nvvm.inline_ptx "tanh.approx.f16x2 $0, $1;" ro(%[[X]] : i32) -> i32
+// CHECK-NOT: fa4.tanh_f16x2
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @tanh_pair(%x: i32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      %t = "fa4.tanh_f16x2"(%x) : (i32) -> i32
+      llvm.return
+    }
+  }
+}

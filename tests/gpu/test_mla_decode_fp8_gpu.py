@@ -11,6 +11,9 @@ kernels are kernel_sets.mla()'s (tests/test_mla_decode_fp8.py compiles them devi
 """
 import pytest
 
+from tests._mla_helpers import forced_metadata as _metadata
+from tests._mla_helpers import paged_latent
+
 pytestmark = pytest.mark.gpu
 
 
@@ -24,32 +27,14 @@ def _case(torch, lens, seqlen_q, heads, page, seed=0, padded=False):
     """q (bf16), the FP8 cache (float8_e4m3fn [num_pages, page, 1, 656]; padded: each page one row
     longer, as FlashMLA's quantize_k_cache allocates it), the block table and the lengths (CPU)."""
     from fa4mlir.testing_mla import quantize_fp8_cache
-    g = torch.Generator().manual_seed(seed)
-    batch = len(lens)
-    max_pages = max(-(-n // page) for n in lens) + 1
-    num_pages = batch * max_pages + 3
-    kv = torch.full((num_pages, page, 1, 576), float("nan"))
-    perm = torch.randperm(num_pages, generator=g)
-    table = torch.full((batch, max_pages), -1, dtype=torch.int32)
-    used = 0
-    for b, n in enumerate(lens):
-        for slot in range(-(-n // page)):
-            table[b, slot] = perm[used]
-            used += 1
-            rows = min(page, n - slot * page)
-            kv[table[b, slot], :rows] = torch.randn(rows, 1, 576, generator=g) * 4
+    q, kv, table, _ = paged_latent(torch, lens, seqlen_q, heads, page, seed, spare_pages=3, junk=-1, scale=4)
     cache = quantize_fp8_cache(kv.bfloat16())
     if padded:
+        num_pages = kv.shape[0]
         room = torch.zeros((num_pages, page + 1, 1, 656), dtype=torch.uint8).view(torch.float8_e4m3fn)
         room[:, :page].view(torch.uint8).copy_(cache.view(torch.uint8))
         cache = room[:, :page]
-    q = torch.randn(batch, seqlen_q, heads, 576, generator=g).bfloat16()
-    return q, cache, table, torch.tensor(lens, dtype=torch.int32)
-
-
-def _metadata(torch, splits, batch):
-    meta = torch.zeros((splits, 8), dtype=torch.int32, device="cuda")
-    return meta, torch.arange(batch + 1, dtype=torch.int32, device="cuda") * splits
+    return q.bfloat16(), cache, torch.from_numpy(table), torch.tensor(lens, dtype=torch.int32)
 
 
 def _check(q, cache, table, seqlens, out, lse, causal=True):

@@ -8,6 +8,9 @@ kernel and the head-dim-512 combine), the same bits for the same inputs, bf16 an
 """
 import pytest
 
+from tests._mla_helpers import forced_metadata as _metadata
+from tests._mla_helpers import paged_latent
+
 pytestmark = pytest.mark.gpu
 
 
@@ -19,27 +22,8 @@ def torch(bundle, require_arch):
 
 def _case(torch, lens, seqlen_q, heads, page, dtype, seed=0):
     tdtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
-    g = torch.Generator().manual_seed(seed)
-    batch = len(lens)
-    max_pages = max(-(-n // page) for n in lens) + 1
-    num_pages = batch * max_pages + 3
-    kv = torch.full((num_pages, page, 1, 576), float("nan"))
-    perm = torch.randperm(num_pages, generator=g)
-    table = torch.full((batch, max_pages), -1, dtype=torch.int32)
-    used = 0
-    for b, n in enumerate(lens):
-        for slot in range(-(-n // page)):
-            table[b, slot] = perm[used]
-            used += 1
-            rows = min(page, n - slot * page)
-            kv[table[b, slot], :rows] = torch.randn(rows, 1, 576, generator=g)
-    q = torch.randn(batch, seqlen_q, heads, 576, generator=g).to(tdtype)
-    return q, kv.to(tdtype), table, torch.tensor(lens, dtype=torch.int32)
-
-
-def _metadata(torch, splits, batch):
-    meta = torch.zeros((splits, 8), dtype=torch.int32, device="cuda")
-    return meta, torch.arange(batch + 1, dtype=torch.int32, device="cuda") * splits
+    q, kv, table, _ = paged_latent(torch, lens, seqlen_q, heads, page, seed, spare_pages=3, junk=-1)
+    return q.to(tdtype), kv.to(tdtype), torch.from_numpy(table), torch.tensor(lens, dtype=torch.int32)
 
 
 CASES = [  # lens, seqlen_q, heads, page, dtype, splits (None: get_mla_metadata's)

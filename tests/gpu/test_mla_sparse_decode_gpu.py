@@ -101,7 +101,7 @@ def test_sparse_decode_typed_errors_on_device(torch):
         flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, indices=ic[..., :500].contiguous())
     with pytest.raises(E.UnsupportedFeatureError):
         flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, causal=True, indices=ic)
-    with pytest.raises(E.UnsupportedFeatureError):
+    with pytest.raises(E.DTypeError):        # a bf16 cache with the FP8 flag
         flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, indices=ic, is_fp8_kvcache=True)
     with pytest.raises(E.DeviceError):
         flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, indices=torch.from_numpy(idx))

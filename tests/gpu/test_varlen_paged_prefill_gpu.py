@@ -32,7 +32,7 @@ def attn_bundle(bundle, require_arch):
 
 def _check_prefill_runs(case, seqlens_q):
     from fa4mlir.attention.varlen_paged import PREFILL_HEAD_DIMS, PREFILL_MIN_SEQLEN_Q
-    from fa4mlir.kernels.attention_sm90_config import paged_varlen_config
+    from fa4mlir.kernels.attention_sm90_config_varlen import paged_varlen_config
     dtype, d, causal, page = case
     assert max(seqlens_q) >= PREFILL_MIN_SEQLEN_Q and d in PREFILL_HEAD_DIMS
     assert paged_varlen_config(dtype, d, causal, page) is not None

@@ -182,6 +182,15 @@ def math_unary(p, op, a, r):
 @semantics("arith.constant")
 def constant(p, op, a, r):
     t, attr = op.results[0].type, op.attributes["value"]
+    key = (t, attr)                      # uniqued in the context: equal type and value, one array
+    array = p.constant_arrays.get(key)
+    if array is None:
+        array = p.constant_arrays[key] = _constant_array(t, attr)
+    p.constant(op.results[0], array)
+    return None
+
+
+def _constant_array(t, attr) -> np.ndarray:
     if vector_len(t) is not None:
         dense = ir.DenseElementsAttr(attr)
         if not dense.is_splat:
@@ -192,8 +201,7 @@ def constant(p, op, a, r):
     array = np.full(lane_shape(t), value, dtype=np_dtype(t))
     if is_bf16(t):
         array = np.full(lane_shape(t), f32_to_bf16(np.float32(value)), np.uint16)
-    p.constant(op.results[0], array)
-    return None
+    return array
 
 
 def _scalar(attr, t):

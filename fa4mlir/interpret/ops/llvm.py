@@ -14,7 +14,7 @@ import numpy as np
 from ..._mlir import ir
 from ..faults import Fault, Unsupported
 from ..machine import SMEM_BASE, uniform
-from ..numeric import WARP, e4m3x2_to_f16x2, np_dtype, prmt, vector_len
+from ..numeric import WARP, e4m3x2_to_f16x2, np_dtype, prmt, tanh_f16x2, vector_len
 from ..program import PLAIN
 from . import semantics
 from .wgmma import move
@@ -155,7 +155,7 @@ def _scale_if_uniform(op, a, r, asm: str):
 _PTX = {"ex2.approx.ftz.f32 $0, $1;": lambda x: np.exp2(x).astype(np.float32),
         "lg2.approx.ftz.f32 $0, $1;": lambda x: np.log2(x).astype(np.float32),
         "tanh.approx.f32 $0, $1;": lambda x: np.tanh(x).astype(np.float32),
-        "cvt.rn.f16x2.e4m3x2 $0, $1;": e4m3x2_to_f16x2}
+        "cvt.rn.f16x2.e4m3x2 $0, $1;": e4m3x2_to_f16x2, "tanh.approx.f16x2 $0, $1;": tanh_f16x2}
 
 
 _PRMT = re.compile(r"prmt\.b32 \$0, \$1, \$2, 0x([0-9a-f]{4});")
@@ -176,7 +176,8 @@ def _prmt(selector: int, a, r):
 def inline_ptx(p, op, a, r):
     """The PTX of fa4-lower-math: ex2/lg2/tanh.approx, modelled exactly (float32 exp2/log2/tanh: the
     hardware's tanh.approx is off by up to 2^-11 relative, which the GPU comparison allows for), and
-    cvt.rn.f16x2.e4m3x2 (exact: numeric.e4m3x2_to_f16x2), prmt.b32 (exact: numeric.prmt)."""
+    cvt.rn.f16x2.e4m3x2 (exact: numeric.e4m3x2_to_f16x2), tanh.approx.f16x2 (numeric.tanh_f16x2: rounded
+    to f16), prmt.b32 (exact: numeric.prmt)."""
     code = ir.StringAttr(op.attributes["ptxCode"]).value
     if m := _PRMT.fullmatch(code):     # fa4.prmt (fa4-lower-math's prmt_ptx): two operands
         return _prmt(int(m.group(1), 16), a, r)

@@ -15,6 +15,12 @@ every field is exercised. Its reads and writes are checked for happens-before as
 (hb.py), with the issuer's vector clock at issue. D = A . B^T (+ D), the product summed in float64 and rounded to float32
 per MMA (the hardware accumulates in float32 in an unspecified order). tcgen05.commit arrives on
 its mbarrier once every MMA issued before it ran (same engine FIFO).
+
+The data-path layouts of cta_group::1 dense MMAs (§9.7.16.10.5 "Data Path Layout Organization"):
+M = 128 is Layout D (row i in lane i, lane alignment 0); M = 64 without .ws is Layout F, "4x1 (1/2
+datapath utilized)" with lane alignment "0 or 16": row r in lane 32 (r // 16) + a + r % 16 for the
+alignment a named by the lane field of D's address, and A read from TMEM "must use the same Tensor
+Memory lane alignment" as D (a TmemFault otherwise).
 """
 from __future__ import annotations
 
@@ -70,6 +76,23 @@ def _columns(w, addr: int, ncols: int, what: str) -> tuple[int, int]:
 def _cells(lane: int, lanes: int, col: int, cols: int) -> tuple:
     """Index arrays of TMEM lanes lane.. x columns col.. (the shadow's cells)."""
     return np.arange(lane, lane + lanes)[:, None], np.arange(col, col + cols)[None, :]
+
+
+LAYOUT_F_M = 64          # §9.7.16.10.5: M = 64, cta_group::1, not .ws
+LAYOUT_F_ALIGNMENTS = (0, 16)
+
+
+def mma_lanes(m: int, align: int) -> np.ndarray:
+    """The TMEM lane of each of the m rows of an MMA's D (and of A from TMEM) at lane alignment `align`
+    (§9.7.16.10.5): Layout D (M = 128) row i in lane i; Layout F (M = 64) row r in lane
+    32 (r // 16) + align + r % 16."""
+    if m == TMEM_LANES and align == 0:
+        return np.arange(m)
+    if m == LAYOUT_F_M and align in LAYOUT_F_ALIGNMENTS:
+        r = np.arange(m)
+        return 32 * (r // 16) + align + r % 16
+    raise TmemFault(f"tcgen05.mma M={m} with its TMEM address at lane {align}: Layout D (M=128) takes lane 0, "
+                    f"Layout F (M=64) lane 0 or 16 (PTX ISA §9.7.16.10.5)")
 
 
 @semantics("nvvm.tcgen05.alloc")
@@ -224,15 +247,21 @@ def execute_mma(cta, d_addr: int, a, b_desc: int, idesc: int, accumulate: bool, 
                 hb.check_async_proxy_read(index, what)
             hb.access(shadow, index, vc, hb.MMA, write, what)
     m, n, k = f["m"], f["n"], 16
-    if m != TMEM_LANES:
-        raise Unsupported(f"tcgen05.mma M={m}: only M=128 (cta_group::1, one lane per row) is modelled")
+    if m not in (TMEM_LANES, LAYOUT_F_M):
+        raise Unsupported(f"tcgen05.mma M={m}: M=128 (Layout D) and M=64 (Layout F) are modelled")
+    d_lane = (d_addr >> 16) & 0xFFFF
+    lanes = mma_lanes(m, d_lane)
     if a_in_tmem:
         lane, col = (a >> 16) & 0xFFFF, a & 0xFFFF
-        if lane or col + k // 2 > cta.tmem_cols:
+        if lane != d_lane:
+            raise TmemFault(f"tcgen05.mma A at TMEM lane {lane}, D at lane {d_lane}: Layout F takes A and D at the "
+                            f"same lane alignment (PTX ISA §9.7.16.10.5)")
+        if col + k // 2 > cta.tmem_cols:
             raise TmemFault(f"tcgen05.mma A at TMEM lane {lane} column {col} (+{k // 2}) outside the allocation "
                             f"of {cta.tmem_cols} columns")
-        access(hb and hb.tmem, _cells(0, m, col, k // 2), False, "tcgen05.mma A (TMEM)")
-        words = cta.tmem[0:m, col:col + k // 2]
+        a_cells = (lanes[:, None], np.arange(col, col + k // 2)[None, :])
+        access(hb and hb.tmem, a_cells, False, "tcgen05.mma A (TMEM)")
+        words = cta.tmem[a_cells]
         halves = np.stack([words & 0xFFFF, words >> 16], axis=2).reshape(m, k).astype(np.uint16)
         A = half_bits_to_f32(halves, f["dtype"])
     else:
@@ -242,16 +271,17 @@ def execute_mma(cta, d_addr: int, a, b_desc: int, idesc: int, accumulate: bool, 
     b_addrs = smem_operand_addresses(b_desc, n, k, f["b_mn_major"])
     access(hb and hb.smem, np.stack([b_addrs, b_addrs + 1]), False, "tcgen05.mma B (SMEM)")
     B = read_operand(cta, b_addrs, b_desc, f["dtype"])
-    lane, col = (d_addr >> 16) & 0xFFFF, d_addr & 0xFFFF
-    if lane or col + n > cta.tmem_cols:
-        raise TmemFault(f"tcgen05.mma D at TMEM lane {lane} column {col} (+{n}) outside the allocation of "
+    col = d_addr & 0xFFFF
+    if col + n > cta.tmem_cols:
+        raise TmemFault(f"tcgen05.mma D at TMEM lane {d_lane} column {col} (+{n}) outside the allocation of "
                         f"{cta.tmem_cols} columns")
+    d_cells = (lanes[:, None], np.arange(col, col + n)[None, :])
     acc = A.astype(np.float64) @ B.T.astype(np.float64)
     if accumulate:
-        access(hb and hb.tmem, _cells(0, m, col, n), False, "tcgen05.mma D (accumulate)")
-        acc += cta.tmem[0:m, col:col + n].view(np.float32)
-    access(hb and hb.tmem, _cells(0, m, col, n), True, "tcgen05.mma D")
-    cta.tmem[0:m, col:col + n] = acc.astype(np.float32).view(np.uint32)
+        access(hb and hb.tmem, d_cells, False, "tcgen05.mma D (accumulate)")
+        acc += cta.tmem[d_cells].view(np.float32)
+    access(hb and hb.tmem, d_cells, True, "tcgen05.mma D")
+    cta.tmem[d_cells] = acc.astype(np.float32).view(np.uint32)
     cta.stats["mma"] += 1
     if hasattr(cta, "mma_log"):       # what ran, for tests that compare descriptors with another kernel's
         cta.mma_log.append((d_addr, a, b_desc, idesc, accumulate, a_in_tmem))

@@ -16,6 +16,11 @@ def tmem_load(addr: Value, num: int) -> Value:
     return Value(fa4.tmem_load(addr, result_types=[mlir_type(("i32", num))], num=num))
 
 
+def lane_base(kb) -> Value:
+    """TMEM address bits of this warp's lane quarter: warp w reaches lanes 32 (w % 4) .. + 31 (§9.7.16.8)."""
+    return ((kb.thread_idx(0) // 32) % 4 * 32) << 16
+
+
 def mma(a, b, accumulate: Value, d_tmem: Value, *, m: int, n: int, k: int, ab_dtype: str, a_source: str = "smem",
         b_major: str | None = None):
     """D (TMEM at `d_tmem`, f32) = A B (+ D when `accumulate`): one tcgen05.mma m x n x k. A is an SMEM
@@ -26,4 +31,4 @@ def mma(a, b, accumulate: Value, d_tmem: Value, *, m: int, n: int, k: int, ab_dt
             acc_dtype="f32", **major)
 
 
-__all__ = ["tmem_load", "mma"]
+__all__ = ["tmem_load", "lane_base", "mma"]

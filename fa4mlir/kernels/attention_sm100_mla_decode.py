@@ -1,0 +1,190 @@
+"""Absorbed MLA decode on sm_100a: the decode route's pieces for head dims 576/512 (attention_sm100_config,
+note "MLA decode"), used by attention_fwd_sm100.
+
+Why a 64-row tile. O of head dim 512 in float32 is 512 TMEM columns per row, all there are, so a 128-row
+tile (Layout D, row i in lane i) has no column left for S. tcgen05.mma with M = 64 and cta_group::1,
+not .ws, writes Layout F, "4x1 (1/2 datapath utilized)", whose "Tensor Memory Datapath Lane Alignment"
+is "0 or 16" (PTX ISA 9.1 §9.7.16.10.5 "Data Path Layout Organization"): row r of D sits in lane
+32 (r // 16) + a + r % 16 for the alignment a of its TMEM address, so two 64-row accumulators live in
+the same columns, one in lanes 0-15 and one in lanes 16-31 of each warp's 32-lane slab. And "the
+layouts which utilize only half the datapath lanes, i.e., Layout F and Layout C, must use the same
+Tensor Memory lane alignment across matrices A, D" (ibid.): P, the A operand of O += P V read from
+TMEM, must sit at its O's alignment.
+
+TMEM plan (64 query rows; a = lane alignment 0 or 16):
+
+    columns [0, 256)          O_a = O[:, 256 (a / 16) ...+ 256]  (N = 256 per P.V MMA, the largest N)
+    columns [256, 256 + BN)   S_a = Q K^T, computed twice (a = 0 and a = 16: 2 x 36 MMAs of K 16)
+    P_a = S_a + BN / 2, C_a = S_a   (as the 128-row plan: P over S's upper half, C its lower half)
+
+Thread l of warp w (softmax and correction warpgroups alike) owns lane 32 w + l, i.e. packed row
+16 w + l % 16 and half h = l // 16: every tcgen05.ld/st stays the 32x32b one-lane-per-thread access of
+the other routes. Both threads of a row read the same S (each its copy), run the same softmax and
+write P and C into their own lane; the correction thread of half h rescales and stores O columns
+[256 h, 256 h + 256). The price: S's MMAs run twice (576 of the 1088 MACs per key and row) and the
+softmax's exp2 twice (on threads that would be idle); no shuffles, no P in SMEM, no new ld shape.
+
+V is the first 512 columns of the K tile (one latent head, FlashMLA's layout): no V ring, no V loads;
+the MMA thread releases a K stage after the P V MMAs that read it. K tiles are 64 keys x 576 (72 KiB):
+the 64 x 576 Q tile (72 KiB) and two K stages fill the SMEM carve-out. Heads 16..64 pack into the 64
+rows with 64 / heads tokens (MTP); 128 heads take two CTAs per token (grid y = heads / 64), each reading
+the latent cache. The MMA and load warps run at 80 registers (common.mla_sm100.MLA_DECODE_ROLE_REGS).
+
+Limits (common.mla_sm100.mla_decode_refusal): one latent KV head, BN 64, stages 0 or 2, bf16/f16, a
+contiguous cache or pages whose TMA boxes hold >= 16 rows, cache_seqlens on the device; no FP8 cache, row
+gather or serving features.
+
+Split-KV (FA4Config.split_kv, num_splits a launch argument): CTA x = M tile x num_splits + split takes the
+sequence's blocks [split x per, ..) with per = ceil(blocks / num_splits), masks every block (the diagonal
+or the tail may fall in any split), and writes O / l as float32 to o_partial [num_splits, batch, seqlen_q,
+heads, 512] and the natural-log LSE to lse_partial [num_splits, batch, heads, seqlen_q] (-inf for a split
+that saw no key): the workspaces attention_combine_sm90 merges (store_partial, store_lse_partial).
+
+Note "Descriptor lifetimes": issuing all 36 K steps of S_0 and then all of S_16 kept the 72 SMEM
+descriptors of the first pass live for the second (ptxas computed them once), and the 48-register MMA
+warp spilled 328 bytes; issuing both halves of each K step back to back uses each pair once: 0 spills.
+
+Proven without a Blackwell GPU (tests/test_attention_sm100_mla_decode.py): compiled with 0 spills, SASS
+and pipeline verifier checked, interpreted on small shapes (the interpreter models Layout F and its
+lane-alignment rule); no Blackwell numerics claimed.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..dialect import builders as fa4
+from ..dsl import PipeState, Value, const, select, vec
+from . import attention_sm100_config as fcfg
+from .common import paged_rows, tcgen05
+
+SW = fcfg.SWIZZLE_BYTES
+CHUNK = fcfg.CHUNK
+MMA_K = fcfg.MMA_K
+HALVES = 2                           # O's column halves, one per lane alignment
+ROWS_PER_SLAB = 16                   # Layout F: rows of one warp's 32-lane slab per alignment
+
+
+def packed_row(kb) -> tuple[Value, Value]:
+    """(packed row, half) of this thread's TMEM lane in Layout F: lane 32 w + l holds row 16 w + l % 16
+    of the accumulator at alignment 16 (l // 16)."""
+    t = kb.thread_idx(0) % fcfg.MMA_M
+    lane = t % 32
+    return (t // 32) * ROWS_PER_SLAB + lane % ROWS_PER_SLAB, lane // ROWS_PER_SLAB
+
+
+def lane_offset(half: int) -> int:
+    """The TMEM address bits of lane alignment `half` x 16 (lane field, bits 31-16)."""
+    return (half * fcfg.O_HALF_LANE) << 16
+
+
+class _Carry(NamedTuple):
+    k: PipeState           # K_n (= V_n)
+    a: PipeState           # s0, p0, o0 (1 stage each, in lock step)
+
+
+def mma_role(kb, cfg, geo, bufs, opaque_zero, tmem_of):
+    """The MMA thread per block n: S_a <- Q K_n^T for a = 0, 16; then O_a <- O_a + P_a V_n (V_n = K_n's
+    first 512 columns, chunks 4 (a / 16) .. + 3 for O_a's 256 columns); release K_n after both.
+    `opaque_zero()`: 0 the compiler cannot fold (note "MLA registers": keeps the 36 Q descriptors in
+    the loop); `tmem_of(region)`: the TMEM address of a plan region, re-read from its slot."""
+    q_pipe, k_pipe = bufs.pipes.q, bufs.pipes.k
+    tile = bufs.pipes.tiles[0]
+    with kb.if_(kb.elect_one() & geo.n_blocks.gt(0)).then_():
+        q0 = q_pipe.initial_state()
+        q_pipe.consumer_wait(q0)
+        loop = kb.for_(0, geo.n_blocks, 1, carry=_Carry(k_pipe.initial_state(), tile.s.initial_state()))
+        with loop as (n, c):
+            # 1. K_n; a paged tile holding the length L_b: zero its V rows past L_b first (the paged
+            #    kernel's note "Stale V rows"; here before S's MMAs, which read the same stage)
+            k_pipe.consumer_wait(c.k)
+            k_tile = kb.gep(bufs.k_smem, opaque_zero() + c.k.stage * bufs.k_tile, "i8")
+            if cfg.paged:
+                valid = geo.seqlen_k - geo.block(n) * cfg.bn
+                with kb.if_(valid.slt(cfg.bn)).then_():
+                    paged_rows.zero_rows(kb, k_tile, valid, cfg.bn, cfg.padded_head_dim_v // CHUNK, SW)
+            kb.fence("tcgen05_after")
+            # 2. S_a <- Q K_n^T, a = 0 and 16 (the same product in both lane halves)
+            tile.s.producer_acquire(c.a)
+            q_base = kb.gep(bufs.q_smem, opaque_zero(), "i8")
+            #    (each K step feeds both halves at once: its two descriptors die right after, see note
+            #    "Descriptor lifetimes")
+            s_tmem = tmem_of("S0")
+            for kk in range(cfg.padded_head_dim // MMA_K):
+                ch, within = divmod(kk, CHUNK // MMA_K)
+                off = within * MMA_K * fcfg.ELEM_BYTES
+                a = fa4.smem_desc(kb.gep(q_base, ch * cfg.mma_m * SW + off, "i8"), swizzle=SW, lbo=16, sbo=8 * SW)
+                b = fa4.smem_desc(kb.gep(k_tile, ch * cfg.bn * SW + off, "i8"), swizzle=SW, lbo=16, sbo=8 * SW)
+                for half in range(HALVES):
+                    tcgen05.mma(a, b, const(int(kk > 0), "i1"), s_tmem + lane_offset(half), m=cfg.mma_m, n=cfg.bn,
+                                k=MMA_K, ab_dtype=cfg.dtype)
+            tile.s.mma_commit(c.a, side="full")
+            # 3. O_a <- O_a + P_a V_n once softmax wrote P_a and the correction released O (n = 0 overwrites)
+            tile.p.consumer_wait(c.a)
+            tile.o.producer_acquire(c.a)
+            kb.fence("tcgen05_after")
+            for half in range(HALVES):
+                p_tmem, o_tmem = tmem_of("P0") + lane_offset(half), tmem_of("O0") + lane_offset(half)
+                v_half = kb.gep(k_tile, half * (cfg.o_cols // CHUNK) * cfg.bn * SW, "i8")
+                for kk in range(cfg.bn // MMA_K):
+                    b = fa4.smem_desc(kb.gep(v_half, kk * MMA_K * SW, "i8"), swizzle=SW, lbo=cfg.bn * SW, sbo=8 * SW)
+                    acc = n.gt(0) if kk == 0 else const(1, "i1")
+                    tcgen05.mma(p_tmem + kk * (MMA_K // 2), b, acc, o_tmem, m=cfg.mma_m, n=cfg.o_cols, k=MMA_K,
+                                ab_dtype=cfg.dtype, a_source="tmem", b_major="mn")
+            tile.o.mma_commit(c.a, side="full")
+            tile.p.mma_commit(c.a, side="empty")
+            k_pipe.mma_commit(c.k, side="empty")     # 4. K_n (and V_n) read by every MMA of block n
+            loop.yield_(_Carry(c.k.advance(), c.a.advance()))
+        q_pipe.mma_commit(q0, side="empty")
+
+
+def _partial_row(corr) -> tuple[Value, Value, Value]:
+    """(token, head, flat row (batch, token, head) of o_partial's [batch, seqlen_q, heads]) of this lane."""
+    cfg, geo = corr.cfg, corr.geo
+    token = geo.tile_row0(0) + corr.t // cfg.tile_heads
+    head = geo.head + corr.t % cfg.tile_heads
+    return token, head, (geo.batch * geo.seqlen_q + token) * geo.heads + head
+
+
+def _split_base(corr, per_split: Value) -> Value:
+    """The i64 element offset of this CTA's split in a workspace of `per_split` elements a split."""
+    return corr.geo.split.to("i64") * per_split.to("i64")
+
+
+def store_partial(corr, inv: Value, empty: Value, from_tmem: bool = True):
+    """Split-KV: this lane's O half / l (0 for a row without keys; zeros, TMEM unread, when not `from_tmem`)
+    as float32 to o_partial[split, batch, token, head, 256 h ..+ 256], 16 bytes a store, for tokens < seqlen_q.
+    The TMEM loads are warp-collective: every thread issues them, only the stores are predicated."""
+    kb, cfg, geo = corr.kb, corr.cfg, corr.geo
+    token, _, row = _partial_row(corr)
+    rows_per_split = kb.grid_dim(2) * geo.seqlen_q * geo.heads
+    at = (_split_base(corr, rows_per_split) + row.to("i64")) * cfg.padded_head_dim_v + \
+        (corr.half * cfg.o_cols).to("i64")
+    o_row = kb.gep(corr.bufs.o_desc, at * 4, "i8")
+    zero = const(0.0, "f32")
+    cols = 16
+    for ch in range(cfg.o_cols // cols):
+        if from_tmem:
+            o = tcgen05.tmem_load(corr.o_addr[0] + ch * cols, cols)
+            fa4.tmem_wait(kind="ld")
+            o = o.bitcast(("f32", cols))
+            vals = [select(empty, zero, o[j] * inv) for j in range(cols)]
+        else:
+            vals = [zero] * cols
+        with kb.if_(token.lt(geo.seqlen_q)).then_():
+            for u in range(cols // 4):
+                words = vec(*[vals[4 * u + j].bitcast("i32") for j in range(4)])
+                kb.store(words, kb.gep(o_row, (ch * cols + 4 * u) * 4, "i8"), align=16)
+
+
+def store_lse_partial(corr, lse: Value, empty: Value):
+    """Split-KV: this row's natural-log LSE to lse_partial[split, batch, head, token], -inf for a row this
+    split saw no key of (the combine gives it weight 0); written by the lanes of half 0."""
+    kb, geo = corr.kb, corr.geo
+    token, head, _ = _partial_row(corr)
+    per_split = kb.grid_dim(2) * geo.heads * geo.seqlen_q
+    at = _split_base(corr, per_split) + ((geo.batch * geo.heads + head) * geo.seqlen_q + token).to("i64")
+    with kb.if_(corr.half.eq(0) & token.lt(geo.seqlen_q)).then_():
+        kb.store(select(empty, const(float("-inf"), "f32"), lse), kb.gep(corr.bufs.lse_ptr, at, "f32"), align=4)
+
+
+__all__ = ["packed_row", "lane_offset", "mma_role", "store_partial", "store_lse_partial", "HALVES"]
