@@ -471,14 +471,19 @@ def check_devices(devices: Sequence[tuple[str, str, int | None]], api: str = "fl
 
 def check_device_context(ordinal: int | None, context_ordinal: int, capability: tuple[int, int]) -> None:
     """The tensors' device must be the runtime's context device, and that device sm_90."""
+    check_device_ordinal(ordinal, context_ordinal)
+    if capability[0] != 9:
+        raise DeviceError(_err(f"device {context_ordinal} is sm_{capability[0]}{capability[1]}; this kernel "
+                               f"({attn_cfg.KERNEL}) needs an sm_90 GPU (H100/H200)"))
+
+
+def check_device_ordinal(ordinal: int | None, context_ordinal: int) -> None:
+    """The tensors' device must be the runtime's context device."""
     if ordinal is not None and ordinal != context_ordinal:
         raise DeviceError(_err(f"the tensors are on cuda:{ordinal} but fa4mlir's CUDA context is on "
                                f"device {context_ordinal} (the runtime binds one device per process: "
                                f"torch's current device at its first use); call "
                                f"torch.cuda.set_device({ordinal}) before the first fa4mlir call"))
-    if capability[0] != 9:
-        raise DeviceError(_err(f"device {context_ordinal} is sm_{capability[0]}{capability[1]}; this kernel "
-                               f"({attn_cfg.KERNEL}) needs an sm_90 GPU (H100/H200)"))
 
 
 

@@ -31,7 +31,10 @@ float32 scales (one per 128 latent columns), the 64 rope columns in bf16, its ro
 bf16(float32(e4m3) x scale) (FlashMLA's dequantize_k_cache; attention_mla_sparse_sm90, note "FP8
 gather"); the definitions above hold for the dequantized rows.
 
-Not built: d_qk 512 (FlashMLA's MODEL1), the sm_100a kernel. The sparse decode
+On an sm_100 GPU (compute capability 10.0) the call runs the sm_100a kernel instead
+(attention/mla_sparse_sm100.py: its routing, and the typed errors for what that kernel does not take).
+
+Not built: d_qk 512 (FlashMLA's MODEL1). The sparse decode
 over the paged cache (flash_mla_with_kvcache with indices) is attention/mla_sparse_decode.py, on
 this kernel.
 """
@@ -45,10 +48,11 @@ from ..artifacts import Bundle
 from ..driver import device_info, resolve_stream
 from ..kernels import attention_mla_sparse_sm90_config as sc
 from ..runtime import TensorInfo
-from .checks import (MAX_I32, check_bundle, check_device_context, check_devices, check_layout, check_scale,
-                     read_tensor)
+from .checks import (MAX_I32, check_bundle, check_device_context, check_device_ordinal, check_devices, check_layout,
+                     check_scale, read_tensor)
 from .errors import ArgumentTypeError, DTypeError, HeadDimError, HeadsRatioError, LayoutError, ShapeError
 from .mla import CallCache, _torch, kernel_for
+from .mla_sparse_sm100 import build_plan_sm100, select_arch
 from .plan import Launch, Plan, TensorRef, source_for
 
 ENTRY = "flash_mla_sparse_fwd"
@@ -202,9 +206,14 @@ def _prepare(torch, tensors: dict, sm_scale, d_v, bundle, signature) -> _Call:
     problem = check_sparse_inputs(infos["q"], infos["kv"], infos["indices"], sm_scale, d_v, infos.get("attn_sink"),
                                   infos.get("topk_length"))
     device = device_info()
-    check_device_context(ordinal, device.ordinal, device.capability)
     q, kv, indices = tensors["q"], tensors["kv"], tensors["indices"]
-    plan = build_plan(problem, source_for(bundle), q.stride()[:2], kv.stride(0), indices.stride(0))
+    check_device_ordinal(ordinal, device.ordinal)
+    if select_arch(problem, device.capability, indices.stride(0)) == "sm_100a":
+        plan = build_plan_sm100(problem, source_for(bundle))
+        kv, indices = kv.select(1, 0), indices.select(1, 0)     # the sm_100a contract's [s_kv, 576], [s_q, topk]
+    else:
+        check_device_context(ordinal, device.ordinal, device.capability)
+        plan = build_plan(problem, source_for(bundle), q.stride()[:2], kv.stride(0), indices.stride(0))
     dev = q.device
     named = {"q": q, "kv": kv, "indices": indices,
              "out": torch.empty((problem.s_q, problem.heads, sc.D_V), dtype=q.dtype, device=dev),

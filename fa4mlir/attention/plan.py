@@ -188,19 +188,19 @@ _CONFIG_KERNELS: dict = {}
 _CONFIG_KERNELS_LOCK = threading.Lock()
 
 
-def config_kernel(source: KernelSource, cfg: Any, api: str, bundle_sets: Sequence[str]) -> LoadedKernel:
+def config_kernel(source: KernelSource, cfg: Any, api: str, bundle_sets: Sequence[str], arch: str = ARCH) -> LoadedKernel:
     """The loaded kernel of ``cfg`` (a config with ``name()`` and ``key()``: the decode, combine,
-    append, MLA decode and sparse MLA kernels' configs) from ``source``: its bundle's sm_90a entry of
-    that name, else compiled here; loaded once per (source, cfg). A bundle without it is a
-    BundleError of entry point ``api`` naming the kernel and the ``bundle_sets`` that build it
-    (never another variant in its place)."""
+    append, MLA decode and sparse MLA kernels' configs) from ``source``: its bundle's entry of that
+    name for ``arch`` (sm_90a unless the config's kernel is another arch's), else compiled here;
+    loaded once per (source, cfg). A bundle without it is a BundleError of entry point ``api``
+    naming the kernel and the ``bundle_sets`` that build it (never another variant in its place)."""
     key = (id(source), cfg)
     with _CONFIG_KERNELS_LOCK:
         if key in _CONFIG_KERNELS:
             return _CONFIG_KERNELS[key][1]
     if source.bundle is not None:
         try:
-            art = source.bundle.find(name=cfg.name(), arch=ARCH)
+            art = source.bundle.find(name=cfg.name(), arch=arch)
         except LookupError:
             build = f"`python -m fa4mlir bundle --set {bundle_sets[0]}`" + "".join(f" or `--set {s}`"
                                                                                   for s in bundle_sets[1:])

@@ -71,6 +71,11 @@ OPS: tuple[OpDef, ...] = (
           results=(("n", "i32"),), attrs=(("dim", "int"),)),
     OpDef("elect_one", "True in exactly one active lane of the calling warp, false elsewhere.",
           results=(("pred", "i1"),)),
+    OpDef("cluster_rank", "The CTA's rank in its cluster (0 .. cluster size - 1; in a CTA pair 0 is the leader).",
+          results=(("rank", "i32"),)),
+    OpDef("cluster_sync", """Block until every thread of every CTA of the cluster arrives (all threads of the
+    CTA call it); orders earlier memory accesses (mbarrier inits included) before later ones of any CTA
+    of the cluster."""),
     # ---- memory planning ------------------------------------------------------------------------
     OpDef("smem_buffer", """A named shared-memory buffer of `bytes` bytes aligned to `align`; the result
     is its address. `fa4-plan-smem` assigns `offset`.""",
@@ -94,6 +99,10 @@ OPS: tuple[OpDef, ...] = (
           operands=(("stage", "i32"), ("phase", "i32")), attrs=(("pipe", "str"),)),
     OpDef("consumer_release", "Each calling thread arrives once on `empty[stage]`.",
           operands=(("stage", "i32"),), attrs=(("pipe", "str"),)),
+    OpDef("peer_arrive", """Each calling thread arrives once on `full[stage]` (side = "full") or `empty[stage]`
+    (side = "empty") of `pipe` in the cluster's CTA `rank` (the same SMEM offset there), with release
+    semantics at cluster scope: the hand-off from a CTA of a pair to the pair's MMA issuer.""",
+          operands=(("stage", "i32"), ("rank", "i32")), attrs=(("pipe", "str"), ("side", "str"))),
     # ---- TMA ------------------------------------------------------------------------------------
     OpDef("tma_load", """Copy the box at `coords` (innermost first) of the tensor that `desc` describes into
     `dst`; the copy's bytes count as transactions on `full[stage]` of `pipe`.""",
@@ -137,26 +146,33 @@ OPS: tuple[OpDef, ...] = (
     the accumulator is a register vector (operand `acc`, result the new one); on sm_100a it is a
     TMEM address (operand `acc`, no result). A from registers (sm_90a, `a_source` = "regs") is a
     vector<4xi32> of packed pairs laid out as the m64k16 A fragment (the same rows and columns a
-    thread holds of an m64 accumulator).""",
+    thread holds of an m64 accumulator). `cta_group` = 2 (sm_100a): the MMA of a CTA pair, issued by
+    the pair's even CTA (note "CTA pair" of passes/lower_mma_sm100.py): rows m/2 of A and D and
+    columns n/2 of B in each CTA, at the same SMEM/TMEM addresses.""",
           operands=(("a", "any"), ("b", "i64"), ("accumulate", "i1"), ("acc", "*any")),
           results=(("d", "*any"),),
           attrs=(("m", "int"), ("n", "int"), ("k", "int"), ("a_source", "str"), ("ab_dtype", "str"),
                  ("acc_dtype", "str")),
-          optional_attrs=(("b_major", "str"),)),
+          optional_attrs=(("b_major", "str"), ("cta_group", "int"))),
     OpDef("mma_fence", "Order register/SMEM writes before the following asynchronous MMAs (sm_90a warpgroup fence)."),
     OpDef("mma_commit_group", "Close the group of MMAs issued so far by this warpgroup (sm_90a)."),
     OpDef("mma_wait_group", "Wait until at most `pending` MMA groups of this warpgroup are in flight (sm_90a).",
           operands=(("acc", "*any"),), results=(("acc_out", "*any"),), attrs=(("pending", "int"),)),
     OpDef("mma_commit", """Arrive once on `full[stage]` (side = "full") or `empty[stage]` (side = "empty")
-    of `pipe` when all MMAs issued so far by this thread complete (sm_100a tcgen05.commit).""",
-          operands=(("stage", "i32"),), attrs=(("pipe", "str"), ("side", "str"))),
+    of `pipe` when all MMAs issued so far by this thread complete (sm_100a tcgen05.commit). With
+    `cta_group` = 2 it tracks the pair's MMAs; with `multicast` (a mask of cluster CTA ranks) it arrives
+    on that barrier (same SMEM offset) in each CTA of the mask instead of this CTA's.""",
+          operands=(("stage", "i32"),), attrs=(("pipe", "str"), ("side", "str")),
+          optional_attrs=(("cta_group", "int"), ("multicast", "int"))),
     # ---- tensor memory --------------------------------------------------------------------------
     OpDef("tmem_alloc", """Allocate `cols` TMEM columns (one warp) and write their base address to
-    `dst` in SMEM. `fa4-plan-tmem` checks the column plan.""",
-          operands=(("dst", "smem_ptr"),), attrs=(("cols", "int"),)),
-    OpDef("tmem_dealloc", "Free the `cols` columns at `addr` (the warp that allocated them).",
-          operands=(("addr", "i32"),), attrs=(("cols", "int"),)),
-    OpDef("tmem_relinquish", "Give up the right to allocate TMEM for the rest of the CTA's life."),
+    `dst` in SMEM. `fa4-plan-tmem` checks the column plan. `cta_group` = 2: one warp of each CTA of
+    a pair allocates, the same columns in both CTAs' TMEM.""",
+          operands=(("dst", "smem_ptr"),), attrs=(("cols", "int"),), optional_attrs=(("cta_group", "int"),)),
+    OpDef("tmem_dealloc", "Free the `cols` columns at `addr` (the warp that allocated them; `cta_group` as allocated).",
+          operands=(("addr", "i32"),), attrs=(("cols", "int"),), optional_attrs=(("cta_group", "int"),)),
+    OpDef("tmem_relinquish", "Give up the right to allocate TMEM for the rest of the CTA's (`cta_group` 2: pair's) life.",
+          optional_attrs=(("cta_group", "int"),)),
     OpDef("tmem_load", """Each thread of the warp reads `num` 32-bit columns starting at `addr` from its
     lane (shape 32x32b); result: vector of `num` i32.""",
           operands=(("addr", "i32"),), results=(("value", "any"),), attrs=(("num", "int"),)),

@@ -336,8 +336,15 @@ class Pipeline:
     def consumer_release(self, s: PipeState):
         fa4.consumer_release(s.stage, pipe=self.name)
 
-    def mma_commit(self, s: PipeState, side: str = "full"):
-        fa4.mma_commit(s.stage, pipe=self.name, side=side)
+    def mma_commit(self, s: PipeState, side: str = "full", *, cta_group: int = 1, multicast: int = 0):
+        """tcgen05.commit on `side`[stage]: of this CTA, or (`multicast`, a mask of cluster CTA ranks) of
+        each CTA of the mask; `cta_group` 2 tracks the MMAs of a CTA pair."""
+        extra = ({"cta_group": cta_group} if cta_group != 1 else {}) | ({"multicast": multicast} if multicast else {})
+        fa4.mma_commit(s.stage, pipe=self.name, side=side, **extra)
+
+    def peer_arrive(self, s: PipeState, rank, side: str = "full"):
+        """Arrive once on `side`[stage] of this pipeline in the cluster's CTA `rank` (i32 Value or int)."""
+        fa4.peer_arrive(s.stage, rank if isinstance(rank, Value) else const(int(rank)), pipe=self.name, side=side)
 
 
 def _ir(values) -> list:

@@ -176,6 +176,10 @@ class KernelBuilder:
     def elect_one(self) -> Value:
         return Value(fa4.elect_one())
 
+    def cluster_rank(self) -> Value:
+        """This CTA's rank in its cluster (in a CTA pair, 0 is the MMA-issuing leader)."""
+        return Value(fa4.cluster_rank())
+
     # ---- control flow ---------------------------------------------------------------------------
     def for_(self, lo, hi, step=1, carry=()) -> _For:
         """`with kb.for_(lo, hi, step, carry=state) as (i, state): ...; loop.yield_(next_state)`;
@@ -271,6 +275,10 @@ class KernelBuilder:
 
     def sync_threads(self):
         fa4.sync_threads()
+
+    def cluster_sync(self):
+        """Every thread of every CTA of the cluster meets here (barrier.cluster arrive + wait)."""
+        fa4.cluster_sync()
 
 
 __all__ = ["KernelBuilder", "Param", "ELEM_BYTES"]

@@ -25,6 +25,17 @@ def attr(op: ir.Operation, name: str):
     raise TypeError(f"unsupported attribute {a}")
 
 
+CTA_GROUPS = {1: nvvm.CTAGroupKind.CTA_1, 2: nvvm.CTAGroupKind.CTA_2}   # tcgen05 .cta_group::1 / ::2
+
+
+def cta_group(op: ir.Operation) -> int:
+    """A tcgen05 op's `cta_group` attribute (1 when absent); PassError unless 1 or 2 (a CTA pair)."""
+    group = attr(op, "cta_group") if "cta_group" in op.attributes else 1
+    if group not in CTA_GROUPS:
+        raise PassError(f"{op.name}: cta_group must be 1 or 2 (a CTA pair), got {group}", op.location)
+    return group
+
+
 def set_int_attr(op: ir.Operation, name: str, value: int) -> None:
     op.attributes[name] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(value))
 

@@ -16,7 +16,20 @@
 * `fa4.mma_commit(stage){pipe, side}` -> tcgen05.commit.cta_group::1.mbarrier::arrive::one
   (§9.7.16.11.1) on `full[stage]` or `empty[stage]` of `pipe`: one arrival once every tcgen05.mma
   this thread issued before it has completed.
+* `cta_group = 2` (note "CTA pair") selects the .cta_group::2 forms of both; `fa4.mma_commit{multicast
+  = mask}` -> tcgen05.commit.cta_group::N.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64
+  [bar], mask (§9.7.16.11.1): one arrival on the barrier at that SMEM offset in every CTA whose rank
+  is set in the 16-bit mask.
 Runs before fa4-lower-pipelines (it needs the pipelines' SMEM offsets).
+
+Note "CTA pair" (§9.7.16.2 "Matrix and data movement shape", §9.7.16.10.1): with .cta_group::2 the
+two CTAs of a cluster whose ranks differ in bit 0 act as one MMA unit; one thread of the even
+("leader") CTA issues. An M x N x K MMA then holds rows [0, M/2) of A and D in the leader and
+[M/2, M) in the peer (each at the operand's own SMEM descriptor / TMEM address, the same in both
+CTAs) and N/2 of B's columns in each CTA's SMEM at the same descriptor; the instruction descriptor
+carries the pair's M and N. kind::f16 with .cta_group::2 takes M = 128 or 256; N is checked here to
+be a multiple of 32 in [32, 256], the subset valid for both Ms (CUTLASS's 2x1SM atoms state the
+same bound). TMEM of a pair is allocated by one warp of each CTA with .cta_group::2 (fa4-lower-tmem).
 
 Note "issuer registers": one thread issues every MMA of a CTA and runs with few registers (48 in
 the attention kernel's role table). Descriptors of tiles at fixed SMEM addresses (Q) are loop
@@ -26,9 +39,9 @@ cannot hoist it, and it costs one uniform move per MMA.
 """
 from __future__ import annotations
 
-from .._mlir import ir, llvm, nvvm
-from ._util import (PassError, attr, barrier_addr, check_none_left, i32, kernel_func, ops_named, pipelines,
-                    replace, smem_descriptor)
+from .._mlir import arith, ir, llvm, nvvm
+from ._util import (CTA_GROUPS, PassError, attr, barrier_addr, check_none_left, cta_group, i32, kernel_func,
+                    ops_named, pipelines, replace, smem_descriptor)
 
 NAME = "fa4-lower-mma-sm100"
 OPS = ("fa4.smem_desc", "fa4.mma", "fa4.mma_commit")
@@ -68,25 +81,36 @@ def smem_desc(addr: int, *, swizzle: int, lbo: int, sbo: int) -> int:
     return ((addr >> 4) & 0x3FFF) | smem_desc_fields(swizzle=swizzle, lbo=lbo, sbo=sbo)
 
 
-def check_shape(m: int, n: int, k: int, ab_dtype: str, acc_dtype: str) -> None:
-    """Raise ValueError unless m x n x k is a dense kind::f16 cta_group::1 shape (§9.7.16.10.1)."""
+def check_shape(m: int, n: int, k: int, ab_dtype: str, acc_dtype: str, cta_group: int = 1) -> None:
+    """Raise ValueError unless m x n x k is a dense kind::f16 shape of `cta_group` (§9.7.16.10.1; note
+    "CTA pair" for cta_group 2)."""
     if ab_dtype not in AB_TYPE_CODE or acc_dtype not in D_TYPE_CODE:
         raise ValueError(f"kind::f16 takes A/B in {sorted(AB_TYPE_CODE)} and D in {sorted(D_TYPE_CODE)}; got "
                          f"{ab_dtype} -> {acc_dtype}")
+    if cta_group not in (1, 2):
+        raise ValueError(f"cta_group must be 1 or 2, got {cta_group}")
+    if k != MMA_K[ab_dtype]:
+        raise ValueError(f"kind::f16 takes K = {MMA_K[ab_dtype]}, got {k}")
+    if cta_group == 2:
+        if m not in (128, 256):
+            raise ValueError(f"cta_group::2 kind::f16 takes M = 128 or 256 (the pair's rows), got {m}")
+        if n % 32 or not 32 <= n <= 256:
+            raise ValueError(f"cta_group::2 takes N a multiple of 32 in [32, 256], got {n}")
+        return
     if m not in (64, 128):
         raise ValueError(f"cta_group::1 kind::f16 takes M = 64 or 128, got {m}")
     step = 8 if m == 64 else 16
     if n % step or not step <= n <= 256:
         raise ValueError(f"M={m} takes N a multiple of {step} in [{step}, 256], got {n}")
-    if k != MMA_K[ab_dtype]:
-        raise ValueError(f"kind::f16 takes K = {MMA_K[ab_dtype]}, got {k}")
 
 
 def instr_desc(*, m: int, n: int, ab_dtype: str = "bf16", acc_dtype: str = "f32", a_major: str = "k",
-               b_major: str = "k", negate_a: bool = False, negate_b: bool = False, k: int = 16) -> int:
+               b_major: str = "k", negate_a: bool = False, negate_b: bool = False, k: int = 16,
+               cta_group: int = 1) -> int:
     """The 32-bit instruction descriptor of a dense tcgen05.mma kind::f16 (§9.7.16.4.2, Table "Instruction
-    descriptor format for .kind::tf32, .kind::f16, .kind::f8f6f4 and .kind::i8")."""
-    check_shape(m, n, k, ab_dtype, acc_dtype)
+    descriptor format for .kind::tf32, .kind::f16, .kind::f8f6f4 and .kind::i8"); with cta_group 2, M
+    and N are the pair's (note "CTA pair")."""
+    check_shape(m, n, k, ab_dtype, acc_dtype, cta_group)
     if a_major not in MAJOR_CODE or b_major not in MAJOR_CODE:
         raise ValueError(f"majors must be 'k' or 'mn', got a_major={a_major!r}, b_major={b_major!r}")
     return (_field(0, 0, 2, "sparsity selector") | _field(0, 2, 1, "sparsity") | _field(0, 3, 1, "saturate")
@@ -111,8 +135,9 @@ def _mma(op: ir.Operation) -> None:
     m, n, k = attr(op, "m"), attr(op, "n"), attr(op, "k")
     ab, acc_t, a_src = attr(op, "ab_dtype"), attr(op, "acc_dtype"), attr(op, "a_source")
     b_major = attr(op, "b_major") if "b_major" in op.attributes else "k"
+    group = cta_group(op)
     try:
-        idesc = instr_desc(m=m, n=n, k=k, ab_dtype=ab, acc_dtype=acc_t, b_major=b_major)
+        idesc = instr_desc(m=m, n=n, k=k, ab_dtype=ab, acc_dtype=acc_t, b_major=b_major, cta_group=group)
     except ValueError as e:
         raise PassError(f"{NAME}: tcgen05.mma: {e}", op.location) from None
     a, b, accumulate, *acc = op.operands
@@ -130,9 +155,24 @@ def _mma(op: ir.Operation) -> None:
         a = llvm.inttoptr(tmem_t, a)
     else:
         raise PassError(f"{NAME}: a_source must be 'smem' or 'tmem' on sm_100a, got {a_src!r}", op.location)
-    nvvm.tcgen05_mma(nvvm.Tcgen05MMAKind.F16, nvvm.CTAGroupKind.CTA_1, llvm.inttoptr(tmem_t, acc[0]), a, b,
+    nvvm.tcgen05_mma(nvvm.Tcgen05MMAKind.F16, CTA_GROUPS[group], llvm.inttoptr(tmem_t, acc[0]), a, b,
                      i32(idesc), accumulate)
     op.erase()
+
+
+def _commit(op: ir.Operation, pipes: dict) -> None:
+    side = attr(op, "side")
+    if side not in ("full", "empty"):
+        raise PassError(f"{NAME}: mma_commit side must be 'full' or 'empty', got {side!r}", op.location)
+    bar = barrier_addr(pipes, op, side, op.operands[0])
+    mask = None
+    if "multicast" in op.attributes:
+        bits = attr(op, "multicast")
+        if not 0 < bits < 1 << 16:
+            raise PassError(f"{NAME}: mma_commit multicast is a 16-bit mask of cluster CTA ranks, got {bits}",
+                            op.location)
+        mask = arith.constant(ir.IntegerType.get_signless(16), bits)
+    nvvm.tcgen05_commit(bar, multicast_mask=mask, group=CTA_GROUPS[cta_group(op)])
 
 
 def run(module: ir.Operation) -> None:
@@ -145,9 +185,6 @@ def run(module: ir.Operation) -> None:
             elif op.name == "fa4.mma":
                 _mma(op)
             elif op.name == "fa4.mma_commit":
-                side = attr(op, "side")
-                if side not in ("full", "empty"):
-                    raise PassError(f"{NAME}: mma_commit side must be 'full' or 'empty', got {side!r}", op.location)
-                nvvm.tcgen05_commit(barrier_addr(pipes, op, side, op.operands[0]), group=nvvm.CTAGroupKind.CTA_1)
+                _commit(op, pipes)
                 op.erase()
     check_none_left(func, OPS, NAME)

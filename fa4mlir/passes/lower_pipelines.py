@@ -6,6 +6,8 @@
 * `consumer_wait(stage, phase)`: try_wait.parity(full[stage], phase), parity = phase & 1.
 * `producer_commit(stage)`: arrive.expect_tx(full[stage], tx_bytes) (plain arrive when 0).
 * `consumer_release(stage)`: arrive(empty[stage]).
+* `peer_arrive(stage, rank){pipe, side}`: mapa.shared::cluster of full/empty[stage] to CTA `rank`, then
+  mbarrier.arrive.release.cluster.shared::cluster.b64 on it (PTX ISA 9.7.9.26 mapa, 9.7.13.15.13).
 With `debug=True` (FA4MLIR_DEBUG=1) every wait is a bounded polling loop that, on time-out, prints
 the kernel, role, pipeline, stage and phase and traps (see _watchdog.py).
 Runs after every pass that needs the pipeline offsets (tma, mma); erases the `fa4.pipeline` ops.
@@ -13,12 +15,12 @@ Runs after every pass that needs the pipeline offsets (tma, mma); erases the `fa
 from __future__ import annotations
 
 from .._mlir import arith, ir, nvvm, scf
-from ._util import (attr, barrier_addr, byte_offset, check_none_left, i32, kernel_func, ops_named,
+from ._util import (PassError, attr, barrier_addr, byte_offset, check_none_left, i32, kernel_func, ops_named,
                     pipelines, smem_base, tid_x)
 
 NAME = "fa4-lower-pipelines"
 OPS = ("fa4.pipeline_init", "fa4.producer_acquire", "fa4.producer_commit", "fa4.consumer_wait",
-       "fa4.consumer_release", "fa4.pipeline")
+       "fa4.consumer_release", "fa4.peer_arrive", "fa4.pipeline")
 WAIT_TICKS = 0x989680  # suspend-time hint of try_wait, in ns (PTX ISA 9.7.13.15.16)
 
 
@@ -64,12 +66,24 @@ def run(module: ir.Operation, debug: bool = False) -> None:
                     nvvm.mbarrier_arrive_expect_tx(None, addr, i32(tx))
                 else:
                     nvvm.mbarrier_arrive(ir.IntegerType.get_signless(64), addr)
+            elif name == "fa4.peer_arrive":
+                _peer_arrive(pipes, op)
             elif name == "fa4.consumer_release":
                 nvvm.mbarrier_arrive(ir.IntegerType.get_signless(64), barrier_addr(pipes, op, "empty", op.operands[0]))
             op.erase()
     for pipe in pipes.values():
         pipe.erase()
     check_none_left(func, OPS, NAME)
+
+
+def _peer_arrive(pipes: dict, op: ir.Operation) -> None:
+    side = attr(op, "side")
+    if side not in ("full", "empty"):
+        raise PassError(f"{NAME}: peer_arrive side must be 'full' or 'empty', got {side!r}", op.location)
+    stage, rank = op.operands
+    cluster_ptr = ir.Type.parse("!llvm.ptr<7>")
+    remote = nvvm.mapa(cluster_ptr, barrier_addr(pipes, op, side, stage), rank)
+    nvvm.mbarrier_arrive(None, remote, scope=nvvm.MemScopeKind.CLUSTER)
 
 
 def _role_of(op: ir.Operation) -> str:

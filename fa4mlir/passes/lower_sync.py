@@ -1,6 +1,8 @@
 """fa4-lower-sync: thread geometry, elect, fences, named barriers, CTA sync, debug traps and warp
 exchange (shuffle_xor -> shfl.sync.bfly, shuffle_idx -> shfl.sync.idx, vote_any -> vote.sync.any) -> nvvm;
-scale_if_uniform -> multiplies behind a `bra.uni` (inline PTX: LLVM's NVPTX backend emits conditional
+cluster_rank -> %cluster_ctarank, cluster_sync -> barrier.cluster.arrive.aligned + barrier.cluster.wait.aligned
+(PTX ISA 9.7.13.4, release/acquire by default: orders the mbarrier inits of a CTA pair before the peer's
+remote arrivals); scale_if_uniform -> multiplies behind a `bra.uni` (inline PTX: LLVM's NVPTX backend emits conditional
 branches without .uni, and ptxas then treats the code around them as divergent)."""
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ _SREG = {
 _SHUFFLES = {"fa4.shuffle_xor": ("offset", 1, "bfly"), "fa4.shuffle_idx": ("lane", 0, "idx")}
 OPS = ("fa4.thread_idx", "fa4.block_idx", "fa4.grid_dim", "fa4.elect_one", "fa4.fence", "fa4.named_barrier",
        "fa4.named_barrier_arrive", "fa4.sync_threads", "fa4.trap_if", "fa4.shuffle_xor", "fa4.shuffle_idx",
-       "fa4.vote_any", "fa4.scale_if_uniform")
+       "fa4.vote_any", "fa4.scale_if_uniform", "fa4.cluster_rank", "fa4.cluster_sync")
 
 
 def _lower(op: ir.Operation) -> None:
@@ -73,6 +75,12 @@ def _lower(op: ir.Operation) -> None:
         replace(op, [nvvm.vote_sync(i1, i32(-1), op.operands[0], nvvm.VoteSyncKind.any)])
     elif name == "fa4.scale_if_uniform":
         _scale_if_uniform(op)
+    elif name == "fa4.cluster_rank":
+        replace(op, [nvvm.read_ptx_sreg_cluster_ctarank(_I32())])
+    elif name == "fa4.cluster_sync":
+        nvvm.cluster_arrive(aligned=True)
+        nvvm.cluster_wait(aligned=True)
+        op.erase()
     elif name == "fa4.sync_threads":
         nvvm.barrier0()
         op.erase()

@@ -9,6 +9,10 @@
 * `fa4.tmem_store(addr, v)`    -> tcgen05.st.sync.aligned.32x32b.x{num}.b32 (§9.7.16.8.4).
 * `fa4.tmem_wait{kind}`        -> tcgen05.wait::ld / ::st (§9.7.16.8.5).
 
+With `cta_group = 2` (a CTA pair, note "CTA pair" of fa4-lower-mma-sm100) alloc, dealloc and
+relinquish take their .cta_group::2 forms: one warp of each CTA of the pair executes them, and the
+columns are allocated in both CTAs' TMEM.
+
 TMEM addresses are i32 in fa4 IR (bits 31-16 lane, 15-0 column; §9.7.16.1.1 "Tensor Memory
 Addressing") and `!llvm.ptr<6>` for nvvm; the pass converts with inttoptr.
 
@@ -21,7 +25,8 @@ after the wait read the fenced values. Same device as the wgmma wait in fa4-lowe
 from __future__ import annotations
 
 from .._mlir import ir, llvm, nvvm
-from ._util import PassError, attr, check_none_left, fence_registers, i32, i64, kernel_func, ops_named, replace
+from ._util import (CTA_GROUPS, PassError, attr, check_none_left, cta_group, fence_registers, i32, i64, kernel_func,
+                    ops_named, replace)
 
 NAME = "fa4-lower-tmem"
 OPS = ("fa4.tmem_alloc", "fa4.tmem_dealloc", "fa4.tmem_relinquish", "fa4.tmem_load", "fa4.tmem_store",
@@ -76,13 +81,13 @@ def run(module: ir.Operation) -> None:
         with ir.InsertionPoint(op), op.location:
             name = op.name
             if name == "fa4.tmem_alloc":
-                nvvm.tcgen05_alloc(op.operands[0], i32(attr(op, "cols")), group=nvvm.CTAGroupKind.CTA_1)
+                nvvm.tcgen05_alloc(op.operands[0], i32(attr(op, "cols")), group=CTA_GROUPS[cta_group(op)])
                 op.erase()
             elif name == "fa4.tmem_dealloc":
-                nvvm.tcgen05_dealloc(tmem_ptr(op.operands[0]), i32(attr(op, "cols")), group=nvvm.CTAGroupKind.CTA_1)
+                nvvm.tcgen05_dealloc(tmem_ptr(op.operands[0]), i32(attr(op, "cols")), group=CTA_GROUPS[cta_group(op)])
                 op.erase()
             elif name == "fa4.tmem_relinquish":
-                nvvm.tcgen05_relinquish_alloc_permit(group=nvvm.CTAGroupKind.CTA_1)
+                nvvm.tcgen05_relinquish_alloc_permit(group=CTA_GROUPS[cta_group(op)])
                 op.erase()
             elif name == "fa4.tmem_load":
                 block = op.block

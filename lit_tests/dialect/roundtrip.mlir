@@ -26,6 +26,10 @@ module attributes {gpu.container_module} {
       %nctas = "fa4.grid_dim"() {dim = 0 : i64} : () -> i32
       // CHECK: %[[PRED:.*]] = "fa4.elect_one"() : () -> i1
       %pred = "fa4.elect_one"() : () -> i1
+      // CHECK: %[[RANK:.*]] = "fa4.cluster_rank"() : () -> i32
+      %rank = "fa4.cluster_rank"() : () -> i32
+      // CHECK: "fa4.cluster_sync"() : () -> ()
+      "fa4.cluster_sync"() : () -> ()
       // CHECK: "fa4.warp_roles"() ({
       "fa4.warp_roles"() ({
         // CHECK: "fa4.role"() ({
@@ -79,6 +83,10 @@ module attributes {gpu.container_module} {
           "fa4.mma_commit"(%tid) {pipe = "ab_pipe", side = "empty"} : (i32) -> ()
           // CHECK: "fa4.consumer_release"(%[[TID]]) {pipe = "ab_pipe"} : (i32) -> ()
           "fa4.consumer_release"(%tid) {pipe = "ab_pipe"} : (i32) -> ()
+          // CHECK: "fa4.peer_arrive"(%[[TID]], %[[RANK]]) {pipe = "ab_pipe", side = "full"} : (i32, i32) -> ()
+          "fa4.peer_arrive"(%tid, %rank) {pipe = "ab_pipe", side = "full"} : (i32, i32) -> ()
+          // CHECK: "fa4.mma_commit"(%[[TID]]) {cta_group = 2 : i64, multicast = 3 : i64, pipe = "ab_pipe", side = "full"} : (i32) -> ()
+          "fa4.mma_commit"(%tid) {pipe = "ab_pipe", side = "full", cta_group = 2 : i64, multicast = 3 : i64} : (i32) -> ()
           // CHECK: "fa4.tma_store"(%[[DESC]], %[[SMEM]], %[[TID]], %[[TID]]) {box = array<i64: 64, 128>} : (!llvm.ptr, !llvm.ptr<3>, i32, i32) -> ()
           "fa4.tma_store"(%desc, %a_smem, %tid, %tid) {box = array<i64: 64, 128>} : (!llvm.ptr, !llvm.ptr<3>, i32, i32) -> ()
           // CHECK: "fa4.tma_store_wait"() {pending = 0 : i64} : () -> ()

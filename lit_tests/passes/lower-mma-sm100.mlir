@@ -114,3 +114,63 @@ module attributes {gpu.container_module} {
     }
   }
 }
+
+// -----
+
+// A CTA pair (note "CTA pair"): cta_group = 2 selects tcgen05.mma.cta_group::2 with the pair's M and N
+// in the instruction descriptor (bf16 -> f32, M = 256, N = 128: 0x10200490 = 270533776), and
+// tcgen05.commit.cta_group::2 multicast to the barrier at the same offset in CTAs 0 and 1 (mask 3).
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_100a", features = "+ptx86">] {
+    llvm.mlir.global external @fa4_smem() {addr_space = 3 : i32, alignment = 1024 : i64} : !llvm.array<0 x i8>
+    // CHECK-LABEL: llvm.func @pair
+    llvm.func @pair(%ad: i64, %bd: i64, %acc: i32, %a_tmem: i32, %flag: i1, %stage: i32)
+        attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "s_pipe", num_stages = 1 : i64, producer = "mma", consumers = ["softmax"],
+                        producer_arrivals = 1 : i64, consumer_arrivals = 128 : i64, offset = 64 : i64} : () -> ()
+      // CHECK: %[[ID:.*]] = arith.constant 270533776 : i32
+      // CHECK: nvvm.tcgen05.mma %{{.*}}, %{{.*}}, %{{.*}}, %[[ID]], %{{.*}} {ctaGroup = #nvvm.cta_group<cta_2>, kind = #nvvm.tcgen05_mma_kind<f16>}
+      "fa4.mma"(%ad, %bd, %flag, %acc) {m = 256 : i64, n = 128 : i64, k = 16 : i64, a_source = "smem",
+                                        ab_dtype = "bf16", acc_dtype = "f32", cta_group = 2 : i64} : (i64, i64, i1, i32) -> ()
+      // A from TMEM over the pair: M = 256, N = 256 (0x10400490 = 272630928).
+      // CHECK: %[[AT:.*]] = llvm.inttoptr %{{.*}} : i32 to !llvm.ptr<6>
+      // CHECK: %[[ID2:.*]] = arith.constant 272630928 : i32
+      // CHECK: nvvm.tcgen05.mma %{{.*}}, %[[AT]], %{{.*}}, %[[ID2]], %{{.*}} {ctaGroup = #nvvm.cta_group<cta_2>
+      "fa4.mma"(%a_tmem, %bd, %flag, %acc) {m = 256 : i64, n = 256 : i64, k = 16 : i64, a_source = "tmem",
+                                            ab_dtype = "bf16", acc_dtype = "f32", cta_group = 2 : i64} : (i32, i64, i1, i32) -> ()
+      // CHECK: %[[MASK:.*]] = arith.constant 3 : i16
+      // CHECK: nvvm.tcgen05.commit %{{.*}}, multicast_mask = %[[MASK]] {group = #nvvm.cta_group<cta_2>} : !llvm.ptr<3>, i16
+      "fa4.mma_commit"(%stage) {pipe = "s_pipe", side = "full", cta_group = 2 : i64, multicast = 3 : i64} : (i32) -> ()
+      // Without multicast: this CTA's barrier only.
+      // CHECK: nvvm.tcgen05.commit %{{.*}} {group = #nvvm.cta_group<cta_2>} : !llvm.ptr<3>
+      "fa4.mma_commit"(%stage) {pipe = "s_pipe", side = "full", cta_group = 2 : i64} : (i32) -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_100a", features = "+ptx86">] {
+    llvm.func @pair_bad_m(%ad: i64, %bd: i64, %acc: i32, %accumulate: i1) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      // expected-error @+1 {{cta_group::2 kind::f16 takes M = 128 or 256 (the pair's rows), got 64}}
+      "fa4.mma"(%ad, %bd, %accumulate, %acc) {m = 64 : i64, n = 64 : i64, k = 16 : i64, a_source = "smem",
+                                              ab_dtype = "bf16", acc_dtype = "f32", cta_group = 2 : i64} : (i64, i64, i1, i32) -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_100a", features = "+ptx86">] {
+    llvm.func @pair_bad_group(%ad: i64, %bd: i64, %acc: i32, %accumulate: i1) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      // expected-error @+1 {{fa4.mma: cta_group must be 1 or 2 (a CTA pair), got 4}}
+      "fa4.mma"(%ad, %bd, %accumulate, %acc) {m = 128 : i64, n = 64 : i64, k = 16 : i64, a_source = "smem",
+                                              ab_dtype = "bf16", acc_dtype = "f32", cta_group = 4 : i64} : (i64, i64, i1, i32) -> ()
+      llvm.return
+    }
+  }
+}

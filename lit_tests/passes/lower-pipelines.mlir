@@ -99,3 +99,41 @@ module attributes {gpu.container_module} {
     }
   }
 }
+
+// -----
+
+// peer_arrive: full[stage] of ab_pipe mapped into the cluster's CTA `rank` (mapa.shared::cluster), then
+// one release.cluster arrive on that remote barrier.
+// CHECK-LABEL: llvm.func @peer
+// CHECK-SAME: (%[[STAGE:[^:]+]]: i32, %[[RANK:[^:]+]]: i32)
+// CHECK: arith.constant 1024 : i32
+// CHECK: %[[LOCAL:.*]] = llvm.getelementptr
+// CHECK: %[[REMOTE:.*]] = nvvm.mapa %[[LOCAL]], %[[RANK]] : !llvm.ptr<3> -> !llvm.ptr<7>
+// CHECK: nvvm.mbarrier.arrive %[[REMOTE]] {scope = #nvvm.mem_scope<cluster>} : !llvm.ptr<7>
+// CHECK-NOT: fa4.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_100a", features = "+ptx86">] {
+    llvm.mlir.global external @fa4_smem() {addr_space = 3 : i32, alignment = 1024 : i64} : !llvm.array<0 x i8>
+    llvm.func @peer(%stage: i32, %rank: i32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "ab_pipe", num_stages = 2 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 2 : i64, consumer_arrivals = 1 : i64, offset = 1024 : i64} : () -> ()
+      "fa4.peer_arrive"(%stage, %rank) {pipe = "ab_pipe", side = "full"} : (i32, i32) -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_100a", features = "+ptx86">] {
+    llvm.mlir.global external @fa4_smem() {addr_space = 3 : i32, alignment = 1024 : i64} : !llvm.array<0 x i8>
+    llvm.func @peer_bad_side(%stage: i32, %rank: i32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "ab_pipe", num_stages = 2 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 2 : i64, consumer_arrivals = 1 : i64, offset = 1024 : i64} : () -> ()
+      // expected-error @+1 {{peer_arrive side must be 'full' or 'empty', got 'both'}}
+      "fa4.peer_arrive"(%stage, %rank) {pipe = "ab_pipe", side = "both"} : (i32, i32) -> ()
+      llvm.return
+    }
+  }
+}

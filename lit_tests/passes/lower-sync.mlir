@@ -330,3 +330,24 @@ module attributes {gpu.container_module} {
     }
   }
 }
+
+// -----
+
+// The cluster's geometry and barrier: cluster_rank -> %cluster_ctarank, cluster_sync -> barrier.cluster
+// arrive then wait (aligned: every thread of the CTA executes it).
+// CHECK-LABEL: llvm.func @cluster
+// CHECK: %[[R:.*]] = nvvm.read.ptx.sreg.cluster.ctarank : i32
+// CHECK: nvvm.cluster.arrive {aligned}
+// CHECK-NEXT: nvvm.cluster.wait {aligned}
+// CHECK: llvm.store %[[R]]
+// CHECK-NOT: fa4.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_100a", features = "+ptx86">] {
+    llvm.func @cluster(%out: !llvm.ptr<1>) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      %r = "fa4.cluster_rank"() : () -> i32
+      "fa4.cluster_sync"() : () -> ()
+      llvm.store %r, %out : i32, !llvm.ptr<1>
+      llvm.return
+    }
+  }
+}

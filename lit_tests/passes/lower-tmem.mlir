@@ -81,3 +81,21 @@ module attributes {gpu.container_module} {
     }
   }
 }
+
+// -----
+
+// A CTA pair allocates, relinquishes and frees its TMEM with the .cta_group::2 forms.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_100a", features = "+ptx86">] {
+    // CHECK-LABEL: llvm.func @pair_alloc
+    llvm.func @pair_alloc(%slot: !llvm.ptr<3>, %addr: i32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      // CHECK: nvvm.tcgen05.alloc %{{.*}}, %{{.*}} {group = #nvvm.cta_group<cta_2>} : !llvm.ptr<3>
+      "fa4.tmem_alloc"(%slot) {cols = 512 : i64, cta_group = 2 : i64} : (!llvm.ptr<3>) -> ()
+      // CHECK: nvvm.tcgen05.relinquish_alloc_permit {group = #nvvm.cta_group<cta_2>}
+      "fa4.tmem_relinquish"() {cta_group = 2 : i64} : () -> ()
+      // CHECK: nvvm.tcgen05.dealloc %{{.*}}, %{{.*}} {group = #nvvm.cta_group<cta_2>} : !llvm.ptr<6>
+      "fa4.tmem_dealloc"(%addr) {cols = 512 : i64, cta_group = 2 : i64} : (i32) -> ()
+      llvm.return
+    }
+  }
+}

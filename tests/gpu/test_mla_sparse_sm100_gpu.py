@@ -63,3 +63,33 @@ def test_mla_sparse_sm100_by_the_fa_rule(sparse_kernels, s_q, heads, topk, s_kv,
                                                                softmax_scale=scale))
     torch.cuda.synchronize()
     check_mla_sparse(q, kv, idx, out.cpu().float(), max_logits.cpu(), lse.cpu(), scale, sinks=sinks, topk_length=lens)
+
+
+@pytest.mark.parametrize("s_q,heads,topk,s_kv,extras", CASES[::3])
+def test_entry_point_selects_the_sm100_kernel(sparse_kernels, bundle, s_q, heads, topk, s_kv, extras):
+    """flash_mla_sparse_fwd on compute capability 10.0 runs attention_mla_sparse_sm100 (the route of
+    attention/mla_sparse_sm100.py, from the bundle's mla-sparse-sm100 kernels), by the FA rule, twice
+    identically; FP8 kv is refused with a typed error."""
+    import torch
+    from fa4mlir import flash_mla_sparse_fwd
+    from fa4mlir.attention.errors import UnsupportedFeatureError
+    from fa4mlir.testing_mla import check_mla_sparse
+    from test_mla_sparse_gpu import _case
+    q, kv, idx = _case(torch, s_q, heads, topk, s_kv)
+    lens = sinks = None
+    if extras:
+        lens = torch.from_numpy(np.random.default_rng(1).integers(0, topk + 100, s_q).astype(np.int32))
+        sinks = torch.randn(heads, generator=torch.Generator().manual_seed(2))
+    scale = 576 ** -0.5
+    args = (q.cuda(), kv.cuda(), torch.from_numpy(idx).cuda(), scale)
+    kw = dict(attn_sink=None if sinks is None else sinks.cuda(), topk_length=None if lens is None else lens.cuda(),
+              bundle=bundle)
+    out, max_logits, lse = flash_mla_sparse_fwd(*args, **kw)
+    again = flash_mla_sparse_fwd(*args, **kw)
+    torch.cuda.synchronize()
+    assert torch.equal(out, again[0]) and torch.equal(lse, again[2])
+    check_mla_sparse(q, kv, idx, out.cpu().float(), max_logits.cpu(), lse.cpu(), scale, sinks=sinks,
+                     topk_length=None if lens is None else lens.numpy())
+    fp8 = torch.zeros((s_kv, 1, 656), dtype=torch.uint8, device="cuda")
+    with pytest.raises(UnsupportedFeatureError, match="FP8 kv rows are not supported by the sm_100a kernel"):
+        flash_mla_sparse_fwd(args[0], fp8, args[2], scale, bundle=bundle)

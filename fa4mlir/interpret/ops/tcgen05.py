@@ -95,8 +95,17 @@ def mma_lanes(m: int, align: int) -> np.ndarray:
                     f"Layout F (M=64) lane 0 or 16 (PTX ISA §9.7.16.10.5)")
 
 
+def _one_cta(op) -> None:
+    """Refuse the .cta_group::2 forms: a CTA pair (cluster of 2, the leader's MMA writing both CTAs'
+    TMEM, multicast commits) is not modelled, and running them as one CTA's would be wrong."""
+    group = op.attributes["group"] if "group" in op.attributes else None
+    if group is not None and "cta_2" in str(group):
+        raise Unsupported(f"{op.name} {group}: a CTA pair (cta_group::2) is not modelled; one CTA's forms only")
+
+
 @semantics("nvvm.tcgen05.alloc")
 def alloc(p, op, a, r):
+    _one_cta(op)
     slot, ncols = a[0], a[1]
 
     def run(env, mask, w):
@@ -117,6 +126,7 @@ def alloc(p, op, a, r):
 
 @semantics("nvvm.tcgen05.dealloc")
 def dealloc(p, op, a, r):
+    _one_cta(op)
     addr, ncols = a[0], a[1]
 
     def run(env, mask, w):
@@ -132,6 +142,7 @@ def dealloc(p, op, a, r):
 
 @semantics("nvvm.tcgen05.relinquish_alloc_permit")
 def relinquish(p, op, a, r):
+    _one_cta(op)
     return PLAIN, lambda env, mask, w: None
 
 
@@ -319,6 +330,7 @@ def mma(p, op, a, r):
 
 @semantics("nvvm.tcgen05.commit")
 def commit(p, op, a, r):
+    _one_cta(op)
     if len(a) != 1:
         raise Unsupported("tcgen05.commit with a multicast mask")
     bar = a[0]

@@ -22,13 +22,14 @@ def lane_base(kb) -> Value:
 
 
 def mma(a, b, accumulate: Value, d_tmem: Value, *, m: int, n: int, k: int, ab_dtype: str, a_source: str = "smem",
-        b_major: str | None = None):
+        b_major: str | None = None, cta_group: int = 1):
     """D (TMEM at `d_tmem`, f32) = A B (+ D when `accumulate`): one tcgen05.mma m x n x k. A is an SMEM
     descriptor (`a_source` "smem") or a TMEM address ("tmem"); B an SMEM descriptor, K-major unless
-    `b_major` is "mn"."""
-    major = {} if b_major is None else {"b_major": b_major}
+    `b_major` is "mn". `cta_group` 2: the MMA of a CTA pair, m and n the pair's (note "CTA pair" of
+    passes/lower_mma_sm100.py), issued by one thread of the pair's even CTA."""
+    extra = ({} if b_major is None else {"b_major": b_major}) | ({"cta_group": cta_group} if cta_group != 1 else {})
     fa4.mma(a, b, accumulate, [d_tmem], result_types=[], m=m, n=n, k=k, a_source=a_source, ab_dtype=ab_dtype,
-            acc_dtype="f32", **major)
+            acc_dtype="f32", **extra)
 
 
 __all__ = ["tmem_load", "lane_base", "mma"]
