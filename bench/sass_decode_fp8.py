@@ -19,7 +19,8 @@ from fa4mlir.sass import backward_branch_spans, disassemble
 
 CLASSES = {"hgmma": ("HGMMA",), "cvt_e4m3": ("F2FP.F16.E4M3",), "prmt": ("PRMT",),
            "pack": ("F2FP.F16.F32", "F2FP.BF16"),
-           "lds": ("LDS",), "sts": ("STS",), "bar": ("BAR",), "syncs": ("SYNCS",), "mufu": ("MUFU",)}
+           "lds": ("LDS",), "sts": ("STS",), "bar": ("BAR",), "syncs": ("SYNCS",), "mufu": ("MUFU",),
+           "shfl": ("SHFL",), "fmul": ("FMUL",)}
 
 
 def loops(sass: str) -> list[list[tuple[str, str]]]:

@@ -30,12 +30,15 @@ _GRAIN_ORDER = {"block": 0, "kv_head": 1, "tensor": 2}
 
 def _representatives(entries):
     """One kernel per (variant, contiguous or paged), split, at its richest scale granularity (block
-    scales hold the most registers): 12 of the set's 68 compiles, to keep CI's time (the bundle build
-    compiles all 68 with the same lowering, and test_interpret_decode_sm90 interprets 17 of them)."""
+    scales hold the most registers): 18 of the set's 92 compiles, to keep CI's time (the bundle build
+    compiles all 92 with the same lowering, and test_interpret_decode_sm90 interprets 21 variant cases, plus
+    swap_ab's GQA 4 and unsplit ones)."""
     out = {}
     for e in sorted(entries, key=lambda e: (e[1].unsplit, _GRAIN_ORDER[e[1].kv_scale])):
         cfg = e[1]
-        out.setdefault((cfg.converter_stages, cfg.bn, cfg.convert_split, cfg.convert_bits, cfg.paged), e)
+        out.setdefault((cfg.converter_stages, cfg.bn, cfg.convert_split, cfg.convert_bits, cfg.swap_ab,
+                        cfg.swap_ab_warp_max, cfg.stages,
+                        cfg.paged), e)
     return list(out.values())
 
 
@@ -56,7 +59,7 @@ def test_the_set_holds_every_variant_of_every_case():
     want = sum(2 for name in dec.FP8_VARIANTS if name != "default" for *_, grain in cases
                if grain in dec.FP8_VARIANT_SCALES.get(name, dec.SCALES))
     assert len(names) == len(ENTRIES) == want > 2 * len(cases)
-    assert all(cfg.fp8 and (cfg.converter or cfg.bn == 128 or cfg.convert_split or cfg.convert_bits)
+    assert all(cfg.fp8 and (cfg.converter or cfg.bn == 128 or cfg.convert_split or cfg.convert_bits or cfg.swap_ab)
                for _, cfg in ENTRIES)
 
 
@@ -73,11 +76,13 @@ def test_variant_compiles_clean(entry):
         assert cfg.threads == 288 + 32 * (cfg.producer_warps - 1) and cfg.ctas_per_sm == 1
     if cfg.convert_split:
         assert cfg.ctas_per_sm == 2       # default_config's tiles and stages
+    if cfg.swap_ab:
+        assert cfg.ctas_per_sm == 2 and r["registers"] <= 168, r
 
 
 def test_default_keys_hold_no_new_field():
     cfg = dec.default_config("bf16", 128, None, "kv_head")
-    assert not {"converter_stages", "convert_split", "convert_bits"} & set(cfg.key())
+    assert not {"converter_stages", "convert_split", "convert_bits", "swap_ab"} & set(cfg.key())
     assert "_cw" not in cfg.name() and not cfg.name().endswith(("_ks", "_bits"))
     cw = dec.fp8_variant(cfg, "cw2", None)
     assert cw.key()["converter_stages"] == 2 and cw.name().endswith("_cw2")
@@ -122,7 +127,7 @@ def test_converter_moves_every_conversion_out_of_the_consumer():
 
 # the converter's ring (c_pipe) is the new protocol; cw3 is the same code with one more stage and split
 # the default's rings in another order (CI time: each variant's sweep is ~20 s)
-@pytest.mark.parametrize("variant,page,grain", [("cw2", 16, "block")])
+@pytest.mark.parametrize("variant,page,grain", [("cw2", 16, "block"), ("swapab", 16, "kv_head"), ("swapabw", None, "tensor")])
 def test_verifier_rejects_every_single_op_mutation_of_a_variant(variant, page, grain):
     """The converter's rings (e4m3 K, V consumed by the converter warpgroup; the f16 pairs `c_pipe`
     it produces and the consumer waits for) and the split conversion's separate K and V waits: each

@@ -126,7 +126,8 @@ CASES = [(None, "tensor"), (PAGE, "kv_head"), (PAGE, "block"), (None, "block")]
 VARIANT_CASES = [("cw2", page, grain) for page, grain in CASES] + [("cw3", PAGE, "block"), ("cw3", None, "kv_head")] \
     + [("bn128", None, "tensor"), ("bn128", PAGE, "kv_head")] \
     + [("split", None, "tensor"), ("split", PAGE, "kv_head"), ("split", PAGE, "block"), ("split", None, "block")] \
-    + [("bits", page, grain) for page, grain in CASES] + [("bits_v", PAGE, "kv_head")]
+    + [("bits", page, grain) for page, grain in CASES] + [("bits_v", PAGE, "kv_head")] \
+    + [("swapab", None, "tensor"), ("swapab", PAGE, "kv_head"), ("swapabw", None, "tensor"), ("swapabw", PAGE, "kv_head")]
 
 
 @pytest.mark.parametrize("page,grain", CASES)
@@ -156,3 +157,75 @@ def _check(page, grain, variant, c: dict | None = None, nan: float | None = None
     ok_lse, lse_bound = fa_rule(errs["lse"], errs["lse_lowp"])
     assert ok_out and ok_lse, {**errs, "bound": bound, "lse_bound": lse_bound}
     return out, lse
+
+
+@pytest.mark.parametrize("variant,page,grain", [(v, page, grain) for v in ("swapab", "swapabw")
+                                                 for page, grain in ((None, "kv_head"), (PAGE, "tensor"))])
+def test_swapab_at_the_bench_group_through_the_interpreter(variant, page, grain, monkeypatch):
+    """The swap_ab variants (attention_decode_sm90_swapab, notes "Swap AB", "Warp partials") at bench
+    decode's GQA group 4 (8 query heads over 2 KV heads): 4 packed rows of the 8 S^T columns."""
+    monkeypatch.setitem(globals(), "HEADS", 8)
+    monkeypatch.setenv(dec.FP8_VARIANT_ENV, variant)
+    c = _case(page, grain)
+    assert c["q"].shape[2] == 8
+    _check(page, grain, variant, c)
+
+
+def test_swapab_refuses_more_rows_than_its_columns(monkeypatch):
+    """More than SWAP_AB_ROWS packed query rows (group 8 x seqlen_q 2): a typed error before launch."""
+    from fa4mlir.attention.errors import UnsupportedFeatureError
+    monkeypatch.setenv(dec.FP8_VARIANT_ENV, "swapab")
+    c = _case(None, "tensor")
+    q = np.zeros((len(LENGTHS), 2, 16, D), np.uint16)
+    problem = kc.check_kvcache_inputs(
+        _info(q, "bf16"), _info(c["k_cache"], "e4m3"), _info(c["v_cache"], "e4m3"), _info(c["lens"], "i32"), None,
+        k_scale=_info(c["k_scale"], "f32"), v_scale=_info(c["v_scale"], "f32"))
+    plan = kc.plan_problem(problem.with_options(causal=True, softmax_scale=D ** -0.5, num_splits=2,
+                                                return_lse=False), 132)
+    assert plan.gqa.rows == 16
+    with pytest.raises(UnsupportedFeatureError, match="swap_ab attends at most 8"):
+        configs_for(plan)
+
+
+def _run_unsplit(variant: str, c: dict, lens: np.ndarray) -> tuple:
+    """``variant``'s unsplit kernel (one split) over case ``c`` with lengths ``lens``: (out as float64, lse)."""
+    q_bits = c["q"].view(torch.int16).numpy().view(np.uint16)
+    problem = kc.check_kvcache_inputs(
+        _info(q_bits, "bf16"), _info(c["k_cache"], "e4m3"), _info(c["v_cache"], "e4m3"), _info(lens, "i32"), None,
+        k_scale=_info(c["k_scale"], "f32"), v_scale=_info(c["v_scale"], "f32"))
+    plan = kc.plan_problem(problem.with_options(causal=True, softmax_scale=D ** -0.5, num_splits=None,
+                                                return_lse=True), 132)
+    cfg, combine = configs_for(plan)
+    assert plan.unsplit and combine is None and cfg.swap_ab and cfg.unsplit
+    assert cfg == dec.fp8_variant(dec.default_config("bf16", D, None, "kv_head", unsplit=True), variant, None)
+    p = plan.problem
+    out = np.full(p.out_shape, 0xFFFF, np.uint16)
+    lse = np.full(p.lse_shape, np.nan, np.float32)
+    tensors = {"q": q_bits, "k_cache": c["k_cache"], "v_cache": c["v_cache"], "cache_seqlens": lens,
+               "page_table": lens, "out": out, "lse": lse, "k_scale": c["k_scale"], "v_scale": c["v_scale"],
+               "k_pool": c["k_cache"], "v_pool": c["v_cache"]}
+    args = dec.split_launch_args(plan, tensors, tuple(s // 2 for s in q_bits.strides[:3]), 0,
+                                 {n: c[n].strides[:3] for n in ("k_cache", "v_cache")})
+    interpret.load(attention_decode_sm90.build(cfg)).launch(plan.grid, args)
+    return torch.from_numpy(out.astype(np.int32) << 16).view(torch.float32).double().numpy(), lse
+
+
+@pytest.mark.parametrize("variant", ["swapab", "swapabw"])
+def test_swapab_unsplit_through_the_interpreter(variant, monkeypatch):
+    """The swap_ab variants' unsplit kernels (one split: O in bf16 and the LSE straight into out and lse,
+    the epilogue fed by the S^T columns' sums, or the merged warp partials) at group 4, a contiguous
+    cache, per-KV-head scales; then with the second sequence empty (O = +0, LSE = +inf)."""
+    monkeypatch.setitem(globals(), "HEADS", 8)
+    monkeypatch.setenv(dec.FP8_VARIANT_ENV, variant)
+    c = _case(None, "kv_head")
+    got, lse = _run_unsplit(variant, c, c["lens"])
+    ref = kvcache_reference(c["q"].float().numpy(), c["k_cache"], c["v_cache"], c["lens"], None,
+                            softmax_scale=D ** -0.5, causal=True, k_scale=c["k_scale"], v_scale=c["v_scale"])
+    low_o, low_l = _lowp(c, None, "kv_head")
+    assert np.isfinite(got).all() and np.isfinite(lse).all()
+    ok_out, bound = fa_rule(np.abs(got - ref["out"]).max(), np.abs(low_o - ref["out"]).max())
+    ok_lse, lse_bound = fa_rule(np.abs(lse - ref["lse"]).max(), np.abs(low_l - ref["lse"]).max())
+    assert ok_out and ok_lse, (np.abs(got - ref["out"]).max(), bound, np.abs(lse - ref["lse"]).max(), lse_bound)
+    empty, empty_lse = _run_unsplit(variant, c, np.array([LENGTHS[0], 0], np.int32))
+    assert np.array_equal(empty[0], got[0]) and np.array_equal(empty_lse[0], lse[0])
+    assert (empty[1] == 0).all() and np.isposinf(empty_lse[1]).all()

@@ -17,7 +17,9 @@ from tests.interpret_sm90 import _bits  # noqa: E402
 from tests.test_interpret_sm90 import _tensor  # noqa: E402
 
 
-def run_case(case, seed=1):
+def run_case(case, seed=1, cfg=None, problem=None):
+    """The case's kernel (or `cfg` / `problem` in its place: another function of the same meaning)
+    interpreted on its tensors: (tensors, aux arrays)."""
     from fa4mlir import interpret
     from fa4mlir.kernels import attention_fwd_sm90
     rng = np.random.default_rng(seed)
@@ -29,7 +31,7 @@ def run_case(case, seed=1):
          "lse": np.full((1, case.heads, case.seqlen_q), np.nan, np.float32)}
     aux = aux_arrays(case)
     t.update({f"aux{i}": a for i, a in enumerate(aux)})
-    cfg, problem = case_config(case), case_problem(case)
+    cfg, problem = cfg or case_config(case), problem or case_problem(case)
     kernel = interpret.load(attention_fwd_sm90.build(cfg))
     # a persistent kernel on one CTA: it strides over every tile (both heads: per-tile hoisted aux loads)
     kernel.launch(grid(cfg, problem, num_sms=1 if cfg.persistent else None), launch_args(cfg, problem, t),

@@ -76,7 +76,8 @@ def configs_for(plan: KVCachePlan) -> tuple[dec.DecodeConfig, dec.CombineConfig 
     """The decode and combine kernels of a plan: the split kernel and the combine, or (one split,
     ``plan.unsplit``) the unsplit variant and None; UnsupportedFeatureError for an FP8 cache the
     decode kernel has no variant for (k and v scales of different granularities; TMA boxes of an
-    FP8 row group not 128-byte aligned: head_dim 64 with an odd page size)."""
+    FP8 row group not 128-byte aligned: head_dim 64 with an odd page size; the swap_ab variant over more than
+    SWAP_AB_ROWS packed query rows)."""
     p = plan.problem
     cache = p.cache
     page_size = cache.page_size if cache.paged else None
@@ -91,6 +92,9 @@ def configs_for(plan: KVCachePlan) -> tuple[dec.DecodeConfig, dec.CombineConfig 
         split.validate()
     except ValueError as exc:
         raise UnsupportedFeatureError(_err(f"no decode kernel for this cache: {exc}")) from None
+    if split.swap_ab and plan.gqa.rows > dec.SWAP_AB_ROWS:
+        raise UnsupportedFeatureError(_err(f"the FP8 decode variant swap_ab attends at most {dec.SWAP_AB_ROWS} packed "
+                                           f"query rows per CTA (GQA group x seqlen_q), got {plan.gqa.rows}"))
     return split, None if plan.unsplit else dec.CombineConfig(p.dtype, p.head_dim, sinks=p.sinks)
 
 

@@ -62,6 +62,10 @@ and those tiles hold K or V times 2^-8 (common/e4m3_tile.py, note "Bit conversio
 (scale_log2, after k_scale) or O's (the epilogue's 1 / l, after v_scale) takes the 2^8 back, exactly
 (powers of two).
 
+With cfg.swap_ab (attention_decode_sm90_swapab.py, note "Swap AB") the consumer computes S^T = K_j Q^T
+with K_j converted in registers into wgmma A fragments (no f16 K tile), the softmax over S^T's columns,
+and P V from a P tile in SMEM; at most 8 packed query rows.
+
 Note "Converter" (cfg.converter_stages = n > 0): the conversion leaves the consumer. The e4m3
 rings' consumer is the converter warpgroup (warps 4-7, common/e4m3_converter.py): per tile it
 waits for K_j and V_j, acquires a free pair of the f16 ring `c_pipe` (n stages of K16 + V16),
@@ -124,6 +128,7 @@ from ..dialect import builders as fa4
 from ..dsl import (ELEM_BYTES, KernelBuilder, PipeState, Value, const, fast_div, fma, fmax, select, tanh, tree_reduce,
                    undef, vec)
 from .attention_decode_sm90_config import TILE_M, DecodeConfig
+from . import attention_decode_sm90_swapab as swapab
 from .attention_decode_sm90_epilogue import _epilogue
 from .common import e4m3_converter, e4m3_tile
 from .common.constants import NEG_INF
@@ -154,16 +159,21 @@ def build(cfg: DecodeConfig = DecodeConfig()) -> dsl.KernelIR:
         spec = dict(dtype="e4m3", box=(cfg.head_dim, 1, cfg.box_rows, 1), swizzle="none")
     else:
         spec = dict(dtype=cfg.dtype, box=(CHUNK, 1, cfg.box_rows, 1), swizzle="128B")
-    p = kb.params_from(cfg.params, tma={n: spec for n in ("k_cache", "v_cache")})
+    specs = {n: spec for n in ("k_cache", "v_cache")}
+    if cfg.swap_ab:   # K's e4m3 rows 128B-swizzled: conflict-free fragment loads (attention_decode_sm90_swapab)
+        specs["k_cache"] = dict(spec, swizzle="128B")
+    p = kb.params_from(cfg.params, tma=specs)
     with kb.body():
-        q_smem = kb.smem("q_smem", TILE_M * cfg.d_chunks * SWIZZLE)
+        # swap_ab: its own Q^T, V f16, P and exchange buffers (attention_decode_sm90_swapab)
+        q_smem = None if cfg.swap_ab else kb.smem("q_smem", TILE_M * cfg.d_chunks * SWIZZLE)
         k_smem = kb.smem("k_smem", cfg.stages * cfg.tile_bytes())
         v_smem = kb.smem("v_smem", cfg.stages * cfg.tile_bytes())
         # FP8: the tiles the tensor cores read, converted to f16 (else the ring stages themselves);
         # with a converter warpgroup, a ring of converter_stages of them (note "Converter")
         copies = cfg.converter_stages or 1
-        staged = (kb.smem("k16_smem", copies * cfg.staged_bytes()),
-                  kb.smem("v16_smem", copies * cfg.staged_bytes())) if cfg.fp8 else None
+        staged = swapab.Buffers(kb, cfg) if cfg.swap_ab else (
+            kb.smem("k16_smem", copies * cfg.staged_bytes()),
+            kb.smem("v16_smem", copies * cfg.staged_bytes())) if cfg.fp8 else None
         rows_smem = kb.smem("gather_rows", cfg.bn * 8, align=16) if cfg.gather else None   # note "Gather"
         # a gather's 32 lanes each commit once (after their cp_async_arrive): 32 arrivals per fill
         arrivals = 32 * cfg.producer_warps if cfg.gather else 1
@@ -729,7 +739,10 @@ def _mma_role(kb, cfg, work: _Work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, s
         cs.scale_log2 = cs.scale_log2 * e4m3_tile.BITS_SCALE
     if "v" in cfg.convert_bits:
         v_scale = const(e4m3_tile.BITS_SCALE, "f32") if v_scale is None else v_scale * e4m3_tile.BITS_SCALE
-    _load_q(cs, q_smem)
+    if cfg.swap_ab:
+        swapab.load_q(cs, staged)
+    else:
+        _load_q(cs, q_smem)
     f32 = "f32"
     bufs = (q_smem, k_smem, v_smem, k_pipe, v_pipe, staged) + ((c_pipe,) if cfg.converter else ())
     if cfg.windowed:   # note "Window": masked left edge, whole tiles, masked right edge
@@ -748,9 +761,20 @@ def _mma_role(kb, cfg, work: _Work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, s
     state = (ring.initial_state(), const(0.0, (f32, cs.n_o)), (neg_inf, neg_inf), (zero, zero))
     tile = _kv_tile_converted if cfg.converter else _kv_tile_fp8_split if cfg.convert_split \
         else _kv_tile_fp8 if cfg.fp8 else _kv_tile
+    if cfg.swap_ab:    # attention_decode_sm90_swapab, note "Swap AB": m and l of the thread's S^T columns
+        ends = None if cfg.swap_ab_warp_max else swapab.column_ends(cs)
+        rings = (k_smem, v_smem, k_pipe, v_pipe)
+
+        def tile(cs, bufs, j, carried, masked):
+            return swapab.kv_tile(cs, rings, staged, ends, j, carried, masked)
     for lo, hi, masked in segments:
         loop = kb.for_(lo, hi, 1, carry=state)
         with loop as (j, carried):
             loop.yield_(*tile(cs, bufs, j, carried, masked))
         state = loop.results
-    _epilogue(cs, state[1], state[2], state[3], v_scale)
+    o, m, l = state[1:4]
+    if cfg.swap_ab_warp_max:
+        o, m, l = swapab.merge_warps(cs, staged, o, m, l)
+    elif cfg.swap_ab:
+        m, l = swapab.row_stats(cs, staged, m, l)
+    _epilogue(cs, o, m, l, v_scale)

@@ -53,6 +53,8 @@ HEAD_DIMS = (64, 128, 256)
 TILE_M = 64                       # packed query rows per CTA: one consumer warpgroup's wgmma M
 SMEM_LIMIT = 227 * 1024
 MBARRIER_BYTES = 8
+SWAP_AB_ROWS = 8                  # swap_ab: packed query rows per CTA, the wgmma N of S^T = K Q^T (a legal N)
+SWAP_AB_EXCHANGE_BYTES = 512      # swap_ab: per-warp column maxima and sums, and the columns' alpha / m (f32)
 # KV tile and ring depth per head_dim. Decode is memory-bound: what counts is the K/V bytes in
 # flight per SM. D64 and D128 take two CTAs per SM (SMEM <= MAX_SMEM_2CTA, 160 threads of at most
 # 204 registers), so one CTA's prologue (Q, the first tiles' latency) and epilogue overlap the other's
@@ -92,6 +94,10 @@ class DecodeConfig:
     convert_bits: str = ""        # FP8: the tiles ("kv": K and V; "v": V only, K by cvt) converted e4m3 -> f16 by
                                   # integer ops (PRMT, shift, LOP3), not cvt (F2FP): values x 2^-8, the 2^8 folded
                                   # into S's or O's scale (common/e4m3_tile.py, note "Bit conversion")
+    swap_ab: bool = False         # FP8 D128: S^T = K Q^T, K the wgmma A operand from registers (converted there, no
+                                  # f16 K tile), at most SWAP_AB_ROWS packed query rows (attention_decode_sm90_swapab)
+    swap_ab_warp_max: bool = False  # swap_ab: each warp's own running max, partial O rows merged at the end (one
+                                    # barrier a tile, not two: attention_decode_sm90_swapab, note "Warp partials")
     # compile-time mask beyond the runtime causal flag (note "Window" of the kernel): FlashAttention's
     # window_size sides (-1: unbounded) and attention_chunk (0: none), canonical without causal
     window_left: int = -1
@@ -172,6 +178,9 @@ class DecodeConfig:
 
     def smem_bytes(self) -> int:
         q = TILE_M * self.head_dim * 2
+        if self.swap_ab:    # Q^T of SWAP_AB_ROWS rows, V's f16 tile, P (64 rows of bn keys), the max/alpha/sum exchange
+            return (SWAP_AB_ROWS * self.head_dim * 2 + 2 * self.stages * self.tile_bytes() + self.staged_bytes()
+                    + TILE_M * self.bn * 2 + SWAP_AB_EXCHANGE_BYTES + 2 * 2 * self.stages * MBARRIER_BYTES)
         if self.converter:    # the converter's ring: converter_stages (K, V) f16 pairs and their barriers
             staged = 2 * self.converter_stages * (self.staged_bytes() + MBARRIER_BYTES)
         else:
@@ -214,6 +223,12 @@ class DecodeConfig:
             raise ConfigError(f"convert_bits (the bit-level e4m3 -> f16 conversion of these tiles) must be one of "
                               f"{BITS_TILES}, and '' without an FP8 cache; got {self.convert_bits!r} with kv_dtype "
                               f"{self.kv_dtype!r}")
+        if self.swap_ab and (not self.fp8 or self.head_dim != 128 or self.bn != 64 or self.gather or self.converter
+                             or self.convert_split or self.convert_bits or self.kv_scale == "block"):
+            raise ConfigError(f"swap_ab (S^T = K Q^T, K from registers) is built for an FP8 cache at head_dim 128, bn 64, "
+                              f"TMA fetches, tensor or kv_head scales, no other FP8 variant; got {self.name()}")
+        if self.swap_ab_warp_max and not self.swap_ab:
+            raise ConfigError("swap_ab_warp_max is a form of swap_ab: set swap_ab too")
         if self.varlen_q and self.fp8:
             raise ConfigError("varlen_q (flash_attn_varlen_func's paged path) is built for bf16/f16 caches only, "
                               f"got kv_dtype={self.kv_dtype!r}")
@@ -252,7 +267,7 @@ class DecodeConfig:
         mods = f"{self.mask.tag()}{'_softcap' if self.softcap else ''}{'_sink' if self.sinks else ''}"
         return (f"{KERNEL}_{self.dtype}_d{self.head_dim}_n{self.bn}_s{self.stages}"
                 f"_{self._fetch_name()}{fp8}{f'_cw{self.converter_stages}' if self.converter else ''}"
-                f"{'_ks' if self.convert_split else ''}{BITS_TILES[self.convert_bits]}"
+                f"{'_ks' if self.convert_split else ''}{BITS_TILES[self.convert_bits]}{'_swapab' if self.swap_ab else ''}{'w' if self.swap_ab_warp_max else ''}"
                 f"{'_unsplit' if self.unsplit else ''}{'_varlen' if self.varlen_q else ''}{mods}")
 
     def _fetch_name(self) -> str:
@@ -262,7 +277,7 @@ class DecodeConfig:
 
 
 # DecodeConfig fields left out of key() at these defaults (added after kernels were shipped)
-_OPTIONAL = {"varlen_q": False, "converter_stages": 0, "convert_split": False, "convert_bits": "", "window_left": -1, "window_right": -1, "chunk": 0, "softcap": False, "sinks": False}
+_OPTIONAL = {"varlen_q": False, "converter_stages": 0, "convert_split": False, "convert_bits": "", "swap_ab": False, "swap_ab_warp_max": False, "window_left": -1, "window_right": -1, "chunk": 0, "softcap": False, "sinks": False}
 
 
 def mod_params(softcap: bool, sinks: bool) -> tuple:
@@ -377,7 +392,10 @@ def _default_tiles(dtype: str, head_dim: int, page_size: int | None, kv_scale: s
 # converting K_j, issuing S_j, then converting V_j while S_j runs (the kernel's note "FP8"); "bits":
 # default_config's tiles and stages, e4m3 -> f16 by integer ops instead of cvt (F2FP)
 # (common/e4m3_tile.py, note "Bit conversion"); "bits_v": the same for V only, K by cvt (half the
-# conversions on each pipe: conversion and ALU). (A converter over 128-key tiles spills at the
+# conversions on each pipe: conversion and ALU); "swapab": S^T = K Q^T, K_j the register A operand
+# (attention_decode_sm90_swapab, note "Swap AB"; at most SWAP_AB_ROWS packed query rows, D128, tensor or
+# kv_head scales), default_config's stages; "swapab5": the same with the 5 stages its smaller SMEM (no
+# f16 K tile, an 8-row Q) leaves at two CTAs per SM. (A converter over 128-key tiles spills at the
 # 168 registers ptxas gives 288 threads: not offered.) bf16/f16 caches have no variants.
 FP8_VARIANTS = {
     "default": None,
@@ -387,10 +405,14 @@ FP8_VARIANTS = {
     "split": {"convert_split": True},
     "bits": {"convert_bits": "kv"},
     "bits_v": {"convert_bits": "v"},
+    "swapab": {"swap_ab": True},
+    "swapab5": {"swap_ab": True, "stages": 5},
+    "swapabw": {"swap_ab": True, "swap_ab_warp_max": True, "stages": 5},
 }
 # scale granularities a variant is built for (others: all of SCALES): 128-key tiles with block
 # scales spill 20 bytes at 255 registers (the scales of 64 S columns a thread)
-FP8_VARIANT_SCALES = {"bn128": ("tensor", "kv_head")}
+FP8_VARIANT_SCALES = {"bn128": ("tensor", "kv_head"), "swapab": ("tensor", "kv_head"),
+                      "swapab5": ("tensor", "kv_head"), "swapabw": ("tensor", "kv_head")}
 FP8_VARIANT_ENV = "FA4MLIR_DECODE_FP8_VARIANT"
 MAX_FP8_STAGES = 12      # a bound on the e4m3 ring, far past what the latency needs
 

@@ -19,7 +19,8 @@ at kernel build time on the DSL's values: arithmetic operators, the comparisons'
 `.eq`, `.slt` ...), `.to(...)`, and this module's select, where, exp2, log2, tanh, fma, fmax,
 to_f32. q_idx and kv_idx arrive as tile base + register offset (score_mod_ir [D-index-fold]): their
 float32 conversion costs an FADD per value, not an I2F, exactly while seqlen_q and seqlen_k are at
-most MAX_MOD_SEQLEN (2^24 - 256; longer raise ScoreModError). The optional last parameter receives the call's `aux_tensors` as in-kernel views: `t[i]` or
+most MAX_MOD_SEQLEN (2^24 - 256; longer raise ScoreModError); score + c * to_f32(index) is two FFMAs
+per score (score_mod_ir [D-affine-fold]). The optional last parameter receives the call's `aux_tensors` as in-kernel views: `t[i]` or
 `t[i, j]` (float32 or int32, contiguous, 1-D or 2-D) loads one element, its index clamped to the
 tensor's bounds (the sizes are launch arguments, so one kernel serves every length). A mask_mod
 returns a comparison (i1): False hides the key.
@@ -348,8 +349,8 @@ def to_f32(x):
 # ---- built-ins ---------------------------------------------------------------------------------------
 def alibi(score, batch, head, q_idx, kv_idx, aux_tensors):
     """ALiBi (Press et al.): score + slopes[head] * (kv_idx - q_idx); aux_tensors = [slopes float32 [heads]].
-    One fma per score: the DSL does not contract a * b + c into an FMA by itself (it would change the
-    rounding), so the function asks for it."""
+    Compiles to two FFMAs per score (score_mod_ir [D-affine-fold]); `score + slope * to_f32(kv_idx -
+    q_idx)` gives the same code."""
     return fma(aux_tensors[0][head], to_f32(kv_idx - q_idx), score)
 
 

@@ -22,6 +22,22 @@ distinct value. Exactness: float(base) + float(offset) equals the direct convers
 2^24 and |base + offset| <= 2^24 (every integer of that size is a float32, so neither the I2F nor
 the FADD rounds); the kernels' indices stay below 2^24 while seqlen_q and seqlen_k are at most
 score_mod.MAX_MOD_SEQLEN, which the host API enforces (ScoreModError beyond).
+
+The affine fold [D-affine-fold]: the function's score is FScore, x * mod_scale not yet multiplied, an
+Index's float32 is FIndex, float(base) + offset not yet added, and FIndex times a plain float32 Value
+(or a number) c is FScaled, c * (float(base) + offset) not yet built. Each is emitted as written at
+its first other use (`.v`), but:
+  score + FScaled (or + FIndex, + a number; `+` either way, `-` of an FScaled, `fma(c, idx, score)`)
+      -> fma(x, mod_scale, addend): the softmax scale stays inside one FFMA, no FMUL per score;
+  FScaled -> fma(c, offset, c * float(base)), c * float(base) once per (c, base): per row base and KV
+      block, so no FADD of the offset per score.
+ALiBi in any spelling is then two FFMAs per score (bench prefill's kernel: 593 instructions per KV
+loop iteration, 656 before, 461 without a score_mod; tests/test_score_mod_affine.py). Nothing is
+named: any function whose result adds a constant-or-uniform multiple of a float32 index to the score
+takes it. Rounding: the fma of the score is one rounding where x * mod_scale + y was two; c * (base +
+offset) is fma(c, offset, round(c * base)), within 2^-24 (|c * base| + |result|) of the exact
+product, i.e. of the size of the float32 rounding of the bias itself (the FA rule's tolerance is
+orders larger). An addend that is a general Value (an aux load) is added as written (see _addend).
 """
 from __future__ import annotations
 
@@ -107,13 +123,15 @@ class ModHook:
         out = list(s)
         fold = IndexFold()
         rows, cols = [fold.index(r, nonneg=True) for r in rows], [fold.index(c, nonneg=True) for c in cols]
-        sm._DSL.append(dsl)
+        sm._DSL.append(_MOD_DSL)
         try:
             if self.score is not None:
                 takes_aux = sm.ScoreMod(self.score).takes_aux()
                 for i, x in enumerate(out):
-                    args = (x * self.mod_scale, batch, head, rows[i], cols[i]) + ((views,) if takes_aux else ())
-                    out[i] = _check(self.score, "score", self.score(*args))
+                    args = (FScore(fold, x, self.mod_scale), batch, head, rows[i], cols[i]) + \
+                        ((views,) if takes_aux else ())
+                    # emitted here, in element order, whatever the function left lazy
+                    out[i] = Value(_check(self.score, "score", self.score(*args)).v)
             if self.mask is not None:
                 takes_aux = sm.ScoreMod(self.mask, kind="mask").takes_aux()
                 neg_inf = const(NEG_INF, "f32")
@@ -138,7 +156,7 @@ class IndexFold:
     def __init__(self):
         self._index: dict = {}   # (id(base), offset) -> Index
         self._int: dict = {}     # (op, id(a), id(b)) -> (Value, a, b): bases combined once
-        self._f32: dict = {}     # (id(base), signed) -> (float32 Value, base)
+        self._f32: dict = {}     # (id(base), signed), products, constants -> (float32 Value, what it keeps alive)
 
     def index(self, x, nonneg: bool = False):
         """x as an Index: (base, offset) folds; a plain Value (or an Index) is returned as it is."""
@@ -156,6 +174,32 @@ class IndexFold:
         hit = self._int.get(key)
         if hit is None:
             hit = self._int[key] = ((a + b) if op == "add" else (a - b), a, b)
+        return hit[0]
+
+    def coefficient(self, o):
+        """o as the float32 coefficient of an FScaled (a plain float32 Value, or a number as one
+        constant per value), or None."""
+        if isinstance(o, (int, float)) and not isinstance(o, bool):
+            key = ("const", float(o))
+            hit = self._f32.get(key)
+            if hit is None:
+                hit = self._f32[key] = (const(float(o), "f32"), None)
+            return hit[0]
+        return o if _plain_f32(o) else None
+
+    def product(self, k: Value, base_f: Value) -> Value:
+        """k * base_f, once per pair."""
+        key = ("mul", id(k), id(base_f))
+        hit = self._f32.get(key)
+        if hit is None:
+            hit = self._f32[key] = (k * base_f, (k, base_f))
+        return hit[0]
+
+    def negate(self, k: Value) -> Value:
+        key = ("neg", id(k))
+        hit = self._f32.get(key)
+        if hit is None:
+            hit = self._f32[key] = (k * -1.0, k)
         return hit[0]
 
     def base_f32(self, base: Value, signed: bool) -> Value:
@@ -227,8 +271,137 @@ class Index(Value):
         hit = self._f32.get(signed)
         if hit is None:
             base_f = self.fold.base_f32(self.base, signed)
-            hit = self._f32[signed] = base_f + float(self.offset) if self.offset else base_f
+            hit = self._f32[signed] = FIndex(self.fold, base_f, float(self.offset))
         return hit
+
+
+class _LazyF(Value):
+    """A float32 value of a mod that is emitted at its first use (`.v`), so that what it is combined
+    with can pick cheaper code (module note [D-affine-fold]); any other use sees the value as written."""
+    _v = None
+
+    @property
+    def v(self):
+        if self._v is None:
+            self._v = self._emit().v
+        return self._v
+
+    @property
+    def type(self):
+        return mlir_type("f32")
+
+    @property
+    def is_float(self) -> bool:
+        return True
+
+    def __add__(self, o):
+        if isinstance(o, FScore):   # lazy + score: the score's FMA takes this as its addend
+            return o + self
+        return Value.__add__(self, o)
+
+    def __radd__(self, o):
+        return Value.__radd__(self, o)
+
+
+class FScore(_LazyF):
+    """The score the function receives, x * mod_scale (x the raw accumulator), kept as its two
+    factors: score + y is one fma(x, mod_scale, y) (one rounding, not two) and score - c * (b + k)
+    adds (-c) * (b + k); every other use multiplies first, as written."""
+
+    def __init__(self, fold: "IndexFold", x: Value, scale: Value):
+        self.fold, self.x, self.scale = fold, x, scale
+
+    def _emit(self) -> Value:
+        return self.x * self.scale
+
+    def __add__(self, o):
+        if _addend(o):
+            return dsl.fma(self.x, self.scale, o)
+        return Value.__add__(self, o)
+
+    __radd__ = __add__
+
+    def __sub__(self, o):
+        if isinstance(o, FScaled):
+            return self + o.index.scaled(self.fold.negate(o.k))
+        return Value.__sub__(self, o)
+
+
+class FIndex(_LazyF):
+    """float32(index) = float(base) + offset, made by Index.to (module note [D-index-fold]): emitted
+    as one FADD of a constant; times a float32 Value c it is FScaled, c * base once per base and an
+    fma of the constant per value [D-affine-fold]."""
+
+    def __init__(self, fold: "IndexFold", base_f: Value, offset: float):
+        self.fold, self.base_f, self.offset = fold, base_f, offset
+        self._scaled: dict = {}   # id(k) -> (FScaled, k): one per coefficient (keys shared by rows)
+
+    def _emit(self) -> Value:
+        return self.base_f + self.offset if self.offset else self.base_f
+
+    def scaled(self, k: Value) -> "FScaled":
+        hit = self._scaled.get(id(k))
+        if hit is None:
+            hit = self._scaled[id(k)] = (FScaled(self.fold, k, self), k)
+        return hit[0]
+
+    def __mul__(self, o):
+        k = self.fold.coefficient(o)
+        return self.scaled(k) if k is not None else Value.__mul__(self, o)
+
+    def __rmul__(self, o):
+        k = self.fold.coefficient(o)
+        return self.scaled(k) if k is not None else Value.__rmul__(self, o)
+
+
+class FScaled(_LazyF):
+    """k * float32(base + offset) (k a float32 Value) as fma(k, offset, k * float(base)), k * base
+    made once per (k, base) [D-affine-fold]."""
+
+    def __init__(self, fold: "IndexFold", k: Value, index: FIndex):
+        self.fold, self.k, self.index = fold, k, index
+
+    def _emit(self) -> Value:
+        kb = self.fold.product(self.k, self.index.base_f)
+        return dsl.fma(self.k, self.index.offset, kb) if self.index.offset else kb
+
+
+def _addend(o) -> bool:
+    """Whether score + o takes o as the addend of the score's fma: a Python number or an affine index
+    value (FIndex, FScaled), values made from launch arguments and indices only. Any other float32
+    Value (an aux tensor load, the result of an SFU op) is added as written, after the multiply: with
+    the relative bias table's load as the fma's addend its D128 causal loop was 704 instructions
+    instead of 768, but its D64 192 x 128 kernel (score-mods set) spilled 8 bytes (0 as written)."""
+    if isinstance(o, (int, float)) and not isinstance(o, bool):
+        return True
+    return isinstance(o, (FIndex, FScaled))
+
+
+def _plain_f32(o) -> bool:
+    """A float32 Value as written (not lazy) or a Python number: an FScaled's coefficient."""
+    if isinstance(o, (int, float)) and not isinstance(o, bool):
+        return True
+    return isinstance(o, Value) and not isinstance(o, _LazyF) and str(o.type) == "f32"
+
+
+class _ModDSL:
+    """The DSL as a score_mod sees it (score_mod.py's facade dispatches here while a kernel is built):
+    fma(a, b, score) with a or b a float32 index is score + a * b through the lazy values
+    [D-affine-fold]; every other helper is fa4mlir.dsl's."""
+
+    def __getattr__(self, name):
+        return getattr(dsl, name)
+
+    @staticmethod
+    def fma(a, b, c):
+        if isinstance(c, FScore):
+            for x, y in ((a, b), (b, a)):
+                if isinstance(x, FIndex) and _plain_f32(y):
+                    return c + x * y
+        return dsl.fma(a, b, c)
+
+
+_MOD_DSL = _ModDSL()
 
 
 class _Tile:
@@ -250,4 +423,4 @@ def _check(fn, kind: str, v) -> Value:
     return v
 
 
-__all__ = ["ModHook", "AuxView", "Index", "IndexFold"]
+__all__ = ["ModHook", "AuxView", "Index", "IndexFold", "FScore", "FIndex", "FScaled"]
