@@ -25,14 +25,12 @@ import numpy as np
 from bench.sanitize_mla import nan_empty
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as sc
 
-# (case name, (topk_length, sinks[, kv_dtype[, fp8_stage_rows]]) of its kernels, quick): every sparse entry of
-# the mla set is one case's (the FP8 kernels' whole-tile staging stage, fp8_stage_rows 64, its own case)
+# (case name, (topk_length, sinks[, kv_dtype]) of its kernels, quick): every sparse entry of the mla set is
+# one case's
 CASES = (
     ("mla-sparse", ((False, False), (True, True)), True),
     ("mla-sparse-topklen-or-sinks", ((True, False), (False, True)), False),
     ("mla-sparse-fp8", ((False, False, "fp8"), (True, True, "fp8"), (True, False, "fp8"), (False, True, "fp8")), False),
-    ("mla-sparse-fp8-st64", ((False, False, "fp8", 64), (True, True, "fp8", 64), (True, False, "fp8", 64),
-                             (False, True, "fp8", 64)), False),
 )
 SHAPES = ((4, 64, 128, 90), (5, 128, 256, 1000))    # (s_q, h_q, topk, s_kv)
 ALL_INVALID = 1            # the token whose entries are all invalid
@@ -40,16 +38,8 @@ INVALID = (-1, -123456, -2**31, 2**31 - 1)           # and s_kv itself
 
 
 def matches(flags) -> tuple[dict, ...]:
-    return tuple(sc.MLASparseConfig("bf16", topk_length=t, sinks=s, kv_dtype=kv[0] if kv else "",
-                                    fp8_stage_rows=kv[1] if len(kv) > 1 else sc.FP8_DEFAULT_STAGE_ROWS).key()
+    return tuple(sc.MLASparseConfig("bf16", topk_length=t, sinks=s, kv_dtype=kv[0] if kv else "").key()
                  for t, s, *kv in flags)
-
-
-def pick_ring(match: dict) -> None:
-    """Set FA4MLIR_MLA_SPARSE_FP8_STAGE_ROWS (in the child) to the FP8 staging ring of the case's entry, so
-    the host call runs it (the call checks it does)."""
-    import os
-    os.environ[sc.FP8_RING_ENV] = str(match.get("fp8_stage_rows", sc.FP8_DEFAULT_STAGE_ROWS))
 
 
 def sparse_family(config: dict) -> str:
@@ -58,20 +48,13 @@ def sparse_family(config: dict) -> str:
 
 def sparse_features(config: dict) -> set[str]:
     return {f"sparse-{config['dtype']}", *(f"sparse-{k}" for k in ("topk_length", "sinks") if config[k]),
-            *(["sparse-fp8", f"sparse-fp8-stage{config['fp8_stage_rows']}"] if config.get("kv_dtype") == "fp8" else [])}
+            *(["sparse-fp8"] if config.get("kv_dtype") == "fp8" else [])}
 
 
 def describe(case) -> list[str]:
-    return [f"s_q {sq}, h_q {h}, topk {k}, s_kv {skv}{_fp8_text(m, 'kv')}"
+    return [f"s_q {sq}, h_q {h}, topk {k}, s_kv {skv}{', FP8 kv' if m.get('kv_dtype') == 'fp8' else ''}"
             f"{', topk_length' if m['topk_length'] else ''}"
             f"{', sinks' if m['sinks'] else ''} via flash_mla_sparse_fwd" for m in case.match for sq, h, k, skv in SHAPES]
-
-
-def _fp8_text(m: dict, what: str) -> str:
-    if m.get("kv_dtype") != "fp8":
-        return ""
-    return f", FP8 {what}" + ("" if m.get("fp8_stage_rows") == sc.FP8_DEFAULT_STAGE_ROWS else
-                              f" ({m.get('fp8_stage_rows')}-row staging stage)")
 
 
 def sparse_inputs(s_q: int, topk: int, s_kv: int, topk_length: bool, sinks_on: bool, heads: int, seed: int):
@@ -112,7 +95,6 @@ def child_mla_sparse(case, bundle, seed: int):
     device, i = san.DEVICE, 0
     for match in case.match:
         name = san.find(bundle, case, match).name           # LookupError unless the bundle holds it
-        pick_ring(match)
         for s_q, heads, topk, s_kv in SHAPES:
             s, i = seed + i, i + 1
             idx, named, lens, sinks = sparse_inputs(s_q, topk, s_kv, match["topk_length"], match["sinks"], heads, s)

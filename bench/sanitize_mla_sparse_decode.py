@@ -21,27 +21,24 @@ from __future__ import annotations
 import numpy as np
 
 from bench.sanitize_mla import nan_empty
-from bench.sanitize_mla_sparse import _fp8_text, pick_ring, sparse_inputs
+from bench.sanitize_mla_sparse import sparse_inputs
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as dc
 
-# (case name, (dtype, topk_length, split[, kv_dtype[, fp8_stage_rows]]) of its kernels, quick): every sparse
-# decode entry of the mla set (the FP8 kernels' whole-tile staging stage, fp8_stage_rows 64, its own case)
+# (case name, (dtype, topk_length, split[, kv_dtype]) of its kernels, quick): every sparse decode entry of the
+# mla set
 CASES = (
     ("mla-sparse-decode", (("bf16", False, False), ("bf16", True, True)), True),
     ("mla-sparse-decode-more", (("bf16", True, False), ("bf16", False, True), ("f16", False, False),
                                 ("f16", True, False), ("f16", False, True), ("f16", True, True)), False),
     ("mla-sparse-decode-fp8", (("bf16", False, False, "fp8"), ("bf16", True, True, "fp8"),
                                ("bf16", True, False, "fp8"), ("bf16", False, True, "fp8")), False),
-    ("mla-sparse-decode-fp8-st64", (("bf16", False, False, "fp8", 64), ("bf16", True, True, "fp8", 64),
-                                    ("bf16", True, False, "fp8", 64), ("bf16", False, True, "fp8", 64)), False),
 )
 SHAPES = ((2, 2, 16, 128, 10, 64), (3, 1, 80, 256, 20, 61))    # (batch, seqlen_q, heads, topk, pages, page)
 SPLITS = 3
 
 
 def matches(entries) -> tuple[dict, ...]:
-    return tuple(dc.MLASparseDecodeConfig(d, kv_dtype=kv[0] if kv else "", topk_length=t, split=s,
-                                          fp8_stage_rows=kv[1] if len(kv) > 1 else dc.FP8_DEFAULT_STAGE_ROWS).key()
+    return tuple(dc.MLASparseDecodeConfig(d, kv_dtype=kv[0] if kv else "", topk_length=t, split=s).key()
                  for d, t, s, *kv in entries)
 
 
@@ -51,13 +48,12 @@ def sparse_decode_family(config: dict) -> str:
 
 def sparse_decode_features(config: dict) -> set[str]:
     return {f"sparse-decode-{config['dtype']}", *(["sparse-decode-topk_length"] if config["topk_length"] else []),
-            *(["sparse-decode-fp8", f"sparse-decode-fp8-stage{config['fp8_stage_rows']}"]
-              if config.get("kv_dtype") == "fp8" else [])}
+            *(["sparse-decode-fp8"] if config.get("kv_dtype") == "fp8" else [])}
 
 
 def describe(case) -> list[str]:
     return [f"batch {b}, seqlen_q {sq}, heads {h}, topk {k}, {p} pages of {ps}, {m['dtype']}"
-            f"{_fp8_text(m, 'cache')}{', topk_length' if m['topk_length'] else ''}, {SPLITS if m['split'] else 1} split(s) via "
+            f"{', FP8 cache' if m.get('kv_dtype') == 'fp8' else ''}{', topk_length' if m['topk_length'] else ''}, {SPLITS if m['split'] else 1} split(s) via "
             f"flash_mla_with_kvcache(indices=)" for m in case.match for b, sq, h, k, p, ps in SHAPES]
 
 
@@ -74,7 +70,6 @@ def child_mla_sparse_decode(case, bundle, seed: int):
     device, i = san.DEVICE, 0
     for match in case.match:
         name = san.find(bundle, case, match).name           # LookupError unless the bundle holds it
-        pick_ring(match)
         tdtype = {"bf16": torch.bfloat16, "f16": torch.float16}[match["dtype"]]
         fp8 = match.get("kv_dtype") == "fp8"
         splits = SPLITS if match["split"] else 1

@@ -41,10 +41,6 @@ KNOBS: dict[str, Knob] = {
              "'sections', the default (ceil(max_seqlen_q / bm) tiles per sequence, the empty ones exit), or "
              "'compact' (one block per working tile, AttnConfig.varlen_compact: an A/B variant; a bundle must "
              "hold it: the bench or prefill set); read at every call"),
-        Knob("FA4MLIR_MLA_SPARSE_FP8_STAGE_ROWS", None, "str", "the sparse MLA kernels over FlashMLA's FP8 rows "
-             "(flash_mla_sparse_fwd, flash_mla_with_kvcache(is_fp8_kvcache=True, indices=)) run with staging stages "
-             "of these rows: 32 (unset: the default, three half-tile stages) or 64 (the one whole-tile stage, for "
-             "A/B; bench mla's mla_sparse_fp8 / mla_sparse_decode_fp8); anything else raises ConfigError"),
         Knob("FA4MLIR_PREFILL_TILES", None, "str", "flash_attn_func runs its case's default kernel with these "
              "AttnConfig tile / code-knob fields replaced ('bn=144,persistent=False'; for measurement: bench "
              "prefill --prefill-tiles); a kernel source without that variant raises BundleError, never falls back"),

@@ -121,9 +121,7 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 and without topk_length, split and unsplit (tests/gpu/test_mla_sparse_decode_gpu.py and `bench
                 mla`'s sparse decode row), and the same four over FlashMLA's FP8 cache (is_fp8_kvcache with
                 indices, bf16; tests/gpu/test_mla_sparse_decode_fp8_gpu.py and `bench mla`'s
-                mla_sparse_decode_fp8 row); every FP8 sparse kernel in both staging rings (the default
-                three half-tile stages and fp8_stage_rows=64's one whole-tile stage, `..._fp8_st64`, which
-                FA4MLIR_MLA_SPARSE_FP8_STAGE_ROWS=64 picks for A/B)
+                mla_sparse_decode_fp8 row)
     bench       the attention, decode, prefill and mla sets, and the GEMM variants the benchmark times against
                 torch.matmul
     sm90        the sm_90a GEMMs of gpu-tests and bench
@@ -577,7 +575,7 @@ def mla() -> list:
     """The absorbed MLA decode kernels (flash_mla_with_kvcache) of MLA_CASES, split and unsplit,
     the head-dim-512 combine per dtype, the sparse prefill's four (flash_mla_sparse_fwd) and four over
     FlashMLA's FP8 rows, and the sparse decode's eight (flash_mla_with_kvcache with indices) and four
-    over the FP8 cache; the FP8 sparse kernels each in both staging rings (fp8_stage_rows 32 and 64)."""
+    over the FP8 cache."""
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
     from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, default_config
     out = [(KERNEL, default_config(dtype, page, unsplit=u)) for dtype, page in MLA_CASES for u in (False, True)]
@@ -587,21 +585,18 @@ def mla() -> list:
     out += [(KERNEL, default_config("bf16", page, unsplit=u, fp8=True)) for page in (64, 16) for u in (False, True)]
     out += [(COMBINE_KERNEL, CombineConfig(dtype, D_V)) for dtype in sorted({d for d, _ in MLA_CASES})]
     # the sparse prefill (flash_mla_sparse_fwd), with and without topk_length and attention sinks
-    from .kernels.attention_mla_sparse_sm90_config import FP8_STAGE_ROWS, KERNEL as SPARSE, MLASparseConfig
+    from .kernels.attention_mla_sparse_sm90_config import KERNEL as SPARSE, MLASparseConfig
     out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s)) for t in (False, True) for s in (False, True)]
     # ... over FlashMLA's FP8 rows (kv [s_kv, 1, 656]), the same four
-    # (each also with the first kernel's one whole-tile staging stage, fp8_stage_rows=64, for bench mla to time
-    # against: FA4MLIR_MLA_SPARSE_FP8_STAGE_ROWS=64)
-    out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s, kv_dtype="fp8", fp8_stage_rows=r))
-            for r in FP8_STAGE_ROWS for t in (False, True) for s in (False, True)]
+    out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s, kv_dtype="fp8")) for t in (False, True) for s in (False, True)]
     # the sparse decode (flash_mla_with_kvcache with indices) per dtype, with and without topk_length,
     # split (merged by the head-dim-512 combine above) and unsplit
     from .kernels.attention_mla_sparse_sm90_config import DECODE_DTYPES, DECODE_KERNEL, MLASparseDecodeConfig
     out += [(DECODE_KERNEL, MLASparseDecodeConfig(d, topk_length=t, split=s)) for d in DECODE_DTYPES
             for t in (False, True) for s in (False, True)]
     # the sparse decode over FlashMLA's FP8 cache (is_fp8_kvcache=True with indices; bf16 q), the same four
-    out += [(DECODE_KERNEL, MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s, fp8_stage_rows=r))
-            for r in FP8_STAGE_ROWS for t in (False, True) for s in (False, True)]
+    out += [(DECODE_KERNEL, MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s))
+            for t in (False, True) for s in (False, True)]
     return out + _mla_prefill()
 
 

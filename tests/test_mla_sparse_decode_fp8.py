@@ -2,13 +2,11 @@
 is_fp8_kvcache=True, indices=...): attention/mla_sparse_decode.py, attention_mla_sparse_sm90 built from
 MLASparseDecodeConfig(kv_dtype="fp8"), note "FP8 gather").
 
-* the FP8 sparse decode kernels of the `mla` bundle set (the default ring of three half-tile staging
-  stages, and the first kernel's one whole-tile stage, fp8_stage_rows 64: kernel note "FP8 staging
-  ring") compile with no spills (the gather warp's 24 registers included), wgmma not serialised,
-  within the SMEM plan their config states (config note "FP8 sparse SMEM plan"), with the launch
-  contract it states;
+* the FP8 sparse decode kernels of the `mla` bundle set compile with no spills (the gather warp's 24
+  registers included), wgmma not serialised, within the SMEM plan their config states (one staging
+  stage: config note "FP8 sparse SMEM plan"), with the launch contract it states;
 * the 16-bit sparse decode kernels' compile keys and names are what they were (kv_dtype "" as before);
-* the interpreter runs the kernel (both rings) on tiny problems against the float64 reference over the cache
+* the interpreter runs the kernel on tiny problems against the float64 reference over the cache
   dequantized exactly as the kernel does (testing_mla.dequantize_fp8_cache: FlashMLA's
   dequantize_k_cache), by the FA rule: -1 padding, other negatives and rows past the cache,
   duplicates, out-of-order entries, topk_length shorter than topk (and 0), NaN bytes and scales in
@@ -36,31 +34,22 @@ FP8_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1]
 
 def test_fp8_config_rules():
     cfg = dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8").validate()
-    # the default: three half-tile stages (note "FP8 staging ring"); a fourth does not fit
-    assert cfg.fp8 and cfg.stages == 3 and cfg.stage_bytes() == 32 * 656 == 32 * mla_fp8.ROW_BYTES
-    assert cfg.smem_bytes() <= dc.SMEM_LIMIT < cfg.smem_bytes() + cfg.stage_bytes() + 16
+    assert cfg.fp8 and cfg.stages == 1 and cfg.stage_bytes() == 64 * 656 == 64 * mla_fp8.ROW_BYTES
+    assert cfg.smem_bytes() <= dc.SMEM_LIMIT < cfg.smem_bytes() + cfg.stage_bytes() + 16    # two stages do not fit
     assert cfg.name() == "attention_mla_sparse_decode_sm90_bf16_fp8" and cfg.key()["kv_dtype"] == "fp8"
-    # the first kernel's one whole-tile stage (two do not fit), selectable: fp8_stage_rows=64
-    old = dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", fp8_stage_rows=64).validate()
-    assert old.stages == 1 and old.stage_bytes() == 64 * 656 and old.bias_slots == 2 and cfg.bias_slots == 3
-    assert old.smem_bytes() <= dc.SMEM_LIMIT < old.smem_bytes() + old.stage_bytes() + 16
-    assert old.name() == "attention_mla_sparse_decode_sm90_bf16_fp8_st64" and old.key()["fp8_stage_rows"] == 64
-    assert "fp8_stage_rows" not in dc.MLASparseDecodeConfig("bf16").key()
     assert [n for n, _ in cfg.params][-4:] == [n for n, _ in dc.DECODE_FP8_SCALARS]
     plain = dc.MLASparseDecodeConfig("bf16")
     assert plain.name() == "attention_mla_sparse_decode_sm90_bf16" and plain.key()["kv_dtype"] == ""
     assert plain.stages == dc.STAGES and plain.smem_bytes() == dc.MLASparseConfig().smem_bytes()
     assert dc.FP8_ROW_BYTES == mla_fp8.ROW_BYTES
-    for bad in (dict(dtype="f16", kv_dtype="fp8"), dict(kv_dtype="e4m3"), dict(kv_dtype="f16"),
-                dict(kv_dtype="fp8", fp8_stage_rows=16), dict(fp8_stage_rows=64)):
+    for bad in (dict(dtype="f16", kv_dtype="fp8"), dict(kv_dtype="e4m3"), dict(kv_dtype="f16")):
         with pytest.raises(ConfigError):
             dc.MLASparseDecodeConfig(**bad).validate()
 
 
 def test_fp8_kernels_are_in_the_mla_set():
-    assert {cfg for _, cfg in FP8_ENTRIES} == {dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s,
-                                                                       fp8_stage_rows=r)
-                                              for r in (32, 64) for t in (False, True) for s in (False, True)}
+    assert {cfg for _, cfg in FP8_ENTRIES} == {dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s)
+                                              for t in (False, True) for s in (False, True)}
     assert all(e in kernel_sets.gpu_tests() and e in kernel_sets.bench() for e in FP8_ENTRIES)
 
 
@@ -108,15 +97,12 @@ def _problem(torch, batch, seqlen_q, heads, topk, pages, page, seed=0, padded=Fa
     return q, cache, raw, idx.reshape(batch, seqlen_q, topk)
 
 
-@pytest.mark.parametrize("stage_rows", [32, 64])
 @pytest.mark.parametrize("batch,seqlen_q,heads,topk,page,splits,topk_length,padded", [
     (3, 1, 16, 128, 16, 1, None, False),         # 16 heads: 48 masked rows; row 2 has no valid entry
     (2, 2, 64, 192, 61, 2, (150, 0), True),      # split 2 over 3 tiles; topk_length < topk and 0; padded pages
     (1, 2, 80, 128, 64, 4, None, True),          # two head blocks, the second 16 real rows; 2 empty splits
-    (1, 1, 64, 384, 64, 1, None, False),         # 6 tiles: the half-tile ring wraps 4 times, bias slots twice
 ])
-def test_fp8_sparse_decode_through_the_interpreter(monkeypatch, batch, seqlen_q, heads, topk, page, splits, topk_length,
-                                                   padded, stage_rows):
+def test_fp8_sparse_decode_through_the_interpreter(batch, seqlen_q, heads, topk, page, splits, topk_length, padded):
     torch = pytest.importorskip("torch")
     from fa4mlir import interpret
     from fa4mlir.kernels import attention_mla_sparse_sm90
@@ -126,13 +112,12 @@ def test_fp8_sparse_decode_through_the_interpreter(monkeypatch, batch, seqlen_q,
     q, cache, raw, idx = _problem(torch, batch, seqlen_q, heads, topk, pages, page, padded=padded)
     lens = None if topk_length is None else np.array(topk_length, np.int32)
     strides = (raw.shape[1] * 656, 656, 656, 1)
-    monkeypatch.setenv(dc.FP8_RING_ENV, str(stage_rows))
     problem = sd.check_sparse_decode_inputs(_info(q.shape), _info(cache.shape, "e4m3", strides), _info(idx.shape, "i32"),
                                             512, _info((splits, 8), "i32"), _info((batch + 1,), "i32"),
                                             topk_length=None if lens is None else _info(lens.shape, "i32"),
                                             is_fp8_kvcache=True)
     cfg = problem.config(splits > 1)
-    assert cfg.fp8 and cfg.fp8_stage_rows == stage_rows and problem.page_size == page and problem.s_kv == pages * page
+    assert cfg.fp8 and problem.page_size == page and problem.s_kv == pages * page
     out = np.full((batch, seqlen_q, heads, 512), 0x7FC0, np.uint16)        # NaN before the call
     lse = np.full((batch, heads, seqlen_q), np.nan, np.float32)
     tensors = {"kv": raw, "q": q.view(torch.int16).numpy().view(np.uint16).copy(), "indices": idx, "out": out,
@@ -217,7 +202,6 @@ def test_fp8_plan_launches_by_the_contract(monkeypatch, splits):
     first = plan.launches[0]
     cfg = first.kernel.cfg
     assert cfg == dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=True, split=splits > 1)
-    assert cfg.fp8_stage_rows == dc.FP8_DEFAULT_STAGE_ROWS == 32
     assert (dc.DECODE_KERNEL, cfg) in FP8_ENTRIES
     assert list(first.args) == [n for n, _ in cfg.params]
     assert (first.args["kv_stride_s"], first.args["kv_stride_page"], first.args["page_size"]) == (656, 65 * 656, 64)
@@ -241,36 +225,3 @@ def test_fp8_host_path_refuses_typed_before_touching_the_device():
     with pytest.raises(E.UnsupportedFeatureError, match="not built"):
         mla.flash_mla_with_kvcache(q, cache, None, None, 512, meta, splits, is_fp8_kvcache=True, indices=idx,
                                    attn_sink=torch.zeros(64))
-
-
-def test_half_tile_stages_fill_the_tile_once_without_bank_conflicts():
-    """Note "FP8 staging ring": a tile's two 32-row stages, each dequantized by common/mla_fp8's lane map
-    (emit_dequant with tile_rows=64, the tile pointer 32 x 128 bytes in for the second) cover each
-    latent piece and rope unit of the tile's 64 rows once, each quarter-warp's 16-byte loads, scale
-    loads and swizzled stores on 8 different bank positions."""
-    rows, bn, tile = 32, dc.BN, {}
-    for k in range(bn // rows):
-        for w in range(2):
-            for kind, passes in (("latent", mla_fp8.latent_passes(rows)), ("rope", mla_fp8.rope_passes(rows))):
-                for i in range(passes):
-                    for q0 in range(0, 128, 8):
-                        loads, stores, scales = set(), set(), set()
-                        for t in range(q0, q0 + 8):
-                            if kind == "latent":
-                                r, p = mla_fp8.latent_slot(t, w, i)
-                                col, at = 16 * p, 16 * p
-                                scales.add((mla_fp8.stage_offset(r, 512 + 4 * (at // 128)) // 4) % 32)
-                            else:
-                                r, p = mla_fp8.rope_slot(t, w, i, rows)
-                                col, at, _ = 512 + 8 * p, 528 + 16 * p, scales.update(range(8))
-                            assert 0 <= r < rows
-                            loads.add((mla_fp8.stage_offset(r, at) // 16) % 8)
-                            offset = k * rows * 128 + mla_fp8.tile_offset(r, col, bn)
-                            assert offset == mla_fp8.tile_offset(k * rows + r, col, bn)     # row k x 32 + r
-                            stores.add((offset // 16) % 8)
-                            key = (kind, k * rows + r, p)
-                            tile[key] = tile.get(key, 0) + 1
-                        assert len(loads) == len(stores) == len(scales) == 8
-    assert set(tile.values()) == {1}
-    assert sorted(k for k in tile if k[0] == "latent") == [("latent", r, p) for r in range(bn) for p in range(32)]
-    assert sorted(k for k in tile if k[0] == "rope") == [("rope", r, u) for r in range(bn) for u in range(8)]

@@ -2,12 +2,10 @@
 float8_e4m3fn / uint8 [s_kv, 1, 656]: attention/mla_sparse.py, attention_mla_sparse_sm90 built from
 MLASparseConfig(kv_dtype="fp8"), note "FP8 gather").
 
-* the eight FP8 sparse prefill kernels of the `mla` set (the default ring of three half-tile staging
-  stages and the first kernel's one whole-tile stage, fp8_stage_rows 64: note "FP8 staging ring")
-  compile with no spills, wgmma not serialised, within their SMEM plan, with the launch contract they
-  state; the bf16 kernels' compile keys are what they were (kv_dtype and fp8_stage_rows absent); the
-  FA4MLIR_MLA_SPARSE_FP8_STAGE_ROWS knob picks the ring, a bad value a ConfigError;
-* the interpreter runs the kernel (both rings) on tiny problems against the float64 reference over the rows
+* the four FP8 sparse prefill kernels of the `mla` set compile with no spills, wgmma not serialised,
+  within their SMEM plan (one staging stage), with the launch contract they state; the bf16 kernels'
+  compile keys are what they were (kv_dtype absent);
+* the interpreter runs the kernel on tiny problems against the float64 reference over the rows
   dequantized exactly as the kernel does (testing_mla.dequantize_fp8_cache), by the FA rule: -1
   padding, indices >= s_kv, duplicates, out-of-order entries, NaN bytes and scales in every row no
   valid entry names, topk_length shorter than topk (and 0), a token whose entries are all invalid,
@@ -33,44 +31,14 @@ FP8_ENTRIES = [e for e in kernel_sets.mla() if e[0] == sc.KERNEL and e[1].fp8]
 
 def test_fp8_config_rules_and_the_set():
     cfg = sc.MLASparseConfig(kv_dtype="fp8").validate()
-    # the default ring: three half-tile stages, biases in three tile slots (note "FP8 staging ring")
-    assert cfg.fp8_stage_rows == 32 and cfg.stages == 3 and cfg.stage_bytes() == 32 * 656 and cfg.bias_slots == 3
-    assert cfg.smem_bytes() == sc.fp8_plan(32)[1] <= sc.SMEM_LIMIT < cfg.smem_bytes() + cfg.stage_bytes()
+    assert cfg.stages == 1 and cfg.stage_bytes() == 64 * 656 and cfg.smem_bytes() == sc.fp8_plan()[1] <= sc.SMEM_LIMIT
     assert cfg.name() == "attention_mla_sparse_sm90_bf16_fp8" and cfg.key()["kv_dtype"] == "fp8"
-    assert cfg.key()["fp8_stage_rows"] == 32
-    # the first kernel's one whole-tile stage, selectable
-    old = sc.MLASparseConfig(kv_dtype="fp8", fp8_stage_rows=64).validate()
-    assert old.stages == 1 and old.stage_bytes() == 64 * 656 and old.bias_slots == 2
-    assert old.smem_bytes() == sc.fp8_plan(64)[1] <= sc.SMEM_LIMIT < old.smem_bytes() + old.stage_bytes()
-    assert old.name() == "attention_mla_sparse_sm90_bf16_fp8_st64" and old.key() != cfg.key()
     assert cfg.params == sc.MLASparseConfig().params                      # the same contract, kv in bytes
-    plain = sc.MLASparseConfig().key()        # the bf16 kernels' keys as before
-    assert "kv_dtype" not in plain and "fp8_stage_rows" not in plain
-    for bad in (dict(kv_dtype="e4m3"), dict(kv_dtype="fp8", fp8_stage_rows=16), dict(fp8_stage_rows=64)):
-        with pytest.raises(ConfigError):
-            sc.MLASparseConfig(**bad).validate()
-    assert {cfg for _, cfg in FP8_ENTRIES} == {sc.MLASparseConfig(topk_length=t, sinks=s, kv_dtype="fp8", fp8_stage_rows=r)
-                                              for r in (32, 64) for t in (False, True) for s in (False, True)}
-
-
-@pytest.mark.parametrize("value,rows", [(None, 32), ("", 32), ("32", 32), ("64", 64), ("48", None), ("st64", None)])
-def test_fp8_stage_rows_knob(monkeypatch, value, rows):
-    """FA4MLIR_MLA_SPARSE_FP8_STAGE_ROWS picks the FP8 kernels' ring (bench mla's A/B); a bad value is a
-    ConfigError before anything runs; the bf16 kernel ignores it."""
-    from fa4mlir import env
-    assert sc.FP8_RING_ENV in env.KNOBS
-    if value is None:
-        monkeypatch.delenv(sc.FP8_RING_ENV, raising=False)
-    else:
-        monkeypatch.setenv(sc.FP8_RING_ENV, value)
-    fp8 = ms.SparseProblem(4, 600, 64, 128, "bf16", 0.1, False, False, True)
-    plain = ms.SparseProblem(4, 600, 64, 128, "bf16", 0.1, False, False, False)
-    assert plain.config == sc.MLASparseConfig()
-    if rows is None:
-        with pytest.raises(ConfigError, match=sc.FP8_RING_ENV):
-            fp8.config
-        return
-    assert fp8.config == sc.MLASparseConfig(kv_dtype="fp8", fp8_stage_rows=rows)
+    assert "kv_dtype" not in sc.MLASparseConfig().key()                   # the bf16 kernels' keys as before
+    with pytest.raises(ConfigError):
+        sc.MLASparseConfig(kv_dtype="e4m3").validate()
+    assert {cfg for _, cfg in FP8_ENTRIES} == {sc.MLASparseConfig(topk_length=t, sinks=s, kv_dtype="fp8")
+                                              for t in (False, True) for s in (False, True)}
 
 
 @pytest.mark.parametrize("entry", FP8_ENTRIES, ids=lambda e: e[1].name())
@@ -79,12 +47,11 @@ def test_fp8_sparse_set_compiles_clean(entry):
     check_sparse_art(lower_clean(name, cfg), cfg)
 
 
-@pytest.mark.parametrize("stage_rows", [32, 64])
 @pytest.mark.parametrize("s_q,heads,topk,topk_length,sinks,pitch", [
     (3, 64, 128, (100, 64, 128), (0.5, float("-inf"), float("inf")), 656),     # sinks: the first three heads pinned
     (2, 128, 192, (0, 192), None, 672),               # two head blocks; a token with L = 0; a padded row stride
 ])
-def test_fp8_mla_sparse_through_the_interpreter(monkeypatch, s_q, heads, topk, topk_length, sinks, pitch, stage_rows):
+def test_fp8_mla_sparse_through_the_interpreter(s_q, heads, topk, topk_length, sinks, pitch):
     torch = pytest.importorskip("torch")
     from fa4mlir import interpret
     from fa4mlir.kernels import attention_mla_sparse_sm90
@@ -99,14 +66,12 @@ def test_fp8_mla_sparse_through_the_interpreter(monkeypatch, s_q, heads, topk, t
     if sinks is not None:
         sink_t = torch.randn(heads, generator=torch.Generator().manual_seed(1))
         sink_t[:len(sinks)] = torch.tensor(sinks)
-    monkeypatch.setenv(sc.FP8_RING_ENV, str(stage_rows))
     problem = ms.check_sparse_inputs(_info((s_q, heads, 576)), _info((s_kv, 1, 656), "e4m3", (pitch, 656, 1)),
                                      _info(idx.shape, "i32"), None, 512,
                                      None if sink_t is None else _info((heads,), "f32"),
                                      None if lens is None else _info((s_q,), "i32"))
     cfg = problem.config
     assert cfg.fp8 and cfg.topk_length == (lens is not None) and cfg.sinks == (sink_t is not None)
-    assert cfg.fp8_stage_rows == stage_rows
     out = np.full((s_q, heads, 512), 0x7FC0, np.uint16)                 # NaN before the call
     lse = np.full((s_q, heads), np.nan, np.float32)
     max_logits = np.full((s_q, heads), np.nan, np.float32)

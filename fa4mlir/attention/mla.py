@@ -338,7 +338,7 @@ class CallCache:
     options, the bundle and the environment that picks kernels), at most CALLS_KEPT, the oldest
     dropped first: a call seen before only launches."""
 
-    ENV = ("FA4MLIR_BUNDLE", "FA4MLIR_CUBIN_BACKEND", "FA4MLIR_DEBUG", "FA4MLIR_MLA_SPARSE_FP8_STAGE_ROWS")
+    ENV = ("FA4MLIR_BUNDLE", "FA4MLIR_CUBIN_BACKEND", "FA4MLIR_DEBUG")
 
     def __init__(self):
         self._calls: dict = {}

@@ -79,9 +79,8 @@ class SparseProblem:
 
     @property
     def config(self) -> sc.MLASparseConfig:
-        ring = {"fp8_stage_rows": sc.fp8_stage_rows_from_env()} if self.fp8 else {}   # FA4MLIR_MLA_SPARSE_FP8_STAGE_ROWS
         return sc.MLASparseConfig(self.dtype, topk_length=self.has_topk_length, sinks=self.has_sinks,
-                                  kv_dtype="fp8" if self.fp8 else "", **ring)
+                                  kv_dtype="fp8" if self.fp8 else "")
 
 
 FP8_KV_DTYPES = ("e4m3", "u8")

@@ -92,11 +92,8 @@ class SparseDecodeProblem(MLAOutputs):
     page_size: int = 0
 
     def config(self, split: bool) -> dc.MLASparseDecodeConfig:
-        """The kernel of this problem; over the FP8 cache with the staging ring FA4MLIR_MLA_SPARSE_FP8_STAGE_ROWS
-        names (dc.fp8_stage_rows_from_env)."""
-        ring = {"fp8_stage_rows": dc.fp8_stage_rows_from_env()} if self.fp8 else {}
         return dc.MLASparseDecodeConfig(self.dtype, kv_dtype="fp8" if self.fp8 else "", topk_length=self.has_topk_length,
-                                        split=split, **ring)
+                                        split=split)
 
 
 def _merges(info: TensorInfo, outer: int, inner: int) -> bool:

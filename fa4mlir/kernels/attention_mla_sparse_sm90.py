@@ -49,45 +49,28 @@ dim 512) merges. The gather and the consumers' tile step are the prefill's, unch
 
 Note "FP8 gather" (kv_dtype "fp8": FlashMLA's 656-byte rows, common/mla_fp8.py; the decode's
 flash_mla_with_kvcache(is_fp8_kvcache=True, indices=...), and the prefill's flash_mla_sparse_fwd with
-kv [s_kv, 1, 656] float8_e4m3fn or uint8): the ring holds staged 656-byte rows (row r of a stage at
+kv [s_kv, 1, 656] float8_e4m3fn or uint8): the ring is one staging stage of 64 whole rows (row r at
 r x 656, unswizzled: the layout common/mla_fp8's lane map reads without bank conflicts; config note
-"FP8 sparse SMEM plan"; note "FP8 staging ring" for its stages) next to one bf16 tile of the usual
-swizzled layout.
-    gather: per fill of a stage, as above, each valid row's byte offset (prefill: index x row
-            stride; decode: page x page stride + offset x row stride, index = page x page_size +
-            offset, FlashMLA's stride_kv_block / stride_kv_row) and its bias, here into the tile's
-            bias slot (tile % bias_slots: the consumers read a tile's biases after they release its
-            stages); then, a row a trip (41 16-byte pieces), lane l copies piece l and, when l < 9,
-            piece l + 32: a warp instruction moves one 512-byte run (coalesced, and contiguous in
-            SMEM: no bank conflict). Pairing rows (82 pieces in 3 instructions, not 4) spilled the
-            gather's 24 registers: the per-row loop keeps one source and one destination base, the
-            second copy an immediate 512 past the first. An invalid row's copies read nothing and
-            land zeros: e4m3 0 times scale 0 dequantizes to 0 (no NaN of an unused row reaches P V)
-            and its bias is -inf, as in the 16-bit kernel.
-    consumers: per tile j, per stage of it (waiting for each), warpgroup w dequantizes the latent
-            columns 256 w .. 256 w + 255 of the stage's rows and copies half its rows' rope into the
-            bf16 tile (common/mla_fp8: bf16(e4m3 x the row's float32 scale), FlashMLA's
-            dequantize_k_cache), fences the tile to the async proxy, both pass one barrier, each
-            releases the tile's stages and runs steps 1-4 on the bf16 tile. Writing tile j + 1 needs
-            no barrier before it (attention_mla_decode_sm90, note "FP8 latent"): warpgroup w writes
-            only its own V columns (its P V_j retired) and rope rows, which only S_j reads, and both
+"FP8 sparse SMEM plan") next to one bf16 tile of the usual swizzled layout.
+    gather: per tile, as above, each valid row's byte offset (prefill: index x row stride; decode:
+            page x page stride + offset x row stride, index = page x page_size + offset, FlashMLA's
+            stride_kv_block / stride_kv_row) and its bias, here into bias slot j % 2 (the tile's
+            parity: the consumers read a tile's biases after they release its stage); then, a row a
+            trip (41 16-byte pieces), lane l copies piece l and, when l < 9, piece l + 32: a warp
+            instruction moves one 512-byte run (coalesced, and contiguous in SMEM: no bank
+            conflict). Pairing rows (82 pieces in 3 instructions, not 4) spilled the gather's 24
+            registers: the per-row loop keeps one source and one destination base, the second copy
+            an immediate 512 past the first. An invalid row's copies read nothing and land zeros:
+            e4m3 0 times scale 0 dequantizes to 0 (no NaN of an unused row reaches P V) and its bias
+            is -inf, as in the 16-bit kernel.
+    consumers: per tile j, after waiting for its stage, warpgroup w dequantizes the latent columns
+            256 w .. 256 w + 255 and copies half the rows' rope into the bf16 tile (common/mla_fp8:
+            bf16(e4m3 x the row's float32 scale), FlashMLA's dequantize_k_cache), fences it to the
+            async proxy, both pass one barrier, each releases the stage (the gather fetches tile j + 1
+            during tile j's GEMMs) and runs steps 1-4 on the bf16 tile. Writing tile j + 1 needs no
+            barrier before it (attention_mla_decode_sm90, note "FP8 latent"): warpgroup w writes only
+            its own V columns (its P V_j retired) and rope rows, which only S_j reads, and both
             warpgroups' S_j retired before the exchange's barriers of tile j.
-
-Note "FP8 staging ring" (fp8_stage_rows, config note "FP8 sparse SMEM plan"): Q, the bf16 tile and the
-exchange leave 73 KiB, one stage of a whole tile's 64 rows (41 KiB) but not two. The default stages
-half a tile, 32 rows (20.5 KiB), three of them: the gather fills tile j + 1's two stages and tile j + 2's
-first while the consumers run tile j's GEMMs (the one whole-tile stage lets it fetch only tile j + 1,
-and only from the end of tile j's dequantization), so tile j + 1's rows have tile j's GEMMs and more to
-land in. A fill is 32 rows: one per gather lane (positions 64 t + 32 h + lane of fill 2 t + h). The
-biases: fill f may be written once fill f - 3 is released, i.e. once both warpgroups finished tile
-floor((f - 3) / 2) - 1's softmax, so the gather may write tile j + 2's slot while the consumers read tile
-j's: three slots (tile % 3); the whole-tile stage needs two (tile j + 1 while j is read). The
-whole-tile stage (fp8_stage_rows=64, names ..._fp8_st64) stays built for A/B
-(FA4MLIR_MLA_SPARSE_FP8_STAGE_ROWS=64). Not done here: a dequantization that overlaps the GEMMs (a
-second bf16 tile does not fit next to the staging ring; FlashMLA's sm90 sparse FP8 decode has no
-staging ring: its third warpgroup loads the e4m3 rows from global memory into registers, dequantizes
-and stores the bf16 rows into one of two K buffers, and for 128 heads the CTA pair of a cluster each
-dequantize half of the tile into both CTAs' SMEM).
 """
 from __future__ import annotations
 
@@ -194,7 +177,12 @@ def _gather_role(kb, work: _Work, p, kv_smem, kv_pipe, bias_smem, rows_smem):
     loop = kb.for_(work.begin, work.end, 1, carry=kv_pipe.initial_state())
     with loop as (j, s):
         # 1. this lane's rows: position in the token's list -> index -> validity, element offset
-        rows = _lane_rows(kb, p, work, idx_row, j * BN + lane, ROWS_PER_LANE, paged=False)
+        rows = []
+        for e in range(ROWS_PER_LANE):
+            pos = j * BN + lane + GATHER_LANES * e
+            index = kb.load(kb.gep(idx_row, pos, "i32"), "i32", align=4)
+            valid = pos.slt(work.length) & index.sge(0) & index.slt(p["s_kv"])
+            rows.append((valid, select(valid, index, const(0)).to("i64") * p["kv_stride_s"]))
         # 2. wait for the stage to be free; biases into the stage, offsets into rows_smem; warp sync
         kv_pipe.producer_acquire(s)
         for e, (valid, offset) in enumerate(rows):
@@ -220,22 +208,9 @@ def _gather_role(kb, work: _Work, p, kv_smem, kv_pipe, bias_smem, rows_smem):
         loop.yield_(s.advance())
 
 
-def _lane_rows(kb, p, work: _Work, idx_row, first: Value, count: int, paged: bool) -> list:
-    """(validity, offset) of the gather lane's rows at positions first + 32 e (e < count) of the token's
-    list: position -> index -> validity (note "Bias") and the row's offset (_row_offset; elements
-    unless paged, where it is bytes)."""
-    rows = []
-    for e in range(count):
-        pos = first + GATHER_LANES * e
-        index = kb.load(kb.gep(idx_row, pos, "i32"), "i32", align=4)
-        valid = pos.slt(work.length) & index.sge(0) & index.slt(p["s_kv"])
-        rows.append((valid, _row_offset(kb, p, valid, index, paged)))
-    return rows
-
-
 def _row_offset(kb, p, valid: Value, index: Value, paged: bool) -> Value:
-    """The offset of kv row `index` by its row stride (decode over the FP8 cache: of cache row page x
-    page_size + offset, by the page and row strides, in bytes), 0 when invalid."""
+    """Note "FP8 gather": the byte offset of kv row `index` (decode: of cache row page x page_size +
+    offset, by the page and row strides), 0 when invalid."""
     row = select(valid, index, const(0))
     if not paged:
         return row.to("i64") * p["kv_stride_s"]
@@ -244,26 +219,27 @@ def _row_offset(kb, p, valid: Value, index: Value, paged: bool) -> Value:
 
 
 def _gather_role_fp8(kb, cfg: MLASparseConfig | MLASparseDecodeConfig, work: _Work, p, kv_smem, kv_pipe, bias_smem, rows_smem):
-    """Note "FP8 gather": per fill f (a stage of R = fp8_stage_rows rows: tile f / F's rows R (f % F) ..,
-    F = BN / R fills a tile; note "FP8 staging ring"), the rows' validity, biases (slot tile %
-    bias_slots) and byte offsets as _gather_role does, then the rows' 656 bytes by cp.async, a row a
-    trip: lane l copies its 16-byte piece l and, when l < 9, piece l + 32 (a row is 41 pieces; the
-    second copy is the first's addresses + 512, so the loop keeps one source and one destination base)."""
+    """Note "FP8 gather": per tile, the rows' validity, biases (slot j % 2) and byte offsets as
+    _gather_role does, then the rows' 656 bytes by cp.async, a row a trip: lane l copies its 16-byte
+    piece l and, when l < 9, piece l + 32 (a row is 41 pieces; the second copy is the first's
+    addresses + 512, so the loop keeps one source and one destination base)."""
     lane = kb.thread_idx(0) % GATHER_LANES
-    stage_bytes, fill_rows = cfg.stage_bytes(), cfg.fp8_stage_rows
-    fills = BN // fill_rows
+    stage_bytes = cfg.stage_bytes()
     idx_row = kb.gep(p["indices"], work.token.to("i64") * p["indices_stride_s"], "i32")
     kv_lane = kb.gep(p["kv"], lane * PIECE, "i8")    # this lane's first piece of row 0
     tail = lane.slt(FP8_PIECES - GATHER_LANES)        # a row's pieces 32 .. 40 (9 lanes)
-    loop = kb.for_(work.begin * fills, work.end * fills, 1, carry=kv_pipe.initial_state())
-    with loop as (f, s):
-        # this fill's tile and its first row's position in the token's list
-        tile, first = (f, f * BN) if fills == 1 else (f // fills, f // fills * BN + f % fills * fill_rows)
+    loop = kb.for_(work.begin, work.end, 1, carry=kv_pipe.initial_state())
+    with loop as (j, s):
         # 1. this lane's rows: position in the token's list -> index -> validity, byte offset
-        rows = _lane_rows(kb, p, work, idx_row, first + lane, fill_rows // GATHER_LANES, work.decode)
-        # 2. wait for the stage to be free; biases into the tile's slot, offsets into rows_smem; warp sync
+        rows = []
+        for e in range(ROWS_PER_LANE):
+            pos = j * BN + lane + GATHER_LANES * e
+            index = kb.load(kb.gep(idx_row, pos, "i32"), "i32", align=4)
+            valid = pos.slt(work.length) & index.sge(0) & index.slt(p["s_kv"])
+            rows.append((valid, _row_offset(kb, p, valid, index, work.decode)))
+        # 2. wait for the stage to be free; biases into slot j % 2, offsets into rows_smem; warp sync
         kv_pipe.producer_acquire(s)
-        bias_slot = kb.gep(bias_smem, (tile % cfg.bias_slots) * (BN * 4) + (first - tile * BN) * 4, "i8")
+        bias_slot = kb.gep(bias_smem, (j % 2) * (BN * 4), "i8")
         for e, (valid, offset) in enumerate(rows):
             r = lane + GATHER_LANES * e
             bias = select(valid, const(0.0, "f32"), const(NEG_INF, "f32"))
@@ -272,7 +248,7 @@ def _gather_role_fp8(kb, cfg: MLASparseConfig | MLASparseDecodeConfig, work: _Wo
         kb.named_barrier(BAR_GATHER, GATHER_LANES)
         # 3. the copies: trip r, row r's pieces l and (l < 9) l + 32, at r x 656 of the stage
         base = kb.gep(kv_smem, s.stage * stage_bytes + lane * PIECE, "i8")
-        with kb.for_(0, fill_rows, 1) as (r, _):
+        with kb.for_(0, BN, 1) as (r, _):
             offset = kb.load(kb.gep(rows_smem, r * 8, "i8"), "i64", align=8)
             valid = kb.load(kb.gep(bias_slot, r * 4, "i8"), "f32", align=4).eq(0.0)
             src = kb.gep(kv_lane, offset, "i8")
@@ -338,41 +314,31 @@ def _kv_tile(cs: ConsumerGeometry, bufs, carry, dtype: str):
 
 
 def _kv_tile_fp8(cs: ConsumerGeometry, cfg: MLASparseConfig | MLASparseDecodeConfig, bufs, tile_smem, j: Value, carry):
-    """Note "FP8 gather": tile j's staged rows (its BN / R stages, note "FP8 staging ring") dequantized
-    into the bf16 tile, the stages released, then _kv_tile's steps 1-4 on the tile with the biases of
-    slot j % bias_slots."""
+    """Note "FP8 gather": tile j's staged rows dequantized into the bf16 tile, the stage released,
+    then _kv_tile's steps 1-4 on the tile with the biases of slot j % 2."""
     q_smem, kv_smem, kv_pipe, q_slot, bias_smem = bufs
     kb = cs.kb
     s, o, m, l = carry
-    # 0. per stage of the tile: wait for its rows (cp.async: generic-proxy writes, read by plain loads),
-    #    this warpgroup's share into the tile's rows R i ..; the tile fenced to the async proxy; both
-    #    warpgroups sync; release the stages. The addresses start from q_slot's 0 (the decode's
-    #    _kv_tile, step 1), so they are not hoisted
+    # 0. wait for the staged rows (cp.async: generic-proxy writes, read by plain loads); this warpgroup's
+    #    share into the bf16 tile, fenced to the async proxy; both warpgroups sync; release the stage.
+    #    The addresses start from q_slot's 0 (the decode's _kv_tile, step 1), so they are not hoisted
+    kv_pipe.consumer_wait(s)
     q_at = kb.warp_uniform(kb.load(q_slot, "i32", align=4))
     tile = kb.gep(tile_smem, q_at, "i8")
-    fill_rows = cfg.fp8_stage_rows
-    fills = []
-    for i in range(BN // fill_rows):
-        kv_pipe.consumer_wait(s)
-        staged = kb.gep(kv_smem, s.stage * cfg.stage_bytes() + q_at, "i8")
-        mla_fp8.emit_dequant(kb, cs.t, cs.wg, staged, kb.gep(tile, i * fill_rows * SWIZZLE, "i8"), fill_rows,
-                             tile_rows=BN)
-        fills.append(s)
-        s = s.advance()
+    mla_fp8.emit_dequant(kb, cs.t, cs.wg, kb.gep(kv_smem, s.stage * cfg.stage_bytes() + q_at, "i8"), tile, BN)
     kb.fence("async_smem")
     kb.named_barrier(BAR_ALL, 256)
     with kb.if_(cs.is_leader).then_():
-        for done in fills:
-            kv_pipe.consumer_release(done)
+        kv_pipe.consumer_release(s)
     # 1. S_j = Q K_j^T of this warpgroup's 32 keys
     s_acc = wait_group(issue_s(cs, kb.gep(q_smem, q_at, "i8"), tile, cfg.dtype), pending=0)
-    # 2. S += bias (slot j % bias_slots), softmax; 3. O_w *= alpha
-    frags, m, l, alpha = softmax(cs, s_acc, _bias_mask(cs, bias_smem, j % cfg.bias_slots), m, l, cfg.dtype)
+    # 2. S += bias (slot j % 2), softmax; 3. O_w *= alpha
+    frags, m, l, alpha = softmax(cs, s_acc, _bias_mask(cs, bias_smem, j % 2), m, l, cfg.dtype)
     o = vec(*[o[i] * alpha[acc_row(i)] for i in range(cs.n_o)])
-    # 4. O_w += P V_j[:, 256 w ..] (the stages were released in 0)
+    # 4. O_w += P V_j[:, 256 w ..] (the stage was released in 0)
     v_base = kb.gep(tile, cs.wg * (WG_CHUNKS * BN * SWIZZLE), "i8")
     o = wait_group(issue_pv(cs, v_base, frags, o, cfg.dtype), pending=0)
-    return s, o, tuple(m), tuple(l)
+    return s.advance(), o, tuple(m), tuple(l)
 
 
 def _mma_role(kb, cfg: MLASparseConfig, work: _Work, p, bufs, x_smem, tile_smem=None):

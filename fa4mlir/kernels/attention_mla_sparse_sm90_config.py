@@ -49,12 +49,7 @@ FP8_SCALE_GROUP = 128       # latent columns per float32 scale
 # FlashMLA's FP8 token row: e4m3 latent, float32 scales, bf16 rope (656; common/mla_fp8.ROW_BYTES, which
 # imports the DSL: the host API reads this one)
 FP8_ROW_BYTES = D_V + 4 * (D_V // FP8_SCALE_GROUP) + 2 * (D_QK - D_V)
-# rows of one FP8 staging stage (the decode section's note "FP8 staging ring"): 32, the default, is a
-# ring of half-tile stages; 64, the first kernel's one whole-tile stage, stays selectable for A/B
-FP8_STAGE_ROWS = (32, 64)
-FP8_DEFAULT_STAGE_ROWS = 32
-FP8_MAX_STAGES = 3
-FP8_RING_ENV = "FA4MLIR_MLA_SPARSE_FP8_STAGE_ROWS"     # the host's pick (fp8_stage_rows_from_env)
+FP8_MAX_STAGES = 2
 
 
 def register_pool_fits(threads: int, mma_regs: int, load_regs: int, consumers: int) -> tuple[bool, int, int]:
@@ -65,56 +60,15 @@ def register_pool_fits(threads: int, mma_regs: int, load_regs: int, consumers: i
     return need <= pool, need, pool
 
 
-def fp8_stage_rows_from_env() -> int:
-    """FA4MLIR_MLA_SPARSE_FP8_STAGE_ROWS (fa4mlir.env): the FP8 kernels' stage rows, FP8_DEFAULT_STAGE_ROWS
-    when unset; a value not in FP8_STAGE_ROWS raises ConfigError (before anything is built or launched)."""
-    import os
-    raw = os.environ.get(FP8_RING_ENV)
-    if raw is None or raw.strip() == "":
-        return FP8_DEFAULT_STAGE_ROWS
-    if raw.strip() not in {str(n) for n in FP8_STAGE_ROWS}:
-        raise ConfigError(f"{FP8_RING_ENV}={raw!r}: expected one of {FP8_STAGE_ROWS} (unset: {FP8_DEFAULT_STAGE_ROWS})")
-    return int(raw)
-
-
-def fp8_bias_slots(stage_rows: int) -> int:
-    """Tiles of biases the FP8 kernel keeps (note "FP8 staging ring"): the consumers read tile j's
-    biases after releasing its stages, so the gather may write tiles up to j + 1 (whole-tile stage)
-    or j + 2 (three half-tile stages) meanwhile."""
-    return 2 if stage_rows == BN else 3
-
-
-def fp8_plan(stage_rows: int = FP8_DEFAULT_STAGE_ROWS) -> tuple[int, int]:
+def fp8_plan() -> tuple[int, int]:
     """note "FP8 sparse SMEM plan": (staging stages, SMEM bytes) of a kernel over the FP8 cache: Q, the
-    bf16 tile, the exchange, biases, row offsets and as many stages of `stage_rows` 656-byte rows as fit
-    (at most FP8_MAX_STAGES)."""
+    bf16 tile, the exchange, biases, row offsets and as many 656-byte-row stages as fit (at most
+    FP8_MAX_STAGES)."""
     fixed = (TILE_M * D_QK * 2 + MLASparseConfig.tile_bytes() + 16 + MLASparseConfig.exchange_bytes()
-             + fp8_bias_slots(stage_rows) * BN * 4 + MLASparseConfig.rows_bytes())
-    per_stage = stage_rows * FP8_ROW_BYTES + 2 * MBARRIER_BYTES
+             + MLASparseConfig.bias_bytes() + MLASparseConfig.rows_bytes())
+    per_stage = BN * FP8_ROW_BYTES + 2 * MBARRIER_BYTES
     stages = min(FP8_MAX_STAGES, (SMEM_LIMIT - fixed) // per_stage)
     return stages, fixed + stages * per_stage
-
-
-def _key_fields(cfg) -> dict:
-    return {k: v for k, v in cfg.__dict__.items()
-            if (k != "kv_dtype" or v) and (k != "fp8_stage_rows" or cfg.fp8)}
-
-
-def _check_fp8_ring(cfg, what: str) -> None:
-    """fp8_stage_rows: one of FP8_STAGE_ROWS over the FP8 cache, the default otherwise (one compile key)."""
-    if cfg.fp8_stage_rows not in FP8_STAGE_ROWS:
-        raise ConfigError(f"{what}: fp8_stage_rows must be one of {FP8_STAGE_ROWS}, got {cfg.fp8_stage_rows!r}")
-    if not cfg.fp8 and cfg.fp8_stage_rows != FP8_DEFAULT_STAGE_ROWS:
-        raise ConfigError(f"{what}: fp8_stage_rows applies to kv_dtype \"fp8\" only")
-    if cfg.fp8 and cfg.stages < (BN // cfg.fp8_stage_rows) + (cfg.fp8_stage_rows < BN):
-        raise ConfigError(f"{what}: the FP8 staging ring of {cfg.fp8_stage_rows}-row stages does not fit the SMEM "
-                          f"(note \"FP8 sparse SMEM plan\")")
-
-
-def _fp8_suffix(cfg) -> str:
-    """Names: the default ring as before, the whole-tile stage variant `_st64`."""
-    return ("_fp8" + ("" if cfg.fp8_stage_rows == FP8_DEFAULT_STAGE_ROWS else f"_st{cfg.fp8_stage_rows}")
-            if cfg.fp8 else "")
 
 
 @dataclass(frozen=True)
@@ -123,7 +77,6 @@ class MLASparseConfig:
     topk_length: bool = False      # the kernel reads topk_length [s_q] int32 (else every token sees topk)
     sinks: bool = False            # the kernel reads attention sinks [h_q] float32
     kv_dtype: str = ""             # "": q's dtype; "fp8": FlashMLA's 656-byte FP8 rows, kv [s_kv, 1, 656]
-    fp8_stage_rows: int = FP8_DEFAULT_STAGE_ROWS   # fp8: rows a staging stage (note "FP8 staging ring")
 
     @property
     def fp8(self) -> bool:
@@ -131,16 +84,11 @@ class MLASparseConfig:
 
     @property
     def stages(self) -> int:
-        return fp8_plan(self.fp8_stage_rows)[0] if self.fp8 else STAGES
+        return fp8_plan()[0] if self.fp8 else STAGES
 
     def stage_bytes(self) -> int:
-        """One ring stage: the tile, or (fp8) fp8_stage_rows staged 656-byte rows."""
-        return self.fp8_stage_rows * FP8_ROW_BYTES if self.fp8 else self.tile_bytes()
-
-    @property
-    def bias_slots(self) -> int:
-        """Tiles of score biases in bias_smem: one a stage, or (fp8) fp8_bias_slots."""
-        return fp8_bias_slots(self.fp8_stage_rows) if self.fp8 else STAGES
+        """One ring stage: the tile, or (fp8) BN staged 656-byte rows."""
+        return BN * FP8_ROW_BYTES if self.fp8 else self.tile_bytes()
 
     @property
     def params(self) -> tuple:
@@ -165,10 +113,11 @@ class MLASparseConfig:
         row maxima, and the row sums."""
         return CONSUMERS * (TILE_M * BN // CONSUMERS * 2 + TILE_M * 4) + CONSUMERS * TILE_M * 4
 
-    def bias_bytes(self) -> int:
-        """Per bias slot (a stage, or fp8: a tile, fp8_bias_slots), each gathered row's score bias (0 or
-        -inf, float32): attention_mla_sparse_sm90, note "Bias"."""
-        return self.bias_slots * BN * 4
+    @staticmethod
+    def bias_bytes() -> int:
+        """Per stage, each gathered row's score bias (0 or -inf, float32): attention_mla_sparse_sm90,
+        note "Bias"."""
+        return STAGES * BN * 4
 
     @staticmethod
     def rows_bytes() -> int:
@@ -178,7 +127,7 @@ class MLASparseConfig:
 
     def smem_bytes(self) -> int:
         if self.fp8:
-            return fp8_plan(self.fp8_stage_rows)[1]
+            return fp8_plan()[1]
         return (TILE_M * D_QK * 2 + STAGES * self.tile_bytes() + 2 * STAGES * MBARRIER_BYTES + 16
                 + self.exchange_bytes() + self.bias_bytes() + self.rows_bytes())
 
@@ -189,7 +138,8 @@ class MLASparseConfig:
         if self.kv_dtype not in KV_DTYPES:
             raise ConfigError(f"sparse MLA: kv_dtype must be \"\" (kv holds q's dtype) or \"fp8\" (FlashMLA's "
                               f"656-byte FP8 rows), got {self.kv_dtype!r}")
-        _check_fp8_ring(self, "sparse MLA")
+        if self.fp8 and self.stages < 1:
+            raise ConfigError("the FP8 cache's staging stage does not fit the SMEM (note \"FP8 sparse SMEM plan\")")
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
         fits, need, pool = register_pool_fits(self.threads, MMA_REGS, LOAD_REGS, CONSUMERS)
@@ -200,12 +150,11 @@ class MLASparseConfig:
         return self
 
     def key(self) -> dict:
-        """The compile key; kv_dtype only where set, fp8_stage_rows only over the FP8 cache (the bf16
-        kernels' keys as before either existed)."""
-        return {"kernel": KERNEL, **_key_fields(self)}
+        """The compile key; kv_dtype only where set (the bf16 kernels' keys as before it existed)."""
+        return {"kernel": KERNEL, **{k: v for k, v in self.__dict__.items() if k != "kv_dtype" or v}}
 
     def name(self) -> str:
-        return (f"{KERNEL}_{self.dtype}{_fp8_suffix(self)}{'_topklen' if self.topk_length else ''}"
+        return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_topklen' if self.topk_length else ''}"
                 f"{'_sinks' if self.sinks else ''}")
 
 
@@ -279,10 +228,9 @@ def flops(s_q: int, heads: int, topk: int, topk_length=None) -> int:
 #
 # Note "FP8 sparse SMEM plan": Q (72 KiB) + the bf16 tile (72 KiB) + the exchange (9 KiB) + the biases
 # and row offsets (1 KiB) leave 73 KiB of the 227: one staging stage of 64 x 656-byte rows (41 KiB)
-# fits, two do not; three of 32 rows (20.5 KiB each) fit, four do not (`stages` derives the count from
-# fp8_stage_rows; the default is 32, the kernel's note "FP8 staging ring"). The biases keep a slot per
-# tile (2 or 3, fp8_bias_slots), indexed by the tile rather than the stage: the consumers release the
-# stages right after dequantizing them and read the biases later, in the softmax.
+# fits, two do not (`stages` derives the count). The biases keep two slots, indexed by the tile's
+# parity rather than the stage: the consumers release the stage right after dequantizing it and read
+# its biases later, in the softmax.
 
 DECODE_KERNEL = "attention_mla_sparse_decode_sm90"
 DECODE_DTYPES = ("bf16", "f16")
@@ -296,7 +244,6 @@ class MLASparseDecodeConfig:
     kv_dtype: str = ""              # "": q's dtype; "fp8": FlashMLA's 656-byte FP8 rows (module section "FP8")
     topk_length: bool = False       # the kernel reads topk_length [batch] int32 (else every token sees topk)
     split: bool = False             # float32 partials for the combine (else the final out and lse)
-    fp8_stage_rows: int = FP8_DEFAULT_STAGE_ROWS   # fp8: rows a staging stage (note "FP8 staging ring")
 
     @property
     def fp8(self) -> bool:
@@ -319,16 +266,22 @@ class MLASparseDecodeConfig:
         """The 16-bit tile the wgmmas read (the ring stage itself unless fp8)."""
         return MLASparseConfig.tile_bytes()
 
-    # the prefill's buffers and ring, unchanged (fp8: the biases' slots by tile, note "FP8 staging ring")
-    stage_bytes = MLASparseConfig.stage_bytes
-    stages = MLASparseConfig.stages
-    bias_slots = MLASparseConfig.bias_slots
-    bias_bytes = MLASparseConfig.bias_bytes
+    def stage_bytes(self) -> int:
+        """One ring stage: the tile, or (fp8) BN staged 656-byte rows."""
+        return BN * FP8_ROW_BYTES if self.fp8 else self.tile_bytes()
+
+    @property
+    def stages(self) -> int:
+        """note "FP8 sparse SMEM plan" (fp8_plan); else STAGES."""
+        return fp8_plan()[0] if self.fp8 else STAGES
+
+    # the prefill's buffers, unchanged (fp8: the biases' two slots by tile parity, note "FP8 sparse SMEM plan")
     exchange_bytes = staticmethod(MLASparseConfig.exchange_bytes)
+    bias_bytes = staticmethod(MLASparseConfig.bias_bytes)
     rows_bytes = staticmethod(MLASparseConfig.rows_bytes)
 
     def smem_bytes(self) -> int:
-        return MLASparseConfig(kv_dtype=self.kv_dtype, fp8_stage_rows=self.fp8_stage_rows).smem_bytes()
+        return MLASparseConfig(kv_dtype=self.kv_dtype).smem_bytes()
 
     def validate(self) -> "MLASparseDecodeConfig":
         check_fields(self, {"dtype": DECODE_DTYPES, "kv_dtype": KV_DTYPES})
@@ -340,7 +293,8 @@ class MLASparseDecodeConfig:
         if self.fp8 and self.dtype != FP8_DTYPE:
             raise ConfigError(f"sparse MLA decode over the FP8 cache is built for q in {FP8_DTYPE!r} (FlashMLA's), got "
                               f"dtype={self.dtype!r}")
-        _check_fp8_ring(self, "sparse MLA decode")
+        if self.fp8 and self.stages < 1:
+            raise ConfigError("the FP8 cache's staging stage does not fit the SMEM (note \"FP8 sparse SMEM plan\")")
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA decode needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
         fits, need, pool = register_pool_fits(self.threads, MMA_REGS, LOAD_REGS, CONSUMERS)
@@ -349,11 +303,10 @@ class MLASparseDecodeConfig:
         return self
 
     def key(self) -> dict:
-        """The compile key: fp8_stage_rows only over the FP8 cache (the 16-bit kernels' keys as before)."""
-        return {"kernel": DECODE_KERNEL, **{k: v for k, v in self.__dict__.items() if k != "fp8_stage_rows" or self.fp8}}
+        return {"kernel": DECODE_KERNEL, **self.__dict__}
 
     def name(self) -> str:
-        return (f"{DECODE_KERNEL}_{self.dtype}{_fp8_suffix(self)}{'_topklen' if self.topk_length else ''}"
+        return (f"{DECODE_KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_topklen' if self.topk_length else ''}"
                 f"{'_split' if self.split else ''}")
 
 
@@ -422,6 +375,5 @@ def split_range(n_tiles: int, split: int, num_splits: int) -> tuple[int, int]:
 __all__ = ["fp8_plan", "KERNEL", "DTYPES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "HEADS", "MLASparseConfig",
            "OUTPUTS", "SCALARS", "launch_args", "grid", "flops", "DECODE_KERNEL", "DECODE_DTYPES", "MLASparseDecodeConfig",
            "DECODE_OUTPUTS", "DECODE_SPLIT_OUTPUTS", "DECODE_SCALARS", "DECODE_FP8_SCALARS", "KV_DTYPES", "FP8_DTYPE",
-           "FP8_ROW_BYTES", "FP8_STAGE_ROWS", "FP8_DEFAULT_STAGE_ROWS", "FP8_RING_ENV", "fp8_stage_rows_from_env",
-           "decode_launch_args", "decode_grid", "head_blocks",
+           "FP8_ROW_BYTES", "decode_launch_args", "decode_grid", "head_blocks",
            "split_range"]

@@ -80,14 +80,10 @@ CASES = [  # batch, seqlen_q, heads, topk, pages, page, lengths, splits (None: g
 ]
 
 
-@pytest.mark.parametrize("stage_rows", ["32", "64"])
 @pytest.mark.parametrize("batch,seqlen_q,heads,topk,pages,page,with_lengths,splits,padded", CASES)
-def test_fp8_sparse_decode_matches_reference(torch, monkeypatch, batch, seqlen_q, heads, topk, pages, page, with_lengths,
-                                             splits, padded, stage_rows):
-    """Both staging rings (FA4MLIR_MLA_SPARSE_FP8_STAGE_ROWS: the default three half-tile stages, and the
-    one whole-tile stage, `..._fp8_st64`; the kernel's note "FP8 staging ring")."""
+def test_fp8_sparse_decode_matches_reference(torch, batch, seqlen_q, heads, topk, pages, page, with_lengths, splits,
+                                             padded):
     from fa4mlir import flash_mla_with_kvcache, get_mla_metadata
-    monkeypatch.setenv("FA4MLIR_MLA_SPARSE_FP8_STAGE_ROWS", stage_rows)
     q, cache, idx = _case(torch, batch, seqlen_q, heads, topk, pages, page, padded=padded)
     qc, cc, ic = q.cuda(), _to_cuda(torch, cache), torch.from_numpy(idx).cuda()
     assert cc.stride(0) == (page + padded) * 656

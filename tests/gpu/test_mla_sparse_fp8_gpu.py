@@ -43,13 +43,9 @@ CASES = [  # s_q, heads, topk, s_kv, topk_length, sinks, row pitch
 ]
 
 
-@pytest.mark.parametrize("stage_rows", ["32", "64"])
 @pytest.mark.parametrize("s_q,heads,topk,s_kv,with_lengths,with_sinks,pitch", CASES)
-def test_fp8_mla_sparse_matches_reference(torch, monkeypatch, s_q, heads, topk, s_kv, with_lengths, with_sinks, pitch,
-                                          stage_rows):
-    """Both staging rings (FA4MLIR_MLA_SPARSE_FP8_STAGE_ROWS; the kernel's note "FP8 staging ring")."""
+def test_fp8_mla_sparse_matches_reference(torch, s_q, heads, topk, s_kv, with_lengths, with_sinks, pitch):
     from fa4mlir import flash_mla_sparse_fwd
-    monkeypatch.setenv("FA4MLIR_MLA_SPARSE_FP8_STAGE_ROWS", stage_rows)
     from fa4mlir.testing_mla import check_mla_sparse
     q, raw, rows, idx = _case(torch, s_q, heads, topk, s_kv, pitch=pitch)
     kvc = raw.cuda()[:, :656].unsqueeze(1).view(torch.float8_e4m3fn)

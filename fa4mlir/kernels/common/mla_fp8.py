@@ -112,24 +112,17 @@ def pass_steps(kind: str) -> tuple[int, int]:
     return rows * ROW_BYTES, rows * SWIZZLE
 
 
-def emit_dequant(kb, t: Value, w: Value, stage, tile, bn: int, valid: Value | None = None,
-                 tile_rows: int | None = None) -> None:
+def emit_dequant(kb, t: Value, w: Value, stage, tile, bn: int, valid: Value | None = None) -> None:
     """Warpgroup w's share (note "FP8 lanes") of one staged tile of bn rows at `stage` into the
     swizzled bf16 tile at `tile`: its latent columns dequantized, its rope rows copied; rows at or
     past `valid` (None: all real) are written as zeros, whatever the stage holds there. Each load is
-    issued a pass ahead of its use. The caller fences the stores to the async proxy and syncs.
-    `tile_rows` (default bn): the rows of the tile `tile` points into, whose 64-column chunks are
-    tile_rows x 128 bytes apart: bn staged rows may fill rows k bn .. of a larger tile (`tile` then
-    points k bn x 128 bytes in; a multiple of 8 rows keeps the swizzle)."""
+    issued a pass ahead of its use. The caller fences the stores to the async proxy and syncs."""
     check_bn(bn)
-    rows = tile_rows or bn
-    if rows % bn:
-        raise ValueError(f"{bn} staged rows into a tile of {rows}: expected a multiple")
     zero = const(0, ("i32", 4))
     row0, piece = latent_slot(t, w, 0)
     src = kb.gep(stage, stage_offset(row0, piece * PIECE), "i8")
     scale_src = kb.gep(stage, stage_offset(row0, SCALES_AT + WORD * ((piece * PIECE) // SCALE_GROUP)), "i8")
-    dst = [kb.gep(tile, tile_offset(row0, piece * PIECE + 8 * h, rows), "i8") for h in (0, 1)]
+    dst = [kb.gep(tile, tile_offset(row0, piece * PIECE + 8 * h, bn), "i8") for h in (0, 1)]
     step, tile_step = pass_steps("latent")
 
     def load(i):
@@ -148,7 +141,7 @@ def emit_dequant(kb, t: Value, w: Value, stage, tile, bn: int, valid: Value | No
             kb.store(unit, kb.gep(dst[h], i * tile_step, "i8"), align=16)
     row0, unit_idx = rope_slot(t, w, 0, bn)
     src = kb.gep(stage, stage_offset(row0, ROPE_AT + unit_idx * PIECE), "i8")
-    dst = kb.gep(tile, tile_offset(row0, NOPE + 8 * unit_idx, rows), "i8")
+    dst = kb.gep(tile, tile_offset(row0, NOPE + 8 * unit_idx, bn), "i8")
     step, tile_step = pass_steps("rope")
     for i in range(rope_passes(bn)):
         val = kb.load(kb.gep(src, i * step, "i8"), ("i32", 4), align=16)
