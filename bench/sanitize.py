@@ -162,7 +162,7 @@ def emit(tag: str, value: dict) -> None:
 
 # Fields an attention kernel's key holds only when set (AttnConfig.key): an entry with one set holds
 # every item of the plain kernel of its tiles, so a case's entry must agree on these too
-OPTIONAL_FIELDS = {"varlen": False, "page_size": 0, "head_dim_v": 0, "score_mod": "", "mask_mod": "", "aux": "", "varlen_q": False,
+OPTIONAL_FIELDS = {"varlen": False, "varlen_compact": False, "page_size": 0, "head_dim_v": 0, "score_mod": "", "mask_mod": "", "aux": "", "varlen_q": False,
                    "window_left": -1, "window_right": -1, "chunk": 0, "softcap": False, "sinks": False,
                    "fp8": False,   # fp8: the MLA kernel's FP8-latent-cache variant, whose key alone holds it
                    "kv_dtype": ""}  # and the sparse MLA prefill's FP8 variant (kv_dtype "fp8"), likewise

@@ -42,7 +42,8 @@ def family(kernel: str, config: dict) -> str:
         return kernel
     if config.get("page_size"):     # the varlen kernel over paged pools: a known gap (KNOWN_GAPS)
         return PAGED_PREFILL
-    order = "varlen" if config.get("varlen") else "persistent" if config["persistent"] else "tiled"
+    order = ("varlen-compact" if config.get("varlen_compact") else "varlen" if config.get("varlen")
+             else "persistent" if config["persistent"] else "tiled")
     return "/".join((kernel, order,
                      "causal" if config["causal"] else "full", f"{config['bm'] // 64}wg",
                      "pingpong" if config["pingpong"] else "nopp"))
@@ -164,6 +165,7 @@ def _mods(dtype: str, head_dim: int, causal: bool, window=(-1, -1), chunk: int =
 
 
 _MODS_END = 12 + len(kernel_sets.VARLEN_MOD_CASES)   # attention_varlen(): VARLEN_CASES, chunks, mods, head dims
+_COMPACT = _MODS_END + len(kernel_sets.VARLEN_HEAD_DIM_CASES)   # then the compact grid's (VARLEN_COMPACT_CASES)
 
 
 def _varlen(name: str, cases, quick: bool = False) -> Case:
@@ -243,6 +245,8 @@ CASES = (
     _varlen("varlen-chunk", (10, 11)),   # attention_chunk= (kernel_sets.VARLEN_CHUNK_CASES)
     _varlen("varlen-mods", range(12, _MODS_END)),        # score_mod= / mask_mod= (kernel_sets.VARLEN_MOD_CASES)
     _varlen("varlen-head-dims", range(_MODS_END, _MODS_END + len(kernel_sets.VARLEN_HEAD_DIM_CASES))),  # MLA, D96, D192
+    # the compact grid (AttnConfig.varlen_compact: FA4MLIR_VARLEN_GRID=compact), its own family of block order
+    _varlen("varlen-compact", range(_COMPACT, _COMPACT + len(kernel_sets.VARLEN_COMPACT_CASES)), quick=True),
     # flash_mla_with_kvcache's kernels (mla): split and unsplit, with and without the exchange of P;
     # f16; 16-row pages; the head-dim-512 combine of split calls
     _mla("mla-bf16-p64", "bf16", 64, quick=True),

@@ -18,7 +18,9 @@ sequences' key counts. A kernel with head_dim_v (MLA prefill's qk 192 / v 128) g
 D_v wide. A kernel with compiled-in functions (kernel_sets.VARLEN_MOD_CASES, found by their
 fingerprints) runs them with testing_varlen's aux tensors and is checked by compare_varlen_scored
 (per sequence, on the CPU). Before each call the child checks that flash_attn_varlen_func picks the
-case's kernel (varlen_config of the call's options).
+case's kernel (varlen_config of the call's options). A compact-grid kernel (AttnConfig.varlen_compact:
+`attention_fwd_sm90/varlen-compact/...`, its own family: its blocks find their sequence by a warp scan)
+runs with FA4MLIR_VARLEN_GRID=compact.
 """
 from __future__ import annotations
 
@@ -80,7 +82,7 @@ def picked(cfg: acfg.AttnConfig, opts: dict) -> acfg.AttnConfig:
     mask = attention_mask(cfg.causal, opts.get("window_size", (-1, -1)), opts.get("attention_chunk", 0))
     return acfg_varlen.varlen_config(cfg.dtype, cfg.head_dim, cfg.causal, None if mask.is_legacy else mask,
                               softcap=bool(opts.get("softcap")), sinks="sinks" in opts, head_dim_v=cfg.head_dim_v,
-                              score_mod=cfg.score_mod, mask_mod=cfg.mask_mod, aux=cfg.aux)
+                              score_mod=cfg.score_mod, mask_mod=cfg.mask_mod, aux=cfg.aux, compact=cfg.varlen_compact)
 
 
 def child_varlen(case, bundle, seed: int):
@@ -90,6 +92,7 @@ def child_varlen(case, bundle, seed: int):
 
     from bench import sanitize as san
     from fa4mlir.attention import flash_attn_varlen_func
+    from fa4mlir.bench.prefill_workloads import with_varlen_grid
     from fa4mlir.testing import torch_dtype
     from fa4mlir.testing_varlen import compare_varlen, compare_varlen_scored, varlen_aux, varlen_mods, varlen_torch_mods
 
@@ -124,8 +127,10 @@ def child_varlen(case, bundle, seed: int):
                 score_mod, mask_mod = varlen_mods(score, mask)
                 opts.update(score_mod=score_mod, mask_mod=mask_mod,
                             aux_tensors=[torch.from_numpy(a).to(device) for a in aux])
-            flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk), seqused_k=used_t, causal=cfg.causal,
-                                   out=out, lse=lse, return_lse=True, bundle=bundle, **opts)
+            call = with_varlen_grid(lambda: flash_attn_varlen_func(   # noqa: B023 (called at once)
+                q, k, v, cu_q, cu_k, max(lq), max(lk), seqused_k=used_t, causal=cfg.causal, out=out, lse=lse,
+                return_lse=True, bundle=bundle, **opts), "compact" if cfg.varlen_compact else "sections")
+            call()
             torch.cuda.synchronize()
             if row is not None:
                 r = compare_varlen_scored(*(x.cpu() for x in (q, k, v, out, lse, cu_q, cu_k)), d ** -0.5, cfg.causal,

@@ -1,8 +1,12 @@
-"""A/B of the varlen kernels of two (or more) bundles on the same tensors, on a GPU (MLIR-free).
+"""A/B of the varlen kernels of two (or more) bundles, or grids, on the same tensors, on a GPU (MLIR-free).
 
     python3 bench/varlen_ab.py BUNDLE_A BUNDLE_B [--out ab.json]
+    python3 bench/varlen_ab.py BUNDLE --grids sections,compact [--out ab.json]
 
-Times fa4mlir.flash_attn_varlen_func(bundle=...) for each bundle in turn, alternating, two rounds,
+Times fa4mlir.flash_attn_varlen_func(bundle=...) for each bundle and each grid (FA4MLIR_VARLEN_GRID:
+sections, the default, or compact, kernels/common/varlen_compact.py; the bundle must hold the kernel
+of each: the prefill or bench set holds both for the anchors' causal batch; a case whose kernel a bundle
+lacks is reported and skipped) in turn, alternating, two rounds,
 on: the anchors' prefill_varlen batch (16 causal sequences of 256..8192 tokens, seed 11, H 32, Hk 8,
 D 128), 16 x 8192 and 16 x 2048 causal, and the anchors' batch non-causal. Each timing is the
 benchmarks' heated do_bench median (fa4mlir.bench.timers.make_timer, heat 1000 ms), so the order of
@@ -24,14 +28,21 @@ def cases(torch):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("bundles", nargs="+")
+    ap.add_argument("bundles", nargs="*", help="bundle directories (none: FA4MLIR_BUNDLE, or the compiler)")
+    ap.add_argument("--grids", default="sections", help="comma-separated FA4MLIR_VARLEN_GRID values to time")
     ap.add_argument("--out", default="varlen-ab.json")
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args(argv)
     import torch
 
     import fa4mlir
+    from fa4mlir.kernels.common.varlen_compact import GRIDS
+    from fa4mlir.bench.prefill_workloads import with_varlen_grid
     from fa4mlir.bench.timers import make_timer
+    grids = args.grids.split(",")
+    if any(g not in GRIDS for g in grids):
+        ap.error(f"--grids takes {', '.join(GRIDS)}, got {args.grids!r}")
+    variants = [(b, g) for b in args.bundles or [None] for g in grids]
     timer, desc = make_timer(heat_ms=1000)
     heads, kv_heads, d = 32, 8, 128
     rows = []
@@ -46,19 +57,25 @@ def main(argv=None) -> int:
         flops = sum(4 * heads * n * n * d / (2 if causal else 1) for n in lens)
         outs = []
         for rnd in range(args.rounds):
-            for b in args.bundles:
-                def call(b=b):
+            for b, grid in variants:
+                def plain(b=b):
                     return fa4mlir.flash_attn_varlen_func(q, k, v, cu, cu, mx, mx, causal=causal, bundle=b)
-                o = call()
+                call = with_varlen_grid(plain, grid)
+                try:
+                    o = call()
+                except LookupError as e:   # BundleError: the bundle lacks this case's kernel on this grid
+                    print(f"{name:10s} causal={causal:d} r{rnd} {grid:8s} {b}: not in the bundle ({str(e)[:120]})")
+                    continue
                 torch.cuda.synchronize()
                 if rnd == 0:
                     outs.append(o.float())
                 ms = timer(call)
-                rows.append({"case": name, "causal": causal, "bundle": b, "round": rnd, "ms": ms,
+                rows.append({"case": name, "causal": causal, "bundle": b, "grid": grid, "round": rnd, "ms": ms,
                              "tflops": flops / ms / 1e9})
-                print(f"{name:10s} causal={causal:d} r{rnd} {ms:8.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s  {b}", flush=True)
+                print(f"{name:10s} causal={causal:d} r{rnd} {ms:8.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s  {grid:8s} {b}",
+                      flush=True)
         diff = max(float((o - outs[0]).abs().max()) for o in outs)
-        print(f"   largest |difference| between the bundles' outputs: {diff}")
+        print(f"   largest |difference| between the variants' outputs: {diff}")
     with open(args.out, "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "timer": desc, "rows": rows}, f, indent=1)
     return 0

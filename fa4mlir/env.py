@@ -37,6 +37,10 @@ KNOBS: dict[str, Knob] = {
         Knob("FA4MLIR_DECODE_FP8_VARIANT", None, "str", "flash_attn_with_kvcache over an FP8 cache runs this "
              "entry of attention_decode_sm90_config.FP8_VARIANTS instead of the default kernel (bench decode "
              "--decode-variant; a bundle must hold it: the decode-fp8-variants set)"),
+        Knob("FA4MLIR_VARLEN_GRID", None, "str", "flash_attn_varlen_func's grid (packed k and v): unset or "
+             "'sections', the default (ceil(max_seqlen_q / bm) tiles per sequence, the empty ones exit), or "
+             "'compact' (one block per working tile, AttnConfig.varlen_compact: an A/B variant; a bundle must "
+             "hold it: the bench or prefill set); read at every call"),
         Knob("FA4MLIR_PREFILL_TILES", None, "str", "flash_attn_func runs its case's default kernel with these "
              "AttnConfig tile / code-knob fields replaced ('bn=144,persistent=False'; for measurement: bench "
              "prefill --prefill-tiles); a kernel source without that variant raises BundleError, never falls back"),

@@ -33,6 +33,8 @@ class VarlenCase:
     score: str = ""                    # a score_mod by name (fa4mlir.testing_varlen.varlen_mods)
     mask_mod: str = ""                 # a mask_mod by name
     cap: float = 2.0                   # score "softcap"'s cap
+    compact: bool = False              # the compact grid (AttnConfig.varlen_compact)
+    l2_bytes: int = 0                  # the L2 launch_args sizes sections / chunks by (0: its default)
 
     @property
     def dim_v(self) -> int:
@@ -93,7 +95,21 @@ HEAD_DIM_CASES = [
     VarlenCase("d96-causal", 96, (65, 1, 130), (64, 3, 200), causal=True),
     VarlenCase("d192-ragged", 192, (1, 130, 0), (5, 129, 3)),
 ]
-BY_NAME = {c.name: c for c in CASES + MOD_CASES + HEAD_DIM_CASES}
+# The compact grid (common.varlen_compact): heads in chunks of 4 with a rest of 2 (an L2 of four KV heads'
+# K and V: section_shift 2 at GQA group 2), lengths 0 and 1 and tiles plus one row, a sequence longer than
+# its tile count's bm; and 37 sequences (the warp scan's second chunk of 32) at bm 192
+def _seqs37():
+    lens = [(i * 7) % 5 for i in range(36)] + [200]
+    lens[20], lens[33] = 193, 0
+    return tuple(lens)
+
+
+COMPACT_CASES = [
+    VarlenCase("d128-causal-gqa-compact", 128, (1, 0, 200, 129), (1, 3, 200, 140), causal=True, heads=6,
+               kv_heads=3, compact=True, l2_bytes=int(4 * 200 * 256 * 2 / 0.6) + 1),
+    VarlenCase("d64-37seqs-compact", 64, _seqs37(), _seqs37(), compact=True),
+]
+BY_NAME = {c.name: c for c in CASES + MOD_CASES + HEAD_DIM_CASES + COMPACT_CASES}
 
 
 def config(case: VarlenCase):
@@ -102,7 +118,8 @@ def config(case: VarlenCase):
     score, mask_mod = case.mods
     return varlen_config(case.dtype, case.head_dim, case.causal, mask, softcap=case.softcap > 0, sinks=case.sinks,
                          head_dim_v=case.head_dim_v, score_mod=score.fingerprint() if score else "",
-                         mask_mod=mask_mod.fingerprint() if mask_mod else "", aux=case.aux_spec())
+                         mask_mod=mask_mod.fingerprint() if mask_mod else "", aux=case.aux_spec(),
+                         compact=case.compact)
 
 
 def _bits(x: np.ndarray, dtype: str) -> np.ndarray:
@@ -151,7 +168,7 @@ def launch(case: VarlenCase, tensors: dict):
     from fa4mlir.kernels.attention_sm90_config import grid, launch_args
     cfg, pr = config(case), problem(case)
     tma = {n: tensors[n].reshape(1, *tensors[n].shape) for n in ("q", "k", "v", "o")}
-    args = launch_args(cfg, pr, {**tensors, **tma})
+    args = launch_args(cfg, pr, {**tensors, **tma}, **({"l2_bytes": case.l2_bytes} if case.l2_bytes else {}))
     args["o_rows"] = tensors["o"]
     return grid(cfg, pr), args
 
@@ -167,4 +184,4 @@ def run(case: VarlenCase, *, policy: str = "lazy", seed: int = 0) -> dict:
     return {**tensors, "ctas": len(done), "kernel_name": kernel.name}
 
 
-__all__ = ["VarlenCase", "CASES", "MOD_CASES", "HEAD_DIM_CASES", "BY_NAME", "config", "problem", "inputs", "launch", "run", "replace"]
+__all__ = ["VarlenCase", "CASES", "MOD_CASES", "HEAD_DIM_CASES", "COMPACT_CASES", "BY_NAME", "config", "problem", "inputs", "launch", "run", "replace"]

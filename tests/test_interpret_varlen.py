@@ -4,7 +4,9 @@ lengths, GQA, causal, a window, softcap with sinks and seqused_k), numerics by t
 sequence (fa4mlir.testing_varlen.compare_varlen), packed rows past the last sequence untouched, and
 rows that see no key exactly O = 0 with LSE = +inf (or the head's sink). HEAD_DIM_CASES: MLA prefill's
 qk 192 / v 128 (out [total_q, heads, 128]), D96, D192. MOD_CASES: score_mod / mask_mod with batch the
-sequence and q_idx / kv_idx positions in it, against the functions' torch twins per sequence."""
+sequence and q_idx / kv_idx positions in it, against the functions' torch twins per sequence.
+COMPACT_CASES: the compact grid (common.varlen_compact: heads in chunks with a rest, 37 sequences for the
+warp scan's second chunk), the same checks."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,14 +15,14 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fa4mlir.testing_varlen import compare_varlen, compare_varlen_scored, sequences, varlen_torch_mods  # noqa: E402
-from tests.interpret_varlen import CASES, HEAD_DIM_CASES, MOD_CASES, run  # noqa: E402
+from tests.interpret_varlen import COMPACT_CASES, CASES, HEAD_DIM_CASES, MOD_CASES, run  # noqa: E402
 
 
 def _tensor(bits: np.ndarray, dtype: str):
     return torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16 if dtype == "bf16" else torch.float16)
 
 
-@pytest.mark.parametrize("case", CASES + HEAD_DIM_CASES, ids=lambda c: c.name)
+@pytest.mark.parametrize("case", CASES + HEAD_DIM_CASES + COMPACT_CASES, ids=lambda c: c.name)
 def test_varlen_kernel_through_the_interpreter(case):
     got = run(case, seed=1)
     q, k, v, o = (_tensor(got[n], case.dtype) for n in ("q", "k", "v", "o"))

@@ -91,3 +91,33 @@ def test_varlen_head_dim_kernels_compile_without_spills(case):
     assert 0 < r["registers"] <= cfg.register_pool // cfg.threads, r
     assert r["smem_bytes"] <= 227 * 1024 and r["smem_bytes"] <= cfg.smem_bytes(), (r, cfg.smem_bytes())
     assert f"_d{d}{f'v{dv}' if dv else ''}_" in art.name and "_varlen" in art.name, art.name
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-d{c[1]}"
+                         f"{'-causal' if c[2] else ''}{'-window' if c[3] != (-1, -1) else ''}{'-softcap' if c[4] else ''}")
+def test_compact_grid_kernels_compile_without_spills(case):
+    """The compact-grid variant (varlen_compact, common.varlen_compact) of every VARLEN_CASES kernel: 0
+    spills (the tile's coordinates come from the warp scan, broadcast warp-uniform), `_compact` in the
+    name, COMPACT_PARAMS after the varlen parameters."""
+    from dataclasses import replace
+    cfg = replace(_config(case), varlen_compact=True).validate()
+    _check_compact(cfg)
+
+
+@pytest.mark.parametrize("case", VARLEN_HEAD_DIM_CASES, ids=lambda c: f"{c[0]}-d{c[1]}v{c[2] or c[1]}"
+                                                                      f"{'-causal' if c[3] else ''}")
+def test_compact_grid_head_dim_kernels_compile_without_spills(case):
+    dtype, d, dv, causal = case
+    _check_compact(varlen_config(dtype, d, causal, head_dim_v=dv, compact=True))
+
+
+def _check_compact(cfg):
+    from fa4mlir.kernels.attention_sm90_config import COMPACT_PARAMS
+    art = lowering.lower(attention_fwd_sm90.build(cfg), CompileOptions(cubin_backend="ptxas"))
+    r = art.resources
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r
+    assert not r["wgmma_serialized"], r
+    assert 0 < r["registers"] <= cfg.register_pool // cfg.threads, r
+    assert art.name.endswith("_compact") and "_varlen" in art.name, art.name
+    names = [p.name for p in art.params]
+    assert names[-len(COMPACT_PARAMS) - 6] == "o_rows" and names[-len(COMPACT_PARAMS):] == [n for n, _ in COMPACT_PARAMS]

@@ -55,6 +55,10 @@ seqused_k (or every slot of the table), cu_seqlens_k None (FlashAttention-3/4's 
 prefill kernel over the pools or the decode kernel over the KV-cache operand runs it, masks and score
 modifiers included, by an explicit rule (varlen_paged.py, note "Which kernel", says what it takes and does).
 
+The grid: FA4MLIR_VARLEN_GRID=compact (read at every call, `varlen_grid`) runs the kernel on the compact
+grid (kernels/common/varlen_compact.py: one block per working query tile, no empty blocks), a variant
+for A/B runs (bench/varlen_ab.py --grids sections,compact); unset, the default grid.
+
 There is no call cache
 yet: every call checks and packs its launch (tens of microseconds of host time), and no torch
 custom op for calls with out= or lse= (the functional op fa4mlir::flash_attn_varlen_fwd serves the
@@ -66,6 +70,7 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 
+from .. import env
 from ..driver import device_info, resolve_stream
 from ..kernels import attention_sm90_config as attn_cfg
 from ..kernels import attention_sm90_config_varlen as attn_varlen
@@ -74,6 +79,7 @@ from .checks import (MAX_I32, VARLEN_API, _err, check_device_context, check_devi
                      check_varlen_outputs, device_ordinal, read_tensor)
 from .errors import ArgumentTypeError, FlashAttnInputError, ShapeError, UnsupportedFeatureError
 from .plan import Launch, TensorRef, source_for
+from ..kernels.common.varlen_compact import GRID_ENV, GRIDS
 from .varlen_paged import VarlenPagedProblem, check_varlen_paged
 from .varlen_paged import run as run_paged
 
@@ -155,7 +161,7 @@ def _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_se
         config = attn_varlen.varlen_config(problem.dtype, problem.head_dim, problem.causal, problem.mask,
                                         softcap=problem.softcap > 0, sinks=problem.sinks,
                                         head_dim_v=problem.head_dim_v, score_mod=problem.score_mod,
-                                        mask_mod=problem.mask_mod, aux=problem.aux)
+                                        mask_mod=problem.mask_mod, aux=problem.aux, compact=varlen_grid() == "compact")
         try:
             kernel = source.kernel(config)    # a bundle without it: BundleError (--set attention-varlen, prefill)
         except FlashAttnInputError as e:
@@ -168,6 +174,15 @@ def _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_se
         args = launch.bind({n: t.unsqueeze(0) if n in TMA_TENSORS else t for n, t in tensors.items()})
         kernel.launch(launch.grid, args, resolve_stream(None, True, q.device.index))
     return out, lse
+
+
+def varlen_grid() -> str:
+    """The varlen grid the environment picks (FA4MLIR_VARLEN_GRID: unset or 'sections', or 'compact');
+    ValueError for another value, before any launch."""
+    name = (env.get_str(GRID_ENV) or "sections").strip()
+    if name not in GRIDS:
+        raise ValueError(f"{GRID_ENV}={name!r}: expected one of {', '.join(GRIDS)} (unset: sections)")
+    return name
 
 
 def varlen_launch(config: attn_cfg.AttnConfig, kernel, problem) -> Launch:
@@ -233,4 +248,4 @@ def _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sequ
     return problem, infos
 
 
-__all__ = ["flash_attn_varlen_func", "varlen_launch"]
+__all__ = ["flash_attn_varlen_func", "varlen_launch", "varlen_grid", "GRID_ENV", "GRIDS"]

@@ -150,6 +150,7 @@ def _varlen(torch, rows, fa4, flex) -> list[Row]:
         f = _fa4mlir("flash_attn_varlen_func")
         return lambda: _first(f(q, k, v, cu, cu, mx, mx, causal=True))
     bk["fa4mlir"] = fa4mlir_varlen
+    bk["fa4mlir[compact]"] = lambda: with_varlen_grid(fa4mlir_varlen(), "compact")
     if fa4:
         bk["fa4cute"] = lambda: lambda: _first(fa4[1](q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=mx,
                                                       max_seqlen_k=mx, causal=True))
@@ -170,6 +171,28 @@ def _varlen(torch, rows, fa4, flex) -> list[Row]:
                                    block_mask=bm, enable_gqa=True)[0].transpose(0, 1)
         bk["flex(document mask)"] = flex_doc
     return [_row(torch, "prefill_varlen", bk, check, q.numel(), lens)]
+
+
+def with_varlen_grid(call: Callable, grid: str) -> Callable:
+    """``call`` run with FA4MLIR_VARLEN_GRID=grid (flash_attn_varlen_func reads it at every call: the
+    compact grid's A/B against the default on the same tensors), the environment restored after."""
+    from ..kernels.common.varlen_compact import GRID_ENV
+    return with_env(call, GRID_ENV, grid)
+
+
+def with_env(call: Callable, name: str, value: str) -> Callable:
+    """``call`` run with the environment variable ``name`` set to ``value``, restored after each call."""
+    def run():
+        before = os.environ.get(name)
+        os.environ[name] = value
+        try:
+            return call()
+        finally:
+            if before is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = before
+    return run
 
 
 def _chunked(torch, rows, fa4, flex) -> list[Row]:
@@ -352,19 +375,7 @@ def with_tiles(make: Callable, spec: str) -> Callable:
     """The backend `make` whose calls run with FA4MLIR_PREFILL_TILES=spec (attention.plan.tile_override;
     the call cache keys on it), the environment restored after each call."""
     def made():
-        call = make()
-
-        def run():
-            before = os.environ.get(PREFILL_TILES_ENV)
-            os.environ[PREFILL_TILES_ENV] = spec
-            try:
-                return call()
-            finally:
-                if before is None:
-                    del os.environ[PREFILL_TILES_ENV]
-                else:
-                    os.environ[PREFILL_TILES_ENV] = before
-        return run
+        return with_env(make(), PREFILL_TILES_ENV, spec)
     return made
 
 

@@ -137,7 +137,8 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
                          div("tiles"), div("heads"), (p["section_shift"], div("rest")), p.get("softcap_scale"),
                          p.get("sinks"), varlen.params_of(p) if cfg.varlen else None,
                          ModHook(kb, cfg, p) if cfg.score_mod or cfg.mask_mod else None,
-                         paged.params_of(p) if cfg.page_size else None)
+                         paged.params_of(p) if cfg.page_size else None,
+                         varlen.compact_params_of(p) if cfg.varlen_compact else None)
         bufs = _Buffers(q_smem, k_smem, v_smem, o_smem, q_pipe, k_pipe, v_pipe, q_desc, k_desc, v_desc, o_desc,
                         lse_ptr, q_bytes, kv_bytes, v_bytes)
         tiles = _Tiles(kb, cfg, params)
@@ -168,6 +169,7 @@ class _Params:
     varlen: varlen.VarlenParams | None = None   # varlen: cu_seqlens and the rest (VARLEN_PARAMS)
     mods: ModHook | None = None          # score_mod / mask_mod (common.score_mod_ir)
     paged: paged.PagedParams | None = None   # page_size: the page table (PAGED_PARAMS)
+    compact: varlen.CompactParams | None = None   # varlen_compact: the heads' chunks (COMPACT_PARAMS)
 
 
 @dataclass(frozen=True)
@@ -284,6 +286,10 @@ class _Tiles:
     def __init__(self, kb, cfg, params: _Params):
         self.kb, self.cfg, self.params = kb, cfg, params
         self.fixed = None
+        if cfg.varlen_compact:  # common.varlen_compact's grid: the block's sequence by a warp scan
+            m_block, head, b, seq = varlen.compact_tile_of(kb, params, self._m_tiles(), cfg.bm)
+            self.fixed = _Geometry(cfg, params, m_block, head, b, seq)
+            return
         if cfg.varlen:  # common.varlen_schedule's order; the sequence from cu_seqlens
             m_block, head, b = varlen.tile_of(kb, params, self._m_tiles())
             seq = (paged.sequence(kb, params.varlen, params.paged, b) if cfg.page_size

@@ -10,7 +10,10 @@ coordinate by its sequence's start:
 - the grid is 1-D in common.varlen_schedule's order (sections of (head, sequence) indices whose K
   and V fit in L2, last query tile first within a section); each CTA reads its
   sequence's start and lengths from device memory (`sequence`) and exits at once when its query
-  tile starts past the sequence's end (no barrier, no TMA: _Tiles.guard);
+  tile starts past the sequence's end (no barrier, no TMA: _Tiles.guard). With varlen_compact the
+  grid is common.varlen_compact's instead, one block per working tile (`compact_tile_of`: a warp
+  scan of cu_seqlens_q finds the block's sequence), and only the blocks past the last working tile
+  exit so;
 - Q rows past the sequence's end load the next sequence's rows (or TMA's zeros past the tensor):
   their results are never stored. K and V rows past seqlen_k load the same way and are masked
   exactly as the dense kernel masks its seqlen_k tail (the tail block runs the masked softmax, its
@@ -46,6 +49,7 @@ from typing import NamedTuple
 
 from ..dsl import Value, const, fast_div, select, vec
 from .common.sections import section_tile
+from .common.varlen_compact import WARP, length_tiles, scan_start, scan_step, tile_in_sequence
 from .common.wgmma import acc_pair
 
 
@@ -78,11 +82,19 @@ def sequence(kb, vp: VarlenParams, batch: Value) -> Sequence:
     def load(ptr, idx):
         return kb.load(kb.gep(ptr, idx, "i32"), "i32", align=4)
 
-    q_start = load(vp.cu_q, batch).smax(const(0))
-    q_end = load(vp.cu_q, batch + 1).smin(vp.total_q)
-    k_start = load(vp.cu_k, batch)
-    k_len = load(vp.cu_k, batch + 1) - k_start
-    used = load(vp.seqused_k, batch)     # cu_seqlens_k[batch] when there is no seqused_k: not read then
+    return clip_sequence(vp, lambda: load(vp.cu_q, batch), lambda: load(vp.cu_q, batch + 1),
+                         lambda: load(vp.cu_k, batch), lambda: load(vp.cu_k, batch + 1),
+                         lambda: load(vp.seqused_k, batch))
+
+
+def clip_sequence(vp: VarlenParams, q_lo, q_hi, k_lo, k_hi, used) -> Sequence:
+    """`sequence` from its cu_seqlens_q pair, cu_seqlens_k pair and seqused_k entry, each a thunk
+    (`sequence` loads there; the compact grid's scan has them already)."""
+    q_start = q_lo().smax(const(0))
+    q_end = q_hi().smin(vp.total_q)
+    k_start = k_lo()
+    k_len = k_hi() - k_start
+    used = used()     # cu_seqlens_k[batch] when there is no seqused_k: not read then
     seqlen_k = select(vp.has_seqused_k.ne(0), used, k_len).smax(const(0))
     return Sequence(q_start, (q_end - q_start).smax(const(0)), k_start, seqlen_k)
 
@@ -103,6 +115,69 @@ def tile_of(kb, params, m_tiles: Value):
                                _SectionOps)
     b = fast_div(hb, *params.div_heads)
     return m_block, hb - b * params.heads, b
+
+
+class CompactParams(NamedTuple):
+    """The compact grid's launch parameters (attention_sm90_config.COMPACT_PARAMS)."""
+    chunk_heads: Value     # g: heads per chunk
+    chunk_full: Value      # whole chunks (heads // g)
+    div_chunk: tuple       # g as a fastdiv pair
+    div_rest: tuple        # heads mod g (1 when none) as a fastdiv pair
+
+
+def compact_params_of(p: dict) -> CompactParams:
+    return CompactParams(p["chunk_heads"], p["chunk_full"], (p["chunk_mul"], p["chunk_shr"]),
+                         (p["chunk_rest_mul"], p["chunk_rest_shr"]))
+
+
+class _LaneOps:
+    """common.varlen_compact's ops on kernel Values (each thread one lane of its warp)."""
+
+    def __init__(self, kb):
+        self.shuffle_xor = kb.shuffle_xor
+
+    select = staticmethod(select)
+    le = staticmethod(lambda a, b: a.le(b))
+    lt = staticmethod(lambda a, b: a.lt(b))
+    nonzero = staticmethod(lambda a: a.ne(0))
+    smin = staticmethod(lambda a, b: a.smin(b))
+    smax = staticmethod(lambda a, b: a.smax(b))
+    const = staticmethod(const)
+
+
+def compact_tile_of(kb, params, m_tiles: Value, bm: int):
+    """(m_block, head, sequence, Sequence) of this CTA on the compact grid (common.varlen_compact):
+    every warp scans the batch 32 sequences at a time, each lane loading its sequence's cu_seqlens_q
+    and cu_seqlens_k pairs and seqused_k at once (scan_step), and the lane whose tiles hold the block
+    index t hands its sequence, first tile and loads to the warp, so no load waits on the scan; then
+    the index within the sequence splits into (m_block, head) (tile_in_sequence). A block past the last
+    working tile finds no sequence: index 0, every field 0, so seqlen_q 0, and m_block 0 (not -1: the
+    epilogue's row bounds are unsigned), an empty tile (it exits as an empty tile does: no KV block, no
+    row stored). Every thread runs it before the roles split (the shuffles need whole
+    warps); the results are broadcast warp-uniform, so that ptxas keeps the tile's coordinates in uniform
+    registers, as the default grid's (from the block index) are, not in the consumers' (D64's bm 192
+    kernel spilled 12 / 48 bytes without it)."""
+    vp, cp = params.varlen, params.compact
+    ops, t = _LaneOps(kb), kb.block_idx(0)
+    lane = kb.thread_idx(0) & (WARP - 1)
+
+    def load(ptr, idx):
+        return kb.load(kb.gep(ptr, idx, "i32"), "i32", align=4)
+
+    def load_fields(i, i1, iu):   # a lane's cu_seqlens_q pair, cu_seqlens_k pair and seqused_k (clamped)
+        return load(vp.cu_q, i), load(vp.cu_q, i1), load(vp.cu_k, i), load(vp.cu_k, i1), load(vp.seqused_k, iu)
+
+    scan = kb.for_(const(0), params.batch, WARP, carry=scan_start(5, ops))
+    with scan as (k, carry):
+        scan.yield_(scan_step(t, lane, k, params.batch, load_fields, vp.total_q, bm, m_tiles, params.heads, carry,
+                              ops))
+    b, first, *fields = (kb.warp_uniform(v) for v in scan.results[1:])
+    seq = clip_sequence(vp, *(lambda v=v: v for v in fields))
+    n = length_tiles(seq.seqlen_q, bm, m_tiles, ops)      # as the scan counted sequence b's tiles
+    m_block, head = tile_in_sequence(t - first, n, params.heads, cp.chunk_heads, cp.chunk_full,
+                                     lambda u: fast_div(u, *cp.div_chunk), lambda u: fast_div(u, *cp.div_rest), ops)
+    m_block = select(n.eq(0), const(0), m_block)   # no sequence: tile 0 of none (its n - 1 - idx is -1)
+    return kb.warp_uniform(m_block), kb.warp_uniform(head), b, seq
 
 
 def rows_fit(geo, wg: Value) -> Value:
@@ -150,4 +225,4 @@ def epilogue(kb, cfg, cs, o: Value, inv: list, lse: list, store_tile) -> None:
                 kb.store(lse[h], kb.gep(cs.bufs.lse_ptr, lse_index(geo, cs.grow[h]), "f32"), align=4)
 
 
-__all__ = ["VarlenParams", "Sequence", "params_of", "sequence", "tile_of", "rows_fit", "store_rows", "lse_index", "epilogue"]
+__all__ = ["VarlenParams", "Sequence", "CompactParams", "compact_params_of", "compact_tile_of", "params_of", "sequence", "tile_of", "rows_fit", "store_rows", "lse_index", "epilogue"]

@@ -18,6 +18,7 @@ from .common.naming import softmax_knob_tags
 from .common.paging import MAX_PAGE_SIZE, fetch_plan, prefill_box_rule
 from .common.score_mod import aux_params, calls_sfu, parse_aux_spec, registered
 from .common.sections import section_tile
+from .common.varlen_compact import compact_grid_size, compact_params
 from .common.varlen_schedule import varlen_grid_size
 
 KERNEL = "attention_fwd_sm90"
@@ -38,7 +39,8 @@ SOFTCAP_TANH = ("", "f16x2")   # AttnConfig.softcap_tanh
 # and the polynomial exp2 flush below 2^-126)
 FIXED_MAX_CAP = 125.0 / (2.0 * LOG2E)
 # absent from key() when 0 / False / '': the kernels without them keep their keys
-OPTIONAL_FIELDS = ("head_dim_v", "varlen", "page_size", "softcap_fold_q", "softcap_tanh", "softcap_fixed_max")
+OPTIONAL_FIELDS = ("head_dim_v", "varlen", "page_size", "varlen_compact", "softcap_fold_q", "softcap_tanh",
+                   "softcap_fixed_max")
 
 
 class TileLayout(NamedTuple):
@@ -103,6 +105,11 @@ class AttnConfig:
     # pools [num_pages, page_size, kv_heads, D], K/V tiles come in TMA boxes per page (common.paging's
     # box-rows rule). 0: contiguous packed k/v; left out of key() when 0, so other kernels keep their keys
     page_size: int = 0
+    # varlen's compact grid (common.varlen_compact): one block per working query tile (the host's bound
+    # on them), each block finding its sequence by a warp scan of cu_seqlens_q, instead of ceil(max_seqlen_q
+    # / bm) tiles per sequence of which the ones past its end exit. A variant to A/B (FA4MLIR_VARLEN_GRID=
+    # compact picks it); left out of key() when False, so the default kernels keep their keys
+    varlen_compact: bool = False
     # D of v and o where it differs from head_dim (HEAD_DIM_PAIRS: 192 / 128, MLA prefill); 0: head_dim
     # (the one spelling of equal dims, so one kernel per pair)
     head_dim_v: int = 0
@@ -156,6 +163,9 @@ class AttnConfig:
         if self.bn % 16 or not 16 <= self.bn <= 256:
             raise ConfigError(f"bn must be a multiple of 16 in [16, 256] (wgmma n and k16 steps), got {self.bn}")
         self._check_paged()
+        if self.varlen_compact and (not self.varlen or self.page_size):
+            raise ConfigError(f"varlen_compact is a grid of the varlen kernel over packed k and v: it needs "
+                              f"varlen=True and page_size 0, got varlen={self.varlen}, page_size={self.page_size}")
         if self.varlen and self.persistent:
             raise ConfigError("varlen kernels run one tile per CTA (the grid's order is the schedule, "
                               "common.varlen_schedule): use persistent=False")
@@ -414,12 +424,13 @@ class AttnConfig:
     def name_suffix(self) -> str:
         """Kernel-name tags of the non-default softmax knobs ('' for the defaults): _poly4, _lazy8, _rb."""
         tags = softmax_knob_tags(self.exp2_poly_stride, self.rescale_threshold)
-        return tags + ("_rb" if self.rescale_before_pv else "") + (f"_page{self.page_size}" if self.page_size else "")
+        return (tags + ("_rb" if self.rescale_before_pv else "") + (f"_page{self.page_size}" if self.page_size else "")
+                + ("_compact" if self.varlen_compact else ""))
 
     def key(self) -> dict:
         """The config as a dict, every field (the mask's and score modifiers' too: a bundle query by
         key() picks one kernel; bundles from before them lack them, which attention.plan.select_entry
-        reads as none), but OPTIONAL_FIELDS (varlen, head_dim_v, page_size, the softcap variants' knobs) and
+        reads as none), but OPTIONAL_FIELDS (varlen, head_dim_v, page_size, varlen_compact, the softcap variants' knobs) and
         the score_mod fields only when set, so the dense kernels, those of equal head dims, those without
         functions and the default softcap kernels keep their keys."""
         return {"kernel": KERNEL, **{k: v for k, v in self.__dict__.items()
@@ -677,6 +688,10 @@ SINK_PARAMS = (("sinks", "ptr"),)
 PAGED_PARAMS = (("page_table", "ptr"), ("page_table_stride", "i32"), ("num_pages", "i32"), ("kv_capacity", "i32"))
 VARLEN_PARAMS = (("o_rows", "ptr"), ("cu_seqlens_q", "ptr"), ("cu_seqlens_k", "ptr"), ("seqused_k", "ptr"),
                  ("has_seqused_k", "i32"), ("total_q", "i32"))
+# A compact varlen grid's (varlen_compact, common.varlen_compact), after VARLEN_PARAMS: heads per chunk g,
+# whole chunks, and the divisors of g and of the rest (heads mod g) as fastdiv pairs
+COMPACT_PARAMS = (("chunk_heads", "i32"), ("chunk_full", "i32"), ("chunk_mul", "i32"), ("chunk_shr", "i32"),
+                  ("chunk_rest_mul", "i32"), ("chunk_rest_shr", "i32"))
 # score_mod's (common.score_mod): mod_scale = softmax_scale * pre_scale, the factor before the function; then
 # each aux tensor's pointer and sizes (aux_params) [D-score-mod]
 MOD_SCALE_PARAMS = (("mod_scale", "f32"),)
@@ -688,7 +703,8 @@ def launch_params(config: AttnConfig) -> tuple:
     (common.score_mod.aux_params), and VARLEN_PARAMS with varlen."""
     return (*LAUNCH_PARAMS, *(SOFTCAP_PARAMS if config.softcap else ()), *(SINK_PARAMS if config.sinks else ()),
             *(MOD_SCALE_PARAMS if config.score_mod else ()), *aux_params(config.aux),
-            *(VARLEN_PARAMS if config.varlen else ()), *(PAGED_PARAMS if config.page_size else ()))
+            *(VARLEN_PARAMS if config.varlen else ()), *(PAGED_PARAMS if config.page_size else ()),
+            *(COMPACT_PARAMS if config.varlen_compact else ()))
 
 
 def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) -> dict:
@@ -730,6 +746,8 @@ def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) 
         args.update(o_rows=tensors["o"], cu_seqlens_q=tensors["cu_seqlens_q"], cu_seqlens_k=tensors["cu_seqlens_k"],
                     seqused_k=tensors["cu_seqlens_k"] if used is None else used, has_seqused_k=int(used is not None),
                     total_q=int(problem.total_q))
+    if config.varlen_compact:   # heads in chunks of min(2**shift, heads) (common.varlen_compact)
+        args.update(compact_params(int(problem.heads), shift))
     if config.page_size:   # problem: attention.varlen_paged.PrefillProblem
         args.update(page_table=tensors["page_table"], page_table_stride=int(problem.page_table_stride),
                     num_pages=int(problem.num_pages), kv_capacity=int(problem.kv_capacity))
@@ -738,7 +756,11 @@ def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) 
 
 def varlen_grid(config: AttnConfig, problem) -> tuple[int, int, int]:
     """The 1-D grid of a varlen kernel: ceil(max_seqlen_q / bm) x heads x batch blocks
-    (common.varlen_schedule). `problem`: batch (sequences), heads, seqlen_q (max_seqlen_q)."""
+    (common.varlen_schedule), or with varlen_compact the host's bound on the working tiles
+    (common.varlen_compact.compact_grid_size, also from total_q). `problem`: batch (sequences), heads,
+    seqlen_q (max_seqlen_q), total_q."""
+    if config.varlen_compact:
+        return (compact_grid_size(problem.total_q, problem.seqlen_q, config.bm, problem.heads, problem.batch), 1, 1)
     return (varlen_grid_size(problem.seqlen_q, config.bm, problem.heads, problem.batch), 1, 1)
 
 
@@ -811,6 +833,6 @@ __all__ = ["AttnConfig", "default_config", "default_configs", "SHORT_SEQLEN_K", 
            "query_tiles", "dealt_tile", "causal_pair_slot", "section_tile", "section_shift", "L2_BYTES",
            "SECTION_L2_SHARE", "IntOps", "grid", "launch_args", "launch_params", "LAUNCH_PARAMS", "SOFTCAP_PARAMS", "SINK_PARAMS",
            "MOD_SCALE_PARAMS", "mod_args", "MOD_FIELDS",
-           "VARLEN_PARAMS", "PAGED_PARAMS", "varlen_grid", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "HEAD_DIM_PAIRS",
+           "VARLEN_PARAMS", "COMPACT_PARAMS", "PAGED_PARAMS", "varlen_grid", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "HEAD_DIM_PAIRS",
            "SPLIT_TILES", "TileLayout", "tile_layout", "DTYPES", "BMS",
            "TILES", "KNOBS", "TILE_FIELDS", "KNOB_FIELDS", "SFU_MOD_POLY_STRIDE"]

@@ -23,7 +23,8 @@ prefill_varlen 1-8% faster and 16 x 8192 causal 7-12% ([D-varlen-sections] in no
 The price is the empty blocks: a sequence of n tokens has ceil(n / bm) of the m_tiles tiles, the
 rest exit after two loads of cu_seqlens (no barrier, no TMA). With lengths 32k and 63 x 512 at bm
 128 that is 256 x 64 x heads blocks of which about 6% work; an empty block costs the block launch
-and two global loads, far below a working tile's KV loop.
+and two global loads, far below a working tile's KV loop. common.varlen_compact is a grid without
+them (AttnConfig.varlen_compact, FA4MLIR_VARLEN_GRID=compact), an A/B variant.
 
 The kernel (attention_fwd_sm90_varlen.tile_of) and `tile_order` here (tests, a host-side print)
 run the same section_tile, fastdiv included.
