@@ -186,3 +186,15 @@ def test_bad_cu_seqlens_stay_in_bounds():
     got = [o for o in order if o is not None]
     assert len(got) == len(set(got)) and got
     assert all(0 <= m < 3 and 0 <= h < 3 and 0 <= b < 4 for m, h, b in got)
+
+
+def test_bundle_selection_tells_the_grids_apart():
+    """A bundle holding both grids' kernels of one varlen config: the call's grid (varlen_compact)
+    picks its own entry (plan.VARIANT_FIELDS; without it both entries matched the compact call and
+    the bundle lookup raised BundleError, found on an H200)."""
+    from fa4mlir.attention import plan
+    cfgs = {c: varlen_config("bf16", 128, True, compact=c) for c in (False, True)}
+    entries = [{"arch": plan.ARCH, "name": f"k{int(c)}", "config": {**cfg.key(), "cubin_backend": "ptxas"}}
+               for c, cfg in cfgs.items()]
+    for c, cfg in cfgs.items():
+        assert plan.select_entry(entries, "bf16", 128, True, default=cfg)["name"] == f"k{int(c)}"

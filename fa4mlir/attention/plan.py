@@ -88,7 +88,7 @@ MASK_FIELDS = {"window_left": -1, "window_right": -1, "chunk": 0}   # absent fro
 # the compile-time fields a call must match exactly, with what older bundles' keys (which lack them) mean
 VARIANT_FIELDS = {**MASK_FIELDS, "softcap": False, "softcap_fold_q": False, "softcap_tanh": "",
                   "softcap_fixed_max": False, "sinks": False,
-                  "varlen": False, "page_size": 0, "head_dim_v": 0, "score_mod": "",
+                  "varlen": False, "varlen_compact": False, "page_size": 0, "head_dim_v": 0, "score_mod": "",
                   "mask_mod": "", "aux": ""}
 
 
