@@ -216,9 +216,13 @@ def test_fixed_max_drops_the_row_max_and_the_rescale():
     SFU at stride 0 (64, the alpha exp2s gone too)."""
     base = _softcap()
     n_s = base.bn // 2
-    for fixed in _loop_counts(replace(base, softcap_fixed_max=True, softcap_fold_q=True, exp2_poly_stride=0).validate()):
+    loops = _loop_counts(replace(base, softcap_fixed_max=True, softcap_fold_q=True, exp2_poly_stride=0).validate())
+    for fixed in loops:
         assert fixed["FMNMX"] == 0 and fixed["FMUL"] == 0 and fixed["SHFL"] == 0, fixed
         assert fixed["MUFU.EX2"] == n_s and fixed["MUFU.TANH"] == n_s, fixed
+    # the runtime max M (a parameter, note "Runtime max") costs the loops nothing: 375 / 508 instructions, as
+    # the compile-time m = 1 kernel's (966029b, ptxas 13.0) [D-softcap-rule]
+    assert [sum(c.values()) for c in loops] == [375, 508], loops
 
 
 def test_bundle_selection_keeps_the_default_and_finds_each_variant():
@@ -236,3 +240,49 @@ def test_bundle_selection_keeps_the_default_and_finds_each_variant():
     for fields in kernel_sets.SOFTCAP_VARIANTS:
         want = replace(base, **fields).validate()
         assert picked(want) == want, fields
+
+
+@pytest.mark.parametrize("dtype,cap,fixed", [("bf16", 30.0, True), ("bf16", 50.0, True), ("bf16", 60.0, False),
+                                              ("f16", 30.0, False)])
+def test_plan_asks_for_the_rules_kernel_and_says_which(monkeypatch, dtype, cap, fixed):
+    """attention.plan.select passes the call's float cap to default_config: the kernel asked of the source is
+    the rule's, its launch carries M (fixed max only), and Plan.describe names the kernel and the reason;
+    FA4MLIR_PREFILL_TILES with RUNNING_MAX_FIELDS asks for the running-max kernel (A/B)."""
+    from types import SimpleNamespace
+
+    from fa4mlir.attention import plan
+    from fa4mlir.driver import DeviceInfo
+
+    class Source:
+        def __init__(self):
+            self.asked = []
+
+        def kernel(self, cfg):
+            self.asked.append(cfg)
+            return SimpleNamespace(artifact=SimpleNamespace(config=cfg.key(), name="k" + cfg.score_tag()))
+    monkeypatch.delenv(plan.PREFILL_TILES_ENV, raising=False)
+    problem = replace(AttnProblem(1, 4096, 4096, 8, 8, 128, dtype, True, 128 ** -0.5), softcap=cap)
+    device = DeviceInfo(0, (9, 0), 132, 50 * 2**20)
+    source = Source()
+    chosen = plan.select(problem, device, source)
+    assert source.asked[0].softcap_fixed_max == fixed and source.asked[0].softcap_fold_q == fixed
+    assert ("softcap_max_log2" in chosen.launches[0].args) == fixed
+    text = chosen.describe()
+    assert ("_qfold_fixmax" in text) == fixed and f"{'fixed' if fixed else 'running'}-max kernel" in text, text
+    monkeypatch.setenv(plan.PREFILL_TILES_ENV, kernel_sets.softcap_variant_specs().split(";")[0])
+    source = Source()
+    plan.select(problem, device, source)
+    assert source.asked[0] == default_config(dtype, 128, True, 4096, softcap=True)   # the running-max kernel
+
+
+def test_the_runtime_max_is_what_keeps_rows_near_minus_cap(monkeypatch):
+    """At cap 54.41 with M = C (the old compile-time m = 1) the rows whose every score sits near -cap get
+    p = 2^(-2C) < 2^-126, flushed: their l is 0 and the FA rule fails (LSE +inf); with the runtime M they pass
+    (test_variant_numerics_through_the_interpreter's aligned case)."""
+    pytest.importorskip("torch")
+    from fa4mlir.kernels import attention_sm90_config
+    from tests.softcap_variants import run_variant
+    monkeypatch.setattr(attention_sm90_config, "fixed_max_log2", lambda cap: cap * LOG2E)
+    cfg = default_config("bf16", 128, True, softcap=True, cap=30.0)
+    report = run_variant(cfg, 130, 200, FIXED_MAX_CAP, 8.0, aligned=True)
+    assert not report["ok"] and not report["lse_finite"], report

@@ -27,7 +27,6 @@ from ..kernels import cubin_backend as kernel_cubin_backend
 from ..runtime import LoadedKernel, PreparedLaunch, load
 from .checks import MAX_I32, _err, check_bundle
 from ..kernels.common.score_mod import ModFunctionError
-from ..kernels.common.softcap_rule import SOFTCAP_FIXED_FIELDS, softcap_choice
 from .errors import BundleError, KnobError, ScoreModError, ShapeError
 from .problem import AttnProblem
 
@@ -127,7 +126,7 @@ def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: boo
                                        sinks=default.sinks, head_dim_v=default.head_dim_v, score_mod=default.score_mod,
                                        mask_mod=default.mask_mod, aux=default.aux)
     if default.softcap_fixed_max:   # the softcap rule's kernel on the long sequences' tiles
-        long_seq = replace(long_seq, **SOFTCAP_FIXED_FIELDS).validate()
+        long_seq = replace(long_seq, **attn_cfg.SOFTCAP_FIXED_FIELDS).validate()
     for cfg in (default, long_seq):
         same_tiles = [e for e in hits if all(e["config"].get(k) == getattr(cfg, k) for k in attn_cfg.TILE_FIELDS)]
         if same_tiles:
@@ -325,7 +324,7 @@ def select(problem: AttnProblem, device: DeviceInfo, source: KernelSource) -> Pl
         raise BundleError(_err(f"{PREFILL_TILES_ENV}={os.environ.get(PREFILL_TILES_ENV)!r}: the kernel source has "
                                f"no kernel of those tiles (it offered "
                                f"{ {k: getattr(config, k) for k in fields} }); add that tile variant to the bundle"))
-    notes = (softcap_choice(config, problem.softcap),) if config.softcap else ()
+    notes = (attn_cfg.softcap_choice(config, problem.softcap),) if config.softcap else ()
     return Plan(problem, (dense_launch(config, kernel, problem, device),), notes)
 
 

@@ -18,7 +18,8 @@ from .common.naming import softmax_knob_tags
 from .common.paging import MAX_PAGE_SIZE, fetch_plan, prefill_box_rule
 from .common.score_mod import aux_params, calls_sfu, parse_aux_spec, registered
 from .common.sections import section_tile
-from .common.softcap_rule import FIXED_MAX_CAP, FIXED_MAX_HIGH, fixed_max_log2, softcap_rule
+from .common.softcap_rule import (FIXED_MAX_CAP, FIXED_MAX_HIGH, SOFTCAP_FIXED_FIELDS, fixed_max_log2, softcap_choice,
+                                  softcap_rule)
 from .common.varlen_schedule import varlen_grid_size
 
 KERNEL = "attention_fwd_sm90"
@@ -827,4 +828,4 @@ __all__ = ["AttnConfig", "default_config", "default_configs", "SHORT_SEQLEN_K", 
            "VARLEN_PARAMS", "PAGED_PARAMS", "varlen_grid", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "HEAD_DIM_PAIRS",
            "SPLIT_TILES", "TileLayout", "tile_layout", "DTYPES", "BMS",
            "TILES", "KNOBS", "TILE_FIELDS", "KNOB_FIELDS", "SFU_MOD_POLY_STRIDE", "FIXED_MAX_CAP", "FIXED_MAX_PARAMS",
-           "softcap_rule"]
+           "SOFTCAP_FIXED_FIELDS", "softcap_rule", "softcap_choice", "fixed_max_log2"]
