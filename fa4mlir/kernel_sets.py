@@ -86,11 +86,12 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 the default SFU_MOD_POLY_STRIDE (4, in the prefill set). A bundle of one of these sets
                 alone runs its twin (flash_attn_func takes the one kernel of the default's tiles)
     prefill-softcap-variants
-                the opt-in variants of the softcap row's kernel (bf16 D128 causal, SOFTCAP_VARIANTS:
-                softcap_fold_q, softcap_tanh, softcap_fixed_max and exp2_poly_stride 0 / 2 / 3 / 4,
-                [D-softcap-fold]) beside the prefill
-                set's dense causal, sinks and default softcap kernels of `bench prefill --workloads
-                softcap_sink`; softcap_variant_specs() is its --prefill-tiles argument
+                the variants of the softcap row's kernel (bf16 D128 causal, SOFTCAP_VARIANTS:
+                the running-max kernel, softcap_fold_q, softcap_tanh, softcap_fixed_max and exp2_poly_stride
+                0 / 2 / 3 / 4, [D-softcap-fold]) beside the prefill
+                set's dense causal, sinks and default softcap kernels (the softcap rule's fixed-max one and
+                the running-max one) of `bench prefill --workloads softcap_sink`; softcap_variant_specs() is
+                its --prefill-tiles argument
     score-mods  the sm_90a attention kernel with the built-in score_mods and mask_mods of
                 testing_score_mod.CASES (ALiBi, relative bias, document mask, softcap as a score_mod), what
                 tests/gpu/test_score_mod_gpu.py and the interpreter cases run
@@ -457,27 +458,31 @@ def prefill_poly(stride: int) -> list:
     from .kernels.common import score_mod
     out = [(KERNEL, c) for c in default_configs("bf16", 128, True) + default_configs("bf16", 128, True, sinks=True)]
     out += [(KERNEL, replace(c, exp2_poly_stride=stride).validate())
-            for c in default_configs("bf16", 128, True, softcap=True)]
+            for c in default_configs("bf16", 128, True, softcap=True)]   # the running-max and the fixed-max kernel
     return out + score_mod_kernels("bf16", 128, True, score_mod=score_mod.alibi, aux=(("f32", 1),))
 
 
-# The softcap row's opt-in variants (AttnConfig fields over its default kernel) [D-softcap-fold]: the tanh
-# input scale folded into Q, with each exp2 split; and the split alone. Timed by bench prefill's
-# --prefill-tiles (softcap_variant_specs()); the lead picks the default from those timings
-SOFTCAP_VARIANTS = (
-    dict(softcap_fold_q=True),                          # the default split (SFU_MOD_POLY_STRIDE 4)
+# The softcap row's variants (AttnConfig fields) [D-softcap-fold]: the tanh input scale folded into Q, the fixed
+# max, each exp2 split. Timed by bench prefill's --prefill-tiles (softcap_variant_specs()). Each entry names every
+# softcap field (over RUNNING_MAX_FIELDS, the running-max kernel's), so a spec means the same kernel whichever
+# kernel the softcap rule picks for the call (common/softcap_rule.py); the first is the running-max kernel itself
+# (the default before the rule: A/B), fold + fixed max + stride 0 is the rule's bf16 default
+RUNNING_MAX_FIELDS = dict(softcap_fold_q=False, softcap_tanh="", softcap_fixed_max=False, exp2_poly_stride=4)
+SOFTCAP_VARIANTS = tuple({**RUNNING_MAX_FIELDS, **fields} for fields in (
+    dict(),                                             # the running-max kernel (SFU_MOD_POLY_STRIDE 4)
+    dict(softcap_fold_q=True),
     dict(softcap_fold_q=True, exp2_poly_stride=0),
     dict(softcap_fold_q=True, exp2_poly_stride=2),
     dict(softcap_fold_q=True, exp2_poly_stride=3),
     dict(softcap_fold_q=True, softcap_tanh="f16x2"),    # tanh.approx.f16x2: MUFU.TANH.F16, if it runs faster
-    dict(softcap_fixed_max=True),                       # no row max: caps <= FIXED_MAX_CAP (43.3)
+    dict(softcap_fixed_max=True),                       # no row max: caps <= FIXED_MAX_CAP (54.4)
     dict(softcap_fold_q=True, softcap_fixed_max=True),
-    dict(softcap_fold_q=True, softcap_fixed_max=True, exp2_poly_stride=0),
+    dict(softcap_fold_q=True, softcap_fixed_max=True, exp2_poly_stride=0),   # the softcap rule's bf16 kernel
     dict(softcap_fold_q=True, softcap_fixed_max=True, exp2_poly_stride=2),
     dict(exp2_poly_stride=0),
     dict(exp2_poly_stride=2),
     dict(exp2_poly_stride=3),
-)
+))
 
 
 def softcap_variant_specs() -> str:
@@ -488,14 +493,16 @@ def softcap_variant_specs() -> str:
 
 def prefill_softcap_variants() -> list:
     """The prefill-softcap-variants set (docstring): bench prefill softcap_sink's rows' default kernels
-    (dense causal 8k, sinks, softcap) and the softcap kernel with each of SOFTCAP_VARIANTS."""
+    (dense causal 8k, sinks, softcap: the rule's and the running-max one) and the softcap kernel with each of
+    SOFTCAP_VARIANTS."""
     from dataclasses import replace
 
     from .kernels.attention_sm90_config import KERNEL, default_configs
     out = [(KERNEL, c) for feature in ({}, {"sinks": True}, {"softcap": True})
            for c in default_configs("bf16", 128, True, **feature)]
-    return out + [(KERNEL, replace(c, **fields).validate()) for fields in SOFTCAP_VARIANTS
-                  for c in default_configs("bf16", 128, True, softcap=True)]
+    out += [(KERNEL, replace(c, **fields).validate()) for fields in SOFTCAP_VARIANTS
+            for c in default_configs("bf16", 128, True, softcap=True) if not c.softcap_fixed_max]
+    return list(dict.fromkeys(out))
 
 
 # (dtype, head_dim, page size) of flash_attn_varlen_func(page_table=)'s kernels in the attention-varlen

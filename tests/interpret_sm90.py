@@ -97,6 +97,11 @@ SCORE_CASES = [
          heads=2, kv_heads=1),
     Case("d128-causal-softcap-sink", "attention", head_dim=128, causal=True, softcap=2.0, sinks=True, seqlen_q=130,
          seqlen_k=70, heads=2, kv_heads=1),
+    # the softcap rule (common/softcap_rule.py): the cases above run the bf16 fixed-max kernel; these the running-max
+    # one (a cap above FIXED_MAX_CAP, and f16)
+    Case("d128-causal-softcap60", "attention", head_dim=128, causal=True, softcap=60.0, seqlen_q=130, seqlen_k=200),
+    Case("d128-f16-causal-softcap", "attention", dtype="f16", head_dim=128, causal=True, softcap=3.0, seqlen_q=130,
+         seqlen_k=200),
 ]
 # Head dims 96 (the 64-byte swizzle: three 32-column chunks) and 192, and qk 192 / v 128 (MLA prefill):
 # kernel_sets.HEAD_DIM_CASES' kernels, at least two K/V blocks, ragged tails, GQA;
@@ -124,7 +129,7 @@ def config(case: Case):
         return AttnConfig(dtype=case.dtype, head_dim=case.head_dim, causal=case.causal, **case.tiles).validate()
     mask = None if case.mask.is_legacy else case.mask
     return default_config(case.dtype, case.head_dim, case.causal, 1 if case.short else None, mask=mask,
-                          softcap=case.softcap > 0, sinks=case.sinks, head_dim_v=case.head_dim_v)
+                          softcap=case.softcap > 0, sinks=case.sinks, head_dim_v=case.head_dim_v, cap=case.softcap)
 
 
 def _bits(x: np.ndarray, dtype: str) -> np.ndarray:

@@ -59,6 +59,12 @@ class Plan:
 
     problem: AttnProblem
     launches: tuple[Launch, ...]
+    notes: tuple[str, ...] = ()   # why this kernel (the softcap rule's pick: attention_sm90_config.softcap_choice)
+
+    def describe(self) -> str:
+        """The plan in words: each launch's kernel and grid, then the notes (which softcap kernel, and why)."""
+        lines = [f"{launch.kernel.artifact.name} grid {launch.grid}" for launch in self.launches]
+        return "\n".join([*lines, *self.notes])
 
     def prepare(self, tensors: Mapping[str, Any]) -> "PreparedPlan":
         """Check and pack every launch against these tensors (runtime.LoadedKernel.prepare)."""
@@ -116,10 +122,12 @@ def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: boo
     tiles = {k: getattr(default, k) for k in attn_cfg.TILE_FIELDS}
     # the default for this seqlen_k, else (the bundle lacks its tiles) the one for long sequences;
     # the code knobs to narrow by are those of the default whose tiles matched (KNOBS differ by tiles)
-    for cfg in (default, attn_cfg.default_config(dtype, head_dim, causal, mask=default.mask, softcap=default.softcap,
-                                                 sinks=default.sinks, head_dim_v=default.head_dim_v,
-                                                 score_mod=default.score_mod, mask_mod=default.mask_mod,
-                                                 aux=default.aux)):
+    long_seq = attn_cfg.default_config(dtype, head_dim, causal, mask=default.mask, softcap=default.softcap,
+                                       sinks=default.sinks, head_dim_v=default.head_dim_v, score_mod=default.score_mod,
+                                       mask_mod=default.mask_mod, aux=default.aux)
+    if default.softcap_fixed_max:   # the softcap rule's kernel on the long sequences' tiles
+        long_seq = replace(long_seq, **attn_cfg.SOFTCAP_FIXED_FIELDS).validate()
+    for cfg in (default, long_seq):
         same_tiles = [e for e in hits if all(e["config"].get(k) == getattr(cfg, k) for k in attn_cfg.TILE_FIELDS)]
         if same_tiles:
             hits, default = same_tiles, cfg
@@ -300,11 +308,14 @@ def tile_override(spec: str | None = None) -> dict:
 def select(problem: AttnProblem, device: DeviceInfo, source: KernelSource) -> Plan:
     """The plan for `problem` on `device` (an sm_90 GPU: checks.check_device_context): the kernel
     `source` has for its case (default_config's tiles for its seqlen_k where the source has them),
-    launched once by the contract of the config it was built from."""
+    launched once by the contract of the config it was built from. A softcap call's kernel is the
+    softcap rule's (attention_sm90_config.softcap_rule, from the Python float problem.softcap: the
+    fixed-max kernel for a bf16 cap up to FIXED_MAX_CAP, else the running-max one), named in the
+    plan's notes (Plan.describe)."""
     default = attn_cfg.default_config(problem.dtype, problem.head_dim, problem.causal, problem.seqlen_k,
                                       mask=problem.mask, softcap=problem.softcap > 0, sinks=problem.sinks,
                                       head_dim_v=problem.head_dim_v, score_mod=problem.score_mod,
-                                      mask_mod=problem.mask_mod, aux=problem.aux)
+                                      mask_mod=problem.mask_mod, aux=problem.aux, cap=problem.softcap)
     fields = tile_override()
     wanted = replace(default, **fields).validate() if fields else default
     kernel = source.kernel(wanted)
@@ -313,7 +324,8 @@ def select(problem: AttnProblem, device: DeviceInfo, source: KernelSource) -> Pl
         raise BundleError(_err(f"{PREFILL_TILES_ENV}={os.environ.get(PREFILL_TILES_ENV)!r}: the kernel source has "
                                f"no kernel of those tiles (it offered "
                                f"{ {k: getattr(config, k) for k in fields} }); add that tile variant to the bundle"))
-    return Plan(problem, (dense_launch(config, kernel, problem, device),))
+    notes = (attn_cfg.softcap_choice(config, problem.softcap),) if config.softcap else ()
+    return Plan(problem, (dense_launch(config, kernel, problem, device),), notes)
 
 
 __all__ = ["Plan", "PreparedPlan", "Launch", "TensorRef", "KernelSource", "select", "source_for", "select_entry",

@@ -51,7 +51,7 @@ softcap_scale = scale / c and scale_log2 = c * log2(e) (one kernel serves every 
 t = tanh(S * softcap_scale) (tanh.approx: one SFU op) in S's registers, in units of c, so the
 softmax, its max and the LSE run unchanged on t, p = exp2(t * scale_log2 - m * scale_log2) =
 exp(s' - c m), and the masks set t to -inf after the tanh. Opt-in variants (softcap_fold_q: Q scaled in
-SMEM instead of S; softcap_fixed_max: m = 1, no row max; softcap_tanh): common/softcap_variants.py. `sinks` adds a learned logit per head
+SMEM instead of S; softcap_fixed_max: a fixed max M per call, no row max; softcap_tanh): common/softcap_variants.py. `sinks` adds a learned logit per head
 (gpt-oss) to each row's denominator in the epilogue: with a = m * scale_log2, b = sink * log2(e)
 and M = max(a, b), l' = l * 2^(a - M) + 2^(b - M), O = O * 2^(a - M) / l' and LSE = (M + log2 l')
 * ln 2, stable for any sink; a row that sees no key gets O = 0 and LSE = sink.
@@ -135,7 +135,7 @@ def build(cfg: AttnConfig = AttnConfig()) -> dsl.KernelIR:
         kb.pipeline_init()
         params = _Params(p["batch"], p["heads"], p["seqlen_q"], p["seqlen_k"], p["scale_log2"], div("group"),
                          div("tiles"), div("heads"), (p["section_shift"], div("rest")), p.get("softcap_scale"),
-                         p.get("sinks"), varlen.params_of(p) if cfg.varlen else None,
+                         p.get("sinks"), p.get("softcap_max_log2"), varlen.params_of(p) if cfg.varlen else None,
                          ModHook(kb, cfg, p) if cfg.score_mod or cfg.mask_mod else None,
                          paged.params_of(p) if cfg.page_size else None,
                          varlen.compact_params_of(p) if cfg.varlen_compact else None)
@@ -166,6 +166,7 @@ class _Params:
     sections: tuple        # causal tile order: (section_shift, the rest's divisor), see section_tile
     softcap_scale: Value | None = None   # softcap: softmax_scale / cap, the factor before the tanh
     sinks: Value | None = None           # sinks: float32 [heads] sink logits (natural-log units)
+    fixed_max: Value | None = None       # softcap_fixed_max: the fixed max M in exp2 units (common.softcap_rule)
     varlen: varlen.VarlenParams | None = None   # varlen: cu_seqlens and the rest (VARLEN_PARAMS)
     mods: ModHook | None = None          # score_mod / mask_mod (common.score_mod_ir)
     paged: paged.PagedParams | None = None   # page_size: the page table (PAGED_PARAMS)
@@ -376,6 +377,7 @@ class _Consumer:
         self.kb, self.cfg, self.geo, self.bufs = kb, cfg, geo, bufs
         self.scale_log2 = params.scale_log2
         self.softcap_scale, self.sinks, self.mods = params.softcap_scale, params.sinks, params.mods
+        self.fixed_max = params.fixed_max
         self.o_rows = params.varlen.o_rows if params.varlen else None
         tid = kb.thread_idx(0)
         # 0 .. cfg.consumers - 1, broadcast so ptxas keeps this warpgroup's Q/O addresses and wgmma
@@ -491,9 +493,9 @@ class _Consumer:
         p = [None] * self.n_s
         for h in (0, 1):
             idx = row_regs(self.n_s, h)
-            if cfg.softcap_fixed_max:   # |t| <= 1: m = 1 on every row, no max, O never rescaled (note "Fixed max")
-                one = const(1.0, "f32")
-                m, alpha_h, neg = one, one, const(0.0, "f32") - self.scale_log2
+            if cfg.softcap_fixed_max:   # |t| <= 1: p = exp2(t C - M) on every row, no max, O never rescaled (the
+                one = const(1.0, "f32")  # epilogue takes M for m C; common/softcap_rule.py, note "Runtime max")
+                m, alpha_h, neg = one, one, const(0.0, "f32") - self.fixed_max
             else:
                 mx = tree_reduce([s[i] for i in idx], fmax)
                 mx = fmax(mx, kb.shuffle_xor(mx, 1))
@@ -762,11 +764,11 @@ def _epilogue(cs: _Consumer, acc: _Acc):
         if sink is None:
             empty = total.eq(0.0)
             inv.append(select(empty, const(0.0, "f32"), const(1.0, "f32") / total))
-            m_scaled = m[h] * cs.scale_log2
+            m_scaled = cs.fixed_max if cfg.softcap_fixed_max else m[h] * cs.scale_log2
             lse.append(select(empty, const(float("inf"), "f32"), (m_scaled + log2(total)) * LN2))
             continue
-        m_scaled = m[h] * cs.scale_log2
-        if cfg.softcap_fixed_max:   # m = 1 even on a row that saw no key: that row's max is -inf, as m's otherwise
+        m_scaled = cs.fixed_max if cfg.softcap_fixed_max else m[h] * cs.scale_log2
+        if cfg.softcap_fixed_max:   # M even on a row that saw no key: that row's max is -inf, as m's otherwise
             m_scaled = select(total.eq(0.0), const(NEG_INF, "f32"), m_scaled)
         # the sink joins the row's max and sum (module note): M = max(a, b) (0 when both are -inf, so that
         # no -inf - -inf is formed), l' = l 2^(a - M) + 2^(b - M), O scaled by 2^(a - M) / l'

@@ -18,6 +18,8 @@ from .common.naming import softmax_knob_tags
 from .common.paging import MAX_PAGE_SIZE, fetch_plan, prefill_box_rule
 from .common.score_mod import aux_params, calls_sfu, parse_aux_spec, registered
 from .common.sections import section_tile
+from .common.softcap_rule import (FIXED_MAX_CAP, FIXED_MAX_HIGH, SOFTCAP_FIXED_FIELDS, fixed_max_log2, softcap_choice,
+                                  softcap_rule)
 from .common.varlen_compact import compact_grid_size, compact_params
 from .common.varlen_schedule import varlen_grid_size
 
@@ -35,9 +37,6 @@ CONSUMER_PIECE_REGS = 2
 PRODUCER_REGS = 24
 MOD_FIELDS = ("score_mod", "mask_mod", "aux")   # absent from key() when '' (no function)
 SOFTCAP_TANH = ("", "f16x2")   # AttnConfig.softcap_tanh
-# AttnConfig.softcap_fixed_max's largest cap: p >= 2^(-2 cap log2 e) >= 2^-125, a normal float32 (ex2.approx.ftz
-# and the polynomial exp2 flush below 2^-126)
-FIXED_MAX_CAP = 125.0 / (2.0 * LOG2E)
 # absent from key() when 0 / False / '': the kernels without them keep their keys
 OPTIONAL_FIELDS = ("head_dim_v", "varlen", "page_size", "varlen_compact", "softcap_fold_q", "softcap_tanh",
                    "softcap_fixed_max")
@@ -94,8 +93,9 @@ class AttnConfig:
     # two scores of a register pair rounded to f16 and capped by one tanh.approx.f16x2 (on sm_90a still
     # one MUFU.TANH.F16 per score). An opt-in variant; left out of key() when ''
     softcap_tanh: str = ""
-    # softcap's scores are at most the cap: every row's softmax runs relative to the fixed max t = 1 (no row
-    # max, no O rescale; bf16, caps <= FIXED_MAX_CAP: launch_args) [D-softcap-fold]. Opt-in; out of key() when False
+    # softcap's scores are at most the cap: every row's softmax runs relative to a fixed max (a launch argument,
+    # fixed_max_log2: no row max, no O rescale; bf16, caps <= FIXED_MAX_CAP: launch_args) [D-softcap-fold]. The
+    # softcap rule's pick for bf16 (softcap_rule); out of key() when False
     softcap_fixed_max: bool = False
     # ragged batches (attention/varlen.py): q, k, v packed [total_tokens, heads, D], each sequence's
     # rows from cu_seqlens in device memory, a 1-D grid in common.varlen_schedule's order; one tile per
@@ -251,8 +251,8 @@ class AttnConfig:
                               f"non-empty only with softcap=True, got {self.softcap_tanh!r}, softcap={self.softcap}")
         if self.softcap_fixed_max and not (self.softcap and self.dtype == "bf16" and not self.rescale_threshold
                                            and not self.rescale_before_pv):
-            raise ConfigError(f"softcap_fixed_max needs softcap=True, dtype bf16 (P spans 2^-125..1: f16 would flush "
-                              f"it) and no running-max knobs (rescale_threshold 0, rescale_before_pv False), got "
+            raise ConfigError(f"softcap_fixed_max needs softcap=True, dtype bf16 (P spans 2^-125..2^32: f16 would "
+                              f"flush or overflow it) and no running-max knobs (rescale_threshold 0, rescale_before_pv False), got "
                               f"softcap={self.softcap}, dtype={self.dtype}, rescale_threshold={self.rescale_threshold}, "
                               f"rescale_before_pv={self.rescale_before_pv}")
         if self.aux and not (self.score_mod or self.mask_mod):
@@ -553,7 +553,8 @@ def _mask_fields(mask: Mask) -> dict:
 
 def default_config(dtype: str, head_dim: int, causal: bool, seqlen_k: int | None = None,
                    mask: Mask | None = None, *, softcap: bool = False, sinks: bool = False,
-                   head_dim_v: int = 0, score_mod: str = "", mask_mod: str = "", aux: str = "") -> AttnConfig:
+                   head_dim_v: int = 0, score_mod: str = "", mask_mod: str = "", aux: str = "",
+                   cap: float = 0.0) -> AttnConfig:
     """The measured tiles for (head_dim, causal): TILES, or SHORT_TILES when seqlen_k is given and
     at most SHORT_SEQLEN_K of the case; plus the case's measured code knobs (KNOBS). `mask` (common.
     masks; None: causal's or none) sets the mask fields, on the tiles of its causal flag (a window or
@@ -563,13 +564,15 @@ def default_config(dtype: str, head_dim: int, causal: bool, seqlen_k: int | None
     fingerprints and aux spec (common.score_mod) of a compiled-in function's kernel, on the long
     sequences' tiles and knobs (MOD_BOTH_TILES with both functions at bm 192). Softcap kernels, and
     those of a score_mod that calls an SFU helper (score_mod.calls_sfu; the function must be
-    registered: fingerprinted in this process), take exp2_poly_stride SFU_MOD_POLY_STRIDE."""
+    registered: fingerprinted in this process), take exp2_poly_stride SFU_MOD_POLY_STRIDE. `cap` (the
+    call's Python float softcap; 0: not known here) picks the softcap kernel by softcap_rule: the fixed-max
+    kernel for a bf16 cap in (0, FIXED_MAX_CAP], else the running-max kernel (which serves every cap)."""
     if head_dim_v and head_dim_v != head_dim:
         if (head_dim, head_dim_v) not in HEAD_DIM_PAIRS:
             raise ValueError(f"(head_dim, head_dim_v) must be equal or one of {HEAD_DIM_PAIRS}, got "
                              f"({head_dim}, {head_dim_v})")
         base = default_config(dtype, head_dim, causal, seqlen_k, mask, softcap=softcap, sinks=sinks,
-                              score_mod=score_mod, mask_mod=mask_mod, aux=aux)
+                              score_mod=score_mod, mask_mod=mask_mod, aux=aux, cap=cap)
         return replace(base, head_dim_v=head_dim_v, **SPLIT_TILES[(head_dim, head_dim_v, base.causal)]).validate()
     if score_mod or mask_mod or aux:
         # the long sequences' tiles at every seqlen_k: SHORT_TILES' persistent bm 192 spilled with the
@@ -581,8 +584,9 @@ def default_config(dtype: str, head_dim: int, causal: bool, seqlen_k: int | None
         return replace(cfg, score_mod=score_mod, mask_mod=mask_mod, aux=aux,
                        **(dict(exp2_poly_stride=SFU_MOD_POLY_STRIDE) if sfu else {})).validate()
     if softcap or sinks:
-        return replace(default_config(dtype, head_dim, causal, seqlen_k, mask), softcap=bool(softcap),
-                       sinks=bool(sinks), **(dict(exp2_poly_stride=SFU_MOD_POLY_STRIDE) if softcap else {})).validate()
+        base = replace(default_config(dtype, head_dim, causal, seqlen_k, mask), softcap=bool(softcap), sinks=bool(sinks),
+                       **(dict(exp2_poly_stride=SFU_MOD_POLY_STRIDE) if softcap else {}))
+        return replace(base, **(softcap_rule(dtype, cap) if softcap else {})).validate()
     if mask is not None:
         fields_ = _mask_fields(mask)
         cfg = default_config(dtype, head_dim, fields_["causal"], seqlen_k)
@@ -615,11 +619,14 @@ def default_configs(dtype: str, head_dim: int, causal: bool, mask: Mask | None =
                     sinks: bool = False, head_dim_v: int = 0, score_mod: str = "", mask_mod: str = "",
                     aux: str = "") -> list[AttnConfig]:
     """Every config default_config picks for (dtype, head_dim, causal, mask, softcap, sinks,
-    head_dim_v, score_mod, mask_mod, aux) at some seqlen_k: the long one first."""
-    mods = dict(mask=mask, softcap=softcap, sinks=sinks, head_dim_v=head_dim_v, score_mod=score_mod, mask_mod=mask_mod,
-                aux=aux)
-    out = [default_config(dtype, head_dim, causal, **mods), default_config(dtype, head_dim, causal, 1, **mods)]
-    return out[:1] if out[0] == out[1] else out
+    head_dim_v, score_mod, mask_mod, aux) at some seqlen_k and, with softcap, some cap (softcap_rule:
+    the running-max kernel, then the fixed-max one where the rule has it): the long one first."""
+    out = []
+    for cap in ((0.0, FIXED_MAX_CAP) if softcap else (0.0,)):
+        mods = dict(mask=mask, softcap=softcap, sinks=sinks, head_dim_v=head_dim_v, score_mod=score_mod,
+                    mask_mod=mask_mod, aux=aux, cap=cap)
+        out += [default_config(dtype, head_dim, causal, **mods), default_config(dtype, head_dim, causal, 1, **mods)]
+    return list(dict.fromkeys(out))
 
 
 def query_tiles(config: AttnConfig, seqlen_q: int) -> int:
@@ -675,6 +682,8 @@ LAUNCH_PARAMS = (*TENSOR_PARAMS, ("batch", "i32"), ("heads", "i32"), ("seqlen_q"
 # softcap_scale = softmax_scale / softcap, the factor before the tanh [D-softcap]; sinks, float32
 # [heads] logits [D-sinks].
 SOFTCAP_PARAMS = (("softcap_scale", "f32"),)
+# softcap_fixed_max: the fixed max M = fixed_max_log2(cap) in exp2 units (p = exp2(t cap log2 e - M))
+FIXED_MAX_PARAMS = (("softcap_max_log2", "f32"),)
 SINK_PARAMS = (("sinks", "ptr"),)
 # A varlen kernel's parameters, last (attention_fwd_sm90_varlen): o_rows, out again as a plain pointer
 # for the rows a TMA store would overrun into the next sequence; cu_seqlens_q / cu_seqlens_k, int32
@@ -700,8 +709,10 @@ MOD_SCALE_PARAMS = (("mod_scale", "f32"),)
 def launch_params(config: AttnConfig) -> tuple:
     """The config's launch contract, (name, kind) in PTX order: LAUNCH_PARAMS, then SOFTCAP_PARAMS
     with softcap, SINK_PARAMS with sinks, MOD_SCALE_PARAMS with a score_mod and the aux tensors'
-    (common.score_mod.aux_params), and VARLEN_PARAMS with varlen."""
-    return (*LAUNCH_PARAMS, *(SOFTCAP_PARAMS if config.softcap else ()), *(SINK_PARAMS if config.sinks else ()),
+    (common.score_mod.aux_params), and VARLEN_PARAMS with varlen; FIXED_MAX_PARAMS after SOFTCAP_PARAMS
+    with softcap_fixed_max."""
+    return (*LAUNCH_PARAMS, *(SOFTCAP_PARAMS if config.softcap else ()),
+            *(FIXED_MAX_PARAMS if config.softcap_fixed_max else ()), *(SINK_PARAMS if config.sinks else ()),
             *(MOD_SCALE_PARAMS if config.score_mod else ()), *aux_params(config.aux),
             *(VARLEN_PARAMS if config.varlen else ()), *(PAGED_PARAMS if config.page_size else ()),
             *(COMPACT_PARAMS if config.varlen_compact else ()))
@@ -735,8 +746,11 @@ def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) 
             raise ValueError(f"a softcap kernel ({config.score_tag()}) needs problem.softcap > 0, got {cap!r}")
         if config.softcap_fixed_max and cap > FIXED_MAX_CAP:
             raise ConfigError(f"a softcap_fixed_max kernel ({config.score_tag()}) takes caps up to {FIXED_MAX_CAP:.4g} "
-                              f"(p = exp2((t - 1) cap log2 e) must stay a normal float32 down to t = -1), got {cap!r}")
+                              f"(p = exp2(t cap log2 e - M) must stay a normal float32 down to t = -1 and at most "
+                              f"2^{FIXED_MAX_HIGH:g} at t = 1), got {cap!r}")
         args.update(scale_log2=cap * LOG2E, softcap_scale=float(problem.softmax_scale) / cap)
+        if config.softcap_fixed_max:
+            args["softcap_max_log2"] = fixed_max_log2(cap)
     if config.sinks:
         args["sinks"] = tensors["sinks"]
     if config.score_mod or config.mask_mod:
@@ -835,4 +849,5 @@ __all__ = ["AttnConfig", "default_config", "default_configs", "SHORT_SEQLEN_K", 
            "MOD_SCALE_PARAMS", "mod_args", "MOD_FIELDS",
            "VARLEN_PARAMS", "COMPACT_PARAMS", "PAGED_PARAMS", "varlen_grid", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "HEAD_DIM_PAIRS",
            "SPLIT_TILES", "TileLayout", "tile_layout", "DTYPES", "BMS",
-           "TILES", "KNOBS", "TILE_FIELDS", "KNOB_FIELDS", "SFU_MOD_POLY_STRIDE"]
+           "TILES", "KNOBS", "TILE_FIELDS", "KNOB_FIELDS", "SFU_MOD_POLY_STRIDE", "FIXED_MAX_CAP", "FIXED_MAX_PARAMS",
+           "SOFTCAP_FIXED_FIELDS", "softcap_rule", "softcap_choice", "fixed_max_log2"]

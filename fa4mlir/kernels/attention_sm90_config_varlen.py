@@ -25,7 +25,9 @@ def varlen_config(dtype: str, head_dim: int, causal: bool, mask: Mask | None = N
     aux (common.score_mod fingerprints and aux spec) as default_config takes them, a mask_mod on
     MOD_BOTH_TILES (128 x 128) where the tiles are larger; in the kernel a
     function's batch is the sequence index and q_idx / kv_idx are positions within the sequence
-    (attention_fwd_sm90_varlen's note [varlen-mod-indices]) [D-varlen-mods]."""
+    (attention_fwd_sm90_varlen's note [varlen-mod-indices]) [D-varlen-mods]. softcap: the running-max softcap
+    kernel at every cap (no cap is passed to default_config: softcap_fold_q is not built in the varlen kernel;
+    common/softcap_rule.py, note "Softcap rule")."""
     base = default_config(dtype, head_dim, causal, None, mask=mask, softcap=softcap, sinks=sinks,
                           head_dim_v=head_dim_v, score_mod=score_mod, mask_mod=mask_mod, aux=aux)
     if mask_mod and (base.bm == 192 or base.bn > 128):   # spilled there [D-varlen-mods]

@@ -58,8 +58,9 @@ def test_softcap_score_mod_is_bitwise_the_softcap_kernel(attn_bundle):
     for head_dim, causal, sk in ((128, True, 1000), (64, False, 5000)):   # 5000: D64's long tiles, as score_mods'
         q, k, v = attention_inputs(1, 300, sk, 4, 2, head_dim, "bf16", 3)
         q = q * 8
-        a, la = flash_attn_func(q, k, v, causal=causal, softcap=30.0, return_lse=True, bundle=attn_bundle)
-        b, lb = flash_attn_func(q, k, v, causal=causal, score_mod=softcap_score_mod(30.0), return_lse=True,
+        # cap 60 (> FIXED_MAX_CAP): softcap= runs the running-max kernel (the softcap rule), the score_mod's twin
+        a, la = flash_attn_func(q, k, v, causal=causal, softcap=60.0, return_lse=True, bundle=attn_bundle)
+        b, lb = flash_attn_func(q, k, v, causal=causal, score_mod=softcap_score_mod(60.0), return_lse=True,
                                 bundle=attn_bundle)
         assert torch.equal(a, b) and torch.equal(la, lb)
 

@@ -25,15 +25,15 @@ pair as two MUFU.TANH.F16 (ptxas 13.0), so it saves no SFU op; it is kept to tim
 form is faster on the SFU than MUFU.TANH (f32).
 
 Note "Fixed max" (softcap_fixed_max): a capped score is t = tanh(x) in units of the cap, |t| <= 1, so
-every row's softmax may run relative to the fixed max 1 instead of its running max: p = exp2(t C - C)
-with C = cap log2 e, p in [2^-2C, 1]. No row max (FMNMX, shuffles), no alpha exp2s, no rescale of O
-and l; m = 1 in the epilogue, so LSE = (C + log2 l) ln 2 as before, except that with sinks a row that
-saw no key (l = 0) takes m = -inf, as the online softmax leaves it: else a sink far below C (2^(sink - C)
-under 2^-126) would flush to 0 and give LSE +inf instead of the sink. Exact as long as every p stays a
-normal float32 (ex2.approx.ftz and the polynomial flush below 2^-126): 2 C <= 125, caps up to
-FIXED_MAX_CAP = 43.3 (attention_sm90_config; launch_args refuses larger ones). P goes to the P.V GEMM
-in bf16, whose exponent range is float32's (f16 would flush small p: refused). p <= 1 keeps l <= keys
-and O within keys x max|v|, as the online softmax does.
+every row's softmax may run relative to a fixed max instead of its running max: p = exp2(t C - M) with
+C = cap log2 e and M a launch argument (softcap_max_log2 = C m: m = 1 up to cap 43.3, below 1 past it;
+common/softcap_rule.py, note "Runtime max", has the bounds p in [2^-125, 2^32] and FIXED_MAX_CAP 54.41).
+No row max (FMNMX, shuffles), no alpha exp2s, no rescale of O and l; in the epilogue M stands for m C,
+so LSE = (M + log2 l) ln 2, except that with sinks a row that saw no key (l = 0) takes -inf, as the
+online softmax leaves it: else a sink far below M (2^(sink - M) under 2^-126) would flush to 0 and give
+LSE +inf instead of the sink. Exact as long as every p stays a normal float32 (ex2.approx.ftz and the
+polynomial flush below 2^-126); launch_args refuses larger caps. P goes to the P.V GEMM in bf16, whose
+exponent range is float32's (f16 would flush small p: refused).
 """
 from __future__ import annotations
 
