@@ -130,3 +130,25 @@ def test_bias_init_through_the_interpreter(name, slopes):
     q, k, v, o = (_tensor(t[n], case.dtype) for n in ("q", "k", "v", "o"))
     report = compare_scored(case, q, k, v, o, torch.from_numpy(t["lse"]), aux)
     assert report["ok"], report
+
+
+@pytest.mark.parametrize("spec", ["", "score_bias_init=True"])
+def test_prefill_poly0_serves_every_row_with_and_without_the_knob(spec):
+    """`bench prefill --bundle B --workloads softcap_sink,alibi --prefill-tiles "score_bias_init=True"` on a
+    bundle of `--set prefill-poly0`: each row's call (dense causal 8k, sink, softcap, alibi) finds exactly
+    its kernel by plan.select's rule (select_entry on the manifest's configs, then the override check),
+    with the knob and without (score_bias_init is a VARIANT_FIELD: absent means False)."""
+    from fa4mlir.attention import plan
+    from fa4mlir.kernel_sets import prefill_poly
+    from fa4mlir.kernels import attention_sm90_config as ac
+    entries = [{"arch": "sm_90a", "name": c.score_tag(), "key": str(i), "config": {**c.key(), "cubin_backend": "ptxas"}}
+               for i, (_, c) in enumerate(prefill_poly(0))]
+    rows = {"dense": {}, "sink": dict(sinks=True), "softcap": dict(softcap=True),
+            "alibi": dict(score_mod=sm.ScoreMod(sm.alibi).fingerprint(), aux="f32x1")}
+    fields = plan.tile_override(spec)
+    for kw in rows.values():
+        default = ac.default_config("bf16", 128, True, 8192, **kw)
+        want = replace(default, **fields).validate() if fields else default
+        got = ac.AttnConfig.from_key(plan.select_entry(entries, "bf16", 128, True, default=want)["config"])
+        assert got.score_bias_init == bool(fields) and got.score_mod == want.score_mod
+        assert (got.sinks, got.softcap) == (want.sinks, want.softcap)
