@@ -19,7 +19,7 @@ from fa4mlir.kernels.common import score_mod as sm
 
 def alibi_split(score, batch, head, q_idx, kv_idx, aux_tensors):
     slope = aux_tensors[0][head]
-    return score + slope * sm.to_f32(kv_idx) - slope * sm.to_f32(q_idx) + 0.25
+    return score + slope * sm.to_f32(kv_idx) - slope * sm.to_f32(q_idx)
 
 
 def _art(cfg):
@@ -72,6 +72,16 @@ def test_alibi_kv_loop_costs_one_ffma_per_score_off_the_softmax():
         assert b["total"] <= t["total"] - n_s + 8, (t, b)       # today's: two FFMAs per score
 
 
+def test_score_mods_set_alibi_kernels_take_it_without_spills():
+    """The score-mods set's ALiBi kernels (D64 non-causal, D128 causal, D64 causal with a document mask)
+    with score_bias_init: 0 spills, and the knob changed their code (fewer FFMA per KV loop)."""
+    from fa4mlir.testing_score_mod import BY_NAME, case_config
+    for name in ("alibi-d64", "alibi-d128-causal", "docmask-alibi-d64-causal"):
+        cfg = case_config(BY_NAME[name])
+        on, off = _loop_counts(replace(cfg, score_bias_init=True).validate()), _loop_counts(cfg)
+        assert all(a["FFMA"] < b["FFMA"] for a, b in zip(on, off)), (name, on, off)
+
+
 def test_a_function_not_of_the_form_builds_todays_code():
     """relative_bias (score + a loaded value) and softcap keep today's code under score_bias_init: the
     cubin differs from the knob-less kernel only by the kernel name."""
@@ -113,11 +123,15 @@ def _run(case, aux, cfg, problem, seed=1):
 
 
 # (case name, slopes per head or None for the case's own): a negative slope and heads of different signs
-INTERP = [("alibi-d64", [0.3, -0.45]), ("alibi-d128-causal", None), ("docmask-alibi-d64-causal", [-0.2, 0.7])]
+# the user's spelling with two addends (slope * kv - slope * q) runs on the D128 causal case
+INTERP = [("alibi-d64", [0.3, -0.45], None), ("alibi-d128-causal", None, None),
+          ("docmask-alibi-d64-causal", [-0.2, 0.7], None), ("alibi-d128-causal", [-0.6, 0.05], alibi_split)]
 
 
-@pytest.mark.parametrize("name,slopes", INTERP, ids=[n for n, _ in INTERP])
-def test_bias_init_through_the_interpreter(name, slopes):
+@pytest.mark.parametrize("name,slopes,fn", INTERP, ids=[f"{n}-{fn.__name__ if fn else 'builtin'}" for n, _, fn in INTERP])
+def test_bias_init_through_the_interpreter(name, slopes, fn):
+    """FA rule against the float64 reference (compare_scored: out and LSE) with score_bias_init: per-head
+    slopes of either sign, non-causal D64, causal D128 (the diagonal's masked copy), a mask_mod on top."""
     torch = pytest.importorskip("torch")
     from fa4mlir.testing_score_mod import BY_NAME, aux_arrays, case_config, case_problem, compare_scored
     from tests.test_interpret_sm90 import _tensor
@@ -125,8 +139,12 @@ def test_bias_init_through_the_interpreter(name, slopes):
     aux = aux_arrays(case)
     if slopes is not None:
         aux[0] = np.array(slopes, np.float32)
-    cfg = replace(case_config(case), score_bias_init=True).validate()
-    t = _run(case, aux, cfg, case_problem(case))
+    cfg, problem = case_config(case), case_problem(case)
+    if fn is not None:
+        fp = sm.fingerprint(fn)
+        cfg, problem = replace(cfg, score_mod=fp), replace(problem, score_mod=fp)
+    cfg = replace(cfg, score_bias_init=True).validate()
+    t = _run(case, aux, cfg, problem)
     q, k, v, o = (_tensor(t[n], case.dtype) for n in ("q", "k", "v", "o"))
     report = compare_scored(case, q, k, v, o, torch.from_numpy(t["lse"]), aux)
     assert report["ok"], report
