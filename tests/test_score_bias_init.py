@@ -83,14 +83,19 @@ def test_score_mods_set_alibi_kernels_take_it_without_spills():
 
 
 def test_a_function_not_of_the_form_builds_todays_code():
-    """relative_bias (score + a loaded value) and softcap keep today's code under score_bias_init: the
-    cubin differs from the knob-less kernel only by the kernel name."""
+    """relative_bias (score + a loaded value), softcap as a score_mod and a mask_mod alone keep today's
+    code under score_bias_init: the KV loops' SASS and the registers are the knob-less kernel's."""
     from fa4mlir.kernel_sets import score_mod_kernels
-    (cfg,) = [c for _, c in score_mod_kernels("bf16", 64, False, score_mod=sm.relative_bias, aux=(("f32", 2),))]
-    a, b = _art(cfg), _art(replace(cfg, score_bias_init=True).validate())
-    da, db = sass.disassemble(a.cubin), sass.disassemble(b.cubin)
-    assert [op for loop in sass.wgmma_loops(da) for op in loop] == [op for loop in sass.wgmma_loops(db) for op in loop]
-    assert a.resources["registers"] == b.resources["registers"]
+    for fn, aux, mask in ((sm.relative_bias, (("f32", 2),), None), (sm.softcap_score_mod(30.0), (), None),
+                          (sm.alibi, (("f32", 1), ("i32", 1)), sm.document_mask)):
+        cfg = score_mod_kernels("bf16", 64, False, score_mod=fn, aux=aux, mask_mod=mask)[0][1]
+        if mask is not None:   # ALiBi under a mask_mod does take it: a mask_mod alone does not
+            cfg = replace(cfg, score_mod="")
+        a, b = _art(cfg), _art(replace(cfg, score_bias_init=True).validate())
+        da, db = sass.disassemble(a.cubin), sass.disassemble(b.cubin)
+        loops = [[op for loop in sass.wgmma_loops(d) for op in loop] for d in (da, db)]
+        assert loops[0] == loops[1] and loops[0], fn
+        assert a.resources["registers"] == b.resources["registers"]
 
 
 def test_the_knob_is_in_the_name_and_key_only_when_set():

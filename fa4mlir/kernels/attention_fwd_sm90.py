@@ -61,6 +61,8 @@ are the paged KV cache's pools (K/V tiles in TMA boxes per page): attention_fwd_
 `score_mod` / `mask_mod` (Python functions compiled in, common/score_mod_ir.py ModHook [D-score-mod]):
 each S register becomes post_scale * fn(s * mod_scale, batch, head, q_idx, kv_idx) before the masks,
 with scale_log2 = post_scale * log2(e); mask_mod hides keys on every block (no tile classification).
+With score_bias_init and a function that is score + an affine bias b, S starts at b / mod_scale
+(_Consumer.s_init) and the softmax runs on S with scale_log2 * mod_scale [D-bias-init].
 """
 from __future__ import annotations
 

@@ -38,6 +38,17 @@ takes it. Rounding: the fma of the score is one rounding where x * mod_scale + y
 offset) is fma(c, offset, round(c * base)), within 2^-24 (|c * base| + |result|) of the exact
 product, i.e. of the size of the float32 rounding of the bias itself (the FA rule's tolerance is
 orders larger). An addend that is a general Value (an aux load) is added as written (see _addend).
+
+The bias in the accumulator [D-bias-init] (AttnConfig.score_bias_init, opt-in): ModHook.bias_form asks
+once, by a trial application, whether the function is score + addends (each a number, FIndex or FScaled:
+_BiasProbe / _Biased); then bias() gives each register b / mod_scale, fma(c', offset, c' * float(base))
+with c' = c * (1 / mod_scale) (1 / mod_scale once per tile), which the kernel puts into S before the S
+wgmma (scale-d = 1 on its first k-step), and apply(score=False) runs only the mask_mod. The kernel's
+softmax runs on S = x + b / mod_scale with scale_log2 * mod_scale: its max, P and LSE are those of
+s = S * mod_scale. Rounding: c' is two roundings of c / mod_scale, b' one fma, then the tensor core adds
+the products onto b' (its accumulation order and rounding, not an fma's); the score is still one float32
+of the biased value, so the error stays of the size of float32 rounding of |s| (interpreter FA rule:
+tests/test_score_bias_init.py; the GPU's accumulation: tests/gpu/test_score_bias_init_gpu.py).
 """
 from __future__ import annotations
 
