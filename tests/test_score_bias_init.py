@@ -45,6 +45,20 @@ def _loop_counts(cfg) -> list:
     return out
 
 
+def test_alibi_bias_is_computed_before_the_turn():
+    """In both KV loop copies of the knob's alibi kernel ptxas places the bias FFMAs (one per score) at
+    the loop's top, among the K / V mbarrier waits and before the turn's BAR and the first HGMMA: off
+    the softmax's path (between the S wait and the exp2s only the dense kernel's FFMA per score)."""
+    art = _art(_bench_alibi(score_bias_init=True))
+    loops = [[op for op, _ in loop] for loop in sass.wgmma_loops(sass.disassemble(art.cubin))
+             if sum(op.startswith("HGMMA") for op, _ in loop) == 16]
+    assert len(loops) == 2
+    for ops in loops:
+        first = next(i for i, op in enumerate(ops) if op.startswith("HGMMA"))
+        bar = next(i for i, op in enumerate(ops) if op.startswith("BAR"))
+        assert bar < first and sum(op.startswith("FFMA") for op in ops[:bar]) >= 60, ops[:first]
+
+
 def _bench_alibi(**knobs):
     from fa4mlir.kernel_sets import score_mod_kernels
     (cfg,) = [c for _, c in score_mod_kernels("bf16", 128, True, score_mod=sm.alibi, aux=(("f32", 1),))]
@@ -56,7 +70,7 @@ def test_alibi_kv_loop_costs_one_ffma_per_score_off_the_softmax():
     loop iteration (64 scores), both copies (unmasked, diagonal): the softmax's FMUL / FADD / MUFU / FMNMX
     are the dense kernel's, the bias one FFMA per score (fma(k', offset, k' * base); offsets 0 and 1
     may read as a move or an FADD) plus the rows' I2F and products; below today's ALiBi (two FFMAs per
-    score). ptxas 12.x: 527 / 659 instructions (dense 461 / 594, today's ALiBi 593 / 725), FFMA 128, 0 spills."""
+    score). ptxas 13.5: 527 / 659 instructions (dense 461 / 594, today's ALiBi 593 / 725), FFMA 128, 0 spills."""
     from fa4mlir.kernels.attention_sm90_config import default_configs
     (dense_cfg,) = default_configs("bf16", 128, True)
     dense, today, binit = _loop_counts(dense_cfg), _loop_counts(_bench_alibi()), _loop_counts(_bench_alibi(
