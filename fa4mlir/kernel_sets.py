@@ -84,7 +84,9 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 of those rows (dense causal, sinks, ALiBi) with the softcap kernel's exp2_poly_stride
                 set to 0 (every exp2 on the SFU: the default before [D-sfu-poly]), 2 or 8 instead of
                 the default SFU_MOD_POLY_STRIDE (4, in the prefill set). A bundle of one of these sets
-                alone runs its twin (flash_attn_func takes the one kernel of the default's tiles)
+                alone runs its twin (flash_attn_func takes the one kernel of the default's tiles).
+                Each kernel also with score_bias_init=True [D-bias-init] (`--prefill-tiles
+                "score_bias_init=True"`: the ALiBi bias in the S accumulator; the others' code unchanged)
     prefill-softcap-variants
                 the variants of the softcap row's kernel (bf16 D128 causal, SOFTCAP_VARIANTS:
                 the running-max kernel, softcap_fold_q, softcap_tanh, softcap_fixed_max and exp2_poly_stride
@@ -459,7 +461,10 @@ def prefill_poly(stride: int) -> list:
     out = [(KERNEL, c) for c in default_configs("bf16", 128, True) + default_configs("bf16", 128, True, sinks=True)]
     out += [(KERNEL, replace(c, exp2_poly_stride=stride).validate())
             for c in default_configs("bf16", 128, True, softcap=True)]   # the running-max and the fixed-max kernel
-    return out + score_mod_kernels("bf16", 128, True, score_mod=score_mod.alibi, aux=(("f32", 1),))
+    out += score_mod_kernels("bf16", 128, True, score_mod=score_mod.alibi, aux=(("f32", 1),))
+    # `--prefill-tiles score_bias_init=True` times every row of those workloads with the knob [D-bias-init]:
+    # the alibi kernel's variant, and the other rows' twins (no affine score_mod: today's code, another name)
+    return out + [(k, replace(c, score_bias_init=True).validate()) for k, c in out]
 
 
 # The softcap row's variants (AttnConfig fields) [D-softcap-fold]: the tanh input scale folded into Q, the fixed

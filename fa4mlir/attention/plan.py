@@ -95,7 +95,7 @@ MASK_FIELDS = {"window_left": -1, "window_right": -1, "chunk": 0}   # absent fro
 VARIANT_FIELDS = {**MASK_FIELDS, "softcap": False, "softcap_fold_q": False, "softcap_tanh": "",
                   "softcap_fixed_max": False, "sinks": False,
                   "varlen": False, "varlen_compact": False, "page_size": 0, "head_dim_v": 0, "score_mod": "",
-                  "mask_mod": "", "aux": ""}
+                  "mask_mod": "", "aux": "", "score_bias_init": False}
 
 
 def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: bool, where: str = "bundle",

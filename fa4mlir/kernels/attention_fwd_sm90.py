@@ -61,6 +61,8 @@ are the paged KV cache's pools (K/V tiles in TMA boxes per page): attention_fwd_
 `score_mod` / `mask_mod` (Python functions compiled in, common/score_mod_ir.py ModHook [D-score-mod]):
 each S register becomes post_scale * fn(s * mod_scale, batch, head, q_idx, kv_idx) before the masks,
 with scale_log2 = post_scale * log2(e); mask_mod hides keys on every block (no tile classification).
+With score_bias_init and a function that is score + an affine bias b, S starts at b / mod_scale
+(_Consumer.s_init) and the softmax runs on S with scale_log2 * mod_scale [D-bias-init].
 """
 from __future__ import annotations
 
@@ -391,6 +393,11 @@ class _Consumer:
         self.row0 = (self.t // 32) * 16 + self.g      # rows row0 and row0 + 8 of the warpgroup's 64 (wgmma.acc_row)
         self.n_s = cfg.bn // 2                        # S accumulator registers per thread
         self.n_o = cfg.dim_v // 2                     # O accumulator registers per thread
+        # score_bias_init [D-bias-init]: an affine score_mod's bias starts the S accumulator, S = x + b /
+        # mod_scale, and the softmax (its max, P, the LSE) runs on S with scale_log2 * mod_scale
+        self.bias_init = bool(cfg.score_bias_init and self.mods and self.mods.bias_form(const(0), const(0)))
+        if self.bias_init:
+            self.scale_log2 = params.scale_log2 * self.mods.mod_scale
         if geo is not None:
             self.at(geo)
 
@@ -411,11 +418,22 @@ class _Consumer:
         return self
 
     # ---- GEMMs ----------------------------------------------------------------------------------
-    def issue_s(self, k_stage: Value, q_stage: Value) -> Value:
-        """S = Q K^T for this warpgroup's 64 rows: head_dim / 16 wgmma m64n{bn}k16 from SMEM (Q from
-        stage `q_stage` of the Q ring)."""
+    def s_init(self, j: Value) -> Value | None:
+        """The S accumulator's initial value for KV block j under bias_init (the score_mod's bias / mod_scale
+        per register, common.score_mod_ir.ModHook.bias [D-bias-init]); None otherwise."""
+        if not self.bias_init:
+            return None
+        col0 = j * self.cfg.bn + self.t4 * 2
+        return dsl.vec(*self.mods.bias(self.geo.batch, self.geo.head,
+                                       [(self.grow[acc_row(i)], 0) for i in range(self.n_s)],
+                                       [(col0, acc_col(i)) for i in range(self.n_s)]))
+
+    def issue_s(self, k_stage: Value, q_stage: Value, init: Value | None = None) -> Value:
+        """S = Q K^T (+ init, s_init's) for this warpgroup's 64 rows: head_dim / 16 wgmma m64n{bn}k16
+        from SMEM (Q from stage `q_stage` of the Q ring)."""
         kb, cfg = self.kb, self.cfg
-        acc = undef(("f32", self.n_s))      # the first k-step overwrites it (scale-d = 0)
+        # without init the first k-step overwrites it (scale-d = 0)
+        acc = undef(("f32", self.n_s)) if init is None else init
         sw = cfg.qk_tile.swizzle            # K-major, chunks of sw // 2 columns (cfg.qk_tile)
         q_rows = self.wg * (64 * sw)
         if cfg.q_stages > 1:
@@ -428,7 +446,7 @@ class _Consumer:
             off = within * WGMMA_K * ELEM_BYTES[cfg.dtype]
             a_d = fa4.smem_desc(kb.gep(q_base, c * cfg.bm * sw + off, "i8"), swizzle=sw, lbo=16, sbo=8 * sw)
             b_d = fa4.smem_desc(kb.gep(k_base, c * cfg.bn * sw + off, "i8"), swizzle=sw, lbo=16, sbo=8 * sw)
-            acc = Value(fa4.mma(a_d, b_d, const(int(kk > 0), "i1"), [acc], result_types=[acc.type], m=64,
+            acc = Value(fa4.mma(a_d, b_d, const(int(kk > 0 or init is not None), "i1"), [acc], result_types=[acc.type], m=64,
                                 n=cfg.bn, k=WGMMA_K, a_source="smem", ab_dtype=cfg.dtype, acc_dtype="f32"))
         fa4.mma_commit_group()
         return acc
@@ -475,7 +493,7 @@ class _Consumer:
         if self.mods is not None:  # score_mod(s * mod_scale, ...), then mask_mod, per element (common.score_mod_ir)
             col0 = j * cfg.bn + self.t4 * 2   # (base, offset) indices, a base per row [D-index-fold]
             s = self.mods.apply(s, geo.batch, geo.head, [(self.grow[acc_row(i)], 0) for i in range(self.n_s)],
-                                [(col0, acc_col(i)) for i in range(self.n_s)])
+                                [(col0, acc_col(i)) for i in range(self.n_s)], score=not self.bias_init)
         if cfg.softcap:  # t = tanh(s * scale / cap), in units of cap (scale_log2 = cap * log2 e): before the mask
             x = (lambda v: v) if cfg.softcap_fold_q else (lambda v: v * self.softcap_scale)   # fold_q: S is Q' K^T
             s = tanh_pairs([x(v) for v in s]) if cfg.softcap_tanh == "f16x2" else [tanh(x(v)) for v in s]
@@ -625,9 +643,10 @@ def _attend(cs: _Consumer, turns: _Turns, counts: _Counts | None) -> _Acc:
         cs.fold_q(q0.stage)
     # block 0 (peeled, masked): S_0, softmax; P_0 stays for the first P.V
     k0 = k_pipe.state_at(kv_count)
+    s_init = cs.s_init(geo.block(const(0)))
     k_pipe.consumer_wait(k0)
     turns.begin()
-    s_acc = cs.issue_s(k0.stage, q0.stage)
+    s_acc = cs.issue_s(k0.stage, q0.stage, s_init)
     turns.end()
     s_acc = wait_group(s_acc, pending=0)
     cs.release((k_pipe, k0))
@@ -694,12 +713,13 @@ def _kv_step(cs: _Consumer, turns: _Turns, q0: PipeState, j: Value, c: _KvCarry,
         5. wait for P_{j-1} V_{j-1}, release V_{j-1}, rescale O by alpha_j (with rescale_before_pv
            the rescale is carried and done in step 2 of the next block, under S_{j+1})"""
     bufs = cs.bufs
+    s_init = cs.s_init(j)   # score_bias_init: S_j's bias, before the waits [D-bias-init]
     # 1. data first, then the turn: a warpgroup never holds the turn while waiting on TMA
     bufs.k_pipe.consumer_wait(c.k)
     bufs.v_pipe.consumer_wait(c.v)
     # 2. S_j and P_{j-1} V_{j-1}, back to back in one turn
     turns.begin()
-    s_j = cs.issue_s(c.k.stage, q0.stage)
+    s_j = cs.issue_s(c.k.stage, q0.stage, s_init)
     o = c.acc.o
     if c.alpha:    # O's registers are free (the last P V was waited on): scale them under S_j
         o = cs.rescale_if_moved(o, c.alpha)

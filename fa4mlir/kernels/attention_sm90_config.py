@@ -39,7 +39,7 @@ MOD_FIELDS = ("score_mod", "mask_mod", "aux")   # absent from key() when '' (no 
 SOFTCAP_TANH = ("", "f16x2")   # AttnConfig.softcap_tanh
 # absent from key() when 0 / False / '': the kernels without them keep their keys
 OPTIONAL_FIELDS = ("head_dim_v", "varlen", "page_size", "varlen_compact", "softcap_fold_q", "softcap_tanh",
-                   "softcap_fixed_max")
+                   "softcap_fixed_max", "score_bias_init")
 
 
 class TileLayout(NamedTuple):
@@ -119,6 +119,11 @@ class AttnConfig:
     score_mod: str = ""
     mask_mod: str = ""
     aux: str = ""
+    # a score_mod that is score + b (b affine in the float32 indices: common.score_mod_ir.ModHook.bias)
+    # puts b / mod_scale into the S accumulator before the S wgmma, which accumulates onto it
+    # [D-bias-init]: the softmax's per-score FFMA is the dense kernel's. Other functions (and none) build
+    # today's code. An opt-in variant; left out of key() when False
+    score_bias_init: bool = False
     bm: int = 128             # query rows per CTA: 64 per consumer warpgroup (128: 2, 192: 3)
     bn: int = 128             # key/value rows per pipeline block
     stages: int = 2           # K and V ring depth, >= 2
@@ -419,7 +424,7 @@ class AttnConfig:
                 + (f"_tanh{self.softcap_tanh}" if self.softcap_tanh else "") + ("_fixmax" if self.softcap_fixed_max else "")
                 + ("_sink" if self.sinks else "")
                 + (f"_sm_{self.score_mod}" if self.score_mod else "") + (f"_mm_{self.mask_mod}" if self.mask_mod else "")
-                + ("_varlen" if self.varlen else ""))
+                + ("_varlen" if self.varlen else "") + ("_binit" if self.score_bias_init else ""))
 
     def name_suffix(self) -> str:
         """Kernel-name tags of the non-default softmax knobs ('' for the defaults): _poly4, _lazy8, _rb."""

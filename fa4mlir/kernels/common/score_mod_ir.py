@@ -38,6 +38,17 @@ takes it. Rounding: the fma of the score is one rounding where x * mod_scale + y
 offset) is fma(c, offset, round(c * base)), within 2^-24 (|c * base| + |result|) of the exact
 product, i.e. of the size of the float32 rounding of the bias itself (the FA rule's tolerance is
 orders larger). An addend that is a general Value (an aux load) is added as written (see _addend).
+
+The bias in the accumulator [D-bias-init] (AttnConfig.score_bias_init, opt-in): ModHook.bias_form asks
+once, by a trial application, whether the function is score + addends (each a number, FIndex or FScaled:
+_BiasProbe / _Biased); then bias() gives each register b / mod_scale, fma(c', offset, c' * float(base))
+with c' = c * (1 / mod_scale) (1 / mod_scale once per tile), which the kernel puts into S before the S
+wgmma (scale-d = 1 on its first k-step), and apply(score=False) runs only the mask_mod. The kernel's
+softmax runs on S = x + b / mod_scale with scale_log2 * mod_scale: its max, P and LSE are those of
+s = S * mod_scale. Rounding: c' is two roundings of c / mod_scale, b' one fma, then the tensor core adds
+the products onto b' (its accumulation order and rounding, not an fma's); the score is still one float32
+of the biased value, so the error stays of the size of float32 rounding of |s| (interpreter FA rule:
+tests/test_score_bias_init.py; the GPU's accumulation: tests/gpu/test_score_bias_init_gpu.py).
 """
 from __future__ import annotations
 
@@ -105,6 +116,7 @@ class ModHook:
             self.aux.append((params[f"aux{i}"], tuple(params[f"aux{i}_n{d}"] for d in range(rank)), dtype))
 
         self._tile = None
+        self.affine = None   # bias_form's answer, once asked
 
     def start_tile(self, batch: Value, head: Value) -> None:
         """Called where a query tile's work starts (before its KV loop): aux loads whose indices are
@@ -115,9 +127,10 @@ class ModHook:
     def _views(self, cache):
         return [AuxView(self.kb, ptr, shape, dtype, cache, self._tile) for ptr, shape, dtype in self.aux]
 
-    def apply(self, s: list, batch: Value, head: Value, rows: list, cols: list) -> list:
+    def apply(self, s: list, batch: Value, head: Value, rows: list, cols: list, score: bool = True) -> list:
         """rows[i] / cols[i]: an i32 Value, or (base Value, offset int) for the index fold (module
-        note [D-index-fold])."""
+        note [D-index-fold]). score=False: the mask_mod only (the score_mod's bias is in s already,
+        [D-bias-init])."""
         cache: dict = {}
         views = self._views(cache)
         out = list(s)
@@ -125,7 +138,7 @@ class ModHook:
         rows, cols = [fold.index(r, nonneg=True) for r in rows], [fold.index(c, nonneg=True) for c in cols]
         sm._DSL.append(_MOD_DSL)
         try:
-            if self.score is not None:
+            if self.score is not None and score:
                 takes_aux = sm.ScoreMod(self.score).takes_aux()
                 for i, x in enumerate(out):
                     args = (FScore(fold, x, self.mod_scale), batch, head, rows[i], cols[i]) + \
@@ -147,6 +160,75 @@ class ModHook:
         finally:
             sm._DSL.pop()
         return out
+
+
+    def bias_form(self, batch: Value, head: Value) -> bool:
+        """Whether the score_mod is score + b with b affine in the float32 indices (numbers, FIndex,
+        FScaled: module note [D-bias-init]); decided once by a trial application to index 0 (its ops, if
+        the answer is no, are dead and dropped). False without a score_mod."""
+        if self.affine is None:
+            zero = const(0)
+            self.affine = self.score is not None and \
+                self._probe(batch, head, [(zero, 0)], [(zero, 0)]) is not None
+        return self.affine
+
+    def bias(self, batch: Value, head: Value, rows: list, cols: list) -> list:
+        """b / mod_scale per element (rows[i] / cols[i] as in apply) for a score_mod of bias_form: the
+        S accumulator's initial values, so that S = x + b / mod_scale and the softmax runs on S with
+        scale_log2 * mod_scale [D-bias-init]. Per element one FFMA (fma(k', offset, k' * base), k' =
+        k * (1 / mod_scale) and k' * base once per base per application)."""
+        out = self._probe(batch, head, rows, cols)
+        if out is None:
+            raise sm.ModFunctionError(f"{sm.fn_name(self.score)}: not score + an affine index term at every element "
+                                      f"(score_bias_init)")
+        return out
+
+    def _probe(self, batch, head, rows, cols):
+        fold = IndexFold()
+        rows, cols = [fold.index(r, nonneg=True) for r in rows], [fold.index(c, nonneg=True) for c in cols]
+        takes_aux = sm.ScoreMod(self.score).takes_aux()
+        views = self._views({})
+        inv = self._inv_scale()
+        zero, out = const(0.0, "f32"), []
+        sm._DSL.append(_MOD_DSL)
+        try:
+            for r, c in zip(rows, cols):
+                probe = _BiasProbe(fold, zero, self.mod_scale)
+                res = self.score(probe, batch, head, r, c, *((views,) if takes_aux else ()))
+                if not isinstance(res, _Biased) or res.score is not probe:
+                    return None
+                terms = [_unscaled(fold, a, inv) for a in res.addends]
+                total = terms[0]
+                for t in terms[1:]:
+                    total = total + t
+                out.append(total)
+        except TypeError as e:
+            if isinstance(e, sm.ModFunctionError):
+                raise
+            return None   # apply() reports it, with its message
+        finally:
+            sm._DSL.pop()
+        return out
+
+    def _inv_scale(self) -> Value:
+        """1 / mod_scale, once per tile where the kernel called start_tile."""
+        tile = self._tile
+        if tile is None:
+            return const(1.0, "f32") / self.mod_scale
+        hit = tile.cache.get("inv_scale")
+        if hit is None:
+            with self.kb.before(tile.mark):
+                hit = tile.cache["inv_scale"] = const(1.0, "f32") / self.mod_scale
+        return hit
+
+
+def _unscaled(fold: "IndexFold", a, inv: Value) -> Value:
+    """An addend of the score (a number, FIndex, FScaled) times inv = 1 / mod_scale [D-bias-init]."""
+    if isinstance(a, FScaled):
+        return Value(a.index.scaled(fold.product(a.k, inv)).v)
+    if isinstance(a, FIndex):
+        return Value(a.scaled(inv).v)
+    return fold.product(fold.coefficient(a), inv)
 
 
 class IndexFold:
@@ -364,6 +446,46 @@ class FScaled(_LazyF):
     def _emit(self) -> Value:
         kb = self.fold.product(self.k, self.index.base_f)
         return dsl.fma(self.k, self.index.offset, kb) if self.index.offset else kb
+
+
+class _BiasProbe(FScore):
+    """The score of ModHook.bias's trial application: score + an _addend is _Biased (nothing emitted);
+    any other use is FScore's."""
+
+    def __add__(self, o):
+        if _addend(o):
+            return _Biased(self, (o,))
+        return FScore.__add__(self, o)
+
+    __radd__ = __add__
+
+
+class _Biased(_LazyF):
+    """score + addends (numbers, FIndex, FScaled) of a _BiasProbe [D-bias-init]; more such addends (+, -)
+    stay in it; any other use emits the sum as written."""
+
+    def __init__(self, score: "_BiasProbe", addends: tuple):
+        self.score, self.addends, self.fold = score, addends, score.fold
+
+    def _emit(self) -> Value:
+        out = FScore.__add__(self.score, self.addends[0])
+        for a in self.addends[1:]:
+            out = out + a
+        return out
+
+    def __add__(self, o):
+        if _addend(o):
+            return _Biased(self.score, self.addends + (o,))
+        return Value.__add__(self, o)
+
+    __radd__ = __add__
+
+    def __sub__(self, o):
+        if isinstance(o, FScaled):
+            return self + o.index.scaled(self.fold.negate(o.k))
+        if isinstance(o, (int, float)) and not isinstance(o, bool):
+            return self + (-o)
+        return Value.__sub__(self, o)
 
 
 def _addend(o) -> bool:
