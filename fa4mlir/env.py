@@ -35,8 +35,9 @@ KNOBS: dict[str, Knob] = {
         Knob("FA4MLIR_INTERPRET_SWEEP", "0", "bool", "1: tests/test_interpret_attention.py also runs its "
              "broad sweep of the sm_100a kernel through the interpreter (minutes; CI runs 4 cases)"),
         Knob("FA4MLIR_DECODE_FP8_VARIANT", None, "str", "flash_attn_with_kvcache over an FP8 cache runs this "
-             "entry of attention_decode_sm90_config.FP8_VARIANTS instead of the default kernel (bench decode "
-             "--decode-variant; a bundle must hold it: the decode-fp8-variants set)"),
+             "entry of attention_decode_sm90_config.FP8_VARIANTS instead of FP8_DEFAULT_RULE's kernel (smem: the "
+             "conversion-through-SMEM kernel; bench decode --decode-variant; a bundle must hold it: the "
+             "decode-fp8-variants set)"),
         Knob("FA4MLIR_MLA_SPARSE_FP8_STAGE_ROWS", None, "str", "the sparse MLA kernels over FlashMLA's FP8 rows "
              "(flash_mla_sparse_fwd, flash_mla_with_kvcache(is_fp8_kvcache=True, indices=)) run with staging stages "
              "of these rows: 32 (unset: the default, three half-tile stages) or 64 (the one whole-tile stage, for "

@@ -40,11 +40,14 @@ def _representatives(entries):
         cfg = e[1]
         out.setdefault((cfg.converter_stages, cfg.bn, cfg.convert_split, cfg.convert_bits, cfg.swap_ab,
                         cfg.swap_ab_warp_max, cfg.stages,
-                        cfg.paged), e)
+                        cfg.paged, cfg.box_rows), e)
     return list(out.values())
 
 
-COMPILED_IN_CI = _representatives(ENTRIES)
+# FP8_DEFAULT_RULE's swap-AB kernels of the `decode` set (swapabw contiguous, swapab paged 16 and 64):
+# the paged-64 ones are built nowhere else
+RULE_SWAP_AB = [e for e in DEFAULTS if isinstance(e[1], dec.DecodeConfig) and e[1].swap_ab]
+COMPILED_IN_CI = _representatives(ENTRIES) + _representatives(RULE_SWAP_AB)
 _COMPILED: dict = {}
 
 
@@ -85,6 +88,19 @@ def test_variant_compiles_clean(entry):
         assert cfg.ctas_per_sm == 2       # default_config's tiles and stages
     if cfg.swap_ab:
         assert cfg.ctas_per_sm == 2 and r["registers"] <= 168, r
+
+
+def test_rule_kernels_of_the_decode_set():
+    """The `decode` set holds FP8_DEFAULT_RULE's swap-AB kernel of every tensor / kv_head TMA case of
+    DECODE_FP8_CASES, split and unsplit, next to its conversion-through-SMEM kernel."""
+    names = {cfg.name() for _, cfg in DEFAULTS if isinstance(cfg, dec.DecodeConfig)}
+    swap = [(page, grain) for _, _, page, grain in kernel_sets.DECODE_FP8_CASES if grain != "block" and page != 1]
+    assert len(RULE_SWAP_AB) == 2 * len(swap) == 10
+    for page, grain in swap:
+        for unsplit in (False, True):
+            smem = dec.default_config("bf16", 128, page, grain, unsplit=unsplit)
+            rule = dec.default_config("bf16", 128, page, grain, unsplit=unsplit, rows=dec.SWAP_AB_ROWS)
+            assert {smem.name(), rule.name()} <= names and rule.swap_ab and rule.swap_ab_warp_max == (page is None)
 
 
 def test_default_keys_hold_no_new_field():

@@ -73,8 +73,10 @@ def test_decode_set_compiles_clean(entry):
         assert cfg.params == base + dec.mod_params(cfg.softcap, cfg.sinks)
         assert ("_unsplit" in cfg.name()) == cfg.unsplit
         for p in art.params:
-            if p.kind == "tma" and cfg.fp8:     # rows of D bytes, unswizzled (converted in the kernel)
-                assert p.tma.box == (cfg.head_dim, 1, cfg.box_rows, 1) and p.tma.swizzle == "none"
+            if p.kind == "tma" and cfg.fp8:     # rows of D bytes, unswizzled (converted in the kernel); swap AB's
+                # K 128B-swizzled (its fragment loads: attention_decode_sm90_swapab, note "Swap AB")
+                swizzle = "128B" if cfg.swap_ab and p.name == "k_cache" else "none"
+                assert p.tma.box == (cfg.head_dim, 1, cfg.box_rows, 1) and p.tma.swizzle == swizzle
                 assert p.tma.dtype == "e4m3"
             elif p.kind == "tma":
                 assert p.tma.box == (64, 1, cfg.box_rows, 1) and p.tma.swizzle == "128B"

@@ -385,10 +385,12 @@ def _default_tiles(dtype: str, head_dim: int, page_size: int | None, kv_scale: s
 
 
 # ----------------------------------------------------------------------------------------------
-# FP8 variants (issue #27's FP8 bar): alternatives to default_config's FP8 kernel, to be timed
+# FP8 variants (issue #27's FP8 bar): alternatives to the conversion-through-SMEM FP8 kernel, timed;
+# FP8_DEFAULT_RULE (below) makes two of them the default where they are built
 # ----------------------------------------------------------------------------------------------
 
-# name -> (converter_stages, bn or None for default_config's, CTAs per SM): stages are the most the
+# "default": FP8_DEFAULT_RULE's choice; "smem": _default_tiles' kernel, K and V converted to f16 tiles in
+# SMEM (the default before the rule); other name -> (converter_stages, bn or None for default_config's, CTAs per SM): stages are the most the
 # SMEM of that many CTAs per SM holds (`_most_stages`). "cwN": a converter warpgroup with a ring
 # of N f16 pairs (the kernel's note "Converter"), one CTA per SM (288 threads: two CTAs would cap
 # ptxas at 96 registers, where the consumer spills about 700 bytes); "bn128": the in-consumer
