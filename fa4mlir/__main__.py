@@ -150,8 +150,10 @@ def main(argv=None) -> int:
                                                   "these (e.g. 2,4,8)")
     be.add_argument("--decode-variant", default="", help="decode only: the *_fp8 workloads also time fa4mlir with "
                                                           "each of these FP8 kernel variants (attention_decode_sm90_"
-                                                          "config.FP8_VARIANTS, e.g. default,split,bits,bits_v; a bundle "
-                                                          "of the decode-fp8-variants set holds them)")
+                                                          "config.FP8_VARIANTS, e.g. default,smem,split,bits,bits_v; "
+                                                          "default: FP8_DEFAULT_RULE's kernel, smem: the conversion-"
+                                                          "through-SMEM kernel (both in --set decode); a bundle of the "
+                                                          "decode-fp8-variants set holds the rest)")
     be.add_argument("--prefill-tiles", default="", help="prefill, mla (mla_prefill): also time flash_attn_func's rows with each of "
                                                          "these ';'-separated FA4MLIR_PREFILL_TILES specs (e.g. "
                                                          "'persistent=False;bn=144'; the bundle must hold them)")

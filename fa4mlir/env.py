@@ -35,8 +35,9 @@ KNOBS: dict[str, Knob] = {
         Knob("FA4MLIR_INTERPRET_SWEEP", "0", "bool", "1: tests/test_interpret_attention.py also runs its "
              "broad sweep of the sm_100a kernel through the interpreter (minutes; CI runs 4 cases)"),
         Knob("FA4MLIR_DECODE_FP8_VARIANT", None, "str", "flash_attn_with_kvcache over an FP8 cache runs this "
-             "entry of attention_decode_sm90_config.FP8_VARIANTS instead of the default kernel (bench decode "
-             "--decode-variant; a bundle must hold it: the decode-fp8-variants set)"),
+             "entry of attention_decode_sm90_config.FP8_VARIANTS instead of FP8_DEFAULT_RULE's kernel (smem: the "
+             "conversion-through-SMEM kernel; bench decode --decode-variant; a bundle must hold it: the "
+             "decode-fp8-variants set)"),
         Knob("FA4MLIR_VARLEN_GRID", None, "str", "flash_attn_varlen_func's grid (packed k and v): unset or "
              "'sections', the default (ceil(max_seqlen_q / bm) tiles per sequence, the empty ones exit), or "
              "'compact' (one block per working tile, AttnConfig.varlen_compact: an A/B variant; a bundle must "

@@ -352,15 +352,19 @@ DECODE_FP8_CASES = [("bf16", 128, page, grain) for page, grain in (
 
 
 def decode() -> list:
-    """The decode kernels of DECODE_CASES and DECODE_FP8_CASES (default_config's tiles), each split
-    and unsplit (a call of one split runs the unsplit variant alone: `[D-decode-unsplit]`), a
+    """The decode kernels of DECODE_CASES and DECODE_FP8_CASES (default_config's tiles; FP8: the
+    kernels FP8_DEFAULT_RULE picks for calls of at most SWAP_AB_ROWS packed query rows and of more),
+    each split and unsplit (a call of one split runs the unsplit variant alone: `[D-decode-unsplit]`), a
     combine and two append kernels (contiguous, paged) per (dtype, head_dim)."""
-    from .kernels.attention_decode_sm90_config import (APPEND_KERNEL, COMBINE_KERNEL, KERNEL, AppendConfig,
-                                                       CombineConfig, default_config)
+    from .kernels.attention_decode_sm90_config import (APPEND_KERNEL, COMBINE_KERNEL, KERNEL, SWAP_AB_ROWS,
+                                                       AppendConfig, CombineConfig, default_config)
     out = [(KERNEL, default_config(dtype, d, page, unsplit=unsplit)) for dtype, d, pages in DECODE_CASES
            for page in pages for unsplit in (False, True)]
-    out += [(KERNEL, default_config(dtype, d, page, grain, unsplit=unsplit))
-            for dtype, d, page, grain in DECODE_FP8_CASES for unsplit in (False, True)]
+    # FP8: FP8_DEFAULT_RULE's kernel for calls of at most SWAP_AB_ROWS packed query rows (swap AB where it is
+    # built) and for more rows (the conversion-through-SMEM kernel), once each
+    fp8 = {default_config(dtype, d, page, grain, unsplit=unsplit, rows=rows): None
+           for dtype, d, page, grain in DECODE_FP8_CASES for unsplit in (False, True) for rows in (SWAP_AB_ROWS, None)}
+    out += [(KERNEL, cfg) for cfg in fp8]
     combos = sorted({(dtype, d) for dtype, d, _ in DECODE_CASES} | {(t, d) for t in ("bf16", "f16") for d in (64, 128, 256)})
     out += [(COMBINE_KERNEL, CombineConfig(dtype, d)) for dtype, d in combos]
     out += [(APPEND_KERNEL, AppendConfig(dtype, d, paged)) for dtype, d in combos for paged in (False, True)]
@@ -410,7 +414,7 @@ DECODE_FP8_VARIANT_CASES = [("bf16", 128, page, grain) for page in (None, 16) fo
 
 
 def decode_fp8_variants() -> list:
-    """Every FP8_VARIANTS entry but "default" (the `decode` set's) over DECODE_FP8_VARIANT_CASES
+    """Every FP8_VARIANTS entry but "default" (the `decode` set's rule) over DECODE_FP8_VARIANT_CASES
     of its scales (FP8_VARIANT_SCALES), split and unsplit, plus the `decode` set: `python -m fa4mlir bench decode --workloads
     decode_dense_fp8,decode_paged_16_fp8 --decode-variant default,cw2,...` times them."""
     from .kernels.attention_decode_sm90_config import (FP8_VARIANT_SCALES, FP8_VARIANTS, KERNEL, SCALES,

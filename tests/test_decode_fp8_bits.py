@@ -115,8 +115,9 @@ def test_bits_kernel_gives_the_default_kernels_bits(variant, page, grain, monkey
     pytest.importorskip("torch")
     from tests.test_interpret_decode_sm90 import _case, _interpret
     c = _case(page, grain, seed=2)
-    monkeypatch.setenv(dec.FP8_VARIANT_ENV, "default")
-    out_default, lse_default = _interpret(page, grain, c, "default")
+    # "smem": the cvt kernel these variants change (the default rule's swap AB for kv_head scales here)
+    monkeypatch.setenv(dec.FP8_VARIANT_ENV, "smem")
+    out_default, lse_default = _interpret(page, grain, c, "smem")
     monkeypatch.setenv(dec.FP8_VARIANT_ENV, variant)
     out_bits, lse_bits = _interpret(page, grain, c, variant)
     assert np.isfinite(out_bits).all()
@@ -164,7 +165,7 @@ def test_bits_loops_issue_no_e4m3_cvt(page, grain):
     _, resources, half = _kv_loops("bits_v", page, grain)              # K: 2 cvts a word, V: 2 PRMTs
     assert resources["spill_stores"] == 0 and resources["spill_loads"] == 0
     assert half and all(r["cvt_e4m3"] == words and r["prmt"] == words for r in half), half
-    _, _, default = _kv_loops("default", page, grain)
+    _, _, default = _kv_loops("smem", page, grain)
     assert default and all(r["cvt_e4m3"] == 2 * words and r["prmt"] == 0 for r in default), default
 
 

@@ -16,6 +16,8 @@ Numerics: tests/test_interpret_decode_sm90.py runs every variant through the int
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from fa4mlir import compiler, kernel_sets, kernels, lowering
@@ -38,11 +40,14 @@ def _representatives(entries):
         cfg = e[1]
         out.setdefault((cfg.converter_stages, cfg.bn, cfg.convert_split, cfg.convert_bits, cfg.swap_ab,
                         cfg.swap_ab_warp_max, cfg.stages,
-                        cfg.paged), e)
+                        cfg.paged, cfg.box_rows), e)
     return list(out.values())
 
 
-COMPILED_IN_CI = _representatives(ENTRIES)
+# FP8_DEFAULT_RULE's swap-AB kernels of the `decode` set (swapabw contiguous, swapab paged 16 and 64):
+# the paged-64 ones are built nowhere else
+RULE_SWAP_AB = [e for e in DEFAULTS if isinstance(e[1], dec.DecodeConfig) and e[1].swap_ab]
+COMPILED_IN_CI = _representatives(ENTRIES) + _representatives(RULE_SWAP_AB)
 _COMPILED: dict = {}
 
 
@@ -56,9 +61,14 @@ def _compiled(entry):
 def test_the_set_holds_every_variant_of_every_case():
     names = {cfg.name() for _, cfg in ENTRIES}
     cases = kernel_sets.DECODE_FP8_VARIANT_CASES
-    want = sum(2 for name in dec.FP8_VARIANTS if name != "default" for *_, grain in cases
-               if grain in dec.FP8_VARIANT_SCALES.get(name, dec.SCALES))
-    assert len(names) == len(ENTRIES) == want > 2 * len(cases)
+    every = {dec.fp8_variant(dec.default_config(t, d, page, grain, unsplit=unsplit), name, page).name()
+             for t, d, page, grain in cases for unsplit in (False, True) for name in dec.FP8_VARIANTS
+             if name != "default" and grain in dec.FP8_VARIANT_SCALES.get(name, dec.SCALES)}
+    in_decode = {cfg.name() for _, cfg in DEFAULTS}
+    # the `decode` set holds the "smem" kernels and FP8_DEFAULT_RULE's swap-AB ones (swapabw contiguous,
+    # swapab paged): the variant set adds the rest
+    assert len(names) == len(ENTRIES) == len(every - in_decode) > 2 * len(cases)
+    assert names | in_decode >= every and {n for n in every & in_decode if "_swapab" in n}
     assert all(cfg.fp8 and (cfg.converter or cfg.bn == 128 or cfg.convert_split or cfg.convert_bits or cfg.swap_ab)
                for _, cfg in ENTRIES)
 
@@ -78,6 +88,19 @@ def test_variant_compiles_clean(entry):
         assert cfg.ctas_per_sm == 2       # default_config's tiles and stages
     if cfg.swap_ab:
         assert cfg.ctas_per_sm == 2 and r["registers"] <= 168, r
+
+
+def test_rule_kernels_of_the_decode_set():
+    """The `decode` set holds FP8_DEFAULT_RULE's swap-AB kernel of every tensor / kv_head TMA case of
+    DECODE_FP8_CASES, split and unsplit, next to its conversion-through-SMEM kernel."""
+    names = {cfg.name() for _, cfg in DEFAULTS if isinstance(cfg, dec.DecodeConfig)}
+    swap = [(page, grain) for _, _, page, grain in kernel_sets.DECODE_FP8_CASES if grain != "block" and page != 1]
+    assert len(RULE_SWAP_AB) == 2 * len(swap) == 10
+    for page, grain in swap:
+        for unsplit in (False, True):
+            smem = dec.default_config("bf16", 128, page, grain, unsplit=unsplit)
+            rule = dec.default_config("bf16", 128, page, grain, unsplit=unsplit, rows=dec.SWAP_AB_ROWS)
+            assert {smem.name(), rule.name()} <= names and rule.swap_ab and rule.swap_ab_warp_max == (page is None)
 
 
 def test_default_keys_hold_no_new_field():
@@ -106,6 +129,65 @@ def test_runtime_config_reads_the_variant(monkeypatch):
         dec.runtime_config("bf16", 128, None, "tensor")
     with pytest.raises(ConfigError, match="converter_stages"):
         dec.DecodeConfig(converter_stages=2).validate()
+
+
+def test_default_rule_picks_swap_ab_where_it_is_built(monkeypatch):
+    """FP8_DEFAULT_RULE ([D-decode-fp8-swapab]): swapabw tiles for a contiguous cache, swapab for a
+    TMA-paged one, at head_dim 128, tensor / kv_head scales and at most SWAP_AB_ROWS packed rows;
+    every other FP8 call the conversion-through-SMEM kernel ("smem"), also named explicitly."""
+    monkeypatch.delenv(dec.FP8_VARIANT_ENV, raising=False)
+    smem = dec.default_config("bf16", 128, None, "kv_head")
+    assert not smem.swap_ab and dec.fp8_variant(smem, "smem", None) is smem
+    for page, grain, rows, want in ((None, "kv_head", 1, "swapabw"), (None, "tensor", 8, "swapabw"),
+                                    (16, "kv_head", 4, "swapab"), (64, "tensor", 8, "swapab"),
+                                    (None, "kv_head", 9, "smem"), (16, "tensor", 64, "smem"),
+                                    (None, "block", 1, "smem"), (16, "block", 4, "smem"),
+                                    (1, "kv_head", 1, "smem"), (8, "tensor", 1, "smem"), (None, "kv_head", None, "smem")):
+        base = dec.default_config("bf16", 128, page, grain)
+        for unsplit in (False, True):
+            got = dec.runtime_config("bf16", 128, page, grain, unsplit=unsplit, rows=rows)
+            assert got == dec.default_config("bf16", 128, page, grain, unsplit=unsplit, rows=rows)
+            assert got == dec.fp8_variant(replace(base, unsplit=unsplit), want, page), (page, grain, rows)
+            assert dec.runtime_config("bf16", 128, page, grain, unsplit=unsplit, rows=rows, variant="smem") \
+                == replace(base, unsplit=unsplit)
+    assert dec.FP8_DEFAULT_RULE == {"contiguous": "swapabw", "paged": "swapab"}
+    assert not dec.default_config("bf16", 64, None, "tensor", rows=1).swap_ab       # swap AB is D128 only
+    assert not dec.default_config("bf16", 128, None, rows=1).fp8                   # bf16 cache: no rule
+    with pytest.raises(ConfigError, match="conversion-through-SMEM"):
+        dec.fp8_variant(dec.default_config("bf16", 128, None, "tensor", rows=1), "bits", None)
+
+
+@pytest.mark.parametrize("heads,seqlen_q,page,grain,swap", [
+    (8, 1, None, "kv_head", True), (8, 1, 16, "tensor", True), (4, 2, 16, "kv_head", True),
+    (32, 1, None, "kv_head", False), (8, 4, 16, "tensor", False), (8, 1, 16, "block", False), (8, 1, 8, "kv_head", False)])
+def test_plan_runs_the_rule(monkeypatch, heads, seqlen_q, page, grain, swap):
+    """plan_problem and configs_for run FP8_DEFAULT_RULE for the call's packed rows (GQA group x
+    seqlen_q, 2 KV heads here): the bench's group 4 and 8 at one token take swap AB, more rows, block
+    scales or the gather (page 8) the "smem" kernel, never an UnsupportedFeatureError."""
+    from fa4mlir.attention import kvcache as kc
+    from fa4mlir.attention.kvcache_call import configs_for
+    from fa4mlir.runtime import TensorInfo
+    monkeypatch.delenv(dec.FP8_VARIANT_ENV, raising=False)
+
+    def info(shape, dtype):
+        strides, acc = [], 1
+        for n in reversed(shape):
+            strides.insert(0, acc)
+            acc *= n
+        return TensorInfo(1 << 20, tuple(shape), tuple(strides), dtype, "cuda")
+    batch, cap, kvh = 2, 256, 2
+    cache = (batch, cap, kvh, 128) if page is None else (batch * cap // page, page, kvh, 128)
+    scale = {"tensor": (1,), "kv_head": (kvh,), "block": (cache[0], kvh)}[grain]
+    problem = kc.check_kvcache_inputs(
+        info((batch, seqlen_q, heads, 128), "bf16"), info(cache, "e4m3"), info(cache, "e4m3"), info((batch,), "i32"),
+        None if page is None else info((batch, cap // page), "i32"), k_scale=info(scale, "f32"),
+        v_scale=info(scale, "f32"))
+    for splits in (None, 2):
+        plan = kc.plan_problem(problem.with_options(causal=True, softmax_scale=0.1, num_splits=splits,
+                                                    return_lse=False), 132)
+        cfg, _ = configs_for(plan)
+        assert plan.gqa.rows == heads // kvh * seqlen_q and cfg.swap_ab == swap and cfg.bn == plan.bn
+        assert cfg.swap_ab_warp_max == (swap and page is None)
 
 
 def test_converter_moves_every_conversion_out_of_the_consumer():

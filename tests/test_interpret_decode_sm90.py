@@ -84,7 +84,7 @@ def _interpret(page: int | None, grain: str, c: dict, variant: str = "default") 
     plan = kc.plan_problem(problem.with_options(causal=True, softmax_scale=D ** -0.5, num_splits=2,
                                                 return_lse=False), 132)
     cfg, _ = configs_for(plan)
-    assert cfg == dec.fp8_variant(dec.default_config("bf16", D, page, grain), variant, page) and cfg.fp8
+    assert cfg == dec.fp8_variant(dec.default_config("bf16", D, page, grain), variant, page, plan.gqa.rows) and cfg.fp8
     assert plan.bn == cfg.bn
     p = plan.problem
     tensors = {"q": q_bits, "k_cache": c["k_cache"], "v_cache": c["v_cache"], "cache_seqlens": lens,
@@ -127,7 +127,10 @@ VARIANT_CASES = [("cw2", page, grain) for page, grain in CASES] + [("cw3", PAGE,
     + [("bn128", None, "tensor"), ("bn128", PAGE, "kv_head")] \
     + [("split", None, "tensor"), ("split", PAGE, "kv_head"), ("split", PAGE, "block"), ("split", None, "block")] \
     + [("bits", page, grain) for page, grain in CASES] + [("bits_v", PAGE, "kv_head")] \
-    + [("swapab", None, "tensor"), ("swapab", PAGE, "kv_head"), ("swapabw", None, "tensor"), ("swapabw", PAGE, "kv_head")]
+    + [("swapab", None, "tensor"), ("swapab", PAGE, "kv_head"), ("swapabw", None, "tensor"), ("swapabw", PAGE, "kv_head")] \
+    + [("smem", page, grain) for page, grain in CASES if grain != "block"]
+# (CASES runs "default": FP8_DEFAULT_RULE's swap AB for their tensor / kv_head scales at 2 packed rows, the
+# conversion-through-SMEM kernel for block scales; "smem" keeps the former default's kernel covered)
 
 
 @pytest.mark.parametrize("page,grain", CASES)

@@ -73,8 +73,10 @@ def test_decode_set_compiles_clean(entry):
         assert cfg.params == base + dec.mod_params(cfg.softcap, cfg.sinks)
         assert ("_unsplit" in cfg.name()) == cfg.unsplit
         for p in art.params:
-            if p.kind == "tma" and cfg.fp8:     # rows of D bytes, unswizzled (converted in the kernel)
-                assert p.tma.box == (cfg.head_dim, 1, cfg.box_rows, 1) and p.tma.swizzle == "none"
+            if p.kind == "tma" and cfg.fp8:     # rows of D bytes, unswizzled (converted in the kernel); swap AB's
+                # K 128B-swizzled (its fragment loads: attention_decode_sm90_swapab, note "Swap AB")
+                swizzle = "128B" if cfg.swap_ab and p.name == "k_cache" else "none"
+                assert p.tma.box == (cfg.head_dim, 1, cfg.box_rows, 1) and p.tma.swizzle == swizzle
                 assert p.tma.dtype == "e4m3"
             elif p.kind == "tma":
                 assert p.tma.box == (64, 1, cfg.box_rows, 1) and p.tma.swizzle == "128B"
@@ -362,7 +364,9 @@ def test_fp8_plan_picks_the_kernel_of_its_scale_granularity():
             opts = dict(causal=True, softmax_scale=0.1, num_splits=num_splits, return_lse=False)
             plan = kc.plan_problem(p.with_options(**opts), 132)
             split, combine = configs_for(plan)
-            assert split == dec.default_config("bf16", 128, 16, grain, unsplit=num_splits is None) and split.fp8
+            # FP8_DEFAULT_RULE at 4 packed rows (group 4): swap AB for tensor / kv_head, the SMEM kernel for block
+            assert split == dec.default_config("bf16", 128, 16, grain, unsplit=num_splits is None, rows=4) and split.fp8
+            assert split.swap_ab == (grain != "block") and plan.gqa.rows == 4
             assert (combine is None) if num_splits is None else combine.dtype == "bf16"
     p = kc.check_kvcache_inputs(q, pool, pool, lens, table, k_scale=info((1,), "f32"), v_scale=info((2,), "f32"))
     plan = kc.plan_problem(p.with_options(causal=True, softmax_scale=0.1, num_splits=None, return_lse=False), 132)
@@ -506,8 +510,9 @@ def test_decode_set_holds_every_kernel_the_gpu_tests_pick():
     cases += [("bf16", 128, page, grain) for page, grain in gpu.FP8_CASES]
     names = {cfg.name() for _, cfg in ENTRIES}
     for dtype, d, page, grain in cases:
-        for unsplit in (False, True):
-            cfg = dec.default_config(dtype, d, page, grain, unsplit=unsplit)
+        # FP8: the rule's kernels at test_fp8_cache's 4 (seqlen_q 1) and 16 (seqlen_q 4) packed rows
+        for unsplit, rows in ((False, 4), (True, 4), (False, 16), (True, 16)):
+            cfg = dec.default_config(dtype, d, page, grain, unsplit=unsplit, rows=rows)
             assert cfg.name() in names, (dtype, d, page, grain, cfg.name())
     assert {dec.default_config("bf16", 128, p).box_rows for p in gpu.BOX8_PAGES} == {8}
     assert all(dec.default_config("bf16", 128, p).gather for p in gpu.GATHER_PAGES)

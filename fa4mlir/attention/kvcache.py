@@ -487,8 +487,10 @@ def plan_problem(problem: KVCacheProblem, num_sms: int, arch: str = "sm_90a") ->
     cache = problem.cache
     grain = {"tensor": "tensor", "kv_head": "kv_head", "block_kv_head": "block"}[cache.k_scale.value] \
         if cache.quantized and cache.k_scale else ""
-    # default_config's kernel, or an FP8 variant (runtime_config: FA4MLIR_DECODE_FP8_VARIANT)
-    kernel = decode_cfg.runtime_config(problem.dtype, problem.head_dim, cache.page_size if cache.paged else None, grain)
+    # default_config's kernel (FP8: FP8_DEFAULT_RULE's for gqa.rows packed rows), or an FP8 variant
+    # (runtime_config: FA4MLIR_DECODE_FP8_VARIANT)
+    kernel = decode_cfg.runtime_config(problem.dtype, problem.head_dim, cache.page_size if cache.paged else None, grain,
+                                       rows=gqa.rows)
     bn = kernel.bn      # DECODE_BN[head_dim] unless an FP8 variant's tile differs
     slots = num_sms * kernel.ctas_per_sm
     keys = problem.live_keys

@@ -76,8 +76,9 @@ def configs_for(plan: KVCachePlan) -> tuple[dec.DecodeConfig, dec.CombineConfig 
     """The decode and combine kernels of a plan: the split kernel and the combine, or (one split,
     ``plan.unsplit``) the unsplit variant and None; UnsupportedFeatureError for an FP8 cache the
     decode kernel has no variant for (k and v scales of different granularities; TMA boxes of an
-    FP8 row group not 128-byte aligned: head_dim 64 with an odd page size; the swap_ab variant over more than
-    SWAP_AB_ROWS packed query rows)."""
+    FP8 row group not 128-byte aligned: head_dim 64 with an odd page size; a swap_ab variant named
+    (FA4MLIR_DECODE_FP8_VARIANT) over more than SWAP_AB_ROWS packed query rows: the default rule
+    never picks it there)."""
     p = plan.problem
     cache = p.cache
     page_size = cache.page_size if cache.paged else None
@@ -87,7 +88,10 @@ def configs_for(plan: KVCachePlan) -> tuple[dec.DecodeConfig, dec.CombineConfig 
             raise UnsupportedFeatureError(_err(f"k_scale and v_scale of different granularities ({cache.k_scale.value}, "
                                                f"{cache.v_scale.value}) are not built: give both one granularity"))
         kv_scale = GRAINS[cache.k_scale.value]
-    split = dec.runtime_config(p.dtype, p.head_dim, page_size, kv_scale, unsplit=plan.unsplit, **decode_variant(plan))
+    # FP8: attention_decode_sm90_config.FP8_DEFAULT_RULE picks swap AB for plan.gqa.rows <= SWAP_AB_ROWS
+    # (head_dim 128, tensor / kv_head scales, TMA fetches), else the conversion-through-SMEM kernel
+    split = dec.runtime_config(p.dtype, p.head_dim, page_size, kv_scale, unsplit=plan.unsplit, rows=plan.gqa.rows,
+                               **decode_variant(plan))
     try:
         split.validate()
     except ValueError as exc:

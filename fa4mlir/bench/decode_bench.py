@@ -85,7 +85,7 @@ def workload(torch, name: str, fa4, splits=(), variants=()):
     fa4_func, fa4_varlen = fa4 or (None, None)
     backends = {}
     if name.endswith("_fp8"):
-        return _fp8_workload(torch, name[:-4], variants)
+        return _fp8_workload(torch, name[:-4], variants, splits)
     if name in ("decode_dense", "decode_spec4"):
         b, sq, sk = (64, 1, 8192) if name == "decode_dense" else (32, 4, 4096)
         q = torch.randn(b, sq, H, D, dtype=bf, device="cuda")
@@ -156,9 +156,10 @@ def _with_variant(call, name: str):
     return run
 
 
-def _fp8_workload(torch, base: str, variants=()):
+def _fp8_workload(torch, base: str, variants=(), splits=()):
     """``base``'s shapes and seeds with the cache in e4m3 and per-KV-head scales: fa4mlir only (and
-    ``variants``, FP8 kernel variants, as `fa4mlir[NAME]`), checked against a float32 reference
+    ``variants``, FP8 kernel variants, as `fa4mlir[NAME]`; ``splits``, num_splits forced, as
+    `fa4mlir(s=N)` with the default kernel: [D-decode-fp8-swapab]'s paged-16 question), checked against a float32 reference
     over the dequantised rows; the rate counts e4m3 bytes (1 per element) plus the k and v scales
     (HK float32 each)."""
     import fa4mlir
@@ -188,13 +189,14 @@ def _fp8_workload(torch, base: str, variants=()):
         kp, vp, table = _paged(torch, k8.view(torch.uint8), v8.view(torch.uint8), page)
         kc, vc = kp.view(torch.float8_e4m3fn), vp.view(torch.float8_e4m3fn)
         del k8, v8
-        call = lambda: fa4mlir.flash_attn_with_kvcache(q, kc, vc, lens, table, k_scale=k_scale,   # noqa: E731
-                                                       v_scale=v_scale)
+        call = lambda n=None: fa4mlir.flash_attn_with_kvcache(q, kc, vc, lens, table, k_scale=k_scale,   # noqa: E731
+                                                              v_scale=v_scale, num_splits=n)
     else:
-        call = lambda: fa4mlir.flash_attn_with_kvcache(q, k8, v8, lens, k_scale=k_scale,   # noqa: E731
-                                                       v_scale=v_scale)
+        call = lambda n=None: fa4mlir.flash_attn_with_kvcache(q, k8, v8, lens, k_scale=k_scale,   # noqa: E731
+                                                              v_scale=v_scale, num_splits=n)
     total = int(lens.sum())
     backends = {"fa4mlir": call, **{f"fa4mlir[{n}]": _with_variant(call, n) for n in variants}}
+    backends.update({f"fa4mlir(s={n})": (lambda n=n: call(n)) for n in splits})
     return (backends, kv_bytes(total, 1, 2 * HK), total,
             lambda o: float((o[:1].float() - want).abs().max()))
 

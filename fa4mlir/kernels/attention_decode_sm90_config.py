@@ -354,12 +354,16 @@ ONE_CTA_BOX_ROWS = 8
 
 
 def default_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: str = "",
-                   unsplit: bool = False, **variant) -> DecodeConfig:
+                   unsplit: bool = False, rows: int | None = None, **variant) -> DecodeConfig:
     """The decode kernel for a cache of ``page_size`` (None: contiguous); ``kv_scale`` (tensor,
     kv_head, block) for an FP8 cache; ``unsplit`` for a call of one split (the tiles are the split
-    kernel's: only the epilogue differs); ``variant``: the mask and score-modifier fields
-    (window_left, window_right, chunk, softcap, sinks), which change no tile choice."""
-    return replace(_default_tiles(dtype, head_dim, page_size, kv_scale, unsplit), **variant)
+    kernel's: only the epilogue differs); ``rows``: an FP8 call's packed query rows per CTA (GQA
+    group x seqlen_q, kvcache.plan_problem's gqa.rows), which FP8_DEFAULT_RULE reads (None: not
+    known, the conversion-through-SMEM kernel, which serves every row count); ``variant``: the mask
+    and score-modifier fields (window_left, window_right, chunk, softcap, sinks), which change no
+    tile choice."""
+    cfg = replace(_default_tiles(dtype, head_dim, page_size, kv_scale, unsplit), **variant)
+    return fp8_variant(cfg, fp8_default_variant(cfg, rows), page_size) if cfg.fp8 else cfg
 
 
 def _default_tiles(dtype: str, head_dim: int, page_size: int | None, kv_scale: str, unsplit: bool) -> DecodeConfig:
@@ -381,10 +385,12 @@ def _default_tiles(dtype: str, head_dim: int, page_size: int | None, kv_scale: s
 
 
 # ----------------------------------------------------------------------------------------------
-# FP8 variants (issue #27's FP8 bar): alternatives to default_config's FP8 kernel, to be timed
+# FP8 variants (issue #27's FP8 bar): alternatives to the conversion-through-SMEM FP8 kernel, timed;
+# FP8_DEFAULT_RULE (below) makes two of them the default where they are built
 # ----------------------------------------------------------------------------------------------
 
-# name -> (converter_stages, bn or None for default_config's, CTAs per SM): stages are the most the
+# "default": FP8_DEFAULT_RULE's choice; "smem": _default_tiles' kernel, K and V converted to f16 tiles in
+# SMEM (the default before the rule); other name -> (converter_stages, bn or None for default_config's, CTAs per SM): stages are the most the
 # SMEM of that many CTAs per SM holds (`_most_stages`). "cwN": a converter warpgroup with a ring
 # of N f16 pairs (the kernel's note "Converter"), one CTA per SM (288 threads: two CTAs would cap
 # ptxas at 96 registers, where the consumer spills about 700 bytes); "bn128": the in-consumer
@@ -398,7 +404,8 @@ def _default_tiles(dtype: str, head_dim: int, page_size: int | None, kv_scale: s
 # f16 K tile, an 8-row Q) leaves at two CTAs per SM. (A converter over 128-key tiles spills at the
 # 168 registers ptxas gives 288 threads: not offered.) bf16/f16 caches have no variants.
 FP8_VARIANTS = {
-    "default": None,
+    "default": "rule",      # FP8_DEFAULT_RULE's choice for the call (fp8_default_variant)
+    "smem": None,           # the conversion-through-SMEM kernel (_default_tiles): the default before the rule
     "cw2": (2, None, 1),
     "cw3": (3, None, 1),
     "bn128": (0, 128, 1),
@@ -414,6 +421,27 @@ FP8_VARIANTS = {
 FP8_VARIANT_SCALES = {"bn128": ("tensor", "kv_head"), "swapab": ("tensor", "kv_head"),
                       "swapab5": ("tensor", "kv_head"), "swapabw": ("tensor", "kv_head")}
 FP8_VARIANT_ENV = "FA4MLIR_DECODE_FP8_VARIANT"
+
+# FP8_DEFAULT_RULE, the FP8 decode kernel a call runs when no variant is named ([D-decode-fp8-swapab]):
+# swap AB (S^T = K Q^T, K converted in registers into the wgmma A fragments) wherever it is built:
+# head_dim 128, at most SWAP_AB_ROWS packed query rows per CTA (GQA group x seqlen_q), tensor or
+# kv_head scales, TMA fetches; a contiguous cache takes "swapabw" (per-warp maxima, 5 stages), a
+# TMA-paged one "swapab" (default_config's stages): the best of each on an nvidia-h200 (bench decode,
+# bf16 D128, per-KV-head scales; notes/decode-fp8-swapab-h200-2026-11-26.json): dense 262.6 us
+# swapabw vs 268.2 swapab, 268.6 swapab5, 350.4 the SMEM kernel; paged 16: 326.9 swapab vs 327.4
+# swapab5, 331.4 swapabw, 408.3 the SMEM kernel. Every other FP8 call (block scales, the cp.async
+# gather of small pages, more packed rows, head_dim 64 or 256) runs "smem", the conversion-through-
+# SMEM kernel: the kernel built for it, not a fallback from a faster one.
+FP8_DEFAULT_RULE = {"contiguous": "swapabw", "paged": "swapab"}
+
+
+def fp8_default_variant(cfg: DecodeConfig, rows: int | None) -> str:
+    """FP8_DEFAULT_RULE's variant name for default_config's FP8 kernel ``cfg`` (its "smem" tiles)
+    attending ``rows`` packed query rows per CTA (None: not known): swap AB where it is built, else
+    "smem"."""
+    swap = (cfg.head_dim == 128 and not cfg.gather and cfg.kv_scale in FP8_VARIANT_SCALES["swapab"]
+            and rows is not None and rows <= SWAP_AB_ROWS and not (cfg.windowed or cfg.softcap or cfg.sinks))
+    return FP8_DEFAULT_RULE["paged" if cfg.paged else "contiguous"] if swap else "smem"
 MAX_FP8_STAGES = 12      # a bound on the e4m3 ring, far past what the latency needs
 
 
@@ -428,15 +456,21 @@ def _most_stages(cfg: DecodeConfig, ctas: int) -> DecodeConfig | None:
     return best
 
 
-def fp8_variant(cfg: DecodeConfig, name: str, page_size: int | None) -> DecodeConfig:
-    """default_config's FP8 kernel ``cfg`` for a cache of ``page_size`` (None: contiguous) as
-    variant ``name`` of FP8_VARIANTS (ConfigError for an unknown name, a non-FP8 cfg, or a variant
-    the SMEM cannot hold, a gather (small-page) cache, or a scale granularity outside
-    FP8_VARIANT_SCALES[name])."""
+def fp8_variant(cfg: DecodeConfig, name: str, page_size: int | None, rows: int | None = None) -> DecodeConfig:
+    """default_config's conversion-through-SMEM FP8 kernel ``cfg`` (default_config with rows None:
+    the "smem" tiles) for a cache of ``page_size`` (None: contiguous) as variant ``name`` of
+    FP8_VARIANTS ("default": fp8_default_variant's for ``rows`` packed query rows; ConfigError for
+    an unknown name, a non-FP8 cfg, or a variant the SMEM cannot hold, a gather (small-page) cache,
+    or a scale granularity outside FP8_VARIANT_SCALES[name])."""
     if name not in FP8_VARIANTS:
         raise ConfigError(f"unknown FP8 decode variant {name!r}; known: {', '.join(FP8_VARIANTS)}")
     if not cfg.fp8:
         raise ConfigError(f"FP8 decode variant {name!r} is for an e4m3 cache; {cfg.name()} is not one")
+    if cfg.swap_ab or cfg.converter or cfg.convert_split or cfg.convert_bits:
+        raise ConfigError(f"FP8 decode variants apply to the conversion-through-SMEM kernel (default_config with "
+                          f"rows=None), not to {cfg.name()}")
+    if name == "default":
+        name = fp8_default_variant(cfg, rows)
     if FP8_VARIANTS[name] is None:
         return cfg
     if cfg.gather:    # small pages: the variants were neither compiled nor interpreted with the gather
@@ -457,17 +491,19 @@ def fp8_variant(cfg: DecodeConfig, name: str, page_size: int | None) -> DecodeCo
 
 
 def runtime_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: str = "",
-                   unsplit: bool = False, variant: str | None = None, **mods) -> DecodeConfig:
-    """The decode kernel a call runs: default_config's (with `mods`, its mask and score-modifier
-    fields), or for an FP8 cache the FP8_VARIANTS entry named by ``variant`` or else the
-    environment's FA4MLIR_DECODE_FP8_VARIANT (unset: "default"; for `bench decode
-    --decode-variant`). bf16/f16 caches always get default_config's."""
+                   unsplit: bool = False, variant: str | None = None, rows: int | None = None,
+                   **mods) -> DecodeConfig:
+    """The decode kernel a call of ``rows`` packed query rows per CTA runs: default_config's (with
+    `mods`, its mask and score-modifier fields; for an FP8 cache FP8_DEFAULT_RULE's choice), or for
+    an FP8 cache the FP8_VARIANTS entry named by ``variant`` or else the environment's
+    FA4MLIR_DECODE_FP8_VARIANT (unset: "default", the rule; "smem": the conversion-through-SMEM
+    kernel; for `bench decode --decode-variant`). bf16/f16 caches always get default_config's."""
     cfg = default_config(dtype, head_dim, page_size, kv_scale, unsplit=unsplit, **mods)
     if not cfg.fp8:
         return cfg
     import os
     name = variant or os.environ.get(FP8_VARIANT_ENV) or "default"
-    return fp8_variant(cfg, name, page_size)
+    return fp8_variant(cfg, name, page_size, rows)
 
 
 # ----------------------------------------------------------------------------------------------

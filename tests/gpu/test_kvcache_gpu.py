@@ -405,6 +405,28 @@ def fp8_case(torch, lengths, page_size, grain, seed, seqlen_q=1, capacity=336):
     return case
 
 
+# the FP8 cases where FP8_DEFAULT_RULE runs swap AB (seqlen_q 1: 4 packed rows; tensor / kv_head scales, TMA)
+SWAP_AB_FP8_CASES = [(page, grain) for page, grain in FP8_CASES if grain != "block" and page in (None, 16, 64)]
+
+
+@pytest.mark.parametrize("page_size,grain", SWAP_AB_FP8_CASES)
+@pytest.mark.parametrize("num_splits", [None, 3])
+def test_fp8_cache_smem_variant(torch, monkeypatch, page_size, grain, num_splits):
+    """The conversion-through-SMEM kernel (FA4MLIR_DECODE_FP8_VARIANT=smem, the FP8 default before
+    [D-decode-fp8-swapab]) where the rule would run swap AB, by test_fp8_cache's checks; its kernels
+    are the `decode` set's (what the rule runs for more than 8 packed rows)."""
+    from fa4mlir.attention.kvcache import plan_kvcache
+    from fa4mlir.attention.kvcache_call import configs_for
+    from fa4mlir.kernels import attention_decode_sm90_config as dec
+    monkeypatch.setenv(dec.FP8_VARIANT_ENV, "smem")
+    case = fp8_case(torch, [0, 1, 15, 16, 17, 200, 330], page_size, grain, seed=42)
+    _, plan = plan_kvcache(case.q, case.k_cache, case.v_cache, case.cache_seqlens, case.page_table,
+                           k_scale=case.k_scale, v_scale=case.v_scale, num_splits=num_splits)
+    cfg, _ = configs_for(plan)
+    assert not cfg.swap_ab and cfg == dec.default_config("bf16", 128, page_size, grain, unsplit=plan.unsplit)
+    test_fp8_cache(torch, page_size, grain, 1, num_splits)
+
+
 @pytest.mark.parametrize("page_size,grain", FP8_CASES)
 @pytest.mark.parametrize("seqlen_q", [1, 4])
 @pytest.mark.parametrize("num_splits", [None, 3])
@@ -415,7 +437,11 @@ def test_fp8_cache(torch, page_size, grain, seqlen_q, num_splits):
     None is one split here (the unsplit variant), 3 the split kernel and the combine; page sizes
     8 and 24 stay on the gather for FP8 ([D-decode-box8])."""
     import fa4mlir
+    import os
+
     from fa4mlir.attention.kvcache import plan_kvcache
+    from fa4mlir.attention.kvcache_call import configs_for
+    from fa4mlir.kernels import attention_decode_sm90_config as dec
     from fa4mlir.kernels.common.paging import KVFetch
     from fa4mlir.testing import attention_math, fa_rule
     from fa4mlir.testing_kvcache import e4m3_decode, kvcache_reference
@@ -425,6 +451,12 @@ def test_fp8_cache(torch, page_size, grain, seqlen_q, num_splits):
     assert plan.unsplit == (num_splits is None)
     if page_size in (8, 24):
         assert plan.fetch.fetch is KVFetch.CP_ASYNC_GATHER
+    if os.environ.get(dec.FP8_VARIANT_ENV, "default") == "default":
+        # FP8_DEFAULT_RULE: swap AB at <= 8 packed rows (group 4 x seqlen_q 1), tensor / kv_head scales, TMA
+        # fetches (swapabw contiguous, swapab paged); else the conversion-through-SMEM kernel
+        cfg, _ = configs_for(plan)
+        swap = plan.gqa.rows <= dec.SWAP_AB_ROWS and grain != "block" and plan.fetch.fetch is not KVFetch.CP_ASYNC_GATHER
+        assert cfg.swap_ab == swap and cfg.swap_ab_warp_max == (swap and page_size is None), cfg.name()
     out, lse = fa4mlir.flash_attn_with_kvcache(case.q, case.k_cache, case.v_cache, case.cache_seqlens,
                                                case.page_table, k_scale=case.k_scale, v_scale=case.v_scale,
                                                num_splits=num_splits, out=case.out, return_lse=True)
