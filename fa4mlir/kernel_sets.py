@@ -466,9 +466,10 @@ def prefill_poly(stride: int) -> list:
     out += [(KERNEL, replace(c, exp2_poly_stride=stride).validate())
             for c in default_configs("bf16", 128, True, softcap=True)]   # the running-max and the fixed-max kernel
     out += score_mod_kernels("bf16", 128, True, score_mod=score_mod.alibi, aux=(("f32", 1),))
-    # `--prefill-tiles score_bias_init=True` times every row of those workloads with the knob [D-bias-init]:
-    # the alibi kernel's variant, and the other rows' twins (no affine score_mod: today's code, another name)
-    return out + [(k, replace(c, score_bias_init=True).validate()) for k, c in out]
+    # `--prefill-tiles score_bias_init=False|True` times every row of those workloads with the knob toggled
+    # [D-bias-init]: the alibi kernel without it (its default has it), the other rows' twins with it (no affine
+    # score_mod: today's code, another name)
+    return out + [(k, replace(c, score_bias_init=not c.score_bias_init).validate()) for k, c in out]
 
 
 # The softcap row's variants (AttnConfig fields) [D-softcap-fold]: the tanh input scale folded into Q, the fixed

@@ -34,7 +34,8 @@ def varlen_config(dtype: str, head_dim: int, causal: bool, mask: Mask | None = N
         base = replace(base, **MOD_BOTH_TILES)
     if (base.head_dim, base.dim_v, causal) == (192, 192, True) and base.bn > VARLEN_D192_CAUSAL_BN:
         base = replace(base, bn=VARLEN_D192_CAUSAL_BN)   # [D-varlen-sections]: bn 112 spilled 4 / 12 bytes
-    return replace(base, persistent=False, varlen=True, varlen_compact=compact).validate()
+    # score_bias_init (default_config's for a score_mod) is not built or timed in the varlen kernel [D-bias-init]
+    return replace(base, persistent=False, varlen=True, varlen_compact=compact, score_bias_init=False).validate()
 
 
 # D192 causal varlen: the section order's bookkeeping (common.sections) spilled 4 / 12 bytes at the dense
