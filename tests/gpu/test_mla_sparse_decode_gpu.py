@@ -77,23 +77,18 @@ def _metadata(torch, splits, batch):
     return meta, torch.arange(batch + 1, dtype=torch.int32, device="cuda") * splits
 
 
-CASES = [  # batch, seqlen_q, heads, topk, pages, page, cache dtype, lengths, splits (None: get_mla_metadata's), padded
+SHAPES = [  # batch, seqlen_q, heads, topk, pages, page, 16-bit dtype, lengths, splits (None: get_mla_metadata's),
+    #          the FP8 run's pages padded (FlashMLA's page stride of page_size + 1 rows)
     (4, 1, 128, 2048, 600, 64, "bf16", False, None, False),
-    (2, 2, 16, 512, 40, 64, "bf16", False, None, False),
+    (2, 2, 16, 512, 40, 64, "bf16", False, None, True),
     (3, 2, 64, 1024, 70, 61, "f16", True, None, False),
-    (5, 1, 80, 512, 20, 64, "bf16", True, 3, False),
+    (5, 1, 80, 512, 20, 64, "bf16", True, 3, True),
     (2, 2, 128, 2048, 300, 64, "bf16", False, 7, False),
-    (24, 2, 128, 2048, 900, 64, "bf16", False, 1, False),
+    (24, 2, 128, 2048, 900, 64, "bf16", False, 1, True),
     (1, 1, 64, 2048, 100, 64, "f16", False, None, False),
-    # FlashMLA's FP8 cache (bf16 q), FlashMLA's padded pages on some
-    (4, 1, 128, 2048, 600, 64, "fp8", False, None, False),
-    (2, 2, 16, 512, 40, 64, "fp8", False, None, True),
-    (3, 2, 64, 1024, 70, 61, "fp8", True, None, False),
-    (5, 1, 80, 512, 20, 64, "fp8", True, 3, True),
-    (2, 2, 128, 2048, 300, 64, "fp8", False, 7, False),
-    (24, 2, 128, 2048, 900, 64, "fp8", False, 1, True),
-    (1, 1, 64, 2048, 100, 64, "fp8", False, None, False),
 ]
+# each shape over its 16-bit cache (pages unpadded), then over FlashMLA's FP8 cache (bf16 q)
+CASES = [(*c[:9], False) for c in SHAPES] + [(*c[:6], "fp8", *c[7:]) for c in SHAPES]
 
 
 @pytest.mark.parametrize("batch,seqlen_q,heads,topk,pages,page,dtype,with_lengths,splits,padded", CASES)
