@@ -118,12 +118,12 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 the FP8-latent-cache variants (is_fp8_kvcache, bf16, pages 64 and 16, split and unsplit),
                 mla_prefill's kernel, bf16 qk 192 / v 128 causal (`bench mla`'s prefill row), and the sparse
                 prefill (flash_mla_sparse_fwd, attention/mla_sparse.py) with and without topk_length and sinks,
-                over a bf16 kv and FlashMLA's FP8 rows (tests/gpu/test_mla_sparse_gpu.py,
-                tests/gpu/test_mla_sparse_fp8_gpu.py and `bench mla`'s sparse rows), and the sparse decode
+                over a bf16 kv and FlashMLA's FP8 rows (tests/gpu/test_mla_sparse_gpu.py, both caches, and
+                `bench mla`'s sparse rows), and the sparse decode
                 (flash_mla_with_kvcache with indices, attention/mla_sparse_decode.py) in bf16 and f16, with
                 and without topk_length, split and unsplit (tests/gpu/test_mla_sparse_decode_gpu.py and `bench
                 mla`'s sparse decode row), and the same four over FlashMLA's FP8 cache (is_fp8_kvcache with
-                indices, bf16; tests/gpu/test_mla_sparse_decode_fp8_gpu.py and `bench mla`'s
+                indices, bf16; tests/gpu/test_mla_sparse_decode_gpu.py's fp8 cases and `bench mla`'s
                 mla_sparse_decode_fp8 row)
     bench       the attention, decode, prefill and mla sets, and the GEMM variants the benchmark times against
                 torch.matmul

@@ -1,7 +1,8 @@
-"""Helpers the MLA tests share (test_mla_decode.py, _fp8.py, test_mla_sparse.py, test_mla_sparse_decode.py
-and tests/gpu/test_mla_decode_gpu.py, _fp8_gpu.py): the host checks' TensorInfos, the kernels' compile
-checks, the paged latent cache of a decode problem, the interpreter run of the dense decode kernel and
-the sparse tests' mix of invalid indices."""
+"""Helpers the MLA tests share (test_mla_decode.py, _fp8.py, test_mla_sparse.py, _fp8.py, _sm100.py,
+test_mla_sparse_decode.py, _fp8.py, test_kvcache_decode.py and tests/gpu/test_mla_*): the host checks'
+TensorInfos, the kernels' compile checks, the paged latent cache of a decode problem, the interpreter run of
+the dense decode kernel, the sparse tests' mix of invalid indices and the sparse prefill's interpreter cases
+(inputs, the kernel's tensors, the FA-rule check)."""
 from __future__ import annotations
 
 import numpy as np
@@ -105,6 +106,117 @@ def invalid_mix(used, topk: int, s_kv: int, seed: int):
     mix = np.concatenate([used[:topk // 2], used[:topk // 8], np.full(topk // 8, -1), s_kv + np.arange(topk // 8),
                           np.resize([-2**31, 2**31 - 1, -7, 114514], rest)])     # FlashMLA's invalid candidates
     return np.random.default_rng(seed).permutation(mix)
+
+
+def sparse_problem(torch, s_q, heads, topk, s_kv, seed=0):
+    """The sparse prefill's q, kv (NaN in every row no valid entry names) and indices [s_q, 1, topk]: token 0 a
+    shuffled mix of valid rows, duplicates, -1, other negatives and indices >= s_kv (int32's extremes too);
+    token 1 valid rows in descending order with -1 padding at the end; token 2 (when s_q > 2) every entry
+    invalid."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(s_q, heads, 576, generator=g).to(torch.bfloat16)
+    idx, kv = sparse_rows(torch, g, s_q, topk, s_kv, seed)
+    return q, kv.to(torch.bfloat16), idx.reshape(s_q, 1, topk)
+
+
+def sparse_rows(torch, g, rows, topk, s_kv, seed, scale=1):
+    """The sparse tests' indices [rows, topk] and the cache rows they name, drawn from generator `g`: row 0 a
+    shuffled mix of valid rows, duplicates, -1, other negatives and rows >= s_kv (invalid_mix); row 1 valid
+    rows in descending order, then -1 padding; row 2 (when there is one) every entry invalid; later rows
+    random valid rows. The rows: float32 [s_kv, 1, 576], randn x `scale` where a valid entry names them,
+    NaN elsewhere."""
+    idx = np.full((rows, topk), -1, np.int32)
+    used = torch.randperm(s_kv, generator=g).numpy()[:s_kv // 2]
+    idx[0] = invalid_mix(used, topk, s_kv, seed)
+    if rows > 1:
+        idx[1, :topk - 23] = np.sort(used[:topk - 23])[::-1]
+    for t in range(3, rows):
+        idx[t] = np.random.default_rng(seed + t).choice(used, topk)
+    kv = torch.full((s_kv, 1, 576), float("nan"))
+    live = np.unique(idx[(idx >= 0) & (idx < s_kv)])
+    kv[live] = torch.randn(len(live), 1, 576, generator=g) * scale
+    return idx, kv
+
+
+def sparse_options(torch, heads, topk_length, sinks):
+    """A sparse prefill case's topk_length (int32 numpy, or None) and sinks (float32 [heads] randn with the
+    first len(sinks) pinned to `sinks`, or None)."""
+    lens = None if topk_length is None else np.array(topk_length, np.int32)
+    sink_t = None
+    if sinks is not None:
+        sink_t = torch.randn(heads, generator=torch.Generator().manual_seed(1))
+        sink_t[:len(sinks)] = torch.tensor(sinks)
+    return lens, sink_t
+
+
+def sparse_tensors(torch, q, kv_operand, idx, lens, sink_t) -> dict:
+    """The sparse prefill kernel's tensors: q's 16-bit elements, the cache as the kernel reads it
+    (`kv_operand`, numpy), the indices, topk_length and sinks where given, and out, lse, max_logits NaN
+    before the call."""
+    s_q, heads = q.shape[0], q.shape[1]
+    tensors = {"kv": kv_operand, "q": bits(torch, q), "indices": idx,
+               "out": np.full((s_q, heads, 512), 0x7FC0, np.uint16),           # NaN before the call
+               "lse": np.full((s_q, heads), np.nan, np.float32),
+               "max_logits": np.full((s_q, heads), np.nan, np.float32)}
+    if lens is not None:
+        tensors["topk_length"] = lens
+    if sink_t is not None:
+        tensors["sinks"] = sink_t.numpy().astype(np.float32)
+    return tensors
+
+
+def check_sparse_out(torch, q, kv_rows, idx, tensors, scale, sink_t, lens):
+    """The kernel's out, max_logits and lse in `tensors` against the float64 sparse reference over the rows
+    `kv_rows` [s_kv, 1, 576] (testing_mla.check_mla_sparse: the FA rule, NaN never passes); returns out as
+    float32."""
+    from fa4mlir.testing_mla import check_mla_sparse
+    out_t = torch.from_numpy(tensors["out"].view(np.int16)).view(torch.bfloat16).float()
+    errs = check_mla_sparse(q, kv_rows, idx, out_t, torch.from_numpy(tensors["max_logits"]),
+                            torch.from_numpy(tensors["lse"]), scale, sinks=sink_t, topk_length=lens)
+    assert errs["out"] > 0
+    return out_t
+
+
+def check_sparse_decode_run(torch, cfg, problem, q, kv_operand, kv_rows, idx, lens, splits, **launch):
+    """The sparse decode kernel (attention_mla_sparse_sm90, `cfg` of `problem`: sd.check_sparse_decode_inputs)
+    interpreted with q (torch, its 16-bit elements passed), the cache bytes the kernel reads (`kv_operand`,
+    numpy), the indices [batch, seqlen_q, topk] and topk_length `lens`, out and the workspaces NaN before the
+    call; `launch`: decode_launch_args' cache arguments (s_kv, kv_stride, ...). With several splits the
+    partials are merged by the combine's math on the host (tests/test_mla_decode.py: the combine kernel runs
+    in tests/gpu). Checked by the FA rule against the float64 reference over `kv_rows` [pages, page, 1, 576]
+    (check_mla_sparse_decode); query row 2 (when there is one) has no valid entry: out 0, LSE +inf.
+    Returns (out, lse) as float32 tensors and the launch arguments."""
+    from fa4mlir import interpret
+    from fa4mlir.kernels import attention_mla_sparse_sm90
+    from fa4mlir.kernels import attention_mla_sparse_sm90_config as dc
+    from fa4mlir.testing_kvcache import combine_splits
+    from fa4mlir.testing_mla import check_mla_sparse_decode
+    batch, seqlen_q, heads, _ = q.shape
+    topk = idx.shape[-1]
+    out = np.full((batch, seqlen_q, heads, 512), 0x7FC0, np.uint16)        # NaN before the call
+    lse = np.full((batch, heads, seqlen_q), np.nan, np.float32)
+    tensors = {"kv": kv_operand, "q": bits(torch, q), "indices": idx, "out": out, "lse": lse,
+               "o_partial": np.full((splits, batch, seqlen_q, heads, 512), np.nan, np.float32),
+               "lse_partial": np.full((splits, batch, heads, seqlen_q), np.nan, np.float32)}
+    if lens is not None:
+        tensors["topk_length"] = lens
+    args = dc.decode_launch_args(cfg, tensors, batch=batch, seqlen_q=seqlen_q, num_splits=splits, heads=heads, topk=topk,
+                                 softmax_scale=problem.softmax_scale, q_strides=(heads * 576, 576), indices_stride=topk,
+                                 **launch)
+    interpret.load(attention_mla_sparse_sm90.build(cfg)).launch(dc.decode_grid(batch, seqlen_q, heads, splits), args)
+    if splits == 1:
+        out_t = torch.from_numpy(out.view(np.int16)).view(q.dtype).float()
+        lse_t = torch.from_numpy(lse)
+    else:
+        assert np.isfinite(tensors["lse_partial"]).any()
+        o, lse_c = combine_splits(tensors["o_partial"], tensors["lse_partial"])
+        out_t, lse_t = torch.from_numpy(o).float(), torch.from_numpy(lse_c).float()
+    errs = check_mla_sparse_decode(q, kv_rows, idx, out_t, lse_t, problem.softmax_scale, topk_length=lens)
+    assert errs["out"] > 0
+    if batch * seqlen_q > 2:        # query row 2: every entry invalid
+        b, t = divmod(2, seqlen_q)
+        assert (out_t[b, t] == 0).all() and torch.isposinf(lse_t[b, :, t]).all()
+    return out_t, lse_t, args
 
 
 def forced_metadata(torch, splits: int, batch: int):

@@ -28,21 +28,12 @@ from fa4mlir.kernels.common import paging
 from fa4mlir.kernels.common.fastdiv import divisor
 from fa4mlir.passes._util import attr, ops_named
 from fa4mlir.passes.plan_smem import SMEM_LIMIT
-from fa4mlir.runtime import TensorInfo
 from fa4mlir.testing import raises
+from tests._mla_helpers import info  # a row-major TensorInfo at address 1 << 20 (PTR) on "cuda"
 from tests._ring_mutations import RING_OPS, mutate_ring_op
 
 ENTRIES = kernel_sets.SETS["decode"]()
 PTR = 1 << 20
-
-
-def info(shape, dtype="bf16", strides=None):
-    if strides is None:
-        strides, acc = [], 1
-        for n in reversed(shape):
-            strides.insert(0, acc)
-            acc *= n
-    return TensorInfo(PTR, tuple(shape), tuple(strides), dtype, "cuda")
 
 
 _COMPILED: dict = {}

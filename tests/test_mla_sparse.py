@@ -19,7 +19,7 @@ from fa4mlir.attention import errors as E
 from fa4mlir.attention import mla_sparse as ms
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as sc
 from tests._mla_helpers import bits as _bits
-from tests._mla_helpers import check_sparse_art, invalid_mix, lower_clean
+from tests._mla_helpers import check_sparse_art, check_sparse_out, lower_clean, sparse_options, sparse_problem, sparse_tensors
 from tests._mla_helpers import info as _info
 
 ENTRIES = [e for e in kernel_sets.mla() if e[0] == sc.KERNEL and not e[1].fp8]   # FP8 kv: test_mla_sparse_fp8.py
@@ -38,24 +38,6 @@ def test_sparse_set_compiles_clean(entry):
 
 # ---- the interpreter ------------------------------------------------------------------------------
 
-def _problem(torch, s_q, heads, topk, s_kv, seed=0):
-    """q, kv (NaN in every row no valid entry names) and indices [s_q, 1, topk]: token 0 a shuffled
-    mix of valid rows, duplicates, -1, other negatives and indices >= s_kv (int32's extremes too); token 1 valid rows in descending order
-    with -1 padding at the end; token 2 (when s_q > 2) every entry invalid."""
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(s_q, heads, 576, generator=g).to(torch.bfloat16)
-    idx = np.full((s_q, 1, topk), -1, np.int32)
-    used = torch.randperm(s_kv, generator=g).numpy()[:s_kv // 2]
-    idx[0, 0] = invalid_mix(used, topk, s_kv, seed)
-    idx[1, 0, :topk - 23] = np.sort(used[:topk - 23])[::-1]
-    for t in range(3, s_q):
-        idx[t, 0] = np.random.default_rng(seed + t).choice(used, topk)
-    kv = torch.full((s_kv, 1, 576), float("nan"))
-    live = np.unique(idx[(idx >= 0) & (idx < s_kv)])
-    kv[live] = torch.randn(len(live), 1, 576, generator=g)
-    return q, kv.to(torch.bfloat16), idx
-
-
 @pytest.mark.parametrize("s_q,heads,topk,topk_length,sinks", [
     (3, 64, 256, None, None),                                       # 4 tiles: the 2-stage ring wraps
     (3, 64, 128, (100, 64, 128), (0.5, float("-inf"), float("inf"))),   # sinks: the first three heads pinned
@@ -65,32 +47,17 @@ def test_mla_sparse_through_the_interpreter(s_q, heads, topk, topk_length, sinks
     torch = pytest.importorskip("torch")
     from fa4mlir import interpret
     from fa4mlir.kernels import attention_mla_sparse_sm90
-    from fa4mlir.testing_mla import check_mla_sparse
     s_kv = 600
-    q, kv, idx = _problem(torch, s_q, heads, topk, s_kv)
-    lens = None if topk_length is None else np.array(topk_length, np.int32)
-    sink_t = None
-    if sinks is not None:
-        sink_t = torch.randn(heads, generator=torch.Generator().manual_seed(1))
-        sink_t[:len(sinks)] = torch.tensor(sinks)
+    q, kv, idx = sparse_problem(torch, s_q, heads, topk, s_kv)
+    lens, sink_t = sparse_options(torch, heads, topk_length, sinks)
     cfg = sc.MLASparseConfig(topk_length=lens is not None, sinks=sink_t is not None)
     scale = 576 ** -0.5
-    out = np.full((s_q, heads, 512), 0x7FC0, np.uint16)                 # NaN before the call
-    lse = np.full((s_q, heads), np.nan, np.float32)
-    max_logits = np.full((s_q, heads), np.nan, np.float32)
-    tensors = {"kv": _bits(torch, kv), "q": _bits(torch, q), "indices": idx, "out": out, "lse": lse,
-               "max_logits": max_logits}
-    if lens is not None:
-        tensors["topk_length"] = lens
-    if sink_t is not None:
-        tensors["sinks"] = sink_t.numpy().astype(np.float32)
+    tensors = sparse_tensors(torch, q, _bits(torch, kv), idx, lens, sink_t)
+    lse, max_logits = tensors["lse"], tensors["max_logits"]
     args = sc.launch_args(cfg, tensors, s_q=s_q, s_kv=s_kv, heads=heads, topk=topk, softmax_scale=scale,
                           q_strides=(heads * 576, 576), kv_stride=576, indices_stride=topk)
     interpret.load(attention_mla_sparse_sm90.build(cfg)).launch(sc.grid(s_q, heads), args)
-    out_t = torch.from_numpy(out.view(np.int16)).view(torch.bfloat16).float()
-    errs = check_mla_sparse(q, kv, idx, out_t, torch.from_numpy(max_logits), torch.from_numpy(lse), scale,
-                            sinks=sink_t, topk_length=lens)
-    assert errs["out"] > 0
+    out_t = check_sparse_out(torch, q, kv, idx, tensors, scale, sink_t, lens)
     if s_q > 2:         # token 2: every entry invalid
         assert (out_t[2] == 0).all() and np.isposinf(lse[2]).all() and np.isneginf(max_logits[2]).all()
     if sinks is not None:   # a +inf sink zeroes its head's out; lse, max_logits stay the scores'

@@ -26,7 +26,7 @@ from fa4mlir.kernels import attention_decode_sm90_config as dec
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as dc
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as sc
 from tests._mla_helpers import bits as _bits
-from tests._mla_helpers import check_sparse_art, invalid_mix, lower_clean
+from tests._mla_helpers import check_sparse_art, check_sparse_decode_run, lower_clean, sparse_rows
 from tests._mla_helpers import info as _info
 
 ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and not e[1].fp8]   # FP8: its own test file
@@ -62,19 +62,8 @@ def _problem(torch, batch, seqlen_q, heads, topk, pages, page, dtype, seed=0):
     (when there is one) every entry invalid; later rows random valid rows."""
     g = torch.Generator().manual_seed(seed)
     tdtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
-    s_kv = pages * page
     q = torch.randn(batch, seqlen_q, heads, 576, generator=g).to(tdtype)
-    rows = batch * seqlen_q
-    idx = np.full((rows, topk), -1, np.int32)
-    used = torch.randperm(s_kv, generator=g).numpy()[:s_kv // 2]
-    idx[0] = invalid_mix(used, topk, s_kv, seed)
-    if rows > 1:
-        idx[1, :topk - 23] = np.sort(used[:topk - 23])[::-1]
-    for t in range(3, rows):
-        idx[t] = np.random.default_rng(seed + t).choice(used, topk)
-    cache = torch.full((s_kv, 1, 576), float("nan"))
-    live = np.unique(idx[(idx >= 0) & (idx < s_kv)])
-    cache[live] = torch.randn(len(live), 1, 576, generator=g)
+    idx, cache = sparse_rows(torch, g, batch * seqlen_q, topk, pages * page, seed)
     return q, cache.to(tdtype).reshape(pages, page, 1, 576), idx.reshape(batch, seqlen_q, topk)
 
 
@@ -85,40 +74,14 @@ def _problem(torch, batch, seqlen_q, heads, topk, pages, page, dtype, seed=0):
 ])
 def test_sparse_decode_through_the_interpreter(batch, seqlen_q, heads, topk, page, splits, dtype, topk_length):
     torch = pytest.importorskip("torch")
-    from fa4mlir import interpret
-    from fa4mlir.kernels import attention_mla_sparse_sm90
-    from fa4mlir.testing_kvcache import combine_splits
-    from fa4mlir.testing_mla import check_mla_sparse_decode
     pages = 640 // page + 1
     q, cache, idx = _problem(torch, batch, seqlen_q, heads, topk, pages, page, dtype)
     lens = None if topk_length is None else np.array(topk_length, np.int32)
     problem = sd.check_sparse_decode_inputs(_info(q.shape, dtype), _info(cache.shape, dtype), _info(idx.shape, "i32"),
                                             512, _info((splits, 8), "i32"), _info((batch + 1,), "i32"),
                                             topk_length=None if lens is None else _info(lens.shape, "i32"))
-    cfg = problem.config(splits > 1)
-    out = np.full((batch, seqlen_q, heads, 512), 0x7FC0, np.uint16)        # NaN before the call
-    lse = np.full((batch, heads, seqlen_q), np.nan, np.float32)
-    tensors = {"kv": _bits(torch, cache), "q": _bits(torch, q), "indices": idx, "out": out, "lse": lse,
-               "o_partial": np.full((splits, batch, seqlen_q, heads, 512), np.nan, np.float32),
-               "lse_partial": np.full((splits, batch, heads, seqlen_q), np.nan, np.float32)}
-    if lens is not None:
-        tensors["topk_length"] = lens
-    args = dc.decode_launch_args(cfg, tensors, batch=batch, seqlen_q=seqlen_q, num_splits=splits, s_kv=pages * page,
-                          heads=heads, topk=topk, softmax_scale=problem.softmax_scale, q_strides=(heads * 576, 576),
-                          kv_stride=576, indices_stride=topk)
-    interpret.load(attention_mla_sparse_sm90.build(cfg)).launch(dc.decode_grid(batch, seqlen_q, heads, splits), args)
-    if splits == 1:
-        out_t = torch.from_numpy(out.view(np.int16)).view(q.dtype).float()
-        lse_t = torch.from_numpy(lse)
-    else:   # the combine's math on the host (tests/test_mla_decode.py: the combine kernel runs in tests/gpu)
-        assert np.isfinite(tensors["lse_partial"]).any()
-        o, lse_c = combine_splits(tensors["o_partial"], tensors["lse_partial"])
-        out_t, lse_t = torch.from_numpy(o).float(), torch.from_numpy(lse_c).float()
-    errs = check_mla_sparse_decode(q, cache, idx, out_t, lse_t, problem.softmax_scale, topk_length=lens)
-    assert errs["out"] > 0
-    if batch * seqlen_q > 2:        # query row 2: every entry invalid
-        b, t = divmod(2, seqlen_q)
-        assert (out_t[b, t] == 0).all() and torch.isposinf(lse_t[b, :, t]).all()
+    check_sparse_decode_run(torch, problem.config(splits > 1), problem, q, _bits(torch, cache), cache, idx, lens, splits,
+                            s_kv=pages * page, kv_stride=576)
 
 
 def test_split_range_covers_every_tile_once():

@@ -26,7 +26,7 @@ from fa4mlir.attention import mla_sparse_decode as sd
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as dc
 from fa4mlir.kernels.common import mla_fp8
 from fa4mlir.kernels.common.fields import ConfigError
-from tests._mla_helpers import check_sparse_art, lower_clean
+from tests._mla_helpers import check_sparse_art, check_sparse_decode_run, lower_clean, sparse_rows
 from tests._mla_helpers import info as _info
 
 FP8_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].fp8]
@@ -71,22 +71,8 @@ def _problem(torch, batch, seqlen_q, heads, topk, pages, page, seed=0, padded=Fa
     the kernel reads, indices)."""
     from fa4mlir.testing_mla import quantize_fp8_cache
     g = torch.Generator().manual_seed(seed)
-    s_kv = pages * page
     q = torch.randn(batch, seqlen_q, heads, 576, generator=g).bfloat16()
-    rows = batch * seqlen_q
-    idx = np.full((rows, topk), -1, np.int32)
-    used = torch.randperm(s_kv, generator=g).numpy()[:s_kv // 2]
-    rest = topk - topk // 2 - 3 * (topk // 8)
-    mix = np.concatenate([used[:topk // 2], used[:topk // 8], np.full(topk // 8, -1), s_kv + np.arange(topk // 8),
-                          np.resize([-2**31, 2**31 - 1, -7, 114514], rest)])
-    idx[0] = np.random.default_rng(seed).permutation(mix)
-    if rows > 1:
-        idx[1, :topk - 23] = np.sort(used[:topk - 23])[::-1]
-    for t in range(3, rows):
-        idx[t] = np.random.default_rng(seed + t).choice(used, topk)
-    kv = torch.full((s_kv, 1, 576), float("nan"))
-    live = np.unique(idx[(idx >= 0) & (idx < s_kv)])
-    kv[live] = torch.randn(len(live), 1, 576, generator=g) * 3
+    idx, kv = sparse_rows(torch, g, batch * seqlen_q, topk, pages * page, seed, scale=3)
     cache = quantize_fp8_cache(kv.bfloat16().reshape(pages, page, 1, 576))
     raw = cache.view(torch.uint8).numpy()
     if padded:
@@ -104,10 +90,7 @@ def _problem(torch, batch, seqlen_q, heads, topk, pages, page, seed=0, padded=Fa
 ])
 def test_fp8_sparse_decode_through_the_interpreter(batch, seqlen_q, heads, topk, page, splits, topk_length, padded):
     torch = pytest.importorskip("torch")
-    from fa4mlir import interpret
-    from fa4mlir.kernels import attention_mla_sparse_sm90
-    from fa4mlir.testing_kvcache import combine_splits
-    from fa4mlir.testing_mla import check_mla_sparse_decode, dequantize_fp8_cache
+    from fa4mlir.testing_mla import dequantize_fp8_cache
     pages = 640 // page + 1
     q, cache, raw, idx = _problem(torch, batch, seqlen_q, heads, topk, pages, page, padded=padded)
     lens = None if topk_length is None else np.array(topk_length, np.int32)
@@ -118,33 +101,11 @@ def test_fp8_sparse_decode_through_the_interpreter(batch, seqlen_q, heads, topk,
                                             is_fp8_kvcache=True)
     cfg = problem.config(splits > 1)
     assert cfg.fp8 and problem.page_size == page and problem.s_kv == pages * page
-    out = np.full((batch, seqlen_q, heads, 512), 0x7FC0, np.uint16)        # NaN before the call
-    lse = np.full((batch, heads, seqlen_q), np.nan, np.float32)
-    tensors = {"kv": raw, "q": q.view(torch.int16).numpy().view(np.uint16).copy(), "indices": idx, "out": out,
-               "lse": lse, "o_partial": np.full((splits, batch, seqlen_q, heads, 512), np.nan, np.float32),
-               "lse_partial": np.full((splits, batch, heads, seqlen_q), np.nan, np.float32)}
-    if lens is not None:
-        tensors["topk_length"] = lens
     row_stride, page_stride = sd.cache_strides(cache.shape, strides)
-    args = dc.decode_launch_args(cfg, tensors, batch=batch, seqlen_q=seqlen_q, num_splits=splits, s_kv=pages * page,
-                                 heads=heads, topk=topk, softmax_scale=problem.softmax_scale,
-                                 q_strides=(heads * 576, 576), kv_stride=row_stride, indices_stride=topk,
-                                 page_size=page, kv_page_stride=page_stride)
+    out_t, lse_t, args = check_sparse_decode_run(torch, cfg, problem, q, raw, dequantize_fp8_cache(cache.contiguous()), idx,
+                                                 lens, splits, s_kv=pages * page, kv_stride=row_stride, page_size=page,
+                                                 kv_page_stride=page_stride)
     assert args["kv_stride_page"] == (page + padded) * 656
-    interpret.load(attention_mla_sparse_sm90.build(cfg)).launch(dc.decode_grid(batch, seqlen_q, heads, splits), args)
-    if splits == 1:
-        out_t = torch.from_numpy(out.view(np.int16)).view(torch.bfloat16).float()
-        lse_t = torch.from_numpy(lse)
-    else:   # the combine's math on the host (tests/test_mla_decode.py: the combine kernel runs in tests/gpu)
-        assert np.isfinite(tensors["lse_partial"]).any()
-        o, lse_c = combine_splits(tensors["o_partial"], tensors["lse_partial"])
-        out_t, lse_t = torch.from_numpy(o).float(), torch.from_numpy(lse_c).float()
-    deq = dequantize_fp8_cache(cache.contiguous())
-    errs = check_mla_sparse_decode(q, deq, idx, out_t, lse_t, problem.softmax_scale, topk_length=lens)
-    assert errs["out"] > 0
-    if batch * seqlen_q > 2:        # query row 2: every entry invalid
-        b, t = divmod(2, seqlen_q)
-        assert (out_t[b, t] == 0).all() and torch.isposinf(lse_t[b, :, t]).all()
     if lens is not None and seqlen_q > 0:      # topk_length 0: every row of sequence 1 sees no key
         assert (out_t[1] == 0).all() and torch.isposinf(lse_t[1]).all()
 

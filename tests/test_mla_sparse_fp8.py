@@ -22,9 +22,8 @@ from fa4mlir.attention import errors as E
 from fa4mlir.attention import mla_sparse as ms
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as sc
 from fa4mlir.kernels.common.fields import ConfigError
-from tests._mla_helpers import check_sparse_art, lower_clean
+from tests._mla_helpers import check_sparse_art, check_sparse_out, lower_clean, sparse_options, sparse_problem, sparse_tensors
 from tests._mla_helpers import info as _info
-from tests.test_mla_sparse import _problem
 
 FP8_ENTRIES = [e for e in kernel_sets.mla() if e[0] == sc.KERNEL and e[1].fp8]
 
@@ -55,40 +54,26 @@ def test_fp8_mla_sparse_through_the_interpreter(s_q, heads, topk, topk_length, s
     torch = pytest.importorskip("torch")
     from fa4mlir import interpret
     from fa4mlir.kernels import attention_mla_sparse_sm90
-    from fa4mlir.testing_mla import check_mla_sparse, dequantize_fp8_cache, quantize_fp8_cache
+    from fa4mlir.testing_mla import dequantize_fp8_cache, quantize_fp8_cache
     s_kv = 600
-    q, kv, idx = _problem(torch, s_q, heads, topk, s_kv)
+    q, kv, idx = sparse_problem(torch, s_q, heads, topk, s_kv)
     kv8 = quantize_fp8_cache((kv.float() * 3).bfloat16().view(s_kv, 1, 1, 576))      # NaN rows: NaN bytes, scales
     raw = np.full((s_kv, pitch), 0xFF, np.uint8)                      # the pad bytes: NaN
     raw[:, :656] = kv8.view(torch.uint8).numpy().reshape(s_kv, 656)
-    lens = None if topk_length is None else np.array(topk_length, np.int32)
-    sink_t = None
-    if sinks is not None:
-        sink_t = torch.randn(heads, generator=torch.Generator().manual_seed(1))
-        sink_t[:len(sinks)] = torch.tensor(sinks)
+    lens, sink_t = sparse_options(torch, heads, topk_length, sinks)
     problem = ms.check_sparse_inputs(_info((s_q, heads, 576)), _info((s_kv, 1, 656), "e4m3", (pitch, 656, 1)),
                                      _info(idx.shape, "i32"), None, 512,
                                      None if sink_t is None else _info((heads,), "f32"),
                                      None if lens is None else _info((s_q,), "i32"))
     cfg = problem.config
     assert cfg.fp8 and cfg.topk_length == (lens is not None) and cfg.sinks == (sink_t is not None)
-    out = np.full((s_q, heads, 512), 0x7FC0, np.uint16)                 # NaN before the call
-    lse = np.full((s_q, heads), np.nan, np.float32)
-    max_logits = np.full((s_q, heads), np.nan, np.float32)
-    tensors = {"kv": raw, "q": q.view(torch.int16).numpy().view(np.uint16).copy(), "indices": idx, "out": out,
-               "lse": lse, "max_logits": max_logits}
-    if lens is not None:
-        tensors["topk_length"] = lens
-    if sink_t is not None:
-        tensors["sinks"] = sink_t.numpy().astype(np.float32)
+    tensors = sparse_tensors(torch, q, raw, idx, lens, sink_t)
+    lse, max_logits = tensors["lse"], tensors["max_logits"]
     args = sc.launch_args(cfg, tensors, s_q=s_q, s_kv=s_kv, heads=heads, topk=topk, softmax_scale=problem.softmax_scale,
                           q_strides=(heads * 576, 576), kv_stride=pitch, indices_stride=topk)
     interpret.load(attention_mla_sparse_sm90.build(cfg)).launch(sc.grid(s_q, heads), args)
-    out_t = torch.from_numpy(out.view(np.int16)).view(torch.bfloat16).float()
     rows = dequantize_fp8_cache(kv8).view(s_kv, 1, 576)
-    errs = check_mla_sparse(q, rows, idx, out_t, torch.from_numpy(max_logits), torch.from_numpy(lse),
-                            problem.softmax_scale, sinks=sink_t, topk_length=lens)
-    assert errs["out"] > 0
+    out_t = check_sparse_out(torch, q, rows, idx, tensors, problem.softmax_scale, sink_t, lens)
     if s_q > 2:         # token 2: every entry invalid
         assert (out_t[2] == 0).all() and np.isposinf(lse[2]).all() and np.isneginf(max_logits[2]).all()
     if lens is not None and lens[0] == 0:

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from fa4mlir.kernels import attention_mla_sparse_sm100_config as sc
+from tests._mla_helpers import bits, check_sparse_out, sparse_options, sparse_problem, sparse_tensors
 
 CONFIGS = [sc.MLASparseSm100Config(), sc.MLASparseSm100Config(topk_length=True, sinks=True)]
 
@@ -99,10 +100,6 @@ def test_verifier_accepts_the_schedule_and_rejects_a_dropped_commit():
         registry.run_passes(kir.module, ["fa4-verify-pipelines"])
 
 
-def _bits(torch, x):
-    return x.view(torch.int16).numpy().view(np.uint16).copy()
-
-
 @pytest.mark.parametrize("s_q,heads,topk,topk_length,sinks", [
     (2, 64, 128, None, None),                                           # 2 tiles; -1, duplicates, >= s_kv
     (3, 64, 128, (100, 0, 128), (0.5, float("-inf"), float("inf"))),    # L = 100 and 0; sinks pinned
@@ -111,32 +108,16 @@ def test_interpreted_by_the_fa_rule(s_q, heads, topk, topk_length, sinks):
     torch = pytest.importorskip("torch")
     from fa4mlir import interpret
     from fa4mlir.kernels import attention_mla_sparse_sm100 as k
-    from fa4mlir.testing_mla import check_mla_sparse
-    from test_mla_sparse import _problem
     s_kv = 300
-    q, kv, idx = _problem(torch, s_q, heads, topk, s_kv)
-    lens = None if topk_length is None else np.array(topk_length, np.int32)
-    sink_t = None
-    if sinks is not None:
-        sink_t = torch.randn(heads, generator=torch.Generator().manual_seed(1))
-        sink_t[:len(sinks)] = torch.tensor(sinks)
+    q, kv, idx = sparse_problem(torch, s_q, heads, topk, s_kv)
+    lens, sink_t = sparse_options(torch, heads, topk_length, sinks)
     cfg = sc.MLASparseSm100Config(topk_length=lens is not None, sinks=sink_t is not None)
     scale = 576 ** -0.5
-    out = np.full((s_q, heads, 512), 0x7FC0, np.uint16)                   # NaN before the call
-    lse = np.full((s_q, heads), np.nan, np.float32)
-    max_logits = np.full((s_q, heads), np.nan, np.float32)
-    tensors = {"q": _bits(torch, q), "kv": _bits(torch, kv).reshape(s_kv, 576), "indices": idx.reshape(s_q, topk),
-               "out": out, "lse": lse, "max_logits": max_logits}
-    if lens is not None:
-        tensors["topk_length"] = lens
-    if sink_t is not None:
-        tensors["sinks"] = sink_t.numpy().astype(np.float32)
+    tensors = sparse_tensors(torch, q, bits(torch, kv).reshape(s_kv, 576), idx.reshape(s_q, topk), lens, sink_t)
+    lse, max_logits = tensors["lse"], tensors["max_logits"]
     args = sc.launch_args(cfg, tensors, s_kv=s_kv, heads=heads, topk=topk, softmax_scale=scale)
     interpret.load(k.build(cfg)).launch(sc.grid(s_q), args)
-    out_t = torch.from_numpy(out.view(np.int16)).view(torch.bfloat16).float()
-    errs = check_mla_sparse(q, kv, idx, out_t, torch.from_numpy(max_logits), torch.from_numpy(lse), scale,
-                            sinks=sink_t, topk_length=lens)
-    assert errs["out"] > 0
+    out_t = check_sparse_out(torch, q, kv, idx, tensors, scale, sink_t, lens)
     if lens is not None:   # token 1: L = 0, no valid entry
         assert (out_t[1] == 0).all() and np.isposinf(lse[1]).all() and np.isneginf(max_logits[1]).all()
     if sinks is not None:  # a +inf sink zeroes its head's out; lse, max_logits stay the scores'

@@ -171,8 +171,9 @@ class MLAProblem(MLAOutputs):
 FP8_CACHE_DTYPES = ("e4m3", "u8")
 
 
-def _check_cache_dtype(q: TensorInfo, k_cache: TensorInfo, fp8: bool) -> int:
-    """q's and the cache's dtypes; returns the cache row's width (576 or 656)."""
+def check_cache_dtype(q: TensorInfo, k_cache: TensorInfo, fp8: bool, dtypes=mc.DTYPES) -> int:
+    """q's and the latent cache's dtypes (dense and sparse calls; `dtypes`: the kernel's q dtypes): DTypeError
+    otherwise; returns the cache row's width (576, or FlashMLA's 656 bytes for FP8)."""
     if fp8:
         if q.dtype != mc.FP8_DTYPE:
             raise DTypeError(_err(f"with is_fp8_kvcache=True q must be bf16 (FlashMLA's FP8 cache), got {q.dtype}"))
@@ -181,12 +182,25 @@ def _check_cache_dtype(q: TensorInfo, k_cache: TensorInfo, fp8: bool) -> int:
                                   f"page_size, 1, {mc.FP8_ROW_BYTES}] (FlashMLA's quantize_k_cache), got "
                                   f"{k_cache.dtype}; pass is_fp8_kvcache=False for a {k_cache.dtype} cache"))
         return mc.FP8_ROW_BYTES
-    if q.dtype not in mc.DTYPES:
+    if q.dtype not in dtypes:
         raise DTypeError(_err(f"q must be bf16 or f16, got {q.dtype}"))
     if k_cache.dtype != q.dtype:
         hint = " (an FP8 cache: pass is_fp8_kvcache=True)" if k_cache.dtype in FP8_CACHE_DTYPES else ""
         raise DTypeError(_err(f"k_cache must have q's dtype {q.dtype}, got {k_cache.dtype}{hint}"))
     return mc.D_QK
+
+
+def check_cache_shape(k_cache: TensorInfo, row: int, fp8: bool) -> tuple[int, int]:
+    """The latent cache [num_pages, page_size, 1, row] (dense and sparse calls): ShapeError or HeadsRatioError
+    otherwise; returns (num_pages, page_size)."""
+    if len(k_cache.shape) != 4 or k_cache.shape[3] != row:
+        what = " (FP8: 512 e4m3 + 4 float32 scales + 64 bf16 bytes a token)" if fp8 else ""
+        raise ShapeError(_err(f"k_cache must be [num_pages, page_size, 1, {row}]{what}, got {tuple(k_cache.shape)}"))
+    num_pages, page_size, kv_heads, _ = k_cache.shape
+    if kv_heads != 1:
+        raise HeadsRatioError(_err(f"k_cache must hold one latent KV head ([num_pages, page_size, 1, 576]), got "
+                                   f"{kv_heads}"))
+    return num_pages, page_size
 
 
 def check_metadata(metadata: TensorInfo, num_splits: TensorInfo, batch: int) -> None:
@@ -220,7 +234,7 @@ def check_mla_inputs(q: TensorInfo, k_cache: TensorInfo, block_table: TensorInfo
     what to pass; returns the problem."""
     causal = check_flag("causal", causal)
     fp8 = check_flag("is_fp8_kvcache", is_fp8_kvcache)
-    row = _check_cache_dtype(q, k_cache, fp8)
+    row = check_cache_dtype(q, k_cache, fp8)
     batch, seqlen_q, heads, d = check_q_dims(q, head_dim_v)
     if not 1 <= batch <= MAX_GRID_YZ or seqlen_q < 1 or not mc.MIN_HEADS <= heads <= mc.MAX_HEADS:
         raise ShapeError(_err(f"q [batch, seqlen_q, heads, 576] needs batch in [1, {MAX_GRID_YZ}] (the grid's z), "
@@ -228,13 +242,7 @@ def check_mla_inputs(q: TensorInfo, k_cache: TensorInfo, block_table: TensorInfo
     if seqlen_q * heads > MAX_I32 // MAX_SPLITS:
         raise ShapeError(_err(f"seqlen_q x heads = {seqlen_q * heads} is too many query rows (the grid's x counts "
                               f"M tiles x splits in int32)"))
-    if len(k_cache.shape) != 4 or k_cache.shape[3] != row:
-        what = " (FP8: 512 e4m3 + 4 float32 scales + 64 bf16 bytes a token)" if fp8 else ""
-        raise ShapeError(_err(f"k_cache must be [num_pages, page_size, 1, {row}]{what}, got {tuple(k_cache.shape)}"))
-    num_pages, page_size, kv_heads, _ = k_cache.shape
-    if kv_heads != 1:
-        raise HeadsRatioError(_err(f"k_cache must hold one latent KV head ([num_pages, page_size, 1, 576]), got "
-                                   f"{kv_heads}"))
+    num_pages, page_size = check_cache_shape(k_cache, row, fp8)
     if num_pages < 1 or not mc.page_supported(page_size):
         raise LayoutError(_err(f"k_cache's page size must be a multiple of 8 (FlashMLA's is 64) with at least one page, "
                                f"got num_pages={num_pages}, page_size={page_size}"))

@@ -59,9 +59,9 @@ from ..kernels import attention_mla_sparse_sm90_config as dc
 from ..runtime import TensorInfo
 from .checks import (MAX_I32, check_bundle, check_device_context, check_devices, check_flag, check_layout, check_scale,
                      read_tensor)
-from .errors import DTypeError, HeadsRatioError, LayoutError, ShapeError, UnsupportedFeatureError
-from .mla import (ENTRY, FILL_FRACTION, MAX_SPLITS, CallCache, MLAOutputs, _Call, _err, _torch, check_metadata,
-                  check_no_grad, check_q_dims, combine_args, combine_grid, kernel_for)
+from .errors import DTypeError, LayoutError, ShapeError, UnsupportedFeatureError
+from .mla import (ENTRY, FILL_FRACTION, MAX_SPLITS, CallCache, MLAOutputs, _Call, _err, _torch, check_cache_dtype,
+                  check_cache_shape, check_metadata, check_no_grad, check_q_dims, combine_args, combine_grid, kernel_for)
 from .plan import Launch, Plan, TensorRef, source_for
 
 CACHE_DIMS = ("pages", "page_size", "kv_heads", "head_dim")
@@ -107,27 +107,6 @@ def token_stride(shape, strides) -> int:
     return int(strides[1] if shape[1] > 1 else strides[0])
 
 
-FP8_CACHE_DTYPES = ("e4m3", "u8")
-
-
-def _check_cache_dtype(q: TensorInfo, k_cache: TensorInfo, fp8: bool) -> int:
-    """q's and the cache's dtypes; returns the cache row's width (576, or 656 bytes for FP8)."""
-    if fp8:
-        if q.dtype != dc.FP8_DTYPE:
-            raise DTypeError(_err(f"with is_fp8_kvcache=True q must be bf16 (FlashMLA's FP8 cache), got {q.dtype}"))
-        if k_cache.dtype not in FP8_CACHE_DTYPES:
-            raise DTypeError(_err(f"with is_fp8_kvcache=True k_cache must be float8_e4m3fn (or uint8) [num_pages, "
-                                  f"page_size, 1, {dc.FP8_ROW_BYTES}] (FlashMLA's quantize_k_cache), got "
-                                  f"{k_cache.dtype}; pass is_fp8_kvcache=False for a {k_cache.dtype} cache"))
-        return dc.FP8_ROW_BYTES
-    if q.dtype not in dc.DECODE_DTYPES:
-        raise DTypeError(_err(f"q must be bf16 or f16, got {q.dtype}"))
-    if k_cache.dtype != q.dtype:
-        hint = " (an FP8 cache: pass is_fp8_kvcache=True)" if k_cache.dtype in FP8_CACHE_DTYPES else ""
-        raise DTypeError(_err(f"k_cache must have q's dtype {q.dtype}, got {k_cache.dtype}{hint}"))
-    return dc.D_QK
-
-
 def check_sparse_decode_inputs(q: TensorInfo, k_cache: TensorInfo, indices: TensorInfo, head_dim_v: Any,
                                metadata: TensorInfo, num_splits: TensorInfo, softmax_scale=None, causal: Any = False,
                                topk_length: TensorInfo | None = None, is_fp8_kvcache: Any = False) -> SparseDecodeProblem:
@@ -135,7 +114,7 @@ def check_sparse_decode_inputs(q: TensorInfo, k_cache: TensorInfo, indices: Tens
     if check_flag("causal", causal):
         raise UnsupportedFeatureError(_err("causal must be False with indices (sparse decode; FlashMLA asserts it)"))
     fp8 = check_flag("is_fp8_kvcache", is_fp8_kvcache)
-    row = _check_cache_dtype(q, k_cache, fp8)
+    row = check_cache_dtype(q, k_cache, fp8, dc.DECODE_DTYPES)
     batch, seqlen_q, heads, d = check_q_dims(q, head_dim_v)
     tokens = batch * seqlen_q
     if batch < 1 or seqlen_q < 1 or not dc.DECODE_MIN_HEADS <= heads <= dc.DECODE_MAX_HEADS \
@@ -143,13 +122,7 @@ def check_sparse_decode_inputs(q: TensorInfo, k_cache: TensorInfo, indices: Tens
         raise ShapeError(_err(f"q [batch, seqlen_q, heads, 576] needs batch, seqlen_q >= 1, heads in "
                               f"[{dc.DECODE_MIN_HEADS}, {dc.DECODE_MAX_HEADS}] and batch x seqlen_q x ceil(heads / 64) within "
                               f"int32 (the grid's x), got {tuple(q.shape)}"))
-    if len(k_cache.shape) != 4 or k_cache.shape[3] != row:
-        what = " (FP8: 512 e4m3 + 4 float32 scales + 64 bf16 bytes a token)" if fp8 else ""
-        raise ShapeError(_err(f"k_cache must be [num_pages, page_size, 1, {row}]{what}, got {tuple(k_cache.shape)}"))
-    num_pages, page_size, kv_heads, _ = k_cache.shape
-    if kv_heads != 1:
-        raise HeadsRatioError(_err(f"k_cache must hold one latent KV head ([num_pages, page_size, 1, 576]), got "
-                                   f"{kv_heads}"))
+    num_pages, page_size = check_cache_shape(k_cache, row, fp8)
     s_kv = num_pages * page_size
     if not 1 <= s_kv <= MAX_I32:
         raise ShapeError(_err(f"k_cache needs 1 <= num_pages x page_size <= 2^31 - 1 rows (the indices are int32), "

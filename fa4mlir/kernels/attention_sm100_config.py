@@ -107,8 +107,9 @@ from .common.constants import LOG2E, MAX_RESCALE_THRESHOLD, SM100_SMEM_PER_CTA
 from .common.fields import ConfigError, ConfigTypeError, check_fields
 from .common.mask_family import Mask, attention_mask, mask_fields
 from .common.mla_sm100 import (MIN_PAGED_BOX_ROWS, MLA_DECODE_BN, MLA_DECODE_HEAD_DIMS, MLA_DECODE_M,  # noqa: F401
-                               MLA_DECODE_ROLE_REGS, O_HALF_LANE, SPLIT_OUT, decode_configs, mla_decode_refusal,
-                               mla_prefill_refusal)
+                               MLA_DECODE_PAGE_SIZES, MLA_DECODE_ROLE_REGS, MLA_DECODE_ROUTE_HINT, O_HALF_LANE, SPLIT_OUT,
+                               MLADecodeGeometry, decode_configs, mla_decode_group_refusal, mla_decode_params,
+                               mla_decode_refusal, mla_decode_tmem_plan, mla_prefill_refusal, prefill_configs)
 from .common.naming import softmax_knob_tags
 from .common.paging import MAX_PAGE_SIZE, KVFetch, fetch_plan
 from .common.tmem import TMEM_COLUMNS, TMEM_LANES, TMEM_SLOT_BYTES, tmem_alloc_columns
@@ -155,7 +156,7 @@ def _answer(refusal: ConfigError | None) -> tuple[bool, str]:
 
 
 @dataclass(frozen=True)
-class FA4Config:
+class FA4Config(MLADecodeGeometry):   # mla_decode, tile_heads, mma_m, o_cols: common.mla_sm100
     dtype: str = "bf16"
     head_dim: int = 128            # head dim of Q and K
     head_dim_v: int = 128          # head dim of V and O (MLA: 128 with head_dim 192)
@@ -211,17 +212,6 @@ class FA4Config:
         return (self.head_dim, self.head_dim_v) in MLA_HEAD_DIMS
 
     @property
-    def mla_decode(self) -> bool:
-        """head_dim/head_dim_v the absorbed MLA decode pair 576/512 (note "MLA decode")."""
-        return (self.head_dim, self.head_dim_v) in MLA_DECODE_HEAD_DIMS
-
-    @property
-    def tile_heads(self) -> int:
-        """Query heads packed into one decode tile: the GQA group, or for MLA decode min(group, 64)
-        (128 heads take two CTAs per token, each reading the latent cache)."""
-        return min(self.group, MLA_DECODE_M) if self.mla_decode else self.group
-
-    @property
     def paged(self) -> bool:
         return self.page_size > 0
 
@@ -265,23 +255,9 @@ class FA4Config:
         base = PAGED_GATHER_LAUNCH_PARAMS if self.gather else PAGED_LAUNCH_PARAMS if self.paged else \
             VARLEN_LAUNCH_PARAMS if self.varlen else LAUNCH_PARAMS
         base = (*base, *(SEQUSED_PARAMS if self.seqused_k else ()))
-        if self.mla_decode:   # V is the K tile's first 512 columns: no v parameter (note "MLA decode")
-            base = tuple(p for p in base if p[0] != "v")
-        if self.split_kv:     # float32 partials for the combine in place of o and lse, then num_splits
-            base = (*(SPLIT_OUT.get(n, (n, kind)) for n, kind in base), ("num_splits", "i32"))
+        base = mla_decode_params(self, base)   # note "MLA decode": no v; split_kv's partials and num_splits
         return (*base, *(SOFTCAP_PARAMS if self.softcap else ()), *(SINK_PARAMS if self.sinks else ()),
                 *(FP8_PARAMS if self.fp8 else ()))
-
-    @property
-    def mma_m(self) -> int:
-        """Rows of one Q tile = tcgen05.mma M: 128, or 64 for MLA decode (note "MLA decode")."""
-        return MLA_DECODE_M if self.mla_decode else MMA_M
-
-    @property
-    def o_cols(self) -> int:
-        """TMEM columns of O per lane: head_dim_v, or half of it where O's halves share the columns in
-        Layout F's two lane halves (note "MLA decode")."""
-        return self.padded_head_dim_v // 2 if self.mla_decode else self.padded_head_dim_v
 
     @property
     def bk0(self) -> int:
@@ -318,9 +294,7 @@ class FA4Config:
     # ---- tensor memory plan -----------------------------------------------------------------
     def tmem_plan(self) -> dict:
         if self.mla_decode:   # note "MLA decode": O's two halves in lane halves 0 / 16, then S (twice)
-            used = self.o_cols + self.bn
-            return {"O0": 0, "S0": self.o_cols, "P0": self.o_cols + self.bn // 2, "C0": self.o_cols, "used": used,
-                    "alloc": tmem_alloc_columns(used)}
+            return mla_decode_tmem_plan(self)
         if self.decode:   # one tile: S0, then O0 (P0 and C0 alias S0 as in the two-tile plan)
             used = self.bn + self.padded_head_dim_v
             return {"S0": 0, "O0": self.bn, "P0": self.bn // 2, "C0": 0, "used": used,
@@ -396,11 +370,7 @@ class FA4Config:
                                f"in Q's SMEM tile")
         if self.padded_head_dim_v > 256 and not (self.mla_decode and self.decode):
             return ConfigError(f"head_dim_v={self.head_dim_v}: O += P V is one MMA of N = "
-                               f"{self.padded_head_dim_v} > 256" + (
-                                   "; absorbed MLA decode (576/512) is built on the decode route only "
-                                   "(num_q_tiles=1, fuse_gqa=True: 64 query rows, O's halves in Layout F's two "
-                                   "lane halves, note \"MLA decode\"); two 128-row Q tiles would need 2 x 512 "
-                                   "TMEM columns for O alone" if self.mla_decode else ""))
+                               f"{self.padded_head_dim_v} > 256" + (MLA_DECODE_ROUTE_HINT if self.mla_decode else ""))
         if self.num_q_heads < 1 or self.num_kv_heads < 1 or self.num_q_heads % self.num_kv_heads:
             return ConfigError(f"num_q_heads={self.num_q_heads} must be a positive multiple of num_kv_heads="
                                f"{self.num_kv_heads} (GQA/MQA)")
@@ -418,9 +388,8 @@ class FA4Config:
             return ConfigError(f"stages={self.stages} must be >= 0 (0 = as many as fit)")
         if self.num_q_tiles not in (1, NUM_Q_TILES):
             return ConfigError(f"num_q_tiles={self.num_q_tiles}: 2 (prefill) or 1 (the decode route)")
-        if self.decode and self.mla_decode and (self.group % self.tile_heads or MLA_DECODE_M % self.tile_heads):
-            return ConfigError(f"group={self.group}: MLA decode packs min(group, {MLA_DECODE_M}) heads into its "
-                               f"{MLA_DECODE_M} rows, so the group must divide {MLA_DECODE_M} or be a multiple of it")
+        if self.decode and self.mla_decode and (refusal := mla_decode_group_refusal(self)) is not None:
+            return refusal
         if self.decode and not self.mla_decode and (self.group > MMA_M or MMA_M % self.group):
             return ConfigError(f"group={self.group}: the decode route packs the group into {MMA_M} rows, so the "
                                f"group must divide {MMA_M}")
@@ -813,16 +782,9 @@ def serving_configs() -> list[FA4Config]:
 
 
 def mla_configs() -> list[FA4Config]:
-    """Note "MLA"'s code shapes: head_dim 192 / head_dim_v 128 on the plain
-    two-Q-tile prefill CTA, bf16 and f16, causal or not, every GQA group class (1, a power of two,
-    other). Kept out of supported_configs() (CI's sweep); tests/test_attention_sm100_mla.py compiles,
-    verifies and interprets them."""
-    return [FA4Config(dtype=dtype, head_dim=qk, head_dim_v=ov, causal=causal, num_q_heads=12 * group,
-                      num_kv_heads=12)
-            for qk, ov in MLA_HEAD_DIMS for dtype in DTYPES for causal in (False, True) for group in (1, 4, 3)]
-
-
-MLA_DECODE_PAGE_SIZES = (64, 16)   # 1 and 4 TMA boxes per 64-key tile
+    """Note "MLA"'s code shapes (common.mla_sm100.prefill_configs), compiled, verified and interpreted by
+    tests/test_attention_sm100_mla.py outside supported_configs() (CI's sweep)."""
+    return prefill_configs(FA4Config, MLA_HEAD_DIMS, DTYPES)
 
 
 def mla_decode_configs() -> list[FA4Config]:

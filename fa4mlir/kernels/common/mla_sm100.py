@@ -1,11 +1,14 @@
-"""The limits FA4Config.supported() applies to MLA on the sm_100a kernel (MLIR-free; `self` is the FA4Config):
-MLA prefill (note "MLA" of attention_sm100_config) and absorbed MLA decode (note "MLA decode"). Here, not in
-the config module, to keep that one under 800 lines; configs share through kernels/common only.
+"""MLA on the sm_100a kernel's FA4Config (MLIR-free; `self` is the FA4Config): the limits supported() applies
+to MLA prefill (note "MLA" of attention_sm100_config) and absorbed MLA decode (note "MLA decode"), the MLA
+decode geometry (MLADecodeGeometry: 64-row tiles, packed heads, O's halves in TMEM's two lane halves; its
+TMEM plan and launch parameters) and the MLA code shapes. Here, not in the config module, to keep that one
+under 800 lines; configs share through kernels/common only.
 """
 from __future__ import annotations
 
 from .constants import SM100_SMEM_PER_CTA as SMEM_CARVEOUT
 from .fields import ConfigError
+from .tmem import TMEM_LANES, tmem_alloc_columns
 
 MLA_DECODE_BN = 64              # keys per K tile of the MLA decode route (two 72 KiB stages)
 MLA_DECODE_HEAD_DIMS = ((576, 512),)  # absorbed MLA decode (note "MLA decode"): 512 latent + 64 rope, V 512
@@ -19,6 +22,64 @@ MLA_DECODE_ROLE_REGS = {"mma": 80, "load": 80}
 # combine's workspaces (attention_combine_sm90), replace o and lse; num_splits comes last.
 SPLIT_OUT = {"o": ("o_partial", "ptr"), "lse": ("lse_partial", "ptr")}
 MIN_PAGED_BOX_ROWS = 16         # paged boxes below this: the decode route's row gather (note "Paged")
+MLA_DECODE_PAGE_SIZES = (64, 16)   # 1 and 4 TMA boxes per 64-key tile
+# why head_dim_v 512 is refused off the decode route (FA4Config.plan_fits)
+MLA_DECODE_ROUTE_HINT = ("; absorbed MLA decode (576/512) is built on the decode route only (num_q_tiles=1, "
+                         "fuse_gqa=True: 64 query rows, O's halves in Layout F's two lane halves, note \"MLA decode\"); "
+                         "two 128-row Q tiles would need 2 x 512 TMEM columns for O alone")
+
+
+class MLADecodeGeometry:
+    """FA4Config's tile geometry where MLA decode departs from the 128-row tiles (note "MLA decode"): a
+    mixin of properties over the config's fields (head_dim, head_dim_v, group, padded_head_dim_v)."""
+
+    @property
+    def mla_decode(self) -> bool:
+        """head_dim/head_dim_v the absorbed MLA decode pair 576/512 (note "MLA decode")."""
+        return (self.head_dim, self.head_dim_v) in MLA_DECODE_HEAD_DIMS
+
+    @property
+    def tile_heads(self) -> int:
+        """Query heads packed into one decode tile: the GQA group, or for MLA decode min(group, 64)
+        (128 heads take two CTAs per token, each reading the latent cache)."""
+        return min(self.group, MLA_DECODE_M) if self.mla_decode else self.group
+
+    @property
+    def mma_m(self) -> int:
+        """Rows of one Q tile = tcgen05.mma M: 128, or 64 for MLA decode (note "MLA decode")."""
+        return MLA_DECODE_M if self.mla_decode else TMEM_LANES
+
+    @property
+    def o_cols(self) -> int:
+        """TMEM columns of O per lane: head_dim_v, or half of it where O's halves share the columns in
+        Layout F's two lane halves (note "MLA decode")."""
+        return self.padded_head_dim_v // 2 if self.mla_decode else self.padded_head_dim_v
+
+
+def mla_decode_tmem_plan(self) -> dict:
+    """MLA decode's TMEM columns: O's two halves in lane halves 0 / 16 (o_cols each), then S; P and the
+    correction columns alias S as in the other plans."""
+    used = self.o_cols + self.bn
+    return {"O0": 0, "S0": self.o_cols, "P0": self.o_cols + self.bn // 2, "C0": self.o_cols, "used": used,
+            "alloc": tmem_alloc_columns(used)}
+
+
+def mla_decode_group_refusal(self) -> ConfigError | None:
+    """ConfigError unless MLA decode's min(group, 64) packed heads tile the group and the 64 rows."""
+    if self.group % self.tile_heads or MLA_DECODE_M % self.tile_heads:
+        return ConfigError(f"group={self.group}: MLA decode packs min(group, {MLA_DECODE_M}) heads into its "
+                           f"{MLA_DECODE_M} rows, so the group must divide {MLA_DECODE_M} or be a multiple of it")
+    return None
+
+
+def mla_decode_params(self, base: tuple) -> tuple:
+    """The launch contract `base` as MLA decode takes it: V is the K tile's first 512 columns (no v
+    parameter); split_kv writes float32 partials for the combine in place of o and lse, then num_splits."""
+    if self.mla_decode:
+        base = tuple(p for p in base if p[0] != "v")
+    if self.split_kv:
+        base = (*(SPLIT_OUT.get(n, (n, kind)) for n, kind in base), ("num_splits", "i32"))
+    return base
 
 
 def mla_prefill_refusal(self) -> ConfigError | None:
@@ -63,6 +124,13 @@ def mla_decode_refusal(self) -> ConfigError | None:
     return None
 
 
+def prefill_configs(cls, head_dims, dtypes) -> list:
+    """Note "MLA"'s code shapes: `head_dims` (192/128) on the plain two-Q-tile prefill CTA, each of `dtypes`,
+    causal or not, every GQA group class (1, a power of two, other)."""
+    return [cls(dtype=dtype, head_dim=qk, head_dim_v=ov, causal=causal, num_q_heads=12 * group, num_kv_heads=12)
+            for qk, ov in head_dims for dtype in dtypes for causal in (False, True) for group in (1, 4, 3)]
+
+
 def decode_configs(cls) -> list:
     """Note "MLA decode"'s kernels: absorbed MLA (576/512, one latent KV head) on the decode route over a paged
     latent cache (page 64, and 16: four boxes per tile) or a contiguous one, heads 16 (x 4 tokens per tile),
@@ -80,5 +148,7 @@ def decode_configs(cls) -> list:
             cls(**base, dtype="bf16", num_q_heads=128, page_size=64, split_kv=True)]
 
 
-__all__ = ["decode_configs", "MLA_DECODE_HEAD_DIMS", "MLA_DECODE_M", "O_HALF_LANE", "MLA_DECODE_ROLE_REGS",
-           "SPLIT_OUT", "mla_prefill_refusal", "mla_decode_refusal", "MLA_DECODE_BN", "MIN_PAGED_BOX_ROWS"]
+__all__ = ["decode_configs", "prefill_configs", "MLA_DECODE_HEAD_DIMS", "MLA_DECODE_M", "O_HALF_LANE",
+           "MLA_DECODE_ROLE_REGS", "SPLIT_OUT", "mla_prefill_refusal", "mla_decode_refusal", "MLA_DECODE_BN",
+           "MIN_PAGED_BOX_ROWS", "MLA_DECODE_PAGE_SIZES", "MLA_DECODE_ROUTE_HINT", "MLADecodeGeometry",
+           "mla_decode_tmem_plan", "mla_decode_group_refusal", "mla_decode_params"]
