@@ -90,6 +90,8 @@ ROWS_PER_LANE = BN // GATHER_LANES      # 2
 BAR_GATHER = 4                          # the gather warp's own named barrier (common.mla_sm90 uses 1-3)
 PIECE = 16                              # bytes a cp.async moves
 FP8_PIECES = mla_fp8.ROW_BYTES // PIECE  # 41 16-byte pieces an FP8 row (note "FP8 gather")
+CONVERTER_THREADS = 128                 # note "FP8 converter": warpgroup 2
+CONVERT_GROUP = 4                       # rows a converter warp handles per trip (one rope unit a lane)
 
 
 def build(cfg: MLASparseConfig | MLASparseDecodeConfig = MLASparseConfig()) -> dsl.KernelIR:
@@ -97,29 +99,38 @@ def build(cfg: MLASparseConfig | MLASparseDecodeConfig = MLASparseConfig()) -> d
     (MLASparseDecodeConfig: note "Decode")."""
     cfg.validate()
     fp8 = cfg.fp8        # note "FP8 gather"
+    conv = getattr(cfg, "fp8_converter", False)     # note "FP8 converter"
+    mma_regs, load_regs = cfg.regs if conv else (MMA_REGS, LOAD_REGS)
+    staged = fp8 and not conv
     kb = KernelBuilder(cfg.name(), arch="sm_90a", block=(cfg.threads, 1, 1), config=cfg.key(), min_ctas_per_sm=1)
     p = kb.params_from(cfg.params, tma={})
     with kb.body():
         q_smem = kb.smem("q_smem", TILE_M * D_QK * 2)
-        kv_smem = kb.smem("kv_smem", cfg.stages * cfg.stage_bytes() if fp8 else STAGES * cfg.tile_bytes())
-        tile_smem = kb.smem("tile_smem", cfg.tile_bytes()) if fp8 else None     # fp8: the dequantized tile
+        kv_smem = kb.smem("kv_smem", cfg.stages * cfg.stage_bytes() if staged else STAGES * cfg.tile_bytes())
+        tile_smem = kb.smem("tile_smem", cfg.tile_bytes()) if staged else None     # fp8: the dequantized tile
         q_slot = kb.smem("q_slot", 16, align=16)     # holds 0: the decode's _kv_tile, step 1
         x_smem = kb.smem("x_smem", cfg.exchange_bytes(), align=16)    # decode, note "Exchange"
         bias_smem = kb.smem("bias_smem", cfg.bias_bytes(), align=16)  # note "Bias"
-        rows_smem = kb.smem("gather_rows", cfg.rows_bytes(), align=16)          # note "Gather"
-        # each gather lane commits once per fill (after its cp_async_arrive)
-        kv_pipe = kb.pipeline("kv_pipe", num_stages=cfg.stages if fp8 else STAGES, producer="gather", consumers=["mma"],
-                              producer_arrivals=GATHER_LANES, consumer_arrivals=CONSUMERS)
+        rows_smem = None if conv else kb.smem("gather_rows", cfg.rows_bytes(), align=16)     # note "Gather"
+        # each gather lane (converter thread) commits once per fill (after its cp_async_arrive)
+        producer = dict(producer="convert", producer_arrivals=CONVERTER_THREADS) if conv else \
+            dict(producer="gather", producer_arrivals=GATHER_LANES)
+        kv_pipe = kb.pipeline("kv_pipe", num_stages=cfg.stages if fp8 else STAGES, consumers=["mma"],
+                              consumer_arrivals=CONSUMERS, **producer)
         kb.pipeline_init()
         work = _Work(kb, cfg, p)
         with kb.warp_roles():
-            with kb.role("mma", first_warp=0, num_warps=4 * CONSUMERS, regs=MMA_REGS):
+            with kb.role("mma", first_warp=0, num_warps=4 * CONSUMERS, regs=mma_regs):
                 _mma_role(kb, cfg, work, p, (q_smem, kv_smem, kv_pipe, q_slot, bias_smem), x_smem, tile_smem)
-            with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=1, regs=LOAD_REGS):
-                if fp8:
-                    _gather_role_fp8(kb, cfg, work, p, kv_smem, kv_pipe, bias_smem, rows_smem)
-                else:
-                    _gather_role(kb, work, p, kv_smem, kv_pipe, bias_smem, rows_smem)
+            if conv:
+                with kb.role("convert", first_warp=4 * CONSUMERS, num_warps=4, regs=load_regs):
+                    _convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem)
+            else:
+                with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=1, regs=load_regs):
+                    if fp8:
+                        _gather_role_fp8(kb, cfg, work, p, kv_smem, kv_pipe, bias_smem, rows_smem)
+                    else:
+                        _gather_role(kb, work, p, kv_smem, kv_pipe, bias_smem, rows_smem)
     return kb.finish()
 
 
@@ -261,6 +272,66 @@ def _gather_role_fp8(kb, cfg: MLASparseConfig | MLASparseDecodeConfig, work: _Wo
         fa4.cp_async_arrive(s.stage, pipe=kv_pipe.name)
         kv_pipe.producer_commit(s)
         kb.named_barrier(BAR_GATHER, GATHER_LANES)
+        loop.yield_(s.advance())
+
+
+def _convert_role(kb, work: _Work, p, kv_smem, kv_pipe, bias_smem):
+    """Note "FP8 converter": per tile j, wait for tile buffer j % 2 to be free; warp w converts rows
+    w + 4 i (i < 16), CONVERT_GROUP rows a trip: every lane looks up each row's index (one broadcast
+    load), validity and byte offset (_row_offset), loads its latent piece (16 e4m3 bytes at 16 lane,
+    one coalesced 512-byte run a warp instruction) and that piece's float32 scale, and the rope unit
+    lane % 8 of the trip's row lane / 8; dequantizes (mla_fp8: bf16(e4m3 x scale)) and stores bf16 into
+    the swizzled tile, zeros for an invalid row (its loads read row 0 of the cache, whatever it holds,
+    and are discarded by the select); lane 0 writes the rows' biases into slot j % 2. Each thread
+    fences its stores to the async proxy (the wgmmas read them) and arrives on full[stage]."""
+    t = kb.thread_idx(0) % CONVERTER_THREADS
+    warp, lane = t // GATHER_LANES, t % GATHER_LANES
+    tile_bytes = MLASparseConfig.tile_bytes()
+    zero = const(0, ("i32", 4))
+    idx_row = kb.gep(p["indices"], work.token.to("i64") * p["indices_stride_s"], "i32")
+    kv_piece = kb.gep(p["kv"], lane * PIECE, "i8")                     # this lane's latent piece of row 0
+    kv_scale = kb.gep(p["kv"], mla_fp8.SCALES_AT + mla_fp8.WORD * ((lane * PIECE) // mla_fp8.SCALE_GROUP), "i8")
+    rope_unit, rope_of = lane % mla_fp8.ROPE_UNITS, lane // mla_fp8.ROPE_UNITS
+    kv_rope = kb.gep(p["kv"], mla_fp8.ROPE_AT + rope_unit * PIECE, "i8")
+    trips = BN // (CONVERTER_THREADS // GATHER_LANES) // CONVERT_GROUP
+    loop = kb.for_(work.begin, work.end, 1, carry=kv_pipe.initial_state())
+    with loop as (j, s):
+        kv_pipe.producer_acquire(s)
+        tile = kb.gep(kv_smem, s.stage * tile_bytes, "i8")
+        bias_slot = kb.gep(bias_smem, s.stage * (BN * 4), "i8")
+        with kb.for_(0, trips, 1) as (g, _):
+            # 1. the trip's rows: position -> index -> validity, byte offset (every lane, broadcast loads)
+            rows = []
+            for u in range(CONVERT_GROUP):
+                r = warp + 4 * (g * CONVERT_GROUP + u)
+                pos = j * BN + r
+                index = kb.load(kb.gep(idx_row, pos, "i32"), "i32", align=4)
+                valid = pos.slt(work.length) & index.sge(0) & index.slt(p["s_kv"])
+                rows.append((r, valid, _row_offset(kb, p, valid, index, True)))
+            rope_r, rope_ok, rope_off = rows[0]
+            for u in range(1, CONVERT_GROUP):
+                mine = rope_of.eq(u)
+                rope_r = select(mine, rows[u][0], rope_r)
+                rope_ok = select(mine, rows[u][1], rope_ok)
+                rope_off = select(mine, rows[u][2], rope_off)
+            # 2. the loads, all issued before the conversions
+            raws = [(kb.load(kb.gep(kv_piece, off, "i8"), ("i32", 4), align=16),
+                     kb.load(kb.gep(kv_scale, off, "i8"), "f32", align=4)) for _, _, off in rows]
+            rope = kb.load(kb.gep(kv_rope, rope_off, "i8"), ("i32", 4), align=16)
+            # 3. dequantize into the tile (zeros for an invalid row), the rope unit; lane 0: the biases
+            for (r, valid, _), (raw, scale) in zip(rows, raws):
+                for h, unit in enumerate(mla_fp8.dequant_piece(raw, scale)):
+                    at = mla_fp8.tile_offset(r, lane * PIECE + 8 * h, BN)
+                    kb.store(select(valid, unit, zero), kb.gep(tile, at, "i8"), align=16)
+            at = mla_fp8.tile_offset(rope_r, mla_fp8.NOPE + 8 * rope_unit, BN)
+            kb.store(select(rope_ok, rope, zero), kb.gep(tile, at, "i8"), align=16)
+            with kb.if_(lane.eq(0)).then_():
+                for r, valid, _ in rows:
+                    bias = select(valid, const(0.0, "f32"), const(NEG_INF, "f32"))
+                    kb.store(bias, kb.gep(bias_slot, r * 4, "i8"), align=4)
+        # 4. this thread's stores to the async proxy (the consumers' wgmmas), then its arrival on full[stage]
+        kb.fence("async_smem")
+        kv_pipe.producer_commit(s)
         loop.yield_(s.advance())
 
 
