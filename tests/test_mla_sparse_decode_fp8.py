@@ -29,7 +29,7 @@ from fa4mlir.kernels.common.fields import ConfigError
 from tests._mla_helpers import check_sparse_art, lower_clean
 from tests._mla_helpers import info as _info
 
-FP8_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].fp8]
+FP8_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].fp8 and not e[1].fp8_converter]
 
 
 def test_fp8_config_rules():
@@ -103,6 +103,13 @@ def _problem(torch, batch, seqlen_q, heads, topk, pages, page, seed=0, padded=Fa
     (1, 2, 80, 128, 64, 4, None, True),          # two head blocks, the second 16 real rows; 2 empty splits
 ])
 def test_fp8_sparse_decode_through_the_interpreter(batch, seqlen_q, heads, topk, page, splits, topk_length, padded):
+    run_interpreted(batch, seqlen_q, heads, topk, page, splits, topk_length, padded)
+
+
+def run_interpreted(batch, seqlen_q, heads, topk, page, splits, topk_length, padded, converter=False):
+    """One interpreted case (the test above; converter: the fp8_converter variant's kernel,
+    tests/test_mla_sparse_decode_fp8_conv.py)."""
+    import dataclasses
     torch = pytest.importorskip("torch")
     from fa4mlir import interpret
     from fa4mlir.kernels import attention_mla_sparse_sm90
@@ -116,7 +123,7 @@ def test_fp8_sparse_decode_through_the_interpreter(batch, seqlen_q, heads, topk,
                                             512, _info((splits, 8), "i32"), _info((batch + 1,), "i32"),
                                             topk_length=None if lens is None else _info(lens.shape, "i32"),
                                             is_fp8_kvcache=True)
-    cfg = problem.config(splits > 1)
+    cfg = dataclasses.replace(problem.config(splits > 1), fp8_converter=converter)
     assert cfg.fp8 and problem.page_size == page and problem.s_kv == pages * page
     out = np.full((batch, seqlen_q, heads, 512), 0x7FC0, np.uint16)        # NaN before the call
     lse = np.full((batch, heads, seqlen_q), np.nan, np.float32)
