@@ -89,8 +89,9 @@ def test_verifier_rejects_every_single_ring_op_mutation():
 
 @pytest.mark.parametrize("batch,seqlen_q,heads,topk,page,splits,topk_length,padded", [
     (3, 1, 16, 128, 16, 1, None, False),         # 16 heads: 48 masked rows; row 2 has no valid entry
-    (2, 2, 64, 192, 61, 2, (150, 0), True),      # split 2 over 3 tiles (the ring wraps); topk_length < topk and 0
+    (2, 2, 64, 192, 61, 2, (150, 0), True),      # split 2 over 3 tiles; topk_length < topk and 0; padded pages
     (1, 2, 80, 128, 64, 4, None, True),          # two head blocks, the second 16 real rows; 2 empty splits
+    (2, 1, 64, 320, 64, 1, (300, 0), False),     # 5 tiles unsplit: the two-tile ring wraps twice (phases flip)
 ])
 def test_converter_through_the_interpreter(batch, seqlen_q, heads, topk, page, splits, topk_length, padded):
     run_interpreted(batch, seqlen_q, heads, topk, page, splits, topk_length, padded, converter=True)
