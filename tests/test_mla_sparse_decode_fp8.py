@@ -108,7 +108,7 @@ def test_fp8_sparse_decode_through_the_interpreter(batch, seqlen_q, heads, topk,
 
 def run_interpreted(batch, seqlen_q, heads, topk, page, splits, topk_length, padded, converter=False):
     """One interpreted case (the test above; converter: the fp8_converter variant's kernel,
-    tests/test_mla_sparse_decode_fp8_conv.py)."""
+    tests/test_mla_sparse_decode_fp8_conv.py); returns (out, lse) as float32 tensors."""
     import dataclasses
     torch = pytest.importorskip("torch")
     from fa4mlir import interpret
@@ -154,6 +154,7 @@ def run_interpreted(batch, seqlen_q, heads, topk, page, splits, topk_length, pad
         assert (out_t[b, t] == 0).all() and torch.isposinf(lse_t[b, :, t]).all()
     if lens is not None and seqlen_q > 0:      # topk_length 0: every row of sequence 1 sees no key
         assert (out_t[1] == 0).all() and torch.isposinf(lse_t[1]).all()
+    return out_t, lse_t
 
 
 # ---- typed errors, the plan -----------------------------------------------------------------------

@@ -12,6 +12,7 @@ converter"; config note "FP8 converter plan"; FA4MLIR_MLA_SPARSE_FP8_CONVERTER s
 * the interpreter runs it on the FP8 decode test's tiny problems (-1 padding, other invalid entries,
   duplicates, topk_length shorter than topk and 0, NaN rows, a query row with no valid entry, 16 / 64
   / 80 heads, padded pages, split and unsplit) by the FA rule;
+* it gives the default FP8 kernel's out and lse bits on the 5-tile case;
 * the host selects it only when the knob is set.
 """
 from __future__ import annotations
@@ -95,6 +96,15 @@ def test_verifier_rejects_every_single_ring_op_mutation():
 ])
 def test_converter_through_the_interpreter(batch, seqlen_q, heads, topk, page, splits, topk_length, padded):
     run_interpreted(batch, seqlen_q, heads, topk, page, splits, topk_length, padded, converter=True)
+
+
+def test_converter_gives_the_default_kernels_bits():
+    """The same bf16 tile values, GEMMs and softmax order as the default FP8 kernel: the same out and lse bits
+    (what tests/gpu/test_mla_sparse_decode_fp8_conv_gpu.py asserts on the GPU)."""
+    torch = pytest.importorskip("torch")
+    case = (2, 1, 64, 320, 64, 1, (300, 0), False)
+    (out, lse), (out_c, lse_c) = (run_interpreted(*case, converter=c) for c in (False, True))
+    assert torch.equal(out, out_c) and torch.equal(lse, lse_c)
 
 
 def test_host_selects_the_converter_only_when_asked(monkeypatch):
