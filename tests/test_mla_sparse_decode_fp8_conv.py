@@ -120,3 +120,16 @@ def test_host_selects_the_converter_only_when_asked(monkeypatch):
     assert (dc.DECODE_KERNEL, cfg) in CONV_ENTRIES
     bf16 = dict(args, k_cache=info((100, 64, 1, 576)), is_fp8_kvcache=False)     # the knob leaves bf16 alone
     assert not sd.check_sparse_decode_inputs(**bf16).config(False).fp8_converter
+
+
+def test_bench_backend_sets_the_knob_only_around_its_call(monkeypatch):
+    import os
+
+    from fa4mlir.attention import mla_sparse_decode as sd
+    from fa4mlir.bench import mla_bench
+    monkeypatch.delenv(sd.CONVERTER_ENV, raising=False)
+    seen = []
+    run = mla_bench.with_converter(lambda: seen.append(sd.converter_requested()) or "out")
+    assert run() == "out" and seen == [True] and sd.CONVERTER_ENV not in os.environ
+    monkeypatch.setenv(sd.CONVERTER_ENV, "0")
+    assert run() == "out" and seen == [True, True] and os.environ[sd.CONVERTER_ENV] == "0"

@@ -71,6 +71,18 @@ r x 656, unswizzled: the layout common/mla_fp8's lane map reads without bank con
             barrier before it (attention_mla_decode_sm90, note "FP8 latent"): warpgroup w writes only
             its own V columns (its P V_j retired) and rope rows, which only S_j reads, and both
             warpgroups' S_j retired before the exchange's barriers of tile j.
+
+Note "FP8 converter" (MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True), opt-in; config note "FP8
+converter plan"; FlashMLA's sm90 sparse FP8 decode structure): no staging stage and no gather warp.
+Warpgroup 2 (`convert`, warps 8-11, setmaxnreg 72) fills the 16-bit kernel's ring of two bf16 tiles
+(kv_pipe, 128 producer arrivals) straight from global memory (_convert_role): per tile, warp w
+converts rows w, w + 4, .., each lane its 16-byte latent piece (one coalesced 512-byte run a warp
+instruction), that piece's float32 scale and one 16-byte rope unit of the trip's four rows, looking
+each row's index up itself (broadcast loads: no row table, no barrier inside the warpgroup); an
+invalid row is stored as zeros whatever its loads (of row 0 of the cache) returned, with bias -inf
+in the tile's bias slot (its stage), as the 16-bit kernel's gather does. Every thread fences its
+stores to the async proxy before it arrives on full[stage]. The consumers (setmaxnreg 216) run the
+16-bit kernel's tile step (_kv_tile) unchanged: wait full, S, softmax, P V, release the tile.
 """
 from __future__ import annotations
 
