@@ -74,14 +74,16 @@ r x 656, unswizzled: the layout common/mla_fp8's lane map reads without bank con
 
 Note "FP8 converter" (MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True), opt-in; config note "FP8
 converter plan"; FlashMLA's sm90 sparse FP8 decode structure): no staging stage and no gather warp.
-Warpgroup 2 (`convert`, warps 8-11, setmaxnreg 72) fills the 16-bit kernel's ring of two bf16 tiles
+Warpgroup 2 (`convert`, warps 8-11, setmaxnreg 88) fills the 16-bit kernel's ring of two bf16 tiles
 (kv_pipe, 128 producer arrivals) straight from global memory (_convert_role): per tile, warp w
 converts rows w, w + 4, .., each lane its 16-byte latent piece (one coalesced 512-byte run a warp
-instruction), that piece's float32 scale and one 16-byte rope unit of the trip's four rows, looking
-each row's index up itself (broadcast loads: no row table, no barrier inside the warpgroup); an
+instruction), that piece's float32 scale and one 16-byte rope unit of each four rows; a trip's 8 rows'
+loads are all issued before it converts them (8 rows: 0 spills at setmaxnreg 88; 16 rows spilled at
+104). Every lane looks each row's index up itself (broadcast loads: no row table, no barrier inside
+the warpgroup); an
 invalid row is stored as zeros whatever its loads (of row 0 of the cache) returned, with bias -inf
 in the tile's bias slot (its stage), as the 16-bit kernel's gather does. Every thread fences its
-stores to the async proxy before it arrives on full[stage]. The consumers (setmaxnreg 216) run the
+stores to the async proxy before it arrives on full[stage]. The consumers (setmaxnreg 208) run the
 16-bit kernel's tile step (_kv_tile) unchanged: wait full, S, softmax, P V, release the tile.
 """
 from __future__ import annotations
@@ -103,7 +105,8 @@ BAR_GATHER = 4                          # the gather warp's own named barrier (c
 PIECE = 16                              # bytes a cp.async moves
 FP8_PIECES = mla_fp8.ROW_BYTES // PIECE  # 41 16-byte pieces an FP8 row (note "FP8 gather")
 CONVERTER_THREADS = 128                 # note "FP8 converter": warpgroup 2
-CONVERT_GROUP = 4                       # rows a converter warp handles per trip (one rope unit a lane)
+CONVERT_GROUP = 8                       # rows a converter warp loads at once (a trip: its loads all in flight)
+ROPE_ROWS = GATHER_LANES // (2 * 64 // PIECE)   # 4: rows whose rope units (8 a row) one warp instruction moves
 
 
 def build(cfg: MLASparseConfig | MLASparseDecodeConfig = MLASparseConfig()) -> dsl.KernelIR:
@@ -288,13 +291,14 @@ def _gather_role_fp8(kb, cfg: MLASparseConfig | MLASparseDecodeConfig, work: _Wo
 
 
 def _convert_role(kb, work: _Work, p, kv_smem, kv_pipe, bias_smem):
-    """Note "FP8 converter": per tile j, wait for tile buffer j % 2 to be free; warp w converts rows
-    w + 4 i (i < 16), CONVERT_GROUP rows a trip: every lane looks up each row's index (one broadcast
+    """Note "FP8 converter": per tile j, wait for its tile buffer (the ring stage) to be free; warp w
+    converts rows w + 4 i (i < 16), CONVERT_GROUP rows a trip: every lane looks up each row's index (one broadcast
     load), validity and byte offset (_row_offset), loads its latent piece (16 e4m3 bytes at 16 lane,
     one coalesced 512-byte run a warp instruction) and that piece's float32 scale, and the rope unit
-    lane % 8 of the trip's row lane / 8; dequantizes (mla_fp8: bf16(e4m3 x scale)) and stores bf16 into
-    the swizzled tile, zeros for an invalid row (its loads read row 0 of the cache, whatever it holds,
-    and are discarded by the select); lane 0 writes the rows' biases into slot j % 2. Each thread
+    lane % 8 of row lane / 8 of each ROPE_ROWS of the trip; dequantizes (mla_fp8: bf16(e4m3 x scale))
+    and stores bf16 into the swizzled tile, zeros for an invalid row (its loads read row 0 of the
+    cache, whatever it holds, and are discarded by the select); lane 0 writes the rows' biases into
+    the tile's slot (its stage). Each thread
     fences its stores to the async proxy (the wgmmas read them) and arrives on full[stage]."""
     t = kb.thread_idx(0) % CONVERTER_THREADS
     warp, lane = t // GATHER_LANES, t % GATHER_LANES
@@ -320,23 +324,27 @@ def _convert_role(kb, work: _Work, p, kv_smem, kv_pipe, bias_smem):
                 index = kb.load(kb.gep(idx_row, pos, "i32"), "i32", align=4)
                 valid = pos.slt(work.length) & index.sge(0) & index.slt(p["s_kv"])
                 rows.append((r, valid, _row_offset(kb, p, valid, index, True)))
-            rope_r, rope_ok, rope_off = rows[0]
-            for u in range(1, CONVERT_GROUP):
-                mine = rope_of.eq(u)
-                rope_r = select(mine, rows[u][0], rope_r)
-                rope_ok = select(mine, rows[u][1], rope_ok)
-                rope_off = select(mine, rows[u][2], rope_off)
+            ropes = []          # per pass of ROPE_ROWS rows: this lane's row (lane / 8 of the pass), validity, offset
+            for first in range(0, CONVERT_GROUP, ROPE_ROWS):
+                rope_r, rope_ok, rope_off = rows[first]
+                for u in range(1, ROPE_ROWS):
+                    mine = rope_of.eq(u)
+                    rope_r = select(mine, rows[first + u][0], rope_r)
+                    rope_ok = select(mine, rows[first + u][1], rope_ok)
+                    rope_off = select(mine, rows[first + u][2], rope_off)
+                ropes.append((rope_r, rope_ok, rope_off))
             # 2. the loads, all issued before the conversions
             raws = [(kb.load(kb.gep(kv_piece, off, "i8"), ("i32", 4), align=16),
                      kb.load(kb.gep(kv_scale, off, "i8"), "f32", align=4)) for _, _, off in rows]
-            rope = kb.load(kb.gep(kv_rope, rope_off, "i8"), ("i32", 4), align=16)
-            # 3. dequantize into the tile (zeros for an invalid row), the rope unit; lane 0: the biases
+            rope_vals = [kb.load(kb.gep(kv_rope, off, "i8"), ("i32", 4), align=16) for _, _, off in ropes]
+            # 3. dequantize into the tile (zeros for an invalid row), the rope units; lane 0: the biases
             for (r, valid, _), (raw, scale) in zip(rows, raws):
                 for h, unit in enumerate(mla_fp8.dequant_piece(raw, scale)):
                     at = mla_fp8.tile_offset(r, lane * PIECE + 8 * h, BN)
                     kb.store(select(valid, unit, zero), kb.gep(tile, at, "i8"), align=16)
-            at = mla_fp8.tile_offset(rope_r, mla_fp8.NOPE + 8 * rope_unit, BN)
-            kb.store(select(rope_ok, rope, zero), kb.gep(tile, at, "i8"), align=16)
+            for (rope_r, rope_ok, _), rope in zip(ropes, rope_vals):
+                at = mla_fp8.tile_offset(rope_r, mla_fp8.NOPE + 8 * rope_unit, BN)
+                kb.store(select(rope_ok, rope, zero), kb.gep(tile, at, "i8"), align=16)
             with kb.if_(lane.eq(0)).then_():
                 for r, valid, _ in rows:
                     bias = select(valid, const(0.0, "f32"), const(NEG_INF, "f32"))
