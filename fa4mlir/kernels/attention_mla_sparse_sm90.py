@@ -74,16 +74,17 @@ r x 656, unswizzled: the layout common/mla_fp8's lane map reads without bank con
 
 Note "FP8 converter" (MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True), opt-in; config note "FP8
 converter plan"; FlashMLA's sm90 sparse FP8 decode structure): no staging stage and no gather warp.
-Warpgroup 2 (`convert`, warps 8-11, setmaxnreg 88) fills the 16-bit kernel's ring of two bf16 tiles
+Warpgroup 2 (`convert`, warps 8-11, setmaxnreg 104) fills the 16-bit kernel's ring of two bf16 tiles
 (kv_pipe, 128 producer arrivals) straight from global memory (_convert_role): per tile, warp w
 converts rows w, w + 4, .., each lane its 16-byte latent piece (one coalesced 512-byte run a warp
 instruction), that piece's float32 scale and one 16-byte rope unit of each four rows; a trip's 8 rows'
-loads are all issued before it converts them (8 rows: 0 spills at setmaxnreg 88; 16 rows spilled at
-104). Every lane looks each row's index up itself (broadcast loads: no row table, no barrier inside
-the warpgroup); an
-invalid row is stored as zeros whatever its loads (of row 0 of the cache) returned, with bias -inf
-in the tile's bias slot (its stage), as the 16-bit kernel's gather does. Every thread fences its
-stores to the async proxy before it arrives on full[stage]. The consumers (setmaxnreg 208) run the
+loads are all issued before it converts them (16 rows a trip spilled at setmaxnreg 104). Every lane
+looks each row's index up itself (broadcast loads: no row table, no barrier inside the warpgroup):
+trip 0's before the wait for the free buffer, each trip the next one's before its conversions (the
+indices carried through the trip loop: 0 spills at 104; carrying offsets instead spilled). An invalid
+row is stored as zeros whatever its loads (of row 0 of the cache) returned, with bias -inf in the
+tile's bias slot (its stage), as the 16-bit kernel's gather does. Every thread fences its
+stores to the async proxy before it arrives on full[stage]. The consumers (setmaxnreg 200) run the
 16-bit kernel's tile step (_kv_tile) unchanged: wait full, S, softmax, P V, release the tile.
 """
 from __future__ import annotations
@@ -291,15 +292,16 @@ def _gather_role_fp8(kb, cfg: MLASparseConfig | MLASparseDecodeConfig, work: _Wo
 
 
 def _convert_role(kb, work: _Work, p, kv_smem, kv_pipe, bias_smem):
-    """Note "FP8 converter": per tile j, wait for its tile buffer (the ring stage) to be free; warp w
-    converts rows w + 4 i (i < 16), CONVERT_GROUP rows a trip: every lane looks up each row's index (one broadcast
-    load), validity and byte offset (_row_offset), loads its latent piece (16 e4m3 bytes at 16 lane,
+    """Note "FP8 converter": per tile j, load trip 0's indices, wait for its tile buffer (the ring
+    stage) to be free; warp w converts rows w + 4 i (i < 16), CONVERT_GROUP rows a trip: every lane
+    has each row's index (one broadcast load, a trip ahead), its validity and byte offset
+    (_row_offset), loads its latent piece (16 e4m3 bytes at 16 lane,
     one coalesced 512-byte run a warp instruction) and that piece's float32 scale, and the rope unit
     lane % 8 of row lane / 8 of each ROPE_ROWS of the trip; dequantizes (mla_fp8: bf16(e4m3 x scale))
     and stores bf16 into the swizzled tile, zeros for an invalid row (its loads read row 0 of the
     cache, whatever it holds, and are discarded by the select); lane 0 writes the rows' biases into
-    the tile's slot (its stage). Each thread
-    fences its stores to the async proxy (the wgmmas read them) and arrives on full[stage]."""
+    the tile's slot (its stage). Each thread fences its stores to the async proxy (the wgmmas read
+    them) and arrives on full[stage]."""
     t = kb.thread_idx(0) % CONVERTER_THREADS
     warp, lane = t // GATHER_LANES, t % GATHER_LANES
     tile_bytes = MLASparseConfig.tile_bytes()
@@ -310,45 +312,66 @@ def _convert_role(kb, work: _Work, p, kv_smem, kv_pipe, bias_smem):
     rope_unit, rope_of = lane % mla_fp8.ROPE_UNITS, lane // mla_fp8.ROPE_UNITS
     kv_rope = kb.gep(p["kv"], mla_fp8.ROPE_AT + rope_unit * PIECE, "i8")
     trips = BN // (CONVERTER_THREADS // GATHER_LANES) // CONVERT_GROUP
+
+    def trip_indices(j: Value, g):
+        """1. trip g's rows' indices (every lane, broadcast loads)."""
+        return [kb.load(kb.gep(idx_row, j * BN + warp + 4 * (g * CONVERT_GROUP + u), "i32"), "i32", align=4)
+                for u in range(CONVERT_GROUP)]
+
+    def trip_rows(j: Value, g, indices):
+        """Each row of trip g: (row, validity, byte offset)."""
+        rows = []
+        for u, index in enumerate(indices):
+            r = warp + 4 * (g * CONVERT_GROUP + u)
+            valid = (j * BN + r).slt(work.length) & index.sge(0) & index.slt(p["s_kv"])
+            rows.append((r, valid, _row_offset(kb, p, valid, index, True)))
+        return rows
+
+    def trip_loads(rows):
+        """2. the rows' loads, all issued before any conversion."""
+        ropes = []          # per ROPE_ROWS rows: this lane's row (lane / 8 of them), validity, offset
+        for first in range(0, CONVERT_GROUP, ROPE_ROWS):
+            rope_r, rope_ok, rope_off = rows[first]
+            for u in range(1, ROPE_ROWS):
+                mine = rope_of.eq(u)
+                rope_r = select(mine, rows[first + u][0], rope_r)
+                rope_ok = select(mine, rows[first + u][1], rope_ok)
+                rope_off = select(mine, rows[first + u][2], rope_off)
+            ropes.append((rope_r, rope_ok, rope_off))
+        raws = [(kb.load(kb.gep(kv_piece, off, "i8"), ("i32", 4), align=16),
+                 kb.load(kb.gep(kv_scale, off, "i8"), "f32", align=4)) for _, _, off in rows]
+        rope_vals = [kb.load(kb.gep(kv_rope, off, "i8"), ("i32", 4), align=16) for _, _, off in ropes]
+        return raws, ropes, rope_vals
+
+    def trip_stores(tile, bias_slot, rows, raws, ropes, rope_vals):
+        """3. dequantize into the tile (zeros for an invalid row), the rope units; lane 0: the biases."""
+        for (r, valid, _), (raw, scale) in zip(rows, raws):
+            for h, unit in enumerate(mla_fp8.dequant_piece(raw, scale)):
+                at = mla_fp8.tile_offset(r, lane * PIECE + 8 * h, BN)
+                kb.store(select(valid, unit, zero), kb.gep(tile, at, "i8"), align=16)
+        for (rope_r, rope_ok, _), rope in zip(ropes, rope_vals):
+            at = mla_fp8.tile_offset(rope_r, mla_fp8.NOPE + 8 * rope_unit, BN)
+            kb.store(select(rope_ok, rope, zero), kb.gep(tile, at, "i8"), align=16)
+        with kb.if_(lane.eq(0)).then_():
+            for r, valid, _ in rows:
+                bias = select(valid, const(0.0, "f32"), const(NEG_INF, "f32"))
+                kb.store(bias, kb.gep(bias_slot, r * 4, "i8"), align=4)
+
     loop = kb.for_(work.begin, work.end, 1, carry=kv_pipe.initial_state())
     with loop as (j, s):
+        # trip 0's index loads go out before the wait for the buffer (only the stores need it free);
+        # each trip loads the next one's (the last its own again: in bounds) before its conversions
+        first = trip_indices(j, 0)
         kv_pipe.producer_acquire(s)
         tile = kb.gep(kv_smem, s.stage * tile_bytes, "i8")
         bias_slot = kb.gep(bias_smem, s.stage * (BN * 4), "i8")
-        with kb.for_(0, trips, 1) as (g, _):
-            # 1. the trip's rows: position -> index -> validity, byte offset (every lane, broadcast loads)
-            rows = []
-            for u in range(CONVERT_GROUP):
-                r = warp + 4 * (g * CONVERT_GROUP + u)
-                pos = j * BN + r
-                index = kb.load(kb.gep(idx_row, pos, "i32"), "i32", align=4)
-                valid = pos.slt(work.length) & index.sge(0) & index.slt(p["s_kv"])
-                rows.append((r, valid, _row_offset(kb, p, valid, index, True)))
-            ropes = []          # per pass of ROPE_ROWS rows: this lane's row (lane / 8 of the pass), validity, offset
-            for first in range(0, CONVERT_GROUP, ROPE_ROWS):
-                rope_r, rope_ok, rope_off = rows[first]
-                for u in range(1, ROPE_ROWS):
-                    mine = rope_of.eq(u)
-                    rope_r = select(mine, rows[first + u][0], rope_r)
-                    rope_ok = select(mine, rows[first + u][1], rope_ok)
-                    rope_off = select(mine, rows[first + u][2], rope_off)
-                ropes.append((rope_r, rope_ok, rope_off))
-            # 2. the loads, all issued before the conversions
-            raws = [(kb.load(kb.gep(kv_piece, off, "i8"), ("i32", 4), align=16),
-                     kb.load(kb.gep(kv_scale, off, "i8"), "f32", align=4)) for _, _, off in rows]
-            rope_vals = [kb.load(kb.gep(kv_rope, off, "i8"), ("i32", 4), align=16) for _, _, off in ropes]
-            # 3. dequantize into the tile (zeros for an invalid row), the rope units; lane 0: the biases
-            for (r, valid, _), (raw, scale) in zip(rows, raws):
-                for h, unit in enumerate(mla_fp8.dequant_piece(raw, scale)):
-                    at = mla_fp8.tile_offset(r, lane * PIECE + 8 * h, BN)
-                    kb.store(select(valid, unit, zero), kb.gep(tile, at, "i8"), align=16)
-            for (rope_r, rope_ok, _), rope in zip(ropes, rope_vals):
-                at = mla_fp8.tile_offset(rope_r, mla_fp8.NOPE + 8 * rope_unit, BN)
-                kb.store(select(rope_ok, rope, zero), kb.gep(tile, at, "i8"), align=16)
-            with kb.if_(lane.eq(0)).then_():
-                for r, valid, _ in rows:
-                    bias = select(valid, const(0.0, "f32"), const(NEG_INF, "f32"))
-                    kb.store(bias, kb.gep(bias_slot, r * 4, "i8"), align=4)
+        trip_loop = kb.for_(0, trips, 1, carry=tuple(first))
+        with trip_loop as (g, indices):
+            rows = trip_rows(j, g, indices)
+            loaded = trip_loads(rows)
+            following = trip_indices(j, (g + 1).smin(trips - 1))
+            trip_stores(tile, bias_slot, rows, *loaded)
+            trip_loop.yield_(*following)
         # 4. this thread's stores to the async proxy (the consumers' wgmmas), then its arrival on full[stage]
         kb.fence("async_smem")
         kv_pipe.producer_commit(s)

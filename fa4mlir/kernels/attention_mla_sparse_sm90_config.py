@@ -51,9 +51,9 @@ FP8_SCALE_GROUP = 128       # latent columns per float32 scale
 FP8_ROW_BYTES = D_V + 4 * (D_V // FP8_SCALE_GROUP) + 2 * (D_QK - D_V)
 FP8_MAX_STAGES = 2
 # The opt-in converter variant (MLASparseDecodeConfig.fp8_converter; note "FP8 converter plan"): a third
-# warpgroup dequantizes straight from global memory into two bf16 tiles. 2 x 208 + 88 = 504 registers a
+# warpgroup dequantizes straight from global memory into two bf16 tiles. 2 x 200 + 104 = 504 registers a
 # thread of the three warpgroups: exactly the launch pool (384 threads x 168)
-CONVERTER_MMA_REGS, CONVERTER_REGS = 208, 88
+CONVERTER_MMA_REGS, CONVERTER_REGS = 200, 104
 CONVERTER_BUFFERS = 2
 
 
