@@ -165,7 +165,8 @@ def emit(tag: str, value: dict) -> None:
 OPTIONAL_FIELDS = {"varlen": False, "varlen_compact": False, "page_size": 0, "head_dim_v": 0, "score_mod": "", "mask_mod": "", "aux": "", "varlen_q": False,
                    "window_left": -1, "window_right": -1, "chunk": 0, "softcap": False, "sinks": False,
                    "fp8": False,   # fp8: the MLA kernel's FP8-latent-cache variant, whose key alone holds it
-                   "kv_dtype": ""}  # and the sparse MLA prefill's FP8 variant (kv_dtype "fp8"), likewise
+                   "kv_dtype": "",  # and the sparse MLA prefill's FP8 variant (kv_dtype "fp8"), likewise
+                   "fp8_converter": False}   # the sparse MLA decode's opt-in FP8 converter variant, likewise
 
 
 def same_variant(config: dict, match: dict) -> bool:
@@ -177,10 +178,10 @@ def find(bundle, case: Case, match: dict):
     """The bundle's artefact of one of the case's entries (compiled with the kernel's own backend). A
     varlen, head_dim_v or score_mod entry (a decode kernel's window / softcap / sinks variant, a
     combine's sink variant) holds every item of the plain kernel of its tiles (a plain key has none of
-    OPTIONAL_FIELDS): an attention, decode, combine, MLA decode or sparse MLA prefill case's entry is
-    looked up among the entries of its own variant, by name."""
+    OPTIONAL_FIELDS): an attention, decode, combine, MLA decode, sparse MLA prefill or decode case's entry
+    is looked up among the entries of its own variant, by name."""
     want = dict(arch=RUNNABLE_ARCH, cubin_backend=kernels.cubin_backend(case.kernel), **match)
-    if case.kernel in (acfg.KERNEL, dcfg.KERNEL, dcfg.COMBINE_KERNEL, mcfg.KERNEL, sps.sc.KERNEL):
+    if case.kernel in (acfg.KERNEL, dcfg.KERNEL, dcfg.COMBINE_KERNEL, mcfg.KERNEL, sps.sc.KERNEL, sps.sc.DECODE_KERNEL):
         names = {e["name"] for e in bundle.entries if e["arch"] == RUNNABLE_ARCH and same_variant(e["config"], match)
                  and all(e["config"].get(k) == v for k, v in want.items() if k != "arch")}
         if not names:

@@ -2,7 +2,9 @@
 twelve entries, MLASparseDecodeConfig(dtype, kv_dtype=, topk_length=, split=)) through flash_mla_with_kvcache
 with indices, the split ones with the head-dim-512 combine; the four over FlashMLA's FP8 cache
 (kv_dtype "fp8") with is_fp8_kvcache=True, their cache the same bf16 latent quantized to 656-byte rows
-(testing_mla.quantize_fp8_cache: NaN rows give NaN bytes and scales), checked over its dequantized rows.
+(testing_mla.quantize_fp8_cache: NaN rows give NaN bytes and scales), checked over its dequantized rows;
+and those four's opt-in converter variant (fp8_converter: FA4MLIR_MLA_SPARSE_FP8_CONVERTER=1 around the
+case's calls).
 
 Family: the kernel and split or unsplit (the split writes partials another kernel reads); features
 (sparse_decode_features): the dtype and, when set, `sparse-decode-topk_length` and `sparse-decode-fp8`.
@@ -18,28 +20,50 @@ entry out 0, lse +inf; no NaN). Before each call the child checks the call runs 
 """
 from __future__ import annotations
 
+import contextlib
+import os
+
 import numpy as np
 
 from bench.sanitize_mla import nan_empty
 from bench.sanitize_mla_sparse import sparse_inputs
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as dc
 
-# (case name, (dtype, topk_length, split[, kv_dtype]) of its kernels, quick): every sparse decode entry of the
-# mla set
+# (case name, (dtype, topk_length, split[, kv_dtype[, fp8_converter]]) of its kernels, quick): every sparse
+# decode entry of the mla set
 CASES = (
     ("mla-sparse-decode", (("bf16", False, False), ("bf16", True, True)), True),
     ("mla-sparse-decode-more", (("bf16", True, False), ("bf16", False, True), ("f16", False, False),
                                 ("f16", True, False), ("f16", False, True), ("f16", True, True)), False),
     ("mla-sparse-decode-fp8", (("bf16", False, False, "fp8"), ("bf16", True, True, "fp8"),
                                ("bf16", True, False, "fp8"), ("bf16", False, True, "fp8")), False),
+    ("mla-sparse-decode-fp8-conv", tuple((*e, "fp8", True) for e in (("bf16", False, False), ("bf16", True, True),
+                                                                    ("bf16", True, False), ("bf16", False, True))),
+     False),
 )
 SHAPES = ((2, 2, 16, 128, 10, 64), (3, 1, 80, 256, 20, 61))    # (batch, seqlen_q, heads, topk, pages, page)
 SPLITS = 3
 
 
 def matches(entries) -> tuple[dict, ...]:
-    return tuple(dc.MLASparseDecodeConfig(d, kv_dtype=kv[0] if kv else "", topk_length=t, split=s).key()
+    return tuple(dc.MLASparseDecodeConfig(d, kv_dtype=kv[0] if kv else "", topk_length=t, split=s,
+                                          fp8_converter=len(kv) > 1 and kv[1]).key()
                  for d, t, s, *kv in entries)
+
+
+@contextlib.contextmanager
+def converter_knob(on: bool):
+    """FA4MLIR_MLA_SPARSE_FP8_CONVERTER set to 1 (on) or 0 inside, restored after."""
+    from fa4mlir.attention.mla_sparse_decode import CONVERTER_ENV
+    before = os.environ.get(CONVERTER_ENV)
+    os.environ[CONVERTER_ENV] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[CONVERTER_ENV]
+        else:
+            os.environ[CONVERTER_ENV] = before
 
 
 def sparse_decode_family(config: dict) -> str:
@@ -53,7 +77,8 @@ def sparse_decode_features(config: dict) -> set[str]:
 
 def describe(case) -> list[str]:
     return [f"batch {b}, seqlen_q {sq}, heads {h}, topk {k}, {p} pages of {ps}, {m['dtype']}"
-            f"{', FP8 cache' if m.get('kv_dtype') == 'fp8' else ''}{', topk_length' if m['topk_length'] else ''}, {SPLITS if m['split'] else 1} split(s) via "
+            f"{', FP8 cache' if m.get('kv_dtype') == 'fp8' else ''}{', converter' if m.get('fp8_converter') else ''}"
+            f"{', topk_length' if m['topk_length'] else ''}, {SPLITS if m['split'] else 1} split(s) via "
             f"flash_mla_with_kvcache(indices=)" for m in case.match for b, sq, h, k, p, ps in SHAPES]
 
 
@@ -92,20 +117,21 @@ def child_mla_sparse_decode(case, bundle, seed: int):
             num_splits = torch.arange(batch + 1, dtype=torch.int32, device=device) * splits
             args = [x.to(device) for x in (q, cache, torch.from_numpy(np.ascontiguousarray(idx)))]
             length_t = None if lens is None else torch.from_numpy(lens).to(device)
-            infos = {n: read_tensor(n, x, sd.ENTRY) for n, x in (("q", args[0]), ("k_cache", args[1]),
-                                                                  ("indices", args[2]), ("meta", meta),
-                                                                  ("num_splits", num_splits))}
-            problem = sd.check_sparse_decode_inputs(infos["q"], infos["k_cache"], infos["indices"], dc.D_V,
-                                                    infos["meta"], infos["num_splits"],
-                                                    topk_length=None if length_t is None else
-                                                    read_tensor("topk_length", length_t, sd.ENTRY),
-                                                    is_fp8_kvcache=fp8)
-            got = problem.config(splits > 1).key()
-            if got != match:
-                raise RuntimeError(f"flash_mla_with_kvcache would run {got} for the case's {match}")
-            with nan_empty(torch):
-                out, lse = sd.sparse_decode(*args, dc.D_V, meta, num_splits, topk_length=length_t,
-                                            is_fp8_kvcache=fp8, bundle=bundle)
+            with converter_knob(bool(match.get("fp8_converter"))):    # the host reads it per call
+                infos = {n: read_tensor(n, x, sd.ENTRY) for n, x in (("q", args[0]), ("k_cache", args[1]),
+                                                                      ("indices", args[2]), ("meta", meta),
+                                                                      ("num_splits", num_splits))}
+                problem = sd.check_sparse_decode_inputs(infos["q"], infos["k_cache"], infos["indices"], dc.D_V,
+                                                        infos["meta"], infos["num_splits"],
+                                                        topk_length=None if length_t is None else
+                                                        read_tensor("topk_length", length_t, sd.ENTRY),
+                                                        is_fp8_kvcache=fp8)
+                got = problem.config(splits > 1).key()
+                if got != match:
+                    raise RuntimeError(f"flash_mla_with_kvcache would run {got} for the case's {match}")
+                with nan_empty(torch):
+                    out, lse = sd.sparse_decode(*args, dc.D_V, meta, num_splits, topk_length=length_t,
+                                                is_fp8_kvcache=fp8, bundle=bundle)
             torch.cuda.synchronize()
             out_c, lse_c = out.cpu().float(), lse.cpu()
             r = {"nan_out": int(torch.isnan(out_c).sum()), "nan_lse": int(torch.isnan(lse_c).sum())}
@@ -116,4 +142,4 @@ def child_mla_sparse_decode(case, bundle, seed: int):
             except AssertionError as exc:
                 r.update(ok=False, error=str(exc)[:300])
             yield {"kernel": name, "shape": [batch, seqlen_q, heads, topk, pages, page], "splits": splits,
-                   "topk_length": lens is not None, "fp8": fp8, "via": "flash_mla_with_kvcache(indices=)", "seed": s, **r}
+                   "topk_length": lens is not None, "fp8": fp8, "converter": bool(match.get("fp8_converter")), "via": "flash_mla_with_kvcache(indices=)", "seed": s, **r}

@@ -591,8 +591,8 @@ MLA_CASES = [("bf16", 64), ("f16", 64), ("bf16", 16)]
 def mla() -> list:
     """The absorbed MLA decode kernels (flash_mla_with_kvcache) of MLA_CASES, split and unsplit,
     the head-dim-512 combine per dtype, the sparse prefill's four (flash_mla_sparse_fwd) and four over
-    FlashMLA's FP8 rows, and the sparse decode's eight (flash_mla_with_kvcache with indices) and four
-    over the FP8 cache."""
+    FlashMLA's FP8 rows, and the sparse decode's eight (flash_mla_with_kvcache with indices), four
+    over the FP8 cache and their four opt-in converter variants (FA4MLIR_MLA_SPARSE_FP8_CONVERTER)."""
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
     from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, default_config
     out = [(KERNEL, default_config(dtype, page, unsplit=u)) for dtype, page in MLA_CASES for u in (False, True)]
@@ -613,6 +613,9 @@ def mla() -> list:
             for t in (False, True) for s in (False, True)]
     # the sparse decode over FlashMLA's FP8 cache (is_fp8_kvcache=True with indices; bf16 q), the same four
     out += [(DECODE_KERNEL, MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s))
+            for t in (False, True) for s in (False, True)]
+    # ... and the opt-in converter-warpgroup variant of those four (FA4MLIR_MLA_SPARSE_FP8_CONVERTER=1)
+    out += [(DECODE_KERNEL, MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s, fp8_converter=True))
             for t in (False, True) for s in (False, True)]
     return out + _mla_prefill()
 

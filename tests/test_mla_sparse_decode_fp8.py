@@ -29,7 +29,7 @@ from fa4mlir.kernels.common.fields import ConfigError
 from tests._mla_helpers import check_sparse_art, check_sparse_decode_run, lower_clean, sparse_rows
 from tests._mla_helpers import info as _info
 
-FP8_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].fp8]
+FP8_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].fp8 and not e[1].fp8_converter]
 
 
 def test_fp8_config_rules():
@@ -89,6 +89,13 @@ def _problem(torch, batch, seqlen_q, heads, topk, pages, page, seed=0, padded=Fa
     (1, 2, 80, 128, 64, 4, None, True),          # two head blocks, the second 16 real rows; 2 empty splits
 ])
 def test_fp8_sparse_decode_through_the_interpreter(batch, seqlen_q, heads, topk, page, splits, topk_length, padded):
+    run_interpreted(batch, seqlen_q, heads, topk, page, splits, topk_length, padded)
+
+
+def run_interpreted(batch, seqlen_q, heads, topk, page, splits, topk_length, padded, converter=False):
+    """One interpreted case (the test above; converter: the fp8_converter variant's kernel,
+    tests/test_mla_sparse_decode_fp8_conv.py); returns (out, lse) as float32 tensors."""
+    import dataclasses
     torch = pytest.importorskip("torch")
     from fa4mlir.testing_mla import dequantize_fp8_cache
     pages = 640 // page + 1
@@ -99,7 +106,7 @@ def test_fp8_sparse_decode_through_the_interpreter(batch, seqlen_q, heads, topk,
                                             512, _info((splits, 8), "i32"), _info((batch + 1,), "i32"),
                                             topk_length=None if lens is None else _info(lens.shape, "i32"),
                                             is_fp8_kvcache=True)
-    cfg = problem.config(splits > 1)
+    cfg = dataclasses.replace(problem.config(splits > 1), fp8_converter=converter)
     assert cfg.fp8 and problem.page_size == page and problem.s_kv == pages * page
     row_stride, page_stride = sd.cache_strides(cache.shape, strides)
     out_t, lse_t, args = check_sparse_decode_run(torch, cfg, problem, q, raw, dequantize_fp8_cache(cache.contiguous()), idx,
@@ -108,6 +115,7 @@ def test_fp8_sparse_decode_through_the_interpreter(batch, seqlen_q, heads, topk,
     assert args["kv_stride_page"] == (page + padded) * 656
     if lens is not None and seqlen_q > 0:      # topk_length 0: every row of sequence 1 sees no key
         assert (out_t[1] == 0).all() and torch.isposinf(lse_t[1]).all()
+    return out_t, lse_t
 
 
 # ---- typed errors, the plan -----------------------------------------------------------------------

@@ -52,6 +52,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from .. import env
 from ..artifacts import Bundle
 from ..driver import device_info, resolve_stream
 from ..kernels import attention_decode_sm90_config as dec
@@ -64,6 +65,7 @@ from .mla import (ENTRY, FILL_FRACTION, MAX_SPLITS, CallCache, MLAOutputs, _Call
                   check_cache_shape, check_metadata, check_no_grad, check_q_dims, combine_args, combine_grid, kernel_for)
 from .plan import Launch, Plan, TensorRef, source_for
 
+CONVERTER_ENV = "FA4MLIR_MLA_SPARSE_FP8_CONVERTER"
 CACHE_DIMS = ("pages", "page_size", "kv_heads", "head_dim")
 Q_DIMS = ("batch", "seqlen_q", "heads", "head_dim")
 
@@ -90,10 +92,11 @@ class SparseDecodeProblem(MLAOutputs):
     has_topk_length: bool
     fp8: bool = False               # FlashMLA's FP8 cache (656-byte rows, addressed by page and row strides)
     page_size: int = 0
+    fp8_converter: bool = False     # FP8 only, opt-in (FA4MLIR_MLA_SPARSE_FP8_CONVERTER): the converter variant
 
     def config(self, split: bool) -> dc.MLASparseDecodeConfig:
         return dc.MLASparseDecodeConfig(self.dtype, kv_dtype="fp8" if self.fp8 else "", topk_length=self.has_topk_length,
-                                        split=split)
+                                        split=split, fp8_converter=self.fp8_converter)
 
 
 def _merges(info: TensorInfo, outer: int, inner: int) -> bool:
@@ -155,7 +158,14 @@ def check_sparse_decode_inputs(q: TensorInfo, k_cache: TensorInfo, indices: Tens
     check_layout("k_cache", k_cache, CACHE_DIMS)
     scale = check_scale(softmax_scale, d)
     return SparseDecodeProblem(batch, seqlen_q, heads, s_kv, topk, q.dtype, metadata.shape[0], scale,
-                               topk_length is not None, fp8, page_size)
+                               topk_length is not None, fp8, page_size, fp8 and converter_requested())
+
+
+def converter_requested() -> bool:
+    """FA4MLIR_MLA_SPARSE_FP8_CONVERTER: the FP8 sparse decode runs the opt-in converter-warpgroup kernel
+    (MLASparseDecodeConfig.fp8_converter; a bundle must hold it: the mla set does). Read per call into the
+    call cache's key."""
+    return env.get_bool(CONVERTER_ENV)
 
 
 def build_plan(problem: SparseDecodeProblem, source, q_strides, kv_stride: int, indices_stride: int,
@@ -197,7 +207,7 @@ def sparse_decode(q, k_cache, indices, head_dim_v, tile_scheduler_metadata, num_
         _torch(x, name)
     check_no_grad(torch, q)
     options = ("sparse", head_dim_v if type(head_dim_v) is int else repr(head_dim_v), softmax_scale, causal,
-               is_fp8_kvcache)
+               is_fp8_kvcache, is_fp8_kvcache is True and converter_requested())
     call, signature = _CALLS.get(_CALLS.signature(tensors, options, bundle))
     if call is None:
         call = _prepare(torch, tensors, head_dim_v, softmax_scale, causal, bundle, signature, is_fp8_kvcache)

@@ -71,6 +71,21 @@ r x 656, unswizzled: the layout common/mla_fp8's lane map reads without bank con
             barrier before it (attention_mla_decode_sm90, note "FP8 latent"): warpgroup w writes only
             its own V columns (its P V_j retired) and rope rows, which only S_j reads, and both
             warpgroups' S_j retired before the exchange's barriers of tile j.
+
+Note "FP8 converter" (MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True), opt-in; config note "FP8
+converter plan"; FlashMLA's sm90 sparse FP8 decode structure): no staging stage and no gather warp.
+Warpgroup 2 (`convert`, warps 8-11, setmaxnreg 104) fills the 16-bit kernel's ring of two bf16 tiles
+(kv_pipe, 128 producer arrivals) straight from global memory (_convert_role): per tile, warp w
+converts rows w, w + 4, .., each lane its 16-byte latent piece (one coalesced 512-byte run a warp
+instruction), that piece's float32 scale and one 16-byte rope unit of each four rows; a trip's 8 rows'
+loads are all issued before it converts them (16 rows a trip spilled at setmaxnreg 104). Every lane
+looks each row's index up itself (broadcast loads: no row table, no barrier inside the warpgroup):
+trip 0's before the wait for the free buffer, each trip the next one's before its conversions (the
+indices carried through the trip loop: 0 spills at 104; carrying offsets instead spilled). An invalid
+row is stored as zeros whatever its loads (of row 0 of the cache) returned, with bias -inf in the
+tile's bias slot (its stage), as the 16-bit kernel's gather does. Every thread fences its
+stores to the async proxy before it arrives on full[stage]. The consumers (setmaxnreg 200) run the
+16-bit kernel's tile step (_kv_tile) unchanged: wait full, S, softmax, P V, release the tile.
 """
 from __future__ import annotations
 
@@ -90,6 +105,9 @@ ROWS_PER_LANE = BN // GATHER_LANES      # 2
 BAR_GATHER = 4                          # the gather warp's own named barrier (common.mla_sm90 uses 1-3)
 PIECE = 16                              # bytes a cp.async moves
 FP8_PIECES = mla_fp8.ROW_BYTES // PIECE  # 41 16-byte pieces an FP8 row (note "FP8 gather")
+CONVERTER_THREADS = 128                 # note "FP8 converter": warpgroup 2
+CONVERT_GROUP = 8                       # rows a converter warp loads at once (a trip: its loads all in flight)
+ROPE_ROWS = GATHER_LANES // (2 * 64 // PIECE)   # 4: rows whose rope units (8 a row) one warp instruction moves
 
 
 def build(cfg: MLASparseConfig | MLASparseDecodeConfig = MLASparseConfig()) -> dsl.KernelIR:
@@ -97,29 +115,38 @@ def build(cfg: MLASparseConfig | MLASparseDecodeConfig = MLASparseConfig()) -> d
     (MLASparseDecodeConfig: note "Decode")."""
     cfg.validate()
     fp8 = cfg.fp8        # note "FP8 gather"
+    conv = getattr(cfg, "fp8_converter", False)     # note "FP8 converter"
+    mma_regs, load_regs = cfg.regs if conv else (MMA_REGS, LOAD_REGS)
+    staged = fp8 and not conv
     kb = KernelBuilder(cfg.name(), arch="sm_90a", block=(cfg.threads, 1, 1), config=cfg.key(), min_ctas_per_sm=1)
     p = kb.params_from(cfg.params, tma={})
     with kb.body():
         q_smem = kb.smem("q_smem", TILE_M * D_QK * 2)
-        kv_smem = kb.smem("kv_smem", cfg.stages * cfg.stage_bytes() if fp8 else STAGES * cfg.tile_bytes())
-        tile_smem = kb.smem("tile_smem", cfg.tile_bytes()) if fp8 else None     # fp8: the dequantized tile
+        kv_smem = kb.smem("kv_smem", cfg.stages * cfg.stage_bytes() if staged else STAGES * cfg.tile_bytes())
+        tile_smem = kb.smem("tile_smem", cfg.tile_bytes()) if staged else None     # fp8: the dequantized tile
         q_slot = kb.smem("q_slot", 16, align=16)     # holds 0: the decode's _kv_tile, step 1
         x_smem = kb.smem("x_smem", cfg.exchange_bytes(), align=16)    # decode, note "Exchange"
         bias_smem = kb.smem("bias_smem", cfg.bias_bytes(), align=16)  # note "Bias"
-        rows_smem = kb.smem("gather_rows", cfg.rows_bytes(), align=16)          # note "Gather"
-        # each gather lane commits once per fill (after its cp_async_arrive)
-        kv_pipe = kb.pipeline("kv_pipe", num_stages=cfg.stages if fp8 else STAGES, producer="gather", consumers=["mma"],
-                              producer_arrivals=GATHER_LANES, consumer_arrivals=CONSUMERS)
+        rows_smem = None if conv else kb.smem("gather_rows", cfg.rows_bytes(), align=16)     # note "Gather"
+        # each gather lane (converter thread) commits once per fill (after its cp_async_arrive)
+        producer = dict(producer="convert", producer_arrivals=CONVERTER_THREADS) if conv else \
+            dict(producer="gather", producer_arrivals=GATHER_LANES)
+        kv_pipe = kb.pipeline("kv_pipe", num_stages=cfg.stages if fp8 else STAGES, consumers=["mma"],
+                              consumer_arrivals=CONSUMERS, **producer)
         kb.pipeline_init()
         work = _Work(kb, cfg, p)
         with kb.warp_roles():
-            with kb.role("mma", first_warp=0, num_warps=4 * CONSUMERS, regs=MMA_REGS):
+            with kb.role("mma", first_warp=0, num_warps=4 * CONSUMERS, regs=mma_regs):
                 _mma_role(kb, cfg, work, p, (q_smem, kv_smem, kv_pipe, q_slot, bias_smem), x_smem, tile_smem)
-            with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=1, regs=LOAD_REGS):
-                if fp8:
-                    _gather_role_fp8(kb, cfg, work, p, kv_smem, kv_pipe, bias_smem, rows_smem)
-                else:
-                    _gather_role(kb, work, p, kv_smem, kv_pipe, bias_smem, rows_smem)
+            if conv:
+                with kb.role("convert", first_warp=4 * CONSUMERS, num_warps=4, regs=load_regs):
+                    _convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem)
+            else:
+                with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=1, regs=load_regs):
+                    if fp8:
+                        _gather_role_fp8(kb, cfg, work, p, kv_smem, kv_pipe, bias_smem, rows_smem)
+                    else:
+                        _gather_role(kb, work, p, kv_smem, kv_pipe, bias_smem, rows_smem)
     return kb.finish()
 
 
@@ -261,6 +288,93 @@ def _gather_role_fp8(kb, cfg: MLASparseConfig | MLASparseDecodeConfig, work: _Wo
         fa4.cp_async_arrive(s.stage, pipe=kv_pipe.name)
         kv_pipe.producer_commit(s)
         kb.named_barrier(BAR_GATHER, GATHER_LANES)
+        loop.yield_(s.advance())
+
+
+def _convert_role(kb, work: _Work, p, kv_smem, kv_pipe, bias_smem):
+    """Note "FP8 converter": per tile j, load trip 0's indices, wait for its tile buffer (the ring
+    stage) to be free; warp w converts rows w + 4 i (i < 16), CONVERT_GROUP rows a trip: every lane
+    has each row's index (one broadcast load, a trip ahead), its validity and byte offset
+    (_row_offset), loads its latent piece (16 e4m3 bytes at 16 lane,
+    one coalesced 512-byte run a warp instruction) and that piece's float32 scale, and the rope unit
+    lane % 8 of row lane / 8 of each ROPE_ROWS of the trip; dequantizes (mla_fp8: bf16(e4m3 x scale))
+    and stores bf16 into the swizzled tile, zeros for an invalid row (its loads read row 0 of the
+    cache, whatever it holds, and are discarded by the select); lane 0 writes the rows' biases into
+    the tile's slot (its stage). Each thread fences its stores to the async proxy (the wgmmas read
+    them) and arrives on full[stage]."""
+    t = kb.thread_idx(0) % CONVERTER_THREADS
+    warp, lane = t // GATHER_LANES, t % GATHER_LANES
+    tile_bytes = MLASparseConfig.tile_bytes()
+    zero = const(0, ("i32", 4))
+    idx_row = kb.gep(p["indices"], work.token.to("i64") * p["indices_stride_s"], "i32")
+    kv_piece = kb.gep(p["kv"], lane * PIECE, "i8")                     # this lane's latent piece of row 0
+    kv_scale = kb.gep(p["kv"], mla_fp8.SCALES_AT + mla_fp8.WORD * ((lane * PIECE) // mla_fp8.SCALE_GROUP), "i8")
+    rope_unit, rope_of = lane % mla_fp8.ROPE_UNITS, lane // mla_fp8.ROPE_UNITS
+    kv_rope = kb.gep(p["kv"], mla_fp8.ROPE_AT + rope_unit * PIECE, "i8")
+    trips = BN // (CONVERTER_THREADS // GATHER_LANES) // CONVERT_GROUP
+
+    def trip_indices(j: Value, g):
+        """1. trip g's rows' indices (every lane, broadcast loads)."""
+        return [kb.load(kb.gep(idx_row, j * BN + warp + 4 * (g * CONVERT_GROUP + u), "i32"), "i32", align=4)
+                for u in range(CONVERT_GROUP)]
+
+    def trip_rows(j: Value, g, indices):
+        """Each row of trip g: (row, validity, byte offset)."""
+        rows = []
+        for u, index in enumerate(indices):
+            r = warp + 4 * (g * CONVERT_GROUP + u)
+            valid = (j * BN + r).slt(work.length) & index.sge(0) & index.slt(p["s_kv"])
+            rows.append((r, valid, _row_offset(kb, p, valid, index, True)))
+        return rows
+
+    def trip_loads(rows):
+        """2. the rows' loads, all issued before any conversion."""
+        ropes = []          # per ROPE_ROWS rows: this lane's row (lane / 8 of them), validity, offset
+        for first in range(0, CONVERT_GROUP, ROPE_ROWS):
+            rope_r, rope_ok, rope_off = rows[first]
+            for u in range(1, ROPE_ROWS):
+                mine = rope_of.eq(u)
+                rope_r = select(mine, rows[first + u][0], rope_r)
+                rope_ok = select(mine, rows[first + u][1], rope_ok)
+                rope_off = select(mine, rows[first + u][2], rope_off)
+            ropes.append((rope_r, rope_ok, rope_off))
+        raws = [(kb.load(kb.gep(kv_piece, off, "i8"), ("i32", 4), align=16),
+                 kb.load(kb.gep(kv_scale, off, "i8"), "f32", align=4)) for _, _, off in rows]
+        rope_vals = [kb.load(kb.gep(kv_rope, off, "i8"), ("i32", 4), align=16) for _, _, off in ropes]
+        return raws, ropes, rope_vals
+
+    def trip_stores(tile, bias_slot, rows, raws, ropes, rope_vals):
+        """3. dequantize into the tile (zeros for an invalid row), the rope units; lane 0: the biases."""
+        for (r, valid, _), (raw, scale) in zip(rows, raws):
+            for h, unit in enumerate(mla_fp8.dequant_piece(raw, scale)):
+                at = mla_fp8.tile_offset(r, lane * PIECE + 8 * h, BN)
+                kb.store(select(valid, unit, zero), kb.gep(tile, at, "i8"), align=16)
+        for (rope_r, rope_ok, _), rope in zip(ropes, rope_vals):
+            at = mla_fp8.tile_offset(rope_r, mla_fp8.NOPE + 8 * rope_unit, BN)
+            kb.store(select(rope_ok, rope, zero), kb.gep(tile, at, "i8"), align=16)
+        with kb.if_(lane.eq(0)).then_():
+            for r, valid, _ in rows:
+                bias = select(valid, const(0.0, "f32"), const(NEG_INF, "f32"))
+                kb.store(bias, kb.gep(bias_slot, r * 4, "i8"), align=4)
+
+    loop = kb.for_(work.begin, work.end, 1, carry=kv_pipe.initial_state())
+    with loop as (j, s):
+        # trip 0's index loads go out before the wait for the buffer (only the stores need it free);
+        # each trip loads the next one's (the last its own again: in bounds) before its conversions
+        first = trip_indices(j, 0)
+        kv_pipe.producer_acquire(s)
+        tile = kb.gep(kv_smem, s.stage * tile_bytes, "i8")
+        bias_slot = kb.gep(bias_smem, s.stage * (BN * 4), "i8")
+        trip_loop = kb.for_(0, trips, 1, carry=tuple(first))
+        with trip_loop as (g, indices):
+            rows = trip_rows(j, g, indices)
+            loaded = trip_loads(rows)
+            following = trip_indices(j, (g + 1).smin(trips - 1))
+            trip_stores(tile, bias_slot, rows, *loaded)
+            trip_loop.yield_(*following)
+        # 4. this thread's stores to the async proxy (the consumers' wgmmas), then its arrival on full[stage]
+        kb.fence("async_smem")
+        kv_pipe.producer_commit(s)
         loop.yield_(s.advance())
 
 

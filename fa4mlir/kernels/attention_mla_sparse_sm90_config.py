@@ -50,6 +50,11 @@ FP8_SCALE_GROUP = 128       # latent columns per float32 scale
 # imports the DSL: the host API reads this one)
 FP8_ROW_BYTES = D_V + 4 * (D_V // FP8_SCALE_GROUP) + 2 * (D_QK - D_V)
 FP8_MAX_STAGES = 2
+# The opt-in converter variant (MLASparseDecodeConfig.fp8_converter; note "FP8 converter plan"): a third
+# warpgroup dequantizes straight from global memory into two bf16 tiles. 2 x 200 + 104 = 504 registers a
+# thread of the three warpgroups: exactly the launch pool (384 threads x 168)
+CONVERTER_MMA_REGS, CONVERTER_REGS = 200, 104
+CONVERTER_BUFFERS = 2
 
 
 def register_pool_fits(threads: int, mma_regs: int, load_regs: int, consumers: int) -> tuple[bool, int, int]:
@@ -231,6 +236,14 @@ def flops(s_q: int, heads: int, topk: int, topk_length=None) -> int:
 # fits, two do not (`stages` derives the count). The biases keep two slots, indexed by the tile's
 # parity rather than the stage: the consumers release the stage right after dequantizing it and read
 # its biases later, in the softmax.
+#
+# Note "FP8 converter plan" (fp8_converter=True, opt-in; FlashMLA's sm90 sparse_fp8 decode structure): no
+# staging stage. Warpgroup 2 (warps 8-11, setmaxnreg CONVERTER_REGS) looks each row's index up itself,
+# loads its e4m3 bytes, scales and rope straight from global memory into registers, dequantizes and
+# stores bf16 into one of two bf16 tiles, the 16-bit kernel's ring (kv_pipe: full / empty mbarrier per
+# tile, 128 producer arrivals); the consumer warpgroups (setmaxnreg CONVERTER_MMA_REGS) run the 16-bit
+# kernel's tile step on the other tile. SMEM: Q 72 KiB + 2 x 72 KiB tiles + the exchange (9 KiB) + two
+# bias slots (0.5 KiB) + q_slot + 4 mbarriers = 230,960 of 232,448 bytes: two full 64-row tiles fit.
 
 DECODE_KERNEL = "attention_mla_sparse_decode_sm90"
 DECODE_DTYPES = ("bf16", "f16")
@@ -244,10 +257,16 @@ class MLASparseDecodeConfig:
     kv_dtype: str = ""              # "": q's dtype; "fp8": FlashMLA's 656-byte FP8 rows (module section "FP8")
     topk_length: bool = False       # the kernel reads topk_length [batch] int32 (else every token sees topk)
     split: bool = False             # float32 partials for the combine (else the final out and lse)
+    fp8_converter: bool = False     # fp8 only, opt-in: the converter warpgroup (note "FP8 converter plan")
 
     @property
     def fp8(self) -> bool:
         return self.kv_dtype == "fp8"
+
+    @property
+    def regs(self) -> tuple[int, int]:
+        """(consumer, producer warpgroup) setmaxnreg budgets."""
+        return (CONVERTER_MMA_REGS, CONVERTER_REGS) if self.fp8_converter else (MMA_REGS, LOAD_REGS)
 
     @property
     def params(self) -> tuple:
@@ -272,7 +291,9 @@ class MLASparseDecodeConfig:
 
     @property
     def stages(self) -> int:
-        """note "FP8 sparse SMEM plan" (fp8_plan); else STAGES."""
+        """note "FP8 sparse SMEM plan" (fp8_plan); the converter: its two bf16 tiles; else STAGES."""
+        if self.fp8_converter:
+            return CONVERTER_BUFFERS
         return fp8_plan()[0] if self.fp8 else STAGES
 
     # the prefill's buffers, unchanged (fp8: the biases' two slots by tile parity, note "FP8 sparse SMEM plan")
@@ -281,6 +302,8 @@ class MLASparseDecodeConfig:
     rows_bytes = staticmethod(MLASparseConfig.rows_bytes)
 
     def smem_bytes(self) -> int:
+        if self.fp8_converter:      # the 16-bit kernel's plan: Q, two bf16 tiles, their biases (no row table)
+            return MLASparseConfig().smem_bytes() - self.rows_bytes()
         return MLASparseConfig(kv_dtype=self.kv_dtype).smem_bytes()
 
     def validate(self) -> "MLASparseDecodeConfig":
@@ -295,19 +318,24 @@ class MLASparseDecodeConfig:
                               f"dtype={self.dtype!r}")
         if self.fp8 and self.stages < 1:
             raise ConfigError("the FP8 cache's staging stage does not fit the SMEM (note \"FP8 sparse SMEM plan\")")
+        if not isinstance(self.fp8_converter, bool):
+            raise ConfigError(f"fp8_converter must be a bool, got {self.fp8_converter!r}")
+        if self.fp8_converter and not self.fp8:
+            raise ConfigError("fp8_converter=True dequantizes FlashMLA's FP8 cache: it needs kv_dtype=\"fp8\"")
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA decode needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
-        fits, need, pool = register_pool_fits(self.threads, MMA_REGS, LOAD_REGS, CONSUMERS)
+        fits, need, pool = register_pool_fits(self.threads, *self.regs, CONSUMERS)
         if not fits:
             raise ConfigError(f"setmaxnreg budgets need {need} registers, more than the launch allocation of {pool}")
         return self
 
     def key(self) -> dict:
-        return {"kernel": DECODE_KERNEL, **self.__dict__}
+        """The compile key; fp8_converter only where set (the other kernels' keys as before it existed)."""
+        return {"kernel": DECODE_KERNEL, **{k: v for k, v in self.__dict__.items() if k != "fp8_converter" or v}}
 
     def name(self) -> str:
-        return (f"{DECODE_KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_topklen' if self.topk_length else ''}"
-                f"{'_split' if self.split else ''}")
+        return (f"{DECODE_KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_conv' if self.fp8_converter else ''}"
+                f"{'_topklen' if self.topk_length else ''}{'_split' if self.split else ''}")
 
 
 # ----------------------------------------------------------------------------------------------

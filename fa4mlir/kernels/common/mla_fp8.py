@@ -104,6 +104,12 @@ def _dequant(raw: Value, scale: Value) -> list:
     return [vec(*words[0:4]), vec(*words[4:8])]
 
 
+def dequant_piece(raw: Value, scale: Value) -> list:
+    """One 16-byte latent piece (4 x i32 of e4m3) times its row's scale as two 16-byte bf16 units (the
+    sparse decode's converter warpgroup: attention_mla_sparse_sm90, note "FP8 converter")."""
+    return _dequant(raw, scale)
+
+
 def pass_steps(kind: str) -> tuple[int, int]:
     """(stage, tile) byte distance between one pass's slot and the next for a thread: rows advance
     by a multiple of 8, so the swizzle (row % 8) stays and each pass is an immediate offset from
@@ -152,4 +158,4 @@ def emit_dequant(kb, t: Value, w: Value, stage, tile, bn: int, valid: Value | No
 
 __all__ = ["NOPE", "ROPE", "SCALE_GROUP", "NUM_SCALES", "SCALES_AT", "ROPE_AT", "ROW_BYTES", "ROW_WORDS", "WORD",
            "stage_bytes", "latent_slot", "rope_slot", "latent_passes", "rope_passes", "stage_offset", "tile_offset",
-           "check_bn", "pass_steps", "emit_dequant"]
+           "check_bn", "pass_steps", "emit_dequant", "dequant_piece"]
