@@ -256,6 +256,8 @@ def child_decode(case, bundle, seed: int):
             args = (t["q"], t["k_cache"], t["v_cache"], t["cache_seqlens"], t["page_table"])
             _, plan = plan_kvcache(*args, num_splits=splits, **extra)
             got = picked(case, plan)
+            if got != match and got in case.match:
+                continue   # FP8_DEFAULT_RULE runs another of the case's kernels at this row count (its own turn)
             if got != match:
                 raise RuntimeError(f"flash_attn_with_kvcache would run {got or 'no such kernel'} for the case's "
                                    f"{match} (page size {page}, num_splits {splits})")

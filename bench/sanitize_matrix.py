@@ -14,7 +14,7 @@ from bench import sanitize_mla as smla
 from bench import sanitize_mla_sparse as sps
 from bench import sanitize_mla_sparse_decode as spd
 from bench import sanitize_score_mod as ssm
-from bench.sanitize_decode import DECODE_KERNELS, decode_family, decode_features
+from bench.sanitize_decode import DECODE_KERNELS, DECODE_SHAPES, KV_HEAD_SHAPES, decode_family, decode_features
 from fa4mlir import kernel_sets
 from fa4mlir.kernels import attention_decode_sm90_config as dcfg
 from fa4mlir.kernels import attention_mla_decode_sm90_config as mcfg
@@ -182,8 +182,15 @@ def _mla(name: str, dtype: str, page: int, exchange: bool = True, quick: bool = 
 
 
 def _decode(name: str, dtype: str, head_dim: int, page: int | None, kv_scale: str = "", quick: bool = False) -> Case:
-    """The decode kernel of a cache of `page` rows, split and unsplit (kernel_sets.decode)."""
-    match = tuple(dcfg.default_config(dtype, head_dim, page, kv_scale, unsplit=u).key() for u in (False, True))
+    """The decode kernel of a cache of `page` rows, split and unsplit (kernel_sets.decode); for an FP8 cache
+    the kernel FP8_DEFAULT_RULE picks for each packed-row count the case's calls make (sanitize_decode's
+    shapes: swap AB at 4 rows where it is built, the conversion-through-SMEM kernel at 40 and 80)."""
+    shapes = KV_HEAD_SHAPES if kv_scale == "kv_head" else DECODE_SHAPES
+    rows = sorted({sq * (h // hk) for sq, h, hk in shapes}) if kv_scale else [None]
+    match = tuple(dict.fromkeys(tuple(sorted(dcfg.default_config(dtype, head_dim, page, kv_scale, unsplit=u,
+                                                                   rows=r).key().items()))
+                                for r in rows for u in (False, True)))
+    match = tuple(dict(m) for m in match)
     return Case(name, dcfg.KERNEL, match, quick=quick, page_size=page, kv_scale=kv_scale)
 
 
