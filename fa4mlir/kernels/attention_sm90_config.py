@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, fields, replace
-from typing import NamedTuple
 
 from .common.constants import LOG2E, MAX_RESCALE_THRESHOLD
 from .common.fastdiv import divisor
@@ -17,7 +16,9 @@ from .common.mask_family import Mask, attention_mask
 from .common.naming import softmax_knob_tags
 from .common.paging import MAX_PAGE_SIZE, fetch_plan, prefill_box_rule
 from .common.score_mod import aux_params, calls_sfu, parse_aux_spec, registered
-from .common.sections import section_tile
+from .common.persistent_tiles import IntOps, causal_pair_slot, dealt_tile
+from .common.sections import L2_BYTES, SECTION_L2_SHARE, section_shift, section_tile
+from .common.tile_layout import TileLayout, tile_layout
 from .common.softcap_rule import (FIXED_MAX_CAP, FIXED_MAX_HIGH, SOFTCAP_FIXED_FIELDS, fixed_max_log2, softcap_choice,
                                   softcap_rule)
 from .common.varlen_compact import compact_grid_size, compact_params
@@ -40,34 +41,6 @@ SOFTCAP_TANH = ("", "f16x2")   # AttnConfig.softcap_tanh
 # absent from key() when 0 / False / '': the kernels without them keep their keys
 OPTIONAL_FIELDS = ("head_dim_v", "varlen", "page_size", "varlen_compact", "softcap_fold_q", "softcap_tanh",
                    "softcap_fixed_max", "score_bias_init")
-
-
-class TileLayout(NamedTuple):
-    """How a tile of `cols` 16-bit head-dim columns lies in SMEM: chunks of `chunk` columns, each a
-    (rows x `swizzle` bytes) block under the `swizzle`-byte swizzle, one TMA box per chunk, chunk c
-    of a rows-row tile at c * rows * swizzle. The 128-byte swizzle (64-column chunks) where cols is a
-    multiple of 64; else the 64-byte swizzle (32-column chunks: D96 in three), what CUTLASS's smem
-    selector picks for FlashAttention-3 at a head dim that is a multiple of 32 but not of 64: one
-    layout and one descriptor form for the whole tile [D-hdim96]."""
-    cols: int
-    swizzle: int
-
-    @property
-    def chunk(self) -> int:
-        return self.swizzle // 2
-
-    @property
-    def chunks(self) -> int:
-        return self.cols // self.chunk
-
-    @property
-    def tma_swizzle(self) -> str:
-        return f"{self.swizzle}B"
-
-
-def tile_layout(cols: int) -> TileLayout:
-    """The TileLayout of a tile `cols` 16-bit columns wide (a multiple of 32)."""
-    return TileLayout(cols, 128 if cols % 64 == 0 else 64)
 
 
 @dataclass(frozen=True)
@@ -655,25 +628,6 @@ def grid(config: AttnConfig, problem, num_sms: int | None = None) -> tuple[int, 
     return (min(total, num_sms) if num_sms else total, 1, 1)
 
 
-L2_BYTES = 50 * 1024 * 1024  # H100 / H200 L2; the host API passes the device's own (attention.plan)
-# The share of L2 a causal grid's section may fill with K and V; the whole L2 was slower [D-l2-share]
-SECTION_L2_SHARE = 0.6
-
-
-def section_shift(config: AttnConfig, problem, l2_bytes: int = L2_BYTES) -> int:
-    """log2 of the (head, batch) indices per section of a causal one-tile-per-CTA grid (section_tile):
-    the largest power of two whose K and V (seqlen_k x head_dim and x dim_v, of every KV head a run of
-    that many consecutive query heads reads) fit in SECTION_L2_SHARE of `l2_bytes`; at least one head,
-    at most all of them."""
-    kv_head = int(problem.seqlen_k) * (config.head_dim + config.dim_v) * 2   # K and V of one KV head, 2-byte elements
-    budget = l2_bytes * SECTION_L2_SHARE
-    group = max(int(problem.heads_per_kv), 1)
-    shift = 0
-    while (2 << shift) <= problem.batch * problem.heads and (-(-((2 << shift) - 1) // group) + 1) * kv_head <= budget:
-        shift += 1
-    return shift
-
-
 # The launch contract: the kernel's parameters, (name, kind) in PTX order. The kernel declares
 # them from this table (attention_fwd_sm90.build), launch_args fills them by name and the runtime
 # packs them by name (runtime.ordered_args). Divisors travel as (multiplier, shift) pairs
@@ -802,44 +756,6 @@ def mod_args(config: AttnConfig, problem, tensors) -> dict:
         args[f"aux{i}"] = tensors[f"aux{i}"]
         args.update({f"aux{i}_n{d}": int(n) for d, n in enumerate(shape)})
     return args
-
-
-class IntOps:
-    """The comparisons and select of causal_pair_slot on Python ints (the kernel passes Value ones)."""
-    eq = staticmethod(lambda a, b: a == b)
-    lt = staticmethod(lambda a, b: a < b)
-    select = staticmethod(lambda c, a, b: a if c else b)
-
-
-def dealt_tile(base, slot, grid_size, ops=IntOps):
-    """A non-causal persistent CTA's tile in the round of grid_size tiles that starts at `base`, and
-    its slot in the next round: tile base + slot, then slot + 1 modulo grid_size. CTA c starts at
-    slot c, so each round's consecutive tiles (query tile fastest, then head, then batch) go to the
-    CTAs rotated by one more than in the round before. A CTA's tiles then go round the query tiles
-    of a head, where a stride of grid_size would keep one query tile whenever m_tiles divides
-    grid_size (132 CTAs, 6 tiles of 192 rows at seqlen 1024: 22 CTAs would get every short last
-    tile), while the CTAs of a round still share a few heads' K and V in L2. A slot past the last
-    tile has none (base + slot >= tiles). Written once for ints (tests) and kernel Values."""
-    nxt = slot + 1
-    return base + slot, ops.select(ops.eq(nxt, grid_size), 0, nxt)
-
-
-def causal_pair_slot(slot, m_tiles, grid_size, div_pairs, ops=IntOps):
-    """A causal persistent CTA's tile at `slot` and its next slot (attention_fwd_sm90._Tiles).
-    Slot 2u + e is tile m_tiles-1-k (e = 0) then tile k (e = 1) of pair u = k + pairs * (head +
-    heads * batch), pairs = ceil(m_tiles / 2): the two tiles' KV blocks add up to about the same
-    count for every k. CTA c starts at slot 2c and goes on to the slots of pair u + grid_size,
-    skipping e = 1 where tile k is tile m_tiles-1-k (the middle of an odd count). Returns
-    (m_block, (head, batch) index, next slot); `div_pairs(u)` is u // pairs. Written once for both
-    ints (tests) and kernel Values (`ops`: eq, lt, select)."""
-    pairs = (m_tiles + 1) // 2
-    u, second = slot >> 1, slot & 1
-    hb = div_pairs(u)
-    k = u - hb * pairs
-    first = ops.eq(second, 0)
-    m_block = ops.select(first, m_tiles - 1 - k, k)
-    two = ops.select(first, ops.lt(k * 2 + 1, m_tiles), first)   # this pair has a second tile
-    return m_block, hb, ops.select(two, slot + 1, (slot | 1) + (grid_size * 2 - 1))
 
 
 def flops(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int, causal: bool,

@@ -33,3 +33,22 @@ def section_tile(t, m_tiles, hb_total, shift, div_tiles, div_rest, ops=IntOps):
 
 
 __all__ = ["section_tile", "IntOps"]
+
+
+L2_BYTES = 50 * 1024 * 1024  # H100 / H200 L2; the host API passes the device's own (attention.plan)
+# The share of L2 a causal grid's section may fill with K and V; the whole L2 was slower [D-l2-share]
+SECTION_L2_SHARE = 0.6
+
+
+def section_shift(config, problem, l2_bytes: int = L2_BYTES) -> int:
+    """log2 of the (head, batch) indices per section of a causal one-tile-per-CTA grid (section_tile):
+    the largest power of two whose K and V (seqlen_k x head_dim and x dim_v, of every KV head a run of
+    that many consecutive query heads reads) fit in SECTION_L2_SHARE of `l2_bytes`; at least one head,
+    at most all of them."""
+    kv_head = int(problem.seqlen_k) * (config.head_dim + config.dim_v) * 2   # K and V of one KV head, 2-byte elements
+    budget = l2_bytes * SECTION_L2_SHARE
+    group = max(int(problem.heads_per_kv), 1)
+    shift = 0
+    while (2 << shift) <= problem.batch * problem.heads and (-(-((2 << shift) - 1) // group) + 1) * kv_head <= budget:
+        shift += 1
+    return shift
