@@ -59,3 +59,14 @@ def test_varlen_score_mod_through_the_interpreter(case):
     report = compare_varlen_scored(q, k, v, o, lse, got["cu_seqlens_q"], got["cu_seqlens_k"], case.head_dim ** -0.5,
                                    case.causal, fns)
     assert report["ok"], report
+
+
+def test_persistent_is_bitwise_the_default_grid():
+    """The persistent compact kernel's out and lse are those of the default grid bit for bit (the same
+    tiles through the same arithmetic; only which CTA runs a tile, and the first block's unmasked copy,
+    differ): what tests/gpu/test_varlen_persistent_gpu.py asserts on the anchors' batch."""
+    from dataclasses import replace
+    case = PERSISTENT_CASES[0]
+    got, ref = run(case, seed=3), run(replace(case, persistent=0), seed=3)
+    assert "_pers" in got["kernel_name"] and "_pers" not in ref["kernel_name"]
+    assert np.array_equal(got["o"], ref["o"]) and np.array_equal(got["lse"].view(np.int32), ref["lse"].view(np.int32))

@@ -198,3 +198,26 @@ def test_bundle_selection_tells_the_grids_apart():
                for c, cfg in cfgs.items()]
     for c, cfg in cfgs.items():
         assert plan.select_entry(entries, "bf16", 128, True, default=cfg)["name"] == f"k{int(c)}"
+
+
+def test_persistent_grid_is_min_of_sms_and_the_compact_bound():
+    """varlen_compact with persistent [D-varlen-persistent]: min(num_sms, compact_grid_size) CTAs from the
+    shapes alone, `_pers` and `_compact` in the name; num_sms is required; a persistent varlen kernel
+    off the compact grid is refused."""
+    from dataclasses import replace
+
+    from fa4mlir.attention.problem import VarlenProblem
+    from fa4mlir.kernels.attention_fwd_sm90 import kernel_name
+    from fa4mlir.kernels.attention_sm90_config import varlen_grid
+    cfg = varlen_config("bf16", 128, True, persistent=True)
+    assert cfg.varlen_compact and cfg.persistent and cfg.producer_regs == 40 and cfg.consumer_regs == 232
+    assert kernel_name(cfg).endswith("_pers_compact")
+    for total, batch, sms, want in ((300, 3, 200, vc.compact_grid_size(300, 4096, 128, 32, 3)),
+                                    (16 * 4096, 16, 132, 132), (16 * 4096, 16, 78, 78)):
+        pr = VarlenProblem(batch, 4096, 4096, total, total, 32, 8, 128, "bf16", True, 128 ** -0.5)
+        assert varlen_grid(cfg, pr, sms) == (want, 1, 1)
+    assert varlen_grid(replace(cfg, persistent=False), pr, 132)[0] == vc.compact_grid_size(16 * 4096, 4096, 128, 32, 16)
+    with pytest.raises(ValueError, match="SM count"):
+        varlen_grid(cfg, pr)
+    with pytest.raises(ConfigError, match="varlen_compact=True with persistent=True"):
+        replace(cfg, varlen_compact=False).validate()
