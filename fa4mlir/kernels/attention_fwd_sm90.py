@@ -56,7 +56,8 @@ SMEM instead of S; softcap_fixed_max: a fixed max M per call, no row max; softca
 and M = max(a, b), l' = l * 2^(a - M) + 2^(b - M), O = O * 2^(a - M) / l' and LSE = (M + log2 l')
 * ln 2, stable for any sink; a row that sees no key gets O = 0 and LSE = sink.
 Ragged batches (`varlen`): packed [total, heads, D] tensors, each CTA's sequence from cu_seqlens in
-device memory, a 1-D grid longest tile first; see attention_fwd_sm90_varlen. With `page_size`, k and v
+device memory, a 1-D grid longest tile first (persistent over the compact grid's tiles with
+varlen_compact); see attention_fwd_sm90_varlen. With `page_size`, k and v
 are the paged KV cache's pools (K/V tiles in TMA boxes per page): attention_fwd_sm90_paged.
 `score_mod` / `mask_mod` (Python functions compiled in, common/score_mod_ir.py ModHook [D-score-mod]):
 each S register becomes post_scale * fn(s * mod_scale, batch, head, q_idx, kv_idx) before the masks,

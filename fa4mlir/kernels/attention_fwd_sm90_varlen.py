@@ -13,7 +13,8 @@ coordinate by its sequence's start:
   tile starts past the sequence's end (no barrier, no TMA: _Tiles.guard). With varlen_compact the
   grid is common.varlen_compact's instead, one block per working tile (`compact_tile_of`: a warp
   scan of cu_seqlens_q finds the block's sequence), and only the blocks past the last working tile
-  exit so;
+  exit so; with varlen_compact and persistent, min(SMs, compact tiles) CTAs stride over the compact
+  tiles (compact_tiles, attention_fwd_sm90._Tiles._each_compact), every warp scanning for each tile;
 - Q rows past the sequence's end load the next sequence's rows (or TMA's zeros past the tensor):
   their results are never stored. K and V rows past seqlen_k load the same way and are masked
   exactly as the dense kernel masks its seqlen_k tail (the tail block runs the masked softmax, its
