@@ -79,7 +79,7 @@ from ..kernels import attention_sm90_config_varlen as attn_varlen
 from .checks import (MAX_I32, VARLEN_API, _err, check_device_context, check_devices, check_flag, check_mask,
                      check_max_seqlen, check_mods, check_scale, check_seqlens, check_sinks, check_softcap, check_varlen_inputs,
                      check_varlen_outputs, device_ordinal, read_tensor)
-from .errors import ArgumentTypeError, FlashAttnInputError, ShapeError, UnsupportedFeatureError
+from .errors import ArgumentTypeError, BundleError, FlashAttnInputError, ShapeError, UnsupportedFeatureError
 from .plan import Launch, TensorRef, source_for
 from ..kernels.common.varlen_compact import GRID_ENV, GRIDS
 from .varlen_paged import VarlenPagedProblem, check_varlen_paged
@@ -171,6 +171,7 @@ def _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_se
         except FlashAttnInputError as e:
             raise _renamed(e) from None
         built = attn_cfg.AttnConfig.from_key(kernel.artifact.config)
+        check_grid(built, config, grid_name)
         launch = varlen_launch(built, kernel, problem, device.num_sms)
         tensors = {"q": q, "k": k, "v": v, "o": out, "lse": lse, "cu_seqlens_q": cu_seqlens_q,
                    "cu_seqlens_k": cu_seqlens_k, "seqused_k": seqused_k, "sinks": sinks,
@@ -178,6 +179,17 @@ def _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_se
         args = launch.bind({n: t.unsqueeze(0) if n in TMA_TENSORS else t for n, t in tensors.items()})
         kernel.launch(launch.grid, args, resolve_stream(None, True, q.device.index))
     return out, lse
+
+
+def check_grid(built: attn_cfg.AttnConfig, config: attn_cfg.AttnConfig, grid_name: str) -> None:
+    """BundleError unless the kernel the source found runs the grid asked for: a bundle lacking one grid's
+    kernel would otherwise hand over another's by its tiles' fallback (persistent is a tile field), and an
+    A/B run would time the wrong grid under its name."""
+    if (built.varlen_compact, built.persistent) != (config.varlen_compact, config.persistent):
+        raise BundleError(_err(f"{GRID_ENV}={grid_name}: the kernel source has no kernel of that grid for this "
+                               f"call (it found {'the persistent' if built.persistent else 'the compact' if built.varlen_compact else 'the default'}"
+                               f" grid's); build it with `python -m fa4mlir bundle --set prefill` (the bench's "
+                               f"bf16 D128 causal) or `--set attention-varlen`", VARLEN_API))
 
 
 def varlen_grid() -> str:
@@ -253,4 +265,4 @@ def _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sequ
     return problem, infos
 
 
-__all__ = ["flash_attn_varlen_func", "varlen_launch", "varlen_grid", "GRID_ENV", "GRIDS"]
+__all__ = ["flash_attn_varlen_func", "varlen_launch", "varlen_grid", "check_grid", "GRID_ENV", "GRIDS"]
