@@ -19,7 +19,7 @@ BATCHES = [  # (seqlens_q, seqlens_k), heads, kv_heads
     (((0, 1, 129, 64, 300), (5, 1, 129, 200, 300)), 4, 2),          # fewer tiles than SMs
     (((4096, 256, 300, 1),) * 2, 6, 3),                              # 6 x 37 tiles: some CTAs loop
     ((tuple((i * 37) % 700 + 1 for i in range(40)),) * 2, 8, 1),     # the scan's second chunk, every CTA loops
-    (((8192, 0, 2048, 129, 1, 5000),) * 2, 32, 8),                   # the anchors' heads, long and short
+    (((4096, 0, 2048, 129, 1, 3000),) * 2, 16, 4),                   # 1200 tiles: every CTA loops ~9 times
 ]
 SPARE = 5
 
