@@ -42,7 +42,8 @@ def family(kernel: str, config: dict) -> str:
         return kernel
     if config.get("page_size"):     # the varlen kernel over paged pools: a known gap (KNOWN_GAPS)
         return PAGED_PREFILL
-    order = ("varlen-compact" if config.get("varlen_compact") else "varlen" if config.get("varlen")
+    order = ("varlen-persistent" if config.get("varlen_compact") and config["persistent"]
+             else "varlen-compact" if config.get("varlen_compact") else "varlen" if config.get("varlen")
              else "persistent" if config["persistent"] else "tiled")
     return "/".join((kernel, order,
                      "causal" if config["causal"] else "full", f"{config['bm'] // 64}wg",
@@ -166,6 +167,7 @@ def _mods(dtype: str, head_dim: int, causal: bool, window=(-1, -1), chunk: int =
 
 _MODS_END = 12 + len(kernel_sets.VARLEN_MOD_CASES)   # attention_varlen(): VARLEN_CASES, chunks, mods, head dims
 _COMPACT = _MODS_END + len(kernel_sets.VARLEN_HEAD_DIM_CASES)   # then the compact grid's (VARLEN_COMPACT_CASES)
+_PERSISTENT = _COMPACT + len(kernel_sets.VARLEN_COMPACT_CASES)   # then the persistent ones (VARLEN_PERSISTENT_CASES)
 
 
 def _varlen(name: str, cases, quick: bool = False) -> Case:
@@ -254,6 +256,9 @@ CASES = (
     _varlen("varlen-head-dims", range(_MODS_END, _MODS_END + len(kernel_sets.VARLEN_HEAD_DIM_CASES))),  # MLA, D96, D192
     # the compact grid (AttnConfig.varlen_compact: FA4MLIR_VARLEN_GRID=compact), its own family of block order
     _varlen("varlen-compact", range(_COMPACT, _COMPACT + len(kernel_sets.VARLEN_COMPACT_CASES)), quick=True),
+    # the persistent kernel over the compact tiles (FA4MLIR_VARLEN_GRID=persistent): a tile loop per CTA, its own family
+    _varlen("varlen-persistent", range(_PERSISTENT, _PERSISTENT + len(kernel_sets.VARLEN_PERSISTENT_CASES)),
+            quick=True),
     # flash_mla_with_kvcache's kernels (mla): split and unsplit, with and without the exchange of P;
     # f16; 16-row pages; the head-dim-512 combine of split calls
     _mla("mla-bf16-p64", "bf16", 64, quick=True),

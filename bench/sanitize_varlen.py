@@ -20,7 +20,8 @@ fingerprints) runs them with testing_varlen's aux tensors and is checked by comp
 (per sequence, on the CPU). Before each call the child checks that flash_attn_varlen_func picks the
 case's kernel (varlen_config of the call's options). A compact-grid kernel (AttnConfig.varlen_compact:
 `attention_fwd_sm90/varlen-compact/...`, its own family: its blocks find their sequence by a warp scan)
-runs with FA4MLIR_VARLEN_GRID=compact.
+runs with FA4MLIR_VARLEN_GRID=compact, a persistent one (varlen_compact with persistent:
+`attention_fwd_sm90/varlen-persistent/...`) with FA4MLIR_VARLEN_GRID=persistent.
 """
 from __future__ import annotations
 
@@ -82,7 +83,13 @@ def picked(cfg: acfg.AttnConfig, opts: dict) -> acfg.AttnConfig:
     mask = attention_mask(cfg.causal, opts.get("window_size", (-1, -1)), opts.get("attention_chunk", 0))
     return acfg_varlen.varlen_config(cfg.dtype, cfg.head_dim, cfg.causal, None if mask.is_legacy else mask,
                               softcap=bool(opts.get("softcap")), sinks="sinks" in opts, head_dim_v=cfg.head_dim_v,
-                              score_mod=cfg.score_mod, mask_mod=cfg.mask_mod, aux=cfg.aux, compact=cfg.varlen_compact)
+                              score_mod=cfg.score_mod, mask_mod=cfg.mask_mod, aux=cfg.aux, compact=cfg.varlen_compact,
+                              persistent=cfg.persistent)
+
+
+def grid_of(cfg: acfg.AttnConfig) -> str:
+    """The FA4MLIR_VARLEN_GRID value that runs cfg's kernel."""
+    return "persistent" if cfg.persistent else "compact" if cfg.varlen_compact else "sections"
 
 
 def child_varlen(case, bundle, seed: int):
@@ -129,7 +136,7 @@ def child_varlen(case, bundle, seed: int):
                             aux_tensors=[torch.from_numpy(a).to(device) for a in aux])
             call = with_varlen_grid(lambda: flash_attn_varlen_func(   # noqa: B023 (called at once)
                 q, k, v, cu_q, cu_k, max(lq), max(lk), seqused_k=used_t, causal=cfg.causal, out=out, lse=lse,
-                return_lse=True, bundle=bundle, **opts), "compact" if cfg.varlen_compact else "sections")
+                return_lse=True, bundle=bundle, **opts), grid_of(cfg))
             call()
             torch.cuda.synchronize()
             if row is not None:

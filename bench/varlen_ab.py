@@ -1,11 +1,13 @@
 """A/B of the varlen kernels of two (or more) bundles, or grids, on the same tensors, on a GPU (MLIR-free).
 
     python3 bench/varlen_ab.py BUNDLE_A BUNDLE_B [--out ab.json]
-    python3 bench/varlen_ab.py BUNDLE --grids sections,compact [--out ab.json]
+    python3 bench/varlen_ab.py BUNDLE --grids sections,compact,persistent [--out ab.json]
 
 Times fa4mlir.flash_attn_varlen_func(bundle=...) for each bundle and each grid (FA4MLIR_VARLEN_GRID:
-sections, the default, or compact, kernels/common/varlen_compact.py; the bundle must hold the kernel
-of each: the prefill or bench set holds both for the anchors' causal batch; a case whose kernel a bundle
+sections, the default, compact, kernels/common/varlen_compact.py, or persistent, the persistent kernel
+over the compact tiles [D-varlen-persistent]; the bundle must hold the kernel of each: the prefill or
+bench set holds all three for the anchors' causal batch (D128 causal: the non-causal case has no persistent
+kernel, whose SMEM its 128 x 144 tiles outgrow, so it is reported and skipped); a case whose kernel a bundle
 lacks is reported and skipped) in turn, alternating, two rounds,
 on: the anchors' prefill_varlen batch (16 causal sequences of 256..8192 tokens, seed 11, H 32, Hk 8,
 D 128), 16 x 8192 and 16 x 2048 causal, and the anchors' batch non-causal. Each timing is the
@@ -63,7 +65,7 @@ def main(argv=None) -> int:
                 call = with_varlen_grid(plain, grid)
                 try:
                     o = call()
-                except LookupError as e:   # BundleError: the bundle lacks this case's kernel on this grid
+                except (LookupError, ValueError) as e:   # BundleError: no such kernel in the bundle; ConfigError: none built
                     print(f"{name:10s} causal={causal:d} r{rnd} {grid:8s} {b}: not in the bundle ({str(e)[:120]})")
                     continue
                 torch.cuda.synchronize()

@@ -41,7 +41,9 @@ KNOBS: dict[str, Knob] = {
         Knob("FA4MLIR_VARLEN_GRID", None, "str", "flash_attn_varlen_func's grid (packed k and v): unset or "
              "'sections', the default (ceil(max_seqlen_q / bm) tiles per sequence, the empty ones exit), or "
              "'compact' (one block per working tile, AttnConfig.varlen_compact: an A/B variant; a bundle must "
-             "hold it: the bench or prefill set); read at every call"),
+             "hold it: the bench or prefill set), or 'persistent' (min(SMs, working-tile bound) CTAs striding "
+             "over the compact grid's tiles: varlen_compact with persistent, an A/B variant; the bench or prefill "
+             "set holds the anchors' kernel); read at every call"),
         Knob("FA4MLIR_MLA_SPARSE_FP8_CONVERTER", "0", "bool", "1: flash_mla_with_kvcache(is_fp8_kvcache=True, "
              "indices=...) runs the opt-in converter-warpgroup kernel (MLASparseDecodeConfig.fp8_converter; "
              "read per call into the call cache's key; the mla bundle set holds it)"),

@@ -73,7 +73,9 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 combine (prefill_chunked through flash_attn_with_kvcache), the causal softcap and
                 sinks variants (the softcap and sink rows) and the bf16 D128 causal varlen kernel
                 (prefill_varlen through flash_attn_varlen_func) with its compact-grid variant (varlen_compact:
-                `bench prefill`'s fa4mlir[compact] and bench/varlen_ab.py --grids, FA4MLIR_VARLEN_GRID=compact),
+                `bench prefill`'s fa4mlir[compact] and bench/varlen_ab.py --grids, FA4MLIR_VARLEN_GRID=compact)
+                and its persistent variant over the compact tiles (varlen_compact with persistent:
+                fa4mlir[persistent], FA4MLIR_VARLEN_GRID=persistent),
                 the decode kernel's varlen_q variants of
                 that cache, split and unsplit, and the varlen kernel over its pools (page_size 64: what
                 prefill_chunked through flash_attn_varlen_func(page_table=) runs at max_seqlen_q >= 256)
@@ -104,7 +106,8 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 (attention_chunk=), VARLEN_MOD_CASES (score_mod= / mask_mod=, built-in and
                 testing_varlen's functions) and VARLEN_HEAD_DIM_CASES (MLA prefill's qk 192 / v 128, D96,
                 D192; both tests/gpu/test_varlen_mods_gpu.py); VARLEN_COMPACT_CASES' compact-grid twins
-                (tests/gpu/test_varlen_compact_gpu.py); and flash_attn_varlen_func(page_table=)'s kernels that
+                (tests/gpu/test_varlen_compact_gpu.py); VARLEN_PERSISTENT_CASES' persistent compact
+                kernels (tests/gpu/test_varlen_persistent_gpu.py); and flash_attn_varlen_func(page_table=)'s kernels that
                 tests/gpu/test_varlen_paged_gpu.py runs: the decode kernel's varlen_q variants of
                 VARLEN_PAGED_CASES, split and unsplit, with their combines, of
                 VARLEN_PAGED_MASK_CASES (window_size, softcap, sinks with a page_table), and the paged
@@ -449,6 +452,7 @@ def prefill() -> list:
     out += [(DECODE_KERNEL, decode_config("bf16", 128, 64, unsplit=unsplit)) for unsplit in (False, True)]
     out.append((KERNEL, varlen_config("bf16", 128, True)))   # prefill_varlen
     out.append((KERNEL, varlen_config("bf16", 128, True, compact=True)))   # prefill_varlen, fa4mlir[compact]
+    out.append((KERNEL, varlen_config("bf16", 128, True, persistent=True)))   # prefill_varlen, fa4mlir[persistent]
     out += varlen_paged([("bf16", 128, 64)])                  # prefill_chunked (varlen with page_table)
     out += varlen_paged_prefill([("bf16", 128, True, 64)],        # prefill_chunked's paged prefill kernel,
                                 [("bf16", 128, True, 64, PREFILL_WINDOW, 0, False, False)])   # and windowed
@@ -686,6 +690,10 @@ def varlen_mod_config(case):
 # set: what tests/gpu/test_varlen_compact_gpu.py runs (the anchors' prefill_varlen kernel's twin, its non-causal
 # one, which bench/varlen_ab.py's non-causal case times, and bm 192's)
 VARLEN_COMPACT_CASES = [("bf16", 128, True), ("bf16", 128, False), ("bf16", 64, False)]
+# (dtype, head_dim, causal) of the persistent compact varlen kernels (varlen_compact with persistent) in the
+# attention-varlen set: tests/gpu/test_varlen_persistent_gpu.py; the anchors' prefill_varlen kernel's twin (D128
+# non-causal's 128 x 144 and D64's bm 192 do not fit a persistent kernel: SMEM, registers) [D-varlen-persistent]
+VARLEN_PERSISTENT_CASES = [("bf16", 128, True)]
 
 
 def attention_varlen() -> list:
@@ -703,6 +711,7 @@ def attention_varlen() -> list:
     out += [(KERNEL, varlen_mod_config(case)) for case in VARLEN_MOD_CASES]      # score_mod= / mask_mod=
     out += [(KERNEL, varlen_config(dtype, d, causal, head_dim_v=dv)) for dtype, d, dv, causal in VARLEN_HEAD_DIM_CASES]
     out += [(KERNEL, varlen_config(dtype, d, causal, compact=True)) for dtype, d, causal in VARLEN_COMPACT_CASES]
+    out += [(KERNEL, varlen_config(dtype, d, causal, persistent=True)) for dtype, d, causal in VARLEN_PERSISTENT_CASES]
     out += varlen_paged() + decode_masks(VARLEN_PAGED_MASK_CASES, varlen_q=True) + varlen_paged_prefill()
     combines = sorted({(dtype, d) for dtype, d, _ in VARLEN_PAGED_CASES} | {c[:2] for c in VARLEN_PAGED_MASK_CASES})
     return out + [(COMBINE_KERNEL, CombineConfig(dtype, d)) for dtype, d in combines]

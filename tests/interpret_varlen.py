@@ -34,6 +34,7 @@ class VarlenCase:
     mask_mod: str = ""                 # a mask_mod by name
     cap: float = 2.0                   # score "softcap"'s cap
     compact: bool = False              # the compact grid (AttnConfig.varlen_compact)
+    persistent: int = 0                # > 0: the persistent compact kernel on this many CTAs (its num_sms)
     l2_bytes: int = 0                  # the L2 launch_args sizes sections / chunks by (0: its default)
 
     @property
@@ -109,7 +110,18 @@ COMPACT_CASES = [
                kv_heads=3, compact=True, l2_bytes=int(4 * 200 * 256 * 2 / 0.6) + 1),
     VarlenCase("d64-37seqs-compact", 64, _seqs37(), _seqs37(), compact=True),
 ]
-BY_NAME = {c.name: c for c in CASES + MOD_CASES + HEAD_DIM_CASES + COMPACT_CASES}
+# The persistent compact kernel [D-varlen-persistent]: more working tiles than CTAs, so every CTA loops over
+# several (of different sequences and heads, empty spare tiles at the end), lengths 0 and 1, tiles plus one
+# row; D128 causal GQA (the bench's kernel) on 3 CTAs, D128 causal MQA with seqused_k on 2 (D64's bm 192 kernel does not
+# fit its three consumer warpgroups beside the producer's 40 registers, RegisterBudgetError; D128 non-causal's
+# 128 x 144 does not fit the persistent Q and O tiles in SMEM, ConfigError)
+PERSISTENT_CASES = [
+    VarlenCase("d128-causal-gqa-persistent", 128, (0, 1, 129, 257, 130, 64), (0, 1, 129, 300, 130, 64),
+               causal=True, heads=4, kv_heads=2, persistent=3),
+    VarlenCase("d128-causal-seqused-persistent", 128, (145, 0, 1, 70, 200), (200, 5, 1, 130, 200), causal=True,
+               heads=2, kv_heads=1, seqused_k=(150, 0, 1, 129, 200), persistent=2),
+]
+BY_NAME = {c.name: c for c in CASES + MOD_CASES + HEAD_DIM_CASES + COMPACT_CASES + PERSISTENT_CASES}
 
 
 def config(case: VarlenCase):
@@ -119,7 +131,7 @@ def config(case: VarlenCase):
     return varlen_config(case.dtype, case.head_dim, case.causal, mask, softcap=case.softcap > 0, sinks=case.sinks,
                          head_dim_v=case.head_dim_v, score_mod=score.fingerprint() if score else "",
                          mask_mod=mask_mod.fingerprint() if mask_mod else "", aux=case.aux_spec(),
-                         compact=case.compact)
+                         compact=case.compact, persistent=case.persistent > 0)
 
 
 def _bits(x: np.ndarray, dtype: str) -> np.ndarray:
@@ -170,7 +182,7 @@ def launch(case: VarlenCase, tensors: dict):
     tma = {n: tensors[n].reshape(1, *tensors[n].shape) for n in ("q", "k", "v", "o")}
     args = launch_args(cfg, pr, {**tensors, **tma}, **({"l2_bytes": case.l2_bytes} if case.l2_bytes else {}))
     args["o_rows"] = tensors["o"]
-    return grid(cfg, pr), args
+    return grid(cfg, pr, case.persistent or None), args
 
 
 def run(case: VarlenCase, *, policy: str = "lazy", seed: int = 0) -> dict:
@@ -184,4 +196,4 @@ def run(case: VarlenCase, *, policy: str = "lazy", seed: int = 0) -> dict:
     return {**tensors, "ctas": len(done), "kernel_name": kernel.name}
 
 
-__all__ = ["VarlenCase", "CASES", "MOD_CASES", "HEAD_DIM_CASES", "COMPACT_CASES", "BY_NAME", "config", "problem", "inputs", "launch", "run", "replace"]
+__all__ = ["VarlenCase", "CASES", "MOD_CASES", "HEAD_DIM_CASES", "COMPACT_CASES", "PERSISTENT_CASES", "BY_NAME", "config", "problem", "inputs", "launch", "run", "replace"]

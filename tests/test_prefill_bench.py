@@ -279,6 +279,8 @@ def test_rows_on_cpu_flex_mods_match_the_references(monkeypatch):
     assert varlen["status"] == "error" and "DeviceError: flash_attn_varlen_func" in varlen["reason"], varlen
     compact = recs[("prefill_varlen", "fa4mlir[compact]")]   # the compact grid's A/B twin, same checks
     assert compact["status"] == "error" and compact["reason"] == varlen["reason"], compact
+    persistent = recs[("prefill_varlen", "fa4mlir[persistent]")]   # the persistent kernel's twin [D-varlen-persistent]
+    assert persistent["status"] == "error" and persistent["reason"] == varlen["reason"], persistent
     # prefill_chunked's varlen call with page_table= runs now (the decode kernel's varlen_q variant): its checks
     # pass on these CPU tensors and the device check refuses them, an error of the row, not unsupported
     chunked = recs[("prefill_chunked", "fa4mlir")]

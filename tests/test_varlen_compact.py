@@ -163,6 +163,7 @@ def test_the_environment_picks_the_grid(monkeypatch):
     monkeypatch.delenv(GRID_ENV, raising=False)
     assert varlen_grid() == "sections"
     assert with_varlen_grid(varlen_grid, "compact")() == "compact" and GRID_ENV not in __import__("os").environ
+    assert with_varlen_grid(varlen_grid, "persistent")() == "persistent"
     monkeypatch.setenv(GRID_ENV, "sections")
     assert varlen_grid() == "sections"
     monkeypatch.setenv(GRID_ENV, "compat")
@@ -176,6 +177,7 @@ def test_the_bench_sets_hold_the_variant_next_to_the_default():
     for name in ("prefill", "bench"):
         cfgs = [c for k, c, *_ in kernel_sets.configs([name]) if k == KERNEL]
         assert varlen_config("bf16", 128, True) in cfgs and varlen_config("bf16", 128, True, compact=True) in cfgs
+        assert varlen_config("bf16", 128, True, persistent=True) in cfgs
 
 
 def test_bad_cu_seqlens_stay_in_bounds():
@@ -189,12 +191,43 @@ def test_bad_cu_seqlens_stay_in_bounds():
 
 
 def test_bundle_selection_tells_the_grids_apart():
-    """A bundle holding both grids' kernels of one varlen config: the call's grid (varlen_compact)
-    picks its own entry (plan.VARIANT_FIELDS; without it both entries matched the compact call and
-    the bundle lookup raised BundleError, found on an H200)."""
+    """A bundle holding the three grids' kernels of one varlen config: the call's grid (varlen_compact,
+    and persistent, a tile field) picks its own entry (plan.VARIANT_FIELDS; without it both entries matched
+    the compact call and the bundle lookup raised BundleError, found on an H200)."""
     from fa4mlir.attention import plan
-    cfgs = {c: varlen_config("bf16", 128, True, compact=c) for c in (False, True)}
+    cfgs = {c: varlen_config("bf16", 128, True, compact=c > 0, persistent=c > 1) for c in (0, 1, 2)}
     entries = [{"arch": plan.ARCH, "name": f"k{int(c)}", "config": {**cfg.key(), "cubin_backend": "ptxas"}}
                for c, cfg in cfgs.items()]
     for c, cfg in cfgs.items():
         assert plan.select_entry(entries, "bf16", 128, True, default=cfg)["name"] == f"k{int(c)}"
+    # a bundle without the persistent kernel: the tiles' fallback hands over the compact one, and the call
+    # refuses it rather than time the compact grid as the persistent one
+    from fa4mlir.attention.errors import BundleError
+    from fa4mlir.attention.varlen import check_grid
+    got = plan.select_entry(entries[:2], "bf16", 128, True, default=cfgs[2])
+    with pytest.raises(BundleError, match="FA4MLIR_VARLEN_GRID=persistent"):
+        check_grid(AttnConfig.from_key(got["config"]), cfgs[2], "persistent")
+    check_grid(cfgs[2], cfgs[2], "persistent")
+
+
+def test_persistent_grid_is_min_of_sms_and_the_compact_bound():
+    """varlen_compact with persistent [D-varlen-persistent]: min(num_sms, compact_grid_size) CTAs from the
+    shapes alone, `_pers` and `_compact` in the name; num_sms is required; a persistent varlen kernel
+    off the compact grid is refused."""
+    from dataclasses import replace
+
+    from fa4mlir.attention.problem import VarlenProblem
+    from fa4mlir.kernels.attention_fwd_sm90 import kernel_name
+    from fa4mlir.kernels.attention_sm90_config import varlen_grid
+    cfg = varlen_config("bf16", 128, True, persistent=True)
+    assert cfg.varlen_compact and cfg.persistent and cfg.producer_regs == 40 and cfg.consumer_regs == 232
+    assert kernel_name(cfg).endswith("_pers_compact")
+    for total, batch, sms, want in ((300, 3, 200, vc.compact_grid_size(300, 4096, 128, 32, 3)),
+                                    (16 * 4096, 16, 132, 132), (16 * 4096, 16, 78, 78)):
+        pr = VarlenProblem(batch, 4096, 4096, total, total, 32, 8, 128, "bf16", True, 128 ** -0.5)
+        assert varlen_grid(cfg, pr, sms) == (want, 1, 1)
+    assert varlen_grid(replace(cfg, persistent=False), pr, 132)[0] == vc.compact_grid_size(16 * 4096, 4096, 128, 32, 16)
+    with pytest.raises(ValueError, match="SM count"):
+        varlen_grid(cfg, pr)
+    with pytest.raises(ConfigError, match="varlen_compact=True with persistent=True"):
+        replace(cfg, varlen_compact=False).validate()

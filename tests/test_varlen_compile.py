@@ -119,5 +119,20 @@ def _check_compact(cfg):
     assert not r["wgmma_serialized"], r
     assert 0 < r["registers"] <= cfg.register_pool // cfg.threads, r
     assert art.name.endswith("_compact") and "_varlen" in art.name, art.name
+    assert r["smem_bytes"] <= 227 * 1024 and r["smem_bytes"] <= cfg.smem_bytes(), (r, cfg.smem_bytes())
     names = [p.name for p in art.params]
     assert names[-len(COMPACT_PARAMS) - 6] == "o_rows" and names[-len(COMPACT_PARAMS):] == [n for n, _ in COMPACT_PARAMS]
+
+
+@pytest.mark.parametrize("case", __import__("fa4mlir.kernel_sets", fromlist=["x"]).VARLEN_PERSISTENT_CASES,
+                         ids=lambda c: f"{c[0]}-d{c[1]}{'-causal' if c[2] else ''}")
+def test_persistent_compact_kernels_compile_without_spills(case):
+    """The persistent kernel over the compact tiles (varlen_compact with persistent, kernel_sets.VARLEN_PERSISTENT_CASES)
+    [D-varlen-persistent]: 0 spills with the producer at 40 registers (its warp scan per tile spilled 28 / 24
+    bytes at 32), wgmma not serialised, the Q ring of two tiles and the O tile within SMEM, `_pers_compact`."""
+    dtype, d, causal = case
+    cfg = varlen_config(dtype, d, causal, persistent=True)
+    assert cfg.producer_regs == 40 and cfg.q_stages == 2
+    _check_compact(cfg)
+    assert lowering.lower(attention_fwd_sm90.build(cfg), CompileOptions(cubin_backend="ptxas")).name.endswith(
+        "_pers_compact")

@@ -56,8 +56,10 @@ prefill kernel over the pools or the decode kernel over the KV-cache operand run
 modifiers included, by an explicit rule (varlen_paged.py, note "Which kernel", says what it takes and does).
 
 The grid: FA4MLIR_VARLEN_GRID=compact (read at every call, `varlen_grid`) runs the kernel on the compact
-grid (kernels/common/varlen_compact.py: one block per working query tile, no empty blocks), a variant
-for A/B runs (bench/varlen_ab.py --grids sections,compact); unset, the default grid.
+grid (kernels/common/varlen_compact.py: one block per working query tile, no empty blocks), and
+FA4MLIR_VARLEN_GRID=persistent a persistent kernel striding over the compact grid's tiles on min(SMs,
+compact tiles) CTAs (the grid from shapes and the SM count only), variants for A/B runs
+(bench/varlen_ab.py --grids sections,compact,persistent); unset, the default grid.
 
 There is no call cache
 yet: every call checks and packs its launch (tens of microseconds of host time), and no torch
@@ -77,7 +79,7 @@ from ..kernels import attention_sm90_config_varlen as attn_varlen
 from .checks import (MAX_I32, VARLEN_API, _err, check_device_context, check_devices, check_flag, check_mask,
                      check_max_seqlen, check_mods, check_scale, check_seqlens, check_sinks, check_softcap, check_varlen_inputs,
                      check_varlen_outputs, device_ordinal, read_tensor)
-from .errors import ArgumentTypeError, FlashAttnInputError, ShapeError, UnsupportedFeatureError
+from .errors import ArgumentTypeError, BundleError, FlashAttnInputError, ShapeError, UnsupportedFeatureError
 from .plan import Launch, TensorRef, source_for
 from ..kernels.common.varlen_compact import GRID_ENV, GRIDS
 from .varlen_paged import VarlenPagedProblem, check_varlen_paged
@@ -158,16 +160,19 @@ def _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_se
                        "page_table": page_table, "out": out, "lse": lse, "sinks": sinks}
             run_paged(tensors, problem, source)
     elif not problem.is_empty:
+        grid_name = varlen_grid()
         config = attn_varlen.varlen_config(problem.dtype, problem.head_dim, problem.causal, problem.mask,
                                         softcap=problem.softcap > 0, sinks=problem.sinks,
                                         head_dim_v=problem.head_dim_v, score_mod=problem.score_mod,
-                                        mask_mod=problem.mask_mod, aux=problem.aux, compact=varlen_grid() == "compact")
+                                        mask_mod=problem.mask_mod, aux=problem.aux, compact=grid_name == "compact",
+                                        persistent=grid_name == "persistent")
         try:
             kernel = source.kernel(config)    # a bundle without it: BundleError (--set attention-varlen, prefill)
         except FlashAttnInputError as e:
             raise _renamed(e) from None
         built = attn_cfg.AttnConfig.from_key(kernel.artifact.config)
-        launch = varlen_launch(built, kernel, problem)
+        check_grid(built, config, grid_name)
+        launch = varlen_launch(built, kernel, problem, device.num_sms)
         tensors = {"q": q, "k": k, "v": v, "o": out, "lse": lse, "cu_seqlens_q": cu_seqlens_q,
                    "cu_seqlens_k": cu_seqlens_k, "seqused_k": seqused_k, "sinks": sinks,
                    **{n: x for n, (_, x) in infos.items() if n.startswith("aux")}}
@@ -176,8 +181,19 @@ def _flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_se
     return out, lse
 
 
+def check_grid(built: attn_cfg.AttnConfig, config: attn_cfg.AttnConfig, grid_name: str) -> None:
+    """BundleError unless the kernel the source found runs the grid asked for: a bundle lacking one grid's
+    kernel would otherwise hand over another's by its tiles' fallback (persistent is a tile field), and an
+    A/B run would time the wrong grid under its name."""
+    if (built.varlen_compact, built.persistent) != (config.varlen_compact, config.persistent):
+        raise BundleError(_err(f"{GRID_ENV}={grid_name}: the kernel source has no kernel of that grid for this "
+                               f"call (it found {'the persistent' if built.persistent else 'the compact' if built.varlen_compact else 'the default'}"
+                               f" grid's); build it with `python -m fa4mlir bundle --set prefill` (the bench's "
+                               f"bf16 D128 causal) or `--set attention-varlen`", VARLEN_API))
+
+
 def varlen_grid() -> str:
-    """The varlen grid the environment picks (FA4MLIR_VARLEN_GRID: unset or 'sections', or 'compact');
+    """The varlen grid the environment picks (FA4MLIR_VARLEN_GRID: unset or 'sections', 'compact' or 'persistent');
     ValueError for another value, before any launch."""
     name = (env.get_str(GRID_ENV) or "sections").strip()
     if name not in GRIDS:
@@ -185,10 +201,11 @@ def varlen_grid() -> str:
     return name
 
 
-def varlen_launch(config: attn_cfg.AttnConfig, kernel, problem) -> Launch:
-    """The one launch of the varlen kernel: the 1-D grid (common.varlen_schedule) and its
-    arguments by name, tensors as TensorRefs (q, k, v, o as [1, total, heads, D] views)."""
-    grid = attn_cfg.varlen_grid(config, problem)
+def varlen_launch(config: attn_cfg.AttnConfig, kernel, problem, num_sms: int | None = None) -> Launch:
+    """The one launch of the varlen kernel: the 1-D grid (common.varlen_schedule; a persistent one
+    takes min(num_sms, compact tiles)) and its arguments by name, tensors as TensorRefs (q, k, v, o as
+    [1, total, heads, D] views)."""
+    grid = attn_cfg.varlen_grid(config, problem, num_sms)
     if grid[0] > MAX_I32:
         raise ShapeError(_err(f"query tiles x heads x batch = {grid[0]} blocks is more than a 1-D grid takes "
                               f"({MAX_I32}): split the batch", VARLEN_API))
@@ -248,4 +265,4 @@ def _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sequ
     return problem, infos
 
 
-__all__ = ["flash_attn_varlen_func", "varlen_launch", "varlen_grid", "GRID_ENV", "GRIDS"]
+__all__ = ["flash_attn_varlen_func", "varlen_launch", "varlen_grid", "check_grid", "GRID_ENV", "GRIDS"]

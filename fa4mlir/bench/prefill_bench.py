@@ -22,7 +22,8 @@ the cost of each feature against the plain kernel is printed (time and TFLOP/s r
 
 Backends, in one process on the same tensors: fa4mlir (flash_attn_func with window_size=, softcap=,
 sinks=, score_mod=; flash_attn_varlen_func on prefill_varlen (the `prefill` set's varlen kernel, and as
-`fa4mlir[compact]` its compact-grid variant, FA4MLIR_VARLEN_GRID=compact: kernels/common/varlen_compact.py) and on
+`fa4mlir[compact]` its compact-grid variant, FA4MLIR_VARLEN_GRID=compact: kernels/common/varlen_compact.py, and
+`fa4mlir[persistent]` the persistent kernel over the compact tiles, FA4MLIR_VARLEN_GRID=persistent) and on
 prefill_chunked with page_table= (its 2048 queries per sequence run the prefill kernel over the
 paged pool, the `prefill` set's page-64 kernel: attention/varlen_paged.py, note "Which kernel"); for prefill_chunked also flash_attn_func on the contiguous cache and
 flash_attn_with_kvcache on the paged one), FlashAttention-4 CuTe

@@ -151,6 +151,7 @@ def _varlen(torch, rows, fa4, flex) -> list[Row]:
         return lambda: _first(f(q, k, v, cu, cu, mx, mx, causal=True))
     bk["fa4mlir"] = fa4mlir_varlen
     bk["fa4mlir[compact]"] = lambda: with_varlen_grid(fa4mlir_varlen(), "compact")
+    bk["fa4mlir[persistent]"] = lambda: with_varlen_grid(fa4mlir_varlen(), "persistent")
     if fa4:
         bk["fa4cute"] = lambda: lambda: _first(fa4[1](q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=mx,
                                                       max_seqlen_k=mx, causal=True))

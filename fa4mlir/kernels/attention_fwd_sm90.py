@@ -56,7 +56,8 @@ SMEM instead of S; softcap_fixed_max: a fixed max M per call, no row max; softca
 and M = max(a, b), l' = l * 2^(a - M) + 2^(b - M), O = O * 2^(a - M) / l' and LSE = (M + log2 l')
 * ln 2, stable for any sink; a row that sees no key gets O = 0 and LSE = sink.
 Ragged batches (`varlen`): packed [total, heads, D] tensors, each CTA's sequence from cu_seqlens in
-device memory, a 1-D grid longest tile first; see attention_fwd_sm90_varlen. With `page_size`, k and v
+device memory, a 1-D grid longest tile first (persistent over the compact grid's tiles with
+varlen_compact); see attention_fwd_sm90_varlen. With `page_size`, k and v
 are the paged KV cache's pools (K/V tiles in TMA boxes per page): attention_fwd_sm90_paged.
 `score_mod` / `mask_mod` (Python functions compiled in, common/score_mod_ir.py ModHook [D-score-mod]):
 each S register becomes post_scale * fn(s * mod_scale, batch, head, q_idx, kv_idx) before the masks,
@@ -288,6 +289,8 @@ class _Tiles:
     def __init__(self, kb, cfg, params: _Params):
         self.kb, self.cfg, self.params = kb, cfg, params
         self.fixed = None
+        if cfg.varlen_compact and cfg.persistent:   # each() strides over the compact tiles
+            return
         if cfg.varlen_compact:  # common.varlen_compact's grid: the block's sequence by a warp scan
             m_block, head, b, seq = varlen.compact_tile_of(kb, params, self._m_tiles(), cfg.bm)
             self.fixed = _Geometry(cfg, params, m_block, head, b, seq)
@@ -319,9 +322,25 @@ class _Tiles:
         return _Geometry(self.cfg, self.params, m_block, hb - b * self.params.heads, b)
 
     def _run(self, body, m_block, hb, counts: _Counts) -> _Counts:
-        geo = self._geometry(m_block, hb)
+        return self._run_geo(body, self._geometry(m_block, hb), counts)
+
+    @staticmethod
+    def _run_geo(body, geo: _Geometry, counts: _Counts) -> _Counts:
         body(geo, counts)
         return _Counts(counts.q + select(geo.n_blocks.gt(0), const(1), const(0)), counts.kv + geo.n_blocks)
+
+    def _each_compact(self, body, start: _Counts):
+        """The persistent compact varlen walk: CTA c takes compact tiles c, c + grid_dim, ... (the compact
+        grid's order, common.varlen_compact) up to its tile count (compact_tiles); every warp of every role
+        finds each tile's sequence by its own warp scan (compact_tile_of: the producer is one whole warp,
+        each consumer warpgroup four), so no tile is handed over through SMEM. A tile past the working
+        ones (the bound's spare ones) is empty: no KV block, no load, no row stored."""
+        kb, cfg, p = self.kb, self.cfg, self.params
+        m_tiles = self._m_tiles()
+        loop = kb.for_(kb.block_idx(0), varlen.compact_tiles(p, m_tiles, cfg.bm), kb.grid_dim(0), carry=start)
+        with loop as (t, counts):
+            m_block, head, b, seq = varlen.compact_tile_of(kb, p, m_tiles, cfg.bm, t)
+            loop.yield_(self._run_geo(body, _Geometry(cfg, p, m_block, head, b, seq), counts))
 
     def each(self, body):
         """body(geo, counts) once per tile; counts: the _Counts used before this tile, or None
@@ -332,6 +351,9 @@ class _Tiles:
             return
         m_tiles = self._m_tiles()
         start = _Counts(const(0), const(0))
+        if cfg.varlen:   # varlen_compact with persistent (validate allows no other persistent varlen)
+            self._each_compact(body, start)
+            return
         if not cfg.causal and not cfg.skips_empty_warpgroups:
             loop = kb.for_(kb.block_idx(0), m_tiles * p.heads * p.batch, kb.grid_dim(0), carry=start)
             with loop as (t, counts):

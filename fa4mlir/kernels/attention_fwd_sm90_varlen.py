@@ -13,7 +13,8 @@ coordinate by its sequence's start:
   tile starts past the sequence's end (no barrier, no TMA: _Tiles.guard). With varlen_compact the
   grid is common.varlen_compact's instead, one block per working tile (`compact_tile_of`: a warp
   scan of cu_seqlens_q finds the block's sequence), and only the blocks past the last working tile
-  exit so;
+  exit so; with varlen_compact and persistent, min(SMs, compact tiles) CTAs stride over the compact
+  tiles (compact_tiles, attention_fwd_sm90._Tiles._each_compact), every warp scanning for each tile;
 - Q rows past the sequence's end load the next sequence's rows (or TMA's zeros past the tensor):
   their results are never stored. K and V rows past seqlen_k load the same way and are masked
   exactly as the dense kernel masks its seqlen_k tail (the tail block runs the masked softmax, its
@@ -145,8 +146,9 @@ class _LaneOps:
     const = staticmethod(const)
 
 
-def compact_tile_of(kb, params, m_tiles: Value, bm: int):
-    """(m_block, head, sequence, Sequence) of this CTA on the compact grid (common.varlen_compact):
+def compact_tile_of(kb, params, m_tiles: Value, bm: int, t: Value | None = None):
+    """(m_block, head, sequence, Sequence) of compact tile index t (this CTA's block index unless given: the
+    persistent kernel passes each tile of its stride) on the compact grid (common.varlen_compact):
     every warp scans the batch 32 sequences at a time, each lane loading its sequence's cu_seqlens_q
     and cu_seqlens_k pairs and seqused_k at once (scan_step), and the lane whose tiles hold the block
     index t hands its sequence, first tile and loads to the warp, so no load waits on the scan; then
@@ -158,7 +160,8 @@ def compact_tile_of(kb, params, m_tiles: Value, bm: int):
     registers, as the default grid's (from the block index) are, not in the consumers' (D64's bm 192
     kernel spilled 12 / 48 bytes without it)."""
     vp, cp = params.varlen, params.compact
-    ops, t = _LaneOps(kb), kb.block_idx(0)
+    ops = _LaneOps(kb)
+    t = kb.block_idx(0) if t is None else t
     lane = kb.thread_idx(0) & (WARP - 1)
 
     def load(ptr, idx):
@@ -178,6 +181,14 @@ def compact_tile_of(kb, params, m_tiles: Value, bm: int):
                                      lambda u: fast_div(u, *cp.div_chunk), lambda u: fast_div(u, *cp.div_rest), ops)
     m_block = select(n.eq(0), const(0), m_block)   # no sequence: tile 0 of none (its n - 1 - idx is -1)
     return kb.warp_uniform(m_block), kb.warp_uniform(head), b, seq
+
+
+def compact_tiles(params, m_tiles: Value, bm: int) -> Value:
+    """The compact grid's tile count (common.varlen_compact.compact_grid_size) from the launch's own
+    parameters: heads x min(floor((total_q + batch (bm - 1)) / bm), m_tiles x batch). A persistent CTA's
+    stride ends there, so the host passes no count and sizes the grid alone (min(SMs, this))."""
+    vp = params.varlen
+    return params.heads * ((vp.total_q + params.batch * (bm - 1)) // bm).smin(m_tiles * params.batch)
 
 
 def rows_fit(geo, wg: Value) -> Value:
@@ -225,4 +236,4 @@ def epilogue(kb, cfg, cs, o: Value, inv: list, lse: list, store_tile) -> None:
                 kb.store(lse[h], kb.gep(cs.bufs.lse_ptr, lse_index(geo, cs.grow[h]), "f32"), align=4)
 
 
-__all__ = ["VarlenParams", "Sequence", "CompactParams", "compact_params_of", "compact_tile_of", "params_of", "sequence", "tile_of", "rows_fit", "store_rows", "lse_index", "epilogue"]
+__all__ = ["VarlenParams", "Sequence", "CompactParams", "compact_params_of", "compact_tile_of", "compact_tiles", "params_of", "sequence", "tile_of", "rows_fit", "store_rows", "lse_index", "epilogue"]

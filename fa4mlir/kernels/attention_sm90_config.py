@@ -81,7 +81,9 @@ class AttnConfig:
     # varlen's compact grid (common.varlen_compact): one block per working query tile (the host's bound
     # on them), each block finding its sequence by a warp scan of cu_seqlens_q, instead of ceil(max_seqlen_q
     # / bm) tiles per sequence of which the ones past its end exit. A variant to A/B (FA4MLIR_VARLEN_GRID=
-    # compact picks it); left out of key() when False, so the default kernels keep their keys
+    # compact picks it); left out of key() when False, so the default kernels keep their keys. With
+    # persistent (`_compact` and `_pers` in the name; FA4MLIR_VARLEN_GRID=persistent) a grid of at most one
+    # CTA per SM strides over the compact tiles (attention_fwd_sm90._Tiles._each_compact) [D-varlen-persistent]
     varlen_compact: bool = False
     # D of v and o where it differs from head_dim (HEAD_DIM_PAIRS: 192 / 128, MLA prefill); 0: head_dim
     # (the one spelling of equal dims, so one kernel per pair)
@@ -144,9 +146,10 @@ class AttnConfig:
         if self.varlen_compact and (not self.varlen or self.page_size):
             raise ConfigError(f"varlen_compact is a grid of the varlen kernel over packed k and v: it needs "
                               f"varlen=True and page_size 0, got varlen={self.varlen}, page_size={self.page_size}")
-        if self.varlen and self.persistent:
+        if self.varlen and self.persistent and not self.varlen_compact:
             raise ConfigError("varlen kernels run one tile per CTA (the grid's order is the schedule, "
-                              "common.varlen_schedule): use persistent=False")
+                              "common.varlen_schedule), or persistent over the compact grid's order: use "
+                              "persistent=False, or varlen_compact=True with persistent=True")
         if self.stages < 2:
             raise ConfigError(f"stages must be >= 2 (K and V ring depth), got {self.stages}: with one stage the "
                               f"producer loads K_j+1 only after every consumer released K_j, and ptxas needs 16-40 "
@@ -311,8 +314,13 @@ class AttnConfig:
     @property
     def producer_regs(self) -> int:
         """setmaxnreg of the producer: load_regs, or when 0 (auto) 24, and 32 for a persistent
-        kernel (24 spills its tile-loop state) or at bm 192 (the launch allocation has room)."""
-        return self.load_regs or (32 if self.persistent or self.bm == 192 else 24)
+        kernel (24 spills its tile-loop state) or at bm 192 (the launch allocation has room), 40 for a
+        persistent varlen one (its warp scan per tile spilled 28 / 24 bytes at 32: D128 causal, ptxas)."""
+        if self.load_regs:
+            return self.load_regs
+        if self.persistent and self.varlen:
+            return self.producer_regs_needed
+        return 32 if self.persistent or self.bm == 192 else 24
 
     @property
     def consumer_regs(self) -> int:
@@ -349,8 +357,9 @@ class AttnConfig:
     @property
     def producer_regs_needed(self) -> int:
         """The producer's registers: PRODUCER_REGS, and 8 more for a persistent kernel's tile loop (at
-        24 it spills 4 bytes)."""
-        return PRODUCER_REGS + (8 if self.persistent else 0)
+        24 it spills 4 bytes), 8 more again for a persistent varlen kernel's warp scan of cu_seqlens per
+        tile (common.varlen_compact: its carry of 8 values; at 32 it spilled 28 / 24 bytes) [D-varlen-persistent]."""
+        return PRODUCER_REGS + (8 if self.persistent else 0) + (8 if self.persistent and self.varlen else 0)
 
     @property
     def register_pool(self) -> int:
@@ -621,7 +630,7 @@ def grid(config: AttnConfig, problem, num_sms: int | None = None) -> tuple[int, 
     `problem`: anything with batch, heads, seqlen_q (attention.AttnProblem)."""
     tiles = query_tiles(config, problem.seqlen_q)
     if config.varlen:
-        return varlen_grid(config, problem)
+        return varlen_grid(config, problem, num_sms)
     if not config.persistent:  # causal: a 1-D grid in section_tile's order
         return (tiles * problem.heads * problem.batch, 1, 1) if config.causal else (tiles, problem.heads, problem.batch)
     total = tiles * problem.heads * problem.batch
@@ -729,13 +738,20 @@ def launch_args(config: AttnConfig, problem, tensors, l2_bytes: int = L2_BYTES) 
     return {name: args[name] for name, _ in launch_params(config)}   # in PTX order, every parameter once
 
 
-def varlen_grid(config: AttnConfig, problem) -> tuple[int, int, int]:
+def varlen_grid(config: AttnConfig, problem, num_sms: int | None = None) -> tuple[int, int, int]:
     """The 1-D grid of a varlen kernel: ceil(max_seqlen_q / bm) x heads x batch blocks
     (common.varlen_schedule), or with varlen_compact the host's bound on the working tiles
-    (common.varlen_compact.compact_grid_size, also from total_q). `problem`: batch (sequences), heads,
-    seqlen_q (max_seqlen_q), total_q."""
+    (common.varlen_compact.compact_grid_size, also from total_q), or with varlen_compact and persistent
+    min(num_sms, that bound) CTAs (one per SM: the kernel's SMEM holds one) striding over the compact
+    tiles; shapes only, no device read. `problem`: batch (sequences), heads, seqlen_q (max_seqlen_q),
+    total_q."""
     if config.varlen_compact:
-        return (compact_grid_size(problem.total_q, problem.seqlen_q, config.bm, problem.heads, problem.batch), 1, 1)
+        tiles = compact_grid_size(problem.total_q, problem.seqlen_q, config.bm, problem.heads, problem.batch)
+        if config.persistent:
+            if not num_sms:
+                raise ValueError(f"a persistent varlen kernel's grid needs the device's SM count, got {num_sms!r}")
+            return (max(min(tiles, int(num_sms)), 1), 1, 1)
+        return (tiles, 1, 1)
     return (varlen_grid_size(problem.seqlen_q, config.bm, problem.heads, problem.batch), 1, 1)
 
 

@@ -15,10 +15,12 @@ from .common.paging import fetch_plan, prefill_box_rule
 
 def varlen_config(dtype: str, head_dim: int, causal: bool, mask: Mask | None = None, *, softcap: bool = False,
                   sinks: bool = False, head_dim_v: int = 0, score_mod: str = "", mask_mod: str = "",
-                  aux: str = "", compact: bool = False) -> AttnConfig:
+                  aux: str = "", compact: bool = False, persistent: bool = False) -> AttnConfig:
     """The ragged-batch kernel of a case: default_config's tiles and knobs for long sequences, one
     tile per CTA (the 1-D grid's order is the schedule: common.varlen_schedule) and varlen=True;
-    `compact`: on the compact grid instead (AttnConfig.varlen_compact, common.varlen_compact).
+    `compact`: on the compact grid instead (AttnConfig.varlen_compact, common.varlen_compact);
+    `persistent`: a persistent kernel striding over the compact grid's tiles (varlen_compact and
+    persistent, min(SMs, compact tiles) CTAs: attention_fwd_sm90._Tiles._each_compact) [D-varlen-persistent].
     The host knows only max_seqlen_q, so there is no short-sequence pick. The register model is the
     dense one: the sequence bookkeeping (starts, lengths, the row bound) fit in it, measured
     [D-varlen]. head_dim_v (a HEAD_DIM_PAIRS pair: MLA prefill's 192 / 128) and score_mod, mask_mod,
@@ -35,7 +37,8 @@ def varlen_config(dtype: str, head_dim: int, causal: bool, mask: Mask | None = N
     if (base.head_dim, base.dim_v, causal) == (192, 192, True) and base.bn > VARLEN_D192_CAUSAL_BN:
         base = replace(base, bn=VARLEN_D192_CAUSAL_BN)   # [D-varlen-sections]: bn 112 spilled 4 / 12 bytes
     # score_bias_init (default_config's for a score_mod) is not built or timed in the varlen kernel [D-bias-init]
-    return replace(base, persistent=False, varlen=True, varlen_compact=compact, score_bias_init=False).validate()
+    return replace(base, persistent=persistent, varlen=True, varlen_compact=compact or persistent,
+                   score_bias_init=False).validate()
 
 
 # D192 causal varlen: the section order's bookkeeping (common.sections) spilled 4 / 12 bytes at the dense

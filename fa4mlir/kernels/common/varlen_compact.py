@@ -48,7 +48,9 @@ from .fastdiv import divide, divisor
 WARP = 32
 # The environment knob that picks the grid of flash_attn_varlen_func (attention/varlen.py varlen_grid)
 GRID_ENV = "FA4MLIR_VARLEN_GRID"
-GRIDS = ("sections", "compact")    # the default grid (common.varlen_schedule), this one
+# the default grid (common.varlen_schedule), this one, and a persistent kernel striding over this one's
+# tiles (min(SMs, compact_grid_size) CTAs: AttnConfig.varlen_compact with persistent) [D-varlen-persistent]
+GRIDS = ("sections", "compact", "persistent")
 SCAN_OFFSETS = (1, 2, 4, 8, 16)
 
 
