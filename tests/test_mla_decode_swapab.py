@@ -115,3 +115,32 @@ def _run(lens, seqlen_q, heads, page, splits, causal, dtype="bf16", cfg_change=N
 def test_swapab_through_the_interpreter(lens, seqlen_q, splits, causal, dtype):
     errs = _run(lens, seqlen_q, 16, 64, splits, causal, dtype)
     assert errs["out"] > 0
+
+
+class _DropAMajor:
+    """fa4's builders with fa4.mma's a_major dropped: V^T read K-major (a seeded bug)."""
+
+    def __init__(self, fa4):
+        self._fa4 = fa4
+
+    def __getattr__(self, name):
+        fn = getattr(self._fa4, name)
+        if name != "mma":
+            return fn
+        return lambda *a, **kw: fn(*a, **{k: v for k, v in kw.items() if k != "a_major"})
+
+
+@pytest.mark.parametrize("bug", ["a_major", "p_layout", "pairs"])
+def test_seeded_bugs_fail_the_rule(monkeypatch, bug):
+    """Each seeded bug breaks the FA rule (or the no-NaN / empty-row checks): the interpreter run sees
+    the transpose bit, P^T's layout and the odd tile count's last pair (note "Rings")."""
+    from fa4mlir.kernels import attention_mla_decode_sm90_swapab as sw
+    if bug == "a_major":
+        monkeypatch.setattr(sw, "fa4", _DropAMajor(sw.fa4))
+    elif bug == "p_layout":     # keys 8 apart swapped in P^T
+        original = sw.p_offset
+        monkeypatch.setattr(sw, "p_offset", lambda n, key: original(n, key ^ 8))
+    else:                       # floor for ceil: an odd count's last tile neither loaded nor attended
+        monkeypatch.setattr(sw, "_pairs", lambda work: (work.end - work.begin) // 2)
+    with pytest.raises(AssertionError):
+        _run((150, 63), 2, 16, 64, 1, True)

@@ -1,6 +1,7 @@
 """The swap-AB variant of the sm_90a absorbed-MLA decode (MLADecodeConfig.swap_ab = N; opt-in:
 attention/mla.py's FA4MLIR_MLA_DECODE_VARIANT=swapab). attention_mla_decode_sm90.py has the
-contract, the producer (reused here: `_load_role`), the work item (`_Work`) and the notes cited.
+contract, the producer this one's is modelled on (`_load_role`), the work item (`_Work`, reused) and
+the notes cited.
 
 Note "Swap AB (MLA)": the default kernel packs a CTA's heads x seqlen_q query rows into a 64-row
 wgmma M tile; at 16 heads (16 or 32 rows) 3/4 or 1/2 of its tensor work is padding and the tile step,
@@ -14,13 +15,12 @@ the keys and V's columns are M:
                          chunk t is m tile t), B = P^T (N rows x 64 keys, K-major) written to SMEM by
                          the softmax
 
-Roles: the default kernel's 12 warps and setmaxnreg 240 / 24. The two consumer warpgroups take
-alternate KV tiles of the split (warpgroup w: tiles begin + w, begin + w + 2, ..; the ring has 2
-stages, so warpgroup w waits on stage w only and releases it with one arrival), each with its own
+Roles: the default kernel's 12 warps and setmaxnreg 240 / 24, its two consumer warpgroups as roles
+`mma0` and `mma1`. They take alternate KV tiles of the split (note "Rings"), each with its own
 running max m, sum l and O^T partial (512 x N float32: 4 N = 128 registers a thread at N = 32), and
 meet once, after the last tile (note "Merge"). Per tile, warpgroup w:
-    1. wait KV_j (its stage); S^T = K_j Q^T; Q's address through q_slot as the default kernel's
-       _kv_tile, step 1 (descriptors kept in the loop, not hoisted)
+    1. wait KV_j (its ring); S^T = K_j Q^T; every SMEM address of the step through q_slot's 0 as
+       the default kernel's _kv_tile, step 1 (descriptors kept in the loop, not hoisted)
     2. mask (keys at or past the column's end: L_b, less seqlen_q - 1 - token under causal); each
        column's max over the warp's 16 keys (2 registers, 8 lanes: shuffles 4, 8, 16); lanes g = 0
        write it to SMEM [w][column][warp]; warpgroup barrier
@@ -31,16 +31,27 @@ meet once, after the last tile (note "Merge"). Per tile, warpgroup w:
        V rows past L_b zeroed (note "NaN past L_b": every warp's S^T retired at step 2's barrier);
        fence.proxy.async, warpgroup barrier
     5. O^T *= alpha (O^T's registers hold the same columns as S^T's: alpha is in registers);
-       O^T += V_j^T P^T (32 wgmma); wait; release the stage
-One buffer each of the maxima and P^T suffices: a warp writes tile j + 2's only after passing step
-4's barrier of tile j, which every warp reaches only after reading tile j's maxima, and after its
-own wait on tile j's P V, which every warp passed before step 2's barrier of tile j + 2.
+       O^T += V_j^T P^T (32 wgmma); wait; release the ring's stage
+One buffer each of the maxima and P^T per warpgroup suffices: a warp writes its next tile's maxima
+only after passing step 4's barrier of this one, which every warp reaches only after reading this
+tile's maxima, and its next P^T after the next step 2 barrier, which every warp reaches only after
+its own wait on this tile's P V.
+
+Note "Rings": warpgroup w owns a one-stage ring kv<w> (72 KiB; fa4-verify-pipelines counts arrivals
+and ring positions per role, so each warpgroup is a role with its own ring). The producer walks
+pairs i of the split's tiles, ceil((end - begin) / 2) of them, filling kv0 with tile begin + 2 i and
+kv1 with begin + 2 i + 1; when the count is odd, kv1's last fill (the phantom tile) is at or past
+`end`: every box of it is aimed past the pool (TMA fills zeros, reads nothing) and warpgroup 1 runs
+it as a masked tile whose keys are all hidden (column ends clamped to end x 64): m, l and O^T stay
+as they were. SMEM: Q (N x 576) 36 KiB at N = 32, the two rings 144 KiB, P^T 8 KiB: 190 KiB; a
+third 72 KiB tile does not fit, so a warpgroup's next tile loads while it computes the current one
+only in the other's ring: the same two tiles in flight as the default kernel's ring of 2.
 
 Note "Merge": after both warpgroups' last tile (a barrier of both; every TMA load of the split has
-then landed and been consumed, so the ring's SMEM is free) each writes its columns' m and lane-and-
+then landed and been consumed, so the rings' SMEM is free) each writes its columns' m and lane-and-
 warp-summed l; per column M = max(m_0, m_1), f_w = 2^((m_w - M) scale) (0 for a warpgroup that saw
 no key), l = f_0 l_0 + f_1 l_1. Warpgroup w finalises O^T's m tiles 4 w .. 4 w + 3: it hands the
-other half, scaled by its f_w, to the other through the ring's SMEM ([destination][tile][register]
+other half, scaled by its f_w, to the other through the other's ring ([destination][tile][register]
 [thread] float32: thread t reads what thread t wrote), a barrier, then O = f_w O_w + the other's.
 Outputs as the default kernel's epilogue (split: float32 partials and LSE, -inf for no key;
 unsplit: O in q's dtype and the LSE, +inf for no key); each thread stores its 4 x 2 rows of V columns
@@ -385,7 +396,7 @@ def _epilogue(cs: _Consumer, bufs: _Buffers, o, m, l):
                 kb.store(m[c], cs.x_at(X_M + cs.wg * SWAP_AB_MAX_ROWS + cs.col(c)), align=4)
     kb.named_barrier(BAR_ALL, 256)
     zero = const(0.0, "f32")
-    tops, f_own, f_other, totals = [], [], [], []
+    tops, f_own, totals = [], [], []
     for c in range(cs.n_cols):
         ms = [kb.load(cs.x_at(X_M + w * SWAP_AB_MAX_ROWS + cs.col(c)), "f32", align=4) for w in range(CONSUMERS)]
         top = fmax(ms[0], ms[1])
