@@ -5,8 +5,9 @@ FA4MLIR_MLA_DECODE_VARIANT=swapab).
   honoured, within the SMEM plan its config states; the default kernels' keys and names are unchanged;
 * the interpreter runs it on small problems at 16 heads, seqlen_q 1 (N 16) and 2 causal (N 32), split
   and unsplit, lengths 0, 63, 64, 150 (a phantom tile for warpgroup 1 when a split's tile count is
-  odd), checked by the FA rule against the float64 reference (testing_mla.check_mla); a seeded bug
-  (the O^T operand read K-major instead of MN-major) must fail the rule;
+  odd), and padded tiles (N 8 and 24 with fewer real rows), checked by the FA rule against the
+  float64 reference (testing_mla.check_mla); seeded bugs (V^T read K-major, P^T keys permuted, the
+  odd count's last pair dropped) must fail the rule;
 * the host picks it only when asked, and refuses with typed errors where it cannot run.
 """
 from __future__ import annotations
@@ -115,6 +116,26 @@ def _run(lens, seqlen_q, heads, page, splits, causal, dtype="bf16", cfg_change=N
 def test_swapab_through_the_interpreter(lens, seqlen_q, splits, causal, dtype):
     errs = _run(lens, seqlen_q, 16, 64, splits, causal, dtype)
     assert errs["out"] > 0
+
+
+@pytest.mark.parametrize("lens,seqlen_q,heads,page,splits", [
+    ((70, 1), 1, 5, 64, 1),      # N 8, 3 padded columns (zero Q rows, never stored)
+    ((130, 9), 2, 10, 16, 2),    # N 24, 4 padded columns; 16-row boxes; split
+])
+def test_swapab_padded_tiles(lens, seqlen_q, heads, page, splits):
+    """Tiles of N > seqlen_q x heads (the padded columns must not leak into stored rows)."""
+    errs = _run(lens, seqlen_q, heads, page, splits, True)
+    assert errs["out"] > 0
+
+
+def test_bench_variant_names(monkeypatch):
+    """bench mla's --mla-decode-variant names are checked before any tensor is made; the call cache
+    keys on the knob."""
+    torch = pytest.importorskip("torch")
+    from fa4mlir.bench import mla_bench
+    with pytest.raises(ValueError, match="unknown --mla-decode-variant"):
+        mla_bench.mla_decode_rows(torch, variants=["nope"])
+    assert mla.VARIANT_ENV in mla.CallCache.ENV
 
 
 class _DropAMajor:
