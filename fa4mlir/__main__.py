@@ -154,6 +154,11 @@ def main(argv=None) -> int:
                                                           "default: FP8_DEFAULT_RULE's kernel, smem: the conversion-"
                                                           "through-SMEM kernel (both in --set decode); a bundle of the "
                                                           "decode-fp8-variants set holds the rest)")
+    be.add_argument("--mla-decode-variant", default="", help="mla only: the mla_decode rows also time fa4mlir with "
+                                                              "each of these decode variants (attention.mla.VARIANTS: "
+                                                              "default,swapab; FA4MLIR_MLA_DECODE_VARIANT per call; "
+                                                              "swapab on the rows of seqlen_q x heads <= 32 only; a "
+                                                              "bundle of the mla-decode-variants set holds it)")
     be.add_argument("--prefill-tiles", default="", help="prefill, mla (mla_prefill): also time flash_attn_func's rows with each of "
                                                          "these ';'-separated FA4MLIR_PREFILL_TILES specs (e.g. "
                                                          "'persistent=False;bn=144'; the bundle must hold them)")

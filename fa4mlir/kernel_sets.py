@@ -65,6 +65,11 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 the decode set plus attention_decode_sm90_config.FP8_VARIANTS (converter warpgroup,
                 128-key tiles, split conversion, bit conversion, swap AB) of bf16 D128 FP8 caches, contiguous and paged 16, each
                 scale granularity, split and unsplit: what `bench decode --decode-variant` times
+    mla-decode-variants
+                the opt-in swap-AB MLA decode (FA4MLIR_MLA_DECODE_VARIANT=swapab, MLADecodeConfig.swap_ab):
+                bf16 pages of 64 at N 16 and 32 (bench mla's 16-head rows, seqlen_q 1 and 2), split and
+                unsplit, and the head-dim-512 combine (tests/gpu/test_mla_decode_swapab_gpu.py,
+                bench mla --mla-decode-variant default,swapab)
     prefill     what `bench prefill`'s fa4mlir rows run today (fa4mlir/bench/prefill_bench.py): the sm_90a
                 attention kernel, bf16 D128 causal (the dense rows; prefill_chunked on the contiguous
                 cache) and its sliding window PREFILL_WINDOW = (4096, 0) (the sliding_window row: a
@@ -624,6 +629,15 @@ def mla() -> list:
     return out + _mla_prefill()
 
 
+def mla_decode_variants() -> list:
+    """The opt-in swap-AB MLA decode kernels (bf16, page 64, N 16 and 32, split and unsplit) and the combine."""
+    from dataclasses import replace
+    from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
+    from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, default_config
+    return [(KERNEL, replace(default_config("bf16", 64, unsplit=u), swap_ab=n)) for n in (16, 32)
+            for u in (False, True)] + [(COMBINE_KERNEL, CombineConfig("bf16", D_V))]
+
+
 # (dtype, head_dim, causal, window_size, softcap, sinks) of the attention-varlen set: what
 # tests/gpu/test_varlen_gpu.py runs (every head dim causal or not, f16, GQA, a window, softcap, sinks)
 # and the interpreter's cases (tests/interpret_varlen.py)
@@ -770,7 +784,7 @@ SETS = {"attention-sm100": attention_sm100, "attention-sm100-serving": attention
         "mla-sparse-sm100": mla_sparse_sm100, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
         "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
         "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,
-        "decode-fp8-variants": decode_fp8_variants,
+        "decode-fp8-variants": decode_fp8_variants, "mla-decode-variants": mla_decode_variants,
         "prefill": prefill, "mla": mla, "attention-varlen": attention_varlen, "head-dims": head_dims,
         "score-mods": score_mods, "prefill-softcap-variants": prefill_softcap_variants,
         **{f"prefill-poly{k}": (lambda k=k: prefill_poly(k)) for k in (0, 2, 8)}}

@@ -91,7 +91,7 @@ def interpret_decode(torch, problem, cfg, combine, q, kv_operand, table, lens_a,
                           num_pages=num_pages, page_size=page, max_pages=max_pages, causal=problem.causal,
                           softmax_scale=problem.softmax_scale, q_strides=(seqlen_q * heads * 576, heads * 576, 576),
                           block_table_stride=max_pages, out_strides=out_strides)
-    interpret.load(attention_mla_decode_sm90.build(cfg)).launch(mc.grid(batch, seqlen_q, heads, splits), args)
+    interpret.load(attention_mla_decode_sm90.build(cfg)).launch(mc.grid(batch, seqlen_q, heads, splits, cfg.tile_rows), args)
     if combine is None:
         return torch.from_numpy(out.view(np.int16)).view(q.dtype).float(), torch.from_numpy(lse)
     mla.combine_args(problem, tensors, out_strides)     # the combine's contract takes this problem

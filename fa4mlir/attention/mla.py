@@ -36,6 +36,11 @@ each row to bf16(float32(e4m3) x scale) (FlashMLA's dequantize_k_cache) in SMEM 
 GEMMs (attention_mla_decode_sm90, note "FP8 latent"). Token and page strides: multiples of 16
 bytes (FlashMLA's own quantize_k_cache pads each page by one row: taken).
 
+Kernel variant (FA4MLIR_MLA_DECODE_VARIANT, read per call into the call cache's key; for A/B timing,
+bench mla --mla-decode-variant): unset or "default", or "swapab", the opt-in swap-AB kernel
+(attention_mla_decode_sm90_swapab.py) for seqlen_q x heads <= 32 over a 16-bit cache
+(UnsupportedFeatureError otherwise, never a silent fallback).
+
 Not built (typed errors, UnsupportedFeatureError): more than one KV head, head dims other than
 576/512.
 """
@@ -44,9 +49,10 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from .. import env
 from ..artifacts import Bundle
 from ..driver import device_info, resolve_stream
 from ..kernels import attention_decode_sm90_config as dec
@@ -63,6 +69,8 @@ TILE_SCHEDULER_METADATA_SIZE = 8
 MAX_SPLITS = 64               # per sequence (first guess: to be measured, bench mla)
 FILL_FRACTION = 0.8           # CTAs (one per SM: 216 KiB of SMEM) at or above this share of the SMs: no split
 CALLS_KEPT = 256
+VARIANT_ENV = "FA4MLIR_MLA_DECODE_VARIANT"
+VARIANTS = ("default", mc.SWAP_AB_VARIANT)
 
 
 def _err(msg: str, api: str = ENTRY) -> str:
@@ -166,6 +174,7 @@ class MLAProblem(MLAOutputs):
     softmax_scale: float
     causal: bool
     fp8: bool = False           # FlashMLA's FP8 latent cache (656-byte rows)
+    variant: str = "default"    # the decode kernel variant (VARIANTS; FA4MLIR_MLA_DECODE_VARIANT)
 
 
 FP8_CACHE_DTYPES = ("e4m3", "u8")
@@ -263,8 +272,27 @@ def check_mla_inputs(q: TensorInfo, k_cache: TensorInfo, block_table: TensorInfo
     for name, info in (("q", q), ("k_cache", k_cache)):
         check_layout(name, info)
     scale = check_scale(softmax_scale, d)
+    variant = check_variant(requested_variant(), seqlen_q, heads, fp8)
     return MLAProblem(batch, seqlen_q, heads, num_pages, page_size, block_table.shape[1], q.dtype, metadata.shape[0],
-                      scale, causal, fp8)
+                      scale, causal, fp8, variant)
+
+
+def requested_variant() -> str:
+    """FA4MLIR_MLA_DECODE_VARIANT (unset: "default")."""
+    return (env.get_str(VARIANT_ENV) or "default").strip() or "default"
+
+
+def check_variant(variant: str, seqlen_q: int, heads: int, fp8: bool) -> str:
+    """The decode variant for the call: UnsupportedFeatureError for an unknown name, and
+    where "swapab" cannot run (more than SWAP_AB_MAX_ROWS packed rows, or the FP8 cache)."""
+    if variant not in VARIANTS:
+        raise UnsupportedFeatureError(_err(f"{VARIANT_ENV}={variant!r} is not a decode variant; pick one of {VARIANTS}"))
+    if variant == mc.SWAP_AB_VARIANT and (fp8 or not mc.swap_ab_rows(seqlen_q, heads)):
+        raise UnsupportedFeatureError(_err(
+            f"the swap-AB decode ({VARIANT_ENV}={variant}) is built for a 16-bit cache and seqlen_q x heads <= "
+            f"{mc.SWAP_AB_MAX_ROWS}, got seqlen_q x heads = {seqlen_q * heads}, is_fp8_kvcache={fp8}; unset "
+            f"{VARIANT_ENV} for the default kernel"))
+    return variant
 
 
 # ----------------------------------------------------------------------------------------------
@@ -280,7 +308,10 @@ def kernel_for(source, cfg) -> LoadedKernel:
 def configs_for(problem: MLAProblem) -> tuple:
     """The decode kernel (unsplit for one split) and the combine (None for one split)."""
     unsplit = problem.splits == 1
-    cfg = mc.default_config(problem.dtype, problem.page_size, unsplit=unsplit, fp8=problem.fp8).validate()
+    cfg = mc.default_config(problem.dtype, problem.page_size, unsplit=unsplit, fp8=problem.fp8)
+    if problem.variant == mc.SWAP_AB_VARIANT:
+        cfg = replace(cfg, swap_ab=mc.swap_ab_rows(problem.seqlen_q, problem.heads))
+    cfg = cfg.validate()
     return cfg, None if unsplit else dec.CombineConfig(problem.dtype, mc.D_V).validate()
 
 
@@ -290,7 +321,7 @@ def build_plan(problem: MLAProblem, source, q_strides, block_table_stride: int, 
     names = {n for n, _ in (*mc.SPLIT_TENSORS, *mc.UNSPLIT_TENSORS, *dec.COMBINE_TENSORS)}
     refs = {n: TensorRef(n) for n in names}
     p = problem
-    launches = [Launch(kernel_for(source, cfg), mc.grid(p.batch, p.seqlen_q, p.heads, p.splits),
+    launches = [Launch(kernel_for(source, cfg), mc.grid(p.batch, p.seqlen_q, p.heads, p.splits, cfg.tile_rows),
                        mc.launch_args(cfg, refs, batch=p.batch, seqlen_q=p.seqlen_q, heads=p.heads, num_splits=p.splits,
                                       num_pages=p.num_pages, page_size=p.page_size, max_pages=p.max_pages, causal=p.causal,
                                       softmax_scale=p.softmax_scale, q_strides=q_strides,
@@ -346,7 +377,7 @@ class CallCache:
     options, the bundle and the environment that picks kernels), at most CALLS_KEPT, the oldest
     dropped first: a call seen before only launches."""
 
-    ENV = ("FA4MLIR_BUNDLE", "FA4MLIR_CUBIN_BACKEND", "FA4MLIR_DEBUG")
+    ENV = ("FA4MLIR_BUNDLE", "FA4MLIR_CUBIN_BACKEND", "FA4MLIR_DEBUG", VARIANT_ENV)
 
     def __init__(self):
         self._calls: dict = {}
@@ -453,4 +484,4 @@ def flops_and_bytes(batch: int, seqlen_q: int, heads: int, cached_tokens: int, d
 __all__ = ["get_mla_metadata", "flash_mla_with_kvcache", "check_mla_inputs", "check_metadata", "check_no_grad", "check_q_dims",
            "plan_splits", "MLAOutputs", "MLAProblem", "build_plan",
            "CallCache",
-           "configs_for", "kernel_for", "flops_and_bytes", "kv_operand", "TILE_SCHEDULER_METADATA_SIZE", "ENTRY"]
+           "configs_for", "kernel_for", "check_variant", "requested_variant", "VARIANT_ENV", "VARIANTS", "flops_and_bytes", "kv_operand", "TILE_SCHEDULER_METADATA_SIZE", "ENTRY"]

@@ -6,7 +6,10 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
     mla_decode     FlashMLA's dense decode benchmark shape (issue 29): batch 128, 4096 cached tokens per
                    sequence in a paged latent cache (page 64, a shuffled block table), one KV head of 576
                    (V = its first 512 columns), 16 / 64 / 128 query heads, seqlen_q 1 and 2 (causal);
-                   rows mla_decode_h{16,64,128}_q{1,2}; get_mla_metadata + flash_mla_with_kvcache
+                   rows mla_decode_h{16,64,128}_q{1,2}; get_mla_metadata + flash_mla_with_kvcache;
+                   --mla-decode-variant default,swapab also times backends fa4mlir[default] and
+                   fa4mlir[swapab] (FA4MLIR_MLA_DECODE_VARIANT around each call; swapab only on the rows
+                   it runs: seqlen_q x heads <= 32, the 16-head rows; its kernels: the mla-decode-variants set)
     mla_decode_fp8 the same over FlashMLA's FP8 latent cache (656-byte rows: the bf16 cache quantized
                    by FlashMLA's quantize_k_cache recipe, testing_mla.quantize_fp8_cache), bf16 q;
                    rows mla_decode_fp8_h{16,64,128}_q{1,2}; flash_mla_with_kvcache(is_fp8_kvcache=True),
@@ -188,12 +191,18 @@ def mla_prefill_rows(torch: Any, fa4=None, tiles=()) -> list[Row]:
                 poisoner(torch, b * n * h * dv, torch.bfloat16))]
 
 
-def mla_decode_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]:
+def mla_decode_rows(torch: Any, fa4=None, fp8: bool = False, variants=()) -> list[Row]:
     """mla_decode's rows: one bf16 latent cache (batch 128 x 4096 tokens in pages of 64, a shuffled
     block table; seed 0) and, per (heads, seqlen_q), q drawn after it; causal (bottom-right). Checked
     on sequence 0 against the dense equivalent (its 4096 rows gathered: MQA over K = the rows, V = their
     first 512 columns) by the FA rule. fp8 (mla_decode_fp8): the cache quantized to FlashMLA's FP8
-    layout, the check over its rows dequantized as the kernel does."""
+    layout, the check over its rows dequantized as the kernel does. `variants` (--mla-decode-variant,
+    attention.mla.VARIANTS): each also timed as fa4mlir[variant] on the rows it runs."""
+    from ..attention.mla import VARIANTS
+    from ..kernels.attention_mla_decode_sm90_config import SWAP_AB_VARIANT, swap_ab_rows
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise ValueError(f"unknown --mla-decode-variant {unknown}; pick from {VARIANTS}")
     import fa4mlir
     from .prefill_workloads import DEV, causal_mask, checker, poisoner
     d = MLA_DECODE
@@ -222,14 +231,35 @@ def mla_decode_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]:
                                                               causal=True, is_fp8_kvcache=fp8)[0]   # out (lse too)
             name = f"mla_decode{'_fp8' if fp8 else ''}_h{heads}_q{sq}"
             shape, flops = row_shape(name)
-            rows.append(Row(name, "mla_decode_fp8" if fp8 else "mla_decode", shape, flops, {"fa4mlir": call}, check,
+            backends = {"fa4mlir": call}
+            for v in variants:
+                if v != SWAP_AB_VARIANT or (not fp8 and swap_ab_rows(sq, heads)):
+                    backends[f"fa4mlir[{v}]"] = lambda call=call, v=v: with_decode_variant(call(), v)
+            rows.append(Row(name, "mla_decode_fp8" if fp8 else "mla_decode", shape, flops, backends, check,
                             poisoner(torch, b * sq * heads * 512, torch.bfloat16)))
     return rows
 
 
-def mla_decode_fp8_rows(torch: Any, fa4=None) -> list[Row]:
+def mla_decode_fp8_rows(torch: Any, fa4=None, variants=()) -> list[Row]:
     """mla_decode_fp8's rows (mla_decode_rows with fp8)."""
-    return mla_decode_rows(torch, fa4, fp8=True)
+    return mla_decode_rows(torch, fa4, fp8=True, variants=variants)
+
+
+def with_decode_variant(run: Callable[[], Any], variant: str) -> Callable[[], Any]:
+    """``run`` called with FA4MLIR_MLA_DECODE_VARIANT=variant (the call cache keys on it), restored after."""
+    from ..attention.mla import VARIANT_ENV
+
+    def call():
+        before = os.environ.get(VARIANT_ENV)
+        os.environ[VARIANT_ENV] = variant
+        try:
+            return run()
+        finally:
+            if before is None:
+                del os.environ[VARIANT_ENV]
+            else:
+                os.environ[VARIANT_ENV] = before
+    return call
 
 
 def _sparse_check(torch: Any, q, kv, indices, scale: float, tokens: int = 32) -> Callable[[Any], dict]:
@@ -416,7 +446,8 @@ def run(args) -> int:
     print(f"mla bench: {result['device']}, torch {torch.__version__}, FA4-CuTe {'yes' if fa4 else 'no'}, "
           f"workloads {session.names}", flush=True)
     tiles = [x.strip() for x in (getattr(args, "prefill_tiles", "") or "").split(";") if x.strip()]
-    kw = {"mla_prefill": {"tiles": tiles}}
+    variants = [x.strip() for x in (getattr(args, "mla_decode_variant", "") or "").split(",") if x.strip()]
+    kw = {"mla_prefill": {"tiles": tiles}, "mla_decode": {"variants": variants}, "mla_decode_fp8": {"variants": variants}}
     for name in session.names:
         runner.run_group(session, result, name, WORKLOADS[name], lambda name=name: BUILDERS[name](torch, fa4, **kw.get(name, {})),
                          args.rounds, row_entry=lambda row: {"row": row.name, "workload": row.workload,

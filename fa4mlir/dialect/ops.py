@@ -142,7 +142,8 @@ OPS: tuple[OpDef, ...] = (
           attrs=(("swizzle", "int"), ("lbo", "int"), ("sbo", "int"))),
     OpDef("mma", """D = A*B (+ D if `accumulate`), tile m x n x k, operand dtype `ab_dtype`, accumulator
     `acc_dtype`. A: smem descriptor (i64), registers, or a TMEM address (`a_source`); B: smem
-    descriptor, K-major unless `b_major` = "mn" (B's n index contiguous, as V is in P.V). On sm_90a
+    descriptor, K-major unless `b_major` = "mn" (B's n index contiguous, as V is in P.V); an A smem
+    descriptor likewise unless `a_major` = "mn" (sm_90a, 16-bit: A's m index contiguous). On sm_90a
     the accumulator is a register vector (operand `acc`, result the new one); on sm_100a it is a
     TMEM address (operand `acc`, no result). A from registers (sm_90a, `a_source` = "regs") is a
     vector<4xi32> of packed pairs laid out as the m64k16 A fragment (the same rows and columns a
@@ -153,7 +154,7 @@ OPS: tuple[OpDef, ...] = (
           results=(("d", "*any"),),
           attrs=(("m", "int"), ("n", "int"), ("k", "int"), ("a_source", "str"), ("ab_dtype", "str"),
                  ("acc_dtype", "str")),
-          optional_attrs=(("b_major", "str"), ("cta_group", "int"))),
+          optional_attrs=(("b_major", "str"), ("cta_group", "int"), ("a_major", "str"))),
     OpDef("mma_fence", "Order register/SMEM writes before the following asynchronous MMAs (sm_90a warpgroup fence)."),
     OpDef("mma_commit_group", "Close the group of MMAs issued so far by this warpgroup (sm_90a)."),
     OpDef("mma_wait_group", "Wait until at most `pending` MMA groups of this warpgroup are in flight (sm_90a).",

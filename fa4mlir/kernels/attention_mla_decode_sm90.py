@@ -92,6 +92,9 @@ from .common.wgmma import acc_col, acc_pair, acc_row, wait_group
 
 def build(cfg: MLADecodeConfig = MLADecodeConfig()) -> dsl.KernelIR:
     cfg.validate()
+    if cfg.swap_ab:     # the opt-in swap-AB kernel (its own file; it reuses _Work and _load_role)
+        from . import attention_mla_decode_sm90_swapab
+        return attention_mla_decode_sm90_swapab.build(cfg)
     kb = KernelBuilder(cfg.name(), arch="sm_90a", block=(cfg.threads, 1, 1), config=cfg.key(), min_ctas_per_sm=1)
     if cfg.fp8:     # note "FP8 latent": whole 656-byte rows as 164 int32 words, unswizzled
         spec = dict(dtype="i32", box=(mla_fp8.ROW_WORDS, 1, cfg.box_rows, 1), swizzle="none")

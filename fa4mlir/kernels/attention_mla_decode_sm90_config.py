@@ -19,6 +19,11 @@ P (`exchange`, the default) or both compute all of S, and whether the cache is F
 layout (`fp8`: 656-byte token rows, common/mla_fp8.py; q bf16). The head count, seqlen_q, lengths
 and split count are launch arguments.
 
+`swap_ab` (opt-in, 0 = off: out of key() and name(), so the default kernels are unchanged) builds the
+swap-AB kernel (attention_mla_decode_sm90_swapab.py) for at most SWAP_AB_MAX_ROWS packed rows a CTA:
+swap_ab = N, the rows of a CTA's tile (a legal wgmma N: 8, 16, 24, 32) in place of TILE_M = 64;
+`swap_ab_rows` picks it for a call (SWAP_AB_VARIANT, attention/mla.py's FA4MLIR_MLA_DECODE_VARIANT).
+
 Note "FP8 SMEM plan": Q (72 KiB) + one bf16 tile (72 KiB) the wgmmas read + the exchange (9 KiB)
 leave 74 KiB of the 227: one staging stage of 64 x 656-byte rows (41 KiB) fits, two (82 KiB) do
 not (`fp8_stages` derives the count). The stage is released once both warpgroups have dequantized
@@ -51,6 +56,10 @@ FP8_SCALE_GROUP = 128      # latent columns per float32 scale
 # imports the DSL: the host API reads this one)
 FP8_ROW_BYTES = D_V + 4 * (D_V // FP8_SCALE_GROUP) + 2 * (D_QK - D_V)
 FP8_MAX_STAGES = 2
+SWAP_AB_VARIANT = "swapab"     # the opt-in variant's name (FA4MLIR_MLA_DECODE_VARIANT, bench mla)
+SWAP_AB_NS = (8, 16, 24, 32)   # legal swap_ab tile rows: wgmma N, a multiple of 8 up to 32 (O^T: 4 N registers)
+SWAP_AB_MAX_ROWS = SWAP_AB_NS[-1]
+SWAP_AB_X_BYTES = 2 * SWAP_AB_MAX_ROWS * 4 * 4 * 2 + 2 * SWAP_AB_MAX_ROWS * 4   # column maxima, sums, m
 # setmaxnreg budgets: the launch gives 168 registers to each of 384 threads (a sub-partition runs
 # three of the twelve warps); the consumers' O (128) + S (32) + P (16) need more, the producer few
 MMA_REGS, LOAD_REGS = 240, 24
@@ -65,6 +74,12 @@ class MLADecodeConfig:
                                    # cross through SMEM (attention_mla_decode_sm90, note "Exchange");
                                    # False: each computes all of S (note "Design")
     fp8: bool = False              # FlashMLA's FP8 latent cache (656-byte rows), dequantized in the kernel
+    swap_ab: int = 0               # 0: off; N: the swap-AB kernel over tiles of N packed rows (module docstring)
+
+    @property
+    def tile_rows(self) -> int:
+        """Packed query rows of one CTA: TILE_M, or swap_ab's N."""
+        return self.swap_ab or TILE_M
 
     @property
     def params(self) -> tuple:
@@ -102,6 +117,9 @@ class MLADecodeConfig:
         return CONSUMERS * (TILE_M * BN // CONSUMERS * 2 + TILE_M * 4) + CONSUMERS * TILE_M * 4 if self.exchange else 0
 
     def smem_bytes(self) -> int:
+        if self.swap_ab:    # Q^T (N rows), the ring, each warpgroup's P^T (N x 64), the exchange, q_slot
+            return (self.swap_ab * D_QK * 2 + STAGES * (self.tile_bytes() + 2 * MBARRIER_BYTES)
+                    + CONSUMERS * self.swap_ab * BN * 2 + SWAP_AB_X_BYTES + 16)
         converted = self.tile_bytes() if self.fp8 else 0        # fp8: the bf16 tile next to the staging ring
         return (TILE_M * D_QK * 2 + self.stages * (self.stage_bytes() + 2 * MBARRIER_BYTES) + converted + 16
                 + self.exchange_bytes())
@@ -116,6 +134,10 @@ class MLADecodeConfig:
         if self.fp8 and (self.dtype != FP8_DTYPE or not self.exchange):
             raise ConfigError(f"the FP8 latent cache is built for dtype {FP8_DTYPE!r} with exchange=True (FlashMLA's "
                               f"bf16 q; note \"FP8 SMEM plan\"), got dtype={self.dtype!r}, exchange={self.exchange}")
+        if self.swap_ab and (self.swap_ab not in SWAP_AB_NS or self.fp8 or not self.exchange):
+            raise ConfigError(f"swap_ab must be 0 or one of {SWAP_AB_NS} (the CTA's packed rows: a wgmma N) with a "
+                              f"16-bit cache (fp8 False) and exchange True (the field has no meaning there), got "
+                              f"swap_ab={self.swap_ab}, fp8={self.fp8}, exchange={self.exchange}")
         if self.fp8 and self.stages < 1:
             raise ConfigError("the FP8 latent cache's staging stage does not fit the SMEM (note \"FP8 SMEM plan\")")
         if self.smem_bytes() > SMEM_LIMIT:
@@ -123,18 +145,25 @@ class MLADecodeConfig:
         return self
 
     def key(self) -> dict:
-        """The compile key; `fp8` only where set (the 16-bit kernels' keys as before it existed)."""
-        fields = {k: v for k, v in self.__dict__.items() if k != "fp8" or v}
+        """The compile key; `fp8` and `swap_ab` only where set (the default kernels' keys as before they existed)."""
+        fields = {k: v for k, v in self.__dict__.items() if k not in ("fp8", "swap_ab") or v}
         return {"kernel": KERNEL, **fields}
 
     def name(self) -> str:
         return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}_b{self.box_rows}{'' if self.exchange else '_rs'}"
-                f"{'_unsplit' if self.unsplit else ''}")
+                f"{f'_swapab{self.swap_ab}' if self.swap_ab else ''}{'_unsplit' if self.unsplit else ''}")
 
 
 def page_supported(page_size: int) -> bool:
     """Page sizes the kernel fetches by TMA boxes inside one page: multiples of MIN_TMA_BOX_ROWS."""
     return page_size >= 1 and gcd(BN, page_size) >= MIN_TMA_BOX_ROWS
+
+
+def swap_ab_rows(seqlen_q: int, heads: int) -> int:
+    """The swap-AB tile rows N for seqlen_q x heads packed rows (the least legal N holding them), or 0
+    when they exceed SWAP_AB_MAX_ROWS."""
+    rows = seqlen_q * heads
+    return next((n for n in SWAP_AB_NS if rows <= n), 0)
 
 
 def default_config(dtype: str, page_size: int, unsplit: bool = False, exchange: bool = True,
@@ -170,7 +199,7 @@ def launch_args(cfg: MLADecodeConfig, tensors: dict, *, batch: int, seqlen_q: in
     (anything: addresses, arrays, TensorRefs), q's and (unsplit) out's element strides (batch,
     seqlen, head; unit stride along the head dim)."""
     rows = seqlen_q * heads
-    m_tiles = -(-rows // TILE_M)
+    m_tiles = -(-rows // cfg.tile_rows)
     args = {n: tensors[n] for n, kind in cfg.params if kind in ("ptr", "tma")}
     args.update(batch=batch, seqlen_q=seqlen_q, heads=heads, rows=rows, m_tiles=m_tiles, num_splits=num_splits,
                 capacity=max_pages * page_size, num_pages=num_pages, page_size=page_size,
@@ -189,10 +218,11 @@ def launch_args(cfg: MLADecodeConfig, tensors: dict, *, batch: int, seqlen_q: in
     return {n: args[n] for n, _ in cfg.params}
 
 
-def grid(batch: int, seqlen_q: int, heads: int, num_splits: int) -> tuple[int, int, int]:
-    return (-(-seqlen_q * heads // TILE_M) * num_splits, 1, batch)
+def grid(batch: int, seqlen_q: int, heads: int, num_splits: int, tile_rows: int = TILE_M) -> tuple[int, int, int]:
+    """(M tiles of `tile_rows` (the config's tile_rows) x splits, 1, batch)."""
+    return (-(-seqlen_q * heads // tile_rows) * num_splits, 1, batch)
 
 
 __all__ = ["KERNEL", "DTYPES", "FP8_DTYPE", "FP8_ROW_BYTES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "MLADecodeConfig", "default_config",
            "page_supported", "SPLIT_PARAMS", "UNSPLIT_PARAMS", "SPLIT_TENSORS", "UNSPLIT_TENSORS", "launch_args", "grid",
-           "MIN_HEADS", "MAX_HEADS"]
+           "MIN_HEADS", "MAX_HEADS", "SWAP_AB_VARIANT", "SWAP_AB_NS", "SWAP_AB_MAX_ROWS", "swap_ab_rows"]

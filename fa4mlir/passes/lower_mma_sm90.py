@@ -6,7 +6,9 @@
   (0 none, 1 128B, 2 64B, 3 32B).
 * `fa4.mma` -> wgmma.mma_async m64nNk16 (bf16/f16 -> f32); the accumulator is a vector<Nxf32> in
   fa4 IR and the LLVM struct wgmma wants here. `b_major = "mn"` sets imm-trans-b (B stored with its
-  n index contiguous; 9.7.15.5.1 allows it for 16-bit types). A from registers (`a_source` =
+  n index contiguous; 9.7.15.5.1 allows it for 16-bit types); `a_major = "mn"` sets imm-trans-a
+  (A from SMEM stored with its m index contiguous, as V^T in the swap-AB MLA decode's O^T = V^T P^T;
+  the same rule: 16-bit types only). A from registers (`a_source` =
   "regs", the P operand of attention's P.V) has no nvvm op in LLVM 22: it is emitted as the PTX
   `wgmma.mma_async ... d, {a0, a1, a2, a3}, b-desc, scale-d, 1, 1, imm-trans-b` with the
   accumulator tied in and out.
@@ -46,9 +48,12 @@ def _mma(op: ir.Operation) -> None:
         raise PassError(f"{NAME}: wgmma supports m64 n8..256 (step 8) k16 with bf16/f16 -> f32; got "
                         f"m{m} n{n} k{k} {ab}->{acc_t}", op.location)
     b_major = attr(op, "b_major") if "b_major" in op.attributes else "k"
-    if a_src not in ("smem", "regs") or b_major not in ("k", "mn"):
-        raise PassError(f"{NAME}: sm_90a wgmma takes A from 'smem' or 'regs' and a 'k'- or 'mn'-major B; "
-                        f"got a_source={a_src!r}, b_major={b_major!r}", op.location)
+    a_major = attr(op, "a_major") if "a_major" in op.attributes else "k"
+    if a_src not in ("smem", "regs") or b_major not in ("k", "mn") or a_major not in ("k", "mn") \
+            or (a_src == "regs" and a_major != "k"):
+        raise PassError(f"{NAME}: sm_90a wgmma takes A from 'smem' ('k'- or 'mn'-major) or 'regs' ('k'-major) and a "
+                        f"'k'- or 'mn'-major B; got a_source={a_src!r}, a_major={a_major!r}, b_major={b_major!r}",
+                        op.location)
     if a_src == "regs":
         return _mma_regs(op, n, ab, b_major)
     a, b, accumulate, acc = op.operands
@@ -62,7 +67,7 @@ def _mma(op: ir.Operation) -> None:
         f32_struct_type(nacc), vec_to_f32_struct(acc, nacc), a, b, P(f"#nvvm.shape<m = 64, n = {n}, k = 16>"),
         P(f"#nvvm.wgmma_type<{ab}>"), P(f"#nvvm.wgmma_type<{ab}>"), P("#nvvm.wgmma_type<f32>"),
         P(f"#nvvm.wgmma_scale_out<{'one' if scale_d else 'zero'}>"), P("#nvvm.wgmma_scale_in<one>"),
-        P("#nvvm.wgmma_scale_in<one>"), P("#nvvm.mma_layout<row>"),
+        P("#nvvm.wgmma_scale_in<one>"), P(f"#nvvm.mma_layout<{'row' if a_major == 'k' else 'col'}>"),
         P(f"#nvvm.mma_layout<{'col' if b_major == 'k' else 'row'}>"))
     replace(op, [f32_struct_to_vec(res, nacc)])
 

@@ -183,7 +183,7 @@ module attributes {gpu.container_module} {
   gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
     llvm.func @a_from_tmem(%a: i32, %d: i64, %acc: vector<8xf32>) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
       %true = arith.constant true
-      // expected-error @+1 {{sm_90a wgmma takes A from 'smem' or 'regs' and a 'k'- or 'mn'-major B; got a_source='tmem', b_major='k'}}
+      // expected-error @+1 {{fa4-lower-mma-sm90: sm_90a wgmma takes A from 'smem' ('k'- or 'mn'-major) or 'regs' ('k'-major) and a 'k'- or 'mn'-major B; got a_source='tmem', a_major='k', b_major='k'}}
       %r = "fa4.mma"(%a, %d, %true, %acc) {m = 64 : i64, n = 16 : i64, k = 16 : i64, a_source = "tmem",
                                           ab_dtype = "bf16", acc_dtype = "f32"} : (i32, i64, i1, vector<8xf32>) -> vector<8xf32>
       llvm.return
@@ -228,6 +228,37 @@ module attributes {gpu.container_module} {
       %d32 = "fa4.smem_desc"(%p32) {swizzle = 128 : i64, lbo = 16 : i64, sbo = 1024 : i64} : (!llvm.ptr<3>) -> i64
       %d48 = "fa4.smem_desc"(%p48) {swizzle = 128 : i64, lbo = 16 : i64, sbo = 1024 : i64} : (!llvm.ptr<3>) -> i64
       %d8 = "fa4.smem_desc"(%p8) {swizzle = 128 : i64, lbo = 16 : i64, sbo = 1024 : i64} : (!llvm.ptr<3>) -> i64
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// a_major = "mn" (A from SMEM stored m-contiguous, as V^T in the swap-AB MLA decode): imm-trans-a,
+// layoutA col; from registers it is refused.
+// CHECK-LABEL: llvm.func @a_mn_major
+// CHECK: nvvm.wgmma.mma_async %{{.*}}, %{{.*}}, %{{.*}}, <m = 64, n = 32, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <col>], B[<bf16>, <one>, <col>]
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @a_mn_major(%a: i64, %b: i64, %acc: vector<16xf32>) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      %true = arith.constant true
+      %r = "fa4.mma"(%a, %b, %true, %acc) {m = 64 : i64, n = 32 : i64, k = 16 : i64, a_source = "smem", a_major = "mn",
+                                          ab_dtype = "bf16", acc_dtype = "f32"} : (i64, i64, i1, vector<16xf32>) -> vector<16xf32>
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @a_regs_mn(%a: vector<4xi32>, %b: i64, %acc: vector<16xf32>) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      %true = arith.constant true
+      // expected-error @+1 {{fa4-lower-mma-sm90: sm_90a wgmma takes A from 'smem' ('k'- or 'mn'-major) or 'regs' ('k'-major) and a 'k'- or 'mn'-major B; got a_source='regs', a_major='mn', b_major='k'}}
+      %r = "fa4.mma"(%a, %b, %true, %acc) {m = 64 : i64, n = 32 : i64, k = 16 : i64, a_source = "regs", a_major = "mn",
+                                          ab_dtype = "bf16", acc_dtype = "f32"} : (vector<4xi32>, i64, i1, vector<16xf32>) -> vector<16xf32>
       llvm.return
     }
   }

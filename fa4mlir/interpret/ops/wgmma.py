@@ -12,7 +12,7 @@ r + 8 ((i / 2) % 2); A word j (two 16-bit elements, low half first) row r + 8 (j
 Descriptors (§9.7.15.5.1 "Matrix Descriptor Format"): start address >> 4 in bits 0-13, LBO >> 4 in
 16-29, SBO >> 4 in 32-45, base offset in 49-51, swizzle in 62-63 (1 = 128B and 2 = 64B modelled).
 A row-major ("K-major") A and a column-major B are K-major operands, a row-major B (imm-trans-b)
-is MN-major: numeric.sw128_operand_offsets.
+and a column-major A from shared memory (imm-trans-a) are MN-major: numeric.sw128_operand_offsets.
 
 The D registers are written asynchronously: a wgmma's result is a `PendingRegs` until this warp's
 wgmma.wait_group retires its group. Moving it (extract/insertvalue, extract/insertelement: the
@@ -134,8 +134,8 @@ def warpgroup_mma(w, a_rows: np.ndarray, b_desc: int, n: int, dtype: str, b_mn_m
     return acc[rows, cols].astype(np.float32)
 
 
-def _shape(op) -> tuple[int, str, bool]:
-    """(N, dtype, B MN-major) of an nvvm.wgmma.mma_async, checked for what is modelled."""
+def _shape(op) -> tuple[int, str, bool, bool]:
+    """(N, dtype, B MN-major, A MN-major) of an nvvm.wgmma.mma_async, checked for what is modelled."""
     shape = str(op.attributes["shape"])
     n = int(re.search(r"n = (\d+)", shape).group(1))
     ta, tb, td = (str(op.attributes[k]) for k in ("typeA", "typeB", "typeD"))
@@ -145,9 +145,7 @@ def _shape(op) -> tuple[int, str, bool]:
     for k in ("scaleA", "scaleB"):
         if "one" not in str(op.attributes[k]):
             raise Unsupported(f"nvvm.wgmma.mma_async {k} {op.attributes[k]}: only scale 1 is modelled")
-    if "row" not in str(op.attributes["layoutA"]):
-        raise Unsupported("nvvm.wgmma.mma_async with a column-major (MN-major) A")
-    return n, dtype, "row" in str(op.attributes["layoutB"])
+    return n, dtype, "row" in str(op.attributes["layoutB"]), "col" in str(op.attributes["layoutA"])
 
 
 def _aligned(w, mask, what):
@@ -159,7 +157,7 @@ def _aligned(w, mask, what):
 @semantics("nvvm.wgmma.mma_async")
 def mma_async(p, op, a, r):
     """D = A B^T (+ D) with A and B from shared-memory descriptors (A's rows of this warp)."""
-    n, dtype, b_mn_major = _shape(op)
+    n, dtype, b_mn_major, a_mn_major = _shape(op)
     scale_d = "zero" not in str(op.attributes["scaleD"])
     types = [str(v.type) for v in op.operands]
     acc = a[types.index(next(t for t in types if t.startswith("!llvm.struct")))]
@@ -169,7 +167,7 @@ def mma_async(p, op, a, r):
     def run(env, mask, w):
         _aligned(w, mask, "wgmma.mma_async")
         ad = int(env[a_desc][0]) & (2**64 - 1)
-        a_addrs = descriptor_addresses(ad, M, False)[16 * (w.wid % 4):16 * (w.wid % 4) + 16]
+        a_addrs = descriptor_addresses(ad, M, a_mn_major)[16 * (w.wid % 4):16 * (w.wid % 4) + 16]
         A = read_operand(w.cta, a_addrs, ad, dtype)
         w.wgmma_reads(a_addrs, "wgmma A")
         d = env[acc].value if isinstance(env[acc], PendingRegs) else env[acc]      # chaining is allowed
