@@ -1,6 +1,7 @@
 """Deviceless: the sm_90a sparse MLA decode over FlashMLA's FP8 latent cache (flash_mla_with_kvcache(
 is_fp8_kvcache=True, indices=...): attention/mla_sparse_decode.py, attention_mla_sparse_sm90 built from
-MLASparseDecodeConfig(kv_dtype="fp8"), note "FP8 gather").
+MLASparseDecodeConfig(kv_dtype="fp8"), note "FP8 gather"): the gather variant (FA4MLIR_MLA_SPARSE_FP8_VARIANT=
+gather; the default before FP8_DECODE_DEFAULT_RULE picked the converter, tests/test_mla_sparse_decode_fp8_conv.py).
 
 * the FP8 sparse decode kernels of the `mla` bundle set compile with no spills (the gather warp's 24
   registers included), wgmma not serialised, within the SMEM plan their config states (one staging
