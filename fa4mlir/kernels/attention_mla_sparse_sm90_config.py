@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from .common.constants import LOG2E
 from .common.fastdiv import divisor
-from .common.fields import ConfigError, check_fields
+from .common.fields import ConfigError, check_fields, field_defaults, key_leaving_out
 
 KERNEL = "attention_mla_sparse_sm90"
 DTYPES = ("bf16",)         # FlashMLA's sparse prefill takes bf16 only
@@ -157,11 +157,14 @@ class MLASparseConfig:
 
     def key(self) -> dict:
         """The compile key; kv_dtype only where set (the bf16 kernels' keys as before it existed)."""
-        return {"kernel": KERNEL, **{k: v for k, v in self.__dict__.items() if k != "kv_dtype" or v}}
+        return {"kernel": KERNEL, **key_leaving_out(self, VARIANT_FIELDS)}
 
     def name(self) -> str:
         return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_topklen' if self.topk_length else ''}"
                 f"{'_sinks' if self.sinks else ''}")
+
+
+VARIANT_FIELDS = field_defaults(MLASparseConfig, ("kv_dtype",))     # MLASparseConfig's (common.fields)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -333,11 +336,14 @@ class MLASparseDecodeConfig:
 
     def key(self) -> dict:
         """The compile key; fp8_converter only where set (the other kernels' keys as before it existed)."""
-        return {"kernel": DECODE_KERNEL, **{k: v for k, v in self.__dict__.items() if k != "fp8_converter" or v}}
+        return {"kernel": DECODE_KERNEL, **key_leaving_out(self, DECODE_VARIANT_FIELDS)}
 
     def name(self) -> str:
         return (f"{DECODE_KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_conv' if self.fp8_converter else ''}"
                 f"{'_topklen' if self.topk_length else ''}{'_split' if self.split else ''}")
+
+
+DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter",))  # MLASparseDecodeConfig's
 
 
 # ----------------------------------------------------------------------------------------------
