@@ -147,6 +147,10 @@ def test_host_selects_the_converter_by_default_and_gather_when_asked(monkeypatch
     with pytest.raises(KnobError, match="FA4MLIR_MLA_SPARSE_FP8_VARIANT='conv'"):
         sd.check_sparse_decode_inputs(**args)
     assert sd.check_sparse_decode_inputs(**bf16).config(False) == dc.MLASparseDecodeConfig("bf16")
+    monkeypatch.delenv(sd.VARIANT_ENV)
+    monkeypatch.setenv(sd.RETIRED_CONVERTER_ENV, "0")     # would silently run the converter: refused
+    with pytest.raises(KnobError, match="retired"):
+        sd.check_sparse_decode_inputs(**args)
 
 
 def test_bench_backend_sets_the_knob_only_around_its_call(monkeypatch):

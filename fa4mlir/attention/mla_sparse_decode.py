@@ -69,6 +69,7 @@ from .mla import (ENTRY, FILL_FRACTION, MAX_SPLITS, CallCache, MLAOutputs, _Call
 from .plan import Launch, Plan, TensorRef, source_for
 
 VARIANT_ENV = dc.FP8_DECODE_VARIANT_ENV
+RETIRED_CONVERTER_ENV = "FA4MLIR_MLA_SPARSE_FP8_CONVERTER"     # the opt-in bool before FP8_DECODE_DEFAULT_RULE
 CACHE_DIMS = ("pages", "page_size", "kv_heads", "head_dim")
 Q_DIMS = ("batch", "seqlen_q", "heads", "head_dim")
 
@@ -169,7 +170,11 @@ def requested_variant() -> str:
     """FA4MLIR_MLA_SPARSE_FP8_VARIANT: the entry of dc.FP8_DECODE_VARIANTS the FP8 sparse decode runs (unset or
     "default": FP8_DECODE_DEFAULT_RULE's, the converter; "gather": the kernel before the rule, for A/B; a
     bundle must hold it: the mla set holds both). Read per call into the call cache's key; KnobError for an
-    unknown name, before any launch."""
+    unknown name, or for the retired FA4MLIR_MLA_SPARSE_FP8_CONVERTER set (its 0 would now run the
+    converter without a word), before any launch."""
+    if RETIRED_CONVERTER_ENV in os.environ:
+        raise KnobError(_err(f"{RETIRED_CONVERTER_ENV} is retired: the converter kernel is the default; unset it and "
+                             f"set {VARIANT_ENV}=gather for the kernel before the rule"))
     name = (env.get_str(VARIANT_ENV) or "default").strip()
     if name != "default" and name not in dc.FP8_DECODE_VARIANTS:
         raise KnobError(_err(f"{VARIANT_ENV}={name!r} is not an FP8 sparse decode variant; known: default, "
