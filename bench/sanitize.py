@@ -87,6 +87,7 @@ from fa4mlir import kernels
 from fa4mlir.kernels import attention_decode_sm90_config as dcfg
 from fa4mlir.kernels import attention_mla_decode_sm90_config as mcfg
 from fa4mlir.kernels import attention_sm90_config as acfg
+from fa4mlir.kernels.common.fields import merge_variant_fields
 
 REPO = Path(__file__).resolve().parent.parent
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
@@ -160,14 +161,14 @@ def emit(tag: str, value: dict) -> None:
     print(f"{tag} {json.dumps(value)}", flush=True)
 
 
-# Fields an attention kernel's key holds only when set (AttnConfig.key): an entry with one set holds
-# every item of the plain kernel of its tiles, so a case's entry must agree on these too
-OPTIONAL_FIELDS = {"varlen": False, "varlen_compact": False, "page_size": 0, "head_dim_v": 0, "score_mod": "", "mask_mod": "", "aux": "", "varlen_q": False,
-                   "window_left": -1, "window_right": -1, "chunk": 0, "softcap": False, "sinks": False,
-                   "fp8": False,   # fp8: the MLA kernel's FP8-latent-cache variant, whose key alone holds it
-                   "kv_dtype": "",  # and the sparse MLA prefill's FP8 variant (kv_dtype "fp8"), likewise
-                   "fp8_converter": False,   # the sparse MLA decode's opt-in FP8 converter variant, likewise
-                   "swap_ab": False, "swap_ab_warp_max": False}   # the FP8 decode's swap-AB kernels (FP8_DEFAULT_RULE)
+# The kernels `find` looks up among the entries of a case's own variant, each with its config's variant fields
+# (kernels.common.fields: declared once beside each config; attention.plan reads the attention kernel's)
+VARIANT_FIELDS_BY_KERNEL = {acfg.KERNEL: acfg.VARIANT_FIELDS, dcfg.KERNEL: dcfg.VARIANT_FIELDS,
+                            dcfg.COMBINE_KERNEL: dcfg.COMBINE_VARIANT_FIELDS, mcfg.KERNEL: mcfg.VARIANT_FIELDS,
+                            sps.sc.KERNEL: sps.sc.VARIANT_FIELDS, sps.sc.DECODE_KERNEL: sps.sc.DECODE_VARIANT_FIELDS}
+# their union: an entry with one set holds every item of the plain kernel of its tiles, so a case's entry
+# must agree on these too (absent: the default)
+OPTIONAL_FIELDS = merge_variant_fields(*VARIANT_FIELDS_BY_KERNEL.values())
 
 
 def same_variant(config: dict, match: dict) -> bool:
@@ -182,7 +183,7 @@ def find(bundle, case: Case, match: dict):
     OPTIONAL_FIELDS): an attention, decode, combine, MLA decode, sparse MLA prefill or decode case's entry
     is looked up among the entries of its own variant, by name."""
     want = dict(arch=RUNNABLE_ARCH, cubin_backend=kernels.cubin_backend(case.kernel), **match)
-    if case.kernel in (acfg.KERNEL, dcfg.KERNEL, dcfg.COMBINE_KERNEL, mcfg.KERNEL, sps.sc.KERNEL, sps.sc.DECODE_KERNEL):
+    if case.kernel in VARIANT_FIELDS_BY_KERNEL:
         names = {e["name"] for e in bundle.entries if e["arch"] == RUNNABLE_ARCH and same_variant(e["config"], match)
                  and all(e["config"].get(k) == v for k, v in want.items() if k != "arch")}
         if not names:

@@ -2,9 +2,9 @@
 twelve entries, MLASparseDecodeConfig(dtype, kv_dtype=, topk_length=, split=)) through flash_mla_with_kvcache
 with indices, the split ones with the head-dim-512 combine; the four over FlashMLA's FP8 cache
 (kv_dtype "fp8") with is_fp8_kvcache=True, their cache the same bf16 latent quantized to 656-byte rows
-(testing_mla.quantize_fp8_cache: NaN rows give NaN bytes and scales), checked over its dequantized rows;
-and those four's opt-in converter variant (fp8_converter: FA4MLIR_MLA_SPARSE_FP8_CONVERTER=1 around the
-case's calls).
+(testing_mla.quantize_fp8_cache: NaN rows give NaN bytes and scales), checked over its dequantized rows,
+in both FP8 variants (dc.FP8_DECODE_VARIANTS: the converter, FP8_DECODE_DEFAULT_RULE's, and the gather
+kernel; FA4MLIR_MLA_SPARSE_FP8_VARIANT set to the case's around its calls).
 
 Family: the kernel and split or unsplit (the split writes partials another kernel reads); features
 (sparse_decode_features): the dtype and, when set, `sparse-decode-topk_length` and `sparse-decode-fp8`.
@@ -29,41 +29,46 @@ from bench.sanitize_mla import nan_empty
 from bench.sanitize_mla_sparse import sparse_inputs
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as dc
 
-# (case name, (dtype, topk_length, split[, kv_dtype[, fp8_converter]]) of its kernels, quick): every sparse
+# (case name, (dtype, topk_length, split[, kv_dtype, fp8 variant]) of its kernels, quick): every sparse
 # decode entry of the mla set
 CASES = (
     ("mla-sparse-decode", (("bf16", False, False), ("bf16", True, True)), True),
     ("mla-sparse-decode-more", (("bf16", True, False), ("bf16", False, True), ("f16", False, False),
                                 ("f16", True, False), ("f16", False, True), ("f16", True, True)), False),
-    ("mla-sparse-decode-fp8", (("bf16", False, False, "fp8"), ("bf16", True, True, "fp8"),
-                               ("bf16", True, False, "fp8"), ("bf16", False, True, "fp8")), False),
-    ("mla-sparse-decode-fp8-conv", tuple((*e, "fp8", True) for e in (("bf16", False, False), ("bf16", True, True),
-                                                                    ("bf16", True, False), ("bf16", False, True))),
-     False),
+    *((f"mla-sparse-decode-fp8{'' if v == dc.FP8_DECODE_DEFAULT_RULE else '-' + v}",
+       tuple((*e, "fp8", v) for e in (("bf16", False, False), ("bf16", True, True), ("bf16", True, False),
+                                      ("bf16", False, True))), False) for v in dc.FP8_DECODE_VARIANTS),
 )
 SHAPES = ((2, 2, 16, 128, 10, 64), (3, 1, 80, 256, 20, 61))    # (batch, seqlen_q, heads, topk, pages, page)
 SPLITS = 3
 
 
 def matches(entries) -> tuple[dict, ...]:
-    return tuple(dc.MLASparseDecodeConfig(d, kv_dtype=kv[0] if kv else "", topk_length=t, split=s,
-                                          fp8_converter=len(kv) > 1 and kv[1]).key()
-                 for d, t, s, *kv in entries)
+    return tuple((dc.fp8_decode_variant(dc.MLASparseDecodeConfig(d, "fp8", t, s), kv[1]) if kv else
+                  dc.MLASparseDecodeConfig(d, topk_length=t, split=s)).key() for d, t, s, *kv in entries)
+
+
+def fp8_variant_of(match: dict) -> str:
+    """The FP8_DECODE_VARIANTS name of an FP8 case's kernel (its key's fp8_converter)."""
+    return next(n for n, conv in dc.FP8_DECODE_VARIANTS.items() if conv == bool(match.get("fp8_converter")))
 
 
 @contextlib.contextmanager
-def converter_knob(on: bool):
-    """FA4MLIR_MLA_SPARSE_FP8_CONVERTER set to 1 (on) or 0 inside, restored after."""
-    from fa4mlir.attention.mla_sparse_decode import CONVERTER_ENV
-    before = os.environ.get(CONVERTER_ENV)
-    os.environ[CONVERTER_ENV] = "1" if on else "0"
+def variant_knob(name: str | None):
+    """FA4MLIR_MLA_SPARSE_FP8_VARIANT set to ``name`` inside (None: left as it is), restored after."""
+    from fa4mlir.attention.mla_sparse_decode import VARIANT_ENV
+    if name is None:
+        yield
+        return
+    before = os.environ.get(VARIANT_ENV)
+    os.environ[VARIANT_ENV] = name
     try:
         yield
     finally:
         if before is None:
-            del os.environ[CONVERTER_ENV]
+            del os.environ[VARIANT_ENV]
         else:
-            os.environ[CONVERTER_ENV] = before
+            os.environ[VARIANT_ENV] = before
 
 
 def sparse_decode_family(config: dict) -> str:
@@ -77,7 +82,7 @@ def sparse_decode_features(config: dict) -> set[str]:
 
 def describe(case) -> list[str]:
     return [f"batch {b}, seqlen_q {sq}, heads {h}, topk {k}, {p} pages of {ps}, {m['dtype']}"
-            f"{', FP8 cache' if m.get('kv_dtype') == 'fp8' else ''}{', converter' if m.get('fp8_converter') else ''}"
+            f"{f', FP8 cache, {fp8_variant_of(m)}' if m.get('kv_dtype') == 'fp8' else ''}"
             f"{', topk_length' if m['topk_length'] else ''}, {SPLITS if m['split'] else 1} split(s) via "
             f"flash_mla_with_kvcache(indices=)" for m in case.match for b, sq, h, k, p, ps in SHAPES]
 
@@ -117,7 +122,7 @@ def child_mla_sparse_decode(case, bundle, seed: int):
             num_splits = torch.arange(batch + 1, dtype=torch.int32, device=device) * splits
             args = [x.to(device) for x in (q, cache, torch.from_numpy(np.ascontiguousarray(idx)))]
             length_t = None if lens is None else torch.from_numpy(lens).to(device)
-            with converter_knob(bool(match.get("fp8_converter"))):    # the host reads it per call
+            with variant_knob(fp8_variant_of(match) if fp8 else None):    # the host reads it per call
                 infos = {n: read_tensor(n, x, sd.ENTRY) for n, x in (("q", args[0]), ("k_cache", args[1]),
                                                                       ("indices", args[2]), ("meta", meta),
                                                                       ("num_splits", num_splits))}
@@ -142,4 +147,5 @@ def child_mla_sparse_decode(case, bundle, seed: int):
             except AssertionError as exc:
                 r.update(ok=False, error=str(exc)[:300])
             yield {"kernel": name, "shape": [batch, seqlen_q, heads, topk, pages, page], "splits": splits,
-                   "topk_length": lens is not None, "fp8": fp8, "converter": bool(match.get("fp8_converter")), "via": "flash_mla_with_kvcache(indices=)", "seed": s, **r}
+                   "topk_length": lens is not None, "fp8": fp8,
+                   "fp8_variant": fp8_variant_of(match) if fp8 else None, "via": "flash_mla_with_kvcache(indices=)", "seed": s, **r}

@@ -49,9 +49,11 @@ KNOBS: dict[str, Knob] = {
              "hold it: the bench or prefill set), or 'persistent' (min(SMs, working-tile bound) CTAs striding "
              "over the compact grid's tiles: varlen_compact with persistent, an A/B variant; the bench or prefill "
              "set holds the anchors' kernel); read at every call"),
-        Knob("FA4MLIR_MLA_SPARSE_FP8_CONVERTER", "0", "bool", "1: flash_mla_with_kvcache(is_fp8_kvcache=True, "
-             "indices=...) runs the opt-in converter-warpgroup kernel (MLASparseDecodeConfig.fp8_converter; "
-             "read per call into the call cache's key; the mla bundle set holds it)"),
+        Knob("FA4MLIR_MLA_SPARSE_FP8_VARIANT", None, "str", "flash_mla_with_kvcache(is_fp8_kvcache=True, "
+             "indices=...) runs this entry of attention_mla_sparse_sm90_config.FP8_DECODE_VARIANTS instead of "
+             "FP8_DECODE_DEFAULT_RULE's kernel (the converter warpgroup): 'gather', the kernel before the rule, "
+             "for A/B (bench mla's backend fa4mlir[gather]); read per call into the call cache's key; the mla "
+             "bundle set holds both"),
         Knob("FA4MLIR_PREFILL_TILES", None, "str", "flash_attn_func runs its case's default kernel with these "
              "AttnConfig tile / code-knob fields replaced ('bn=144,persistent=False'; for measurement: bench "
              "prefill --prefill-tiles); a kernel source without that variant raises BundleError, never falls back"),

@@ -131,7 +131,9 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 (flash_mla_with_kvcache with indices, attention/mla_sparse_decode.py) in bf16 and f16, with
                 and without topk_length, split and unsplit (tests/gpu/test_mla_sparse_decode_gpu.py and `bench
                 mla`'s sparse decode row), and the same four over FlashMLA's FP8 cache (is_fp8_kvcache with
-                indices, bf16; tests/gpu/test_mla_sparse_decode_gpu.py's fp8 cases and `bench mla`'s
+                indices, bf16) in both variants: the converter-warpgroup kernel FP8_DECODE_DEFAULT_RULE picks
+                and the gather kernel (FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather; tests/gpu/test_mla_sparse_decode_gpu.py's
+                fp8 cases, tests/gpu/test_mla_sparse_decode_fp8_conv_gpu.py and `bench mla`'s
                 mla_sparse_decode_fp8 row)
     bench       the attention, decode, prefill and mla sets, and the GEMM variants the benchmark times against
                 torch.matmul
@@ -601,7 +603,8 @@ def mla() -> list:
     """The absorbed MLA decode kernels (flash_mla_with_kvcache) of MLA_CASES, split and unsplit,
     the head-dim-512 combine per dtype, the sparse prefill's four (flash_mla_sparse_fwd) and four over
     FlashMLA's FP8 rows, and the sparse decode's eight (flash_mla_with_kvcache with indices), four
-    over the FP8 cache and their four opt-in converter variants (FA4MLIR_MLA_SPARSE_FP8_CONVERTER)."""
+    over the FP8 cache (the converter-warpgroup kernels FP8_DECODE_DEFAULT_RULE picks and the gather kernels
+    of FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather)."""
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
     from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, default_config
     out = [(KERNEL, default_config(dtype, page, unsplit=u)) for dtype, page in MLA_CASES for u in (False, True)]
@@ -620,12 +623,13 @@ def mla() -> list:
     from .kernels.attention_mla_sparse_sm90_config import DECODE_DTYPES, DECODE_KERNEL, MLASparseDecodeConfig
     out += [(DECODE_KERNEL, MLASparseDecodeConfig(d, topk_length=t, split=s)) for d in DECODE_DTYPES
             for t in (False, True) for s in (False, True)]
-    # the sparse decode over FlashMLA's FP8 cache (is_fp8_kvcache=True with indices; bf16 q), the same four
-    out += [(DECODE_KERNEL, MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s))
-            for t in (False, True) for s in (False, True)]
-    # ... and the opt-in converter-warpgroup variant of those four (FA4MLIR_MLA_SPARSE_FP8_CONVERTER=1)
-    out += [(DECODE_KERNEL, MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s, fp8_converter=True))
-            for t in (False, True) for s in (False, True)]
+    # the sparse decode over FlashMLA's FP8 cache (is_fp8_kvcache=True with indices; bf16 q), the same four as
+    # each variant: FP8_DECODE_DEFAULT_RULE's (the converter warpgroup) first, then "gather" (A/B)
+    from .kernels.attention_mla_sparse_sm90_config import FP8_DECODE_VARIANTS, fp8_decode_variant
+    fp8 = [MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s) for t in (False, True) for s in (False, True)]
+    out += [(DECODE_KERNEL, fp8_decode_variant(c)) for c in fp8]
+    out += [(DECODE_KERNEL, fp8_decode_variant(c, name)) for name in FP8_DECODE_VARIANTS for c in fp8
+            if fp8_decode_variant(c, name) != fp8_decode_variant(c)]
     return out + _mla_prefill()
 
 

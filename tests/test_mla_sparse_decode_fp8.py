@@ -1,6 +1,7 @@
 """Deviceless: the sm_90a sparse MLA decode over FlashMLA's FP8 latent cache (flash_mla_with_kvcache(
 is_fp8_kvcache=True, indices=...): attention/mla_sparse_decode.py, attention_mla_sparse_sm90 built from
-MLASparseDecodeConfig(kv_dtype="fp8"), note "FP8 gather").
+MLASparseDecodeConfig(kv_dtype="fp8"), note "FP8 gather"): the gather variant (FA4MLIR_MLA_SPARSE_FP8_VARIANT=
+gather; the default before FP8_DECODE_DEFAULT_RULE picked the converter, tests/test_mla_sparse_decode_fp8_conv.py).
 
 * the FP8 sparse decode kernels of the `mla` bundle set compile with no spills (the gather warp's 24
   registers included), wgmma not serialised, within the SMEM plan their config states (one staging
@@ -170,8 +171,10 @@ def test_fp8_plan_launches_by_the_contract(monkeypatch, splits):
     plan = sd.build_plan(problem, None, (128 * 576, 576), 656, 2048, 65 * 656)
     first = plan.launches[0]
     cfg = first.kernel.cfg
-    assert cfg == dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=True, split=splits > 1)
-    assert (dc.DECODE_KERNEL, cfg) in FP8_ENTRIES
+    # FP8_DECODE_DEFAULT_RULE's kernel (the converter; the gather kernel's launch contract is the same)
+    plain = dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=True, split=splits > 1)
+    assert cfg == dc.fp8_decode_variant(plain) and cfg.fp8_converter and (dc.DECODE_KERNEL, cfg) in kernel_sets.mla()
+    assert plain.params == cfg.params
     assert list(first.args) == [n for n, _ in cfg.params]
     assert (first.args["kv_stride_s"], first.args["kv_stride_page"], first.args["page_size"]) == (656, 65 * 656, 64)
     assert (first.args["page_mul"], first.args["page_shr"]) == dc.divisor(64)

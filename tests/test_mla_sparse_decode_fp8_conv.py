@@ -1,11 +1,13 @@
-"""Deviceless: the opt-in converter-warpgroup variant of the sm_90a sparse MLA decode over FlashMLA's FP8
-cache (MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True): attention_mla_sparse_sm90, note "FP8
-converter"; config note "FP8 converter plan"; FA4MLIR_MLA_SPARSE_FP8_CONVERTER selects it).
+"""Deviceless: the converter-warpgroup kernel of the sm_90a sparse MLA decode over FlashMLA's FP8 cache
+(MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True): attention_mla_sparse_sm90, note "FP8
+converter"; config note "FP8 converter plan"), the default by FP8_DECODE_DEFAULT_RULE
+(FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather selects the kernel before it).
 
 * its config: name, compile key, SMEM plan (two bf16 tiles, no staging stage), register budgets that
   fill the launch pool exactly; converter without the FP8 cache refused; the default configs'
   names and keys unchanged;
-* its four kernels are in the `mla` bundle set, compile with no spills and no stack, wgmma not
+* FP8_DECODE_DEFAULT_RULE picks it for every FP8 sparse decode kernel; unknown variant names refused;
+* its four kernels and the gather kernels are in the `mla`, `gpu-tests` and `bench` sets; it compiles with no spills and no stack, wgmma not
   serialised, setmaxnreg 200 / 104 in the SASS and no local-memory instruction;
 * fa4-verify-pipelines accepts it and rejects every single ring-op mutation (phase flipped, stage + 1,
   erased);
@@ -13,7 +15,8 @@ converter"; config note "FP8 converter plan"; FA4MLIR_MLA_SPARSE_FP8_CONVERTER s
   duplicates, topk_length shorter than topk and 0, NaN rows, a query row with no valid entry, 16 / 64
   / 80 heads, padded pages, split and unsplit) by the FA rule;
 * it gives the default FP8 kernel's out and lse bits on the 5-tile case;
-* the host selects it only when the knob is set.
+* the host selects it by default and the gather kernel when the knob names it (unknown: KnobError);
+  bench mla's fa4mlir[gather] sets the knob only around its call.
 """
 from __future__ import annotations
 
@@ -39,19 +42,36 @@ def test_converter_config_rules():
     assert cfg.smem_bytes() == 64 * 576 * 2 * 3 + cfg.exchange_bytes() + cfg.bias_bytes() + 16 + 4 * 8 <= dc.SMEM_LIMIT
     fits, need, pool = dc.register_pool_fits(cfg.threads, *cfg.regs, dc.CONSUMERS)
     assert fits and need == pool == 384 * 168
-    for default in (dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8"), dc.MLASparseDecodeConfig("bf16")):
-        assert "fp8_converter" not in default.key() and "_conv" not in default.name()
-        assert default.regs == (dc.MMA_REGS, dc.LOAD_REGS)
+    for plain in (dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8"), dc.MLASparseDecodeConfig("bf16")):
+        assert "fp8_converter" not in plain.key() and "_conv" not in plain.name()
+        assert plain.regs == (dc.MMA_REGS, dc.LOAD_REGS)
     for bad in (dict(fp8_converter=True), dict(kv_dtype="fp8", fp8_converter=1)):
         with pytest.raises(ConfigError):
             dc.MLASparseDecodeConfig("bf16", **bad).validate()
 
 
-def test_converter_kernels_are_in_the_mla_set():
-    assert {cfg for _, cfg in CONV_ENTRIES} == {
-        dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s, fp8_converter=True)
-        for t in (False, True) for s in (False, True)}
-    assert all(e in kernel_sets.gpu_tests() and e in kernel_sets.bench() for e in CONV_ENTRIES)
+def test_the_default_rule_picks_the_converter_for_every_fp8_kernel():
+    for t in (False, True):
+        for s in (False, True):
+            cfg = dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s)
+            assert dc.converter_built(cfg) and dc.fp8_decode_default_variant(cfg) == dc.FP8_DECODE_DEFAULT_RULE
+            assert dc.fp8_decode_variant(cfg) == dc.fp8_decode_variant(cfg, "converter") == \
+                dataclasses.replace(cfg, fp8_converter=True)
+            assert dc.fp8_decode_variant(dataclasses.replace(cfg, fp8_converter=True), "gather") == cfg
+    assert dc.FP8_DECODE_DEFAULT_RULE == "converter" and set(dc.FP8_DECODE_VARIANTS) == {"converter", "gather"}
+    with pytest.raises(ConfigError, match="unknown FP8 sparse decode variant"):
+        dc.fp8_decode_variant(dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8"), "conv")
+    with pytest.raises(ConfigError, match="FP8 cache"):
+        dc.fp8_decode_variant(dc.MLASparseDecodeConfig("bf16"), "gather")
+
+
+def test_both_variants_are_in_the_bundle_sets():
+    fp8 = [dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s) for t in (False, True)
+           for s in (False, True)]
+    assert {cfg for _, cfg in CONV_ENTRIES} == {dc.fp8_decode_variant(c) for c in fp8}
+    want = [(dc.DECODE_KERNEL, dc.fp8_decode_variant(c, v)) for c in fp8 for v in dc.FP8_DECODE_VARIANTS]
+    mla, gpu, bench = kernel_sets.mla(), kernel_sets.gpu_tests(), kernel_sets.bench()
+    assert all(e in mla and e in gpu and e in bench for e in want)
 
 
 @pytest.mark.parametrize("entry", CONV_ENTRIES, ids=lambda e: e[1].name())
@@ -107,19 +127,30 @@ def test_converter_gives_the_default_kernels_bits():
     assert torch.equal(out, out_c) and torch.equal(lse, lse_c)
 
 
-def test_host_selects_the_converter_only_when_asked(monkeypatch):
+def test_host_selects_the_converter_by_default_and_gather_when_asked(monkeypatch):
     from fa4mlir.attention import mla_sparse_decode as sd
+    from fa4mlir.attention.errors import KnobError
     from tests._mla_helpers import info
     args = dict(q=info((4, 2, 128, 576)), k_cache=info((100, 64, 1, 656), "e4m3"), indices=info((4, 2, 2048), "i32"),
                 head_dim_v=512, metadata=info((1, 8), "i32"), num_splits=info((5,), "i32"), is_fp8_kvcache=True)
-    monkeypatch.delenv(sd.CONVERTER_ENV, raising=False)
-    assert not sd.check_sparse_decode_inputs(**args).config(False).fp8_converter
-    monkeypatch.setenv(sd.CONVERTER_ENV, "1")
+    plain = dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", split=True)
+    monkeypatch.delenv(sd.VARIANT_ENV, raising=False)
     cfg = sd.check_sparse_decode_inputs(**args).config(True)
-    assert cfg == dataclasses.replace(dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", split=True), fp8_converter=True)
-    assert (dc.DECODE_KERNEL, cfg) in CONV_ENTRIES
+    assert cfg == dataclasses.replace(plain, fp8_converter=True) and (dc.DECODE_KERNEL, cfg) in CONV_ENTRIES
+    monkeypatch.setenv(sd.VARIANT_ENV, "default")
+    assert sd.check_sparse_decode_inputs(**args).config(True) == cfg
+    monkeypatch.setenv(sd.VARIANT_ENV, "gather")
+    assert sd.check_sparse_decode_inputs(**args).config(True) == plain
     bf16 = dict(args, k_cache=info((100, 64, 1, 576)), is_fp8_kvcache=False)     # the knob leaves bf16 alone
-    assert not sd.check_sparse_decode_inputs(**bf16).config(False).fp8_converter
+    assert sd.check_sparse_decode_inputs(**bf16).config(False) == dc.MLASparseDecodeConfig("bf16")
+    monkeypatch.setenv(sd.VARIANT_ENV, "conv")
+    with pytest.raises(KnobError, match="FA4MLIR_MLA_SPARSE_FP8_VARIANT='conv'"):
+        sd.check_sparse_decode_inputs(**args)
+    assert sd.check_sparse_decode_inputs(**bf16).config(False) == dc.MLASparseDecodeConfig("bf16")
+    monkeypatch.delenv(sd.VARIANT_ENV)
+    monkeypatch.setenv(sd.RETIRED_CONVERTER_ENV, "0")     # would silently run the converter: refused
+    with pytest.raises(KnobError, match="retired"):
+        sd.check_sparse_decode_inputs(**args)
 
 
 def test_bench_backend_sets_the_knob_only_around_its_call(monkeypatch):
@@ -127,9 +158,9 @@ def test_bench_backend_sets_the_knob_only_around_its_call(monkeypatch):
 
     from fa4mlir.attention import mla_sparse_decode as sd
     from fa4mlir.bench import mla_bench
-    monkeypatch.delenv(sd.CONVERTER_ENV, raising=False)
+    monkeypatch.delenv(sd.VARIANT_ENV, raising=False)
     seen = []
-    run = mla_bench.with_converter(lambda: seen.append(sd.converter_requested()) or "out")
-    assert run() == "out" and seen == [True] and sd.CONVERTER_ENV not in os.environ
-    monkeypatch.setenv(sd.CONVERTER_ENV, "0")
-    assert run() == "out" and seen == [True, True] and os.environ[sd.CONVERTER_ENV] == "0"
+    run = mla_bench.with_fp8_variant("gather", lambda: seen.append(sd.requested_variant()) or "out")
+    assert run() == "out" and seen == ["gather"] and sd.VARIANT_ENV not in os.environ
+    monkeypatch.setenv(sd.VARIANT_ENV, "converter")
+    assert run() == "out" and seen == ["gather", "gather"] and os.environ[sd.VARIANT_ENV] == "converter"

@@ -19,7 +19,7 @@ CASES = [c.name for c in san.CASES if c.child == "mla-sparse-decode"]
 
 def test_every_sparse_decode_entry_is_one_case_and_the_quick_one_has_both_families():
     entries = [(k, cfg.key()) for k, cfg in kernel_sets.mla() if k == spd.dc.DECODE_KERNEL]
-    assert len(entries) == 16       # 16-bit: 8, FP8 cache: 4, its converter variant: 4
+    assert len(entries) == 16       # 16-bit: 8, FP8 cache: 4 converter (the default) + 4 gather
     for _, key in entries:
         assert [c.name for c in san.CASES if key in c.match] in ([n] for n in CASES), key
     quick = [c for c in san.select_cases(True, None) if c.child == "mla-sparse-decode"]

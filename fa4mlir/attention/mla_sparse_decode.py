@@ -38,9 +38,12 @@ k_cache float8_e4m3fn (or uint8) [num_pages, page_size, 1, 656]: each token row 
 bytes, four float32 scales (one per 128 latent columns), the 64 rope columns in bf16; q and out
 bf16. An index names row page x page_size + offset, addressed by the page and row strides as
 FlashMLA does (so its quantize_k_cache's padded pages, a page stride of page_size + 1 rows, work);
-both strides multiples of 16 bytes. The kernel lands each named row's 656 bytes by cp.async and
-dequantizes it in SMEM to bf16(float32(e4m3) x scale) (FlashMLA's dequantize_k_cache), the rope
-copied (attention_mla_sparse_sm90, note "FP8 gather"); everything else as above.
+both strides multiples of 16 bytes. Each named row is dequantized to bf16(float32(e4m3) x scale)
+(FlashMLA's dequantize_k_cache), the rope copied; everything else as above. The kernel
+(dc.FP8_DECODE_DEFAULT_RULE, FA4MLIR_MLA_SPARSE_FP8_VARIANT names another for A/B): "converter", a third
+warpgroup loading each row from global memory into registers and storing bf16 into two tiles
+(attention_mla_sparse_sm90, note "FP8 converter"); "gather", the kernel before the rule: cp.async into
+a staging stage the consumers dequantize (note "FP8 gather").
 
 Not built (typed errors, UnsupportedFeatureError): attn_sink and extra_k_cache /
 extra_indices_in_kvcache / extra_topk_length (FlashMLA's MODEL1 options), d_qk 512, the sm_100a
@@ -60,12 +63,13 @@ from ..kernels import attention_mla_sparse_sm90_config as dc
 from ..runtime import TensorInfo
 from .checks import (MAX_I32, check_bundle, check_device_context, check_devices, check_flag, check_layout, check_scale,
                      read_tensor)
-from .errors import DTypeError, LayoutError, ShapeError, UnsupportedFeatureError
+from .errors import DTypeError, KnobError, LayoutError, ShapeError, UnsupportedFeatureError
 from .mla import (ENTRY, FILL_FRACTION, MAX_SPLITS, CallCache, MLAOutputs, _Call, _err, _torch, check_cache_dtype,
                   check_cache_shape, check_metadata, check_no_grad, check_q_dims, combine_args, combine_grid, kernel_for)
 from .plan import Launch, Plan, TensorRef, source_for
 
-CONVERTER_ENV = "FA4MLIR_MLA_SPARSE_FP8_CONVERTER"
+VARIANT_ENV = dc.FP8_DECODE_VARIANT_ENV
+RETIRED_CONVERTER_ENV = "FA4MLIR_MLA_SPARSE_FP8_CONVERTER"     # the opt-in bool before FP8_DECODE_DEFAULT_RULE
 CACHE_DIMS = ("pages", "page_size", "kv_heads", "head_dim")
 Q_DIMS = ("batch", "seqlen_q", "heads", "head_dim")
 
@@ -92,11 +96,12 @@ class SparseDecodeProblem(MLAOutputs):
     has_topk_length: bool
     fp8: bool = False               # FlashMLA's FP8 cache (656-byte rows, addressed by page and row strides)
     page_size: int = 0
-    fp8_converter: bool = False     # FP8 only, opt-in (FA4MLIR_MLA_SPARSE_FP8_CONVERTER): the converter variant
+    fp8_variant: str = ""           # FP8 only: the entry of dc.FP8_DECODE_VARIANTS it runs ("default": the rule)
 
     def config(self, split: bool) -> dc.MLASparseDecodeConfig:
-        return dc.MLASparseDecodeConfig(self.dtype, kv_dtype="fp8" if self.fp8 else "", topk_length=self.has_topk_length,
-                                        split=split, fp8_converter=self.fp8_converter)
+        cfg = dc.MLASparseDecodeConfig(self.dtype, kv_dtype="fp8" if self.fp8 else "", topk_length=self.has_topk_length,
+                                       split=split)
+        return dc.fp8_decode_variant(cfg, self.fp8_variant) if self.fp8 else cfg
 
 
 def _merges(info: TensorInfo, outer: int, inner: int) -> bool:
@@ -158,14 +163,23 @@ def check_sparse_decode_inputs(q: TensorInfo, k_cache: TensorInfo, indices: Tens
     check_layout("k_cache", k_cache, CACHE_DIMS)
     scale = check_scale(softmax_scale, d)
     return SparseDecodeProblem(batch, seqlen_q, heads, s_kv, topk, q.dtype, metadata.shape[0], scale,
-                               topk_length is not None, fp8, page_size, fp8 and converter_requested())
+                               topk_length is not None, fp8, page_size, requested_variant() if fp8 else "")
 
 
-def converter_requested() -> bool:
-    """FA4MLIR_MLA_SPARSE_FP8_CONVERTER: the FP8 sparse decode runs the opt-in converter-warpgroup kernel
-    (MLASparseDecodeConfig.fp8_converter; a bundle must hold it: the mla set does). Read per call into the
-    call cache's key."""
-    return env.get_bool(CONVERTER_ENV)
+def requested_variant() -> str:
+    """FA4MLIR_MLA_SPARSE_FP8_VARIANT: the entry of dc.FP8_DECODE_VARIANTS the FP8 sparse decode runs (unset or
+    "default": FP8_DECODE_DEFAULT_RULE's, the converter; "gather": the kernel before the rule, for A/B; a
+    bundle must hold it: the mla set holds both). Read per call into the call cache's key; KnobError for an
+    unknown name, or for the retired FA4MLIR_MLA_SPARSE_FP8_CONVERTER set (its 0 would now run the
+    converter without a word), before any launch."""
+    if RETIRED_CONVERTER_ENV in os.environ:
+        raise KnobError(_err(f"{RETIRED_CONVERTER_ENV} is retired: the converter kernel is the default; unset it and "
+                             f"set {VARIANT_ENV}=gather for the kernel before the rule"))
+    name = (env.get_str(VARIANT_ENV) or "default").strip()
+    if name != "default" and name not in dc.FP8_DECODE_VARIANTS:
+        raise KnobError(_err(f"{VARIANT_ENV}={name!r} is not an FP8 sparse decode variant; known: default, "
+                             f"{', '.join(dc.FP8_DECODE_VARIANTS)} (unset it for the default)"))
+    return name
 
 
 def build_plan(problem: SparseDecodeProblem, source, q_strides, kv_stride: int, indices_stride: int,
@@ -207,7 +221,7 @@ def sparse_decode(q, k_cache, indices, head_dim_v, tile_scheduler_metadata, num_
         _torch(x, name)
     check_no_grad(torch, q)
     options = ("sparse", head_dim_v if type(head_dim_v) is int else repr(head_dim_v), softmax_scale, causal,
-               is_fp8_kvcache, is_fp8_kvcache is True and converter_requested())
+               is_fp8_kvcache, requested_variant() if is_fp8_kvcache is True else "")
     call, signature = _CALLS.get(_CALLS.signature(tensors, options, bundle))
     if call is None:
         call = _prepare(torch, tensors, head_dim_v, softmax_scale, causal, bundle, signature, is_fp8_kvcache)

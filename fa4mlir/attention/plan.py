@@ -90,12 +90,9 @@ class PreparedPlan:
 # Kernel sources: a bundle, or the compiler
 # ----------------------------------------------------------------------------------------------
 
-MASK_FIELDS = {"window_left": -1, "window_right": -1, "chunk": 0}   # absent from the keys of unwindowed kernels
-# the compile-time fields a call must match exactly, with what older bundles' keys (which lack them) mean
-VARIANT_FIELDS = {**MASK_FIELDS, "softcap": False, "softcap_fold_q": False, "softcap_tanh": "",
-                  "softcap_fixed_max": False, "sinks": False,
-                  "varlen": False, "varlen_compact": False, "page_size": 0, "head_dim_v": 0, "score_mod": "",
-                  "mask_mod": "", "aux": "", "score_bias_init": False}
+# the compile-time fields a call must match exactly, with what keys that lack them mean (attention_sm90_config's
+# table, declared once beside AttnConfig; bench/sanitize.py reads the same)
+VARIANT_FIELDS = attn_cfg.VARIANT_FIELDS
 
 
 def select_entry(entries: Sequence[dict], dtype: str, head_dim: int, causal: bool, where: str = "bundle",

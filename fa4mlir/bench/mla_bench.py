@@ -27,8 +27,9 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
     mla_sparse_decode_fp8  the same over FlashMLA's FP8 latent cache (FlashMLA's own sparse decode
                    benchmark: the bf16 cache quantized by testing_mla.quantize_fp8_cache), bf16 q;
                    flash_mla_with_kvcache(is_fp8_kvcache=True, indices=), checked against the sparse
-                   reference over the dequantized rows; also backend fa4mlir[conv], the opt-in
-                   converter-warpgroup kernel (FA4MLIR_MLA_SPARSE_FP8_CONVERTER=1 around each call)
+                   reference over the dequantized rows (fa4mlir: the converter-warpgroup kernel
+                   FP8_DECODE_DEFAULT_RULE picks); also backend fa4mlir[gather], the kernel before the
+                   rule (FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather around each call)
 A workload is a name in WORKLOADS and a builder in BUILDERS (rows of runner.Row). FlashMLA
 itself is not installed on the GPU machine: the decode and sparse rows time fa4mlir alone, against
 issue 29's absolute bars (FlashMLA's published H800 figures).
@@ -347,8 +348,8 @@ def mla_sparse_decode_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]
     shape, flops = row_shape(name)
     call = {"fa4mlir": lambda: (lambda: fa4mlir.flash_mla_with_kvcache(q, cache, None, None, 512, meta[0], meta[1],
                                                                        is_fp8_kvcache=fp8, indices=indices))}
-    if fp8:     # the opt-in converter-warpgroup kernel beside the default, on the same tensors
-        call["fa4mlir[conv]"] = lambda: with_converter(call["fa4mlir"]())
+    if fp8:     # the gather kernel (the default before FP8_DECODE_DEFAULT_RULE) beside the default, same tensors
+        call["fa4mlir[gather]"] = lambda: with_fp8_variant("gather", call["fa4mlir"]())
 
     def check_row(result) -> dict:      # out [0]: sequence 0 by the rule; NaN over the whole out
         r = check((result[0][0],))
@@ -357,21 +358,21 @@ def mla_sparse_decode_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]
     return [Row(name, name, shape, flops, call, check_row, poisoner(torch, b * sq * h * 512, torch.bfloat16))]
 
 
-def with_converter(run: Callable[[], Any]) -> Callable[[], Any]:
-    """``run`` called with FA4MLIR_MLA_SPARSE_FP8_CONVERTER=1 (the call cache keys on it), restored after:
-    backend fa4mlir[conv] of mla_sparse_decode_fp8 (MLASparseDecodeConfig.fp8_converter)."""
-    from ..attention.mla_sparse_decode import CONVERTER_ENV
+def with_fp8_variant(name: str, run: Callable[[], Any]) -> Callable[[], Any]:
+    """``run`` called with FA4MLIR_MLA_SPARSE_FP8_VARIANT=name (the call cache keys on it), restored after:
+    backend fa4mlir[gather] of mla_sparse_decode_fp8 (attention_mla_sparse_sm90_config.FP8_DECODE_VARIANTS)."""
+    from ..attention.mla_sparse_decode import VARIANT_ENV
 
     def call():
-        before = os.environ.get(CONVERTER_ENV)
-        os.environ[CONVERTER_ENV] = "1"
+        before = os.environ.get(VARIANT_ENV)
+        os.environ[VARIANT_ENV] = name
         try:
             return run()
         finally:
             if before is None:
-                del os.environ[CONVERTER_ENV]
+                del os.environ[VARIANT_ENV]
             else:
-                os.environ[CONVERTER_ENV] = before
+                os.environ[VARIANT_ENV] = before
     return call
 
 

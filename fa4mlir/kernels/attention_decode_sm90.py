@@ -132,6 +132,7 @@ from . import attention_decode_sm90_swapab as swapab
 from .attention_decode_sm90_epilogue import _epilogue
 from .common import e4m3_converter, e4m3_tile
 from .common.constants import NEG_INF
+from .common.half_words import bf16x2_to_f16x2
 from .common.masks import ValueOps, hidden, row_keys
 from .common.softmax import max_update
 from .common.wgmma import a_frag_pairs, acc_col, acc_row, row_regs, wait_group
@@ -474,18 +475,11 @@ def _load_q(cs: _Consumer, q_smem):
         safe = select(ok, index, const(0, "i64"))      # rows past `rows` read q's first row, unused
         val = select(ok, kb.load(kb.gep(p["q"], safe, cfg.dtype), ("i32", 4), align=16), zero)
         if cfg.mma_dtype != cfg.dtype:       # bf16 q for f16 GEMMs (note "FP8")
-            val = vec(*[_bf16x2_to_f16x2(val[w]) for w in range(4)])
+            val = vec(*[bf16x2_to_f16x2(val[w]) for w in range(4)])
         off = c * (TILE_M * SWIZZLE) + r * SWIZZLE + (unit ^ (r % 8)) * 16
         kb.store(val, kb.gep(q_smem, off, "i8"), align=16)
     kb.fence("async_smem")
     cs.barrier()
-
-
-def _bf16x2_to_f16x2(word: Value) -> Value:
-    """Two bf16 (an i32) as two f16, through f32 (a bf16's bits are a float32's high half)."""
-    lo = (word << 16).bitcast("f32")
-    hi = (word & 0xFFFF0000).bitcast("f32")
-    return vec(lo, hi).to(("f16", 2)).bitcast("i32")
 
 
 def _issue_s(cs: _Consumer, q_smem, k_base) -> Value:

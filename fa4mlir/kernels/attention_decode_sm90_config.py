@@ -40,7 +40,7 @@ from math import gcd
 
 from .common.constants import LOG2E
 from .common.fastdiv import divisor
-from .common.fields import ConfigError, check_fields
+from .common.fields import ConfigError, check_fields, field_defaults, key_leaving_out
 from .common.mask_family import Mask, attention_mask, mask_fields
 from .common.paging import KVFetch, fetch_plan
 
@@ -256,11 +256,10 @@ class DecodeConfig:
                               f"causal is a launch argument of the decode kernel; pass causal=1 with window_right=-1")
 
     def key(self) -> dict:
-        """The compile key: every field (_OPTIONAL's only when not at their defaults: varlen_q, the
+        """The compile key: every field (VARIANT_FIELDS only when not at their defaults: varlen_q, the
         FP8 variants' fields, the mask and score-modifier fields, so that the keys, names and code of
         the kernels built before them are unchanged)."""
-        fields = {n: v for n, v in self.__dict__.items() if n not in _OPTIONAL or v != _OPTIONAL[n]}
-        return {"kernel": KERNEL, **fields}
+        return {"kernel": KERNEL, **key_leaving_out(self, VARIANT_FIELDS)}
 
     def name(self) -> str:
         fp8 = f"_e4m3_{self.kv_scale}" if self.fp8 else ""
@@ -276,8 +275,11 @@ class DecodeConfig:
         return "paged_gather" if self.gather else f"paged_b{self.box_rows}"
 
 
-# DecodeConfig fields left out of key() at these defaults (added after kernels were shipped)
-_OPTIONAL = {"varlen_q": False, "converter_stages": 0, "convert_split": False, "convert_bits": "", "swap_ab": False, "swap_ab_warp_max": False, "window_left": -1, "window_right": -1, "chunk": 0, "softcap": False, "sinks": False}
+# DecodeConfig's variant fields (common.fields), left out of key() at their defaults (added after kernels were
+# shipped); bench/sanitize.py reads this table
+VARIANT_FIELDS = field_defaults(DecodeConfig, ("varlen_q", "converter_stages", "convert_split", "convert_bits", "swap_ab",
+                                               "swap_ab_warp_max", "window_left", "window_right", "chunk", "softcap",
+                                               "sinks"))
 
 
 def mod_params(softcap: bool, sinks: bool) -> tuple:
@@ -312,10 +314,14 @@ class CombineConfig:
         return self
 
     def key(self) -> dict:
-        return {"kernel": COMBINE_KERNEL, **{n: v for n, v in self.__dict__.items() if n != "sinks" or v}}
+        """The compile key; sinks only where set (COMBINE_VARIANT_FIELDS)."""
+        return {"kernel": COMBINE_KERNEL, **key_leaving_out(self, COMBINE_VARIANT_FIELDS)}
 
     def name(self) -> str:
         return f"{COMBINE_KERNEL}_{self.dtype}_d{self.head_dim}{'_sink' if self.sinks else ''}"
+
+
+COMBINE_VARIANT_FIELDS = field_defaults(CombineConfig, ("sinks",))     # CombineConfig's (common.fields)
 
 
 @dataclass(frozen=True)

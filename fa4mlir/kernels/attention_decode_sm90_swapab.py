@@ -45,12 +45,15 @@ zeros (note "NaN past L_b").
 """
 from __future__ import annotations
 
+import operator
+
 from .. import dsl
 from ..dialect import builders as fa4
 from ..dsl import Value, const, fast_div, fma, fmax, select, undef, vec
 from .attention_decode_sm90_config import SWAP_AB_ROWS, TILE_M
 from .common import e4m3_tile
 from .common.constants import NEG_INF
+from .common.half_words import bf16x2_to_f16x2
 from .common.softmax import max_update
 from .common.wgmma import acc_col, acc_row, wait_group
 
@@ -119,7 +122,7 @@ def load_q(cs, buf: Buffers):
         d = (u // 2) * 4 + (u % 2) * 2 + K_ROW_BYTES * t4
         word = kb.load(kb.gep(p["q"], at + d.to("i64"), cfg.dtype), "i32", align=4)
         if cfg.dtype == "bf16":
-            word = _bf16x2_to_f16x2(word)
+            word = bf16x2_to_f16x2(word)
         words.append(select(ok, word, const(0, "i32")))
     off = (u // 8) * (N * SWIZZLE) + n * SWIZZLE + ((u % 8) ^ (n % 8)) * 16
     kb.store(vec(*words), kb.gep(buf.q, off, "i8"), align=16)
@@ -128,12 +131,6 @@ def load_q(cs, buf: Buffers):
         kb.store(zero, kb.gep(buf.p, (cs.t + 128 * i) * 16, "i8"), align=16)
     kb.fence("async_smem")
     cs.barrier()
-
-
-def _bf16x2_to_f16x2(word: Value) -> Value:
-    lo = (word << 16).bitcast("f32")
-    hi = (word & 0xFFFF0000).bitcast("f32")
-    return vec(lo, hi).to(("f16", 2)).bitcast("i32")
 
 
 def column_ends(cs):
@@ -230,10 +227,7 @@ def kv_tile(cs, rings, buf: Buffers, ends, j: Value, carry, masked: bool):
     is_g0 = cs.g.eq(0)
     maxima = []
     for e in (0, 1):
-        mx = fmax(sv[e], sv[2 + e])
-        for off in (4, 8, 16):
-            mx = fmax(mx, kb.shuffle_xor(mx, off))
-        maxima.append(mx)
+        maxima.append(over_column_lanes(kb, fmax(sv[e], sv[2 + e]), fmax))
     if not warp_max:    # the 4 warps' maxima through SMEM
         for e in (0, 1):
             with kb.if_(is_g0).then_():
@@ -280,6 +274,15 @@ def kv_tile(cs, rings, buf: Buffers, ends, j: Value, carry, masked: bool):
     return s.advance(), o, tuple(m_new), tuple(l_new)
 
 
+def over_column_lanes(kb, x: Value, op) -> Value:
+    """``x`` combined by ``op`` (fmax, operator.add) over the 8 lanes of a warp that hold one S^T column
+    (lane = 4 g + t4: the same t4, g = 0..7), by xor shuffles over g's three bits; every lane gets the
+    result. (Column maxima in step 4; the columns' partial sums in row_stats and merge_warps.)"""
+    for off in (4, 8, 16):
+        x = op(x, kb.shuffle_xor(x, off))
+    return x
+
+
 def row_stats(cs, buf: Buffers, m, l) -> tuple:
     """The epilogue's (m, l) per O row from the S^T columns' m and per-thread partial sums: sums over
     the 8 lanes of a column and the 4 warps through SMEM; l of the thread's first row on lane quad
@@ -288,9 +291,7 @@ def row_stats(cs, buf: Buffers, m, l) -> tuple:
     warp = cs.t // 32
     is_g0 = cs.g.eq(0)
     for e in (0, 1):
-        total = l[e]
-        for off in (4, 8, 16):
-            total = total + kb.shuffle_xor(total, off)
+        total = over_column_lanes(kb, l[e], operator.add)
         with kb.if_(is_g0).then_():
             kb.store(total, _x(buf, kb, X_SUM + (cs.t4 * 2 + e) * 4 + warp), align=4)
     with kb.if_(cs.t.lt(4)).then_():
@@ -314,9 +315,7 @@ def merge_warps(cs, buf: Buffers, o: Value, m, l) -> tuple:
     warp = cs.t // 32
     is_g0 = cs.g.eq(0)
     for e in (0, 1):
-        total = l[e]
-        for off in (4, 8, 16):
-            total = total + kb.shuffle_xor(total, off)
+        total = over_column_lanes(kb, l[e], operator.add)
         with kb.if_(is_g0).then_():
             kb.store(total, _x(buf, kb, X_SUM + warp * N + cs.t4 * 2 + e), align=4)
             kb.store(m[e], _x(buf, kb, X_M + warp * N + cs.t4 * 2 + e), align=4)

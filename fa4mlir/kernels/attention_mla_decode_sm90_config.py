@@ -36,7 +36,7 @@ from math import gcd
 
 from .common.constants import LOG2E
 from .common.fastdiv import divisor
-from .common.fields import ConfigError, check_fields
+from .common.fields import ConfigError, check_fields, field_defaults, key_leaving_out
 from .common.paging import MIN_TMA_BOX_ROWS
 
 KERNEL = "attention_mla_decode_sm90"
@@ -146,12 +146,14 @@ class MLADecodeConfig:
 
     def key(self) -> dict:
         """The compile key; `fp8` and `swap_ab` only where set (the default kernels' keys as before they existed)."""
-        fields = {k: v for k, v in self.__dict__.items() if k not in ("fp8", "swap_ab") or v}
-        return {"kernel": KERNEL, **fields}
+        return {"kernel": KERNEL, **key_leaving_out(self, VARIANT_FIELDS)}
 
     def name(self) -> str:
         return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}_b{self.box_rows}{'' if self.exchange else '_rs'}"
                 f"{f'_swapab{self.swap_ab}' if self.swap_ab else ''}{'_unsplit' if self.unsplit else ''}")
+
+
+VARIANT_FIELDS = field_defaults(MLADecodeConfig, ("fp8", "swap_ab"))     # MLADecodeConfig's (common.fields)
 
 
 def page_supported(page_size: int) -> bool:

@@ -72,8 +72,9 @@ r x 656, unswizzled: the layout common/mla_fp8's lane map reads without bank con
             its own V columns (its P V_j retired) and rope rows, which only S_j reads, and both
             warpgroups' S_j retired before the exchange's barriers of tile j.
 
-Note "FP8 converter" (MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True), opt-in; config note "FP8
-converter plan"; FlashMLA's sm90 sparse FP8 decode structure): no staging stage and no gather warp.
+Note "FP8 converter" (MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True), the default by
+FP8_DECODE_DEFAULT_RULE; config note "FP8 converter plan"; FlashMLA's sm90 sparse FP8 decode structure): no
+staging stage and no gather warp.
 Warpgroup 2 (`convert`, warps 8-11, setmaxnreg 104) fills the 16-bit kernel's ring of two bf16 tiles
 (kv_pipe, 128 producer arrivals) straight from global memory (_convert_role): per tile, warp w
 converts rows w, w + 4, .., each lane its 16-byte latent piece (one coalesced 512-byte run a warp

@@ -18,11 +18,11 @@ gather"). s_q, s_kv, h_q, topk and the strides are launch arguments.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .common.constants import LOG2E
 from .common.fastdiv import divisor
-from .common.fields import ConfigError, check_fields
+from .common.fields import ConfigError, check_fields, field_defaults, key_leaving_out
 
 KERNEL = "attention_mla_sparse_sm90"
 DTYPES = ("bf16",)         # FlashMLA's sparse prefill takes bf16 only
@@ -50,7 +50,8 @@ FP8_SCALE_GROUP = 128       # latent columns per float32 scale
 # imports the DSL: the host API reads this one)
 FP8_ROW_BYTES = D_V + 4 * (D_V // FP8_SCALE_GROUP) + 2 * (D_QK - D_V)
 FP8_MAX_STAGES = 2
-# The opt-in converter variant (MLASparseDecodeConfig.fp8_converter; note "FP8 converter plan"): a third
+# The converter variant (MLASparseDecodeConfig.fp8_converter; note "FP8 converter plan"; the FP8 decode's
+# default by FP8_DECODE_DEFAULT_RULE): a third
 # warpgroup dequantizes straight from global memory into two bf16 tiles. 2 x 200 + 104 = 504 registers a
 # thread of the three warpgroups: exactly the launch pool (384 threads x 168)
 CONVERTER_MMA_REGS, CONVERTER_REGS = 200, 104
@@ -156,11 +157,14 @@ class MLASparseConfig:
 
     def key(self) -> dict:
         """The compile key; kv_dtype only where set (the bf16 kernels' keys as before it existed)."""
-        return {"kernel": KERNEL, **{k: v for k, v in self.__dict__.items() if k != "kv_dtype" or v}}
+        return {"kernel": KERNEL, **key_leaving_out(self, VARIANT_FIELDS)}
 
     def name(self) -> str:
         return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_topklen' if self.topk_length else ''}"
                 f"{'_sinks' if self.sinks else ''}")
+
+
+VARIANT_FIELDS = field_defaults(MLASparseConfig, ("kv_dtype",))     # MLASparseConfig's (common.fields)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -237,7 +241,7 @@ def flops(s_q: int, heads: int, topk: int, topk_length=None) -> int:
 # parity rather than the stage: the consumers release the stage right after dequantizing it and read
 # its biases later, in the softmax.
 #
-# Note "FP8 converter plan" (fp8_converter=True, opt-in; FlashMLA's sm90 sparse_fp8 decode structure): no
+# Note "FP8 converter plan" (fp8_converter=True, FP8_DECODE_DEFAULT_RULE's default; FlashMLA's sm90 sparse_fp8 decode structure): no
 # staging stage. Warpgroup 2 (warps 8-11, setmaxnreg CONVERTER_REGS) looks each row's index up itself,
 # loads its e4m3 bytes, scales and rope straight from global memory into registers, dequantizes and
 # stores bf16 into one of two bf16 tiles, the 16-bit kernel's ring (kv_pipe: full / empty mbarrier per
@@ -257,7 +261,8 @@ class MLASparseDecodeConfig:
     kv_dtype: str = ""              # "": q's dtype; "fp8": FlashMLA's 656-byte FP8 rows (module section "FP8")
     topk_length: bool = False       # the kernel reads topk_length [batch] int32 (else every token sees topk)
     split: bool = False             # float32 partials for the combine (else the final out and lse)
-    fp8_converter: bool = False     # fp8 only, opt-in: the converter warpgroup (note "FP8 converter plan")
+    fp8_converter: bool = False     # fp8 only: the converter warpgroup (note "FP8 converter plan"; the host's
+                                    # default by FP8_DECODE_DEFAULT_RULE, fp8_decode_variant)
 
     @property
     def fp8(self) -> bool:
@@ -331,11 +336,59 @@ class MLASparseDecodeConfig:
 
     def key(self) -> dict:
         """The compile key; fp8_converter only where set (the other kernels' keys as before it existed)."""
-        return {"kernel": DECODE_KERNEL, **{k: v for k, v in self.__dict__.items() if k != "fp8_converter" or v}}
+        return {"kernel": DECODE_KERNEL, **key_leaving_out(self, DECODE_VARIANT_FIELDS)}
 
     def name(self) -> str:
         return (f"{DECODE_KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_conv' if self.fp8_converter else ''}"
                 f"{'_topklen' if self.topk_length else ''}{'_split' if self.split else ''}")
+
+
+DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter",))  # MLASparseDecodeConfig's
+
+
+# ----------------------------------------------------------------------------------------------
+# FP8 sparse decode variants: the kernel a flash_mla_with_kvcache(is_fp8_kvcache=True, indices=...) call runs
+# ----------------------------------------------------------------------------------------------
+
+# name -> MLASparseDecodeConfig.fp8_converter. "converter": note "FP8 converter plan" (warpgroup 2 dequantizes
+# from global memory into two bf16 tiles); "gather": note "FP8 sparse SMEM plan" (the gather warp's cp.async
+# staging stage, the consumers dequantize it): the default before FP8_DECODE_DEFAULT_RULE, kept for A/B
+# (FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather, bench mla's backend fa4mlir[gather]).
+FP8_DECODE_VARIANTS = {"converter": True, "gather": False}
+FP8_DECODE_VARIANT_ENV = "FA4MLIR_MLA_SPARSE_FP8_VARIANT"
+
+# FP8_DECODE_DEFAULT_RULE, the FP8 sparse decode kernel a call runs when no variant is named
+# ([D-mla-sparse-fp8-default]): the converter wherever it is built, which is every FP8 sparse decode kernel
+# (bf16 q, with or without topk_length, split or not: the converter's SMEM and register plan does not depend
+# on the call) -- on an nvidia-h200 (bench mla, mla_sparse_decode_fp8: B64, s_q 2, 128 heads, topk 2048;
+# notes/mla-sparse-fp8-conv-h200-2026-11-26.json) 351.1 us against the gather kernel's 426.9, bit-identical
+# out and lse on the 7 GPU cases. A config the rule does not cover (none today: the predicate below names
+# what the converter is built for: converter_built) runs "gather", the kernel built for it, not a fallback
+# from a faster one.
+FP8_DECODE_DEFAULT_RULE = "converter"
+
+
+def converter_built(cfg: MLASparseDecodeConfig) -> bool:
+    """Whether the converter variant is built for the sparse decode kernel ``cfg``: every FP8 one (bf16 q;
+    with or without topk_length, split or not)."""
+    return cfg.fp8 and cfg.dtype == FP8_DTYPE
+
+
+def fp8_decode_default_variant(cfg: MLASparseDecodeConfig) -> str:
+    """FP8_DECODE_DEFAULT_RULE's variant name for the FP8 sparse decode kernel ``cfg``: the converter where
+    it is built (converter_built), else "gather"."""
+    return FP8_DECODE_DEFAULT_RULE if converter_built(cfg) else "gather"
+
+
+def fp8_decode_variant(cfg: MLASparseDecodeConfig, name: str = "default") -> MLASparseDecodeConfig:
+    """The FP8 sparse decode kernel ``cfg`` (any fp8_converter) as variant ``name`` of FP8_DECODE_VARIANTS
+    ("default": fp8_decode_default_variant's); ConfigError for an unknown name or a 16-bit cache's cfg."""
+    if name != "default" and name not in FP8_DECODE_VARIANTS:
+        raise ConfigError(f"unknown FP8 sparse decode variant {name!r}; known: default, {', '.join(FP8_DECODE_VARIANTS)}")
+    if not cfg.fp8:
+        raise ConfigError(f"FP8 sparse decode variant {name!r} is for FlashMLA's FP8 cache; {cfg.name()} is not one")
+    name = fp8_decode_default_variant(cfg) if name == "default" else name
+    return replace(cfg, fp8_converter=FP8_DECODE_VARIANTS[name])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields, replace
 
 from .common.constants import LOG2E, MAX_RESCALE_THRESHOLD
 from .common.fastdiv import divisor
-from .common.fields import ConfigError, RegisterBudgetError, check_fields
+from .common.fields import ConfigError, RegisterBudgetError, check_fields, field_defaults
 from .common.mask_family import Mask, attention_mask
 from .common.naming import softmax_knob_tags
 from .common.paging import MAX_PAGE_SIZE, fetch_plan, prefill_box_rule
@@ -434,6 +434,14 @@ class AttnConfig:
         return cls(**{k: v for k, v in key.items() if k in names})
 
 
+# AttnConfig's variant fields (common.fields: what a bundle lookup must match exactly, each at its default
+# where a key lacks it): OPTIONAL_FIELDS and MOD_FIELDS, left out of key() at their defaults, and the mask and
+# score-modifier fields, in every key since they were added (older bundles lack them). attention.plan's
+# select_entry and bench/sanitize.py read this table: a new optional field lands in both.
+VARIANT_FIELDS = field_defaults(AttnConfig, ("window_left", "window_right", "chunk", "softcap", "sinks", *OPTIONAL_FIELDS,
+                                             *MOD_FIELDS))
+
+
 # (head_dim, causal) -> tiles of the one-tile-per-CTA kernel (SHORT_TILES up to SHORT_SEQLEN_K), each
 # the fastest variant timed; 2 K/V stages, since more gave nothing [D-stages]
 _D64_3WG = dict(bm=192, bn=128, stages=2, pingpong=True)
@@ -785,7 +793,7 @@ def flops(batch: int, heads: int, seqlen_q: int, seqlen_k: int, head_dim: int, c
 __all__ = ["AttnConfig", "default_config", "default_configs", "SHORT_SEQLEN_K", "SHORT_TILES", "is_short",
            "query_tiles", "dealt_tile", "causal_pair_slot", "section_tile", "section_shift", "L2_BYTES",
            "SECTION_L2_SHARE", "IntOps", "grid", "launch_args", "launch_params", "LAUNCH_PARAMS", "SOFTCAP_PARAMS", "SINK_PARAMS",
-           "MOD_SCALE_PARAMS", "mod_args", "MOD_FIELDS",
+           "MOD_SCALE_PARAMS", "mod_args", "MOD_FIELDS", "OPTIONAL_FIELDS", "VARIANT_FIELDS",
            "VARLEN_PARAMS", "COMPACT_PARAMS", "PAGED_PARAMS", "varlen_grid", "TENSOR_PARAMS", "flops", "KERNEL", "HEAD_DIMS", "HEAD_DIM_PAIRS",
            "SPLIT_TILES", "TileLayout", "tile_layout", "DTYPES", "BMS",
            "TILES", "KNOBS", "TILE_FIELDS", "KNOB_FIELDS", "SFU_MOD_POLY_STRIDE", "FIXED_MAX_CAP", "FIXED_MAX_PARAMS",

@@ -1,9 +1,10 @@
-"""flash_mla_with_kvcache(is_fp8_kvcache=True, indices=...) with FA4MLIR_MLA_SPARSE_FP8_CONVERTER=1: the
-opt-in converter-warpgroup kernel (MLASparseDecodeConfig.fp8_converter; attention_mla_sparse_sm90, note
-"FP8 converter") on an sm_90 GPU with the `mla` bundle set, on the default kernel's GPU cases
-(tests/gpu/test_mla_sparse_decode_gpu.py's FP8 cases): by the FA rule against the float64 reference over the
-dequantized cache, and bit for bit the default FP8 kernel's out and lse (the same bf16 tile values, the
-same GEMMs and softmax in the same order). tests/test_mla_sparse_decode_fp8_conv.py proves it deviceless.
+"""flash_mla_with_kvcache(is_fp8_kvcache=True, indices=...) in both FP8 sparse decode variants on an sm_90 GPU
+with the `mla` bundle set (also in gpu-tests), on tests/gpu/test_mla_sparse_decode_gpu.py's FP8 cases: the
+converter-warpgroup kernel FP8_DECODE_DEFAULT_RULE picks (knob unset; MLASparseDecodeConfig.fp8_converter,
+attention_mla_sparse_sm90 note "FP8 converter") by the FA rule against the float64 reference over the
+dequantized cache, and bit for bit the gather kernel's out and lse (FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather:
+the same bf16 tile values, the same GEMMs and softmax in the same order). Each call's kernel is asserted
+from the host's plan. tests/test_mla_sparse_decode_fp8_conv.py proves it deviceless.
 """
 import numpy as np
 import pytest
@@ -23,10 +24,10 @@ def torch(bundle, require_arch):
 
 
 @pytest.mark.parametrize("batch,seqlen_q,heads,topk,pages,page,with_lengths,splits,padded", CASES)
-def test_converter_matches_reference_and_the_default_kernel(torch, monkeypatch, batch, seqlen_q, heads, topk, pages,
-                                                            page, with_lengths, splits, padded):
+def test_default_converter_matches_reference_and_the_gather_kernel(torch, monkeypatch, batch, seqlen_q, heads, topk,
+                                                                  pages, page, with_lengths, splits, padded):
     from fa4mlir import flash_mla_with_kvcache, get_mla_metadata
-    from fa4mlir.attention.mla_sparse_decode import CONVERTER_ENV
+    from fa4mlir.attention.mla_sparse_decode import VARIANT_ENV, requested_variant
     q, cache, idx = _case(torch, batch, seqlen_q, heads, topk, pages, page, "fp8", padded=padded)
     qc, cc, ic = q.cuda(), _to_cuda(torch, cache), torch.from_numpy(idx).cuda()
     seqlens = torch.full((batch,), pages * page, dtype=torch.int32, device="cuda")
@@ -40,10 +41,25 @@ def test_converter_matches_reference_and_the_default_kernel(torch, monkeypatch, 
         lens[0] = 0
         lens[1 % batch] = topk // 3
     kw = dict(is_fp8_kvcache=True, indices=ic, topk_length=None if lens is None else lens.cuda())
-    monkeypatch.setenv(CONVERTER_ENV, "0")
+    monkeypatch.setenv(VARIANT_ENV, "gather")
+    assert _runs(torch, qc, cc, ic, meta, num_splits, kw).fp8_converter is False
     ref_out, ref_lse = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
-    monkeypatch.setenv(CONVERTER_ENV, "1")
+    monkeypatch.delenv(VARIANT_ENV)
+    assert requested_variant() == "default" and _runs(torch, qc, cc, ic, meta, num_splits, kw).fp8_converter is True
     out, lse = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
     torch.cuda.synchronize()
     _check(torch, q, cache, idx, out, lse, None if lens is None else lens.numpy())
     assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
+
+
+def _runs(torch, q, k_cache, indices, meta, num_splits, kw):
+    """The sparse decode kernel config the host picks for this call now (its checks, as flash_mla_with_kvcache
+    makes them)."""
+    from fa4mlir.attention import mla_sparse_decode as sd
+    from fa4mlir.attention.checks import read_tensor
+    lens = kw["topk_length"]
+    problem = sd.check_sparse_decode_inputs(*(read_tensor(n, x, sd.ENTRY) for n, x in (
+        ("q", q), ("k_cache", k_cache), ("indices", indices))), 512, read_tensor("meta", meta, sd.ENTRY),
+        read_tensor("num_splits", num_splits, sd.ENTRY),
+        topk_length=None if lens is None else read_tensor("topk_length", lens, sd.ENTRY), is_fp8_kvcache=True)
+    return problem.config(problem.splits > 1)

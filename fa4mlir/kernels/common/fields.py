@@ -69,4 +69,41 @@ def check_fields(cfg, choices: dict | None = None) -> None:
                                   f"({type(value).__name__})")
 
 
-__all__ = ["ConfigError", "ConfigTypeError", "RegisterBudgetError", "check_fields", "KINDS"]
+# Variant fields. A kernel config's variant fields are those a bundle lookup must match exactly (an entry
+# with one set holds every other item of the plain kernel's key): the fields key() leaves out at their
+# defaults (added after kernels were shipped, so those kept their keys), and fields in every key since
+# they were added (older bundles' keys lack them). Each config module declares its own, once, with
+# `field_defaults`; attention.plan (the attention kernel's) and bench/sanitize.py (the union over the
+# kernels it looks up, `merge_variant_fields`) derive theirs from those declarations.
+
+
+def field_defaults(cls, names) -> dict:
+    """{name: the dataclass ``cls``'s default for it} for each of ``names``, in the class's field order (what
+    a key that lacks the field means); ValueError for a name that is not a field of ``cls``."""
+    defaults = {f.name: f.default for f in fields(cls)}
+    unknown = [n for n in names if n not in defaults]
+    if unknown:
+        raise ValueError(f"{cls.__name__} has no field(s) {unknown}; its fields: {', '.join(defaults)}")
+    return {n: d for n, d in defaults.items() if n in set(names)}
+
+
+def key_leaving_out(cfg, left_out: dict) -> dict:
+    """``cfg``'s fields by name, each of ``left_out`` (field -> default) only where it differs from its
+    default there: the key of a kernel built before the field existed is unchanged."""
+    return {n: v for n, v in cfg.__dict__.items() if n not in left_out or v != left_out[n]}
+
+
+def merge_variant_fields(*tables: dict) -> dict:
+    """The union of several configs' variant fields (field -> default); ValueError where two give one
+    field different defaults (an absent field would then mean two things)."""
+    out: dict = {}
+    for table in tables:
+        for name, default in table.items():
+            if name in out and out[name] != default:
+                raise ValueError(f"variant field {name!r} has two defaults: {out[name]!r} and {default!r}")
+            out[name] = default
+    return out
+
+
+__all__ = ["ConfigError", "ConfigTypeError", "RegisterBudgetError", "check_fields", "KINDS", "field_defaults",
+           "key_leaving_out", "merge_variant_fields"]
