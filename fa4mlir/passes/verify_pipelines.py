@@ -40,6 +40,16 @@ pipeline, the role, the stage and the op's source location. Rules, in the order 
    a number, always or on the then-path of a branch whose result the counts depend on (a loop one
    trip too long or too short).
 
+Note "CTA pair": a kernel of a cluster of two CTAs (fa4.cluster_rank, fa4.peer_arrive, a `cta_group
+= 2` op or a multicast mma_commit) is checked in two views per cluster rank (passes/_cluster_view.py):
+its executor view (what that CTA's threads run, a multicast release counting for each CTA of its
+mask) for rules 3 and 5 and the per-role balance of rule 7, its target view (what acts on that CTA's
+barriers: a `peer_arrive(stage, c)` is a commit (side "full") or a release ("empty") of rank c, a
+multicast `mma_commit` one of each rank of its mask) for rules 4, 6 and 7; conditions on the cluster
+rank select the ops of each view and then read as true. Pair MMAs (and their cta_group = 2 commits)
+must run in rank 0 only, and a kernel with remote arrivals needs a fa4.cluster_sync between
+fa4.pipeline_init and the roles.
+
 A kernel function carrying the unit attribute `fa4.unverified` is skipped: only kernels broken on
 purpose to test the debug watchdog carry it (fa4mlir/dialect/query.py: mark_unverified).
 

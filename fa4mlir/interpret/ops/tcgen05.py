@@ -21,6 +21,10 @@ M = 128 is Layout D (row i in lane i, lane alignment 0); M = 64 without .ws is L
 datapath utilized)" with lane alignment "0 or 16": row r in lane 32 (r // 16) + a + r % 16 for the
 alignment a named by the lane field of D's address, and A read from TMEM "must use the same Tensor
 Memory lane alignment" as D (a TmemFault otherwise).
+
+The .cta_group::2 forms (a CTA pair: alloc/dealloc in both CTAs, the m256 MMA issued by the leader
+over both CTAs, commits multicast to the CTAs of a mask) are ops/pair.py's; the SMEM descriptor's
+SWIZZLE_128B, 64B and 32B layouts are modelled.
 """
 from __future__ import annotations
 
