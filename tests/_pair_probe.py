@@ -42,25 +42,31 @@ from fa4mlir.kernels.common import tcgen05
 DTYPE = "bf16"
 K = 16
 SW = 32                         # a 16-column bf16 row is 32 bytes: 32B swizzle
+STAGES = 2
 
 
 BUGS = ("unicast_commit", "rank1_issues", "no_cluster_sync", "no_peer_arrive", "peer_not_waited", "peer_release_local")
 
 
-def build(n: int = 64, bug: str | None = None):
+def build(n: int = 64, bug: str | None = None, k_tiles: int = 1):
+    """The probe with N = `n` and K = 16 `k_tiles` (one k16 MMA a K tile, accumulating from the second;
+    the `ab` and `ready` rings have 2 stages, so that k_tiles > 2 wraps them)."""
     if bug is not None and bug not in BUGS:
         raise ValueError(f"bug {bug!r}: one of {BUGS}")
-    kb = KernelBuilder(f"cta_pair_probe_n{n}" + (f"_{bug}" if bug else ""), arch="sm_100a", block=(192, 1, 1), cluster=(2, 1, 1))
+    kt_name = f"_k{k_tiles}" if k_tiles != 1 else ""
+    kb = KernelBuilder(f"cta_pair_probe_n{n}{kt_name}" + (f"_{bug}" if bug else ""), arch="sm_100a", block=(192, 1, 1),
+                       cluster=(2, 1, 1))
     a_desc = kb.param_tma("a", dtype=DTYPE, box=(K, 128), swizzle="32B")
     b_desc = kb.param_tma("b", dtype=DTYPE, box=(K, n // 2), swizzle="32B")
     out = kb.param_ptr("out")
     cols = max(32, n)
+    a_bytes, b_bytes = 128 * K * 2, n // 2 * K * 2
     with kb.body():
-        a_smem = kb.smem("a_smem", 128 * K * 2)
-        b_smem = kb.smem("b_smem", n // 2 * K * 2)
+        a_smem = kb.smem("a_smem", STAGES * a_bytes)
+        b_smem = kb.smem("b_smem", STAGES * b_bytes)
         tmem_slot = kb.smem("tmem_slot", 16, align=16)
-        ab = kb.pipeline("ab", num_stages=1, producer="load", consumers=["mma"])
-        ready = kb.pipeline("ready", num_stages=1, producer="mma", consumers=["mma"])
+        ab = kb.pipeline("ab", num_stages=STAGES, producer="load", consumers=["mma"])
+        ready = kb.pipeline("ready", num_stages=STAGES, producer="mma", consumers=["mma"])
         d = kb.pipeline("d", num_stages=1, producer="mma", consumers=["epilogue"], consumer_arrivals=256)
         warp = kb.thread_idx(0) // 32
         rank = kb.cluster_rank()
@@ -78,31 +84,41 @@ def build(n: int = 64, bug: str | None = None):
         with kb.warp_roles():
             with kb.role("load", first_warp=4, num_warps=1):
                 with kb.if_(kb.elect_one()).then_():
-                    s = ab.initial_state()
-                    ab.producer_acquire(s)
-                    fa4.tma_load(a_desc, a_smem, s.stage, [const(0), rank * 128], pipe="ab", box=[K, 128], elem_bytes=2)
-                    fa4.tma_load(b_desc, b_smem, s.stage, [const(0), rank * (n // 2)], pipe="ab", box=[K, n // 2], elem_bytes=2)
-                    ab.producer_commit(s, tx_bytes=(128 + n // 2) * K * 2)
+                    loop = kb.for_(0, k_tiles, 1, carry=ab.initial_state())
+                    with loop as (kt, s):
+                        ab.producer_acquire(s)
+                        fa4.tma_load(a_desc, kb.gep(a_smem, s.stage * a_bytes, "i8"), s.stage, [kt * K, rank * 128],
+                                     pipe="ab", box=[K, 128], elem_bytes=2)
+                        fa4.tma_load(b_desc, kb.gep(b_smem, s.stage * b_bytes, "i8"), s.stage,
+                                     [kt * K, rank * (n // 2)], pipe="ab", box=[K, n // 2], elem_bytes=2)
+                        ab.producer_commit(s, tx_bytes=a_bytes + b_bytes)
+                        loop.yield_(s.advance())
             with kb.role("mma", first_warp=5, num_warps=1):
-                s = ab.initial_state()
                 peer, leader = (0, 1) if bug == "rank1_issues" else (1, 0)
-                with kb.if_(rank.eq(peer) & kb.elect_one()).then_():
-                    if bug != "peer_not_waited":
-                        ab.consumer_wait(s)
-                    ready.producer_acquire(s)
-                    if bug != "no_peer_arrive":
-                        ready.peer_arrive(s, leader, side="full")
-                with kb.if_(rank.eq(leader) & kb.elect_one()).then_():
-                    ab.consumer_wait(s)
-                    ready.consumer_wait(s)
-                    d.producer_acquire(s)
-                    kb.fence("tcgen05_after")
-                    a = fa4.smem_desc(a_smem, swizzle=SW, lbo=16, sbo=8 * SW)
-                    b = fa4.smem_desc(b_smem, swizzle=SW, lbo=16, sbo=8 * SW)
-                    tcgen05.mma(a, b, const(0, "i1"), tmem, m=256, n=n, k=K, ab_dtype=DTYPE, cta_group=2)
-                    d.mma_commit(s, side="full", cta_group=2, multicast=0b01 if bug == "unicast_commit" else 0b11)
-                    ab.mma_commit(s, side="empty", cta_group=2, multicast=0b11)    # both CTAs' A and B read
-                    ready.peer_arrive(s, peer, side="empty")
+                sd = d.initial_state()
+                with kb.if_(kb.elect_one()).then_():
+                    with kb.if_(rank.eq(leader)).then_():
+                        d.producer_acquire(sd)
+                    loop = kb.for_(0, k_tiles, 1, carry=ab.initial_state())   # ab and ready move together
+                    with loop as (kt, s):
+                        with kb.if_(rank.eq(peer)).then_():
+                            if bug != "peer_not_waited":
+                                ab.consumer_wait(s)
+                            ready.producer_acquire(s)
+                            if bug != "no_peer_arrive":
+                                ready.peer_arrive(s, leader, side="full")
+                        with kb.if_(rank.eq(leader)).then_():
+                            ab.consumer_wait(s)
+                            ready.consumer_wait(s)
+                            kb.fence("tcgen05_after")
+                            a = fa4.smem_desc(kb.gep(a_smem, s.stage * a_bytes, "i8"), swizzle=SW, lbo=16, sbo=8 * SW)
+                            b = fa4.smem_desc(kb.gep(b_smem, s.stage * b_bytes, "i8"), swizzle=SW, lbo=16, sbo=8 * SW)
+                            tcgen05.mma(a, b, kt.ne(0), tmem, m=256, n=n, k=K, ab_dtype=DTYPE, cta_group=2)
+                            ab.mma_commit(s, side="empty", cta_group=2, multicast=0b11)   # both CTAs' A and B read
+                            ready.peer_arrive(s, peer, side="empty")
+                        loop.yield_(s.advance())
+                    with kb.if_(rank.eq(leader)).then_():
+                        d.mma_commit(sd, side="full", cta_group=2, multicast=0b01 if bug == "unicast_commit" else 0b11)
             with kb.role("epilogue", first_warp=0, num_warps=4):
                 s = d.initial_state()
                 d.consumer_wait(s)
