@@ -36,7 +36,7 @@ catch only, as the probe never refills `d`).
 from __future__ import annotations
 
 from fa4mlir.dialect import builders as fa4
-from fa4mlir.dsl import KernelBuilder, const
+from fa4mlir.dsl import KernelBuilder
 from fa4mlir.kernels.common import tcgen05
 
 DTYPE = "bf16"
