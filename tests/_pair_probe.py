@@ -1,21 +1,23 @@
 """A tiny sm_100a kernel of one CTA pair (cluster 2 x 1 x 1) that exercises every 2-CTA form end to end
 (tests/test_cta_pair.py and the PTX lit test lit_tests/kernels/cta_pair_ptx.py use it):
 
-D (256 x N, f32) = A (256 x 16, bf16) B^T (B: N x 16, bf16), one tcgen05.mma.cta_group::2 m256 nN k16.
-CTA r of the pair holds rows [128 r, 128 r + 128) of A and rows [N/2 r, N/2 r + N/2) of B (note "CTA
-pair" of passes/lower_mma_sm100.py) and gets rows [128 r, 128 r + 128) of D in its TMEM.
+D (256 x N, f32) = A (256 x K, bf16) B^T (B: N x K, bf16), K = 16 k_tiles: one tcgen05.mma.cta_group::2
+m256 nN k16 per K tile (the first overwrites D). CTA r of the pair holds rows [128 r, 128 r + 128) of A
+and rows [N/2 r, N/2 r + N/2) of B (note "CTA pair" of passes/lower_mma_sm100.py) and gets rows
+[128 r, 128 r + 128) of D in its TMEM.
 
 * warp 0 of each CTA allocates the pair's TMEM (tcgen05.alloc.cta_group::2); both CTAs meet at a
   cluster barrier after the mbarrier inits (the peer arrives on the leader's barriers).
-* role "load" (warp 4): one thread TMA-loads this CTA's A and B halves (pipeline `ab`, this CTA's
-  barrier).
-* role "mma" (warp 5), one thread: in the peer, waits for its halves, acquires its `ready` and
-  arrives on the leader's `ready` (fa4.peer_arrive); in the leader, waits `ab` and `ready`, acquires
-  `d` (its empty barrier takes both CTAs' epilogues, 256 arrivals), issues the MMA, commits `d` with
-  multicast 0b11 (one arrival on `d`'s full barrier in each CTA), releases `ab` in both CTAs the
-  same way (the MMA read both CTAs' halves) and the peer's `ready` (a remote arrive on its empty
-  barrier). The peer's branch comes first in program order (fa4-verify-pipelines' rank views
-  follow program order, note "CTA pair").
+* role "load" (warp 4): one thread TMA-loads this CTA's A and B halves of each K tile into the
+  2-stage ring `ab` (this CTA's barriers).
+* role "mma" (warp 5), one thread, one K loop whose body branches on the rank: the peer waits for
+  its halves, acquires its `ready` stage and arrives on the leader's `ready` (fa4.peer_arrive); the
+  leader waits `ab` and `ready`, issues the MMA, releases `ab` in both CTAs with a multicast
+  mma_commit (the MMA read both CTAs' halves) and the peer's `ready` with a remote arrive on its
+  empty barrier. Around the loop the leader acquires `d` (its empty barrier takes both CTAs'
+  epilogues, 256 arrivals) and commits it with multicast 0b11 (one arrival on `d`'s full barrier in
+  each CTA). The peer's branch comes first in program order (fa4-verify-pipelines' rank views follow
+  program order, note "CTA pair").
 * role "epilogue" (warps 0-3): waits `d`, reads its lane's N columns, stores them as f32 rows of
   `out` (256 x N) and releases `d` on the leader's empty barrier (the peer's through
   fa4.peer_arrive).
