@@ -33,7 +33,8 @@ leader's barrier), "no_peer_arrive" (the peer never arrives on the leader's `rea
 (the peer arrives on `ready` without waiting for its own TMA loads: the leader's MMA may read B's
 second half before it lands), "peer_release_local" (the peer's epilogue releases `d` on its own empty
 barrier, which no producer waits on: the leader's `d` gets 128 of its 256 arrivals; the verifier's
-catch only, as the probe never refills `d`).
+catch only, as the probe never refills `d`), "unicast_release" (the leader releases `ab` in its own CTA
+only: the peer's load stalls once its ring wraps, k_tiles > 2).
 """
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ SW = 32                         # a 16-column bf16 row is 32 bytes: 32B swizzle
 STAGES = 2
 
 
-BUGS = ("unicast_commit", "rank1_issues", "no_cluster_sync", "no_peer_arrive", "peer_not_waited", "peer_release_local")
+BUGS = ("unicast_commit", "rank1_issues", "no_cluster_sync", "no_peer_arrive", "peer_not_waited", "peer_release_local",
+        "unicast_release")
 
 
 def build(n: int = 64, bug: str | None = None, k_tiles: int = 1):
@@ -116,7 +118,8 @@ def build(n: int = 64, bug: str | None = None, k_tiles: int = 1):
                             a = fa4.smem_desc(kb.gep(a_smem, s.stage * a_bytes, "i8"), swizzle=SW, lbo=16, sbo=8 * SW)
                             b = fa4.smem_desc(kb.gep(b_smem, s.stage * b_bytes, "i8"), swizzle=SW, lbo=16, sbo=8 * SW)
                             tcgen05.mma(a, b, kt.ne(0), tmem, m=256, n=n, k=K, ab_dtype=DTYPE, cta_group=2)
-                            ab.mma_commit(s, side="empty", cta_group=2, multicast=0b11)   # both CTAs' A and B read
+                            ab.mma_commit(s, side="empty", cta_group=2,                  # both CTAs' A and B read
+                                          multicast=0b01 if bug == "unicast_release" else 0b11)
                             ready.peer_arrive(s, peer, side="empty")
                         loop.yield_(s.advance())
                     with kb.if_(rank.eq(leader)).then_():
