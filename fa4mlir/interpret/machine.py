@@ -13,7 +13,8 @@ condition does not hold (mbarrier try_wait, named barrier, ...), then the next w
 warp can run, the async engines make progress; when they are empty too, it is a deadlock. The
 policy decides when the engines run: "lazy" (only when every warp waits: the latest completion
 the protocol allows), "eager" (after every warp step: the earliest), "random" (seeded: warps in a
-random order, engines at random points, one job at a time).
+random order, engines at random points, one job at a time). `schedule` serves one CTA and a
+cluster's CTAs alike (interpret/cluster.py runs a cluster's warps as one set).
 """
 from __future__ import annotations
 
