@@ -179,6 +179,13 @@ OPS: tuple[OpDef, ...] = (
           operands=(("addr", "i32"),), results=(("value", "any"),), attrs=(("num", "int"),)),
     OpDef("tmem_store", "Each thread writes `value` (vector of i32) to its lane's columns at `addr` (32x32b).",
           operands=(("addr", "i32"), ("value", "any"))),
+    OpDef("tmem_copy", """One thread copies from shared memory (the matrix that the tcgen05 shared-memory
+    descriptor `desc` describes) to TMEM at `addr` (PTX ISA tcgen05.cp), asynchronously, in issue order
+    with the thread's MMAs: a later fa4.mma may read it, and an mma_commit tracks its completion. `shape`:
+    "128x256b", "4x256b", "128x128b", "64x128b" (with `multicast` "warpx2::02_13" or "warpx2::01_23") or
+    "32x128b" (with "warpx4"); `cta_group` = 2: the pair's form (FlashMLA's Q into TMEM).""",
+          operands=(("addr", "i32"), ("desc", "i64")), attrs=(("shape", "str"),),
+          optional_attrs=(("multicast", "str"), ("cta_group", "int"))),
     OpDef("tmem_wait", "Wait for this thread's outstanding TMEM loads (`kind` = \"ld\") or stores (\"st\").",
           attrs=(("kind", "str"),)),
     # ---- barriers and fences --------------------------------------------------------------------

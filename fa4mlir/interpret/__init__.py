@@ -10,8 +10,12 @@ named-barrier turns, persistent tile loops).
     kernel = interpret.load(attention_fwd_sm100.build(cfg))
     kernel.launch(grid, launch_args(cfg, problem, arrays))     # writes O and LSE into the arrays
 
+A kernel with a cluster of more than one CTA (`KernelBuilder(cluster=(2, 1, 1))`) runs cluster by
+cluster, each cluster's CTAs together (`cluster.py`; the CTA pair's tcgen05 forms in `ops/pair.py`).
+
 Layout: `kernel.py` (load, launch), `program.py` (IR -> closures, the warp executor),
-`machine.py` (a CTA: shared/tensor memory, mbarriers, async engines, the scheduler), `memory.py`
+`machine.py` (a CTA: shared/tensor memory, mbarriers, async engines, the scheduler), `cluster.py`
+(a cluster's CTAs run together: barrier.cluster, mapa, remote arrives), `memory.py`
 (global arrays, TMA boxes and swizzles), `hb.py` (happens-before: vector clocks, shadow memory, the
 fence rules), `ops/` (the semantics table), `faults.py` (what it reports).
 Imports MLIR and the compiler's stages; nothing of CUDA, and nothing on the host side imports it.

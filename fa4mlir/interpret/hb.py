@@ -70,37 +70,53 @@ def _unordered(epochs: np.ndarray, agents: np.ndarray, vc: np.ndarray, agent: in
 
 
 class HappensBefore:
-    def __init__(self, num_warps: int, smem_bytes: int, tmem_shape, agent_name):
+    """The clocks of one CTA. In a cluster (interpret/cluster.py) the CTAs' objects share one matrix
+    of vectors (`shared`: rank 0's object): CTA r's agents are numbered from r (2W + 2), so an
+    arrive on a peer CTA's mbarrier (mapa + mbarrier.arrive, a multicast tcgen05.commit) and
+    barrier.cluster carry the same vectors across the pair; each CTA keeps its own shadows."""
+
+    def __init__(self, num_warps: int, smem_bytes: int, tmem_shape, agent_name, *, rank: int = 0, ranks: int = 1,
+                 shared: "HappensBefore | None" = None):
         self.W = num_warps
-        self.TMA, self.MMA = 2 * num_warps, 2 * num_warps + 1
-        n = 2 * num_warps + 2
+        per_cta = 2 * num_warps + 2
+        self.rank, self.base = rank, rank * per_cta
+        self.TMA, self.MMA = self.base + 2 * num_warps, self.base + 2 * num_warps + 1
+        n = ranks * per_cta
         self._name = agent_name                       # warp id -> words (with its role)
-        self.vc = np.zeros((2, n, n), np.int32)       # [view, agent, agent]
-        self.vc[:, np.arange(n), np.arange(n)] = 1
+        self.peers = [self]                           # the cluster's objects by rank (set by the cluster)
+        if shared is None:
+            self.vc = np.zeros((2, n, n), np.int32)   # [view, agent, agent]
+            self.vc[:, np.arange(n), np.arange(n)] = 1
+            self.proxy_fenced = np.zeros(n, np.int32)     # G(w)'s epoch at its last fence.proxy.async
+        else:
+            self.vc, self.proxy_fenced = shared.vc, shared.proxy_fenced
         self.smem = Shadow(smem_bytes, "shared memory")
         self.tmem = Shadow(tmem_shape, "tensor memory")
         self.mma_vc = self.vc[:, self.MMA].copy()     # the tensor core's vector pair, joined per MMA
         self.tc_published = np.zeros(num_warps, np.int32)   # T(w)'s epoch at its last fence::before
-        self.proxy_fenced = np.zeros(n, np.int32)     # G(w)'s epoch at its last fence.proxy.async
+
+    def g(self, wid: int) -> int:
+        """The agent of warp `wid`'s generic side."""
+        return self.base + wid
 
     def tc(self, wid: int) -> int:
-        return self.W + wid
+        return self.base + self.W + wid
 
     # ---- clocks -------------------------------------------------------------------------------------
     def release(self, wid: int) -> np.ndarray:
         """What warp `wid` publishes now (a vector pair); then its generic epoch moves on. Its
         tcgen05 side is published up to its last fence::before_thread_sync (REAL view)."""
-        t = self.tc(wid)
-        out = self.vc[:, wid].copy()
+        g, t = self.g(wid), self.tc(wid)
+        out = self.vc[:, g].copy()
         out[ASSUMED, t] = self.vc[ASSUMED, t, t]
         out[REAL, t] = min(out[REAL, t], self.tc_published[wid])
-        self.vc[:, wid, wid] += 1
+        self.vc[:, g, g] += 1
         self.vc[:, t, t] += 1                 # later tcgen05 ops are not covered by this release
-        self.vc[:, wid, t] = self.vc[:, t, t]
+        self.vc[:, g, t] = self.vc[:, t, t]
         return out
 
     def acquire(self, wid: int, published: np.ndarray) -> None:
-        np.maximum(self.vc[:, wid], published, out=self.vc[:, wid])
+        np.maximum(self.vc[:, self.g(wid)], published, out=self.vc[:, self.g(wid)])
         np.maximum(self.vc[ASSUMED, self.tc(wid)], published[ASSUMED], out=self.vc[ASSUMED, self.tc(wid)])
 
     def fence_before(self, wid: int) -> None:
@@ -108,20 +124,20 @@ class HappensBefore:
         t = self.tc(wid)
         self.tc_published[wid] = self.vc[REAL, t, t]
         self.vc[:, t, t] += 1
-        self.vc[:, wid, t] = self.vc[:, t, t]
+        self.vc[:, self.g(wid), t] = self.vc[:, t, t]
 
     def fence_after(self, wid: int) -> None:
         """tcgen05.fence::after_thread_sync: T(w) is ordered after what the warp acquired. Both views:
         the fully-fenced one orders at least what the fenced one does (else an access ordered by the
         fence would be reported as a race)."""
-        np.maximum(self.vc[:, self.tc(wid)], self.vc[:, wid], out=self.vc[:, self.tc(wid)])
+        np.maximum(self.vc[:, self.tc(wid)], self.vc[:, self.g(wid)], out=self.vc[:, self.tc(wid)])
 
     def issue(self, wid: int) -> np.ndarray:
         """The vector pair a tcgen05.mma / commit carries: the issuing warp's tcgen05 side."""
         return self.vc[:, self.tc(wid)].copy()
 
     def tma_issue(self, wid: int) -> np.ndarray:
-        return self.vc[:, wid].copy()
+        return self.vc[:, self.g(wid)].copy()
 
     def stamp_async(self, agent: int, issued: np.ndarray) -> np.ndarray:
         """The vector pair of one job of async `agent` (TMA, tensor core) issued with `issued`."""
@@ -132,11 +148,14 @@ class HappensBefore:
 
     # ---- accesses -----------------------------------------------------------------------------------
     def _who(self, agent: int) -> str:
-        if agent < self.W:
-            return self._name(agent)
-        if agent < 2 * self.W:
-            return f"the tcgen05 ops of {self._name(agent - self.W)}"
-        return ("the TMA engine", "the tensor core")[agent - 2 * self.W]
+        rank, local = divmod(agent, 2 * self.W + 2)
+        if rank != self.rank:
+            return f"CTA rank {rank}'s " + self.peers[rank]._who(agent).replace("the ", "", 1)
+        if local < self.W:
+            return self._name(local)
+        if local < 2 * self.W:
+            return f"the tcgen05 ops of {self._name(local - self.W)}"
+        return ("the TMA engine", "the tensor core")[local - 2 * self.W]
 
     def _where(self, shadow: Shadow, cell: int) -> str:
         if shadow is self.tmem:
@@ -191,22 +210,22 @@ class HappensBefore:
 
     def warp_access(self, w, shadow: Shadow, index, write: bool, what: str, *, generic: bool = False) -> None:
         """A generic access by warp `w` (ld/st.shared, a TMA store's read at issue, wgmma's operands)."""
-        self.access(shadow, index, self.vc[:, w.wid], w.wid, write, what, generic=generic)
+        self.access(shadow, index, self.vc[:, self.g(w.wid)], self.g(w.wid), write, what, generic=generic)
 
     def tc_access(self, w, shadow: Shadow, index, write: bool, what: str) -> None:
         """A tcgen05.ld / st / alloc by warp `w`: its tcgen05 side."""
         t = self.tc(w.wid)
         self.access(shadow, index, self.vc[:, t], t, write, what)
-        self.vc[:, w.wid, t] = self.vc[:, t, t]        # the warp's generic side sees its own tcgen05 ops
+        self.vc[:, self.g(w.wid), t] = self.vc[:, t, t]        # the warp's generic side sees its own tcgen05 ops
 
     # ---- proxies ------------------------------------------------------------------------------------
     def proxy_fence(self, wid: int) -> None:
         """fence.proxy.async by warp `wid`: its generic accesses so far are visible to the async proxy,
         and ordered before the async-proxy operations it issues next (its tcgen05.mma's SMEM operands,
         PTX ISA 9.1 §9.7.16.6.5), in program order; no tcgen05.fence is involved (no thread sync)."""
-        self.proxy_fenced[wid] = self.vc[REAL, wid, wid]
-        t = self.tc(wid)
-        self.vc[:, t, wid] = np.maximum(self.vc[:, t, wid], self.vc[:, wid, wid])
+        g, t = self.g(wid), self.tc(wid)
+        self.proxy_fenced[g] = self.vc[REAL, g, g]
+        self.vc[:, t, g] = np.maximum(self.vc[:, t, g], self.vc[:, g, g])
 
     def check_async_proxy_read(self, index, what: str) -> None:
         """The async proxy (a TMA store, a tcgen05.mma operand) reads shared `index`: generic-proxy

@@ -21,6 +21,7 @@ import numpy as np
 
 from .._mlir import ir
 from ..artifacts import ParamSpec
+from .cluster import launch_clusters
 from .faults import Unsupported
 from .machine import CTA, SMEM_BASE
 from .memory import GlobalMemory, TensorMap
@@ -56,9 +57,11 @@ def _kernel_func(module):
 class Kernel:
     """A kernel's nvvm-stage program plus its launch metadata."""
 
-    def __init__(self, name: str, module, params: tuple[ParamSpec, ...], block, barrier_names: dict[int, str]):
+    def __init__(self, name: str, module, params: tuple[ParamSpec, ...], block, barrier_names: dict[int, str],
+                 cluster=(1, 1, 1)):
         self.name, self.module, self.params = name, module, tuple(params)
         self.block = tuple(block) + (1,) * (3 - len(block))
+        self.cluster = tuple(cluster) + (1,) * (3 - len(cluster))
         self.barrier_names = barrier_names
         with module.context:
             func = _kernel_func(module)
@@ -100,11 +103,15 @@ class Kernel:
 
     def launch(self, grid, args: Mapping, *, policy: str = "lazy", seed: int = 0, ctas=None) -> list[CTA]:
         """Run every CTA of `grid` (or the block indices `ctas`) one after the other; returns the
-        finished CTAs (their `stats`: seconds, warp_ops, ...). Faults raise."""
+        finished CTAs (their `stats`: seconds, warp_ops, ...). Faults raise. A kernel with a cluster
+        of more than one CTA runs cluster by cluster, each cluster's CTAs together (cluster.py);
+        `ctas` must then name whole clusters."""
         grid = tuple(grid) + (1,) * (3 - len(grid))
         values = self._bind(args)
         if ctas is None:
             ctas = [(x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0])]
+        if self.cluster != (1, 1, 1):
+            return launch_clusters(self, values, grid, self.cluster, ctas, policy, seed)
         return [CTA(self, values, idx, grid, policy=policy, seed=seed + i).run() for i, idx in enumerate(ctas)]
 
 
@@ -144,7 +151,7 @@ class StageTap:
             raise Unsupported(f"kernel {self.kernel_ir.name}: the tap saw no nvvm stage (was it passed as "
                               f"after_stage to a lowering that ran?)")
         k = self.kernel_ir
-        return Kernel(k.name, self.module, k.params, k.block, self.names)
+        return Kernel(k.name, self.module, k.params, k.block, self.names, getattr(k, "cluster", (1, 1, 1)))
 
 
 __all__ = ["Kernel", "StageTap", "load"]

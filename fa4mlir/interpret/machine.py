@@ -13,7 +13,8 @@ condition does not hold (mbarrier try_wait, named barrier, ...), then the next w
 warp can run, the async engines make progress; when they are empty too, it is a deadlock. The
 policy decides when the engines run: "lazy" (only when every warp waits: the latest completion
 the protocol allows), "eager" (after every warp step: the earliest), "random" (seeded: warps in a
-random order, engines at random points, one job at a time).
+random order, engines at random points, one job at a time). `schedule` serves one CTA and a
+cluster's CTAs alike (interpret/cluster.py runs a cluster's warps as one set).
 """
 from __future__ import annotations
 
@@ -38,10 +39,11 @@ class MBarrier:
     arrival count resets. try_wait.parity(p) succeeds when the phase of parity p has completed,
     i.e. the current phase's parity differs from p."""
 
-    __slots__ = ("addr", "count", "pending", "tx", "phase", "name", "vc", "vc_done")
+    __slots__ = ("addr", "count", "pending", "tx", "phase", "name", "vc", "vc_done", "init_at")
 
-    def __init__(self, addr: int, count: int, name: str):
+    def __init__(self, addr: int, count: int, name: str, init_at=(0, 0)):
         self.addr, self.count, self.name = addr, count, name
+        self.init_at = init_at              # (agent, epoch) of the mbarrier.init (cluster.check_init_ordered)
         self.pending, self.tx, self.phase = count, 0, 0
         self.vc = self.vc_done = None       # happens-before: what the current / last completed phase publishes
 
@@ -139,7 +141,7 @@ class Warp:
         return self.cta.warpgroup(self.wid).committed[self.wid % 4]
 
     def wgmma_commit(self) -> None:
-        self.cta.warpgroup(self.wid).commit(self.wid % 4, self.wgmma_open, self.cta.hb.vc[:, self.wid])
+        self.cta.warpgroup(self.wid).commit(self.wid % 4, self.wgmma_open, self.cta.hb.vc[:, self.cta.hb.g(self.wid)])
         self.wgmma_open = []
 
     def wgmma_wait(self, pending: int):
@@ -165,7 +167,10 @@ class Warp:
 class CTA:
     """One CTA of `kernel` (an interpret.Kernel) at `block_idx` of `grid`, with the launch's values."""
 
-    def __init__(self, kernel, args: list, block_idx, grid, policy: str = "lazy", seed: int = 0):
+    def __init__(self, kernel, args: list, block_idx, grid, policy: str = "lazy", seed: int = 0, *,
+                 rank: int = 0, ranks: int = 1, shared_hb: HappensBefore | None = None):
+        """`rank` of `ranks`: its place in a cluster (interpret/cluster.py runs a cluster's CTAs
+        together; `shared_hb`: rank 0's clocks, which the cluster's CTAs share)."""
         if policy not in POLICIES:
             raise ValueError(f"policy {policy!r}: expected one of {POLICIES}")
         self.kernel = kernel
@@ -176,7 +181,9 @@ class CTA:
         self.smem_readers = np.zeros(self.smem.size, np.int16)   # wgmma / TMA stores in flight reading each byte
         self.warpgroups: dict[int, WarpGroup] = {}
         nwarps = kernel.block[0] * kernel.block[1] * kernel.block[2] // WARP
-        self.hb = HappensBefore(nwarps, self.smem.size, (TMEM_LANES, TMEM_COLUMNS), self._agent_name)
+        self.rank, self.cluster = rank, None     # the cluster (interpret/cluster.py) sets itself
+        self.hb = HappensBefore(nwarps, self.smem.size, (TMEM_LANES, TMEM_COLUMNS), self._agent_name,
+                                rank=rank, ranks=ranks, shared=shared_hb)
         self.barrier_vc: dict = {}          # (named barrier id, generation) -> what its arrivals publish
         self.tmem = np.zeros((TMEM_LANES, TMEM_COLUMNS), np.uint32)
         self.tmem_cols = 0
@@ -200,9 +207,18 @@ class CTA:
     def mbarrier(self, addr: int) -> MBarrier:
         b = self.mbarriers.get(int(addr))
         if b is None:
-            raise BarrierFault(f"mbarrier at shared {int(addr):#x} ({self.kernel.barrier_name(int(addr))}) used "
-                               f"before mbarrier.init")
+            where = f" of CTA rank {self.rank}" if self.cluster is not None else ""
+            raise BarrierFault(f"mbarrier at shared {int(addr):#x} ({self.kernel.barrier_name(int(addr))}){where} "
+                               f"used before mbarrier.init")
         return b
+
+    def peer(self, rank: int) -> "CTA":
+        """The CTA of `rank` in this CTA's cluster (itself outside a cluster, rank 0)."""
+        if self.cluster is None:
+            if rank != 0:
+                raise Fault(f"CTA rank {rank} named by a CTA launched without a cluster")
+            return self
+        return self.cluster.cta(rank)
 
     def _agent_name(self, agent: int) -> str:
         if agent < len(self.warps):
@@ -250,27 +266,7 @@ class CTA:
             raise exc.add_context(warp=w.wid, role=w.role)
 
     def _schedule(self) -> None:
-        rand = self.policy == "random"
-        while True:
-            progressed = False
-            order = [self.warps[i] for i in self.rng.permutation(len(self.warps))] if rand else self.warps
-            for w in order:
-                if w.done or (w.wait is not None and not w.wait.ready()):
-                    continue
-                if rand and self.rng.random() < 0.3:
-                    progressed = True
-                    continue
-                self._step(w)
-                progressed = True
-                if self.policy == "eager":
-                    self._drain()
-            if all(w.done for w in self.warps):
-                return
-            if not progressed:
-                if not self._drain(one=rand):
-                    self._deadlock()
-            elif rand and self.rng.random() < 0.3:
-                self._drain(one=True)
+        schedule(self.warps, self._step, self._drain, self._deadlock, self.policy, self.rng)
 
     def _drain(self, one: bool = False) -> bool:
         """Run queued async work (all of it, or one job); True when something ran."""
@@ -307,6 +303,33 @@ class CTA:
             raise ExitFault("CTA exited with work outstanding: " + "; ".join(problems))
 
 
+def schedule(warps: list, step, drain, deadlock, policy: str, rng) -> None:
+    """Run `warps` (one CTA's, or a cluster's CTAs' together) to the end: each ready warp steps
+    until it waits; when none can, `drain` runs async work (one job under "random"); when there is
+    none, `deadlock` raises."""
+    rand = policy == "random"
+    while True:
+        progressed = False
+        order = [warps[i] for i in rng.permutation(len(warps))] if rand else warps
+        for w in order:
+            if w.done or (w.wait is not None and not w.wait.ready()):
+                continue
+            if rand and rng.random() < 0.3:
+                progressed = True
+                continue
+            step(w)
+            progressed = True
+            if policy == "eager":
+                drain()
+        if all(w.done for w in warps):
+            return
+        if not progressed:
+            if not drain(one=rand):
+                deadlock()
+        elif rand and rng.random() < 0.3:
+            drain(one=True)
+
+
 def uniform(values: np.ndarray, mask: np.ndarray, what: str) -> int:
     """The one value `values` holds over the active lanes (a warp-uniform operand)."""
     v = values[mask]
@@ -318,4 +341,4 @@ def uniform(values: np.ndarray, mask: np.ndarray, what: str) -> int:
     return first.item()
 
 
-__all__ = ["CTA", "Warp", "MBarrier", "uniform", "SMEM_BASE", "TMEM_LANES", "TMEM_COLUMNS", "POLICIES"]
+__all__ = ["CTA", "Warp", "MBarrier", "uniform", "schedule", "SMEM_BASE", "TMEM_LANES", "TMEM_COLUMNS", "POLICIES"]

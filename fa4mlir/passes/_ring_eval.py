@@ -133,10 +133,23 @@ def leader_threads(pred: ir.Value, role_threads: int) -> int | None:
     return None
 
 
+def _is_true(value: ir.Value) -> bool:
+    op = owner(value)
+    if op is None or op.name != "arith.constant":
+        return False
+    a = op.attributes["value"]
+    if isinstance(a, ir.BoolAttr):
+        return ir.BoolAttr(a).value
+    return const_int(value) == 1 and ir.IntegerType(value.type).width == 1
+
+
 def split_condition(cond: ir.Value) -> tuple[list, list]:
-    """(leader conjuncts, the other conjuncts) of a branch condition."""
+    """(leader conjuncts, the other conjuncts) of a branch condition; a constant true conjunct is
+    neither (it holds on every path: a cluster-rank condition in a pair's rank view, _cluster_view)."""
     lead, rest = [], []
     for c in conjuncts(cond):
+        if _is_true(c):
+            continue
         (lead if leader_threads(c, 1 << 20) is not None else rest).append(c)
     return lead, rest
 

@@ -35,13 +35,16 @@ NOUNS = {"acquire": "producer_acquire", "commit": "commit", "wait": "consumer_wa
 
 def kind_of(op: ir.Operation) -> tuple[str, str]:
     """(side, action) of a protocol op: side producer / consumer; action acquire, commit, load, wait,
-    release (an `mma_commit` is a commit on side "full", a release on side "empty")."""
+    release (an `mma_commit` is a commit on side "full", a release on side "empty"; a `peer_arrive`
+    likewise)."""
     if op.name == "fa4.mma_commit":
         side = attr(op, "side")
         if side not in ("full", "empty"):
             raise PassError(f"fa4-verify-pipelines: fa4.mma_commit on pipeline '{attr(op, 'pipe')}' has side={side!r}; "
                             "expected \"full\" (producer) or \"empty\" (consumer)", op.location)
         return ("producer", "commit") if side == "full" else ("consumer", "release")
+    if op.name == "fa4.peer_arrive":      # an arrival on the peer CTA's barrier (fa4mlir/passes/_cluster_view.py)
+        return ("producer", "commit") if attr(op, "side") == "full" else ("consumer", "release")
     return {"fa4.producer_acquire": ("producer", "acquire"), "fa4.producer_commit": ("producer", "commit"),
             "fa4.tma_load": ("producer", "load"), "fa4.tma_gather4": ("producer", "load"),
             "fa4.consumer_wait": ("consumer", "wait"),
@@ -244,10 +247,11 @@ class RoleWalk:
         if scope.check and pos is not None:
             self._expect(pipe, action, pos, self._counter(st, pipe, action, op), n if action in ("commit", "release")
                          else 2 * n, op)
-            if action == "commit" and self.c.acquires(self.rname, pipe):
+            local = op not in self.c.remote    # one from the other CTA of a pair: its executor's view
+            if local and action == "commit" and self.c.acquires(self.rname, pipe):
                 self._holds(pipe, st, "acquire", "commit", op, "commits full[stage] of a stage it has not acquired "
                             "(producer_acquire first)")
-            if action == "release":
+            if local and action == "release":
                 self._holds(pipe, st, "wait", "release", op, "releases empty[stage] of a stage it has not waited "
                             "for (consumer_wait first)")
                 if op.name == "fa4.consumer_release":
@@ -401,6 +405,8 @@ class RoleWalk:
             if form is None and anchor is not None:
                 self.fail(pipe, f"cannot follow the role's {NOUNS[kind]}s to its end: {st.why.get((pipe, kind), '?')}",
                           anchor)
+        if self.c.view == "target":    # a pair: what one CTA's threads do balances in its executor view
+            return
         for pipe in self.c.pipes:
             for first, second, fix in (("acquire", "commit", "producer_commit"), ("wait", "release", "consumer_release")):
                 a, b = st.counters[(pipe, first)], st.counters[(pipe, second)]

@@ -8,6 +8,8 @@
   vector<num x i32> (i32 for num = 1, widened back to the op's type after the wait).
 * `fa4.tmem_store(addr, v)`    -> tcgen05.st.sync.aligned.32x32b.x{num}.b32 (§9.7.16.8.4).
 * `fa4.tmem_wait{kind}`        -> tcgen05.wait::ld / ::st (§9.7.16.8.5).
+* `fa4.tmem_copy(addr, desc){shape, multicast, cta_group}` -> tcgen05.cp.cta_group::N.shape[.multicast]
+  [taddr], sdesc (§9.7.16.8.x "tcgen05.cp"): the shapes and their multicast forms of COPY_SHAPES.
 
 With `cta_group = 2` (a CTA pair, note "CTA pair" of fa4-lower-mma-sm100) alloc, dealloc and
 relinquish take their .cta_group::2 forms: one warp of each CTA of the pair executes them, and the
@@ -30,7 +32,17 @@ from ._util import (CTA_GROUPS, PassError, attr, check_none_left, cta_group, fen
 
 NAME = "fa4-lower-tmem"
 OPS = ("fa4.tmem_alloc", "fa4.tmem_dealloc", "fa4.tmem_relinquish", "fa4.tmem_load", "fa4.tmem_store",
-       "fa4.tmem_wait")
+       "fa4.tmem_wait", "fa4.tmem_copy")
+# tcgen05.cp shape -> (its enum, the multicast forms it takes; "" = none): PTX ISA 9.1 tcgen05.cp
+COPY_SHAPES = {
+    "128x256b": (nvvm.Tcgen05CpShape.SHAPE_128x256b, ("",)),
+    "4x256b": (nvvm.Tcgen05CpShape.SHAPE_4x256b, ("",)),
+    "128x128b": (nvvm.Tcgen05CpShape.SHAPE_128x128b, ("",)),
+    "64x128b": (nvvm.Tcgen05CpShape.SHAPE_64x128b, ("warpx2::02_13", "warpx2::01_23")),
+    "32x128b": (nvvm.Tcgen05CpShape.SHAPE_32x128b, ("warpx4",)),
+}
+_MULTICAST = {"": nvvm.Tcgen05CpMulticast.NONE, "warpx2::02_13": nvvm.Tcgen05CpMulticast.WARPX2_02_13,
+              "warpx2::01_23": nvvm.Tcgen05CpMulticast.WARPX2_01_23, "warpx4": nvvm.Tcgen05CpMulticast.WARPX4}
 LDST_NUM = (1, 2, 4, 8, 16, 32, 64, 128)  # .num of 32x32b: x1 .. x128 (§9.7.16.8.3)
 _WAIT = {"ld": nvvm.Tcgen05WaitKind.LOAD, "st": nvvm.Tcgen05WaitKind.STORE}
 
@@ -74,6 +86,18 @@ def _store(op: ir.Operation) -> None:
     nvvm.tcgen05_st(nvvm.Tcgen05LdStShape.SHAPE_32X32B, tmem_ptr(addr), value)
 
 
+def _copy(op: ir.Operation) -> None:
+    shape = attr(op, "shape")
+    multicast = attr(op, "multicast") if "multicast" in op.attributes else ""
+    if shape not in COPY_SHAPES or multicast not in COPY_SHAPES[shape][1]:
+        forms = ", ".join(f"{s}{'.' + m if m else ''}" for s, (_, ms) in COPY_SHAPES.items() for m in ms)
+        raise PassError(f"{NAME}: tmem_copy shape {shape!r} with multicast {multicast!r}; tcgen05.cp takes {forms}",
+                        op.location)
+    addr, desc = op.operands
+    nvvm.tcgen05_cp(COPY_SHAPES[shape][0], tmem_ptr(addr), desc, group=CTA_GROUPS[cta_group(op)],
+                    multicast=_MULTICAST[multicast])
+
+
 def run(module: ir.Operation) -> None:
     func = kernel_func(module)
     pending: dict = {}   # block -> tcgen05.ld results not yet behind a wait::ld
@@ -96,6 +120,9 @@ def run(module: ir.Operation) -> None:
                 pending.setdefault(block, []).append((value, raw))
             elif name == "fa4.tmem_store":
                 _store(op)
+                op.erase()
+            elif name == "fa4.tmem_copy":
+                _copy(op)
                 op.erase()
             elif name == "fa4.tmem_wait":
                 kind = attr(op, "kind")

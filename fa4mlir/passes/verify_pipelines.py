@@ -40,6 +40,16 @@ pipeline, the role, the stage and the op's source location. Rules, in the order 
    a number, always or on the then-path of a branch whose result the counts depend on (a loop one
    trip too long or too short).
 
+Note "CTA pair": a kernel of a cluster of two CTAs (fa4.cluster_rank, fa4.peer_arrive, a `cta_group
+= 2` op or a multicast mma_commit) is checked in two views per cluster rank (passes/_cluster_view.py):
+its executor view (what that CTA's threads run, a multicast release counting for each CTA of its
+mask) for rules 3 and 5 and the per-role balance of rule 7, its target view (what acts on that CTA's
+barriers: a `peer_arrive(stage, c)` is a commit (side "full") or a release ("empty") of rank c, a
+multicast `mma_commit` one of each rank of its mask) for rules 4, 6 and 7; conditions on the cluster
+rank select the ops of each view and then read as true. Pair MMAs (and their cta_group = 2 commits)
+must run in rank 0 only, and a kernel with remote arrivals needs a fa4.cluster_sync between
+fa4.pipeline_init and the roles.
+
 A kernel function carrying the unit attribute `fa4.unverified` is skipped: only kernels broken on
 purpose to test the debug watchdog carry it (fa4mlir/dialect/query.py: mark_unverified).
 
@@ -78,6 +88,7 @@ from dataclasses import dataclass, field
 
 from .._mlir import ir
 from ..dialect.query import UNVERIFIED_ATTR, llvm_funcs
+from ._cluster_view import is_pair_kernel, rank_views
 from ._ring_eval import Kernel, conjuncts, const_int, leader_threads, owner, split_condition, where
 from ._ring_walk import RoleWalk, _legend, kind_of
 from ._util import PassError, attr, ops_named
@@ -85,10 +96,12 @@ from ._util import PassError, attr, ops_named
 NAME = "fa4-verify-pipelines"
 LOAD_OPS = ("fa4.tma_load", "fa4.tma_gather4")     # TMA copies completing on full[stage]; stage is operand 2
 PROTOCOL_OPS = ("fa4.producer_acquire", "fa4.producer_commit", *LOAD_OPS, "fa4.consumer_wait",
-                "fa4.consumer_release", "fa4.mma_commit")
+                "fa4.consumer_release", "fa4.mma_commit", "fa4.peer_arrive")
 WALKED_OPS = PROTOCOL_OPS + ("fa4.mma", "fa4.mma_commit_group", "fa4.mma_wait_group")
 LOOPS = ("scf.for", "scf.while")
 _QUERIED = ("fa4.role", "fa4.pipeline", "fa4.cp_async_arrive") + WALKED_OPS   # what _Checker.named is asked
+ALL_RULES = ("_balance", "_liveness", "_fills", "_arrivals", "_positions")     # after declarations, placement
+PAIR_RULES = {"executor": ("_balance", "_fills", "_positions"), "target": ("_liveness", "_arrivals", "_positions")}
 TMA_ATTR = "fa4.tma"    # on a TMA descriptor parameter: {name, box, elem_bytes} (dsl KernelBuilder.param_tma)
 
 
@@ -96,7 +109,15 @@ def run(module: ir.Operation) -> None:
     funcs = [op for op in llvm_funcs(module)
              if "nvvm.kernel" in op.attributes and UNVERIFIED_ATTR not in op.attributes]
     for func in funcs:
-        _Checker(func).check()
+        if not is_pair_kernel(func):
+            _Checker(func).check()
+            continue
+        for rank, kind, view, multiplicity, remote, _module in rank_views(func):     # note "CTA pair"
+            try:
+                _Checker(view, multiplicity, remote, kind).check(PAIR_RULES[kind])
+            except PassError as exc:
+                raise PassError(str(exc).replace(f"{NAME}: ", f"{NAME}: (CTA rank {rank}'s {kind} view of the "
+                                                              f"pair) ", 1), exc.loc) from None
 
 
 def _role_of(op: ir.Operation) -> ir.Operation | None:
@@ -180,8 +201,12 @@ class _Fill:
 
 
 class _Checker:
-    def __init__(self, func: ir.Operation):
+    def __init__(self, func: ir.Operation, multiplicity: dict | None = None, remote: set | None = None,
+                 view: str | None = None):
         self.func = func
+        self.view = view                         # a pair's "executor" / "target" view, None for one CTA
+        self.multiplicity = multiplicity or {}   # op -> ranks whose execution of it lands here (pair views)
+        self.remote = remote or set()            # ops that land here from the other CTA (pair target views)
         self.pipes: dict[str, ir.Operation] = {}
         self.roles: dict[str, ir.Operation] = {}
         self.ops: list[tuple[ir.Operation, ir.Operation]] = []  # (protocol op, its role)
@@ -200,14 +225,11 @@ class _Checker:
     def fail(self, msg: str, op: ir.Operation):
         raise PassError(f"{NAME}: {msg}", op.location)
 
-    def check(self):
+    def check(self, rules: tuple = ALL_RULES):
         self._declarations()
         self._placement()
-        self._balance()
-        self._liveness()
-        self._fills()
-        self._arrivals()
-        self._positions()
+        for rule in rules:
+            getattr(self, rule)()
 
     def acquires(self, rname: str, pname: str) -> bool:
         return self.first_op(rname, pname, "acquire") is not None
@@ -491,7 +513,9 @@ class _Checker:
                 for op, role in self.ops:
                     if attr(op, "pipe") != pname or kind_of(op)[1] != action:
                         continue
-                    rname, n = attr(role, "name"), _arriving_threads(op, role)
+                    rname, n = attr(role, "name"), _arriving_threads(op, role) * self.multiplicity.get(op, 1)
+                    if op in self.remote:       # the other CTA's threads of the role: arrivals of their own
+                        rname += " (the other CTA)"
                     if rname in per_role and per_role[rname][0] != n:
                         self.fail(f"pipeline '{pname}', role '{rname}': arrivals on {bar}[stage] disagree "
                                   f"between sites: {per_role[rname][0]} thread(s) at "
@@ -521,7 +545,8 @@ class _Checker:
                     attr(op, "pipe") else None
         states = {name: RoleWalk(self, role).run() for name, role in self.roles.items()
                   if any(r == role for _, r in self.ops)}
-        self._totals(states)
+        if self.view != "executor":    # a pair's commits and waits of one ring meet in its target views
+            self._totals(states)
 
     def _totals(self, states: dict):
         """Each consumer role waits as many times as the producer commits (a constant difference is a

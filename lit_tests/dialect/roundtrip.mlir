@@ -107,6 +107,10 @@ module attributes {gpu.container_module} {
       "fa4.tmem_wait"() {kind = "ld"} : () -> ()
       // CHECK: "fa4.tmem_store"(%[[TMEM]], %[[V]]) : (i32, vector<8xi32>) -> ()
       "fa4.tmem_store"(%tmem_addr, %v) : (i32, vector<8xi32>) -> ()
+      // CHECK: %[[CD:.*]] = "fa4.smem_desc"(%[[SMEM]])
+      %cd = "fa4.smem_desc"(%a_smem) {swizzle = 128 : i64, lbo = 16 : i64, sbo = 1024 : i64} : (!llvm.ptr<3>) -> i64
+      // CHECK: "fa4.tmem_copy"(%[[TMEM]], %[[CD]]) {multicast = "warpx2::02_13", shape = "64x128b"} : (i32, i64) -> ()
+      "fa4.tmem_copy"(%tmem_addr, %cd) {shape = "64x128b", multicast = "warpx2::02_13"} : (i32, i64) -> ()
       // CHECK: "fa4.tmem_dealloc"(%[[TMEM]]) {cols = 256 : i64} : (i32) -> ()
       "fa4.tmem_dealloc"(%tmem_addr) {cols = 256 : i64} : (i32) -> ()
       // CHECK: "fa4.named_barrier"() {id = 1 : i64, num_threads = 256 : i64} : () -> ()

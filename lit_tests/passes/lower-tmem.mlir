@@ -99,3 +99,32 @@ module attributes {gpu.container_module} {
     }
   }
 }
+
+// -----
+
+// SMEM -> TMEM copies: fa4.tmem_copy to tcgen05.cp with its shape, multicast and cta_group.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_100a", features = "+ptx86">] {
+    // CHECK-LABEL: llvm.func @copy
+    llvm.func @copy(%addr: i32, %desc: i64) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      // CHECK: %[[T:.*]] = llvm.inttoptr %{{.*}} : i32 to !llvm.ptr<6>
+      // CHECK: nvvm.tcgen05.cp %[[T]], %{{.*}} {shape = #nvvm.tcgen05_cp_shape<shape_128x256b>}
+      "fa4.tmem_copy"(%addr, %desc) {shape = "128x256b"} : (i32, i64) -> ()
+      // CHECK: nvvm.tcgen05.cp %{{.*}}, %{{.*}} {group = #nvvm.cta_group<cta_2>, multicast = #nvvm.tcgen05_cp_multicast<warpx2_02_13>, shape = #nvvm.tcgen05_cp_shape<shape_64x128b>}
+      "fa4.tmem_copy"(%addr, %desc) {shape = "64x128b", multicast = "warpx2::02_13", cta_group = 2 : i64} : (i32, i64) -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_100a", features = "+ptx86">] {
+    llvm.func @copy_bad(%addr: i32, %desc: i64) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      // expected-error @+1 {{tmem_copy shape '32x128b' with multicast ''; tcgen05.cp takes}}
+      "fa4.tmem_copy"(%addr, %desc) {shape = "32x128b"} : (i32, i64) -> ()
+      llvm.return
+    }
+  }
+}

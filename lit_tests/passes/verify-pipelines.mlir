@@ -596,3 +596,95 @@ module attributes {gpu.container_module} {
     }
   }
 }
+
+// -----
+
+// A CTA pair (note "CTA pair"): the leader (rank 0) acquires `d` and commits it to both CTAs
+// (multicast 0b11); each CTA's epilogue waits on its own `d` and releases on the leader's (the peer
+// through peer_arrive), so the leader's empty barrier counts 256 arrivals.
+// CHECK-LABEL: llvm.func @pair
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_100a", features = "+ptx86">] {
+    llvm.func @pair() attributes {nvvm.kernel, nvvm.maxntid = array<i32: 160, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "d", num_stages = 1 : i64, producer = "mma", consumers = ["epi"],
+                        producer_arrivals = 1 : i64, consumer_arrivals = 256 : i64} : () -> ()
+      %rank = "fa4.cluster_rank"() : () -> i32
+      "fa4.pipeline_init"() : () -> ()
+      "fa4.cluster_sync"() : () -> ()
+      "fa4.warp_roles"() ({
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          %lead = arith.cmpi eq, %rank, %c0 : i32
+          %e = "fa4.elect_one"() : () -> i1
+          %go = arith.andi %lead, %e : i1
+          scf.if %go {
+            "fa4.producer_acquire"(%c0, %c0) {pipe = "d"} : (i32, i32) -> ()
+            "fa4.mma_commit"(%c0) {pipe = "d", side = "full", cta_group = 2 : i64, multicast = 3 : i64} : (i32) -> ()
+          }
+          gpu.yield
+        }) {name = "mma", first_warp = 4 : i64, num_warps = 1 : i64, regs = 0 : i64} : () -> ()
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          %c1 = arith.constant 1 : i32
+          "fa4.consumer_wait"(%c0, %c0) {pipe = "d"} : (i32, i32) -> ()
+          %r0 = arith.cmpi eq, %rank, %c0 : i32
+          scf.if %r0 {
+            "fa4.consumer_release"(%c0) {pipe = "d"} : (i32) -> ()
+          }
+          %r1 = arith.cmpi eq, %rank, %c1 : i32
+          scf.if %r1 {
+            "fa4.peer_arrive"(%c0, %c0) {pipe = "d", side = "empty"} : (i32, i32) -> ()
+          }
+          gpu.yield
+        }) {name = "epi", first_warp = 0 : i64, num_warps = 4 : i64, regs = 0 : i64} : () -> ()
+        gpu.yield
+      }) : () -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// The same pair with the commit reaching the leader only (multicast 0b01): the peer's wait never completes.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_100a", features = "+ptx86">] {
+    llvm.func @pair_unicast() attributes {nvvm.kernel, nvvm.maxntid = array<i32: 160, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "d", num_stages = 1 : i64, producer = "mma", consumers = ["epi"],
+                        producer_arrivals = 1 : i64, consumer_arrivals = 256 : i64} : () -> ()
+      %rank = "fa4.cluster_rank"() : () -> i32
+      "fa4.pipeline_init"() : () -> ()
+      "fa4.cluster_sync"() : () -> ()
+      "fa4.warp_roles"() ({
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          %lead = arith.cmpi eq, %rank, %c0 : i32
+          %e = "fa4.elect_one"() : () -> i1
+          %go = arith.andi %lead, %e : i1
+          scf.if %go {
+            "fa4.producer_acquire"(%c0, %c0) {pipe = "d"} : (i32, i32) -> ()
+            "fa4.mma_commit"(%c0) {pipe = "d", side = "full", cta_group = 2 : i64, multicast = 1 : i64} : (i32) -> ()
+          }
+          gpu.yield
+        }) {name = "mma", first_warp = 4 : i64, num_warps = 1 : i64, regs = 0 : i64} : () -> ()
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          %c1 = arith.constant 1 : i32
+          // expected-error @+1 {{(CTA rank 1's target view of the pair) pipeline 'd': role 'epi' waits on full[stage 0] but the producer role 'mma' never commits}}
+          "fa4.consumer_wait"(%c0, %c0) {pipe = "d"} : (i32, i32) -> ()
+          %r0 = arith.cmpi eq, %rank, %c0 : i32
+          scf.if %r0 {
+            "fa4.consumer_release"(%c0) {pipe = "d"} : (i32) -> ()
+          }
+          %r1 = arith.cmpi eq, %rank, %c1 : i32
+          scf.if %r1 {
+            "fa4.peer_arrive"(%c0, %c0) {pipe = "d", side = "empty"} : (i32, i32) -> ()
+          }
+          gpu.yield
+        }) {name = "epi", first_warp = 0 : i64, num_warps = 4 : i64, regs = 0 : i64} : () -> ()
+        gpu.yield
+      }) : () -> ()
+      llvm.return
+    }
+  }
+}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..cluster import check_init_ordered, cluster_address
 from ..faults import Fault, Unsupported, UnwaitedAsync
 from ..machine import MBarrier, uniform
 from ..numeric import LANES, WARP
@@ -39,6 +40,9 @@ _SREGS = {
        for i, d in enumerate("xyz")},
     **{f"nvvm.read.ptx.sreg.nctaid.{d}": (lambda i: lambda w: np.full(WARP, w.cta.grid[i], np.int32))(i)
        for i, d in enumerate("xyz")},
+    "nvvm.read.ptx.sreg.cluster.ctarank": lambda w: np.full(WARP, w.cta.rank, np.int32),
+    "nvvm.read.ptx.sreg.cluster.nctarank":
+        lambda w: np.full(WARP, len(w.cta.cluster.ctas) if w.cta.cluster is not None else 1, np.int32),
     **{f"nvvm.read.ptx.sreg.ntid.{d}": (lambda i: lambda w: np.full(WARP, w.cta.kernel.block[i], np.int32))(i)
        for i, d in enumerate("xyz")},
 }
@@ -221,9 +225,11 @@ def mbarrier_init(p, op, a, r):
 
     def run(env, mask, w):
         cta = w.cta
+        g = cta.hb.g(w.wid)
+        init_at = (g, int(cta.hb.vc[0, g, g]))       # a peer's use must be ordered after this
         for lane in np.nonzero(mask)[0]:
             addr = int(env[ptr][lane])
-            cta.mbarriers[addr] = MBarrier(addr, int(env[count][lane]), cta.kernel.barrier_name(addr))
+            cta.mbarriers[addr] = MBarrier(addr, int(env[count][lane]), cta.kernel.barrier_name(addr), init_at)
     return PLAIN, run
 
 
@@ -234,7 +240,11 @@ def mbarrier_arrive(p, op, a, r):
     def run(env, mask, w):
         published = release(w, "mbarrier.arrive")
         for addr, n in zip(*np.unique(env[ptr][mask], return_counts=True)):
-            w.cta.mbarrier(addr).arrive(int(n), published)
+            cta, local = cluster_address(w.cta, addr)      # a mapa address: the peer's barrier
+            b = cta.mbarrier(local)
+            if cta is not w.cta:
+                check_init_ordered(b, published, f"mbarrier.arrive (remote) of CTA rank {w.cta.rank}")
+            b.arrive(int(n), published)
         if z is not None:
             env[z] = np.zeros(WARP, np.int64)
     return PLAIN, run

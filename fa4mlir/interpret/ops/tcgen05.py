@@ -21,6 +21,10 @@ M = 128 is Layout D (row i in lane i, lane alignment 0); M = 64 without .ws is L
 datapath utilized)" with lane alignment "0 or 16": row r in lane 32 (r // 16) + a + r % 16 for the
 alignment a named by the lane field of D's address, and A read from TMEM "must use the same Tensor
 Memory lane alignment" as D (a TmemFault otherwise).
+
+The .cta_group::2 forms (a CTA pair: alloc/dealloc in both CTAs, the m256 MMA issued by the leader
+over both CTAs, commits multicast to the CTAs of a mask) are ops/pair.py's; the SMEM descriptor's
+SWIZZLE_128B, 64B and 32B layouts are modelled.
 """
 from __future__ import annotations
 
@@ -31,9 +35,10 @@ from ..faults import Fault, TmemFault, Unsupported, UnwaitedAsync
 from ..machine import SMEM_BASE, TMEM_COLUMNS, TMEM_LANES, uniform
 from ..numeric import WARP, half_bits_to_f32, sw128_operand_offsets, swizzle, vector_len
 from ..program import PLAIN
-from . import semantics
+from . import pair, semantics
 
 SWIZZLE_128B = 2        # layout field (bits 61-63) of a tcgen05 shared-memory descriptor
+SWIZZLE_SPANS = {SWIZZLE_128B: 128, 4: 64, 6: 32}     # layout field -> swizzle span in bytes (§9.7.16.4.1)
 
 
 class Unwaited:
@@ -95,17 +100,15 @@ def mma_lanes(m: int, align: int) -> np.ndarray:
                     f"Layout F (M=64) lane 0 or 16 (PTX ISA §9.7.16.10.5)")
 
 
-def _one_cta(op) -> None:
-    """Refuse the .cta_group::2 forms: a CTA pair (cluster of 2, the leader's MMA writing both CTAs'
-    TMEM, multicast commits) is not modelled, and running them as one CTA's would be wrong."""
+def _group(op) -> int:
+    """1 or 2: the op's .cta_group (a pair's forms: ops/pair.py)."""
     group = op.attributes["group"] if "group" in op.attributes else None
-    if group is not None and "cta_2" in str(group):
-        raise Unsupported(f"{op.name} {group}: a CTA pair (cta_group::2) is not modelled; one CTA's forms only")
+    return 2 if group is not None and "cta_2" in str(group) else 1
 
 
 @semantics("nvvm.tcgen05.alloc")
 def alloc(p, op, a, r):
-    _one_cta(op)
+    group = _group(op)
     slot, ncols = a[0], a[1]
 
     def run(env, mask, w):
@@ -117,6 +120,8 @@ def alloc(p, op, a, r):
         if cta.tmem_cols:
             raise w.fault(TmemFault, f"tcgen05.alloc of {n} columns while {cta.tmem_cols} are allocated "
                                      f"(one allocation per CTA is modelled)")
+        if group == 2:
+            pair.check_pair_alloc(w, n)
         cta.tmem_cols = n
         dst = uniform(env[slot], mask, "tcgen05.alloc slot")
         cta.hb.tc_access(w, cta.hb.smem, np.arange(dst, dst + 4), True, "tcgen05.alloc (its address slot)")
@@ -126,12 +131,14 @@ def alloc(p, op, a, r):
 
 @semantics("nvvm.tcgen05.dealloc")
 def dealloc(p, op, a, r):
-    _one_cta(op)
+    group = _group(op)
     addr, ncols = a[0], a[1]
 
     def run(env, mask, w):
         _full_warp(w, mask, "tcgen05.dealloc")
         cta = w.cta
+        if group == 2:
+            pair.pair(w)
         n = uniform(env[ncols], mask, "tcgen05.dealloc columns")
         at = uniform(env[addr], mask, "tcgen05.dealloc address")
         if at != 0 or n != cta.tmem_cols:
@@ -142,8 +149,12 @@ def dealloc(p, op, a, r):
 
 @semantics("nvvm.tcgen05.relinquish_alloc_permit")
 def relinquish(p, op, a, r):
-    _one_cta(op)
-    return PLAIN, lambda env, mask, w: None
+    two = _group(op) == 2
+
+    def run(env, mask, w):
+        if two:
+            pair.pair(w)          # a pair's form needs the peer CTA
+    return PLAIN, run
 
 
 def _shape_32x32b(op):
@@ -220,7 +231,7 @@ def decode_idesc(idesc: int) -> dict:
 
 def smem_operand_addresses(desc: int, rows: int, k: int, mn_major: bool) -> np.ndarray:
     """Shared byte address of element (row, k) of a rows x k 16-bit operand described by `desc`
-    (PTX ISA §9.7.16.4.1 "Shared memory descriptor"): the canonical SWIZZLE_128B layout
+    (PTX ISA §9.7.16.4.1 "Shared memory descriptor"): the canonical SWIZZLE_128B layout (64B, 32B alike)
     (numeric.sw128_operand_offsets) from the start address, swizzled on the absolute address (base
     offset 0: the atoms are 1024-byte aligned)."""
     start, lbo, sbo = _bits(desc, 0, 14) << 4, _bits(desc, 16, 14) << 4, _bits(desc, 32, 14) << 4
@@ -228,9 +239,11 @@ def smem_operand_addresses(desc: int, rows: int, k: int, mn_major: bool) -> np.n
     if version != 1 or base or lbo_mode or _bits(desc, 53, 8):
         raise Unsupported(f"shared-memory descriptor {desc:#018x}: version {version}, base offset {base}, "
                           f"LBO mode {lbo_mode} (modelled: version 1, base 0, LBO mode 0)")
-    if layout != SWIZZLE_128B:
-        raise Unsupported(f"shared-memory descriptor {desc:#018x}: layout {layout} (only SWIZZLE_128B = 2 is modelled)")
-    return swizzle(start + sw128_operand_offsets(rows, k, mn_major, lbo, sbo), 128)
+    span = SWIZZLE_SPANS.get(layout)
+    if span is None:
+        raise Unsupported(f"shared-memory descriptor {desc:#018x}: layout {layout} (modelled: SWIZZLE_128B = 2, "
+                          f"SWIZZLE_64B = 4, SWIZZLE_32B = 6)")
+    return swizzle(start + sw128_operand_offsets(rows, k, mn_major, lbo, sbo, span), span)
 
 
 def read_operand(cta, addrs, desc, dtype):
@@ -303,13 +316,17 @@ def mma(p, op, a, r):
     seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
     if seg[:5] != [1, 1, 1, 1, 1] or any(seg[5:]):
         raise Unsupported(f"tcgen05.mma operand segments {seg}: scale / disable-output-lane operands")
-    if "f16" not in str(op.attributes["kind"]) or "cta_1" not in str(op.attributes["ctaGroup"]):
-        raise Unsupported(f"tcgen05.mma {op.attributes['kind']} {op.attributes['ctaGroup']}: kind::f16, cta_group::1 only")
+    if "f16" not in str(op.attributes["kind"]):
+        raise Unsupported(f"tcgen05.mma {op.attributes['kind']}: kind::f16 only")
+    two = "cta_2" in str(op.attributes["ctaGroup"])
     d, am, bm, idm, en = a[:5]
     a_in_tmem = str(op.operands[1].type) == "!llvm.ptr<6>"
 
     def run(env, mask, w):
         cta = w.cta
+        if two:
+            pair.check_leader(w)
+            ctas = pair.pair(w)
         for lane in np.nonzero(mask)[0]:
             args = (int(env[d][lane]), int(env[am][lane]) & (2**64 - 1), int(env[bm][lane]) & (2**64 - 1),
                     int(env[idm][lane]) & 0xFFFFFFFF, bool(env[en][lane]), a_in_tmem)
@@ -321,7 +338,10 @@ def mma(p, op, a, r):
                 hb = cta.hb
                 np.maximum(hb.mma_vc, hb.stamp_async(hb.MMA, issued), out=hb.mma_vc)   # in issue order
                 try:
-                    execute_mma(cta, *args, vc=hb.mma_vc)
+                    if two:
+                        pair.execute_pair_mma(ctas, *args, vc=hb.mma_vc, agent=hb.MMA)
+                    else:
+                        execute_mma(cta, *args, vc=hb.mma_vc)
                 except Fault as exc:
                     raise exc.add_context(warp=w.wid, role=w.role, op="tcgen05.mma (executing)")
             cta.mma_queue.append(job)
@@ -330,16 +350,17 @@ def mma(p, op, a, r):
 
 @semantics("nvvm.tcgen05.commit")
 def commit(p, op, a, r):
-    _one_cta(op)
-    if len(a) != 1:
-        raise Unsupported("tcgen05.commit with a multicast mask")
-    bar = a[0]
+    if _group(op) == 2 and len(a) == 1:
+        raise Unsupported("tcgen05.commit.cta_group::2 without a multicast mask")
+    bar, multicast = a[0], (a[1] if len(a) > 1 else None)
 
     def run(env, mask, w):
         cta = w.cta
         issued = cta.hb.issue(w.wid)
+        bits = None if multicast is None else pair.uniform_mask(env, multicast, mask)
         for lane in np.nonzero(mask)[0]:
-            b = cta.mbarrier(env[bar][lane])
-            # arrives behind the MMAs issued before it: with their epochs and the issuer's vector
-            cta.mma_queue.append(lambda b=b: b.arrive(1, np.maximum(cta.hb.mma_vc, issued)))
+            # arrives behind the MMAs issued before it: with their epochs and the issuer's vector; a
+            # multicast commit on the barrier at that offset in each CTA of its mask (ops/pair.py)
+            for b in pair.commit_targets(w, int(env[bar][lane]), bits):
+                cta.mma_queue.append(lambda b=b: b.arrive(1, np.maximum(cta.hb.mma_vc, issued)))
     return PLAIN, run

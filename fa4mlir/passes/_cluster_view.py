@@ -1,0 +1,190 @@
+"""fa4-verify-pipelines over a CTA pair: one view of the kernel per cluster rank (note "CTA pair" of
+verify_pipelines).
+
+A pair kernel (one with fa4.cluster_rank, fa4.peer_arrive, a `cta_group = 2` op or a multicast
+mma_commit) is one program that both CTAs of a cluster of two run, its ops split between them by
+conditions on the cluster rank (`cluster_rank == c` / `!= c`, alone or and-ed with a leader
+election). Each rank t has two views. Its target view is the kernel as CTA t's barriers see it (rules 4,
+6 and 7: liveness, arrival counts, ring positions and totals):
+
+* an op that acts on its own CTA (acquire, wait, commit, release, tma_load, a 1-CTA mma) stays
+  where rank t executes it (the conjunction of the rank conditions around it holds for t);
+* `peer_arrive(stage, c)` stays in the view of rank c, counted once per rank that executes it: an
+  arrival on rank c's `full[stage]` (side "full", a commit) or `empty[stage]` (a release);
+* a multicast `mma_commit` stays in the view of every rank of its mask, counted once per rank
+  that executes it;
+* the pair's `fa4.mma` (`cta_group = 2`) stays in both views (it reads both CTAs' SMEM stages and
+  writes both CTAs' TMEM), and must run in the leader only: rank 0 (the ops' `cta_group = 2`
+  mma_commits alike);
+* its executor view (rules 1, 2, 3 and 5: declarations, placement, balance, fills) keeps what CTA
+  t's threads execute, a peer_arrive included, plus a multicast release (mma_commit on "empty")
+  whose mask names t: the leader's tensor core frees CTA t's stage on its behalf, so a peer that
+  waits for a stage the leader's MMA reads balances its wait with it;
+* in both, every rank condition then reads as true (the view's ops are those the condition let through), so
+  a leader election and-ed with it counts as before; a kept op in the else-branch of a rank
+  condition is not modelled (PassError).
+
+The view keeps program order: an op of the peer's branch before the leader's branch happens first
+in the view (the leader's MMA reads the peer's stage after the peer's wait). What the views prove is
+each CTA's ring protocol with the remote arrivals counted where they land (a release or commit that
+lands from the other rank is not held to the "waited / acquired first" rule of 7, which its
+executor's view checks); that a peer's wait is
+ordered before the leader's MMA through an arrive (the peer_arrive the leader waits for) shows as
+a wait with no commit when that arrive is missing. Also checked: with any remote arrival, a
+`fa4.cluster_sync` between `fa4.pipeline_init` and the roles (a peer must not arrive on a barrier
+before its init).
+"""
+from __future__ import annotations
+
+from .._mlir import arith, ir
+from ._ring_eval import cmpi_pred, conjuncts, const_int, owner
+from ._util import PassError, attr, ops_named
+
+NAME = "fa4-verify-pipelines"
+PAIR = 2
+LOCAL_OPS = ("fa4.producer_acquire", "fa4.producer_commit", "fa4.tma_load", "fa4.tma_gather4", "fa4.consumer_wait",
+             "fa4.consumer_release", "fa4.mma_commit", "fa4.mma", "fa4.mma_commit_group", "fa4.mma_wait_group",
+             "fa4.cp_async_arrive", "fa4.peer_arrive")
+
+
+def _group(op) -> int:
+    return attr(op, "cta_group") if "cta_group" in op.attributes else 1
+
+
+def is_pair_kernel(func: ir.Operation) -> bool:
+    for op in ops_named(func, "fa4.cluster_rank", "fa4.peer_arrive", "fa4.mma", "fa4.mma_commit",
+                        "fa4.tmem_alloc"):
+        if op.name in ("fa4.cluster_rank", "fa4.peer_arrive") or _group(op) == 2 or "multicast" in op.attributes:
+            return True
+    return False
+
+
+def _rank_pred(cond: ir.Value):
+    """r -> bool for a condition `cluster_rank ==/!= c`, else None."""
+    op = owner(cond)
+    if op is None or op.name != "arith.cmpi":
+        return None
+    x, y = op.operands
+    if const_int(x) is not None:
+        x, y = y, x
+    c, xo = const_int(y), owner(x)
+    if c is None or xo is None or xo.name != "fa4.cluster_rank" or cmpi_pred(op) not in ("eq", "ne"):
+        return None
+    return (lambda r: r == c) if cmpi_pred(op) == "eq" else (lambda r: r != c)
+
+
+def _ranks(op: ir.Operation, func: ir.Operation) -> tuple[set, ir.Operation | None]:
+    """(the ranks that execute `op`, the scf.if whose else-branch with a rank condition holds it)."""
+    ranks, in_else = set(range(PAIR)), None
+    child, parent = op, op.parent
+    while parent is not None and parent != func:
+        if parent.name == "scf.if":
+            preds = [p for p in map(_rank_pred, conjuncts(parent.operands[0])) if p is not None]
+            if preds and child.block == parent.regions[0].blocks[0]:
+                ranks = {r for r in ranks if all(p(r) for p in preds)}
+            elif preds:
+                in_else = parent
+        child, parent = parent, parent.parent
+    return ranks, in_else
+
+
+def _fail(msg: str, op: ir.Operation):
+    raise PassError(f"{NAME}: {msg}", op.location)
+
+
+def _arrivals_in(op: ir.Operation, ranks: set, t: int) -> int:
+    """How many times `op`, executed by `ranks`, acts on rank t's barriers (0: not in t's view)."""
+    if op.name == "fa4.peer_arrive":
+        target = const_int(op.operands[1])
+        if target is None or not 0 <= target < PAIR:
+            _fail(f"fa4.peer_arrive on pipeline '{attr(op, 'pipe')}' to CTA rank "
+                  f"{'a non-constant value' if target is None else target}: a pair's peer_arrive names rank 0 "
+                  f"or 1 as a constant", op)
+        return len(ranks) if target == t else 0
+    if op.name == "fa4.mma_commit" and "multicast" in op.attributes:
+        mask = attr(op, "multicast")
+        if not mask or mask >> PAIR:
+            _fail(f"fa4.mma_commit on pipeline '{attr(op, 'pipe')}' with multicast mask {mask:#x}: a pair's mask "
+                  f"names ranks 0 and 1 (bits 0b11)", op)
+        return len(ranks) if mask >> t & 1 else 0
+    if op.name == "fa4.mma" and _group(op) == 2:
+        return 1 if ranks else 0
+    return 1 if t in ranks else 0
+
+
+def _check_leader(op: ir.Operation, ranks: set) -> None:
+    if _group(op) == 2 and op.name in ("fa4.mma", "fa4.mma_commit") and ranks and ranks != {0}:
+        _fail(f"{op.name} with cta_group = 2 runs in CTA rank(s) {sorted(ranks)}: the pair's MMAs and their "
+              f"commits are issued by the leader only (rank 0); put it under `cluster_rank == 0` (and-ed with a "
+              f"leader election)", op)
+
+
+def _check_cluster_sync(func: ir.Operation, remote: list) -> None:
+    """With remote arrivals, a fa4.cluster_sync between fa4.pipeline_init and the roles."""
+    if not remote:
+        return
+    top = [op.operation for op in func.regions[0].blocks[0].operations]
+    inits = [i for i, op in enumerate(top) if op.name == "fa4.pipeline_init"]
+    roles = [i for i, op in enumerate(top) if op.name == "fa4.warp_roles"]
+    if not inits or not roles:
+        return
+    if not any(top[i].name == "fa4.cluster_sync" for i in range(inits[-1] + 1, roles[0])):
+        _fail(f"{remote[0].name} on pipeline '{attr(remote[0], 'pipe')}' arrives on a barrier of the other CTA "
+              f"of the pair, but no fa4.cluster_sync separates fa4.pipeline_init from the roles: the peer may "
+              f"arrive before the barrier is initialised; add cluster_sync() after pipeline_init()", top[roles[0]])
+
+
+def _executed_in(op: ir.Operation, ranks: set, t: int) -> int:
+    """1 when `op` is in rank t's executor view: t executes it, or it is a multicast release (an
+    mma_commit on "empty") whose mask names t: the pair's tensor core frees t's stage for t."""
+    if op.name == "fa4.mma_commit" and "multicast" in op.attributes and attr(op, "side") == "empty":
+        return 1 if ranks and attr(op, "multicast") >> t & 1 else 0
+    return 1 if t in ranks else 0
+
+
+def _view(func: ir.Operation, t: int, target: bool):
+    """(a rewritten copy of `func`: rank t's target view, or its executor view; op -> arrivals per
+    execution; the ops that land here from another rank; the copy's module)."""
+    top = func
+    while top.parent is not None:
+        top = top.parent
+    name = attr(func, "sym_name")
+    module = ir.Module.parse(top.get_asm(enable_debug_info=True), func.context)
+    view = next(op for op in ops_named(module.operation, "llvm.func") if attr(op, "sym_name") == name)
+    multiplicity, remote_ops, remote = {}, [], set()
+    for op in ops_named(view, *LOCAL_OPS):
+        ranks, in_else = _ranks(op, view)
+        _check_leader(op, ranks)
+        is_remote = op.name == "fa4.peer_arrive" or (op.name == "fa4.mma_commit" and "multicast" in op.attributes)
+        if is_remote:
+            remote_ops.append(op)
+        n = _arrivals_in(op, ranks, t) if target else _executed_in(op, ranks, t)
+        if n == 0:
+            op.erase()
+            continue
+        if in_else is not None:
+            _fail(f"{op.name} sits in the else-branch of the scf.if on the cluster rank at {in_else.location}: "
+                  f"the pair's rank views model then-branches only; write the condition for the rank that "
+                  f"runs it", op)
+        if n > 1:
+            multiplicity[op] = n
+        if is_remote and t not in ranks:
+            remote.add(op)
+    if t == 0 and target:
+        _check_cluster_sync(view, remote_ops)
+    for cmp in [c for c in ops_named(view, "arith.cmpi") if _rank_pred(c.result) is not None]:
+        with ir.InsertionPoint(cmp), cmp.location:
+            true = arith.constant(ir.IntegerType.get_signless(1), 1)
+        cmp.result.replace_all_uses_with(true)
+    return view, multiplicity, remote, module
+
+
+def rank_views(func: ir.Operation) -> list:
+    """[(rank, "executor" | "target", view, op -> arrivals per execution, ops landing from the other
+    rank, the view's module)]: for each rank its executor view (rule 3's balance: what its threads
+    do, a multicast release counting for each CTA of its mask) and its target view (rules 4, 6 and 7:
+    what acts on its barriers)."""
+    return [(t, kind, *_view(func, t, kind == "target")) for t in range(PAIR) for kind in ("executor", "target")]
+
+
+__all__ = ["is_pair_kernel", "rank_views", "PAIR"]
