@@ -167,6 +167,7 @@ OPTIONAL_FIELDS = {"varlen": False, "varlen_compact": False, "page_size": 0, "he
                    "fp8": False,   # fp8: the MLA kernel's FP8-latent-cache variant, whose key alone holds it
                    "kv_dtype": "",  # and the sparse MLA prefill's FP8 variant (kv_dtype "fp8"), likewise
                    "fp8_converter": False,   # the sparse MLA decode's opt-in FP8 converter variant, likewise
+                   "seesaw": False,   # the MLA decode's opt-in seesaw variant, likewise
                    "swap_ab": False, "swap_ab_warp_max": False}   # the FP8 decode's swap-AB kernels (FP8_DEFAULT_RULE)
 
 

@@ -84,6 +84,7 @@ from .. import dsl
 from ..dialect import builders as fa4
 from ..dsl import ELEM_BYTES, KernelBuilder, Value, const, fast_div, fma, log2, select, vec
 from .attention_mla_decode_sm90_config import BN, CONSUMERS, D_QK, D_V, LOAD_REGS, MMA_REGS, TILE_M, MLADecodeConfig
+from . import attention_mla_decode_seesaw_sm90 as seesaw
 from .common import mla_fp8
 from .common.mla_sm90 import (BAR_ALL, BAR_WG, CHUNK, LN2, NEG_INF, QK_CHUNKS, SWIZZLE, UNITS, WG_CHUNKS, WG_COLS,
                               ConsumerGeometry, issue_pv, issue_s, load_q, row_totals, softmax)
@@ -104,13 +105,18 @@ def build(cfg: MLADecodeConfig = MLADecodeConfig()) -> dsl.KernelIR:
         tile_smem = kb.smem("tile_smem", cfg.tile_bytes()) if cfg.fp8 else None   # the dequantized tile
         q_slot = kb.smem("q_slot", 16, align=16)     # holds 0: see _kv_tile, step 1
         x_smem = kb.smem("x_smem", cfg.exchange_bytes(), align=16) if cfg.exchange else None   # note "Exchange"
-        kv_pipe = kb.pipeline("kv_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
+        #        (seesaw: its row maxima and sums)
+        consumers = [f"mma{w}" for w in range(CONSUMERS)] if cfg.seesaw else ["mma"]
+        kv_pipe = kb.pipeline("kv_pipe", num_stages=cfg.stages, producer="load", consumers=consumers,
                               consumer_arrivals=CONSUMERS)
         kb.pipeline_init()
         work = _Work(kb, p)
         with kb.warp_roles():
-            with kb.role("mma", first_warp=0, num_warps=4 * CONSUMERS, regs=MMA_REGS):
-                _mma_role(kb, cfg, work, p, q_smem, kv_smem, kv_pipe, q_slot, x_smem, tile_smem)
+            if cfg.seesaw:      # one role per warpgroup (attention_mla_decode_seesaw_sm90)
+                seesaw.consumer_roles(kb, cfg, work, p, q_smem, kv_smem, kv_pipe, q_slot, x_smem, MMA_REGS)
+            else:
+                with kb.role("mma", first_warp=0, num_warps=4 * CONSUMERS, regs=MMA_REGS):
+                    _mma_role(kb, cfg, work, p, q_smem, kv_smem, kv_pipe, q_slot, x_smem, tile_smem)
             with kb.role("load", first_warp=4 * CONSUMERS, num_warps=1, regs=LOAD_REGS):
                 _load_role(kb, cfg, work, p, kv_smem, kv_pipe)
     return kb.finish()
@@ -185,7 +191,7 @@ class _Consumer(ConsumerGeometry):
     head and causal end."""
 
     def __init__(self, kb, cfg: MLADecodeConfig, work: _Work, p, x_smem=None):
-        super().__init__(kb, cfg.exchange, p["scale_log2"], x_smem)
+        super().__init__(kb, cfg.exchange and not cfg.seesaw, p["scale_log2"], x_smem)   # seesaw: S of all 64 keys
         self.work, self.p = work, p
         m0 = work.m_tile * TILE_M
         self.packed = [m0 + self.row0 + 8 * h for h in (0, 1)]
@@ -310,8 +316,12 @@ def _epilogue(cs: _Consumer, cfg: MLADecodeConfig, o: Value, m, l):
     float32 partials into [num_splits, batch, seqlen_q, heads, 512] and [num_splits, batch, heads,
     seqlen_q] (LSE -inf for a split that saw no key); unsplit, O in q's dtype into out by its
     strides and the LSE (+inf for a row that sees no key) into lse [batch, heads, seqlen_q]."""
+    _write_rows(cs, cfg, o, m, row_totals(cs, l))
+
+
+def _write_rows(cs: _Consumer, cfg: MLADecodeConfig, o: Value, m, totals):
+    """_epilogue's writes, given both rows' softmax denominators."""
     kb = cs.kb
-    totals = row_totals(cs, l)
     for h in (0, 1):
         total = totals[h]
         empty = total.eq(0.0)

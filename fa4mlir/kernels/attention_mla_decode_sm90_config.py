@@ -54,6 +54,7 @@ FP8_MAX_STAGES = 2
 # setmaxnreg budgets: the launch gives 168 registers to each of 384 threads (a sub-partition runs
 # three of the twelve warps); the consumers' O (128) + S (32) + P (16) need more, the producer few
 MMA_REGS, LOAD_REGS = 240, 24
+SEESAW_X_BYTES = 4 * 4 * TILE_M   # seesaw: row maxima of the pair's two tiles, both warpgroups' row sums (float32)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ class MLADecodeConfig:
                                    # cross through SMEM (attention_mla_decode_sm90, note "Exchange");
                                    # False: each computes all of S (note "Design")
     fp8: bool = False              # FlashMLA's FP8 latent cache (656-byte rows), dequantized in the kernel
+    seesaw: bool = False           # each warpgroup its own tile of a pair over all 64 keys, P and the row maxima
+                                   # across SMEM (attention_mla_decode_seesaw_sm90, FlashMLA's schedule); opt-in
 
     @property
     def params(self) -> tuple:
@@ -98,7 +101,10 @@ class MLADecodeConfig:
         return min(FP8_MAX_STAGES, (SMEM_LIMIT - fixed) // per_stage)
 
     def exchange_bytes(self) -> int:
-        """note "Exchange": each warpgroup's P half (64 x 32 16-bit) and row maxima, and the row sums."""
+        """note "Exchange": each warpgroup's P half (64 x 32 16-bit) and row maxima, and the row sums;
+        seesaw: the two row-max vectors and the row sums (P rides in the tiles' rope columns)."""
+        if self.seesaw:
+            return SEESAW_X_BYTES
         return CONSUMERS * (TILE_M * BN // CONSUMERS * 2 + TILE_M * 4) + CONSUMERS * TILE_M * 4 if self.exchange else 0
 
     def smem_bytes(self) -> int:
@@ -116,6 +122,10 @@ class MLADecodeConfig:
         if self.fp8 and (self.dtype != FP8_DTYPE or not self.exchange):
             raise ConfigError(f"the FP8 latent cache is built for dtype {FP8_DTYPE!r} with exchange=True (FlashMLA's "
                               f"bf16 q; note \"FP8 SMEM plan\"), got dtype={self.dtype!r}, exchange={self.exchange}")
+        if self.seesaw and (self.fp8 or self.dtype != "bf16" or not self.exchange):
+            raise ConfigError("the seesaw schedule is built for the bf16 latent cache (its P rescale unpacks bf16 "
+                              f"pairs) with exchange=True, got dtype={self.dtype!r}, fp8={self.fp8}, "
+                              f"exchange={self.exchange}")
         if self.fp8 and self.stages < 1:
             raise ConfigError("the FP8 latent cache's staging stage does not fit the SMEM (note \"FP8 SMEM plan\")")
         if self.smem_bytes() > SMEM_LIMIT:
@@ -123,13 +133,13 @@ class MLADecodeConfig:
         return self
 
     def key(self) -> dict:
-        """The compile key; `fp8` only where set (the 16-bit kernels' keys as before it existed)."""
-        fields = {k: v for k, v in self.__dict__.items() if k != "fp8" or v}
+        """The compile key; `fp8` and `seesaw` only where set (the other kernels' keys as before they existed)."""
+        fields = {k: v for k, v in self.__dict__.items() if k not in ("fp8", "seesaw") or v}
         return {"kernel": KERNEL, **fields}
 
     def name(self) -> str:
         return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}_b{self.box_rows}{'' if self.exchange else '_rs'}"
-                f"{'_unsplit' if self.unsplit else ''}")
+                f"{'_seesaw' if self.seesaw else ''}{'_unsplit' if self.unsplit else ''}")
 
 
 def page_supported(page_size: int) -> bool:
@@ -138,11 +148,28 @@ def page_supported(page_size: int) -> bool:
 
 
 def default_config(dtype: str, page_size: int, unsplit: bool = False, exchange: bool = True,
-                   fp8: bool = False) -> MLADecodeConfig:
+                   fp8: bool = False, seesaw: bool = False) -> MLADecodeConfig:
     """The kernel for a cache of ``page_size``: the exchange variant (note "Exchange": half the
     tensor work of the other, the same bytes; neither timed on a GPU yet); fp8: FlashMLA's FP8
     latent cache (dtype is q's: bf16)."""
-    return MLADecodeConfig(dtype=dtype, box_rows=gcd(BN, page_size), unsplit=unsplit, exchange=exchange, fp8=fp8)
+    return MLADecodeConfig(dtype=dtype, box_rows=gcd(BN, page_size), unsplit=unsplit, exchange=exchange, fp8=fp8,
+                           seesaw=seesaw)
+
+
+# opt-in kernel variants (FA4MLIR_MLA_DECODE_VARIANT, bench mla --mla-decode-variant; kernel_sets.mla holds
+# each for bf16 pages of 64): name -> the default_config fields it sets ("default" none)
+VARIANT_ENV = "FA4MLIR_MLA_DECODE_VARIANT"
+VARIANTS = {"default": {}, "full_s": {"exchange": False}, "seesaw": {"seesaw": True}}
+
+
+def variant_fields(name: str | None) -> dict:
+    """The default_config fields of variant ``name`` ('' or None: the default); ConfigError for an
+    unknown name (never a silent fallback)."""
+    if not name:
+        return {}
+    if name not in VARIANTS:
+        raise ConfigError(f"unknown MLA decode variant {name!r} ({VARIANT_ENV}); known: {', '.join(VARIANTS)}")
+    return dict(VARIANTS[name])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -193,6 +220,6 @@ def grid(batch: int, seqlen_q: int, heads: int, num_splits: int) -> tuple[int, i
     return (-(-seqlen_q * heads // TILE_M) * num_splits, 1, batch)
 
 
-__all__ = ["KERNEL", "DTYPES", "FP8_DTYPE", "FP8_ROW_BYTES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "MLADecodeConfig", "default_config",
+__all__ = ["VARIANT_ENV", "VARIANTS", "variant_fields", "SEESAW_X_BYTES", "KERNEL", "DTYPES", "FP8_DTYPE", "FP8_ROW_BYTES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "MLADecodeConfig", "default_config",
            "page_supported", "SPLIT_PARAMS", "UNSPLIT_PARAMS", "SPLIT_TENSORS", "UNSPLIT_TENSORS", "launch_args", "grid",
            "MIN_HEADS", "MAX_HEADS"]

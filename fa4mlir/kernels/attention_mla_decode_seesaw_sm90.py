@@ -1,0 +1,292 @@
+"""The seesaw schedule of the absorbed MLA decode on sm_90a (MLADecodeConfig.seesaw, opt-in; FlashMLA's
+sm90 decode schedule, written here from its idea): the consumer roles of attention_mla_decode_sm90
+when `seesaw` is set. The producer, Q's load, the masks and the epilogue are that kernel's.
+
+A split's KV tiles are taken in pairs (a = j, b = j + 1). Warpgroup 0 (role `mma0`) computes S of
+tile a over all 64 keys, warpgroup 1 (`mma1`) S of tile b (36 m64n64k16 each: Q read once per 64
+keys, not twice as the exchange does), each its own softmax; O stays split by V's columns (O_0 =
+O[:, :256], O_1 = O[:, 256:]), so each warpgroup needs the other's P for its column half:
+
+    mma0, pair i                              mma1, pair i
+    wait a; S_a = Q K_a^T                     wait a, wait b; S_b = Q K_b^T
+    m_a = max(m, rowmax S_a)                  mx_b = rowmax S_b
+    P_a = exp2(S_a - m_a), l_0 = l_0 a_a + sum P_a
+    P_a -> tile a's rope columns, m_a -> SMEM
+    arrive BAR_PA  --------------------->     sync BAR_PA; read m_a, P_a
+    O_0 *= exp2(m - m_a)                      m_b = max(m_a, mx_b); P_b = exp2(S_b - m_b)
+    O_0 += P_a V_a[:, :256]                   l_1 = l_1 exp2(m - m_b) + sum P_b
+                                              P_b -> tile b's rope columns, m_b -> SMEM
+    wait b; sync BAR_PB  <---------------     arrive BAR_PB
+    read m_b, P_b                             O_1 *= exp2(m - m_b)
+    (P_a V_a retired) O_0, l_0 *= exp2(m_a - m_b)   O_1 += (P_a exp2(m_a - m_b)) V_a[:, 256:] + P_b V_b[:, 256:]
+    O_0 += P_b V_b[:, :256]                   (retired) release a, b
+    (retired) release a, b
+
+Both end the pair at m = m_b (the same bits: m_b = fmax(m_a, ...) computed once, read by mma0 from
+SMEM), so O_0 and O_1 are relative to the same row maxima and l = l_0 + l_1 at the end (the
+exchange's row-sum exchange, common/mla_sm90.exchange_rows). The two warpgroups meet only through
+these one-way named barriers (bar.arrive by the writer, bar.sync by the reader, 256 threads): mma1's
+S_b runs beside mma0's S_a, mma0's softmax of the next pair beside mma1's P V.
+
+Note "P in the rope columns": P of a tile (64 x 64 16-bit as A fragments: k-step k, thread t's four
+words at (k 128 + t) 16) goes into that tile's columns 512..575 (its ninth 64-column chunk, 8 KiB),
+which only that tile's S reads (V is the first 512): its writer's S retired before the write, and
+the producer refills the stage only after both warpgroups released it (after reading P). So the
+seesaw needs no SMEM for P beyond the ring: Q 72 KiB + two 72 KiB tiles + 1 KiB of row maxima and
+sums. The writer fences its P stores to the async proxy (the next TMA fill of the stage).
+
+Note "Buffers": one SMEM vector each of m_a and m_b. mma0 rewrites m_a of pair i + 1 only after
+BAR_PB of pair i, which mma1 arrives after reading m_a of pair i; mma1 rewrites m_b of pair i + 1
+only after BAR_PA of pair i + 1, which mma0 arrives after reading m_b of pair i. Each named barrier
+sees one arrive (128 threads) and one sync (128 threads) per pair, never two arrivals in a row.
+
+Note "Rescale of P_a": mma1 accumulates P_a V_a into O_1 relative to m_b: it scales P_a (bf16 pairs
+read from SMEM, unpacked exactly by shifts) by exp2(m_a - m_b) <= 1 and rounds again to bf16 (a
+second rounding of those P values; checked by the FA rule in tests/test_mla_decode.py). mma0 rescales
+O_0 instead (its P_a V_a must retire first), since P_b relative to m_a could overflow.
+
+Note "Odd count": a split with an odd number of tiles ends with one tile a alone: mma0 runs its half
+of a pair and releases a; mma1 reads m_a and P_a (no rescale: m = m_a) and adds P_a V_a[:, 256:]. The
+pairs below the first tile any row masks run unmasked; the rest (and the odd tile) masked, with the
+V rows past L_b zeroed in the tile that holds L_b (attention_mla_decode_sm90, note "NaN past L_b"): each
+warpgroup zeroes its own columns of a tile once the S on that tile retired (its own, or the other's:
+after that one's barrier).
+"""
+from __future__ import annotations
+
+from ..dsl import Value, const, exp2, fma, fmax, tree_reduce, vec
+from .attention_mla_decode_sm90_config import BN, MLADecodeConfig
+from .common.mla_sm90 import (CHUNK, NEG_INF, QK_CHUNKS, SWIZZLE, WG_CHUNKS, WG_COLS,
+                              WGMMA_K, exchange_rows, issue_pv, issue_s)
+from .common.softmax import max_update
+from .common.wgmma import a_frag_pairs, acc_row, row_regs, wait_group
+
+BAR_PA = 4                  # mma0 -> mma1: P_a and m_a written (named barrier, 256 threads)
+BAR_PB = 5                  # mma1 -> mma0: P_b and m_b written
+M_A_AT, M_B_AT, SUM_AT = 0, 4 * 64, 8 * 64     # x_smem: m_a [64], m_b [64], the row sums [2][64] (float32)
+P_AT = (QK_CHUNKS - 1) * BN * SWIZZLE          # note "P in the rope columns": a tile's chunk 8
+P_STEPS = BN // WGMMA_K                        # 4 k16 A fragments of P
+
+
+def consumer_roles(kb, cfg: MLADecodeConfig, work, p, q_smem, kv_smem, kv_pipe, q_slot, x_smem, regs: int):
+    """Roles mma0 and mma1 (warpgroups 0 and 1): Q's load, the pair loops, the epilogue. The work item
+    is derived again inside each role (`work` is the producer's): a value live across setmaxnreg was
+    spilled (4 bytes, ptxas)."""
+    from . import attention_mla_decode_sm90 as base
+    for w in (0, 1):
+        with kb.role(f"mma{w}", first_warp=4 * w, num_warps=4, regs=regs):
+            cs = base._Consumer(kb, cfg, base._Work(kb, p), p, x_smem)
+            cs.wg = const(w)
+            base._load_q(cs, q_smem, q_slot, cfg.dtype)
+            _pairs(cs, cfg, w, (q_smem, kv_smem, kv_pipe, q_slot))
+
+
+def _pairs(cs, cfg: MLADecodeConfig, w: int, bufs):
+    from . import attention_mla_decode_sm90 as base
+    kb, work, p = cs.kb, cs.work, cs.p
+    kv_pipe = bufs[2]
+    hidden0 = (p["seqlen_q"] - 1) * p["causal"]
+    full = (work.length - hidden0).smax(0) // BN
+    split = full.smax(work.begin).smin(work.end)
+    plain_end = work.begin + ((split - work.begin) // 2) * 2         # unmasked pairs: [begin, plain_end)
+    pair_end = plain_end + ((work.end - plain_end) // 2) * 2         # masked pairs, then (odd) one tile
+    f32 = "f32"
+    neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
+    state = (kv_pipe.initial_state(), const(0.0, (f32, cs.n_o)), (neg_inf, neg_inf), (zero, zero))
+    step = _step0 if w == 0 else _step1
+    for lo, hi, pair, masked in ((work.begin, plain_end, True, False), (plain_end, pair_end, True, True),
+                                 (pair_end, work.end, False, True)):
+        loop = kb.for_(lo, hi, 2 if pair else 1, carry=state)
+        with loop as (j, carried):
+            loop.yield_(*step(cs, cfg, bufs, j, carried, masked, pair))
+        state = loop.results
+    _, o, m, l = state
+    totals = []
+    for h in (0, 1):
+        total = l[h] + kb.shuffle_xor(l[h], 1)
+        totals.append(total + kb.shuffle_xor(total, 2))
+    totals = exchange_rows(cs, totals, SUM_AT, lambda a, b: a + b)    # l = l_0 + l_1
+    base._write_rows(cs, cfg, o, m, totals)
+
+
+def _tile(cs, bufs, s):
+    """The stage of state s (Q's address re-read after the wait: attention_mla_decode_sm90, step 1)."""
+    kb = cs.kb
+    q_smem, kv_smem, _, q_slot = bufs
+    q_at = kb.warp_uniform(kb.load(q_slot, "i32", align=4))
+    return kb.gep(q_smem, q_at, "i8"), kb.gep(kv_smem, s.stage * MLADecodeConfig.tile_bytes() + q_at, "i8")
+
+
+def _rowmax(cs, s):
+    kb = cs.kb
+    out = []
+    for h in (0, 1):
+        mx = tree_reduce([s[i] for i in row_regs(cs.n_s, h)], fmax)
+        mx = fmax(mx, kb.shuffle_xor(mx, 1))
+        out.append(fmax(mx, kb.shuffle_xor(mx, 2)))
+    return out
+
+
+def _probs(cs, s, neg, dtype: str):
+    """P = exp2(S scale + neg) of both rows, its row sums (this thread's) and its A fragments."""
+    p = [None] * cs.n_s
+    sums = []
+    for h in (0, 1):
+        idx = row_regs(cs.n_s, h)
+        for i in idx:
+            p[i] = exp2(fma(s[i], cs.scale_log2, neg[h]))
+        sums.append(tree_reduce([p[i] for i in idx], lambda x, y: x + y))
+    frags = [vec(*[vec(p[a], p[b]).to((dtype, 2)).bitcast("i32") for a, b in a_frag_pairs(kk)])
+             for kk in range(P_STEPS)]
+    return frags, sums
+
+
+def _publish(cs, m_at: int, m, frags, tile, barrier: int):
+    """m (this thread's rows) and P's fragments into SMEM (note "P in the rope columns"), fenced, then
+    arrive on `barrier` (the other warpgroup syncs on it)."""
+    kb = cs.kb
+    with kb.if_(cs.t4.eq(0)).then_():
+        for h in (0, 1):
+            kb.store(m[h], kb.gep(cs.x_smem, m_at + (cs.row0 + 8 * h) * 4, "i8"), align=4)
+    for k, f in enumerate(frags):
+        kb.store(f, kb.gep(tile, P_AT + (k * 128 + cs.t) * 16, "i8"), align=16)
+    kb.fence("async_smem")
+    kb.named_barrier_arrive(barrier, 256)
+
+
+def _receive(cs, m_at: int, tile, barrier: int):
+    """Sync on `barrier`, then the other warpgroup's row maxima (this thread's rows) and P fragments."""
+    kb = cs.kb
+    kb.named_barrier(barrier, 256)
+    m = [kb.load(kb.gep(cs.x_smem, m_at + (cs.row0 + 8 * h) * 4, "i8"), "f32", align=4) for h in (0, 1)]
+    frags = [kb.load(kb.gep(tile, P_AT + (k * 128 + cs.t) * 16, "i8"), ("i32", 4), align=16) for k in range(P_STEPS)]
+    return m, frags
+
+
+def _zero_tail(cs, tile, j: Value, w: int):
+    """The V rows past L_b of tile j in this warpgroup's columns (only the tile that holds L_b)."""
+    from .attention_mla_decode_sm90 import _zero_v_tail
+    kb = cs.kb
+    valid = cs.work.length - j * BN
+    with kb.if_(valid.slt(BN)).then_():
+        _zero_v_tail(cs, kb.gep(tile, w * (WG_CHUNKS * BN * SWIZZLE), "i8"), valid)
+
+
+def _v(cs, tile):
+    """This warpgroup's V columns of a tile (its four 64-column chunks)."""
+    return cs.kb.gep(tile, cs.wg * (WG_CHUNKS * BN * SWIZZLE), "i8")
+
+
+def _scaled(o, factor):
+    return vec(*[o[i] * factor[acc_row(i)] for i in range(WG_COLS // 2)])
+
+
+def _step0(cs, cfg: MLADecodeConfig, bufs, j: Value, carry, masked: bool, pair: bool):
+    """mma0: S of tile a = j, its softmax relative to m_a, P_a V_a; (pair) P_b V_b after the rescale to m_b."""
+    from .attention_mla_decode_sm90 import _mask
+    kb, dtype = cs.kb, cfg.dtype
+    kv_pipe = bufs[2]
+    sa, o, m, l = carry
+    kv_pipe.consumer_wait(sa)
+    q_smem, tile_a = _tile(cs, bufs, sa)
+    s_acc = wait_group(issue_s(cs, q_smem, tile_a, dtype), pending=0)
+    s = [s_acc[i] for i in range(cs.n_s)]
+    if masked:
+        s = _mask(cs, j)(s)
+    mx = _rowmax(cs, s)
+    upd = [max_update(m[h], mx[h], cs.scale_log2, 0.0) for h in (0, 1)]
+    m_a = [u[0] for u in upd]
+    frags, sums = _probs(cs, s, [u[2] for u in upd], dtype)
+    l = [fma(l[h], upd[h][1], sums[h]) for h in (0, 1)]
+    _publish(cs, M_A_AT, m_a, frags, tile_a, BAR_PA)
+    o = _scaled(o, [u[1] for u in upd])
+    if masked:
+        _zero_tail(cs, tile_a, j, 0)
+    o = issue_pv(cs, _v(cs, tile_a), frags, o, dtype)
+    if not pair:
+        o = wait_group(o, pending=0)
+        with kb.if_(cs.is_leader).then_():
+            kv_pipe.consumer_release(sa)
+        return sa.advance(), o, tuple(m_a), tuple(l)
+    sb = sa.advance()
+    kv_pipe.consumer_wait(sb)
+    _, tile_b = _tile(cs, bufs, sb)
+    m_b, frags_b = _receive(cs, M_B_AT, tile_b, BAR_PB)
+    down = [max_update(m_a[h], m_b[h], cs.scale_log2, 0.0)[1] for h in (0, 1)]     # exp2(m_a - m_b)
+    o = wait_group(o, pending=0)
+    with kb.if_(cs.is_leader).then_():
+        kv_pipe.consumer_release(sa)
+    o = _scaled(o, down)
+    l = [l[h] * down[h] for h in (0, 1)]
+    if masked:
+        _zero_tail(cs, tile_b, j + 1, 0)
+    o = wait_group(issue_pv(cs, _v(cs, tile_b), frags_b, o, dtype), pending=0)
+    with kb.if_(cs.is_leader).then_():
+        kv_pipe.consumer_release(sb)
+    return sb.advance(), o, tuple(m_b), tuple(l)
+
+
+def _rescale_p(frags, factor, dtype: str):
+    """bf16 P fragments x this thread's row factors (word w of a fragment is in row w % 2), rounded to
+    bf16 again (note "Rescale of P_a"); bf16 -> f32 exactly: the pair's halves shifted into the top."""
+    out = []
+    for f in frags:
+        words = []
+        for wd in range(4):
+            x = f[wd]
+            lo = (x << 16).bitcast("f32")
+            hi = (x & const(-65536)).bitcast("f32")
+            words.append(vec(lo * factor[wd % 2], hi * factor[wd % 2]).to((dtype, 2)).bitcast("i32"))
+        out.append(vec(*words))
+    return out
+
+
+def _step1(cs, cfg: MLADecodeConfig, bufs, j: Value, carry, masked: bool, pair: bool):
+    """mma1: (pair) S of tile b = j + 1 and its softmax relative to m_b = max(m_a, rowmax S_b); then
+    O_1 += P_a V_a (P_a rescaled to m_b) + P_b V_b over its 256 columns."""
+    from .attention_mla_decode_sm90 import _mask
+    kb, dtype = cs.kb, cfg.dtype
+    kv_pipe = bufs[2]
+    sa, o, m, l = carry
+    kv_pipe.consumer_wait(sa)
+    _, tile_a = _tile(cs, bufs, sa)
+    if not pair:        # note "Odd count": m = m_a, P_a as it is
+        m_a, frags_a = _receive(cs, M_A_AT, tile_a, BAR_PA)
+        alpha = [max_update(m[h], m_a[h], cs.scale_log2, 0.0)[1] for h in (0, 1)]
+        o = _scaled(o, alpha)
+        l = [l[h] * alpha[h] for h in (0, 1)]
+        if masked:
+            _zero_tail(cs, tile_a, j, 1)
+        o = wait_group(issue_pv(cs, _v(cs, tile_a), frags_a, o, dtype), pending=0)
+        with kb.if_(cs.is_leader).then_():
+            kv_pipe.consumer_release(sa)
+        return sa.advance(), o, tuple(m_a), tuple(l)
+    sb = sa.advance()
+    kv_pipe.consumer_wait(sb)
+    q_smem, tile_b = _tile(cs, bufs, sb)
+    s_acc = wait_group(issue_s(cs, q_smem, tile_b, dtype), pending=0)
+    s = [s_acc[i] for i in range(cs.n_s)]
+    if masked:
+        s = _mask(cs, j + 1)(s)
+    mx = _rowmax(cs, s)
+    m_a, frags_a = _receive(cs, M_A_AT, tile_a, BAR_PA)
+    upd = [max_update(m_a[h], mx[h], cs.scale_log2, 0.0) for h in (0, 1)]
+    m_b, neg = [u[0] for u in upd], [u[2] for u in upd]
+    frags_b, sums = _probs(cs, s, neg, dtype)
+    alpha = [exp2(fma(m[h], cs.scale_log2, neg[h])) for h in (0, 1)]   # exp2(m - m_b)
+    l = [fma(l[h], alpha[h], sums[h]) for h in (0, 1)]
+    _publish(cs, M_B_AT, m_b, frags_b, tile_b, BAR_PB)
+    frags_a = _rescale_p(frags_a, [u[1] for u in upd], dtype)                          # exp2(m_a - m_b)
+    o = _scaled(o, alpha)
+    if masked:
+        _zero_tail(cs, tile_a, j, 1)
+        _zero_tail(cs, tile_b, j + 1, 1)
+    o = issue_pv(cs, _v(cs, tile_a), frags_a, o, dtype)
+    o = wait_group(issue_pv(cs, _v(cs, tile_b), frags_b, o, dtype), pending=0)
+    with kb.if_(cs.is_leader).then_():
+        kv_pipe.consumer_release(sa)
+        kv_pipe.consumer_release(sb)
+    return sb.advance(), o, tuple(m_b), tuple(l)
+
+
+__all__ = ["consumer_roles", "BAR_PA", "BAR_PB", "P_AT", "CHUNK"]
