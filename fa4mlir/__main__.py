@@ -154,6 +154,10 @@ def main(argv=None) -> int:
                                                           "default: FP8_DEFAULT_RULE's kernel, smem: the conversion-"
                                                           "through-SMEM kernel (both in --set decode); a bundle of the "
                                                           "decode-fp8-variants set holds the rest)")
+    be.add_argument("--mla-decode-variant", default="", help="mla only: the mla_decode rows also time fa4mlir with "
+                                                              "each of these MLA decode kernel variants (attention_mla_"
+                                                              "decode_sm90_config.VARIANTS, e.g. default,seesaw; the "
+                                                              "mla-decode-variants set holds them)")
     be.add_argument("--prefill-tiles", default="", help="prefill, mla (mla_prefill): also time flash_attn_func's rows with each of "
                                                          "these ';'-separated FA4MLIR_PREFILL_TILES specs (e.g. "
                                                          "'persistent=False;bn=144'; the bundle must hold them)")

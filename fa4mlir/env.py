@@ -45,6 +45,10 @@ KNOBS: dict[str, Knob] = {
         Knob("FA4MLIR_MLA_SPARSE_FP8_CONVERTER", "0", "bool", "1: flash_mla_with_kvcache(is_fp8_kvcache=True, "
              "indices=...) runs the opt-in converter-warpgroup kernel (MLASparseDecodeConfig.fp8_converter; "
              "read per call into the call cache's key; the mla bundle set holds it)"),
+        Knob("FA4MLIR_MLA_DECODE_VARIANT", None, "str", "flash_mla_with_kvcache (dense, 16-bit cache) runs this "
+             "entry of attention_mla_decode_sm90_config.VARIANTS (full_s, seesaw) instead of the default kernel "
+             "(bench mla --mla-decode-variant; a bundle must hold it: the mla-decode-variants set; an unknown "
+             "name is a ConfigError; read per call into the call cache's key)"),
         Knob("FA4MLIR_PREFILL_TILES", None, "str", "flash_attn_func runs its case's default kernel with these "
              "AttnConfig tile / code-knob fields replaced ('bn=144,persistent=False'; for measurement: bench "
              "prefill --prefill-tiles); a kernel source without that variant raises BundleError, never falls back"),

@@ -6,7 +6,7 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
 
     gpu-tests   what tests/gpu needs (GEMM bf16/f16 on sm_90a, the sm_100a GEMM, the debug deadlock
                 kernel, the attention set, the attention-fa4-pieces set, the attention-tiles
-                variants, attention-masks, attention-softcap-sinks, attention-varlen, head-dims and mla;
+                variants, attention-masks, attention-softcap-sinks, attention-varlen, head-dims, mla and the MLA decode variants of mla-decode-variants;
                 the decode kernels are their own set, `--set decode`, which bench holds too)
     attention   the sm_90a attention forward kernel: default_configs for every dtype x head_dim x
                 causal (26 kernels: 20 over D64, 96, 128, 192, 256, and a persistent one for short key
@@ -61,6 +61,10 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 variants of DECODE_MASK_CASES (window_size, attention_chunk, softcap, sinks: compile-time
                 DecodeConfig fields, one kernel per window size), split and unsplit, with the combine's
                 sink variant, what tests/gpu/test_kvcache_mask_gpu.py runs
+    mla-decode-variants
+                the mla set plus the MLA decode's opt-in variants it lacks (attention_mla_decode_sm90_config.
+                VARIANTS: the seesaw schedule), bf16 pages of 64, split and unsplit: what `bench mla
+                --mla-decode-variant default,full_s,seesaw` times and tests/gpu/test_mla_decode_seesaw_gpu.py runs
     decode-fp8-variants
                 the decode set plus attention_decode_sm90_config.FP8_VARIANTS (converter warpgroup,
                 128-key tiles, split conversion, bit conversion, swap AB) of bf16 D128 FP8 caches, contiguous and paged 16, each
@@ -620,6 +624,22 @@ def mla() -> list:
     return out + _mla_prefill()
 
 
+def _mla_decode_variant_entries() -> list:
+    """attention_mla_decode_sm90_config.VARIANTS not in the mla set (seesaw), bf16 pages of 64, split and
+    unsplit: every row of `bench mla`'s mla_decode (batch 128: one split) and the split GPU cases."""
+    from .kernels.attention_mla_decode_sm90_config import KERNEL, VARIANTS, default_config
+    have = {c for _, c, *_ in mla()}
+    return [(KERNEL, cfg) for name, fields in VARIANTS.items() if name != "default" for u in (False, True)
+            if (cfg := default_config("bf16", 64, unsplit=u, **fields)) not in have]
+
+
+def mla_decode_variants() -> list:
+    """The mla set plus the MLA decode variants it lacks (the seesaw schedule, bf16 pages of 64): what
+    `bench mla --workloads mla_decode --mla-decode-variant default,full_s,seesaw` and
+    tests/gpu/test_mla_decode_seesaw_gpu.py run."""
+    return mla() + _mla_decode_variant_entries()
+
+
 # (dtype, head_dim, causal, window_size, softcap, sinks) of the attention-varlen set: what
 # tests/gpu/test_varlen_gpu.py runs (every head dim causal or not, f16, GQA, a window, softcap, sinks)
 # and the interpreter's cases (tests/interpret_varlen.py)
@@ -737,6 +757,7 @@ def score_mods() -> list:
 def gpu_tests() -> list:
     out = [_gemm90(dtype="bf16"), _gemm90(dtype="f16"), _gemm100()] + attention() + attention_fa4_pieces()
     out += tile_variants() + attention_masks() + attention_softcap_sinks() + attention_varlen() + head_dims() + mla()
+    out += _mla_decode_variant_entries()
     out += score_mods()
     try:
         deadlock = importlib.import_module("fa4mlir.kernels.deadlock_sm90")
@@ -761,7 +782,7 @@ SETS = {"attention-sm100": attention_sm100, "attention-sm100-serving": attention
         "mla-sparse-sm100": mla_sparse_sm100, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
         "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
         "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,
-        "decode-fp8-variants": decode_fp8_variants,
+        "decode-fp8-variants": decode_fp8_variants, "mla-decode-variants": mla_decode_variants,
         "prefill": prefill, "mla": mla, "attention-varlen": attention_varlen, "head-dims": head_dims,
         "score-mods": score_mods, "prefill-softcap-variants": prefill_softcap_variants,
         **{f"prefill-poly{k}": (lambda k=k: prefill_poly(k)) for k in (0, 2, 8)}}

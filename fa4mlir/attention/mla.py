@@ -280,7 +280,8 @@ def kernel_for(source, cfg) -> LoadedKernel:
 def configs_for(problem: MLAProblem) -> tuple:
     """The decode kernel (unsplit for one split) and the combine (None for one split)."""
     unsplit = problem.splits == 1
-    cfg = mc.default_config(problem.dtype, problem.page_size, unsplit=unsplit, fp8=problem.fp8).validate()
+    variant = {} if problem.fp8 else mc.variant_fields(os.environ.get(mc.VARIANT_ENV))   # FA4MLIR_MLA_DECODE_VARIANT
+    cfg = mc.default_config(problem.dtype, problem.page_size, unsplit=unsplit, fp8=problem.fp8, **variant).validate()
     return cfg, None if unsplit else dec.CombineConfig(problem.dtype, mc.D_V).validate()
 
 
@@ -346,7 +347,7 @@ class CallCache:
     options, the bundle and the environment that picks kernels), at most CALLS_KEPT, the oldest
     dropped first: a call seen before only launches."""
 
-    ENV = ("FA4MLIR_BUNDLE", "FA4MLIR_CUBIN_BACKEND", "FA4MLIR_DEBUG")
+    ENV = ("FA4MLIR_BUNDLE", "FA4MLIR_CUBIN_BACKEND", "FA4MLIR_DEBUG", mc.VARIANT_ENV)
 
     def __init__(self):
         self._calls: dict = {}

@@ -188,12 +188,41 @@ def mla_prefill_rows(torch: Any, fa4=None, tiles=()) -> list[Row]:
                 poisoner(torch, b * n * h * dv, torch.bfloat16))]
 
 
-def mla_decode_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]:
+def _with_mla_variant(call, name: str):
+    """``call`` run with FA4MLIR_MLA_DECODE_VARIANT=name (flash_mla_with_kvcache's call cache keys on
+    it), restored after."""
+    from ..kernels.attention_mla_decode_sm90_config import VARIANT_ENV
+
+    def run():
+        before = os.environ.get(VARIANT_ENV)
+        os.environ[VARIANT_ENV] = name
+        try:
+            return call()
+        finally:
+            if before is None:
+                del os.environ[VARIANT_ENV]
+            else:
+                os.environ[VARIANT_ENV] = before
+    return run
+
+
+def _variant_backends(call, variants) -> dict:
+    """fa4mlir, then `fa4mlir[NAME]` per MLA decode variant (attention_mla_decode_sm90_config.VARIANTS;
+    an unknown name is a ConfigError before anything runs)."""
+    from ..kernels.attention_mla_decode_sm90_config import variant_fields
+    for name in variants:
+        variant_fields(name)
+    return {"fa4mlir": call, **{f"fa4mlir[{n}]": (lambda c=call, n=n: _with_mla_variant(c(), n)) for n in variants}}
+
+
+def mla_decode_rows(torch: Any, fa4=None, fp8: bool = False, variants=()) -> list[Row]:
     """mla_decode's rows: one bf16 latent cache (batch 128 x 4096 tokens in pages of 64, a shuffled
     block table; seed 0) and, per (heads, seqlen_q), q drawn after it; causal (bottom-right). Checked
     on sequence 0 against the dense equivalent (its 4096 rows gathered: MQA over K = the rows, V = their
     first 512 columns) by the FA rule. fp8 (mla_decode_fp8): the cache quantized to FlashMLA's FP8
-    layout, the check over its rows dequantized as the kernel does."""
+    layout, the check over its rows dequantized as the kernel does. ``variants`` (bf16 only; `bench mla
+    --mla-decode-variant`): MLA decode kernel variants also timed, as `fa4mlir[NAME]`, each checked
+    like fa4mlir (a bundle must hold them: the mla-decode-variants set)."""
     import fa4mlir
     from .prefill_workloads import DEV, causal_mask, checker, poisoner
     d = MLA_DECODE
@@ -222,7 +251,8 @@ def mla_decode_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]:
                                                               causal=True, is_fp8_kvcache=fp8)[0]   # out (lse too)
             name = f"mla_decode{'_fp8' if fp8 else ''}_h{heads}_q{sq}"
             shape, flops = row_shape(name)
-            rows.append(Row(name, "mla_decode_fp8" if fp8 else "mla_decode", shape, flops, {"fa4mlir": call}, check,
+            backends = {"fa4mlir": call} if fp8 else _variant_backends(call, variants)
+            rows.append(Row(name, "mla_decode_fp8" if fp8 else "mla_decode", shape, flops, backends, check,
                             poisoner(torch, b * sq * heads * 512, torch.bfloat16)))
     return rows
 
@@ -416,7 +446,8 @@ def run(args) -> int:
     print(f"mla bench: {result['device']}, torch {torch.__version__}, FA4-CuTe {'yes' if fa4 else 'no'}, "
           f"workloads {session.names}", flush=True)
     tiles = [x.strip() for x in (getattr(args, "prefill_tiles", "") or "").split(";") if x.strip()]
-    kw = {"mla_prefill": {"tiles": tiles}}
+    variants = [x.strip() for x in (getattr(args, "mla_decode_variant", "") or "").split(",") if x.strip()]
+    kw = {"mla_prefill": {"tiles": tiles}, "mla_decode": {"variants": variants}}
     for name in session.names:
         runner.run_group(session, result, name, WORKLOADS[name], lambda name=name: BUILDERS[name](torch, fa4, **kw.get(name, {})),
                          args.rounds, row_entry=lambda row: {"row": row.name, "workload": row.workload,
