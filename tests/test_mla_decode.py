@@ -157,6 +157,7 @@ def _problem(torch, lens, seqlen_q, heads, page, seed=0, dtype="bf16"):
     ((150, 129, 0), 2, 16, 64, 2, True, "seesaw"),
     ((256, 65), 1, 64, 64, 1, False, "seesaw"),
     ((250, 3), 2, 48, 64, 1, True, "seesaw"),
+    ((70, 1, 129), 2, 16, 16, 1, True, "seesaw"),   # 16-row boxes; length 1: token 0 sees no key
 ])
 def test_mla_decode_through_the_interpreter(lens, seqlen_q, heads, page, splits, causal, exchange):
     torch = pytest.importorskip("torch")

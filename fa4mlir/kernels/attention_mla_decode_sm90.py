@@ -60,6 +60,9 @@ P, both built (`exchange`), neither timed on a GPU yet:
     fewer) the tensor cores have slack; at 128 heads it is compute-bound, and this variant cannot
     reach FlashMLA's 660 TFLOP/s at all (69% of its tensor work is useful). Kept for bench mla to
     time against the exchange.
+  * `seesaw` (opt-in, bf16; attention_mla_decode_seesaw_sm90, its own note): the tiles in pairs, each
+    warpgroup (a role of its own) computes S of one tile over all 64 keys and its own softmax, P and the
+    row maxima crossing through SMEM (P in the tile's rope columns) with one-way named barriers.
 
 Note "NaN past L_b" (attention_decode_sm90's): rows at or past L_b of the tile that holds L_b are
 real cache rows that may hold NaN; P V multiplies them by P = 0 and 0 x NaN = NaN, so their V
