@@ -1,6 +1,6 @@
 """The seesaw schedule of the absorbed MLA decode on sm_90a (MLADecodeConfig.seesaw, opt-in; FlashMLA's
-sm90 decode schedule, written here from its idea): the consumer roles of attention_mla_decode_sm90
-when `seesaw` is set. The producer, Q's load, the masks and the epilogue are that kernel's.
+sm90 decode schedule, written here from its idea): the roles of attention_mla_decode_sm90 when
+`seesaw` is set. Q's load, the masks, the box origins and the epilogue's writes are that kernel's.
 
 A split's KV tiles are taken in pairs (a = j, b = j + 1). Warpgroup 0 (role `mma0`) computes S of
 tile a over all 64 keys, warpgroup 1 (`mma1`) S of tile b (36 m64n64k16 each: Q read once per 64
@@ -8,7 +8,7 @@ keys, not twice as the exchange does), each its own softmax; O stays split by V'
 O[:, :256], O_1 = O[:, 256:]), so each warpgroup needs the other's P for its column half:
 
     mma0, pair i                              mma1, pair i
-    wait a; S_a = Q K_a^T                     wait a, wait b; S_b = Q K_b^T
+    wait a (chunkwise); S_a = Q K_a^T         wait a, wait b (chunkwise); S_b = Q K_b^T
     m_a = max(m, rowmax S_a)                  mx_b = rowmax S_b
     P_a = exp2(S_a - m_a), l_0 = l_0 a_a + sum P_a
     P_a -> tile a's rope columns, m_a -> SMEM
@@ -45,6 +45,15 @@ read from SMEM, unpacked exactly by shifts) by exp2(m_a - m_b) <= 1 and rounds a
 second rounding of those P values; checked by the FA rule in tests/test_mla_decode.py). mma0 rescales
 O_0 instead (its P_a V_a must retire first), since P_b relative to m_a could overflow.
 
+Note "Chunk rings": the KV ring is nine rings (kv_c0 .. kv_c8) of the same two stages, one per
+64-column chunk: the producer commits each chunk's TMA boxes (8 KiB) on its own ring and S waits
+chunk by chunk, its four k16 steps issued as soon as that chunk landed (a wgmma.fence after each
+wait: without it ptxas inserted its own arrive in the wait's branch and serialised the wgmmas, C7519).
+A warpgroup that does not compute S on a tile waits all nine rings of it before using it; mma1 waits
+all of tile a's rings before S_b's (the producer commits a's chunks before b's). Both release
+all nine per tile after their last wgmma on it retired (releasing tile a before P_b V_b retired,
+wgmma.wait_group 1, kept P_b's fragments live and spilled 40 bytes: not done). 288 bytes of mbarriers.
+
 Note "Odd count": a split with an odd number of tiles ends with one tile a alone: mma0 runs its half
 of a pair and releases a; mma1 reads m_a and P_a (no rescale: m = m_a) and adds P_a V_a[:, 256:]. The
 pairs below the first tile any row masks run unmasked; the rest (and the odd tile) masked, with the
@@ -54,10 +63,11 @@ after that one's barrier).
 """
 from __future__ import annotations
 
-from ..dsl import Value, const, exp2, fma, fmax, tree_reduce, vec
+from ..dialect import builders as fa4
+from ..dsl import Value, const, exp2, fma, fmax, tree_reduce, undef, vec
 from .attention_mla_decode_sm90_config import BN, MLADecodeConfig
-from .common.mla_sm90 import (CHUNK, NEG_INF, QK_CHUNKS, SWIZZLE, WG_CHUNKS, WG_COLS,
-                              WGMMA_K, exchange_rows, issue_pv, issue_s)
+from .common.mla_sm90 import (CHUNK, NEG_INF, QK_CHUNKS, SWIZZLE, TILE_M, WG_CHUNKS, WG_COLS, WGMMA_K,
+                              exchange_rows, issue_pv)
 from .common.softmax import max_update
 from .common.wgmma import a_frag_pairs, acc_row, row_regs, wait_group
 
@@ -68,23 +78,71 @@ P_AT = (QK_CHUNKS - 1) * BN * SWIZZLE          # note "P in the rope columns": a
 P_STEPS = BN // WGMMA_K                        # 4 k16 A fragments of P
 
 
-def consumer_roles(kb, cfg: MLADecodeConfig, work, p, q_smem, kv_smem, kv_pipe, q_slot, x_smem, regs: int):
-    """Roles mma0 and mma1 (warpgroups 0 and 1): Q's load, the pair loops, the epilogue. The work item
-    is derived again inside each role (`work` is the producer's): a value live across setmaxnreg was
-    spilled (4 bytes, ptxas)."""
+class Chunks:
+    """note "Chunk rings": one ring per 64-column chunk of the KV tile (QK_CHUNKS rings of the same
+    stages, one PipeState for all), so S can start on a chunk while the later ones are in flight."""
+
+    def __init__(self, kb, stages: int):
+        self.pipes = [kb.pipeline(f"kv_c{c}", num_stages=stages, producer="load", consumers=["mma0", "mma1"],
+                                  consumer_arrivals=2) for c in range(QK_CHUNKS)]
+
+    def initial_state(self):
+        return self.pipes[0].initial_state()
+
+    def wait(self, s, c: int):
+        self.pipes[c].consumer_wait(s)
+
+    def wait_all(self, s):
+        for pipe in self.pipes:
+            pipe.consumer_wait(s)
+
+    def release(self, s):
+        for pipe in self.pipes:
+            pipe.consumer_release(s)
+
+
+def build_roles(kb, cfg: MLADecodeConfig, p, q_smem, kv_smem, q_slot, x_smem, regs: tuple):
+    """The chunk rings, then roles mma0 and mma1 (warpgroups 0 and 1: Q's load, the pair loops, the
+    epilogue) and the producer warp `load`. Each role derives the work item itself: a value of a
+    shared one, live across setmaxnreg, was spilled (4 bytes, ptxas)."""
     from . import attention_mla_decode_sm90 as base
-    for w in (0, 1):
-        with kb.role(f"mma{w}", first_warp=4 * w, num_warps=4, regs=regs):
-            cs = base._Consumer(kb, cfg, base._Work(kb, p), p, x_smem)
-            cs.wg = const(w)
-            base._load_q(cs, q_smem, q_slot, cfg.dtype)
-            _pairs(cs, cfg, w, (q_smem, kv_smem, kv_pipe, q_slot))
+    chunks = Chunks(kb, cfg.stages)
+    kb.pipeline_init()
+    with kb.warp_roles():
+        for w in (0, 1):
+            with kb.role(f"mma{w}", first_warp=4 * w, num_warps=4, regs=regs[0]):
+                cs = base._Consumer(kb, cfg, base._Work(kb, p), p, x_smem)
+                cs.wg = const(w)
+                base._load_q(cs, q_smem, q_slot, cfg.dtype)
+                _pairs(cs, cfg, w, (q_smem, kv_smem, chunks, q_slot))
+        with kb.role("load", first_warp=8, num_warps=1, regs=regs[1]):
+            _load_role(kb, cfg, base._Work(kb, p), p, kv_smem, chunks)
+
+
+def _load_role(kb, cfg: MLADecodeConfig, work, p, kv_smem, chunks: Chunks):
+    """attention_mla_decode_sm90's producer, each 64-column chunk of a tile committed on its own ring."""
+    from .attention_mla_decode_sm90 import _box_origin
+    tile_bytes = MLADecodeConfig.tile_bytes()
+    with kb.if_(kb.elect_one()).then_():
+        fa4.tma_prefetch(p["kv_cache"])
+        row_at = work.batch.to("i64") * p["block_table_stride"].to("i64")
+        loop = kb.for_(work.begin, work.end, 1, carry=chunks.initial_state())
+        with loop as (j, s):
+            origins = [_box_origin(kb, p, work, row_at, j * BN + i * cfg.box_rows) for i in range(cfg.boxes_per_tile)]
+            for c, pipe in enumerate(chunks.pipes):
+                pipe.producer_acquire(s)
+                pipe.producer_commit(s, tx_bytes=BN * CHUNK * 2)
+                for i, (page, row) in enumerate(origins):
+                    dst = kb.gep(kv_smem, s.stage * tile_bytes + c * BN * SWIZZLE + i * cfg.box_rows * SWIZZLE, "i8")
+                    fa4.tma_load(p["kv_cache"], dst, s.stage, [const(c * CHUNK), const(0), row, page],
+                                 pipe=pipe.name, box=[CHUNK, 1, cfg.box_rows, 1], elem_bytes=2)
+            loop.yield_(s.advance())
 
 
 def _pairs(cs, cfg: MLADecodeConfig, w: int, bufs):
     from . import attention_mla_decode_sm90 as base
     kb, work, p = cs.kb, cs.work, cs.p
-    kv_pipe = bufs[2]
+    chunks = bufs[2]
     hidden0 = (p["seqlen_q"] - 1) * p["causal"]
     full = (work.length - hidden0).smax(0) // BN
     split = full.smax(work.begin).smin(work.end)
@@ -92,7 +150,7 @@ def _pairs(cs, cfg: MLADecodeConfig, w: int, bufs):
     pair_end = plain_end + ((work.end - plain_end) // 2) * 2         # masked pairs, then (odd) one tile
     f32 = "f32"
     neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
-    state = (kv_pipe.initial_state(), const(0.0, (f32, cs.n_o)), (neg_inf, neg_inf), (zero, zero))
+    state = (chunks.initial_state(), const(0.0, (f32, cs.n_o)), (neg_inf, neg_inf), (zero, zero))
     step = _step0 if w == 0 else _step1
     for lo, hi, pair, masked in ((work.begin, plain_end, True, False), (plain_end, pair_end, True, True),
                                  (pair_end, work.end, False, True)):
@@ -110,11 +168,34 @@ def _pairs(cs, cfg: MLADecodeConfig, w: int, bufs):
 
 
 def _tile(cs, bufs, s):
-    """The stage of state s (Q's address re-read after the wait: attention_mla_decode_sm90, step 1)."""
+    """The stage of state s (Q's address re-read after a wait: attention_mla_decode_sm90, step 1)."""
     kb = cs.kb
     q_smem, kv_smem, _, q_slot = bufs
     q_at = kb.warp_uniform(kb.load(q_slot, "i32", align=4))
     return kb.gep(q_smem, q_at, "i8"), kb.gep(kv_smem, s.stage * MLADecodeConfig.tile_bytes() + q_at, "i8")
+
+
+def _chunked_s(cs, bufs, s, dtype: str):
+    """S = Q K^T over all 64 keys of the tile of state s, each 64-column chunk's four k16 steps issued
+    once its ring's wait returned (note "Chunk rings"). Returns (S retired, the tile's address)."""
+    kb = cs.kb
+    chunks = bufs[2]
+    acc = undef(("f32", cs.n_s))
+    tile = None
+    for c in range(QK_CHUNKS):
+        chunks.wait(s, c)
+        if c == 0:
+            q_smem, tile = _tile(cs, bufs, s)
+        fa4.mma_fence()     # after each wait (a branch): else ptxas inserts its own and serialises the wgmmas
+        for within in range(CHUNK // WGMMA_K):
+            off = within * WGMMA_K * 2
+            a_d = fa4.smem_desc(kb.gep(q_smem, c * TILE_M * SWIZZLE + off, "i8"), swizzle=SWIZZLE, lbo=16,
+                                sbo=8 * SWIZZLE)
+            b_d = fa4.smem_desc(kb.gep(tile, c * BN * SWIZZLE + off, "i8"), swizzle=SWIZZLE, lbo=16, sbo=8 * SWIZZLE)
+            acc = Value(fa4.mma(a_d, b_d, const(int(c + within > 0), "i1"), [acc], result_types=[acc.type], m=64,
+                                n=BN, k=WGMMA_K, a_source="smem", ab_dtype=dtype, acc_dtype="f32"))
+    fa4.mma_commit_group()
+    return wait_group(acc, pending=0), tile
 
 
 def _rowmax(cs, s):
@@ -185,11 +266,9 @@ def _step0(cs, cfg: MLADecodeConfig, bufs, j: Value, carry, masked: bool, pair: 
     """mma0: S of tile a = j, its softmax relative to m_a, P_a V_a; (pair) P_b V_b after the rescale to m_b."""
     from .attention_mla_decode_sm90 import _mask
     kb, dtype = cs.kb, cfg.dtype
-    kv_pipe = bufs[2]
+    chunks = bufs[2]
     sa, o, m, l = carry
-    kv_pipe.consumer_wait(sa)
-    q_smem, tile_a = _tile(cs, bufs, sa)
-    s_acc = wait_group(issue_s(cs, q_smem, tile_a, dtype), pending=0)
+    s_acc, tile_a = _chunked_s(cs, bufs, sa, dtype)
     s = [s_acc[i] for i in range(cs.n_s)]
     if masked:
         s = _mask(cs, j)(s)
@@ -206,23 +285,23 @@ def _step0(cs, cfg: MLADecodeConfig, bufs, j: Value, carry, masked: bool, pair: 
     if not pair:
         o = wait_group(o, pending=0)
         with kb.if_(cs.is_leader).then_():
-            kv_pipe.consumer_release(sa)
+            chunks.release(sa)
         return sa.advance(), o, tuple(m_a), tuple(l)
     sb = sa.advance()
-    kv_pipe.consumer_wait(sb)
+    chunks.wait_all(sb)
     _, tile_b = _tile(cs, bufs, sb)
     m_b, frags_b = _receive(cs, M_B_AT, tile_b, BAR_PB)
     down = [max_update(m_a[h], m_b[h], cs.scale_log2, 0.0)[1] for h in (0, 1)]     # exp2(m_a - m_b)
     o = wait_group(o, pending=0)
     with kb.if_(cs.is_leader).then_():
-        kv_pipe.consumer_release(sa)
+        chunks.release(sa)
     o = _scaled(o, down)
     l = [l[h] * down[h] for h in (0, 1)]
     if masked:
         _zero_tail(cs, tile_b, j + 1, 0)
     o = wait_group(issue_pv(cs, _v(cs, tile_b), frags_b, o, dtype), pending=0)
     with kb.if_(cs.is_leader).then_():
-        kv_pipe.consumer_release(sb)
+        chunks.release(sb)
     return sb.advance(), o, tuple(m_b), tuple(l)
 
 
@@ -246,11 +325,11 @@ def _step1(cs, cfg: MLADecodeConfig, bufs, j: Value, carry, masked: bool, pair: 
     O_1 += P_a V_a (P_a rescaled to m_b) + P_b V_b over its 256 columns."""
     from .attention_mla_decode_sm90 import _mask
     kb, dtype = cs.kb, cfg.dtype
-    kv_pipe = bufs[2]
+    chunks = bufs[2]
     sa, o, m, l = carry
-    kv_pipe.consumer_wait(sa)
-    _, tile_a = _tile(cs, bufs, sa)
-    if not pair:        # note "Odd count": m = m_a, P_a as it is
+    if not pair:
+        chunks.wait_all(sa)
+        _, tile_a = _tile(cs, bufs, sa)        # note "Odd count": m = m_a, P_a as it is
         m_a, frags_a = _receive(cs, M_A_AT, tile_a, BAR_PA)
         alpha = [max_update(m[h], m_a[h], cs.scale_log2, 0.0)[1] for h in (0, 1)]
         o = _scaled(o, alpha)
@@ -259,12 +338,12 @@ def _step1(cs, cfg: MLADecodeConfig, bufs, j: Value, carry, masked: bool, pair: 
             _zero_tail(cs, tile_a, j, 1)
         o = wait_group(issue_pv(cs, _v(cs, tile_a), frags_a, o, dtype), pending=0)
         with kb.if_(cs.is_leader).then_():
-            kv_pipe.consumer_release(sa)
+            chunks.release(sa)
         return sa.advance(), o, tuple(m_a), tuple(l)
     sb = sa.advance()
-    kv_pipe.consumer_wait(sb)
-    q_smem, tile_b = _tile(cs, bufs, sb)
-    s_acc = wait_group(issue_s(cs, q_smem, tile_b, dtype), pending=0)
+    chunks.wait_all(sa)     # tile a's chunks are committed before b's (note "Chunk rings")
+    s_acc, tile_b = _chunked_s(cs, bufs, sb, dtype)
+    _, tile_a = _tile(cs, bufs, sa)
     s = [s_acc[i] for i in range(cs.n_s)]
     if masked:
         s = _mask(cs, j + 1)(s)
@@ -284,9 +363,9 @@ def _step1(cs, cfg: MLADecodeConfig, bufs, j: Value, carry, masked: bool, pair: 
     o = issue_pv(cs, _v(cs, tile_a), frags_a, o, dtype)
     o = wait_group(issue_pv(cs, _v(cs, tile_b), frags_b, o, dtype), pending=0)
     with kb.if_(cs.is_leader).then_():
-        kv_pipe.consumer_release(sa)
-        kv_pipe.consumer_release(sb)
+        chunks.release(sa)
+        chunks.release(sb)
     return sb.advance(), o, tuple(m_b), tuple(l)
 
 
-__all__ = ["consumer_roles", "BAR_PA", "BAR_PB", "P_AT", "CHUNK"]
+__all__ = ["build_roles", "Chunks", "BAR_PA", "BAR_PB", "P_AT", "CHUNK"]

@@ -109,20 +109,23 @@ def build(cfg: MLADecodeConfig = MLADecodeConfig()) -> dsl.KernelIR:
         q_slot = kb.smem("q_slot", 16, align=16)     # holds 0: see _kv_tile, step 1
         x_smem = kb.smem("x_smem", cfg.exchange_bytes(), align=16) if cfg.exchange else None   # note "Exchange"
         #        (seesaw: its row maxima and sums)
-        consumers = [f"mma{w}" for w in range(CONSUMERS)] if cfg.seesaw else ["mma"]
-        kv_pipe = kb.pipeline("kv_pipe", num_stages=cfg.stages, producer="load", consumers=consumers,
-                              consumer_arrivals=CONSUMERS)
-        kb.pipeline_init()
-        work = _Work(kb, p)
-        with kb.warp_roles():
-            if cfg.seesaw:      # one role per warpgroup (attention_mla_decode_seesaw_sm90)
-                seesaw.consumer_roles(kb, cfg, work, p, q_smem, kv_smem, kv_pipe, q_slot, x_smem, MMA_REGS)
-            else:
-                with kb.role("mma", first_warp=0, num_warps=4 * CONSUMERS, regs=MMA_REGS):
-                    _mma_role(kb, cfg, work, p, q_smem, kv_smem, kv_pipe, q_slot, x_smem, tile_smem)
-            with kb.role("load", first_warp=4 * CONSUMERS, num_warps=1, regs=LOAD_REGS):
-                _load_role(kb, cfg, work, p, kv_smem, kv_pipe)
+        if cfg.seesaw:      # one role per warpgroup, a ring per column chunk (attention_mla_decode_seesaw_sm90)
+            seesaw.build_roles(kb, cfg, p, q_smem, kv_smem, q_slot, x_smem, (MMA_REGS, LOAD_REGS))
+        else:
+            _build_roles(kb, cfg, p, q_smem, kv_smem, q_slot, x_smem, tile_smem)
     return kb.finish()
+
+
+def _build_roles(kb, cfg: MLADecodeConfig, p, q_smem, kv_smem, q_slot, x_smem, tile_smem):
+    kv_pipe = kb.pipeline("kv_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
+                          consumer_arrivals=CONSUMERS)
+    kb.pipeline_init()
+    work = _Work(kb, p)
+    with kb.warp_roles():
+        with kb.role("mma", first_warp=0, num_warps=4 * CONSUMERS, regs=MMA_REGS):
+            _mma_role(kb, cfg, work, p, q_smem, kv_smem, kv_pipe, q_slot, x_smem, tile_smem)
+        with kb.role("load", first_warp=4 * CONSUMERS, num_warps=1, regs=LOAD_REGS):
+            _load_role(kb, cfg, work, p, kv_smem, kv_pipe)
 
 
 def div(p, name):
@@ -151,6 +154,19 @@ class _Work:
 
 # ---- producer -------------------------------------------------------------------------------------
 
+def _box_origin(kb, p, work: _Work, row_at: Value, t: Value):
+    """(page, row) of the box starting at token t; a box at or past L_b reads no block-table entry
+    and is aimed at page num_pages, past the pool: TMA fills zeros. row_at: the sequence's row of
+    the block table (elements)."""
+    live = t.slt(work.length)
+    slot = fast_div(t, *div(p, "page"))
+    row = t - slot * p["page_size"]
+    entry = kb.load(kb.gep(p["block_table"], row_at + select(live, slot, const(0)).to("i64"), "i32"), "i32",
+                    align=4)
+    page = entry.smax(0).smin(p["num_pages"] - 1)
+    return select(live, page, p["num_pages"]), row
+
+
 def _load_role(kb, cfg: MLADecodeConfig, work: _Work, p, kv_smem, kv_pipe):
     tile_bytes = cfg.stage_bytes()
     with kb.if_(kb.elect_one()).then_():
@@ -158,15 +174,7 @@ def _load_role(kb, cfg: MLADecodeConfig, work: _Work, p, kv_smem, kv_pipe):
         row_at = work.batch.to("i64") * p["block_table_stride"].to("i64")
 
         def box_origin(t: Value):
-            """(page, row) of the box starting at token t; a box at or past L_b reads no
-            block-table entry and is aimed at page num_pages, past the pool: TMA fills zeros."""
-            live = t.slt(work.length)
-            slot = fast_div(t, *div(p, "page"))
-            row = t - slot * p["page_size"]
-            entry = kb.load(kb.gep(p["block_table"], row_at + select(live, slot, const(0)).to("i64"), "i32"), "i32",
-                            align=4)
-            page = entry.smax(0).smin(p["num_pages"] - 1)
-            return select(live, page, p["num_pages"]), row
+            return _box_origin(kb, p, work, row_at, t)
 
         loop = kb.for_(work.begin, work.end, 1, carry=kv_pipe.initial_state())
         with loop as (j, s):

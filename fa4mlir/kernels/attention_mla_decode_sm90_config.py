@@ -109,7 +109,8 @@ class MLADecodeConfig:
 
     def smem_bytes(self) -> int:
         converted = self.tile_bytes() if self.fp8 else 0        # fp8: the bf16 tile next to the staging ring
-        return (TILE_M * D_QK * 2 + self.stages * (self.stage_bytes() + 2 * MBARRIER_BYTES) + converted + 16
+        rings = D_QK // 64 if self.seesaw else 1                # seesaw: a ring per 64-column chunk
+        return (TILE_M * D_QK * 2 + self.stages * (self.stage_bytes() + 2 * MBARRIER_BYTES * rings) + converted + 16
                 + self.exchange_bytes())
 
     def validate(self) -> "MLADecodeConfig":
