@@ -107,8 +107,8 @@ def build(cfg: MLADecodeConfig = MLADecodeConfig()) -> dsl.KernelIR:
         kv_smem = kb.smem("kv_smem", cfg.stages * cfg.stage_bytes())
         tile_smem = kb.smem("tile_smem", cfg.tile_bytes()) if cfg.fp8 else None   # the dequantized tile
         q_slot = kb.smem("q_slot", 16, align=16)     # holds 0: see _kv_tile, step 1
-        x_smem = kb.smem("x_smem", cfg.exchange_bytes(), align=16) if cfg.exchange else None   # note "Exchange"
-        #        (seesaw: its row maxima and sums)
+        # note "Exchange" (seesaw: its row maxima and sums)
+        x_smem = kb.smem("x_smem", cfg.exchange_bytes(), align=16) if cfg.exchange else None
         if cfg.seesaw:      # one role per warpgroup, a ring per column chunk (attention_mla_decode_seesaw_sm90)
             seesaw.build_roles(kb, cfg, p, q_smem, kv_smem, q_slot, x_smem, (MMA_REGS, LOAD_REGS))
         else:
@@ -172,17 +172,13 @@ def _load_role(kb, cfg: MLADecodeConfig, work: _Work, p, kv_smem, kv_pipe):
     with kb.if_(kb.elect_one()).then_():
         fa4.tma_prefetch(p["kv_cache"])
         row_at = work.batch.to("i64") * p["block_table_stride"].to("i64")
-
-        def box_origin(t: Value):
-            return _box_origin(kb, p, work, row_at, t)
-
         loop = kb.for_(work.begin, work.end, 1, carry=kv_pipe.initial_state())
         with loop as (j, s):
             kv_pipe.producer_acquire(s)
             kv_pipe.producer_commit(s, tx_bytes=tile_bytes)
             base = s.stage * tile_bytes
             for i in range(cfg.boxes_per_tile):
-                page, row = box_origin(j * BN + i * cfg.box_rows)
+                page, row = _box_origin(kb, p, work, row_at, j * BN + i * cfg.box_rows)
                 if cfg.fp8:     # note "FP8 latent": box_rows whole rows
                     dst = kb.gep(kv_smem, base + mla_fp8.stage_offset(i * cfg.box_rows, 0), "i8")
                     fa4.tma_load(p["kv_cache"], dst, s.stage, [const(0), const(0), row, page], pipe=kv_pipe.name,
