@@ -10,17 +10,19 @@ O[:, :256], O_1 = O[:, 256:]), so each warpgroup needs the other's P for its col
     mma0, pair i                              mma1, pair i
     wait a (chunkwise); S_a = Q K_a^T         wait a, wait b (chunkwise); S_b = Q K_b^T
     m_a = max(m, rowmax S_a)                  mx_b = rowmax S_b
-    P_a = exp2(S_a - m_a), l_0 = l_0 a_a + sum P_a
+    P_a = exp2(S_a - m_a), l_0 = l_0 exp2(m - m_a) + sum P_a
     P_a -> tile a's rope columns, m_a -> SMEM
     arrive BAR_PA  --------------------->     sync BAR_PA; read m_a, P_a
-    O_0 *= exp2(m - m_a)                      m_b = max(m_a, mx_b); P_b = exp2(S_b - m_b)
-    O_0 += P_a V_a[:, :256]                   l_1 = l_1 exp2(m - m_b) + sum P_b
+    O_0 *= exp2(m - m_a)                      O_1, l_1 *= exp2(m - m_a)
+    O_0 += P_a V_a[:, :256]                   O_1 += P_a V_a[:, 256:]  (runs under the softmax below)
+                                              m_b = max(m_a, mx_b); P_b = exp2(S_b - m_b)
                                               P_b -> tile b's rope columns, m_b -> SMEM
     wait b; sync BAR_PB  <---------------     arrive BAR_PB
-    read m_b, P_b                             O_1 *= exp2(m - m_b)
-    (P_a V_a retired) O_0, l_0 *= exp2(m_a - m_b)   O_1 += (P_a exp2(m_a - m_b)) V_a[:, 256:] + P_b V_b[:, 256:]
-    O_0 += P_b V_b[:, :256]                   (retired) release a, b
-    (retired) release a, b
+    read m_b, P_b
+    (P_a V_a retired) release a               (P_a V_a retired) release a
+    O_0, l_0 *= exp2(m_a - m_b)               O_1 *= exp2(m_a - m_b); l_1 = l_1 exp2(m_a - m_b) + sum P_b
+    O_0 += P_b V_b[:, :256]                   O_1 += P_b V_b[:, 256:]
+    (retired) release b                       (retired) release b
 
 Both end the pair at m = m_b (the same bits: m_b = fmax(m_a, ...) computed once, read by mma0 from
 SMEM), so O_0 and O_1 are relative to the same row maxima and l = l_0 + l_1 at the end (the
@@ -40,10 +42,12 @@ BAR_PB of pair i, which mma1 arrives after reading m_a of pair i; mma1 rewrites 
 only after BAR_PA of pair i + 1, which mma0 arrives after reading m_b of pair i. Each named barrier
 sees one arrive (128 threads) and one sync (128 threads) per pair, never two arrivals in a row.
 
-Note "Rescale of P_a": mma1 accumulates P_a V_a into O_1 relative to m_b: it scales P_a (bf16 pairs
-read from SMEM, unpacked exactly by shifts) by exp2(m_a - m_b) <= 1 and rounds again to bf16 (a
-second rounding of those P values; checked by the FA rule in tests/test_mla_decode.py). mma0 rescales
-O_0 instead (its P_a V_a must retire first), since P_b relative to m_a could overflow.
+Note "Rescale": each warpgroup adds P_a V_a relative to m_a, then rescales its O half (and its l)
+by exp2(m_a - m_b) once that retired, then adds P_b V_b: P_b relative to m_a could overflow, and a
+first version that had mma1 scale P_a (bf16, unpacked) by exp2(m_a - m_b) instead rounded P twice and
+issued P_a V_a only after mma1's own softmax; now it runs under it and tile a is released before
+P_b V_b. (Releasing a at wgmma.wait_group 1 with both P V in flight spilled 40 bytes: P_b's fragments
+stayed live.)
 
 Note "Chunk rings": the KV ring is nine rings (kv_c0 .. kv_c8) of the same two stages, one per
 64-column chunk: the producer commits each chunk's TMA boxes (8 KiB) on its own ring and S waits
@@ -51,8 +55,7 @@ chunk by chunk, its four k16 steps issued as soon as that chunk landed (a wgmma.
 wait: without it ptxas inserted its own arrive in the wait's branch and serialised the wgmmas, C7519).
 A warpgroup that does not compute S on a tile waits all nine rings of it before using it; mma1 waits
 all of tile a's rings before S_b's (the producer commits a's chunks before b's). Both release
-all nine per tile after their last wgmma on it retired (releasing tile a before P_b V_b retired,
-wgmma.wait_group 1, kept P_b's fragments live and spilled 40 bytes: not done). 288 bytes of mbarriers.
+all nine per tile after their last wgmma on it retired. 288 bytes of mbarriers.
 
 Note "Odd count": a split with an odd number of tiles ends with one tile a alone: mma0 runs its half
 of a pair and releases a; mma1 reads m_a and P_a (no rescale: m = m_a) and adds P_a V_a[:, 256:]. The
@@ -305,65 +308,55 @@ def _step0(cs, cfg: MLADecodeConfig, bufs, j: Value, carry, masked: bool, pair: 
     return sb.advance(), o, tuple(m_b), tuple(l)
 
 
-def _rescale_p(frags, factor, dtype: str):
-    """bf16 P fragments x this thread's row factors (word w of a fragment is in row w % 2), rounded to
-    bf16 again (note "Rescale of P_a"); bf16 -> f32 exactly: the pair's halves shifted into the top."""
-    out = []
-    for f in frags:
-        words = []
-        for wd in range(4):
-            x = f[wd]
-            lo = (x << 16).bitcast("f32")
-            hi = (x & const(-65536)).bitcast("f32")
-            words.append(vec(lo * factor[wd % 2], hi * factor[wd % 2]).to((dtype, 2)).bitcast("i32"))
-        out.append(vec(*words))
-    return out
+def _take_a(cs, cfg: MLADecodeConfig, bufs, sa, j: Value, o, m, l, masked: bool):
+    """mma1's share of tile a: sync on BAR_PA, O_1 and l_1 rescaled to m_a, V_a's rows past L_b zeroed
+    (S_a retired before mma0's arrival), P_a V_a issued (in flight). Returns (o, m_a, l, tile a)."""
+    _, tile_a = _tile(cs, bufs, sa)
+    m_a, frags_a = _receive(cs, M_A_AT, tile_a, BAR_PA)
+    alpha = [max_update(m[h], m_a[h], cs.scale_log2, 0.0)[1] for h in (0, 1)]     # exp2(m - m_a)
+    o = _scaled(o, alpha)
+    l = [l[h] * alpha[h] for h in (0, 1)]
+    if masked:
+        _zero_tail(cs, tile_a, j, 1)
+    return issue_pv(cs, _v(cs, tile_a), frags_a, o, cfg.dtype), m_a, l
 
 
 def _step1(cs, cfg: MLADecodeConfig, bufs, j: Value, carry, masked: bool, pair: bool):
-    """mma1: (pair) S of tile b = j + 1 and its softmax relative to m_b = max(m_a, rowmax S_b); then
-    O_1 += P_a V_a (P_a rescaled to m_b) + P_b V_b over its 256 columns."""
+    """mma1: (pair) S of tile b = j + 1; O_1 += P_a V_a relative to m_a, issued before its own
+    softmax (relative to m_b = max(m_a, rowmax S_b)) so that it runs under it; then O_1 rescaled to
+    m_b and O_1 += P_b V_b over its 256 columns (note "Rescale")."""
     from .attention_mla_decode_sm90 import _mask
     kb, dtype = cs.kb, cfg.dtype
     chunks = bufs[2]
     sa, o, m, l = carry
-    if not pair:
+    if not pair:        # note "Odd count": m = m_a
         chunks.wait_all(sa)
-        _, tile_a = _tile(cs, bufs, sa)        # note "Odd count": m = m_a, P_a as it is
-        m_a, frags_a = _receive(cs, M_A_AT, tile_a, BAR_PA)
-        alpha = [max_update(m[h], m_a[h], cs.scale_log2, 0.0)[1] for h in (0, 1)]
-        o = _scaled(o, alpha)
-        l = [l[h] * alpha[h] for h in (0, 1)]
-        if masked:
-            _zero_tail(cs, tile_a, j, 1)
-        o = wait_group(issue_pv(cs, _v(cs, tile_a), frags_a, o, dtype), pending=0)
+        o, m_a, l = _take_a(cs, cfg, bufs, sa, j, o, m, l, masked)
+        o = wait_group(o, pending=0)
         with kb.if_(cs.is_leader).then_():
             chunks.release(sa)
         return sa.advance(), o, tuple(m_a), tuple(l)
     sb = sa.advance()
     chunks.wait_all(sa)     # tile a's chunks are committed before b's (note "Chunk rings")
     s_acc, tile_b = _chunked_s(cs, bufs, sb, dtype)
-    _, tile_a = _tile(cs, bufs, sa)
     s = [s_acc[i] for i in range(cs.n_s)]
     if masked:
         s = _mask(cs, j + 1)(s)
     mx = _rowmax(cs, s)
-    m_a, frags_a = _receive(cs, M_A_AT, tile_a, BAR_PA)
+    o, m_a, l = _take_a(cs, cfg, bufs, sa, j, o, m, l, masked)
     upd = [max_update(m_a[h], mx[h], cs.scale_log2, 0.0) for h in (0, 1)]
-    m_b, neg = [u[0] for u in upd], [u[2] for u in upd]
-    frags_b, sums = _probs(cs, s, neg, dtype)
-    alpha = [exp2(fma(m[h], cs.scale_log2, neg[h])) for h in (0, 1)]   # exp2(m - m_b)
-    l = [fma(l[h], alpha[h], sums[h]) for h in (0, 1)]
+    m_b = [u[0] for u in upd]
+    frags_b, sums = _probs(cs, s, [u[2] for u in upd], dtype)
     _publish(cs, M_B_AT, m_b, frags_b, tile_b, BAR_PB)
-    frags_a = _rescale_p(frags_a, [u[1] for u in upd], dtype)                          # exp2(m_a - m_b)
-    o = _scaled(o, alpha)
-    if masked:
-        _zero_tail(cs, tile_a, j, 1)
-        _zero_tail(cs, tile_b, j + 1, 1)
-    o = issue_pv(cs, _v(cs, tile_a), frags_a, o, dtype)
-    o = wait_group(issue_pv(cs, _v(cs, tile_b), frags_b, o, dtype), pending=0)
+    o = wait_group(o, pending=0)
     with kb.if_(cs.is_leader).then_():
         chunks.release(sa)
+    o = _scaled(o, [u[1] for u in upd])                                               # exp2(m_a - m_b)
+    l = [fma(l[h], upd[h][1], sums[h]) for h in (0, 1)]
+    if masked:
+        _zero_tail(cs, tile_b, j + 1, 1)
+    o = wait_group(issue_pv(cs, _v(cs, tile_b), frags_b, o, dtype), pending=0)
+    with kb.if_(cs.is_leader).then_():
         chunks.release(sb)
     return sb.advance(), o, tuple(m_b), tuple(l)
 
