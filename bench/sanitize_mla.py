@@ -39,7 +39,8 @@ SPLITS = 3
 
 def mla_family(config: dict) -> str:
     return "/".join((mc.KERNEL, "unsplit" if config["unsplit"] else "split",
-                     "exchange" if config["exchange"] else "full-s", *(["fp8"] if config.get("fp8") else [])))
+                     "exchange" if config["exchange"] else "full-s", *(["fp8"] if config.get("fp8") else []),
+                     *(["seesaw"] if config.get("seesaw") else [])))
 
 
 def mla_features(config: dict) -> set[str]:
@@ -47,19 +48,23 @@ def mla_features(config: dict) -> set[str]:
 
 
 def _calls(case):
-    """(config dict of the case's kernel, exchange of the MLA kernel, num_splits (None: get_mla_metadata's),
-    seqlen_q, heads) per call."""
+    """(config dict of the case's kernel, the MLA kernel's variant fields (exchange, seesaw), num_splits
+    (None: get_mla_metadata's), seqlen_q, heads) per call."""
     for match in case.match:
-        exchange = match.get("exchange", True)
+        fields = {"exchange": match.get("exchange", True), "seesaw": match.get("seesaw", False)}
         for j, (sq, h) in enumerate(MLA_SHAPES):
             splits = 1 if match.get("unsplit") else None if j == 0 else SPLITS
-            yield match, exchange, splits, sq, h
+            yield match, fields, splits, sq, h
 
 
 def describe(case) -> list[str]:
     return [f"{m['dtype']} seqlen_q {sq}, heads {h}, lengths {lengths_for(case.page_size)}, page size "
-            f"{case.page_size}, num_splits {splits or 'get_mla_metadata'}{'' if ex else ', exchange=False'}"
-            for m, ex, splits, sq, h in _calls(case)]
+            f"{case.page_size}, num_splits {splits or 'get_mla_metadata'}{_variant_text(f)}"
+            for m, f, splits, sq, h in _calls(case)]
+
+
+def _variant_text(fields: dict) -> str:
+    return ("" if fields["exchange"] else ", exchange=False") + (", seesaw" if fields["seesaw"] else "")
 
 
 @contextlib.contextmanager
@@ -78,13 +83,14 @@ def nan_empty(torch):
 
 
 @contextlib.contextmanager
-def variant(mla, exchange: bool):
-    """flash_mla_with_kvcache runs the exchange=False kernel inside the block (mla.configs_for swapped,
-    and the call cache: a fresh mla.CallCache for the block, the module's own one back after)."""
+def variant(mla, fields: dict):
+    """flash_mla_with_kvcache runs the kernel of these variant fields (exchange, seesaw) inside the block
+    (mla.configs_for swapped, and the call cache: a fresh mla.CallCache for the block, the module's own
+    one back after)."""
     chosen, calls = mla.configs_for, mla._CALLS
     mla._CALLS = mla.CallCache()
-    if not exchange:
-        mla.configs_for = lambda p: (replace(chosen(p)[0], exchange=False), chosen(p)[1])
+    if not fields["exchange"] or fields["seesaw"]:
+        mla.configs_for = lambda p: (replace(chosen(p)[0], **fields), chosen(p)[1])
     try:
         yield
     finally:
@@ -101,7 +107,7 @@ def child_mla(case, bundle, seed: int):
     from fa4mlir.testing_mla import check_mla, dequantize_fp8_cache, quantize_fp8_cache
 
     device, page = san.DEVICE, case.page_size
-    for i, (match, exchange, splits, sq, heads) in enumerate(_calls(case)):
+    for i, (match, fields, splits, sq, heads) in enumerate(_calls(case)):
         s = seed + i
         lengths = lengths_for(page)
         t = decode_inputs(torch, device, lengths, sq, heads, 1, mc.D_QK, match["dtype"], page, s)
@@ -118,7 +124,7 @@ def child_mla(case, bundle, seed: int):
         n = meta.shape[0]
         problem = mla.MLAProblem(len(lengths), sq, heads, kv.shape[0], page, table.shape[1], match["dtype"], n,
                                  mc.D_QK ** -0.5, True, fp8)
-        with variant(mla, exchange):
+        with variant(mla, fields):
             cfg, combine = mla.configs_for(problem)
             got = (cfg if case.kernel == mc.KERNEL else combine)
             if got is None or got.key() != match:
@@ -138,7 +144,8 @@ def child_mla(case, bundle, seed: int):
         except AssertionError as exc:
             r.update(ok=False, error=str(exc)[:300])
         yield {"kernel": name, "shape": [len(lengths), sq, heads], "lengths": lengths, "page_size": page,
-               "num_splits": n, "exchange": exchange, "fp8": fp8, "via": "flash_mla_with_kvcache", "seed": s, **r}
+               "num_splits": n, "exchange": fields["exchange"], **({"seesaw": True} if fields["seesaw"] else {}),
+               "fp8": fp8, "via": "flash_mla_with_kvcache", "seed": s, **r}
 
 
 def combine_match(dtype: str) -> dict:

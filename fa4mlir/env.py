@@ -40,7 +40,8 @@ KNOBS: dict[str, Knob] = {
              "decode-fp8-variants set)"),
         Knob("FA4MLIR_MLA_DECODE_VARIANT", None, "str", "flash_mla_with_kvcache's dense decode (16-bit cache) runs "
              "this kernel variant: unset or 'default', or 'swapab' (the opt-in swap-AB kernel, "
-             "attention_mla_decode_sm90_swapab.py: seqlen_q x heads <= 32 only, else UnsupportedFeatureError; "
+             "attention_mla_decode_sm90_swapab.py: seqlen_q x heads <= 32 only, else UnsupportedFeatureError), "
+             "'seesaw' (FlashMLA's schedule, bf16) or 'full_s' (attention_mla_decode_sm90_config.VARIANTS; "
              "bench mla --mla-decode-variant; a bundle must hold it: the mla-decode-variants set); read per call "
              "into the call cache's key"),
         Knob("FA4MLIR_VARLEN_GRID", None, "str", "flash_attn_varlen_func's grid (packed k and v): unset or "

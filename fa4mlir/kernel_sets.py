@@ -6,7 +6,7 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
 
     gpu-tests   what tests/gpu needs (GEMM bf16/f16 on sm_90a, the sm_100a GEMM, the debug deadlock
                 kernel, the attention set, the attention-fa4-pieces set, the attention-tiles
-                variants, attention-masks, attention-softcap-sinks, attention-varlen, head-dims and mla;
+                variants, attention-masks, attention-softcap-sinks, attention-varlen, head-dims, mla and the MLA decode variants of mla-decode-variants;
                 the decode kernels are their own set, `--set decode`, which bench holds too)
     attention   the sm_90a attention forward kernel: default_configs for every dtype x head_dim x
                 causal (26 kernels: 20 over D64, 96, 128, 192, 256, and a persistent one for short key
@@ -61,6 +61,10 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 variants of DECODE_MASK_CASES (window_size, attention_chunk, softcap, sinks: compile-time
                 DecodeConfig fields, one kernel per window size), split and unsplit, with the combine's
                 sink variant, what tests/gpu/test_kvcache_mask_gpu.py runs
+    mla-decode-variants
+                the mla set plus the MLA decode's opt-in variants it lacks (attention_mla_decode_sm90_config.
+                VARIANTS: the seesaw schedule), bf16 pages of 64, split and unsplit: what `bench mla
+                --mla-decode-variant default,full_s,seesaw` times and tests/gpu/test_mla_decode_seesaw_gpu.py runs
     decode-fp8-variants
                 the decode set plus attention_decode_sm90_config.FP8_VARIANTS (converter warpgroup,
                 128-key tiles, split conversion, bit conversion, swap AB) of bf16 D128 FP8 caches, contiguous and paged 16, each
@@ -633,13 +637,28 @@ def mla() -> list:
     return out + _mla_prefill()
 
 
-def mla_decode_variants() -> list:
-    """The opt-in swap-AB MLA decode kernels (bf16, page 64, N 16 and 32, split and unsplit) and the combine."""
+def _mla_decode_variant_entries() -> list:
+    """attention_mla_decode_sm90_config.VARIANTS not in the mla set (seesaw), bf16 pages of 64, split and
+    unsplit: every row of `bench mla`'s mla_decode (batch 128: one split) and the split GPU cases."""
+    from .kernels.attention_mla_decode_sm90_config import KERNEL, VARIANTS, default_config
+    have = {c for _, c, *_ in mla()}
+    return [(KERNEL, cfg) for name, fields in VARIANTS.items() if name != "default" for u in (False, True)
+            if (cfg := default_config("bf16", 64, unsplit=u, **fields)) not in have]
+
+
+def _mla_decode_swapab_entries() -> list:
+    """The opt-in swap-AB MLA decode kernels (bf16, page 64, N 16 and 32, split and unsplit)."""
     from dataclasses import replace
-    from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
-    from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, default_config
+    from .kernels.attention_mla_decode_sm90_config import KERNEL, default_config
     return [(KERNEL, replace(default_config("bf16", 64, unsplit=u), swap_ab=n)) for n in (16, 32)
-            for u in (False, True)] + [(COMBINE_KERNEL, CombineConfig("bf16", D_V))]
+            for u in (False, True)]
+
+
+def mla_decode_variants() -> list:
+    """The mla set plus the MLA decode variants it lacks (the seesaw schedule and full_s, bf16 pages of 64;
+    the swap-AB kernels, N 16 and 32): what `bench mla --workloads mla_decode --mla-decode-variant
+    default,swapab,full_s,seesaw` and tests/gpu/test_mla_decode_{seesaw,swapab}_gpu.py run."""
+    return mla() + _mla_decode_variant_entries() + _mla_decode_swapab_entries()
 
 
 # (dtype, head_dim, causal, window_size, softcap, sinks) of the attention-varlen set: what
@@ -764,6 +783,7 @@ def score_mods() -> list:
 def gpu_tests() -> list:
     out = [_gemm90(dtype="bf16"), _gemm90(dtype="f16"), _gemm100()] + attention() + attention_fa4_pieces()
     out += tile_variants() + attention_masks() + attention_softcap_sinks() + attention_varlen() + head_dims() + mla()
+    out += _mla_decode_variant_entries()
     out += score_mods()
     try:
         deadlock = importlib.import_module("fa4mlir.kernels.deadlock_sm90")

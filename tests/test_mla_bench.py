@@ -214,3 +214,24 @@ def test_fp8_sparse_prefill_row_counts_656_bytes_a_kv_row():
     assert plain["bytes"] == (s_q * topk * 576 + s_q * h * (576 + 512)) * 2
     assert shape["bytes"] == s_q * topk * 656 + s_q * h * (576 + 512) * 2
     assert mb.BUILDERS["mla_sparse_fp8"] is mb.mla_sparse_fp8_rows
+
+
+def test_mla_decode_variant_flag_and_backends(monkeypatch):
+    """--mla-decode-variant reaches mla_decode's rows as `fa4mlir[NAME]` backends whose calls run
+    with FA4MLIR_MLA_DECODE_VARIANT=NAME (restored after); an unknown name is refused up front."""
+    import os
+
+    from fa4mlir import __main__ as cli
+    from fa4mlir.kernels import attention_mla_decode_sm90_config as mc
+    seen = []
+    monkeypatch.setattr(mb, "run", lambda args: seen.append(args) or 0)
+    assert cli.main(["bench", "mla", "--workloads", "mla_decode", "--mla-decode-variant", "default,seesaw"]) == 0
+    assert seen[-1].mla_decode_variant == "default,seesaw"
+    monkeypatch.delenv(mc.VARIANT_ENV, raising=False)
+    envs = []
+    make = lambda: envs.append(os.environ.get(mc.VARIANT_ENV))   # noqa: E731
+    for name in ("default", "seesaw"):
+        mb.with_decode_variant(make, name)()
+    assert envs == ["default", "seesaw"] and mc.VARIANT_ENV not in os.environ
+    with pytest.raises(ValueError, match="unknown --mla-decode-variant"):
+        mb.mla_decode_rows(None, variants=["seesaww"])

@@ -151,6 +151,13 @@ def _problem(torch, lens, seqlen_q, heads, page, seed=0, dtype="bf16"):
     ((65, 0, 1), 2, 16, 64, 2, True, True),        # the exchange variant (note "Exchange")
     ((130, 3), 2, 48, 64, 1, True, True),
     ((9, 70), 1, 16, 64, 1, True, "f16"),          # f16 (exchange)
+    # the seesaw variant (attention_mla_decode_seesaw_sm90): odd and even tile counts (3, 1, 1, 0 tiles),
+    # lengths 150, 63, 64, 0, the pair's tile b holding L_b (129: 3 tiles), split and unsplit, causal
+    ((150, 63, 64, 0), 2, 16, 64, 1, True, "seesaw"),
+    ((150, 129, 0), 2, 16, 64, 2, True, "seesaw"),
+    ((256, 65), 1, 64, 64, 1, False, "seesaw"),
+    ((250, 3), 2, 48, 64, 1, True, "seesaw"),
+    ((70, 1, 129), 2, 16, 16, 1, True, "seesaw"),   # 16-row boxes; length 1: token 0 sees no key
 ])
 def test_mla_decode_through_the_interpreter(lens, seqlen_q, heads, page, splits, causal, exchange):
     torch = pytest.importorskip("torch")
@@ -162,7 +169,7 @@ def test_mla_decode_through_the_interpreter(lens, seqlen_q, heads, page, splits,
                                    512, _info((splits, 8), "i32"), _info((batch + 1,), "i32"), causal=causal)
     cfg, combine = mla.configs_for(problem)
     assert cfg.unsplit == (splits == 1) and (combine is None) == cfg.unsplit
-    cfg = replace(cfg, exchange=bool(exchange))
+    cfg = replace(cfg, seesaw=True) if exchange == "seesaw" else replace(cfg, exchange=bool(exchange))
     assert cfg.dtype == dtype
     out_t, lse_t = interpret_decode(torch, problem, cfg, combine, q, bits(torch, kv), table, lens_a, page)
     errs = check_mla(q, kv, table, lens_a, out_t, lse_t, causal=causal)

@@ -38,8 +38,9 @@ bytes (FlashMLA's own quantize_k_cache pads each page by one row: taken).
 
 Kernel variant (FA4MLIR_MLA_DECODE_VARIANT, read per call into the call cache's key; for A/B timing,
 bench mla --mla-decode-variant): unset or "default", or "swapab", the opt-in swap-AB kernel
-(attention_mla_decode_sm90_swapab.py) for seqlen_q x heads <= 32 over a 16-bit cache
-(UnsupportedFeatureError otherwise, never a silent fallback).
+(attention_mla_decode_sm90_swapab.py) for seqlen_q x heads <= 32 over a 16-bit cache, or "seesaw"
+(attention_mla_decode_seesaw_sm90.py, FlashMLA's schedule, bf16) or "full_s" (exchange=False, 16-bit):
+UnsupportedFeatureError where a variant is not built, never a silent fallback.
 
 Not built (typed errors, UnsupportedFeatureError): more than one KV head, head dims other than
 576/512.
@@ -69,8 +70,8 @@ TILE_SCHEDULER_METADATA_SIZE = 8
 MAX_SPLITS = 64               # per sequence (first guess: to be measured, bench mla)
 FILL_FRACTION = 0.8           # CTAs (one per SM: 216 KiB of SMEM) at or above this share of the SMs: no split
 CALLS_KEPT = 256
-VARIANT_ENV = "FA4MLIR_MLA_DECODE_VARIANT"
-VARIANTS = ("default", mc.SWAP_AB_VARIANT)
+VARIANT_ENV = mc.VARIANT_ENV                 # FA4MLIR_MLA_DECODE_VARIANT
+VARIANTS = ("default", mc.SWAP_AB_VARIANT, *(v for v in mc.VARIANTS if v != "default"))   # + full_s, seesaw
 
 
 def _err(msg: str, api: str = ENTRY) -> str:
@@ -272,7 +273,7 @@ def check_mla_inputs(q: TensorInfo, k_cache: TensorInfo, block_table: TensorInfo
     for name, info in (("q", q), ("k_cache", k_cache)):
         check_layout(name, info)
     scale = check_scale(softmax_scale, d)
-    variant = check_variant(requested_variant(), seqlen_q, heads, fp8)
+    variant = check_variant(requested_variant(), seqlen_q, heads, fp8, q.dtype)
     return MLAProblem(batch, seqlen_q, heads, num_pages, page_size, block_table.shape[1], q.dtype, metadata.shape[0],
                       scale, causal, fp8, variant)
 
@@ -282,9 +283,10 @@ def requested_variant() -> str:
     return (env.get_str(VARIANT_ENV) or "default").strip() or "default"
 
 
-def check_variant(variant: str, seqlen_q: int, heads: int, fp8: bool) -> str:
-    """The decode variant for the call: UnsupportedFeatureError for an unknown name, and
-    where "swapab" cannot run (more than SWAP_AB_MAX_ROWS packed rows, or the FP8 cache)."""
+def check_variant(variant: str, seqlen_q: int, heads: int, fp8: bool, dtype: str = "bf16") -> str:
+    """The decode variant for the call: UnsupportedFeatureError for an unknown name, where "swapab"
+    cannot run (more than SWAP_AB_MAX_ROWS packed rows, or the FP8 cache), and where the fixed-field
+    variants of attention_mla_decode_sm90_config.VARIANTS cannot (full_s: a 16-bit cache; seesaw: bf16)."""
     if variant not in VARIANTS:
         raise UnsupportedFeatureError(_err(f"{VARIANT_ENV}={variant!r} is not a decode variant; pick one of {VARIANTS}"))
     if variant == mc.SWAP_AB_VARIANT and (fp8 or not mc.swap_ab_rows(seqlen_q, heads)):
@@ -292,6 +294,11 @@ def check_variant(variant: str, seqlen_q: int, heads: int, fp8: bool) -> str:
             f"the swap-AB decode ({VARIANT_ENV}={variant}) is built for a 16-bit cache and seqlen_q x heads <= "
             f"{mc.SWAP_AB_MAX_ROWS}, got seqlen_q x heads = {seqlen_q * heads}, is_fp8_kvcache={fp8}; unset "
             f"{VARIANT_ENV} for the default kernel"))
+    if variant in mc.VARIANTS and variant != "default" and (fp8 or (variant == mc.SEESAW_VARIANT and dtype != "bf16")):
+        raise UnsupportedFeatureError(_err(
+            f"the {variant} decode ({VARIANT_ENV}={variant}) is built for a "
+            f"{'bf16' if variant == mc.SEESAW_VARIANT else '16-bit'} cache, got dtype {dtype}, "
+            f"is_fp8_kvcache={fp8}; unset {VARIANT_ENV} for the default kernel"))
     return variant
 
 
@@ -311,6 +318,8 @@ def configs_for(problem: MLAProblem) -> tuple:
     cfg = mc.default_config(problem.dtype, problem.page_size, unsplit=unsplit, fp8=problem.fp8)
     if problem.variant == mc.SWAP_AB_VARIANT:
         cfg = replace(cfg, swap_ab=mc.swap_ab_rows(problem.seqlen_q, problem.heads))
+    elif problem.variant != "default":
+        cfg = replace(cfg, **mc.variant_fields(problem.variant))
     cfg = cfg.validate()
     return cfg, None if unsplit else dec.CombineConfig(problem.dtype, mc.D_V).validate()
 

@@ -234,7 +234,9 @@ def mla_decode_rows(torch: Any, fa4=None, fp8: bool = False, variants=()) -> lis
             shape, flops = row_shape(name)
             backends = {"fa4mlir": call}
             for v in variants:
-                if v != SWAP_AB_VARIANT or (not fp8 and swap_ab_rows(sq, heads)):
+                if v != "default" and fp8:
+                    continue                                        # the variants are 16-bit-cache kernels
+                if v != SWAP_AB_VARIANT or swap_ab_rows(sq, heads):
                     backends[f"fa4mlir[{v}]"] = lambda call=call, v=v: with_decode_variant(call(), v)
             rows.append(Row(name, "mla_decode_fp8" if fp8 else "mla_decode", shape, flops, backends, check,
                             poisoner(torch, b * sq * heads * 512, torch.bfloat16)))

@@ -60,6 +60,9 @@ P, both built (`exchange`), neither timed on a GPU yet:
     fewer) the tensor cores have slack; at 128 heads it is compute-bound, and this variant cannot
     reach FlashMLA's 660 TFLOP/s at all (69% of its tensor work is useful). Kept for bench mla to
     time against the exchange.
+  * `seesaw` (opt-in, bf16; attention_mla_decode_seesaw_sm90, its own note): the tiles in pairs, each
+    warpgroup (a role of its own) computes S of one tile over all 64 keys and its own softmax, P and the
+    row maxima crossing through SMEM (P in the tile's rope columns) with one-way named barriers.
 
 Note "NaN past L_b" (attention_decode_sm90's): rows at or past L_b of the tile that holds L_b are
 real cache rows that may hold NaN; P V multiplies them by P = 0 and 0 x NaN = NaN, so their V
@@ -84,6 +87,7 @@ from .. import dsl
 from ..dialect import builders as fa4
 from ..dsl import ELEM_BYTES, KernelBuilder, Value, const, fast_div, fma, log2, select, vec
 from .attention_mla_decode_sm90_config import BN, CONSUMERS, D_QK, D_V, LOAD_REGS, MMA_REGS, TILE_M, MLADecodeConfig
+from . import attention_mla_decode_seesaw_sm90 as seesaw
 from .common import mla_fp8
 from .common.mla_sm90 import (BAR_ALL, BAR_WG, CHUNK, LN2, NEG_INF, QK_CHUNKS, SWIZZLE, UNITS, WG_CHUNKS, WG_COLS,
                               ConsumerGeometry, issue_pv, issue_s, load_q, row_totals, softmax)
@@ -106,17 +110,25 @@ def build(cfg: MLADecodeConfig = MLADecodeConfig()) -> dsl.KernelIR:
         kv_smem = kb.smem("kv_smem", cfg.stages * cfg.stage_bytes())
         tile_smem = kb.smem("tile_smem", cfg.tile_bytes()) if cfg.fp8 else None   # the dequantized tile
         q_slot = kb.smem("q_slot", 16, align=16)     # holds 0: see _kv_tile, step 1
-        x_smem = kb.smem("x_smem", cfg.exchange_bytes(), align=16) if cfg.exchange else None   # note "Exchange"
-        kv_pipe = kb.pipeline("kv_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
-                              consumer_arrivals=CONSUMERS)
-        kb.pipeline_init()
-        work = _Work(kb, p)
-        with kb.warp_roles():
-            with kb.role("mma", first_warp=0, num_warps=4 * CONSUMERS, regs=MMA_REGS):
-                _mma_role(kb, cfg, work, p, q_smem, kv_smem, kv_pipe, q_slot, x_smem, tile_smem)
-            with kb.role("load", first_warp=4 * CONSUMERS, num_warps=1, regs=LOAD_REGS):
-                _load_role(kb, cfg, work, p, kv_smem, kv_pipe)
+        # note "Exchange" (seesaw: its row maxima and sums)
+        x_smem = kb.smem("x_smem", cfg.exchange_bytes(), align=16) if cfg.exchange else None
+        if cfg.seesaw:      # one role per warpgroup, a ring per column chunk (attention_mla_decode_seesaw_sm90)
+            seesaw.build_roles(kb, cfg, p, q_smem, kv_smem, q_slot, x_smem, (MMA_REGS, LOAD_REGS))
+        else:
+            _build_roles(kb, cfg, p, q_smem, kv_smem, q_slot, x_smem, tile_smem)
     return kb.finish()
+
+
+def _build_roles(kb, cfg: MLADecodeConfig, p, q_smem, kv_smem, q_slot, x_smem, tile_smem):
+    kv_pipe = kb.pipeline("kv_pipe", num_stages=cfg.stages, producer="load", consumers=["mma"],
+                          consumer_arrivals=CONSUMERS)
+    kb.pipeline_init()
+    work = _Work(kb, p)
+    with kb.warp_roles():
+        with kb.role("mma", first_warp=0, num_warps=4 * CONSUMERS, regs=MMA_REGS):
+            _mma_role(kb, cfg, work, p, q_smem, kv_smem, kv_pipe, q_slot, x_smem, tile_smem)
+        with kb.role("load", first_warp=4 * CONSUMERS, num_warps=1, regs=LOAD_REGS):
+            _load_role(kb, cfg, work, p, kv_smem, kv_pipe)
 
 
 def div(p, name):
@@ -145,30 +157,31 @@ class _Work:
 
 # ---- producer -------------------------------------------------------------------------------------
 
+def _box_origin(kb, p, work: _Work, row_at: Value, t: Value):
+    """(page, row) of the box starting at token t; a box at or past L_b reads no block-table entry
+    and is aimed at page num_pages, past the pool: TMA fills zeros. row_at: the sequence's row of
+    the block table (elements)."""
+    live = t.slt(work.length)
+    slot = fast_div(t, *div(p, "page"))
+    row = t - slot * p["page_size"]
+    entry = kb.load(kb.gep(p["block_table"], row_at + select(live, slot, const(0)).to("i64"), "i32"), "i32",
+                    align=4)
+    page = entry.smax(0).smin(p["num_pages"] - 1)
+    return select(live, page, p["num_pages"]), row
+
+
 def _load_role(kb, cfg: MLADecodeConfig, work: _Work, p, kv_smem, kv_pipe):
     tile_bytes = cfg.stage_bytes()
     with kb.if_(kb.elect_one()).then_():
         fa4.tma_prefetch(p["kv_cache"])
         row_at = work.batch.to("i64") * p["block_table_stride"].to("i64")
-
-        def box_origin(t: Value):
-            """(page, row) of the box starting at token t; a box at or past L_b reads no
-            block-table entry and is aimed at page num_pages, past the pool: TMA fills zeros."""
-            live = t.slt(work.length)
-            slot = fast_div(t, *div(p, "page"))
-            row = t - slot * p["page_size"]
-            entry = kb.load(kb.gep(p["block_table"], row_at + select(live, slot, const(0)).to("i64"), "i32"), "i32",
-                            align=4)
-            page = entry.smax(0).smin(p["num_pages"] - 1)
-            return select(live, page, p["num_pages"]), row
-
         loop = kb.for_(work.begin, work.end, 1, carry=kv_pipe.initial_state())
         with loop as (j, s):
             kv_pipe.producer_acquire(s)
             kv_pipe.producer_commit(s, tx_bytes=tile_bytes)
             base = s.stage * tile_bytes
             for i in range(cfg.boxes_per_tile):
-                page, row = box_origin(j * BN + i * cfg.box_rows)
+                page, row = _box_origin(kb, p, work, row_at, j * BN + i * cfg.box_rows)
                 if cfg.fp8:     # note "FP8 latent": box_rows whole rows
                     dst = kb.gep(kv_smem, base + mla_fp8.stage_offset(i * cfg.box_rows, 0), "i8")
                     fa4.tma_load(p["kv_cache"], dst, s.stage, [const(0), const(0), row, page], pipe=kv_pipe.name,
@@ -188,7 +201,7 @@ class _Consumer(ConsumerGeometry):
     head and causal end."""
 
     def __init__(self, kb, cfg: MLADecodeConfig, work: _Work, p, x_smem=None):
-        super().__init__(kb, cfg.exchange, p["scale_log2"], x_smem)
+        super().__init__(kb, cfg.exchange and not cfg.seesaw, p["scale_log2"], x_smem)   # seesaw: S of all 64 keys
         self.work, self.p = work, p
         m0 = work.m_tile * TILE_M
         self.packed = [m0 + self.row0 + 8 * h for h in (0, 1)]
@@ -313,8 +326,12 @@ def _epilogue(cs: _Consumer, cfg: MLADecodeConfig, o: Value, m, l):
     float32 partials into [num_splits, batch, seqlen_q, heads, 512] and [num_splits, batch, heads,
     seqlen_q] (LSE -inf for a split that saw no key); unsplit, O in q's dtype into out by its
     strides and the LSE (+inf for a row that sees no key) into lse [batch, heads, seqlen_q]."""
+    _write_rows(cs, cfg, o, m, row_totals(cs, l))
+
+
+def _write_rows(cs: _Consumer, cfg: MLADecodeConfig, o: Value, m, totals):
+    """_epilogue's writes, given both rows' softmax denominators."""
     kb = cs.kb
-    totals = row_totals(cs, l)
     for h in (0, 1):
         total = totals[h]
         empty = total.eq(0.0)

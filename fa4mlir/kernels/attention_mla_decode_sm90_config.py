@@ -63,6 +63,7 @@ SWAP_AB_X_BYTES = 2 * SWAP_AB_MAX_ROWS * 4 * 4 * 2 + 2 * SWAP_AB_MAX_ROWS * 4   
 # setmaxnreg budgets: the launch gives 168 registers to each of 384 threads (a sub-partition runs
 # three of the twelve warps); the consumers' O (128) + S (32) + P (16) need more, the producer few
 MMA_REGS, LOAD_REGS = 240, 24
+SEESAW_X_BYTES = 4 * 4 * TILE_M   # seesaw: row maxima of the pair's two tiles, both warpgroups' row sums (float32)
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,8 @@ class MLADecodeConfig:
                                    # cross through SMEM (attention_mla_decode_sm90, note "Exchange");
                                    # False: each computes all of S (note "Design")
     fp8: bool = False              # FlashMLA's FP8 latent cache (656-byte rows), dequantized in the kernel
+    seesaw: bool = False           # each warpgroup its own tile of a pair over all 64 keys, P and the row maxima
+                                   # across SMEM (attention_mla_decode_seesaw_sm90, FlashMLA's schedule); opt-in
     swap_ab: int = 0               # 0: off; N: the swap-AB kernel over tiles of N packed rows (module docstring)
 
     @property
@@ -113,7 +116,10 @@ class MLADecodeConfig:
         return min(FP8_MAX_STAGES, (SMEM_LIMIT - fixed) // per_stage)
 
     def exchange_bytes(self) -> int:
-        """note "Exchange": each warpgroup's P half (64 x 32 16-bit) and row maxima, and the row sums."""
+        """note "Exchange": each warpgroup's P half (64 x 32 16-bit) and row maxima, and the row sums;
+        seesaw: the two row-max vectors and the row sums (P rides in the tiles' rope columns)."""
+        if self.seesaw:
+            return SEESAW_X_BYTES
         return CONSUMERS * (TILE_M * BN // CONSUMERS * 2 + TILE_M * 4) + CONSUMERS * TILE_M * 4 if self.exchange else 0
 
     def smem_bytes(self) -> int:
@@ -121,7 +127,8 @@ class MLADecodeConfig:
             return (self.swap_ab * D_QK * 2 + STAGES * (self.tile_bytes() + 2 * MBARRIER_BYTES)
                     + CONSUMERS * self.swap_ab * BN * 2 + SWAP_AB_X_BYTES + 16)
         converted = self.tile_bytes() if self.fp8 else 0        # fp8: the bf16 tile next to the staging ring
-        return (TILE_M * D_QK * 2 + self.stages * (self.stage_bytes() + 2 * MBARRIER_BYTES) + converted + 16
+        rings = D_QK // 64 if self.seesaw else 1                # seesaw: a ring per 64-column chunk
+        return (TILE_M * D_QK * 2 + self.stages * (self.stage_bytes() + 2 * MBARRIER_BYTES * rings) + converted + 16
                 + self.exchange_bytes())
 
     def validate(self) -> "MLADecodeConfig":
@@ -138,6 +145,10 @@ class MLADecodeConfig:
             raise ConfigError(f"swap_ab must be 0 or one of {SWAP_AB_NS} (the CTA's packed rows: a wgmma N) with a "
                               f"16-bit cache (fp8 False) and exchange True (the field has no meaning there), got "
                               f"swap_ab={self.swap_ab}, fp8={self.fp8}, exchange={self.exchange}")
+        if self.seesaw and (self.fp8 or self.dtype != "bf16" or not self.exchange):
+            raise ConfigError("the seesaw schedule is built for the bf16 latent cache (its P rescale unpacks bf16 "
+                              f"pairs) with exchange=True, got dtype={self.dtype!r}, fp8={self.fp8}, "
+                              f"exchange={self.exchange}")
         if self.fp8 and self.stages < 1:
             raise ConfigError("the FP8 latent cache's staging stage does not fit the SMEM (note \"FP8 SMEM plan\")")
         if self.smem_bytes() > SMEM_LIMIT:
@@ -145,15 +156,17 @@ class MLADecodeConfig:
         return self
 
     def key(self) -> dict:
-        """The compile key; `fp8` and `swap_ab` only where set (the default kernels' keys as before they existed)."""
+        """The compile key; `fp8`, `swap_ab` and `seesaw` only where set (the default kernels' keys as before they
+        existed)."""
         return {"kernel": KERNEL, **key_leaving_out(self, VARIANT_FIELDS)}
 
     def name(self) -> str:
         return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}_b{self.box_rows}{'' if self.exchange else '_rs'}"
-                f"{f'_swapab{self.swap_ab}' if self.swap_ab else ''}{'_unsplit' if self.unsplit else ''}")
+                f"{f'_swapab{self.swap_ab}' if self.swap_ab else ''}{'_seesaw' if self.seesaw else ''}"
+                f"{'_unsplit' if self.unsplit else ''}")
 
 
-VARIANT_FIELDS = field_defaults(MLADecodeConfig, ("fp8", "swap_ab"))     # MLADecodeConfig's (common.fields)
+VARIANT_FIELDS = field_defaults(MLADecodeConfig, ("fp8", "swap_ab", "seesaw"))     # MLADecodeConfig's (common.fields)
 
 
 def page_supported(page_size: int) -> bool:
@@ -169,11 +182,29 @@ def swap_ab_rows(seqlen_q: int, heads: int) -> int:
 
 
 def default_config(dtype: str, page_size: int, unsplit: bool = False, exchange: bool = True,
-                   fp8: bool = False) -> MLADecodeConfig:
+                   fp8: bool = False, seesaw: bool = False) -> MLADecodeConfig:
     """The kernel for a cache of ``page_size``: the exchange variant (note "Exchange": half the
     tensor work of the other, the same bytes; neither timed on a GPU yet); fp8: FlashMLA's FP8
     latent cache (dtype is q's: bf16)."""
-    return MLADecodeConfig(dtype=dtype, box_rows=gcd(BN, page_size), unsplit=unsplit, exchange=exchange, fp8=fp8)
+    return MLADecodeConfig(dtype=dtype, box_rows=gcd(BN, page_size), unsplit=unsplit, exchange=exchange, fp8=fp8,
+                           seesaw=seesaw)
+
+
+# opt-in kernel variants (FA4MLIR_MLA_DECODE_VARIANT, bench mla --mla-decode-variant; kernel_sets.mla holds
+# each for bf16 pages of 64): name -> the default_config fields it sets ("default" none)
+VARIANT_ENV = "FA4MLIR_MLA_DECODE_VARIANT"
+SEESAW_VARIANT = "seesaw"
+VARIANTS = {"default": {}, "full_s": {"exchange": False}, SEESAW_VARIANT: {"seesaw": True}}
+
+
+def variant_fields(name: str | None) -> dict:
+    """The default_config fields of variant ``name`` ('' or None: the default); ConfigError for an
+    unknown name (never a silent fallback)."""
+    if not name:
+        return {}
+    if name not in VARIANTS:
+        raise ConfigError(f"unknown MLA decode variant {name!r} ({VARIANT_ENV}); known: {', '.join(VARIANTS)}")
+    return dict(VARIANTS[name])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -225,6 +256,6 @@ def grid(batch: int, seqlen_q: int, heads: int, num_splits: int, tile_rows: int 
     return (-(-seqlen_q * heads // tile_rows) * num_splits, 1, batch)
 
 
-__all__ = ["KERNEL", "DTYPES", "FP8_DTYPE", "FP8_ROW_BYTES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "MLADecodeConfig", "default_config",
+__all__ = ["VARIANT_ENV", "VARIANTS", "SEESAW_VARIANT", "variant_fields", "SEESAW_X_BYTES", "KERNEL", "DTYPES", "FP8_DTYPE", "FP8_ROW_BYTES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "MLADecodeConfig", "default_config",
            "page_supported", "SPLIT_PARAMS", "UNSPLIT_PARAMS", "SPLIT_TENSORS", "UNSPLIT_TENSORS", "launch_args", "grid",
            "MIN_HEADS", "MAX_HEADS", "SWAP_AB_VARIANT", "SWAP_AB_NS", "SWAP_AB_MAX_ROWS", "swap_ab_rows"]
