@@ -281,3 +281,15 @@ def test_chunked_kernels_compile_clean(entry):
     r = art.resources
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r
     assert art.block == (cfg.threads, 1, 1)
+
+
+def test_the_set_holds_every_kernel_the_gpu_test_picks(monkeypatch):
+    from tests.gpu import test_decode_chunk_gpu as gpu
+    names = {cfg.name() for _, cfg in kernel_sets.SETS["decode-chunk"]()}
+    monkeypatch.delenv(dec.FP8_VARIANT_ENV, raising=False)
+    for partition in dec.PARTITIONS:
+        monkeypatch.setenv(dec.PARTITION_ENV, partition)
+        picked = [dec.runtime_config("bf16", 128, page, "") for page in gpu.BF16_PAGES]
+        picked += [dec.runtime_config("bf16", 128, page, grain, rows=4) for page, grain in gpu.FP8_CASES]
+        picked += [dec.runtime_config("bf16", 128, page, grain, unsplit=True, rows=4) for page, grain in gpu.FP8_CASES]
+        assert all(cfg.name() in names for cfg in picked), [c.name() for c in picked if c.name() not in names]
