@@ -110,7 +110,8 @@ both launch arguments (decode_schedule.chunk_range), not the near-equal share of
 CTA's fixed costs: Q, the ring's first fill, the partial write). num_splits x C >= ceil(capacity / bn)
 >= n (L_b <= capacity), so every tile is covered once; the splits past ceil(n / C) get begin = end = n:
 both roles' loops are empty and the epilogue writes LSE = -inf, which the combine weighs 0 without
-reading that split's O. With a window, n is the live tiles' count and the ranges start at the first.
+reading that split's O. With a window, n is the live tiles' count and the ranges start at the first
+(C still comes from the capacity: under a left window shorter than it, fewer splits get tiles).
 
 Note "Varlen q" (cfg.varlen_q: flash_attn_varlen_func with a page_table, chunked prefill of a
 ragged batch): q and out are packed [total_q, heads, D] and sequence b's queries are rows
@@ -247,14 +248,16 @@ class _Work:
             n_tiles = select(n_tiles.gt(0), (last_end - first).smax(0), const(0))
         if cfg.chunked_splits:    # note "Chunked splits"
             self.begin, self.end = self._chunk(p, n_tiles)
-        else:
-            base = n_tiles // p["num_splits"]
-            extra = n_tiles - base * p["num_splits"]
-            before = self.split.lt(extra)
-            self.begin = self.split * base + select(before, self.split, extra)
-            self.end = self.begin + base + select(before, const(1), const(0))
+            if first is not None:
+                self.begin, self.end = first + self.begin, first + self.end
+            return
+        base = n_tiles // p["num_splits"]
+        extra = n_tiles - base * p["num_splits"]
+        before = self.split.lt(extra)
+        self.begin = self.split * base + select(before, self.split, extra)
         if first is not None:
-            self.begin, self.end = first + self.begin, first + self.end
+            self.begin = first + self.begin
+        self.end = self.begin + base + select(before, const(1), const(0))
 
     def _chunk(self, p, n_tiles: Value) -> tuple:
         """Note "Chunked splits": tiles [min(s C, n), min(s C + C, n)) of the n = n_tiles this work
