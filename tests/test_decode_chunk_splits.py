@@ -234,9 +234,11 @@ def test_bf16_chunked_splits_through_the_interpreter(monkeypatch):
     tally.check()
 
 
-def test_fp8_swapab_chunked_splits_through_the_interpreter(monkeypatch):
-    """FP8_DEFAULT_RULE's paged swap-AB kernel (per-KV-head scales, group 4) with chunked splits over
-    tests/test_interpret_decode_sm90's case at this file's capacity and lengths (NaN codes past them)."""
+@pytest.mark.parametrize("page", [PAGE, None])
+def test_fp8_swapab_chunked_splits_through_the_interpreter(monkeypatch, page):
+    """FP8_DEFAULT_RULE's swap-AB kernels (per-KV-head scales, group 4: swapab paged, swapabw
+    contiguous) with chunked splits over tests/test_interpret_decode_sm90's case at this file's
+    capacity and lengths (NaN codes past them)."""
     pytest.importorskip("torch")
     from fa4mlir.attention import kvcache as kc
     from fa4mlir.testing import fa_rule
@@ -247,24 +249,25 @@ def test_fp8_swapab_chunked_splits_through_the_interpreter(monkeypatch):
         monkeypatch.setitem(vars(fp8), name, value)
     monkeypatch.setenv(dec.PARTITION_ENV, "chunk")
     monkeypatch.delenv(dec.FP8_VARIANT_ENV, raising=False)
-    c = fp8._case(PAGE, "kv_head", seed=3)
+    c = fp8._case(page, "kv_head", seed=3)
     q_bits = c["q"].view(fp8.torch.int16).numpy().view(np.uint16)
     lens, table = c["lens"], c["table"]
     problem = kc.check_kvcache_inputs(
         fp8._info(q_bits, "bf16"), fp8._info(c["k_cache"], "e4m3"), fp8._info(c["v_cache"], "e4m3"),
-        fp8._info(lens, "i32"), fp8._info(table, "i32"), k_scale=fp8._info(c["k_scale"], "f32"),
-        v_scale=fp8._info(c["v_scale"], "f32"))
+        fp8._info(lens, "i32"), None if table is None else fp8._info(table, "i32"),
+        k_scale=fp8._info(c["k_scale"], "f32"), v_scale=fp8._info(c["v_scale"], "f32"))
     tensors = {"q": q_bits, "k_cache": c["k_cache"], "v_cache": c["v_cache"], "cache_seqlens": lens,
-               "page_table": table, "k_scale": c["k_scale"], "v_scale": c["v_scale"],
+               "page_table": lens if table is None else table, "k_scale": c["k_scale"], "v_scale": c["v_scale"],
                "k_pool": c["k_cache"], "v_pool": c["v_cache"]}
-    cfg, o_p, lse_p = _launch(problem, tensors, tuple(s // 2 for s in q_bits.strides[:3]), table.strides[0] // 4,
+    cfg, o_p, lse_p = _launch(problem, tensors, tuple(s // 2 for s in q_bits.strides[:3]),
+                              0 if table is None else table.strides[0] // 4,
                               {n: c[n].strides[:3] for n in ("k_cache", "v_cache")})
-    assert cfg.swap_ab and not cfg.swap_ab_warp_max and cfg.kv_scale == "kv_head"
+    assert cfg.swap_ab and cfg.swap_ab_warp_max == (page is None) and cfg.kv_scale == "kv_head"
     _check_partials(o_p, lse_p, lengths)
     out, lse = combine_splits(o_p, lse_p)
     ref = kvcache_reference(c["q"].float().numpy(), c["k_cache"], c["v_cache"], lens, table,
                             softmax_scale=D ** -0.5, causal=True, k_scale=c["k_scale"], v_scale=c["v_scale"])
-    low_o, low_l = fp8._lowp(c, PAGE, "kv_head")
+    low_o, low_l = fp8._lowp(c, page, "kv_head")
     assert np.isfinite(out).all() and np.isfinite(lse).all()
     ok_out, bound = fa_rule(np.abs(out - ref["out"]).max(), np.abs(low_o - ref["out"]).max())
     ok_lse, lse_bound = fa_rule(np.abs(lse - ref["lse"]).max(), np.abs(low_l - ref["lse"]).max())
