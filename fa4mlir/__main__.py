@@ -153,9 +153,7 @@ def main(argv=None) -> int:
                                                           "config.FP8_VARIANTS, e.g. default,smem,split,bits,bits_v; "
                                                           "default: FP8_DEFAULT_RULE's kernel, smem: the conversion-"
                                                           "through-SMEM kernel (both in --set decode); a bundle of the "
-                                                          "decode-fp8-variants set holds the rest); `chunk` (FA4MLIR_DECODE_PARTITION: "
-                                                          "chunked splits, the bf16 workloads too, with --splits also "
-                                                          "at each forced count; the decode-chunk set) and NAME+chunk")
+                                                          "decode-fp8-variants set holds the rest)")
     be.add_argument("--mla-decode-variant", default="", help="mla only: the mla_decode rows also time fa4mlir with "
                                                               "each of these decode variants (attention.mla.VARIANTS: "
                                                               "default,swapab,full_s,seesaw; FA4MLIR_MLA_DECODE_VARIANT per call; "

@@ -38,12 +38,6 @@ KNOBS: dict[str, Knob] = {
              "entry of attention_decode_sm90_config.FP8_VARIANTS instead of FP8_DEFAULT_RULE's kernel (smem: the "
              "conversion-through-SMEM kernel; bench decode --decode-variant; a bundle must hold it: the "
              "decode-fp8-variants set)"),
-        Knob("FA4MLIR_DECODE_PARTITION", None, "str", "flash_attn_with_kvcache's split decode kernel divides "
-             "each sequence's KV tiles by this partition (attention_decode_sm90_config.PARTITIONS): unset or 'even', "
-             "the default (num_splits near-equal ranges of its actual length), or 'chunk' (ranges of ceil(capacity "
-             "tiles / num_splits) from the start, the rest empty: DecodeConfig.chunked_splits, an A/B variant; bench "
-             "decode --decode-variant chunk; a bundle must hold it: the decode-chunk set); read per call into the "
-             "call cache's key"),
         Knob("FA4MLIR_MLA_DECODE_VARIANT", None, "str", "flash_mla_with_kvcache's dense decode (16-bit cache) runs "
              "this kernel variant: unset or 'default', or 'swapab' (the opt-in swap-AB kernel, "
              "attention_mla_decode_sm90_swapab.py: seqlen_q x heads <= 32 only, else UnsupportedFeatureError), "

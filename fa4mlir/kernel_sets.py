@@ -69,11 +69,6 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 the decode set plus attention_decode_sm90_config.FP8_VARIANTS (converter warpgroup,
                 128-key tiles, split conversion, bit conversion, swap AB) of bf16 D128 FP8 caches, contiguous and paged 16, each
                 scale granularity, split and unsplit: what `bench decode --decode-variant` times
-    decode-chunk
-                the decode set plus the chunked-partition split kernels (DecodeConfig.chunked_splits,
-                FA4MLIR_DECODE_PARTITION=chunk) of bench decode's caches: bf16 D128 contiguous and pages
-                1, 16, 64 (and 128: the 64 kernel), FP8 per-KV-head contiguous and pages 16, 64 (the
-                rule's swap AB): `bench decode --decode-variant default,chunk` (tests/gpu/test_decode_chunk_gpu.py)
     mla-decode-variants
                 the opt-in swap-AB MLA decode (FA4MLIR_MLA_DECODE_VARIANT=swapab, MLADecodeConfig.swap_ab):
                 bf16 pages of 64 at N 16 and 32 (bench mla's 16-head rows, seqlen_q 1 and 2), split and
@@ -445,19 +440,6 @@ def decode_fp8_variants() -> list:
     return out
 
 
-# bench decode's caches with the chunked partition ([D-decode-chunk-splits]): (dtype, head_dim, page, kv_scale)
-DECODE_CHUNK_CASES = [("bf16", 128, page, "") for page in (None, 1, 16, 64)] + \
-    [("bf16", 128, page, "kv_head") for page in (None, 16, 64)]
-
-
-def decode_chunk() -> list:
-    """The decode set plus DECODE_CHUNK_CASES' split kernels under the chunked partition (the default
-    kernel of each, FP8: FP8_DEFAULT_RULE's at SWAP_AB_ROWS packed rows; unsplit calls are unchanged)."""
-    from .kernels.attention_decode_sm90_config import KERNEL, SWAP_AB_ROWS, default_config, with_partition
-    return decode() + [(KERNEL, with_partition(default_config(dtype, d, page, grain, rows=SWAP_AB_ROWS), "chunk"))
-                       for dtype, d, page, grain in DECODE_CHUNK_CASES]
-
-
 # bench prefill's sliding_window row: anchors_serving's window_size=(4096, 0), causal, B=2 S=16384 H=16 D=128
 PREFILL_WINDOW = (4096, 0)
 
@@ -826,7 +808,7 @@ SETS = {"attention-sm100": attention_sm100, "attention-sm100-serving": attention
         "mla-sparse-sm100": mla_sparse_sm100, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
         "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
         "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,
-        "decode-fp8-variants": decode_fp8_variants, "decode-chunk": decode_chunk, "mla-decode-variants": mla_decode_variants,
+        "decode-fp8-variants": decode_fp8_variants, "mla-decode-variants": mla_decode_variants,
         "prefill": prefill, "mla": mla, "attention-varlen": attention_varlen, "head-dims": head_dims,
         "score-mods": score_mods, "prefill-softcap-variants": prefill_softcap_variants,
         **{f"prefill-poly{k}": (lambda k=k: prefill_poly(k)) for k in (0, 2, 8)}}

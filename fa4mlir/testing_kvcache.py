@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .kernels.common.decode_schedule import ceil_div, chunk_range, split_range
+from .kernels.common.decode_schedule import ceil_div, split_range
 from .kernels.common.mask_family import IntOps, attention_mask, row_keys
 
 E4M3_MAX = 448.0
@@ -249,19 +249,17 @@ def combine_splits(o_partial, lse_partial, sinks=None) -> tuple[np.ndarray, np.n
 
 
 def split_partials(q: np.ndarray, k: np.ndarray, v: np.ndarray, softmax_scale: float, causal: bool, num_splits: int,
-                   bn: int, capacity: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   bn: int) -> tuple[np.ndarray, np.ndarray]:
     """What the split kernel writes for one sequence: q [Sq, H, D], k/v [L, Hkv, D] -> o_partial
     [S, Sq, H, D], lse_partial [S, H, Sq] (-inf where a split saw no key), split s covering KV tiles
-    decode_schedule.split_range(ceil(L / bn), S, s), or with ``capacity`` (the cache's tokens: the
-    chunked partition, DecodeConfig.chunked_splits) chunk_range(ceil(L / bn), ceil(capacity / bn), S, s)."""
+    decode_schedule.split_range(ceil(L / bn), S, s)."""
     sq, heads, d = q.shape
     length = k.shape[0]
     o_p = np.zeros((num_splits, sq, heads, d))
     lse_p = np.full((num_splits, heads, sq), -np.inf)
     n_tiles = ceil_div(length, bn)
     for s in range(num_splits):
-        t0, t1 = (split_range(n_tiles, num_splits, s) if capacity is None
-                  else chunk_range(n_tiles, ceil_div(capacity, bn), num_splits, s))
+        t0, t1 = split_range(n_tiles, num_splits, s)
         lo, hi = t0 * bn, min(t1 * bn, length)
         if lo >= hi:
             continue

@@ -254,20 +254,19 @@ def test_seqlen_q_beyond_the_keys_gives_empty_rows():
 @pytest.mark.parametrize("length", [0, 1, 63, 64, 65, 300, 1000])
 @pytest.mark.parametrize("num_splits", [1, 2, 3, 7, 16])
 @pytest.mark.parametrize("sq,causal", [(1, True), (4, True), (4, False), (20, True)])
-@pytest.mark.parametrize("capacity", [None, 1030])    # the even partition, the chunked one (chunk_range)
-def test_combine_of_split_partials_is_the_unsplit_attention(length, num_splits, sq, causal, capacity):
+def test_combine_of_split_partials_is_the_unsplit_attention(length, num_splits, sq, causal):
     rng = np.random.default_rng(length + 7 * num_splits + sq)
     heads, kv_heads, d, bn = 4, 2, 64, 64
     q = rng.standard_normal((sq, heads, d))
     k = rng.standard_normal((length, kv_heads, d))
     v = rng.standard_normal((length, kv_heads, d))
-    o_p, lse_p = tk.split_partials(q, k, v, 0.125, causal, num_splits, bn, capacity)
+    o_p, lse_p = tk.split_partials(q, k, v, 0.125, causal, num_splits, bn)
     out, lse = tk.combine_splits(o_p, lse_p)
     ref_o, ref_lse = dense_attention(q, k, v, 0.125, causal)
     np.testing.assert_allclose(out, ref_o, rtol=1e-11, atol=1e-12)
     np.testing.assert_array_equal(np.isposinf(lse), np.isposinf(ref_lse))
     np.testing.assert_allclose(lse, ref_lse, rtol=1e-12, atol=1e-12)
-    again = tk.combine_splits(*tk.split_partials(q, k, v, 0.125, causal, num_splits, bn, capacity))
+    again = tk.combine_splits(*tk.split_partials(q, k, v, 0.125, causal, num_splits, bn))
     np.testing.assert_array_equal(again[0], out)                          # deterministic bits
 
 

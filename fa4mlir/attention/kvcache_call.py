@@ -167,7 +167,7 @@ class _Call:
 
 _CALLS: dict = {}
 _lock = threading.Lock()
-_SIGNATURE_ENV = ("FA4MLIR_BUNDLE", "FA4MLIR_CUBIN_BACKEND", "FA4MLIR_DEBUG", dec.FP8_VARIANT_ENV, dec.PARTITION_ENV)
+_SIGNATURE_ENV = ("FA4MLIR_BUNDLE", "FA4MLIR_CUBIN_BACKEND", "FA4MLIR_DEBUG", dec.FP8_VARIANT_ENV)
 
 
 def _signature(tensors: dict, options: tuple, bundle) -> tuple | None:

@@ -22,12 +22,8 @@ fa4mlir with num_splits forced to each (the data the split heuristic is to be se
 `--decode-variant default,bits,bits_v` also times, on the *_fp8 workloads, fa4mlir with each FP8
 kernel variant (attention_decode_sm90_config.FP8_VARIANTS, chosen per call through
 FA4MLIR_DECODE_FP8_VARIANT, part of the call cache's key) as backends `fa4mlir[NAME]` (a bundle
-must hold them: `python -m fa4mlir bundle --set decode-fp8-variants`). A variant name may join an
-FP8 variant and a split partition (attention_decode_sm90_config.PARTITIONS, through
-FA4MLIR_DECODE_PARTITION) with '+': `chunk` (the default kernel, chunked splits: `[D-decode-chunk-
-splits]`), `swapab+chunk`; the bf16 workloads time the names without an FP8 part (`default`, `chunk`)
-too, and with `--splits` every name holding `chunk` also runs at each forced num_splits
-(`fa4mlir[chunk](s=N)`; bundle: `--set decode-chunk`). JSON to --out (default decode-bench.json).
+must hold them: `python -m fa4mlir bundle --set decode-fp8-variants`). JSON to --out (default
+decode-bench.json).
 """
 from __future__ import annotations
 
@@ -98,9 +94,9 @@ def workload(torch, name: str, fa4, splits=(), variants=()):
         lens = torch.full((b,), sk, dtype=torch.int32, device="cuda")
         mask = _causal(torch, sq, sk)
         want = _ref(torch, q[:2], k[:2], v[:2], D ** -0.5, mask)
-        backends.update(_variants(lambda n=None: fa4mlir.flash_attn_with_kvcache(q, k, v, lens, causal=True,
-                                                                                 num_splits=n),
-                                  variants, splits, fp8=False))
+        backends["fa4mlir"] = lambda: fa4mlir.flash_attn_with_kvcache(q, k, v, lens, causal=True)
+        for n in splits:
+            backends[f"fa4mlir(s={n})"] = lambda n=n: fa4mlir.flash_attn_with_kvcache(q, k, v, lens, num_splits=n)
         if fa4_func:
             backends["fa4cute"] = lambda: _first(fa4_func(q, k, v, causal=True))
         for label, be in (("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa-fa2", SDPBackend.FLASH_ATTENTION)):
@@ -124,9 +120,10 @@ def workload(torch, name: str, fa4, splits=(), variants=()):
         n = int(lens[0])
         want = _ref(torch, q[:1], k[:1, :n], v[:1, :n], D ** -0.5)
         del k, v
-        backends.update(_variants(lambda n=None: fa4mlir.flash_attn_with_kvcache(q, kp, vp, lens, table, causal=True,
-                                                                                 num_splits=n),
-                                  variants, splits, fp8=False))
+        backends["fa4mlir"] = lambda: fa4mlir.flash_attn_with_kvcache(q, kp, vp, lens, table, causal=True)
+        for n in splits:
+            backends[f"fa4mlir(s={n})"] = lambda n=n: fa4mlir.flash_attn_with_kvcache(q, kp, vp, lens, table,
+                                                                                    num_splits=n)
         if fa4_varlen:
             backends["fa4cute"] = lambda: _first(fa4_varlen(q, kp, vp, page_table=table, seqused_k=lens, causal=True))
         total = int(lens.sum())
@@ -140,51 +137,23 @@ def kv_bytes(tokens: int, elem_bytes: int, scale_floats: int = 0) -> int:
     return 2 * tokens * HK * D * elem_bytes + 4 * scale_floats
 
 
-def variant_env(name: str) -> dict:
-    """A --decode-variant name -> the environment it runs under: FA4MLIR_DECODE_FP8_VARIANT (its FP8
-    part, "default" if none) and FA4MLIR_DECODE_PARTITION (its partition part, PARTITIONS, "even" if
-    none), the parts joined by '+' (``chunk``, ``swapab+chunk``, ``smem``); ValueError for two parts of
-    one kind or an empty part."""
-    from ..kernels.attention_decode_sm90_config import FP8_VARIANT_ENV, PARTITION_ENV, PARTITIONS
-    fp8 = [x for x in name.split("+") if x not in PARTITIONS]
-    part = [x for x in name.split("+") if x in PARTITIONS]
-    if len(fp8) > 1 or len(part) > 1 or "" in fp8:
-        raise ValueError(f"decode variant {name!r}: at most one FP8 variant and one partition ({PARTITIONS}), "
-                         f"joined by '+'")
-    return {FP8_VARIANT_ENV: fp8[0] if fp8 else "default", PARTITION_ENV: part[0] if part else "even"}
-
-
 def _with_variant(call, name: str):
-    """``call`` run under variant_env(name) (the call cache keys on both variables), restored after."""
+    """``call`` run with FA4MLIR_DECODE_FP8_VARIANT=name (the call cache keys on it), restored after."""
     import os
 
-    env = variant_env(name)
+    from ..kernels.attention_decode_sm90_config import FP8_VARIANT_ENV
 
     def run():
-        before = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
+        before = os.environ.get(FP8_VARIANT_ENV)
+        os.environ[FP8_VARIANT_ENV] = name
         try:
             return call()
         finally:
-            for k, v in before.items():
-                if v is None:
-                    del os.environ[k]
-                else:
-                    os.environ[k] = v
+            if before is None:
+                del os.environ[FP8_VARIANT_ENV]
+            else:
+                os.environ[FP8_VARIANT_ENV] = before
     return run
-
-
-def _variants(call, variants=(), splits=(), fp8: bool = True) -> dict:
-    """The fa4mlir backends of ``call(num_splits)``: plain, forced ``splits`` (`fa4mlir(s=N)`), each
-    of ``variants`` (`fa4mlir[NAME]`; bf16 caches: those with no FP8 part, variant_env's "default"),
-    and each variant holding a partition at the forced splits (`fa4mlir[NAME](s=N)`)."""
-    from ..kernels.attention_decode_sm90_config import FP8_VARIANT_ENV, PARTITIONS
-    names = [n for n in variants if fp8 or variant_env(n)[FP8_VARIANT_ENV] == "default"]
-    out = {"fa4mlir": call, **{f"fa4mlir(s={n})": (lambda n=n: call(n)) for n in splits}}
-    out.update({f"fa4mlir[{n}]": _with_variant(call, n) for n in names})
-    out.update({f"fa4mlir[{n}](s={s})": _with_variant(lambda s=s: call(s), n) for n in names
-                for s in splits if set(n.split("+")) & set(PARTITIONS)})
-    return out
 
 
 def _fp8_workload(torch, base: str, variants=(), splits=()):
@@ -226,7 +195,8 @@ def _fp8_workload(torch, base: str, variants=(), splits=()):
         call = lambda n=None: fa4mlir.flash_attn_with_kvcache(q, k8, v8, lens, k_scale=k_scale,   # noqa: E731
                                                               v_scale=v_scale, num_splits=n)
     total = int(lens.sum())
-    backends = _variants(call, variants, splits)
+    backends = {"fa4mlir": call, **{f"fa4mlir[{n}]": _with_variant(call, n) for n in variants}}
+    backends.update({f"fa4mlir(s={n})": (lambda n=n: call(n)) for n in splits})
     return (backends, kv_bytes(total, 1, 2 * HK), total,
             lambda o: float((o[:1].float() - want).abs().max()))
 

@@ -103,16 +103,6 @@ M = max(a, b') (0 when both are -inf), l' = l 2^(a - M) + 2^(b' - M), O = O 2^(a
 (M + log2 l') ln 2; a row that sees no key gets O = 0, LSE = b. With several splits the split kernel
 never adds it: the combine's sink variant does, once (attention_combine_sm90).
 
-Note "Chunked splits" (cfg.chunked_splits, opt-in: `[D-decode-chunk-splits]`): split s of a work item
-of n KV tiles takes [min(s C, n), min((s + 1) C, n)) with C = ceil(ceil(capacity / bn) / num_splits),
-both launch arguments (decode_schedule.chunk_range), not the near-equal share of n split_range gives
-(n // num_splits tiles, which costs a short sequence num_splits CTAs of a few tiles, each paying the
-CTA's fixed costs: Q, the ring's first fill, the partial write). num_splits x C >= ceil(capacity / bn)
->= n (L_b <= capacity), so every tile is covered once; the splits past ceil(n / C) get begin = end = n:
-both roles' loops are empty and the epilogue writes LSE = -inf, which the combine weighs 0 without
-reading that split's O. With a window, n is the live tiles' count and the ranges start at the first
-(C still comes from the capacity: under a left window shorter than it, fewer splits get tiles).
-
 Note "Varlen q" (cfg.varlen_q: flash_attn_varlen_func with a page_table, chunked prefill of a
 ragged batch): q and out are packed [total_q, heads, D] and sequence b's queries are rows
 cu_seqlens_q[b] .. cu_seqlens_q[b + 1] (read here, never on the host). The work item reads its
@@ -246,11 +236,6 @@ class _Work:
         if cfg.windowed:    # note "Window": only the tiles the M tile's rows reach, split among the splits
             first, last_end, self.full = self._live_tiles(kb, cfg, p)
             n_tiles = select(n_tiles.gt(0), (last_end - first).smax(0), const(0))
-        if cfg.chunked_splits:    # note "Chunked splits"
-            self.begin, self.end = self._chunk(p, n_tiles)
-            if first is not None:
-                self.begin, self.end = first + self.begin, first + self.end
-            return
         base = n_tiles // p["num_splits"]
         extra = n_tiles - base * p["num_splits"]
         before = self.split.lt(extra)
@@ -258,14 +243,6 @@ class _Work:
         if first is not None:
             self.begin = first + self.begin
         self.end = self.begin + base + select(before, const(1), const(0))
-
-    def _chunk(self, p, n_tiles: Value) -> tuple:
-        """Note "Chunked splits": tiles [min(s C, n), min(s C + C, n)) of the n = n_tiles this work
-        item visits, C = ceil(ceil(capacity / bn) / num_splits) (decode_schedule.chunk_range)."""
-        capacity_tiles = (p["capacity"] + (self.cfg.bn - 1)) // self.cfg.bn
-        chunk = (capacity_tiles + (p["num_splits"] - 1)) // p["num_splits"]
-        begin = (self.split * chunk).smin(n_tiles)
-        return begin, (begin + chunk).smin(n_tiles)
 
     def row_keys(self, p, token: Value) -> tuple:
         """[lo, hi): the keys query `token` of the sequence sees (signed; empty when hi <= lo): the

@@ -105,8 +105,6 @@ class DecodeConfig:
     chunk: int = 0
     softcap: bool = False         # s -> cap tanh(s / cap): launch takes softcap_scale, scale_log2 = cap log2(e)
     sinks: bool = False           # unsplit: a learned logit per query head in the denominator (split: the combine's)
-    chunked_splits: bool = False  # split kernel: split s takes KV tiles [s C, (s + 1) C) of its sequence, C = ceil(capacity
-                                  # tiles / num_splits) (decode_schedule.chunk_range), not an even share of its length
 
     @property
     def params(self) -> tuple:
@@ -240,9 +238,6 @@ class DecodeConfig:
             # registers of two CTAs per SM
             raise ConfigError(f"an FP8 cache's decode kernel with a window, chunk, softcap or sinks is not built (it "
                               f"spills at two CTAs per SM), got {self.name()}: dequantise the cache to {self.dtype}")
-        if self.chunked_splits and self.unsplit:
-            raise ConfigError("chunked_splits is a partition among splits; the unsplit variant (one split) attends "
-                              "to every tile already: build it with chunked_splits=False")
         if self.sinks and not self.unsplit:
             raise ConfigError("sinks enter once: in the combine when split (CombineConfig(sinks=True)), in the "
                               "decode kernel only for its unsplit variant; got sinks=True, unsplit=False")
@@ -272,8 +267,7 @@ class DecodeConfig:
         return (f"{KERNEL}_{self.dtype}_d{self.head_dim}_n{self.bn}_s{self.stages}"
                 f"_{self._fetch_name()}{fp8}{f'_cw{self.converter_stages}' if self.converter else ''}"
                 f"{'_ks' if self.convert_split else ''}{BITS_TILES[self.convert_bits]}{'_swapab' if self.swap_ab else ''}{'w' if self.swap_ab_warp_max else ''}"
-                f"{'_unsplit' if self.unsplit else ''}{'_chunked' if self.chunked_splits else ''}"
-                f"{'_varlen' if self.varlen_q else ''}{mods}")
+                f"{'_unsplit' if self.unsplit else ''}{'_varlen' if self.varlen_q else ''}{mods}")
 
     def _fetch_name(self) -> str:
         if not self.paged:
@@ -285,7 +279,7 @@ class DecodeConfig:
 # shipped); bench/sanitize.py reads this table
 VARIANT_FIELDS = field_defaults(DecodeConfig, ("varlen_q", "converter_stages", "convert_split", "convert_bits", "swap_ab",
                                                "swap_ab_warp_max", "window_left", "window_right", "chunk", "softcap",
-                                               "sinks", "chunked_splits"))
+                                               "sinks"))
 
 
 def mod_params(softcap: bool, sinks: bool) -> tuple:
@@ -509,39 +503,13 @@ def runtime_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: s
     `mods`, its mask and score-modifier fields; for an FP8 cache FP8_DEFAULT_RULE's choice), or for
     an FP8 cache the FP8_VARIANTS entry named by ``variant`` or else the environment's
     FA4MLIR_DECODE_FP8_VARIANT (unset: "default", the rule; "smem": the conversion-through-SMEM
-    kernel; for `bench decode --decode-variant`). bf16/f16 caches get default_config's. Either takes the
-    split partition of FA4MLIR_DECODE_PARTITION (PARTITIONS; unset: "even", the default kernels)."""
+    kernel; for `bench decode --decode-variant`). bf16/f16 caches always get default_config's."""
     cfg = default_config(dtype, head_dim, page_size, kv_scale, unsplit=unsplit, **mods)
-    partition = partition_from_env()
     if not cfg.fp8:
-        return with_partition(cfg, partition)
+        return cfg
     import os
     name = variant or os.environ.get(FP8_VARIANT_ENV) or "default"
-    return with_partition(fp8_variant(cfg, name, page_size, rows), partition)
-
-
-# the split partitions (DecodeConfig.chunked_splits): "even" (the default, decode_schedule.split_range: each
-# sequence's actual tiles in num_splits near-equal ranges) or "chunk" (decode_schedule.chunk_range: ranges of
-# ceil(capacity tiles / num_splits) from the start, the rest empty); an A/B variant ([D-decode-chunk-splits])
-PARTITIONS = ("even", "chunk")
-PARTITION_ENV = "FA4MLIR_DECODE_PARTITION"
-
-
-def partition_from_env() -> str:
-    """FA4MLIR_DECODE_PARTITION's partition (unset or empty: "even"); ConfigError for another value."""
-    import os
-    name = os.environ.get(PARTITION_ENV) or "even"
-    if name not in PARTITIONS:
-        raise ConfigError(f"{PARTITION_ENV}={name!r}: the decode split partition is one of {PARTITIONS}")
-    return name
-
-
-def with_partition(cfg: DecodeConfig, partition: str) -> DecodeConfig:
-    """``cfg`` with ``partition``'s split ranges (PARTITIONS); the unsplit variant (one split, every
-    tile) is the same kernel under both."""
-    if partition not in PARTITIONS:
-        raise ConfigError(f"unknown decode split partition {partition!r}; known: {PARTITIONS}")
-    return cfg if cfg.unsplit else replace(cfg, chunked_splits=partition == "chunk")
+    return fp8_variant(cfg, name, page_size, rows)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -689,5 +657,4 @@ __all__ = ["APPEND_KERNEL", "AppendConfig", "APPEND_PARAMS", "APPEND_TENSORS", "
            "KERNEL", "COMBINE_KERNEL", "DecodeConfig", "decode_mask", "mod_params", "CombineConfig", "default_config", "box_rows_for",
            "SPLIT_PARAMS", "VARLEN_Q_PARAMS", "COMBINE_PARAMS", "SPLIT_TENSORS", "COMBINE_TENSORS", "UNSPLIT_PARAMS", "UNSPLIT_TENSORS",
            "split_launch_args",
-           "combine_launch_args", "split_grid", "combine_grid", "TILE_M", "COMBINE_WARPS", "DTYPES", "HEAD_DIMS",
-           "PARTITIONS", "PARTITION_ENV", "partition_from_env", "with_partition"]
+           "combine_launch_args", "split_grid", "combine_grid", "TILE_M", "COMBINE_WARPS", "DTYPES", "HEAD_DIMS"]

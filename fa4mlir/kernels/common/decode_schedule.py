@@ -16,12 +16,10 @@ writes a float32 partial O (normalised by its own row sum) and its LSE, and a co
 them weighted by ``exp(lse_s - lse)`` (``testing_kvcache.combine_splits`` is the reference). The
 host does not know the sequence lengths (``cache_seqlens`` is device data, never read), so the
 heuristic sees only the capacity bound; the kernel partitions each sequence's actual length with
-``split_range`` (num_splits ranges of near-equal length), or, opt-in (DecodeConfig.chunked_splits),
-with ``chunk_range``: ranges of C = ceil(capacity tiles / num_splits) tiles from the start, so a
-short sequence runs few full ranges and its other splits exit at once (`[D-decode-chunk-splits]`).
+``split_range``.
 
 Determinism: ``num_splits`` is a function of the shapes and the SM count only (never of the
-lengths), ``split_range`` of (length, num_splits) (``chunk_range``: and the capacity), and the combine sums splits in index order; the
+lengths), ``split_range`` of (length, num_splits), and the combine sums splits in index order; the
 same inputs and shapes on the same device therefore give the same bits. A different
 ``num_splits`` (another batch size, another device) rounds differently: batch-invariant results
 need a fixed ``num_splits`` passed by the caller (FlashAttention #1897).
@@ -133,10 +131,7 @@ def balance_splits(ctas: int, max_seqlen_k: int, bn: int, slots: int, max_splits
     """num_splits for ragged lengths the host cannot see (a paged cache: sequences of 1k and 16k
     tokens side by side): each (batch, KV head) range of at most BALANCE_TILES tiles, so that no
     CTA runs far longer than the rest and the grid's tail stays short; a sequence shorter than the
-    capacity leaves its last splits empty (they exit after writing LSE = -inf) under the chunked
-partition (``chunk_range``, DecodeConfig.chunked_splits, opt-in); the default partition
-(``split_range``) divides each sequence's actual length instead, so a short sequence runs
-``num_splits`` short ranges. Capped so that the
+    capacity leaves its last splits empty (they exit after writing LSE = -inf). Capped so that the
     CTAs fill at most BALANCE_WAVES waves of ``slots``. 1 when the capacity is short. A function of
     the shapes only (deterministic). To be confirmed by measurement (bench decode --splits)."""
     n_tiles = ceil_div(max(max_seqlen_k, 0), bn)
@@ -158,30 +153,5 @@ def split_range(n_tiles: int, num_splits: int, split_idx: int) -> tuple[int, int
     return begin, begin + base + (split_idx < extra)
 
 
-def chunk_tiles(capacity_tiles: int, num_splits: int) -> int:
-    """The chunked partition's range length C = ceil(capacity_tiles / num_splits): the tiles a
-    split covers at most, from the host-known capacity (the kernel derives it from its launch
-    arguments ``capacity`` and ``num_splits``)."""
-    if num_splits < 1:
-        raise ValueError(f"num_splits must be >= 1, got {num_splits}")
-    return ceil_div(max(capacity_tiles, 0), num_splits)
-
-
-def chunk_range(n_tiles: int, capacity_tiles: int, num_splits: int, split_idx: int) -> tuple[int, int]:
-    """KV tiles [begin, end) of split ``split_idx`` under the chunked partition
-    (DecodeConfig.chunked_splits): [s C, min((s + 1) C, n_tiles)) clamped to n_tiles, C =
-    chunk_tiles(capacity_tiles, num_splits). A sequence of ``n_tiles <= capacity_tiles`` tiles runs
-    ceil(n_tiles / C) splits of C tiles (the last one shorter); the splits after them are empty
-    (begin = end = n_tiles: no tile, LSE = -inf, weight 0 in the combine). Contiguous, in order,
-    covering every tile once (num_splits x C >= capacity_tiles >= n_tiles)."""
-    if not 0 <= split_idx < num_splits:
-        raise ValueError(f"split_idx must be in [0, {num_splits}), got {split_idx}")
-    if n_tiles > capacity_tiles:
-        raise ValueError(f"a sequence of {n_tiles} tiles exceeds the capacity's {capacity_tiles}")
-    chunk = chunk_tiles(capacity_tiles, num_splits)
-    begin = min(split_idx * chunk, n_tiles)
-    return begin, min(begin + chunk, n_tiles)
-
-
-__all__ = ["BALANCE_TILES", "chunk_tiles", "chunk_range", "BALANCE_WAVES", "balance_splits", "TILE_M", "MAX_SPLITS", "MIN_TILES_PER_SPLIT", "FILL_FRACTION", "SPLIT_OVERHEAD_TILES", "ceil_div",
+__all__ = ["BALANCE_TILES", "BALANCE_WAVES", "balance_splits", "TILE_M", "MAX_SPLITS", "MIN_TILES_PER_SPLIT", "FILL_FRACTION", "SPLIT_OVERHEAD_TILES", "ceil_div",
            "PackGQA", "pack_gqa", "split_cost", "num_splits_heuristic", "split_range"]
