@@ -66,10 +66,11 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 128-key tiles, split conversion, bit conversion, swap AB) of bf16 D128 FP8 caches, contiguous and paged 16, each
                 scale granularity, split and unsplit: what `bench decode --decode-variant` times
     mla-decode-variants
-                the opt-in swap-AB MLA decode (FA4MLIR_MLA_DECODE_VARIANT=swapab, MLADecodeConfig.swap_ab):
-                bf16 pages of 64 at N 16 and 32 (bench mla's 16-head rows, seqlen_q 1 and 2), split and
-                unsplit, and the head-dim-512 combine (tests/gpu/test_mla_decode_swapab_gpu.py,
-                bench mla --mla-decode-variant default,swapab)
+                the swap-AB MLA decode (FA4MLIR_MLA_DECODE_VARIANT=swapab, MLADecodeConfig.swap_ab; the
+                default for these shapes, also in the mla set) and its opt-in speed variants: bf16 pages
+                of 64 at N 16 and 32 (bench mla's 16-head rows, seqlen_q 1 and 2), split and unsplit, and
+                the head-dim-512 combine (tests/gpu/test_mla_decode_swapab_gpu.py, bench mla
+                --mla-decode-variant m64,swapab,...)
     prefill     what `bench prefill`'s fa4mlir rows run today (fa4mlir/bench/prefill_bench.py): the sm_90a
                 attention kernel, bf16 D128 causal (the dense rows; prefill_chunked on the contiguous
                 cache) and its sliding window PREFILL_WINDOW = (4096, 0) (the sliding_window row: a
@@ -120,7 +121,9 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 VARLEN_PAGED_PREFILL_CASES and VARLEN_PAGED_PREFILL_MOD_CASES (window_size,
                 attention_chunk, softcap, sinks) that tests/gpu/test_varlen_paged_prefill_gpu.py runs
     mla         the sm_90a absorbed MLA decode kernels (flash_mla_with_kvcache, attention/mla.py): bf16 and
-                f16 caches in pages of 64 and a bf16 one in pages of 16, each split and unsplit, the
+                f16 caches in pages of 64 and a bf16 one in pages of 16, each split and unsplit, as the M64
+                kernel and as DEFAULT_RULE's swap-AB kernel at N 8, 16, 24 and 32 (seqlen_q x heads <= 32,
+                e.g. 16 heads at seqlen_q 1 and 2; attention_mla_decode_sm90_config.DEFAULT_RULE), the
                 bf16 page-64 pair without the S exchange (`exchange=False`, to time against), and the
                 head-dim-512 combine (what tests/gpu/test_mla_decode_gpu.py and `bench mla`'s decode rows run),
                 the FP8-latent-cache variants (is_fp8_kvcache, bf16, pages 64 and 16, split and unsplit),
@@ -606,8 +609,14 @@ def mla() -> list:
     over the FP8 cache (the converter-warpgroup kernels FP8_DECODE_DEFAULT_RULE picks and the gather kernels
     of FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather)."""
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
-    from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, default_config
+    from dataclasses import replace
+    from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, SWAP_AB_NS, default_config
     out = [(KERNEL, default_config(dtype, page, unsplit=u)) for dtype, page in MLA_CASES for u in (False, True)]
+    # DEFAULT_RULE's swap-AB kernels (seqlen_q x heads <= 32 over a 16-bit cache) for every N: what
+    # tests/gpu/test_mla_decode_gpu.py's and bench mla's 16-head rows run (N 16, 32) and the other head
+    # counts under the rule (N 8, 24), as the M64 kernels above served them before the rule
+    out += [(KERNEL, replace(default_config(dtype, page, unsplit=u), swap_ab=n)) for dtype, page in MLA_CASES
+            for n in SWAP_AB_NS for u in (False, True)]
     # the variant whose warpgroups both compute all of S (note "Design"), for bench mla to time against
     out += [(KERNEL, default_config("bf16", 64, unsplit=u, exchange=False)) for u in (False, True)]
     # FlashMLA's FP8 latent cache (is_fp8_kvcache=True; bf16 q): page sizes 64 and 16

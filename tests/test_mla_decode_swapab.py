@@ -1,4 +1,4 @@
-"""Deviceless: the opt-in swap-AB MLA decode (attention_mla_decode_sm90_swapab, MLADecodeConfig.swap_ab;
+"""Deviceless: the swap-AB MLA decode (attention_mla_decode_sm90_swapab, MLADecodeConfig.swap_ab;
 FA4MLIR_MLA_DECODE_VARIANT=swapab).
 
 * its kernels (the mla-decode-variants set) compile with no spills, wgmma not serialised, setmaxnreg
@@ -8,7 +8,8 @@ FA4MLIR_MLA_DECODE_VARIANT=swapab).
   odd), and padded tiles (N 8 and 24 with fewer real rows), checked by the FA rule against the
   float64 reference (testing_mla.check_mla); seeded bugs (V^T read K-major, P^T keys permuted, the
   odd count's last pair dropped) must fail the rule;
-* the host picks it only when asked, and refuses with typed errors where it cannot run.
+* the host picks it by DEFAULT_RULE (seqlen_q x heads <= 32 over a 16-bit cache) or when named, runs the
+  M64 kernel when "m64" is named, and refuses with typed errors where swap AB cannot run.
 """
 from __future__ import annotations
 
@@ -58,22 +59,57 @@ def _args(seqlen_q, heads, splits=1):
 
 
 def test_host_selection_and_refusals(monkeypatch):
-    monkeypatch.delenv(mla.VARIANT_ENV, raising=False)
-    assert mla.configs_for(mla.check_mla_inputs(*_args(2, 16)))[0].swap_ab == 0
-    monkeypatch.setenv(mla.VARIANT_ENV, "swapab")
-    for sq, n in ((1, 16), (2, 32)):
-        for splits in (1, 3):
-            problem = mla.check_mla_inputs(*_args(sq, 16, splits))
-            cfg, combine = mla.configs_for(problem)
-            assert problem.variant == "swapab" and cfg.swap_ab == n and cfg.unsplit == (splits == 1)
-            assert (combine is None) == (splits == 1)
+    """DEFAULT_RULE (unset or "default"): swap AB for seqlen_q x heads <= 32 over a 16-bit cache, M64 past
+    that; "m64" and "swapab" name a kernel; an unknown name or swap AB where it is not built is a typed error."""
+    for env in (None, "default", "swapab"):
+        if env is None:
+            monkeypatch.delenv(mla.VARIANT_ENV, raising=False)
+        else:
+            monkeypatch.setenv(mla.VARIANT_ENV, env)
+        for sq, h, n in ((1, 16, 16), (2, 16, 32), (1, 5, 8), (2, 10, 24)):
+            for splits in (1, 3):
+                problem = mla.check_mla_inputs(*_args(sq, h, splits))
+                cfg, combine = mla.configs_for(problem)
+                assert problem.variant == "swapab" and cfg.swap_ab == n and cfg.unsplit == (splits == 1)
+                assert (combine is None) == (splits == 1)
     with pytest.raises(E.UnsupportedFeatureError, match="seqlen_q x heads"):
         mla.check_mla_inputs(*_args(1, 64))
+    monkeypatch.setenv(mla.VARIANT_ENV, "m64")
+    for sq, h in ((1, 16), (2, 16), (1, 64)):
+        problem = mla.check_mla_inputs(*_args(sq, h))
+        assert problem.variant == "m64" and mla.configs_for(problem)[0] == mc.default_config("bf16", 64, unsplit=True)
     monkeypatch.setenv(mla.VARIANT_ENV, "nope")
     with pytest.raises(E.UnsupportedFeatureError, match="not a decode variant"):
         mla.check_mla_inputs(*_args(1, 16))
-    monkeypatch.setenv(mla.VARIANT_ENV, "default")
-    assert mla.check_mla_inputs(*_args(1, 16)).variant == "default"
+    monkeypatch.delenv(mla.VARIANT_ENV)
+    for sq, h in ((1, 33), (2, 17), (2, 128)):      # more than 32 rows: M64 by the rule
+        problem = mla.check_mla_inputs(*_args(sq, h))
+        assert problem.variant == "m64" and mla.configs_for(problem)[0].swap_ab == 0
+
+
+def test_default_rule():
+    """The rule's table and function: swap AB only where it is built (never a config error)."""
+    assert mc.DEFAULT_RULE == {"16-bit": "swapab", "fp8": "m64"}
+    for sq, h in ((1, 1), (1, 16), (2, 16), (1, 32), (4, 8), (1, 33), (2, 64)):
+        for fp8 in (False, True):
+            v = mc.default_variant(sq, h, fp8)
+            assert v == ("swapab" if sq * h <= 32 and not fp8 else "m64")
+            mc.rule_config("bf16", 64, sq, h, fp8=fp8).validate()
+    assert mla.check_variant("default", 1, 16, True) == "m64"       # FlashMLA's FP8 cache keeps M64
+
+
+def test_plan_notes_name_the_pick(monkeypatch):
+    from types import SimpleNamespace
+    monkeypatch.setattr(mla, "kernel_for", lambda source, cfg: SimpleNamespace(cfg=cfg))
+    monkeypatch.delenv(mla.VARIANT_ENV, raising=False)
+    for heads, want in ((16, "swapab (DEFAULT_RULE"), (64, "m64 (DEFAULT_RULE")):
+        problem = mla.check_mla_inputs(*_args(1, heads))
+        plan = mla.build_plan(problem, None, (heads * 576, heads * 576, 576), 4, (heads * 512, heads * 512, 512))
+        assert plan.notes and want in plan.notes[0], plan.notes
+    monkeypatch.setenv(mla.VARIANT_ENV, "m64")
+    plan = mla.build_plan(mla.check_mla_inputs(*_args(1, 16)), None, (16 * 576, 16 * 576, 576), 4,
+                          (16 * 512, 16 * 512, 512))
+    assert "m64 (named by" in plan.notes[0]
 
 
 def test_fp8_refused():

@@ -19,10 +19,14 @@ P (`exchange`, the default) or both compute all of S, and whether the cache is F
 layout (`fp8`: 656-byte token rows, common/mla_fp8.py; q bf16). The head count, seqlen_q, lengths
 and split count are launch arguments.
 
-`swap_ab` (opt-in, 0 = off: out of key() and name(), so the default kernels are unchanged) builds the
-swap-AB kernel (attention_mla_decode_sm90_swapab.py) for at most SWAP_AB_MAX_ROWS packed rows a CTA:
-swap_ab = N, the rows of a CTA's tile (a legal wgmma N: 8, 16, 24, 32) in place of TILE_M = 64;
-`swap_ab_rows` picks it for a call (SWAP_AB_VARIANT, attention/mla.py's FA4MLIR_MLA_DECODE_VARIANT).
+`swap_ab` (0 = off: out of key() and name(), so the M64 kernels' keys are as before it existed) builds
+the swap-AB kernel (attention_mla_decode_sm90_swapab.py) for at most SWAP_AB_MAX_ROWS packed rows a
+CTA: swap_ab = N, the rows of a CTA's tile (a legal wgmma N: 8, 16, 24, 32) in place of TILE_M = 64;
+`swap_ab_rows` picks N for a call. DEFAULT_RULE (`default_variant`) makes it the default wherever it
+is built: a 16-bit cache and seqlen_q x heads <= SWAP_AB_MAX_ROWS (FlashMLA's 16-head decode);
+every other call runs the M64 kernel (variant M64_VARIANT). DECODE_VARIANTS are the names
+FA4MLIR_MLA_DECODE_VARIANT and bench mla --mla-decode-variant take (attention/mla.py);
+`variant_config` turns a name into the config.
 
 Note "FP8 SMEM plan": Q (72 KiB) + one bf16 tile (72 KiB) the wgmmas read + the exchange (9 KiB)
 leave 74 KiB of the 227: one staging stage of 64 x 656-byte rows (41 KiB) fits, two (82 KiB) do
@@ -31,7 +35,7 @@ it into the bf16 tile, so the TMA of tile j + 1 overlaps tile j's GEMMs and soft
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import gcd
 
 from .common.constants import LOG2E
@@ -56,9 +60,12 @@ FP8_SCALE_GROUP = 128      # latent columns per float32 scale
 # imports the DSL: the host API reads this one)
 FP8_ROW_BYTES = D_V + 4 * (D_V // FP8_SCALE_GROUP) + 2 * (D_QK - D_V)
 FP8_MAX_STAGES = 2
-SWAP_AB_VARIANT = "swapab"     # the opt-in variant's name (FA4MLIR_MLA_DECODE_VARIANT, bench mla)
+SWAP_AB_VARIANT = "swapab"     # the swap-AB kernel (FA4MLIR_MLA_DECODE_VARIANT, bench mla)
+M64_VARIANT = "m64"            # the kernel of TILE_M = 64 packed rows a CTA (the only one before DEFAULT_RULE)
+RULE_VARIANT = "default"       # DEFAULT_RULE's pick for the call
 SWAP_AB_NS = (8, 16, 24, 32)   # legal swap_ab tile rows: wgmma N, a multiple of 8 up to 32 (O^T: 4 N registers)
 SWAP_AB_MAX_ROWS = SWAP_AB_NS[-1]
+DECODE_VARIANTS = (RULE_VARIANT, SWAP_AB_VARIANT, M64_VARIANT)
 SWAP_AB_X_BYTES = 2 * SWAP_AB_MAX_ROWS * 4 * 4 * 2 + 2 * SWAP_AB_MAX_ROWS * 4   # column maxima, sums, m
 # setmaxnreg budgets: the launch gives 168 registers to each of 384 threads (a sub-partition runs
 # three of the twelve warps); the consumers' O (128) + S (32) + P (16) need more, the producer few
@@ -168,9 +175,53 @@ def swap_ab_rows(seqlen_q: int, heads: int) -> int:
     return next((n for n in SWAP_AB_NS if rows <= n), 0)
 
 
+# DEFAULT_RULE, the dense decode kernel a call runs when no variant is named (notes/RESULTS.md
+# [D-mla-decode-swapab-default]): for a call of at most SWAP_AB_MAX_ROWS packed query rows (seqlen_q x
+# heads), by its cache; more rows always run M64_VARIANT (swap AB's N is one wgmma N, at most 32).
+# Why: at 16 heads over FlashMLA's benchmark shape (batch 128, 4096 tokens, page 64, bf16) the M64
+# kernel spends 3/4 (seqlen_q 1) or 1/2 (seqlen_q 2) of its wgmma rows on padding, and the swap-AB
+# kernel was faster on an nvidia-h200: 165.0 -> 151.8 us (seqlen_q 1), 170.7 -> 161.5 us (seqlen_q 2)
+# ([D-mla-decode-swapab]). FlashMLA's FP8 cache keeps M64 (swap AB is not built for it: a config error).
+DEFAULT_RULE = {"16-bit": SWAP_AB_VARIANT, "fp8": M64_VARIANT}
+
+
+def default_variant(seqlen_q: int, heads: int, fp8: bool) -> str:
+    """DEFAULT_RULE's variant for a call of seqlen_q x heads packed rows (``fp8``: FlashMLA's FP8 cache)."""
+    if not swap_ab_rows(seqlen_q, heads):
+        return M64_VARIANT
+    return DEFAULT_RULE["fp8" if fp8 else "16-bit"]
+
+
+def variant_runs(variant: str, seqlen_q: int, heads: int, fp8: bool) -> bool:
+    """Whether the named variant (DECODE_VARIANTS) is built for the call: swap AB for a 16-bit cache and at
+    most SWAP_AB_MAX_ROWS packed rows; M64 and the rule for every call."""
+    if variant == SWAP_AB_VARIANT:
+        return not fp8 and bool(swap_ab_rows(seqlen_q, heads))
+    return variant in DECODE_VARIANTS
+
+
+def variant_config(cfg: "MLADecodeConfig", variant: str, seqlen_q: int, heads: int) -> "MLADecodeConfig":
+    """``cfg`` (default_config's: the M64 kernel) as the named variant (M64_VARIANT or SWAP_AB_VARIANT;
+    RULE_VARIANT: DEFAULT_RULE's) for a call of seqlen_q x heads packed rows; not validated."""
+    if variant == RULE_VARIANT:
+        variant = default_variant(seqlen_q, heads, cfg.fp8)
+    if variant == SWAP_AB_VARIANT:
+        return replace(cfg, swap_ab=swap_ab_rows(seqlen_q, heads))
+    if variant != M64_VARIANT:
+        raise ConfigError(f"MLA decode variant must be one of {DECODE_VARIANTS}, got {variant!r}")
+    return cfg
+
+
+def rule_config(dtype: str, page_size: int, seqlen_q: int, heads: int, unsplit: bool = False,
+                fp8: bool = False) -> "MLADecodeConfig":
+    """The kernel DEFAULT_RULE runs for a call of seqlen_q x heads packed rows over a cache of ``page_size``."""
+    return variant_config(default_config(dtype, page_size, unsplit=unsplit, fp8=fp8), RULE_VARIANT, seqlen_q, heads)
+
+
 def default_config(dtype: str, page_size: int, unsplit: bool = False, exchange: bool = True,
                    fp8: bool = False) -> MLADecodeConfig:
-    """The kernel for a cache of ``page_size``: the exchange variant (note "Exchange": half the
+    """The M64 kernel for a cache of ``page_size`` (DEFAULT_RULE's for more than SWAP_AB_MAX_ROWS packed rows
+    or an FP8 cache; `rule_config` for any call): the exchange variant (note "Exchange": half the
     tensor work of the other, the same bytes; neither timed on a GPU yet); fp8: FlashMLA's FP8
     latent cache (dtype is q's: bf16)."""
     return MLADecodeConfig(dtype=dtype, box_rows=gcd(BN, page_size), unsplit=unsplit, exchange=exchange, fp8=fp8)
@@ -227,4 +278,6 @@ def grid(batch: int, seqlen_q: int, heads: int, num_splits: int, tile_rows: int 
 
 __all__ = ["KERNEL", "DTYPES", "FP8_DTYPE", "FP8_ROW_BYTES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "MLADecodeConfig", "default_config",
            "page_supported", "SPLIT_PARAMS", "UNSPLIT_PARAMS", "SPLIT_TENSORS", "UNSPLIT_TENSORS", "launch_args", "grid",
-           "MIN_HEADS", "MAX_HEADS", "SWAP_AB_VARIANT", "SWAP_AB_NS", "SWAP_AB_MAX_ROWS", "swap_ab_rows"]
+           "MIN_HEADS", "MAX_HEADS", "SWAP_AB_VARIANT", "SWAP_AB_NS", "SWAP_AB_MAX_ROWS", "swap_ab_rows",
+           "M64_VARIANT", "RULE_VARIANT", "DECODE_VARIANTS", "DEFAULT_RULE", "default_variant", "variant_runs",
+           "variant_config", "rule_config"]
