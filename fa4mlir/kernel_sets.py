@@ -643,11 +643,14 @@ def mla() -> list:
 
 
 def mla_decode_variants() -> list:
-    """The opt-in swap-AB MLA decode kernels (bf16, page 64, N 16 and 32, split and unsplit) and the combine."""
+    """The swap-AB MLA decode kernels (bf16, page 64, N 16 and 32, split and unsplit), the same for each of its
+    opt-in speed variants (SWAP_AB_SPEED_VARIANTS: swapab_l2), and the combine."""
     from dataclasses import replace
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
     from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, default_config
-    return [(KERNEL, replace(default_config("bf16", 64, unsplit=u), swap_ab=n)) for n in (16, 32)
+    from .kernels.attention_mla_decode_sm90_config import SWAP_AB_SPEED_VARIANTS
+    return [(KERNEL, replace(default_config("bf16", 64, unsplit=u), swap_ab=n, **fields))
+            for fields in ({}, *SWAP_AB_SPEED_VARIANTS.values()) for n in (16, 32)
             for u in (False, True)] + [(COMBINE_KERNEL, CombineConfig("bf16", D_V))]
 
 

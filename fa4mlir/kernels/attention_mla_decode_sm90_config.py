@@ -65,7 +65,9 @@ M64_VARIANT = "m64"            # the kernel of TILE_M = 64 packed rows a CTA (th
 RULE_VARIANT = "default"       # DEFAULT_RULE's pick for the call
 SWAP_AB_NS = (8, 16, 24, 32)   # legal swap_ab tile rows: wgmma N, a multiple of 8 up to 32 (O^T: 4 N registers)
 SWAP_AB_MAX_ROWS = SWAP_AB_NS[-1]
-DECODE_VARIANTS = (RULE_VARIANT, SWAP_AB_VARIANT, M64_VARIANT)
+# speed variants of the swap-AB kernel (opt-in, for A/B timing; the mla-decode-variants set): name -> fields
+SWAP_AB_SPEED_VARIANTS = {"swapab_l2": {"swap_ab_l2": True}}
+DECODE_VARIANTS = (RULE_VARIANT, SWAP_AB_VARIANT, M64_VARIANT, *SWAP_AB_SPEED_VARIANTS)
 SWAP_AB_X_BYTES = 2 * SWAP_AB_MAX_ROWS * 4 * 4 * 2 + 2 * SWAP_AB_MAX_ROWS * 4   # column maxima, sums, m
 # setmaxnreg budgets: the launch gives 168 registers to each of 384 threads (a sub-partition runs
 # three of the twelve warps); the consumers' O (128) + S (32) + P (16) need more, the producer few
@@ -82,6 +84,8 @@ class MLADecodeConfig:
                                    # False: each computes all of S (note "Design")
     fp8: bool = False              # FlashMLA's FP8 latent cache (656-byte rows), dequantized in the kernel
     swap_ab: int = 0               # 0: off; N: the swap-AB kernel over tiles of N packed rows (module docstring)
+    swap_ab_l2: bool = False       # swap_ab: the producer prefetches the next pair of tiles into L2 (variant
+                                   # "swapab_l2"; attention_mla_decode_sm90_swapab, note "L2 prefetch")
 
     @property
     def tile_rows(self) -> int:
@@ -145,6 +149,9 @@ class MLADecodeConfig:
             raise ConfigError(f"swap_ab must be 0 or one of {SWAP_AB_NS} (the CTA's packed rows: a wgmma N) with a "
                               f"16-bit cache (fp8 False) and exchange True (the field has no meaning there), got "
                               f"swap_ab={self.swap_ab}, fp8={self.fp8}, exchange={self.exchange}")
+        if self.swap_ab_l2 and not self.swap_ab:
+            raise ConfigError("swap_ab_l2 (the L2 prefetch of the next tiles) is a form of the swap-AB kernel: set "
+                              "swap_ab too")
         if self.fp8 and self.stages < 1:
             raise ConfigError("the FP8 latent cache's staging stage does not fit the SMEM (note \"FP8 SMEM plan\")")
         if self.smem_bytes() > SMEM_LIMIT:
@@ -157,10 +164,11 @@ class MLADecodeConfig:
 
     def name(self) -> str:
         return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}_b{self.box_rows}{'' if self.exchange else '_rs'}"
-                f"{f'_swapab{self.swap_ab}' if self.swap_ab else ''}{'_unsplit' if self.unsplit else ''}")
+                f"{f'_swapab{self.swap_ab}' if self.swap_ab else ''}{'_l2' if self.swap_ab_l2 else ''}"
+                f"{'_unsplit' if self.unsplit else ''}")
 
 
-VARIANT_FIELDS = field_defaults(MLADecodeConfig, ("fp8", "swap_ab"))     # MLADecodeConfig's (common.fields)
+VARIANT_FIELDS = field_defaults(MLADecodeConfig, ("fp8", "swap_ab", "swap_ab_l2"))     # MLADecodeConfig's (common.fields)
 
 
 def page_supported(page_size: int) -> bool:
@@ -195,18 +203,18 @@ def default_variant(seqlen_q: int, heads: int, fp8: bool) -> str:
 def variant_runs(variant: str, seqlen_q: int, heads: int, fp8: bool) -> bool:
     """Whether the named variant (DECODE_VARIANTS) is built for the call: swap AB for a 16-bit cache and at
     most SWAP_AB_MAX_ROWS packed rows; M64 and the rule for every call."""
-    if variant == SWAP_AB_VARIANT:
+    if variant == SWAP_AB_VARIANT or variant in SWAP_AB_SPEED_VARIANTS:
         return not fp8 and bool(swap_ab_rows(seqlen_q, heads))
     return variant in DECODE_VARIANTS
 
 
 def variant_config(cfg: "MLADecodeConfig", variant: str, seqlen_q: int, heads: int) -> "MLADecodeConfig":
-    """``cfg`` (default_config's: the M64 kernel) as the named variant (M64_VARIANT or SWAP_AB_VARIANT;
-    RULE_VARIANT: DEFAULT_RULE's) for a call of seqlen_q x heads packed rows; not validated."""
+    """``cfg`` (default_config's: the M64 kernel) as the named variant (M64_VARIANT, SWAP_AB_VARIANT or one
+    of SWAP_AB_SPEED_VARIANTS; RULE_VARIANT: DEFAULT_RULE's) for a call of seqlen_q x heads packed rows; not validated."""
     if variant == RULE_VARIANT:
         variant = default_variant(seqlen_q, heads, cfg.fp8)
-    if variant == SWAP_AB_VARIANT:
-        return replace(cfg, swap_ab=swap_ab_rows(seqlen_q, heads))
+    if variant == SWAP_AB_VARIANT or variant in SWAP_AB_SPEED_VARIANTS:
+        return replace(cfg, swap_ab=swap_ab_rows(seqlen_q, heads), **SWAP_AB_SPEED_VARIANTS.get(variant, {}))
     if variant != M64_VARIANT:
         raise ConfigError(f"MLA decode variant must be one of {DECODE_VARIANTS}, got {variant!r}")
     return cfg
@@ -279,5 +287,5 @@ def grid(batch: int, seqlen_q: int, heads: int, num_splits: int, tile_rows: int 
 __all__ = ["KERNEL", "DTYPES", "FP8_DTYPE", "FP8_ROW_BYTES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "MLADecodeConfig", "default_config",
            "page_supported", "SPLIT_PARAMS", "UNSPLIT_PARAMS", "SPLIT_TENSORS", "UNSPLIT_TENSORS", "launch_args", "grid",
            "MIN_HEADS", "MAX_HEADS", "SWAP_AB_VARIANT", "SWAP_AB_NS", "SWAP_AB_MAX_ROWS", "swap_ab_rows",
-           "M64_VARIANT", "RULE_VARIANT", "DECODE_VARIANTS", "DEFAULT_RULE", "default_variant", "variant_runs",
+           "M64_VARIANT", "RULE_VARIANT", "DECODE_VARIANTS", "SWAP_AB_SPEED_VARIANTS", "DEFAULT_RULE", "default_variant", "variant_runs",
            "variant_config", "rule_config"]
