@@ -66,7 +66,8 @@ RULE_VARIANT = "default"       # DEFAULT_RULE's pick for the call
 SWAP_AB_NS = (8, 16, 24, 32)   # legal swap_ab tile rows: wgmma N, a multiple of 8 up to 32 (O^T: 4 N registers)
 SWAP_AB_MAX_ROWS = SWAP_AB_NS[-1]
 # speed variants of the swap-AB kernel (opt-in, for A/B timing; the mla-decode-variants set): name -> fields
-SWAP_AB_SPEED_VARIANTS = {"swapab_l2": {"swap_ab_l2": True}}
+SWAP_AB_L2_AHEAD = (1, 2)       # swap_ab_l2: pairs of tiles the L2 prefetch runs ahead (2: 288 KiB of L2 an SM)
+SWAP_AB_SPEED_VARIANTS = {"swapab_l2": {"swap_ab_l2": 1}, "swapab_l2x2": {"swap_ab_l2": 2}}
 DECODE_VARIANTS = (RULE_VARIANT, SWAP_AB_VARIANT, M64_VARIANT, *SWAP_AB_SPEED_VARIANTS)
 SWAP_AB_X_BYTES = 2 * SWAP_AB_MAX_ROWS * 4 * 4 * 2 + 2 * SWAP_AB_MAX_ROWS * 4   # column maxima, sums, m
 # setmaxnreg budgets: the launch gives 168 registers to each of 384 threads (a sub-partition runs
@@ -84,8 +85,9 @@ class MLADecodeConfig:
                                    # False: each computes all of S (note "Design")
     fp8: bool = False              # FlashMLA's FP8 latent cache (656-byte rows), dequantized in the kernel
     swap_ab: int = 0               # 0: off; N: the swap-AB kernel over tiles of N packed rows (module docstring)
-    swap_ab_l2: bool = False       # swap_ab: the producer prefetches the next pair of tiles into L2 (variant
-                                   # "swapab_l2"; attention_mla_decode_sm90_swapab, note "L2 prefetch")
+    swap_ab_l2: int = 0            # swap_ab: the producer prefetches the pair of tiles this many pairs ahead
+                                   # into L2 (0: off; variants "swapab_l2" 1, "swapab_l2x2" 2;
+                                   # attention_mla_decode_sm90_swapab, note "L2 prefetch")
 
     @property
     def tile_rows(self) -> int:
@@ -149,9 +151,10 @@ class MLADecodeConfig:
             raise ConfigError(f"swap_ab must be 0 or one of {SWAP_AB_NS} (the CTA's packed rows: a wgmma N) with a "
                               f"16-bit cache (fp8 False) and exchange True (the field has no meaning there), got "
                               f"swap_ab={self.swap_ab}, fp8={self.fp8}, exchange={self.exchange}")
-        if self.swap_ab_l2 and not self.swap_ab:
-            raise ConfigError("swap_ab_l2 (the L2 prefetch of the next tiles) is a form of the swap-AB kernel: set "
-                              "swap_ab too")
+        if self.swap_ab_l2 and (not self.swap_ab or self.swap_ab_l2 not in SWAP_AB_L2_AHEAD):
+            raise ConfigError(f"swap_ab_l2 (the L2 prefetch of the tiles that many pairs ahead) must be 0 or one of "
+                              f"{SWAP_AB_L2_AHEAD}, and is a form of the swap-AB kernel: set swap_ab too; got "
+                              f"swap_ab={self.swap_ab}, swap_ab_l2={self.swap_ab_l2}")
         if self.fp8 and self.stages < 1:
             raise ConfigError("the FP8 latent cache's staging stage does not fit the SMEM (note \"FP8 SMEM plan\")")
         if self.smem_bytes() > SMEM_LIMIT:
@@ -164,7 +167,7 @@ class MLADecodeConfig:
 
     def name(self) -> str:
         return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}_b{self.box_rows}{'' if self.exchange else '_rs'}"
-                f"{f'_swapab{self.swap_ab}' if self.swap_ab else ''}{'_l2' if self.swap_ab_l2 else ''}"
+                f"{f'_swapab{self.swap_ab}' if self.swap_ab else ''}{f'_l2x{self.swap_ab_l2}' if self.swap_ab_l2 else ''}"
                 f"{'_unsplit' if self.unsplit else ''}")
 
 
