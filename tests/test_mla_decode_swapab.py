@@ -110,6 +110,10 @@ def test_plan_notes_name_the_pick(monkeypatch):
     plan = mla.build_plan(mla.check_mla_inputs(*_args(1, 16)), None, (16 * 576, 16 * 576, 576), 4,
                           (16 * 512, 16 * 512, 512))
     assert "m64 (named by" in plan.notes[0]
+    monkeypatch.setenv(mla.VARIANT_ENV, "swapab_l2")
+    plan = mla.build_plan(mla.check_mla_inputs(*_args(1, 16)), None, (16 * 576, 16 * 576, 576), 4,
+                          (16 * 512, 16 * 512, 512))
+    assert "swapab_l2 (named by" in plan.notes[0] and plan.launches[0].kernel.cfg.swap_ab_l2 == 1
 
 
 def test_l2_prefetch_variant():

@@ -42,8 +42,9 @@ S^T = K Q^T, N = 8..32 rows a CTA, no 64-row padding; faster on an nvidia-h200, 
 [D-mla-decode-swapab-default]), every other call the M64 kernel (64 packed rows a CTA). The plan's
 notes name the pick. FA4MLIR_MLA_DECODE_VARIANT (read per call into the call cache's key; for A/B
 timing, bench mla --mla-decode-variant) overrides it: unset or "default" (the rule), "m64" (the M64
-kernel for any call) or "swapab" (the swap-AB kernel: UnsupportedFeatureError where it is not built,
-more than 32 rows or the FP8 cache, never a silent fallback).
+kernel for any call), "swapab" (the swap-AB kernel: UnsupportedFeatureError where it is not built,
+more than 32 rows or the FP8 cache, never a silent fallback) or one of its opt-in speed variants, same
+limits (SWAP_AB_SPEED_VARIANTS: "swapab_l2", "swapab_l2x2", the L2 prefetch of the next tiles).
 
 Not built (typed errors, UnsupportedFeatureError): more than one KV head, head dims other than
 576/512.
@@ -345,7 +346,9 @@ def variant_note(problem: MLAProblem, cfg) -> str:
     else:
         why = (f"DEFAULT_RULE: {'the FP8 cache' if problem.fp8 else f'seqlen_q x heads = {rows} > {mc.SWAP_AB_MAX_ROWS}'}"
                f" (64-row M tiles)")
-    return f"MLA decode kernel: {mc.SWAP_AB_VARIANT if cfg.swap_ab else mc.M64_VARIANT} ({why})"
+    name = problem.variant if problem.variant != mc.RULE_VARIANT else \
+        mc.SWAP_AB_VARIANT if cfg.swap_ab else mc.M64_VARIANT
+    return f"MLA decode kernel: {name} ({why})"
 
 
 def combine_grid(p: MLAProblem) -> tuple[int, int, int]:
