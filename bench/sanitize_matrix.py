@@ -185,6 +185,14 @@ def _mla(name: str, dtype: str, page: int, exchange: bool = True, quick: bool = 
     return Case(name, mcfg.KERNEL, match, quick=quick, page_size=page, child="mla")
 
 
+def _mla_swapab(name: str, dtype: str, page: int, quick: bool = False) -> Case:
+    """DEFAULT_RULE's swap-AB MLA decode kernels for pages of `page` rows: every N (SWAP_AB_NS), split and
+    unsplit (kernel_sets.mla), each run by the rule on sanitize_mla.SWAP_AB_SHAPES."""
+    match = tuple(replace(mcfg.default_config(dtype, page, unsplit=u), swap_ab=n).key()
+                  for n in mcfg.SWAP_AB_NS for u in (False, True))
+    return Case(name, mcfg.KERNEL, match, quick=quick, page_size=page, child="mla")
+
+
 def _decode(name: str, dtype: str, head_dim: int, page: int | None, kv_scale: str = "", quick: bool = False) -> Case:
     """The decode kernel of a cache of `page` rows, split and unsplit (kernel_sets.decode); for an FP8 cache
     the kernel FP8_DEFAULT_RULE picks for each packed-row count the case's calls make (sanitize_decode's
@@ -266,8 +274,13 @@ CASES = (
     _mla("mla-bf16-p64", "bf16", 64, quick=True),
     _mla("mla-full-s-bf16-p64", "bf16", 64, exchange=False, quick=True),
     _mla("mla-seesaw-bf16-p64", "bf16", 64, quick=True, seesaw=True),
+    _mla("mla-seesaw-bf16-p16", "bf16", 16, seesaw=True),     # DEFAULT_RULE's for more than 32 rows over bf16
     _mla("mla-f16-p64", "f16", 64),
     _mla("mla-bf16-p16", "bf16", 16),
+    # DEFAULT_RULE's swap-AB kernels (seqlen_q x heads <= 32): every N, split and unsplit
+    _mla_swapab("mla-swapab-bf16-p64", "bf16", 64, quick=True),
+    _mla_swapab("mla-swapab-f16-p64", "f16", 64),
+    _mla_swapab("mla-swapab-bf16-p16", "bf16", 16),
     _mla("mla-fp8-p64", "bf16", 64, quick=True, fp8=True),
     _mla("mla-fp8-p16", "bf16", 16, fp8=True),
     Case("mla-combine", dcfg.COMBINE_KERNEL, tuple(smla.combine_match(dt) for dt in ("bf16", "f16")), page_size=64,

@@ -14,7 +14,9 @@ Every call: a latent cache [num_pages, page, 1, 576] with spare pages, a shuffle
 (unused slots -1 or garbage, which the kernel clamps), NaN in every row no sequence owns; lengths
 sanitize_decode.lengths_for(page) (0, 1, page - 1, page + 1, 3 pages + 5, 201); MLA_SHAPES (seqlen_q
 1 with 16 heads, one M tile; seqlen_q 2 with 48 heads: 96 packed rows, a ragged second M tile),
-causal (bottom-right: seqlen_q 2 over length 1 leaves a row without keys). The split kernel runs
+causal (bottom-right: seqlen_q 2 over length 1 leaves a row without keys); these run the M64 kernel
+(FA4MLIR_MLA_DECODE_VARIANT=m64). DEFAULT_RULE's swap-AB kernels (family `/swapab`) run by the rule on
+SWAP_AB_SHAPES instead: per N a full tile (16 heads) and a padded one. The split kernel runs
 with get_mla_metadata's split count on the first shape and SPLITS forced on the second (both > 1,
 most splits of a short sequence empty: the combine must weigh them 0); the unsplit one with one
 split. out, lse and the split partials are allocated inside flash_mla_with_kvcache: the child
@@ -27,6 +29,7 @@ each call the child checks that the call runs the case's kernel (mla.configs_for
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import replace
 
 from bench.sanitize_decode import decode_inputs, lengths_for
@@ -34,13 +37,29 @@ from fa4mlir.kernels import attention_decode_sm90_config as dec
 from fa4mlir.kernels import attention_mla_decode_sm90_config as mc
 
 MLA_SHAPES = ((1, 16), (2, 48))     # (seqlen_q, heads)
+# DEFAULT_RULE's swap-AB kernels (family `/swapab`) by N: a full tile and a padded one (seqlen_q, heads)
+SWAP_AB_SHAPES = {8: ((1, 8), (1, 5)), 16: ((1, 16), (1, 9)), 24: ((1, 24), (3, 7)), 32: ((2, 16), (1, 25))}
 SPLITS = 3
 
 
 def mla_family(config: dict) -> str:
     return "/".join((mc.KERNEL, "unsplit" if config["unsplit"] else "split",
                      "exchange" if config["exchange"] else "full-s", *(["fp8"] if config.get("fp8") else []),
+                     *(["swapab"] if config.get("swap_ab") else []),
                      *(["seesaw"] if config.get("seesaw") else [])))
+
+
+def shapes_for(match: dict) -> tuple:
+    """(seqlen_q, heads) of a case kernel's calls: MLA_SHAPES, or for a swap-AB kernel its SWAP_AB_SHAPES."""
+    return SWAP_AB_SHAPES[match["swap_ab"]] if match.get("swap_ab") else MLA_SHAPES
+
+
+def decode_variant(match: dict) -> str:
+    """FA4MLIR_MLA_DECODE_VARIANT for a case kernel's calls: the rule for a swap-AB kernel (what the
+    default path runs), m64 for the others (the rule would pick swap AB at 16 heads, seqlen_q 1)."""
+    if match.get("seesaw"):
+        return mc.SEESAW_VARIANT
+    return mc.RULE_VARIANT if match.get("swap_ab") else mc.M64_VARIANT
 
 
 def mla_features(config: dict) -> set[str]:
@@ -48,23 +67,23 @@ def mla_features(config: dict) -> set[str]:
 
 
 def _calls(case):
-    """(config dict of the case's kernel, the MLA kernel's variant fields (exchange, seesaw), num_splits
-    (None: get_mla_metadata's), seqlen_q, heads) per call."""
+    """(config dict of the case's kernel, its exchange field, num_splits (None: get_mla_metadata's),
+    seqlen_q, heads) per call."""
     for match in case.match:
-        fields = {"exchange": match.get("exchange", True), "seesaw": match.get("seesaw", False)}
-        for j, (sq, h) in enumerate(MLA_SHAPES):
+        exchange = match.get("exchange", True)
+        for j, (sq, h) in enumerate(shapes_for(match)):
             splits = 1 if match.get("unsplit") else None if j == 0 else SPLITS
-            yield match, fields, splits, sq, h
+            yield match, exchange, splits, sq, h
 
 
 def describe(case) -> list[str]:
     return [f"{m['dtype']} seqlen_q {sq}, heads {h}, lengths {lengths_for(case.page_size)}, page size "
-            f"{case.page_size}, num_splits {splits or 'get_mla_metadata'}{_variant_text(f)}"
-            for m, f, splits, sq, h in _calls(case)]
+            f"{case.page_size}, num_splits {splits or 'get_mla_metadata'}{_variant_text(m, x)}"
+            for m, x, splits, sq, h in _calls(case)]
 
 
-def _variant_text(fields: dict) -> str:
-    return ("" if fields["exchange"] else ", exchange=False") + (", seesaw" if fields["seesaw"] else "")
+def _variant_text(match: dict, exchange: bool) -> str:
+    return ("" if exchange else ", exchange=False") + (f", {decode_variant(match)}" if decode_variant(match) != mc.M64_VARIANT else "")
 
 
 @contextlib.contextmanager
@@ -83,18 +102,23 @@ def nan_empty(torch):
 
 
 @contextlib.contextmanager
-def variant(mla, fields: dict):
-    """flash_mla_with_kvcache runs the kernel of these variant fields (exchange, seesaw) inside the block
-    (mla.configs_for swapped, and the call cache: a fresh mla.CallCache for the block, the module's own
-    one back after)."""
-    chosen, calls = mla.configs_for, mla._CALLS
+def variant(mla, exchange: bool, decode: str = mc.RULE_VARIANT):
+    """flash_mla_with_kvcache runs the `decode` variant (FA4MLIR_MLA_DECODE_VARIANT), and the
+    exchange=False kernel, inside the block (mla.configs_for swapped, and the call cache: a fresh
+    mla.CallCache for the block, the module's own one and the environment back after)."""
+    chosen, calls, before = mla.configs_for, mla._CALLS, os.environ.get(mla.VARIANT_ENV)
     mla._CALLS = mla.CallCache()
-    if not fields["exchange"] or fields["seesaw"]:
-        mla.configs_for = lambda p: (replace(chosen(p)[0], **fields), chosen(p)[1])
+    os.environ[mla.VARIANT_ENV] = decode
+    if not exchange:
+        mla.configs_for = lambda p: (replace(chosen(p)[0], exchange=False), chosen(p)[1])
     try:
         yield
     finally:
         mla.configs_for, mla._CALLS = chosen, calls
+        if before is None:
+            os.environ.pop(mla.VARIANT_ENV, None)
+        else:
+            os.environ[mla.VARIANT_ENV] = before
 
 
 def child_mla(case, bundle, seed: int):
@@ -107,7 +131,7 @@ def child_mla(case, bundle, seed: int):
     from fa4mlir.testing_mla import check_mla, dequantize_fp8_cache, quantize_fp8_cache
 
     device, page = san.DEVICE, case.page_size
-    for i, (match, fields, splits, sq, heads) in enumerate(_calls(case)):
+    for i, (match, exchange, splits, sq, heads) in enumerate(_calls(case)):
         s = seed + i
         lengths = lengths_for(page)
         t = decode_inputs(torch, device, lengths, sq, heads, 1, mc.D_QK, match["dtype"], page, s)
@@ -123,8 +147,8 @@ def child_mla(case, bundle, seed: int):
             num_splits = (torch.arange(len(lengths) + 1, dtype=torch.int32) * splits).to(device)
         n = meta.shape[0]
         problem = mla.MLAProblem(len(lengths), sq, heads, kv.shape[0], page, table.shape[1], match["dtype"], n,
-                                 mc.D_QK ** -0.5, True, fp8)
-        with variant(mla, fields):
+                                 mc.D_QK ** -0.5, True, fp8, decode_variant(match))
+        with variant(mla, exchange, decode_variant(match)):
             cfg, combine = mla.configs_for(problem)
             got = (cfg if case.kernel == mc.KERNEL else combine)
             if got is None or got.key() != match:
@@ -144,7 +168,7 @@ def child_mla(case, bundle, seed: int):
         except AssertionError as exc:
             r.update(ok=False, error=str(exc)[:300])
         yield {"kernel": name, "shape": [len(lengths), sq, heads], "lengths": lengths, "page_size": page,
-               "num_splits": n, "exchange": fields["exchange"], **({"seesaw": True} if fields["seesaw"] else {}),
+               "num_splits": n, "exchange": exchange, "variant": decode_variant(match),
                "fp8": fp8, "via": "flash_mla_with_kvcache", "seed": s, **r}
 
 

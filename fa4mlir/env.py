@@ -38,12 +38,14 @@ KNOBS: dict[str, Knob] = {
              "entry of attention_decode_sm90_config.FP8_VARIANTS instead of FP8_DEFAULT_RULE's kernel (smem: the "
              "conversion-through-SMEM kernel; bench decode --decode-variant; a bundle must hold it: the "
              "decode-fp8-variants set)"),
-        Knob("FA4MLIR_MLA_DECODE_VARIANT", None, "str", "flash_mla_with_kvcache's dense decode (16-bit cache) runs "
-             "this kernel variant: unset or 'default', or 'swapab' (the opt-in swap-AB kernel, "
-             "attention_mla_decode_sm90_swapab.py: seqlen_q x heads <= 32 only, else UnsupportedFeatureError), "
-             "'seesaw' (FlashMLA's schedule, bf16) or 'full_s' (attention_mla_decode_sm90_config.VARIANTS; "
-             "bench mla --mla-decode-variant; a bundle must hold it: the mla-decode-variants set); read per call "
-             "into the call cache's key"),
+        Knob("FA4MLIR_MLA_DECODE_VARIANT", None, "str", "flash_mla_with_kvcache's dense decode runs this kernel "
+             "variant (attention_mla_decode_sm90_config.DECODE_VARIANTS): unset or 'default', DEFAULT_RULE's (the "
+             "swap-AB kernel for seqlen_q x heads <= 32 over a 16-bit cache, the seesaw schedule for more rows over "
+             "a bf16 cache, else the M64 kernel); 'm64' (the kernel of 64-row M tiles, for any call); 'swapab' "
+             "(attention_mla_decode_sm90_swapab.py: seqlen_q x heads <= 32 over a 16-bit cache only, else "
+             "UnsupportedFeatureError) and its speed variants; 'seesaw' (bf16) and 'full_s' (16-bit); bench mla "
+             "--mla-decode-variant; a bundle must hold it: the mla set, the speed variants the "
+             "mla-decode-variants set; read per call into the call cache's key"),
         Knob("FA4MLIR_VARLEN_GRID", None, "str", "flash_attn_varlen_func's grid (packed k and v): unset or "
              "'sections', the default (ceil(max_seqlen_q / bm) tiles per sequence, the empty ones exit), or "
              "'compact' (one block per working tile, AttnConfig.varlen_compact: an A/B variant; a bundle must "

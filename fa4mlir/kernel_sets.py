@@ -6,7 +6,7 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
 
     gpu-tests   what tests/gpu needs (GEMM bf16/f16 on sm_90a, the sm_100a GEMM, the debug deadlock
                 kernel, the attention set, the attention-fa4-pieces set, the attention-tiles
-                variants, attention-masks, attention-softcap-sinks, attention-varlen, head-dims, mla and the MLA decode variants of mla-decode-variants;
+                variants, attention-masks, attention-softcap-sinks, attention-varlen, head-dims and mla;
                 the decode kernels are their own set, `--set decode`, which bench holds too)
     attention   the sm_90a attention forward kernel: default_configs for every dtype x head_dim x
                 causal (26 kernels: 20 over D64, 96, 128, 192, 256, and a persistent one for short key
@@ -61,19 +61,15 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 variants of DECODE_MASK_CASES (window_size, attention_chunk, softcap, sinks: compile-time
                 DecodeConfig fields, one kernel per window size), split and unsplit, with the combine's
                 sink variant, what tests/gpu/test_kvcache_mask_gpu.py runs
-    mla-decode-variants
-                the mla set plus the MLA decode's opt-in variants it lacks (attention_mla_decode_sm90_config.
-                VARIANTS: the seesaw schedule), bf16 pages of 64, split and unsplit: what `bench mla
-                --mla-decode-variant default,full_s,seesaw` times and tests/gpu/test_mla_decode_seesaw_gpu.py runs
     decode-fp8-variants
                 the decode set plus attention_decode_sm90_config.FP8_VARIANTS (converter warpgroup,
                 128-key tiles, split conversion, bit conversion, swap AB) of bf16 D128 FP8 caches, contiguous and paged 16, each
                 scale granularity, split and unsplit: what `bench decode --decode-variant` times
     mla-decode-variants
-                the opt-in swap-AB MLA decode (FA4MLIR_MLA_DECODE_VARIANT=swapab, MLADecodeConfig.swap_ab):
-                bf16 pages of 64 at N 16 and 32 (bench mla's 16-head rows, seqlen_q 1 and 2), split and
-                unsplit, and the head-dim-512 combine (tests/gpu/test_mla_decode_swapab_gpu.py,
-                bench mla --mla-decode-variant default,swapab)
+                the mla set (every kernel DEFAULT_RULE or FA4MLIR_MLA_DECODE_VARIANT picks: M64, swap AB, the
+                seesaw schedule, full_s) plus the swap-AB kernels' opt-in speed variants (the L2 prefetch):
+                bf16 pages of 64 at N 16 and 32, split and unsplit: what `bench mla --mla-decode-variant` times
+                and tests/gpu/test_mla_decode_{swapab,seesaw}_gpu.py run
     prefill     what `bench prefill`'s fa4mlir rows run today (fa4mlir/bench/prefill_bench.py): the sm_90a
                 attention kernel, bf16 D128 causal (the dense rows; prefill_chunked on the contiguous
                 cache) and its sliding window PREFILL_WINDOW = (4096, 0) (the sliding_window row: a
@@ -124,7 +120,9 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 VARLEN_PAGED_PREFILL_CASES and VARLEN_PAGED_PREFILL_MOD_CASES (window_size,
                 attention_chunk, softcap, sinks) that tests/gpu/test_varlen_paged_prefill_gpu.py runs
     mla         the sm_90a absorbed MLA decode kernels (flash_mla_with_kvcache, attention/mla.py): bf16 and
-                f16 caches in pages of 64 and a bf16 one in pages of 16, each split and unsplit, the
+                f16 caches in pages of 64 and a bf16 one in pages of 16, each split and unsplit, as the M64
+                kernel and as DEFAULT_RULE's swap-AB kernel at N 8, 16, 24 and 32 (seqlen_q x heads <= 32,
+                e.g. 16 heads at seqlen_q 1 and 2; attention_mla_decode_sm90_config.DEFAULT_RULE), the
                 bf16 page-64 pair without the S exchange (`exchange=False`, to time against), and the
                 head-dim-512 combine (what tests/gpu/test_mla_decode_gpu.py and `bench mla`'s decode rows run),
                 the FP8-latent-cache variants (is_fp8_kvcache, bf16, pages 64 and 16, split and unsplit),
@@ -610,8 +608,17 @@ def mla() -> list:
     over the FP8 cache (the converter-warpgroup kernels FP8_DECODE_DEFAULT_RULE picks and the gather kernels
     of FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather)."""
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
-    from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, default_config
+    from dataclasses import replace
+    from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, SWAP_AB_NS, default_config
     out = [(KERNEL, default_config(dtype, page, unsplit=u)) for dtype, page in MLA_CASES for u in (False, True)]
+    # DEFAULT_RULE's swap-AB kernels (seqlen_q x heads <= 32 over a 16-bit cache) for every N: what
+    # tests/gpu/test_mla_decode_gpu.py's and bench mla's 16-head rows run (N 16, 32) and the other head
+    # counts under the rule (N 8, 24), as the M64 kernels above served them before the rule
+    out += [(KERNEL, replace(default_config(dtype, page, unsplit=u), swap_ab=n)) for dtype, page in MLA_CASES
+            for n in SWAP_AB_NS for u in (False, True)]
+    # DEFAULT_RULE's seesaw kernels (more than 32 packed rows over a bf16 cache) for each bf16 cache type
+    out += [(KERNEL, default_config(dtype, page, unsplit=u, seesaw=True)) for dtype, page in MLA_CASES
+            if dtype == "bf16" for u in (False, True)]
     # the variant whose warpgroups both compute all of S (note "Design"), for bench mla to time against
     out += [(KERNEL, default_config("bf16", 64, unsplit=u, exchange=False)) for u in (False, True)]
     # FlashMLA's FP8 latent cache (is_fp8_kvcache=True; bf16 q): page sizes 64 and 16
@@ -637,28 +644,15 @@ def mla() -> list:
     return out + _mla_prefill()
 
 
-def _mla_decode_variant_entries() -> list:
-    """attention_mla_decode_sm90_config.VARIANTS not in the mla set (seesaw), bf16 pages of 64, split and
-    unsplit: every row of `bench mla`'s mla_decode (batch 128: one split) and the split GPU cases."""
-    from .kernels.attention_mla_decode_sm90_config import KERNEL, VARIANTS, default_config
-    have = {c for _, c, *_ in mla()}
-    return [(KERNEL, cfg) for name, fields in VARIANTS.items() if name != "default" for u in (False, True)
-            if (cfg := default_config("bf16", 64, unsplit=u, **fields)) not in have]
-
-
-def _mla_decode_swapab_entries() -> list:
-    """The opt-in swap-AB MLA decode kernels (bf16, page 64, N 16 and 32, split and unsplit)."""
-    from dataclasses import replace
-    from .kernels.attention_mla_decode_sm90_config import KERNEL, default_config
-    return [(KERNEL, replace(default_config("bf16", 64, unsplit=u), swap_ab=n)) for n in (16, 32)
-            for u in (False, True)]
-
-
 def mla_decode_variants() -> list:
-    """The mla set plus the MLA decode variants it lacks (the seesaw schedule and full_s, bf16 pages of 64;
-    the swap-AB kernels, N 16 and 32): what `bench mla --workloads mla_decode --mla-decode-variant
-    default,swapab,full_s,seesaw` and tests/gpu/test_mla_decode_{seesaw,swapab}_gpu.py run."""
-    return mla() + _mla_decode_variant_entries() + _mla_decode_swapab_entries()
+    """The mla set (every DECODE_VARIANTS kernel the rule or the knob picks: M64, swap AB, seesaw, full_s)
+    plus the swap-AB kernels' opt-in speed variants (SWAP_AB_SPEED_VARIANTS: the L2 prefetch; bf16, page 64,
+    N 16 and 32, split and unsplit): what `bench mla --workloads mla_decode --mla-decode-variant
+    m64,swapab,swapab_l2,swapab_l2x2,full_s,seesaw` and tests/gpu/test_mla_decode_{seesaw,swapab}_gpu.py run."""
+    from dataclasses import replace
+    from .kernels.attention_mla_decode_sm90_config import KERNEL, SWAP_AB_SPEED_VARIANTS, default_config
+    return mla() + [(KERNEL, replace(default_config("bf16", 64, unsplit=u), swap_ab=n, **fields))
+                    for fields in SWAP_AB_SPEED_VARIANTS.values() for n in (16, 32) for u in (False, True)]
 
 
 # (dtype, head_dim, causal, window_size, softcap, sinks) of the attention-varlen set: what
@@ -783,7 +777,6 @@ def score_mods() -> list:
 def gpu_tests() -> list:
     out = [_gemm90(dtype="bf16"), _gemm90(dtype="f16"), _gemm100()] + attention() + attention_fa4_pieces()
     out += tile_variants() + attention_masks() + attention_softcap_sinks() + attention_varlen() + head_dims() + mla()
-    out += _mla_decode_variant_entries()
     out += score_mods()
     try:
         deadlock = importlib.import_module("fa4mlir.kernels.deadlock_sm90")

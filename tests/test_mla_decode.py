@@ -169,8 +169,8 @@ def test_mla_decode_through_the_interpreter(lens, seqlen_q, heads, page, splits,
                                    512, _info((splits, 8), "i32"), _info((batch + 1,), "i32"), causal=causal)
     cfg, combine = mla.configs_for(problem)
     assert cfg.unsplit == (splits == 1) and (combine is None) == cfg.unsplit
-    cfg = replace(cfg, seesaw=True) if exchange == "seesaw" else replace(cfg, exchange=bool(exchange))
-    assert cfg.dtype == dtype
+    cfg = replace(cfg, swap_ab=0, seesaw=exchange == "seesaw", exchange=bool(exchange))   # not DEFAULT_RULE's pick
+    assert cfg.dtype == dtype                  # the M64 / seesaw kernels (swap AB: tests/test_mla_decode_swapab.py)
     out_t, lse_t = interpret_decode(torch, problem, cfg, combine, q, bits(torch, kv), table, lens_a, page)
     errs = check_mla(q, kv, table, lens_a, out_t, lse_t, causal=causal)
     assert errs["out"] > 0           # the kernel computed something (an all-zero out would fail the rule anyway)
@@ -187,7 +187,7 @@ def test_plan_launches_by_the_contracts(monkeypatch, splits):
                                    causal=True)
     plan = mla.build_plan(problem, None, (2 * 128 * 576, 128 * 576, 576), 64, (2 * 128 * 512, 128 * 512, 512))
     decode = plan.launches[0]
-    assert decode.kernel.cfg == mc.default_config("bf16", 64, unsplit=splits == 1)
+    assert decode.kernel.cfg == mc.default_config("bf16", 64, unsplit=splits == 1, seesaw=True)   # DEFAULT_RULE: 256 rows
     assert list(decode.args) == [n for n, _ in decode.kernel.cfg.params]
     assert decode.grid == (4 * splits, 1, 128) and decode.args["rows"] == 256 and decode.args["capacity"] == 64 * 64
     assert len(plan.launches) == (1 if splits == 1 else 2)

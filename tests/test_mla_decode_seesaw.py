@@ -28,11 +28,12 @@ from fa4mlir.kernels.common.fields import ConfigError
 from tests._mla_helpers import info as _info
 from tests._mla_helpers import lower_clean
 
-ENTRIES = kernel_sets._mla_decode_variant_entries()
+ENTRIES = [e for e in kernel_sets.mla() if e[0] == mc.KERNEL and e[1].seesaw]   # DEFAULT_RULE's, bf16 > 32 rows
 
 
 def test_the_set_holds_the_seesaw_kernels():
-    assert [c for _, c in ENTRIES] == [mc.default_config("bf16", 64, unsplit=u, seesaw=True) for u in (False, True)]
+    assert [c for _, c in ENTRIES] == [mc.default_config("bf16", page, unsplit=u, seesaw=True) for page in (64, 16)
+                                       for u in (False, True)]
     held = {c for _, c, *_ in kernel_sets.configs(["mla-decode-variants"])}
     assert {c for _, c in ENTRIES} <= held and mc.default_config("bf16", 64, unsplit=True) in held
     assert set(ENTRIES) <= set(kernel_sets.gpu_tests())
@@ -82,6 +83,8 @@ def _problem(fp8=False):
 
 def test_the_knob_picks_the_variant(monkeypatch):
     monkeypatch.delenv(mc.VARIANT_ENV, raising=False)
+    assert mla.configs_for(_problem())[0].seesaw          # DEFAULT_RULE: 128 rows over bf16
+    monkeypatch.setenv(mc.VARIANT_ENV, mc.M64_VARIANT)
     assert not mla.configs_for(_problem())[0].seesaw
     monkeypatch.setenv(mc.VARIANT_ENV, "seesaw")
     cfg, combine = mla.configs_for(_problem())
@@ -91,5 +94,5 @@ def test_the_knob_picks_the_variant(monkeypatch):
     with pytest.raises(UnsupportedFeatureError, match="not a decode variant"):
         _problem()
     monkeypatch.setenv(mc.VARIANT_ENV, "seesaw")
-    with pytest.raises(UnsupportedFeatureError, match="bf16 cache"):
+    with pytest.raises(UnsupportedFeatureError, match="seesaw: bf16"):
         _problem(fp8=True)

@@ -1,4 +1,4 @@
-"""Deviceless: the opt-in swap-AB MLA decode (attention_mla_decode_sm90_swapab, MLADecodeConfig.swap_ab;
+"""Deviceless: the swap-AB MLA decode (attention_mla_decode_sm90_swapab, MLADecodeConfig.swap_ab;
 FA4MLIR_MLA_DECODE_VARIANT=swapab).
 
 * its kernels (the mla-decode-variants set) compile with no spills, wgmma not serialised, setmaxnreg
@@ -8,7 +8,8 @@ FA4MLIR_MLA_DECODE_VARIANT=swapab).
   odd), and padded tiles (N 8 and 24 with fewer real rows), checked by the FA rule against the
   float64 reference (testing_mla.check_mla); seeded bugs (V^T read K-major, P^T keys permuted, the
   odd count's last pair dropped) must fail the rule;
-* the host picks it only when asked, and refuses with typed errors where it cannot run.
+* the host picks it by DEFAULT_RULE (seqlen_q x heads <= 32 over a 16-bit cache) or when named, runs the
+  M64 kernel when "m64" is named, and refuses with typed errors where swap AB cannot run.
 """
 from __future__ import annotations
 
@@ -58,22 +59,97 @@ def _args(seqlen_q, heads, splits=1):
 
 
 def test_host_selection_and_refusals(monkeypatch):
-    monkeypatch.delenv(mla.VARIANT_ENV, raising=False)
-    assert mla.configs_for(mla.check_mla_inputs(*_args(2, 16)))[0].swap_ab == 0
-    monkeypatch.setenv(mla.VARIANT_ENV, "swapab")
-    for sq, n in ((1, 16), (2, 32)):
-        for splits in (1, 3):
-            problem = mla.check_mla_inputs(*_args(sq, 16, splits))
-            cfg, combine = mla.configs_for(problem)
-            assert problem.variant == "swapab" and cfg.swap_ab == n and cfg.unsplit == (splits == 1)
-            assert (combine is None) == (splits == 1)
+    """DEFAULT_RULE (unset or "default"): swap AB for seqlen_q x heads <= 32 over a 16-bit cache, the
+    seesaw past that over bf16; "m64" and "swapab" name a kernel; an unknown name or swap AB where it is not built is a typed error."""
+    for env in (None, "default", "swapab"):
+        if env is None:
+            monkeypatch.delenv(mla.VARIANT_ENV, raising=False)
+        else:
+            monkeypatch.setenv(mla.VARIANT_ENV, env)
+        for sq, h, n in ((1, 16, 16), (2, 16, 32), (1, 5, 8), (2, 10, 24)):
+            for splits in (1, 3):
+                problem = mla.check_mla_inputs(*_args(sq, h, splits))
+                cfg, combine = mla.configs_for(problem)
+                assert problem.variant == "swapab" and cfg.swap_ab == n and cfg.unsplit == (splits == 1)
+                assert (combine is None) == (splits == 1)
     with pytest.raises(E.UnsupportedFeatureError, match="seqlen_q x heads"):
         mla.check_mla_inputs(*_args(1, 64))
+    monkeypatch.setenv(mla.VARIANT_ENV, "m64")
+    for sq, h in ((1, 16), (2, 16), (1, 64)):
+        problem = mla.check_mla_inputs(*_args(sq, h))
+        assert problem.variant == "m64" and mla.configs_for(problem)[0] == mc.default_config("bf16", 64, unsplit=True)
     monkeypatch.setenv(mla.VARIANT_ENV, "nope")
     with pytest.raises(E.UnsupportedFeatureError, match="not a decode variant"):
         mla.check_mla_inputs(*_args(1, 16))
-    monkeypatch.setenv(mla.VARIANT_ENV, "default")
-    assert mla.check_mla_inputs(*_args(1, 16)).variant == "default"
+    monkeypatch.delenv(mla.VARIANT_ENV)
+    for sq, h in ((1, 33), (2, 17), (2, 128)):      # more than 32 rows over bf16: the seesaw by the rule
+        problem = mla.check_mla_inputs(*_args(sq, h))
+        cfg = mla.configs_for(problem)[0]
+        assert problem.variant == "seesaw" and cfg.swap_ab == 0 and cfg.seesaw
+
+
+def test_default_rule():
+    """The rule's table and function: swap AB only where it is built (never a config error)."""
+    assert mc.DEFAULT_RULE == {"rows <= 32": {"bf16": "swapab", "f16": "swapab", "fp8": "m64"},
+                               "rows > 32": {"bf16": "seesaw", "f16": "m64", "fp8": "m64"}}
+    for sq, h in ((1, 1), (1, 16), (2, 16), (1, 32), (4, 8), (1, 33), (2, 64)):
+        for dtype, fp8 in (("bf16", False), ("f16", False), ("bf16", True)):
+            v = mc.default_variant(sq, h, fp8, dtype)
+            assert v == ("m64" if fp8 else "swapab" if sq * h <= 32 else "seesaw" if dtype == "bf16" else "m64")
+            mc.rule_config(dtype, 64, sq, h, fp8=fp8).validate()
+    assert mla.check_variant("default", 1, 16, True) == "m64"       # FlashMLA's FP8 cache keeps M64
+
+
+def test_plan_notes_name_the_pick(monkeypatch):
+    from types import SimpleNamespace
+    monkeypatch.setattr(mla, "kernel_for", lambda source, cfg: SimpleNamespace(cfg=cfg))
+    monkeypatch.delenv(mla.VARIANT_ENV, raising=False)
+    for heads, want in ((16, "swapab (DEFAULT_RULE"), (64, "seesaw (DEFAULT_RULE")):
+        problem = mla.check_mla_inputs(*_args(1, heads))
+        plan = mla.build_plan(problem, None, (heads * 576, heads * 576, 576), 4, (heads * 512, heads * 512, 512))
+        assert plan.notes and want in plan.notes[0], plan.notes
+    monkeypatch.setenv(mla.VARIANT_ENV, "m64")
+    plan = mla.build_plan(mla.check_mla_inputs(*_args(1, 16)), None, (16 * 576, 16 * 576, 576), 4,
+                          (16 * 512, 16 * 512, 512))
+    assert "m64 (named by" in plan.notes[0]
+    monkeypatch.setenv(mla.VARIANT_ENV, "swapab_l2")
+    plan = mla.build_plan(mla.check_mla_inputs(*_args(1, 16)), None, (16 * 576, 16 * 576, 576), 4,
+                          (16 * 512, 16 * 512, 512))
+    assert "swapab_l2 (named by" in plan.notes[0] and plan.launches[0].kernel.cfg.swap_ab_l2 == 1
+
+
+def test_l2_prefetch_variant():
+    """swapab_l2 / swapab_l2x2 (note "L2 prefetch"): out of key() and name() when off, a form of swap AB
+    only, picked by name where swap AB runs; its kernel prefetches (UTMAPF: two tiles x 9 chunks in the
+    loop, and for d = 2 pair 1's before it), the plain one does not."""
+    import re
+
+    from fa4mlir import sass
+    from tests._mla_helpers import lower_clean
+    base = replace(mc.default_config("bf16", 64, unsplit=True), swap_ab=16)
+    assert "swap_ab_l2" not in base.key() and replace(base, swap_ab_l2=2).key()["swap_ab_l2"] == 2
+    assert replace(base, swap_ab_l2=1).name() == "attention_mla_decode_sm90_bf16_b64_swapab16_l2x1_unsplit"
+    for bad in (mc.MLADecodeConfig(swap_ab_l2=1), replace(base, swap_ab_l2=3)):
+        with pytest.raises(ConfigError, match="swap_ab too"):
+            bad.validate()
+    for name, d in (("swapab_l2", 1), ("swapab_l2x2", 2)):
+        assert mc.variant_config(mc.default_config("bf16", 64), name, 2, 16) == \
+            replace(mc.default_config("bf16", 64), swap_ab=32, swap_ab_l2=d)
+    assert not mc.variant_runs("swapab_l2", 1, 64, False) and not mc.variant_runs("swapab_l2", 1, 16, True)
+    for cfg in (base, replace(base, swap_ab_l2=1), replace(base, swap_ab_l2=2)):
+        code = sass.disassemble(lower_clean(mc.KERNEL, cfg).cubin)     # (d = 2: pair 1 before the loop too)
+        assert len(re.findall(r"\bUTMAPF\b", code)) == 2 * 9 * min(cfg.swap_ab_l2, 2)
+        assert len(re.findall(r"\bUTMALDG\b", code)) == 2 * 9
+
+
+def test_l2_prefetch_host_selection(monkeypatch):
+    monkeypatch.setenv(mla.VARIANT_ENV, "swapab_l2")
+    problem = mla.check_mla_inputs(*_args(2, 16, 3))
+    cfg = mla.configs_for(problem)[0]
+    assert problem.variant == "swapab_l2" and cfg.swap_ab == 32 and cfg.swap_ab_l2 == 1 and not cfg.unsplit
+    assert (mc.KERNEL, cfg) in kernel_sets.mla_decode_variants()
+    with pytest.raises(E.UnsupportedFeatureError, match="seqlen_q x heads"):
+        mla.check_mla_inputs(*_args(1, 64))
 
 
 def test_fp8_refused():
@@ -115,6 +191,14 @@ def _run(lens, seqlen_q, heads, page, splits, causal, dtype="bf16", cfg_change=N
 ])
 def test_swapab_through_the_interpreter(lens, seqlen_q, splits, causal, dtype):
     errs = _run(lens, seqlen_q, 16, 64, splits, causal, dtype)
+    assert errs["out"] > 0
+
+
+@pytest.mark.parametrize("ahead", [1, 2])
+def test_l2_prefetch_through_the_interpreter(ahead):
+    """swapab_l2 / swapab_l2x2 by the FA rule: split kernel + combine, an odd tile count (the last pairs'
+    prefetches and the phantom tile aimed past the pool)."""
+    errs = _run((150, 64), 2, 16, 64, 2, True, cfg_change={"swap_ab_l2": ahead})
     assert errs["out"] > 0
 
 

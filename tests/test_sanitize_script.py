@@ -257,9 +257,11 @@ def test_the_coverage_check_fails_on_what_no_case_runs(gpu_tests):
         "varlen-chunk": ["varlen-chunk"],
         "mla-full-s-bf16-p64": ["attention_mla_decode_sm90/split/full-s", "attention_mla_decode_sm90/unsplit/full-s"],
         "mla-bf16-p64,mla-f16-p64,mla-bf16-p16": ["attention_mla_decode_sm90/split/exchange",
-                                                  "attention_mla_decode_sm90/unsplit/exchange", "mla-f16"],
-        "mla-f16-p64": ["mla-f16"],
-        "mla-bf16-p16,mla-fp8-p16": ["mla-box16"],
+                                                  "attention_mla_decode_sm90/unsplit/exchange"],
+        "mla-f16-p64,mla-swapab-f16-p64": ["mla-f16"],
+        "mla-bf16-p16,mla-fp8-p16,mla-swapab-bf16-p16,mla-seesaw-bf16-p16": ["mla-box16"],
+        "mla-swapab-bf16-p64,mla-swapab-f16-p64,mla-swapab-bf16-p16": [
+            "attention_mla_decode_sm90/split/exchange/swapab", "attention_mla_decode_sm90/unsplit/exchange/swapab"],
         "mla-combine": ["combine-d512"],
         "mla-fp8-p64,mla-fp8-p16": ["attention_mla_decode_sm90/split/exchange/fp8",
                                     "attention_mla_decode_sm90/unsplit/exchange/fp8", "mla-fp8"],
@@ -352,7 +354,7 @@ def test_quick_cases_cover_every_kernel_first():
     # and every varlen and MLA family (their features may wait for the full matrix)
     every = {f for c in san.CASES for f in c.families}
     assert {f for f in every if "/varlen/" in f or f.startswith("attention_mla")} <= fams
-    assert sum("/varlen/" in f for f in fams) == 4 and sum(f.startswith("attention_mla_decode") for f in fams) == 8   # exchange, full-s, fp8, seesaw x split, unsplit
+    assert sum("/varlen/" in f for f in fams) == 4 and sum(f.startswith("attention_mla_decode") for f in fams) == 10   # M64 (2 x 2), fp8, swapab, seesaw
     assert sps.sc.KERNEL in fams and {"sparse-topk_length", "sparse-sinks"} <= feats
     # one score-mod case: a score_mod and a mask_mod, two aux tensors
     assert [c.name for c in quick if c.child == "scoremod"] == ["scoremod-docmask-alibi-d64-causal"]

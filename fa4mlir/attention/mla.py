@@ -36,11 +36,15 @@ each row to bf16(float32(e4m3) x scale) (FlashMLA's dequantize_k_cache) in SMEM 
 GEMMs (attention_mla_decode_sm90, note "FP8 latent"). Token and page strides: multiples of 16
 bytes (FlashMLA's own quantize_k_cache pads each page by one row: taken).
 
-Kernel variant (FA4MLIR_MLA_DECODE_VARIANT, read per call into the call cache's key; for A/B timing,
-bench mla --mla-decode-variant): unset or "default", or "swapab", the opt-in swap-AB kernel
-(attention_mla_decode_sm90_swapab.py) for seqlen_q x heads <= 32 over a 16-bit cache, or "seesaw"
-(attention_mla_decode_seesaw_sm90.py, FlashMLA's schedule, bf16) or "full_s" (exchange=False, 16-bit):
-UnsupportedFeatureError where a variant is not built, never a silent fallback.
+Kernel (attention_mla_decode_sm90_config.DEFAULT_RULE): a call of seqlen_q x heads <= 32 packed rows
+over a 16-bit cache (FlashMLA's 16-head decode) runs the swap-AB kernel (attention_mla_decode_sm90_swapab.py:
+S^T = K Q^T, N = 8..32 rows a CTA, no 64-row padding; faster on an nvidia-h200, notes/RESULTS.md
+[D-mla-decode-swapab-default]), every other call the M64 kernel (64 packed rows a CTA). The plan's
+notes name the pick. FA4MLIR_MLA_DECODE_VARIANT (read per call into the call cache's key; for A/B
+timing, bench mla --mla-decode-variant) overrides it: unset or "default" (the rule), "m64" (the M64
+kernel for any call), "swapab" (the swap-AB kernel: UnsupportedFeatureError where it is not built,
+more than 32 rows or the FP8 cache, never a silent fallback) or one of its opt-in speed variants, same
+limits (SWAP_AB_SPEED_VARIANTS: "swapab_l2", "swapab_l2x2", the L2 prefetch of the next tiles).
 
 Not built (typed errors, UnsupportedFeatureError): more than one KV head, head dims other than
 576/512.
@@ -50,7 +54,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from .. import env
@@ -70,8 +74,8 @@ TILE_SCHEDULER_METADATA_SIZE = 8
 MAX_SPLITS = 64               # per sequence (first guess: to be measured, bench mla)
 FILL_FRACTION = 0.8           # CTAs (one per SM: 216 KiB of SMEM) at or above this share of the SMs: no split
 CALLS_KEPT = 256
-VARIANT_ENV = mc.VARIANT_ENV                 # FA4MLIR_MLA_DECODE_VARIANT
-VARIANTS = ("default", mc.SWAP_AB_VARIANT, *(v for v in mc.VARIANTS if v != "default"))   # + full_s, seesaw
+VARIANT_ENV = "FA4MLIR_MLA_DECODE_VARIANT"
+VARIANTS = mc.DECODE_VARIANTS
 
 
 def _err(msg: str, api: str = ENTRY) -> str:
@@ -175,7 +179,8 @@ class MLAProblem(MLAOutputs):
     softmax_scale: float
     causal: bool
     fp8: bool = False           # FlashMLA's FP8 latent cache (656-byte rows)
-    variant: str = "default"    # the decode kernel variant (VARIANTS; FA4MLIR_MLA_DECODE_VARIANT)
+    variant: str = mc.RULE_VARIANT  # the decode kernel variant (VARIANTS; FA4MLIR_MLA_DECODE_VARIANT; "default":
+                                    # DEFAULT_RULE's, which check_mla_inputs resolves to m64 or swapab)
 
 
 FP8_CACHE_DTYPES = ("e4m3", "u8")
@@ -284,22 +289,19 @@ def requested_variant() -> str:
 
 
 def check_variant(variant: str, seqlen_q: int, heads: int, fp8: bool, dtype: str = "bf16") -> str:
-    """The decode variant for the call: UnsupportedFeatureError for an unknown name, where "swapab"
-    cannot run (more than SWAP_AB_MAX_ROWS packed rows, or the FP8 cache), and where the fixed-field
-    variants of attention_mla_decode_sm90_config.VARIANTS cannot (full_s: a 16-bit cache; seesaw: bf16)."""
+    """The decode kernel variant the call runs, "default" resolved by DEFAULT_RULE (swapab, seesaw or m64):
+    UnsupportedFeatureError for an unknown name, and where a named variant is not built for the call
+    ("swapab": more than SWAP_AB_MAX_ROWS packed rows, or the FP8 cache; full_s: the FP8 cache; seesaw:
+    a cache other than bf16)."""
     if variant not in VARIANTS:
         raise UnsupportedFeatureError(_err(f"{VARIANT_ENV}={variant!r} is not a decode variant; pick one of {VARIANTS}"))
-    if variant == mc.SWAP_AB_VARIANT and (fp8 or not mc.swap_ab_rows(seqlen_q, heads)):
+    if not mc.variant_runs(variant, seqlen_q, heads, fp8, dtype):
         raise UnsupportedFeatureError(_err(
-            f"the swap-AB decode ({VARIANT_ENV}={variant}) is built for a 16-bit cache and seqlen_q x heads <= "
-            f"{mc.SWAP_AB_MAX_ROWS}, got seqlen_q x heads = {seqlen_q * heads}, is_fp8_kvcache={fp8}; unset "
-            f"{VARIANT_ENV} for the default kernel"))
-    if variant in mc.VARIANTS and variant != "default" and (fp8 or (variant == mc.SEESAW_VARIANT and dtype != "bf16")):
-        raise UnsupportedFeatureError(_err(
-            f"the {variant} decode ({VARIANT_ENV}={variant}) is built for a "
-            f"{'bf16' if variant == mc.SEESAW_VARIANT else '16-bit'} cache, got dtype {dtype}, "
-            f"is_fp8_kvcache={fp8}; unset {VARIANT_ENV} for the default kernel"))
-    return variant
+            f"the {variant} decode ({VARIANT_ENV}={variant}) is not built for this call (swapab: a 16-bit cache "
+            f"and seqlen_q x heads <= {mc.SWAP_AB_MAX_ROWS}; full_s: a 16-bit cache; seesaw: bf16), got seqlen_q x "
+            f"heads = {seqlen_q * heads}, dtype {dtype}, is_fp8_kvcache={fp8}; unset "
+            f"{VARIANT_ENV} for the default rule's kernel"))
+    return mc.default_variant(seqlen_q, heads, fp8, dtype) if variant == mc.RULE_VARIANT else variant
 
 
 # ----------------------------------------------------------------------------------------------
@@ -316,11 +318,7 @@ def configs_for(problem: MLAProblem) -> tuple:
     """The decode kernel (unsplit for one split) and the combine (None for one split)."""
     unsplit = problem.splits == 1
     cfg = mc.default_config(problem.dtype, problem.page_size, unsplit=unsplit, fp8=problem.fp8)
-    if problem.variant == mc.SWAP_AB_VARIANT:
-        cfg = replace(cfg, swap_ab=mc.swap_ab_rows(problem.seqlen_q, problem.heads))
-    elif problem.variant != "default":
-        cfg = replace(cfg, **mc.variant_fields(problem.variant))
-    cfg = cfg.validate()
+    cfg = mc.variant_config(cfg, problem.variant, problem.seqlen_q, problem.heads).validate()
     return cfg, None if unsplit else dec.CombineConfig(problem.dtype, mc.D_V).validate()
 
 
@@ -337,7 +335,24 @@ def build_plan(problem: MLAProblem, source, q_strides, block_table_stride: int, 
                                       block_table_stride=block_table_stride, out_strides=out_strides))]
     if combine is not None:
         launches.append(Launch(kernel_for(source, combine), combine_grid(p), combine_args(p, refs, out_strides)))
-    return Plan(problem, tuple(launches))
+    return Plan(problem, tuple(launches), (variant_note(problem, cfg),))
+
+
+def variant_note(problem: MLAProblem, cfg) -> str:
+    """Plan.describe's line on the decode kernel: which variant, and why."""
+    rows = problem.seqlen_q * problem.heads
+    if requested_variant() != mc.RULE_VARIANT:
+        why = f"named by {VARIANT_ENV}"
+    elif cfg.swap_ab:
+        why = f"DEFAULT_RULE: a 16-bit cache and seqlen_q x heads = {rows} <= {mc.SWAP_AB_MAX_ROWS} (N {cfg.swap_ab})"
+    elif cfg.seesaw:
+        why = f"DEFAULT_RULE: a bf16 cache and seqlen_q x heads = {rows} > {mc.SWAP_AB_MAX_ROWS} (64-row M tiles)"
+    else:
+        why = (f"DEFAULT_RULE: {'the FP8 cache' if problem.fp8 else f'seqlen_q x heads = {rows} > {mc.SWAP_AB_MAX_ROWS}'}"
+               f"{'' if problem.fp8 else f' over {problem.dtype}'} (64-row M tiles)")
+    name = problem.variant if problem.variant != mc.RULE_VARIANT else \
+        mc.SWAP_AB_VARIANT if cfg.swap_ab else mc.SEESAW_VARIANT if cfg.seesaw else mc.M64_VARIANT
+    return f"MLA decode kernel: {name} ({why})"
 
 
 def combine_grid(p: MLAProblem) -> tuple[int, int, int]:

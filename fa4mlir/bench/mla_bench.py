@@ -7,9 +7,12 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    sequence in a paged latent cache (page 64, a shuffled block table), one KV head of 576
                    (V = its first 512 columns), 16 / 64 / 128 query heads, seqlen_q 1 and 2 (causal);
                    rows mla_decode_h{16,64,128}_q{1,2}; get_mla_metadata + flash_mla_with_kvcache;
-                   --mla-decode-variant default,swapab also times backends fa4mlir[default] and
-                   fa4mlir[swapab] (FA4MLIR_MLA_DECODE_VARIANT around each call; swapab only on the rows
-                   it runs: seqlen_q x heads <= 32, the 16-head rows; its kernels: the mla-decode-variants set)
+                   fa4mlir runs DEFAULT_RULE's kernel (swap AB on the 16-head rows, M64 on the others);
+                   --mla-decode-variant m64,swapab also times backends fa4mlir[m64] and fa4mlir[swapab]
+                   (FA4MLIR_MLA_DECODE_VARIANT around each call; a variant only on the rows it is built
+                   for: swapab and its speed variants at seqlen_q x heads <= 32 over the 16-bit cache,
+                   the 16-head rows; attention_mla_decode_sm90_config.DECODE_VARIANTS; the speed
+                   variants' kernels: the mla-decode-variants set)
     mla_decode_fp8 the same over FlashMLA's FP8 latent cache (656-byte rows: the bf16 cache quantized
                    by FlashMLA's quantize_k_cache recipe, testing_mla.quantize_fp8_cache), bf16 q;
                    rows mla_decode_fp8_h{16,64,128}_q{1,2}; flash_mla_with_kvcache(is_fp8_kvcache=True),
@@ -200,7 +203,7 @@ def mla_decode_rows(torch: Any, fa4=None, fp8: bool = False, variants=()) -> lis
     layout, the check over its rows dequantized as the kernel does. `variants` (--mla-decode-variant,
     attention.mla.VARIANTS): each also timed as fa4mlir[variant] on the rows it runs."""
     from ..attention.mla import VARIANTS
-    from ..kernels.attention_mla_decode_sm90_config import SWAP_AB_VARIANT, swap_ab_rows
+    from ..kernels.attention_mla_decode_sm90_config import variant_runs
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         raise ValueError(f"unknown --mla-decode-variant {unknown}; pick from {VARIANTS}")
@@ -234,9 +237,7 @@ def mla_decode_rows(torch: Any, fa4=None, fp8: bool = False, variants=()) -> lis
             shape, flops = row_shape(name)
             backends = {"fa4mlir": call}
             for v in variants:
-                if v != "default" and fp8:
-                    continue                                        # the variants are 16-bit-cache kernels
-                if v != SWAP_AB_VARIANT or swap_ab_rows(sq, heads):
+                if variant_runs(v, sq, heads, fp8):
                     backends[f"fa4mlir[{v}]"] = lambda call=call, v=v: with_decode_variant(call(), v)
             rows.append(Row(name, "mla_decode_fp8" if fp8 else "mla_decode", shape, flops, backends, check,
                             poisoner(torch, b * sq * heads * 512, torch.bfloat16)))

@@ -135,6 +135,9 @@ OPS: tuple[OpDef, ...] = (
     OpDef("tma_store_wait", "Commit the thread's outstanding TMA stores and wait until at most `pending` remain unread.",
           attrs=(("pending", "int"),)),
     OpDef("tma_prefetch", "Prefetch the tensor map `desc` into the descriptor cache.", operands=(("desc", "ptr"),)),
+    OpDef("tma_prefetch_box", """Prefetch the box at `coords` (innermost first) of the tensor that `desc`
+    describes into L2 (no shared memory written, no barrier: a hint; PTX ISA 9.7.9.26
+    cp.async.bulk.prefetch.tensor).""", operands=(("desc", "ptr"), ("coords", "*i32"))),
     # ---- MMA ------------------------------------------------------------------------------------
     OpDef("smem_desc", """The matrix descriptor of an SMEM tile at `addr` for the tensor cores, K-major,
     with `swizzle` bytes (128, 64, 32, 0); encoded per arch by the mma lowering pass.""",

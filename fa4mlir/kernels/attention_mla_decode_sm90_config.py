@@ -19,10 +19,14 @@ P (`exchange`, the default) or both compute all of S, and whether the cache is F
 layout (`fp8`: 656-byte token rows, common/mla_fp8.py; q bf16). The head count, seqlen_q, lengths
 and split count are launch arguments.
 
-`swap_ab` (opt-in, 0 = off: out of key() and name(), so the default kernels are unchanged) builds the
-swap-AB kernel (attention_mla_decode_sm90_swapab.py) for at most SWAP_AB_MAX_ROWS packed rows a CTA:
-swap_ab = N, the rows of a CTA's tile (a legal wgmma N: 8, 16, 24, 32) in place of TILE_M = 64;
-`swap_ab_rows` picks it for a call (SWAP_AB_VARIANT, attention/mla.py's FA4MLIR_MLA_DECODE_VARIANT).
+`swap_ab` (0 = off: out of key() and name(), so the M64 kernels' keys are as before it existed) builds
+the swap-AB kernel (attention_mla_decode_sm90_swapab.py) for at most SWAP_AB_MAX_ROWS packed rows a
+CTA: swap_ab = N, the rows of a CTA's tile (a legal wgmma N: 8, 16, 24, 32) in place of TILE_M = 64;
+`swap_ab_rows` picks N for a call. DEFAULT_RULE (`default_variant`) makes it the default wherever it
+is built: a 16-bit cache and seqlen_q x heads <= SWAP_AB_MAX_ROWS (FlashMLA's 16-head decode);
+every other call runs the M64 kernel (variant M64_VARIANT). DECODE_VARIANTS are the names
+FA4MLIR_MLA_DECODE_VARIANT and bench mla --mla-decode-variant take (attention/mla.py);
+`variant_config` turns a name into the config.
 
 Note "FP8 SMEM plan": Q (72 KiB) + one bf16 tile (72 KiB) the wgmmas read + the exchange (9 KiB)
 leave 74 KiB of the 227: one staging stage of 64 x 656-byte rows (41 KiB) fits, two (82 KiB) do
@@ -31,7 +35,7 @@ it into the bf16 tile, so the TMA of tile j + 1 overlaps tile j's GEMMs and soft
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import gcd
 
 from .common.constants import LOG2E
@@ -56,9 +60,18 @@ FP8_SCALE_GROUP = 128      # latent columns per float32 scale
 # imports the DSL: the host API reads this one)
 FP8_ROW_BYTES = D_V + 4 * (D_V // FP8_SCALE_GROUP) + 2 * (D_QK - D_V)
 FP8_MAX_STAGES = 2
-SWAP_AB_VARIANT = "swapab"     # the opt-in variant's name (FA4MLIR_MLA_DECODE_VARIANT, bench mla)
+SWAP_AB_VARIANT = "swapab"     # the swap-AB kernel (FA4MLIR_MLA_DECODE_VARIANT, bench mla)
+M64_VARIANT = "m64"            # the kernel of TILE_M = 64 packed rows a CTA (the only one before DEFAULT_RULE)
+RULE_VARIANT = "default"       # DEFAULT_RULE's pick for the call
 SWAP_AB_NS = (8, 16, 24, 32)   # legal swap_ab tile rows: wgmma N, a multiple of 8 up to 32 (O^T: 4 N registers)
 SWAP_AB_MAX_ROWS = SWAP_AB_NS[-1]
+# speed variants of the swap-AB kernel (opt-in, for A/B timing; the mla-decode-variants set): name -> fields
+SWAP_AB_L2_AHEAD = (1, 2)       # swap_ab_l2: pairs of tiles the L2 prefetch runs ahead (2: 288 KiB of L2 an SM)
+SWAP_AB_SPEED_VARIANTS = {"swapab_l2": {"swap_ab_l2": 1}, "swapab_l2x2": {"swap_ab_l2": 2}}
+SEESAW_VARIANT = "seesaw"       # FlashMLA's seesaw schedule (attention_mla_decode_seesaw_sm90; bf16)
+# variants that set default_config fields (full_s: each warpgroup all of S, no exchange; seesaw)
+VARIANTS = {"full_s": {"exchange": False}, SEESAW_VARIANT: {"seesaw": True}}
+DECODE_VARIANTS = (RULE_VARIANT, SWAP_AB_VARIANT, M64_VARIANT, *SWAP_AB_SPEED_VARIANTS, *VARIANTS)
 SWAP_AB_X_BYTES = 2 * SWAP_AB_MAX_ROWS * 4 * 4 * 2 + 2 * SWAP_AB_MAX_ROWS * 4   # column maxima, sums, m
 # setmaxnreg budgets: the launch gives 168 registers to each of 384 threads (a sub-partition runs
 # three of the twelve warps); the consumers' O (128) + S (32) + P (16) need more, the producer few
@@ -78,6 +91,9 @@ class MLADecodeConfig:
     seesaw: bool = False           # each warpgroup its own tile of a pair over all 64 keys, P and the row maxima
                                    # across SMEM (attention_mla_decode_seesaw_sm90, FlashMLA's schedule); opt-in
     swap_ab: int = 0               # 0: off; N: the swap-AB kernel over tiles of N packed rows (module docstring)
+    swap_ab_l2: int = 0            # swap_ab: the producer prefetches the pair of tiles this many pairs ahead
+                                   # into L2 (0: off; variants "swapab_l2" 1, "swapab_l2x2" 2;
+                                   # attention_mla_decode_sm90_swapab, note "L2 prefetch")
 
     @property
     def tile_rows(self) -> int:
@@ -145,10 +161,14 @@ class MLADecodeConfig:
             raise ConfigError(f"swap_ab must be 0 or one of {SWAP_AB_NS} (the CTA's packed rows: a wgmma N) with a "
                               f"16-bit cache (fp8 False) and exchange True (the field has no meaning there), got "
                               f"swap_ab={self.swap_ab}, fp8={self.fp8}, exchange={self.exchange}")
-        if self.seesaw and (self.fp8 or self.dtype != "bf16" or not self.exchange):
+        if self.seesaw and (self.fp8 or self.dtype != "bf16" or not self.exchange or self.swap_ab):
             raise ConfigError("the seesaw schedule is built for the bf16 latent cache (its P rescale unpacks bf16 "
-                              f"pairs) with exchange=True, got dtype={self.dtype!r}, fp8={self.fp8}, "
-                              f"exchange={self.exchange}")
+                              f"pairs) with exchange=True and 64-row tiles, got dtype={self.dtype!r}, fp8={self.fp8}, "
+                              f"exchange={self.exchange}, swap_ab={self.swap_ab}")
+        if self.swap_ab_l2 and (not self.swap_ab or self.swap_ab_l2 not in SWAP_AB_L2_AHEAD):
+            raise ConfigError(f"swap_ab_l2 (the L2 prefetch of the tiles that many pairs ahead) must be 0 or one of "
+                              f"{SWAP_AB_L2_AHEAD}, and is a form of the swap-AB kernel: set swap_ab too; got "
+                              f"swap_ab={self.swap_ab}, swap_ab_l2={self.swap_ab_l2}")
         if self.fp8 and self.stages < 1:
             raise ConfigError("the FP8 latent cache's staging stage does not fit the SMEM (note \"FP8 SMEM plan\")")
         if self.smem_bytes() > SMEM_LIMIT:
@@ -162,11 +182,11 @@ class MLADecodeConfig:
 
     def name(self) -> str:
         return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}_b{self.box_rows}{'' if self.exchange else '_rs'}"
-                f"{f'_swapab{self.swap_ab}' if self.swap_ab else ''}{'_seesaw' if self.seesaw else ''}"
-                f"{'_unsplit' if self.unsplit else ''}")
+                f"{f'_swapab{self.swap_ab}' if self.swap_ab else ''}{f'_l2x{self.swap_ab_l2}' if self.swap_ab_l2 else ''}"
+                f"{'_seesaw' if self.seesaw else ''}{'_unsplit' if self.unsplit else ''}")
 
 
-VARIANT_FIELDS = field_defaults(MLADecodeConfig, ("fp8", "swap_ab", "seesaw"))     # MLADecodeConfig's (common.fields)
+VARIANT_FIELDS = field_defaults(MLADecodeConfig, ("fp8", "swap_ab", "swap_ab_l2", "seesaw"))     # MLADecodeConfig's (common.fields)
 
 
 def page_supported(page_size: int) -> bool:
@@ -181,30 +201,69 @@ def swap_ab_rows(seqlen_q: int, heads: int) -> int:
     return next((n for n in SWAP_AB_NS if rows <= n), 0)
 
 
+# DEFAULT_RULE, the dense decode kernel a call runs when no variant is named (notes/RESULTS.md
+# [D-mla-decode-swapab-default]): for a call of at most SWAP_AB_MAX_ROWS packed query rows (seqlen_q x
+# heads), by its cache; more rows always run M64_VARIANT (swap AB's N is one wgmma N, at most 32).
+# Why: at 16 heads over FlashMLA's benchmark shape (batch 128, 4096 tokens, page 64, bf16) the M64
+# kernel spends 3/4 (seqlen_q 1) or 1/2 (seqlen_q 2) of its wgmma rows on padding, and the swap-AB
+# kernel was faster on an nvidia-h200: 165.0 -> 151.8 us (seqlen_q 1), 170.7 -> 161.5 us (seqlen_q 2)
+# ([D-mla-decode-swapab]). FlashMLA's FP8 cache keeps M64 (swap AB is not built for it: a config error).
+# More rows run the seesaw schedule over a bf16 cache: faster on every 64- and 128-head row of bench mla on
+# an nvidia-h200 (h128 seqlen_q 1 / 2: 445.0 -> 519.3 / 459.8 -> 550.8 TFLOP/s; h64: 404.9 -> 434.4 /
+# 448.4 -> 524.2), the same errors ([D-mla-seesaw]); f16 and FP8 keep M64 (the seesaw is built for bf16).
+DEFAULT_RULE = {"rows <= 32": {"bf16": SWAP_AB_VARIANT, "f16": SWAP_AB_VARIANT, "fp8": M64_VARIANT},
+                "rows > 32": {"bf16": SEESAW_VARIANT, "f16": M64_VARIANT, "fp8": M64_VARIANT}}
+
+
+def default_variant(seqlen_q: int, heads: int, fp8: bool, dtype: str = "bf16") -> str:
+    """DEFAULT_RULE's variant for a call of seqlen_q x heads packed rows over a cache of q's ``dtype``
+    (``fp8``: FlashMLA's FP8 cache)."""
+    size = "rows <= 32" if swap_ab_rows(seqlen_q, heads) else "rows > 32"
+    return DEFAULT_RULE[size]["fp8" if fp8 else dtype]
+
+
+def variant_runs(variant: str, seqlen_q: int, heads: int, fp8: bool, dtype: str = "bf16") -> bool:
+    """Whether the named variant (DECODE_VARIANTS) is built for the call: swap AB for a 16-bit cache and at
+    most SWAP_AB_MAX_ROWS packed rows; full_s for a 16-bit cache; seesaw for bf16; M64 and the rule for
+    every call."""
+    if variant == SWAP_AB_VARIANT or variant in SWAP_AB_SPEED_VARIANTS:
+        return not fp8 and bool(swap_ab_rows(seqlen_q, heads))
+    if variant in VARIANTS:
+        return not fp8 and (variant != SEESAW_VARIANT or dtype == "bf16")
+    return variant in DECODE_VARIANTS
+
+
+def variant_config(cfg: "MLADecodeConfig", variant: str, seqlen_q: int, heads: int) -> "MLADecodeConfig":
+    """``cfg`` (default_config's: the M64 kernel) as the named variant (M64_VARIANT, SWAP_AB_VARIANT or one
+    of SWAP_AB_SPEED_VARIANTS; RULE_VARIANT: DEFAULT_RULE's) for a call of seqlen_q x heads packed rows; not validated."""
+    if variant == RULE_VARIANT:
+        variant = default_variant(seqlen_q, heads, cfg.fp8, cfg.dtype)
+    if variant == SWAP_AB_VARIANT or variant in SWAP_AB_SPEED_VARIANTS:
+        return replace(cfg, swap_ab=swap_ab_rows(seqlen_q, heads), **SWAP_AB_SPEED_VARIANTS.get(variant, {}))
+    if variant in VARIANTS:
+        return replace(cfg, **VARIANTS[variant])
+    if variant != M64_VARIANT:
+        raise ConfigError(f"MLA decode variant must be one of {DECODE_VARIANTS}, got {variant!r}")
+    return cfg
+
+
+def rule_config(dtype: str, page_size: int, seqlen_q: int, heads: int, unsplit: bool = False,
+                fp8: bool = False) -> "MLADecodeConfig":
+    """The kernel DEFAULT_RULE runs for a call of seqlen_q x heads packed rows over a cache of ``page_size``."""
+    return variant_config(default_config(dtype, page_size, unsplit=unsplit, fp8=fp8), RULE_VARIANT, seqlen_q, heads)
+
+
 def default_config(dtype: str, page_size: int, unsplit: bool = False, exchange: bool = True,
                    fp8: bool = False, seesaw: bool = False) -> MLADecodeConfig:
-    """The kernel for a cache of ``page_size``: the exchange variant (note "Exchange": half the
+    """The M64 kernel for a cache of ``page_size`` (DEFAULT_RULE's for more than SWAP_AB_MAX_ROWS packed rows
+    or an FP8 cache; `rule_config` for any call): the exchange variant (note "Exchange": half the
     tensor work of the other, the same bytes; neither timed on a GPU yet); fp8: FlashMLA's FP8
     latent cache (dtype is q's: bf16)."""
     return MLADecodeConfig(dtype=dtype, box_rows=gcd(BN, page_size), unsplit=unsplit, exchange=exchange, fp8=fp8,
                            seesaw=seesaw)
 
 
-# opt-in kernel variants (FA4MLIR_MLA_DECODE_VARIANT, bench mla --mla-decode-variant; kernel_sets.mla holds
-# each for bf16 pages of 64): name -> the default_config fields it sets ("default" none)
-VARIANT_ENV = "FA4MLIR_MLA_DECODE_VARIANT"
-SEESAW_VARIANT = "seesaw"
-VARIANTS = {"default": {}, "full_s": {"exchange": False}, SEESAW_VARIANT: {"seesaw": True}}
-
-
-def variant_fields(name: str | None) -> dict:
-    """The default_config fields of variant ``name`` ('' or None: the default); ConfigError for an
-    unknown name (never a silent fallback)."""
-    if not name:
-        return {}
-    if name not in VARIANTS:
-        raise ConfigError(f"unknown MLA decode variant {name!r} ({VARIANT_ENV}); known: {', '.join(VARIANTS)}")
-    return dict(VARIANTS[name])
+VARIANT_ENV = "FA4MLIR_MLA_DECODE_VARIANT"    # the knob naming a DECODE_VARIANTS entry (attention/mla.py)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -256,6 +315,8 @@ def grid(batch: int, seqlen_q: int, heads: int, num_splits: int, tile_rows: int 
     return (-(-seqlen_q * heads // tile_rows) * num_splits, 1, batch)
 
 
-__all__ = ["VARIANT_ENV", "VARIANTS", "SEESAW_VARIANT", "variant_fields", "SEESAW_X_BYTES", "KERNEL", "DTYPES", "FP8_DTYPE", "FP8_ROW_BYTES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "MLADecodeConfig", "default_config",
+__all__ = ["VARIANT_ENV", "VARIANTS", "SEESAW_VARIANT", "SEESAW_X_BYTES", "KERNEL", "DTYPES", "FP8_DTYPE", "FP8_ROW_BYTES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "MLADecodeConfig", "default_config",
            "page_supported", "SPLIT_PARAMS", "UNSPLIT_PARAMS", "SPLIT_TENSORS", "UNSPLIT_TENSORS", "launch_args", "grid",
-           "MIN_HEADS", "MAX_HEADS", "SWAP_AB_VARIANT", "SWAP_AB_NS", "SWAP_AB_MAX_ROWS", "swap_ab_rows"]
+           "MIN_HEADS", "MAX_HEADS", "SWAP_AB_VARIANT", "SWAP_AB_NS", "SWAP_AB_MAX_ROWS", "swap_ab_rows",
+           "M64_VARIANT", "RULE_VARIANT", "DECODE_VARIANTS", "SWAP_AB_SPEED_VARIANTS", "DEFAULT_RULE", "default_variant", "variant_runs",
+           "variant_config", "rule_config"]

@@ -18,7 +18,7 @@ from ._util import PassError, attr, barrier_addr, check_none_left, i32, kernel_f
 
 NAME = "fa4-lower-tma"
 GATHER4_MIN_SM = 100      # .tile::gather4: PTX ISA 8.6, sm_100 and later (9.7.9.25, "Target ISA notes")
-OPS = ("fa4.tma_load", "fa4.tma_gather4", "fa4.tma_store", "fa4.tma_store_wait", "fa4.tma_prefetch", "fa4.cp_async",
+OPS = ("fa4.tma_load", "fa4.tma_gather4", "fa4.tma_store", "fa4.tma_store_wait", "fa4.tma_prefetch", "fa4.tma_prefetch_box", "fa4.cp_async",
        "fa4.cp_async_arrive")
 
 
@@ -52,6 +52,9 @@ def run(module: ir.Operation) -> None:
                 nvvm.cp_async_mbarrier_arrive(barrier_addr(pipes, op, "full", op.operands[0]))
             elif op.name == "fa4.tma_prefetch":
                 nvvm.prefetch(op.operands[0], tensormap=True)
+            elif op.name == "fa4.tma_prefetch_box":      # PTX ISA 9.7.9.26: into L2, tile mode
+                desc, *coords = op.operands
+                nvvm.cp_async_bulk_tensor_prefetch(desc, list(coords), [])
             op.erase()
     check_none_left(func, OPS, NAME)
 

@@ -46,6 +46,8 @@ module attributes {gpu.container_module} {
               : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32, i32, i32, i32) -> ()
           // CHECK: "fa4.tma_prefetch"(%[[DESC]]) : (!llvm.ptr) -> ()
           "fa4.tma_prefetch"(%desc) : (!llvm.ptr) -> ()
+          // CHECK: "fa4.tma_prefetch_box"(%[[DESC]], %[[TID]], %[[TID]]) : (!llvm.ptr, i32, i32) -> ()
+          "fa4.tma_prefetch_box"(%desc, %tid, %tid) : (!llvm.ptr, i32, i32) -> ()
           // CHECK: "fa4.cp_async"(%[[DESC]], %[[SMEM]], %{{.*}}) : (!llvm.ptr, !llvm.ptr<3>, i1) -> ()
           %copy_ok = arith.constant true
           "fa4.cp_async"(%desc, %a_smem, %copy_ok) : (!llvm.ptr, !llvm.ptr<3>, i1) -> ()

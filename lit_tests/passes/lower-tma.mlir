@@ -14,6 +14,7 @@
 // CHECK: %[[DST7:.*]] = llvm.addrspacecast %[[DST]] : !llvm.ptr<3> to !llvm.ptr<7>
 // CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %[[DST7]], %[[DESC]], %[[FULL]], box[%[[K0]], %[[M0]]]
 // CHECK: nvvm.cp.async.bulk.tensor.global.shared.cta %[[DESC]], %[[DST]], box[%[[K0]], %[[M0]]]
+// CHECK: nvvm.cp.async.bulk.tensor.prefetch %[[DESC]], box[%[[K0]], %[[M0]]] : !llvm.ptr
 // CHECK: nvvm.cp.async.bulk.commit.group
 // CHECK-NEXT: nvvm.cp.async.bulk.wait_group 1 {read}
 // CHECK-NOT: fa4.tma
@@ -30,6 +31,7 @@ module attributes {gpu.container_module} {
       "fa4.tma_load"(%desc, %dst, %stage, %k0, %m0) {pipe = "ab_pipe", box = array<i64: 64, 128>, elem_bytes = 2 : i64}
           : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32) -> ()
       "fa4.tma_store"(%desc, %dst, %k0, %m0) {box = array<i64: 64, 128>} : (!llvm.ptr, !llvm.ptr<3>, i32, i32) -> ()
+      "fa4.tma_prefetch_box"(%desc, %k0, %m0) : (!llvm.ptr, i32, i32) -> ()
       "fa4.tma_store_wait"() {pending = 1 : i64} : () -> ()
       llvm.return
     }

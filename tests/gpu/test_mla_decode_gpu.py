@@ -5,6 +5,9 @@ lengths 0, 1, page + 1 and several pages side by side, shuffled block tables, Na
 no sequence owns; splits from get_mla_metadata and forced (1: the unsplit variant; 3, 7: the split
 kernel and the head-dim-512 combine), the same bits for the same inputs, bf16 and f16, pages of
 64 and 16. The kernels are kernel_sets.mla()'s (tests/test_mla_decode.py compiles them deviceless).
+The 16-head cases run the swap-AB kernel (attention_mla_decode_sm90_config.DEFAULT_RULE: at most 32
+packed rows over a 16-bit cache); test_mla_decode_m64_at_16_heads runs the M64 kernel there
+(FA4MLIR_MLA_DECODE_VARIANT=m64).
 """
 import pytest
 
@@ -52,6 +55,20 @@ def test_mla_decode_matches_reference(torch, lens, seqlen_q, heads, page, dtype,
     torch.cuda.synchronize()
     assert out.shape == (len(lens), seqlen_q, heads, 512) and lse.shape == (len(lens), heads, seqlen_q)
     assert torch.equal(out, again) and torch.equal(lse, lse2)          # deterministic
+    check_mla(q, kv, table, seqlens, out.cpu().float(), lse.cpu(), causal=True)
+
+
+@pytest.mark.parametrize("splits", [None, 1])
+def test_mla_decode_m64_at_16_heads(torch, monkeypatch, splits):
+    """The M64 kernel where DEFAULT_RULE picks swap AB (named: FA4MLIR_MLA_DECODE_VARIANT=m64)."""
+    from fa4mlir.attention import mla
+    from fa4mlir.testing_mla import check_mla
+    monkeypatch.setenv(mla.VARIANT_ENV, "m64")
+    q, kv, table, seqlens = _case(torch, (65, 0, 1, 300), 2, 16, 64, "bf16", seed=4)
+    sc = seqlens.cuda()
+    meta, num_splits = mla.get_mla_metadata(sc, 32, 1) if splits is None else _metadata(torch, splits, 4)
+    out, lse = mla.flash_mla_with_kvcache(q.cuda(), kv.cuda(), table.cuda(), sc, 512, meta, num_splits, causal=True)
+    torch.cuda.synchronize()
     check_mla(q, kv, table, seqlens, out.cpu().float(), lse.cpu(), causal=True)
 
 

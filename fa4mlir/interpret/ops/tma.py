@@ -169,6 +169,12 @@ def prefetch(p, op, a, r):
     return PLAIN, lambda env, mask, w: None
 
 
+@semantics("nvvm.cp.async.bulk.tensor.prefetch")
+def tensor_prefetch(p, op, a, r):
+    """An L2 prefetch of a box (PTX ISA 9.7.9.26): a hint, no memory the program sees changes."""
+    return PLAIN, lambda env, mask, w: None
+
+
 @semantics("nvvm.cp.async.shared.global")
 def cp_async(p, op, a, r):
     dst, src = a[0], a[1]
