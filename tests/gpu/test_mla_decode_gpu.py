@@ -88,14 +88,10 @@ def test_mla_decode_typed_errors_on_device(torch):
 @pytest.mark.parametrize("splits", [1, 3])
 def test_mla_decode_without_the_exchange(torch, monkeypatch, splits):
     """The variant whose warpgroups both compute all of S (exchange=False, in the mla set for bench
-    mla to time against) by the same rule."""
-    from dataclasses import replace
-
+    mla to time against; FA4MLIR_MLA_DECODE_VARIANT=full_s) by the same rule."""
     from fa4mlir.attention import mla
     from fa4mlir.testing_mla import check_mla
-    chosen = mla.configs_for
-    monkeypatch.setattr(mla, "configs_for", lambda p: (replace(chosen(p)[0], exchange=False), chosen(p)[1]))
-    monkeypatch.setattr(mla, "_CALLS", mla.CallCache())
+    monkeypatch.setenv(mla.VARIANT_ENV, "full_s")
     q, kv, table, seqlens = _case(torch, (1000, 65, 0), 2, 128, 64, "bf16", seed=1)
     meta, num_splits = _metadata(torch, splits, 3)
     out, lse = mla.flash_mla_with_kvcache(q.cuda(), kv.cuda(), table.cuda(), seqlens.cuda(), 512, meta, num_splits,
