@@ -67,9 +67,8 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 scale granularity, split and unsplit: what `bench decode --decode-variant` times
     mla-decode-variants
                 the mla set (every kernel DEFAULT_RULE or FA4MLIR_MLA_DECODE_VARIANT picks: M64, swap AB, the
-                seesaw schedule, full_s) plus the swap-AB kernels' opt-in speed variants (the L2 prefetch):
-                bf16 pages of 64 at N 16 and 32, split and unsplit: what `bench mla --mla-decode-variant` times
-                and tests/gpu/test_mla_decode_{swapab,seesaw}_gpu.py run
+                seesaw schedule, full_s), under its own name for the commands that time and test the variants
+                (`bench mla --mla-decode-variant`, tests/gpu/test_mla_decode_{swapab,seesaw}_gpu.py)
     prefill     what `bench prefill`'s fa4mlir rows run today (fa4mlir/bench/prefill_bench.py): the sm_90a
                 attention kernel, bf16 D128 causal (the dense rows; prefill_chunked on the contiguous
                 cache) and its sliding window PREFILL_WINDOW = (4096, 0) (the sliding_window row: a
@@ -645,14 +644,10 @@ def mla() -> list:
 
 
 def mla_decode_variants() -> list:
-    """The mla set (every DECODE_VARIANTS kernel the rule or the knob picks: M64, swap AB, seesaw, full_s)
-    plus the swap-AB kernels' opt-in speed variants (SWAP_AB_SPEED_VARIANTS: the L2 prefetch; bf16, page 64,
-    N 16 and 32, split and unsplit): what `bench mla --workloads mla_decode --mla-decode-variant
-    m64,swapab,swapab_l2,swapab_l2x2,full_s,seesaw` and tests/gpu/test_mla_decode_{seesaw,swapab}_gpu.py run."""
-    from dataclasses import replace
-    from .kernels.attention_mla_decode_sm90_config import KERNEL, SWAP_AB_SPEED_VARIANTS, default_config
-    return mla() + [(KERNEL, replace(default_config("bf16", 64, unsplit=u), swap_ab=n, **fields))
-                    for fields in SWAP_AB_SPEED_VARIANTS.values() for n in (16, 32) for u in (False, True)]
+    """The mla set: it holds every DECODE_VARIANTS kernel the rule or the knob picks (M64, swap AB, seesaw,
+    full_s), what `bench mla --workloads mla_decode --mla-decode-variant m64,swapab,full_s,seesaw` and
+    tests/gpu/test_mla_decode_{seesaw,swapab}_gpu.py run."""
+    return mla()
 
 
 # (dtype, head_dim, causal, window_size, softcap, sinks) of the attention-varlen set: what

@@ -112,44 +112,10 @@ def test_plan_notes_name_the_pick(monkeypatch):
     plan = mla.build_plan(mla.check_mla_inputs(*_args(1, 16)), None, (16 * 576, 16 * 576, 576), 4,
                           (16 * 512, 16 * 512, 512))
     assert "m64 (named by" in plan.notes[0]
-    monkeypatch.setenv(mla.VARIANT_ENV, "swapab_l2")
+    monkeypatch.setenv(mla.VARIANT_ENV, "swapab")
     plan = mla.build_plan(mla.check_mla_inputs(*_args(1, 16)), None, (16 * 576, 16 * 576, 576), 4,
                           (16 * 512, 16 * 512, 512))
-    assert "swapab_l2 (named by" in plan.notes[0] and plan.launches[0].kernel.cfg.swap_ab_l2 == 1
-
-
-def test_l2_prefetch_variant():
-    """swapab_l2 / swapab_l2x2 (note "L2 prefetch"): out of key() and name() when off, a form of swap AB
-    only, picked by name where swap AB runs; its kernel prefetches (UTMAPF: two tiles x 9 chunks in the
-    loop, and for d = 2 pair 1's before it), the plain one does not."""
-    import re
-
-    from fa4mlir import sass
-    from tests._mla_helpers import lower_clean
-    base = replace(mc.default_config("bf16", 64, unsplit=True), swap_ab=16)
-    assert "swap_ab_l2" not in base.key() and replace(base, swap_ab_l2=2).key()["swap_ab_l2"] == 2
-    assert replace(base, swap_ab_l2=1).name() == "attention_mla_decode_sm90_bf16_b64_swapab16_l2x1_unsplit"
-    for bad in (mc.MLADecodeConfig(swap_ab_l2=1), replace(base, swap_ab_l2=3)):
-        with pytest.raises(ConfigError, match="swap_ab too"):
-            bad.validate()
-    for name, d in (("swapab_l2", 1), ("swapab_l2x2", 2)):
-        assert mc.variant_config(mc.default_config("bf16", 64), name, 2, 16) == \
-            replace(mc.default_config("bf16", 64), swap_ab=32, swap_ab_l2=d)
-    assert not mc.variant_runs("swapab_l2", 1, 64, False) and not mc.variant_runs("swapab_l2", 1, 16, True)
-    for cfg in (base, replace(base, swap_ab_l2=1), replace(base, swap_ab_l2=2)):
-        code = sass.disassemble(lower_clean(mc.KERNEL, cfg).cubin)     # (d = 2: pair 1 before the loop too)
-        assert len(re.findall(r"\bUTMAPF\b", code)) == 2 * 9 * min(cfg.swap_ab_l2, 2)
-        assert len(re.findall(r"\bUTMALDG\b", code)) == 2 * 9
-
-
-def test_l2_prefetch_host_selection(monkeypatch):
-    monkeypatch.setenv(mla.VARIANT_ENV, "swapab_l2")
-    problem = mla.check_mla_inputs(*_args(2, 16, 3))
-    cfg = mla.configs_for(problem)[0]
-    assert problem.variant == "swapab_l2" and cfg.swap_ab == 32 and cfg.swap_ab_l2 == 1 and not cfg.unsplit
-    assert (mc.KERNEL, cfg) in kernel_sets.mla_decode_variants()
-    with pytest.raises(E.UnsupportedFeatureError, match="seqlen_q x heads"):
-        mla.check_mla_inputs(*_args(1, 64))
+    assert "swapab (named by" in plan.notes[0] and plan.launches[0].kernel.cfg.swap_ab == 16
 
 
 def test_fp8_refused():
@@ -191,14 +157,6 @@ def _run(lens, seqlen_q, heads, page, splits, causal, dtype="bf16", cfg_change=N
 ])
 def test_swapab_through_the_interpreter(lens, seqlen_q, splits, causal, dtype):
     errs = _run(lens, seqlen_q, 16, 64, splits, causal, dtype)
-    assert errs["out"] > 0
-
-
-@pytest.mark.parametrize("ahead", [1, 2])
-def test_l2_prefetch_through_the_interpreter(ahead):
-    """swapab_l2 / swapab_l2x2 by the FA rule: split kernel + combine, an odd tile count (the last pairs'
-    prefetches and the phantom tile aimed past the pool)."""
-    errs = _run((150, 64), 2, 16, 64, 2, True, cfg_change={"swap_ab_l2": ahead})
     assert errs["out"] > 0
 
 

@@ -39,12 +39,12 @@ bytes (FlashMLA's own quantize_k_cache pads each page by one row: taken).
 Kernel (attention_mla_decode_sm90_config.DEFAULT_RULE): a call of seqlen_q x heads <= 32 packed rows
 over a 16-bit cache (FlashMLA's 16-head decode) runs the swap-AB kernel (attention_mla_decode_sm90_swapab.py:
 S^T = K Q^T, N = 8..32 rows a CTA, no 64-row padding; faster on an nvidia-h200, notes/RESULTS.md
-[D-mla-decode-swapab-default]), every other call the M64 kernel (64 packed rows a CTA). The plan's
+[D-mla-decode-swapab-default]), more rows over bf16 the seesaw schedule ([D-mla-seesaw-default]), every
+other call the M64 kernel (64 packed rows a CTA). The plan's
 notes name the pick. FA4MLIR_MLA_DECODE_VARIANT (read per call into the call cache's key; for A/B
 timing, bench mla --mla-decode-variant) overrides it: unset or "default" (the rule), "m64" (the M64
 kernel for any call), "swapab" (the swap-AB kernel: UnsupportedFeatureError where it is not built,
-more than 32 rows or the FP8 cache, never a silent fallback) or one of its opt-in speed variants, same
-limits (SWAP_AB_SPEED_VARIANTS: "swapab_l2", "swapab_l2x2", the L2 prefetch of the next tiles).
+more than 32 rows or the FP8 cache, never a silent fallback), "seesaw" (bf16) or "full_s" (16-bit).
 
 Not built (typed errors, UnsupportedFeatureError): more than one KV head, head dims other than
 576/512.

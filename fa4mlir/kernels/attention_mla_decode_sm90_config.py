@@ -65,13 +65,10 @@ M64_VARIANT = "m64"            # the kernel of TILE_M = 64 packed rows a CTA (th
 RULE_VARIANT = "default"       # DEFAULT_RULE's pick for the call
 SWAP_AB_NS = (8, 16, 24, 32)   # legal swap_ab tile rows: wgmma N, a multiple of 8 up to 32 (O^T: 4 N registers)
 SWAP_AB_MAX_ROWS = SWAP_AB_NS[-1]
-# speed variants of the swap-AB kernel (opt-in, for A/B timing; the mla-decode-variants set): name -> fields
-SWAP_AB_L2_AHEAD = (1, 2)       # swap_ab_l2: pairs of tiles the L2 prefetch runs ahead (2: 288 KiB of L2 an SM)
-SWAP_AB_SPEED_VARIANTS = {"swapab_l2": {"swap_ab_l2": 1}, "swapab_l2x2": {"swap_ab_l2": 2}}
 SEESAW_VARIANT = "seesaw"       # FlashMLA's seesaw schedule (attention_mla_decode_seesaw_sm90; bf16)
 # variants that set default_config fields (full_s: each warpgroup all of S, no exchange; seesaw)
 VARIANTS = {"full_s": {"exchange": False}, SEESAW_VARIANT: {"seesaw": True}}
-DECODE_VARIANTS = (RULE_VARIANT, SWAP_AB_VARIANT, M64_VARIANT, *SWAP_AB_SPEED_VARIANTS, *VARIANTS)
+DECODE_VARIANTS = (RULE_VARIANT, SWAP_AB_VARIANT, M64_VARIANT, *VARIANTS)
 SWAP_AB_X_BYTES = 2 * SWAP_AB_MAX_ROWS * 4 * 4 * 2 + 2 * SWAP_AB_MAX_ROWS * 4   # column maxima, sums, m
 # setmaxnreg budgets: the launch gives 168 registers to each of 384 threads (a sub-partition runs
 # three of the twelve warps); the consumers' O (128) + S (32) + P (16) need more, the producer few
@@ -91,9 +88,6 @@ class MLADecodeConfig:
     seesaw: bool = False           # each warpgroup its own tile of a pair over all 64 keys, P and the row maxima
                                    # across SMEM (attention_mla_decode_seesaw_sm90, FlashMLA's schedule); opt-in
     swap_ab: int = 0               # 0: off; N: the swap-AB kernel over tiles of N packed rows (module docstring)
-    swap_ab_l2: int = 0            # swap_ab: the producer prefetches the pair of tiles this many pairs ahead
-                                   # into L2 (0: off; variants "swapab_l2" 1, "swapab_l2x2" 2;
-                                   # attention_mla_decode_sm90_swapab, note "L2 prefetch")
 
     @property
     def tile_rows(self) -> int:
@@ -165,10 +159,6 @@ class MLADecodeConfig:
             raise ConfigError("the seesaw schedule is built for the bf16 latent cache (its P rescale unpacks bf16 "
                               f"pairs) with exchange=True and 64-row tiles, got dtype={self.dtype!r}, fp8={self.fp8}, "
                               f"exchange={self.exchange}, swap_ab={self.swap_ab}")
-        if self.swap_ab_l2 and (not self.swap_ab or self.swap_ab_l2 not in SWAP_AB_L2_AHEAD):
-            raise ConfigError(f"swap_ab_l2 (the L2 prefetch of the tiles that many pairs ahead) must be 0 or one of "
-                              f"{SWAP_AB_L2_AHEAD}, and is a form of the swap-AB kernel: set swap_ab too; got "
-                              f"swap_ab={self.swap_ab}, swap_ab_l2={self.swap_ab_l2}")
         if self.fp8 and self.stages < 1:
             raise ConfigError("the FP8 latent cache's staging stage does not fit the SMEM (note \"FP8 SMEM plan\")")
         if self.smem_bytes() > SMEM_LIMIT:
@@ -182,11 +172,11 @@ class MLADecodeConfig:
 
     def name(self) -> str:
         return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}_b{self.box_rows}{'' if self.exchange else '_rs'}"
-                f"{f'_swapab{self.swap_ab}' if self.swap_ab else ''}{f'_l2x{self.swap_ab_l2}' if self.swap_ab_l2 else ''}"
+                f"{f'_swapab{self.swap_ab}' if self.swap_ab else ''}"
                 f"{'_seesaw' if self.seesaw else ''}{'_unsplit' if self.unsplit else ''}")
 
 
-VARIANT_FIELDS = field_defaults(MLADecodeConfig, ("fp8", "swap_ab", "swap_ab_l2", "seesaw"))     # MLADecodeConfig's (common.fields)
+VARIANT_FIELDS = field_defaults(MLADecodeConfig, ("fp8", "swap_ab", "seesaw"))     # MLADecodeConfig's (common.fields)
 
 
 def page_supported(page_size: int) -> bool:
@@ -226,7 +216,7 @@ def variant_runs(variant: str, seqlen_q: int, heads: int, fp8: bool, dtype: str 
     """Whether the named variant (DECODE_VARIANTS) is built for the call: swap AB for a 16-bit cache and at
     most SWAP_AB_MAX_ROWS packed rows; full_s for a 16-bit cache; seesaw for bf16; M64 and the rule for
     every call."""
-    if variant == SWAP_AB_VARIANT or variant in SWAP_AB_SPEED_VARIANTS:
+    if variant == SWAP_AB_VARIANT:
         return not fp8 and bool(swap_ab_rows(seqlen_q, heads))
     if variant in VARIANTS:
         return not fp8 and (variant != SEESAW_VARIANT or dtype == "bf16")
@@ -234,12 +224,12 @@ def variant_runs(variant: str, seqlen_q: int, heads: int, fp8: bool, dtype: str 
 
 
 def variant_config(cfg: "MLADecodeConfig", variant: str, seqlen_q: int, heads: int) -> "MLADecodeConfig":
-    """``cfg`` (default_config's: the M64 kernel) as the named variant (M64_VARIANT, SWAP_AB_VARIANT or one
-    of SWAP_AB_SPEED_VARIANTS; RULE_VARIANT: DEFAULT_RULE's) for a call of seqlen_q x heads packed rows; not validated."""
+    """``cfg`` (default_config's: the M64 kernel) as the named variant (M64_VARIANT, SWAP_AB_VARIANT, one of
+    VARIANTS; RULE_VARIANT: DEFAULT_RULE's) for a call of seqlen_q x heads packed rows; not validated."""
     if variant == RULE_VARIANT:
         variant = default_variant(seqlen_q, heads, cfg.fp8, cfg.dtype)
-    if variant == SWAP_AB_VARIANT or variant in SWAP_AB_SPEED_VARIANTS:
-        return replace(cfg, swap_ab=swap_ab_rows(seqlen_q, heads), **SWAP_AB_SPEED_VARIANTS.get(variant, {}))
+    if variant == SWAP_AB_VARIANT:
+        return replace(cfg, swap_ab=swap_ab_rows(seqlen_q, heads))
     if variant in VARIANTS:
         return replace(cfg, **VARIANTS[variant])
     if variant != M64_VARIANT:
@@ -318,5 +308,5 @@ def grid(batch: int, seqlen_q: int, heads: int, num_splits: int, tile_rows: int 
 __all__ = ["VARIANT_ENV", "VARIANTS", "SEESAW_VARIANT", "SEESAW_X_BYTES", "KERNEL", "DTYPES", "FP8_DTYPE", "FP8_ROW_BYTES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "MLADecodeConfig", "default_config",
            "page_supported", "SPLIT_PARAMS", "UNSPLIT_PARAMS", "SPLIT_TENSORS", "UNSPLIT_TENSORS", "launch_args", "grid",
            "MIN_HEADS", "MAX_HEADS", "SWAP_AB_VARIANT", "SWAP_AB_NS", "SWAP_AB_MAX_ROWS", "swap_ab_rows",
-           "M64_VARIANT", "RULE_VARIANT", "DECODE_VARIANTS", "SWAP_AB_SPEED_VARIANTS", "DEFAULT_RULE", "default_variant", "variant_runs",
+           "M64_VARIANT", "RULE_VARIANT", "DECODE_VARIANTS", "DEFAULT_RULE", "default_variant", "variant_runs",
            "variant_config", "rule_config"]

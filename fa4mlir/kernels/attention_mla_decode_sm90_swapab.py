@@ -48,15 +48,6 @@ as they were. SMEM: Q (N x 576) 36 KiB at N = 32, the two rings 144 KiB, P^T 8 K
 third 72 KiB tile does not fit, so a warpgroup's next tile loads while it computes the current one
 only in the other's ring: the same two tiles in flight as the default kernel's ring of 2.
 
-Note "L2 prefetch" (cfg.swap_ab_l2 = d, variants `swapab_l2` d = 1 and `swapab_l2x2` d = 2, opt-in):
-a warpgroup's next tile can load only once it releases its one stage (note "Rings"), so an SM has at
-most two tiles (144 KiB) of reads in flight, and one while either warpgroup computes. With d the
-producer, after issuing pair i's loads, prefetches pair i + d's boxes into L2
-(cp.async.bulk.prefetch.tensor: no SMEM, no barrier; pairs 1 .. d - 1 before the loop), so their DRAM
-reads overlap the compute of the pairs before and the TMA loads of pair i + d read L2 (d x 144 KiB of
-L2 an SM). A prefetch of a tile at or past `end` is aimed past the pool like the phantom tile (reads
-nothing).
-
 Note "Merge": after both warpgroups' last tile (a barrier of both; every TMA load of the split has
 then landed and been consumed, so the rings' SMEM is free) each writes its columns' m and lane-and-
 warp-summed l; per column M = max(m_0, m_1), f_w = 2^((m_w - M) scale) (0 for a warpgroup that saw
@@ -162,16 +153,6 @@ def _load_role(kb, cfg: MLADecodeConfig, work: _Work, p, bufs: _Buffers, pipes):
             page = entry.smax(0).smin(p["num_pages"] - 1)
             return select(live, page, p["num_pages"]), row
 
-        def prefetch(pair: Value):      # note "L2 prefetch": a pair's boxes (past `end`: aimed past the pool)
-            for w in range(CONSUMERS):
-                j = work.begin + pair * 2 + w
-                for b in range(cfg.boxes_per_tile):
-                    page, row = box_origin(j * BN + b * cfg.box_rows, j.lt(work.end))
-                    for c in range(QK_CHUNKS):
-                        fa4.tma_prefetch_box(p["kv_cache"], [const(c * CHUNK), const(0), row, page])
-
-        for ahead in range(1, cfg.swap_ab_l2):      # the pairs before the loop's first prefetch reaches
-            prefetch(const(ahead))
         loop = kb.for_(0, _pairs(work), 1)
         with loop as (i, _):
             for w, pipe in enumerate(pipes):
@@ -185,8 +166,6 @@ def _load_role(kb, cfg: MLADecodeConfig, work: _Work, p, bufs: _Buffers, pipes):
                         dst = kb.gep(bufs.kv[w], c * BN * SWIZZLE + b * cfg.box_rows * SWIZZLE, "i8")
                         fa4.tma_load(p["kv_cache"], dst, s.stage, [const(c * CHUNK), const(0), row, page],
                                      pipe=pipe.name, box=[CHUNK, 1, cfg.box_rows, 1], elem_bytes=ELEM_BYTES[cfg.dtype])
-            if cfg.swap_ab_l2:
-                prefetch(i + cfg.swap_ab_l2)
             loop.yield_()
 
 
