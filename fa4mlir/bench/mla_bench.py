@@ -249,21 +249,26 @@ def mla_decode_fp8_rows(torch: Any, fa4=None, variants=()) -> list[Row]:
     return mla_decode_rows(torch, fa4, fp8=True, variants=variants)
 
 
-def with_decode_variant(run: Callable[[], Any], variant: str) -> Callable[[], Any]:
-    """``run`` called with FA4MLIR_MLA_DECODE_VARIANT=variant (the call cache keys on it), restored after."""
-    from ..attention.mla import VARIANT_ENV
-
+def with_env(name: str, value: str, run: Callable[[], Any]) -> Callable[[], Any]:
+    """``run`` called with the environment variable ``name`` = ``value`` (a knob the call cache keys on),
+    restored after."""
     def call():
-        before = os.environ.get(VARIANT_ENV)
-        os.environ[VARIANT_ENV] = variant
+        before = os.environ.get(name)
+        os.environ[name] = value
         try:
             return run()
         finally:
             if before is None:
-                del os.environ[VARIANT_ENV]
+                del os.environ[name]
             else:
-                os.environ[VARIANT_ENV] = before
+                os.environ[name] = before
     return call
+
+
+def with_decode_variant(run: Callable[[], Any], variant: str) -> Callable[[], Any]:
+    """``run`` called with FA4MLIR_MLA_DECODE_VARIANT=variant, restored after."""
+    from ..attention.mla import VARIANT_ENV
+    return with_env(VARIANT_ENV, variant, run)
 
 
 def _sparse_check(torch: Any, q, kv, indices, scale: float, tokens: int = 32) -> Callable[[Any], dict]:
@@ -362,21 +367,10 @@ def mla_sparse_decode_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]
 
 
 def with_fp8_variant(name: str, run: Callable[[], Any]) -> Callable[[], Any]:
-    """``run`` called with FA4MLIR_MLA_SPARSE_FP8_VARIANT=name (the call cache keys on it), restored after:
-    backend fa4mlir[gather] of mla_sparse_decode_fp8 (attention_mla_sparse_sm90_config.FP8_DECODE_VARIANTS)."""
+    """``run`` called with FA4MLIR_MLA_SPARSE_FP8_VARIANT=name, restored after: backend fa4mlir[gather] of
+    mla_sparse_decode_fp8 (attention_mla_sparse_sm90_config.FP8_DECODE_VARIANTS)."""
     from ..attention.mla_sparse_decode import VARIANT_ENV
-
-    def call():
-        before = os.environ.get(VARIANT_ENV)
-        os.environ[VARIANT_ENV] = name
-        try:
-            return run()
-        finally:
-            if before is None:
-                del os.environ[VARIANT_ENV]
-            else:
-                os.environ[VARIANT_ENV] = before
-    return call
+    return with_env(VARIANT_ENV, name, run)
 
 
 def mla_sparse_decode_fp8_rows(torch: Any, fa4=None) -> list[Row]:

@@ -89,8 +89,8 @@ from ..dsl import ELEM_BYTES, KernelBuilder, Value, const, fast_div, fma, log2, 
 from .attention_mla_decode_sm90_config import BN, CONSUMERS, D_QK, D_V, LOAD_REGS, MMA_REGS, TILE_M, MLADecodeConfig
 from . import attention_mla_decode_seesaw_sm90 as seesaw
 from .common import mla_fp8
-from .common.mla_sm90 import (BAR_ALL, BAR_WG, CHUNK, LN2, NEG_INF, QK_CHUNKS, SWIZZLE, UNITS, WG_CHUNKS, WG_COLS,
-                              ConsumerGeometry, issue_pv, issue_s, load_q, row_totals, softmax)
+from .common.mla_sm90 import (BAR_ALL, BAR_WG, CHUNK, LN2, NEG_INF, QK_CHUNKS, SWIZZLE, WG_CHUNKS, WG_COLS,
+                              ConsumerGeometry, issue_pv, issue_s, load_q, row_totals, softmax, zero_rows_from)
 from .common.wgmma import acc_col, acc_pair, acc_row, wait_group
 
 
@@ -157,11 +157,11 @@ class _Work:
 
 # ---- producer -------------------------------------------------------------------------------------
 
-def _box_origin(kb, p, work: _Work, row_at: Value, t: Value):
-    """(page, row) of the box starting at token t; a box at or past L_b reads no block-table entry
-    and is aimed at page num_pages, past the pool: TMA fills zeros. row_at: the sequence's row of
-    the block table (elements)."""
-    live = t.slt(work.length)
+def _box_origin(kb, p, work: _Work, row_at: Value, t: Value, real: Value | None = None):
+    """(page, row) of the box starting at token t; a box at or past L_b (or of a tile that is not
+    ``real``) reads no block-table entry and is aimed at page num_pages, past the pool: TMA fills
+    zeros. row_at: the sequence's row of the block table (elements)."""
+    live = t.slt(work.length) if real is None else t.slt(work.length) & real
     slot = fast_div(t, *div(p, "page"))
     row = t - slot * p["page_size"]
     entry = kb.load(kb.gep(p["block_table"], row_at + select(live, slot, const(0)).to("i64"), "i32"), "i32",
@@ -243,12 +243,7 @@ def _mask(cs: _Consumer, j: Value):
 def _zero_v_tail(cs: _Consumer, v_base, valid: Value):
     """Zero rows [valid, BN) of this warpgroup's four V chunks at v_base (note "NaN past L_b")."""
     kb = cs.kb
-    zero = const(0, ("i32", 4))
-    for i in range(WG_CHUNKS * BN * UNITS // 128):
-        u = cs.t + 128 * i
-        r = (u % (BN * UNITS)) // UNITS
-        with kb.if_(r.sge(valid)).then_():
-            kb.store(zero, kb.gep(v_base, u * 16, "i8"), align=16)
+    zero_rows_from(kb, cs.t, v_base, valid, WG_CHUNKS)
     kb.fence("async_smem")
     kb.named_barrier(BAR_WG, 128, select=cs.wg, span=CONSUMERS)
 

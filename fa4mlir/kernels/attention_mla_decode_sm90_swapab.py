@@ -63,10 +63,10 @@ from __future__ import annotations
 from .. import dsl
 from ..dialect import builders as fa4
 from ..dsl import ELEM_BYTES, KernelBuilder, Value, const, fast_div, fma, fmax, log2, select, undef, vec
-from .attention_mla_decode_sm90 import _Work, div
+from .attention_mla_decode_sm90 import _box_origin, _Work, div
 from .attention_mla_decode_sm90_config import (BN, CONSUMERS, D_QK, D_V, LOAD_REGS, MMA_REGS,
                                                SWAP_AB_MAX_ROWS, MLADecodeConfig)
-from .common.mla_sm90 import BAR_ALL, BAR_WG, CHUNK, LN2, NEG_INF, QK_CHUNKS, SWIZZLE, UNITS, WGMMA_K
+from .common.mla_sm90 import BAR_ALL, BAR_WG, CHUNK, LN2, NEG_INF, QK_CHUNKS, SWIZZLE, UNITS, WGMMA_K, zero_rows_from
 from .common.softmax import max_update
 from .common.wgmma import acc_row, wait_group
 
@@ -145,13 +145,7 @@ def _load_role(kb, cfg: MLADecodeConfig, work: _Work, p, bufs: _Buffers, pipes):
         row_at = work.batch.to("i64") * p["block_table_stride"].to("i64")
 
         def box_origin(t: Value, real: Value):
-            live = t.slt(work.length) & real
-            slot = fast_div(t, *div(p, "page"))
-            row = t - slot * p["page_size"]
-            entry = kb.load(kb.gep(p["block_table"], row_at + select(live, slot, const(0)).to("i64"), "i32"), "i32",
-                            align=4)
-            page = entry.smax(0).smin(p["num_pages"] - 1)
-            return select(live, page, p["num_pages"]), row
+            return _box_origin(kb, p, work, row_at, t, real)
 
         loop = kb.for_(0, _pairs(work), 1)
         with loop as (i, _):
@@ -294,13 +288,7 @@ def _column_ends(cs: _Consumer) -> list:
 
 def _zero_v_tail(cs: _Consumer, v_base, valid: Value):
     """Rows [valid, BN) of the tile's 8 V chunks to zeros (note "NaN past L_b"), by the warpgroup."""
-    kb = cs.kb
-    zero = const(0, ("i32", 4))
-    for i in range(M_TILES * BN * UNITS // 128):
-        u = cs.t + 128 * i
-        r = (u % (BN * UNITS)) // UNITS
-        with kb.if_(r.sge(valid)).then_():
-            kb.store(zero, kb.gep(v_base, u * 16, "i8"), align=16)
+    zero_rows_from(cs.kb, cs.t, v_base, valid, M_TILES)
 
 
 def _kv_tile(cs: _Consumer, bufs: _Buffers, pipe, i: Value, carry, masked: bool):

@@ -211,3 +211,15 @@ __all__ = ["D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "SWIZZLE", "CHUNK", "UNIT
            "WG_CHUNKS", "WGMMA_K", "LN2", "NEG_INF", "BAR_ALL", "BAR_WG", "tile_bytes", "exchange_bytes",
            "ConsumerGeometry", "load_q", "issue_s", "issue_pv", "softmax", "exchange_rows", "exchange_p",
            "row_totals"]
+
+
+def zero_rows_from(kb, t: Value, base, valid: Value, chunks: int) -> None:
+    """Rows [valid, BN) of ``chunks`` swizzled 64-column chunks at ``base`` to zeros, by 128 threads
+    (thread t stores the 16-byte units t, t + 128, ...): the V tail past L_b (note "NaN past L_b" of the
+    decode kernels). No fence or barrier: the caller publishes the stores."""
+    zero = const(0, ("i32", 4))
+    for i in range(chunks * BN * UNITS // 128):
+        u = t + 128 * i
+        r = (u % (BN * UNITS)) // UNITS
+        with kb.if_(r.sge(valid)).then_():
+            kb.store(zero, kb.gep(base, u * 16, "i8"), align=16)

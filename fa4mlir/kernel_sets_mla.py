@@ -1,0 +1,74 @@
+"""The MLA kernel sets of kernel_sets (split by concept: flash_mla_with_kvcache's dense and sparse decode,
+flash_mla_sparse_fwd on sm_90a and sm_100a, mla_prefill's kernel); kernel_sets re-exports each and names
+them in SETS. Entries as kernel_sets' module docstring describes."""
+from __future__ import annotations
+
+
+def _mla_prefill() -> list:
+    """mla_prefill's kernel (bench mla's prefill row): bf16 qk 192 / v 128 causal."""
+    from .kernels.attention_sm90_config import KERNEL, default_configs
+    return [(KERNEL, c) for c in default_configs("bf16", 192, True, head_dim_v=128)]
+
+
+# (dtype, page size) of the mla set: FlashMLA's page size 64 in both dtypes, and 16 (16-row TMA boxes)
+MLA_CASES = [("bf16", 64), ("f16", 64), ("bf16", 16)]
+
+
+def mla() -> list:
+    """The absorbed MLA decode kernels (flash_mla_with_kvcache) of MLA_CASES, split and unsplit,
+    the head-dim-512 combine per dtype, the sparse prefill's four (flash_mla_sparse_fwd) and four over
+    FlashMLA's FP8 rows, and the sparse decode's eight (flash_mla_with_kvcache with indices), four
+    over the FP8 cache (the converter-warpgroup kernels FP8_DECODE_DEFAULT_RULE picks and the gather kernels
+    of FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather)."""
+    from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
+    from dataclasses import replace
+    from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, SWAP_AB_NS, default_config
+    out = [(KERNEL, default_config(dtype, page, unsplit=u)) for dtype, page in MLA_CASES for u in (False, True)]
+    # DEFAULT_RULE's swap-AB kernels (seqlen_q x heads <= 32 over a 16-bit cache) for every N: what
+    # tests/gpu/test_mla_decode_gpu.py's and bench mla's 16-head rows run (N 16, 32) and the other head
+    # counts under the rule (N 8, 24), as the M64 kernels above served them before the rule
+    out += [(KERNEL, replace(default_config(dtype, page, unsplit=u), swap_ab=n)) for dtype, page in MLA_CASES
+            for n in SWAP_AB_NS for u in (False, True)]
+    # DEFAULT_RULE's seesaw kernels (more than 32 packed rows over a bf16 cache) for each bf16 cache type
+    out += [(KERNEL, default_config(dtype, page, unsplit=u, seesaw=True)) for dtype, page in MLA_CASES
+            if dtype == "bf16" for u in (False, True)]
+    # the variant whose warpgroups both compute all of S (note "Design"), for bench mla to time against
+    out += [(KERNEL, default_config("bf16", 64, unsplit=u, exchange=False)) for u in (False, True)]
+    # FlashMLA's FP8 latent cache (is_fp8_kvcache=True; bf16 q): page sizes 64 and 16
+    out += [(KERNEL, default_config("bf16", page, unsplit=u, fp8=True)) for page in (64, 16) for u in (False, True)]
+    out += [(COMBINE_KERNEL, CombineConfig(dtype, D_V)) for dtype in sorted({d for d, _ in MLA_CASES})]
+    # the sparse prefill (flash_mla_sparse_fwd), with and without topk_length and attention sinks
+    from .kernels.attention_mla_sparse_sm90_config import KERNEL as SPARSE, MLASparseConfig
+    out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s)) for t in (False, True) for s in (False, True)]
+    # ... over FlashMLA's FP8 rows (kv [s_kv, 1, 656]), the same four
+    out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s, kv_dtype="fp8")) for t in (False, True) for s in (False, True)]
+    # the sparse decode (flash_mla_with_kvcache with indices) per dtype, with and without topk_length,
+    # split (merged by the head-dim-512 combine above) and unsplit
+    from .kernels.attention_mla_sparse_sm90_config import DECODE_DTYPES, DECODE_KERNEL, MLASparseDecodeConfig
+    out += [(DECODE_KERNEL, MLASparseDecodeConfig(d, topk_length=t, split=s)) for d in DECODE_DTYPES
+            for t in (False, True) for s in (False, True)]
+    # the sparse decode over FlashMLA's FP8 cache (is_fp8_kvcache=True with indices; bf16 q), the same four as
+    # each variant: FP8_DECODE_DEFAULT_RULE's (the converter warpgroup) first, then "gather" (A/B)
+    from .kernels.attention_mla_sparse_sm90_config import FP8_DECODE_VARIANTS, fp8_decode_variant
+    fp8 = [MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s) for t in (False, True) for s in (False, True)]
+    out += [(DECODE_KERNEL, fp8_decode_variant(c)) for c in fp8]
+    out += [(DECODE_KERNEL, fp8_decode_variant(c, name)) for name in FP8_DECODE_VARIANTS for c in fp8
+            if fp8_decode_variant(c, name) != fp8_decode_variant(c)]
+    return out + _mla_prefill()
+
+
+def mla_decode_variants() -> list:
+    """The mla set: it holds every DECODE_VARIANTS kernel the rule or the knob picks (M64, swap AB, seesaw,
+    full_s), what `bench mla --workloads mla_decode --mla-decode-variant m64,swapab,full_s,seesaw` and
+    tests/gpu/test_mla_decode_{seesaw,swapab}_gpu.py run."""
+    return mla()
+
+
+# (dtype, head_dim, causal, window_size, softcap, sinks) of the attention-varlen set: what
+# tests/gpu/test_varlen_gpu.py runs (every head dim causal or not, f16, GQA, a window, softcap, sinks)
+# and the interpreter's cases (tests/interpret_varlen.py)
+
+
+def mla_sparse_sm100() -> list:
+    from .kernels.attention_mla_sparse_sm100_config import KERNEL, MLASparseSm100Config
+    return [(KERNEL, MLASparseSm100Config()), (KERNEL, MLASparseSm100Config(topk_length=True, sinks=True))]
