@@ -504,10 +504,12 @@ class FA4Config(MLADecodeGeometry):   # mla_decode, tile_heads, mma_m, o_cols: c
             return refusal
         if self.split_kv and not self.mla_decode:
             return ConfigError("split_kv=True: split-KV partials are built for MLA decode (576/512) only on sm_100a")
-        if not self.plain and (self.paged or self.decode):
-            return ConfigError(f"{self.serving_tag().lstrip('_')} with page_size={self.page_size}, num_q_tiles="
-                               f"{self.num_q_tiles}: windows, chunks, softcap, sinks and ragged lengths are built for "
-                               f"the contiguous two-Q-tile prefill kernel only (page_size=0, num_q_tiles=2)")
+        if (self.varlen or self.seqused_k) and (self.paged or self.decode):
+            return ConfigError(f"{'varlen' if self.varlen else 'seqused_k'} with page_size={self.page_size}, num_q_tiles="
+                               f"{self.num_q_tiles}: packed ragged Q/K (cu_seqlens_q, cu_seqlens_k, seqused_k) are "
+                               f"built for the contiguous two-Q-tile prefill kernel only (page_size=0, num_q_tiles=2); "
+                               f"the KV-cache routes take ragged key lengths from cache_seqlens (attention_sm100_kvserving, "
+                               f"note \"KV-cache serving\")")
         if self.seqused_k and not self.varlen:
             return ConfigError("seqused_k=True needs varlen=True (it bounds each packed sequence's keys)")
         if self.num_qk_stages != 1 or self.num_pv_stages != 1:
