@@ -36,13 +36,14 @@ SOFTCAP = 2.0
 
 def _id(c: FA4Config) -> str:
     fetch = "gather" if c.gather else f"p{c.page_size}" if c.paged else "contig"
-    return f"{'decode' if c.decode else 'prefill'}-{fetch}{c.serving_tag()}"
+    return f"{'decode' if c.decode else 'prefill'}-{fetch}{'-e4m3' if c.fp8 else ''}{c.serving_tag()}"
 
 
 # ---- config ---------------------------------------------------------------------------------------
 def test_configs_are_supported_and_distinct_code_shapes():
     assert all(c.supported() == (True, "") for c in CONFIGS)
-    assert len({code_shape(c) for c in CONFIGS}) == len(CONFIGS) == 8
+    assert len({code_shape(c) for c in CONFIGS}) == len(CONFIGS) == 9
+    assert sum(c.fp8 for c in CONFIGS) == 1
     assert {c.gather for c in CONFIGS} == {True, False} and {c.decode for c in CONFIGS} == {True, False}
     assert any(c.decode and not c.paged for c in CONFIGS)
 
@@ -90,6 +91,8 @@ def test_compiles_with_zero_spills_and_sass(cfg):
     q_boxes = cfg.padded_head_dim // 64
     if cfg.gather:   # K and V by 16-byte loads and shared stores; Q's boxes only
         assert count("UTMALDG") == q_boxes and re.search(r"\bLDG\.E\.128", sass) and re.search(r"\bSTS\.128", sass)
+    elif cfg.fp8:    # e4m3 boxes of a page's rows, unswizzled (one per box: D bytes a row), converted by F2FP
+        assert count("UTMALDG") >= 2 * (cfg.bn // cfg.box_rows) + 1 and re.search(r"\bF2FP\.", sass)
     else:            # Q, and per K/V tile its boxes (per page, or one of BN rows) per 64-column chunk
         assert count("UTMALDG") >= 2 * (cfg.bn // cfg.box_rows) * q_boxes + 1
     assert count("UTMASTG") >= 1
@@ -157,27 +160,37 @@ def test_paged_kernel_interpreted_by_the_fa_rule(cfg, kernels):
     gen = torch.Generator().manual_seed(2806 + page)
     batch = len(lengths)
     q = torch.randn(batch, SEQLEN_Q, heads, d, generator=gen).to(torch.bfloat16)
-    k, v, table = paged_cache(torch, gen, lengths, page, kv_heads, d)
     sinks, softcap = _mods(cfg, torch, gen)
-    kb, vb = bf16_bits(k, torch), bf16_bits(v, torch)
+    if cfg.fp8:      # e4m3 codes (NaN codes in unused pages and rows), per-(page, KV head) scales
+        from tests.test_attention_sm100_fp8 import _fp8_cache
+        kb, vb, table, scales = _fp8_cache(gen, lengths, page, kv_heads, d, cfg.kv_scale)
+    else:
+        k, v, table = paged_cache(torch, gen, lengths, page, kv_heads, d)
+        kb, vb, scales = bf16_bits(k, torch), bf16_bits(v, torch), (None, None)
     o = np.full((batch, SEQLEN_Q, heads, d), 0x7FC0, np.uint16)
     lse = np.full((batch, heads, SEQLEN_Q), np.nan, np.float32)
     problem = SimpleNamespace(batch=batch, heads=heads, seqlen_q=SEQLEN_Q, softmax_scale=d ** -0.5, softcap=softcap)
     tensors = dict(q=bf16_bits(q, torch), k=kb, v=vb, o=o, lse=lse, page_table=table,
-                   cache_seqlens=np.array(lengths, np.int32), sinks=None if sinks is None else sinks.numpy())
-    args = paged_launch_args(cfg, problem, tensors, num_pages=k.shape[0], page_table_stride=table.shape[1])
+                   cache_seqlens=np.array(lengths, np.int32), sinks=None if sinks is None else sinks.numpy(),
+                   k_scale=scales[0], v_scale=scales[1])
+    args = paged_launch_args(cfg, problem, tensors, num_pages=kb.shape[0], page_table_stride=table.shape[1])
     t0 = time.perf_counter()
     kernels(cfg).launch(grid(cfg, problem), args)
     seconds = time.perf_counter() - t0
     out = torch.from_numpy(o.view(np.int16)).view(torch.bfloat16)
     lse_t = torch.from_numpy(lse)
     assert not torch.isnan(out).any() and not torch.isnan(lse_t).any()
-    kf, vf = (torch.from_numpy(x.view(np.int16)).view(torch.bfloat16) for x in (kb, vb))
+    kf, vf = (torch.from_numpy(x.view(np.int16)).view(torch.bfloat16) for x in (kb, vb)) if not cfg.fp8 else (kb, vb)
     masked = 0
     for b, n in enumerate(lengths):
         t = np.arange(n)
-        rows = torch.from_numpy((table[b][t // page] * page + t % page).astype(np.int64))
-        k_rows, v_rows = (x.reshape(-1, kv_heads, d)[rows][None] for x in (kf, vf))
+        pages = table[b][t // page].astype(np.int64)
+        rows = pages * page + t % page
+        if cfg.fp8:  # the rows as the conversion makes them: (e4m3 x scale) rounded to bf16
+            from tests.test_attention_sm100_fp8 import _dequantised_rows
+            k_rows, v_rows = (_dequantised_rows(torch, x, sc, rows, kv_heads, pages)[None] for x, sc in zip((kb, vb), scales))
+        else:
+            k_rows, v_rows = (x.reshape(-1, kv_heads, d)[torch.from_numpy(rows)][None] for x in (kf, vf))
         report = _check(torch, cfg, q[b:b + 1], k_rows, v_rows, out[b:b + 1], lse_t[b:b + 1], sinks, softcap)
         masked += report["masked_rows"] if report else 0
     print(f"{_id(cfg)}: interpreted in {seconds:.1f} s; {masked} rows see no key")

@@ -45,13 +45,16 @@ def kvcache_serving_configs() -> list[FA4Config]:
     the decode route with a causal window over 16-row pages (8 boxes a tile: the once-spilling load
     warp) and over the row gather (page 5, with sinks), a causal chunk over 16-row pages, a
     non-causal chunk with softcap over the row gather, softcap with sinks over 64-row pages, a
-    two-sided window over a contiguous cache; the paged prefill CTA with a causal window and sinks
+    two-sided window over a contiguous cache, a causal window with sinks over an e4m3 cache of 16-row
+    pages with per-(page, KV head) scales (the convert warpgroup's scales of block first + n); the
+    paged prefill CTA with a causal window and sinks
     (page 16) and with softcap (page 64). Outside supported_configs() (CI's sweep); other combinations
     supported() accepts are not compiled in CI."""
     decode = [dict(page_size=16, causal=True, window_left=100), dict(page_size=GATHER_PAGE, causal=True, window_left=100,
                                                                      sinks=True),
               dict(page_size=16, causal=True, chunk=64), dict(page_size=GATHER_PAGE, chunk=64, softcap=True),
               dict(page_size=64, causal=True, softcap=True, sinks=True), dict(window_left=100, window_right=20)]
+    decode.append(dict(page_size=16, causal=True, window_left=100, sinks=True, kv_dtype="e4m3", kv_scale="block"))
     prefill = [dict(page_size=16, causal=True, window_left=100, sinks=True), dict(page_size=64, causal=True, softcap=True)]
     return [FA4Config(**GQA, **DECODE, **kw) for kw in decode] + [FA4Config(**GQA, **kw) for kw in prefill]
 
