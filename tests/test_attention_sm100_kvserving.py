@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import time
+import zlib
 from types import SimpleNamespace
 
 import numpy as np
@@ -157,7 +158,7 @@ def test_paged_kernel_interpreted_by_the_fa_rule(cfg, kernels):
     d, heads, kv_heads = cfg.head_dim, GQA["num_q_heads"], GQA["num_kv_heads"]
     page = cfg.page_size
     lengths = [page - 1, page + 1, 0, 1, 150, 300]
-    gen = torch.Generator().manual_seed(2806 + page)
+    gen = torch.Generator().manual_seed(zlib.crc32(_id(cfg).encode()))   # each config its own inputs
     batch = len(lengths)
     q = torch.randn(batch, SEQLEN_Q, heads, d, generator=gen).to(torch.bfloat16)
     sinks, softcap = _mods(cfg, torch, gen)
@@ -181,7 +182,7 @@ def test_paged_kernel_interpreted_by_the_fa_rule(cfg, kernels):
     lse_t = torch.from_numpy(lse)
     assert not torch.isnan(out).any() and not torch.isnan(lse_t).any()
     kf, vf = (torch.from_numpy(x.view(np.int16)).view(torch.bfloat16) for x in (kb, vb)) if not cfg.fp8 else (kb, vb)
-    masked = 0
+    masked, errs = 0, dict(max_err=0.0, torch_err=0.0, lse_err=0.0, lse_torch_err=0.0)
     for b, n in enumerate(lengths):
         t = np.arange(n)
         pages = table[b][t // page].astype(np.int64)
@@ -193,7 +194,8 @@ def test_paged_kernel_interpreted_by_the_fa_rule(cfg, kernels):
             k_rows, v_rows = (x.reshape(-1, kv_heads, d)[torch.from_numpy(rows)][None] for x in (kf, vf))
         report = _check(torch, cfg, q[b:b + 1], k_rows, v_rows, out[b:b + 1], lse_t[b:b + 1], sinks, softcap)
         masked += report["masked_rows"] if report else 0
-    print(f"{_id(cfg)}: interpreted in {seconds:.1f} s; {masked} rows see no key")
+        errs = {e: max(v, report[e]) if report else v for e, v in errs.items()}
+    print(f"{_id(cfg)}: interpreted in {seconds:.1f} s; {masked} rows see no key; max errors {errs}")
     assert masked > 0, "lengths under 40 tokens leave rows that see no key"
 
 
@@ -216,4 +218,5 @@ def test_contiguous_decode_interpreted_by_the_fa_rule(kernels):
         out = torch.from_numpy(o.view(np.int16)).view(torch.bfloat16)
         report = _check(torch, cfg, q, k, v, out, torch.from_numpy(lse), None, 0.0)
         masked += report["masked_rows"]
+        print(f"contiguous decode, seqlen_k {seqlen_k}: {report}")
     assert masked == 19, masked

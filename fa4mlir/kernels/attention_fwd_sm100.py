@@ -44,7 +44,10 @@ first + n_blocks - 1 (_Geometry.block) and masks with common.masks.key_window; s
 right after S leaves TMEM; sinks join in the correction's epilogue (_Correction.normalizer); varlen
 offsets every TMA row by cu_seqlens and stores O row by row (_Correction.store_o_rows). A CTA that
 visits no block (a window or chunk beyond its rows, a sequence without keys) writes zeros without
-reading O from TMEM, as the paged kernel does.
+reading O from TMEM, as the paged kernel does. The same code serves the KV-cache routes
+(attention_sm100_kvserving, note "KV-cache serving": a decode row's mask position is its token; each
+packed row its own head's sink), and a window's load loop runs over the block indices (note "Load warp
+and windows" there).
 
 MLA prefill (attention_sm100_config, note "MLA"): head_dim 192 / head_dim_v 128 is the same code with
 three 64-column chunks per Q/K tile (12 S MMAs), two per V tile, and one K/V stage; the MMA thread
