@@ -22,7 +22,9 @@ device, over one seqlen_q for the whole batch (the contiguous decode route takes
 ragged queries (varlen: cu_seqlens_q / cu_seqlens_k, seqused_k) stay built for the contiguous prefill
 only and are refused here. Rows before a window's start inside a visited block are read and get P = 0,
 so they must be finite cache rows (the sm_90a decode's contract too); rows at or past L_b may hold
-anything (note "Stale V rows").
+anything (note "Stale V rows"). No host entry point selects these kernels: flash_attn_with_kvcache
+(attention/kvcache_call.py) runs the sm_90a kernels only and refuses other devices (DeviceError); they
+are reached through FA4Config, grid and paged_launch_args / launch_args.
 
 Note "Load warp and windows": at D128 with 16-row pages (8 boxes a K/V tile, each looked up by the
 48-register load warp, paged_rows note "Load warp registers"), a window or chunk made ptxas spill one
