@@ -7,7 +7,8 @@ expects the pair's bytes).
 D (M x N, f32) = A (M x K, bf16) B^T with B = table[idx] (N gathered rows of a 2-D bf16 table), K = 64
 k_tiles (one 128-byte swizzle chunk of A and B per K tile; four k16 MMAs per tile), M = 256 (data-path
 Layout A: CTA r holds A rows [128 r, 128 r + 128) and gets D rows [128 r, 128 r + 128)) or M = 128
-(Layout B, tcgen05 note "pair Layout B" of interpret/ops/pair.py: CTA r holds A rows [64 r, 64 r + 64)).
+(Layout B, note "pair layouts" of interpret/ops/pair.py: CTA r holds A rows [64 r, 64 r + 64) and gets
+D rows [64 r, 64 r + 64), lanes 0-63 columns [0, N/2) and lanes 64-127 columns [N/2, N)).
 CTA r gathers B rows idx[N/2 r .. N/2 r + N/2).
 
 * role "load" (warp 4), one thread in each CTA: per K tile acquires its own `kv` stage, TMA-loads its A
@@ -18,7 +19,7 @@ CTA r gathers B rows idx[N/2 r .. N/2 r + N/2).
   bytes), issues the four MMAs, releases `kv` in both CTAs (multicast mma_commit 0b11); commits `d`
   to both CTAs (multicast).
 * role "epilogue" (warps 0-3): waits `d`, reads its lane's columns, stores them to `out` (the rows this
-  CTA's lanes hold: `layout_rows`), releases `d` on the leader's empty barrier (the peer's through
+  CTA's lanes hold in the MMA's layout), releases `d` on the leader's empty barrier (the peer's through
   fa4.peer_arrive).
 
 `bug` seeds one protocol error (each must be caught by the interpreter and the pipeline verifier):
@@ -42,14 +43,6 @@ K_TILE = chunk_columns(DTYPE)     # 64 columns: one 128-byte swizzle chunk
 MMA_K = 16
 STAGES = 2
 BUGS = ("unicast_loads", "own_bytes", "no_cluster_sync", "peer_skips_acquire", "leader_only_release")
-
-
-def layout_rows(m: int, rank: int, lane: int, n: int):
-    """(D row, first column) that TMEM lane `lane` of CTA `rank` holds, for n columns (M = 256: Layout A,
-    all n; M = 128: Layout B, lanes 0-63 columns [0, n/2) and lanes 64-127 [n/2, n) of row 64 rank + lane % 64)."""
-    if m == 256:
-        return 128 * rank + lane, 0
-    return 64 * rank + lane % 64, (lane // 64) * (n // 2)
 
 
 def build(m: int = 256, n: int = 64, bug: str | None = None, k_tiles: int = 1):

@@ -46,6 +46,29 @@ def test_gathered_pair_matches_numpy(policy, k_tiles):
     assert all(c.stats["tma_load_bytes"] == per_cta for c in ctas)
 
 
+@pytest.mark.parametrize("k_tiles", [1, 3])
+@pytest.mark.parametrize("policy", interpret.POLICIES)
+def test_layout_b_matches_numpy(policy, k_tiles):
+    """M = 128 with cta_group::2 (data-path Layout B, interpret/ops/pair.py note "pair layouts"): CTA r's
+    64 A rows; its lanes 0-63 get D's columns [0, N/2), lanes 64-127 columns [N/2, N) of the same rows.
+    The probe's epilogue stores by that layout, so a model that put rows or column halves elsewhere
+    fails against numpy."""
+    ctas, out, ref = _run(m=128, n=128, policy=policy, k_tiles=k_tiles)
+    assert not np.isnan(out).any()
+    np.testing.assert_allclose(out, ref, rtol=2e-5 * k_tiles, atol=2e-5 * k_tiles)
+    assert ctas[0].stats["pair_mma"] == 4 * k_tiles
+    assert all(c.stats["tma_load_bytes"] == k_tiles * (64 * 64 + 64 * 64) * 2 for c in ctas)
+
+
+def test_layout_b_column_halves_come_from_each_ctas_rows():
+    """Zeroing the rows CTA 1 gathers (B rows [N/2, N)) zeroes exactly D's columns [N/2, N): the
+    lanes 64-127 of both CTAs."""
+    idx = np.arange(64, dtype=np.int32)
+    idx[32:] = -1                                    # CTA 1's gathered rows: out of range, zero-filled
+    _, out, _ = _run(m=128, n=64, idx=idx)
+    assert not out[:, 32:].any() and out[:, :32].all()
+
+
 def test_out_of_range_rows_are_zero_filled():
     """Rows -1 and >= rows of the table gather as zeros (5.5.3.4 / tile mode), in either CTA's half."""
     idx = np.arange(64, dtype=np.int32)
@@ -56,9 +79,10 @@ def test_out_of_range_rows_are_zero_filled():
     np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5)
 
 
-def test_probe_verifies():
+@pytest.mark.parametrize("m", [256, 128])
+def test_probe_verifies(m):
     for k_tiles in (1, 3):
-        kir = probe.build(256, 64, None, k_tiles)
+        kir = probe.build(m, 64, None, k_tiles)
         with kir.module.context:
             verify_pipelines.run(kir.module.operation)
 
@@ -137,11 +161,12 @@ def test_cta_group_1_load_on_a_peer_barrier_is_a_fault():
         tma._load_barrier(_Warp(), CLUSTER_TAG | 0x400, 1)
 
 
-@pytest.fixture(scope="module")
-def artifact():
+@pytest.fixture(scope="module", params=[256, 128])
+def artifact(request):
     from fa4mlir import lowering
     from fa4mlir.lowering import CompileOptions
-    return lowering.lower(probe.build(256, 64, None, 3), CompileOptions(cubin_backend="ptxas"), key="test-pair-gather")
+    return lowering.lower(probe.build(request.param, 64, None, 3), CompileOptions(cubin_backend="ptxas"),
+                          key="test-pair-gather")
 
 
 def test_probe_compiles_with_no_spills_and_the_2cta_tma_sass(artifact):
@@ -154,3 +179,4 @@ def test_probe_compiles_with_no_spills_and_the_2cta_tma_sass(artifact):
     gathers, tiles = (len(re.findall(rf"\bUTMALDG\.2D\.{form}2CTA\b", sass)) for form in ("GATHER4\\.", ""))
     assert tiles >= 1 and gathers == 8 * tiles, (gathers, tiles)       # per K tile: A's box, B's 32 rows (ptxas unrolls)
     assert not re.search(r"\bUTMALDG(?![.\w]*2CTA)", sass)               # no 1-CTA load
+    assert re.search(r"\bUTCHMMA\.2CTA\b", sass) and not re.search(r"\bUTCHMMA(?!\.2CTA)\b", sass)
