@@ -126,10 +126,10 @@ def check_pair_alloc(w, n: int) -> None:
                                  f"allocated {other.tmem_cols}: the pair allocates the same columns")
 
 
-def check_leader(w) -> None:
+def check_leader(w, what: str = "tcgen05.mma.cta_group::2") -> None:
     leader, _ = pair(w)
     if w.cta is not leader:
-        raise w.fault(Fault, f"tcgen05.mma.cta_group::2 issued by CTA rank {w.cta.rank}: the pair's MMAs are "
+        raise w.fault(Fault, f"{what} issued by CTA rank {w.cta.rank}: the pair's MMAs and copies are "
                              f"issued by its even-rank (leader) CTA (rank {leader.rank}) in this model")
 
 
