@@ -45,13 +45,19 @@ STAGES = 2
 BUGS = ("unicast_loads", "own_bytes", "no_cluster_sync", "peer_skips_acquire", "leader_only_release")
 
 
-def build(m: int = 256, n: int = 64, bug: str | None = None, k_tiles: int = 1):
+def build(m: int = 256, n: int = 64, bug: str | None = None, k_tiles: int = 1, a_tmem: str | None = None):
+    """`a_tmem` (M = 128 only): the leader first copies both CTAs' A tiles into TMEM with tcgen05.cp
+    64x128b.`a_tmem` cta_group 2 (FlashMLA's Q route: "warpx2::02_13" puts each row in both lane halves,
+    Layout B's A) and the MMAs read A from TMEM."""
+    if a_tmem is not None and m != 128:
+        raise ValueError("a_tmem: the probe copies A into TMEM for M = 128 (Layout B) only")
     if bug is not None and bug not in BUGS:
         raise ValueError(f"bug {bug!r}: one of {BUGS}")
     if m not in (128, 256) or n % 8 or not 32 <= n <= 256:
         raise ValueError(f"m {m}, n {n}: the pair's M is 128 or 256, N a multiple of 8 in [32, 256] here")
     rows_a, rows_b = m // 2, n // 2
-    name = f"pair_gather_probe_m{m}_n{n}" + (f"_k{k_tiles}" if k_tiles != 1 else "") + (f"_{bug}" if bug else "")
+    name = (f"pair_gather_probe_m{m}_n{n}" + (f"_k{k_tiles}" if k_tiles != 1 else "") + (f"_{bug}" if bug else "")
+            + (f"_tmem_{a_tmem.replace('::', '_')}" if a_tmem else ""))
     kb = KernelBuilder(name, arch="sm_100a", block=(192, 1, 1), cluster=(2, 1, 1))
     a_desc = kb.param_tma("a", dtype=DTYPE, box=(K_TILE, rows_a), swizzle="128B")
     table = kb.param_tma("table", dtype=DTYPE, box=(K_TILE, 1), swizzle="128B")
@@ -60,7 +66,9 @@ def build(m: int = 256, n: int = 64, bug: str | None = None, k_tiles: int = 1):
     a_bytes, b_bytes = rows_a * K_TILE * 2, tile_bytes(rows_b, K_TILE, DTYPE)
     group = 1 if bug == "unicast_loads" else 2
     d_cols = n if m == 256 else n // 2
-    cols = max(32, 1 << (d_cols - 1).bit_length())
+    a_col = d_cols                                  # A's TMEM columns (a_tmem): K_TILE / 2 after D
+    used = d_cols + (K_TILE // 2 if a_tmem else 0)
+    cols = max(32, 1 << (used - 1).bit_length())
     with kb.body():
         a_smem = kb.smem("a_smem", STAGES * a_bytes, align=1024)
         b_smem = kb.smem("b_smem", STAGES * b_bytes, align=1024)
@@ -106,11 +114,20 @@ def build(m: int = 256, n: int = 64, bug: str | None = None, k_tiles: int = 1):
                     with loop as (kt, s):
                         kv.consumer_wait(s)
                         kb.fence("tcgen05_after")
+                        if a_tmem:                  # 8 slices of 8 columns (128 bits), 4 TMEM columns each
+                            for j in range(K_TILE // 8):
+                                src = fa4.smem_desc(kb.gep(a_smem, s.stage * a_bytes + 16 * j, "i8"), swizzle=SW, lbo=16,
+                                                    sbo=8 * SW)
+                                fa4.tmem_copy(tmem + a_col + 4 * j, src, shape="64x128b", multicast=a_tmem, cta_group=2)
                         for kk in range(K_TILE // MMA_K):
                             off = kk * MMA_K * 2
-                            a = fa4.smem_desc(kb.gep(a_smem, s.stage * a_bytes + off, "i8"), swizzle=SW, lbo=16, sbo=8 * SW)
                             b = fa4.smem_desc(kb.gep(b_smem, s.stage * b_bytes + off, "i8"), swizzle=SW, lbo=16, sbo=8 * SW)
                             acc = kt.ne(0) if kk == 0 else const(1, "i1")
+                            if a_tmem:
+                                tcgen05.mma(tmem + a_col + kk * (MMA_K // 2), b, acc, tmem, m=m, n=n, k=MMA_K,
+                                            ab_dtype=DTYPE, a_source="tmem", cta_group=2)
+                                continue
+                            a = fa4.smem_desc(kb.gep(a_smem, s.stage * a_bytes + off, "i8"), swizzle=SW, lbo=16, sbo=8 * SW)
                             tcgen05.mma(a, b, acc, tmem, m=m, n=n, k=MMA_K, ab_dtype=DTYPE, cta_group=2)
                         kv.mma_commit(s, side="empty", cta_group=2, multicast=0b01 if bug == "leader_only_release" else 0b11)
                         loop.yield_(s.advance())

@@ -17,13 +17,13 @@ from tests import _pair_gather_probe as probe
 TABLE_ROWS = 100
 
 
-def _run(m=256, n=64, bug=None, policy="lazy", seed=3, k_tiles=1, idx=None):
+def _run(m=256, n=64, bug=None, policy="lazy", seed=3, k_tiles=1, idx=None, a_tmem=None):
     rng = np.random.default_rng(seed)
     a = f32_to_bf16(rng.standard_normal((m, 64 * k_tiles)).astype(np.float32))
     table = f32_to_bf16(rng.standard_normal((TABLE_ROWS, 64 * k_tiles)).astype(np.float32))
     idx = rng.integers(0, TABLE_ROWS, n).astype(np.int32) if idx is None else idx
     out = np.full((m, n), np.nan, np.float32)
-    kir = probe.build(m, n, bug, k_tiles)
+    kir = probe.build(m, n, bug, k_tiles, a_tmem)
     if bug is not None:
         with kir.module.context:
             mark_unverified(kir.module.operation)
@@ -58,6 +58,25 @@ def test_layout_b_matches_numpy(policy, k_tiles):
     np.testing.assert_allclose(out, ref, rtol=2e-5 * k_tiles, atol=2e-5 * k_tiles)
     assert ctas[0].stats["pair_mma"] == 4 * k_tiles
     assert all(c.stats["tma_load_bytes"] == k_tiles * (64 * 64 + 64 * 64) * 2 for c in ctas)
+
+
+@pytest.mark.parametrize("k_tiles", [1, 3])
+@pytest.mark.parametrize("policy", interpret.POLICIES)
+def test_layout_b_with_a_copied_into_tmem(policy, k_tiles):
+    """FlashMLA's Q route: the leader copies both CTAs' A tiles into TMEM (tcgen05.cp 64x128b.warpx2::02_13
+    cta_group 2, each row to lanes l and 64 + l) and the M = 128 pair MMAs read A there."""
+    ctas, out, ref = _run(m=128, n=64, policy=policy, k_tiles=k_tiles, a_tmem="warpx2::02_13")
+    assert not np.isnan(out).any()
+    np.testing.assert_allclose(out, ref, rtol=2e-5 * k_tiles, atol=2e-5 * k_tiles)
+    assert all(c.stats["tmem_copy"] == 8 * k_tiles for c in ctas)
+
+
+def test_layout_b_needs_rows_in_both_lane_halves():
+    """With warpx2::01_23 (rows 32-63 to lanes 64-127 instead of rows 0-63 again) D's column half
+    [N/2, N) of rows 0-31 and 32-63 mixes rows: the numerics differ from numpy (the model tells the
+    two multicast forms apart)."""
+    _, out, ref = _run(m=128, n=64, a_tmem="warpx2::01_23")
+    assert np.abs(out[:, :32] - ref[:, :32]).max() > 0.5 or np.abs(out[:, 32:] - ref[:, 32:]).max() > 0.5
 
 
 def test_layout_b_column_halves_come_from_each_ctas_rows():
@@ -161,11 +180,12 @@ def test_cta_group_1_load_on_a_peer_barrier_is_a_fault():
         tma._load_barrier(_Warp(), CLUSTER_TAG | 0x400, 1)
 
 
-@pytest.fixture(scope="module", params=[256, 128])
+@pytest.fixture(scope="module", params=[(256, None), (128, None), (128, "warpx2::02_13")])
 def artifact(request):
     from fa4mlir import lowering
     from fa4mlir.lowering import CompileOptions
-    return lowering.lower(probe.build(request.param, 64, None, 3), CompileOptions(cubin_backend="ptxas"),
+    m, a_tmem = request.param
+    return lowering.lower(probe.build(m, 64, None, 3, a_tmem), CompileOptions(cubin_backend="ptxas"),
                           key="test-pair-gather")
 
 
@@ -180,3 +200,8 @@ def test_probe_compiles_with_no_spills_and_the_2cta_tma_sass(artifact):
     assert tiles >= 1 and gathers == 8 * tiles, (gathers, tiles)       # per K tile: A's box, B's 32 rows (ptxas unrolls)
     assert not re.search(r"\bUTMALDG(?![.\w]*2CTA)", sass)               # no 1-CTA load
     assert re.search(r"\bUTCHMMA\.2CTA\b", sass) and not re.search(r"\bUTCHMMA(?!\.2CTA)\b", sass)
+    copies = re.findall(r"\bUTCCP\S*", sass)
+    if "tmem" in artifact.name:                                           # A into TMEM: the pair's 02_13 form only
+        assert copies and set(copies) == {"UTCCP.T.S.2CTA.2x64dp128bit_lw02_lw13"}, set(copies)
+    else:
+        assert not copies

@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..faults import Fault, TmemFault, Unsupported
-from ..machine import SMEM_BASE, TMEM_LANES
+from ..machine import SMEM_BASE
 from ..program import PLAIN
 from . import pair, semantics
 
