@@ -46,9 +46,9 @@ def run(module: ir.Operation) -> None:
                 if len(coords) != len(box) or not 1 <= len(box) <= 5:
                     raise PassError(f"{NAME}: tma_load has {len(coords)} coordinates for a rank-{len(box)} box "
                                     "(rank 1..5, one coordinate per box dimension)", op.location)
+                mbar = _load_barrier(pipes, op, stage, func)
                 dst_cluster = llvm.addrspacecast(ir.Type.parse("!llvm.ptr<7>"), dst)
-                nvvm.cp_async_bulk_tensor_shared_cluster_global(dst_cluster, desc, list(coords), _load_barrier(pipes, op, stage, func),
-                                                                [], **_group_kw(op))
+                nvvm.cp_async_bulk_tensor_shared_cluster_global(dst_cluster, desc, list(coords), mbar, [], **_group_kw(op))
             elif op.name == "fa4.tma_gather4":
                 _lower_gather4(op, pipes, func)
             elif op.name == "fa4.tma_store":
