@@ -28,7 +28,8 @@ full never completes), "own_bytes" (the commit expects one CTA's bytes: the lead
 before the peer's rows land), "no_cluster_sync" (no cluster barrier between the inits and the peer's
 first copy onto the leader's barrier), "peer_skips_acquire" (the peer loads without acquiring its
 stage: its copies may overwrite a stage the MMA still reads, k_tiles > 2), "leader_only_release" (kv
-released in the leader only: the peer's load stalls once its ring wraps, k_tiles > 2).
+released in the leader only: the peer's load stalls once its ring wraps, k_tiles > 2), "peer_commits"
+(only the peer executes the pair's commit: its lowering arrives in the leader only, so nobody does).
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ SW = 128
 K_TILE = chunk_columns(DTYPE)     # 64 columns: one 128-byte swizzle chunk
 MMA_K = 16
 STAGES = 2
-BUGS = ("unicast_loads", "own_bytes", "no_cluster_sync", "peer_skips_acquire", "leader_only_release")
+BUGS = ("unicast_loads", "own_bytes", "no_cluster_sync", "peer_skips_acquire", "leader_only_release", "peer_commits")
 
 
 def build(m: int = 256, n: int = 64, bug: str | None = None, k_tiles: int = 1, a_tmem: str | None = None):
@@ -104,7 +105,11 @@ def build(m: int = 256, n: int = 64, bug: str | None = None, k_tiles: int = 1, a
                         tx = gather4_tile(kb, table, kb.gep(b_smem, s.stage * b_bytes, "i8"), s.stage, row, pipe="kv",
                                           cols=K_TILE, dtype=DTYPE, col0=kt * K_TILE, cta_group=group)
                         pair_bytes = (a_bytes + tx) * (1 if bug == "own_bytes" else 2)
-                        kv.producer_commit(s, tx_bytes=pair_bytes, cta_group=2)
+                        if bug == "peer_commits":
+                            with kb.if_(rank.eq(1)).then_():
+                                kv.producer_commit(s, tx_bytes=pair_bytes, cta_group=2)
+                        else:
+                            kv.producer_commit(s, tx_bytes=pair_bytes, cta_group=2)
                         loop.yield_(s.advance())
             with kb.role("mma", first_warp=5, num_warps=1):
                 with kb.if_(kb.elect_one() & rank.eq(0)).then_():

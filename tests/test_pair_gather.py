@@ -117,6 +117,8 @@ INTERPRETER_CATCHES = {
                                                 r"tensor core reads .* its last write by the TMA engine is not ordered"),
     "leader_only_release": (interpret.Deadlock, r"CTA rank 1 warp  4 \(load\): mbarrier\.try_wait\.parity 0 on "
                                                 r"kv\.empty\[0\]"),
+    "peer_commits": (interpret.Deadlock, r"CTA rank 0 warp  5 \(mma\): mbarrier\.try_wait\.parity 0 on kv\.full\[0\] "
+                                         r"\(phase 0, pending 1/1"),
 }
 WRAPS = {"leader_only_release", "peer_skips_acquire"}      # caught once the ring wraps: 3 K tiles over 2 stages
 VERIFIER_CATCHES = {
@@ -128,6 +130,7 @@ VERIFIER_CATCHES = {
                        r"fa4\.cluster_sync",
     "peer_skips_acquire": r"CTA rank 1's executor view .* pipeline 'kv', role 'load': .* 0 acquire\(s\) but 1 commit",
     "leader_only_release": r"CTA rank 1's executor view .* pipeline 'kv', role 'mma': .* 1 wait\(s\) but 0 release",
+    "peer_commits": r"fa4\.producer_commit with cta_group = 2 on pipeline 'kv' runs in CTA rank\(s\) \[1\] only",
 }
 
 
