@@ -31,7 +31,8 @@ expecting both CTAs' bytes; the leader's consumer waits for them. So in rank 0's
 loads and the commit stay once, in rank 1's they are gone (nothing lands on its `full`); in rank 1's
 executor view the leader's `consumer_wait` of a pair ring stays (the leader's barrier waits for rank
 1's bytes on its behalf, as a multicast release frees its stage), so its multicast release balances;
-the commit's fill (rule 5) counts the executor's own loads times two (both CTAs run the same fill),
+the commit's fill (rule 5) counts the executor's own loads times two in each rank's executor view, so
+both views pass only when tx_bytes = 2 x rank 0's bytes = 2 x rank 1's bytes = the bytes both CTAs copy,
 and every load of a pair commit's fill is `cta_group = 2` (a 1-CTA load would complete on its own
 CTA's barrier), and a `cta_group = 2` load only in a pair commit's fill. A rank 1 `cta_group = 2`
 load arrives remotely (the cluster_sync rule below).
