@@ -208,3 +208,11 @@ def test_probe_compiles_with_no_spills_and_the_2cta_tma_sass(artifact):
         assert copies and set(copies) == {"UTCCP.T.S.2CTA.2x64dp128bit_lw02_lw13"}, set(copies)
     else:
         assert not copies
+
+
+def test_flashmla_s_shape():
+    """FlashMLA's S = Q K^T of one top-k block (head128: B_H 128 head rows and B_TOPK 128 gathered rows
+    per pair, D_QK 576 = 9 K tiles), Layout B with A from TMEM: D equals numpy within float32 rounding."""
+    idx = np.random.default_rng(7).integers(-1, TABLE_ROWS + 3, 128).astype(np.int32)
+    _, out, ref = _run(m=128, n=128, k_tiles=9, idx=idx, a_tmem="warpx2::02_13")
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
