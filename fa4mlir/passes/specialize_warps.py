@@ -4,7 +4,10 @@ For each warpgroup that holds a role, one `scf.if (warpgroup == g)` whose body f
 warpgroup's register budget (setmaxnreg, PTX ISA 9.7.17.1: all four warps of a warpgroup execute
 the same setmaxnreg), then runs each of its roles under `scf.if (warp in [first, first + n))`.
 Checks: roles do not overlap and fit the block; roles sharing a warpgroup agree on `regs`; budgets
-are multiples of 8 in [24, 256]; the budgets sum (x 128 threads) within the 64K-register file.
+are multiples of 8 in [24, 256]; the budgets sum (x 128 threads) within the launch's allocation, the
+pool setmaxnreg moves registers within (threads x entry_register_cap: with one CTA per SM, 64512 at 384
+threads, not the 64K-register file): a setmaxnreg.inc the pool cannot serve waits forever (two sm_90a
+MLA kernels with budgets summing to 65536 at 384 threads hung on an H200; the interpreter has no pool).
 """
 from __future__ import annotations
 
@@ -47,9 +50,11 @@ def plan(roles: list[dict], threads: int) -> dict[int, int]:
         cap = entry_register_cap(threads)
         total = sum((b or cap) * WARPGROUP_THREADS for b in budgets.values())
         total += (num_warps // 4 - len(budgets)) * cap * WARPGROUP_THREADS
-        if total > REGISTER_FILE:
+        pool = cap * threads
+        if total > pool:
             raise ValueError(f"register budgets {dict(sorted(budgets.items()))} (x128 threads) need {total} "
-                             f"registers, over the {REGISTER_FILE}-register file; lower a role's regs")
+                             f"registers, over the launch's pool of {pool} ({threads} threads x {cap}): "
+                             f"setmaxnreg.inc would wait forever; lower a role's regs")
     return budgets
 
 

@@ -105,15 +105,37 @@ module attributes {gpu.container_module} {
 
 // -----
 
-// 40 * 128 + 240 * 256 = 66560 registers: over the 64K register file.
+// 40 * 128 + 240 * 256 = 66560 registers: over the launch's pool (384 threads x 168 = 64512).
 module attributes {gpu.container_module} {
   gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
     llvm.func @register_file_overflow() attributes {nvvm.kernel, nvvm.maxntid = array<i32: 384, 1, 1>} {
-      // expected-error @+1 {{register budgets {0: 40, 1: 240, 2: 240} (x128 threads) need 66560 registers, over the 65536-register file}}
+      // expected-error @+1 {{register budgets {0: 40, 1: 240, 2: 240} (x128 threads) need 66560 registers, over the launch's pool of 64512 (384 threads x 168)}}
       "fa4.warp_roles"() ({
         "fa4.role"() ({
           gpu.yield
         }) {name = "load", first_warp = 0 : i64, num_warps = 1 : i64, regs = 40 : i64} : () -> ()
+        "fa4.role"() ({
+          gpu.yield
+        }) {name = "mma", first_warp = 4 : i64, num_warps = 8 : i64, regs = 240 : i64} : () -> ()
+        gpu.yield
+      }) : () -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// 32 * 128 + 240 * 256 = 65536 registers: the whole 64K file, but over the launch's pool (64512): the consumers'
+// setmaxnreg.inc would wait forever (it hung on an H200).
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @register_pool_overflow() attributes {nvvm.kernel, nvvm.maxntid = array<i32: 384, 1, 1>} {
+      // expected-error @+1 {{register budgets {0: 32, 1: 240, 2: 240} (x128 threads) need 65536 registers, over the launch's pool of 64512 (384 threads x 168)}}
+      "fa4.warp_roles"() ({
+        "fa4.role"() ({
+          gpu.yield
+        }) {name = "load", first_warp = 0 : i64, num_warps = 1 : i64, regs = 32 : i64} : () -> ()
         "fa4.role"() ({
           gpu.yield
         }) {name = "mma", first_warp = 4 : i64, num_warps = 8 : i64, regs = 240 : i64} : () -> ()
