@@ -39,8 +39,10 @@ load arrives remotely (the cluster_sync rule below).
 
 Gathered pipelines (FlashMLA's p_free / so_ready: the softmax threads of both CTAs arrive on the
 leader's barrier, rank 1 by `peer_arrive(stage, 0)` on side "full"; the leader's MMA thread waits
-and releases the stage in both CTAs by a multicast commit): the leader's `consumer_wait` waits for rank
-1's arrivals on its behalf, so it stays in rank 1's executor view as a pair ring's does.
+and releases the stage in both CTAs by a multicast commit on "empty"): the leader's `consumer_wait`
+waits for rank 1's arrivals on its behalf, so it stays in rank 1's executor view as a pair ring's
+does. (A pipeline the leader releases back by peer_arrive instead, as the probe's `ready`, is not one:
+its release is not in rank 1's executor view, so neither is the wait.)
 
 The view keeps program order: an op of the peer's branch before the leader's branch happens first
 in the view (the leader's MMA reads the peer's stage after the peer's wait). What the views prove is
@@ -117,9 +119,13 @@ def pair_pipes(func: ir.Operation) -> set:
 
 
 def gathered_pipes(func: ir.Operation) -> set:
-    """The pipelines whose `full` rank 1 reaches by peer_arrive (note "Gathered pipelines")."""
-    return {attr(op, "pipe") for op in ops_named(func, "fa4.peer_arrive")
-            if attr(op, "side") == "full" and const_int(op.operands[1]) == 0}
+    """The pipelines whose leader `full` rank 1 reaches by peer_arrive and whose stage a multicast
+    mma_commit naming rank 1 releases (note "Gathered pipelines")."""
+    arrived = {attr(op, "pipe") for op in ops_named(func, "fa4.peer_arrive")
+               if attr(op, "side") == "full" and const_int(op.operands[1]) == 0}
+    released = {attr(op, "pipe") for op in ops_named(func, "fa4.mma_commit")
+                if attr(op, "side") == "empty" and "multicast" in op.attributes and attr(op, "multicast") >> 1 & 1}
+    return arrived & released
 
 
 def _arrivals_in(op: ir.Operation, ranks: set, t: int) -> int:
