@@ -35,6 +35,19 @@ def test_plans_fit():
         pc.MLASparsePairConfig(sinks=1).validate()
 
 
+def test_registered_and_in_its_bundle_set():
+    import subprocess
+    import sys
+    from fa4mlir import kernel_sets, kernels
+    from fa4mlir.kernels.common import gather4
+    assert kernels.arch(pc.KERNEL) == "sm_100a" and kernels.cubin_backend(pc.KERNEL) == "nvjitlink-lto"
+    assert [cfg for _, cfg in kernel_sets.configs(["mla-sparse-sm100-pair"])] == CONFIGS
+    assert pc.smem_plan()["k"] == gather4.tile_bytes(pc.CTA_ROWS, pc.D_QK, "bf16")
+    code = ("import sys; import fa4mlir.kernels.attention_mla_sparse_sm100_pair_config; "
+            "sys.exit('mlir' in sys.modules or 'fa4mlir._mlir' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0        # the config stays MLIR-free
+
+
 @pytest.mark.parametrize("kw,match", [(dict(heads=64), "h_q in"), (dict(topk=64), "multiple of 128")])
 def test_launch_args_refuse_what_the_kernel_cannot_take(kw, match):
     args = dict(s_kv=10, heads=128, topk=128, softmax_scale=0.1) | kw
