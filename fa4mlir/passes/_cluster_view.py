@@ -44,6 +44,13 @@ waits for rank 1's arrivals on its behalf, so it stays in rank 1's executor view
 does. (A pipeline the leader releases back by peer_arrive instead, as the probe's `ready`, is not one:
 its release is not in rank 1's executor view, so neither is the wait.)
 
+Joined arrivals: when a role's threads of both CTAs arrive on the same barrier of one CTA (the
+softmax threads' release of S, or their commit of P, on the leader's barrier: a local
+consumer_release / producer_commit in rank 0 and a peer_arrive from rank 1), the two ops are one ring
+use with arrivals from two CTAs. In the target view rule 6 counts both ops' arrivals, and rule 7 walks
+the local op only (the remote one neither advances the role's count nor is position-checked there; its
+executor's view checks its position).
+
 The view keeps program order: an op of the peer's branch before the leader's branch happens first
 in the view (the leader's MMA reads the peer's stage after the peer's wait). What the views prove is
 each CTA's ring protocol with the remote arrivals counted where they land (a release or commit that
