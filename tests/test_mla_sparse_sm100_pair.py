@@ -5,7 +5,7 @@ positions split over the pair, M = 128 pair MMAs issued by the leader).
 * plans: TMEM O 256 + S 64 + Q 192 = 512 columns; SMEM within 227 KiB;
 * compiled (nvJitLink LTO): 0 spills, no stack, SMEM as planned, 512 TMEM columns; SASS: only 2-CTA
   forms (UTCHMMA.2CTA 36 + 16, 24 with A from TMEM; UTMALDG.2D.GATHER4.2CTA 16 x 9 + 32 x 4 per block;
-  UTMALDG.3D.2CTA for Q; UTCCP.T.S.2CTA.2x64dp128bit_lw02_lw13 48);
+  UTMALDG.3D.2CTA for Q; UTCCP.T.S.2CTA.2x64dp128bit_lw02_lw13 48; 7 UTCBAR.2CTA.MULTICAST);
 * fa4-verify-pipelines accepts it, and seeded protocol bugs (IR edits) are caught by the verifier and
   the interpreter;
 * interpreted (the CPU interpreter runs the 2-CTA cluster) by the FA rule against the float64 sparse
@@ -85,6 +85,7 @@ def test_compiles_with_zero_spills_and_the_2cta_sass(artifacts, index):
     assert not re.search(r"\bUTCHMMA(?!\.2CTA)\b", sass)
     assert len(re.findall(r"\bUTCHMMA\.2CTA\s+tmem\[", sass)) == pc.Q_TMEM_COLS // 16     # A = Q from TMEM
     assert count("UTCCP.T.S.2CTA.2x64dp128bit_lw02_lw13") == (pc.Q_TMEM_COLS // 64) * 8
+    assert count("UTCBAR.2CTA.MULTICAST") == 7          # every commit multicast: k (Q copy, S), s, p, v, o, q
     assert not re.search(r"\b(LDL|STL)\b", sass)
 
 
