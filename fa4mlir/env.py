@@ -57,6 +57,11 @@ KNOBS: dict[str, Knob] = {
              "FP8_DECODE_DEFAULT_RULE's kernel (the converter warpgroup): 'gather', the kernel before the rule, "
              "for A/B (bench mla's backend fa4mlir[gather]); read per call into the call cache's key; the mla "
              "bundle set holds both"),
+        Knob("FA4MLIR_MLA_SPARSE_SM100", None, "str", "flash_mla_sparse_fwd on compute capability 10.0 runs this "
+             "sm_100a kernel: unset or 'split', attention_mla_sparse_sm100 (two independent CTAs per token, the "
+             "mla-sparse-sm100 set); 'pair', attention_mla_sparse_sm100_pair (FlashMLA's head128 CTA pair, h_q 128 "
+             "and topk a multiple of 128 only, else ShapeError; the mla-sparse-sm100-pair set); read per call into "
+             "the call cache's key; another value is a KnobError"),
         Knob("FA4MLIR_PREFILL_TILES", None, "str", "flash_attn_func runs its case's default kernel with these "
              "AttnConfig tile / code-knob fields replaced ('bn=144,persistent=False'; for measurement: bench "
              "prefill --prefill-tiles); a kernel source without that variant raises BundleError, never falls back"),

@@ -72,3 +72,8 @@ def mla_decode_variants() -> list:
 def mla_sparse_sm100() -> list:
     from .kernels.attention_mla_sparse_sm100_config import KERNEL, MLASparseSm100Config
     return [(KERNEL, MLASparseSm100Config()), (KERNEL, MLASparseSm100Config(topk_length=True, sinks=True))]
+
+
+def mla_sparse_sm100_pair() -> list:
+    from .kernels.attention_mla_sparse_sm100_pair_config import KERNEL, MLASparsePairConfig
+    return [(KERNEL, MLASparsePairConfig()), (KERNEL, MLASparsePairConfig(topk_length=True, sinks=True))]

@@ -27,6 +27,7 @@ PURE_KERNEL_PIECES = ("fa4mlir.kernels.attention_sm90_config", "fa4mlir.kernels.
                       "fa4mlir.kernels.attention_sm100_config",
                       "fa4mlir.kernels.attention_decode_sm90_config", "fa4mlir.kernels.attention_mla_decode_sm90_config",
                       "fa4mlir.kernels.attention_mla_sparse_sm90_config", "fa4mlir.kernels.attention_mla_sparse_sm100_config",
+                      "fa4mlir.kernels.attention_mla_sparse_sm100_pair_config",
                       "fa4mlir.kernels.common.constants", "fa4mlir.kernels.common.fastdiv",
                       "fa4mlir.kernels.common.naming", "fa4mlir.kernels.common.tmem",
                       "fa4mlir.kernels.common.paging", "fa4mlir.kernels.common.decode_schedule",

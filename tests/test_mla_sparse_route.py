@@ -69,3 +69,47 @@ def test_sm100_plan(monkeypatch, sinks, lens):
     assert list(launch.args) == [n for n, _ in cfg.params]
     assert all(launch.args[n] == TensorRef(n) for n, kind in cfg.params if kind in ("ptr", "tma"))
     assert (launch.args["heads"], launch.args["topk"], launch.args["s_kv"]) == (64, 128, 300)
+
+
+def test_pair_knob_routes_to_the_pair_kernel(monkeypatch):
+    """FA4MLIR_MLA_SPARSE_SM100=pair: the CTA-pair kernel of the mla-sparse-sm100-pair set, one cluster of two
+    CTAs per token; unset or "split": the split kernel."""
+    from fa4mlir.kernels import attention_mla_sparse_sm100_pair_config as pc
+    asked = []
+    monkeypatch.setattr(route, "config_kernel", lambda source, cfg, api, sets, arch: asked.append((cfg, sets)) or "k")
+    p = _problem(s_q=3, heads=128, topk=256, sinks=True, lens=True)
+    monkeypatch.setenv(route.KERNEL_ENV, "pair")
+    assert route.select_arch(p, (10, 0), p.topk) == "sm_100a"
+    (launch,) = route.build_plan_sm100(p, source=object()).launches
+    cfg = pc.MLASparsePairConfig(topk_length=True, sinks=True)
+    assert asked == [(cfg, ("mla-sparse-sm100-pair",))] and launch.grid == pc.grid(3) == (6, 1, 1)
+    assert list(launch.args) == [n for n, _ in cfg.params] and launch.args["topk"] == 256
+    for value in (None, "split"):
+        asked.clear()
+        if value is None:
+            monkeypatch.delenv(route.KERNEL_ENV)
+        else:
+            monkeypatch.setenv(route.KERNEL_ENV, value)
+        route.build_plan_sm100(p, source=object())
+        assert asked == [(sc100.MLASparseSm100Config(topk_length=True, sinks=True), ("mla-sparse-sm100",))]
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(heads=64), r"h_q must be 128 for the pair kernel"),
+    (dict(topk=192), r"topk must be a multiple of 128 for the pair kernel"),
+])
+def test_pair_knob_refusals_are_typed(monkeypatch, kwargs, match):
+    p = _problem(**kwargs)
+    assert route.select_arch(p, (10, 0), p.topk) == "sm_100a"        # the split kernel takes it
+    monkeypatch.setenv(route.KERNEL_ENV, "pair")
+    with pytest.raises(ShapeError, match=match):
+        route.select_arch(p, (10, 0), p.topk)
+    assert route.select_arch(p, (9, 0), p.topk) == "sm_90a"          # the knob is about sm_100 only
+
+
+def test_unknown_pair_knob_is_a_knob_error(monkeypatch):
+    from fa4mlir.attention.errors import KnobError
+    monkeypatch.setenv(route.KERNEL_ENV, "cluster")
+    with pytest.raises(KnobError, match=r"FA4MLIR_MLA_SPARSE_SM100='cluster' is not an sm_100a sparse prefill kernel"):
+        route.select_arch(_problem(), (10, 0), 128)
+    assert route.KERNEL_ENV in ms._CALLS.ENV                        # the knob is part of the call cache's key

@@ -52,7 +52,7 @@ from .checks import (MAX_I32, check_bundle, check_device_context, check_device_o
                      check_scale, read_tensor)
 from .errors import ArgumentTypeError, DTypeError, HeadDimError, HeadsRatioError, LayoutError, ShapeError
 from .mla import CallCache, _torch, kernel_for
-from .mla_sparse_sm100 import build_plan_sm100, select_arch
+from .mla_sparse_sm100 import KERNEL_ENV, build_plan_sm100, select_arch
 from .plan import Launch, Plan, TensorRef, source_for
 
 ENTRY = "flash_mla_sparse_fwd"
@@ -155,7 +155,11 @@ class _Call:
     problem: SparseProblem
 
 
-_CALLS = CallCache()
+class _SparseCalls(CallCache):
+    ENV = (*CallCache.ENV, KERNEL_ENV)      # the sm_100a kernel the call runs (mla_sparse_sm100.requested_kernel)
+
+
+_CALLS = _SparseCalls()
 
 
 def flash_mla_sparse_fwd(q, kv, indices, sm_scale=None, d_v: int = sc.D_V, attn_sink=None, topk_length=None, *,

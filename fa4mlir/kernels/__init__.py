@@ -35,6 +35,8 @@ KERNELS = {
                                                     True),
     "attention_mla_sparse_sm100": KernelEntry("fa4mlir.kernels.attention_mla_sparse_sm100", "sm_100a", "nvjitlink-lto",
                                               False),
+    "attention_mla_sparse_sm100_pair": KernelEntry("fa4mlir.kernels.attention_mla_sparse_sm100_pair", "sm_100a",
+                                                   "nvjitlink-lto", False),
     "kvcache_append_sm90": KernelEntry("fa4mlir.kernels.kvcache_append_sm90", "sm_90a", "nvjitlink", False),
     "deadlock_sm90": KernelEntry("fa4mlir.kernels.deadlock_sm90", "sm_90a", "nvjitlink", False),  # watchdog GPU test
 }

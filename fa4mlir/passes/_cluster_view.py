@@ -37,6 +37,20 @@ and every load of a pair commit's fill is `cta_group = 2` (a 1-CTA load would co
 CTA's barrier), and a `cta_group = 2` load only in a pair commit's fill. A rank 1 `cta_group = 2`
 load arrives remotely (the cluster_sync rule below).
 
+Gathered pipelines (FlashMLA's p_free / so_ready: the softmax threads of both CTAs arrive on the
+leader's barrier, rank 1 by `peer_arrive(stage, 0)` on side "full"; the leader's MMA thread waits
+and releases the stage in both CTAs by a multicast commit on "empty"): the leader's `consumer_wait`
+waits for rank 1's arrivals on its behalf, so it stays in rank 1's executor view as a pair ring's
+does. (A pipeline the leader releases back by peer_arrive instead, as the probe's `ready`, is not one:
+its release is not in rank 1's executor view, so neither is the wait.)
+
+Joined arrivals: when a role's threads of both CTAs arrive on the same barrier of one CTA (the
+softmax threads' release of S, or their commit of P, on the leader's barrier: a local
+consumer_release / producer_commit in rank 0 and a peer_arrive from rank 1), the two ops are one ring
+use with arrivals from two CTAs. In the target view rule 6 counts both ops' arrivals, and rule 7 walks
+the local op only (the remote one neither advances the role's count nor is position-checked there; its
+executor's view checks its position).
+
 The view keeps program order: an op of the peer's branch before the leader's branch happens first
 in the view (the leader's MMA reads the peer's stage after the peer's wait). What the views prove is
 each CTA's ring protocol with the remote arrivals counted where they land (a release or commit that
@@ -111,6 +125,16 @@ def pair_pipes(func: ir.Operation) -> set:
     return {attr(op, "pipe") for op in ops_named(func, "fa4.producer_commit") if _group(op) == 2}
 
 
+def gathered_pipes(func: ir.Operation) -> set:
+    """The pipelines whose leader `full` rank 1 reaches by peer_arrive and whose stage a multicast
+    mma_commit naming rank 1 releases (note "Gathered pipelines")."""
+    arrived = {attr(op, "pipe") for op in ops_named(func, "fa4.peer_arrive")
+               if attr(op, "side") == "full" and const_int(op.operands[1]) == 0}
+    released = {attr(op, "pipe") for op in ops_named(func, "fa4.mma_commit")
+                if attr(op, "side") == "empty" and "multicast" in op.attributes and attr(op, "multicast") >> 1 & 1}
+    return arrived & released
+
+
 def _arrivals_in(op: ir.Operation, ranks: set, t: int) -> int:
     """How many times `op`, executed by `ranks`, acts on rank t's barriers (0: not in t's view)."""
     if (op.name in LOAD_OPS or op.name == "fa4.producer_commit") and _group(op) == 2:
@@ -162,7 +186,7 @@ def _check_cluster_sync(func: ir.Operation, remote: list) -> None:
 def _executed_in(op: ir.Operation, ranks: set, t: int, pairs: set) -> int:
     """1 when `op` is in rank t's executor view: t executes it, or it is a multicast release (an
     mma_commit on "empty") whose mask names t: the pair's tensor core frees t's stage for t, or the
-    leader's wait on a pair ring (note "pair rings")."""
+    leader's wait on a pair ring or a gathered pipeline (notes "pair rings", "Gathered pipelines")."""
     if op.name == "fa4.mma_commit" and "multicast" in op.attributes and attr(op, "side") == "empty":
         return 1 if ranks and attr(op, "multicast") >> t & 1 else 0
     if op.name == "fa4.consumer_wait" and attr(op, "pipe") in pairs and 0 in ranks:
@@ -180,7 +204,7 @@ def _view(func: ir.Operation, t: int, target: bool):
     module = ir.Module.parse(top.get_asm(enable_debug_info=True), func.context)
     view = next(op for op in ops_named(module.operation, "llvm.func") if attr(op, "sym_name") == name)
     multiplicity, remote_ops, remote = {}, [], set()
-    pairs = pair_pipes(view)
+    pairs = pair_pipes(view) | gathered_pipes(view)
     for op in ops_named(view, *LOCAL_OPS):
         ranks, in_else = _ranks(op, view)
         _check_leader(op, ranks)
@@ -217,4 +241,4 @@ def rank_views(func: ir.Operation) -> list:
     return [(t, kind, *_view(func, t, kind == "target")) for t in range(PAIR) for kind in ("executor", "target")]
 
 
-__all__ = ["is_pair_kernel", "rank_views", "pair_pipes", "PAIR"]
+__all__ = ["is_pair_kernel", "rank_views", "pair_pipes", "gathered_pipes", "PAIR"]

@@ -228,6 +228,8 @@ class RoleWalk:
         pipe = attr(op, "pipe")
         n = attr(self.c.pipes[pipe], "num_stages")
         action = kind_of(op)[1]
+        if op in self.c.remote and action in ("commit", "release") and self.c.joined(self.rname, pipe, action):
+            return      # the other CTA's arrivals on the stage of the role's local op (note "Joined arrivals")
         stage_value = op.operands[2] if action == "load" else op.operands[0]
         try:
             stage = scope.eval(stage_value, ("stage", n))

@@ -234,6 +234,12 @@ class _Checker:
     def acquires(self, rname: str, pname: str) -> bool:
         return self.first_op(rname, pname, "acquire") is not None
 
+    def joined(self, rname: str, pname: str, action: str) -> bool:
+        """Role `rname` also does `action` on `pname` locally in this view: a remote op of that action is
+        the other CTA's arrivals on the same stage (passes/_cluster_view.py note "Joined arrivals")."""
+        return any(attr(role, "name") == rname and attr(op, "pipe") == pname and kind_of(op)[1] == action
+                   and op not in self.remote for op, role in self.ops)
+
     def first_op(self, rname: str, pname: str, action: str) -> ir.Operation | None:
         return next((op for op, role in self.ops if attr(role, "name") == rname and attr(op, "pipe") == pname
                      and kind_of(op)[1] == action), None)

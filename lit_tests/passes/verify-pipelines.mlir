@@ -688,3 +688,50 @@ module attributes {gpu.container_module} {
     }
   }
 }
+
+// -----
+
+// A gathered pipeline (passes/_cluster_view.py note "Gathered pipelines", FlashMLA's p_free): both CTAs'
+// softmax threads arrive on the leader's `p` full (the peer through peer_arrive), the leader waits and
+// releases `p` in both CTAs by a multicast commit: its wait stays in rank 1's executor view.
+// CHECK-LABEL: llvm.func @gathered
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_100a", features = "+ptx86">] {
+    llvm.func @gathered() attributes {nvvm.kernel, nvvm.maxntid = array<i32: 160, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "p", num_stages = 1 : i64, producer = "sm", consumers = ["mma"],
+                        producer_arrivals = 256 : i64, consumer_arrivals = 1 : i64} : () -> ()
+      %rank = "fa4.cluster_rank"() : () -> i32
+      "fa4.pipeline_init"() : () -> ()
+      "fa4.cluster_sync"() : () -> ()
+      "fa4.warp_roles"() ({
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          %lead = arith.cmpi eq, %rank, %c0 : i32
+          %e = "fa4.elect_one"() : () -> i1
+          %go = arith.andi %lead, %e : i1
+          scf.if %go {
+            "fa4.consumer_wait"(%c0, %c0) {pipe = "p"} : (i32, i32) -> ()
+            "fa4.mma_commit"(%c0) {pipe = "p", side = "empty", cta_group = 2 : i64, multicast = 3 : i64} : (i32) -> ()
+          }
+          gpu.yield
+        }) {name = "mma", first_warp = 4 : i64, num_warps = 1 : i64, regs = 0 : i64} : () -> ()
+        "fa4.role"() ({
+          %c0 = arith.constant 0 : i32
+          %c1 = arith.constant 1 : i32
+          "fa4.producer_acquire"(%c0, %c0) {pipe = "p"} : (i32, i32) -> ()
+          %r0 = arith.cmpi eq, %rank, %c0 : i32
+          scf.if %r0 {
+            "fa4.producer_commit"(%c0) {pipe = "p", tx_bytes = 0 : i64} : (i32) -> ()
+          }
+          %r1 = arith.cmpi eq, %rank, %c1 : i32
+          scf.if %r1 {
+            "fa4.peer_arrive"(%c0, %c0) {pipe = "p", side = "full"} : (i32, i32) -> ()
+          }
+          gpu.yield
+        }) {name = "sm", first_warp = 0 : i64, num_warps = 4 : i64, regs = 0 : i64} : () -> ()
+        gpu.yield
+      }) : () -> ()
+      llvm.return
+    }
+  }
+}
