@@ -30,6 +30,10 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 the sm_100a sparse MLA prefill (attention_mla_sparse_sm100: TMA gather4, D_v split over
                 two CTAs per token) without and with topk_length + sinks, through nvJitLink's LTO;
                 tests/test_mla_sparse_sm100.py compiles and interprets them; runs only on an sm_100 GPU
+    mla-decode-sm100
+                flash_mla_with_kvcache's sm_100a kernels (attention/mla_sm100.py, compute capability 10.0):
+                attention_fwd_sm100's MLA decode route, bf16 page 64, heads 16/32/64/128, causal or not,
+                unsplit and split, and the combine built for sm_100a; runs only on an sm_100 GPU
     attention-masks
                 the sm_90a attention kernel's sliding-window and chunked variants that
                 tests/gpu/test_attention_masks.py and the interpreter cases (tests/interpret_sm90.py
@@ -149,7 +153,7 @@ from __future__ import annotations
 
 import importlib
 
-from .kernel_sets_mla import MLA_CASES, mla, mla_decode_variants, mla_sparse_sm100  # noqa: F401  (sets named in SETS)
+from .kernel_sets_mla import MLA_CASES, mla, mla_decode_sm100, mla_decode_variants, mla_sparse_sm100  # noqa: F401  (sets named in SETS)
 
 
 def _gemm90(**kw):
@@ -727,7 +731,7 @@ def bench() -> list:
 
 
 SETS = {"attention-sm100": attention_sm100, "attention-sm100-serving": attention_sm100_serving,
-        "mla-sparse-sm100": mla_sparse_sm100, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
+        "mla-sparse-sm100": mla_sparse_sm100, "mla-decode-sm100": mla_decode_sm100, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
         "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
         "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,
         "decode-fp8-variants": decode_fp8_variants, "mla-decode-variants": mla_decode_variants,

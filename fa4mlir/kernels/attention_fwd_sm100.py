@@ -95,10 +95,7 @@ ROLE = {name: (first, n, regs) for name, first, n, regs in fcfg.ROLES}
 def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
     cfg.validate()
     tm, sm = cfg.tmem_plan(), cfg.smem_plan()
-    stages = sm["stages"]
-    name = (f"attention_fwd_sm100_{cfg.dtype}_qk{cfg.head_dim}_ov{cfg.head_dim_v}_g{cfg.group}"
-            f"{cfg.mask.tag()}_bn{cfg.bn}_s{stages}{cfg.name_route()}{cfg.name_suffix()}")
-    kb = KernelBuilder(name, arch="sm_100a", block=(fcfg.NUM_THREADS, 1, 1), config=cfg.key())
+    kb = KernelBuilder(cfg.name(), arch="sm_100a", block=(fcfg.NUM_THREADS, 1, 1), config=cfg.key())
     # the launch contract (cfg.launch_params): q and o boxes of one Q tile, k and v boxes of box_rows
     q_box = (CHUNK, cfg.tile_heads, cfg.tile_tokens, 1) if cfg.decode else (CHUNK, 1, MMA_M, 1)
     box = {"q": q_box, "k": (CHUNK, 1, cfg.box_rows, 1), "v": (CHUNK, 1, cfg.box_rows, 1), "o": q_box}

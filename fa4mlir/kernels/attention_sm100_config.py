@@ -552,6 +552,11 @@ class FA4Config(MLADecodeGeometry):   # mla_decode, tile_heads, mma_m, o_cols: c
                 f"SMEM {sm['total']}/{SMEM_CARVEOUT} B | swizzle {self.swizzle}B | "
                 f"exp2 poly 1/{self.exp2_poly_stride or 'none'} | rescale threshold {self.rescale_threshold}{route}")
 
+    def name(self) -> str:
+        """The kernel's name (attention_fwd_sm100.build's; plan.config_kernel finds a bundle's entry by it)."""
+        return (f"{KERNEL}_{self.dtype}_qk{self.head_dim}_ov{self.head_dim_v}_g{self.group}{self.mask.tag()}_bn{self.bn}"
+                f"_s{self.smem_plan()['stages']}{self.name_route()}{self.name_suffix()}")
+
     def name_route(self) -> str:
         """Kernel-name tags of the KV operand, the decode route, ragged lengths and the score modifiers
         ('' for the dense prefill kernel)."""
