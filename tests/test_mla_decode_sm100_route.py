@@ -180,3 +180,19 @@ def test_combine_compiles_for_sm100(combine_sm100):
     art = combine_sm100
     assert art.arch == "sm_100a" and art.name == "attention_combine_sm100_bf16_d512"
     assert [(p.name, p.kind) for p in art.params] == list(dec.COMBINE_PARAMS)
+
+
+# the bundle set's code shapes that mla_decode_configs() lacks: 32 heads (2 tokens a tile) bf16 page 64 causal
+# split, 64 heads causal unsplit, 32 heads unsplit (0 spills through nvJitLink LTO, as the kernel ships)
+ROUTE_ONLY = [("bf16", 32, 64, True, True), ("bf16", 64, 64, True, False), ("bf16", 32, 64, False, False)]
+
+
+@pytest.mark.parametrize("args", ROUTE_ONLY, ids=lambda a: f"h{a[1]}{'-causal' if a[3] else ''}{'-split' if a[4] else ''}")
+def test_route_only_configs_compile_with_zero_spills(args):
+    pytest.importorskip("fa4mlir._mlir")
+    from _sm100_helpers import check_resources, compiled
+    cfg = route.kernel_config(*args)
+    assert (fcfg.KERNEL, cfg) in set(kernel_sets.SETS[route.BUNDLE_SET]())
+    art, seconds = compiled(cfg, "test-mla-decode-sm100-route")
+    check_resources(cfg, art, seconds)
+    assert art.name == cfg.name()

@@ -26,6 +26,10 @@ ceil(L_b / 64) / splits KV tiles (decode_schedule.split_range); a call of one sp
 kernel's unsplit variant alone, else the split kernel and the combine (attention_combine_sm90,
 splits summed in index order: deterministic for a given split count).
 
+On an sm_100 GPU (compute capability 10.0) the dense call runs the sm_100a kernel instead
+(attention/mla_sm100.py: its routing, and the typed errors for what that kernel does not take, the FP8
+cache among them); any capability but 9.x and 10.0 is a DeviceError.
+
 Sparse decode (``indices``, FlashMLA's DSA decode, over a bf16/f16 cache or, with
 ``is_fp8_kvcache=True``, the FP8 cache below): attention/mla_sparse_decode.py, called from here.
 

@@ -81,6 +81,7 @@ from .attention_fwd_sm100_correction import _Correction, _correction_role
 from .attention_sm100_config import LAUNCH_PARAMS, FA4Config  # noqa: F401  (FA4Config re-exported)
 from .common import paged_rows, tcgen05
 from .common.constants import NEG_INF
+from .common.mla_sm100 import MLA_FP8_CONVERT_REGS
 from .common.masks import ValueOps, block_range, hidden, key_window, tile_blocks, visible_keys
 from .common.softmax import exp2_mixed, max_update
 
@@ -106,8 +107,10 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
     if cfg.gather:   # K and V rows copied from the pools' pointers (paged_rows, note "Row gather")
         del box["k"], box["v"]
     tma = {n: dict(dtype=cfg.dtype, box=b, swizzle="128B") for n, b in box.items()}
-    if cfg.fp8:      # e4m3 K/V, unswizzled (attention_sm100_kv)
-        tma.update(k=kvroles.tma_spec(cfg), v=kvroles.tma_spec(cfg))
+    if cfg.fp8:      # e4m3 K/V, unswizzled (attention_sm100_kv); MLA: FlashMLA's rows (note "MLA FP8")
+        specs = dict(k=mla_dec.fp8_tma_spec(cfg)) if cfg.mla_decode else \
+            dict(k=kvroles.tma_spec(cfg), v=kvroles.tma_spec(cfg))
+        tma.update(specs)
     p = kb.params_from(cfg.launch_params, tma=tma)
     seqlen_q, scale_log2 = p.get("seqlen_q"), p["scale_log2"]   # varlen: per sequence, in _Geometry
     seqlen_k = p.get("seqlen_k")     # paged: each role reads cache_seqlens[b]; varlen: cu_seqlens_k (_Geometry)
@@ -134,10 +137,14 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
                 _load_role(kb, cfg, geo(), bufs)
             with kb.role("mma", **_role("mma", cfg)):
                 _mma_role(kb, cfg, geo(), bufs)
-            if cfg.fp8:      # the decode route's free warps 4-7 (attention_sm100_kv)
+            if cfg.fp8:      # the decode route's free warps 4-7 (attention_sm100_kv; MLA: note "MLA FP8")
                 name, first, n, regs = kvroles.CONVERT_ROLE
+                regs = MLA_FP8_CONVERT_REGS if cfg.mla_decode else regs
                 with kb.role(name, first_warp=first, num_warps=n, regs=regs):
-                    kvroles.convert_role(kb, cfg, geo(), bufs, p)
+                    if cfg.mla_decode:
+                        mla_dec.convert_role(kb, cfg, geo(), bufs)
+                    else:
+                        kvroles.convert_role(kb, cfg, geo(), bufs, p)
             for i in range(cfg.num_q_tiles):
                 with kb.role(f"softmax{i}", **_role(f"softmax{i}")):
                     _softmax_role(_Softmax(kb, cfg, geo(), bufs.pipes.tiles[i], tmem, i, scale_log2,
@@ -235,11 +242,12 @@ def _declare_buffers(kb, sm: dict, params: dict, num_q_tiles: int = fcfg.NUM_Q_T
     rings8 = {}
     if gather:       # the row gather's pool rows (paged_rows, note "Row gather")
         paged["rows_smem"] = kb.smem("rows_smem", sm["gather_rows"], align=16)
-    if "k8" in sm:   # FP8 (attention_sm100_kv): the e4m3 rings, load -> convert
-        paged.update(k8_smem=kb.smem("k8_smem", sm["k8"]), v8_smem=kb.smem("v8_smem", sm["v8"]),
-                     k8_tile=sm["k8_tile"], v8_tile=sm["v8_tile"])
+    if "k8" in sm:   # FP8 (attention_sm100_kv): the e4m3 rings, load -> convert (MLA: k8 only)
+        paged.update(k8_smem=kb.smem("k8_smem", sm["k8"]), k8_tile=sm["k8_tile"])
+        if not v_in_k:
+            paged.update(v8_smem=kb.smem("v8_smem", sm["v8"]), v8_tile=sm["v8_tile"])
         rings8 = {n: kb.pipeline(n, num_stages=stages, producer="load", consumers=["convert"], consumer_arrivals=128)
-                  for n in ("k8", "v8")}
+                  for n in ("k8",) + ("v8",) * (not v_in_k)}
     return _Buffers(q_smem, k_smem, v_smem, tmem_slot, sm["q_tile"], sm["k_tile"], sm["v_tile"],
                     _Pipes(q, k, v, tuple(tiles), **rings8), *(params[n] if n in params else params.get(f"{n}_partial") for n in ("q", "k", "v", "o", "lse")),
                     **paged)
@@ -378,12 +386,15 @@ def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
                                                       cfg.page_size)
             rings = ((pipes.k, bufs.k_desc, bufs.k_smem, bufs.k_tile, qk_ch),
                      (pipes.v, bufs.v_desc, bufs.v_smem, bufs.v_tile, ov_ch))[:1 if cfg.mla_decode else 2]
-            if cfg.fp8:      # the e4m3 rings (attention_sm100_kv)
+            if cfg.fp8:      # the e4m3 rings (attention_sm100_kv; MLA: k8 only)
                 rings = ((pipes.k8, bufs.k_desc, bufs.k8_smem, bufs.k8_tile, 0),
-                         (pipes.v8, bufs.v_desc, bufs.v8_smem, bufs.v8_tile, 0))
+                         (pipes.v8, bufs.v_desc, bufs.v8_smem, bufs.v8_tile, 0))[:1 if cfg.mla_decode else 2]
             for pipe, desc, base, tile, nch in rings:
                 pipe.producer_acquire(s)
                 pipe.producer_commit(s, tx_bytes=tile)
+                if cfg.mla_fp8:
+                    mla_dec.load_fp8_tile(kb, cfg, origins, pipe, desc, base, s, tile)
+                    continue
                 if cfg.fp8:
                     kvroles.load_tile(kb, cfg, origins if cfg.paged else None, pipe, desc, base, s, tile, geo.kv_head,
                                   row, geo.batch)

@@ -107,7 +107,8 @@ from .common.constants import LOG2E, MAX_RESCALE_THRESHOLD, SM100_SMEM_PER_CTA
 from .common.fields import ConfigError, ConfigTypeError, check_fields
 from .common.mask_family import Mask, attention_mask, mask_fields
 from .common.mla_sm100 import (MIN_PAGED_BOX_ROWS, MLA_DECODE_BN, MLA_DECODE_HEAD_DIMS, MLA_DECODE_M,  # noqa: F401
-                               MLA_DECODE_PAGE_SIZES, MLA_DECODE_ROLE_REGS, MLA_DECODE_ROUTE_HINT, O_HALF_LANE, SPLIT_OUT,
+                               MLA_DECODE_PAGE_SIZES, MLA_DECODE_ROLE_REGS, MLA_DECODE_ROUTE_HINT, MLA_FP8_ROW_BYTES,
+                               MLA_FP8_SCALE, O_HALF_LANE, SPLIT_OUT,
                                MLADecodeGeometry, decode_configs, mla_decode_group_refusal, mla_decode_params,
                                mla_decode_refusal, mla_decode_tmem_plan, mla_prefill_refusal, prefill_configs)
 from .common.naming import softmax_knob_tags
@@ -257,7 +258,7 @@ class FA4Config(MLADecodeGeometry):   # mla_decode, tile_heads, mma_m, o_cols: c
         base = (*base, *(SEQUSED_PARAMS if self.seqused_k else ()))
         base = mla_decode_params(self, base)   # note "MLA decode": no v; split_kv's partials and num_splits
         return (*base, *(SOFTCAP_PARAMS if self.softcap else ()), *(SINK_PARAMS if self.sinks else ()),
-                *(FP8_PARAMS if self.fp8 else ()))
+                *(FP8_PARAMS if self.fp8 and not self.mla_fp8 else ()))
 
     @property
     def bk0(self) -> int:
@@ -316,15 +317,15 @@ class FA4Config(MLADecodeGeometry):   # mla_decode, tile_heads, mma_m, o_cols: c
         k = self.bn * self.padded_head_dim * ELEM_BYTES
         # MLA decode: V is the first 512 columns of the K tile, read in place (note "MLA decode")
         v = 0 if self.mla_decode else self.bn * self.padded_head_dim_v * ELEM_BYTES
-        rings = 4 if self.fp8 else 1 if self.mla_decode else 2   # FP8: the e4m3 rings k8, v8 besides k, v
+        rings = (4 - 2 * self.mla_decode) if self.fp8 else 1 if self.mla_decode else 2   # FP8: e4m3 rings k8 (v8)
         barriers = 2 * (1 + TILE_PIPES * self.num_q_tiles + rings * stages) * MBARRIER_BYTES
         plan = {"q_tile": q, "k_tile": k, "v_tile": v, "q": self.num_q_tiles * q, "k": stages * k, "v": stages * v,
                 "barriers": barriers, "tmem_slot": TMEM_SLOT_BYTES}
         if self.gather:   # the row gather's pool rows, int32 [BN] (paged_rows, note "Row gather")
             plan["gather_rows"] = self.bn * 4
-        if self.fp8:   # e4m3 tiles, unswizzled: row r at r * D bytes
-            plan.update(k8_tile=self.bn * self.head_dim, v8_tile=self.bn * self.head_dim_v)
-            plan.update(k8=stages * plan["k8_tile"], v8=stages * plan["v8_tile"])
+        if self.fp8:   # e4m3 tiles, unswizzled: row r at r * D bytes (MLA: FlashMLA's 656-byte rows, no V)
+            k8, v8 = (self.bn * MLA_FP8_ROW_BYTES, 0) if self.mla_decode else (self.bn * self.head_dim, self.bn * self.head_dim_v)
+            plan.update(k8_tile=k8, v8_tile=v8, k8=stages * k8, v8=stages * v8)
         return plan
 
     def _smem_total(self, stages: int) -> int:
@@ -431,8 +432,10 @@ class FA4Config(MLADecodeGeometry):   # mla_decode, tile_heads, mma_m, o_cols: c
         """ConfigError unless kv_dtype / kv_scale name a built FP8 route (note "FP8") or none."""
         if self.kv_dtype not in ("", "e4m3"):
             return ConfigError(f"kv_dtype={self.kv_dtype!r}: '' (K/V in Q's dtype) or 'e4m3' (an FP8 cache)")
-        if (self.kv_scale not in FP8_SCALES) if self.fp8 else self.kv_scale:
-            return ConfigError(f"kv_scale={self.kv_scale!r}: one of {FP8_SCALES} for kv_dtype='e4m3', '' otherwise")
+        if (self.kv_scale not in FP8_SCALES + (MLA_FP8_SCALE,) or (self.kv_scale == MLA_FP8_SCALE) != self.mla_decode) \
+                if self.fp8 else self.kv_scale:
+            return ConfigError(f"kv_scale={self.kv_scale!r}: one of {FP8_SCALES} for kv_dtype='e4m3' ('{MLA_FP8_SCALE}' for "
+                               f"MLA decode: FlashMLA's FP8 rows), '' otherwise")
         if self.fp8 and not self.decode:
             return ConfigError("kv_dtype='e4m3' with num_q_tiles=2: the FP8 cache is built on the decode route "
                                "(num_q_tiles=1, fuse_gqa=True), whose free warps 4-7 convert it; the two-Q-tile "
@@ -461,7 +464,9 @@ class FA4Config(MLADecodeGeometry):   # mla_decode, tile_heads, mma_m, o_cols: c
         prefill (head_dim 192, head_dim_v 128, note "MLA"): the plain contiguous two-tile prefill CTA,
         stages 0 or 1, the default exp2_poly_stride; its 12 code shapes (mla_configs()) are compiled,
         verified and interpreted by tests/test_attention_sm100_mla.py, outside supported_configs(). MLA decode
-        (576/512, note "MLA decode"): common.mla_sm100's limits; mla_decode_configs(), tested apart likewise."""
+        (576/512, note "MLA decode"): common.mla_sm100's limits; mla_decode_configs(), tested apart likewise;
+        flash_mla_with_kvcache runs it on compute capability 10.0 (attention/mla_sm100.py: heads 16/32/64/128,
+        pages of multiples of 16, bf16/f16; no FP8 cache or row gather)."""
         return _answer(self._refusal())
 
     def _refusal(self) -> ConfigError | None:
@@ -643,7 +648,7 @@ def _score_args(config: "FA4Config", problem, tensors) -> dict:
         args.update(scale_log2=cap * LOG2E, softcap_scale=float(problem.softmax_scale) / cap)
     if config.sinks:
         args["sinks"] = tensors["sinks"]
-    if config.fp8:
+    if config.fp8 and not config.mla_fp8:   # FlashMLA's FP8 rows carry their scales
         args.update(k_scale=tensors["k_scale"], v_scale=tensors["v_scale"])
     if config.split_kv:   # the combine's workspaces; problem.num_splits CTAs share each sequence's blocks
         splits = int(getattr(problem, "num_splits", 0) or 0)

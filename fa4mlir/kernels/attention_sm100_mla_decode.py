@@ -40,6 +40,18 @@ or the tail may fall in any split), and writes O / l as float32 to o_partial [nu
 heads, 512] and the natural-log LSE to lse_partial [num_splits, batch, heads, seqlen_q] (-inf for a split
 that saw no key): the workspaces attention_combine_sm90 merges (store_partial, store_lse_partial).
 
+Note "MLA FP8" (kv_dtype "e4m3", kv_scale "row": FlashMLA's FP8 latent cache, common.mla_fp8's 656-byte
+rows of 512 e4m3 latent bytes, four float32 scales (one per 128 columns) and 64 bf16 rope columns): the load
+warp brings each tile's raw rows by TMA (int32 boxes of 164 words, unswizzled, one box per page) into the
+ring k8; warps 4-7 (no role on the bf16 decode route) are the `convert` warpgroup at 160 registers: per
+block they wait k8[n], acquire the 16-bit stage k[n], write bf16(float32(e4m3) x scale) and the rope bits
+into it in the 128B-swizzled layout a TMA box gives (common.mla_fp8.emit_dequant, both halves of the sm_90a
+decode's two-warpgroup split in turn), fence to the async proxy, release k8[n] and commit k[n] (128
+arrivals). The MMA thread is unchanged (it zeroes the V rows past L_b of the converted tile, as of a bf16
+one). SMEM: the 72 KiB Q tile, one 72 KiB 16-bit K stage and one 41 KiB raw stage (k and k8 share the
+stage index; two of each, 298 KiB, exceed the carve-out), so the conversion of block n + 1 waits for the
+MMAs of block n; the load of block n + 1 overlaps them.
+
 Note "Descriptor lifetimes": issuing all 36 K steps of S_0 and then all of S_16 kept the 72 SMEM
 descriptors of the first pass live for the second (ptxas computed them once), and the 48-register MMA
 warp spilled 328 bytes; issuing both halves of each K step back to back uses each pair once: 0 spills.
@@ -55,7 +67,7 @@ from typing import NamedTuple
 from ..dialect import builders as fa4
 from ..dsl import PipeState, Value, const, select, vec
 from . import attention_sm100_config as fcfg
-from .common import paged_rows, tcgen05
+from .common import mla_fp8, paged_rows, tcgen05
 
 SW = fcfg.SWIZZLE_BYTES
 CHUNK = fcfg.CHUNK
@@ -187,4 +199,35 @@ def store_lse_partial(corr, lse: Value, empty: Value):
         kb.store(select(empty, const(float("-inf"), "f32"), lse), kb.gep(corr.bufs.lse_ptr, at, "f32"), align=4)
 
 
-__all__ = ["packed_row", "lane_offset", "mma_role", "store_partial", "store_lse_partial", "HALVES"]
+def fp8_tma_spec(cfg) -> dict:
+    """The FP8 latent rows' descriptor (note "MLA FP8"): int32 boxes of whole 656-byte rows, unswizzled."""
+    return dict(dtype="i32", box=(mla_fp8.ROW_WORDS, 1, cfg.box_rows, 1), swizzle="none")
+
+
+def load_fp8_tile(kb, cfg, origins: list, pipe, desc, base: Value, s: PipeState, tile: int):
+    """The raw rows of one block into stage s of the k8 ring: its per-page boxes at origins[i] = (page,
+    row in page), box i at row i box_rows of the stage (rows at r x 656 bytes)."""
+    for i, (page, in_page) in enumerate(origins):
+        dst = kb.gep(base, s.stage * tile + i * cfg.box_rows * mla_fp8.ROW_BYTES, "i8")
+        fa4.tma_load(desc, dst, s.stage, [const(0), const(0), in_page, page], pipe=pipe.name,
+                     box=[mla_fp8.ROW_WORDS, 1, cfg.box_rows, 1], elem_bytes=mla_fp8.WORD)
+
+
+def convert_role(kb, cfg, geo, bufs):
+    """The convert warpgroup (note "MLA FP8"): per visited block, the raw rows of k8[n] -> the bf16 stage k[n]."""
+    pipes = bufs.pipes
+    t = kb.thread_idx(0) % mla_fp8.THREADS
+    loop = kb.for_(0, geo.n_blocks, 1, carry=pipes.k8.initial_state())
+    with loop as (n, s):
+        pipes.k8.consumer_wait(s)
+        pipes.k.producer_acquire(s)
+        raw, tile = kb.gep(bufs.k8_smem, s.stage * bufs.k8_tile, "i8"), kb.gep(bufs.k_smem, s.stage * bufs.k_tile, "i8")
+        for w in range(mla_fp8.WARPGROUPS):       # the sm_90a decode's two shares, one after the other
+            mla_fp8.emit_dequant(kb, t, w, raw, tile, cfg.bn)
+        kb.fence("async_smem")      # the stores -> tcgen05.mma's async proxy
+        pipes.k8.consumer_release(s)
+        pipes.k.producer_commit(s)
+        loop.yield_(s.advance())
+
+
+__all__ = ["fp8_tma_spec", "load_fp8_tile", "convert_role", "packed_row", "lane_offset", "mma_role", "store_partial", "store_lse_partial", "HALVES"]
