@@ -52,7 +52,7 @@ def test_refusals_say_why(kw, reason):
 def test_row_scales_are_mla_only():
     ok, why = FA4Config(head_dim=128, head_dim_v=128, num_q_tiles=1, fuse_gqa=True, page_size=64, kv_dtype="e4m3",
                         kv_scale="row").supported()
-    assert not ok and "'row' for MLA decode" in why, why
+    assert not ok and "kv_scale='row': one of ('tensor', 'kv_head', 'block')" in why, why
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=_id)

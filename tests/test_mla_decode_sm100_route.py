@@ -2,9 +2,9 @@
 
 * 9.x -> the sm_90a kernels, 10.0 -> the sm_100a kernel (attention_fwd_sm100's MLA decode route), anything
   else a DeviceError, through mla._plan_for (the call's device step) with the capability faked;
-* on 10.0, each call the sm_100a kernel cannot run is a typed error before any launch (the FP8 cache,
-  heads outside (16, 32, 64, 128), page sizes that take no 16-row TMA box, a named sm_90a variant), while
-  the sm_90a route takes it;
+* on 10.0, each call the sm_100a kernel cannot run is a typed error before any launch (heads outside
+  (16, 32, 64, 128), page sizes that take no 16-row TMA box, a named sm_90a variant), while the sm_90a
+  route takes it; FlashMLA's FP8 cache runs the kernel's FP8 form;
 * the sm_100a plan: the kernel of the call's config (causal only with seqlen_q > 1, split_kv with several
   splits) asked for as an sm_100a kernel of the `mla-decode-sm100` bundle set, its grid and launch
   arguments (TensorRefs to the call's tensors, the scalars), and with several splits the combine built for
@@ -15,6 +15,7 @@ No GPU numerics here (no Blackwell GPU was available; the kernel's numerics are 
 """
 from __future__ import annotations
 
+import itertools
 from types import SimpleNamespace
 
 import pytest
@@ -79,7 +80,7 @@ def test_capability_picks_the_kernel(asked):
 
 
 @pytest.mark.parametrize("kwargs,env,error,match", [
-    (dict(fp8=True), None, UnsupportedFeatureError, "FP8 latent cache"),
+    (dict(fp8=True, heads=8), None, ShapeError, "got 8"),
     (dict(heads=8), None, ShapeError, r"heads must be one of \(16, 32, 64, 128\) on sm_100"),
     (dict(heads=96), None, ShapeError, "got 96"),
     (dict(page=8), None, LayoutError, "multiple of 16 up to 256"),
@@ -96,18 +97,21 @@ def test_sm100_refusals_are_typed(monkeypatch, kwargs, env, error, match):
         route.select_arch(p, (10, 0))
 
 
-@pytest.mark.parametrize("heads,seqlen_q,page,causal,dtype", [
-    (64, 1, 64, True, "bf16"),      # one token: the non-causal kernel (the same keys)
-    (16, 2, 64, True, "bf16"),      # MTP: causal, 4 tokens of 16 heads a tile
-    (128, 1, 16, False, "f16"),     # two CTAs a token; 16-row boxes
+@pytest.mark.parametrize("heads,seqlen_q,page,causal,dtype,fp8", [
+    (64, 1, 64, True, "bf16", False),      # one token: the non-causal kernel (the same keys)
+    (16, 2, 64, True, "bf16", False),      # MTP: causal, 4 tokens of 16 heads a tile
+    (128, 1, 16, False, "f16", False),     # two CTAs a token; 16-row boxes
+    (32, 3, 64, True, "bf16", True),       # FlashMLA's FP8 rows (the kernel's note "MLA FP8")
 ])
-def test_sm100_plan_unsplit(asked, heads, seqlen_q, page, causal, dtype):
-    p = _problem(batch=3, seqlen_q=seqlen_q, heads=heads, page=page, causal=causal, dtype=dtype, max_pages=7)
+def test_sm100_plan_unsplit(asked, heads, seqlen_q, page, causal, dtype, fp8):
+    p = _problem(batch=3, seqlen_q=seqlen_q, heads=heads, page=page, causal=causal, dtype=dtype, fp8=fp8,
+                 max_pages=7)
     plan = route.build_plan_sm100(p, source=object(), block_table_stride=9)
     (launch,) = plan.launches
-    cfg = route.kernel_config(dtype, heads, page, causal and seqlen_q > 1, False)
+    cfg = route.kernel_config(dtype, heads, page, causal and seqlen_q > 1, False, fp8)
     assert asked.calls == [(cfg, "flash_mla_with_kvcache", ("mla-decode-sm100",), "sm_100a")]
     assert cfg.mla_decode and cfg.paged and not cfg.gather and not cfg.split_kv and cfg.causal == (seqlen_q > 1)
+    assert cfg.mla_fp8 == fp8 and ("FP8 rows" in plan.notes[0]) == fp8
     assert launch.kernel == "kernel1" and launch.grid == fcfg.grid(cfg, p) == (
         -(-seqlen_q // cfg.tile_tokens), heads // cfg.tile_heads, 3)
     assert list(launch.args) == [n for n, _ in cfg.launch_params]
@@ -143,12 +147,12 @@ def test_bundle_set_holds_the_routes_kernels():
     assert all(e[1].validate() is e[1] for e in entries)
     asked = {(k, c) for k, c in entries}
     for heads in route.HEADS:
-        for seqlen_q, splits in ((1, 1), (2, 1), (1, 3), (2, 3)):
-            p = _problem(seqlen_q=seqlen_q, heads=heads, splits=splits)
+        for (seqlen_q, splits), fp8 in itertools.product(((1, 1), (2, 1), (1, 3), (2, 3)), (False, True)):
+            p = _problem(seqlen_q=seqlen_q, heads=heads, splits=splits, fp8=fp8)
             assert (fcfg.KERNEL, route.sm100_config(p)) in asked
             if splits > 1:
                 assert (dec.COMBINE_KERNEL_SM100, route.combine_config(p)) in asked
-    assert len({e[1].name() for e in entries}) == len(entries) == 17      # names tell the kernels apart
+    assert len({e[1].name() for e in entries}) == len(entries) == 33      # names tell the kernels apart
 
 
 def test_combine_arch_keys():
@@ -182,12 +186,14 @@ def test_combine_compiles_for_sm100(combine_sm100):
     assert [(p.name, p.kind) for p in art.params] == list(dec.COMBINE_PARAMS)
 
 
-# the bundle set's code shapes that mla_decode_configs() lacks: 32 heads (2 tokens a tile) bf16 page 64 causal
-# split, 64 heads causal unsplit, 32 heads unsplit (0 spills through nvJitLink LTO, as the kernel ships)
-ROUTE_ONLY = [("bf16", 32, 64, True, True), ("bf16", 64, 64, True, False), ("bf16", 32, 64, False, False)]
+# the bundle set's code shapes that mla_decode_configs() and decode_fp8_configs() lack: 32 heads (2 tokens a tile)
+# bf16 page 64 causal split, 64 heads causal unsplit, 32 heads unsplit, 64 heads over the FP8 rows unsplit (0
+# spills through nvJitLink LTO, as the kernel ships)
+ROUTE_ONLY = [("bf16", 32, 64, True, True), ("bf16", 64, 64, True, False), ("bf16", 32, 64, False, False),
+              ("bf16", 64, 64, False, False, True)]
 
 
-@pytest.mark.parametrize("args", ROUTE_ONLY, ids=lambda a: f"h{a[1]}{'-causal' if a[3] else ''}{'-split' if a[4] else ''}")
+@pytest.mark.parametrize("args", ROUTE_ONLY, ids=lambda a: f"h{a[1]}{'-causal' if a[3] else ''}{'-split' if a[4] else ''}{'-fp8' if a[5:] else ''}")
 def test_route_only_configs_compile_with_zero_spills(args):
     pytest.importorskip("fa4mlir._mlir")
     from _sm100_helpers import check_resources, compiled

@@ -27,8 +27,8 @@ kernel's unsplit variant alone, else the split kernel and the combine (attention
 splits summed in index order: deterministic for a given split count).
 
 On an sm_100 GPU (compute capability 10.0) the dense call runs the sm_100a kernel instead
-(attention/mla_sm100.py: its routing, and the typed errors for what that kernel does not take, the FP8
-cache among them); any capability but 9.x and 10.0 is a DeviceError.
+(attention/mla_sm100.py: its routing, and the typed errors for what that kernel does not take; the FP8
+cache runs there too); any capability but 9.x and 10.0 is a DeviceError.
 
 Sparse decode (``indices``, FlashMLA's DSA decode, over a bf16/f16 cache or, with
 ``is_fp8_kvcache=True``, the FP8 cache below): attention/mla_sparse_decode.py, called from here.

@@ -8,8 +8,6 @@ kernels/attention_sm100_mla_decode.py, FA4Config note "MLA decode").
 Compute capability 9.x runs the sm_90a kernels (attention/mla.py's plan); exactly 10.0 runs the sm_100a
 kernel (an sm_100a cubin runs on 10.0 only), which takes a subset of the sm_90a kernels' calls, each
 refusal a typed error before any launch:
-* a bf16 or f16 cache (the FP8 latent cache, is_fp8_kvcache=True: UnsupportedFeatureError; the sm_90a
-  kernel takes it);
 * heads in HEADS (16, 32, 64, 128: packed into the 64-row tile, 128 over two CTAs per token; the heads
   compiled and interpreted by tests/test_attention_sm100_mla_decode.py): ShapeError;
 * page sizes that are multiples of 16 up to 256 (per-page TMA boxes of >= 16 rows; the sm_90a kernel
@@ -17,10 +15,12 @@ refusal a typed error before any launch:
   does not have): LayoutError;
 * no FA4MLIR_MLA_DECODE_VARIANT other than "default" (its variants are sm_90a kernels):
   UnsupportedFeatureError.
-Any other capability is a DeviceError.
+Any other capability is a DeviceError. FlashMLA's FP8 latent cache (is_fp8_kvcache=True, bf16 q) runs the
+kernel's FP8 form (FA4Config kv_dtype "e4m3", kv_scale "row": attention_sm100_mla_decode note "MLA FP8",
+the rows dequantized to bf16 in SMEM by warps 4-7), its k the cache's rows as int32 words (mla.kv_operand).
 
 The kernel (FA4Config of head dims 576/512, one latent KV head, BN 64, the decode route) is compiled per
-(dtype, heads, page size, causal, split): `causal` only with seqlen_q > 1 (one query token sees the same
+(dtype, heads, page size, causal, split, FP8): `causal` only with seqlen_q > 1 (one query token sees the same
 keys either way, so a decode call of one token runs the non-causal kernel). The split count is the
 metadata's (get_mla_metadata, the same 64-row tile count as the sm_90a kernels'); several splits run the
 split kernel (float32 partials o_partial / lse_partial, the workspaces MLAOutputs.outputs makes) and then
@@ -77,9 +77,6 @@ def select_arch(problem: mla.MLAProblem, capability: tuple[int, int]) -> str:
 def check_sm100(problem: mla.MLAProblem) -> None:
     """Typed errors for a call the sm_100a kernel cannot run (module docstring)."""
     p = problem
-    if p.fp8:
-        raise UnsupportedFeatureError(_err("the FP8 latent cache (is_fp8_kvcache=True) is not built in the sm_100a "
-                                           "MLA decode kernel; pass a bf16 cache, or run on an sm_90 GPU"))
     if p.dtype not in DTYPES:
         raise DTypeError(_err(f"the sm_100a MLA decode takes q and k_cache in {DTYPES}, got {p.dtype}"))
     if p.heads not in HEADS:
@@ -95,16 +92,18 @@ def check_sm100(problem: mla.MLAProblem) -> None:
                                            f"the sm_100a kernel runs every call: unset {mla.VARIANT_ENV}"))
 
 
-def kernel_config(dtype: str, heads: int, page_size: int, causal: bool, split: bool) -> fcfg.FA4Config:
-    """The sm_100a MLA decode kernel's FA4Config (the route's and the bundle set's)."""
+def kernel_config(dtype: str, heads: int, page_size: int, causal: bool, split: bool,
+                  fp8: bool = False) -> fcfg.FA4Config:
+    """The sm_100a MLA decode kernel's FA4Config (the route's and the bundle set's); `fp8`: FlashMLA's FP8 rows."""
+    cache = dict(kv_dtype="e4m3", kv_scale=fcfg.MLA_FP8_SCALE) if fp8 else {}
     return fcfg.FA4Config(**MLA_BASE, dtype=dtype, num_q_heads=heads, causal=causal, page_size=page_size,
-                          split_kv=split).validate()
+                          split_kv=split, **cache).validate()
 
 
 def sm100_config(problem: mla.MLAProblem) -> fcfg.FA4Config:
     """The sm_100a kernel's config of a call (causal only where seqlen_q > 1; split_kv with several splits)."""
     p = problem
-    return kernel_config(p.dtype, p.heads, p.page_size, p.causal and p.seqlen_q > 1, p.splits > 1)
+    return kernel_config(p.dtype, p.heads, p.page_size, p.causal and p.seqlen_q > 1, p.splits > 1, p.fp8)
 
 
 def combine_config(problem: mla.MLAProblem) -> dec.CombineConfig | None:
@@ -147,8 +146,9 @@ def build_plan_sm100(problem: mla.MLAProblem, source, block_table_stride: int) -
 def note(cfg: fcfg.FA4Config) -> str:
     """Plan.describe's line on the kernel."""
     split = f", split-KV partials merged by {dec.COMBINE_KERNEL_SM100}" if cfg.split_kv else ""
+    fp8 = ", FlashMLA's FP8 rows dequantized in SMEM" if cfg.fp8 else ""
     return (f"MLA decode kernel: sm_100a {fcfg.KERNEL} (compute capability 10.0; 64-row tile of {cfg.tile_heads} heads "
-            f"x {cfg.tile_tokens} tokens{split})")
+            f"x {cfg.tile_tokens} tokens{fp8}{split})")
 
 
 __all__ = ["select_arch", "check_sm100", "kernel_config", "sm100_config", "combine_config", "kernel_args", "grid", "build_plan_sm100",

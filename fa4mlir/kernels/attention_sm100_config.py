@@ -108,8 +108,8 @@ from .common.fields import ConfigError, ConfigTypeError, check_fields
 from .common.mask_family import Mask, attention_mask, mask_fields
 from .common.mla_sm100 import (MIN_PAGED_BOX_ROWS, MLA_DECODE_BN, MLA_DECODE_HEAD_DIMS, MLA_DECODE_M,  # noqa: F401
                                MLA_DECODE_PAGE_SIZES, MLA_DECODE_ROLE_REGS, MLA_DECODE_ROUTE_HINT, MLA_FP8_ROW_BYTES,
-                               MLA_FP8_SCALE, O_HALF_LANE, SPLIT_OUT,
-                               MLADecodeGeometry, decode_configs, mla_decode_group_refusal, mla_decode_params,
+                               MLA_FP8_SCALE, O_HALF_LANE, SPLIT_OUT, MLADecodeGeometry, decode_configs,
+                               mla_decode_group_refusal, mla_decode_params,
                                mla_decode_refusal, mla_decode_tmem_plan, mla_prefill_refusal, prefill_configs)
 from .common.naming import softmax_knob_tags
 from .common.paging import MAX_PAGE_SIZE, KVFetch, fetch_plan
@@ -432,10 +432,9 @@ class FA4Config(MLADecodeGeometry):   # mla_decode, tile_heads, mma_m, o_cols: c
         """ConfigError unless kv_dtype / kv_scale name a built FP8 route (note "FP8") or none."""
         if self.kv_dtype not in ("", "e4m3"):
             return ConfigError(f"kv_dtype={self.kv_dtype!r}: '' (K/V in Q's dtype) or 'e4m3' (an FP8 cache)")
-        if (self.kv_scale not in FP8_SCALES + (MLA_FP8_SCALE,) or (self.kv_scale == MLA_FP8_SCALE) != self.mla_decode) \
-                if self.fp8 else self.kv_scale:
-            return ConfigError(f"kv_scale={self.kv_scale!r}: one of {FP8_SCALES} for kv_dtype='e4m3' ('{MLA_FP8_SCALE}' for "
-                               f"MLA decode: FlashMLA's FP8 rows), '' otherwise")
+        scales = (MLA_FP8_SCALE,) if self.mla_decode else FP8_SCALES    # MLA decode: FlashMLA's FP8 rows
+        if (self.kv_scale not in scales) if self.fp8 else self.kv_scale:
+            return ConfigError(f"kv_scale={self.kv_scale!r}: one of {scales} for kv_dtype='e4m3', '' otherwise")
         if self.fp8 and not self.decode:
             return ConfigError("kv_dtype='e4m3' with num_q_tiles=2: the FP8 cache is built on the decode route "
                                "(num_q_tiles=1, fuse_gqa=True), whose free warps 4-7 convert it; the two-Q-tile "
@@ -464,9 +463,8 @@ class FA4Config(MLADecodeGeometry):   # mla_decode, tile_heads, mma_m, o_cols: c
         prefill (head_dim 192, head_dim_v 128, note "MLA"): the plain contiguous two-tile prefill CTA,
         stages 0 or 1, the default exp2_poly_stride; its 12 code shapes (mla_configs()) are compiled,
         verified and interpreted by tests/test_attention_sm100_mla.py, outside supported_configs(). MLA decode
-        (576/512, note "MLA decode"): common.mla_sm100's limits; mla_decode_configs(), tested apart likewise;
-        flash_mla_with_kvcache runs it on compute capability 10.0 (attention/mla_sm100.py: heads 16/32/64/128,
-        pages of multiples of 16, bf16/f16; no FP8 cache or row gather)."""
+        (576/512, note "MLA decode"; FlashMLA's FP8 rows with kv_scale "row"): common.mla_sm100's limits, its
+        configs tested apart likewise; flash_mla_with_kvcache runs it on 10.0 (attention/mla_sm100.py)."""
         return _answer(self._refusal())
 
     def _refusal(self) -> ConfigError | None:
@@ -557,8 +555,7 @@ class FA4Config(MLADecodeGeometry):   # mla_decode, tile_heads, mma_m, o_cols: c
                 f"SMEM {sm['total']}/{SMEM_CARVEOUT} B | swizzle {self.swizzle}B | "
                 f"exp2 poly 1/{self.exp2_poly_stride or 'none'} | rescale threshold {self.rescale_threshold}{route}")
 
-    def name(self) -> str:
-        """The kernel's name (attention_fwd_sm100.build's; plan.config_kernel finds a bundle's entry by it)."""
+    def name(self) -> str:   # attention_fwd_sm100.build's; plan.config_kernel finds a bundle's entry by it
         return (f"{KERNEL}_{self.dtype}_qk{self.head_dim}_ov{self.head_dim_v}_g{self.group}{self.mask.tag()}_bn{self.bn}"
                 f"_s{self.smem_plan()['stages']}{self.name_route()}{self.name_suffix()}")
 
