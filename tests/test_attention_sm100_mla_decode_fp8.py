@@ -8,8 +8,8 @@ columns), dequantized to bf16 in SMEM by warps 4-7 before the tcgen05 MMAs. Prov
 * the pipeline verifier accepts both kernels and names k8 when its commit is dropped;
 * interpreted on small shapes (NaN bytes and scales in every row no sequence owns) by the FA rule against
   a float64 reference over the cache dequantized exactly as the kernel does (testing_mla.dequantize_fp8_cache,
-  FlashMLA's dequantize_k_cache): 16 heads x 2 MTP tokens causal, and 128 heads split-KV merged by the
-  combine's host twin. Never run on a Blackwell GPU.
+  FlashMLA's dequantize_k_cache): 16 heads x 2 MTP tokens causal, 128 heads split-KV merged by the
+  combine's host twin, 32 heads over 16-row pages (four boxes a tile). Never run on a Blackwell GPU.
 """
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ def test_plan(cfg):
     names = [n for n, _ in cfg.launch_params]
     assert names[:2] == ["q", "k"] and "v" not in names and "k_scale" not in names
     assert cfg.name().endswith("_e4m3_row_split" if cfg.split_kv else "_e4m3_row")
+    assert cfg.box_rows == cfg.page_size and cfg.bn // cfg.box_rows in (1, 4)
 
 
 @pytest.mark.parametrize("kw,reason", [
@@ -61,7 +62,7 @@ def test_compiles_with_zero_spills(cfg):
     check_resources(cfg, art, seconds)
     assert role_budgets(sass_of(art)) == {192, 160, 80}, "softmax 192, convert 160, correction / MMA / load 80"
     (k,) = [p for p in art.params if p.name == "k"]
-    assert (k.tma.dtype, k.tma.box, k.tma.swizzle) == ("i32", (164, 1, 64, 1), "none")
+    assert (k.tma.dtype, k.tma.box, k.tma.swizzle) == ("i32", (164, 1, cfg.box_rows, 1), "none")
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=_id)
@@ -93,7 +94,8 @@ def test_verifier_rejects_the_converts_dropped_handover(op):
 @pytest.mark.parametrize("index,lengths,seqlen_q,num_splits", [
     (0, [63, 64, 150, 0], 2, 1),      # 16 heads x 2 MTP tokens causal; a page boundary, 3 blocks, no key
     (1, [200, 40], 1, 2),             # 128 heads, two CTAs a token; 4 blocks over 2 splits, an empty split
-], ids=["h16-causal", "h128-2splits"])
+    (2, [17, 100], 1, 1),             # page 16: four boxes a tile at 16 x 656-byte steps; a length inside a page
+], ids=["h16-causal", "h128-2splits", "h32-page16"])
 def test_interpreted_by_the_fa_rule(index, lengths, seqlen_q, num_splits):
     from test_attention_sm100_mla_decode import _interpret
     _interpret(CONFIGS[index], lengths, seqlen_q, num_splits=num_splits)

@@ -166,11 +166,12 @@ def decode_configs(cls) -> list:
 
 def decode_fp8_configs(cls) -> list:
     """Note "MLA FP8"'s kernels: FlashMLA's FP8 latent cache (656-byte rows, bf16 q) at page 64, 16 heads
-    causal (MTP) and 128 heads split-KV. Apart from decode_configs() (whose tests check the bf16 kernels'
+    causal (MTP) and 128 heads split-KV, and at page 16 (four boxes a tile), 32 heads. Apart from decode_configs() (whose tests check the bf16 kernels'
     two K stages); tests/test_attention_sm100_mla_decode_fp8.py compiles, verifies and interprets them."""
     base = dict(head_dim=576, head_dim_v=512, num_kv_heads=1, bn=MLA_DECODE_BN, num_q_tiles=1, fuse_gqa=True,
                 dtype="bf16", kv_dtype="e4m3", kv_scale=MLA_FP8_SCALE, page_size=64)
-    return [cls(**base, num_q_heads=16, causal=True), cls(**base, num_q_heads=128, split_kv=True)]
+    return [cls(**base, num_q_heads=16, causal=True), cls(**base, num_q_heads=128, split_kv=True),
+            cls(**{**base, "page_size": 16}, num_q_heads=32)]
 
 
 __all__ = ["decode_configs", "decode_fp8_configs", "MLA_FP8_SCALE", "MLA_FP8_ROW_BYTES", "MLA_FP8_CONVERT_REGS", "prefill_configs", "MLA_DECODE_HEAD_DIMS", "MLA_DECODE_M", "O_HALF_LANE",
