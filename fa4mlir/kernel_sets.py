@@ -32,8 +32,9 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 tests/test_mla_sparse_sm100.py compiles and interprets them; runs only on an sm_100 GPU
     mla-decode-sm100
                 flash_mla_with_kvcache's sm_100a kernels (attention/mla_sm100.py, compute capability 10.0):
-                attention_fwd_sm100's MLA decode route, bf16 page 64, heads 16/32/64/128, causal or not,
-                unsplit and split, and the combine built for sm_100a; runs only on an sm_100 GPU
+                attention_fwd_sm100's MLA decode route over bf16 and FP8 caches of page 64, heads
+                16/32/64/128, causal or not, unsplit and split, the row gather's at page 8 (16 heads), and
+                the combine built for sm_100a; runs only on an sm_100 GPU
     attention-masks
                 the sm_90a attention kernel's sliding-window and chunked variants that
                 tests/gpu/test_attention_masks.py and the interpreter cases (tests/interpret_sm90.py

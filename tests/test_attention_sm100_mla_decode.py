@@ -66,7 +66,7 @@ def test_heads_pack_into_the_64_rows():
     (dict(bn=128), "built for bn=64"),
     (dict(num_kv_heads=2, num_q_heads=32), "one latent KV head"),
     (dict(page_size=64, kv_dtype="e4m3", kv_scale="block"), "e4m3 K/V"),
-    (dict(page_size=5), "row gather"),
+    (dict(page_size=8, kv_dtype="e4m3", kv_scale="row"), "FP8 rows in pages of 8"),
     (dict(causal=True, window_left=32), "serving features"),
     (dict(exp2_poly_stride=2), "default 4 only"),
     (dict(stages=1), "use 0 or 2"),

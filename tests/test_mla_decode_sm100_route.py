@@ -3,8 +3,9 @@
 * 9.x -> the sm_90a kernels, 10.0 -> the sm_100a kernel (attention_fwd_sm100's MLA decode route), anything
   else a DeviceError, through mla._plan_for (the call's device step) with the capability faked;
 * on 10.0, each call the sm_100a kernel cannot run is a typed error before any launch (heads outside
-  (16, 32, 64, 128), page sizes that take no 16-row TMA box, a named sm_90a variant), while the sm_90a
-  route takes it; FlashMLA's FP8 cache runs the kernel's FP8 form;
+  (16, 32, 64, 128), pages over 256, FP8 pages that take no 16-row TMA box, a named sm_90a variant), while
+  the sm_90a route takes it; FlashMLA's FP8 cache runs the kernel's FP8 form, pages of 8, 24, .. its row
+  gather;
 * the sm_100a plan: the kernel of the call's config (causal only with seqlen_q > 1, split_kv with several
   splits) asked for as an sm_100a kernel of the `mla-decode-sm100` bundle set, its grid and launch
   arguments (TensorRefs to the call's tensors, the scalars), and with several splits the combine built for
@@ -83,8 +84,9 @@ def test_capability_picks_the_kernel(asked):
     (dict(fp8=True, heads=8), None, ShapeError, "got 8"),
     (dict(heads=8), None, ShapeError, r"heads must be one of \(16, 32, 64, 128\) on sm_100"),
     (dict(heads=96), None, ShapeError, "got 96"),
-    (dict(page=8), None, LayoutError, "multiple of 16 up to 256"),
-    (dict(page=24), None, LayoutError, "row gather"),
+    (dict(page=8, fp8=True), None, LayoutError, "FP8 k_cache's page size must be a multiple of 16"),
+    (dict(page=24, fp8=True), None, LayoutError, "got 24"),
+    (dict(page=512), None, LayoutError, "at most 256"),
     (dict(), "m64", UnsupportedFeatureError, "names an sm_90a decode kernel"),
 ])
 def test_sm100_refusals_are_typed(monkeypatch, kwargs, env, error, match):
@@ -102,6 +104,8 @@ def test_sm100_refusals_are_typed(monkeypatch, kwargs, env, error, match):
     (16, 2, 64, True, "bf16", False),      # MTP: causal, 4 tokens of 16 heads a tile
     (128, 1, 16, False, "f16", False),     # two CTAs a token; 16-row boxes
     (32, 3, 64, True, "bf16", True),       # FlashMLA's FP8 rows (the kernel's note "MLA FP8")
+    (16, 1, 8, False, "bf16", False),      # pages of 8: the row gather (note "MLA gather"), k a pointer
+    (64, 2, 24, True, "f16", False),       # pages of 24 (gcd 8 with the 64-key tile): the row gather
 ])
 def test_sm100_plan_unsplit(asked, heads, seqlen_q, page, causal, dtype, fp8):
     p = _problem(batch=3, seqlen_q=seqlen_q, heads=heads, page=page, causal=causal, dtype=dtype, fp8=fp8,
@@ -110,8 +114,8 @@ def test_sm100_plan_unsplit(asked, heads, seqlen_q, page, causal, dtype, fp8):
     (launch,) = plan.launches
     cfg = route.kernel_config(dtype, heads, page, causal and seqlen_q > 1, False, fp8)
     assert asked.calls == [(cfg, "flash_mla_with_kvcache", ("mla-decode-sm100",), "sm_100a")]
-    assert cfg.mla_decode and cfg.paged and not cfg.gather and not cfg.split_kv and cfg.causal == (seqlen_q > 1)
-    assert cfg.mla_fp8 == fp8 and ("FP8 rows" in plan.notes[0]) == fp8
+    assert cfg.mla_decode and cfg.paged and not cfg.split_kv and cfg.causal == (seqlen_q > 1)
+    assert cfg.mla_fp8 == fp8 and ("FP8 rows" in plan.notes[0]) == fp8 and cfg.gather == (page % 16 != 0)
     assert launch.kernel == "kernel1" and launch.grid == fcfg.grid(cfg, p) == (
         -(-seqlen_q // cfg.tile_tokens), heads // cfg.tile_heads, 3)
     assert list(launch.args) == [n for n, _ in cfg.launch_params]
@@ -152,7 +156,9 @@ def test_bundle_set_holds_the_routes_kernels():
             assert (fcfg.KERNEL, route.sm100_config(p)) in asked
             if splits > 1:
                 assert (dec.COMBINE_KERNEL_SM100, route.combine_config(p)) in asked
-    assert len({e[1].name() for e in entries}) == len(entries) == 33      # names tell the kernels apart
+    for seqlen_q, splits in ((1, 1), (2, 1), (1, 3), (2, 3)):     # pages of 8: the row gather
+        assert (fcfg.KERNEL, route.sm100_config(_problem(seqlen_q=seqlen_q, heads=16, page=8, splits=splits))) in asked
+    assert len({e[1].name() for e in entries}) == len(entries) == 37      # names tell the kernels apart
 
 
 def test_combine_arch_keys():

@@ -10,9 +10,9 @@ kernel (an sm_100a cubin runs on 10.0 only), which takes a subset of the sm_90a 
 refusal a typed error before any launch:
 * heads in HEADS (16, 32, 64, 128: packed into the 64-row tile, 128 over two CTAs per token; the heads
   compiled and interpreted by tests/test_attention_sm100_mla_decode.py): ShapeError;
-* page sizes that are multiples of 16 up to 256 (per-page TMA boxes of >= 16 rows; the sm_90a kernel
-  also takes 8, 24, 40, .. through 8-row boxes, which the sm_100a kernel would fetch by a row gather it
-  does not have): LayoutError;
+* page sizes up to 256 (the sm_90a route's multiples of 8: 16, 32, 48, .. by per-page TMA boxes of >= 16
+  rows; 8, 24, 40, .. by the kernel's row gather, note "MLA gather"), over the FP8 cache multiples of 16
+  only (its rows arrive by TMA boxes): LayoutError;
 * no FA4MLIR_MLA_DECODE_VARIANT other than "default" (its variants are sm_90a kernels):
   UnsupportedFeatureError.
 Any other capability is a DeviceError. FlashMLA's FP8 latent cache (is_fp8_kvcache=True, bf16 q) runs the
@@ -50,7 +50,7 @@ ARCH = "sm_100a"
 BUNDLE_SET = "mla-decode-sm100"
 HEADS = (16, 32, 64, 128)
 DTYPES = ("bf16", "f16")
-PAGE_MULTIPLE = fcfg.MIN_PAGED_BOX_ROWS       # 16: per-page TMA boxes of >= 16 rows (no row gather)
+FP8_PAGE_MULTIPLE = fcfg.MIN_PAGED_BOX_ROWS   # 16: the FP8 rows by per-page TMA boxes of >= 16 rows
 MLA_BASE = dict(head_dim=576, head_dim_v=512, num_kv_heads=1, bn=fcfg.MLA_DECODE_BN, num_q_tiles=1, fuse_gqa=True)
 # the call's tensors (flash_mla_with_kvcache's names, mla.py's addresses) by the sm_100a kernel's parameter
 PARAM_TENSORS = {"q": "q", "k": "kv_cache", "o": "out", "lse": "lse", "page_table": "block_table",
@@ -82,10 +82,12 @@ def check_sm100(problem: mla.MLAProblem) -> None:
     if p.heads not in HEADS:
         raise ShapeError(_err(f"heads must be one of {HEADS} on sm_100 (packed into the kernel's 64-row tile, 128 over "
                               f"two CTAs a token), got {p.heads}"))
-    if p.page_size % PAGE_MULTIPLE or p.page_size > MAX_PAGE_SIZE:
-        raise LayoutError(_err(f"on sm_100 k_cache's page size must be a multiple of {PAGE_MULTIPLE} up to "
-                               f"{MAX_PAGE_SIZE} (per-page TMA boxes of >= {PAGE_MULTIPLE} rows; FlashMLA's is 64), got "
-                               f"{p.page_size}; smaller boxes need a row gather the sm_100a kernel does not have"))
+    if p.page_size > MAX_PAGE_SIZE:
+        raise LayoutError(_err(f"on sm_100 k_cache's page size must be at most {MAX_PAGE_SIZE} (FlashMLA's is 64), got "
+                               f"{p.page_size}"))
+    if p.fp8 and p.page_size % FP8_PAGE_MULTIPLE:
+        raise LayoutError(_err(f"on sm_100 an FP8 k_cache's page size must be a multiple of {FP8_PAGE_MULTIPLE} (its rows "
+                               f"arrive by per-page TMA boxes of >= {FP8_PAGE_MULTIPLE} rows), got {p.page_size}"))
     variant = mla.requested_variant()
     if variant != mla.mc.RULE_VARIANT:
         raise UnsupportedFeatureError(_err(f"{mla.VARIANT_ENV}={variant!r} names an sm_90a decode kernel; on sm_100 "

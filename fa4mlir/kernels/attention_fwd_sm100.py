@@ -81,7 +81,7 @@ from .attention_fwd_sm100_correction import _Correction, _correction_role
 from .attention_sm100_config import LAUNCH_PARAMS, FA4Config  # noqa: F401  (FA4Config re-exported)
 from .common import paged_rows, tcgen05
 from .common.constants import NEG_INF
-from .common.mla_sm100 import MLA_FP8_CONVERT_REGS
+from .common.mla_sm100 import MLA_FREE_WARPS_REGS
 from .common.masks import ValueOps, block_range, hidden, key_window, tile_blocks, visible_keys
 from .common.softmax import exp2_mixed, max_update
 
@@ -105,7 +105,7 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
     if cfg.varlen or cfg.split_kv:   # O is stored row by row through a pointer (note "Serving"; o_partial)
         del box["o"]
     if cfg.gather:   # K and V rows copied from the pools' pointers (paged_rows, note "Row gather")
-        del box["k"], box["v"]
+        box.pop("k"), box.pop("v", None)
     tma = {n: dict(dtype=cfg.dtype, box=b, swizzle="128B") for n, b in box.items()}
     if cfg.fp8:      # e4m3 K/V, unswizzled (attention_sm100_kv); MLA: FlashMLA's rows (note "MLA FP8")
         specs = dict(k=mla_dec.fp8_tma_spec(cfg)) if cfg.mla_decode else \
@@ -133,13 +133,15 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
             return _Geometry(kb, cfg, seqlen_q, seqlen_k, p)
 
         with kb.warp_roles():
-            with kb.role("load", **(kvroles.GATHER_ROLE if cfg.gather else _role("load", cfg))):
+            load = dict(kvroles.GATHER_ROLE, regs=MLA_FREE_WARPS_REGS) if cfg.gather and cfg.mla_decode else \
+                kvroles.GATHER_ROLE if cfg.gather else _role("load", cfg)
+            with kb.role("load", **load):
                 _load_role(kb, cfg, geo(), bufs)
             with kb.role("mma", **_role("mma", cfg)):
                 _mma_role(kb, cfg, geo(), bufs)
             if cfg.fp8:      # the decode route's free warps 4-7 (attention_sm100_kv; MLA: note "MLA FP8")
                 name, first, n, regs = kvroles.CONVERT_ROLE
-                regs = MLA_FP8_CONVERT_REGS if cfg.mla_decode else regs
+                regs = MLA_FREE_WARPS_REGS if cfg.mla_decode else regs
                 with kb.role(name, first_warp=first, num_warps=n, regs=regs):
                     if cfg.mla_decode:
                         mla_dec.convert_role(kb, cfg, geo(), bufs)
@@ -357,7 +359,9 @@ def _span(kb, cu_seqlens: Value, b: Value) -> tuple:
 
 # ---- load ---------------------------------------------------------------------------------------------
 def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
-    if cfg.gather:   # the decode route's row gather (attention_sm100_kv, note "Row gather")
+    if cfg.gather:   # the decode route's row gather (attention_sm100_kv, note "Row gather"; MLA: note "MLA gather")
+        if cfg.mla_decode:
+            return mla_dec.gather_role(kb, cfg, geo, bufs, dict(kvroles.GATHER_ROLE, regs=MLA_FREE_WARPS_REGS))
         return kvroles.gather_role(kb, cfg, geo, bufs)
     qk_ch, ov_ch = cfg.padded_head_dim // CHUNK, cfg.padded_head_dim_v // CHUNK
     pipes = bufs.pipes

@@ -239,10 +239,10 @@ class FA4Config(MLADecodeGeometry):   # mla_decode, tile_heads, mma_m, o_cols: c
 
     @property
     def gather(self) -> bool:
-        """A paged cache whose pages are too small for per-page TMA boxes (fetch_plan's gather plan): the
-        decode route's row gather, 16-byte loads and shared stores (note "Paged"; paged_rows, note "Row
-        gather")."""
-        return self.paged and fetch_plan(self.bn, self.page_size, "sm_100a").fetch is KVFetch.CP_ASYNC_GATHER
+        """A paged cache whose pages are too small for per-page TMA boxes (fetch_plan's gather plan; MLA decode:
+        boxes under 16 rows, note "MLA gather"): the decode route's row gather (note "Paged"; paged_rows)."""
+        return self.paged and (fetch_plan(self.bn, self.page_size, "sm_100a").fetch is KVFetch.CP_ASYNC_GATHER or
+                               self.mla_decode and gcd(self.bn, self.page_size) < MIN_PAGED_BOX_ROWS)
 
     @property
     def box_rows(self) -> int:

@@ -52,6 +52,17 @@ one). SMEM: the 72 KiB Q tile, one 72 KiB 16-bit K stage and one 41 KiB raw stag
 stage index; two of each, 298 KiB, exceed the carve-out), so the conversion of block n + 1 waits for the
 MMAs of block n; the load of block n + 1 overlaps them.
 
+Note "MLA gather" (pages whose TMA boxes would hold under 16 rows, e.g. 8 or 24: FA4Config.gather): k is
+the pool's pointer and warps 4-7 are the `load` role at 160 registers (warp 13 idles): one thread TMAs the
+Q tile; per block its first 64 threads look the tile's 64 pool rows up into SMEM (paged_rows.gather_rows, -1
+past L_b), the warpgroup syncs on a named barrier, then copies the rows whole: a row is 1152 bytes = 72 16-byte pieces, piece
+f = 32 i + lane of warp w's 16 rows (row 16 w + f / 72, piece f % 72: consecutive lanes read consecutive
+pieces of a row) into the 128B-swizzled layout a TMA box gives (chunk piece / 8, unit (piece % 8) ^ (row %
+8)), zeros for a dead row, 9 steps' loads in flight before their stores; then fence.proxy.async and every
+thread commits the stage (128 arrivals), and the warpgroup syncs before the next tile's rows overwrite the
+lookup. The decode route's own gather (paged_rows.gather_tile) moves rows of at most 512 bytes by whole-warp
+steps; this is its piece map for the 1152-byte latent row. Not timed (no Blackwell GPU).
+
 Note "Descriptor lifetimes": issuing all 36 K steps of S_0 and then all of S_16 kept the 72 SMEM
 descriptors of the first pass live for the second (ptxas computed them once), and the 48-register MMA
 warp spilled 328 bytes; issuing both halves of each K step back to back uses each pair once: 0 spills.
@@ -72,6 +83,7 @@ from .common import mla_fp8, paged_rows, tcgen05
 SW = fcfg.SWIZZLE_BYTES
 CHUNK = fcfg.CHUNK
 MMA_K = fcfg.MMA_K
+GATHER_BARRIER = 2                   # named barrier of the row gather's warpgroup (attention_sm100_kv's BAR_GATHER)
 HALVES = 2                           # O's column halves, one per lane alignment
 ROWS_PER_SLAB = 16                   # Layout F: rows of one warp's 32-lane slab per alignment
 
@@ -213,6 +225,52 @@ def load_fp8_tile(kb, cfg, origins: list, pipe, desc, base: Value, s: PipeState,
                      box=[mla_fp8.ROW_WORDS, 1, cfg.box_rows, 1], elem_bytes=mla_fp8.WORD)
 
 
+GATHER_BATCH = 9         # warp steps whose 16-byte loads are in flight before their stores (36 = 4 x 9 a tile)
+
+
+def gather_role(kb, cfg, geo, bufs, role: dict):
+    """Warps 4-7 over pages without 16-row TMA boxes (note "MLA gather"): Q by TMA, then each block's rows."""
+    pipes, threads = bufs.pipes, 32 * role["num_warps"]
+    tid = kb.thread_idx(0) - 32 * role["first_warp"]
+    lane, warp = tid % 32, tid // 32
+    row_bytes = cfg.padded_head_dim * fcfg.ELEM_BYTES
+    pieces, warp_rows = row_bytes // 16, cfg.bn // role["num_warps"]
+    with kb.if_(geo.n_blocks.gt(0)).then_():
+        with kb.if_(kb.thread_idx(0).eq(32 * role["first_warp"])).then_():     # 1. the Q tile (as the load warp)
+            q0 = pipes.q.initial_state()
+            pipes.q.producer_acquire(q0)
+            pipes.q.producer_commit(q0, tx_bytes=bufs.q_tile)
+            for c in range(cfg.padded_head_dim // CHUNK):
+                fa4.tma_load(bufs.q_desc, kb.gep(bufs.q_smem, c * cfg.mma_m * SW, "i8"), q0.stage,
+                             [const(c * CHUNK), geo.head, geo.q_coord(geo.tile_row0(0)), geo.tma_batch()],
+                             pipe=pipes.q.name, box=[CHUNK, cfg.tile_heads, cfg.tile_tokens, 1],
+                             elem_bytes=fcfg.ELEM_BYTES)
+        loop = kb.for_(0, geo.n_blocks, 1, carry=pipes.k.initial_state())
+        with loop as (n, s):                  # 2. per block: the rows' pool rows, then the rows whole
+            with kb.if_(tid.lt(cfg.bn)).then_():       # one lookup per row: the first 64 threads
+                paged_rows.gather_rows(kb, tid, cfg.bn, geo.block(n) * cfg.bn, cfg.bn, geo.seqlen_k, geo.batch, bufs.page_table,
+                                       bufs.page_table_stride, bufs.num_pages, cfg.page_size, bufs.rows_smem)
+            kb.named_barrier(GATHER_BARRIER, threads)
+            pipes.k.producer_acquire(s)
+            tile = kb.gep(bufs.k_smem, s.stage * bufs.k_tile, "i8")
+            steps = warp_rows * pieces // 32
+            for first in range(0, steps, GATHER_BATCH):
+                moved = []
+                for i in range(first, first + GATHER_BATCH):
+                    f = lane + 32 * i
+                    row, piece = warp * warp_rows + f // pieces, f % pieces
+                    pool_row = kb.load(kb.gep(bufs.rows_smem, row * 4, "i8"), "i32", align=4)
+                    src = kb.gep(bufs.k_desc, pool_row.smax(0).to("i64") * row_bytes + (piece * 16).to("i64"), "i8")
+                    moved.append((row, piece, pool_row.sge(0), kb.load(src, ("i32", 4), align=16)))
+                for row, piece, live, data in moved:
+                    dst = (piece // 8) * (cfg.bn * SW) + row * SW + ((piece % 8) ^ (row % 8)) * 16
+                    kb.store(select(live, data, const(0, ("i32", 4))), kb.gep(tile, dst, "i8"), align=16)
+            kb.fence("async_smem")            # the stores -> tcgen05.mma's async proxy
+            pipes.k.producer_commit(s)
+            kb.named_barrier(GATHER_BARRIER, threads)   # every thread read rows_smem before the next tile's rows
+            loop.yield_(s.advance())
+
+
 def convert_role(kb, cfg, geo, bufs):
     """The convert warpgroup (note "MLA FP8"): per visited block, the raw rows of k8[n] -> the bf16 stage k[n]."""
     pipes = bufs.pipes
@@ -230,4 +288,4 @@ def convert_role(kb, cfg, geo, bufs):
         loop.yield_(s.advance())
 
 
-__all__ = ["fp8_tma_spec", "load_fp8_tile", "convert_role", "packed_row", "lane_offset", "mma_role", "store_partial", "store_lse_partial", "HALVES"]
+__all__ = ["fp8_tma_spec", "load_fp8_tile", "gather_role", "convert_role", "packed_row", "lane_offset", "mma_role", "store_partial", "store_lse_partial", "HALVES"]

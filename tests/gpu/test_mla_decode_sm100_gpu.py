@@ -8,7 +8,7 @@ interpreted on the CPU (tests/test_attention_sm100_mla_decode.py, tests/test_att
 and the route checked deviceless (tests/test_mla_decode_sm100_route.py). Cases: heads 16/32/64/128, seqlen_q
 1 and 2 (causal bottom-right), lengths 0, 1, page + 1 and several pages, shuffled block tables, NaN in every
 cache row no sequence owns, get_mla_metadata's splits and forced ones (1, 3: the split kernel and the
-sm_100a combine), the same bits twice.
+sm_100a combine), pages of 64 and of 8 (the row gather), the same bits twice.
 """
 import pytest
 
@@ -25,21 +25,24 @@ def torch(bundle, require_arch):
     return pytest.importorskip("torch")
 
 
-CASES = [  # lens, seqlen_q, heads, splits (None: get_mla_metadata's), FP8 cache
-    ((65, 0, 1, 300), 1, 16, None, False),
-    ((65, 0, 1, 300), 2, 16, None, True),
-    ((4096, 129, 64), 1, 64, 3, False),
-    ((4096, 129, 64), 2, 128, 3, True),
-    ((1000, 1), 2, 32, 1, False),
-    ((777, 65, 0), 1, 128, None, True),
+CASES = [  # lens, seqlen_q, heads, splits (None: get_mla_metadata's), FP8 cache, page size
+    ((65, 0, 1, 300), 1, 16, None, False, 64),
+    ((65, 0, 1, 300), 2, 16, None, True, 64),
+    ((4096, 129, 64), 1, 64, 3, False, 64),
+    ((4096, 129, 64), 2, 128, 3, True, 64),
+    ((1000, 1), 2, 32, 1, False, 64),
+    ((777, 65, 0), 1, 128, None, True, 64),
+    ((300, 7, 8, 0), 2, 16, None, False, 8),       # the row gather (pages without 16-row boxes)
+    ((300, 7, 8, 0), 1, 16, 1, False, 8),
 ]
 
 
-@pytest.mark.parametrize("lens,seqlen_q,heads,splits,fp8", CASES)
-def test_mla_decode_sm100_matches_reference(torch, lens, seqlen_q, heads, splits, fp8):
+@pytest.mark.parametrize("lens,seqlen_q,heads,splits,fp8,page", CASES)
+def test_mla_decode_sm100_matches_reference(torch, lens, seqlen_q, heads, splits, fp8, page):
     from fa4mlir import flash_mla_with_kvcache, get_mla_metadata
     from fa4mlir.testing_mla import check_mla, dequantize_fp8_cache, quantize_fp8_cache
-    q, kv, table, _ = paged_latent(torch, lens, seqlen_q, heads, 64, 0, spare_pages=3, junk=-1, scale=4 if fp8 else 1)
+    q, kv, table, _ = paged_latent(torch, lens, seqlen_q, heads, page, 0, spare_pages=3, junk=-1,
+                                   scale=4 if fp8 else 1)
     q, kv = q.bfloat16(), kv.bfloat16()
     cache = quantize_fp8_cache(kv) if fp8 else kv
     table, seqlens = torch.from_numpy(table), torch.tensor(lens, dtype=torch.int32)

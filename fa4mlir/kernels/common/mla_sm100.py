@@ -18,11 +18,12 @@ O_HALF_LANE = 16                # Layout F's second lane alignment (PTX ISA 9.1 
 # no role on the decode route (128 untouched), so 192 + 128 + 80 + 80 = 480 of 512 per thread-of-a-warpgroup.
 MLA_DECODE_ROLE_REGS = {"mma": 80, "load": 80}
 # FlashMLA's FP8 latent cache (note "MLA FP8" of attention_sm100_mla_decode; kv_dtype="e4m3", kv_scale="row"):
-# 656-byte token rows (512 e4m3, four float32 scales, 64 bf16 rope), dequantized by warps 4-7 at 160
-# registers (192 + 160 + 80 + 80 = 512), one 16-bit K stage beside one raw stage (two of each exceed SMEM)
+# 656-byte token rows (512 e4m3, four float32 scales, 64 bf16 rope), dequantized by warps 4-7, one 16-bit K
+# stage beside one raw stage (two of each exceed SMEM). Warps 4-7 (the FP8 convert role, or the row gather of
+# pages without 16-row boxes, note "MLA gather") run at 160 registers: 192 + 160 + 80 + 80 = 512
 MLA_FP8_SCALE = "row"
 MLA_FP8_ROW_BYTES = 512 + 4 * 4 + 64 * 2
-MLA_FP8_CONVERT_REGS = 160
+MLA_FREE_WARPS_REGS = 160
 # Split-KV (MLA decode, note "MLA decode"): o_partial float32 [num_splits, batch, seqlen_q, heads, Dv] and
 # lse_partial float32 [num_splits, batch, heads, seqlen_q] (natural log, -inf for a split without keys), the
 # combine's workspaces (attention_combine_sm90), replace o and lse; num_splits comes last.
@@ -122,12 +123,12 @@ def mla_decode_refusal(self) -> ConfigError | None:
     if self.bn != MLA_DECODE_BN:
         return ConfigError(f"{what} with bn={self.bn}: built for bn={MLA_DECODE_BN} (a 64 x 576 K tile is 72 KiB; "
                            f"two stages and the 64-row Q tile fill the {SMEM_CARVEOUT}-byte carve-out)")
-    if (self.fp8 and not self.mla_fp8) or self.gather or not self.plain:
-        extra = f"e4m3 K/V scaled per {self.kv_scale}" if self.fp8 else f"page_size={self.page_size} (row gather)" \
-            if self.gather else self.serving_tag().lstrip("_")
-        return ConfigError(f"{what} with {extra}: built for a bf16/f16 cache or FlashMLA's FP8 rows (kv_scale="
-                           f"'{MLA_FP8_SCALE}'), contiguous or in pages whose TMA boxes hold >= {MIN_PAGED_BOX_ROWS} "
-                           f"rows, without serving features")
+    if (self.fp8 and not self.mla_fp8) or (self.gather and self.fp8) or not self.plain:
+        extra = f"FP8 rows in pages of {self.page_size} (no {MIN_PAGED_BOX_ROWS}-row boxes)" if self.gather and \
+            self.fp8 else f"e4m3 K/V scaled per {self.kv_scale}" if self.fp8 else self.serving_tag().lstrip("_")
+        return ConfigError(f"{what} with {extra}: built for a bf16/f16 cache, contiguous or paged (pages without "
+                           f"{MIN_PAGED_BOX_ROWS}-row TMA boxes by the row gather), or FlashMLA's FP8 rows (kv_scale="
+                           f"'{MLA_FP8_SCALE}') in pages of {MIN_PAGED_BOX_ROWS}-row boxes, without serving features")
     if self.mla_fp8 and (self.dtype != "bf16" or not self.paged):
         return ConfigError(f"{what} over FlashMLA's FP8 rows with dtype={self.dtype}, page_size={self.page_size}: "
                            f"built for bf16 q (the rows' rope is bf16) over a paged cache")
@@ -174,7 +175,16 @@ def decode_fp8_configs(cls) -> list:
             cls(**{**base, "page_size": 16}, num_q_heads=32)]
 
 
-__all__ = ["decode_configs", "decode_fp8_configs", "MLA_FP8_SCALE", "MLA_FP8_ROW_BYTES", "MLA_FP8_CONVERT_REGS", "prefill_configs", "MLA_DECODE_HEAD_DIMS", "MLA_DECODE_M", "O_HALF_LANE",
+def decode_gather_configs(cls) -> list:
+    """Note "MLA gather"'s kernels: pages of 8 (16 heads, causal) and 24 rows (128 heads, split-KV), whose
+    TMA boxes would hold 8 rows; tests/test_attention_sm100_mla_decode_gather.py compiles, verifies and
+    interprets them."""
+    base = dict(head_dim=576, head_dim_v=512, num_kv_heads=1, bn=MLA_DECODE_BN, num_q_tiles=1, fuse_gqa=True)
+    return [cls(**base, num_q_heads=16, causal=True, page_size=8),
+            cls(**base, num_q_heads=128, page_size=24, split_kv=True)]
+
+
+__all__ = ["decode_configs", "decode_fp8_configs", "decode_gather_configs", "MLA_FP8_SCALE", "MLA_FP8_ROW_BYTES", "MLA_FREE_WARPS_REGS", "prefill_configs", "MLA_DECODE_HEAD_DIMS", "MLA_DECODE_M", "O_HALF_LANE",
            "MLA_DECODE_ROLE_REGS", "SPLIT_OUT", "mla_prefill_refusal", "mla_decode_refusal", "MLA_DECODE_BN",
            "MIN_PAGED_BOX_ROWS", "MLA_DECODE_PAGE_SIZES", "MLA_DECODE_ROUTE_HINT", "MLADecodeGeometry",
            "mla_decode_tmem_plan", "mla_decode_group_refusal", "mla_decode_params"]
