@@ -31,8 +31,8 @@ rows with 64 / heads tokens (MTP); 128 heads take two CTAs per token (grid y = h
 the latent cache. The MMA and load warps run at 80 registers (common.mla_sm100.MLA_DECODE_ROLE_REGS).
 
 Limits (common.mla_sm100.mla_decode_refusal): one latent KV head, BN 64, stages 0 or 2 (FP8: 0 or 1),
-bf16/f16 (FP8: bf16 q), a contiguous cache or pages whose TMA boxes hold >= 16 rows (FP8: pages only),
-cache_seqlens on the device; no row gather or serving features.
+bf16/f16 (FP8: bf16 q), a contiguous cache or pages (TMA boxes of >= 16 rows, else note "MLA gather"; FP8:
+pages of such boxes only), cache_seqlens on the device; no serving features.
 
 Split-KV (FA4Config.split_kv, num_splits a launch argument): CTA x = M tile x num_splits + split takes the
 sequence's blocks [split x per, ..) with per = ceil(blocks / num_splits), masks every block (the diagonal

@@ -28,7 +28,7 @@ MLA_FREE_WARPS_REGS = 160
 # lse_partial float32 [num_splits, batch, heads, seqlen_q] (natural log, -inf for a split without keys), the
 # combine's workspaces (attention_combine_sm90), replace o and lse; num_splits comes last.
 SPLIT_OUT = {"o": ("o_partial", "ptr"), "lse": ("lse_partial", "ptr")}
-MIN_PAGED_BOX_ROWS = 16         # paged boxes below this: the decode route's row gather (note "Paged")
+MIN_PAGED_BOX_ROWS = 16         # paged boxes below this: the decode route's row gather (note "Paged"; MLA: "MLA gather")
 MLA_DECODE_PAGE_SIZES = (64, 16)   # 1 and 4 TMA boxes per 64-key tile
 # why head_dim_v 512 is refused off the decode route (FA4Config.plan_fits)
 MLA_DECODE_ROUTE_HINT = ("; absorbed MLA decode (576/512) is built on the decode route only (num_q_tiles=1, "
