@@ -32,7 +32,8 @@ Where it differs from the sm_90a route: sequence b's length is max(cache_seqlens
 reads it (the sm_100a paged kernels' contract), not clamped to max_pages x page_size: a length past the
 block table's row reads page-table entries past it (FlashMLA's contract requires lengths within the
 table). Never run on a Blackwell GPU: compiled, verified and interpreted on small shapes only
-(tests/test_attention_sm100_mla_decode.py); tests/test_mla_decode_sm100_route.py checks this routing.
+(tests/test_attention_sm100_mla_decode.py, _fp8.py, _gather.py); tests/test_mla_decode_sm100_route.py checks
+this routing; tests/gpu/test_mla_decode_sm100_gpu.py runs it on compute capability 10.0 only.
 """
 from __future__ import annotations
 
