@@ -78,12 +78,12 @@ from typing import NamedTuple
 from ..dialect import builders as fa4
 from ..dsl import PipeState, Value, const, select, vec
 from . import attention_sm100_config as fcfg
+from . import attention_sm100_kv as kvroles
 from .common import mla_fp8, paged_rows, tcgen05
 
 SW = fcfg.SWIZZLE_BYTES
 CHUNK = fcfg.CHUNK
 MMA_K = fcfg.MMA_K
-GATHER_BARRIER = 2                   # named barrier of the row gather's warpgroup (attention_sm100_kv's BAR_GATHER)
 HALVES = 2                           # O's column halves, one per lane alignment
 ROWS_PER_SLAB = 16                   # Layout F: rows of one warp's 32-lane slab per alignment
 
@@ -226,6 +226,8 @@ def load_fp8_tile(kb, cfg, origins: list, pipe, desc, base: Value, s: PipeState,
 
 
 GATHER_BATCH = 9         # warp steps whose 16-byte loads are in flight before their stores (36 = 4 x 9 a tile)
+PIECE_BYTES = 16         # one thread's load / store
+UNITS = SW // PIECE_BYTES   # 16-byte units of a 128-byte swizzle row (and rows of a swizzle atom)
 
 
 def gather_role(kb, cfg, geo, bufs, role: dict):
@@ -234,7 +236,11 @@ def gather_role(kb, cfg, geo, bufs, role: dict):
     tid = kb.thread_idx(0) - 32 * role["first_warp"]
     lane, warp = tid % 32, tid // 32
     row_bytes = cfg.padded_head_dim * fcfg.ELEM_BYTES
-    pieces, warp_rows = row_bytes // 16, cfg.bn // role["num_warps"]
+    pieces, warp_rows = row_bytes // PIECE_BYTES, cfg.bn // role["num_warps"]
+    steps = warp_rows * pieces // 32
+    if steps * 32 != warp_rows * pieces or steps % GATHER_BATCH:
+        raise ValueError(f"MLA gather: {warp_rows} rows x {pieces} pieces a warp must make whole batches of "
+                         f"{GATHER_BATCH} warp steps")
     with kb.if_(geo.n_blocks.gt(0)).then_():
         with kb.if_(kb.thread_idx(0).eq(32 * role["first_warp"])).then_():     # 1. the Q tile (as the load warp)
             q0 = pipes.q.initial_state()
@@ -248,26 +254,27 @@ def gather_role(kb, cfg, geo, bufs, role: dict):
         loop = kb.for_(0, geo.n_blocks, 1, carry=pipes.k.initial_state())
         with loop as (n, s):                  # 2. per block: the rows' pool rows, then the rows whole
             with kb.if_(tid.lt(cfg.bn)).then_():       # one lookup per row: the first 64 threads
-                paged_rows.gather_rows(kb, tid, cfg.bn, geo.block(n) * cfg.bn, cfg.bn, geo.seqlen_k, geo.batch, bufs.page_table,
-                                       bufs.page_table_stride, bufs.num_pages, cfg.page_size, bufs.rows_smem)
-            kb.named_barrier(GATHER_BARRIER, threads)
+                paged_rows.gather_rows(kb, tid, cfg.bn, geo.block(n) * cfg.bn, cfg.bn, geo.seqlen_k, geo.batch,
+                                       bufs.page_table, bufs.page_table_stride, bufs.num_pages, cfg.page_size,
+                                       bufs.rows_smem)
+            kb.named_barrier(kvroles.BAR_GATHER, threads)
             pipes.k.producer_acquire(s)
             tile = kb.gep(bufs.k_smem, s.stage * bufs.k_tile, "i8")
-            steps = warp_rows * pieces // 32
             for first in range(0, steps, GATHER_BATCH):
                 moved = []
                 for i in range(first, first + GATHER_BATCH):
                     f = lane + 32 * i
                     row, piece = warp * warp_rows + f // pieces, f % pieces
                     pool_row = kb.load(kb.gep(bufs.rows_smem, row * 4, "i8"), "i32", align=4)
-                    src = kb.gep(bufs.k_desc, pool_row.smax(0).to("i64") * row_bytes + (piece * 16).to("i64"), "i8")
+                    src = kb.gep(bufs.k_desc, pool_row.smax(0).to("i64") * row_bytes + (piece * PIECE_BYTES).to("i64"),
+                                 "i8")
                     moved.append((row, piece, pool_row.sge(0), kb.load(src, ("i32", 4), align=16)))
                 for row, piece, live, data in moved:
-                    dst = (piece // 8) * (cfg.bn * SW) + row * SW + ((piece % 8) ^ (row % 8)) * 16
+                    dst = (piece // UNITS) * (cfg.bn * SW) + row * SW + ((piece % UNITS) ^ (row % UNITS)) * PIECE_BYTES
                     kb.store(select(live, data, const(0, ("i32", 4))), kb.gep(tile, dst, "i8"), align=16)
             kb.fence("async_smem")            # the stores -> tcgen05.mma's async proxy
             pipes.k.producer_commit(s)
-            kb.named_barrier(GATHER_BARRIER, threads)   # every thread read rows_smem before the next tile's rows
+            kb.named_barrier(kvroles.BAR_GATHER, threads)   # every thread read rows_smem before the next tile's rows
             loop.yield_(s.advance())
 
 
