@@ -50,3 +50,15 @@ def test_compiles_with_zero_spills_and_verifies(cfg):
 def test_interpreted_by_the_fa_rule(index, lengths, seqlen_q, num_splits):
     from test_attention_sm100_mla_decode import _interpret
     _interpret(CONFIGS[index], lengths, seqlen_q, num_splits=num_splits)
+
+
+def test_verifier_rejects_the_gathers_dropped_commit():
+    """The gather warpgroup's commit of the K stage erased: the verifier names pipe k."""
+    from fa4mlir.kernels import attention_fwd_sm100 as k100
+    from fa4mlir.passes._util import PassError, attr, ops_named
+    kir = k100.build(CONFIGS[0])
+    ops = [o for o in ops_named(kir.module.operation, "fa4.producer_commit") if attr(o, "pipe") == "k"]
+    assert len(ops) == 1
+    ops[0].erase()
+    with pytest.raises(PassError, match="'k'"):
+        verify_pipelines(kir.module)
