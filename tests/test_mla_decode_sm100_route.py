@@ -208,3 +208,27 @@ def test_route_only_configs_compile_with_zero_spills(args):
     art, seconds = compiled(cfg, "test-mla-decode-sm100-route")
     check_resources(cfg, art, seconds)
     assert art.name == cfg.name()
+
+
+def test_plan_finds_the_bundles_kernels(monkeypatch, tmp_path):
+    """From a bundle (written here from two compiled kernels: the 16-head split kernel and the sm_100a combine),
+    the route's plan finds both by name and arch, each launch's arguments in its parameters' order; a kernel
+    the bundle lacks is a BundleError naming the set."""
+    pytest.importorskip("fa4mlir._mlir")
+    from fa4mlir import compiler
+    from fa4mlir.artifacts import Bundle, write_bundle
+    from fa4mlir.attention import plan as plan_mod
+    from fa4mlir.attention.errors import BundleError
+    monkeypatch.setattr(plan_mod, "load", lambda art: SimpleNamespace(artifact=art))     # no CUDA driver here
+    monkeypatch.delenv(mla.VARIANT_ENV, raising=False)
+    p = _problem(batch=2, seqlen_q=2, heads=16, splits=3)
+    arts = [compiler.compile_kernel(fcfg.KERNEL, route.sm100_config(p)),
+            compiler.compile_kernel(dec.COMBINE_KERNEL_SM100, route.combine_config(p))]
+    write_bundle(tmp_path, arts)
+    source = plan_mod.KernelSource(Bundle.open(tmp_path))
+    kernel, combine = route.build_plan_sm100(p, source, 4).launches
+    for launch, art in ((kernel, arts[0]), (combine, arts[1])):
+        assert launch.kernel.artifact.name == art.name and launch.kernel.artifact.arch == "sm_100a"
+        assert [q.name for q in launch.kernel.artifact.params] == list(launch.args)
+    with pytest.raises(BundleError, match="--set mla-decode-sm100"):
+        route.build_plan_sm100(_problem(heads=64), source, 4)
