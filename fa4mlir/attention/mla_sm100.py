@@ -98,7 +98,7 @@ def check_sm100(problem: mla.MLAProblem) -> None:
 def kernel_config(dtype: str, heads: int, page_size: int, causal: bool, split: bool,
                   fp8: bool = False) -> fcfg.FA4Config:
     """The sm_100a MLA decode kernel's FA4Config (the route's and the bundle set's); `fp8`: FlashMLA's FP8 rows."""
-    cache = dict(kv_dtype="e4m3", kv_scale=fcfg.MLA_FP8_SCALE) if fp8 else {}
+    cache = dict(kv_dtype="e4m3", kv_scale=fcfg.FA4Config.MLA_FP8_SCALE) if fp8 else {}
     return fcfg.FA4Config(**MLA_BASE, dtype=dtype, num_q_heads=heads, causal=causal, page_size=page_size,
                           split_kv=split, **cache).validate()
 

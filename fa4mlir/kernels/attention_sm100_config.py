@@ -64,7 +64,8 @@ K/V tile is read once per KV head. Q arrives and O leaves by one TMA box per 64-
 packed order. Grid (M tiles of MMA_M // group tokens, kv_heads, batch); roles softmax1 and the Q1
 tile are absent (warps 4-7 idle), the MMA warp issues S0 <- Q0 Kn; O0 <- O0 + P0 Vn per block.
 
-Note "Serving" (issue 28 item 6; the two-Q-tile prefill CTA over a contiguous K/V only), each a
+Note "Serving" (issue 28 item 6; the two-Q-tile prefill CTA over a contiguous K/V; the masks, softcap
+and sinks also on the KV-cache routes: attention_sm100_kvserving, note "KV-cache serving"), each a
 compile-time field, off by default (then `plain`: the kernel's original code, its cubins unchanged):
   * masks: causal, window_left/window_right and chunk spell common.mask_family's masks as AttnConfig
     does, in canonical form (mask_fields). Beyond causal, the CTA visits the KV blocks tile_blocks gives
@@ -107,10 +108,10 @@ from .common.constants import LOG2E, MAX_RESCALE_THRESHOLD, SM100_SMEM_PER_CTA
 from .common.fields import ConfigError, ConfigTypeError, check_fields
 from .common.mask_family import Mask, attention_mask, mask_fields
 from .common.mla_sm100 import (MIN_PAGED_BOX_ROWS, MLA_DECODE_BN, MLA_DECODE_HEAD_DIMS, MLA_DECODE_M,  # noqa: F401
-                               MLA_DECODE_PAGE_SIZES, MLA_DECODE_ROLE_REGS, MLA_DECODE_ROUTE_HINT, MLA_FP8_ROW_BYTES,
-                               MLA_FP8_SCALE, O_HALF_LANE, SPLIT_OUT, MLADecodeGeometry, decode_configs,
-                               mla_decode_group_refusal, mla_decode_params,
-                               mla_decode_refusal, mla_decode_tmem_plan, mla_prefill_refusal, prefill_configs)
+                               MLA_DECODE_PAGE_SIZES, MLA_DECODE_ROLE_REGS, MLA_DECODE_ROUTE_HINT, O_HALF_LANE,
+                               SPLIT_OUT, MLADecodeGeometry, decode_configs, mla_decode_group_refusal,
+                               mla_decode_params, mla_decode_refusal, mla_decode_tmem_plan, mla_prefill_refusal,
+                               prefill_configs)
 from .common.naming import softmax_knob_tags
 from .common.paging import MAX_PAGE_SIZE, KVFetch, fetch_plan
 from .common.tmem import TMEM_COLUMNS, TMEM_LANES, TMEM_SLOT_BYTES, tmem_alloc_columns
@@ -239,10 +240,8 @@ class FA4Config(MLADecodeGeometry):   # mla_decode, tile_heads, mma_m, o_cols: c
 
     @property
     def gather(self) -> bool:
-        """A paged cache whose pages are too small for per-page TMA boxes (fetch_plan's gather plan; MLA decode:
-        boxes under 16 rows, note "MLA gather"): the decode route's row gather (note "Paged"; paged_rows)."""
-        return self.paged and (fetch_plan(self.bn, self.page_size, "sm_100a").fetch is KVFetch.CP_ASYNC_GATHER or
-                               self.mla_decode and gcd(self.bn, self.page_size) < MIN_PAGED_BOX_ROWS)
+        """Pages too small for per-page TMA boxes (fetch_plan's; MLA decode: < 16 rows): the row gather (note "Paged")."""
+        return self.mla_gather or self.paged and fetch_plan(self.bn, self.page_size, "sm_100a").fetch is KVFetch.CP_ASYNC_GATHER
 
     @property
     def box_rows(self) -> int:
@@ -324,8 +323,7 @@ class FA4Config(MLADecodeGeometry):   # mla_decode, tile_heads, mma_m, o_cols: c
         if self.gather:   # the row gather's pool rows, int32 [BN] (paged_rows, note "Row gather")
             plan["gather_rows"] = self.bn * 4
         if self.fp8:   # e4m3 tiles, unswizzled: row r at r * D bytes (MLA: FlashMLA's 656-byte rows, no V)
-            k8, v8 = (self.bn * MLA_FP8_ROW_BYTES, 0) if self.mla_decode else (self.bn * self.head_dim, self.bn * self.head_dim_v)
-            plan.update(k8_tile=k8, v8_tile=v8, k8=stages * k8, v8=stages * v8)
+            plan.update(self.fp8_tiles(stages))
         return plan
 
     def _smem_total(self, stages: int) -> int:
@@ -432,7 +430,7 @@ class FA4Config(MLADecodeGeometry):   # mla_decode, tile_heads, mma_m, o_cols: c
         """ConfigError unless kv_dtype / kv_scale name a built FP8 route (note "FP8") or none."""
         if self.kv_dtype not in ("", "e4m3"):
             return ConfigError(f"kv_dtype={self.kv_dtype!r}: '' (K/V in Q's dtype) or 'e4m3' (an FP8 cache)")
-        scales = (MLA_FP8_SCALE,) if self.mla_decode else FP8_SCALES    # MLA decode: FlashMLA's FP8 rows
+        scales = (self.MLA_FP8_SCALE,) if self.mla_decode else FP8_SCALES    # MLA decode: FlashMLA's FP8 rows
         if (self.kv_scale not in scales) if self.fp8 else self.kv_scale:
             return ConfigError(f"kv_scale={self.kv_scale!r}: one of {scales} for kv_dtype='e4m3', '' otherwise")
         if self.fp8 and not self.decode:
@@ -459,12 +457,15 @@ class FA4Config(MLADecodeGeometry):   # mla_decode, tile_heads, mma_m, o_cols: c
         shapes compiled and interpreted, not every combination. Note "Serving"'s fields on the two-tile contiguous
         prefill kernel (any window, chunk, softcap, sinks, varlen on top of the space above): the 12
         code shapes of serving_configs() are compiled, verified and interpreted by
-        tests/test_attention_sm100_serving.py; the other combinations are accepted unchecked. MLA
+        tests/test_attention_sm100_serving.py; the other combinations are accepted unchecked. The
+        window, chunk, softcap and sinks also on the KV-cache routes (the paged prefill CTA, the decode
+        route: contiguous, paged boxes, row gather, FP8; note "KV-cache serving"): the 9 code shapes of
+        attention_sm100_kvserving.kvcache_serving_configs() are compiled, verified and interpreted by
+        tests/test_attention_sm100_kvserving.py, the rest accepted unchecked; varlen/seqused_k refused. MLA
         prefill (head_dim 192, head_dim_v 128, note "MLA"): the plain contiguous two-tile prefill CTA,
         stages 0 or 1, the default exp2_poly_stride; its 12 code shapes (mla_configs()) are compiled,
         verified and interpreted by tests/test_attention_sm100_mla.py, outside supported_configs(). MLA decode
-        (576/512, note "MLA decode"; FlashMLA's FP8 rows with kv_scale "row"): common.mla_sm100's limits, its
-        configs tested apart likewise; flash_mla_with_kvcache runs it on 10.0 (attention/mla_sm100.py)."""
+        (576/512, note "MLA decode"; FP8 rows: kv_scale "row"): common.mla_sm100's limits, tested apart likewise."""
         return _answer(self._refusal())
 
     def _refusal(self) -> ConfigError | None:
@@ -507,10 +508,11 @@ class FA4Config(MLADecodeGeometry):   # mla_decode, tile_heads, mma_m, o_cols: c
             return refusal
         if self.split_kv and not self.mla_decode:
             return ConfigError("split_kv=True: split-KV partials are built for MLA decode (576/512) only on sm_100a")
-        if not self.plain and (self.paged or self.decode):
-            return ConfigError(f"{self.serving_tag().lstrip('_')} with page_size={self.page_size}, num_q_tiles="
-                               f"{self.num_q_tiles}: windows, chunks, softcap, sinks and ragged lengths are built for "
-                               f"the contiguous two-Q-tile prefill kernel only (page_size=0, num_q_tiles=2)")
+        if (self.varlen or self.seqused_k) and (self.paged or self.decode):
+            return ConfigError(f"{'varlen' if self.varlen else 'seqused_k'} with page_size={self.page_size}, num_q_tiles="
+                               f"{self.num_q_tiles}: packed ragged Q/K (cu_seqlens, seqused_k) are built for the contiguous "
+                               f"two-Q-tile prefill kernel only (page_size=0, num_q_tiles=2); the KV-cache routes take ragged "
+                               f"key lengths from cache_seqlens (attention_sm100_kvserving, note \"KV-cache serving\")")
         if self.seqused_k and not self.varlen:
             return ConfigError("seqused_k=True needs varlen=True (it bounds each packed sequence's keys)")
         if self.num_qk_stages != 1 or self.num_pv_stages != 1:

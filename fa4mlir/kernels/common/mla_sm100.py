@@ -6,6 +6,8 @@ under 800 lines; configs share through kernels/common only.
 """
 from __future__ import annotations
 
+from math import gcd
+
 from .constants import SM100_SMEM_PER_CTA as SMEM_CARVEOUT
 from .fields import ConfigError
 from .tmem import TMEM_LANES, tmem_alloc_columns
@@ -55,6 +57,20 @@ class MLADecodeGeometry:
     def mma_m(self) -> int:
         """Rows of one Q tile = tcgen05.mma M: 128, or 64 for MLA decode (note "MLA decode")."""
         return MLA_DECODE_M if self.mla_decode else TMEM_LANES
+
+    MLA_FP8_SCALE = MLA_FP8_SCALE      # kv_scale of FlashMLA's FP8 rows (FA4Config's FP8 refusal reads it)
+
+    def fp8_tiles(self, stages: int) -> dict:
+        """The e4m3 tiles' SMEM plan entries: k8_tile / v8_tile bytes (bn rows of head_dim / head_dim_v bytes,
+        or for MLA decode bn of FlashMLA's 656-byte rows and no V: note "MLA FP8") and their `stages` rings."""
+        k8, v8 = (self.bn * MLA_FP8_ROW_BYTES, 0) if self.mla_decode else (self.bn * self.head_dim,
+                                                                            self.bn * self.head_dim_v)
+        return dict(k8_tile=k8, v8_tile=v8, k8=stages * k8, v8=stages * v8)
+
+    @property
+    def mla_gather(self) -> bool:
+        """MLA decode over pages whose TMA boxes would hold under 16 rows: its row gather (note "MLA gather")."""
+        return self.mla_decode and self.page_size > 0 and gcd(self.bn, self.page_size) < MIN_PAGED_BOX_ROWS
 
     @property
     def mla_fp8(self) -> bool:
