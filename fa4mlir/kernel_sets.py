@@ -41,6 +41,11 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 cta_group::2 MMAs and gather4, Q in TMEM by tcgen05.cp) without and with topk_length + sinks;
                 FA4MLIR_MLA_SPARSE_SM100=pair routes flash_mla_sparse_fwd to it; tests/test_mla_sparse_sm100_pair.py
                 compiles and interprets them; runs only on an sm_100 GPU
+    mla-decode-sm100
+                flash_mla_with_kvcache's sm_100a kernels (attention/mla_sm100.py, compute capability 10.0):
+                attention_fwd_sm100's MLA decode route over bf16 and FP8 caches of page 64, heads
+                16/32/64/128, causal or not, unsplit and split, the row gather's at page 8 (16 heads), and
+                the combine built for sm_100a; runs only on an sm_100 GPU
     attention-masks
                 the sm_90a attention kernel's sliding-window and chunked variants that
                 tests/gpu/test_attention_masks.py and the interpreter cases (tests/interpret_sm90.py
@@ -160,7 +165,8 @@ from __future__ import annotations
 
 import importlib
 
-from .kernel_sets_mla import MLA_CASES, mla, mla_decode_variants, mla_sparse_sm100, mla_sparse_sm100_pair  # noqa: F401  (sets named in SETS)
+from .kernel_sets_mla import (MLA_CASES, mla, mla_decode_sm100, mla_decode_variants, mla_sparse_sm100,  # noqa: F401
+                              mla_sparse_sm100_pair)  # (sets named in SETS)
 
 
 def _gemm90(**kw):
@@ -744,8 +750,9 @@ def bench() -> list:
 
 
 SETS = {"attention-sm100": attention_sm100, "attention-sm100-serving": attention_sm100_serving,
-        "attention-sm100-kvserving": attention_sm100_kvserving,
-        "mla-sparse-sm100": mla_sparse_sm100, "mla-sparse-sm100-pair": mla_sparse_sm100_pair, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
+        "attention-sm100-kvserving": attention_sm100_kvserving, "mla-decode-sm100": mla_decode_sm100,
+        "mla-sparse-sm100": mla_sparse_sm100, "mla-sparse-sm100-pair": mla_sparse_sm100_pair, "demo": demo,
+        "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
         "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
         "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,
         "decode-fp8-variants": decode_fp8_variants, "mla-decode-variants": mla_decode_variants,

@@ -77,3 +77,18 @@ def mla_sparse_sm100() -> list:
 def mla_sparse_sm100_pair() -> list:
     from .kernels.attention_mla_sparse_sm100_pair_config import KERNEL, MLASparsePairConfig
     return [(KERNEL, MLASparsePairConfig()), (KERNEL, MLASparsePairConfig(topk_length=True, sinks=True))]
+
+
+def mla_decode_sm100() -> list:
+    """flash_mla_with_kvcache's sm_100a kernels (attention/mla_sm100.py's route on compute capability 10.0):
+    the MLA decode route of attention_fwd_sm100 over FlashMLA's bf16 page-64 cache and its FP8 one (656-byte
+    rows) at heads 16, 32, 64 and 128, causal (MTP, seqlen_q > 1) or not, unsplit and split, and the
+    head-dim-512 combine built for sm_100a (attention_combine_sm100); and the row gather's (pages of 8: no
+    16-row TMA box) at 16 heads. The route compiles any other call it takes (f16, other page sizes)."""
+    from .attention.mla_sm100 import ARCH, HEADS, kernel_config
+    from .kernels.attention_decode_sm90_config import COMBINE_KERNEL_SM100, CombineConfig
+    from .kernels.attention_sm100_config import KERNEL
+    out = [(KERNEL, kernel_config("bf16", heads, 64, causal, split, fp8)) for fp8 in (False, True) for heads in HEADS
+           for causal in (False, True) for split in (False, True)]
+    out += [(KERNEL, kernel_config("bf16", 16, 8, causal, split)) for causal in (False, True) for split in (False, True)]
+    return out + [(COMBINE_KERNEL_SM100, CombineConfig("bf16", 512, arch=ARCH))]

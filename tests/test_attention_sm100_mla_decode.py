@@ -66,7 +66,7 @@ def test_heads_pack_into_the_64_rows():
     (dict(bn=128), "built for bn=64"),
     (dict(num_kv_heads=2, num_q_heads=32), "one latent KV head"),
     (dict(page_size=64, kv_dtype="e4m3", kv_scale="block"), "e4m3 K/V"),
-    (dict(page_size=5), "row gather"),
+    (dict(page_size=8, kv_dtype="e4m3", kv_scale="row"), "FP8 rows in pages of 8"),
     (dict(causal=True, window_left=32), "serving features"),
     (dict(exp2_poly_stride=2), "default 4 only"),
     (dict(stages=1), "use 0 or 2"),
@@ -161,7 +161,12 @@ def _interpret(cfg, lengths, seqlen_q, seed=29, num_splits=1):
     batch, heads, scale = len(lengths), cfg.num_q_heads, 576 ** -0.5
     q = torch.randn(batch, seqlen_q, heads, 576, generator=gen).to(dtype)
     kv, table = _latent_cache(torch, gen, lengths, cfg.page_size, dtype)
-    kv_bits = _bits(kv, torch, dtype)
+    if cfg.fp8:     # FlashMLA's FP8 rows: the kernel reads their words, the reference their exact dequantization
+        from fa4mlir.testing_mla import dequantize_fp8_cache, quantize_fp8_cache
+        cache = quantize_fp8_cache(kv)
+        kv_bits, kv = cache.view(torch.uint8).numpy().view(np.int32).copy(), dequantize_fp8_cache(cache)
+    else:
+        kv_bits = _bits(kv, torch, dtype)
     lens = np.array(lengths, np.int32)
     o = np.full((batch, seqlen_q, heads, 512), 0x7E00, np.uint16)
     lse = np.full((batch, heads, seqlen_q), np.nan, np.float32)

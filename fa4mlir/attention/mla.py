@@ -26,6 +26,10 @@ ceil(L_b / 64) / splits KV tiles (decode_schedule.split_range); a call of one sp
 kernel's unsplit variant alone, else the split kernel and the combine (attention_combine_sm90,
 splits summed in index order: deterministic for a given split count).
 
+On an sm_100 GPU (compute capability 10.0) the dense call runs the sm_100a kernel instead
+(attention/mla_sm100.py: its routing, and the typed errors for what that kernel does not take; the FP8
+cache runs there too); any capability but 9.x and 10.0 is a DeviceError.
+
 Sparse decode (``indices``, FlashMLA's DSA decode, over a bf16/f16 cache or, with
 ``is_fp8_kvcache=True``, the FP8 cache below): attention/mla_sparse_decode.py, called from here.
 
@@ -63,8 +67,8 @@ from ..driver import device_info, resolve_stream
 from ..kernels import attention_decode_sm90_config as dec
 from ..kernels import attention_mla_decode_sm90_config as mc
 from ..runtime import LoadedKernel, TensorInfo
-from .checks import (MAX_GRID_YZ, MAX_I32, check_bundle, check_device_context, check_devices, check_flag, check_layout,
-                     check_scale, read_tensor)
+from .checks import (MAX_GRID_YZ, MAX_I32, check_bundle, check_device_context, check_device_ordinal, check_devices,
+                     check_flag, check_layout, check_scale, read_tensor)
 from .errors import (ArgumentTypeError, DTypeError, HeadDimError, HeadsRatioError, LayoutError, ShapeError,
                      UnsupportedFeatureError)
 from .plan import Launch, Plan, TensorRef, config_kernel, source_for
@@ -475,15 +479,24 @@ def _prepare(torch, tensors: dict, head_dim_v, softmax_scale, causal, bundle, si
                                infos["tile_scheduler_metadata"], infos["num_splits"], softmax_scale, causal,
                                is_fp8_kvcache)
     device = device_info()
-    check_device_context(ordinal, device.ordinal, device.capability)
     q = tensors["q"]
-    plan = build_plan(problem, source_for(bundle), q.stride()[:3], tensors["block_table"].stride(0),
-                      problem.out_strides)
+    plan = _plan_for(problem, device, ordinal, source_for(bundle), q.stride()[:3], tensors["block_table"].stride(0))
     named = {"q": q, "kv_cache": kv_operand(torch, tensors["k_cache"], problem.fp8), "block_table": tensors["block_table"],
              "cache_seqlens": tensors["cache_seqlens"], **problem.outputs(torch, q.dtype, q.device)}
     call = _Call(plan.prepare(named), problem)
     _CALLS.put(signature, call)
     return call
+
+
+def _plan_for(problem: MLAProblem, device, ordinal, source, q_strides, block_table_stride: int) -> Plan:
+    """The plan of the device's arch (mla_sm100.select_arch: 9.x the sm_90a kernels, 10.0 the sm_100a one,
+    else DeviceError), after the device checks."""
+    from .mla_sm100 import build_plan_sm100, select_arch
+    check_device_ordinal(ordinal, device.ordinal)
+    if select_arch(problem, device.capability) == "sm_100a":
+        return build_plan_sm100(problem, source, block_table_stride)
+    check_device_context(ordinal, device.ordinal, device.capability)
+    return build_plan(problem, source, q_strides, block_table_stride, problem.out_strides)
 
 
 def kv_operand(torch, k_cache, fp8: bool):

@@ -29,6 +29,7 @@ KERNELS = {
     "attention_fwd_sm100": KernelEntry("fa4mlir.kernels.attention_fwd_sm100", "sm_100a", "nvjitlink-lto", True),
     "attention_decode_sm90": KernelEntry("fa4mlir.kernels.attention_decode_sm90", "sm_90a", "nvjitlink", False),
     "attention_combine_sm90": KernelEntry("fa4mlir.kernels.attention_combine_sm90", "sm_90a", "nvjitlink", False),
+    "attention_combine_sm100": KernelEntry("fa4mlir.kernels.attention_combine_sm90", "sm_100a", "nvjitlink", False),
     "attention_mla_decode_sm90": KernelEntry("fa4mlir.kernels.attention_mla_decode_sm90", "sm_90a", "ptxas", True),
     "attention_mla_sparse_sm90": KernelEntry("fa4mlir.kernels.attention_mla_sparse_sm90", "sm_90a", "ptxas", True),
     "attention_mla_sparse_decode_sm90": KernelEntry("fa4mlir.kernels.attention_mla_sparse_sm90", "sm_90a", "ptxas",

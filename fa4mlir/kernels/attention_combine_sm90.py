@@ -1,4 +1,6 @@
 """The split-KV combine on sm_90a: merges attention_decode_sm90's float32 partials into O and LSE.
+The code is arch-neutral (loads, shuffles, stores): CombineConfig(arch="sm_100a") builds the same kernel
+for sm_100a (kernel attention_combine_sm100), which merges the sm_100a MLA decode's partials.
 
 One warp per output row R = (batch b * seqlen_q + token t) * heads + head h (COMBINE_WARPS rows
 per CTA, 1-D grid):
@@ -28,7 +30,7 @@ NEG_INF = float("-inf")
 
 def build(cfg: CombineConfig = CombineConfig()) -> dsl.KernelIR:
     cfg.validate()
-    kb = KernelBuilder(cfg.name(), arch="sm_90a", block=(32 * COMBINE_WARPS, 1, 1), config=cfg.key())
+    kb = KernelBuilder(cfg.name(), arch=cfg.arch, block=(32 * COMBINE_WARPS, 1, 1), config=cfg.key())
     p = kb.params_from(cfg.params, tma={})
     cols = cfg.head_dim // 32                   # columns per lane
     with kb.body():

@@ -46,6 +46,10 @@ from .common.paging import KVFetch, fetch_plan
 
 KERNEL = "attention_decode_sm90"
 COMBINE_KERNEL = "attention_combine_sm90"
+# the same combine (plain loads, shuffles and stores: no arch-specific op) built for sm_100a, where an
+# sm_90a cubin does not run: the sm_100a MLA decode's split-KV partials (attention/mla_sm100.py)
+COMBINE_KERNEL_SM100 = "attention_combine_sm100"
+COMBINE_ARCHS = {"sm_90a": COMBINE_KERNEL, "sm_100a": COMBINE_KERNEL_SM100}
 APPEND_KERNEL = "kvcache_append_sm90"
 APPEND_THREADS = 128
 DTYPES = ("bf16", "f16")
@@ -301,27 +305,33 @@ class CombineConfig:
     dtype: str = "bf16"
     head_dim: int = 128
     sinks: bool = False           # the sink logits join each row's sum (COMBINE_PARAMS + sinks)
+    arch: str = "sm_90a"          # COMBINE_ARCHS: sm_100a is the kernel COMBINE_KERNEL_SM100 (same code)
 
     @property
     def params(self) -> tuple:
         return COMBINE_PARAMS + mod_params(False, self.sinks)
 
+    @property
+    def kernel(self) -> str:
+        """The kernel name of this config's arch (COMBINE_ARCHS)."""
+        return COMBINE_ARCHS[self.arch]
+
     def validate(self) -> "CombineConfig":
-        check_fields(self, {"dtype": DTYPES, "head_dim": COMBINE_HEAD_DIMS})
-        if self.dtype not in DTYPES or self.head_dim not in COMBINE_HEAD_DIMS:
-            raise ConfigError(f"combine: dtype in {DTYPES}, head_dim in {COMBINE_HEAD_DIMS}; got {self.dtype}, "
-                              f"{self.head_dim}")
+        check_fields(self, {"dtype": DTYPES, "head_dim": COMBINE_HEAD_DIMS, "arch": tuple(COMBINE_ARCHS)})
+        if self.dtype not in DTYPES or self.head_dim not in COMBINE_HEAD_DIMS or self.arch not in COMBINE_ARCHS:
+            raise ConfigError(f"combine: dtype in {DTYPES}, head_dim in {COMBINE_HEAD_DIMS}, arch in "
+                              f"{tuple(COMBINE_ARCHS)}; got {self.dtype}, {self.head_dim}, {self.arch}")
         return self
 
     def key(self) -> dict:
-        """The compile key; sinks only where set (COMBINE_VARIANT_FIELDS)."""
-        return {"kernel": COMBINE_KERNEL, **key_leaving_out(self, COMBINE_VARIANT_FIELDS)}
+        """The compile key; sinks and arch only where set (COMBINE_VARIANT_FIELDS)."""
+        return {"kernel": self.kernel, **key_leaving_out(self, COMBINE_VARIANT_FIELDS)}
 
     def name(self) -> str:
-        return f"{COMBINE_KERNEL}_{self.dtype}_d{self.head_dim}{'_sink' if self.sinks else ''}"
+        return f"{self.kernel}_{self.dtype}_d{self.head_dim}{'_sink' if self.sinks else ''}"
 
 
-COMBINE_VARIANT_FIELDS = field_defaults(CombineConfig, ("sinks",))     # CombineConfig's (common.fields)
+COMBINE_VARIANT_FIELDS = field_defaults(CombineConfig, ("sinks", "arch"))     # CombineConfig's (common.fields)
 
 
 @dataclass(frozen=True)
@@ -654,7 +664,7 @@ def combine_grid(plan) -> tuple[int, int, int]:
 
 
 __all__ = ["APPEND_KERNEL", "AppendConfig", "APPEND_PARAMS", "APPEND_TENSORS", "append_launch_args", "append_grid",
-           "KERNEL", "COMBINE_KERNEL", "DecodeConfig", "decode_mask", "mod_params", "CombineConfig", "default_config", "box_rows_for",
+           "KERNEL", "COMBINE_KERNEL", "COMBINE_KERNEL_SM100", "COMBINE_ARCHS", "DecodeConfig", "decode_mask", "mod_params", "CombineConfig", "default_config", "box_rows_for",
            "SPLIT_PARAMS", "VARLEN_Q_PARAMS", "COMBINE_PARAMS", "SPLIT_TENSORS", "COMBINE_TENSORS", "UNSPLIT_PARAMS", "UNSPLIT_TENSORS",
            "split_launch_args",
            "combine_launch_args", "split_grid", "combine_grid", "TILE_M", "COMBINE_WARPS", "DTYPES", "HEAD_DIMS"]

@@ -84,6 +84,7 @@ from .attention_fwd_sm100_correction import _Correction, _correction_role
 from .attention_sm100_config import LAUNCH_PARAMS, FA4Config  # noqa: F401  (FA4Config re-exported)
 from .common import paged_rows, tcgen05
 from .common.constants import NEG_INF
+from .common.mla_sm100 import MLA_FREE_WARPS_REGS
 from .common.masks import ValueOps, block_range, hidden, key_window, tile_blocks, visible_keys
 from .common.softmax import exp2_mixed, max_update
 
@@ -98,10 +99,7 @@ ROLE = {name: (first, n, regs) for name, first, n, regs in fcfg.ROLES}
 def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
     cfg.validate()
     tm, sm = cfg.tmem_plan(), cfg.smem_plan()
-    stages = sm["stages"]
-    name = (f"attention_fwd_sm100_{cfg.dtype}_qk{cfg.head_dim}_ov{cfg.head_dim_v}_g{cfg.group}"
-            f"{cfg.mask.tag()}_bn{cfg.bn}_s{stages}{cfg.name_route()}{cfg.name_suffix()}")
-    kb = KernelBuilder(name, arch="sm_100a", block=(fcfg.NUM_THREADS, 1, 1), config=cfg.key())
+    kb = KernelBuilder(cfg.name(), arch="sm_100a", block=(fcfg.NUM_THREADS, 1, 1), config=cfg.key())
     # the launch contract (cfg.launch_params): q and o boxes of one Q tile, k and v boxes of box_rows
     q_box = (CHUNK, cfg.tile_heads, cfg.tile_tokens, 1) if cfg.decode else (CHUNK, 1, MMA_M, 1)
     box = {"q": q_box, "k": (CHUNK, 1, cfg.box_rows, 1), "v": (CHUNK, 1, cfg.box_rows, 1), "o": q_box}
@@ -110,10 +108,12 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
     if cfg.varlen or cfg.split_kv:   # O is stored row by row through a pointer (note "Serving"; o_partial)
         del box["o"]
     if cfg.gather:   # K and V rows copied from the pools' pointers (paged_rows, note "Row gather")
-        del box["k"], box["v"]
+        box.pop("k"), box.pop("v", None)
     tma = {n: dict(dtype=cfg.dtype, box=b, swizzle="128B") for n, b in box.items()}
-    if cfg.fp8:      # e4m3 K/V, unswizzled (attention_sm100_kv)
-        tma.update(k=kvroles.tma_spec(cfg), v=kvroles.tma_spec(cfg))
+    if cfg.fp8:      # e4m3 K/V, unswizzled (attention_sm100_kv); MLA: FlashMLA's rows (note "MLA FP8")
+        specs = dict(k=mla_dec.fp8_tma_spec(cfg)) if cfg.mla_decode else \
+            dict(k=kvroles.tma_spec(cfg), v=kvroles.tma_spec(cfg))
+        tma.update(specs)
     p = kb.params_from(cfg.launch_params, tma=tma)
     seqlen_q, scale_log2 = p.get("seqlen_q"), p["scale_log2"]   # varlen: per sequence, in _Geometry
     seqlen_k = p.get("seqlen_k")     # paged: each role reads cache_seqlens[b]; varlen: cu_seqlens_k (_Geometry)
@@ -136,14 +136,20 @@ def build(cfg: FA4Config = FA4Config()) -> dsl.KernelIR:
             return _Geometry(kb, cfg, seqlen_q, seqlen_k, p)
 
         with kb.warp_roles():
-            with kb.role("load", **(kvroles.GATHER_ROLE if cfg.gather else _role("load", cfg))):
+            load = dict(kvroles.GATHER_ROLE, regs=MLA_FREE_WARPS_REGS) if cfg.gather and cfg.mla_decode else \
+                kvroles.GATHER_ROLE if cfg.gather else _role("load", cfg)
+            with kb.role("load", **load):
                 _load_role(kb, cfg, geo(), bufs)
             with kb.role("mma", **_role("mma", cfg)):
                 _mma_role(kb, cfg, geo(), bufs)
-            if cfg.fp8:      # the decode route's free warps 4-7 (attention_sm100_kv)
+            if cfg.fp8:      # the decode route's free warps 4-7 (attention_sm100_kv; MLA: note "MLA FP8")
                 name, first, n, regs = kvroles.CONVERT_ROLE
+                regs = MLA_FREE_WARPS_REGS if cfg.mla_decode else regs
                 with kb.role(name, first_warp=first, num_warps=n, regs=regs):
-                    kvroles.convert_role(kb, cfg, geo(), bufs, p)
+                    if cfg.mla_decode:
+                        mla_dec.convert_role(kb, cfg, geo(), bufs)
+                    else:
+                        kvroles.convert_role(kb, cfg, geo(), bufs, p)
             for i in range(cfg.num_q_tiles):
                 with kb.role(f"softmax{i}", **_role(f"softmax{i}")):
                     _softmax_role(_Softmax(kb, cfg, geo(), bufs.pipes.tiles[i], tmem, i, scale_log2,
@@ -241,11 +247,12 @@ def _declare_buffers(kb, sm: dict, params: dict, num_q_tiles: int = fcfg.NUM_Q_T
     rings8 = {}
     if gather:       # the row gather's pool rows (paged_rows, note "Row gather")
         paged["rows_smem"] = kb.smem("rows_smem", sm["gather_rows"], align=16)
-    if "k8" in sm:   # FP8 (attention_sm100_kv): the e4m3 rings, load -> convert
-        paged.update(k8_smem=kb.smem("k8_smem", sm["k8"]), v8_smem=kb.smem("v8_smem", sm["v8"]),
-                     k8_tile=sm["k8_tile"], v8_tile=sm["v8_tile"])
+    if "k8" in sm:   # FP8 (attention_sm100_kv): the e4m3 rings, load -> convert (MLA: k8 only)
+        paged.update(k8_smem=kb.smem("k8_smem", sm["k8"]), k8_tile=sm["k8_tile"])
+        if not v_in_k:
+            paged.update(v8_smem=kb.smem("v8_smem", sm["v8"]), v8_tile=sm["v8_tile"])
         rings8 = {n: kb.pipeline(n, num_stages=stages, producer="load", consumers=["convert"], consumer_arrivals=128)
-                  for n in ("k8", "v8")}
+                  for n in ("k8",) + ("v8",) * (not v_in_k)}
     return _Buffers(q_smem, k_smem, v_smem, tmem_slot, sm["q_tile"], sm["k_tile"], sm["v_tile"],
                     _Pipes(q, k, v, tuple(tiles), **rings8), *(params[n] if n in params else params.get(f"{n}_partial") for n in ("q", "k", "v", "o", "lse")),
                     **paged)
@@ -355,7 +362,9 @@ def _span(kb, cu_seqlens: Value, b: Value) -> tuple:
 
 # ---- load ---------------------------------------------------------------------------------------------
 def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
-    if cfg.gather:   # the decode route's row gather (attention_sm100_kv, note "Row gather")
+    if cfg.gather:   # the decode route's row gather (attention_sm100_kv, note "Row gather"; MLA: note "MLA gather")
+        if cfg.mla_decode:
+            return mla_dec.gather_role(kb, cfg, geo, bufs, dict(kvroles.GATHER_ROLE, regs=MLA_FREE_WARPS_REGS))
         return kvroles.gather_role(kb, cfg, geo, bufs)
     qk_ch, ov_ch = cfg.padded_head_dim // CHUNK, cfg.padded_head_dim_v // CHUNK
     pipes = bufs.pipes
@@ -388,12 +397,15 @@ def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
                                                       cfg.page_size)
             rings = ((pipes.k, bufs.k_desc, bufs.k_smem, bufs.k_tile, qk_ch),
                      (pipes.v, bufs.v_desc, bufs.v_smem, bufs.v_tile, ov_ch))[:1 if cfg.mla_decode else 2]
-            if cfg.fp8:      # the e4m3 rings (attention_sm100_kv)
+            if cfg.fp8:      # the e4m3 rings (attention_sm100_kv; MLA: k8 only)
                 rings = ((pipes.k8, bufs.k_desc, bufs.k8_smem, bufs.k8_tile, 0),
-                         (pipes.v8, bufs.v_desc, bufs.v8_smem, bufs.v8_tile, 0))
+                         (pipes.v8, bufs.v_desc, bufs.v8_smem, bufs.v8_tile, 0))[:1 if cfg.mla_decode else 2]
             for pipe, desc, base, tile, nch in rings:
                 pipe.producer_acquire(s)
                 pipe.producer_commit(s, tx_bytes=tile)
+                if cfg.mla_fp8:
+                    mla_dec.load_fp8_tile(kb, cfg, origins, pipe, desc, base, s, tile)
+                    continue
                 if cfg.fp8:
                     kvroles.load_tile(kb, cfg, origins if cfg.paged else None, pipe, desc, base, s, tile, geo.kv_head,
                                   row, geo.batch)

@@ -108,9 +108,10 @@ from .common.constants import LOG2E, MAX_RESCALE_THRESHOLD, SM100_SMEM_PER_CTA
 from .common.fields import ConfigError, ConfigTypeError, check_fields
 from .common.mask_family import Mask, attention_mask, mask_fields
 from .common.mla_sm100 import (MIN_PAGED_BOX_ROWS, MLA_DECODE_BN, MLA_DECODE_HEAD_DIMS, MLA_DECODE_M,  # noqa: F401
-                               MLA_DECODE_PAGE_SIZES, MLA_DECODE_ROLE_REGS, MLA_DECODE_ROUTE_HINT, O_HALF_LANE, SPLIT_OUT,
-                               MLADecodeGeometry, decode_configs, mla_decode_group_refusal, mla_decode_params,
-                               mla_decode_refusal, mla_decode_tmem_plan, mla_prefill_refusal, prefill_configs)
+                               MLA_DECODE_PAGE_SIZES, MLA_DECODE_ROLE_REGS, MLA_DECODE_ROUTE_HINT, O_HALF_LANE,
+                               SPLIT_OUT, MLADecodeGeometry, decode_configs, mla_decode_group_refusal,
+                               mla_decode_params, mla_decode_refusal, mla_decode_tmem_plan, mla_prefill_refusal,
+                               prefill_configs)
 from .common.naming import softmax_knob_tags
 from .common.paging import MAX_PAGE_SIZE, KVFetch, fetch_plan
 from .common.tmem import TMEM_COLUMNS, TMEM_LANES, TMEM_SLOT_BYTES, tmem_alloc_columns
@@ -239,10 +240,8 @@ class FA4Config(MLADecodeGeometry):   # mla_decode, tile_heads, mma_m, o_cols: c
 
     @property
     def gather(self) -> bool:
-        """A paged cache whose pages are too small for per-page TMA boxes (fetch_plan's gather plan): the
-        decode route's row gather, 16-byte loads and shared stores (note "Paged"; paged_rows, note "Row
-        gather")."""
-        return self.paged and fetch_plan(self.bn, self.page_size, "sm_100a").fetch is KVFetch.CP_ASYNC_GATHER
+        """Pages too small for per-page TMA boxes (fetch_plan's; MLA decode: < 16 rows): the row gather (note "Paged")."""
+        return self.mla_gather or self.paged and fetch_plan(self.bn, self.page_size, "sm_100a").fetch is KVFetch.CP_ASYNC_GATHER
 
     @property
     def box_rows(self) -> int:
@@ -258,7 +257,7 @@ class FA4Config(MLADecodeGeometry):   # mla_decode, tile_heads, mma_m, o_cols: c
         base = (*base, *(SEQUSED_PARAMS if self.seqused_k else ()))
         base = mla_decode_params(self, base)   # note "MLA decode": no v; split_kv's partials and num_splits
         return (*base, *(SOFTCAP_PARAMS if self.softcap else ()), *(SINK_PARAMS if self.sinks else ()),
-                *(FP8_PARAMS if self.fp8 else ()))
+                *(FP8_PARAMS if self.fp8 and not self.mla_fp8 else ()))
 
     @property
     def bk0(self) -> int:
@@ -317,15 +316,14 @@ class FA4Config(MLADecodeGeometry):   # mla_decode, tile_heads, mma_m, o_cols: c
         k = self.bn * self.padded_head_dim * ELEM_BYTES
         # MLA decode: V is the first 512 columns of the K tile, read in place (note "MLA decode")
         v = 0 if self.mla_decode else self.bn * self.padded_head_dim_v * ELEM_BYTES
-        rings = 4 if self.fp8 else 1 if self.mla_decode else 2   # FP8: the e4m3 rings k8, v8 besides k, v
+        rings = (4 - 2 * self.mla_decode) if self.fp8 else 1 if self.mla_decode else 2   # FP8: e4m3 rings k8 (v8)
         barriers = 2 * (1 + TILE_PIPES * self.num_q_tiles + rings * stages) * MBARRIER_BYTES
         plan = {"q_tile": q, "k_tile": k, "v_tile": v, "q": self.num_q_tiles * q, "k": stages * k, "v": stages * v,
                 "barriers": barriers, "tmem_slot": TMEM_SLOT_BYTES}
         if self.gather:   # the row gather's pool rows, int32 [BN] (paged_rows, note "Row gather")
             plan["gather_rows"] = self.bn * 4
-        if self.fp8:   # e4m3 tiles, unswizzled: row r at r * D bytes
-            plan.update(k8_tile=self.bn * self.head_dim, v8_tile=self.bn * self.head_dim_v)
-            plan.update(k8=stages * plan["k8_tile"], v8=stages * plan["v8_tile"])
+        if self.fp8:   # e4m3 tiles, unswizzled: row r at r * D bytes (MLA: FlashMLA's 656-byte rows, no V)
+            plan.update(self.fp8_tiles(stages))
         return plan
 
     def _smem_total(self, stages: int) -> int:
@@ -432,8 +430,9 @@ class FA4Config(MLADecodeGeometry):   # mla_decode, tile_heads, mma_m, o_cols: c
         """ConfigError unless kv_dtype / kv_scale name a built FP8 route (note "FP8") or none."""
         if self.kv_dtype not in ("", "e4m3"):
             return ConfigError(f"kv_dtype={self.kv_dtype!r}: '' (K/V in Q's dtype) or 'e4m3' (an FP8 cache)")
-        if (self.kv_scale not in FP8_SCALES) if self.fp8 else self.kv_scale:
-            return ConfigError(f"kv_scale={self.kv_scale!r}: one of {FP8_SCALES} for kv_dtype='e4m3', '' otherwise")
+        scales = (self.MLA_FP8_SCALE,) if self.mla_decode else FP8_SCALES    # MLA decode: FlashMLA's FP8 rows
+        if (self.kv_scale not in scales) if self.fp8 else self.kv_scale:
+            return ConfigError(f"kv_scale={self.kv_scale!r}: one of {scales} for kv_dtype='e4m3', '' otherwise")
         if self.fp8 and not self.decode:
             return ConfigError("kv_dtype='e4m3' with num_q_tiles=2: the FP8 cache is built on the decode route "
                                "(num_q_tiles=1, fuse_gqa=True), whose free warps 4-7 convert it; the two-Q-tile "
@@ -466,7 +465,7 @@ class FA4Config(MLADecodeGeometry):   # mla_decode, tile_heads, mma_m, o_cols: c
         prefill (head_dim 192, head_dim_v 128, note "MLA"): the plain contiguous two-tile prefill CTA,
         stages 0 or 1, the default exp2_poly_stride; its 12 code shapes (mla_configs()) are compiled,
         verified and interpreted by tests/test_attention_sm100_mla.py, outside supported_configs(). MLA decode
-        (576/512, note "MLA decode"): common.mla_sm100's limits; mla_decode_configs(), tested apart likewise."""
+        (576/512, note "MLA decode"; FP8 rows: kv_scale "row"): common.mla_sm100's limits, tested apart likewise."""
         return _answer(self._refusal())
 
     def _refusal(self) -> ConfigError | None:
@@ -558,6 +557,10 @@ class FA4Config(MLADecodeGeometry):   # mla_decode, tile_heads, mma_m, o_cols: c
                 f"SMEM {sm['total']}/{SMEM_CARVEOUT} B | swizzle {self.swizzle}B | "
                 f"exp2 poly 1/{self.exp2_poly_stride or 'none'} | rescale threshold {self.rescale_threshold}{route}")
 
+    def name(self) -> str:   # attention_fwd_sm100.build's; plan.config_kernel finds a bundle's entry by it
+        return (f"{KERNEL}_{self.dtype}_qk{self.head_dim}_ov{self.head_dim_v}_g{self.group}{self.mask.tag()}_bn{self.bn}"
+                f"_s{self.smem_plan()['stages']}{self.name_route()}{self.name_suffix()}")
+
     def name_route(self) -> str:
         """Kernel-name tags of the KV operand, the decode route, ragged lengths and the score modifiers
         ('' for the dense prefill kernel)."""
@@ -644,7 +647,7 @@ def _score_args(config: "FA4Config", problem, tensors) -> dict:
         args.update(scale_log2=cap * LOG2E, softcap_scale=float(problem.softmax_scale) / cap)
     if config.sinks:
         args["sinks"] = tensors["sinks"]
-    if config.fp8:
+    if config.fp8 and not config.mla_fp8:   # FlashMLA's FP8 rows carry their scales
         args.update(k_scale=tensors["k_scale"], v_scale=tensors["v_scale"])
     if config.split_kv:   # the combine's workspaces; problem.num_splits CTAs share each sequence's blocks
         splits = int(getattr(problem, "num_splits", 0) or 0)

@@ -30,15 +30,38 @@ the 64 x 576 Q tile (72 KiB) and two K stages fill the SMEM carve-out. Heads 16.
 rows with 64 / heads tokens (MTP); 128 heads take two CTAs per token (grid y = heads / 64), each reading
 the latent cache. The MMA and load warps run at 80 registers (common.mla_sm100.MLA_DECODE_ROLE_REGS).
 
-Limits (common.mla_sm100.mla_decode_refusal): one latent KV head, BN 64, stages 0 or 2, bf16/f16, a
-contiguous cache or pages whose TMA boxes hold >= 16 rows, cache_seqlens on the device; no FP8 cache, row
-gather or serving features.
+Limits (common.mla_sm100.mla_decode_refusal): one latent KV head, BN 64, stages 0 or 2 (FP8: 0 or 1),
+bf16/f16 (FP8: bf16 q), a contiguous cache or pages (TMA boxes of >= 16 rows, else note "MLA gather"; FP8:
+pages of such boxes only), cache_seqlens on the device; no serving features.
 
 Split-KV (FA4Config.split_kv, num_splits a launch argument): CTA x = M tile x num_splits + split takes the
 sequence's blocks [split x per, ..) with per = ceil(blocks / num_splits), masks every block (the diagonal
 or the tail may fall in any split), and writes O / l as float32 to o_partial [num_splits, batch, seqlen_q,
 heads, 512] and the natural-log LSE to lse_partial [num_splits, batch, heads, seqlen_q] (-inf for a split
 that saw no key): the workspaces attention_combine_sm90 merges (store_partial, store_lse_partial).
+
+Note "MLA FP8" (kv_dtype "e4m3", kv_scale "row": FlashMLA's FP8 latent cache, common.mla_fp8's 656-byte
+rows of 512 e4m3 latent bytes, four float32 scales (one per 128 columns) and 64 bf16 rope columns): the load
+warp brings each tile's raw rows by TMA (int32 boxes of 164 words, unswizzled, one box per page) into the
+ring k8; warps 4-7 (no role on the bf16 decode route) are the `convert` warpgroup at 160 registers: per
+block they wait k8[n], acquire the 16-bit stage k[n], write bf16(float32(e4m3) x scale) and the rope bits
+into it in the 128B-swizzled layout a TMA box gives (common.mla_fp8.emit_dequant, both halves of the sm_90a
+decode's two-warpgroup split in turn), fence to the async proxy, release k8[n] and commit k[n] (128
+arrivals). The MMA thread is unchanged (it zeroes the V rows past L_b of the converted tile, as of a bf16
+one). SMEM: the 72 KiB Q tile, one 72 KiB 16-bit K stage and one 41 KiB raw stage (k and k8 share the
+stage index; two of each, 298 KiB, exceed the carve-out), so the conversion of block n + 1 waits for the
+MMAs of block n; the load of block n + 1 overlaps them.
+
+Note "MLA gather" (pages whose TMA boxes would hold under 16 rows, e.g. 8 or 24: FA4Config.gather): k is
+the pool's pointer and warps 4-7 are the `load` role at 160 registers (warp 13 idles): one thread TMAs the
+Q tile; per block its first 64 threads look the tile's 64 pool rows up into SMEM (paged_rows.gather_rows, -1
+past L_b), the warpgroup syncs on a named barrier, then copies the rows whole: a row is 1152 bytes = 72 16-byte pieces, piece
+f = 32 i + lane of warp w's 16 rows (row 16 w + f / 72, piece f % 72: consecutive lanes read consecutive
+pieces of a row) into the 128B-swizzled layout a TMA box gives (chunk piece / 8, unit (piece % 8) ^ (row %
+8)), zeros for a dead row, 9 steps' loads in flight before their stores; then fence.proxy.async and every
+thread commits the stage (128 arrivals), and the warpgroup syncs before the next tile's rows overwrite the
+lookup. The decode route's own gather (paged_rows.gather_tile) moves rows of at most 512 bytes by whole-warp
+steps; this is its piece map for the 1152-byte latent row. Not timed (no Blackwell GPU).
 
 Note "Descriptor lifetimes": issuing all 36 K steps of S_0 and then all of S_16 kept the 72 SMEM
 descriptors of the first pass live for the second (ptxas computed them once), and the 48-register MMA
@@ -55,7 +78,8 @@ from typing import NamedTuple
 from ..dialect import builders as fa4
 from ..dsl import PipeState, Value, const, select, vec
 from . import attention_sm100_config as fcfg
-from .common import paged_rows, tcgen05
+from . import attention_sm100_kv as kvroles
+from .common import mla_fp8, paged_rows, tcgen05
 
 SW = fcfg.SWIZZLE_BYTES
 CHUNK = fcfg.CHUNK
@@ -187,4 +211,88 @@ def store_lse_partial(corr, lse: Value, empty: Value):
         kb.store(select(empty, const(float("-inf"), "f32"), lse), kb.gep(corr.bufs.lse_ptr, at, "f32"), align=4)
 
 
-__all__ = ["packed_row", "lane_offset", "mma_role", "store_partial", "store_lse_partial", "HALVES"]
+def fp8_tma_spec(cfg) -> dict:
+    """The FP8 latent rows' descriptor (note "MLA FP8"): int32 boxes of whole 656-byte rows, unswizzled."""
+    return dict(dtype="i32", box=(mla_fp8.ROW_WORDS, 1, cfg.box_rows, 1), swizzle="none")
+
+
+def load_fp8_tile(kb, cfg, origins: list, pipe, desc, base: Value, s: PipeState, tile: int):
+    """The raw rows of one block into stage s of the k8 ring: its per-page boxes at origins[i] = (page,
+    row in page), box i at row i box_rows of the stage (rows at r x 656 bytes)."""
+    for i, (page, in_page) in enumerate(origins):
+        dst = kb.gep(base, s.stage * tile + i * cfg.box_rows * mla_fp8.ROW_BYTES, "i8")
+        fa4.tma_load(desc, dst, s.stage, [const(0), const(0), in_page, page], pipe=pipe.name,
+                     box=[mla_fp8.ROW_WORDS, 1, cfg.box_rows, 1], elem_bytes=mla_fp8.WORD)
+
+
+GATHER_BATCH = 9         # warp steps whose 16-byte loads are in flight before their stores (36 = 4 x 9 a tile)
+PIECE_BYTES = 16         # one thread's load / store
+UNITS = SW // PIECE_BYTES   # 16-byte units of a 128-byte swizzle row (and rows of a swizzle atom)
+
+
+def gather_role(kb, cfg, geo, bufs, role: dict):
+    """Warps 4-7 over pages without 16-row TMA boxes (note "MLA gather"): Q by TMA, then each block's rows."""
+    pipes, threads = bufs.pipes, 32 * role["num_warps"]
+    tid = kb.thread_idx(0) - 32 * role["first_warp"]
+    lane, warp = tid % 32, tid // 32
+    row_bytes = cfg.padded_head_dim * fcfg.ELEM_BYTES
+    pieces, warp_rows = row_bytes // PIECE_BYTES, cfg.bn // role["num_warps"]
+    steps = warp_rows * pieces // 32
+    if steps * 32 != warp_rows * pieces or steps % GATHER_BATCH:
+        raise ValueError(f"MLA gather: {warp_rows} rows x {pieces} pieces a warp must make whole batches of "
+                         f"{GATHER_BATCH} warp steps")
+    with kb.if_(geo.n_blocks.gt(0)).then_():
+        with kb.if_(kb.thread_idx(0).eq(32 * role["first_warp"])).then_():     # 1. the Q tile (as the load warp)
+            q0 = pipes.q.initial_state()
+            pipes.q.producer_acquire(q0)
+            pipes.q.producer_commit(q0, tx_bytes=bufs.q_tile)
+            for c in range(cfg.padded_head_dim // CHUNK):
+                fa4.tma_load(bufs.q_desc, kb.gep(bufs.q_smem, c * cfg.mma_m * SW, "i8"), q0.stage,
+                             [const(c * CHUNK), geo.head, geo.q_coord(geo.tile_row0(0)), geo.tma_batch()],
+                             pipe=pipes.q.name, box=[CHUNK, cfg.tile_heads, cfg.tile_tokens, 1],
+                             elem_bytes=fcfg.ELEM_BYTES)
+        loop = kb.for_(0, geo.n_blocks, 1, carry=pipes.k.initial_state())
+        with loop as (n, s):                  # 2. per block: the rows' pool rows, then the rows whole
+            with kb.if_(tid.lt(cfg.bn)).then_():       # one lookup per row: the first 64 threads
+                paged_rows.gather_rows(kb, tid, cfg.bn, geo.block(n) * cfg.bn, cfg.bn, geo.seqlen_k, geo.batch,
+                                       bufs.page_table, bufs.page_table_stride, bufs.num_pages, cfg.page_size,
+                                       bufs.rows_smem)
+            kb.named_barrier(kvroles.BAR_GATHER, threads)
+            pipes.k.producer_acquire(s)
+            tile = kb.gep(bufs.k_smem, s.stage * bufs.k_tile, "i8")
+            for first in range(0, steps, GATHER_BATCH):
+                moved = []
+                for i in range(first, first + GATHER_BATCH):
+                    f = lane + 32 * i
+                    row, piece = warp * warp_rows + f // pieces, f % pieces
+                    pool_row = kb.load(kb.gep(bufs.rows_smem, row * 4, "i8"), "i32", align=4)
+                    src = kb.gep(bufs.k_desc, pool_row.smax(0).to("i64") * row_bytes + (piece * PIECE_BYTES).to("i64"),
+                                 "i8")
+                    moved.append((row, piece, pool_row.sge(0), kb.load(src, ("i32", 4), align=16)))
+                for row, piece, live, data in moved:
+                    dst = (piece // UNITS) * (cfg.bn * SW) + row * SW + ((piece % UNITS) ^ (row % UNITS)) * PIECE_BYTES
+                    kb.store(select(live, data, const(0, ("i32", 4))), kb.gep(tile, dst, "i8"), align=16)
+            kb.fence("async_smem")            # the stores -> tcgen05.mma's async proxy
+            pipes.k.producer_commit(s)
+            kb.named_barrier(kvroles.BAR_GATHER, threads)   # every thread read rows_smem before the next tile's rows
+            loop.yield_(s.advance())
+
+
+def convert_role(kb, cfg, geo, bufs):
+    """The convert warpgroup (note "MLA FP8"): per visited block, the raw rows of k8[n] -> the bf16 stage k[n]."""
+    pipes = bufs.pipes
+    t = kb.thread_idx(0) % mla_fp8.THREADS
+    loop = kb.for_(0, geo.n_blocks, 1, carry=pipes.k8.initial_state())
+    with loop as (n, s):
+        pipes.k8.consumer_wait(s)
+        pipes.k.producer_acquire(s)
+        raw, tile = kb.gep(bufs.k8_smem, s.stage * bufs.k8_tile, "i8"), kb.gep(bufs.k_smem, s.stage * bufs.k_tile, "i8")
+        for w in range(mla_fp8.WARPGROUPS):       # the sm_90a decode's two shares, one after the other
+            mla_fp8.emit_dequant(kb, t, w, raw, tile, cfg.bn)
+        kb.fence("async_smem")      # the stores -> tcgen05.mma's async proxy
+        pipes.k8.consumer_release(s)
+        pipes.k.producer_commit(s)
+        loop.yield_(s.advance())
+
+
+__all__ = ["fp8_tma_spec", "load_fp8_tile", "gather_role", "convert_role", "packed_row", "lane_offset", "mma_role", "store_partial", "store_lse_partial", "HALVES"]

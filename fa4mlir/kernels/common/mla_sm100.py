@@ -6,6 +6,8 @@ under 800 lines; configs share through kernels/common only.
 """
 from __future__ import annotations
 
+from math import gcd
+
 from .constants import SM100_SMEM_PER_CTA as SMEM_CARVEOUT
 from .fields import ConfigError
 from .tmem import TMEM_LANES, tmem_alloc_columns
@@ -17,11 +19,18 @@ O_HALF_LANE = 16                # Layout F's second lane alignment (PTX ISA 9.1 
 # MLA decode: at 48 registers ptxas spilled 12 bytes around the MMA thread's 80 MMAs per block; warps 4-7 have
 # no role on the decode route (128 untouched), so 192 + 128 + 80 + 80 = 480 of 512 per thread-of-a-warpgroup.
 MLA_DECODE_ROLE_REGS = {"mma": 80, "load": 80}
+# FlashMLA's FP8 latent cache (note "MLA FP8" of attention_sm100_mla_decode; kv_dtype="e4m3", kv_scale="row"):
+# 656-byte token rows (512 e4m3, four float32 scales, 64 bf16 rope), dequantized by warps 4-7, one 16-bit K
+# stage beside one raw stage (two of each exceed SMEM). Warps 4-7 (the FP8 convert role, or the row gather of
+# pages without 16-row boxes, note "MLA gather") run at 160 registers: 192 + 160 + 80 + 80 = 512
+MLA_FP8_SCALE = "row"
+MLA_FP8_ROW_BYTES = 512 + 4 * 4 + 64 * 2
+MLA_FREE_WARPS_REGS = 160
 # Split-KV (MLA decode, note "MLA decode"): o_partial float32 [num_splits, batch, seqlen_q, heads, Dv] and
 # lse_partial float32 [num_splits, batch, heads, seqlen_q] (natural log, -inf for a split without keys), the
 # combine's workspaces (attention_combine_sm90), replace o and lse; num_splits comes last.
 SPLIT_OUT = {"o": ("o_partial", "ptr"), "lse": ("lse_partial", "ptr")}
-MIN_PAGED_BOX_ROWS = 16         # paged boxes below this: the decode route's row gather (note "Paged")
+MIN_PAGED_BOX_ROWS = 16         # paged boxes below this: the decode route's row gather (note "Paged"; MLA: "MLA gather")
 MLA_DECODE_PAGE_SIZES = (64, 16)   # 1 and 4 TMA boxes per 64-key tile
 # why head_dim_v 512 is refused off the decode route (FA4Config.plan_fits)
 MLA_DECODE_ROUTE_HINT = ("; absorbed MLA decode (576/512) is built on the decode route only (num_q_tiles=1, "
@@ -48,6 +57,25 @@ class MLADecodeGeometry:
     def mma_m(self) -> int:
         """Rows of one Q tile = tcgen05.mma M: 128, or 64 for MLA decode (note "MLA decode")."""
         return MLA_DECODE_M if self.mla_decode else TMEM_LANES
+
+    MLA_FP8_SCALE = MLA_FP8_SCALE      # kv_scale of FlashMLA's FP8 rows (FA4Config's FP8 refusal reads it)
+
+    def fp8_tiles(self, stages: int) -> dict:
+        """The e4m3 tiles' SMEM plan entries: k8_tile / v8_tile bytes (bn rows of head_dim / head_dim_v bytes,
+        or for MLA decode bn of FlashMLA's 656-byte rows and no V: note "MLA FP8") and their `stages` rings."""
+        k8, v8 = (self.bn * MLA_FP8_ROW_BYTES, 0) if self.mla_decode else (self.bn * self.head_dim,
+                                                                            self.bn * self.head_dim_v)
+        return dict(k8_tile=k8, v8_tile=v8, k8=stages * k8, v8=stages * v8)
+
+    @property
+    def mla_gather(self) -> bool:
+        """MLA decode over pages whose TMA boxes would hold under 16 rows: its row gather (note "MLA gather")."""
+        return self.mla_decode and self.page_size > 0 and gcd(self.bn, self.page_size) < MIN_PAGED_BOX_ROWS
+
+    @property
+    def mla_fp8(self) -> bool:
+        """MLA decode over FlashMLA's FP8 latent cache (kv_scale "row": scales inline in each 656-byte row)."""
+        return self.mla_decode and self.kv_dtype == "e4m3" and self.kv_scale == MLA_FP8_SCALE
 
     @property
     def o_cols(self) -> int:
@@ -111,16 +139,21 @@ def mla_decode_refusal(self) -> ConfigError | None:
     if self.bn != MLA_DECODE_BN:
         return ConfigError(f"{what} with bn={self.bn}: built for bn={MLA_DECODE_BN} (a 64 x 576 K tile is 72 KiB; "
                            f"two stages and the 64-row Q tile fill the {SMEM_CARVEOUT}-byte carve-out)")
-    if self.fp8 or self.gather or not self.plain:
-        extra = "e4m3 K/V" if self.fp8 else f"page_size={self.page_size} (row gather)" if self.gather else \
-            self.serving_tag().lstrip("_")
-        return ConfigError(f"{what} with {extra}: built for a bf16/f16 cache, contiguous or in pages whose "
-                           f"TMA boxes hold >= {MIN_PAGED_BOX_ROWS} rows, without serving features")
+    if (self.fp8 and not self.mla_fp8) or (self.gather and self.fp8) or not self.plain:
+        extra = f"FP8 rows in pages of {self.page_size} (no {MIN_PAGED_BOX_ROWS}-row boxes)" if self.gather and \
+            self.fp8 else f"e4m3 K/V scaled per {self.kv_scale}" if self.fp8 else self.serving_tag().lstrip("_")
+        return ConfigError(f"{what} with {extra}: built for a bf16/f16 cache, contiguous or paged (pages without "
+                           f"{MIN_PAGED_BOX_ROWS}-row TMA boxes by the row gather), or FlashMLA's FP8 rows (kv_scale="
+                           f"'{MLA_FP8_SCALE}') in pages of {MIN_PAGED_BOX_ROWS}-row boxes, without serving features")
+    if self.mla_fp8 and (self.dtype != "bf16" or not self.paged):
+        return ConfigError(f"{what} over FlashMLA's FP8 rows with dtype={self.dtype}, page_size={self.page_size}: "
+                           f"built for bf16 q (the rows' rope is bf16) over a paged cache")
     if self.exp2_poly_stride != type(self).exp2_poly_stride:
         return ConfigError(f"{what} with exp2_poly_stride={self.exp2_poly_stride}: built and checked at the "
                            f"default {type(self).exp2_poly_stride} only")
-    if self.stages not in (0, 2):
-        return ConfigError(f"{what} with stages={self.stages}: two K stages are what SMEM holds (use 0 or 2)")
+    if self.stages not in ((0, 1) if self.mla_fp8 else (0, 2)):
+        return ConfigError(f"{what} with stages={self.stages}: " + ("one 16-bit K stage and one FP8 stage are what "
+                           "SMEM holds (use 0 or 1)" if self.mla_fp8 else "two K stages are what SMEM holds (use 0 or 2)"))
     return None
 
 
@@ -148,7 +181,26 @@ def decode_configs(cls) -> list:
             cls(**base, dtype="bf16", num_q_heads=128, page_size=64, split_kv=True)]
 
 
-__all__ = ["decode_configs", "prefill_configs", "MLA_DECODE_HEAD_DIMS", "MLA_DECODE_M", "O_HALF_LANE",
+def decode_fp8_configs(cls) -> list:
+    """Note "MLA FP8"'s kernels: FlashMLA's FP8 latent cache (656-byte rows, bf16 q) at page 64, 16 heads
+    causal (MTP) and 128 heads split-KV, and at page 16 (four boxes a tile), 32 heads. Apart from decode_configs() (whose tests check the bf16 kernels'
+    two K stages); tests/test_attention_sm100_mla_decode_fp8.py compiles, verifies and interprets them."""
+    base = dict(head_dim=576, head_dim_v=512, num_kv_heads=1, bn=MLA_DECODE_BN, num_q_tiles=1, fuse_gqa=True,
+                dtype="bf16", kv_dtype="e4m3", kv_scale=MLA_FP8_SCALE, page_size=64)
+    return [cls(**base, num_q_heads=16, causal=True), cls(**base, num_q_heads=128, split_kv=True),
+            cls(**{**base, "page_size": 16}, num_q_heads=32)]
+
+
+def decode_gather_configs(cls) -> list:
+    """Note "MLA gather"'s kernels: pages of 8 (16 heads, causal) and 24 rows (128 heads, split-KV), whose
+    TMA boxes would hold 8 rows; tests/test_attention_sm100_mla_decode_gather.py compiles, verifies and
+    interprets them."""
+    base = dict(head_dim=576, head_dim_v=512, num_kv_heads=1, bn=MLA_DECODE_BN, num_q_tiles=1, fuse_gqa=True)
+    return [cls(**base, num_q_heads=16, causal=True, page_size=8),
+            cls(**base, num_q_heads=128, page_size=24, split_kv=True)]
+
+
+__all__ = ["decode_configs", "decode_fp8_configs", "decode_gather_configs", "MLA_FP8_SCALE", "MLA_FP8_ROW_BYTES", "MLA_FREE_WARPS_REGS", "prefill_configs", "MLA_DECODE_HEAD_DIMS", "MLA_DECODE_M", "O_HALF_LANE",
            "MLA_DECODE_ROLE_REGS", "SPLIT_OUT", "mla_prefill_refusal", "mla_decode_refusal", "MLA_DECODE_BN",
            "MIN_PAGED_BOX_ROWS", "MLA_DECODE_PAGE_SIZES", "MLA_DECODE_ROUTE_HINT", "MLADecodeGeometry",
            "mla_decode_tmem_plan", "mla_decode_group_refusal", "mla_decode_params"]
