@@ -56,6 +56,13 @@ FP8_MAX_STAGES = 2
 # thread of the three warpgroups: exactly the launch pool (384 threads x 168)
 CONVERTER_MMA_REGS, CONVERTER_REGS = 200, 104
 CONVERTER_BUFFERS = 2
+# The producer-warpgroup gather (producer_warps=4; the kernel's note "Producer warpgroup"; FlashMLA's sm90 sparse
+# prefill: phase1.cuh, config.h): warpgroup 2 whole gathers, 8 threads a row, and each ring stage is two halves
+# with their own full / free barriers (K columns 0..255, chunks 0-3, and 256..575, chunks 4-8), so S starts on
+# the first half while the second lands. FlashMLA's budgets: 2 x 216 + 72 = 504, the launch pool's share
+PRODUCER_WARPS = (1, 4)
+WG_MMA_REGS, WG_PRODUCER_REGS = 216, 72
+HALF_CHUNKS = 4             # chunks (64 columns) of a stage's first half: V's columns of consumer warpgroup 0
 
 
 def register_pool_fits(threads: int, mma_regs: int, load_regs: int, consumers: int) -> tuple[bool, int, int]:
@@ -83,6 +90,7 @@ class MLASparseConfig:
     topk_length: bool = False      # the kernel reads topk_length [s_q] int32 (else every token sees topk)
     sinks: bool = False            # the kernel reads attention sinks [h_q] float32
     kv_dtype: str = ""             # "": q's dtype; "fp8": FlashMLA's 656-byte FP8 rows, kv [s_kv, 1, 656]
+    producer_warps: int = 1        # 1: the gather warp; 4: the producer warpgroup with half stages (PRODUCER_WARPS)
 
     @property
     def fp8(self) -> bool:
@@ -91,6 +99,11 @@ class MLASparseConfig:
     @property
     def stages(self) -> int:
         return fp8_plan()[0] if self.fp8 else STAGES
+
+    @property
+    def regs(self) -> tuple[int, int]:
+        """(consumer, producer warpgroup) setmaxnreg budgets."""
+        return (WG_MMA_REGS, WG_PRODUCER_REGS) if self.producer_warps == 4 else (MMA_REGS, LOAD_REGS)
 
     def stage_bytes(self) -> int:
         """One ring stage: the tile, or (fp8) BN staged 656-byte rows."""
@@ -134,24 +147,28 @@ class MLASparseConfig:
     def smem_bytes(self) -> int:
         if self.fp8:
             return fp8_plan()[1]
+        if self.producer_warps == 4:    # two pipelines (the halves' barriers), no row table
+            return (TILE_M * D_QK * 2 + STAGES * self.tile_bytes() + 4 * STAGES * MBARRIER_BYTES + 16
+                    + self.exchange_bytes() + self.bias_bytes())
         return (TILE_M * D_QK * 2 + STAGES * self.tile_bytes() + 2 * STAGES * MBARRIER_BYTES + 16
                 + self.exchange_bytes() + self.bias_bytes() + self.rows_bytes())
 
     def validate(self) -> "MLASparseConfig":
-        check_fields(self, {"dtype": DTYPES, "kv_dtype": KV_DTYPES})
+        check_fields(self, {"dtype": DTYPES, "kv_dtype": KV_DTYPES, "producer_warps": PRODUCER_WARPS})
         if self.dtype not in DTYPES:
             raise ConfigError(f"sparse MLA: dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.kv_dtype not in KV_DTYPES:
             raise ConfigError(f"sparse MLA: kv_dtype must be \"\" (kv holds q's dtype) or \"fp8\" (FlashMLA's "
                               f"656-byte FP8 rows), got {self.kv_dtype!r}")
+        check_producer(self)
         if self.fp8 and self.stages < 1:
             raise ConfigError("the FP8 cache's staging stage does not fit the SMEM (note \"FP8 sparse SMEM plan\")")
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
-        fits, need, pool = register_pool_fits(self.threads, MMA_REGS, LOAD_REGS, CONSUMERS)
+        fits, need, pool = register_pool_fits(self.threads, *self.regs, CONSUMERS)
         if not fits:
-            raise ConfigError(f"setmaxnreg budgets need {need} registers (128 x ({CONSUMERS} x {MMA_REGS} + "
-                              f"{LOAD_REGS})), more than the launch allocation of {pool}: setmaxnreg.inc would "
+            raise ConfigError(f"setmaxnreg budgets need {need} registers (128 x ({CONSUMERS} x {self.regs[0]} + "
+                              f"{self.regs[1]})), more than the launch allocation of {pool}: setmaxnreg.inc would "
                               f"wait forever")
         return self
 
@@ -160,11 +177,21 @@ class MLASparseConfig:
         return {"kernel": KERNEL, **key_leaving_out(self, VARIANT_FIELDS)}
 
     def name(self) -> str:
-        return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_topklen' if self.topk_length else ''}"
-                f"{'_sinks' if self.sinks else ''}")
+        return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_pwg' if self.producer_warps == 4 else ''}"
+                f"{'_topklen' if self.topk_length else ''}{'_sinks' if self.sinks else ''}")
 
 
-VARIANT_FIELDS = field_defaults(MLASparseConfig, ("kv_dtype",))     # MLASparseConfig's (common.fields)
+VARIANT_FIELDS = field_defaults(MLASparseConfig, ("kv_dtype", "producer_warps"))     # MLASparseConfig's (common.fields)
+
+
+def check_producer(cfg) -> None:
+    """producer_warps (either config): 1 or 4, and 4 only over a 16-bit cache (the FP8 kernels keep their own
+    producers: the gather warp's staging stage, the converter warpgroup)."""
+    if cfg.producer_warps not in PRODUCER_WARPS:
+        raise ConfigError(f"sparse MLA: producer_warps must be one of {PRODUCER_WARPS}, got {cfg.producer_warps!r}")
+    if cfg.producer_warps == 4 and cfg.fp8:
+        raise ConfigError("sparse MLA: producer_warps=4 (the producer warpgroup) is built for a 16-bit cache, "
+                          "not kv_dtype=\"fp8\"")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -263,6 +290,7 @@ class MLASparseDecodeConfig:
     split: bool = False             # float32 partials for the combine (else the final out and lse)
     fp8_converter: bool = False     # fp8 only: the converter warpgroup (note "FP8 converter plan"; the host's
                                     # default by FP8_DECODE_DEFAULT_RULE, fp8_decode_variant)
+    producer_warps: int = 1         # 16-bit cache: 1 the gather warp, 4 the producer warpgroup (MLASparseConfig's)
 
     @property
     def fp8(self) -> bool:
@@ -271,7 +299,9 @@ class MLASparseDecodeConfig:
     @property
     def regs(self) -> tuple[int, int]:
         """(consumer, producer warpgroup) setmaxnreg budgets."""
-        return (CONVERTER_MMA_REGS, CONVERTER_REGS) if self.fp8_converter else (MMA_REGS, LOAD_REGS)
+        if self.fp8_converter:
+            return CONVERTER_MMA_REGS, CONVERTER_REGS
+        return (WG_MMA_REGS, WG_PRODUCER_REGS) if self.producer_warps == 4 else (MMA_REGS, LOAD_REGS)
 
     @property
     def params(self) -> tuple:
@@ -309,10 +339,10 @@ class MLASparseDecodeConfig:
     def smem_bytes(self) -> int:
         if self.fp8_converter:      # the 16-bit kernel's plan: Q, two bf16 tiles, their biases (no row table)
             return MLASparseConfig().smem_bytes() - self.rows_bytes()
-        return MLASparseConfig(kv_dtype=self.kv_dtype).smem_bytes()
+        return MLASparseConfig(kv_dtype=self.kv_dtype, producer_warps=self.producer_warps).smem_bytes()
 
     def validate(self) -> "MLASparseDecodeConfig":
-        check_fields(self, {"dtype": DECODE_DTYPES, "kv_dtype": KV_DTYPES})
+        check_fields(self, {"dtype": DECODE_DTYPES, "kv_dtype": KV_DTYPES, "producer_warps": PRODUCER_WARPS})
         if self.dtype not in DECODE_DTYPES:
             raise ConfigError(f"sparse MLA decode: dtype must be one of {DECODE_DTYPES}, got {self.dtype!r}")
         if self.kv_dtype not in KV_DTYPES:
@@ -327,6 +357,7 @@ class MLASparseDecodeConfig:
             raise ConfigError(f"fp8_converter must be a bool, got {self.fp8_converter!r}")
         if self.fp8_converter and not self.fp8:
             raise ConfigError("fp8_converter=True dequantizes FlashMLA's FP8 cache: it needs kv_dtype=\"fp8\"")
+        check_producer(self)
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA decode needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
         fits, need, pool = register_pool_fits(self.threads, *self.regs, CONSUMERS)
@@ -340,10 +371,11 @@ class MLASparseDecodeConfig:
 
     def name(self) -> str:
         return (f"{DECODE_KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_conv' if self.fp8_converter else ''}"
+                f"{'_pwg' if self.producer_warps == 4 else ''}"
                 f"{'_topklen' if self.topk_length else ''}{'_split' if self.split else ''}")
 
 
-DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter",))  # MLASparseDecodeConfig's
+DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", "producer_warps"))  # MLASparseDecodeConfig's
 
 
 # ----------------------------------------------------------------------------------------------
