@@ -16,8 +16,9 @@ MLA_CASES = [("bf16", 64), ("f16", 64), ("bf16", 16)]
 
 def mla() -> list:
     """The absorbed MLA decode kernels (flash_mla_with_kvcache) of MLA_CASES, split and unsplit,
-    the head-dim-512 combine per dtype, the sparse prefill's four (flash_mla_sparse_fwd) and four over
-    FlashMLA's FP8 rows, and the sparse decode's eight (flash_mla_with_kvcache with indices), four
+    the head-dim-512 combine per dtype, the sparse prefill's four (flash_mla_sparse_fwd), their producer-
+    warpgroup variants (producer_warps=4) and four over FlashMLA's FP8 rows, and the sparse decode's eight
+    (flash_mla_with_kvcache with indices), the bf16 four's producer-warpgroup variants, four
     over the FP8 cache (the converter-warpgroup kernels FP8_DECODE_DEFAULT_RULE picks and the gather kernels
     of FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather)."""
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
@@ -40,6 +41,9 @@ def mla() -> list:
     # the sparse prefill (flash_mla_sparse_fwd), with and without topk_length and attention sinks
     from .kernels.attention_mla_sparse_sm90_config import KERNEL as SPARSE, MLASparseConfig
     out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s)) for t in (False, True) for s in (False, True)]
+    # ... as the producer-warpgroup variant (producer_warps=4; FA4MLIR_MLA_SPARSE_PRODUCER=warpgroup, bench mla's
+    # fa4mlir[pwg]), the same four
+    out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s, producer_warps=4)) for t in (False, True) for s in (False, True)]
     # ... over FlashMLA's FP8 rows (kv [s_kv, 1, 656]), the same four
     out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s, kv_dtype="fp8")) for t in (False, True) for s in (False, True)]
     # the sparse decode (flash_mla_with_kvcache with indices) per dtype, with and without topk_length,
@@ -47,6 +51,9 @@ def mla() -> list:
     from .kernels.attention_mla_sparse_sm90_config import DECODE_DTYPES, DECODE_KERNEL, MLASparseDecodeConfig
     out += [(DECODE_KERNEL, MLASparseDecodeConfig(d, topk_length=t, split=s)) for d in DECODE_DTYPES
             for t in (False, True) for s in (False, True)]
+    # ... the bf16 four as the producer-warpgroup variant (producer_warps=4)
+    out += [(DECODE_KERNEL, MLASparseDecodeConfig("bf16", topk_length=t, split=s, producer_warps=4)) for t in (False, True)
+            for s in (False, True)]
     # the sparse decode over FlashMLA's FP8 cache (is_fp8_kvcache=True with indices; bf16 q), the same four as
     # each variant: FP8_DECODE_DEFAULT_RULE's (the converter warpgroup) first, then "gather" (A/B)
     from .kernels.attention_mla_sparse_sm90_config import FP8_DECODE_VARIANTS, fp8_decode_variant

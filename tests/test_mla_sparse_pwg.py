@@ -1,0 +1,102 @@
+"""Deviceless: the sparse MLA kernel's producer-warpgroup variant (producer_warps=4; attention_mla_sparse_sm90,
+note "Producer warpgroup"): warpgroup 2 whole gathers the rows (8 threads a row) into ring stages of two
+halves with their own barriers, so S starts on K's columns 0..255 while 256..575 land.
+
+* every kernel of the variant in the kernel sets compiles with no spills, wgmma not serialised, within the
+  SMEM its config states and the launch contract it states;
+* the interpreter runs the prefill by the FA rule against the float64 reference (the cases of
+  test_mla_sparse.py: -1 padding, >= s_kv, duplicates, topk_length, sinks, two head blocks) and the sparse
+  decode (split and unsplit);
+* the config refuses producer_warps other than 1 and 4, and 4 over the FP8 cache; the default kernels'
+  keys and names do not change.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fa4mlir import kernel_sets
+from fa4mlir.kernels import attention_mla_sparse_sm90_config as sc
+from fa4mlir.kernels.common.fields import ConfigError
+from tests._mla_helpers import bits as _bits
+from tests._mla_helpers import check_sparse_art, check_sparse_out, lower_clean, sparse_options, sparse_problem, sparse_tensors
+
+ENTRIES = [e for e in kernel_sets.mla() if getattr(e[1], "producer_warps", 1) == 4]
+
+
+def test_the_variant_is_in_the_mla_set():
+    prefill = {cfg for name, cfg in ENTRIES if name == sc.KERNEL}
+    assert prefill == {sc.MLASparseConfig(topk_length=t, sinks=s, producer_warps=4) for t in (False, True)
+                       for s in (False, True)}
+    decode = {cfg for name, cfg in ENTRIES if name == sc.DECODE_KERNEL}
+    assert sc.MLASparseDecodeConfig(producer_warps=4) in decode and sc.MLASparseDecodeConfig(producer_warps=4, split=True) in decode
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
+def test_variant_compiles_clean(entry):
+    name, cfg = entry
+    check_sparse_art(lower_clean(name, cfg), cfg)
+
+
+def test_config():
+    assert sc.MLASparseConfig(producer_warps=4).regs == (216, 72)
+    assert sc.register_pool_fits(384, 216, 72, 2) == (True, 64512, 64512)
+    assert sc.MLASparseConfig(producer_warps=4).name() == "attention_mla_sparse_sm90_bf16_pwg"
+    assert "producer_warps" not in sc.MLASparseConfig().key() and "producer_warps" not in sc.MLASparseDecodeConfig().key()
+    assert sc.MLASparseConfig(producer_warps=4).key()["producer_warps"] == 4
+    for bad in (sc.MLASparseConfig(producer_warps=2), sc.MLASparseConfig(producer_warps=4, kv_dtype="fp8"),
+                sc.MLASparseDecodeConfig(producer_warps=4, kv_dtype="fp8", fp8_converter=True),
+                sc.MLASparseDecodeConfig(producer_warps=8)):
+        with pytest.raises(ConfigError, match="producer_warps"):
+            bad.validate()
+
+
+@pytest.mark.parametrize("s_q,heads,topk,topk_length,sinks", [
+    (3, 64, 256, None, None),                                       # 4 tiles: the 2-stage ring wraps
+    (3, 64, 128, (100, 64, 128), (0.5, float("-inf"), float("inf"))),   # sinks: the first three heads pinned
+    (2, 128, 128, (0, 128), None),                                  # two head blocks; a token with L = 0
+])
+def test_prefill_through_the_interpreter(s_q, heads, topk, topk_length, sinks):
+    torch = pytest.importorskip("torch")
+    from fa4mlir import interpret
+    from fa4mlir.kernels import attention_mla_sparse_sm90
+    s_kv = 600
+    q, kv, idx = sparse_problem(torch, s_q, heads, topk, s_kv)
+    lens, sink_t = sparse_options(torch, heads, topk_length, sinks)
+    cfg = sc.MLASparseConfig(topk_length=lens is not None, sinks=sink_t is not None, producer_warps=4)
+    scale = 576 ** -0.5
+    tensors = sparse_tensors(torch, q, _bits(torch, kv), idx, lens, sink_t)
+    lse, max_logits = tensors["lse"], tensors["max_logits"]
+    args = sc.launch_args(cfg, tensors, s_q=s_q, s_kv=s_kv, heads=heads, topk=topk, softmax_scale=scale,
+                          q_strides=(heads * 576, 576), kv_stride=576, indices_stride=topk)
+    interpret.load(attention_mla_sparse_sm90.build(cfg)).launch(sc.grid(s_q, heads), args)
+    out_t = check_sparse_out(torch, q, kv, idx, tensors, scale, sink_t, lens)
+    if s_q > 2:         # token 2: every entry invalid
+        assert (out_t[2] == 0).all() and np.isposinf(lse[2]).all() and np.isneginf(max_logits[2]).all()
+    if sinks is not None:   # a +inf sink zeroes its head's out; lse, max_logits stay the scores'
+        assert (out_t[:2, 2] == 0).all() and np.isfinite(lse[:2, 2]).all()
+
+
+@pytest.mark.parametrize("batch,seqlen_q,heads,topk,page,splits,dtype,topk_length", [
+    (3, 1, 16, 128, 16, 1, "bf16", None),        # 16 heads: 48 masked rows; row 2 has no valid entry
+    (2, 2, 64, 192, 61, 2, "bf16", (150, 70)),   # split 2 over 3 tiles; topk_length per batch
+])
+def test_decode_through_the_interpreter(batch, seqlen_q, heads, topk, page, splits, dtype, topk_length):
+    """test_mla_sparse_decode.py's cases, the producer-warpgroup kernel."""
+    from dataclasses import replace
+
+    from fa4mlir.attention import mla_sparse_decode as sd
+    from tests._mla_helpers import info as _info
+    from tests._mla_helpers import check_sparse_decode_run
+    from tests.test_mla_sparse_decode import _problem
+    torch = pytest.importorskip("torch")
+    pages = 640 // page + 1
+    q, cache, idx = _problem(torch, batch, seqlen_q, heads, topk, pages, page, dtype)
+    lens = None if topk_length is None else np.array(topk_length, np.int32)
+    problem = sd.check_sparse_decode_inputs(_info(q.shape, dtype), _info(cache.shape, dtype), _info(idx.shape, "i32"),
+                                            512, _info((splits, 8), "i32"), _info((batch + 1,), "i32"),
+                                            topk_length=None if lens is None else _info(lens.shape, "i32"))
+    cfg = replace(problem.config(splits > 1), producer_warps=4)
+    assert cfg.producer_warps == 4 and (splits > 1) == cfg.split
+    check_sparse_decode_run(torch, cfg, problem, q, _bits(torch, cache), cache, idx, lens, splits,
+                            s_kv=pages * page, kv_stride=576)
