@@ -57,6 +57,11 @@ KNOBS: dict[str, Knob] = {
              "FP8_DECODE_DEFAULT_RULE's kernel (the converter warpgroup): 'gather', the kernel before the rule, "
              "for A/B (bench mla's backend fa4mlir[gather]); read per call into the call cache's key; the mla "
              "bundle set holds both"),
+        Knob("FA4MLIR_MLA_SPARSE_PRODUCER", None, "str", "the sm_90a sparse MLA kernels over a 16-bit kv "
+             "(flash_mla_sparse_fwd, flash_mla_with_kvcache with indices) run this entry of "
+             "attention_mla_sparse_sm90_config.PRODUCER_VARIANTS: 'warp' (unset: the gather warp) or 'warpgroup' "
+             "(producer_warps=4, for A/B: bench mla's backend fa4mlir[pwg]); read per call into the call cache's "
+             "key; KnobError over an FP8 kv or on sm_100a; the mla bundle set holds both"),
         Knob("FA4MLIR_PREFILL_TILES", None, "str", "flash_attn_func runs its case's default kernel with these "
              "AttnConfig tile / code-knob fields replaced ('bn=144,persistent=False'; for measurement: bench "
              "prefill --prefill-tiles); a kernel source without that variant raises BundleError, never falls back"),

@@ -100,3 +100,66 @@ def test_decode_through_the_interpreter(batch, seqlen_q, heads, topk, page, spli
     assert cfg.producer_warps == 4 and (splits > 1) == cfg.split
     check_sparse_decode_run(torch, cfg, problem, q, _bits(torch, cache), cache, idx, lens, splits,
                             s_kv=pages * page, kv_stride=576)
+
+
+# ---- the host knob (FA4MLIR_MLA_SPARSE_PRODUCER) and bench mla's backend ---------------------------
+
+def _prefill_problem(kv_dtype="bf16"):
+    from fa4mlir.attention import mla_sparse as ms
+    from tests._mla_helpers import info as _info
+    width = 656 if kv_dtype == "u8" else 576
+    return ms.check_sparse_inputs(_info((4, 128, 576)), _info((1000, 1, width), kv_dtype), _info((4, 1, 2048), "i32"),
+                                  None, 512)
+
+
+def test_knob_selects_the_variant(monkeypatch):
+    from types import SimpleNamespace
+
+    from fa4mlir.attention import mla_sparse as ms
+    monkeypatch.delenv(sc.PRODUCER_ENV, raising=False)
+    assert _prefill_problem().config == sc.MLASparseConfig()
+    monkeypatch.setenv(sc.PRODUCER_ENV, "warp")
+    assert _prefill_problem().config == sc.MLASparseConfig()
+    monkeypatch.setenv(sc.PRODUCER_ENV, "warpgroup")
+    problem = _prefill_problem()
+    assert problem.config == sc.MLASparseConfig(producer_warps=4)
+    monkeypatch.setattr(ms, "kernel_for", lambda source, cfg: SimpleNamespace(cfg=cfg))
+    cfg = ms.build_plan(problem, None, (128 * 576, 576), 576, 2048).launches[0].kernel.cfg
+    assert cfg == sc.MLASparseConfig(producer_warps=4) and (sc.KERNEL, cfg) in ENTRIES
+
+
+def test_knob_typed_errors(monkeypatch):
+    from fa4mlir.attention.errors import KnobError
+    monkeypatch.setenv(sc.PRODUCER_ENV, "wg")
+    with pytest.raises(KnobError, match="FA4MLIR_MLA_SPARSE_PRODUCER='wg'"):
+        _prefill_problem()
+    monkeypatch.setenv(sc.PRODUCER_ENV, "warpgroup")
+    with pytest.raises(KnobError, match="16-bit kv"):
+        _prefill_problem("u8")
+
+
+def test_knob_selects_the_decode_variant(monkeypatch):
+    from fa4mlir.attention import mla_sparse_decode as sd
+    from fa4mlir.attention.errors import KnobError
+    from tests._mla_helpers import info as _info
+
+    def problem(dtype="bf16", width=576, fp8=False):
+        return sd.check_sparse_decode_inputs(_info((2, 1, 128, 576)), _info((40, 64, 1, width), dtype),
+                                             _info((2, 1, 2048), "i32"), 512, _info((4, 8), "i32"), _info((3,), "i32"),
+                                             is_fp8_kvcache=fp8)
+    monkeypatch.setenv(sc.PRODUCER_ENV, "warpgroup")
+    assert problem().config(True) == sc.MLASparseDecodeConfig(split=True, producer_warps=4)
+    assert (sc.DECODE_KERNEL, problem().config(False)) in ENTRIES
+    with pytest.raises(KnobError, match="16-bit kv"):
+        problem("u8", 656, True)
+    monkeypatch.delenv(sc.PRODUCER_ENV)
+    assert problem().config(False) == sc.MLASparseDecodeConfig()
+
+
+def test_bench_backend_sets_the_knob_around_the_call(monkeypatch):
+    import os
+
+    from fa4mlir.bench import mla_bench
+    monkeypatch.delenv(sc.PRODUCER_ENV, raising=False)
+    assert mla_bench.with_producer("warpgroup", lambda: os.environ.get(sc.PRODUCER_ENV))() == "warpgroup"
+    assert sc.PRODUCER_ENV not in os.environ

@@ -44,13 +44,14 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from .. import env
 from ..artifacts import Bundle
 from ..driver import device_info, resolve_stream
 from ..kernels import attention_mla_sparse_sm90_config as sc
 from ..runtime import TensorInfo
 from .checks import (MAX_I32, check_bundle, check_device_context, check_device_ordinal, check_devices, check_layout,
                      check_scale, read_tensor)
-from .errors import ArgumentTypeError, DTypeError, HeadDimError, HeadsRatioError, LayoutError, ShapeError
+from .errors import ArgumentTypeError, DTypeError, HeadDimError, HeadsRatioError, KnobError, LayoutError, ShapeError
 from .mla import CallCache, _torch, kernel_for
 from .mla_sparse_sm100 import build_plan_sm100, select_arch
 from .plan import Launch, Plan, TensorRef, source_for
@@ -76,11 +77,27 @@ class SparseProblem:
     has_topk_length: bool
     has_sinks: bool
     fp8: bool = False           # kv in FlashMLA's 656-byte FP8 rows
+    producer_warps: int = 1     # requested_producer's (FA4MLIR_MLA_SPARSE_PRODUCER)
 
     @property
     def config(self) -> sc.MLASparseConfig:
         return sc.MLASparseConfig(self.dtype, topk_length=self.has_topk_length, sinks=self.has_sinks,
-                                  kv_dtype="fp8" if self.fp8 else "")
+                                  kv_dtype="fp8" if self.fp8 else "", producer_warps=self.producer_warps)
+
+
+def requested_producer(fp8: bool, entry: str = ENTRY) -> int:
+    """FA4MLIR_MLA_SPARSE_PRODUCER: the sm_90a sparse kernels' producer_warps (sc.PRODUCER_VARIANTS: unset or
+    "warp" 1, the gather warp; "warpgroup" 4, the producer warpgroup with half stages, for A/B; the mla bundle
+    set holds both). Read per call into the call cache's key; KnobError for an unknown name or "warpgroup"
+    over an FP8 kv (not built there), before any launch."""
+    name = (env.get_str(sc.PRODUCER_ENV) or "warp").strip() or "warp"
+    if name not in sc.PRODUCER_VARIANTS:
+        raise KnobError(f"{entry}: {sc.PRODUCER_ENV}={name!r} is not a sparse producer; known: "
+                        f"{', '.join(sc.PRODUCER_VARIANTS)} (unset it for the default, warp)")
+    warps = sc.PRODUCER_VARIANTS[name]
+    if warps != 1 and fp8:
+        raise KnobError(f"{entry}: {sc.PRODUCER_ENV}={name} is built for a 16-bit kv, not FlashMLA's FP8 rows; unset it")
+    return warps
 
 
 FP8_KV_DTYPES = ("e4m3", "u8")
@@ -136,7 +153,8 @@ def check_sparse_inputs(q: TensorInfo, kv: TensorInfo, indices: TensorInfo, sm_s
     check_layout("q", q, MLA_DIMS)
     check_layout("kv", kv, MLA_DIMS)
     scale = check_scale(sm_scale, d)
-    return SparseProblem(s_q, s_kv, heads, topk, q.dtype, scale, topk_length is not None, attn_sink is not None, fp8)
+    return SparseProblem(s_q, s_kv, heads, topk, q.dtype, scale, topk_length is not None, attn_sink is not None, fp8,
+                         requested_producer(fp8))
 
 
 def build_plan(problem: SparseProblem, source, q_strides, kv_stride: int, indices_stride: int) -> Plan:
@@ -181,7 +199,7 @@ def flash_mla_sparse_fwd(q, kv, indices, sm_scale=None, d_v: int = sc.D_V, attn_
         from .errors import AutogradError
         raise AutogradError(_err("q or kv requires grad: there is no backward kernel for sparse MLA; call under "
                                  "torch.no_grad() or detach them"))
-    options = (d_v if type(d_v) is int else repr(d_v), sm_scale)
+    options = (d_v if type(d_v) is int else repr(d_v), sm_scale, env.get_str(sc.PRODUCER_ENV))
     call, signature = _CALLS.get(_CALLS.signature(tensors, options, bundle))
     if call is None:
         call = _prepare(torch, tensors, sm_scale, d_v, bundle, signature)
@@ -209,6 +227,9 @@ def _prepare(torch, tensors: dict, sm_scale, d_v, bundle, signature) -> _Call:
     q, kv, indices = tensors["q"], tensors["kv"], tensors["indices"]
     check_device_ordinal(ordinal, device.ordinal)
     if select_arch(problem, device.capability, indices.stride(0)) == "sm_100a":
+        if problem.producer_warps != 1:
+            raise KnobError(_err(f"{sc.PRODUCER_ENV} selects an sm_90a kernel variant; this call runs the sm_100a "
+                                 "kernel: unset it"))
         plan = build_plan_sm100(problem, source_for(bundle))
         kv, indices = kv.select(1, 0), indices.select(1, 0)     # the sm_100a contract's [s_kv, 576], [s_q, topk]
     else:
@@ -234,4 +255,4 @@ def flops(s_q: int, heads: int, topk: int, topk_length=None) -> int:
     return sc.flops(s_q, heads, topk, topk_length)
 
 
-__all__ = ["flash_mla_sparse_fwd", "check_sparse_inputs", "SparseProblem", "build_plan", "flops", "ENTRY"]
+__all__ = ["flash_mla_sparse_fwd", "check_sparse_inputs", "requested_producer", "SparseProblem", "build_plan", "flops", "ENTRY"]

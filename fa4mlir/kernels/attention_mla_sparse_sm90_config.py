@@ -63,6 +63,9 @@ CONVERTER_BUFFERS = 2
 PRODUCER_WARPS = (1, 4)
 WG_MMA_REGS, WG_PRODUCER_REGS = 216, 72
 HALF_CHUNKS = 4             # chunks (64 columns) of a stage's first half: V's columns of consumer warpgroup 0
+# The host's A/B knob over a 16-bit kv (attention/mla_sparse.py, requested_producer): name -> producer_warps
+PRODUCER_VARIANTS = {"warp": 1, "warpgroup": 4}
+PRODUCER_ENV = "FA4MLIR_MLA_SPARSE_PRODUCER"
 
 
 def register_pool_fits(threads: int, mma_regs: int, load_regs: int, consumers: int) -> tuple[bool, int, int]:
