@@ -87,6 +87,18 @@ row is stored as zeros whatever its loads (of row 0 of the cache) returned, with
 tile's bias slot (its stage), as the 16-bit kernel's gather does. Every thread fences its
 stores to the async proxy before it arrives on full[stage]. The consumers (setmaxnreg 200) run the
 16-bit kernel's tile step (_kv_tile) unchanged: wait full, S, softmax, P V, release the tile.
+
+Note "Producer warpgroup" (producer_warps=4, a 16-bit kv, prefill or decode; FlashMLA's sm90 sparse prefill's
+producer: a whole warpgroup gathers, and each K stage is two halves with their own barriers): warpgroup 2
+(`gather`, warps 8-11, setmaxnreg 72; the consumers 216: 2 x 216 + 72 = the launch pool) replaces the gather
+warp. Each ring stage is the same 64 x 576 tile, its barriers in two pipelines: kv_pipe for chunks 0-3
+(K's columns 0..255, V's columns of warpgroup 0) and kv_hi for chunks 4-8 (256..575), 128 producer arrivals
+each (_gather_role_wg). The consumers (_kv_tile_halves) wait kv_pipe, issue S's 16 wgmmas over the first
+half and commit them as a group, wait kv_hi, fence wgmma again and issue the other 20 (without that commit
+and fence ptxas serialises every wgmma: C7519, "WG.AR in divergent path", the wait loop between them), then
+the softmax and P V as _kv_tile, and release both halves after P V. No row table: each producer thread looks
+its 4 rows' indices up itself; the biases are written with the first half, which is free again only after
+both warpgroups passed the P exchange of the tile that read them.
 """
 from __future__ import annotations
 
