@@ -41,9 +41,10 @@ def mla() -> list:
     # the sparse prefill (flash_mla_sparse_fwd), with and without topk_length and attention sinks
     from .kernels.attention_mla_sparse_sm90_config import KERNEL as SPARSE, MLASparseConfig
     out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s)) for t in (False, True) for s in (False, True)]
-    # ... as the producer-warpgroup variant (producer_warps=4; FA4MLIR_MLA_SPARSE_PRODUCER=warpgroup, bench mla's
-    # fa4mlir[pwg]), the same four
-    out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s, producer_warps=4)) for t in (False, True) for s in (False, True)]
+    # ... as the producer-warpgroup variants (producer_warps=4, without and with l2_hints; FA4MLIR_MLA_SPARSE_PRODUCER=
+    # warpgroup / warpgroup_l2, bench mla's fa4mlir[pwg] / fa4mlir[pwg_l2]), the same four each
+    out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s, producer_warps=4, l2_hints=h)) for h in (False, True)
+            for t in (False, True) for s in (False, True)]
     # ... over FlashMLA's FP8 rows (kv [s_kv, 1, 656]), the same four
     out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s, kv_dtype="fp8")) for t in (False, True) for s in (False, True)]
     # the sparse decode (flash_mla_with_kvcache with indices) per dtype, with and without topk_length,
@@ -51,9 +52,9 @@ def mla() -> list:
     from .kernels.attention_mla_sparse_sm90_config import DECODE_DTYPES, DECODE_KERNEL, MLASparseDecodeConfig
     out += [(DECODE_KERNEL, MLASparseDecodeConfig(d, topk_length=t, split=s)) for d in DECODE_DTYPES
             for t in (False, True) for s in (False, True)]
-    # ... the bf16 four as the producer-warpgroup variant (producer_warps=4)
-    out += [(DECODE_KERNEL, MLASparseDecodeConfig("bf16", topk_length=t, split=s, producer_warps=4)) for t in (False, True)
-            for s in (False, True)]
+    # ... the bf16 four as the producer-warpgroup variants (producer_warps=4, without and with l2_hints)
+    out += [(DECODE_KERNEL, MLASparseDecodeConfig("bf16", topk_length=t, split=s, producer_warps=4, l2_hints=h))
+            for h in (False, True) for t in (False, True) for s in (False, True)]
     # the sparse decode over FlashMLA's FP8 cache (is_fp8_kvcache=True with indices; bf16 q), the same four as
     # each variant: FP8_DECODE_DEFAULT_RULE's (the converter warpgroup) first, then "gather" (A/B)
     from .kernels.attention_mla_sparse_sm90_config import FP8_DECODE_VARIANTS, fp8_decode_variant

@@ -26,10 +26,11 @@ ENTRIES = [e for e in kernel_sets.mla() if getattr(e[1], "producer_warps", 1) ==
 
 def test_the_variant_is_in_the_mla_set():
     prefill = {cfg for name, cfg in ENTRIES if name == sc.KERNEL}
-    assert prefill == {sc.MLASparseConfig(topk_length=t, sinks=s, producer_warps=4) for t in (False, True)
-                       for s in (False, True)}
+    assert prefill == {sc.MLASparseConfig(topk_length=t, sinks=s, producer_warps=4, l2_hints=h) for t in (False, True)
+                       for s in (False, True) for h in (False, True)}
     decode = {cfg for name, cfg in ENTRIES if name == sc.DECODE_KERNEL}
-    assert sc.MLASparseDecodeConfig(producer_warps=4) in decode and sc.MLASparseDecodeConfig(producer_warps=4, split=True) in decode
+    assert decode == {sc.MLASparseDecodeConfig(topk_length=t, split=s, producer_warps=4, l2_hints=h) for t in (False, True)
+                      for s in (False, True) for h in (False, True)}
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
@@ -44,6 +45,10 @@ def test_config():
     assert sc.MLASparseConfig(producer_warps=4).name() == "attention_mla_sparse_sm90_bf16_pwg"
     assert "producer_warps" not in sc.MLASparseConfig().key() and "producer_warps" not in sc.MLASparseDecodeConfig().key()
     assert sc.MLASparseConfig(producer_warps=4).key()["producer_warps"] == 4
+    assert "l2_hints" not in sc.MLASparseConfig(producer_warps=4).key()
+    assert sc.MLASparseConfig(producer_warps=4, l2_hints=True).name() == "attention_mla_sparse_sm90_bf16_pwg_l2"
+    with pytest.raises(ConfigError, match="l2_hints"):
+        sc.MLASparseConfig(l2_hints=True).validate()
     for bad in (sc.MLASparseConfig(producer_warps=2), sc.MLASparseConfig(producer_warps=4, kv_dtype="fp8"),
                 sc.MLASparseDecodeConfig(producer_warps=4, kv_dtype="fp8", fp8_converter=True),
                 sc.MLASparseDecodeConfig(producer_warps=8)):
@@ -51,19 +56,20 @@ def test_config():
             bad.validate()
 
 
-@pytest.mark.parametrize("s_q,heads,topk,topk_length,sinks", [
-    (3, 64, 256, None, None),                                       # 4 tiles: the 2-stage ring wraps
-    (3, 64, 128, (100, 64, 128), (0.5, float("-inf"), float("inf"))),   # sinks: the first three heads pinned
-    (2, 128, 128, (0, 128), None),                                  # two head blocks; a token with L = 0
+@pytest.mark.parametrize("s_q,heads,topk,topk_length,sinks,l2_hints", [
+    (3, 64, 256, None, None, False),                                # 4 tiles: the 2-stage ring wraps
+    (3, 64, 128, (100, 64, 128), (0.5, float("-inf"), float("inf")), False),   # sinks: the first three heads pinned
+    (2, 128, 128, (0, 128), None, False),                           # two head blocks; a token with L = 0
+    (3, 64, 256, (100, 64, 256), (0.5, float("-inf"), float("inf")), True),    # the L2 hints' inline PTX
 ])
-def test_prefill_through_the_interpreter(s_q, heads, topk, topk_length, sinks):
+def test_prefill_through_the_interpreter(s_q, heads, topk, topk_length, sinks, l2_hints):
     torch = pytest.importorskip("torch")
     from fa4mlir import interpret
     from fa4mlir.kernels import attention_mla_sparse_sm90
     s_kv = 600
     q, kv, idx = sparse_problem(torch, s_q, heads, topk, s_kv)
     lens, sink_t = sparse_options(torch, heads, topk_length, sinks)
-    cfg = sc.MLASparseConfig(topk_length=lens is not None, sinks=sink_t is not None, producer_warps=4)
+    cfg = sc.MLASparseConfig(topk_length=lens is not None, sinks=sink_t is not None, producer_warps=4, l2_hints=l2_hints)
     scale = 576 ** -0.5
     tensors = sparse_tensors(torch, q, _bits(torch, kv), idx, lens, sink_t)
     lse, max_logits = tensors["lse"], tensors["max_logits"]
@@ -77,11 +83,11 @@ def test_prefill_through_the_interpreter(s_q, heads, topk, topk_length, sinks):
         assert (out_t[:2, 2] == 0).all() and np.isfinite(lse[:2, 2]).all()
 
 
-@pytest.mark.parametrize("batch,seqlen_q,heads,topk,page,splits,dtype,topk_length", [
-    (3, 1, 16, 128, 16, 1, "bf16", None),        # 16 heads: 48 masked rows; row 2 has no valid entry
-    (2, 2, 64, 192, 61, 2, "bf16", (150, 70)),   # split 2 over 3 tiles; topk_length per batch
+@pytest.mark.parametrize("batch,seqlen_q,heads,topk,page,splits,dtype,topk_length,l2_hints", [
+    (3, 1, 16, 128, 16, 1, "bf16", None, False),        # 16 heads: 48 masked rows; row 2 has no valid entry
+    (2, 2, 64, 192, 61, 2, "bf16", (150, 70), True),    # split 2 over 3 tiles; topk_length per batch
 ])
-def test_decode_through_the_interpreter(batch, seqlen_q, heads, topk, page, splits, dtype, topk_length):
+def test_decode_through_the_interpreter(batch, seqlen_q, heads, topk, page, splits, dtype, topk_length, l2_hints):
     """test_mla_sparse_decode.py's cases, the producer-warpgroup kernel."""
     from dataclasses import replace
 
@@ -96,7 +102,7 @@ def test_decode_through_the_interpreter(batch, seqlen_q, heads, topk, page, spli
     problem = sd.check_sparse_decode_inputs(_info(q.shape, dtype), _info(cache.shape, dtype), _info(idx.shape, "i32"),
                                             512, _info((splits, 8), "i32"), _info((batch + 1,), "i32"),
                                             topk_length=None if lens is None else _info(lens.shape, "i32"))
-    cfg = replace(problem.config(splits > 1), producer_warps=4)
+    cfg = replace(problem.config(splits > 1), producer_warps=4, l2_hints=l2_hints)
     assert cfg.producer_warps == 4 and (splits > 1) == cfg.split
     check_sparse_decode_run(torch, cfg, problem, q, _bits(torch, cache), cache, idx, lens, splits,
                             s_kv=pages * page, kv_stride=576)
@@ -120,6 +126,8 @@ def test_knob_selects_the_variant(monkeypatch):
     assert _prefill_problem().config == sc.MLASparseConfig()
     monkeypatch.setenv(sc.PRODUCER_ENV, "warp")
     assert _prefill_problem().config == sc.MLASparseConfig()
+    monkeypatch.setenv(sc.PRODUCER_ENV, "warpgroup_l2")
+    assert _prefill_problem().config == sc.MLASparseConfig(producer_warps=4, l2_hints=True)
     monkeypatch.setenv(sc.PRODUCER_ENV, "warpgroup")
     problem = _prefill_problem()
     assert problem.config == sc.MLASparseConfig(producer_warps=4)

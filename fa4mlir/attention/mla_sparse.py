@@ -77,27 +77,29 @@ class SparseProblem:
     has_topk_length: bool
     has_sinks: bool
     fp8: bool = False           # kv in FlashMLA's 656-byte FP8 rows
-    producer_warps: int = 1     # requested_producer's (FA4MLIR_MLA_SPARSE_PRODUCER)
+    producer: tuple = (1, False)    # requested_producer's (producer_warps, l2_hints): FA4MLIR_MLA_SPARSE_PRODUCER
 
     @property
     def config(self) -> sc.MLASparseConfig:
         return sc.MLASparseConfig(self.dtype, topk_length=self.has_topk_length, sinks=self.has_sinks,
-                                  kv_dtype="fp8" if self.fp8 else "", producer_warps=self.producer_warps)
+                                  kv_dtype="fp8" if self.fp8 else "", producer_warps=self.producer[0],
+                                  l2_hints=self.producer[1])
 
 
-def requested_producer(fp8: bool, entry: str = ENTRY) -> int:
-    """FA4MLIR_MLA_SPARSE_PRODUCER: the sm_90a sparse kernels' producer_warps (sc.PRODUCER_VARIANTS: unset or
-    "warp" 1, the gather warp; "warpgroup" 4, the producer warpgroup with half stages, for A/B; the mla bundle
-    set holds both). Read per call into the call cache's key; KnobError for an unknown name or "warpgroup"
-    over an FP8 kv (not built there), before any launch."""
+def requested_producer(fp8: bool, entry: str = ENTRY) -> tuple:
+    """FA4MLIR_MLA_SPARSE_PRODUCER: the sm_90a sparse kernels' (producer_warps, l2_hints) (sc.PRODUCER_VARIANTS:
+    unset or "warp", the gather warp; "warpgroup", the producer warpgroup with half stages; "warpgroup_l2", the
+    same with the copies' L2 hints; for A/B, the mla bundle set holds all three). Read per call into the call
+    cache's key; KnobError for an unknown name or a warpgroup over an FP8 kv (not built there), before any
+    launch."""
     name = (env.get_str(sc.PRODUCER_ENV) or "warp").strip() or "warp"
     if name not in sc.PRODUCER_VARIANTS:
         raise KnobError(f"{entry}: {sc.PRODUCER_ENV}={name!r} is not a sparse producer; known: "
                         f"{', '.join(sc.PRODUCER_VARIANTS)} (unset it for the default, warp)")
-    warps = sc.PRODUCER_VARIANTS[name]
-    if warps != 1 and fp8:
+    producer = sc.PRODUCER_VARIANTS[name]
+    if producer[0] != 1 and fp8:
         raise KnobError(f"{entry}: {sc.PRODUCER_ENV}={name} is built for a 16-bit kv, not FlashMLA's FP8 rows; unset it")
-    return warps
+    return producer
 
 
 FP8_KV_DTYPES = ("e4m3", "u8")
@@ -227,7 +229,7 @@ def _prepare(torch, tensors: dict, sm_scale, d_v, bundle, signature) -> _Call:
     q, kv, indices = tensors["q"], tensors["kv"], tensors["indices"]
     check_device_ordinal(ordinal, device.ordinal)
     if select_arch(problem, device.capability, indices.stride(0)) == "sm_100a":
-        if problem.producer_warps != 1:
+        if problem.producer[0] != 1:
             raise KnobError(_err(f"{sc.PRODUCER_ENV} selects an sm_90a kernel variant; this call runs the sm_100a "
                                  "kernel: unset it"))
         plan = build_plan_sm100(problem, source_for(bundle))

@@ -98,11 +98,11 @@ class SparseDecodeProblem(MLAOutputs):
     fp8: bool = False               # FlashMLA's FP8 cache (656-byte rows, addressed by page and row strides)
     page_size: int = 0
     fp8_variant: str = ""           # FP8 only: the entry of dc.FP8_DECODE_VARIANTS it runs ("default": the rule)
-    producer_warps: int = 1         # 16-bit cache: mla_sparse.requested_producer's (FA4MLIR_MLA_SPARSE_PRODUCER)
+    producer: tuple = (1, False)    # 16-bit cache: mla_sparse.requested_producer's (FA4MLIR_MLA_SPARSE_PRODUCER)
 
     def config(self, split: bool) -> dc.MLASparseDecodeConfig:
         cfg = dc.MLASparseDecodeConfig(self.dtype, kv_dtype="fp8" if self.fp8 else "", topk_length=self.has_topk_length,
-                                       split=split, producer_warps=self.producer_warps)
+                                       split=split, producer_warps=self.producer[0], l2_hints=self.producer[1])
         return dc.fp8_decode_variant(cfg, self.fp8_variant) if self.fp8 else cfg
 
 

@@ -19,8 +19,9 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    checked against the dense equivalent over the dequantized rows
     mla_sparse     FlashMLA's sparse prefill shape: s_q 4096, 128 heads, topk 2048 distinct indices per
                    token into s_kv 32768 rows of [s_kv, 1, 576]; flash_mla_sparse_fwd; also backend
-                   fa4mlir[pwg], the producer-warpgroup kernel (FA4MLIR_MLA_SPARSE_PRODUCER=warpgroup around
-                   each call; attention_mla_sparse_sm90, note "Producer warpgroup")
+                   fa4mlir[pwg] and fa4mlir[pwg_l2], the producer-warpgroup kernels without and with the L2
+                   hints (FA4MLIR_MLA_SPARSE_PRODUCER=warpgroup / warpgroup_l2 around each call;
+                   attention_mla_sparse_sm90, note "Producer warpgroup")
     mla_sparse_fp8 the same over FlashMLA's FP8 rows (kv [s_kv, 1, 656], the bf16 kv quantized by
                    testing_mla.quantize_fp8_cache), checked over the dequantized rows
     mla_sparse_decode  FlashMLA's sparse decode benchmark shape (DeepSeek-V3.2, its
@@ -28,8 +29,8 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    distinct positions of each sequence's 32768 cached tokens (every length 32768: FlashMLA
                    draws them varlen), page 64, shuffled block tables; the indices are FlashMLA's cache
                    rows page x 64 + offset; bf16 latent cache (FlashMLA's is FP8);
-                   get_mla_metadata(topk=) + flash_mla_with_kvcache(indices=); also backend fa4mlir[pwg] (as
-                   mla_sparse's)
+                   get_mla_metadata(topk=) + flash_mla_with_kvcache(indices=); also backends fa4mlir[pwg] and
+                   fa4mlir[pwg_l2] (as mla_sparse's)
     mla_sparse_decode_fp8  the same over FlashMLA's FP8 latent cache (FlashMLA's own sparse decode
                    benchmark: the bf16 cache quantized by testing_mla.quantize_fp8_cache), bf16 q;
                    flash_mla_with_kvcache(is_fp8_kvcache=True, indices=), checked against the sparse
@@ -318,8 +319,9 @@ def mla_sparse_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]:
     check = _sparse_check(torch, q, kv, indices, scale)
     shape, flops = row_shape(name)
     call = {"fa4mlir": lambda: (lambda: fa4mlir.flash_mla_sparse_fwd(q, operand, indices, scale, 512))}
-    if not fp8:     # the producer-warpgroup kernel beside the default, same tensors
+    if not fp8:     # the producer-warpgroup kernels beside the default, same tensors
         call["fa4mlir[pwg]"] = lambda: with_producer("warpgroup", call["fa4mlir"]())
+        call["fa4mlir[pwg_l2]"] = lambda: with_producer("warpgroup_l2", call["fa4mlir"]())
     return [Row(name, name, shape, flops, call, check, poisoner(torch, d["s_q"] * d["heads"] * 512, torch.bfloat16))]
 
 
@@ -363,8 +365,9 @@ def mla_sparse_decode_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]
                                                                        is_fp8_kvcache=fp8, indices=indices))}
     if fp8:     # the gather kernel (the default before FP8_DECODE_DEFAULT_RULE) beside the default, same tensors
         call["fa4mlir[gather]"] = lambda: with_fp8_variant("gather", call["fa4mlir"]())
-    else:       # the producer-warpgroup kernel beside the default
+    else:       # the producer-warpgroup kernels beside the default
         call["fa4mlir[pwg]"] = lambda: with_producer("warpgroup", call["fa4mlir"]())
+        call["fa4mlir[pwg_l2]"] = lambda: with_producer("warpgroup_l2", call["fa4mlir"]())
 
     def check_row(result) -> dict:      # out [0]: sequence 0 by the rule; NaN over the whole out
         r = check((result[0][0],))

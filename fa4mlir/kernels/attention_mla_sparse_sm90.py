@@ -105,8 +105,8 @@ from __future__ import annotations
 from .. import dsl
 from ..dialect import builders as fa4
 from ..dsl import KernelBuilder, Value, const, fast_div, fma, log2, select, vec
-from .attention_mla_sparse_sm90_config import (BN, CONSUMERS, D_QK, D_V, HALF_CHUNKS, LOAD_REGS, MMA_REGS, STAGES,
-                                               TILE_M, MLASparseConfig, MLASparseDecodeConfig)
+from .attention_mla_sparse_sm90_config import (BN, CONSUMERS, D_QK, D_V, HALF_CHUNKS, L2_PREFETCH, LOAD_REGS, MMA_REGS,
+                                               STAGES, TILE_M, MLASparseConfig, MLASparseDecodeConfig)
 from .common import mla_fp8
 from .common.constants import LOG2E
 from .common.mla_sm90 import (BAR_ALL, CHUNK, LN2, NEG_INF, QK_CHUNKS, SWIZZLE, UNITS, WG_CHUNKS, WG_COLS,
@@ -165,7 +165,7 @@ def build(cfg: MLASparseConfig | MLASparseDecodeConfig = MLASparseConfig()) -> d
                     _convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem)
             elif pwg:
                 with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=PRODUCER_THREADS // 32, regs=load_regs):
-                    _gather_role_wg(kb, work, p, kv_smem, (kv_pipe, halves), bias_smem)
+                    _gather_role_wg(kb, work, p, kv_smem, (kv_pipe, halves), bias_smem, cfg.l2_hints)
             else:
                 with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=1, regs=load_regs):
                     if fp8:
@@ -260,14 +260,16 @@ def _gather_role(kb, work: _Work, p, kv_smem, kv_pipe, bias_smem, rows_smem):
         loop.yield_(s.advance())
 
 
-def _gather_role_wg(kb, work: _Work, p, kv_smem, pipes, bias_smem):
+def _gather_role_wg(kb, work: _Work, p, kv_smem, pipes, bias_smem, l2_hints: bool):
     """Note "Producer warpgroup": thread t of the 128 (group g = t / 8, unit u = t % 8) looks up rows
     g + 16 i (i < 4) of each tile itself (8 threads a row load the same index: a broadcast), then fills
     the stage's two halves, each after waiting for that half to be free: chunks 0-3 (kv_pipe; the
     unit-0 thread of each group first writes its rows' biases, note "Bias"), then chunks 4-8 (kv_hi);
     a warp instruction moves 4 whole 128-byte chunk rows (coalesced; 4 distinct SMEM rows: conflict-
     free), into the layout _gather_role writes. Each thread's copies arrive on the half's full barrier
-    when they land (cp_async_arrive), then it commits."""
+    when they land (cp_async_arrive), then it commits. l2_hints: each copy with FlashMLA's L2 hints
+    (.L2::256B prefetch, an evict_last policy: fa4.cp_async's l2_prefetch, evict_last)."""
+    hints = dict(l2_prefetch=L2_PREFETCH, evict_last=True) if l2_hints else {}
     t = kb.thread_idx(0) % PRODUCER_THREADS
     group, unit = t // UNITS, t % UNITS
     tile_bytes = MLASparseConfig.tile_bytes()
@@ -297,7 +299,7 @@ def _gather_role_wg(kb, work: _Work, p, kv_smem, pipes, bias_smem):
                 src = kb.gep(kv_unit, offset, "bf16")
                 dst = kb.gep(base, r * SWIZZLE + (unit ^ (r % 8)) * 16, "i8")
                 for c in chunks:
-                    fa4.cp_async(kb.gep(src, c * CHUNK, "bf16"), kb.gep(dst, c * BN * SWIZZLE, "i8"), valid)
+                    fa4.cp_async(kb.gep(src, c * CHUNK, "bf16"), kb.gep(dst, c * BN * SWIZZLE, "i8"), valid, **hints)
             fa4.cp_async_arrive(s.stage, pipe=pipe.name)
             pipe.producer_commit(s)
         loop.yield_(s.advance())

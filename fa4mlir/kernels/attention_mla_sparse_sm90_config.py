@@ -63,8 +63,12 @@ CONVERTER_BUFFERS = 2
 PRODUCER_WARPS = (1, 4)
 WG_MMA_REGS, WG_PRODUCER_REGS = 216, 72
 HALF_CHUNKS = 4             # chunks (64 columns) of a stage's first half: V's columns of consumer warpgroup 0
-# The host's A/B knob over a 16-bit kv (attention/mla_sparse.py, requested_producer): name -> producer_warps
-PRODUCER_VARIANTS = {"warp": 1, "warpgroup": 4}
+# l2_hints (producer_warps=4 only): the gather's cp.asyncs carry FlashMLA's L2 hints, .L2::256B prefetch and an
+# evict_last cache policy (fa4.cp_async's l2_prefetch, evict_last)
+L2_PREFETCH = 256
+# The host's A/B knob over a 16-bit kv (attention/mla_sparse.py, requested_producer): name -> (producer_warps,
+# l2_hints)
+PRODUCER_VARIANTS = {"warp": (1, False), "warpgroup": (4, False), "warpgroup_l2": (4, True)}
 PRODUCER_ENV = "FA4MLIR_MLA_SPARSE_PRODUCER"
 
 
@@ -94,6 +98,7 @@ class MLASparseConfig:
     sinks: bool = False            # the kernel reads attention sinks [h_q] float32
     kv_dtype: str = ""             # "": q's dtype; "fp8": FlashMLA's 656-byte FP8 rows, kv [s_kv, 1, 656]
     producer_warps: int = 1        # 1: the gather warp; 4: the producer warpgroup with half stages (PRODUCER_WARPS)
+    l2_hints: bool = False         # producer_warps=4: the cp.asyncs' L2 hints (L2_PREFETCH, evict_last)
 
     @property
     def fp8(self) -> bool:
@@ -180,11 +185,11 @@ class MLASparseConfig:
         return {"kernel": KERNEL, **key_leaving_out(self, VARIANT_FIELDS)}
 
     def name(self) -> str:
-        return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_pwg' if self.producer_warps == 4 else ''}"
+        return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_pwg' if self.producer_warps == 4 else ''}{'_l2' if self.l2_hints else ''}"
                 f"{'_topklen' if self.topk_length else ''}{'_sinks' if self.sinks else ''}")
 
 
-VARIANT_FIELDS = field_defaults(MLASparseConfig, ("kv_dtype", "producer_warps"))     # MLASparseConfig's (common.fields)
+VARIANT_FIELDS = field_defaults(MLASparseConfig, ("kv_dtype", "producer_warps", "l2_hints"))     # MLASparseConfig's (common.fields)
 
 
 def check_producer(cfg) -> None:
@@ -195,6 +200,8 @@ def check_producer(cfg) -> None:
     if cfg.producer_warps == 4 and cfg.fp8:
         raise ConfigError("sparse MLA: producer_warps=4 (the producer warpgroup) is built for a 16-bit cache, "
                           "not kv_dtype=\"fp8\"")
+    if cfg.l2_hints and cfg.producer_warps != 4:
+        raise ConfigError("sparse MLA: l2_hints=True marks the producer warpgroup's copies: it needs producer_warps=4")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -294,6 +301,7 @@ class MLASparseDecodeConfig:
     fp8_converter: bool = False     # fp8 only: the converter warpgroup (note "FP8 converter plan"; the host's
                                     # default by FP8_DECODE_DEFAULT_RULE, fp8_decode_variant)
     producer_warps: int = 1         # 16-bit cache: 1 the gather warp, 4 the producer warpgroup (MLASparseConfig's)
+    l2_hints: bool = False          # producer_warps=4: the copies' L2 hints (MLASparseConfig's)
 
     @property
     def fp8(self) -> bool:
@@ -342,7 +350,8 @@ class MLASparseDecodeConfig:
     def smem_bytes(self) -> int:
         if self.fp8_converter:      # the 16-bit kernel's plan: Q, two bf16 tiles, their biases (no row table)
             return MLASparseConfig().smem_bytes() - self.rows_bytes()
-        return MLASparseConfig(kv_dtype=self.kv_dtype, producer_warps=self.producer_warps).smem_bytes()
+        return MLASparseConfig(kv_dtype=self.kv_dtype, producer_warps=self.producer_warps,
+                               l2_hints=self.l2_hints).smem_bytes()
 
     def validate(self) -> "MLASparseDecodeConfig":
         check_fields(self, {"dtype": DECODE_DTYPES, "kv_dtype": KV_DTYPES, "producer_warps": PRODUCER_WARPS})
@@ -374,11 +383,11 @@ class MLASparseDecodeConfig:
 
     def name(self) -> str:
         return (f"{DECODE_KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_conv' if self.fp8_converter else ''}"
-                f"{'_pwg' if self.producer_warps == 4 else ''}"
+                f"{'_pwg' if self.producer_warps == 4 else ''}{'_l2' if self.l2_hints else ''}"
                 f"{'_topklen' if self.topk_length else ''}{'_split' if self.split else ''}")
 
 
-DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", "producer_warps"))  # MLASparseDecodeConfig's
+DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", "producer_warps", "l2_hints"))  # MLASparseDecodeConfig's
 
 
 # ----------------------------------------------------------------------------------------------
