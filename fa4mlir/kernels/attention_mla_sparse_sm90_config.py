@@ -83,6 +83,8 @@ class MLASparseConfig:
     topk_length: bool = False      # the kernel reads topk_length [s_q] int32 (else every token sees topk)
     sinks: bool = False            # the kernel reads attention sinks [h_q] float32
     kv_dtype: str = ""             # "": q's dtype; "fp8": FlashMLA's 656-byte FP8 rows, kv [s_kv, 1, 656]
+    seesaw: bool = False           # FlashMLA's seesaw tile step (attention_mla_sparse_seesaw_sm90); opt-in,
+                                   # 16-bit kv (SEESAW_VARIANT, FA4MLIR_MLA_SPARSE_VARIANT)
 
     @property
     def fp8(self) -> bool:
@@ -146,6 +148,7 @@ class MLASparseConfig:
                               f"656-byte FP8 rows), got {self.kv_dtype!r}")
         if self.fp8 and self.stages < 1:
             raise ConfigError("the FP8 cache's staging stage does not fit the SMEM (note \"FP8 sparse SMEM plan\")")
+        _check_seesaw(self)
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
         fits, need, pool = register_pool_fits(self.threads, MMA_REGS, LOAD_REGS, CONSUMERS)
@@ -161,10 +164,35 @@ class MLASparseConfig:
 
     def name(self) -> str:
         return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_topklen' if self.topk_length else ''}"
-                f"{'_sinks' if self.sinks else ''}")
+                f"{'_sinks' if self.sinks else ''}{'_seesaw' if self.seesaw else ''}")
 
 
-VARIANT_FIELDS = field_defaults(MLASparseConfig, ("kv_dtype",))     # MLASparseConfig's (common.fields)
+VARIANT_FIELDS = field_defaults(MLASparseConfig, ("kv_dtype", "seesaw"))     # MLASparseConfig's (common.fields)
+
+# The sparse kernels' variants (prefill and decode; FA4MLIR_MLA_SPARSE_VARIANT, bench mla's backend
+# fa4mlir[seesaw]): name -> the config fields it sets. "seesaw": FlashMLA's seesaw tile step
+# (attention_mla_sparse_seesaw_sm90), built for the 16-bit cache (SMEM and registers as the default's).
+SEESAW_VARIANT = "seesaw"
+SPARSE_VARIANTS = {"default": {}, SEESAW_VARIANT: {"seesaw": True}}
+SPARSE_VARIANT_ENV = "FA4MLIR_MLA_SPARSE_VARIANT"
+
+
+def _check_seesaw(cfg) -> None:
+    if not isinstance(cfg.seesaw, bool):
+        raise ConfigError(f"seesaw must be a bool, got {cfg.seesaw!r}")
+    if cfg.seesaw and cfg.fp8:
+        raise ConfigError("the sparse seesaw schedule is built for the 16-bit cache (kv_dtype=\"\"), not FlashMLA's "
+                          "FP8 rows")
+
+
+def sparse_variant(cfg, name: str = "default"):
+    """The sparse kernel ``cfg`` (MLASparseConfig or MLASparseDecodeConfig) as variant ``name`` of
+    SPARSE_VARIANTS; ConfigError for an unknown name or a variant not built for cfg (seesaw: FP8 kv)."""
+    if name not in SPARSE_VARIANTS:
+        raise ConfigError(f"unknown sparse MLA variant {name!r}; known: {', '.join(SPARSE_VARIANTS)}")
+    out = replace(cfg, seesaw=False, **SPARSE_VARIANTS[name])
+    _check_seesaw(out)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -263,6 +291,7 @@ class MLASparseDecodeConfig:
     split: bool = False             # float32 partials for the combine (else the final out and lse)
     fp8_converter: bool = False     # fp8 only: the converter warpgroup (note "FP8 converter plan"; the host's
                                     # default by FP8_DECODE_DEFAULT_RULE, fp8_decode_variant)
+    seesaw: bool = False            # 16-bit kv only: MLASparseConfig.seesaw's tile step (SPARSE_VARIANTS)
 
     @property
     def fp8(self) -> bool:
@@ -327,6 +356,7 @@ class MLASparseDecodeConfig:
             raise ConfigError(f"fp8_converter must be a bool, got {self.fp8_converter!r}")
         if self.fp8_converter and not self.fp8:
             raise ConfigError("fp8_converter=True dequantizes FlashMLA's FP8 cache: it needs kv_dtype=\"fp8\"")
+        _check_seesaw(self)
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA decode needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
         fits, need, pool = register_pool_fits(self.threads, *self.regs, CONSUMERS)
@@ -340,10 +370,11 @@ class MLASparseDecodeConfig:
 
     def name(self) -> str:
         return (f"{DECODE_KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_conv' if self.fp8_converter else ''}"
-                f"{'_topklen' if self.topk_length else ''}{'_split' if self.split else ''}")
+                f"{'_topklen' if self.topk_length else ''}{'_split' if self.split else ''}"
+                f"{'_seesaw' if self.seesaw else ''}")
 
 
-DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter",))  # MLASparseDecodeConfig's
+DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", "seesaw"))  # MLASparseDecodeConfig's
 
 
 # ----------------------------------------------------------------------------------------------
@@ -457,4 +488,4 @@ __all__ = ["fp8_plan", "KERNEL", "DTYPES", "D_QK", "D_V", "BN", "TILE_M", "CONSU
            "OUTPUTS", "SCALARS", "launch_args", "grid", "flops", "DECODE_KERNEL", "DECODE_DTYPES", "MLASparseDecodeConfig",
            "DECODE_OUTPUTS", "DECODE_SPLIT_OUTPUTS", "DECODE_SCALARS", "DECODE_FP8_SCALARS", "KV_DTYPES", "FP8_DTYPE",
            "FP8_ROW_BYTES", "decode_launch_args", "decode_grid", "head_blocks",
-           "split_range"]
+           "split_range", "SEESAW_VARIANT", "SPARSE_VARIANTS", "SPARSE_VARIANT_ENV", "sparse_variant"]

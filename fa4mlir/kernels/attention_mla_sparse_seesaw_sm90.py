@@ -1,0 +1,111 @@
+"""The seesaw schedule of the sparse MLA kernels on sm_90a (MLASparseConfig.seesaw /
+MLASparseDecodeConfig.seesaw, opt-in, 16-bit kv): the roles of attention_mla_sparse_sm90 when `seesaw`
+is set. The gather warp, Q's load, the score biases and the epilogues are that kernel's; the
+consumers' tile step is FlashMLA's seesaw (common/mla_seesaw_sm90; its schedule note is
+attention_mla_decode_seesaw_sm90's opening comment).
+
+The token's tiles [begin, end) go in pairs (a = j, b = j + 1): warpgroup 0 (role `mma0`) computes S of
+tile a over all 64 keys, warpgroup 1 (`mma1`) S of tile b, each its own softmax with the tile's score
+biases added (attention_mla_sparse_sm90, note "Bias": an invalid row's S is -inf, its V row zero, so no
+tail needs zeroing); P of a tile rides in the tile's rope columns (512..575, the tile's ninth chunk,
+which only that tile's S reads; the gather refills the stage only after both warpgroups released it),
+the row maxima in x_smem. An odd tile count ends with one tile (mma0's S, both P V halves).
+
+Note "Ring": one ring of STAGES = 2 tiles (kv_pipe), consumed by both roles (two arrivals a stage): a
+pair holds both stages, so tile a' of the next pair is gathered once both warpgroups released a (mid
+pair) and b' after the pair. The gather's cp.asyncs are generic-proxy writes: each warpgroup fences
+(async_smem) after every wait before its wgmmas read the tile. Unlike the dense decode's TMA boxes, the
+gather lands a tile's 64 rows whole (each lane's copies arrive once), so there are no chunk rings.
+
+Note "Barriers": the gather warp owns named barrier 4 (attention_mla_sparse_sm90.BAR_GATHER), the
+consumers' Q load and row-sum exchange 1 (common/mla_sm90.BAR_ALL); the pair handshakes are 5
+(mma0 -> mma1: m_a, P_a) and 6 (mma1 -> mma0: m_b, P_b).
+
+Every role derives its work item itself (a value made before the role split and live across setmaxnreg
+spilled in the dense seesaw).
+"""
+from __future__ import annotations
+
+from ..dsl import const
+from .attention_mla_sparse_sm90_config import CONSUMERS, LOAD_REGS, MMA_REGS, STAGES, MLASparseConfig
+from .common import mla_seesaw_sm90 as seesaw
+from .common.mla_sm90 import ConsumerGeometry, issue_s
+from .common.wgmma import wait_group
+
+BAR_PA = 5      # mma0 -> mma1 (note "Barriers")
+BAR_PB = 6      # mma1 -> mma0
+
+
+class _Tiles(seesaw.Tiles):
+    """The sparse kernels' side of the schedule: one ring the gather fills (note "Ring"), the score biases."""
+    bar_pa, bar_pb = BAR_PA, BAR_PB
+
+    def __init__(self, kb, bufs, dtype: str):
+        self.kb = kb
+        self.q_smem, self.kv_smem, self.kv_pipe, self.q_slot, self.bias_smem = bufs
+        self.dtype = dtype
+
+    def _q_at(self, cs):
+        """q_slot's 0 (re-read after each wait: the tile's address is not hoisted; the decode's _kv_tile)."""
+        return cs.kb.warp_uniform(cs.kb.load(self.q_slot, "i32", align=4))
+
+    def wait_all(self, st):
+        self.kv_pipe.consumer_wait(st)
+        self.kb.fence("async_smem")     # note "Ring": the gather's cp.asyncs, read by P V's wgmmas
+
+    def tile(self, cs, st):
+        return cs.kb.gep(self.kv_smem, st.stage * MLASparseConfig.tile_bytes() + self._q_at(cs), "i8")
+
+    def s(self, cs, st):
+        kb = cs.kb
+        self.kv_pipe.consumer_wait(st)
+        kb.fence("async_smem")
+        q_at = self._q_at(cs)
+        q_smem = kb.gep(self.q_smem, q_at, "i8")
+        tile = kb.gep(self.kv_smem, st.stage * MLASparseConfig.tile_bytes() + q_at, "i8")
+        return wait_group(issue_s(cs, q_smem, tile, self.dtype), pending=0), tile
+
+    def release(self, st):
+        self.kv_pipe.consumer_release(st)
+
+    def mask(self, cs, j, st):
+        from .attention_mla_sparse_sm90 import _bias_mask
+        return _bias_mask(cs, self.bias_smem, st.stage)
+
+
+def build_roles(kb, cfg, p, bufs, x_smem, rows_smem):
+    """kv_pipe (two consumer roles), then roles mma0 and mma1 (Q's load, the pair loops, the epilogue)
+    and the gather warp (attention_mla_sparse_sm90._gather_role, unchanged)."""
+    from . import attention_mla_sparse_sm90 as base
+    q_smem, kv_smem, _, q_slot, bias_smem = bufs
+    kv_pipe = kb.pipeline("kv_pipe", num_stages=STAGES, consumers=["mma0", "mma1"], consumer_arrivals=CONSUMERS,
+                          producer="gather", producer_arrivals=base.GATHER_LANES)
+    kb.pipeline_init()
+    bufs = (q_smem, kv_smem, kv_pipe, q_slot, bias_smem)
+    with kb.warp_roles():
+        for w in (0, 1):
+            with kb.role(f"mma{w}", first_warp=4 * w, num_warps=4, regs=MMA_REGS):
+                _consumer(kb, cfg, base._Work(kb, cfg, p), p, bufs, x_smem, w)
+        with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=1, regs=LOAD_REGS):
+            base._gather_role(kb, base._Work(kb, cfg, p), p, kv_smem, kv_pipe, bias_smem, rows_smem)
+
+
+def _consumer(kb, cfg, work, p, bufs, x_smem, w: int):
+    """Warpgroup w: Q, the pairs of [begin, end) then (odd) the last tile, l = l_0 + l_1, the epilogue."""
+    from . import attention_mla_sparse_sm90 as base
+    cs = ConsumerGeometry(kb, False, p["scale_log2"], x_smem)     # S of all 64 keys of a tile
+    cs.wg = const(w)
+    q_smem, _, kv_pipe, q_slot, _ = bufs
+    base._load_q(cs, work, p, q_smem, q_slot, cfg.dtype)
+    pair_end = work.begin + ((work.end - work.begin) // 2) * 2
+    segments = ((work.begin, pair_end, True, True), (pair_end, work.end, False, True))
+    tiles = _Tiles(kb, bufs, cfg.dtype)
+    _, o, m, l = seesaw.run(cs, tiles, cfg.dtype, w, segments, seesaw.initial(cs, kv_pipe))
+    totals = seesaw.totals(cs, l)
+    if work.decode:
+        base._decode_epilogue(cs, cfg, work, p, o, m, l, totals=totals)
+    else:
+        base._epilogue(cs, cfg, work, p, o, m, l, totals=totals)
+
+
+__all__ = ["build_roles", "BAR_PA", "BAR_PB"]
