@@ -65,6 +65,12 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 the mla set plus the MLA decode's opt-in variants it lacks (attention_mla_decode_sm90_config.
                 VARIANTS: the seesaw schedule), bf16 pages of 64, split and unsplit: what `bench mla
                 --mla-decode-variant default,full_s,seesaw` times and tests/gpu/test_mla_decode_seesaw_gpu.py runs
+    mla-sparse-variants
+                the mla set plus the sparse MLA kernels' seesaw variant (FA4MLIR_MLA_SPARSE_VARIANT=seesaw,
+                MLASparseConfig.seesaw / MLASparseDecodeConfig.seesaw, bf16 kv): the prefill plain and with
+                topk_length and sinks, the decode unsplit and split with topk_length: what `bench mla
+                --workloads mla_sparse,mla_sparse_decode` times as fa4mlir[seesaw] and
+                tests/gpu/test_mla_sparse_seesaw_gpu.py runs
     decode-fp8-variants
                 the decode set plus attention_decode_sm90_config.FP8_VARIANTS (converter warpgroup,
                 128-key tiles, split conversion, bit conversion, swap AB) of bf16 D128 FP8 caches, contiguous and paged 16, each
@@ -672,6 +678,25 @@ def _mla_decode_swapab_entries() -> list:
             for u in (False, True)]
 
 
+def _mla_sparse_variant_entries() -> list:
+    """The sparse MLA kernels' seesaw variant (attention_mla_sparse_sm90_config.SPARSE_VARIANTS, bf16 kv): the
+    prefill as `bench mla`'s mla_sparse calls it and with topk_length and sinks, the decode unsplit (bench
+    mla's mla_sparse_decode: one split) and split with topk_length (tests/gpu/test_mla_sparse_seesaw_gpu.py;
+    the combine is the mla set's)."""
+    from .kernels import attention_mla_sparse_sm90_config as sc
+    return [(sc.KERNEL, sc.MLASparseConfig(seesaw=True)),
+            (sc.KERNEL, sc.MLASparseConfig(topk_length=True, sinks=True, seesaw=True)),
+            (sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(seesaw=True)),
+            (sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(topk_length=True, split=True, seesaw=True))]
+
+
+def mla_sparse_variants() -> list:
+    """The mla set plus the sparse MLA seesaw kernels (_mla_sparse_variant_entries): what `bench mla
+    --workloads mla_sparse,mla_sparse_decode` times as fa4mlir and fa4mlir[seesaw] and
+    tests/gpu/test_mla_sparse_seesaw_gpu.py runs."""
+    return mla() + _mla_sparse_variant_entries()
+
+
 def mla_decode_variants() -> list:
     """The mla set plus the MLA decode variants it lacks (the seesaw schedule and full_s, bf16 pages of 64;
     the swap-AB kernels, N 16 and 32): what `bench mla --workloads mla_decode --mla-decode-variant
@@ -801,7 +826,7 @@ def score_mods() -> list:
 def gpu_tests() -> list:
     out = [_gemm90(dtype="bf16"), _gemm90(dtype="f16"), _gemm100()] + attention() + attention_fa4_pieces()
     out += tile_variants() + attention_masks() + attention_softcap_sinks() + attention_varlen() + head_dims() + mla()
-    out += _mla_decode_variant_entries()
+    out += _mla_decode_variant_entries() + _mla_sparse_variant_entries()
     out += score_mods()
     try:
         deadlock = importlib.import_module("fa4mlir.kernels.deadlock_sm90")
@@ -827,7 +852,7 @@ SETS = {"attention-sm100": attention_sm100, "attention-sm100-serving": attention
         "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
         "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,
         "decode-fp8-variants": decode_fp8_variants, "decode-chunk": decode_chunk, "mla-decode-variants": mla_decode_variants,
-        "prefill": prefill, "mla": mla, "attention-varlen": attention_varlen, "head-dims": head_dims,
+        "mla-sparse-variants": mla_sparse_variants, "prefill": prefill, "mla": mla, "attention-varlen": attention_varlen, "head-dims": head_dims,
         "score-mods": score_mods, "prefill-softcap-variants": prefill_softcap_variants,
         **{f"prefill-poly{k}": (lambda k=k: prefill_poly(k)) for k in (0, 2, 8)}}
 

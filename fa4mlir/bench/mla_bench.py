@@ -30,6 +30,8 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    reference over the dequantized rows (fa4mlir: the converter-warpgroup kernel
                    FP8_DECODE_DEFAULT_RULE picks); also backend fa4mlir[gather], the kernel before the
                    rule (FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather around each call)
+    mla_sparse and mla_sparse_decode also run backend fa4mlir[seesaw]: the sparse kernels' seesaw variant
+                   (FA4MLIR_MLA_SPARSE_VARIANT=seesaw around each call; the mla-sparse-variants set)
 A workload is a name in WORKLOADS and a builder in BUILDERS (rows of runner.Row). FlashMLA
 itself is not installed on the GPU machine: the decode and sparse rows time fa4mlir alone, against
 issue 29's absolute bars (FlashMLA's published H800 figures).
@@ -309,6 +311,8 @@ def mla_sparse_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]:
     check = _sparse_check(torch, q, kv, indices, scale)
     shape, flops = row_shape(name)
     call = {"fa4mlir": lambda: (lambda: fa4mlir.flash_mla_sparse_fwd(q, operand, indices, scale, 512))}
+    if not fp8:     # the seesaw variant beside the default, same tensors
+        call["fa4mlir[seesaw]"] = lambda: with_sparse_variant("seesaw", call["fa4mlir"]())
     return [Row(name, name, shape, flops, call, check, poisoner(torch, d["s_q"] * d["heads"] * 512, torch.bfloat16))]
 
 
@@ -352,6 +356,8 @@ def mla_sparse_decode_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]
                                                                        is_fp8_kvcache=fp8, indices=indices))}
     if fp8:     # the gather kernel (the default before FP8_DECODE_DEFAULT_RULE) beside the default, same tensors
         call["fa4mlir[gather]"] = lambda: with_fp8_variant("gather", call["fa4mlir"]())
+    else:       # the seesaw variant beside the default, same tensors
+        call["fa4mlir[seesaw]"] = lambda: with_sparse_variant("seesaw", call["fa4mlir"]())
 
     def check_row(result) -> dict:      # out [0]: sequence 0 by the rule; NaN over the whole out
         r = check((result[0][0],))
@@ -364,17 +370,29 @@ def with_fp8_variant(name: str, run: Callable[[], Any]) -> Callable[[], Any]:
     """``run`` called with FA4MLIR_MLA_SPARSE_FP8_VARIANT=name (the call cache keys on it), restored after:
     backend fa4mlir[gather] of mla_sparse_decode_fp8 (attention_mla_sparse_sm90_config.FP8_DECODE_VARIANTS)."""
     from ..attention.mla_sparse_decode import VARIANT_ENV
+    return with_env(VARIANT_ENV, name, run)
+
+
+def with_sparse_variant(name: str, run: Callable[[], Any]) -> Callable[[], Any]:
+    """``run`` called with FA4MLIR_MLA_SPARSE_VARIANT=name, restored after: backend fa4mlir[seesaw] of
+    mla_sparse and mla_sparse_decode (attention_mla_sparse_sm90_config.SPARSE_VARIANTS)."""
+    from ..attention.mla_sparse import VARIANT_ENV
+    return with_env(VARIANT_ENV, name, run)
+
+
+def with_env(var: str, name: str, run: Callable[[], Any]) -> Callable[[], Any]:
+    """``run`` called with environment variable ``var`` = name (the call caches key on it), restored after."""
 
     def call():
-        before = os.environ.get(VARIANT_ENV)
-        os.environ[VARIANT_ENV] = name
+        before = os.environ.get(var)
+        os.environ[var] = name
         try:
             return run()
         finally:
             if before is None:
-                del os.environ[VARIANT_ENV]
+                del os.environ[var]
             else:
-                os.environ[VARIANT_ENV] = before
+                os.environ[var] = before
     return call
 
 
