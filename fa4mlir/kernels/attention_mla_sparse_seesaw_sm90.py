@@ -21,13 +21,20 @@ Note "Barriers": the gather warp owns named barrier 4 (attention_mla_sparse_sm90
 consumers' Q load and row-sum exchange 1 (common/mla_sm90.BAR_ALL); the pair handshakes are 5
 (mma0 -> mma1: m_a, P_a) and 6 (mma1 -> mma0: m_b, P_b).
 
-Every role derives its work item itself (a value made before the role split and live across setmaxnreg
-spilled in the dense seesaw).
+Note "Work" (ptxas 12.x, deviceless; what the compile tests check, not a principle): the consumers derive
+the token's work item in their roles (as the dense seesaw's do: a value made before the role split and
+live across setmaxnreg spilled there). The gather warp (24 registers) spills 4 to 12 bytes, depending on
+the config, with one or the other placement of its copy: derived in its role, the prefill with
+topk_length spilled 12 bytes and the unsplit decode with topk_length 4; made before the role split (the
+default kernel's placement), the split decode spilled 8 with or without topk_length. gather_owns_work
+picks the placement that compiles clean for each of the eight 16-bit configs (tests/test_mla_sparse_seesaw.py
+compiles all eight).
 """
 from __future__ import annotations
 
 from ..dsl import const
-from .attention_mla_sparse_sm90_config import CONSUMERS, LOAD_REGS, MMA_REGS, STAGES, MLASparseConfig
+from .attention_mla_sparse_sm90_config import (CONSUMERS, LOAD_REGS, MMA_REGS, STAGES, MLASparseConfig,
+                                               MLASparseDecodeConfig)
 from .common import mla_seesaw_sm90 as seesaw
 from .common.mla_sm90 import ConsumerGeometry, issue_s
 from .common.wgmma import wait_group
@@ -82,12 +89,24 @@ def build_roles(kb, cfg, p, bufs, x_smem, rows_smem):
                           producer="gather", producer_arrivals=base.GATHER_LANES)
     kb.pipeline_init()
     bufs = (q_smem, kv_smem, kv_pipe, q_slot, bias_smem)
+    # note "Work": the consumers derive the work item in their roles; the gather derives its own where
+    # GATHER_OWNS_WORK says, else takes one made before the role split
+    own = gather_owns_work(cfg)
+    gather_work = None if own else base._Work(kb, cfg, p)
     with kb.warp_roles():
         for w in (0, 1):
             with kb.role(f"mma{w}", first_warp=4 * w, num_warps=4, regs=MMA_REGS):
                 _consumer(kb, cfg, base._Work(kb, cfg, p), p, bufs, x_smem, w)
         with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=1, regs=LOAD_REGS):
-            base._gather_role(kb, base._Work(kb, cfg, p), p, kv_smem, kv_pipe, bias_smem, rows_smem)
+            work = base._Work(kb, cfg, p) if own else gather_work
+            base._gather_role(kb, work, p, kv_smem, kv_pipe, bias_smem, rows_smem)
+
+
+def gather_owns_work(cfg) -> bool:
+    """note "Work": whether the gather warp derives the work item in its role (the split decode, the
+    unsplit decode without topk_length) or takes one made before the role split (the others)."""
+    decode = isinstance(cfg, MLASparseDecodeConfig)
+    return decode and (cfg.split or not cfg.topk_length)
 
 
 def _consumer(kb, cfg, work, p, bufs, x_smem, w: int):
@@ -108,4 +127,4 @@ def _consumer(kb, cfg, work, p, bufs, x_smem, w: int):
         base._epilogue(cs, cfg, work, p, o, m, l, totals=totals)
 
 
-__all__ = ["build_roles", "BAR_PA", "BAR_PB"]
+__all__ = ["build_roles", "BAR_PA", "BAR_PB", "gather_owns_work"]

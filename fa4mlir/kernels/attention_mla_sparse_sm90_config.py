@@ -190,7 +190,7 @@ def sparse_variant(cfg, name: str = "default"):
     SPARSE_VARIANTS; ConfigError for an unknown name or a variant not built for cfg (seesaw: FP8 kv)."""
     if name not in SPARSE_VARIANTS:
         raise ConfigError(f"unknown sparse MLA variant {name!r}; known: {', '.join(SPARSE_VARIANTS)}")
-    out = replace(cfg, seesaw=False, **SPARSE_VARIANTS[name])
+    out = replace(cfg, **{"seesaw": False, **SPARSE_VARIANTS[name]})
     _check_seesaw(out)
     return out
 
