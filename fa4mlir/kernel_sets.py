@@ -68,8 +68,9 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
     mla-sparse-variants
                 the mla set plus the sparse MLA kernels' seesaw variant (FA4MLIR_MLA_SPARSE_VARIANT=seesaw,
                 MLASparseConfig.seesaw / MLASparseDecodeConfig.seesaw, bf16 kv): the prefill plain and with
-                topk_length and sinks, the decode unsplit and split with topk_length: what `bench mla
-                --workloads mla_sparse,mla_sparse_decode` times as fa4mlir[seesaw] and
+                topk_length and sinks, the decode unsplit and split with topk_length, the FP8 decode's converter
+                kernel unsplit: what `bench mla --workloads mla_sparse,mla_sparse_decode,mla_sparse_decode_fp8`
+                times as fa4mlir[seesaw] and
                 tests/gpu/test_mla_sparse_seesaw_gpu.py runs
     decode-fp8-variants
                 the decode set plus attention_decode_sm90_config.FP8_VARIANTS (converter warpgroup,
@@ -681,13 +682,14 @@ def _mla_decode_swapab_entries() -> list:
 def _mla_sparse_variant_entries() -> list:
     """The sparse MLA kernels' seesaw variant (attention_mla_sparse_sm90_config.SPARSE_VARIANTS, bf16 kv): the
     prefill as `bench mla`'s mla_sparse calls it and with topk_length and sinks, the decode unsplit (bench
-    mla's mla_sparse_decode: one split) and split with topk_length (tests/gpu/test_mla_sparse_seesaw_gpu.py;
-    the combine is the mla set's)."""
+    mla's mla_sparse_decode: one split) and split with topk_length, and the FP8 decode's converter kernel
+    unsplit (mla_sparse_decode_fp8) (tests/gpu/test_mla_sparse_seesaw_gpu.py; the combine is the mla set's)."""
     from .kernels import attention_mla_sparse_sm90_config as sc
     return [(sc.KERNEL, sc.MLASparseConfig(seesaw=True)),
             (sc.KERNEL, sc.MLASparseConfig(topk_length=True, sinks=True, seesaw=True)),
             (sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(seesaw=True)),
-            (sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(topk_length=True, split=True, seesaw=True))]
+            (sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(topk_length=True, split=True, seesaw=True)),
+            (sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True, seesaw=True))]
 
 
 def mla_sparse_variants() -> list:

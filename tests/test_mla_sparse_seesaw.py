@@ -42,8 +42,11 @@ def test_config_key_name_and_refusals():
     assert "seesaw" in sc.VARIANT_FIELDS and "seesaw" in sc.DECODE_VARIANT_FIELDS
     with pytest.raises(ConfigError):
         sc.MLASparseConfig(kv_dtype="fp8", seesaw=True).validate()
+    with pytest.raises(ConfigError):    # FP8: the converter kernel, one split, only
+        sc.MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True, split=True, seesaw=True).validate()
     with pytest.raises(ConfigError):
-        sc.MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True, seesaw=True).validate()
+        sc.MLASparseDecodeConfig(kv_dtype="fp8", seesaw=True).validate()
+    sc.MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True, seesaw=True).validate()
     with pytest.raises(ConfigError):
         sc.sparse_variant(sc.MLASparseConfig(), "seesaww")
     assert sc.MLASparseConfig(seesaw=True).smem_bytes() == sc.MLASparseConfig().smem_bytes()
@@ -52,7 +55,7 @@ def test_config_key_name_and_refusals():
 def test_the_set_holds_the_seesaw_kernels():
     held = {c for _, c, *_ in kernel_sets.configs(["mla-sparse-variants"])}
     assert {c for _, c in ENTRIES} <= held and sc.MLASparseConfig() in held
-    assert all(c.seesaw for _, c in ENTRIES) and len(ENTRIES) == 4
+    assert all(c.seesaw for _, c in ENTRIES) and len(ENTRIES) == 5
     assert set(ENTRIES) <= set(kernel_sets.gpu_tests())
 
 
@@ -73,12 +76,14 @@ def test_seesaw_compiles_clean(entry):
     # mma0 arrives on 5 (pair, odd tile) and syncs on 6 (pair); mma1 the reverse; the gather's own 4
     assert bars["BAR.ARV 0x5, 0x100"] == 2 and bars["BAR.SYNC.DEFER_BLOCKING 0x5, 0x100"] == 2, bars
     assert bars["BAR.ARV 0x6, 0x100"] == 1 and bars["BAR.SYNC.DEFER_BLOCKING 0x6, 0x100"] == 1, bars
-    assert bars["BAR.SYNC.DEFER_BLOCKING 0x4, 0x20"] == 2, bars
+    assert bars["BAR.SYNC.DEFER_BLOCKING 0x4, 0x20"] == (0 if cfg.fp8 else 2), bars     # (FP8: the converter)
 
 
 OTHERS = [c for c in [sc.MLASparseConfig(topk_length=t, sinks=k, seesaw=True) for t in (False, True) for k in (False, True)]
           + [sc.MLASparseDecodeConfig(d, topk_length=t, split=p, seesaw=True) for d in ("bf16", "f16")
-             for t in (False, True) for p in (False, True)] if c not in {c for _, c in ENTRIES}]
+             for t in (False, True) for p in (False, True)]
+          + [sc.MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True, topk_length=True, seesaw=True)]
+          if c not in {c for _, c in ENTRIES}]
 
 
 @pytest.mark.parametrize("cfg", OTHERS, ids=lambda c: c.name())
@@ -180,6 +185,14 @@ def test_seesaw_decode_through_the_interpreter():
                                 s_kv=pages * page, kv_stride=576)
 
 
+@pytest.mark.parametrize("case", [(3, 1, 16, 192, 16, 1, None, False), (2, 2, 64, 320, 64, 1, (300, 0), True)])
+def test_seesaw_fp8_converter_through_the_interpreter(case):
+    """The FP8 decode's converter kernel with the seesaw tile step (one split): -1 padding, invalid entries,
+    duplicates, NaN rows, topk_length 0, padded pages; by the FA rule over the dequantized rows."""
+    from tests.test_mla_sparse_decode_fp8 import run_interpreted
+    run_interpreted(*case, converter=True, seesaw=True)
+
+
 # ---- selection ------------------------------------------------------------------------------------
 
 def _prefill_problem(**kw):
@@ -199,6 +212,16 @@ def test_the_knob_selects_the_seesaw(monkeypatch):
     assert decode.config(False) == sc.MLASparseDecodeConfig(seesaw=True)
     with pytest.raises(E.UnsupportedFeatureError):
         ms.check_variant("seesaw", True)
+    fp8 = dict(q=_info((4, 2, 128, 576)), k_cache=_info((100, 64, 1, 656), "e4m3"), indices=_info((4, 2, 2048), "i32"),
+               head_dim_v=512, num_splits=_info((5,), "i32"), is_fp8_kvcache=True)
+    one = sd.check_sparse_decode_inputs(metadata=_info((1, 8), "i32"), **fp8)
+    assert one.config(False) == sc.MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True, seesaw=True)
+    with pytest.raises(E.UnsupportedFeatureError):      # FP8 split: not built
+        sd.check_sparse_decode_inputs(metadata=_info((3, 8), "i32"), **fp8)
+    monkeypatch.setenv(sd.VARIANT_ENV, "gather")
+    with pytest.raises(E.UnsupportedFeatureError):      # FP8 gather kernel: not built
+        sd.check_sparse_decode_inputs(metadata=_info((1, 8), "i32"), **fp8)
+    monkeypatch.delenv(sd.VARIANT_ENV)
     monkeypatch.setenv(ms.VARIANT_ENV, "seesaww")
     with pytest.raises(E.KnobError):
         ms.requested_variant()
@@ -216,4 +239,4 @@ def test_bench_rows_carry_the_seesaw_backend(monkeypatch):
     assert seen["during"] == "seesaw" and __import__("os").environ.get(ms.VARIANT_ENV) is None
     import inspect
     src = inspect.getsource(mla_bench.mla_sparse_rows) + inspect.getsource(mla_bench.mla_sparse_decode_rows)
-    assert src.count('call["fa4mlir[seesaw]"]') == 2
+    assert src.count('call["fa4mlir[seesaw]"]') == 2      # mla_sparse; mla_sparse_decode and its fp8 twin

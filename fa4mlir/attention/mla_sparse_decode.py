@@ -66,7 +66,6 @@ from .checks import (MAX_I32, check_bundle, check_device_context, check_devices,
 from .errors import DTypeError, KnobError, LayoutError, ShapeError, UnsupportedFeatureError
 from .mla import (ENTRY, FILL_FRACTION, MAX_SPLITS, CallCache, MLAOutputs, _Call, _err, _torch, check_cache_dtype,
                   check_cache_shape, check_metadata, check_no_grad, check_q_dims, combine_args, combine_grid, kernel_for)
-from .mla_sparse import check_variant
 from .mla_sparse import requested_variant as sparse_variant
 from .plan import Launch, Plan, TensorRef, source_for
 
@@ -105,7 +104,7 @@ class SparseDecodeProblem(MLAOutputs):
         cfg = dc.MLASparseDecodeConfig(self.dtype, kv_dtype="fp8" if self.fp8 else "", topk_length=self.has_topk_length,
                                        split=split)
         if self.fp8:
-            return dc.fp8_decode_variant(cfg, self.fp8_variant)
+            cfg = dc.fp8_decode_variant(cfg, self.fp8_variant)
         return cfg if self.variant == "default" else dc.sparse_variant(cfg, self.variant)
 
 
@@ -167,10 +166,24 @@ def check_sparse_decode_inputs(q: TensorInfo, k_cache: TensorInfo, indices: Tens
     check_layout("q", q, Q_DIMS)
     check_layout("k_cache", k_cache, CACHE_DIMS)
     scale = check_scale(softmax_scale, d)
-    variant = sparse_variant(ENTRY)
-    check_variant(variant, fp8, ENTRY)
-    return SparseDecodeProblem(batch, seqlen_q, heads, s_kv, topk, q.dtype, metadata.shape[0], scale,
-                               topk_length is not None, fp8, page_size, requested_variant() if fp8 else "", variant)
+    problem = SparseDecodeProblem(batch, seqlen_q, heads, s_kv, topk, q.dtype, metadata.shape[0], scale,
+                                  topk_length is not None, fp8, page_size, requested_variant() if fp8 else "",
+                                  sparse_variant(ENTRY))
+    check_variant_built(problem)
+    return problem
+
+
+def check_variant_built(problem: SparseDecodeProblem) -> None:
+    """UnsupportedFeatureError where FA4MLIR_MLA_SPARSE_VARIANT names a variant not built for the call's kernel
+    (seesaw over the FP8 cache: the converter kernel, unsplit, only)."""
+    if problem.variant == "default" or not problem.fp8:
+        return
+    cfg = dc.fp8_decode_variant(dc.MLASparseDecodeConfig(problem.dtype, kv_dtype="fp8", split=problem.splits > 1),
+                                problem.fp8_variant)
+    if not cfg.fp8_converter or cfg.split:
+        raise UnsupportedFeatureError(_err(f"{dc.SPARSE_VARIANT_ENV}={problem.variant!r} over the FP8 cache is built "
+                                           f"for the converter kernel of one split only (this call: "
+                                           f"{problem.splits} splits, {cfg.name()}); unset it"))
 
 
 def requested_variant() -> str:

@@ -30,7 +30,7 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    reference over the dequantized rows (fa4mlir: the converter-warpgroup kernel
                    FP8_DECODE_DEFAULT_RULE picks); also backend fa4mlir[gather], the kernel before the
                    rule (FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather around each call)
-    mla_sparse and mla_sparse_decode also run backend fa4mlir[seesaw]: the sparse kernels' seesaw variant
+    mla_sparse, mla_sparse_decode and mla_sparse_decode_fp8 also run backend fa4mlir[seesaw]: the seesaw variant
                    (FA4MLIR_MLA_SPARSE_VARIANT=seesaw around each call; the mla-sparse-variants set)
 A workload is a name in WORKLOADS and a builder in BUILDERS (rows of runner.Row). FlashMLA
 itself is not installed on the GPU machine: the decode and sparse rows time fa4mlir alone, against
@@ -356,8 +356,8 @@ def mla_sparse_decode_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]
                                                                        is_fp8_kvcache=fp8, indices=indices))}
     if fp8:     # the gather kernel (the default before FP8_DECODE_DEFAULT_RULE) beside the default, same tensors
         call["fa4mlir[gather]"] = lambda: with_fp8_variant("gather", call["fa4mlir"]())
-    else:       # the seesaw variant beside the default, same tensors
-        call["fa4mlir[seesaw]"] = lambda: with_sparse_variant("seesaw", call["fa4mlir"]())
+    # the seesaw variant beside the default, same tensors (FP8: the converter kernel's, one split)
+    call["fa4mlir[seesaw]"] = lambda: with_sparse_variant("seesaw", call["fa4mlir"]())
 
     def check_row(result) -> dict:      # out [0]: sequence 0 by the rule; NaN over the whole out
         r = check((result[0][0],))

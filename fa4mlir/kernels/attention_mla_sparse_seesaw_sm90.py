@@ -85,18 +85,26 @@ def build_roles(kb, cfg, p, bufs, x_smem, rows_smem):
     and the gather warp (attention_mla_sparse_sm90._gather_role, unchanged)."""
     from . import attention_mla_sparse_sm90 as base
     q_smem, kv_smem, _, q_slot, bias_smem = bufs
+    conv = getattr(cfg, "fp8_converter", False)
+    producer = dict(producer="convert", producer_arrivals=base.CONVERTER_THREADS) if conv else \
+        dict(producer="gather", producer_arrivals=base.GATHER_LANES)
     kv_pipe = kb.pipeline("kv_pipe", num_stages=STAGES, consumers=["mma0", "mma1"], consumer_arrivals=CONSUMERS,
-                          producer="gather", producer_arrivals=base.GATHER_LANES)
+                          **producer)
     kb.pipeline_init()
     bufs = (q_smem, kv_smem, kv_pipe, q_slot, bias_smem)
     # note "Work": the consumers derive the work item in their roles; the gather derives its own where
     # GATHER_OWNS_WORK says, else takes one made before the role split
     own = gather_owns_work(cfg)
     gather_work = None if own else base._Work(kb, cfg, p)
+    mma_regs, load_regs = cfg.regs if conv else (MMA_REGS, LOAD_REGS)
     with kb.warp_roles():
         for w in (0, 1):
-            with kb.role(f"mma{w}", first_warp=4 * w, num_warps=4, regs=MMA_REGS):
+            with kb.role(f"mma{w}", first_warp=4 * w, num_warps=4, regs=mma_regs):
                 _consumer(kb, cfg, base._Work(kb, cfg, p), p, bufs, x_smem, w)
+        if conv:
+            with kb.role("convert", first_warp=4 * CONSUMERS, num_warps=4, regs=load_regs):
+                base._convert_role(kb, base._Work(kb, cfg, p), p, kv_smem, kv_pipe, bias_smem)
+            return
         with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=1, regs=LOAD_REGS):
             work = base._Work(kb, cfg, p) if own else gather_work
             base._gather_role(kb, work, p, kv_smem, kv_pipe, bias_smem, rows_smem)

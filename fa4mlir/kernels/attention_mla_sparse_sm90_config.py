@@ -171,7 +171,8 @@ VARIANT_FIELDS = field_defaults(MLASparseConfig, ("kv_dtype", "seesaw"))     # M
 
 # The sparse kernels' variants (prefill and decode; FA4MLIR_MLA_SPARSE_VARIANT, bench mla's backend
 # fa4mlir[seesaw]): name -> the config fields it sets. "seesaw": FlashMLA's seesaw tile step
-# (attention_mla_sparse_seesaw_sm90), built for the 16-bit cache (SMEM and registers as the default's).
+# (attention_mla_sparse_seesaw_sm90), built for the 16-bit cache and the unsplit FP8 decode's converter kernel
+# (SMEM and registers as the default's).
 SEESAW_VARIANT = "seesaw"
 SPARSE_VARIANTS = {"default": {}, SEESAW_VARIANT: {"seesaw": True}}
 SPARSE_VARIANT_ENV = "FA4MLIR_MLA_SPARSE_VARIANT"
@@ -180,14 +181,14 @@ SPARSE_VARIANT_ENV = "FA4MLIR_MLA_SPARSE_VARIANT"
 def _check_seesaw(cfg) -> None:
     if not isinstance(cfg.seesaw, bool):
         raise ConfigError(f"seesaw must be a bool, got {cfg.seesaw!r}")
-    if cfg.seesaw and cfg.fp8:
-        raise ConfigError("the sparse seesaw schedule is built for the 16-bit cache (kv_dtype=\"\"), not FlashMLA's "
-                          "FP8 rows")
+    if cfg.seesaw and cfg.fp8 and not (getattr(cfg, "fp8_converter", False) and not cfg.split):
+        raise ConfigError("the sparse seesaw schedule is built for the 16-bit kv and for the unsplit FP8 decode's "
+                          "converter kernel (split, its consumers at setmaxnreg 200 spilled), not this FP8 config")
 
 
 def sparse_variant(cfg, name: str = "default"):
     """The sparse kernel ``cfg`` (MLASparseConfig or MLASparseDecodeConfig) as variant ``name`` of
-    SPARSE_VARIANTS; ConfigError for an unknown name or a variant not built for cfg (seesaw: FP8 kv)."""
+    SPARSE_VARIANTS; ConfigError for an unknown name or a variant not built for cfg (seesaw: see _check_seesaw)."""
     if name not in SPARSE_VARIANTS:
         raise ConfigError(f"unknown sparse MLA variant {name!r}; known: {', '.join(SPARSE_VARIANTS)}")
     out = replace(cfg, **{"seesaw": False, **SPARSE_VARIANTS[name]})
