@@ -62,9 +62,9 @@ KNOBS: dict[str, Knob] = {
              "for A/B (bench mla's backend fa4mlir[gather]); read per call into the call cache's key; the mla "
              "bundle set holds both"),
         Knob("FA4MLIR_MLA_SPARSE_VARIANT", None, "str", "flash_mla_sparse_fwd and flash_mla_with_kvcache(indices=...) "
-             "over a 16-bit kv run this entry of attention_mla_sparse_sm90_config.SPARSE_VARIANTS on sm_90a: unset or "
-             "'default', or 'seesaw' (FlashMLA's seesaw tile step, attention_mla_sparse_seesaw_sm90; FP8 kv or the "
-             "sm_100a kernel: UnsupportedFeatureError); for A/B (bench mla's backend fa4mlir[seesaw]); read per call "
+             "over a 16-bit kv (or the FP8 cache's converter kernel, one split) run this entry of "
+             "attention_mla_sparse_sm90_config.SPARSE_VARIANTS on sm_90a: unset or 'default', or 'seesaw' (FlashMLA's "
+             "seesaw tile step, attention_mla_sparse_seesaw_sm90; elsewhere: UnsupportedFeatureError); for A/B (bench mla's backend fa4mlir[seesaw]); read per call "
              "into the call cache's key; a bundle must hold it: the mla-sparse-variants set"),
         Knob("FA4MLIR_PREFILL_TILES", None, "str", "flash_attn_func runs its case's default kernel with these "
              "AttnConfig tile / code-knob fields replaced ('bn=144,persistent=False'; for measurement: bench "

@@ -91,8 +91,8 @@ VARIANT_ENV = sc.SPARSE_VARIANT_ENV
 
 
 def requested_variant(entry: str = ENTRY) -> str:
-    """FA4MLIR_MLA_SPARSE_VARIANT: the entry of sc.SPARSE_VARIANTS the sm_90a sparse kernels (this prefill and
-    the sparse decode over a 16-bit cache) run: unset or "default", or "seesaw" (FlashMLA's seesaw tile step,
+    """FA4MLIR_MLA_SPARSE_VARIANT: the entry of sc.SPARSE_VARIANTS the sm_90a sparse kernels (this prefill, the
+    sparse decode over a 16-bit cache and, one split, its FP8 converter kernel) run: unset or "default", or "seesaw" (FlashMLA's seesaw tile step,
     attention_mla_sparse_seesaw_sm90; a bundle must hold it: the mla-sparse-variants set). Read per call
     into the call cache's key; KnobError for an unknown name, before any launch."""
     name = (env.get_str(VARIANT_ENV) or "default").strip()

@@ -4,6 +4,11 @@ is set. The gather warp, Q's load, the score biases and the epilogues are that k
 consumers' tile step is FlashMLA's seesaw (common/mla_seesaw_sm90; its schedule note is
 attention_mla_decode_seesaw_sm90's opening comment).
 
+Note "FP8 converter": the FP8 decode's converter kernel (attention_mla_sparse_sm90, note "FP8
+converter") takes the same consumers unsplit: its converter warpgroup is the ring's producer (128
+arrivals, st.shared fenced to the async proxy before it commits, the biases in the tile's slot as the
+gather writes them), setmaxnreg 200 / 104. Split, the consumers spilled at 200 (config: ConfigError).
+
 The token's tiles [begin, end) go in pairs (a = j, b = j + 1): warpgroup 0 (role `mma0`) computes S of
 tile a over all 64 keys, warpgroup 1 (`mma1`) S of tile b, each its own softmax with the tile's score
 biases added (attention_mla_sparse_sm90, note "Bias": an invalid row's S is -inf, its V row zero, so no
@@ -82,7 +87,8 @@ class _Tiles(seesaw.Tiles):
 
 def build_roles(kb, cfg, p, bufs, x_smem, rows_smem):
     """kv_pipe (two consumer roles), then roles mma0 and mma1 (Q's load, the pair loops, the epilogue)
-    and the gather warp (attention_mla_sparse_sm90._gather_role, unchanged)."""
+    and the producer: the gather warp (attention_mla_sparse_sm90._gather_role, unchanged) or the FP8
+    converter warpgroup (_convert_role, unchanged; note "FP8 converter")."""
     from . import attention_mla_sparse_sm90 as base
     q_smem, kv_smem, _, q_slot, bias_smem = bufs
     conv = getattr(cfg, "fp8_converter", False)
