@@ -72,8 +72,8 @@ r x 656, unswizzled: the layout common/mla_fp8's lane map reads without bank con
             its own V columns (its P V_j retired) and rope rows, which only S_j reads, and both
             warpgroups' S_j retired before the exchange's barriers of tile j.
 
-Note "Seesaw" (MLASparseConfig.seesaw / MLASparseDecodeConfig.seesaw, opt-in, 16-bit kv; FlashMLA's
-schedule): the consumers' tile step replaced by the seesaw's pairs (attention_mla_sparse_seesaw_sm90, its
+Note "Seesaw" (MLASparseConfig.seesaw / MLASparseDecodeConfig.seesaw, opt-in, 16-bit kv and the FP8
+converter decode unsplit; FlashMLA's schedule): the consumers' tile step replaced by the seesaw's pairs (attention_mla_sparse_seesaw_sm90, its
 own note): warpgroup w, a role of its own, computes S over all 64 keys of every other tile and the two
 meet through one-way named barriers instead of the exchange's two 256-thread barriers a tile. The
 gather, Q's load, the biases and the epilogues (given l = l_0 + l_1) are this module's.

@@ -292,7 +292,8 @@ class MLASparseDecodeConfig:
     split: bool = False             # float32 partials for the combine (else the final out and lse)
     fp8_converter: bool = False     # fp8 only: the converter warpgroup (note "FP8 converter plan"; the host's
                                     # default by FP8_DECODE_DEFAULT_RULE, fp8_decode_variant)
-    seesaw: bool = False            # 16-bit kv only: MLASparseConfig.seesaw's tile step (SPARSE_VARIANTS)
+    seesaw: bool = False            # MLASparseConfig.seesaw's tile step (SPARSE_VARIANTS): 16-bit kv, or fp8 with
+                                    # fp8_converter and no split
 
     @property
     def fp8(self) -> bool:
