@@ -80,3 +80,27 @@ def mla_decode_variants() -> list:
 def mla_sparse_sm100() -> list:
     from .kernels.attention_mla_sparse_sm100_config import KERNEL, MLASparseSm100Config
     return [(KERNEL, MLASparseSm100Config()), (KERNEL, MLASparseSm100Config(topk_length=True, sinks=True))]
+
+
+def mla_sparse_variant_entries() -> list:
+    """The sparse MLA kernels' seesaw variant (attention_mla_sparse_sm90_config.SPARSE_VARIANTS, bf16 kv): the
+    prefill as `bench mla`'s mla_sparse calls it and with topk_length and sinks, the decode unsplit (bench
+    mla's mla_sparse_decode: one split) and split with topk_length, and the FP8 decode's converter kernel
+    unsplit (mla_sparse_decode_fp8); the 16-bit ones also with the producer warpgroup (producer_warps=4,
+    without and with l2_hints: FA4MLIR_MLA_SPARSE_PRODUCER) (tests/gpu/test_mla_sparse_seesaw_gpu.py; the
+    combine is the mla set's)."""
+    from .kernels import attention_mla_sparse_sm90_config as sc
+    sixteen = [(sc.KERNEL, sc.MLASparseConfig(seesaw=True)),
+               (sc.KERNEL, sc.MLASparseConfig(topk_length=True, sinks=True, seesaw=True)),
+               (sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(seesaw=True)),
+               (sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(topk_length=True, split=True, seesaw=True))]
+    from dataclasses import replace
+    pwg = [(name, replace(cfg, producer_warps=4, l2_hints=h)) for h in (False, True) for name, cfg in sixteen]
+    return sixteen + pwg + [(sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True, seesaw=True))]
+
+
+def mla_sparse_variants() -> list:
+    """The mla set plus the sparse MLA seesaw kernels (mla_sparse_variant_entries): what `bench mla
+    --workloads mla_sparse,mla_sparse_decode,mla_sparse_decode_fp8` times as fa4mlir, fa4mlir[pwg],
+    fa4mlir[seesaw], fa4mlir[seesaw_pwg], ... and tests/gpu/test_mla_sparse_seesaw_gpu.py runs."""
+    return mla() + mla_sparse_variant_entries()

@@ -171,3 +171,70 @@ def test_bench_backend_sets_the_knob_around_the_call(monkeypatch):
     monkeypatch.delenv(sc.PRODUCER_ENV, raising=False)
     assert mla_bench.with_producer("warpgroup", lambda: os.environ.get(sc.PRODUCER_ENV))() == "warpgroup"
     assert sc.PRODUCER_ENV not in os.environ
+
+
+# ---- with the seesaw tile step (FA4MLIR_MLA_SPARSE_VARIANT=seesaw: FlashMLA's whole recipe) ------------------
+
+SEESAW = [e for e in kernel_sets.mla_sparse_variant_entries() if e[1].producer_warps == 4]
+
+
+def test_the_seesaw_variants_are_in_the_sets():
+    assert len(SEESAW) == 8 and all(c.seesaw for _, c in SEESAW)
+    assert {c.l2_hints for _, c in SEESAW} == {False, True}
+    assert set(SEESAW) <= set(kernel_sets.configs(["mla-sparse-variants"])) and set(SEESAW) <= set(kernel_sets.gpu_tests())
+
+
+@pytest.mark.parametrize("entry", SEESAW, ids=lambda e: e[1].name())
+def test_seesaw_variant_compiles_clean(entry):
+    name, cfg = entry
+    check_sparse_art(lower_clean(name, cfg), cfg)
+
+
+@pytest.mark.parametrize("s_q,heads,topk,topk_length,sinks,l2_hints", [
+    (3, 64, 192, None, None, False),                                   # 3 tiles: a pair and the odd tile
+    (3, 64, 256, (100, 256, 193), (0.5, float("-inf"), float("inf")), True),   # 2, 4, 4 tiles; sinks
+    (2, 128, 128, (0, 70), None, False),                               # two head blocks; L = 0; 2 tiles
+])
+def test_seesaw_prefill_through_the_interpreter(s_q, heads, topk, topk_length, sinks, l2_hints):
+    torch = pytest.importorskip("torch")
+    from tests.test_mla_sparse_seesaw import _run_prefill
+    cfg = sc.MLASparseConfig(seesaw=True, producer_warps=4, l2_hints=l2_hints)
+    errs, out_t, tensors = _run_prefill(torch, cfg, s_q, heads, topk, topk_length, sinks)
+    base, _, _ = _run_prefill(torch, sc.MLASparseConfig(), s_q, heads, topk, topk_length, sinks)
+    assert errs["out"] <= 1.5 * base["out"] + 1e-3 and errs["lse"] <= 1.5 * base["lse"] + 1e-5, (errs, base)
+    if s_q > 2 and topk_length is None:     # token 2: every entry invalid
+        assert (out_t[2] == 0).all() and np.isposinf(tensors["lse"][2]).all()
+    if sinks is not None:
+        assert (out_t[:2, 2] == 0).all() and np.isfinite(tensors["lse"][:2, 2]).all()
+
+
+@pytest.mark.parametrize("batch,seqlen_q,heads,topk,page,splits,lengths", [(3, 1, 16, 192, 16, 1, None),
+                                                                           (2, 2, 64, 192, 61, 2, (150, 70))])
+def test_seesaw_decode_through_the_interpreter(batch, seqlen_q, heads, topk, page, splits, lengths):
+    from dataclasses import replace
+
+    from fa4mlir.attention import mla_sparse_decode as sd
+    from tests._mla_helpers import check_sparse_decode_run
+    from tests._mla_helpers import info as _info
+    from tests.test_mla_sparse_decode import _problem
+    torch = pytest.importorskip("torch")
+    pages = 640 // page + 1
+    q, cache, idx = _problem(torch, batch, seqlen_q, heads, topk, pages, page, "bf16")
+    lens = None if lengths is None else np.array(lengths, np.int32)
+    problem = sd.check_sparse_decode_inputs(_info(q.shape), _info(cache.shape), _info(idx.shape, "i32"), 512,
+                                            _info((splits, 8), "i32"), _info((batch + 1,), "i32"),
+                                            topk_length=None if lens is None else _info(lens.shape, "i32"))
+    cfg = replace(sc.sparse_variant(problem.config(splits > 1), "seesaw"), producer_warps=4)
+    check_sparse_decode_run(torch, cfg, problem, q, _bits(torch, cache), cache, idx, lens, splits,
+                            s_kv=pages * page, kv_stride=576)
+
+
+def test_seesaw_and_producer_knobs_combine(monkeypatch):
+    from dataclasses import replace
+
+    from fa4mlir.attention import mla_sparse as ms
+    monkeypatch.setenv(sc.PRODUCER_ENV, "warpgroup_l2")
+    monkeypatch.setenv(ms.VARIANT_ENV, "seesaw")
+    problem = replace(_prefill_problem(), variant=ms.requested_variant())
+    assert problem.config == sc.MLASparseConfig(seesaw=True, producer_warps=4, l2_hints=True)
+    assert (sc.KERNEL, problem.config) in SEESAW

@@ -37,6 +37,10 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    reference over the dequantized rows (fa4mlir: the converter-warpgroup kernel
                    FP8_DECODE_DEFAULT_RULE picks); also backend fa4mlir[gather], the kernel before the
                    rule (FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather around each call)
+    mla_sparse, mla_sparse_decode and mla_sparse_decode_fp8 also run backend fa4mlir[seesaw]: the seesaw variant
+                   (FA4MLIR_MLA_SPARSE_VARIANT=seesaw around each call; the mla-sparse-variants set); the 16-bit
+                   rows also fa4mlir[seesaw_pwg] and fa4mlir[seesaw_pwg_l2], the seesaw with the producer
+                   warpgroup (both knobs around each call; the same set)
 A workload is a name in WORKLOADS and a builder in BUILDERS (rows of runner.Row). FlashMLA
 itself is not installed on the GPU machine: the decode and sparse rows time fa4mlir alone, against
 issue 29's absolute bars (FlashMLA's published H800 figures).
@@ -322,6 +326,10 @@ def mla_sparse_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]:
     if not fp8:     # the producer-warpgroup kernels beside the default, same tensors
         call["fa4mlir[pwg]"] = lambda: with_producer("warpgroup", call["fa4mlir"]())
         call["fa4mlir[pwg_l2]"] = lambda: with_producer("warpgroup_l2", call["fa4mlir"]())
+    if not fp8:     # the seesaw variant beside the default, same tensors; and with the producer warpgroup
+        call["fa4mlir[seesaw]"] = lambda: with_sparse_variant("seesaw", call["fa4mlir"]())
+        call["fa4mlir[seesaw_pwg]"] = lambda: with_sparse_variant("seesaw", call["fa4mlir[pwg]"]())
+        call["fa4mlir[seesaw_pwg_l2]"] = lambda: with_sparse_variant("seesaw", call["fa4mlir[pwg_l2]"]())
     return [Row(name, name, shape, flops, call, check, poisoner(torch, d["s_q"] * d["heads"] * 512, torch.bfloat16))]
 
 
@@ -368,6 +376,12 @@ def mla_sparse_decode_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]
     else:       # the producer-warpgroup kernels beside the default
         call["fa4mlir[pwg]"] = lambda: with_producer("warpgroup", call["fa4mlir"]())
         call["fa4mlir[pwg_l2]"] = lambda: with_producer("warpgroup_l2", call["fa4mlir"]())
+    # the seesaw variant beside the default, same tensors (FP8: the converter kernel's, one split); 16-bit: also
+    # with the producer warpgroup
+    call["fa4mlir[seesaw]"] = lambda: with_sparse_variant("seesaw", call["fa4mlir"]())
+    if not fp8:
+        call["fa4mlir[seesaw_pwg]"] = lambda: with_sparse_variant("seesaw", call["fa4mlir[pwg]"]())
+        call["fa4mlir[seesaw_pwg_l2]"] = lambda: with_sparse_variant("seesaw", call["fa4mlir[pwg_l2]"]())
 
     def check_row(result) -> dict:      # out [0]: sequence 0 by the rule; NaN over the whole out
         r = check((result[0][0],))
@@ -388,6 +402,13 @@ def with_producer(name: str, run: Callable[[], Any]) -> Callable[[], Any]:
     and mla_sparse_decode (attention_mla_sparse_sm90_config.PRODUCER_VARIANTS)."""
     from ..kernels.attention_mla_sparse_sm90_config import PRODUCER_ENV
     return with_env(PRODUCER_ENV, name, run)
+
+
+def with_sparse_variant(name: str, run: Callable[[], Any]) -> Callable[[], Any]:
+    """``run`` called with FA4MLIR_MLA_SPARSE_VARIANT=name, restored after: backend fa4mlir[seesaw] of
+    mla_sparse and mla_sparse_decode (attention_mla_sparse_sm90_config.SPARSE_VARIANTS)."""
+    from ..attention.mla_sparse import VARIANT_ENV
+    return with_env(VARIANT_ENV, name, run)
 
 
 def mla_sparse_decode_fp8_rows(torch: Any, fa4=None) -> list[Row]:

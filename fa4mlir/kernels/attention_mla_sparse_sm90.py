@@ -72,6 +72,12 @@ r x 656, unswizzled: the layout common/mla_fp8's lane map reads without bank con
             its own V columns (its P V_j retired) and rope rows, which only S_j reads, and both
             warpgroups' S_j retired before the exchange's barriers of tile j.
 
+Note "Seesaw" (MLASparseConfig.seesaw / MLASparseDecodeConfig.seesaw, opt-in, 16-bit kv and the FP8
+converter decode unsplit; FlashMLA's schedule): the consumers' tile step replaced by the seesaw's pairs (attention_mla_sparse_seesaw_sm90, its
+own note): warpgroup w, a role of its own, computes S over all 64 keys of every other tile and the two
+meet through one-way named barriers instead of the exchange's two 256-thread barriers a tile. The
+gather, Q's load, the biases and the epilogues (given l = l_0 + l_1) are this module's.
+
 Note "FP8 converter" (MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True), the default by
 FP8_DECODE_DEFAULT_RULE; config note "FP8 converter plan"; FlashMLA's sm90 sparse FP8 decode structure): no
 staging stage and no gather warp.
@@ -107,6 +113,7 @@ from ..dialect import builders as fa4
 from ..dsl import KernelBuilder, Value, const, fast_div, fma, log2, select, vec
 from .attention_mla_sparse_sm90_config import (BN, CONSUMERS, D_QK, D_V, HALF_CHUNKS, L2_PREFETCH, LOAD_REGS, MMA_REGS,
                                                STAGES, TILE_M, MLASparseConfig, MLASparseDecodeConfig)
+from . import attention_mla_sparse_seesaw_sm90 as seesaw
 from .common import mla_fp8
 from .common.constants import LOG2E
 from .common.mla_sm90 import (BAR_ALL, CHUNK, LN2, NEG_INF, QK_CHUNKS, SWIZZLE, UNITS, WG_CHUNKS, WG_COLS,
@@ -144,6 +151,9 @@ def build(cfg: MLASparseConfig | MLASparseDecodeConfig = MLASparseConfig()) -> d
         x_smem = kb.smem("x_smem", cfg.exchange_bytes(), align=16)    # decode, note "Exchange"
         bias_smem = kb.smem("bias_smem", cfg.bias_bytes(), align=16)  # note "Bias"
         rows_smem = None if conv or pwg else kb.smem("gather_rows", cfg.rows_bytes(), align=16)     # note "Gather"
+        if cfg.seesaw:      # note "Seesaw": one role per consumer warpgroup, the pairs' schedule
+            seesaw.build_roles(kb, cfg, p, (q_smem, kv_smem, None, q_slot, bias_smem), x_smem, rows_smem)
+            return kb.finish()
         halves = None
         if pwg:     # note "Producer warpgroup": a stage's columns 0..255 (kv_pipe) and 256..575 (kv_hi)
             kv_pipe, halves = (kb.pipeline(name, num_stages=STAGES, consumers=["mma"], consumer_arrivals=CONSUMERS,
@@ -576,12 +586,13 @@ def _mma_role(kb, cfg: MLASparseConfig, work: _Work, p, bufs, x_smem, tile_smem=
         _epilogue(cs, cfg, work, p, o, m, l)
 
 
-def _epilogue(cs: ConsumerGeometry, cfg: MLASparseConfig, work: _Work, p, o: Value, m, l):
+def _epilogue(cs: ConsumerGeometry, cfg: MLASparseConfig, work: _Work, p, o: Value, m, l, totals=None):
     """Per row (head): O_w / (l + sink term) (note "Sinks"; +0 for a head that saw no key) in q's
     dtype into out by its strides; warpgroup 0's quad leaders write max_logits = m x scale (-inf
-    for no key) and LSE = ln l + m x scale (+inf for no key) into [s_q, h_q]."""
+    for no key) and LSE = ln l + m x scale (+inf for no key) into [s_q, h_q]. `totals`: the rows'
+    denominators where the caller summed them (note "Seesaw"), else row_totals of l."""
     kb = cs.kb
-    totals = row_totals(cs, l)
+    totals = row_totals(cs, l) if totals is None else totals
     f32 = "f32"
     zero = const(0.0, f32)
     for h in (0, 1):
@@ -615,14 +626,14 @@ def _store(cs: ConsumerGeometry, cfg: MLASparseConfig, work: _Work, p, o: Value,
         kb.store(max_logit, kb.gep(p["max_logits"], row, "f32"), align=4)
 
 
-def _decode_epilogue(cs: ConsumerGeometry, cfg: MLASparseDecodeConfig, work: _Work, p, o: Value, m, l):
+def _decode_epilogue(cs: ConsumerGeometry, cfg: MLASparseDecodeConfig, work: _Work, p, o: Value, m, l, totals=None):
     """Note "Decode": per real row (head < h_q), O_w / l and the LSE (natural log). Unsplit: O in
     q's dtype into out by its strides, LSE into lse [batch, h_q, seqlen_q], +inf (and O 0) for a
     head that saw no key. Split: float32 O / l into o_partial [splits, batch, seqlen_q, h_q, 512],
     LSE into lse_partial [splits, batch, h_q, seqlen_q], -inf for a split that saw no key (the
-    combine weighs it 0)."""
+    combine weighs it 0). `totals` as _epilogue's."""
     kb = cs.kb
-    totals = row_totals(cs, l)
+    totals = row_totals(cs, l) if totals is None else totals
     f32 = "f32"
     zero = const(0.0, f32)
     no_key = NEG_INF if cfg.split else float("inf")

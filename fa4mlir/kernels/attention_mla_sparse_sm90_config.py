@@ -99,6 +99,8 @@ class MLASparseConfig:
     kv_dtype: str = ""             # "": q's dtype; "fp8": FlashMLA's 656-byte FP8 rows, kv [s_kv, 1, 656]
     producer_warps: int = 1        # 1: the gather warp; 4: the producer warpgroup with half stages (PRODUCER_WARPS)
     l2_hints: bool = False         # producer_warps=4: the cp.asyncs' L2 hints (L2_PREFETCH, evict_last)
+    seesaw: bool = False           # FlashMLA's seesaw tile step (attention_mla_sparse_seesaw_sm90); opt-in,
+                                   # 16-bit kv (SEESAW_VARIANT, FA4MLIR_MLA_SPARSE_VARIANT)
 
     @property
     def fp8(self) -> bool:
@@ -171,6 +173,7 @@ class MLASparseConfig:
         check_producer(self)
         if self.fp8 and self.stages < 1:
             raise ConfigError("the FP8 cache's staging stage does not fit the SMEM (note \"FP8 sparse SMEM plan\")")
+        _check_seesaw(self)
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
         fits, need, pool = register_pool_fits(self.threads, *self.regs, CONSUMERS)
@@ -185,11 +188,12 @@ class MLASparseConfig:
         return {"kernel": KERNEL, **key_leaving_out(self, VARIANT_FIELDS)}
 
     def name(self) -> str:
-        return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_pwg' if self.producer_warps == 4 else ''}{'_l2' if self.l2_hints else ''}"
-                f"{'_topklen' if self.topk_length else ''}{'_sinks' if self.sinks else ''}")
+        return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_pwg' if self.producer_warps == 4 else ''}"
+                f"{'_l2' if self.l2_hints else ''}{'_topklen' if self.topk_length else ''}{'_sinks' if self.sinks else ''}"
+                f"{'_seesaw' if self.seesaw else ''}")
 
 
-VARIANT_FIELDS = field_defaults(MLASparseConfig, ("kv_dtype", "producer_warps", "l2_hints"))     # MLASparseConfig's (common.fields)
+VARIANT_FIELDS = field_defaults(MLASparseConfig, ("kv_dtype", "producer_warps", "l2_hints", "seesaw"))  # (common.fields)
 
 
 def check_producer(cfg) -> None:
@@ -202,6 +206,32 @@ def check_producer(cfg) -> None:
                           "not kv_dtype=\"fp8\"")
     if cfg.l2_hints and cfg.producer_warps != 4:
         raise ConfigError("sparse MLA: l2_hints=True marks the producer warpgroup's copies: it needs producer_warps=4")
+
+# The sparse kernels' variants (prefill and decode; FA4MLIR_MLA_SPARSE_VARIANT, bench mla's backend
+# fa4mlir[seesaw]): name -> the config fields it sets. "seesaw": FlashMLA's seesaw tile step
+# (attention_mla_sparse_seesaw_sm90), built for the 16-bit cache and the unsplit FP8 decode's converter kernel
+# (SMEM and registers as the default's).
+SEESAW_VARIANT = "seesaw"
+SPARSE_VARIANTS = {"default": {}, SEESAW_VARIANT: {"seesaw": True}}
+SPARSE_VARIANT_ENV = "FA4MLIR_MLA_SPARSE_VARIANT"
+
+
+def _check_seesaw(cfg) -> None:
+    if not isinstance(cfg.seesaw, bool):
+        raise ConfigError(f"seesaw must be a bool, got {cfg.seesaw!r}")
+    if cfg.seesaw and cfg.fp8 and not (getattr(cfg, "fp8_converter", False) and not cfg.split):
+        raise ConfigError("the sparse seesaw schedule is built for the 16-bit kv and for the unsplit FP8 decode's "
+                          "converter kernel (split, its consumers at setmaxnreg 200 spilled), not this FP8 config")
+
+
+def sparse_variant(cfg, name: str = "default"):
+    """The sparse kernel ``cfg`` (MLASparseConfig or MLASparseDecodeConfig) as variant ``name`` of
+    SPARSE_VARIANTS; ConfigError for an unknown name or a variant not built for cfg (seesaw: see _check_seesaw)."""
+    if name not in SPARSE_VARIANTS:
+        raise ConfigError(f"unknown sparse MLA variant {name!r}; known: {', '.join(SPARSE_VARIANTS)}")
+    out = replace(cfg, **{"seesaw": False, **SPARSE_VARIANTS[name]})
+    _check_seesaw(out)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -302,6 +332,8 @@ class MLASparseDecodeConfig:
                                     # default by FP8_DECODE_DEFAULT_RULE, fp8_decode_variant)
     producer_warps: int = 1         # 16-bit cache: 1 the gather warp, 4 the producer warpgroup (MLASparseConfig's)
     l2_hints: bool = False          # producer_warps=4: the copies' L2 hints (MLASparseConfig's)
+    seesaw: bool = False            # MLASparseConfig.seesaw's tile step (SPARSE_VARIANTS): 16-bit kv, or fp8 with
+                                    # fp8_converter and no split
 
     @property
     def fp8(self) -> bool:
@@ -370,6 +402,7 @@ class MLASparseDecodeConfig:
         if self.fp8_converter and not self.fp8:
             raise ConfigError("fp8_converter=True dequantizes FlashMLA's FP8 cache: it needs kv_dtype=\"fp8\"")
         check_producer(self)
+        _check_seesaw(self)
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA decode needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
         fits, need, pool = register_pool_fits(self.threads, *self.regs, CONSUMERS)
@@ -384,10 +417,11 @@ class MLASparseDecodeConfig:
     def name(self) -> str:
         return (f"{DECODE_KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_conv' if self.fp8_converter else ''}"
                 f"{'_pwg' if self.producer_warps == 4 else ''}{'_l2' if self.l2_hints else ''}"
-                f"{'_topklen' if self.topk_length else ''}{'_split' if self.split else ''}")
+                f"{'_topklen' if self.topk_length else ''}{'_split' if self.split else ''}"
+                f"{'_seesaw' if self.seesaw else ''}")
 
 
-DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", "producer_warps", "l2_hints"))  # MLASparseDecodeConfig's
+DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", "producer_warps", "l2_hints", "seesaw"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -501,4 +535,4 @@ __all__ = ["fp8_plan", "KERNEL", "DTYPES", "D_QK", "D_V", "BN", "TILE_M", "CONSU
            "OUTPUTS", "SCALARS", "launch_args", "grid", "flops", "DECODE_KERNEL", "DECODE_DTYPES", "MLASparseDecodeConfig",
            "DECODE_OUTPUTS", "DECODE_SPLIT_OUTPUTS", "DECODE_SCALARS", "DECODE_FP8_SCALARS", "KV_DTYPES", "FP8_DTYPE",
            "FP8_ROW_BYTES", "decode_launch_args", "decode_grid", "head_blocks",
-           "split_range"]
+           "split_range", "SEESAW_VARIANT", "SPARSE_VARIANTS", "SPARSE_VARIANT_ENV", "sparse_variant"]
