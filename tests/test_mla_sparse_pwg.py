@@ -238,3 +238,32 @@ def test_seesaw_and_producer_knobs_combine(monkeypatch):
     problem = replace(_prefill_problem(), variant=ms.requested_variant())
     assert problem.config == sc.MLASparseConfig(seesaw=True, producer_warps=4, l2_hints=True)
     assert (sc.KERNEL, problem.config) in SEESAW
+
+
+@pytest.mark.parametrize("cfg", [sc.MLASparseConfig(producer_warps=4), sc.MLASparseConfig(producer_warps=4, seesaw=True)],
+                         ids=lambda c: c.name())
+def test_verifier_accepts_it_and_rejects_every_single_ring_op_mutation(cfg):
+    """Both halves' rings (kv_pipe, kv_hi): every acquire, commit, wait and release of either, its phase flipped,
+    its stage + 1 or erased, is a PassError of fa4-verify-pipelines."""
+    from fa4mlir import kernels
+    from fa4mlir.dialect.query import ops_named
+    from fa4mlir.passes import verify_pipelines
+    from fa4mlir.passes._util import PassError
+    from tests._ring_mutations import MUTATIONS, RING_OPS, mutate_ring_op
+    good = kernels.module(sc.KERNEL).build(cfg)
+    with good.module.context:
+        verify_pipelines.run(good.module.operation)
+        ops = ops_named(good.module.operation, *RING_OPS)
+        pipes = {str(op.attributes["pipe"]) for op in ops}
+        num_ops = len(ops)
+    assert pipes == {'"kv_pipe"', '"kv_hi"'}
+    rejected = 0
+    for index in range(num_ops):
+        for how in MUTATIONS:
+            kir = mutate_ring_op(kernels.module(sc.KERNEL).build(cfg), index, how)
+            if kir is None:
+                continue
+            with kir.module.context, pytest.raises(PassError):
+                verify_pipelines.run(kir.module.operation)
+            rejected += 1
+    assert num_ops >= 8 and rejected >= 2 * num_ops

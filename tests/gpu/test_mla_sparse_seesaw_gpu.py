@@ -5,7 +5,9 @@ indices >= s_kv, duplicates, NaN in every kv row no valid entry names, topk_leng
 decode over a bf16 cache (flash_mla_with_kvcache(indices=...); one split, and three with topk_length) and over
 FlashMLA's FP8 cache (the converter kernel, one split; checked over the dequantized rows), each
 by the FA rule against the float64 reference (fa4mlir.testing_mla), its max error within 1.5x the default
-kernel's on the same inputs (+ a small atol), the same bits for the same inputs. Needs a bundle of the
+kernel's on the same inputs (+ a small atol), the same bits for the same inputs. The 16-bit cases also with
+the producer warpgroup (FA4MLIR_MLA_SPARSE_PRODUCER=warpgroup / warpgroup_l2: FlashMLA's whole recipe), the
+same bits as the seesaw with the gather warp (the same wgmmas in the same order). Needs a bundle of the
 `mla-sparse-variants` set (or `gpu-tests`); a bundle without the variant is a BundleError naming it.
 """
 import numpy as np
@@ -17,6 +19,9 @@ from tests.gpu.test_mla_sparse_gpu import _case
 from tests.gpu.test_mla_sparse_gpu import torch  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.gpu
+
+PRODUCER_ENV = "FA4MLIR_MLA_SPARSE_PRODUCER"
+PRODUCERS = ("warp", "warpgroup", "warpgroup_l2")
 
 PREFILL = [  # s_q, heads, topk, s_kv, topk_length and sinks (the set's two prefill kernels)
     (9, 64, 128, 300, False),
@@ -32,8 +37,9 @@ def _same_class(got: dict, base: dict, keys) -> None:
         assert got[k] <= 1.5 * base[k] + 1e-4, (k, got, base)
 
 
+@pytest.mark.parametrize("producer", PRODUCERS)
 @pytest.mark.parametrize("s_q,heads,topk,s_kv,options", PREFILL)
-def test_sparse_prefill_seesaw(torch, monkeypatch, s_q, heads, topk, s_kv, options):  # noqa: F811
+def test_sparse_prefill_seesaw(torch, monkeypatch, s_q, heads, topk, s_kv, options, producer):  # noqa: F811
     from fa4mlir.attention import mla_sparse as ms
     from fa4mlir.testing_mla import check_mla_sparse
     q, kv, idx = _case(torch, s_q, heads, topk, s_kv)
@@ -46,16 +52,20 @@ def test_sparse_prefill_seesaw(torch, monkeypatch, s_q, heads, topk, s_kv, optio
     scale = 576 ** -0.5
     args = (q.cuda(), kv.cuda(), torch.from_numpy(idx).cuda(), scale)
     kw = dict(attn_sink=None if sinks is None else sinks.cuda(), topk_length=None if lens is None else lens.cuda())
-    errs = {}
-    for variant in ("default", "seesaw"):
+    errs, outs = {}, {}
+    for variant, prod in (("default", "warp"), ("seesaw", "warp"), ("seesaw", producer)):
         monkeypatch.setenv(ms.VARIANT_ENV, variant)
+        monkeypatch.setenv(PRODUCER_ENV, prod)
         out, max_logits, lse = ms.flash_mla_sparse_fwd(*args, **kw)
         again = ms.flash_mla_sparse_fwd(*args, **kw)
         torch.cuda.synchronize()
         assert torch.equal(out, again[0]) and torch.equal(max_logits, again[1]) and torch.equal(lse, again[2])
-        errs[variant] = check_mla_sparse(q, kv, idx, out.cpu().float(), max_logits.cpu(), lse.cpu(), scale, sinks=sinks,
-                                         topk_length=None if lens is None else lens.numpy())
-    _same_class(errs["seesaw"], errs["default"], ("out", "lse", "max_logits"))
+        errs[variant, prod] = check_mla_sparse(q, kv, idx, out.cpu().float(), max_logits.cpu(), lse.cpu(), scale,
+                                               sinks=sinks, topk_length=None if lens is None else lens.numpy())
+        outs[variant, prod] = (out, max_logits, lse)
+    _same_class(errs["seesaw", producer], errs["default", "warp"], ("out", "lse", "max_logits"))
+    for x, y in zip(outs["seesaw", producer], outs["seesaw", "warp"]):
+        assert torch.equal(x, y)
 
 
 DECODE = [  # batch, seqlen_q, heads, topk, pages, page, cache, lengths, splits (the set's three decode kernels)
@@ -68,14 +78,17 @@ DECODE = [  # batch, seqlen_q, heads, topk, pages, page, cache, lengths, splits 
 ]
 
 
+@pytest.mark.parametrize("producer", PRODUCERS)
 @pytest.mark.parametrize("batch,seqlen_q,heads,topk,pages,page,cache_dtype,with_lengths,splits", DECODE)
 def test_sparse_decode_seesaw(torch, monkeypatch, batch, seqlen_q, heads, topk, pages, page, cache_dtype,  # noqa: F811
-                              with_lengths, splits):
+                              with_lengths, splits, producer):
     from fa4mlir import flash_mla_with_kvcache
     from fa4mlir.attention import mla_sparse as ms
     from fa4mlir.testing_mla import check_mla_sparse_decode, dequantize_fp8_cache
     q, cache, idx = _decode_case(torch, batch, seqlen_q, heads, topk, pages, page, cache_dtype)
     fp8 = cache_dtype == "fp8"
+    if fp8 and producer != "warp":
+        pytest.skip("the producer warpgroup is built for a 16-bit cache")
     qc, cc, ic = q.cuda(), _to_cuda(torch, cache) if fp8 else cache.cuda(), torch.from_numpy(idx).cuda()
     rows = dequantize_fp8_cache(cache.contiguous()) if fp8 else cache
     meta, num_splits = _metadata(torch, splits, batch)
@@ -85,13 +98,17 @@ def test_sparse_decode_seesaw(torch, monkeypatch, batch, seqlen_q, heads, topk, 
         lens[0] = 0
         lens[1 % batch] = topk // 3
     kw = dict(indices=ic, topk_length=None if lens is None else lens.cuda(), is_fp8_kvcache=fp8)
-    errs = {}
-    for variant in ("default", "seesaw"):
+    errs, outs = {}, {}
+    for variant, prod in (("default", "warp"), ("seesaw", "warp"), ("seesaw", producer)):
         monkeypatch.setenv(ms.VARIANT_ENV, variant)
+        monkeypatch.setenv(PRODUCER_ENV, prod)
         out, lse = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
         again, lse2 = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
         torch.cuda.synchronize()
         assert torch.equal(out, again) and torch.equal(lse, lse2)
-        errs[variant] = check_mla_sparse_decode(q, rows, idx, out.cpu().float(), lse.cpu(), 576 ** -0.5,
-                                                topk_length=None if lens is None else lens.numpy())
-    _same_class(errs["seesaw"], errs["default"], ("out", "lse"))
+        errs[variant, prod] = check_mla_sparse_decode(q, rows, idx, out.cpu().float(), lse.cpu(), 576 ** -0.5,
+                                                      topk_length=None if lens is None else lens.numpy())
+        outs[variant, prod] = (out, lse)
+    _same_class(errs["seesaw", producer], errs["default", "warp"], ("out", "lse"))
+    assert torch.equal(outs["seesaw", producer][0], outs["seesaw", "warp"][0])
+    assert torch.equal(outs["seesaw", producer][1], outs["seesaw", "warp"][1])
