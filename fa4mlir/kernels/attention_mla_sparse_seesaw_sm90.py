@@ -31,7 +31,8 @@ producer is that module's warpgroup (_gather_role_wg: 128 threads, 8 a row, setm
 and each stage's barriers are two pipelines, kv_pipe for K's columns 0..255 and kv_hi for 256..575 (the
 rope columns, where P rides, are in kv_hi), both consumed by mma0 and mma1. _HalfTiles: S waits kv_pipe,
 issues its first 16 wgmmas and commits them, waits kv_hi, fences wgmma and issues the other 20; wait_all
-waits both; a release releases both. With l2_hints the copies carry FlashMLA's L2 hints. This is
+waits both; each warpgroup releases the half holding its V columns after its P V and the other half as soon
+as it stops reading it (common/mla_seesaw_sm90's release_other hooks). With l2_hints the copies carry FlashMLA's L2 hints. This is
 FlashMLA's whole sm90 sparse prefill recipe: seesaw consumers, a producer warpgroup, half stages.
 
 Note "Work" (ptxas 12.x, deviceless; what the compile tests check, not a principle): the consumers derive
@@ -95,11 +96,16 @@ class _Tiles(seesaw.Tiles):
 
 
 class _HalfTiles(_Tiles):
-    """Note "Producer warpgroup": a stage's columns 0..255 on kv_pipe, 256..575 on kv_hi."""
+    """Note "Producer warpgroup": a stage's columns 0..255 on kv_pipe, 256..575 on kv_hi. Warpgroup w's V
+    columns are in one half (w = 0: kv_pipe, 1: kv_hi), released after its P V (`release`); the other half it
+    releases as soon as it stops reading it (`release_other`: mma0 after S_a and P_a's publication, after
+    reading P_b; mma1 at once for tile a, after S_b and its biases for tile b), so the producer refills each
+    half once its last reader is done, FlashMLA's per-half free barriers."""
 
-    def __init__(self, kb, bufs, dtype: str, kv_hi):
+    def __init__(self, kb, bufs, dtype: str, kv_hi, w: int):
         super().__init__(kb, bufs, dtype)
         self.kv_hi = kv_hi
+        self.own, self.other = (self.kv_pipe, kv_hi) if w == 0 else (kv_hi, self.kv_pipe)
 
     def wait_all(self, st):
         self.kv_pipe.consumer_wait(st)
@@ -122,8 +128,11 @@ class _HalfTiles(_Tiles):
         return wait_group(issue_s(cs, q_smem, tile, self.dtype, at_chunk=(HALF_CHUNKS, second_half)), pending=0), tile
 
     def release(self, st):
-        self.kv_pipe.consumer_release(st)
-        self.kv_hi.consumer_release(st)
+        self.own.consumer_release(st)
+
+    def release_other(self, cs, st):
+        with cs.kb.if_(cs.is_leader).then_():
+            self.other.consumer_release(st)
 
 
 def build_roles(kb, cfg, p, bufs, x_smem, rows_smem):
@@ -184,7 +193,7 @@ def _consumer(kb, cfg, work, p, bufs, x_smem, w: int, kv_hi=None):
     base._load_q(cs, work, p, q_smem, q_slot, cfg.dtype)
     pair_end = work.begin + ((work.end - work.begin) // 2) * 2
     segments = ((work.begin, pair_end, True, True), (pair_end, work.end, False, True))
-    tiles = _Tiles(kb, bufs, cfg.dtype) if kv_hi is None else _HalfTiles(kb, bufs, cfg.dtype, kv_hi)
+    tiles = _Tiles(kb, bufs, cfg.dtype) if kv_hi is None else _HalfTiles(kb, bufs, cfg.dtype, kv_hi, w)
     _, o, m, l = seesaw.run(cs, tiles, cfg.dtype, w, segments, seesaw.initial(cs, kv_pipe))
     totals = seesaw.totals(cs, l)
     if work.decode:

@@ -34,6 +34,9 @@ class Tiles:
         wait_all(st)        wait for the whole tile of state st (a warpgroup that only reads its V)
         tile(cs, st)        the tile's SMEM address (after a wait)
         release(st)         this warpgroup's release of the stage (called by its leader thread)
+        release_other(cs, st)   where the stage's barriers are split (the sparse kernels' half stages), this
+                            warpgroup's early release of the part it no longer reads (emitted by every
+                            thread; the default emits nothing)
         mask(cs, j, st)     a map of this thread's S values of tile j (None: every key seen)
         zero_tail(cs, tile, j, w)   V rows of tile j no key may read, zeroed in warpgroup w's columns
     """
@@ -41,6 +44,9 @@ class Tiles:
     bar_pa = bar_pb = None
 
     def zero_tail(self, cs, tile, j: Value, w: int):
+        pass
+
+    def release_other(self, cs, st):
         pass
 
 
@@ -113,6 +119,7 @@ def step0(cs, tiles: Tiles, dtype: str, j: Value, carry, masked: bool, pair: boo
     frags, sums = probs(cs, s, [u[2] for u in upd], dtype)
     l = [fma(l[h], upd[h][1], sums[h]) for h in (0, 1)]
     publish(cs, M_A_AT, m_a, frags, tile_a, tiles.bar_pa)
+    tiles.release_other(cs, sa)         # (half stages) S_a retired, P_a published
     o = scaled(o, [u[1] for u in upd])
     if masked:
         tiles.zero_tail(cs, tile_a, j, 0)
@@ -126,6 +133,7 @@ def step0(cs, tiles: Tiles, dtype: str, j: Value, carry, masked: bool, pair: boo
     tiles.wait_all(sb)
     tile_b = tiles.tile(cs, sb)
     m_b, frags_b = receive(cs, M_B_AT, tile_b, tiles.bar_pb)
+    tiles.release_other(cs, sb)         # (half stages) P_b read
     down = [max_update(m_a[h], m_b[h], cs.scale_log2, 0.0)[1] for h in (0, 1)]     # exp2(m_a - m_b)
     o = wait_group(o, pending=0)
     with kb.if_(cs.is_leader).then_():
@@ -161,6 +169,7 @@ def step1(cs, tiles: Tiles, dtype: str, j: Value, carry, masked: bool, pair: boo
     sa, o, m, l = carry
     if not pair:        # note "Odd count": m = m_a
         tiles.wait_all(sa)
+        tiles.release_other(cs, sa)     # (half stages) mma1 reads only P_a and its V half of tile a
         o, m_a, l = _take_a(cs, tiles, dtype, sa, j, o, m, l, masked)
         o = wait_group(o, pending=0)
         with kb.if_(cs.is_leader).then_():
@@ -168,11 +177,13 @@ def step1(cs, tiles: Tiles, dtype: str, j: Value, carry, masked: bool, pair: boo
         return sa.advance(), o, tuple(m_a), tuple(l)
     sb = sa.advance()
     tiles.wait_all(sa)     # tile a is filled before b (dense: its chunks are committed before b's)
+    tiles.release_other(cs, sa)         # (half stages) mma1 reads only P_a and its V half of tile a
     s_acc, tile_b = tiles.s(cs, sb)
     s = [s_acc[i] for i in range(cs.n_s)]
     if masked:
         s = tiles.mask(cs, j + 1, sb)(s)
     mx = rowmax(cs, s)
+    tiles.release_other(cs, sb)         # (half stages) S_b retired, its biases read
     o, m_a, l = _take_a(cs, tiles, dtype, sa, j, o, m, l, masked)
     upd = [max_update(m_a[h], mx[h], cs.scale_log2, 0.0) for h in (0, 1)]
     m_b = [u[0] for u in upd]
