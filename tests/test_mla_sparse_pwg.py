@@ -267,3 +267,24 @@ def test_verifier_accepts_it_and_rejects_every_single_ring_op_mutation(cfg):
                 verify_pipelines.run(kir.module.operation)
             rejected += 1
     assert num_ops >= 8 and rejected >= 2 * num_ops
+
+
+@pytest.mark.parametrize("l2_hints", [False, True])
+def test_gather_sass(l2_hints):
+    """The producer warpgroup's copies in SASS: per tile 4 rows x 9 chunks = 36 16-byte LDGSTS (cp.async.cg:
+    BYPASS; with l2_hints the .L2::256B prefetch, LTC256B), one cp.async.mbarrier.arrive per half, no local
+    memory; the consumers' 36 + 4 wgmmas."""
+    import re
+    from collections import Counter
+
+    from fa4mlir import compiler, kernels, lowering, sass
+    if sass.find_nvdisasm() is None:
+        pytest.skip("nvdisasm not installed")
+    cfg = sc.MLASparseConfig(producer_warps=4, l2_hints=l2_hints)
+    text = sass.disassemble(lowering.lower(kernels.module(sc.KERNEL).build(cfg),
+                                           compiler.resolve_options(sc.KERNEL, debug=False)).cubin)
+    copies = Counter(re.findall(r"\b(LDGSTS(?:\.\w+)*)", text))
+    want = "LDGSTS.E.BYPASS.LTC256B.128" if l2_hints else "LDGSTS.E.BYPASS.128"
+    assert copies == {want: 36, "LDGSTSBAR.64.TRANSCNT": 2}, copies
+    assert not re.search(r"\b(LDL|STL)\b", text)
+    assert len(re.findall(r"HGMMA\.64x32x16\.F32\.BF16", text)) == 36 and len(re.findall(r"HGMMA\.64x256x16", text)) == 4
