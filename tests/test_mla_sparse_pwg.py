@@ -283,7 +283,7 @@ def test_gather_sass(l2_hints):
     cfg = sc.MLASparseConfig(producer_warps=4, l2_hints=l2_hints)
     text = sass.disassemble(lowering.lower(kernels.module(sc.KERNEL).build(cfg),
                                            compiler.resolve_options(sc.KERNEL, debug=False)).cubin)
-    copies = Counter(re.findall(r"\b(LDGSTS(?:\.\w+)*)", text))
+    copies = Counter(re.findall(r"\b(LDGSTS(?:BAR)?(?:\.\w+)*)", text))
     want = "LDGSTS.E.BYPASS.LTC256B.128" if l2_hints else "LDGSTS.E.BYPASS.128"
     assert copies == {want: 36, "LDGSTSBAR.64.TRANSCNT": 2}, copies
     assert not re.search(r"\b(LDL|STL)\b", text)
