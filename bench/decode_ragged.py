@@ -39,20 +39,27 @@ def mk(ragged, fp8, page):
         else:
             k, v, table = _paged(torch, k, v, page)
     return q, k, v, lens, table, kw
-for fp8 in (False, True):
-    for ragged in (False, True):
-        for page in (0, 16):
-            q, k, v, lens, table, kw = mk(ragged, fp8, page)
-            tok = int(lens.sum())
-            for ns in (None, 1, 4, 8):
-                try:
-                    def f(q=q, k=k, v=v, lens=lens, table=table, ns=ns, kw=kw):
-                        return fa4mlir.flash_attn_with_kvcache(q, k, v, lens, table, num_splits=ns, **kw)
-                    f()
-                    torch.cuda.synchronize()
-                    ms = triton.testing.do_bench(f, warmup=200, rep=500)
-                    print(f"fp8={fp8:d} ragged={ragged:d} page={page:3d} splits={ns!s:4s} {ms*1e3:8.1f} us {tok/ms/1e6:7.3f} Gtok/s", flush=True)
-                except Exception as e:
-                    print(f"fp8={fp8:d} ragged={ragged:d} page={page:3d} splits={ns!s:4s} ERR {str(e)[:150]}", flush=True)
-            del q, k, v
-            torch.cuda.empty_cache()
+
+
+def main():
+    for fp8 in (False, True):
+        for ragged in (False, True):
+            for page in (0, 16):
+                q, k, v, lens, table, kw = mk(ragged, fp8, page)
+                tok = int(lens.sum())
+                for ns in (None, 1, 4, 8):
+                    try:
+                        def f(q=q, k=k, v=v, lens=lens, table=table, ns=ns, kw=kw):
+                            return fa4mlir.flash_attn_with_kvcache(q, k, v, lens, table, num_splits=ns, **kw)
+                        f()
+                        torch.cuda.synchronize()
+                        ms = triton.testing.do_bench(f, warmup=200, rep=500)
+                        print(f"fp8={fp8:d} ragged={ragged:d} page={page:3d} splits={ns!s:4s} {ms*1e3:8.1f} us {tok/ms/1e6:7.3f} Gtok/s", flush=True)
+                    except Exception as e:
+                        print(f"fp8={fp8:d} ragged={ragged:d} page={page:3d} splits={ns!s:4s} ERR {str(e)[:150]}", flush=True)
+                del q, k, v
+                torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

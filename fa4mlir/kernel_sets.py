@@ -26,6 +26,12 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 "Serving"): sliding windows, a chunk, softcap with sinks and ragged lengths (varlen),
                 bf16 D64/D128, GQA 2; what tests/gpu/test_attention_sm100_serving_gpu.py runs (only
                 on an sm_100 GPU) and tests/test_attention_sm100_serving.py interprets
+    attention-sm100-kvserving
+                the sm_100a kernel's windows, chunks, softcap and sinks on the KV-cache routes
+                (attention_sm100_kvserving.kvcache_serving_configs(), note "KV-cache serving"): the decode
+                route over 16/64-row pages, the row gather (page 5), a contiguous cache and an e4m3 cache,
+                and the paged prefill CTA, bf16 D128, GQA 4; what tests/gpu/test_attention_sm100_kvserving_gpu.py
+                runs (only on an sm_100 GPU) and tests/test_attention_sm100_kvserving.py interprets
     mla-sparse-sm100
                 the sm_100a sparse MLA prefill (attention_mla_sparse_sm100: TMA gather4, D_v split over
                 two CTAs per token) without and with topk_length + sinks, through nvJitLink's LTO;
@@ -335,6 +341,12 @@ def attention_sm100() -> list:
 def attention_sm100_serving() -> list:
     from .kernels.attention_sm100_config import KERNEL, serving_configs
     return [(KERNEL, cfg) for cfg in serving_configs()]
+
+
+def attention_sm100_kvserving() -> list:
+    from .kernels.attention_sm100_config import KERNEL
+    from .kernels.attention_sm100_kvserving import kvcache_serving_configs
+    return [(KERNEL, cfg) for cfg in kvcache_serving_configs()]
 
 
 def demo() -> list:
@@ -735,6 +747,7 @@ def bench() -> list:
 
 
 SETS = {"attention-sm100": attention_sm100, "attention-sm100-serving": attention_sm100_serving,
+        "attention-sm100-kvserving": attention_sm100_kvserving,
         "mla-sparse-sm100": mla_sparse_sm100, "demo": demo, "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
         "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
         "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,

@@ -71,8 +71,8 @@ def test_mask_fields_match_the_sm90_config():
 
 
 @pytest.mark.parametrize("kw,reason", [
-    (dict(causal=True, window_left=64, page_size=64), "contiguous two-Q-tile prefill kernel only"),
-    (dict(sinks=True, num_q_tiles=1, fuse_gqa=True), "sink with page_size=0, num_q_tiles=1"),
+    (dict(causal=True, varlen=True, num_q_tiles=1, fuse_gqa=True), "varlen with page_size=0, num_q_tiles=1"),
+    (dict(causal=True, varlen=True, page_size=64), "contiguous two-Q-tile prefill kernel only"),
     (dict(varlen=True, page_size=16), "varlen with page_size=16"),
     (dict(softcap=1), "softcap"),                          # a bool field given an int
     (dict(seqused_k=True), "seqused_k=True needs varlen=True"),

@@ -93,8 +93,11 @@ OPS: tuple[OpDef, ...] = (
     OpDef("producer_acquire", "Block until `empty[stage]` completed the phase of parity `phase ^ 1`.",
           operands=(("stage", "i32"), ("phase", "i32")), attrs=(("pipe", "str"),)),
     OpDef("producer_commit", """Arrive once on `full[stage]`, first raising its expected transaction count
-    by `tx_bytes` (0: a plain arrive). One thread calls it per stage fill.""",
-          operands=(("stage", "i32"),), attrs=(("pipe", "str"), ("tx_bytes", "int"))),
+    by `tx_bytes` (0: a plain arrive). One thread calls it per stage fill. `cta_group` = 2 (a CTA
+    pair's ring whose loads are `cta_group` = 2): both CTAs' producers execute it, the leader's (even
+    rank) alone arrives, on its own `full[stage]`, expecting `tx_bytes` = the bytes of both CTAs' fills.""",
+          operands=(("stage", "i32"),), attrs=(("pipe", "str"), ("tx_bytes", "int")),
+          optional_attrs=(("cta_group", "int"),)),
     OpDef("consumer_wait", "Block until `full[stage]` completed the phase of parity `phase`.",
           operands=(("stage", "i32"), ("phase", "i32")), attrs=(("pipe", "str"),)),
     OpDef("consumer_release", "Each calling thread arrives once on `empty[stage]`.",
@@ -105,9 +108,11 @@ OPS: tuple[OpDef, ...] = (
           operands=(("stage", "i32"), ("rank", "i32")), attrs=(("pipe", "str"), ("side", "str"))),
     # ---- TMA ------------------------------------------------------------------------------------
     OpDef("tma_load", """Copy the box at `coords` (innermost first) of the tensor that `desc` describes into
-    `dst`; the copy's bytes count as transactions on `full[stage]` of `pipe`.""",
+    `dst`; the copy's bytes count as transactions on `full[stage]` of `pipe`. `cta_group` = 2 (sm_100a, a
+    CTA pair): the bytes count on `full[stage]` of the pair's leader CTA (even rank) instead, whichever
+    CTA issues the copy; the data lands in the issuer's `dst` (PTX ISA 9.7.9.25 .cta_group::2).""",
           operands=(("desc", "ptr"), ("dst", "smem_ptr"), ("stage", "i32"), ("coords", "*i32")),
-          attrs=(("pipe", "str"), ("box", "ints"), ("elem_bytes", "int"))),
+          attrs=(("pipe", "str"), ("box", "ints"), ("elem_bytes", "int")), optional_attrs=(("cta_group", "int"),)),
     OpDef("tma_gather4", """sm_100a: copy four rows of the 2-D tensor that `desc` describes, rows `row0` ..
     `row3` (any order, repeats allowed), columns [`col`, `col` + box[0]), into `dst` as one 4-row box
     (row i at `dst` + i * box[0] * elem_bytes, under the descriptor's swizzle); the copy's bytes
@@ -115,10 +120,11 @@ OPS: tuple[OpDef, ...] = (
     descriptor's box, [columns, 1]: PTX ISA 9.7.9.25 cp.async.bulk.tensor with .tile::gather4
     (PTX ISA 8.6, sm_100 and later; `.2d` only) and 5.5.3.4 "tile::scatter4 and tile::gather4 modes" (2-D
     tensors only, the bounding box 1 row high, four row coordinates and one column coordinate;
-    no interleaved layout; the other tile-mode rules, out-of-bounds zero fill among them, hold).""",
+    no interleaved layout; the other tile-mode rules, out-of-bounds zero fill among them, hold).
+    `cta_group` = 2: as for `tma_load`, the bytes count on the pair leader's `full[stage]`.""",
           operands=(("desc", "ptr"), ("dst", "smem_ptr"), ("stage", "i32"), ("col", "i32"), ("row0", "i32"),
                     ("row1", "i32"), ("row2", "i32"), ("row3", "i32")),
-          attrs=(("pipe", "str"), ("box", "ints"), ("elem_bytes", "int"))),
+          attrs=(("pipe", "str"), ("box", "ints"), ("elem_bytes", "int")), optional_attrs=(("cta_group", "int"),)),
     # ---- per-thread async copies (sm_80+) -------------------------------------------------------
     OpDef("cp_async", """Copy 16 bytes from global `src` to `dst` (16-byte aligned both) asynchronously,
     through L2 only (cp.async.cg); where `valid` is false nothing is read and `dst` gets 16 zero

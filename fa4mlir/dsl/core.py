@@ -327,8 +327,10 @@ class Pipeline:
     def producer_acquire(self, s: PipeState):
         fa4.producer_acquire(s.stage, s.phase, pipe=self.name)
 
-    def producer_commit(self, s: PipeState, tx_bytes: int = 0):
-        fa4.producer_commit(s.stage, pipe=self.name, tx_bytes=tx_bytes)
+    def producer_commit(self, s: PipeState, tx_bytes: int = 0, *, cta_group: int = 1):
+        """Arrive on full[stage] expecting `tx_bytes`; `cta_group` 2: the pair's commit (both CTAs execute
+        it, the leader arrives, `tx_bytes` counting both CTAs' cta_group = 2 loads)."""
+        fa4.producer_commit(s.stage, pipe=self.name, tx_bytes=tx_bytes, **({"cta_group": cta_group} if cta_group != 1 else {}))
 
     def consumer_wait(self, s: PipeState):
         fa4.consumer_wait(s.stage, s.phase, pipe=self.name)

@@ -17,7 +17,8 @@ What the cluster adds (PTX ISA 9.1):
                          must be ordered after the peer's mbarrier.init by happens-before (a cluster
                          barrier between them), else a BarrierFault: the schedule may have run it after
                          the init by chance, the hardware need not
-    cta_group::2         the pair's MMA, commit multicast, TMEM alloc/dealloc: ops/tcgen05_pair.py
+    cta_group::2         the pair's MMA, commit multicast, TMEM alloc/dealloc: ops/pair.py; tcgen05.cp:
+                         ops/tmem_copy.py; TMA loads completing on the leader's barrier: ops/tma.py
 """
 from __future__ import annotations
 

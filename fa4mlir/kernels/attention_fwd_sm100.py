@@ -44,7 +44,10 @@ first + n_blocks - 1 (_Geometry.block) and masks with common.masks.key_window; s
 right after S leaves TMEM; sinks join in the correction's epilogue (_Correction.normalizer); varlen
 offsets every TMA row by cu_seqlens and stores O row by row (_Correction.store_o_rows). A CTA that
 visits no block (a window or chunk beyond its rows, a sequence without keys) writes zeros without
-reading O from TMEM, as the paged kernel does.
+reading O from TMEM, as the paged kernel does. The same code serves the KV-cache routes
+(attention_sm100_kvserving, note "KV-cache serving": a decode row's mask position is its token; each
+packed row its own head's sink), and a window's load loop runs over the block indices (note "Load warp
+and windows" there).
 
 MLA prefill (attention_sm100_config, note "MLA"): head_dim 192 / head_dim_v 128 is the same code with
 three 64-column chunks per Q/K tile (12 S MMAs), two per V tile, and one K/V stage; the MMA thread
@@ -372,9 +375,13 @@ def _load_role(kb, cfg, geo: _Geometry, bufs: _Buffers):
                              [const(c * CHUNK), geo.head, geo.q_coord(geo.tile_row0(i)), geo.tma_batch()],
                              pipe=pipes.q.name, box=q_box, elem_bytes=fcfg.ELEM_BYTES)
         # 2. K_n then V_n of every visited block, each into its ring (K and V stages move together)
-        loop = kb.for_(0, geo.n_blocks, 1, carry=pipes.k.initial_state())
+        # a window or chunk: the loop runs over the block indices themselves (note "Load warp and
+        # windows"); else over visits 0 .. n_blocks - 1 (block(n) = n, or split-KV's offset + n)
+        windowed = geo.first is not None
+        loop = kb.for_(geo.first if windowed else 0, geo.first + geo.n_blocks if windowed else geo.n_blocks, 1,
+                       carry=pipes.k.initial_state())
         with loop as (n, s):
-            row = geo.block(n) * cfg.bn
+            row = (n if windowed else geo.block(n)) * cfg.bn
             if cfg.paged:    # the tile's pages, looked up once for K_n and V_n
                 origins = paged_rows.tile_box_origins(kb, row, cfg.bn, cfg.box_rows, geo.seqlen_k, geo.batch,
                                                       bufs.page_table, bufs.page_table_stride, bufs.num_pages,

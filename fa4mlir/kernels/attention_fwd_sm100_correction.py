@@ -140,13 +140,16 @@ class _Correction:
         """(1 / l or 0, LSE, whether the row is empty) from the row's sum l and scaled max. With sinks
         the head's sink logit b joins them: M = max(m_scaled, b) (0 when both are -inf), l' = l 2^(m_scaled
         - M) + 2^(b - M), O scaled by 2^(m_scaled - M) / l', LSE = (M + log2 l') ln 2 (= the sink for a
-        row without keys)."""
+        row without keys). On the decode route each packed row reads its own head's sink."""
         kb, f32 = self.kb, "f32"
         if not self.cfg.sinks:
             empty = l_.eq(0.0)
             inv = select(empty, const(0.0, f32), const(1.0, f32) / l_)
             return inv, select(empty, const(float("inf"), f32), (m_scaled + log2(l_)) * LN2), empty
-        sink = kb.load(kb.gep(self.bufs.sinks, self.geo.head, f32), f32, align=4) * LOG2E
+        head = self.geo.head
+        if self.cfg.decode:   # packed row t is head t % group of the KV head's group (note "Decode")
+            head = head + self.t % self.cfg.tile_heads
+        sink = kb.load(kb.gep(self.bufs.sinks, head, f32), f32, align=4) * LOG2E
         top = fmax(m_scaled, sink)
         top = select(top.eq(NEG_INF), const(0.0, f32), top)
         keys = exp2(m_scaled - top)

@@ -64,7 +64,8 @@ K/V tile is read once per KV head. Q arrives and O leaves by one TMA box per 64-
 packed order. Grid (M tiles of MMA_M // group tokens, kv_heads, batch); roles softmax1 and the Q1
 tile are absent (warps 4-7 idle), the MMA warp issues S0 <- Q0 Kn; O0 <- O0 + P0 Vn per block.
 
-Note "Serving" (issue 28 item 6; the two-Q-tile prefill CTA over a contiguous K/V only), each a
+Note "Serving" (issue 28 item 6; the two-Q-tile prefill CTA over a contiguous K/V; the masks, softcap
+and sinks also on the KV-cache routes: attention_sm100_kvserving, note "KV-cache serving"), each a
 compile-time field, off by default (then `plain`: the kernel's original code, its cubins unchanged):
   * masks: causal, window_left/window_right and chunk spell common.mask_family's masks as AttnConfig
     does, in canonical form (mask_fields). Beyond causal, the CTA visits the KV blocks tile_blocks gives
@@ -457,7 +458,11 @@ class FA4Config(MLADecodeGeometry):   # mla_decode, tile_heads, mma_m, o_cols: c
         shapes compiled and interpreted, not every combination. Note "Serving"'s fields on the two-tile contiguous
         prefill kernel (any window, chunk, softcap, sinks, varlen on top of the space above): the 12
         code shapes of serving_configs() are compiled, verified and interpreted by
-        tests/test_attention_sm100_serving.py; the other combinations are accepted unchecked. MLA
+        tests/test_attention_sm100_serving.py; the other combinations are accepted unchecked. The
+        window, chunk, softcap and sinks also on the KV-cache routes (the paged prefill CTA, the decode
+        route: contiguous, paged boxes, row gather, FP8; note "KV-cache serving"): the 9 code shapes of
+        attention_sm100_kvserving.kvcache_serving_configs() are compiled, verified and interpreted by
+        tests/test_attention_sm100_kvserving.py, the rest accepted unchecked; varlen/seqused_k refused. MLA
         prefill (head_dim 192, head_dim_v 128, note "MLA"): the plain contiguous two-tile prefill CTA,
         stages 0 or 1, the default exp2_poly_stride; its 12 code shapes (mla_configs()) are compiled,
         verified and interpreted by tests/test_attention_sm100_mla.py, outside supported_configs(). MLA decode
@@ -504,10 +509,11 @@ class FA4Config(MLADecodeGeometry):   # mla_decode, tile_heads, mma_m, o_cols: c
             return refusal
         if self.split_kv and not self.mla_decode:
             return ConfigError("split_kv=True: split-KV partials are built for MLA decode (576/512) only on sm_100a")
-        if not self.plain and (self.paged or self.decode):
-            return ConfigError(f"{self.serving_tag().lstrip('_')} with page_size={self.page_size}, num_q_tiles="
-                               f"{self.num_q_tiles}: windows, chunks, softcap, sinks and ragged lengths are built for "
-                               f"the contiguous two-Q-tile prefill kernel only (page_size=0, num_q_tiles=2)")
+        if (self.varlen or self.seqused_k) and (self.paged or self.decode):
+            return ConfigError(f"{'varlen' if self.varlen else 'seqused_k'} with page_size={self.page_size}, num_q_tiles="
+                               f"{self.num_q_tiles}: packed ragged Q/K (cu_seqlens, seqused_k) are built for the contiguous "
+                               f"two-Q-tile prefill kernel only (page_size=0, num_q_tiles=2); the KV-cache routes take ragged "
+                               f"key lengths from cache_seqlens (attention_sm100_kvserving, note \"KV-cache serving\")")
         if self.seqused_k and not self.varlen:
             return ConfigError("seqused_k=True needs varlen=True (it bounds each packed sequence's keys)")
         if self.num_qk_stages != 1 or self.num_pv_stages != 1:

@@ -73,7 +73,8 @@ class _Scales:
             self.fixed = tuple(kb.load(kb.gep(p[n], at, "f32"), "f32", align=4) for n in ("k_scale", "v_scale"))
 
     def of_block(self, n: Value, valid: Value) -> tuple:
-        """(k's, v's) row -> f32 scale functions for block n, whose rows [valid, BN) are past L_b."""
+        """(k's, v's) row -> f32 scale functions for KV block n (geo.block of the visit: a window's
+        first block is not 0), whose rows [valid, BN) are past L_b."""
         cfg = self.cfg
         if cfg.kv_scale != "block":
             k, v = self.fixed
@@ -115,7 +116,7 @@ def convert_role(kb, cfg, geo, bufs, p):
         pipes.v.producer_acquire(s)
         # 3. convert with the rows' scales; V rows at or past L_b as zeros
         valid = geo.seqlen_k - geo.block(n) * cfg.bn
-        k_scale, v_scale = scales.of_block(n, valid)
+        k_scale, v_scale = scales.of_block(geo.block(n), valid)
         src = [kb.gep(b, s.stage * tile, "i8") for b, tile in ((bufs.k8_smem, bufs.k8_tile), (bufs.v8_smem, bufs.v8_tile))]
         dst = [kb.gep(b, s.stage * tile, "i8") for b, tile in ((bufs.k_smem, bufs.k_tile), (bufs.v_smem, bufs.v_tile))]
         e4m3_tile.emit_convert(kb, t, [(src[0], dst[0], None, k_scale), (src[1], dst[1], valid, v_scale)], cfg.bn,
@@ -157,7 +158,7 @@ def gather_role(kb, cfg, geo, bufs):
         head_offset = (geo.kv_head * cfg.head_dim * ELEM_BYTES).to("i64")
         loop = kb.for_(0, geo.n_blocks, 1, carry=pipes.k.initial_state())
         with loop as (n, s):
-            paged_rows.gather_rows(kb, tid, threads, n * cfg.bn, cfg.bn, geo.seqlen_k, geo.batch, bufs.page_table,
+            paged_rows.gather_rows(kb, tid, threads, geo.block(n) * cfg.bn, cfg.bn, geo.seqlen_k, geo.batch, bufs.page_table,
                                    bufs.page_table_stride, bufs.num_pages, cfg.page_size, bufs.rows_smem)
             kb.named_barrier(BAR_GATHER, threads)
             for pipe, pool, base, tile in ((pipes.k, bufs.k_desc, bufs.k_smem, bufs.k_tile),

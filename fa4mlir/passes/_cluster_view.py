@@ -24,6 +24,19 @@ election). Each rank t has two views. Its target view is the kernel as CTA t's b
   a leader election and-ed with it counts as before; a kept op in the else-branch of a rank
   condition is not modelled (PassError).
 
+Pair rings (a pipeline with a `producer_commit` of `cta_group = 2`: FlashMLA's K and V loads): both
+CTAs' producers acquire their own stage, copy with `cta_group = 2` loads (their bytes complete on the
+leader's `full[stage]`) and execute the pair's commit, which only the leader's thread performs,
+expecting both CTAs' bytes; the leader's consumer waits for them. So in rank 0's target view the
+loads and the commit stay once, in rank 1's they are gone (nothing lands on its `full`); in rank 1's
+executor view the leader's `consumer_wait` of a pair ring stays (the leader's barrier waits for rank
+1's bytes on its behalf, as a multicast release frees its stage), so its multicast release balances;
+the commit's fill (rule 5) counts the executor's own loads times two in each rank's executor view, so
+both views pass only when tx_bytes = 2 x rank 0's bytes = 2 x rank 1's bytes = the bytes both CTAs copy,
+and every load of a pair commit's fill is `cta_group = 2` (a 1-CTA load would complete on its own
+CTA's barrier), and a `cta_group = 2` load only in a pair commit's fill. A rank 1 `cta_group = 2`
+load arrives remotely (the cluster_sync rule below).
+
 The view keeps program order: an op of the peer's branch before the leader's branch happens first
 in the view (the leader's MMA reads the peer's stage after the peer's wait). What the views prove is
 each CTA's ring protocol with the remote arrivals counted where they land (a release or commit that
@@ -42,6 +55,7 @@ from ._util import PassError, attr, ops_named
 
 NAME = "fa4-verify-pipelines"
 PAIR = 2
+LOAD_OPS = ("fa4.tma_load", "fa4.tma_gather4")
 LOCAL_OPS = ("fa4.producer_acquire", "fa4.producer_commit", "fa4.tma_load", "fa4.tma_gather4", "fa4.consumer_wait",
              "fa4.consumer_release", "fa4.mma_commit", "fa4.mma", "fa4.mma_commit_group", "fa4.mma_wait_group",
              "fa4.cp_async_arrive", "fa4.peer_arrive")
@@ -53,7 +67,7 @@ def _group(op) -> int:
 
 def is_pair_kernel(func: ir.Operation) -> bool:
     for op in ops_named(func, "fa4.cluster_rank", "fa4.peer_arrive", "fa4.mma", "fa4.mma_commit",
-                        "fa4.tmem_alloc"):
+                        "fa4.tmem_alloc", "fa4.producer_commit", *LOAD_OPS):
         if op.name in ("fa4.cluster_rank", "fa4.peer_arrive") or _group(op) == 2 or "multicast" in op.attributes:
             return True
     return False
@@ -92,8 +106,19 @@ def _fail(msg: str, op: ir.Operation):
     raise PassError(f"{NAME}: {msg}", op.location)
 
 
+def pair_pipes(func: ir.Operation) -> set:
+    """The pipelines with a pair commit (producer_commit cta_group = 2): their `full` is the leader's."""
+    return {attr(op, "pipe") for op in ops_named(func, "fa4.producer_commit") if _group(op) == 2}
+
+
 def _arrivals_in(op: ir.Operation, ranks: set, t: int) -> int:
     """How many times `op`, executed by `ranks`, acts on rank t's barriers (0: not in t's view)."""
+    if (op.name in LOAD_OPS or op.name == "fa4.producer_commit") and _group(op) == 2:
+        if op.name == "fa4.producer_commit" and ranks and 0 not in ranks:
+            _fail(f"fa4.producer_commit with cta_group = 2 on pipeline '{attr(op, 'pipe')}' runs in CTA rank(s) "
+                  f"{sorted(ranks)} only: the pair's commit arrives from the leader (rank 0); let both ranks "
+                  f"execute it", op)
+        return 1 if ranks and t == 0 else 0       # they land on the leader's full[stage] (note "pair rings")
     if op.name == "fa4.peer_arrive":
         target = const_int(op.operands[1])
         if target is None or not 0 <= target < PAIR:
@@ -134,11 +159,14 @@ def _check_cluster_sync(func: ir.Operation, remote: list) -> None:
               f"arrive before the barrier is initialised; add cluster_sync() after pipeline_init()", top[roles[0]])
 
 
-def _executed_in(op: ir.Operation, ranks: set, t: int) -> int:
+def _executed_in(op: ir.Operation, ranks: set, t: int, pairs: set) -> int:
     """1 when `op` is in rank t's executor view: t executes it, or it is a multicast release (an
-    mma_commit on "empty") whose mask names t: the pair's tensor core frees t's stage for t."""
+    mma_commit on "empty") whose mask names t: the pair's tensor core frees t's stage for t, or the
+    leader's wait on a pair ring (note "pair rings")."""
     if op.name == "fa4.mma_commit" and "multicast" in op.attributes and attr(op, "side") == "empty":
         return 1 if ranks and attr(op, "multicast") >> t & 1 else 0
+    if op.name == "fa4.consumer_wait" and attr(op, "pipe") in pairs and 0 in ranks:
+        return 1
     return 1 if t in ranks else 0
 
 
@@ -152,13 +180,15 @@ def _view(func: ir.Operation, t: int, target: bool):
     module = ir.Module.parse(top.get_asm(enable_debug_info=True), func.context)
     view = next(op for op in ops_named(module.operation, "llvm.func") if attr(op, "sym_name") == name)
     multiplicity, remote_ops, remote = {}, [], set()
+    pairs = pair_pipes(view)
     for op in ops_named(view, *LOCAL_OPS):
         ranks, in_else = _ranks(op, view)
         _check_leader(op, ranks)
-        is_remote = op.name == "fa4.peer_arrive" or (op.name == "fa4.mma_commit" and "multicast" in op.attributes)
+        is_remote = (op.name == "fa4.peer_arrive" or (op.name == "fa4.mma_commit" and "multicast" in op.attributes)
+                     or (op.name in LOAD_OPS and _group(op) == 2 and ranks - {0}))
         if is_remote:
             remote_ops.append(op)
-        n = _arrivals_in(op, ranks, t) if target else _executed_in(op, ranks, t)
+        n = _arrivals_in(op, ranks, t) if target else _executed_in(op, ranks, t, pairs)
         if n == 0:
             op.erase()
             continue
@@ -187,4 +217,4 @@ def rank_views(func: ir.Operation) -> list:
     return [(t, kind, *_view(func, t, kind == "target")) for t in range(PAIR) for kind in ("executor", "target")]
 
 
-__all__ = ["is_pair_kernel", "rank_views", "PAIR"]
+__all__ = ["is_pair_kernel", "rank_views", "pair_pipes", "PAIR"]

@@ -4,7 +4,9 @@
   `consumer_arrivals`, fences the initialisation, then the CTA synchronises.
 * `producer_acquire(stage, phase)`: try_wait.parity(empty[stage], phase ^ 1).
 * `consumer_wait(stage, phase)`: try_wait.parity(full[stage], phase), parity = phase & 1.
-* `producer_commit(stage)`: arrive.expect_tx(full[stage], tx_bytes) (plain arrive when 0).
+* `producer_commit(stage)`: arrive.expect_tx(full[stage], tx_bytes) (plain arrive when 0); with
+  `cta_group = 2` only in the pair's leader (%cluster_ctarank even): its loads and the peer's, all
+  `cta_group = 2`, complete on the leader's full[stage] (lower_tma.py note "pair loads").
 * `consumer_release(stage)`: arrive(empty[stage]).
 * `peer_arrive(stage, rank){pipe, side}`: mapa.shared::cluster of full/empty[stage] to CTA `rank`, then
   mbarrier.arrive.release.cluster.shared::cluster.b64 on it (PTX ISA 9.7.9.26 mapa, 9.7.13.15.13).
@@ -15,8 +17,8 @@ Runs after every pass that needs the pipeline offsets (tma, mma); erases the `fa
 from __future__ import annotations
 
 from .._mlir import arith, ir, nvvm, scf
-from ._util import (PassError, attr, barrier_addr, byte_offset, check_none_left, i32, kernel_func, ops_named,
-                    pipelines, smem_base, tid_x)
+from ._util import (PassError, attr, barrier_addr, byte_offset, check_none_left, cta_group, i32, kernel_func,
+                    ops_named, pipelines, smem_base, tid_x)
 
 NAME = "fa4-lower-pipelines"
 OPS = ("fa4.pipeline_init", "fa4.producer_acquire", "fa4.producer_commit", "fa4.consumer_wait",
@@ -60,12 +62,7 @@ def run(module: ir.Operation, debug: bool = False) -> None:
                 else:
                     nvvm.mbarrier_try_wait_parity(addr, parity, i32(WAIT_TICKS))
             elif name == "fa4.producer_commit":
-                addr = barrier_addr(pipes, op, "full", op.operands[0])
-                tx = attr(op, "tx_bytes")
-                if tx:
-                    nvvm.mbarrier_arrive_expect_tx(None, addr, i32(tx))
-                else:
-                    nvvm.mbarrier_arrive(ir.IntegerType.get_signless(64), addr)
+                _producer_commit(pipes, op)
             elif name == "fa4.peer_arrive":
                 _peer_arrive(pipes, op)
             elif name == "fa4.consumer_release":
@@ -74,6 +71,25 @@ def run(module: ir.Operation, debug: bool = False) -> None:
     for pipe in pipes.values():
         pipe.erase()
     check_none_left(func, OPS, NAME)
+
+
+def _producer_commit(pipes: dict, op: ir.Operation) -> None:
+    if cta_group(op) == 2:                      # the pair's commit: the leader arrives for both CTAs
+        rank = nvvm.read_ptx_sreg_cluster_ctarank(ir.IntegerType.get_signless(32))
+        is_leader = arith.cmpi(arith.CmpIPredicate.eq, arith.andi(rank, i32(1)), i32(0))
+        ifop = scf.IfOp(is_leader, [], has_else=False)
+        with ir.InsertionPoint(ifop.then_block):
+            _arrive_expect(barrier_addr(pipes, op, "full", op.operands[0]), attr(op, "tx_bytes"))
+            scf.YieldOp([])
+        return
+    _arrive_expect(barrier_addr(pipes, op, "full", op.operands[0]), attr(op, "tx_bytes"))
+
+
+def _arrive_expect(addr: ir.Value, tx: int) -> None:
+    if tx:
+        nvvm.mbarrier_arrive_expect_tx(None, addr, i32(tx))
+    else:
+        nvvm.mbarrier_arrive(ir.IntegerType.get_signless(64), addr)
 
 
 def _peer_arrive(pipes: dict, op: ir.Operation) -> None:

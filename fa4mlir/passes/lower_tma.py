@@ -8,16 +8,29 @@ A `fa4.tma_load` completes on `full[stage]` of its pipeline (mbarrier::complete_
 shared::cluster.global.tile::gather4.mbarrier::complete_tx::bytes [dst], [desc, {col, row0, row1,
 row2, row3}], [full]` (PTX ISA 9.7.9.25, .tile::gather4 needs PTX ISA 8.6 and sm_100 or later, and only
 the .2d form exists; 5.5.3.4: the descriptor's box is one row high, the copy writes four box rows).
+
+Note "pair loads": a load with `cta_group = 2` lowers to the .cta_group::2 form, whose mbarrier "can be
+in shared memory of either the same CTA as the shared memory destination dstMem or in its peer-CTA"
+(PTX ISA 9.7.9.25.5.1, cp.async.bulk.tensor; cta_group::1 requires the destination's CTA). The
+barrier is the pair leader's `full[stage]`: mapa.shared::cluster of the local barrier to CTA rank
+%cluster_ctarank & ~1 (9.7.9.26 mapa; the leader's own address in the leader), whose shared::cluster
+address the instruction takes as [mbar] (the .shared::cluster destination form addresses the remote
+barrier: "When the mbarrier object mbar resides in the shared memory of a different CTA ... .dst must
+be specified as .shared::cluster"). NVVM types the operand !llvm.ptr<3>, so the ptr<7> from mapa is
+passed through ptrtoint / inttoptr (both 64-bit here: the address bits are unchanged). CUTLASS and
+FlashMLA clear bit 24 of the shared::cta address instead (Sm100MmaPeerBitMask), an encoding the ISA
+does not state.
 """
 from __future__ import annotations
 
 import re
 
 from .._mlir import arith, ir, llvm, nvvm
-from ._util import PassError, attr, barrier_addr, check_none_left, i32, kernel_func, ops_named, pipelines
+from ._util import CTA_GROUPS, PassError, attr, barrier_addr, check_none_left, cta_group, i32, kernel_func, ops_named, pipelines
 
 NAME = "fa4-lower-tma"
 GATHER4_MIN_SM = 100      # .tile::gather4: PTX ISA 8.6, sm_100 and later (9.7.9.25, "Target ISA notes")
+PAIR_MIN_SM = 100         # .cta_group: PTX ISA 8.6, sm_100a
 OPS = ("fa4.tma_load", "fa4.tma_gather4", "fa4.tma_store", "fa4.tma_store_wait", "fa4.tma_prefetch", "fa4.tma_prefetch_box", "fa4.cp_async",
        "fa4.cp_async_arrive")
 
@@ -33,9 +46,9 @@ def run(module: ir.Operation) -> None:
                 if len(coords) != len(box) or not 1 <= len(box) <= 5:
                     raise PassError(f"{NAME}: tma_load has {len(coords)} coordinates for a rank-{len(box)} box "
                                     "(rank 1..5, one coordinate per box dimension)", op.location)
-                mbar = barrier_addr(pipes, op, "full", stage)
+                mbar = _load_barrier(pipes, op, stage, func)
                 dst_cluster = llvm.addrspacecast(ir.Type.parse("!llvm.ptr<7>"), dst)
-                nvvm.cp_async_bulk_tensor_shared_cluster_global(dst_cluster, desc, list(coords), mbar, [])
+                nvvm.cp_async_bulk_tensor_shared_cluster_global(dst_cluster, desc, list(coords), mbar, [], **_group_kw(op))
             elif op.name == "fa4.tma_gather4":
                 _lower_gather4(op, pipes, func)
             elif op.name == "fa4.tma_store":
@@ -105,10 +118,32 @@ def _lower_gather4(op: ir.Operation, pipes, func: ir.Operation) -> None:
         raise PassError(f"{NAME}: tma_gather4 in a kernel for {chip}; .tile::gather4 needs sm_{GATHER4_MIN_SM} or "
                         "later (PTX ISA 9.7.9.25): gather rows with per-thread cp_async on older targets",
                         op.location)
-    mbar = barrier_addr(pipes, op, "full", stage)
+    mbar = _load_barrier(pipes, op, stage, func)
     dst_cluster = llvm.addrspacecast(ir.Type.parse("!llvm.ptr<7>"), dst)
     nvvm.cp_async_bulk_tensor_shared_cluster_global(dst_cluster, desc, [col, *rows], mbar, [],
-                                                    mode=nvvm.TMALoadMode.TILE_GATHER4)
+                                                    mode=nvvm.TMALoadMode.TILE_GATHER4, **_group_kw(op))
+
+
+def _group_kw(op: ir.Operation) -> dict:
+    """The nvvm `group` keyword of a load: none for cta_group 1 (the default form, unchanged PTX)."""
+    return {"group": CTA_GROUPS[2]} if cta_group(op) == 2 else {}
+
+
+def _load_barrier(pipes, op: ir.Operation, stage: ir.Value, func: ir.Operation) -> ir.Value:
+    """`full[stage]` of the load's pipeline: this CTA's, or with cta_group 2 the pair leader's (note "pair
+    loads"): mapa to rank %cluster_ctarank & ~1, as the !llvm.ptr<3> operand NVVM takes."""
+    local = barrier_addr(pipes, op, "full", stage)
+    if cta_group(op) == 1:
+        return local
+    chip = _chip(func)
+    sm = re.fullmatch(r"sm_(\d+)[af]?", chip or "")
+    if chip is not None and (sm is None or int(sm.group(1)) < PAIR_MIN_SM):
+        raise PassError(f"{NAME}: {op.name} with cta_group = 2 in a kernel for {chip}; .cta_group::2 needs "
+                        f"sm_{PAIR_MIN_SM}a (PTX ISA 9.7.9.25)", op.location)
+    i32t, i64t = ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(64)
+    leader = arith.andi(nvvm.read_ptx_sreg_cluster_ctarank(i32t), i32(~1))
+    remote = nvvm.mapa(ir.Type.parse("!llvm.ptr<7>"), local, leader)
+    return llvm.inttoptr(ir.Type.parse("!llvm.ptr<3>"), llvm.ptrtoint(i64t, remote))
 
 
 def _chip(func: ir.Operation) -> str | None:

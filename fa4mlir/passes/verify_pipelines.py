@@ -469,6 +469,12 @@ class _Checker:
                       f"({boxes or 'none'}{f' x cta_group {cta_group}' if cta_group != 1 else ''}); "
                       "derive tx_bytes from the boxes", op)
         for x in fill.loads:
+            load_group = attr(x, "cta_group") if "cta_group" in x.attributes else 1
+            if load_group != cta_group:
+                self.fail(f"pipeline '{pname}', role '{rname}': a {x.name} with cta_group = {load_group} in the fill "
+                          f"of a producer_commit with cta_group = {cta_group}: a pair commit (cta_group 2) announces "
+                          f"copies completing on the leader's barrier, which only cta_group = 2 loads do; give the "
+                          f"loads and their commit the same cta_group", x)
             if x.operands[2] != op.operands[0]:
                 self.fail(f"pipeline '{pname}', role '{rname}': tma_load lands on "
                           f"{_stage_text(x.operands[2])} but the producer_commit of its fill is on "

@@ -137,3 +137,30 @@ module attributes {gpu.container_module} {
     }
   }
 }
+
+// -----
+
+// producer_commit with cta_group = 2 (a pair ring's commit): both CTAs execute it, the leader alone
+// (%cluster_ctarank even) arrives with the pair's bytes on its own full[stage].
+// CHECK-LABEL: llvm.func @pair_commit
+// CHECK: %[[RANK:.*]] = nvvm.read.ptx.sreg.cluster.ctarank : i32
+// CHECK: %[[ODD:.*]] = arith.andi %[[RANK]], %{{.*}} : i32
+// CHECK: %[[LEADER:.*]] = arith.cmpi eq, %[[ODD]], %{{.*}} : i32
+// CHECK: scf.if %[[LEADER]] {
+// CHECK: %[[FULL:.*]] = llvm.getelementptr
+// CHECK: %[[TX:.*]] = arith.constant 40960 : i32
+// CHECK: nvvm.mbarrier.arrive.expect_tx %[[FULL]], %[[TX]]
+// CHECK: }
+// CHECK-NOT: fa4.
+// CHECK: llvm.return
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_100a", features = "+ptx86">] {
+    llvm.mlir.global external @fa4_smem() {addr_space = 3 : i32, alignment = 1024 : i64} : !llvm.array<0 x i8>
+    llvm.func @pair_commit(%stage: i32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "kv", num_stages = 2 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 1 : i64, consumer_arrivals = 1 : i64, offset = 1024 : i64} : () -> ()
+      "fa4.producer_commit"(%stage) {pipe = "kv", tx_bytes = 40960 : i64, cta_group = 2 : i64} : (i32) -> ()
+      llvm.return
+    }
+  }
+}

@@ -215,3 +215,51 @@ module attributes {gpu.container_module} {
     }
   }
 }
+
+// -----
+
+// cta_group = 2 (lower_tma note "pair loads"): the load completes on the pair leader's full[stage],
+// mapa of the local barrier to rank %cluster_ctarank & ~1, passed as the !llvm.ptr<3> NVVM takes.
+// CHECK-LABEL: llvm.func @pair_load
+// CHECK: %[[FULL:.*]] = llvm.getelementptr
+// CHECK: %[[RANK:.*]] = nvvm.read.ptx.sreg.cluster.ctarank : i32
+// CHECK: %[[MASK:.*]] = arith.constant -2 : i32
+// CHECK: %[[LEADER:.*]] = arith.andi %[[RANK]], %[[MASK]]
+// CHECK: %[[REMOTE:.*]] = nvvm.mapa %[[FULL]], %[[LEADER]] : !llvm.ptr<3> -> !llvm.ptr<7>
+// CHECK: %[[BITS:.*]] = llvm.ptrtoint %[[REMOTE]] : !llvm.ptr<7> to i64
+// CHECK: %[[BAR:.*]] = llvm.inttoptr %[[BITS]] : i64 to !llvm.ptr<3>
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global %{{.*}}, %{{.*}}, %[[BAR]], box[%{{.*}}, %{{.*}}] {group = #nvvm.cta_group<cta_2>}
+// CHECK: nvvm.cp.async.bulk.tensor.shared.cluster.global {{.*}}, %[[BAR2:.*]], box[{{.*}}] {group = #nvvm.cta_group<cta_2>, mode = #nvvm.tma_load_mode<tile_gather4>}
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_100a", features = "+ptx86">] {
+    llvm.mlir.global external @fa4_smem() {addr_space = 3 : i32, alignment = 1024 : i64} : !llvm.array<0 x i8>
+    llvm.func @pair_load(%desc: !llvm.ptr, %dst: !llvm.ptr<3>, %stage: i32, %col: i32, %r: i32)
+        attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "kv_pipe", num_stages = 2 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 1 : i64, consumer_arrivals = 1 : i64, offset = 0 : i64} : () -> ()
+      "fa4.tma_load"(%desc, %dst, %stage, %col, %r) {pipe = "kv_pipe", box = array<i64: 64, 128>, elem_bytes = 2 : i64,
+                     cta_group = 2 : i64} : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32) -> ()
+      "fa4.tma_gather4"(%desc, %dst, %stage, %col, %r, %r, %r, %r) {pipe = "kv_pipe", box = array<i64: 64, 1>,
+                        elem_bytes = 2 : i64, cta_group = 2 : i64} : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32, i32, i32, i32) -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// .cta_group::2 exists on sm_100a only (PTX ISA 9.7.9.25).
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.mlir.global external @fa4_smem() {addr_space = 3 : i32, alignment = 1024 : i64} : !llvm.array<0 x i8>
+    llvm.func @pair_load_on_hopper(%desc: !llvm.ptr, %dst: !llvm.ptr<3>, %stage: i32, %col: i32, %r: i32)
+        attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "kv_pipe", num_stages = 2 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 1 : i64, consumer_arrivals = 1 : i64, offset = 0 : i64} : () -> ()
+      // expected-error @+1 {{fa4.tma_load with cta_group = 2 in a kernel for sm_90a; .cta_group::2 needs sm_100a}}
+      "fa4.tma_load"(%desc, %dst, %stage, %col, %r) {pipe = "kv_pipe", box = array<i64: 64, 128>, elem_bytes = 2 : i64,
+                     cta_group = 2 : i64} : (!llvm.ptr, !llvm.ptr<3>, i32, i32, i32) -> ()
+      llvm.return
+    }
+  }
+}

@@ -12,6 +12,7 @@ reads operand slots of `env`, writes result slots, and reaches the CTA's state a
     tma.py      cp.async.bulk.tensor loads and stores (TMA), their groups
     tcgen05.py  tensor memory (alloc, ld, st, wait) and the tensor core (mma, commit)
     pair.py     a cluster (barrier.cluster, mapa) and the CTA pair's tcgen05 forms (cta_group::2)
+    tmem_copy.py  tcgen05.cp: shared memory -> tensor memory (its shapes, the pair's form)
     wgmma.py    sm_90a warpgroup MMA (SMEM descriptors, register fragments) and its fence/commit/wait
 """
 from __future__ import annotations
@@ -32,6 +33,6 @@ def semantics(*names: str):
     return register
 
 
-from . import arith, control, llvm, pair, sync, tcgen05, tma, wgmma  # noqa: E402,F401  (they fill SEMANTICS)
+from . import arith, control, llvm, pair, sync, tcgen05, tma, tmem_copy, wgmma  # noqa: E402,F401  (they fill SEMANTICS)
 
 __all__ = ["SEMANTICS", "semantics"]

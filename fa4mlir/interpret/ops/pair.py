@@ -15,11 +15,28 @@ The pair (the two CTAs of a cluster whose ranks differ in bit 0; the even one is
                                  128) of A (its SMEM at A's descriptor, or its TMEM lanes 0-127 at A's
                                  address) and of D (its TMEM lanes 0-127 at D's address), and rows
                                  [N/2 r, N/2 r + N/2) of B (N x K, its SMEM at B's descriptor): D_r =
-                                 A_r [B_0; B_1]^T (+ D_r). M = 128 (Layout B, 64 rows a CTA with the
-                                 column halves folded over the lane halves) is not modelled
+                                 A_r [B_0; B_1]^T (+ D_r). Layout B (M = 128, dense A): note "pair
+                                 layouts"
     tcgen05.commit .cta_group::2 [.multicast::cluster]  one arrival, behind the leader's MMAs, on the
                                  barrier at that offset in every CTA whose rank bit is set in the mask
                                  (without a mask: the issuing CTA's)
+
+Note "pair layouts" (PTX ISA 9.7.16.10.5 "Data Path Layout Organization": M = 256 with cta_group::2 is
+Layout A, "4x1"; M = 128 with cta_group::2 and a dense A is Layout B, "2x2"; both at TMEM lane 0).
+The ISA gives the two layouts as figures only; this model reads them, as FlashMLA's sm_100 sparse
+prefill (csrc/sm100/prefill/sparse/fwd/head128/phase1.cuh) uses Layout B, thus:
+* Layout A: CTA r's A rows [128 r, 128 r + 128) (SMEM, or its TMEM lanes 0-127); its TMEM lane l gets
+  D row 128 r + l, all N columns from column `col` on.
+* Layout B: CTA r provides A rows [64 r, 64 r + 64) (64 rows at its descriptor; from TMEM, lanes 0-63
+  and again 64-127) and B rows [N/2 r, N/2 r + N/2); its TMEM lane l < 64 gets D row 64 r + l, columns
+  [0, N/2) (those of CTA 0's B rows), and lane 64 + l the same row's columns [N/2, N) (CTA 1's B rows),
+  both in TMEM columns [col, col + N/2). FlashMLA's facts behind it: the S MMA (B_H 128, B_TOPK 128)
+  leaves a 64-column P (TMEM 256-320) that thread t (lane t) of the softmax warpgroup reads whole, for
+  head row t % 64 and the top-k entries 64 (t // 64) .. + 63 (its validity bits at that offset; CTA r
+  gathered entries 64 r .. + 63), threads t and t + 64 sharing a row's max and sum; Q reaches TMEM by
+  tcgen05.cp 64x128b.warpx2::02_13 (rows 0-31 to lanes 0-31 and 64-95, rows 32-63 to 32-63 and
+  96-127: each row in both lane halves); O (D_V 512, TMEM 0-256) is stored with lanes 0-63 holding
+  columns 0-255 and lanes 64-127 columns 256-511 of the CTA's 64 head rows.
 
 Happens-before: the pair's MMA is the leader's tensor-core agent, so its accesses of the peer's
 SMEM and TMEM are checked against the peer's shadows with the leader's clocks (a peer's TMA load of
@@ -39,7 +56,7 @@ from ..program import BLOCKING, PLAIN, Wait
 from . import semantics
 from .sync import release
 
-PAIR_M = 256            # Layout A: 128 rows a CTA
+PAIR_MS = (256, 128)    # Layout A: 128 rows a CTA; Layout B: 64 rows a CTA
 
 
 def _cluster(w, what: str):
@@ -109,26 +126,26 @@ def check_pair_alloc(w, n: int) -> None:
                                  f"allocated {other.tmem_cols}: the pair allocates the same columns")
 
 
-def check_leader(w) -> None:
+def check_leader(w, what: str = "tcgen05.mma.cta_group::2") -> None:
     leader, _ = pair(w)
     if w.cta is not leader:
-        raise w.fault(Fault, f"tcgen05.mma.cta_group::2 issued by CTA rank {w.cta.rank}: the pair's MMAs are "
+        raise w.fault(Fault, f"{what} issued by CTA rank {w.cta.rank}: the pair's MMAs and copies are "
                              f"issued by its even-rank (leader) CTA (rank {leader.rank}) in this model")
 
 
 def execute_pair_mma(ctas, d_addr: int, a, b_desc: int, idesc: int, accumulate: bool, a_in_tmem: bool,
                      vc, agent: int) -> None:
-    """One tcgen05.mma.cta_group::2 over the pair `ctas` (leader, peer), Layout A (M = 256), run by
-    the leader's tensor core (`agent`, vector pair `vc`)."""
-    from .tcgen05 import decode_idesc, read_operand, smem_operand_addresses
+    """One tcgen05.mma.cta_group::2 over the pair `ctas` (leader, peer), run by the leader's tensor
+    core (`agent`, vector pair `vc`): Layout A (M = 256) or Layout B (M = 128, dense A), note "pair
+    layouts"."""
+    from .tcgen05 import decode_idesc
     f = decode_idesc(idesc)
     m, n, k = f["m"], f["n"], 16
-    if m != PAIR_M:
-        raise Unsupported(f"tcgen05.mma.cta_group::2 M={m}: only M=256 (data-path Layout A) is modelled")
-    half_n = n // 2
+    if m not in PAIR_MS:
+        raise Unsupported(f"tcgen05.mma.cta_group::2 M={m}: M = 256 (Layout A) and M = 128 (Layout B) are modelled")
     d_lane, col = (d_addr >> 16) & 0xFFFF, d_addr & 0xFFFF
     if d_lane:
-        raise TmemFault(f"tcgen05.mma.cta_group::2 D at TMEM lane {d_lane}: Layout A takes lane 0")
+        raise TmemFault(f"tcgen05.mma.cta_group::2 M={m} D at TMEM lane {d_lane}: Layouts A and B take lane 0")
 
     def access(cta, shadow, index, write, what):
         if shadow is cta.hb.smem:
@@ -136,35 +153,25 @@ def execute_pair_mma(ctas, d_addr: int, a, b_desc: int, idesc: int, accumulate: 
         cta.hb.access(shadow, index, vc, agent, write, what)
 
     lanes = np.arange(TMEM_LANES)
+    a_rows = m // 2                                 # A rows each CTA provides
     As, Bs = [], []
-    for r, cta in enumerate(ctas):
-        who = f" of CTA rank {cta.rank}"
+    for cta in ctas:
         if not cta.tmem_cols:
             raise TmemFault(f"tcgen05.mma.cta_group::2: CTA rank {cta.rank} has no tensor memory allocated")
-        if a_in_tmem:
-            a_lane, a_col = (a >> 16) & 0xFFFF, a & 0xFFFF
-            if a_lane or a_col + k // 2 > cta.tmem_cols:
-                raise TmemFault(f"tcgen05.mma.cta_group::2 A at TMEM lane {a_lane} column {a_col} (+{k // 2}): "
-                                f"Layout A takes lane 0, inside the {cta.tmem_cols} allocated columns")
-            cells = (lanes[:, None], np.arange(a_col, a_col + k // 2)[None, :])
-            access(cta, cta.hb.tmem, cells, False, "tcgen05.mma.cta_group::2 A (TMEM)" + who)
-            words = cta.tmem[cells]
-            halves = np.stack([words & 0xFFFF, words >> 16], axis=2).reshape(TMEM_LANES, k).astype(np.uint16)
-            As.append(half_bits_to_f32(halves, f["dtype"]))
-        else:
-            addrs = smem_operand_addresses(a, TMEM_LANES, k, f["a_mn_major"])
-            access(cta, cta.hb.smem, np.stack([addrs, addrs + 1]), False, "tcgen05.mma.cta_group::2 A (SMEM)" + who)
-            As.append(read_operand(cta, addrs, a, f["dtype"]))
-        addrs = smem_operand_addresses(b_desc, half_n, k, f["b_mn_major"])
-        access(cta, cta.hb.smem, np.stack([addrs, addrs + 1]), False, "tcgen05.mma.cta_group::2 B (SMEM)" + who)
-        Bs.append(read_operand(cta, addrs, b_desc, f["dtype"]))
-    B = np.concatenate(Bs).astype(np.float64)
+        As.append(_pair_a(cta, a, a_in_tmem, a_rows, k, f, access))
+        Bs.append(_smem_rows(cta, b_desc, n // 2, k, f["b_mn_major"], f["dtype"], access, "B"))
+    width = n if m == 256 else n // 2               # TMEM columns of D in each CTA
     for cta, A in zip(ctas, As):
-        if col + n > cta.tmem_cols:
-            raise TmemFault(f"tcgen05.mma.cta_group::2 D at column {col} (+{n}) outside CTA rank {cta.rank}'s "
+        if col + width > cta.tmem_cols:
+            raise TmemFault(f"tcgen05.mma.cta_group::2 D at column {col} (+{width}) outside CTA rank {cta.rank}'s "
                             f"allocation of {cta.tmem_cols} columns")
-        cells = (lanes[:, None], np.arange(col, col + n)[None, :])
-        acc = A.astype(np.float64) @ B.T
+        cells = (lanes[:, None], np.arange(col, col + width)[None, :])
+        A = A.astype(np.float64)
+        if m == 256:                                # D_r = A_r [B_0; B_1]^T, lane = row
+            acc = A @ np.concatenate(Bs).astype(np.float64).T
+        else:                                       # lane l < 64: row l x B_0^T; lane 64 + l: row l x B_1^T
+            half = TMEM_LANES // 2
+            acc = np.concatenate([A[:half] @ Bs[0].astype(np.float64).T, A[half:] @ Bs[1].astype(np.float64).T])
         what = f"tcgen05.mma.cta_group::2 D of CTA rank {cta.rank}"
         if accumulate:
             access(cta, cta.hb.tmem, cells, False, what + " (accumulate)")
@@ -173,6 +180,34 @@ def execute_pair_mma(ctas, d_addr: int, a, b_desc: int, idesc: int, accumulate: 
         cta.tmem[cells] = acc.astype(np.float32).view(np.uint32)
     ctas[0].stats["pair_mma"] += 1
     ctas[0].mma_log.append((d_addr, a, b_desc, idesc, accumulate, a_in_tmem))
+
+
+def _smem_rows(cta, desc: int, rows: int, k: int, mn_major: bool, dtype: str, access, name: str) -> np.ndarray:
+    """`rows` x k elements of a 16-bit operand in CTA `cta`'s shared memory at descriptor `desc`."""
+    from .tcgen05 import read_operand, smem_operand_addresses
+    addrs = smem_operand_addresses(desc, rows, k, mn_major)
+    access(cta, cta.hb.smem, np.stack([addrs, addrs + 1]), False,
+           f"tcgen05.mma.cta_group::2 {name} (SMEM) of CTA rank {cta.rank}")
+    return read_operand(cta, addrs, desc, dtype)
+
+
+def _pair_a(cta, a, a_in_tmem: bool, a_rows: int, k: int, f: dict, access) -> np.ndarray:
+    """CTA `cta`'s A as 128 lanes x k: Layout A, its 128 rows; Layout B, its 64 rows on each lane half
+    (from SMEM: read once, the same rows feed both halves; from TMEM: lanes 0-63 and 64-127 as held,
+    which a kernel fills with the same rows, e.g. tcgen05.cp 64x128b.warpx2::02_13)."""
+    if not a_in_tmem:
+        A = _smem_rows(cta, a, a_rows, k, f["a_mn_major"], f["dtype"], access, "A")
+        return A if a_rows == TMEM_LANES else np.concatenate([A, A])
+    lanes = np.arange(TMEM_LANES)
+    a_lane, a_col = (a >> 16) & 0xFFFF, a & 0xFFFF
+    if a_lane or a_col + k // 2 > cta.tmem_cols:
+        raise TmemFault(f"tcgen05.mma.cta_group::2 A at TMEM lane {a_lane} column {a_col} (+{k // 2}): "
+                        f"Layouts A and B take lane 0, inside the {cta.tmem_cols} allocated columns")
+    cells = (lanes[:, None], np.arange(a_col, a_col + k // 2)[None, :])
+    access(cta, cta.hb.tmem, cells, False, f"tcgen05.mma.cta_group::2 A (TMEM) of CTA rank {cta.rank}")
+    words = cta.tmem[cells]
+    halves = np.stack([words & 0xFFFF, words >> 16], axis=2).reshape(TMEM_LANES, k).astype(np.uint16)
+    return half_bits_to_f32(halves, f["dtype"])
 
 
 def commit_targets(w, addr: int, mask_bits: int | None):
@@ -198,4 +233,4 @@ def uniform_mask(env, slot, mask) -> int:
     return uniform(env[slot], mask, "tcgen05.commit multicast mask") & 0xFFFF
 
 
-__all__ = ["pair", "check_pair_alloc", "check_leader", "execute_pair_mma", "commit_targets", "uniform_mask", "PAIR_M"]
+__all__ = ["pair", "check_pair_alloc", "check_leader", "execute_pair_mma", "commit_targets", "uniform_mask", "PAIR_MS"]

@@ -22,9 +22,9 @@ datapath utilized)" with lane alignment "0 or 16": row r in lane 32 (r // 16) + 
 alignment a named by the lane field of D's address, and A read from TMEM "must use the same Tensor
 Memory lane alignment" as D (a TmemFault otherwise).
 
-The .cta_group::2 forms (a CTA pair: alloc/dealloc in both CTAs, the m256 MMA issued by the leader
-over both CTAs, commits multicast to the CTAs of a mask) are ops/pair.py's; the SMEM descriptor's
-SWIZZLE_128B, 64B and 32B layouts are modelled.
+The .cta_group::2 forms (a CTA pair: alloc/dealloc in both CTAs, the m256 (Layout A) and m128 (Layout B)
+MMAs issued by the leader over both CTAs, commits multicast to the CTAs of a mask) are ops/pair.py's,
+tcgen05.cp is ops/tmem_copy.py's; the SMEM descriptor's SWIZZLE_128B, 64B and 32B layouts are modelled.
 """
 from __future__ import annotations
 

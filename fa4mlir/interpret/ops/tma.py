@@ -11,6 +11,14 @@ bulk group: until then its source bytes count as read in flight, and a write to 
 RaceFault) and writes global memory when that wait retires its group. Groups are per warp
 (commit_group closes one; wait_group N retires all but the N most recent).
 
+A .cta_group::2 load (sm_100a, PTX ISA 9.7.9.25.5.1: "the mbarrier object mbar can be in shared
+memory of either the same CTA as the shared memory destination dstMem or in its peer-CTA") lands in
+the issuer's shared memory and completes its bytes on the barrier its shared::cluster address names
+(a mapa address: the pair leader's, lower_tma note "pair loads"); that barrier must be in the
+issuer's CTA or its pair peer, and a peer's must be initialised before the copy by happens-before
+(cluster.check_init_ordered, as a remote arrive). Without .cta_group::2 the barrier must be in the
+issuer's CTA (a Fault otherwise: .cta_group::1).
+
 Per-thread cp.async (§9.7.9.25.3, 16 bytes, src-size 0..16, the rest zero-filled) reads global
 memory when issued and is pending for its lane until the lane's cp.async.mbarrier.arrive
 (§9.7.13.15.14): there it lands, a generic-proxy write by the issuing warp (the lowering's
@@ -23,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..._mlir import ir
+from ..cluster import check_init_ordered, cluster_address
 from ..faults import Fault, Unsupported
 from ..machine import SMEM_BASE
 from ..program import PLAIN
@@ -69,6 +78,29 @@ def _gather4_box(tm, coords) -> np.ndarray:
     return np.concatenate([tm.load_box([col, row]) for row in rows])
 
 
+def _cta_group(op) -> int:
+    """The .cta_group of a cp.async.bulk.tensor load (nvvm `group` attribute; 1 when absent)."""
+    if "group" not in op.attributes:
+        return 1
+    return 2 if "cta_2" in str(op.attributes["group"]) else 1
+
+
+def _load_barrier(w, addr: int, group: int):
+    """The mbarrier a load of warp `w`'s CTA completes on (module docstring: .cta_group)."""
+    cta, local = cluster_address(w.cta, addr)
+    if cta is w.cta:
+        return cta.mbarrier(local)
+    if group != 2:
+        raise w.fault(Fault, f"TMA load completing on an mbarrier of CTA rank {cta.rank} from CTA rank {w.cta.rank}: "
+                             ".cta_group::1 needs the barrier in the destination's CTA (PTX ISA 9.7.9.25)")
+    if cta.rank >> 1 != w.cta.rank >> 1:
+        raise w.fault(Fault, f"TMA load .cta_group::2 of CTA rank {w.cta.rank} completing on CTA rank {cta.rank}: the "
+                             "barrier must be in the issuer's CTA or its pair peer (PTX ISA 9.7.9.25)")
+    b = cta.mbarrier(local)
+    check_init_ordered(b, w.cta.hb.vc[:, w.cta.hb.g(w.wid)], f"TMA load .cta_group::2 of CTA rank {w.cta.rank}")
+    return b
+
+
 @semantics("nvvm.cp.async.bulk.tensor.shared.cluster.global")
 def tma_load(p, op, a, r):
     seg = _segments(op)
@@ -82,6 +114,7 @@ def tma_load(p, op, a, r):
         raise Fault(f"TMA gather4 with {nd} coordinates: .tile::gather4 takes a column and four rows")
     dst, desc, coords, bar = a[0], a[1], a[2:2 + nd], a[2 + nd]
     rows = 4 if mode == GATHER4 else None
+    group = _cta_group(op)
 
     def run(env, mask, w):
         cta = w.cta
@@ -98,7 +131,7 @@ def tma_load(p, op, a, r):
                             f"box must start {align}-byte aligned")
             addrs = tm.smem_addresses(d, rows)
             _check_smem(cta, addrs, f"TMA load of {tm.name}")
-            b = cta.mbarrier(env[bar][lane])
+            b = _load_barrier(w, env[bar][lane], group)
             issued = cta.hb.tma_issue(w.wid)
 
             def complete(tm=tm, c=c, addrs=addrs, b=b, issued=issued):

@@ -51,18 +51,21 @@ def check_tile(num_rows: int, cols: int, dtype: str) -> None:
 
 
 def gather4_tile(kb, desc: Value, dst: Value, stage: Value, rows: list, *, pipe: str, cols: int, dtype: str,
-                 col0: int = 0) -> int:
+                 col0: int = 0, cta_group: int = 1) -> int:
     """Through KernelBuilder `kb`, issue the copies of rows `rows` (i32 Values, a multiple of 4), columns
-    [col0, col0 + cols), of the tensor `desc` describes (box [chunk_columns(dtype), 1]) into the tile at `dst` (an i8 SMEM pointer,
-    1024-byte aligned), completing on `full[stage]` of `pipe`. Returns the bytes they deliver."""
+    [col0, col0 + cols) (`col0` an int or an i32 Value), of the tensor `desc` describes (box [chunk_columns(dtype), 1]) into the tile at `dst` (an i8 SMEM pointer,
+    1024-byte aligned), completing on `full[stage]` of `pipe` (`cta_group` 2: of the CTA pair's leader).
+    Returns the bytes they deliver."""
     check_tile(len(rows), cols, dtype)
     per_chunk = chunk_columns(dtype)
     chunk_bytes = len(rows) * SPAN
     for c in range(cols // per_chunk):
         for g in range(0, len(rows), GATHER_ROWS):
             at = kb.gep(dst, c * chunk_bytes + g * SPAN, "i8")
-            fa4.tma_gather4(desc, at, stage, const(col0 + c * per_chunk), *rows[g:g + GATHER_ROWS], pipe=pipe,
-                            box=[per_chunk, 1], elem_bytes=ELEM_BYTES[dtype])
+            col = col0 + c * per_chunk
+            fa4.tma_gather4(desc, at, stage, col if isinstance(col, Value) else const(col), *rows[g:g + GATHER_ROWS], pipe=pipe,
+                            box=[per_chunk, 1], elem_bytes=ELEM_BYTES[dtype],
+                            **({"cta_group": cta_group} if cta_group != 1 else {}))
     return tile_bytes(len(rows), cols, dtype)
 
 
