@@ -77,6 +77,12 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 variants of DECODE_MASK_CASES (window_size, attention_chunk, softcap, sinks: compile-time
                 DecodeConfig fields, one kernel per window size), split and unsplit, with the combine's
                 sink variant, what tests/gpu/test_kvcache_mask_gpu.py runs
+    mla-sparse-variants
+                the mla set plus the sparse MLA kernels' seesaw variants (FA4MLIR_MLA_SPARSE_VARIANT=seesaw,
+                MLASparseConfig.seesaw / MLASparseDecodeConfig.seesaw, bf16 kv; alone and with the producer
+                warpgroup, FA4MLIR_MLA_SPARSE_PRODUCER=warpgroup / warpgroup_l2): what `bench mla --workloads
+                mla_sparse,mla_sparse_decode,mla_sparse_decode_fp8` times as fa4mlir[seesaw], fa4mlir[seesaw_pwg],
+                fa4mlir[seesaw_pwg_l2] and tests/gpu/test_mla_sparse_seesaw_gpu.py runs
     decode-fp8-variants
                 the decode set plus attention_decode_sm90_config.FP8_VARIANTS (converter warpgroup,
                 128-key tiles, split conversion, bit conversion, swap AB) of bf16 D128 FP8 caches, contiguous and paged 16, each
@@ -166,7 +172,7 @@ from __future__ import annotations
 import importlib
 
 from .kernel_sets_mla import (MLA_CASES, mla, mla_decode_sm100, mla_decode_variants, mla_sparse_sm100,  # noqa: F401
-                              mla_sparse_sm100_pair)  # (sets named in SETS)
+                              mla_sparse_sm100_pair, mla_sparse_variant_entries, mla_sparse_variants)  # (sets named in SETS)
 
 
 def _gemm90(**kw):
@@ -729,6 +735,7 @@ def score_mods() -> list:
 def gpu_tests() -> list:
     out = [_gemm90(dtype="bf16"), _gemm90(dtype="f16"), _gemm100()] + attention() + attention_fa4_pieces()
     out += tile_variants() + attention_masks() + attention_softcap_sinks() + attention_varlen() + head_dims() + mla()
+    out += mla_sparse_variant_entries()
     out += score_mods()
     try:
         deadlock = importlib.import_module("fa4mlir.kernels.deadlock_sm90")
@@ -756,6 +763,7 @@ SETS = {"attention-sm100": attention_sm100, "attention-sm100-serving": attention
         "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
         "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,
         "decode-fp8-variants": decode_fp8_variants, "mla-decode-variants": mla_decode_variants,
+        "mla-sparse-variants": mla_sparse_variants,
         "prefill": prefill, "mla": mla, "attention-varlen": attention_varlen, "head-dims": head_dims,
         "score-mods": score_mods, "prefill-softcap-variants": prefill_softcap_variants,
         **{f"prefill-poly{k}": (lambda k=k: prefill_poly(k)) for k in (0, 2, 8)}}

@@ -22,7 +22,8 @@ from tests._mla_helpers import bits as _bits
 from tests._mla_helpers import check_sparse_art, check_sparse_out, lower_clean, sparse_options, sparse_problem, sparse_tensors
 from tests._mla_helpers import info as _info
 
-ENTRIES = [e for e in kernel_sets.mla() if e[0] == sc.KERNEL and not e[1].fp8]   # FP8 kv: test_mla_sparse_fp8.py
+ENTRIES = [e for e in kernel_sets.mla() if e[0] == sc.KERNEL and not e[1].fp8
+           and e[1].producer_warps == 1]   # FP8 kv: test_mla_sparse_fp8.py; producer_warps=4: test_mla_sparse_pwg.py
 
 
 def test_sparse_kernels_are_in_the_mla_set():

@@ -41,16 +41,18 @@ this kernel.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from .. import env
 from ..artifacts import Bundle
 from ..driver import device_info, resolve_stream
 from ..kernels import attention_mla_sparse_sm90_config as sc
 from ..runtime import TensorInfo
 from .checks import (MAX_I32, check_bundle, check_device_context, check_device_ordinal, check_devices, check_layout,
                      check_scale, read_tensor)
-from .errors import ArgumentTypeError, DTypeError, HeadDimError, HeadsRatioError, LayoutError, ShapeError
+from .errors import (ArgumentTypeError, DTypeError, HeadDimError, HeadsRatioError, KnobError, LayoutError, ShapeError,
+                     UnsupportedFeatureError)
 from .mla import CallCache, _torch, kernel_for
 from .mla_sparse_sm100 import KERNEL_ENV, build_plan_sm100, select_arch
 from .plan import Launch, Plan, TensorRef, source_for
@@ -76,11 +78,53 @@ class SparseProblem:
     has_topk_length: bool
     has_sinks: bool
     fp8: bool = False           # kv in FlashMLA's 656-byte FP8 rows
+    producer: tuple = (1, False)    # requested_producer's (producer_warps, l2_hints): FA4MLIR_MLA_SPARSE_PRODUCER
+    variant: str = "default"    # the entry of sc.SPARSE_VARIANTS it runs (FA4MLIR_MLA_SPARSE_VARIANT)
 
     @property
     def config(self) -> sc.MLASparseConfig:
-        return sc.MLASparseConfig(self.dtype, topk_length=self.has_topk_length, sinks=self.has_sinks,
-                                  kv_dtype="fp8" if self.fp8 else "")
+        cfg = sc.MLASparseConfig(self.dtype, topk_length=self.has_topk_length, sinks=self.has_sinks,
+                                 kv_dtype="fp8" if self.fp8 else "", producer_warps=self.producer[0],
+                                 l2_hints=self.producer[1])
+        return cfg if self.variant == "default" else sc.sparse_variant(cfg, self.variant)
+
+
+def requested_producer(fp8: bool, entry: str = ENTRY) -> tuple:
+    """FA4MLIR_MLA_SPARSE_PRODUCER: the sm_90a sparse kernels' (producer_warps, l2_hints) (sc.PRODUCER_VARIANTS:
+    unset or "warp", the gather warp; "warpgroup", the producer warpgroup with half stages; "warpgroup_l2", the
+    same with the copies' L2 hints; for A/B, the mla bundle set holds all three). Read per call into the call
+    cache's key; KnobError for an unknown name or a warpgroup over an FP8 kv (not built there), before any
+    launch."""
+    name = (env.get_str(sc.PRODUCER_ENV) or "warp").strip() or "warp"
+    if name not in sc.PRODUCER_VARIANTS:
+        raise KnobError(f"{entry}: {sc.PRODUCER_ENV}={name!r} is not a sparse producer; known: "
+                        f"{', '.join(sc.PRODUCER_VARIANTS)} (unset it for the default, warp)")
+    producer = sc.PRODUCER_VARIANTS[name]
+    if producer[0] != 1 and fp8:
+        raise KnobError(f"{entry}: {sc.PRODUCER_ENV}={name} is built for a 16-bit kv, not FlashMLA's FP8 rows; unset it")
+    return producer
+
+
+VARIANT_ENV = sc.SPARSE_VARIANT_ENV
+
+
+def requested_variant(entry: str = ENTRY) -> str:
+    """FA4MLIR_MLA_SPARSE_VARIANT: the entry of sc.SPARSE_VARIANTS the sm_90a sparse kernels (this prefill, the
+    sparse decode over a 16-bit cache and, one split, its FP8 converter kernel) run: unset or "default", or "seesaw" (FlashMLA's seesaw tile step,
+    attention_mla_sparse_seesaw_sm90; a bundle must hold it: the mla-sparse-variants set). Read per call
+    into the call cache's key; KnobError for an unknown name, before any launch."""
+    name = (env.get_str(VARIANT_ENV) or "default").strip()
+    if name not in sc.SPARSE_VARIANTS:
+        raise KnobError(f"{entry}: {VARIANT_ENV}={name!r} is not a sparse MLA variant; known: "
+                        f"{', '.join(sc.SPARSE_VARIANTS)} (unset it for the default)")
+    return name
+
+
+def check_variant(variant: str, fp8: bool, entry: str = ENTRY) -> None:
+    """UnsupportedFeatureError where the requested variant is not built (seesaw: FlashMLA's FP8 rows)."""
+    if variant != "default" and fp8:
+        raise UnsupportedFeatureError(f"{entry}: {VARIANT_ENV}={variant!r} is built for the 16-bit kv only, not "
+                                      f"FlashMLA's FP8 rows; unset it")
 
 
 FP8_KV_DTYPES = ("e4m3", "u8")
@@ -136,7 +180,8 @@ def check_sparse_inputs(q: TensorInfo, kv: TensorInfo, indices: TensorInfo, sm_s
     check_layout("q", q, MLA_DIMS)
     check_layout("kv", kv, MLA_DIMS)
     scale = check_scale(sm_scale, d)
-    return SparseProblem(s_q, s_kv, heads, topk, q.dtype, scale, topk_length is not None, attn_sink is not None, fp8)
+    return SparseProblem(s_q, s_kv, heads, topk, q.dtype, scale, topk_length is not None, attn_sink is not None, fp8,
+                         requested_producer(fp8))
 
 
 def build_plan(problem: SparseProblem, source, q_strides, kv_stride: int, indices_stride: int) -> Plan:
@@ -185,10 +230,11 @@ def flash_mla_sparse_fwd(q, kv, indices, sm_scale=None, d_v: int = sc.D_V, attn_
         from .errors import AutogradError
         raise AutogradError(_err("q or kv requires grad: there is no backward kernel for sparse MLA; call under "
                                  "torch.no_grad() or detach them"))
-    options = (d_v if type(d_v) is int else repr(d_v), sm_scale)
+    variant = requested_variant()
+    options = (d_v if type(d_v) is int else repr(d_v), sm_scale, variant, env.get_str(sc.PRODUCER_ENV))
     call, signature = _CALLS.get(_CALLS.signature(tensors, options, bundle))
     if call is None:
-        call = _prepare(torch, tensors, sm_scale, d_v, bundle, signature)
+        call = _prepare(torch, tensors, sm_scale, d_v, bundle, signature, variant)
     p = call.problem
     out = torch.empty((p.s_q, p.heads, sc.D_V), dtype=q.dtype, device=q.device)
     max_logits = torch.empty((p.s_q, p.heads), dtype=torch.float32, device=q.device)
@@ -203,16 +249,24 @@ def flash_mla_sparse_fwd(q, kv, indices, sm_scale=None, d_v: int = sc.D_V, attn_
     return out, max_logits, lse
 
 
-def _prepare(torch, tensors: dict, sm_scale, d_v, bundle, signature) -> _Call:
+def _prepare(torch, tensors: dict, sm_scale, d_v, bundle, signature, variant: str = "default") -> _Call:
     check_bundle(bundle, ENTRY)
     infos = {n: read_tensor(n, x, ENTRY) for n, x in tensors.items()}
     ordinal = check_devices([(n, i.device, x.device.index) for (n, i), x in zip(infos.items(), tensors.values())], ENTRY)
     problem = check_sparse_inputs(infos["q"], infos["kv"], infos["indices"], sm_scale, d_v, infos.get("attn_sink"),
                                   infos.get("topk_length"))
+    check_variant(variant, problem.fp8)
+    problem = replace(problem, variant=variant)
     device = device_info()
     q, kv, indices = tensors["q"], tensors["kv"], tensors["indices"]
     check_device_ordinal(ordinal, device.ordinal)
     if select_arch(problem, device.capability, indices.stride(0)) == "sm_100a":
+        if problem.producer[0] != 1:
+            raise KnobError(_err(f"{sc.PRODUCER_ENV} selects an sm_90a kernel variant; this call runs the sm_100a "
+                                 "kernel: unset it"))
+        if variant != "default":
+            raise UnsupportedFeatureError(_err(f"{VARIANT_ENV}={variant!r} names an sm_90a kernel variant; this "
+                                               f"call runs the sm_100a kernel: unset it"))
         plan = build_plan_sm100(problem, source_for(bundle))
         kv, indices = kv.select(1, 0), indices.select(1, 0)     # the sm_100a contract's [s_kv, 576], [s_q, topk]
     else:
@@ -238,4 +292,5 @@ def flops(s_q: int, heads: int, topk: int, topk_length=None) -> int:
     return sc.flops(s_q, heads, topk, topk_length)
 
 
-__all__ = ["flash_mla_sparse_fwd", "check_sparse_inputs", "SparseProblem", "build_plan", "flops", "ENTRY"]
+__all__ = ["flash_mla_sparse_fwd", "check_sparse_inputs", "requested_producer", "SparseProblem", "build_plan", "flops",
+           "ENTRY", "VARIANT_ENV", "requested_variant", "check_variant"]

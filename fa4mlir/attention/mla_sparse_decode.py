@@ -66,6 +66,8 @@ from .checks import (MAX_I32, check_bundle, check_device_context, check_devices,
 from .errors import DTypeError, KnobError, LayoutError, ShapeError, UnsupportedFeatureError
 from .mla import (ENTRY, FILL_FRACTION, MAX_SPLITS, CallCache, MLAOutputs, _Call, _err, _torch, check_cache_dtype,
                   check_cache_shape, check_metadata, check_no_grad, check_q_dims, combine_args, combine_grid, kernel_for)
+from .mla_sparse import requested_producer
+from .mla_sparse import requested_variant as sparse_variant
 from .plan import Launch, Plan, TensorRef, source_for
 
 VARIANT_ENV = dc.FP8_DECODE_VARIANT_ENV
@@ -97,11 +99,15 @@ class SparseDecodeProblem(MLAOutputs):
     fp8: bool = False               # FlashMLA's FP8 cache (656-byte rows, addressed by page and row strides)
     page_size: int = 0
     fp8_variant: str = ""           # FP8 only: the entry of dc.FP8_DECODE_VARIANTS it runs ("default": the rule)
+    producer: tuple = (1, False)    # 16-bit cache: mla_sparse.requested_producer's (FA4MLIR_MLA_SPARSE_PRODUCER)
+    variant: str = "default"        # 16-bit only: the entry of dc.SPARSE_VARIANTS (FA4MLIR_MLA_SPARSE_VARIANT)
 
     def config(self, split: bool) -> dc.MLASparseDecodeConfig:
         cfg = dc.MLASparseDecodeConfig(self.dtype, kv_dtype="fp8" if self.fp8 else "", topk_length=self.has_topk_length,
-                                       split=split)
-        return dc.fp8_decode_variant(cfg, self.fp8_variant) if self.fp8 else cfg
+                                       split=split, producer_warps=self.producer[0], l2_hints=self.producer[1])
+        if self.fp8:
+            cfg = dc.fp8_decode_variant(cfg, self.fp8_variant)
+        return cfg if self.variant == "default" else dc.sparse_variant(cfg, self.variant)
 
 
 def _merges(info: TensorInfo, outer: int, inner: int) -> bool:
@@ -162,8 +168,24 @@ def check_sparse_decode_inputs(q: TensorInfo, k_cache: TensorInfo, indices: Tens
     check_layout("q", q, Q_DIMS)
     check_layout("k_cache", k_cache, CACHE_DIMS)
     scale = check_scale(softmax_scale, d)
-    return SparseDecodeProblem(batch, seqlen_q, heads, s_kv, topk, q.dtype, metadata.shape[0], scale,
-                               topk_length is not None, fp8, page_size, requested_variant() if fp8 else "")
+    problem = SparseDecodeProblem(batch, seqlen_q, heads, s_kv, topk, q.dtype, metadata.shape[0], scale,
+                                  topk_length is not None, fp8, page_size, requested_variant() if fp8 else "",
+                                  requested_producer(fp8, ENTRY), sparse_variant(ENTRY))
+    check_variant_built(problem)
+    return problem
+
+
+def check_variant_built(problem: SparseDecodeProblem) -> None:
+    """UnsupportedFeatureError where FA4MLIR_MLA_SPARSE_VARIANT names a variant not built for the call's kernel
+    (seesaw over the FP8 cache: the converter kernel, unsplit, only)."""
+    if problem.variant == "default" or not problem.fp8:
+        return
+    cfg = dc.fp8_decode_variant(dc.MLASparseDecodeConfig(problem.dtype, kv_dtype="fp8", split=problem.splits > 1),
+                                problem.fp8_variant)
+    if not cfg.fp8_converter or cfg.split:
+        raise UnsupportedFeatureError(_err(f"{dc.SPARSE_VARIANT_ENV}={problem.variant!r} over the FP8 cache is built "
+                                           f"for the converter kernel of one split only (this call: "
+                                           f"{problem.splits} splits, {cfg.name()}); unset it"))
 
 
 def requested_variant() -> str:
@@ -221,7 +243,8 @@ def sparse_decode(q, k_cache, indices, head_dim_v, tile_scheduler_metadata, num_
         _torch(x, name)
     check_no_grad(torch, q)
     options = ("sparse", head_dim_v if type(head_dim_v) is int else repr(head_dim_v), softmax_scale, causal,
-               is_fp8_kvcache, requested_variant() if is_fp8_kvcache is True else "")
+               is_fp8_kvcache, requested_variant() if is_fp8_kvcache is True else "", sparse_variant(ENTRY),
+               env.get_str(dc.PRODUCER_ENV))
     call, signature = _CALLS.get(_CALLS.signature(tensors, options, bundle))
     if call is None:
         call = _prepare(torch, tensors, head_dim_v, softmax_scale, causal, bundle, signature, is_fp8_kvcache)

@@ -128,8 +128,12 @@ OPS: tuple[OpDef, ...] = (
     # ---- per-thread async copies (sm_80+) -------------------------------------------------------
     OpDef("cp_async", """Copy 16 bytes from global `src` to `dst` (16-byte aligned both) asynchronously,
     through L2 only (cp.async.cg); where `valid` is false nothing is read and `dst` gets 16 zero
-    bytes. Completion is tracked per thread: see `cp_async_arrive`.""",
-          operands=(("src", "ptr"), ("dst", "smem_ptr"), ("valid", "i1"))),
+    bytes. Completion is tracked per thread: see `cp_async_arrive`. Optional hints (PTX ISA 9.7.9.3,
+    no effect on the bytes copied): `l2_prefetch` 64, 128 or 256 (.L2::64B / 128B / 256B: L2 may fetch
+    that much around the source), `evict_last` true (.L2::cache_hint with a createpolicy.fractional
+    .L2::evict_last policy of fraction 1.0: the source's lines are the last L2 evicts).""",
+          operands=(("src", "ptr"), ("dst", "smem_ptr"), ("valid", "i1")),
+          optional_attrs=(("l2_prefetch", "int"), ("evict_last", "bool"))),
     OpDef("cp_async_arrive", """Each calling thread's earlier `cp_async` copies, once they have landed,
     arrive on `full[stage]` of `pipe`; the barrier's pending count rises by one at once (so the
     phase cannot complete before those copies land) and falls when they do: a net-zero arrival,

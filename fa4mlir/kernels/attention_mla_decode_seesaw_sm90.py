@@ -67,18 +67,15 @@ after that one's barrier).
 from __future__ import annotations
 
 from ..dialect import builders as fa4
-from ..dsl import Value, const, exp2, fma, fmax, tree_reduce, undef, vec
+from ..dsl import Value, const, undef
 from .attention_mla_decode_sm90_config import BN, MLADecodeConfig
-from .common.mla_sm90 import (CHUNK, NEG_INF, QK_CHUNKS, SWIZZLE, TILE_M, WG_CHUNKS, WG_COLS, WGMMA_K,
-                              exchange_rows, issue_pv)
-from .common.softmax import max_update
-from .common.wgmma import a_frag_pairs, acc_row, row_regs, wait_group
+from .common import mla_seesaw_sm90 as seesaw
+from .common.mla_sm90 import CHUNK, QK_CHUNKS, SWIZZLE, TILE_M, WG_CHUNKS, WGMMA_K
+from .common.mla_seesaw_sm90 import P_AT
+from .common.wgmma import wait_group
 
 BAR_PA = 4                  # mma0 -> mma1: P_a and m_a written (named barrier, 256 threads)
 BAR_PB = 5                  # mma1 -> mma0: P_b and m_b written
-M_A_AT, M_B_AT, SUM_AT = 0, 4 * 64, 8 * 64     # x_smem: m_a [64], m_b [64], the row sums [2][64] (float32)
-P_AT = (QK_CHUNKS - 1) * BN * SWIZZLE          # note "P in the rope columns": a tile's chunk 8
-P_STEPS = BN // WGMMA_K                        # 4 k16 A fragments of P
 
 
 class Chunks:
@@ -102,6 +99,34 @@ class Chunks:
     def release(self, s):
         for pipe in self.pipes:
             pipe.consumer_release(s)
+
+
+class _Tiles(seesaw.Tiles):
+    """The dense decode's side of the schedule (common/mla_seesaw_sm90): the chunk rings, its causal and
+    length masks, the V rows past L_b zeroed."""
+    bar_pa, bar_pb = BAR_PA, BAR_PB
+
+    def __init__(self, cfg: MLADecodeConfig, bufs):
+        self.cfg, self.bufs, self.chunks = cfg, bufs, bufs[2]
+
+    def s(self, cs, st):
+        return _chunked_s(cs, self.bufs, st, self.cfg.dtype)
+
+    def wait_all(self, st):
+        self.chunks.wait_all(st)
+
+    def tile(self, cs, st):
+        return _tile(cs, self.bufs, st)[1]
+
+    def release(self, st):
+        self.chunks.release(st)
+
+    def mask(self, cs, j, st):
+        from .attention_mla_decode_sm90 import _mask
+        return _mask(cs, j)
+
+    def zero_tail(self, cs, tile, j, w):
+        _zero_tail(cs, tile, j, w)
 
 
 def build_roles(kb, cfg: MLADecodeConfig, p, q_smem, kv_smem, q_slot, x_smem, regs: tuple):
@@ -144,30 +169,18 @@ def _load_role(kb, cfg: MLADecodeConfig, work, p, kv_smem, chunks: Chunks):
 
 def _pairs(cs, cfg: MLADecodeConfig, w: int, bufs):
     from . import attention_mla_decode_sm90 as base
-    kb, work, p = cs.kb, cs.work, cs.p
+    work, p = cs.work, cs.p
     chunks = bufs[2]
     hidden0 = (p["seqlen_q"] - 1) * p["causal"]
     full = (work.length - hidden0).smax(0) // BN
     split = full.smax(work.begin).smin(work.end)
     plain_end = work.begin + ((split - work.begin) // 2) * 2         # unmasked pairs: [begin, plain_end)
     pair_end = plain_end + ((work.end - plain_end) // 2) * 2         # masked pairs, then (odd) one tile
-    f32 = "f32"
-    neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
-    state = (chunks.initial_state(), const(0.0, (f32, cs.n_o)), (neg_inf, neg_inf), (zero, zero))
-    step = _step0 if w == 0 else _step1
-    for lo, hi, pair, masked in ((work.begin, plain_end, True, False), (plain_end, pair_end, True, True),
-                                 (pair_end, work.end, False, True)):
-        loop = kb.for_(lo, hi, 2 if pair else 1, carry=state)
-        with loop as (j, carried):
-            loop.yield_(*step(cs, cfg, bufs, j, carried, masked, pair))
-        state = loop.results
+    segments = ((work.begin, plain_end, True, False), (plain_end, pair_end, True, True),
+                (pair_end, work.end, False, True))
+    state = seesaw.run(cs, _Tiles(cfg, bufs), cfg.dtype, w, segments, seesaw.initial(cs, chunks))
     _, o, m, l = state
-    totals = []
-    for h in (0, 1):
-        total = l[h] + kb.shuffle_xor(l[h], 1)
-        totals.append(total + kb.shuffle_xor(total, 2))
-    totals = exchange_rows(cs, totals, SUM_AT, lambda a, b: a + b)    # l = l_0 + l_1
-    base._write_rows(cs, cfg, o, m, totals)
+    base._write_rows(cs, cfg, o, m, seesaw.totals(cs, l))    # l = l_0 + l_1
 
 
 def _tile(cs, bufs, s):
@@ -201,52 +214,6 @@ def _chunked_s(cs, bufs, s, dtype: str):
     return wait_group(acc, pending=0), tile
 
 
-def _rowmax(cs, s):
-    kb = cs.kb
-    out = []
-    for h in (0, 1):
-        mx = tree_reduce([s[i] for i in row_regs(cs.n_s, h)], fmax)
-        mx = fmax(mx, kb.shuffle_xor(mx, 1))
-        out.append(fmax(mx, kb.shuffle_xor(mx, 2)))
-    return out
-
-
-def _probs(cs, s, neg, dtype: str):
-    """P = exp2(S scale + neg) of both rows, its row sums (this thread's) and its A fragments."""
-    p = [None] * cs.n_s
-    sums = []
-    for h in (0, 1):
-        idx = row_regs(cs.n_s, h)
-        for i in idx:
-            p[i] = exp2(fma(s[i], cs.scale_log2, neg[h]))
-        sums.append(tree_reduce([p[i] for i in idx], lambda x, y: x + y))
-    frags = [vec(*[vec(p[a], p[b]).to((dtype, 2)).bitcast("i32") for a, b in a_frag_pairs(kk)])
-             for kk in range(P_STEPS)]
-    return frags, sums
-
-
-def _publish(cs, m_at: int, m, frags, tile, barrier: int):
-    """m (this thread's rows) and P's fragments into SMEM (note "P in the rope columns"), fenced, then
-    arrive on `barrier` (the other warpgroup syncs on it)."""
-    kb = cs.kb
-    with kb.if_(cs.t4.eq(0)).then_():
-        for h in (0, 1):
-            kb.store(m[h], kb.gep(cs.x_smem, m_at + (cs.row0 + 8 * h) * 4, "i8"), align=4)
-    for k, f in enumerate(frags):
-        kb.store(f, kb.gep(tile, P_AT + (k * 128 + cs.t) * 16, "i8"), align=16)
-    kb.fence("async_smem")
-    kb.named_barrier_arrive(barrier, 256)
-
-
-def _receive(cs, m_at: int, tile, barrier: int):
-    """Sync on `barrier`, then the other warpgroup's row maxima (this thread's rows) and P fragments."""
-    kb = cs.kb
-    kb.named_barrier(barrier, 256)
-    m = [kb.load(kb.gep(cs.x_smem, m_at + (cs.row0 + 8 * h) * 4, "i8"), "f32", align=4) for h in (0, 1)]
-    frags = [kb.load(kb.gep(tile, P_AT + (k * 128 + cs.t) * 16, "i8"), ("i32", 4), align=16) for k in range(P_STEPS)]
-    return m, frags
-
-
 def _zero_tail(cs, tile, j: Value, w: int):
     """The V rows past L_b of tile j in this warpgroup's columns (only the tile that holds L_b)."""
     from .attention_mla_decode_sm90 import _zero_v_tail
@@ -254,111 +221,6 @@ def _zero_tail(cs, tile, j: Value, w: int):
     valid = cs.work.length - j * BN
     with kb.if_(valid.slt(BN)).then_():
         _zero_v_tail(cs, kb.gep(tile, w * (WG_CHUNKS * BN * SWIZZLE), "i8"), valid)
-
-
-def _v(cs, tile):
-    """This warpgroup's V columns of a tile (its four 64-column chunks)."""
-    return cs.kb.gep(tile, cs.wg * (WG_CHUNKS * BN * SWIZZLE), "i8")
-
-
-def _scaled(o, factor):
-    return vec(*[o[i] * factor[acc_row(i)] for i in range(WG_COLS // 2)])
-
-
-def _step0(cs, cfg: MLADecodeConfig, bufs, j: Value, carry, masked: bool, pair: bool):
-    """mma0: S of tile a = j, its softmax relative to m_a, P_a V_a; (pair) P_b V_b after the rescale to m_b."""
-    from .attention_mla_decode_sm90 import _mask
-    kb, dtype = cs.kb, cfg.dtype
-    chunks = bufs[2]
-    sa, o, m, l = carry
-    s_acc, tile_a = _chunked_s(cs, bufs, sa, dtype)
-    s = [s_acc[i] for i in range(cs.n_s)]
-    if masked:
-        s = _mask(cs, j)(s)
-    mx = _rowmax(cs, s)
-    upd = [max_update(m[h], mx[h], cs.scale_log2, 0.0) for h in (0, 1)]
-    m_a = [u[0] for u in upd]
-    frags, sums = _probs(cs, s, [u[2] for u in upd], dtype)
-    l = [fma(l[h], upd[h][1], sums[h]) for h in (0, 1)]
-    _publish(cs, M_A_AT, m_a, frags, tile_a, BAR_PA)
-    o = _scaled(o, [u[1] for u in upd])
-    if masked:
-        _zero_tail(cs, tile_a, j, 0)
-    o = issue_pv(cs, _v(cs, tile_a), frags, o, dtype)
-    if not pair:
-        o = wait_group(o, pending=0)
-        with kb.if_(cs.is_leader).then_():
-            chunks.release(sa)
-        return sa.advance(), o, tuple(m_a), tuple(l)
-    sb = sa.advance()
-    chunks.wait_all(sb)
-    _, tile_b = _tile(cs, bufs, sb)
-    m_b, frags_b = _receive(cs, M_B_AT, tile_b, BAR_PB)
-    down = [max_update(m_a[h], m_b[h], cs.scale_log2, 0.0)[1] for h in (0, 1)]     # exp2(m_a - m_b)
-    o = wait_group(o, pending=0)
-    with kb.if_(cs.is_leader).then_():
-        chunks.release(sa)
-    o = _scaled(o, down)
-    l = [l[h] * down[h] for h in (0, 1)]
-    if masked:
-        _zero_tail(cs, tile_b, j + 1, 0)
-    o = wait_group(issue_pv(cs, _v(cs, tile_b), frags_b, o, dtype), pending=0)
-    with kb.if_(cs.is_leader).then_():
-        chunks.release(sb)
-    return sb.advance(), o, tuple(m_b), tuple(l)
-
-
-def _take_a(cs, cfg: MLADecodeConfig, bufs, sa, j: Value, o, m, l, masked: bool):
-    """mma1's share of tile a: sync on BAR_PA, O_1 and l_1 rescaled to m_a, V_a's rows past L_b zeroed
-    (S_a retired before mma0's arrival), P_a V_a issued (in flight). Returns (o, m_a, l, tile a)."""
-    _, tile_a = _tile(cs, bufs, sa)
-    m_a, frags_a = _receive(cs, M_A_AT, tile_a, BAR_PA)
-    alpha = [max_update(m[h], m_a[h], cs.scale_log2, 0.0)[1] for h in (0, 1)]     # exp2(m - m_a)
-    o = _scaled(o, alpha)
-    l = [l[h] * alpha[h] for h in (0, 1)]
-    if masked:
-        _zero_tail(cs, tile_a, j, 1)
-    return issue_pv(cs, _v(cs, tile_a), frags_a, o, cfg.dtype), m_a, l
-
-
-def _step1(cs, cfg: MLADecodeConfig, bufs, j: Value, carry, masked: bool, pair: bool):
-    """mma1: (pair) S of tile b = j + 1; O_1 += P_a V_a relative to m_a, issued before its own
-    softmax (relative to m_b = max(m_a, rowmax S_b)) so that it runs under it; then O_1 rescaled to
-    m_b and O_1 += P_b V_b over its 256 columns (note "Rescale")."""
-    from .attention_mla_decode_sm90 import _mask
-    kb, dtype = cs.kb, cfg.dtype
-    chunks = bufs[2]
-    sa, o, m, l = carry
-    if not pair:        # note "Odd count": m = m_a
-        chunks.wait_all(sa)
-        o, m_a, l = _take_a(cs, cfg, bufs, sa, j, o, m, l, masked)
-        o = wait_group(o, pending=0)
-        with kb.if_(cs.is_leader).then_():
-            chunks.release(sa)
-        return sa.advance(), o, tuple(m_a), tuple(l)
-    sb = sa.advance()
-    chunks.wait_all(sa)     # tile a's chunks are committed before b's (note "Chunk rings")
-    s_acc, tile_b = _chunked_s(cs, bufs, sb, dtype)
-    s = [s_acc[i] for i in range(cs.n_s)]
-    if masked:
-        s = _mask(cs, j + 1)(s)
-    mx = _rowmax(cs, s)
-    o, m_a, l = _take_a(cs, cfg, bufs, sa, j, o, m, l, masked)
-    upd = [max_update(m_a[h], mx[h], cs.scale_log2, 0.0) for h in (0, 1)]
-    m_b = [u[0] for u in upd]
-    frags_b, sums = _probs(cs, s, [u[2] for u in upd], dtype)
-    _publish(cs, M_B_AT, m_b, frags_b, tile_b, BAR_PB)
-    o = wait_group(o, pending=0)
-    with kb.if_(cs.is_leader).then_():
-        chunks.release(sa)
-    o = _scaled(o, [u[1] for u in upd])                                               # exp2(m_a - m_b)
-    l = [fma(l[h], upd[h][1], sums[h]) for h in (0, 1)]
-    if masked:
-        _zero_tail(cs, tile_b, j + 1, 1)
-    o = wait_group(issue_pv(cs, _v(cs, tile_b), frags_b, o, dtype), pending=0)
-    with kb.if_(cs.is_leader).then_():
-        chunks.release(sb)
-    return sb.advance(), o, tuple(m_b), tuple(l)
 
 
 __all__ = ["build_roles", "Chunks", "BAR_PA", "BAR_PB", "P_AT", "CHUNK"]

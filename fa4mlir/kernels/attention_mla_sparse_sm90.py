@@ -72,6 +72,12 @@ r x 656, unswizzled: the layout common/mla_fp8's lane map reads without bank con
             its own V columns (its P V_j retired) and rope rows, which only S_j reads, and both
             warpgroups' S_j retired before the exchange's barriers of tile j.
 
+Note "Seesaw" (MLASparseConfig.seesaw / MLASparseDecodeConfig.seesaw, opt-in, 16-bit kv and the FP8
+converter decode unsplit; FlashMLA's schedule): the consumers' tile step replaced by the seesaw's pairs (attention_mla_sparse_seesaw_sm90, its
+own note): warpgroup w, a role of its own, computes S over all 64 keys of every other tile and the two
+meet through one-way named barriers instead of the exchange's two 256-thread barriers a tile. The
+gather, Q's load, the biases and the epilogues (given l = l_0 + l_1) are this module's.
+
 Note "FP8 converter" (MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True), the default by
 FP8_DECODE_DEFAULT_RULE; config note "FP8 converter plan"; FlashMLA's sm90 sparse FP8 decode structure): no
 staging stage and no gather warp.
@@ -87,14 +93,27 @@ row is stored as zeros whatever its loads (of row 0 of the cache) returned, with
 tile's bias slot (its stage), as the 16-bit kernel's gather does. Every thread fences its
 stores to the async proxy before it arrives on full[stage]. The consumers (setmaxnreg 200) run the
 16-bit kernel's tile step (_kv_tile) unchanged: wait full, S, softmax, P V, release the tile.
+
+Note "Producer warpgroup" (producer_warps=4, a 16-bit kv, prefill or decode; FlashMLA's sm90 sparse prefill's
+producer: a whole warpgroup gathers, and each K stage is two halves with their own barriers): warpgroup 2
+(`gather`, warps 8-11, setmaxnreg 72; the consumers 216: 2 x 216 + 72 = the launch pool) replaces the gather
+warp. Each ring stage is the same 64 x 576 tile, its barriers in two pipelines: kv_pipe for chunks 0-3
+(K's columns 0..255, V's columns of warpgroup 0) and kv_hi for chunks 4-8 (256..575), 128 producer arrivals
+each (_gather_role_wg). The consumers (_kv_tile_halves) wait kv_pipe, issue S's 16 wgmmas over the first
+half and commit them as a group, wait kv_hi, fence wgmma again and issue the other 20 (without that commit
+and fence ptxas serialises every wgmma: C7519, "WG.AR in divergent path", the wait loop between them), then
+the softmax and P V as _kv_tile, and release both halves after P V. No row table: each producer thread looks
+its 4 rows' indices up itself; the biases are written with the first half, which is free again only after
+both warpgroups passed the P exchange of the tile that read them.
 """
 from __future__ import annotations
 
 from .. import dsl
 from ..dialect import builders as fa4
 from ..dsl import KernelBuilder, Value, const, fast_div, fma, log2, select, vec
-from .attention_mla_sparse_sm90_config import (BN, CONSUMERS, D_QK, D_V, LOAD_REGS, MMA_REGS, STAGES, TILE_M,
-                                               MLASparseConfig, MLASparseDecodeConfig)
+from .attention_mla_sparse_sm90_config import (BN, CONSUMERS, D_QK, D_V, HALF_CHUNKS, L2_PREFETCH, LOAD_REGS, MMA_REGS,
+                                               STAGES, TILE_M, MLASparseConfig, MLASparseDecodeConfig)
+from . import attention_mla_sparse_seesaw_sm90 as seesaw
 from .common import mla_fp8
 from .common.constants import LOG2E
 from .common.mla_sm90 import (BAR_ALL, CHUNK, LN2, NEG_INF, QK_CHUNKS, SWIZZLE, UNITS, WG_CHUNKS, WG_COLS,
@@ -109,6 +128,8 @@ FP8_PIECES = mla_fp8.ROW_BYTES // PIECE  # 41 16-byte pieces an FP8 row (note "F
 CONVERTER_THREADS = 128                 # note "FP8 converter": warpgroup 2
 CONVERT_GROUP = 8                       # rows a converter warp loads at once (a trip: its loads all in flight)
 ROPE_ROWS = GATHER_LANES // (2 * 64 // PIECE)   # 4: rows whose rope units (8 a row) one warp instruction moves
+PRODUCER_THREADS = 128                  # note "Producer warpgroup": warpgroup 2 whole
+GROUPS = PRODUCER_THREADS // UNITS      # 16 groups of 8 threads, a row each at a time
 
 
 def build(cfg: MLASparseConfig | MLASparseDecodeConfig = MLASparseConfig()) -> dsl.KernelIR:
@@ -117,7 +138,8 @@ def build(cfg: MLASparseConfig | MLASparseDecodeConfig = MLASparseConfig()) -> d
     cfg.validate()
     fp8 = cfg.fp8        # note "FP8 gather"
     conv = getattr(cfg, "fp8_converter", False)     # note "FP8 converter"
-    mma_regs, load_regs = cfg.regs if conv else (MMA_REGS, LOAD_REGS)
+    pwg = cfg.producer_warps == 4                   # note "Producer warpgroup"
+    mma_regs, load_regs = cfg.regs if conv or pwg else (MMA_REGS, LOAD_REGS)
     staged = fp8 and not conv
     kb = KernelBuilder(cfg.name(), arch="sm_90a", block=(cfg.threads, 1, 1), config=cfg.key(), min_ctas_per_sm=1)
     p = kb.params_from(cfg.params, tma={})
@@ -128,20 +150,32 @@ def build(cfg: MLASparseConfig | MLASparseDecodeConfig = MLASparseConfig()) -> d
         q_slot = kb.smem("q_slot", 16, align=16)     # holds 0: the decode's _kv_tile, step 1
         x_smem = kb.smem("x_smem", cfg.exchange_bytes(), align=16)    # decode, note "Exchange"
         bias_smem = kb.smem("bias_smem", cfg.bias_bytes(), align=16)  # note "Bias"
-        rows_smem = None if conv else kb.smem("gather_rows", cfg.rows_bytes(), align=16)     # note "Gather"
-        # each gather lane (converter thread) commits once per fill (after its cp_async_arrive)
-        producer = dict(producer="convert", producer_arrivals=CONVERTER_THREADS) if conv else \
-            dict(producer="gather", producer_arrivals=GATHER_LANES)
-        kv_pipe = kb.pipeline("kv_pipe", num_stages=cfg.stages if fp8 else STAGES, consumers=["mma"],
-                              consumer_arrivals=CONSUMERS, **producer)
+        rows_smem = None if conv or pwg else kb.smem("gather_rows", cfg.rows_bytes(), align=16)     # note "Gather"
+        if cfg.seesaw:      # note "Seesaw": one role per consumer warpgroup, the pairs' schedule
+            seesaw.build_roles(kb, cfg, p, (q_smem, kv_smem, None, q_slot, bias_smem), x_smem, rows_smem)
+            return kb.finish()
+        halves = None
+        if pwg:     # note "Producer warpgroup": a stage's columns 0..255 (kv_pipe) and 256..575 (kv_hi)
+            kv_pipe, halves = (kb.pipeline(name, num_stages=STAGES, consumers=["mma"], consumer_arrivals=CONSUMERS,
+                                           producer="gather", producer_arrivals=PRODUCER_THREADS)
+                               for name in ("kv_pipe", "kv_hi"))
+        else:
+            # each gather lane (converter thread) commits once per fill (after its cp_async_arrive)
+            producer = dict(producer="convert", producer_arrivals=CONVERTER_THREADS) if conv else \
+                dict(producer="gather", producer_arrivals=GATHER_LANES)
+            kv_pipe = kb.pipeline("kv_pipe", num_stages=cfg.stages if fp8 else STAGES, consumers=["mma"],
+                                  consumer_arrivals=CONSUMERS, **producer)
         kb.pipeline_init()
         work = _Work(kb, cfg, p)
         with kb.warp_roles():
             with kb.role("mma", first_warp=0, num_warps=4 * CONSUMERS, regs=mma_regs):
-                _mma_role(kb, cfg, work, p, (q_smem, kv_smem, kv_pipe, q_slot, bias_smem), x_smem, tile_smem)
+                _mma_role(kb, cfg, work, p, (q_smem, kv_smem, kv_pipe, q_slot, bias_smem), x_smem, tile_smem, halves)
             if conv:
                 with kb.role("convert", first_warp=4 * CONSUMERS, num_warps=4, regs=load_regs):
                     _convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem)
+            elif pwg:
+                with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=PRODUCER_THREADS // 32, regs=load_regs):
+                    _gather_role_wg(kb, work, p, kv_smem, (kv_pipe, halves), bias_smem, cfg.l2_hints)
             else:
                 with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=1, regs=load_regs):
                     if fp8:
@@ -233,6 +267,51 @@ def _gather_role(kb, work: _Work, p, kv_smem, kv_pipe, bias_smem, rows_smem):
         fa4.cp_async_arrive(s.stage, pipe=kv_pipe.name)
         kv_pipe.producer_commit(s)
         kb.named_barrier(BAR_GATHER, GATHER_LANES)
+        loop.yield_(s.advance())
+
+
+def _gather_role_wg(kb, work: _Work, p, kv_smem, pipes, bias_smem, l2_hints: bool):
+    """Note "Producer warpgroup": thread t of the 128 (group g = t / 8, unit u = t % 8) looks up rows
+    g + 16 i (i < 4) of each tile itself (8 threads a row load the same index: a broadcast), then fills
+    the stage's two halves, each after waiting for that half to be free: chunks 0-3 (kv_pipe; the
+    unit-0 thread of each group first writes its rows' biases, note "Bias"), then chunks 4-8 (kv_hi);
+    a warp instruction moves 4 whole 128-byte chunk rows (coalesced; 4 distinct SMEM rows: conflict-
+    free), into the layout _gather_role writes. Each thread's copies arrive on the half's full barrier
+    when they land (cp_async_arrive), then it commits. l2_hints: each copy with FlashMLA's L2 hints
+    (.L2::256B prefetch, an evict_last policy: fa4.cp_async's l2_prefetch, evict_last)."""
+    hints = dict(l2_prefetch=L2_PREFETCH, evict_last=True) if l2_hints else {}
+    t = kb.thread_idx(0) % PRODUCER_THREADS
+    group, unit = t // UNITS, t % UNITS
+    tile_bytes = MLASparseConfig.tile_bytes()
+    idx_row = kb.gep(p["indices"], work.token.to("i64") * p["indices_stride_s"], "i32")
+    kv_unit = kb.gep(p["kv"], unit * 8, "bf16")    # this thread's 16-byte unit of row 0
+    lo, hi = pipes
+    loop = kb.for_(work.begin, work.end, 1, carry=lo.initial_state())
+    with loop as (j, s):
+        # 1. this thread's rows: position in the token's list -> index -> validity, element offset
+        rows = []
+        for i in range(BN // GROUPS):
+            r = group + GROUPS * i
+            pos = j * BN + r
+            index = kb.load(kb.gep(idx_row, pos, "i32"), "i32", align=4)
+            valid = pos.slt(work.length) & index.sge(0) & index.slt(p["s_kv"])
+            rows.append((r, valid, select(valid, index, const(0)).to("i64") * p["kv_stride_s"]))
+        base = kb.gep(kv_smem, s.stage * tile_bytes, "i8")
+        # 2. the halves, each: wait until free, (first half) biases, copies, arrive when landed, commit
+        for pipe, chunks in ((lo, range(HALF_CHUNKS)), (hi, range(HALF_CHUNKS, QK_CHUNKS))):
+            pipe.producer_acquire(s)
+            if pipe is lo:
+                with kb.if_(unit.eq(0)).then_():
+                    for r, valid, _ in rows:
+                        bias = select(valid, const(0.0, "f32"), const(NEG_INF, "f32"))
+                        kb.store(bias, kb.gep(bias_smem, (s.stage * BN + r) * 4, "i8"), align=4)
+            for r, valid, offset in rows:
+                src = kb.gep(kv_unit, offset, "bf16")
+                dst = kb.gep(base, r * SWIZZLE + (unit ^ (r % 8)) * 16, "i8")
+                for c in chunks:
+                    fa4.cp_async(kb.gep(src, c * CHUNK, "bf16"), kb.gep(dst, c * BN * SWIZZLE, "i8"), valid, **hints)
+            fa4.cp_async_arrive(s.stage, pipe=pipe.name)
+            pipe.producer_commit(s)
         loop.yield_(s.advance())
 
 
@@ -428,6 +507,35 @@ def _kv_tile(cs: ConsumerGeometry, bufs, carry, dtype: str):
     return s.advance(), o, tuple(m), tuple(l)
 
 
+def _kv_tile_halves(cs: ConsumerGeometry, bufs, kv_hi, carry, dtype: str):
+    """Note "Producer warpgroup": _kv_tile with the stage's halves waited for apart: S's wgmmas over
+    columns 0..255 after kv_pipe's full barrier, those over 256..575 after kv_hi's; both halves
+    released after P V (this warpgroup's V columns are in one half, its S read both)."""
+    q_smem, kv_smem, kv_pipe, q_slot, bias_smem = bufs
+    kb = cs.kb
+    s, o, m, l = carry
+    kv_pipe.consumer_wait(s)
+    kb.fence("async_smem")
+    q_smem = kb.gep(q_smem, kb.warp_uniform(kb.load(q_slot, "i32", align=4)), "i8")
+    stage = kb.gep(kv_smem, s.stage * MLASparseConfig.tile_bytes(), "i8")
+
+    def second_half():      # the first half's wgmmas committed as a group; the wait; wgmma.fence again
+        fa4.mma_commit_group()
+        kv_hi.consumer_wait(s)
+        kb.fence("async_smem")
+        fa4.mma_fence()
+
+    s_acc = wait_group(issue_s(cs, q_smem, stage, dtype, at_chunk=(HALF_CHUNKS, second_half)), pending=0)
+    frags, m, l, alpha = softmax(cs, s_acc, _bias_mask(cs, bias_smem, s.stage), m, l, dtype)
+    o = vec(*[o[i] * alpha[acc_row(i)] for i in range(cs.n_o)])
+    v_base = kb.gep(stage, cs.wg * (WG_CHUNKS * BN * SWIZZLE), "i8")
+    o = wait_group(issue_pv(cs, v_base, frags, o, dtype), pending=0)
+    with kb.if_(cs.is_leader).then_():
+        kv_pipe.consumer_release(s)
+        kv_hi.consumer_release(s)
+    return s.advance(), o, tuple(m), tuple(l)
+
+
 def _kv_tile_fp8(cs: ConsumerGeometry, cfg: MLASparseConfig | MLASparseDecodeConfig, bufs, tile_smem, j: Value, carry):
     """Note "FP8 gather": tile j's staged rows dequantized into the bf16 tile, the stage released,
     then _kv_tile's steps 1-4 on the tile with the biases of slot j % 2."""
@@ -456,7 +564,7 @@ def _kv_tile_fp8(cs: ConsumerGeometry, cfg: MLASparseConfig | MLASparseDecodeCon
     return s.advance(), o, tuple(m), tuple(l)
 
 
-def _mma_role(kb, cfg: MLASparseConfig, work: _Work, p, bufs, x_smem, tile_smem=None):
+def _mma_role(kb, cfg: MLASparseConfig, work: _Work, p, bufs, x_smem, tile_smem=None, halves=None):
     cs = ConsumerGeometry(kb, True, p["scale_log2"], x_smem)
     q_smem, _, kv_pipe, q_slot, _ = bufs
     _load_q(cs, work, p, q_smem, q_slot, cfg.dtype)
@@ -467,6 +575,8 @@ def _mma_role(kb, cfg: MLASparseConfig, work: _Work, p, bufs, x_smem, tile_smem=
     with loop as (j, carried):
         if tile_smem is not None:
             loop.yield_(*_kv_tile_fp8(cs, cfg, bufs, tile_smem, j, carried))
+        elif halves is not None:
+            loop.yield_(*_kv_tile_halves(cs, bufs, halves, carried, cfg.dtype))
         else:
             loop.yield_(*_kv_tile(cs, bufs, carried, cfg.dtype))
     _, o, m, l = loop.results
@@ -476,12 +586,13 @@ def _mma_role(kb, cfg: MLASparseConfig, work: _Work, p, bufs, x_smem, tile_smem=
         _epilogue(cs, cfg, work, p, o, m, l)
 
 
-def _epilogue(cs: ConsumerGeometry, cfg: MLASparseConfig, work: _Work, p, o: Value, m, l):
+def _epilogue(cs: ConsumerGeometry, cfg: MLASparseConfig, work: _Work, p, o: Value, m, l, totals=None):
     """Per row (head): O_w / (l + sink term) (note "Sinks"; +0 for a head that saw no key) in q's
     dtype into out by its strides; warpgroup 0's quad leaders write max_logits = m x scale (-inf
-    for no key) and LSE = ln l + m x scale (+inf for no key) into [s_q, h_q]."""
+    for no key) and LSE = ln l + m x scale (+inf for no key) into [s_q, h_q]. `totals`: the rows'
+    denominators where the caller summed them (note "Seesaw"), else row_totals of l."""
     kb = cs.kb
-    totals = row_totals(cs, l)
+    totals = row_totals(cs, l) if totals is None else totals
     f32 = "f32"
     zero = const(0.0, f32)
     for h in (0, 1):
@@ -515,14 +626,14 @@ def _store(cs: ConsumerGeometry, cfg: MLASparseConfig, work: _Work, p, o: Value,
         kb.store(max_logit, kb.gep(p["max_logits"], row, "f32"), align=4)
 
 
-def _decode_epilogue(cs: ConsumerGeometry, cfg: MLASparseDecodeConfig, work: _Work, p, o: Value, m, l):
+def _decode_epilogue(cs: ConsumerGeometry, cfg: MLASparseDecodeConfig, work: _Work, p, o: Value, m, l, totals=None):
     """Note "Decode": per real row (head < h_q), O_w / l and the LSE (natural log). Unsplit: O in
     q's dtype into out by its strides, LSE into lse [batch, h_q, seqlen_q], +inf (and O 0) for a
     head that saw no key. Split: float32 O / l into o_partial [splits, batch, seqlen_q, h_q, 512],
     LSE into lse_partial [splits, batch, h_q, seqlen_q], -inf for a split that saw no key (the
-    combine weighs it 0)."""
+    combine weighs it 0). `totals` as _epilogue's."""
     kb = cs.kb
-    totals = row_totals(cs, l)
+    totals = row_totals(cs, l) if totals is None else totals
     f32 = "f32"
     zero = const(0.0, f32)
     no_key = NEG_INF if cfg.split else float("inf")

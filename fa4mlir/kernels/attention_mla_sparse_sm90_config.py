@@ -56,6 +56,20 @@ FP8_MAX_STAGES = 2
 # thread of the three warpgroups: exactly the launch pool (384 threads x 168)
 CONVERTER_MMA_REGS, CONVERTER_REGS = 200, 104
 CONVERTER_BUFFERS = 2
+# The producer-warpgroup gather (producer_warps=4; the kernel's note "Producer warpgroup"; FlashMLA's sm90 sparse
+# prefill: phase1.cuh, config.h): warpgroup 2 whole gathers, 8 threads a row, and each ring stage is two halves
+# with their own full / free barriers (K columns 0..255, chunks 0-3, and 256..575, chunks 4-8), so S starts on
+# the first half while the second lands. FlashMLA's budgets: 2 x 216 + 72 = 504, the launch pool's share
+PRODUCER_WARPS = (1, 4)
+WG_MMA_REGS, WG_PRODUCER_REGS = 216, 72
+HALF_CHUNKS = 4             # chunks (64 columns) of a stage's first half: V's columns of consumer warpgroup 0
+# l2_hints (producer_warps=4 only): the gather's cp.asyncs carry FlashMLA's L2 hints, .L2::256B prefetch and an
+# evict_last cache policy (fa4.cp_async's l2_prefetch, evict_last)
+L2_PREFETCH = 256
+# The host's A/B knob over a 16-bit kv (attention/mla_sparse.py, requested_producer): name -> (producer_warps,
+# l2_hints)
+PRODUCER_VARIANTS = {"warp": (1, False), "warpgroup": (4, False), "warpgroup_l2": (4, True)}
+PRODUCER_ENV = "FA4MLIR_MLA_SPARSE_PRODUCER"
 
 
 def register_pool_fits(threads: int, mma_regs: int, load_regs: int, consumers: int) -> tuple[bool, int, int]:
@@ -83,6 +97,10 @@ class MLASparseConfig:
     topk_length: bool = False      # the kernel reads topk_length [s_q] int32 (else every token sees topk)
     sinks: bool = False            # the kernel reads attention sinks [h_q] float32
     kv_dtype: str = ""             # "": q's dtype; "fp8": FlashMLA's 656-byte FP8 rows, kv [s_kv, 1, 656]
+    producer_warps: int = 1        # 1: the gather warp; 4: the producer warpgroup with half stages (PRODUCER_WARPS)
+    l2_hints: bool = False         # producer_warps=4: the cp.asyncs' L2 hints (L2_PREFETCH, evict_last)
+    seesaw: bool = False           # FlashMLA's seesaw tile step (attention_mla_sparse_seesaw_sm90); opt-in,
+                                   # 16-bit kv (SEESAW_VARIANT, FA4MLIR_MLA_SPARSE_VARIANT)
 
     @property
     def fp8(self) -> bool:
@@ -91,6 +109,11 @@ class MLASparseConfig:
     @property
     def stages(self) -> int:
         return fp8_plan()[0] if self.fp8 else STAGES
+
+    @property
+    def regs(self) -> tuple[int, int]:
+        """(consumer, producer warpgroup) setmaxnreg budgets."""
+        return (WG_MMA_REGS, WG_PRODUCER_REGS) if self.producer_warps == 4 else (MMA_REGS, LOAD_REGS)
 
     def stage_bytes(self) -> int:
         """One ring stage: the tile, or (fp8) BN staged 656-byte rows."""
@@ -134,24 +157,29 @@ class MLASparseConfig:
     def smem_bytes(self) -> int:
         if self.fp8:
             return fp8_plan()[1]
+        if self.producer_warps == 4:    # two pipelines (the halves' barriers), no row table
+            return (TILE_M * D_QK * 2 + STAGES * self.tile_bytes() + 4 * STAGES * MBARRIER_BYTES + 16
+                    + self.exchange_bytes() + self.bias_bytes())
         return (TILE_M * D_QK * 2 + STAGES * self.tile_bytes() + 2 * STAGES * MBARRIER_BYTES + 16
                 + self.exchange_bytes() + self.bias_bytes() + self.rows_bytes())
 
     def validate(self) -> "MLASparseConfig":
-        check_fields(self, {"dtype": DTYPES, "kv_dtype": KV_DTYPES})
+        check_fields(self, {"dtype": DTYPES, "kv_dtype": KV_DTYPES, "producer_warps": PRODUCER_WARPS})
         if self.dtype not in DTYPES:
             raise ConfigError(f"sparse MLA: dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.kv_dtype not in KV_DTYPES:
             raise ConfigError(f"sparse MLA: kv_dtype must be \"\" (kv holds q's dtype) or \"fp8\" (FlashMLA's "
                               f"656-byte FP8 rows), got {self.kv_dtype!r}")
+        check_producer(self)
         if self.fp8 and self.stages < 1:
             raise ConfigError("the FP8 cache's staging stage does not fit the SMEM (note \"FP8 sparse SMEM plan\")")
+        _check_seesaw(self)
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
-        fits, need, pool = register_pool_fits(self.threads, MMA_REGS, LOAD_REGS, CONSUMERS)
+        fits, need, pool = register_pool_fits(self.threads, *self.regs, CONSUMERS)
         if not fits:
-            raise ConfigError(f"setmaxnreg budgets need {need} registers (128 x ({CONSUMERS} x {MMA_REGS} + "
-                              f"{LOAD_REGS})), more than the launch allocation of {pool}: setmaxnreg.inc would "
+            raise ConfigError(f"setmaxnreg budgets need {need} registers (128 x ({CONSUMERS} x {self.regs[0]} + "
+                              f"{self.regs[1]})), more than the launch allocation of {pool}: setmaxnreg.inc would "
                               f"wait forever")
         return self
 
@@ -160,11 +188,50 @@ class MLASparseConfig:
         return {"kernel": KERNEL, **key_leaving_out(self, VARIANT_FIELDS)}
 
     def name(self) -> str:
-        return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_topklen' if self.topk_length else ''}"
-                f"{'_sinks' if self.sinks else ''}")
+        return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_pwg' if self.producer_warps == 4 else ''}"
+                f"{'_l2' if self.l2_hints else ''}{'_topklen' if self.topk_length else ''}{'_sinks' if self.sinks else ''}"
+                f"{'_seesaw' if self.seesaw else ''}")
 
 
-VARIANT_FIELDS = field_defaults(MLASparseConfig, ("kv_dtype",))     # MLASparseConfig's (common.fields)
+VARIANT_FIELDS = field_defaults(MLASparseConfig, ("kv_dtype", "producer_warps", "l2_hints", "seesaw"))  # (common.fields)
+
+
+def check_producer(cfg) -> None:
+    """producer_warps (either config): 1 or 4, and 4 only over a 16-bit cache (the FP8 kernels keep their own
+    producers: the gather warp's staging stage, the converter warpgroup)."""
+    if cfg.producer_warps not in PRODUCER_WARPS:
+        raise ConfigError(f"sparse MLA: producer_warps must be one of {PRODUCER_WARPS}, got {cfg.producer_warps!r}")
+    if cfg.producer_warps == 4 and cfg.fp8:
+        raise ConfigError("sparse MLA: producer_warps=4 (the producer warpgroup) is built for a 16-bit cache, "
+                          "not kv_dtype=\"fp8\"")
+    if cfg.l2_hints and cfg.producer_warps != 4:
+        raise ConfigError("sparse MLA: l2_hints=True marks the producer warpgroup's copies: it needs producer_warps=4")
+
+# The sparse kernels' variants (prefill and decode; FA4MLIR_MLA_SPARSE_VARIANT, bench mla's backend
+# fa4mlir[seesaw]): name -> the config fields it sets. "seesaw": FlashMLA's seesaw tile step
+# (attention_mla_sparse_seesaw_sm90), built for the 16-bit cache and the unsplit FP8 decode's converter kernel
+# (SMEM and registers as the default's).
+SEESAW_VARIANT = "seesaw"
+SPARSE_VARIANTS = {"default": {}, SEESAW_VARIANT: {"seesaw": True}}
+SPARSE_VARIANT_ENV = "FA4MLIR_MLA_SPARSE_VARIANT"
+
+
+def _check_seesaw(cfg) -> None:
+    if not isinstance(cfg.seesaw, bool):
+        raise ConfigError(f"seesaw must be a bool, got {cfg.seesaw!r}")
+    if cfg.seesaw and cfg.fp8 and not (getattr(cfg, "fp8_converter", False) and not cfg.split):
+        raise ConfigError("the sparse seesaw schedule is built for the 16-bit kv and for the unsplit FP8 decode's "
+                          "converter kernel (split, its consumers at setmaxnreg 200 spilled), not this FP8 config")
+
+
+def sparse_variant(cfg, name: str = "default"):
+    """The sparse kernel ``cfg`` (MLASparseConfig or MLASparseDecodeConfig) as variant ``name`` of
+    SPARSE_VARIANTS; ConfigError for an unknown name or a variant not built for cfg (seesaw: see _check_seesaw)."""
+    if name not in SPARSE_VARIANTS:
+        raise ConfigError(f"unknown sparse MLA variant {name!r}; known: {', '.join(SPARSE_VARIANTS)}")
+    out = replace(cfg, **{"seesaw": False, **SPARSE_VARIANTS[name]})
+    _check_seesaw(out)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -263,6 +330,10 @@ class MLASparseDecodeConfig:
     split: bool = False             # float32 partials for the combine (else the final out and lse)
     fp8_converter: bool = False     # fp8 only: the converter warpgroup (note "FP8 converter plan"; the host's
                                     # default by FP8_DECODE_DEFAULT_RULE, fp8_decode_variant)
+    producer_warps: int = 1         # 16-bit cache: 1 the gather warp, 4 the producer warpgroup (MLASparseConfig's)
+    l2_hints: bool = False          # producer_warps=4: the copies' L2 hints (MLASparseConfig's)
+    seesaw: bool = False            # MLASparseConfig.seesaw's tile step (SPARSE_VARIANTS): 16-bit kv, or fp8 with
+                                    # fp8_converter and no split
 
     @property
     def fp8(self) -> bool:
@@ -271,7 +342,9 @@ class MLASparseDecodeConfig:
     @property
     def regs(self) -> tuple[int, int]:
         """(consumer, producer warpgroup) setmaxnreg budgets."""
-        return (CONVERTER_MMA_REGS, CONVERTER_REGS) if self.fp8_converter else (MMA_REGS, LOAD_REGS)
+        if self.fp8_converter:
+            return CONVERTER_MMA_REGS, CONVERTER_REGS
+        return (WG_MMA_REGS, WG_PRODUCER_REGS) if self.producer_warps == 4 else (MMA_REGS, LOAD_REGS)
 
     @property
     def params(self) -> tuple:
@@ -309,10 +382,11 @@ class MLASparseDecodeConfig:
     def smem_bytes(self) -> int:
         if self.fp8_converter:      # the 16-bit kernel's plan: Q, two bf16 tiles, their biases (no row table)
             return MLASparseConfig().smem_bytes() - self.rows_bytes()
-        return MLASparseConfig(kv_dtype=self.kv_dtype).smem_bytes()
+        return MLASparseConfig(kv_dtype=self.kv_dtype, producer_warps=self.producer_warps,
+                               l2_hints=self.l2_hints).smem_bytes()
 
     def validate(self) -> "MLASparseDecodeConfig":
-        check_fields(self, {"dtype": DECODE_DTYPES, "kv_dtype": KV_DTYPES})
+        check_fields(self, {"dtype": DECODE_DTYPES, "kv_dtype": KV_DTYPES, "producer_warps": PRODUCER_WARPS})
         if self.dtype not in DECODE_DTYPES:
             raise ConfigError(f"sparse MLA decode: dtype must be one of {DECODE_DTYPES}, got {self.dtype!r}")
         if self.kv_dtype not in KV_DTYPES:
@@ -327,6 +401,8 @@ class MLASparseDecodeConfig:
             raise ConfigError(f"fp8_converter must be a bool, got {self.fp8_converter!r}")
         if self.fp8_converter and not self.fp8:
             raise ConfigError("fp8_converter=True dequantizes FlashMLA's FP8 cache: it needs kv_dtype=\"fp8\"")
+        check_producer(self)
+        _check_seesaw(self)
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA decode needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
         fits, need, pool = register_pool_fits(self.threads, *self.regs, CONSUMERS)
@@ -340,10 +416,12 @@ class MLASparseDecodeConfig:
 
     def name(self) -> str:
         return (f"{DECODE_KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_conv' if self.fp8_converter else ''}"
-                f"{'_topklen' if self.topk_length else ''}{'_split' if self.split else ''}")
+                f"{'_pwg' if self.producer_warps == 4 else ''}{'_l2' if self.l2_hints else ''}"
+                f"{'_topklen' if self.topk_length else ''}{'_split' if self.split else ''}"
+                f"{'_seesaw' if self.seesaw else ''}")
 
 
-DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter",))  # MLASparseDecodeConfig's
+DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", "producer_warps", "l2_hints", "seesaw"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -457,4 +535,4 @@ __all__ = ["fp8_plan", "KERNEL", "DTYPES", "D_QK", "D_V", "BN", "TILE_M", "CONSU
            "OUTPUTS", "SCALARS", "launch_args", "grid", "flops", "DECODE_KERNEL", "DECODE_DTYPES", "MLASparseDecodeConfig",
            "DECODE_OUTPUTS", "DECODE_SPLIT_OUTPUTS", "DECODE_SCALARS", "DECODE_FP8_SCALARS", "KV_DTYPES", "FP8_DTYPE",
            "FP8_ROW_BYTES", "decode_launch_args", "decode_grid", "head_blocks",
-           "split_range"]
+           "split_range", "SEESAW_VARIANT", "SPARSE_VARIANTS", "SPARSE_VARIANT_ENV", "sparse_variant"]

@@ -60,7 +60,10 @@ def run(module: ir.Operation) -> None:
             elif op.name == "fa4.cp_async":
                 src, dst, valid = op.operands
                 size = arith.select(valid, i32(16), i32(0))
-                nvvm.cp_async_shared_global(dst, src, 16, nvvm.LoadCacheModifierKind.CG, cp_size=size)
+                if "l2_prefetch" in op.attributes or "evict_last" in op.attributes:
+                    _cp_async_hinted(op, src, dst, size)
+                else:
+                    nvvm.cp_async_shared_global(dst, src, 16, nvvm.LoadCacheModifierKind.CG, cp_size=size)
             elif op.name == "fa4.cp_async_arrive":
                 nvvm.cp_async_mbarrier_arrive(barrier_addr(pipes, op, "full", op.operands[0]))
             elif op.name == "fa4.tma_prefetch":
@@ -70,6 +73,34 @@ def run(module: ir.Operation) -> None:
                 nvvm.cp_async_bulk_tensor_prefetch(desc, list(coords), [])
             op.erase()
     check_none_left(func, OPS, NAME)
+
+
+L2_PREFETCH_SIZES = (64, 128, 256)     # .L2::64B, .L2::128B, .L2::256B (PTX ISA 9.7.9.3)
+EVICT_LAST_POLICY = "createpolicy.fractional.L2::evict_last.b64 $0, 1.0;"
+
+
+def _cp_async_hinted(op, src, dst, size) -> None:
+    """fa4.cp_async with its hints as inline PTX (nvvm.cp.async.shared.global takes neither):
+    `cp.async.cg.shared.global[.L2::cache_hint][.L2::<n>B] [dst], [src], 16, size[, policy];`, the
+    policy from a side-effect-free createpolicy asm (LLVM merges the identical ones of a block and
+    hoists them out of loops)."""
+    prefetch = attr(op, "l2_prefetch") if "l2_prefetch" in op.attributes else 0
+    evict_last = bool(attr(op, "evict_last")) if "evict_last" in op.attributes else False
+    if prefetch and prefetch not in L2_PREFETCH_SIZES:
+        raise PassError(f"{NAME}: cp_async l2_prefetch must be one of {L2_PREFETCH_SIZES}, got {prefetch}", op.location)
+    i64t = ir.IntegerType.get_signless(64)
+    dst32 = llvm.ptrtoint(ir.IntegerType.get_signless(32), dst)
+    src64 = llvm.ptrtoint(i64t, src)
+    operands, constraints = [dst32, src64, size], "r,l,r"
+    suffix = f".L2::{prefetch}B" if prefetch else ""
+    if evict_last:
+        policy = llvm.inline_asm(i64t, [], EVICT_LAST_POLICY, "=l", has_side_effects=False)
+        operands.append(policy)
+        constraints += ",l"
+        text = f"cp.async.cg.shared.global.L2::cache_hint{suffix} [$0], [$1], 16, $2, $3;"
+    else:
+        text = f"cp.async.cg.shared.global{suffix} [$0], [$1], 16, $2;"
+    llvm.inline_asm(None, operands, text, constraints + ",~{memory}", has_side_effects=True)
 
 
 def _lower_gather4(op: ir.Operation, pipes, func: ir.Operation) -> None:

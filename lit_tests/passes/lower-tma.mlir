@@ -119,6 +119,44 @@ module attributes {gpu.container_module} {
 
 // -----
 
+// The hints (fa4.cp_async's l2_prefetch, evict_last): inline PTX, the policy from a side-effect-free createpolicy.
+// CHECK-LABEL: llvm.func @gather_hinted
+// CHECK-SAME: (%[[SRC:[^:]+]]: !llvm.ptr<1>, %[[DST:[^:]+]]: !llvm.ptr<3>, %[[OK:[^:]+]]: i1)
+// CHECK: %[[SIZE:.*]] = arith.select %[[OK]]
+// CHECK: %[[D32:.*]] = llvm.ptrtoint %[[DST]] : !llvm.ptr<3> to i32
+// CHECK: %[[S64:.*]] = llvm.ptrtoint %[[SRC]] : !llvm.ptr<1> to i64
+// CHECK: %[[POL:.*]] = llvm.inline_asm "createpolicy.fractional.L2::evict_last.b64 $0, 1.0;", "=l"  : () -> i64
+// CHECK: llvm.inline_asm has_side_effects "cp.async.cg.shared.global.L2::cache_hint.L2::256B [$0], [$1], 16, $2, $3;", "r,l,r,l,~{memory}" %[[D32]], %[[S64]], %[[SIZE]], %[[POL]]
+// CHECK: llvm.inline_asm has_side_effects "cp.async.cg.shared.global.L2::128B [$0], [$1], 16, $2;", "r,l,r,~{memory}"
+// CHECK-NOT: fa4.cp_async
+// CHECK: llvm.return
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @gather_hinted(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %ok: i1)
+        attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      "fa4.cp_async"(%src, %dst, %ok) {l2_prefetch = 256 : i64, evict_last = 1 : i64} : (!llvm.ptr<1>, !llvm.ptr<3>, i1) -> ()
+      "fa4.cp_async"(%src, %dst, %ok) {l2_prefetch = 128 : i64} : (!llvm.ptr<1>, !llvm.ptr<3>, i1) -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// An L2 prefetch size cp.async has no form for.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @gather_bad_prefetch(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %ok: i1)
+        attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      // expected-error @+1 {{cp_async l2_prefetch must be one of (64, 128, 256), got 512}}
+      "fa4.cp_async"(%src, %dst, %ok) {l2_prefetch = 512 : i64} : (!llvm.ptr<1>, !llvm.ptr<3>, i1) -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
 // sm_100a TMA gather4: the column (dimension 0) first, then the four rows (dimension 1), in the
 // .tile::gather4 mode of cp.async.bulk.tensor; completes on full[stage] like a tma_load.
 // CHECK-LABEL: llvm.func @gather4

@@ -119,6 +119,9 @@ def inline_asm(p, op, a, r):
     """The empty register fence (`"", "=r,0"` / `"=f,0"` / `"=l,0"`: the value passes through), and
     the one other asm a pass emits: wgmma with A from registers (ops/wgmma.py)."""
     asm = ir.StringAttr(op.attributes["asm_string"]).value
+    if asm.startswith("cp.async.cg.shared.global") or asm.startswith("createpolicy."):
+        from .tma import cp_async_hinted_asm
+        return cp_async_hinted_asm(p, op, a, r, asm)
     if "wgmma.mma_async" in asm:
         from .wgmma import mma_regs_asm
         return mma_regs_asm(p, op, a, r, asm)

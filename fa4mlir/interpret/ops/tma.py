@@ -230,6 +230,22 @@ def cp_async(p, op, a, r):
     return PLAIN, run
 
 
+def cp_async_hinted_asm(p, op, a, r, asm: str):
+    """fa4-lower-tma's hinted cp.async (_cp_async_hinted): `cp.async.cg.shared.global[.L2::cache_hint]
+    [.L2::<n>B] [$0], [$1], 16, $2[, $3];` (dst as a 32-bit shared address, src, src-size, the policy)
+    is nvvm.cp.async.shared.global's copy (the hints change no byte); its `createpolicy` yields a
+    policy word nothing else reads (0)."""
+    if asm.startswith("createpolicy."):
+        z = r[0]
+
+        def policy(env, mask, w):
+            env[z] = np.zeros(len(mask), np.int64)
+        return PLAIN, policy
+    if len(a) not in (3, 4) or r:
+        raise Unsupported(f"inline asm {asm!r}: {len(a)} operands")
+    return cp_async(p, op, a[:3], r)
+
+
 @semantics("nvvm.cp.async.mbarrier.arrive", "nvvm.cp.async.mbarrier.arrive.shared")
 def cp_async_mbarrier_arrive(p, op, a, r):
     """The lane's cp.async copies land (net-zero arrival: the barrier's count is unchanged)."""

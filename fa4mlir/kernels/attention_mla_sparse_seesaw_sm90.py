@@ -1,0 +1,205 @@
+"""The seesaw schedule of the sparse MLA kernels on sm_90a (MLASparseConfig.seesaw /
+MLASparseDecodeConfig.seesaw, opt-in, 16-bit kv): the roles of attention_mla_sparse_sm90 when `seesaw`
+is set. The gather warp, Q's load, the score biases and the epilogues are that kernel's; the
+consumers' tile step is FlashMLA's seesaw (common/mla_seesaw_sm90; its schedule note is
+attention_mla_decode_seesaw_sm90's opening comment).
+
+Note "FP8 converter": the FP8 decode's converter kernel (attention_mla_sparse_sm90, note "FP8
+converter") takes the same consumers unsplit: its converter warpgroup is the ring's producer (128
+arrivals, st.shared fenced to the async proxy before it commits, the biases in the tile's slot as the
+gather writes them), setmaxnreg 200 / 104. Split, the consumers spilled at 200 (config: ConfigError).
+
+The token's tiles [begin, end) go in pairs (a = j, b = j + 1): warpgroup 0 (role `mma0`) computes S of
+tile a over all 64 keys, warpgroup 1 (`mma1`) S of tile b, each its own softmax with the tile's score
+biases added (attention_mla_sparse_sm90, note "Bias": an invalid row's S is -inf, its V row zero, so no
+tail needs zeroing); P of a tile rides in the tile's rope columns (512..575, the tile's ninth chunk,
+which only that tile's S reads; the gather refills the stage only after both warpgroups released it),
+the row maxima in x_smem. An odd tile count ends with one tile (mma0's S, both P V halves).
+
+Note "Ring": one ring of STAGES = 2 tiles (kv_pipe), consumed by both roles (two arrivals a stage): a
+pair holds both stages, so tile a' of the next pair is gathered once both warpgroups released a (mid
+pair) and b' after the pair. The gather's cp.asyncs are generic-proxy writes: each warpgroup fences
+(async_smem) after every wait before its wgmmas read the tile. Unlike the dense decode's TMA boxes, the
+gather lands a tile's 64 rows whole (each lane's copies arrive once), so there are no chunk rings.
+
+Note "Barriers": the gather warp owns named barrier 4 (attention_mla_sparse_sm90.BAR_GATHER), the
+consumers' Q load and row-sum exchange 1 (common/mla_sm90.BAR_ALL); the pair handshakes are 5
+(mma0 -> mma1: m_a, P_a) and 6 (mma1 -> mma0: m_b, P_b).
+
+Note "Producer warpgroup" (producer_warps=4, 16-bit kv; attention_mla_sparse_sm90's note of that name): the
+producer is that module's warpgroup (_gather_role_wg: 128 threads, 8 a row, setmaxnreg 72; the consumers 216)
+and each stage's barriers are two pipelines, kv_pipe for K's columns 0..255 and kv_hi for 256..575 (the
+rope columns, where P rides, are in kv_hi), both consumed by mma0 and mma1. _HalfTiles: S waits kv_pipe,
+issues its first 16 wgmmas and commits them, waits kv_hi, fences wgmma and issues the other 20; wait_all
+waits both; each warpgroup releases the half holding its V columns after its P V and the other half as soon
+as it stops reading it (common/mla_seesaw_sm90's release_other hooks). With l2_hints the copies carry FlashMLA's L2 hints. This is
+FlashMLA's whole sm90 sparse prefill recipe: seesaw consumers, a producer warpgroup, half stages.
+
+Note "Work" (ptxas 12.x, deviceless; what the compile tests check, not a principle): the consumers derive
+the token's work item in their roles (as the dense seesaw's do: a value made before the role split and
+live across setmaxnreg spilled there). The gather warp (24 registers) spills 4 to 12 bytes, depending on
+the config, with one or the other placement of its copy: derived in its role, the prefill with
+topk_length spilled 12 bytes and the unsplit decode with topk_length 4; made before the role split (the
+default kernel's placement), the split decode spilled 8 with or without topk_length. gather_owns_work
+picks the placement that compiles clean for each of the eight 16-bit configs (tests/test_mla_sparse_seesaw.py
+compiles all eight).
+"""
+from __future__ import annotations
+
+from ..dsl import const
+from ..dialect import builders as fa4
+from .attention_mla_sparse_sm90_config import (CONSUMERS, HALF_CHUNKS, LOAD_REGS, MMA_REGS, STAGES, MLASparseConfig,
+                                               MLASparseDecodeConfig)
+from .common import mla_seesaw_sm90 as seesaw
+from .common.mla_sm90 import ConsumerGeometry, issue_s
+from .common.wgmma import wait_group
+
+BAR_PA = 5      # mma0 -> mma1 (note "Barriers")
+BAR_PB = 6      # mma1 -> mma0
+
+
+class _Tiles(seesaw.Tiles):
+    """The sparse kernels' side of the schedule: one ring the gather fills (note "Ring"), the score biases."""
+    bar_pa, bar_pb = BAR_PA, BAR_PB
+
+    def __init__(self, kb, bufs, dtype: str):
+        self.kb = kb
+        self.q_smem, self.kv_smem, self.kv_pipe, self.q_slot, self.bias_smem = bufs
+        self.dtype = dtype
+
+    def _q_at(self, cs):
+        """q_slot's 0 (re-read after each wait: the tile's address is not hoisted; the decode's _kv_tile)."""
+        return cs.kb.warp_uniform(cs.kb.load(self.q_slot, "i32", align=4))
+
+    def wait_all(self, st):
+        self.kv_pipe.consumer_wait(st)
+        self.kb.fence("async_smem")     # note "Ring": the gather's cp.asyncs, read by P V's wgmmas
+
+    def tile(self, cs, st):
+        return cs.kb.gep(self.kv_smem, st.stage * MLASparseConfig.tile_bytes() + self._q_at(cs), "i8")
+
+    def s(self, cs, st):
+        kb = cs.kb
+        self.kv_pipe.consumer_wait(st)
+        kb.fence("async_smem")
+        q_at = self._q_at(cs)
+        q_smem = kb.gep(self.q_smem, q_at, "i8")
+        tile = kb.gep(self.kv_smem, st.stage * MLASparseConfig.tile_bytes() + q_at, "i8")
+        return wait_group(issue_s(cs, q_smem, tile, self.dtype), pending=0), tile
+
+    def release(self, st):
+        self.kv_pipe.consumer_release(st)
+
+    def mask(self, cs, j, st):
+        from .attention_mla_sparse_sm90 import _bias_mask
+        return _bias_mask(cs, self.bias_smem, st.stage)
+
+
+class _HalfTiles(_Tiles):
+    """Note "Producer warpgroup": a stage's columns 0..255 on kv_pipe, 256..575 on kv_hi. Warpgroup w's V
+    columns are in one half (w = 0: kv_pipe, 1: kv_hi), released after its P V (`release`); the other half it
+    releases as soon as it stops reading it (`release_other`: mma0 after S_a and P_a's publication, after
+    reading P_b; mma1 at once for tile a, after S_b and its biases for tile b), so the producer refills each
+    half once its last reader is done, FlashMLA's per-half free barriers."""
+
+    def __init__(self, kb, bufs, dtype: str, kv_hi, w: int):
+        super().__init__(kb, bufs, dtype)
+        self.kv_hi = kv_hi
+        self.own, self.other = (self.kv_pipe, kv_hi) if w == 0 else (kv_hi, self.kv_pipe)
+
+    def wait_all(self, st):
+        self.kv_pipe.consumer_wait(st)
+        self.kv_hi.consumer_wait(st)
+        self.kb.fence("async_smem")
+
+    def s(self, cs, st):
+        kb = cs.kb
+        self.kv_pipe.consumer_wait(st)
+        kb.fence("async_smem")
+        q_at = self._q_at(cs)
+        q_smem = kb.gep(self.q_smem, q_at, "i8")
+        tile = kb.gep(self.kv_smem, st.stage * MLASparseConfig.tile_bytes() + q_at, "i8")
+
+        def second_half():      # the first half's wgmmas as a group, the wait, wgmma.fence (ptxas C7519 without)
+            fa4.mma_commit_group()
+            self.kv_hi.consumer_wait(st)
+            kb.fence("async_smem")
+            fa4.mma_fence()
+        return wait_group(issue_s(cs, q_smem, tile, self.dtype, at_chunk=(HALF_CHUNKS, second_half)), pending=0), tile
+
+    def release(self, st):
+        self.own.consumer_release(st)
+
+    def release_other(self, cs, st):
+        with cs.kb.if_(cs.is_leader).then_():
+            self.other.consumer_release(st)
+
+
+def build_roles(kb, cfg, p, bufs, x_smem, rows_smem):
+    """kv_pipe (two consumer roles), then roles mma0 and mma1 (Q's load, the pair loops, the epilogue)
+    and the producer: the gather warp (attention_mla_sparse_sm90._gather_role, unchanged) or the FP8
+    converter warpgroup (_convert_role, unchanged; note "FP8 converter")."""
+    from . import attention_mla_sparse_sm90 as base
+    q_smem, kv_smem, _, q_slot, bias_smem = bufs
+    conv = getattr(cfg, "fp8_converter", False)
+    pwg = cfg.producer_warps == 4       # note "Producer warpgroup"
+    kv_hi = None
+    if pwg:
+        kv_pipe, kv_hi = (kb.pipeline(name, num_stages=STAGES, consumers=["mma0", "mma1"], consumer_arrivals=CONSUMERS,
+                                      producer="gather", producer_arrivals=base.PRODUCER_THREADS)
+                          for name in ("kv_pipe", "kv_hi"))
+    else:
+        producer = dict(producer="convert", producer_arrivals=base.CONVERTER_THREADS) if conv else \
+            dict(producer="gather", producer_arrivals=base.GATHER_LANES)
+        kv_pipe = kb.pipeline("kv_pipe", num_stages=STAGES, consumers=["mma0", "mma1"], consumer_arrivals=CONSUMERS,
+                              **producer)
+    kb.pipeline_init()
+    bufs = (q_smem, kv_smem, kv_pipe, q_slot, bias_smem)
+    # note "Work": the consumers derive the work item in their roles; the gather derives its own where
+    # GATHER_OWNS_WORK says, else takes one made before the role split
+    own = gather_owns_work(cfg) or pwg
+    gather_work = None if own else base._Work(kb, cfg, p)
+    mma_regs, load_regs = cfg.regs if conv or pwg else (MMA_REGS, LOAD_REGS)
+    with kb.warp_roles():
+        for w in (0, 1):
+            with kb.role(f"mma{w}", first_warp=4 * w, num_warps=4, regs=mma_regs):
+                _consumer(kb, cfg, base._Work(kb, cfg, p), p, bufs, x_smem, w, kv_hi)
+        if pwg:
+            with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=base.PRODUCER_THREADS // 32, regs=load_regs):
+                base._gather_role_wg(kb, base._Work(kb, cfg, p), p, kv_smem, (kv_pipe, kv_hi), bias_smem, cfg.l2_hints)
+            return
+        if conv:
+            with kb.role("convert", first_warp=4 * CONSUMERS, num_warps=4, regs=load_regs):
+                base._convert_role(kb, base._Work(kb, cfg, p), p, kv_smem, kv_pipe, bias_smem)
+            return
+        with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=1, regs=LOAD_REGS):
+            work = base._Work(kb, cfg, p) if own else gather_work
+            base._gather_role(kb, work, p, kv_smem, kv_pipe, bias_smem, rows_smem)
+
+
+def gather_owns_work(cfg) -> bool:
+    """note "Work": whether the gather warp derives the work item in its role (the split decode, the
+    unsplit decode without topk_length) or takes one made before the role split (the others)."""
+    decode = isinstance(cfg, MLASparseDecodeConfig)
+    return decode and (cfg.split or not cfg.topk_length)
+
+
+def _consumer(kb, cfg, work, p, bufs, x_smem, w: int, kv_hi=None):
+    """Warpgroup w: Q, the pairs of [begin, end) then (odd) the last tile, l = l_0 + l_1, the epilogue."""
+    from . import attention_mla_sparse_sm90 as base
+    cs = ConsumerGeometry(kb, False, p["scale_log2"], x_smem)     # S of all 64 keys of a tile
+    cs.wg = const(w)
+    q_smem, _, kv_pipe, q_slot, _ = bufs
+    base._load_q(cs, work, p, q_smem, q_slot, cfg.dtype)
+    pair_end = work.begin + ((work.end - work.begin) // 2) * 2
+    segments = ((work.begin, pair_end, True, True), (pair_end, work.end, False, True))
+    tiles = _Tiles(kb, bufs, cfg.dtype) if kv_hi is None else _HalfTiles(kb, bufs, cfg.dtype, kv_hi, w)
+    _, o, m, l = seesaw.run(cs, tiles, cfg.dtype, w, segments, seesaw.initial(cs, kv_pipe))
+    totals = seesaw.totals(cs, l)
+    if work.decode:
+        base._decode_epilogue(cs, cfg, work, p, o, m, l, totals=totals)
+    else:
+        base._epilogue(cs, cfg, work, p, o, m, l, totals=totals)
+
+
+__all__ = ["build_roles", "BAR_PA", "BAR_PB", "gather_owns_work"]
