@@ -86,3 +86,10 @@ def test_warp_scan_is_the_prefix_sum():
 
 def test_parts_for():
     assert db.parts_for(132, 2, 8) == 33 and db.parts_for(4, 1, 8) == 1
+
+
+def test_the_kernels_division_steps():
+    rng = np.random.default_rng(5)
+    for a, b in [(0, 1), (1, 1), (19, 5), ((1 << 31) - 1, 1), ((1 << 31) - 1, 1023), (5, 7)] + \
+            [(int(x), int(y)) for x, y in zip(rng.integers(0, 1 << 31, 200), rng.integers(1, 1 << 12, 200))]:
+        assert db.udiv_steps(a, b) == a // b, (a, b)

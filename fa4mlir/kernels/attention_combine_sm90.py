@@ -65,6 +65,7 @@ def _merge(kb, cfg, p, lane, n, lse_at, o_at, where):
     split s's LSE at lse_partial[lse_at(s)] and O at o_partial[o_at(s)]."""
     b, t, h, lrow = where
     cols = cfg.head_dim // 32                   # columns per lane
+
     def lse_of(s):
         return kb.load(kb.gep(p["lse_partial"], lse_at(s), "f32"), "f32", align=4)
 
@@ -153,14 +154,16 @@ def _balanced_row(kb, cfg, p, lane, b, t, h) -> tuple:
         loop.yield_(total + n, before + select((k * LANES + lane).lt(b), n, zero))
     total, start = (warp_sum(kb, x) for x in loop.results)
     n_b = seq_tiles(kb, p, b, bn)
-    safe = total.smax(1).to("i64")
-    live = total.smin(p["parts"]).smax(1).to("i64")
+    live = total.smin(p["parts"]).smax(1)
+    q = (total // live).smax(1)            # (T = 0: every sequence empty, n = 0 below)
+    r = total - (total // live) * live
+    big = r * (q + 1)                       # the first r CTAs hold q + 1 tiles each
 
     def cta_of(x):
-        return (((x.to("i64") + 1) * live - 1) // safe).to("i32")
+        return select(x.lt(big), x // (q + 1), r + (x - big) // q)
 
     first = cta_of(start)
-    lo_first = ((first.to("i64") * safe) // live).to("i32")
+    lo_first = first * q + first.smin(r)
     off = select(start.ne(lo_first), const(1), zero)
     n = select(n_b.eq(0), zero, cta_of(start + n_b - 1) - first + 1)
     heads, seqlen_q = p["heads"].to("i64"), p["seqlen_q"].to("i64")

@@ -6,7 +6,8 @@ Grid: x = CTA c of `parts` per KV head, y = the head block (a KV head: swap AB p
 Every warp of both roles finds the CTA's work from cache_seqlens itself (no host read, no
 metadata kernel, CUDA-graph safe), in its prologue (`Range`):
     1. T = sum_b n_b: lane l sums n_b of b = l, l + 32, .. (MAX_BATCH bounds the trips), a xor tree;
-    2. lo = c T / live, hi = (c + 1) T / live (live = min(parts, T), at least 1; in i64);
+    2. [lo, hi): T // live tiles, the first T % live CTAs one more (live = min(parts, T), at least 1;
+       the division unrolled: udiv);
     3. a second trip over the batch, 32 sequences at a time, with each lane's inclusive prefix
        (decode_balanced.warp_scan's butterfly): b_first = #{b: P_b + n_b <= lo}, P_{b_first}
        (the largest such P_b + n_b), b_end = #{b: P_b < hi}.
@@ -24,7 +25,7 @@ cut sequences' slots and writes O = 0, LSE = +inf for the empty ones.
 """
 from __future__ import annotations
 
-from ..dsl import Value, const, fast_div, select
+from ..dsl import Value, const, fast_div, select, vec
 from . import attention_decode_sm90 as dec_kernel
 from . import attention_decode_sm90_swapab as swapab
 from .attention_decode_sm90_epilogue import _epilogue
@@ -82,15 +83,28 @@ def total_tiles(kb, p, lane: Value, bn: int) -> Value:
     return warp_sum(kb, loop.results)
 
 
+def udiv(a: Value, b: Value) -> Value:
+    """a // b for 0 <= a < 2^31, 1 <= b < 2^30 by restoring division (decode_balanced.udiv_steps): a
+    runtime divisor's div.u32 is a ptxas subroutine, and any call in the kernel serialises its wgmmas."""
+    q, r = const(0), const(0)
+    for i in range(30, -1, -1):
+        r = (r << 1) | ((a >> i) & 1)
+        ge = r.ge(b)
+        r = select(ge, r - b, r)
+        q = q | (ge.to("i32") << i)
+    return q
+
+
 def cta_bounds(c: Value, total: Value, parts: Value) -> tuple[Value, Value]:
-    """[lo, hi) of CTA c over live = min(parts, T) (>= 1) CTAs; CTAs past them: [T, T)."""
+    """[lo, hi) of CTA c over live = min(parts, T) (>= 1) CTAs (decode_balanced.cta_lo: T // live tiles,
+    the first T % live CTAs one more); CTAs past them: [T, T)."""
     live = total.smin(parts).smax(1)
-
-    def lo_of(x: Value) -> Value:
-        return ((x.to("i64") * total.to("i64")) // live.to("i64")).to("i32")
-
+    q = udiv(total, live)
+    r = total - q * live
+    lo = c * q + c.smin(r)
+    hi = lo + q + select(c.lt(r), const(1), const(0))
     active = c.lt(live)
-    return select(active, lo_of(c), total), select(active, lo_of(c + 1), total)
+    return select(active, lo, total), select(active, hi, total)
 
 
 class Range:
@@ -118,8 +132,14 @@ class Range:
             loop.yield_(base + chunk, n_first, n_end, p_first)
         _, self.b_first, self.b_end, self.p_first = loop.results
 
+    def uniform(self, kb):
+        """The range's values broadcast from lane 0 (kb.warp_uniform: ptxas then knows them uniform)."""
+        for name in ("lo", "hi", "b_first", "b_end", "p_first"):
+            setattr(self, name, kb.warp_uniform(getattr(self, name)))
+        return self
+
     def item(self, kb, cfg, p, b: Value, start: Value) -> "Item":
-        return Item(kb, cfg, p, self, b, start)
+        return Item(kb, cfg, p, (self.c, self.lo, self.hi, self.b_first), b, start)
 
 
 class Item:
@@ -127,7 +147,8 @@ class Item:
     split kernel's producer, consumer and epilogue read): `start` = P_b; its local tiles [begin, end);
     `final`: the CTA holds the whole sequence; `split`: its partials' slot; `live`: any tile."""
 
-    def __init__(self, kb, cfg, p, rng: Range, b: Value, start: Value):
+    def __init__(self, kb, cfg, p, bounds: tuple, b: Value, start: Value, uniform: bool = False):
+        c, lo, hi, b_first = bounds
         self.cfg = cfg
         self.batch = b
         self.m_tile = const(0)
@@ -137,20 +158,25 @@ class Item:
         self.length = seq_length(kb, p, b)
         self.n_tiles = (self.length + (cfg.bn - 1)) // cfg.bn
         self.q_start, self.seqlen_q, self.rows = None, p["seqlen_q"], p["rows"]
-        self.begin = (rng.lo - start).smax(0)
-        last = (rng.hi - start).smin(self.n_tiles)
+        self.begin = (lo - start).smax(0)
+        last = (hi - start).smin(self.n_tiles)
         self.live = self.begin.slt(last)
         self.end = last.smax(self.begin)      # begin <= end: the rings advance by end - begin
+        if uniform:     # the consumer warpgroup: the ring position (its count of tiles, carried across items)
+            # warp-uniform for ptxas: a stage's SMEM addresses feed the wgmma descriptors, which then stay in
+            # uniform registers (not moved there, R2UR, before every wgmma, which ptxas then serialises)
+            self.begin, self.end = kb.warp_uniform(self.begin), kb.warp_uniform(self.end)
         self.tiles_run = self.end - self.begin
         self.final = self.begin.eq(0) & self.end.eq(self.n_tiles)
-        self.split = rng.c * 2 + select(b.eq(rng.b_first), const(0), const(1))
+        self.split = c * 2 + select(b.eq(b_first), const(0), const(1))
 
 
 def roles(kb, cfg, p, rings, staged):
     """The warp roles of the balanced kernel: the consumer warpgroup (warps 0-3) and the producer (warp 4)."""
+    bounds = kb.smem("balanced_range", 16, align=16)
     with kb.warp_roles():
         with kb.role("mma", first_warp=0, num_warps=4, regs=0):
-            _mma_role(kb, cfg, p, rings, staged)
+            _mma_role(kb, cfg, p, rings, staged, bounds)
         with kb.role("load", first_warp=cfg.producer_first_warp, num_warps=cfg.producer_warps, regs=0):
             _load_role(kb, cfg, p, rings)
 
@@ -169,18 +195,34 @@ def _load_role(kb, cfg, p, rings):
             loop.yield_(start + item.n_tiles, count + item.tiles_run)
 
 
-def _mma_role(kb, cfg, p, rings, staged):
+def _mma_role(kb, cfg, p, rings, staged, bounds_smem):
+    """The consumer over its items. The CTA's (lo, hi, b_first) wait in SMEM (`bounds_smem`), and each
+    item's fields are derived twice, before its tiles and again for its epilogue (the sequence's
+    length reloaded): fewer values live across the tile loops (two CTAs per SM: 168 registers)."""
     k_smem, v_smem, k_pipe, v_pipe = rings
-    rng = Range(kb, cfg, p)
-    f32 = "f32"
-    neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
-    loop = kb.for_(rng.b_first, rng.b_end, 1, carry=(rng.p_first, const(0)))
-    with loop as (b, (start, count)):
-        item = rng.item(kb, cfg, p, b, start)
+    rng = Range(kb, cfg, p).uniform(kb)
+    t = kb.thread_idx(0) % 128
+    with kb.if_(t.eq(0)).then_():
+        kb.store(vec(rng.lo, rng.hi, rng.b_first, const(0)), bounds_smem, align=16)
+    kb.named_barrier(dec_kernel.BAR_CONSUMER, 128)
+
+    def item_of(b, start):
+        words = kb.load(bounds_smem, ("i32", 4), align=16)
+        return Item(kb, cfg, p, (kb.block_idx(0), words[0], words[1], words[2]), b, start, uniform=True)
+
+    def consumer(item):
         cs = dec_kernel._Consumer(kb, cfg, item, p)
         k_scale, v_scale = dec_kernel._scalar_scales(cs)
         cs.scale_log2 = cs.scale_log2 * k_scale     # FP8 tensor / kv_head scales (swap AB's)
         cs.row_ok = [ok & item.live for ok in cs.row_ok]
+        return cs, v_scale
+
+    f32 = "f32"
+    neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
+    loop = kb.for_(rng.b_first, rng.b_end, 1, carry=(rng.p_first, const(0)))
+    with loop as (b, (start, count)):
+        item = item_of(b, start)
+        cs, _ = consumer(item)
         swapab.load_q(cs, staged)
         # tiles every row sees whole need no mask: keys < token 0's end
         full = (item.length - (item.seqlen_q - 1) * p["causal"]).smax(0) // cfg.bn
@@ -193,6 +235,8 @@ def _mma_role(kb, cfg, p, rings, staged):
                 inner.yield_(*swapab.kv_tile(cs, rings, staged, ends, j, carried, masked))
             state = inner.results
         o, m, l = state[1:4]
+        item = item_of(b, start)
+        cs, v_scale = consumer(item)
         if cfg.swap_ab_warp_max:
             o, m, l = swapab.merge_warps(cs, staged, o, m, l)
         else:

@@ -6,7 +6,7 @@ the call's new tokens, as the split kernel's _Work). Laid end to end, the batch'
 global range [0, T), T = sum_b n_b; sequence b owns [P_b, P_b + n_b), P_b = sum_{b' < b} n_b'.
 
 Schedule. Each KV head runs a fixed grid of ``parts`` CTAs (about the SMs' CTA slots over the KV
-heads: ``parts_for``); CTA c takes the global tiles [lo_c, lo_{c+1}), lo_c = floor(c T / parts):
+heads: ``parts_for``); CTA c takes the global tiles [lo_c, lo_{c+1}), lo_c = c q + min(c, r) (q, r = divmod(T, live)):
 (over the first live_parts = min(parts, T) CTAs: no range is empty) equal shares (to one tile) of the batch's keys whatever the lengths, so ragged lengths leave no SM
 idle in a last wave. A CTA's range may cover several sequences (its work items, in order) and cut
 one at each end. The CTA whose range holds a whole sequence writes its final O and LSE (the
@@ -16,8 +16,7 @@ the CTA's first item in slot 2c, a later one (only the last item can be cut) in 
 Every CTA and the combine derive this from cache_seqlens on the device (no host read, CUDA-graph
 safe): the CTA by a warp-wide scan of the tile counts (its first item is the first b with
 P_b + n_b > lo_c), the combine from P_b and T of its row's sequence: the CTAs cutting b are
-c in [cta_of(P_b), cta_of(P_b + n_b - 1)] (cta_of(t) = floor(((t + 1) parts - 1) / T): the c with
-lo_c <= t < lo_{c+1}); a sequence of one CTA was written final, one of none (L_b = 0) gets O = 0
+c in [cta_of(P_b), cta_of(P_b + n_b - 1)] (cta_of(t): the c with lo_c <= t < lo_{c+1}); a sequence of one CTA was written final, one of none (L_b = 0) gets O = 0
 and LSE = +inf from the combine; otherwise the combine merges slots 2c (+1 for the first CTA when
 b starts past its lo) in CTA order: deterministic for given lengths and ``parts``.
 """
@@ -51,13 +50,30 @@ def live_parts(total: int, parts: int) -> int:
 
 
 def cta_lo(c: int, total: int, parts: int) -> int:
-    """lo_c: the first global tile of CTA c (lo_parts = total), over live_parts(total, parts) CTAs."""
-    return c * total // live_parts(total, parts)
+    """lo_c: the first global tile of CTA c (lo_live = total) over live = live_parts(total, parts) CTAs:
+    T // live tiles each, the first T % live CTAs one more (decode_schedule.split_range's partition)."""
+    q, r = divmod(total, live_parts(total, parts))
+    return c * q + min(c, r)
 
 
 def cta_of(t: int, total: int, parts: int) -> int:
     """The CTA whose range holds global tile t (0 <= t < total)."""
-    return ((t + 1) * live_parts(total, parts) - 1) // total
+    q, r = divmod(total, live_parts(total, parts))
+    big = r * (q + 1)       # the tiles of the first r CTAs, q + 1 each
+    return t // (q + 1) if t < big else r + (t - big) // q
+
+
+def udiv_steps(a: int, b: int) -> int:
+    """a // b (0 <= a < 2^31, 1 <= b < 2^30) by the kernel's restoring division, one quotient bit a
+    step (its only division: a runtime divisor makes ptxas call a subroutine, and an extern call in
+    the function serialises every wgmma, C7509)."""
+    q = r = 0
+    for i in range(30, -1, -1):
+        r = (r << 1) | ((a >> i) & 1)
+        if r >= b:
+            r -= b
+            q |= 1 << i
+    return q
 
 
 @dataclass(frozen=True)
@@ -131,4 +147,4 @@ def first_items(counts: list[int], c: int, parts: int) -> tuple[int, int, int]:
 
 
 __all__ = ["MAX_BATCH", "MAX_TOTAL_TILES", "parts_for", "live_parts", "tile_counts", "cta_lo", "cta_of", "Item", "cta_items",
-           "sequence_slots", "warp_scan", "first_items"]
+           "sequence_slots", "warp_scan", "first_items", "udiv_steps"]
