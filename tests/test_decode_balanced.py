@@ -73,9 +73,9 @@ def test_items_cover_every_tile_once_and_slots_match(name, parts):
 
 def test_a_sequence_cut_across_three_ctas_and_a_cta_of_several_sequences():
     counts = db.tile_counts([10 * BN, BN, 1, BN + 1], BN)      # 10, 1, 1, 2 tiles: 14
-    assert db.sequence_slots(counts, 0, 4) == [0, 2, 4]        # CTAs 0..2: tiles [0, 3), [3, 7), [7, 10)
-    items = db.cta_items(counts, 3, 4)                          # CTA 3: [10, 14), sequences 1, 2, 3 whole
-    assert [(i.batch, i.final) for i in items] == [(1, True), (2, True), (3, True)]
+    assert db.sequence_slots(counts, 0, 4) == [0, 2, 4]        # CTAs 0..2: tiles [0, 4), [4, 8), [8, 11)
+    items = db.cta_items(counts, 3, 4)                          # CTA 3: [11, 14), sequences 2, 3 whole
+    assert [(i.batch, i.final) for i in items] == [(2, True), (3, True)]
 
 
 def test_warp_scan_is_the_prefix_sum():

@@ -25,9 +25,9 @@ from fa4mlir.testing import attention_math, fa_rule  # noqa: E402
 from fa4mlir.testing_kvcache import e4m3_decode, e4m3_encode, kvcache_reference  # noqa: E402
 
 HEADS, KV_HEADS, D, PAGE = 8, 2, 128, 16
-# tiles 0, 1, 1, 1, 1, 11, 1, 3 (19): over 5 CTAs, lo = 0, 3, 7, 11, 15: CTA 0 holds sequences 1-3
-# whole, sequence 5 is cut across CTAs 1, 2, 3 (slots 3, 4, 6), CTA 4 holds 6 and 7
-LENGTHS = (0, 1, PAGE - 1, PAGE, PAGE + 1, 700, 64, 130)
+# tiles 0, 1, 1, 1, 1, 1, 11, 3 (19): over 5 CTAs, lo = 0, 4, 8, 12, 16: CTA 0 holds sequences 1-4
+# whole, CTA 1 sequence 5 whole and the start of 6, which is cut across CTAs 1, 2, 3 (slots 3, 4, 6)
+LENGTHS = (0, 1, PAGE - 1, PAGE, PAGE + 1, 64, 700, 130)
 PARTS = 5
 CAPACITY = 768
 OTHER = (130, 0, 700, 1, 64, 17, 0, 300)    # a second step's lengths, same plan and arguments
@@ -134,9 +134,10 @@ def _check(c: dict, lens, page):
 
 def test_the_case_cuts_and_packs_as_described():
     counts = db.tile_counts(LENGTHS, 64)
-    assert db.sequence_slots(counts, 5, PARTS) == [3, 4, 6]
-    assert [i.batch for i in db.cta_items(counts, 0, PARTS)] == [1, 2, 3]
-    assert all(db.sequence_slots(counts, b, PARTS) is None for b in (1, 2, 3, 4, 6, 7))
+    assert db.sequence_slots(counts, 6, PARTS) == [3, 4, 6]
+    assert [i.batch for i in db.cta_items(counts, 0, PARTS)] == [1, 2, 3, 4]
+    assert [(i.batch, i.final) for i in db.cta_items(counts, 1, PARTS)] == [(5, True), (6, False)]
+    assert all(db.sequence_slots(counts, b, PARTS) is None for b in (1, 2, 3, 4, 5, 7))
 
 
 @pytest.mark.parametrize("page", [PAGE, None])
