@@ -76,7 +76,9 @@ from typing import Any, Sequence
 
 from ..kernels import attention_decode_sm90_config as decode_cfg
 from ..kernels import attention_sm90_config as attn_cfg
-from ..kernels.common import decode_balanced
+from ..kernels.common.decode_balanced import MAX_BATCH as BALANCED_MAX_BATCH
+from ..kernels.common.decode_balanced import MAX_TOTAL_TILES as BALANCED_MAX_TILES
+from ..kernels.common.decode_balanced import parts_for
 from ..kernels.common.decode_schedule import MAX_SPLITS, PackGQA, balance_splits, num_splits_heuristic, pack_gqa
 from ..kernels.common.paging import MAX_PAGE_SIZE, FetchPlan, PageDivisor, fetch_plan
 from ..runtime import TensorInfo
@@ -526,12 +528,12 @@ def _plan_balanced(problem: KVCacheProblem, gqa: PackGQA, kernel, fetch: FetchPl
     if problem.num_splits is not None:
         raise UnsupportedFeatureError(_err(f"num_splits={problem.num_splits} with the balanced decode schedule, which "
                                            f"chooses its own splits per sequence: pass num_splits=None"))
-    if problem.batch > decode_balanced.MAX_BATCH or gqa.m_tiles != 1 or n_tiles > decode_balanced.MAX_TOTAL_TILES:
+    if problem.batch > BALANCED_MAX_BATCH or gqa.m_tiles != 1 or n_tiles > BALANCED_MAX_TILES:
         raise UnsupportedFeatureError(_err(f"the balanced decode schedule is built for batch <= "
-                                           f"{decode_balanced.MAX_BATCH}, one M tile of packed rows and at most "
-                                           f"{decode_balanced.MAX_TOTAL_TILES} key tiles; got batch {problem.batch}, "
+                                           f"{BALANCED_MAX_BATCH}, one M tile of packed rows and at most "
+                                           f"{BALANCED_MAX_TILES} key tiles; got batch {problem.batch}, "
                                            f"{gqa.m_tiles} M tiles, {n_tiles} tiles"))
-    parts = decode_balanced.parts_for(slots, 1, problem.kv_heads if gqa.packed else problem.heads)
+    parts = parts_for(slots, 1, problem.kv_heads if gqa.packed else problem.heads)
     return KVCachePlan(problem, gqa, kernel.bn, fetch, PageDivisor.of(problem.cache.page_size), 2 * parts, parts)
 
 
