@@ -155,3 +155,36 @@ def test_balanced_decode_other_lengths_same_arguments(monkeypatch):
     lens = np.array(OTHER, np.int32)
     assert _plan(c, lens, PAGE)[1] == _plan(c, np.array(LENGTHS, np.int32), PAGE)[1]
     _check(c, lens, PAGE)
+
+
+def test_the_plan_and_what_it_refuses(monkeypatch):
+    """The balanced plan: parts CTAs per KV head from the SM count (one wave of two CTAs per SM), 2 parts
+    split slots, the workspaces [slots, seqlen_q, heads, D] and [slots, heads, seqlen_q], out and lse in the
+    decode's arguments, the lengths and parts in the combine's; a given num_splits or more than 8 packed
+    rows is an UnsupportedFeatureError / ConfigError before launch."""
+    from fa4mlir.attention.errors import UnsupportedFeatureError
+    monkeypatch.setenv(dec.FP8_VARIANT_ENV, dec.BALANCED)
+    c = _case(PAGE)
+    lens = np.array(LENGTHS, np.int32)
+    q_bits = c["q"].view(torch.int16).numpy().view(np.uint16)
+    problem = kc.check_kvcache_inputs(
+        _info(q_bits, "bf16"), _info(c["k_cache"], "e4m3"), _info(c["v_cache"], "e4m3"), _info(lens, "i32"),
+        _info(c["table"], "i32"), k_scale=_info(c["k_scale"], "f32"), v_scale=_info(c["v_scale"], "f32"))
+    plan = kc.plan_problem(problem.with_options(causal=True, softmax_scale=D ** -0.5, num_splits=None,
+                                                return_lse=True), 132)
+    assert (plan.parts, plan.num_splits, plan.grid, plan.unsplit) == (132, 264, (132, KV_HEADS, 1), False)
+    assert plan.o_partial_shape == (264, 1, HEADS, D) and plan.lse_partial_shape == (264, HEADS, 1)
+    names = {n: n for n in ("q", "k_cache", "v_cache", "cache_seqlens", "page_table", "k_scale", "v_scale",
+                            "k_pool", "v_pool", "out", "lse", "o_partial", "lse_partial")}
+    args = dec.split_launch_args(plan, names, (8 * D, 8 * D, D), 48, None)
+    assert args["parts"] == 132 and args["out"] == "out" and args["lse"] == "lse"
+    cargs = dec.combine_launch_args(plan, names, (8 * D, 8 * D, D))
+    assert cargs["parts"] == 132 and cargs["cache_seqlens"] == "cache_seqlens" and cargs["batch"] == len(LENGTHS)
+    with pytest.raises(UnsupportedFeatureError, match="num_splits=2 with the balanced"):
+        kc.plan_problem(problem.with_options(causal=True, softmax_scale=D ** -0.5, num_splits=2,
+                                             return_lse=True), 132)
+    with pytest.raises(dec.ConfigError, match="balanced"):     # 16 packed rows: no swap AB to balance
+        dec.fp8_variant(dec.default_config("bf16", D, PAGE, "kv_head"), dec.BALANCED, PAGE, 16)
+    with pytest.raises(dec.ConfigError, match="balanced"):
+        dec.DecodeConfig(kv_dtype="e4m3", kv_scale="kv_head", stages=4, swap_ab=True, balanced=True,
+                         unsplit=True).validate()
