@@ -59,7 +59,7 @@ def _case(page: int | None, seed: int = 0) -> dict:
     return out
 
 
-def _plan(c: dict, lens: np.ndarray, page):
+def _plan(c: dict, lens: np.ndarray, page, parts: int = PARTS):
     q_bits = c["q"].view(torch.int16).numpy().view(np.uint16)
     table = c["table"]
     problem = kc.check_kvcache_inputs(
@@ -69,12 +69,12 @@ def _plan(c: dict, lens: np.ndarray, page):
     plan = kc.plan_problem(problem.with_options(causal=True, softmax_scale=D ** -0.5, num_splits=None,
                                                 return_lse=True), 132)
     assert plan.parts == db.parts_for(132 * 2, 1, KV_HEADS) and plan.grid == (plan.parts, KV_HEADS, 1)
-    return q_bits, replace(plan, parts=PARTS, num_splits=2 * PARTS)
+    return q_bits, replace(plan, parts=parts, num_splits=2 * parts)
 
 
-def _run(c: dict, lens: np.ndarray, page) -> tuple[np.ndarray, np.ndarray]:
+def _run(c: dict, lens: np.ndarray, page, parts: int = PARTS) -> tuple[np.ndarray, np.ndarray]:
     """Decode then combine through the interpreter: (out as float64, lse)."""
-    q_bits, plan = _plan(c, lens, page)
+    q_bits, plan = _plan(c, lens, page, parts)
     cfg, combine = configs_for(plan)
     assert cfg.balanced and cfg.swap_ab and combine.balanced_bn == cfg.bn
     p = plan.problem
@@ -112,8 +112,8 @@ def _lowp(c: dict, lens, page) -> tuple:
     return outs, lses
 
 
-def _check(c: dict, lens, page):
-    got, lse = _run(c, lens, page)
+def _check(c: dict, lens, page, parts: int = PARTS):
+    got, lse = _run(c, lens, page, parts)
     ref = kvcache_reference(c["q"].float().numpy(), c["k_cache"], c["v_cache"], lens, c["table"],
                             softmax_scale=D ** -0.5, causal=True, k_scale=c["k_scale"], v_scale=c["v_scale"])
     low_o, low_l = _lowp(c, lens, page)
@@ -145,6 +145,15 @@ def test_balanced_decode_through_the_interpreter(page, monkeypatch):
     monkeypatch.setenv(dec.FP8_VARIANT_ENV, dec.BALANCED)
     c = _case(page)
     _check(c, np.array(LENGTHS, np.int32), page)
+
+
+def test_balanced_decode_more_ctas_than_tiles(monkeypatch):
+    """40 CTAs per KV head over 19 tiles: 19 hold one tile each, 21 exit at once; the 11-tile sequence is
+    cut across 11 CTAs (the combine's lanes loop over 11 slots)."""
+    monkeypatch.setenv(dec.FP8_VARIANT_ENV, dec.BALANCED)
+    counts = db.tile_counts(LENGTHS, 64)
+    assert len(db.sequence_slots(counts, 6, 40)) == 11
+    _check(_case(PAGE, seed=2), np.array(LENGTHS, np.int32), PAGE, parts=40)
 
 
 def test_balanced_decode_other_lengths_same_arguments(monkeypatch):
