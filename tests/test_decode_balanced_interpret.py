@@ -37,10 +37,10 @@ def _info(a: np.ndarray, dtype: str) -> TensorInfo:
     return TensorInfo(1 << 20, a.shape, tuple(s // a.itemsize for s in a.strides), dtype, "cuda")
 
 
-def _case(page: int | None, seed: int = 0) -> dict:
+def _case(page: int | None, seed: int = 0, seqlen_q: int = 1) -> dict:
     rng = np.random.default_rng(seed)
     batch = len(LENGTHS)
-    q = torch.randn(batch, 1, HEADS, D, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
+    q = torch.randn(batch, seqlen_q, HEADS, D, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
     if page is None:
         shape, table = (batch, CAPACITY, KV_HEADS, D), None
     else:
@@ -118,15 +118,20 @@ def _check(c: dict, lens, page, parts: int = PARTS):
                             softmax_scale=D ** -0.5, causal=True, k_scale=c["k_scale"], v_scale=c["v_scale"])
     low_o, low_l = _lowp(c, lens, page)
     errs = {"out": 0.0, "out_lowp": 0.0, "lse": 0.0, "lse_lowp": 0.0}
+    sq = got.shape[1]
     for b, n in enumerate(lens):
-        if n == 0:      # no key: O = +0, LSE = +inf (FlashAttention's convention), from the combine
-            assert (got[b] == 0).all() and not np.signbit(got[b]).any() and np.isposinf(lse[b]).all(), b
+        seen = np.array([n > 0 and t + n - sq >= 0 for t in range(sq)])     # causal, bottom-right
+        # a row that sees no key: O = +0, LSE = +inf (FlashAttention's convention)
+        assert (got[b][~seen] == 0).all() and not np.signbit(got[b][~seen]).any(), b
+        assert np.isposinf(lse[b][:, ~seen]).all(), b
+        if not seen.any():
             continue
-        assert np.isfinite(got[b]).all() and np.isfinite(lse[b]).all(), b
-        errs["out"] = max(errs["out"], np.abs(got[b] - ref["out"][b]).max())
-        errs["out_lowp"] = max(errs["out_lowp"], np.abs(low_o[b] - ref["out"][b]).max())
-        errs["lse"] = max(errs["lse"], np.abs(lse[b] - ref["lse"][b]).max())
-        errs["lse_lowp"] = max(errs["lse_lowp"], np.abs(low_l[b] - ref["lse"][b]).max())
+        o, lo_, r = got[b][seen], lse[b][:, seen], ref["out"][b][seen]
+        assert np.isfinite(o).all() and np.isfinite(lo_).all(), b
+        errs["out"] = max(errs["out"], np.abs(o - r).max())
+        errs["out_lowp"] = max(errs["out_lowp"], np.abs(low_o[b][seen] - r).max())
+        errs["lse"] = max(errs["lse"], np.abs(lo_ - ref["lse"][b][:, seen]).max())
+        errs["lse_lowp"] = max(errs["lse_lowp"], np.abs(low_l[b][:, seen] - ref["lse"][b][:, seen]).max())
     ok_out, bound = fa_rule(errs["out"], errs["out_lowp"])
     ok_lse, lse_bound = fa_rule(errs["lse"], errs["lse_lowp"])
     assert ok_out and ok_lse, {**errs, "bound": bound, "lse_bound": lse_bound}
@@ -145,6 +150,13 @@ def test_balanced_decode_through_the_interpreter(page, monkeypatch):
     monkeypatch.setenv(dec.FP8_VARIANT_ENV, dec.BALANCED)
     c = _case(page)
     _check(c, np.array(LENGTHS, np.int32), page)
+
+
+def test_balanced_decode_two_query_tokens(monkeypatch):
+    """seqlen_q 2 (8 packed rows: swap AB's most), causal bottom-right: token 0 of the 1-token sequence sees
+    no key (O = 0, LSE = +inf), and the pieces of a cut sequence mask their rows' last key apart."""
+    monkeypatch.setenv(dec.FP8_VARIANT_ENV, dec.BALANCED)
+    _check(_case(None, seed=5, seqlen_q=2), np.array(LENGTHS, np.int32), None)
 
 
 def test_balanced_decode_more_ctas_than_tiles(monkeypatch):
