@@ -14,6 +14,11 @@ so it enters once however many splits there are (the split kernel never adds it)
 split saw gets O = 0 and LSE = sink_h.
 Partials: o_partial [num_splits, batch, seqlen_q, heads, D] = [num_splits, total_rows, D] and
 lse_partial [num_splits, batch, heads, seqlen_q], both contiguous (the plan's workspaces).
+The balanced schedule's form (CombineConfig.balanced_bn; common/decode_balanced.py): each warp first
+finds its row's sequence's split count and slots from cache_seqlens (`_balanced_row`): one split, the
+decode kernel wrote the row final and the warp stores nothing; none (an empty sequence), O = 0 and LSE
+= +inf; else steps 1-3 over the slots in CTA order (partials [2 parts, seqlen_q, heads, D] and [2 parts,
+heads, seqlen_q]), step 1's loops with warp-uniform bounds.
 """
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ cut sequences' slots and writes O = 0, LSE = +inf for the empty ones.
 """
 from __future__ import annotations
 
+from ..dialect import builders as fa4
 from ..dsl import Value, const, fast_div, select, vec
 from . import attention_decode_sm90 as dec_kernel
 from . import attention_decode_sm90_swapab as swapab
@@ -162,9 +163,9 @@ class Item:
         last = (hi - start).smin(self.n_tiles)
         self.live = self.begin.slt(last)
         self.end = last.smax(self.begin)      # begin <= end: the rings advance by end - begin
-        if uniform:     # the consumer warpgroup: the ring position (its count of tiles, carried across items)
-            # warp-uniform for ptxas: a stage's SMEM addresses feed the wgmma descriptors, which then stay in
-            # uniform registers (not moved there, R2UR, before every wgmma, which ptxas then serialises)
+        if uniform:     # the consumer warpgroup (with Range.uniform): the tile loops' bounds and the ring
+            # position they advance warp-uniform for ptxas, so that what the wgmmas read (descriptors, stage
+            # addresses) stays in uniform registers, not moved there (R2UR) before every wgmma
             self.begin, self.end = kb.warp_uniform(self.begin), kb.warp_uniform(self.end)
         self.tiles_run = self.end - self.begin
         self.final = self.begin.eq(0) & self.end.eq(self.n_tiles)
@@ -185,7 +186,6 @@ def _load_role(kb, cfg, p, rings):
     k_smem, v_smem, k_pipe, v_pipe = rings
     rng = Range(kb, cfg, p)
     with kb.if_(kb.elect_one()).then_():
-        from ..dialect import builders as fa4
         fa4.tma_prefetch(p["k_cache"])
         fa4.tma_prefetch(p["v_cache"])
         loop = kb.for_(rng.b_first, rng.b_end, 1, carry=(rng.p_first, const(0)))
