@@ -183,8 +183,9 @@ def test_the_plan_and_what_it_refuses(monkeypatch):
     split slots, the workspaces [slots, seqlen_q, heads, D] and [slots, heads, seqlen_q], out and lse in the
     decode's arguments, the lengths and parts in the combine's; a given num_splits or more than 8 packed
     rows is an UnsupportedFeatureError / ConfigError before launch."""
-    from fa4mlir.attention.errors import UnsupportedFeatureError
+    from fa4mlir.attention.errors import FlashAttnInputError, UnsupportedFeatureError
     monkeypatch.setenv(dec.FP8_VARIANT_ENV, dec.BALANCED)
+    monkeypatch.delenv(kc.BALANCED_WAVES_ENV, raising=False)
     c = _case(PAGE)
     lens = np.array(LENGTHS, np.int32)
     q_bits = c["q"].view(torch.int16).numpy().view(np.uint16)
@@ -201,6 +202,14 @@ def test_the_plan_and_what_it_refuses(monkeypatch):
     assert args["parts"] == 132 and args["out"] == "out" and args["lse"] == "lse"
     cargs = dec.combine_launch_args(plan, names, (8 * D, 8 * D, D))
     assert cargs["parts"] == 132 and cargs["cache_seqlens"] == "cache_seqlens" and cargs["batch"] == len(LENGTHS)
+    monkeypatch.setenv(kc.BALANCED_WAVES_ENV, "2")         # two waves of CTA slots: twice the parts
+    assert kc.plan_problem(problem.with_options(causal=True, softmax_scale=D ** -0.5, num_splits=None,
+                                                return_lse=True), 132).parts == 264
+    monkeypatch.setenv(kc.BALANCED_WAVES_ENV, "0")
+    with pytest.raises(FlashAttnInputError, match="FA4MLIR_DECODE_BALANCED_WAVES"):
+        kc.plan_problem(problem.with_options(causal=True, softmax_scale=D ** -0.5, num_splits=None,
+                                            return_lse=True), 132)
+    monkeypatch.delenv(kc.BALANCED_WAVES_ENV)
     with pytest.raises(UnsupportedFeatureError, match="num_splits=2 with the balanced"):
         kc.plan_problem(problem.with_options(causal=True, softmax_scale=D ** -0.5, num_splits=2,
                                              return_lse=True), 132)

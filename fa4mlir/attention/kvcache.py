@@ -519,6 +519,19 @@ def plan_problem(problem: KVCacheProblem, num_sms: int, arch: str = "sm_90a") ->
     return KVCachePlan(problem, gqa, bn, fetch, PageDivisor.of(cache.page_size), splits)
 
 
+BALANCED_WAVES_ENV = "FA4MLIR_DECODE_BALANCED_WAVES"
+MAX_BALANCED_WAVES = 8
+
+
+def balanced_waves() -> int:
+    """FA4MLIR_DECODE_BALANCED_WAVES (env.py; default 1): the balanced schedule's waves of CTA slots."""
+    from .. import env
+    raw = env.get_str(BALANCED_WAVES_ENV) or "1"
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_BALANCED_WAVES:
+        raise FlashAttnInputError(_err(f"{BALANCED_WAVES_ENV}={raw!r}: expected an int in 1..{MAX_BALANCED_WAVES}"))
+    return int(raw)
+
+
 def _plan_balanced(problem: KVCacheProblem, gqa: PackGQA, kernel, fetch: FetchPlan, slots: int) -> KVCachePlan:
     """The balanced schedule (FP8 variant "balanced", common/decode_balanced.py): parts CTAs per KV head
     over one wave of ``slots``, 2 parts split slots. UnsupportedFeatureError for what it is not built
@@ -533,7 +546,7 @@ def _plan_balanced(problem: KVCacheProblem, gqa: PackGQA, kernel, fetch: FetchPl
                                            f"{BALANCED_MAX_BATCH}, one M tile of packed rows and at most "
                                            f"{BALANCED_MAX_TILES} key tiles; got batch {problem.batch}, "
                                            f"{gqa.m_tiles} M tiles, {n_tiles} tiles"))
-    parts = parts_for(slots, 1, problem.kv_heads if gqa.packed else problem.heads)
+    parts = parts_for(slots, balanced_waves(), problem.kv_heads if gqa.packed else problem.heads)
     return KVCachePlan(problem, gqa, kernel.bn, fetch, PageDivisor.of(problem.cache.page_size), 2 * parts, parts)
 
 
