@@ -38,6 +38,10 @@ KNOBS: dict[str, Knob] = {
              "entry of attention_decode_sm90_config.FP8_VARIANTS instead of FP8_DEFAULT_RULE's kernel (smem: the "
              "conversion-through-SMEM kernel; bench decode --decode-variant; a bundle must hold it: the "
              "decode-fp8-variants set)"),
+        Knob("FA4MLIR_DECODE_BALANCED_WAVES", "1", "str", "the balanced FP8 decode schedule (FA4MLIR_DECODE_FP8_VARIANT"
+             "=balanced) runs this many waves of the device's CTA slots (1..8: parts = SMs x CTAs per SM x waves / "
+             "KV heads CTAs per KV head; a launch argument, the same kernels); for A/B; read per call into the "
+             "call cache's key"),
         Knob("FA4MLIR_MLA_DECODE_VARIANT", None, "str", "flash_mla_with_kvcache's dense decode runs this kernel "
              "variant (attention_mla_decode_sm90_config.DECODE_VARIANTS): unset or 'default', DEFAULT_RULE's (the "
              "swap-AB kernel for seqlen_q x heads <= 32 over a 16-bit cache, the seesaw schedule for more rows over "

@@ -31,6 +31,7 @@ PURE_KERNEL_PIECES = ("fa4mlir.kernels.attention_sm90_config", "fa4mlir.kernels.
                       "fa4mlir.kernels.common.constants", "fa4mlir.kernels.common.fastdiv",
                       "fa4mlir.kernels.common.naming", "fa4mlir.kernels.common.tmem",
                       "fa4mlir.kernels.common.paging", "fa4mlir.kernels.common.decode_schedule",
+                      "fa4mlir.kernels.common.decode_balanced",
                       "fa4mlir.kernels.common.mask_family", "fa4mlir.kernels.common.score_mod",
                       "fa4mlir.kernels.common.varlen_compact")
 

@@ -76,6 +76,9 @@ from typing import Any, Sequence
 
 from ..kernels import attention_decode_sm90_config as decode_cfg
 from ..kernels import attention_sm90_config as attn_cfg
+from ..kernels.common.decode_balanced import MAX_BATCH as BALANCED_MAX_BATCH
+from ..kernels.common.decode_balanced import MAX_TOTAL_TILES as BALANCED_MAX_TILES
+from ..kernels.common.decode_balanced import parts_for
 from ..kernels.common.decode_schedule import MAX_SPLITS, PackGQA, balance_splits, num_splits_heuristic, pack_gqa
 from ..kernels.common.paging import MAX_PAGE_SIZE, FetchPlan, PageDivisor, fetch_plan
 from ..runtime import TensorInfo
@@ -459,23 +462,33 @@ class KVCachePlan:
     fetch: FetchPlan
     page_div: PageDivisor
     num_splits: int
+    parts: int = 0      # > 0: the balanced schedule (DecodeConfig.balanced): CTAs per KV head; num_splits = 2 parts slots
 
     @property
     def grid(self) -> tuple[int, int, int]:
         p = self.problem
+        if self.parts:      # common/decode_balanced.py: a fixed grid of parts CTAs per KV head
+            return (self.parts, p.kv_heads if self.gqa.packed else p.heads, 1)
         return (self.gqa.m_tiles * self.num_splits, p.kv_heads if self.gqa.packed else p.heads, p.batch)
 
     @property
     def unsplit(self) -> bool:
         """One split: the decode kernel's unsplit variant alone ([D-decode-unsplit])."""
-        return self.num_splits == 1
+        return self.num_splits == 1 and not self.parts
 
     @property
     def o_partial_shape(self) -> tuple[int, ...] | None:
+        """[num_splits, batch, seqlen_q, heads, D]; balanced: [2 parts slots, seqlen_q, heads, D]."""
+        if self.parts:
+            p = self.problem
+            return (self.num_splits, p.seqlen_q, p.heads, p.head_dim)
         return None if self.num_splits == 1 else (self.num_splits, *self.problem.out_shape)
 
     @property
     def lse_partial_shape(self) -> tuple[int, ...] | None:
+        """[num_splits, batch, heads, seqlen_q]; balanced: [2 parts slots, heads, seqlen_q]."""
+        if self.parts:
+            return (self.num_splits, self.problem.heads, self.problem.seqlen_q)
         return None if self.num_splits == 1 else (self.num_splits, *self.problem.lse_shape)
 
 
@@ -493,6 +506,9 @@ def plan_problem(problem: KVCacheProblem, num_sms: int, arch: str = "sm_90a") ->
                                        rows=gqa.rows)
     bn = kernel.bn      # DECODE_BN[head_dim] unless an FP8 variant's tile differs
     slots = num_sms * kernel.ctas_per_sm
+    fetch = fetch_plan(bn, cache.page_size, arch, paged=cache.paged, fp8=cache.quantized)   # default_config's
+    if kernel.balanced:
+        return _plan_balanced(problem, gqa, kernel, fetch, slots)
     keys = problem.live_keys
     splits = problem.num_splits or num_splits_heuristic(ctas, keys, bn, slots)
     if problem.num_splits is None and cache.paged and splits == 1:
@@ -500,8 +516,38 @@ def plan_problem(problem: KVCacheProblem, num_sms: int, arch: str = "sm_90a") ->
         splits = balance_splits(ctas, keys, bn, slots)
     if gqa.m_tiles * splits > MAX_I32:
         raise ShapeError(_err(f"seqlen_q {problem.seqlen_q} x {splits} splits exceeds the grid; split the call"))
-    fetch = fetch_plan(bn, cache.page_size, arch, paged=cache.paged, fp8=cache.quantized)   # default_config's
     return KVCachePlan(problem, gqa, bn, fetch, PageDivisor.of(cache.page_size), splits)
+
+
+BALANCED_WAVES_ENV = "FA4MLIR_DECODE_BALANCED_WAVES"
+MAX_BALANCED_WAVES = 8
+
+
+def balanced_waves() -> int:
+    """FA4MLIR_DECODE_BALANCED_WAVES (env.py; default 1): the balanced schedule's waves of CTA slots."""
+    from .. import env
+    raw = env.get_str(BALANCED_WAVES_ENV) or "1"
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_BALANCED_WAVES:
+        raise FlashAttnInputError(_err(f"{BALANCED_WAVES_ENV}={raw!r}: expected an int in 1..{MAX_BALANCED_WAVES}"))
+    return int(raw)
+
+
+def _plan_balanced(problem: KVCacheProblem, gqa: PackGQA, kernel, fetch: FetchPlan, slots: int) -> KVCachePlan:
+    """The balanced schedule (FP8 variant "balanced", common/decode_balanced.py): parts CTAs per KV head
+    over one wave of ``slots``, 2 parts split slots. UnsupportedFeatureError for what it is not built
+    for: a given num_splits, more than MAX_BATCH sequences, more than one M tile, or more key tiles
+    than an i32 counts."""
+    n_tiles = problem.batch * math.ceil(problem.live_keys / kernel.bn)
+    if problem.num_splits is not None:
+        raise UnsupportedFeatureError(_err(f"num_splits={problem.num_splits} with the balanced decode schedule, which "
+                                           f"chooses its own splits per sequence: pass num_splits=None"))
+    if problem.batch > BALANCED_MAX_BATCH or gqa.m_tiles != 1 or n_tiles > BALANCED_MAX_TILES:
+        raise UnsupportedFeatureError(_err(f"the balanced decode schedule is built for batch <= "
+                                           f"{BALANCED_MAX_BATCH}, one M tile of packed rows and at most "
+                                           f"{BALANCED_MAX_TILES} key tiles; got batch {problem.batch}, "
+                                           f"{gqa.m_tiles} M tiles, {n_tiles} tiles"))
+    parts = parts_for(slots, balanced_waves(), problem.kv_heads if gqa.packed else problem.heads)
+    return KVCachePlan(problem, gqa, kernel.bn, fetch, PageDivisor.of(problem.cache.page_size), 2 * parts, parts)
 
 
 def decode_variant(plan: KVCachePlan) -> dict:

@@ -99,7 +99,10 @@ def configs_for(plan: KVCachePlan) -> tuple[dec.DecodeConfig, dec.CombineConfig 
     if split.swap_ab and plan.gqa.rows > dec.SWAP_AB_ROWS:
         raise UnsupportedFeatureError(_err(f"the FP8 decode variant swap_ab attends at most {dec.SWAP_AB_ROWS} packed "
                                            f"query rows per CTA (GQA group x seqlen_q), got {plan.gqa.rows}"))
-    return split, None if plan.unsplit else dec.CombineConfig(p.dtype, p.head_dim, sinks=p.sinks)
+    if split.balanced != bool(plan.parts):
+        raise AssertionError(f"plan parts {plan.parts} for kernel {split.name()}")
+    return split, None if plan.unsplit else dec.CombineConfig(p.dtype, p.head_dim, sinks=p.sinks,
+                                                              balanced_bn=split.bn if split.balanced else 0)
 
 
 def build_plan(kv_plan: KVCachePlan, source, q_strides, page_table_stride: int, out_strides,
@@ -167,7 +170,8 @@ class _Call:
 
 _CALLS: dict = {}
 _lock = threading.Lock()
-_SIGNATURE_ENV = ("FA4MLIR_BUNDLE", "FA4MLIR_CUBIN_BACKEND", "FA4MLIR_DEBUG", dec.FP8_VARIANT_ENV)
+_SIGNATURE_ENV = ("FA4MLIR_BUNDLE", "FA4MLIR_CUBIN_BACKEND", "FA4MLIR_DEBUG", dec.FP8_VARIANT_ENV,
+                  "FA4MLIR_DECODE_BALANCED_WAVES")
 
 
 def _signature(tensors: dict, options: tuple, bundle) -> tuple | None:

@@ -185,19 +185,29 @@ def build(cfg: DecodeConfig = DecodeConfig()) -> dsl.KernelIR:
         c_pipe = kb.pipeline("c_pipe", num_stages=cfg.converter_stages, producer="cvt", consumers=["mma"],
                              producer_arrivals=128) if cfg.converter else None
         kb.pipeline_init()
-        work = _Work(kb, cfg, p)
-        with kb.warp_roles():
-            with kb.role("mma", first_warp=0, num_warps=4, regs=0):
-                _mma_role(kb, cfg, work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, staged, c_pipe)
-            if cfg.converter:
-                with kb.role("cvt", first_warp=4, num_warps=4, regs=0):
-                    e4m3_converter.converter_role(kb, cfg, work, (k_smem, v_smem), (k_pipe, v_pipe), staged, c_pipe)
-            with kb.role("load", first_warp=cfg.producer_first_warp, num_warps=cfg.producer_warps, regs=0):
-                if cfg.gather:
-                    _gather_role(kb, cfg, work, p, k_smem, v_smem, k_pipe, v_pipe, rows_smem)
-                else:
-                    _load_role(kb, cfg, work, p, k_smem, v_smem, k_pipe, v_pipe)
+        if cfg.balanced:    # attention_decode_sm90_balanced: work items walked from cache_seqlens
+            from . import attention_decode_sm90_balanced as balanced
+            balanced.roles(kb, cfg, p, (k_smem, v_smem, k_pipe, v_pipe), staged)
+        else:
+            _roles(kb, cfg, p, q_smem, (k_smem, v_smem, k_pipe, v_pipe), staged, c_pipe, rows_smem)
     return kb.finish()
+
+
+def _roles(kb, cfg, p, q_smem, rings, staged, c_pipe, rows_smem):
+    """The warp roles over this CTA's one work item (_Work)."""
+    k_smem, v_smem, k_pipe, v_pipe = rings
+    work = _Work(kb, cfg, p)
+    with kb.warp_roles():
+        with kb.role("mma", first_warp=0, num_warps=4, regs=0):
+            _mma_role(kb, cfg, work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, staged, c_pipe)
+        if cfg.converter:
+            with kb.role("cvt", first_warp=4, num_warps=4, regs=0):
+                e4m3_converter.converter_role(kb, cfg, work, (k_smem, v_smem), (k_pipe, v_pipe), staged, c_pipe)
+        with kb.role("load", first_warp=cfg.producer_first_warp, num_warps=cfg.producer_warps, regs=0):
+            if cfg.gather:
+                _gather_role(kb, cfg, work, p, k_smem, v_smem, k_pipe, v_pipe, rows_smem)
+            else:
+                _load_role(kb, cfg, work, p, k_smem, v_smem, k_pipe, v_pipe)
 
 
 def div(p, name):
@@ -271,48 +281,56 @@ class _Work:
 # ---- producer -------------------------------------------------------------------------------------
 
 def _load_role(kb, cfg, work: _Work, p, k_smem, v_smem, k_pipe, v_pipe):
-    tile_bytes = cfg.tile_bytes()
     with kb.if_(kb.elect_one()).then_():
         fa4.tma_prefetch(p["k_cache"])
         fa4.tma_prefetch(p["v_cache"])
+        _load_tiles(kb, cfg, work, p, k_smem, v_smem, k_pipe, v_pipe, None)
 
-        def box_origin(t: Value):
-            """(page, row) coordinates of the box starting at token t (note "Paged boxes")."""
-            if not cfg.paged:
-                return work.batch, t
-            live = t.slt(work.length)
-            slot = fast_div(t, *div(p, "page"))
-            row = t - slot * p["page_size"]
-            index = work.batch.to("i64") * p["page_table_stride"].to("i64") + select(live, slot, const(0)).to("i64")
-            entry = kb.load(kb.gep(p["page_table"], index, "i32"), "i32", align=4)
-            page = entry.smax(0).smin(p["num_pages"] - 1)
-            return select(live, page, p["num_pages"]), row
 
-        def fill(pipe, desc, smem, s: PipeState, t0: Value, origins):
-            # 1. wait for the stage to be free, 2. expect its bytes, 3. one box per (box, chunk)
-            pipe.producer_acquire(s)
-            pipe.producer_commit(s, tx_bytes=tile_bytes)
-            base = s.stage * tile_bytes
-            for i, (page, row) in enumerate(origins):
-                if cfg.fp8:   # one unswizzled box of box_rows rows of D bytes
-                    dst = kb.gep(smem, base + i * cfg.box_rows * cfg.head_dim, "i8")
-                    fa4.tma_load(desc, dst, s.stage, [const(0), work.kv_head, row, page], pipe=pipe.name,
-                                 box=[cfg.head_dim, 1, cfg.box_rows, 1], elem_bytes=1)
-                    continue
-                for c in range(cfg.d_chunks):
-                    dst = kb.gep(smem, base + c * cfg.bn * SWIZZLE + i * cfg.box_rows * SWIZZLE, "i8")
-                    fa4.tma_load(desc, dst, s.stage, [const(c * CHUNK), work.kv_head, row, page],
-                                 pipe=pipe.name, box=[CHUNK, 1, cfg.box_rows, 1], elem_bytes=ELEM_BYTES[cfg.dtype])
+def _load_tiles(kb, cfg, work, p, k_smem, v_smem, k_pipe, v_pipe, s0: PipeState | None) -> PipeState:
+    """The elected producer thread's TMA loads of the work item's KV tiles [work.begin, work.end), the
+    rings from state ``s0`` (None: the initial state); returns the state after them (the balanced
+    schedule carries it across its items)."""
+    tile_bytes = cfg.tile_bytes()
 
-        loop = kb.for_(work.begin, work.end, 1, carry=k_pipe.initial_state())
-        with loop as (j, s):
-            t0 = j * cfg.bn
-            # V's boxes read the page table again (an L1 hit): keeping K's origins live across K's
-            # fill costs 2 registers a box (spills at 1-row boxes with two CTAs per SM)
-            for pipe, desc, smem in ((k_pipe, p["k_cache"], k_smem), (v_pipe, p["v_cache"], v_smem)):
-                origins = [box_origin(t0 + i * cfg.box_rows) for i in range(cfg.boxes_per_tile)]
-                fill(pipe, desc, smem, s, t0, origins)
-            loop.yield_(s.advance())
+    def box_origin(t: Value):
+        """(page, row) coordinates of the box starting at token t (note "Paged boxes")."""
+        if not cfg.paged:
+            return work.batch, t
+        live = t.slt(work.length)
+        slot = fast_div(t, *div(p, "page"))
+        row = t - slot * p["page_size"]
+        index = work.batch.to("i64") * p["page_table_stride"].to("i64") + select(live, slot, const(0)).to("i64")
+        entry = kb.load(kb.gep(p["page_table"], index, "i32"), "i32", align=4)
+        page = entry.smax(0).smin(p["num_pages"] - 1)
+        return select(live, page, p["num_pages"]), row
+
+    def fill(pipe, desc, smem, s: PipeState, t0: Value, origins):
+        # 1. wait for the stage to be free, 2. expect its bytes, 3. one box per (box, chunk)
+        pipe.producer_acquire(s)
+        pipe.producer_commit(s, tx_bytes=tile_bytes)
+        base = s.stage * tile_bytes
+        for i, (page, row) in enumerate(origins):
+            if cfg.fp8:   # one unswizzled box of box_rows rows of D bytes
+                dst = kb.gep(smem, base + i * cfg.box_rows * cfg.head_dim, "i8")
+                fa4.tma_load(desc, dst, s.stage, [const(0), work.kv_head, row, page], pipe=pipe.name,
+                             box=[cfg.head_dim, 1, cfg.box_rows, 1], elem_bytes=1)
+                continue
+            for c in range(cfg.d_chunks):
+                dst = kb.gep(smem, base + c * cfg.bn * SWIZZLE + i * cfg.box_rows * SWIZZLE, "i8")
+                fa4.tma_load(desc, dst, s.stage, [const(c * CHUNK), work.kv_head, row, page],
+                             pipe=pipe.name, box=[CHUNK, 1, cfg.box_rows, 1], elem_bytes=ELEM_BYTES[cfg.dtype])
+
+    loop = kb.for_(work.begin, work.end, 1, carry=s0 or k_pipe.initial_state())
+    with loop as (j, s):
+        t0 = j * cfg.bn
+        # V's boxes read the page table again (an L1 hit): keeping K's origins live across K's
+        # fill costs 2 registers a box (spills at 1-row boxes with two CTAs per SM)
+        for pipe, desc, smem in ((k_pipe, p["k_cache"], k_smem), (v_pipe, p["v_cache"], v_smem)):
+            origins = [box_origin(t0 + i * cfg.box_rows) for i in range(cfg.boxes_per_tile)]
+            fill(pipe, desc, smem, s, t0, origins)
+        loop.yield_(s.advance())
+    return loop.results
 
 
 def _gather_role(kb, cfg, work: _Work, p, k_smem, v_smem, k_pipe, v_pipe, rows_smem):

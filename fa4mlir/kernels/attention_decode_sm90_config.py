@@ -102,6 +102,9 @@ class DecodeConfig:
                                   # f16 K tile), at most SWAP_AB_ROWS packed query rows (attention_decode_sm90_swapab)
     swap_ab_warp_max: bool = False  # swap_ab: each warp's own running max, partial O rows merged at the end (one
                                     # barrier a tile, not two: attention_decode_sm90_swapab, note "Warp partials")
+    balanced: bool = False        # swap_ab: the balanced split schedule (common/decode_balanced.py): a fixed grid of
+                                  # `parts` CTAs per KV head, each an equal share of the batch's key tiles across
+                                  # sequences (attention_decode_sm90_balanced); BALANCED_PARAMS after SPLIT_PARAMS
     # compile-time mask beyond the runtime causal flag (note "Window" of the kernel): FlashAttention's
     # window_size sides (-1: unbounded) and attention_chunk (0: none), canonical without causal
     window_left: int = -1
@@ -114,7 +117,7 @@ class DecodeConfig:
     def params(self) -> tuple:
         """The launch contract: UNSPLIT_PARAMS for the unsplit variant, else SPLIT_PARAMS; a
         varlen_q kernel takes cu_seqlens_q after them (VARLEN_Q_PARAMS)."""
-        base = UNSPLIT_PARAMS if self.unsplit else SPLIT_PARAMS
+        base = UNSPLIT_PARAMS if self.unsplit else SPLIT_PARAMS + (BALANCED_PARAMS if self.balanced else ())
         return base + (VARLEN_Q_PARAMS if self.varlen_q else ()) + mod_params(self.softcap, self.sinks)
 
     @property
@@ -233,6 +236,9 @@ class DecodeConfig:
                               f"TMA fetches, tensor or kv_head scales, no other FP8 variant; got {self.name()}")
         if self.swap_ab_warp_max and not self.swap_ab:
             raise ConfigError("swap_ab_warp_max is a form of swap_ab: set swap_ab too")
+        if self.balanced and (not self.swap_ab or self.unsplit or self.varlen_q):
+            raise ConfigError(f"balanced (the balanced split schedule) is built on swap_ab, split (it writes final O "
+                              f"and partials itself), without varlen_q; got {self.name()}")
         if self.varlen_q and self.fp8:
             raise ConfigError("varlen_q (flash_attn_varlen_func's paged path) is built for bf16/f16 caches only, "
                               f"got kv_dtype={self.kv_dtype!r}")
@@ -270,7 +276,7 @@ class DecodeConfig:
         mods = f"{self.mask.tag()}{'_softcap' if self.softcap else ''}{'_sink' if self.sinks else ''}"
         return (f"{KERNEL}_{self.dtype}_d{self.head_dim}_n{self.bn}_s{self.stages}"
                 f"_{self._fetch_name()}{fp8}{f'_cw{self.converter_stages}' if self.converter else ''}"
-                f"{'_ks' if self.convert_split else ''}{BITS_TILES[self.convert_bits]}{'_swapab' if self.swap_ab else ''}{'w' if self.swap_ab_warp_max else ''}"
+                f"{'_ks' if self.convert_split else ''}{BITS_TILES[self.convert_bits]}{'_swapab' if self.swap_ab else ''}{'w' if self.swap_ab_warp_max else ''}{'_bal' if self.balanced else ''}"
                 f"{'_unsplit' if self.unsplit else ''}{'_varlen' if self.varlen_q else ''}{mods}")
 
     def _fetch_name(self) -> str:
@@ -282,7 +288,7 @@ class DecodeConfig:
 # DecodeConfig's variant fields (common.fields), left out of key() at their defaults (added after kernels were
 # shipped); bench/sanitize.py reads this table
 VARIANT_FIELDS = field_defaults(DecodeConfig, ("varlen_q", "converter_stages", "convert_split", "convert_bits", "swap_ab",
-                                               "swap_ab_warp_max", "window_left", "window_right", "chunk", "softcap",
+                                               "swap_ab_warp_max", "balanced", "window_left", "window_right", "chunk", "softcap",
                                                "sinks"))
 
 
@@ -306,10 +312,12 @@ class CombineConfig:
     head_dim: int = 128
     sinks: bool = False           # the sink logits join each row's sum (COMBINE_PARAMS + sinks)
     arch: str = "sm_90a"          # COMBINE_ARCHS: sm_100a is the kernel COMBINE_KERNEL_SM100 (same code)
+    balanced_bn: int = 0          # > 0: the balanced schedule's combine over tiles of this many keys (variable split
+                                  # counts per sequence, found from cache_seqlens: common/decode_balanced.py)
 
     @property
     def params(self) -> tuple:
-        return COMBINE_PARAMS + mod_params(False, self.sinks)
+        return COMBINE_PARAMS + (COMBINE_BALANCED_PARAMS if self.balanced_bn else ()) + mod_params(False, self.sinks)
 
     @property
     def kernel(self) -> str:
@@ -321,17 +329,21 @@ class CombineConfig:
         if self.dtype not in DTYPES or self.head_dim not in COMBINE_HEAD_DIMS or self.arch not in COMBINE_ARCHS:
             raise ConfigError(f"combine: dtype in {DTYPES}, head_dim in {COMBINE_HEAD_DIMS}, arch in "
                               f"{tuple(COMBINE_ARCHS)}; got {self.dtype}, {self.head_dim}, {self.arch}")
+        if self.balanced_bn < 0 or (self.balanced_bn and self.sinks):
+            raise ConfigError(f"combine: balanced_bn must be >= 0 and is built without sinks; got {self.balanced_bn}, "
+                              f"sinks={self.sinks}")
         return self
 
     def key(self) -> dict:
-        """The compile key; sinks and arch only where set (COMBINE_VARIANT_FIELDS)."""
+        """The compile key; sinks, arch and balanced_bn only where set (COMBINE_VARIANT_FIELDS)."""
         return {"kernel": self.kernel, **key_leaving_out(self, COMBINE_VARIANT_FIELDS)}
 
     def name(self) -> str:
-        return f"{self.kernel}_{self.dtype}_d{self.head_dim}{'_sink' if self.sinks else ''}"
+        bal = f"_bal{self.balanced_bn}" if self.balanced_bn else ""
+        return f"{self.kernel}_{self.dtype}_d{self.head_dim}{'_sink' if self.sinks else ''}{bal}"
 
 
-COMBINE_VARIANT_FIELDS = field_defaults(CombineConfig, ("sinks", "arch"))     # CombineConfig's (common.fields)
+COMBINE_VARIANT_FIELDS = field_defaults(CombineConfig, ("sinks", "arch", "balanced_bn"))     # CombineConfig's (common.fields)
 
 
 @dataclass(frozen=True)
@@ -431,11 +443,13 @@ FP8_VARIANTS = {
     "swapab": {"swap_ab": True},
     "swapab5": {"swap_ab": True, "stages": 5},
     "swapabw": {"swap_ab": True, "swap_ab_warp_max": True, "stages": 5},
+    "balanced": "rule+balanced",   # FP8_DEFAULT_RULE's swap-AB kernel on the balanced split schedule (BALANCED)
 }
+BALANCED = "balanced"
 # scale granularities a variant is built for (others: all of SCALES): 128-key tiles with block
 # scales spill 20 bytes at 255 registers (the scales of 64 S columns a thread)
 FP8_VARIANT_SCALES = {"bn128": ("tensor", "kv_head"), "swapab": ("tensor", "kv_head"),
-                      "swapab5": ("tensor", "kv_head"), "swapabw": ("tensor", "kv_head")}
+                      "swapab5": ("tensor", "kv_head"), "swapabw": ("tensor", "kv_head"), BALANCED: ("tensor", "kv_head")}
 FP8_VARIANT_ENV = "FA4MLIR_DECODE_FP8_VARIANT"
 
 # FP8_DEFAULT_RULE, the FP8 decode kernel a call runs when no variant is named ([D-decode-fp8-swapab]):
@@ -485,6 +499,12 @@ def fp8_variant(cfg: DecodeConfig, name: str, page_size: int | None, rows: int |
     if cfg.swap_ab or cfg.converter or cfg.convert_split or cfg.convert_bits:
         raise ConfigError(f"FP8 decode variants apply to the conversion-through-SMEM kernel (default_config with "
                           f"rows=None), not to {cfg.name()}")
+    if name == BALANCED:    # the rule's swap-AB kernel (paged: swapab, contiguous: swapabw), balanced
+        base = fp8_default_variant(cfg, rows)
+        if base == "smem":
+            raise ConfigError(f"FP8 decode variant {name!r} is built on swap AB (head_dim 128, at most {SWAP_AB_ROWS} "
+                              f"packed rows, tensor or kv_head scales, TMA fetches); {cfg.name()} at rows={rows} is not")
+        return replace(fp8_variant(cfg, base, page_size, rows), balanced=True).validate()
     if name == "default":
         name = fp8_default_variant(cfg, rows)
     if FP8_VARIANTS[name] is None:
@@ -538,6 +558,10 @@ SPLIT_PARAMS = (*SPLIT_TENSORS,
                 *((f"{t}_stride_{d}", "i64") for t in ("k_pool", "v_pool") for d in ("0", "1", "2")),
                 *((f"{n}_{part}", "i32") for n in ("cta_heads", "group", "m_tiles", "page", "scale_block")
                   for part in ("mul", "shr")))
+# The balanced schedule (DecodeConfig.balanced), after SPLIT_PARAMS: out and lse for the sequences a CTA holds
+# whole (out's element strides), and `parts`, the CTAs per KV head (the grid's x)
+BALANCED_PARAMS = (("out", "ptr"), ("lse", "ptr"), ("out_stride_b", "i64"), ("out_stride_s", "i64"),
+                   ("out_stride_h", "i64"), ("parts", "i32"))
 # The unsplit variant: the caller's out and lse where the split kernel takes the workspaces, and
 # out's element strides (batch, seqlen, head; unit stride along D), after the split contract.
 UNSPLIT_TENSORS = tuple({"o_partial": ("out", "ptr"), "lse_partial": ("lse", "ptr")}.get(n, (n, k))
@@ -557,6 +581,9 @@ COMBINE_TENSORS = (("o_partial", "ptr"), ("lse_partial", "ptr"), ("out", "ptr"),
 COMBINE_PARAMS = (*COMBINE_TENSORS, ("total_rows", "i32"), ("num_splits", "i32"), ("seqlen_q", "i32"),
                   ("heads", "i32"), ("out_stride_b", "i64"), ("out_stride_s", "i64"), ("out_stride_h", "i64"),
                   *((f"{n}_{part}", "i32") for n in ("heads", "seqlen_q") for part in ("mul", "shr")))
+# CombineConfig.balanced_bn: the lengths and the decode's `parts` (each row's split slots, decode_balanced)
+COMBINE_BALANCED_PARAMS = (("cache_seqlens", "ptr"), ("batch", "i32"), ("capacity", "i32"), ("seqlen_new", "i32"),
+                           ("parts", "i32"))
 
 
 def _fill(table, args: dict) -> dict:
@@ -586,14 +613,16 @@ def split_launch_args(plan, tensors, q_strides: tuple[int, int, int], page_table
     causal, _ = decode_mask(p.causal, getattr(p, "window_size", (-1, -1)), getattr(p, "attention_chunk", 0))
     softcap = float(getattr(p, "softcap", 0.0))
     sinks = bool(getattr(p, "sinks", False)) and plan.unsplit     # split: the combine adds them
-    table = UNSPLIT_PARAMS if plan.unsplit else SPLIT_PARAMS
+    parts = getattr(plan, "parts", 0)
+    table = UNSPLIT_PARAMS if plan.unsplit else SPLIT_PARAMS + (BALANCED_PARAMS if parts else ())
     if varlen_total_q is not None:
         table = table + VARLEN_Q_PARAMS
     table = table + mod_params(softcap > 0, sinks)
     args = {n: tensors[n] for n, kind in table if kind == "ptr" or kind == "tma"}
-    if plan.unsplit:
+    if plan.unsplit or parts:     # balanced: out and lse for the sequences a CTA holds whole
         out_strides = out_strides or (p.seqlen_q * p.heads * p.head_dim, p.heads * p.head_dim, p.head_dim)
         args.update(zip(("out_stride_b", "out_stride_s", "out_stride_h"), (int(x) for x in out_strides)))
+        args["parts"] = parts
     args.update(batch=p.batch, seqlen_q=p.seqlen_q, heads=p.heads, rows=gqa.rows, m_tiles=gqa.m_tiles,
                 seqlen_new=p.seqlen_new,
                 num_splits=plan.num_splits, capacity=cache.capacity, num_pages=cache.num_pages,
@@ -647,8 +676,11 @@ def append_grid(plan) -> tuple[int, int, int]:
 def combine_launch_args(plan, tensors, out_strides: tuple[int, int, int]) -> dict:
     """The combine's parameters; with the problem's sinks (CombineConfig.sinks), tensors["sinks"] too."""
     p = plan.problem
-    table = COMBINE_PARAMS + mod_params(False, bool(getattr(p, "sinks", False)))
+    parts = getattr(plan, "parts", 0)
+    table = COMBINE_PARAMS + (COMBINE_BALANCED_PARAMS if parts else ()) + mod_params(False, bool(getattr(p, "sinks", False)))
     args = {n: tensors[n] for n, kind in table if kind == "ptr"}
+    if parts:       # the balanced schedule's combine (CombineConfig.balanced_bn): the lengths, the decode's parts
+        args.update(batch=p.batch, capacity=p.cache.capacity, seqlen_new=p.seqlen_new, parts=parts)
     args.update(total_rows=p.batch * p.seqlen_q * p.heads, num_splits=plan.num_splits, seqlen_q=p.seqlen_q,
                 heads=p.heads, out_stride_b=int(out_strides[0]), out_stride_s=int(out_strides[1]),
                 out_stride_h=int(out_strides[2]))

@@ -16,12 +16,14 @@ if TYPE_CHECKING:
     from .attention_decode_sm90 import _Consumer
 
 
-def _epilogue(cs: _Consumer, o: Value, m, l, v_scale=None):
+def _epilogue(cs: _Consumer, o: Value, m, l, v_scale=None, final: Value | None = None):
     """O / l and the LSE (natural log) of this thread's two rows: float32 partials (LSE -inf when
     the split saw no key) into the workspaces [num_splits, batch, seqlen_q, heads, D] and
     [num_splits, batch, heads, seqlen_q]; unsplit, O in q's dtype into out[b, t, h] by out's
     strides and the LSE (+inf for a row that sees no key) into lse [batch, heads, seqlen_q]
-    (note "Unsplit")."""
+    (note "Unsplit"). ``final`` (the balanced schedule, DecodeConfig.balanced): a runtime flag, set
+    when the CTA holds the whole sequence: the unsplit stores into out and lse, else the partials into
+    split slot work.split."""
     kb, unsplit = cs.kb, cs.cfg.unsplit
     for h in (0, 1):
         total = l[h] + kb.shuffle_xor(l[h], 1)
@@ -36,9 +38,18 @@ def _epilogue(cs: _Consumer, o: Value, m, l, v_scale=None):
         if v_scale is not None:     # FP8 per-tensor / per-KV-head v scale (note "FP8")
             inv = inv * v_scale
         no_key = float("inf") if unsplit else NEG_INF
-        lse = select(empty, const(no_key, "f32"), (m[h] * cs.scale_log2 + log_total) * LN2)
+        if final is not None:
+            no_key = select(final, const(float("inf"), "f32"), const(NEG_INF, "f32"))
+        lse = select(empty, no_key if final is not None else const(no_key, "f32"), (m[h] * cs.scale_log2 + log_total) * LN2)
         with kb.if_(cs.row_ok[h]).then_():
-            (_store_final if unsplit else _store_partial)(cs, o, h, inv, lse)
+            if final is None:
+                (_store_final if unsplit else _store_partial)(cs, o, h, inv, lse)
+                continue
+            br = kb.if_(final)
+            with br.then_():
+                _store_final(cs, o, h, inv, lse)
+            with br.else_():
+                _store_partial(cs, o, h, inv, lse)
 
 
 def _epilogue_sink(cs: _Consumer, o: Value, m, h: int, total: Value, v_scale):
@@ -66,7 +77,8 @@ def _store_partial(cs: _Consumer, o: Value, h: int, inv: Value, lse: Value):
     """Row h's O x (1 / l), float32, into split s's slice of o_partial and its LSE into lse_partial."""
     kb, cfg, p, work = cs.kb, cs.cfg, cs.p, cs.work
     # note "Varlen q": one packed batch of total_q (= seqlen_q) rows per split
-    sb = work.split if cfg.varlen_q else work.split * p["batch"] + work.batch
+    # the balanced schedule: split slots [slots, seqlen_q, heads, D] (common/decode_balanced.py)
+    sb = work.split if cfg.varlen_q or cfg.balanced else work.split * p["batch"] + work.batch
     row = (sb.to("i64") * p["seqlen_q"].to("i64") + cs.q_row[h].to("i64")) * p["heads"].to("i64") \
         + cs.head[h].to("i64")
     base = row * cfg.head_dim + (cs.t4 * 2).to("i64")

@@ -1,0 +1,71 @@
+"""Deviceless: the balanced FP8 decode kernels of the `decode-fp8-variants` set (FP8 variant "balanced",
+attention_decode_sm90_balanced) and the combine's balanced_bn form compile through fa4-verify-pipelines
+(the rings' positions carried across work items as counts of tiles) with no serialised wgmma (the kernel
+holds no call: its one division is unrolled, decode_balanced.udiv_steps), their KV tile loops (the SASS
+loops that issue wgmma and hold no inner one) with no spill, and within a few instructions of the swap-AB
+kernels' loops they run (the schedule costs nothing per tile). Their work-item prologue and epilogue do spill
+(ptxas at 168 registers, two CTAs per SM): the bytes are bounded here as measured, so that growth shows.
+Numerics: tests/test_decode_balanced_interpret.py."""
+from __future__ import annotations
+
+import pytest
+
+from fa4mlir import compiler, kernel_sets, sass
+from fa4mlir.kernels import attention_decode_sm90_config as dec
+
+BALANCED = [e for e in kernel_sets.SETS["decode-fp8-variants"]() if getattr(e[1], "balanced", False)
+            or getattr(e[1], "balanced_bn", 0)]
+# spill bytes (stores) ptxas 13 leaves in the balanced kernels' item prologue / epilogue (none in the tile loops)
+SPILL_BOUND = {False: 128, True: 512}     # swap_ab_warp_max (contiguous: merge_warps' epilogue): bound
+_LOWERED: dict = {}
+TILE_WGMMAS = 128 // 16 + 64 // 16
+
+
+def _lower(name, cfg):
+    key = (name, cfg)
+    if key not in _LOWERED:
+        _LOWERED[key] = compiler.build_and_lower(name, cfg, compiler.resolve_options(name), "test")
+    return _LOWERED[key]
+
+
+def _tile_loops(art):
+    """The SASS loops of one KV tile: a backward branch whose span issues one tile's wgmmas (8 S^T
+    k-steps and 4 P V k-steps), shortest first (the unmasked and the masked loop)."""
+    ops, spans = sass.backward_branch_spans(sass.disassemble(art.cubin))
+    loops = [ops[a:b + 1] for a, b in spans]
+    return sorted((lp for lp in loops if sum(o.startswith("HGMMA") for o, _ in lp) == TILE_WGMMAS), key=len)
+
+
+def test_the_set_holds_the_balanced_kernels():
+    names = {cfg.name() for _, cfg in BALANCED}
+    assert "attention_combine_sm90_bf16_d128_bal64" in names
+    for page in (None, 16, 64, 128):
+        for grain in ("tensor", "kv_head"):
+            cfg = dec.fp8_variant(dec.default_config("bf16", 128, page, grain), dec.BALANCED, page, 4)
+            assert cfg.balanced and cfg.swap_ab and cfg.swap_ab_warp_max == (page is None) and cfg.name() in names
+
+
+@pytest.mark.parametrize("entry", [e for e in BALANCED if e[1].__class__.__name__ == "DecodeConfig"
+                                   and e[1].kv_scale == "kv_head"], ids=lambda e: e[1].name())
+def test_balanced_kernel_compiles_without_serialised_wgmma_or_tile_loop_spills(entry):
+    name, cfg = entry
+    art = _lower(name, cfg)
+    res = art.resources
+    assert not res["wgmma_serialized"] and res["registers"] <= 168
+    assert res["spill_stores"] <= SPILL_BOUND[cfg.swap_ab_warp_max], res
+    if sass.find_nvdisasm() is None:
+        pytest.skip("nvdisasm not installed: the SASS loop checks need it")
+    loops = _tile_loops(art)[:2]     # the unmasked and the masked tile loop
+    assert len(loops) == 2
+    for loop in loops:
+        assert not any(o.startswith(("STL", "LDL")) for o, _ in loop), cfg.name()
+    base = _tile_loops(_lower(name, dec.default_config("bf16", 128, None if not cfg.paged else 16, "kv_head", rows=4)
+                              if not cfg.paged or cfg.box_rows == 16 else
+                              dec.default_config("bf16", 128, 64, "kv_head", rows=4)))
+    for mine, theirs in zip(loops, base[:2]):
+        assert len(mine) <= len(theirs) + 16, (len(mine), len(theirs))
+
+
+def test_balanced_combine_compiles_clean():
+    art = _lower(dec.COMBINE_KERNEL, dec.CombineConfig("bf16", 128, balanced_bn=64))
+    assert art.resources["spill_stores"] == 0 and art.resources["stack_bytes"] == 0
