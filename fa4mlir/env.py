@@ -68,14 +68,17 @@ KNOBS: dict[str, Knob] = {
              "the call cache's key; another value is a KnobError"),
         Knob("FA4MLIR_MLA_SPARSE_PRODUCER", None, "str", "the sm_90a sparse MLA kernels over a 16-bit kv "
              "(flash_mla_sparse_fwd, flash_mla_with_kvcache with indices) run this entry of "
-             "attention_mla_sparse_sm90_config.PRODUCER_VARIANTS: 'warp' (unset: the gather warp) or 'warpgroup' "
-             "(producer_warps=4, for A/B: bench mla's backend fa4mlir[pwg]); read per call into the call cache's "
-             "key; KnobError over an FP8 kv or on sm_100a; the mla bundle set holds both"),
+             "attention_mla_sparse_sm90_config.PRODUCER_VARIANTS: unset or 'default' (SPARSE_DEFAULT_RULE's: the "
+             "producer warpgroup over bf16, the gather warp otherwise), 'warp' (the gather warp), 'warpgroup' "
+             "(producer_warps=4) or 'warpgroup_l2' (with L2 hints); for A/B (bench mla's fa4mlir[tile], fa4mlir[pwg]); "
+             "read per call into the call cache's key; KnobError over an FP8 kv or on sm_100a"),
         Knob("FA4MLIR_MLA_SPARSE_VARIANT", None, "str", "flash_mla_sparse_fwd and flash_mla_with_kvcache(indices=...) "
              "over a 16-bit kv (or the FP8 cache's converter kernel, one split) run this entry of "
-             "attention_mla_sparse_sm90_config.SPARSE_VARIANTS on sm_90a: unset or 'default', or 'seesaw' (FlashMLA's "
-             "seesaw tile step, attention_mla_sparse_seesaw_sm90; elsewhere: UnsupportedFeatureError); for A/B (bench mla's backend fa4mlir[seesaw]); read per call "
-             "into the call cache's key; a bundle must hold it: the mla-sparse-variants set"),
+             "attention_mla_sparse_sm90_config.SPARSE_VARIANTS on sm_90a: unset or 'default' (SPARSE_DEFAULT_RULE's: "
+             "the seesaw over bf16, the tile step otherwise), 'tile' (the shared tile step) or 'seesaw' (FlashMLA's "
+             "seesaw tile step, attention_mla_sparse_seesaw_sm90; over FP8 rows only the unsplit decode's converter: "
+             "else UnsupportedFeatureError); for A/B (bench mla's fa4mlir[tile], fa4mlir[seesaw]); read per call "
+             "into the call cache's key; a bundle must hold it: the mla and mla-sparse-variants sets"),
         Knob("FA4MLIR_PREFILL_TILES", None, "str", "flash_attn_func runs its case's default kernel with these "
              "AttnConfig tile / code-knob fields replaced ('bn=144,persistent=False'; for measurement: bench "
              "prefill --prefill-tiles); a kernel source without that variant raises BundleError, never falls back"),

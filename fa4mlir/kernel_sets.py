@@ -81,8 +81,8 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 the mla set plus the sparse MLA kernels' seesaw variants (FA4MLIR_MLA_SPARSE_VARIANT=seesaw,
                 MLASparseConfig.seesaw / MLASparseDecodeConfig.seesaw, bf16 kv; alone and with the producer
                 warpgroup, FA4MLIR_MLA_SPARSE_PRODUCER=warpgroup / warpgroup_l2): what `bench mla --workloads
-                mla_sparse,mla_sparse_decode,mla_sparse_decode_fp8` times as fa4mlir[seesaw], fa4mlir[seesaw_pwg],
-                fa4mlir[seesaw_pwg_l2] and tests/gpu/test_mla_sparse_seesaw_gpu.py runs
+                mla_sparse,mla_sparse_decode,mla_sparse_decode_fp8` times as fa4mlir[seesaw] (the converter kernel's FP8 row;
+                the 16-bit rows' A/B backends) and tests/gpu/test_mla_sparse_seesaw_gpu.py runs
     decode-fp8-variants
                 the decode set plus attention_decode_sm90_config.FP8_VARIANTS (converter warpgroup,
                 128-key tiles, split conversion, bit conversion, swap AB) of bf16 D128 FP8 caches, contiguous and paged 16, each

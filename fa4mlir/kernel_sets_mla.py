@@ -16,9 +16,10 @@ MLA_CASES = [("bf16", 64), ("f16", 64), ("bf16", 16)]
 
 def mla() -> list:
     """The absorbed MLA decode kernels (flash_mla_with_kvcache) of MLA_CASES, split and unsplit,
-    the head-dim-512 combine per dtype, the sparse prefill's four (flash_mla_sparse_fwd), their producer-
-    warpgroup variants (producer_warps=4) and four over FlashMLA's FP8 rows, and the sparse decode's eight
-    (flash_mla_with_kvcache with indices), the bf16 four's producer-warpgroup variants, four
+    the head-dim-512 combine per dtype, the sparse prefill's four (flash_mla_sparse_fwd) on the tile step with
+    the gather warp, as SPARSE_DEFAULT_RULE's bf16 kernels (seesaw, producer warpgroup) and with the producer
+    warpgroup on the tile step, four over FlashMLA's FP8 rows, and the sparse decode's eight
+    (flash_mla_with_kvcache with indices), the bf16 four's rule and producer-warpgroup twins, four
     over the FP8 cache (the converter-warpgroup kernels FP8_DECODE_DEFAULT_RULE picks and the gather kernels
     of FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather)."""
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
@@ -41,9 +42,10 @@ def mla() -> list:
     # the sparse prefill (flash_mla_sparse_fwd), with and without topk_length and attention sinks
     from .kernels.attention_mla_sparse_sm90_config import KERNEL as SPARSE, MLASparseConfig
     out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s)) for t in (False, True) for s in (False, True)]
-    # ... as the producer-warpgroup variants (producer_warps=4, without and with l2_hints; FA4MLIR_MLA_SPARSE_PRODUCER=
-    # warpgroup / warpgroup_l2, bench mla's fa4mlir[pwg] / fa4mlir[pwg_l2]), the same four each
-    out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s, producer_warps=4, l2_hints=h)) for h in (False, True)
+    # ... as SPARSE_DEFAULT_RULE's bf16 kernels (the seesaw step, the producer warpgroup), and the producer
+    # warpgroup on the tile step (FA4MLIR_MLA_SPARSE_VARIANT=tile, _PRODUCER=warpgroup: bench mla's fa4mlir[pwg]);
+    # the four above are the rule's f16 kernels' bf16 twins and bench mla's fa4mlir[tile] (the kernel before the rule)
+    out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s, producer_warps=4, seesaw=w)) for w in (True, False)
             for t in (False, True) for s in (False, True)]
     # ... over FlashMLA's FP8 rows (kv [s_kv, 1, 656]), the same four
     out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s, kv_dtype="fp8")) for t in (False, True) for s in (False, True)]
@@ -52,9 +54,10 @@ def mla() -> list:
     from .kernels.attention_mla_sparse_sm90_config import DECODE_DTYPES, DECODE_KERNEL, MLASparseDecodeConfig
     out += [(DECODE_KERNEL, MLASparseDecodeConfig(d, topk_length=t, split=s)) for d in DECODE_DTYPES
             for t in (False, True) for s in (False, True)]
-    # ... the bf16 four as the producer-warpgroup variants (producer_warps=4, without and with l2_hints)
-    out += [(DECODE_KERNEL, MLASparseDecodeConfig("bf16", topk_length=t, split=s, producer_warps=4, l2_hints=h))
-            for h in (False, True) for t in (False, True) for s in (False, True)]
+    # ... the bf16 four as SPARSE_DEFAULT_RULE's (seesaw, producer warpgroup) and as the producer warpgroup on
+    # the tile step (bench mla's fa4mlir[pwg]); the tile-step gather-warp four above are f16's default and bf16's A/B
+    out += [(DECODE_KERNEL, MLASparseDecodeConfig("bf16", topk_length=t, split=s, producer_warps=4, seesaw=w))
+            for w in (True, False) for t in (False, True) for s in (False, True)]
     # the sparse decode over FlashMLA's FP8 cache (is_fp8_kvcache=True with indices; bf16 q), the same four as
     # each variant: FP8_DECODE_DEFAULT_RULE's (the converter warpgroup) first, then "gather" (A/B)
     from .kernels.attention_mla_sparse_sm90_config import FP8_DECODE_VARIANTS, fp8_decode_variant
@@ -106,21 +109,21 @@ def mla_sparse_variant_entries() -> list:
     """The sparse MLA kernels' seesaw variant (attention_mla_sparse_sm90_config.SPARSE_VARIANTS, bf16 kv): the
     prefill as `bench mla`'s mla_sparse calls it and with topk_length and sinks, the decode unsplit (bench
     mla's mla_sparse_decode: one split) and split with topk_length, and the FP8 decode's converter kernel
-    unsplit (mla_sparse_decode_fp8); the 16-bit ones also with the producer warpgroup (producer_warps=4,
-    without and with l2_hints: FA4MLIR_MLA_SPARSE_PRODUCER) (tests/gpu/test_mla_sparse_seesaw_gpu.py; the
-    combine is the mla set's)."""
+    unsplit (mla_sparse_decode_fp8); the 16-bit ones also with the producer warpgroup's L2 hints on the seesaw
+    and the tile step (FA4MLIR_MLA_SPARSE_PRODUCER=warpgroup_l2; timed ~1% slower, [D-mla-sparse-seesaw-pwg-default])
+    (tests/gpu/test_mla_sparse_seesaw_gpu.py; the rule's kernels and the combine are the mla set's)."""
     from .kernels import attention_mla_sparse_sm90_config as sc
     sixteen = [(sc.KERNEL, sc.MLASparseConfig(seesaw=True)),
                (sc.KERNEL, sc.MLASparseConfig(topk_length=True, sinks=True, seesaw=True)),
                (sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(seesaw=True)),
                (sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(topk_length=True, split=True, seesaw=True))]
     from dataclasses import replace
-    pwg = [(name, replace(cfg, producer_warps=4, l2_hints=h)) for h in (False, True) for name, cfg in sixteen]
-    return sixteen + pwg + [(sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True, seesaw=True))]
+    l2 = [(name, replace(cfg, producer_warps=4, l2_hints=True, seesaw=w)) for w in (True, False) for name, cfg in sixteen]
+    return sixteen + l2 + [(sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True, seesaw=True))]
 
 
 def mla_sparse_variants() -> list:
     """The mla set plus the sparse MLA seesaw kernels (mla_sparse_variant_entries): what `bench mla
-    --workloads mla_sparse,mla_sparse_decode,mla_sparse_decode_fp8` times as fa4mlir, fa4mlir[pwg],
-    fa4mlir[seesaw], fa4mlir[seesaw_pwg], ... and tests/gpu/test_mla_sparse_seesaw_gpu.py runs."""
+    --workloads mla_sparse,mla_sparse_decode,mla_sparse_decode_fp8` times as fa4mlir, fa4mlir[tile], fa4mlir[pwg],
+    fa4mlir[seesaw] and tests/gpu/test_mla_sparse_seesaw_gpu.py runs."""
     return mla() + mla_sparse_variant_entries()

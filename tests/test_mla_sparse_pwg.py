@@ -25,12 +25,14 @@ ENTRIES = [e for e in kernel_sets.mla() if getattr(e[1], "producer_warps", 1) ==
 
 
 def test_the_variant_is_in_the_mla_set():
+    """SPARSE_DEFAULT_RULE's bf16 kernels (seesaw, producer warpgroup) and the producer warpgroup on the tile step
+    (bench mla's fa4mlir[pwg]), every topk_length / sinks (prefill) and topk_length / split (decode) case."""
     prefill = {cfg for name, cfg in ENTRIES if name == sc.KERNEL}
-    assert prefill == {sc.MLASparseConfig(topk_length=t, sinks=s, producer_warps=4, l2_hints=h) for t in (False, True)
-                       for s in (False, True) for h in (False, True)}
+    assert prefill == {sc.MLASparseConfig(topk_length=t, sinks=s, producer_warps=4, seesaw=w) for t in (False, True)
+                       for s in (False, True) for w in (False, True)}
     decode = {cfg for name, cfg in ENTRIES if name == sc.DECODE_KERNEL}
-    assert decode == {sc.MLASparseDecodeConfig(topk_length=t, split=s, producer_warps=4, l2_hints=h) for t in (False, True)
-                      for s in (False, True) for h in (False, True)}
+    assert decode == {sc.MLASparseDecodeConfig(topk_length=t, split=s, producer_warps=4, seesaw=w) for t in (False, True)
+                      for s in (False, True) for w in (False, True)}
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
@@ -111,11 +113,15 @@ def test_decode_through_the_interpreter(batch, seqlen_q, heads, topk, page, spli
 # ---- the host knob (FA4MLIR_MLA_SPARSE_PRODUCER) and bench mla's backend ---------------------------
 
 def _prefill_problem(kv_dtype="bf16"):
+    """The problem as _prepare makes it: the variant knob (FA4MLIR_MLA_SPARSE_VARIANT) read into it."""
+    from dataclasses import replace
+
     from fa4mlir.attention import mla_sparse as ms
     from tests._mla_helpers import info as _info
     width = 656 if kv_dtype == "u8" else 576
-    return ms.check_sparse_inputs(_info((4, 128, 576)), _info((1000, 1, width), kv_dtype), _info((4, 1, 2048), "i32"),
-                                  None, 512)
+    problem = ms.check_sparse_inputs(_info((4, 128, 576)), _info((1000, 1, width), kv_dtype), _info((4, 1, 2048), "i32"),
+                                     None, 512)
+    return replace(problem, variant=ms.requested_variant())
 
 
 def test_knob_selects_the_variant(monkeypatch):
@@ -123,7 +129,10 @@ def test_knob_selects_the_variant(monkeypatch):
 
     from fa4mlir.attention import mla_sparse as ms
     monkeypatch.delenv(sc.PRODUCER_ENV, raising=False)
-    assert _prefill_problem().config == sc.MLASparseConfig()
+    monkeypatch.setenv(sc.SPARSE_VARIANT_ENV, "tile")     # the producer knob alone, on the tile step
+    assert _prefill_problem().config == sc.MLASparseConfig(producer_warps=4)     # SPARSE_DEFAULT_RULE's producer (bf16)
+    monkeypatch.setenv(sc.PRODUCER_ENV, "default")
+    assert _prefill_problem().config == sc.MLASparseConfig(producer_warps=4)
     monkeypatch.setenv(sc.PRODUCER_ENV, "warp")
     assert _prefill_problem().config == sc.MLASparseConfig()
     monkeypatch.setenv(sc.PRODUCER_ENV, "warpgroup_l2")
@@ -156,12 +165,16 @@ def test_knob_selects_the_decode_variant(monkeypatch):
                                              _info((2, 1, 2048), "i32"), 512, _info((4, 8), "i32"), _info((3,), "i32"),
                                              is_fp8_kvcache=fp8)
     monkeypatch.setenv(sc.PRODUCER_ENV, "warpgroup")
+    monkeypatch.setenv(sc.SPARSE_VARIANT_ENV, "tile")
     assert problem().config(True) == sc.MLASparseDecodeConfig(split=True, producer_warps=4)
     assert (sc.DECODE_KERNEL, problem().config(False)) in ENTRIES
     with pytest.raises(KnobError, match="16-bit kv"):
         problem("u8", 656, True)
-    monkeypatch.delenv(sc.PRODUCER_ENV)
+    monkeypatch.setenv(sc.PRODUCER_ENV, "warp")
     assert problem().config(False) == sc.MLASparseDecodeConfig()
+    monkeypatch.delenv(sc.PRODUCER_ENV)
+    monkeypatch.delenv(sc.SPARSE_VARIANT_ENV)       # SPARSE_DEFAULT_RULE: bf16 seesaw + producer warpgroup, f16 not
+    assert problem().config(False) == sc.MLASparseDecodeConfig(producer_warps=4, seesaw=True)
 
 
 def test_bench_backend_sets_the_knob_around_the_call(monkeypatch):
@@ -175,12 +188,12 @@ def test_bench_backend_sets_the_knob_around_the_call(monkeypatch):
 
 # ---- with the seesaw tile step (FA4MLIR_MLA_SPARSE_VARIANT=seesaw: FlashMLA's whole recipe) ------------------
 
-SEESAW = [e for e in kernel_sets.mla_sparse_variant_entries() if e[1].producer_warps == 4]
+SEESAW = [e for e in kernel_sets.mla_sparse_variant_entries() if e[1].producer_warps == 4]   # the L2-hint twins
 
 
 def test_the_seesaw_variants_are_in_the_sets():
-    assert len(SEESAW) == 8 and all(c.seesaw for _, c in SEESAW)
-    assert {c.l2_hints for _, c in SEESAW} == {False, True}
+    assert len(SEESAW) == 8 and all(c.l2_hints for _, c in SEESAW)
+    assert {c.seesaw for _, c in SEESAW} == {False, True}
     assert set(SEESAW) <= set(kernel_sets.configs(["mla-sparse-variants"])) and set(SEESAW) <= set(kernel_sets.gpu_tests())
 
 

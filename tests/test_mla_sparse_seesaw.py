@@ -38,7 +38,10 @@ def test_config_key_name_and_refusals():
         assert "seesaw" not in cfg.key() and "seesaw" not in cfg.name()
         on = sc.sparse_variant(cfg, "seesaw")
         assert on.seesaw and on.key()["seesaw"] is True and on.name().endswith("_seesaw")
-        assert sc.sparse_variant(on, "default") == cfg
+        assert sc.sparse_variant(on, "tile") == cfg
+        assert sc.sparse_variant(cfg, "default") == on      # SPARSE_DEFAULT_RULE's step over bf16
+    assert not sc.sparse_variant(sc.MLASparseDecodeConfig("f16"), "default").seesaw
+    assert not sc.sparse_variant(sc.MLASparseConfig(kv_dtype="fp8"), "default").seesaw
     assert "seesaw" in sc.VARIANT_FIELDS and "seesaw" in sc.DECODE_VARIANT_FIELDS
     with pytest.raises(ConfigError):
         sc.MLASparseConfig(kv_dtype="fp8", seesaw=True).validate()
@@ -203,7 +206,10 @@ def _prefill_problem(**kw):
 
 def test_the_knob_selects_the_seesaw(monkeypatch):
     monkeypatch.delenv(ms.VARIANT_ENV, raising=False)
-    assert ms.requested_variant() == "default" and not _prefill_problem().config.seesaw
+    monkeypatch.setenv(sc.PRODUCER_ENV, "warp")        # the variant knob alone, with the gather warp
+    assert ms.requested_variant() == "default" and _prefill_problem().config.seesaw     # the rule's (bf16)
+    monkeypatch.setenv(ms.VARIANT_ENV, "tile")
+    assert not replace(_prefill_problem(), variant=ms.requested_variant()).config.seesaw
     monkeypatch.setenv(ms.VARIANT_ENV, "seesaw")
     problem = replace(_prefill_problem(), variant=ms.requested_variant())
     assert problem.config == sc.MLASparseConfig(seesaw=True)
@@ -239,4 +245,10 @@ def test_bench_rows_carry_the_seesaw_backend(monkeypatch):
     assert seen["during"] == "seesaw" and __import__("os").environ.get(ms.VARIANT_ENV) is None
     import inspect
     src = inspect.getsource(mla_bench.mla_sparse_rows) + inspect.getsource(mla_bench.mla_sparse_decode_rows)
-    assert src.count('call["fa4mlir[seesaw]"]') == 2      # mla_sparse; mla_sparse_decode and its fp8 twin
+    assert src.count('call["fa4mlir[seesaw]"]') == 1      # mla_sparse_decode_fp8's converter kernel
+    assert src.count("sparse_ab_calls(") == 2             # the 16-bit rows' tile / pwg / seesaw backends
+    calls = mla_bench.sparse_ab_calls(lambda: (lambda: (__import__("os").environ.get(ms.VARIANT_ENV),
+                                                        __import__("os").environ.get(sc.PRODUCER_ENV))))
+    assert {k: v()() for k, v in calls.items()} == {"fa4mlir[tile]": ("tile", "warp"),
+                                                   "fa4mlir[pwg]": ("tile", "warpgroup"),
+                                                   "fa4mlir[seesaw]": ("seesaw", "warp")}

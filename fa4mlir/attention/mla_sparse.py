@@ -78,27 +78,34 @@ class SparseProblem:
     has_topk_length: bool
     has_sinks: bool
     fp8: bool = False           # kv in FlashMLA's 656-byte FP8 rows
-    producer: tuple = (1, False)    # requested_producer's (producer_warps, l2_hints): FA4MLIR_MLA_SPARSE_PRODUCER
-    variant: str = "default"    # the entry of sc.SPARSE_VARIANTS it runs (FA4MLIR_MLA_SPARSE_VARIANT)
+    producer: tuple | None = None   # requested_producer's (producer_warps, l2_hints), None: SPARSE_DEFAULT_RULE's
+    variant: str = "default"    # the entry of sc.SPARSE_VARIANTS it runs (FA4MLIR_MLA_SPARSE_VARIANT; "default": the rule)
 
     @property
     def config(self) -> sc.MLASparseConfig:
+        warps, l2 = producer_fields(self.producer, self.dtype, self.fp8)
         cfg = sc.MLASparseConfig(self.dtype, topk_length=self.has_topk_length, sinks=self.has_sinks,
-                                 kv_dtype="fp8" if self.fp8 else "", producer_warps=self.producer[0],
-                                 l2_hints=self.producer[1])
-        return cfg if self.variant == "default" else sc.sparse_variant(cfg, self.variant)
+                                 kv_dtype="fp8" if self.fp8 else "", producer_warps=warps, l2_hints=l2)
+        return sc.sparse_variant(cfg, self.variant)
 
 
-def requested_producer(fp8: bool, entry: str = ENTRY) -> tuple:
+def producer_fields(producer: tuple | None, dtype: str, fp8: bool) -> tuple:
+    """(producer_warps, l2_hints): the requested producer, or SPARSE_DEFAULT_RULE's for the call (None)."""
+    return producer if producer is not None else sc.PRODUCER_VARIANTS[sc.default_sparse(dtype, fp8)[1]]
+
+
+def requested_producer(fp8: bool, entry: str = ENTRY) -> tuple | None:
     """FA4MLIR_MLA_SPARSE_PRODUCER: the sm_90a sparse kernels' (producer_warps, l2_hints) (sc.PRODUCER_VARIANTS:
-    unset or "warp", the gather warp; "warpgroup", the producer warpgroup with half stages; "warpgroup_l2", the
-    same with the copies' L2 hints; for A/B, the mla bundle set holds all three). Read per call into the call
-    cache's key; KnobError for an unknown name or a warpgroup over an FP8 kv (not built there), before any
-    launch."""
-    name = (env.get_str(sc.PRODUCER_ENV) or "warp").strip() or "warp"
+    "warp", the gather warp; "warpgroup", the producer warpgroup with half stages; "warpgroup_l2", the same
+    with the copies' L2 hints; for A/B, the mla bundle set holds all three), or None (unset or "default":
+    sc.SPARSE_DEFAULT_RULE's). Read per call into the call cache's key; KnobError for an unknown name or a
+    warpgroup over an FP8 kv (not built there), before any launch."""
+    name = (env.get_str(sc.PRODUCER_ENV) or "default").strip() or "default"
+    if name == "default":
+        return None
     if name not in sc.PRODUCER_VARIANTS:
-        raise KnobError(f"{entry}: {sc.PRODUCER_ENV}={name!r} is not a sparse producer; known: "
-                        f"{', '.join(sc.PRODUCER_VARIANTS)} (unset it for the default, warp)")
+        raise KnobError(f"{entry}: {sc.PRODUCER_ENV}={name!r} is not a sparse producer; known: default, "
+                        f"{', '.join(sc.PRODUCER_VARIANTS)} (unset it for the default)")
     producer = sc.PRODUCER_VARIANTS[name]
     if producer[0] != 1 and fp8:
         raise KnobError(f"{entry}: {sc.PRODUCER_ENV}={name} is built for a 16-bit kv, not FlashMLA's FP8 rows; unset it")
@@ -122,7 +129,7 @@ def requested_variant(entry: str = ENTRY) -> str:
 
 def check_variant(variant: str, fp8: bool, entry: str = ENTRY) -> None:
     """UnsupportedFeatureError where the requested variant is not built (seesaw: FlashMLA's FP8 rows)."""
-    if variant != "default" and fp8:
+    if variant == sc.SEESAW_VARIANT and fp8:
         raise UnsupportedFeatureError(f"{entry}: {VARIANT_ENV}={variant!r} is built for the 16-bit kv only, not "
                                       f"FlashMLA's FP8 rows; unset it")
 
@@ -261,7 +268,7 @@ def _prepare(torch, tensors: dict, sm_scale, d_v, bundle, signature, variant: st
     q, kv, indices = tensors["q"], tensors["kv"], tensors["indices"]
     check_device_ordinal(ordinal, device.ordinal)
     if select_arch(problem, device.capability, indices.stride(0)) == "sm_100a":
-        if problem.producer[0] != 1:
+        if problem.producer is not None and problem.producer[0] != 1:
             raise KnobError(_err(f"{sc.PRODUCER_ENV} selects an sm_90a kernel variant; this call runs the sm_100a "
                                  "kernel: unset it"))
         if variant != "default":
@@ -292,5 +299,5 @@ def flops(s_q: int, heads: int, topk: int, topk_length=None) -> int:
     return sc.flops(s_q, heads, topk, topk_length)
 
 
-__all__ = ["flash_mla_sparse_fwd", "check_sparse_inputs", "requested_producer", "SparseProblem", "build_plan", "flops",
+__all__ = ["flash_mla_sparse_fwd", "check_sparse_inputs", "requested_producer", "producer_fields", "SparseProblem", "build_plan", "flops",
            "ENTRY", "VARIANT_ENV", "requested_variant", "check_variant"]

@@ -66,7 +66,7 @@ from .checks import (MAX_I32, check_bundle, check_device_context, check_devices,
 from .errors import DTypeError, KnobError, LayoutError, ShapeError, UnsupportedFeatureError
 from .mla import (ENTRY, FILL_FRACTION, MAX_SPLITS, CallCache, MLAOutputs, _Call, _err, _torch, check_cache_dtype,
                   check_cache_shape, check_metadata, check_no_grad, check_q_dims, combine_args, combine_grid, kernel_for)
-from .mla_sparse import requested_producer
+from .mla_sparse import producer_fields, requested_producer
 from .mla_sparse import requested_variant as sparse_variant
 from .plan import Launch, Plan, TensorRef, source_for
 
@@ -99,15 +99,16 @@ class SparseDecodeProblem(MLAOutputs):
     fp8: bool = False               # FlashMLA's FP8 cache (656-byte rows, addressed by page and row strides)
     page_size: int = 0
     fp8_variant: str = ""           # FP8 only: the entry of dc.FP8_DECODE_VARIANTS it runs ("default": the rule)
-    producer: tuple = (1, False)    # 16-bit cache: mla_sparse.requested_producer's (FA4MLIR_MLA_SPARSE_PRODUCER)
-    variant: str = "default"        # 16-bit only: the entry of dc.SPARSE_VARIANTS (FA4MLIR_MLA_SPARSE_VARIANT)
+    producer: tuple | None = None   # mla_sparse.requested_producer's (FA4MLIR_MLA_SPARSE_PRODUCER), None: the rule's
+    variant: str = "default"        # the entry of dc.SPARSE_VARIANTS (FA4MLIR_MLA_SPARSE_VARIANT; "default": the rule)
 
     def config(self, split: bool) -> dc.MLASparseDecodeConfig:
+        warps, l2 = producer_fields(self.producer, self.dtype, self.fp8)
         cfg = dc.MLASparseDecodeConfig(self.dtype, kv_dtype="fp8" if self.fp8 else "", topk_length=self.has_topk_length,
-                                       split=split, producer_warps=self.producer[0], l2_hints=self.producer[1])
+                                       split=split, producer_warps=warps, l2_hints=l2)
         if self.fp8:
             cfg = dc.fp8_decode_variant(cfg, self.fp8_variant)
-        return cfg if self.variant == "default" else dc.sparse_variant(cfg, self.variant)
+        return dc.sparse_variant(cfg, self.variant)
 
 
 def _merges(info: TensorInfo, outer: int, inner: int) -> bool:
@@ -178,7 +179,7 @@ def check_sparse_decode_inputs(q: TensorInfo, k_cache: TensorInfo, indices: Tens
 def check_variant_built(problem: SparseDecodeProblem) -> None:
     """UnsupportedFeatureError where FA4MLIR_MLA_SPARSE_VARIANT names a variant not built for the call's kernel
     (seesaw over the FP8 cache: the converter kernel, unsplit, only)."""
-    if problem.variant == "default" or not problem.fp8:
+    if problem.variant != dc.SEESAW_VARIANT or not problem.fp8:
         return
     cfg = dc.fp8_decode_variant(dc.MLASparseDecodeConfig(problem.dtype, kv_dtype="fp8", split=problem.splits > 1),
                                 problem.fp8_variant)

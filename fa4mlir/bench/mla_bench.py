@@ -18,10 +18,11 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    rows mla_decode_fp8_h{16,64,128}_q{1,2}; flash_mla_with_kvcache(is_fp8_kvcache=True),
                    checked against the dense equivalent over the dequantized rows
     mla_sparse     FlashMLA's sparse prefill shape: s_q 4096, 128 heads, topk 2048 distinct indices per
-                   token into s_kv 32768 rows of [s_kv, 1, 576]; flash_mla_sparse_fwd; also backend
-                   fa4mlir[pwg] and fa4mlir[pwg_l2], the producer-warpgroup kernels without and with the L2
-                   hints (FA4MLIR_MLA_SPARSE_PRODUCER=warpgroup / warpgroup_l2 around each call;
-                   attention_mla_sparse_sm90, note "Producer warpgroup")
+                   token into s_kv 32768 rows of [s_kv, 1, 576]; flash_mla_sparse_fwd (fa4mlir: over bf16
+                   SPARSE_DEFAULT_RULE's seesaw with the producer warpgroup); also backends fa4mlir[tile] (the
+                   kernel before the rule: tile step, gather warp), fa4mlir[pwg] (tile step, producer warpgroup)
+                   and fa4mlir[seesaw] (seesaw, gather warp): FA4MLIR_MLA_SPARSE_VARIANT and _PRODUCER around
+                   each call (sparse_ab_calls)
     mla_sparse_fp8 the same over FlashMLA's FP8 rows (kv [s_kv, 1, 656], the bf16 kv quantized by
                    testing_mla.quantize_fp8_cache), checked over the dequantized rows
     mla_sparse_decode  FlashMLA's sparse decode benchmark shape (DeepSeek-V3.2, its
@@ -29,18 +30,15 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    distinct positions of each sequence's 32768 cached tokens (every length 32768: FlashMLA
                    draws them varlen), page 64, shuffled block tables; the indices are FlashMLA's cache
                    rows page x 64 + offset; bf16 latent cache (FlashMLA's is FP8);
-                   get_mla_metadata(topk=) + flash_mla_with_kvcache(indices=); also backends fa4mlir[pwg] and
-                   fa4mlir[pwg_l2] (as mla_sparse's)
+                   get_mla_metadata(topk=) + flash_mla_with_kvcache(indices=); also mla_sparse's A/B backends
     mla_sparse_decode_fp8  the same over FlashMLA's FP8 latent cache (FlashMLA's own sparse decode
                    benchmark: the bf16 cache quantized by testing_mla.quantize_fp8_cache), bf16 q;
                    flash_mla_with_kvcache(is_fp8_kvcache=True, indices=), checked against the sparse
                    reference over the dequantized rows (fa4mlir: the converter-warpgroup kernel
                    FP8_DECODE_DEFAULT_RULE picks); also backend fa4mlir[gather], the kernel before the
                    rule (FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather around each call)
-    mla_sparse, mla_sparse_decode and mla_sparse_decode_fp8 also run backend fa4mlir[seesaw]: the seesaw variant
-                   (FA4MLIR_MLA_SPARSE_VARIANT=seesaw around each call; the mla-sparse-variants set); the 16-bit
-                   rows also fa4mlir[seesaw_pwg] and fa4mlir[seesaw_pwg_l2], the seesaw with the producer
-                   warpgroup (both knobs around each call; the same set)
+    mla_sparse_decode_fp8 also runs backend fa4mlir[seesaw]: the converter kernel on the seesaw step
+                   (FA4MLIR_MLA_SPARSE_VARIANT=seesaw around each call; the mla-sparse-variants set)
 A workload is a name in WORKLOADS and a builder in BUILDERS (rows of runner.Row). FlashMLA
 itself is not installed on the GPU machine: the decode and sparse rows time fa4mlir alone, against
 issue 29's absolute bars (FlashMLA's published H800 figures).
@@ -323,13 +321,8 @@ def mla_sparse_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]:
     check = _sparse_check(torch, q, kv, indices, scale)
     shape, flops = row_shape(name)
     call = {"fa4mlir": lambda: (lambda: fa4mlir.flash_mla_sparse_fwd(q, operand, indices, scale, 512))}
-    if not fp8:     # the producer-warpgroup kernels beside the default, same tensors
-        call["fa4mlir[pwg]"] = lambda: with_producer("warpgroup", call["fa4mlir"]())
-        call["fa4mlir[pwg_l2]"] = lambda: with_producer("warpgroup_l2", call["fa4mlir"]())
-    if not fp8:     # the seesaw variant beside the default, same tensors; and with the producer warpgroup
-        call["fa4mlir[seesaw]"] = lambda: with_sparse_variant("seesaw", call["fa4mlir"]())
-        call["fa4mlir[seesaw_pwg]"] = lambda: with_sparse_variant("seesaw", call["fa4mlir[pwg]"]())
-        call["fa4mlir[seesaw_pwg_l2]"] = lambda: with_sparse_variant("seesaw", call["fa4mlir[pwg_l2]"]())
+    if not fp8:     # the rule's halves apart, same tensors (sparse_ab_calls)
+        call.update(sparse_ab_calls(call["fa4mlir"]))
     return [Row(name, name, shape, flops, call, check, poisoner(torch, d["s_q"] * d["heads"] * 512, torch.bfloat16))]
 
 
@@ -373,15 +366,10 @@ def mla_sparse_decode_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]
                                                                        is_fp8_kvcache=fp8, indices=indices))}
     if fp8:     # the gather kernel (the default before FP8_DECODE_DEFAULT_RULE) beside the default, same tensors
         call["fa4mlir[gather]"] = lambda: with_fp8_variant("gather", call["fa4mlir"]())
-    else:       # the producer-warpgroup kernels beside the default
-        call["fa4mlir[pwg]"] = lambda: with_producer("warpgroup", call["fa4mlir"]())
-        call["fa4mlir[pwg_l2]"] = lambda: with_producer("warpgroup_l2", call["fa4mlir"]())
-    # the seesaw variant beside the default, same tensors (FP8: the converter kernel's, one split); 16-bit: also
-    # with the producer warpgroup
-    call["fa4mlir[seesaw]"] = lambda: with_sparse_variant("seesaw", call["fa4mlir"]())
-    if not fp8:
-        call["fa4mlir[seesaw_pwg]"] = lambda: with_sparse_variant("seesaw", call["fa4mlir[pwg]"]())
-        call["fa4mlir[seesaw_pwg_l2]"] = lambda: with_sparse_variant("seesaw", call["fa4mlir[pwg_l2]"]())
+        # the seesaw step over the FP8 cache (the converter kernel's, one split), same tensors
+        call["fa4mlir[seesaw]"] = lambda: with_sparse_variant("seesaw", call["fa4mlir"]())
+    else:       # the rule's halves apart, same tensors (sparse_ab_calls)
+        call.update(sparse_ab_calls(call["fa4mlir"]))
 
     def check_row(result) -> dict:      # out [0]: sequence 0 by the rule; NaN over the whole out
         r = check((result[0][0],))
@@ -395,6 +383,17 @@ def with_fp8_variant(name: str, run: Callable[[], Any]) -> Callable[[], Any]:
     mla_sparse_decode_fp8 (attention_mla_sparse_sm90_config.FP8_DECODE_VARIANTS)."""
     from ..attention.mla_sparse_decode import VARIANT_ENV
     return with_env(VARIANT_ENV, name, run)
+
+
+def sparse_ab_calls(default: Callable[[], Any]) -> dict:
+    """The 16-bit sparse rows' A/B backends beside the rule's kernel (SPARSE_DEFAULT_RULE: seesaw + producer
+    warpgroup over bf16), both knobs set around each call: fa4mlir[tile] the kernel before the rule (tile step,
+    gather warp), fa4mlir[pwg] the producer warpgroup on the tile step, fa4mlir[seesaw] the seesaw with the
+    gather warp."""
+    def both(variant: str, producer: str) -> Callable[[], Any]:
+        return lambda: with_sparse_variant(variant, with_producer(producer, default()))
+    return {"fa4mlir[tile]": both("tile", "warp"), "fa4mlir[pwg]": both("tile", "warpgroup"),
+            "fa4mlir[seesaw]": both("seesaw", "warp")}
 
 
 def with_producer(name: str, run: Callable[[], Any]) -> Callable[[], Any]:

@@ -212,7 +212,23 @@ def check_producer(cfg) -> None:
 # (attention_mla_sparse_seesaw_sm90), built for the 16-bit cache and the unsplit FP8 decode's converter kernel
 # (SMEM and registers as the default's).
 SEESAW_VARIANT = "seesaw"
-SPARSE_VARIANTS = {"default": {}, SEESAW_VARIANT: {"seesaw": True}}
+TILE_VARIANT = "tile"       # the shared tile step (common/mla_sm90.py), both warpgroups on one tile
+SPARSE_VARIANTS = {"default": {}, TILE_VARIANT: {}, SEESAW_VARIANT: {"seesaw": True}}
+
+# SPARSE_DEFAULT_RULE, what a call runs with neither knob set (FA4MLIR_MLA_SPARSE_VARIANT, _PRODUCER unset or
+# "default"; each knob, when set, replaces its half): kv dtype -> (SPARSE_VARIANTS name, PRODUCER_VARIANTS name).
+# bf16: FlashMLA's whole recipe, the seesaw tile step with the producer warpgroup and half stages, timed on an
+# nvidia-h200 against the kernel before the rule (notes/RESULTS.md [D-mla-sparse-seesaw-pwg-default]): sparse
+# prefill 485.4 vs 390.0 TFLOP/s, sparse decode 411.3 vs 335.2. f16 (its producer-warpgroup kernels were never
+# timed) and FlashMLA's FP8 rows (the producer warpgroup is built for a 16-bit kv; the FP8 seesaw was 10% slower,
+# [R-mla-sparse-seesaw]) keep the tile step and the gather warp.
+SPARSE_DEFAULT_RULE = {"bf16": (SEESAW_VARIANT, "warpgroup")}
+SPARSE_DEFAULT = (TILE_VARIANT, "warp")
+
+
+def default_sparse(dtype: str, fp8: bool) -> tuple:
+    """SPARSE_DEFAULT_RULE's (variant, producer) for a call over a ``dtype`` (q's) kv, or FlashMLA's FP8 rows."""
+    return SPARSE_DEFAULT if fp8 else SPARSE_DEFAULT_RULE.get(dtype, SPARSE_DEFAULT)
 SPARSE_VARIANT_ENV = "FA4MLIR_MLA_SPARSE_VARIANT"
 
 
@@ -226,9 +242,11 @@ def _check_seesaw(cfg) -> None:
 
 def sparse_variant(cfg, name: str = "default"):
     """The sparse kernel ``cfg`` (MLASparseConfig or MLASparseDecodeConfig) as variant ``name`` of
-    SPARSE_VARIANTS; ConfigError for an unknown name or a variant not built for cfg (seesaw: see _check_seesaw)."""
+    SPARSE_VARIANTS ("default": SPARSE_DEFAULT_RULE's for cfg's dtype); ConfigError for an unknown name or a variant not built for cfg (seesaw: see _check_seesaw)."""
     if name not in SPARSE_VARIANTS:
         raise ConfigError(f"unknown sparse MLA variant {name!r}; known: {', '.join(SPARSE_VARIANTS)}")
+    if name == "default":
+        name = default_sparse(cfg.dtype, cfg.fp8)[0]
     out = replace(cfg, **{"seesaw": False, **SPARSE_VARIANTS[name]})
     _check_seesaw(out)
     return out

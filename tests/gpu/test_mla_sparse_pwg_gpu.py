@@ -17,6 +17,7 @@ from tests.gpu.test_mla_sparse_gpu import CASES, _case
 pytestmark = pytest.mark.gpu
 
 ENV = "FA4MLIR_MLA_SPARSE_PRODUCER"
+VARIANT_ENV = "FA4MLIR_MLA_SPARSE_VARIANT"
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,8 @@ def test_sparse_prefill_matches_reference_and_the_default(torch, monkeypatch, s_
     scale = 576 ** -0.5
     args = (q.cuda(), kvc, torch.from_numpy(idx).cuda(), scale)
     kw = dict(attn_sink=None if sinks is None else sinks.cuda(), topk_length=None if lens is None else lens.cuda())
-    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.setenv(VARIANT_ENV, "tile")      # the tile step: its gather warp against the producer warpgroup
+    monkeypatch.setenv(ENV, "warp")
     default = flash_mla_sparse_fwd(*args, **kw)
     monkeypatch.setenv(ENV, producer)
     out, max_logits, lse = flash_mla_sparse_fwd(*args, **kw)
@@ -76,7 +78,8 @@ def test_sparse_decode_matches_reference_and_the_default(torch, monkeypatch, bat
         lens[0] = 0
         lens[1 % batch] = topk // 3
     kw = dict(indices=ic, topk_length=None if lens is None else lens.cuda())
-    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.setenv(VARIANT_ENV, "tile")      # the tile step: its gather warp against the producer warpgroup
+    monkeypatch.setenv(ENV, "warp")
     default = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
     monkeypatch.setenv(ENV, producer)
     out, lse = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)

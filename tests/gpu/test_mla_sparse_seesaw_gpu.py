@@ -53,7 +53,7 @@ def test_sparse_prefill_seesaw(torch, monkeypatch, s_q, heads, topk, s_kv, optio
     args = (q.cuda(), kv.cuda(), torch.from_numpy(idx).cuda(), scale)
     kw = dict(attn_sink=None if sinks is None else sinks.cuda(), topk_length=None if lens is None else lens.cuda())
     errs, outs = {}, {}
-    for variant, prod in (("default", "warp"), ("seesaw", "warp"), ("seesaw", producer)):
+    for variant, prod in (("tile", "warp"), ("seesaw", "warp"), ("seesaw", producer)):
         monkeypatch.setenv(ms.VARIANT_ENV, variant)
         monkeypatch.setenv(PRODUCER_ENV, prod)
         out, max_logits, lse = ms.flash_mla_sparse_fwd(*args, **kw)
@@ -63,7 +63,7 @@ def test_sparse_prefill_seesaw(torch, monkeypatch, s_q, heads, topk, s_kv, optio
         errs[variant, prod] = check_mla_sparse(q, kv, idx, out.cpu().float(), max_logits.cpu(), lse.cpu(), scale,
                                                sinks=sinks, topk_length=None if lens is None else lens.numpy())
         outs[variant, prod] = (out, max_logits, lse)
-    _same_class(errs["seesaw", producer], errs["default", "warp"], ("out", "lse", "max_logits"))
+    _same_class(errs["seesaw", producer], errs["tile", "warp"], ("out", "lse", "max_logits"))
     for x, y in zip(outs["seesaw", producer], outs["seesaw", "warp"]):
         assert torch.equal(x, y)
 
@@ -99,7 +99,7 @@ def test_sparse_decode_seesaw(torch, monkeypatch, batch, seqlen_q, heads, topk, 
         lens[1 % batch] = topk // 3
     kw = dict(indices=ic, topk_length=None if lens is None else lens.cuda(), is_fp8_kvcache=fp8)
     errs, outs = {}, {}
-    for variant, prod in (("default", "warp"), ("seesaw", "warp"), ("seesaw", producer)):
+    for variant, prod in (("tile", "warp"), ("seesaw", "warp"), ("seesaw", producer)):
         monkeypatch.setenv(ms.VARIANT_ENV, variant)
         monkeypatch.setenv(PRODUCER_ENV, prod)
         out, lse = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
@@ -109,6 +109,6 @@ def test_sparse_decode_seesaw(torch, monkeypatch, batch, seqlen_q, heads, topk, 
         errs[variant, prod] = check_mla_sparse_decode(q, rows, idx, out.cpu().float(), lse.cpu(), 576 ** -0.5,
                                                       topk_length=None if lens is None else lens.numpy())
         outs[variant, prod] = (out, lse)
-    _same_class(errs["seesaw", producer], errs["default", "warp"], ("out", "lse"))
+    _same_class(errs["seesaw", producer], errs["tile", "warp"], ("out", "lse"))
     assert torch.equal(outs["seesaw", producer][0], outs["seesaw", "warp"][0])
     assert torch.equal(outs["seesaw", producer][1], outs["seesaw", "warp"][1])
