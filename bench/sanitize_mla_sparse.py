@@ -4,7 +4,9 @@ FlashMLA's FP8 rows: the same bf16 kv quantized by testing_mla.quantize_fp8_cach
 and scales, checked over its dequantized rows) through flash_mla_sparse_fwd.
 
 Family: the kernel (topk_length and sinks add a tensor the kernel reads, inside one protocol); features
-(sparse_features): the dtype and, when set, `sparse-topk_length`, `sparse-sinks` and `sparse-fp8`.
+(sparse_features): the dtype and, when set, `sparse-topk_length`, `sparse-sinks`, `sparse-fp8`, `sparse-seesaw`
+and `sparse-pwg` (the bf16 default is SPARSE_DEFAULT_RULE's seesaw with the producer warpgroup; the child sets
+FA4MLIR_MLA_SPARSE_VARIANT and _PRODUCER to each case kernel's: sparse_knobs).
 
 Every call: SHAPES (s_q 4 and 5, h_q 64 and 128: one and two CTAs per token, topk 128 and 256: two and
 four gathered tiles, s_kv not a multiple of 64 and below topk once), fresh inputs (`sparse_inputs`):
@@ -20,17 +22,27 @@ runs the case's kernel (the config of mla_sparse.check_sparse_inputs' problem, a
 """
 from __future__ import annotations
 
+import contextlib
+import os
+from dataclasses import replace
+
 import numpy as np
 
 from bench.sanitize_mla import nan_empty
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as sc
 
-# (case name, (topk_length, sinks[, kv_dtype]) of its kernels, quick): every sparse entry of the mla set is
-# one case's
+# the kernel fields beyond topk_length and sinks: SPARSE_DEFAULT_RULE's bf16 kernel (the seesaw step, the producer
+# warpgroup), the mla set's A/B kernels (the tile step with the gather warp or the producer warpgroup), FP8 rows
+RULE, TILE, TILE_PWG, FP8 = {"producer_warps": 4, "seesaw": True}, {}, {"producer_warps": 4}, {"kv_dtype": "fp8"}
+BOTH = ((False, False), (True, True))
+ONE = ((True, False), (False, True))
+# (case name, (topk_length, sinks, fields) of its kernels, quick): every sparse entry of the mla set is one case's
 CASES = (
-    ("mla-sparse", ((False, False), (True, True)), True),
-    ("mla-sparse-topklen-or-sinks", ((True, False), (False, True)), False),
-    ("mla-sparse-fp8", ((False, False, "fp8"), (True, True, "fp8"), (True, False, "fp8"), (False, True, "fp8")), False),
+    ("mla-sparse", tuple((t, s, RULE) for t, s in BOTH), True),
+    ("mla-sparse-topklen-or-sinks", tuple((t, s, RULE) for t, s in ONE), False),
+    ("mla-sparse-tile", tuple((t, s, TILE) for t, s in BOTH + ONE), False),
+    ("mla-sparse-tile-pwg", tuple((t, s, TILE_PWG) for t, s in BOTH + ONE), False),
+    ("mla-sparse-fp8", tuple((t, s, FP8) for t, s in BOTH + ONE), False),
 )
 SHAPES = ((4, 64, 128, 90), (5, 128, 256, 1000))    # (s_q, h_q, topk, s_kv)
 ALL_INVALID = 1            # the token whose entries are all invalid
@@ -38,8 +50,27 @@ INVALID = (-1, -123456, -2**31, 2**31 - 1)           # and s_kv itself
 
 
 def matches(flags) -> tuple[dict, ...]:
-    return tuple(sc.MLASparseConfig("bf16", topk_length=t, sinks=s, kv_dtype=kv[0] if kv else "").key()
-                 for t, s, *kv in flags)
+    return tuple(sc.MLASparseConfig("bf16", topk_length=t, sinks=s, **fields).key() for t, s, fields in flags)
+
+
+@contextlib.contextmanager
+def sparse_knobs(match: dict):
+    """FA4MLIR_MLA_SPARSE_VARIANT and FA4MLIR_MLA_SPARSE_PRODUCER naming the kernel of ``match`` (a config key:
+    its seesaw, producer_warps and l2_hints) inside, restored after: the host reads them per call."""
+    from fa4mlir.attention.mla_sparse import VARIANT_ENV
+    warps = match.get("producer_warps", 1)
+    knobs = {VARIANT_ENV: sc.SEESAW_VARIANT if match.get("seesaw") else sc.TILE_VARIANT,
+             sc.PRODUCER_ENV: "warp" if warps == 1 else "warpgroup_l2" if match.get("l2_hints") else "warpgroup"}
+    before = {k: os.environ.get(k) for k in knobs}
+    os.environ.update(knobs)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def sparse_family(config: dict) -> str:
@@ -48,7 +79,9 @@ def sparse_family(config: dict) -> str:
 
 def sparse_features(config: dict) -> set[str]:
     return {f"sparse-{config['dtype']}", *(f"sparse-{k}" for k in ("topk_length", "sinks") if config[k]),
-            *(["sparse-fp8"] if config.get("kv_dtype") == "fp8" else [])}
+            *(["sparse-fp8"] if config.get("kv_dtype") == "fp8" else []),
+            *(["sparse-seesaw"] if config.get("seesaw") else []),
+            *(["sparse-pwg"] if config.get("producer_warps", 1) != 1 else [])}
 
 
 def describe(case) -> list[str]:
@@ -112,12 +145,14 @@ def child_mla_sparse(case, bundle, seed: int):
                   "topk_length": None if lens is None else torch.from_numpy(lens).to(device)}
             infos = [read_tensor(n, x, mla_sparse.ENTRY) if x is not None else None
                      for n, x in zip(("q", "kv", "indices", "attn_sink", "topk_length"), [*args, *kw.values()])]
-            got = mla_sparse.check_sparse_inputs(*infos[:3], scale, sc.D_V, *infos[3:]).config.key()
-            if got != match:
-                raise RuntimeError(f"flash_mla_sparse_fwd would run {got} for the case's {match} at "
-                                   f"{(s_q, heads, topk, s_kv)}")
-            with nan_empty(torch):
-                out, max_logits, lse = mla_sparse.flash_mla_sparse_fwd(*args, scale, sc.D_V, bundle=bundle, **kw)
+            with sparse_knobs(match):
+                problem = mla_sparse.check_sparse_inputs(*infos[:3], scale, sc.D_V, *infos[3:])
+                got = replace(problem, variant=mla_sparse.requested_variant()).config.key()
+                if got != match:
+                    raise RuntimeError(f"flash_mla_sparse_fwd would run {got} for the case's {match} at "
+                                       f"{(s_q, heads, topk, s_kv)}")
+                with nan_empty(torch):
+                    out, max_logits, lse = mla_sparse.flash_mla_sparse_fwd(*args, scale, sc.D_V, bundle=bundle, **kw)
             torch.cuda.synchronize()
             out_c, m_c, lse_c = out.cpu().float(), max_logits.cpu(), lse.cpu()
             r = {"nan_out": int(torch.isnan(out_c).sum()), "nan_lse": int(torch.isnan(lse_c).sum())}

@@ -26,15 +26,18 @@ import os
 import numpy as np
 
 from bench.sanitize_mla import nan_empty
-from bench.sanitize_mla_sparse import sparse_inputs
+from bench.sanitize_mla_sparse import RULE, TILE, TILE_PWG, sparse_inputs, sparse_knobs
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as dc
 
-# (case name, (dtype, topk_length, split[, kv_dtype, fp8 variant]) of its kernels, quick): every sparse
-# decode entry of the mla set
+# (case name, (dtype, topk_length, split, fields | "fp8", fp8 variant) of its kernels, quick): every sparse decode
+# entry of the mla set. fields: SPARSE_DEFAULT_RULE's bf16 kernel (RULE: seesaw, producer warpgroup), the tile
+# step with the gather warp (TILE: the f16 default, bf16's A/B) or the producer warpgroup (TILE_PWG)
 CASES = (
-    ("mla-sparse-decode", (("bf16", False, False), ("bf16", True, True)), True),
-    ("mla-sparse-decode-more", (("bf16", True, False), ("bf16", False, True), ("f16", False, False),
-                                ("f16", True, False), ("f16", False, True), ("f16", True, True)), False),
+    ("mla-sparse-decode", (("bf16", False, False, RULE), ("bf16", True, True, RULE)), True),
+    ("mla-sparse-decode-more", (("bf16", True, False, RULE), ("bf16", False, True, RULE), ("f16", False, False, TILE),
+                                ("f16", True, False, TILE), ("f16", False, True, TILE), ("f16", True, True, TILE)), False),
+    ("mla-sparse-decode-tile", tuple(("bf16", t, s, TILE) for t in (False, True) for s in (False, True)), False),
+    ("mla-sparse-decode-tile-pwg", tuple(("bf16", t, s, TILE_PWG) for t in (False, True) for s in (False, True)), False),
     *((f"mla-sparse-decode-fp8{'' if v == dc.FP8_DECODE_DEFAULT_RULE else '-' + v}",
        tuple((*e, "fp8", v) for e in (("bf16", False, False), ("bf16", True, True), ("bf16", True, False),
                                       ("bf16", False, True))), False) for v in dc.FP8_DECODE_VARIANTS),
@@ -44,8 +47,8 @@ SPLITS = 3
 
 
 def matches(entries) -> tuple[dict, ...]:
-    return tuple((dc.fp8_decode_variant(dc.MLASparseDecodeConfig(d, "fp8", t, s), kv[1]) if kv else
-                  dc.MLASparseDecodeConfig(d, topk_length=t, split=s)).key() for d, t, s, *kv in entries)
+    return tuple((dc.fp8_decode_variant(dc.MLASparseDecodeConfig(d, "fp8", t, s), rest[1]) if rest[0] == "fp8" else
+                  dc.MLASparseDecodeConfig(d, topk_length=t, split=s, **rest[0])).key() for d, t, s, *rest in entries)
 
 
 def fp8_variant_of(match: dict) -> str:
@@ -77,7 +80,9 @@ def sparse_decode_family(config: dict) -> str:
 
 def sparse_decode_features(config: dict) -> set[str]:
     return {f"sparse-decode-{config['dtype']}", *(["sparse-decode-topk_length"] if config["topk_length"] else []),
-            *(["sparse-decode-fp8"] if config.get("kv_dtype") == "fp8" else [])}
+            *(["sparse-decode-fp8"] if config.get("kv_dtype") == "fp8" else []),
+            *(["sparse-decode-seesaw"] if config.get("seesaw") else []),
+            *(["sparse-decode-pwg"] if config.get("producer_warps", 1) != 1 else [])}
 
 
 def describe(case) -> list[str]:
@@ -122,7 +127,7 @@ def child_mla_sparse_decode(case, bundle, seed: int):
             num_splits = torch.arange(batch + 1, dtype=torch.int32, device=device) * splits
             args = [x.to(device) for x in (q, cache, torch.from_numpy(np.ascontiguousarray(idx)))]
             length_t = None if lens is None else torch.from_numpy(lens).to(device)
-            with variant_knob(fp8_variant_of(match) if fp8 else None):    # the host reads it per call
+            with variant_knob(fp8_variant_of(match) if fp8 else None), sparse_knobs(match):   # read per call
                 infos = {n: read_tensor(n, x, sd.ENTRY) for n, x in (("q", args[0]), ("k_cache", args[1]),
                                                                       ("indices", args[2]), ("meta", meta),
                                                                       ("num_splits", num_splits))}

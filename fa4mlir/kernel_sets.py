@@ -388,7 +388,7 @@ def decode() -> list:
     kernels FP8_DEFAULT_RULE picks for calls of at most SWAP_AB_ROWS packed query rows and of more),
     each split and unsplit (a call of one split runs the unsplit variant alone: `[D-decode-unsplit]`), a
     combine and two append kernels (contiguous, paged) per (dtype, head_dim)."""
-    from .kernels.attention_decode_sm90_config import (APPEND_KERNEL, COMBINE_KERNEL, KERNEL, SWAP_AB_ROWS,
+    from .kernels.attention_decode_sm90_config import (APPEND_KERNEL, COMBINE_KERNEL, KERNEL, SWAP_AB_ROWS, balanced_by_rule,
                                                        AppendConfig, CombineConfig, default_config)
     out = [(KERNEL, default_config(dtype, d, page, unsplit=unsplit)) for dtype, d, pages in DECODE_CASES
            for page in pages for unsplit in (False, True)]
@@ -397,6 +397,12 @@ def decode() -> list:
     fp8 = {default_config(dtype, d, page, grain, unsplit=unsplit, rows=rows): None
            for dtype, d, page, grain in DECODE_FP8_CASES for unsplit in (False, True) for rows in (SWAP_AB_ROWS, None)}
     out += [(KERNEL, cfg) for cfg in fp8]
+    # ... and BALANCED_RULE's: a paged cache's split swap-AB kernel on the balanced split schedule, with its combine
+    from dataclasses import replace
+    balanced = [replace(cfg, balanced=True).validate() for cfg in fp8 if balanced_by_rule(cfg)]
+    out += [(KERNEL, cfg) for cfg in balanced]
+    out += [(COMBINE_KERNEL, CombineConfig(t, d, balanced_bn=bn)) for t, d, bn in
+            sorted({(c.dtype, c.head_dim, c.bn) for c in balanced})]
     combos = sorted({(dtype, d) for dtype, d, _ in DECODE_CASES} | {(t, d) for t in ("bf16", "f16") for d in (64, 128, 256)})
     out += [(COMBINE_KERNEL, CombineConfig(dtype, d)) for dtype, d in combos]
     out += [(APPEND_KERNEL, AppendConfig(dtype, d, paged)) for dtype, d in combos for paged in (False, True)]

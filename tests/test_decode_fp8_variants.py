@@ -49,7 +49,8 @@ def _representatives(entries):
 # FP8_DEFAULT_RULE's swap-AB kernels of the `decode` set (swapabw contiguous, swapab paged 16 and 64):
 # the paged-64 ones are built nowhere else. In the set's order, not DEFAULTS' (a set: its order varies with
 # the hash seed, and xdist's workers must collect the same ids)
-RULE_SWAP_AB = [e for e in kernel_sets.SETS["decode"]() if isinstance(e[1], dec.DecodeConfig) and e[1].swap_ab]
+RULE_SWAP_AB = [e for e in kernel_sets.SETS["decode"]() if isinstance(e[1], dec.DecodeConfig) and e[1].swap_ab
+                and not e[1].balanced]    # BALANCED_RULE's: tests/test_decode_balanced_compile.py
 COMPILED_IN_CI = _representatives(ENTRIES) + _representatives(RULE_SWAP_AB)
 _COMPILED: dict = {}
 

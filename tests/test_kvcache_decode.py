@@ -355,10 +355,15 @@ def test_fp8_plan_picks_the_kernel_of_its_scale_granularity():
             opts = dict(causal=True, softmax_scale=0.1, num_splits=num_splits, return_lse=False)
             plan = kc.plan_problem(p.with_options(**opts), 132)
             split, combine = configs_for(plan)
-            # FP8_DEFAULT_RULE at 4 packed rows (group 4): swap AB for tensor / kv_head, the SMEM kernel for block
-            assert split == dec.default_config("bf16", 128, 16, grain, unsplit=num_splits is None, rows=4) and split.fp8
-            assert split.swap_ab == (grain != "block") and plan.gqa.rows == 4
-            assert (combine is None) if num_splits is None else combine.dtype == "bf16"
+            # FP8_DEFAULT_RULE at 4 packed rows (group 4): swap AB for tensor / kv_head, the SMEM kernel for block;
+            # BALANCED_RULE: with num_splits not given, the paged swap-AB kernel on the balanced split schedule
+            balanced = num_splits is None and grain != "block"
+            unsplit = num_splits is None and not balanced
+            rule = dec.default_config("bf16", 128, 16, grain, unsplit=unsplit, rows=4)
+            assert split == (replace(rule, balanced=True) if balanced else rule) and split.fp8
+            assert split.swap_ab == (grain != "block") and plan.gqa.rows == 4 and bool(plan.parts) == balanced
+            assert (combine is None) if unsplit else combine.dtype == "bf16"
+            assert combine is None or combine.balanced_bn == (split.bn if balanced else 0)
     p = kc.check_kvcache_inputs(q, pool, pool, lens, table, k_scale=info((1,), "f32"), v_scale=info((2,), "f32"))
     plan = kc.plan_problem(p.with_options(causal=True, softmax_scale=0.1, num_splits=None, return_lse=False), 132)
     raises(UnsupportedFeatureError, ["different granularities"], configs_for, plan)

@@ -22,18 +22,18 @@ SPARSE_CASES = [c.name for c in san.CASES if c.child == "mla-sparse"]
 
 def test_every_sparse_entry_is_one_case_and_one_is_quick():
     sparse = [cfg.key() for k, cfg in kernel_sets.mla() if k == sps.sc.KERNEL]
-    assert len(sparse) == 8          # bf16 kv: 4, FlashMLA's FP8 rows: 4
+    assert len(sparse) == 16         # bf16 kv: the rule's 4, the tile step's 4 and 4 with the producer warpgroup; FP8: 4
     for key in sparse:
         assert [c.name for c in san.CASES if key in c.match] in ([n] for n in SPARSE_CASES), key
     assert [c.name for c in san.select_cases(True, None) if c.child == "mla-sparse"] == ["mla-sparse"]
     feats = set().union(*(smx.features(sps.sc.KERNEL, m) for m in san.CASES_BY_NAME["mla-sparse"].match))
-    assert feats == {"sparse-bf16", "sparse-topk_length", "sparse-sinks"}
+    assert feats == {"sparse-bf16", "sparse-topk_length", "sparse-sinks", "sparse-seesaw", "sparse-pwg"}
     assert {f for c in san.CASES for f in c.families if f.startswith("attention_mla_sparse_sm90")} == {sps.sc.KERNEL}
     # drop either case and an entry is no case's; drop the quick one and its features are missed
     runnable = [(k, cfg.key()) for k, cfg in kernel_sets.mla() if k == sps.sc.KERNEL]
     assert san.uncovered(runnable, [c for c in san.CASES if c.name != "mla-sparse-topklen-or-sinks"]) == []
     assert san.uncovered(runnable, [c for c in san.CASES if c.child != "mla-sparse"]) == [
-        sps.sc.KERNEL, "sparse-bf16", "sparse-fp8", "sparse-sinks", "sparse-topk_length"]
+        sps.sc.KERNEL, "sparse-bf16", "sparse-fp8", "sparse-pwg", "sparse-seesaw", "sparse-sinks", "sparse-topk_length"]
     only_plain = [replace(c, match=c.match[:1]) if c.child == "mla-sparse" else c for c in san.CASES]
     assert san.uncovered(runnable, only_plain) == ["sparse-sinks"]     # (True, False) left of the second case
 

@@ -19,7 +19,7 @@ CASES = [c.name for c in san.CASES if c.child == "mla-sparse-decode"]
 
 def test_every_sparse_decode_entry_is_one_case_and_the_quick_one_has_both_families():
     entries = [(k, cfg.key()) for k, cfg in kernel_sets.mla() if k == spd.dc.DECODE_KERNEL]
-    assert len(entries) == 16       # 16-bit: 8, FP8 cache: 4 converter (the default) + 4 gather
+    assert len(entries) == 24       # 16-bit: bf16 rule 4, tile 4, tile + producer warpgroup 4, f16 4; FP8: converter 4 + gather 4
     for _, key in entries:
         assert [c.name for c in san.CASES if key in c.match] in ([n] for n in CASES), key
     quick = [c for c in san.select_cases(True, None) if c.child == "mla-sparse-decode"]
@@ -28,7 +28,7 @@ def test_every_sparse_decode_entry_is_one_case_and_the_quick_one_has_both_famili
     assert san.uncovered(entries) == []
     assert san.uncovered(entries, [c for c in san.CASES if c.child != "mla-sparse-decode"]) == sorted(
         [f"{spd.dc.DECODE_KERNEL}/split", f"{spd.dc.DECODE_KERNEL}/unsplit", "sparse-decode-bf16", "sparse-decode-f16",
-         "sparse-decode-fp8", "sparse-decode-topk_length"])
+         "sparse-decode-fp8", "sparse-decode-pwg", "sparse-decode-seesaw", "sparse-decode-topk_length"])
 
 
 @pytest.fixture

@@ -507,7 +507,9 @@ def plan_problem(problem: KVCacheProblem, num_sms: int, arch: str = "sm_90a") ->
     bn = kernel.bn      # DECODE_BN[head_dim] unless an FP8 variant's tile differs
     slots = num_sms * kernel.ctas_per_sm
     fetch = fetch_plan(bn, cache.page_size, arch, paged=cache.paged, fp8=cache.quantized)   # default_config's
-    if kernel.balanced:
+    if kernel.balanced or (decode_cfg.balanced_by_rule(kernel) and _fp8_variant_is_default()
+                           and _balanced_refusal(problem, gqa, kernel) is None):
+        # the variant "balanced", or BALANCED_RULE (attention_decode_sm90_config) for a paged FP8 call
         return _plan_balanced(problem, gqa, kernel, fetch, slots)
     keys = problem.live_keys
     splits = problem.num_splits or num_splits_heuristic(ctas, keys, bn, slots)
@@ -532,20 +534,34 @@ def balanced_waves() -> int:
     return int(raw)
 
 
+def _fp8_variant_is_default() -> bool:
+    """FA4MLIR_DECODE_FP8_VARIANT unset or "default" (runtime_config's reading): BALANCED_RULE applies."""
+    import os
+    return (os.environ.get(decode_cfg.FP8_VARIANT_ENV) or "default") == "default"
+
+
+def _balanced_refusal(problem: KVCacheProblem, gqa: PackGQA, kernel) -> str | None:
+    """Why the balanced schedule is not built for this call (None: it is): a given num_splits, more than
+    MAX_BATCH sequences, more than one M tile, or more key tiles than an i32 counts."""
+    n_tiles = problem.batch * math.ceil(problem.live_keys / kernel.bn)
+    if problem.num_splits is not None:
+        return (f"num_splits={problem.num_splits} with the balanced decode schedule, which chooses its own splits "
+                f"per sequence: pass num_splits=None")
+    if problem.batch > BALANCED_MAX_BATCH or gqa.m_tiles != 1 or n_tiles > BALANCED_MAX_TILES:
+        return (f"the balanced decode schedule is built for batch <= {BALANCED_MAX_BATCH}, one M tile of packed rows "
+                f"and at most {BALANCED_MAX_TILES} key tiles; got batch {problem.batch}, {gqa.m_tiles} M tiles, "
+                f"{n_tiles} tiles")
+    return None
+
+
 def _plan_balanced(problem: KVCacheProblem, gqa: PackGQA, kernel, fetch: FetchPlan, slots: int) -> KVCachePlan:
     """The balanced schedule (FP8 variant "balanced", common/decode_balanced.py): parts CTAs per KV head
     over one wave of ``slots``, 2 parts split slots. UnsupportedFeatureError for what it is not built
     for: a given num_splits, more than MAX_BATCH sequences, more than one M tile, or more key tiles
     than an i32 counts."""
-    n_tiles = problem.batch * math.ceil(problem.live_keys / kernel.bn)
-    if problem.num_splits is not None:
-        raise UnsupportedFeatureError(_err(f"num_splits={problem.num_splits} with the balanced decode schedule, which "
-                                           f"chooses its own splits per sequence: pass num_splits=None"))
-    if problem.batch > BALANCED_MAX_BATCH or gqa.m_tiles != 1 or n_tiles > BALANCED_MAX_TILES:
-        raise UnsupportedFeatureError(_err(f"the balanced decode schedule is built for batch <= "
-                                           f"{BALANCED_MAX_BATCH}, one M tile of packed rows and at most "
-                                           f"{BALANCED_MAX_TILES} key tiles; got batch {problem.batch}, "
-                                           f"{gqa.m_tiles} M tiles, {n_tiles} tiles"))
+    refusal = _balanced_refusal(problem, gqa, kernel)
+    if refusal is not None:
+        raise UnsupportedFeatureError(_err(refusal))
     parts = parts_for(slots, balanced_waves(), problem.kv_heads if gqa.packed else problem.heads)
     return KVCachePlan(problem, gqa, kernel.bn, fetch, PageDivisor.of(problem.cache.page_size), 2 * parts, parts)
 

@@ -37,10 +37,11 @@ workspaces are torch's).
 """
 from __future__ import annotations
 
+
 import os
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..artifacts import Bundle
@@ -99,6 +100,8 @@ def configs_for(plan: KVCachePlan) -> tuple[dec.DecodeConfig, dec.CombineConfig 
     if split.swap_ab and plan.gqa.rows > dec.SWAP_AB_ROWS:
         raise UnsupportedFeatureError(_err(f"the FP8 decode variant swap_ab attends at most {dec.SWAP_AB_ROWS} packed "
                                            f"query rows per CTA (GQA group x seqlen_q), got {plan.gqa.rows}"))
+    if plan.parts and not split.balanced:       # BALANCED_RULE: the plan put the rule's kernel on the schedule
+        split = replace(split, balanced=True).validate()
     if split.balanced != bool(plan.parts):
         raise AssertionError(f"plan parts {plan.parts} for kernel {split.name()}")
     return split, None if plan.unsplit else dec.CombineConfig(p.dtype, p.head_dim, sinks=p.sinks,

@@ -472,6 +472,20 @@ def fp8_default_variant(cfg: DecodeConfig, rows: int | None) -> str:
     swap = (cfg.head_dim == 128 and not cfg.gather and cfg.kv_scale in FP8_VARIANT_SCALES["swapab"]
             and rows is not None and rows <= SWAP_AB_ROWS and not (cfg.windowed or cfg.softcap or cfg.sinks))
     return FP8_DEFAULT_RULE["paged" if cfg.paged else "contiguous"] if swap else "smem"
+
+
+# BALANCED_RULE: a call FP8_DEFAULT_RULE gives the split swap-AB kernel over a PAGED cache runs it on the balanced
+# split schedule (common/decode_balanced.py; the variant "balanced"), where the schedule is built for the call
+# (attention/kvcache.plan_problem: num_splits not given, batch <= MAX_BATCH, one M tile, key tiles in range;
+# FA4MLIR_DECODE_FP8_VARIANT unset or "default"). A paged cache's lengths are ragged as a rule (and never read on
+# the host). Timed on an nvidia-h200 (notes/RESULTS.md [D-decode-balanced-default]): bench decode's ragged paged
+# FP8 rows 9-10% faster (pages 16 / 64 / 128: 296.7 / 297.0 / 295.1 us vs 328.0 / 321.6 / 321.2); the uniform
+# contiguous decode_dense_fp8 19% slower on it (312.2 vs 262.7 us), so a contiguous cache keeps the plain split.
+def balanced_by_rule(cfg: DecodeConfig) -> bool:
+    """BALANCED_RULE's kernel test: ``cfg`` (the rule's FP8 kernel of a call) is a paged split swap-AB one."""
+    return cfg.fp8 and cfg.swap_ab and cfg.paged and not cfg.unsplit and not cfg.balanced and not cfg.varlen_q
+
+
 MAX_FP8_STAGES = 12      # a bound on the e4m3 ring, far past what the latency needs
 
 
@@ -695,7 +709,7 @@ def combine_grid(plan) -> tuple[int, int, int]:
     return (-(-rows // COMBINE_WARPS), 1, 1)
 
 
-__all__ = ["APPEND_KERNEL", "AppendConfig", "APPEND_PARAMS", "APPEND_TENSORS", "append_launch_args", "append_grid",
+__all__ = ["balanced_by_rule", "APPEND_KERNEL", "AppendConfig", "APPEND_PARAMS", "APPEND_TENSORS", "append_launch_args", "append_grid",
            "KERNEL", "COMBINE_KERNEL", "COMBINE_KERNEL_SM100", "COMBINE_ARCHS", "DecodeConfig", "decode_mask", "mod_params", "CombineConfig", "default_config", "box_rows_for",
            "SPLIT_PARAMS", "VARLEN_Q_PARAMS", "COMBINE_PARAMS", "SPLIT_TENSORS", "COMBINE_TENSORS", "UNSPLIT_PARAMS", "UNSPLIT_TENSORS",
            "split_launch_args",
