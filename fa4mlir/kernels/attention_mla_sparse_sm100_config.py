@@ -23,6 +23,7 @@ kernel).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from .common.constants import LOG2E
 from .common.tmem import TMEM_COLUMNS, TMEM_LANES, TMEM_SLOT_BYTES, tmem_alloc_columns
@@ -78,23 +79,29 @@ def smem_plan() -> dict:
 
 @dataclass(frozen=True)
 class MLASparseSm100Config:
-    """Compile-time fields (the sm_90a kernel's): topk_length and sinks present or not."""
+    """Compile-time fields (the sm_90a kernel's): topk_length and sinks present or not. The pair kernel's
+    config (attention_mla_sparse_sm100_pair_config) is this class with its own KERNEL, plans and boxes."""
     topk_length: bool = False
     sinks: bool = False
+    KERNEL: ClassVar[str] = KERNEL
 
     def validate(self) -> None:
         """TypeError unless both fields are bools; the plans must fit (ValueError otherwise)."""
         for field in ("topk_length", "sinks"):
             if not isinstance(getattr(self, field), bool):
-                raise TypeError(f"MLASparseSm100Config.{field} must be a bool, got {getattr(self, field)!r}")
+                raise TypeError(f"{type(self).__name__}.{field} must be a bool, got {getattr(self, field)!r}")
+        self.plans()
+
+    def plans(self) -> None:
+        """The TMEM and SMEM plans (ValueError where one does not fit)."""
         tmem_plan()
         smem_plan()
 
     def name(self) -> str:
-        return f"{KERNEL}_{DTYPE}{'_topklen' if self.topk_length else ''}{'_sinks' if self.sinks else ''}"
+        return f"{self.KERNEL}_{DTYPE}{'_topklen' if self.topk_length else ''}{'_sinks' if self.sinks else ''}"
 
     def key(self) -> dict:
-        return {"kernel": KERNEL, **self.__dict__}
+        return {"kernel": self.KERNEL, **self.__dict__}
 
     @property
     def params(self) -> tuple:

@@ -21,7 +21,9 @@ whose first fill stages Q's TMEM part), one V stage (64 KiB), P (16 KiB), the ro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
+from .attention_mla_sparse_sm100_config import MLASparseSm100Config
 from .common.constants import LOG2E
 from .common.tmem import TMEM_COLUMNS, TMEM_LANES, TMEM_SLOT_BYTES, tmem_alloc_columns
 
@@ -81,40 +83,20 @@ def smem_plan() -> dict:
 
 
 @dataclass(frozen=True)
-class MLASparsePairConfig:
-    """Compile-time fields (attention_mla_sparse_sm100's): topk_length and sinks present or not."""
-    topk_length: bool = False
-    sinks: bool = False
+class MLASparsePairConfig(MLASparseSm100Config):
+    """Compile-time fields (attention_mla_sparse_sm100's: topk_length and sinks), this kernel's name, plans
+    and boxes; params and launch contract the one-CTA kernel's."""
+    KERNEL: ClassVar[str] = KERNEL
 
-    def validate(self) -> None:
-        """TypeError unless both fields are bools; the plans must fit (ValueError otherwise)."""
-        for field in ("topk_length", "sinks"):
-            if not isinstance(getattr(self, field), bool):
-                raise TypeError(f"MLASparsePairConfig.{field} must be a bool, got {getattr(self, field)!r}")
+    def plans(self) -> None:
         tmem_plan()
         smem_plan()
-
-    def name(self) -> str:
-        return f"{KERNEL}_{DTYPE}{'_topklen' if self.topk_length else ''}{'_sinks' if self.sinks else ''}"
-
-    def key(self) -> dict:
-        return {"kernel": KERNEL, **self.__dict__}
-
-    @property
-    def params(self) -> tuple:
-        """(name, kind) in kernel-parameter order (attention_mla_sparse_sm100's)."""
-        optional = (("topk_length", "ptr"),) * self.topk_length + (("sinks", "ptr"),) * self.sinks
-        return (("q", "tma"), ("kv", "tma"), ("indices", "ptr"), *optional, *OUTPUTS, *SCALARS)
 
     def tma_specs(self) -> dict:
         """q as [s_q, h_q, 576] in boxes of 64 columns x 64 heads x 1 token (a CTA's rows), kv as
         [s_kv, 576] in gather4 boxes of 64 columns x 1 row."""
         return {"q": dict(dtype=DTYPE, box=(CHUNK, CTA_ROWS, 1), swizzle="128B"),
                 "kv": dict(dtype=DTYPE, box=(CHUNK, 1), swizzle="128B")}
-
-
-OUTPUTS = (("out", "ptr"), ("max_logits", "ptr"), ("lse", "ptr"))
-SCALARS = (("s_kv", "i32"), ("heads", "i32"), ("topk", "i32"), ("scale_log2", "f32"))
 
 
 def launch_args(cfg: MLASparsePairConfig, tensors: dict, *, s_kv: int, heads: int, topk: int,
