@@ -761,15 +761,11 @@ def paged_configs() -> list[FA4Config]:
     """The KV-cache operand's kernels (kernel set `sm100-kvcache`): the paged prefill CTA and the
     decode route over every box count of PAGED_PAGE_SIZES, and the decode route over a contiguous
     cache, bf16 at head dims 64 and 128, causal, GQA group 4 (decode: 8 heads over 2 KV heads)."""
-    out = []
+    out, decode = [], dict(num_q_tiles=1, fuse_gqa=True)
     for d in (64, 128):
-        for page_size in PAGED_PAGE_SIZES:
-            out.append(FA4Config(head_dim=d, head_dim_v=d, causal=True, num_q_heads=8, num_kv_heads=2,
-                                 page_size=page_size))
-            out.append(FA4Config(head_dim=d, head_dim_v=d, causal=True, num_q_heads=8, num_kv_heads=2,
-                                 page_size=page_size, num_q_tiles=1, fuse_gqa=True))
-        out.append(FA4Config(head_dim=d, head_dim_v=d, causal=True, num_q_heads=8, num_kv_heads=2, num_q_tiles=1,
-                             fuse_gqa=True))
+        dims = dict(head_dim=d, head_dim_v=d, causal=True, num_q_heads=8, num_kv_heads=2)
+        out += [FA4Config(**dims, page_size=page, **route) for page in PAGED_PAGE_SIZES for route in ({}, decode)]
+        out.append(FA4Config(**dims, **decode))
     return out
 
 
