@@ -118,7 +118,13 @@ def mla_sparse_variant_entries() -> list:
                (sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(seesaw=True)),
                (sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(topk_length=True, split=True, seesaw=True))]
     from dataclasses import replace
-    l2 = [(name, replace(cfg, producer_warps=4, l2_hints=True, seesaw=w)) for w in (True, False) for name, cfg in sixteen]
+    l2 = [(name, replace(cfg, producer_warps=4, l2_hints=True)) for name, cfg in sixteen]
+    # ... and on the tile step (FA4MLIR_MLA_SPARSE_VARIANT=tile, _PRODUCER=warpgroup_l2) every prefill
+    # topk_length / sinks and bf16 decode topk_length / split case (tests/gpu/test_mla_sparse_pwg_gpu.py)
+    l2 += [(sc.KERNEL, sc.MLASparseConfig(topk_length=t, sinks=s, producer_warps=4, l2_hints=True))
+           for t in (False, True) for s in (False, True)]
+    l2 += [(sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(topk_length=t, split=s, producer_warps=4, l2_hints=True))
+           for t in (False, True) for s in (False, True)]
     return sixteen + l2 + [(sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True, seesaw=True))]
 
 

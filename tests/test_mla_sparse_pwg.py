@@ -192,7 +192,7 @@ SEESAW = [e for e in kernel_sets.mla_sparse_variant_entries() if e[1].producer_w
 
 
 def test_the_seesaw_variants_are_in_the_sets():
-    assert len(SEESAW) == 8 and all(c.l2_hints for _, c in SEESAW)
+    assert len(SEESAW) == 12 and all(c.l2_hints for _, c in SEESAW)
     assert {c.seesaw for _, c in SEESAW} == {False, True}
     assert set(SEESAW) <= set(kernel_sets.configs(["mla-sparse-variants"])) and set(SEESAW) <= set(kernel_sets.gpu_tests())
 
