@@ -142,11 +142,12 @@ def test_host_selects_the_converter_by_default_and_gather_when_asked(monkeypatch
     monkeypatch.setenv(sd.VARIANT_ENV, "gather")
     assert sd.check_sparse_decode_inputs(**args).config(True) == plain
     bf16 = dict(args, k_cache=info((100, 64, 1, 576)), is_fp8_kvcache=False)     # the knob leaves bf16 alone
-    assert sd.check_sparse_decode_inputs(**bf16).config(False) == dc.MLASparseDecodeConfig("bf16")
+    rule = dc.MLASparseDecodeConfig("bf16", producer_warps=4, seesaw=True)          # SPARSE_DEFAULT_RULE's
+    assert sd.check_sparse_decode_inputs(**bf16).config(False) == rule
     monkeypatch.setenv(sd.VARIANT_ENV, "conv")
     with pytest.raises(KnobError, match="FA4MLIR_MLA_SPARSE_FP8_VARIANT='conv'"):
         sd.check_sparse_decode_inputs(**args)
-    assert sd.check_sparse_decode_inputs(**bf16).config(False) == dc.MLASparseDecodeConfig("bf16")
+    assert sd.check_sparse_decode_inputs(**bf16).config(False) == rule
     monkeypatch.delenv(sd.VARIANT_ENV)
     monkeypatch.setenv(sd.RETIRED_CONVERTER_ENV, "0")     # would silently run the converter: refused
     with pytest.raises(KnobError, match="retired"):

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from .common.constants import LOG2E
+from .common.mla_sparse_sm100_fields import DTYPE, SparseSm100Fields
 from .common.tmem import TMEM_COLUMNS, TMEM_LANES, TMEM_SLOT_BYTES, tmem_alloc_columns
 
 KERNEL = "attention_mla_sparse_sm100"
-DTYPE = "bf16"
 ELEM_BYTES = 2
 D_QK = 576
 D_V = 512
@@ -78,46 +78,20 @@ def smem_plan() -> dict:
 
 
 @dataclass(frozen=True)
-class MLASparseSm100Config:
-    """Compile-time fields (the sm_90a kernel's): topk_length and sinks present or not. The pair kernel's
-    config (attention_mla_sparse_sm100_pair_config) is this class with its own KERNEL, plans and boxes."""
-    topk_length: bool = False
-    sinks: bool = False
+class MLASparseSm100Config(SparseSm100Fields):
+    """Compile-time fields (the sm_90a kernel's: topk_length and sinks; common.mla_sparse_sm100_fields, shared
+    with the pair kernel's config), this kernel's name, plans and boxes."""
     KERNEL: ClassVar[str] = KERNEL
 
-    def validate(self) -> None:
-        """TypeError unless both fields are bools; the plans must fit (ValueError otherwise)."""
-        for field in ("topk_length", "sinks"):
-            if not isinstance(getattr(self, field), bool):
-                raise TypeError(f"{type(self).__name__}.{field} must be a bool, got {getattr(self, field)!r}")
-        self.plans()
-
     def plans(self) -> None:
-        """The TMEM and SMEM plans (ValueError where one does not fit)."""
         tmem_plan()
         smem_plan()
-
-    def name(self) -> str:
-        return f"{self.KERNEL}_{DTYPE}{'_topklen' if self.topk_length else ''}{'_sinks' if self.sinks else ''}"
-
-    def key(self) -> dict:
-        return {"kernel": self.KERNEL, **self.__dict__}
-
-    @property
-    def params(self) -> tuple:
-        """(name, kind) in kernel-parameter order."""
-        optional = (("topk_length", "ptr"),) * self.topk_length + (("sinks", "ptr"),) * self.sinks
-        return (("q", "tma"), ("kv", "tma"), ("indices", "ptr"), *optional, *OUTPUTS, *SCALARS)
 
     def tma_specs(self) -> dict:
         """The descriptors: q as [s_q, h_q, 576] in boxes of 64 columns x 128 heads x 1 token (heads past
         h_q are zero-filled), kv as [s_kv, 576] in gather4 boxes of 64 columns x 1 row."""
         return {"q": dict(dtype=DTYPE, box=(CHUNK, TILE_M, 1), swizzle="128B"),
                 "kv": dict(dtype=DTYPE, box=(CHUNK, 1), swizzle="128B")}
-
-
-OUTPUTS = (("out", "ptr"), ("max_logits", "ptr"), ("lse", "ptr"))
-SCALARS = (("s_kv", "i32"), ("heads", "i32"), ("topk", "i32"), ("scale_log2", "f32"))
 
 
 def launch_args(cfg: MLASparseSm100Config, tensors: dict, *, s_kv: int, heads: int, topk: int,

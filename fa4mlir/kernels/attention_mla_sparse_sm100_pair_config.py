@@ -23,12 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .attention_mla_sparse_sm100_config import MLASparseSm100Config
 from .common.constants import LOG2E
+from .common.mla_sparse_sm100_fields import DTYPE, SparseSm100Fields
 from .common.tmem import TMEM_COLUMNS, TMEM_LANES, TMEM_SLOT_BYTES, tmem_alloc_columns
 
 KERNEL = "attention_mla_sparse_sm100_pair"
-DTYPE = "bf16"
 ELEM_BYTES = 2
 D_QK = 576
 D_V = 512
@@ -83,9 +82,9 @@ def smem_plan() -> dict:
 
 
 @dataclass(frozen=True)
-class MLASparsePairConfig(MLASparseSm100Config):
-    """Compile-time fields (attention_mla_sparse_sm100's: topk_length and sinks), this kernel's name, plans
-    and boxes; params and launch contract the one-CTA kernel's."""
+class MLASparsePairConfig(SparseSm100Fields):
+    """Compile-time fields (attention_mla_sparse_sm100's: topk_length and sinks; common.mla_sparse_sm100_fields),
+    this kernel's name, plans and boxes; params and launch contract the one-CTA kernel's."""
     KERNEL: ClassVar[str] = KERNEL
 
     def plans(self) -> None:
