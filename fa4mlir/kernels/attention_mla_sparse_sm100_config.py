@@ -25,8 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .common.constants import LOG2E
-from .common.mla_sparse_sm100_fields import DTYPE, SparseSm100Fields
+from .common.mla_sparse_sm100_fields import DTYPE, SparseSm100Fields, sparse_launch_args
 from .common.tmem import TMEM_COLUMNS, TMEM_LANES, TMEM_SLOT_BYTES, tmem_alloc_columns
 
 KERNEL = "attention_mla_sparse_sm100"
@@ -96,16 +95,9 @@ class MLASparseSm100Config(SparseSm100Fields):
 
 def launch_args(cfg: MLASparseSm100Config, tensors: dict, *, s_kv: int, heads: int, topk: int,
                 softmax_scale: float) -> dict:
-    """The kernel's parameters by name: ``tensors`` by the contract's names (q [s_q, h_q, 576] and kv
-    [s_kv, 576] for the descriptors; indices [s_q, topk], out [s_q, h_q, 512], lse and max_logits
-    [s_q, h_q], contiguous)."""
-    if heads not in HEADS:
-        raise ValueError(f"heads={heads}: the sm_100a sparse kernel takes h_q in {HEADS}")
-    if topk <= 0 or topk % B_TOPK:
-        raise ValueError(f"topk={topk}: expected a positive multiple of {B_TOPK}")
-    args = {n: tensors[n] for n, kind in cfg.params if kind in ("ptr", "tma")}
-    args.update(s_kv=s_kv, heads=heads, topk=topk, scale_log2=float(softmax_scale) * LOG2E)
-    return {n: args[n] for n, _ in cfg.params}
+    """The kernel's parameters by name (common.mla_sparse_sm100_fields.sparse_launch_args, h_q in HEADS)."""
+    return sparse_launch_args(cfg, tensors, HEADS, B_TOPK, s_kv=s_kv, heads=heads, topk=topk,
+                              softmax_scale=softmax_scale)
 
 
 def grid(s_q: int) -> tuple[int, int, int]:

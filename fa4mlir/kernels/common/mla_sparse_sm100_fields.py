@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from .constants import LOG2E
+
 DTYPE = "bf16"              # q, kv and out (FlashMLA's sparse prefill)
 OUTPUTS = (("out", "ptr"), ("max_logits", "ptr"), ("lse", "ptr"))
 SCALARS = (("s_kv", "i32"), ("heads", "i32"), ("topk", "i32"), ("scale_log2", "f32"))
@@ -43,4 +45,18 @@ class SparseSm100Fields:
         return (("q", "tma"), ("kv", "tma"), ("indices", "ptr"), *optional, *OUTPUTS, *SCALARS)
 
 
-__all__ = ["DTYPE", "OUTPUTS", "SCALARS", "SparseSm100Fields"]
+def sparse_launch_args(cfg: SparseSm100Fields, tensors: dict, heads_built: tuple, b_topk: int, *, s_kv: int,
+                       heads: int, topk: int, softmax_scale: float) -> dict:
+    """The kernel's parameters by name (both kernels' contract: ``tensors`` by the contract's names, q [s_q, h_q,
+    576] and kv [s_kv, 576] for the descriptors; indices [s_q, topk], out [s_q, h_q, 512], lse and max_logits
+    [s_q, h_q], contiguous); ValueError for h_q outside ``heads_built`` or topk not a multiple of ``b_topk``."""
+    if heads not in heads_built:
+        raise ValueError(f"heads={heads}: the sm_100a kernel {cfg.KERNEL} takes h_q in {heads_built}")
+    if topk <= 0 or topk % b_topk:
+        raise ValueError(f"topk={topk}: expected a positive multiple of {b_topk}")
+    args = {n: tensors[n] for n, kind in cfg.params if kind in ("ptr", "tma")}
+    args.update(s_kv=s_kv, heads=heads, topk=topk, scale_log2=float(softmax_scale) * LOG2E)
+    return {n: args[n] for n, _ in cfg.params}
+
+
+__all__ = ["DTYPE", "OUTPUTS", "SCALARS", "SparseSm100Fields", "sparse_launch_args"]
