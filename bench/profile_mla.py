@@ -1,10 +1,11 @@
 """Launch one MLA kernel a few times for a profiler (runs on the GPU machine from a bundle):
 
     FA4MLIR_BUNDLE=$PWD/bundle PYTHONPATH=$PWD ncu --metrics <list> -k regex:mla --launch-skip 2 \\
-        --launch-count 1 python3 bench/profile_mla.py decode HEADS SEQLEN_Q | sparse
+        --launch-count 1 python3 bench/profile_mla.py decode HEADS SEQLEN_Q | sparse | sparse_decode [fp8]
 
 decode: bench mla's mla_decode shapes (batch 128 x 4096 cached tokens, pages of 64, shuffled table, bf16,
-causal); sparse: mla_sparse's with s_q 1024 instead of 4096 (the same kernel, a quarter of the grid).
+causal); sparse: mla_sparse's with s_q 1024 instead of 4096 (the same kernel, a quarter of the grid);
+sparse_decode [fp8]: bench mla's mla_sparse_decode (fp8: mla_sparse_decode_fp8) row, its default backend.
 The metric list used for notes/RESULTS.md `[M-mla-ncu]` is in bench/profile_mla.sh.
 """
 import sys
@@ -33,8 +34,12 @@ elif what == "sparse":
     idx = torch.rand(s_q, s_kv, device=DEV).topk(topk, dim=-1).indices.to(torch.int32).view(s_q, 1, topk)
     def f():
         return fa4mlir.flash_mla_sparse_fwd(q, kv, idx, 576 ** -0.5, 512)
+elif what == "sparse_decode":
+    from fa4mlir.bench.mla_bench import mla_sparse_decode_rows
+    row, = mla_sparse_decode_rows(torch, None, fp8=sys.argv[2:3] == ["fp8"])
+    f = row.backends["fa4mlir"]()
 else:
-    sys.exit(f"unknown case {what!r}: decode HEADS SEQLEN_Q | sparse")
+    sys.exit(f"unknown case {what!r}: decode HEADS SEQLEN_Q | sparse | sparse_decode [fp8]")
 for _ in range(4):
     f()
 torch.cuda.synchronize()
