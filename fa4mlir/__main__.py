@@ -153,7 +153,9 @@ def main(argv=None) -> int:
                                                           "config.FP8_VARIANTS, e.g. default,smem,split,bits,bits_v; "
                                                           "default: FP8_DEFAULT_RULE's kernel, smem: the conversion-"
                                                           "through-SMEM kernel (both in --set decode); a bundle of the "
-                                                          "decode-fp8-variants set holds the rest)")
+                                                          "decode-fp8-variants set holds the rest); names of "
+                                                          "config.TILE_VARIANTS (bf16 tiles: bn64s6, bn128s3, "
+                                                          "bn32s6) time decode_dense the same way")
     be.add_argument("--mla-decode-variant", default="", help="mla only: the mla_decode rows also time fa4mlir with "
                                                               "each of these decode variants (attention.mla.VARIANTS: "
                                                               "default (DEFAULT_RULE's), m64, swapab, seesaw, ...; "

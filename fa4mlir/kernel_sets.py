@@ -87,7 +87,8 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 the decode set plus attention_decode_sm90_config.FP8_VARIANTS (converter warpgroup,
                 128-key tiles, split conversion, bit conversion, swap AB) of bf16 D128 FP8 caches, contiguous and paged 16, each
                 scale granularity, split and unsplit, and "balanced" (the balanced split schedule: contiguous
-                and pages of 16, 64, 128, with its combine): what `bench decode --decode-variant` times
+                and pages of 16, 64, 128, with its combine; balanced5 / balanced12 at kv_head scales, paged), and
+                TILE_VARIANTS of decode_dense (bf16): what `bench decode --decode-variant` times
     mla-decode-variants
                 the mla set (every kernel DEFAULT_RULE or FA4MLIR_MLA_DECODE_VARIANT picks: M64, swap AB, the
                 seesaw schedule, full_s), under its own name for the commands that time and test the variants
@@ -455,18 +456,24 @@ def decode_fp8_variants() -> list:
     """Every FP8_VARIANTS entry but "default" (the `decode` set's rule) over DECODE_FP8_VARIANT_CASES
     of its scales (FP8_VARIANT_SCALES), split and unsplit, plus the `decode` set: `python -m fa4mlir bench decode --workloads
     decode_dense_fp8,decode_paged_16_fp8 --decode-variant default,cw2,...` times them."""
-    from .kernels.attention_decode_sm90_config import (BALANCED, COMBINE_KERNEL, FP8_VARIANT_SCALES, FP8_VARIANTS,
-                                                       KERNEL, SCALES, SWAP_AB_ROWS, CombineConfig, default_config,
-                                                       fp8_variant)
+    from .kernels.attention_decode_sm90_config import (BALANCED, BALANCED_VARIANTS, COMBINE_KERNEL, FP8_VARIANT_SCALES,
+                                                       FP8_VARIANTS, KERNEL, SCALES, SWAP_AB_ROWS, TILE_VARIANTS,
+                                                       CombineConfig, default_config, fp8_variant, tile_variant)
     out = decode()
     out += [(KERNEL, fp8_variant(default_config(dtype, d, page, grain, unsplit=unsplit), name, page))
             for dtype, d, page, grain in DECODE_FP8_VARIANT_CASES for unsplit in (False, True)
-            for name in FP8_VARIANTS if name not in ("default", BALANCED)
+            for name in FP8_VARIANTS if name != "default" and name not in BALANCED_VARIANTS
             and grain in FP8_VARIANT_SCALES.get(name, SCALES)]
     # "balanced" (the rule's swap-AB kernel on the balanced split schedule, split only: it writes final O
     # itself) at the page sizes of bench decode's FP8 workloads (64 and 128: one kernel), and its combine
     out += [(KERNEL, fp8_variant(default_config("bf16", 128, page, grain), BALANCED, page, SWAP_AB_ROWS))
             for page in (None, 16, 64, 128) for grain in FP8_VARIANT_SCALES[BALANCED]]
+    # the other BALANCED_VARIANTS at bench decode's paged FP8 rows (kv_head; pages 16 and 64, 128 = 64's kernel), and
+    # TILE_VARIANTS at decode_dense's (bf16 D128 contiguous, unsplit: the heuristic's choice at 1 or 2 CTAs per SM)
+    out += [(KERNEL, fp8_variant(default_config("bf16", 128, page, "kv_head"), name, page, SWAP_AB_ROWS))
+            for name in BALANCED_VARIANTS if name != BALANCED for page in (16, 64)]
+    out += [(KERNEL, tile_variant(default_config("bf16", 128, None, unsplit=True), name))
+            for name in TILE_VARIANTS if name != "default"]
     return out + [(COMBINE_KERNEL, CombineConfig("bf16", 128, balanced_bn=64))]
 
 

@@ -174,7 +174,7 @@ class _Call:
 _CALLS: dict = {}
 _lock = threading.Lock()
 _SIGNATURE_ENV = ("FA4MLIR_BUNDLE", "FA4MLIR_CUBIN_BACKEND", "FA4MLIR_DEBUG", dec.FP8_VARIANT_ENV,
-                  "FA4MLIR_DECODE_BALANCED_WAVES")
+                  "FA4MLIR_DECODE_BALANCED_WAVES", dec.TILE_VARIANT_ENV)
 
 
 def _signature(tensors: dict, options: tuple, bundle) -> tuple | None:

@@ -22,8 +22,10 @@ fa4mlir with num_splits forced to each (the data the split heuristic is to be se
 `--decode-variant default,bits,bits_v` also times, on the *_fp8 workloads, fa4mlir with each FP8
 kernel variant (attention_decode_sm90_config.FP8_VARIANTS, chosen per call through
 FA4MLIR_DECODE_FP8_VARIANT, part of the call cache's key) as backends `fa4mlir[NAME]` (a bundle
-must hold them: `python -m fa4mlir bundle --set decode-fp8-variants`). JSON to --out (default
-decode-bench.json).
+must hold them: `python -m fa4mlir bundle --set decode-fp8-variants`); names of the bf16 tile variants
+(attention_decode_sm90_config.TILE_VARIANTS, through FA4MLIR_DECODE_TILE_VARIANT, also in the call
+cache's key) time on decode_dense the same way (each name goes to the workloads its table is for;
+"default" to both). JSON to --out (default decode-bench.json).
 """
 from __future__ import annotations
 
@@ -84,8 +86,9 @@ def workload(torch, name: str, fa4, splits=(), variants=()):
     torch.manual_seed(0)
     fa4_func, fa4_varlen = fa4 or (None, None)
     backends = {}
+    fp8_names, tile_names = split_variants(variants)
     if name.endswith("_fp8"):
-        return _fp8_workload(torch, name[:-4], variants, splits)
+        return _fp8_workload(torch, name[:-4], fp8_names, splits)
     if name in ("decode_dense", "decode_spec4"):
         b, sq, sk = (64, 1, 8192) if name == "decode_dense" else (32, 4, 4096)
         q = torch.randn(b, sq, H, D, dtype=bf, device="cuda")
@@ -95,6 +98,10 @@ def workload(torch, name: str, fa4, splits=(), variants=()):
         mask = _causal(torch, sq, sk)
         want = _ref(torch, q[:2], k[:2], v[:2], D ** -0.5, mask)
         backends["fa4mlir"] = lambda: fa4mlir.flash_attn_with_kvcache(q, k, v, lens, causal=True)
+        if name == "decode_dense":      # the tile variants are built for its shape (kernel_sets.decode_fp8_variants)
+            from ..kernels.attention_decode_sm90_config import TILE_VARIANT_ENV
+            backends.update({f"fa4mlir[{n}]": _with_variant(backends["fa4mlir"], n, TILE_VARIANT_ENV)
+                             for n in tile_names})
         for n in splits:
             backends[f"fa4mlir(s={n})"] = lambda n=n: fa4mlir.flash_attn_with_kvcache(q, k, v, lens, num_splits=n)
         if fa4_func:
@@ -137,22 +144,35 @@ def kv_bytes(tokens: int, elem_bytes: int, scale_floats: int = 0) -> int:
     return 2 * tokens * HK * D * elem_bytes + 4 * scale_floats
 
 
-def _with_variant(call, name: str):
-    """``call`` run with FA4MLIR_DECODE_FP8_VARIANT=name (the call cache keys on it), restored after."""
+def split_variants(names) -> tuple[list, list]:
+    """--decode-variant's names as (FP8_VARIANTS names: the *_fp8 workloads', TILE_VARIANTS names: decode_dense's);
+    "default" is in both; ValueError for a name in neither table."""
+    from ..kernels.attention_decode_sm90_config import FP8_VARIANTS, TILE_VARIANTS
+    unknown = [n for n in names if n not in FP8_VARIANTS and n not in TILE_VARIANTS]
+    if unknown:
+        raise ValueError(f"unknown --decode-variant {unknown}: FP8 variants {list(FP8_VARIANTS)}, bf16 tile variants "
+                         f"{list(TILE_VARIANTS)}")
+    return [n for n in names if n in FP8_VARIANTS], [n for n in names if n in TILE_VARIANTS]
+
+
+def _with_variant(call, name: str, env: str = ""):
+    """``call`` run with ``env`` (default FA4MLIR_DECODE_FP8_VARIANT; FA4MLIR_DECODE_TILE_VARIANT for a tile
+    variant) = name (the call cache keys on both), restored after."""
     import os
 
     from ..kernels.attention_decode_sm90_config import FP8_VARIANT_ENV
+    env = env or FP8_VARIANT_ENV
 
     def run():
-        before = os.environ.get(FP8_VARIANT_ENV)
-        os.environ[FP8_VARIANT_ENV] = name
+        before = os.environ.get(env)
+        os.environ[env] = name
         try:
             return call()
         finally:
             if before is None:
-                del os.environ[FP8_VARIANT_ENV]
+                del os.environ[env]
             else:
-                os.environ[FP8_VARIANT_ENV] = before
+                os.environ[env] = before
     return run
 
 

@@ -444,12 +444,21 @@ FP8_VARIANTS = {
     "swapab5": {"swap_ab": True, "stages": 5},
     "swapabw": {"swap_ab": True, "swap_ab_warp_max": True, "stages": 5},
     "balanced": "rule+balanced",   # FP8_DEFAULT_RULE's swap-AB kernel on the balanced split schedule (BALANCED)
+    "balanced5": "rule+balanced",  # the same with BALANCED_VARIANTS' stages (A/B candidates of issue #27's FP8 bar)
+    "balanced12": "rule+balanced",
 }
 BALANCED = "balanced"
+# The balanced variants -> their ring depth (None: the rule's kernel's). "balanced5": the 5 stages swap AB's SMEM
+# leaves at two CTAs per SM (~106 KiB; the rule's paged kernel has 4); "balanced12": 12 stages (~219 KiB), one CTA per
+# SM (the plan's parts halve with the CTA slots; ptxas may use 255 registers): 192 KiB of e4m3 K/V in flight per SM
+# against the rule's 2 x 4 x 16 KiB. For A/B (bench decode --decode-variant); built at bench decode's FP8 shapes
+# (kv_head scales, pages of 16, 64, 128) in the decode-fp8-variants set.
+BALANCED_VARIANTS = {BALANCED: None, "balanced5": 5, "balanced12": 12}
 # scale granularities a variant is built for (others: all of SCALES): 128-key tiles with block
 # scales spill 20 bytes at 255 registers (the scales of 64 S columns a thread)
 FP8_VARIANT_SCALES = {"bn128": ("tensor", "kv_head"), "swapab": ("tensor", "kv_head"),
-                      "swapab5": ("tensor", "kv_head"), "swapabw": ("tensor", "kv_head"), BALANCED: ("tensor", "kv_head")}
+                      "swapab5": ("tensor", "kv_head"), "swapabw": ("tensor", "kv_head"),
+                      **{name: ("tensor", "kv_head") for name in BALANCED_VARIANTS}}
 FP8_VARIANT_ENV = "FA4MLIR_DECODE_FP8_VARIANT"
 
 # FP8_DEFAULT_RULE, the FP8 decode kernel a call runs when no variant is named ([D-decode-fp8-swapab]):
@@ -513,12 +522,14 @@ def fp8_variant(cfg: DecodeConfig, name: str, page_size: int | None, rows: int |
     if cfg.swap_ab or cfg.converter or cfg.convert_split or cfg.convert_bits:
         raise ConfigError(f"FP8 decode variants apply to the conversion-through-SMEM kernel (default_config with "
                           f"rows=None), not to {cfg.name()}")
-    if name == BALANCED:    # the rule's swap-AB kernel (paged: swapab, contiguous: swapabw), balanced
+    if name in BALANCED_VARIANTS:    # the rule's swap-AB kernel (paged: swapab, contiguous: swapabw), balanced
         base = fp8_default_variant(cfg, rows)
         if base == "smem":
             raise ConfigError(f"FP8 decode variant {name!r} is built on swap AB (head_dim 128, at most {SWAP_AB_ROWS} "
                               f"packed rows, tensor or kv_head scales, TMA fetches); {cfg.name()} at rows={rows} is not")
-        return replace(fp8_variant(cfg, base, page_size, rows), balanced=True).validate()
+        out = replace(fp8_variant(cfg, base, page_size, rows), balanced=True)
+        stages = BALANCED_VARIANTS[name]
+        return replace(out, stages=stages or out.stages).validate()
     if name == "default":
         name = fp8_default_variant(cfg, rows)
     if FP8_VARIANTS[name] is None:
@@ -540,6 +551,43 @@ def fp8_variant(cfg: DecodeConfig, name: str, page_size: int | None, rows: int |
     return out.validate()
 
 
+# Tile variants of the bf16/f16 decode kernel (issue #27's decode_dense bar; [O-decode]: bn and the ring depth were
+# never swept), for A/B only: default_config's kernel of a CONTIGUOUS head_dim-128 cache (bench decode's
+# decode_dense: B=64, Sk=8192, unsplit) with other tiles, through FA4MLIR_DECODE_TILE_VARIANT (tile_variant). The
+# default (bn 64, 3 stages: 16 KiB Q + 3 x 32 KiB K/V = ~112 KiB, two CTAs per SM) keeps 2 x 3 x 32 = 192 KiB of
+# K/V in flight per SM. "bn64s6": 6 stages (~208 KiB, one CTA per SM): the same bytes in flight from one CTA, no
+# second CTA's prologue/epilogue overlap, 255 registers; "bn128s3": 128-key tiles, 3 stages (~208 KiB, one CTA per
+# SM): half the ring waits, barriers and wgmma groups per key; "bn32s6": 32-key tiles, 6 stages (~112 KiB, two
+# CTAs per SM): the same bytes in flight in finer steps (a consumer waits on less of the ring at a time).
+# name -> (DecodeConfig fields, the CTAs per SM it is planned for: tests/test_decode_tile_variants.py checks)
+TILE_VARIANTS = {
+    "default": None,
+    "bn64s6": ({"bn": 64, "stages": 6}, 1),
+    "bn128s3": ({"bn": 128, "stages": 3}, 1),
+    "bn32s6": ({"bn": 32, "stages": 6}, 2),
+}
+TILE_VARIANT_ENV = "FA4MLIR_DECODE_TILE_VARIANT"
+
+
+def tile_variant(cfg: DecodeConfig, name: str) -> DecodeConfig:
+    """default_config's bf16/f16 kernel ``cfg`` as TILE_VARIANTS entry ``name`` ("default": cfg itself).
+    ConfigError for an unknown name, an FP8 cache (its variants: FA4MLIR_DECODE_FP8_VARIANT), and what the
+    variants are not built for: a paged cache, head_dim other than 128, a compile-time mask, softcap, sinks,
+    varlen_q."""
+    if name not in TILE_VARIANTS:
+        raise ConfigError(f"unknown decode tile variant {name!r} ({TILE_VARIANT_ENV}); known: {', '.join(TILE_VARIANTS)}")
+    if TILE_VARIANTS[name] is None:
+        return cfg
+    if cfg.fp8:
+        raise ConfigError(f"decode tile variant {name!r} is for bf16/f16 caches; an FP8 cache's variants are "
+                          f"{FP8_VARIANT_ENV}'s, got {cfg.name()}")
+    if cfg.paged or cfg.head_dim != 128 or cfg.windowed or cfg.softcap or cfg.sinks or cfg.varlen_q:
+        raise ConfigError(f"decode tile variant {name!r} is built for a contiguous head_dim-128 cache without a "
+                          f"compile-time mask, softcap, sinks or varlen q; got {cfg.name()}")
+    fields, _ = TILE_VARIANTS[name]
+    return replace(cfg, box_rows=fields["bn"], **fields).validate()
+
+
 def runtime_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: str = "",
                    unsplit: bool = False, variant: str | None = None, rows: int | None = None,
                    **mods) -> DecodeConfig:
@@ -549,9 +597,9 @@ def runtime_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: s
     FA4MLIR_DECODE_FP8_VARIANT (unset: "default", the rule; "smem": the conversion-through-SMEM
     kernel; for `bench decode --decode-variant`). bf16/f16 caches always get default_config's."""
     cfg = default_config(dtype, head_dim, page_size, kv_scale, unsplit=unsplit, **mods)
-    if not cfg.fp8:
-        return cfg
     import os
+    if not cfg.fp8:
+        return tile_variant(cfg, os.environ.get(TILE_VARIANT_ENV) or "default")
     name = variant or os.environ.get(FP8_VARIANT_ENV) or "default"
     return fp8_variant(cfg, name, page_size, rows)
 
