@@ -26,9 +26,10 @@ from fa4mlir.kernels.common.fields import ConfigError
 from fa4mlir.passes.plan_smem import SMEM_LIMIT
 
 DEFAULTS = set(kernel_sets.SETS["decode"]())
-# (the "balanced" kernels and their combine: tests/test_decode_balanced_compile.py)
+# (the "balanced" kernels and their combine: tests/test_decode_balanced_compile.py; the bf16 TILE_VARIANTS:
+# tests/test_decode_tile_variants.py)
 ENTRIES = [e for e in kernel_sets.SETS["decode-fp8-variants"]()
-           if e not in DEFAULTS and isinstance(e[1], dec.DecodeConfig) and not e[1].balanced]
+           if e not in DEFAULTS and isinstance(e[1], dec.DecodeConfig) and not e[1].balanced and e[1].fp8]
 _GRAIN_ORDER = {"block": 0, "kv_head": 1, "tensor": 2}
 
 
@@ -67,7 +68,8 @@ def test_the_set_holds_every_variant_of_every_case():
     cases = kernel_sets.DECODE_FP8_VARIANT_CASES
     every = {dec.fp8_variant(dec.default_config(t, d, page, grain, unsplit=unsplit), name, page).name()
              for t, d, page, grain in cases for unsplit in (False, True) for name in dec.FP8_VARIANTS
-             if name not in ("default", dec.BALANCED) and grain in dec.FP8_VARIANT_SCALES.get(name, dec.SCALES)}
+             if name != "default" and name not in dec.BALANCED_VARIANTS
+             and grain in dec.FP8_VARIANT_SCALES.get(name, dec.SCALES)}
     in_decode = {cfg.name() for _, cfg in DEFAULTS}
     # the `decode` set holds the "smem" kernels and FP8_DEFAULT_RULE's swap-AB ones (swapabw contiguous,
     # swapab paged): the variant set adds the rest

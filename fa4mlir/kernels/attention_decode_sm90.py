@@ -427,16 +427,19 @@ def _gather_role(kb, cfg, work: _Work, p, k_smem, v_smem, k_pipe, v_pipe, rows_s
 class _Consumer:
     """The consumer warpgroup's thread geometry (common/wgmma.py): rows row0, row0 + 8 of 64."""
 
-    def __init__(self, kb, cfg, work: _Work, p):
+    def __init__(self, kb, cfg, work: _Work, p, tid: Value | None = None):
+        """``tid``: the thread index to derive the geometry from (default thread_idx(0); the balanced
+        kernel passes one per work item that ptxas cannot hoist: its note "Per-item geometry")."""
         self.kb, self.cfg, self.work, self.p = kb, cfg, work, p
-        self.t = kb.thread_idx(0) % 128
+        self.t = (kb.thread_idx(0) if tid is None else tid) % 128
         lane = self.t % 32
         self.g = lane // 4
         self.t4 = lane % 4
         self.row0 = (self.t // 32) * 16 + self.g
         self.n_s = cfg.bn // 2
         self.n_o = cfg.head_dim // 2
-        self.is_leader = self.t.eq(0)
+        # the leader as the pipeline verifier recognises one: thread_idx(0) % 128 == 0
+        self.is_leader = (self.t if tid is None else kb.thread_idx(0) % 128).eq(0)
         self.scale_log2 = p["scale_log2"]
         m0 = work.m_tile * TILE_M
         cta_heads = p["cta_heads"]

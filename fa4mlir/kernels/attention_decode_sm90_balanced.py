@@ -174,7 +174,7 @@ class Item:
 
 def roles(kb, cfg, p, rings, staged):
     """The warp roles of the balanced kernel: the consumer warpgroup (warps 0-3) and the producer (warp 4)."""
-    bounds = kb.smem("balanced_range", 16, align=16)
+    bounds = kb.smem("balanced_range", 32, align=16)
     with kb.warp_roles():
         with kb.role("mma", first_warp=0, num_warps=4, regs=0):
             _mma_role(kb, cfg, p, rings, staged, bounds)
@@ -204,14 +204,20 @@ def _mma_role(kb, cfg, p, rings, staged, bounds_smem):
     t = kb.thread_idx(0) % 128
     with kb.if_(t.eq(0)).then_():
         kb.store(vec(rng.lo, rng.hi, rng.b_first, const(0)), bounds_smem, align=16)
+        kb.store(vec(rng.p_first, rng.b_end, const(0), const(0)), kb.gep(bounds_smem, 16, "i8"), align=16)
     kb.named_barrier(dec_kernel.BAR_CONSUMER, 128)
 
-    def item_of(b, start):
+    def item_of(b, count):
+        """Item b after the CTA ran `count` tiles: P_b is P_{b_first} for the first item, else lo + count."""
         words = kb.load(bounds_smem, ("i32", 4), align=16)
-        return Item(kb, cfg, p, (kb.block_idx(0), words[0], words[1], words[2]), b, start, uniform=True)
+        p_first = kb.load(kb.gep(bounds_smem, 16, "i8"), "i32", align=16)
+        start = select(b.eq(words[2]), p_first, words[0] + count)
+        item = Item(kb, cfg, p, (kb.block_idx(0), words[0], words[1], words[2]), b, start, uniform=True)
+        item.tid = kb.thread_idx(0) + words[3]      # + 0 from SMEM: note "Per-item geometry"
+        return item
 
     def consumer(item):
-        cs = dec_kernel._Consumer(kb, cfg, item, p)
+        cs = dec_kernel._Consumer(kb, cfg, item, p, tid=item.tid)
         k_scale, v_scale = dec_kernel._scalar_scales(cs)
         cs.scale_log2 = cs.scale_log2 * k_scale     # FP8 tensor / kv_head scales (swap AB's)
         cs.row_ok = [ok & item.live for ok in cs.row_ok]
@@ -219,27 +225,34 @@ def _mma_role(kb, cfg, p, rings, staged, bounds_smem):
 
     f32 = "f32"
     neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
-    loop = kb.for_(rng.b_first, rng.b_end, 1, carry=(rng.p_first, const(0)))
-    with loop as (b, (start, count)):
-        item = item_of(b, start)
+    loop = kb.while_((rng.b_first, const(0)))
+    with loop.before() as (b, count):     # b_end read from SMEM at each test: not held across the tile loops
+        b_end = kb.load(kb.gep(bounds_smem, 20, "i8"), "i32", align=4)
+        loop.condition(b.lt(b_end), b, count)
+    with loop.body() as (b, count):
+        item = item_of(b, count)
         cs, _ = consumer(item)
         swapab.load_q(cs, staged)
         # tiles every row sees whole need no mask: keys < token 0's end
         full = (item.length - (item.seqlen_q - 1) * p["causal"]).smax(0) // cfg.bn
         split = full.smax(item.begin).smin(item.end)
         state = (k_pipe.state_at(count), const(0.0, (f32, cs.n_o)), (neg_inf, neg_inf), (zero, zero))
-        ends = None if cfg.swap_ab_warp_max else swapab.column_ends(cs)
-        for lo, hi, masked in ((item.begin, split, False), (split, item.end, True)):
+        for masked in (False, True):
+            if masked:      # the masked tiles' own geometry: nothing of the unmasked loop's held across it
+                item = item_of(b, count)
+                cs, _ = consumer(item)
+            lo, hi = (split, item.end) if masked else (item.begin, split)
+            ends = None     # column_ends computed in the masked tiles (not held across the loops)
             inner = kb.for_(lo, hi, 1, carry=state)
             with inner as (j, carried):
                 inner.yield_(*swapab.kv_tile(cs, rings, staged, ends, j, carried, masked))
             state = inner.results
         o, m, l = state[1:4]
-        item = item_of(b, start)
+        item = item_of(b, count)
         cs, v_scale = consumer(item)
         if cfg.swap_ab_warp_max:
             o, m, l = swapab.merge_warps(cs, staged, o, m, l)
         else:
             m, l = swapab.row_stats(cs, staged, m, l)
         _epilogue(cs, o, m, l, v_scale, final=item.final)
-        loop.yield_(start + item.n_tiles, count + item.tiles_run)
+        loop.yield_(b + 1, count + item.tiles_run)
