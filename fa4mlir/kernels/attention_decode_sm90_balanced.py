@@ -22,6 +22,18 @@ dtype and the LSE into out and lse (the unsplit epilogue's bits); a cut one: flo
 into split slot 2c (the CTA's first item) or 2c + 1 (a later one), o_partial [2 parts, seqlen_q,
 heads, D], lse_partial [2 parts, heads, seqlen_q]. The combine (CombineConfig.balanced_bn) merges the
 cut sequences' slots and writes O = 0, LSE = +inf for the empty ones.
+
+Note "Per-item geometry" (the consumer at two CTAs per SM: 168 registers, which its tile loops use
+whole): nothing but the item loop's b and tile count lives across an item's tile loops. The thread
+geometry (_Consumer's rows, heads, Q / P / K offsets, the epilogue's addresses) derives from
+thread_idx + 0, the 0 loaded from SMEM beside (lo, hi, b_first) at each use, so that neither LLVM nor
+ptxas hoists it out of the item loop into registers it would spill; each phase (the unmasked tiles,
+the masked tiles, the epilogue) derives its own, the item's fields (reloaded length) too; the tile
+count alone is carried (P_b = P_{b_first} for the first item, lo + count after it), b_end is read from
+SMEM at each loop test; the masked tiles compute their columns' ends themselves. A warp-max (contiguous)
+kernel also reloads its scales per item at that + 0. ptxas 13 then spills nothing in the paged
+kv_head-scale and contiguous kernels (100 and 496 bytes before) and 4 bytes in the paged tensor-scale
+ones (tests/test_decode_balanced_compile.py bounds it).
 """
 from __future__ import annotations
 
@@ -196,9 +208,9 @@ def _load_role(kb, cfg, p, rings):
 
 
 def _mma_role(kb, cfg, p, rings, staged, bounds_smem):
-    """The consumer over its items. The CTA's (lo, hi, b_first) wait in SMEM (`bounds_smem`), and each
-    item's fields are derived twice, before its tiles and again for its epilogue (the sequence's
-    length reloaded): fewer values live across the tile loops (two CTAs per SM: 168 registers)."""
+    """The consumer over its items. The CTA's (lo, hi, b_first, 0) and (P_{b_first}, b_end) wait in SMEM
+    (`bounds_smem`), and each item's fields and geometry are derived three times, before each tile loop
+    and for the epilogue (note "Per-item geometry")."""
     k_smem, v_smem, k_pipe, v_pipe = rings
     rng = Range(kb, cfg, p).uniform(kb)
     t = kb.thread_idx(0) % 128
@@ -213,12 +225,17 @@ def _mma_role(kb, cfg, p, rings, staged, bounds_smem):
         p_first = kb.load(kb.gep(bounds_smem, 16, "i8"), "i32", align=16)
         start = select(b.eq(words[2]), p_first, words[0] + count)
         item = Item(kb, cfg, p, (kb.block_idx(0), words[0], words[1], words[2]), b, start, uniform=True)
-        item.tid = kb.thread_idx(0) + words[3]      # + 0 from SMEM: note "Per-item geometry"
+        item.zero = words[3]
+        item.tid = kb.thread_idx(0) + item.zero      # + 0 from SMEM: note "Per-item geometry"
         return item
 
     def consumer(item):
         cs = dec_kernel._Consumer(kb, cfg, item, p, tid=item.tid)
-        k_scale, v_scale = dec_kernel._scalar_scales(cs)
+        if cfg.swap_ab_warp_max:    # at _scalar_scales's index + 0 from SMEM (note "Per-item geometry")
+            at = (item.zero if cfg.kv_scale == "tensor" else item.kv_head + item.zero).to("i64")
+            k_scale, v_scale = (kb.load(kb.gep(p[n], at, "f32"), "f32", align=4) for n in ("k_scale", "v_scale"))
+        else:
+            k_scale, v_scale = dec_kernel._scalar_scales(cs)
         cs.scale_log2 = cs.scale_log2 * k_scale     # FP8 tensor / kv_head scales (swap AB's)
         cs.row_ok = [ok & item.live for ok in cs.row_ok]
         return cs, v_scale
