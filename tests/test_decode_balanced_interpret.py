@@ -68,7 +68,8 @@ def _plan(c: dict, lens: np.ndarray, page, parts: int = PARTS):
         v_scale=_info(c["v_scale"], "f32"))
     plan = kc.plan_problem(problem.with_options(causal=True, softmax_scale=D ** -0.5, num_splits=None,
                                                 return_lse=True), 132)
-    assert plan.parts == db.parts_for(132 * 2, 1, KV_HEADS) and plan.grid == (plan.parts, KV_HEADS, 1)
+    ctas = configs_for(plan)[0].ctas_per_sm       # 2; 1 for balanced12 (its parts halve)
+    assert plan.parts == db.parts_for(132 * ctas, 1, KV_HEADS) and plan.grid == (plan.parts, KV_HEADS, 1)
     return q_bits, replace(plan, parts=parts, num_splits=2 * parts)
 
 
@@ -150,6 +151,18 @@ def test_balanced_decode_through_the_interpreter(page, monkeypatch):
     monkeypatch.setenv(dec.FP8_VARIANT_ENV, dec.BALANCED)
     c = _case(page)
     _check(c, np.array(LENGTHS, np.int32), page)
+
+
+@pytest.mark.parametrize("variant,ctas", [("balanced5", 2), ("balanced12", 1)])
+def test_balanced_ring_depth_variants_through_the_interpreter(variant, ctas, monkeypatch):
+    """BALANCED_VARIANTS' other ring depths (5 stages; 12 at one CTA per SM): the same case, every ring
+    position wrapping differently over the CTAs' items (19 tiles, 5 CTAs)."""
+    monkeypatch.setenv(dec.FP8_VARIANT_ENV, variant)
+    c = _case(PAGE, seed=3)
+    lens = np.array(LENGTHS, np.int32)
+    cfg = configs_for(_plan(c, lens, PAGE)[1])[0]
+    assert cfg.stages == dec.BALANCED_VARIANTS[variant] and cfg.ctas_per_sm == ctas and cfg.balanced
+    _check(c, lens, PAGE)
 
 
 def test_balanced_decode_two_query_tokens(monkeypatch):
