@@ -259,10 +259,9 @@ def _mma_role(kb, cfg, p, rings, staged, bounds_smem):
                 item = item_of(b, count)
                 cs, _ = consumer(item)
             lo, hi = (split, item.end) if masked else (item.begin, split)
-            ends = None     # column_ends computed in the masked tiles (not held across the loops)
             inner = kb.for_(lo, hi, 1, carry=state)
-            with inner as (j, carried):
-                inner.yield_(*swapab.kv_tile(cs, rings, staged, ends, j, carried, masked))
+            with inner as (j, carried):     # ends None: the masked tiles compute their column ends
+                inner.yield_(*swapab.kv_tile(cs, rings, staged, None, j, carried, masked))
             state = inner.results
         o, m, l = state[1:4]
         item = item_of(b, count)

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.gpu
 
 CASES = [(name, page, grain) for _, _, page, grain in kernel_sets.DECODE_FP8_VARIANT_CASES
          for name in dec.FP8_VARIANTS if name != "default"
-         and name not in dec.BALANCED_VARIANTS    # balanced*: test_decode_balanced_gpu.py
+         and name not in dec.BALANCED_VARIANTS    # balanced*: test_decode_balanced_gpu.py, test_decode_dectune_gpu.py
          and grain in dec.FP8_VARIANT_SCALES.get(name, dec.SCALES)]
 
 
