@@ -87,8 +87,7 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 the decode set plus attention_decode_sm90_config.FP8_VARIANTS (converter warpgroup,
                 128-key tiles, split conversion, bit conversion, swap AB) of bf16 D128 FP8 caches, contiguous and paged 16, each
                 scale granularity, split and unsplit, and "balanced" (the balanced split schedule: contiguous
-                and pages of 16, 64, 128, with its combine; balanced5 / balanced12 at kv_head scales, paged), and
-                TILE_VARIANTS of decode_dense (bf16): what `bench decode --decode-variant` times
+                and pages of 16, 64, 128, with its combine; balanced5/12), TILE_VARIANTS (bf16): what `bench decode` times
     mla-decode-variants
                 the mla set (every kernel DEFAULT_RULE or FA4MLIR_MLA_DECODE_VARIANT picks: M64, swap AB, the
                 seesaw schedule, full_s), under its own name for the commands that time and test the variants
@@ -468,8 +467,7 @@ def decode_fp8_variants() -> list:
     # itself) at the page sizes of bench decode's FP8 workloads (64 and 128: one kernel), and its combine
     out += [(KERNEL, fp8_variant(default_config("bf16", 128, page, grain), BALANCED, page, SWAP_AB_ROWS))
             for page in (None, 16, 64, 128) for grain in FP8_VARIANT_SCALES[BALANCED]]
-    # the other BALANCED_VARIANTS at bench decode's paged FP8 rows (kv_head; pages 16 and 64, 128 = 64's kernel), and
-    # TILE_VARIANTS at decode_dense's (bf16 D128 contiguous, unsplit: the heuristic's choice at 1 or 2 CTAs per SM)
+    # other BALANCED_VARIANTS at bench decode's paged FP8 rows (kv_head, boxes 16/64); TILE_VARIANTS at decode_dense's
     out += [(KERNEL, fp8_variant(default_config("bf16", 128, page, "kv_head"), name, page, SWAP_AB_ROWS))
             for name in BALANCED_VARIANTS if name != BALANCED for page in (16, 64)]
     out += [(KERNEL, tile_variant(default_config("bf16", 128, None, unsplit=True), name))
