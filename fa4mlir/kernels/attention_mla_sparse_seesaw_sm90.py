@@ -43,7 +43,8 @@ rings: kv_pipe holds a's 0..255 (stage 0) and b's 256..575 (stage 1), kv_hi a's 
 (_HalfTiles._ring), and the producer (_gather_role_pairs: both tiles' rows looked up first, 8 a thread,
 as indices and a word of validity bits: 64-bit offsets and 8 predicates spilled at setmaxnreg 72) fills
 kv_pipe a, kv_pipe b, kv_hi a, kv_hi b; both tiles' biases go with the first (FlashMLA writes both tiles'
-validity once a pair; with each tile's own first half the producer spilled): b's slot is free then, since
+validity once a pair; with each tile's own first half the producer spilled), thread u of a row's 8 the bias
+of the pair's row u (a's rows 0-3, b's 4-7): b's slot is free then, since
 kv_pipe a is released by mma0 only after it received P_b of the round before, which mma1 publishes after
 reading b's biases, and mma1 waits for kv_pipe a before S_b. An odd count's last tile (stage 0) as
 _gather_role_wg. Warpgroup 1 (s_pair_b) waits for a's 0..255 (filled first) and
@@ -260,8 +261,8 @@ def _consumer(kb, cfg, work, p, bufs, x_smem, w: int, kv_hi=None):
 def _gather_role_pairs(kb, work, p, kv_smem, pipes, bias_smem, l2_hints: bool):
     """Note "Pair fill": the producer warpgroup (attention_mla_sparse_sm90._gather_role_wg's threads, rows and
     copies) over the pairs of [begin, end): both tiles' rows looked up first, then the halves a lo, b hi, a hi,
-    b lo, each after waiting for it to be free, the first of each tile after its biases (unit-0 threads); an
-    odd count's last tile lo then hi."""
+    b lo, each after waiting for it to be free, both tiles' biases with the first; an odd count's last tile lo
+    (with its biases) then hi."""
     from . import attention_mla_sparse_sm90 as base
     hints = dict(l2_prefetch=L2_PREFETCH, evict_last=True) if l2_hints else {}
     t = kb.thread_idx(0) % base.PRODUCER_THREADS
@@ -271,38 +272,45 @@ def _gather_role_pairs(kb, work, p, kv_smem, pipes, bias_smem, l2_hints: bool):
     kv_unit = kb.gep(p["kv"], unit * 8, "bf16")    # this thread's 16-byte unit of row 0
     lo, hi = pipes      # kv_pipe, kv_hi: tile a's halves 0..255 and 256..575, tile b's swapped
 
-    def rows_of(j):
-        """1. this thread's rows of tile j: position -> index -> validity, the index (0 when invalid; its
-        element offset is formed where each half is filled) and the validities as bits of one word (row i:
-        bit i), tested again there: ptxas hoists the second tile's index loads above the first fill, and
-        with 64-bit offsets and 8 predicates live over a pair's fills the producer spilled at setmaxnreg 72."""
+    per_tile = BN // base.GROUPS        # 4 rows a thread a tile
+
+    def rows_of(j, first_bit: int = 0):
+        """1. this thread's rows of tile j: position -> index -> validity, as (row, index (0 when invalid; its
+        element offset is formed where each half is filled), bit), and the validities as bits of one word
+        (row i: bit first_bit + i; a pair's two tiles share one word), tested again where each half is filled:
+        ptxas hoists the second tile's index loads above the first fill, and with 64-bit offsets and 8
+        predicates live over a pair's fills the producer spilled at setmaxnreg 72."""
         rows, valid_bits = [], const(0)
-        for i in range(BN // base.GROUPS):
+        for i in range(per_tile):
             r = group + base.GROUPS * i
             pos = j * BN + r
             index = kb.load(kb.gep(idx_row, pos, "i32"), "i32", align=4)
             valid = pos.slt(work.length) & index.sge(0) & index.slt(p["s_kv"])
-            valid_bits = valid_bits | select(valid, const(1 << i), const(0))
-            rows.append((r, select(valid, index, const(0))))
+            valid_bits = valid_bits | select(valid, const(1 << (first_bit + i)), const(0))
+            rows.append((r, select(valid, index, const(0)), first_bit + i))
         return rows, valid_bits
 
-    def valid_of(tile_rows):
-        rows, valid_bits = tile_rows
-        return [(valid_bits & (1 << i)).ne(0) for i in range(len(rows))]
+    # the biases: a group's 8 threads hold the same 8 rows of a pair (bits 0..7), thread `unit` writes the bias
+    # of bit `unit` (row group + 16 (unit % 4) of tile unit // 4): one store each, no branch (unit-0 threads
+    # writing all 8 behind a branch spilled with topk_length)
+    if UNITS != 2 * per_tile:
+        raise AssertionError(f"the pair fill's bias stores need 2 x {per_tile} units a row, got {UNITS}")
+    bias_row = group + base.GROUPS * (unit % per_tile)
 
-    def fill(pipe, s, tile_rows, chunks, biases=()):
-        """2. one half (chunks LO or HI) on ring `pipe`: wait until free, `biases` ((state, rows) of the tiles
-        whose biases go with this half), the copies, arrive when landed, commit."""
-        rows, valid = tile_rows[0], valid_of(tile_rows)
+    def store_bias(stage, valid_bits):
+        ok = (valid_bits & (const(1) << unit)).ne(0)
+        bias = select(ok, const(0.0, "f32"), const(NEG_INF, "f32"))
+        kb.store(bias, kb.gep(bias_smem, (stage * BN + bias_row) * 4, "i8"), align=4)
+
+    def fill(pipe, s, rows, valid_bits, chunks, biases=None):
+        """2. one half (chunks LO or HI) of the tile of `rows` on ring `pipe`: wait until free, `biases()` (the
+        bias stores that go with this half), the copies, arrive when landed, commit."""
         pipe.producer_acquire(s)
-        if biases:
-            with kb.if_(unit.eq(0)).then_():
-                for bias_s, bias_rows in biases:
-                    for (r, _), ok in zip(bias_rows[0], valid_of(bias_rows)):
-                        bias = select(ok, const(0.0, "f32"), const(NEG_INF, "f32"))
-                        kb.store(bias, kb.gep(bias_smem, (bias_s.stage * BN + r) * 4, "i8"), align=4)
+        if biases is not None:
+            biases()
         base_at = kb.gep(kv_smem, s.stage * tile_bytes, "i8")
-        for (r, index), ok in zip(rows, valid):
+        for r, index, bit in rows:
+            ok = (valid_bits & (1 << bit)).ne(0)
             src = kb.gep(kv_unit, index.to("i64") * p["kv_stride_s"], "bf16")
             dst = kb.gep(base_at, r * SWIZZLE + (unit ^ (r % 8)) * 16, "i8")
             for c in chunks:
@@ -314,17 +322,22 @@ def _gather_role_pairs(kb, work, p, kv_smem, pipes, bias_smem, l2_hints: bool):
     loop = kb.for_(work.begin, pair_end, 2, carry=lo.initial_state())
     with loop as (j, sa):
         sb = sa.advance()
-        rows_a, rows_b = rows_of(j), rows_of(j + 1)
-        fill(lo, sa, rows_a, LO, biases=((sa, rows_a), (sb, rows_b)))
-        fill(lo, sb, rows_b, HI)
-        fill(hi, sa, rows_a, HI)
-        fill(hi, sb, rows_b, LO)
+        (rows_a, bits_a), (rows_b, bits_b) = rows_of(j), rows_of(j + 1, per_tile)
+        bits = bits_a | bits_b
+        fill(lo, sa, rows_a, bits, LO, biases=lambda: store_bias(select(unit.slt(per_tile), sa.stage, sb.stage), bits))
+        fill(lo, sb, rows_b, bits, HI)
+        fill(hi, sa, rows_a, bits, HI)
+        fill(hi, sb, rows_b, bits, LO)
         loop.yield_(sb.advance())
     tail = kb.for_(pair_end, work.end, 1, carry=loop.results)
     with tail as (j, s):
-        rows = rows_of(j)
-        fill(lo, s, rows, LO, biases=((s, rows),))
-        fill(hi, s, rows, HI)
+        rows, bits = rows_of(j)
+
+        def tail_biases():      # threads 0-3 of a group: the tile's 4 rows
+            with kb.if_(unit.slt(per_tile)).then_():
+                store_bias(s.stage, bits)
+        fill(lo, s, rows, bits, LO, biases=tail_biases)
+        fill(hi, s, rows, bits, HI)
         tail.yield_(s.advance())
 
 
