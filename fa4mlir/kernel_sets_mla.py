@@ -111,7 +111,9 @@ def mla_sparse_variant_entries() -> list:
     mla's mla_sparse_decode: one split) and split with topk_length, and the FP8 decode's converter kernel
     unsplit (mla_sparse_decode_fp8); the 16-bit ones also with the producer warpgroup's L2 hints on the seesaw
     and the tile step (FA4MLIR_MLA_SPARSE_PRODUCER=warpgroup_l2; timed ~1% slower, [D-mla-sparse-seesaw-pwg-default])
-    (tests/gpu/test_mla_sparse_seesaw_gpu.py; the rule's kernels and the combine are the mla set's)."""
+    (tests/gpu/test_mla_sparse_seesaw_gpu.py; the rule's kernels and the combine are the mla set's); and the
+    seesaw_pairfill variant (pair_fill: FlashMLA's fill order of a pair's halves, with the producer warpgroup) of
+    the same four 16-bit kernels (bench mla's fa4mlir[pairfill]; tests/gpu/test_mla_sparse_pairfill_gpu.py)."""
     from .kernels import attention_mla_sparse_sm90_config as sc
     sixteen = [(sc.KERNEL, sc.MLASparseConfig(seesaw=True)),
                (sc.KERNEL, sc.MLASparseConfig(topk_length=True, sinks=True, seesaw=True)),
@@ -125,7 +127,9 @@ def mla_sparse_variant_entries() -> list:
            for t in (False, True) for s in (False, True)]
     l2 += [(sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(topk_length=t, split=s, producer_warps=4, l2_hints=True))
            for t in (False, True) for s in (False, True)]
-    return sixteen + l2 + [(sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True, seesaw=True))]
+    pair_fill = [(name, replace(cfg, producer_warps=4, pair_fill=True)) for name, cfg in sixteen]
+    return sixteen + l2 + [(sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True, seesaw=True))] \
+        + pair_fill
 
 
 def mla_sparse_variants() -> list:

@@ -188,7 +188,8 @@ def test_bench_backend_sets_the_knob_around_the_call(monkeypatch):
 
 # ---- with the seesaw tile step (FA4MLIR_MLA_SPARSE_VARIANT=seesaw: FlashMLA's whole recipe) ------------------
 
-SEESAW = [e for e in kernel_sets.mla_sparse_variant_entries() if e[1].producer_warps == 4]   # the L2-hint twins
+SEESAW = [e for e in kernel_sets.mla_sparse_variant_entries()
+          if e[1].producer_warps == 4 and not e[1].pair_fill]   # the L2-hint twins (pair_fill: test_mla_sparse_pairfill.py)
 
 
 def test_the_seesaw_variants_are_in_the_sets():

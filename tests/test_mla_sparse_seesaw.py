@@ -251,4 +251,5 @@ def test_bench_rows_carry_the_seesaw_backend(monkeypatch):
                                                         __import__("os").environ.get(sc.PRODUCER_ENV))))
     assert {k: v()() for k, v in calls.items()} == {"fa4mlir[tile]": ("tile", "warp"),
                                                    "fa4mlir[pwg]": ("tile", "warpgroup"),
-                                                   "fa4mlir[seesaw]": ("seesaw", "warp")}
+                                                   "fa4mlir[seesaw]": ("seesaw", "warp"),
+                                                   "fa4mlir[pairfill]": ("seesaw_pairfill", "warpgroup")}

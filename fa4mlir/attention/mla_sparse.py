@@ -118,7 +118,8 @@ VARIANT_ENV = sc.SPARSE_VARIANT_ENV
 def requested_variant(entry: str = ENTRY) -> str:
     """FA4MLIR_MLA_SPARSE_VARIANT: the entry of sc.SPARSE_VARIANTS the sm_90a sparse kernels (this prefill, the
     sparse decode over a 16-bit cache and, one split, its FP8 converter kernel) run: unset or "default", or "seesaw" (FlashMLA's seesaw tile step,
-    attention_mla_sparse_seesaw_sm90; a bundle must hold it: the mla-sparse-variants set). Read per call
+    attention_mla_sparse_seesaw_sm90; a bundle must hold it: the mla-sparse-variants set), or "seesaw_pairfill"
+    (the seesaw with FlashMLA's fill order of a pair's halves, 16-bit kv and the producer warpgroup). Read per call
     into the call cache's key; KnobError for an unknown name, before any launch."""
     name = (env.get_str(VARIANT_ENV) or "default").strip()
     if name not in sc.SPARSE_VARIANTS:
@@ -127,11 +128,17 @@ def requested_variant(entry: str = ENTRY) -> str:
     return name
 
 
-def check_variant(variant: str, fp8: bool, entry: str = ENTRY) -> None:
-    """UnsupportedFeatureError where the requested variant is not built (seesaw: FlashMLA's FP8 rows)."""
-    if variant == sc.SEESAW_VARIANT and fp8:
+def check_variant(variant: str, fp8: bool, entry: str = ENTRY, producer_warps: int | None = None) -> None:
+    """UnsupportedFeatureError where the requested variant is not built (seesaw, seesaw_pairfill: FlashMLA's FP8
+    rows); KnobError for seesaw_pairfill with the gather warp (``producer_warps``, the call's resolved producer:
+    it orders the producer warpgroup's half stages)."""
+    if variant in (sc.SEESAW_VARIANT, sc.PAIR_FILL_VARIANT) and fp8:
         raise UnsupportedFeatureError(f"{entry}: {VARIANT_ENV}={variant!r} is built for the 16-bit kv only, not "
                                       f"FlashMLA's FP8 rows; unset it")
+    if variant == sc.PAIR_FILL_VARIANT and producer_warps is not None and producer_warps != 4:
+        raise KnobError(f"{entry}: {VARIANT_ENV}={variant!r} orders the producer warpgroup's half stages; this call's "
+                        f"producer is the gather warp: set {sc.PRODUCER_ENV}=warpgroup (or warpgroup_l2, or unset it "
+                        f"over bf16)")
 
 
 FP8_KV_DTYPES = ("e4m3", "u8")
@@ -262,7 +269,7 @@ def _prepare(torch, tensors: dict, sm_scale, d_v, bundle, signature, variant: st
     ordinal = check_devices([(n, i.device, x.device.index) for (n, i), x in zip(infos.items(), tensors.values())], ENTRY)
     problem = check_sparse_inputs(infos["q"], infos["kv"], infos["indices"], sm_scale, d_v, infos.get("attn_sink"),
                                   infos.get("topk_length"))
-    check_variant(variant, problem.fp8)
+    check_variant(variant, problem.fp8, producer_warps=producer_fields(problem.producer, problem.dtype, problem.fp8)[0])
     problem = replace(problem, variant=variant)
     device = device_info()
     q, kv, indices = tensors["q"], tensors["kv"], tensors["indices"]

@@ -66,7 +66,7 @@ from .checks import (MAX_I32, check_bundle, check_device_context, check_devices,
 from .errors import DTypeError, KnobError, LayoutError, ShapeError, UnsupportedFeatureError
 from .mla import (ENTRY, FILL_FRACTION, MAX_SPLITS, CallCache, MLAOutputs, _Call, _err, _torch, check_cache_dtype,
                   check_cache_shape, check_metadata, check_no_grad, check_q_dims, combine_args, combine_grid, kernel_for)
-from .mla_sparse import producer_fields, requested_producer
+from .mla_sparse import check_variant, producer_fields, requested_producer
 from .mla_sparse import requested_variant as sparse_variant
 from .plan import Launch, Plan, TensorRef, source_for
 
@@ -178,7 +178,12 @@ def check_sparse_decode_inputs(q: TensorInfo, k_cache: TensorInfo, indices: Tens
 
 def check_variant_built(problem: SparseDecodeProblem) -> None:
     """UnsupportedFeatureError where FA4MLIR_MLA_SPARSE_VARIANT names a variant not built for the call's kernel
-    (seesaw over the FP8 cache: the converter kernel, unsplit, only)."""
+    (seesaw over the FP8 cache: the converter kernel, unsplit, only; seesaw_pairfill: a 16-bit cache and the
+    producer warpgroup, else mla_sparse.check_variant's errors)."""
+    if problem.variant == dc.PAIR_FILL_VARIANT:
+        check_variant(problem.variant, problem.fp8, ENTRY,
+                      producer_fields(problem.producer, problem.dtype, problem.fp8)[0])
+        return
     if problem.variant != dc.SEESAW_VARIANT or not problem.fp8:
         return
     cfg = dc.fp8_decode_variant(dc.MLASparseDecodeConfig(problem.dtype, kv_dtype="fp8", split=problem.splits > 1),

@@ -118,7 +118,7 @@ class _Tiles(seesaw.Tiles):
     def tile(self, cs, st):
         return _tile(cs, self.bufs, st)[1]
 
-    def release(self, st):
+    def release(self, st, b: bool = False):
         self.chunks.release(st)
 
     def mask(self, cs, j, st):

@@ -35,6 +35,29 @@ waits both; each warpgroup releases the half holding its V columns after its P V
 as it stops reading it (common/mla_seesaw_sm90's release_other hooks). With l2_hints the copies carry FlashMLA's L2 hints. This is
 FlashMLA's whole sm90 sparse prefill recipe: seesaw consumers, a producer warpgroup, half stages.
 
+Note "Pair fill" (pair_fill=True, with the producer warpgroup; the config's note of that name): FlashMLA's
+order of a pair's halves, a's columns 0..255, b's 256..575, a's 256..575, b's 0..255 (its V0L, V1R, V0R,
+V1L), so that warpgroup 1 starts S_b one half after warpgroup 0 starts S_a rather than a tile and a half.
+Each ring is consumed in its stage order by every role (fa4-verify-pipelines), so tile b's halves swap
+rings: kv_pipe holds a's 0..255 (stage 0) and b's 256..575 (stage 1), kv_hi a's 256..575 and b's 0..255
+(_HalfTiles._ring), and the producer (_gather_role_pairs: both tiles' rows looked up first, 8 a thread,
+as indices and a word of validity bits: 64-bit offsets and 8 predicates spilled at setmaxnreg 72) fills
+kv_pipe a, kv_pipe b, kv_hi a, kv_hi b; both tiles' biases go with the first (FlashMLA writes both tiles'
+validity once a pair; with each tile's own first half the producer spilled), thread u of a row's 8 the bias
+of the pair's row u (a's rows 0-3, b's 4-7): b's slot is free then, since
+kv_pipe a is released by mma0 only after it received P_b of the round before, which mma1 publishes after
+reading b's biases, and mma1 waits for kv_pipe a before S_b. An odd count's last tile (stage 0) as
+_gather_role_wg. Warpgroup 1 (s_pair_b) waits for a's 0..255 (filled first) and
+releases it at once (it reads none of it), waits for b's 256..575, issues S_b's 20 wgmmas over it and
+commits them, then waits for a's 256..575 (P_a, its V) and b's 0..255 and issues the other 16. Both
+warpgroups release b's other half after their release of a (each ring's releases in its order: a's
+before b's). Every half keeps two releases, each after that role's wait of it; no wait of a round needs
+a half of the next, so the order cannot deadlock. P_b rides in b's columns 512..575, now on kv_pipe, which
+the producer refills before b's half 0..255 (the default order refills it after, so mma0's release of
+that half, after its P_b V, ordered its warps' loads of P_b before the refill): warpgroup 0 syncs its
+four warps (BAR_WG, 128 threads) after those loads before its leader releases b's kv_pipe half (the
+interpreter's race check found the refill unordered without it).
+
 Note "Work" (ptxas 12.x, deviceless; what the compile tests check, not a principle): the consumers derive
 the token's work item in their roles (as the dense seesaw's do: a value made before the role split and
 live across setmaxnreg spilled there). The gather warp (24 registers) spills 4 to 12 bytes, depending on
@@ -46,15 +69,16 @@ compiles all eight).
 """
 from __future__ import annotations
 
-from ..dsl import const
+from ..dsl import const, select
 from ..dialect import builders as fa4
-from .attention_mla_sparse_sm90_config import (CONSUMERS, HALF_CHUNKS, LOAD_REGS, MMA_REGS, STAGES, MLASparseConfig,
-                                               MLASparseDecodeConfig)
+from .attention_mla_sparse_sm90_config import (BN, CONSUMERS, HALF_CHUNKS, L2_PREFETCH, LOAD_REGS, MMA_REGS, STAGES,
+                                               MLASparseConfig, MLASparseDecodeConfig)
 from .common import mla_seesaw_sm90 as seesaw
-from .common.mla_sm90 import ConsumerGeometry, issue_s
+from .common.mla_sm90 import BAR_WG, CHUNK, NEG_INF, QK_CHUNKS, SWIZZLE, UNITS, ConsumerGeometry, issue_s
 from .common.wgmma import wait_group
 
 BAR_PA = 5      # mma0 -> mma1 (note "Barriers")
+LO, HI = range(HALF_CHUNKS), range(HALF_CHUNKS, QK_CHUNKS)     # a stage's halves' column chunks
 BAR_PB = 6      # mma1 -> mma0
 
 
@@ -87,7 +111,7 @@ class _Tiles(seesaw.Tiles):
         tile = kb.gep(self.kv_smem, st.stage * MLASparseConfig.tile_bytes() + q_at, "i8")
         return wait_group(issue_s(cs, q_smem, tile, self.dtype), pending=0), tile
 
-    def release(self, st):
+    def release(self, st, b: bool = False):
         self.kv_pipe.consumer_release(st)
 
     def mask(self, cs, j, st):
@@ -100,12 +124,18 @@ class _HalfTiles(_Tiles):
     columns are in one half (w = 0: kv_pipe, 1: kv_hi), released after its P V (`release`); the other half it
     releases as soon as it stops reading it (`release_other`: mma0 after S_a and P_a's publication, after
     reading P_b; mma1 at once for tile a, after S_b and its biases for tile b), so the producer refills each
-    half once its last reader is done, FlashMLA's per-half free barriers."""
+    half once its last reader is done, FlashMLA's per-half free barriers. Note "Pair fill": tile b's halves
+    swap rings (`_ring`), and warpgroup 1 issues S_b by s_pair_b."""
 
-    def __init__(self, kb, bufs, dtype: str, kv_hi, w: int):
+    def __init__(self, kb, bufs, dtype: str, kv_hi, w: int, pair_fill: bool = False):
         super().__init__(kb, bufs, dtype)
         self.kv_hi = kv_hi
-        self.own, self.other = (self.kv_pipe, kv_hi) if w == 0 else (kv_hi, self.kv_pipe)
+        self.w = w
+        self.pair_fill = pair_fill
+
+    def _ring(self, hi: bool, b: bool):
+        """The ring of a tile's half (hi: columns 256..575); note "Pair fill": tile b's halves swapped."""
+        return self.kv_hi if hi != (b and self.pair_fill) else self.kv_pipe
 
     def wait_all(self, st):
         self.kv_pipe.consumer_wait(st)
@@ -127,12 +157,37 @@ class _HalfTiles(_Tiles):
             fa4.mma_fence()
         return wait_group(issue_s(cs, q_smem, tile, self.dtype, at_chunk=(HALF_CHUNKS, second_half)), pending=0), tile
 
-    def release(self, st):
-        self.own.consumer_release(st)
+    def s_pair_b(self, cs, sa, sb):
+        """Note "Pair fill", warpgroup 1: a's half 0..255 waited for and released (it reads none of it; kv_pipe's
+        order), b's 256..575 waited for, S_b's 20 wgmmas over it issued and committed; a's half 256..575 (P_a and
+        this warpgroup's V, kv_hi's order) and b's 0..255 waited for, wgmma fenced, the other 16 issued."""
+        kb = cs.kb
+        self.kv_pipe.consumer_wait(sa)
+        with kb.if_(cs.is_leader).then_():
+            self.kv_pipe.consumer_release(sa)
+        self.kv_pipe.consumer_wait(sb)
+        kb.fence("async_smem")
+        q_at = self._q_at(cs)
+        q_smem = kb.gep(self.q_smem, q_at, "i8")
+        tile = kb.gep(self.kv_smem, sb.stage * MLASparseConfig.tile_bytes() + q_at, "i8")
 
-    def release_other(self, cs, st):
+        def second_half():
+            fa4.mma_commit_group()
+            self.kv_hi.consumer_wait(sa)
+            self.kv_hi.consumer_wait(sb)
+            kb.fence("async_smem")
+            fa4.mma_fence()
+        acc = issue_s(cs, q_smem, tile, self.dtype, at_chunk=(0, second_half), first_chunk=HALF_CHUNKS)
+        return wait_group(acc, pending=0), tile
+
+    def release(self, st, b: bool = False):
+        self._ring(self.w == 1, b).consumer_release(st)
+
+    def release_other(self, cs, st, b: bool = False):
+        if self.pair_fill and b and self.w == 0:    # note "Pair fill": every warp's loads of P_b before the arrival
+            cs.kb.named_barrier(BAR_WG, 128)
         with cs.kb.if_(cs.is_leader).then_():
-            self.other.consumer_release(st)
+            self._ring(self.w == 0, b).consumer_release(st)
 
 
 def build_roles(kb, cfg, p, bufs, x_smem, rows_smem):
@@ -166,7 +221,8 @@ def build_roles(kb, cfg, p, bufs, x_smem, rows_smem):
                 _consumer(kb, cfg, base._Work(kb, cfg, p), p, bufs, x_smem, w, kv_hi)
         if pwg:
             with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=base.PRODUCER_THREADS // 32, regs=load_regs):
-                base._gather_role_wg(kb, base._Work(kb, cfg, p), p, kv_smem, (kv_pipe, kv_hi), bias_smem, cfg.l2_hints)
+                gather = _gather_role_pairs if cfg.pair_fill else base._gather_role_wg
+                gather(kb, base._Work(kb, cfg, p), p, kv_smem, (kv_pipe, kv_hi), bias_smem, cfg.l2_hints)
             return
         if conv:
             with kb.role("convert", first_warp=4 * CONSUMERS, num_warps=4, regs=load_regs):
@@ -193,13 +249,96 @@ def _consumer(kb, cfg, work, p, bufs, x_smem, w: int, kv_hi=None):
     base._load_q(cs, work, p, q_smem, q_slot, cfg.dtype)
     pair_end = work.begin + ((work.end - work.begin) // 2) * 2
     segments = ((work.begin, pair_end, True, True), (pair_end, work.end, False, True))
-    tiles = _Tiles(kb, bufs, cfg.dtype) if kv_hi is None else _HalfTiles(kb, bufs, cfg.dtype, kv_hi, w)
+    tiles = _Tiles(kb, bufs, cfg.dtype) if kv_hi is None else _HalfTiles(kb, bufs, cfg.dtype, kv_hi, w, cfg.pair_fill)
     _, o, m, l = seesaw.run(cs, tiles, cfg.dtype, w, segments, seesaw.initial(cs, kv_pipe))
     totals = seesaw.totals(cs, l)
     if work.decode:
         base._decode_epilogue(cs, cfg, work, p, o, m, l, totals=totals)
     else:
         base._epilogue(cs, cfg, work, p, o, m, l, totals=totals)
+
+
+def _gather_role_pairs(kb, work, p, kv_smem, pipes, bias_smem, l2_hints: bool):
+    """Note "Pair fill": the producer warpgroup (attention_mla_sparse_sm90._gather_role_wg's threads, rows and
+    copies) over the pairs of [begin, end): both tiles' rows looked up first, then the halves a lo, b hi, a hi,
+    b lo, each after waiting for it to be free, both tiles' biases with the first; an odd count's last tile lo
+    (with its biases) then hi."""
+    from . import attention_mla_sparse_sm90 as base
+    hints = dict(l2_prefetch=L2_PREFETCH, evict_last=True) if l2_hints else {}
+    t = kb.thread_idx(0) % base.PRODUCER_THREADS
+    group, unit = t // UNITS, t % UNITS
+    tile_bytes = MLASparseConfig.tile_bytes()
+    idx_row = kb.gep(p["indices"], work.token.to("i64") * p["indices_stride_s"], "i32")
+    kv_unit = kb.gep(p["kv"], unit * 8, "bf16")    # this thread's 16-byte unit of row 0
+    lo, hi = pipes      # kv_pipe, kv_hi: tile a's halves 0..255 and 256..575, tile b's swapped
+
+    per_tile = BN // base.GROUPS        # 4 rows a thread a tile
+
+    def rows_of(j, first_bit: int = 0):
+        """1. this thread's rows of tile j: position -> index -> validity, as (row, index (0 when invalid; its
+        element offset is formed where each half is filled), bit), and the validities as bits of one word
+        (row i: bit first_bit + i; a pair's two tiles share one word), tested again where each half is filled:
+        ptxas hoists the second tile's index loads above the first fill, and with 64-bit offsets and 8
+        predicates live over a pair's fills the producer spilled at setmaxnreg 72."""
+        rows, valid_bits = [], const(0)
+        for i in range(per_tile):
+            r = group + base.GROUPS * i
+            pos = j * BN + r
+            index = kb.load(kb.gep(idx_row, pos, "i32"), "i32", align=4)
+            valid = pos.slt(work.length) & index.sge(0) & index.slt(p["s_kv"])
+            valid_bits = valid_bits | select(valid, const(1 << (first_bit + i)), const(0))
+            rows.append((r, select(valid, index, const(0)), first_bit + i))
+        return rows, valid_bits
+
+    # the biases: a group's 8 threads hold the same 8 rows of a pair (bits 0..7), thread `unit` writes the bias
+    # of bit `unit` (row group + 16 (unit % 4) of tile unit // 4): one store each, no branch (unit-0 threads
+    # writing all 8 behind a branch spilled with topk_length)
+    if UNITS != 2 * per_tile:
+        raise AssertionError(f"the pair fill's bias stores need 2 x {per_tile} units a row, got {UNITS}")
+    bias_row = group + base.GROUPS * (unit % per_tile)
+
+    def store_bias(stage, valid_bits):
+        ok = (valid_bits & (const(1) << unit)).ne(0)
+        bias = select(ok, const(0.0, "f32"), const(NEG_INF, "f32"))
+        kb.store(bias, kb.gep(bias_smem, (stage * BN + bias_row) * 4, "i8"), align=4)
+
+    def fill(pipe, s, rows, valid_bits, chunks, biases=None):
+        """2. one half (chunks LO or HI) of the tile of `rows` on ring `pipe`: wait until free, `biases()` (the
+        bias stores that go with this half), the copies, arrive when landed, commit."""
+        pipe.producer_acquire(s)
+        if biases is not None:
+            biases()
+        base_at = kb.gep(kv_smem, s.stage * tile_bytes, "i8")
+        for r, index, bit in rows:
+            ok = (valid_bits & (1 << bit)).ne(0)
+            src = kb.gep(kv_unit, index.to("i64") * p["kv_stride_s"], "bf16")
+            dst = kb.gep(base_at, r * SWIZZLE + (unit ^ (r % 8)) * 16, "i8")
+            for c in chunks:
+                fa4.cp_async(kb.gep(src, c * CHUNK, "bf16"), kb.gep(dst, c * BN * SWIZZLE, "i8"), ok, **hints)
+        fa4.cp_async_arrive(s.stage, pipe=pipe.name)
+        pipe.producer_commit(s)
+
+    pair_end = work.begin + ((work.end - work.begin) // 2) * 2
+    loop = kb.for_(work.begin, pair_end, 2, carry=lo.initial_state())
+    with loop as (j, sa):
+        sb = sa.advance()
+        (rows_a, bits_a), (rows_b, bits_b) = rows_of(j), rows_of(j + 1, per_tile)
+        bits = bits_a | bits_b
+        fill(lo, sa, rows_a, bits, LO, biases=lambda: store_bias(select(unit.slt(per_tile), sa.stage, sb.stage), bits))
+        fill(lo, sb, rows_b, bits, HI)
+        fill(hi, sa, rows_a, bits, HI)
+        fill(hi, sb, rows_b, bits, LO)
+        loop.yield_(sb.advance())
+    tail = kb.for_(pair_end, work.end, 1, carry=loop.results)
+    with tail as (j, s):
+        rows, bits = rows_of(j)
+
+        def tail_biases():      # threads 0-3 of a group: the tile's 4 rows
+            with kb.if_(unit.slt(per_tile)).then_():
+                store_bias(s.stage, bits)
+        fill(lo, s, rows, bits, LO, biases=tail_biases)
+        fill(hi, s, rows, bits, HI)
+        tail.yield_(s.advance())
 
 
 __all__ = ["build_roles", "BAR_PA", "BAR_PB", "gather_owns_work"]

@@ -101,6 +101,8 @@ class MLASparseConfig:
     l2_hints: bool = False         # producer_warps=4: the cp.asyncs' L2 hints (L2_PREFETCH, evict_last)
     seesaw: bool = False           # FlashMLA's seesaw tile step (attention_mla_sparse_seesaw_sm90); opt-in,
                                    # 16-bit kv (SEESAW_VARIANT, FA4MLIR_MLA_SPARSE_VARIANT)
+    pair_fill: bool = False        # seesaw + producer_warps=4: FlashMLA's fill order of a pair's halves (note
+                                   # "Pair fill"; PAIR_FILL_VARIANT)
 
     @property
     def fp8(self) -> bool:
@@ -174,6 +176,7 @@ class MLASparseConfig:
         if self.fp8 and self.stages < 1:
             raise ConfigError("the FP8 cache's staging stage does not fit the SMEM (note \"FP8 sparse SMEM plan\")")
         _check_seesaw(self)
+        check_pair_fill(self)
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
         fits, need, pool = register_pool_fits(self.threads, *self.regs, CONSUMERS)
@@ -190,10 +193,10 @@ class MLASparseConfig:
     def name(self) -> str:
         return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_pwg' if self.producer_warps == 4 else ''}"
                 f"{'_l2' if self.l2_hints else ''}{'_topklen' if self.topk_length else ''}{'_sinks' if self.sinks else ''}"
-                f"{'_seesaw' if self.seesaw else ''}")
+                f"{'_seesaw' if self.seesaw else ''}{'_pairfill' if self.pair_fill else ''}")
 
 
-VARIANT_FIELDS = field_defaults(MLASparseConfig, ("kv_dtype", "producer_warps", "l2_hints", "seesaw"))  # (common.fields)
+VARIANT_FIELDS = field_defaults(MLASparseConfig, ("kv_dtype", "producer_warps", "l2_hints", "seesaw", "pair_fill"))  # (common.fields)
 
 
 def check_producer(cfg) -> None:
@@ -213,7 +216,16 @@ def check_producer(cfg) -> None:
 # (SMEM and registers as the default's).
 SEESAW_VARIANT = "seesaw"
 TILE_VARIANT = "tile"       # the shared tile step (common/mla_sm90.py), both warpgroups on one tile
-SPARSE_VARIANTS = {"default": {}, TILE_VARIANT: {}, SEESAW_VARIANT: {"seesaw": True}}
+# "seesaw_pairfill": the seesaw with FlashMLA's fill order of a pair's halves (note "Pair fill"); it needs the
+# producer warpgroup (PRODUCER_VARIANTS "warpgroup" or "warpgroup_l2", SPARSE_DEFAULT_RULE's over bf16)
+PAIR_FILL_VARIANT = "seesaw_pairfill"
+SPARSE_VARIANTS = {"default": {}, TILE_VARIANT: {}, SEESAW_VARIANT: {"seesaw": True},
+                   PAIR_FILL_VARIANT: {"seesaw": True, "pair_fill": True}}
+# Note "Pair fill" (pair_fill=True; attention_mla_sparse_seesaw_sm90's note of that name; FlashMLA's sm90 sparse
+# prefill, phase1.cuh): the producer warpgroup fills a pair (a = j, b = j + 1) of tiles half by half in the
+# order its readers need them, a's columns 0..255, b's 256..575, a's 256..575, b's 0..255 (FlashMLA: V0L, V1R,
+# V0R, V1L), and warpgroup 1 issues S_b over b's second half first; it waits for a's half 256..575 (its V and
+# P_a) only after S_b, so the two warpgroups' S GEMMs start one half apart rather than a whole tile.
 
 # SPARSE_DEFAULT_RULE, what a call runs with neither knob set (FA4MLIR_MLA_SPARSE_VARIANT, _PRODUCER unset or
 # "default"; each knob, when set, replaces its half): kv dtype -> (SPARSE_VARIANTS name, PRODUCER_VARIANTS name).
@@ -247,9 +259,21 @@ def sparse_variant(cfg, name: str = "default"):
         raise ConfigError(f"unknown sparse MLA variant {name!r}; known: {', '.join(SPARSE_VARIANTS)}")
     if name == "default":
         name = default_sparse(cfg.dtype, cfg.fp8)[0]
-    out = replace(cfg, **{"seesaw": False, **SPARSE_VARIANTS[name]})
+    out = replace(cfg, **{"seesaw": False, "pair_fill": False, **SPARSE_VARIANTS[name]})
     _check_seesaw(out)
+    check_pair_fill(out)
     return out
+
+
+def check_pair_fill(cfg) -> None:
+    """pair_fill (note "Pair fill"): a bool, set only with the seesaw over a 16-bit kv and the producer warpgroup."""
+    if not isinstance(cfg.pair_fill, bool):
+        raise ConfigError(f"pair_fill must be a bool, got {cfg.pair_fill!r}")
+    if cfg.pair_fill and not (cfg.seesaw and cfg.producer_warps == 4 and not cfg.fp8):
+        raise ConfigError(f"pair_fill=True (variant {PAIR_FILL_VARIANT!r}) orders the producer warpgroup's half stages "
+                          f"for the seesaw over a 16-bit kv: it needs seesaw=True, producer_warps=4 (the producer "
+                          f"'warpgroup' or 'warpgroup_l2') and kv_dtype \"\"; got seesaw={cfg.seesaw}, "
+                          f"producer_warps={cfg.producer_warps}, kv_dtype={cfg.kv_dtype!r}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -352,6 +376,7 @@ class MLASparseDecodeConfig:
     l2_hints: bool = False          # producer_warps=4: the copies' L2 hints (MLASparseConfig's)
     seesaw: bool = False            # MLASparseConfig.seesaw's tile step (SPARSE_VARIANTS): 16-bit kv, or fp8 with
                                     # fp8_converter and no split
+    pair_fill: bool = False         # MLASparseConfig.pair_fill's fill order (seesaw, producer_warps=4, 16-bit kv)
 
     @property
     def fp8(self) -> bool:
@@ -421,6 +446,7 @@ class MLASparseDecodeConfig:
             raise ConfigError("fp8_converter=True dequantizes FlashMLA's FP8 cache: it needs kv_dtype=\"fp8\"")
         check_producer(self)
         _check_seesaw(self)
+        check_pair_fill(self)
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA decode needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
         fits, need, pool = register_pool_fits(self.threads, *self.regs, CONSUMERS)
@@ -436,10 +462,11 @@ class MLASparseDecodeConfig:
         return (f"{DECODE_KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_conv' if self.fp8_converter else ''}"
                 f"{'_pwg' if self.producer_warps == 4 else ''}{'_l2' if self.l2_hints else ''}"
                 f"{'_topklen' if self.topk_length else ''}{'_split' if self.split else ''}"
-                f"{'_seesaw' if self.seesaw else ''}")
+                f"{'_seesaw' if self.seesaw else ''}{'_pairfill' if self.pair_fill else ''}")
 
 
-DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", "producer_warps", "l2_hints", "seesaw"))
+DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", "producer_warps", "l2_hints", "seesaw",
+                                                               "pair_fill"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -553,4 +580,5 @@ __all__ = ["fp8_plan", "KERNEL", "DTYPES", "D_QK", "D_V", "BN", "TILE_M", "CONSU
            "OUTPUTS", "SCALARS", "launch_args", "grid", "flops", "DECODE_KERNEL", "DECODE_DTYPES", "MLASparseDecodeConfig",
            "DECODE_OUTPUTS", "DECODE_SPLIT_OUTPUTS", "DECODE_SCALARS", "DECODE_FP8_SCALARS", "KV_DTYPES", "FP8_DTYPE",
            "FP8_ROW_BYTES", "decode_launch_args", "decode_grid", "head_blocks",
-           "split_range", "SEESAW_VARIANT", "SPARSE_VARIANTS", "SPARSE_VARIANT_ENV", "sparse_variant"]
+           "split_range", "SEESAW_VARIANT", "SPARSE_VARIANTS", "SPARSE_VARIANT_ENV", "sparse_variant",
+           "PAIR_FILL_VARIANT", "check_pair_fill"]

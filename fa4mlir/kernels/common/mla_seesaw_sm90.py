@@ -33,20 +33,25 @@ class Tiles:
                             committed and retired; returns (S, the tile's SMEM address)
         wait_all(st)        wait for the whole tile of state st (a warpgroup that only reads its V)
         tile(cs, st)        the tile's SMEM address (after a wait)
-        release(st)         this warpgroup's release of the stage (called by its leader thread)
-        release_other(cs, st)   where the stage's barriers are split (the sparse kernels' half stages), this
+        release(st, b)      this warpgroup's release of the stage (called by its leader thread); b: the
+                            pair's tile b (where the barriers of a tile's parts depend on it)
+        release_other(cs, st, b)    where the stage's barriers are split (the sparse kernels' half stages), this
                             warpgroup's early release of the part it no longer reads (emitted by every
                             thread; the default emits nothing)
+        pair_fill           False; True (the sparse seesaw's pair fill): step1 issues S_b by
+                            s_pair_b(cs, sa, sb), which waits for tile a's parts itself, and both steps
+                            release b's other part after their release of a (each ring's releases in order)
         mask(cs, j, st)     a map of this thread's S values of tile j (None: every key seen)
         zero_tail(cs, tile, j, w)   V rows of tile j no key may read, zeroed in warpgroup w's columns
     """
 
     bar_pa = bar_pb = None
+    pair_fill = False
 
     def zero_tail(self, cs, tile, j: Value, w: int):
         pass
 
-    def release_other(self, cs, st):
+    def release_other(self, cs, st, b: bool = False):
         pass
 
 
@@ -133,18 +138,21 @@ def step0(cs, tiles: Tiles, dtype: str, j: Value, carry, masked: bool, pair: boo
     tiles.wait_all(sb)
     tile_b = tiles.tile(cs, sb)
     m_b, frags_b = receive(cs, M_B_AT, tile_b, tiles.bar_pb)
-    tiles.release_other(cs, sb)         # (half stages) P_b read
+    if not tiles.pair_fill:
+        tiles.release_other(cs, sb, b=True)     # (half stages) P_b read
     down = [max_update(m_a[h], m_b[h], cs.scale_log2, 0.0)[1] for h in (0, 1)]     # exp2(m_a - m_b)
     o = wait_group(o, pending=0)
     with kb.if_(cs.is_leader).then_():
         tiles.release(sa)
+    if tiles.pair_fill:
+        tiles.release_other(cs, sb, b=True)     # (pair fill) after a's release: that ring's order
     o = scaled(o, down)
     l = [l[h] * down[h] for h in (0, 1)]
     if masked:
         tiles.zero_tail(cs, tile_b, j + 1, 0)
     o = wait_group(issue_pv(cs, v_of(cs, tile_b), frags_b, o, dtype), pending=0)
     with kb.if_(cs.is_leader).then_():
-        tiles.release(sb)
+        tiles.release(sb, b=True)
     return sb.advance(), o, tuple(m_b), tuple(l)
 
 
@@ -176,14 +184,18 @@ def step1(cs, tiles: Tiles, dtype: str, j: Value, carry, masked: bool, pair: boo
             tiles.release(sa)
         return sa.advance(), o, tuple(m_a), tuple(l)
     sb = sa.advance()
-    tiles.wait_all(sa)     # tile a is filled before b (dense: its chunks are committed before b's)
-    tiles.release_other(cs, sa)         # (half stages) mma1 reads only P_a and its V half of tile a
-    s_acc, tile_b = tiles.s(cs, sb)
+    if tiles.pair_fill:     # S_b's first part waits for less than tile a whole
+        s_acc, tile_b = tiles.s_pair_b(cs, sa, sb)
+    else:
+        tiles.wait_all(sa)     # tile a is filled before b (dense: its chunks are committed before b's)
+        tiles.release_other(cs, sa)     # (half stages) mma1 reads only P_a and its V half of tile a
+        s_acc, tile_b = tiles.s(cs, sb)
     s = [s_acc[i] for i in range(cs.n_s)]
     if masked:
         s = tiles.mask(cs, j + 1, sb)(s)
     mx = rowmax(cs, s)
-    tiles.release_other(cs, sb)         # (half stages) S_b retired, its biases read
+    if not tiles.pair_fill:
+        tiles.release_other(cs, sb, b=True)     # (half stages) S_b retired, its biases read
     o, m_a, l = _take_a(cs, tiles, dtype, sa, j, o, m, l, masked)
     upd = [max_update(m_a[h], mx[h], cs.scale_log2, 0.0) for h in (0, 1)]
     m_b = [u[0] for u in upd]
@@ -192,13 +204,15 @@ def step1(cs, tiles: Tiles, dtype: str, j: Value, carry, masked: bool, pair: boo
     o = wait_group(o, pending=0)
     with kb.if_(cs.is_leader).then_():
         tiles.release(sa)
+    if tiles.pair_fill:
+        tiles.release_other(cs, sb, b=True)     # (pair fill) after a's release: that ring's order
     o = scaled(o, [u[1] for u in upd])                                               # exp2(m_a - m_b)
     l = [fma(l[h], upd[h][1], sums[h]) for h in (0, 1)]
     if masked:
         tiles.zero_tail(cs, tile_b, j + 1, 1)
     o = wait_group(issue_pv(cs, v_of(cs, tile_b), frags_b, o, dtype), pending=0)
     with kb.if_(cs.is_leader).then_():
-        tiles.release(sb)
+        tiles.release(sb, b=True)
     return sb.advance(), o, tuple(m_b), tuple(l)
 
 

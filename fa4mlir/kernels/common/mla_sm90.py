@@ -99,15 +99,21 @@ def load_q(cs: ConsumerGeometry, q_smem, q_slot, dtype: str, q_ptr: Value, row_s
     kb.named_barrier(BAR_ALL, 256)
 
 
-def issue_s(cs: ConsumerGeometry, q_smem, kv_base, dtype: str, at_chunk: tuple | None = None) -> Value:
+def issue_s(cs: ConsumerGeometry, q_smem, kv_base, dtype: str, at_chunk: tuple | None = None,
+            first_chunk: int = 0) -> Value:
     """S = Q K^T over all 576 columns of the tile at kv_base (exchange: this warpgroup's 32 keys).
     at_chunk (c, emit): emit() runs before the first wgmma of column chunk c (a wait for the tile's
-    columns from 64 c on: the sparse kernel's half stages); None: the wgmmas back to back."""
+    columns from 64 c on: the sparse kernel's half stages); None: the wgmmas back to back. first_chunk:
+    the column chunks issued from that one on, then those before it (the sparse seesaw's pair fill issues
+    S_b's second half first); the first wgmma issued starts the accumulator."""
     kb = cs.kb
     acc = undef(("f32", cs.n_s))
     key_off = cs.key0 * SWIZZLE if cs.exchange else 0      # this warpgroup's keys: rows of the tile
     fa4.mma_fence()
-    for kk in range(D_QK // WGMMA_K):
+    steps = D_QK // WGMMA_K
+    first = first_chunk * (CHUNK // WGMMA_K)
+    for n in range(steps):
+        kk = (first + n) % steps
         c, within = divmod(kk, CHUNK // WGMMA_K)
         if at_chunk is not None and (c, within) == (at_chunk[0], 0):
             at_chunk[1]()
@@ -115,7 +121,7 @@ def issue_s(cs: ConsumerGeometry, q_smem, kv_base, dtype: str, at_chunk: tuple |
         a_d = fa4.smem_desc(kb.gep(q_smem, c * TILE_M * SWIZZLE + off, "i8"), swizzle=SWIZZLE, lbo=16, sbo=8 * SWIZZLE)
         b_d = fa4.smem_desc(kb.gep(kv_base, c * BN * SWIZZLE + key_off + off, "i8"), swizzle=SWIZZLE, lbo=16,
                             sbo=8 * SWIZZLE)
-        acc = Value(fa4.mma(a_d, b_d, const(int(kk > 0), "i1"), [acc], result_types=[acc.type], m=64, n=cs.s_keys,
+        acc = Value(fa4.mma(a_d, b_d, const(int(n > 0), "i1"), [acc], result_types=[acc.type], m=64, n=cs.s_keys,
                             k=WGMMA_K, a_source="smem", ab_dtype=dtype, acc_dtype="f32"))
     fa4.mma_commit_group()
     return acc

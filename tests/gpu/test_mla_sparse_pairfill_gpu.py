@@ -1,0 +1,86 @@
+"""The sparse MLA kernels' opt-in pair-fill variant (FA4MLIR_MLA_SPARSE_VARIANT=seesaw_pairfill: the seesaw with
+the producer warpgroup filling a pair's halves in FlashMLA's order, attention_mla_sparse_seesaw_sm90 note "Pair
+fill") on an sm_90 GPU: the prefill (flash_mla_sparse_fwd; h_q 64 and 128, topk 128 to 2048 with odd and even
+tile counts, -1 padding, indices >= s_kv, duplicates, NaN in every kv row no valid entry names, topk_length with
+sinks) and the decode over a bf16 cache (one split, and three with topk_length), each by the FA rule against the
+float64 reference (fa4mlir.testing_mla), its max error within 1.5x that of SPARSE_DEFAULT_RULE's kernel (the
+seesaw with the producer warpgroup) on the same inputs (+ a small atol), the same bits for the same inputs.
+Not the rule's bits: warpgroup 1 sums S_b's columns 256..575 first. A hang (a pair-fill ring order that
+deadlocks) is a timeout. Needs a bundle of the `mla-sparse-variants` set (or `gpu-tests`).
+"""
+import numpy as np
+import pytest
+
+from tests.gpu.test_mla_sparse_decode_gpu import _case as _decode_case
+from tests.gpu.test_mla_sparse_decode_gpu import _metadata
+from tests.gpu.test_mla_sparse_gpu import _case
+from tests.gpu.test_mla_sparse_gpu import torch  # noqa: F401  (the fixture)
+from tests.gpu.test_mla_sparse_seesaw_gpu import PREFILL, _same_class
+
+pytestmark = pytest.mark.gpu
+
+PRODUCER_ENV = "FA4MLIR_MLA_SPARSE_PRODUCER"
+VARIANTS = (("default", "default"), ("seesaw_pairfill", "warpgroup"))     # the rule's kernel, then the variant
+
+
+@pytest.mark.parametrize("s_q,heads,topk,s_kv,options", PREFILL)
+def test_sparse_prefill_pairfill(torch, monkeypatch, s_q, heads, topk, s_kv, options):  # noqa: F811
+    from fa4mlir.attention import mla_sparse as ms
+    from fa4mlir.testing_mla import check_mla_sparse
+    q, kv, idx = _case(torch, s_q, heads, topk, s_kv)
+    lens = sinks = None
+    if options:
+        lens = torch.from_numpy(np.random.default_rng(1).integers(0, topk + 100, s_q).astype(np.int32))
+        lens[0], lens[1] = 0, topk // 3
+        sinks = torch.randn(heads, generator=torch.Generator().manual_seed(2))
+        sinks[:3] = torch.tensor([float("-inf"), float("inf"), 4.0])
+    scale = 576 ** -0.5
+    args = (q.cuda(), kv.cuda(), torch.from_numpy(idx).cuda(), scale)
+    kw = dict(attn_sink=None if sinks is None else sinks.cuda(), topk_length=None if lens is None else lens.cuda())
+    errs = {}
+    for variant, prod in VARIANTS:
+        monkeypatch.setenv(ms.VARIANT_ENV, variant)
+        monkeypatch.setenv(PRODUCER_ENV, prod)
+        out, max_logits, lse = ms.flash_mla_sparse_fwd(*args, **kw)
+        again = ms.flash_mla_sparse_fwd(*args, **kw)
+        torch.cuda.synchronize()
+        assert torch.equal(out, again[0]) and torch.equal(max_logits, again[1]) and torch.equal(lse, again[2])
+        errs[variant] = check_mla_sparse(q, kv, idx, out.cpu().float(), max_logits.cpu(), lse.cpu(), scale,
+                                         sinks=sinks, topk_length=None if lens is None else lens.numpy())
+    _same_class(errs["seesaw_pairfill"], errs["default"], ("out", "lse", "max_logits"))
+
+
+DECODE = [  # batch, seqlen_q, heads, topk, pages, page, lengths, splits (the set's two decode kernels)
+    (24, 2, 128, 2048, 900, 64, False, 1),
+    (4, 1, 64, 192, 600, 64, False, 1),
+    (5, 1, 80, 512, 20, 64, True, 3),
+    (3, 2, 128, 2048, 300, 64, True, 3),
+]
+
+
+@pytest.mark.parametrize("batch,seqlen_q,heads,topk,pages,page,with_lengths,splits", DECODE)
+def test_sparse_decode_pairfill(torch, monkeypatch, batch, seqlen_q, heads, topk, pages, page,  # noqa: F811
+                                with_lengths, splits):
+    from fa4mlir import flash_mla_with_kvcache
+    from fa4mlir.attention import mla_sparse as ms
+    from fa4mlir.testing_mla import check_mla_sparse_decode
+    q, cache, idx = _decode_case(torch, batch, seqlen_q, heads, topk, pages, page, "bf16")
+    qc, cc, ic = q.cuda(), cache.cuda(), torch.from_numpy(idx).cuda()
+    meta, num_splits = _metadata(torch, splits, batch)
+    lens = None
+    if with_lengths:
+        lens = torch.from_numpy(np.random.default_rng(1).integers(0, topk + 100, batch).astype(np.int32))
+        lens[0] = 0
+        lens[1 % batch] = topk // 3
+    kw = dict(indices=ic, topk_length=None if lens is None else lens.cuda())
+    errs = {}
+    for variant, prod in VARIANTS:
+        monkeypatch.setenv(ms.VARIANT_ENV, variant)
+        monkeypatch.setenv(PRODUCER_ENV, prod)
+        out, lse = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
+        again, lse2 = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
+        torch.cuda.synchronize()
+        assert torch.equal(out, again) and torch.equal(lse, lse2)
+        errs[variant] = check_mla_sparse_decode(q, cache, idx, out.cpu().float(), lse.cpu(), 576 ** -0.5,
+                                                topk_length=None if lens is None else lens.numpy())
+    _same_class(errs["seesaw_pairfill"], errs["default"], ("out", "lse"))
