@@ -63,6 +63,15 @@ pairs below the first tile any row masks run unmasked; the rest (and the odd til
 V rows past L_b zeroed in the tile that holds L_b (attention_mla_decode_sm90, note "NaN past L_b"): each
 warpgroup zeroes its own columns of a tile once the S on that tile retired (its own, or the other's:
 after that one's barrier).
+
+Note "SMEM P" (MLADecodeConfig.seesaw_smem_p, variant seesaw_ss; opt-in): FlashMLA's "remote P". The writer
+stores P into the rope columns as a 64 x 64 K-major matrix in the 128-byte swizzle (the layout of the chunk's
+K rows, common/mla_seesaw_sm90.store_p_matrix: 16 four-byte stores a thread, conflict-free) and the reader's
+P V is an SS wgmma whose A descriptor points there, so the reader issues its P V straight after the
+barrier's sync: no four 16-byte ld.shared (whose latency the default's reader waits out right after
+BAR.SYNC) and no 16 registers of P fragments. The writer's own P V stays RS (its fragments are in its
+registers). The writer's fence.proxy.async before its arrival is what makes P visible to the reader's
+wgmma (the async proxy), as it makes it safe from the next TMA fill in the default.
 """
 from __future__ import annotations
 
@@ -108,6 +117,7 @@ class _Tiles(seesaw.Tiles):
 
     def __init__(self, cfg: MLADecodeConfig, bufs):
         self.cfg, self.bufs, self.chunks = cfg, bufs, bufs[2]
+        self.smem_p = cfg.seesaw_smem_p     # note "SMEM P"
 
     def s(self, cs, st):
         return _chunked_s(cs, self.bufs, st, self.cfg.dtype)
