@@ -303,7 +303,7 @@ def check_variant(variant: str, seqlen_q: int, heads: int, fp8: bool, dtype: str
     if not mc.variant_runs(variant, seqlen_q, heads, fp8, dtype):
         raise UnsupportedFeatureError(_err(
             f"the {variant} decode ({VARIANT_ENV}={variant}) is not built for this call (swapab: a 16-bit cache "
-            f"and seqlen_q x heads <= {mc.SWAP_AB_MAX_ROWS}; full_s: a 16-bit cache; seesaw, seesaw_ss: bf16), got seqlen_q x "
+            f"and seqlen_q x heads <= {mc.SWAP_AB_MAX_ROWS}; full_s: a 16-bit cache; seesaw: bf16; seesaw_ss: bf16), got seqlen_q x "
             f"heads = {seqlen_q * heads}, dtype {dtype}, is_fp8_kvcache={fp8}; unset "
             f"{VARIANT_ENV} for the default rule's kernel"))
     return mc.default_variant(seqlen_q, heads, fp8, dtype) if variant == mc.RULE_VARIANT else variant
