@@ -90,8 +90,8 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 and pages of 16, 64, 128, with its combine): what `bench decode --decode-variant` times
     mla-decode-variants
                 the mla set (every kernel DEFAULT_RULE or FA4MLIR_MLA_DECODE_VARIANT picks: M64, swap AB, the
-                seesaw schedule, full_s) plus the opt-in seesaw_ss kernels (bf16, pages of 64; the mla set does
-                not hold them), for the commands that time and test the variants (`bench mla
+                seesaw schedule, full_s) plus the opt-in seesaw_ss and seesaw_fm kernels (bf16, pages of 64; the
+                mla set does not hold them), for the commands that time and test the variants (`bench mla
                 --mla-decode-variant`, tests/gpu/test_mla_decode_{swapab,seesaw}_gpu.py)
     prefill     what `bench prefill`'s fa4mlir rows run today (fa4mlir/bench/prefill_bench.py): the sm_90a
                 attention kernel, bf16 D128 causal (the dense rows; prefill_chunked on the contiguous

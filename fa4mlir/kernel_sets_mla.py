@@ -77,12 +77,14 @@ def mla_decode_variants() -> list:
 
 
 def mla_decode_variant_entries() -> list:
-    """The dense MLA decode's opt-in variants the mla set does not hold: seesaw_ss (MLADecodeConfig.seesaw_smem_p,
-    attention_mla_decode_seesaw_sm90 note "SMEM P") over FlashMLA's bf16 page-64 cache, split and unsplit."""
+    """The dense MLA decode's opt-in variants the mla set does not hold, over FlashMLA's bf16 page-64 cache, split
+    and unsplit: seesaw_ss (MLADecodeConfig.seesaw_smem_p, attention_mla_decode_seesaw_sm90 note "SMEM P") and
+    seesaw_fm (MLADecodeConfig.seesaw_fm, attention_mla_decode_seesaw_fm_sm90)."""
     from dataclasses import replace
-    from .kernels.attention_mla_decode_sm90_config import KERNEL, default_config
-    return [(KERNEL, replace(default_config("bf16", 64, unsplit=u, seesaw=True), seesaw_smem_p=True))
-            for u in (False, True)]
+    from .kernels.attention_mla_decode_sm90_config import (KERNEL, SEESAW_FM_VARIANT, SEESAW_SS_VARIANT, VARIANTS,
+                                                          default_config)
+    return [(KERNEL, replace(default_config("bf16", 64, unsplit=u), **VARIANTS[v]))
+            for v in (SEESAW_SS_VARIANT, SEESAW_FM_VARIANT) for u in (False, True)]
 
 
 # (dtype, head_dim, causal, window_size, softcap, sinks) of the attention-varlen set: what

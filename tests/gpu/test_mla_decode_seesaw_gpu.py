@@ -1,6 +1,6 @@
 """The MLA decode's seesaw schedule (MLADecodeConfig.seesaw, attention_mla_decode_seesaw_sm90; DEFAULT_RULE's
 for more than 32 rows over bf16) and its opt-in seesaw_ss form (MLADecodeConfig.seesaw_smem_p, note "SMEM P")
-on an sm_90 GPU, each chosen through FA4MLIR_MLA_DECODE_VARIANT, by the FA rule against the float64 reference
+and seesaw_fm (MLADecodeConfig.seesaw_fm, attention_mla_decode_seesaw_fm_sm90) on an sm_90 GPU, each chosen through FA4MLIR_MLA_DECODE_VARIANT, by the FA rule against the float64 reference
 (fa4mlir.testing_mla.check_mla): 64 and 128 heads, seqlen_q 1 and 2 (causal bottom-right), lengths with odd
 and even tile counts (0, 1, 63, 64, 65, 129, 150, 1000, 4096), NaN in every cache row no sequence owns,
 one split (the unsplit kernel) and several (the split kernel and the combine), the same bits for the same
@@ -24,7 +24,7 @@ CASES = [  # lens, seqlen_q, heads, splits (None: get_mla_metadata's)
 ]
 
 
-@pytest.mark.parametrize("variant", ["seesaw", "seesaw_ss"])
+@pytest.mark.parametrize("variant", ["seesaw", "seesaw_ss", "seesaw_fm"])
 @pytest.mark.parametrize("lens,seqlen_q,heads,splits", CASES)
 def test_mla_decode_seesaw(torch, monkeypatch, lens, seqlen_q, heads, splits, variant):  # noqa: F811
     from fa4mlir.attention import mla
@@ -44,5 +44,5 @@ def test_mla_decode_seesaw(torch, monkeypatch, lens, seqlen_q, heads, splits, va
     assert torch.equal(out, again) and torch.equal(lse, lse2)          # deterministic
     (call,) = mla._CALLS._calls.values()                                   # the one prepared call
     cfg = mla.configs_for(call.problem)[0]
-    assert cfg.seesaw and cfg.seesaw_smem_p == (variant == "seesaw_ss")    # the kernel the knob names ran
+    assert cfg.seesaw and cfg.seesaw_smem_p == (variant != "seesaw") and cfg.seesaw_fm == (variant == "seesaw_fm")
     check_mla(q, kv, table, seqlens, out.cpu().float(), lse.cpu(), causal=True)
