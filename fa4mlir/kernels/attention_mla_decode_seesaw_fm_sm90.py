@@ -45,12 +45,14 @@ then BAR_PA); mma1 syncs BAR_MA (m = m_a: O_1, l_1 rescaled) and BAR_PA and adds
 """
 from __future__ import annotations
 
+from ..dialect import builders as fa4
+from ..dsl import const, exp2, fma, tree_reduce, vec
 from .attention_mla_decode_sm90_config import BN, MLADecodeConfig
 from .common import mla_seesaw_sm90 as seesaw
 from .common.mla_seesaw_sm90 import M_A_AT, M_B_AT, P_AT
-from .common.mla_sm90 import QK_CHUNKS
+from .common.mla_sm90 import CHUNK, QK_CHUNKS, SWIZZLE
 from .common.softmax import max_update
-from .common.wgmma import wait_group
+from .common.wgmma import a_frag_pairs, acc_row, row_regs, wait_group
 
 BAR_MA = 4                  # mma0 -> mma1: m_a written
 BAR_PB = 5                  # mma1 -> mma0: m_b and P_b written
@@ -86,16 +88,12 @@ def _load_m(cs, at: int):
 
 def _frags(cs, p, dtype: str):
     """bf16/f16 A fragments of the float P values p (this thread's accumulator layout)."""
-    from ..dsl import vec
-    from .common.wgmma import a_frag_pairs
     return [vec(*[vec(p[a], p[b]).to((dtype, 2)).bitcast("i32") for a, b in a_frag_pairs(kk)])
             for kk in range(seesaw.P_STEPS)]
 
 
 def _probs(cs, s, neg):
     """P = exp2(S scale + neg) (float) of both rows and this thread's row sums."""
-    from ..dsl import exp2, fma, tree_reduce
-    from .common.wgmma import row_regs
     p = [None] * cs.n_s
     sums = []
     for h in (0, 1):
@@ -108,8 +106,6 @@ def _probs(cs, s, neg):
 
 def step0(cs, t, dtype: str, j, carry, masked: bool, pair: bool):
     """mma0's step over tile a = j (and, pair, b = j + 1): the left column of the note's table."""
-    from ..dsl import fma
-    from .common.wgmma import acc_row
     kb = cs.kb
     sa, o, m, l = carry
     s_acc, tile_a = t.s(cs, sa, A_ORDER)
@@ -159,7 +155,6 @@ def _load_m_after(cs, barrier: int):
 
 def step1(cs, t, dtype: str, j, carry, masked: bool, pair: bool):
     """mma1's step: the right column of the note's table (pair) or the lone tile a (note "Odd count")."""
-    from ..dsl import fma
     kb = cs.kb
     sa, o, m, l = carry
     _wait(t.chunks, sa, A_ORDER)                    # all of a first (the rings' waits go in ring order; the
@@ -220,9 +215,6 @@ def run(cs, t, dtype: str, w: int, segments, state):
 
 def load_tile(kb, cfg: MLADecodeConfig, p, kv_smem, chunks, s, origins, order):
     """The producer's TMA boxes of one tile (ring state s), its chunks committed in `order`."""
-    from ..dialect import builders as fa4
-    from ..dsl import const
-    from .common.mla_sm90 import CHUNK, SWIZZLE
     tile_bytes = MLADecodeConfig.tile_bytes()
     for c in order:
         pipe = chunks.pipes[c]
