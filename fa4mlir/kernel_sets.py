@@ -90,8 +90,9 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 and pages of 16, 64, 128, with its combine; balanced5/12), TILE_VARIANTS (bf16): what `bench decode` times
     mla-decode-variants
                 the mla set (every kernel DEFAULT_RULE or FA4MLIR_MLA_DECODE_VARIANT picks: M64, swap AB, the
-                seesaw schedule, full_s), under its own name for the commands that time and test the variants
-                (`bench mla --mla-decode-variant`, tests/gpu/test_mla_decode_{swapab,seesaw}_gpu.py)
+                seesaw schedule, full_s) plus the opt-in seesaw_ss and seesaw_fm kernels (bf16, pages of 64; the
+                mla set does not hold them), for the commands that time and test the variants (`bench mla
+                --mla-decode-variant`, tests/gpu/test_mla_decode_{swapab,seesaw}_gpu.py)
     prefill     what `bench prefill`'s fa4mlir rows run today (fa4mlir/bench/prefill_bench.py): the sm_90a
                 attention kernel, bf16 D128 causal (the dense rows; prefill_chunked on the contiguous
                 cache) and its sliding window PREFILL_WINDOW = (4096, 0) (the sliding_window row: a
@@ -172,7 +173,7 @@ from __future__ import annotations
 
 import importlib
 
-from .kernel_sets_mla import (MLA_CASES, mla, mla_decode_sm100, mla_decode_variants, mla_sparse_sm100,  # noqa: F401
+from .kernel_sets_mla import (MLA_CASES, mla, mla_decode_sm100, mla_decode_variant_entries, mla_decode_variants, mla_sparse_sm100,  # noqa: F401
                               mla_sparse_sm100_pair, mla_sparse_variant_entries, mla_sparse_variants)  # (sets named in SETS)
 
 
@@ -753,7 +754,7 @@ def score_mods() -> list:
 def gpu_tests() -> list:
     out = [_gemm90(dtype="bf16"), _gemm90(dtype="f16"), _gemm100()] + attention() + attention_fa4_pieces()
     out += tile_variants() + attention_masks() + attention_softcap_sinks() + attention_varlen() + head_dims() + mla()
-    out += mla_sparse_variant_entries()
+    out += mla_sparse_variant_entries() + mla_decode_variant_entries()
     out += score_mods()
     try:
         deadlock = importlib.import_module("fa4mlir.kernels.deadlock_sm90")

@@ -158,6 +158,17 @@ def _problem(torch, lens, seqlen_q, heads, page, seed=0, dtype="bf16"):
     ((256, 65), 1, 64, 64, 1, False, "seesaw"),
     ((250, 3), 2, 48, 64, 1, True, "seesaw"),
     ((70, 1, 129), 2, 16, 16, 1, True, "seesaw"),   # 16-row boxes; length 1: token 0 sees no key
+    # seesaw_ss (note "SMEM P"): the same algebra, the reader's P V an SS wgmma over the swizzled P
+    ((150, 63, 64, 0), 2, 16, 64, 1, True, "seesaw_ss"),
+    ((150, 129, 0), 2, 16, 64, 2, True, "seesaw_ss"),
+    ((256, 65), 1, 64, 64, 1, False, "seesaw_ss"),
+    ((70, 1, 129), 2, 16, 16, 1, True, "seesaw_ss"),
+    # seesaw_fm (attention_mla_decode_seesaw_fm_sm90): FlashMLA's order, tile halves released early
+    ((150, 63, 64, 0), 2, 16, 64, 1, True, "seesaw_fm"),
+    ((150, 129, 0), 2, 16, 64, 2, True, "seesaw_fm"),
+    ((256, 65), 1, 64, 64, 1, False, "seesaw_fm"),
+    ((250, 3), 2, 48, 64, 1, True, "seesaw_fm"),
+    ((70, 1, 129), 2, 16, 16, 1, True, "seesaw_fm"),
 ])
 def test_mla_decode_through_the_interpreter(lens, seqlen_q, heads, page, splits, causal, exchange):
     torch = pytest.importorskip("torch")
@@ -169,7 +180,9 @@ def test_mla_decode_through_the_interpreter(lens, seqlen_q, heads, page, splits,
                                    512, _info((splits, 8), "i32"), _info((batch + 1,), "i32"), causal=causal)
     cfg, combine = mla.configs_for(problem)
     assert cfg.unsplit == (splits == 1) and (combine is None) == cfg.unsplit
-    cfg = replace(cfg, swap_ab=0, seesaw=exchange == "seesaw", exchange=bool(exchange))   # not DEFAULT_RULE's pick
+    cfg = replace(cfg, swap_ab=0, seesaw=exchange in ("seesaw", "seesaw_ss", "seesaw_fm"),
+                  seesaw_smem_p=exchange in ("seesaw_ss", "seesaw_fm"), seesaw_fm=exchange == "seesaw_fm",
+                  exchange=bool(exchange))   # not DEFAULT_RULE's pick
     assert cfg.dtype == dtype                  # the M64 / seesaw kernels (swap AB: tests/test_mla_decode_swapab.py)
     out_t, lse_t = interpret_decode(torch, problem, cfg, combine, q, bits(torch, kv), table, lens_a, page)
     errs = check_mla(q, kv, table, lens_a, out_t, lse_t, causal=causal)

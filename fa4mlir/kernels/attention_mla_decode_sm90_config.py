@@ -66,8 +66,12 @@ RULE_VARIANT = "default"       # DEFAULT_RULE's pick for the call
 SWAP_AB_NS = (8, 16, 24, 32)   # legal swap_ab tile rows: wgmma N, a multiple of 8 up to 32 (O^T: 4 N registers)
 SWAP_AB_MAX_ROWS = SWAP_AB_NS[-1]
 SEESAW_VARIANT = "seesaw"       # FlashMLA's seesaw schedule (attention_mla_decode_seesaw_sm90; bf16)
-# variants that set default_config fields (full_s: each warpgroup all of S, no exchange; seesaw)
-VARIANTS = {"full_s": {"exchange": False}, SEESAW_VARIANT: {"seesaw": True}}
+SEESAW_SS_VARIANT = "seesaw_ss"  # the seesaw, the other warpgroup's P read by the P V wgmma from SMEM (seesaw_smem_p)
+SEESAW_FM_VARIANT = "seesaw_fm"  # seesaw_ss in FlashMLA's order, tile halves released early (seesaw_fm)
+# variants that set default_config fields (full_s: each warpgroup all of S, no exchange; seesaw; seesaw_ss)
+VARIANTS = {"full_s": {"exchange": False}, SEESAW_VARIANT: {"seesaw": True},
+            SEESAW_SS_VARIANT: {"seesaw": True, "seesaw_smem_p": True},
+            SEESAW_FM_VARIANT: {"seesaw": True, "seesaw_smem_p": True, "seesaw_fm": True}}
 DECODE_VARIANTS = (RULE_VARIANT, SWAP_AB_VARIANT, M64_VARIANT, *VARIANTS)
 SWAP_AB_X_BYTES = 2 * SWAP_AB_MAX_ROWS * 4 * 4 * 2 + 2 * SWAP_AB_MAX_ROWS * 4   # column maxima, sums, m
 # setmaxnreg budgets: the launch gives 168 registers to each of 384 threads (a sub-partition runs
@@ -88,6 +92,12 @@ class MLADecodeConfig:
     seesaw: bool = False           # each warpgroup its own tile of a pair over all 64 keys, P and the row maxima
                                    # across SMEM (attention_mla_decode_seesaw_sm90, FlashMLA's schedule); opt-in
     swap_ab: int = 0               # 0: off; N: the swap-AB kernel over tiles of N packed rows (module docstring)
+    seesaw_smem_p: bool = False    # seesaw only: P stored as a swizzled 64 x 64 matrix and the other warpgroup's
+                                   # P V an SS wgmma reading it (FlashMLA's "remote P"; attention_mla_decode_seesaw_sm90
+                                   # note "SMEM P"), not four ld.shared into A fragments; opt-in (seesaw_ss)
+    seesaw_fm: bool = False        # seesaw_smem_p only: each warpgroup's own P V first, tile halves released as
+                                   # their last reader retired, tile b fetched V[:, 256:] first
+                                   # (attention_mla_decode_seesaw_fm_sm90); opt-in (seesaw_fm)
 
     @property
     def tile_rows(self) -> int:
@@ -159,6 +169,10 @@ class MLADecodeConfig:
             raise ConfigError("the seesaw schedule is built for the bf16 latent cache (its P rescale unpacks bf16 "
                               f"pairs) with exchange=True and 64-row tiles, got dtype={self.dtype!r}, fp8={self.fp8}, "
                               f"exchange={self.exchange}, swap_ab={self.swap_ab}")
+        if self.seesaw_smem_p and not self.seesaw:
+            raise ConfigError("seesaw_smem_p is a form of the seesaw schedule: it needs seesaw=True")
+        if self.seesaw_fm and not self.seesaw_smem_p:
+            raise ConfigError("seesaw_fm reads the other warpgroup's P from SMEM: it needs seesaw_smem_p=True")
         if self.fp8 and self.stages < 1:
             raise ConfigError("the FP8 latent cache's staging stage does not fit the SMEM (note \"FP8 SMEM plan\")")
         if self.smem_bytes() > SMEM_LIMIT:
@@ -166,17 +180,19 @@ class MLADecodeConfig:
         return self
 
     def key(self) -> dict:
-        """The compile key; `fp8`, `swap_ab` and `seesaw` only where set (the default kernels' keys as before they
+        """The compile key; `fp8`, `swap_ab`, `seesaw`, `seesaw_smem_p` and `seesaw_fm` only where set (the default kernels' keys as before they
         existed)."""
         return {"kernel": KERNEL, **key_leaving_out(self, VARIANT_FIELDS)}
 
     def name(self) -> str:
         return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}_b{self.box_rows}{'' if self.exchange else '_rs'}"
                 f"{f'_swapab{self.swap_ab}' if self.swap_ab else ''}"
-                f"{'_seesaw' if self.seesaw else ''}{'_unsplit' if self.unsplit else ''}")
+                f"{'_seesaw' if self.seesaw else ''}{'_ssp' if self.seesaw_smem_p else ''}{'_fm' if self.seesaw_fm else ''}"
+                f"{'_unsplit' if self.unsplit else ''}")
 
 
-VARIANT_FIELDS = field_defaults(MLADecodeConfig, ("fp8", "swap_ab", "seesaw"))     # MLADecodeConfig's (common.fields)
+VARIANT_FIELDS = field_defaults(MLADecodeConfig, ("fp8", "swap_ab", "seesaw", "seesaw_smem_p",
+                                                   "seesaw_fm"))     # MLADecodeConfig's (common.fields)
 
 
 def page_supported(page_size: int) -> bool:
@@ -214,12 +230,12 @@ def default_variant(seqlen_q: int, heads: int, fp8: bool, dtype: str = "bf16") -
 
 def variant_runs(variant: str, seqlen_q: int, heads: int, fp8: bool, dtype: str = "bf16") -> bool:
     """Whether the named variant (DECODE_VARIANTS) is built for the call: swap AB for a 16-bit cache and at
-    most SWAP_AB_MAX_ROWS packed rows; full_s for a 16-bit cache; seesaw for bf16; M64 and the rule for
-    every call."""
+    most SWAP_AB_MAX_ROWS packed rows; full_s for a 16-bit cache; seesaw and seesaw_ss for bf16; M64 and the
+    rule for every call."""
     if variant == SWAP_AB_VARIANT:
         return not fp8 and bool(swap_ab_rows(seqlen_q, heads))
     if variant in VARIANTS:
-        return not fp8 and (variant != SEESAW_VARIANT or dtype == "bf16")
+        return not fp8 and (not VARIANTS[variant].get("seesaw") or dtype == "bf16")
     return variant in DECODE_VARIANTS
 
 
@@ -305,7 +321,7 @@ def grid(batch: int, seqlen_q: int, heads: int, num_splits: int, tile_rows: int 
     return (-(-seqlen_q * heads // tile_rows) * num_splits, 1, batch)
 
 
-__all__ = ["VARIANT_ENV", "VARIANTS", "SEESAW_VARIANT", "SEESAW_X_BYTES", "KERNEL", "DTYPES", "FP8_DTYPE", "FP8_ROW_BYTES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "MLADecodeConfig", "default_config",
+__all__ = ["VARIANT_ENV", "VARIANTS", "SEESAW_VARIANT", "SEESAW_SS_VARIANT", "SEESAW_FM_VARIANT", "SEESAW_X_BYTES", "KERNEL", "DTYPES", "FP8_DTYPE", "FP8_ROW_BYTES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "MLADecodeConfig", "default_config",
            "page_supported", "SPLIT_PARAMS", "UNSPLIT_PARAMS", "SPLIT_TENSORS", "UNSPLIT_TENSORS", "launch_args", "grid",
            "MIN_HEADS", "MAX_HEADS", "SWAP_AB_VARIANT", "SWAP_AB_NS", "SWAP_AB_MAX_ROWS", "swap_ab_rows",
            "M64_VARIANT", "RULE_VARIANT", "DECODE_VARIANTS", "DEFAULT_RULE", "default_variant", "variant_runs",
