@@ -352,6 +352,8 @@ class MLASparseDecodeConfig:
     l2_hints: bool = False          # producer_warps=4: the copies' L2 hints (MLASparseConfig's)
     seesaw: bool = False            # MLASparseConfig.seesaw's tile step (SPARSE_VARIANTS): 16-bit kv, or fp8 with
                                     # fp8_converter and no split
+    converter_prefetch: bool = False  # fp8_converter only: the converter's rolling prefetch (note "FP8 converter
+                                      # prefetch"; FP8_DECODE_VARIANTS' "prefetch", opt-in)
 
     @property
     def fp8(self) -> bool:
@@ -419,6 +421,11 @@ class MLASparseDecodeConfig:
             raise ConfigError(f"fp8_converter must be a bool, got {self.fp8_converter!r}")
         if self.fp8_converter and not self.fp8:
             raise ConfigError("fp8_converter=True dequantizes FlashMLA's FP8 cache: it needs kv_dtype=\"fp8\"")
+        if not isinstance(self.converter_prefetch, bool):
+            raise ConfigError(f"converter_prefetch must be a bool, got {self.converter_prefetch!r}")
+        if self.converter_prefetch and not self.fp8_converter:
+            raise ConfigError("converter_prefetch=True is the converter warpgroup's schedule: it needs "
+                              "fp8_converter=True (kv_dtype=\"fp8\")")
         check_producer(self)
         _check_seesaw(self)
         if self.smem_bytes() > SMEM_LIMIT:
@@ -434,23 +441,30 @@ class MLASparseDecodeConfig:
 
     def name(self) -> str:
         return (f"{DECODE_KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_conv' if self.fp8_converter else ''}"
+                f"{'_pf' if self.converter_prefetch else ''}"
                 f"{'_pwg' if self.producer_warps == 4 else ''}{'_l2' if self.l2_hints else ''}"
                 f"{'_topklen' if self.topk_length else ''}{'_split' if self.split else ''}"
                 f"{'_seesaw' if self.seesaw else ''}")
 
 
-DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", "producer_warps", "l2_hints", "seesaw"))
+DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", "producer_warps", "l2_hints", "seesaw",
+                                                               "converter_prefetch"))
 
 
 # ----------------------------------------------------------------------------------------------
 # FP8 sparse decode variants: the kernel a flash_mla_with_kvcache(is_fp8_kvcache=True, indices=...) call runs
 # ----------------------------------------------------------------------------------------------
 
-# name -> MLASparseDecodeConfig.fp8_converter. "converter": note "FP8 converter plan" (warpgroup 2 dequantizes
-# from global memory into two bf16 tiles); "gather": note "FP8 sparse SMEM plan" (the gather warp's cp.async
-# staging stage, the consumers dequantize it): the default before FP8_DECODE_DEFAULT_RULE, kept for A/B
-# (FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather, bench mla's backend fa4mlir[gather]).
-FP8_DECODE_VARIANTS = {"converter": True, "gather": False}
+# name -> the MLASparseDecodeConfig fields it sets (the others of FP8_VARIANT_FIELDS False). "converter": note
+# "FP8 converter plan" (warpgroup 2 dequantizes from global memory into two bf16 tiles); "gather": note "FP8
+# sparse SMEM plan" (the gather warp's cp.async staging stage, the consumers dequantize it): the default before
+# FP8_DECODE_DEFAULT_RULE, kept for A/B (FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather, bench mla's backend
+# fa4mlir[gather]); "prefetch": the converter with its rolling prefetch (note "FP8 converter prefetch",
+# attention_mla_sparse_prefetch_sm90; opt-in, FA4MLIR_MLA_SPARSE_FP8_VARIANT=prefetch, fa4mlir[prefetch]).
+PREFETCH_VARIANT = "prefetch"
+FP8_DECODE_VARIANTS = {"converter": {"fp8_converter": True}, "gather": {},
+                       PREFETCH_VARIANT: {"fp8_converter": True, "converter_prefetch": True}}
+FP8_VARIANT_FIELDS = ("fp8_converter", "converter_prefetch")
 FP8_DECODE_VARIANT_ENV = "FA4MLIR_MLA_SPARSE_FP8_VARIANT"
 
 # FP8_DECODE_DEFAULT_RULE, the FP8 sparse decode kernel a call runs when no variant is named
@@ -484,7 +498,13 @@ def fp8_decode_variant(cfg: MLASparseDecodeConfig, name: str = "default") -> MLA
     if not cfg.fp8:
         raise ConfigError(f"FP8 sparse decode variant {name!r} is for FlashMLA's FP8 cache; {cfg.name()} is not one")
     name = fp8_decode_default_variant(cfg) if name == "default" else name
-    return replace(cfg, fp8_converter=FP8_DECODE_VARIANTS[name])
+    return replace(cfg, **{**dict.fromkeys(FP8_VARIANT_FIELDS, False), **FP8_DECODE_VARIANTS[name]})
+
+
+def fp8_decode_variant_name(cfg: MLASparseDecodeConfig) -> str:
+    """The FP8_DECODE_VARIANTS name of the FP8 sparse decode kernel ``cfg`` (its FP8_VARIANT_FIELDS)."""
+    fields = {f: getattr(cfg, f) for f in FP8_VARIANT_FIELDS}
+    return next(n for n, v in FP8_DECODE_VARIANTS.items() if fields == {**dict.fromkeys(FP8_VARIANT_FIELDS, False), **v})
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,0 +1,171 @@
+"""The converter warpgroup of the sm_90a sparse MLA decode over FlashMLA's FP8 cache with a rolling
+prefetch (MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True, converter_prefetch=True); the FP8
+variant "prefetch", opt-in: FA4MLIR_MLA_SPARSE_FP8_VARIANT=prefetch). Everything but the converter's
+loop is attention_mla_sparse_sm90's note "FP8 converter" kernel (the consumers' tile step, or the seesaw
+pairs with FA4MLIR_MLA_SPARSE_VARIANT=seesaw, the SMEM plan, the setmaxnreg budgets 200 / 200 / 104).
+
+Note "FP8 converter prefetch": the converter of note "FP8 converter" issues a trip's 8 rows of loads
+and then waits for all of them before it converts: nothing is in flight while it converts and stores,
+nor while it waits for a free tile buffer, and the next tile's first loads go out only after that wait
+(an H200 profile: its samples are long-scoreboard stalls on those loads, the consumers' largest stall
+is the wait for its tiles). Here the loads of a row go out two trips before its conversion, across the
+tile boundary and the wait for the buffer:
+
+    rows     warp w (of 4) converts rows w + 4 (4 q + u) of a tile, trip q < TRIPS (4), row u < ROWS (4):
+             each lane its 16-byte latent piece (one coalesced 512-byte run a warp instruction) and that
+             piece's float32 scale, and rope unit lane % 8 of the trip's row lane / 8 (one rope load a
+             lane a trip: 8 units x 4 rows = 32 lanes)
+    buffers  two trips' loads in registers, A (trips 0, 2) and B (1, 3), carried by the tile loop in
+             fixed positions (the body converts trip q from buffer q % 2 and refills it with trip q + 2,
+             the next tile's 0 and 1 for q = 2, 3: no register rotation between iterations, so no copy
+             of a register whose load is still in flight)
+    refill   per row: convert and store row u of the trip, then issue row u of the trip two ahead (its
+             registers are the ones just freed): about 7 rows of loads stay in flight while the converter
+             works, 2 x 4 rows of data live (the 104 registers of setmaxnreg; two 8-row trips would need
+             twice that: note "FP8 converter", 16 rows a trip spilled)
+    indices  every lane loads each row's index itself (broadcast loads), a trip before the refill that
+             uses them; a tile past the split's end (the refills of the last tile) is clamped to the
+             indices row's last tile for the address (in bounds) and its rows are invalid (offset 0:
+             row 0 of the cache, loaded and never converted)
+
+An invalid row (index -1 or out of range, or at or past topk_length) is stored as zeros whatever its
+loads returned (the select after the conversion: a NaN never reaches the tile), with bias -inf in the
+tile's bias slot, as note "FP8 converter" does; the tile values, and so out and lse, are that kernel's
+bit for bit. Each thread fences its stores to the async proxy before it arrives on full[stage].
+"""
+from __future__ import annotations
+
+from ..dsl import Value, const, select
+from .attention_mla_sparse_sm90_config import BN, MLASparseConfig
+from .common import mla_fp8
+from .common.mla_sm90 import NEG_INF, SWIZZLE
+
+LANES = 32
+WARPS = 4                           # the converter warpgroup
+ROWS = LANES // mla_fp8.ROPE_UNITS  # 4 rows a trip: one rope unit a lane
+TRIPS = BN // WARPS // ROWS         # 4 trips a tile per warp
+AHEAD = 2                           # trips loaded ahead of the one converted: the buffers A and B
+PIECE = 16
+
+
+def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem):
+    """Note "FP8 converter prefetch": the prologue loads trips 0 and 1 of the first tile into A and B;
+    per tile j: 1. wait for its buffer free; 2. per trip q, load the indices the next trip's refill
+    needs, convert trip q from its buffer and refill it row by row with trip q + 2 (the next tile's for
+    q >= 2); 3. fence the stores to the async proxy and arrive on full[stage]."""
+    from .attention_mla_sparse_sm90 import CONVERTER_THREADS, _row_offset
+    t = kb.thread_idx(0) % CONVERTER_THREADS
+    warp, lane = t // LANES, t % LANES
+    zero = const(0, ("i32", 4))
+    idx_at = work.token.to("i64") * p["indices_stride_s"]
+    # a row's loads address kv + the row's offset + these (32-bit, per lane): no 64-bit base per lane lives
+    # through the loop (note "Registers")
+    piece_at = lane * PIECE                                                          # the lane's latent piece
+    scale_at = mla_fp8.SCALES_AT + mla_fp8.WORD * ((lane * PIECE) // mla_fp8.SCALE_GROUP)
+    rope_unit, rope_of = lane % mla_fp8.ROPE_UNITS, lane // mla_fp8.ROPE_UNITS
+    rope_at = mla_fp8.ROPE_AT + rope_unit * PIECE
+    last_tile = p["topk"] // BN - 1       # the indices row's last tile (topk is a multiple of BN)
+    # note "Tile addresses": row warp + 4 k (k = 4 q + u) sits at row % 8 = warp + 4 (u % 2) of the swizzle, so
+    # each store is one of five bases (latent: u's parity x the two 16-byte halves; rope) plus an immediate
+    lat_base = [[mla_fp8.tile_offset(warp + WARPS * par, lane * PIECE + 8 * h, BN) for h in (0, 1)] for par in (0, 1)]
+    rope_base = mla_fp8.tile_offset(warp + WARPS * rope_of, mla_fp8.NOPE + 8 * rope_unit, BN)
+
+    def row_of(q: int, u):
+        return warp + WARPS * (ROWS * q + u)
+
+    def row_step(q: int, u: int) -> int:
+        """Bytes from the row of (trip 0, u % 2) to the row of (q, u) in the swizzled tile."""
+        return (WARPS * (ROWS * q + u) - WARPS * (u % 2)) * SWIZZLE
+
+    def indices(j: Value, q: int) -> list:
+        """Trip q of tile j's indices (broadcast loads; the address's tile clamped into the row)."""
+        at = kb.gep(p["indices"], idx_at + (j.smin(last_tile) * BN + warp).to("i64"), "i32")
+        return [kb.load(kb.gep(at, WARPS * (ROWS * q + u), "i32"), "i32", align=4) for u in range(ROWS)]
+
+    def placed(j: Value, q: int, u: int, index: Value) -> tuple:
+        """Row u of trip q of tile j: (validity, index)."""
+        return (j * BN + row_of(q, u)).slt(work.length) & index.sge(0) & index.slt(p["s_kv"]), index
+
+    def rope_placed(j: Value, q: int, idx: list) -> tuple:
+        """The lane's rope row of trip q of tile j: (validity, index)."""
+        rope_ok, rope_index = placed(j, q, 0, idx[0])
+        for u in range(1, ROWS):
+            mine = rope_of.eq(u)
+            ok, index = placed(j, q, u, idx[u])
+            rope_ok, rope_index = select(mine, ok, rope_ok), select(mine, index, rope_index)
+        return rope_ok, rope_index
+
+    def offset(row: tuple) -> Value:
+        """The row's byte offset, made at its load (_row_offset)."""
+        return _row_offset(kb, p, *row, True)
+
+    def load_row(off: Value) -> list:
+        row = kb.gep(p["kv"], off, "i8")
+        return [kb.load(kb.gep(row, piece_at, "i8"), ("i32", 4), align=16),
+                kb.load(kb.gep(row, scale_at, "i8"), "f32", align=4)]
+
+    def load_rope(rope_off: Value) -> list:
+        return [kb.load(kb.gep(kb.gep(p["kv"], rope_off, "i8"), rope_at, "i8"), ("i32", 4), align=16)]
+
+    def add_bit(mask: Value | None, ok: Value, b: int) -> Value:
+        """The trip's validities as one i32 (row u: bit u; the lane's rope row: bit ROWS)."""
+        bit = ok.to("i32") << b if b else ok.to("i32")
+        return bit if mask is None else mask | bit
+
+    def valid_bit(mask: Value, b: int) -> Value:
+        return (mask & (1 << b)).ne(0)
+
+    def load_trip(j: Value, q: int, idx: list) -> list:
+        out, mask = [], None
+        for u in range(ROWS):
+            row = placed(j, q, u, idx[u])
+            out += load_row(offset(row))
+            mask = add_bit(mask, row[0], u)
+        rope = rope_placed(j, q, idx)
+        return out + load_rope(offset(rope)) + [add_bit(mask, rope[0], ROWS)]
+
+    def convert_and_refill(tile, bias_slot, q: int, buf: list, fill: tuple, idx: list) -> list:
+        """Trip q from `buf` into the tile (`tile`: the stage's five store bases, note "Tile addresses"; zeros
+        for an invalid row; lane 0: the biases, `bias_slot` at this warp's first row), each row's registers
+        refilled with trip `fill` = (tile, trip) right after its stores."""
+        mask = buf[-1]
+        out, refill_mask = [], None
+        for u in range(ROWS):
+            raw, scale = buf[2 * u:2 * u + 2]
+            for h, unit in enumerate(mla_fp8.dequant_piece(raw, scale)):
+                kb.store(select(valid_bit(mask, u), unit, zero), kb.gep(tile[u % 2][h], row_step(q, u), "i8"), align=16)
+            row = placed(*fill, u, idx[u])
+            out += load_row(offset(row))
+            refill_mask = add_bit(refill_mask, row[0], u)
+        kb.store(select(valid_bit(mask, ROWS), buf[2 * ROWS], zero), kb.gep(tile[2], row_step(q, 0), "i8"), align=16)
+        rope = rope_placed(*fill, idx)
+        out += load_rope(offset(rope)) + [add_bit(refill_mask, rope[0], ROWS)]
+        with kb.if_(lane.eq(0)).then_():
+            for u in range(ROWS):
+                bias = select(valid_bit(mask, u), const(0.0, "f32"), const(NEG_INF, "f32"))
+                kb.store(bias, kb.gep(bias_slot, WARPS * (ROWS * q + u) * 4, "i8"), align=4)
+        return out
+
+    begin = work.begin if isinstance(work.begin, Value) else const(work.begin)
+    first = [load_trip(begin, q, indices(begin, q)) for q in range(AHEAD)]
+    width = len(first[0])
+    carry = (kv_pipe.initial_state(), *first[0], *first[1], *indices(begin, AHEAD))
+    loop = kb.for_(work.begin, work.end, 1, carry=carry)
+    with loop as (j, (s, *held)):
+        bufs = [list(held[:width]), list(held[width:2 * width])]
+        nxt = list(held[2 * width:])
+        kv_pipe.producer_acquire(s)                                   # 1. the buffer is free
+        stage_tile = kb.gep(kv_smem, s.stage * MLASparseConfig.tile_bytes(), "i8")
+        tile = [[kb.gep(stage_tile, at, "i8") for at in pair] for pair in lat_base] + [kb.gep(stage_tile, rope_base, "i8")]
+        bias_slot = kb.gep(bias_smem, s.stage * (BN * 4) + warp * 4, "i8")
+        for q in range(TRIPS):                                        # 2.
+            fill = (j, q + AHEAD) if q + AHEAD < TRIPS else (j + 1, q + AHEAD - TRIPS)
+            ahead = fill[1] + 1
+            bufs[q % 2] = convert_and_refill(tile, bias_slot, q, bufs[q % 2], fill, nxt)
+            nxt = indices(*((fill[0], ahead) if ahead < TRIPS else (j + 1, ahead - TRIPS)))
+        kb.fence("async_smem")                                        # 3.
+        kv_pipe.producer_commit(s)
+        loop.yield_(s.advance(), *bufs[0], *bufs[1], *nxt)
+
+
+__all__ = ["convert_role", "ROWS", "TRIPS", "AHEAD"]
