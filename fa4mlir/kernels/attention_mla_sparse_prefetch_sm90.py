@@ -65,9 +65,11 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem):
     rope_unit, rope_of = lane % mla_fp8.ROPE_UNITS, lane // mla_fp8.ROPE_UNITS
     rope_at = mla_fp8.ROPE_AT + rope_unit * PIECE
     last_tile = p["topk"] // BN - 1       # the indices row's last tile (topk is a multiple of BN)
-    # note "Tile addresses": row warp + 4 k (k = 4 q + u) sits at row % 8 = warp + 4 (u % 2) of the swizzle, so
-    # each store is one of five bases (latent: u's parity x the two 16-byte halves; rope) plus an immediate
-    lat_base = [[mla_fp8.tile_offset(warp + WARPS * par, lane * PIECE + 8 * h, BN) for h in (0, 1)] for par in (0, 1)]
+    # note "Tile addresses": row warp + 4 k (k = 4 q + u) sits at row % 8 = warp + 4 (u % 2) of the swizzle; the
+    # tile is 1024-byte aligned, so every latent store is one base (row warp, half 0) with the swizzle's bits
+    # flipped (XOR: 16 for the second 16-byte half, 64 and 512 more for an odd u: unit ^ 4, row + 4) plus an
+    # immediate; the rope stores one more base
+    lat_base = mla_fp8.tile_offset(warp, lane * PIECE, BN)
     rope_base = mla_fp8.tile_offset(warp + WARPS * rope_of, mla_fp8.NOPE + 8 * rope_unit, BN)
 
     def row_of(q: int, u):
@@ -125,7 +127,7 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem):
         return out + load_rope(offset(rope)) + [add_bit(mask, rope[0], ROWS)]
 
     def convert_and_refill(tile, bias_slot, q: int, buf: list, fill: tuple, idx: list) -> list:
-        """Trip q from `buf` into the tile (`tile`: the stage's five store bases, note "Tile addresses"; zeros
+        """Trip q from `buf` into the tile (`tile`: the stage's two store bases, note "Tile addresses"; zeros
         for an invalid row; lane 0: the biases, `bias_slot` at this warp's first row), each row's registers
         refilled with trip `fill` = (tile, trip) right after its stores."""
         mask = buf[-1]
@@ -133,11 +135,13 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem):
         for u in range(ROWS):
             raw, scale = buf[2 * u:2 * u + 2]
             for h, unit in enumerate(mla_fp8.dequant_piece(raw, scale)):
-                kb.store(select(valid_bit(mask, u), unit, zero), kb.gep(tile[u % 2][h], row_step(q, u), "i8"), align=16)
+                at = (tile[0] ^ (16 * h + 64 * (u % 2))) + (512 * (u % 2) + row_step(q, u))
+                kb.store(select(valid_bit(mask, u), unit, zero), kb.gep(kv_smem, at, "i8"), align=16)
             row = placed(*fill, u, idx[u])
             out += load_row(offset(row))
             refill_mask = add_bit(refill_mask, row[0], u)
-        kb.store(select(valid_bit(mask, ROWS), buf[2 * ROWS], zero), kb.gep(tile[2], row_step(q, 0), "i8"), align=16)
+        kb.store(select(valid_bit(mask, ROWS), buf[2 * ROWS], zero), kb.gep(kv_smem, tile[1] + row_step(q, 0), "i8"),
+                 align=16)
         rope = rope_placed(*fill, idx)
         out += load_rope(offset(rope)) + [add_bit(refill_mask, rope[0], ROWS)]
         with kb.if_(lane.eq(0)).then_():
@@ -155,8 +159,8 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem):
         bufs = [list(held[:width]), list(held[width:2 * width])]
         nxt = list(held[2 * width:])
         kv_pipe.producer_acquire(s)                                   # 1. the buffer is free
-        stage_tile = kb.gep(kv_smem, s.stage * MLASparseConfig.tile_bytes(), "i8")
-        tile = [[kb.gep(stage_tile, at, "i8") for at in pair] for pair in lat_base] + [kb.gep(stage_tile, rope_base, "i8")]
+        stage_at = s.stage * MLASparseConfig.tile_bytes()
+        tile = (stage_at + lat_base, stage_at + rope_base)       # byte offsets in kv_smem (note "Tile addresses")
         bias_slot = kb.gep(bias_smem, s.stage * (BN * 4) + warp * 4, "i8")
         for q in range(TRIPS):                                        # 2.
             fill = (j, q + AHEAD) if q + AHEAD < TRIPS else (j + 1, q + AHEAD - TRIPS)
