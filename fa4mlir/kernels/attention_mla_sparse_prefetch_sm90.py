@@ -35,6 +35,7 @@ bit for bit. Each thread fences its stores to the async proxy before it arrives 
 """
 from __future__ import annotations
 
+from ..dialect import builders as fa4
 from ..dsl import Value, const, select
 from .attention_mla_sparse_sm90_config import BN, MLASparseConfig
 from .common import mla_fp8
@@ -106,8 +107,11 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem):
         return [kb.load(kb.gep(row, piece_at, "i8"), ("i32", 4), align=16),
                 kb.load(kb.gep(row, scale_at, "i8"), "f32", align=4)]
 
-    def load_rope(rope_off: Value) -> list:
-        return [kb.load(kb.gep(kb.gep(p["kv"], rope_off, "i8"), rope_at, "i8"), ("i32", 4), align=16)]
+    def copy_rope(stage_rope: Value, q: int, rope_index: Value, rope_ok: Value) -> None:
+        """The lane's rope unit of trip q's rope row: cp.async straight into the tile (16 zero bytes where
+        the row is invalid), no registers (note "Rope")."""
+        src = kb.gep(kb.gep(p["kv"], _row_offset(kb, p, rope_ok, rope_index, True), "i8"), rope_at, "i8")
+        fa4.cp_async(src, kb.gep(kv_smem, stage_rope + row_step(q, 0), "i8"), rope_ok)
 
     def add_bit(mask: Value | None, ok: Value, b: int) -> Value:
         """The trip's validities as one i32 (row u: bit u; the lane's rope row: bit ROWS)."""
@@ -123,14 +127,15 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem):
             row = placed(j, q, u, idx[u])
             out += load_row(offset(row))
             mask = add_bit(mask, row[0], u)
-        rope = rope_placed(j, q, idx)
-        return out + load_rope(offset(rope)) + [add_bit(mask, rope[0], ROWS)]
+        rope_ok, rope_index = rope_placed(j, q, idx)
+        return out + [rope_index, add_bit(mask, rope_ok, ROWS)]
 
     def convert_and_refill(tile, bias_slot, q: int, buf: list, fill: tuple, idx: list) -> list:
         """Trip q from `buf` into the tile (`tile`: the stage's two store bases, note "Tile addresses"; zeros
         for an invalid row; lane 0: the biases, `bias_slot` at this warp's first row), each row's registers
         refilled with trip `fill` = (tile, trip) right after its stores."""
         mask = buf[-1]
+        copy_rope(tile[1], q, buf[2 * ROWS], valid_bit(mask, ROWS))
         out, refill_mask = [], None
         for u in range(ROWS):
             raw, scale = buf[2 * u:2 * u + 2]
@@ -140,10 +145,8 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem):
             row = placed(*fill, u, idx[u])
             out += load_row(offset(row))
             refill_mask = add_bit(refill_mask, row[0], u)
-        kb.store(select(valid_bit(mask, ROWS), buf[2 * ROWS], zero), kb.gep(kv_smem, tile[1] + row_step(q, 0), "i8"),
-                 align=16)
-        rope = rope_placed(*fill, idx)
-        out += load_rope(offset(rope)) + [add_bit(refill_mask, rope[0], ROWS)]
+        rope_ok, rope_index = rope_placed(*fill, idx)
+        out += [rope_index, add_bit(refill_mask, rope_ok, ROWS)]
         with kb.if_(lane.eq(0)).then_():
             for u in range(ROWS):
                 bias = select(valid_bit(mask, u), const(0.0, "f32"), const(NEG_INF, "f32"))
@@ -167,7 +170,8 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem):
             ahead = fill[1] + 1
             bufs[q % 2] = convert_and_refill(tile, bias_slot, q, bufs[q % 2], fill, nxt)
             nxt = indices(*((fill[0], ahead) if ahead < TRIPS else (j + 1, ahead - TRIPS)))
-        kb.fence("async_smem")                                        # 3.
+        fa4.cp_async_arrive(s.stage, pipe=kv_pipe.name)               # 3. the rope copies, as they land
+        kb.fence("async_smem")
         kv_pipe.producer_commit(s)
         loop.yield_(s.advance(), *bufs[0], *bufs[1], *nxt)
 
