@@ -156,11 +156,11 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem):
     begin = work.begin if isinstance(work.begin, Value) else const(work.begin)
     first = [load_trip(begin, q, indices(begin, q)) for q in range(AHEAD)]
     width = len(first[0])
-    carry = (kv_pipe.initial_state(), *first[0], *first[1], *indices(begin, AHEAD))
+    carry = (kv_pipe.initial_state(), *first[0], *first[1])
     loop = kb.for_(work.begin, work.end, 1, carry=carry)
     with loop as (j, (s, *held)):
         bufs = [list(held[:width]), list(held[width:2 * width])]
-        nxt = list(held[2 * width:])
+        nxt = indices(j, AHEAD)     # trip 2's, loaded here: carried, they cost a copy at the back edge that waits
         kv_pipe.producer_acquire(s)                                   # 1. the buffer is free
         stage_at = s.stage * MLASparseConfig.tile_bytes()
         tile = (stage_at + lat_base, stage_at + rope_base)       # byte offsets in kv_smem (note "Tile addresses")
@@ -169,11 +169,12 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem):
             fill = (j, q + AHEAD) if q + AHEAD < TRIPS else (j + 1, q + AHEAD - TRIPS)
             ahead = fill[1] + 1
             bufs[q % 2] = convert_and_refill(tile, bias_slot, q, bufs[q % 2], fill, nxt)
-            nxt = indices(*((fill[0], ahead) if ahead < TRIPS else (j + 1, ahead - TRIPS)))
+            if q + 1 < TRIPS:
+                nxt = indices(*((fill[0], ahead) if ahead < TRIPS else (j + 1, ahead - TRIPS)))
         fa4.cp_async_arrive(s.stage, pipe=kv_pipe.name)               # 3. the rope copies, as they land
         kb.fence("async_smem")
         kv_pipe.producer_commit(s)
-        loop.yield_(s.advance(), *bufs[0], *bufs[1], *nxt)
+        loop.yield_(s.advance(), *bufs[0], *bufs[1])
 
 
 __all__ = ["convert_role", "ROWS", "TRIPS", "AHEAD"]
