@@ -80,9 +80,15 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem):
         """Bytes from the row of (trip 0, u % 2) to the row of (q, u) in the swizzled tile."""
         return (WARPS * (ROWS * q + u) - WARPS * (u % 2)) * SWIZZLE
 
-    def indices(j: Value, q: int) -> list:
-        """Trip q of tile j's indices (broadcast loads; the address's tile clamped into the row)."""
-        at = kb.gep(p["indices"], idx_at + (j.smin(last_tile) * BN + warp).to("i64"), "i32")
+    def tile_indices(j: Value) -> Value:
+        """This warp's first index of tile j (clamped into the indices row)."""
+        return kb.gep(p["indices"], idx_at + (j.smin(last_tile) * BN + warp).to("i64"), "i32")
+
+    def indices(at: Value, q: int, next_tile: Value | None = None) -> list:
+        """Trip q's indices from the tile's `at` (broadcast loads), or with next_tile (in the loop: j + 1 <=
+        the last tile) the next tile's, else this one's again (in bounds; its rows are then invalid)."""
+        if next_tile is not None:
+            at = kb.gep(at, select(next_tile, const(BN), const(0)), "i32")
         return [kb.load(kb.gep(at, WARPS * (ROWS * q + u), "i32"), "i32", align=4) for u in range(ROWS)]
 
     def placed(j: Value, q: int, u: int, index: Value) -> tuple:
@@ -154,13 +160,15 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem):
         return out
 
     begin = work.begin if isinstance(work.begin, Value) else const(work.begin)
-    first = [load_trip(begin, q, indices(begin, q)) for q in range(AHEAD)]
+    first = [load_trip(begin, q, indices(tile_indices(begin), q)) for q in range(AHEAD)]
     width = len(first[0])
     carry = (kv_pipe.initial_state(), *first[0], *first[1])
     loop = kb.for_(work.begin, work.end, 1, carry=carry)
     with loop as (j, (s, *held)):
         bufs = [list(held[:width]), list(held[width:2 * width])]
-        nxt = indices(j, AHEAD)     # trip 2's, loaded here: carried, they cost a copy at the back edge that waits
+        idx_tile = tile_indices(j)
+        has_next = j.slt(last_tile)
+        nxt = indices(idx_tile, AHEAD)  # trip 2's, loaded here: carried, they cost a copy at the back edge that waits
         kv_pipe.producer_acquire(s)                                   # 1. the buffer is free
         stage_at = s.stage * MLASparseConfig.tile_bytes()
         tile = (stage_at + lat_base, stage_at + rope_base)       # byte offsets in kv_smem (note "Tile addresses")
@@ -170,7 +178,7 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem):
             ahead = fill[1] + 1
             bufs[q % 2] = convert_and_refill(tile, bias_slot, q, bufs[q % 2], fill, nxt)
             if q + 1 < TRIPS:
-                nxt = indices(*((fill[0], ahead) if ahead < TRIPS else (j + 1, ahead - TRIPS)))
+                nxt = indices(idx_tile, ahead % TRIPS, has_next if fill[0] is not j or ahead >= TRIPS else None)
         fa4.cp_async_arrive(s.stage, pipe=kv_pipe.name)               # 3. the rope copies, as they land
         kb.fence("async_smem")
         kv_pipe.producer_commit(s)
