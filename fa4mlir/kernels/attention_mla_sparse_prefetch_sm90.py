@@ -62,7 +62,11 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem):
     # a row's loads address kv + the row's offset + these (32-bit, per lane): no 64-bit base per lane lives
     # through the loop (note "Registers")
     piece_at = lane * PIECE                                                          # the lane's latent piece
-    scale_at = mla_fp8.SCALES_AT + mla_fp8.WORD * ((lane * PIECE) // mla_fp8.SCALE_GROUP)
+    # note "Shared scales": lane l loads scale l % 4 of the trip's row (l / 4) % 4 (lanes 16-31 repeat 0-15), and
+    # row u's conversion takes the scale of its piece's group (lane / 8) from lane 4 u + group: one register a
+    # trip for the scales instead of one a row
+    scale_row, scale_at = (lane // mla_fp8.NUM_SCALES) % ROWS, mla_fp8.SCALES_AT + mla_fp8.WORD * (lane % mla_fp8.NUM_SCALES)
+    group = (lane * PIECE) // mla_fp8.SCALE_GROUP
     rope_unit, rope_of = lane % mla_fp8.ROPE_UNITS, lane // mla_fp8.ROPE_UNITS
     rope_at = mla_fp8.ROPE_AT + rope_unit * PIECE
     last_tile = p["topk"] // BN - 1       # the indices row's last tile (topk is a multiple of BN)
@@ -95,14 +99,31 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem):
         """Row u of trip q of tile j: (validity, index)."""
         return (j * BN + row_of(q, u)).slt(work.length) & index.sge(0) & index.slt(p["s_kv"]), index
 
+    def picked(j: Value, q: int, idx: list, which: Value) -> tuple:
+        """Row `which` (a per-lane Value < ROWS) of trip q of tile j: (validity, index)."""
+        ok, index = placed(j, q, 0, idx[0])
+        for u in range(1, ROWS):
+            mine = which.eq(u)
+            ok_u, index_u = placed(j, q, u, idx[u])
+            ok, index = select(mine, ok_u, ok), select(mine, index_u, index)
+        return ok, index
+
     def rope_placed(j: Value, q: int, idx: list) -> tuple:
         """The lane's rope row of trip q of tile j: (validity, index)."""
-        rope_ok, rope_index = placed(j, q, 0, idx[0])
-        for u in range(1, ROWS):
-            mine = rope_of.eq(u)
-            ok, index = placed(j, q, u, idx[u])
-            rope_ok, rope_index = select(mine, ok, rope_ok), select(mine, index, rope_index)
-        return rope_ok, rope_index
+        return picked(j, q, idx, rope_of)
+
+    def load_scale(j: Value, q: int, idx: list) -> Value:
+        """Note "Shared scales": this lane's scale word of trip q of tile j."""
+        row = kb.gep(p["kv"], offset(picked(j, q, idx, scale_row)), "i8")
+        return kb.load(kb.gep(row, scale_at, "i8"), "f32", align=4)
+
+    def row_scale(word: Value, u: int) -> Value:
+        """Row u's scale for this lane's piece (its group's), from the lanes holding them."""
+        scales = [kb.shuffle_idx(word, mla_fp8.NUM_SCALES * u + g) for g in range(mla_fp8.NUM_SCALES)]
+        out = scales[0]
+        for g in range(1, mla_fp8.NUM_SCALES):
+            out = select(group.eq(g), scales[g], out)
+        return out
 
     def offset(row: tuple) -> Value:
         """The row's byte offset, made at its load (_row_offset)."""
@@ -110,8 +131,7 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem):
 
     def load_row(off: Value) -> list:
         row = kb.gep(p["kv"], off, "i8")
-        return [kb.load(kb.gep(row, piece_at, "i8"), ("i32", 4), align=16),
-                kb.load(kb.gep(row, scale_at, "i8"), "f32", align=4)]
+        return [kb.load(kb.gep(row, piece_at, "i8"), ("i32", 4), align=16)]
 
     def copy_rope(stage_rope: Value, q: int, rope_index: Value, rope_ok: Value) -> None:
         """The lane's rope unit of trip q's rope row: cp.async straight into the tile (16 zero bytes where
@@ -134,25 +154,24 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem):
             out += load_row(offset(row))
             mask = add_bit(mask, row[0], u)
         rope_ok, rope_index = rope_placed(j, q, idx)
-        return out + [rope_index, add_bit(mask, rope_ok, ROWS)]
+        return out + [load_scale(j, q, idx), rope_index, add_bit(mask, rope_ok, ROWS)]
 
     def convert_and_refill(tile, bias_slot, q: int, buf: list, fill: tuple, idx: list) -> list:
         """Trip q from `buf` into the tile (`tile`: the stage's two store bases, note "Tile addresses"; zeros
         for an invalid row; lane 0: the biases, `bias_slot` at this warp's first row), each row's registers
         refilled with trip `fill` = (tile, trip) right after its stores."""
-        mask = buf[-1]
-        copy_rope(tile[1], q, buf[2 * ROWS], valid_bit(mask, ROWS))
+        scale_word, rope_index, mask = buf[ROWS:]
+        copy_rope(tile[1], q, rope_index, valid_bit(mask, ROWS))
         out, refill_mask = [], None
         for u in range(ROWS):
-            raw, scale = buf[2 * u:2 * u + 2]
-            for h, unit in enumerate(mla_fp8.dequant_piece(raw, scale)):
+            for h, unit in enumerate(mla_fp8.dequant_piece(buf[u], row_scale(scale_word, u))):
                 at = (tile[0] ^ (16 * h + 64 * (u % 2))) + (512 * (u % 2) + row_step(q, u))
                 kb.store(select(valid_bit(mask, u), unit, zero), kb.gep(kv_smem, at, "i8"), align=16)
             row = placed(*fill, u, idx[u])
             out += load_row(offset(row))
             refill_mask = add_bit(refill_mask, row[0], u)
         rope_ok, rope_index = rope_placed(*fill, idx)
-        out += [rope_index, add_bit(refill_mask, rope_ok, ROWS)]
+        out += [load_scale(*fill, idx), rope_index, add_bit(refill_mask, rope_ok, ROWS)]
         with kb.if_(lane.eq(0)).then_():
             for u in range(ROWS):
                 bias = select(valid_bit(mask, u), const(0.0, "f32"), const(NEG_INF, "f32"))
