@@ -49,12 +49,18 @@ AHEAD = 2                           # trips loaded ahead of the one converted: t
 PIECE = 16
 
 
-def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem):
+def early_scale(cfg) -> bool:
+    """Note "Schedules": whether the kernel ``cfg`` loads a trip's refill scale word before its conversions."""
+    return cfg.seesaw or (cfg.split and cfg.topk_length)
+
+
+def convert_role(kb, cfg, work, p, kv_smem, kv_pipe, bias_smem):
     """Note "FP8 converter prefetch": the prologue loads trips 0 and 1 of the first tile into A and B;
     per tile j: 1. wait for its buffer free; 2. per trip q, load the indices the next trip's refill
     needs, convert trip q from its buffer and refill it row by row with trip q + 2 (the next tile's for
     q >= 2); 3. fence the stores to the async proxy and arrive on full[stage]."""
     from .attention_mla_sparse_sm90 import CONVERTER_THREADS, _row_offset
+    early = early_scale(cfg)
     t = kb.thread_idx(0) % CONVERTER_THREADS
     warp, lane = t // LANES, t % LANES
     zero = const(0, ("i32", 4))
@@ -163,15 +169,18 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem):
         scale_word, rope_index, mask = buf[ROWS:]
         copy_rope(tile[1], q, rope_index, valid_bit(mask, ROWS))
         out, refill_mask = [], None
+        scales = [row_scale(scale_word, u) for u in range(ROWS)] if early else [None] * ROWS
+        scale_next = load_scale(*fill, idx) if early else None       # note "Schedules"
         for u in range(ROWS):
-            for h, unit in enumerate(mla_fp8.dequant_piece(buf[u], row_scale(scale_word, u))):
+            scale = scales[u] if early else row_scale(scale_word, u)
+            for h, unit in enumerate(mla_fp8.dequant_piece(buf[u], scale)):
                 at = (tile[0] ^ (16 * h + 64 * (u % 2))) + (512 * (u % 2) + row_step(q, u))
                 kb.store(select(valid_bit(mask, u), unit, zero), kb.gep(kv_smem, at, "i8"), align=16)
             row = placed(*fill, u, idx[u])
             out += load_row(offset(row))
             refill_mask = add_bit(refill_mask, row[0], u)
         rope_ok, rope_index = rope_placed(*fill, idx)
-        out += [load_scale(*fill, idx), rope_index, add_bit(refill_mask, rope_ok, ROWS)]
+        out += [scale_next if early else load_scale(*fill, idx), rope_index, add_bit(refill_mask, rope_ok, ROWS)]
         with kb.if_(lane.eq(0)).then_():
             for u in range(ROWS):
                 bias = select(valid_bit(mask, u), const(0.0, "f32"), const(NEG_INF, "f32"))

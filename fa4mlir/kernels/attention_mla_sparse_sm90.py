@@ -379,7 +379,7 @@ def convert_role(kb, cfg: MLASparseDecodeConfig, work: _Work, p, kv_smem, kv_pip
     attention_mla_sparse_prefetch_sm90's (its note "FP8 converter prefetch")."""
     if cfg.converter_prefetch:
         from .attention_mla_sparse_prefetch_sm90 import convert_role as prefetching
-        return prefetching(kb, work, p, kv_smem, kv_pipe, bias_smem)
+        return prefetching(kb, cfg, work, p, kv_smem, kv_pipe, bias_smem)
     return _convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem)
 
 
