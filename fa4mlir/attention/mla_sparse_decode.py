@@ -178,14 +178,15 @@ def check_sparse_decode_inputs(q: TensorInfo, k_cache: TensorInfo, indices: Tens
 
 def check_variant_built(problem: SparseDecodeProblem) -> None:
     """UnsupportedFeatureError where FA4MLIR_MLA_SPARSE_VARIANT names a variant not built for the call's kernel
-    (seesaw over the FP8 cache: the converter kernel, unsplit, only)."""
+    (seesaw over the FP8 cache: the converter kernel, unsplit, without the FP8 variant "prefetch", only)."""
     if problem.variant != dc.SEESAW_VARIANT or not problem.fp8:
         return
     cfg = dc.fp8_decode_variant(dc.MLASparseDecodeConfig(problem.dtype, kv_dtype="fp8", split=problem.splits > 1),
                                 problem.fp8_variant)
-    if not cfg.fp8_converter or cfg.split:
+    if not cfg.fp8_converter or cfg.split or cfg.converter_prefetch:
         raise UnsupportedFeatureError(_err(f"{dc.SPARSE_VARIANT_ENV}={problem.variant!r} over the FP8 cache is built "
-                                           f"for the converter kernel of one split only (this call: "
+                                           f"for the converter kernel of one split only, not FP8 variant "
+                                           f"{dc.PREFETCH_VARIANT!r} (this call: "
                                            f"{problem.splits} splits, {cfg.name()}); unset it"))
 
 

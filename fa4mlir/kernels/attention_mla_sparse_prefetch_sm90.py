@@ -1,8 +1,8 @@
 """The converter warpgroup of the sm_90a sparse MLA decode over FlashMLA's FP8 cache with a rolling
 prefetch (MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True, converter_prefetch=True); the FP8
 variant "prefetch", opt-in: FA4MLIR_MLA_SPARSE_FP8_VARIANT=prefetch). Everything but the converter's
-loop is attention_mla_sparse_sm90's note "FP8 converter" kernel (the consumers' tile step, or the seesaw
-pairs with FA4MLIR_MLA_SPARSE_VARIANT=seesaw, the SMEM plan, the setmaxnreg budgets 200 / 200 / 104).
+loop is attention_mla_sparse_sm90's note "FP8 converter" kernel (the consumers' tile step, the SMEM plan,
+the setmaxnreg budgets 200 / 200 / 104); not built with the seesaw step (its converter spilled there).
 
 Note "FP8 converter prefetch": the converter of note "FP8 converter" issues a trip's 8 rows of loads
 and then waits for all of them before it converts: nothing is in flight while it converts and stores,
@@ -12,21 +12,43 @@ is the wait for its tiles). Here the loads of a row go out two trips before its 
 tile boundary and the wait for the buffer:
 
     rows     warp w (of 4) converts rows w + 4 (4 q + u) of a tile, trip q < TRIPS (4), row u < ROWS (4):
-             each lane its 16-byte latent piece (one coalesced 512-byte run a warp instruction) and that
-             piece's float32 scale, and rope unit lane % 8 of the trip's row lane / 8 (one rope load a
-             lane a trip: 8 units x 4 rows = 32 lanes)
+             each lane its 16-byte latent piece (one coalesced 512-byte run a warp instruction)
     buffers  two trips' loads in registers, A (trips 0, 2) and B (1, 3), carried by the tile loop in
              fixed positions (the body converts trip q from buffer q % 2 and refills it with trip q + 2,
              the next tile's 0 and 1 for q = 2, 3: no register rotation between iterations, so no copy
-             of a register whose load is still in flight)
+             of a register whose load is still in flight); a buffer is 4 latent pieces (16 registers),
+             the trip's scale word, its rope row's index and its validity mask (bit u: row u, bit 4:
+             the lane's rope row)
     refill   per row: convert and store row u of the trip, then issue row u of the trip two ahead (its
-             registers are the ones just freed): about 7 rows of loads stay in flight while the converter
-             works, 2 x 4 rows of data live (the 104 registers of setmaxnreg; two 8-row trips would need
-             twice that: note "FP8 converter", 16 rows a trip spilled)
-    indices  every lane loads each row's index itself (broadcast loads), a trip before the refill that
-             uses them; a tile past the split's end (the refills of the last tile) is clamped to the
-             indices row's last tile for the address (in bounds) and its rows are invalid (offset 0:
-             row 0 of the cache, loaded and never converted)
+             registers are the ones just freed): about 7 rows of loads stay in flight while the
+             converter works
+    indices  every lane loads each row's index itself (broadcast loads), trip 2's at the top of the
+             tile, the others a trip before the refill that uses them; past the last tile of the
+             indices row (the refills of the last tile) the tile's own indices are read again (in
+             bounds) and their rows are invalid (offset 0: row 0 of the cache, loaded, never converted)
+
+Note "Rope": the rope (bf16, copied as it is) never passes through registers: at trip q each lane
+cp.asyncs 16 bytes, rope unit lane % 8 of the trip's row lane / 8, straight into the tile (16 zero bytes
+for an invalid row), and cp.async.mbarrier.arrive (noinc) makes full[stage] wait for them too, as the
+gather kernels' copies do.
+
+Note "Shared scales": lane l loads one float32 scale, scale l % 4 of the trip's row (l / 4) % 4 (lanes
+16-31 repeat 0-15); row u's conversion takes its piece's scale (group lane / 8) from lane 4 u + group by
+four shuffles (fa4.shuffle_idx) and a select: one register a trip instead of one a row.
+
+Note "Registers": the 104 registers of setmaxnreg hold two buffers (2 x 19), the tile's store bases and
+the loop state. A row's loads address kv + its offset + a 32-bit per-lane offset (no 64-bit base per lane
+lives through the loop); the index loads one 64-bit base a tile.
+
+Note "Tile addresses": row warp + 4 k (k = 4 q + u) sits at row % 8 = warp + 4 (u % 2) of the swizzle; the
+tile is 1024-byte aligned, so every latent store is one base (row warp, half 0) with the swizzle's bits
+flipped (XOR 16 for the second 16-byte half, 64 and 512 more for an odd u: unit ^ 4, row + 4) plus an
+immediate; the rope copies one more base.
+
+Note "Schedules": ptxas fits the loop into 104 registers with no spill in each built kernel only with the
+refill's scale word loaded after the trip's conversions, except with topk_length and a split, where it
+must go before them (the other order spilled 4 bytes there, 12 to 20 bytes in the others): early_scale.
+tests/test_mla_sparse_decode_fp8_prefetch.py compiles each and asserts no local memory.
 
 An invalid row (index -1 or out of range, or at or past topk_length) is stored as zeros whatever its
 loads returned (the select after the conversion: a NaN never reaches the tile), with bias -inf in the
@@ -51,7 +73,7 @@ PIECE = 16
 
 def early_scale(cfg) -> bool:
     """Note "Schedules": whether the kernel ``cfg`` loads a trip's refill scale word before its conversions."""
-    return cfg.seesaw or (cfg.split and cfg.topk_length)
+    return cfg.split and cfg.topk_length
 
 
 def convert_role(kb, cfg, work, p, kv_smem, kv_pipe, bias_smem):

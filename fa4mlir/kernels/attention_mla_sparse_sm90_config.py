@@ -426,6 +426,9 @@ class MLASparseDecodeConfig:
         if self.converter_prefetch and not self.fp8_converter:
             raise ConfigError("converter_prefetch=True is the converter warpgroup's schedule: it needs "
                               "fp8_converter=True (kv_dtype=\"fp8\")")
+        if self.converter_prefetch and self.seesaw:
+            raise ConfigError("converter_prefetch=True is built with the tile step, not seesaw=True (its converter "
+                              "spilled there: note \"FP8 converter prefetch\")")
         check_producer(self)
         _check_seesaw(self)
         if self.smem_bytes() > SMEM_LIMIT:
