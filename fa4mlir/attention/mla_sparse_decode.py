@@ -192,8 +192,8 @@ def check_variant_built(problem: SparseDecodeProblem) -> None:
 
 def requested_variant() -> str:
     """FA4MLIR_MLA_SPARSE_FP8_VARIANT: the entry of dc.FP8_DECODE_VARIANTS the FP8 sparse decode runs (unset or
-    "default": FP8_DECODE_DEFAULT_RULE's, the converter; "gather": the kernel before the rule, for A/B; a
-    bundle must hold it: the mla set holds both). Read per call into the call cache's key; KnobError for an
+    "default": FP8_DECODE_DEFAULT_RULE's, the converter; "gather": the kernel before the rule, for A/B;
+    "prefetch": the converter with its rolling prefetch, opt-in; a bundle must hold it: the mla set holds all). Read per call into the call cache's key; KnobError for an
     unknown name, or for the retired FA4MLIR_MLA_SPARSE_FP8_CONVERTER set (its 0 would now run the
     converter without a word), before any launch."""
     if RETIRED_CONVERTER_ENV in os.environ:
