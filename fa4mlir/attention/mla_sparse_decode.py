@@ -43,7 +43,8 @@ both strides multiples of 16 bytes. Each named row is dequantized to bf16(float3
 (dc.FP8_DECODE_DEFAULT_RULE, FA4MLIR_MLA_SPARSE_FP8_VARIANT names another for A/B): "converter", a third
 warpgroup loading each row from global memory into registers and storing bf16 into two tiles
 (attention_mla_sparse_sm90, note "FP8 converter"); "gather", the kernel before the rule: cp.async into
-a staging stage the consumers dequantize (note "FP8 gather").
+a staging stage the consumers dequantize (note "FP8 gather"); "prefetch", opt-in: the converter with each
+row's loads two trips ahead (attention_mla_sparse_prefetch_sm90, note "FP8 converter prefetch").
 
 Not built (typed errors, UnsupportedFeatureError): attn_sink and extra_k_cache /
 extra_indices_in_kvcache / extra_topk_length (FlashMLA's MODEL1 options), d_qk 512, the sm_100a
