@@ -333,6 +333,9 @@ def flops(s_q: int, heads: int, topk: int, topk_length=None) -> int:
 # tile, 128 producer arrivals); the consumer warpgroups (setmaxnreg CONVERTER_MMA_REGS) run the 16-bit
 # kernel's tile step on the other tile. SMEM: Q 72 KiB + 2 x 72 KiB tiles + the exchange (9 KiB) + two
 # bias slots (0.5 KiB) + q_slot + 4 mbarriers = 230,960 of 232,448 bytes: two full 64-row tiles fit.
+# With converter_prefetch (FP8_DECODE_VARIANTS' "prefetch", opt-in) the same plan and budgets; only the
+# converter's loop differs (attention_mla_sparse_prefetch_sm90, note "FP8 converter prefetch": each row's loads
+# two trips ahead in registers, the rope by cp.async into the tile).
 
 DECODE_KERNEL = "attention_mla_sparse_decode_sm90"
 DECODE_DTYPES = ("bf16", "f16")
