@@ -3,8 +3,8 @@ twelve entries, MLASparseDecodeConfig(dtype, kv_dtype=, topk_length=, split=)) t
 with indices, the split ones with the head-dim-512 combine; the four over FlashMLA's FP8 cache
 (kv_dtype "fp8") with is_fp8_kvcache=True, their cache the same bf16 latent quantized to 656-byte rows
 (testing_mla.quantize_fp8_cache: NaN rows give NaN bytes and scales), checked over its dequantized rows,
-in both FP8 variants (dc.FP8_DECODE_VARIANTS: the converter, FP8_DECODE_DEFAULT_RULE's, and the gather
-kernel; FA4MLIR_MLA_SPARSE_FP8_VARIANT set to the case's around its calls).
+in every FP8 variant (dc.FP8_DECODE_VARIANTS: the converter, FP8_DECODE_DEFAULT_RULE's, the gather kernel and
+the converter's rolling prefetch; FA4MLIR_MLA_SPARSE_FP8_VARIANT set to the case's around its calls).
 
 Family: the kernel and split or unsplit (the split writes partials another kernel reads); features
 (sparse_decode_features): the dtype and, when set, `sparse-decode-topk_length` and `sparse-decode-fp8`.
@@ -52,8 +52,9 @@ def matches(entries) -> tuple[dict, ...]:
 
 
 def fp8_variant_of(match: dict) -> str:
-    """The FP8_DECODE_VARIANTS name of an FP8 case's kernel (its key's fp8_converter)."""
-    return next(n for n, conv in dc.FP8_DECODE_VARIANTS.items() if conv == bool(match.get("fp8_converter")))
+    """The FP8_DECODE_VARIANTS name of an FP8 case's kernel (its key's FP8_VARIANT_FIELDS)."""
+    fields = {f: bool(match.get(f)) for f in dc.FP8_VARIANT_FIELDS}
+    return dc.fp8_decode_variant_name(dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", **fields))
 
 
 @contextlib.contextmanager

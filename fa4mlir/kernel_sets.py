@@ -156,9 +156,10 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 (flash_mla_with_kvcache with indices, attention/mla_sparse_decode.py) in bf16 and f16, with
                 and without topk_length, split and unsplit (tests/gpu/test_mla_sparse_decode_gpu.py and `bench
                 mla`'s sparse decode row), and the same four over FlashMLA's FP8 cache (is_fp8_kvcache with
-                indices, bf16) in both variants: the converter-warpgroup kernel FP8_DECODE_DEFAULT_RULE picks
-                and the gather kernel (FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather; tests/gpu/test_mla_sparse_decode_gpu.py's
-                fp8 cases, tests/gpu/test_mla_sparse_decode_fp8_conv_gpu.py and `bench mla`'s
+                indices, bf16) in every variant: the converter-warpgroup kernel FP8_DECODE_DEFAULT_RULE picks,
+                the gather kernel (FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather) and the converter's rolling prefetch
+                (..._FP8_VARIANT=prefetch; tests/gpu/test_mla_sparse_decode_gpu.py's fp8 cases,
+                tests/gpu/test_mla_sparse_decode_fp8_{conv,prefetch}_gpu.py and `bench mla`'s
                 mla_sparse_decode_fp8 row)
     bench       the attention, decode, prefill and mla sets, and the GEMM variants the benchmark times against
                 torch.matmul

@@ -31,7 +31,8 @@ from tests._mla_helpers import check_sparse_art, lower_clean
 from tests._ring_mutations import MUTATIONS, RING_OPS, mutate_ring_op
 from tests.test_mla_sparse_decode_fp8 import run_interpreted
 
-CONV_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].fp8_converter]
+CONV_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].fp8_converter
+                and not e[1].converter_prefetch]    # the prefetch variant: tests/test_mla_sparse_decode_fp8_prefetch.py
 
 
 def test_converter_config_rules():
@@ -58,7 +59,8 @@ def test_the_default_rule_picks_the_converter_for_every_fp8_kernel():
             assert dc.fp8_decode_variant(cfg) == dc.fp8_decode_variant(cfg, "converter") == \
                 dataclasses.replace(cfg, fp8_converter=True)
             assert dc.fp8_decode_variant(dataclasses.replace(cfg, fp8_converter=True), "gather") == cfg
-    assert dc.FP8_DECODE_DEFAULT_RULE == "converter" and set(dc.FP8_DECODE_VARIANTS) == {"converter", "gather"}
+    assert dc.FP8_DECODE_DEFAULT_RULE == "converter"
+    assert set(dc.FP8_DECODE_VARIANTS) == {"converter", "gather", dc.PREFETCH_VARIANT}
     with pytest.raises(ConfigError, match="unknown FP8 sparse decode variant"):
         dc.fp8_decode_variant(dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8"), "conv")
     with pytest.raises(ConfigError, match="FP8 cache"):

@@ -193,7 +193,8 @@ class _HalfTiles(_Tiles):
 def build_roles(kb, cfg, p, bufs, x_smem, rows_smem):
     """kv_pipe (two consumer roles), then roles mma0 and mma1 (Q's load, the pair loops, the epilogue)
     and the producer: the gather warp (attention_mla_sparse_sm90._gather_role, unchanged) or the FP8
-    converter warpgroup (_convert_role, unchanged; note "FP8 converter")."""
+    converter warpgroup (convert_role, unchanged: note "FP8 converter", or with converter_prefetch note "FP8
+    converter prefetch")."""
     from . import attention_mla_sparse_sm90 as base
     q_smem, kv_smem, _, q_slot, bias_smem = bufs
     conv = getattr(cfg, "fp8_converter", False)
@@ -226,7 +227,7 @@ def build_roles(kb, cfg, p, bufs, x_smem, rows_smem):
             return
         if conv:
             with kb.role("convert", first_warp=4 * CONSUMERS, num_warps=4, regs=load_regs):
-                base._convert_role(kb, base._Work(kb, cfg, p), p, kv_smem, kv_pipe, bias_smem)
+                base.convert_role(kb, cfg, base._Work(kb, cfg, p), p, kv_smem, kv_pipe, bias_smem)
             return
         with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=1, regs=LOAD_REGS):
             work = base._Work(kb, cfg, p) if own else gather_work

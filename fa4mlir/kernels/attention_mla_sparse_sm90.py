@@ -94,6 +94,9 @@ tile's bias slot (its stage), as the 16-bit kernel's gather does. Every thread f
 stores to the async proxy before it arrives on full[stage]. The consumers (setmaxnreg 200) run the
 16-bit kernel's tile step (_kv_tile) unchanged: wait full, S, softmax, P V, release the tile.
 
+With converter_prefetch (FP8_DECODE_VARIANTS' "prefetch", opt-in) the converter's loop is
+attention_mla_sparse_prefetch_sm90's (its note "FP8 converter prefetch": each row's loads two trips ahead).
+
 Note "Producer warpgroup" (producer_warps=4, a 16-bit kv, prefill or decode; FlashMLA's sm90 sparse prefill's
 producer: a whole warpgroup gathers, and each K stage is two halves with their own barriers): warpgroup 2
 (`gather`, warps 8-11, setmaxnreg 72; the consumers 216: 2 x 216 + 72 = the launch pool) replaces the gather
@@ -172,7 +175,7 @@ def build(cfg: MLASparseConfig | MLASparseDecodeConfig = MLASparseConfig()) -> d
                 _mma_role(kb, cfg, work, p, (q_smem, kv_smem, kv_pipe, q_slot, bias_smem), x_smem, tile_smem, halves)
             if conv:
                 with kb.role("convert", first_warp=4 * CONSUMERS, num_warps=4, regs=load_regs):
-                    _convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem)
+                    convert_role(kb, cfg, work, p, kv_smem, kv_pipe, bias_smem)
             elif pwg:
                 with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=PRODUCER_THREADS // 32, regs=load_regs):
                     _gather_role_wg(kb, work, p, kv_smem, (kv_pipe, halves), bias_smem, cfg.l2_hints)
@@ -369,6 +372,15 @@ def _gather_role_fp8(kb, cfg: MLASparseConfig | MLASparseDecodeConfig, work: _Wo
         kv_pipe.producer_commit(s)
         kb.named_barrier(BAR_GATHER, GATHER_LANES)
         loop.yield_(s.advance())
+
+
+def convert_role(kb, cfg: MLASparseDecodeConfig, work: _Work, p, kv_smem, kv_pipe, bias_smem):
+    """The converter warpgroup's loop: note "FP8 converter" (_convert_role), or with cfg.converter_prefetch
+    attention_mla_sparse_prefetch_sm90's (its note "FP8 converter prefetch")."""
+    if cfg.converter_prefetch:
+        from .attention_mla_sparse_prefetch_sm90 import convert_role as prefetching
+        return prefetching(kb, cfg, work, p, kv_smem, kv_pipe, bias_smem)
+    return _convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem)
 
 
 def _convert_role(kb, work: _Work, p, kv_smem, kv_pipe, bias_smem):

@@ -357,6 +357,9 @@ def flops(s_q: int, heads: int, topk: int, topk_length=None) -> int:
 # tile, 128 producer arrivals); the consumer warpgroups (setmaxnreg CONVERTER_MMA_REGS) run the 16-bit
 # kernel's tile step on the other tile. SMEM: Q 72 KiB + 2 x 72 KiB tiles + the exchange (9 KiB) + two
 # bias slots (0.5 KiB) + q_slot + 4 mbarriers = 230,960 of 232,448 bytes: two full 64-row tiles fit.
+# With converter_prefetch (FP8_DECODE_VARIANTS' "prefetch", opt-in) the same plan and budgets; only the
+# converter's loop differs (attention_mla_sparse_prefetch_sm90, note "FP8 converter prefetch": each row's loads
+# two trips ahead in registers, the rope by cp.async into the tile).
 
 DECODE_KERNEL = "attention_mla_sparse_decode_sm90"
 DECODE_DTYPES = ("bf16", "f16")
@@ -377,6 +380,8 @@ class MLASparseDecodeConfig:
     seesaw: bool = False            # MLASparseConfig.seesaw's tile step (SPARSE_VARIANTS): 16-bit kv, or fp8 with
                                     # fp8_converter and no split
     pair_fill: bool = False         # MLASparseConfig.pair_fill's fill order (seesaw, producer_warps=4, 16-bit kv)
+    converter_prefetch: bool = False  # fp8_converter only: the converter's rolling prefetch (note "FP8 converter
+                                      # prefetch"; FP8_DECODE_VARIANTS' "prefetch", opt-in)
 
     @property
     def fp8(self) -> bool:
@@ -444,6 +449,14 @@ class MLASparseDecodeConfig:
             raise ConfigError(f"fp8_converter must be a bool, got {self.fp8_converter!r}")
         if self.fp8_converter and not self.fp8:
             raise ConfigError("fp8_converter=True dequantizes FlashMLA's FP8 cache: it needs kv_dtype=\"fp8\"")
+        if not isinstance(self.converter_prefetch, bool):
+            raise ConfigError(f"converter_prefetch must be a bool, got {self.converter_prefetch!r}")
+        if self.converter_prefetch and not self.fp8_converter:
+            raise ConfigError("converter_prefetch=True is the converter warpgroup's schedule: it needs "
+                              "fp8_converter=True (kv_dtype=\"fp8\")")
+        if self.converter_prefetch and self.seesaw:
+            raise ConfigError("converter_prefetch=True is built with the tile step, not seesaw=True (its converter "
+                              "spilled there: note \"FP8 converter prefetch\")")
         check_producer(self)
         _check_seesaw(self)
         check_pair_fill(self)
@@ -460,24 +473,30 @@ class MLASparseDecodeConfig:
 
     def name(self) -> str:
         return (f"{DECODE_KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_conv' if self.fp8_converter else ''}"
+                f"{'_pf' if self.converter_prefetch else ''}"
                 f"{'_pwg' if self.producer_warps == 4 else ''}{'_l2' if self.l2_hints else ''}"
                 f"{'_topklen' if self.topk_length else ''}{'_split' if self.split else ''}"
                 f"{'_seesaw' if self.seesaw else ''}{'_pairfill' if self.pair_fill else ''}")
 
 
 DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", "producer_warps", "l2_hints", "seesaw",
-                                                               "pair_fill"))
+                                                               "pair_fill", "converter_prefetch"))
 
 
 # ----------------------------------------------------------------------------------------------
 # FP8 sparse decode variants: the kernel a flash_mla_with_kvcache(is_fp8_kvcache=True, indices=...) call runs
 # ----------------------------------------------------------------------------------------------
 
-# name -> MLASparseDecodeConfig.fp8_converter. "converter": note "FP8 converter plan" (warpgroup 2 dequantizes
-# from global memory into two bf16 tiles); "gather": note "FP8 sparse SMEM plan" (the gather warp's cp.async
-# staging stage, the consumers dequantize it): the default before FP8_DECODE_DEFAULT_RULE, kept for A/B
-# (FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather, bench mla's backend fa4mlir[gather]).
-FP8_DECODE_VARIANTS = {"converter": True, "gather": False}
+# name -> the MLASparseDecodeConfig fields it sets (the others of FP8_VARIANT_FIELDS False). "converter": note
+# "FP8 converter plan" (warpgroup 2 dequantizes from global memory into two bf16 tiles); "gather": note "FP8
+# sparse SMEM plan" (the gather warp's cp.async staging stage, the consumers dequantize it): the default before
+# FP8_DECODE_DEFAULT_RULE, kept for A/B (FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather, bench mla's backend
+# fa4mlir[gather]); "prefetch": the converter with its rolling prefetch (note "FP8 converter prefetch",
+# attention_mla_sparse_prefetch_sm90; opt-in, FA4MLIR_MLA_SPARSE_FP8_VARIANT=prefetch, fa4mlir[prefetch]).
+PREFETCH_VARIANT = "prefetch"
+FP8_DECODE_VARIANTS = {"converter": {"fp8_converter": True}, "gather": {},
+                       PREFETCH_VARIANT: {"fp8_converter": True, "converter_prefetch": True}}
+FP8_VARIANT_FIELDS = ("fp8_converter", "converter_prefetch")
 FP8_DECODE_VARIANT_ENV = "FA4MLIR_MLA_SPARSE_FP8_VARIANT"
 
 # FP8_DECODE_DEFAULT_RULE, the FP8 sparse decode kernel a call runs when no variant is named
@@ -511,7 +530,13 @@ def fp8_decode_variant(cfg: MLASparseDecodeConfig, name: str = "default") -> MLA
     if not cfg.fp8:
         raise ConfigError(f"FP8 sparse decode variant {name!r} is for FlashMLA's FP8 cache; {cfg.name()} is not one")
     name = fp8_decode_default_variant(cfg) if name == "default" else name
-    return replace(cfg, fp8_converter=FP8_DECODE_VARIANTS[name])
+    return replace(cfg, **{**dict.fromkeys(FP8_VARIANT_FIELDS, False), **FP8_DECODE_VARIANTS[name]})
+
+
+def fp8_decode_variant_name(cfg: MLASparseDecodeConfig) -> str:
+    """The FP8_DECODE_VARIANTS name of the FP8 sparse decode kernel ``cfg`` (its FP8_VARIANT_FIELDS)."""
+    fields = {f: getattr(cfg, f) for f in FP8_VARIANT_FIELDS}
+    return next(n for n, v in FP8_DECODE_VARIANTS.items() if fields == {**dict.fromkeys(FP8_VARIANT_FIELDS, False), **v})
 
 
 # ----------------------------------------------------------------------------------------------
