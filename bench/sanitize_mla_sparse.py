@@ -31,15 +31,20 @@ import numpy as np
 from bench.sanitize_mla import nan_empty
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as sc
 
-# the kernel fields beyond topk_length and sinks: SPARSE_DEFAULT_RULE's bf16 kernel (the seesaw step, the producer
-# warpgroup), the mla set's A/B kernels (the tile step with the gather warp or the producer warpgroup), FP8 rows
-RULE, TILE, TILE_PWG, FP8 = {"producer_warps": 4, "seesaw": True}, {}, {"producer_warps": 4}, {"kv_dtype": "fp8"}
+# the kernel fields beyond topk_length and sinks: SPARSE_DEFAULT_RULE's bf16 kernel (the seesaw step in FlashMLA's
+# pair-fill order, the producer warpgroup), the mla set's A/B kernels (the seesaw in tile order with the producer
+# warpgroup, the rule before [D-mla-sparse-pairfill-default]; the tile step with the gather warp or the producer
+# warpgroup), FP8 rows
+RULE, TILE, TILE_PWG, FP8 = {"producer_warps": 4, "seesaw": True, "pair_fill": True}, {}, {"producer_warps": 4}, \
+    {"kv_dtype": "fp8"}
+SEESAW_PWG = {"producer_warps": 4, "seesaw": True}
 BOTH = ((False, False), (True, True))
 ONE = ((True, False), (False, True))
 # (case name, (topk_length, sinks, fields) of its kernels, quick): every sparse entry of the mla set is one case's
 CASES = (
     ("mla-sparse", tuple((t, s, RULE) for t, s in BOTH), True),
     ("mla-sparse-topklen-or-sinks", tuple((t, s, RULE) for t, s in ONE), False),
+    ("mla-sparse-seesaw-pwg", tuple((t, s, SEESAW_PWG) for t, s in BOTH + ONE), False),
     ("mla-sparse-tile", tuple((t, s, TILE) for t, s in BOTH + ONE), False),
     ("mla-sparse-tile-pwg", tuple((t, s, TILE_PWG) for t, s in BOTH + ONE), False),
     ("mla-sparse-fp8", tuple((t, s, FP8) for t, s in BOTH + ONE), False),
@@ -59,7 +64,8 @@ def sparse_knobs(match: dict):
     its seesaw, producer_warps and l2_hints) inside, restored after: the host reads them per call."""
     from fa4mlir.attention.mla_sparse import VARIANT_ENV
     warps = match.get("producer_warps", 1)
-    knobs = {VARIANT_ENV: sc.SEESAW_VARIANT if match.get("seesaw") else sc.TILE_VARIANT,
+    knobs = {VARIANT_ENV: sc.PAIR_FILL_VARIANT if match.get("pair_fill") else sc.SEESAW_VARIANT if match.get("seesaw")
+             else sc.TILE_VARIANT,
              sc.PRODUCER_ENV: "warp" if warps == 1 else "warpgroup_l2" if match.get("l2_hints") else "warpgroup"}
     before = {k: os.environ.get(k) for k in knobs}
     os.environ.update(knobs)

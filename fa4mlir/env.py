@@ -82,11 +82,11 @@ KNOBS: dict[str, Knob] = {
         Knob("FA4MLIR_MLA_SPARSE_VARIANT", None, "str", "flash_mla_sparse_fwd and flash_mla_with_kvcache(indices=...) "
              "over a 16-bit kv (or the FP8 cache's converter kernel, one split) run this entry of "
              "attention_mla_sparse_sm90_config.SPARSE_VARIANTS on sm_90a: unset or 'default' (SPARSE_DEFAULT_RULE's: "
-             "the seesaw over bf16, the tile step otherwise), 'tile' (the shared tile step), 'seesaw' (FlashMLA's "
+             "the seesaw over bf16, in FlashMLA's pair-fill order with the producer warpgroup, the tile step otherwise), 'tile' (the shared tile step), 'seesaw' (FlashMLA's "
              "seesaw tile step, attention_mla_sparse_seesaw_sm90; over FP8 rows only the unsplit decode's converter: "
              "else UnsupportedFeatureError) or 'seesaw_pairfill' (the seesaw with FlashMLA's fill order of a pair's "
              "halves: 16-bit kv and the producer warpgroup, else UnsupportedFeatureError / KnobError); for A/B "
-             "(bench mla's fa4mlir[tile], fa4mlir[seesaw], fa4mlir[pairfill]); read per call into the call cache's key; a bundle must hold it: the mla and mla-sparse-variants sets"),
+             "(bench mla's fa4mlir[tile], fa4mlir[seesaw], fa4mlir[seesaw_pwg]); read per call into the call cache's key; a bundle must hold it: the mla and mla-sparse-variants sets"),
         Knob("FA4MLIR_PREFILL_TILES", None, "str", "flash_attn_func runs its case's default kernel with these "
              "AttnConfig tile / code-knob fields replaced ('bn=144,persistent=False'; for measurement: bench "
              "prefill --prefill-tiles); a kernel source without that variant raises BundleError, never falls back"),

@@ -47,6 +47,10 @@ def mla() -> list:
     # the four above are the rule's f16 kernels' bf16 twins and bench mla's fa4mlir[tile] (the kernel before the rule)
     out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s, producer_warps=4, seesaw=w)) for w in (True, False)
             for t in (False, True) for s in (False, True)]
+    # ... and SPARSE_DEFAULT_RULE's since [D-mla-sparse-pairfill-default]: the seesaw with FlashMLA's fill order
+    # (seesaw_pairfill); the seesaw kernels above in tile order are bench mla's fa4mlir[seesaw_pwg]
+    out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s, producer_warps=4, seesaw=True, pair_fill=True))
+            for t in (False, True) for s in (False, True)]
     # ... over FlashMLA's FP8 rows (kv [s_kv, 1, 656]), the same four
     out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s, kv_dtype="fp8")) for t in (False, True) for s in (False, True)]
     # the sparse decode (flash_mla_with_kvcache with indices) per dtype, with and without topk_length,
@@ -58,6 +62,8 @@ def mla() -> list:
     # the tile step (bench mla's fa4mlir[pwg]); the tile-step gather-warp four above are f16's default and bf16's A/B
     out += [(DECODE_KERNEL, MLASparseDecodeConfig("bf16", topk_length=t, split=s, producer_warps=4, seesaw=w))
             for w in (True, False) for t in (False, True) for s in (False, True)]
+    out += [(DECODE_KERNEL, MLASparseDecodeConfig("bf16", topk_length=t, split=s, producer_warps=4, seesaw=True,
+                                                  pair_fill=True)) for t in (False, True) for s in (False, True)]
     # the sparse decode over FlashMLA's FP8 cache (is_fp8_kvcache=True with indices; bf16 q), the same four as
     # each variant: FP8_DECODE_DEFAULT_RULE's (the converter warpgroup) first, then "gather" and "prefetch" (A/B)
     from .kernels.attention_mla_sparse_sm90_config import FP8_DECODE_VARIANTS, fp8_decode_variant
@@ -139,9 +145,8 @@ def mla_sparse_variant_entries() -> list:
            for t in (False, True) for s in (False, True)]
     l2 += [(sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(topk_length=t, split=s, producer_warps=4, l2_hints=True))
            for t in (False, True) for s in (False, True)]
-    pair_fill = [(name, replace(cfg, producer_warps=4, pair_fill=True)) for name, cfg in sixteen]
-    return sixteen + l2 + [(sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True, seesaw=True))] \
-        + pair_fill
+    # (the seesaw_pairfill kernels are SPARSE_DEFAULT_RULE's: the mla set's)
+    return sixteen + l2 + [(sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True, seesaw=True))]
 
 
 def mla_sparse_variants() -> list:

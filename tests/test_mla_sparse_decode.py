@@ -156,8 +156,9 @@ def test_plan_launches_by_the_contracts(monkeypatch, splits):
     plan = sd.build_plan(problem, None, (128 * 576, 576), 576, 2048)
     first = plan.launches[0]
     cfg = first.kernel.cfg
-    # SPARSE_DEFAULT_RULE's kernel over bf16: the seesaw step with the producer warpgroup
-    assert cfg == dc.MLASparseDecodeConfig("bf16", topk_length=True, split=splits > 1, producer_warps=4, seesaw=True)
+    # SPARSE_DEFAULT_RULE's kernel over bf16: the seesaw step in pair-fill order with the producer warpgroup
+    assert cfg == dc.MLASparseDecodeConfig("bf16", topk_length=True, split=splits > 1, producer_warps=4, seesaw=True,
+                                           pair_fill=True)
     assert (dc.DECODE_KERNEL, cfg) in kernel_sets.mla()
     assert list(first.args) == [n for n, _ in cfg.params] and first.grid == (4 * 2 * 2, splits, 1)
     assert first.args["s_kv"] == 6400 and first.args["tokens"] == 8 and first.args["head_blocks"] == 2

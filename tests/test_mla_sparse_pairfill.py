@@ -24,16 +24,18 @@ from fa4mlir.kernels.common.fields import ConfigError
 from tests._mla_helpers import bits as _bits
 from tests._mla_helpers import check_sparse_art, lower_clean
 
-ENTRIES = [e for e in kernel_sets.mla_sparse_variant_entries() if e[1].pair_fill]
+# SPARSE_DEFAULT_RULE's bf16 kernels since [D-mla-sparse-pairfill-default]: the mla set's
+ENTRIES = [e for e in kernel_sets.mla() if getattr(e[1], "pair_fill", False)]
 PAIR_FILL = sc.MLASparseConfig(seesaw=True, producer_warps=4, pair_fill=True)
 
 
 def test_the_variant_is_in_the_sets():
     assert {cfg for _, cfg in ENTRIES} == {
-        PAIR_FILL, replace(PAIR_FILL, topk_length=True, sinks=True),
-        sc.MLASparseDecodeConfig(seesaw=True, producer_warps=4, pair_fill=True),
-        sc.MLASparseDecodeConfig(topk_length=True, split=True, seesaw=True, producer_warps=4, pair_fill=True)}
+        *(replace(PAIR_FILL, topk_length=t, sinks=s) for t in (False, True) for s in (False, True)),
+        *(sc.MLASparseDecodeConfig(topk_length=t, split=s, seesaw=True, producer_warps=4, pair_fill=True)
+          for t in (False, True) for s in (False, True))}
     assert set(ENTRIES) <= set(kernel_sets.configs(["mla-sparse-variants"])) and set(ENTRIES) <= set(kernel_sets.gpu_tests())
+    assert not [e for e in kernel_sets.mla_sparse_variant_entries() if getattr(e[1], "pair_fill", False)]
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
@@ -58,7 +60,7 @@ def test_config():
     cfg = sc.MLASparseConfig(producer_warps=4)
     assert sc.sparse_variant(cfg, "seesaw_pairfill") == PAIR_FILL
     assert sc.sparse_variant(PAIR_FILL, "seesaw") == replace(PAIR_FILL, pair_fill=False)
-    assert sc.sparse_variant(PAIR_FILL, "default") == replace(PAIR_FILL, pair_fill=False)   # the rule's
+    assert sc.sparse_variant(PAIR_FILL, "default") == PAIR_FILL         # the rule's ([D-mla-sparse-pairfill-default])
     with pytest.raises(ConfigError, match="producer_warps=4"):
         sc.sparse_variant(sc.MLASparseConfig(), "seesaw_pairfill")
 

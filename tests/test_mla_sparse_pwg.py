@@ -25,14 +25,16 @@ ENTRIES = [e for e in kernel_sets.mla() if getattr(e[1], "producer_warps", 1) ==
 
 
 def test_the_variant_is_in_the_mla_set():
-    """SPARSE_DEFAULT_RULE's bf16 kernels (seesaw, producer warpgroup) and the producer warpgroup on the tile step
-    (bench mla's fa4mlir[pwg]), every topk_length / sinks (prefill) and topk_length / split (decode) case."""
+    """SPARSE_DEFAULT_RULE's bf16 kernels (pair-fill seesaw, producer warpgroup), the seesaw in tile order (the rule
+    before, bench mla's fa4mlir[seesaw_pwg]) and the producer warpgroup on the tile step (fa4mlir[pwg]), every
+    topk_length / sinks (prefill) and topk_length / split (decode) case."""
+    steps = ((False, False), (True, False), (True, True))      # (seesaw, pair_fill)
     prefill = {cfg for name, cfg in ENTRIES if name == sc.KERNEL}
-    assert prefill == {sc.MLASparseConfig(topk_length=t, sinks=s, producer_warps=4, seesaw=w) for t in (False, True)
-                       for s in (False, True) for w in (False, True)}
+    assert prefill == {sc.MLASparseConfig(topk_length=t, sinks=s, producer_warps=4, seesaw=w, pair_fill=f)
+                       for t in (False, True) for s in (False, True) for w, f in steps}
     decode = {cfg for name, cfg in ENTRIES if name == sc.DECODE_KERNEL}
-    assert decode == {sc.MLASparseDecodeConfig(topk_length=t, split=s, producer_warps=4, seesaw=w) for t in (False, True)
-                      for s in (False, True) for w in (False, True)}
+    assert decode == {sc.MLASparseDecodeConfig(topk_length=t, split=s, producer_warps=4, seesaw=w, pair_fill=f)
+                      for t in (False, True) for s in (False, True) for w, f in steps}
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
@@ -173,8 +175,8 @@ def test_knob_selects_the_decode_variant(monkeypatch):
     monkeypatch.setenv(sc.PRODUCER_ENV, "warp")
     assert problem().config(False) == sc.MLASparseDecodeConfig()
     monkeypatch.delenv(sc.PRODUCER_ENV)
-    monkeypatch.delenv(sc.SPARSE_VARIANT_ENV)       # SPARSE_DEFAULT_RULE: bf16 seesaw + producer warpgroup, f16 not
-    assert problem().config(False) == sc.MLASparseDecodeConfig(producer_warps=4, seesaw=True)
+    monkeypatch.delenv(sc.SPARSE_VARIANT_ENV)       # SPARSE_DEFAULT_RULE: bf16 pair-fill seesaw + producer warpgroup
+    assert problem().config(False) == sc.MLASparseDecodeConfig(producer_warps=4, seesaw=True, pair_fill=True)
 
 
 def test_bench_backend_sets_the_knob_around_the_call(monkeypatch):

@@ -39,7 +39,9 @@ def test_config_key_name_and_refusals():
         on = sc.sparse_variant(cfg, "seesaw")
         assert on.seesaw and on.key()["seesaw"] is True and on.name().endswith("_seesaw")
         assert sc.sparse_variant(on, "tile") == cfg
-        assert sc.sparse_variant(cfg, "default") == on      # SPARSE_DEFAULT_RULE's step over bf16
+        assert sc.sparse_variant(cfg, "default") == on      # SPARSE_DEFAULT_RULE's step over bf16 (gather warp)
+        pwg = replace(cfg, producer_warps=4)                # ... and with the producer warpgroup: its pair fill
+        assert sc.sparse_variant(pwg, "default") == replace(on, producer_warps=4, pair_fill=True)
     assert not sc.sparse_variant(sc.MLASparseDecodeConfig("f16"), "default").seesaw
     assert not sc.sparse_variant(sc.MLASparseConfig(kv_dtype="fp8"), "default").seesaw
     assert "seesaw" in sc.VARIANT_FIELDS and "seesaw" in sc.DECODE_VARIANT_FIELDS
@@ -252,4 +254,4 @@ def test_bench_rows_carry_the_seesaw_backend(monkeypatch):
     assert {k: v()() for k, v in calls.items()} == {"fa4mlir[tile]": ("tile", "warp"),
                                                    "fa4mlir[pwg]": ("tile", "warpgroup"),
                                                    "fa4mlir[seesaw]": ("seesaw", "warp"),
-                                                   "fa4mlir[pairfill]": ("seesaw_pairfill", "warpgroup")}
+                                                   "fa4mlir[seesaw_pwg]": ("seesaw", "warpgroup")}

@@ -19,10 +19,10 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    checked against the dense equivalent over the dequantized rows
     mla_sparse     FlashMLA's sparse prefill shape: s_q 4096, 128 heads, topk 2048 distinct indices per
                    token into s_kv 32768 rows of [s_kv, 1, 576]; flash_mla_sparse_fwd (fa4mlir: over bf16
-                   SPARSE_DEFAULT_RULE's seesaw with the producer warpgroup); also backends fa4mlir[tile] (the
-                   kernel before the rule: tile step, gather warp), fa4mlir[pwg] (tile step, producer warpgroup),
-                   fa4mlir[seesaw] (seesaw, gather warp) and fa4mlir[pairfill] (the rule's with FlashMLA's fill
-                   order of a pair's halves): FA4MLIR_MLA_SPARSE_VARIANT and _PRODUCER around
+                   SPARSE_DEFAULT_RULE's seesaw in FlashMLA's pair-fill order with the producer warpgroup); also
+                   backends fa4mlir[tile] (tile step, gather warp), fa4mlir[pwg] (tile step, producer warpgroup),
+                   fa4mlir[seesaw] (seesaw, gather warp) and fa4mlir[seesaw_pwg] (the rule before the pair
+                   fill: the seesaw in tile order, producer warpgroup): FA4MLIR_MLA_SPARSE_VARIANT and _PRODUCER around
                    each call (sparse_ab_calls)
     mla_sparse_fp8 the same over FlashMLA's FP8 rows (kv [s_kv, 1, 656], the bf16 kv quantized by
                    testing_mla.quantize_fp8_cache), checked over the dequantized rows
@@ -390,15 +390,15 @@ def with_fp8_variant(name: str, run: Callable[[], Any]) -> Callable[[], Any]:
 
 
 def sparse_ab_calls(default: Callable[[], Any]) -> dict:
-    """The 16-bit sparse rows' A/B backends beside the rule's kernel (SPARSE_DEFAULT_RULE: seesaw + producer
-    warpgroup over bf16), both knobs set around each call: fa4mlir[tile] the kernel before the rule (tile step,
-    gather warp), fa4mlir[pwg] the producer warpgroup on the tile step, fa4mlir[seesaw] the seesaw with the
-    gather warp, fa4mlir[pairfill] the rule's kernel with FlashMLA's fill order of a pair's halves
-    (SPARSE_VARIANTS seesaw_pairfill)."""
+    """The 16-bit sparse rows' A/B backends beside the rule's kernel (SPARSE_DEFAULT_RULE over bf16: the seesaw with
+    FlashMLA's fill order of a pair's halves, seesaw_pairfill, and the producer warpgroup), both knobs set around
+    each call: fa4mlir[tile] the kernel before the seesaw rules (tile step, gather warp), fa4mlir[pwg] the producer
+    warpgroup on the tile step, fa4mlir[seesaw] the seesaw with the gather warp, fa4mlir[seesaw_pwg] the rule before
+    [D-mla-sparse-pairfill-default] (the seesaw in tile order with the producer warpgroup)."""
     def both(variant: str, producer: str) -> Callable[[], Any]:
         return lambda: with_sparse_variant(variant, with_producer(producer, default()))
     return {"fa4mlir[tile]": both("tile", "warp"), "fa4mlir[pwg]": both("tile", "warpgroup"),
-            "fa4mlir[seesaw]": both("seesaw", "warp"), "fa4mlir[pairfill]": both("seesaw_pairfill", "warpgroup")}
+            "fa4mlir[seesaw]": both("seesaw", "warp"), "fa4mlir[seesaw_pwg]": both("seesaw", "warpgroup")}
 
 
 def with_producer(name: str, run: Callable[[], Any]) -> Callable[[], Any]:

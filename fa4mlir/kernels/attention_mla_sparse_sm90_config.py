@@ -217,7 +217,7 @@ def check_producer(cfg) -> None:
 SEESAW_VARIANT = "seesaw"
 TILE_VARIANT = "tile"       # the shared tile step (common/mla_sm90.py), both warpgroups on one tile
 # "seesaw_pairfill": the seesaw with FlashMLA's fill order of a pair's halves (note "Pair fill"); it needs the
-# producer warpgroup (PRODUCER_VARIANTS "warpgroup" or "warpgroup_l2", SPARSE_DEFAULT_RULE's over bf16)
+# producer warpgroup (PRODUCER_VARIANTS "warpgroup" or "warpgroup_l2"); SPARSE_DEFAULT_RULE's variant over bf16
 PAIR_FILL_VARIANT = "seesaw_pairfill"
 SPARSE_VARIANTS = {"default": {}, TILE_VARIANT: {}, SEESAW_VARIANT: {"seesaw": True},
                    PAIR_FILL_VARIANT: {"seesaw": True, "pair_fill": True}}
@@ -233,8 +233,11 @@ SPARSE_VARIANTS = {"default": {}, TILE_VARIANT: {}, SEESAW_VARIANT: {"seesaw": T
 # nvidia-h200 against the kernel before the rule (notes/RESULTS.md [D-mla-sparse-seesaw-pwg-default]): sparse
 # prefill 485.4 vs 390.0 TFLOP/s, sparse decode 411.3 vs 335.2. f16 (its producer-warpgroup kernels were never
 # timed) and FlashMLA's FP8 rows (the producer warpgroup is built for a 16-bit kv; the FP8 seesaw was 10% slower,
-# [R-mla-sparse-seesaw]) keep the tile step and the gather warp.
-SPARSE_DEFAULT_RULE = {"bf16": (SEESAW_VARIANT, "warpgroup")}
+# [R-mla-sparse-seesaw]) keep the tile step and the gather warp. Since [D-mla-sparse-pairfill-default] the bf16
+# seesaw fills a pair's halves in FlashMLA's order (PAIR_FILL_VARIANT, note "Pair fill"): nvidia-h200, same process,
+# sparse prefill 498.4 vs 480.9 TFLOP/s, sparse decode 428.6 vs 409.3 (the seesaw in tile order stays the A/B
+# backend fa4mlir[seesaw_pwg]).
+SPARSE_DEFAULT_RULE = {"bf16": (PAIR_FILL_VARIANT, "warpgroup")}
 SPARSE_DEFAULT = (TILE_VARIANT, "warp")
 
 
@@ -254,11 +257,15 @@ def _check_seesaw(cfg) -> None:
 
 def sparse_variant(cfg, name: str = "default"):
     """The sparse kernel ``cfg`` (MLASparseConfig or MLASparseDecodeConfig) as variant ``name`` of
-    SPARSE_VARIANTS ("default": SPARSE_DEFAULT_RULE's for cfg's dtype); ConfigError for an unknown name or a variant not built for cfg (seesaw: see _check_seesaw)."""
+    SPARSE_VARIANTS ("default": SPARSE_DEFAULT_RULE's for cfg's dtype; its pair fill is the producer warpgroup's
+    fill order, so with the gather warp (FA4MLIR_MLA_SPARSE_PRODUCER=warp) the rule's step is the seesaw in tile
+    order); ConfigError for an unknown name or a variant not built for cfg (seesaw: see _check_seesaw)."""
     if name not in SPARSE_VARIANTS:
         raise ConfigError(f"unknown sparse MLA variant {name!r}; known: {', '.join(SPARSE_VARIANTS)}")
     if name == "default":
         name = default_sparse(cfg.dtype, cfg.fp8)[0]
+        if name == PAIR_FILL_VARIANT and cfg.producer_warps != 4:
+            name = SEESAW_VARIANT
     out = replace(cfg, **{"seesaw": False, "pair_fill": False, **SPARSE_VARIANTS[name]})
     _check_seesaw(out)
     check_pair_fill(out)

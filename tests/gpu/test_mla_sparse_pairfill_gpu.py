@@ -1,10 +1,11 @@
-"""The sparse MLA kernels' opt-in pair-fill variant (FA4MLIR_MLA_SPARSE_VARIANT=seesaw_pairfill: the seesaw with
+"""The sparse MLA kernels' pair-fill variant (SPARSE_DEFAULT_RULE's over bf16 since [D-mla-sparse-pairfill-default];
+FA4MLIR_MLA_SPARSE_VARIANT=seesaw_pairfill names it: the seesaw with
 the producer warpgroup filling a pair's halves in FlashMLA's order, attention_mla_sparse_seesaw_sm90 note "Pair
 fill") on an sm_90 GPU: the prefill (flash_mla_sparse_fwd; h_q 64 and 128, topk 128 to 2048 with odd and even
 tile counts, -1 padding, indices >= s_kv, duplicates, NaN in every kv row no valid entry names, topk_length with
 sinks) and the decode over a bf16 cache (one split, and three with topk_length), each by the FA rule against the
-float64 reference (fa4mlir.testing_mla), its max error within 1.5x that of SPARSE_DEFAULT_RULE's kernel (the
-seesaw with the producer warpgroup) on the same inputs (+ a small atol), the same bits for the same inputs.
+float64 reference (fa4mlir.testing_mla), its max error within 1.5x that of the rule before it (the seesaw in tile
+order with the producer warpgroup, FA4MLIR_MLA_SPARSE_VARIANT=seesaw) on the same inputs (+ a small atol), the same bits for the same inputs.
 Not the rule's bits: warpgroup 1 sums S_b's columns 256..575 first. A hang (a pair-fill ring order that
 deadlocks) is a timeout. Needs a bundle of the `mla-sparse-variants` set (or `gpu-tests`).
 """
@@ -20,7 +21,8 @@ from tests.gpu.test_mla_sparse_seesaw_gpu import PREFILL, _same_class
 pytestmark = pytest.mark.gpu
 
 PRODUCER_ENV = "FA4MLIR_MLA_SPARSE_PRODUCER"
-VARIANTS = (("default", "default"), ("seesaw_pairfill", "warpgroup"))     # the rule's kernel, then the variant
+# the rule's kernel (pair fill since [D-mla-sparse-pairfill-default]), then the rule before it (tile-order seesaw)
+VARIANTS = (("default", "default"), ("seesaw", "warpgroup"))
 
 
 @pytest.mark.parametrize("s_q,heads,topk,s_kv,options", PREFILL)
@@ -47,7 +49,7 @@ def test_sparse_prefill_pairfill(torch, monkeypatch, s_q, heads, topk, s_kv, opt
         assert torch.equal(out, again[0]) and torch.equal(max_logits, again[1]) and torch.equal(lse, again[2])
         errs[variant] = check_mla_sparse(q, kv, idx, out.cpu().float(), max_logits.cpu(), lse.cpu(), scale,
                                          sinks=sinks, topk_length=None if lens is None else lens.numpy())
-    _same_class(errs["seesaw_pairfill"], errs["default"], ("out", "lse", "max_logits"))
+    _same_class(errs["default"], errs["seesaw"], ("out", "lse", "max_logits"))
 
 
 DECODE = [  # batch, seqlen_q, heads, topk, pages, page, lengths, splits (the set's two decode kernels)
@@ -83,4 +85,4 @@ def test_sparse_decode_pairfill(torch, monkeypatch, batch, seqlen_q, heads, topk
         assert torch.equal(out, again) and torch.equal(lse, lse2)
         errs[variant] = check_mla_sparse_decode(q, cache, idx, out.cpu().float(), lse.cpu(), 576 ** -0.5,
                                                 topk_length=None if lens is None else lens.numpy())
-    _same_class(errs["seesaw_pairfill"], errs["default"], ("out", "lse"))
+    _same_class(errs["default"], errs["seesaw"], ("out", "lse"))
