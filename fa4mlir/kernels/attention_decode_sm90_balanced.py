@@ -41,6 +41,7 @@ from ..dialect import builders as fa4
 from ..dsl import Value, const, fast_div, select, vec
 from . import attention_decode_sm90 as dec_kernel
 from . import attention_decode_sm90_swapab as swapab
+from .attention_decode_sm90_config import BALANCED_RANGE_BYTES
 from .attention_decode_sm90_epilogue import _epilogue
 from .common.constants import NEG_INF
 
@@ -186,7 +187,7 @@ class Item:
 
 def roles(kb, cfg, p, rings, staged):
     """The warp roles of the balanced kernel: the consumer warpgroup (warps 0-3) and the producer (warp 4)."""
-    bounds = kb.smem("balanced_range", 32, align=16)
+    bounds = kb.smem("balanced_range", BALANCED_RANGE_BYTES, align=16)
     with kb.warp_roles():
         with kb.role("mma", first_warp=0, num_warps=4, regs=0):
             _mma_role(kb, cfg, p, rings, staged, bounds)
