@@ -6,8 +6,13 @@ loops that issue wgmma and hold no inner one) with no spill, and within a few in
 kernels' loops they run (the schedule costs nothing per tile). Outside the loops (ptxas at 168 registers, two
 CTAs per SM) the kernel's note "Per-item geometry" leaves no spill but 4 bytes in the paged tensor-scale kernels:
 bounded here as measured, so that growth shows; the one-CTA-per-SM variant (balanced12) may take 255 registers.
+The three-CTA variant (balanced3cta, DecodeConfig.ctas 3) gets 128 registers (ptxas: 15 warps over an SM's 4
+register quarters of 16384, 4 warps in one: 16384 / (4 x 32)), where its tile loops spill (the 64 O accumulators
+of m64n128 and the 32 K fragment registers leave too few): bounded here as measured (SPILL_3CTA).
 Numerics: tests/test_decode_balanced_interpret.py."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -18,6 +23,7 @@ BALANCED = [e for e in kernel_sets.SETS["decode-fp8-variants"]() if getattr(e[1]
             or getattr(e[1], "balanced_bn", 0)]
 # spill bytes (stores) ptxas 13 leaves in the balanced kernels (none in the tile loops): by scale granularity
 SPILL_BOUND = {"kv_head": 0, "tensor": 4}
+SPILL_3CTA = 320          # balanced3cta's spill stores at 128 registers (kv_head scales; ptxas 13), tile loops included
 _LOWERED: dict = {}
 TILE_WGMMAS = 128 // 16 + 64 // 16
 
@@ -52,7 +58,11 @@ def test_balanced_kernel_compiles_without_serialised_wgmma_or_tile_loop_spills(e
     name, cfg = entry
     art = _lower(name, cfg)
     res = art.resources
-    assert not res["wgmma_serialized"] and res["registers"] <= (168 if cfg.ctas_per_sm == 2 else 255)
+    assert not res["wgmma_serialized"] and res["registers"] <= {1: 255, 2: 168, 3: 128}[cfg.ctas_per_sm]
+    assert res["registers"] * cfg.threads * cfg.ctas_per_sm <= 65536 and res["smem_bytes"] == cfg.smem_bytes(), res
+    if cfg.ctas_per_sm == 3:     # the docstring: it spills in its tile loops; bounded as measured
+        assert res["spill_stores"] <= SPILL_3CTA and res["smem_bytes"] <= dec.SM_SMEM // 3 - dec.CTA_SMEM_RESERVE, res
+        return
     assert res["spill_stores"] <= SPILL_BOUND[cfg.kv_scale] and res["stack_bytes"] <= SPILL_BOUND[cfg.kv_scale], res
     if sass.find_nvdisasm() is None:
         pytest.skip("nvdisasm not installed: the SASS loop checks need it")
@@ -77,14 +87,29 @@ def test_balanced_tensor_scale_kernel_spill_bound(entry):
 def test_balanced_variants_resources_as_planned():
     """BALANCED_VARIANTS' ring depths: balanced5 at two CTAs per SM (the SMEM of 5 stages fits half an SM),
     balanced12 at one; the kernels declare it (min CTAs per SM), and the plan's parts follow it."""
-    for name, stages, ctas in (("balanced5", 5, 2), ("balanced12", 12, 1)):
+    for name, stages, ctas in (("balanced5", 5, 2), ("balanced12", 12, 1), ("balanced3cta", 3, 3)):
         for page in (16, 64):
             cfg = dec.fp8_variant(dec.default_config("bf16", 128, page, "kv_head"), name, page, 4)
             assert (cfg.stages, cfg.ctas_per_sm, cfg.balanced, cfg.swap_ab) == (stages, ctas, True, True)
-            assert (dec.KERNEL, cfg) in set(BALANCED)
-            assert cfg.smem_bytes() <= (dec.MAX_SMEM_2CTA if ctas == 2 else dec.SMEM_LIMIT)
-    with pytest.raises(dec.ConfigError, match="balanced5"):     # block scales: no swap AB to balance
-        dec.fp8_variant(dec.default_config("bf16", 128, 16, "block"), "balanced5", 16, 4)
+            assert (dec.KERNEL, cfg) in set(BALANCED) and cfg.ctas == dec.BALANCED_CTAS.get(name, 0)
+            assert cfg.smem_bytes() <= dec.SM_SMEM // ctas - dec.CTA_SMEM_RESERVE
+            if ctas == 3:    # the most stages that fit a third of the SM
+                assert replace(cfg, stages=stages + 1).smem_bytes() > dec.SM_SMEM // 3 - dec.CTA_SMEM_RESERVE
+    for name in ("balanced5", "balanced3cta"):     # block scales: no swap AB to balance
+        with pytest.raises(dec.ConfigError, match=name):
+            dec.fp8_variant(dec.default_config("bf16", 128, 16, "block"), name, 16, 4)
+
+
+def test_declared_ctas_errors():
+    """DecodeConfig.ctas: swap AB only, 1..MAX_CTAS_PER_SM, SMEM within that many CTAs; left out of key() at 0."""
+    cfg = dec.fp8_variant(dec.default_config("bf16", 128, 16, "kv_head"), "balanced3cta", 16, 4)
+    assert cfg.name().endswith("_bal_c3") and cfg.key()["ctas"] == 3
+    assert "ctas" not in dec.fp8_variant(dec.default_config("bf16", 128, 16, "kv_head"), dec.BALANCED, 16, 4).key()
+    for bad in (dict(ctas=4), dict(ctas=-1), dict(stages=4), dict(swap_ab=False, balanced=False)):
+        with pytest.raises(dec.ConfigError, match="ctas"):
+            replace(cfg, **bad).validate()
+    # 4 CTAs per SM: swap AB's 2 stages need more than a quarter of the SM
+    assert replace(cfg, stages=2, ctas=0).smem_bytes() > dec.SM_SMEM // 4 - dec.CTA_SMEM_RESERVE
 
 
 def test_balanced_combine_compiles_clean():
