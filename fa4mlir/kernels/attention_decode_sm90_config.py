@@ -108,6 +108,8 @@ class DecodeConfig:
     balanced: bool = False        # swap_ab: the balanced split schedule (common/decode_balanced.py): a fixed grid of
                                   # `parts` CTAs per KV head, each an equal share of the batch's key tiles across
                                   # sequences (attention_decode_sm90_balanced); BALANCED_PARAMS after SPLIT_PARAMS
+    swap_ab_ot: bool = False      # balanced swap_ab: O^T = V^T P^T (2 x m64n8: 8 accumulator registers, not m64n128's
+                                  # 64), into O's layout through SMEM once per item (attention_decode_sm90_swapab)
     ctas: int = 0                 # swap_ab: CTAs per SM the kernel declares (nvvm.minctasm: ptxas caps its registers
                                   # at 65536 / (ctas x threads)); 0: ctas_per_sm's choice by SMEM (2 or 1)
     # compile-time mask beyond the runtime causal flag (note "Window" of the kernel): FlashAttention's
@@ -247,6 +249,9 @@ class DecodeConfig:
         if self.balanced and (not self.swap_ab or self.unsplit or self.varlen_q):
             raise ConfigError(f"balanced (the balanced split schedule) is built on swap_ab, split (it writes final O "
                               f"and partials itself), without varlen_q; got {self.name()}")
+        if self.swap_ab_ot and (not self.balanced or self.swap_ab_warp_max):
+            raise ConfigError(f"swap_ab_ot (O^T = V^T P^T) is built for the balanced swap-AB kernel with one max per "
+                              f"column (not swap_ab_warp_max); got {self.name()}")
         if self.ctas and (not self.swap_ab or not 1 <= self.ctas <= MAX_CTAS_PER_SM
                           or self.smem_bytes() > SM_SMEM // self.ctas - CTA_SMEM_RESERVE):
             raise ConfigError(f"ctas (CTAs per SM the kernel declares) is built for swap_ab, 1..{MAX_CTAS_PER_SM}, "
@@ -290,7 +295,7 @@ class DecodeConfig:
         return (f"{KERNEL}_{self.dtype}_d{self.head_dim}_n{self.bn}_s{self.stages}"
                 f"_{self._fetch_name()}{fp8}{f'_cw{self.converter_stages}' if self.converter else ''}"
                 f"{'_ks' if self.convert_split else ''}{BITS_TILES[self.convert_bits]}{'_swapab' if self.swap_ab else ''}{'w' if self.swap_ab_warp_max else ''}{'_bal' if self.balanced else ''}"
-                f"{f'_c{self.ctas}' if self.ctas else ''}"
+                f"{'_ot' if self.swap_ab_ot else ''}{f'_c{self.ctas}' if self.ctas else ''}"
                 f"{'_unsplit' if self.unsplit else ''}{'_varlen' if self.varlen_q else ''}{mods}")
 
     def _fetch_name(self) -> str:
@@ -302,7 +307,7 @@ class DecodeConfig:
 # DecodeConfig's variant fields (common.fields), left out of key() at their defaults (added after kernels were
 # shipped); bench/sanitize.py reads this table
 VARIANT_FIELDS = field_defaults(DecodeConfig, ("varlen_q", "converter_stages", "convert_split", "convert_bits", "swap_ab",
-                                               "swap_ab_warp_max", "balanced", "ctas", "window_left", "window_right", "chunk", "softcap",
+                                               "swap_ab_warp_max", "balanced", "swap_ab_ot", "ctas", "window_left", "window_right", "chunk", "softcap",
                                                "sinks"))
 
 
@@ -460,7 +465,7 @@ FP8_VARIANTS = {
     "balanced": "rule+balanced",   # FP8_DEFAULT_RULE's swap-AB kernel on the balanced split schedule (BALANCED)
     "balanced5": "rule+balanced",  # the same with BALANCED_VARIANTS' stages (A/B candidates of issue #27's FP8 bar)
     "balanced12": "rule+balanced",
-    "balanced3cta": "rule+balanced",   # three CTAs (consumer warpgroups) per SM: BALANCED_CTAS
+    "balanced3cta": "rule+balanced",   # three CTAs (consumer warpgroups) per SM: BALANCED_FIELDS
 }
 BALANCED = "balanced"
 # The balanced variants -> their ring depth (None: the rule's kernel's). "balanced5": the 5 stages swap AB's SMEM
@@ -469,11 +474,12 @@ BALANCED = "balanced"
 # against the rule's 2 x 4 x 16 KiB. For A/B (bench decode --decode-variant); built at bench decode's FP8 shapes
 # (kv_head scales, pages of 16, 64, 128) in the decode-fp8-variants set.
 BALANCED_VARIANTS = {BALANCED: None, "balanced5": 5, "balanced12": 12, "balanced3cta": 3}
-# The balanced variants that declare their CTAs per SM (DecodeConfig.ctas; others: by SMEM). "balanced3cta": three
-# consumer warpgroups per SM (the swap-AB kernel is latency-bound per consumer warpgroup: notes/RESULTS.md
-# [M-decode-fp8-ncu]), 3 stages (~75 KiB: the most under an SM's third), ptxas capped at 136 registers
-# (65536 / (3 x 160)); the plan's parts grow with the CTA slots (SMs x 3).
-BALANCED_CTAS = {"balanced3cta": 3}
+# Balanced variants' other DecodeConfig fields. "balanced3cta": three consumer warpgroups per SM (`ctas`; the swap-AB
+# kernel is latency-bound per consumer warpgroup: notes/RESULTS.md [M-decode-fp8-ncu]), 3 stages (~75 KiB: the most
+# under an SM's third); ptxas gets 128 registers (15 warps over the SM's 4 register quarters: 4 warps x 32 x 128 =
+# 16384), where O's m64n128 accumulators (64 registers) spilled 320 bytes in the tile loops, so O^T = V^T P^T
+# (`swap_ab_ot`: 8). The plan's parts grow with the CTA slots (SMs x 3).
+BALANCED_FIELDS = {"balanced3cta": {"ctas": 3, "swap_ab_ot": True}}
 # scale granularities a variant is built for (others: all of SCALES): 128-key tiles with block
 # scales spill 20 bytes at 255 registers (the scales of 64 S columns a thread)
 FP8_VARIANT_SCALES = {"bn128": ("tensor", "kv_head"), "swapab": ("tensor", "kv_head"),
@@ -549,7 +555,7 @@ def fp8_variant(cfg: DecodeConfig, name: str, page_size: int | None, rows: int |
                               f"packed rows, tensor or kv_head scales, TMA fetches); {cfg.name()} at rows={rows} is not")
         out = replace(fp8_variant(cfg, base, page_size, rows), balanced=True)
         stages = BALANCED_VARIANTS[name]
-        return replace(out, stages=stages or out.stages, ctas=BALANCED_CTAS.get(name, 0)).validate()
+        return replace(out, stages=stages or out.stages, **BALANCED_FIELDS.get(name, {})).validate()
     if name == "default":
         name = fp8_default_variant(cfg, rows)
     if FP8_VARIANTS[name] is None:
