@@ -39,6 +39,13 @@ the exponentials. After the last tile (`merge_warps`) the partials meet as a spl
 the CTA: M = max_w m_w, f_w = 2^((m_w - M) scale), O = sum_w f_w O_w, l = sum_w f_w l_w, through V's
 f16 tile as float32. Costs: O *= alpha on both of a thread's rows (64 FMUL, rows 0..31 are live).
 
+Note "O^T" (cfg.swap_ab_ot, the balanced kernel at three CTAs per SM, 128 registers): O^T = V^T P^T, two
+m64n8 tiles (head-dim columns 64 c .., V's f16 chunk c read MN-major as A; B = P's tile, rows n < 8) of 4
+k-steps each, 8 accumulator registers a thread instead of m64n128's 64 (7/8 of them the zero rows past 8).
+Register i of either tile is column 2 t4 + i % 2, so O^T *= alpha takes the thread's own column alphas (no
+SMEM read). After an item's tiles `o_of_ot` turns O^T into O's layout (rows past 8 zero) through V's f16
+tile as float32 [8][D], between consumer barriers, for the unchanged epilogue.
+
 Scales as the default FP8 kernel (tensor / kv_head: k in the softmax scale, v in the epilogue's 1 /
 l); K rows past L_b (any bits, NaN included) are masked to -inf in S^T before the max, V's convert to
 zeros (note "NaN past L_b").
