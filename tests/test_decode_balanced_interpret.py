@@ -165,10 +165,12 @@ def test_balanced_ring_depth_variants_through_the_interpreter(variant, ctas, mon
     _check(c, lens, PAGE)
 
 
-def test_balanced_decode_two_query_tokens(monkeypatch):
-    """seqlen_q 2 (8 packed rows: swap AB's most), causal bottom-right: token 0 of the 1-token sequence sees
-    no key (O = 0, LSE = +inf), and the pieces of a cut sequence mask their rows' last key apart."""
-    monkeypatch.setenv(dec.FP8_VARIANT_ENV, dec.BALANCED)
+@pytest.mark.parametrize("variant", [dec.BALANCED, "balanced3cta"])
+def test_balanced_decode_two_query_tokens(variant, monkeypatch):
+    """seqlen_q 2 (8 packed rows: swap AB's most; balanced3cta: every column of O^T), causal bottom-right: token 0
+    of the 1-token sequence sees no key (O = 0, LSE = +inf), and the pieces of a cut sequence mask their rows' last
+    key apart."""
+    monkeypatch.setenv(dec.FP8_VARIANT_ENV, variant)
     _check(_case(None, seed=5, seqlen_q=2), np.array(LENGTHS, np.int32), None)
 
 

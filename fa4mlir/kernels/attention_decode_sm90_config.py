@@ -479,7 +479,7 @@ BALANCED_VARIANTS = {BALANCED: None, "balanced5": 5, "balanced12": 12, "balanced
 # under an SM's third); ptxas gets 128 registers (15 warps over the SM's 4 register quarters: 4 warps x 32 x 128 =
 # 16384), where O's m64n128 accumulators (64 registers) spilled 320 bytes in the tile loops, so O^T = V^T P^T
 # (`swap_ab_ot`: 8). The plan's parts grow with the CTA slots (SMs x 3).
-BALANCED_FIELDS = {"balanced3cta": {"ctas": 3, "swap_ab_ot": True}}
+BALANCED_FIELDS = {"balanced3cta": {"ctas": 3, "swap_ab_ot": True, "swap_ab_warp_max": False}}   # one max a column
 # scale granularities a variant is built for (others: all of SCALES): 128-key tiles with block
 # scales spill 20 bytes at 255 registers (the scales of 64 S columns a thread)
 FP8_VARIANT_SCALES = {"bn128": ("tensor", "kv_head"), "swapab": ("tensor", "kv_head"),
