@@ -87,7 +87,7 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 the decode set plus attention_decode_sm90_config.FP8_VARIANTS (converter warpgroup,
                 128-key tiles, split conversion, bit conversion, swap AB) of bf16 D128 FP8 caches, contiguous and paged 16, each
                 scale granularity, split and unsplit, and "balanced" (the balanced split schedule: contiguous
-                and pages of 16, 64, 128, with its combine; balanced5/12), TILE_VARIANTS (bf16): what `bench decode` times
+                and pages of 16, 64, 128, with its combine; balanced5/12/3cta), TILE_VARIANTS (bf16): what `bench decode` times
     mla-decode-variants
                 the mla set (every kernel DEFAULT_RULE or FA4MLIR_MLA_DECODE_VARIANT picks: M64, swap AB, the
                 seesaw schedule, full_s) plus the opt-in seesaw_ss and seesaw_fm kernels (bf16, pages of 64; the
@@ -465,8 +465,7 @@ def decode_fp8_variants() -> list:
             for dtype, d, page, grain in DECODE_FP8_VARIANT_CASES for unsplit in (False, True)
             for name in FP8_VARIANTS if name != "default" and name not in BALANCED_VARIANTS
             and grain in FP8_VARIANT_SCALES.get(name, SCALES)]
-    # "balanced" (the rule's swap-AB kernel on the balanced split schedule, split only: it writes final O
-    # itself) at the page sizes of bench decode's FP8 workloads (64 and 128: one kernel), and its combine
+    # "balanced" (split only: it writes final O itself) at bench decode's FP8 pages (64, 128: one kernel), its combine
     out += [(KERNEL, fp8_variant(default_config("bf16", 128, page, grain), BALANCED, page, SWAP_AB_ROWS))
             for page in (None, 16, 64, 128) for grain in FP8_VARIANT_SCALES[BALANCED]]
     # other BALANCED_VARIANTS at bench decode's paged FP8 rows (kv_head, boxes 16/64); TILE_VARIANTS at decode_dense's

@@ -68,7 +68,7 @@ def _plan(c: dict, lens: np.ndarray, page, parts: int = PARTS):
         v_scale=_info(c["v_scale"], "f32"))
     plan = kc.plan_problem(problem.with_options(causal=True, softmax_scale=D ** -0.5, num_splits=None,
                                                 return_lse=True), 132)
-    ctas = configs_for(plan)[0].ctas_per_sm       # 2; 1 for balanced12 (its parts halve)
+    ctas = configs_for(plan)[0].ctas_per_sm       # 2; 1 for balanced12 (its parts halve), 3 for balanced3cta
     assert plan.parts == db.parts_for(132 * ctas, 1, KV_HEADS) and plan.grid == (plan.parts, KV_HEADS, 1)
     return q_bits, replace(plan, parts=parts, num_splits=2 * parts)
 
@@ -153,9 +153,9 @@ def test_balanced_decode_through_the_interpreter(page, monkeypatch):
     _check(c, np.array(LENGTHS, np.int32), page)
 
 
-@pytest.mark.parametrize("variant,ctas", [("balanced5", 2), ("balanced12", 1)])
+@pytest.mark.parametrize("variant,ctas", [("balanced5", 2), ("balanced12", 1), ("balanced3cta", 3)])
 def test_balanced_ring_depth_variants_through_the_interpreter(variant, ctas, monkeypatch):
-    """BALANCED_VARIANTS' other ring depths (5 stages; 12 at one CTA per SM): the same case, every ring
+    """BALANCED_VARIANTS' other ring depths (5 stages; 12 at one CTA per SM; 3 at three, its parts x 1.5): the same case, every ring
     position wrapping differently over the CTAs' items (19 tiles, 5 CTAs)."""
     monkeypatch.setenv(dec.FP8_VARIANT_ENV, variant)
     c = _case(PAGE, seed=3)
@@ -165,10 +165,12 @@ def test_balanced_ring_depth_variants_through_the_interpreter(variant, ctas, mon
     _check(c, lens, PAGE)
 
 
-def test_balanced_decode_two_query_tokens(monkeypatch):
-    """seqlen_q 2 (8 packed rows: swap AB's most), causal bottom-right: token 0 of the 1-token sequence sees
-    no key (O = 0, LSE = +inf), and the pieces of a cut sequence mask their rows' last key apart."""
-    monkeypatch.setenv(dec.FP8_VARIANT_ENV, dec.BALANCED)
+@pytest.mark.parametrize("variant", [dec.BALANCED, "balanced3cta"])
+def test_balanced_decode_two_query_tokens(variant, monkeypatch):
+    """seqlen_q 2 (8 packed rows: swap AB's most; balanced3cta: every column of O^T), causal bottom-right: token 0
+    of the 1-token sequence sees no key (O = 0, LSE = +inf), and the pieces of a cut sequence mask their rows' last
+    key apart."""
+    monkeypatch.setenv(dec.FP8_VARIANT_ENV, variant)
     _check(_case(None, seed=5, seqlen_q=2), np.array(LENGTHS, np.int32), None)
 
 

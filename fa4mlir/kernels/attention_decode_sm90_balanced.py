@@ -41,6 +41,7 @@ from ..dialect import builders as fa4
 from ..dsl import Value, const, fast_div, select, vec
 from . import attention_decode_sm90 as dec_kernel
 from . import attention_decode_sm90_swapab as swapab
+from .attention_decode_sm90_config import BALANCED_RANGE_BYTES
 from .attention_decode_sm90_epilogue import _epilogue
 from .common.constants import NEG_INF
 
@@ -186,7 +187,7 @@ class Item:
 
 def roles(kb, cfg, p, rings, staged):
     """The warp roles of the balanced kernel: the consumer warpgroup (warps 0-3) and the producer (warp 4)."""
-    bounds = kb.smem("balanced_range", 32, align=16)
+    bounds = kb.smem("balanced_range", BALANCED_RANGE_BYTES, align=16)
     with kb.warp_roles():
         with kb.role("mma", first_warp=0, num_warps=4, regs=0):
             _mma_role(kb, cfg, p, rings, staged, bounds)
@@ -253,7 +254,8 @@ def _mma_role(kb, cfg, p, rings, staged, bounds_smem):
         # tiles every row sees whole need no mask: keys < token 0's end
         full = (item.length - (item.seqlen_q - 1) * p["causal"]).smax(0) // cfg.bn
         split = full.smax(item.begin).smin(item.end)
-        state = (k_pipe.state_at(count), const(0.0, (f32, cs.n_o)), (neg_inf, neg_inf), (zero, zero))
+        n_o = swapab.ot_regs(cfg) if cfg.swap_ab_ot else cs.n_o      # O^T's registers (swapab note "O^T"), or O's
+        state = (k_pipe.state_at(count), const(0.0, (f32, n_o)), (neg_inf, neg_inf), (zero, zero))
         for masked in (False, True):
             if masked:      # the masked tiles' own geometry: nothing of the unmasked loop's held across it
                 item = item_of(b, count)
@@ -266,6 +268,8 @@ def _mma_role(kb, cfg, p, rings, staged, bounds_smem):
         o, m, l = state[1:4]
         item = item_of(b, count)
         cs, v_scale = consumer(item)
+        if cfg.swap_ab_ot:
+            o = swapab.o_of_ot(cs, staged, o)
         if cfg.swap_ab_warp_max:
             o, m, l = swapab.merge_warps(cs, staged, o, m, l)
         else:

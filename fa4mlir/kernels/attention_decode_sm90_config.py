@@ -66,7 +66,10 @@ SWAP_AB_EXCHANGE_BYTES = 512      # swap_ab: per-warp column maxima and sums, an
 # First choices, to be measured (bench decode).
 DEFAULT_BN = {64: 64, 128: 64, 256: 64}
 DEFAULT_STAGES = {64: 6, 128: 3, 256: 3}
-MAX_SMEM_2CTA = 233472 // 2 - 1024     # an SM's 228 KiB, less the 1 KiB the driver reserves per CTA
+SM_SMEM, CTA_SMEM_RESERVE = 233472, 1024    # an SM's 228 KiB; the 1 KiB the driver reserves per CTA
+MAX_SMEM_2CTA = SM_SMEM // 2 - CTA_SMEM_RESERVE
+MAX_CTAS_PER_SM = 3               # DecodeConfig.ctas: 4 would leave 56 KiB, under swap AB's 2 stages (~59 KiB)
+BALANCED_RANGE_BYTES = 32         # balanced: the CTA's (lo, hi, b_first, ...) in SMEM (attention_decode_sm90_balanced)
 COMBINE_WARPS = 4                 # output rows per combine CTA (one warp each)
 COMBINE_HEAD_DIMS = HEAD_DIMS + (512,)    # 512: the MLA decode's V (attention_mla_decode_sm90)
 SCALES = ("tensor", "kv_head", "block")   # FP8 scale granularities (kvcache.ScaleGranularity's values)
@@ -105,6 +108,10 @@ class DecodeConfig:
     balanced: bool = False        # swap_ab: the balanced split schedule (common/decode_balanced.py): a fixed grid of
                                   # `parts` CTAs per KV head, each an equal share of the batch's key tiles across
                                   # sequences (attention_decode_sm90_balanced); BALANCED_PARAMS after SPLIT_PARAMS
+    swap_ab_ot: bool = False      # balanced swap_ab: O^T = V^T P^T (2 x m64n8: 8 accumulator registers, not m64n128's
+                                  # 64), into O's layout through SMEM once per item (attention_decode_sm90_swapab)
+    ctas: int = 0                 # swap_ab: CTAs per SM the kernel declares (nvvm.minctasm: ptxas caps its registers
+                                  # at 65536 / (ctas x threads)); 0: ctas_per_sm's choice by SMEM (2 or 1)
     # compile-time mask beyond the runtime causal flag (note "Window" of the kernel): FlashAttention's
     # window_size sides (-1: unbounded) and attention_chunk (0: none), canonical without causal
     window_left: int = -1
@@ -167,8 +174,10 @@ class DecodeConfig:
 
     @property
     def ctas_per_sm(self) -> int:
-        """CTAs that fit one SM by SMEM (2 when the tile plan fits half an SM; registers follow:
-        the kernel declares its CTAs per SM as a kernel attribute, which bounds them)."""
+        """`ctas` where set, else the CTAs that fit one SM by SMEM (2 when the tile plan fits half an SM);
+        registers follow: the kernel declares its CTAs per SM as a kernel attribute, which bounds them."""
+        if self.ctas:
+            return self.ctas
         return 2 if self.smem_bytes() <= MAX_SMEM_2CTA else 1
 
     @property
@@ -187,7 +196,8 @@ class DecodeConfig:
         q = TILE_M * self.head_dim * 2
         if self.swap_ab:    # Q^T of SWAP_AB_ROWS rows, V's f16 tile, P (64 rows of bn keys), the max/alpha/sum exchange
             return (SWAP_AB_ROWS * self.head_dim * 2 + 2 * self.stages * self.tile_bytes() + self.staged_bytes()
-                    + TILE_M * self.bn * 2 + SWAP_AB_EXCHANGE_BYTES + 2 * 2 * self.stages * MBARRIER_BYTES)
+                    + TILE_M * self.bn * 2 + SWAP_AB_EXCHANGE_BYTES + 2 * 2 * self.stages * MBARRIER_BYTES
+                    + (BALANCED_RANGE_BYTES if self.balanced else 0))
         if self.converter:    # the converter's ring: converter_stages (K, V) f16 pairs and their barriers
             staged = 2 * self.converter_stages * (self.staged_bytes() + MBARRIER_BYTES)
         else:
@@ -239,6 +249,14 @@ class DecodeConfig:
         if self.balanced and (not self.swap_ab or self.unsplit or self.varlen_q):
             raise ConfigError(f"balanced (the balanced split schedule) is built on swap_ab, split (it writes final O "
                               f"and partials itself), without varlen_q; got {self.name()}")
+        if self.swap_ab_ot and (not self.balanced or self.swap_ab_warp_max):
+            raise ConfigError(f"swap_ab_ot (O^T = V^T P^T) is built for the balanced swap-AB kernel with one max per "
+                              f"column (not swap_ab_warp_max); got {self.name()}")
+        if self.ctas and (not self.swap_ab or not 1 <= self.ctas <= MAX_CTAS_PER_SM
+                          or self.smem_bytes() > SM_SMEM // self.ctas - CTA_SMEM_RESERVE):
+            raise ConfigError(f"ctas (CTAs per SM the kernel declares) is built for swap_ab, 1..{MAX_CTAS_PER_SM}, "
+                              f"with the SMEM of that many CTAs (<= {SM_SMEM} // ctas - {CTA_SMEM_RESERVE} bytes); "
+                              f"got ctas={self.ctas}, {self.smem_bytes()} bytes: {self.name()}")
         if self.varlen_q and self.fp8:
             raise ConfigError("varlen_q (flash_attn_varlen_func's paged path) is built for bf16/f16 caches only, "
                               f"got kv_dtype={self.kv_dtype!r}")
@@ -277,6 +295,7 @@ class DecodeConfig:
         return (f"{KERNEL}_{self.dtype}_d{self.head_dim}_n{self.bn}_s{self.stages}"
                 f"_{self._fetch_name()}{fp8}{f'_cw{self.converter_stages}' if self.converter else ''}"
                 f"{'_ks' if self.convert_split else ''}{BITS_TILES[self.convert_bits]}{'_swapab' if self.swap_ab else ''}{'w' if self.swap_ab_warp_max else ''}{'_bal' if self.balanced else ''}"
+                f"{'_ot' if self.swap_ab_ot else ''}{f'_c{self.ctas}' if self.ctas else ''}"
                 f"{'_unsplit' if self.unsplit else ''}{'_varlen' if self.varlen_q else ''}{mods}")
 
     def _fetch_name(self) -> str:
@@ -288,7 +307,7 @@ class DecodeConfig:
 # DecodeConfig's variant fields (common.fields), left out of key() at their defaults (added after kernels were
 # shipped); bench/sanitize.py reads this table
 VARIANT_FIELDS = field_defaults(DecodeConfig, ("varlen_q", "converter_stages", "convert_split", "convert_bits", "swap_ab",
-                                               "swap_ab_warp_max", "balanced", "window_left", "window_right", "chunk", "softcap",
+                                               "swap_ab_warp_max", "balanced", "swap_ab_ot", "ctas", "window_left", "window_right", "chunk", "softcap",
                                                "sinks"))
 
 
@@ -446,6 +465,7 @@ FP8_VARIANTS = {
     "balanced": "rule+balanced",   # FP8_DEFAULT_RULE's swap-AB kernel on the balanced split schedule (BALANCED)
     "balanced5": "rule+balanced",  # the same with BALANCED_VARIANTS' stages (A/B candidates of issue #27's FP8 bar)
     "balanced12": "rule+balanced",
+    "balanced3cta": "rule+balanced",   # three CTAs (consumer warpgroups) per SM: BALANCED_FIELDS
 }
 BALANCED = "balanced"
 # The balanced variants -> their ring depth (None: the rule's kernel's). "balanced5": the 5 stages swap AB's SMEM
@@ -453,7 +473,13 @@ BALANCED = "balanced"
 # SM (the plan's parts halve with the CTA slots; ptxas may use 255 registers): 192 KiB of e4m3 K/V in flight per SM
 # against the rule's 2 x 4 x 16 KiB. For A/B (bench decode --decode-variant); built at bench decode's FP8 shapes
 # (kv_head scales, pages of 16, 64, 128) in the decode-fp8-variants set.
-BALANCED_VARIANTS = {BALANCED: None, "balanced5": 5, "balanced12": 12}
+BALANCED_VARIANTS = {BALANCED: None, "balanced5": 5, "balanced12": 12, "balanced3cta": 3}
+# Balanced variants' other DecodeConfig fields. "balanced3cta": three consumer warpgroups per SM (`ctas`; the swap-AB
+# kernel is latency-bound per consumer warpgroup: notes/RESULTS.md [M-decode-fp8-ncu]), 3 stages (~75 KiB: the most
+# under an SM's third); ptxas gets 128 registers (15 warps over the SM's 4 register quarters: 4 warps x 32 x 128 =
+# 16384), where O's m64n128 accumulators (64 registers) spilled 320 bytes in the tile loops, so O^T = V^T P^T
+# (`swap_ab_ot`: 8). The plan's parts grow with the CTA slots (SMs x 3).
+BALANCED_FIELDS = {"balanced3cta": {"ctas": 3, "swap_ab_ot": True, "swap_ab_warp_max": False}}   # one max a column
 # scale granularities a variant is built for (others: all of SCALES): 128-key tiles with block
 # scales spill 20 bytes at 255 registers (the scales of 64 S columns a thread)
 FP8_VARIANT_SCALES = {"bn128": ("tensor", "kv_head"), "swapab": ("tensor", "kv_head"),
@@ -529,7 +555,7 @@ def fp8_variant(cfg: DecodeConfig, name: str, page_size: int | None, rows: int |
                               f"packed rows, tensor or kv_head scales, TMA fetches); {cfg.name()} at rows={rows} is not")
         out = replace(fp8_variant(cfg, base, page_size, rows), balanced=True)
         stages = BALANCED_VARIANTS[name]
-        return replace(out, stages=stages or out.stages).validate()
+        return replace(out, stages=stages or out.stages, **BALANCED_FIELDS.get(name, {})).validate()
     if name == "default":
         name = fp8_default_variant(cfg, rows)
     if FP8_VARIANTS[name] is None:

@@ -39,6 +39,13 @@ the exponentials. After the last tile (`merge_warps`) the partials meet as a spl
 the CTA: M = max_w m_w, f_w = 2^((m_w - M) scale), O = sum_w f_w O_w, l = sum_w f_w l_w, through V's
 f16 tile as float32. Costs: O *= alpha on both of a thread's rows (64 FMUL, rows 0..31 are live).
 
+Note "O^T" (cfg.swap_ab_ot, the balanced kernel at three CTAs per SM, 128 registers): O^T = V^T P^T, two
+m64n8 tiles (head-dim columns 64 c .., V's f16 chunk c read MN-major as A; B = P's tile, rows n < 8) of 4
+k-steps each, 8 accumulator registers a thread instead of m64n128's 64 (7/8 of them the zero rows past 8).
+Register i of either tile is column 2 t4 + i % 2, so O^T *= alpha takes the thread's own column alphas (no
+SMEM read). After an item's tiles `o_of_ot` turns O^T into O's layout (rows past 8 zero) through V's f16
+tile as float32 [8][D], between consumer barriers, for the unchanged epilogue.
+
 Scales as the default FP8 kernel (tensor / kv_head: k in the softmax scale, v in the epilogue's 1 /
 l); K rows past L_b (any bits, NaN included) are masked to -inf in S^T before the max, V's convert to
 zeros (note "NaN past L_b").
@@ -63,6 +70,12 @@ N = SWAP_AB_ROWS
 K_ROW_BYTES = 32          # e4m3 bytes of one key row per thread (4 threads a row)
 # f32 slots of the exchange buffer: column maxima [col][warp], the columns' alpha, sums [col][warp], m
 X_MAX, X_ALPHA, X_SUM, X_M = 0, 32, 64, 96
+OT_REGS = 64 * N // 128   # note "O^T": f32 registers a thread holds of one m64nN accumulator
+
+
+def ot_regs(cfg) -> int:
+    """Note "O^T": the registers of O^T's accumulators (d_chunks M tiles of 64 head-dim columns)."""
+    return OT_REGS * cfg.d_chunks
 
 
 def head_dim_of(kappa: int) -> int:
@@ -188,6 +201,48 @@ def _issue_pv(cs, buf: Buffers, o: Value) -> Value:
     return o
 
 
+def _issue_pv_ot(cs, buf: Buffers, o: Value) -> Value:
+    """Note "O^T" (cfg.swap_ab_ot): O^T += V_j^T P^T, M tile c = head-dim columns 64 c .. (V's f16 chunk c read
+    MN-major as A), B = P's tile (K-major, rows n < N), N = N; `o` the two m64nN accumulators end to end."""
+    kb, cfg = cs.kb, cs.cfg
+    fa4.mma_fence()
+    out = []
+    for c in range(cfg.d_chunks):
+        acc = vec(*[o[OT_REGS * c + i] for i in range(OT_REGS)])
+        for kk in range(cfg.bn // WGMMA_K):
+            a_d = fa4.smem_desc(kb.gep(buf.v16, c * cfg.bn * SWIZZLE + kk * WGMMA_K * SWIZZLE, "i8"), swizzle=SWIZZLE,
+                                lbo=cfg.bn * SWIZZLE, sbo=8 * SWIZZLE)
+            b_d = fa4.smem_desc(kb.gep(buf.p, kk * WGMMA_K * 2, "i8"), swizzle=SWIZZLE, lbo=16, sbo=8 * SWIZZLE)
+            acc = Value(fa4.mma(a_d, b_d, const(1, "i1"), [acc], result_types=[acc.type], m=64, n=N, k=WGMMA_K,
+                                a_source="smem", a_major="mn", ab_dtype="f16", acc_dtype="f32"))
+        out.append(acc)
+    fa4.mma_commit_group()
+    op = fa4.mma_wait_group(out, result_types=[a.type for a in out], pending=0)
+    return vec(*[Value(r)[i] for r in op.results for i in range(OT_REGS)])
+
+
+def o_of_ot(cs, buf: Buffers, o: Value) -> Value:
+    """Note "O^T": the item's O^T (ot_regs(cfg) registers) as the default kernel's O (64 x D: rows past N
+    zero), through V's f16 tile as float32 [N][D], between consumer barriers (the last P V wgmma has read
+    the tile; the next item's V conversion writes it)."""
+    kb, cfg = cs.kb, cs.cfg
+    cs.barrier()
+    for c in range(cfg.d_chunks):
+        for i in range(OT_REGS):
+            d, n = 64 * c + cs.row0 + 8 * acc_row(i), cs.t4 * 2 + acc_col(i)
+            kb.store(o[OT_REGS * c + i], kb.gep(buf.v16, n * cfg.head_dim + d, "f32"), align=4)
+    cs.barrier()
+    row = cs.row0 % N       # rows past N (threads of row0 >= N, or their second row) read row0 % N, then zero
+    real = cs.row0.lt(N)
+    out = []
+    for j in range(cs.n_o // 4):
+        pair = kb.load(kb.gep(buf.v16, row * cfg.head_dim + 8 * j + cs.t4 * 2, "f32"), ("f32", 2), align=8)
+        out += [select(real, pair[0], const(0.0, "f32")), select(real, pair[1], const(0.0, "f32"))] + \
+               [const(0.0, "f32")] * 2      # registers 4 j + 2, 3: row row0 + 8 >= N
+    cs.barrier()
+    return vec(*out)
+
+
 def alpha_slot(row):
     """Note "Warp partials": the exchange slot of O row `row` (< 32)'s alpha; rows r and r + 8 (r % 16 < 8)
     adjacent, so a thread reads its two rows' with one 8-byte load."""
@@ -264,6 +319,9 @@ def kv_tile(cs, rings, buf: Buffers, ends, j: Value, carry, masked: bool):
         cs.release(s, k_pipe, v_pipe)
     # 6. O *= alpha of its row, O += P V_j. Shared max: rows past N hold zeros (left alone); warp
     #    partials: O row R is warp R / 8's partial of column R % 8 (rows 32..63: zeros, any finite alpha)
+    if cfg.swap_ab_ot:    # note "O^T": register i of either M tile is column 2 t4 + i % 2: the thread's own alphas
+        return s.advance(), _issue_pv_ot(cs, buf, vec(*[o[i] * alphas[i % 2] for i in range(ot_regs(cfg))])), \
+            tuple(m_new), tuple(l_new)
     if warp_max:
         a = kb.load(_x(buf, kb, X_ALPHA + alpha_slot(cs.row0 % (4 * N))), ("f32", 2), align=8)
         o = vec(*[o[i] * a[acc_row(i)] for i in range(cs.n_o)])
