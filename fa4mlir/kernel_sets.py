@@ -391,7 +391,7 @@ def decode() -> list:
     each split and unsplit (a call of one split runs the unsplit variant alone: `[D-decode-unsplit]`), a
     combine and two append kernels (contiguous, paged) per (dtype, head_dim)."""
     from .kernels.attention_decode_sm90_config import (APPEND_KERNEL, COMBINE_KERNEL, KERNEL, SWAP_AB_ROWS, balanced_by_rule,
-                                                       AppendConfig, CombineConfig, default_config)
+                                                       AppendConfig, CombineConfig, balanced_rule_config, default_config)
     out = [(KERNEL, default_config(dtype, d, page, unsplit=unsplit)) for dtype, d, pages in DECODE_CASES
            for page in pages for unsplit in (False, True)]
     # FP8: FP8_DEFAULT_RULE's kernel for calls of at most SWAP_AB_ROWS packed query rows (swap AB where it is
@@ -400,8 +400,7 @@ def decode() -> list:
            for dtype, d, page, grain in DECODE_FP8_CASES for unsplit in (False, True) for rows in (SWAP_AB_ROWS, None)}
     out += [(KERNEL, cfg) for cfg in fp8]
     # ... and BALANCED_RULE's: a paged cache's split swap-AB kernel on the balanced split schedule, with its combine
-    from dataclasses import replace
-    balanced = [replace(cfg, balanced=True).validate() for cfg in fp8 if balanced_by_rule(cfg)]
+    balanced = [balanced_rule_config(cfg) for cfg in fp8 if balanced_by_rule(cfg)]
     out += [(KERNEL, cfg) for cfg in balanced]
     out += [(COMBINE_KERNEL, CombineConfig(t, d, balanced_bn=bn)) for t, d, bn in
             sorted({(c.dtype, c.head_dim, c.bn) for c in balanced})]

@@ -363,7 +363,8 @@ def test_fp8_plan_picks_the_kernel_of_its_scale_granularity():
             balanced = num_splits is None and grain != "block"
             unsplit = num_splits is None and not balanced
             rule = dec.default_config("bf16", 128, 16, grain, unsplit=unsplit, rows=4)
-            assert split == (replace(rule, balanced=True) if balanced else rule) and split.fp8
+            assert split == (dec.balanced_rule_config(rule) if balanced else rule) and split.fp8
+            assert not balanced or (split.ctas == 3 and split.swap_ab_ot and split.balanced)    # BALANCED_RULE_VARIANT
             assert split.swap_ab == (grain != "block") and plan.gqa.rows == 4 and bool(plan.parts) == balanced
             assert (combine is None) if unsplit else combine.dtype == "bf16"
             assert combine is None or combine.balanced_bn == (split.bn if balanced else 0)

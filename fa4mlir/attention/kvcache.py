@@ -509,7 +509,11 @@ def plan_problem(problem: KVCacheProblem, num_sms: int, arch: str = "sm_90a") ->
     fetch = fetch_plan(bn, cache.page_size, arch, paged=cache.paged, fp8=cache.quantized)   # default_config's
     if kernel.balanced or (decode_cfg.balanced_by_rule(kernel) and _fp8_variant_is_default()
                            and _balanced_refusal(problem, gqa, kernel) is None):
-        # the variant "balanced", or BALANCED_RULE (attention_decode_sm90_config) for a paged FP8 call
+        # the variant "balanced" (or another BALANCED_VARIANTS entry), or BALANCED_RULE (attention_decode_sm90_config)
+        # for a paged FP8 call: its kernel, balanced_rule_config's, sets the CTA slots (three per SM)
+        if not kernel.balanced:
+            kernel = decode_cfg.balanced_rule_config(kernel)
+            slots = num_sms * kernel.ctas_per_sm
         return _plan_balanced(problem, gqa, kernel, fetch, slots)
     keys = problem.live_keys
     splits = problem.num_splits or num_splits_heuristic(ctas, keys, bn, slots)

@@ -41,7 +41,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ..artifacts import Bundle
@@ -101,7 +101,7 @@ def configs_for(plan: KVCachePlan) -> tuple[dec.DecodeConfig, dec.CombineConfig 
         raise UnsupportedFeatureError(_err(f"the FP8 decode variant swap_ab attends at most {dec.SWAP_AB_ROWS} packed "
                                            f"query rows per CTA (GQA group x seqlen_q), got {plan.gqa.rows}"))
     if plan.parts and not split.balanced:       # BALANCED_RULE: the plan put the rule's kernel on the schedule
-        split = replace(split, balanced=True).validate()
+        split = dec.balanced_rule_config(split)
     if split.balanced != bool(plan.parts):
         raise AssertionError(f"plan parts {plan.parts} for kernel {split.name()}")
     return split, None if plan.unsplit else dec.CombineConfig(p.dtype, p.head_dim, sinks=p.sinks,

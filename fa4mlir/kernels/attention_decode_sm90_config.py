@@ -521,6 +521,21 @@ def balanced_by_rule(cfg: DecodeConfig) -> bool:
     return cfg.fp8 and cfg.swap_ab and cfg.paged and not cfg.unsplit and not cfg.balanced and not cfg.varlen_q
 
 
+# BALANCED_RULE's kernel is the balanced variant BALANCED_RULE_VARIANT of the rule's split swap-AB kernel: three CTAs
+# per SM with O^T = V^T P^T (BALANCED_FIELDS; notes/RESULTS.md [D-decode-3cta-default]: nvidia-h200, same process,
+# paged FP8 16 / 64 / 128 306.2 / 303.0 / 300.8 us against 308.5 / 305.8 / 303.8 at two CTAs per SM, the variant
+# "balanced" that stays for A/B)
+BALANCED_RULE_VARIANT = "balanced3cta"
+
+
+def balanced_rule_config(cfg: DecodeConfig) -> DecodeConfig:
+    """BALANCED_RULE's kernel for the rule's split swap-AB kernel ``cfg`` (balanced_by_rule): the balanced schedule
+    with BALANCED_RULE_VARIANT's stages and fields."""
+    stages = BALANCED_VARIANTS[BALANCED_RULE_VARIANT]
+    return replace(cfg, balanced=True, stages=stages or cfg.stages,
+                   **BALANCED_FIELDS.get(BALANCED_RULE_VARIANT, {})).validate()
+
+
 MAX_FP8_STAGES = 12      # a bound on the e4m3 ring, far past what the latency needs
 
 
