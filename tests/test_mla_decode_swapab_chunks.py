@@ -1,0 +1,138 @@
+"""Deviceless: the swap-AB MLA decode over per-chunk rings (attention_mla_decode_sm90_swapab_chunks,
+MLADecodeConfig.swap_ab_chunks; FA4MLIR_MLA_DECODE_VARIANT=swapab_chunks).
+
+* its kernels (bf16 page 64, N 16 and 32, split and unsplit: the mla-decode-variants and gpu-tests sets,
+  not the mla set) compile with no spills, wgmma not serialised, setmaxnreg honoured and within the launch's
+  register pool, through fa4-verify-pipelines (18 one-stage rings, 9 a warpgroup), within the SMEM plan;
+  the swap-AB kernels' keys and names are unchanged;
+* the interpreter runs it by the FA rule (testing_mla.check_mla) at 16 heads, seqlen_q 1 (N 16) and 2
+  causal (N 32), split and unsplit, lengths not multiples of 64 (63, 150, 130, 9), length 0, an odd tile
+  count (warpgroup 1's phantom tile), 16-row boxes and padded tiles (N 8, 24); seeded bugs (a chunk's
+  wgmmas reading the wrong chunk, the producer filling chunks into the wrong places) fail the rule;
+* the host runs it only when named, where swap AB is built, and refuses it with typed errors elsewhere.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from fa4mlir import kernel_sets
+from fa4mlir.attention import errors as E
+from fa4mlir.attention import mla
+from fa4mlir.kernels import attention_mla_decode_sm90_config as mc
+from fa4mlir.kernels.common.fields import ConfigError
+from tests._mla_helpers import lower_clean
+from tests.test_mla_decode_swapab import _args, _run
+
+CHUNKS = {"swap_ab_chunks": True}
+ENTRIES = [e for e in kernel_sets.mla_decode_variant_entries() if e[1].swap_ab_chunks]
+
+
+def test_the_sets_hold_the_kernels():
+    base = mc.default_config("bf16", 64)
+    assert [c for _, c in ENTRIES] == [replace(base, unsplit=u, swap_ab=n, swap_ab_chunks=True)
+                                       for n in (16, 32) for u in (False, True)]
+    held = {c for _, c, *_ in kernel_sets.configs(["mla-decode-variants"])}
+    assert {c for _, c in ENTRIES} <= held and not {c for _, c in ENTRIES} & {c for _, c in kernel_sets.mla()}
+    assert set(ENTRIES) <= set(kernel_sets.gpu_tests())
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
+def test_compiles_clean(entry):
+    """0 spills, setmaxnreg within the pool (fa4-verify-pipelines runs first in the lowering); SMEM as planned:
+    the swap-AB kernel's plus 16 mbarriers of each warpgroup."""
+    from fa4mlir.kernels.attention_mla_sparse_sm90_config import register_pool_fits
+    name, cfg = entry
+    assert register_pool_fits(cfg.threads, mc.MMA_REGS, mc.LOAD_REGS, mc.CONSUMERS)[0]
+    art = lower_clean(name, cfg)
+    plain = replace(cfg, swap_ab_chunks=False)
+    assert cfg.smem_bytes() == art.smem_bytes <= mc.SMEM_LIMIT
+    assert cfg.smem_bytes() - plain.smem_bytes() == mc.STAGES * 2 * mc.MBARRIER_BYTES * 8
+    assert art.block == (384, 1, 1) and [(p.name, p.kind) for p in art.params] == list(cfg.params)
+
+
+def test_config_rules():
+    base = replace(mc.default_config("bf16", 64), swap_ab=32)
+    assert "swap_ab_chunks" not in base.key() and "chunks" not in base.name()
+    on = replace(base, swap_ab_chunks=True)
+    assert on.key()["swap_ab_chunks"] is True and on.name() == "attention_mla_decode_sm90_bf16_b64_swapab32_chunks"
+    assert replace(on, unsplit=True).name().endswith("_swapab32_chunks_unsplit")
+    with pytest.raises(ConfigError, match="swap_ab_chunks"):
+        replace(mc.default_config("bf16", 64), swap_ab_chunks=True).validate()
+    assert mc.variant_config(mc.default_config("bf16", 64), "swapab_chunks", 2, 16) == on
+    assert mc.SWAP_AB_CHUNKS_VARIANT in mc.DECODE_VARIANTS and mc.SWAP_AB_CHUNKS_VARIANT in mla.VARIANTS
+    assert mc.DEFAULT_RULE["rows <= 32"]["bf16"] == "swapab"       # the default is unchanged
+
+
+def test_host_selection_and_refusals(monkeypatch):
+    monkeypatch.setenv(mla.VARIANT_ENV, "swapab_chunks")
+    for sq, h, n in ((1, 16, 16), (2, 16, 32), (1, 5, 8)):
+        for splits in (1, 3):
+            problem = mla.check_mla_inputs(*_args(sq, h, splits))
+            cfg, combine = mla.configs_for(problem)
+            assert problem.variant == "swapab_chunks" and cfg.swap_ab == n and cfg.swap_ab_chunks
+            assert cfg.unsplit == (splits == 1) and (combine is None) == (splits == 1)
+    with pytest.raises(E.UnsupportedFeatureError, match="swapab_chunks"):
+        mla.check_mla_inputs(*_args(1, 64))
+    with pytest.raises(E.UnsupportedFeatureError, match="16-bit"):
+        mla.check_variant("swapab_chunks", 1, 16, True)
+    monkeypatch.delenv(mla.VARIANT_ENV)
+    cfg = mla.configs_for(mla.check_mla_inputs(*_args(2, 16)))[0]
+    assert cfg.swap_ab == 32 and not cfg.swap_ab_chunks          # the rule's kernel: the one-ring swap AB
+
+
+@pytest.mark.parametrize("lens,seqlen_q,heads,page,splits,causal,dtype", [
+    ((150, 0), 2, 16, 64, 1, True, "bf16"),     # N 32 unsplit: 3 tiles (warpgroup 1's phantom), length 0
+    ((63, 130), 1, 16, 64, 1, False, "bf16"),   # N 16 unsplit, one and three tiles
+    ((150, 64), 2, 16, 64, 2, True, "bf16"),    # split kernel + combine
+    ((9, 150), 1, 16, 64, 2, True, "f16"),      # f16, split
+    ((130, 9), 2, 10, 16, 2, True, "bf16"),     # N 24 (padded columns), 16-row boxes, split
+])
+def test_through_the_interpreter(lens, seqlen_q, heads, page, splits, causal, dtype):
+    errs = _run(lens, seqlen_q, heads, page, splits, causal, dtype, cfg_change=CHUNKS)
+    assert errs["out"] > 0
+
+
+class _SeededFa4:
+    """fa4's builders, one chunk miswired (a seeded bug): "s_chunk": S^T's chunk 1 wgmmas read chunk 0's
+    columns of the tile (A descriptors of the S^T wgmma k0 .. 3 for k4 .. 7); "fill_chunk": the producer's
+    chunk 3 load fetches chunk 2's columns (its coordinates for the next load of the tile)."""
+
+    def __init__(self, fa4, bug: str):
+        self._fa4, self._bug, self._s, self._fills, self._saved = fa4, bug, 0, 0, {}
+
+    def __getattr__(self, name):
+        fn = getattr(self._fa4, name)
+        if name == "mma" and self._bug == "s_chunk":
+            return self._mma
+        if name == "tma_load" and self._bug == "fill_chunk":
+            return self._tma_load
+        return fn
+
+    def _mma(self, a_d, *args, **kw):
+        if "a_major" not in kw:                 # S^T's 36 wgmmas (P V's read V^T MN-major)
+            k = self._s % 36
+            self._s += 1
+            self._saved[k] = a_d
+            if 4 <= k < 8:
+                a_d = self._saved[k - 4]
+        return self._fa4.mma(a_d, *args, **kw)
+
+    def _tma_load(self, desc, dst, bar, coords, **kw):
+        k = self._fills % 9                     # page 64: one box a chunk, nine a tile
+        self._fills += 1
+        if k == 2:
+            self._saved["coords"] = coords
+        if k == 3:
+            coords = self._saved["coords"]
+        return self._fa4.tma_load(desc, dst, bar, coords, **kw)
+
+
+@pytest.mark.parametrize("bug", ["s_chunk", "fill_chunk"])
+def test_seeded_bugs_fail_the_rule(monkeypatch, bug):
+    """Each miswired chunk breaks the FA rule: the interpreter run sees every chunk's ring and address."""
+    from fa4mlir.kernels import attention_mla_decode_sm90_swapab_chunks as ck
+    monkeypatch.setattr(ck, "fa4", _SeededFa4(ck.fa4, bug))
+    with pytest.raises(AssertionError):
+        _run((150, 63), 2, 16, 64, 1, True, cfg_change=CHUNKS)
