@@ -97,7 +97,7 @@ def test_through_the_interpreter(lens, seqlen_q, heads, page, splits, causal, dt
 class _SeededFa4:
     """fa4's builders, one chunk miswired (a seeded bug): "s_chunk": S^T's chunk 1 wgmmas read chunk 0's
     columns of the tile (A descriptors of the S^T wgmma k0 .. 3 for k4 .. 7); "fill_chunk": the producer's
-    chunk 3 load fetches chunk 2's columns (its coordinates for the next load of the tile)."""
+    fourth load of a tile (chunk 2: LOAD_ORDER) fetches the third's columns (chunk 1's coordinates)."""
 
     def __init__(self, fa4, bug: str):
         self._fa4, self._bug, self._s, self._fills, self._saved = fa4, bug, 0, 0, {}
@@ -120,7 +120,7 @@ class _SeededFa4:
         return self._fa4.mma(a_d, *args, **kw)
 
     def _tma_load(self, desc, dst, bar, coords, **kw):
-        k = self._fills % 9                     # page 64: one box a chunk, nine a tile
+        k = self._fills % 9                     # page 64: one box a chunk, nine a tile, in LOAD_ORDER
         self._fills += 1
         if k == 2:
             self._saved["coords"] = coords

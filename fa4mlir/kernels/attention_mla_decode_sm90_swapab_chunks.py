@@ -16,8 +16,9 @@ warpgroup; each ring consumed in stage order by its one role, as fa4-verify-pipe
     O^T += V_j^T P^T    m tile t (V's columns of chunk t) committed as its own wgmma group
     (m tile t retired)  release chunk t, t = 0 .. 7 (wait_group t pending 7 - t)
 
-The producer fills the next tile of the warpgroup chunk by chunk as the chunks come free: chunk 0
-once m tile 0 of the current P V retired, not after all eight. The SMEM is the swap-AB kernel's (the
+The producer fills the next tile of the warpgroup chunk by chunk in the order they come free
+(LOAD_ORDER: the rope once S^T retired, then chunk 0 once m tile 0 of the P V retired, ...), not after
+the whole P V. The SMEM is the swap-AB kernel's (the
 same two 72 KiB tiles; 16 more mbarriers of each warpgroup); the epilogue's exchange through the tile
 buffers is unchanged (every chunk of every ring released and refilled by then).
 """
@@ -31,6 +32,7 @@ from .common.mla_sm90 import CHUNK, QK_CHUNKS, SWIZZLE, WGMMA_K
 from .common.wgmma import wait_group
 
 ROPE = QK_CHUNKS - 1        # chunk 8: the rope columns, read by S^T only
+LOAD_ORDER = (ROPE, *range(ROPE))   # the producer's order of a tile's chunks: the order they come free
 
 
 class ChunkRings:
@@ -103,7 +105,7 @@ class ChunkRings:
 def load_role(kb, cfg: MLADecodeConfig, work, p, bufs, rings: list, pairs: Value):
     """The swap-AB kernel's producer (attention_mla_decode_sm90_swapab._load_role: tile begin + 2 i + w
     into warpgroup w's rings, the odd count's last tile aimed past the pool) with each chunk acquired,
-    committed and loaded on its own ring (note "Chunk rings (swap AB)")."""
+    committed and loaded on its own ring, in LOAD_ORDER (note "Chunk rings (swap AB)")."""
     with kb.if_(kb.elect_one()).then_():
         fa4.tma_prefetch(p["kv_cache"])
         row_at = work.batch.to("i64") * p["block_table_stride"].to("i64")
@@ -113,7 +115,8 @@ def load_role(kb, cfg: MLADecodeConfig, work, p, bufs, rings: list, pairs: Value
                 j = work.begin + i * 2 + w
                 origins = [_box_origin(kb, p, work, row_at, j * BN + b * cfg.box_rows, j.lt(work.end))
                            for b in range(cfg.boxes_per_tile)]
-                for c, pipe in enumerate(ring.pipes):
+                for c in LOAD_ORDER:
+                    pipe = ring.pipes[c]
                     s = pipe.state_at(i)
                     pipe.producer_acquire(s)
                     pipe.producer_commit(s, tx_bytes=BN * CHUNK * ELEM_BYTES[cfg.dtype])
