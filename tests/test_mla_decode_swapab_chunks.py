@@ -4,7 +4,8 @@ MLADecodeConfig.swap_ab_chunks; FA4MLIR_MLA_DECODE_VARIANT=swapab_chunks).
 * its kernels (bf16 page 64, N 16 and 32, split and unsplit: the mla-decode-variants and gpu-tests sets,
   not the mla set) compile with no spills, wgmma not serialised, setmaxnreg honoured and within the launch's
   register pool, through fa4-verify-pipelines (18 one-stage rings, 9 a warpgroup), within the SMEM plan;
-  the swap-AB kernels' keys and names are unchanged;
+  the swap-AB kernels' keys and names are unchanged; SASS: the KV loop's 68 wgmmas, P V retired m tile by m
+  tile (wgmma.wait_group 7 .. 0);
 * the interpreter runs it by the FA rule (testing_mla.check_mla) at 16 heads, seqlen_q 1 (N 16) and 2
   causal (N 32), split and unsplit, lengths not multiples of 64 (63, 150, 130, 9), length 0, an odd tile
   count (warpgroup 1's phantom tile), 16-row boxes and padded tiles (N 8, 24); seeded bugs (a chunk's
@@ -13,6 +14,7 @@ MLADecodeConfig.swap_ab_chunks; FA4MLIR_MLA_DECODE_VARIANT=swapab_chunks).
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -22,6 +24,7 @@ from fa4mlir.attention import errors as E
 from fa4mlir.attention import mla
 from fa4mlir.kernels import attention_mla_decode_sm90_config as mc
 from fa4mlir.kernels.common.fields import ConfigError
+from fa4mlir.sass import disassemble, find_nvdisasm, wgmma_loops
 from tests._mla_helpers import lower_clean
 from tests.test_mla_decode_swapab import _args, _run
 
@@ -50,6 +53,14 @@ def test_compiles_clean(entry):
     assert cfg.smem_bytes() == art.smem_bytes <= mc.SMEM_LIMIT
     assert cfg.smem_bytes() - plain.smem_bytes() == mc.STAGES * 2 * mc.MBARRIER_BYTES * 8
     assert art.block == (384, 1, 1) and [(p.name, p.kind) for p in art.params] == list(cfg.params)
+    if find_nvdisasm() is None:
+        pytest.skip("nvdisasm not found: the SASS checks need it")
+    # the KV loop (the shortest wgmma loop): S^T's 36 and P V's 32 wgmmas, S^T retired (gsb0 0) and P V's
+    # eight m tiles retired one group at a time (gsb0 7 .. 0), each followed by its chunk's release
+    loop = wgmma_loops(disassemble(art.cubin))[0]
+    assert sum(o.startswith("HGMMA") for o, _ in loop) == 36 + 32
+    waits = Counter(rest for o, rest in loop if o.startswith("WARPGROUP.DEPBAR"))
+    assert waits == {**{f"gsb0, 0x{k}": 1 for k in range(1, 8)}, "gsb0, 0x0": 2}, waits
 
 
 def test_config_rules():
