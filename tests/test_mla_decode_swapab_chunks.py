@@ -147,3 +147,14 @@ def test_seeded_bugs_fail_the_rule(monkeypatch, bug):
     monkeypatch.setattr(ck, "fa4", _SeededFa4(ck.fa4, bug))
     with pytest.raises(AssertionError):
         _run((150, 63), 2, 16, 64, 1, True, cfg_change=CHUNKS)
+
+
+def test_the_verifier_sees_the_chunk_rings(monkeypatch):
+    """fa4-verify-pipelines checks each chunk ring: the rope release aimed at chunk 0 (released twice a tile,
+    chunk 8 never) is a compile error."""
+    from fa4mlir import compiler, kernels, lowering
+    from fa4mlir.kernels import attention_mla_decode_sm90_swapab_chunks as ck
+    _, cfg = ENTRIES[0]
+    monkeypatch.setattr(ck, "ROPE", 0)
+    with pytest.raises(lowering.CompileError, match="fa4-verify-pipelines: pipeline .kv0_c0.*2 release"):
+        lowering.lower(kernels.module(mc.KERNEL).build(cfg), compiler.resolve_options(mc.KERNEL, debug=False))
