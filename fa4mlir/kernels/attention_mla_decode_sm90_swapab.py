@@ -64,7 +64,7 @@ from .. import dsl
 from ..dialect import builders as fa4
 from ..dsl import ELEM_BYTES, KernelBuilder, Value, const, fast_div, fma, fmax, log2, select, undef, vec
 from .attention_mla_decode_sm90 import _box_origin, _Work, div
-from .attention_mla_decode_sm90_config import (BN, CONSUMERS, D_QK, D_V, LOAD_REGS, MMA_REGS,
+from .attention_mla_decode_sm90_config import (BN, CHUNK_BYTES, CONSUMERS, D_QK, D_V, LOAD_REGS, MMA_REGS,
                                                SWAP_AB_MAX_ROWS, MLADecodeConfig)
 from .common.mla_sm90 import BAR_ALL, BAR_WG, CHUNK, LN2, NEG_INF, QK_CHUNKS, SWIZZLE, UNITS, WGMMA_K, zero_rows_from
 from .common.softmax import max_update
@@ -100,7 +100,8 @@ class _Buffers:
     def __init__(self, kb, cfg: MLADecodeConfig):
         n = cfg.swap_ab
         self.q = kb.smem("q_smem", n * D_QK * 2)                     # Q, N rows x 576, K-major, 128B swizzle
-        self.kv = [kb.smem(f"kv{w}_smem", cfg.tile_bytes()) for w in range(CONSUMERS)]     # note "Rings"
+        ring = cfg.swap_ab_ring_stages() * CHUNK_BYTES if cfg.swap_ab_ring else cfg.tile_bytes()
+        self.kv = [kb.smem(f"kv{w}_smem", ring) for w in range(CONSUMERS)]     # note "Rings"
         self.p = kb.smem("p_smem", CONSUMERS * n * BN * 2)          # P^T per warpgroup, N x 64 K-major
         self.x = kb.smem("x_smem", (X_M + CONSUMERS * SWAP_AB_MAX_ROWS) * 4, align=16)
         self.q_slot = kb.smem("q_slot", 16, align=16)               # holds 0 (step 1)
@@ -116,10 +117,13 @@ def build(cfg: MLADecodeConfig) -> dsl.KernelIR:
     with kb.body():
         bufs = _Buffers(kb, cfg)
         # note "Rings": warpgroup w's one-stage ring kv<w> holds the split's tiles begin + 2 i + w
-        # (swap_ab_chunks: nine, one per 64-column chunk; attention_mla_decode_sm90_swapab_chunks)
-        if cfg.swap_ab_chunks:
-            from . import attention_mla_decode_sm90_swapab_chunks as chunked
-            rings = [chunked.ChunkRings(kb, w) for w in range(CONSUMERS)]
+        # (swap_ab_chunks: nine, one per 64-column chunk; swap_ab_ring: one of chunk stages;
+        # attention_mla_decode_sm90_swapab_chunks)
+        chunked = cfg.swap_ab_chunks or cfg.swap_ab_ring
+        if chunked:
+            from . import attention_mla_decode_sm90_swapab_chunks as ck
+            rings = [ck.ChunkRings(kb, w) if cfg.swap_ab_chunks else ck.ChunkRing(kb, w, cfg.swap_ab_ring_stages())
+                     for w in range(CONSUMERS)]
         else:
             rings = [_Ring(kb, w) for w in range(CONSUMERS)]
         kb.pipeline_init()
@@ -129,8 +133,8 @@ def build(cfg: MLADecodeConfig) -> dsl.KernelIR:
                 with kb.role(f"mma{w}", first_warp=4 * w, num_warps=4, regs=MMA_REGS):
                     _mma_role(kb, cfg, work, p, bufs, rings[w], w)
             with kb.role("load", first_warp=4 * CONSUMERS, num_warps=1, regs=LOAD_REGS):
-                if cfg.swap_ab_chunks:
-                    chunked.load_role(kb, cfg, work, p, bufs, rings, _pairs(work))
+                if chunked:
+                    ck.load_role(kb, cfg, work, p, bufs, rings, _pairs(work))
                 else:
                     _load_role(kb, cfg, work, p, bufs, [r.pipe for r in rings])
     return kb.finish()
@@ -138,7 +142,8 @@ def build(cfg: MLADecodeConfig) -> dsl.KernelIR:
 
 class _Ring:
     """Warpgroup w's one-stage ring kv<w> of whole tiles (note "Rings"): how _kv_tile waits for its
-    tile and issues S^T (`st`), and issues P V and releases the tile (`pv`)."""
+    tile and issues S^T (`st`), zeroes V rows past L_b (`zero_v_tail`), and issues P V and releases the
+    tile (`pv`)."""
 
     def __init__(self, kb, w: int):
         self.kb = kb
@@ -154,6 +159,9 @@ class _Ring:
         q_at = kb.warp_uniform(kb.load(bufs.q_slot, "i32", align=4))
         stage = kb.gep(bufs.kv[cs.wg], q_at, "i8")
         return q_at, stage, wait_group(_issue_st(cs, kb.gep(bufs.q, q_at, "i8"), stage), pending=0)
+
+    def zero_v_tail(self, cs, stage, valid: Value):
+        _zero_v_tail(cs, stage, valid)
 
     def pv(self, cs, stage, p_base, o: list, s) -> list:
         o = _issue_pv(cs, stage, p_base, o)
@@ -371,7 +379,7 @@ def _kv_tile(cs: _Consumer, bufs: _Buffers, ring, i: Value, carry, masked: bool)
     if masked:
         valid = work.length - j * BN
         with kb.if_(valid.slt(BN)).then_():
-            _zero_v_tail(cs, stage, valid)
+            ring.zero_v_tail(cs, stage, valid)
     kb.fence("async_smem")
     cs.wg_barrier()
     # 5. O^T *= alpha (per column), O^T += V_j^T P^T; release the stage
