@@ -46,7 +46,8 @@ kv1 with begin + 2 i + 1; when the count is odd, kv1's last fill (the phantom ti
 it as a masked tile whose keys are all hidden (column ends clamped to end x 64): m, l and O^T stay
 as they were. SMEM: Q (N x 576) 36 KiB at N = 32, the two rings 144 KiB, P^T 8 KiB: 190 KiB; a
 third 72 KiB tile does not fit, so a warpgroup's next tile loads while it computes the current one
-only in the other's ring: the same two tiles in flight as the default kernel's ring of 2.
+only in the other's ring: the same two tiles in flight as the default kernel's ring of 2. (Opt-in finer
+rings, a ring per 64-column chunk or one of 8 KiB chunk stages: attention_mla_decode_sm90_swapab_chunks.py.)
 
 Note "Merge": after both warpgroups' last tile (a barrier of both; every TMA load of the split has
 then landed and been consumed, so the rings' SMEM is free) each writes its columns' m and lane-and-

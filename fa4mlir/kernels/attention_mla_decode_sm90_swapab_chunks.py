@@ -19,9 +19,9 @@ warpgroup; each ring consumed in stage order by its one role, as fa4-verify-pipe
 
 The producer fills the next tile of the warpgroup chunk by chunk in the order they come free
 (LOAD_ORDER: the rope once S^T retired, then chunk 0 once m tile 0 of the P V retired, ...), not after
-the whole P V. The SMEM is the swap-AB kernel's (the
-same two 72 KiB tiles; 16 more mbarriers of each warpgroup); the epilogue's exchange through the tile
-buffers is unchanged (every chunk of every ring released and refilled by then).
+the whole P V. The SMEM is the swap-AB kernel's (the same two 72 KiB tiles; 16 more mbarriers of each
+warpgroup); the epilogue's exchange through the tile buffers is unchanged (every load of the split has
+landed and been read by then).
 
 Note "Chunk stages" (swap_ab_ring): the nine rings still hold one tile a warpgroup, so a chunk of the next
 tile lands only where the current tile's same chunk was released. SMEM left by Q^T, P^T and the exchange
@@ -100,7 +100,7 @@ class _Chunked:
         for c, (_, s) in enumerate(self.v_states(tile)):
             zero_rows_from(cs.kb, cs.t, self.chunk_at(tile[0], s, c), valid, 1)
 
-    def pv(self, cs, tile, p_base, o: list, i: Value) -> list:
+    def pv(self, cs, tile, p_base, o: list, s) -> list:
         """O^T += V_j^T P^T, m tile t (chunk t) its own wgmma group; chunk t released once m tile t retired."""
         from .attention_mla_decode_sm90_swapab import K_STEPS, M_TILES
         kb = cs.kb
