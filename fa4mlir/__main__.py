@@ -159,7 +159,7 @@ def main(argv=None) -> int:
     be.add_argument("--mla-decode-variant", default="", help="mla only: the mla_decode rows also time fa4mlir with "
                                                               "each of these decode variants (attention.mla.VARIANTS: "
                                                               "default (DEFAULT_RULE's), m64, swapab, seesaw, "
-                                                              "seesaw_ss, seesaw_fm, ...; "
+                                                              "seesaw_ss, seesaw_fm, swapab_chunks, swapab_ring, ...; "
                                                               "FA4MLIR_MLA_DECODE_VARIANT per call; swapab and its "
                                                               "speed variants on the rows of seqlen_q x heads <= 32 "
                                                               "only; a bundle of the mla and mla-decode-variants "

@@ -77,20 +77,25 @@ def mla() -> list:
 def mla_decode_variants() -> list:
     """The mla set (every DECODE_VARIANTS kernel the rule picks, and M64, swap AB, seesaw, full_s) plus the
     opt-in variants outside it (`mla_decode_variant_entries`): what `bench mla --workloads mla_decode
-    --mla-decode-variant m64,swapab,full_s,seesaw,seesaw_ss` and tests/gpu/test_mla_decode_{seesaw,swapab}_gpu.py
+    --mla-decode-variant m64,swapab,full_s,seesaw,seesaw_ss,swapab_chunks,swapab_ring` and
+    tests/gpu/test_mla_decode_{seesaw,swapab,swapab_chunks}_gpu.py
     run."""
     return mla() + mla_decode_variant_entries()
 
 
 def mla_decode_variant_entries() -> list:
     """The dense MLA decode's opt-in variants the mla set does not hold, over FlashMLA's bf16 page-64 cache, split
-    and unsplit: seesaw_ss (MLADecodeConfig.seesaw_smem_p, attention_mla_decode_seesaw_sm90 note "SMEM P") and
-    seesaw_fm (MLADecodeConfig.seesaw_fm, attention_mla_decode_seesaw_fm_sm90)."""
+    and unsplit: seesaw_ss (MLADecodeConfig.seesaw_smem_p, attention_mla_decode_seesaw_sm90 note "SMEM P"),
+    seesaw_fm (MLADecodeConfig.seesaw_fm, attention_mla_decode_seesaw_fm_sm90), swapab_chunks and swapab_ring at
+    N 16 and 32 (16 heads, seqlen_q 1 and 2: MLADecodeConfig.swap_ab_chunks / swap_ab_ring,
+    attention_mla_decode_sm90_swapab_chunks; tests/gpu/test_mla_decode_swapab_chunks_gpu.py)."""
     from dataclasses import replace
     from .kernels.attention_mla_decode_sm90_config import (KERNEL, SEESAW_FM_VARIANT, SEESAW_SS_VARIANT, VARIANTS,
                                                           default_config)
     return [(KERNEL, replace(default_config("bf16", 64, unsplit=u), **VARIANTS[v]))
-            for v in (SEESAW_SS_VARIANT, SEESAW_FM_VARIANT) for u in (False, True)]
+            for v in (SEESAW_SS_VARIANT, SEESAW_FM_VARIANT) for u in (False, True)] + \
+        [(KERNEL, replace(default_config("bf16", 64, unsplit=u), swap_ab=n, **{form: True}))
+         for form in ("swap_ab_chunks", "swap_ab_ring") for n in (16, 32) for u in (False, True)]
 
 
 # (dtype, head_dim, causal, window_size, softcap, sinks) of the attention-varlen set: what

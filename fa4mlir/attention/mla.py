@@ -50,7 +50,9 @@ timing, bench mla --mla-decode-variant) overrides it: unset or "default" (the ru
 kernel for any call), "swapab" (the swap-AB kernel: UnsupportedFeatureError where it is not built,
 more than 32 rows or the FP8 cache, never a silent fallback), "seesaw" (bf16), "seesaw_ss" (bf16: the
 seesaw with the other warpgroup's P read from SMEM by the P V wgmma), "seesaw_fm" (bf16: seesaw_ss in FlashMLA's
-order, tile halves released early) or "full_s" (16-bit).
+order, tile halves released early), "swapab_chunks" (where swapab runs: the swap-AB kernel over a one-stage
+ring per 64-column chunk of each warpgroup's tile, attention_mla_decode_sm90_swapab_chunks.py), "swapab_ring" (the
+same over one ring of 11 / 12 one-chunk stages a warpgroup) or "full_s" (16-bit).
 
 Not built (typed errors, UnsupportedFeatureError): more than one KV head, head dims other than
 576/512.
@@ -303,7 +305,7 @@ def check_variant(variant: str, seqlen_q: int, heads: int, fp8: bool, dtype: str
         raise UnsupportedFeatureError(_err(f"{VARIANT_ENV}={variant!r} is not a decode variant; pick one of {VARIANTS}"))
     if not mc.variant_runs(variant, seqlen_q, heads, fp8, dtype):
         raise UnsupportedFeatureError(_err(
-            f"the {variant} decode ({VARIANT_ENV}={variant}) is not built for this call (swapab: a 16-bit cache "
+            f"the {variant} decode ({VARIANT_ENV}={variant}) is not built for this call (swapab, swapab_chunks, swapab_ring: a 16-bit cache "
             f"and seqlen_q x heads <= {mc.SWAP_AB_MAX_ROWS}; full_s: a 16-bit cache; seesaw, seesaw_ss, seesaw_fm: bf16), got seqlen_q x "
             f"heads = {seqlen_q * heads}, dtype {dtype}, is_fp8_kvcache={fp8}; unset "
             f"{VARIANT_ENV} for the default rule's kernel"))

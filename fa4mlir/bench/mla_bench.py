@@ -9,6 +9,7 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    rows mla_decode_h{16,64,128}_q{1,2}; get_mla_metadata + flash_mla_with_kvcache;
                    fa4mlir runs DEFAULT_RULE's kernel (swap AB on the 16-head rows, M64 on the others);
                    --mla-decode-variant m64,swapab also times backends fa4mlir[m64] and fa4mlir[swapab]
+                   (swapab_chunks, swapab_ring: the swap-AB kernel over per-chunk rings, a ring of chunk stages)
                    (FA4MLIR_MLA_DECODE_VARIANT around each call; a variant only on the rows it is built
                    for: swapab and its speed variants at seqlen_q x heads <= 32 over the 16-bit cache,
                    the 16-head rows; attention_mla_decode_sm90_config.DECODE_VARIANTS; the speed

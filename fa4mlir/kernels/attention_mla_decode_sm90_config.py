@@ -22,7 +22,9 @@ and split count are launch arguments.
 `swap_ab` (0 = off: out of key() and name(), so the M64 kernels' keys are as before it existed) builds
 the swap-AB kernel (attention_mla_decode_sm90_swapab.py) for at most SWAP_AB_MAX_ROWS packed rows a
 CTA: swap_ab = N, the rows of a CTA's tile (a legal wgmma N: 8, 16, 24, 32) in place of TILE_M = 64;
-`swap_ab_rows` picks N for a call. DEFAULT_RULE (`default_variant`) makes it the default wherever it
+`swap_ab_rows` picks N for a call; `swap_ab_chunks` (opt-in variant swapab_chunks, out of key() and
+name() unless set) gives each warpgroup a ring per 64-column chunk of the tile, `swap_ab_ring` (swapab_ring)
+one ring of more one-chunk stages than a tile holds (attention_mla_decode_sm90_swapab_chunks). DEFAULT_RULE (`default_variant`) makes it the default wherever it
 is built: a 16-bit cache and seqlen_q x heads <= SWAP_AB_MAX_ROWS (FlashMLA's 16-head decode);
 every other call runs the M64 kernel (variant M64_VARIANT). DECODE_VARIANTS are the names
 FA4MLIR_MLA_DECODE_VARIANT and bench mla --mla-decode-variant take (attention/mla.py);
@@ -61,6 +63,9 @@ FP8_SCALE_GROUP = 128      # latent columns per float32 scale
 FP8_ROW_BYTES = D_V + 4 * (D_V // FP8_SCALE_GROUP) + 2 * (D_QK - D_V)
 FP8_MAX_STAGES = 2
 SWAP_AB_VARIANT = "swapab"     # the swap-AB kernel (FA4MLIR_MLA_DECODE_VARIANT, bench mla)
+SWAP_AB_CHUNKS_VARIANT = "swapab_chunks"   # swap AB over per-chunk rings (swap_ab_chunks; opt-in)
+SWAP_AB_RING_VARIANT = "swapab_ring"       # swap AB over a ring of chunk stages a warpgroup (swap_ab_ring; opt-in)
+CHUNK_BYTES = BN * 64 * 2                  # one 64-column chunk of a 16-bit KV tile
 M64_VARIANT = "m64"            # the kernel of TILE_M = 64 packed rows a CTA (the only one before DEFAULT_RULE)
 RULE_VARIANT = "default"       # DEFAULT_RULE's pick for the call
 SWAP_AB_NS = (8, 16, 24, 32)   # legal swap_ab tile rows: wgmma N, a multiple of 8 up to 32 (O^T: 4 N registers)
@@ -72,7 +77,9 @@ SEESAW_FM_VARIANT = "seesaw_fm"  # seesaw_ss in FlashMLA's order, tile halves re
 VARIANTS = {"full_s": {"exchange": False}, SEESAW_VARIANT: {"seesaw": True},
             SEESAW_SS_VARIANT: {"seesaw": True, "seesaw_smem_p": True},
             SEESAW_FM_VARIANT: {"seesaw": True, "seesaw_smem_p": True, "seesaw_fm": True}}
-DECODE_VARIANTS = (RULE_VARIANT, SWAP_AB_VARIANT, M64_VARIANT, *VARIANTS)
+DECODE_VARIANTS = (RULE_VARIANT, SWAP_AB_VARIANT, M64_VARIANT, *VARIANTS, SWAP_AB_CHUNKS_VARIANT, SWAP_AB_RING_VARIANT)
+SWAP_AB_FORMS = {SWAP_AB_VARIANT: {}, SWAP_AB_CHUNKS_VARIANT: {"swap_ab_chunks": True},
+                 SWAP_AB_RING_VARIANT: {"swap_ab_ring": True}}     # the swap-AB kernel's variants' fields
 SWAP_AB_X_BYTES = 2 * SWAP_AB_MAX_ROWS * 4 * 4 * 2 + 2 * SWAP_AB_MAX_ROWS * 4   # column maxima, sums, m
 # setmaxnreg budgets: the launch gives 168 registers to each of 384 threads (a sub-partition runs
 # three of the twelve warps); the consumers' O (128) + S (32) + P (16) need more, the producer few
@@ -98,6 +105,11 @@ class MLADecodeConfig:
     seesaw_fm: bool = False        # seesaw_smem_p only: each warpgroup's own P V first, tile halves released as
                                    # their last reader retired, tile b fetched V[:, 256:] first
                                    # (attention_mla_decode_seesaw_fm_sm90); opt-in (seesaw_fm)
+    swap_ab_chunks: bool = False   # swap_ab only: each warpgroup's ring a one-stage ring per 64-column chunk of the
+                                   # tile (attention_mla_decode_sm90_swapab_chunks); opt-in (swapab_chunks)
+    swap_ab_ring: bool = False     # swap_ab only: each warpgroup's ring `swap_ab_ring_stages` one-chunk stages, more
+                                   # than a tile's nine (attention_mla_decode_sm90_swapab_chunks note "Chunk stages");
+                                   # opt-in (swapab_ring)
 
     @property
     def tile_rows(self) -> int:
@@ -143,13 +155,25 @@ class MLADecodeConfig:
         return CONSUMERS * (TILE_M * BN // CONSUMERS * 2 + TILE_M * 4) + CONSUMERS * TILE_M * 4 if self.exchange else 0
 
     def smem_bytes(self) -> int:
+        if self.swap_ab_ring:   # Q^T, each warpgroup's ring of chunk stages, P^T, the exchange, q_slot
+            return self._swap_ab_fixed() + CONSUMERS * self.swap_ab_ring_stages() * (CHUNK_BYTES + 2 * MBARRIER_BYTES)
         if self.swap_ab:    # Q^T (N rows), the ring, each warpgroup's P^T (N x 64), the exchange, q_slot
-            return (self.swap_ab * D_QK * 2 + STAGES * (self.tile_bytes() + 2 * MBARRIER_BYTES)
+            rings = D_QK // 64 if self.swap_ab_chunks else 1        # swap_ab_chunks: a ring per 64-column chunk
+            return (self.swap_ab * D_QK * 2 + STAGES * (self.tile_bytes() + 2 * MBARRIER_BYTES * rings)
                     + CONSUMERS * self.swap_ab * BN * 2 + SWAP_AB_X_BYTES + 16)
         converted = self.tile_bytes() if self.fp8 else 0        # fp8: the bf16 tile next to the staging ring
         rings = D_QK // 64 if self.seesaw else 1                # seesaw: a ring per 64-column chunk
         return (TILE_M * D_QK * 2 + self.stages * (self.stage_bytes() + 2 * MBARRIER_BYTES * rings) + converted + 16
                 + self.exchange_bytes())
+
+    def _swap_ab_fixed(self) -> int:
+        """The swap-AB kernel's SMEM besides its rings: Q^T, each warpgroup's P^T, the exchange, q_slot."""
+        return self.swap_ab * D_QK * 2 + CONSUMERS * self.swap_ab * BN * 2 + SWAP_AB_X_BYTES + 16
+
+    def swap_ab_ring_stages(self) -> int:
+        """swap_ab_ring: the chunk stages of each warpgroup's ring, as many as the SMEM leaves (11 at N 32, 12 at
+        N 16: two or three chunks of the next tile in flight besides the nine of the current one)."""
+        return (SMEM_LIMIT - self._swap_ab_fixed()) // (CONSUMERS * (CHUNK_BYTES + 2 * MBARRIER_BYTES))
 
     def validate(self) -> "MLADecodeConfig":
         check_fields(self, {"dtype": DTYPES})
@@ -169,6 +193,10 @@ class MLADecodeConfig:
             raise ConfigError("the seesaw schedule is built for the bf16 latent cache (its P rescale unpacks bf16 "
                               f"pairs) with exchange=True and 64-row tiles, got dtype={self.dtype!r}, fp8={self.fp8}, "
                               f"exchange={self.exchange}, swap_ab={self.swap_ab}")
+        if (self.swap_ab_chunks or self.swap_ab_ring) and (not self.swap_ab or self.swap_ab_chunks == self.swap_ab_ring):
+            raise ConfigError("swap_ab_chunks and swap_ab_ring are forms of the swap-AB kernel: one of them, with swap_ab = N, "
+                              f"got swap_ab={self.swap_ab}, swap_ab_chunks={self.swap_ab_chunks}, "
+                              f"swap_ab_ring={self.swap_ab_ring}")
         if self.seesaw_smem_p and not self.seesaw:
             raise ConfigError("seesaw_smem_p is a form of the seesaw schedule: it needs seesaw=True")
         if self.seesaw_fm and not self.seesaw_smem_p:
@@ -180,18 +208,18 @@ class MLADecodeConfig:
         return self
 
     def key(self) -> dict:
-        """The compile key; `fp8`, `swap_ab`, `seesaw`, `seesaw_smem_p` and `seesaw_fm` only where set (the default kernels' keys as before they
+        """The compile key; `fp8`, `swap_ab`, `swap_ab_chunks`, `swap_ab_ring`, `seesaw`, `seesaw_smem_p` and `seesaw_fm` only where set (the default kernels' keys as before they
         existed)."""
         return {"kernel": KERNEL, **key_leaving_out(self, VARIANT_FIELDS)}
 
     def name(self) -> str:
         return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}_b{self.box_rows}{'' if self.exchange else '_rs'}"
-                f"{f'_swapab{self.swap_ab}' if self.swap_ab else ''}"
+                f"{f'_swapab{self.swap_ab}' if self.swap_ab else ''}{'_chunks' if self.swap_ab_chunks else ''}{'_ring' if self.swap_ab_ring else ''}"
                 f"{'_seesaw' if self.seesaw else ''}{'_ssp' if self.seesaw_smem_p else ''}{'_fm' if self.seesaw_fm else ''}"
                 f"{'_unsplit' if self.unsplit else ''}")
 
 
-VARIANT_FIELDS = field_defaults(MLADecodeConfig, ("fp8", "swap_ab", "seesaw", "seesaw_smem_p",
+VARIANT_FIELDS = field_defaults(MLADecodeConfig, ("fp8", "swap_ab", "swap_ab_chunks", "swap_ab_ring", "seesaw", "seesaw_smem_p",
                                                    "seesaw_fm"))     # MLADecodeConfig's (common.fields)
 
 
@@ -232,7 +260,7 @@ def variant_runs(variant: str, seqlen_q: int, heads: int, fp8: bool, dtype: str 
     """Whether the named variant (DECODE_VARIANTS) is built for the call: swap AB for a 16-bit cache and at
     most SWAP_AB_MAX_ROWS packed rows; full_s for a 16-bit cache; seesaw and seesaw_ss for bf16; M64 and the
     rule for every call."""
-    if variant == SWAP_AB_VARIANT:
+    if variant in SWAP_AB_FORMS:
         return not fp8 and bool(swap_ab_rows(seqlen_q, heads))
     if variant in VARIANTS:
         return not fp8 and (not VARIANTS[variant].get("seesaw") or dtype == "bf16")
@@ -244,8 +272,8 @@ def variant_config(cfg: "MLADecodeConfig", variant: str, seqlen_q: int, heads: i
     VARIANTS; RULE_VARIANT: DEFAULT_RULE's) for a call of seqlen_q x heads packed rows; not validated."""
     if variant == RULE_VARIANT:
         variant = default_variant(seqlen_q, heads, cfg.fp8, cfg.dtype)
-    if variant == SWAP_AB_VARIANT:
-        return replace(cfg, swap_ab=swap_ab_rows(seqlen_q, heads))
+    if variant in SWAP_AB_FORMS:
+        return replace(cfg, swap_ab=swap_ab_rows(seqlen_q, heads), **SWAP_AB_FORMS[variant])
     if variant in VARIANTS:
         return replace(cfg, **VARIANTS[variant])
     if variant != M64_VARIANT:
@@ -323,6 +351,6 @@ def grid(batch: int, seqlen_q: int, heads: int, num_splits: int, tile_rows: int 
 
 __all__ = ["VARIANT_ENV", "VARIANTS", "SEESAW_VARIANT", "SEESAW_SS_VARIANT", "SEESAW_FM_VARIANT", "SEESAW_X_BYTES", "KERNEL", "DTYPES", "FP8_DTYPE", "FP8_ROW_BYTES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "MLADecodeConfig", "default_config",
            "page_supported", "SPLIT_PARAMS", "UNSPLIT_PARAMS", "SPLIT_TENSORS", "UNSPLIT_TENSORS", "launch_args", "grid",
-           "MIN_HEADS", "MAX_HEADS", "SWAP_AB_VARIANT", "SWAP_AB_NS", "SWAP_AB_MAX_ROWS", "swap_ab_rows",
+           "MIN_HEADS", "MAX_HEADS", "SWAP_AB_VARIANT", "SWAP_AB_CHUNKS_VARIANT", "SWAP_AB_RING_VARIANT", "SWAP_AB_NS", "SWAP_AB_MAX_ROWS", "swap_ab_rows",
            "M64_VARIANT", "RULE_VARIANT", "DECODE_VARIANTS", "DEFAULT_RULE", "default_variant", "variant_runs",
            "variant_config", "rule_config"]

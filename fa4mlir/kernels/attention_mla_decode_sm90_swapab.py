@@ -46,7 +46,8 @@ kv1 with begin + 2 i + 1; when the count is odd, kv1's last fill (the phantom ti
 it as a masked tile whose keys are all hidden (column ends clamped to end x 64): m, l and O^T stay
 as they were. SMEM: Q (N x 576) 36 KiB at N = 32, the two rings 144 KiB, P^T 8 KiB: 190 KiB; a
 third 72 KiB tile does not fit, so a warpgroup's next tile loads while it computes the current one
-only in the other's ring: the same two tiles in flight as the default kernel's ring of 2.
+only in the other's ring: the same two tiles in flight as the default kernel's ring of 2. (Opt-in finer
+rings, a ring per 64-column chunk or one of 8 KiB chunk stages: attention_mla_decode_sm90_swapab_chunks.py.)
 
 Note "Merge": after both warpgroups' last tile (a barrier of both; every TMA load of the split has
 then landed and been consumed, so the rings' SMEM is free) each writes its columns' m and lane-and-
@@ -64,7 +65,7 @@ from .. import dsl
 from ..dialect import builders as fa4
 from ..dsl import ELEM_BYTES, KernelBuilder, Value, const, fast_div, fma, fmax, log2, select, undef, vec
 from .attention_mla_decode_sm90 import _box_origin, _Work, div
-from .attention_mla_decode_sm90_config import (BN, CONSUMERS, D_QK, D_V, LOAD_REGS, MMA_REGS,
+from .attention_mla_decode_sm90_config import (BN, CHUNK_BYTES, CONSUMERS, D_QK, D_V, LOAD_REGS, MMA_REGS,
                                                SWAP_AB_MAX_ROWS, MLADecodeConfig)
 from .common.mla_sm90 import BAR_ALL, BAR_WG, CHUNK, LN2, NEG_INF, QK_CHUNKS, SWIZZLE, UNITS, WGMMA_K, zero_rows_from
 from .common.softmax import max_update
@@ -100,7 +101,8 @@ class _Buffers:
     def __init__(self, kb, cfg: MLADecodeConfig):
         n = cfg.swap_ab
         self.q = kb.smem("q_smem", n * D_QK * 2)                     # Q, N rows x 576, K-major, 128B swizzle
-        self.kv = [kb.smem(f"kv{w}_smem", cfg.tile_bytes()) for w in range(CONSUMERS)]     # note "Rings"
+        ring = cfg.swap_ab_ring_stages() * CHUNK_BYTES if cfg.swap_ab_ring else cfg.tile_bytes()
+        self.kv = [kb.smem(f"kv{w}_smem", ring) for w in range(CONSUMERS)]     # note "Rings"
         self.p = kb.smem("p_smem", CONSUMERS * n * BN * 2)          # P^T per warpgroup, N x 64 K-major
         self.x = kb.smem("x_smem", (X_M + CONSUMERS * SWAP_AB_MAX_ROWS) * 4, align=16)
         self.q_slot = kb.smem("q_slot", 16, align=16)               # holds 0 (step 1)
@@ -116,17 +118,57 @@ def build(cfg: MLADecodeConfig) -> dsl.KernelIR:
     with kb.body():
         bufs = _Buffers(kb, cfg)
         # note "Rings": warpgroup w's one-stage ring kv<w> holds the split's tiles begin + 2 i + w
-        pipes = [kb.pipeline(f"kv{w}", num_stages=1, producer="load", consumers=[f"mma{w}"])
-                 for w in range(CONSUMERS)]
+        # (swap_ab_chunks: nine, one per 64-column chunk; swap_ab_ring: one of chunk stages;
+        # attention_mla_decode_sm90_swapab_chunks)
+        chunked = cfg.swap_ab_chunks or cfg.swap_ab_ring
+        if chunked:
+            from . import attention_mla_decode_sm90_swapab_chunks as ck
+            rings = [ck.ChunkRings(kb, w) if cfg.swap_ab_chunks else ck.ChunkRing(kb, w, cfg.swap_ab_ring_stages())
+                     for w in range(CONSUMERS)]
+        else:
+            rings = [_Ring(kb, w) for w in range(CONSUMERS)]
         kb.pipeline_init()
         work = _Work(kb, p)
         with kb.warp_roles():
             for w in range(CONSUMERS):
                 with kb.role(f"mma{w}", first_warp=4 * w, num_warps=4, regs=MMA_REGS):
-                    _mma_role(kb, cfg, work, p, bufs, pipes[w], w)
+                    _mma_role(kb, cfg, work, p, bufs, rings[w], w)
             with kb.role("load", first_warp=4 * CONSUMERS, num_warps=1, regs=LOAD_REGS):
-                _load_role(kb, cfg, work, p, bufs, pipes)
+                if chunked:
+                    ck.load_role(kb, cfg, work, p, bufs, rings, _pairs(work))
+                else:
+                    _load_role(kb, cfg, work, p, bufs, [r.pipe for r in rings])
     return kb.finish()
+
+
+class _Ring:
+    """Warpgroup w's one-stage ring kv<w> of whole tiles (note "Rings"): how _kv_tile waits for its
+    tile and issues S^T (`st`), zeroes V rows past L_b (`zero_v_tail`), and issues P V and releases the
+    tile (`pv`)."""
+
+    def __init__(self, kb, w: int):
+        self.kb = kb
+        self.pipe = kb.pipeline(f"kv{w}", num_stages=1, producer="load", consumers=[f"mma{w}"])
+
+    def state(self, i: Value):
+        return self.pipe.state_at(i)
+
+    def st(self, cs, bufs, s):
+        """Wait the tile; S^T = K_j Q^T retired. Returns (q_at, the tile's address, S^T)."""
+        kb = self.kb
+        self.pipe.consumer_wait(s)
+        q_at = kb.warp_uniform(kb.load(bufs.q_slot, "i32", align=4))
+        stage = kb.gep(bufs.kv[cs.wg], q_at, "i8")
+        return q_at, stage, wait_group(_issue_st(cs, kb.gep(bufs.q, q_at, "i8"), stage), pending=0)
+
+    def zero_v_tail(self, cs, stage, valid: Value):
+        _zero_v_tail(cs, stage, valid)
+
+    def pv(self, cs, stage, p_base, o: list, s) -> list:
+        o = _issue_pv(cs, stage, p_base, o)
+        with self.kb.if_(cs.is_leader).then_():
+            self.pipe.consumer_release(s)
+        return o
 
 
 def _pairs(work: _Work) -> Value:
@@ -291,17 +333,14 @@ def _zero_v_tail(cs: _Consumer, v_base, valid: Value):
     zero_rows_from(cs.kb, cs.t, v_base, valid, M_TILES)
 
 
-def _kv_tile(cs: _Consumer, bufs: _Buffers, pipe, i: Value, carry, masked: bool):
+def _kv_tile(cs: _Consumer, bufs: _Buffers, ring, i: Value, carry, masked: bool):
     kb, cfg, work = cs.kb, cs.cfg, cs.work
     o, m, l = carry
     j = work.begin + i * 2 + cs.wg
     # 1. wait KV_j (pair i of this warpgroup's ring), S^T = K_j Q^T; every SMEM address of the step
     #    starts from q_slot's 0, loaded after the wait, so that no descriptor is hoisted out of the loop
-    s = pipe.state_at(i)
-    pipe.consumer_wait(s)
-    q_at = kb.warp_uniform(kb.load(bufs.q_slot, "i32", align=4))
-    stage = kb.gep(bufs.kv[cs.wg], q_at, "i8")
-    st = wait_group(_issue_st(cs, kb.gep(bufs.q, q_at, "i8"), stage), pending=0)
+    s = ring.state(i)
+    q_at, stage, st = ring.st(cs, bufs, s)
     sv = [st[i] for i in range(cs.n_s)]
     # 2. mask; column maxima over the warp's keys, then over the 4 warps through SMEM
     if masked:
@@ -341,18 +380,16 @@ def _kv_tile(cs: _Consumer, bufs: _Buffers, pipe, i: Value, carry, masked: bool)
     if masked:
         valid = work.length - j * BN
         with kb.if_(valid.slt(BN)).then_():
-            _zero_v_tail(cs, stage, valid)
+            ring.zero_v_tail(cs, stage, valid)
     kb.fence("async_smem")
     cs.wg_barrier()
     # 5. O^T *= alpha (per column), O^T += V_j^T P^T; release the stage
     o = [vec(*[o[mt][i] * alpha[col_of_reg(i)] for i in range(cs.n_s)]) for mt in range(M_TILES)]
-    o = _issue_pv(cs, stage, p_base, o)
-    with kb.if_(cs.is_leader).then_():
-        pipe.consumer_release(s)
+    o = ring.pv(cs, stage, p_base, o, s)
     return tuple(o), tuple(m_new), tuple(l_new)
 
 
-def _mma_role(kb, cfg: MLADecodeConfig, work: _Work, p, bufs: _Buffers, pipe, wg: int):
+def _mma_role(kb, cfg: MLADecodeConfig, work: _Work, p, bufs: _Buffers, ring, wg: int):
     cs = _Consumer(kb, cfg, work, p, wg, bufs.x)
     _load_q(cs, bufs)
     f32 = "f32"
@@ -367,7 +404,7 @@ def _mma_role(kb, cfg: MLADecodeConfig, work: _Work, p, bufs: _Buffers, pipe, wg
     for lo, hi, masked in ((const(0), unmasked, False), (unmasked, _pairs(work), True)):
         loop = kb.for_(lo, hi, 1, carry=state)
         with loop as (i, carried):
-            loop.yield_(*_kv_tile(cs, bufs, pipe, i, carried, masked))
+            loop.yield_(*_kv_tile(cs, bufs, ring, i, carried, masked))
         state = loop.results
     _epilogue(cs, bufs, *state)
 
