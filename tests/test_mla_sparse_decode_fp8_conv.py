@@ -32,7 +32,8 @@ from tests._ring_mutations import MUTATIONS, RING_OPS, mutate_ring_op
 from tests.test_mla_sparse_decode_fp8 import run_interpreted
 
 CONV_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].fp8_converter
-                and not e[1].converter_prefetch]    # the prefetch variant: tests/test_mla_sparse_decode_fp8_prefetch.py
+                and not e[1].converter_prefetch and not e[1].crossover]
+# the prefetch and crossover variants: tests/test_mla_sparse_decode_fp8_{prefetch,crossover}.py
 
 
 def test_converter_config_rules():
