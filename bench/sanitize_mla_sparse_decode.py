@@ -4,7 +4,7 @@ with indices, the split ones with the head-dim-512 combine; the four over FlashM
 (kv_dtype "fp8") with is_fp8_kvcache=True, their cache the same bf16 latent quantized to 656-byte rows
 (testing_mla.quantize_fp8_cache: NaN rows give NaN bytes and scales), checked over its dequantized rows,
 in every FP8 variant (dc.FP8_DECODE_VARIANTS: the converter, FP8_DECODE_DEFAULT_RULE's, the gather kernel and
-the converter's rolling prefetch; FA4MLIR_MLA_SPARSE_FP8_VARIANT set to the case's around its calls).
+the converter's rolling prefetch, and the crossover on CROSSOVER_SHAPES, 128 heads; FA4MLIR_MLA_SPARSE_FP8_VARIANT set to the case's around its calls).
 
 Family: the kernel and split or unsplit (the split writes partials another kernel reads); features
 (sparse_decode_features): the dtype and, when set, `sparse-decode-topk_length` and `sparse-decode-fp8`.
@@ -46,6 +46,13 @@ CASES = (
                                       ("bf16", False, True))), False) for v in dc.FP8_DECODE_VARIANTS),
 )
 SHAPES = ((2, 2, 16, 128, 10, 64), (3, 1, 80, 256, 20, 61))    # (batch, seqlen_q, heads, topk, pages, page)
+# the FP8 variant "crossover" is built for heads a multiple of 128 only (a cluster per token's two head blocks)
+CROSSOVER_SHAPES = ((2, 2, 128, 128, 10, 64), (3, 1, 128, 256, 20, 61))
+
+
+def shapes_of(match: dict) -> tuple:
+    """The SHAPES a case's kernel runs: CROSSOVER_SHAPES for the FP8 variant "crossover", else SHAPES."""
+    return CROSSOVER_SHAPES if match.get("crossover") else SHAPES
 SPLITS = 3
 
 
@@ -93,7 +100,7 @@ def describe(case) -> list[str]:
     return [f"batch {b}, seqlen_q {sq}, heads {h}, topk {k}, {p} pages of {ps}, {m['dtype']}"
             f"{f', FP8 cache, {fp8_variant_of(m)}' if m.get('kv_dtype') == 'fp8' else ''}"
             f"{', topk_length' if m['topk_length'] else ''}, {SPLITS if m['split'] else 1} split(s) via "
-            f"flash_mla_with_kvcache(indices=)" for m in case.match for b, sq, h, k, p, ps in SHAPES]
+            f"flash_mla_with_kvcache(indices=)" for m in case.match for b, sq, h, k, p, ps in shapes_of(m)]
 
 
 def child_mla_sparse_decode(case, bundle, seed: int):
@@ -112,7 +119,7 @@ def child_mla_sparse_decode(case, bundle, seed: int):
         tdtype = {"bf16": torch.bfloat16, "f16": torch.float16}[match["dtype"]]
         fp8 = match.get("kv_dtype") == "fp8"
         splits = SPLITS if match["split"] else 1
-        for batch, seqlen_q, heads, topk, pages, page in SHAPES:
+        for batch, seqlen_q, heads, topk, pages, page in shapes_of(match):
             s, i = seed + i, i + 1
             rows = batch * seqlen_q
             idx, named, lens, _ = sparse_inputs(max(rows, 4), topk, pages * page, False, False, heads, s)

@@ -190,6 +190,7 @@ WGMMA = """
         %pz = llvm.getelementptr %smem[%off] : (!llvm.ptr<3>, i32) -> !llvm.ptr<3>, i8
         llvm.store %z, %pz : i32, !llvm.ptr<3>
       }}
+      {proxy}
       nvvm.barrier0
       %da = arith.constant {da} : i64
       %db = arith.constant {db} : i64
@@ -204,10 +205,14 @@ WGMMA = """
 """
 
 
-def _wgmma_kernel(fence=True, between=""):
+PROXY_FENCE = "nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}"
+
+
+def _wgmma_kernel(fence=True, between="", proxy=True):
     """A at fa4_smem offset 1024 (64 rows: 8 KiB), B at 10240; both zeroed by the warpgroup first."""
     body = WGMMA.format(da=_desc(0x400 + 1024, 16, 1024), db=_desc(0x400 + 10240, 16, 1024),
-                        fence="nvvm.wgmma.fence.aligned" if fence else "", between=between)
+                        fence="nvvm.wgmma.fence.aligned" if fence else "", between=between,
+                        proxy=PROXY_FENCE if proxy else "")
     return Kernel("k", parse(body + store_out("%xi"), smem=16384, chip="sm_90a"), tuple(OUT), (128, 1, 1), {})
 
 
@@ -221,6 +226,13 @@ def test_wgmma_group_protocol_in_a_warpgroup():
 def test_wgmma_without_fence_is_a_fault():
     with pytest.raises(interpret.FenceFault, match="without a wgmma.fence"):
         run(_wgmma_kernel(fence=False), n=128)
+
+
+def test_wgmma_reading_unfenced_st_shared_is_a_fault():
+    """The operands were written by st.shared (generic proxy) and no fence.proxy.async (the writer's
+    after the store, or the reader's after the barrier) made them visible to wgmma's async proxy."""
+    with pytest.raises(interpret.FenceFault, match="fence.proxy.async"):
+        run(_wgmma_kernel(proxy=False), n=128)
 
 
 def test_shared_write_under_a_wgmma_in_flight_is_a_race():

@@ -32,7 +32,8 @@ from tests._ring_mutations import MUTATIONS, RING_OPS, mutate_ring_op
 from tests.test_mla_sparse_decode_fp8 import run_interpreted
 
 CONV_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].fp8_converter
-                and not e[1].converter_prefetch]    # the prefetch variant: tests/test_mla_sparse_decode_fp8_prefetch.py
+                and not e[1].converter_prefetch and not e[1].crossover]
+# the prefetch and crossover variants: tests/test_mla_sparse_decode_fp8_{prefetch,crossover}.py
 
 
 def test_converter_config_rules():
@@ -60,7 +61,7 @@ def test_the_default_rule_picks_the_converter_for_every_fp8_kernel():
                 dataclasses.replace(cfg, fp8_converter=True)
             assert dc.fp8_decode_variant(dataclasses.replace(cfg, fp8_converter=True), "gather") == cfg
     assert dc.FP8_DECODE_DEFAULT_RULE == "converter"
-    assert set(dc.FP8_DECODE_VARIANTS) == {"converter", "gather", dc.PREFETCH_VARIANT}
+    assert set(dc.FP8_DECODE_VARIANTS) == {"converter", "gather", dc.PREFETCH_VARIANT, dc.CROSSOVER_VARIANT}
     with pytest.raises(ConfigError, match="unknown FP8 sparse decode variant"):
         dc.fp8_decode_variant(dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8"), "conv")
     with pytest.raises(ConfigError, match="FP8 cache"):

@@ -19,8 +19,8 @@ CASES = [c.name for c in san.CASES if c.child == "mla-sparse-decode"]
 
 def test_every_sparse_decode_entry_is_one_case_and_the_quick_one_has_both_families():
     entries = [(k, cfg.key()) for k, cfg in kernel_sets.mla() if k == spd.dc.DECODE_KERNEL]
-    assert len(entries) == 32       # 16-bit: bf16 rule (pair fill) 4, tile-order seesaw 4, tile 4, tile + producer
-                                    # warpgroup 4, f16 4; FP8: converter 4, gather 4, prefetch 4
+    assert len(entries) == 36       # 16-bit: bf16 rule (pair fill) 4, tile-order seesaw 4, tile 4, tile + producer
+                                    # warpgroup 4, f16 4; FP8: converter 4, gather 4, prefetch 4, crossover 4
     for _, key in entries:
         assert [c.name for c in san.CASES if key in c.match] in ([n] for n in CASES), key
     quick = [c for c in san.select_cases(True, None) if c.child == "mla-sparse-decode"]
@@ -69,13 +69,13 @@ def test_sparse_decode_child_runs_the_case_kernels_and_checks_them(cpu_decode, c
     bundle, calls, mode = cpu_decode
     case = san.CASES_BY_NAME[name]
     code, rep = child_report(capsys, name, bundle)
-    assert code == 0 and rep.end["ok"] and rep.end["checks"] == len(case.match) * len(spd.SHAPES), rep.results
+    assert code == 0 and rep.end["ok"] and rep.end["checks"] == sum(len(spd.shapes_of(m)) for m in case.match), rep.results
     assert all(r["ok"] and r["nan_out"] == 0 for r in rep.results), rep.results
     want = [((b, sq, h, 576), (p, ps, 1, 656 if m["kv_dtype"] == "fp8" else 576), k, spd.SPLITS if m["split"] else 1,
              m["topk_length"])
-            for m in case.match for b, sq, h, k, p, ps in spd.SHAPES]
+            for m in case.match for b, sq, h, k, p, ps in spd.shapes_of(m)]
     assert calls == want
-    lengths = [m["topk_length"] for m in case.match for _ in spd.SHAPES]
+    lengths = [m["topk_length"] for m in case.match for _ in spd.shapes_of(m)]
     for mode["mode"] in ["nothing"] + ["no-topk-length"] * any(lengths):
         code, rep = child_report(capsys, name, bundle)
         failed = [not r["ok"] for r in rep.results]

@@ -44,7 +44,9 @@ both strides multiples of 16 bytes. Each named row is dequantized to bf16(float3
 warpgroup loading each row from global memory into registers and storing bf16 into two tiles
 (attention_mla_sparse_sm90, note "FP8 converter"); "gather", the kernel before the rule: cp.async into
 a staging stage the consumers dequantize (note "FP8 gather"); "prefetch", opt-in: the converter with each
-row's loads two trips ahead (attention_mla_sparse_prefetch_sm90, note "FP8 converter prefetch").
+row's loads two trips ahead (attention_mla_sparse_prefetch_sm90, note "FP8 converter prefetch"); "crossover",
+opt-in, heads a multiple of 128: the converter over a cluster of a token's two 64-head CTAs, each converting
+half of every tile into both (attention_mla_sparse_crossover_sm90, note "Crossover").
 
 Not built (typed errors, UnsupportedFeatureError): attn_sink and extra_k_cache /
 extra_indices_in_kvcache / extra_topk_length (FlashMLA's MODEL1 options), d_qk 512, the sm_100a
@@ -180,7 +182,13 @@ def check_sparse_decode_inputs(q: TensorInfo, k_cache: TensorInfo, indices: Tens
 def check_variant_built(problem: SparseDecodeProblem) -> None:
     """UnsupportedFeatureError where FA4MLIR_MLA_SPARSE_VARIANT names a variant not built for the call's kernel
     (seesaw over the FP8 cache: the converter kernel, unsplit, without the FP8 variant "prefetch", only;
-    seesaw_pairfill: a 16-bit cache and the producer warpgroup, else mla_sparse.check_variant's errors)."""
+    seesaw_pairfill: a 16-bit cache and the producer warpgroup, else mla_sparse.check_variant's errors), or where
+    FA4MLIR_MLA_SPARSE_FP8_VARIANT=crossover meets heads not a multiple of 128 (its cluster pairs a token's
+    two 64-head blocks)."""
+    if problem.fp8 and problem.fp8_variant == dc.CROSSOVER_VARIANT and problem.heads % (2 * dc.TILE_M):
+        raise UnsupportedFeatureError(_err(f"{VARIANT_ENV}={dc.CROSSOVER_VARIANT!r} runs the token's two 64-head "
+                                           f"blocks as a cluster of two CTAs: heads must be a multiple of "
+                                           f"{2 * dc.TILE_M}, got {problem.heads}; unset it"))
     if problem.variant == dc.PAIR_FILL_VARIANT:
         check_variant(problem.variant, problem.fp8, ENTRY,
                       producer_fields(problem.producer, problem.dtype, problem.fp8)[0])
@@ -189,17 +197,18 @@ def check_variant_built(problem: SparseDecodeProblem) -> None:
         return
     cfg = dc.fp8_decode_variant(dc.MLASparseDecodeConfig(problem.dtype, kv_dtype="fp8", split=problem.splits > 1),
                                 problem.fp8_variant)
-    if not cfg.fp8_converter or cfg.split or cfg.converter_prefetch:
+    if not cfg.fp8_converter or cfg.split or cfg.converter_prefetch or cfg.crossover:
         raise UnsupportedFeatureError(_err(f"{dc.SPARSE_VARIANT_ENV}={problem.variant!r} over the FP8 cache is built "
                                            f"for the converter kernel of one split only, not FP8 variant "
-                                           f"{dc.PREFETCH_VARIANT!r} (this call: "
+                                           f"{dc.PREFETCH_VARIANT!r} or {dc.CROSSOVER_VARIANT!r} (this call: "
                                            f"{problem.splits} splits, {cfg.name()}); unset it"))
 
 
 def requested_variant() -> str:
     """FA4MLIR_MLA_SPARSE_FP8_VARIANT: the entry of dc.FP8_DECODE_VARIANTS the FP8 sparse decode runs (unset or
     "default": FP8_DECODE_DEFAULT_RULE's, the converter; "gather": the kernel before the rule, for A/B;
-    "prefetch": the converter with its rolling prefetch, opt-in; a bundle must hold it: the mla set holds all). Read per call into the call cache's key; KnobError for an
+    "prefetch": the converter with its rolling prefetch, opt-in; "crossover": the converter over a cluster of two
+    CTAs, opt-in (heads a multiple of 128); a bundle must hold it: the mla set holds all). Read per call into the call cache's key; KnobError for an
     unknown name, or for the retired FA4MLIR_MLA_SPARSE_FP8_CONVERTER set (its 0 would now run the
     converter without a word), before any launch."""
     if RETIRED_CONVERTER_ENV in os.environ:

@@ -22,7 +22,7 @@ from .ops import OPS, OPS_BY_NAME
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _BUILDER_FILES = tuple(os.path.join(_PKG, f) for f in ("dsl", "dialect", "_mlir.py"))
-_FIXED_RESULT = {"i1": "i1", "i16": "i16", "i32": "i32", "i64": "i64", "smem_ptr": "!llvm.ptr<3>"}
+_FIXED_RESULT = {"i1": "i1", "i16": "i16", "i32": "i32", "i64": "i64", "smem_ptr": "!llvm.ptr<3>", "cluster_ptr": "!llvm.ptr<7>"}
 
 
 def source_loc() -> ir.Location:

@@ -30,6 +30,7 @@ CONSTRAINTS = {
     "i64": "irdl.is i64",
     "ptr": 'irdl.base "!llvm.ptr"',
     "smem_ptr": "irdl.is !llvm.ptr<3>",
+    "cluster_ptr": "irdl.is !llvm.ptr<7>",
     "any": "irdl.any",
 }
 # Attribute kinds -> IRDL base constraint.
@@ -73,6 +74,12 @@ OPS: tuple[OpDef, ...] = (
           results=(("pred", "i1"),)),
     OpDef("cluster_rank", "The CTA's rank in its cluster (0 .. cluster size - 1; in a CTA pair 0 is the leader).",
           results=(("rank", "i32"),)),
+    OpDef("peer_address", """The shared::cluster address of `addr`'s offset in the cluster's CTA `rank`
+    (mapa.shared::cluster, PTX ISA 9.7.9.26). A plain llvm.store through it (st.shared::cluster) writes
+    the peer's shared memory through the generic proxy: the writer hands it over with
+    fence(kind = "async_smem_cluster") and a peer_arrive (release, cluster scope) before the peer's
+    wgmma (async proxy) reads it.""",
+          operands=(("addr", "smem_ptr"), ("rank", "i32")), results=(("remote", "cluster_ptr"),)),
     OpDef("cluster_sync", """Block until every thread of every CTA of the cluster arrives (all threads of the
     CTA call it); orders earlier memory accesses (mbarrier inits included) before later ones of any CTA
     of the cluster."""),
@@ -208,7 +215,8 @@ OPS: tuple[OpDef, ...] = (
           operands=(("select", "*i32"),), attrs=(("id", "int"), ("num_threads", "int")),
           optional_attrs=(("span", "int"),)),
     OpDef("fence", """A memory fence: `kind` is "async_smem" (generic-proxy SMEM writes visible to TMA and
-    tensor cores), "tcgen05_before" or "tcgen05_after" (order tcgen05 ops around a thread sync).""",
+    tensor cores), "async_smem_cluster" (the same for shared::cluster writes, a peer CTA's SMEM included:
+    fence.proxy.async.shared::cluster), "tcgen05_before" or "tcgen05_after" (order tcgen05 ops around a thread sync).""",
           attrs=(("kind", "str"),)),
     OpDef("named_barrier_arrive", """Arrive on named barrier `id` (1..15) without waiting; the barrier completes
     once `num_threads` threads arrived or synced on it (the producer side of a hand-off). `select` and

@@ -180,6 +180,11 @@ class KernelBuilder:
         """This CTA's rank in its cluster (in a CTA pair, 0 is the MMA-issuing leader)."""
         return Value(fa4.cluster_rank())
 
+    def peer_address(self, addr: Value, rank) -> Value:
+        """`addr`'s offset in the shared memory of the cluster's CTA `rank` (a !llvm.ptr<7>, mapa):
+        kb.gep and kb.store through it write the peer's SMEM (st.shared::cluster)."""
+        return Value(fa4.peer_address(addr.v, rank.v if isinstance(rank, Value) else const(int(rank)).v))
+
     # ---- control flow ---------------------------------------------------------------------------
     def for_(self, lo, hi, step=1, carry=()) -> _For:
         """`with kb.for_(lo, hi, step, carry=state) as (i, state): ...; loop.yield_(next_state)`;

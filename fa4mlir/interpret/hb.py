@@ -88,8 +88,9 @@ class HappensBefore:
             self.vc = np.zeros((2, n, n), np.int32)   # [view, agent, agent]
             self.vc[:, np.arange(n), np.arange(n)] = 1
             self.proxy_fenced = np.zeros(n, np.int32)     # G(w)'s epoch at its last fence.proxy.async
+            self.fenced_view = np.zeros((n, n), np.int32)  # G(w)'s vector (REAL) at its last fence.proxy.async
         else:
-            self.vc, self.proxy_fenced = shared.vc, shared.proxy_fenced
+            self.vc, self.proxy_fenced, self.fenced_view = shared.vc, shared.proxy_fenced, shared.fenced_view
         self.smem = Shadow(smem_bytes, "shared memory")
         self.tmem = Shadow(tmem_shape, "tensor memory")
         self.mma_vc = self.vc[:, self.MMA].copy()     # the tensor core's vector pair, joined per MMA
@@ -225,15 +226,20 @@ class HappensBefore:
         PTX ISA 9.1 §9.7.16.6.5), in program order; no tcgen05.fence is involved (no thread sync)."""
         g, t = self.g(wid), self.tc(wid)
         self.proxy_fenced[g] = self.vc[REAL, g, g]
+        self.fenced_view[g] = self.vc[REAL, g]
         self.vc[:, t, g] = np.maximum(self.vc[:, t, g], self.vc[:, g, g])
 
-    def check_async_proxy_read(self, index, what: str) -> None:
-        """The async proxy (a TMA store, a tcgen05.mma operand) reads shared `index`: generic-proxy
-        writes there need their writer's fence.proxy.async."""
+    def check_async_proxy_read(self, index, what: str, reader: int | None = None) -> None:
+        """The async proxy (a TMA store, a tcgen05.mma operand; a wgmma operand, `reader` its warp's
+        agent) reads shared `index`: generic-proxy writes there need their writer's fence.proxy.async
+        after the write, or (wgmma) the reading warp's own fence.proxy.async after it acquired the write
+        (the consumer-side fence of a cp.async or remote-store hand-off: wait, fence, wgmma)."""
         gen = self.smem.generic[index]
         if gen.any():
             writers, epochs = self.smem.w_agent[index][gen], self.smem.w_epoch[index][gen]
             bad = epochs > self.proxy_fenced[writers]
+            if reader is not None:
+                bad &= epochs > self.fenced_view[reader, writers]
             if bad.any():
                 raise FenceFault(f"{what} reads shared memory that {self._who(int(writers[bad][0]))} wrote with "
                                  f"st.shared and did not fence (fence.proxy.async) before handing it over")

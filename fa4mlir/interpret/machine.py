@@ -132,6 +132,7 @@ class Warp:
     def wgmma_reads(self, addrs: np.ndarray, what: str) -> None:
         """Shared bytes a wgmma of this warp reads until a wait_group retires its group."""
         flat = np.unique(np.concatenate([addrs.ravel(), addrs.ravel() + 1]))
+        self.cta.hb.check_async_proxy_read(flat, what, reader=self.cta.hb.g(self.wid))     # wgmma: async proxy
         self.cta.hb.warp_access(self, self.cta.hb.smem, flat, False, what)
         self.cta.smem_readers[flat] += 1
         self.wgmma_open.append(flat)

@@ -116,6 +116,7 @@ from ..dialect import builders as fa4
 from ..dsl import KernelBuilder, Value, const, fast_div, fma, log2, select, vec
 from .attention_mla_sparse_sm90_config import (BN, CONSUMERS, D_QK, D_V, HALF_CHUNKS, L2_PREFETCH, LOAD_REGS, MMA_REGS,
                                                STAGES, TILE_M, MLASparseConfig, MLASparseDecodeConfig)
+from . import attention_mla_sparse_crossover_sm90 as crossover
 from . import attention_mla_sparse_seesaw_sm90 as seesaw
 from .common import mla_fp8
 from .common.constants import LOG2E
@@ -144,7 +145,9 @@ def build(cfg: MLASparseConfig | MLASparseDecodeConfig = MLASparseConfig()) -> d
     pwg = cfg.producer_warps == 4                   # note "Producer warpgroup"
     mma_regs, load_regs = cfg.regs if conv or pwg else (MMA_REGS, LOAD_REGS)
     staged = fp8 and not conv
-    kb = KernelBuilder(cfg.name(), arch="sm_90a", block=(cfg.threads, 1, 1), config=cfg.key(), min_ctas_per_sm=1)
+    xo = getattr(cfg, "crossover", False)           # attention_mla_sparse_crossover_sm90, note "Crossover"
+    kb = KernelBuilder(cfg.name(), arch="sm_90a", block=(cfg.threads, 1, 1), config=cfg.key(), min_ctas_per_sm=1,
+                       **(dict(cluster=crossover.CLUSTER) if xo else {}))
     p = kb.params_from(cfg.params, tma={})
     with kb.body():
         q_smem = kb.smem("q_smem", TILE_M * D_QK * 2)
@@ -164,18 +167,23 @@ def build(cfg: MLASparseConfig | MLASparseDecodeConfig = MLASparseConfig()) -> d
                                for name in ("kv_pipe", "kv_hi"))
         else:
             # each gather lane (converter thread) commits once per fill (after its cp_async_arrive)
-            producer = dict(producer="convert", producer_arrivals=CONVERTER_THREADS) if conv else \
-                dict(producer="gather", producer_arrivals=GATHER_LANES)
+            producer = dict(producer="convert", producer_arrivals=CONVERTER_THREADS * (2 if xo else 1)) if conv \
+                else dict(producer="gather", producer_arrivals=GATHER_LANES)
             kv_pipe = kb.pipeline("kv_pipe", num_stages=cfg.stages if fp8 else STAGES, consumers=["mma"],
-                                  consumer_arrivals=CONSUMERS, **producer)
+                                  consumer_arrivals=CONSUMERS * (2 if xo else 1), **producer)
         kb.pipeline_init()
+        if xo:      # both CTAs' barriers initialised before either arrives on the other's
+            kb.cluster_sync()
         work = _Work(kb, cfg, p)
         with kb.warp_roles():
             with kb.role("mma", first_warp=0, num_warps=4 * CONSUMERS, regs=mma_regs):
                 _mma_role(kb, cfg, work, p, (q_smem, kv_smem, kv_pipe, q_slot, bias_smem), x_smem, tile_smem, halves)
             if conv:
                 with kb.role("convert", first_warp=4 * CONSUMERS, num_warps=4, regs=load_regs):
-                    convert_role(kb, cfg, work, p, kv_smem, kv_pipe, bias_smem)
+                    if xo:
+                        crossover.convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem)
+                    else:
+                        convert_role(kb, cfg, work, p, kv_smem, kv_pipe, bias_smem)
             elif pwg:
                 with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=PRODUCER_THREADS // 32, regs=load_regs):
                     _gather_role_wg(kb, work, p, kv_smem, (kv_pipe, halves), bias_smem, cfg.l2_hints)
@@ -185,6 +193,8 @@ def build(cfg: MLASparseConfig | MLASparseDecodeConfig = MLASparseConfig()) -> d
                         _gather_role_fp8(kb, cfg, work, p, kv_smem, kv_pipe, bias_smem, rows_smem)
                     else:
                         _gather_role(kb, work, p, kv_smem, kv_pipe, bias_smem, rows_smem)
+        if xo:      # no CTA exits while its peer may still write into its SMEM or arrive on its barriers
+            kb.cluster_sync()
     return kb.finish()
 
 
@@ -195,6 +205,7 @@ class _Work:
 
     def __init__(self, kb, cfg, p):
         self.decode = isinstance(cfg, MLASparseDecodeConfig)
+        self.crossover = getattr(cfg, "crossover", False)   # a cluster of the token's two head blocks
         x = kb.block_idx(0)
         self.token = fast_div(x, p["head_blocks_mul"], p["head_blocks_shr"])
         if self.decode:
@@ -497,7 +508,7 @@ def _bias_mask(cs: ConsumerGeometry, bias_smem, stage: Value):
     return mask
 
 
-def _kv_tile(cs: ConsumerGeometry, bufs, carry, dtype: str):
+def _kv_tile(cs: ConsumerGeometry, bufs, carry, dtype: str, crossover: bool = False):
     q_smem, kv_smem, kv_pipe, q_slot, bias_smem = bufs
     kb = cs.kb
     s, o, m, l = carry
@@ -516,6 +527,8 @@ def _kv_tile(cs: ConsumerGeometry, bufs, carry, dtype: str):
     o = wait_group(issue_pv(cs, v_base, frags, o, dtype), pending=0)
     with kb.if_(cs.is_leader).then_():
         kv_pipe.consumer_release(s)
+        if crossover:   # the peer's converter writes this stage too: its empty[stage] (the other rank's)
+            kv_pipe.peer_arrive(s, const(1) - kb.cluster_rank(), side="empty")
     return s.advance(), o, tuple(m), tuple(l)
 
 
@@ -590,7 +603,7 @@ def _mma_role(kb, cfg: MLASparseConfig, work: _Work, p, bufs, x_smem, tile_smem=
         elif halves is not None:
             loop.yield_(*_kv_tile_halves(cs, bufs, halves, carried, cfg.dtype))
         else:
-            loop.yield_(*_kv_tile(cs, bufs, carried, cfg.dtype))
+            loop.yield_(*_kv_tile(cs, bufs, carried, cfg.dtype, work.crossover))
     _, o, m, l = loop.results
     if work.decode:
         _decode_epilogue(cs, cfg, work, p, o, m, l)

@@ -389,6 +389,9 @@ class MLASparseDecodeConfig:
     pair_fill: bool = False         # MLASparseConfig.pair_fill's fill order (seesaw, producer_warps=4, 16-bit kv)
     converter_prefetch: bool = False  # fp8_converter only: the converter's rolling prefetch (note "FP8 converter
                                       # prefetch"; FP8_DECODE_VARIANTS' "prefetch", opt-in)
+    crossover: bool = False         # fp8_converter only: FlashMLA's crossover, the two 64-head CTAs of a token as a
+                                    # cluster of 2, each converting half of every tile into both (h_q a multiple of
+                                    # 128; attention_mla_sparse_crossover_sm90; FP8_DECODE_VARIANTS' "crossover")
 
     @property
     def fp8(self) -> bool:
@@ -464,6 +467,11 @@ class MLASparseDecodeConfig:
         if self.converter_prefetch and self.seesaw:
             raise ConfigError("converter_prefetch=True is built with the tile step, not seesaw=True (its converter "
                               "spilled there: note \"FP8 converter prefetch\")")
+        if not isinstance(self.crossover, bool):
+            raise ConfigError(f"crossover must be a bool, got {self.crossover!r}")
+        if self.crossover and (not self.fp8_converter or self.converter_prefetch or self.seesaw):
+            raise ConfigError("crossover=True is the converter warpgroup's cluster of two CTAs: it needs "
+                              "fp8_converter=True, no converter_prefetch and no seesaw")
         check_producer(self)
         _check_seesaw(self)
         check_pair_fill(self)
@@ -480,14 +488,15 @@ class MLASparseDecodeConfig:
 
     def name(self) -> str:
         return (f"{DECODE_KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_conv' if self.fp8_converter else ''}"
-                f"{'_pf' if self.converter_prefetch else ''}"
+                f"{'_pf' if self.converter_prefetch else ''}{'_xo' if self.crossover else ''}"
                 f"{'_pwg' if self.producer_warps == 4 else ''}{'_l2' if self.l2_hints else ''}"
                 f"{'_topklen' if self.topk_length else ''}{'_split' if self.split else ''}"
                 f"{'_seesaw' if self.seesaw else ''}{'_pairfill' if self.pair_fill else ''}")
 
 
 DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", "producer_warps", "l2_hints", "seesaw",
-                                                               "pair_fill", "converter_prefetch"))
+                                                               "pair_fill", "converter_prefetch",
+                                                               "crossover"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -500,10 +509,14 @@ DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", 
 # FP8_DECODE_DEFAULT_RULE, kept for A/B (FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather, bench mla's backend
 # fa4mlir[gather]); "prefetch": the converter with its rolling prefetch (note "FP8 converter prefetch",
 # attention_mla_sparse_prefetch_sm90; opt-in, FA4MLIR_MLA_SPARSE_FP8_VARIANT=prefetch, fa4mlir[prefetch]).
+# "crossover": the converter over a cluster of the token's two 64-head CTAs (attention_mla_sparse_crossover_sm90,
+# its note; opt-in, h_q a multiple of 128, FA4MLIR_MLA_SPARSE_FP8_VARIANT=crossover, fa4mlir[crossover]).
 PREFETCH_VARIANT = "prefetch"
+CROSSOVER_VARIANT = "crossover"
 FP8_DECODE_VARIANTS = {"converter": {"fp8_converter": True}, "gather": {},
-                       PREFETCH_VARIANT: {"fp8_converter": True, "converter_prefetch": True}}
-FP8_VARIANT_FIELDS = ("fp8_converter", "converter_prefetch")
+                       PREFETCH_VARIANT: {"fp8_converter": True, "converter_prefetch": True},
+                       CROSSOVER_VARIANT: {"fp8_converter": True, "crossover": True}}
+FP8_VARIANT_FIELDS = ("fp8_converter", "converter_prefetch", "crossover")
 FP8_DECODE_VARIANT_ENV = "FA4MLIR_MLA_SPARSE_FP8_VARIANT"
 
 # FP8_DECODE_DEFAULT_RULE, the FP8 sparse decode kernel a call runs when no variant is named

@@ -11,6 +11,11 @@ election). Each rank t has two views. Its target view is the kernel as CTA t's b
   where rank t executes it (the conjunction of the rank conditions around it holds for t);
 * `peer_arrive(stage, c)` stays in the view of rank c, counted once per rank that executes it: an
   arrival on rank c's `full[stage]` (side "full", a commit) or `empty[stage]` (a release);
+  `peer_arrive(stage, 1 - cluster_rank)` (the other rank: a crossover's, both CTAs arriving on each
+  other's barriers) stays in the view of rank t, counted once per executing rank other than t, as an op
+  that lands from the other CTA (Joined arrivals, below); it is in no executor view (its executor's
+  barriers never see it), so nothing checks its ring position but its target view's counts: a
+  crossover places it right after the local commit or release of the same stage;
 * a multicast `mma_commit` stays in the view of every rank of its mask, counted once per rank
   that executes it;
 * the pair's `fa4.mma` (`cta_group = 2`) stays in both views (it reads both CTAs' SMEM stages and
@@ -135,6 +140,16 @@ def gathered_pipes(func: ir.Operation) -> set:
     return arrived & released
 
 
+def is_other_rank(value: ir.Value) -> bool:
+    """`value` is `1 - cluster_rank` (arith.subi of the constant 1 and fa4.cluster_rank): in a pair, the
+    other CTA's rank (a crossover's peer_arrive: both CTAs arrive on each other's barriers)."""
+    op = owner(value)
+    if op is None or op.name != "arith.subi":
+        return False
+    rank = owner(op.operands[1])
+    return const_int(op.operands[0]) == 1 and rank is not None and rank.name == "fa4.cluster_rank"
+
+
 def _arrivals_in(op: ir.Operation, ranks: set, t: int) -> int:
     """How many times `op`, executed by `ranks`, acts on rank t's barriers (0: not in t's view)."""
     if (op.name in LOAD_OPS or op.name == "fa4.producer_commit") and _group(op) == 2:
@@ -144,11 +159,13 @@ def _arrivals_in(op: ir.Operation, ranks: set, t: int) -> int:
                   f"execute it", op)
         return 1 if ranks and t == 0 else 0       # they land on the leader's full[stage] (note "pair rings")
     if op.name == "fa4.peer_arrive":
+        if is_other_rank(op.operands[1]):       # each executing rank arrives on the other's barrier
+            return sum(1 for r in ranks if r != t)
         target = const_int(op.operands[1])
         if target is None or not 0 <= target < PAIR:
             _fail(f"fa4.peer_arrive on pipeline '{attr(op, 'pipe')}' to CTA rank "
                   f"{'a non-constant value' if target is None else target}: a pair's peer_arrive names rank 0 "
-                  f"or 1 as a constant", op)
+                  f"or 1 as a constant, or the other rank as 1 - cluster_rank", op)
         return len(ranks) if target == t else 0
     if op.name == "fa4.mma_commit" and "multicast" in op.attributes:
         mask = attr(op, "multicast")
@@ -191,6 +208,8 @@ def _executed_in(op: ir.Operation, ranks: set, t: int, pairs: set) -> int:
         return 1 if ranks and attr(op, "multicast") >> t & 1 else 0
     if op.name == "fa4.consumer_wait" and attr(op, "pipe") in pairs and 0 in ranks:
         return 1
+    if op.name == "fa4.peer_arrive" and is_other_rank(op.operands[1]):
+        return 0        # it acts on the other rank's barriers only: that rank's target view counts it
     return 1 if t in ranks else 0
 
 
@@ -222,7 +241,7 @@ def _view(func: ir.Operation, t: int, target: bool):
                   f"runs it", op)
         if n > 1:
             multiplicity[op] = n
-        if is_remote and t not in ranks:
+        if is_remote and (t not in ranks or (op.name == "fa4.peer_arrive" and is_other_rank(op.operands[1]))):
             remote.add(op)
     if t == 0 and target:
         _check_cluster_sync(view, remote_ops)

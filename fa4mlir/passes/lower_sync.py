@@ -1,6 +1,6 @@
 """fa4-lower-sync: thread geometry, elect, fences, named barriers, CTA sync, debug traps and warp
 exchange (shuffle_xor -> shfl.sync.bfly, shuffle_idx -> shfl.sync.idx, vote_any -> vote.sync.any) -> nvvm;
-cluster_rank -> %cluster_ctarank, cluster_sync -> barrier.cluster.arrive.aligned + barrier.cluster.wait.aligned
+cluster_rank -> %cluster_ctarank, peer_address -> mapa.shared::cluster, cluster_sync -> barrier.cluster.arrive.aligned + barrier.cluster.wait.aligned
 (PTX ISA 9.7.13.4, release/acquire by default: orders the mbarrier inits of a CTA pair before the peer's
 remote arrivals); scale_if_uniform -> multiplies behind a `bra.uni` (inline PTX: LLVM's NVPTX backend emits conditional
 branches without .uni, and ptxas then treats the code around them as divergent)."""
@@ -19,7 +19,8 @@ _SREG = {
 _SHUFFLES = {"fa4.shuffle_xor": ("offset", 1, "bfly"), "fa4.shuffle_idx": ("lane", 0, "idx")}
 OPS = ("fa4.thread_idx", "fa4.block_idx", "fa4.grid_dim", "fa4.elect_one", "fa4.fence", "fa4.named_barrier",
        "fa4.named_barrier_arrive", "fa4.sync_threads", "fa4.trap_if", "fa4.shuffle_xor", "fa4.shuffle_idx",
-       "fa4.vote_any", "fa4.scale_if_uniform", "fa4.cluster_rank", "fa4.cluster_sync")
+       "fa4.vote_any", "fa4.scale_if_uniform", "fa4.cluster_rank", "fa4.cluster_sync",
+       "fa4.peer_address")
 
 
 def _lower(op: ir.Operation) -> None:
@@ -33,13 +34,15 @@ def _lower(op: ir.Operation) -> None:
         replace(op, [nvvm.elect_sync(ir.IntegerType.get_signless(1))])
     elif name == "fa4.fence":
         kind = attr(op, "kind")
-        if kind == "async_smem":
+        if kind in ("async_smem", "async_smem_cluster"):
+            space = "cluster" if kind == "async_smem_cluster" else "cta"
             nvvm.fence_proxy(ir.Attribute.parse("#nvvm.proxy_kind<async.shared>"),
-                             space=ir.Attribute.parse("#nvvm.shared_space<cta>"))
+                             space=ir.Attribute.parse(f"#nvvm.shared_space<{space}>"))
         elif kind in ("tcgen05_before", "tcgen05_after"):
             nvvm.tcgen05_fence(ir.Attribute.parse(f"#nvvm.tcgen05_fence<{kind.split('_')[1]}>"))
         else:
-            raise PassError(f"{NAME}: unknown fence kind {kind!r}; expected async_smem, tcgen05_before or "
+            raise PassError(f"{NAME}: unknown fence kind {kind!r}; expected async_smem, async_smem_cluster, "
+                            "tcgen05_before or "
                             "tcgen05_after", op.location)
         op.erase()
     elif name in ("fa4.named_barrier", "fa4.named_barrier_arrive"):
@@ -77,6 +80,8 @@ def _lower(op: ir.Operation) -> None:
         _scale_if_uniform(op)
     elif name == "fa4.cluster_rank":
         replace(op, [nvvm.read_ptx_sreg_cluster_ctarank(_I32())])
+    elif name == "fa4.peer_address":
+        replace(op, [nvvm.mapa(ir.Type.parse("!llvm.ptr<7>"), op.operands[0], op.operands[1])])
     elif name == "fa4.cluster_sync":
         nvvm.cluster_arrive(aligned=True)
         nvvm.cluster_wait(aligned=True)

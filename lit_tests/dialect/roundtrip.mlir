@@ -30,6 +30,8 @@ module attributes {gpu.container_module} {
       %rank = "fa4.cluster_rank"() : () -> i32
       // CHECK: "fa4.cluster_sync"() : () -> ()
       "fa4.cluster_sync"() : () -> ()
+      // CHECK: "fa4.peer_address"(%[[SMEM]], %[[RANK]]) : (!llvm.ptr<3>, i32) -> !llvm.ptr<7>
+      %remote = "fa4.peer_address"(%a_smem, %rank) : (!llvm.ptr<3>, i32) -> !llvm.ptr<7>
       // CHECK: "fa4.warp_roles"() ({
       "fa4.warp_roles"() ({
         // CHECK: "fa4.role"() ({

@@ -124,7 +124,7 @@ module attributes {gpu.container_module} {
 module attributes {gpu.container_module} {
   gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
     llvm.func @unknown_fence() attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
-      // expected-error @+1 {{unknown fence kind 'global'; expected async_smem, tcgen05_before or tcgen05_after}}
+      // expected-error @+1 {{unknown fence kind 'global'; expected async_smem, async_smem_cluster, tcgen05_before or tcgen05_after}}
       "fa4.fence"() {kind = "global"} : () -> ()
       llvm.return
     }
@@ -347,6 +347,28 @@ module attributes {gpu.container_module} {
       %r = "fa4.cluster_rank"() : () -> i32
       "fa4.cluster_sync"() : () -> ()
       llvm.store %r, %out : i32, !llvm.ptr<1>
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// A remote shared store: peer_address -> mapa.shared::cluster (a !llvm.ptr<7>), the store through it stays
+// (st.shared::cluster); fence kind async_smem_cluster -> fence.proxy.async.shared::cluster.
+// CHECK-LABEL: llvm.func @peer_store
+// CHECK: %[[R:.*]] = nvvm.read.ptx.sreg.cluster.ctarank : i32
+// CHECK: %[[P:.*]] = nvvm.mapa %{{.*}}, %[[R]] : !llvm.ptr<3> -> !llvm.ptr<7>
+// CHECK: llvm.store %{{.*}}, %[[P]] : i32, !llvm.ptr<7>
+// CHECK: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cluster>}
+// CHECK-NOT: fa4.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @peer_store(%local: !llvm.ptr<3>, %v: i32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      %r = "fa4.cluster_rank"() : () -> i32
+      %p = "fa4.peer_address"(%local, %r) : (!llvm.ptr<3>, i32) -> !llvm.ptr<7>
+      llvm.store %v, %p : i32, !llvm.ptr<7>
+      "fa4.fence"() {kind = "async_smem_cluster"} : () -> ()
       llvm.return
     }
   }

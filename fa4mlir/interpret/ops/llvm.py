@@ -12,6 +12,7 @@ import re
 import numpy as np
 
 from ..._mlir import ir
+from ..cluster import cluster_address
 from ..faults import Fault, Unsupported
 from ..machine import SMEM_BASE, uniform
 from ..numeric import WARP, e4m3x2_to_f16x2, np_dtype, prmt, tanh_f16x2, vector_len
@@ -19,7 +20,7 @@ from ..program import PLAIN
 from . import semantics
 from .wgmma import move
 
-SHARED, GLOBAL = "!llvm.ptr<3>", "!llvm.ptr<1>"
+SHARED, GLOBAL, CLUSTER = "!llvm.ptr<3>", "!llvm.ptr<1>", "!llvm.ptr<7>"
 _ELEM_BYTES = {"i8": 1, "i16": 2, "i32": 4, "i64": 8, "f32": 4, "f16": 2, "bf16": 2}
 
 
@@ -233,13 +234,15 @@ def load(p, op, a, r):
 def store(p, op, a, r):
     val, ptr = a[0], a[1]
     space = str(op.operands[1].type)
-    if space not in (SHARED, GLOBAL):
+    if space not in (SHARED, GLOBAL, CLUSTER):
         raise Unsupported(f"llvm.store to {space}")
 
     def run(env, mask, w):
         cta, lanes = w.cta, np.nonzero(mask)[0]
         data = np.ascontiguousarray(env[val]).view(np.uint8).reshape(WARP, -1)[lanes]
-        if space == SHARED:
+        if space == CLUSTER:
+            _store_cluster(w, env[ptr][lanes], data)
+        elif space == SHARED:
             span = _smem_span(cta, env[ptr][lanes], data.shape[1], "st.shared")
             cta.check_smem_write(span, "st.shared")
             cta.hb.warp_access(w, cta.hb.smem, span, True, "st.shared", generic=True)
@@ -248,3 +251,18 @@ def store(p, op, a, r):
             for i, lane in enumerate(lanes):
                 cta.gmem.write(int(env[ptr][lane]), data[i])
     return PLAIN, run
+
+
+def _store_cluster(w, addrs: np.ndarray, data: np.ndarray) -> None:
+    """st.shared::cluster: each lane's bytes into the CTA its shared::cluster address names (a mapa
+    result: a peer's SMEM; else this CTA's), through the generic proxy, as the writing warp's access
+    (its agent and clocks: the peer's reader is ordered after it only by a release it acquires, e.g. a
+    remote mbarrier arrive; its wgmma needs the writer's fence.proxy.async, hb.check_async_proxy_read)."""
+    mine = w.cta.hb
+    for i, addr in enumerate(addrs):
+        cta, local = cluster_address(w.cta, int(addr))
+        span = _smem_span(cta, np.array([local], np.int64), data.shape[1], "st.shared::cluster")
+        cta.check_smem_write(span, "st.shared::cluster")
+        g = mine.g(w.wid)
+        cta.hb.access(cta.hb.smem, span, mine.vc[:, g], g, True, "st.shared::cluster", generic=True)
+        cta.smem[span] = data[i]
