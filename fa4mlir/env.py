@@ -67,10 +67,11 @@ KNOBS: dict[str, Knob] = {
              "set holds the anchors' kernel); read at every call"),
         Knob("FA4MLIR_MLA_SPARSE_FP8_VARIANT", None, "str", "flash_mla_with_kvcache(is_fp8_kvcache=True, "
              "indices=...) runs this entry of attention_mla_sparse_sm90_config.FP8_DECODE_VARIANTS instead of "
-             "FP8_DECODE_DEFAULT_RULE's kernel (the converter warpgroup): 'gather', the kernel before the rule, "
+             "FP8_DECODE_DEFAULT_RULE's kernel (the converter warpgroup; as 'crossover' at heads a multiple of 128, "
+             "FP8_DECODE_CROSSOVER_RULE): 'converter', the plain converter (fa4mlir[converter]); 'gather', the kernel before the rule, "
              "for A/B (bench mla's backend fa4mlir[gather]); 'prefetch', the converter with its rolling prefetch "
              "(opt-in, fa4mlir[prefetch]); 'crossover', the converter over a cluster of a token's two 64-head "
-             "CTAs (opt-in, heads a multiple of 128, fa4mlir[crossover]); read per call into the call cache's key; the mla bundle set holds all"),
+             "CTAs (heads a multiple of 128); read per call into the call cache's key; the mla bundle set holds all"),
         Knob("FA4MLIR_MLA_SPARSE_SM100", None, "str", "flash_mla_sparse_fwd on compute capability 10.0 runs this "
              "sm_100a kernel: unset or 'split', attention_mla_sparse_sm100 (two independent CTAs per token, the "
              "mla-sparse-sm100 set); 'pair', attention_mla_sparse_sm100_pair (FlashMLA's head128 CTA pair, h_q 128 "

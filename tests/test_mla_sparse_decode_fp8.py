@@ -176,9 +176,11 @@ def test_fp8_plan_launches_by_the_contract(monkeypatch, splits):
     plan = sd.build_plan(problem, None, (128 * 576, 576), 656, 2048, 65 * 656)
     first = plan.launches[0]
     cfg = first.kernel.cfg
-    # FP8_DECODE_DEFAULT_RULE's kernel (the converter; the gather kernel's launch contract is the same)
+    # FP8_DECODE_DEFAULT_RULE's kernel (the converter; the gather kernel's launch contract is the same), at 128 heads
+    # as FP8_DECODE_CROSSOVER_RULE's crossover
     plain = dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=True, split=splits > 1)
-    assert cfg == dc.fp8_decode_variant(plain) and cfg.fp8_converter and (dc.DECODE_KERNEL, cfg) in kernel_sets.mla()
+    assert problem.heads == 128 and cfg == dc.fp8_decode_variant(plain, "crossover")
+    assert cfg.fp8_converter and cfg.crossover and (dc.DECODE_KERNEL, cfg) in kernel_sets.mla()
     assert plain.params == cfg.params
     assert list(first.args) == [n for n, _ in cfg.params]
     assert (first.args["kv_stride_s"], first.args["kv_stride_page"], first.args["page_size"]) == (656, 65 * 656, 64)

@@ -139,8 +139,14 @@ def test_host_selects_the_converter_by_default_and_gather_when_asked(monkeypatch
     plain = dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", split=True)
     monkeypatch.delenv(sd.VARIANT_ENV, raising=False)
     cfg = sd.check_sparse_decode_inputs(**args).config(True)
-    assert cfg == dataclasses.replace(plain, fp8_converter=True) and (dc.DECODE_KERNEL, cfg) in CONV_ENTRIES
+    # FP8_DECODE_CROSSOVER_RULE: at 128 heads the converter runs as crossover; at 64 the plain converter
+    assert cfg == dataclasses.replace(plain, fp8_converter=True, crossover=True)
     monkeypatch.setenv(sd.VARIANT_ENV, "default")
+    assert sd.check_sparse_decode_inputs(**args).config(True) == cfg
+    h64 = dict(args, q=info((4, 2, 64, 576)))
+    cfg = sd.check_sparse_decode_inputs(**h64).config(True)
+    assert cfg == dataclasses.replace(plain, fp8_converter=True) and (dc.DECODE_KERNEL, cfg) in CONV_ENTRIES
+    monkeypatch.setenv(sd.VARIANT_ENV, "converter")
     assert sd.check_sparse_decode_inputs(**args).config(True) == cfg
     monkeypatch.setenv(sd.VARIANT_ENV, "gather")
     assert sd.check_sparse_decode_inputs(**args).config(True) == plain

@@ -110,7 +110,10 @@ class SparseDecodeProblem(MLAOutputs):
         cfg = dc.MLASparseDecodeConfig(self.dtype, kv_dtype="fp8" if self.fp8 else "", topk_length=self.has_topk_length,
                                        split=split, producer_warps=warps, l2_hints=l2)
         if self.fp8:
-            cfg = dc.fp8_decode_variant(cfg, self.fp8_variant)
+            name = self.fp8_variant or "default"
+            if name == "default":       # FP8_DECODE_CROSSOVER_RULE: the converter, as crossover where heads pair
+                name = dc.fp8_decode_rule_variant(cfg, self.heads, self.variant)
+            cfg = dc.fp8_decode_variant(cfg, name)
         return dc.sparse_variant(cfg, self.variant)
 
 
@@ -206,9 +209,10 @@ def check_variant_built(problem: SparseDecodeProblem) -> None:
 
 def requested_variant() -> str:
     """FA4MLIR_MLA_SPARSE_FP8_VARIANT: the entry of dc.FP8_DECODE_VARIANTS the FP8 sparse decode runs (unset or
-    "default": FP8_DECODE_DEFAULT_RULE's, the converter; "gather": the kernel before the rule, for A/B;
+    "default": FP8_DECODE_DEFAULT_RULE's, the converter, run as "crossover" where the heads pair (a multiple of 128;
+    FP8_DECODE_CROSSOVER_RULE); "converter": the plain converter; "gather": the kernel before the rule, for A/B;
     "prefetch": the converter with its rolling prefetch, opt-in; "crossover": the converter over a cluster of two
-    CTAs, opt-in (heads a multiple of 128); a bundle must hold it: the mla set holds all). Read per call into the call cache's key; KnobError for an
+    CTAs (heads a multiple of 128); a bundle must hold it: the mla set holds all). Read per call into the call cache's key; KnobError for an
     unknown name, or for the retired FA4MLIR_MLA_SPARSE_FP8_CONVERTER set (its 0 would now run the
     converter without a word), before any launch."""
     if RETIRED_CONVERTER_ENV in os.environ:

@@ -37,11 +37,11 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    benchmark: the bf16 cache quantized by testing_mla.quantize_fp8_cache), bf16 q;
                    flash_mla_with_kvcache(is_fp8_kvcache=True, indices=), checked against the sparse
                    reference over the dequantized rows (fa4mlir: the converter-warpgroup kernel
-                   FP8_DECODE_DEFAULT_RULE picks); also backend fa4mlir[gather], the kernel before the
+                   FP8_DECODE_DEFAULT_RULE picks, as FP8_DECODE_CROSSOVER_RULE's crossover); also backend fa4mlir[gather], the kernel before the
                    rule (FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather around each call), and fa4mlir[prefetch],
                    the converter with its rolling prefetch (..._FP8_VARIANT=prefetch; opt-in, the mla set),
-                   and fa4mlir[crossover], the converter over a cluster of a token's two 64-head CTAs
-                   (..._FP8_VARIANT=crossover; opt-in, the mla set)
+                   and fa4mlir[converter], the plain converter (..._FP8_VARIANT=converter; the rule runs
+                   it as crossover, a cluster of a token's two 64-head CTAs, at these 128 heads)
     mla_sparse_decode_fp8 also runs backend fa4mlir[seesaw]: the converter kernel on the seesaw step
                    (FA4MLIR_MLA_SPARSE_VARIANT=seesaw around each call; the mla-sparse-variants set)
 A workload is a name in WORKLOADS and a builder in BUILDERS (rows of runner.Row). FlashMLA
@@ -373,8 +373,8 @@ def mla_sparse_decode_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]
         call["fa4mlir[gather]"] = lambda: with_fp8_variant("gather", call["fa4mlir"]())
         # the converter with its rolling prefetch (opt-in FP8 variant "prefetch"), same tensors
         call["fa4mlir[prefetch]"] = lambda: with_fp8_variant("prefetch", call["fa4mlir"]())
-        # FlashMLA's crossover (opt-in FP8 variant "crossover": 128 heads, a cluster per token), same tensors
-        call["fa4mlir[crossover]"] = lambda: with_fp8_variant("crossover", call["fa4mlir"]())
+        # the plain converter (the rule runs FlashMLA's crossover at these 128 heads: FP8_DECODE_CROSSOVER_RULE)
+        call["fa4mlir[converter]"] = lambda: with_fp8_variant("converter", call["fa4mlir"]())
         # the seesaw step over the FP8 cache (the converter kernel's, one split), same tensors
         call["fa4mlir[seesaw]"] = lambda: with_sparse_variant("seesaw", call["fa4mlir"]())
     else:       # the rule's halves apart, same tensors (sparse_ab_calls)
@@ -389,7 +389,7 @@ def mla_sparse_decode_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]
 
 def with_fp8_variant(name: str, run: Callable[[], Any]) -> Callable[[], Any]:
     """``run`` called with FA4MLIR_MLA_SPARSE_FP8_VARIANT=name, restored after: backends fa4mlir[gather],
-    fa4mlir[prefetch] and fa4mlir[crossover] of mla_sparse_decode_fp8 (attention_mla_sparse_sm90_config.FP8_DECODE_VARIANTS)."""
+    fa4mlir[prefetch] and fa4mlir[converter] of mla_sparse_decode_fp8 (attention_mla_sparse_sm90_config.FP8_DECODE_VARIANTS)."""
     from ..attention.mla_sparse_decode import VARIANT_ENV
     return with_env(VARIANT_ENV, name, run)
 

@@ -542,6 +542,20 @@ def fp8_decode_default_variant(cfg: MLASparseDecodeConfig) -> str:
     return FP8_DECODE_DEFAULT_RULE if converter_built(cfg) else "gather"
 
 
+# FP8_DECODE_CROSSOVER_RULE ([D-mla-sparse-fp8-crossover-default]): where a call's heads pair into clusters
+# (heads a multiple of 2 x TILE_M) and the tile step runs (the seesaw is built on the plain converter), the rule's
+# converter runs as "crossover": nvidia-h200, bench mla's mla_sparse_decode_fp8 (B64, s_q 2, 128 heads, topk 2048)
+# 232.5 TFLOP/s against the converter's 211.4 in the same process, out and lse bit-identical on the GPU tests.
+def fp8_decode_rule_variant(cfg: MLASparseDecodeConfig, heads: int, step: str = "default") -> str:
+    """The FP8 sparse decode variant a call of ``heads`` query heads runs when FA4MLIR_MLA_SPARSE_FP8_VARIANT is
+    unset: FP8_DECODE_CROSSOVER_RULE's "crossover" where it applies (``step``: the call's SPARSE_VARIANTS name),
+    else fp8_decode_default_variant's."""
+    name = fp8_decode_default_variant(cfg)
+    if name == FP8_DECODE_DEFAULT_RULE and heads % (2 * TILE_M) == 0 and step in ("default", TILE_VARIANT):
+        return CROSSOVER_VARIANT
+    return name
+
+
 def fp8_decode_variant(cfg: MLASparseDecodeConfig, name: str = "default") -> MLASparseDecodeConfig:
     """The FP8 sparse decode kernel ``cfg`` (any fp8_converter) as variant ``name`` of FP8_DECODE_VARIANTS
     ("default": fp8_decode_default_variant's); ConfigError for an unknown name or a 16-bit cache's cfg."""
