@@ -44,11 +44,13 @@ def test_crossover_matches_reference_and_the_default_converter(torch, monkeypatc
         lens[0] = 0
         lens[1 % batch] = topk // 3
     kw = dict(is_fp8_kvcache=True, indices=ic, topk_length=None if lens is None else lens.cuda())
-    monkeypatch.delenv(VARIANT_ENV, raising=False)
+    monkeypatch.setenv(VARIANT_ENV, "converter")     # the plain converter (the rule runs crossover at 128 heads)
     ran = _runs(torch, qc, cc, ic, meta, num_splits, kw)
     assert ran.fp8_converter and not ran.crossover
     ref_out, ref_lse = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
     monkeypatch.setenv(VARIANT_ENV, "crossover")
+    assert _runs(torch, qc, cc, ic, meta, num_splits, kw).crossover is True
+    monkeypatch.delenv(VARIANT_ENV)                 # FP8_DECODE_CROSSOVER_RULE: the default is crossover here
     assert _runs(torch, qc, cc, ic, meta, num_splits, kw).crossover is True
     out, lse = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
     torch.cuda.synchronize()
