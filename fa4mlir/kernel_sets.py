@@ -175,6 +175,7 @@ from __future__ import annotations
 
 import importlib
 
+from .kernel_sets_decode import DECODE_FP8_VARIANT_CASES, decode_variant_entries  # noqa: F401
 from .kernel_sets_mla import (MLA_CASES, mla, mla_decode_sm100, mla_decode_variant_entries, mla_decode_variants, mla_sparse_sm100,  # noqa: F401
                               mla_sparse_sm100_pair, mla_sparse_variant_entries, mla_sparse_variants)  # (sets named in SETS)
 
@@ -448,32 +449,9 @@ def decode_masks(cases, varlen_q: bool = False) -> list:
     return out
 
 
-# FP8 decode variants (attention_decode_sm90_config.FP8_VARIANTS) over these caches: bench decode's
-# FP8 workloads (per-KV-head scales, contiguous and paged 16) and the other two granularities
-DECODE_FP8_VARIANT_CASES = [("bf16", 128, page, grain) for page in (None, 16) for grain in ("tensor", "kv_head", "block")]
-
-
 def decode_fp8_variants() -> list:
-    """Every FP8_VARIANTS entry but "default" (the `decode` set's rule) over DECODE_FP8_VARIANT_CASES
-    of its scales (FP8_VARIANT_SCALES), split and unsplit, plus the `decode` set: `python -m fa4mlir bench decode --workloads
-    decode_dense_fp8,decode_paged_16_fp8 --decode-variant default,cw2,...` times them."""
-    from .kernels.attention_decode_sm90_config import (BALANCED, BALANCED_VARIANTS, COMBINE_KERNEL, FP8_VARIANT_SCALES,
-                                                       FP8_VARIANTS, KERNEL, SCALES, SWAP_AB_ROWS, TILE_VARIANTS,
-                                                       CombineConfig, default_config, fp8_variant, tile_variant)
-    out = decode()
-    out += [(KERNEL, fp8_variant(default_config(dtype, d, page, grain, unsplit=unsplit), name, page))
-            for dtype, d, page, grain in DECODE_FP8_VARIANT_CASES for unsplit in (False, True)
-            for name in FP8_VARIANTS if name != "default" and name not in BALANCED_VARIANTS
-            and grain in FP8_VARIANT_SCALES.get(name, SCALES)]
-    # "balanced" (split only: it writes final O itself) at bench decode's FP8 pages (64, 128: one kernel), its combine
-    out += [(KERNEL, fp8_variant(default_config("bf16", 128, page, grain), BALANCED, page, SWAP_AB_ROWS))
-            for page in (None, 16, 64, 128) for grain in FP8_VARIANT_SCALES[BALANCED]]
-    # other BALANCED_VARIANTS at bench decode's paged FP8 rows (kv_head, boxes 16/64); TILE_VARIANTS at decode_dense's
-    out += [(KERNEL, fp8_variant(default_config("bf16", 128, page, "kv_head"), name, page, SWAP_AB_ROWS))
-            for name in BALANCED_VARIANTS if name != BALANCED for page in (16, 64)]
-    out += [(KERNEL, tile_variant(default_config("bf16", 128, None, unsplit=True), name))
-            for name in TILE_VARIANTS if name != "default"]
-    return out + [(COMBINE_KERNEL, CombineConfig("bf16", 128, balanced_bn=64))]
+    """The `decode` set plus its A/B variants (kernel_sets_decode.decode_variant_entries)."""
+    return decode() + decode_variant_entries()
 
 
 # bench prefill's sliding_window row: anchors_serving's window_size=(4096, 0), causal, B=2 S=16384 H=16 D=128

@@ -40,6 +40,8 @@ from math import gcd
 
 from .common.constants import LOG2E
 from .common.fastdiv import divisor
+from .common.decode_tile_variants import TILE_VARIANT_ENV, TILE_VARIANTS  # noqa: F401  (re-exported)
+from .common.decode_tile_variants import tile_variant as _tile_variant
 from .common.fields import ConfigError, check_fields, field_defaults, key_leaving_out
 from .common.mask_family import Mask, attention_mask, mask_fields
 from .common.paging import KVFetch, fetch_plan
@@ -110,7 +112,7 @@ class DecodeConfig:
                                   # sequences (attention_decode_sm90_balanced); BALANCED_PARAMS after SPLIT_PARAMS
     swap_ab_ot: bool = False      # balanced swap_ab: O^T = V^T P^T (2 x m64n8: 8 accumulator registers, not m64n128's
                                   # 64), into O's layout through SMEM once per item (attention_decode_sm90_swapab)
-    ctas: int = 0                 # swap_ab: CTAs per SM the kernel declares (nvvm.minctasm: ptxas caps its registers
+    ctas: int = 0                 # swap_ab: CTAs per SM the kernel declares (its min-CTAs-per-SM hint: ptxas caps its registers
                                   # at 65536 / (ctas x threads)); 0: ctas_per_sm's choice by SMEM (2 or 1)
     # compile-time mask beyond the runtime causal flag (note "Window" of the kernel): FlashAttention's
     # window_size sides (-1: unbounded) and attention_chunk (0: none), canonical without causal
@@ -492,7 +494,7 @@ FP8_VARIANT_ENV = "FA4MLIR_DECODE_FP8_VARIANT"
 # head_dim 128, at most SWAP_AB_ROWS packed query rows per CTA (GQA group x seqlen_q), tensor or
 # kv_head scales, TMA fetches; a contiguous cache takes "swapabw" (per-warp maxima, 5 stages), a
 # TMA-paged one "swapab" (default_config's stages): the best of each on an nvidia-h200 (bench decode,
-# bf16 D128, per-KV-head scales; notes/decode-fp8-swapab-h200-2026-11-26.json): dense 262.6 us
+# bf16 D128, per-KV-head scales; notes/decode-fp8-swapab-h200-2026-11-26.json @ b1cd8a0): dense 262.6 us
 # swapabw vs 268.2 swapab, 268.6 swapab5, 350.4 the SMEM kernel; paged 16: 326.9 swapab vs 327.4
 # swapab5, 331.4 swapabw, 408.3 the SMEM kernel. Every other FP8 call (block scales, the cp.async
 # gather of small pages, more packed rows, head_dim 64 or 256) runs "smem", the conversion-through-
@@ -531,9 +533,14 @@ BALANCED_RULE_VARIANT = "balanced3cta"
 def balanced_rule_config(cfg: DecodeConfig) -> DecodeConfig:
     """BALANCED_RULE's kernel for the rule's split swap-AB kernel ``cfg`` (balanced_by_rule): the balanced schedule
     with BALANCED_RULE_VARIANT's stages and fields."""
-    stages = BALANCED_VARIANTS[BALANCED_RULE_VARIANT]
-    return replace(cfg, balanced=True, stages=stages or cfg.stages,
-                   **BALANCED_FIELDS.get(BALANCED_RULE_VARIANT, {})).validate()
+    return _balanced(cfg, BALANCED_RULE_VARIANT)
+
+
+def _balanced(cfg: DecodeConfig, name: str) -> DecodeConfig:
+    """The swap-AB kernel ``cfg`` on the balanced schedule as BALANCED_VARIANTS entry ``name`` (its stages, None:
+    cfg's, and BALANCED_FIELDS)."""
+    stages = BALANCED_VARIANTS[name]
+    return replace(cfg, balanced=True, stages=stages or cfg.stages, **BALANCED_FIELDS.get(name, {})).validate()
 
 
 MAX_FP8_STAGES = 12      # a bound on the e4m3 ring, far past what the latency needs
@@ -568,9 +575,7 @@ def fp8_variant(cfg: DecodeConfig, name: str, page_size: int | None, rows: int |
         if base == "smem":
             raise ConfigError(f"FP8 decode variant {name!r} is built on swap AB (head_dim 128, at most {SWAP_AB_ROWS} "
                               f"packed rows, tensor or kv_head scales, TMA fetches); {cfg.name()} at rows={rows} is not")
-        out = replace(fp8_variant(cfg, base, page_size, rows), balanced=True)
-        stages = BALANCED_VARIANTS[name]
-        return replace(out, stages=stages or out.stages, **BALANCED_FIELDS.get(name, {})).validate()
+        return _balanced(fp8_variant(cfg, base, page_size, rows), name)
     if name == "default":
         name = fp8_default_variant(cfg, rows)
     if FP8_VARIANTS[name] is None:
@@ -592,41 +597,10 @@ def fp8_variant(cfg: DecodeConfig, name: str, page_size: int | None, rows: int |
     return out.validate()
 
 
-# Tile variants of the bf16/f16 decode kernel (issue #27's decode_dense bar; [O-decode]: bn and the ring depth were
-# never swept), for A/B only: default_config's kernel of a CONTIGUOUS head_dim-128 cache (bench decode's
-# decode_dense: B=64, Sk=8192, unsplit) with other tiles, through FA4MLIR_DECODE_TILE_VARIANT (tile_variant). The
-# default (bn 64, 3 stages: 16 KiB Q + 3 x 32 KiB K/V = ~112 KiB, two CTAs per SM) keeps 2 x 3 x 32 = 192 KiB of
-# K/V in flight per SM. "bn64s6": 6 stages (~208 KiB, one CTA per SM): the same bytes in flight from one CTA, no
-# second CTA's prologue/epilogue overlap, 255 registers; "bn128s3": 128-key tiles, 3 stages (~208 KiB, one CTA per
-# SM): half the ring waits, barriers and wgmma groups per key; "bn32s6": 32-key tiles, 6 stages (~112 KiB, two
-# CTAs per SM): the same bytes in flight in finer steps (a consumer waits on less of the ring at a time).
-# name -> (DecodeConfig fields, the CTAs per SM it is planned for: tests/test_decode_tile_variants.py checks)
-TILE_VARIANTS = {
-    "default": None,
-    "bn64s6": ({"bn": 64, "stages": 6}, 1),
-    "bn128s3": ({"bn": 128, "stages": 3}, 1),
-    "bn32s6": ({"bn": 32, "stages": 6}, 2),
-}
-TILE_VARIANT_ENV = "FA4MLIR_DECODE_TILE_VARIANT"
-
-
 def tile_variant(cfg: DecodeConfig, name: str) -> DecodeConfig:
-    """default_config's bf16/f16 kernel ``cfg`` as TILE_VARIANTS entry ``name`` ("default": cfg itself).
-    ConfigError for an unknown name, an FP8 cache (its variants: FA4MLIR_DECODE_FP8_VARIANT), and what the
-    variants are not built for: a paged cache, head_dim other than 128, a compile-time mask, softcap, sinks,
-    varlen_q."""
-    if name not in TILE_VARIANTS:
-        raise ConfigError(f"unknown decode tile variant {name!r} ({TILE_VARIANT_ENV}); known: {', '.join(TILE_VARIANTS)}")
-    if TILE_VARIANTS[name] is None:
-        return cfg
-    if cfg.fp8:
-        raise ConfigError(f"decode tile variant {name!r} is for bf16/f16 caches; an FP8 cache's variants are "
-                          f"{FP8_VARIANT_ENV}'s, got {cfg.name()}")
-    if cfg.paged or cfg.head_dim != 128 or cfg.windowed or cfg.softcap or cfg.sinks or cfg.varlen_q:
-        raise ConfigError(f"decode tile variant {name!r} is built for a contiguous head_dim-128 cache without a "
-                          f"compile-time mask, softcap, sinks or varlen q; got {cfg.name()}")
-    fields, _ = TILE_VARIANTS[name]
-    return replace(cfg, box_rows=fields["bn"], **fields).validate()
+    """The bf16/f16 kernel's tile variant ``name`` for A/B (common/decode_tile_variants.py: what they are and why),
+    naming FP8_VARIANT_ENV for an FP8 cache's variants."""
+    return _tile_variant(cfg, name, FP8_VARIANT_ENV)
 
 
 def runtime_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: str = "",

@@ -523,7 +523,7 @@ FP8_DECODE_VARIANT_ENV = "FA4MLIR_MLA_SPARSE_FP8_VARIANT"
 # ([D-mla-sparse-fp8-default]): the converter wherever it is built, which is every FP8 sparse decode kernel
 # (bf16 q, with or without topk_length, split or not: the converter's SMEM and register plan does not depend
 # on the call) -- on an nvidia-h200 (bench mla, mla_sparse_decode_fp8: B64, s_q 2, 128 heads, topk 2048;
-# notes/mla-sparse-fp8-conv-h200-2026-11-26.json) 351.1 us against the gather kernel's 426.9, bit-identical
+# notes/mla-sparse-fp8-conv-h200-2026-11-26.json @ b1cd8a0) 351.1 us against the gather kernel's 426.9, bit-identical
 # out and lse on the 7 GPU cases. A config the rule does not cover (none today: the predicate below names
 # what the converter is built for: converter_built) runs "gather", the kernel built for it, not a fallback
 # from a faster one.

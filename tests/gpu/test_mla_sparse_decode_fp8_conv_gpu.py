@@ -26,8 +26,26 @@ def torch(bundle, require_arch):
 @pytest.mark.parametrize("batch,seqlen_q,heads,topk,pages,page,with_lengths,splits,padded", CASES)
 def test_default_converter_matches_reference_and_the_gather_kernel(torch, monkeypatch, batch, seqlen_q, heads, topk,
                                                                   pages, page, with_lengths, splits, padded):
-    from fa4mlir import flash_mla_with_kvcache, get_mla_metadata
+    from fa4mlir import flash_mla_with_kvcache
     from fa4mlir.attention.mla_sparse_decode import VARIANT_ENV, requested_variant
+    q, cache, idx, qc, cc, ic, meta, num_splits, lens, kw = fp8_call(torch, batch, seqlen_q, heads, topk, pages, page,
+                                                                     with_lengths, splits, padded)
+    monkeypatch.setenv(VARIANT_ENV, "gather")
+    assert _runs(torch, qc, cc, ic, meta, num_splits, kw).fp8_converter is False
+    ref_out, ref_lse = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
+    monkeypatch.delenv(VARIANT_ENV)
+    assert requested_variant() == "default" and _runs(torch, qc, cc, ic, meta, num_splits, kw).fp8_converter is True
+    out, lse = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
+    torch.cuda.synchronize()
+    _check(torch, q, cache, idx, out, lse, None if lens is None else lens.numpy())
+    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
+
+
+def fp8_call(torch, batch, seqlen_q, heads, topk, pages, page, with_lengths, splits, padded):
+    """One FP8 sparse decode call of a CASES row (shared by the FP8 variants' GPU tests): the CPU inputs (q, cache,
+    idx), their CUDA copies (qc, cc, ic), the metadata and splits (get_mla_metadata's, or `splits` forced), the
+    topk_length tensor (None, or seeded lengths with a 0 and a short one) and flash_mla_with_kvcache's keywords."""
+    from fa4mlir import get_mla_metadata
     q, cache, idx = _case(torch, batch, seqlen_q, heads, topk, pages, page, "fp8", padded=padded)
     qc, cc, ic = q.cuda(), _to_cuda(torch, cache), torch.from_numpy(idx).cuda()
     seqlens = torch.full((batch,), pages * page, dtype=torch.int32, device="cuda")
@@ -41,15 +59,7 @@ def test_default_converter_matches_reference_and_the_gather_kernel(torch, monkey
         lens[0] = 0
         lens[1 % batch] = topk // 3
     kw = dict(is_fp8_kvcache=True, indices=ic, topk_length=None if lens is None else lens.cuda())
-    monkeypatch.setenv(VARIANT_ENV, "gather")
-    assert _runs(torch, qc, cc, ic, meta, num_splits, kw).fp8_converter is False
-    ref_out, ref_lse = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
-    monkeypatch.delenv(VARIANT_ENV)
-    assert requested_variant() == "default" and _runs(torch, qc, cc, ic, meta, num_splits, kw).fp8_converter is True
-    out, lse = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
-    torch.cuda.synchronize()
-    _check(torch, q, cache, idx, out, lse, None if lens is None else lens.numpy())
-    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
+    return q, cache, idx, qc, cc, ic, meta, num_splits, lens, kw
 
 
 def _runs(torch, q, k_cache, indices, meta, num_splits, kw):

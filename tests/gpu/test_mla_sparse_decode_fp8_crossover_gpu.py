@@ -8,11 +8,10 @@ converter kernel's out and lse (the same dequantized bf16 tile values, GEMMs and
 kernel is asserted from the host's plan; 64 heads are refused before launch. tests/test_mla_sparse_decode_fp8_crossover.py
 proves it deviceless.
 """
-import numpy as np
 import pytest
 
-from tests.gpu.test_mla_sparse_decode_fp8_conv_gpu import CASES, _runs
-from tests.gpu.test_mla_sparse_decode_gpu import _case, _check, _metadata, _to_cuda
+from tests.gpu.test_mla_sparse_decode_fp8_conv_gpu import CASES, _runs, fp8_call
+from tests.gpu.test_mla_sparse_decode_gpu import _case, _check, _to_cuda
 
 # the 128-head FP8 cases, and one with topk_length and a split
 XO_CASES = [c for c in CASES if c[2] == 128] + [(3, 2, 128, 1024, 70, 61, True, 3, True)]
@@ -29,21 +28,10 @@ def torch(bundle, require_arch):
 @pytest.mark.parametrize("batch,seqlen_q,heads,topk,pages,page,with_lengths,splits,padded", XO_CASES)
 def test_crossover_matches_reference_and_the_default_converter(torch, monkeypatch, batch, seqlen_q, heads, topk,
                                                               pages, page, with_lengths, splits, padded):
-    from fa4mlir import flash_mla_with_kvcache, get_mla_metadata
+    from fa4mlir import flash_mla_with_kvcache
     from fa4mlir.attention.mla_sparse_decode import VARIANT_ENV
-    q, cache, idx = _case(torch, batch, seqlen_q, heads, topk, pages, page, "fp8", padded=padded)
-    qc, cc, ic = q.cuda(), _to_cuda(torch, cache), torch.from_numpy(idx).cuda()
-    seqlens = torch.full((batch,), pages * page, dtype=torch.int32, device="cuda")
-    if splits is None:
-        meta, num_splits = get_mla_metadata(seqlens, seqlen_q * heads, 1, heads, is_fp8_kvcache=True, topk=topk)
-    else:
-        meta, num_splits = _metadata(torch, splits, batch)
-    lens = None
-    if with_lengths:
-        lens = torch.from_numpy(np.random.default_rng(1).integers(0, topk + 100, batch).astype(np.int32))
-        lens[0] = 0
-        lens[1 % batch] = topk // 3
-    kw = dict(is_fp8_kvcache=True, indices=ic, topk_length=None if lens is None else lens.cuda())
+    q, cache, idx, qc, cc, ic, meta, num_splits, lens, kw = fp8_call(torch, batch, seqlen_q, heads, topk, pages, page,
+                                                                     with_lengths, splits, padded)
     monkeypatch.setenv(VARIANT_ENV, "converter")     # the plain converter (the rule runs crossover at 128 heads)
     ran = _runs(torch, qc, cc, ic, meta, num_splits, kw)
     assert ran.fp8_converter and not ran.crossover
