@@ -137,7 +137,9 @@ def mla_sparse_variant_entries() -> list:
     and the tile step (FA4MLIR_MLA_SPARSE_PRODUCER=warpgroup_l2; timed ~1% slower, [D-mla-sparse-seesaw-pwg-default])
     (tests/gpu/test_mla_sparse_seesaw_gpu.py; the rule's kernels and the combine are the mla set's); and the
     seesaw_pairfill variant (pair_fill: FlashMLA's fill order of a pair's halves, with the producer warpgroup) of
-    the same four 16-bit kernels (bench mla's fa4mlir[pairfill]; tests/gpu/test_mla_sparse_pairfill_gpu.py)."""
+    the same four 16-bit kernels (bench mla's fa4mlir[pairfill]; tests/gpu/test_mla_sparse_pairfill_gpu.py); and the
+    seesaw_overlap variant (overlap_s: the pair fill with the next pair's S_a under P_b V, opt-in) of the same four
+    (bench mla's fa4mlir[seesaw_overlap]; tests/test_mla_sparse_overlap.py)."""
     from .kernels import attention_mla_sparse_sm90_config as sc
     sixteen = [(sc.KERNEL, sc.MLASparseConfig(seesaw=True)),
                (sc.KERNEL, sc.MLASparseConfig(topk_length=True, sinks=True, seesaw=True)),
@@ -152,7 +154,9 @@ def mla_sparse_variant_entries() -> list:
     l2 += [(sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(topk_length=t, split=s, producer_warps=4, l2_hints=True))
            for t in (False, True) for s in (False, True)]
     # (the seesaw_pairfill kernels are SPARSE_DEFAULT_RULE's: the mla set's)
-    return sixteen + l2 + [(sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True, seesaw=True))]
+    overlap = [(name, replace(cfg, producer_warps=4, pair_fill=True, overlap_s=True)) for name, cfg in sixteen]
+    return sixteen + l2 + [(sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True, seesaw=True))] \
+        + overlap
 
 
 def mla_sparse_variants() -> list:

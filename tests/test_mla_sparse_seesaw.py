@@ -254,4 +254,5 @@ def test_bench_rows_carry_the_seesaw_backend(monkeypatch):
     assert {k: v()() for k, v in calls.items()} == {"fa4mlir[tile]": ("tile", "warp"),
                                                    "fa4mlir[pwg]": ("tile", "warpgroup"),
                                                    "fa4mlir[seesaw]": ("seesaw", "warp"),
-                                                   "fa4mlir[seesaw_pwg]": ("seesaw", "warpgroup")}
+                                                   "fa4mlir[seesaw_pwg]": ("seesaw", "warpgroup"),
+                                                   "fa4mlir[seesaw_overlap]": ("seesaw_overlap", "warpgroup")}

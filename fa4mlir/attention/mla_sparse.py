@@ -119,7 +119,8 @@ def requested_variant(entry: str = ENTRY) -> str:
     """FA4MLIR_MLA_SPARSE_VARIANT: the entry of sc.SPARSE_VARIANTS the sm_90a sparse kernels (this prefill, the
     sparse decode over a 16-bit cache and, one split, its FP8 converter kernel) run: unset or "default", or "seesaw" (FlashMLA's seesaw tile step,
     attention_mla_sparse_seesaw_sm90; a bundle must hold it: the mla-sparse-variants set), or "seesaw_pairfill"
-    (the seesaw with FlashMLA's fill order of a pair's halves, 16-bit kv and the producer warpgroup). Read per call
+    (the seesaw with FlashMLA's fill order of a pair's halves, 16-bit kv and the producer warpgroup), or
+    "seesaw_overlap" (the pair fill with the next pair's S_a under P_b V; opt-in, the mla-sparse-variants set). Read per call
     into the call cache's key; KnobError for an unknown name, before any launch."""
     name = (env.get_str(VARIANT_ENV) or "default").strip()
     if name not in sc.SPARSE_VARIANTS:
@@ -129,13 +130,13 @@ def requested_variant(entry: str = ENTRY) -> str:
 
 
 def check_variant(variant: str, fp8: bool, entry: str = ENTRY, producer_warps: int | None = None) -> None:
-    """UnsupportedFeatureError where the requested variant is not built (seesaw, seesaw_pairfill: FlashMLA's FP8
-    rows); KnobError for seesaw_pairfill with the gather warp (``producer_warps``, the call's resolved producer:
-    it orders the producer warpgroup's half stages)."""
-    if variant in (sc.SEESAW_VARIANT, sc.PAIR_FILL_VARIANT) and fp8:
+    """UnsupportedFeatureError where the requested variant is not built (seesaw, seesaw_pairfill, seesaw_overlap:
+    FlashMLA's FP8 rows); KnobError for seesaw_pairfill or seesaw_overlap with the gather warp (``producer_warps``,
+    the call's resolved producer: they order the producer warpgroup's half stages)."""
+    if variant in (sc.SEESAW_VARIANT, sc.PAIR_FILL_VARIANT, sc.OVERLAP_VARIANT) and fp8:
         raise UnsupportedFeatureError(f"{entry}: {VARIANT_ENV}={variant!r} is built for the 16-bit kv only, not "
                                       f"FlashMLA's FP8 rows; unset it")
-    if variant == sc.PAIR_FILL_VARIANT and producer_warps is not None and producer_warps != 4:
+    if variant in (sc.PAIR_FILL_VARIANT, sc.OVERLAP_VARIANT) and producer_warps is not None and producer_warps != 4:
         raise KnobError(f"{entry}: {VARIANT_ENV}={variant!r} orders the producer warpgroup's half stages; this call's "
                         f"producer is the gather warp: set {sc.PRODUCER_ENV}=warpgroup (or warpgroup_l2, or unset it "
                         f"over bf16)")

@@ -58,6 +58,23 @@ that half, after its P_b V, ordered its warps' loads of P_b before the refill): 
 four warps (BAR_WG, 128 threads) after those loads before its leader releases b's kv_pipe half (the
 interpreter's race check found the refill unordered without it).
 
+Note "Overlap" (overlap_s=True, on the pair fill; opt-in, OVERLAP_VARIANT; FlashMLA's sm90 sparse prefill, phase1.cuh,
+warpgroup 0's loop): warpgroup 0 issues S of the next pair's tile a right after its P_b V, before that P V retires:
+it waits for a's half 0..255 (kv_pipe, the producer's first fill of a pair, free once both warpgroups released the
+pair's a 0..255, which both do before P_b V), issues S_a's 16 wgmmas over it and commits them, retires P_b V
+(wait_group 1: S_a's group still in flight) and releases b's half 0..255 (its V, kv_hi), then waits for a's half
+256..575 (kv_hi), issues the other 20 and retires S_a, which the loop carries to the next pair's softmax. So the
+tensor pipe goes from P_b V straight into the next S_a rather than through wait, release, the loop's next wait and
+issue. The loop over pairs (common/mla_seesaw_sm90.pairs_ahead) runs every pair but the last; S_a of the first pair is
+issued before it and the last pair (peeled) does not issue ahead, all under an scf.if on there being a pair, which
+yields the count of tiles used (2 a pair, carried by the loop: fa4-verify-pipelines follows a ring through the if by
+it) and the ring state is kv_pipe.state_at of that count; an odd count's last tile is step0's, as before. No wait of
+the overlap needs a half the producer fills after one this warpgroup releases later (a's 0..255 comes first in the
+pair's order, its 256..575 needs only the previous pair's releases of a), so the order cannot deadlock. Warpgroup 1,
+the producer, the algebra and the wgmmas' accumulation order are the pair fill's: the output is the pair fill's bit
+for bit (the interpreter test checks it). Registers: S_a's 32 accumulators in flight beside O's 128 and P_b's 16
+fragments (P_b V reads them from registers) fit setmaxnreg 216 with no spill.
+
 Note "Work" (ptxas 12.x, deviceless; what the compile tests check, not a principle): the consumers derive
 the token's work item in their roles (as the dense seesaw's do: a value made before the role split and
 live across setmaxnreg spilled there). The gather warp (24 registers) spills 4 to 12 bytes, depending on
@@ -127,11 +144,12 @@ class _HalfTiles(_Tiles):
     half once its last reader is done, FlashMLA's per-half free barriers. Note "Pair fill": tile b's halves
     swap rings (`_ring`), and warpgroup 1 issues S_b by s_pair_b."""
 
-    def __init__(self, kb, bufs, dtype: str, kv_hi, w: int, pair_fill: bool = False):
+    def __init__(self, kb, bufs, dtype: str, kv_hi, w: int, pair_fill: bool = False, overlap_s: bool = False):
         super().__init__(kb, bufs, dtype)
         self.kv_hi = kv_hi
         self.w = w
         self.pair_fill = pair_fill
+        self.overlap_s = overlap_s
 
     def _ring(self, hi: bool, b: bool):
         """The ring of a tile's half (hi: columns 256..575); note "Pair fill": tile b's halves swapped."""
@@ -179,6 +197,30 @@ class _HalfTiles(_Tiles):
             fa4.mma_fence()
         acc = issue_s(cs, q_smem, tile, self.dtype, at_chunk=(0, second_half), first_chunk=HALF_CHUNKS)
         return wait_group(acc, pending=0), tile
+
+    def s_next(self, cs, sa, sb, o):
+        """Note "Overlap", warpgroup 0: with P_b V (o) in flight, the next pair's a half 0..255 waited for and
+        S_a's 16 wgmmas over it issued and committed; P_b V retired (one group pending) and b's half 0..255 (this
+        warpgroup's V) released; a's half 256..575 waited for, wgmma fenced, the other 20 issued; S_a retired.
+        Returns (S_a, O)."""
+        kb = cs.kb
+        self.kv_pipe.consumer_wait(sa)
+        kb.fence("async_smem")
+        q_at = self._q_at(cs)
+        q_smem = kb.gep(self.q_smem, q_at, "i8")
+        tile = kb.gep(self.kv_smem, sa.stage * MLASparseConfig.tile_bytes() + q_at, "i8")
+        retired = []
+
+        def second_half():
+            fa4.mma_commit_group()
+            retired.append(wait_group(o, pending=1))
+            with kb.if_(cs.is_leader).then_():
+                self.release(sb, b=True)
+            self.kv_hi.consumer_wait(sa)
+            kb.fence("async_smem")
+            fa4.mma_fence()
+        acc = issue_s(cs, q_smem, tile, self.dtype, at_chunk=(HALF_CHUNKS, second_half))
+        return wait_group(acc, pending=0), retired[0]
 
     def release(self, st, b: bool = False):
         self._ring(self.w == 1, b).consumer_release(st)
@@ -250,7 +292,8 @@ def _consumer(kb, cfg, work, p, bufs, x_smem, w: int, kv_hi=None):
     base._load_q(cs, work, p, q_smem, q_slot, cfg.dtype)
     pair_end = work.begin + ((work.end - work.begin) // 2) * 2
     segments = ((work.begin, pair_end, True, True), (pair_end, work.end, False, True))
-    tiles = _Tiles(kb, bufs, cfg.dtype) if kv_hi is None else _HalfTiles(kb, bufs, cfg.dtype, kv_hi, w, cfg.pair_fill)
+    tiles = _Tiles(kb, bufs, cfg.dtype) if kv_hi is None else \
+        _HalfTiles(kb, bufs, cfg.dtype, kv_hi, w, cfg.pair_fill, cfg.overlap_s)
     _, o, m, l = seesaw.run(cs, tiles, cfg.dtype, w, segments, seesaw.initial(cs, kv_pipe))
     totals = seesaw.totals(cs, l)
     if work.decode:

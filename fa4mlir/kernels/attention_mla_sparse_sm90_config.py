@@ -103,6 +103,8 @@ class MLASparseConfig:
                                    # 16-bit kv (SEESAW_VARIANT, FA4MLIR_MLA_SPARSE_VARIANT)
     pair_fill: bool = False        # seesaw + producer_warps=4: FlashMLA's fill order of a pair's halves (note
                                    # "Pair fill"; PAIR_FILL_VARIANT)
+    overlap_s: bool = False        # pair_fill: warpgroup 0 issues the next pair's S_a under P_b V (note "Overlap";
+                                   # OVERLAP_VARIANT, opt-in)
 
     @property
     def fp8(self) -> bool:
@@ -177,6 +179,7 @@ class MLASparseConfig:
             raise ConfigError("the FP8 cache's staging stage does not fit the SMEM (note \"FP8 sparse SMEM plan\")")
         _check_seesaw(self)
         check_pair_fill(self)
+        check_overlap(self)
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
         fits, need, pool = register_pool_fits(self.threads, *self.regs, CONSUMERS)
@@ -193,10 +196,12 @@ class MLASparseConfig:
     def name(self) -> str:
         return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_pwg' if self.producer_warps == 4 else ''}"
                 f"{'_l2' if self.l2_hints else ''}{'_topklen' if self.topk_length else ''}{'_sinks' if self.sinks else ''}"
-                f"{'_seesaw' if self.seesaw else ''}{'_pairfill' if self.pair_fill else ''}")
+                f"{'_seesaw' if self.seesaw else ''}{'_pairfill' if self.pair_fill else ''}"
+                f"{'_overlap' if self.overlap_s else ''}")
 
 
-VARIANT_FIELDS = field_defaults(MLASparseConfig, ("kv_dtype", "producer_warps", "l2_hints", "seesaw", "pair_fill"))  # (common.fields)
+VARIANT_FIELDS = field_defaults(MLASparseConfig, ("kv_dtype", "producer_warps", "l2_hints", "seesaw", "pair_fill",
+                                                  "overlap_s"))  # (common.fields)
 
 
 def check_producer(cfg) -> None:
@@ -219,13 +224,20 @@ TILE_VARIANT = "tile"       # the shared tile step (common/mla_sm90.py), both wa
 # "seesaw_pairfill": the seesaw with FlashMLA's fill order of a pair's halves (note "Pair fill"); it needs the
 # producer warpgroup (PRODUCER_VARIANTS "warpgroup" or "warpgroup_l2"); SPARSE_DEFAULT_RULE's variant over bf16
 PAIR_FILL_VARIANT = "seesaw_pairfill"
+# "seesaw_overlap": the pair fill with warpgroup 0 issuing the next pair's S_a under its P_b V (note "Overlap"; opt-in,
+# the producer warpgroup as PAIR_FILL_VARIANT)
+OVERLAP_VARIANT = "seesaw_overlap"
 SPARSE_VARIANTS = {"default": {}, TILE_VARIANT: {}, SEESAW_VARIANT: {"seesaw": True},
-                   PAIR_FILL_VARIANT: {"seesaw": True, "pair_fill": True}}
+                   PAIR_FILL_VARIANT: {"seesaw": True, "pair_fill": True},
+                   OVERLAP_VARIANT: {"seesaw": True, "pair_fill": True, "overlap_s": True}}
 # Note "Pair fill" (pair_fill=True; attention_mla_sparse_seesaw_sm90's note of that name; FlashMLA's sm90 sparse
 # prefill, phase1.cuh): the producer warpgroup fills a pair (a = j, b = j + 1) of tiles half by half in the
 # order its readers need them, a's columns 0..255, b's 256..575, a's 256..575, b's 0..255 (FlashMLA: V0L, V1R,
 # V0R, V1L), and warpgroup 1 issues S_b over b's second half first; it waits for a's half 256..575 (its V and
 # P_a) only after S_b, so the two warpgroups' S GEMMs start one half apart rather than a whole tile.
+# Note "Overlap" (overlap_s=True, OVERLAP_VARIANT, opt-in; attention_mla_sparse_seesaw_sm90's note of that name): on
+# the pair fill, warpgroup 0 issues the next pair's S_a right after its P_b V, before that P V retires (FlashMLA's
+# warpgroup 0 order), rather than retiring P_b V and releasing b before the next pair's S_a.
 
 # SPARSE_DEFAULT_RULE, what a call runs with neither knob set (FA4MLIR_MLA_SPARSE_VARIANT, _PRODUCER unset or
 # "default"; each knob, when set, replaces its half): kv dtype -> (SPARSE_VARIANTS name, PRODUCER_VARIANTS name).
@@ -266,9 +278,10 @@ def sparse_variant(cfg, name: str = "default"):
         name = default_sparse(cfg.dtype, cfg.fp8)[0]
         if name == PAIR_FILL_VARIANT and cfg.producer_warps != 4:
             name = SEESAW_VARIANT
-    out = replace(cfg, **{"seesaw": False, "pair_fill": False, **SPARSE_VARIANTS[name]})
+    out = replace(cfg, **{"seesaw": False, "pair_fill": False, "overlap_s": False, **SPARSE_VARIANTS[name]})
     _check_seesaw(out)
     check_pair_fill(out)
+    check_overlap(out)
     return out
 
 
@@ -281,6 +294,15 @@ def check_pair_fill(cfg) -> None:
                           f"for the seesaw over a 16-bit kv: it needs seesaw=True, producer_warps=4 (the producer "
                           f"'warpgroup' or 'warpgroup_l2') and kv_dtype \"\"; got seesaw={cfg.seesaw}, "
                           f"producer_warps={cfg.producer_warps}, kv_dtype={cfg.kv_dtype!r}")
+
+
+def check_overlap(cfg) -> None:
+    """overlap_s (note "Overlap"): a bool, set only on the pair fill (seesaw, producer warpgroup, 16-bit kv)."""
+    if not isinstance(cfg.overlap_s, bool):
+        raise ConfigError(f"overlap_s must be a bool, got {cfg.overlap_s!r}")
+    if cfg.overlap_s and not cfg.pair_fill:
+        raise ConfigError(f"overlap_s=True (variant {OVERLAP_VARIANT!r}) is built on the pair fill: it needs "
+                          f"pair_fill=True (seesaw=True, producer_warps=4, a 16-bit kv)")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -387,6 +409,7 @@ class MLASparseDecodeConfig:
     seesaw: bool = False            # MLASparseConfig.seesaw's tile step (SPARSE_VARIANTS): 16-bit kv, or fp8 with
                                     # fp8_converter and no split
     pair_fill: bool = False         # MLASparseConfig.pair_fill's fill order (seesaw, producer_warps=4, 16-bit kv)
+    overlap_s: bool = False         # MLASparseConfig.overlap_s's (pair_fill; OVERLAP_VARIANT, opt-in)
     converter_prefetch: bool = False  # fp8_converter only: the converter's rolling prefetch (note "FP8 converter
                                       # prefetch"; FP8_DECODE_VARIANTS' "prefetch", opt-in)
     crossover: bool = False         # fp8_converter only: FlashMLA's crossover, the two 64-head CTAs of a token as a
@@ -475,6 +498,7 @@ class MLASparseDecodeConfig:
         check_producer(self)
         _check_seesaw(self)
         check_pair_fill(self)
+        check_overlap(self)
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA decode needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
         fits, need, pool = register_pool_fits(self.threads, *self.regs, CONSUMERS)
@@ -491,12 +515,13 @@ class MLASparseDecodeConfig:
                 f"{'_pf' if self.converter_prefetch else ''}{'_xo' if self.crossover else ''}"
                 f"{'_pwg' if self.producer_warps == 4 else ''}{'_l2' if self.l2_hints else ''}"
                 f"{'_topklen' if self.topk_length else ''}{'_split' if self.split else ''}"
-                f"{'_seesaw' if self.seesaw else ''}{'_pairfill' if self.pair_fill else ''}")
+                f"{'_seesaw' if self.seesaw else ''}{'_pairfill' if self.pair_fill else ''}"
+                f"{'_overlap' if self.overlap_s else ''}")
 
 
 DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", "producer_warps", "l2_hints", "seesaw",
                                                                "pair_fill", "converter_prefetch",
-                                                               "crossover"))
+                                                               "crossover", "overlap_s"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -640,4 +665,4 @@ __all__ = ["fp8_plan", "KERNEL", "DTYPES", "D_QK", "D_V", "BN", "TILE_M", "CONSU
            "DECODE_OUTPUTS", "DECODE_SPLIT_OUTPUTS", "DECODE_SCALARS", "DECODE_FP8_SCALARS", "KV_DTYPES", "FP8_DTYPE",
            "FP8_ROW_BYTES", "decode_launch_args", "decode_grid", "head_blocks",
            "split_range", "SEESAW_VARIANT", "SPARSE_VARIANTS", "SPARSE_VARIANT_ENV", "sparse_variant",
-           "PAIR_FILL_VARIANT", "check_pair_fill"]
+           "PAIR_FILL_VARIANT", "check_pair_fill", "OVERLAP_VARIANT", "check_overlap"]

@@ -46,12 +46,17 @@ class Tiles:
         pair_fill           False; True (the sparse seesaw's pair fill): step1 issues S_b by
                             s_pair_b(cs, sa, sb), which waits for tile a's parts itself, and both steps
                             release b's other part after their release of a (each ring's releases in order)
+        overlap_s           False; True (the sparse seesaw's note "Overlap", with pair_fill): step0's pairs run by
+                            pairs_ahead, and s_next(cs, sa, sb, o) issues S of the next pair's tile a (state sa)
+                            while P_b V (o, in flight) runs, retires that P V, releases tile b (state sb) where
+                            step0 would and returns (S retired, O retired)
         mask(cs, j, st)     a map of this thread's S values of tile j (None: every key seen)
         zero_tail(cs, tile, j, w)   V rows of tile j no key may read, zeroed in warpgroup w's columns
     """
 
     bar_pa = bar_pb = None
     pair_fill = False
+    overlap_s = False
     smem_p = False      # True: P as a swizzled matrix, the reader's P V an SS wgmma (module docstring)
 
     def zero_tail(self, cs, tile, j: Value, w: int):
@@ -161,11 +166,9 @@ def scaled(o, factor):
     return vec(*[o[i] * factor[acc_row(i)] for i in range(WG_COLS // 2)])
 
 
-def step0(cs, tiles: Tiles, dtype: str, j: Value, carry, masked: bool, pair: bool):
-    """mma0: S of tile a = j, its softmax relative to m_a, P_a V_a; (pair) P_b V_b after the rescale to m_b."""
-    kb = cs.kb
-    sa, o, m, l = carry
-    s_acc, tile_a = tiles.s(cs, sa)
+def _own_pv(cs, tiles: Tiles, dtype: str, j: Value, sa, tile_a, s_acc: Value, o, m, l, masked: bool):
+    """mma0's tile a from its S (retired): the softmax relative to m_a, P_a and m_a published, a's other part
+    released (half stages), O rescaled, P_a V_a issued (in flight). Returns (o, m_a, l)."""
     s = [s_acc[i] for i in range(cs.n_s)]
     if masked:
         s = tiles.mask(cs, j, sa)(s)
@@ -179,12 +182,13 @@ def step0(cs, tiles: Tiles, dtype: str, j: Value, carry, masked: bool, pair: boo
     o = scaled(o, [u[1] for u in upd])
     if masked:
         tiles.zero_tail(cs, tile_a, j, 0)
-    o = issue_pv(cs, v_of(cs, tile_a), frags, o, dtype)
-    if not pair:
-        o = wait_group(o, pending=0)
-        with kb.if_(cs.is_leader).then_():
-            tiles.release(sa)
-        return sa.advance(), o, tuple(m_a), tuple(l)
+    return issue_pv(cs, v_of(cs, tile_a), frags, o, dtype), m_a, l
+
+
+def _take_b(cs, tiles: Tiles, j: Value, sa, o, m_a, l, masked: bool):
+    """mma0's share of tile b: the tile waited for, m_b and P_b received (bar_pb), P_a V_a retired and a
+    released, O and l rescaled to m_b, V_b's rows past the end zeroed. Returns (sb, tile_b, P_b, o, m_b, l)."""
+    kb = cs.kb
     sb = sa.advance()
     tiles.wait_all(sb)
     tile_b = tiles.tile(cs, sb)
@@ -201,10 +205,66 @@ def step0(cs, tiles: Tiles, dtype: str, j: Value, carry, masked: bool, pair: boo
     l = [l[h] * down[h] for h in (0, 1)]
     if masked:
         tiles.zero_tail(cs, tile_b, j + 1, 0)
+    return sb, tile_b, frags_b, o, m_b, l
+
+
+def step0(cs, tiles: Tiles, dtype: str, j: Value, carry, masked: bool, pair: bool):
+    """mma0: S of tile a = j, its softmax relative to m_a, P_a V_a; (pair) P_b V_b after the rescale to m_b."""
+    kb = cs.kb
+    sa, o, m, l = carry
+    s_acc, tile_a = tiles.s(cs, sa)
+    o, m_a, l = _own_pv(cs, tiles, dtype, j, sa, tile_a, s_acc, o, m, l, masked)
+    if not pair:
+        o = wait_group(o, pending=0)
+        with kb.if_(cs.is_leader).then_():
+            tiles.release(sa)
+        return sa.advance(), o, tuple(m_a), tuple(l)
+    sb, tile_b, frags_b, o, m_b, l = _take_b(cs, tiles, j, sa, o, m_a, l, masked)
     o = wait_group(remote_pv(cs, tile_b, frags_b, o, dtype), pending=0)
     with kb.if_(cs.is_leader).then_():
         tiles.release(sb, b=True)
     return sb.advance(), o, tuple(m_b), tuple(l)
+
+
+def _pair0_ahead(cs, tiles: Tiles, dtype: str, j: Value, carry, s_acc: Value, masked: bool, ahead: bool):
+    """step0's pair (pair fill) with S_a given, retired (`s_acc`: issued by the pair before or by pairs_ahead);
+    ahead: the next pair's S_a issued after P_b V, before P_b V retires (Tiles.s_next). Returns (state, S_a of
+    the next pair or None)."""
+    kb = cs.kb
+    sa, o, m, l = carry
+    o, m_a, l = _own_pv(cs, tiles, dtype, j, sa, tiles.tile(cs, sa), s_acc, o, m, l, masked)
+    sb, tile_b, frags_b, o, m_b, l = _take_b(cs, tiles, j, sa, o, m_a, l, masked)
+    o = remote_pv(cs, tile_b, frags_b, o, dtype)
+    sn = sb.advance()
+    if ahead:
+        s_next, o = tiles.s_next(cs, sn, sb, o)
+        return (sn, o, tuple(m_b), tuple(l)), s_next
+    o = wait_group(o, pending=0)
+    with kb.if_(cs.is_leader).then_():
+        tiles.release(sb, b=True)
+    return (sn, o, tuple(m_b), tuple(l)), None
+
+
+def pairs_ahead(cs, tiles: Tiles, dtype: str, lo, hi, state, masked: bool):
+    """Warpgroup 0's pairs of [lo, hi) (hi - lo even; the first segment: state[0] is the ring's initial state) with
+    Tiles.overlap_s: where there is a pair, S_a of the first issued and retired, then every pair but the last issues
+    the next pair's S_a under its P_b V (_pair0_ahead), and the last pair (peeled) does not. The branch yields the
+    count of tiles it used (the loop carries it, 2 a pair: fa4-verify-pipelines follows a ring through an scf.if
+    by such a count) and the ring state after it is kv_pipe.state_at of it. Returns the state after the pairs."""
+    kb = cs.kb
+    lo, hi = (v if isinstance(v, Value) else const(v) for v in (lo, hi))
+    br = kb.if_(lo.slt(hi), results=(state[1:], "i32"))
+    with br.then_():
+        s_acc, _ = tiles.s(cs, state[0])
+        loop = kb.for_(lo, hi - 2, 2, carry=(state, s_acc, const(0)))
+        with loop as (j, carried):
+            loop.yield_(*_pair0_ahead(cs, tiles, dtype, j, carried[0], carried[1], masked, True), carried[2] + 2)
+        last, s_acc, used = loop.results
+        br.yield_(_pair0_ahead(cs, tiles, dtype, hi - 2, last, s_acc, masked, False)[0][1:], used + 2)
+    with br.else_():
+        br.yield_(state[1:], const(0))
+    rest, used = br.results
+    return (tiles.kv_pipe.state_at(used), *rest)
 
 
 def _take_a(cs, tiles: Tiles, dtype: str, sa, j: Value, o, m, l, masked: bool):
@@ -273,6 +333,9 @@ def run(cs, tiles: Tiles, dtype: str, w: int, segments, state):
     kb = cs.kb
     step = step0 if w == 0 else step1
     for lo, hi, pair, masked in segments:
+        if pair and w == 0 and tiles.overlap_s:
+            state = pairs_ahead(cs, tiles, dtype, lo, hi, state, masked)
+            continue
         loop = kb.for_(lo, hi, 2 if pair else 1, carry=state)
         with loop as (j, carried):
             loop.yield_(*step(cs, tiles, dtype, j, carried, masked, pair))
@@ -299,4 +362,4 @@ def totals(cs, l) -> list:
 
 
 __all__ = ["Tiles", "M_A_AT", "M_B_AT", "SUM_AT", "X_BYTES", "P_AT", "P_STEPS", "rowmax", "probs", "publish", "receive",
-           "store_p_matrix", "issue_pv_smem", "remote_pv", "v_of", "scaled", "step0", "step1", "run", "initial", "totals"]
+           "store_p_matrix", "issue_pv_smem", "remote_pv", "v_of", "scaled", "step0", "step1", "pairs_ahead", "run", "initial", "totals"]

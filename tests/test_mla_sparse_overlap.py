@@ -1,0 +1,149 @@
+"""Deviceless: the sparse MLA seesaw's overlap variant (overlap_s=True, FA4MLIR_MLA_SPARSE_VARIANT=seesaw_overlap;
+attention_mla_sparse_seesaw_sm90, note "Overlap"): the pair fill with warpgroup 0 issuing the next pair's S_a under
+its P_b V (FlashMLA's sm90 sparse prefill order).
+
+* the variant's kernels in the mla-sparse-variants set compile with no spills, no stack, wgmma not serialised, the
+  producer warpgroup's setmaxnreg budgets honoured;
+* the interpreter (its race check on) runs the prefill by the FA rule against the float64 reference, bit for bit
+  the pair fill's output (the same algebra in another order): several pairs through the loop, one pair (the peeled
+  pair alone), an odd tile after the pairs, no pair (L = 0, a lone tile), -1 padding, topk_length and sinks; and the
+  split decode; a stale S_a (the overlap's S dropped) fails that check;
+* fa4-verify-pipelines accepts it; the config refuses overlap_s without the pair fill; the knob picks it; the default
+  kernels' keys and names are unchanged.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from fa4mlir import kernel_sets
+from fa4mlir.kernels import attention_mla_sparse_sm90_config as sc
+from fa4mlir.kernels.common.fields import ConfigError
+from tests._mla_helpers import bits as _bits
+from tests._mla_helpers import check_sparse_art, lower_clean
+
+PAIR_FILL = sc.MLASparseConfig(seesaw=True, producer_warps=4, pair_fill=True)
+OVERLAP = replace(PAIR_FILL, overlap_s=True)
+ENTRIES = [e for e in kernel_sets.configs(["mla-sparse-variants"]) if getattr(e[1], "overlap_s", False)]
+
+
+def test_the_variant_is_in_the_variants_set_only():
+    assert {cfg for _, cfg in ENTRIES} == {
+        OVERLAP, replace(OVERLAP, topk_length=True, sinks=True),
+        sc.MLASparseDecodeConfig(seesaw=True, producer_warps=4, pair_fill=True, overlap_s=True),
+        sc.MLASparseDecodeConfig(topk_length=True, split=True, seesaw=True, producer_warps=4, pair_fill=True,
+                                 overlap_s=True)}
+    assert set(ENTRIES) <= set(kernel_sets.gpu_tests())
+    assert not [e for e in kernel_sets.mla() if getattr(e[1], "overlap_s", False)]
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
+def test_variant_compiles_clean(entry):
+    name, cfg = entry
+    check_sparse_art(lower_clean(name, cfg), cfg)
+
+
+def test_config():
+    assert OVERLAP.name() == "attention_mla_sparse_sm90_bf16_pwg_seesaw_pairfill_overlap"
+    assert OVERLAP.key()["overlap_s"] is True
+    assert "overlap_s" not in PAIR_FILL.key() and "overlap_s" not in sc.MLASparseDecodeConfig(pair_fill=True).key()
+    assert PAIR_FILL.name() == "attention_mla_sparse_sm90_bf16_pwg_seesaw_pairfill"
+    for bad in (replace(OVERLAP, pair_fill=False), sc.MLASparseConfig(seesaw=True, overlap_s=True),
+                sc.MLASparseDecodeConfig(seesaw=True, producer_warps=4, overlap_s=True)):
+        with pytest.raises(ConfigError, match="overlap_s"):
+            bad.validate()
+    with pytest.raises(ConfigError, match="overlap_s must be a bool"):
+        replace(OVERLAP, overlap_s=1).validate()
+    assert sc.sparse_variant(sc.MLASparseConfig(producer_warps=4), sc.OVERLAP_VARIANT) == OVERLAP
+    assert sc.sparse_variant(OVERLAP, "default") == PAIR_FILL
+    assert sc.sparse_variant(OVERLAP, sc.PAIR_FILL_VARIANT) == PAIR_FILL
+    with pytest.raises(ConfigError, match="producer_warps=4"):
+        sc.sparse_variant(sc.MLASparseConfig(), sc.OVERLAP_VARIANT)
+
+
+def test_verifier_accepts_it():
+    from fa4mlir import kernels
+    from fa4mlir.passes import verify_pipelines
+    for name, cfg in ENTRIES:
+        kir = kernels.module(name).build(cfg)
+        with kir.module.context:
+            verify_pipelines.run(kir.module.operation)
+
+
+# (s_q, heads, topk, topk_length, sinks): tiles a token
+CASES = [(3, 64, 320, (100, 320, 193), (0.5, float("-inf"), float("inf"))),   # 2, 5 (2 pairs + 1), 4; sinks
+         (3, 64, 256, (0, 64, 256), None)]                                     # L = 0, a lone tile; -1 padding
+
+
+def _pair(torch, case):
+    from tests.test_mla_sparse_seesaw import _run_prefill
+    errs, out_t, tensors = _run_prefill(torch, OVERLAP, *case)
+    _, base_t, base = _run_prefill(torch, PAIR_FILL, *case)
+    return errs, out_t, tensors, base_t, base
+
+
+@pytest.mark.parametrize("case", CASES, ids=("pairs", "no_pair"))
+def test_prefill_through_the_interpreter(case):
+    torch = pytest.importorskip("torch")
+    errs, out_t, tensors, base_t, base = _pair(torch, case)      # _run_prefill: the FA rule (check_mla_sparse)
+    assert torch.equal(out_t, base_t) and np.array_equal(tensors["lse"], base["lse"]), errs
+    if case[4] is not None:
+        assert (out_t[:2, 2] == 0).all() and np.isfinite(tensors["lse"][:2, 2]).all()
+
+
+def test_a_stale_s_fails_the_prefill(monkeypatch):
+    """The interpreted check can fail: each pair but the first reuses the S_a of the pair before (the S the overlap
+    issues dropped)."""
+    torch = pytest.importorskip("torch")
+    from fa4mlir.kernels.common import mla_seesaw_sm90 as seesaw
+    from tests.test_mla_sparse_seesaw import _run_prefill
+    real = seesaw._pair0_ahead
+    calls = {"n": 0}
+
+    def stale(cs, tiles, dtype, j, carry, s_acc, masked, ahead):
+        calls["n"] += 1
+        state, s_next = real(cs, tiles, dtype, j, carry, s_acc, masked, ahead)
+        return state, (s_acc if ahead else s_next)
+    monkeypatch.setattr(seesaw, "_pair0_ahead", stale)
+    with pytest.raises(AssertionError):
+        _run_prefill(torch, OVERLAP, 2, 64, 256, None, None)
+    assert calls["n"] == 2
+
+
+def test_decode_through_the_interpreter():
+    from fa4mlir.attention import mla_sparse_decode as sd
+    from tests._mla_helpers import check_sparse_decode_run
+    from tests._mla_helpers import info as _info
+    from tests.test_mla_sparse_decode import _problem
+    torch = pytest.importorskip("torch")
+    batch, seqlen_q, heads, topk, page, splits, lengths = 2, 2, 64, 320, 61, 2, (320, 150)
+    pages = 640 // page + 1
+    q, cache, idx = _problem(torch, batch, seqlen_q, heads, topk, pages, page, "bf16")
+    lens = np.array(lengths, np.int32)
+    problem = sd.check_sparse_decode_inputs(_info(q.shape), _info(cache.shape), _info(idx.shape, "i32"), 512,
+                                            _info((splits, 8), "i32"), _info((batch + 1,), "i32"),
+                                            topk_length=_info(lens.shape, "i32"))
+    cfg = sc.sparse_variant(replace(problem.config(True), producer_warps=4), sc.OVERLAP_VARIANT)
+    assert cfg.overlap_s and cfg.split
+    check_sparse_decode_run(torch, cfg, problem, q, _bits(torch, cache), cache, idx, lens, splits,
+                            s_kv=pages * page, kv_stride=576)
+
+
+def test_knob_selects_it(monkeypatch):
+    from fa4mlir.attention import mla_sparse as ms
+    from fa4mlir.attention import mla_sparse_decode as sd
+    from fa4mlir.attention.errors import KnobError, UnsupportedFeatureError
+    from tests._mla_helpers import info as _info
+    monkeypatch.delenv(sc.PRODUCER_ENV, raising=False)
+    monkeypatch.setenv(ms.VARIANT_ENV, sc.OVERLAP_VARIANT)
+    problem = ms.check_sparse_inputs(_info((4, 128, 576)), _info((1000, 1, 576)), _info((4, 1, 2048), "i32"), None, 512)
+    assert replace(problem, variant=ms.requested_variant()).config == OVERLAP
+    with pytest.raises(KnobError, match="FA4MLIR_MLA_SPARSE_PRODUCER=warpgroup"):
+        ms.check_variant(sc.OVERLAP_VARIANT, False, producer_warps=1)
+    with pytest.raises(UnsupportedFeatureError, match="16-bit kv only"):
+        ms.check_variant(sc.OVERLAP_VARIANT, True)
+    dec = sd.check_sparse_decode_inputs(_info((2, 1, 128, 576)), _info((40, 64, 1, 576)), _info((2, 1, 2048), "i32"),
+                                        512, _info((4, 8), "i32"), _info((3,), "i32"))
+    assert dec.config(False) == sc.MLASparseDecodeConfig(seesaw=True, producer_warps=4, pair_fill=True, overlap_s=True)
