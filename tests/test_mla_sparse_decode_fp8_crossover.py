@@ -32,7 +32,7 @@ from tests._mla_helpers import check_sparse_art, info, lower_clean
 from tests._ring_mutations import MUTATIONS, RING_OPS, mutate_ring_op
 from tests.test_mla_sparse_decode_fp8 import run_interpreted
 
-XO_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].crossover]
+XO_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].crossover and not e[1].crossover_lean]
 
 
 def _xo(**kw) -> dc.MLASparseDecodeConfig:

@@ -111,8 +111,13 @@ OPS: tuple[OpDef, ...] = (
           operands=(("stage", "i32"),), attrs=(("pipe", "str"),)),
     OpDef("peer_arrive", """Each calling thread arrives once on `full[stage]` (side = "full") or `empty[stage]`
     (side = "empty") of `pipe` in the cluster's CTA `rank` (the same SMEM offset there), with release
-    semantics at cluster scope: the hand-off from a CTA of a pair to the pair's MMA issuer.""",
-          operands=(("stage", "i32"), ("rank", "i32")), attrs=(("pipe", "str"), ("side", "str"))),
+    semantics at cluster scope: the hand-off from a CTA of a pair to the pair's MMA issuer. `scope` = "cta"
+    (side "empty" only): release at CTA scope (mbarrier.arrive.release.cta.shared::cluster, CUTLASS's
+    ClusterBarrier::arrive(cta_id) of a consumer release): a release that hands over no data, only that the
+    caller's reads of the stage (its retired wgmmas) are done; no cluster-scope fence (ptxas emits one,
+    MEMBAR.ALL.GPU, for the cluster scope).""",
+          operands=(("stage", "i32"), ("rank", "i32")), attrs=(("pipe", "str"), ("side", "str")),
+          optional_attrs=(("scope", "str"),)),
     # ---- TMA ------------------------------------------------------------------------------------
     OpDef("tma_load", """Copy the box at `coords` (innermost first) of the tensor that `desc` describes into
     `dst`; the copy's bytes count as transactions on `full[stage]` of `pipe`. `cta_group` = 2 (sm_100a, a

@@ -344,9 +344,11 @@ class Pipeline:
         extra = ({"cta_group": cta_group} if cta_group != 1 else {}) | ({"multicast": multicast} if multicast else {})
         fa4.mma_commit(s.stage, pipe=self.name, side=side, **extra)
 
-    def peer_arrive(self, s: PipeState, rank, side: str = "full"):
-        """Arrive once on `side`[stage] of this pipeline in the cluster's CTA `rank` (i32 Value or int)."""
-        fa4.peer_arrive(s.stage, rank if isinstance(rank, Value) else const(int(rank)), pipe=self.name, side=side)
+    def peer_arrive(self, s: PipeState, rank, side: str = "full", scope: str = "cluster"):
+        """Arrive once on `side`[stage] of this pipeline in the cluster's CTA `rank` (i32 Value or int); release at
+        cluster scope, or at `scope` "cta" (side "empty": fa4.peer_arrive's note)."""
+        fa4.peer_arrive(s.stage, rank if isinstance(rank, Value) else const(int(rank)), pipe=self.name, side=side,
+                        **({"scope": scope} if scope != "cluster" else {}))
 
 
 def _ir(values) -> list:

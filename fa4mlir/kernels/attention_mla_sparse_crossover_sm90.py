@@ -28,6 +28,31 @@ lock step and the split works unchanged. The dequantization is the default conve
 FlashMLA's own hand-off is st.async.shared::cluster.mbarrier::complete_tx::bytes onto a second barrier
 per buffer (expect_tx by the receiving CTA); this build uses plain remote stores and release arrives,
 which the dialect, lowering and interpreter model without a transaction-count protocol of their own.
+
+Note "Lean hand-off" (opt-in: FP8_DECODE_VARIANTS' "crossover_lean" and "crossover_ahead"). The crossover's SASS
+(ptxas 13.0, the unsplit kernel) has three MEMBAR.ALL.GPU a tile: the converter's fence.proxy.async.shared::cluster
+and its release.cluster peer arrive on full (each converter warp), and the release.cluster peer arrive on the
+peer's empty by each consumer warpgroup's leader, whose warp holds its warpgroup's next wgmma until it is done;
+and in the converter a chain of two global latencies a tile: the rows' indices (8 broadcast LDGs at the top of
+the tile), then through the page arithmetic the rows (18 loads, all in flight at the first use). FlashMLA's
+sm90 sparse FP8 decode (csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh) releases the peer's buffer with CUTLASS's
+ClusterBarrier::arrive(cta_id) (bar_k_avail: mbarrier.arrive.shared::cluster, the default release.cta) and keeps
+each converter thread's next-tile token index in a register (nxt_token_indexs). Two variants:
+    crossover_lean   (MLASparseDecodeConfig.crossover_lean) the consumers' peer_arrive on the peer's
+                     empty[stage] at CTA scope (fa4.peer_arrive scope "cta"): it hands over no data, only that
+                     the leader's warpgroup retired its wgmmas on the stage (wait_group 0 before it), as
+                     CUTLASS's consumer release of a multicast ring; the converter is the crossover's, op for op;
+    crossover_ahead  (+ crossover_ahead) also the converter's indices a tile ahead: lane l holds the index of
+                     its warp's row l % 8 of the next tile (one LDG a lane, the next tile clamped to the
+                     indices row's last: in bounds, unused past the range), carried by the loop; at the top of
+                     a tile row u's index is lane u's (shfl.idx): the rows' loads wait for no index load.
+                     ptxas 13.0 then issues 13 of the 18 row loads before the wait for the buffer and sinks 5 to
+                     their uses (the crossover: all 18 first) in every placement tried (the next indices' load
+                     before or after the rows', the budget 192 / 120, one scale word a lane): whether the
+                     index latency saved outweighs that is for a GPU to say.
+The converter's own hand-off (remote stores, proxy fence, release.cluster arrive on full) stays as it is:
+without st.async's transaction count it is what orders the remote stores before the peer's wgmmas. The tile
+values are the crossover's (the same dequantization of the same rows): out and lse bit-identical to it.
 """
 from __future__ import annotations
 
@@ -46,8 +71,9 @@ GROUP = HALF // WARPS       # 8 rows a warp: one trip, all its loads in flight
 ROPE_ROWS = LANES // (2 * 64 // PIECE)   # 4 rows whose rope units one warp instruction moves
 
 
-def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem):
-    """Note "Crossover": per tile j, this CTA's 32 rows into both CTAs' tile (see the module note)."""
+def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem, ahead: bool = False):
+    """Note "Crossover": per tile j, this CTA's 32 rows into both CTAs' tile (see the module note); `ahead`:
+    note "Lean hand-off", the next tile's indices a tile ahead (crossover_ahead)."""
     from .attention_mla_sparse_sm90 import _row_offset
     t = kb.thread_idx(0) % THREADS
     warp, lane = t // LANES, t % LANES
@@ -67,11 +93,26 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem):
         kb.store(value, kb.gep(local, at, "i8"), align=align)
         kb.store(value, kb.gep(remote, at, "i8"), align=align)
 
-    loop = kb.for_(work.begin, work.end, 1, carry=kv_pipe.initial_state())
-    with loop as (j, s):
-        # 1. the rows' indices (broadcast loads), before the wait for the buffer
-        indices = [kb.load(kb.gep(idx_row, j * BN + first_row + WARPS * u, "i32"), "i32", align=4)
-                   for u in range(GROUP)]
+    def lane_index(j: Value) -> Value:
+        """Note "Lean hand-off": the index of row lane % GROUP of this warp's rows of tile j (one load a lane)."""
+        return kb.load(kb.gep(idx_row, j * BN + first_row + WARPS * (lane % GROUP), "i32"), "i32", align=4)
+
+    if ahead:       # tile j + 1's indices in the carry, the tile clamped into the indices row (note "Lean hand-off")
+        last_tile = p["topk"] // BN - 1
+        begin = work.begin if isinstance(work.begin, Value) else const(work.begin)
+        loop = kb.for_(work.begin, work.end, 1, carry=(kv_pipe.initial_state(), lane_index(begin.smin(last_tile))))
+    else:
+        loop = kb.for_(work.begin, work.end, 1, carry=kv_pipe.initial_state())
+    with loop as (j, carried):
+        # 1. the rows' indices (broadcast loads), before the wait for the buffer; ahead: row u's from lane u's
+        #    carried one
+        if ahead:
+            s, held = carried
+            indices = [kb.shuffle_idx(held, u) for u in range(GROUP)]
+        else:
+            s = carried
+            indices = [kb.load(kb.gep(idx_row, j * BN + first_row + WARPS * u, "i32"), "i32", align=4)
+                       for u in range(GROUP)]
         rows = []
         for u, index in enumerate(indices):
             r = first_row + WARPS * u
@@ -90,6 +131,7 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem):
         raws = [(kb.load(kb.gep(kv_piece, off, "i8"), ("i32", 4), align=16),
                  kb.load(kb.gep(kv_scale, off, "i8"), "f32", align=4)) for _, _, off in rows]
         rope_vals = [kb.load(kb.gep(kv_rope, off, "i8"), ("i32", 4), align=16) for _, _, off in ropes]
+        upcoming = (lane_index((j + 1).smin(last_tile)),) if ahead else ()     # back during the conversion
         # 3. the buffer free in both CTAs (empty[stage] counts both CTAs' consumers)
         kv_pipe.producer_acquire(s)
         tile, tile_peer = (kb.gep(base, s.stage * tile_bytes, "i8") for base in (kv_smem, kv_peer))
@@ -107,4 +149,4 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem):
         kb.fence("async_smem_cluster")
         kv_pipe.producer_commit(s)
         kv_pipe.peer_arrive(s, peer, side="full")
-        loop.yield_(s.advance())
+        loop.yield_(s.advance(), *upcoming)

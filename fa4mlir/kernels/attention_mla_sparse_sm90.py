@@ -181,7 +181,8 @@ def build(cfg: MLASparseConfig | MLASparseDecodeConfig = MLASparseConfig()) -> d
             if conv:
                 with kb.role("convert", first_warp=4 * CONSUMERS, num_warps=4, regs=load_regs):
                     if xo:
-                        crossover.convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem)
+                        crossover.convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem,
+                                               ahead=getattr(cfg, "crossover_ahead", False))
                     else:
                         convert_role(kb, cfg, work, p, kv_smem, kv_pipe, bias_smem)
             elif pwg:
@@ -206,6 +207,8 @@ class _Work:
     def __init__(self, kb, cfg, p):
         self.decode = isinstance(cfg, MLASparseDecodeConfig)
         self.crossover = getattr(cfg, "crossover", False)   # a cluster of the token's two head blocks
+        # the consumers' release into the peer: CTA scope with crossover_lean (crossover module, note "Lean hand-off")
+        self.empty_scope = "cta" if getattr(cfg, "crossover_lean", False) else "cluster"
         x = kb.block_idx(0)
         self.token = fast_div(x, p["head_blocks_mul"], p["head_blocks_shr"])
         if self.decode:
@@ -508,7 +511,7 @@ def _bias_mask(cs: ConsumerGeometry, bias_smem, stage: Value):
     return mask
 
 
-def _kv_tile(cs: ConsumerGeometry, bufs, carry, dtype: str, crossover: bool = False):
+def _kv_tile(cs: ConsumerGeometry, bufs, carry, dtype: str, crossover: bool = False, empty_scope: str = "cluster"):
     q_smem, kv_smem, kv_pipe, q_slot, bias_smem = bufs
     kb = cs.kb
     s, o, m, l = carry
@@ -528,7 +531,7 @@ def _kv_tile(cs: ConsumerGeometry, bufs, carry, dtype: str, crossover: bool = Fa
     with kb.if_(cs.is_leader).then_():
         kv_pipe.consumer_release(s)
         if crossover:   # the peer's converter writes this stage too: its empty[stage] (the other rank's)
-            kv_pipe.peer_arrive(s, const(1) - kb.cluster_rank(), side="empty")
+            kv_pipe.peer_arrive(s, const(1) - kb.cluster_rank(), side="empty", scope=empty_scope)
     return s.advance(), o, tuple(m), tuple(l)
 
 
@@ -603,7 +606,7 @@ def _mma_role(kb, cfg: MLASparseConfig, work: _Work, p, bufs, x_smem, tile_smem=
         elif halves is not None:
             loop.yield_(*_kv_tile_halves(cs, bufs, halves, carried, cfg.dtype))
         else:
-            loop.yield_(*_kv_tile(cs, bufs, carried, cfg.dtype, work.crossover))
+            loop.yield_(*_kv_tile(cs, bufs, carried, cfg.dtype, work.crossover, work.empty_scope))
     _, o, m, l = loop.results
     if work.decode:
         _decode_epilogue(cs, cfg, work, p, o, m, l)

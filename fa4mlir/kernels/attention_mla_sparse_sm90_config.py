@@ -415,6 +415,10 @@ class MLASparseDecodeConfig:
     crossover: bool = False         # fp8_converter only: FlashMLA's crossover, the two 64-head CTAs of a token as a
                                     # cluster of 2, each converting half of every tile into both (h_q a multiple of
                                     # 128; attention_mla_sparse_crossover_sm90; FP8_DECODE_VARIANTS' "crossover")
+    crossover_lean: bool = False    # crossover only: the consumers' release into the peer at CTA scope (its note
+                                    # "Lean hand-off"; FP8_DECODE_VARIANTS' "crossover_lean", opt-in)
+    crossover_ahead: bool = False   # crossover_lean only: also the converter's indices a tile ahead (note "Lean
+                                    # hand-off"; FP8_DECODE_VARIANTS' "crossover_ahead", opt-in)
 
     @property
     def fp8(self) -> bool:
@@ -495,6 +499,16 @@ class MLASparseDecodeConfig:
         if self.crossover and (not self.fp8_converter or self.converter_prefetch or self.seesaw):
             raise ConfigError("crossover=True is the converter warpgroup's cluster of two CTAs: it needs "
                               "fp8_converter=True, no converter_prefetch and no seesaw")
+        if not isinstance(self.crossover_lean, bool):
+            raise ConfigError(f"crossover_lean must be a bool, got {self.crossover_lean!r}")
+        if self.crossover_lean and not self.crossover:
+            raise ConfigError("crossover_lean=True is the crossover's hand-off (note \"Lean hand-off\"): it needs "
+                              "crossover=True")
+        if not isinstance(self.crossover_ahead, bool):
+            raise ConfigError(f"crossover_ahead must be a bool, got {self.crossover_ahead!r}")
+        if self.crossover_ahead and not self.crossover_lean:
+            raise ConfigError("crossover_ahead=True is built on the lean hand-off (note \"Lean hand-off\"): it needs "
+                              "crossover_lean=True")
         check_producer(self)
         _check_seesaw(self)
         check_pair_fill(self)
@@ -513,6 +527,7 @@ class MLASparseDecodeConfig:
     def name(self) -> str:
         return (f"{DECODE_KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_conv' if self.fp8_converter else ''}"
                 f"{'_pf' if self.converter_prefetch else ''}{'_xo' if self.crossover else ''}"
+                f"{'_lean' if self.crossover_lean else ''}{'_ahead' if self.crossover_ahead else ''}"
                 f"{'_pwg' if self.producer_warps == 4 else ''}{'_l2' if self.l2_hints else ''}"
                 f"{'_topklen' if self.topk_length else ''}{'_split' if self.split else ''}"
                 f"{'_seesaw' if self.seesaw else ''}{'_pairfill' if self.pair_fill else ''}"
@@ -521,7 +536,8 @@ class MLASparseDecodeConfig:
 
 DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", "producer_warps", "l2_hints", "seesaw",
                                                                "pair_fill", "converter_prefetch",
-                                                               "crossover", "overlap_s"))
+                                                               "crossover", "crossover_lean", "crossover_ahead",
+                                                               "overlap_s"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -536,12 +552,21 @@ DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", 
 # attention_mla_sparse_prefetch_sm90; opt-in, FA4MLIR_MLA_SPARSE_FP8_VARIANT=prefetch, fa4mlir[prefetch]).
 # "crossover": the converter over a cluster of the token's two 64-head CTAs (attention_mla_sparse_crossover_sm90,
 # its note; opt-in, h_q a multiple of 128, FA4MLIR_MLA_SPARSE_FP8_VARIANT=crossover, fa4mlir[crossover]).
+# "crossover_lean" and "crossover_ahead": the crossover with its note "Lean hand-off" (opt-in, h_q a multiple of
+# 128; FA4MLIR_MLA_SPARSE_FP8_VARIANT=crossover_lean / crossover_ahead, fa4mlir[crossover_lean] / [crossover_ahead]).
 PREFETCH_VARIANT = "prefetch"
 CROSSOVER_VARIANT = "crossover"
+LEAN_VARIANT = "crossover_lean"
+AHEAD_VARIANT = "crossover_ahead"
 FP8_DECODE_VARIANTS = {"converter": {"fp8_converter": True}, "gather": {},
                        PREFETCH_VARIANT: {"fp8_converter": True, "converter_prefetch": True},
-                       CROSSOVER_VARIANT: {"fp8_converter": True, "crossover": True}}
-FP8_VARIANT_FIELDS = ("fp8_converter", "converter_prefetch", "crossover")
+                       CROSSOVER_VARIANT: {"fp8_converter": True, "crossover": True},
+                       LEAN_VARIANT: {"fp8_converter": True, "crossover": True, "crossover_lean": True},
+                       AHEAD_VARIANT: {"fp8_converter": True, "crossover": True, "crossover_lean": True,
+                                       "crossover_ahead": True}}
+FP8_VARIANT_FIELDS = ("fp8_converter", "converter_prefetch", "crossover", "crossover_lean", "crossover_ahead")
+# the variants that run the crossover's cluster (h_q a multiple of 2 x TILE_M)
+CLUSTER_VARIANTS = tuple(n for n, f in FP8_DECODE_VARIANTS.items() if f.get("crossover"))
 FP8_DECODE_VARIANT_ENV = "FA4MLIR_MLA_SPARSE_FP8_VARIANT"
 
 # FP8_DECODE_DEFAULT_RULE, the FP8 sparse decode kernel a call runs when no variant is named

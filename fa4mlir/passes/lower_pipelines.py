@@ -96,10 +96,14 @@ def _peer_arrive(pipes: dict, op: ir.Operation) -> None:
     side = attr(op, "side")
     if side not in ("full", "empty"):
         raise PassError(f"{NAME}: peer_arrive side must be 'full' or 'empty', got {side!r}", op.location)
+    scope = attr(op, "scope") if "scope" in op.attributes else "cluster"
+    if scope not in ("cluster", "cta") or (scope == "cta" and side != "empty"):
+        raise PassError(f"{NAME}: peer_arrive scope must be 'cluster', or 'cta' on side 'empty' (a release that "
+                        f"hands over no data), got scope {scope!r} on side {side!r}", op.location)
     stage, rank = op.operands
     cluster_ptr = ir.Type.parse("!llvm.ptr<7>")
     remote = nvvm.mapa(cluster_ptr, barrier_addr(pipes, op, side, stage), rank)
-    nvvm.mbarrier_arrive(None, remote, scope=nvvm.MemScopeKind.CLUSTER)
+    nvvm.mbarrier_arrive(None, remote, scope=nvvm.MemScopeKind.CTA if scope == "cta" else nvvm.MemScopeKind.CLUSTER)
 
 
 def _role_of(op: ir.Operation) -> str:

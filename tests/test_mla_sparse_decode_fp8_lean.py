@@ -1,0 +1,166 @@
+"""Deviceless: the crossover's lean hand-offs (FP8 variants "crossover_lean" and "crossover_ahead", opt-in:
+MLASparseDecodeConfig.crossover_lean / crossover_ahead; attention_mla_sparse_crossover_sm90, note "Lean hand-off").
+
+* the dialect: fa4.peer_arrive scope "cta" lowers to mbarrier.arrive.shared::cluster without release.cluster
+  (the consumers' release into the peer), the converter's arrive on the peer's full stays release.cluster;
+  scope "cta" on side "full" is refused;
+* the config: names, keys (the other kernels' keys and names unchanged), refused without the crossover / the
+  lean hand-off, as non-bools; the variants set their fields and are found back; the host refuses them at 64
+  heads; bench mla's backends fa4mlir[crossover_lean] and fa4mlir[crossover_ahead] exist;
+* their eight kernels are in the `mla`, `gpu-tests` and `bench` sets; each compiles with no spills and no stack,
+  wgmma not serialised, setmaxnreg 200 / 104, no local memory; one MEMBAR.ALL.GPU fewer than the crossover's
+  SASS; crossover_ahead's converter loads one index a lane (and shuffles it) instead of 8 broadcast loads;
+* fa4-verify-pipelines accepts them and rejects the consumers' peer release erased;
+* the interpreter runs them at 128 heads (-1 padding, duplicates, NaN rows; a split with topk_length shorter
+  than topk and 0): run_interpreted's checks by the FA rule against the float64 reference over the cache
+  dequantized as the kernel does (testing_mla.dequantize_fp8_cache), and the crossover's out and lse bits.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import pytest
+
+from fa4mlir import kernel_sets, kernels
+from fa4mlir.kernels import attention_mla_sparse_sm90_config as dc
+from fa4mlir.kernels.common.fields import ConfigError
+from tests._mla_helpers import check_sparse_art, info, lower_clean
+from tests.test_mla_sparse_decode_fp8 import run_interpreted
+
+LEAN_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].crossover_lean]
+
+
+def _cfg(ahead=False, **kw) -> dc.MLASparseDecodeConfig:
+    return dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", fp8_converter=True, crossover=True, crossover_lean=True,
+                                    crossover_ahead=ahead, **kw)
+
+
+def _ptx(cfg) -> str:
+    from fa4mlir import lowering
+    kir = kernels.module(dc.DECODE_KERNEL).build(cfg)
+    with kir.module.context:
+        return lowering.lower_module(kir.module, kir.arch, target="ptx")[0]
+
+
+def test_consumer_release_lowers_at_cta_scope():
+    xo, lean = _ptx(dataclasses.replace(_cfg(), crossover_lean=False)), _ptx(_cfg())
+    remote = "mbarrier.arrive.release.cluster.shared::cluster"
+    assert xo.count(remote) == 2 and lean.count(remote) == 1          # the converter's on full stays
+    assert "mbarrier.arrive.shared::cluster.b64" not in xo and lean.count("mbarrier.arrive.shared::cluster.b64") == 1
+    assert lean.count("fence.proxy.async.shared::cluster") == 1
+
+
+def test_cta_scope_is_refused_on_full():
+    from fa4mlir.dsl.core import Pipeline
+    from fa4mlir.lowering import CompileError
+    real = Pipeline.peer_arrive
+
+    def on_full_too(self, s, rank, side="full", scope="cluster"):
+        return real(self, s, rank, side, "cta")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Pipeline, "peer_arrive", on_full_too)
+        with pytest.raises(CompileError, match="scope 'cta' on side 'full'"):
+            _ptx(_cfg())
+
+
+def test_config_rules():
+    lean, ahead = _cfg().validate(), _cfg(ahead=True).validate()
+    xo = dataclasses.replace(lean, crossover_lean=False)
+    assert lean.name() == "attention_mla_sparse_decode_sm90_bf16_fp8_conv_xo_lean"
+    assert ahead.name() == "attention_mla_sparse_decode_sm90_bf16_fp8_conv_xo_lean_ahead"
+    assert lean.key()["crossover_lean"] is True and "crossover_ahead" not in lean.key() and ahead.key()["crossover_ahead"]
+    assert "crossover_lean" not in xo.key() and "_lean" not in xo.name()
+    assert (lean.stages, lean.regs, lean.smem_bytes(), lean.params) == (xo.stages, xo.regs, xo.smem_bytes(), xo.params)
+    _cfg(ahead=True, split=True, topk_length=True).validate()
+    base = dict(kv_dtype="fp8", fp8_converter=True)
+    for bad in (dict(base, crossover_lean=True), dict(base, crossover=True, crossover_ahead=True),
+                dict(base, crossover=True, crossover_lean=1), dict(base, crossover=True, crossover_lean=True,
+                                                                   crossover_ahead=1)):
+        with pytest.raises(ConfigError):
+            dc.MLASparseDecodeConfig("bf16", **bad).validate()
+
+
+def test_variants_set_their_fields_and_the_host_refuses_them_at_64_heads(monkeypatch):
+    from fa4mlir.attention import errors as E
+    from fa4mlir.attention import mla_sparse_decode as sd
+    from fa4mlir.bench import mla_bench
+    for name, ahead in ((dc.LEAN_VARIANT, False), (dc.AHEAD_VARIANT, True)):
+        plain = dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", split=True)
+        got = dc.fp8_decode_variant(plain, name)
+        assert got == _cfg(ahead=ahead, split=True) and dc.fp8_decode_variant_name(got) == name
+        assert dc.fp8_decode_variant(got, dc.CROSSOVER_VARIANT).crossover_lean is False
+        monkeypatch.setenv(sd.VARIANT_ENV, name)
+        args = dict(q=info((4, 2, 128, 576)), k_cache=info((100, 64, 1, 656), "e4m3"), indices=info((4, 2, 2048), "i32"),
+                    head_dim_v=512, metadata=info((1, 8), "i32"), num_splits=info((5,), "i32"), is_fp8_kvcache=True)
+        assert sd.check_sparse_decode_inputs(**args).config(False) == _cfg(ahead=ahead)
+        with pytest.raises(E.UnsupportedFeatureError, match="multiple of 128"):
+            sd.check_sparse_decode_inputs(**dict(args, q=info((4, 2, 64, 576))))
+    import inspect
+    src = inspect.getsource(mla_bench.mla_sparse_decode_rows)
+    assert src.count('call["fa4mlir[crossover_lean]"] = lambda: with_fp8_variant("crossover_lean"') == 1
+    assert src.count('call["fa4mlir[crossover_ahead]"] = lambda: with_fp8_variant("crossover_ahead"') == 1
+
+
+def test_lean_kernels_are_in_the_bundle_sets():
+    fp8 = [dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s) for t in (False, True)
+           for s in (False, True)]
+    want = [(dc.DECODE_KERNEL, dc.fp8_decode_variant(c, n)) for n in (dc.LEAN_VARIANT, dc.AHEAD_VARIANT) for c in fp8]
+    assert sorted(c.name() for _, c in LEAN_ENTRIES) == sorted(c.name() for _, c in want)
+    mla, gpu, bench = kernel_sets.mla(), kernel_sets.gpu_tests(), kernel_sets.bench()
+    assert all(e in mla and e in gpu and e in bench for e in want)
+
+
+@pytest.mark.parametrize("entry", LEAN_ENTRIES, ids=lambda e: e[1].name())
+def test_lean_compiles_clean(entry):
+    from tests._sm100_helpers import role_budgets, sass_count, sass_of
+    name, cfg = entry
+    art = lower_clean(name, cfg)        # no spills, no stack, wgmma not serialised, setmaxnreg honoured
+    check_sparse_art(art, cfg)
+    sass = sass_of(art)
+    assert role_budgets(sass) == {200, 104}
+    assert all(sass_count(sass, op) == 0 for op in ("LDL", "STL")), "local memory in the SASS"
+    assert sass_count(sass, "HGMMA.64x32x16.F32.BF16") > 0
+    assert sass_count(sass, "ST.E.128") == 18          # 8 rows x 2 latent units + 2 rope units to the peer
+    xo = _crossover_counts(dataclasses.replace(cfg, crossover_lean=False, crossover_ahead=False))
+    assert sass_count(sass, "MEMBAR.ALL.GPU") == xo["MEMBAR.ALL.GPU"] - 1
+    # crossover_ahead: one index load a lane (prologue and loop) instead of the 8 broadcast loads of the loop
+    loads, shuffles = (sass_count(sass, "LDG.E.CONSTANT") - xo["LDG.E.CONSTANT"], sass_count(sass, "SHFL.IDX") - xo["SHFL.IDX"])
+    assert (loads, shuffles) == ((2 - 8, 8) if cfg.crossover_ahead else (0, 0))
+
+
+@functools.lru_cache(maxsize=None)
+def _crossover_counts(cfg) -> dict:
+    """The crossover kernel's SASS counts the lean ones are compared with (compiled once for both)."""
+    from tests._sm100_helpers import sass_count, sass_of
+    sass = sass_of(lower_clean(dc.DECODE_KERNEL, cfg))
+    return {op: sass_count(sass, op) for op in ("MEMBAR.ALL.GPU", "LDG.E.CONSTANT", "SHFL.IDX")}
+
+
+def test_verifier_accepts_them_and_rejects_the_consumer_release_erased():
+    from fa4mlir.dialect.query import ops_named
+    from fa4mlir.passes import verify_pipelines
+    from fa4mlir.passes._util import PassError
+    for ahead in (False, True):
+        kir = kernels.module(dc.DECODE_KERNEL).build(_cfg(ahead=ahead, split=True))
+        with kir.module.context:
+            verify_pipelines.run(kir.module.operation)
+        kir = kernels.module(dc.DECODE_KERNEL).build(_cfg(ahead=ahead, split=True))
+        with kir.module.context:
+            peers = [op for op in ops_named(kir.module.operation, "fa4.peer_arrive") if "scope" in op.attributes]
+            assert len(peers) == 1
+            peers[0].erase()
+            with pytest.raises(PassError):
+                verify_pipelines.run(kir.module.operation)
+
+
+@pytest.mark.parametrize("ahead,case", [
+    (False, (1, 1, 128, 128, 64, 1, None, True)),     # one cluster: -1 padding, duplicates, NaN rows
+    (True, (1, 1, 128, 128, 64, 1, None, True)),
+    (True, (2, 2, 128, 192, 61, 2, (150, 0), True)),  # split 2 over 3 tiles; topk_length < topk, and 0
+])
+def test_lean_through_the_interpreter_gives_the_crossovers_bits(ahead, case):
+    torch = pytest.importorskip("torch")
+    out, lse = run_interpreted(*case, lean=True, ahead=ahead)       # checked by the FA rule inside
+    out_x, lse_x = run_interpreted(*case, crossover=True)
+    assert torch.equal(out, out_x) and torch.equal(lse, lse_x)
