@@ -33,6 +33,9 @@ def mla() -> list:
     # counts under the rule (N 8, 24), as the M64 kernels above served them before the rule
     out += [(KERNEL, replace(default_config(dtype, page, unsplit=u), swap_ab=n)) for dtype, page in MLA_CASES
             for n in SWAP_AB_NS for u in (False, True)]
+    # over a bf16 cache of 64-row pages the rule's swap AB is its ring of chunk stages (swapab_ring): every N
+    out += [(KERNEL, replace(default_config(dtype, page, unsplit=u), swap_ab=n, swap_ab_ring=True))
+            for dtype, page in MLA_CASES if dtype == "bf16" and page % 64 == 0 for n in SWAP_AB_NS for u in (False, True)]
     # DEFAULT_RULE's seesaw kernels (more than 32 packed rows over a bf16 cache) for each bf16 cache type
     out += [(KERNEL, default_config(dtype, page, unsplit=u, seesaw=True)) for dtype, page in MLA_CASES
             if dtype == "bf16" for u in (False, True)]
@@ -89,16 +92,16 @@ def mla_decode_variants() -> list:
 def mla_decode_variant_entries() -> list:
     """The dense MLA decode's opt-in variants the mla set does not hold, over FlashMLA's bf16 page-64 cache, split
     and unsplit: seesaw_ss (MLADecodeConfig.seesaw_smem_p, attention_mla_decode_seesaw_sm90 note "SMEM P"),
-    seesaw_fm (MLADecodeConfig.seesaw_fm, attention_mla_decode_seesaw_fm_sm90), swapab_chunks and swapab_ring at
-    N 16 and 32 (16 heads, seqlen_q 1 and 2: MLADecodeConfig.swap_ab_chunks / swap_ab_ring,
-    attention_mla_decode_sm90_swapab_chunks; tests/gpu/test_mla_decode_swapab_chunks_gpu.py)."""
+    seesaw_fm (MLADecodeConfig.seesaw_fm, attention_mla_decode_seesaw_fm_sm90), swapab_chunks at N 16 and 32
+    (16 heads, seqlen_q 1 and 2: MLADecodeConfig.swap_ab_chunks, attention_mla_decode_sm90_swapab_chunks;
+    tests/gpu/test_mla_decode_swapab_chunks_gpu.py). swapab_ring, the bf16 rule's, is in the mla set."""
     from dataclasses import replace
     from .kernels.attention_mla_decode_sm90_config import (KERNEL, SEESAW_FM_VARIANT, SEESAW_SS_VARIANT, VARIANTS,
                                                           default_config)
     return [(KERNEL, replace(default_config("bf16", 64, unsplit=u), **VARIANTS[v]))
             for v in (SEESAW_SS_VARIANT, SEESAW_FM_VARIANT) for u in (False, True)] + \
-        [(KERNEL, replace(default_config("bf16", 64, unsplit=u), swap_ab=n, **{form: True}))
-         for form in ("swap_ab_chunks", "swap_ab_ring") for n in (16, 32) for u in (False, True)]
+        [(KERNEL, replace(default_config("bf16", 64, unsplit=u), swap_ab=n, swap_ab_chunks=True))
+         for n in (16, 32) for u in (False, True)]
 
 
 # (dtype, head_dim, causal, window_size, softcap, sinks) of the attention-varlen set: what

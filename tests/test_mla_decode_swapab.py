@@ -59,7 +59,7 @@ def _args(seqlen_q, heads, splits=1):
 
 
 def test_host_selection_and_refusals(monkeypatch):
-    """DEFAULT_RULE (unset or "default"): swap AB for seqlen_q x heads <= 32 over a 16-bit cache, the
+    """DEFAULT_RULE (unset or "default"): swap AB (over bf16 its ring of chunk stages) for seqlen_q x heads <= 32 over a 16-bit cache, the
     seesaw past that over bf16; "m64" and "swapab" name a kernel; an unknown name or swap AB where it is not built is a typed error."""
     for env in (None, "default", "swapab"):
         if env is None:
@@ -70,7 +70,9 @@ def test_host_selection_and_refusals(monkeypatch):
             for splits in (1, 3):
                 problem = mla.check_mla_inputs(*_args(sq, h, splits))
                 cfg, combine = mla.configs_for(problem)
-                assert problem.variant == "swapab" and cfg.swap_ab == n and cfg.unsplit == (splits == 1)
+                want = "swapab" if env == "swapab" else "swapab_ring"      # the rule's over bf16: the ring
+                assert problem.variant == want and cfg.swap_ab == n and cfg.unsplit == (splits == 1)
+                assert cfg.swap_ab_ring == (want == "swapab_ring") and not cfg.swap_ab_chunks
                 assert (combine is None) == (splits == 1)
     with pytest.raises(E.UnsupportedFeatureError, match="seqlen_q x heads"):
         mla.check_mla_inputs(*_args(1, 64))
@@ -90,13 +92,15 @@ def test_host_selection_and_refusals(monkeypatch):
 
 def test_default_rule():
     """The rule's table and function: swap AB only where it is built (never a config error)."""
-    assert mc.DEFAULT_RULE == {"rows <= 32": {"bf16": "swapab", "f16": "swapab", "fp8": "m64"},
+    assert mc.DEFAULT_RULE == {"rows <= 32": {"bf16": "swapab_ring", "f16": "swapab", "fp8": "m64"},
                                "rows > 32": {"bf16": "seesaw", "f16": "m64", "fp8": "m64"}}
     for sq, h in ((1, 1), (1, 16), (2, 16), (1, 32), (4, 8), (1, 33), (2, 64)):
         for dtype, fp8 in (("bf16", False), ("f16", False), ("bf16", True)):
-            v = mc.default_variant(sq, h, fp8, dtype)
-            assert v == ("m64" if fp8 else "swapab" if sq * h <= 32 else "seesaw" if dtype == "bf16" else "m64")
-            mc.rule_config(dtype, 64, sq, h, fp8=fp8).validate()
+            for page in (64, 16, 128):
+                v = mc.default_variant(sq, h, fp8, dtype, page)
+                swap = "swapab_ring" if dtype == "bf16" and page % 64 == 0 else "swapab"
+                assert v == ("m64" if fp8 else swap if sq * h <= 32 else "seesaw" if dtype == "bf16" else "m64")
+                mc.rule_config(dtype, page, sq, h, fp8=fp8).validate()
     assert mla.check_variant("default", 1, 16, True) == "m64"       # FlashMLA's FP8 cache keeps M64
 
 
@@ -104,7 +108,7 @@ def test_plan_notes_name_the_pick(monkeypatch):
     from types import SimpleNamespace
     monkeypatch.setattr(mla, "kernel_for", lambda source, cfg: SimpleNamespace(cfg=cfg))
     monkeypatch.delenv(mla.VARIANT_ENV, raising=False)
-    for heads, want in ((16, "swapab (DEFAULT_RULE"), (64, "seesaw (DEFAULT_RULE")):
+    for heads, want in ((16, "swapab_ring (DEFAULT_RULE"), (64, "seesaw (DEFAULT_RULE")):
         problem = mla.check_mla_inputs(*_args(1, heads))
         plan = mla.build_plan(problem, None, (heads * 576, heads * 576, 576), 4, (heads * 512, heads * 512, 512))
         assert plan.notes and want in plan.notes[0], plan.notes

@@ -2,8 +2,9 @@
 rings (MLADecodeConfig.swap_ab_chunks; FA4MLIR_MLA_DECODE_VARIANT=swapab_chunks) and a ring of chunk stages
 a warpgroup (swap_ab_ring; swapab_ring).
 
-* their kernels (bf16 page 64, N 16 and 32, split and unsplit: the mla-decode-variants and gpu-tests sets,
-  not the mla set) compile with no spills, wgmma not serialised, setmaxnreg honoured and within the launch's
+* their kernels (swapab_chunks: bf16 page 64, N 16 and 32, split and unsplit, the mla-decode-variants and
+  gpu-tests sets, not the mla set; swapab_ring, DEFAULT_RULE's over bf16 pages of 64: the mla set's every N,
+  split and unsplit, of which this file compiles six) compile with no spills, wgmma not serialised, setmaxnreg honoured and within the launch's
   register pool, through fa4-verify-pipelines, within the SMEM plan; the swap-AB kernels' keys and names are
   unchanged; SASS: the KV loop's 68 wgmmas, P V retired m tile by m tile (wgmma.wait_group 7 .. 0);
 * the interpreter runs both by the FA rule (testing_mla.check_mla) at 16 heads, seqlen_q 1 (N 16) and 2
@@ -32,23 +33,31 @@ from tests.test_mla_decode_swapab import _args, _run
 CHUNKS = {"swap_ab_chunks": True}
 RING = {"swap_ab_ring": True}
 FORMS = {"chunks": CHUNKS, "ring": RING}
-ENTRIES = [e for e in kernel_sets.mla_decode_variant_entries() if e[1].swap_ab_chunks or e[1].swap_ab_ring]
+CHUNK_ENTRIES = [e for e in kernel_sets.mla_decode_variant_entries() if e[1].swap_ab_chunks]
+RING_ENTRIES = [e for e in kernel_sets.mla() if getattr(e[1], "swap_ab_ring", False)]
+# compiled here: N 16 and 32 (bench mla's), N 8 unsplit and N 24 split (test_mla_decode_swapab compiles them all)
+COMPILED = CHUNK_ENTRIES + [e for e in RING_ENTRIES if e[1].swap_ab in (16, 32)
+                            or (e[1].swap_ab, e[1].unsplit) in ((8, True), (24, False))]
 
 
 def test_the_sets_hold_the_kernels():
     base = mc.default_config("bf16", 64)
-    assert [c for _, c in ENTRIES] == [replace(base, unsplit=u, swap_ab=n, **form) for form in (CHUNKS, RING)
-                                       for n in (16, 32) for u in (False, True)]
+    assert [c for _, c in CHUNK_ENTRIES] == [replace(base, unsplit=u, swap_ab=n, **CHUNKS) for n in (16, 32)
+                                             for u in (False, True)]
+    assert {c for _, c in RING_ENTRIES} == {replace(mc.default_config("bf16", page), unsplit=u, swap_ab=n, **RING)
+                                            for page in (64,) for n in mc.SWAP_AB_NS for u in (False, True)}
     held = {c for _, c, *_ in kernel_sets.configs(["mla-decode-variants"])}
-    assert {c for _, c in ENTRIES} <= held and not {c for _, c in ENTRIES} & {c for _, c in kernel_sets.mla()}
-    assert set(ENTRIES) <= set(kernel_sets.gpu_tests())
+    assert {c for _, c in CHUNK_ENTRIES + RING_ENTRIES} <= held
+    assert not {c for _, c in CHUNK_ENTRIES} & {c for _, c in kernel_sets.mla()}
+    assert set(CHUNK_ENTRIES + RING_ENTRIES) <= set(kernel_sets.gpu_tests())
+    assert len(COMPILED) == 4 + 6
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
+@pytest.mark.parametrize("entry", COMPILED, ids=lambda e: e[1].name())
 def test_compiles_clean(entry):
     """0 spills, setmaxnreg within the pool (fa4-verify-pipelines runs first in the lowering); SMEM as planned:
     swapab_chunks the swap-AB kernel's plus 16 mbarriers of each warpgroup, swapab_ring its 11 (N 32) or 12
-    (N 16) chunk stages a warpgroup."""
+    (N 16; 13 at N 8) chunk stages a warpgroup."""
     from fa4mlir.kernels.attention_mla_sparse_sm90_config import register_pool_fits
     name, cfg = entry
     assert register_pool_fits(cfg.threads, mc.MMA_REGS, mc.LOAD_REGS, mc.CONSUMERS)[0]
@@ -58,7 +67,7 @@ def test_compiles_clean(entry):
     if cfg.swap_ab_chunks:
         assert cfg.smem_bytes() - plain.smem_bytes() == mc.STAGES * 2 * mc.MBARRIER_BYTES * 8
     else:
-        assert cfg.swap_ab_ring_stages() == {16: 12, 32: 11}[cfg.swap_ab]
+        assert cfg.swap_ab_ring_stages() == {8: 13, 16: 12, 24: 11, 32: 11}[cfg.swap_ab]
     assert art.block == (384, 1, 1) and [(p.name, p.kind) for p in art.params] == list(cfg.params)
     if find_nvdisasm() is None:
         pytest.skip("nvdisasm not found: the SASS checks need it")
@@ -85,7 +94,7 @@ def test_config_rules():
     with pytest.raises(ConfigError, match="one of them"):
         replace(on, swap_ab_ring=True).validate()
     assert {"swapab_chunks", "swapab_ring"} <= set(mc.DECODE_VARIANTS) and mla.VARIANTS == mc.DECODE_VARIANTS
-    assert mc.DEFAULT_RULE["rows <= 32"]["bf16"] == "swapab"       # the default is unchanged
+    assert mc.DEFAULT_RULE["rows <= 32"] == {"bf16": "swapab_ring", "f16": "swapab", "fp8": "m64"}   # the rule
 
 
 @pytest.mark.parametrize("variant", ["swapab_chunks", "swapab_ring"])
@@ -104,7 +113,7 @@ def test_host_selection_and_refusals(monkeypatch, variant):
         mla.check_variant(variant, 1, 16, True)
     monkeypatch.delenv(mla.VARIANT_ENV)
     cfg = mla.configs_for(mla.check_mla_inputs(*_args(2, 16)))[0]
-    assert cfg.swap_ab == 32 and not (cfg.swap_ab_chunks or cfg.swap_ab_ring)   # the rule's: the one-ring swap AB
+    assert cfg.swap_ab == 32 and cfg.swap_ab_ring and not cfg.swap_ab_chunks    # the rule's over bf16: the ring
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -117,8 +126,23 @@ def test_host_selection_and_refusals(monkeypatch, variant):
     ((700, 321), 2, 16, 64, 1, True, "bf16"),   # 11 and 6 tiles: the ring of 11 chunk stages wraps often
 ])
 def test_through_the_interpreter(lens, seqlen_q, heads, page, splits, causal, dtype, form):
+    if form == "ring" and not mc.ring_builds(page):
+        page = 64       # the ring is refused over 16-row boxes (test_ring_needs_64_row_boxes): N 24 over 64-row pages
     errs = _run(lens, seqlen_q, heads, page, splits, causal, dtype, cfg_change=FORMS[form])
     assert errs["out"] > 0
+
+
+def test_ring_needs_64_row_boxes(monkeypatch):
+    """Over 16-row boxes the ring's producer spilled (24-80 B, every N): the config refuses it, a named
+    swapab_ring is a typed error before launch, and the rule runs the one-ring swap AB there."""
+    cfg = replace(mc.default_config("bf16", 16), swap_ab=16, **RING)
+    with pytest.raises(ConfigError, match="64-row boxes"):
+        cfg.validate()
+    assert mc.default_variant(1, 16, False, "bf16", 16) == "swapab" and mc.default_variant(1, 16, False, "bf16", 128) \
+        == "swapab_ring" and mc.default_variant(1, 16, False, "f16", 64) == "swapab"
+    monkeypatch.setenv(mla.VARIANT_ENV, "swapab_ring")
+    with pytest.raises(E.UnsupportedFeatureError, match="multiples of 64"):
+        mla.check_variant("swapab_ring", 1, 16, False, "bf16", 16)
 
 
 class _SeededFa4:
@@ -173,7 +197,7 @@ def test_the_verifier_sees_the_chunk_rings(monkeypatch, form):
     compile error."""
     from fa4mlir import compiler, kernels, lowering
     from fa4mlir.kernels import attention_mla_decode_sm90_swapab_chunks as ck
-    cfg = next(c for _, c in ENTRIES if c.swap_ab_chunks == (form == "chunks"))
+    cfg = next(c for _, c in CHUNK_ENTRIES + RING_ENTRIES if c.swap_ab_chunks == (form == "chunks"))
     monkeypatch.setattr(ck, "ROPE", 0)
     with pytest.raises(lowering.CompileError, match="fa4-verify-pipelines: pipeline .kv0"):
         lowering.lower(kernels.module(mc.KERNEL).build(cfg), compiler.resolve_options(mc.KERNEL, debug=False))

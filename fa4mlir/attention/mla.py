@@ -286,7 +286,7 @@ def check_mla_inputs(q: TensorInfo, k_cache: TensorInfo, block_table: TensorInfo
     for name, info in (("q", q), ("k_cache", k_cache)):
         check_layout(name, info)
     scale = check_scale(softmax_scale, d)
-    variant = check_variant(requested_variant(), seqlen_q, heads, fp8, q.dtype)
+    variant = check_variant(requested_variant(), seqlen_q, heads, fp8, q.dtype, page_size)
     return MLAProblem(batch, seqlen_q, heads, num_pages, page_size, block_table.shape[1], q.dtype, metadata.shape[0],
                       scale, causal, fp8, variant)
 
@@ -296,20 +296,20 @@ def requested_variant() -> str:
     return (env.get_str(VARIANT_ENV) or "default").strip() or "default"
 
 
-def check_variant(variant: str, seqlen_q: int, heads: int, fp8: bool, dtype: str = "bf16") -> str:
+def check_variant(variant: str, seqlen_q: int, heads: int, fp8: bool, dtype: str = "bf16", page_size: int = mc.BN) -> str:
     """The decode kernel variant the call runs, "default" resolved by DEFAULT_RULE (swapab, seesaw or m64):
     UnsupportedFeatureError for an unknown name, and where a named variant is not built for the call
     ("swapab": more than SWAP_AB_MAX_ROWS packed rows, or the FP8 cache; full_s: the FP8 cache; seesaw:
     a cache other than bf16)."""
     if variant not in VARIANTS:
         raise UnsupportedFeatureError(_err(f"{VARIANT_ENV}={variant!r} is not a decode variant; pick one of {VARIANTS}"))
-    if not mc.variant_runs(variant, seqlen_q, heads, fp8, dtype):
+    if not mc.variant_runs(variant, seqlen_q, heads, fp8, dtype, page_size):
         raise UnsupportedFeatureError(_err(
             f"the {variant} decode ({VARIANT_ENV}={variant}) is not built for this call (swapab, swapab_chunks, swapab_ring: a 16-bit cache "
-            f"and seqlen_q x heads <= {mc.SWAP_AB_MAX_ROWS}; full_s: a 16-bit cache; seesaw, seesaw_ss, seesaw_fm: bf16), got seqlen_q x "
-            f"heads = {seqlen_q * heads}, dtype {dtype}, is_fp8_kvcache={fp8}; unset "
+            f"and seqlen_q x heads <= {mc.SWAP_AB_MAX_ROWS}, swapab_ring: pages that are multiples of {mc.BN}; full_s: a 16-bit cache; seesaw, seesaw_ss, seesaw_fm: bf16), got seqlen_q x "
+            f"heads = {seqlen_q * heads}, dtype {dtype}, is_fp8_kvcache={fp8}, page_size {page_size}; unset "
             f"{VARIANT_ENV} for the default rule's kernel"))
-    return mc.default_variant(seqlen_q, heads, fp8, dtype) if variant == mc.RULE_VARIANT else variant
+    return mc.default_variant(seqlen_q, heads, fp8, dtype, page_size) if variant == mc.RULE_VARIANT else variant
 
 
 # ----------------------------------------------------------------------------------------------
@@ -352,14 +352,15 @@ def variant_note(problem: MLAProblem, cfg) -> str:
     if requested_variant() != mc.RULE_VARIANT:
         why = f"named by {VARIANT_ENV}"
     elif cfg.swap_ab:
-        why = f"DEFAULT_RULE: a 16-bit cache and seqlen_q x heads = {rows} <= {mc.SWAP_AB_MAX_ROWS} (N {cfg.swap_ab})"
+        why = (f"DEFAULT_RULE: a {problem.dtype} cache and seqlen_q x heads = {rows} <= {mc.SWAP_AB_MAX_ROWS} "
+               f"(N {cfg.swap_ab}{', a ring of chunk stages' if cfg.swap_ab_ring else ''})")
     elif cfg.seesaw:
         why = f"DEFAULT_RULE: a bf16 cache and seqlen_q x heads = {rows} > {mc.SWAP_AB_MAX_ROWS} (64-row M tiles)"
     else:
         why = (f"DEFAULT_RULE: {'the FP8 cache' if problem.fp8 else f'seqlen_q x heads = {rows} > {mc.SWAP_AB_MAX_ROWS}'}"
                f"{'' if problem.fp8 else f' over {problem.dtype}'} (64-row M tiles)")
     name = problem.variant if problem.variant != mc.RULE_VARIANT else \
-        mc.SWAP_AB_VARIANT if cfg.swap_ab else mc.SEESAW_VARIANT if cfg.seesaw else mc.M64_VARIANT
+        mc.SWAP_AB_RING_VARIANT if cfg.swap_ab_ring else mc.SWAP_AB_VARIANT if cfg.swap_ab else mc.SEESAW_VARIANT if cfg.seesaw else mc.M64_VARIANT
     return f"MLA decode kernel: {name} ({why})"
 
 

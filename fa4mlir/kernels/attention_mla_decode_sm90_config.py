@@ -193,6 +193,9 @@ class MLADecodeConfig:
             raise ConfigError("the seesaw schedule is built for the bf16 latent cache (its P rescale unpacks bf16 "
                               f"pairs) with exchange=True and 64-row tiles, got dtype={self.dtype!r}, fp8={self.fp8}, "
                               f"exchange={self.exchange}, swap_ab={self.swap_ab}")
+        if self.swap_ab_ring and not ring_builds(self.box_rows):
+            raise ConfigError(f"swap_ab_ring is built for 64-row boxes (pages that are multiples of {BN}), got "
+                              f"box_rows={self.box_rows}: over smaller boxes its producer spills")
         if (self.swap_ab_chunks or self.swap_ab_ring) and (not self.swap_ab or self.swap_ab_chunks == self.swap_ab_ring):
             raise ConfigError("swap_ab_chunks and swap_ab_ring are forms of the swap-AB kernel: one of them, with swap_ab = N, "
                               f"got swap_ab={self.swap_ab}, swap_ab_chunks={self.swap_ab_chunks}, "
@@ -245,21 +248,35 @@ def swap_ab_rows(seqlen_q: int, heads: int) -> int:
 # More rows run the seesaw schedule over a bf16 cache: faster on every 64- and 128-head row of bench mla on
 # an nvidia-h200 (h128 seqlen_q 1 / 2: 445.0 -> 519.3 / 459.8 -> 550.8 TFLOP/s; h64: 404.9 -> 434.4 /
 # 448.4 -> 524.2), the same errors ([D-mla-seesaw]); f16 and FP8 keep M64 (the seesaw is built for bf16).
-DEFAULT_RULE = {"rows <= 32": {"bf16": SWAP_AB_VARIANT, "f16": SWAP_AB_VARIANT, "fp8": M64_VARIANT},
+# Over a bf16 cache the swap-AB kernel runs its ring of chunk stages (swapab_ring, [D-mla-decode-ring-default]):
+# on an nvidia-h200, three runs in two sessions, 16 heads seqlen_q 1 / 2: 3924 -> 3951 / 3704 -> 3812, 3998 ->
+# 4058 / 3785 -> 3891 and 4014 -> 4044 / 3793 -> 3904 GB/s (+0.7-1.5% / +2.6-3.0%), the same errors; f16 keeps
+# the one-ring kernel (the ring is not timed over f16).
+DEFAULT_RULE = {"rows <= 32": {"bf16": SWAP_AB_RING_VARIANT, "f16": SWAP_AB_VARIANT, "fp8": M64_VARIANT},
                 "rows > 32": {"bf16": SEESAW_VARIANT, "f16": M64_VARIANT, "fp8": M64_VARIANT}}
 
 
-def default_variant(seqlen_q: int, heads: int, fp8: bool, dtype: str = "bf16") -> str:
+def default_variant(seqlen_q: int, heads: int, fp8: bool, dtype: str = "bf16", page_size: int = BN) -> str:
     """DEFAULT_RULE's variant for a call of seqlen_q x heads packed rows over a cache of q's ``dtype``
-    (``fp8``: FlashMLA's FP8 cache)."""
+    (``fp8``: FlashMLA's FP8 cache) and ``page_size``: the ring of chunk stages only where its pages hold whole
+    64-row boxes (`ring_builds`), the one-ring swap AB elsewhere."""
     size = "rows <= 32" if swap_ab_rows(seqlen_q, heads) else "rows > 32"
-    return DEFAULT_RULE[size]["fp8" if fp8 else dtype]
+    variant = DEFAULT_RULE[size]["fp8" if fp8 else dtype]
+    return SWAP_AB_VARIANT if variant == SWAP_AB_RING_VARIANT and not ring_builds(page_size) else variant
 
 
-def variant_runs(variant: str, seqlen_q: int, heads: int, fp8: bool, dtype: str = "bf16") -> bool:
+def ring_builds(page_size: int) -> bool:
+    """swap_ab_ring is built for pages of whole 64-row boxes: over 16-row boxes (pages of 16, 48, ..) its
+    producer spilled 24-80 bytes at every N (ptxas 13.0), so the config refuses it there."""
+    return gcd(BN, page_size) == BN
+
+
+def variant_runs(variant: str, seqlen_q: int, heads: int, fp8: bool, dtype: str = "bf16", page_size: int = BN) -> bool:
     """Whether the named variant (DECODE_VARIANTS) is built for the call: swap AB for a 16-bit cache and at
-    most SWAP_AB_MAX_ROWS packed rows; full_s for a 16-bit cache; seesaw and seesaw_ss for bf16; M64 and the
-    rule for every call."""
+    most SWAP_AB_MAX_ROWS packed rows (swapab_ring: with pages of whole 64-row boxes); full_s for a 16-bit
+    cache; seesaw and seesaw_ss for bf16; M64 and the rule for every call."""
+    if variant == SWAP_AB_RING_VARIANT and not ring_builds(page_size):
+        return False
     if variant in SWAP_AB_FORMS:
         return not fp8 and bool(swap_ab_rows(seqlen_q, heads))
     if variant in VARIANTS:
@@ -271,7 +288,7 @@ def variant_config(cfg: "MLADecodeConfig", variant: str, seqlen_q: int, heads: i
     """``cfg`` (default_config's: the M64 kernel) as the named variant (M64_VARIANT, SWAP_AB_VARIANT, one of
     VARIANTS; RULE_VARIANT: DEFAULT_RULE's) for a call of seqlen_q x heads packed rows; not validated."""
     if variant == RULE_VARIANT:
-        variant = default_variant(seqlen_q, heads, cfg.fp8, cfg.dtype)
+        variant = default_variant(seqlen_q, heads, cfg.fp8, cfg.dtype, cfg.box_rows)
     if variant in SWAP_AB_FORMS:
         return replace(cfg, swap_ab=swap_ab_rows(seqlen_q, heads), **SWAP_AB_FORMS[variant])
     if variant in VARIANTS:

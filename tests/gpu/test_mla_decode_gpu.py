@@ -37,6 +37,8 @@ CASES = [  # lens, seqlen_q, heads, page, dtype, splits (None: get_mla_metadata'
     ((1000, 1), 2, 128, 64, "bf16", 1),
     ((777, 65, 0), 2, 64, 64, "f16", None),
     ((300, 17, 1), 2, 16, 16, "bf16", 2),
+    ((300, 65, 0, 129), 1, 5, 64, "bf16", None),    # the rule's ring at N 8
+    ((150, 700), 2, 10, 128, "bf16", 3),            # the rule's ring at N 24 over pages of 128
 ]
 
 

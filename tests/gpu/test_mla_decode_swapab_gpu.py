@@ -37,6 +37,7 @@ def test_swapab_matches_reference(torch, monkeypatch, seqlen_q, splits, variant)
         causal=True)
     cfg = mla.configs_for(problem)[0]
     assert cfg.swap_ab == 16 * seqlen_q      # the variant runs (the rule's, by default), not the M64 kernel
+    assert cfg.swap_ab_ring == (variant == "default")      # over bf16 pages of 64 the rule's is the ring
     out, lse = mla.flash_mla_with_kvcache(qc, kvc, tc, sc, 512, meta, num_splits, causal=True)
     again, lse2 = mla.flash_mla_with_kvcache(qc, kvc, tc, sc, 512, meta, num_splits, causal=True)
     torch.cuda.synchronize()
