@@ -28,7 +28,8 @@ from fa4mlir.kernels.common.fields import ConfigError
 from tests._mla_helpers import check_sparse_art, info, lower_clean
 from tests.test_mla_sparse_decode_fp8 import run_interpreted
 
-LEAN_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].crossover_lean]
+LEAN_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].crossover_lean
+                and not e[1].crossover_stasync]
 
 
 def _cfg(ahead=False, **kw) -> dc.MLASparseDecodeConfig:

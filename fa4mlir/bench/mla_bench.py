@@ -44,7 +44,9 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    and fa4mlir[converter], the plain converter (..._FP8_VARIANT=converter; the rule runs
                    it as crossover, a cluster of a token's two 64-head CTAs, at these 128 heads), and
                    fa4mlir[crossover_lean], fa4mlir[crossover_ahead], the crossover with its note "Lean
-                   hand-off" (..._FP8_VARIANT=crossover_lean / crossover_ahead; opt-in, the mla set)
+                   hand-off" (..._FP8_VARIANT=crossover_lean / crossover_ahead; opt-in, the mla set), and
+                   fa4mlir[crossover_stasync], crossover_lean with the converter's st.async hand-off
+                   (..._FP8_VARIANT=crossover_stasync; opt-in, the mla set)
     mla_sparse_decode_fp8 also runs backend fa4mlir[seesaw]: the converter kernel on the seesaw step
                    (FA4MLIR_MLA_SPARSE_VARIANT=seesaw around each call; the mla-sparse-variants set)
 A workload is a name in WORKLOADS and a builder in BUILDERS (rows of runner.Row). FlashMLA
@@ -381,6 +383,8 @@ def mla_sparse_decode_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]
         # the crossover with its note "Lean hand-off" (opt-in FP8 variants crossover_lean, crossover_ahead), same tensors
         call["fa4mlir[crossover_lean]"] = lambda: with_fp8_variant("crossover_lean", call["fa4mlir"]())
         call["fa4mlir[crossover_ahead]"] = lambda: with_fp8_variant("crossover_ahead", call["fa4mlir"]())
+        # crossover_lean with the converter's st.async hand-off (its note "st.async hand-off"), same tensors
+        call["fa4mlir[crossover_stasync]"] = lambda: with_fp8_variant("crossover_stasync", call["fa4mlir"]())
         # the seesaw step over the FP8 cache (the converter kernel's, one split), same tensors
         call["fa4mlir[seesaw]"] = lambda: with_sparse_variant("seesaw", call["fa4mlir"]())
     else:       # the rule's halves apart, same tensors (sparse_ab_calls)

@@ -118,6 +118,15 @@ OPS: tuple[OpDef, ...] = (
     MEMBAR.ALL.GPU, for the cluster scope).""",
           operands=(("stage", "i32"), ("rank", "i32")), attrs=(("pipe", "str"), ("side", "str")),
           optional_attrs=(("scope", "str"),)),
+    OpDef("peer_store_async", """Store `value` (32 bits, or a vector of 2 or 4 x 32 bits; 8-byte elements
+    as b64) at `remote`, a peer CTA's shared::cluster address (fa4.peer_address), asynchronously, its
+    bytes completing as transactions on `full[stage]` of `pipe` in that CTA (`rank`, the same SMEM offset
+    there): st.async.shared::cluster.mbarrier::complete_tx::bytes (PTX ISA 9.7.9.12). The store is
+    performed in the generic proxy and is weak; the complete-tx releases it at cluster scope, so the
+    receiving CTA's thread that waits on full[stage] sees it (then its own fence.proxy.async before a
+    wgmma reads it). That CTA's producer announces the bytes (producer_commit's tx_bytes).""",
+          operands=(("value", "any"), ("remote", "cluster_ptr"), ("stage", "i32"), ("rank", "i32")),
+          attrs=(("pipe", "str"),)),
     # ---- TMA ------------------------------------------------------------------------------------
     OpDef("tma_load", """Copy the box at `coords` (innermost first) of the tensor that `desc` describes into
     `dst`; the copy's bytes count as transactions on `full[stage]` of `pipe`. `cta_group` = 2 (sm_100a, a

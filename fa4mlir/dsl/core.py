@@ -350,6 +350,12 @@ class Pipeline:
         fa4.peer_arrive(s.stage, rank if isinstance(rank, Value) else const(int(rank)), pipe=self.name, side=side,
                         **({"scope": scope} if scope != "cluster" else {}))
 
+    def peer_store_async(self, s: PipeState, value: Value, remote: Value, rank):
+        """st.async of `value` at `remote` (a peer_address in CTA `rank`), its bytes completing on that CTA's
+        full[stage] of this pipeline (fa4.peer_store_async): that CTA's commit expects them."""
+        fa4.peer_store_async(value.v, remote.v, s.stage, rank if isinstance(rank, Value) else const(int(rank)),
+                             pipe=self.name)
+
 
 def _ir(values) -> list:
     """The MLIR values of Values (other operands as they are)."""

@@ -27,7 +27,8 @@ lock step and the split works unchanged. The dequantization is the default conve
 (mla_fp8.dequant_piece): the output is bit-identical to it.
 FlashMLA's own hand-off is st.async.shared::cluster.mbarrier::complete_tx::bytes onto a second barrier
 per buffer (expect_tx by the receiving CTA); this build uses plain remote stores and release arrives,
-which the dialect, lowering and interpreter model without a transaction-count protocol of their own.
+which the dialect, lowering and interpreter model without a transaction-count protocol of their own (the
+opt-in crossover_stasync builds FlashMLA's way: note "st.async hand-off").
 
 Note "Lean hand-off" (opt-in: FP8_DECODE_VARIANTS' "crossover_lean" and "crossover_ahead"). The crossover's SASS
 (ptxas 13.0, the unsplit kernel) has three MEMBAR.ALL.GPU a tile: the converter's fence.proxy.async.shared::cluster
@@ -53,6 +54,32 @@ each converter thread's next-tile token index in a register (nxt_token_indexs). 
 The converter's own hand-off (remote stores, proxy fence, release.cluster arrive on full) stays as it is:
 without st.async's transaction count it is what orders the remote stores before the peer's wgmmas. The tile
 values are the crossover's (the same dequantization of the same rows): out and lse bit-identical to it.
+
+Note "st.async hand-off" (opt-in: FP8_DECODE_VARIANTS' "crossover_stasync", MLASparseDecodeConfig.crossover_stasync
+on crossover_lean). crossover_lean's converter still costs two MEMBAR.ALL.GPU a tile (ptxas 13.0): its
+fence.proxy.async.shared::cluster and its release.cluster arrive on the peer's full. Here each unit and bias word
+for the peer goes by fa4.peer_store_async (st.async.shared::cluster.mbarrier::complete_tx::bytes, PTX ISA 9.7.9.12:
+a weak generic-proxy store whose complete-tx on the peer's mbarrier releases it at cluster scope), so the converter
+needs neither: its local stores keep a CTA-scope fence.proxy.async and its local arrive.
+    barriers   one per stage, kv_pipe's full[stage], count 128 (this CTA's converter threads; the crossover's
+               2 x 128), each thread's arrive an arrive.expect_tx of remote_share() = 289 bytes, 1/128 of
+               remote_bytes() = 36992 (the peer's 32 rows x 1152 bytes + 32 bias words), which the peer's st.asyncs
+               complete. The phase completes when this CTA's 128 converter threads arrived (each after its local
+               stores and fence) and the peer's 36992 bytes landed; the consumers wait on it alone, as before, then
+               fence.proxy.async (their own, after the wait: the st.async data is generic-proxy) before the
+               wgmmas. empty[stage] is unchanged (2 x 2 arrivals, both CTAs' consumers: the peer writes here
+               only after this CTA's consumers released the stage, so its bytes never land in an older phase).
+               FlashMLA keeps two barriers (local_ready, 128 arrivals; remote_ready, one expect_tx arrival +
+               the peer's bytes); a second barrier here adds a consumer wait and release whose registers the
+               200-register consumers do not have (ptxas 13.0 spilled one value with it), while the per-thread
+               share costs nothing (an arrive.expect_tx for each plain arrive).
+    addresses  st.async cannot fold [reg + imm] offsets of an asm operand: the lowering hands the store's i8
+               offset (the one of the local store) to the asm, adds it there to the peer tile's base, and uses
+               32-bit shared::cluster addresses (mapa's low half), one register each: the converter keeps its
+               104 registers without spills.
+fa4-verify-pipelines checks that the commits' bytes (289 x 128 threads) are the st.asyncs' (rule 5); the interpreter
+lands each st.async in the peer's SMEM as a generic write of the storing warp and completes its bytes on the
+peer's barrier as a release (interpret/ops/llvm.py _st_async).
 """
 from __future__ import annotations
 
@@ -69,11 +96,29 @@ WARPS = THREADS // LANES
 HALF = BN // 2              # rows one CTA converts per tile
 GROUP = HALF // WARPS       # 8 rows a warp: one trip, all its loads in flight
 ROPE_ROWS = LANES // (2 * 64 // PIECE)   # 4 rows whose rope units one warp instruction moves
+BIAS_WORD = 4               # one f32 a row in bias_smem
 
 
-def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem, ahead: bool = False):
+def remote_bytes() -> int:
+    """Note "st.async hand-off": the bytes the peer's converter stores into this CTA's tile and bias slot per
+    tile (its HALF rows of the tile, their HALF bias words)."""
+    return MLASparseConfig.tile_bytes() * HALF // BN + HALF * BIAS_WORD
+
+
+def remote_share() -> int:
+    """Note "st.async hand-off": the bytes each of this CTA's converter threads expects on full[stage], its
+    share of remote_bytes() (which THREADS divides: checked)."""
+    share, rest = divmod(remote_bytes(), THREADS)
+    if rest:
+        raise ValueError(f"the peer's {remote_bytes()} bytes a tile do not split evenly over {THREADS} converter "
+                         f"threads' expect_tx; give one thread the remainder")
+    return share
+
+
+def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem, ahead: bool = False, stasync: bool = False):
     """Note "Crossover": per tile j, this CTA's 32 rows into both CTAs' tile (see the module note); `ahead`:
-    note "Lean hand-off", the next tile's indices a tile ahead (crossover_ahead)."""
+    note "Lean hand-off", the next tile's indices a tile ahead (crossover_ahead); `stasync`: note "st.async
+    hand-off", the peer's half by st.async, its bytes completing on the peer's full[stage] (crossover_stasync)."""
     from .attention_mla_sparse_sm90 import _row_offset
     t = kb.thread_idx(0) % THREADS
     warp, lane = t // LANES, t % LANES
@@ -91,7 +136,10 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem, ahead: bool = False):
 
     def both(value: Value, local, remote, at, align: int):
         kb.store(value, kb.gep(local, at, "i8"), align=align)
-        kb.store(value, kb.gep(remote, at, "i8"), align=align)
+        if not stasync:
+            kb.store(value, kb.gep(remote, at, "i8"), align=align)
+        else:       # note "st.async hand-off": its bytes complete on the peer's full[stage]
+            kv_pipe.peer_store_async(s, value, kb.gep(remote, at, "i8"), peer)
 
     def lane_index(j: Value) -> Value:
         """Note "Lean hand-off": the index of row lane % GROUP of this warp's rows of tile j (one load a lane)."""
@@ -104,13 +152,12 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem, ahead: bool = False):
     else:
         loop = kb.for_(work.begin, work.end, 1, carry=kv_pipe.initial_state())
     with loop as (j, carried):
+        s, held = carried if ahead else (carried, None)
         # 1. the rows' indices (broadcast loads), before the wait for the buffer; ahead: row u's from lane u's
         #    carried one
         if ahead:
-            s, held = carried
             indices = [kb.shuffle_idx(held, u) for u in range(GROUP)]
         else:
-            s = carried
             indices = [kb.load(kb.gep(idx_row, j * BN + first_row + WARPS * u, "i32"), "i32", align=4)
                        for u in range(GROUP)]
         rows = []
@@ -142,11 +189,17 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem, ahead: bool = False):
         for (rope_r, rope_ok, _), rope in zip(ropes, rope_vals):
             both(select(rope_ok, rope, zero), tile, tile_peer,
                  mla_fp8.tile_offset(rope_r, mla_fp8.NOPE + 8 * rope_unit, BN), 16)
-        with kb.if_(lane.eq(0)).then_():
+        # (st.async: lane 0 as tid % 32 == 0, so fa4-verify-pipelines counts 4 threads storing the bias words)
+        with kb.if_(lane.eq(0) if not stasync else (kb.thread_idx(0) % LANES).eq(0)).then_():
             for r, valid, _ in rows:
                 both(select(valid, const(0.0, "f32"), const(NEG_INF, "f32")), slot, slot_peer, r * 4, 4)
         # 4. this thread's local and remote stores to the async proxy, then its arrivals in both CTAs
-        kb.fence("async_smem_cluster")
-        kv_pipe.producer_commit(s)
-        kv_pipe.peer_arrive(s, peer, side="full")
+        #    (st.async: the local stores only, and the local arrival; note "st.async hand-off")
+        if not stasync:
+            kb.fence("async_smem_cluster")
+            kv_pipe.producer_commit(s)
+            kv_pipe.peer_arrive(s, peer, side="full")
+        else:       # each thread expects its share of the peer's bytes (note "st.async hand-off")
+            kb.fence("async_smem")
+            kv_pipe.producer_commit(s, tx_bytes=remote_share())
         loop.yield_(s.advance(), *upcoming)

@@ -167,7 +167,11 @@ def build(cfg: MLASparseConfig | MLASparseDecodeConfig = MLASparseConfig()) -> d
                                for name in ("kv_pipe", "kv_hi"))
         else:
             # each gather lane (converter thread) commits once per fill (after its cp_async_arrive)
-            producer = dict(producer="convert", producer_arrivals=CONVERTER_THREADS * (2 if xo else 1)) if conv \
+            # (crossover_stasync: this CTA's converter alone arrives, the peer's half completes as bytes: the
+            #  crossover module's note "st.async hand-off")
+            local = not getattr(cfg, "crossover_stasync", False)
+            producer = dict(producer="convert", producer_arrivals=CONVERTER_THREADS * (2 if xo and local else 1)) \
+                if conv \
                 else dict(producer="gather", producer_arrivals=GATHER_LANES)
             kv_pipe = kb.pipeline("kv_pipe", num_stages=cfg.stages if fp8 else STAGES, consumers=["mma"],
                                   consumer_arrivals=CONSUMERS * (2 if xo else 1), **producer)
@@ -182,7 +186,8 @@ def build(cfg: MLASparseConfig | MLASparseDecodeConfig = MLASparseConfig()) -> d
                 with kb.role("convert", first_warp=4 * CONSUMERS, num_warps=4, regs=load_regs):
                     if xo:
                         crossover.convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem,
-                                               ahead=getattr(cfg, "crossover_ahead", False))
+                                               ahead=getattr(cfg, "crossover_ahead", False),
+                                               stasync=getattr(cfg, "crossover_stasync", False))
                     else:
                         convert_role(kb, cfg, work, p, kv_smem, kv_pipe, bias_smem)
             elif pwg:

@@ -419,6 +419,8 @@ class MLASparseDecodeConfig:
                                     # "Lean hand-off"; FP8_DECODE_VARIANTS' "crossover_lean", opt-in)
     crossover_ahead: bool = False   # crossover_lean only: also the converter's indices a tile ahead (note "Lean
                                     # hand-off"; FP8_DECODE_VARIANTS' "crossover_ahead", opt-in)
+    crossover_stasync: bool = False  # crossover_lean only: the converter hands the peer's half over by st.async
+                                    # onto a ready barrier (note "st.async hand-off"; "crossover_stasync", opt-in)
 
     @property
     def fp8(self) -> bool:
@@ -509,6 +511,11 @@ class MLASparseDecodeConfig:
         if self.crossover_ahead and not self.crossover_lean:
             raise ConfigError("crossover_ahead=True is built on the lean hand-off (note \"Lean hand-off\"): it needs "
                               "crossover_lean=True")
+        if not isinstance(self.crossover_stasync, bool):
+            raise ConfigError(f"crossover_stasync must be a bool, got {self.crossover_stasync!r}")
+        if self.crossover_stasync and (not self.crossover_lean or self.crossover_ahead):
+            raise ConfigError("crossover_stasync=True is built on the lean hand-off (note \"st.async hand-off\"): it "
+                              "needs crossover_lean=True and crossover_ahead=False")
         check_producer(self)
         _check_seesaw(self)
         check_pair_fill(self)
@@ -528,6 +535,7 @@ class MLASparseDecodeConfig:
         return (f"{DECODE_KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_conv' if self.fp8_converter else ''}"
                 f"{'_pf' if self.converter_prefetch else ''}{'_xo' if self.crossover else ''}"
                 f"{'_lean' if self.crossover_lean else ''}{'_ahead' if self.crossover_ahead else ''}"
+                f"{'_stasync' if self.crossover_stasync else ''}"
                 f"{'_pwg' if self.producer_warps == 4 else ''}{'_l2' if self.l2_hints else ''}"
                 f"{'_topklen' if self.topk_length else ''}{'_split' if self.split else ''}"
                 f"{'_seesaw' if self.seesaw else ''}{'_pairfill' if self.pair_fill else ''}"
@@ -537,6 +545,7 @@ class MLASparseDecodeConfig:
 DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", "producer_warps", "l2_hints", "seesaw",
                                                                "pair_fill", "converter_prefetch",
                                                                "crossover", "crossover_lean", "crossover_ahead",
+                                                               "crossover_stasync",
                                                                "overlap_s"))
 
 
@@ -554,17 +563,23 @@ DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", 
 # its note; opt-in, h_q a multiple of 128, FA4MLIR_MLA_SPARSE_FP8_VARIANT=crossover, fa4mlir[crossover]).
 # "crossover_lean" and "crossover_ahead": the crossover with its note "Lean hand-off" (opt-in, h_q a multiple of
 # 128; FA4MLIR_MLA_SPARSE_FP8_VARIANT=crossover_lean / crossover_ahead, fa4mlir[crossover_lean] / [crossover_ahead]).
+# "crossover_stasync": crossover_lean with the converter's st.async hand-off (that module's note "st.async hand-off";
+# opt-in, h_q a multiple of 128; FA4MLIR_MLA_SPARSE_FP8_VARIANT=crossover_stasync, fa4mlir[crossover_stasync]).
 PREFETCH_VARIANT = "prefetch"
 CROSSOVER_VARIANT = "crossover"
 LEAN_VARIANT = "crossover_lean"
 AHEAD_VARIANT = "crossover_ahead"
+STASYNC_VARIANT = "crossover_stasync"
 FP8_DECODE_VARIANTS = {"converter": {"fp8_converter": True}, "gather": {},
                        PREFETCH_VARIANT: {"fp8_converter": True, "converter_prefetch": True},
                        CROSSOVER_VARIANT: {"fp8_converter": True, "crossover": True},
                        LEAN_VARIANT: {"fp8_converter": True, "crossover": True, "crossover_lean": True},
                        AHEAD_VARIANT: {"fp8_converter": True, "crossover": True, "crossover_lean": True,
-                                       "crossover_ahead": True}}
-FP8_VARIANT_FIELDS = ("fp8_converter", "converter_prefetch", "crossover", "crossover_lean", "crossover_ahead")
+                                       "crossover_ahead": True},
+                       STASYNC_VARIANT: {"fp8_converter": True, "crossover": True, "crossover_lean": True,
+                                         "crossover_stasync": True}}
+FP8_VARIANT_FIELDS = ("fp8_converter", "converter_prefetch", "crossover", "crossover_lean", "crossover_ahead",
+                      "crossover_stasync")
 # the variants that run the crossover's cluster (h_q a multiple of 2 x TILE_M)
 CLUSTER_VARIANTS = tuple(n for n, f in FP8_DECODE_VARIANTS.items() if f.get("crossover"))
 FP8_DECODE_VARIANT_ENV = "FA4MLIR_MLA_SPARSE_FP8_VARIANT"

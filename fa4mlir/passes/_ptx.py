@@ -13,3 +13,28 @@ def activemask() -> ir.Value:
     active lane of a divergent warp act for it (nvvm has no activemask op in LLVM 22)."""
     i32 = ir.IntegerType.get_signless(32)
     return nvvm.InlinePtxOp([i32], [], [], "activemask.b32 $0;").results[0]
+
+
+
+def st_async(remote: ir.Value, offset: ir.Value | None, words: list, bits: int, mbar: ir.Value) -> None:
+    """st.async.shared::cluster.mbarrier::complete_tx::bytes{.v2,.v4}.b32/.b64 [remote (+ offset)], {words}, [mbar]
+    (PTX ISA 9.7.9.12 "st.async"): a weak store into a peer CTA's shared memory (generic proxy) whose
+    bytes complete as transactions on the mbarrier `mbar` of that CTA (both shared::cluster addresses,
+    from mapa); nvvm has no st.async op in LLVM 22. `words`: 1, 2 or 4 values of `bits` (32 or 64) each;
+    `offset` (an i32 or None) is added to `remote` inside the asm, so that stores through one base share its
+    register (an address operand cannot be folded into the asm's [reg+imm]). Both addresses are used as
+    32-bit shared::cluster addresses (the low half of mapa's 64-bit result, what mapa.shared::cluster.u32
+    gives): a 32-bit STAS address takes one register, not a pair."""
+    n = len(words)
+    if n not in (1, 2, 4) or bits not in (32, 64) or (bits == 64 and n == 4):
+        raise ValueError(f"st.async stores 1, 2 or 4 x b32 or 1, 2 x b64, got {n} x b{bits}")
+    vec = "" if n == 1 else f".v{n}"
+    first = 1 if offset is None else 2
+    data = f"${first}" if n == 1 else "{" + ", ".join(f"${first + i}" for i in range(n)) + "}"
+    store = f"st.async.shared::cluster.mbarrier::complete_tx::bytes{vec}.b{bits} [%s], {data}, [${first + n}];"
+    # the shared::cluster addresses as 32-bit (as mapa.shared::cluster.u32 gives them): one register each
+    mb = f"${first + n}"
+    store = store.replace(f"[{mb}]", "[stb]")
+    code = ("{ .reg .b32 sta, stb; cvt.u32.u64 sta, $0; cvt.u32.u64 stb, " + mb + "; "
+            + ("" if offset is None else "add.s32 sta, sta, $1; ") + store % "sta" + " }")
+    nvvm.InlinePtxOp([], [remote, *([offset] if offset is not None else []), *words, mbar], [], code)

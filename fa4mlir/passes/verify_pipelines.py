@@ -23,6 +23,10 @@ pipeline, the role, the stage and the op's source location. Rules, in the order 
    (default 1); every load lands on the commit's stage; a load before the fill's acquire may
    overwrite a stage the consumers still read. A load's box and element size are those its TMA
    descriptor was declared with (the kernel parameter's `fa4.tma` attribute, when present).
+   A pipeline that `peer_store_async` (st.async from the cluster's other CTA, whose roles are this
+   CTA's: a crossover) completes on announces instead the bytes its role's peer_store_asyncs of the
+   commit's segment deliver per iteration, summed over the threads executing each, divided by the
+   threads executing the commit (note "arrival counting"); such a fill has no tma_load.
 6. Arrivals. `consumer_arrivals` == the threads arriving on `empty[stage]` per stage, summed over
    the consumer roles; `producer_arrivals` == the threads arriving on `full[stage]` (note
    "arrival counting").
@@ -99,7 +103,8 @@ PROTOCOL_OPS = ("fa4.producer_acquire", "fa4.producer_commit", *LOAD_OPS, "fa4.c
                 "fa4.consumer_release", "fa4.mma_commit", "fa4.peer_arrive")
 WALKED_OPS = PROTOCOL_OPS + ("fa4.mma", "fa4.mma_commit_group", "fa4.mma_wait_group")
 LOOPS = ("scf.for", "scf.while")
-_QUERIED = ("fa4.role", "fa4.pipeline", "fa4.cp_async_arrive") + WALKED_OPS   # what _Checker.named is asked
+REMOTE_STORE = "fa4.peer_store_async"     # st.async: bytes completing on the peer CTA's full[stage] (rule 5)
+_QUERIED = ("fa4.role", "fa4.pipeline", "fa4.cp_async_arrive", REMOTE_STORE) + WALKED_OPS   # what _Checker.named is asked
 ALL_RULES = ("_balance", "_liveness", "_fills", "_arrivals", "_positions")     # after declarations, placement
 PAIR_RULES = {"executor": ("_balance", "_fills", "_positions"), "target": ("_liveness", "_arrivals", "_positions")}
 TMA_ATTR = "fa4.tma"    # on a TMA descriptor parameter: {name, box, elem_bytes} (dsl KernelBuilder.param_tma)
@@ -179,6 +184,15 @@ def _load_bytes(op: ir.Operation) -> int:
     """The bytes a TMA load delivers: its box, four boxes of one row for a gather4 (PTX ISA 5.5.3.4)."""
     rows = 4 if op.name == "fa4.tma_gather4" else 1
     return math.prod(attr(op, "box")) * attr(op, "elem_bytes") * rows
+
+
+def _store_bytes(op: ir.Operation) -> int:
+    """The bytes one thread's peer_store_async stores (its value's type)."""
+    t = op.operands[0].type
+    if isinstance(t, ir.VectorType):
+        v = ir.VectorType(t)
+        return v.shape[0] * v.element_type.width // 8
+    return (ir.FloatType(t).width if isinstance(t, ir.FloatType) else ir.IntegerType(t).width) // 8
 
 
 @dataclass
@@ -463,6 +477,10 @@ class _Checker:
                           "producer_acquire (before or after producer_commit)", op)
             return              # loads without a commit: reported as uncovered
         op, rname = fill.commit, self._where_role(fill.commit)
+        stores = [x for x in self.named(REMOTE_STORE) if attr(x, "pipe") == pname]
+        if stores:
+            self._check_remote_fill(pname, fill, stores)
+            return
         expected = sum(_load_bytes(x) for x in fill.loads)
         cta_group = attr(op, "cta_group") if "cta_group" in op.attributes else 1
         tx = attr(op, "tx_bytes")
@@ -485,6 +503,29 @@ class _Checker:
                 self.fail(f"pipeline '{pname}', role '{rname}': tma_load lands on "
                           f"{_stage_text(x.operands[2])} but the producer_commit of its fill is on "
                           f"{_stage_text(op.operands[0])}; load into the stage you committed", x)
+
+    def _check_remote_fill(self, pname: str, fill: _Fill, stores: list):
+        """Rule 5 for a pipeline that peer_store_async completes on: the commit's tx_bytes times its threads
+        equal the bytes of its role's peer_store_asyncs of its segment times theirs (per iteration)."""
+        op, role = fill.commit, _role_of(fill.commit)
+        rname, seg = attr(role, "name"), _segment(fill.commit, role)
+        if fill.loads:
+            self.fail(f"pipeline '{pname}', role '{rname}': a tma_load fills a pipeline that peer_store_async "
+                      "completes on; give the remote stores a pipeline of their own", fill.loads[0])
+        delivered = 0
+        for x in stores:
+            if _role_of(x) != role or _segment(x, role) != seg:
+                self.fail(f"pipeline '{pname}', role '{rname}': a peer_store_async outside the segment of the "
+                          f"producer_commit that announces its bytes ({_segment_text(seg, role)}); store and "
+                          "commit once per stage fill, in one loop body", x)
+            delivered += _store_bytes(x) * _arriving_threads(x, role)
+        threads = _arriving_threads(op, role)
+        tx = attr(op, "tx_bytes")
+        if tx * threads != delivered:
+            self.fail(f"pipeline '{pname}', role '{rname}': producer_commit on {_stage_text(op.operands[0])} "
+                      f"expects tx_bytes = {tx} (x {threads} thread(s)), but the peer CTA's "
+                      f"{len(stores)} peer_store_async op(s) of its fill deliver {delivered} bytes a stage; "
+                      "derive tx_bytes from the stores", op)
 
     def _tma_params(self) -> dict:
         """Kernel parameter index -> its `fa4.tma` declaration (name, box, elem_bytes)."""

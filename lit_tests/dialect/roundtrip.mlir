@@ -30,7 +30,7 @@ module attributes {gpu.container_module} {
       %rank = "fa4.cluster_rank"() : () -> i32
       // CHECK: "fa4.cluster_sync"() : () -> ()
       "fa4.cluster_sync"() : () -> ()
-      // CHECK: "fa4.peer_address"(%[[SMEM]], %[[RANK]]) : (!llvm.ptr<3>, i32) -> !llvm.ptr<7>
+      // CHECK: %[[REMOTE:.*]] = "fa4.peer_address"(%[[SMEM]], %[[RANK]]) : (!llvm.ptr<3>, i32) -> !llvm.ptr<7>
       %remote = "fa4.peer_address"(%a_smem, %rank) : (!llvm.ptr<3>, i32) -> !llvm.ptr<7>
       // CHECK: "fa4.warp_roles"() ({
       "fa4.warp_roles"() ({
@@ -89,6 +89,8 @@ module attributes {gpu.container_module} {
           "fa4.consumer_release"(%tid) {pipe = "ab_pipe"} : (i32) -> ()
           // CHECK: "fa4.peer_arrive"(%[[TID]], %[[RANK]]) {pipe = "ab_pipe", side = "full"} : (i32, i32) -> ()
           "fa4.peer_arrive"(%tid, %rank) {pipe = "ab_pipe", side = "full"} : (i32, i32) -> ()
+          // CHECK: "fa4.peer_store_async"(%[[TID]], %[[REMOTE]], %[[TID]], %[[RANK]]) {pipe = "ab_pipe"} : (i32, !llvm.ptr<7>, i32, i32) -> ()
+          "fa4.peer_store_async"(%tid, %remote, %tid, %rank) {pipe = "ab_pipe"} : (i32, !llvm.ptr<7>, i32, i32) -> ()
           // CHECK: "fa4.mma_commit"(%[[TID]]) {cta_group = 2 : i64, multicast = 3 : i64, pipe = "ab_pipe", side = "full"} : (i32) -> ()
           "fa4.mma_commit"(%tid) {pipe = "ab_pipe", side = "full", cta_group = 2 : i64, multicast = 3 : i64} : (i32) -> ()
           // CHECK: "fa4.tma_store"(%[[DESC]], %[[SMEM]], %[[TID]], %[[TID]]) {box = array<i64: 64, 128>} : (!llvm.ptr, !llvm.ptr<3>, i32, i32) -> ()

@@ -125,6 +125,33 @@ module attributes {gpu.container_module} {
 
 // -----
 
+// peer_store_async: full[stage] of ab_pipe mapped into CTA `rank` (mapa.shared::cluster), then one st.async of
+// the four words at the remote address, its 16 bytes completing on that remote barrier; an f32 goes as a b32.
+// CHECK-LABEL: llvm.func @peer_store
+// CHECK-SAME: (%[[STAGE:[^:]+]]: i32, %[[RANK:[^:]+]]: i32, %[[DST:[^:]+]]: !llvm.ptr<7>, %[[V:[^:]+]]: vector<4xi32>, %[[F:[^:]+]]: f32, %[[OFF:[^:]+]]: i32)
+// CHECK: %[[BAR:.*]] = nvvm.mapa %{{.*}}, %[[RANK]] : !llvm.ptr<3> -> !llvm.ptr<7>
+// CHECK: nvvm.inline_ptx "{ .reg .b32 sta, stb; cvt.u32.u64 sta, $0; cvt.u32.u64 stb, $5; st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [sta], {$1, $2, $3, $4}, [stb]; }" ro(%[[DST]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[BAR]]
+// CHECK: %[[W:.*]] = arith.bitcast %[[F]] : f32 to i32
+// A store through an i8 getelementptr of an i32 offset: the offset is added inside the asm ($1).
+// CHECK: %[[BAR2:.*]] = nvvm.mapa
+// CHECK: nvvm.inline_ptx "{ .reg .b32 sta, stb; cvt.u32.u64 sta, $0; cvt.u32.u64 stb, $3; add.s32 sta, sta, $1; st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [sta], $2, [stb]; }" ro(%[[DST]], %[[OFF]], %[[W]], %[[BAR2]]
+// CHECK-NOT: fa4.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx86">] {
+    llvm.mlir.global external @fa4_smem() {addr_space = 3 : i32, alignment = 1024 : i64} : !llvm.array<0 x i8>
+    llvm.func @peer_store(%stage: i32, %rank: i32, %dst: !llvm.ptr<7>, %v: vector<4xi32>, %f: f32, %off: i32) attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      "fa4.pipeline"() {sym_name = "ab_pipe", num_stages = 2 : i64, producer = "load", consumers = ["mma"],
+                        producer_arrivals = 1 : i64, consumer_arrivals = 1 : i64, offset = 1024 : i64} : () -> ()
+      "fa4.peer_store_async"(%v, %dst, %stage, %rank) {pipe = "ab_pipe"} : (vector<4xi32>, !llvm.ptr<7>, i32, i32) -> ()
+      %at = llvm.getelementptr %dst[%off] : (!llvm.ptr<7>, i32) -> !llvm.ptr<7>, i8
+      "fa4.peer_store_async"(%f, %at, %stage, %rank) {pipe = "ab_pipe"} : (f32, !llvm.ptr<7>, i32, i32) -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
+
 module attributes {gpu.container_module} {
   gpu.module @fa4_kernels [#nvvm.target<chip = "sm_100a", features = "+ptx86">] {
     llvm.mlir.global external @fa4_smem() {addr_space = 3 : i32, alignment = 1024 : i64} : !llvm.array<0 x i8>

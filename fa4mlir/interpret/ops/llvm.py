@@ -12,12 +12,13 @@ import re
 import numpy as np
 
 from ..._mlir import ir
-from ..cluster import cluster_address
+from ..cluster import check_init_ordered, cluster_address
 from ..faults import Fault, Unsupported
 from ..machine import SMEM_BASE, uniform
 from ..numeric import WARP, e4m3x2_to_f16x2, np_dtype, prmt, tanh_f16x2, vector_len
 from ..program import PLAIN
 from . import semantics
+from .sync import release
 from .wgmma import move
 
 SHARED, GLOBAL, CLUSTER = "!llvm.ptr<3>", "!llvm.ptr<1>", "!llvm.ptr<7>"
@@ -183,6 +184,8 @@ def inline_ptx(p, op, a, r):
     cvt.rn.f16x2.e4m3x2 (exact: numeric.e4m3x2_to_f16x2), tanh.approx.f16x2 (numeric.tanh_f16x2: rounded
     to f16), prmt.b32 (exact: numeric.prmt)."""
     code = ir.StringAttr(op.attributes["ptxCode"]).value
+    if m := _ST_ASYNC.fullmatch(code):  # fa4-lower-pipelines' peer_store_async (passes/_ptx.st_async)
+        return _st_async(int(m.group(3) or 1), int(m.group(4)), m.group(2) is not None, a, r)
     if m := _PRMT.fullmatch(code):     # fa4.prmt (fa4-lower-math's prmt_ptx): two operands
         return _prmt(int(m.group(1), 16), a, r)
     f = _PTX.get(code)
@@ -192,6 +195,58 @@ def inline_ptx(p, op, a, r):
 
     def run(env, mask, w):
         env[z] = f(env[x])
+    return PLAIN, run
+
+
+_ST_ASYNC = re.compile(r"\{ \.reg \.b32 sta, stb; cvt\.u32\.u64 sta, \$0; cvt\.u32\.u64 stb, \$(\d+); "
+                       r"(add\.s32 sta, sta, \$1; )?st\.async\.shared::cluster\.mbarrier::complete_tx::bytes"
+                       r"(?:\.v([24]))?\.b(32|64) \[sta\], (?:\$\d+|\{[$0-9, ]+\}), \[stb\]; \}")
+
+
+def _st_async(n: int, bits: int, offset: bool, a, r):
+    """st.async.shared::cluster.mbarrier::complete_tx::bytes (PTX ISA 9.7.9.12 "st.async"), what that section
+    says of it: "performed in the generic proxy"; with .weak (the default) "a weak store to shared memory,
+    which signals its completion through an mbarrier object ... The complete-tx operation on the mbarrier
+    has .release semantics at .cluster scope"; the destination and the mbarrier "belong to the same CTA",
+    another CTA of the executing thread's cluster (else undefined: a Fault here). So each lane's bytes land
+    in that CTA's SMEM as a generic-proxy write of the storing warp (its clocks, as st.shared::cluster), and
+    the complete-tx (`n * bits / 8` bytes) on that CTA's mbarrier publishes the warp's vector, a release: a
+    thread whose wait on the barrier completes acquires the store. It stays a generic-proxy write: a wgmma
+    (async proxy) reads it only after a fence.proxy.async (here the waiting warp's own, after its wait,
+    hb.check_async_proxy_read). The store is modelled as landing at issue (one schedule the ISA allows).
+    The asm's addresses: mapa's results as 32-bit shared::cluster addresses, the data's plus the i32 `offset`
+    operand ($1) when present; this model's mapa keeps the CTA rank above bit 32 (cluster.cluster_address), so
+    it adds the offset to the whole value instead of truncating it."""
+    k = 2 if offset else 1
+    if len(a) != n + k + 1 or r:
+        raise Unsupported(f"st.async with {len(a)} operands for {n} value(s)")
+    remote, words, mbar, nbytes = a[0], a[k:n + k], a[n + k], n * bits // 8
+    delta = a[1] if offset else None
+    word = np.uint32 if bits == 32 else np.uint64
+
+    def run(env, mask, w):
+        lanes = np.nonzero(mask)[0]
+        data = np.stack([np.broadcast_to(np.asarray(env[x]), (WARP,)).view(word) for x in words], axis=1)
+        data = np.ascontiguousarray(data).view(np.uint8)
+        mine, g = w.cta.hb, w.cta.hb.g(w.wid)
+        landed = []
+        for lane in lanes:
+            at = int(env[remote][lane]) + (int(env[delta][lane]) if delta is not None else 0)
+            cta, local = cluster_address(w.cta, at)
+            bar_cta, bar = cluster_address(w.cta, int(env[mbar][lane]))
+            if cta is w.cta or bar_cta is not cta:
+                raise w.fault(Fault, f"st.async from CTA rank {w.cta.rank}: its data and its mbarrier must be in "
+                                     f"one other CTA of the cluster (PTX ISA 9.7.9.12), got rank "
+                                     f"{cta.rank} and rank {bar_cta.rank}")
+            span = _smem_span(cta, np.array([local], np.int64), nbytes, "st.async")
+            cta.check_smem_write(span, "st.async")
+            cta.hb.access(cta.hb.smem, span, mine.vc[:, g], g, True, "st.async", generic=True)
+            cta.smem[span] = data[lane]
+            landed.append(cta.mbarrier(bar))
+        published = release(w, "st.async")
+        for b in landed:
+            check_init_ordered(b, published, f"st.async (complete-tx) of CTA rank {w.cta.rank}")
+            b.complete_tx(nbytes, published)
     return PLAIN, run
 
 
