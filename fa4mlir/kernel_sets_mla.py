@@ -144,7 +144,10 @@ def mla_sparse_variant_entries() -> list:
     seesaw_pairfill variant (pair_fill: FlashMLA's fill order of a pair's halves, with the producer warpgroup) of
     the same four 16-bit kernels (bench mla's fa4mlir[pairfill]; tests/gpu/test_mla_sparse_pairfill_gpu.py); and the
     seesaw_overlap variant (overlap_s: the pair fill with the next pair's S_a under P_b V, opt-in) of the same four
-    (bench mla's fa4mlir[seesaw_overlap]; tests/test_mla_sparse_overlap.py)."""
+    (bench mla's fa4mlir[seesaw_overlap]; tests/test_mla_sparse_overlap.py); and the seesaw_pairmax and
+    seesaw_overlap_pairmax variants (pair_max: FlashMLA's pair-max handshakes on the pair fill, without and with
+    overlap_s, opt-in) of the same four (bench mla's fa4mlir[seesaw_pairmax], fa4mlir[seesaw_overlap_pairmax];
+    tests/test_mla_sparse_pairmax.py)."""
     from .kernels import attention_mla_sparse_sm90_config as sc
     sixteen = [(sc.KERNEL, sc.MLASparseConfig(seesaw=True)),
                (sc.KERNEL, sc.MLASparseConfig(topk_length=True, sinks=True, seesaw=True)),
@@ -161,7 +164,7 @@ def mla_sparse_variant_entries() -> list:
     # (the seesaw_pairfill kernels are SPARSE_DEFAULT_RULE's: the mla set's)
     overlap = [(name, replace(cfg, producer_warps=4, pair_fill=True, overlap_s=True)) for name, cfg in sixteen]
     return sixteen + l2 + [(sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True, seesaw=True))] \
-        + overlap
+        + overlap + [(name, replace(cfg, overlap_s=o, pair_max=True)) for o in (False, True) for name, cfg in overlap]
 
 
 def mla_sparse_variants() -> list:

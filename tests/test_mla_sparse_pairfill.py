@@ -36,7 +36,7 @@ def test_the_variant_is_in_the_sets():
           for t in (False, True) for s in (False, True))}
     assert set(ENTRIES) <= set(kernel_sets.configs(["mla-sparse-variants"])) and set(ENTRIES) <= set(kernel_sets.gpu_tests())
     assert not [e for e in kernel_sets.mla_sparse_variant_entries()
-                if getattr(e[1], "pair_fill", False) and not e[1].overlap_s]      # (overlap_s: test_mla_sparse_overlap.py)
+                if getattr(e[1], "pair_fill", False) and not (e[1].overlap_s or e[1].pair_max)]   # (test_mla_sparse_overlap.py, _pairmax.py)
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())

@@ -255,4 +255,7 @@ def test_bench_rows_carry_the_seesaw_backend(monkeypatch):
                                                    "fa4mlir[pwg]": ("tile", "warpgroup"),
                                                    "fa4mlir[seesaw]": ("seesaw", "warp"),
                                                    "fa4mlir[seesaw_pwg]": ("seesaw", "warpgroup"),
-                                                   "fa4mlir[seesaw_overlap]": ("seesaw_overlap", "warpgroup")}
+                                                   "fa4mlir[seesaw_overlap]": ("seesaw_overlap", "warpgroup"),
+                                                   "fa4mlir[seesaw_pairmax]": ("seesaw_pairmax", "warpgroup"),
+                                                   "fa4mlir[seesaw_overlap_pairmax]": ("seesaw_overlap_pairmax",
+                                                                                       "warpgroup")}

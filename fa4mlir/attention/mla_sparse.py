@@ -120,7 +120,9 @@ def requested_variant(entry: str = ENTRY) -> str:
     sparse decode over a 16-bit cache and, one split, its FP8 converter kernel) run: unset or "default", or "seesaw" (FlashMLA's seesaw tile step,
     attention_mla_sparse_seesaw_sm90; a bundle must hold it: the mla-sparse-variants set), or "seesaw_pairfill"
     (the seesaw with FlashMLA's fill order of a pair's halves, 16-bit kv and the producer warpgroup), or
-    "seesaw_overlap" (the pair fill with the next pair's S_a under P_b V; opt-in, the mla-sparse-variants set). Read per call
+    "seesaw_overlap" (the pair fill with the next pair's S_a under P_b V; opt-in, the mla-sparse-variants set), or
+    "seesaw_pairmax" / "seesaw_overlap_pairmax" (the pair fill / the overlap with FlashMLA's pair-max handshakes;
+    opt-in, the same set). Read per call
     into the call cache's key; KnobError for an unknown name, before any launch."""
     name = (env.get_str(VARIANT_ENV) or "default").strip()
     if name not in sc.SPARSE_VARIANTS:
@@ -130,13 +132,13 @@ def requested_variant(entry: str = ENTRY) -> str:
 
 
 def check_variant(variant: str, fp8: bool, entry: str = ENTRY, producer_warps: int | None = None) -> None:
-    """UnsupportedFeatureError where the requested variant is not built (seesaw, seesaw_pairfill, seesaw_overlap:
-    FlashMLA's FP8 rows); KnobError for seesaw_pairfill or seesaw_overlap with the gather warp (``producer_warps``,
+    """UnsupportedFeatureError where the requested variant is not built (seesaw and sc.PAIR_FILL_VARIANTS:
+    FlashMLA's FP8 rows); KnobError for sc.PAIR_FILL_VARIANTS with the gather warp (``producer_warps``,
     the call's resolved producer: they order the producer warpgroup's half stages)."""
-    if variant in (sc.SEESAW_VARIANT, sc.PAIR_FILL_VARIANT, sc.OVERLAP_VARIANT) and fp8:
+    if variant in (sc.SEESAW_VARIANT, *sc.PAIR_FILL_VARIANTS) and fp8:
         raise UnsupportedFeatureError(f"{entry}: {VARIANT_ENV}={variant!r} is built for the 16-bit kv only, not "
                                       f"FlashMLA's FP8 rows; unset it")
-    if variant in (sc.PAIR_FILL_VARIANT, sc.OVERLAP_VARIANT) and producer_warps is not None and producer_warps != 4:
+    if variant in sc.PAIR_FILL_VARIANTS and producer_warps is not None and producer_warps != 4:
         raise KnobError(f"{entry}: {VARIANT_ENV}={variant!r} orders the producer warpgroup's half stages; this call's "
                         f"producer is the gather warp: set {sc.PRODUCER_ENV}=warpgroup (or warpgroup_l2, or unset it "
                         f"over bf16)")

@@ -187,15 +187,16 @@ def check_sparse_decode_inputs(q: TensorInfo, k_cache: TensorInfo, indices: Tens
 def check_variant_built(problem: SparseDecodeProblem) -> None:
     """UnsupportedFeatureError where FA4MLIR_MLA_SPARSE_VARIANT names a variant not built for the call's kernel
     (seesaw over the FP8 cache: the converter kernel, unsplit, without the FP8 variant "prefetch", only;
-    seesaw_pairfill and seesaw_overlap: a 16-bit cache and the producer warpgroup, else mla_sparse.check_variant's
-    errors), or where FA4MLIR_MLA_SPARSE_FP8_VARIANT=crossover (or crossover_lean, crossover_ahead, crossover_stasync) meets heads not a
+    dc.PAIR_FILL_VARIANTS (seesaw_pairfill, seesaw_overlap and the pair-max twins): a 16-bit cache and the producer
+    warpgroup, else mla_sparse.check_variant's errors), or where FA4MLIR_MLA_SPARSE_FP8_VARIANT=crossover (or
+    crossover_lean, crossover_ahead, crossover_stasync) meets heads not a
     multiple of 128 (its cluster pairs a token's
     two 64-head blocks)."""
     if problem.fp8 and problem.fp8_variant in dc.CLUSTER_VARIANTS and problem.heads % (2 * dc.TILE_M):
         raise UnsupportedFeatureError(_err(f"{VARIANT_ENV}={problem.fp8_variant!r} runs the token's two 64-head "
                                            f"blocks as a cluster of two CTAs: heads must be a multiple of "
                                            f"{2 * dc.TILE_M}, got {problem.heads}; unset it"))
-    if problem.variant in (dc.PAIR_FILL_VARIANT, dc.OVERLAP_VARIANT):
+    if problem.variant in dc.PAIR_FILL_VARIANTS:
         check_variant(problem.variant, problem.fp8, ENTRY,
                       producer_fields(problem.producer, problem.dtype, problem.fp8)[0])
         return

@@ -24,8 +24,10 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    backends fa4mlir[tile] (tile step, gather warp), fa4mlir[pwg] (tile step, producer warpgroup),
                    fa4mlir[seesaw] (seesaw, gather warp) and fa4mlir[seesaw_pwg] (the rule before the pair
                    fill: the seesaw in tile order, producer warpgroup) and fa4mlir[seesaw_overlap] (the pair fill with
-                   the next pair's S_a under P_b V, opt-in; the mla-sparse-variants set): FA4MLIR_MLA_SPARSE_VARIANT
-                   and _PRODUCER around each call (sparse_ab_calls)
+                   the next pair's S_a under P_b V, opt-in; the mla-sparse-variants set), fa4mlir[seesaw_pairmax] and
+                   fa4mlir[seesaw_overlap_pairmax] (the pair fill / the overlap with FlashMLA's pair-max handshakes:
+                   one O rescale a pair in warpgroup 1, opt-in; the same set): FA4MLIR_MLA_SPARSE_VARIANT and
+                   _PRODUCER around each call (sparse_ab_calls)
     mla_sparse_fp8 the same over FlashMLA's FP8 rows (kv [s_kv, 1, 656], the bf16 kv quantized by
                    testing_mla.quantize_fp8_cache), checked over the dequantized rows
     mla_sparse_decode  FlashMLA's sparse decode benchmark shape (DeepSeek-V3.2, its
@@ -410,12 +412,16 @@ def sparse_ab_calls(default: Callable[[], Any]) -> dict:
     each call: fa4mlir[tile] the kernel before the seesaw rules (tile step, gather warp), fa4mlir[pwg] the producer
     warpgroup on the tile step, fa4mlir[seesaw] the seesaw with the gather warp, fa4mlir[seesaw_pwg] the rule before
     [D-mla-sparse-pairfill-default] (the seesaw in tile order with the producer warpgroup), fa4mlir[seesaw_overlap] the
-    rule's kernel with warpgroup 0 issuing the next pair's S_a under its P_b V (opt-in; the mla-sparse-variants set)."""
+    rule's kernel with warpgroup 0 issuing the next pair's S_a under its P_b V (opt-in; the mla-sparse-variants set),
+    fa4mlir[seesaw_pairmax] / fa4mlir[seesaw_overlap_pairmax] the rule's kernel / the overlap with FlashMLA's pair-max
+    handshakes (note "Pair max": warpgroup 1 issues both P V back to back after one O rescale; opt-in, the same set)."""
     def both(variant: str, producer: str) -> Callable[[], Any]:
         return lambda: with_sparse_variant(variant, with_producer(producer, default()))
     return {"fa4mlir[tile]": both("tile", "warp"), "fa4mlir[pwg]": both("tile", "warpgroup"),
             "fa4mlir[seesaw]": both("seesaw", "warp"), "fa4mlir[seesaw_pwg]": both("seesaw", "warpgroup"),
-            "fa4mlir[seesaw_overlap]": both("seesaw_overlap", "warpgroup")}
+            "fa4mlir[seesaw_overlap]": both("seesaw_overlap", "warpgroup"),
+            "fa4mlir[seesaw_pairmax]": both("seesaw_pairmax", "warpgroup"),
+            "fa4mlir[seesaw_overlap_pairmax]": both("seesaw_overlap_pairmax", "warpgroup")}
 
 
 def with_producer(name: str, run: Callable[[], Any]) -> Callable[[], Any]:

@@ -46,13 +46,13 @@ then BAR_PA); mma1 syncs BAR_MA (m = m_a: O_1, l_1 rescaled) and BAR_PA and adds
 from __future__ import annotations
 
 from ..dialect import builders as fa4
-from ..dsl import const, exp2, fma, tree_reduce, vec
+from ..dsl import const, fma
 from .attention_mla_decode_sm90_config import BN, MLADecodeConfig
 from .common import mla_seesaw_sm90 as seesaw
 from .common.mla_seesaw_sm90 import M_A_AT, M_B_AT, P_AT
 from .common.mla_sm90 import CHUNK, QK_CHUNKS, SWIZZLE
 from .common.softmax import max_update
-from .common.wgmma import a_frag_pairs, acc_row, row_regs, wait_group
+from .common.wgmma import acc_row, wait_group
 
 BAR_MA = 4                  # mma0 -> mma1: m_a written
 BAR_PB = 5                  # mma1 -> mma0: m_b and P_b written
@@ -74,36 +74,6 @@ def _wait(chunks, st, which):
         chunks.pipes[c].consumer_wait(st)
 
 
-def _store_m(cs, at: int, m):
-    kb = cs.kb
-    with kb.if_(cs.t4.eq(0)).then_():
-        for h in (0, 1):
-            kb.store(m[h], kb.gep(cs.x_smem, at + (cs.row0 + 8 * h) * 4, "i8"), align=4)
-
-
-def _load_m(cs, at: int):
-    kb = cs.kb
-    return [kb.load(kb.gep(cs.x_smem, at + (cs.row0 + 8 * h) * 4, "i8"), "f32", align=4) for h in (0, 1)]
-
-
-def _frags(cs, p, dtype: str):
-    """bf16/f16 A fragments of the float P values p (this thread's accumulator layout)."""
-    return [vec(*[vec(p[a], p[b]).to((dtype, 2)).bitcast("i32") for a, b in a_frag_pairs(kk)])
-            for kk in range(seesaw.P_STEPS)]
-
-
-def _probs(cs, s, neg):
-    """P = exp2(S scale + neg) (float) of both rows and this thread's row sums."""
-    p = [None] * cs.n_s
-    sums = []
-    for h in (0, 1):
-        idx = row_regs(cs.n_s, h)
-        for i in idx:
-            p[i] = exp2(fma(s[i], cs.scale_log2, neg[h]))
-        sums.append(tree_reduce([p[i] for i in idx], lambda x, y: x + y))
-    return p, sums
-
-
 def step0(cs, t, dtype: str, j, carry, masked: bool, pair: bool):
     """mma0's step over tile a = j (and, pair, b = j + 1): the left column of the note's table."""
     kb = cs.kb
@@ -115,20 +85,20 @@ def step0(cs, t, dtype: str, j, carry, masked: bool, pair: bool):
     mx = seesaw.rowmax(cs, s)
     upd = [max_update(m[h], mx[h], cs.scale_log2, 0.0) for h in (0, 1)]
     m_a = [u[0] for u in upd]
-    _store_m(cs, M_A_AT, m_a)
+    seesaw.store_m(cs, M_A_AT, m_a)
     kb.named_barrier_arrive(BAR_MA, 256)
-    p, sums = _probs(cs, s, [u[2] for u in upd])
+    p, sums = seesaw.probs_f32(cs, s, [u[2] for u in upd])
     l = [fma(l[h], upd[h][1], sums[h]) for h in (0, 1)]
     o = seesaw.scaled(o, [u[1] for u in upd])
     if masked:
         t.zero_tail(cs, tile_a, j, 0)
-    o = wait_group(seesaw.issue_pv(cs, seesaw.v_of(cs, tile_a), _frags(cs, p, dtype), o, dtype), pending=0)
+    o = wait_group(seesaw.issue_pv(cs, seesaw.v_of(cs, tile_a), seesaw.frags_of(p, dtype), o, dtype), pending=0)
     _release(cs, t.chunks, sa, V0 + V1)             # S_a and P_a V_a retired; chunk 8 gets P_a' below
     if pair:
         m_b = _load_m_after(cs, BAR_PB)
         beta = [max_update(m_a[h], m_b[h], cs.scale_log2, 0.0)[1] for h in (0, 1)]     # exp2(m_a - m_b)
         p = [p[i] * beta[acc_row(i)] for i in range(cs.n_s)]
-    seesaw.store_p_matrix(cs, _frags(cs, p, dtype), kb.gep(tile_a, P_AT, "i8"))
+    seesaw.store_p_matrix(cs, seesaw.frags_of(p, dtype), kb.gep(tile_a, P_AT, "i8"))
     kb.fence("async_smem")
     kb.named_barrier_arrive(BAR_PA, 256)
     if not pair:
@@ -150,7 +120,7 @@ def step0(cs, t, dtype: str, j, carry, masked: bool, pair: bool):
 
 def _load_m_after(cs, barrier: int):
     cs.kb.named_barrier(barrier, 256)
-    return _load_m(cs, M_B_AT)
+    return seesaw.load_m(cs, M_B_AT)
 
 
 def step1(cs, t, dtype: str, j, carry, masked: bool, pair: bool):
@@ -168,13 +138,13 @@ def step1(cs, t, dtype: str, j, carry, masked: bool, pair: bool):
             s = t.mask(cs, j + 1, sb)(s)
         mx = seesaw.rowmax(cs, s)
     kb.named_barrier(BAR_MA, 256)
-    m_a = _load_m(cs, M_A_AT)
+    m_a = seesaw.load_m(cs, M_A_AT)
     if pair:
         upd = [max_update(m_a[h], mx[h], cs.scale_log2, 0.0) for h in (0, 1)]
         m_new = [u[0] for u in upd]
-        p, sums = _probs(cs, s, [u[2] for u in upd])
-        frags_b = _frags(cs, p, dtype)
-        _store_m(cs, M_B_AT, m_new)
+        p, sums = seesaw.probs_f32(cs, s, [u[2] for u in upd])
+        frags_b = seesaw.frags_of(p, dtype)
+        seesaw.store_m(cs, M_B_AT, m_new)
         seesaw.store_p_matrix(cs, frags_b, kb.gep(tile_b, P_AT, "i8"))
         kb.fence("async_smem")
         kb.named_barrier_arrive(BAR_PB, 256)

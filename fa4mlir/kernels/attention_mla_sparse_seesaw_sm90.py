@@ -75,6 +75,40 @@ the producer, the algebra and the wgmmas' accumulation order are the pair fill's
 for bit (the interpreter test checks it). Registers: S_a's 32 accumulators in flight beside O's 128 and P_b's 16
 fragments (P_b V reads them from registers) fit setmaxnreg 216 with no spill.
 
+Note "Pair max" (pair_max=True, on the pair fill, with or without overlap_s; opt-in, PAIR_MAX_VARIANT and
+OVERLAP_PAIR_MAX_VARIANT; FlashMLA's sm90 sparse prefill, phase1.cuh): the order of a pair's softmax handshakes is
+FlashMLA's, so that warpgroup 1 issues its two P V products back to back with one O rescale rather than P_a V at
+m_a, a wgmma wait, the rescale to m_b and P_b V. Warpgroup 0 publishes m_a (x_smem) and arrives on a third named
+barrier (BAR_MA, 7) as soon as it has S_a's row maxima, computes P_a relative to m_a in float32 and keeps it, issues
+P_a V_a from its 16-bit fragments and retires it (under warpgroup 1's S_b and softmax, which it waits for anyway;
+P_a's fragments are then not live beside the float32 P_a; but see Registers below), waits for tile b and receives m_b (BAR_PB), releases a's half 0..255
+(only after BAR_PB, as in the pair fill: the producer writes both tiles' biases once a's 0..255 is free, and warpgroup
+1 reads b's before it arrives on BAR_PB; released before it, the interpreter's race check found the bias store
+unordered after those reads), forms P_a' = P_a exp2(m_a - m_b) from the float32 P_a (the factor is max_update's, as
+O's) and rounds it to 16 bits once, writes it to tile a's rope columns (fragment layout, as P_a was), fences and
+arrives on BAR_PA; only then does it release a's half 256..575 (P_a' lives there), load P_b's fragments (after P_a'
+is out: fewer live registers), release b's 256..575, rescale O_0 and l_0 by the same factor and issue P_b V_b.
+Warpgroup 1 issues S_b as the pair fill does, syncs BAR_MA, m_b = max(m_a, rowmax S_b), publishes m_b and P_b
+(BAR_PB), rescales O_1 and l_1 once by exp2(m - m_b) (m: the previous pair's m_b, which both warpgroups end on),
+issues P_b V_b, syncs BAR_PA, loads P_a' and issues P_a' V_a behind it with no wgmma wait between the two commit
+groups, retires both and releases a's 256..575, b's 0..255 and b's 256..575 (each ring's releases in its order).
+Rounding: P_a' is rounded once, from float32, relative to the pair's final max (the default hands over P_a rounded
+relative to m_a and rescales O_1 in float32 instead), so the output is not the pair fill's bit for bit (the FA rule
+holds; tests/test_mla_sparse_pairmax.py). The row sums stay consistent: l_0 sums the float32 P_a relative to m_a and
+is rescaled by the same exp2(m_a - m_b) as O_0, l_1 sums P_b relative to m_b; l = l_0 + l_1 as before. An odd
+count's last tile is the pair fill's (P_a with m_a on BAR_PA: m_a is the final max). Buffers: m_a of pair i + 1 is
+written after BAR_PB of pair i, which warpgroup 1 arrives after reading m_a of pair i; P_a' sits in a stage both
+warpgroups release only after it is read. Each of BAR_MA, BAR_PB, BAR_PA sees one arrive and one sync a pair; no
+wait needs a later arrival of the other warpgroup (mma0: arrive BAR_MA, sync BAR_PB, arrive BAR_PA; mma1: sync
+BAR_MA, arrive BAR_PB, sync BAR_PA), so the order cannot deadlock. With overlap_s the next pair's S_a goes under
+P_b V as note "Overlap" says. Registers: warpgroup 0 keeps P_a's 32 float32 values live from its softmax until
+P_a' is written (beside O), at setmaxnreg 216 on the edge: where warpgroup 0 retires P_a V_a is picked per config
+(pa_retire_late, as note "Work" picks the gather's placement): before BAR_PB (above) for the kernels without the
+overlap and the split decode with it (retired after P_a' is out, the split decode with topk_length and the overlap
+spilled 56 bytes), after P_a' is out and P_b's fragments are loaded (then a's 0..255 is released there) for the
+overlap's other kernels (retired before BAR_PB, each spilled 4 bytes: the token, live across the loop). The
+order of the handshakes and the output are the same either way.
+
 Note "Work" (ptxas 12.x, deviceless; what the compile tests check, not a principle): the consumers derive
 the token's work item in their roles (as the dense seesaw's do: a value made before the role split and
 live across setmaxnreg spilled there). The gather warp (24 registers) spills 4 to 12 bytes, depending on
@@ -97,11 +131,12 @@ from .common.wgmma import wait_group
 BAR_PA = 5      # mma0 -> mma1 (note "Barriers")
 LO, HI = range(HALF_CHUNKS), range(HALF_CHUNKS, QK_CHUNKS)     # a stage's halves' column chunks
 BAR_PB = 6      # mma1 -> mma0
+BAR_MA = 7      # pair_max: mma0 -> mma1, m_a (note "Pair max")
 
 
 class _Tiles(seesaw.Tiles):
     """The sparse kernels' side of the schedule: one ring the gather fills (note "Ring"), the score biases."""
-    bar_pa, bar_pb = BAR_PA, BAR_PB
+    bar_pa, bar_pb, bar_ma = BAR_PA, BAR_PB, BAR_MA
 
     def __init__(self, kb, bufs, dtype: str):
         self.kb = kb
@@ -144,12 +179,15 @@ class _HalfTiles(_Tiles):
     half once its last reader is done, FlashMLA's per-half free barriers. Note "Pair fill": tile b's halves
     swap rings (`_ring`), and warpgroup 1 issues S_b by s_pair_b."""
 
-    def __init__(self, kb, bufs, dtype: str, kv_hi, w: int, pair_fill: bool = False, overlap_s: bool = False):
+    def __init__(self, kb, bufs, dtype: str, kv_hi, w: int, pair_fill: bool = False, overlap_s: bool = False,
+                 pair_max: bool = False):
         super().__init__(kb, bufs, dtype)
         self.kv_hi = kv_hi
         self.w = w
         self.pair_fill = pair_fill
         self.overlap_s = overlap_s
+        self.pair_max = pair_max
+        self.pa_retire_late = False     # note "Pair max", registers (pa_retire_late(cfg))
 
     def _ring(self, hi: bool, b: bool):
         """The ring of a tile's half (hi: columns 256..575); note "Pair fill": tile b's halves swapped."""
@@ -293,13 +331,21 @@ def _consumer(kb, cfg, work, p, bufs, x_smem, w: int, kv_hi=None):
     pair_end = work.begin + ((work.end - work.begin) // 2) * 2
     segments = ((work.begin, pair_end, True, True), (pair_end, work.end, False, True))
     tiles = _Tiles(kb, bufs, cfg.dtype) if kv_hi is None else \
-        _HalfTiles(kb, bufs, cfg.dtype, kv_hi, w, cfg.pair_fill, cfg.overlap_s)
+        _HalfTiles(kb, bufs, cfg.dtype, kv_hi, w, cfg.pair_fill, cfg.overlap_s, cfg.pair_max)
+    if cfg.pair_max:
+        tiles.pa_retire_late = pa_retire_late(cfg)
     _, o, m, l = seesaw.run(cs, tiles, cfg.dtype, w, segments, seesaw.initial(cs, kv_pipe))
     totals = seesaw.totals(cs, l)
     if work.decode:
         base._decode_epilogue(cs, cfg, work, p, o, m, l, totals=totals)
     else:
         base._epilogue(cs, cfg, work, p, o, m, l, totals=totals)
+
+
+def pa_retire_late(cfg) -> bool:
+    """Note "Pair max", registers (ptxas 12.x, what the compile tests check, not a principle): whether warpgroup 0
+    retires P_a V_a after P_a' is out (the overlap's kernels but the split decode's) or before BAR_PB (the others)."""
+    return cfg.overlap_s and not (isinstance(cfg, MLASparseDecodeConfig) and cfg.split)
 
 
 def _gather_role_pairs(kb, work, p, kv_smem, pipes, bias_smem, l2_hints: bool):
@@ -385,4 +431,4 @@ def _gather_role_pairs(kb, work, p, kv_smem, pipes, bias_smem, l2_hints: bool):
         tail.yield_(s.advance())
 
 
-__all__ = ["build_roles", "BAR_PA", "BAR_PB", "gather_owns_work"]
+__all__ = ["build_roles", "BAR_PA", "BAR_PB", "BAR_MA", "gather_owns_work", "pa_retire_late"]

@@ -105,6 +105,8 @@ class MLASparseConfig:
                                    # "Pair fill"; PAIR_FILL_VARIANT)
     overlap_s: bool = False        # pair_fill: warpgroup 0 issues the next pair's S_a under P_b V (note "Overlap";
                                    # OVERLAP_VARIANT, opt-in)
+    pair_max: bool = False         # pair_fill: FlashMLA's handshakes, m_a before warpgroup 1's softmax, P_a rescaled
+                                   # to the pair's max, one O rescale (note "Pair max"; PAIR_MAX_VARIANT, opt-in)
 
     @property
     def fp8(self) -> bool:
@@ -180,6 +182,7 @@ class MLASparseConfig:
         _check_seesaw(self)
         check_pair_fill(self)
         check_overlap(self)
+        check_pair_max(self)
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
         fits, need, pool = register_pool_fits(self.threads, *self.regs, CONSUMERS)
@@ -197,11 +200,11 @@ class MLASparseConfig:
         return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_pwg' if self.producer_warps == 4 else ''}"
                 f"{'_l2' if self.l2_hints else ''}{'_topklen' if self.topk_length else ''}{'_sinks' if self.sinks else ''}"
                 f"{'_seesaw' if self.seesaw else ''}{'_pairfill' if self.pair_fill else ''}"
-                f"{'_overlap' if self.overlap_s else ''}")
+                f"{'_overlap' if self.overlap_s else ''}{'_pairmax' if self.pair_max else ''}")
 
 
 VARIANT_FIELDS = field_defaults(MLASparseConfig, ("kv_dtype", "producer_warps", "l2_hints", "seesaw", "pair_fill",
-                                                  "overlap_s"))  # (common.fields)
+                                                  "overlap_s", "pair_max"))  # (common.fields)
 
 
 def check_producer(cfg) -> None:
@@ -227,9 +230,16 @@ PAIR_FILL_VARIANT = "seesaw_pairfill"
 # "seesaw_overlap": the pair fill with warpgroup 0 issuing the next pair's S_a under its P_b V (note "Overlap"; opt-in,
 # the producer warpgroup as PAIR_FILL_VARIANT)
 OVERLAP_VARIANT = "seesaw_overlap"
+# "seesaw_pairmax" / "seesaw_overlap_pairmax": the pair fill (and the overlap) with FlashMLA's handshakes of a pair's
+# maxima (note "Pair max"; opt-in, the producer warpgroup as PAIR_FILL_VARIANT)
+PAIR_MAX_VARIANT = "seesaw_pairmax"
+OVERLAP_PAIR_MAX_VARIANT = "seesaw_overlap_pairmax"
+PAIR_FILL_VARIANTS = (PAIR_FILL_VARIANT, OVERLAP_VARIANT, PAIR_MAX_VARIANT, OVERLAP_PAIR_MAX_VARIANT)  # (producer_warps=4)
 SPARSE_VARIANTS = {"default": {}, TILE_VARIANT: {}, SEESAW_VARIANT: {"seesaw": True},
                    PAIR_FILL_VARIANT: {"seesaw": True, "pair_fill": True},
-                   OVERLAP_VARIANT: {"seesaw": True, "pair_fill": True, "overlap_s": True}}
+                   OVERLAP_VARIANT: {"seesaw": True, "pair_fill": True, "overlap_s": True},
+                   PAIR_MAX_VARIANT: {"seesaw": True, "pair_fill": True, "pair_max": True},
+                   OVERLAP_PAIR_MAX_VARIANT: {"seesaw": True, "pair_fill": True, "overlap_s": True, "pair_max": True}}
 # Note "Pair fill" (pair_fill=True; attention_mla_sparse_seesaw_sm90's note of that name; FlashMLA's sm90 sparse
 # prefill, phase1.cuh): the producer warpgroup fills a pair (a = j, b = j + 1) of tiles half by half in the
 # order its readers need them, a's columns 0..255, b's 256..575, a's 256..575, b's 0..255 (FlashMLA: V0L, V1R,
@@ -238,6 +248,10 @@ SPARSE_VARIANTS = {"default": {}, TILE_VARIANT: {}, SEESAW_VARIANT: {"seesaw": T
 # Note "Overlap" (overlap_s=True, OVERLAP_VARIANT, opt-in; attention_mla_sparse_seesaw_sm90's note of that name): on
 # the pair fill, warpgroup 0 issues the next pair's S_a right after its P_b V, before that P V retires (FlashMLA's
 # warpgroup 0 order), rather than retiring P_b V and releasing b before the next pair's S_a.
+# Note "Pair max" (pair_max=True, PAIR_MAX_VARIANT / OVERLAP_PAIR_MAX_VARIANT, opt-in; attention_mla_sparse_seesaw_sm90's
+# note of that name): on the pair fill (with or without the overlap), warpgroup 1 gets m_a before its softmax and
+# warpgroup 0 hands over P_a rescaled to the pair's max (float32 P_a times exp2(m_a - m_b), rounded once), so
+# warpgroup 1 rescales O once and issues P_b V_b and P_a V_a back to back (FlashMLA's order).
 
 # SPARSE_DEFAULT_RULE, what a call runs with neither knob set (FA4MLIR_MLA_SPARSE_VARIANT, _PRODUCER unset or
 # "default"; each knob, when set, replaces its half): kv dtype -> (SPARSE_VARIANTS name, PRODUCER_VARIANTS name).
@@ -278,10 +292,12 @@ def sparse_variant(cfg, name: str = "default"):
         name = default_sparse(cfg.dtype, cfg.fp8)[0]
         if name == PAIR_FILL_VARIANT and cfg.producer_warps != 4:
             name = SEESAW_VARIANT
-    out = replace(cfg, **{"seesaw": False, "pair_fill": False, "overlap_s": False, **SPARSE_VARIANTS[name]})
+    out = replace(cfg, **{"seesaw": False, "pair_fill": False, "overlap_s": False, "pair_max": False,
+                          **SPARSE_VARIANTS[name]})
     _check_seesaw(out)
     check_pair_fill(out)
     check_overlap(out)
+    check_pair_max(out)
     return out
 
 
@@ -302,6 +318,15 @@ def check_overlap(cfg) -> None:
         raise ConfigError(f"overlap_s must be a bool, got {cfg.overlap_s!r}")
     if cfg.overlap_s and not cfg.pair_fill:
         raise ConfigError(f"overlap_s=True (variant {OVERLAP_VARIANT!r}) is built on the pair fill: it needs "
+                          f"pair_fill=True (seesaw=True, producer_warps=4, a 16-bit kv)")
+
+
+def check_pair_max(cfg) -> None:
+    """pair_max (note "Pair max"): a bool, set only on the pair fill (with or without overlap_s)."""
+    if not isinstance(cfg.pair_max, bool):
+        raise ConfigError(f"pair_max must be a bool, got {cfg.pair_max!r}")
+    if cfg.pair_max and not cfg.pair_fill:
+        raise ConfigError(f"pair_max=True (variant {PAIR_MAX_VARIANT!r}) is built on the pair fill: it needs "
                           f"pair_fill=True (seesaw=True, producer_warps=4, a 16-bit kv)")
 
 
@@ -410,6 +435,7 @@ class MLASparseDecodeConfig:
                                     # fp8_converter and no split
     pair_fill: bool = False         # MLASparseConfig.pair_fill's fill order (seesaw, producer_warps=4, 16-bit kv)
     overlap_s: bool = False         # MLASparseConfig.overlap_s's (pair_fill; OVERLAP_VARIANT, opt-in)
+    pair_max: bool = False          # MLASparseConfig.pair_max's (pair_fill; PAIR_MAX_VARIANT, opt-in)
     converter_prefetch: bool = False  # fp8_converter only: the converter's rolling prefetch (note "FP8 converter
                                       # prefetch"; FP8_DECODE_VARIANTS' "prefetch", opt-in)
     crossover: bool = False         # fp8_converter only: FlashMLA's crossover, the two 64-head CTAs of a token as a
@@ -520,6 +546,7 @@ class MLASparseDecodeConfig:
         _check_seesaw(self)
         check_pair_fill(self)
         check_overlap(self)
+        check_pair_max(self)
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA decode needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
         fits, need, pool = register_pool_fits(self.threads, *self.regs, CONSUMERS)
@@ -539,14 +566,14 @@ class MLASparseDecodeConfig:
                 f"{'_pwg' if self.producer_warps == 4 else ''}{'_l2' if self.l2_hints else ''}"
                 f"{'_topklen' if self.topk_length else ''}{'_split' if self.split else ''}"
                 f"{'_seesaw' if self.seesaw else ''}{'_pairfill' if self.pair_fill else ''}"
-                f"{'_overlap' if self.overlap_s else ''}")
+                f"{'_overlap' if self.overlap_s else ''}{'_pairmax' if self.pair_max else ''}")
 
 
 DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", "producer_warps", "l2_hints", "seesaw",
                                                                "pair_fill", "converter_prefetch",
                                                                "crossover", "crossover_lean", "crossover_ahead",
                                                                "crossover_stasync",
-                                                               "overlap_s"))
+                                                               "overlap_s", "pair_max"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -705,4 +732,5 @@ __all__ = ["fp8_plan", "KERNEL", "DTYPES", "D_QK", "D_V", "BN", "TILE_M", "CONSU
            "DECODE_OUTPUTS", "DECODE_SPLIT_OUTPUTS", "DECODE_SCALARS", "DECODE_FP8_SCALARS", "KV_DTYPES", "FP8_DTYPE",
            "FP8_ROW_BYTES", "decode_launch_args", "decode_grid", "head_blocks",
            "split_range", "SEESAW_VARIANT", "SPARSE_VARIANTS", "SPARSE_VARIANT_ENV", "sparse_variant",
-           "PAIR_FILL_VARIANT", "check_pair_fill", "OVERLAP_VARIANT", "check_overlap"]
+           "PAIR_FILL_VARIANT", "check_pair_fill", "OVERLAP_VARIANT", "check_overlap", "PAIR_MAX_VARIANT",
+           "OVERLAP_PAIR_MAX_VARIANT", "PAIR_FILL_VARIANTS", "check_pair_max"]
