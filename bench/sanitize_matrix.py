@@ -185,10 +185,12 @@ def _mla(name: str, dtype: str, page: int, exchange: bool = True, quick: bool = 
     return Case(name, mcfg.KERNEL, match, quick=quick, page_size=page, child="mla")
 
 
-def _mla_swapab(name: str, dtype: str, page: int, quick: bool = False) -> Case:
-    """DEFAULT_RULE's swap-AB MLA decode kernels for pages of `page` rows: every N (SWAP_AB_NS), split and
-    unsplit (kernel_sets.mla), each run by the rule on sanitize_mla.SWAP_AB_SHAPES."""
-    match = tuple(replace(mcfg.default_config(dtype, page, unsplit=u), swap_ab=n).key()
+def _mla_swapab(name: str, dtype: str, page: int, quick: bool = False, ring: bool = False) -> Case:
+    """The swap-AB MLA decode kernels for pages of `page` rows: every N (SWAP_AB_NS), split and unsplit
+    (kernel_sets.mla), on sanitize_mla.SWAP_AB_SHAPES; ring: DEFAULT_RULE's ring of chunk stages (bf16, 64-row
+    boxes), run by the rule; else the one-ring kernel, named (swapab)."""
+    match = tuple(replace(mcfg.default_config(dtype, page, unsplit=u), swap_ab=n,
+                          **({"swap_ab_ring": True} if ring else {})).key()
                   for n in mcfg.SWAP_AB_NS for u in (False, True))
     return Case(name, mcfg.KERNEL, match, quick=quick, page_size=page, child="mla")
 
@@ -278,6 +280,7 @@ CASES = (
     _mla("mla-f16-p64", "f16", 64),
     _mla("mla-bf16-p16", "bf16", 16),
     # DEFAULT_RULE's swap-AB kernels (seqlen_q x heads <= 32): every N, split and unsplit
+    _mla_swapab("mla-swapab-ring-bf16-p64", "bf16", 64, quick=True, ring=True),     # the rule's over bf16 pages of 64
     _mla_swapab("mla-swapab-bf16-p64", "bf16", 64, quick=True),
     _mla_swapab("mla-swapab-f16-p64", "f16", 64),
     _mla_swapab("mla-swapab-bf16-p16", "bf16", 16),

@@ -45,7 +45,7 @@ SPLITS = 3
 def mla_family(config: dict) -> str:
     return "/".join((mc.KERNEL, "unsplit" if config["unsplit"] else "split",
                      "exchange" if config["exchange"] else "full-s", *(["fp8"] if config.get("fp8") else []),
-                     *(["swapab"] if config.get("swap_ab") else []),
+                     *(["swapab"] if config.get("swap_ab") else []), *(["ring"] if config.get("swap_ab_ring") else []),
                      *(["seesaw"] if config.get("seesaw") else [])))
 
 
@@ -55,11 +55,14 @@ def shapes_for(match: dict) -> tuple:
 
 
 def decode_variant(match: dict) -> str:
-    """FA4MLIR_MLA_DECODE_VARIANT for a case kernel's calls: the rule for a swap-AB kernel (what the
-    default path runs), m64 for the others (the rule would pick swap AB at 16 heads, seqlen_q 1)."""
+    """FA4MLIR_MLA_DECODE_VARIANT for a case kernel's calls: the rule for the ring of chunk stages (what the
+    default path runs over bf16 pages of 64), swapab for the one-ring swap-AB kernel (the rule's elsewhere), m64
+    for the others (the rule would pick swap AB at 16 heads, seqlen_q 1)."""
     if match.get("seesaw"):
         return mc.SEESAW_VARIANT
-    return mc.RULE_VARIANT if match.get("swap_ab") else mc.M64_VARIANT
+    if match.get("swap_ab_ring"):
+        return mc.RULE_VARIANT
+    return mc.SWAP_AB_VARIANT if match.get("swap_ab") else mc.M64_VARIANT
 
 
 def mla_features(config: dict) -> set[str]:

@@ -354,7 +354,7 @@ def test_quick_cases_cover_every_kernel_first():
     # and every varlen and MLA family (their features may wait for the full matrix)
     every = {f for c in san.CASES for f in c.families}
     assert {f for f in every if "/varlen/" in f or f.startswith("attention_mla")} <= fams
-    assert sum("/varlen/" in f for f in fams) == 4 and sum(f.startswith("attention_mla_decode") for f in fams) == 10   # M64 (2 x 2), fp8, swapab, seesaw
+    assert sum("/varlen/" in f for f in fams) == 4 and sum(f.startswith("attention_mla_decode") for f in fams) == 12   # M64 (2 x 2), fp8, swapab, its ring, seesaw
     assert sps.sc.KERNEL in fams and {"sparse-topk_length", "sparse-sinks"} <= feats
     # one score-mod case: a score_mod and a mask_mod, two aux tensors
     assert [c.name for c in quick if c.child == "scoremod"] == ["scoremod-docmask-alibi-d64-causal"]
