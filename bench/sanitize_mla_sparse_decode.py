@@ -46,8 +46,8 @@ CASES = (
                                       ("bf16", False, True))), False) for v in dc.FP8_DECODE_VARIANTS),
 )
 SHAPES = ((2, 2, 16, 128, 10, 64), (3, 1, 80, 256, 20, 61))    # (batch, seqlen_q, heads, topk, pages, page)
-# the FP8 variant "crossover" (and its lean hand-offs, crossover_lean, crossover_ahead and crossover_stasync) is built for heads a
-# multiple of 128 only (a cluster per token's two head blocks)
+# the FP8 variant "crossover" (and its lean hand-offs, crossover_lean, crossover_ahead, crossover_stasync and
+# crossover_ahead_stasync) is built for heads a multiple of 128 only (a cluster per token's two head blocks)
 CROSSOVER_SHAPES = ((2, 2, 128, 128, 10, 64), (3, 1, 128, 256, 20, 61))
 
 

@@ -23,7 +23,7 @@ def mla() -> list:
     over the FP8 cache (the converter-warpgroup kernels FP8_DECODE_DEFAULT_RULE picks, the gather kernels
     of FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather, the converter's rolling prefetch of ..._FP8_VARIANT=prefetch and
     the converter over a cluster of two CTAs of ..._FP8_VARIANT=crossover, and its lean hand-offs of
-    ..._FP8_VARIANT=crossover_lean, crossover_ahead and crossover_stasync)."""
+    ..._FP8_VARIANT=crossover_lean, crossover_ahead, crossover_stasync and crossover_ahead_stasync)."""
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
     from dataclasses import replace
     from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, SWAP_AB_NS, default_config
@@ -71,7 +71,7 @@ def mla() -> list:
                                                   pair_fill=True)) for t in (False, True) for s in (False, True)]
     # the sparse decode over FlashMLA's FP8 cache (is_fp8_kvcache=True with indices; bf16 q), the same four as
     # each variant: FP8_DECODE_DEFAULT_RULE's (the converter warpgroup) first, then "gather", "prefetch", "crossover",
-    # "crossover_lean", "crossover_ahead" and "crossover_stasync" (A/B)
+    # "crossover_lean", "crossover_ahead", "crossover_stasync" and "crossover_ahead_stasync" (A/B)
     from .kernels.attention_mla_sparse_sm90_config import FP8_DECODE_VARIANTS, fp8_decode_variant
     fp8 = [MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s) for t in (False, True) for s in (False, True)]
     out += [(DECODE_KERNEL, fp8_decode_variant(c)) for c in fp8]

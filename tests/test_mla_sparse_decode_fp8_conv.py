@@ -62,7 +62,8 @@ def test_the_default_rule_picks_the_converter_for_every_fp8_kernel():
             assert dc.fp8_decode_variant(dataclasses.replace(cfg, fp8_converter=True), "gather") == cfg
     assert dc.FP8_DECODE_DEFAULT_RULE == "converter"
     assert set(dc.FP8_DECODE_VARIANTS) == {"converter", "gather", dc.PREFETCH_VARIANT, dc.CROSSOVER_VARIANT,
-                                           dc.LEAN_VARIANT, dc.AHEAD_VARIANT, dc.STASYNC_VARIANT}
+                                           dc.LEAN_VARIANT, dc.AHEAD_VARIANT, dc.STASYNC_VARIANT,
+                                           dc.AHEAD_STASYNC_VARIANT}
     with pytest.raises(ConfigError, match="unknown FP8 sparse decode variant"):
         dc.fp8_decode_variant(dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8"), "conv")
     with pytest.raises(ConfigError, match="FP8 cache"):

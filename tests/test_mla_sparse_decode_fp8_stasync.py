@@ -6,15 +6,18 @@ hand-off").
   tile's 16-byte units, b32 for the bias words) onto the peer's full[stage] (mapa); each converter thread's
   arrive expects its share of the peer's bytes; no release.cluster arrive and no fence.proxy.async.shared::cluster
   are left (lit: lit_tests/passes/lower-pipelines.mlir); the PTX is .version 8.1 (st.async's);
-* the config: name, key (the other kernels' keys and names unchanged), refused without crossover_lean, with
-  crossover_ahead, as a non-bool; the variant sets its fields and is found back; the host refuses it at 64 heads;
-  bench mla's backend fa4mlir[crossover_stasync] exists; its four kernels are in the mla, gpu-tests and bench sets;
+* the config: name, key (the other kernels' keys and names unchanged), refused without crossover_lean, as a
+  non-bool; the variant sets its fields and is found back; the host refuses it at 64 heads; bench mla's backend
+  fa4mlir[crossover_stasync] exists; its four kernels are in the mla, gpu-tests and bench sets; the same for
+  "crossover_ahead_stasync" (crossover_ahead with this hand-off, names ..._xo_lean_ahead_stasync...);
 * each compiles with no spills and no stack, wgmma not serialised, setmaxnreg 200 / 104, no local memory; its
   SASS has no MEMBAR.ALL.GPU in the converter's loop (crossover_lean's: 2 a tile there), 18 STAS.128 + 8 STAS;
+  crossover_ahead_stasync's the same, and (against crossover_stasync) crossover_ahead's 8 fewer index loads less
+  the prologue's and the loop's one, and 8 SHFL.IDX;
 * fa4-verify-pipelines accepts them and rejects the expect_tx a byte short a thread, or missing;
 * the interpreter runs them (-1 padding, duplicates, NaN rows; a split with topk_length shorter than topk and 0):
   run_interpreted's checks by the FA rule against the float64 reference over the cache dequantized as the kernel
-  does, and the crossover's out and lse bits; with the expect_tx a byte short a thread (the verifier skipped) it
+  does, and the crossover's out and lse bits (crossover_ahead_stasync: the split case); with the expect_tx a byte short a thread (the verifier skipped) it
   faults.
 """
 from __future__ import annotations
@@ -30,7 +33,11 @@ from fa4mlir.kernels.common.fields import ConfigError
 from tests._mla_helpers import check_sparse_art, info, lower_clean
 from tests.test_mla_sparse_decode_fp8 import run_interpreted
 
-STASYNC_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].crossover_stasync]
+STASYNC_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].crossover_stasync
+                   and not e[1].crossover_ahead]
+# "crossover_ahead_stasync": crossover_ahead's indices a tile ahead with this hand-off
+BOTH_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].crossover_stasync
+                and e[1].crossover_ahead]
 
 
 def _cfg(**kw) -> dc.MLASparseDecodeConfig:
@@ -62,8 +69,11 @@ def test_config_rules():
     assert (st.stages, st.regs, st.params) == (lean.stages, lean.regs, lean.params)
     _cfg(split=True, topk_length=True).validate()
     base = dict(kv_dtype="fp8", fp8_converter=True, crossover=True)
-    for bad in (dict(base, crossover_stasync=True), dict(base, crossover_lean=True, crossover_ahead=True,
-                                                         crossover_stasync=True),
+    both = _cfg(crossover_ahead=True).validate()
+    assert both.name() == "attention_mla_sparse_decode_sm90_bf16_fp8_conv_xo_lean_ahead_stasync"
+    assert both.key()["crossover_ahead"] is True and both.key()["crossover_stasync"] is True
+    assert (both.stages, both.regs, both.params) == (lean.stages, lean.regs, lean.params)
+    for bad in (dict(base, crossover_stasync=True), dict(base, crossover_ahead=True, crossover_stasync=True),
                 dict(base, crossover_lean=True, crossover_stasync=1)):
         with pytest.raises(ConfigError):
             dc.MLASparseDecodeConfig("bf16", **bad).validate()
@@ -86,6 +96,13 @@ def test_variant_sets_its_fields_and_the_host_refuses_it_at_64_heads(monkeypatch
         sd.check_sparse_decode_inputs(**dict(args, q=info((4, 2, 64, 576))))
     src = inspect.getsource(mla_bench.mla_sparse_decode_rows)
     assert src.count('call["fa4mlir[crossover_stasync]"] = lambda: with_fp8_variant("crossover_stasync"') == 1
+    both = dc.fp8_decode_variant(got, dc.AHEAD_STASYNC_VARIANT)
+    assert both == _cfg(split=True, crossover_ahead=True) and dc.fp8_decode_variant_name(both) == dc.AHEAD_STASYNC_VARIANT
+    monkeypatch.setenv(sd.VARIANT_ENV, dc.AHEAD_STASYNC_VARIANT)
+    assert sd.check_sparse_decode_inputs(**args).config(False) == _cfg(crossover_ahead=True)
+    with pytest.raises(E.UnsupportedFeatureError, match="multiple of 128"):
+        sd.check_sparse_decode_inputs(**dict(args, q=info((4, 2, 64, 576))))
+    assert src.count('call["fa4mlir[crossover_ahead_stasync]"] = lambda: with_fp8_variant("crossover_ahead_stasync"') == 1
 
 
 def test_kernels_are_in_the_bundle_sets():
@@ -93,8 +110,10 @@ def test_kernels_are_in_the_bundle_sets():
            for s in (False, True)]
     want = [(dc.DECODE_KERNEL, dc.fp8_decode_variant(c, dc.STASYNC_VARIANT)) for c in fp8]
     assert sorted(c.name() for _, c in STASYNC_ENTRIES) == sorted(c.name() for _, c in want)
+    want_both = [(dc.DECODE_KERNEL, dc.fp8_decode_variant(c, dc.AHEAD_STASYNC_VARIANT)) for c in fp8]
+    assert sorted(c.name() for _, c in BOTH_ENTRIES) == sorted(c.name() for _, c in want_both)
     mla, gpu, bench = kernel_sets.mla(), kernel_sets.gpu_tests(), kernel_sets.bench()
-    assert all(e in mla and e in gpu and e in bench for e in want)
+    assert all(e in mla and e in gpu and e in bench for e in want + want_both)
 
 
 @pytest.mark.parametrize("entry", STASYNC_ENTRIES, ids=lambda e: e[1].name())
@@ -115,6 +134,25 @@ def test_compiles_clean(entry):
     assert (sass_count(sass, "STAS.128"), sass_count(sass, "STAS")) == (18, 18 + 8)
 
 
+@pytest.mark.parametrize("entry", BOTH_ENTRIES, ids=lambda e: e[1].name())
+def test_ahead_stasync_compiles_clean(entry):
+    """crossover_ahead_stasync: clean as crossover_stasync's (no spills, no stack, wgmma not serialised, 200 / 104),
+    the same hand-off in the SASS, and crossover_ahead's one index load a lane shuffled to the 8 rows."""
+    from tests._sm100_helpers import role_budgets, sass_count, sass_of
+    name, cfg = entry
+    art = lower_clean(name, cfg)
+    check_sparse_art(art, cfg)
+    sass = sass_of(art)
+    assert role_budgets(sass) == {200, 104}
+    assert all(sass_count(sass, op) == 0 for op in ("LDL", "STL")), "local memory in the SASS"
+    assert sass_count(sass, "ST.E.128") == 0 and sass_count(sass, "MEMBAR.ALL.GPU") == 2
+    assert (sass_count(sass, "STAS.128"), sass_count(sass, "STAS")) == (18, 18 + 8)
+    st = sass_of(lower_clean(name, dataclasses.replace(cfg, crossover_ahead=False)))
+    # crossover_ahead: one index load a lane (prologue and loop) instead of the 8 broadcast loads of the loop
+    assert (sass_count(sass, "LDG.E.CONSTANT") - sass_count(st, "LDG.E.CONSTANT"),
+            sass_count(sass, "SHFL.IDX") - sass_count(st, "SHFL.IDX")) == (2 - 8, 8)
+
+
 def _build_mutated(monkeypatch, tx=None):
     """The unsplit kernel's IR with each converter thread's expect_tx `tx` (None: missing, a plain arrive)."""
     monkeypatch.setattr(xo_mod, "remote_share", lambda: 0 if tx is None else tx)
@@ -124,8 +162,8 @@ def _build_mutated(monkeypatch, tx=None):
 def test_verifier_accepts_them_and_rejects_a_wrong_or_missing_expect_tx(monkeypatch):
     from fa4mlir.passes import verify_pipelines
     from fa4mlir.passes._util import PassError
-    for split in (False, True):
-        kir = kernels.module(dc.DECODE_KERNEL).build(_cfg(split=split))
+    for split, ahead in ((False, False), (True, False), (True, True)):
+        kir = kernels.module(dc.DECODE_KERNEL).build(_cfg(split=split, crossover_ahead=ahead))
         with kir.module.context:
             verify_pipelines.run(kir.module.operation)
     for tx in (xo_mod.remote_share() - 1, None):
@@ -141,6 +179,16 @@ def test_verifier_accepts_them_and_rejects_a_wrong_or_missing_expect_tx(monkeypa
 def test_through_the_interpreter_gives_the_crossovers_bits(case):
     torch = pytest.importorskip("torch")
     out, lse = run_interpreted(*case, stasync=True)       # checked by the FA rule inside
+    out_x, lse_x = run_interpreted(*case, crossover=True)
+    assert torch.equal(out, out_x) and torch.equal(lse, lse_x)
+
+
+def test_ahead_stasync_through_the_interpreter_gives_the_crossovers_bits():
+    """crossover_ahead_stasync: the split case over 3 tiles (the carried indices of the next tile, the last clamped;
+    topk_length < topk, and 0), the crossover's out and lse bits."""
+    torch = pytest.importorskip("torch")
+    case = (2, 2, 128, 192, 61, 2, (150, 0), True)
+    out, lse = run_interpreted(*case, ahead=True, stasync=True)       # checked by the FA rule inside
     out_x, lse_x = run_interpreted(*case, crossover=True)
     assert torch.equal(out, out_x) and torch.equal(lse, lse_x)
 

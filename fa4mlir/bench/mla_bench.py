@@ -48,7 +48,9 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    fa4mlir[crossover_lean], fa4mlir[crossover_ahead], the crossover with its note "Lean
                    hand-off" (..._FP8_VARIANT=crossover_lean / crossover_ahead; opt-in, the mla set), and
                    fa4mlir[crossover_stasync], crossover_lean with the converter's st.async hand-off
-                   (..._FP8_VARIANT=crossover_stasync; opt-in, the mla set)
+                   (..._FP8_VARIANT=crossover_stasync; opt-in, the mla set), and
+                   fa4mlir[crossover_ahead_stasync], both (..._FP8_VARIANT=crossover_ahead_stasync; opt-in,
+                   the mla set)
     mla_sparse_decode_fp8 also runs backend fa4mlir[seesaw]: the converter kernel on the seesaw step
                    (FA4MLIR_MLA_SPARSE_VARIANT=seesaw around each call; the mla-sparse-variants set)
 A workload is a name in WORKLOADS and a builder in BUILDERS (rows of runner.Row). FlashMLA
@@ -387,6 +389,9 @@ def mla_sparse_decode_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]
         call["fa4mlir[crossover_ahead]"] = lambda: with_fp8_variant("crossover_ahead", call["fa4mlir"]())
         # crossover_lean with the converter's st.async hand-off (its note "st.async hand-off"), same tensors
         call["fa4mlir[crossover_stasync]"] = lambda: with_fp8_variant("crossover_stasync", call["fa4mlir"]())
+        # both: crossover_ahead's indices a tile ahead with the st.async hand-off, same tensors
+        call["fa4mlir[crossover_ahead_stasync]"] = lambda: with_fp8_variant("crossover_ahead_stasync",
+                                                                            call["fa4mlir"]())
         # the seesaw step over the FP8 cache (the converter kernel's, one split), same tensors
         call["fa4mlir[seesaw]"] = lambda: with_sparse_variant("seesaw", call["fa4mlir"]())
     else:       # the rule's halves apart, same tensors (sparse_ab_calls)

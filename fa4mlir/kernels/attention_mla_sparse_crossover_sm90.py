@@ -56,7 +56,8 @@ without st.async's transaction count it is what orders the remote stores before 
 values are the crossover's (the same dequantization of the same rows): out and lse bit-identical to it.
 
 Note "st.async hand-off" (opt-in: FP8_DECODE_VARIANTS' "crossover_stasync", MLASparseDecodeConfig.crossover_stasync
-on crossover_lean). crossover_lean's converter still costs two MEMBAR.ALL.GPU a tile (ptxas 13.0): its
+on crossover_lean; "crossover_ahead_stasync" on crossover_ahead: both, the indices a tile ahead as there, ptxas 13.0
+still 0 spills at 200 / 104). crossover_lean's converter still costs two MEMBAR.ALL.GPU a tile (ptxas 13.0): its
 fence.proxy.async.shared::cluster and its release.cluster arrive on the peer's full. Here each unit and bias word
 for the peer goes by fa4.peer_store_async (st.async.shared::cluster.mbarrier::complete_tx::bytes, PTX ISA 9.7.9.12:
 a weak generic-proxy store whose complete-tx on the peer's mbarrier releases it at cluster scope), so the converter

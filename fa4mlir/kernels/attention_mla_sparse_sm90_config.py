@@ -446,7 +446,8 @@ class MLASparseDecodeConfig:
     crossover_ahead: bool = False   # crossover_lean only: also the converter's indices a tile ahead (note "Lean
                                     # hand-off"; FP8_DECODE_VARIANTS' "crossover_ahead", opt-in)
     crossover_stasync: bool = False  # crossover_lean only: the converter hands the peer's half over by st.async
-                                    # onto a ready barrier (note "st.async hand-off"; "crossover_stasync", opt-in)
+                                    # onto a ready barrier (note "st.async hand-off"; "crossover_stasync", opt-in;
+                                    # with crossover_ahead: "crossover_ahead_stasync")
 
     @property
     def fp8(self) -> bool:
@@ -539,9 +540,9 @@ class MLASparseDecodeConfig:
                               "crossover_lean=True")
         if not isinstance(self.crossover_stasync, bool):
             raise ConfigError(f"crossover_stasync must be a bool, got {self.crossover_stasync!r}")
-        if self.crossover_stasync and (not self.crossover_lean or self.crossover_ahead):
+        if self.crossover_stasync and not self.crossover_lean:
             raise ConfigError("crossover_stasync=True is built on the lean hand-off (note \"st.async hand-off\"): it "
-                              "needs crossover_lean=True and crossover_ahead=False")
+                              "needs crossover_lean=True (crossover_ahead on top of it or not)")
         check_producer(self)
         _check_seesaw(self)
         check_pair_fill(self)
@@ -592,11 +593,14 @@ DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", 
 # 128; FA4MLIR_MLA_SPARSE_FP8_VARIANT=crossover_lean / crossover_ahead, fa4mlir[crossover_lean] / [crossover_ahead]).
 # "crossover_stasync": crossover_lean with the converter's st.async hand-off (that module's note "st.async hand-off";
 # opt-in, h_q a multiple of 128; FA4MLIR_MLA_SPARSE_FP8_VARIANT=crossover_stasync, fa4mlir[crossover_stasync]).
+# "crossover_ahead_stasync": both, crossover_ahead's indices a tile ahead with the st.async hand-off (opt-in, h_q a
+# multiple of 128; FA4MLIR_MLA_SPARSE_FP8_VARIANT=crossover_ahead_stasync, fa4mlir[crossover_ahead_stasync]).
 PREFETCH_VARIANT = "prefetch"
 CROSSOVER_VARIANT = "crossover"
 LEAN_VARIANT = "crossover_lean"
 AHEAD_VARIANT = "crossover_ahead"
 STASYNC_VARIANT = "crossover_stasync"
+AHEAD_STASYNC_VARIANT = "crossover_ahead_stasync"
 FP8_DECODE_VARIANTS = {"converter": {"fp8_converter": True}, "gather": {},
                        PREFETCH_VARIANT: {"fp8_converter": True, "converter_prefetch": True},
                        CROSSOVER_VARIANT: {"fp8_converter": True, "crossover": True},
@@ -604,7 +608,9 @@ FP8_DECODE_VARIANTS = {"converter": {"fp8_converter": True}, "gather": {},
                        AHEAD_VARIANT: {"fp8_converter": True, "crossover": True, "crossover_lean": True,
                                        "crossover_ahead": True},
                        STASYNC_VARIANT: {"fp8_converter": True, "crossover": True, "crossover_lean": True,
-                                         "crossover_stasync": True}}
+                                         "crossover_stasync": True},
+                       AHEAD_STASYNC_VARIANT: {"fp8_converter": True, "crossover": True, "crossover_lean": True,
+                                               "crossover_ahead": True, "crossover_stasync": True}}
 FP8_VARIANT_FIELDS = ("fp8_converter", "converter_prefetch", "crossover", "crossover_lean", "crossover_ahead",
                       "crossover_stasync")
 # the variants that run the crossover's cluster (h_q a multiple of 2 x TILE_M)
