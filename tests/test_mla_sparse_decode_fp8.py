@@ -182,10 +182,10 @@ def test_fp8_plan_launches_by_the_contract(monkeypatch, splits):
     first = plan.launches[0]
     cfg = first.kernel.cfg
     # FP8_DECODE_DEFAULT_RULE's kernel (the converter; the gather kernel's launch contract is the same), at 128 heads
-    # as FP8_DECODE_CROSSOVER_RULE's crossover
+    # as FP8_DECODE_CROSSOVER_RULE's crossover_stasync
     plain = dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=True, split=splits > 1)
-    assert problem.heads == 128 and cfg == dc.fp8_decode_variant(plain, "crossover")
-    assert cfg.fp8_converter and cfg.crossover and (dc.DECODE_KERNEL, cfg) in kernel_sets.mla()
+    assert problem.heads == 128 and cfg == dc.fp8_decode_variant(plain, "crossover_stasync")
+    assert cfg.fp8_converter and cfg.crossover and cfg.crossover_stasync and (dc.DECODE_KERNEL, cfg) in kernel_sets.mla()
     assert plain.params == cfg.params
     assert list(first.args) == [n for n, _ in cfg.params]
     assert (first.args["kv_stride_s"], first.args["kv_stride_page"], first.args["page_size"]) == (656, 65 * 656, 64)

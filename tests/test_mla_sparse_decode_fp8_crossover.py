@@ -216,5 +216,8 @@ def test_bench_backend_sets_the_knob_only_around_its_call(monkeypatch):
     run = mla_bench.with_fp8_variant("crossover", lambda: seen.append(sd.requested_variant()) or "out")
     assert run() == "out" and seen == ["crossover"] and sd.VARIANT_ENV not in os.environ
     src = inspect.getsource(mla_bench.mla_sparse_decode_rows)
-    # the rule runs crossover at the row's 128 heads (FP8_DECODE_CROSSOVER_RULE); the backend beside it is the converter
+    # the rule runs crossover_stasync at the row's 128 heads (FP8_DECODE_CROSSOVER_RULE); the backends beside it are
+    # the converter and the crossover (the rule's before it)
     assert src.count('call["fa4mlir[converter]"] = lambda: with_fp8_variant("converter"') == 1
+    assert src.count('call["fa4mlir[crossover]"] = lambda: with_fp8_variant("crossover"') == 1
+    assert dc.FP8_DECODE_CROSSOVER_RULE == "crossover_stasync"

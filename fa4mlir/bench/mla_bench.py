@@ -40,15 +40,16 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    benchmark: the bf16 cache quantized by testing_mla.quantize_fp8_cache), bf16 q;
                    flash_mla_with_kvcache(is_fp8_kvcache=True, indices=), checked against the sparse
                    reference over the dequantized rows (fa4mlir: the converter-warpgroup kernel
-                   FP8_DECODE_DEFAULT_RULE picks, as FP8_DECODE_CROSSOVER_RULE's crossover); also backend fa4mlir[gather], the kernel before the
+                   FP8_DECODE_DEFAULT_RULE picks, as FP8_DECODE_CROSSOVER_RULE's crossover_stasync at these 128
+                   heads); also fa4mlir[crossover], the rule's before it; also backend fa4mlir[gather], the kernel before the
                    rule (FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather around each call), and fa4mlir[prefetch],
                    the converter with its rolling prefetch (..._FP8_VARIANT=prefetch; opt-in, the mla set),
                    and fa4mlir[converter], the plain converter (..._FP8_VARIANT=converter; the rule runs
-                   it as crossover, a cluster of a token's two 64-head CTAs, at these 128 heads), and
+                   it over a cluster of a token's two 64-head CTAs at these 128 heads), and
                    fa4mlir[crossover_lean], fa4mlir[crossover_ahead], the crossover with its note "Lean
                    hand-off" (..._FP8_VARIANT=crossover_lean / crossover_ahead; opt-in, the mla set), and
                    fa4mlir[crossover_stasync], crossover_lean with the converter's st.async hand-off
-                   (..._FP8_VARIANT=crossover_stasync; opt-in, the mla set), and
+                   (..._FP8_VARIANT=crossover_stasync; the rule's at 128 heads, the mla set), and
                    fa4mlir[crossover_ahead_stasync], both (..._FP8_VARIANT=crossover_ahead_stasync; opt-in,
                    the mla set)
     mla_sparse_decode_fp8 also runs backend fa4mlir[seesaw]: the converter kernel on the seesaw step
@@ -384,6 +385,8 @@ def mla_sparse_decode_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]
         call["fa4mlir[prefetch]"] = lambda: with_fp8_variant("prefetch", call["fa4mlir"]())
         # the plain converter (the rule runs FlashMLA's crossover at these 128 heads: FP8_DECODE_CROSSOVER_RULE)
         call["fa4mlir[converter]"] = lambda: with_fp8_variant("converter", call["fa4mlir"]())
+        # the crossover with the converter's cluster-scope hand-off (the rule's before crossover_stasync), same tensors
+        call["fa4mlir[crossover]"] = lambda: with_fp8_variant("crossover", call["fa4mlir"]())
         # the crossover with its note "Lean hand-off" (opt-in FP8 variants crossover_lean, crossover_ahead), same tensors
         call["fa4mlir[crossover_lean]"] = lambda: with_fp8_variant("crossover_lean", call["fa4mlir"]())
         call["fa4mlir[crossover_ahead]"] = lambda: with_fp8_variant("crossover_ahead", call["fa4mlir"]())

@@ -640,17 +640,23 @@ def fp8_decode_default_variant(cfg: MLASparseDecodeConfig) -> str:
     return FP8_DECODE_DEFAULT_RULE if converter_built(cfg) else "gather"
 
 
-# FP8_DECODE_CROSSOVER_RULE ([D-mla-sparse-fp8-crossover-default]): where a call's heads pair into clusters
-# (heads a multiple of 2 x TILE_M) and the tile step runs (the seesaw is built on the plain converter), the rule's
-# converter runs as "crossover": nvidia-h200, bench mla's mla_sparse_decode_fp8 (B64, s_q 2, 128 heads, topk 2048)
-# 232.5 TFLOP/s against the converter's 211.4 in the same process, out and lse bit-identical on the GPU tests.
+# FP8_DECODE_CROSSOVER_RULE ([D-mla-sparse-fp8-crossover-default], [D-mla-sparse-fp8-stasync-default]): where a
+# call's heads pair into clusters (heads a multiple of 2 x TILE_M) and the tile step runs (the seesaw is built on the
+# plain converter), the rule's converter runs over the cluster as "crossover_stasync" (the crossover with CTA-scope
+# peer releases and the peer's half written by st.async onto its full barrier): nvidia-h200, bench mla's
+# mla_sparse_decode_fp8 (B64, s_q 2, 128 heads, topk 2048), two runs in one process: 272.3 / 272.6 TFLOP/s against
+# the crossover's 231.9 / 231.1 (and crossover_ahead's 245.6 / 245.5), out and lse bit-identical to the crossover's
+# on the GPU tests. Before it the rule ran "crossover": 232.5 against the plain converter's 211.4.
+FP8_DECODE_CROSSOVER_RULE = STASYNC_VARIANT
+
+
 def fp8_decode_rule_variant(cfg: MLASparseDecodeConfig, heads: int, step: str = "default") -> str:
     """The FP8 sparse decode variant a call of ``heads`` query heads runs when FA4MLIR_MLA_SPARSE_FP8_VARIANT is
-    unset: FP8_DECODE_CROSSOVER_RULE's "crossover" where it applies (``step``: the call's SPARSE_VARIANTS name),
-    else fp8_decode_default_variant's."""
+    unset: FP8_DECODE_CROSSOVER_RULE's where it applies (``step``: the call's SPARSE_VARIANTS name), else
+    fp8_decode_default_variant's."""
     name = fp8_decode_default_variant(cfg)
     if name == FP8_DECODE_DEFAULT_RULE and heads % (2 * TILE_M) == 0 and step in ("default", TILE_VARIANT):
-        return CROSSOVER_VARIANT
+        return FP8_DECODE_CROSSOVER_RULE
     return name
 
 

@@ -38,8 +38,8 @@ def test_crossover_matches_reference_and_the_default_converter(torch, monkeypatc
     ref_out, ref_lse = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
     monkeypatch.setenv(VARIANT_ENV, "crossover")
     assert _runs(torch, qc, cc, ic, meta, num_splits, kw).crossover is True
-    monkeypatch.delenv(VARIANT_ENV)                 # FP8_DECODE_CROSSOVER_RULE: the default is crossover here
-    assert _runs(torch, qc, cc, ic, meta, num_splits, kw).crossover is True
+    monkeypatch.delenv(VARIANT_ENV)                 # FP8_DECODE_CROSSOVER_RULE: the default is crossover_stasync here
+    assert _runs(torch, qc, cc, ic, meta, num_splits, kw).crossover_stasync is True
     out, lse = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
     torch.cuda.synchronize()
     _check(torch, q, cache, idx, out, lse, None if lens is None else lens.numpy())
