@@ -32,11 +32,12 @@ from bench.sanitize_mla import nan_empty
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as sc
 
 # the kernel fields beyond topk_length and sinks: SPARSE_DEFAULT_RULE's bf16 kernel (the seesaw step in FlashMLA's
-# pair-fill order, the producer warpgroup), the mla set's A/B kernels (the seesaw in tile order with the producer
+# pair-fill order with the next pair's S_a under P_b V, the producer warpgroup), the mla set's A/B kernels (the pair
+# fill without the overlap, the rule before [D-mla-sparse-overlap-default]; the seesaw in tile order with the producer
 # warpgroup, the rule before [D-mla-sparse-pairfill-default]; the tile step with the gather warp or the producer
 # warpgroup), FP8 rows
-RULE, TILE, TILE_PWG, FP8 = {"producer_warps": 4, "seesaw": True, "pair_fill": True}, {}, {"producer_warps": 4}, \
-    {"kv_dtype": "fp8"}
+PAIR_FILL = {"producer_warps": 4, "seesaw": True, "pair_fill": True}
+RULE, TILE, TILE_PWG, FP8 = {**PAIR_FILL, "overlap_s": True}, {}, {"producer_warps": 4}, {"kv_dtype": "fp8"}
 SEESAW_PWG = {"producer_warps": 4, "seesaw": True}
 BOTH = ((False, False), (True, True))
 ONE = ((True, False), (False, True))
@@ -44,6 +45,7 @@ ONE = ((True, False), (False, True))
 CASES = (
     ("mla-sparse", tuple((t, s, RULE) for t, s in BOTH), True),
     ("mla-sparse-topklen-or-sinks", tuple((t, s, RULE) for t, s in ONE), False),
+    ("mla-sparse-pairfill", tuple((t, s, PAIR_FILL) for t, s in BOTH + ONE), False),
     ("mla-sparse-seesaw-pwg", tuple((t, s, SEESAW_PWG) for t, s in BOTH + ONE), False),
     ("mla-sparse-tile", tuple((t, s, TILE) for t, s in BOTH + ONE), False),
     ("mla-sparse-tile-pwg", tuple((t, s, TILE_PWG) for t, s in BOTH + ONE), False),
@@ -64,7 +66,7 @@ def sparse_knobs(match: dict):
     its seesaw, producer_warps and l2_hints) inside, restored after: the host reads them per call."""
     from fa4mlir.attention.mla_sparse import VARIANT_ENV
     warps = match.get("producer_warps", 1)
-    knobs = {VARIANT_ENV: sc.PAIR_FILL_VARIANT if match.get("pair_fill") else sc.SEESAW_VARIANT if match.get("seesaw")
+    knobs = {VARIANT_ENV: pair_fill_variant(match) if match.get("pair_fill") else sc.SEESAW_VARIANT if match.get("seesaw")
              else sc.TILE_VARIANT,
              sc.PRODUCER_ENV: "warp" if warps == 1 else "warpgroup_l2" if match.get("l2_hints") else "warpgroup"}
     before = {k: os.environ.get(k) for k in knobs}
@@ -77,6 +79,12 @@ def sparse_knobs(match: dict):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def pair_fill_variant(match: dict) -> str:
+    """The SPARSE_VARIANTS name of a pair-fill kernel's config key (its overlap_s and pair_max)."""
+    return {(False, False): sc.PAIR_FILL_VARIANT, (True, False): sc.OVERLAP_VARIANT, (False, True): sc.PAIR_MAX_VARIANT,
+            (True, True): sc.OVERLAP_PAIR_MAX_VARIANT}[bool(match.get("overlap_s")), bool(match.get("pair_max"))]
 
 
 def sparse_family(config: dict) -> str:

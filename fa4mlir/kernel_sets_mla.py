@@ -56,6 +56,10 @@ def mla() -> list:
     # (seesaw_pairfill); the seesaw kernels above in tile order are bench mla's fa4mlir[seesaw_pwg]
     out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s, producer_warps=4, seesaw=True, pair_fill=True))
             for t in (False, True) for s in (False, True)]
+    # ... and SPARSE_DEFAULT_RULE's since [D-mla-sparse-overlap-default]: the pair fill with the next pair's S_a under
+    # P_b V (seesaw_overlap); the pair-fill kernels above are bench mla's fa4mlir[seesaw_pairfill]
+    out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s, producer_warps=4, seesaw=True, pair_fill=True,
+                                     overlap_s=True)) for t in (False, True) for s in (False, True)]
     # ... over FlashMLA's FP8 rows (kv [s_kv, 1, 656]), the same four
     out += [(SPARSE, MLASparseConfig(topk_length=t, sinks=s, kv_dtype="fp8")) for t in (False, True) for s in (False, True)]
     # the sparse decode (flash_mla_with_kvcache with indices) per dtype, with and without topk_length,
@@ -68,7 +72,8 @@ def mla() -> list:
     out += [(DECODE_KERNEL, MLASparseDecodeConfig("bf16", topk_length=t, split=s, producer_warps=4, seesaw=w))
             for w in (True, False) for t in (False, True) for s in (False, True)]
     out += [(DECODE_KERNEL, MLASparseDecodeConfig("bf16", topk_length=t, split=s, producer_warps=4, seesaw=True,
-                                                  pair_fill=True)) for t in (False, True) for s in (False, True)]
+                                                  pair_fill=True, overlap_s=o))
+            for o in (False, True) for t in (False, True) for s in (False, True)]
     # the sparse decode over FlashMLA's FP8 cache (is_fp8_kvcache=True with indices; bf16 q), the same four as
     # each variant: FP8_DECODE_DEFAULT_RULE's (the converter warpgroup) first, then "gather", "prefetch", "crossover",
     # "crossover_lean", "crossover_ahead", "crossover_stasync" and "crossover_ahead_stasync" (A/B)
@@ -161,10 +166,10 @@ def mla_sparse_variant_entries() -> list:
            for t in (False, True) for s in (False, True)]
     l2 += [(sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(topk_length=t, split=s, producer_warps=4, l2_hints=True))
            for t in (False, True) for s in (False, True)]
-    # (the seesaw_pairfill kernels are SPARSE_DEFAULT_RULE's: the mla set's)
+    # (the seesaw_pairfill and seesaw_overlap kernels are the mla set's: SPARSE_DEFAULT_RULE's and its A/B twin)
     overlap = [(name, replace(cfg, producer_warps=4, pair_fill=True, overlap_s=True)) for name, cfg in sixteen]
     return sixteen + l2 + [(sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True, seesaw=True))] \
-        + overlap + [(name, replace(cfg, overlap_s=o, pair_max=True)) for o in (False, True) for name, cfg in overlap]
+        + [(name, replace(cfg, overlap_s=o, pair_max=True)) for o in (False, True) for name, cfg in overlap]
 
 
 def mla_sparse_variants() -> list:

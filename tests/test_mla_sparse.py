@@ -123,7 +123,7 @@ def test_plan_launches_by_the_contract(monkeypatch):
         cfg = launch.kernel.cfg
         # SPARSE_DEFAULT_RULE's kernel over bf16: the seesaw step in pair-fill order with the producer warpgroup
         assert cfg == sc.MLASparseConfig(topk_length=lens is not None, sinks=sinks is not None, producer_warps=4,
-                                         seesaw=True, pair_fill=True)
+                                         seesaw=True, pair_fill=True, overlap_s=True)
         assert (sc.KERNEL, cfg) in kernel_sets.mla()
         assert list(launch.args) == [n for n, _ in cfg.params] and launch.grid == (8192, 1, 1)
         assert launch.args["topk"] == 2048 and launch.args["s_kv"] == 32768 and launch.args["scale"] == 0.1

@@ -141,8 +141,9 @@ def test_host_selects_the_converter_by_default_and_gather_when_asked(monkeypatch
     plain = dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", split=True)
     monkeypatch.delenv(sd.VARIANT_ENV, raising=False)
     cfg = sd.check_sparse_decode_inputs(**args).config(True)
-    # FP8_DECODE_CROSSOVER_RULE: at 128 heads the converter runs as crossover; at 64 the plain converter
-    assert cfg == dataclasses.replace(plain, fp8_converter=True, crossover=True)
+    # FP8_DECODE_CROSSOVER_RULE: at 128 heads the converter runs as crossover_stasync; at 64 the plain converter
+    assert cfg == dataclasses.replace(plain, fp8_converter=True, crossover=True, crossover_lean=True,
+                                      crossover_stasync=True)
     monkeypatch.setenv(sd.VARIANT_ENV, "default")
     assert sd.check_sparse_decode_inputs(**args).config(True) == cfg
     h64 = dict(args, q=info((4, 2, 64, 576)))
@@ -153,7 +154,7 @@ def test_host_selects_the_converter_by_default_and_gather_when_asked(monkeypatch
     monkeypatch.setenv(sd.VARIANT_ENV, "gather")
     assert sd.check_sparse_decode_inputs(**args).config(True) == plain
     bf16 = dict(args, k_cache=info((100, 64, 1, 576)), is_fp8_kvcache=False)     # the knob leaves bf16 alone
-    rule = dc.MLASparseDecodeConfig("bf16", producer_warps=4, seesaw=True, pair_fill=True)     # SPARSE_DEFAULT_RULE's
+    rule = dc.MLASparseDecodeConfig("bf16", producer_warps=4, seesaw=True, pair_fill=True, overlap_s=True)   # the rule's
     assert sd.check_sparse_decode_inputs(**bf16).config(False) == rule
     monkeypatch.setenv(sd.VARIANT_ENV, "conv")
     with pytest.raises(KnobError, match="FA4MLIR_MLA_SPARSE_FP8_VARIANT='conv'"):

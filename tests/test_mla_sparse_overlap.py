@@ -26,21 +26,27 @@ from tests._mla_helpers import check_sparse_art, lower_clean
 
 PAIR_FILL = sc.MLASparseConfig(seesaw=True, producer_warps=4, pair_fill=True)
 OVERLAP = replace(PAIR_FILL, overlap_s=True)
-ENTRIES = [e for e in kernel_sets.configs(["mla-sparse-variants"])
-           if getattr(e[1], "overlap_s", False) and not getattr(e[1], "pair_max", False)]
+# SPARSE_DEFAULT_RULE's bf16 kernels since [D-mla-sparse-overlap-default]: the mla set's, every topk_length / sinks
+# (prefill) and topk_length / split (decode) case
+ENTRIES = [e for e in kernel_sets.mla() if getattr(e[1], "overlap_s", False) and not getattr(e[1], "pair_max", False)]
 
 
-def test_the_variant_is_in_the_variants_set_only():
+def test_the_rule_kernels_are_in_the_mla_set():
     assert {cfg for _, cfg in ENTRIES} == {
-        OVERLAP, replace(OVERLAP, topk_length=True, sinks=True),
-        sc.MLASparseDecodeConfig(seesaw=True, producer_warps=4, pair_fill=True, overlap_s=True),
-        sc.MLASparseDecodeConfig(topk_length=True, split=True, seesaw=True, producer_warps=4, pair_fill=True,
-                                 overlap_s=True)}
-    assert set(ENTRIES) <= set(kernel_sets.gpu_tests())
-    assert not [e for e in kernel_sets.mla() if getattr(e[1], "overlap_s", False)]
+        *(replace(OVERLAP, topk_length=t, sinks=s) for t in (False, True) for s in (False, True)),
+        *(sc.MLASparseDecodeConfig(topk_length=t, split=s, seesaw=True, producer_warps=4, pair_fill=True, overlap_s=True)
+          for t in (False, True) for s in (False, True))}
+    assert set(ENTRIES) <= set(kernel_sets.gpu_tests()) and set(ENTRIES) <= set(kernel_sets.configs(["mla-sparse-variants"]))
+    assert not [e for e in kernel_sets.mla_sparse_variant_entries()
+                if getattr(e[1], "overlap_s", False) and not e[1].pair_max]     # (the mla set's)
+    assert sc.SPARSE_DEFAULT_RULE == {"bf16": (sc.OVERLAP_VARIANT, "warpgroup")}
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
+# compiled here: the bench's prefill and decode kernels and their topk_length + sinks / split + topk_length twins
+COMPILED = [e for e in ENTRIES if e[1].topk_length == getattr(e[1], "sinks", getattr(e[1], "split", None))]
+
+
+@pytest.mark.parametrize("entry", COMPILED, ids=lambda e: e[1].name())
 def test_variant_compiles_clean(entry):
     name, cfg = entry
     check_sparse_art(lower_clean(name, cfg), cfg)
@@ -58,7 +64,7 @@ def test_config():
     with pytest.raises(ConfigError, match="overlap_s must be a bool"):
         replace(OVERLAP, overlap_s=1).validate()
     assert sc.sparse_variant(sc.MLASparseConfig(producer_warps=4), sc.OVERLAP_VARIANT) == OVERLAP
-    assert sc.sparse_variant(OVERLAP, "default") == PAIR_FILL
+    assert sc.sparse_variant(OVERLAP, "default") == OVERLAP                # the rule's ([D-mla-sparse-overlap-default])
     assert sc.sparse_variant(OVERLAP, sc.PAIR_FILL_VARIANT) == PAIR_FILL
     with pytest.raises(ConfigError, match="producer_warps=4"):
         sc.sparse_variant(sc.MLASparseConfig(), sc.OVERLAP_VARIANT)
@@ -67,7 +73,7 @@ def test_config():
 def test_verifier_accepts_it():
     from fa4mlir import kernels
     from fa4mlir.passes import verify_pipelines
-    for name, cfg in ENTRIES:
+    for name, cfg in COMPILED:
         kir = kernels.module(name).build(cfg)
         with kir.module.context:
             verify_pipelines.run(kir.module.operation)

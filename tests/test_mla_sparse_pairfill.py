@@ -24,8 +24,9 @@ from fa4mlir.kernels.common.fields import ConfigError
 from tests._mla_helpers import bits as _bits
 from tests._mla_helpers import check_sparse_art, lower_clean
 
-# SPARSE_DEFAULT_RULE's bf16 kernels since [D-mla-sparse-pairfill-default]: the mla set's
-ENTRIES = [e for e in kernel_sets.mla() if getattr(e[1], "pair_fill", False)]
+# SPARSE_DEFAULT_RULE's bf16 kernels from [D-mla-sparse-pairfill-default] to [D-mla-sparse-overlap-default]: the mla
+# set's (the rule's overlapped ones: test_mla_sparse_overlap.py)
+ENTRIES = [e for e in kernel_sets.mla() if getattr(e[1], "pair_fill", False) and not e[1].overlap_s]
 PAIR_FILL = sc.MLASparseConfig(seesaw=True, producer_warps=4, pair_fill=True)
 
 
@@ -61,7 +62,7 @@ def test_config():
     cfg = sc.MLASparseConfig(producer_warps=4)
     assert sc.sparse_variant(cfg, "seesaw_pairfill") == PAIR_FILL
     assert sc.sparse_variant(PAIR_FILL, "seesaw") == replace(PAIR_FILL, pair_fill=False)
-    assert sc.sparse_variant(PAIR_FILL, "default") == PAIR_FILL         # the rule's ([D-mla-sparse-pairfill-default])
+    assert sc.sparse_variant(PAIR_FILL, "default") == replace(PAIR_FILL, overlap_s=True)   # the rule's ([D-mla-sparse-overlap-default])
     with pytest.raises(ConfigError, match="producer_warps=4"):
         sc.sparse_variant(sc.MLASparseConfig(), "seesaw_pairfill")
 

@@ -76,7 +76,7 @@ def test_config():
     base = sc.MLASparseConfig(producer_warps=4)
     assert sc.sparse_variant(base, sc.PAIR_MAX_VARIANT) == PAIR_MAX
     assert sc.sparse_variant(base, sc.OVERLAP_PAIR_MAX_VARIANT) == BOTH
-    assert sc.sparse_variant(BOTH, "default") == PAIR_FILL
+    assert sc.sparse_variant(BOTH, "default") == replace(PAIR_FILL, overlap_s=True)    # the rule's: the overlap
     assert sc.sparse_variant(BOTH, sc.OVERLAP_VARIANT) == replace(PAIR_FILL, overlap_s=True)
     with pytest.raises(ConfigError, match="producer_warps=4"):
         sc.sparse_variant(sc.MLASparseConfig(), sc.PAIR_MAX_VARIANT)

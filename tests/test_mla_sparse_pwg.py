@@ -25,16 +25,17 @@ ENTRIES = [e for e in kernel_sets.mla() if getattr(e[1], "producer_warps", 1) ==
 
 
 def test_the_variant_is_in_the_mla_set():
-    """SPARSE_DEFAULT_RULE's bf16 kernels (pair-fill seesaw, producer warpgroup), the seesaw in tile order (the rule
-    before, bench mla's fa4mlir[seesaw_pwg]) and the producer warpgroup on the tile step (fa4mlir[pwg]), every
+    """SPARSE_DEFAULT_RULE's bf16 kernels (overlapped pair-fill seesaw, producer warpgroup), the pair fill (the rule
+    before, fa4mlir[seesaw_pairfill]), the seesaw in tile order (the rule before that, bench mla's fa4mlir[seesaw_pwg]) and the producer warpgroup on the tile step (fa4mlir[pwg]), every
     topk_length / sinks (prefill) and topk_length / split (decode) case."""
-    steps = ((False, False), (True, False), (True, True))      # (seesaw, pair_fill)
+    steps = ((False, False, False), (True, False, False), (True, True, False), (True, True, True))  # (seesaw, pair_fill, overlap_s)
     prefill = {cfg for name, cfg in ENTRIES if name == sc.KERNEL}
-    assert prefill == {sc.MLASparseConfig(topk_length=t, sinks=s, producer_warps=4, seesaw=w, pair_fill=f)
-                       for t in (False, True) for s in (False, True) for w, f in steps}
+    assert prefill == {sc.MLASparseConfig(topk_length=t, sinks=s, producer_warps=4, seesaw=w, pair_fill=f, overlap_s=o)
+                       for t in (False, True) for s in (False, True) for w, f, o in steps}
     decode = {cfg for name, cfg in ENTRIES if name == sc.DECODE_KERNEL}
-    assert decode == {sc.MLASparseDecodeConfig(topk_length=t, split=s, producer_warps=4, seesaw=w, pair_fill=f)
-                      for t in (False, True) for s in (False, True) for w, f in steps}
+    assert decode == {sc.MLASparseDecodeConfig(topk_length=t, split=s, producer_warps=4, seesaw=w, pair_fill=f,
+                                               overlap_s=o)
+                      for t in (False, True) for s in (False, True) for w, f, o in steps}
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
@@ -175,8 +176,9 @@ def test_knob_selects_the_decode_variant(monkeypatch):
     monkeypatch.setenv(sc.PRODUCER_ENV, "warp")
     assert problem().config(False) == sc.MLASparseDecodeConfig()
     monkeypatch.delenv(sc.PRODUCER_ENV)
-    monkeypatch.delenv(sc.SPARSE_VARIANT_ENV)       # SPARSE_DEFAULT_RULE: bf16 pair-fill seesaw + producer warpgroup
-    assert problem().config(False) == sc.MLASparseDecodeConfig(producer_warps=4, seesaw=True, pair_fill=True)
+    monkeypatch.delenv(sc.SPARSE_VARIANT_ENV)       # SPARSE_DEFAULT_RULE: bf16 overlapped pair fill + producer warpgroup
+    assert problem().config(False) == sc.MLASparseDecodeConfig(producer_warps=4, seesaw=True, pair_fill=True,
+                                                               overlap_s=True)
 
 
 def test_bench_backend_sets_the_knob_around_the_call(monkeypatch):

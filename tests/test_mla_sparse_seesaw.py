@@ -40,8 +40,8 @@ def test_config_key_name_and_refusals():
         assert on.seesaw and on.key()["seesaw"] is True and on.name().endswith("_seesaw")
         assert sc.sparse_variant(on, "tile") == cfg
         assert sc.sparse_variant(cfg, "default") == on      # SPARSE_DEFAULT_RULE's step over bf16 (gather warp)
-        pwg = replace(cfg, producer_warps=4)                # ... and with the producer warpgroup: its pair fill
-        assert sc.sparse_variant(pwg, "default") == replace(on, producer_warps=4, pair_fill=True)
+        pwg = replace(cfg, producer_warps=4)                # ... and with the producer warpgroup: its overlapped pair fill
+        assert sc.sparse_variant(pwg, "default") == replace(on, producer_warps=4, pair_fill=True, overlap_s=True)
     assert not sc.sparse_variant(sc.MLASparseDecodeConfig("f16"), "default").seesaw
     assert not sc.sparse_variant(sc.MLASparseConfig(kv_dtype="fp8"), "default").seesaw
     assert "seesaw" in sc.VARIANT_FIELDS and "seesaw" in sc.DECODE_VARIANT_FIELDS
@@ -255,6 +255,7 @@ def test_bench_rows_carry_the_seesaw_backend(monkeypatch):
                                                    "fa4mlir[pwg]": ("tile", "warpgroup"),
                                                    "fa4mlir[seesaw]": ("seesaw", "warp"),
                                                    "fa4mlir[seesaw_pwg]": ("seesaw", "warpgroup"),
+                                                   "fa4mlir[seesaw_pairfill]": ("seesaw_pairfill", "warpgroup"),
                                                    "fa4mlir[seesaw_overlap]": ("seesaw_overlap", "warpgroup"),
                                                    "fa4mlir[seesaw_pairmax]": ("seesaw_pairmax", "warpgroup"),
                                                    "fa4mlir[seesaw_overlap_pairmax]": ("seesaw_overlap_pairmax",

@@ -22,7 +22,8 @@ SPARSE_CASES = [c.name for c in san.CASES if c.child == "mla-sparse"]
 
 def test_every_sparse_entry_is_one_case_and_one_is_quick():
     sparse = [cfg.key() for k, cfg in kernel_sets.mla() if k == sps.sc.KERNEL]
-    assert len(sparse) == 20         # bf16 kv: the rule's (pair fill) 4, the tile-order seesaw's 4, the tile step's 4 and
+    assert len(sparse) == 24         # bf16 kv: the rule's (overlapped pair fill) 4, the pair fill's 4, the tile-order
+                                     # seesaw's 4, the tile step's 4 and
                                      # 4 with the producer warpgroup; FP8: 4
     for key in sparse:
         assert [c.name for c in san.CASES if key in c.match] in ([n] for n in SPARSE_CASES), key

@@ -416,7 +416,8 @@ def with_fp8_variant(name: str, run: Callable[[], Any]) -> Callable[[], Any]:
 
 def sparse_ab_calls(default: Callable[[], Any]) -> dict:
     """The 16-bit sparse rows' A/B backends beside the rule's kernel (SPARSE_DEFAULT_RULE over bf16: the seesaw with
-    FlashMLA's fill order of a pair's halves, seesaw_pairfill, and the producer warpgroup), both knobs set around
+    FlashMLA's fill order of a pair's halves and the next pair's S_a under P_b V, seesaw_overlap, and the producer
+    warpgroup; fa4mlir[seesaw_pairfill] the rule before it), both knobs set around
     each call: fa4mlir[tile] the kernel before the seesaw rules (tile step, gather warp), fa4mlir[pwg] the producer
     warpgroup on the tile step, fa4mlir[seesaw] the seesaw with the gather warp, fa4mlir[seesaw_pwg] the rule before
     [D-mla-sparse-pairfill-default] (the seesaw in tile order with the producer warpgroup), fa4mlir[seesaw_overlap] the
@@ -427,6 +428,7 @@ def sparse_ab_calls(default: Callable[[], Any]) -> dict:
         return lambda: with_sparse_variant(variant, with_producer(producer, default()))
     return {"fa4mlir[tile]": both("tile", "warp"), "fa4mlir[pwg]": both("tile", "warpgroup"),
             "fa4mlir[seesaw]": both("seesaw", "warp"), "fa4mlir[seesaw_pwg]": both("seesaw", "warpgroup"),
+            "fa4mlir[seesaw_pairfill]": both("seesaw_pairfill", "warpgroup"),
             "fa4mlir[seesaw_overlap]": both("seesaw_overlap", "warpgroup"),
             "fa4mlir[seesaw_pairmax]": both("seesaw_pairmax", "warpgroup"),
             "fa4mlir[seesaw_overlap_pairmax]": both("seesaw_overlap_pairmax", "warpgroup")}
