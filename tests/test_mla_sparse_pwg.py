@@ -38,7 +38,8 @@ def test_the_variant_is_in_the_mla_set():
                       for t in (False, True) for s in (False, True) for w, f, o in steps}
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
+# compiled here but the overlapped pair fill's (test_mla_sparse_overlap.py compiles four of them; the bundle the rest)
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if not e[1].overlap_s], ids=lambda e: e[1].name())
 def test_variant_compiles_clean(entry):
     name, cfg = entry
     check_sparse_art(lower_clean(name, cfg), cfg)
