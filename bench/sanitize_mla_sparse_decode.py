@@ -26,18 +26,21 @@ import os
 import numpy as np
 
 from bench.sanitize_mla import nan_empty
-from bench.sanitize_mla_sparse import PAIR_FILL, RULE, SEESAW_PWG, TILE, TILE_PWG, sparse_inputs, sparse_knobs
+from bench.sanitize_mla_sparse import PAIR_FILL, SEESAW_PWG, TILE, TILE_PWG, sparse_inputs, sparse_knobs
+from bench.sanitize_mla_sparse import RULE as OVERLAP
+
+RULE = PAIR_FILL        # SPARSE_DECODE_DEFAULT_RULE's bf16 kernel: the pair fill (the prefill's overlap is an A/B here)
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as dc
 
 # (case name, (dtype, topk_length, split, fields | "fp8", fp8 variant) of its kernels, quick): every sparse decode
-# entry of the mla set. fields: SPARSE_DEFAULT_RULE's bf16 kernel (RULE: seesaw in pair-fill order with the next
-# pair's S_a under P_b V, producer warpgroup), the pair fill without it (PAIR_FILL: the rule before), the seesaw in tile order with the producer warpgroup (SEESAW_PWG: the rule before), the tile
+# entry of the mla set. fields: SPARSE_DECODE_DEFAULT_RULE's bf16 kernel (RULE: seesaw in pair-fill order, producer
+# warpgroup), the same with the next pair's S_a under P_b V (OVERLAP: the prefill's rule, an A/B here), the seesaw in tile order with the producer warpgroup (SEESAW_PWG: the rule before), the tile
 # step with the gather warp (TILE: the f16 default, bf16's A/B) or the producer warpgroup (TILE_PWG)
 CASES = (
     ("mla-sparse-decode", (("bf16", False, False, RULE), ("bf16", True, True, RULE)), True),
     ("mla-sparse-decode-more", (("bf16", True, False, RULE), ("bf16", False, True, RULE), ("f16", False, False, TILE),
                                 ("f16", True, False, TILE), ("f16", False, True, TILE), ("f16", True, True, TILE)), False),
-    ("mla-sparse-decode-pairfill", tuple(("bf16", t, s, PAIR_FILL) for t in (False, True) for s in (False, True)),
+    ("mla-sparse-decode-overlap", tuple(("bf16", t, s, OVERLAP) for t in (False, True) for s in (False, True)),
      False),
     ("mla-sparse-decode-seesaw-pwg", tuple(("bf16", t, s, SEESAW_PWG) for t in (False, True) for s in (False, True)),
      False),

@@ -158,7 +158,7 @@ def test_plan_launches_by_the_contracts(monkeypatch, splits):
     cfg = first.kernel.cfg
     # SPARSE_DEFAULT_RULE's kernel over bf16: the seesaw step in pair-fill order with the producer warpgroup
     assert cfg == dc.MLASparseDecodeConfig("bf16", topk_length=True, split=splits > 1, producer_warps=4, seesaw=True,
-                                           pair_fill=True, overlap_s=True)
+                                           pair_fill=True)      # SPARSE_DECODE_DEFAULT_RULE: the pair fill
     assert (dc.DECODE_KERNEL, cfg) in kernel_sets.mla()
     assert list(first.args) == [n for n, _ in cfg.params] and first.grid == (4 * 2 * 2, splits, 1)
     assert first.args["s_kv"] == 6400 and first.args["tokens"] == 8 and first.args["head_blocks"] == 2

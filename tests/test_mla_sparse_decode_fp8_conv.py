@@ -154,7 +154,7 @@ def test_host_selects_the_converter_by_default_and_gather_when_asked(monkeypatch
     monkeypatch.setenv(sd.VARIANT_ENV, "gather")
     assert sd.check_sparse_decode_inputs(**args).config(True) == plain
     bf16 = dict(args, k_cache=info((100, 64, 1, 576)), is_fp8_kvcache=False)     # the knob leaves bf16 alone
-    rule = dc.MLASparseDecodeConfig("bf16", producer_warps=4, seesaw=True, pair_fill=True, overlap_s=True)   # the rule's
+    rule = dc.MLASparseDecodeConfig("bf16", producer_warps=4, seesaw=True, pair_fill=True)   # SPARSE_DECODE_DEFAULT_RULE's
     assert sd.check_sparse_decode_inputs(**bf16).config(False) == rule
     monkeypatch.setenv(sd.VARIANT_ENV, "conv")
     with pytest.raises(KnobError, match="FA4MLIR_MLA_SPARSE_FP8_VARIANT='conv'"):

@@ -40,6 +40,9 @@ def test_the_rule_kernels_are_in_the_mla_set():
     assert not [e for e in kernel_sets.mla_sparse_variant_entries()
                 if getattr(e[1], "overlap_s", False) and not e[1].pair_max]     # (the mla set's)
     assert sc.SPARSE_DEFAULT_RULE == {"bf16": (sc.OVERLAP_VARIANT, "warpgroup")}
+    assert sc.SPARSE_DECODE_DEFAULT_RULE == {"bf16": (sc.PAIR_FILL_VARIANT, "warpgroup")}     # the decode: no gain
+    decode = sc.MLASparseDecodeConfig(seesaw=True, producer_warps=4, pair_fill=True, overlap_s=True)
+    assert sc.sparse_variant(decode, "default") == replace(decode, overlap_s=False)
 
 
 # compiled here: the bench's prefill and decode kernels and their topk_length + sinks / split + topk_length twins

@@ -177,9 +177,8 @@ def test_knob_selects_the_decode_variant(monkeypatch):
     monkeypatch.setenv(sc.PRODUCER_ENV, "warp")
     assert problem().config(False) == sc.MLASparseDecodeConfig()
     monkeypatch.delenv(sc.PRODUCER_ENV)
-    monkeypatch.delenv(sc.SPARSE_VARIANT_ENV)       # SPARSE_DEFAULT_RULE: bf16 overlapped pair fill + producer warpgroup
-    assert problem().config(False) == sc.MLASparseDecodeConfig(producer_warps=4, seesaw=True, pair_fill=True,
-                                                               overlap_s=True)
+    monkeypatch.delenv(sc.SPARSE_VARIANT_ENV)       # SPARSE_DECODE_DEFAULT_RULE: bf16 pair fill + producer warpgroup
+    assert problem().config(False) == sc.MLASparseDecodeConfig(producer_warps=4, seesaw=True, pair_fill=True)
 
 
 def test_bench_backend_sets_the_knob_around_the_call(monkeypatch):

@@ -40,8 +40,9 @@ def test_config_key_name_and_refusals():
         assert on.seesaw and on.key()["seesaw"] is True and on.name().endswith("_seesaw")
         assert sc.sparse_variant(on, "tile") == cfg
         assert sc.sparse_variant(cfg, "default") == on      # SPARSE_DEFAULT_RULE's step over bf16 (gather warp)
-        pwg = replace(cfg, producer_warps=4)                # ... and with the producer warpgroup: its overlapped pair fill
-        assert sc.sparse_variant(pwg, "default") == replace(on, producer_warps=4, pair_fill=True, overlap_s=True)
+        pwg = replace(cfg, producer_warps=4)                # ... and with the producer warpgroup: its (prefill:
+        overlap = isinstance(cfg, sc.MLASparseConfig)       # overlapped) pair fill
+        assert sc.sparse_variant(pwg, "default") == replace(on, producer_warps=4, pair_fill=True, overlap_s=overlap)
     assert not sc.sparse_variant(sc.MLASparseDecodeConfig("f16"), "default").seesaw
     assert not sc.sparse_variant(sc.MLASparseConfig(kv_dtype="fp8"), "default").seesaw
     assert "seesaw" in sc.VARIANT_FIELDS and "seesaw" in sc.DECODE_VARIANT_FIELDS

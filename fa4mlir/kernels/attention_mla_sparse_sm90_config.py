@@ -264,10 +264,12 @@ SPARSE_VARIANTS = {"default": {}, TILE_VARIANT: {}, SEESAW_VARIANT: {"seesaw": T
 # sparse prefill 498.4 vs 480.9 TFLOP/s, sparse decode 428.6 vs 409.3 (the seesaw in tile order stays the A/B
 # backend fa4mlir[seesaw_pwg]). Since [D-mla-sparse-overlap-default] warpgroup 0 also issues the next pair's S_a
 # under its P_b V (OVERLAP_VARIANT, note "Overlap"; bit-identical to the pair fill): nvidia-h200, same process, three
-# runs, sparse prefill 493.2 / 496.6 / 492.5 vs 484.1 / 488.4 / 486.6 TFLOP/s (+1.2-1.9%), sparse decode 427.8 / 429.1 /
-# 429.8 vs 429.7 / 431.6 / 428.7 (within +-0.6%: one rule for both; the pair fill stays the A/B backend
-# fa4mlir[seesaw_pairfill]).
+# runs, sparse prefill 493.2 / 496.6 / 492.5 vs 484.1 / 488.4 / 486.6 TFLOP/s (+1.2-1.9%; a fourth, 487.1 vs 480.7); the
+# pair fill stays the A/B backend fa4mlir[seesaw_pairfill]. The sparse decode (SPARSE_DECODE_DEFAULT_RULE) keeps the
+# pair fill: the overlap read 427.8 / 429.1 / 429.8 / 426.9 against 429.7 / 431.6 / 428.7 / 429.6 in the same runs
+# (-0.9% to +0.3%, mean -0.4%), no gain.
 SPARSE_DEFAULT_RULE = {"bf16": (OVERLAP_VARIANT, "warpgroup")}
+SPARSE_DECODE_DEFAULT_RULE = {"bf16": (PAIR_FILL_VARIANT, "warpgroup")}
 SPARSE_DEFAULT = (TILE_VARIANT, "warp")
 
 
@@ -287,13 +289,16 @@ def _check_seesaw(cfg) -> None:
 
 def sparse_variant(cfg, name: str = "default"):
     """The sparse kernel ``cfg`` (MLASparseConfig or MLASparseDecodeConfig) as variant ``name`` of
-    SPARSE_VARIANTS ("default": SPARSE_DEFAULT_RULE's for cfg's dtype; its pair fill (and overlap) is the producer warpgroup's
+    SPARSE_VARIANTS ("default": SPARSE_DEFAULT_RULE's for cfg's dtype, SPARSE_DECODE_DEFAULT_RULE's for a 16-bit
+    decode; its pair fill (and overlap) is the producer warpgroup's
     fill order, so with the gather warp (FA4MLIR_MLA_SPARSE_PRODUCER=warp) the rule's step is the seesaw in tile
     order); ConfigError for an unknown name or a variant not built for cfg (seesaw: see _check_seesaw)."""
     if name not in SPARSE_VARIANTS:
         raise ConfigError(f"unknown sparse MLA variant {name!r}; known: {', '.join(SPARSE_VARIANTS)}")
     if name == "default":
         name = default_sparse(cfg.dtype, cfg.fp8)[0]
+        if isinstance(cfg, MLASparseDecodeConfig) and not cfg.fp8:     # the decode's own half of the rule
+            name = SPARSE_DECODE_DEFAULT_RULE.get(cfg.dtype, SPARSE_DEFAULT)[0]
         if name in PAIR_FILL_VARIANTS and cfg.producer_warps != 4:
             name = SEESAW_VARIANT
     out = replace(cfg, **{"seesaw": False, "pair_fill": False, "overlap_s": False, "pair_max": False,
@@ -743,7 +748,7 @@ def split_range(n_tiles: int, split: int, num_splits: int) -> tuple[int, int]:
     return begin, min(begin + per, n_tiles)
 
 
-__all__ = ["fp8_plan", "KERNEL", "DTYPES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "HEADS", "MLASparseConfig",
+__all__ = ["fp8_plan", "SPARSE_DECODE_DEFAULT_RULE", "KERNEL", "DTYPES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "HEADS", "MLASparseConfig",
            "OUTPUTS", "SCALARS", "launch_args", "grid", "flops", "DECODE_KERNEL", "DECODE_DTYPES", "MLASparseDecodeConfig",
            "DECODE_OUTPUTS", "DECODE_SPLIT_OUTPUTS", "DECODE_SCALARS", "DECODE_FP8_SCALARS", "KV_DTYPES", "FP8_DTYPE",
            "FP8_ROW_BYTES", "decode_launch_args", "decode_grid", "head_blocks",
