@@ -30,7 +30,7 @@ from fa4mlir.sass import disassemble, find_nvdisasm, wgmma_loops
 from tests._mla_helpers import lower_clean
 from tests.test_mla_decode_swapab import _args, _run
 
-CHUNKS = {"swap_ab_chunks": True}
+CHUNKS = {"swap_ab_chunks": True, "swap_ab_ring": False}     # (on the rule's config, which is the ring over bf16)
 RING = {"swap_ab_ring": True}
 FORMS = {"chunks": CHUNKS, "ring": RING}
 CHUNK_ENTRIES = [e for e in kernel_sets.mla_decode_variant_entries() if e[1].swap_ab_chunks]
