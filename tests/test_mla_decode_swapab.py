@@ -210,4 +210,4 @@ def test_seeded_bugs_fail_the_rule(monkeypatch, bug):
     else:                       # floor for ceil: an odd count's last tile neither loaded nor attended
         monkeypatch.setattr(sw, "_pairs", lambda work: (work.end - work.begin) // 2)
     with pytest.raises(AssertionError):
-        _run((150, 63), 2, 16, 64, 1, True)
+        _run((150, 63), 2, 16, 64, 1, True, cfg_change={"swap_ab_ring": False})     # the one-ring kernel (the rule's is the ring)
