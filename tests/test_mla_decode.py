@@ -180,7 +180,7 @@ def test_mla_decode_through_the_interpreter(lens, seqlen_q, heads, page, splits,
                                    512, _info((splits, 8), "i32"), _info((batch + 1,), "i32"), causal=causal)
     cfg, combine = mla.configs_for(problem)
     assert cfg.unsplit == (splits == 1) and (combine is None) == cfg.unsplit
-    cfg = replace(cfg, swap_ab=0, seesaw=exchange in ("seesaw", "seesaw_ss", "seesaw_fm"),
+    cfg = replace(cfg, swap_ab=0, swap_ab_ring=False, seesaw=exchange in ("seesaw", "seesaw_ss", "seesaw_fm"),
                   seesaw_smem_p=exchange in ("seesaw_ss", "seesaw_fm"), seesaw_fm=exchange == "seesaw_fm",
                   exchange=bool(exchange))   # not DEFAULT_RULE's pick
     assert cfg.dtype == dtype                  # the M64 / seesaw kernels (swap AB: tests/test_mla_decode_swapab.py)
