@@ -34,7 +34,7 @@ lit: $(STAMP)
 	$(VENV)/bin/lit -sv lit_tests
 
 gpu-bundle: $(STAMP)      ## here: compile what the GPU tests and the benchmark need into $(BUNDLE)/
-	$(PY) -m fa4mlir bundle --out $(BUNDLE) --set gpu-tests --set bench --set decode-fp8-variants \
+	$(PY) -m fa4mlir bundle --out $(BUNDLE) --set gpu-tests --set bench --set decode-fp8-variants --set decode-bf16-variants \
 		--set prefill-softcap-variants --set prefill-poly0 --set mla-decode-variants --jobs $(PYTEST_WORKERS)
 	PYTHONPATH=$(CURDIR) $(PY) -m tests.interpret_sm90 --out $(BUNDLE)/interpret   # the interpreter's outputs the H200 is compared with
 

@@ -155,7 +155,8 @@ def main(argv=None) -> int:
                                                           "through-SMEM kernel (both in --set decode); a bundle of the "
                                                           "decode-fp8-variants set holds the rest); names of "
                                                           "config.TILE_VARIANTS (bf16 tiles: bn64s6, bn128s3, "
-                                                          "bn32s6) time decode_dense the same way")
+                                                          "bn32s6; s2, s4, bn128s2, evict_first: a bundle of the "
+                                                          "decode-bf16-variants set) time decode_dense the same way")
     be.add_argument("--mla-decode-variant", default="", help="mla only: the mla_decode rows also time fa4mlir with "
                                                               "each of these decode variants (attention.mla.VARIANTS: "
                                                               "default (DEFAULT_RULE's), m64, swapab, seesaw, "

@@ -87,7 +87,12 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 the decode set plus attention_decode_sm90_config.FP8_VARIANTS (converter warpgroup,
                 128-key tiles, split conversion, bit conversion, swap AB) of bf16 D128 FP8 caches, contiguous and paged 16, each
                 scale granularity, split and unsplit, and "balanced" (the balanced split schedule: contiguous
-                and pages of 16, 64, 128, with its combine; balanced5/12/3cta), TILE_VARIANTS (bf16): what `bench decode` times
+                and pages of 16, 64, 128, with its combine; balanced5/12/3cta), TILE_VARIANTS (bf16) but
+                BF16_SWEEP: what `bench decode` times
+    decode-bf16-variants
+                decode_dense's decode kernel (bf16 D128 contiguous, unsplit) and every bf16 TILE_VARIANTS entry
+                of it (ring depths s2, s4, bn128s2, bn128s3, bn64s6, bn32s6; evict_first: an L2 evict_first
+                policy on the K/V TMA loads): what `bench decode --workloads decode_dense --decode-variant` times
     mla-decode-variants
                 the mla set (every kernel DEFAULT_RULE or FA4MLIR_MLA_DECODE_VARIANT picks: M64, swap AB, the
                 seesaw schedule, full_s) plus the opt-in seesaw_ss and seesaw_fm kernels (bf16, pages of 64; the
@@ -177,7 +182,7 @@ from __future__ import annotations
 
 import importlib
 
-from .kernel_sets_decode import DECODE_FP8_VARIANT_CASES, decode_variant_entries  # noqa: F401
+from .kernel_sets_decode import DECODE_FP8_VARIANT_CASES, decode_bf16_variants, decode_variant_entries  # noqa: F401
 from .kernel_sets_mla import (MLA_CASES, mla, mla_decode_sm100, mla_decode_variant_entries, mla_decode_variants, mla_sparse_sm100,  # noqa: F401
                               mla_sparse_sm100_pair, mla_sparse_variant_entries, mla_sparse_variants)  # (sets named in SETS)
 
@@ -761,7 +766,8 @@ SETS = {"attention-sm100": attention_sm100, "attention-sm100-serving": attention
         "gpu-tests": gpu_tests, "bench": bench, "sm90": sm90, "attention": attention,
         "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
         "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,
-        "decode-fp8-variants": decode_fp8_variants, "mla-decode-variants": mla_decode_variants,
+        "decode-fp8-variants": decode_fp8_variants, "decode-bf16-variants": decode_bf16_variants,
+        "mla-decode-variants": mla_decode_variants,
         "mla-sparse-variants": mla_sparse_variants,
         "prefill": prefill, "mla": mla, "attention-varlen": attention_varlen, "head-dims": head_dims,
         "score-mods": score_mods, "prefill-softcap-variants": prefill_softcap_variants,

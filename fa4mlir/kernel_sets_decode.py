@@ -14,6 +14,7 @@ def decode_variant_entries() -> list:
     --decode-variant default,cw2,...` times."""
     from .kernels.attention_decode_sm90_config import (BALANCED, BALANCED_VARIANTS, COMBINE_KERNEL, FP8_VARIANT_SCALES,
                                                        FP8_VARIANTS, KERNEL, SCALES, SWAP_AB_ROWS, TILE_VARIANTS,
+                                                       BF16_SWEEP,
                                                        CombineConfig, default_config, fp8_variant, tile_variant)
     out = [(KERNEL, fp8_variant(default_config(dtype, d, page, grain, unsplit=unsplit), name, page))
             for dtype, d, page, grain in DECODE_FP8_VARIANT_CASES for unsplit in (False, True)
@@ -26,5 +27,15 @@ def decode_variant_entries() -> list:
     out += [(KERNEL, fp8_variant(default_config("bf16", 128, page, "kv_head"), name, page, SWAP_AB_ROWS))
             for name in BALANCED_VARIANTS if name != BALANCED for page in (16, 64)]
     out += [(KERNEL, tile_variant(default_config("bf16", 128, None, unsplit=True), name))
-            for name in TILE_VARIANTS if name != "default"]
+            for name in TILE_VARIANTS if name != "default" and name not in BF16_SWEEP]
     return out + [(COMBINE_KERNEL, CombineConfig("bf16", 128, balanced_bn=64))]
+
+
+def decode_bf16_variants() -> list:
+    """The `decode-bf16-variants` set: bench decode's decode_dense kernel (bf16 D128 contiguous, unsplit: one split
+    there at every variant's CTAs per SM; no combine) and each bf16 TILE_VARIANTS entry of it (the ring-depth /
+    L2-hint sweep BF16_SWEEP and the earlier tile variants): what `python -m fa4mlir bench decode --workloads
+    decode_dense --decode-variant default,s2,s4,bn128s2,bn128s3,evict_first` times in one process."""
+    from .kernels.attention_decode_sm90_config import KERNEL, TILE_VARIANTS, default_config, tile_variant
+    base = default_config("bf16", 128, None, unsplit=True)
+    return [(KERNEL, base)] + [(KERNEL, tile_variant(base, name)) for name in TILE_VARIANTS if name != "default"]

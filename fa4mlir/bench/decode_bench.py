@@ -25,7 +25,8 @@ FA4MLIR_DECODE_FP8_VARIANT, part of the call cache's key) as backends `fa4mlir[N
 must hold them: `python -m fa4mlir bundle --set decode-fp8-variants`); names of the bf16 tile variants
 (attention_decode_sm90_config.TILE_VARIANTS, through FA4MLIR_DECODE_TILE_VARIANT, also in the call
 cache's key) time on decode_dense the same way (each name goes to the workloads its table is for;
-"default" to both). JSON to --out (default decode-bench.json).
+"default" to both; `--set decode-bf16-variants` holds decode_dense's default kernel and every tile variant:
+`--workloads decode_dense --decode-variant default,s2,s4,bn128s2,bn128s3,evict_first`). JSON to --out (default decode-bench.json).
 """
 from __future__ import annotations
 

@@ -131,9 +131,12 @@ OPS: tuple[OpDef, ...] = (
     OpDef("tma_load", """Copy the box at `coords` (innermost first) of the tensor that `desc` describes into
     `dst`; the copy's bytes count as transactions on `full[stage]` of `pipe`. `cta_group` = 2 (sm_100a, a
     CTA pair): the bytes count on `full[stage]` of the pair's leader CTA (even rank) instead, whichever
-    CTA issues the copy; the data lands in the issuer's `dst` (PTX ISA 9.7.9.25 .cta_group::2).""",
+    CTA issues the copy; the data lands in the issuer's `dst` (PTX ISA 9.7.9.25 .cta_group::2). `evict_first`
+    true: the copy carries .L2::cache_hint with a createpolicy.fractional.L2::evict_first policy of fraction 1.0
+    (PTX ISA 9.7.9.25, 9.7.9.18: the source's lines are the first L2 evicts; no effect on the bytes copied).""",
           operands=(("desc", "ptr"), ("dst", "smem_ptr"), ("stage", "i32"), ("coords", "*i32")),
-          attrs=(("pipe", "str"), ("box", "ints"), ("elem_bytes", "int")), optional_attrs=(("cta_group", "int"),)),
+          attrs=(("pipe", "str"), ("box", "ints"), ("elem_bytes", "int")),
+          optional_attrs=(("cta_group", "int"), ("evict_first", "bool"))),
     OpDef("tma_gather4", """sm_100a: copy four rows of the 2-D tensor that `desc` describes, rows `row0` ..
     `row3` (any order, repeats allowed), columns [`col`, `col` + box[0]), into `dst` as one 4-row box
     (row i at `dst` + i * box[0] * elem_bytes, under the descriptor's swizzle); the copy's bytes

@@ -310,16 +310,17 @@ def _load_tiles(kb, cfg, work, p, k_smem, v_smem, k_pipe, v_pipe, s0: PipeState 
         pipe.producer_acquire(s)
         pipe.producer_commit(s, tx_bytes=tile_bytes)
         base = s.stage * tile_bytes
+        hint = {"evict_first": True} if cfg.kv_evict_first else {}    # K/V are read once: L2 evicts them first
         for i, (page, row) in enumerate(origins):
             if cfg.fp8:   # one unswizzled box of box_rows rows of D bytes
                 dst = kb.gep(smem, base + i * cfg.box_rows * cfg.head_dim, "i8")
                 fa4.tma_load(desc, dst, s.stage, [const(0), work.kv_head, row, page], pipe=pipe.name,
-                             box=[cfg.head_dim, 1, cfg.box_rows, 1], elem_bytes=1)
+                             box=[cfg.head_dim, 1, cfg.box_rows, 1], elem_bytes=1, **hint)
                 continue
             for c in range(cfg.d_chunks):
                 dst = kb.gep(smem, base + c * cfg.bn * SWIZZLE + i * cfg.box_rows * SWIZZLE, "i8")
                 fa4.tma_load(desc, dst, s.stage, [const(c * CHUNK), work.kv_head, row, page],
-                             pipe=pipe.name, box=[CHUNK, 1, cfg.box_rows, 1], elem_bytes=ELEM_BYTES[cfg.dtype])
+                             pipe=pipe.name, box=[CHUNK, 1, cfg.box_rows, 1], elem_bytes=ELEM_BYTES[cfg.dtype], **hint)
 
     loop = kb.for_(work.begin, work.end, 1, carry=s0 or k_pipe.initial_state())
     with loop as (j, s):

@@ -40,7 +40,7 @@ from math import gcd
 
 from .common.constants import LOG2E
 from .common.fastdiv import divisor
-from .common.decode_tile_variants import TILE_VARIANT_ENV, TILE_VARIANTS  # noqa: F401  (re-exported)
+from .common.decode_tile_variants import BF16_SWEEP, TILE_VARIANT_ENV, TILE_VARIANTS  # noqa: F401  (re-exported)
 from .common.decode_tile_variants import tile_variant as _tile_variant
 from .common.fields import ConfigError, check_fields, field_defaults, key_leaving_out
 from .common.mask_family import Mask, attention_mask, mask_fields
@@ -121,6 +121,8 @@ class DecodeConfig:
     chunk: int = 0
     softcap: bool = False         # s -> cap tanh(s / cap): launch takes softcap_scale, scale_log2 = cap log2(e)
     sinks: bool = False           # unsplit: a learned logit per query head in the denominator (split: the combine's)
+    kv_evict_first: bool = False  # K/V TMA loads with an L2 evict_first cache policy (.L2::cache_hint): each cache
+                                  # line is read once (TILE_VARIANTS "evict_first", for A/B)
 
     @property
     def params(self) -> tuple:
@@ -268,6 +270,9 @@ class DecodeConfig:
             # registers of two CTAs per SM
             raise ConfigError(f"an FP8 cache's decode kernel with a window, chunk, softcap or sinks is not built (it "
                               f"spills at two CTAs per SM), got {self.name()}: dequantise the cache to {self.dtype}")
+        if self.kv_evict_first and self.gather:
+            raise ConfigError(f"kv_evict_first is an L2 cache hint on the K/V TMA loads; {self.name()} fetches by the "
+                              f"cp.async gather")
         if self.sinks and not self.unsplit:
             raise ConfigError("sinks enter once: in the combine when split (CombineConfig(sinks=True)), in the "
                               "decode kernel only for its unsplit variant; got sinks=True, unsplit=False")
@@ -298,7 +303,8 @@ class DecodeConfig:
                 f"_{self._fetch_name()}{fp8}{f'_cw{self.converter_stages}' if self.converter else ''}"
                 f"{'_ks' if self.convert_split else ''}{BITS_TILES[self.convert_bits]}{'_swapab' if self.swap_ab else ''}{'w' if self.swap_ab_warp_max else ''}{'_bal' if self.balanced else ''}"
                 f"{'_ot' if self.swap_ab_ot else ''}{f'_c{self.ctas}' if self.ctas else ''}"
-                f"{'_unsplit' if self.unsplit else ''}{'_varlen' if self.varlen_q else ''}{mods}")
+                f"{'_unsplit' if self.unsplit else ''}{'_varlen' if self.varlen_q else ''}{mods}"
+                f"{'_ef' if self.kv_evict_first else ''}")
 
     def _fetch_name(self) -> str:
         if not self.paged:
@@ -310,7 +316,7 @@ class DecodeConfig:
 # shipped); bench/sanitize.py reads this table
 VARIANT_FIELDS = field_defaults(DecodeConfig, ("varlen_q", "converter_stages", "convert_split", "convert_bits", "swap_ab",
                                                "swap_ab_warp_max", "balanced", "swap_ab_ot", "ctas", "window_left", "window_right", "chunk", "softcap",
-                                               "sinks"))
+                                               "sinks", "kv_evict_first"))
 
 
 def mod_params(softcap: bool, sinks: bool) -> tuple:

@@ -48,7 +48,8 @@ def run(module: ir.Operation) -> None:
                                     "(rank 1..5, one coordinate per box dimension)", op.location)
                 mbar = _load_barrier(pipes, op, stage, func)
                 dst_cluster = llvm.addrspacecast(ir.Type.parse("!llvm.ptr<7>"), dst)
-                nvvm.cp_async_bulk_tensor_shared_cluster_global(dst_cluster, desc, list(coords), mbar, [], **_group_kw(op))
+                nvvm.cp_async_bulk_tensor_shared_cluster_global(dst_cluster, desc, list(coords), mbar, [], **_group_kw(op),
+                                                                **_hint_kw(op))
             elif op.name == "fa4.tma_gather4":
                 _lower_gather4(op, pipes, func)
             elif op.name == "fa4.tma_store":
@@ -122,6 +123,19 @@ def _lower_gather4(op: ir.Operation, pipes, func: ir.Operation) -> None:
     dst_cluster = llvm.addrspacecast(ir.Type.parse("!llvm.ptr<7>"), dst)
     nvvm.cp_async_bulk_tensor_shared_cluster_global(dst_cluster, desc, [col, *rows], mbar, [],
                                                     mode=nvvm.TMALoadMode.TILE_GATHER4, **_group_kw(op))
+
+
+EVICT_FIRST_POLICY = "createpolicy.fractional.L2::evict_first.b64 $0, 1.0;"
+
+
+def _hint_kw(op: ir.Operation) -> dict:
+    """The nvvm `l2_cache_hint` keyword of a tma_load with `evict_first` (the .L2::cache_hint form, its policy
+    from a side-effect-free createpolicy asm: PTX ISA 9.7.9.18 createpolicy, 9.7.9.25 cp.async.bulk.tensor); none
+    otherwise (the default form, unchanged PTX)."""
+    if "evict_first" not in op.attributes or not bool(attr(op, "evict_first")):
+        return {}
+    i64t = ir.IntegerType.get_signless(64)
+    return {"l2_cache_hint": llvm.inline_asm(i64t, [], EVICT_FIRST_POLICY, "=l", has_side_effects=False)}
 
 
 def _group_kw(op: ir.Operation) -> dict:

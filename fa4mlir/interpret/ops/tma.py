@@ -104,8 +104,10 @@ def _load_barrier(w, addr: int, group: int):
 @semantics("nvvm.cp.async.bulk.tensor.shared.cluster.global")
 def tma_load(p, op, a, r):
     seg = _segments(op)
-    if seg[3] != 1 or any(seg[4:]):
-        raise Unsupported(f"TMA load with multicast / im2col / L2 hint operands (segments {seg})")
+    # (dst, desc, coords, mbar, im2col, multicast, l2 hint, predicate): an L2 cache hint changes no byte (its policy
+    # word, from fa4-lower-tma's createpolicy asm, is read by nothing here)
+    if seg[3] != 1 or any(seg[4:6]) or any(seg[7:]):
+        raise Unsupported(f"TMA load with multicast / im2col / predicate operands (segments {seg})")
     mode = _load_mode(op)
     if mode not in ("tile", GATHER4):
         raise Unsupported(f"TMA load mode {mode!r} (tile and tile_gather4 are modelled)")

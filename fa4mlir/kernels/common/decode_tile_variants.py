@@ -8,7 +8,13 @@ K/V in flight per SM. "bn64s6": 6 stages (~208 KiB, one CTA per SM): the same by
 second CTA's prologue/epilogue overlap, 255 registers; "bn128s3": 128-key tiles, 3 stages (~208 KiB, one CTA per
 SM): half the ring waits, barriers and wgmma groups per key; "bn32s6": 32-key tiles, 6 stages (~112 KiB, two
 CTAs per SM): the same bytes in flight in finer steps (a consumer waits on less of the ring at a time).
-name -> (DecodeConfig fields, the CTAs per SM it is planned for: tests/test_decode_tile_variants.py checks)
+The ring-depth sweep at bn 64 and 128 ([O-decode]: never swept with numbers kept; the `decode-bf16-variants`
+set, BF16_SWEEP): "s2": 2 stages (~80 KiB, two CTAs per SM: 2 x 2 x 32 KiB in flight); "s4": 4 stages (~144 KiB:
+one CTA per SM, 128 KiB in flight); "bn128s2": 128-key tiles, 2 stages (~144 KiB, one CTA per SM, 128 KiB in
+flight; "bn128s3" above is the 3-stage one); "evict_first": the default tiles with an L2 evict_first cache policy
+on every K/V TMA load (DecodeConfig.kv_evict_first: K and V are streamed once, so L2 may drop them first).
+name -> (DecodeConfig fields, the CTAs per SM it is planned for: tests/test_decode_tile_variants.py and
+tests/test_decode_bf16_variants.py check)
 """
 from __future__ import annotations
 
@@ -21,7 +27,13 @@ TILE_VARIANTS = {
     "bn64s6": ({"bn": 64, "stages": 6}, 1),
     "bn128s3": ({"bn": 128, "stages": 3}, 1),
     "bn32s6": ({"bn": 32, "stages": 6}, 2),
+    "s2": ({"bn": 64, "stages": 2}, 2),
+    "s4": ({"bn": 64, "stages": 4}, 1),
+    "bn128s2": ({"bn": 128, "stages": 2}, 1),
+    "evict_first": ({"kv_evict_first": True}, 2),
 }
+# the ring-depth / L2-hint sweep (the decode-bf16-variants set; the decode-fp8-variants set holds the others)
+BF16_SWEEP = ("s2", "s4", "bn128s2", "evict_first")
 TILE_VARIANT_ENV = "FA4MLIR_DECODE_TILE_VARIANT"
 
 
@@ -41,4 +53,4 @@ def tile_variant(cfg, name: str, fp8_env: str):
         raise ConfigError(f"decode tile variant {name!r} is built for a contiguous head_dim-128 cache without a "
                           f"compile-time mask, softcap, sinks or varlen q; got {cfg.name()}")
     fields, _ = TILE_VARIANTS[name]
-    return replace(cfg, box_rows=fields["bn"], **fields).validate()
+    return replace(cfg, box_rows=fields.get("bn", cfg.bn), **fields).validate()

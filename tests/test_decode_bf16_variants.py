@@ -1,0 +1,125 @@
+"""Deviceless: the bf16 decode kernel's ring-depth / L2-hint sweep (attention_decode_sm90_config.BF16_SWEEP, entries
+of TILE_VARIANTS chosen by FA4MLIR_DECODE_TILE_VARIANT; A/B candidates of issue #27's decode_dense bar, [O-decode]):
+"s2", "s4" (bn 64 at 2 and 4 stages), "bn128s2" (128-key tiles, 2 stages) and "evict_first" (the default tiles with
+an L2 evict_first policy on every K/V TMA load, DecodeConfig.kv_evict_first).
+
+* config rules: each in the `decode-bf16-variants` set at decode_dense's shape with the CTAs per SM its table entry
+  plans; kv_evict_first out of key() and name() at its default (the default kernels keep their keys and names), in
+  both when set; a gather (cp.async) cache refuses it; decode_dense plans one split with the set's kernel;
+* each compiles (through fa4-verify-pipelines, also run on its own here) with no spill, no stack, no serialised
+  wgmma; the evict_first PTX carries .L2::cache_hint on every K/V TMA load with a createpolicy evict_first policy,
+  the default's none;
+* evict_first through the sm_90a interpreter (tests/test_decode_tile_variants.py's case: FA rule against the
+  float32 reference, NaN past the lengths, an empty sequence). The ring-depth variants change only `bn` and
+  `stages`, which that file's interpreted variants (bn 32 / 64 / 128, 3 and 6 stages) already cover.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from fa4mlir import compiler, kernel_sets, kernels, lowering
+from fa4mlir.kernels import attention_decode_sm90_config as dec
+from tests.test_decode_tile_variants import test_variant_through_the_interpreter as _interpreted
+
+NAMES = list(dec.BF16_SWEEP)
+BASE = dec.default_config("bf16", 128, None, unsplit=True)
+_COMPILED: dict = {}
+
+
+def _variant(name: str) -> dec.DecodeConfig:
+    return dec.tile_variant(BASE, name)
+
+
+def _compiled(name: str):
+    if name not in _COMPILED:
+        cfg = _variant(name)
+        _COMPILED[name] = compiler.build_and_lower(dec.KERNEL, cfg, compiler.resolve_options(dec.KERNEL), "test")
+    return _COMPILED[name]
+
+
+def _ptx(cfg: dec.DecodeConfig) -> str:
+    kir = kernels.module(dec.KERNEL).build(cfg)
+    with kir.module.context:
+        ptx, _ = lowering.lower_module(kir.module, kir.arch, target="ptx")
+    return ptx
+
+
+def test_config_key_name_and_set_rules(monkeypatch):
+    the_set = kernel_sets.SETS["decode-bf16-variants"]()
+    assert the_set[0] == (dec.KERNEL, BASE)
+    fp8_set = set(kernel_sets.SETS["decode-fp8-variants"]())
+    assert not {(dec.KERNEL, _variant(n)) for n in NAMES} & fp8_set          # BF16_SWEEP: this set only
+    assert len(the_set) == len(dec.TILE_VARIANTS) and set(the_set) - fp8_set == {(dec.KERNEL, _variant(n)) for n in NAMES}
+    for name in NAMES:
+        cfg = _variant(name)
+        fields, ctas = dec.TILE_VARIANTS[name]
+        assert (dec.KERNEL, cfg) in the_set
+        assert (cfg.bn, cfg.stages) == (fields.get("bn", BASE.bn), fields.get("stages", BASE.stages))
+        assert cfg.box_rows == cfg.bn and cfg.unsplit and not cfg.paged
+        assert cfg.ctas_per_sm == ctas, (name, cfg.smem_bytes())
+        assert cfg.smem_bytes() <= (dec.MAX_SMEM_2CTA if ctas == 2 else dec.SMEM_LIMIT)
+        _decode_dense_plan(name, monkeypatch, the_set)
+    # kv_evict_first: out of key() and name() at its default, in both when set
+    ef = _variant("evict_first")
+    assert "kv_evict_first" not in BASE.key() and BASE.name() == "attention_decode_sm90_bf16_d128_n64_s3_contig_unsplit"
+    assert ef.key() == {**BASE.key(), "kv_evict_first": True} and ef.name() == BASE.name() + "_ef"
+    assert replace(ef, kv_evict_first=False) == BASE
+    with pytest.raises(dec.ConfigError, match="cp.async gather"):
+        replace(dec.default_config("bf16", 128, 1), kv_evict_first=True).validate()
+    monkeypatch.setenv(dec.TILE_VARIANT_ENV, "evict_first")
+    with pytest.raises(dec.ConfigError, match="contiguous head_dim-128"):
+        dec.runtime_config("bf16", 128, 64)
+    from fa4mlir.bench.decode_bench import split_variants
+    assert split_variants(["default", "s2", "evict_first"]) == (["default"], ["default", "s2", "evict_first"])
+
+
+def _decode_dense_plan(name, monkeypatch, the_set):
+    """bench decode's decode_dense on 132 SMs plans one split with the variant's kernel (of this set)."""
+    import numpy as np
+
+    from fa4mlir.attention import kvcache as kc
+    from fa4mlir.attention.kvcache_call import configs_for
+    from fa4mlir.runtime import TensorInfo
+    monkeypatch.setenv(dec.TILE_VARIANT_ENV, name)
+
+    def info(shape, dtype):
+        return TensorInfo(1 << 20, shape, tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape))), dtype, "cuda")
+    problem = kc.check_kvcache_inputs(info((64, 1, 32, 128), "bf16"), info((64, 8192, 8, 128), "bf16"),
+                                      info((64, 8192, 8, 128), "bf16"), info((64,), "i32"))
+    plan = kc.plan_problem(problem.with_options(causal=True, softmax_scale=128 ** -0.5, num_splits=None,
+                                                return_lse=False), 132)
+    cfg, combine = configs_for(plan)
+    assert plan.unsplit and combine is None and cfg == _variant(name) and (dec.KERNEL, cfg) in the_set
+    monkeypatch.delenv(dec.TILE_VARIANT_ENV)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_variant_compiles_without_spills_and_the_verifier_accepts_it(name):
+    from fa4mlir.passes import verify_pipelines
+    cfg = _variant(name)
+    kir = kernels.module(dec.KERNEL).build(cfg)
+    with kir.module.context:
+        verify_pipelines.run(kir.module.operation)
+    res = _compiled(name).resources
+    assert res["spill_stores"] == 0 and res["spill_loads"] == 0 and res["stack_bytes"] == 0, res
+    assert not res["wgmma_serialized"], res
+    # the kernel declares its CTAs per SM: two CTAs of 160 threads leave at most 204 registers
+    assert res["registers"] <= (204 if cfg.ctas_per_sm == 2 else 255), res
+
+
+def test_evict_first_hint_on_every_kv_tma_load():
+    ptx = _ptx(_variant("evict_first"))
+    loads = [ln.strip() for ln in ptx.splitlines() if "cp.async.bulk.tensor" in ln]
+    # one 64-column box per chunk: D128 is 2 chunks, for K and for V
+    assert len(loads) == 4, loads
+    assert all(".L2::cache_hint" in ln for ln in loads), loads
+    policies = [ln for ln in ptx.splitlines() if "createpolicy" in ln]
+    assert policies and all("createpolicy.fractional.L2::evict_first.b64" in ln for ln in policies), policies
+    default = _ptx(BASE)
+    assert "cache_hint" not in default and "createpolicy" not in default
+
+
+def test_evict_first_through_the_interpreter(monkeypatch):
+    _interpreted("evict_first", monkeypatch)
