@@ -403,6 +403,10 @@ def decode() -> list:
                                                        AppendConfig, CombineConfig, balanced_rule_config, default_config)
     out = [(KERNEL, default_config(dtype, d, page, unsplit=unsplit)) for dtype, d, pages in DECODE_CASES
            for page in pages for unsplit in (False, True)]
+    # UNSPLIT_RULE's kernel for an unsplit call of few packed rows over a contiguous cache ([D-decode-bn128-unsplit])
+    out += [(KERNEL, cfg) for cfg in {default_config(dtype, d, None, unsplit=True, rows=1): None
+                                      for dtype, d, pages in DECODE_CASES if None in pages}
+            if (KERNEL, cfg) not in out]
     # FP8: FP8_DEFAULT_RULE's kernel for calls of at most SWAP_AB_ROWS packed query rows (swap AB where it is
     # built) and for more rows (the conversion-through-SMEM kernel), once each
     fp8 = {default_config(dtype, d, page, grain, unsplit=unsplit, rows=rows): None

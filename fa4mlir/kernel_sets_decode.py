@@ -35,7 +35,9 @@ def decode_bf16_variants() -> list:
     """The `decode-bf16-variants` set: bench decode's decode_dense kernel (bf16 D128 contiguous, unsplit: one split
     there at every variant's CTAs per SM; no combine) and each bf16 TILE_VARIANTS entry of it (the ring-depth /
     L2-hint sweep BF16_SWEEP and the earlier tile variants): what `python -m fa4mlir bench decode --workloads
-    decode_dense --decode-variant default,s2,s4,bn128s2,bn128s3,evict_first` times in one process."""
+    decode_dense --decode-variant default,bn64s3,s2,s4,bn128s3,evict_first` times in one process ("default": UNSPLIT_RULE's
+    bn128s2 since [D-decode-bn128-unsplit]; "bn64s3" the tiles before it)."""
     from .kernels.attention_decode_sm90_config import KERNEL, TILE_VARIANTS, default_config, tile_variant
-    base = default_config("bf16", 128, None, unsplit=True)
-    return [(KERNEL, base)] + [(KERNEL, tile_variant(base, name)) for name in TILE_VARIANTS if name != "default"]
+    base = default_config("bf16", 128, None, unsplit=True, rows=1)      # UNSPLIT_RULE's (decode_dense: 4 rows)
+    cfgs = {base: None} | {tile_variant(base, name): None for name in TILE_VARIANTS if name != "default"}
+    return [(KERNEL, cfg) for cfg in cfgs]

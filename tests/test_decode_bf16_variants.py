@@ -1,7 +1,9 @@
 """Deviceless: the bf16 decode kernel's ring-depth / L2-hint sweep (attention_decode_sm90_config.BF16_SWEEP, entries
 of TILE_VARIANTS chosen by FA4MLIR_DECODE_TILE_VARIANT; A/B candidates of issue #27's decode_dense bar, [O-decode]):
-"s2", "s4" (bn 64 at 2 and 4 stages), "bn128s2" (128-key tiles, 2 stages) and "evict_first" (the default tiles with
-an L2 evict_first policy on every K/V TMA load, DecodeConfig.kv_evict_first).
+"s2", "s4" (bn 64 at 2 and 4 stages), "bn128s2" (128-key tiles, 2 stages), "evict_first" (bn 64 / 3 stages with
+an L2 evict_first policy on every K/V TMA load, DecodeConfig.kv_evict_first) and "bn64s3" (the tiles before
+UNSPLIT_RULE). UNSPLIT_RULE ([D-decode-bn128-unsplit]): an unsplit call over a contiguous D128 16-bit cache of at
+most UNSPLIT_RULE_MAX_ROWS packed rows runs bn128s2's tiles; more rows, a split, a mask or a paged cache keep bn 64.
 
 * config rules: each in the `decode-bf16-variants` set at decode_dense's shape with the CTAs per SM its table entry
   plans; kv_evict_first out of key() and name() at its default (the default kernels keep their keys and names), in
@@ -24,7 +26,8 @@ from fa4mlir.kernels import attention_decode_sm90_config as dec
 from tests.test_decode_tile_variants import test_variant_through_the_interpreter as _interpreted
 
 NAMES = list(dec.BF16_SWEEP)
-BASE = dec.default_config("bf16", 128, None, unsplit=True)
+BASE = dec.default_config("bf16", 128, None, unsplit=True)         # rows unknown: the tiles before UNSPLIT_RULE
+RULE = dec.default_config("bf16", 128, None, unsplit=True, rows=4)  # decode_dense's 4 packed rows: UNSPLIT_RULE's
 _COMPILED: dict = {}
 
 
@@ -48,10 +51,16 @@ def _ptx(cfg: dec.DecodeConfig) -> str:
 
 def test_config_key_name_and_set_rules(monkeypatch):
     the_set = kernel_sets.SETS["decode-bf16-variants"]()
-    assert the_set[0] == (dec.KERNEL, BASE)
+    assert the_set[0] == (dec.KERNEL, RULE) and RULE == _variant(dec.UNSPLIT_RULE) == _variant("bn128s2")
+    assert _variant("bn64s3") == BASE
     fp8_set = set(kernel_sets.SETS["decode-fp8-variants"]())
-    assert not {(dec.KERNEL, _variant(n)) for n in NAMES} & fp8_set          # BF16_SWEEP: this set only
-    assert len(the_set) == len(dec.TILE_VARIANTS) and set(the_set) - fp8_set == {(dec.KERNEL, _variant(n)) for n in NAMES}
+    # BF16_SWEEP: this set only, but for the decode set's own two (the rule's and the tiles before it)
+    defaults = {(dec.KERNEL, RULE), (dec.KERNEL, BASE)}
+    assert defaults <= set(kernel_sets.decode())
+    assert {(dec.KERNEL, _variant(n)) for n in NAMES} & fp8_set == defaults
+    # every TILE_VARIANTS entry once ("default", the rule's, is bn128s2's kernel)
+    assert len(the_set) == len(dec.TILE_VARIANTS) - 1
+    assert set(the_set) - fp8_set == {(dec.KERNEL, _variant(n)) for n in NAMES} - defaults
     for name in NAMES:
         cfg = _variant(name)
         fields, ctas = dec.TILE_VARIANTS[name]
@@ -119,6 +128,25 @@ def test_evict_first_hint_on_every_kv_tma_load():
     assert policies and all("createpolicy.fractional.L2::evict_first.b64" in ln for ln in policies), policies
     default = _ptx(BASE)
     assert "cache_hint" not in default and "createpolicy" not in default
+
+
+def test_unsplit_rule_picks_bn128s2_for_few_rows_only(monkeypatch):
+    monkeypatch.delenv(dec.TILE_VARIANT_ENV, raising=False)
+    for dtype in ("bf16", "f16"):
+        rule = dec.runtime_config(dtype, 128, None, unsplit=True, rows=dec.UNSPLIT_RULE_MAX_ROWS)
+        assert (rule.bn, rule.stages, rule.ctas_per_sm) == (128, 2, 1) and (dec.KERNEL, rule) in kernel_sets.decode()
+        for kept in (dec.runtime_config(dtype, 128, None, unsplit=True, rows=dec.UNSPLIT_RULE_MAX_ROWS + 1),
+                     dec.runtime_config(dtype, 128, None, unsplit=False, rows=1),      # the split kernel (and the plan's)
+                     dec.runtime_config(dtype, 128, 64, unsplit=True, rows=1),         # paged
+                     dec.runtime_config(dtype, 128, None, unsplit=True, rows=1, window_left=127),
+                     dec.runtime_config(dtype, 128, None, unsplit=True),               # rows unknown
+                     dec.default_config(dtype, 64, None, unsplit=True, rows=1)):
+            assert (kept.bn, kept.stages) == (64, dec.DEFAULT_STAGES[kept.head_dim]), kept.name()
+    # an FP8 cache's rule is its own (rows go to FP8_DEFAULT_RULE)
+    assert dec.runtime_config("bf16", 128, None, "kv_head", unsplit=True, rows=4).bn == 64
+    # the A/B name gives the tiles before the rule back
+    monkeypatch.setenv(dec.TILE_VARIANT_ENV, "bn64s3")
+    assert dec.runtime_config("bf16", 128, None, unsplit=True, rows=4) == BASE
 
 
 def test_evict_first_through_the_interpreter(monkeypatch):

@@ -99,7 +99,7 @@ def workload(torch, name: str, fa4, splits=(), variants=()):
         mask = _causal(torch, sq, sk)
         want = _ref(torch, q[:2], k[:2], v[:2], D ** -0.5, mask)
         backends["fa4mlir"] = lambda: fa4mlir.flash_attn_with_kvcache(q, k, v, lens, causal=True)
-        if name == "decode_dense":      # the tile variants are built for its shape (kernel_sets.decode_fp8_variants)
+        if name in ("decode_dense", "decode_spec4"):    # the tile variants' kernel (contiguous, D128, unsplit)
             from ..kernels.attention_decode_sm90_config import TILE_VARIANT_ENV
             backends.update({f"fa4mlir[{n}]": _with_variant(backends["fa4mlir"], n, TILE_VARIANT_ENV)
                              for n in tile_names})

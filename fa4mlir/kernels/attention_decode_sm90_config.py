@@ -40,7 +40,8 @@ from math import gcd
 
 from .common.constants import LOG2E
 from .common.fastdiv import divisor
-from .common.decode_tile_variants import BF16_SWEEP, TILE_VARIANT_ENV, TILE_VARIANTS  # noqa: F401  (re-exported)
+from .common.decode_tile_variants import (BF16_SWEEP, TILE_VARIANT_ENV, TILE_VARIANTS, UNSPLIT_RULE,  # noqa: F401
+                                          UNSPLIT_RULE_MAX_ROWS)  # (re-exported)
 from .common.decode_tile_variants import tile_variant as _tile_variant
 from .common.fields import ConfigError, check_fields, field_defaults, key_leaving_out
 from .common.mask_family import Mask, attention_mask, mask_fields
@@ -418,7 +419,19 @@ def default_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: s
     and score-modifier fields (window_left, window_right, chunk, softcap, sinks), which change no
     tile choice."""
     cfg = replace(_default_tiles(dtype, head_dim, page_size, kv_scale, unsplit), **variant)
-    return fp8_variant(cfg, fp8_default_variant(cfg, rows), page_size) if cfg.fp8 else cfg
+    return fp8_variant(cfg, fp8_default_variant(cfg, rows), page_size) if cfg.fp8 else unsplit_rule(cfg, rows)
+
+
+def unsplit_rule(cfg: DecodeConfig, rows: int | None) -> DecodeConfig:
+    """A bf16/f16 call of one split over a contiguous head_dim-128 cache with at most UNSPLIT_RULE_MAX_ROWS packed
+    query rows (``rows`` known) and no compile-time mask, softcap, sinks or varlen q runs UNSPLIT_RULE's tiles
+    (128-key tiles, 2 stages, one CTA per SM: [D-decode-bn128-unsplit]); every other call keeps ``cfg``. The split
+    kernel is not changed, so the plan's split count (read off the split kernel's CTAs per SM) is unchanged."""
+    if (cfg.unsplit and not cfg.fp8 and not cfg.paged and cfg.head_dim == 128 and rows is not None
+            and rows <= UNSPLIT_RULE_MAX_ROWS
+            and not (cfg.windowed or cfg.softcap or cfg.sinks or cfg.varlen_q or cfg.kv_evict_first)):
+        return tile_variant(cfg, UNSPLIT_RULE)
+    return cfg
 
 
 def _default_tiles(dtype: str, head_dim: int, page_size: int | None, kv_scale: str, unsplit: bool) -> DecodeConfig:
@@ -617,7 +630,8 @@ def runtime_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: s
     an FP8 cache the FP8_VARIANTS entry named by ``variant`` or else the environment's
     FA4MLIR_DECODE_FP8_VARIANT (unset: "default", the rule; "smem": the conversion-through-SMEM
     kernel; for `bench decode --decode-variant`). bf16/f16 caches always get default_config's."""
-    cfg = default_config(dtype, head_dim, page_size, kv_scale, unsplit=unsplit, **mods)
+    # rows for a 16-bit cache's UNSPLIT_RULE; an FP8 cache's rule reads them in fp8_variant below
+    cfg = default_config(dtype, head_dim, page_size, kv_scale, unsplit=unsplit, rows=None if kv_scale else rows, **mods)
     import os
     if not cfg.fp8:
         return tile_variant(cfg, os.environ.get(TILE_VARIANT_ENV) or "default")

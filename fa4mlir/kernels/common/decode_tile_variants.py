@@ -13,6 +13,10 @@ set, BF16_SWEEP): "s2": 2 stages (~80 KiB, two CTAs per SM: 2 x 2 x 32 KiB in fl
 one CTA per SM, 128 KiB in flight); "bn128s2": 128-key tiles, 2 stages (~144 KiB, one CTA per SM, 128 KiB in
 flight; "bn128s3" above is the 3-stage one); "evict_first": the default tiles with an L2 evict_first cache policy
 on every K/V TMA load (DecodeConfig.kv_evict_first: K and V are streamed once, so L2 may drop them first).
+UNSPLIT_RULE ([D-decode-bn128-unsplit]): default_config gives an unsplit call of at most UNSPLIT_RULE_MAX_ROWS packed
+query rows over such a cache "bn128s2"'s tiles (decode_dense: 481.3-482.2 us vs 484.4-484.7 at bn 64 / 3 stages, four
+H200 runs; decode_spec4's 16 rows were slower on it, 136.4-137.0 vs 133.3-133.8 us, so it keeps bn 64); "bn64s3" is
+the tiles before the rule, for A/B ("default" is the rule's).
 name -> (DecodeConfig fields, the CTAs per SM it is planned for: tests/test_decode_tile_variants.py and
 tests/test_decode_bf16_variants.py check)
 """
@@ -30,10 +34,13 @@ TILE_VARIANTS = {
     "s2": ({"bn": 64, "stages": 2}, 2),
     "s4": ({"bn": 64, "stages": 4}, 1),
     "bn128s2": ({"bn": 128, "stages": 2}, 1),
-    "evict_first": ({"kv_evict_first": True}, 2),
+    "evict_first": ({"bn": 64, "stages": 3, "kv_evict_first": True}, 2),
+    "bn64s3": ({"bn": 64, "stages": 3}, 2),
 }
+UNSPLIT_RULE = "bn128s2"
+UNSPLIT_RULE_MAX_ROWS = 4
 # the ring-depth / L2-hint sweep (the decode-bf16-variants set; the decode-fp8-variants set holds the others)
-BF16_SWEEP = ("s2", "s4", "bn128s2", "evict_first")
+BF16_SWEEP = ("s2", "s4", "bn128s2", "evict_first", "bn64s3")
 TILE_VARIANT_ENV = "FA4MLIR_DECODE_TILE_VARIANT"
 
 
