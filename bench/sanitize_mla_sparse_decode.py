@@ -48,11 +48,14 @@ CASES = (
     ("mla-sparse-decode-tile-pwg", tuple(("bf16", t, s, TILE_PWG) for t in (False, True) for s in (False, True)), False),
     *((f"mla-sparse-decode-fp8{'' if v == dc.FP8_DECODE_DEFAULT_RULE else '-' + v}",
        tuple((*e, "fp8", v) for e in (("bf16", False, False), ("bf16", True, True), ("bf16", True, False),
-                                      ("bf16", False, True))), False) for v in dc.FP8_DECODE_VARIANTS),
+                                      ("bf16", False, True))
+             if v not in dc.FP8_DECODE_PAIR_VARIANTS or e[1:] in dc.FP8_PAIR_CALLS), False)
+      for v in dc.FP8_DECODE_VARIANTS),
 )
 SHAPES = ((2, 2, 16, 128, 10, 64), (3, 1, 80, 256, 20, 61))    # (batch, seqlen_q, heads, topk, pages, page)
 # the FP8 variant "crossover" (and its lean hand-offs, crossover_lean, crossover_ahead, crossover_stasync and
-# crossover_ahead_stasync) is built for heads a multiple of 128 only (a cluster per token's two head blocks)
+# crossover_ahead_stasync, and crossover_stasync_hint) is built for heads a multiple of 128 only (a cluster per
+# token's two head blocks)
 CROSSOVER_SHAPES = ((2, 2, 128, 128, 10, 64), (3, 1, 128, 256, 20, 61))
 
 

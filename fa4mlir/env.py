@@ -77,7 +77,10 @@ KNOBS: dict[str, Knob] = {
              "(opt-in, heads a multiple of 128, fa4mlir[crossover_lean] / fa4mlir[crossover_ahead]); 'crossover_stasync', "
              "crossover_lean with the converter's st.async hand-off (opt-in, heads a multiple of 128, "
              "fa4mlir[crossover_stasync]); 'crossover_ahead_stasync', both (opt-in, heads a multiple of 128, "
-             "fa4mlir[crossover_ahead_stasync]); read per call into the call cache's key; the mla bundle set holds all"),
+             "fa4mlir[crossover_ahead_stasync]); 'crossover_stasync_hint', crossover_stasync with the converter's row loads "
+             "carrying FlashMLA's cache hints (opt-in, heads a multiple of 128, fa4mlir[crossover_stasync_hint]; the mla "
+             "set holds it unsplit without topk_length and split with it only); read per call into the call cache's "
+             "key; the mla bundle set holds the others all"),
         Knob("FA4MLIR_MLA_SPARSE_SM100", None, "str", "flash_mla_sparse_fwd on compute capability 10.0 runs this "
              "sm_100a kernel: unset or 'split', attention_mla_sparse_sm100 (two independent CTAs per token, the "
              "mla-sparse-sm100 set); 'pair', attention_mla_sparse_sm100_pair (FlashMLA's head128 CTA pair, h_q 128 "

@@ -165,7 +165,7 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 the gather kernel (FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather) and the converter's rolling prefetch
                 (..._FP8_VARIANT=prefetch), the converter over a cluster of two CTAs (..._FP8_VARIANT=crossover)
                 and its lean hand-offs (..._FP8_VARIANT=crossover_lean, crossover_ahead, crossover_stasync,
-                crossover_ahead_stasync;
+                crossover_ahead_stasync; crossover_stasync_hint unsplit, and with topk_length and a split;
                 tests/gpu/test_mla_sparse_decode_gpu.py's fp8 cases,
                 tests/gpu/test_mla_sparse_decode_fp8_{conv,prefetch,crossover}_gpu.py and `bench mla`'s
                 mla_sparse_decode_fp8 row)

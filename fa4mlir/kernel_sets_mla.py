@@ -23,7 +23,9 @@ def mla() -> list:
     over the FP8 cache (the converter-warpgroup kernels FP8_DECODE_DEFAULT_RULE picks, the gather kernels
     of FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather, the converter's rolling prefetch of ..._FP8_VARIANT=prefetch and
     the converter over a cluster of two CTAs of ..._FP8_VARIANT=crossover, and its lean hand-offs of
-    ..._FP8_VARIANT=crossover_lean, crossover_ahead, crossover_stasync and crossover_ahead_stasync)."""
+    ..._FP8_VARIANT=crossover_lean, crossover_ahead, crossover_stasync and crossover_ahead_stasync; and
+    ..._FP8_VARIANT=crossover_stasync_hint's two: bench mla's call, unsplit without topk_length, and its
+    topk_length + split twin)."""
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
     from dataclasses import replace
     from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, SWAP_AB_NS, default_config
@@ -76,12 +78,15 @@ def mla() -> list:
             for o in (False, True) for t in (False, True) for s in (False, True)]
     # the sparse decode over FlashMLA's FP8 cache (is_fp8_kvcache=True with indices; bf16 q), the same four as
     # each variant: FP8_DECODE_DEFAULT_RULE's (the converter warpgroup) first, then "gather", "prefetch", "crossover",
-    # "crossover_lean", "crossover_ahead", "crossover_stasync" and "crossover_ahead_stasync" (A/B)
-    from .kernels.attention_mla_sparse_sm90_config import FP8_DECODE_VARIANTS, fp8_decode_variant
+    # "crossover_lean", "crossover_ahead", "crossover_stasync" and "crossover_ahead_stasync" (A/B); the
+    # FP8_DECODE_PAIR_VARIANTS ("crossover_stasync_hint") for FP8_PAIR_CALLS' two of the four only
+    from .kernels.attention_mla_sparse_sm90_config import (FP8_DECODE_PAIR_VARIANTS, FP8_DECODE_VARIANTS, FP8_PAIR_CALLS,
+                                                           fp8_decode_variant)
     fp8 = [MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s) for t in (False, True) for s in (False, True)]
     out += [(DECODE_KERNEL, fp8_decode_variant(c)) for c in fp8]
     out += [(DECODE_KERNEL, fp8_decode_variant(c, name)) for name in FP8_DECODE_VARIANTS for c in fp8
-            if fp8_decode_variant(c, name) != fp8_decode_variant(c)]
+            if fp8_decode_variant(c, name) != fp8_decode_variant(c)
+            and (name not in FP8_DECODE_PAIR_VARIANTS or (c.topk_length, c.split) in FP8_PAIR_CALLS)]
     return out + _mla_prefill()
 
 

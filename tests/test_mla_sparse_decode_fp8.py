@@ -94,13 +94,14 @@ def test_fp8_sparse_decode_through_the_interpreter(batch, seqlen_q, heads, topk,
 
 
 def run_interpreted(batch, seqlen_q, heads, topk, page, splits, topk_length, padded, converter=False, seesaw=False,
-                    prefetch=False, crossover=False, lean=False, ahead=False, stasync=False):
+                    prefetch=False, crossover=False, lean=False, ahead=False, stasync=False, hint=False):
     """One interpreted case (the test above; converter: the fp8_converter variant's kernel,
     tests/test_mla_sparse_decode_fp8_conv.py; seesaw: its seesaw variant, tests/test_mla_sparse_seesaw.py;
     prefetch: the converter's rolling prefetch, tests/test_mla_sparse_decode_fp8_prefetch.py; crossover: the
     converter over a cluster of two CTAs, tests/test_mla_sparse_decode_fp8_crossover.py; lean, ahead: its note "Lean
     hand-off", tests/test_mla_sparse_decode_fp8_lean.py; stasync: its note "st.async hand-off",
-    tests/test_mla_sparse_decode_fp8_stasync.py);
+    tests/test_mla_sparse_decode_fp8_stasync.py; hint: stasync with its note "Load hints",
+    tests/test_mla_sparse_decode_fp8_hint.py);
     returns (out, lse) as float32 tensors."""
     import dataclasses
     torch = pytest.importorskip("torch")
@@ -113,11 +114,13 @@ def run_interpreted(batch, seqlen_q, heads, topk, page, splits, topk_length, pad
                                             512, _info((splits, 8), "i32"), _info((batch + 1,), "i32"),
                                             topk_length=None if lens is None else _info(lens.shape, "i32"),
                                             is_fp8_kvcache=True)
+    stasync = stasync or hint
     lean = lean or stasync
     crossover = crossover or lean or ahead
     cfg = dataclasses.replace(problem.config(splits > 1), fp8_converter=converter or prefetch or crossover,
                               seesaw=seesaw, converter_prefetch=prefetch, crossover=crossover,
-                              crossover_lean=lean or ahead, crossover_ahead=ahead, crossover_stasync=stasync)
+                              crossover_lean=lean or ahead, crossover_ahead=ahead, crossover_stasync=stasync,
+                              load_hints=hint)
     assert cfg.fp8 and problem.page_size == page and problem.s_kv == pages * page
     row_stride, page_stride = sd.cache_strides(cache.shape, strides)
     out_t, lse_t, args = check_sparse_decode_run(torch, cfg, problem, q, raw, dequantize_fp8_cache(cache.contiguous()), idx,

@@ -63,7 +63,7 @@ def test_the_default_rule_picks_the_converter_for_every_fp8_kernel():
     assert dc.FP8_DECODE_DEFAULT_RULE == "converter"
     assert set(dc.FP8_DECODE_VARIANTS) == {"converter", "gather", dc.PREFETCH_VARIANT, dc.CROSSOVER_VARIANT,
                                            dc.LEAN_VARIANT, dc.AHEAD_VARIANT, dc.STASYNC_VARIANT,
-                                           dc.AHEAD_STASYNC_VARIANT}
+                                           dc.AHEAD_STASYNC_VARIANT, dc.HINT_VARIANT}
     with pytest.raises(ConfigError, match="unknown FP8 sparse decode variant"):
         dc.fp8_decode_variant(dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8"), "conv")
     with pytest.raises(ConfigError, match="FP8 cache"):
@@ -74,7 +74,8 @@ def test_both_variants_are_in_the_bundle_sets():
     fp8 = [dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s) for t in (False, True)
            for s in (False, True)]
     assert {cfg for _, cfg in CONV_ENTRIES} == {dc.fp8_decode_variant(c) for c in fp8}
-    want = [(dc.DECODE_KERNEL, dc.fp8_decode_variant(c, v)) for c in fp8 for v in dc.FP8_DECODE_VARIANTS]
+    want = [(dc.DECODE_KERNEL, dc.fp8_decode_variant(c, v)) for c in fp8 for v in dc.FP8_DECODE_VARIANTS
+            if v not in dc.FP8_DECODE_PAIR_VARIANTS or (c.topk_length, c.split) in dc.FP8_PAIR_CALLS]
     mla, gpu, bench = kernel_sets.mla(), kernel_sets.gpu_tests(), kernel_sets.bench()
     assert all(e in mla and e in gpu and e in bench for e in want)
 

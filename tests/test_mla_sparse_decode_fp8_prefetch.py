@@ -50,7 +50,7 @@ def test_prefetch_config_rules():
 def test_variants_set_their_fields_and_are_found_back():
     assert set(dc.FP8_DECODE_VARIANTS) == {"converter", "gather", dc.PREFETCH_VARIANT, dc.CROSSOVER_VARIANT,
                                            dc.LEAN_VARIANT, dc.AHEAD_VARIANT, dc.STASYNC_VARIANT,
-                                           dc.AHEAD_STASYNC_VARIANT}
+                                           dc.AHEAD_STASYNC_VARIANT, dc.HINT_VARIANT}
     assert dc.FP8_DECODE_DEFAULT_RULE == "converter"
     for t in (False, True):
         for s in (False, True):

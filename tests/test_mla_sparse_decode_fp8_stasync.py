@@ -34,7 +34,7 @@ from tests._mla_helpers import check_sparse_art, info, lower_clean
 from tests.test_mla_sparse_decode_fp8 import run_interpreted
 
 STASYNC_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].crossover_stasync
-                   and not e[1].crossover_ahead]
+                   and not e[1].crossover_ahead and not e[1].load_hints]   # load_hints: test_mla_sparse_decode_fp8_hint
 # "crossover_ahead_stasync": crossover_ahead's indices a tile ahead with this hand-off
 BOTH_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].crossover_stasync
                 and e[1].crossover_ahead]

@@ -49,7 +49,9 @@ opt-in, heads a multiple of 128: the converter over a cluster of a token's two 6
 half of every tile into both (attention_mla_sparse_crossover_sm90, note "Crossover"); "crossover_lean" and
 "crossover_ahead", opt-in, heads a multiple of 128: the crossover with that module's note "Lean hand-off";
 "crossover_stasync", opt-in, heads a multiple of 128: crossover_lean with that module's note "st.async hand-off";
-"crossover_ahead_stasync", opt-in, heads a multiple of 128: both hand-offs (crossover_ahead with st.async).
+"crossover_ahead_stasync", opt-in, heads a multiple of 128: both hand-offs (crossover_ahead with st.async);
+"crossover_stasync_hint", opt-in, heads a multiple of 128: crossover_stasync with that module's note "Load hints"
+(the converter's row loads with FlashMLA's cache hints).
 
 Not built (typed errors, UnsupportedFeatureError): attn_sink and extra_k_cache /
 extra_indices_in_kvcache / extra_topk_length (FlashMLA's MODEL1 options), d_qk 512, the sm_100a
@@ -190,9 +192,8 @@ def check_variant_built(problem: SparseDecodeProblem) -> None:
     (seesaw over the FP8 cache: the converter kernel, unsplit, without the FP8 variant "prefetch", only;
     dc.PAIR_FILL_VARIANTS (seesaw_pairfill, seesaw_overlap and the pair-max twins): a 16-bit cache and the producer
     warpgroup, else mla_sparse.check_variant's errors), or where FA4MLIR_MLA_SPARSE_FP8_VARIANT=crossover (or
-    crossover_lean, crossover_ahead, crossover_stasync, crossover_ahead_stasync) meets heads not a
-    multiple of 128 (its cluster pairs a token's
-    two 64-head blocks)."""
+    crossover_lean, crossover_ahead, crossover_stasync, crossover_ahead_stasync, crossover_stasync_hint) meets
+    heads not a multiple of 128 (its cluster pairs a token's two 64-head blocks)."""
     if problem.fp8 and problem.fp8_variant in dc.CLUSTER_VARIANTS and problem.heads % (2 * dc.TILE_M):
         raise UnsupportedFeatureError(_err(f"{VARIANT_ENV}={problem.fp8_variant!r} runs the token's two 64-head "
                                            f"blocks as a cluster of two CTAs: heads must be a multiple of "
@@ -219,8 +220,10 @@ def requested_variant() -> str:
     "prefetch": the converter with its rolling prefetch, opt-in; "crossover": the converter over a cluster of two
     CTAs (heads a multiple of 128); "crossover_lean", "crossover_ahead": the crossover with its note "Lean hand-off"
     (opt-in, heads a multiple of 128); "crossover_stasync": crossover_lean with its note "st.async hand-off"
-    (opt-in, heads a multiple of 128); "crossover_ahead_stasync": both (opt-in, heads a multiple of 128); a bundle
-    must hold it: the mla set holds all). Read per call into the call cache's key; KnobError for an
+    (opt-in, heads a multiple of 128); "crossover_ahead_stasync": both (opt-in, heads a multiple of 128);
+    "crossover_stasync_hint": crossover_stasync with its note "Load hints" (opt-in, heads a multiple of 128); a
+    bundle must hold it: the mla set holds all, crossover_stasync_hint unsplit without topk_length and split with
+    it only). Read per call into the call cache's key; KnobError for an
     unknown name, or for the retired FA4MLIR_MLA_SPARSE_FP8_CONVERTER set (its 0 would now run the
     converter without a word), before any launch."""
     if RETIRED_CONVERTER_ENV in os.environ:

@@ -51,7 +51,9 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    fa4mlir[crossover_stasync], crossover_lean with the converter's st.async hand-off
                    (..._FP8_VARIANT=crossover_stasync; the rule's at 128 heads, the mla set), and
                    fa4mlir[crossover_ahead_stasync], both (..._FP8_VARIANT=crossover_ahead_stasync; opt-in,
-                   the mla set)
+                   the mla set), and fa4mlir[crossover_stasync_hint], crossover_stasync with the converter's
+                   row loads carrying FlashMLA's cache hints (..._FP8_VARIANT=crossover_stasync_hint; opt-in,
+                   the mla set: this call's kernel and its topk_length + split twin)
     mla_sparse_decode_fp8 also runs backend fa4mlir[seesaw]: the converter kernel on the seesaw step
                    (FA4MLIR_MLA_SPARSE_VARIANT=seesaw around each call; the mla-sparse-variants set)
 A workload is a name in WORKLOADS and a builder in BUILDERS (rows of runner.Row). FlashMLA
@@ -395,6 +397,8 @@ def mla_sparse_decode_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]
         # both: crossover_ahead's indices a tile ahead with the st.async hand-off, same tensors
         call["fa4mlir[crossover_ahead_stasync]"] = lambda: with_fp8_variant("crossover_ahead_stasync",
                                                                             call["fa4mlir"]())
+        # crossover_stasync with the converter's row loads carrying FlashMLA's cache hints (note "Load hints")
+        call["fa4mlir[crossover_stasync_hint]"] = lambda: with_fp8_variant("crossover_stasync_hint", call["fa4mlir"]())
         # the seesaw step over the FP8 cache (the converter kernel's, one split), same tensors
         call["fa4mlir[seesaw]"] = lambda: with_sparse_variant("seesaw", call["fa4mlir"]())
     else:       # the rule's halves apart, same tensors (sparse_ab_calls)

@@ -30,6 +30,7 @@ CONSTRAINTS = {
     "i64": "irdl.is i64",
     "ptr": 'irdl.base "!llvm.ptr"',
     "smem_ptr": "irdl.is !llvm.ptr<3>",
+    "global_ptr": "irdl.is !llvm.ptr<1>",
     "cluster_ptr": "irdl.is !llvm.ptr<7>",
     "any": "irdl.any",
 }
@@ -158,6 +159,14 @@ OPS: tuple[OpDef, ...] = (
     .L2::evict_last policy of fraction 1.0: the source's lines are the last L2 evicts).""",
           operands=(("src", "ptr"), ("dst", "smem_ptr"), ("valid", "i1")),
           optional_attrs=(("l2_prefetch", "int"), ("evict_last", "bool"))),
+    OpDef("ld_global_nc", """Load `value` (i32 or f32, or a vector of 2 or 4 of one of them) from global `addr`
+    (aligned to the value's size) through the non-coherent read-only path, as ld.global.nc (PTX ISA 9.7.9.9):
+    the memory must not be written while the kernel runs (a kernel's read-only inputs). Optional hints (no
+    effect on the value): `l1_evict` "evict_normal", "evict_unchanged", "evict_first", "evict_last" or
+    "no_allocate" (.L1::<priority>: the loaded lines' L1 eviction priority), `l2_prefetch` 64, 128 or 256
+    (.L2::64B / 128B / 256B: L2 may fetch that much around the address).""",
+          operands=(("addr", "global_ptr"),), results=(("value", "any"),),
+          optional_attrs=(("l1_evict", "str"), ("l2_prefetch", "int"))),
     OpDef("cp_async_arrive", """Each calling thread's earlier `cp_async` copies, once they have landed,
     arrive on `full[stage]` of `pipe`; the barrier's pending count rises by one at once (so the
     phase cannot complete before those copies land) and falls when they do: a net-zero arrival,

@@ -217,6 +217,13 @@ class KernelBuilder:
     def load(self, ptr: Value, t, align: int | None = None) -> Value:
         return Value(llvm.load(mlir_type(t), ptr.v, alignment=align, loc=source_loc()))
 
+    def load_global_nc(self, ptr: Value, t, *, l1_evict: str | None = None, l2_prefetch: int | None = None) -> Value:
+        """`load` from global memory the kernel never writes, as fa4.ld_global_nc with its cache hints
+        (`l1_evict`: the .L1 eviction priority, e.g. "evict_last"; `l2_prefetch`: 64, 128 or 256 bytes); `t`
+        i32 or f32, or a vector of 2 or 4 of them, `ptr` aligned to its size."""
+        hints = ({"l1_evict": l1_evict} if l1_evict else {}) | ({"l2_prefetch": l2_prefetch} if l2_prefetch else {})
+        return Value(fa4.ld_global_nc(ptr.v, result_types=[mlir_type(t)], **hints))
+
     def store(self, value: Value, ptr: Value, align: int | None = None):
         llvm.store(value.v, ptr.v, alignment=align, loc=source_loc())
 

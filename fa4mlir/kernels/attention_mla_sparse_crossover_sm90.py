@@ -81,6 +81,17 @@ needs neither: its local stores keep a CTA-scope fence.proxy.async and its local
 fa4-verify-pipelines checks that the commits' bytes (289 x 128 threads) are the st.asyncs' (rule 5); the interpreter
 lands each st.async in the peer's SMEM as a generic write of the storing warp and completes its bytes on the
 peer's barrier as a release (interpret/ops/llvm.py _st_async).
+
+Note "Load hints" (opt-in: FP8_DECODE_VARIANTS' "crossover_stasync_hint", MLASparseDecodeConfig.load_hints on
+crossover_stasync). The converter's row loads are plain loads of read-only memory, which LLVM emits as
+ld.global.nc without cache hints. FlashMLA's sm90 sparse FP8 decode (csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh,
+its 128-bit global loads) gives each gathered row's loads an L1 eviction priority of evict_last and an L2 prefetch
+size: 256 bytes for the e4m3 latent, 128 for the scales and for the rope; its index loads carry none. Here each
+row's 16-byte latent piece, its scale word and its rope unit are fa4.ld_global_nc with those hints
+(ld.global.nc.L1::evict_last.L2::256B.v4.b32, .L2::128B.f32 and .L2::128B.v4.b32), the scale's and rope's constant
+offsets in the row (SCALES_AT, ROPE_AT) outermost in their addresses so that fa4-lower-tma folds them into the
+instruction as LLVM does for the plain loads; the indices' loads stay plain. The hints change no value: out and lse
+are crossover_stasync's bits (the interpreter reads the same bytes).
 """
 from __future__ import annotations
 
@@ -98,6 +109,9 @@ HALF = BN // 2              # rows one CTA converts per tile
 GROUP = HALF // WARPS       # 8 rows a warp: one trip, all its loads in flight
 ROPE_ROWS = LANES // (2 * 64 // PIECE)   # 4 rows whose rope units one warp instruction moves
 BIAS_WORD = 4               # one f32 a row in bias_smem
+# note "Load hints": FlashMLA's hints of its converter's row loads (the latent's 16 bytes; a scale and the rope)
+L1_EVICT = "evict_last"
+NOPE_L2, PART_L2 = 256, 128
 
 
 def remote_bytes() -> int:
@@ -116,10 +130,12 @@ def remote_share() -> int:
     return share
 
 
-def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem, ahead: bool = False, stasync: bool = False):
+def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem, ahead: bool = False, stasync: bool = False,
+                 hints: bool = False):
     """Note "Crossover": per tile j, this CTA's 32 rows into both CTAs' tile (see the module note); `ahead`:
     note "Lean hand-off", the next tile's indices a tile ahead (crossover_ahead); `stasync`: note "st.async
-    hand-off", the peer's half by st.async, its bytes completing on the peer's full[stage] (crossover_stasync)."""
+    hand-off", the peer's half by st.async, its bytes completing on the peer's full[stage] (crossover_stasync);
+    `hints`: note "Load hints", the rows' loads with FlashMLA's cache hints (load_hints)."""
     from .attention_mla_sparse_sm90 import _row_offset
     t = kb.thread_idx(0) % THREADS
     warp, lane = t // LANES, t % LANES
@@ -134,6 +150,12 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem, ahead: bool = False, 
     kv_scale = kb.gep(p["kv"], mla_fp8.SCALES_AT + mla_fp8.WORD * ((lane * PIECE) // mla_fp8.SCALE_GROUP), "i8")
     rope_unit, rope_of = lane % mla_fp8.ROPE_UNITS, lane // mla_fp8.ROPE_UNITS
     kv_rope = kb.gep(p["kv"], mla_fp8.ROPE_AT + rope_unit * PIECE, "i8")
+    if hints:       # note "Load hints": the lanes' parts of the scale and rope addresses, their constants apart
+        kv_scale_lane = kb.gep(p["kv"], mla_fp8.WORD * ((lane * PIECE) // mla_fp8.SCALE_GROUP), "i8")
+        kv_rope_lane = kb.gep(p["kv"], rope_unit * PIECE, "i8")
+
+    def hinted(ptr: Value, t, l2: int) -> Value:
+        return kb.load_global_nc(ptr, t, l1_evict=L1_EVICT, l2_prefetch=l2)
 
     def both(value: Value, local, remote, at, align: int):
         kb.store(value, kb.gep(local, at, "i8"), align=align)
@@ -176,9 +198,16 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem, ahead: bool = False, 
                 rope_ok = select(mine, rows[first + u][1], rope_ok)
                 rope_off = select(mine, rows[first + u][2], rope_off)
             ropes.append((rope_r, rope_ok, rope_off))
-        raws = [(kb.load(kb.gep(kv_piece, off, "i8"), ("i32", 4), align=16),
-                 kb.load(kb.gep(kv_scale, off, "i8"), "f32", align=4)) for _, _, off in rows]
-        rope_vals = [kb.load(kb.gep(kv_rope, off, "i8"), ("i32", 4), align=16) for _, _, off in ropes]
+        if not hints:
+            raws = [(kb.load(kb.gep(kv_piece, off, "i8"), ("i32", 4), align=16),
+                     kb.load(kb.gep(kv_scale, off, "i8"), "f32", align=4)) for _, _, off in rows]
+            rope_vals = [kb.load(kb.gep(kv_rope, off, "i8"), ("i32", 4), align=16) for _, _, off in ropes]
+        else:       # note "Load hints": the row's constant offsets outermost, folded into the loads' addresses
+            raws = [(hinted(kb.gep(kv_piece, off, "i8"), ("i32", 4), NOPE_L2),
+                     hinted(kb.gep(kb.gep(kv_scale_lane, off, "i8"), mla_fp8.SCALES_AT, "i8"), "f32", PART_L2))
+                    for _, _, off in rows]
+            rope_vals = [hinted(kb.gep(kb.gep(kv_rope_lane, off, "i8"), mla_fp8.ROPE_AT, "i8"), ("i32", 4), PART_L2)
+                         for _, _, off in ropes]
         upcoming = (lane_index((j + 1).smin(last_tile)),) if ahead else ()     # back during the conversion
         # 3. the buffer free in both CTAs (empty[stage] counts both CTAs' consumers)
         kv_pipe.producer_acquire(s)

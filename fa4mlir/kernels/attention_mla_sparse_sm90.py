@@ -187,7 +187,8 @@ def build(cfg: MLASparseConfig | MLASparseDecodeConfig = MLASparseConfig()) -> d
                     if xo:
                         crossover.convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem,
                                                ahead=getattr(cfg, "crossover_ahead", False),
-                                               stasync=getattr(cfg, "crossover_stasync", False))
+                                               stasync=getattr(cfg, "crossover_stasync", False),
+                                               hints=getattr(cfg, "load_hints", False))
                     else:
                         convert_role(kb, cfg, work, p, kv_smem, kv_pipe, bias_smem)
             elif pwg:

@@ -457,6 +457,8 @@ class MLASparseDecodeConfig:
     crossover_stasync: bool = False  # crossover_lean only: the converter hands the peer's half over by st.async
                                     # onto a ready barrier (note "st.async hand-off"; "crossover_stasync", opt-in;
                                     # with crossover_ahead: "crossover_ahead_stasync")
+    load_hints: bool = False        # crossover only: the converter's row loads with FlashMLA's cache hints (the
+                                    # crossover module's note "Load hints"; "crossover_stasync_hint", opt-in)
 
     @property
     def fp8(self) -> bool:
@@ -552,6 +554,11 @@ class MLASparseDecodeConfig:
         if self.crossover_stasync and not self.crossover_lean:
             raise ConfigError("crossover_stasync=True is built on the lean hand-off (note \"st.async hand-off\"): it "
                               "needs crossover_lean=True (crossover_ahead on top of it or not)")
+        if not isinstance(self.load_hints, bool):
+            raise ConfigError(f"load_hints must be a bool, got {self.load_hints!r}")
+        if self.load_hints and not self.crossover:
+            raise ConfigError("load_hints=True hints the crossover converter's row loads (note \"Load hints\"): it "
+                              "needs crossover=True")
         check_producer(self)
         _check_seesaw(self)
         check_pair_fill(self)
@@ -572,7 +579,7 @@ class MLASparseDecodeConfig:
         return (f"{DECODE_KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_conv' if self.fp8_converter else ''}"
                 f"{'_pf' if self.converter_prefetch else ''}{'_xo' if self.crossover else ''}"
                 f"{'_lean' if self.crossover_lean else ''}{'_ahead' if self.crossover_ahead else ''}"
-                f"{'_stasync' if self.crossover_stasync else ''}"
+                f"{'_stasync' if self.crossover_stasync else ''}{'_hint' if self.load_hints else ''}"
                 f"{'_pwg' if self.producer_warps == 4 else ''}{'_l2' if self.l2_hints else ''}"
                 f"{'_topklen' if self.topk_length else ''}{'_split' if self.split else ''}"
                 f"{'_seesaw' if self.seesaw else ''}{'_pairfill' if self.pair_fill else ''}"
@@ -582,7 +589,7 @@ class MLASparseDecodeConfig:
 DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", "producer_warps", "l2_hints", "seesaw",
                                                                "pair_fill", "converter_prefetch",
                                                                "crossover", "crossover_lean", "crossover_ahead",
-                                                               "crossover_stasync",
+                                                               "crossover_stasync", "load_hints",
                                                                "overlap_s", "pair_max"))
 
 
@@ -604,12 +611,17 @@ DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", 
 # opt-in, h_q a multiple of 128; FA4MLIR_MLA_SPARSE_FP8_VARIANT=crossover_stasync, fa4mlir[crossover_stasync]).
 # "crossover_ahead_stasync": both, crossover_ahead's indices a tile ahead with the st.async hand-off (opt-in, h_q a
 # multiple of 128; FA4MLIR_MLA_SPARSE_FP8_VARIANT=crossover_ahead_stasync, fa4mlir[crossover_ahead_stasync]).
+# "crossover_stasync_hint": crossover_stasync with the converter's row loads carrying FlashMLA's cache hints (the
+# crossover module's note "Load hints"; opt-in, h_q a multiple of 128; FA4MLIR_MLA_SPARSE_FP8_VARIANT=
+# crossover_stasync_hint, fa4mlir[crossover_stasync_hint]); built in the bundle sets for bench mla's call (unsplit,
+# no topk_length) and its topk_length + split twin only (FP8_DECODE_PAIR_VARIANTS).
 PREFETCH_VARIANT = "prefetch"
 CROSSOVER_VARIANT = "crossover"
 LEAN_VARIANT = "crossover_lean"
 AHEAD_VARIANT = "crossover_ahead"
 STASYNC_VARIANT = "crossover_stasync"
 AHEAD_STASYNC_VARIANT = "crossover_ahead_stasync"
+HINT_VARIANT = "crossover_stasync_hint"
 FP8_DECODE_VARIANTS = {"converter": {"fp8_converter": True}, "gather": {},
                        PREFETCH_VARIANT: {"fp8_converter": True, "converter_prefetch": True},
                        CROSSOVER_VARIANT: {"fp8_converter": True, "crossover": True},
@@ -619,9 +631,15 @@ FP8_DECODE_VARIANTS = {"converter": {"fp8_converter": True}, "gather": {},
                        STASYNC_VARIANT: {"fp8_converter": True, "crossover": True, "crossover_lean": True,
                                          "crossover_stasync": True},
                        AHEAD_STASYNC_VARIANT: {"fp8_converter": True, "crossover": True, "crossover_lean": True,
-                                               "crossover_ahead": True, "crossover_stasync": True}}
+                                               "crossover_ahead": True, "crossover_stasync": True},
+                       HINT_VARIANT: {"fp8_converter": True, "crossover": True, "crossover_lean": True,
+                                      "crossover_stasync": True, "load_hints": True}}
 FP8_VARIANT_FIELDS = ("fp8_converter", "converter_prefetch", "crossover", "crossover_lean", "crossover_ahead",
-                      "crossover_stasync")
+                      "crossover_stasync", "load_hints")
+# the variants the bundle sets hold for two of the four FP8 calls only, (topk_length, split) in FP8_PAIR_CALLS:
+# bench mla's mla_sparse_decode_fp8 call (unsplit, no topk_length) and its topk_length + split twin
+FP8_DECODE_PAIR_VARIANTS = (HINT_VARIANT,)
+FP8_PAIR_CALLS = ((False, False), (True, True))
 # the variants that run the crossover's cluster (h_q a multiple of 2 x TILE_M)
 CLUSTER_VARIANTS = tuple(n for n, f in FP8_DECODE_VARIANTS.items() if f.get("crossover"))
 FP8_DECODE_VARIANT_ENV = "FA4MLIR_MLA_SPARSE_FP8_VARIANT"

@@ -1,7 +1,10 @@
 """fa4-lower-tma: async copies into SMEM. TMA loads, stores and prefetches ->
 nvvm.cp.async.bulk.tensor.* (PTX ISA 9.7.9.25); per-thread 16-byte copies -> nvvm.cp.async
 (9.7.9.3, .cg with src-size 0 for the zero-filled `valid = false`) and their completion ->
-cp.async.mbarrier.arrive without .noinc (9.7.13.15.14: a net-zero arrival on `full[stage]`).
+cp.async.mbarrier.arrive without .noinc (9.7.13.15.14: a net-zero arrival on `full[stage]`). Beside the
+copies, the one per-thread load with cache hints: `fa4.ld_global_nc` -> ld.global.nc with its .L1 eviction
+priority and .L2 prefetch size (9.7.9.9; inline PTX, passes/_ptx.ld_global_nc: nvvm's loads take no hints), a
+constant byte offset peeled off its address folded in as [addr+offset] (what LLVM does for a plain load).
 
 A `fa4.tma_load` completes on `full[stage]` of its pipeline (mbarrier::complete_tx::bytes). A
 `fa4.tma_gather4` (sm_100a) is the same load in .tile::gather4 mode: `cp.async.bulk.tensor.2d.
@@ -26,13 +29,15 @@ from __future__ import annotations
 import re
 
 from .._mlir import arith, ir, llvm, nvvm
-from ._util import CTA_GROUPS, PassError, attr, barrier_addr, check_none_left, cta_group, i32, kernel_func, ops_named, pipelines
+from . import _ptx
+from ._util import (CTA_GROUPS, PassError, attr, barrier_addr, check_none_left, const_byte_offset, cta_group, i32, i64,
+                    kernel_func, ops_named, pipelines)
 
 NAME = "fa4-lower-tma"
 GATHER4_MIN_SM = 100      # .tile::gather4: PTX ISA 8.6, sm_100 and later (9.7.9.25, "Target ISA notes")
 PAIR_MIN_SM = 100         # .cta_group: PTX ISA 8.6, sm_100a
 OPS = ("fa4.tma_load", "fa4.tma_gather4", "fa4.tma_store", "fa4.tma_store_wait", "fa4.tma_prefetch", "fa4.tma_prefetch_box", "fa4.cp_async",
-       "fa4.cp_async_arrive")
+       "fa4.cp_async_arrive", "fa4.ld_global_nc")
 
 
 def run(module: ir.Operation) -> None:
@@ -67,6 +72,8 @@ def run(module: ir.Operation) -> None:
                     nvvm.cp_async_shared_global(dst, src, 16, nvvm.LoadCacheModifierKind.CG, cp_size=size)
             elif op.name == "fa4.cp_async_arrive":
                 nvvm.cp_async_mbarrier_arrive(barrier_addr(pipes, op, "full", op.operands[0]))
+            elif op.name == "fa4.ld_global_nc":
+                op.results[0].replace_all_uses_with(_ld_global_nc(op))
             elif op.name == "fa4.tma_prefetch":
                 nvvm.prefetch(op.operands[0], tensormap=True)
             elif op.name == "fa4.tma_prefetch_box":      # PTX ISA 9.7.9.26: into L2, tile mode
@@ -102,6 +109,34 @@ def _cp_async_hinted(op, src, dst, size) -> None:
     else:
         text = f"cp.async.cg.shared.global{suffix} [$0], [$1], 16, $2;"
     llvm.inline_asm(None, operands, text, constraints + ",~{memory}", has_side_effects=True)
+
+
+def _ld_global_nc(op) -> ir.Value:
+    """fa4.ld_global_nc: ld.global.nc with its hints (_ptx.ld_global_nc), one 32-bit register per element, the
+    vector rebuilt from them; a non-negative constant byte offset of `addr` (i8 geps of constant index,
+    const_byte_offset) folded into the address as [root+offset]."""
+    t = op.results[0].type
+    vec = ir.VectorType(t) if isinstance(t, ir.VectorType) else None
+    elem, n = (vec.element_type, vec.shape[0]) if vec is not None else (t, 1)
+    if not (isinstance(elem, ir.F32Type) or str(elem) == "i32") or n not in (1, 2, 4):
+        raise PassError(f"{NAME}: ld_global_nc loads i32 or f32, or a vector of 2 or 4 of them, got {t}", op.location)
+    l1 = attr(op, "l1_evict") if "l1_evict" in op.attributes else None
+    l2 = attr(op, "l2_prefetch") if "l2_prefetch" in op.attributes else None
+    if l1 is not None and l1 not in _ptx.L1_EVICTION:
+        raise PassError(f"{NAME}: ld_global_nc l1_evict must be one of {_ptx.L1_EVICTION}, got {l1!r}", op.location)
+    if l2 is not None and l2 not in _ptx.L2_PREFETCH_SIZES:
+        raise PassError(f"{NAME}: ld_global_nc l2_prefetch must be one of {_ptx.L2_PREFETCH_SIZES}, got {l2}",
+                        op.location)
+    root, offset = const_byte_offset(op.operands[0])
+    if offset < 0 or offset >= 1 << 31:
+        root, offset = op.operands[0], 0
+    words = _ptx.ld_global_nc(root, offset, elem, n, l1, l2)
+    if vec is None:
+        return words[0]
+    out = llvm.mlir_undef(t)
+    for i, w in enumerate(words):
+        out = llvm.insertelement(out, w, i64(i))
+    return out
 
 
 def _lower_gather4(op: ir.Operation, pipes, func: ir.Operation) -> None:

@@ -17,6 +17,14 @@ llvm.func @generic_smem_pointer(%p: !llvm.ptr) {
 
 // -----
 
+llvm.func @ld_global_nc_of_shared(%p: !llvm.ptr<3>) {
+  // expected-error @+1 {{expected '!llvm.ptr<1>' but got '!llvm.ptr<3>'}}
+  %v = "fa4.ld_global_nc"(%p) : (!llvm.ptr<3>) -> i32
+  llvm.return
+}
+
+// -----
+
 llvm.func @wrong_result_type() {
   // expected-error @+1 {{expected 'i32' but got 'i64'}}
   %t = "fa4.thread_idx"() {dim = 0 : i64} : () -> i64

@@ -157,6 +157,49 @@ module attributes {gpu.container_module} {
 
 // -----
 
+// fa4.ld_global_nc: ld.global.nc with its hints (.L1 eviction priority, then the .L2 prefetch size) as inline PTX,
+// one register per element, the vector rebuilt; a constant i8 offset of the address folded in as [addr+offset].
+// CHECK-LABEL: llvm.func @load_hinted
+// CHECK-SAME: (%[[SRC:[^:]+]]: !llvm.ptr<1>)
+// CHECK: %[[W:.*]]:4 = nvvm.inline_ptx "ld.global.nc.L1::evict_last.L2::256B.v4.b32 {$0, $1, $2, $3}, [$4];" ro(%[[SRC]] : !llvm.ptr<1>) -> i32, i32, i32, i32
+// CHECK: llvm.insertelement %[[W]]#0
+// CHECK: llvm.insertelement %[[W]]#3
+// CHECK: nvvm.inline_ptx "ld.global.nc.L1::evict_last.L2::128B.f32 $0, [$1+512];" ro(%[[SRC]] : !llvm.ptr<1>) -> f32
+// CHECK: nvvm.inline_ptx "ld.global.nc.v2.b32 {$0, $1}, [$2];" ro(%{{.*}} : !llvm.ptr<1>) -> i32, i32
+// CHECK-NOT: fa4.ld_global_nc
+// CHECK: llvm.return
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @load_hinted(%src: !llvm.ptr<1>)
+        attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      %piece = "fa4.ld_global_nc"(%src) {l1_evict = "evict_last", l2_prefetch = 256 : i64} : (!llvm.ptr<1>) -> vector<4xi32>
+      %c512 = arith.constant 512 : i32
+      %at = llvm.getelementptr %src[%c512] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, i8
+      %scale = "fa4.ld_global_nc"(%at) {l1_evict = "evict_last", l2_prefetch = 128 : i64} : (!llvm.ptr<1>) -> f32
+      %cm4 = arith.constant -4 : i32
+      %back = llvm.getelementptr %src[%cm4] : (!llvm.ptr<1>, i32) -> !llvm.ptr<1>, i8
+      %pair = "fa4.ld_global_nc"(%back) : (!llvm.ptr<1>) -> vector<2xi32>
+      llvm.return
+    }
+  }
+}
+
+// -----
+
+// An L2 prefetch size ld.global.nc has no form for.
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.func @load_bad_prefetch(%src: !llvm.ptr<1>)
+        attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      // expected-error @+1 {{ld_global_nc l2_prefetch must be one of (64, 128, 256), got 512}}
+      %v = "fa4.ld_global_nc"(%src) {l2_prefetch = 512 : i64} : (!llvm.ptr<1>) -> i32
+      llvm.return
+    }
+  }
+}
+
+// -----
+
 // sm_100a TMA gather4: the column (dimension 0) first, then the four rows (dimension 1), in the
 // .tile::gather4 mode of cp.async.bulk.tensor; completes on full[stage] like a tma_load.
 // CHECK-LABEL: llvm.func @gather4

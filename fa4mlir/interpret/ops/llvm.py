@@ -182,12 +182,15 @@ def inline_ptx(p, op, a, r):
     """The PTX of fa4-lower-math: ex2/lg2/tanh.approx, modelled exactly (float32 exp2/log2/tanh: the
     hardware's tanh.approx is off by up to 2^-11 relative, which the GPU comparison allows for), and
     cvt.rn.f16x2.e4m3x2 (exact: numeric.e4m3x2_to_f16x2), tanh.approx.f16x2 (numeric.tanh_f16x2: rounded
-    to f16), prmt.b32 (exact: numeric.prmt)."""
+    to f16), prmt.b32 (exact: numeric.prmt); st.async (fa4-lower-pipelines) and ld.global.nc with cache hints
+    (fa4-lower-tma: the bytes the load reads, the hints change none)."""
     code = ir.StringAttr(op.attributes["ptxCode"]).value
     if m := _ST_ASYNC.fullmatch(code):  # fa4-lower-pipelines' peer_store_async (passes/_ptx.st_async)
         return _st_async(int(m.group(3) or 1), int(m.group(4)), m.group(2) is not None, a, r)
     if m := _PRMT.fullmatch(code):     # fa4.prmt (fa4-lower-math's prmt_ptx): two operands
         return _prmt(int(m.group(1), 16), a, r)
+    if m := _LD_GLOBAL_NC.fullmatch(code):  # fa4-lower-tma's ld_global_nc (passes/_ptx.ld_global_nc)
+        return _ld_global_nc(int(m.group(1) or 1), int(m.group(2) or 0), op, a, r)
     f = _PTX.get(code)
     if f is None or len(a) != 1 or len(r) != 1:
         raise Unsupported(f"inline PTX {code!r}")
@@ -195,6 +198,34 @@ def inline_ptx(p, op, a, r):
 
     def run(env, mask, w):
         env[z] = f(env[x])
+    return PLAIN, run
+
+
+# fa4-lower-tma's ld_global_nc: the hints (.L1::<priority>, .L2::<n>B) change no value
+_LD_GLOBAL_NC = re.compile(r"ld\.global\.nc(?:\.L1::(?:evict_normal|evict_unchanged|evict_first|evict_last|no_allocate))?"
+                           r"(?:\.L2::(?:64|128|256)B)?(?:\.v([24]))?\.(?:b32|f32) (?:\$0|\{[$0-9, ]+\}), "
+                           r"\[\$(?:\d+)(?:\+(\d+))?\];")
+
+
+def _ld_global_nc(n: int, offset: int, op, a, r):
+    """ld.global.nc of `n` 32-bit elements at [$n(+offset)] (PTX ISA 9.7.9.9), one result per element: the bytes
+    llvm.load reads there (its cache hints are hints: no value changes); an address not aligned to the n x 4
+    bytes is a fault."""
+    if len(a) != 1 or len(r) != n:
+        raise Unsupported(f"ld.global.nc with {len(a)} operands and {len(r)} results for {n} elements")
+    dts = [np_dtype(v.type) for v in op.results]
+    ptr, nbytes = a[0], 4 * n
+
+    def run(env, mask, w):
+        lanes = np.nonzero(mask)[0]
+        words = np.zeros((WARP, n), np.uint32)
+        for lane in lanes:
+            addr = int(env[ptr][lane]) + offset
+            if addr % nbytes:
+                raise Fault(f"ld.global.nc of {nbytes} bytes at {addr:#x}: not aligned to {nbytes} bytes")
+            words[lane] = w.cta.gmem.read(addr, nbytes).view(np.uint32)
+        for i, (z, dt) in enumerate(zip(r, dts)):
+            env[z] = words[:, i].copy().view(dt)
     return PLAIN, run
 
 
