@@ -1,7 +1,8 @@
 """fa4-lower-tma: async copies into SMEM. TMA loads, stores and prefetches ->
 nvvm.cp.async.bulk.tensor.* (PTX ISA 9.7.9.25); per-thread 16-byte copies -> nvvm.cp.async
 (9.7.9.3, .cg with src-size 0 for the zero-filled `valid = false`) and their completion ->
-cp.async.mbarrier.arrive without .noinc (9.7.13.15.14: a net-zero arrival on `full[stage]`).
+cp.async.mbarrier.arrive without .noinc (9.7.13.15.14: a net-zero arrival on `full[stage]`), or
+cp.async.commit_group [+ cp.async.wait_group N] (9.7.9.3: `fa4.cp_async_commit`, `fa4.cp_async_wait`).
 
 A `fa4.tma_load` completes on `full[stage]` of its pipeline (mbarrier::complete_tx::bytes). A
 `fa4.tma_gather4` (sm_100a) is the same load in .tile::gather4 mode: `cp.async.bulk.tensor.2d.
@@ -32,7 +33,7 @@ NAME = "fa4-lower-tma"
 GATHER4_MIN_SM = 100      # .tile::gather4: PTX ISA 8.6, sm_100 and later (9.7.9.25, "Target ISA notes")
 PAIR_MIN_SM = 100         # .cta_group: PTX ISA 8.6, sm_100a
 OPS = ("fa4.tma_load", "fa4.tma_gather4", "fa4.tma_store", "fa4.tma_store_wait", "fa4.tma_prefetch", "fa4.tma_prefetch_box", "fa4.cp_async",
-       "fa4.cp_async_arrive")
+       "fa4.cp_async_arrive", "fa4.cp_async_wait", "fa4.cp_async_commit")
 
 
 def run(module: ir.Operation) -> None:
@@ -66,6 +67,10 @@ def run(module: ir.Operation) -> None:
                     nvvm.cp_async_shared_global(dst, src, 16, nvvm.LoadCacheModifierKind.CG, cp_size=size)
             elif op.name == "fa4.cp_async_arrive":
                 nvvm.cp_async_mbarrier_arrive(barrier_addr(pipes, op, "full", op.operands[0]))
+            elif op.name in ("fa4.cp_async_wait", "fa4.cp_async_commit"):     # PTX ISA 9.7.9.3 (the thread's groups)
+                nvvm.cp_async_commit_group()
+                if op.name == "fa4.cp_async_wait":
+                    nvvm.cp_async_wait_group(attr(op, "pending"))
             elif op.name == "fa4.tma_prefetch":
                 nvvm.prefetch(op.operands[0], tensormap=True)
             elif op.name == "fa4.tma_prefetch_box":      # PTX ISA 9.7.9.26: into L2, tile mode
