@@ -101,9 +101,11 @@ KNOBS: dict[str, Knob] = {
              "halves: 16-bit kv and the producer warpgroup, else UnsupportedFeatureError / KnobError) or "
              "'seesaw_overlap' (the pair fill with the next pair's S_a under P_b V; opt-in, the mla-sparse-variants "
              "set) or 'seesaw_pairmax' / 'seesaw_overlap_pairmax' (the pair fill / the overlap with FlashMLA's "
-             "pair-max handshakes, one O rescale a pair in warpgroup 1; opt-in, the mla-sparse-variants set); for A/B "
+             "pair-max handshakes, one O rescale a pair in warpgroup 1; opt-in, the mla-sparse-variants set) or "
+             "'seesaw_overlap_pfence' (the overlap with the gather ring's proxy fence in the producer warpgroup, none "
+             "after the consumers' ring waits; opt-in, the mla-sparse-variants set); for A/B "
              "(bench mla's fa4mlir[tile], fa4mlir[seesaw], fa4mlir[seesaw_pwg], fa4mlir[seesaw_overlap], "
-             "fa4mlir[seesaw_pairmax], fa4mlir[seesaw_overlap_pairmax]); read per call into the call cache's key; a bundle must hold it: the mla and mla-sparse-variants sets"),
+             "fa4mlir[seesaw_pairmax], fa4mlir[seesaw_overlap_pairmax], fa4mlir[seesaw_overlap_pfence]); read per call into the call cache's key; a bundle must hold it: the mla and mla-sparse-variants sets"),
         Knob("FA4MLIR_PREFILL_TILES", None, "str", "flash_attn_func runs its case's default kernel with these "
              "AttnConfig tile / code-knob fields replaced ('bn=144,persistent=False'; for measurement: bench "
              "prefill --prefill-tiles); a kernel source without that variant raises BundleError, never falls back"),

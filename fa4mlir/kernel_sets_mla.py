@@ -157,7 +157,9 @@ def mla_sparse_variant_entries() -> list:
     (bench mla's fa4mlir[seesaw_overlap]; tests/test_mla_sparse_overlap.py); and the seesaw_pairmax and
     seesaw_overlap_pairmax variants (pair_max: FlashMLA's pair-max handshakes on the pair fill, without and with
     overlap_s, opt-in) of the same four (bench mla's fa4mlir[seesaw_pairmax], fa4mlir[seesaw_overlap_pairmax];
-    tests/test_mla_sparse_pairmax.py)."""
+    tests/test_mla_sparse_pairmax.py); and the seesaw_overlap_pfence variant (producer_fence: the overlap with the
+    gather ring's proxy fence in the producer warpgroup, opt-in) of the bench's prefill and decode kernels and the
+    prefill with topk_length and sinks (bench mla's fa4mlir[seesaw_overlap_pfence]; tests/test_mla_sparse_pfence.py)."""
     from .kernels import attention_mla_sparse_sm90_config as sc
     sixteen = [(sc.KERNEL, sc.MLASparseConfig(seesaw=True)),
                (sc.KERNEL, sc.MLASparseConfig(topk_length=True, sinks=True, seesaw=True)),
@@ -174,7 +176,8 @@ def mla_sparse_variant_entries() -> list:
     # (the seesaw_pairfill and seesaw_overlap kernels are the mla set's: SPARSE_DEFAULT_RULE's and its A/B twin)
     overlap = [(name, replace(cfg, producer_warps=4, pair_fill=True, overlap_s=True)) for name, cfg in sixteen]
     return sixteen + l2 + [(sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True, seesaw=True))] \
-        + [(name, replace(cfg, overlap_s=o, pair_max=True)) for o in (False, True) for name, cfg in overlap]
+        + [(name, replace(cfg, overlap_s=o, pair_max=True)) for o in (False, True) for name, cfg in overlap] \
+        + [(name, replace(cfg, producer_fence=True)) for name, cfg in overlap[:3]]
 
 
 def mla_sparse_variants() -> list:

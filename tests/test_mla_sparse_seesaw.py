@@ -260,4 +260,6 @@ def test_bench_rows_carry_the_seesaw_backend(monkeypatch):
                                                    "fa4mlir[seesaw_overlap]": ("seesaw_overlap", "warpgroup"),
                                                    "fa4mlir[seesaw_pairmax]": ("seesaw_pairmax", "warpgroup"),
                                                    "fa4mlir[seesaw_overlap_pairmax]": ("seesaw_overlap_pairmax",
-                                                                                       "warpgroup")}
+                                                                                       "warpgroup"),
+                                                   "fa4mlir[seesaw_overlap_pfence]": ("seesaw_overlap_pfence",
+                                                                                      "warpgroup")}

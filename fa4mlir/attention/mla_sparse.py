@@ -122,7 +122,8 @@ def requested_variant(entry: str = ENTRY) -> str:
     (the seesaw with FlashMLA's fill order of a pair's halves, 16-bit kv and the producer warpgroup), or
     "seesaw_overlap" (the pair fill with the next pair's S_a under P_b V; opt-in, the mla-sparse-variants set), or
     "seesaw_pairmax" / "seesaw_overlap_pairmax" (the pair fill / the overlap with FlashMLA's pair-max handshakes;
-    opt-in, the same set). Read per call
+    opt-in, the same set), or "seesaw_overlap_pfence" (the overlap with the gather ring's proxy fence in the producer,
+    none after the consumers' ring waits; opt-in, the same set). Read per call
     into the call cache's key; KnobError for an unknown name, before any launch."""
     name = (env.get_str(VARIANT_ENV) or "default").strip()
     if name not in sc.SPARSE_VARIANTS:

@@ -26,7 +26,9 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    fill: the seesaw in tile order, producer warpgroup) and fa4mlir[seesaw_overlap] (the pair fill with
                    the next pair's S_a under P_b V, opt-in; the mla-sparse-variants set), fa4mlir[seesaw_pairmax] and
                    fa4mlir[seesaw_overlap_pairmax] (the pair fill / the overlap with FlashMLA's pair-max handshakes:
-                   one O rescale a pair in warpgroup 1, opt-in; the same set): FA4MLIR_MLA_SPARSE_VARIANT and
+                   one O rescale a pair in warpgroup 1, opt-in; the same set), fa4mlir[seesaw_overlap_pfence] (the
+                   overlap with the gather ring's proxy fence in the producer warpgroup, opt-in; the same set):
+                   FA4MLIR_MLA_SPARSE_VARIANT and
                    _PRODUCER around each call (sparse_ab_calls)
     mla_sparse_fp8 the same over FlashMLA's FP8 rows (kv [s_kv, 1, 656], the bf16 kv quantized by
                    testing_mla.quantize_fp8_cache), checked over the dequantized rows
@@ -427,7 +429,9 @@ def sparse_ab_calls(default: Callable[[], Any]) -> dict:
     [D-mla-sparse-pairfill-default] (the seesaw in tile order with the producer warpgroup), fa4mlir[seesaw_overlap] the
     rule's kernel with warpgroup 0 issuing the next pair's S_a under its P_b V (opt-in; the mla-sparse-variants set),
     fa4mlir[seesaw_pairmax] / fa4mlir[seesaw_overlap_pairmax] the rule's kernel / the overlap with FlashMLA's pair-max
-    handshakes (note "Pair max": warpgroup 1 issues both P V back to back after one O rescale; opt-in, the same set)."""
+    handshakes (note "Pair max": warpgroup 1 issues both P V back to back after one O rescale; opt-in, the same set),
+    fa4mlir[seesaw_overlap_pfence] the overlap with the gather ring's proxy fence in the producer warpgroup rather than
+    after the consumers' ring waits (note "Producer fence"; opt-in, the same set)."""
     def both(variant: str, producer: str) -> Callable[[], Any]:
         return lambda: with_sparse_variant(variant, with_producer(producer, default()))
     return {"fa4mlir[tile]": both("tile", "warp"), "fa4mlir[pwg]": both("tile", "warpgroup"),
@@ -435,7 +439,8 @@ def sparse_ab_calls(default: Callable[[], Any]) -> dict:
             "fa4mlir[seesaw_pairfill]": both("seesaw_pairfill", "warpgroup"),
             "fa4mlir[seesaw_overlap]": both("seesaw_overlap", "warpgroup"),
             "fa4mlir[seesaw_pairmax]": both("seesaw_pairmax", "warpgroup"),
-            "fa4mlir[seesaw_overlap_pairmax]": both("seesaw_overlap_pairmax", "warpgroup")}
+            "fa4mlir[seesaw_overlap_pairmax]": both("seesaw_overlap_pairmax", "warpgroup"),
+            "fa4mlir[seesaw_overlap_pfence]": both("seesaw_overlap_pfence", "warpgroup")}
 
 
 def with_producer(name: str, run: Callable[[], Any]) -> Callable[[], Any]:

@@ -172,6 +172,16 @@ OPS: tuple[OpDef, ...] = (
     phase cannot complete before those copies land) and falls when they do: a net-zero arrival,
     not counted in `producer_arrivals`. Call it before the same thread's `producer_commit`.""",
           operands=(("stage", "i32"),), attrs=(("pipe", "str"),)),
+    OpDef("cp_async_wait", """Close the calling thread's `cp_async` copies issued since its last
+    `cp_async_wait` / `cp_async_commit` (or its start) into a group, then wait until at most `pending` of its groups have
+    not landed (PTX ISA 9.7.9.3: cp.async.commit_group; cp.async.wait_group N). The landed copies are
+    the thread's own generic-proxy writes: a wgmma (async proxy) reads them only after a
+    fence.proxy.async (the thread's own before it hands them over, or the reader's after it acquires
+    them). The producer-side alternative to `cp_async_arrive`.""",
+          attrs=(("pending", "int"),)),
+    OpDef("cp_async_commit", """Close the calling thread's `cp_async` copies issued since its last
+    `cp_async_commit` / `cp_async_wait` into a group, without waiting (PTX ISA 9.7.9.3 cp.async.commit_group):
+    a later `cp_async_wait` counts it."""),
     OpDef("tma_store", """Copy `src` to the box at `coords` of the tensor `desc` describes (bulk async;
     out-of-bounds elements are not written).""",
           operands=(("desc", "ptr"), ("src", "smem_ptr"), ("coords", "*i32")), attrs=(("box", "ints"),)),

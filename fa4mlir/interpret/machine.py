@@ -196,6 +196,7 @@ class CTA:
         self.store_groups: dict = collections.defaultdict(lambda: ([], collections.deque()))
         # (warp id, lane) -> cp.async copies issued and not yet landed (ops/tma.py, cp.async)
         self.cp_async_pending: dict = collections.defaultdict(list)
+        self.cp_async_groups: dict = collections.defaultdict(list)     # (wid, lane) -> committed groups, oldest first
         self.named_barriers: collections.Counter = collections.Counter()   # barrier id -> warps arrived
         self.barrier_generation: collections.Counter = collections.Counter()
         self.stats: collections.Counter = collections.Counter()
@@ -297,9 +298,11 @@ class CTA:
             stores = open_ + [job for g in groups for job in g]
             if stores:
                 problems.append(f"warp {wid}: {len(stores)} TMA store(s) never waited (cp.async.bulk.wait_group)")
-        unlanded = sum(len(v) for v in self.cp_async_pending.values())
+        unlanded = (sum(len(v) for v in self.cp_async_pending.values())
+                    + sum(len(g) for v in self.cp_async_groups.values() for g in v))
         if unlanded:
-            problems.append(f"{unlanded} cp.async copies never arrived on an mbarrier (cp.async.mbarrier.arrive)")
+            problems.append(f"{unlanded} cp.async copies never arrived on an mbarrier (cp.async.mbarrier.arrive) "
+                            f"nor were waited for (cp.async.wait_group)")
         if problems:
             raise ExitFault("CTA exited with work outstanding: " + "; ".join(problems))
 

@@ -19,7 +19,8 @@ the row maxima in x_smem. An odd tile count ends with one tile (mma0's S, both P
 Note "Ring": one ring of STAGES = 2 tiles (kv_pipe), consumed by both roles (two arrivals a stage): a
 pair holds both stages, so tile a' of the next pair is gathered once both warpgroups released a (mid
 pair) and b' after the pair. The gather's cp.asyncs are generic-proxy writes: each warpgroup fences
-(async_smem) after every wait before its wgmmas read the tile. Unlike the dense decode's TMA boxes, the
+(async_smem) after every wait before its wgmmas read the tile (with producer_fence the producer fences instead:
+note "Producer fence"). Unlike the dense decode's TMA boxes, the
 gather lands a tile's 64 rows whole (each lane's copies arrive once), so there are no chunk rings.
 
 Note "Barriers": the gather warp owns named barrier 4 (attention_mla_sparse_sm90.BAR_GATHER), the
@@ -109,6 +110,22 @@ spilled 56 bytes), after P_a' is out and P_b's fragments are loaded (then a's 0.
 overlap's other kernels (retired before BAR_PB, each spilled 4 bytes: the token, live across the loop). The
 order of the handshakes and the output are the same either way.
 
+Note "Producer fence" (producer_fence=True, on the pair fill; opt-in, PFENCE_VARIANT; the config's note of that name):
+note "Ring"'s proxy fence moves from the readers to the writers. Each producer thread closes a half's cp.asyncs into a
+cp.async group (fa4.cp_async_wait), waits until at most PFENCE_IN_FLIGHT (1) of its halves are in flight
+(cp.async.wait_group 1: the half before the one just issued has landed), runs fence.proxy.async.shared::cta and arrives
+on that half's full barrier (producer_commit: the ordinary arrive, a release at CTA scope, PRODUCER_THREADS arrivals as
+before; no cp.async.mbarrier.arrive); after a pair's (and the odd tile's) last half it waits for all (wait_group 0) and
+announces it, so no half stays unannounced across a pair. The consumers' ring waits then drop their fence.proxy.async
+(_HalfTiles._ring_fence); the fences after their own P stores (publish) stay. The PTX memory model's order is the
+writer's: generic-proxy writes, the writer's proxy fence, release (mbarrier.arrive), acquire (the consumers'
+try_wait), async-proxy reads (wgmma). FlashMLA's sm90 sparse prefill fences on neither side (cp.async.mbarrier.arrive
+.noinc, then the wgmmas right after the wait). Deadlock: an announcement waits behind the next half's producer_acquire
+(one half later), and no release that acquire needs waits for that half: a pair's halves a lo, b hi, a hi, b lo need
+the previous pair's releases of the same ring slots, which mma0 and mma1 make before they wait for this pair's a lo
+(mma0's release of b's 0..255 in s_next comes after its wait of a lo, which is announced before b lo's acquire). The
+interpreter's race check holds the order (tests/test_mla_sparse_pfence.py: the fence removed is a FenceFault).
+
 Note "Work" (ptxas 12.x, deviceless; what the compile tests check, not a principle): the consumers derive
 the token's work item in their roles (as the dense seesaw's do: a value made before the role split and
 live across setmaxnreg spilled there). The gather warp (24 registers) spills 4 to 12 bytes, depending on
@@ -132,6 +149,7 @@ BAR_PA = 5      # mma0 -> mma1 (note "Barriers")
 LO, HI = range(HALF_CHUNKS), range(HALF_CHUNKS, QK_CHUNKS)     # a stage's halves' column chunks
 BAR_PB = 6      # mma1 -> mma0
 BAR_MA = 7      # pair_max: mma0 -> mma1, m_a (note "Pair max")
+PFENCE_IN_FLIGHT = 1    # producer_fence: the producer's halves left in flight when it announces one (note "Producer fence")
 
 
 class _Tiles(seesaw.Tiles):
@@ -180,14 +198,21 @@ class _HalfTiles(_Tiles):
     swap rings (`_ring`), and warpgroup 1 issues S_b by s_pair_b."""
 
     def __init__(self, kb, bufs, dtype: str, kv_hi, w: int, pair_fill: bool = False, overlap_s: bool = False,
-                 pair_max: bool = False):
+                 pair_max: bool = False, producer_fence: bool = False):
         super().__init__(kb, bufs, dtype)
         self.kv_hi = kv_hi
         self.w = w
         self.pair_fill = pair_fill
         self.overlap_s = overlap_s
         self.pair_max = pair_max
+        self.producer_fence = producer_fence
         self.pa_retire_late = False     # note "Pair max", registers (pa_retire_late(cfg))
+
+    def _ring_fence(self):
+        """After a ring wait, before the wgmmas read the half: fence.proxy.async (note "Ring"), unless the producer
+        fenced its copies before arriving (note "Producer fence")."""
+        if not self.producer_fence:
+            self.kb.fence("async_smem")
 
     def _ring(self, hi: bool, b: bool):
         """The ring of a tile's half (hi: columns 256..575); note "Pair fill": tile b's halves swapped."""
@@ -196,12 +221,12 @@ class _HalfTiles(_Tiles):
     def wait_all(self, st):
         self.kv_pipe.consumer_wait(st)
         self.kv_hi.consumer_wait(st)
-        self.kb.fence("async_smem")
+        self._ring_fence()
 
     def s(self, cs, st):
         kb = cs.kb
         self.kv_pipe.consumer_wait(st)
-        kb.fence("async_smem")
+        self._ring_fence()
         q_at = self._q_at(cs)
         q_smem = kb.gep(self.q_smem, q_at, "i8")
         tile = kb.gep(self.kv_smem, st.stage * MLASparseConfig.tile_bytes() + q_at, "i8")
@@ -209,7 +234,7 @@ class _HalfTiles(_Tiles):
         def second_half():      # the first half's wgmmas as a group, the wait, wgmma.fence (ptxas C7519 without)
             fa4.mma_commit_group()
             self.kv_hi.consumer_wait(st)
-            kb.fence("async_smem")
+            self._ring_fence()
             fa4.mma_fence()
         return wait_group(issue_s(cs, q_smem, tile, self.dtype, at_chunk=(HALF_CHUNKS, second_half)), pending=0), tile
 
@@ -222,7 +247,7 @@ class _HalfTiles(_Tiles):
         with kb.if_(cs.is_leader).then_():
             self.kv_pipe.consumer_release(sa)
         self.kv_pipe.consumer_wait(sb)
-        kb.fence("async_smem")
+        self._ring_fence()
         q_at = self._q_at(cs)
         q_smem = kb.gep(self.q_smem, q_at, "i8")
         tile = kb.gep(self.kv_smem, sb.stage * MLASparseConfig.tile_bytes() + q_at, "i8")
@@ -231,7 +256,7 @@ class _HalfTiles(_Tiles):
             fa4.mma_commit_group()
             self.kv_hi.consumer_wait(sa)
             self.kv_hi.consumer_wait(sb)
-            kb.fence("async_smem")
+            self._ring_fence()
             fa4.mma_fence()
         acc = issue_s(cs, q_smem, tile, self.dtype, at_chunk=(0, second_half), first_chunk=HALF_CHUNKS)
         return wait_group(acc, pending=0), tile
@@ -243,7 +268,7 @@ class _HalfTiles(_Tiles):
         Returns (S_a, O)."""
         kb = cs.kb
         self.kv_pipe.consumer_wait(sa)
-        kb.fence("async_smem")
+        self._ring_fence()
         q_at = self._q_at(cs)
         q_smem = kb.gep(self.q_smem, q_at, "i8")
         tile = kb.gep(self.kv_smem, sa.stage * MLASparseConfig.tile_bytes() + q_at, "i8")
@@ -255,7 +280,7 @@ class _HalfTiles(_Tiles):
             with kb.if_(cs.is_leader).then_():
                 self.release(sb, b=True)
             self.kv_hi.consumer_wait(sa)
-            kb.fence("async_smem")
+            self._ring_fence()
             fa4.mma_fence()
         acc = issue_s(cs, q_smem, tile, self.dtype, at_chunk=(HALF_CHUNKS, second_half))
         return wait_group(acc, pending=0), retired[0]
@@ -303,7 +328,8 @@ def build_roles(kb, cfg, p, bufs, x_smem, rows_smem):
         if pwg:
             with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=base.PRODUCER_THREADS // 32, regs=load_regs):
                 gather = _gather_role_pairs if cfg.pair_fill else base._gather_role_wg
-                gather(kb, base._Work(kb, cfg, p), p, kv_smem, (kv_pipe, kv_hi), bias_smem, cfg.l2_hints)
+                extra = dict(producer_fence=True) if cfg.producer_fence else {}
+                gather(kb, base._Work(kb, cfg, p), p, kv_smem, (kv_pipe, kv_hi), bias_smem, cfg.l2_hints, **extra)
             return
         if conv:
             with kb.role("convert", first_warp=4 * CONSUMERS, num_warps=4, regs=load_regs):
@@ -331,7 +357,7 @@ def _consumer(kb, cfg, work, p, bufs, x_smem, w: int, kv_hi=None):
     pair_end = work.begin + ((work.end - work.begin) // 2) * 2
     segments = ((work.begin, pair_end, True, True), (pair_end, work.end, False, True))
     tiles = _Tiles(kb, bufs, cfg.dtype) if kv_hi is None else \
-        _HalfTiles(kb, bufs, cfg.dtype, kv_hi, w, cfg.pair_fill, cfg.overlap_s, cfg.pair_max)
+        _HalfTiles(kb, bufs, cfg.dtype, kv_hi, w, cfg.pair_fill, cfg.overlap_s, cfg.pair_max, cfg.producer_fence)
     if cfg.pair_max:
         tiles.pa_retire_late = pa_retire_late(cfg)
     _, o, m, l = seesaw.run(cs, tiles, cfg.dtype, w, segments, seesaw.initial(cs, kv_pipe))
@@ -348,7 +374,13 @@ def pa_retire_late(cfg) -> bool:
     return cfg.overlap_s and not (isinstance(cfg, MLASparseDecodeConfig) and cfg.split)
 
 
-def _gather_role_pairs(kb, work, p, kv_smem, pipes, bias_smem, l2_hints: bool):
+def producer_proxy_fence(kb) -> None:
+    """Note "Producer fence": the producer thread's landed copies made visible to the async proxy before it arrives
+    (fence.proxy.async.shared::cta; a function of its own so a test can drop it)."""
+    kb.fence("async_smem")
+
+
+def _gather_role_pairs(kb, work, p, kv_smem, pipes, bias_smem, l2_hints: bool, producer_fence: bool = False):
     """Note "Pair fill": the producer warpgroup (attention_mla_sparse_sm90._gather_role_wg's threads, rows and
     copies) over the pairs of [begin, end): both tiles' rows looked up first, then the halves a lo, b hi, a hi,
     b lo, each after waiting for it to be free, both tiles' biases with the first; an odd count's last tile lo
@@ -392,9 +424,25 @@ def _gather_role_pairs(kb, work, p, kv_smem, pipes, bias_smem, l2_hints: bool):
         bias = select(ok, const(0.0, "f32"), const(NEG_INF, "f32"))
         kb.store(bias, kb.gep(bias_smem, (stage * BN + bias_row) * 4, "i8"), align=4)
 
+    pending = []        # note "Producer fence": the halves issued, not yet announced, oldest first: (pipe, state)
+
+    def announce(keep: int):
+        """Note "Producer fence": wait until at most `keep` of this thread's halves are in flight (cp.async.wait_group;
+        the half issued last closes its group here), fence the landed ones to the async proxy, arrive on their full
+        barriers (oldest first, each ring's order); with no more than `keep` issued, only the group closed."""
+        if len(pending) <= keep:
+            fa4.cp_async_commit()
+            return
+        fa4.cp_async_wait(pending=keep)
+        producer_proxy_fence(kb)
+        while len(pending) > keep:
+            pipe, st = pending.pop(0)
+            pipe.producer_commit(st)
+
     def fill(pipe, s, rows, valid_bits, chunks, biases=None):
         """2. one half (chunks LO or HI) of the tile of `rows` on ring `pipe`: wait until free, `biases()` (the
-        bias stores that go with this half), the copies, arrive when landed, commit."""
+        bias stores that go with this half), the copies, arrive when landed, commit. producer_fence: the copies a
+        cp.async group, announced once at most PFENCE_IN_FLIGHT younger halves are in flight (announce)."""
         pipe.producer_acquire(s)
         if biases is not None:
             biases()
@@ -405,6 +453,10 @@ def _gather_role_pairs(kb, work, p, kv_smem, pipes, bias_smem, l2_hints: bool):
             dst = kb.gep(base_at, r * SWIZZLE + (unit ^ (r % 8)) * 16, "i8")
             for c in chunks:
                 fa4.cp_async(kb.gep(src, c * CHUNK, "bf16"), kb.gep(dst, c * BN * SWIZZLE, "i8"), ok, **hints)
+        if producer_fence:
+            pending.append((pipe, s))
+            announce(PFENCE_IN_FLIGHT)
+            return
         fa4.cp_async_arrive(s.stage, pipe=pipe.name)
         pipe.producer_commit(s)
 
@@ -418,6 +470,8 @@ def _gather_role_pairs(kb, work, p, kv_smem, pipes, bias_smem, l2_hints: bool):
         fill(lo, sb, rows_b, bits, HI)
         fill(hi, sa, rows_a, bits, HI)
         fill(hi, sb, rows_b, bits, LO)
+        if producer_fence:      # note "Producer fence": the pair's last half announced within the pair
+            announce(0)
         loop.yield_(sb.advance())
     tail = kb.for_(pair_end, work.end, 1, carry=loop.results)
     with tail as (j, s):
@@ -428,6 +482,8 @@ def _gather_role_pairs(kb, work, p, kv_smem, pipes, bias_smem, l2_hints: bool):
                 store_bias(s.stage, bits)
         fill(lo, s, rows, bits, LO, biases=tail_biases)
         fill(hi, s, rows, bits, HI)
+        if producer_fence:
+            announce(0)
         tail.yield_(s.advance())
 
 

@@ -107,6 +107,9 @@ class MLASparseConfig:
                                    # OVERLAP_VARIANT, opt-in)
     pair_max: bool = False         # pair_fill: FlashMLA's handshakes, m_a before warpgroup 1's softmax, P_a rescaled
                                    # to the pair's max, one O rescale (note "Pair max"; PAIR_MAX_VARIANT, opt-in)
+    producer_fence: bool = False   # pair_fill: the producer waits for its copies (cp.async.wait_group), fences them to
+                                   # the async proxy and arrives; the consumers' ring waits drop their fence (note
+                                   # "Producer fence"; PFENCE_VARIANT, opt-in)
 
     @property
     def fp8(self) -> bool:
@@ -183,6 +186,7 @@ class MLASparseConfig:
         check_pair_fill(self)
         check_overlap(self)
         check_pair_max(self)
+        check_producer_fence(self)
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
         fits, need, pool = register_pool_fits(self.threads, *self.regs, CONSUMERS)
@@ -200,11 +204,12 @@ class MLASparseConfig:
         return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_pwg' if self.producer_warps == 4 else ''}"
                 f"{'_l2' if self.l2_hints else ''}{'_topklen' if self.topk_length else ''}{'_sinks' if self.sinks else ''}"
                 f"{'_seesaw' if self.seesaw else ''}{'_pairfill' if self.pair_fill else ''}"
-                f"{'_overlap' if self.overlap_s else ''}{'_pairmax' if self.pair_max else ''}")
+                f"{'_overlap' if self.overlap_s else ''}{'_pairmax' if self.pair_max else ''}"
+                f"{'_pfence' if self.producer_fence else ''}")
 
 
 VARIANT_FIELDS = field_defaults(MLASparseConfig, ("kv_dtype", "producer_warps", "l2_hints", "seesaw", "pair_fill",
-                                                  "overlap_s", "pair_max"))  # (common.fields)
+                                                  "overlap_s", "pair_max", "producer_fence"))  # (common.fields)
 
 
 def check_producer(cfg) -> None:
@@ -234,12 +239,17 @@ OVERLAP_VARIANT = "seesaw_overlap"
 # maxima (note "Pair max"; opt-in, the producer warpgroup as PAIR_FILL_VARIANT)
 PAIR_MAX_VARIANT = "seesaw_pairmax"
 OVERLAP_PAIR_MAX_VARIANT = "seesaw_overlap_pairmax"
-PAIR_FILL_VARIANTS = (PAIR_FILL_VARIANT, OVERLAP_VARIANT, PAIR_MAX_VARIANT, OVERLAP_PAIR_MAX_VARIANT)  # (producer_warps=4)
+# "seesaw_overlap_pfence": the overlap with the gather ring's proxy fence on the producer's side (note "Producer fence";
+# opt-in, the producer warpgroup as PAIR_FILL_VARIANT)
+PFENCE_VARIANT = "seesaw_overlap_pfence"
+PAIR_FILL_VARIANTS = (PAIR_FILL_VARIANT, OVERLAP_VARIANT, PAIR_MAX_VARIANT, OVERLAP_PAIR_MAX_VARIANT,
+                      PFENCE_VARIANT)  # (producer_warps=4)
 SPARSE_VARIANTS = {"default": {}, TILE_VARIANT: {}, SEESAW_VARIANT: {"seesaw": True},
                    PAIR_FILL_VARIANT: {"seesaw": True, "pair_fill": True},
                    OVERLAP_VARIANT: {"seesaw": True, "pair_fill": True, "overlap_s": True},
                    PAIR_MAX_VARIANT: {"seesaw": True, "pair_fill": True, "pair_max": True},
-                   OVERLAP_PAIR_MAX_VARIANT: {"seesaw": True, "pair_fill": True, "overlap_s": True, "pair_max": True}}
+                   OVERLAP_PAIR_MAX_VARIANT: {"seesaw": True, "pair_fill": True, "overlap_s": True, "pair_max": True},
+                   PFENCE_VARIANT: {"seesaw": True, "pair_fill": True, "overlap_s": True, "producer_fence": True}}
 # Note "Pair fill" (pair_fill=True; attention_mla_sparse_seesaw_sm90's note of that name; FlashMLA's sm90 sparse
 # prefill, phase1.cuh): the producer warpgroup fills a pair (a = j, b = j + 1) of tiles half by half in the
 # order its readers need them, a's columns 0..255, b's 256..575, a's 256..575, b's 0..255 (FlashMLA: V0L, V1R,
@@ -252,6 +262,15 @@ SPARSE_VARIANTS = {"default": {}, TILE_VARIANT: {}, SEESAW_VARIANT: {"seesaw": T
 # note of that name): on the pair fill (with or without the overlap), warpgroup 1 gets m_a before its softmax and
 # warpgroup 0 hands over P_a rescaled to the pair's max (float32 P_a times exp2(m_a - m_b), rounded once), so
 # warpgroup 1 rescales O once and issues P_b V_b and P_a V_a back to back (FlashMLA's order).
+# Note "Producer fence" (producer_fence=True, PFENCE_VARIANT, opt-in; attention_mla_sparse_seesaw_sm90's note of that
+# name): the gather's cp.asyncs are generic-proxy writes the consumers' wgmmas read through the async proxy. By default
+# each thread's copies arrive on the half's full barrier by cp.async.mbarrier.arrive and every consumer warpgroup runs
+# fence.proxy.async after each ring wait. With producer_fence each producer thread closes a half's copies into a
+# cp.async group, waits for the half before (cp.async.wait_group 1: the half just issued stays in flight; the pair's
+# last two at its end), fences (fence.proxy.async.shared::cta) and arrives (its ordinary release arrive, the count
+# unchanged: PRODUCER_THREADS); the consumers' ring waits drop their fence (the fences of their own P stores stay).
+# This is the writer-side order of the PTX memory model: generic writes, the writer's proxy fence, release, acquire,
+# async-proxy reads.
 
 # SPARSE_DEFAULT_RULE, what a call runs with neither knob set (FA4MLIR_MLA_SPARSE_VARIANT, _PRODUCER unset or
 # "default"; each knob, when set, replaces its half): kv dtype -> (SPARSE_VARIANTS name, PRODUCER_VARIANTS name).
@@ -302,11 +321,12 @@ def sparse_variant(cfg, name: str = "default"):
         if name in PAIR_FILL_VARIANTS and cfg.producer_warps != 4:
             name = SEESAW_VARIANT
     out = replace(cfg, **{"seesaw": False, "pair_fill": False, "overlap_s": False, "pair_max": False,
-                          **SPARSE_VARIANTS[name]})
+                          "producer_fence": False, **SPARSE_VARIANTS[name]})
     _check_seesaw(out)
     check_pair_fill(out)
     check_overlap(out)
     check_pair_max(out)
+    check_producer_fence(out)
     return out
 
 
@@ -337,6 +357,16 @@ def check_pair_max(cfg) -> None:
     if cfg.pair_max and not cfg.pair_fill:
         raise ConfigError(f"pair_max=True (variant {PAIR_MAX_VARIANT!r}) is built on the pair fill: it needs "
                           f"pair_fill=True (seesaw=True, producer_warps=4, a 16-bit kv)")
+
+
+def check_producer_fence(cfg) -> None:
+    """producer_fence (note "Producer fence"): a bool, set only on the pair fill (the producer warpgroup's fill)."""
+    if not isinstance(cfg.producer_fence, bool):
+        raise ConfigError(f"producer_fence must be a bool, got {cfg.producer_fence!r}")
+    if cfg.producer_fence and not cfg.pair_fill:
+        raise ConfigError(f"producer_fence=True (variant {PFENCE_VARIANT!r}) moves the gather ring's proxy fence into "
+                          f"the pair fill's producer warpgroup: it needs pair_fill=True (seesaw=True, producer_warps=4, "
+                          f"a 16-bit kv)")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -445,6 +475,7 @@ class MLASparseDecodeConfig:
     pair_fill: bool = False         # MLASparseConfig.pair_fill's fill order (seesaw, producer_warps=4, 16-bit kv)
     overlap_s: bool = False         # MLASparseConfig.overlap_s's (pair_fill; OVERLAP_VARIANT, opt-in)
     pair_max: bool = False          # MLASparseConfig.pair_max's (pair_fill; PAIR_MAX_VARIANT, opt-in)
+    producer_fence: bool = False    # MLASparseConfig.producer_fence's (pair_fill; PFENCE_VARIANT, opt-in)
     converter_prefetch: bool = False  # fp8_converter only: the converter's rolling prefetch (note "FP8 converter
                                       # prefetch"; FP8_DECODE_VARIANTS' "prefetch", opt-in)
     crossover: bool = False         # fp8_converter only: FlashMLA's crossover, the two 64-head CTAs of a token as a
@@ -564,6 +595,7 @@ class MLASparseDecodeConfig:
         check_pair_fill(self)
         check_overlap(self)
         check_pair_max(self)
+        check_producer_fence(self)
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA decode needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
         fits, need, pool = register_pool_fits(self.threads, *self.regs, CONSUMERS)
@@ -583,14 +615,15 @@ class MLASparseDecodeConfig:
                 f"{'_pwg' if self.producer_warps == 4 else ''}{'_l2' if self.l2_hints else ''}"
                 f"{'_topklen' if self.topk_length else ''}{'_split' if self.split else ''}"
                 f"{'_seesaw' if self.seesaw else ''}{'_pairfill' if self.pair_fill else ''}"
-                f"{'_overlap' if self.overlap_s else ''}{'_pairmax' if self.pair_max else ''}")
+                f"{'_overlap' if self.overlap_s else ''}{'_pairmax' if self.pair_max else ''}"
+                f"{'_pfence' if self.producer_fence else ''}")
 
 
 DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", "producer_warps", "l2_hints", "seesaw",
                                                                "pair_fill", "converter_prefetch",
                                                                "crossover", "crossover_lean", "crossover_ahead",
                                                                "crossover_stasync", "load_hints",
-                                                               "overlap_s", "pair_max"))
+                                                               "overlap_s", "pair_max", "producer_fence"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -772,4 +805,4 @@ __all__ = ["fp8_plan", "SPARSE_DECODE_DEFAULT_RULE", "KERNEL", "DTYPES", "D_QK",
            "FP8_ROW_BYTES", "decode_launch_args", "decode_grid", "head_blocks",
            "split_range", "SEESAW_VARIANT", "SPARSE_VARIANTS", "SPARSE_VARIANT_ENV", "sparse_variant",
            "PAIR_FILL_VARIANT", "check_pair_fill", "OVERLAP_VARIANT", "check_overlap", "PAIR_MAX_VARIANT",
-           "OVERLAP_PAIR_MAX_VARIANT", "PAIR_FILL_VARIANTS", "check_pair_max"]
+           "OVERLAP_PAIR_MAX_VARIANT", "PAIR_FILL_VARIANTS", "check_pair_max", "PFENCE_VARIANT", "check_producer_fence"]

@@ -1,7 +1,8 @@
 """fa4-lower-tma: async copies into SMEM. TMA loads, stores and prefetches ->
 nvvm.cp.async.bulk.tensor.* (PTX ISA 9.7.9.25); per-thread 16-byte copies -> nvvm.cp.async
 (9.7.9.3, .cg with src-size 0 for the zero-filled `valid = false`) and their completion ->
-cp.async.mbarrier.arrive without .noinc (9.7.13.15.14: a net-zero arrival on `full[stage]`). Beside the
+cp.async.mbarrier.arrive without .noinc (9.7.13.15.14: a net-zero arrival on `full[stage]`), or
+cp.async.commit_group [+ cp.async.wait_group N] (9.7.9.3: `fa4.cp_async_commit`, `fa4.cp_async_wait`). Beside the
 copies, the one per-thread load with cache hints: `fa4.ld_global_nc` -> ld.global.nc with its .L1 eviction
 priority and .L2 prefetch size (9.7.9.9; inline PTX, passes/_ptx.ld_global_nc: nvvm's loads take no hints), a
 constant byte offset peeled off its address folded in as [addr+offset] (what LLVM does for a plain load).
@@ -37,7 +38,7 @@ NAME = "fa4-lower-tma"
 GATHER4_MIN_SM = 100      # .tile::gather4: PTX ISA 8.6, sm_100 and later (9.7.9.25, "Target ISA notes")
 PAIR_MIN_SM = 100         # .cta_group: PTX ISA 8.6, sm_100a
 OPS = ("fa4.tma_load", "fa4.tma_gather4", "fa4.tma_store", "fa4.tma_store_wait", "fa4.tma_prefetch", "fa4.tma_prefetch_box", "fa4.cp_async",
-       "fa4.cp_async_arrive", "fa4.ld_global_nc")
+       "fa4.cp_async_arrive", "fa4.ld_global_nc", "fa4.cp_async_wait", "fa4.cp_async_commit")
 
 
 def run(module: ir.Operation) -> None:
@@ -74,6 +75,10 @@ def run(module: ir.Operation) -> None:
                 nvvm.cp_async_mbarrier_arrive(barrier_addr(pipes, op, "full", op.operands[0]))
             elif op.name == "fa4.ld_global_nc":
                 op.results[0].replace_all_uses_with(_ld_global_nc(op))
+            elif op.name in ("fa4.cp_async_wait", "fa4.cp_async_commit"):     # PTX ISA 9.7.9.3 (the thread's groups)
+                nvvm.cp_async_commit_group()
+                if op.name == "fa4.cp_async_wait":
+                    nvvm.cp_async_wait_group(attr(op, "pending"))
             elif op.name == "fa4.tma_prefetch":
                 nvvm.prefetch(op.operands[0], tensormap=True)
             elif op.name == "fa4.tma_prefetch_box":      # PTX ISA 9.7.9.26: into L2, tile mode

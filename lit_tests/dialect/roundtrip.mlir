@@ -55,6 +55,10 @@ module attributes {gpu.container_module} {
           "fa4.cp_async"(%desc, %a_smem, %copy_ok) : (!llvm.ptr, !llvm.ptr<3>, i1) -> ()
           // CHECK: "fa4.cp_async_arrive"(%[[TID]]) {pipe = "ab_pipe"} : (i32) -> ()
           "fa4.cp_async_arrive"(%tid) {pipe = "ab_pipe"} : (i32) -> ()
+          // CHECK: "fa4.cp_async_commit"() : () -> ()
+          "fa4.cp_async_commit"() : () -> ()
+          // CHECK: "fa4.cp_async_wait"() {pending = 1 : i64} : () -> ()
+          "fa4.cp_async_wait"() {pending = 1 : i64} : () -> ()
           // CHECK: "fa4.ld_global_nc"(%{{.*}}) {l1_evict = "evict_last", l2_prefetch = 256 : i64} : (!llvm.ptr<1>) -> vector<4xi32>
           %gptr = llvm.mlir.zero : !llvm.ptr<1>
           %piece = "fa4.ld_global_nc"(%gptr) {l1_evict = "evict_last", l2_prefetch = 256 : i64} : (!llvm.ptr<1>) -> vector<4xi32>

@@ -118,6 +118,31 @@ module attributes {gpu.container_module} {
 }
 
 // -----
+// The producer-side form (fa4.cp_async_commit / fa4.cp_async_wait): cp.async.commit_group, and for the wait
+// cp.async.wait_group N after it.
+// CHECK-LABEL: llvm.func @gather_groups
+// CHECK: nvvm.cp.async.shared.global
+// CHECK-NEXT: nvvm.cp.async.commit.group
+// CHECK: nvvm.cp.async.shared.global
+// CHECK-NEXT: nvvm.cp.async.commit.group
+// CHECK-NEXT: nvvm.cp.async.wait.group 1
+// CHECK-NOT: fa4.cp_async
+// CHECK: llvm.return
+module attributes {gpu.container_module} {
+  gpu.module @fa4_kernels [#nvvm.target<chip = "sm_90a", features = "+ptx80">] {
+    llvm.mlir.global external @fa4_smem() {addr_space = 3 : i32, alignment = 1024 : i64} : !llvm.array<0 x i8>
+    llvm.func @gather_groups(%src: !llvm.ptr<1>, %dst: !llvm.ptr<3>, %ok: i1)
+        attributes {nvvm.kernel, nvvm.maxntid = array<i32: 128, 1, 1>} {
+      "fa4.cp_async"(%src, %dst, %ok) : (!llvm.ptr<1>, !llvm.ptr<3>, i1) -> ()
+      "fa4.cp_async_commit"() : () -> ()
+      "fa4.cp_async"(%src, %dst, %ok) : (!llvm.ptr<1>, !llvm.ptr<3>, i1) -> ()
+      "fa4.cp_async_wait"() {pending = 1 : i64} : () -> ()
+      llvm.return
+    }
+  }
+}
+
+// -----
 
 // The hints (fa4.cp_async's l2_prefetch, evict_last): inline PTX, the policy from a side-effect-free createpolicy.
 // CHECK-LABEL: llvm.func @gather_hinted

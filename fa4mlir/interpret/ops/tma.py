@@ -23,8 +23,11 @@ Per-thread cp.async (§9.7.9.25.3, 16 bytes, src-size 0..16, the rest zero-fille
 memory when issued and is pending for its lane until the lane's cp.async.mbarrier.arrive
 (§9.7.13.15.14): there it lands, a generic-proxy write by the issuing warp (the lowering's
 arrive is the net-zero form, so the barrier's count does not move), and the lane's next
-mbarrier.arrive publishes it. A copy never arrived for is an ExitFault; one that lands over
-shared memory another warp reads unordered is a RaceFault.
+mbarrier.arrive publishes it. cp.async.commit_group closes the lane's pending copies into a group;
+cp.async.wait_group N lands all of the lane's groups but the N most recent (the same generic-proxy write,
+at the wait: one schedule the ISA allows), so a wgmma reads them only after a fence.proxy.async of the
+writer (before it hands them over) or of the reader. A copy never arrived for nor waited for is an
+ExitFault; one that lands over shared memory another warp reads unordered is a RaceFault.
 """
 from __future__ import annotations
 
@@ -248,16 +251,50 @@ def cp_async_hinted_asm(p, op, a, r, asm: str):
     return cp_async(p, op, a[:3], r)
 
 
+def _land(w, copies) -> None:
+    """cp.async copies of warp `w` land: generic-proxy writes of the warp."""
+    cta = w.cta
+    for d, data in copies:
+        span = np.arange(d, d + 16)
+        cta.check_smem_write(span, "cp.async")
+        cta.hb.warp_access(w, cta.hb.smem, span, True, "cp.async", generic=True)
+        cta.smem[span] = data
+
+
 @semantics("nvvm.cp.async.mbarrier.arrive", "nvvm.cp.async.mbarrier.arrive.shared")
 def cp_async_mbarrier_arrive(p, op, a, r):
-    """The lane's cp.async copies land (net-zero arrival: the barrier's count is unchanged)."""
+    """The lane's cp.async copies land (net-zero arrival: the barrier's count is unchanged); the arrive tracks
+    every earlier cp.async of the thread, its committed groups' too (PTX ISA 9.7.13.15.14)."""
     def run(env, mask, w):
         cta = w.cta
         for lane in np.nonzero(mask)[0]:
             cta.mbarrier(env[a[0]][lane])          # a barrier, or a Fault
-            for d, data in cta.cp_async_pending.pop((w.wid, int(lane)), []):
-                span = np.arange(d, d + 16)
-                cta.check_smem_write(span, "cp.async")
-                cta.hb.warp_access(w, cta.hb.smem, span, True, "cp.async", generic=True)
-                cta.smem[span] = data
+            for group in cta.cp_async_groups.pop((w.wid, int(lane)), []):
+                _land(w, group)
+            _land(w, cta.cp_async_pending.pop((w.wid, int(lane)), []))
+    return PLAIN, run
+
+
+@semantics("nvvm.cp.async.commit.group")
+def cp_async_commit_group(p, op, a, r):
+    """The lane's cp.async copies since its last commit become one group (PTX ISA 9.7.9.3; an empty group when
+    there are none)."""
+    def run(env, mask, w):
+        cta = w.cta
+        for lane in np.nonzero(mask)[0]:
+            cta.cp_async_groups[(w.wid, int(lane))].append(cta.cp_async_pending.pop((w.wid, int(lane)), []))
+    return PLAIN, run
+
+
+@semantics("nvvm.cp.async.wait.group")
+def cp_async_wait_group(p, op, a, r):
+    """cp.async.wait_group N: all of the lane's groups but the N most recent land (PTX ISA 9.7.9.3)."""
+    keep = ir.IntegerAttr(op.attributes["n"]).value
+
+    def run(env, mask, w):
+        cta = w.cta
+        for lane in np.nonzero(mask)[0]:
+            groups = cta.cp_async_groups.get((w.wid, int(lane)), [])
+            while len(groups) > keep:
+                _land(w, groups.pop(0))
     return PLAIN, run
