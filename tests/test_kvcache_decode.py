@@ -77,6 +77,12 @@ def test_decode_set_compiles_clean(entry):
         assert art.block == (cfg.threads, 1, 1) and cfg.threads == 128 + 32 * (dec.GATHER_WARPS if cfg.gather else 1)
         if cfg.ctas_per_sm == 2:   # D64, D128
             assert art.smem_bytes <= dec.MAX_SMEM_2CTA and r["registers"] * cfg.threads * 2 <= 65536, r
+        if cfg.unsplit and cfg == dec.default_config(cfg.dtype, cfg.head_dim, None, unsplit=True, rows=1) \
+                and cfg.bn != dec.DEFAULT_BN[cfg.head_dim]:
+            # UNSPLIT_RULE's kernel ([D-decode-bn128-unsplit]): unsplit only; its calls' split count is read off
+            # the default tiles' split kernel
+            assert (name, dec.default_config(cfg.dtype, cfg.head_dim, None)) in ENTRIES
+            return
         # the other variant (sinks: in the unsplit kernel only, the split one's combine adds them)
         twins = [(name, replace(cfg, unsplit=not cfg.unsplit, sinks=s)) for s in (False, not cfg.unsplit)]
         twin = next((t for t in twins if t in ENTRIES), twins[0])
@@ -190,7 +196,8 @@ def test_split_launch_args_unpacked_and_contiguous():
     assert (args["out_stride_b"], args["out_stride_s"], args["out_stride_h"]) == (512, 512, 128)   # contiguous
     assert not plan.gqa.packed and args["cta_heads"] == 1 and args["rows"] == 1
     assert args["capacity"] == 300 and plan.grid[1] == 4
-    assert plan.bn == dec.DEFAULT_BN[128]
+    # one packed row, unsplit, contiguous D128: UNSPLIT_RULE's 128-key tiles ([D-decode-bn128-unsplit])
+    assert plan.bn == dec.default_config("bf16", 128, None, unsplit=True, rows=1).bn == 128 != dec.DEFAULT_BN[128]
 
 
 def test_plan_tile_matches_kernel_tile():
@@ -440,7 +447,9 @@ def test_unsplit_plan_launches_one_kernel_into_out_and_lse(monkeypatch, seqlen_q
         assert plan.unsplit and plan.num_splits == 1 and plan.o_partial_shape is None
         built = kvcache_call.build_plan(plan, None, (1, 1, 1), 20, out_strides)
         (launch,) = built.launches
-        assert launch.kernel == dec.default_config("bf16", 128, page_size, unsplit=True)
+        # (UNSPLIT_RULE's tiles where it applies: contiguous, <= 4 packed rows)
+        assert launch.kernel == dec.default_config("bf16", 128, page_size, unsplit=True, rows=plan.gqa.rows)
+        assert launch.kernel.bn == plan.bn
         assert launch.grid == (plan.gqa.m_tiles, plan.grid[1], 3)
         assert list(launch.args) == [n for n, _ in dec.UNSPLIT_PARAMS]
         assert launch.args["out"] == TensorRef("out") and launch.args["lse"] == TensorRef("lse")
@@ -472,11 +481,12 @@ def test_anchor_decode_workloads_resolve_to_the_unsplit_kernel():
     keys, causal) fill an H200's 132 SMs unsplit: the unsplit variant, no combine; the paged
     workloads (lengths up to 16k, unknown to the host) take balance_splits' ranges and the combine."""
     from fa4mlir.attention.kvcache_call import configs_for
-    for b, sq, sk in ((64, 1, 8192), (32, 4, 4096)):
+    for b, sq, sk, bn in ((64, 1, 8192, 128), (32, 4, 4096, 64)):    # decode_dense's 4 rows: UNSPLIT_RULE's tiles
         cache = info((b, sk, 8, 128))
         p = kc.check_kvcache_inputs(info((b, sq, 32, 128)), cache, cache, info((b,), "i32"))
         plan = kc.plan_problem(p.with_options(causal=True, softmax_scale=0.1, num_splits=None, return_lse=False), 132)
-        assert plan.unsplit and configs_for(plan) == (dec.default_config("bf16", 128, None, unsplit=True), None)
+        want = dec.default_config("bf16", 128, None, unsplit=True, rows=4 * sq)
+        assert plan.unsplit and configs_for(plan) == (want, None) and want.bn == plan.bn == bn
     for page in (1, 8, 16, 64):
         pool = info((64 * 16384 // page, page, 8, 128))
         p = kc.check_kvcache_inputs(info((64, 1, 32, 128)), pool, pool, info((64,), "i32"),

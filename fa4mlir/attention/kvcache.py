@@ -522,7 +522,16 @@ def plan_problem(problem: KVCacheProblem, num_sms: int, arch: str = "sm_90a") ->
         splits = balance_splits(ctas, keys, bn, slots)
     if gqa.m_tiles * splits > MAX_I32:
         raise ShapeError(_err(f"seqlen_q {problem.seqlen_q} x {splits} splits exceeds the grid; split the call"))
-    return KVCachePlan(problem, gqa, bn, fetch, PageDivisor.of(cache.page_size), splits)
+    plan = KVCachePlan(problem, gqa, bn, fetch, PageDivisor.of(cache.page_size), splits)
+    if plan.unsplit:
+        # the call runs the unsplit kernel, whose tiles UNSPLIT_RULE may make other than the split kernel's the split
+        # count was read off ([D-decode-bn128-unsplit]): the plan carries the kernel's tile
+        unsplit = decode_cfg.runtime_config(problem.dtype, problem.head_dim, cache.page_size if cache.paged else None,
+                                            grain, unsplit=True, rows=gqa.rows, **decode_variant(plan))
+        if unsplit.bn != bn:
+            plan = replace(plan, bn=unsplit.bn, fetch=fetch_plan(unsplit.bn, cache.page_size, arch,
+                                                                            paged=cache.paged, fp8=cache.quantized))
+    return plan
 
 
 BALANCED_WAVES_ENV = "FA4MLIR_DECODE_BALANCED_WAVES"
