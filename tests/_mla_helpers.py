@@ -2,7 +2,9 @@
 test_mla_sparse_decode.py, _fp8.py, test_kvcache_decode.py and tests/gpu/test_mla_*): the host checks'
 TensorInfos, the kernels' compile checks, the paged latent cache of a decode problem, the interpreter run of
 the dense decode kernel, the sparse tests' mix of invalid indices and the sparse prefill's interpreter cases
-(inputs, the kernel's tensors, the FA-rule check)."""
+(inputs, the kernel's tensors, the FA-rule check), the sparse decode's interpreter cases, the pipeline verifier
+over a list of entries and the sparse variants' knob checks (test_mla_sparse_overlap.py, _pairmax.py,
+_pairfill.py, _seesaw.py, _pwg.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -223,3 +225,57 @@ def forced_metadata(torch, splits: int, batch: int):
     """get_mla_metadata's outputs on the GPU for `splits` splits of every one of `batch` sequences."""
     meta = torch.zeros((splits, 8), dtype=torch.int32, device="cuda")
     return meta, torch.arange(batch + 1, dtype=torch.int32, device="cuda") * splits
+
+
+def verify_entries(entries) -> None:
+    """fa4-verify-pipelines accepts each (kernel name, config) entry's built module."""
+    from fa4mlir import kernels
+    from fa4mlir.passes import verify_pipelines
+    for name, cfg in entries:
+        kir = kernels.module(name).build(cfg)
+        with kir.module.context:
+            verify_pipelines.run(kir.module.operation)
+
+
+def sparse_decode_case(torch, batch, seqlen_q, heads, topk, page, splits, lengths, dtype="bf16"):
+    """An interpreted sparse decode case over a 16-bit cache (tests/test_mla_sparse_decode.py's _problem, 640 // page
+    + 1 pages, topk_length `lengths` or None, `splits` splits): returns the host's problem
+    (sd.check_sparse_decode_inputs) and run(cfg), which interprets the kernel of `cfg` on it by
+    check_sparse_decode_run (the FA rule)."""
+    from fa4mlir.attention import mla_sparse_decode as sd
+    from tests.test_mla_sparse_decode import _problem
+    pages = 640 // page + 1
+    q, cache, idx = _problem(torch, batch, seqlen_q, heads, topk, pages, page, dtype)
+    lens = None if lengths is None else np.array(lengths, np.int32)
+    problem = sd.check_sparse_decode_inputs(info(q.shape, dtype), info(cache.shape, dtype), info(idx.shape, "i32"),
+                                            512, info((splits, 8), "i32"), info((batch + 1,), "i32"),
+                                            topk_length=None if lens is None else info(lens.shape, "i32"))
+
+    def run(cfg):
+        return check_sparse_decode_run(torch, cfg, problem, q, bits(torch, cache), cache, idx, lens, splits,
+                                       s_kv=pages * page, kv_stride=576)
+    return problem, run
+
+
+def check_variant_knob(monkeypatch, variant: str, prefill_cfg):
+    """FA4MLIR_MLA_SPARSE_VARIANT=`variant` (a 16-bit, producer-warpgroup sparse variant): the host's prefill problem
+    (4 x 128 heads, topk 2048) gets `prefill_cfg`; check_variant refuses it with the gather warp (KnobError naming
+    FA4MLIR_MLA_SPARSE_PRODUCER=warpgroup) and over an FP8 kv ("16-bit kv only"). Returns the config the host's
+    decode problem (2 x 1 x 128 heads, topk 2048, unsplit) gets."""
+    from dataclasses import replace
+
+    import pytest
+
+    from fa4mlir.attention import mla_sparse as ms
+    from fa4mlir.attention import mla_sparse_decode as sd
+    from fa4mlir.attention.errors import KnobError, UnsupportedFeatureError
+    monkeypatch.setenv(ms.VARIANT_ENV, variant)
+    problem = ms.check_sparse_inputs(info((4, 128, 576)), info((1000, 1, 576)), info((4, 1, 2048), "i32"), None, 512)
+    assert replace(problem, variant=ms.requested_variant()).config == prefill_cfg
+    with pytest.raises(KnobError, match="FA4MLIR_MLA_SPARSE_PRODUCER=warpgroup"):
+        ms.check_variant(variant, False, producer_warps=1)
+    with pytest.raises(UnsupportedFeatureError, match="16-bit kv only"):
+        ms.check_variant(variant, True)
+    dec = sd.check_sparse_decode_inputs(info((2, 1, 128, 576)), info((40, 64, 1, 576)), info((2, 1, 2048), "i32"),
+                                        512, info((4, 8), "i32"), info((3,), "i32"))
+    return dec.config(False)

@@ -25,8 +25,7 @@ from fa4mlir.attention import mla_sparse_decode as sd
 from fa4mlir.kernels import attention_decode_sm90_config as dec
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as dc
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as sc
-from tests._mla_helpers import bits as _bits
-from tests._mla_helpers import check_sparse_art, check_sparse_decode_run, lower_clean, sparse_rows
+from tests._mla_helpers import check_sparse_art, lower_clean, sparse_decode_case, sparse_rows
 from tests._mla_helpers import info as _info
 
 ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and not e[1].fp8
@@ -75,14 +74,8 @@ def _problem(torch, batch, seqlen_q, heads, topk, pages, page, dtype, seed=0):
 ])
 def test_sparse_decode_through_the_interpreter(batch, seqlen_q, heads, topk, page, splits, dtype, topk_length):
     torch = pytest.importorskip("torch")
-    pages = 640 // page + 1
-    q, cache, idx = _problem(torch, batch, seqlen_q, heads, topk, pages, page, dtype)
-    lens = None if topk_length is None else np.array(topk_length, np.int32)
-    problem = sd.check_sparse_decode_inputs(_info(q.shape, dtype), _info(cache.shape, dtype), _info(idx.shape, "i32"),
-                                            512, _info((splits, 8), "i32"), _info((batch + 1,), "i32"),
-                                            topk_length=None if lens is None else _info(lens.shape, "i32"))
-    check_sparse_decode_run(torch, problem.config(splits > 1), problem, q, _bits(torch, cache), cache, idx, lens, splits,
-                            s_kv=pages * page, kv_stride=576)
+    problem, run = sparse_decode_case(torch, batch, seqlen_q, heads, topk, page, splits, topk_length, dtype)
+    run(problem.config(splits > 1))
 
 
 def test_split_range_covers_every_tile_once():

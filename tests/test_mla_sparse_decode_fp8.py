@@ -132,6 +132,76 @@ def run_interpreted(batch, seqlen_q, heads, topk, page, splits, topk_length, pad
     return out_t, lse_t
 
 
+# ---- shared with the FP8 variants' tests (test_mla_sparse_decode_fp8_{conv,prefetch,crossover,lean,stasync}.py) --
+
+def check_same_bits(case, first: dict, second: dict) -> None:
+    """run_interpreted(*case, **first), then run_interpreted(*case, **second) (each checked by the FA rule inside):
+    the same out and lse bits."""
+    torch = pytest.importorskip("torch")
+    out, lse = run_interpreted(*case, **first)
+    out_b, lse_b = run_interpreted(*case, **second)
+    assert torch.equal(out, out_b) and torch.equal(lse, lse_b)
+
+
+def fp8_ptx(cfg) -> str:
+    """The PTX of the sparse decode kernel built for `cfg`."""
+    from fa4mlir import kernels, lowering
+    kir = kernels.module(dc.DECODE_KERNEL).build(cfg)
+    with kir.module.context:
+        return lowering.lower_module(kir.module, kir.arch, target="ptx")[0]
+
+
+def fp8_plain_configs() -> list:
+    """The four FP8 sparse decode configs (topk_length x split) the FP8 variants are made from."""
+    return [dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s) for t in (False, True)
+            for s in (False, True)]
+
+
+def check_in_bundle_sets(want) -> None:
+    """Each (kernel, config) of `want` is in the `mla`, `gpu-tests` and `bench` sets."""
+    mla, gpu, bench = kernel_sets.mla(), kernel_sets.gpu_tests(), kernel_sets.bench()
+    assert all(e in mla and e in gpu and e in bench for e in want)
+
+
+def check_variant_entries(entries, *variants: str) -> None:
+    """`entries` are (by name) the decode kernels of the named FP8 variants over fp8_plain_configs(), each in the
+    `mla`, `gpu-tests` and `bench` sets."""
+    want = [(dc.DECODE_KERNEL, dc.fp8_decode_variant(c, n)) for n in variants for c in fp8_plain_configs()]
+    assert sorted(c.name() for _, c in entries) == sorted(c.name() for _, c in want)
+    check_in_bundle_sets(want)
+
+
+def converter_sass(name, cfg, hgmma=True) -> str:
+    """Kernel `name` of `cfg` (an FP8 converter kernel) lowered clean (lower_clean: no spills, no stack, wgmma not
+    serialised, setmaxnreg honoured; check_sparse_art), and what the converter kernels' SASS shares: setmaxnreg 200
+    / 104, no local memory (LDL, STL), and (hgmma) the bf16 m64n32k16 HGMMAs. Returns the SASS."""
+    from tests._sm100_helpers import role_budgets, sass_count, sass_of
+    art = lower_clean(name, cfg)
+    check_sparse_art(art, cfg)
+    sass = sass_of(art)
+    assert role_budgets(sass) == {200, 104}
+    assert all(sass_count(sass, op) == 0 for op in ("LDL", "STL")), "local memory in the SASS"
+    if hgmma:
+        assert sass_count(sass, "HGMMA.64x32x16.F32.BF16") > 0
+    return sass
+
+
+def fp8_decode_args(heads: int = 128) -> dict:
+    """sd.check_sparse_decode_inputs' keywords for an FP8 sparse decode: batch 4, seqlen_q 2, `heads` heads, topk
+    2048, 100 pages of 64, one split."""
+    return dict(q=_info((4, 2, heads, 576)), k_cache=_info((100, 64, 1, 656), "e4m3"), indices=_info((4, 2, 2048), "i32"),
+                head_dim_v=512, metadata=_info((1, 8), "i32"), num_splits=_info((5,), "i32"), is_fp8_kvcache=True)
+
+
+def check_knob_at_128_heads(monkeypatch, variant: str, want) -> None:
+    """FA4MLIR_MLA_SPARSE_FP8_VARIANT=`variant`: the host picks `want` at 128 heads (unsplit) and refuses it at 64
+    (UnsupportedFeatureError "multiple of 128")."""
+    monkeypatch.setenv(sd.VARIANT_ENV, variant)
+    assert sd.check_sparse_decode_inputs(**fp8_decode_args()).config(False) == want
+    with pytest.raises(E.UnsupportedFeatureError, match="multiple of 128"):
+        sd.check_sparse_decode_inputs(**fp8_decode_args(64))
+
+
 # ---- typed errors, the plan -----------------------------------------------------------------------
 
 def _good(**kw):

@@ -27,9 +27,9 @@ import pytest
 from fa4mlir import kernel_sets, kernels
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as dc
 from fa4mlir.kernels.common.fields import ConfigError
-from tests._mla_helpers import check_sparse_art, lower_clean
 from tests._ring_mutations import MUTATIONS, RING_OPS, mutate_ring_op
-from tests.test_mla_sparse_decode_fp8 import run_interpreted
+from tests.test_mla_sparse_decode_fp8 import check_in_bundle_sets, check_same_bits, converter_sass, fp8_decode_args
+from tests.test_mla_sparse_decode_fp8 import fp8_plain_configs, run_interpreted
 
 CONV_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].fp8_converter
                 and not e[1].converter_prefetch and not e[1].crossover]
@@ -71,25 +71,18 @@ def test_the_default_rule_picks_the_converter_for_every_fp8_kernel():
 
 
 def test_both_variants_are_in_the_bundle_sets():
-    fp8 = [dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s) for t in (False, True)
-           for s in (False, True)]
+    fp8 = fp8_plain_configs()
     assert {cfg for _, cfg in CONV_ENTRIES} == {dc.fp8_decode_variant(c) for c in fp8}
-    want = [(dc.DECODE_KERNEL, dc.fp8_decode_variant(c, v)) for c in fp8 for v in dc.FP8_DECODE_VARIANTS
-            if v not in dc.FP8_DECODE_PAIR_VARIANTS or (c.topk_length, c.split) in dc.FP8_PAIR_CALLS]
-    mla, gpu, bench = kernel_sets.mla(), kernel_sets.gpu_tests(), kernel_sets.bench()
-    assert all(e in mla and e in gpu and e in bench for e in want)
+    check_in_bundle_sets([(dc.DECODE_KERNEL, dc.fp8_decode_variant(c, v)) for c in fp8 for v in dc.FP8_DECODE_VARIANTS
+                          if v not in dc.FP8_DECODE_PAIR_VARIANTS or (c.topk_length, c.split) in dc.FP8_PAIR_CALLS])
 
 
 @pytest.mark.parametrize("entry", CONV_ENTRIES, ids=lambda e: e[1].name())
 def test_converter_compiles_clean(entry):
+    from tests._sm100_helpers import sass_count
     name, cfg = entry
-    art = lower_clean(name, cfg)
-    check_sparse_art(art, cfg)
-    from tests._sm100_helpers import role_budgets, sass_count, sass_of
-    sass = sass_of(art)
-    assert role_budgets(sass) == {200, 104}
-    assert all(sass_count(sass, op) == 0 for op in ("LDL", "STL")), "local memory in the SASS"
-    assert sass_count(sass, "HGMMA.64x32x16.F32.BF16") > 0 and sass_count(sass, "F2FP.F16.E4M3.UNPACK_B") > 0
+    sass = converter_sass(name, cfg)    # no spills, no stack, wgmma not serialised, 200 / 104, no LDL / STL, HGMMAs
+    assert sass_count(sass, "F2FP.F16.E4M3.UNPACK_B") > 0
 
 
 def test_verifier_rejects_every_single_ring_op_mutation():
@@ -127,18 +120,15 @@ def test_converter_through_the_interpreter(batch, seqlen_q, heads, topk, page, s
 def test_converter_gives_the_default_kernels_bits():
     """The same bf16 tile values, GEMMs and softmax order as the default FP8 kernel: the same out and lse bits
     (what tests/gpu/test_mla_sparse_decode_fp8_conv_gpu.py asserts on the GPU)."""
-    torch = pytest.importorskip("torch")
     case = (2, 1, 64, 320, 64, 1, (300, 0), False)
-    (out, lse), (out_c, lse_c) = (run_interpreted(*case, converter=c) for c in (False, True))
-    assert torch.equal(out, out_c) and torch.equal(lse, lse_c)
+    check_same_bits(case, dict(converter=False), dict(converter=True))
 
 
 def test_host_selects_the_converter_by_default_and_gather_when_asked(monkeypatch):
     from fa4mlir.attention import mla_sparse_decode as sd
     from fa4mlir.attention.errors import KnobError
     from tests._mla_helpers import info
-    args = dict(q=info((4, 2, 128, 576)), k_cache=info((100, 64, 1, 656), "e4m3"), indices=info((4, 2, 2048), "i32"),
-                head_dim_v=512, metadata=info((1, 8), "i32"), num_splits=info((5,), "i32"), is_fp8_kvcache=True)
+    args = fp8_decode_args()
     plain = dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", split=True)
     monkeypatch.delenv(sd.VARIANT_ENV, raising=False)
     cfg = sd.check_sparse_decode_inputs(**args).config(True)

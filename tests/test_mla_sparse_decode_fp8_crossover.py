@@ -28,8 +28,8 @@ import pytest
 from fa4mlir import kernel_sets, kernels
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as dc
 from fa4mlir.kernels.common.fields import ConfigError
-from tests._mla_helpers import check_sparse_art, info, lower_clean
 from tests._ring_mutations import MUTATIONS, RING_OPS, mutate_ring_op
+from tests.test_mla_sparse_decode_fp8 import check_same_bits, check_variant_entries, converter_sass, fp8_decode_args
 from tests.test_mla_sparse_decode_fp8 import run_interpreted
 
 XO_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].crossover and not e[1].crossover_lean]
@@ -83,24 +83,14 @@ def test_variant_sets_its_fields_and_is_found_back():
 
 
 def test_crossover_kernels_are_in_the_bundle_sets():
-    fp8 = [dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s) for t in (False, True)
-           for s in (False, True)]
-    want = [(dc.DECODE_KERNEL, dc.fp8_decode_variant(c, dc.CROSSOVER_VARIANT)) for c in fp8]
-    assert sorted(c.name() for _, c in XO_ENTRIES) == sorted(c.name() for _, c in want)
-    mla, gpu, bench = kernel_sets.mla(), kernel_sets.gpu_tests(), kernel_sets.bench()
-    assert all(e in mla and e in gpu and e in bench for e in want)
+    check_variant_entries(XO_ENTRIES, dc.CROSSOVER_VARIANT)
 
 
 @pytest.mark.parametrize("entry", XO_ENTRIES, ids=lambda e: e[1].name())
 def test_crossover_compiles_clean(entry):
+    from tests._sm100_helpers import sass_count
     name, cfg = entry
-    art = lower_clean(name, cfg)        # no spills, no stack, wgmma not serialised, setmaxnreg honoured
-    check_sparse_art(art, cfg)
-    from tests._sm100_helpers import role_budgets, sass_count, sass_of
-    sass = sass_of(art)
-    assert role_budgets(sass) == {200, 104}
-    assert all(sass_count(sass, op) == 0 for op in ("LDL", "STL")), "local memory in the SASS"
-    assert sass_count(sass, "HGMMA.64x32x16.F32.BF16") > 0
+    sass = converter_sass(name, cfg)    # no spills, no stack, wgmma not serialised, 200 / 104, no LDL / STL, HGMMAs
     assert sass_count(sass, "ST.E.128") == 18          # 8 rows x 2 latent units + 2 rope units to the peer
     assert sass_count(sass, "SYNCS.ARRIVE.TRANS64.RED") >= 2     # the remote full and empty arrivals
     assert sass_count(sass, "UCGABAR_ARV") == 2 and sass_count(sass, "UCGABAR_WAIT") == 2
@@ -148,11 +138,8 @@ def test_verifier_accepts_it_and_rejects_every_single_ring_op_mutation():
 ])
 def test_crossover_through_the_interpreter_gives_the_converters_bits(batch, seqlen_q, topk, page, splits, topk_length,
                                                                      padded):
-    torch = pytest.importorskip("torch")
     case = (batch, seqlen_q, 128, topk, page, splits, topk_length, padded)
-    out, lse = run_interpreted(*case, crossover=True)       # checked by the FA rule inside
-    out_c, lse_c = run_interpreted(*case, converter=True)
-    assert torch.equal(out, out_c) and torch.equal(lse, lse_c)
+    check_same_bits(case, dict(crossover=True), dict(converter=True))       # checked by the FA rule inside
 
 
 @pytest.mark.parametrize("converter,consumers,faults", [(False, True, False), (True, False, False),
@@ -187,22 +174,17 @@ def test_interpreter_needs_a_proxy_fence_between_the_remote_stores_and_the_wgmma
 def test_the_knob_selects_it_at_128_heads_only(monkeypatch):
     from fa4mlir.attention import errors as E
     from fa4mlir.attention import mla_sparse_decode as sd
-
-    def args(heads):
-        return dict(q=info((4, 2, heads, 576)), k_cache=info((100, 64, 1, 656), "e4m3"),
-                    indices=info((4, 2, 2048), "i32"), head_dim_v=512, metadata=info((1, 8), "i32"),
-                    num_splits=info((5,), "i32"), is_fp8_kvcache=True)
     monkeypatch.delenv(dc.SPARSE_VARIANT_ENV, raising=False)
     monkeypatch.setenv(sd.VARIANT_ENV, dc.CROSSOVER_VARIANT)
-    cfg = sd.check_sparse_decode_inputs(**args(128)).config(False)
+    cfg = sd.check_sparse_decode_inputs(**fp8_decode_args(128)).config(False)
     assert cfg == dc.MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True, crossover=True)
     assert (dc.DECODE_KERNEL, cfg) in XO_ENTRIES
     for heads in (64, 16, 80):
         with pytest.raises(E.UnsupportedFeatureError, match="multiple of 128"):
-            sd.check_sparse_decode_inputs(**args(heads))
+            sd.check_sparse_decode_inputs(**fp8_decode_args(heads))
     monkeypatch.setenv(dc.SPARSE_VARIANT_ENV, "seesaw")
     with pytest.raises(E.UnsupportedFeatureError, match="crossover"):
-        sd.check_sparse_decode_inputs(**args(128))
+        sd.check_sparse_decode_inputs(**fp8_decode_args(128))
 
 
 def test_bench_backend_sets_the_knob_only_around_its_call(monkeypatch):

@@ -25,8 +25,9 @@ import pytest
 from fa4mlir import kernel_sets, kernels
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as dc
 from fa4mlir.kernels.common.fields import ConfigError
-from tests._mla_helpers import check_sparse_art, info, lower_clean
-from tests.test_mla_sparse_decode_fp8 import run_interpreted
+from tests._mla_helpers import lower_clean
+from tests.test_mla_sparse_decode_fp8 import check_knob_at_128_heads, check_same_bits, check_variant_entries, converter_sass
+from tests.test_mla_sparse_decode_fp8 import fp8_ptx as _ptx
 
 LEAN_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].crossover_lean
                 and not e[1].crossover_stasync]
@@ -35,13 +36,6 @@ LEAN_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1
 def _cfg(ahead=False, **kw) -> dc.MLASparseDecodeConfig:
     return dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", fp8_converter=True, crossover=True, crossover_lean=True,
                                     crossover_ahead=ahead, **kw)
-
-
-def _ptx(cfg) -> str:
-    from fa4mlir import lowering
-    kir = kernels.module(dc.DECODE_KERNEL).build(cfg)
-    with kir.module.context:
-        return lowering.lower_module(kir.module, kir.arch, target="ptx")[0]
 
 
 def test_consumer_release_lowers_at_cta_scope():
@@ -83,20 +77,13 @@ def test_config_rules():
 
 
 def test_variants_set_their_fields_and_the_host_refuses_them_at_64_heads(monkeypatch):
-    from fa4mlir.attention import errors as E
-    from fa4mlir.attention import mla_sparse_decode as sd
     from fa4mlir.bench import mla_bench
     for name, ahead in ((dc.LEAN_VARIANT, False), (dc.AHEAD_VARIANT, True)):
         plain = dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", split=True)
         got = dc.fp8_decode_variant(plain, name)
         assert got == _cfg(ahead=ahead, split=True) and dc.fp8_decode_variant_name(got) == name
         assert dc.fp8_decode_variant(got, dc.CROSSOVER_VARIANT).crossover_lean is False
-        monkeypatch.setenv(sd.VARIANT_ENV, name)
-        args = dict(q=info((4, 2, 128, 576)), k_cache=info((100, 64, 1, 656), "e4m3"), indices=info((4, 2, 2048), "i32"),
-                    head_dim_v=512, metadata=info((1, 8), "i32"), num_splits=info((5,), "i32"), is_fp8_kvcache=True)
-        assert sd.check_sparse_decode_inputs(**args).config(False) == _cfg(ahead=ahead)
-        with pytest.raises(E.UnsupportedFeatureError, match="multiple of 128"):
-            sd.check_sparse_decode_inputs(**dict(args, q=info((4, 2, 64, 576))))
+        check_knob_at_128_heads(monkeypatch, name, _cfg(ahead=ahead))
     import inspect
     src = inspect.getsource(mla_bench.mla_sparse_decode_rows)
     assert src.count('call["fa4mlir[crossover_lean]"] = lambda: with_fp8_variant("crossover_lean"') == 1
@@ -104,24 +91,14 @@ def test_variants_set_their_fields_and_the_host_refuses_them_at_64_heads(monkeyp
 
 
 def test_lean_kernels_are_in_the_bundle_sets():
-    fp8 = [dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s) for t in (False, True)
-           for s in (False, True)]
-    want = [(dc.DECODE_KERNEL, dc.fp8_decode_variant(c, n)) for n in (dc.LEAN_VARIANT, dc.AHEAD_VARIANT) for c in fp8]
-    assert sorted(c.name() for _, c in LEAN_ENTRIES) == sorted(c.name() for _, c in want)
-    mla, gpu, bench = kernel_sets.mla(), kernel_sets.gpu_tests(), kernel_sets.bench()
-    assert all(e in mla and e in gpu and e in bench for e in want)
+    check_variant_entries(LEAN_ENTRIES, dc.LEAN_VARIANT, dc.AHEAD_VARIANT)
 
 
 @pytest.mark.parametrize("entry", LEAN_ENTRIES, ids=lambda e: e[1].name())
 def test_lean_compiles_clean(entry):
-    from tests._sm100_helpers import role_budgets, sass_count, sass_of
+    from tests._sm100_helpers import sass_count
     name, cfg = entry
-    art = lower_clean(name, cfg)        # no spills, no stack, wgmma not serialised, setmaxnreg honoured
-    check_sparse_art(art, cfg)
-    sass = sass_of(art)
-    assert role_budgets(sass) == {200, 104}
-    assert all(sass_count(sass, op) == 0 for op in ("LDL", "STL")), "local memory in the SASS"
-    assert sass_count(sass, "HGMMA.64x32x16.F32.BF16") > 0
+    sass = converter_sass(name, cfg)    # no spills, no stack, wgmma not serialised, 200 / 104, no LDL / STL, HGMMAs
     assert sass_count(sass, "ST.E.128") == 18          # 8 rows x 2 latent units + 2 rope units to the peer
     xo = _crossover_counts(dataclasses.replace(cfg, crossover_lean=False, crossover_ahead=False))
     assert sass_count(sass, "MEMBAR.ALL.GPU") == xo["MEMBAR.ALL.GPU"] - 1
@@ -161,7 +138,4 @@ def test_verifier_accepts_them_and_rejects_the_consumer_release_erased():
     (True, (2, 2, 128, 192, 61, 2, (150, 0), True)),  # split 2 over 3 tiles; topk_length < topk, and 0
 ])
 def test_lean_through_the_interpreter_gives_the_crossovers_bits(ahead, case):
-    torch = pytest.importorskip("torch")
-    out, lse = run_interpreted(*case, lean=True, ahead=ahead)       # checked by the FA rule inside
-    out_x, lse_x = run_interpreted(*case, crossover=True)
-    assert torch.equal(out, out_x) and torch.equal(lse, lse_x)
+    check_same_bits(case, dict(lean=True, ahead=ahead), dict(crossover=True))      # checked by the FA rule inside

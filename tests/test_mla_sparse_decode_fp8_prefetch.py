@@ -27,9 +27,8 @@ from fa4mlir import kernel_sets, kernels
 from fa4mlir.kernels import attention_mla_sparse_prefetch_sm90 as pf
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as dc
 from fa4mlir.kernels.common.fields import ConfigError
-from tests._mla_helpers import check_sparse_art, info, lower_clean
 from tests._ring_mutations import MUTATIONS, RING_OPS, mutate_ring_op
-from tests.test_mla_sparse_decode_fp8 import run_interpreted
+from tests.test_mla_sparse_decode_fp8 import check_same_bits, check_variant_entries, converter_sass, fp8_decode_args
 
 PF_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].converter_prefetch]
 
@@ -68,12 +67,7 @@ def test_variants_set_their_fields_and_are_found_back():
 
 
 def test_prefetch_kernels_are_in_the_bundle_sets():
-    fp8 = [dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s) for t in (False, True)
-           for s in (False, True)]
-    want = [(dc.DECODE_KERNEL, dc.fp8_decode_variant(c, "prefetch")) for c in fp8]
-    assert sorted(c.name() for _, c in PF_ENTRIES) == sorted(c.name() for _, c in want)
-    mla, gpu, bench = kernel_sets.mla(), kernel_sets.gpu_tests(), kernel_sets.bench()
-    assert all(e in mla and e in gpu and e in bench for e in want)
+    check_variant_entries(PF_ENTRIES, "prefetch")
 
 
 def test_only_topk_length_with_a_split_loads_the_scale_word_early():
@@ -83,14 +77,10 @@ def test_only_topk_length_with_a_split_loads_the_scale_word_early():
 
 @pytest.mark.parametrize("entry", PF_ENTRIES, ids=lambda e: e[1].name())
 def test_prefetch_compiles_clean(entry):
+    from tests._sm100_helpers import sass_count
     name, cfg = entry
-    art = lower_clean(name, cfg)        # no spills, no stack, wgmma not serialised, setmaxnreg honoured
-    check_sparse_art(art, cfg)
-    from tests._sm100_helpers import role_budgets, sass_count, sass_of
-    sass = sass_of(art)
-    assert role_budgets(sass) == {200, 104}
-    assert all(sass_count(sass, op) == 0 for op in ("LDL", "STL")), "local memory in the SASS"
-    assert sass_count(sass, "HGMMA.64x32x16.F32.BF16") > 0 and sass_count(sass, "F2FP.F16.E4M3.UNPACK_B") > 0
+    sass = converter_sass(name, cfg)    # no spills, no stack, wgmma not serialised, 200 / 104, no LDL / STL, HGMMAs
+    assert sass_count(sass, "F2FP.F16.E4M3.UNPACK_B") > 0
     assert sass_count(sass, "LDGSTS") > 0 and sass_count(sass, "SHFL.IDX") > 0      # notes "Rope", "Shared scales"
 
 
@@ -124,18 +114,14 @@ def test_verifier_rejects_every_single_ring_op_mutation():
 ])
 def test_prefetch_through_the_interpreter_gives_the_converters_bits(batch, seqlen_q, heads, topk, page, splits,
                                                                    topk_length, padded):
-    torch = pytest.importorskip("torch")
     case = (batch, seqlen_q, heads, topk, page, splits, topk_length, padded)
-    out, lse = run_interpreted(*case, prefetch=True)        # checked by the FA rule inside
-    out_c, lse_c = run_interpreted(*case, converter=True)
-    assert torch.equal(out, out_c) and torch.equal(lse, lse_c)
+    check_same_bits(case, dict(prefetch=True), dict(converter=True))        # checked by the FA rule inside
 
 
 def test_the_knob_selects_it_and_seesaw_refuses_it(monkeypatch):
     from fa4mlir.attention import errors as E
     from fa4mlir.attention import mla_sparse_decode as sd
-    args = dict(q=info((4, 2, 128, 576)), k_cache=info((100, 64, 1, 656), "e4m3"), indices=info((4, 2, 2048), "i32"),
-                head_dim_v=512, metadata=info((1, 8), "i32"), num_splits=info((5,), "i32"), is_fp8_kvcache=True)
+    args = fp8_decode_args()
     monkeypatch.delenv(dc.SPARSE_VARIANT_ENV, raising=False)
     monkeypatch.setenv(sd.VARIANT_ENV, "prefetch")
     cfg = sd.check_sparse_decode_inputs(**args).config(False)

@@ -30,7 +30,9 @@ from fa4mlir import kernel_sets, kernels
 from fa4mlir.kernels import attention_mla_sparse_crossover_sm90 as xo_mod
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as dc
 from fa4mlir.kernels.common.fields import ConfigError
-from tests._mla_helpers import check_sparse_art, info, lower_clean
+from tests._mla_helpers import lower_clean
+from tests.test_mla_sparse_decode_fp8 import check_knob_at_128_heads, check_same_bits, check_variant_entries, converter_sass
+from tests.test_mla_sparse_decode_fp8 import fp8_ptx as _ptx
 from tests.test_mla_sparse_decode_fp8 import run_interpreted
 
 STASYNC_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].crossover_stasync
@@ -43,13 +45,6 @@ BOTH_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1
 def _cfg(**kw) -> dc.MLASparseDecodeConfig:
     return dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", fp8_converter=True, crossover=True, crossover_lean=True,
                                     crossover_stasync=True, **kw)
-
-
-def _ptx(cfg) -> str:
-    from fa4mlir import lowering
-    kir = kernels.module(dc.DECODE_KERNEL).build(cfg)
-    with kir.module.context:
-        return lowering.lower_module(kir.module, kir.arch, target="ptx")[0]
 
 
 def test_the_hand_off_lowers_to_st_async():
@@ -82,50 +77,29 @@ def test_config_rules():
 def test_variant_sets_its_fields_and_the_host_refuses_it_at_64_heads(monkeypatch):
     import inspect
 
-    from fa4mlir.attention import errors as E
-    from fa4mlir.attention import mla_sparse_decode as sd
     from fa4mlir.bench import mla_bench
     got = dc.fp8_decode_variant(dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", split=True), dc.STASYNC_VARIANT)
     assert got == _cfg(split=True) and dc.fp8_decode_variant_name(got) == dc.STASYNC_VARIANT
     assert dc.fp8_decode_variant(got, dc.LEAN_VARIANT).crossover_stasync is False
-    monkeypatch.setenv(sd.VARIANT_ENV, dc.STASYNC_VARIANT)
-    args = dict(q=info((4, 2, 128, 576)), k_cache=info((100, 64, 1, 656), "e4m3"), indices=info((4, 2, 2048), "i32"),
-                head_dim_v=512, metadata=info((1, 8), "i32"), num_splits=info((5,), "i32"), is_fp8_kvcache=True)
-    assert sd.check_sparse_decode_inputs(**args).config(False) == _cfg()
-    with pytest.raises(E.UnsupportedFeatureError, match="multiple of 128"):
-        sd.check_sparse_decode_inputs(**dict(args, q=info((4, 2, 64, 576))))
+    check_knob_at_128_heads(monkeypatch, dc.STASYNC_VARIANT, _cfg())
     src = inspect.getsource(mla_bench.mla_sparse_decode_rows)
     assert src.count('call["fa4mlir[crossover_stasync]"] = lambda: with_fp8_variant("crossover_stasync"') == 1
     both = dc.fp8_decode_variant(got, dc.AHEAD_STASYNC_VARIANT)
     assert both == _cfg(split=True, crossover_ahead=True) and dc.fp8_decode_variant_name(both) == dc.AHEAD_STASYNC_VARIANT
-    monkeypatch.setenv(sd.VARIANT_ENV, dc.AHEAD_STASYNC_VARIANT)
-    assert sd.check_sparse_decode_inputs(**args).config(False) == _cfg(crossover_ahead=True)
-    with pytest.raises(E.UnsupportedFeatureError, match="multiple of 128"):
-        sd.check_sparse_decode_inputs(**dict(args, q=info((4, 2, 64, 576))))
+    check_knob_at_128_heads(monkeypatch, dc.AHEAD_STASYNC_VARIANT, _cfg(crossover_ahead=True))
     assert src.count('call["fa4mlir[crossover_ahead_stasync]"] = lambda: with_fp8_variant("crossover_ahead_stasync"') == 1
 
 
 def test_kernels_are_in_the_bundle_sets():
-    fp8 = [dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s) for t in (False, True)
-           for s in (False, True)]
-    want = [(dc.DECODE_KERNEL, dc.fp8_decode_variant(c, dc.STASYNC_VARIANT)) for c in fp8]
-    assert sorted(c.name() for _, c in STASYNC_ENTRIES) == sorted(c.name() for _, c in want)
-    want_both = [(dc.DECODE_KERNEL, dc.fp8_decode_variant(c, dc.AHEAD_STASYNC_VARIANT)) for c in fp8]
-    assert sorted(c.name() for _, c in BOTH_ENTRIES) == sorted(c.name() for _, c in want_both)
-    mla, gpu, bench = kernel_sets.mla(), kernel_sets.gpu_tests(), kernel_sets.bench()
-    assert all(e in mla and e in gpu and e in bench for e in want + want_both)
+    check_variant_entries(STASYNC_ENTRIES, dc.STASYNC_VARIANT)
+    check_variant_entries(BOTH_ENTRIES, dc.AHEAD_STASYNC_VARIANT)
 
 
 @pytest.mark.parametrize("entry", STASYNC_ENTRIES, ids=lambda e: e[1].name())
 def test_compiles_clean(entry):
-    from tests._sm100_helpers import role_budgets, sass_count, sass_of
+    from tests._sm100_helpers import sass_count, sass_of
     name, cfg = entry
-    art = lower_clean(name, cfg)        # no spills, no stack, wgmma not serialised, setmaxnreg honoured
-    check_sparse_art(art, cfg)
-    sass = sass_of(art)
-    assert role_budgets(sass) == {200, 104}
-    assert all(sass_count(sass, op) == 0 for op in ("LDL", "STL")), "local memory in the SASS"
-    assert sass_count(sass, "HGMMA.64x32x16.F32.BF16") > 0
+    sass = converter_sass(name, cfg)    # no spills, no stack, wgmma not serialised, 200 / 104, no LDL / STL, HGMMAs
     assert sass_count(sass, "ST.E.128") == 0            # the peer's units go by st.async
     lean = sass_of(lower_clean(name, dataclasses.replace(cfg, crossover_stasync=False)))
     # crossover_lean: 2 a tile in the converter (its fence.proxy.async.shared::cluster, its release.cluster arrive)
@@ -138,13 +112,9 @@ def test_compiles_clean(entry):
 def test_ahead_stasync_compiles_clean(entry):
     """crossover_ahead_stasync: clean as crossover_stasync's (no spills, no stack, wgmma not serialised, 200 / 104),
     the same hand-off in the SASS, and crossover_ahead's one index load a lane shuffled to the 8 rows."""
-    from tests._sm100_helpers import role_budgets, sass_count, sass_of
+    from tests._sm100_helpers import sass_count, sass_of
     name, cfg = entry
-    art = lower_clean(name, cfg)
-    check_sparse_art(art, cfg)
-    sass = sass_of(art)
-    assert role_budgets(sass) == {200, 104}
-    assert all(sass_count(sass, op) == 0 for op in ("LDL", "STL")), "local memory in the SASS"
+    sass = converter_sass(name, cfg, hgmma=False)
     assert sass_count(sass, "ST.E.128") == 0 and sass_count(sass, "MEMBAR.ALL.GPU") == 2
     assert (sass_count(sass, "STAS.128"), sass_count(sass, "STAS")) == (18, 18 + 8)
     st = sass_of(lower_clean(name, dataclasses.replace(cfg, crossover_ahead=False)))
@@ -177,20 +147,14 @@ def test_verifier_accepts_them_and_rejects_a_wrong_or_missing_expect_tx(monkeypa
     (2, 2, 128, 192, 61, 2, (150, 0), True),    # split 2 over 3 tiles; topk_length < topk, and 0
 ])
 def test_through_the_interpreter_gives_the_crossovers_bits(case):
-    torch = pytest.importorskip("torch")
-    out, lse = run_interpreted(*case, stasync=True)       # checked by the FA rule inside
-    out_x, lse_x = run_interpreted(*case, crossover=True)
-    assert torch.equal(out, out_x) and torch.equal(lse, lse_x)
+    check_same_bits(case, dict(stasync=True), dict(crossover=True))       # checked by the FA rule inside
 
 
 def test_ahead_stasync_through_the_interpreter_gives_the_crossovers_bits():
     """crossover_ahead_stasync: the split case over 3 tiles (the carried indices of the next tile, the last clamped;
     topk_length < topk, and 0), the crossover's out and lse bits."""
-    torch = pytest.importorskip("torch")
     case = (2, 2, 128, 192, 61, 2, (150, 0), True)
-    out, lse = run_interpreted(*case, ahead=True, stasync=True)       # checked by the FA rule inside
-    out_x, lse_x = run_interpreted(*case, crossover=True)
-    assert torch.equal(out, out_x) and torch.equal(lse, lse_x)
+    check_same_bits(case, dict(ahead=True, stasync=True), dict(crossover=True))       # checked by the FA rule inside
 
 
 def test_interpreter_faults_on_a_short_expect_tx(monkeypatch):

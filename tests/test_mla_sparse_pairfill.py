@@ -21,7 +21,6 @@ import pytest
 from fa4mlir import kernel_sets
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as sc
 from fa4mlir.kernels.common.fields import ConfigError
-from tests._mla_helpers import bits as _bits
 from tests._mla_helpers import check_sparse_art, lower_clean
 
 # SPARSE_DEFAULT_RULE's bf16 kernels from [D-mla-sparse-pairfill-default] to [D-mla-sparse-overlap-default]: the mla
@@ -87,21 +86,12 @@ def test_prefill_through_the_interpreter(s_q, heads, topk, topk_length, sinks):
 @pytest.mark.parametrize("batch,seqlen_q,heads,topk,page,splits,lengths", [(3, 1, 16, 192, 16, 1, None),
                                                                            (2, 2, 64, 256, 61, 2, (150, 256))])
 def test_decode_through_the_interpreter(batch, seqlen_q, heads, topk, page, splits, lengths):
-    from fa4mlir.attention import mla_sparse_decode as sd
-    from tests._mla_helpers import check_sparse_decode_run
-    from tests._mla_helpers import info as _info
-    from tests.test_mla_sparse_decode import _problem
+    from tests._mla_helpers import sparse_decode_case
     torch = pytest.importorskip("torch")
-    pages = 640 // page + 1
-    q, cache, idx = _problem(torch, batch, seqlen_q, heads, topk, pages, page, "bf16")
-    lens = None if lengths is None else np.array(lengths, np.int32)
-    problem = sd.check_sparse_decode_inputs(_info(q.shape), _info(cache.shape), _info(idx.shape, "i32"), 512,
-                                            _info((splits, 8), "i32"), _info((batch + 1,), "i32"),
-                                            topk_length=None if lens is None else _info(lens.shape, "i32"))
+    problem, run = sparse_decode_case(torch, batch, seqlen_q, heads, topk, page, splits, lengths)
     cfg = sc.sparse_variant(replace(problem.config(splits > 1), producer_warps=4), "seesaw_pairfill")
     assert cfg.pair_fill and cfg.split == (splits > 1)
-    check_sparse_decode_run(torch, cfg, problem, q, _bits(torch, cache), cache, idx, lens, splits,
-                            s_kv=pages * page, kv_stride=576)
+    run(cfg)
 
 
 def test_verifier_accepts_it_and_rejects_every_single_ring_op_mutation():

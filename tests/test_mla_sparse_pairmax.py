@@ -21,8 +21,7 @@ import pytest
 from fa4mlir import kernel_sets
 from fa4mlir.kernels import attention_mla_sparse_sm90_config as sc
 from fa4mlir.kernels.common.fields import ConfigError
-from tests._mla_helpers import bits as _bits
-from tests._mla_helpers import check_sparse_art, lower_clean
+from tests._mla_helpers import check_sparse_art, lower_clean, verify_entries
 
 PAIR_FILL = sc.MLASparseConfig(seesaw=True, producer_warps=4, pair_fill=True)
 PAIR_MAX = replace(PAIR_FILL, pair_max=True)
@@ -83,12 +82,7 @@ def test_config():
 
 
 def test_verifier_accepts_it():
-    from fa4mlir import kernels
-    from fa4mlir.passes import verify_pipelines
-    for name, cfg in ENTRIES:
-        kir = kernels.module(name).build(cfg)
-        with kir.module.context:
-            verify_pipelines.run(kir.module.operation)
+    verify_entries(ENTRIES)
 
 
 # (cfg, s_q, heads, topk, topk_length, sinks): tiles a token
@@ -124,40 +118,17 @@ def test_an_unrescaled_p_a_fails_the_prefill(monkeypatch):
 
 
 def test_decode_through_the_interpreter():
-    from fa4mlir.attention import mla_sparse_decode as sd
-    from tests._mla_helpers import check_sparse_decode_run
-    from tests._mla_helpers import info as _info
-    from tests.test_mla_sparse_decode import _problem
+    from tests._mla_helpers import sparse_decode_case
     torch = pytest.importorskip("torch")
-    batch, seqlen_q, heads, topk, page, splits, lengths = 2, 2, 64, 320, 61, 2, (320, 150)
-    pages = 640 // page + 1
-    q, cache, idx = _problem(torch, batch, seqlen_q, heads, topk, pages, page, "bf16")
-    lens = np.array(lengths, np.int32)
-    problem = sd.check_sparse_decode_inputs(_info(q.shape), _info(cache.shape), _info(idx.shape, "i32"), 512,
-                                            _info((splits, 8), "i32"), _info((batch + 1,), "i32"),
-                                            topk_length=_info(lens.shape, "i32"))
+    problem, run = sparse_decode_case(torch, 2, 2, 64, 320, 61, 2, (320, 150))
     cfg = sc.sparse_variant(replace(problem.config(True), producer_warps=4), sc.OVERLAP_PAIR_MAX_VARIANT)
     assert cfg.pair_max and cfg.overlap_s and cfg.split
-    check_sparse_decode_run(torch, cfg, problem, q, _bits(torch, cache), cache, idx, lens, splits,
-                            s_kv=pages * page, kv_stride=576)
+    run(cfg)
 
 
 def test_knob_selects_them(monkeypatch):
-    from fa4mlir.attention import mla_sparse as ms
-    from fa4mlir.attention import mla_sparse_decode as sd
-    from fa4mlir.attention.errors import KnobError, UnsupportedFeatureError
-    from tests._mla_helpers import info as _info
+    from tests._mla_helpers import check_variant_knob
     monkeypatch.delenv(sc.PRODUCER_ENV, raising=False)
     for name, cfg in ((sc.PAIR_MAX_VARIANT, PAIR_MAX), (sc.OVERLAP_PAIR_MAX_VARIANT, BOTH)):
-        monkeypatch.setenv(ms.VARIANT_ENV, name)
-        problem = ms.check_sparse_inputs(_info((4, 128, 576)), _info((1000, 1, 576)), _info((4, 1, 2048), "i32"),
-                                         None, 512)
-        assert replace(problem, variant=ms.requested_variant()).config == cfg
-        with pytest.raises(KnobError, match="FA4MLIR_MLA_SPARSE_PRODUCER=warpgroup"):
-            ms.check_variant(name, False, producer_warps=1)
-        with pytest.raises(UnsupportedFeatureError, match="16-bit kv only"):
-            ms.check_variant(name, True)
-        dec = sd.check_sparse_decode_inputs(_info((2, 1, 128, 576)), _info((40, 64, 1, 576)),
-                                            _info((2, 1, 2048), "i32"), 512, _info((4, 8), "i32"), _info((3,), "i32"))
-        assert dec.config(False) == sc.MLASparseDecodeConfig(seesaw=True, producer_warps=4, pair_fill=True,
-                                                             overlap_s=cfg.overlap_s, pair_max=True)
+        assert check_variant_knob(monkeypatch, name, cfg) == sc.MLASparseDecodeConfig(
+            seesaw=True, producer_warps=4, pair_fill=True, overlap_s=cfg.overlap_s, pair_max=True)

@@ -97,21 +97,12 @@ def test_decode_through_the_interpreter(batch, seqlen_q, heads, topk, page, spli
     """test_mla_sparse_decode.py's cases, the producer-warpgroup kernel."""
     from dataclasses import replace
 
-    from fa4mlir.attention import mla_sparse_decode as sd
-    from tests._mla_helpers import info as _info
-    from tests._mla_helpers import check_sparse_decode_run
-    from tests.test_mla_sparse_decode import _problem
+    from tests._mla_helpers import sparse_decode_case
     torch = pytest.importorskip("torch")
-    pages = 640 // page + 1
-    q, cache, idx = _problem(torch, batch, seqlen_q, heads, topk, pages, page, dtype)
-    lens = None if topk_length is None else np.array(topk_length, np.int32)
-    problem = sd.check_sparse_decode_inputs(_info(q.shape, dtype), _info(cache.shape, dtype), _info(idx.shape, "i32"),
-                                            512, _info((splits, 8), "i32"), _info((batch + 1,), "i32"),
-                                            topk_length=None if lens is None else _info(lens.shape, "i32"))
+    problem, run = sparse_decode_case(torch, batch, seqlen_q, heads, topk, page, splits, topk_length, dtype)
     cfg = replace(problem.config(splits > 1), producer_warps=4, l2_hints=l2_hints)
     assert cfg.producer_warps == 4 and (splits > 1) == cfg.split
-    check_sparse_decode_run(torch, cfg, problem, q, _bits(torch, cache), cache, idx, lens, splits,
-                            s_kv=pages * page, kv_stride=576)
+    run(cfg)
 
 
 # ---- the host knob (FA4MLIR_MLA_SPARSE_PRODUCER) and bench mla's backend ---------------------------
@@ -231,20 +222,10 @@ def test_seesaw_prefill_through_the_interpreter(s_q, heads, topk, topk_length, s
 def test_seesaw_decode_through_the_interpreter(batch, seqlen_q, heads, topk, page, splits, lengths):
     from dataclasses import replace
 
-    from fa4mlir.attention import mla_sparse_decode as sd
-    from tests._mla_helpers import check_sparse_decode_run
-    from tests._mla_helpers import info as _info
-    from tests.test_mla_sparse_decode import _problem
+    from tests._mla_helpers import sparse_decode_case
     torch = pytest.importorskip("torch")
-    pages = 640 // page + 1
-    q, cache, idx = _problem(torch, batch, seqlen_q, heads, topk, pages, page, "bf16")
-    lens = None if lengths is None else np.array(lengths, np.int32)
-    problem = sd.check_sparse_decode_inputs(_info(q.shape), _info(cache.shape), _info(idx.shape, "i32"), 512,
-                                            _info((splits, 8), "i32"), _info((batch + 1,), "i32"),
-                                            topk_length=None if lens is None else _info(lens.shape, "i32"))
-    cfg = replace(sc.sparse_variant(problem.config(splits > 1), "seesaw"), producer_warps=4)
-    check_sparse_decode_run(torch, cfg, problem, q, _bits(torch, cache), cache, idx, lens, splits,
-                            s_kv=pages * page, kv_stride=576)
+    problem, run = sparse_decode_case(torch, batch, seqlen_q, heads, topk, page, splits, lengths)
+    run(replace(sc.sparse_variant(problem.config(splits > 1), "seesaw"), producer_warps=4))
 
 
 def test_seesaw_and_producer_knobs_combine(monkeypatch):

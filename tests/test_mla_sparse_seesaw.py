@@ -176,19 +176,11 @@ def test_without_mma1s_rescale_the_prefill_fails(monkeypatch):
 
 def test_seesaw_decode_through_the_interpreter():
     torch = pytest.importorskip("torch")
-    from tests._mla_helpers import check_sparse_decode_run
-    from tests.test_mla_sparse_decode import _problem
+    from tests._mla_helpers import sparse_decode_case
     for batch, seqlen_q, heads, topk, page, splits, lengths in ((3, 1, 16, 192, 16, 1, None),
                                                                  (2, 2, 64, 192, 61, 2, (150, 70))):
-        pages = 640 // page + 1
-        q, cache, idx = _problem(torch, batch, seqlen_q, heads, topk, pages, page, "bf16")
-        lens = None if lengths is None else np.array(lengths, np.int32)
-        problem = sd.check_sparse_decode_inputs(_info(q.shape), _info(cache.shape), _info(idx.shape, "i32"), 512,
-                                                _info((splits, 8), "i32"), _info((batch + 1,), "i32"),
-                                                topk_length=None if lens is None else _info(lens.shape, "i32"))
-        cfg = sc.sparse_variant(problem.config(splits > 1), "seesaw")
-        check_sparse_decode_run(torch, cfg, problem, q, bits(torch, cache), cache, idx, lens, splits,
-                                s_kv=pages * page, kv_stride=576)
+        problem, run = sparse_decode_case(torch, batch, seqlen_q, heads, topk, page, splits, lengths)
+        run(sc.sparse_variant(problem.config(splits > 1), "seesaw"))
 
 
 @pytest.mark.parametrize("case", [(3, 1, 16, 192, 16, 1, None, False), (2, 2, 64, 320, 64, 1, (300, 0), True)])

@@ -6,9 +6,9 @@ dequantized cache, and bit for bit the gather kernel's out and lse (FA4MLIR_MLA_
 the same bf16 tile values, the same GEMMs and softmax in the same order). Each call's kernel is asserted
 from the host's plan. tests/test_mla_sparse_decode_fp8_conv.py proves it deviceless.
 """
-import numpy as np
 import pytest
 
+from tests.gpu._mla_sparse_common import decode_lengths
 from tests.gpu.test_mla_sparse_decode_gpu import SHAPES, _case, _check, _metadata, _to_cuda
 
 # the FP8 cases of test_mla_sparse_decode_gpu (its SHAPES over FlashMLA's FP8 cache)
@@ -55,9 +55,7 @@ def fp8_call(torch, batch, seqlen_q, heads, topk, pages, page, with_lengths, spl
         meta, num_splits = _metadata(torch, splits, batch)
     lens = None
     if with_lengths:
-        lens = torch.from_numpy(np.random.default_rng(1).integers(0, topk + 100, batch).astype(np.int32))
-        lens[0] = 0
-        lens[1 % batch] = topk // 3
+        lens = decode_lengths(torch, batch, topk)
     kw = dict(is_fp8_kvcache=True, indices=ic, topk_length=None if lens is None else lens.cuda())
     return q, cache, idx, qc, cc, ic, meta, num_splits, lens, kw
 

@@ -17,6 +17,8 @@ tests/test_mla_sparse_decode_fp8.py compile them deviceless and run them in the 
 import numpy as np
 import pytest
 
+from tests.gpu._mla_sparse_common import decode_lengths
+
 pytestmark = pytest.mark.gpu
 
 
@@ -107,9 +109,7 @@ def test_sparse_decode_matches_reference(torch, batch, seqlen_q, heads, topk, pa
         meta, num_splits = _metadata(torch, splits, batch)
     lens = None
     if with_lengths:
-        lens = torch.from_numpy(np.random.default_rng(1).integers(0, topk + 100, batch).astype(np.int32))
-        lens[0] = 0
-        lens[1 % batch] = topk // 3
+        lens = decode_lengths(torch, batch, topk)
     kw = dict(**fp8, indices=ic, topk_length=None if lens is None else lens.cuda())
     out, lse = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
     table = torch.zeros((batch, 1), dtype=torch.int32, device="cuda")

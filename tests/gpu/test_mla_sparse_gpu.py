@@ -14,6 +14,8 @@ interpreter).
 import numpy as np
 import pytest
 
+from tests.gpu._mla_sparse_common import prefill_lengths, prefill_sinks
+
 pytestmark = pytest.mark.gpu
 
 
@@ -80,11 +82,9 @@ def test_mla_sparse_matches_reference(torch, s_q, heads, topk, s_kv, with_length
         assert kvc.stride(0) == 576 + pad_bytes // 2
     lens = sinks = None
     if with_lengths:
-        lens = torch.from_numpy(np.random.default_rng(1).integers(0, topk + 100, s_q).astype(np.int32))
-        lens[0], lens[1] = 0, topk // 3
+        lens = prefill_lengths(torch, s_q, topk)
     if with_sinks:
-        sinks = torch.randn(heads, generator=torch.Generator().manual_seed(2))
-        sinks[:3] = torch.tensor([float("-inf"), float("inf"), 4.0])
+        sinks = prefill_sinks(torch, heads)
     scale = 576 ** -0.5
     args = (q.cuda(), kvc, torch.from_numpy(idx).cuda(), scale)
     kw = dict(attn_sink=None if sinks is None else sinks.cuda(), topk_length=None if lens is None else lens.cuda())

@@ -5,19 +5,15 @@ against the float64 reference (fa4mlir.testing_mla) and bit for bit the rule's k
 wgmmas, accumulated in the same order, issued earlier), the same bits twice. A hang (an overlap that deadlocks the
 rings) is a timeout. Needs a bundle of the `mla-sparse-variants` set (or `gpu-tests`).
 """
-import numpy as np
 import pytest
 
-from tests.gpu.test_mla_sparse_decode_gpu import _case as _decode_case
-from tests.gpu.test_mla_sparse_decode_gpu import _metadata
-from tests.gpu.test_mla_sparse_gpu import _case
+from tests.gpu._mla_sparse_common import PRODUCER_ENV, decode_call, prefill_call, run_variant
 from tests.gpu.test_mla_sparse_gpu import torch  # noqa: F401  (the fixture)
 from tests.gpu.test_mla_sparse_pairfill_gpu import DECODE
 from tests.gpu.test_mla_sparse_seesaw_gpu import PREFILL
 
 pytestmark = pytest.mark.gpu
 
-PRODUCER_ENV = "FA4MLIR_MLA_SPARSE_PRODUCER"
 VARIANTS = ("default", "seesaw_overlap")     # the rule's kernel (pair fill), then the overlap
 
 
@@ -25,24 +21,9 @@ VARIANTS = ("default", "seesaw_overlap")     # the rule's kernel (pair fill), th
 def test_sparse_prefill_overlap(torch, monkeypatch, s_q, heads, topk, s_kv, options):  # noqa: F811
     from fa4mlir.attention import mla_sparse as ms
     from fa4mlir.testing_mla import check_mla_sparse
-    q, kv, idx = _case(torch, s_q, heads, topk, s_kv)
-    lens = sinks = None
-    if options:
-        lens = torch.from_numpy(np.random.default_rng(1).integers(0, topk + 100, s_q).astype(np.int32))
-        lens[0], lens[1] = 0, topk // 3
-        sinks = torch.randn(heads, generator=torch.Generator().manual_seed(2))
-        sinks[:3] = torch.tensor([float("-inf"), float("inf"), 4.0])
-    scale = 576 ** -0.5
-    args = (q.cuda(), kv.cuda(), torch.from_numpy(idx).cuda(), scale)
-    kw = dict(attn_sink=None if sinks is None else sinks.cuda(), topk_length=None if lens is None else lens.cuda())
-    got = {}
+    q, kv, idx, lens, sinks, scale, args, kw = prefill_call(torch, s_q, heads, topk, s_kv, options)
     monkeypatch.delenv(PRODUCER_ENV, raising=False)
-    for variant in VARIANTS:
-        monkeypatch.setenv(ms.VARIANT_ENV, variant)
-        got[variant] = ms.flash_mla_sparse_fwd(*args, **kw)
-        again = ms.flash_mla_sparse_fwd(*args, **kw)
-        torch.cuda.synchronize()
-        assert all(torch.equal(a, b) for a, b in zip(got[variant], again))
+    got = {v: run_variant(torch, monkeypatch, lambda: ms.flash_mla_sparse_fwd(*args, **kw), v) for v in VARIANTS}
     out, max_logits, lse = got["seesaw_overlap"]
     check_mla_sparse(q, kv, idx, out.cpu().float(), max_logits.cpu(), lse.cpu(), scale, sinks=sinks,
                      topk_length=None if lens is None else lens.numpy())
@@ -53,25 +34,12 @@ def test_sparse_prefill_overlap(torch, monkeypatch, s_q, heads, topk, s_kv, opti
 def test_sparse_decode_overlap(torch, monkeypatch, batch, seqlen_q, heads, topk, pages, page,  # noqa: F811
                                with_lengths, splits):
     from fa4mlir import flash_mla_with_kvcache
-    from fa4mlir.attention import mla_sparse as ms
     from fa4mlir.testing_mla import check_mla_sparse_decode
-    q, cache, idx = _decode_case(torch, batch, seqlen_q, heads, topk, pages, page, "bf16")
-    qc, cc, ic = q.cuda(), cache.cuda(), torch.from_numpy(idx).cuda()
-    meta, num_splits = _metadata(torch, splits, batch)
-    lens = None
-    if with_lengths:
-        lens = torch.from_numpy(np.random.default_rng(1).integers(0, topk + 100, batch).astype(np.int32))
-        lens[0] = 0
-        lens[1 % batch] = topk // 3
-    kw = dict(indices=ic, topk_length=None if lens is None else lens.cuda())
-    got = {}
+    q, cache, idx, qc, cc, ic, meta, num_splits, lens, kw = decode_call(torch, batch, seqlen_q, heads, topk, pages, page,
+                                                                        "bf16", with_lengths, splits)
     monkeypatch.delenv(PRODUCER_ENV, raising=False)
-    for variant in VARIANTS:
-        monkeypatch.setenv(ms.VARIANT_ENV, variant)
-        got[variant] = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
-        again = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
-        torch.cuda.synchronize()
-        assert all(torch.equal(a, b) for a, b in zip(got[variant], again))
+    got = {v: run_variant(torch, monkeypatch, lambda: flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits,
+                                                                             **kw), v) for v in VARIANTS}
     out, lse = got["seesaw_overlap"]
     check_mla_sparse_decode(q, cache, idx, out.cpu().float(), lse.cpu(), 576 ** -0.5,
                             topk_length=None if lens is None else lens.numpy())

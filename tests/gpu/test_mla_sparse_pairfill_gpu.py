@@ -9,18 +9,14 @@ order with the producer warpgroup, FA4MLIR_MLA_SPARSE_VARIANT=seesaw) on the sam
 Not the rule's bits: warpgroup 1 sums S_b's columns 256..575 first. A hang (a pair-fill ring order that
 deadlocks) is a timeout. Needs a bundle of the `mla-sparse-variants` set (or `gpu-tests`).
 """
-import numpy as np
 import pytest
 
-from tests.gpu.test_mla_sparse_decode_gpu import _case as _decode_case
-from tests.gpu.test_mla_sparse_decode_gpu import _metadata
-from tests.gpu.test_mla_sparse_gpu import _case
+from tests.gpu._mla_sparse_common import decode_call, prefill_call, run_variant
 from tests.gpu.test_mla_sparse_gpu import torch  # noqa: F401  (the fixture)
 from tests.gpu.test_mla_sparse_seesaw_gpu import PREFILL, _same_class
 
 pytestmark = pytest.mark.gpu
 
-PRODUCER_ENV = "FA4MLIR_MLA_SPARSE_PRODUCER"
 # the rule's kernel (pair fill since [D-mla-sparse-pairfill-default]), then the rule before it (tile-order seesaw)
 VARIANTS = (("default", "default"), ("seesaw", "warpgroup"))
 
@@ -29,24 +25,11 @@ VARIANTS = (("default", "default"), ("seesaw", "warpgroup"))
 def test_sparse_prefill_pairfill(torch, monkeypatch, s_q, heads, topk, s_kv, options):  # noqa: F811
     from fa4mlir.attention import mla_sparse as ms
     from fa4mlir.testing_mla import check_mla_sparse
-    q, kv, idx = _case(torch, s_q, heads, topk, s_kv)
-    lens = sinks = None
-    if options:
-        lens = torch.from_numpy(np.random.default_rng(1).integers(0, topk + 100, s_q).astype(np.int32))
-        lens[0], lens[1] = 0, topk // 3
-        sinks = torch.randn(heads, generator=torch.Generator().manual_seed(2))
-        sinks[:3] = torch.tensor([float("-inf"), float("inf"), 4.0])
-    scale = 576 ** -0.5
-    args = (q.cuda(), kv.cuda(), torch.from_numpy(idx).cuda(), scale)
-    kw = dict(attn_sink=None if sinks is None else sinks.cuda(), topk_length=None if lens is None else lens.cuda())
+    q, kv, idx, lens, sinks, scale, args, kw = prefill_call(torch, s_q, heads, topk, s_kv, options)
     errs = {}
     for variant, prod in VARIANTS:
-        monkeypatch.setenv(ms.VARIANT_ENV, variant)
-        monkeypatch.setenv(PRODUCER_ENV, prod)
-        out, max_logits, lse = ms.flash_mla_sparse_fwd(*args, **kw)
-        again = ms.flash_mla_sparse_fwd(*args, **kw)
-        torch.cuda.synchronize()
-        assert torch.equal(out, again[0]) and torch.equal(max_logits, again[1]) and torch.equal(lse, again[2])
+        out, max_logits, lse = run_variant(torch, monkeypatch, lambda: ms.flash_mla_sparse_fwd(*args, **kw), variant,
+                                           prod)
         errs[variant] = check_mla_sparse(q, kv, idx, out.cpu().float(), max_logits.cpu(), lse.cpu(), scale,
                                          sinks=sinks, topk_length=None if lens is None else lens.numpy())
     _same_class(errs["default"], errs["seesaw"], ("out", "lse", "max_logits"))
@@ -64,25 +47,14 @@ DECODE = [  # batch, seqlen_q, heads, topk, pages, page, lengths, splits (the se
 def test_sparse_decode_pairfill(torch, monkeypatch, batch, seqlen_q, heads, topk, pages, page,  # noqa: F811
                                 with_lengths, splits):
     from fa4mlir import flash_mla_with_kvcache
-    from fa4mlir.attention import mla_sparse as ms
     from fa4mlir.testing_mla import check_mla_sparse_decode
-    q, cache, idx = _decode_case(torch, batch, seqlen_q, heads, topk, pages, page, "bf16")
-    qc, cc, ic = q.cuda(), cache.cuda(), torch.from_numpy(idx).cuda()
-    meta, num_splits = _metadata(torch, splits, batch)
-    lens = None
-    if with_lengths:
-        lens = torch.from_numpy(np.random.default_rng(1).integers(0, topk + 100, batch).astype(np.int32))
-        lens[0] = 0
-        lens[1 % batch] = topk // 3
-    kw = dict(indices=ic, topk_length=None if lens is None else lens.cuda())
+    q, cache, idx, qc, cc, ic, meta, num_splits, lens, kw = decode_call(torch, batch, seqlen_q, heads, topk, pages, page,
+                                                                        "bf16", with_lengths, splits)
     errs = {}
     for variant, prod in VARIANTS:
-        monkeypatch.setenv(ms.VARIANT_ENV, variant)
-        monkeypatch.setenv(PRODUCER_ENV, prod)
-        out, lse = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
-        again, lse2 = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
-        torch.cuda.synchronize()
-        assert torch.equal(out, again) and torch.equal(lse, lse2)
+        out, lse = run_variant(torch, monkeypatch,
+                               lambda: flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw), variant,
+                               prod)
         errs[variant] = check_mla_sparse_decode(q, cache, idx, out.cpu().float(), lse.cpu(), 576 ** -0.5,
                                                 topk_length=None if lens is None else lens.numpy())
     _same_class(errs["default"], errs["seesaw"], ("out", "lse"))

@@ -8,9 +8,9 @@ hints) (the variant changes only who copies the rows and when
 the consumers wait for them: the same wgmmas in the same order on the same tiles). The kernels are
 kernel_sets.mla()'s (tests/test_mla_sparse_pwg.py compiles them deviceless and runs them in the interpreter).
 """
-import numpy as np
 import pytest
 
+from tests.gpu._mla_sparse_common import decode_lengths, prefill_lengths, prefill_sinks
 from tests.gpu.test_mla_sparse_decode_gpu import SHAPES, _case as _decode_case, _check, _metadata
 from tests.gpu.test_mla_sparse_gpu import CASES, _case
 
@@ -36,11 +36,9 @@ def test_sparse_prefill_matches_reference_and_the_default(torch, monkeypatch, s_
     kv, kvc = kv_rows[..., :576], kv_rows.cuda()[..., :576]
     lens = sinks = None
     if with_lengths:
-        lens = torch.from_numpy(np.random.default_rng(1).integers(0, topk + 100, s_q).astype(np.int32))
-        lens[0], lens[1] = 0, topk // 3
+        lens = prefill_lengths(torch, s_q, topk)
     if with_sinks:
-        sinks = torch.randn(heads, generator=torch.Generator().manual_seed(2))
-        sinks[:3] = torch.tensor([float("-inf"), float("inf"), 4.0])
+        sinks = prefill_sinks(torch, heads)
     scale = 576 ** -0.5
     args = (q.cuda(), kvc, torch.from_numpy(idx).cuda(), scale)
     kw = dict(attn_sink=None if sinks is None else sinks.cuda(), topk_length=None if lens is None else lens.cuda())
@@ -74,9 +72,7 @@ def test_sparse_decode_matches_reference_and_the_default(torch, monkeypatch, bat
         meta, num_splits = _metadata(torch, splits, batch)
     lens = None
     if with_lengths:
-        lens = torch.from_numpy(np.random.default_rng(1).integers(0, topk + 100, batch).astype(np.int32))
-        lens[0] = 0
-        lens[1 % batch] = topk // 3
+        lens = decode_lengths(torch, batch, topk)
     kw = dict(indices=ic, topk_length=None if lens is None else lens.cuda())
     monkeypatch.setenv(VARIANT_ENV, "tile")      # the tile step: its gather warp against the producer warpgroup
     monkeypatch.setenv(ENV, "warp")

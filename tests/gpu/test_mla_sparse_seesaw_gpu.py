@@ -10,17 +10,13 @@ the producer warpgroup (FA4MLIR_MLA_SPARSE_PRODUCER=warpgroup / warpgroup_l2: Fl
 same bits as the seesaw with the gather warp (the same wgmmas in the same order). Needs a bundle of the
 `mla-sparse-variants` set (or `gpu-tests`); a bundle without the variant is a BundleError naming it.
 """
-import numpy as np
 import pytest
 
-from tests.gpu.test_mla_sparse_decode_gpu import _case as _decode_case
-from tests.gpu.test_mla_sparse_decode_gpu import _metadata, _to_cuda
-from tests.gpu.test_mla_sparse_gpu import _case
+from tests.gpu._mla_sparse_common import decode_call, prefill_call, run_variant
 from tests.gpu.test_mla_sparse_gpu import torch  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.gpu
 
-PRODUCER_ENV = "FA4MLIR_MLA_SPARSE_PRODUCER"
 PRODUCERS = ("warp", "warpgroup", "warpgroup_l2")
 
 PREFILL = [  # s_q, heads, topk, s_kv, topk_length and sinks (the set's two prefill kernels)
@@ -42,24 +38,11 @@ def _same_class(got: dict, base: dict, keys) -> None:
 def test_sparse_prefill_seesaw(torch, monkeypatch, s_q, heads, topk, s_kv, options, producer):  # noqa: F811
     from fa4mlir.attention import mla_sparse as ms
     from fa4mlir.testing_mla import check_mla_sparse
-    q, kv, idx = _case(torch, s_q, heads, topk, s_kv)
-    lens = sinks = None
-    if options:
-        lens = torch.from_numpy(np.random.default_rng(1).integers(0, topk + 100, s_q).astype(np.int32))
-        lens[0], lens[1] = 0, topk // 3
-        sinks = torch.randn(heads, generator=torch.Generator().manual_seed(2))
-        sinks[:3] = torch.tensor([float("-inf"), float("inf"), 4.0])
-    scale = 576 ** -0.5
-    args = (q.cuda(), kv.cuda(), torch.from_numpy(idx).cuda(), scale)
-    kw = dict(attn_sink=None if sinks is None else sinks.cuda(), topk_length=None if lens is None else lens.cuda())
+    q, kv, idx, lens, sinks, scale, args, kw = prefill_call(torch, s_q, heads, topk, s_kv, options)
     errs, outs = {}, {}
     for variant, prod in (("tile", "warp"), ("seesaw", "warp"), ("seesaw", producer)):
-        monkeypatch.setenv(ms.VARIANT_ENV, variant)
-        monkeypatch.setenv(PRODUCER_ENV, prod)
-        out, max_logits, lse = ms.flash_mla_sparse_fwd(*args, **kw)
-        again = ms.flash_mla_sparse_fwd(*args, **kw)
-        torch.cuda.synchronize()
-        assert torch.equal(out, again[0]) and torch.equal(max_logits, again[1]) and torch.equal(lse, again[2])
+        out, max_logits, lse = run_variant(torch, monkeypatch, lambda: ms.flash_mla_sparse_fwd(*args, **kw), variant,
+                                           prod)
         errs[variant, prod] = check_mla_sparse(q, kv, idx, out.cpu().float(), max_logits.cpu(), lse.cpu(), scale,
                                                sinks=sinks, topk_length=None if lens is None else lens.numpy())
         outs[variant, prod] = (out, max_logits, lse)
@@ -83,29 +66,19 @@ DECODE = [  # batch, seqlen_q, heads, topk, pages, page, cache, lengths, splits 
 def test_sparse_decode_seesaw(torch, monkeypatch, batch, seqlen_q, heads, topk, pages, page, cache_dtype,  # noqa: F811
                               with_lengths, splits, producer):
     from fa4mlir import flash_mla_with_kvcache
-    from fa4mlir.attention import mla_sparse as ms
     from fa4mlir.testing_mla import check_mla_sparse_decode, dequantize_fp8_cache
-    q, cache, idx = _decode_case(torch, batch, seqlen_q, heads, topk, pages, page, cache_dtype)
     fp8 = cache_dtype == "fp8"
     if fp8 and producer != "warp":
         pytest.skip("the producer warpgroup is built for a 16-bit cache")
-    qc, cc, ic = q.cuda(), _to_cuda(torch, cache) if fp8 else cache.cuda(), torch.from_numpy(idx).cuda()
+    q, cache, idx, qc, cc, ic, meta, num_splits, lens, kw = decode_call(torch, batch, seqlen_q, heads, topk, pages, page,
+                                                                        cache_dtype, with_lengths, splits)
+    kw["is_fp8_kvcache"] = fp8
     rows = dequantize_fp8_cache(cache.contiguous()) if fp8 else cache
-    meta, num_splits = _metadata(torch, splits, batch)
-    lens = None
-    if with_lengths:
-        lens = torch.from_numpy(np.random.default_rng(1).integers(0, topk + 100, batch).astype(np.int32))
-        lens[0] = 0
-        lens[1 % batch] = topk // 3
-    kw = dict(indices=ic, topk_length=None if lens is None else lens.cuda(), is_fp8_kvcache=fp8)
     errs, outs = {}, {}
     for variant, prod in (("tile", "warp"), ("seesaw", "warp"), ("seesaw", producer)):
-        monkeypatch.setenv(ms.VARIANT_ENV, variant)
-        monkeypatch.setenv(PRODUCER_ENV, prod)
-        out, lse = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
-        again, lse2 = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
-        torch.cuda.synchronize()
-        assert torch.equal(out, again) and torch.equal(lse, lse2)
+        out, lse = run_variant(torch, monkeypatch,
+                               lambda: flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw), variant,
+                               prod)
         errs[variant, prod] = check_mla_sparse_decode(q, rows, idx, out.cpu().float(), lse.cpu(), 576 ** -0.5,
                                                       topk_length=None if lens is None else lens.numpy())
         outs[variant, prod] = (out, lse)
