@@ -198,9 +198,11 @@ def _mla_swapab(name: str, dtype: str, page: int, quick: bool = False, ring: boo
 def _decode(name: str, dtype: str, head_dim: int, page: int | None, kv_scale: str = "", quick: bool = False) -> Case:
     """The decode kernel of a cache of `page` rows, split and unsplit (kernel_sets.decode); for an FP8 cache
     the kernel FP8_DEFAULT_RULE picks for each packed-row count the case's calls make (sanitize_decode's
-    shapes: swap AB at 4 rows where it is built, the conversion-through-SMEM kernel at 40 and 80)."""
+    shapes: swap AB at 4 rows where it is built, the conversion-through-SMEM kernel at 40 and 80); for a contiguous
+    16-bit cache UNSPLIT_RULE's kernel for the unsplit call of 4 rows ([D-decode-bn128-unsplit])."""
     shapes = KV_HEAD_SHAPES if kv_scale == "kv_head" else DECODE_SHAPES
-    rows = sorted({sq * (h // hk) for sq, h, hk in shapes}) if kv_scale else [None]
+    # packed rows pick the kernel where a rule reads them: FP8_DEFAULT_RULE, and UNSPLIT_RULE over a contiguous cache
+    rows = sorted({sq * (h // hk) for sq, h, hk in shapes}) if kv_scale or page is None else [None]
     match = tuple(dict.fromkeys(tuple(sorted(dcfg.default_config(dtype, head_dim, page, kv_scale, unsplit=u,
                                                                    rows=r).key().items()))
                                 for r in rows for u in (False, True)))
@@ -243,6 +245,7 @@ CASES = (
     Case("watchdog", "deadlock_sm90", ({"kernel": "deadlock_sm90"},), quick=True, expect_trap=True),
     # flash_attn_with_kvcache's kernels (decode): the decode kernel by fetch, each split and unsplit
     _decode("decode-contig-d64-f16", "f16", 64, None, quick=True),
+    _decode("decode-contig-d128", "bf16", 128, None, quick=True),     # UNSPLIT_RULE's 128-key tiles at 4 rows
     _decode("decode-gather-d64", "bf16", 64, 1, quick=True),
     _decode("decode-box8-d128", "bf16", 128, 8, quick=True),
     _decode("decode-pagebox-d128", "bf16", 128, 32, quick=True),

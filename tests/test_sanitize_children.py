@@ -211,10 +211,11 @@ def test_decode_child_runs_the_case_kernel_and_checks_it(cpu_decode, capsys, nam
     case = san.CASES_BY_NAME[name]
     code, rep = child_report(capsys, name, bundle)
     shapes = sdec.shapes_for(case)
-    # an FP8 case's match holds FP8_DEFAULT_RULE's kernel for each row count (split and unsplit): a (kernel,
-    # shape) pair runs when the rule picks that kernel for the shape's packed rows; every kernel runs
+    # an FP8 case's match holds FP8_DEFAULT_RULE's kernel for each row count (split and unsplit), a contiguous 16-bit
+    # cache's UNSPLIT_RULE's: a (kernel, shape) pair runs when the rule picks that kernel for the shape's packed rows;
+    # every kernel runs
     def runs(m, shape):
-        if not case.kv_scale:
+        if not case.kv_scale and case.page_size is not None:
             return True
         sq, h, hk = shape
         pick = sdec.dec.default_config(m["dtype"], m["head_dim"], case.page_size, case.kv_scale,

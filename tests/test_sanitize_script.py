@@ -228,8 +228,9 @@ def test_the_coverage_check_fails_on_what_no_case_runs(gpu_tests):
                                 "attention_decode_sm90/page-box/unsplit/dense"],
         "decode-tilebox-d256": ["attention_decode_sm90/tile-box/split/dense",
                                 "attention_decode_sm90/tile-box/unsplit/dense", "decode-d256"],
-        "decode-contig-d64-f16": ["attention_decode_sm90/contig/split/dense",
-                                  "attention_decode_sm90/contig/unsplit/dense", "decode-f16"],
+        "decode-contig-d64-f16": ["decode-f16"],        # decode-contig-d128 runs the contiguous families too
+        "decode-contig-d64-f16,decode-contig-d128": ["attention_decode_sm90/contig/split/dense",
+                                                     "attention_decode_sm90/contig/unsplit/dense", "decode-f16"],
         "decode-fp8-contig-block,decode-fp8-gather-block": ["attention_decode_sm90/contig/split/fp8",
                                                             "attention_decode_sm90/contig/unsplit/fp8",
                                                             "attention_decode_sm90/gather/split/fp8",
