@@ -29,9 +29,11 @@ def bits(torch, x):
 
 def lower_clean(name: str, cfg):
     """Kernel `name` of `cfg` lowered with its own options (debug off): no spills and no stack, wgmma
-    not serialised, setmaxnreg honoured. Returns the artefact."""
-    from fa4mlir import compiler, kernels, lowering
-    art = lowering.lower(kernels.module(name).build(cfg), compiler.resolve_options(name, debug=False))
+    not serialised, setmaxnreg honoured. Returns the artefact. Through the on-disk kernel cache
+    (compiler.compile_kernel: keyed by the config, the options and the package source), so the many test
+    files that check one kernel compile it once per run (FA4MLIR_CACHE=0 compiles every time)."""
+    from fa4mlir import compiler
+    art = compiler.compile_kernel(name, cfg, compiler.resolve_options(name, debug=False))
     r = art.resources
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack_bytes"] == 0, r
     assert not r["wgmma_serialized"] and not r["setmaxnreg_ignored"], r

@@ -159,16 +159,11 @@ def _problem(torch, lens, seqlen_q, heads, page, seed=0, dtype="bf16"):
     ((250, 3), 2, 48, 64, 1, True, "seesaw"),
     ((70, 1, 129), 2, 16, 16, 1, True, "seesaw"),   # 16-row boxes; length 1: token 0 sees no key
     # seesaw_ss (note "SMEM P"): the same algebra, the reader's P V an SS wgmma over the swizzled P
-    ((150, 63, 64, 0), 2, 16, 64, 1, True, "seesaw_ss"),
+    # (opt-in, timed and not kept: one case, a split over odd / even tile counts and an empty sequence)
     ((150, 129, 0), 2, 16, 64, 2, True, "seesaw_ss"),
-    ((256, 65), 1, 64, 64, 1, False, "seesaw_ss"),
-    ((70, 1, 129), 2, 16, 16, 1, True, "seesaw_ss"),
     # seesaw_fm (attention_mla_decode_seesaw_fm_sm90): FlashMLA's order, tile halves released early
+    # (opt-in, timed and not kept: one case, unsplit over 3, 1, 1 and 0 tiles)
     ((150, 63, 64, 0), 2, 16, 64, 1, True, "seesaw_fm"),
-    ((150, 129, 0), 2, 16, 64, 2, True, "seesaw_fm"),
-    ((256, 65), 1, 64, 64, 1, False, "seesaw_fm"),
-    ((250, 3), 2, 48, 64, 1, True, "seesaw_fm"),
-    ((70, 1, 129), 2, 16, 16, 1, True, "seesaw_fm"),
 ])
 def test_mla_decode_through_the_interpreter(lens, seqlen_q, heads, page, splits, causal, exchange):
     torch = pytest.importorskip("torch")

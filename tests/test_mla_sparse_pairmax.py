@@ -39,7 +39,12 @@ def test_the_variants_are_in_the_variants_set_only():
     assert not [e for e in kernel_sets.mla() if getattr(e[1], "pair_max", False)]
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
+# compiled here (opt-in, timed and not kept: [R-mla-sparse-pairmax-timed]): the bench's prefill kernel of each form;
+# every entry is compiled by the GPU bundle's build
+COMPILED = [e for e in ENTRIES if isinstance(e[1], sc.MLASparseConfig) and not e[1].topk_length]
+
+
+@pytest.mark.parametrize("entry", COMPILED, ids=lambda e: e[1].name())
 def test_variant_compiles_clean(entry):
     from fa4mlir.sass import disassemble, find_nvdisasm
     name, cfg = entry
@@ -82,7 +87,7 @@ def test_config():
 
 
 def test_verifier_accepts_it():
-    verify_entries(ENTRIES)
+    verify_entries(COMPILED)
 
 
 # (cfg, s_q, heads, topk, topk_length, sinks): tiles a token
