@@ -39,7 +39,8 @@ KNOBS: dict[str, Knob] = {
              "conversion-through-SMEM kernel; bench decode --decode-variant; a bundle must hold it: the "
              "decode-fp8-variants set)"),
         Knob("FA4MLIR_DECODE_TILE_VARIANT", None, "str", "flash_attn_with_kvcache over a bf16/f16 cache runs this "
-             "entry of attention_decode_sm90_config.TILE_VARIANTS (unset or 'default': default_config's tiles; "
+             "entry of attention_decode_sm90_config.TILE_VARIANTS (unset or 'default': default_config's tiles, "
+             "UNSPLIT_RULE's bn128s2 for an unsplit call of <= 4 packed rows; bn64s3: the tiles before that rule; "
              "bn64s6, bn128s3, bn32s6, s2, s4, bn128s2: other KV tiles and ring depths; evict_first: an L2 evict_first "
              "policy on the K/V TMA loads; built for a contiguous head_dim-128 cache "
              "without mask variants, else ConfigError); for A/B (bench decode --decode-variant); a bundle must hold "
