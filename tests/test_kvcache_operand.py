@@ -62,7 +62,10 @@ def test_contiguous_cache_is_one_page_per_sequence():
     assert p.cache == kc.KVCacheOperand(False, "bf16", B, 64, 1, HKV, D)
     assert p.cache.capacity == 64 and p.cache.pool_rows == B * 64
     odd = _problem(contiguous_args(k_cache=info((B, 100, HKV, D)), v_cache=info((B, 100, HKV, D))))
-    assert kc.plan_problem(odd, 132).fetch == paging.FetchPlan(paging.KVFetch.TMA_BOXES, kc.DECODE_BN[D], 1)
+    plan = kc.plan_problem(odd, 132)
+    # one box of the kernel's tile (an unsplit call of few rows: UNSPLIT_RULE's 128 keys, [D-decode-bn128-unsplit])
+    assert plan.fetch == paging.FetchPlan(paging.KVFetch.TMA_BOXES, plan.bn, 1)
+    assert plan.bn == (128 if plan.unsplit and plan.gqa.rows <= 4 and D == 128 else kc.DECODE_BN[D])
 
 
 @pytest.mark.parametrize("page_size", [1, 3, 16, 32, 64, 100, 128, 256])

@@ -215,7 +215,7 @@ def test_decode_child_runs_the_case_kernel_and_checks_it(cpu_decode, capsys, nam
     # cache's UNSPLIT_RULE's: a (kernel, shape) pair runs when the rule picks that kernel for the shape's packed rows;
     # every kernel runs
     def runs(m, shape):
-        if not case.kv_scale and case.page_size is not None:
+        if case.kernel != sdec.dec.KERNEL or (not case.kv_scale and case.page_size is not None):
             return True
         sq, h, hk = shape
         pick = sdec.dec.default_config(m["dtype"], m["head_dim"], case.page_size, case.kv_scale,
