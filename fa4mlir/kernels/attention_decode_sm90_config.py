@@ -417,7 +417,7 @@ def default_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: s
     group x seqlen_q, kvcache.plan_problem's gqa.rows), which FP8_DEFAULT_RULE reads (None: not
     known, the conversion-through-SMEM kernel, which serves every row count); ``variant``: the mask
     and score-modifier fields (window_left, window_right, chunk, softcap, sinks), which change no
-    tile choice."""
+    tile choice but UNSPLIT_RULE's (a call with any of them keeps bn 64)."""
     cfg = replace(_default_tiles(dtype, head_dim, page_size, kv_scale, unsplit), **variant)
     return fp8_variant(cfg, fp8_default_variant(cfg, rows), page_size) if cfg.fp8 else unsplit_rule(cfg, rows)
 
