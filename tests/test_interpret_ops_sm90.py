@@ -123,8 +123,8 @@ class _FakeWarp:
         self.cta.stats = {"wgmma": 0}
         self.read = []
 
-    def wgmma_reads(self, addrs, what):
-        self.read.append(addrs)
+    def wgmma_reads(self, flat, what):
+        self.read.append(flat)
 
 
 def _desc(addr: int, lbo: int, sbo: int) -> int:
@@ -154,7 +154,8 @@ def test_wgmma_k_major_b_matches_matmul(quarter):
     np.testing.assert_allclose(_d_tile(got, n), ref, rtol=1e-6, atol=1e-5)
     got = warpgroup_mma(w, A, b_desc, n, "bf16", False, d0, scale_d=True)
     np.testing.assert_allclose(_d_tile(got, n), ref + 1, rtol=1e-6, atol=1e-5)
-    assert len(w.read) == 2 and w.read[0].shape == (n, 16)
+    # held as read: B's n x 16 bf16 elements, each of its two bytes once, sorted
+    assert len(w.read) == 2 and w.read[0].size == 2 * n * 16 and (np.diff(w.read[0]) > 0).all()
 
 
 def test_wgmma_mn_major_b_and_the_a_fragment():

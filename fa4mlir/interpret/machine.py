@@ -129,9 +129,9 @@ class Warp:
             raise self.fault(FenceFault, f"{what} without a wgmma.fence since this warp's last wgmma.wait_group "
                                          f"(or its start): the accumulator registers may be read stale")
 
-    def wgmma_reads(self, addrs: np.ndarray, what: str) -> None:
-        """Shared bytes a wgmma of this warp reads until a wait_group retires its group."""
-        flat = np.unique(np.concatenate([addrs.ravel(), addrs.ravel() + 1]))
+    def wgmma_reads(self, flat: np.ndarray, what: str) -> None:
+        """Shared bytes a wgmma of this warp reads until a wait_group retires its group: `flat`, the
+        sorted distinct byte addresses (ops/wgmma.read_span)."""
         self.cta.hb.check_async_proxy_read(flat, what, reader=self.cta.hb.g(self.wid))     # wgmma: async proxy
         self.cta.hb.warp_access(self, self.cta.hb.smem, flat, False, what)
         self.cta.smem_readers[flat] += 1

@@ -32,7 +32,11 @@ PLAIN, BLOCKING, TERMINATOR = 0, 1, 2
 class Instr:
     kind: int
     run: Callable
-    where: str          # op name and source location, for faults
+    op: object          # the op, for faults: `where` formats its name and location when one is raised
+
+    @property
+    def where(self) -> str:
+        return where(self.op)
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,7 @@ class Program:
         self._semantics = SEMANTICS
         self._slots: dict = {}
         self.constants: list[tuple[int, np.ndarray]] = []
+        self._constant_of: dict[int, np.ndarray] = {}      # slot -> its constant array (known at compile time)
         # (type, value attribute) -> its array: a kernel repeats a few hundred constants thousands of
         # times. Sharing is safe as it is across warps: no op writes into an operand's array.
         self.constant_arrays: dict = {}
@@ -87,7 +92,17 @@ class Program:
 
     def constant(self, value, array: np.ndarray) -> None:
         """`value` holds `array` in every warp from the start (arith.constant and the like)."""
-        self.constants.append((self.slot(value), array))
+        s = self.slot(value)
+        self.constants.append((s, array))
+        self._constant_of[s] = array
+
+    def uniform_constant(self, value) -> int | None:
+        """The integer `value` holds in every lane when it is a scalar constant (arith.constant):
+        an operand an op may read at compile time instead of checking it per warp; else None."""
+        array = self._constant_of.get(self._slots.get(value, -1))
+        if array is None or array.ndim != 1 or array.dtype.kind not in "iu":
+            return None
+        return int(array[0])
 
     def compile_block(self, block) -> list[Instr]:
         out = []
@@ -99,7 +114,7 @@ class Program:
                 raise Unsupported(f"no semantics for {op.name}", op=where(op))
             ins = semantics(self, op, [slot(v) for v in op.operands], [slot(v) for v in op.results])
             if ins is not None:
-                out.append(Instr(ins[0], ins[1], where(op)) if isinstance(ins, tuple) else ins)
+                out.append(Instr(ins[0], ins[1], op) if isinstance(ins, tuple) else ins)
         return out
 
     def new_env(self, args: list) -> list:

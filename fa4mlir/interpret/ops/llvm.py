@@ -19,7 +19,7 @@ from ..numeric import WARP, e4m3x2_to_f16x2, np_dtype, prmt, tanh_f16x2, vector_
 from ..program import PLAIN
 from . import semantics
 from .sync import release
-from .wgmma import move
+from .wgmma import PendingRegs, move
 
 SHARED, GLOBAL, CLUSTER = "!llvm.ptr<3>", "!llvm.ptr<1>", "!llvm.ptr<7>"
 _ELEM_BYTES = {"i8": 1, "i16": 2, "i32": 4, "i64": 8, "f32": 4, "f16": 2, "bf16": 2}
@@ -62,28 +62,61 @@ def undef(p, op, a, r):
     p.constant(op.results[0], np.zeros((WARP, n) if n else WARP, np_dtype(t)))
 
 
+def _sole_use_of(op, operand: int, producer: str) -> bool:
+    """Whether `op`'s operand is the only use of a result of a `producer` op: the array that op made
+    (it copies its input) is then this op's to write in place. A chain of N insertelements building
+    an N-element vector (fa4-lower-mma-sm90's struct <-> vector shuffles) copies once, not N times."""
+    value = op.operands[operand]
+    owner = value.owner
+    return getattr(owner, "name", None) == producer and len(list(value.uses)) == 1
+
+
+def _set(w, vector, value, at: int, in_place: bool):
+    """insertelement / insertvalue: a warp's [lanes, n] array with column `at` set to `value` (a copy
+    unless `in_place`). A wgmma result not yet retired (PendingRegs) moves: the result stays pending
+    on the latest group (wgmma.move, inlined: the accumulator shuffles run a million times a test)."""
+    group = None
+    if type(vector) is PendingRegs:
+        if vector.warp.wgmma_waited <= vector.group:
+            group = vector.group
+        vector = vector.value
+    if type(value) is PendingRegs:
+        if value.warp.wgmma_waited <= value.group:
+            group = value.group if group is None else max(group, value.group)
+        value = value.value
+    out = vector if in_place else np.array(vector, copy=True)
+    out[:, at] = value
+    return out if group is None else PendingRegs(out, w, group)
+
+
+def _get(w, vector, at: int):
+    """extractelement / extractvalue: column `at`; a pending wgmma result's column stays pending."""
+    if type(vector) is not PendingRegs:
+        return vector[:, at]
+    if vector.warp.wgmma_waited > vector.group:
+        return vector.value[:, at]
+    return PendingRegs(vector.value[:, at], w, vector.group)
+
+
 @semantics("llvm.insertelement")
 def insertelement(p, op, a, r):
     vec, x, idx, z = a[0], a[1], a[2], r[0]
+    const_at, in_place = p.uniform_constant(op.operands[2]), _sole_use_of(op, 0, "llvm.insertelement")
 
     def run(env, mask, w):
-        at = uniform(env[idx], mask, "insertelement index")
-
-        def insert(vector, value):
-            out = vector.copy()
-            out[:, at] = value
-            return out
-        env[z] = move(w, insert, env[vec], env[x])
+        at = const_at if const_at is not None else uniform(env[idx], mask, "insertelement index")
+        env[z] = _set(w, env[vec], env[x], at, in_place)
     return PLAIN, run
 
 
 @semantics("llvm.extractelement")
 def extractelement(p, op, a, r):
     vec, idx, z = a[0], a[1], r[0]
+    const_at = p.uniform_constant(op.operands[1])
 
     def run(env, mask, w):
-        at = uniform(env[idx], mask, "extractelement index")
-        env[z] = move(w, lambda vector: vector[:, at], env[vec])
+        at = const_at if const_at is not None else uniform(env[idx], mask, "extractelement index")
+        env[z] = _get(w, env[vec], at)
     return PLAIN, run
 
 
@@ -94,13 +127,10 @@ def insertvalue(p, op, a, r):
     if len(pos) != 1:
         raise Unsupported(f"llvm.insertvalue at {pos}: one position of a flat struct only")
     i, s, x, z = pos[0], a[0], a[1], r[0]
+    in_place = _sole_use_of(op, 0, "llvm.insertvalue")
 
     def run(env, mask, w):
-        def insert(struct, value):
-            out = np.array(struct, copy=True)
-            out[:, i] = value
-            return out
-        env[z] = move(w, insert, env[s], env[x])
+        env[z] = _set(w, env[s], env[x], i, in_place)
     return PLAIN, run
 
 
@@ -112,7 +142,7 @@ def extractvalue(p, op, a, r):
     i, s, z = pos[0], a[0], r[0]
 
     def run(env, mask, w):
-        env[z] = move(w, lambda struct: struct[:, i], env[s])
+        env[z] = _get(w, env[s], i)
     return PLAIN, run
 
 

@@ -78,10 +78,15 @@ for _op in ("getitem", "setitem", "len", "iter", "add", "radd", "sub", "rsub", "
 
 def move(w, fn, *values):
     """`fn` of `values` with PendingRegs not yet retired passed through (a register move)."""
-    pending = [v for v in values if isinstance(v, PendingRegs) and not v.ready()]
-    plain = [v.value if isinstance(v, PendingRegs) else v for v in values]
+    group, plain = None, []
+    for v in values:
+        if type(v) is PendingRegs:
+            if not v.ready():
+                group = v.group if group is None else max(group, v.group)
+            v = v.value
+        plain.append(v)
     out = fn(*plain)
-    return PendingRegs(out, w, max(v.group for v in pending)) if pending else out
+    return out if group is None else PendingRegs(out, w, group)
 
 
 def _bits(x: int, lo: int, width: int) -> int:
@@ -99,6 +104,18 @@ def descriptor_addresses(desc: int, rows: int, mn_major: bool) -> np.ndarray:
                           f"(modelled: the 128B and 64B swizzles, base offset 0)")
     span = SWIZZLE_SPAN[layout]
     return swizzle(start + sw128_operand_offsets(rows, K, mn_major, lbo, sbo, span), span)
+
+
+@lru_cache(maxsize=8192)
+def read_span(desc: int, rows: int, mn_major: bool, lo: int = 0, hi: int | None = None):
+    """(addresses of rows lo..hi of descriptor_addresses, the sorted distinct shared bytes they cover):
+    a kernel issues the same few hundred descriptors again and again (ring slots x k steps), and the
+    distinct bytes (what a wgmma holds as read until its group retires) cost a sort each. Read-only."""
+    addrs = descriptor_addresses(desc, rows, mn_major)[lo:hi]
+    flat = np.unique(np.concatenate([addrs.ravel(), addrs.ravel() + 1]))
+    addrs.setflags(write=False)
+    flat.setflags(write=False)
+    return addrs, flat
 
 
 @lru_cache(maxsize=None)
@@ -123,9 +140,9 @@ def warpgroup_mma(w, a_rows: np.ndarray, b_desc: int, n: int, dtype: str, b_mn_m
                   d_in: np.ndarray, scale_d: bool) -> np.ndarray:
     """This warp's D registers [32, n / 2] after D = A B^T (+ D): `a_rows` the warp's 16 x 16 A."""
     cta = w.cta
-    b_addrs = descriptor_addresses(b_desc, n, b_mn_major)
+    b_addrs, b_bytes = read_span(b_desc, n, b_mn_major)
     B = read_operand(cta, b_addrs, b_desc, dtype)
-    w.wgmma_reads(b_addrs, "wgmma B")
+    w.wgmma_reads(b_bytes, "wgmma B")
     rows, cols = d_fragment(n)
     acc = a_rows.astype(np.float64) @ B.T.astype(np.float64)
     if scale_d:
@@ -167,9 +184,9 @@ def mma_async(p, op, a, r):
     def run(env, mask, w):
         _aligned(w, mask, "wgmma.mma_async")
         ad = int(env[a_desc][0]) & (2**64 - 1)
-        a_addrs = descriptor_addresses(ad, M, a_mn_major)[16 * (w.wid % 4):16 * (w.wid % 4) + 16]
+        a_addrs, a_bytes = read_span(ad, M, a_mn_major, 16 * (w.wid % 4), 16 * (w.wid % 4) + 16)
         A = read_operand(w.cta, a_addrs, ad, dtype)
-        w.wgmma_reads(a_addrs, "wgmma A")
+        w.wgmma_reads(a_bytes, "wgmma A")
         d = env[acc].value if isinstance(env[acc], PendingRegs) else env[acc]      # chaining is allowed
         out = warpgroup_mma(w, A, int(env[b_desc][0]) & (2**64 - 1), n, dtype, b_mn_major, d, scale_d)
         env[z] = PendingRegs(out, w, w.wgmma_group())
