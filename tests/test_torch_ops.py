@@ -40,6 +40,7 @@ def cpu_ops(monkeypatch):
     monkeypatch.setattr(dense, "device_info", lambda: DeviceInfo(0, (9, 0), 132, 50 * 2**20))
     monkeypatch.setattr(dense, "_CALLS", _NoCache())
     monkeypatch.setattr(dense, "resolve_stream", lambda stream, uses_torch, device: 0)
+    from fa4mlir.attention import torch_ops  # noqa: F401  (registers torch.ops.fa4mlir: a test run alone has them)
     torch._dynamo.reset()
     yield made
     torch._dynamo.reset()
