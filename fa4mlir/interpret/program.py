@@ -72,8 +72,7 @@ class Program:
         from .ops import SEMANTICS
         self._semantics = SEMANTICS
         self._slots: dict = {}
-        self.constants: list[tuple[int, np.ndarray]] = []
-        self._constant_of: dict[int, np.ndarray] = {}      # slot -> its constant array (known at compile time)
+        self.constants: dict[int, np.ndarray] = {}      # slot -> the array it holds from the start
         # (type, value attribute) -> its array: a kernel repeats a few hundred constants thousands of
         # times. Sharing is safe as it is across warps: no op writes into an operand's array.
         self.constant_arrays: dict = {}
@@ -92,14 +91,12 @@ class Program:
 
     def constant(self, value, array: np.ndarray) -> None:
         """`value` holds `array` in every warp from the start (arith.constant and the like)."""
-        s = self.slot(value)
-        self.constants.append((s, array))
-        self._constant_of[s] = array
+        self.constants[self.slot(value)] = array
 
     def uniform_constant(self, value) -> int | None:
         """The integer `value` holds in every lane when it is a scalar constant (arith.constant):
         an operand an op may read at compile time instead of checking it per warp; else None."""
-        array = self._constant_of.get(self._slots.get(value, -1))
+        array = self.constants.get(self._slots.get(value, -1))
         if array is None or array.ndim != 1 or array.dtype.kind not in "iu":
             return None
         return int(array[0])
@@ -119,7 +116,7 @@ class Program:
 
     def new_env(self, args: list) -> list:
         env = [None] * self.num_slots
-        for s, array in self.constants:
+        for s, array in self.constants.items():
             env[s] = array
         for s, value, t in zip(self.arg_slots, args, self.arg_types):
             env[s] = np.full(WARP, value, dtype=np_dtype(t))

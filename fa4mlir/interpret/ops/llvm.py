@@ -77,11 +77,11 @@ def _set(w, vector, value, at: int, in_place: bool):
     on the latest group (wgmma.move, inlined: the accumulator shuffles run a million times a test)."""
     group = None
     if type(vector) is PendingRegs:
-        if vector.warp.wgmma_waited <= vector.group:
+        if not vector.ready():
             group = vector.group
         vector = vector.value
     if type(value) is PendingRegs:
-        if value.warp.wgmma_waited <= value.group:
+        if not value.ready():
             group = value.group if group is None else max(group, value.group)
         value = value.value
     out = vector if in_place else np.array(vector, copy=True)
@@ -93,7 +93,7 @@ def _get(w, vector, at: int):
     """extractelement / extractvalue: column `at`; a pending wgmma result's column stays pending."""
     if type(vector) is not PendingRegs:
         return vector[:, at]
-    if vector.warp.wgmma_waited > vector.group:
+    if vector.ready():
         return vector.value[:, at]
     return PendingRegs(vector.value[:, at], w, vector.group)
 
