@@ -5,6 +5,9 @@ them too) and are imported here for the passes.
 """
 from __future__ import annotations
 
+import contextlib
+import threading
+
 from .._mlir import arith, ir, llvm, nvvm
 from ..dialect.query import PassError, gpu_module, kernel_func, ops_named  # noqa: F401  (the passes' imports)
 
@@ -40,13 +43,46 @@ def set_int_attr(op: ir.Operation, name: str, value: int) -> None:
     op.attributes[name] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(value))
 
 
+_post = threading.local()     # .checks: the (names, pass) post-conditions deferred to one walk (per thread)
+
+
 def check_none_left(root: ir.Operation, names: tuple, pass_name: str) -> None:
-    """Post-condition of a lowering pass: no op named in `names` is left."""
-    left = ops_named(root, *names)
-    if left:
-        op = left[0]
-        raise PassError(f"{pass_name}: '{op.name}' was not lowered ({len(left)} left); "
-                        f"it must be rewritten by this pass", op.location)
+    """Post-condition of a lowering pass: no op named in `names` is left. Inside `one_walk_of_checks`
+    (registry.run_passes: a stage's passes) it is checked after the last pass, in one walk for all."""
+    checks = getattr(_post, "checks", None)
+    if checks is not None:
+        checks.append((tuple(names), pass_name))
+        return
+    _raise_left(ops_named(root, *names), [(names, pass_name)])
+
+
+def _raise_left(left: list, claims: list) -> None:
+    """PassError for the first op of `left` (pre-order), naming the pass of `claims` ((names, pass)) that
+    claimed its name, with how many of that pass's ops are left."""
+    if not left:
+        return
+    op = left[0]
+    names, pass_name = next((names, p) for names, p in claims if op.name in names)
+    count = sum(1 for o in left if o.name in names)
+    raise PassError(f"{pass_name}: '{op.name}' was not lowered ({count} left); "
+                    f"it must be rewritten by this pass", op.location)
+
+
+@contextlib.contextmanager
+def one_walk_of_checks(module: ir.Operation):
+    """Defer the check_none_left of the passes run inside to one walk of all of `module` at the end (each
+    pass's own check is a walk of the whole kernel: about half of the walks of a compile). The first
+    leftover op, in pre-order, names the pass that claimed its name; a leftover that a later pass of the
+    same run lowered is not reported (the run's output holds none of the claimed ops either way)."""
+    outer = getattr(_post, "checks", None)
+    _post.checks = checks = []
+    try:
+        yield
+    finally:
+        _post.checks = outer
+    if checks:
+        union = tuple(dict.fromkeys(n for names, _ in checks for n in names))
+        _raise_left(ops_named(module, *union), checks)
 
 
 def replace(op: ir.Operation, values) -> None:
@@ -84,9 +120,12 @@ def tid_x() -> ir.Value:
     return nvvm.read_ptx_sreg_tid_x(ir.IntegerType.get_signless(32))
 
 
-def pipelines(module: ir.Operation) -> dict:
-    """name -> fa4.pipeline op (after fa4-plan-smem gave each an `offset`)."""
-    return {attr(op, "sym_name"): op for op in ops_named(module, "fa4.pipeline")}
+def ops_and_pipelines(func: ir.Operation, *names: str) -> tuple[list, dict]:
+    """ops_named(func, *names) and name -> fa4.pipeline op (after fa4-plan-smem gave each an `offset`),
+    from one walk of `func`."""
+    found = ops_named(func, *names, "fa4.pipeline")
+    pipes = {attr(op, "sym_name"): op for op in found if op.name == "fa4.pipeline"}
+    return [op for op in found if op.name != "fa4.pipeline"], pipes
 
 
 def barrier_addr(pipes: dict, user: ir.Operation, side: str, stage: ir.Value) -> ir.Value:

@@ -41,20 +41,22 @@ def run(module: ir.Operation) -> None:
     func = kernel_func(module)
     f32 = ir.F32Type.get()
     i32 = ir.IntegerType.get_signless(32)
-    for op in ops_named(func, "fa4.cvt_e4m3x2", "fa4.tanh_f16x2"):
-        with ir.InsertionPoint(op), op.location:
-            replace(op, [nvvm.InlinePtxOp([i32], [op.operands[0]], [], PTX[op.name]).results[0]])
-    for op in ops_named(func, "fa4.prmt"):
-        selector = ir.IntegerAttr(op.attributes["selector"]).value
-        if not 0 <= selector <= PRMT_MAX_SELECTOR:
-            raise PassError(f"{NAME}: fa4.prmt selector must be in [0, {PRMT_MAX_SELECTOR:#x}] (four byte "
-                            f"selectors), got {selector:#x}", op.location)
-        with ir.InsertionPoint(op), op.location:
-            replace(op, [nvvm.InlinePtxOp([i32], list(op.operands), [], prmt_ptx(selector)).results[0]])
-    for op in ops_named(func, *OPS[:3]):
-        x = op.operands[0]
-        if x.type != f32:
-            raise PassError(f"{NAME}: {op.name} is lowered for f32 only, got {x.type}", op.location)
-        with ir.InsertionPoint(op), op.location:
-            replace(op, [nvvm.InlinePtxOp([f32], [x], [], PTX[op.name]).results[0]])
+    for op in ops_named(func, *OPS):              # one walk; each op is rewritten in place
+        name = op.name
+        if name in ("fa4.cvt_e4m3x2", "fa4.tanh_f16x2"):
+            with ir.InsertionPoint(op), op.location:
+                replace(op, [nvvm.InlinePtxOp([i32], [op.operands[0]], [], PTX[name]).results[0]])
+        elif name == "fa4.prmt":
+            selector = ir.IntegerAttr(op.attributes["selector"]).value
+            if not 0 <= selector <= PRMT_MAX_SELECTOR:
+                raise PassError(f"{NAME}: fa4.prmt selector must be in [0, {PRMT_MAX_SELECTOR:#x}] (four byte "
+                                f"selectors), got {selector:#x}", op.location)
+            with ir.InsertionPoint(op), op.location:
+                replace(op, [nvvm.InlinePtxOp([i32], list(op.operands), [], prmt_ptx(selector)).results[0]])
+        else:
+            x = op.operands[0]
+            if x.type != f32:
+                raise PassError(f"{NAME}: {name} is lowered for f32 only, got {x.type}", op.location)
+            with ir.InsertionPoint(op), op.location:
+                replace(op, [nvvm.InlinePtxOp([f32], [x], [], PTX[name]).results[0]])
     check_none_left(func, OPS, NAME)

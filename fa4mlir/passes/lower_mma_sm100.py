@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from .._mlir import arith, ir, llvm, nvvm
 from ._util import (CTA_GROUPS, PassError, attr, barrier_addr, check_none_left, cta_group, i32, kernel_func,
-                    ops_named, pipelines, replace, smem_descriptor)
+                    ops_and_pipelines, replace, smem_descriptor)
 
 NAME = "fa4-lower-mma-sm100"
 OPS = ("fa4.smem_desc", "fa4.mma", "fa4.mma_commit")
@@ -177,8 +177,8 @@ def _commit(op: ir.Operation, pipes: dict) -> None:
 
 def run(module: ir.Operation) -> None:
     func = kernel_func(module)
-    pipes = pipelines(func)
-    for op in ops_named(func, *OPS):
+    found, pipes = ops_and_pipelines(func, *OPS)
+    for op in found:
         with ir.InsertionPoint(op), op.location:
             if op.name == "fa4.smem_desc":
                 replace(op, [_desc(op)])

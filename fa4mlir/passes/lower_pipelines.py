@@ -24,7 +24,7 @@ import re
 from .._mlir import arith, ir, llvm, nvvm, scf
 from . import _ptx
 from ._util import (PassError, attr, barrier_addr, byte_offset, check_none_left, cta_group, i32, kernel_func,
-                    ops_named, pipelines, smem_base, tid_x)
+                    ops_and_pipelines, smem_base, tid_x)
 
 NAME = "fa4-lower-pipelines"
 OPS = ("fa4.pipeline_init", "fa4.producer_acquire", "fa4.producer_commit", "fa4.consumer_wait",
@@ -49,9 +49,9 @@ def _init_all(pipes: dict) -> None:
 
 def run(module: ir.Operation, debug: bool = False) -> None:
     func = kernel_func(module)
-    pipes = pipelines(func)
+    found, pipes = ops_and_pipelines(func, *OPS[:-1])
     kernel = ir.StringAttr(func.attributes["sym_name"]).value
-    for op in ops_named(func, *OPS[:-1]):
+    for op in found:
         with ir.InsertionPoint(op), op.location:
             name = op.name
             if name == "fa4.pipeline_init":

@@ -32,7 +32,7 @@ import re
 from .._mlir import arith, ir, llvm, nvvm
 from . import _ptx
 from ._util import (CTA_GROUPS, PassError, attr, barrier_addr, check_none_left, const_byte_offset, cta_group, i32, i64,
-                    kernel_func, ops_named, pipelines)
+                    kernel_func, ops_and_pipelines)
 
 NAME = "fa4-lower-tma"
 GATHER4_MIN_SM = 100      # .tile::gather4: PTX ISA 8.6, sm_100 and later (9.7.9.25, "Target ISA notes")
@@ -43,8 +43,8 @@ OPS = ("fa4.tma_load", "fa4.tma_gather4", "fa4.tma_store", "fa4.tma_store_wait",
 
 def run(module: ir.Operation) -> None:
     func = kernel_func(module)
-    pipes = pipelines(func)
-    for op in ops_named(func, *OPS):
+    found, pipes = ops_and_pipelines(func, *OPS)
+    for op in found:
         with ir.InsertionPoint(op), op.location:
             if op.name == "fa4.tma_load":
                 desc, dst, stage, *coords = op.operands

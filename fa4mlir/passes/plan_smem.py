@@ -46,8 +46,9 @@ def plan(buffers, pipes):
 def run(module: ir.Operation) -> None:
     arch = _arch(module)
     func = kernel_func(module)
-    buffers = ops_named(func, "fa4.smem_buffer")
-    pipes = ops_named(func, "fa4.pipeline")
+    found = ops_named(func, "fa4.smem_buffer", "fa4.pipeline")      # one walk
+    buffers = [op for op in found if op.name == "fa4.smem_buffer"]
+    pipes = [op for op in found if op.name == "fa4.pipeline"]
     seen = {}
     for op in buffers + pipes:
         name = attr(op, "sym_name")

@@ -37,7 +37,8 @@ def plan(allocs: list[int]) -> int:
 
 def run(module: ir.Operation) -> None:
     func = kernel_func(module)
-    allocs = ops_named(func, "fa4.tmem_alloc")
+    found = ops_named(func, "fa4.tmem_alloc", "fa4.tmem_dealloc")   # one walk
+    allocs = [op for op in found if op.name == "fa4.tmem_alloc"]
     cols = []
     for op in allocs:
         try:
@@ -45,7 +46,7 @@ def run(module: ir.Operation) -> None:
         except ValueError as e:
             raise PassError(f"{NAME}: {e}", op.location) from None
         cols.append(attr(op, "cols"))
-    for op in ops_named(func, "fa4.tmem_dealloc"):
+    for op in (op for op in found if op.name == "fa4.tmem_dealloc"):
         if attr(op, "cols") not in cols:
             raise PassError(f"{NAME}: tmem_dealloc frees {attr(op, 'cols')} columns but no tmem_alloc of that "
                             f"size exists (allocations: {cols}); dealloc must free what alloc took", op.location)

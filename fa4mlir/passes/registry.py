@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib
 
 from .._mlir import ir
+from ._util import one_walk_of_checks
 
 # pass name -> module under fa4mlir.passes (one file per pass, lit test of the same stem)
 PASSES = {
@@ -53,9 +54,10 @@ def get(name: str):
 
 
 def run_passes(module: ir.Module, names: list[str], *, debug: bool = False) -> None:
-    """Run fa4 passes in order on `module`; a PassError names the pass and the op's location."""
+    """Run fa4 passes in order on `module`; a PassError names the pass and the op's location. The passes'
+    post-conditions (check_none_left) are checked after the last one, in one walk (one_walk_of_checks)."""
     root = module.operation
-    with module.context:
+    with module.context, one_walk_of_checks(root):
         for name in names:
             mod = get(name)
             if name in DEBUG_AWARE:
