@@ -70,6 +70,7 @@ from __future__ import annotations
 
 from .._mlir import arith, ir
 from ._ring_eval import cmpi_pred, conjuncts, const_int, owner
+from ..dialect.query import llvm_funcs
 from ._util import PassError, attr, ops_named
 
 NAME = "fa4-verify-pipelines"
@@ -220,8 +221,8 @@ def _view(func: ir.Operation, t: int, target: bool):
     while top.parent is not None:
         top = top.parent
     name = attr(func, "sym_name")
-    module = ir.Module.parse(top.get_asm(enable_debug_info=True), func.context)
-    view = next(op for op in ops_named(module.operation, "llvm.func") if attr(op, "sym_name") == name)
+    module = top.clone()          # detached, locations kept (printing and parsing it took 20x as long)
+    view = next(op for op in llvm_funcs(module) if attr(op, "sym_name") == name)
     multiplicity, remote_ops, remote = {}, [], set()
     pairs = pair_pipes(view) | gathered_pipes(view)
     for op in ops_named(view, *LOCAL_OPS):
