@@ -166,8 +166,13 @@ class HappensBefore:
 
     @staticmethod
     def _cell(shadow, index, i) -> int:
+        """The flat cell of the i-th element (C order) of what shadow[index] selects: a flat index array, or
+        a tuple of broadcastable index arrays, or of slices and 1-D arrays (their outer product)."""
         if isinstance(index, tuple):
-            cells = np.ravel_multi_index(np.broadcast_arrays(*index), shadow.w_epoch.shape).ravel()
+            shape = shadow.w_epoch.shape
+            parts = [np.arange(*p.indices(n)) if isinstance(p, slice) else np.asarray(p) for p, n in zip(index, shape)]
+            grid = np.ix_(*parts) if any(isinstance(p, slice) for p in index) else parts
+            cells = np.ravel_multi_index(np.broadcast_arrays(*grid), shape).ravel()
             return int(cells[i])
         return int(np.asarray(index).ravel()[i])
 

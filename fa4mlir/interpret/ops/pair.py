@@ -138,7 +138,7 @@ def execute_pair_mma(ctas, d_addr: int, a, b_desc: int, idesc: int, accumulate: 
     """One tcgen05.mma.cta_group::2 over the pair `ctas` (leader, peer), run by the leader's tensor
     core (`agent`, vector pair `vc`): Layout A (M = 256) or Layout B (M = 128, dense A), note "pair
     layouts"."""
-    from .tcgen05 import decode_idesc
+    from .tcgen05 import decode_idesc, tmem_cells
     f = decode_idesc(idesc)
     m, n, k = f["m"], f["n"], 16
     if m not in PAIR_MS:
@@ -165,7 +165,7 @@ def execute_pair_mma(ctas, d_addr: int, a, b_desc: int, idesc: int, accumulate: 
         if col + width > cta.tmem_cols:
             raise TmemFault(f"tcgen05.mma.cta_group::2 D at column {col} (+{width}) outside CTA rank {cta.rank}'s "
                             f"allocation of {cta.tmem_cols} columns")
-        cells = (lanes[:, None], np.arange(col, col + width)[None, :])
+        cells = tmem_cells(lanes, col, width)
         A = A.astype(np.float64)
         if m == 256:                                # D_r = A_r [B_0; B_1]^T, lane = row
             acc = A @ np.concatenate(Bs).astype(np.float64).T
@@ -195,6 +195,7 @@ def _pair_a(cta, a, a_in_tmem: bool, a_rows: int, k: int, f: dict, access) -> np
     """CTA `cta`'s A as 128 lanes x k: Layout A, its 128 rows; Layout B, its 64 rows on each lane half
     (from SMEM: read once, the same rows feed both halves; from TMEM: lanes 0-63 and 64-127 as held,
     which a kernel fills with the same rows, e.g. tcgen05.cp 64x128b.warpx2::02_13)."""
+    from .tcgen05 import tmem_cells
     if not a_in_tmem:
         A = _smem_rows(cta, a, a_rows, k, f["a_mn_major"], f["dtype"], access, "A")
         return A if a_rows == TMEM_LANES else np.concatenate([A, A])
@@ -203,7 +204,7 @@ def _pair_a(cta, a, a_in_tmem: bool, a_rows: int, k: int, f: dict, access) -> np
     if a_lane or a_col + k // 2 > cta.tmem_cols:
         raise TmemFault(f"tcgen05.mma.cta_group::2 A at TMEM lane {a_lane} column {a_col} (+{k // 2}): "
                         f"Layouts A and B take lane 0, inside the {cta.tmem_cols} allocated columns")
-    cells = (lanes[:, None], np.arange(a_col, a_col + k // 2)[None, :])
+    cells = tmem_cells(lanes, a_col, k // 2)
     access(cta, cta.hb.tmem, cells, False, f"tcgen05.mma.cta_group::2 A (TMEM) of CTA rank {cta.rank}")
     words = cta.tmem[cells]
     halves = np.stack([words & 0xFFFF, words >> 16], axis=2).reshape(TMEM_LANES, k).astype(np.uint16)

@@ -63,7 +63,7 @@ def copy_form(op) -> tuple[str, str]:
 
 def execute_copy(cta, t_addr: int, desc: int, form, vc, agent: int) -> None:
     """One tcgen05.cp of `form` into CTA `cta`'s TMEM at `t_addr` from its SMEM at `desc`."""
-    from .tcgen05 import smem_operand_addresses
+    from .tcgen05 import smem_operand_addresses, tmem_cells
     rows, k, lanes_of = SHAPES[form]
     lane0, col = (t_addr >> 16) & 0xFFFF, t_addr & 0xFFFF
     if lane0:
@@ -82,7 +82,7 @@ def execute_copy(cta, t_addr: int, desc: int, form, vc, agent: int) -> None:
     halves = (cta.smem[addrs].astype(np.uint32) | (cta.smem[addrs + 1].astype(np.uint32) << 8))
     words = halves[:, 0::2] | (halves[:, 1::2] << 16)                      # rows x width, low half first
     lanes = np.array([lanes_of(r) for r in range(rows)])                  # rows x copies
-    cells = (lanes.reshape(-1)[:, None], np.arange(col, col + width)[None, :])
+    cells = tmem_cells(lanes.reshape(-1), col, width)
     cta.hb.access(cta.hb.tmem, cells, vc, agent, True, what + " (TMEM)")
     cta.tmem[cells] = np.repeat(words, lanes.shape[1], axis=0)
     cta.stats["tmem_copy"] += 1
