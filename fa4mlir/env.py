@@ -32,6 +32,9 @@ KNOBS: dict[str, Knob] = {
              "per compile into its options, part of the cache key)"),
         Knob("FA4MLIR_BUNDLE", None, "path", "kernel bundle directory the runtime and GPU tests load"),
         Knob("FA4MLIR_VERBOSE", "0", "bool", "1: log compiles, cache hits and kernel loads to stderr"),
+        Knob("FA4MLIR_COMPILE_LOG", None, "path", "if set, append a JSON line per compile (seconds by stage), "
+             "kernel-cache hit, IR-stage run and interpreter translation and launch to this file, with the "
+             "pid and the pytest test running (where a test run's CPU goes: bench/compile_log.py sums it)"),
         Knob("FA4MLIR_INTERPRET_SWEEP", "0", "bool", "1: tests/test_interpret_attention.py also runs its "
              "broad sweep of the sm_100a kernel through the interpreter (minutes; CI runs 4 cases)"),
         Knob("FA4MLIR_DECODE_FP8_VARIANT", None, "str", "flash_attn_with_kvcache over an FP8 cache runs this "
@@ -185,6 +188,19 @@ def bundle_dir() -> Path | None:
 
 def verbose() -> bool:
     return get_bool("FA4MLIR_VERBOSE")
+
+
+def log_event(event: str, **fields) -> None:
+    """Append one JSON line {event, pid, test, **fields} to FA4MLIR_COMPILE_LOG (nothing when unset).
+    `test`: the pytest test running in this process (PYTEST_CURRENT_TEST), or null."""
+    path = get_path("FA4MLIR_COMPILE_LOG")
+    if path is None:
+        return
+    import json
+    line = json.dumps({"event": event, "pid": os.getpid(), "test": os.environ.get("PYTEST_CURRENT_TEST"),
+                       **fields}, default=str)
+    with open(path, "a") as f:      # one write of one line, O_APPEND: workers' lines do not interleave
+        f.write(line + "\n")
 
 
 def describe() -> str:

@@ -330,13 +330,25 @@ def run_ir_stages(module: ir.Module, arch: str, *, until: str = "nvvm", debug: b
     stages = stage_pipelines(arch, debug)
     if until not in [name for name, _ in stages]:
         raise ValueError(f"run_ir_stages until={until!r}: expected one of {[name for name, _ in stages]}")
+    times = {}
     for stage, names in stages:
+        t0 = time.perf_counter()
         registry.run_passes(module, names, debug=debug)
+        times[stage] = round(time.perf_counter() - t0, 4)
         if after_stage is not None:
             after_stage(stage, module)
         if stage == until:
             break
+    env.log_event("ir_stages", kernel=_kernel_name(module), arch=arch, seconds=times)
     return module
+
+
+def _kernel_name(module: ir.Module) -> str | None:
+    """The kernel function's name, for FA4MLIR_COMPILE_LOG (None if the module has no single kernel)."""
+    try:
+        return ir.StringAttr(kernel_func(module.operation).attributes["sym_name"]).value
+    except PassError:
+        return None
 
 
 def lower_module(module: ir.Module, arch: str, *, debug: bool = False, dumper: _Dumper | None = None,
@@ -436,6 +448,7 @@ def lower(kernel_ir, options: CompileOptions = CompileOptions(), key: str = "", 
     res.cubin_backend = backend
     res.threads = kernel_ir.block[0] * kernel_ir.block[1] * kernel_ir.block[2]
     res.stage_seconds = {k: round(v, 4) for k, v in times.items()}
+    env.log_event("lower", kernel=kernel_ir.name, arch=kernel_ir.arch, backend=backend, seconds=res.stage_seconds)
     config = {k: v for k, v in kernel_ir.config.items() if not k.startswith("_")}
     config["cubin_backend"] = res.cubin_backend
     return KernelArtifact(name=kernel_ir.name, arch=kernel_ir.arch, cubin=cubin, block=kernel_ir.block,

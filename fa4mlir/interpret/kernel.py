@@ -19,6 +19,7 @@ from typing import Mapping
 
 import numpy as np
 
+from .. import env
 from .._mlir import ir
 from ..artifacts import ParamSpec
 from .cluster import launch_clusters
@@ -70,6 +71,7 @@ class Kernel:
             t0 = time.perf_counter()
             self.program = Program(func)
             self.translate_seconds = time.perf_counter() - t0
+        env.log_event("interpret_translate", kernel=name, seconds=round(self.translate_seconds, 4))
         if len(self.program.arg_slots) != len(self.params):
             raise ValueError(f"kernel {name}: the function takes {len(self.program.arg_slots)} arguments, the "
                              f"launch contract names {len(self.params)}")
@@ -110,9 +112,13 @@ class Kernel:
         values = self._bind(args)
         if ctas is None:
             ctas = [(x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0])]
+        t0 = time.perf_counter()
         if self.cluster != (1, 1, 1):
-            return launch_clusters(self, values, grid, self.cluster, ctas, policy, seed)
-        return [CTA(self, values, idx, grid, policy=policy, seed=seed + i).run() for i, idx in enumerate(ctas)]
+            done = launch_clusters(self, values, grid, self.cluster, ctas, policy, seed)
+        else:
+            done = [CTA(self, values, idx, grid, policy=policy, seed=seed + i).run() for i, idx in enumerate(ctas)]
+        env.log_event("interpret_launch", kernel=self.name, ctas=len(ctas), seconds=round(time.perf_counter() - t0, 4))
+        return done
 
 
 def load(kernel_ir, *, debug: bool = False) -> Kernel:
