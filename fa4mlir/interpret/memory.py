@@ -98,7 +98,8 @@ class GlobalMemory:
         return base
 
     def _find(self, addr: int, nbytes: int):
-        for base, flat, name in self.regions:
+        i = (addr - GLOBAL_BASE) // GLOBAL_STRIDE      # the region a made-up address can be in
+        for base, flat, name in self.regions[i:i + 1] if 0 <= i < len(self.regions) else ():
             if base <= addr < base + flat.size:
                 if addr + nbytes > base + flat.size:
                     raise Fault(f"global access of {nbytes} bytes at {name}+{addr - base} runs past its "
@@ -113,6 +114,37 @@ class GlobalMemory:
     def read(self, addr: int, nbytes: int) -> np.ndarray:
         flat, off = self._find(addr, nbytes)
         return flat[off:off + nbytes].copy()
+
+    def _lanes(self, addrs: np.ndarray, nbytes: int):
+        """(region bytes, [lane, byte] index) when every lane's `nbytes` at `addrs` lie in one array, else
+        None (the per-lane path then names the lane's fault)."""
+        if not addrs.size:
+            return None
+        lo, hi = int(addrs.min()), int(addrs.max())
+        i = (lo - GLOBAL_BASE) // GLOBAL_STRIDE
+        if not 0 <= i < len(self.regions):
+            return None
+        base, flat, _ = self.regions[i]
+        if lo < base or hi + nbytes > base + flat.size:
+            return None
+        return flat, (addrs.astype(np.int64) - base)[:, None] + np.arange(nbytes)
+
+    def read_lanes(self, addrs: np.ndarray, nbytes: int) -> np.ndarray:
+        """[lane, byte]: `nbytes` at each address of `addrs` (one gather when they share an array)."""
+        found = self._lanes(addrs, nbytes)
+        if found is not None:
+            return found[0][found[1]]
+        return np.stack([self.read(int(a), nbytes) for a in addrs]) if addrs.size else \
+            np.zeros((0, nbytes), np.uint8)
+
+    def write_lanes(self, addrs: np.ndarray, data: np.ndarray) -> None:
+        """Each lane's bytes data[lane] at addrs[lane], in lane order (a later lane's bytes win)."""
+        found = self._lanes(addrs, data.shape[1])
+        if found is not None:
+            found[0][found[1]] = data
+            return
+        for addr, row in zip(addrs, data):
+            self.write(int(addr), row)
 
 
 __all__ = ["TensorMap", "GlobalMemory"]

@@ -249,11 +249,11 @@ def _ld_global_nc(n: int, offset: int, op, a, r):
     def run(env, mask, w):
         lanes = np.nonzero(mask)[0]
         words = np.zeros((WARP, n), np.uint32)
-        for lane in lanes:
-            addr = int(env[ptr][lane]) + offset
-            if addr % nbytes:
-                raise Fault(f"ld.global.nc of {nbytes} bytes at {addr:#x}: not aligned to {nbytes} bytes")
-            words[lane] = w.cta.gmem.read(addr, nbytes).view(np.uint32)
+        addrs = env[ptr][lanes].astype(np.int64) + offset
+        bad = np.flatnonzero(addrs % nbytes)
+        if bad.size:
+            raise Fault(f"ld.global.nc of {nbytes} bytes at {int(addrs[bad[0]]):#x}: not aligned to {nbytes} bytes")
+        words[lanes] = w.cta.gmem.read_lanes(addrs, nbytes).view(np.uint32)
         for i, (z, dt) in enumerate(zip(r, dts)):
             env[z] = words[:, i].copy().view(dt)
     return PLAIN, run
@@ -340,8 +340,7 @@ def load(p, op, a, r):
             cta.hb.warp_access(w, cta.hb.smem, span, False, "ld.shared")
             out[lanes] = cta.smem[span]
         else:
-            for lane in lanes:
-                out[lane] = cta.gmem.read(int(env[ptr][lane]), nbytes)
+            out[lanes] = cta.gmem.read_lanes(env[ptr][lanes], nbytes)
         env[z] = out.view(dt) if n else out.view(dt)[:, 0]
     return PLAIN, run
 
@@ -364,8 +363,7 @@ def store(p, op, a, r):
             cta.hb.warp_access(w, cta.hb.smem, span, True, "st.shared", generic=True)
             cta.smem[span] = data
         else:
-            for i, lane in enumerate(lanes):
-                cta.gmem.write(int(env[ptr][lane]), data[i])
+            cta.gmem.write_lanes(env[ptr][lanes], data)
     return PLAIN, run
 
 
