@@ -112,7 +112,7 @@ def compile_kernel(kernel_name: str, cfg, options: CompileOptions | None = None,
 
     art = cache.get_or_build(key, build)
     if not built:
-        env.log_event("cache_hit", kernel=art.name, key=key[:16])
+        env.log_event("cache_hit", kernel=kernel_name, key=key[:16])
     if env.dump_dir() is not None and not built:
         build_and_lower(kernel_name, cfg, options, key)  # dumps on cache hits too
     return art
