@@ -27,6 +27,12 @@ def compiled(cfg, key: str, backend: str | None = None):
     return _BUILT[(cfg, backend, key)]
 
 
+def adopt(cfg, key: str, backend: str, art, seconds: float) -> None:
+    """Make ``art`` (``cfg`` compiled with ``backend`` elsewhere, e.g. in the sweep's worker processes) what
+    compiled(cfg, key, backend) returns, unless this process compiled it already."""
+    _BUILT.setdefault((cfg, backend, key), (art, seconds))
+
+
 def sass_of(art) -> str:
     """The cubin's SASS (nvdisasm); skips the test when nvdisasm is not installed."""
     from fa4mlir.sass import disassemble, find_nvdisasm

@@ -746,7 +746,10 @@ def supported_configs() -> list[FA4Config]:
                                             exp2_poly_stride=stride)
                             if cfg.supported()[0]:
                                 out.append(cfg)
-    return out
+    # a shipped config stands for its code shape (the same instructions): the sweep's compile of it is the one
+    # tests/test_attention_sm100.py checks as shipped, not a second compile of the same kernel name
+    shipped = {code_shape(c): c for c in configs()}
+    return [shipped.get(code_shape(c), c) for c in out]
 
 
 __all__ = ["FA4Config", "grid", "launch_args", "paged_launch_args", "varlen_launch_args", "LAUNCH_PARAMS",
