@@ -1,11 +1,10 @@
 """The FP8 decode variants' SASS loops, deviceless: per variant (attention_decode_sm90_config
 .FP8_VARIANTS) of bench decode's FP8 caches, the split kernel's registers and SMEM, and for each
-loop of its code (a backward branch) the instructions, HGMMAs, e4m3 conversions (F2FP; the bit
-conversion's byte permutes, PRMT, for the `bits` variant), shared loads and stores and barriers: where the conversion runs (the consumer's wgmma loop, or the
-converter warpgroup's own loop) and what it costs per 16 e4m3 bytes.
+loop of its code (a backward branch) the instructions, HGMMAs, e4m3 conversions (F2FP), shared loads and
+stores and barriers: where the conversion runs (the consumer's wgmma loop) and what it costs per 16 e4m3 bytes.
 
     python bench/sass_decode_fp8.py                          # every variant, contiguous and paged 16
-    python bench/sass_decode_fp8.py --variant cw2 --page 16 --grain block
+    python bench/sass_decode_fp8.py --variant smem --page 16 --grain block
 
 Needs nvdisasm (nvidia-cuda-nvdisasm). Counts are static (one trip of each loop), not timings.
 """
@@ -17,7 +16,7 @@ import sys
 
 from fa4mlir.sass import backward_branch_spans, disassemble
 
-CLASSES = {"hgmma": ("HGMMA",), "cvt_e4m3": ("F2FP.F16.E4M3",), "prmt": ("PRMT",),
+CLASSES = {"hgmma": ("HGMMA",), "cvt_e4m3": ("F2FP.F16.E4M3",),
            "pack": ("F2FP.F16.F32", "F2FP.BF16"),
            "lds": ("LDS",), "sts": ("STS",), "bar": ("BAR",), "syncs": ("SYNCS",), "mufu": ("MUFU",),
            "shfl": ("SHFL",), "fmul": ("FMUL",)}
@@ -26,7 +25,7 @@ CLASSES = {"hgmma": ("HGMMA",), "cvt_e4m3": ("F2FP.F16.E4M3",), "prmt": ("PRMT",
 def loops(sass: str) -> list[list[tuple[str, str]]]:
     """The innermost SASS loops (label .. backward branch to it, holding no other such span) in
     program order, as (opcode, operands). A span holding others is left out: ptxas may lay
-    another role's code out inside it (the consumer's and the converter's loops side by side)."""
+    another role's code out inside it."""
     ops, spans = backward_branch_spans(sass)
     inner = [(a, b) for a, b in spans if not any((c, d) != (a, b) and a <= c and d <= b for c, d in spans)]
     return [ops[a:b + 1] for a, b in inner]
@@ -44,16 +43,15 @@ def loop_row(loop: list[tuple[str, str]]) -> dict:
 def rows(variant: str, page: int | None, grain: str) -> dict:
     from fa4mlir.compiler import compile_kernel
     from fa4mlir.kernels import attention_decode_sm90_config as dec
-    cfg = dec.fp8_variant(dec.default_config("bf16", 128, page, grain), variant, page)
+    cfg = dec.fp8_variant(dec.default_config("bf16", 128, page, grain), variant)
     art = compile_kernel(dec.KERNEL, cfg)
     found = [loop_row(x) for x in loops(disassemble(art.cubin))]
     # the loops that convert or multiply: the KV loops (the rest are the producer's and Q's)
-    kv = [r for r in found if r["hgmma"] or r["cvt_e4m3"] or r["prmt"]]
+    kv = [r for r in found if r["hgmma"] or r["cvt_e4m3"]]
     # a converting loop's instructions per 16-byte e4m3 piece a thread converts (its trip's pieces
-    # from its cvt count: 8 cvts, two e4m3 each, per piece; the bit conversion: 8 PRMTs, one per
-    # two e4m3), the shortest such loop
-    conv = [r for r in kv if r["cvt_e4m3"] or r["prmt"]]
-    per_piece = min((r["instructions"] / ((r["cvt_e4m3"] + r["prmt"]) / 8) for r in conv), default=None)
+    # from its cvt count: 8 cvts, two e4m3 each, per piece), the shortest such loop
+    conv = [r for r in kv if r["cvt_e4m3"]]
+    per_piece = min((r["instructions"] / (r["cvt_e4m3"] / 8) for r in conv), default=None)
     return {"variant": variant, "kernel": cfg.name(), "registers": art.resources.get("registers"),
             "spills": art.resources.get("spill_stores", 0) + art.resources.get("spill_loads", 0),
             "smem": art.smem_bytes, "ctas_per_sm": cfg.ctas_per_sm, "threads": cfg.threads,

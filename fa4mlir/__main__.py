@@ -150,13 +150,13 @@ def main(argv=None) -> int:
                                                   "these (e.g. 2,4,8)")
     be.add_argument("--decode-variant", default="", help="decode only: the *_fp8 workloads also time fa4mlir with "
                                                           "each of these FP8 kernel variants (attention_decode_sm90_"
-                                                          "config.FP8_VARIANTS, e.g. default,smem,split,bits,bits_v; "
+                                                          "config.FP8_VARIANTS, e.g. default,smem,swapab,swapabw; "
                                                           "default: FP8_DEFAULT_RULE's kernel, smem: the conversion-"
                                                           "through-SMEM kernel (both in --set decode); a bundle of the "
                                                           "decode-fp8-variants set holds the rest); names of "
-                                                          "config.TILE_VARIANTS (bf16 tiles: bn64s6, bn128s3, "
-                                                          "bn32s6; s2, s4, bn128s2, evict_first: a bundle of the "
-                                                          "decode-bf16-variants set) time decode_dense the same way")
+                                                          "config.TILE_VARIANTS (bf16 tiles: bn128s2, bn64s3: a "
+                                                          "bundle of the decode-bf16-variants set) time decode_dense "
+                                                          "the same way")
     be.add_argument("--mla-decode-variant", default="", help="mla only: the mla_decode rows also time fa4mlir with "
                                                               "each of these decode variants (attention.mla.VARIANTS: "
                                                               "default (DEFAULT_RULE's), m64, swapab, seesaw, "

@@ -44,11 +44,10 @@ KNOBS: dict[str, Knob] = {
         Knob("FA4MLIR_DECODE_TILE_VARIANT", None, "str", "flash_attn_with_kvcache over a bf16/f16 cache runs this "
              "entry of attention_decode_sm90_config.TILE_VARIANTS (unset or 'default': default_config's tiles, "
              "UNSPLIT_RULE's bn128s2 for an unsplit call of <= 4 packed rows; bn64s3: the tiles before that rule; "
-             "bn64s6, bn128s3, bn32s6, s2, s4, bn128s2: other KV tiles and ring depths; evict_first: an L2 evict_first "
-             "policy on the K/V TMA loads; built for a contiguous head_dim-128 cache "
+             "bn128s2: that rule's tiles; built for a contiguous head_dim-128 cache "
              "without mask variants, else ConfigError); for A/B (bench decode --decode-variant); a bundle must hold "
-             "it: the decode-bf16-variants set (decode_dense's kernels, all of them; the decode-fp8-variants set "
-             "holds bn64s6, bn128s3, bn32s6); read per call into the call cache's key"),
+             "it: the decode-bf16-variants set (decode_dense's kernels, all of them); read per call into the call "
+             "cache's key"),
         Knob("FA4MLIR_DECODE_BALANCED_WAVES", "1", "str", "the balanced FP8 decode schedule (FA4MLIR_DECODE_FP8_VARIANT"
              "=balanced) runs this many waves of the device's CTA slots (1..8: parts = SMs x CTAs per SM x waves / "
              "KV heads CTAs per KV head; a launch argument, the same kernels); for A/B; read per call into the "

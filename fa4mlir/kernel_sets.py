@@ -84,15 +84,14 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 mla_sparse,mla_sparse_decode,mla_sparse_decode_fp8` times as fa4mlir[seesaw] (the converter kernel's FP8 row;
                 the 16-bit rows' A/B backends) and tests/gpu/test_mla_sparse_seesaw_gpu.py runs
     decode-fp8-variants
-                the decode set plus attention_decode_sm90_config.FP8_VARIANTS (converter warpgroup,
-                128-key tiles, split conversion, bit conversion, swap AB) of bf16 D128 FP8 caches, contiguous and paged 16, each
+                the decode set plus attention_decode_sm90_config.FP8_VARIANTS (the conversion-through-SMEM
+                kernel "smem", swap AB "swapab" / "swapabw") of bf16 D128 FP8 caches, contiguous and paged 16, each
                 scale granularity, split and unsplit, and "balanced" (the balanced split schedule: contiguous
-                and pages of 16, 64, 128, with its combine; balanced5/12/3cta), TILE_VARIANTS (bf16) but
-                BF16_SWEEP: what `bench decode` times
+                and pages of 16, 64, 128, with its combine; balanced3cta): what `bench decode` times
     decode-bf16-variants
                 decode_dense's decode kernel (bf16 D128 contiguous, unsplit) and every bf16 TILE_VARIANTS entry
-                of it (ring depths s2, s4, bn128s2, bn128s3, bn64s6, bn32s6; evict_first: an L2 evict_first
-                policy on the K/V TMA loads): what `bench decode --workloads decode_dense --decode-variant` times
+                of it (bn128s2, UNSPLIT_RULE's tiles; bn64s3, the tiles before it): what `bench decode
+                --workloads decode_dense --decode-variant` times
     mla-decode-variants
                 the mla set (every kernel DEFAULT_RULE or FA4MLIR_MLA_DECODE_VARIANT picks: M64, swap AB, the
                 seesaw schedule, full_s) plus the opt-in seesaw_ss and seesaw_fm kernels (bf16, pages of 64; the

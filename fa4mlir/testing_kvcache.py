@@ -47,19 +47,9 @@ def _e4m3_table() -> np.ndarray:
 E4M3_VALUES = _e4m3_table()
 
 
-# What the FP8 decode's bit conversion (DecodeConfig.convert_bits; common/e4m3_tile.py, note "Bit
-# conversion") makes of the NaN codes 0x7F / 0xFF: +-1.875 x 2^8
-E4M3_BITS_NAN = 480.0
-
-
-def e4m3_decode(codes: np.ndarray, nan: float | None = None) -> np.ndarray:
-    """uint8 e4m3fn codes -> float32 values; ``nan``: the NaN codes 0x7F / 0xFF decode to +-nan
-    instead (E4M3_BITS_NAN: as the bit conversion does)."""
-    values = E4M3_VALUES
-    if nan is not None:
-        signed = np.where(np.arange(256) & 0x80, -nan, nan)
-        values = np.where(np.isnan(values), signed, values).astype(np.float32)
-    return values[np.asarray(codes, dtype=np.uint8)]
+def e4m3_decode(codes: np.ndarray) -> np.ndarray:
+    """uint8 e4m3fn codes -> float32 values."""
+    return E4M3_VALUES[np.asarray(codes, dtype=np.uint8)]
 
 
 def e4m3_encode(x: np.ndarray) -> np.ndarray:
@@ -157,12 +147,11 @@ def _attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, causal: b
 def kvcache_reference(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=None, v=None, softmax_scale=None,
                       causal: bool = True, k_scale=None, v_scale=None, fp8: bool | None = None,
                       compute_dtype=np.float64, window_size=(-1, -1), attention_chunk: int = 0, softcap: float = 0.0,
-                      sinks=None, e4m3_nan: float | None = None) -> dict:
+                      sinks=None) -> dict:
     """flash_attn_with_kvcache by the kernel contract (module docstring). Arrays: numpy or CPU torch;
     an FP8 cache is a torch float8_e4m3fn tensor or uint8 codes (``fp8`` None: uint8 means FP8).
     Returns {"out" [B, Sq, H, D], "lse" [B, H, Sq], "k_cache", "v_cache" (after the append, the
-    input's dtype: codes for FP8), "seqlens_k" (L_b, int)}; torch tensors when q is one. ``e4m3_nan``:
-    the FP8 NaN codes dequantise to +-e4m3_nan (e4m3_decode's ``nan``: the bit conversion's)."""
+    input's dtype: codes for FP8), "seqlens_k" (L_b, int)}; torch tensors when q is one."""
     as_torch = _is_torch(q)
     qn = _np(q).astype(compute_dtype)
     kc, vc = _np(k_cache).copy(), _np(v_cache).copy()
@@ -201,8 +190,8 @@ def kvcache_reference(q, k_cache, v_cache, cache_seqlens, page_table=None, *, k=
         if fp8:                                                                      # 4. dequantise
             ks = _token_scales(_np(k_scale), b, pages, tokens, kv_heads, page_size, capacity)
             vs = _token_scales(_np(v_scale), b, pages, tokens, kv_heads, page_size, capacity)
-            k_rows = e4m3_decode(k_rows, e4m3_nan) * ks[..., None]
-            v_rows = e4m3_decode(v_rows, e4m3_nan) * vs[..., None]
+            k_rows = e4m3_decode(k_rows) * ks[..., None]
+            v_rows = e4m3_decode(v_rows) * vs[..., None]
         o_b, lse_b = _attend(qn[b], k_rows.astype(compute_dtype), v_rows.astype(compute_dtype), scale, causal,
                              window_size, attention_chunk, softcap, None if sinks is None else _np(sinks))
         out[b], lse[b] = o_b, lse_b                                                  # 5. attend
@@ -280,5 +269,5 @@ def split_partials(q: np.ndarray, k: np.ndarray, v: np.ndarray, softmax_scale: f
     return o_p, lse_p
 
 
-__all__ = ["E4M3_MAX", "E4M3_VALUES", "E4M3_BITS_NAN", "e4m3_decode", "e4m3_encode", "kvcache_reference", "combine_splits",
+__all__ = ["E4M3_MAX", "E4M3_VALUES", "e4m3_decode", "e4m3_encode", "kvcache_reference", "combine_splits",
            "split_partials"]

@@ -5,7 +5,7 @@ holds no call: its one division is unrolled, decode_balanced.udiv_steps), their 
 loops that issue wgmma and hold no inner one) with no spill, and within a few instructions of the swap-AB
 kernels' loops they run (the schedule costs nothing per tile). Outside the loops (ptxas at 168 registers, two
 CTAs per SM) the kernel's note "Per-item geometry" leaves no spill but 4 bytes in the paged tensor-scale kernels:
-bounded here as measured, so that growth shows; the one-CTA-per-SM variant (balanced12) may take 255 registers.
+bounded here as measured, so that growth shows.
 The three-CTA variant (balanced3cta, DecodeConfig.ctas 3) gets 128 registers (ptxas: 15 warps over an SM's 4
 register quarters of 16384, 4 warps in one: 16384 / (4 x 32)); with O^T = V^T P^T (swap_ab_ot: 8 accumulator
 registers, its P V two m64n8 tiles of 4 k-steps) it spills nothing (with m64n128's O: 320 bytes, in the tile loops).
@@ -50,7 +50,7 @@ def test_the_set_holds_the_balanced_kernels():
     assert "attention_combine_sm90_bf16_d128_bal64" in names
     for page in (None, 16, 64, 128):
         for grain in ("tensor", "kv_head"):
-            cfg = dec.fp8_variant(dec.default_config("bf16", 128, page, grain), dec.BALANCED, page, 4)
+            cfg = dec.fp8_variant(dec.default_config("bf16", 128, page, grain), dec.BALANCED, 4)
             assert cfg.balanced and cfg.swap_ab and cfg.swap_ab_warp_max == (page is None) and cfg.name() in names
 
 
@@ -85,27 +85,27 @@ def test_balanced_tensor_scale_kernel_spill_bound(entry):
 
 
 def test_balanced_variants_resources_as_planned():
-    """BALANCED_VARIANTS' ring depths: balanced5 at two CTAs per SM (the SMEM of 5 stages fits half an SM),
-    balanced12 at one; the kernels declare it (min CTAs per SM), and the plan's parts follow it."""
-    for name, stages, ctas in (("balanced5", 5, 2), ("balanced12", 12, 1), ("balanced3cta", 3, 3)):
+    """BALANCED_VARIANTS' ring depths: balanced3cta at three CTAs per SM (the most stages a third of the SM holds);
+    the kernels declare it (min CTAs per SM), and the plan's parts follow it."""
+    for name, stages, ctas in (("balanced3cta", 3, 3),):
         for page in (16, 64):
-            cfg = dec.fp8_variant(dec.default_config("bf16", 128, page, "kv_head"), name, page, 4)
+            cfg = dec.fp8_variant(dec.default_config("bf16", 128, page, "kv_head"), name, 4)
             assert (cfg.stages, cfg.ctas_per_sm, cfg.balanced, cfg.swap_ab) == (stages, ctas, True, True)
             assert (dec.KERNEL, cfg) in set(BALANCED) and cfg.ctas == dec.BALANCED_FIELDS.get(name, {}).get("ctas", 0)
             assert cfg.smem_bytes() <= dec.SM_SMEM // ctas - dec.CTA_SMEM_RESERVE
             if ctas == 3:    # the most stages that fit a third of the SM
                 assert replace(cfg, stages=stages + 1).smem_bytes() > dec.SM_SMEM // 3 - dec.CTA_SMEM_RESERVE
-    for name in ("balanced5", "balanced3cta"):     # block scales: no swap AB to balance
+    for name in (dec.BALANCED, "balanced3cta"):     # block scales: no swap AB to balance
         with pytest.raises(dec.ConfigError, match=name):
-            dec.fp8_variant(dec.default_config("bf16", 128, 16, "block"), name, 16, 4)
+            dec.fp8_variant(dec.default_config("bf16", 128, 16, "block"), name, 4)
 
 
 def test_declared_ctas_errors():
     """DecodeConfig.ctas: swap AB only, 1..MAX_CTAS_PER_SM, SMEM within that many CTAs; swap_ab_ot: the balanced
     kernel with one max per column; both left out of key() at their defaults."""
-    cfg = dec.fp8_variant(dec.default_config("bf16", 128, 16, "kv_head"), "balanced3cta", 16, 4)
+    cfg = dec.fp8_variant(dec.default_config("bf16", 128, 16, "kv_head"), "balanced3cta", 4)
     assert cfg.name().endswith("_bal_ot_c3") and cfg.key()["ctas"] == 3 and cfg.key()["swap_ab_ot"]
-    assert not {"ctas", "swap_ab_ot"} & set( dec.fp8_variant(dec.default_config("bf16", 128, 16, "kv_head"), dec.BALANCED, 16, 4).key())
+    assert not {"ctas", "swap_ab_ot"} & set( dec.fp8_variant(dec.default_config("bf16", 128, 16, "kv_head"), dec.BALANCED, 4).key())
     for bad in (dict(ctas=4), dict(ctas=-1), dict(stages=4), dict(swap_ab=False, balanced=False, swap_ab_ot=False)):
         with pytest.raises(dec.ConfigError, match="ctas"):
             replace(cfg, **bad).validate()

@@ -1,29 +1,20 @@
-"""Deviceless: the bf16 decode kernel's ring-depth / L2-hint sweep (attention_decode_sm90_config.BF16_SWEEP, entries
-of TILE_VARIANTS chosen by FA4MLIR_DECODE_TILE_VARIANT; A/B candidates of issue #27's decode_dense bar, [O-decode]):
-"s2", "s4" (bn 64 at 2 and 4 stages), "bn128s2" (128-key tiles, 2 stages), "evict_first" (bn 64 / 3 stages with
-an L2 evict_first policy on every K/V TMA load, DecodeConfig.kv_evict_first) and "bn64s3" (the tiles before
-UNSPLIT_RULE). UNSPLIT_RULE ([D-decode-bn128-unsplit]): an unsplit call over a contiguous D128 16-bit cache of at
-most UNSPLIT_RULE_MAX_ROWS packed rows runs bn128s2's tiles; more rows, a split, a mask or a paged cache keep bn 64.
+"""Deviceless: the bf16 decode kernel's tile variants (attention_decode_sm90_config.BF16_SWEEP, entries of
+TILE_VARIANTS chosen by FA4MLIR_DECODE_TILE_VARIANT; issue #27's decode_dense bar): "bn128s2" (128-key tiles,
+2 stages: UNSPLIT_RULE's) and "bn64s3" (the tiles before UNSPLIT_RULE). UNSPLIT_RULE ([D-decode-bn128-unsplit]): an
+unsplit call over a contiguous D128 16-bit cache of at most UNSPLIT_RULE_MAX_ROWS packed rows runs bn128s2's tiles;
+more rows, a split, a mask or a paged cache keep bn 64.
 
 * config rules: each in the `decode-bf16-variants` set at decode_dense's shape with the CTAs per SM its table entry
-  plans; kv_evict_first out of key() and name() at its default (the default kernels keep their keys and names), in
-  both when set; a gather (cp.async) cache refuses it; decode_dense plans one split with the set's kernel;
+  plans; decode_dense plans one split with the set's kernel;
 * each compiles (through fa4-verify-pipelines, also run on its own here) with no spill, no stack, no serialised
-  wgmma; the evict_first PTX carries .L2::cache_hint on every K/V TMA load with a createpolicy evict_first policy,
-  the default's none;
-* evict_first through the sm_90a interpreter (tests/test_decode_tile_variants.py's case: FA rule against the
-  float32 reference, NaN past the lengths, an empty sequence). The ring-depth variants change only `bn` and
-  `stages`, which that file's interpreted variants (bn 32 / 64 / 128, 3 and 6 stages) already cover.
+  wgmma.
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
-from fa4mlir import compiler, kernel_sets, kernels, lowering
+from fa4mlir import compiler, kernel_sets, kernels
 from fa4mlir.kernels import attention_decode_sm90_config as dec
-from tests.test_decode_tile_variants import test_variant_through_the_interpreter as _interpreted
 
 NAMES = list(dec.BF16_SWEEP)
 BASE = dec.default_config("bf16", 128, None, unsplit=True)         # rows unknown: the tiles before UNSPLIT_RULE
@@ -40,13 +31,6 @@ def _compiled(name: str):
         cfg = _variant(name)
         _COMPILED[name] = compiler.build_and_lower(dec.KERNEL, cfg, compiler.resolve_options(dec.KERNEL), "test")
     return _COMPILED[name]
-
-
-def _ptx(cfg: dec.DecodeConfig) -> str:
-    kir = kernels.module(dec.KERNEL).build(cfg)
-    with kir.module.context:
-        ptx, _ = lowering.lower_module(kir.module, kir.arch, target="ptx")
-    return ptx
 
 
 def test_config_key_name_and_set_rules(monkeypatch):
@@ -70,18 +54,13 @@ def test_config_key_name_and_set_rules(monkeypatch):
         assert cfg.ctas_per_sm == ctas, (name, cfg.smem_bytes())
         assert cfg.smem_bytes() <= (dec.MAX_SMEM_2CTA if ctas == 2 else dec.SMEM_LIMIT)
         _decode_dense_plan(name, monkeypatch, the_set)
-    # kv_evict_first: out of key() and name() at its default, in both when set
-    ef = _variant("evict_first")
-    assert "kv_evict_first" not in BASE.key() and BASE.name() == "attention_decode_sm90_bf16_d128_n64_s3_contig_unsplit"
-    assert ef.key() == {**BASE.key(), "kv_evict_first": True} and ef.name() == BASE.name() + "_ef"
-    assert replace(ef, kv_evict_first=False) == BASE
-    with pytest.raises(dec.ConfigError, match="cp.async gather"):
-        replace(dec.default_config("bf16", 128, 1), kv_evict_first=True).validate()
-    monkeypatch.setenv(dec.TILE_VARIANT_ENV, "evict_first")
+    assert BASE.name() == "attention_decode_sm90_bf16_d128_n64_s3_contig_unsplit"
+    monkeypatch.setenv(dec.TILE_VARIANT_ENV, "bn64s3")
     with pytest.raises(dec.ConfigError, match="contiguous head_dim-128"):
         dec.runtime_config("bf16", 128, 64)
+    monkeypatch.delenv(dec.TILE_VARIANT_ENV)
     from fa4mlir.bench.decode_bench import split_variants
-    assert split_variants(["default", "s2", "evict_first"]) == (["default"], ["default", "s2", "evict_first"])
+    assert split_variants(["default", "bn64s3", "bn128s2"]) == (["default"], ["default", "bn64s3", "bn128s2"])
 
 
 def _decode_dense_plan(name, monkeypatch, the_set):
@@ -118,18 +97,6 @@ def test_variant_compiles_without_spills_and_the_verifier_accepts_it(name):
     assert res["registers"] <= (204 if cfg.ctas_per_sm == 2 else 255), res
 
 
-def test_evict_first_hint_on_every_kv_tma_load():
-    ptx = _ptx(_variant("evict_first"))
-    loads = [ln.strip() for ln in ptx.splitlines() if "cp.async.bulk.tensor" in ln]
-    # one 64-column box per chunk: D128 is 2 chunks, for K and for V
-    assert len(loads) == 4, loads
-    assert all(".L2::cache_hint" in ln for ln in loads), loads
-    policies = [ln for ln in ptx.splitlines() if "createpolicy" in ln]
-    assert policies and all("createpolicy.fractional.L2::evict_first.b64" in ln for ln in policies), policies
-    default = _ptx(BASE)
-    assert "cache_hint" not in default and "createpolicy" not in default
-
-
 def test_unsplit_rule_picks_bn128s2_for_few_rows_only(monkeypatch):
     monkeypatch.delenv(dec.TILE_VARIANT_ENV, raising=False)
     for dtype in ("bf16", "f16"):
@@ -148,6 +115,3 @@ def test_unsplit_rule_picks_bn128s2_for_few_rows_only(monkeypatch):
     monkeypatch.setenv(dec.TILE_VARIANT_ENV, "bn64s3")
     assert dec.runtime_config("bf16", 128, None, unsplit=True, rows=4) == BASE
 
-
-def test_evict_first_through_the_interpreter(monkeypatch):
-    _interpreted("evict_first", monkeypatch)

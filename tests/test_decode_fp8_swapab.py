@@ -49,7 +49,7 @@ def test_q_and_p_tiles_cover_each_element_once():
     assert len(p) == 64 * 64 and max(p) < 64 * 64 * 2
 
 
-@pytest.mark.parametrize("change", [dict(head_dim=64), dict(kv_scale="block"), dict(convert_split=True),
+@pytest.mark.parametrize("change", [dict(head_dim=64), dict(kv_scale="block"), dict(bn=128, box_rows=128),
                                     dict(kv_dtype="", kv_scale="")])
 def test_swap_ab_refuses_what_it_is_not_built_for(change):
     cfg = dec.DecodeConfig(head_dim=128, bn=64, stages=4, box_rows=64, kv_dtype="e4m3", kv_scale="kv_head",

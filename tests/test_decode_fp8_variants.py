@@ -1,17 +1,13 @@
-"""The FP8 decode variants (attention_decode_sm90_config.FP8_VARIANTS: a converter warpgroup with
-a ring of f16 pairs, 128-key tiles, the split conversion, the bit conversions), without a GPU:
+"""The FP8 decode variants (attention_decode_sm90_config.FP8_VARIANTS: the conversion-through-SMEM
+kernel "smem", swap AB "swapab" / "swapabw"; FP8_DEFAULT_RULE picks among them), without a GPU:
 
 * one kernel of each variant of the `decode-fp8-variants` bundle set (contiguous and paged 16, split,
-  richest scales: `_representatives`) compiles
-  (through fa4-verify-pipelines: the converter's ring `c_pipe` and the e4m3 rings it consumes with
-  128 arrivals) with no spills, no stack frame and no serialised wgmma, in the SMEM its config
-  plans, one CTA per SM for the converter (288 threads) and the 128-key tiles;
+  richest scales: `_representatives`) compiles (through fa4-verify-pipelines) with no spills, no stack
+  frame and no serialised wgmma, in the SMEM its config plans;
 * the variants keep default_config's kernels as they were: the compile key and name of a config
   without them hold no new field (so cached and bundled kernels keep their keys);
 * the variant the runtime picks: FA4MLIR_DECODE_FP8_VARIANT through runtime_config (plan_problem
-  and configs_for), an unknown name a ConfigError, bf16/f16 caches never a variant;
-* the consumer's loop of a converter variant holds no e4m3 conversion and the converter's loop
-  every one (SASS, when nvdisasm is installed).
+  and configs_for), an unknown name a ConfigError, bf16/f16 caches never a variant.
 Numerics: tests/test_interpret_decode_sm90.py runs every variant through the interpreter.
 """
 from __future__ import annotations
@@ -27,7 +23,7 @@ from fa4mlir.passes.plan_smem import SMEM_LIMIT
 
 DEFAULTS = set(kernel_sets.SETS["decode"]())
 # (the "balanced" kernels and their combine: tests/test_decode_balanced_compile.py; the bf16 TILE_VARIANTS:
-# tests/test_decode_tile_variants.py)
+# tests/test_decode_bf16_variants.py)
 ENTRIES = [e for e in kernel_sets.SETS["decode-fp8-variants"]()
            if e not in DEFAULTS and isinstance(e[1], dec.DecodeConfig) and not e[1].balanced and e[1].fp8]
 _GRAIN_ORDER = {"block": 0, "kv_head": 1, "tensor": 2}
@@ -35,15 +31,13 @@ _GRAIN_ORDER = {"block": 0, "kv_head": 1, "tensor": 2}
 
 def _representatives(entries):
     """One kernel per (variant, contiguous or paged), split, at its richest scale granularity (block
-    scales hold the most registers): 18 of the set's 92 compiles, to keep CI's time (the bundle build
-    compiles all 92 with the same lowering, and test_interpret_decode_sm90 interprets 21 variant cases, plus
-    swap_ab's GQA 4 and unsplit ones)."""
+    scales hold the most registers), to keep CI's time (the bundle build compiles the whole set with the
+    same lowering, and test_interpret_decode_sm90 interprets the variant cases, plus swap_ab's GQA 4 and
+    unsplit ones)."""
     out = {}
     for e in sorted(entries, key=lambda e: (e[1].unsplit, _GRAIN_ORDER[e[1].kv_scale])):
         cfg = e[1]
-        out.setdefault((cfg.converter_stages, cfg.bn, cfg.convert_split, cfg.convert_bits, cfg.swap_ab,
-                        cfg.swap_ab_warp_max, cfg.stages,
-                        cfg.paged, cfg.box_rows), e)
+        out.setdefault((cfg.bn, cfg.swap_ab, cfg.swap_ab_warp_max, cfg.stages, cfg.paged, cfg.box_rows), e)
     return list(out.values())
 
 
@@ -66,17 +60,17 @@ def _compiled(entry):
 def test_the_set_holds_every_variant_of_every_case():
     names = {cfg.name() for _, cfg in ENTRIES}
     cases = kernel_sets.DECODE_FP8_VARIANT_CASES
-    every = {dec.fp8_variant(dec.default_config(t, d, page, grain, unsplit=unsplit), name, page).name()
+    every = {dec.fp8_variant(dec.default_config(t, d, page, grain, unsplit=unsplit), name).name()
              for t, d, page, grain in cases for unsplit in (False, True) for name in dec.FP8_VARIANTS
              if name != "default" and name not in dec.BALANCED_VARIANTS
              and grain in dec.FP8_VARIANT_SCALES.get(name, dec.SCALES)}
     in_decode = {cfg.name() for _, cfg in DEFAULTS}
     # the `decode` set holds the "smem" kernels and FP8_DEFAULT_RULE's swap-AB ones (swapabw contiguous,
-    # swapab paged): the variant set adds the rest
-    assert len(names) == len(ENTRIES) == len(every - in_decode) > 2 * len(cases)
+    # swapab paged): the variant set adds the rest (swapab contiguous, swapabw paged 16; tensor and kv_head scales,
+    # split and unsplit)
+    assert len(names) == len(ENTRIES) == len(every - in_decode) == 2 * 2 * 2
     assert names | in_decode >= every and {n for n in every & in_decode if "_swapab" in n}
-    assert all(cfg.fp8 and (cfg.converter or cfg.bn == 128 or cfg.convert_split or cfg.convert_bits or cfg.swap_ab)
-               for _, cfg in ENTRIES)
+    assert all(cfg.fp8 and cfg.swap_ab for _, cfg in ENTRIES)
 
 
 @pytest.mark.parametrize("entry", COMPILED_IN_CI, ids=lambda e: e[1].name())
@@ -88,10 +82,6 @@ def test_variant_compiles_clean(entry):
     assert not r["wgmma_serialized"], r
     assert cfg.smem_bytes() - 1024 <= art.smem_bytes <= SMEM_LIMIT["sm_90a"], (art.smem_bytes, cfg.smem_bytes())
     assert art.block == (cfg.threads, 1, 1)
-    if cfg.converter:
-        assert cfg.threads == 288 + 32 * (cfg.producer_warps - 1) and cfg.ctas_per_sm == 1
-    if cfg.convert_split:
-        assert cfg.ctas_per_sm == 2       # default_config's tiles and stages
     if cfg.swap_ab:
         assert cfg.ctas_per_sm == 2 and r["registers"] <= 168, r
 
@@ -111,21 +101,21 @@ def test_rule_kernels_of_the_decode_set():
 
 def test_default_keys_hold_no_new_field():
     cfg = dec.default_config("bf16", 128, None, "kv_head")
-    assert not {"converter_stages", "convert_split", "convert_bits", "swap_ab"} & set(cfg.key())
-    assert "_cw" not in cfg.name() and not cfg.name().endswith(("_ks", "_bits"))
-    cw = dec.fp8_variant(cfg, "cw2", None)
-    assert cw.key()["converter_stages"] == 2 and cw.name().endswith("_cw2")
-    assert dec.fp8_variant(cfg, "default", None) is cfg
+    assert not {"swap_ab", "swap_ab_warp_max"} & set(cfg.key())
+    assert "_swapab" not in cfg.name()
+    swap = dec.fp8_variant(cfg, "swapab")
+    assert swap.key()["swap_ab"] is True and swap.name().endswith("_swapab")
+    assert dec.fp8_variant(cfg, "default") is cfg
 
 
 def test_runtime_config_reads_the_variant(monkeypatch):
     monkeypatch.delenv(dec.FP8_VARIANT_ENV, raising=False)
     assert dec.runtime_config("bf16", 128, 16, "block") == dec.default_config("bf16", 128, 16, "block")
-    monkeypatch.setenv(dec.FP8_VARIANT_ENV, "bn128")
+    monkeypatch.setenv(dec.FP8_VARIANT_ENV, "swapab")
     with pytest.raises(ConfigError, match="built for scales"):
         dec.runtime_config("bf16", 128, 16, "block")
     cfg = dec.runtime_config("bf16", 128, 16, "kv_head")
-    assert cfg.bn == 128 and cfg.box_rows == 16 and cfg.ctas_per_sm == 1
+    assert cfg.swap_ab and cfg.bn == 64 and cfg.box_rows == 16 and cfg.ctas_per_sm == 2
     assert dec.runtime_config("bf16", 128, 16) == dec.default_config("bf16", 128, 16)   # bf16 cache: no variant
     with pytest.raises(ConfigError, match="cp.async gather"):
         dec.runtime_config("bf16", 128, 1, "block")
@@ -133,8 +123,6 @@ def test_runtime_config_reads_the_variant(monkeypatch):
     monkeypatch.setenv(dec.FP8_VARIANT_ENV, "cw9")
     with pytest.raises(ConfigError, match="unknown FP8 decode variant"):
         dec.runtime_config("bf16", 128, None, "tensor")
-    with pytest.raises(ConfigError, match="converter_stages"):
-        dec.DecodeConfig(converter_stages=2).validate()
 
 
 def test_default_rule_picks_swap_ab_where_it_is_built(monkeypatch):
@@ -143,7 +131,7 @@ def test_default_rule_picks_swap_ab_where_it_is_built(monkeypatch):
     every other FP8 call the conversion-through-SMEM kernel ("smem"), also named explicitly."""
     monkeypatch.delenv(dec.FP8_VARIANT_ENV, raising=False)
     smem = dec.default_config("bf16", 128, None, "kv_head")
-    assert not smem.swap_ab and dec.fp8_variant(smem, "smem", None) is smem
+    assert not smem.swap_ab and dec.fp8_variant(smem, "smem") is smem
     for page, grain, rows, want in ((None, "kv_head", 1, "swapabw"), (None, "tensor", 8, "swapabw"),
                                     (16, "kv_head", 4, "swapab"), (64, "tensor", 8, "swapab"),
                                     (None, "kv_head", 9, "smem"), (16, "tensor", 64, "smem"),
@@ -153,14 +141,14 @@ def test_default_rule_picks_swap_ab_where_it_is_built(monkeypatch):
         for unsplit in (False, True):
             got = dec.runtime_config("bf16", 128, page, grain, unsplit=unsplit, rows=rows)
             assert got == dec.default_config("bf16", 128, page, grain, unsplit=unsplit, rows=rows)
-            assert got == dec.fp8_variant(replace(base, unsplit=unsplit), want, page), (page, grain, rows)
+            assert got == dec.fp8_variant(replace(base, unsplit=unsplit), want), (page, grain, rows)
             assert dec.runtime_config("bf16", 128, page, grain, unsplit=unsplit, rows=rows, variant="smem") \
                 == replace(base, unsplit=unsplit)
     assert dec.FP8_DEFAULT_RULE == {"contiguous": "swapabw", "paged": "swapab"}
     assert not dec.default_config("bf16", 64, None, "tensor", rows=1).swap_ab       # swap AB is D128 only
     assert not dec.default_config("bf16", 128, None, rows=1).fp8                   # bf16 cache: no rule
     with pytest.raises(ConfigError, match="conversion-through-SMEM"):
-        dec.fp8_variant(dec.default_config("bf16", 128, None, "tensor", rows=1), "bits", None)
+        dec.fp8_variant(dec.default_config("bf16", 128, None, "tensor", rows=1), "swapab")
 
 
 @pytest.mark.parametrize("heads,seqlen_q,page,grain,swap", [
@@ -196,41 +184,21 @@ def test_plan_runs_the_rule(monkeypatch, heads, seqlen_q, page, grain, swap):
         assert cfg.swap_ab_warp_max == (swap and page is None)
 
 
-def test_converter_moves_every_conversion_out_of_the_consumer():
-    sass_mod = pytest.importorskip("fa4mlir.sass")
-    if sass_mod.find_nvdisasm() is None:
-        pytest.skip("nvdisasm is not installed")
-    from bench.sass_decode_fp8 import loop_row, loops
-    for name, conv in (("cw2", True), ("default", False)):
-        cfg = dec.fp8_variant(dec.default_config("bf16", 128, None, "kv_head"), name, None)
-        art = _compiled((dec.KERNEL, cfg))
-        rows = [loop_row(x) for x in loops(sass_mod.disassemble(art.cubin))]
-        mma = [r for r in rows if r["hgmma"]]
-        assert mma and all(r["cvt_e4m3"] == (0 if conv else r["cvt_e4m3"]) for r in mma)
-        if conv:
-            assert any(r["cvt_e4m3"] and not r["hgmma"] for r in rows)
-        else:
-            assert all(r["cvt_e4m3"] for r in mma)
-
-
-# the converter's ring (c_pipe) is the new protocol; cw3 is the same code with one more stage and split
-# the default's rings in another order (CI time: each variant's sweep is ~20 s)
-@pytest.mark.parametrize("variant,page,grain", [("cw2", 16, "block"), ("swapab", 16, "kv_head"), ("swapabw", None, "tensor")])
+# (CI time: each variant's sweep is ~20 s)
+@pytest.mark.parametrize("variant,page,grain", [("swapab", 16, "kv_head"), ("swapabw", None, "tensor")])
 def test_verifier_rejects_every_single_op_mutation_of_a_variant(variant, page, grain):
-    """The converter's rings (e4m3 K, V consumed by the converter warpgroup; the f16 pairs `c_pipe`
-    it produces and the consumer waits for) and the split conversion's separate K and V waits: each
-    ring op with its phase flipped, its stage + 1, or erased, is a verifier error."""
+    """The swap-AB kernels' rings: each ring op with its phase flipped, its stage + 1, or erased, is a
+    verifier error."""
     from fa4mlir.passes import verify_pipelines
     from fa4mlir.passes._util import PassError, ops_named
     from tests.test_kvcache_decode import RING_OPS, _mutated_decode
-    cfg = dec.fp8_variant(dec.default_config("bf16", 128, page, grain), variant, page)
+    cfg = dec.fp8_variant(dec.default_config("bf16", 128, page, grain), variant)
     good = kernels.module(dec.KERNEL).build(cfg)
     with good.module.context:
         verify_pipelines.run(good.module.operation)
         num_ops = len(ops_named(good.module.operation, *RING_OPS))
-    # producer: K and V acquire + commit; consumer(s): wait + release per ring in two loops each;
-    # the converter: K, V wait + release and c_pipe acquire + commit, the consumer c_pipe wait + release
-    assert num_ops == (4 + 2 * 6 + 2 * 2 if cfg.converter else 12), num_ops
+    # producer: K and V acquire + commit; consumer: wait + release per ring in two loops each
+    assert num_ops == 12, num_ops
     for index in range(num_ops):
         for how in ("phase ^ 1", "stage + 1", "erase"):
             kir = _mutated_decode(cfg, index, how)
@@ -245,7 +213,7 @@ def test_the_set_holds_every_kernel_the_gpu_test_picks():
     names = {cfg.name() for _, cfg in kernel_sets.SETS["decode-fp8-variants"]()}
     for variant, page, grain in gpu.CASES:
         for unsplit in (False, True):
-            cfg = dec.fp8_variant(dec.default_config("bf16", 128, page, grain, unsplit=unsplit), variant, page)
+            cfg = dec.fp8_variant(dec.default_config("bf16", 128, page, grain, unsplit=unsplit), variant)
             assert cfg.name() in names, cfg.name()
 
 
@@ -253,9 +221,9 @@ def test_bench_variant_backend_sets_and_restores_the_variant(monkeypatch):
     import os
 
     from fa4mlir.bench.decode_bench import _with_variant
-    monkeypatch.setenv(dec.FP8_VARIANT_ENV, "split")
+    monkeypatch.setenv(dec.FP8_VARIANT_ENV, "smem")
     seen = []
-    call = _with_variant(lambda: seen.append(os.environ.get(dec.FP8_VARIANT_ENV)) or 7, "cw2")
-    assert call() == 7 and seen == ["cw2"] and os.environ[dec.FP8_VARIANT_ENV] == "split"
+    call = _with_variant(lambda: seen.append(os.environ.get(dec.FP8_VARIANT_ENV)) or 7, "swapab")
+    assert call() == 7 and seen == ["swapab"] and os.environ[dec.FP8_VARIANT_ENV] == "smem"
     monkeypatch.delenv(dec.FP8_VARIANT_ENV)
-    assert call() == 7 and seen == ["cw2", "cw2"] and dec.FP8_VARIANT_ENV not in os.environ
+    assert call() == 7 and seen == ["swapab", "swapab"] and dec.FP8_VARIANT_ENV not in os.environ

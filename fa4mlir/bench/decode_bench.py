@@ -19,14 +19,14 @@ cache's own dtype); `tokens_per_s` is cached tokens attended per second (the sum
 sequences' lengths over the time), the same for every dtype. Every backend's output is
 checked against a float32 reference on a sample of sequences. `--splits 2,4,8` also times
 fa4mlir with num_splits forced to each (the data the split heuristic is to be set from).
-`--decode-variant default,bits,bits_v` also times, on the *_fp8 workloads, fa4mlir with each FP8
+`--decode-variant default,smem,swapab` also times, on the *_fp8 workloads, fa4mlir with each FP8
 kernel variant (attention_decode_sm90_config.FP8_VARIANTS, chosen per call through
 FA4MLIR_DECODE_FP8_VARIANT, part of the call cache's key) as backends `fa4mlir[NAME]` (a bundle
 must hold them: `python -m fa4mlir bundle --set decode-fp8-variants`); names of the bf16 tile variants
 (attention_decode_sm90_config.TILE_VARIANTS, through FA4MLIR_DECODE_TILE_VARIANT, also in the call
 cache's key) time on decode_dense the same way (each name goes to the workloads its table is for;
 "default" to both; `--set decode-bf16-variants` holds decode_dense's default kernel and every tile variant:
-`--workloads decode_dense --decode-variant default,s2,s4,bn128s2,bn128s3,evict_first`). JSON to --out (default decode-bench.json).
+`--workloads decode_dense --decode-variant default,bn64s3`). JSON to --out (default decode-bench.json).
 """
 from __future__ import annotations
 

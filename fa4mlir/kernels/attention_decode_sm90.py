@@ -10,7 +10,7 @@ Grid: x = m_tile + m_tiles * split, y = the CTA's head block (a KV head when GQA
 query head), z = batch. Packed row r of the CTA (decode_schedule.PackGQA) is query token
 r // cta_heads of query head y * cta_heads + r % cta_heads (cta_heads = group packed, else 1).
 
-Roles (5 warps, 160 threads; 6 with the gather's two producer warps; 4 more with a converter; no setmaxnreg: neither role
+Roles (5 warps, 160 threads; 6 with the gather's two producer warps; no setmaxnreg: neither role
 is register-bound, and the small block lets two CTAs share an SM, attention_decode_sm90_config.DEFAULT_STAGES):
     warp 4        `load`  one elected thread: for each KV tile j of the split, K_j then V_j into
                           rings of `stages` (k_pipe, v_pipe), each tile as bn / box_rows TMA boxes
@@ -30,8 +30,6 @@ is register-bound, and the small block lets two CTAs share an SM, attention_deco
                           note "FP8"), then the epilogue: O / l and LSE into the partial workspaces
                           (unsplit: O / l in q's dtype into out, the LSE into lse;
                           attention_decode_sm90_epilogue.py).
-    warps 4-7     `cvt`   only with cfg.converter_stages > 0 (note "Converter"; the producer then is
-                          warp 8, or 8-9 for the gather): e4m3 K_j, V_j -> a ring of f16 pairs.
 
 Note "Paged boxes": the cache is a 4-D tensor [pages, page_rows, kv_heads, D] to TMA (a contiguous
 cache: [batch, seqlen_cache, kv_heads, D], the page being the sequence). A paged tile of bn tokens
@@ -54,26 +52,9 @@ and v_scale the epilogue's 1 / l; per-block (page or token block) scales multipl
 after Q K^T and P's columns before P V (the row sum l takes P unscaled), with a token's v scale
 forced to 0 at or past L_b.
 
-Variants of the FP8 consumer (attention_decode_sm90_config.FP8_VARIANTS, to be timed): with
-cfg.convert_split the consumer converts K_j, issues S_j, then converts V_j while S_j runs on the
-tensor cores (one fence and barrier per tile each), so V's conversion overlaps the first GEMM. With
-cfg.convert_bits (any of them) the conversion of K and V ("kv") or of V ("v") is integer ops, not cvt,
-and those tiles hold K or V times 2^-8 (common/e4m3_tile.py, note "Bit conversion"): S's scale
-(scale_log2, after k_scale) or O's (the epilogue's 1 / l, after v_scale) takes the 2^8 back, exactly
-(powers of two).
-
 With cfg.swap_ab (attention_decode_sm90_swapab.py, note "Swap AB") the consumer computes S^T = K_j Q^T
 with K_j converted in registers into wgmma A fragments (no f16 K tile), the softmax over S^T's columns,
 and P V from a P tile in SMEM; at most 8 packed query rows.
-
-Note "Converter" (cfg.converter_stages = n > 0): the conversion leaves the consumer. The e4m3
-rings' consumer is the converter warpgroup (warps 4-7, common/e4m3_converter.py): per tile it
-waits for K_j and V_j, acquires a free pair of the f16 ring `c_pipe` (n stages of K16 + V16),
-converts with the consumer's slot map, fences to the async proxy and commits (128 arrivals), then
-releases the e4m3 stages (128 arrivals). The mma warpgroup waits for pair j, runs S, the softmax
-(block scales as in note "FP8") and P V, and releases the pair once P V retired. The conversion of
-tiles j+1 .. j+n overlaps tile j's GEMMs and softmax. 288 threads (320 with the gather): one CTA
-per SM (two would cap ptxas at 96 registers, where the consumer spills).
 
 Note "Unsplit": with one split the combine's arithmetic is exact: weight exp2((lse_0 - lse_0) log2 e)
 = 1, sum 1, 1 / sum = exp2(-log2 1) = 1, LSE lse_0 + log2(1) ln 2 = lse_0; it writes O_0 (= O * (1 / l),
@@ -130,7 +111,7 @@ from ..dsl import (ELEM_BYTES, KernelBuilder, PipeState, Value, const, fast_div,
 from .attention_decode_sm90_config import TILE_M, DecodeConfig
 from . import attention_decode_sm90_swapab as swapab
 from .attention_decode_sm90_epilogue import _epilogue
-from .common import e4m3_converter, e4m3_tile
+from .common import e4m3_tile
 from .common.constants import NEG_INF
 from .common.half_words import bf16x2_to_f16x2
 from .common.masks import ValueOps, hidden, row_keys
@@ -144,12 +125,6 @@ WGMMA_K = 16
 BAR_CONSUMER = 1       # named barrier of the consumer warpgroup (128 threads)
 GATHER_UNROLL = 8      # cp.asyncs per trip of the gather's copy loop (note "Gather"): first guess
 BAR_GATHER = 2         # named barrier of the gather's producer warps
-# cfg.convert_split: V's e4m3 loads in flight during its conversion, next to S_j's 32 accumulators
-# (2, e4m3_tile.LOADS_AHEAD, spills 12 bytes at paged block scales)
-SPLIT_V_LOADS_AHEAD = 1
-# cfg.convert_bits with block scales: e4m3 loads in flight during the conversion (2 spills 8 bytes in
-# the contiguous split kernel at 168 registers)
-BITS_BLOCK_LOADS_AHEAD = 1
 
 
 def build(cfg: DecodeConfig = DecodeConfig()) -> dsl.KernelIR:
@@ -169,40 +144,33 @@ def build(cfg: DecodeConfig = DecodeConfig()) -> dsl.KernelIR:
         q_smem = None if cfg.swap_ab else kb.smem("q_smem", TILE_M * cfg.d_chunks * SWIZZLE)
         k_smem = kb.smem("k_smem", cfg.stages * cfg.tile_bytes())
         v_smem = kb.smem("v_smem", cfg.stages * cfg.tile_bytes())
-        # FP8: the tiles the tensor cores read, converted to f16 (else the ring stages themselves);
-        # with a converter warpgroup, a ring of converter_stages of them (note "Converter")
-        copies = cfg.converter_stages or 1
+        # FP8: the tiles the tensor cores read, converted to f16 (else the ring stages themselves)
         staged = swapab.Buffers(kb, cfg) if cfg.swap_ab else (
-            kb.smem("k16_smem", copies * cfg.staged_bytes()),
-            kb.smem("v16_smem", copies * cfg.staged_bytes())) if cfg.fp8 else None
+            kb.smem("k16_smem", cfg.staged_bytes()),
+            kb.smem("v16_smem", cfg.staged_bytes())) if cfg.fp8 else None
         rows_smem = kb.smem("gather_rows", cfg.bn * 8, align=16) if cfg.gather else None   # note "Gather"
         # a gather's 32 lanes each commit once (after their cp_async_arrive): 32 arrivals per fill
         arrivals = 32 * cfg.producer_warps if cfg.gather else 1
-        # the e4m3 rings' consumer: the converter warpgroup, every thread releasing, or the mma warpgroup's leader
-        readers = dict(consumers=["cvt"], consumer_arrivals=128) if cfg.converter else dict(consumers=["mma"])
-        k_pipe = kb.pipeline("k_pipe", num_stages=cfg.stages, producer="load", producer_arrivals=arrivals, **readers)
-        v_pipe = kb.pipeline("v_pipe", num_stages=cfg.stages, producer="load", producer_arrivals=arrivals, **readers)
-        c_pipe = kb.pipeline("c_pipe", num_stages=cfg.converter_stages, producer="cvt", consumers=["mma"],
-                             producer_arrivals=128) if cfg.converter else None
+        k_pipe = kb.pipeline("k_pipe", num_stages=cfg.stages, producer="load", producer_arrivals=arrivals,
+                             consumers=["mma"])
+        v_pipe = kb.pipeline("v_pipe", num_stages=cfg.stages, producer="load", producer_arrivals=arrivals,
+                             consumers=["mma"])
         kb.pipeline_init()
         if cfg.balanced:    # attention_decode_sm90_balanced: work items walked from cache_seqlens
             from . import attention_decode_sm90_balanced as balanced
             balanced.roles(kb, cfg, p, (k_smem, v_smem, k_pipe, v_pipe), staged)
         else:
-            _roles(kb, cfg, p, q_smem, (k_smem, v_smem, k_pipe, v_pipe), staged, c_pipe, rows_smem)
+            _roles(kb, cfg, p, q_smem, (k_smem, v_smem, k_pipe, v_pipe), staged, rows_smem)
     return kb.finish()
 
 
-def _roles(kb, cfg, p, q_smem, rings, staged, c_pipe, rows_smem):
+def _roles(kb, cfg, p, q_smem, rings, staged, rows_smem):
     """The warp roles over this CTA's one work item (_Work)."""
     k_smem, v_smem, k_pipe, v_pipe = rings
     work = _Work(kb, cfg, p)
     with kb.warp_roles():
         with kb.role("mma", first_warp=0, num_warps=4, regs=0):
-            _mma_role(kb, cfg, work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, staged, c_pipe)
-        if cfg.converter:
-            with kb.role("cvt", first_warp=4, num_warps=4, regs=0):
-                e4m3_converter.converter_role(kb, cfg, work, (k_smem, v_smem), (k_pipe, v_pipe), staged, c_pipe)
+            _mma_role(kb, cfg, work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, staged)
         with kb.role("load", first_warp=cfg.producer_first_warp, num_warps=cfg.producer_warps, regs=0):
             if cfg.gather:
                 _gather_role(kb, cfg, work, p, k_smem, v_smem, k_pipe, v_pipe, rows_smem)
@@ -310,17 +278,16 @@ def _load_tiles(kb, cfg, work, p, k_smem, v_smem, k_pipe, v_pipe, s0: PipeState 
         pipe.producer_acquire(s)
         pipe.producer_commit(s, tx_bytes=tile_bytes)
         base = s.stage * tile_bytes
-        hint = {"evict_first": True} if cfg.kv_evict_first else {}    # K/V are read once: L2 evicts them first
         for i, (page, row) in enumerate(origins):
             if cfg.fp8:   # one unswizzled box of box_rows rows of D bytes
                 dst = kb.gep(smem, base + i * cfg.box_rows * cfg.head_dim, "i8")
                 fa4.tma_load(desc, dst, s.stage, [const(0), work.kv_head, row, page], pipe=pipe.name,
-                             box=[cfg.head_dim, 1, cfg.box_rows, 1], elem_bytes=1, **hint)
+                             box=[cfg.head_dim, 1, cfg.box_rows, 1], elem_bytes=1)
                 continue
             for c in range(cfg.d_chunks):
                 dst = kb.gep(smem, base + c * cfg.bn * SWIZZLE + i * cfg.box_rows * SWIZZLE, "i8")
                 fa4.tma_load(desc, dst, s.stage, [const(c * CHUNK), work.kv_head, row, page],
-                             pipe=pipe.name, box=[CHUNK, 1, cfg.box_rows, 1], elem_bytes=ELEM_BYTES[cfg.dtype], **hint)
+                             pipe=pipe.name, box=[CHUNK, 1, cfg.box_rows, 1], elem_bytes=ELEM_BYTES[cfg.dtype])
 
     loop = kb.for_(work.begin, work.end, 1, carry=s0 or k_pipe.initial_state())
     with loop as (j, s):
@@ -658,9 +625,7 @@ def _kv_tile_fp8(cs: _Consumer, bufs, j: Value, carry, masked: bool):
     at = s.stage * cfg.tile_bytes()
     valid = work.length - j * cfg.bn if masked else None
     e4m3_tile.emit_convert(kb, cs.t, [(kb.gep(k_smem, at, "i8"), k16_smem, None),
-                                      (kb.gep(v_smem, at, "i8"), v16_smem, valid)], cfg.bn, cfg.head_dim,
-                           ahead=BITS_BLOCK_LOADS_AHEAD if cfg.convert_bits and cfg.kv_scale == "block"
-                           else e4m3_tile.LOADS_AHEAD, bits=_bits(cfg, "k", "v"))
+                                      (kb.gep(v_smem, at, "i8"), v16_smem, valid)], cfg.bn, cfg.head_dim)
     kb.fence("async_smem")
     cs.barrier()
     # 3. release K_j and V_j: past the barrier every thread has loaded its e4m3 bytes; the GEMMs
@@ -677,62 +642,6 @@ def _kv_tile_fp8(cs: _Consumer, bufs, j: Value, carry, masked: bool):
     return s.advance(), o, tuple(m), tuple(l)
 
 
-def _kv_tile_fp8_split(cs: _Consumer, bufs, j: Value, carry, masked: bool):
-    """One KV tile of an e4m3 cache, cfg.convert_split (note "FP8"): K_j converted, fenced, synced
-    and released, S_j issued; V_j converted (rows past L_b as zeros) while S_j runs on the tensor
-    cores, fenced, synced and released; then S_j waited for, softmax and P V as _kv_tile_fp8."""
-    q_smem, k_smem, v_smem, k_pipe, v_pipe, (k16_smem, v16_smem) = bufs
-    kb, cfg, work = cs.kb, cs.cfg, cs.work
-    s, o, m, l = carry
-    at = s.stage * cfg.tile_bytes()
-    # 1. K_j to f16 (k16 is free: S_{j-1} retired), S_j issued
-    k_pipe.consumer_wait(s)
-    e4m3_tile.emit_convert(kb, cs.t, [(kb.gep(k_smem, at, "i8"), k16_smem, None)], cfg.bn, cfg.head_dim,
-                           bits=_bits(cfg, "k"))
-    kb.fence("async_smem")
-    cs.barrier()
-    cs.release(s, k_pipe)
-    s_acc = _issue_s(cs, q_smem, k16_smem)
-    # 2. V_j to f16 while S_j runs (v16 is free: P V_{j-1} retired)
-    v_pipe.consumer_wait(s)
-    valid = work.length - j * cfg.bn if masked else None
-    e4m3_tile.emit_convert(kb, cs.t, [(kb.gep(v_smem, at, "i8"), v16_smem, valid)], cfg.bn, cfg.head_dim,
-                           ahead=SPLIT_V_LOADS_AHEAD, bits=_bits(cfg, "v"))
-    kb.fence("async_smem")
-    cs.barrier()
-    cs.release(s, v_pipe)
-    # 3. softmax of S_j, O *= alpha, O += P V_j
-    s_acc = wait_group(s_acc, pending=0)
-    col_scales = _block_scales(cs, j) if cfg.kv_scale == "block" else None
-    frags, m, l, alpha = _softmax(cs, s_acc, j, m, l, masked, col_scales)
-    o = vec(*[o[i] * alpha[acc_row(i)] for i in range(cs.n_o)])
-    o = wait_group(_issue_pv(cs, v16_smem, frags, o), pending=0)
-    return s.advance(), o, tuple(m), tuple(l)
-
-
-def _kv_tile_converted(cs: _Consumer, bufs, j: Value, carry, masked: bool):
-    """One KV tile of an e4m3 cache with a converter warpgroup (note "Converter"): wait for the
-    converter's f16 pair of tile j, S, softmax, P V, then release the pair (its wgmma groups
-    retired: wait_group 0). V rows past L_b arrive as zeros."""
-    q_smem, _, _, _, _, (k16_smem, v16_smem), c_pipe = bufs
-    kb, cfg = cs.kb, cs.cfg
-    c, o, m, l = carry
-    c_pipe.consumer_wait(c)
-    at = c.stage * cfg.staged_bytes()
-    s_acc = wait_group(_issue_s(cs, q_smem, kb.gep(k16_smem, at, "i8")), pending=0)
-    col_scales = _block_scales(cs, j) if cfg.kv_scale == "block" else None
-    frags, m, l, alpha = _softmax(cs, s_acc, j, m, l, masked, col_scales)
-    o = vec(*[o[i] * alpha[acc_row(i)] for i in range(cs.n_o)])
-    o = wait_group(_issue_pv(cs, kb.gep(v16_smem, at, "i8"), frags, o), pending=0)
-    cs.release(c, c_pipe)
-    return c.advance(), o, tuple(m), tuple(l)
-
-
-def _bits(cfg: DecodeConfig, *tiles: str) -> tuple:
-    """Per tile ("k", "v") of an emit_convert call: whether it takes the bit conversion (cfg.convert_bits)."""
-    return tuple(t in cfg.convert_bits for t in tiles)
-
-
 def _scalar_scales(cs: _Consumer):
     """FP8 per-tensor or per-KV-head scales (k's, v's), or (None, None) (note "FP8")."""
     kb, cfg, p, work = cs.kb, cs.cfg, cs.p, cs.work
@@ -743,24 +652,19 @@ def _scalar_scales(cs: _Consumer):
             kb.load(kb.gep(p["v_scale"], at, "f32"), "f32", align=4))
 
 
-def _mma_role(kb, cfg, work: _Work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, staged, c_pipe=None):
+def _mma_role(kb, cfg, work: _Work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, staged):
     cs = _Consumer(kb, cfg, work, p)
     k_scale, v_scale = _scalar_scales(cs)
     if k_scale is not None and cfg.softcap:    # the tanh's argument: s softmax_scale k_scale / cap
         cs.softcap_scale = cs.softcap_scale * k_scale
     elif k_scale is not None:    # S's scale: softmax_scale x k_scale (the LSE too)
         cs.scale_log2 = cs.scale_log2 * k_scale
-    # note "FP8": bit-converted tiles hold K or V x 2^-8 (softcap never meets FP8: validate)
-    if "k" in cfg.convert_bits:
-        cs.scale_log2 = cs.scale_log2 * e4m3_tile.BITS_SCALE
-    if "v" in cfg.convert_bits:
-        v_scale = const(e4m3_tile.BITS_SCALE, "f32") if v_scale is None else v_scale * e4m3_tile.BITS_SCALE
     if cfg.swap_ab:
         swapab.load_q(cs, staged)
     else:
         _load_q(cs, q_smem)
     f32 = "f32"
-    bufs = (q_smem, k_smem, v_smem, k_pipe, v_pipe, staged) + ((c_pipe,) if cfg.converter else ())
+    bufs = (q_smem, k_smem, v_smem, k_pipe, v_pipe, staged)
     if cfg.windowed:   # note "Window": masked left edge, whole tiles, masked right edge
         full_first, full_end = work.full
         a = full_first.smax(work.begin).smin(work.end)
@@ -773,10 +677,8 @@ def _mma_role(kb, cfg, work: _Work, p, q_smem, k_smem, v_smem, k_pipe, v_pipe, s
         split = full.smax(work.begin).smin(work.end)
         segments = ((work.begin, split, False), (split, work.end, True))
     neg_inf, zero = const(NEG_INF, f32), const(0.0, f32)
-    ring = c_pipe if cfg.converter else k_pipe
-    state = (ring.initial_state(), const(0.0, (f32, cs.n_o)), (neg_inf, neg_inf), (zero, zero))
-    tile = _kv_tile_converted if cfg.converter else _kv_tile_fp8_split if cfg.convert_split \
-        else _kv_tile_fp8 if cfg.fp8 else _kv_tile
+    state = (k_pipe.initial_state(), const(0.0, (f32, cs.n_o)), (neg_inf, neg_inf), (zero, zero))
+    tile = _kv_tile_fp8 if cfg.fp8 else _kv_tile
     if cfg.swap_ab:    # attention_decode_sm90_swapab, note "Swap AB": m and l of the thread's S^T columns
         ends = None if cfg.swap_ab_warp_max else swapab.column_ends(cs)
         rings = (k_smem, v_smem, k_pipe, v_pipe)

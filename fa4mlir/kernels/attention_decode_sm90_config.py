@@ -76,7 +76,6 @@ BALANCED_RANGE_BYTES = 32         # balanced: the CTA's (lo, hi, b_first, ...) i
 COMBINE_WARPS = 4                 # output rows per combine CTA (one warp each)
 COMBINE_HEAD_DIMS = HEAD_DIMS + (512,)    # 512: the MLA decode's V (attention_mla_decode_sm90)
 SCALES = ("tensor", "kv_head", "block")   # FP8 scale granularities (kvcache.ScaleGranularity's values)
-BITS_TILES = {"": "", "kv": "_bits", "v": "_bitsv"}   # DecodeConfig.convert_bits -> its kernel-name suffix
 GATHER_WARPS = 2                      # producer warps of the gather (note "Gather"): measured, 1 vs 2
 GATHER_MAX_CACHE_BYTES = 16 << 32     # the gather's row offsets are u32 counts of 16 bytes (note "Gather")
 
@@ -98,12 +97,6 @@ class DecodeConfig:
     gather: bool = False          # paged: rows by a cp.async gather (box_rows 1), not TMA boxes
     unsplit: bool = False         # num_splits == 1: O in q's dtype and the LSE into out, lse (no combine)
     varlen_q: bool = False        # packed q [total_q, heads, D] by cu_seqlens_q (note "Varlen q" of the kernel)
-    converter_stages: int = 0     # FP8: 0 converts in the consumer; n > 0: a converter warpgroup fills a ring of n
-                                  # f16 K/V tile pairs (the kernel's note "Converter")
-    convert_split: bool = False   # FP8, in the consumer: K_j converted, S_j issued, V_j converted while S_j runs
-    convert_bits: str = ""        # FP8: the tiles ("kv": K and V; "v": V only, K by cvt) converted e4m3 -> f16 by
-                                  # integer ops (PRMT, shift, LOP3), not cvt (F2FP): values x 2^-8, the 2^8 folded
-                                  # into S's or O's scale (common/e4m3_tile.py, note "Bit conversion")
     swap_ab: bool = False         # FP8 D128: S^T = K Q^T, K the wgmma A operand from registers (converted there, no
                                   # f16 K tile), at most SWAP_AB_ROWS packed query rows (attention_decode_sm90_swapab)
     swap_ab_warp_max: bool = False  # swap_ab: each warp's own running max, partial O rows merged at the end (one
@@ -122,8 +115,6 @@ class DecodeConfig:
     chunk: int = 0
     softcap: bool = False         # s -> cap tanh(s / cap): launch takes softcap_scale, scale_log2 = cap log2(e)
     sinks: bool = False           # unsplit: a learned logit per query head in the denominator (split: the combine's)
-    kv_evict_first: bool = False  # K/V TMA loads with an L2 evict_first cache policy (.L2::cache_hint): each cache
-                                  # line is read once (TILE_VARIANTS "evict_first", for A/B)
 
     @property
     def params(self) -> tuple:
@@ -164,17 +155,13 @@ class DecodeConfig:
         return GATHER_WARPS if self.gather else 1
 
     @property
-    def converter(self) -> bool:
-        return self.converter_stages > 0
-
-    @property
     def producer_first_warp(self) -> int:
-        """The producer's first warp: 4, or 8 behind the converter warpgroup (warps 4-7)."""
-        return 8 if self.converter else 4
+        """The producer's first warp: 4, behind the consumer warpgroup."""
+        return 4
 
     @property
     def threads(self) -> int:
-        # warps 0-3: the consumer warpgroup, [4-7: the converter warpgroup], then the producer
+        # warps 0-3: the consumer warpgroup, then the producer
         return 32 * self.producer_first_warp + 32 * self.producer_warps
 
     @property
@@ -203,11 +190,7 @@ class DecodeConfig:
             return (SWAP_AB_ROWS * self.head_dim * 2 + 2 * self.stages * self.tile_bytes() + self.staged_bytes()
                     + TILE_M * self.bn * 2 + SWAP_AB_EXCHANGE_BYTES + 2 * 2 * self.stages * MBARRIER_BYTES
                     + (BALANCED_RANGE_BYTES if self.balanced else 0))
-        if self.converter:    # the converter's ring: converter_stages (K, V) f16 pairs and their barriers
-            staged = 2 * self.converter_stages * (self.staged_bytes() + MBARRIER_BYTES)
-        else:
-            staged = 2 * self.staged_bytes()
-        return (q + 2 * self.stages * self.tile_bytes() + staged
+        return (q + 2 * self.stages * self.tile_bytes() + 2 * self.staged_bytes()
                 + 2 * 2 * self.stages * MBARRIER_BYTES + (self.bn * 8 if self.gather else 0))
 
     def validate(self) -> "DecodeConfig":
@@ -236,19 +219,10 @@ class DecodeConfig:
         if (self.kv_scale not in SCALES) if self.fp8 else self.kv_scale:
             raise ConfigError(f"kv_scale must be one of {SCALES} for an FP8 cache and '' otherwise, got "
                               f"{self.kv_scale!r}")
-        if self.converter_stages < 0 or (self.converter and not self.fp8):
-            raise ConfigError(f"converter_stages (a converter warpgroup for an FP8 cache) must be 0, or > 0 with "
-                              f"kv_dtype 'e4m3'; got {self.converter_stages} with kv_dtype {self.kv_dtype!r}")
-        if self.convert_split and (not self.fp8 or self.converter):
-            raise ConfigError("convert_split is for an FP8 cache converted in the consumer (converter_stages 0)")
-        if self.convert_bits not in BITS_TILES or (self.convert_bits and not self.fp8):
-            raise ConfigError(f"convert_bits (the bit-level e4m3 -> f16 conversion of these tiles) must be one of "
-                              f"{BITS_TILES}, and '' without an FP8 cache; got {self.convert_bits!r} with kv_dtype "
-                              f"{self.kv_dtype!r}")
-        if self.swap_ab and (not self.fp8 or self.head_dim != 128 or self.bn != 64 or self.gather or self.converter
-                             or self.convert_split or self.convert_bits or self.kv_scale == "block"):
+        if self.swap_ab and (not self.fp8 or self.head_dim != 128 or self.bn != 64 or self.gather
+                             or self.kv_scale == "block"):
             raise ConfigError(f"swap_ab (S^T = K Q^T, K from registers) is built for an FP8 cache at head_dim 128, bn 64, "
-                              f"TMA fetches, tensor or kv_head scales, no other FP8 variant; got {self.name()}")
+                              f"TMA fetches, tensor or kv_head scales; got {self.name()}")
         if self.swap_ab_warp_max and not self.swap_ab:
             raise ConfigError("swap_ab_warp_max is a form of swap_ab: set swap_ab too")
         if self.balanced and (not self.swap_ab or self.unsplit or self.varlen_q):
@@ -271,9 +245,6 @@ class DecodeConfig:
             # registers of two CTAs per SM
             raise ConfigError(f"an FP8 cache's decode kernel with a window, chunk, softcap or sinks is not built (it "
                               f"spills at two CTAs per SM), got {self.name()}: dequantise the cache to {self.dtype}")
-        if self.kv_evict_first and self.gather:
-            raise ConfigError(f"kv_evict_first is an L2 cache hint on the K/V TMA loads; {self.name()} fetches by the "
-                              f"cp.async gather")
         if self.sinks and not self.unsplit:
             raise ConfigError("sinks enter once: in the combine when split (CombineConfig(sinks=True)), in the "
                               "decode kernel only for its unsplit variant; got sinks=True, unsplit=False")
@@ -301,11 +272,10 @@ class DecodeConfig:
         fp8 = f"_e4m3_{self.kv_scale}" if self.fp8 else ""
         mods = f"{self.mask.tag()}{'_softcap' if self.softcap else ''}{'_sink' if self.sinks else ''}"
         return (f"{KERNEL}_{self.dtype}_d{self.head_dim}_n{self.bn}_s{self.stages}"
-                f"_{self._fetch_name()}{fp8}{f'_cw{self.converter_stages}' if self.converter else ''}"
-                f"{'_ks' if self.convert_split else ''}{BITS_TILES[self.convert_bits]}{'_swapab' if self.swap_ab else ''}{'w' if self.swap_ab_warp_max else ''}{'_bal' if self.balanced else ''}"
+                f"_{self._fetch_name()}{fp8}"
+                f"{'_swapab' if self.swap_ab else ''}{'w' if self.swap_ab_warp_max else ''}{'_bal' if self.balanced else ''}"
                 f"{'_ot' if self.swap_ab_ot else ''}{f'_c{self.ctas}' if self.ctas else ''}"
-                f"{'_unsplit' if self.unsplit else ''}{'_varlen' if self.varlen_q else ''}{mods}"
-                f"{'_ef' if self.kv_evict_first else ''}")
+                f"{'_unsplit' if self.unsplit else ''}{'_varlen' if self.varlen_q else ''}{mods}")
 
     def _fetch_name(self) -> str:
         if not self.paged:
@@ -315,9 +285,9 @@ class DecodeConfig:
 
 # DecodeConfig's variant fields (common.fields), left out of key() at their defaults (added after kernels were
 # shipped); bench/sanitize.py reads this table
-VARIANT_FIELDS = field_defaults(DecodeConfig, ("varlen_q", "converter_stages", "convert_split", "convert_bits", "swap_ab",
+VARIANT_FIELDS = field_defaults(DecodeConfig, ("varlen_q", "swap_ab",
                                                "swap_ab_warp_max", "balanced", "swap_ab_ot", "ctas", "window_left", "window_right", "chunk", "softcap",
-                                               "sinks", "kv_evict_first"))
+                                               "sinks"))
 
 
 def mod_params(softcap: bool, sinks: bool) -> tuple:
@@ -419,7 +389,7 @@ def default_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: s
     and score-modifier fields (window_left, window_right, chunk, softcap, sinks), which change no
     tile choice but UNSPLIT_RULE's (a call with any of them keeps bn 64)."""
     cfg = replace(_default_tiles(dtype, head_dim, page_size, kv_scale, unsplit), **variant)
-    return fp8_variant(cfg, fp8_default_variant(cfg, rows), page_size) if cfg.fp8 else unsplit_rule(cfg, rows)
+    return fp8_variant(cfg, fp8_default_variant(cfg, rows)) if cfg.fp8 else unsplit_rule(cfg, rows)
 
 
 def unsplit_rule(cfg: DecodeConfig, rows: int | None) -> DecodeConfig:
@@ -429,7 +399,7 @@ def unsplit_rule(cfg: DecodeConfig, rows: int | None) -> DecodeConfig:
     kernel is not changed, so the plan's split count (read off the split kernel's CTAs per SM) is unchanged."""
     if (cfg.unsplit and not cfg.fp8 and not cfg.paged and cfg.head_dim == 128 and rows is not None
             and rows <= UNSPLIT_RULE_MAX_ROWS
-            and not (cfg.windowed or cfg.softcap or cfg.sinks or cfg.varlen_q or cfg.kv_evict_first)):
+            and not (cfg.windowed or cfg.softcap or cfg.sinks or cfg.varlen_q)):
         return tile_variant(cfg, UNSPLIT_RULE)
     return cfg
 
@@ -458,53 +428,33 @@ def _default_tiles(dtype: str, head_dim: int, page_size: int | None, kv_scale: s
 # ----------------------------------------------------------------------------------------------
 
 # "default": FP8_DEFAULT_RULE's choice; "smem": _default_tiles' kernel, K and V converted to f16 tiles in
-# SMEM (the default before the rule); other name -> (converter_stages, bn or None for default_config's, CTAs per SM): stages are the most the
-# SMEM of that many CTAs per SM holds (`_most_stages`). "cwN": a converter warpgroup with a ring
-# of N f16 pairs (the kernel's note "Converter"), one CTA per SM (288 threads: two CTAs would cap
-# ptxas at 96 registers, where the consumer spills about 700 bytes); "bn128": the in-consumer
-# conversion over tiles of 128 keys, one CTA per SM; "split": default_config's tiles, the consumer
-# converting K_j, issuing S_j, then converting V_j while S_j runs (the kernel's note "FP8"); "bits":
-# default_config's tiles and stages, e4m3 -> f16 by integer ops instead of cvt (F2FP)
-# (common/e4m3_tile.py, note "Bit conversion"); "bits_v": the same for V only, K by cvt (half the
-# conversions on each pipe: conversion and ALU); "swapab": S^T = K Q^T, K_j the register A operand
-# (attention_decode_sm90_swapab, note "Swap AB"; at most SWAP_AB_ROWS packed query rows, D128, tensor or
-# kv_head scales), default_config's stages; "swapab5": the same with the 5 stages its smaller SMEM (no
-# f16 K tile, an 8-row Q) leaves at two CTAs per SM. (A converter over 128-key tiles spills at the
-# 168 registers ptxas gives 288 threads: not offered.) bf16/f16 caches have no variants.
+# SMEM (the default before the rule); other name -> its DecodeConfig fields over default_config's tiles. "swapab":
+# S^T = K Q^T, K_j the register A operand (attention_decode_sm90_swapab, note "Swap AB"; at most SWAP_AB_ROWS packed
+# query rows, D128, tensor or kv_head scales), default_config's stages; "swapabw": the same with per-warp maxima
+# (note "Warp partials") and 5 stages. The other variants once here (a converter warpgroup, 128-key tiles, the split
+# and the bit conversions, swap AB at 5 stages, balanced at 5 and 12 stages) were timed and rejected (notes/RESULTS.md
+# [R-decode-fp8-bits], [R-decode-fp8-overlap], [O-decode-fp8], [D-decode-fp8-swapab], [D-decode-3cta-default]).
+# bf16/f16 caches have no variants.
 FP8_VARIANTS = {
     "default": "rule",      # FP8_DEFAULT_RULE's choice for the call (fp8_default_variant)
     "smem": None,           # the conversion-through-SMEM kernel (_default_tiles): the default before the rule
-    "cw2": (2, None, 1),
-    "cw3": (3, None, 1),
-    "bn128": (0, 128, 1),
-    "split": {"convert_split": True},
-    "bits": {"convert_bits": "kv"},
-    "bits_v": {"convert_bits": "v"},
     "swapab": {"swap_ab": True},
-    "swapab5": {"swap_ab": True, "stages": 5},
     "swapabw": {"swap_ab": True, "swap_ab_warp_max": True, "stages": 5},
     "balanced": "rule+balanced",   # FP8_DEFAULT_RULE's swap-AB kernel on the balanced split schedule (BALANCED)
-    "balanced5": "rule+balanced",  # the same with BALANCED_VARIANTS' stages (A/B candidates of issue #27's FP8 bar)
-    "balanced12": "rule+balanced",
     "balanced3cta": "rule+balanced",   # three CTAs (consumer warpgroups) per SM: BALANCED_FIELDS
 }
 BALANCED = "balanced"
-# The balanced variants -> their ring depth (None: the rule's kernel's). "balanced5": the 5 stages swap AB's SMEM
-# leaves at two CTAs per SM (~106 KiB; the rule's paged kernel has 4); "balanced12": 12 stages (~219 KiB), one CTA per
-# SM (the plan's parts halve with the CTA slots; ptxas may use 255 registers): 192 KiB of e4m3 K/V in flight per SM
-# against the rule's 2 x 4 x 16 KiB. For A/B (bench decode --decode-variant); built at bench decode's FP8 shapes
-# (kv_head scales, pages of 16, 64, 128) in the decode-fp8-variants set.
-BALANCED_VARIANTS = {BALANCED: None, "balanced5": 5, "balanced12": 12, "balanced3cta": 3}
+# The balanced variants -> their ring depth (None: the rule's kernel's). For A/B (bench decode --decode-variant); built
+# at bench decode's FP8 shapes (kv_head scales, pages of 16, 64, 128) in the decode-fp8-variants set.
+BALANCED_VARIANTS = {BALANCED: None, "balanced3cta": 3}
 # Balanced variants' other DecodeConfig fields. "balanced3cta": three consumer warpgroups per SM (`ctas`; the swap-AB
 # kernel is latency-bound per consumer warpgroup: notes/RESULTS.md [M-decode-fp8-ncu]), 3 stages (~75 KiB: the most
 # under an SM's third); ptxas gets 128 registers (15 warps over the SM's 4 register quarters: 4 warps x 32 x 128 =
 # 16384), where O's m64n128 accumulators (64 registers) spilled 320 bytes in the tile loops, so O^T = V^T P^T
 # (`swap_ab_ot`: 8). The plan's parts grow with the CTA slots (SMs x 3).
 BALANCED_FIELDS = {"balanced3cta": {"ctas": 3, "swap_ab_ot": True, "swap_ab_warp_max": False}}   # one max a column
-# scale granularities a variant is built for (others: all of SCALES): 128-key tiles with block
-# scales spill 20 bytes at 255 registers (the scales of 64 S columns a thread)
-FP8_VARIANT_SCALES = {"bn128": ("tensor", "kv_head"), "swapab": ("tensor", "kv_head"),
-                      "swapab5": ("tensor", "kv_head"), "swapabw": ("tensor", "kv_head"),
+# scale granularities a variant is built for (others: all of SCALES)
+FP8_VARIANT_SCALES = {"swapab": ("tensor", "kv_head"), "swapabw": ("tensor", "kv_head"),
                       **{name: ("tensor", "kv_head") for name in BALANCED_VARIANTS}}
 FP8_VARIANT_ENV = "FA4MLIR_DECODE_FP8_VARIANT"
 
@@ -562,31 +512,16 @@ def _balanced(cfg: DecodeConfig, name: str) -> DecodeConfig:
     return replace(cfg, balanced=True, stages=stages or cfg.stages, **BALANCED_FIELDS.get(name, {})).validate()
 
 
-MAX_FP8_STAGES = 12      # a bound on the e4m3 ring, far past what the latency needs
-
-
-def _most_stages(cfg: DecodeConfig, ctas: int) -> DecodeConfig | None:
-    """cfg with the most stages (2 .. MAX_FP8_STAGES) whose SMEM fits `ctas` CTAs per SM, or None."""
-    limit = MAX_SMEM_2CTA if ctas == 2 else SMEM_LIMIT
-    best = None
-    for stages in range(2, MAX_FP8_STAGES + 1):
-        c = replace(cfg, stages=stages)
-        if c.smem_bytes() <= limit:
-            best = c
-    return best
-
-
-def fp8_variant(cfg: DecodeConfig, name: str, page_size: int | None, rows: int | None = None) -> DecodeConfig:
+def fp8_variant(cfg: DecodeConfig, name: str, rows: int | None = None) -> DecodeConfig:
     """default_config's conversion-through-SMEM FP8 kernel ``cfg`` (default_config with rows None:
-    the "smem" tiles) for a cache of ``page_size`` (None: contiguous) as variant ``name`` of
-    FP8_VARIANTS ("default": fp8_default_variant's for ``rows`` packed query rows; ConfigError for
-    an unknown name, a non-FP8 cfg, or a variant the SMEM cannot hold, a gather (small-page) cache,
-    or a scale granularity outside FP8_VARIANT_SCALES[name])."""
+    the "smem" tiles) as variant ``name`` of FP8_VARIANTS ("default": fp8_default_variant's for
+    ``rows`` packed query rows; ConfigError for an unknown name, a non-FP8 cfg, a gather (small-page)
+    cache, or a scale granularity outside FP8_VARIANT_SCALES[name])."""
     if name not in FP8_VARIANTS:
         raise ConfigError(f"unknown FP8 decode variant {name!r}; known: {', '.join(FP8_VARIANTS)}")
     if not cfg.fp8:
         raise ConfigError(f"FP8 decode variant {name!r} is for an e4m3 cache; {cfg.name()} is not one")
-    if cfg.swap_ab or cfg.converter or cfg.convert_split or cfg.convert_bits:
+    if cfg.swap_ab:
         raise ConfigError(f"FP8 decode variants apply to the conversion-through-SMEM kernel (default_config with "
                           f"rows=None), not to {cfg.name()}")
     if name in BALANCED_VARIANTS:    # the rule's swap-AB kernel (paged: swapab, contiguous: swapabw), balanced
@@ -594,7 +529,7 @@ def fp8_variant(cfg: DecodeConfig, name: str, page_size: int | None, rows: int |
         if base == "smem":
             raise ConfigError(f"FP8 decode variant {name!r} is built on swap AB (head_dim 128, at most {SWAP_AB_ROWS} "
                               f"packed rows, tensor or kv_head scales, TMA fetches); {cfg.name()} at rows={rows} is not")
-        return _balanced(fp8_variant(cfg, base, page_size, rows), name)
+        return _balanced(fp8_variant(cfg, base, rows), name)
     if name == "default":
         name = fp8_default_variant(cfg, rows)
     if FP8_VARIANTS[name] is None:
@@ -605,15 +540,7 @@ def fp8_variant(cfg: DecodeConfig, name: str, page_size: int | None, rows: int |
     if cfg.kv_scale not in FP8_VARIANT_SCALES.get(name, SCALES):
         raise ConfigError(f"FP8 decode variant {name!r} is built for scales {FP8_VARIANT_SCALES[name]}, not "
                           f"{cfg.kv_scale!r}")
-    if isinstance(FP8_VARIANTS[name], dict):    # DecodeConfig fields over default_config's tiles and stages
-        return replace(cfg, **FP8_VARIANTS[name]).validate()
-    converter_stages, bn, ctas = FP8_VARIANTS[name]
-    bn = bn or cfg.bn
-    box_rows = 1 if cfg.gather else box_rows_for(bn, page_size)
-    out = _most_stages(replace(cfg, converter_stages=converter_stages, bn=bn, box_rows=box_rows), ctas)
-    if out is None or out.ctas_per_sm != ctas:
-        raise ConfigError(f"FP8 decode variant {name!r} of {cfg.name()}: no stage count fits {ctas} CTA(s) per SM")
-    return out.validate()
+    return replace(cfg, **FP8_VARIANTS[name]).validate()     # DecodeConfig fields over default_config's tiles
 
 
 def tile_variant(cfg: DecodeConfig, name: str) -> DecodeConfig:
@@ -636,7 +563,7 @@ def runtime_config(dtype: str, head_dim: int, page_size: int | None, kv_scale: s
     if not cfg.fp8:
         return tile_variant(cfg, os.environ.get(TILE_VARIANT_ENV) or "default")
     name = variant or os.environ.get(FP8_VARIANT_ENV) or "default"
-    return fp8_variant(cfg, name, page_size, rows)
+    return fp8_variant(cfg, name, rows)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Issue 27's decode_dense sweep on an sm_90 GPU: the bf16 decode kernel's BF16_SWEEP variants (TILE_VARIANTS s2,
-s4, bn128s2 and evict_first, FA4MLIR_DECODE_TILE_VARIANT) on one small contiguous D128 case of one split, GQA 4:
+"""Issue 27's decode_dense tiles on an sm_90 GPU: the bf16 decode kernel's BF16_SWEEP variants (TILE_VARIANTS
+bn128s2 and bn64s3, FA4MLIR_DECODE_TILE_VARIANT) on one small contiguous D128 case of one split, GQA 4:
 test_kvcache_gpu's check (FA rule against the float64 reference; lengths 0, 1, partial and whole tiles, NaN past
 the lengths) and the same bits on a second call. Needs a bundle of the `decode-bf16-variants` set
 (`python -m fa4mlir bundle --set decode-bf16-variants`).

@@ -1,5 +1,5 @@
-"""The FP8 decode variants (attention_decode_sm90_config.FP8_VARIANTS: converter warpgroup, 128-key
-tiles, split conversion, bit conversions) on an sm_90 GPU, chosen through FA4MLIR_DECODE_FP8_VARIANT, by the checks
+"""The FP8 decode variants (attention_decode_sm90_config.FP8_VARIANTS: the conversion-through-SMEM kernel
+"smem", swap AB "swapab" / "swapabw") on an sm_90 GPU, chosen through FA4MLIR_DECODE_FP8_VARIANT, by the checks
 of tests/gpu/test_kvcache_gpu.py's test_fp8_cache (FA rule against the float64 reference of the
 same codes and scales, NaN codes in unused pages and past the lengths, lengths 0 .. 330, one split
 (the unsplit variant) and three). Needs a bundle of the `decode-fp8-variants` set
@@ -32,6 +32,6 @@ def test_fp8_variant(torch, monkeypatch, variant, page_size, grain, num_splits):
     _, plan = plan_kvcache(case.q, case.k_cache, case.v_cache, case.cache_seqlens, case.page_table,
                            k_scale=case.k_scale, v_scale=case.v_scale, num_splits=num_splits)
     cfg, _ = configs_for(plan)
-    want = dec.fp8_variant(dec.default_config("bf16", 128, page_size, grain, unsplit=plan.unsplit), variant, page_size)
+    want = dec.fp8_variant(dec.default_config("bf16", 128, page_size, grain, unsplit=plan.unsplit), variant)
     assert cfg == want and plan.bn == cfg.bn     # the variant runs, not the default
     check_fp8_cache(torch, page_size, grain, 1, num_splits)

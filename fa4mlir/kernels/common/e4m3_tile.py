@@ -23,23 +23,6 @@ x0: multiplication by a generator of GF(4), so sigma(x) ^ x is a bijection too):
     h ^ a % 2) in bits (2-1, 0): a bijection because sigma(x) ^ x is.
 (8 consecutive pieces of one row per quarter, the plain map, puts two stores on each position at
 head_dim >= 128: a 2-way conflict.)
-
-Note "Bit conversion" (`emit_convert(bits=...)`, per tile; DecodeConfig.convert_bits): instead of one
-cvt.rn.f16x2.e4m3x2 (SASS F2FP, on the conversion pipe) per two bytes, integer ops on the ALU
-(as Marlin-style dequantisers do): for a word of four e4m3 bytes b0..b3, a byte permute with sign
-replication puts each byte of a pair in the low byte of a 16-bit lane and its sign bit over the high
-byte (lane = b | (b < 0 ? 0xFF00 : 0): PRMT selector 0x9180 for b0, b1 and 0xB3A2 for b2, b3), and
-(lane << 7) & 0xBF80BF80 keeps, per lane, the sign at bit 15 (the high byte's bit 0) and b's 7
-exponent and mantissa bits at bits 13..7: the f16 whose 5-bit exponent field holds e4m3's 4 bits
-and whose mantissa starts with its 3. That f16 is exactly the e4m3 value times 2^-8, normal or
-subnormal alike (f16 bias 15 = e4m3 bias 7 + 8; an e4m3 subnormal m/8 2^-6 lands on the f16
-subnormal m/8 2^-14), so nothing rounds; the kernel folds 2^8 into the scales it applies to S and O
-anyway (attention_decode_sm90, note "FP8"). Three integer ops per two values (PRMT, shift, LOP3).
-NaN: e4m3fn's NaN codes S.1111.111 (0x7F, 0xFF) become the finite +-1.875, i.e. +-480 after 2^8
-(cvt gives NaN): rows past L_b never reach the output either way (K masked to -inf, V rows written as
-zeros), but a NaN code inside a sequence's valid range reads as +-480 times its scale, not NaN
-(testing_kvcache.e4m3_decode(nan=...) dequantises the same way). tests/test_decode_fp8_bits.py checks
-all 256 codes.
 """
 from __future__ import annotations
 
@@ -56,13 +39,6 @@ UNITS = SWIZZLE // 16   # 16-byte units per swizzled row
 # schedule: 2 is the most that fits the decode kernel's 168 registers with block scales (3 or 4
 # ahead spill 8 bytes at contiguous block scales, every load first 20). Not timed against 1.
 LOADS_AHEAD = 2
-# note "Bit conversion": the PRMT selectors of bytes (0, 1) and (2, 3) of a word (nibble k: result
-# byte k; 8 + i replicates byte i's sign bit), the mask of each lane's sign and 7 e4m3 bits after
-# the shift by 7, and the power of two the converted values are off by
-BITS_SELECTORS = (0x9180, 0xB3A2)
-BITS_SHIFT = 7
-BITS_MASK = 0xBF80BF80
-BITS_SCALE = 256.0    # e4m3 value = f16 value x 2^8
 
 
 def pieces_per_row(head_dim: int) -> int:
@@ -121,18 +97,7 @@ def _scaled(word: Value, scale: Value, dtype: str) -> Value:
     return vec(lo * scale, hi * scale).to((dtype, 2)).bitcast("i32")
 
 
-def e4m3x4_bits(word: Value) -> list:
-    """Note "Bit conversion": four e4m3 bytes (an i32, byte 0 lowest) as two f16x2 words (bytes
-    0, 1 then 2, 3; the lower byte in the low half), each value the e4m3 value times 2^-8."""
-    out = []
-    for selector in BITS_SELECTORS:
-        lanes = Value(fa4.prmt(word, word, selector=selector))
-        out.append((lanes << BITS_SHIFT) & (BITS_MASK - (1 << 32)))
-    return out
-
-
-def emit_convert(kb, t: Value, tiles, bn: int, head_dim: int, dtype: str = "f16", ahead: int = LOADS_AHEAD,
-                 bits=False) -> None:
+def emit_convert(kb, t: Value, tiles, bn: int, head_dim: int, dtype: str = "f16", ahead: int = LOADS_AHEAD) -> None:
     """Convert e4m3 tiles to f16, thread t's slots of every tile: `tiles` is [(src, dst, valid)] or
     [(src, dst, valid, row_scale)], src the e4m3 tile, dst its 16-bit copy, valid None or a Value:
     rows at or past it are written as zeros; row_scale a function of the tile row giving the f32
@@ -145,39 +110,28 @@ def emit_convert(kb, t: Value, tiles, bn: int, head_dim: int, dtype: str = "f16"
     Note "Scaled conversion" (the sm_100a decode's FP8 cache): value = float32(e4m3) x scale in
     float32, then rounded to nearest even in bf16 or f16: what a reference computes as
     (decode(k).float() * scale).to(dtype). The tile then holds the dequantised cache in Q's dtype,
-    so tcgen05.mma kind::f16 takes Q (bf16 or f16) unconverted.
-
-    bits: the integer conversion of note "Bit conversion" (f16 values 2^-8 times the e4m3 values),
-    unscaled only: True for every tile, or a bool per tile."""
+    so tcgen05.mma kind::f16 takes Q (bf16 or f16) unconverted."""
     if dtype != "f16" and any(len(tile) < 4 or tile[3] is None for tile in tiles):
         raise ValueError(f"an unscaled e4m3 conversion is exact to f16 only; {dtype} needs a row_scale per tile")
-    bits = tuple(bits) if isinstance(bits, (tuple, list)) else (bool(bits),) * len(tiles)
-    if len(bits) != len(tiles):
-        raise ValueError(f"bits: one flag per tile, got {len(bits)} for {len(tiles)} tiles")
-    if any(bits) and (dtype != "f16" or any(len(tile) > 3 and tile[3] is not None for tile in tiles)):
-        raise ValueError("the bit conversion (note \"Bit conversion\") gives f16 times 2^-8: unscaled f16 tiles only")
     slots = [slot(t, i, head_dim) for i in range(slots_per_thread(bn, head_dim))]
-    items = [(row, piece, tile, b) for row, piece in slots for tile, b in zip(tiles, bits)]
+    items = [(row, piece, tile) for row, piece in slots for tile in tiles]
     loads = []
 
     def issue():
         if len(loads) < len(items):
-            row, piece, (src, *_), _ = items[len(loads)]
+            row, piece, (src, *_) = items[len(loads)]
             loads.append(kb.load(kb.gep(src, e4m3_offset(row, piece, head_dim), "i8"), ("i32", 4), align=16))
 
     zero = const(0, ("i32", 4))
     for _ in range(ahead):
         issue()
-    for n, (row, piece, tile, tile_bits) in enumerate(items):
+    for n, (row, piece, tile) in enumerate(items):
         _, dst, valid = tile[:3]
         row_scale = tile[3] if len(tile) > 3 else None
         issue()
         raw = loads[n]
         halves = []
         for w in range(4):
-            if tile_bits:
-                halves += e4m3x4_bits(raw[w])
-                continue
             halves.append(Value(fa4.cvt_e4m3x2(raw[w].to("i16"))))
             halves.append(Value(fa4.cvt_e4m3x2((raw[w] >> 16).to("i16"))))
         if row_scale is not None:
