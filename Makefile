@@ -35,7 +35,7 @@ lit: $(STAMP)
 
 gpu-bundle: $(STAMP)      ## here: compile what the GPU tests and the benchmark need into $(BUNDLE)/
 	$(PY) -m fa4mlir bundle --out $(BUNDLE) --set gpu-tests --set bench --set decode-fp8-variants --set decode-bf16-variants \
-		--set prefill-softcap-variants --set prefill-poly0 --set mla-decode-variants --jobs $(PYTEST_WORKERS)
+		--set prefill-softcap-variants --set prefill-poly0 --jobs $(PYTEST_WORKERS)
 	PYTHONPATH=$(CURDIR) $(PY) -m tests.interpret_sm90 --out $(BUNDLE)/interpret   # the interpreter's outputs the H200 is compared with
 
 # On the GPU machine (no MLIR, no venv: its python3 has torch, pytest, cuda-bindings):

@@ -23,8 +23,8 @@ The matrix (CASES): one case per family of the sm_90a kernels of the gpu-tests a
 `family`: the kernel, and for the attention kernel what changes its barriers and shared-memory protocol:
 persistent, one tile per CTA or varlen (its own order and stores: sanitize_varlen), causal, consumer
 warpgroups, GEMM turns; for the decode kernels sanitize_decode's: fetch, split or unsplit, FP8; the
-combine; the append, paged or not; for the MLA decode kernel sanitize_mla's: split or unsplit, the
-exchange of P or not), plus cases until every head dim, dtype, softmax knob, mask (window, chunk), score
+combine; the append, paged or not; for the MLA decode kernel sanitize_mla's: split or unsplit, FP8,
+swap AB, seesaw), plus cases until every head dim, dtype, softmax knob, mask (window, chunk), score
 modifier (softcap, sinks), compiled-in score_mod / mask_mod and aux tensor (and the varlen kernels' own,
 `varlen-` features), decode dtype, head dim and FP8 scale granularity, combine head dim (512: MLA's) and
 MLA dtype and TMA box, sparse MLA topk_length and sinks is covered (tests/test_sanitize_script.py checks both against kernel_sets). The

@@ -176,11 +176,10 @@ def _varlen(name: str, cases, quick: bool = False) -> Case:
     return Case(name, acfg.KERNEL, match, quick=quick, child="varlen")
 
 
-def _mla(name: str, dtype: str, page: int, exchange: bool = True, quick: bool = False, fp8: bool = False,
-         seesaw: bool = False) -> Case:
-    """The MLA decode kernel for pages of `page` rows (fp8: FlashMLA's FP8 latent cache; seesaw: the opt-in
-    seesaw schedule, kernel_sets.mla_decode_variants), split and unsplit (kernel_sets.mla)."""
-    match = tuple(mcfg.default_config(dtype, page, unsplit=u, exchange=exchange, fp8=fp8, seesaw=seesaw).key()
+def _mla(name: str, dtype: str, page: int, quick: bool = False, fp8: bool = False, seesaw: bool = False) -> Case:
+    """The MLA decode kernel for pages of `page` rows (fp8: FlashMLA's FP8 latent cache; seesaw: the seesaw
+    schedule, DEFAULT_RULE's for more than 32 rows over bf16), split and unsplit (kernel_sets.mla)."""
+    match = tuple(mcfg.default_config(dtype, page, unsplit=u, fp8=fp8, seesaw=seesaw).key()
                   for u in (False, True))
     return Case(name, mcfg.KERNEL, match, quick=quick, page_size=page, child="mla")
 
@@ -274,10 +273,9 @@ CASES = (
     # the persistent kernel over the compact tiles (FA4MLIR_VARLEN_GRID=persistent): a tile loop per CTA, its own family
     _varlen("varlen-persistent", range(_PERSISTENT, _PERSISTENT + len(kernel_sets.VARLEN_PERSISTENT_CASES)),
             quick=True),
-    # flash_mla_with_kvcache's kernels (mla): split and unsplit, with and without the exchange of P;
-    # f16; 16-row pages; the head-dim-512 combine of split calls
+    # flash_mla_with_kvcache's kernels (mla): split and unsplit; f16; 16-row pages; the head-dim-512 combine
+    # of split calls
     _mla("mla-bf16-p64", "bf16", 64, quick=True),
-    _mla("mla-full-s-bf16-p64", "bf16", 64, exchange=False, quick=True),
     _mla("mla-seesaw-bf16-p64", "bf16", 64, quick=True, seesaw=True),
     _mla("mla-seesaw-bf16-p16", "bf16", 16, seesaw=True),     # DEFAULT_RULE's for more than 32 rows over bf16
     _mla("mla-f16-p64", "f16", 64),

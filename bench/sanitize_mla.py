@@ -2,8 +2,7 @@
 the mla set) and its head-dim-512 combine, through get_mla_metadata and flash_mla_with_kvcache.
 
 Family of the MLA kernel: split (float32 partials for the combine) or unsplit (out and lse
-itself), and the exchange variant (its warpgroups split S's keys and trade P and the row maxima
-through shared memory) or the one whose warpgroups each compute all of S; its features: the dtype
+itself), and the FP8 cache, swap AB (its ring of chunk stages) or the seesaw; its features: the dtype
 and the TMA box rows (64: one box per page of 64, 16: pages of 16); the FP8-latent-cache kernels
 (is_fp8_kvcache) a family of their own (`/fp8`) and the feature mla-fp8: their cache is the same
 bf16 latent quantized to FlashMLA's 656-byte rows (testing_mla.quantize_fp8_cache; NaN rows give
@@ -22,15 +21,12 @@ most splits of a short sequence empty: the combine must weigh them 0); the unspl
 split. out, lse and the split partials are allocated inside flash_mla_with_kvcache: the child
 makes torch.empty return NaN-filled tensors for the call (`nan_empty`), so anything not written
 shows. Each result: testing_mla.check_mla (the FA rule per sequence against float64, rows
-without keys 0 and +inf, no NaN). The exchange=False variant is what flash_mla_with_kvcache runs
-once mla.configs_for is swapped for the call (as tests/gpu/test_mla_decode_gpu.py does). Before
-each call the child checks that the call runs the case's kernel (mla.configs_for of its problem).
+without keys 0 and +inf, no NaN). Before each call the child checks that the call runs the case's kernel (mla.configs_for of its problem).
 """
 from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import replace
 
 from bench.sanitize_decode import decode_inputs, lengths_for
 from fa4mlir.kernels import attention_decode_sm90_config as dec
@@ -43,8 +39,7 @@ SPLITS = 3
 
 
 def mla_family(config: dict) -> str:
-    return "/".join((mc.KERNEL, "unsplit" if config["unsplit"] else "split",
-                     "exchange" if config["exchange"] else "full-s", *(["fp8"] if config.get("fp8") else []),
+    return "/".join((mc.KERNEL, "unsplit" if config["unsplit"] else "split", *(["fp8"] if config.get("fp8") else []),
                      *(["swapab"] if config.get("swap_ab") else []), *(["ring"] if config.get("swap_ab_ring") else []),
                      *(["seesaw"] if config.get("seesaw") else [])))
 
@@ -70,23 +65,21 @@ def mla_features(config: dict) -> set[str]:
 
 
 def _calls(case):
-    """(config dict of the case's kernel, its exchange field, num_splits (None: get_mla_metadata's),
-    seqlen_q, heads) per call."""
+    """(config dict of the case's kernel, num_splits (None: get_mla_metadata's), seqlen_q, heads) per call."""
     for match in case.match:
-        exchange = match.get("exchange", True)
         for j, (sq, h) in enumerate(shapes_for(match)):
             splits = 1 if match.get("unsplit") else None if j == 0 else SPLITS
-            yield match, exchange, splits, sq, h
+            yield match, splits, sq, h
 
 
 def describe(case) -> list[str]:
     return [f"{m['dtype']} seqlen_q {sq}, heads {h}, lengths {lengths_for(case.page_size)}, page size "
-            f"{case.page_size}, num_splits {splits or 'get_mla_metadata'}{_variant_text(m, x)}"
-            for m, x, splits, sq, h in _calls(case)]
+            f"{case.page_size}, num_splits {splits or 'get_mla_metadata'}{_variant_text(m)}"
+            for m, splits, sq, h in _calls(case)]
 
 
-def _variant_text(match: dict, exchange: bool) -> str:
-    return ("" if exchange else ", exchange=False") + (f", {decode_variant(match)}" if decode_variant(match) != mc.M64_VARIANT else "")
+def _variant_text(match: dict) -> str:
+    return f", {decode_variant(match)}" if decode_variant(match) != mc.M64_VARIANT else ""
 
 
 @contextlib.contextmanager
@@ -105,19 +98,16 @@ def nan_empty(torch):
 
 
 @contextlib.contextmanager
-def variant(mla, exchange: bool, decode: str = mc.RULE_VARIANT):
-    """flash_mla_with_kvcache runs the `decode` variant (FA4MLIR_MLA_DECODE_VARIANT), and the
-    exchange=False kernel, inside the block (mla.configs_for swapped, and the call cache: a fresh
-    mla.CallCache for the block, the module's own one and the environment back after)."""
-    chosen, calls, before = mla.configs_for, mla._CALLS, os.environ.get(mla.VARIANT_ENV)
+def variant(mla, decode: str = mc.RULE_VARIANT):
+    """flash_mla_with_kvcache runs the `decode` variant (FA4MLIR_MLA_DECODE_VARIANT) inside the block (the
+    call cache: a fresh mla.CallCache for the block, the module's own one and the environment back after)."""
+    calls, before = mla._CALLS, os.environ.get(mla.VARIANT_ENV)
     mla._CALLS = mla.CallCache()
     os.environ[mla.VARIANT_ENV] = decode
-    if not exchange:
-        mla.configs_for = lambda p: (replace(chosen(p)[0], exchange=False), chosen(p)[1])
     try:
         yield
     finally:
-        mla.configs_for, mla._CALLS = chosen, calls
+        mla._CALLS = calls
         if before is None:
             os.environ.pop(mla.VARIANT_ENV, None)
         else:
@@ -134,7 +124,7 @@ def child_mla(case, bundle, seed: int):
     from fa4mlir.testing_mla import check_mla, dequantize_fp8_cache, quantize_fp8_cache
 
     device, page = san.DEVICE, case.page_size
-    for i, (match, exchange, splits, sq, heads) in enumerate(_calls(case)):
+    for i, (match, splits, sq, heads) in enumerate(_calls(case)):
         s = seed + i
         lengths = lengths_for(page)
         t = decode_inputs(torch, device, lengths, sq, heads, 1, mc.D_QK, match["dtype"], page, s)
@@ -151,7 +141,7 @@ def child_mla(case, bundle, seed: int):
         n = meta.shape[0]
         problem = mla.MLAProblem(len(lengths), sq, heads, kv.shape[0], page, table.shape[1], match["dtype"], n,
                                  mc.D_QK ** -0.5, True, fp8, decode_variant(match))
-        with variant(mla, exchange, decode_variant(match)):
+        with variant(mla, decode_variant(match)):
             cfg, combine = mla.configs_for(problem)
             got = (cfg if case.kernel == mc.KERNEL else combine)
             if got is None or got.key() != match:
@@ -171,7 +161,7 @@ def child_mla(case, bundle, seed: int):
         except AssertionError as exc:
             r.update(ok=False, error=str(exc)[:300])
         yield {"kernel": name, "shape": [len(lengths), sq, heads], "lengths": lengths, "page_size": page,
-               "num_splits": n, "exchange": exchange, "variant": decode_variant(match),
+               "num_splits": n, "variant": decode_variant(match),
                "fp8": fp8, "via": "flash_mla_with_kvcache", "seed": s, **r}
 
 

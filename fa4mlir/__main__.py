@@ -160,11 +160,9 @@ def main(argv=None) -> int:
     be.add_argument("--mla-decode-variant", default="", help="mla only: the mla_decode rows also time fa4mlir with "
                                                               "each of these decode variants (attention.mla.VARIANTS: "
                                                               "default (DEFAULT_RULE's), m64, swapab, seesaw, "
-                                                              "seesaw_ss, seesaw_fm, swapab_chunks, swapab_ring, ...; "
-                                                              "FA4MLIR_MLA_DECODE_VARIANT per call; swapab and its "
-                                                              "speed variants on the rows of seqlen_q x heads <= 32 "
-                                                              "only; a bundle of the mla and mla-decode-variants "
-                                                              "sets holds them)")
+                                                              "swapab_ring; FA4MLIR_MLA_DECODE_VARIANT per call; "
+                                                              "swapab and swapab_ring on the rows of seqlen_q x heads "
+                                                              "<= 32 only; a bundle of the mla set holds them)")
     be.add_argument("--prefill-tiles", default="", help="prefill, mla (mla_prefill): also time flash_attn_func's rows with each of "
                                                          "these ';'-separated FA4MLIR_PREFILL_TILES specs (e.g. "
                                                          "'persistent=False;bn=144'; the bundle must hold them)")

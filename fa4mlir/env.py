@@ -57,13 +57,10 @@ KNOBS: dict[str, Knob] = {
              "swap-AB kernel for seqlen_q x heads <= 32 over a 16-bit cache, the seesaw schedule for more rows over "
              "a bf16 cache, else the M64 kernel); 'm64' (the kernel of 64-row M tiles, for any call); 'swapab' "
              "(attention_mla_decode_sm90_swapab.py: seqlen_q x heads <= 32 over a 16-bit cache only, else "
-             "UnsupportedFeatureError) and its speed variants; 'seesaw' (bf16), 'seesaw_ss' (bf16: the seesaw with the "
-             "other warpgroup's P read from SMEM by the P V wgmma), 'seesaw_fm' (bf16: seesaw_ss in FlashMLA's "
-             "order, tile halves released early), 'swapab_chunks' (swap AB with a one-stage ring per 64-column "
-             "chunk of each warpgroup's tile; where swapab runs), 'swapab_ring' (swap AB over a ring of 11 / 12 "
-             "one-chunk stages a warpgroup; where swapab runs) and 'full_s' (16-bit); bench mla "
-             "--mla-decode-variant; a bundle must hold it: the mla set, the speed variants the "
-             "mla-decode-variants set (also seesaw_ss's, seesaw_fm's, swapab_chunks' and swapab_ring's); read per call into the call cache's key"),
+             "UnsupportedFeatureError); 'seesaw' (bf16); 'swapab_ring' (swap AB over a ring of 11 / 12 "
+             "one-chunk stages a warpgroup; where swapab runs over pages of whole 64-row boxes); bench mla "
+             "--mla-decode-variant; a bundle must hold it: the mla set holds them all; read per call into the "
+             "call cache's key"),
         Knob("FA4MLIR_VARLEN_GRID", None, "str", "flash_attn_varlen_func's grid (packed k and v): unset or "
              "'sections', the default (ceil(max_seqlen_q / bm) tiles per sequence, the empty ones exit), or "
              "'compact' (one block per working tile, AttnConfig.varlen_compact: an A/B variant; a bundle must "

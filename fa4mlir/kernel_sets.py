@@ -92,11 +92,6 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 decode_dense's decode kernel (bf16 D128 contiguous, unsplit) and every bf16 TILE_VARIANTS entry
                 of it (bn128s2, UNSPLIT_RULE's tiles; bn64s3, the tiles before it): what `bench decode
                 --workloads decode_dense --decode-variant` times
-    mla-decode-variants
-                the mla set (every kernel DEFAULT_RULE or FA4MLIR_MLA_DECODE_VARIANT picks: M64, swap AB, the
-                seesaw schedule, full_s) plus the opt-in seesaw_ss and seesaw_fm kernels (bf16, pages of 64; the
-                mla set does not hold them), for the commands that time and test the variants (`bench mla
-                --mla-decode-variant`, tests/gpu/test_mla_decode_{swapab,seesaw}_gpu.py)
     prefill     what `bench prefill`'s fa4mlir rows run today (fa4mlir/bench/prefill_bench.py): the sm_90a
                 attention kernel, bf16 D128 causal (the dense rows; prefill_chunked on the contiguous
                 cache) and its sliding window PREFILL_WINDOW = (4096, 0) (the sliding_window row: a
@@ -149,8 +144,7 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
     mla         the sm_90a absorbed MLA decode kernels (flash_mla_with_kvcache, attention/mla.py): bf16 and
                 f16 caches in pages of 64 and a bf16 one in pages of 16, each split and unsplit, as the M64
                 kernel and as DEFAULT_RULE's swap-AB kernel at N 8, 16, 24 and 32 (seqlen_q x heads <= 32,
-                e.g. 16 heads at seqlen_q 1 and 2; attention_mla_decode_sm90_config.DEFAULT_RULE), the
-                bf16 page-64 pair without the S exchange (`exchange=False`, to time against), and the
+                e.g. 16 heads at seqlen_q 1 and 2; attention_mla_decode_sm90_config.DEFAULT_RULE), and the
                 head-dim-512 combine (what tests/gpu/test_mla_decode_gpu.py and `bench mla`'s decode rows run),
                 the FP8-latent-cache variants (is_fp8_kvcache, bf16, pages 64 and 16, split and unsplit),
                 mla_prefill's kernel, bf16 qk 192 / v 128 causal (`bench mla`'s prefill row), and the sparse
@@ -182,7 +176,7 @@ from __future__ import annotations
 import importlib
 
 from .kernel_sets_decode import DECODE_FP8_VARIANT_CASES, decode_bf16_variants, decode_variant_entries  # noqa: F401
-from .kernel_sets_mla import (MLA_CASES, mla, mla_decode_sm100, mla_decode_variant_entries, mla_decode_variants, mla_sparse_sm100,  # noqa: F401
+from .kernel_sets_mla import (MLA_CASES, mla, mla_decode_sm100, mla_sparse_sm100,  # noqa: F401
                               mla_sparse_sm100_pair, mla_sparse_variant_entries, mla_sparse_variants)  # (sets named in SETS)
 
 
@@ -742,7 +736,7 @@ def score_mods() -> list:
 def gpu_tests() -> list:
     out = [_gemm90(dtype="bf16"), _gemm90(dtype="f16"), _gemm100()] + attention() + attention_fa4_pieces()
     out += tile_variants() + attention_masks() + attention_softcap_sinks() + attention_varlen() + head_dims() + mla()
-    out += mla_sparse_variant_entries() + mla_decode_variant_entries()
+    out += mla_sparse_variant_entries()
     out += score_mods()
     try:
         deadlock = importlib.import_module("fa4mlir.kernels.deadlock_sm90")
@@ -770,7 +764,6 @@ SETS = {"attention-sm100": attention_sm100, "attention-sm100-serving": attention
         "attention-fa4-pieces": attention_fa4_pieces, "attention-tiles": attention_tiles,
         "attention-masks": attention_masks, "attention-softcap-sinks": attention_softcap_sinks, "decode": decode,
         "decode-fp8-variants": decode_fp8_variants, "decode-bf16-variants": decode_bf16_variants,
-        "mla-decode-variants": mla_decode_variants,
         "mla-sparse-variants": mla_sparse_variants,
         "prefill": prefill, "mla": mla, "attention-varlen": attention_varlen, "head-dims": head_dims,
         "score-mods": score_mods, "prefill-softcap-variants": prefill_softcap_variants,

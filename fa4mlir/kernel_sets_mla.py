@@ -41,8 +41,6 @@ def mla() -> list:
     # DEFAULT_RULE's seesaw kernels (more than 32 packed rows over a bf16 cache) for each bf16 cache type
     out += [(KERNEL, default_config(dtype, page, unsplit=u, seesaw=True)) for dtype, page in MLA_CASES
             if dtype == "bf16" for u in (False, True)]
-    # the variant whose warpgroups both compute all of S (note "Design"), for bench mla to time against
-    out += [(KERNEL, default_config("bf16", 64, unsplit=u, exchange=False)) for u in (False, True)]
     # FlashMLA's FP8 latent cache (is_fp8_kvcache=True; bf16 q): page sizes 64 and 16
     out += [(KERNEL, default_config("bf16", page, unsplit=u, fp8=True)) for page in (64, 16) for u in (False, True)]
     out += [(COMBINE_KERNEL, CombineConfig(dtype, D_V)) for dtype in sorted({d for d, _ in MLA_CASES})]
@@ -88,30 +86,6 @@ def mla() -> list:
             if fp8_decode_variant(c, name) != fp8_decode_variant(c)
             and (name not in FP8_DECODE_PAIR_VARIANTS or (c.topk_length, c.split) in FP8_PAIR_CALLS)]
     return out + _mla_prefill()
-
-
-def mla_decode_variants() -> list:
-    """The mla set (every DECODE_VARIANTS kernel the rule picks, and M64, swap AB, seesaw, full_s) plus the
-    opt-in variants outside it (`mla_decode_variant_entries`): what `bench mla --workloads mla_decode
-    --mla-decode-variant m64,swapab,full_s,seesaw,seesaw_ss,swapab_chunks,swapab_ring` and
-    tests/gpu/test_mla_decode_{seesaw,swapab,swapab_chunks}_gpu.py
-    run."""
-    return mla() + mla_decode_variant_entries()
-
-
-def mla_decode_variant_entries() -> list:
-    """The dense MLA decode's opt-in variants the mla set does not hold, over FlashMLA's bf16 page-64 cache, split
-    and unsplit: seesaw_ss (MLADecodeConfig.seesaw_smem_p, attention_mla_decode_seesaw_sm90 note "SMEM P"),
-    seesaw_fm (MLADecodeConfig.seesaw_fm, attention_mla_decode_seesaw_fm_sm90), swapab_chunks at N 16 and 32
-    (16 heads, seqlen_q 1 and 2: MLADecodeConfig.swap_ab_chunks, attention_mla_decode_sm90_swapab_chunks;
-    tests/gpu/test_mla_decode_swapab_chunks_gpu.py). swapab_ring, the bf16 rule's, is in the mla set."""
-    from dataclasses import replace
-    from .kernels.attention_mla_decode_sm90_config import (KERNEL, SEESAW_FM_VARIANT, SEESAW_SS_VARIANT, VARIANTS,
-                                                          default_config)
-    return [(KERNEL, replace(default_config("bf16", 64, unsplit=u), **VARIANTS[v]))
-            for v in (SEESAW_SS_VARIANT, SEESAW_FM_VARIANT) for u in (False, True)] + \
-        [(KERNEL, replace(default_config("bf16", 64, unsplit=u), swap_ab=n, swap_ab_chunks=True))
-         for n in (16, 32) for u in (False, True)]
 
 
 # (dtype, head_dim, causal, window_size, softcap, sinks) of the attention-varlen set: what

@@ -144,13 +144,12 @@ def _problem(torch, lens, seqlen_q, heads, page, seed=0, dtype="bf16"):
     return q.to(tdtype), kv.to(tdtype), table, lens_a
 
 
-@pytest.mark.parametrize("lens,seqlen_q,heads,page,splits,causal,exchange", [
-    ((65, 0, 1), 2, 16, 64, 2, True, False),       # split kernel + combine; lengths page + 1, 0, 1
-    ((70, 3), 2, 48, 16, 1, True, False),          # unsplit; two M tiles (96 rows); 16-row boxes
-    ((64, 9), 1, 16, 64, 1, False, False),         # unsplit, seqlen_q 1
-    ((65, 0, 1), 2, 16, 64, 2, True, True),        # the exchange variant (note "Exchange")
-    ((130, 3), 2, 48, 64, 1, True, True),
-    ((9, 70), 1, 16, 64, 1, True, "f16"),          # f16 (exchange)
+@pytest.mark.parametrize("lens,seqlen_q,heads,page,splits,causal,kind", [
+    # the M64 kernel (note "Exchange")
+    ((65, 0, 1), 2, 16, 64, 2, True, "m64"),       # split kernel + combine; lengths page + 1, 0, 1
+    ((70, 3), 2, 48, 16, 1, True, "m64"),          # unsplit; two M tiles (96 rows); 16-row boxes
+    ((130, 3), 2, 48, 64, 1, True, "m64"),
+    ((9, 70), 1, 16, 64, 1, True, "f16"),          # f16, seqlen_q 1
     # the seesaw variant (attention_mla_decode_seesaw_sm90): odd and even tile counts (3, 1, 1, 0 tiles),
     # lengths 150, 63, 64, 0, the pair's tile b holding L_b (129: 3 tiles), split and unsplit, causal
     ((150, 63, 64, 0), 2, 16, 64, 1, True, "seesaw"),
@@ -158,26 +157,18 @@ def _problem(torch, lens, seqlen_q, heads, page, seed=0, dtype="bf16"):
     ((256, 65), 1, 64, 64, 1, False, "seesaw"),
     ((250, 3), 2, 48, 64, 1, True, "seesaw"),
     ((70, 1, 129), 2, 16, 16, 1, True, "seesaw"),   # 16-row boxes; length 1: token 0 sees no key
-    # seesaw_ss (note "SMEM P"): the same algebra, the reader's P V an SS wgmma over the swizzled P
-    # (opt-in, timed and not kept: one case, a split over odd / even tile counts and an empty sequence)
-    ((150, 129, 0), 2, 16, 64, 2, True, "seesaw_ss"),
-    # seesaw_fm (attention_mla_decode_seesaw_fm_sm90): FlashMLA's order, tile halves released early
-    # (opt-in, timed and not kept: one case, unsplit over 3, 1, 1 and 0 tiles)
-    ((150, 63, 64, 0), 2, 16, 64, 1, True, "seesaw_fm"),
 ])
-def test_mla_decode_through_the_interpreter(lens, seqlen_q, heads, page, splits, causal, exchange):
+def test_mla_decode_through_the_interpreter(lens, seqlen_q, heads, page, splits, causal, kind):
     torch = pytest.importorskip("torch")
     from fa4mlir.testing_mla import check_mla
-    dtype = "f16" if exchange == "f16" else "bf16"
+    dtype = "f16" if kind == "f16" else "bf16"
     q, kv, table, lens_a = _problem(torch, lens, seqlen_q, heads, page, dtype=dtype)
     batch = len(lens)
     problem = mla.check_mla_inputs(_info(q.shape, dtype), _info(kv.shape, dtype), _info(table.shape, "i32"), _info(lens_a.shape, "i32"),
                                    512, _info((splits, 8), "i32"), _info((batch + 1,), "i32"), causal=causal)
     cfg, combine = mla.configs_for(problem)
     assert cfg.unsplit == (splits == 1) and (combine is None) == cfg.unsplit
-    cfg = replace(cfg, swap_ab=0, swap_ab_ring=False, seesaw=exchange in ("seesaw", "seesaw_ss", "seesaw_fm"),
-                  seesaw_smem_p=exchange in ("seesaw_ss", "seesaw_fm"), seesaw_fm=exchange == "seesaw_fm",
-                  exchange=bool(exchange))   # not DEFAULT_RULE's pick
+    cfg = replace(cfg, swap_ab=0, swap_ab_ring=False, seesaw=kind == "seesaw")   # not DEFAULT_RULE's pick
     assert cfg.dtype == dtype                  # the M64 / seesaw kernels (swap AB: tests/test_mla_decode_swapab.py)
     out_t, lse_t = interpret_decode(torch, problem, cfg, combine, q, bits(torch, kv), table, lens_a, page)
     errs = check_mla(q, kv, table, lens_a, out_t, lse_t, causal=causal)

@@ -40,7 +40,7 @@ def test_fp8_config_rules():
     assert "fp8" not in mc.default_config("bf16", 64).key()      # the 16-bit kernels' keys as before
     # two stages do not fit next to Q, the bf16 tile and the exchange
     assert cfg.smem_bytes() + cfg.stage_bytes() > mc.SMEM_LIMIT
-    for bad in (dict(dtype="f16"), dict(exchange=False)):
+    for bad in (dict(dtype="f16"), dict(swap_ab=16)):
         with pytest.raises(ConfigError):
             replace(cfg, **bad).validate()
     assert mla_fp8.ROW_BYTES == mc.FP8_ROW_BYTES == 656 and mla_fp8.ROW_WORDS * 4 == 656

@@ -1,8 +1,8 @@
-"""Deviceless: the MLA decode's opt-in seesaw schedule (MLADecodeConfig.seesaw,
-attention_mla_decode_seesaw_sm90). Its numerics are interpreted by the FA rule in
+"""Deviceless: the MLA decode's seesaw schedule (MLADecodeConfig.seesaw, attention_mla_decode_seesaw_sm90;
+DEFAULT_RULE's for more than 32 packed rows over bf16). Its numerics are interpreted by the FA rule in
 tests/test_mla_decode.py (test_mla_decode_through_the_interpreter, the "seesaw" cases); here:
 
-* the variant's kernels (kernel_sets' mla-decode-variants) compile with no spills, wgmma not
+* the variant's kernels (kernel_sets' mla set) compile with no spills, wgmma not
   serialised, the pipeline verifier's protocol (lowering runs fa4-verify-pipelines), the SMEM plan
   its config states; in SASS, S is m64n64k16 wgmmas (36 per tile: no m64n32 of the exchange), P V
   m64n256k16, and the warpgroups meet through the one-way named barriers at the sites the schedule
@@ -10,7 +10,7 @@ tests/test_mla_decode.py (test_mla_decode_through_the_interpreter, the "seesaw" 
 * selection: FA4MLIR_MLA_DECODE_VARIANT=seesaw makes flash_mla_with_kvcache's config the seesaw one,
   an unknown name is a ConfigError, the FP8 cache ignores the knob; the default kernel's key and
   name do not mention the field;
-* the config refuses what the variant is not built for (f16, the FP8 cache, exchange=False).
+* the config refuses what the variant is not built for (f16, the FP8 cache, swap AB's tiles).
 """
 from __future__ import annotations
 
@@ -34,8 +34,6 @@ ENTRIES = [e for e in kernel_sets.mla() if e[0] == mc.KERNEL and e[1].seesaw]   
 def test_the_set_holds_the_seesaw_kernels():
     assert [c for _, c in ENTRIES] == [mc.default_config("bf16", page, unsplit=u, seesaw=True) for page in (64, 16)
                                        for u in (False, True)]
-    held = {c for _, c, *_ in kernel_sets.configs(["mla-decode-variants"])}
-    assert {c for _, c in ENTRIES} <= held and mc.default_config("bf16", 64, unsplit=True) in held
     assert set(ENTRIES) <= set(kernel_sets.gpu_tests())
 
 
@@ -68,7 +66,7 @@ def test_the_default_key_and_name_hold_no_seesaw():
     assert cfg.smem_bytes() == 64 * 576 * 2 * 3 + 9 * 2 * 16 + 16 + mc.SEESAW_X_BYTES     # nine chunk rings
 
 
-@pytest.mark.parametrize("change", [dict(dtype="f16"), dict(fp8=True), dict(exchange=False)])
+@pytest.mark.parametrize("change", [dict(dtype="f16"), dict(fp8=True), dict(swap_ab=16)])
 def test_the_config_refuses_what_it_is_not_built_for(change):
     with pytest.raises(ConfigError):
         replace(mc.default_config("bf16", 64, seesaw=True), **change).validate()
@@ -94,67 +92,5 @@ def test_the_knob_picks_the_variant(monkeypatch):
     with pytest.raises(UnsupportedFeatureError, match="not a decode variant"):
         _problem()
     monkeypatch.setenv(mc.VARIANT_ENV, "seesaw")
-    with pytest.raises(UnsupportedFeatureError, match="seesaw, seesaw_ss, seesaw_fm: bf16"):
+    with pytest.raises(UnsupportedFeatureError, match="seesaw: bf16"):
         _problem(fp8=True)
-
-
-# ---- seesaw_ss (MLADecodeConfig.seesaw_smem_p; attention_mla_decode_seesaw_sm90 note "SMEM P") and seesaw_fm
-# (MLADecodeConfig.seesaw_fm; attention_mla_decode_seesaw_fm_sm90) ------------------------------------------------
-
-SS_ENTRIES = [e for e in kernel_sets.mla_decode_variant_entries() if e[1].seesaw]
-
-
-def test_the_sets_hold_the_seesaw_ss_kernels():
-    ss = replace(mc.default_config("bf16", 64, seesaw=True), seesaw_smem_p=True)
-    assert [c for _, c in SS_ENTRIES] == [replace(ss, unsplit=u, seesaw_fm=fm) for fm in (False, True)
-                                          for u in (False, True)]
-    held = {c for _, c, *_ in kernel_sets.configs(["mla-decode-variants"])}
-    assert {c for _, c in SS_ENTRIES} <= held and not {c for _, c in SS_ENTRIES} & {c for _, c in kernel_sets.mla()}
-    assert set(SS_ENTRIES) <= set(kernel_sets.gpu_tests())
-
-
-@pytest.mark.parametrize("entry", SS_ENTRIES, ids=lambda e: e[1].name())
-def test_seesaw_ss_compiles_clean(entry):
-    """0 spills, setmaxnreg honoured and within the launch's pool; half the P V sites read P from SMEM; the
-    handshakes' barriers (seesaw_fm: three, BAR_MA, BAR_PB, BAR_PA)."""
-    from fa4mlir.kernels.attention_mla_sparse_sm90_config import register_pool_fits
-    from fa4mlir.sass import backward_branch_spans, disassemble, find_nvdisasm
-    name, cfg = entry
-    assert register_pool_fits(cfg.threads, mc.MMA_REGS, mc.LOAD_REGS, mc.CONSUMERS)[0]
-    art = lower_clean(name, cfg)
-    assert cfg.smem_bytes() == art.smem_bytes <= mc.SMEM_LIMIT and art.block == (384, 1, 1)
-    assert [(p.name, p.kind) for p in art.params] == list(cfg.params)
-    if find_nvdisasm() is None:
-        pytest.skip("nvdisasm not found: the SASS checks need it")
-    ops, _ = backward_branch_spans(disassemble(art.cubin))
-    # (shape, A from registers): S all SS; of the ten P V sites the writer's five own-P ones stay RS (A in
-    # registers: "R, R, gdesc"), the reader's five (mma0's P_b V_b of both pair loops, mma1's P_a V_a of both pair
-    # loops and the odd tile) are SS wgmmas over the swizzled P (seesaw_fm: the same sites)
-    kinds = Counter((re.match(r"HGMMA\.(\d+x\d+x\d+)", o).group(1), bool(re.match(r"R\d+, R\d+, gdesc", rest)))
-                    for o, rest in ops if o.startswith("HGMMA"))
-    assert kinds == {("64x64x16", False): 5 * 36, ("64x256x16", True): 5 * 4, ("64x256x16", False): 5 * 4}, kinds
-    bars = Counter(f"{o} {rest}" for o, rest in ops if o.startswith("BAR"))
-    assert bars["BAR.ARV 0x4, 0x100"] == 3 and bars["BAR.ARV 0x5, 0x100"] == 2, bars
-    assert bars["BAR.SYNC.DEFER_BLOCKING 0x4, 0x100"] == 3 and bars["BAR.SYNC.DEFER_BLOCKING 0x5, 0x100"] == 2, bars
-    # seesaw_fm's BAR_PA (6): mma0 arrives (P_a') in each of its three loops, mma1 syncs in each of its three
-    fm = 3 if cfg.seesaw_fm else 0
-    assert bars["BAR.ARV 0x6, 0x100"] == fm and bars["BAR.SYNC.DEFER_BLOCKING 0x6, 0x100"] == fm, bars
-
-
-def test_the_seesaw_ss_knob_and_config(monkeypatch):
-    monkeypatch.setenv(mc.VARIANT_ENV, mc.SEESAW_SS_VARIANT)
-    cfg, _ = mla.configs_for(_problem())
-    assert cfg == replace(mc.default_config("bf16", 64, unsplit=True, seesaw=True), seesaw_smem_p=True)
-    assert cfg.key()["seesaw_smem_p"] is True and cfg.name().endswith("_seesaw_ssp_unsplit")
-    assert "seesaw_smem_p" not in mc.default_config("bf16", 64, seesaw=True).key()
-    assert cfg.smem_bytes() == mc.default_config("bf16", 64, unsplit=True, seesaw=True).smem_bytes()
-    with pytest.raises(UnsupportedFeatureError, match="seesaw_ss, seesaw_fm: bf16"):
-        _problem(fp8=True)
-    with pytest.raises(ConfigError):
-        replace(mc.default_config("bf16", 64), seesaw_smem_p=True).validate()    # needs the seesaw
-    monkeypatch.setenv(mc.VARIANT_ENV, mc.SEESAW_FM_VARIANT)
-    cfg, _ = mla.configs_for(_problem())
-    assert cfg.seesaw_fm and cfg.seesaw_smem_p and cfg.name().endswith("_seesaw_ssp_fm_unsplit")
-    assert "seesaw_fm" not in mc.default_config("bf16", 64, seesaw=True).key()
-    with pytest.raises(ConfigError):
-        replace(mc.default_config("bf16", 64, seesaw=True), seesaw_fm=True).validate()   # needs seesaw_smem_p

@@ -1,7 +1,7 @@
 """Deviceless: the swap-AB MLA decode (attention_mla_decode_sm90_swapab, MLADecodeConfig.swap_ab;
 FA4MLIR_MLA_DECODE_VARIANT=swapab).
 
-* its kernels (the mla-decode-variants set) compile with no spills, wgmma not serialised, setmaxnreg
+* its kernels (the mla set) compile with no spills, wgmma not serialised, setmaxnreg
   honoured, within the SMEM plan its config states; the default kernels' keys and names are unchanged;
 * the interpreter runs it on small problems at 16 heads, seqlen_q 1 (N 16) and 2 causal (N 32), split
   and unsplit, lengths 0, 63, 64, 150 (a phantom tile for warpgroup 1 when a split's tile count is
@@ -25,7 +25,7 @@ from fa4mlir.kernels.common.fields import ConfigError
 from tests._mla_helpers import bits, interpret_decode, lower_clean, paged_latent
 from tests._mla_helpers import info as _info
 
-ENTRIES = [e for e in kernel_sets.mla_decode_variants() if e[0] == mc.KERNEL and e[1].swap_ab]
+ENTRIES = [e for e in kernel_sets.mla() if e[0] == mc.KERNEL and e[1].swap_ab]
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
@@ -44,7 +44,7 @@ def test_config_rules():
     assert on.key()["swap_ab"] == 32 and on.name().endswith("_swapab32") and on.tile_rows == 32
     assert [mc.swap_ab_rows(sq, h) for sq, h in ((1, 16), (2, 16), (1, 20), (3, 8), (1, 33), (2, 64))] == \
         [16, 32, 24, 24, 0, 0]
-    for bad in (dict(swap_ab=12), dict(swap_ab=64), dict(swap_ab=16, exchange=False)):
+    for bad in (dict(swap_ab=12), dict(swap_ab=64), dict(swap_ab=16, seesaw=True)):
         with pytest.raises(ConfigError):
             replace(base, **bad).validate()
     with pytest.raises(ConfigError):
@@ -72,7 +72,7 @@ def test_host_selection_and_refusals(monkeypatch):
                 cfg, combine = mla.configs_for(problem)
                 want = "swapab" if env == "swapab" else "swapab_ring"      # the rule's over bf16: the ring
                 assert problem.variant == want and cfg.swap_ab == n and cfg.unsplit == (splits == 1)
-                assert cfg.swap_ab_ring == (want == "swapab_ring") and not cfg.swap_ab_chunks
+                assert cfg.swap_ab_ring == (want == "swapab_ring")
                 assert (combine is None) == (splits == 1)
     with pytest.raises(E.UnsupportedFeatureError, match="seqlen_q x heads"):
         mla.check_mla_inputs(*_args(1, 64))

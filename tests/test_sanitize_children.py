@@ -392,8 +392,7 @@ def cpu_mla(cpu_child, monkeypatch):
             from fa4mlir.testing_mla import dequantize_fp8_cache
             assert kv.shape[-1] == 656
             kv = dequantize_fp8_cache(kv)
-        calls.append((batch, sq, heads, kv.shape[1], meta.shape[0], tuple(num_splits.tolist()),
-                      mla.configs_for(p)[0].exchange, causal,
+        calls.append((batch, sq, heads, kv.shape[1], meta.shape[0], tuple(num_splits.tolist()), causal,
                       mla.configs_for(replace(p, variant=mla.check_variant(mla.requested_variant(), sq, heads,
                                                                            is_fp8_kvcache)))[0].swap_ab))
         out = torch.empty((batch, sq, heads, head_dim_v), dtype=q.dtype)
@@ -423,11 +422,10 @@ def test_mla_child_runs_the_case_kernel_and_checks_it(cpu_mla, capsys, name):
     assert code == 0 and rep.end["ok"] and rep.end["checks"] == len(shapes), (rep.end, rep.results)
     assert all(r["ok"] and r["nan_out"] == 0 for r in rep.results), rep.results
     assert mla.configs_for is chosen and mla._CALLS is cache      # the variant swap is undone
-    exchange = case.match[0].get("exchange", True)
-    assert {c[6] for c in calls} == {exchange} and all(c[7] for c in calls)
+    assert all(c[6] for c in calls)
     assert [(c[1], c[2]) for c in calls] == shapes and {c[3] for c in calls} == {case.page_size}
     # the kernel the call's FA4MLIR_MLA_DECODE_VARIANT picks: swap AB (by the rule) for the swap-AB case, else M64
-    assert [c[8] for c in calls] == [m.get("swap_ab", 0) for m in case.match for _ in smla.shapes_for(m)]
+    assert [c[7] for c in calls] == [m.get("swap_ab", 0) for m in case.match for _ in smla.shapes_for(m)]
     unsplit = [bool(m.get("unsplit")) for m in case.match for _ in smla.shapes_for(m)]
     assert [c[4] == 1 for c in calls] == unsplit                  # split calls: several splits, the combine runs
     assert all(c[4] in (1, smla.SPLITS, mla.plan_splits(c[0], c[1] * c[2], 132)) and c[5][-1] == c[0] * c[4]

@@ -187,12 +187,11 @@ def test_every_runnable_family_and_feature_of_gpu_tests_has_a_case(gpu_tests):
     feats = set().union(*(smx.features(c.kernel, m) for c in san.CASES for m in c.match))
     assert {"window", "chunk", "softcap", "sinks", "scale-tensor", "scale-kv_head", "scale-block"} <= feats
     # the varlen kernels: their own order and stores (a family of each tile shape, full and causal), their
-    # own features; the MLA kernel split and unsplit, with and without the exchange; the 512 combine
+    # own features; the MLA kernel split and unsplit; the 512 combine
     for order in ("full/3wg", "causal/3wg", "full/2wg", "causal/2wg"):
         assert f"attention_fwd_sm90/varlen/{order}/pingpong" in fams
     assert {"varlen-window", "varlen-softcap", "varlen-sinks", "varlen-f16", "varlen-d256"} <= feats
-    assert {f"attention_mla_decode_sm90/{split}/{ex}" for split in ("split", "unsplit")
-            for ex in ("exchange", "full-s")} <= fams
+    assert {f"attention_mla_decode_sm90/{split}" for split in ("split", "unsplit")} <= fams
     assert {"mla-bf16", "mla-f16", "mla-box64", "mla-box16", "mla-fp8", "combine-d512"} <= feats
     assert sps.sc.KERNEL in fams and {"sparse-bf16", "sparse-topk_length", "sparse-sinks"} <= feats
     # compiled-in functions: each built-in by name, each aux tensor by position, dtype and rank
@@ -256,16 +255,14 @@ def test_the_coverage_check_fails_on_what_no_case_runs(gpu_tests):
                                              "varlen-f16"],
         "varlen-window-softcap-sinks": ["varlen-sinks", "varlen-softcap"],   # (varlen-mods' softcap_tanh: poly exp2)
         "varlen-chunk": ["varlen-chunk"],
-        "mla-full-s-bf16-p64": ["attention_mla_decode_sm90/split/full-s", "attention_mla_decode_sm90/unsplit/full-s"],
-        "mla-bf16-p64,mla-f16-p64,mla-bf16-p16": ["attention_mla_decode_sm90/split/exchange",
-                                                  "attention_mla_decode_sm90/unsplit/exchange"],
+        "mla-bf16-p64,mla-f16-p64,mla-bf16-p16": ["attention_mla_decode_sm90/split", "attention_mla_decode_sm90/unsplit"],
         "mla-f16-p64,mla-swapab-f16-p64": ["mla-f16"],
         "mla-bf16-p16,mla-fp8-p16,mla-swapab-bf16-p16,mla-seesaw-bf16-p16": ["mla-box16"],
         "mla-swapab-bf16-p64,mla-swapab-f16-p64,mla-swapab-bf16-p16": [
-            "attention_mla_decode_sm90/split/exchange/swapab", "attention_mla_decode_sm90/unsplit/exchange/swapab"],
+            "attention_mla_decode_sm90/split/swapab", "attention_mla_decode_sm90/unsplit/swapab"],
         "mla-combine": ["combine-d512"],
-        "mla-fp8-p64,mla-fp8-p16": ["attention_mla_decode_sm90/split/exchange/fp8",
-                                    "attention_mla_decode_sm90/unsplit/exchange/fp8", "mla-fp8"],
+        "mla-fp8-p64,mla-fp8-p16": ["attention_mla_decode_sm90/split/fp8", "attention_mla_decode_sm90/unsplit/fp8",
+                                    "mla-fp8"],
         "mla-sparse-topklen-or-sinks": [],
         "mla-sparse-fp8": ["sparse-fp8"],
         ",".join(n for n, _, _ in sps.CASES): [sps.sc.KERNEL, "sparse-bf16", "sparse-fp8", "sparse-pwg",
@@ -291,8 +288,6 @@ def test_the_coverage_check_fails_on_what_no_case_runs(gpu_tests):
         assert san.uncovered(runnable, left) == missed, names
     unsplit_only = [replace(c, match=c.match[1:]) if c.name == "decode-box8-d128" else c for c in san.CASES]
     assert san.uncovered(runnable, unsplit_only) == ["attention_decode_sm90/box8/split/dense"]
-    unsplit_only = [replace(c, match=c.match[1:]) if c.name == "mla-full-s-bf16-p64" else c for c in san.CASES]
-    assert san.uncovered(runnable, unsplit_only) == ["attention_mla_decode_sm90/split/full-s"]
     # a dense kernel does not cover its tiles' varlen family (nor the other way round)
     dense = [replace(c, match=tuple({k: v for k, v in m.items() if k != "varlen"} for m in c.match))
              if c.child == "varlen" else c for c in san.CASES]
@@ -355,7 +350,7 @@ def test_quick_cases_cover_every_kernel_first():
     # and every varlen and MLA family (their features may wait for the full matrix)
     every = {f for c in san.CASES for f in c.families}
     assert {f for f in every if "/varlen/" in f or f.startswith("attention_mla")} <= fams
-    assert sum("/varlen/" in f for f in fams) == 4 and sum(f.startswith("attention_mla_decode") for f in fams) == 12   # M64 (2 x 2), fp8, swapab, its ring, seesaw
+    assert sum("/varlen/" in f for f in fams) == 4 and sum(f.startswith("attention_mla_decode") for f in fams) == 10   # M64, fp8, swapab, its ring, seesaw (x 2)
     assert sps.sc.KERNEL in fams and {"sparse-topk_length", "sparse-sinks"} <= feats
     # one score-mod case: a score_mod and a mask_mod, two aux tensors
     assert [c.name for c in quick if c.child == "scoremod"] == ["scoremod-docmask-alibi-d64-causal"]

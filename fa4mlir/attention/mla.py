@@ -48,11 +48,9 @@ other call the M64 kernel (64 packed rows a CTA). The plan's
 notes name the pick. FA4MLIR_MLA_DECODE_VARIANT (read per call into the call cache's key; for A/B
 timing, bench mla --mla-decode-variant) overrides it: unset or "default" (the rule), "m64" (the M64
 kernel for any call), "swapab" (the swap-AB kernel: UnsupportedFeatureError where it is not built,
-more than 32 rows or the FP8 cache, never a silent fallback), "seesaw" (bf16), "seesaw_ss" (bf16: the
-seesaw with the other warpgroup's P read from SMEM by the P V wgmma), "seesaw_fm" (bf16: seesaw_ss in FlashMLA's
-order, tile halves released early), "swapab_chunks" (where swapab runs: the swap-AB kernel over a one-stage
-ring per 64-column chunk of each warpgroup's tile, attention_mla_decode_sm90_swapab_chunks.py), "swapab_ring" (the
-same over one ring of 11 / 12 one-chunk stages a warpgroup) or "full_s" (16-bit).
+more than 32 rows or the FP8 cache, never a silent fallback), "seesaw" (bf16) or "swapab_ring" (where swapab
+runs over pages of whole 64-row boxes: the swap-AB kernel over one ring of 11 / 12 one-chunk stages a warpgroup,
+attention_mla_decode_sm90_swapab_chunks.py).
 
 Not built (typed errors, UnsupportedFeatureError): more than one KV head, head dims other than
 576/512.
@@ -299,14 +297,13 @@ def requested_variant() -> str:
 def check_variant(variant: str, seqlen_q: int, heads: int, fp8: bool, dtype: str = "bf16", page_size: int = mc.BN) -> str:
     """The decode kernel variant the call runs, "default" resolved by DEFAULT_RULE (swapab, seesaw or m64):
     UnsupportedFeatureError for an unknown name, and where a named variant is not built for the call
-    ("swapab": more than SWAP_AB_MAX_ROWS packed rows, or the FP8 cache; full_s: the FP8 cache; seesaw:
-    a cache other than bf16)."""
+    ("swapab": more than SWAP_AB_MAX_ROWS packed rows, or the FP8 cache; seesaw: a cache other than bf16)."""
     if variant not in VARIANTS:
         raise UnsupportedFeatureError(_err(f"{VARIANT_ENV}={variant!r} is not a decode variant; pick one of {VARIANTS}"))
     if not mc.variant_runs(variant, seqlen_q, heads, fp8, dtype, page_size):
         raise UnsupportedFeatureError(_err(
-            f"the {variant} decode ({VARIANT_ENV}={variant}) is not built for this call (swapab, swapab_chunks, swapab_ring: a 16-bit cache "
-            f"and seqlen_q x heads <= {mc.SWAP_AB_MAX_ROWS}, swapab_ring: pages that are multiples of {mc.BN}; full_s: a 16-bit cache; seesaw, seesaw_ss, seesaw_fm: bf16), got seqlen_q x "
+            f"the {variant} decode ({VARIANT_ENV}={variant}) is not built for this call (swapab, swapab_ring: a 16-bit cache "
+            f"and seqlen_q x heads <= {mc.SWAP_AB_MAX_ROWS}, swapab_ring: pages that are multiples of {mc.BN}; seesaw: bf16), got seqlen_q x "
             f"heads = {seqlen_q * heads}, dtype {dtype}, is_fp8_kvcache={fp8}, page_size {page_size}; unset "
             f"{VARIANT_ENV} for the default rule's kernel"))
     return mc.default_variant(seqlen_q, heads, fp8, dtype, page_size) if variant == mc.RULE_VARIANT else variant

@@ -9,11 +9,11 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    rows mla_decode_h{16,64,128}_q{1,2}; get_mla_metadata + flash_mla_with_kvcache;
                    fa4mlir runs DEFAULT_RULE's kernel (swap AB on the 16-head rows, M64 on the others);
                    --mla-decode-variant m64,swapab also times backends fa4mlir[m64] and fa4mlir[swapab]
-                   (swapab_chunks, swapab_ring: the swap-AB kernel over per-chunk rings, a ring of chunk stages)
+                   (swapab_ring: the swap-AB kernel over a ring of chunk stages)
                    (FA4MLIR_MLA_DECODE_VARIANT around each call; a variant only on the rows it is built
-                   for: swapab and its speed variants at seqlen_q x heads <= 32 over the 16-bit cache,
-                   the 16-head rows; attention_mla_decode_sm90_config.DECODE_VARIANTS; the speed
-                   variants' kernels: the mla-decode-variants set)
+                   for: swapab and swapab_ring at seqlen_q x heads <= 32 over the 16-bit cache,
+                   the 16-head rows; attention_mla_decode_sm90_config.DECODE_VARIANTS; every variant's
+                   kernels: the mla set)
     mla_decode_fp8 the same over FlashMLA's FP8 latent cache (656-byte rows: the bf16 cache quantized
                    by FlashMLA's quantize_k_cache recipe, testing_mla.quantize_fp8_cache), bf16 q;
                    rows mla_decode_fp8_h{16,64,128}_q{1,2}; flash_mla_with_kvcache(is_fp8_kvcache=True),

@@ -1,5 +1,5 @@
-"""The seesaw schedule of the absorbed MLA decode on sm_90a (MLADecodeConfig.seesaw, opt-in; FlashMLA's
-sm90 decode schedule, written here from its idea): the roles of attention_mla_decode_sm90 when
+"""The seesaw schedule of the absorbed MLA decode on sm_90a (MLADecodeConfig.seesaw: DEFAULT_RULE's for more
+than 32 packed rows over bf16; FlashMLA's sm90 decode schedule, written here from its idea): the roles of attention_mla_decode_sm90 when
 `seesaw` is set. Q's load, the masks, the box origins and the epilogue's writes are that kernel's.
 
 A split's KV tiles are taken in pairs (a = j, b = j + 1). Warpgroup 0 (role `mma0`) computes S of
@@ -64,14 +64,8 @@ V rows past L_b zeroed in the tile that holds L_b (attention_mla_decode_sm90, no
 warpgroup zeroes its own columns of a tile once the S on that tile retired (its own, or the other's:
 after that one's barrier).
 
-Note "SMEM P" (MLADecodeConfig.seesaw_smem_p, variant seesaw_ss; opt-in): FlashMLA's "remote P". The writer
-stores P into the rope columns as a 64 x 64 K-major matrix in the 128-byte swizzle (the layout of the chunk's
-K rows, common/mla_seesaw_sm90.store_p_matrix: 16 four-byte stores a thread, conflict-free) and the reader's
-P V is an SS wgmma whose A descriptor points there, so the reader issues its P V straight after the
-barrier's sync: no four 16-byte ld.shared (whose latency the default's reader waits out right after
-BAR.SYNC) and no 16 registers of P fragments. The writer's own P V stays RS (its fragments are in its
-registers). The writer's fence.proxy.async before its arrival is what makes P visible to the reader's
-wgmma (the async proxy), as it makes it safe from the next TMA fill in the default.
+(Two opt-in forms, P read by an SS wgmma from SMEM (seesaw_ss) and FlashMLA's in-pair order (seesaw_fm), were
+timed and removed: notes/RESULTS.md [R-mla-seesaw-ss-fm].)
 """
 from __future__ import annotations
 
@@ -117,10 +111,9 @@ class _Tiles(seesaw.Tiles):
 
     def __init__(self, cfg: MLADecodeConfig, bufs):
         self.cfg, self.bufs, self.chunks = cfg, bufs, bufs[2]
-        self.smem_p = cfg.seesaw_smem_p     # note "SMEM P"
 
-    def s(self, cs, st, order=None):
-        return _chunked_s(cs, self.bufs, st, self.cfg.dtype, *(() if order is None else (order,)))
+    def s(self, cs, st):
+        return _chunked_s(cs, self.bufs, st, self.cfg.dtype)
 
     def wait_all(self, st):
         self.chunks.wait_all(st)
@@ -154,7 +147,7 @@ def build_roles(kb, cfg: MLADecodeConfig, p, q_smem, kv_smem, q_slot, x_smem, re
                 base._load_q(cs, q_smem, q_slot, cfg.dtype)
                 _pairs(cs, cfg, w, (q_smem, kv_smem, chunks, q_slot))
         with kb.role("load", first_warp=8, num_warps=1, regs=regs[1]):
-            (_load_role_fm if cfg.seesaw_fm else _load_role)(kb, cfg, base._Work(kb, p), p, kv_smem, chunks)
+            _load_role(kb, cfg, base._Work(kb, p), p, kv_smem, chunks)
 
 
 def _load_role(kb, cfg: MLADecodeConfig, work, p, kv_smem, chunks: Chunks):
@@ -177,25 +170,6 @@ def _load_role(kb, cfg: MLADecodeConfig, work, p, kv_smem, chunks: Chunks):
             loop.yield_(s.advance())
 
 
-def _load_role_fm(kb, cfg: MLADecodeConfig, work, p, kv_smem, chunks: Chunks):
-    """The producer of seesaw_fm (attention_mla_decode_seesaw_fm_sm90): tile a of a pair (an even offset in
-    the split) its chunks committed in A_ORDER, tile b in B_ORDER (the order its halves come free)."""
-    from .attention_mla_decode_seesaw_fm_sm90 import A_ORDER, B_ORDER, load_tile
-    from .attention_mla_decode_sm90 import _box_origin
-    with kb.if_(kb.elect_one()).then_():
-        fa4.tma_prefetch(p["kv_cache"])
-        row_at = work.batch.to("i64") * p["block_table_stride"].to("i64")
-        loop = kb.for_(work.begin, work.end, 1, carry=chunks.initial_state())
-        with loop as (j, s):
-            origins = [_box_origin(kb, p, work, row_at, j * BN + i * cfg.box_rows) for i in range(cfg.boxes_per_tile)]
-            br = kb.if_(((j - work.begin) & 1).eq(0))
-            with br.then_():
-                load_tile(kb, cfg, p, kv_smem, chunks, s, origins, A_ORDER)
-            with br.else_():
-                load_tile(kb, cfg, p, kv_smem, chunks, s, origins, B_ORDER)
-            loop.yield_(s.advance())
-
-
 def _pairs(cs, cfg: MLADecodeConfig, w: int, bufs):
     from . import attention_mla_decode_sm90 as base
     work, p = cs.work, cs.p
@@ -207,11 +181,7 @@ def _pairs(cs, cfg: MLADecodeConfig, w: int, bufs):
     pair_end = plain_end + ((work.end - plain_end) // 2) * 2         # masked pairs, then (odd) one tile
     segments = ((work.begin, plain_end, True, False), (plain_end, pair_end, True, True),
                 (pair_end, work.end, False, True))
-    if cfg.seesaw_fm:
-        from . import attention_mla_decode_seesaw_fm_sm90 as fm
-        state = fm.run(cs, _Tiles(cfg, bufs), cfg.dtype, w, segments, seesaw.initial(cs, chunks))
-    else:
-        state = seesaw.run(cs, _Tiles(cfg, bufs), cfg.dtype, w, segments, seesaw.initial(cs, chunks))
+    state = seesaw.run(cs, _Tiles(cfg, bufs), cfg.dtype, w, segments, seesaw.initial(cs, chunks))
     _, o, m, l = state
     base._write_rows(cs, cfg, o, m, seesaw.totals(cs, l))    # l = l_0 + l_1
 
@@ -224,15 +194,14 @@ def _tile(cs, bufs, s):
     return kb.gep(q_smem, q_at, "i8"), kb.gep(kv_smem, s.stage * MLADecodeConfig.tile_bytes() + q_at, "i8")
 
 
-def _chunked_s(cs, bufs, s, dtype: str, order=tuple(range(QK_CHUNKS))):
+def _chunked_s(cs, bufs, s, dtype: str):
     """S = Q K^T over all 64 keys of the tile of state s, each 64-column chunk's four k16 steps issued
-    once its ring's wait returned (note "Chunk rings"), the chunks in `order`. Returns (S retired, the
-    tile's address)."""
+    once its ring's wait returned (note "Chunk rings"). Returns (S retired, the tile's address)."""
     kb = cs.kb
     chunks = bufs[2]
     acc = undef(("f32", cs.n_s))
     tile = None
-    for n, c in enumerate(order):
+    for c in range(QK_CHUNKS):
         chunks.wait(s, c)
         if tile is None:
             q_smem, tile = _tile(cs, bufs, s)
@@ -242,7 +211,7 @@ def _chunked_s(cs, bufs, s, dtype: str, order=tuple(range(QK_CHUNKS))):
             a_d = fa4.smem_desc(kb.gep(q_smem, c * TILE_M * SWIZZLE + off, "i8"), swizzle=SWIZZLE, lbo=16,
                                 sbo=8 * SWIZZLE)
             b_d = fa4.smem_desc(kb.gep(tile, c * BN * SWIZZLE + off, "i8"), swizzle=SWIZZLE, lbo=16, sbo=8 * SWIZZLE)
-            acc = Value(fa4.mma(a_d, b_d, const(int(n + within > 0), "i1"), [acc], result_types=[acc.type], m=64,
+            acc = Value(fa4.mma(a_d, b_d, const(int(c + within > 0), "i1"), [acc], result_types=[acc.type], m=64,
                                 n=BN, k=WGMMA_K, a_source="smem", ab_dtype=dtype, acc_dtype="f32"))
     fa4.mma_commit_group()
     return wait_group(acc, pending=0), tile

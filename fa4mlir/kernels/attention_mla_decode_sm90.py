@@ -10,8 +10,7 @@ m_tiles * split, z = batch. The split variant writes float32 partial O (normalis
 sum) and its LSE for attention_combine_sm90; the `unsplit` variant (one split) writes O in q's
 dtype and the LSE itself (attention_decode_sm90, note "Unsplit": the same bits).
 
-Roles (12 warps, 384 threads, one CTA per SM: 216 KiB of SMEM, 225 KiB exchanging; setmaxnreg
-240 / 24, note "Design"):
+Roles (12 warps, 384 threads, one CTA per SM: 225 KiB of SMEM; setmaxnreg 240 / 24, note "Design"):
     warp 8        `load`  one elected thread: per KV tile j of the split, the 64 x 576 tile into a
                           ring of STAGES = 2 (kv_pipe; FP8: one stage of 656-byte rows, note
                           "FP8 latent"), as 9 column chunks (64 columns, 128B
@@ -21,28 +20,26 @@ Roles (12 warps, 384 threads, one CTA per SM: 216 KiB of SMEM, 225 KiB exchangin
     warps 0-7     `mma`   two consumer warpgroups w = 0, 1. Q's 64 x 576 tile is loaded by both
                           (plain loads into the swizzled layout), then per tile j each warpgroup:
                           1. wait KV_j; S = Q K_j^T over 576 columns (36 k16 steps): of its 32
-                             keys 32 w .. 32 w + 31 (m64n32, `exchange`, the default), or of all
-                             64 (m64n64)
+                             keys 32 w .. 32 w + 31 (m64n32, note "Exchange")
                           2. mask (tokens at or past L_b; causal bottom-right by the row's token),
-                             online softmax in base 2 (exchange: the row maxima of both
-                             warpgroups' keys, then P of all 64 keys, through SMEM), P as wgmma A
-                             fragments (registers)
+                             online softmax in base 2 (the row maxima of both warpgroups' keys,
+                             then P of all 64 keys, through SMEM), P as wgmma A fragments
+                             (registers)
                           3. O_w *= alpha
                           4. (the tile holding L_b) zero V rows past L_b (note "NaN past L_b")
                           5. O_w += P V_j[:, 256 w : 256 w + 256] (m64n256, 4 k16 steps); release
-                          then O_w / l (exchange: l summed over both warpgroups) and the LSE
+                          then O_w / l (l summed over both warpgroups) and the LSE
                           (warpgroup 0) into the partials or out.
 
 Note "Design": the O accumulator is 64 x 512 float32, 256 registers a thread for one warpgroup:
 too many. It is split by V's columns between the two warpgroups as FlashMLA does (128 registers
-each), which leaves both needing P for all 64 keys. Registers per thread: O 128 + S 16 or 32 + P
-16, which the launch's 168 registers a thread cannot hold (9 or 12 warps alike: an SM
+each), which leaves both needing P for all 64 keys. Registers per thread: O 128 + S 16 + P 16,
+which the launch's 168 registers a thread cannot hold (9 or 12 warps alike: an SM
 sub-partition runs three of them): the producer warp gets a warpgroup of its own and setmaxnreg
 gives the consumers 240, the producer 24 (0 spills: tests/test_mla_decode.py). Q's 36 wgmma
 descriptors would be hoisted out of the KV loop by LLVM (72 registers: they spilled); Q's address
-is therefore re-read from SMEM after each wait (_kv_tile, step 1). Two ways to give both warpgroups
-P, both built (`exchange`), neither timed on a GPU yet:
-  * note "Exchange" (the default): warpgroup w computes S for keys 32 w .. 32 w + 31 only (Q K^T's
+is therefore re-read from SMEM after each wait (_kv_tile, step 1). How both warpgroups get P:
+  * note "Exchange": warpgroup w computes S for keys 32 w .. 32 w + 31 only (Q K^T's
     64 x 64 x 576 done once per tile, as FlashMLA does), writes its rows' maxima to SMEM, one
     barrier of both warpgroups, both take the max of the two (fmax: the same bits in both), each
     computes P of its keys and its own row sums l_w (rescaled by the common alpha), writes its P
@@ -52,22 +49,16 @@ P, both built (`exchange`), neither timed on a GPU yet:
     each suffices: a warpgroup rewrites the maxima of tile j + 1 only after the second barrier of
     tile j, which the other passes only after reading them, and P of tile j + 1 only after the
     first barrier of tile j + 1, which the other reaches only after reading P of tile j. 9 KiB of
-    SMEM; 4.7 M MACs a tile.
-  * `exchange=False`: each warpgroup computes all of S itself, the same wgmmas on the same
-    operands, so both get bit-identical S, m, l and P with no SMEM exchange and no handshake per
-    tile; Q K^T is done twice per tile, 6.8 M MACs where the exchange does 4.7 M (1.45x). Where
-    decode is memory-bound (16-64 heads: one M tile reads each 72 KiB tile once for 64 rows or
-    fewer) the tensor cores have slack; at 128 heads it is compute-bound, and this variant cannot
-    reach FlashMLA's 660 TFLOP/s at all (69% of its tensor work is useful). Kept for bench mla to
-    time against the exchange.
-  * `seesaw` (opt-in, bf16; attention_mla_decode_seesaw_sm90, its own note): the tiles in pairs, each
+    SMEM; 4.7 M MACs a tile. (Each warpgroup computing all of S itself, with no exchange, was
+    timed slower and removed: notes/RESULTS.md [R-mla-decode-overlap].)
+  * `seesaw` (bf16; attention_mla_decode_seesaw_sm90, its own note): the tiles in pairs, each
     warpgroup (a role of its own) computes S of one tile over all 64 keys and its own softmax, P and the
     row maxima crossing through SMEM (P in the tile's rope columns) with one-way named barriers.
 
 Note "NaN past L_b" (attention_decode_sm90's): rows at or past L_b of the tile that holds L_b are
 real cache rows that may hold NaN; P V multiplies them by P = 0 and 0 x NaN = NaN, so their V
 columns are zeroed in SMEM before P V. K and V share the tile: both warpgroups first finish S_j
-(a 256-thread barrier; exchanging, the exchange's barriers follow both S_j), then each zeroes the
+(the exchange's barriers follow both S_j), then each zeroes the
 rows in its own 256 V columns, fences them to the async proxy and syncs its warpgroup. (K's columns
 of those rows are masked to -inf.)
 
@@ -79,7 +70,7 @@ one bf16 tile of the usual swizzled layout (rows at or past L_b as zeros, so no 
 later), fences, and both pass one barrier; each then releases the stage and runs steps 1-5 on the
 bf16 tile. Overwriting the tile for j + 1 needs no barrier before it: warpgroup w writes only its
 own V columns (its P V_j has retired) and rope rows, which only S_j reads, and both warpgroups'
-S_j retired before the exchange's barriers of tile j (the reason fp8 requires `exchange`).
+S_j retired before the exchange's barriers of tile j.
 """
 from __future__ import annotations
 
@@ -111,7 +102,7 @@ def build(cfg: MLADecodeConfig = MLADecodeConfig()) -> dsl.KernelIR:
         tile_smem = kb.smem("tile_smem", cfg.tile_bytes()) if cfg.fp8 else None   # the dequantized tile
         q_slot = kb.smem("q_slot", 16, align=16)     # holds 0: see _kv_tile, step 1
         # note "Exchange" (seesaw: its row maxima and sums)
-        x_smem = kb.smem("x_smem", cfg.exchange_bytes(), align=16) if cfg.exchange else None
+        x_smem = kb.smem("x_smem", cfg.exchange_bytes(), align=16)
         if cfg.seesaw:      # one role per warpgroup, a ring per column chunk (attention_mla_decode_seesaw_sm90)
             seesaw.build_roles(kb, cfg, p, q_smem, kv_smem, q_slot, x_smem, (MMA_REGS, LOAD_REGS))
         else:
@@ -201,7 +192,7 @@ class _Consumer(ConsumerGeometry):
     head and causal end."""
 
     def __init__(self, kb, cfg: MLADecodeConfig, work: _Work, p, x_smem=None):
-        super().__init__(kb, cfg.exchange and not cfg.seesaw, p["scale_log2"], x_smem)   # seesaw: S of all 64 keys
+        super().__init__(kb, not cfg.seesaw, p["scale_log2"], x_smem)   # seesaw: S of all 64 keys
         self.work, self.p = work, p
         m0 = work.m_tile * TILE_M
         self.packed = [m0 + self.row0 + 8 * h for h in (0, 1)]
@@ -262,7 +253,7 @@ def _kv_tile(cs: _Consumer, bufs, j: Value, carry, masked: bool, cfg: MLADecodeC
     q_smem, kv_smem, kv_pipe, q_slot, tile_smem = bufs
     kb, work, dtype = cs.kb, cs.work, cfg.dtype
     s, o, m, l = carry
-    # 1. S_j = Q K_j^T (both warpgroups alike; exchange: each its 32 keys). Q's address comes through a load of q_slot (0) after
+    # 1. S_j = Q K_j^T (each warpgroup its 32 keys). Q's address comes through a load of q_slot (0) after
     #    the wait: LLVM then keeps Q's 36 wgmma descriptors in the loop instead of hoisting them
     #    (72 registers for the whole loop: they spilled)
     kv_pipe.consumer_wait(s)
@@ -281,13 +272,11 @@ def _kv_tile(cs: _Consumer, bufs, j: Value, carry, masked: bool, cfg: MLADecodeC
     frags, m, l, alpha = softmax(cs, s_acc, _mask(cs, j) if masked else None, m, l, dtype)
     o = vec(*[o[i] * alpha[acc_row(i)] for i in range(cs.n_o)])
     # 4. V rows past L_b zeroed (only the tile that holds L_b), once both warpgroups' S_j retired
-    #    (FP8: the dequantization wrote them as zeros)
+    #    (FP8: the dequantization wrote them as zeros; the exchange's barriers follow both S_j)
     v_base = kb.gep(stage, cs.wg * (WG_CHUNKS * BN * SWIZZLE), "i8")
     if masked and not cfg.fp8:
         valid = work.length - j * BN
         with kb.if_(valid.slt(BN)).then_():
-            if not cs.exchange:     # (exchanging, both passed the barriers after their S_j)
-                kb.named_barrier(BAR_ALL, 256)
             _zero_v_tail(cs, v_base, valid)
     # 5. O_w += P V_j[:, 256 w ..]; release KV_j (one arrival per warpgroup; FP8: released in 1a)
     o = wait_group(issue_pv(cs, v_base, frags, o, dtype), pending=0)

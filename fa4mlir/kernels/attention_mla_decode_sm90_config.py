@@ -14,21 +14,20 @@ One flash_mla_with_kvcache call runs one or two kernels:
 
 `MLADecodeConfig` fixes what changes the kernel's code: dtype, the page size's TMA box rows
 (gcd(64, page_size): 64 for FlashMLA's page size 64, one box per page and 64-column chunk), and
-whether it writes partials or the final O, and whether its two warpgroups split S's keys and exchange
-P (`exchange`, the default) or both compute all of S, and whether the cache is FlashMLA's FP8 latent
+whether it writes partials or the final O, and whether the cache is FlashMLA's FP8 latent
 layout (`fp8`: 656-byte token rows, common/mla_fp8.py; q bf16). The head count, seqlen_q, lengths
 and split count are launch arguments.
 
 `swap_ab` (0 = off: out of key() and name(), so the M64 kernels' keys are as before it existed) builds
 the swap-AB kernel (attention_mla_decode_sm90_swapab.py) for at most SWAP_AB_MAX_ROWS packed rows a
 CTA: swap_ab = N, the rows of a CTA's tile (a legal wgmma N: 8, 16, 24, 32) in place of TILE_M = 64;
-`swap_ab_rows` picks N for a call; `swap_ab_chunks` (opt-in variant swapab_chunks, out of key() and
-name() unless set) gives each warpgroup a ring per 64-column chunk of the tile, `swap_ab_ring` (swapab_ring)
-one ring of more one-chunk stages than a tile holds (attention_mla_decode_sm90_swapab_chunks). DEFAULT_RULE (`default_variant`) makes it the default wherever it
-is built: a 16-bit cache and seqlen_q x heads <= SWAP_AB_MAX_ROWS (FlashMLA's 16-head decode);
+`swap_ab_rows` picks N for a call; `swap_ab_ring` (swapab_ring) gives each warpgroup one ring of more
+one-chunk stages than a tile holds (attention_mla_decode_sm90_swapab_chunks). DEFAULT_RULE (`default_variant`)
+makes it the default wherever it is built: a 16-bit cache and seqlen_q x heads <= SWAP_AB_MAX_ROWS (FlashMLA's 16-head decode);
 every other call runs the M64 kernel (variant M64_VARIANT). DECODE_VARIANTS are the names
 FA4MLIR_MLA_DECODE_VARIANT and bench mla --mla-decode-variant take (attention/mla.py);
-`variant_config` turns a name into the config.
+`variant_config` turns a name into the config. (The opt-in seesaw_ss, seesaw_fm, full_s and swapab_chunks were
+timed and removed: notes/RESULTS.md [R-mla-seesaw-ss-fm], [R-mla-decode-overlap], [A-mla-swapab-chunks-timed].)
 
 Note "FP8 SMEM plan": Q (72 KiB) + one bf16 tile (72 KiB) the wgmmas read + the exchange (9 KiB)
 leave 74 KiB of the 227: one staging stage of 64 x 656-byte rows (41 KiB) fits, two (82 KiB) do
@@ -63,23 +62,17 @@ FP8_SCALE_GROUP = 128      # latent columns per float32 scale
 FP8_ROW_BYTES = D_V + 4 * (D_V // FP8_SCALE_GROUP) + 2 * (D_QK - D_V)
 FP8_MAX_STAGES = 2
 SWAP_AB_VARIANT = "swapab"     # the swap-AB kernel (FA4MLIR_MLA_DECODE_VARIANT, bench mla)
-SWAP_AB_CHUNKS_VARIANT = "swapab_chunks"   # swap AB over per-chunk rings (swap_ab_chunks; opt-in)
-SWAP_AB_RING_VARIANT = "swapab_ring"       # swap AB over a ring of chunk stages a warpgroup (swap_ab_ring; opt-in)
+SWAP_AB_RING_VARIANT = "swapab_ring"       # swap AB over a ring of chunk stages a warpgroup (swap_ab_ring)
 CHUNK_BYTES = BN * 64 * 2                  # one 64-column chunk of a 16-bit KV tile
 M64_VARIANT = "m64"            # the kernel of TILE_M = 64 packed rows a CTA (the only one before DEFAULT_RULE)
 RULE_VARIANT = "default"       # DEFAULT_RULE's pick for the call
 SWAP_AB_NS = (8, 16, 24, 32)   # legal swap_ab tile rows: wgmma N, a multiple of 8 up to 32 (O^T: 4 N registers)
 SWAP_AB_MAX_ROWS = SWAP_AB_NS[-1]
 SEESAW_VARIANT = "seesaw"       # FlashMLA's seesaw schedule (attention_mla_decode_seesaw_sm90; bf16)
-SEESAW_SS_VARIANT = "seesaw_ss"  # the seesaw, the other warpgroup's P read by the P V wgmma from SMEM (seesaw_smem_p)
-SEESAW_FM_VARIANT = "seesaw_fm"  # seesaw_ss in FlashMLA's order, tile halves released early (seesaw_fm)
-# variants that set default_config fields (full_s: each warpgroup all of S, no exchange; seesaw; seesaw_ss)
-VARIANTS = {"full_s": {"exchange": False}, SEESAW_VARIANT: {"seesaw": True},
-            SEESAW_SS_VARIANT: {"seesaw": True, "seesaw_smem_p": True},
-            SEESAW_FM_VARIANT: {"seesaw": True, "seesaw_smem_p": True, "seesaw_fm": True}}
-DECODE_VARIANTS = (RULE_VARIANT, SWAP_AB_VARIANT, M64_VARIANT, *VARIANTS, SWAP_AB_CHUNKS_VARIANT, SWAP_AB_RING_VARIANT)
-SWAP_AB_FORMS = {SWAP_AB_VARIANT: {}, SWAP_AB_CHUNKS_VARIANT: {"swap_ab_chunks": True},
-                 SWAP_AB_RING_VARIANT: {"swap_ab_ring": True}}     # the swap-AB kernel's variants' fields
+# variants that set default_config fields
+VARIANTS = {SEESAW_VARIANT: {"seesaw": True}}
+DECODE_VARIANTS = (RULE_VARIANT, SWAP_AB_VARIANT, M64_VARIANT, *VARIANTS, SWAP_AB_RING_VARIANT)
+SWAP_AB_FORMS = {SWAP_AB_VARIANT: {}, SWAP_AB_RING_VARIANT: {"swap_ab_ring": True}}   # the swap-AB kernel's forms' fields
 SWAP_AB_X_BYTES = 2 * SWAP_AB_MAX_ROWS * 4 * 4 * 2 + 2 * SWAP_AB_MAX_ROWS * 4   # column maxima, sums, m
 # setmaxnreg budgets: the launch gives 168 registers to each of 384 threads (a sub-partition runs
 # three of the twelve warps); the consumers' O (128) + S (32) + P (16) need more, the producer few
@@ -92,24 +85,12 @@ class MLADecodeConfig:
     dtype: str = "bf16"
     box_rows: int = 64             # rows per TMA box: gcd(BN, page_size), at least MIN_TMA_BOX_ROWS
     unsplit: bool = False          # one split: O in q's dtype and the LSE into out, lse (no combine)
-    exchange: bool = True          # each warpgroup computes S for half the tile's keys; row maxima and P
-                                   # cross through SMEM (attention_mla_decode_sm90, note "Exchange");
-                                   # False: each computes all of S (note "Design")
     fp8: bool = False              # FlashMLA's FP8 latent cache (656-byte rows), dequantized in the kernel
     seesaw: bool = False           # each warpgroup its own tile of a pair over all 64 keys, P and the row maxima
-                                   # across SMEM (attention_mla_decode_seesaw_sm90, FlashMLA's schedule); opt-in
+                                   # across SMEM (attention_mla_decode_seesaw_sm90, FlashMLA's schedule)
     swap_ab: int = 0               # 0: off; N: the swap-AB kernel over tiles of N packed rows (module docstring)
-    seesaw_smem_p: bool = False    # seesaw only: P stored as a swizzled 64 x 64 matrix and the other warpgroup's
-                                   # P V an SS wgmma reading it (FlashMLA's "remote P"; attention_mla_decode_seesaw_sm90
-                                   # note "SMEM P"), not four ld.shared into A fragments; opt-in (seesaw_ss)
-    seesaw_fm: bool = False        # seesaw_smem_p only: each warpgroup's own P V first, tile halves released as
-                                   # their last reader retired, tile b fetched V[:, 256:] first
-                                   # (attention_mla_decode_seesaw_fm_sm90); opt-in (seesaw_fm)
-    swap_ab_chunks: bool = False   # swap_ab only: each warpgroup's ring a one-stage ring per 64-column chunk of the
-                                   # tile (attention_mla_decode_sm90_swapab_chunks); opt-in (swapab_chunks)
     swap_ab_ring: bool = False     # swap_ab only: each warpgroup's ring `swap_ab_ring_stages` one-chunk stages, more
-                                   # than a tile's nine (attention_mla_decode_sm90_swapab_chunks note "Chunk stages");
-                                   # opt-in (swapab_ring)
+                                   # than a tile's nine (attention_mla_decode_sm90_swapab_chunks note "Chunk stages")
 
     @property
     def tile_rows(self) -> int:
@@ -152,14 +133,13 @@ class MLADecodeConfig:
         seesaw: the two row-max vectors and the row sums (P rides in the tiles' rope columns)."""
         if self.seesaw:
             return SEESAW_X_BYTES
-        return CONSUMERS * (TILE_M * BN // CONSUMERS * 2 + TILE_M * 4) + CONSUMERS * TILE_M * 4 if self.exchange else 0
+        return CONSUMERS * (TILE_M * BN // CONSUMERS * 2 + TILE_M * 4) + CONSUMERS * TILE_M * 4
 
     def smem_bytes(self) -> int:
         if self.swap_ab_ring:   # Q^T, each warpgroup's ring of chunk stages, P^T, the exchange, q_slot
             return self._swap_ab_fixed() + CONSUMERS * self.swap_ab_ring_stages() * (CHUNK_BYTES + 2 * MBARRIER_BYTES)
         if self.swap_ab:    # Q^T (N rows), the ring, each warpgroup's P^T (N x 64), the exchange, q_slot
-            rings = D_QK // 64 if self.swap_ab_chunks else 1        # swap_ab_chunks: a ring per 64-column chunk
-            return (self.swap_ab * D_QK * 2 + STAGES * (self.tile_bytes() + 2 * MBARRIER_BYTES * rings)
+            return (self.swap_ab * D_QK * 2 + STAGES * (self.tile_bytes() + 2 * MBARRIER_BYTES)
                     + CONSUMERS * self.swap_ab * BN * 2 + SWAP_AB_X_BYTES + 16)
         converted = self.tile_bytes() if self.fp8 else 0        # fp8: the bf16 tile next to the staging ring
         rings = D_QK // 64 if self.seesaw else 1                # seesaw: a ring per 64-column chunk
@@ -182,28 +162,22 @@ class MLADecodeConfig:
         if self.box_rows < MIN_TMA_BOX_ROWS or BN % self.box_rows:
             raise ConfigError(f"box_rows must divide {BN} and be >= {MIN_TMA_BOX_ROWS} (page sizes that are "
                               f"multiples of 8), got {self.box_rows}")
-        if self.fp8 and (self.dtype != FP8_DTYPE or not self.exchange):
-            raise ConfigError(f"the FP8 latent cache is built for dtype {FP8_DTYPE!r} with exchange=True (FlashMLA's "
-                              f"bf16 q; note \"FP8 SMEM plan\"), got dtype={self.dtype!r}, exchange={self.exchange}")
-        if self.swap_ab and (self.swap_ab not in SWAP_AB_NS or self.fp8 or not self.exchange):
+        if self.fp8 and self.dtype != FP8_DTYPE:
+            raise ConfigError(f"the FP8 latent cache is built for dtype {FP8_DTYPE!r} (FlashMLA's bf16 q; note "
+                              f"\"FP8 SMEM plan\"), got dtype={self.dtype!r}")
+        if self.swap_ab and (self.swap_ab not in SWAP_AB_NS or self.fp8):
             raise ConfigError(f"swap_ab must be 0 or one of {SWAP_AB_NS} (the CTA's packed rows: a wgmma N) with a "
-                              f"16-bit cache (fp8 False) and exchange True (the field has no meaning there), got "
-                              f"swap_ab={self.swap_ab}, fp8={self.fp8}, exchange={self.exchange}")
-        if self.seesaw and (self.fp8 or self.dtype != "bf16" or not self.exchange or self.swap_ab):
+                              f"16-bit cache (fp8 False), got swap_ab={self.swap_ab}, fp8={self.fp8}")
+        if self.seesaw and (self.fp8 or self.dtype != "bf16" or self.swap_ab):
             raise ConfigError("the seesaw schedule is built for the bf16 latent cache (its P rescale unpacks bf16 "
-                              f"pairs) with exchange=True and 64-row tiles, got dtype={self.dtype!r}, fp8={self.fp8}, "
-                              f"exchange={self.exchange}, swap_ab={self.swap_ab}")
+                              f"pairs) and 64-row tiles, got dtype={self.dtype!r}, fp8={self.fp8}, "
+                              f"swap_ab={self.swap_ab}")
         if self.swap_ab_ring and not ring_builds(self.box_rows):
             raise ConfigError(f"swap_ab_ring is built for 64-row boxes (pages that are multiples of {BN}), got "
                               f"box_rows={self.box_rows}: over smaller boxes its producer spills")
-        if (self.swap_ab_chunks or self.swap_ab_ring) and (not self.swap_ab or self.swap_ab_chunks == self.swap_ab_ring):
-            raise ConfigError("swap_ab_chunks and swap_ab_ring are forms of the swap-AB kernel: one of them, with swap_ab = N, "
-                              f"got swap_ab={self.swap_ab}, swap_ab_chunks={self.swap_ab_chunks}, "
-                              f"swap_ab_ring={self.swap_ab_ring}")
-        if self.seesaw_smem_p and not self.seesaw:
-            raise ConfigError("seesaw_smem_p is a form of the seesaw schedule: it needs seesaw=True")
-        if self.seesaw_fm and not self.seesaw_smem_p:
-            raise ConfigError("seesaw_fm reads the other warpgroup's P from SMEM: it needs seesaw_smem_p=True")
+        if self.swap_ab_ring and not self.swap_ab:
+            raise ConfigError(f"swap_ab_ring is a form of the swap-AB kernel: it needs swap_ab = N, got "
+                              f"swap_ab={self.swap_ab}")
         if self.fp8 and self.stages < 1:
             raise ConfigError("the FP8 latent cache's staging stage does not fit the SMEM (note \"FP8 SMEM plan\")")
         if self.smem_bytes() > SMEM_LIMIT:
@@ -211,19 +185,17 @@ class MLADecodeConfig:
         return self
 
     def key(self) -> dict:
-        """The compile key; `fp8`, `swap_ab`, `swap_ab_chunks`, `swap_ab_ring`, `seesaw`, `seesaw_smem_p` and `seesaw_fm` only where set (the default kernels' keys as before they
-        existed)."""
+        """The compile key; `fp8`, `swap_ab`, `swap_ab_ring` and `seesaw` only where set (the default kernels' keys
+        as before they existed)."""
         return {"kernel": KERNEL, **key_leaving_out(self, VARIANT_FIELDS)}
 
     def name(self) -> str:
-        return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}_b{self.box_rows}{'' if self.exchange else '_rs'}"
-                f"{f'_swapab{self.swap_ab}' if self.swap_ab else ''}{'_chunks' if self.swap_ab_chunks else ''}{'_ring' if self.swap_ab_ring else ''}"
-                f"{'_seesaw' if self.seesaw else ''}{'_ssp' if self.seesaw_smem_p else ''}{'_fm' if self.seesaw_fm else ''}"
-                f"{'_unsplit' if self.unsplit else ''}")
+        return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}_b{self.box_rows}"
+                f"{f'_swapab{self.swap_ab}' if self.swap_ab else ''}{'_ring' if self.swap_ab_ring else ''}"
+                f"{'_seesaw' if self.seesaw else ''}{'_unsplit' if self.unsplit else ''}")
 
 
-VARIANT_FIELDS = field_defaults(MLADecodeConfig, ("fp8", "swap_ab", "swap_ab_chunks", "swap_ab_ring", "seesaw", "seesaw_smem_p",
-                                                   "seesaw_fm"))     # MLADecodeConfig's (common.fields)
+VARIANT_FIELDS = field_defaults(MLADecodeConfig, ("fp8", "swap_ab", "swap_ab_ring", "seesaw"))   # MLADecodeConfig's (common.fields)
 
 
 def page_supported(page_size: int) -> bool:
@@ -273,8 +245,8 @@ def ring_builds(page_size: int) -> bool:
 
 def variant_runs(variant: str, seqlen_q: int, heads: int, fp8: bool, dtype: str = "bf16", page_size: int = BN) -> bool:
     """Whether the named variant (DECODE_VARIANTS) is built for the call: swap AB for a 16-bit cache and at
-    most SWAP_AB_MAX_ROWS packed rows (swapab_ring: with pages of whole 64-row boxes); full_s for a 16-bit
-    cache; seesaw and seesaw_ss for bf16; M64 and the rule for every call."""
+    most SWAP_AB_MAX_ROWS packed rows (swapab_ring: with pages of whole 64-row boxes); seesaw for bf16; M64 and
+    the rule for every call."""
     if variant == SWAP_AB_RING_VARIANT and not ring_builds(page_size):
         return False
     if variant in SWAP_AB_FORMS:
@@ -304,14 +276,12 @@ def rule_config(dtype: str, page_size: int, seqlen_q: int, heads: int, unsplit: 
     return variant_config(default_config(dtype, page_size, unsplit=unsplit, fp8=fp8), RULE_VARIANT, seqlen_q, heads)
 
 
-def default_config(dtype: str, page_size: int, unsplit: bool = False, exchange: bool = True,
-                   fp8: bool = False, seesaw: bool = False) -> MLADecodeConfig:
+def default_config(dtype: str, page_size: int, unsplit: bool = False, fp8: bool = False,
+                   seesaw: bool = False) -> MLADecodeConfig:
     """The M64 kernel for a cache of ``page_size`` (DEFAULT_RULE's for more than SWAP_AB_MAX_ROWS packed rows
-    or an FP8 cache; `rule_config` for any call): the exchange variant (note "Exchange": half the
-    tensor work of the other, the same bytes; neither timed on a GPU yet); fp8: FlashMLA's FP8
-    latent cache (dtype is q's: bf16)."""
-    return MLADecodeConfig(dtype=dtype, box_rows=gcd(BN, page_size), unsplit=unsplit, exchange=exchange, fp8=fp8,
-                           seesaw=seesaw)
+    or an FP8 cache; `rule_config` for any call); fp8: FlashMLA's FP8 latent cache (dtype is q's: bf16);
+    seesaw: the seesaw schedule (bf16)."""
+    return MLADecodeConfig(dtype=dtype, box_rows=gcd(BN, page_size), unsplit=unsplit, fp8=fp8, seesaw=seesaw)
 
 
 VARIANT_ENV = "FA4MLIR_MLA_DECODE_VARIANT"    # the knob naming a DECODE_VARIANTS entry (attention/mla.py)
@@ -366,8 +336,8 @@ def grid(batch: int, seqlen_q: int, heads: int, num_splits: int, tile_rows: int 
     return (-(-seqlen_q * heads // tile_rows) * num_splits, 1, batch)
 
 
-__all__ = ["VARIANT_ENV", "VARIANTS", "SEESAW_VARIANT", "SEESAW_SS_VARIANT", "SEESAW_FM_VARIANT", "SEESAW_X_BYTES", "KERNEL", "DTYPES", "FP8_DTYPE", "FP8_ROW_BYTES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "MLADecodeConfig", "default_config",
+__all__ = ["VARIANT_ENV", "VARIANTS", "SEESAW_VARIANT", "SEESAW_X_BYTES", "KERNEL", "DTYPES", "FP8_DTYPE", "FP8_ROW_BYTES", "D_QK", "D_V", "BN", "TILE_M", "CONSUMERS", "STAGES", "MLADecodeConfig", "default_config",
            "page_supported", "SPLIT_PARAMS", "UNSPLIT_PARAMS", "SPLIT_TENSORS", "UNSPLIT_TENSORS", "launch_args", "grid",
-           "MIN_HEADS", "MAX_HEADS", "SWAP_AB_VARIANT", "SWAP_AB_CHUNKS_VARIANT", "SWAP_AB_RING_VARIANT", "SWAP_AB_NS", "SWAP_AB_MAX_ROWS", "swap_ab_rows",
+           "MIN_HEADS", "MAX_HEADS", "SWAP_AB_VARIANT", "SWAP_AB_RING_VARIANT", "SWAP_AB_NS", "SWAP_AB_MAX_ROWS", "swap_ab_rows",
            "M64_VARIANT", "RULE_VARIANT", "DECODE_VARIANTS", "DEFAULT_RULE", "default_variant", "variant_runs",
            "variant_config", "rule_config"]

@@ -46,8 +46,8 @@ kv1 with begin + 2 i + 1; when the count is odd, kv1's last fill (the phantom ti
 it as a masked tile whose keys are all hidden (column ends clamped to end x 64): m, l and O^T stay
 as they were. SMEM: Q (N x 576) 36 KiB at N = 32, the two rings 144 KiB, P^T 8 KiB: 190 KiB; a
 third 72 KiB tile does not fit, so a warpgroup's next tile loads while it computes the current one
-only in the other's ring: the same two tiles in flight as the default kernel's ring of 2. (Opt-in finer
-rings, a ring per 64-column chunk or one of 8 KiB chunk stages: attention_mla_decode_sm90_swapab_chunks.py.)
+only in the other's ring: the same two tiles in flight as the default kernel's ring of 2. (A ring of 8 KiB
+chunk stages instead, swap_ab_ring, DEFAULT_RULE's over bf16: attention_mla_decode_sm90_swapab_chunks.py.)
 
 Note "Merge": after both warpgroups' last tile (a barrier of both; every TMA load of the split has
 then landed and been consumed, so the rings' SMEM is free) each writes its columns' m and lane-and-
@@ -118,13 +118,11 @@ def build(cfg: MLADecodeConfig) -> dsl.KernelIR:
     with kb.body():
         bufs = _Buffers(kb, cfg)
         # note "Rings": warpgroup w's one-stage ring kv<w> holds the split's tiles begin + 2 i + w
-        # (swap_ab_chunks: nine, one per 64-column chunk; swap_ab_ring: one of chunk stages;
-        # attention_mla_decode_sm90_swapab_chunks)
-        chunked = cfg.swap_ab_chunks or cfg.swap_ab_ring
+        # (swap_ab_ring: one of chunk stages; attention_mla_decode_sm90_swapab_chunks)
+        chunked = cfg.swap_ab_ring
         if chunked:
             from . import attention_mla_decode_sm90_swapab_chunks as ck
-            rings = [ck.ChunkRings(kb, w) if cfg.swap_ab_chunks else ck.ChunkRing(kb, w, cfg.swap_ab_ring_stages())
-                     for w in range(CONSUMERS)]
+            rings = [ck.ChunkRing(kb, w, cfg.swap_ab_ring_stages()) for w in range(CONSUMERS)]
         else:
             rings = [_Ring(kb, w) for w in range(CONSUMERS)]
         kb.pipeline_init()

@@ -1,38 +1,30 @@
-"""The swap-AB MLA decode over per-chunk rings (MLADecodeConfig.swap_ab_chunks; opt-in variant
-FA4MLIR_MLA_DECODE_VARIANT=swapab_chunks) or a ring of chunk stages (MLADecodeConfig.swap_ab_ring; opt-in
-variant swapab_ring). attention_mla_decode_sm90_swapab.py is the kernel (its notes
-"Swap AB (MLA)", "Rings", "Merge"); this module replaces only its rings: how a warpgroup's tile is
-waited for, read and released, and the producer that fills it.
+"""The swap-AB MLA decode over a ring of chunk stages (MLADecodeConfig.swap_ab_ring; variant swapab_ring,
+DEFAULT_RULE's swap AB over a bf16 cache whose pages hold whole 64-row boxes). attention_mla_decode_sm90_swapab.py
+is the kernel (its notes "Swap AB (MLA)", "Rings", "Merge"); this module replaces only its rings: how a
+warpgroup's tile is waited for, read and released, and the producer that fills it.
 
-Note "Chunk rings (swap AB)": the swap-AB kernel gives each warpgroup a one-stage ring of a whole 72 KiB
-tile, so the warpgroup's next tile starts loading only after the P V of its current one retired: the
-next tile's DRAM latency and transfer are exposed whenever the warpgroup's compute is shorter than the
-other's (no SMEM is left for a second stage). Here warpgroup w's ring is nine one-stage rings
-kv<w>_c<c>, one per 64-column chunk c of the tile (the seesaw kernel's chunk rings, one set per
-warpgroup; each ring consumed in stage order by its one role, as fa4-verify-pipelines requires):
+Note "Chunk stages": the swap-AB kernel gives each warpgroup a one-stage ring of a whole 72 KiB tile, so the
+warpgroup's next tile starts loading only after the P V of its current one retired: the next tile's DRAM
+latency and transfer are exposed whenever the warpgroup's compute is shorter than the other's (no SMEM is
+left for a second stage). Here the SMEM left by Q^T, P^T and the exchange holds more 64-column chunks than two
+tiles' 18: MLADecodeConfig.swap_ab_ring_stages, 11 a warpgroup at N 32 (Q^T 36 KiB), 12 at N 16. Warpgroup w's
+ring kv<w> is one ring of that many 8 KiB one-chunk stages (consumed in stage order by its one role, as
+fa4-verify-pipelines requires); tile k of the warpgroup (pair k) takes ring positions 9 k .. 9 k + 8 in
+LOAD_ORDER (the rope first), so its chunks sit wherever the ring has wrapped to (each chunk is its own block to
+the wgmmas: S^T's A descriptors and P V's m tile t address one chunk each) and 2 or 3 chunks of the next tile
+are in flight before any of the current one is released. The consumer waits, issues and releases in ring order:
 
-    S^T = K_j Q^T       chunk c's four k16 wgmmas issued once ring c's wait returned (c = 0 .. 8), so
-                        S starts on chunk 0 while the later chunks land
-    (S retired)         release chunk 8 (the rope: read by S only)
+    S^T = K_j Q^T       chunk c's four k16 wgmmas issued once its stage's wait returned (the rope first: the
+                        same sum in another order), so S starts on one chunk while the later ones land
+    (S retired)         release the rope chunk (read by S only)
     O^T += V_j^T P^T    m tile t (V's columns of chunk t) committed as its own wgmma group
     (m tile t retired)  release chunk t, t = 0 .. 7 (wait_group t pending 7 - t)
 
-The producer fills the next tile of the warpgroup chunk by chunk in the order they come free
-(LOAD_ORDER: the rope once S^T retired, then chunk 0 once m tile 0 of the P V retired, ...), not after
-the whole P V. The SMEM is the swap-AB kernel's (the same two 72 KiB tiles; 16 more mbarriers of each
-warpgroup); the epilogue's exchange through the tile buffers is unchanged (every load of the split has
-landed and been read by then).
-
-Note "Chunk stages" (swap_ab_ring): the nine rings still hold one tile a warpgroup, so a chunk of the next
-tile lands only where the current tile's same chunk was released. SMEM left by Q^T, P^T and the exchange
-holds more chunks than two tiles' 18: MLADecodeConfig.swap_ab_ring_stages, 11 a warpgroup at N 32 (Q^T 36
-KiB), 12 at N 16. Warpgroup w's ring kv<w> is one ring of that many 8 KiB one-chunk stages; tile k of the
-warpgroup (pair k) takes ring positions 9 k .. 9 k + 8 in LOAD_ORDER (the rope first), so its chunks sit
-wherever the ring has wrapped to (each chunk is its own block to the wgmmas: S^T's A descriptors and P V's m
-tile t address one chunk each) and 2 or 3 chunks of the next tile are in flight before any of the current
-one is released. The consumer waits, issues S^T and releases in ring order: S^T over the rope first
-(the same sum in another order), the rope released once S^T retired, then chunks 0 .. 7 after their m
-tiles, as above.
+The producer fills the next tile of the warpgroup chunk by chunk in the order they come free (LOAD_ORDER: the
+rope once S^T retired, then chunk 0 once m tile 0 of the P V retired, ...), not after the whole P V. The
+epilogue's exchange through the tile buffers is unchanged (every load of the split has landed and been read by
+then). (A form with nine one-stage rings a warpgroup, one per chunk, swapab_chunks, was timed and removed:
+notes/RESULTS.md [A-mla-swapab-chunks-timed].)
 """
 from __future__ import annotations
 
@@ -48,16 +40,20 @@ V_CHUNKS = D_V // CHUNK     # chunks 0 .. 7: V's columns (m tile t of P V reads 
 LOAD_ORDER = (ROPE, *range(V_CHUNKS))   # the producer's order of a tile's chunks: the order they come free
 
 
-class _Chunked:
-    """What both ring forms share: S^T chunk by chunk after each chunk's wait, the rope released once S^T
-    retired, P V m tile by m tile, chunk t released once m tile t retired. A subclass names the chunks'
-    rings and places (`pipe_state(i, c)`: chunk c of the warpgroup's pair i, its pipeline and state;
-    `chunk_at(base, s, c)`: its address in the ring buffer `base`), and the order S^T waits in (`ORDER`).
+class ChunkRing:
+    """Warpgroup w's ring kv<w> of `stages` one-chunk stages, pair i's chunks at positions 9 i + LOAD_ORDER's
+    index (note "Chunk stages"): S^T chunk by chunk after each chunk's wait, the rope released once S^T
+    retired, P V m tile by m tile, chunk t released once m tile t retired. `pipe_state(i, c)`: chunk c of the
+    warpgroup's pair i, its pipeline and state; `chunk_at(base, s, c)`: its address in the ring buffer `base`.
     The tile `st` returns is (the ring buffer's address, i, the rope's ring state): V's chunks' states and
     addresses are derived again where they are read (`v_states`; live across the softmax at N 32 they
     spilled)."""
 
-    ORDER = tuple(range(QK_CHUNKS))
+    ORDER = LOAD_ORDER
+
+    def __init__(self, kb, w: int, stages: int):
+        self.kb = kb
+        self.pipe = kb.pipeline(f"kv{w}", num_stages=stages, producer="load", consumers=[f"mma{w}"])
 
     def state(self, i: Value) -> Value:
         return i
@@ -123,36 +119,6 @@ class _Chunked:
             self._release(cs, *states[mt])
         return done
 
-
-class ChunkRings(_Chunked):
-    """Warpgroup w's nine one-stage rings kv<w>_c<c> over one tile buffer (note "Chunk rings (swap AB)")."""
-
-    def __init__(self, kb, w: int):
-        self.kb = kb
-        self.pipes = [kb.pipeline(f"kv{w}_c{c}", num_stages=1, producer="load", consumers=[f"mma{w}"])
-                      for c in range(QK_CHUNKS)]
-
-    def pipe_state(self, i: Value, c: int):
-        return self.pipes[c], self.pipes[c].state_at(i)
-
-    def chunk_at(self, base, s, c: int):
-        return self.kb.gep(base, c * BN * SWIZZLE, "i8")
-
-    def v_states(self, tile) -> list:
-        """(pipeline, state) of the tile's V chunks 0 .. 7."""
-        return [self.pipe_state(tile[1], c) for c in range(V_CHUNKS)]
-
-
-class ChunkRing(_Chunked):
-    """Warpgroup w's ring kv<w> of `stages` one-chunk stages, pair i's chunks at positions 9 i + LOAD_ORDER's
-    index (note "Chunk stages")."""
-
-    ORDER = LOAD_ORDER
-
-    def __init__(self, kb, w: int, stages: int):
-        self.kb = kb
-        self.pipe = kb.pipeline(f"kv{w}", num_stages=stages, producer="load", consumers=[f"mma{w}"])
-
     def pipe_state(self, i: Value, c: int):
         return self.pipe, self.pipe.state_at(i * QK_CHUNKS + LOAD_ORDER.index(c))
 
@@ -173,8 +139,7 @@ class ChunkRing(_Chunked):
 def load_role(kb, cfg: MLADecodeConfig, work, p, bufs, rings: list, pairs: Value):
     """The swap-AB kernel's producer (attention_mla_decode_sm90_swapab._load_role: tile begin + 2 i + w
     into warpgroup w's ring(s), the odd count's last tile aimed past the pool) with each chunk acquired,
-    committed and loaded on its own ring stage, in LOAD_ORDER (notes "Chunk rings (swap AB)", "Chunk
-    stages")."""
+    committed and loaded on its own ring stage, in LOAD_ORDER (note "Chunk stages")."""
     with kb.if_(kb.elect_one()).then_():
         fa4.tma_prefetch(p["kv_cache"])
         row_at = work.batch.to("i64") * p["block_table_stride"].to("i64")

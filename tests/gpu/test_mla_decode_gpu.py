@@ -87,21 +87,6 @@ def test_mla_decode_typed_errors_on_device(torch):
         flash_mla_with_kvcache(q.cuda(), kv.cuda(), table.cuda(), seqlens.cuda(), 576, meta, num_splits)
 
 
-@pytest.mark.parametrize("splits", [1, 3])
-def test_mla_decode_without_the_exchange(torch, monkeypatch, splits):
-    """The variant whose warpgroups both compute all of S (exchange=False, in the mla set for bench
-    mla to time against; FA4MLIR_MLA_DECODE_VARIANT=full_s) by the same rule."""
-    from fa4mlir.attention import mla
-    from fa4mlir.testing_mla import check_mla
-    monkeypatch.setenv(mla.VARIANT_ENV, "full_s")
-    q, kv, table, seqlens = _case(torch, (1000, 65, 0), 2, 128, 64, "bf16", seed=1)
-    meta, num_splits = _metadata(torch, splits, 3)
-    out, lse = mla.flash_mla_with_kvcache(q.cuda(), kv.cuda(), table.cuda(), seqlens.cuda(), 512, meta, num_splits,
-                                          causal=True)
-    torch.cuda.synchronize()
-    check_mla(q, kv, table, seqlens, out.cpu().float(), lse.cpu(), causal=True)
-
-
 def test_mla_decode_in_a_cuda_graph(torch):
     """A captured call replayed after cache_seqlens, the block table and the cache change (same
     shapes and addresses): nothing is read on the host."""

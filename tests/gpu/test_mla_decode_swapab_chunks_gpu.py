@@ -1,11 +1,11 @@
-"""The swap-AB MLA decode over finer rings (attention_mla_decode_sm90_swapab_chunks: opt-in
-FA4MLIR_MLA_DECODE_VARIANT=swapab_chunks, per-chunk rings, and swapab_ring, a ring of chunk stages) on an sm_90 GPU, by tests/gpu/test_mla_decode_swapab_gpu.py's
+"""The swap-AB MLA decode over a ring of chunk stages (attention_mla_decode_sm90_swapab_chunks:
+FA4MLIR_MLA_DECODE_VARIANT=swapab_ring, DEFAULT_RULE's over bf16 pages of 64) on an sm_90 GPU, by tests/gpu/test_mla_decode_swapab_gpu.py's
 checks (FA rule against the float64 reference, NaN in every cache row no sequence owns, shuffled block
 tables, the same bits for the same inputs): 16 heads, seqlen_q 1 and 2 (causal bottom-right), lengths 0,
 1, 63, 64, 65, 150 and 4096 side by side, get_mla_metadata's splits and forced ones (1: unsplit; 3: the
 split kernel and the combine), bf16 in pages of 64, and a CUDA graph replay. Needs a bundle of the `mla`
-and `mla-decode-variants` sets (`python -m fa4mlir bundle --set mla --set mla-decode-variants`; gpu-tests
-holds both): a bundle without the variant is a BundleError naming it, never another kernel in its place.
+set (`python -m fa4mlir bundle --set mla`; gpu-tests holds it): a bundle without the variant is a BundleError
+naming it, never another kernel in its place.
 """
 import pytest
 
@@ -16,17 +16,15 @@ from tests.gpu.test_mla_decode_gpu import torch  # noqa: F401  (the fixture)
 pytestmark = pytest.mark.gpu
 
 LENS = (65, 0, 1, 150, 63, 64, 4096)
-VARIANTS = ("swapab_chunks", "swapab_ring")
-FIELD = {"swapab_chunks": "swap_ab_chunks", "swapab_ring": "swap_ab_ring"}
+VARIANT = "swapab_ring"
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("seqlen_q", [1, 2])
 @pytest.mark.parametrize("splits", [None, 1, 3])
-def test_swapab_chunks_matches_reference(torch, monkeypatch, seqlen_q, splits, variant):  # noqa: F811
+def test_swapab_ring_matches_reference(torch, monkeypatch, seqlen_q, splits):  # noqa: F811
     from fa4mlir.attention import mla
     from fa4mlir.testing_mla import check_mla
-    monkeypatch.setenv(mla.VARIANT_ENV, variant)
+    monkeypatch.setenv(mla.VARIANT_ENV, VARIANT)
     q, kv, table, seqlens = _case(torch, LENS, seqlen_q, 16, 64, "bf16", seed=5)
     qc, kvc, tc, sc = q.cuda(), kv.cuda(), table.cuda(), seqlens.cuda()
     if splits is None:
@@ -38,7 +36,7 @@ def test_swapab_chunks_matches_reference(torch, monkeypatch, seqlen_q, splits, v
         mla.read_tensor("tile_scheduler_metadata", meta, mla.ENTRY), mla.read_tensor("num_splits", num_splits, mla.ENTRY),
         causal=True)
     cfg = mla.configs_for(problem)[0]
-    assert cfg.swap_ab == 16 * seqlen_q and getattr(cfg, FIELD[variant])     # the variant runs, not the rule's
+    assert cfg.swap_ab == 16 * seqlen_q and cfg.swap_ab_ring     # the variant runs
     out, lse = mla.flash_mla_with_kvcache(qc, kvc, tc, sc, 512, meta, num_splits, causal=True)
     again, lse2 = mla.flash_mla_with_kvcache(qc, kvc, tc, sc, 512, meta, num_splits, causal=True)
     torch.cuda.synchronize()
@@ -46,12 +44,11 @@ def test_swapab_chunks_matches_reference(torch, monkeypatch, seqlen_q, splits, v
     check_mla(q, kv, table, seqlens, out.cpu().float(), lse.cpu(), causal=True)
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_swapab_chunks_in_a_cuda_graph(torch, monkeypatch, variant):  # noqa: F811
+def test_swapab_ring_in_a_cuda_graph(torch, monkeypatch):  # noqa: F811
     """A captured call replayed after the lengths, block table and cache change: nothing read on the host."""
     from fa4mlir.attention import mla
     from fa4mlir.testing_mla import check_mla
-    monkeypatch.setenv(mla.VARIANT_ENV, variant)
+    monkeypatch.setenv(mla.VARIANT_ENV, VARIANT)
     q, kv, table, seqlens = _case(torch, (300, 65, 1), 2, 16, 64, "bf16", seed=6)
     q2, kv2, table2, seqlens2 = _case(torch, (100, 190, 0), 2, 16, 64, "bf16", seed=7)
     qc, kvc, tc, sc = q.cuda(), kv.cuda(), table.cuda(), seqlens.cuda()

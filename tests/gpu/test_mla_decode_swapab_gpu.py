@@ -3,9 +3,9 @@ FA4MLIR_MLA_DECODE_VARIANT=swapab) on an sm_90 GPU, by tests/gpu/test_mla_decode
 NaN in every cache row no sequence owns, shuffled block tables, the same bits for the same inputs):
 16 heads, seqlen_q 1 and 2 (causal bottom-right), lengths 0, 1, 63, 64, 65, 150 and 4096 side by
 side, get_mla_metadata's splits and forced ones (1: unsplit; 3: the split kernel and the combine),
-bf16 in pages of 64, and a CUDA graph replay. Needs a bundle of the `mla` and `mla-decode-variants` sets
-(`python -m fa4mlir bundle --set mla --set mla-decode-variants`; gpu-tests holds mla): a bundle without
-the variant is a BundleError naming it, never another kernel in its place.
+bf16 in pages of 64, and a CUDA graph replay. Needs a bundle of the `mla` set (`python -m fa4mlir bundle
+--set mla`; gpu-tests holds it): a bundle without the variant is a BundleError naming it, never another
+kernel in its place.
 """
 import pytest
 

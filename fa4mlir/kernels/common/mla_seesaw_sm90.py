@@ -11,14 +11,9 @@ What the kernels differ in is a `Tiles` object's: how a tile's stage is waited f
 dense decode: nine chunk rings of TMA boxes; the sparse kernels: one ring a cp.async gather fills), how
 S of a tile is issued, which keys a row sees (`mask`: the dense decode's causal and length masks, the
 sparse kernels' score biases) and the V rows zeroed past a sequence's end (`zero_tail`).
-
-`Tiles.smem_p` (the dense decode's seesaw_ss variant; attention_mla_decode_seesaw_sm90 note "SMEM P"): the
-writer stores P as a 64 x 64 K-major matrix in the 128-byte swizzle (`store_p_matrix`) and the reader's P V is
-an SS wgmma over it (`issue_pv_smem`) in place of four ld.shared into A fragments and an RS wgmma.
 """
 from __future__ import annotations
 
-from ...dialect import builders as fa4
 from ...dsl import Value, const, exp2, fma, fmax, tree_reduce, vec
 from .mla_sm90 import BN, QK_CHUNKS, SWIZZLE, WG_CHUNKS, WG_COLS, WGMMA_K, exchange_rows, issue_pv
 from .softmax import max_update
@@ -64,7 +59,6 @@ class Tiles:
     pair_max = False
     bar_ma = None       # pair_max: mma0 -> mma1, m_a
     pa_retire_late = False  # pair_max: mma0 retires P_a V_a after P_a' is out, not before bar_pb (_take_b_max)
-    smem_p = False      # True: P as a swizzled matrix, the reader's P V an SS wgmma (module docstring)
 
     def zero_tail(self, cs, tile, j: Value, w: int):
         pass
@@ -121,74 +115,35 @@ def load_m(cs, m_at: int) -> list:
     return [kb.load(kb.gep(cs.x_smem, m_at + (cs.row0 + 8 * h) * 4, "i8"), "f32", align=4) for h in (0, 1)]
 
 
-def publish(cs, m_at: int, m, frags, tile, barrier: int, smem_p: bool = False):
-    """m (this thread's rows; None: none) and P's fragments into SMEM (note "P in the rope columns"; smem_p: as
-    a swizzled matrix, `store_p_matrix`), fenced, then arrive on `barrier` (the other warpgroup syncs on it)."""
+def publish(cs, m_at: int, m, frags, tile, barrier: int):
+    """m (this thread's rows; None: none) and P's fragments into SMEM (note "P in the rope columns"), fenced,
+    then arrive on `barrier` (the other warpgroup syncs on it)."""
     kb = cs.kb
     if m is not None:
         store_m(cs, m_at, m)
-    if smem_p:
-        store_p_matrix(cs, frags, kb.gep(tile, P_AT, "i8"))
-    else:
-        for k, f in enumerate(frags):
-            kb.store(f, kb.gep(tile, P_AT + (k * 128 + cs.t) * 16, "i8"), align=16)
+    for k, f in enumerate(frags):
+        kb.store(f, kb.gep(tile, P_AT + (k * 128 + cs.t) * 16, "i8"), align=16)
     kb.fence("async_smem")
     kb.named_barrier_arrive(barrier, 256)
 
 
-def store_p_matrix(cs, frags, base):
-    """P (this thread's A fragments of the four k16 steps) as the 64 x 64 16-bit K-major matrix at ``base``
-    (1024-byte aligned) in the 128-byte swizzle a wgmma A descriptor reads (a K tile chunk's layout): word w
-    of fragment k holds row row0 + 8 (w % 2), columns 8 g + 2 t4 .. + 1 of column group g = 2 k + w // 2,
-    i.e. byte (g ^ row % 8) 16 + 4 t4 of the row's 128 (row % 8 = row0 % 8: the eight rows of a quad's
-    lanes hit eight distinct 16-byte units, so each store is free of bank conflicts)."""
-    kb = cs.kb
-    unit = (cs.row0 & 7) * 16                  # this thread's rows' swizzle phase (bytes)
-    for h in (0, 1):
-        row_at = kb.gep(base, (cs.row0 + 8 * h) * SWIZZLE + cs.t4 * 4, "i8")
-        for k, f in enumerate(frags):
-            for w in (h, h + 2):
-                g = 2 * k + w // 2
-                kb.store(f[w], kb.gep(row_at, unit ^ (16 * g), "i8"), align=4)
-
-
-def receive(cs, m_at, tile, barrier: int, smem_p: bool = False):
+def receive(cs, m_at, tile, barrier: int):
     """Sync on `barrier`, then the other warpgroup's row maxima (this thread's rows; m_at None: none) and P
-    fragments (smem_p: None; the P V wgmma reads P from the tile, `issue_pv_smem`)."""
+    fragments."""
     kb = cs.kb
     kb.named_barrier(barrier, 256)
     m = None if m_at is None else load_m(cs, m_at)
-    return m, load_p(cs, tile, smem_p)
+    return m, load_p(cs, tile)
 
 
-def load_p(cs, tile, smem_p: bool = False):
-    """The other warpgroup's P fragments from the tile's rope columns (after its barrier; smem_p: None)."""
-    if smem_p:
-        return None
+def load_p(cs, tile):
+    """The other warpgroup's P fragments from the tile's rope columns (after its barrier)."""
     return [cs.kb.load(cs.kb.gep(tile, P_AT + (k * 128 + cs.t) * 16, "i8"), ("i32", 4), align=16)
             for k in range(P_STEPS)]
 
 
-def issue_pv_smem(cs, v_base, tile, o: Value, dtype: str) -> Value:
-    """O_w += P V[:, 256 w ..] with P the swizzled matrix in the tile's rope columns (`store_p_matrix`): an SS
-    wgmma, A's descriptor that of a K-major 64 x 16 slice (as S's Q operand), B V's as `issue_pv`'s."""
-    kb = cs.kb
-    fa4.mma_fence()
-    for kk in range(P_STEPS):
-        a_d = fa4.smem_desc(kb.gep(tile, P_AT + kk * WGMMA_K * 2, "i8"), swizzle=SWIZZLE, lbo=16, sbo=8 * SWIZZLE)
-        b_d = fa4.smem_desc(kb.gep(v_base, kk * WGMMA_K * SWIZZLE, "i8"), swizzle=SWIZZLE, lbo=BN * SWIZZLE,
-                            sbo=8 * SWIZZLE)
-        o = Value(fa4.mma(a_d, b_d, const(1, "i1"), [o], result_types=[o.type], m=64, n=WG_COLS, k=WGMMA_K,
-                          a_source="smem", b_major="mn", ab_dtype=dtype, acc_dtype="f32"))
-    fa4.mma_commit_group()
-    return o
-
-
 def remote_pv(cs, tile, frags, o: Value, dtype: str) -> Value:
-    """O_w += P V over this warpgroup's V columns of ``tile`` with the other warpgroup's P: its fragments
-    (receive's), or (None: Tiles.smem_p) the matrix in the tile."""
-    if frags is None:
-        return issue_pv_smem(cs, v_of(cs, tile), tile, o, dtype)
+    """O_w += P V over this warpgroup's V columns of ``tile`` with the other warpgroup's P fragments (receive's)."""
     return issue_pv(cs, v_of(cs, tile), frags, o, dtype)
 
 
@@ -212,7 +167,7 @@ def _own_pv(cs, tiles: Tiles, dtype: str, j: Value, sa, tile_a, s_acc: Value, o,
     m_a = [u[0] for u in upd]
     frags, sums = probs(cs, s, [u[2] for u in upd], dtype)
     l = [fma(l[h], upd[h][1], sums[h]) for h in (0, 1)]
-    publish(cs, M_A_AT, m_a, frags, tile_a, tiles.bar_pa, tiles.smem_p)
+    publish(cs, M_A_AT, m_a, frags, tile_a, tiles.bar_pa)
     tiles.release_other(cs, sa)         # (half stages) S_a retired, P_a published
     o = scaled(o, [u[1] for u in upd])
     if masked:
@@ -227,7 +182,7 @@ def _take_b(cs, tiles: Tiles, j: Value, sa, o, m_a, l, masked: bool):
     sb = sa.advance()
     tiles.wait_all(sb)
     tile_b = tiles.tile(cs, sb)
-    m_b, frags_b = receive(cs, M_B_AT, tile_b, tiles.bar_pb, tiles.smem_p)
+    m_b, frags_b = receive(cs, M_B_AT, tile_b, tiles.bar_pb)
     if not tiles.pair_fill:
         tiles.release_other(cs, sb, b=True)     # (half stages) P_b read
     down = [max_update(m_a[h], m_b[h], cs.scale_log2, 0.0)[1] for h in (0, 1)]     # exp2(m_a - m_b)
@@ -313,7 +268,7 @@ def _take_a(cs, tiles: Tiles, dtype: str, sa, j: Value, o, m, l, masked: bool):
     """mma1's share of tile a: sync on bar_pa, O_1 and l_1 rescaled to m_a, V_a's rows past the end
     zeroed (S_a retired before mma0's arrival), P_a V_a issued (in flight). Returns (o, m_a, l)."""
     tile_a = tiles.tile(cs, sa)
-    m_a, frags_a = receive(cs, M_A_AT, tile_a, tiles.bar_pa, tiles.smem_p)
+    m_a, frags_a = receive(cs, M_A_AT, tile_a, tiles.bar_pa)
     alpha = [max_update(m[h], m_a[h], cs.scale_log2, 0.0)[1] for h in (0, 1)]     # exp2(m - m_a)
     o = scaled(o, alpha)
     l = [l[h] * alpha[h] for h in (0, 1)]
@@ -355,7 +310,7 @@ def step1(cs, tiles: Tiles, dtype: str, j: Value, carry, masked: bool, pair: boo
     upd = [max_update(m_a[h], mx[h], cs.scale_log2, 0.0) for h in (0, 1)]
     m_b = [u[0] for u in upd]
     frags_b, sums = probs(cs, s, [u[2] for u in upd], dtype)
-    publish(cs, M_B_AT, m_b, frags_b, tile_b, tiles.bar_pb, tiles.smem_p)
+    publish(cs, M_B_AT, m_b, frags_b, tile_b, tiles.bar_pb)
     o = wait_group(o, pending=0)
     with kb.if_(cs.is_leader).then_():
         tiles.release(sa)
@@ -406,15 +361,16 @@ def _take_b_max(cs, tiles: Tiles, dtype: str, j: Value, sa, o, m_a, l, p_a, mask
     sb = sa.advance()
     tiles.wait_all(sb)
     tile_b = tiles.tile(cs, sb)
-    m_b, _ = receive(cs, M_B_AT, None, tiles.bar_pb, True)       # m_b only: P_b's fragments after P_a' is out
+    kb.named_barrier(tiles.bar_pb, 256)     # m_b only (receive's sync): P_b's fragments after P_a' is out
+    m_b = load_m(cs, M_B_AT)
     if not late:
         with kb.if_(cs.is_leader).then_():
             tiles.release(sa)
     down = [max_update(m_a[h], m_b[h], cs.scale_log2, 0.0)[1] for h in (0, 1)]     # exp2(m_a - m_b)
     tile_a = tiles.tile(cs, sa)     # again: not live across P_a V and bar_pb
-    publish(cs, None, None, frags_of(rescale_p(cs, p_a, down), dtype), tile_a, tiles.bar_pa, tiles.smem_p)
+    publish(cs, None, None, frags_of(rescale_p(cs, p_a, down), dtype), tile_a, tiles.bar_pa)
     tiles.release_other(cs, sa)         # (half stages) S_a retired, P_a' published
-    frags_b = load_p(cs, tile_b, tiles.smem_p)
+    frags_b = load_p(cs, tile_b)
     if late:
         o = wait_group(o, pending=0)
         with kb.if_(cs.is_leader).then_():
@@ -450,7 +406,7 @@ def _step1_max(cs, tiles: Tiles, dtype: str, j: Value, carry, masked: bool):
     upd = [max_update(m_a[h], mx[h], cs.scale_log2, 0.0) for h in (0, 1)]
     m_b = [u[0] for u in upd]
     frags_b, sums = probs(cs, s, [u[2] for u in upd], dtype)
-    publish(cs, M_B_AT, m_b, frags_b, tile_b, tiles.bar_pb, tiles.smem_p)
+    publish(cs, M_B_AT, m_b, frags_b, tile_b, tiles.bar_pb)
     alpha = [max_update(m[h], m_b[h], cs.scale_log2, 0.0)[1] for h in (0, 1)]      # exp2(m - m_b): the one rescale
     o = scaled(o, alpha)
     l = [fma(l[h], alpha[h], sums[h]) for h in (0, 1)]
@@ -459,7 +415,7 @@ def _step1_max(cs, tiles: Tiles, dtype: str, j: Value, carry, masked: bool):
     o = issue_pv(cs, v_of(cs, tile_b), frags_b, o, dtype)          # P_b V_b, in flight
     tile_a = tiles.tile(cs, sa)
     kb.named_barrier(tiles.bar_pa, 256)
-    frags_a = load_p(cs, tile_a, tiles.smem_p)
+    frags_a = load_p(cs, tile_a)
     if masked:
         tiles.zero_tail(cs, tile_a, j, 1)
     o = wait_group(remote_pv(cs, tile_a, frags_a, o, dtype), pending=0)    # P_a' V_a behind it; both retired
@@ -507,4 +463,4 @@ def totals(cs, l) -> list:
 
 __all__ = ["Tiles", "M_A_AT", "M_B_AT", "SUM_AT", "X_BYTES", "P_AT", "P_STEPS", "rowmax", "probs", "probs_f32", "frags_of",
            "store_m", "load_m", "publish", "receive", "load_p", "rescale_p",
-           "store_p_matrix", "issue_pv_smem", "remote_pv", "v_of", "scaled", "step0", "step1", "pairs_ahead", "run", "initial", "totals"]
+           "remote_pv", "v_of", "scaled", "step0", "step1", "pairs_ahead", "run", "initial", "totals"]
