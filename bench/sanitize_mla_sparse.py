@@ -63,12 +63,12 @@ def matches(flags) -> tuple[dict, ...]:
 @contextlib.contextmanager
 def sparse_knobs(match: dict):
     """FA4MLIR_MLA_SPARSE_VARIANT and FA4MLIR_MLA_SPARSE_PRODUCER naming the kernel of ``match`` (a config key:
-    its seesaw, producer_warps and l2_hints) inside, restored after: the host reads them per call."""
+    its seesaw and producer_warps) inside, restored after: the host reads them per call."""
     from fa4mlir.attention.mla_sparse import VARIANT_ENV
     warps = match.get("producer_warps", 1)
     knobs = {VARIANT_ENV: pair_fill_variant(match) if match.get("pair_fill") else sc.SEESAW_VARIANT if match.get("seesaw")
              else sc.TILE_VARIANT,
-             sc.PRODUCER_ENV: "warp" if warps == 1 else "warpgroup_l2" if match.get("l2_hints") else "warpgroup"}
+             sc.PRODUCER_ENV: "warp" if warps == 1 else "warpgroup"}
     before = {k: os.environ.get(k) for k in knobs}
     os.environ.update(knobs)
     try:
@@ -82,9 +82,8 @@ def sparse_knobs(match: dict):
 
 
 def pair_fill_variant(match: dict) -> str:
-    """The SPARSE_VARIANTS name of a pair-fill kernel's config key (its overlap_s and pair_max)."""
-    return {(False, False): sc.PAIR_FILL_VARIANT, (True, False): sc.OVERLAP_VARIANT, (False, True): sc.PAIR_MAX_VARIANT,
-            (True, True): sc.OVERLAP_PAIR_MAX_VARIANT}[bool(match.get("overlap_s")), bool(match.get("pair_max"))]
+    """The SPARSE_VARIANTS name of a pair-fill kernel's config key (its overlap_s)."""
+    return sc.OVERLAP_VARIANT if match.get("overlap_s") else sc.PAIR_FILL_VARIANT
 
 
 def sparse_family(config: dict) -> str:

@@ -3,8 +3,9 @@ twelve entries, MLASparseDecodeConfig(dtype, kv_dtype=, topk_length=, split=)) t
 with indices, the split ones with the head-dim-512 combine; the four over FlashMLA's FP8 cache
 (kv_dtype "fp8") with is_fp8_kvcache=True, their cache the same bf16 latent quantized to 656-byte rows
 (testing_mla.quantize_fp8_cache: NaN rows give NaN bytes and scales), checked over its dequantized rows,
-in every FP8 variant (dc.FP8_DECODE_VARIANTS: the converter, FP8_DECODE_DEFAULT_RULE's, the gather kernel and
-the converter's rolling prefetch, and the crossover on CROSSOVER_SHAPES, 128 heads; FA4MLIR_MLA_SPARSE_FP8_VARIANT set to the case's around its calls).
+in every FP8 variant (dc.FP8_DECODE_VARIANTS: the converter, FP8_DECODE_DEFAULT_RULE's, the gather kernel, and
+the crossover and its hand-offs on CROSSOVER_SHAPES, 128 heads; FA4MLIR_MLA_SPARSE_FP8_VARIANT set to the case's
+around its calls).
 
 Family: the kernel and split or unsplit (the split writes partials another kernel reads); features
 (sparse_decode_features): the dtype and, when set, `sparse-decode-topk_length` and `sparse-decode-fp8`.
@@ -48,14 +49,12 @@ CASES = (
     ("mla-sparse-decode-tile-pwg", tuple(("bf16", t, s, TILE_PWG) for t in (False, True) for s in (False, True)), False),
     *((f"mla-sparse-decode-fp8{'' if v == dc.FP8_DECODE_DEFAULT_RULE else '-' + v}",
        tuple((*e, "fp8", v) for e in (("bf16", False, False), ("bf16", True, True), ("bf16", True, False),
-                                      ("bf16", False, True))
-             if v not in dc.FP8_DECODE_PAIR_VARIANTS or e[1:] in dc.FP8_PAIR_CALLS), False)
+                                      ("bf16", False, True))), False)
       for v in dc.FP8_DECODE_VARIANTS),
 )
 SHAPES = ((2, 2, 16, 128, 10, 64), (3, 1, 80, 256, 20, 61))    # (batch, seqlen_q, heads, topk, pages, page)
-# the FP8 variant "crossover" (and its lean hand-offs, crossover_lean, crossover_ahead, crossover_stasync and
-# crossover_ahead_stasync, and crossover_stasync_hint) is built for heads a multiple of 128 only (a cluster per
-# token's two head blocks)
+# the FP8 variant "crossover" (and its lean hand-offs, crossover_lean and crossover_stasync) is built for heads a
+# multiple of 128 only (a cluster per token's two head blocks)
 CROSSOVER_SHAPES = ((2, 2, 128, 128, 10, 64), (3, 1, 128, 256, 20, 61))
 
 

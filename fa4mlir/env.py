@@ -69,18 +69,13 @@ KNOBS: dict[str, Knob] = {
              "set holds the anchors' kernel); read at every call"),
         Knob("FA4MLIR_MLA_SPARSE_FP8_VARIANT", None, "str", "flash_mla_with_kvcache(is_fp8_kvcache=True, "
              "indices=...) runs this entry of attention_mla_sparse_sm90_config.FP8_DECODE_VARIANTS instead of "
-             "FP8_DECODE_DEFAULT_RULE's kernel (the converter warpgroup; as 'crossover' at heads a multiple of 128, "
-             "FP8_DECODE_CROSSOVER_RULE): 'converter', the plain converter (fa4mlir[converter]); 'gather', the kernel before the rule, "
-             "for A/B (bench mla's backend fa4mlir[gather]); 'prefetch', the converter with its rolling prefetch "
-             "(opt-in, fa4mlir[prefetch]); 'crossover', the converter over a cluster of a token's two 64-head "
-             "CTAs (heads a multiple of 128); 'crossover_lean', 'crossover_ahead', the crossover with its note 'Lean hand-off' "
-             "(opt-in, heads a multiple of 128, fa4mlir[crossover_lean] / fa4mlir[crossover_ahead]); 'crossover_stasync', "
-             "crossover_lean with the converter's st.async hand-off (opt-in, heads a multiple of 128, "
-             "fa4mlir[crossover_stasync]); 'crossover_ahead_stasync', both (opt-in, heads a multiple of 128, "
-             "fa4mlir[crossover_ahead_stasync]); 'crossover_stasync_hint', crossover_stasync with the converter's row loads "
-             "carrying FlashMLA's cache hints (opt-in, heads a multiple of 128, fa4mlir[crossover_stasync_hint]; the mla "
-             "set holds it unsplit without topk_length and split with it only); read per call into the call cache's "
-             "key; the mla bundle set holds the others all"),
+             "FP8_DECODE_DEFAULT_RULE's kernel (the converter warpgroup; as 'crossover_stasync' at heads a multiple of "
+             "128, FP8_DECODE_CROSSOVER_RULE): 'converter', the plain converter (fa4mlir[converter]); 'gather', the "
+             "kernel before the rule, for A/B (bench mla's backend fa4mlir[gather]); 'crossover', the converter over "
+             "a cluster of a token's two 64-head CTAs (heads a multiple of 128); 'crossover_lean', the crossover with "
+             "its note 'Lean hand-off' (opt-in, heads a multiple of 128, fa4mlir[crossover_lean]); "
+             "'crossover_stasync', crossover_lean with the converter's st.async hand-off (heads a multiple of 128, "
+             "fa4mlir[crossover_stasync]); read per call into the call cache's key; the mla bundle set holds them all"),
         Knob("FA4MLIR_MLA_SPARSE_SM100", None, "str", "flash_mla_sparse_fwd on compute capability 10.0 runs this "
              "sm_100a kernel: unset or 'split', attention_mla_sparse_sm100 (two independent CTAs per token, the "
              "mla-sparse-sm100 set); 'pair', attention_mla_sparse_sm100_pair (FlashMLA's head128 CTA pair, h_q 128 "
@@ -90,7 +85,7 @@ KNOBS: dict[str, Knob] = {
              "(flash_mla_sparse_fwd, flash_mla_with_kvcache with indices) run this entry of "
              "attention_mla_sparse_sm90_config.PRODUCER_VARIANTS: unset or 'default' (SPARSE_DEFAULT_RULE's: the "
              "producer warpgroup over bf16, the gather warp otherwise), 'warp' (the gather warp), 'warpgroup' "
-             "(producer_warps=4) or 'warpgroup_l2' (with L2 hints); for A/B (bench mla's fa4mlir[tile], fa4mlir[pwg]); "
+             "(producer_warps=4); for A/B (bench mla's fa4mlir[tile], fa4mlir[pwg]); "
              "read per call into the call cache's key; KnobError over an FP8 kv or on sm_100a"),
         Knob("FA4MLIR_MLA_SPARSE_VARIANT", None, "str", "flash_mla_sparse_fwd and flash_mla_with_kvcache(indices=...) "
              "over a 16-bit kv (or the FP8 cache's converter kernel, one split) run this entry of "
@@ -99,13 +94,10 @@ KNOBS: dict[str, Knob] = {
              "seesaw tile step, attention_mla_sparse_seesaw_sm90; over FP8 rows only the unsplit decode's converter: "
              "else UnsupportedFeatureError) or 'seesaw_pairfill' (the seesaw with FlashMLA's fill order of a pair's "
              "halves: 16-bit kv and the producer warpgroup, else UnsupportedFeatureError / KnobError) or "
-             "'seesaw_overlap' (the pair fill with the next pair's S_a under P_b V; opt-in, the mla-sparse-variants "
-             "set) or 'seesaw_pairmax' / 'seesaw_overlap_pairmax' (the pair fill / the overlap with FlashMLA's "
-             "pair-max handshakes, one O rescale a pair in warpgroup 1; opt-in, the mla-sparse-variants set) or "
-             "'seesaw_overlap_pfence' (the overlap with the gather ring's proxy fence in the producer warpgroup, none "
-             "after the consumers' ring waits; opt-in, the mla-sparse-variants set); for A/B "
-             "(bench mla's fa4mlir[tile], fa4mlir[seesaw], fa4mlir[seesaw_pwg], fa4mlir[seesaw_overlap], "
-             "fa4mlir[seesaw_pairmax], fa4mlir[seesaw_overlap_pairmax], fa4mlir[seesaw_overlap_pfence]); read per call into the call cache's key; a bundle must hold it: the mla and mla-sparse-variants sets"),
+             "'seesaw_overlap' (the pair fill with the next pair's S_a under P_b V; SPARSE_DEFAULT_RULE's prefill over "
+             "bf16); for A/B (bench mla's fa4mlir[tile], fa4mlir[seesaw], fa4mlir[seesaw_pwg], "
+             "fa4mlir[seesaw_overlap]); read per call into the call cache's key; a bundle must hold it: the mla and "
+             "mla-sparse-variants sets"),
         Knob("FA4MLIR_PREFILL_TILES", None, "str", "flash_attn_func runs its case's default kernel with these "
              "AttnConfig tile / code-knob fields replaced ('bn=144,persistent=False'; for measurement: bench "
              "prefill --prefill-tiles); a kernel source without that variant raises BundleError, never falls back"),

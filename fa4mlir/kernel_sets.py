@@ -79,8 +79,8 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 sink variant, what tests/gpu/test_kvcache_mask_gpu.py runs
     mla-sparse-variants
                 the mla set plus the sparse MLA kernels' seesaw variants (FA4MLIR_MLA_SPARSE_VARIANT=seesaw,
-                MLASparseConfig.seesaw / MLASparseDecodeConfig.seesaw, bf16 kv; alone and with the producer
-                warpgroup, FA4MLIR_MLA_SPARSE_PRODUCER=warpgroup / warpgroup_l2): what `bench mla --workloads
+                MLASparseConfig.seesaw / MLASparseDecodeConfig.seesaw, bf16 kv, with the gather warp,
+                FA4MLIR_MLA_SPARSE_PRODUCER=warp): what `bench mla --workloads
                 mla_sparse,mla_sparse_decode,mla_sparse_decode_fp8` times as fa4mlir[seesaw] (the converter kernel's FP8 row;
                 the 16-bit rows' A/B backends) and tests/gpu/test_mla_sparse_seesaw_gpu.py runs
     decode-fp8-variants
@@ -155,12 +155,10 @@ An entry is (kernel name, config) or (kernel name, config, compile-option overri
                 and without topk_length, split and unsplit (tests/gpu/test_mla_sparse_decode_gpu.py and `bench
                 mla`'s sparse decode row), and the same four over FlashMLA's FP8 cache (is_fp8_kvcache with
                 indices, bf16) in every variant: the converter-warpgroup kernel FP8_DECODE_DEFAULT_RULE picks,
-                the gather kernel (FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather) and the converter's rolling prefetch
-                (..._FP8_VARIANT=prefetch), the converter over a cluster of two CTAs (..._FP8_VARIANT=crossover)
-                and its lean hand-offs (..._FP8_VARIANT=crossover_lean, crossover_ahead, crossover_stasync,
-                crossover_ahead_stasync; crossover_stasync_hint unsplit, and with topk_length and a split;
-                tests/gpu/test_mla_sparse_decode_gpu.py's fp8 cases,
-                tests/gpu/test_mla_sparse_decode_fp8_{conv,prefetch,crossover}_gpu.py and `bench mla`'s
+                the gather kernel (FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather), the converter over a cluster of two
+                CTAs (..._FP8_VARIANT=crossover) and its lean hand-offs (..._FP8_VARIANT=crossover_lean and
+                crossover_stasync, FP8_DECODE_CROSSOVER_RULE's; tests/gpu/test_mla_sparse_decode_gpu.py's fp8 cases,
+                tests/gpu/test_mla_sparse_decode_fp8_{conv,crossover}_gpu.py and `bench mla`'s
                 mla_sparse_decode_fp8 row)
     bench       the attention, decode, prefill and mla sets, and the GEMM variants the benchmark times against
                 torch.matmul

@@ -21,11 +21,9 @@ def mla() -> list:
     warpgroup on the tile step, four over FlashMLA's FP8 rows, and the sparse decode's eight
     (flash_mla_with_kvcache with indices), the bf16 four's rule and producer-warpgroup twins, four
     over the FP8 cache (the converter-warpgroup kernels FP8_DECODE_DEFAULT_RULE picks, the gather kernels
-    of FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather, the converter's rolling prefetch of ..._FP8_VARIANT=prefetch and
-    the converter over a cluster of two CTAs of ..._FP8_VARIANT=crossover, and its lean hand-offs of
-    ..._FP8_VARIANT=crossover_lean, crossover_ahead, crossover_stasync and crossover_ahead_stasync; and
-    ..._FP8_VARIANT=crossover_stasync_hint's two: bench mla's call, unsplit without topk_length, and its
-    topk_length + split twin)."""
+    of FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather, the converter over a cluster of two CTAs of
+    ..._FP8_VARIANT=crossover, and its lean hand-offs of ..._FP8_VARIANT=crossover_lean and crossover_stasync,
+    FP8_DECODE_CROSSOVER_RULE's)."""
     from .kernels.attention_decode_sm90_config import COMBINE_KERNEL, CombineConfig
     from dataclasses import replace
     from .kernels.attention_mla_decode_sm90_config import D_V, KERNEL, SWAP_AB_NS, default_config
@@ -75,16 +73,13 @@ def mla() -> list:
                                                   pair_fill=True, overlap_s=o))
             for o in (False, True) for t in (False, True) for s in (False, True)]
     # the sparse decode over FlashMLA's FP8 cache (is_fp8_kvcache=True with indices; bf16 q), the same four as
-    # each variant: FP8_DECODE_DEFAULT_RULE's (the converter warpgroup) first, then "gather", "prefetch", "crossover",
-    # "crossover_lean", "crossover_ahead", "crossover_stasync" and "crossover_ahead_stasync" (A/B); the
-    # FP8_DECODE_PAIR_VARIANTS ("crossover_stasync_hint") for FP8_PAIR_CALLS' two of the four only
-    from .kernels.attention_mla_sparse_sm90_config import (FP8_DECODE_PAIR_VARIANTS, FP8_DECODE_VARIANTS, FP8_PAIR_CALLS,
-                                                           fp8_decode_variant)
+    # each variant: FP8_DECODE_DEFAULT_RULE's (the converter warpgroup) first, then "gather", "crossover",
+    # "crossover_lean" (A/B) and "crossover_stasync" (FP8_DECODE_CROSSOVER_RULE's)
+    from .kernels.attention_mla_sparse_sm90_config import FP8_DECODE_VARIANTS, fp8_decode_variant
     fp8 = [MLASparseDecodeConfig("bf16", kv_dtype="fp8", topk_length=t, split=s) for t in (False, True) for s in (False, True)]
     out += [(DECODE_KERNEL, fp8_decode_variant(c)) for c in fp8]
     out += [(DECODE_KERNEL, fp8_decode_variant(c, name)) for name in FP8_DECODE_VARIANTS for c in fp8
-            if fp8_decode_variant(c, name) != fp8_decode_variant(c)
-            and (name not in FP8_DECODE_PAIR_VARIANTS or (c.topk_length, c.split) in FP8_PAIR_CALLS)]
+            if fp8_decode_variant(c, name) != fp8_decode_variant(c)]
     return out + _mla_prefill()
 
 
@@ -122,36 +117,16 @@ def mla_sparse_variant_entries() -> list:
     """The sparse MLA kernels' seesaw variant (attention_mla_sparse_sm90_config.SPARSE_VARIANTS, bf16 kv): the
     prefill as `bench mla`'s mla_sparse calls it and with topk_length and sinks, the decode unsplit (bench
     mla's mla_sparse_decode: one split) and split with topk_length, and the FP8 decode's converter kernel
-    unsplit (mla_sparse_decode_fp8); the 16-bit ones also with the producer warpgroup's L2 hints on the seesaw
-    and the tile step (FA4MLIR_MLA_SPARSE_PRODUCER=warpgroup_l2; timed ~1% slower, [D-mla-sparse-seesaw-pwg-default])
-    (tests/gpu/test_mla_sparse_seesaw_gpu.py; the rule's kernels and the combine are the mla set's); and the
-    seesaw_pairfill variant (pair_fill: FlashMLA's fill order of a pair's halves, with the producer warpgroup) of
-    the same four 16-bit kernels (bench mla's fa4mlir[pairfill]; tests/gpu/test_mla_sparse_pairfill_gpu.py); and the
-    seesaw_overlap variant (overlap_s: the pair fill with the next pair's S_a under P_b V, opt-in) of the same four
-    (bench mla's fa4mlir[seesaw_overlap]; tests/test_mla_sparse_overlap.py); and the seesaw_pairmax and
-    seesaw_overlap_pairmax variants (pair_max: FlashMLA's pair-max handshakes on the pair fill, without and with
-    overlap_s, opt-in) of the same four (bench mla's fa4mlir[seesaw_pairmax], fa4mlir[seesaw_overlap_pairmax];
-    tests/test_mla_sparse_pairmax.py); and the seesaw_overlap_pfence variant (producer_fence: the overlap with the
-    gather ring's proxy fence in the producer warpgroup, opt-in) of the bench's prefill and decode kernels and the
-    prefill with topk_length and sinks (bench mla's fa4mlir[seesaw_overlap_pfence]; tests/test_mla_sparse_pfence.py)."""
+    unsplit (mla_sparse_decode_fp8) (tests/gpu/test_mla_sparse_seesaw_gpu.py; the rule's kernels, the pair fill's
+    and the overlap's, and the combine are the mla set's). (The producer warpgroup's L2 hints and the pair fill's
+    pair-max and producer-fence variants were timed and rejected: notes/RESULTS.md [D-mla-sparse-seesaw-pwg-default],
+    [R-mla-sparse-pairmax-timed], [R-mla-sparse-pfence].)"""
     from .kernels import attention_mla_sparse_sm90_config as sc
     sixteen = [(sc.KERNEL, sc.MLASparseConfig(seesaw=True)),
                (sc.KERNEL, sc.MLASparseConfig(topk_length=True, sinks=True, seesaw=True)),
                (sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(seesaw=True)),
                (sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(topk_length=True, split=True, seesaw=True))]
-    from dataclasses import replace
-    l2 = [(name, replace(cfg, producer_warps=4, l2_hints=True)) for name, cfg in sixteen]
-    # ... and on the tile step (FA4MLIR_MLA_SPARSE_VARIANT=tile, _PRODUCER=warpgroup_l2) every prefill
-    # topk_length / sinks and bf16 decode topk_length / split case (tests/gpu/test_mla_sparse_pwg_gpu.py)
-    l2 += [(sc.KERNEL, sc.MLASparseConfig(topk_length=t, sinks=s, producer_warps=4, l2_hints=True))
-           for t in (False, True) for s in (False, True)]
-    l2 += [(sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(topk_length=t, split=s, producer_warps=4, l2_hints=True))
-           for t in (False, True) for s in (False, True)]
-    # (the seesaw_pairfill and seesaw_overlap kernels are the mla set's: SPARSE_DEFAULT_RULE's and its A/B twin)
-    overlap = [(name, replace(cfg, producer_warps=4, pair_fill=True, overlap_s=True)) for name, cfg in sixteen]
-    return sixteen + l2 + [(sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True, seesaw=True))] \
-        + [(name, replace(cfg, overlap_s=o, pair_max=True)) for o in (False, True) for name, cfg in overlap] \
-        + [(name, replace(cfg, producer_fence=True)) for name, cfg in overlap[:3]]
+    return sixteen + [(sc.DECODE_KERNEL, sc.MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True, seesaw=True))]
 
 
 def mla_sparse_variants() -> list:

@@ -3,7 +3,7 @@ test_mla_sparse_decode.py, _fp8.py, test_kvcache_decode.py and tests/gpu/test_ml
 TensorInfos, the kernels' compile checks, the paged latent cache of a decode problem, the interpreter run of
 the dense decode kernel, the sparse tests' mix of invalid indices and the sparse prefill's interpreter cases
 (inputs, the kernel's tensors, the FA-rule check), the sparse decode's interpreter cases, the pipeline verifier
-over a list of entries and the sparse variants' knob checks (test_mla_sparse_overlap.py, _pairmax.py,
+over a list of entries and the sparse variants' knob checks (test_mla_sparse_overlap.py,
 _pairfill.py, _seesaw.py, _pwg.py)."""
 from __future__ import annotations
 

@@ -94,14 +94,12 @@ def test_fp8_sparse_decode_through_the_interpreter(batch, seqlen_q, heads, topk,
 
 
 def run_interpreted(batch, seqlen_q, heads, topk, page, splits, topk_length, padded, converter=False, seesaw=False,
-                    prefetch=False, crossover=False, lean=False, ahead=False, stasync=False, hint=False):
+                    crossover=False, lean=False, stasync=False):
     """One interpreted case (the test above; converter: the fp8_converter variant's kernel,
     tests/test_mla_sparse_decode_fp8_conv.py; seesaw: its seesaw variant, tests/test_mla_sparse_seesaw.py;
-    prefetch: the converter's rolling prefetch, tests/test_mla_sparse_decode_fp8_prefetch.py; crossover: the
-    converter over a cluster of two CTAs, tests/test_mla_sparse_decode_fp8_crossover.py; lean, ahead: its note "Lean
-    hand-off", tests/test_mla_sparse_decode_fp8_lean.py; stasync: its note "st.async hand-off",
-    tests/test_mla_sparse_decode_fp8_stasync.py; hint: stasync with its note "Load hints",
-    tests/test_mla_sparse_decode_fp8_hint.py);
+    crossover: the converter over a cluster of two CTAs, tests/test_mla_sparse_decode_fp8_crossover.py; lean: its
+    note "Lean hand-off", tests/test_mla_sparse_decode_fp8_lean.py; stasync: its note "st.async hand-off",
+    tests/test_mla_sparse_decode_fp8_stasync.py);
     returns (out, lse) as float32 tensors."""
     import dataclasses
     torch = pytest.importorskip("torch")
@@ -114,13 +112,10 @@ def run_interpreted(batch, seqlen_q, heads, topk, page, splits, topk_length, pad
                                             512, _info((splits, 8), "i32"), _info((batch + 1,), "i32"),
                                             topk_length=None if lens is None else _info(lens.shape, "i32"),
                                             is_fp8_kvcache=True)
-    stasync = stasync or hint
     lean = lean or stasync
-    crossover = crossover or lean or ahead
-    cfg = dataclasses.replace(problem.config(splits > 1), fp8_converter=converter or prefetch or crossover,
-                              seesaw=seesaw, converter_prefetch=prefetch, crossover=crossover,
-                              crossover_lean=lean or ahead, crossover_ahead=ahead, crossover_stasync=stasync,
-                              load_hints=hint)
+    crossover = crossover or lean
+    cfg = dataclasses.replace(problem.config(splits > 1), fp8_converter=converter or crossover,
+                              seesaw=seesaw, crossover=crossover, crossover_lean=lean, crossover_stasync=stasync)
     assert cfg.fp8 and problem.page_size == page and problem.s_kv == pages * page
     row_stride, page_stride = sd.cache_strides(cache.shape, strides)
     out_t, lse_t, args = check_sparse_decode_run(torch, cfg, problem, q, raw, dequantize_fp8_cache(cache.contiguous()), idx,
@@ -132,7 +127,7 @@ def run_interpreted(batch, seqlen_q, heads, topk, page, splits, topk_length, pad
     return out_t, lse_t
 
 
-# ---- shared with the FP8 variants' tests (test_mla_sparse_decode_fp8_{conv,prefetch,crossover,lean,stasync}.py) --
+# ---- shared with the FP8 variants' tests (test_mla_sparse_decode_fp8_{conv,crossover,lean,stasync}.py) ----------
 
 def check_same_bits(case, first: dict, second: dict) -> None:
     """run_interpreted(*case, **first), then run_interpreted(*case, **second) (each checked by the FA rule inside):
@@ -171,18 +166,17 @@ def check_variant_entries(entries, *variants: str) -> None:
     check_in_bundle_sets(want)
 
 
-def converter_sass(name, cfg, hgmma=True) -> str:
+def converter_sass(name, cfg) -> str:
     """Kernel `name` of `cfg` (an FP8 converter kernel) lowered clean (lower_clean: no spills, no stack, wgmma not
     serialised, setmaxnreg honoured; check_sparse_art), and what the converter kernels' SASS shares: setmaxnreg 200
-    / 104, no local memory (LDL, STL), and (hgmma) the bf16 m64n32k16 HGMMAs. Returns the SASS."""
+    / 104, no local memory (LDL, STL), and the bf16 m64n32k16 HGMMAs. Returns the SASS."""
     from tests._sm100_helpers import role_budgets, sass_count, sass_of
     art = lower_clean(name, cfg)
     check_sparse_art(art, cfg)
     sass = sass_of(art)
     assert role_budgets(sass) == {200, 104}
     assert all(sass_count(sass, op) == 0 for op in ("LDL", "STL")), "local memory in the SASS"
-    if hgmma:
-        assert sass_count(sass, "HGMMA.64x32x16.F32.BF16") > 0
+    assert sass_count(sass, "HGMMA.64x32x16.F32.BF16") > 0
     return sass
 
 

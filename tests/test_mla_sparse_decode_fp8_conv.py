@@ -31,9 +31,8 @@ from tests._ring_mutations import MUTATIONS, RING_OPS, mutate_ring_op
 from tests.test_mla_sparse_decode_fp8 import check_in_bundle_sets, check_same_bits, converter_sass, fp8_decode_args
 from tests.test_mla_sparse_decode_fp8 import fp8_plain_configs, run_interpreted
 
-CONV_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].fp8_converter
-                and not e[1].converter_prefetch and not e[1].crossover]
-# the prefetch and crossover variants: tests/test_mla_sparse_decode_fp8_{prefetch,crossover}.py
+CONV_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].fp8_converter and not e[1].crossover]
+# the crossover variants: tests/test_mla_sparse_decode_fp8_{crossover,lean,stasync}.py
 
 
 def test_converter_config_rules():
@@ -61,9 +60,8 @@ def test_the_default_rule_picks_the_converter_for_every_fp8_kernel():
                 dataclasses.replace(cfg, fp8_converter=True)
             assert dc.fp8_decode_variant(dataclasses.replace(cfg, fp8_converter=True), "gather") == cfg
     assert dc.FP8_DECODE_DEFAULT_RULE == "converter"
-    assert set(dc.FP8_DECODE_VARIANTS) == {"converter", "gather", dc.PREFETCH_VARIANT, dc.CROSSOVER_VARIANT,
-                                           dc.LEAN_VARIANT, dc.AHEAD_VARIANT, dc.STASYNC_VARIANT,
-                                           dc.AHEAD_STASYNC_VARIANT, dc.HINT_VARIANT}
+    assert set(dc.FP8_DECODE_VARIANTS) == {"converter", "gather", dc.CROSSOVER_VARIANT, dc.LEAN_VARIANT,
+                                           dc.STASYNC_VARIANT}
     with pytest.raises(ConfigError, match="unknown FP8 sparse decode variant"):
         dc.fp8_decode_variant(dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8"), "conv")
     with pytest.raises(ConfigError, match="FP8 cache"):
@@ -73,8 +71,7 @@ def test_the_default_rule_picks_the_converter_for_every_fp8_kernel():
 def test_both_variants_are_in_the_bundle_sets():
     fp8 = fp8_plain_configs()
     assert {cfg for _, cfg in CONV_ENTRIES} == {dc.fp8_decode_variant(c) for c in fp8}
-    check_in_bundle_sets([(dc.DECODE_KERNEL, dc.fp8_decode_variant(c, v)) for c in fp8 for v in dc.FP8_DECODE_VARIANTS
-                          if v not in dc.FP8_DECODE_PAIR_VARIANTS or (c.topk_length, c.split) in dc.FP8_PAIR_CALLS])
+    check_in_bundle_sets([(dc.DECODE_KERNEL, dc.fp8_decode_variant(c, v)) for c in fp8 for v in dc.FP8_DECODE_VARIANTS])
 
 
 @pytest.mark.parametrize("entry", CONV_ENTRIES, ids=lambda e: e[1].name())

@@ -5,7 +5,7 @@ note "Crossover"; FlashMLA's crossover).
 * the dialect's remote store: fa4.peer_address lowers to mapa.shared::cluster, a store through it to
   st.shared::cluster, fence kind "async_smem_cluster" to fence.proxy.async.shared::cluster;
 * its config: name, compile key, cluster (2, 1, 1), the converter's SMEM plan and register budgets; refused
-  without the converter, with prefetch or seesaw, as a non-bool; the other kernels' names and keys unchanged;
+  without the converter, with seesaw, as a non-bool; the other kernels' names and keys unchanged;
 * its four kernels are in the `mla`, `gpu-tests` and `bench` sets; each compiles with no spills and no stack,
   wgmma not serialised, setmaxnreg 200 / 104, no local memory, the remote stores (ST.E.128 through the mapa
   address) and remote arrives in the SASS;
@@ -61,7 +61,6 @@ def test_crossover_config_rules():
     _xo(split=True, topk_length=True).validate()
     for bad in (dict(crossover=True), dict(kv_dtype="fp8", crossover=True),
                 dict(kv_dtype="fp8", fp8_converter=True, crossover=1),
-                dict(kv_dtype="fp8", fp8_converter=True, crossover=True, converter_prefetch=True),
                 dict(kv_dtype="fp8", fp8_converter=True, crossover=True, seesaw=True)):
         with pytest.raises(ConfigError):
             dc.MLASparseDecodeConfig("bf16", **bad).validate()

@@ -1,19 +1,19 @@
-"""Deviceless: the crossover's lean hand-offs (FP8 variants "crossover_lean" and "crossover_ahead", opt-in:
-MLASparseDecodeConfig.crossover_lean / crossover_ahead; attention_mla_sparse_crossover_sm90, note "Lean hand-off").
+"""Deviceless: the crossover's lean hand-off (FP8 variant "crossover_lean", opt-in:
+MLASparseDecodeConfig.crossover_lean; attention_mla_sparse_crossover_sm90, note "Lean hand-off").
 
 * the dialect: fa4.peer_arrive scope "cta" lowers to mbarrier.arrive.shared::cluster without release.cluster
   (the consumers' release into the peer), the converter's arrive on the peer's full stays release.cluster;
   scope "cta" on side "full" is refused;
-* the config: names, keys (the other kernels' keys and names unchanged), refused without the crossover / the
-  lean hand-off, as non-bools; the variants set their fields and are found back; the host refuses them at 64
-  heads; bench mla's backends fa4mlir[crossover_lean] and fa4mlir[crossover_ahead] exist;
-* their eight kernels are in the `mla`, `gpu-tests` and `bench` sets; each compiles with no spills and no stack,
+* the config: name, key (the other kernels' keys and names unchanged), refused without the crossover, as a
+  non-bool; the variant sets its fields and is found back; the host refuses it at 64 heads; bench mla's backend
+  fa4mlir[crossover_lean] exists;
+* its four kernels are in the `mla`, `gpu-tests` and `bench` sets; each compiles with no spills and no stack,
   wgmma not serialised, setmaxnreg 200 / 104, no local memory; one MEMBAR.ALL.GPU fewer than the crossover's
-  SASS; crossover_ahead's converter loads one index a lane (and shuffles it) instead of 8 broadcast loads;
-* fa4-verify-pipelines accepts them and rejects the consumers' peer release erased;
-* the interpreter runs them at 128 heads (-1 padding, duplicates, NaN rows; a split with topk_length shorter
-  than topk and 0): run_interpreted's checks by the FA rule against the float64 reference over the cache
-  dequantized as the kernel does (testing_mla.dequantize_fp8_cache), and the crossover's out and lse bits.
+  SASS;
+* fa4-verify-pipelines accepts it and rejects the consumers' peer release erased;
+* the interpreter runs it at 128 heads (-1 padding, duplicates, NaN rows): run_interpreted's checks by the FA rule
+  against the float64 reference over the cache dequantized as the kernel does (testing_mla.dequantize_fp8_cache),
+  and the crossover's out and lse bits.
 """
 from __future__ import annotations
 
@@ -33,9 +33,9 @@ LEAN_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1
                 and not e[1].crossover_stasync]
 
 
-def _cfg(ahead=False, **kw) -> dc.MLASparseDecodeConfig:
+def _cfg(**kw) -> dc.MLASparseDecodeConfig:
     return dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", fp8_converter=True, crossover=True, crossover_lean=True,
-                                    crossover_ahead=ahead, **kw)
+                                    **kw)
 
 
 def test_consumer_release_lowers_at_cta_scope():
@@ -60,38 +60,33 @@ def test_cta_scope_is_refused_on_full():
 
 
 def test_config_rules():
-    lean, ahead = _cfg().validate(), _cfg(ahead=True).validate()
+    lean = _cfg().validate()
     xo = dataclasses.replace(lean, crossover_lean=False)
     assert lean.name() == "attention_mla_sparse_decode_sm90_bf16_fp8_conv_xo_lean"
-    assert ahead.name() == "attention_mla_sparse_decode_sm90_bf16_fp8_conv_xo_lean_ahead"
-    assert lean.key()["crossover_lean"] is True and "crossover_ahead" not in lean.key() and ahead.key()["crossover_ahead"]
+    assert lean.key()["crossover_lean"] is True
     assert "crossover_lean" not in xo.key() and "_lean" not in xo.name()
     assert (lean.stages, lean.regs, lean.smem_bytes(), lean.params) == (xo.stages, xo.regs, xo.smem_bytes(), xo.params)
-    _cfg(ahead=True, split=True, topk_length=True).validate()
+    _cfg(split=True, topk_length=True).validate()
     base = dict(kv_dtype="fp8", fp8_converter=True)
-    for bad in (dict(base, crossover_lean=True), dict(base, crossover=True, crossover_ahead=True),
-                dict(base, crossover=True, crossover_lean=1), dict(base, crossover=True, crossover_lean=True,
-                                                                   crossover_ahead=1)):
+    for bad in (dict(base, crossover_lean=True), dict(base, crossover=True, crossover_lean=1)):
         with pytest.raises(ConfigError):
             dc.MLASparseDecodeConfig("bf16", **bad).validate()
 
 
-def test_variants_set_their_fields_and_the_host_refuses_them_at_64_heads(monkeypatch):
+def test_variant_sets_its_fields_and_the_host_refuses_it_at_64_heads(monkeypatch):
     from fa4mlir.bench import mla_bench
-    for name, ahead in ((dc.LEAN_VARIANT, False), (dc.AHEAD_VARIANT, True)):
-        plain = dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", split=True)
-        got = dc.fp8_decode_variant(plain, name)
-        assert got == _cfg(ahead=ahead, split=True) and dc.fp8_decode_variant_name(got) == name
-        assert dc.fp8_decode_variant(got, dc.CROSSOVER_VARIANT).crossover_lean is False
-        check_knob_at_128_heads(monkeypatch, name, _cfg(ahead=ahead))
+    plain = dc.MLASparseDecodeConfig("bf16", kv_dtype="fp8", split=True)
+    got = dc.fp8_decode_variant(plain, dc.LEAN_VARIANT)
+    assert got == _cfg(split=True) and dc.fp8_decode_variant_name(got) == dc.LEAN_VARIANT
+    assert dc.fp8_decode_variant(got, dc.CROSSOVER_VARIANT).crossover_lean is False
+    check_knob_at_128_heads(monkeypatch, dc.LEAN_VARIANT, _cfg())
     import inspect
     src = inspect.getsource(mla_bench.mla_sparse_decode_rows)
     assert src.count('call["fa4mlir[crossover_lean]"] = lambda: with_fp8_variant("crossover_lean"') == 1
-    assert src.count('call["fa4mlir[crossover_ahead]"] = lambda: with_fp8_variant("crossover_ahead"') == 1
 
 
 def test_lean_kernels_are_in_the_bundle_sets():
-    check_variant_entries(LEAN_ENTRIES, dc.LEAN_VARIANT, dc.AHEAD_VARIANT)
+    check_variant_entries(LEAN_ENTRIES, dc.LEAN_VARIANT)
 
 
 # compiled here (opt-in, timed and not kept): the bench's unsplit kernel of each; every entry is compiled by the GPU
@@ -103,16 +98,16 @@ def test_lean_compiles_clean(entry):
     name, cfg = entry
     sass = converter_sass(name, cfg)    # no spills, no stack, wgmma not serialised, 200 / 104, no LDL / STL, HGMMAs
     assert sass_count(sass, "ST.E.128") == 18          # 8 rows x 2 latent units + 2 rope units to the peer
-    xo = _crossover_counts(dataclasses.replace(cfg, crossover_lean=False, crossover_ahead=False))
+    xo = _crossover_counts(dataclasses.replace(cfg, crossover_lean=False))
     assert sass_count(sass, "MEMBAR.ALL.GPU") == xo["MEMBAR.ALL.GPU"] - 1
-    # crossover_ahead: one index load a lane (prologue and loop) instead of the 8 broadcast loads of the loop
+    # the converter is the crossover's: the same loads and shuffles
     loads, shuffles = (sass_count(sass, "LDG.E.CONSTANT") - xo["LDG.E.CONSTANT"], sass_count(sass, "SHFL.IDX") - xo["SHFL.IDX"])
-    assert (loads, shuffles) == ((2 - 8, 8) if cfg.crossover_ahead else (0, 0))
+    assert (loads, shuffles) == (0, 0)
 
 
 @functools.lru_cache(maxsize=None)
 def _crossover_counts(cfg) -> dict:
-    """The crossover kernel's SASS counts the lean ones are compared with (compiled once for both)."""
+    """The crossover kernel's SASS counts the lean one is compared with."""
     from tests._sm100_helpers import sass_count, sass_of
     sass = sass_of(lower_clean(dc.DECODE_KERNEL, cfg))
     return {op: sass_count(sass, op) for op in ("MEMBAR.ALL.GPU", "LDG.E.CONSTANT", "SHFL.IDX")}
@@ -122,22 +117,18 @@ def test_verifier_accepts_them_and_rejects_the_consumer_release_erased():
     from fa4mlir.dialect.query import ops_named
     from fa4mlir.passes import verify_pipelines
     from fa4mlir.passes._util import PassError
-    for ahead in (False, True):
-        kir = kernels.module(dc.DECODE_KERNEL).build(_cfg(ahead=ahead, split=True))
-        with kir.module.context:
+    kir = kernels.module(dc.DECODE_KERNEL).build(_cfg(split=True))
+    with kir.module.context:
+        verify_pipelines.run(kir.module.operation)
+    kir = kernels.module(dc.DECODE_KERNEL).build(_cfg(split=True))
+    with kir.module.context:
+        peers = [op for op in ops_named(kir.module.operation, "fa4.peer_arrive") if "scope" in op.attributes]
+        assert len(peers) == 1
+        peers[0].erase()
+        with pytest.raises(PassError):
             verify_pipelines.run(kir.module.operation)
-        kir = kernels.module(dc.DECODE_KERNEL).build(_cfg(ahead=ahead, split=True))
-        with kir.module.context:
-            peers = [op for op in ops_named(kir.module.operation, "fa4.peer_arrive") if "scope" in op.attributes]
-            assert len(peers) == 1
-            peers[0].erase()
-            with pytest.raises(PassError):
-                verify_pipelines.run(kir.module.operation)
 
 
-@pytest.mark.parametrize("ahead,case", [
-    (False, (1, 1, 128, 128, 64, 1, None, True)),     # one cluster: -1 padding, duplicates, NaN rows
-    (True, (2, 2, 128, 192, 61, 2, (150, 0), True)),  # split 2 over 3 tiles; topk_length < topk, and 0
-])
-def test_lean_through_the_interpreter_gives_the_crossovers_bits(ahead, case):
-    check_same_bits(case, dict(lean=True, ahead=ahead), dict(crossover=True))      # checked by the FA rule inside
+def test_lean_through_the_interpreter_gives_the_crossovers_bits():
+    # one cluster: -1 padding, duplicates, NaN rows
+    check_same_bits((1, 1, 128, 128, 64, 1, None, True), dict(lean=True), dict(crossover=True))     # FA rule inside

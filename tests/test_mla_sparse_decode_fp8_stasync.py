@@ -1,4 +1,4 @@
-"""Deviceless: the crossover's st.async hand-off (FP8 variant "crossover_stasync", opt-in:
+"""Deviceless: the crossover's st.async hand-off (FP8 variant "crossover_stasync", FP8_DECODE_CROSSOVER_RULE's:
 MLASparseDecodeConfig.crossover_stasync on crossover_lean; attention_mla_sparse_crossover_sm90, note "st.async
 hand-off").
 
@@ -8,16 +8,13 @@ hand-off").
   are left (lit: lit_tests/passes/lower-pipelines.mlir); the PTX is .version 8.1 (st.async's);
 * the config: name, key (the other kernels' keys and names unchanged), refused without crossover_lean, as a
   non-bool; the variant sets its fields and is found back; the host refuses it at 64 heads; bench mla's backend
-  fa4mlir[crossover_stasync] exists; its four kernels are in the mla, gpu-tests and bench sets; the same for
-  "crossover_ahead_stasync" (crossover_ahead with this hand-off, names ..._xo_lean_ahead_stasync...);
+  fa4mlir[crossover_stasync] exists; its four kernels are in the mla, gpu-tests and bench sets;
 * each compiles with no spills and no stack, wgmma not serialised, setmaxnreg 200 / 104, no local memory; its
   SASS has no MEMBAR.ALL.GPU in the converter's loop (crossover_lean's: 2 a tile there), 18 STAS.128 + 8 STAS;
-  crossover_ahead_stasync's the same, and (against crossover_stasync) crossover_ahead's 8 fewer index loads less
-  the prologue's and the loop's one, and 8 SHFL.IDX;
-* fa4-verify-pipelines accepts them and rejects the expect_tx a byte short a thread, or missing;
-* the interpreter runs them (-1 padding, duplicates, NaN rows; a split with topk_length shorter than topk and 0):
+* fa4-verify-pipelines accepts it and rejects the expect_tx a byte short a thread, or missing;
+* the interpreter runs it (-1 padding, duplicates, NaN rows; a split with topk_length shorter than topk and 0):
   run_interpreted's checks by the FA rule against the float64 reference over the cache dequantized as the kernel
-  does, and the crossover's out and lse bits (crossover_ahead_stasync: the split case); with the expect_tx a byte short a thread (the verifier skipped) it
+  does, and the crossover's out and lse bits; with the expect_tx a byte short a thread (the verifier skipped) it
   faults.
 """
 from __future__ import annotations
@@ -35,11 +32,7 @@ from tests.test_mla_sparse_decode_fp8 import check_knob_at_128_heads, check_same
 from tests.test_mla_sparse_decode_fp8 import fp8_ptx as _ptx
 from tests.test_mla_sparse_decode_fp8 import run_interpreted
 
-STASYNC_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].crossover_stasync
-                   and not e[1].crossover_ahead and not e[1].load_hints]   # load_hints: test_mla_sparse_decode_fp8_hint
-# "crossover_ahead_stasync": crossover_ahead's indices a tile ahead with this hand-off
-BOTH_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].crossover_stasync
-                and e[1].crossover_ahead]
+STASYNC_ENTRIES = [e for e in kernel_sets.mla() if e[0] == dc.DECODE_KERNEL and e[1].crossover_stasync]
 
 
 def _cfg(**kw) -> dc.MLASparseDecodeConfig:
@@ -64,12 +57,7 @@ def test_config_rules():
     assert (st.stages, st.regs, st.params) == (lean.stages, lean.regs, lean.params)
     _cfg(split=True, topk_length=True).validate()
     base = dict(kv_dtype="fp8", fp8_converter=True, crossover=True)
-    both = _cfg(crossover_ahead=True).validate()
-    assert both.name() == "attention_mla_sparse_decode_sm90_bf16_fp8_conv_xo_lean_ahead_stasync"
-    assert both.key()["crossover_ahead"] is True and both.key()["crossover_stasync"] is True
-    assert (both.stages, both.regs, both.params) == (lean.stages, lean.regs, lean.params)
-    for bad in (dict(base, crossover_stasync=True), dict(base, crossover_ahead=True, crossover_stasync=True),
-                dict(base, crossover_lean=True, crossover_stasync=1)):
+    for bad in (dict(base, crossover_stasync=True), dict(base, crossover_lean=True, crossover_stasync=1)):
         with pytest.raises(ConfigError):
             dc.MLASparseDecodeConfig("bf16", **bad).validate()
 
@@ -84,15 +72,10 @@ def test_variant_sets_its_fields_and_the_host_refuses_it_at_64_heads(monkeypatch
     check_knob_at_128_heads(monkeypatch, dc.STASYNC_VARIANT, _cfg())
     src = inspect.getsource(mla_bench.mla_sparse_decode_rows)
     assert src.count('call["fa4mlir[crossover_stasync]"] = lambda: with_fp8_variant("crossover_stasync"') == 1
-    both = dc.fp8_decode_variant(got, dc.AHEAD_STASYNC_VARIANT)
-    assert both == _cfg(split=True, crossover_ahead=True) and dc.fp8_decode_variant_name(both) == dc.AHEAD_STASYNC_VARIANT
-    check_knob_at_128_heads(monkeypatch, dc.AHEAD_STASYNC_VARIANT, _cfg(crossover_ahead=True))
-    assert src.count('call["fa4mlir[crossover_ahead_stasync]"] = lambda: with_fp8_variant("crossover_ahead_stasync"') == 1
 
 
 def test_kernels_are_in_the_bundle_sets():
     check_variant_entries(STASYNC_ENTRIES, dc.STASYNC_VARIANT)
-    check_variant_entries(BOTH_ENTRIES, dc.AHEAD_STASYNC_VARIANT)
 
 
 @pytest.mark.parametrize("entry", STASYNC_ENTRIES, ids=lambda e: e[1].name())
@@ -108,34 +91,17 @@ def test_compiles_clean(entry):
     assert (sass_count(sass, "STAS.128"), sass_count(sass, "STAS")) == (18, 18 + 8)
 
 
-# (opt-in, timed and not kept: the unsplit kernel; every entry is compiled by the GPU bundle's build)
-@pytest.mark.parametrize("entry", [e for e in BOTH_ENTRIES if not e[1].split and not e[1].topk_length],
-                         ids=lambda e: e[1].name())
-def test_ahead_stasync_compiles_clean(entry):
-    """crossover_ahead_stasync: clean as crossover_stasync's (no spills, no stack, wgmma not serialised, 200 / 104),
-    the same hand-off in the SASS, and crossover_ahead's one index load a lane shuffled to the 8 rows."""
-    from tests._sm100_helpers import sass_count, sass_of
-    name, cfg = entry
-    sass = converter_sass(name, cfg, hgmma=False)
-    assert sass_count(sass, "ST.E.128") == 0 and sass_count(sass, "MEMBAR.ALL.GPU") == 2
-    assert (sass_count(sass, "STAS.128"), sass_count(sass, "STAS")) == (18, 18 + 8)
-    st = sass_of(lower_clean(name, dataclasses.replace(cfg, crossover_ahead=False)))
-    # crossover_ahead: one index load a lane (prologue and loop) instead of the 8 broadcast loads of the loop
-    assert (sass_count(sass, "LDG.E.CONSTANT") - sass_count(st, "LDG.E.CONSTANT"),
-            sass_count(sass, "SHFL.IDX") - sass_count(st, "SHFL.IDX")) == (2 - 8, 8)
-
-
 def _build_mutated(monkeypatch, tx=None):
     """The unsplit kernel's IR with each converter thread's expect_tx `tx` (None: missing, a plain arrive)."""
     monkeypatch.setattr(xo_mod, "remote_share", lambda: 0 if tx is None else tx)
     return kernels.module(dc.DECODE_KERNEL).build(_cfg())
 
 
-def test_verifier_accepts_them_and_rejects_a_wrong_or_missing_expect_tx(monkeypatch):
+def test_verifier_accepts_it_and_rejects_a_wrong_or_missing_expect_tx(monkeypatch):
     from fa4mlir.passes import verify_pipelines
     from fa4mlir.passes._util import PassError
-    for split, ahead in ((False, False), (True, False), (True, True)):
-        kir = kernels.module(dc.DECODE_KERNEL).build(_cfg(split=split, crossover_ahead=ahead))
+    for split in (False, True):
+        kir = kernels.module(dc.DECODE_KERNEL).build(_cfg(split=split))
         with kir.module.context:
             verify_pipelines.run(kir.module.operation)
     for tx in (xo_mod.remote_share() - 1, None):
@@ -150,13 +116,6 @@ def test_verifier_accepts_them_and_rejects_a_wrong_or_missing_expect_tx(monkeypa
 ])
 def test_through_the_interpreter_gives_the_crossovers_bits(case):
     check_same_bits(case, dict(stasync=True), dict(crossover=True))       # checked by the FA rule inside
-
-
-def test_ahead_stasync_through_the_interpreter_gives_the_crossovers_bits():
-    """crossover_ahead_stasync: the split case over 3 tiles (the carried indices of the next tile, the last clamped;
-    topk_length < topk, and 0), the crossover's out and lse bits."""
-    case = (2, 2, 128, 192, 61, 2, (150, 0), True)
-    check_same_bits(case, dict(ahead=True, stasync=True), dict(crossover=True))       # checked by the FA rule inside
 
 
 def test_interpreter_faults_on_a_short_expect_tx(monkeypatch):

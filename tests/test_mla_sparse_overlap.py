@@ -27,7 +27,7 @@ PAIR_FILL = sc.MLASparseConfig(seesaw=True, producer_warps=4, pair_fill=True)
 OVERLAP = replace(PAIR_FILL, overlap_s=True)
 # SPARSE_DEFAULT_RULE's bf16 kernels since [D-mla-sparse-overlap-default]: the mla set's, every topk_length / sinks
 # (prefill) and topk_length / split (decode) case
-ENTRIES = [e for e in kernel_sets.mla() if getattr(e[1], "overlap_s", False) and not getattr(e[1], "pair_max", False)]
+ENTRIES = [e for e in kernel_sets.mla() if getattr(e[1], "overlap_s", False)]
 
 
 def test_the_rule_kernels_are_in_the_mla_set():
@@ -36,8 +36,8 @@ def test_the_rule_kernels_are_in_the_mla_set():
         *(sc.MLASparseDecodeConfig(topk_length=t, split=s, seesaw=True, producer_warps=4, pair_fill=True, overlap_s=True)
           for t in (False, True) for s in (False, True))}
     assert set(ENTRIES) <= set(kernel_sets.gpu_tests()) and set(ENTRIES) <= set(kernel_sets.configs(["mla-sparse-variants"]))
-    assert not [e for e in kernel_sets.mla_sparse_variant_entries()
-                if getattr(e[1], "overlap_s", False) and not (e[1].pair_max or e[1].producer_fence)]  # (the mla set's)
+    # (the mla set's)
+    assert not [e for e in kernel_sets.mla_sparse_variant_entries() if getattr(e[1], "overlap_s", False)]
     assert sc.SPARSE_DEFAULT_RULE == {"bf16": (sc.OVERLAP_VARIANT, "warpgroup")}
     assert sc.SPARSE_DECODE_DEFAULT_RULE == {"bf16": (sc.PAIR_FILL_VARIANT, "warpgroup")}     # the decode: no gain
     decode = sc.MLASparseDecodeConfig(seesaw=True, producer_warps=4, pair_fill=True, overlap_s=True)

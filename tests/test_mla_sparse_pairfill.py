@@ -36,7 +36,7 @@ def test_the_variant_is_in_the_sets():
           for t in (False, True) for s in (False, True))}
     assert set(ENTRIES) <= set(kernel_sets.configs(["mla-sparse-variants"])) and set(ENTRIES) <= set(kernel_sets.gpu_tests())
     assert not [e for e in kernel_sets.mla_sparse_variant_entries()
-                if getattr(e[1], "pair_fill", False) and not (e[1].overlap_s or e[1].pair_max)]   # (test_mla_sparse_overlap.py, _pairmax.py)
+                if getattr(e[1], "pair_fill", False) and not e[1].overlap_s]   # (test_mla_sparse_overlap.py)
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e[1].name())
@@ -134,8 +134,8 @@ def test_knob_selects_it_and_refuses_it_where_not_built(monkeypatch):
     monkeypatch.setenv(ms.VARIANT_ENV, "seesaw_pairfill")
     assert _prefill_problem().config == PAIR_FILL        # bf16: the rule's producer warpgroup
     assert (sc.KERNEL, PAIR_FILL) in ENTRIES
-    monkeypatch.setenv(sc.PRODUCER_ENV, "warpgroup_l2")
-    assert _prefill_problem().config == replace(PAIR_FILL, l2_hints=True)
+    monkeypatch.setenv(sc.PRODUCER_ENV, "warpgroup")
+    assert _prefill_problem().config == PAIR_FILL
     ms.check_variant("seesaw_pairfill", False, producer_warps=4)
     with pytest.raises(KnobError, match="FA4MLIR_MLA_SPARSE_PRODUCER=warpgroup"):
         ms.check_variant("seesaw_pairfill", False, producer_warps=1)

@@ -51,10 +51,6 @@ def test_config():
     assert sc.MLASparseConfig(producer_warps=4).name() == "attention_mla_sparse_sm90_bf16_pwg"
     assert "producer_warps" not in sc.MLASparseConfig().key() and "producer_warps" not in sc.MLASparseDecodeConfig().key()
     assert sc.MLASparseConfig(producer_warps=4).key()["producer_warps"] == 4
-    assert "l2_hints" not in sc.MLASparseConfig(producer_warps=4).key()
-    assert sc.MLASparseConfig(producer_warps=4, l2_hints=True).name() == "attention_mla_sparse_sm90_bf16_pwg_l2"
-    with pytest.raises(ConfigError, match="l2_hints"):
-        sc.MLASparseConfig(l2_hints=True).validate()
     for bad in (sc.MLASparseConfig(producer_warps=2), sc.MLASparseConfig(producer_warps=4, kv_dtype="fp8"),
                 sc.MLASparseDecodeConfig(producer_warps=4, kv_dtype="fp8", fp8_converter=True),
                 sc.MLASparseDecodeConfig(producer_warps=8)):
@@ -62,20 +58,20 @@ def test_config():
             bad.validate()
 
 
-@pytest.mark.parametrize("s_q,heads,topk,topk_length,sinks,l2_hints", [
+@pytest.mark.parametrize("s_q,heads,topk,topk_length,sinks", [
     # (the tile step's producer warpgroup, superseded by the seesaw's: two cases)
-    (2, 128, 128, (0, 128), None, False),                           # two head blocks; a token with L = 0
-    (3, 64, 256, (100, 64, 256), (0.5, float("-inf"), float("inf")), True),    # 4 tiles (the ring wraps); sinks: the
-                                                                               # first three heads pinned; L2 hints
+    (2, 128, 128, (0, 128), None),                                  # two head blocks; a token with L = 0
+    (3, 64, 256, (100, 64, 256), (0.5, float("-inf"), float("inf"))),  # 4 tiles (the ring wraps); sinks: the
+                                                                       # first three heads pinned
 ])
-def test_prefill_through_the_interpreter(s_q, heads, topk, topk_length, sinks, l2_hints):
+def test_prefill_through_the_interpreter(s_q, heads, topk, topk_length, sinks):
     torch = pytest.importorskip("torch")
     from fa4mlir import interpret
     from fa4mlir.kernels import attention_mla_sparse_sm90
     s_kv = 600
     q, kv, idx = sparse_problem(torch, s_q, heads, topk, s_kv)
     lens, sink_t = sparse_options(torch, heads, topk_length, sinks)
-    cfg = sc.MLASparseConfig(topk_length=lens is not None, sinks=sink_t is not None, producer_warps=4, l2_hints=l2_hints)
+    cfg = sc.MLASparseConfig(topk_length=lens is not None, sinks=sink_t is not None, producer_warps=4)
     scale = 576 ** -0.5
     tensors = sparse_tensors(torch, q, _bits(torch, kv), idx, lens, sink_t)
     lse, max_logits = tensors["lse"], tensors["max_logits"]
@@ -89,17 +85,17 @@ def test_prefill_through_the_interpreter(s_q, heads, topk, topk_length, sinks, l
         assert (out_t[:2, 2] == 0).all() and np.isfinite(lse[:2, 2]).all()
 
 
-@pytest.mark.parametrize("batch,seqlen_q,heads,topk,page,splits,dtype,topk_length,l2_hints", [
-    (2, 2, 64, 192, 61, 2, "bf16", (150, 70), True),    # split 2 over 3 tiles; topk_length per batch
+@pytest.mark.parametrize("batch,seqlen_q,heads,topk,page,splits,dtype,topk_length", [
+    (2, 2, 64, 192, 61, 2, "bf16", (150, 70)),    # split 2 over 3 tiles; topk_length per batch
 ])
-def test_decode_through_the_interpreter(batch, seqlen_q, heads, topk, page, splits, dtype, topk_length, l2_hints):
+def test_decode_through_the_interpreter(batch, seqlen_q, heads, topk, page, splits, dtype, topk_length):
     """test_mla_sparse_decode.py's cases, the producer-warpgroup kernel."""
     from dataclasses import replace
 
     from tests._mla_helpers import sparse_decode_case
     torch = pytest.importorskip("torch")
     problem, run = sparse_decode_case(torch, batch, seqlen_q, heads, topk, page, splits, topk_length, dtype)
-    cfg = replace(problem.config(splits > 1), producer_warps=4, l2_hints=l2_hints)
+    cfg = replace(problem.config(splits > 1), producer_warps=4)
     assert cfg.producer_warps == 4 and (splits > 1) == cfg.split
     run(cfg)
 
@@ -129,8 +125,6 @@ def test_knob_selects_the_variant(monkeypatch):
     assert _prefill_problem().config == sc.MLASparseConfig(producer_warps=4)
     monkeypatch.setenv(sc.PRODUCER_ENV, "warp")
     assert _prefill_problem().config == sc.MLASparseConfig()
-    monkeypatch.setenv(sc.PRODUCER_ENV, "warpgroup_l2")
-    assert _prefill_problem().config == sc.MLASparseConfig(producer_warps=4, l2_hints=True)
     monkeypatch.setenv(sc.PRODUCER_ENV, "warpgroup")
     problem = _prefill_problem()
     assert problem.config == sc.MLASparseConfig(producer_warps=4)
@@ -182,31 +176,15 @@ def test_bench_backend_sets_the_knob_around_the_call(monkeypatch):
 
 # ---- with the seesaw tile step (FA4MLIR_MLA_SPARSE_VARIANT=seesaw: FlashMLA's whole recipe) ------------------
 
-SEESAW = [e for e in kernel_sets.mla_sparse_variant_entries()
-          if e[1].producer_warps == 4 and not e[1].pair_fill]   # the L2-hint twins (pair_fill: test_mla_sparse_pairfill.py)
-
-
-def test_the_seesaw_variants_are_in_the_sets():
-    assert len(SEESAW) == 12 and all(c.l2_hints for _, c in SEESAW)
-    assert {c.seesaw for _, c in SEESAW} == {False, True}
-    assert set(SEESAW) <= set(kernel_sets.configs(["mla-sparse-variants"])) and set(SEESAW) <= set(kernel_sets.gpu_tests())
-
-
-@pytest.mark.parametrize("entry", SEESAW, ids=lambda e: e[1].name())
-def test_seesaw_variant_compiles_clean(entry):
-    name, cfg = entry
-    check_sparse_art(lower_clean(name, cfg), cfg)
-
-
-@pytest.mark.parametrize("s_q,heads,topk,topk_length,sinks,l2_hints", [
+@pytest.mark.parametrize("s_q,heads,topk,topk_length,sinks", [
     # (the tile-order seesaw, superseded by the pair fill: two cases)
-    (3, 64, 256, (100, 256, 193), (0.5, float("-inf"), float("inf")), True),   # 2, 4, 4 tiles; sinks
-    (2, 128, 128, (0, 70), None, False),                               # two head blocks; L = 0; 2 tiles
+    (3, 64, 256, (100, 256, 193), (0.5, float("-inf"), float("inf"))),   # 2, 4, 4 tiles; sinks
+    (2, 128, 128, (0, 70), None),                                        # two head blocks; L = 0; 2 tiles
 ])
-def test_seesaw_prefill_through_the_interpreter(s_q, heads, topk, topk_length, sinks, l2_hints):
+def test_seesaw_prefill_through_the_interpreter(s_q, heads, topk, topk_length, sinks):
     torch = pytest.importorskip("torch")
     from tests.test_mla_sparse_seesaw import _run_prefill
-    cfg = sc.MLASparseConfig(seesaw=True, producer_warps=4, l2_hints=l2_hints)
+    cfg = sc.MLASparseConfig(seesaw=True, producer_warps=4)
     errs, out_t, tensors = _run_prefill(torch, cfg, s_q, heads, topk, topk_length, sinks)
     base, _, _ = _run_prefill(torch, sc.MLASparseConfig(), s_q, heads, topk, topk_length, sinks)
     assert errs["out"] <= 1.5 * base["out"] + 1e-3 and errs["lse"] <= 1.5 * base["lse"] + 1e-5, (errs, base)
@@ -230,11 +208,11 @@ def test_seesaw_and_producer_knobs_combine(monkeypatch):
     from dataclasses import replace
 
     from fa4mlir.attention import mla_sparse as ms
-    monkeypatch.setenv(sc.PRODUCER_ENV, "warpgroup_l2")
+    monkeypatch.setenv(sc.PRODUCER_ENV, "warpgroup")
     monkeypatch.setenv(ms.VARIANT_ENV, "seesaw")
     problem = replace(_prefill_problem(), variant=ms.requested_variant())
-    assert problem.config == sc.MLASparseConfig(seesaw=True, producer_warps=4, l2_hints=True)
-    assert (sc.KERNEL, problem.config) in SEESAW
+    assert problem.config == sc.MLASparseConfig(seesaw=True, producer_warps=4)
+    assert (sc.KERNEL, problem.config) in ENTRIES
 
 
 @pytest.mark.parametrize("cfg", [sc.MLASparseConfig(producer_warps=4), sc.MLASparseConfig(producer_warps=4, seesaw=True)],
@@ -266,22 +244,19 @@ def test_verifier_accepts_it_and_rejects_every_single_ring_op_mutation(cfg):
     assert num_ops >= 8 and rejected >= 2 * num_ops
 
 
-@pytest.mark.parametrize("l2_hints", [False, True])
-def test_gather_sass(l2_hints):
+def test_gather_sass():
     """The producer warpgroup's copies in SASS: per tile 4 rows x 9 chunks = 36 16-byte LDGSTS (cp.async.cg:
-    BYPASS; with l2_hints the .L2::256B prefetch, LTC256B), one cp.async.mbarrier.arrive per half, no local
-    memory; the consumers' 36 + 4 wgmmas."""
+    BYPASS), one cp.async.mbarrier.arrive per half, no local memory; the consumers' 36 + 4 wgmmas."""
     import re
     from collections import Counter
 
     from fa4mlir import compiler, kernels, lowering, sass
     if sass.find_nvdisasm() is None:
         pytest.skip("nvdisasm not installed")
-    cfg = sc.MLASparseConfig(producer_warps=4, l2_hints=l2_hints)
+    cfg = sc.MLASparseConfig(producer_warps=4)
     text = sass.disassemble(lowering.lower(kernels.module(sc.KERNEL).build(cfg),
                                            compiler.resolve_options(sc.KERNEL, debug=False)).cubin)
     copies = Counter(re.findall(r"\b(LDGSTS(?:BAR)?(?:\.\w+)*)", text))
-    want = "LDGSTS.E.BYPASS.LTC256B.128" if l2_hints else "LDGSTS.E.BYPASS.128"
-    assert copies == {want: 36, "LDGSTSBAR.64.TRANSCNT": 2}, copies
+    assert copies == {"LDGSTS.E.BYPASS.128": 36, "LDGSTSBAR.64.TRANSCNT": 2}, copies
     assert not re.search(r"\b(LDL|STL)\b", text)
     assert len(re.findall(r"HGMMA\.64x32x16\.F32\.BF16", text)) == 36 and len(re.findall(r"HGMMA\.64x256x16", text)) == 4

@@ -30,7 +30,7 @@ from fa4mlir.kernels.common.fields import ConfigError
 from tests._mla_helpers import bits, check_sparse_art, lower_clean, sparse_options, sparse_problem, sparse_tensors
 from tests._mla_helpers import info as _info
 
-ENTRIES = [e for e in kernel_sets.mla_sparse_variant_entries() if e[1].producer_warps == 1]   # 4: test_mla_sparse_pwg.py
+ENTRIES = kernel_sets.mla_sparse_variant_entries()     # (the gather warp's; the producer warpgroup's: the mla set's)
 
 
 def test_config_key_name_and_refusals():
@@ -249,9 +249,4 @@ def test_bench_rows_carry_the_seesaw_backend(monkeypatch):
                                                    "fa4mlir[seesaw]": ("seesaw", "warp"),
                                                    "fa4mlir[seesaw_pwg]": ("seesaw", "warpgroup"),
                                                    "fa4mlir[seesaw_pairfill]": ("seesaw_pairfill", "warpgroup"),
-                                                   "fa4mlir[seesaw_overlap]": ("seesaw_overlap", "warpgroup"),
-                                                   "fa4mlir[seesaw_pairmax]": ("seesaw_pairmax", "warpgroup"),
-                                                   "fa4mlir[seesaw_overlap_pairmax]": ("seesaw_overlap_pairmax",
-                                                                                       "warpgroup"),
-                                                   "fa4mlir[seesaw_overlap_pfence]": ("seesaw_overlap_pfence",
-                                                                                      "warpgroup")}
+                                                   "fa4mlir[seesaw_overlap]": ("seesaw_overlap", "warpgroup")}

@@ -19,10 +19,9 @@ CASES = [c.name for c in san.CASES if c.child == "mla-sparse-decode"]
 
 def test_every_sparse_decode_entry_is_one_case_and_the_quick_one_has_both_families():
     entries = [(k, cfg.key()) for k, cfg in kernel_sets.mla() if k == spd.dc.DECODE_KERNEL]
-    assert len(entries) == 58       # 16-bit: bf16 rule (overlapped pair fill) 4, pair fill 4, tile-order seesaw 4, tile 4, tile + producer
-                                    # warpgroup 4, f16 4; FP8: converter 4, gather 4, prefetch 4, crossover 4,
-                                    # crossover_lean 4, crossover_ahead 4, crossover_stasync 4,
-                                    # crossover_ahead_stasync 4, crossover_stasync_hint 2
+    assert len(entries) == 44       # 16-bit: bf16 rule (overlapped pair fill) 4, pair fill 4, tile-order seesaw 4, tile 4, tile + producer
+                                    # warpgroup 4, f16 4; FP8: converter 4, gather 4, crossover 4,
+                                    # crossover_lean 4, crossover_stasync 4
     for _, key in entries:
         assert [c.name for c in san.CASES if key in c.match] in ([n] for n in CASES), key
     quick = [c for c in san.select_cases(True, None) if c.child == "mla-sparse-decode"]

@@ -78,26 +78,26 @@ class SparseProblem:
     has_topk_length: bool
     has_sinks: bool
     fp8: bool = False           # kv in FlashMLA's 656-byte FP8 rows
-    producer: tuple | None = None   # requested_producer's (producer_warps, l2_hints), None: SPARSE_DEFAULT_RULE's
+    producer: int | None = None     # requested_producer's producer_warps, None: SPARSE_DEFAULT_RULE's
     variant: str = "default"    # the entry of sc.SPARSE_VARIANTS it runs (FA4MLIR_MLA_SPARSE_VARIANT; "default": the rule)
 
     @property
     def config(self) -> sc.MLASparseConfig:
-        warps, l2 = producer_fields(self.producer, self.dtype, self.fp8)
         cfg = sc.MLASparseConfig(self.dtype, topk_length=self.has_topk_length, sinks=self.has_sinks,
-                                 kv_dtype="fp8" if self.fp8 else "", producer_warps=warps, l2_hints=l2)
+                                 kv_dtype="fp8" if self.fp8 else "",
+                                 producer_warps=producer_warps(self.producer, self.dtype, self.fp8))
         return sc.sparse_variant(cfg, self.variant)
 
 
-def producer_fields(producer: tuple | None, dtype: str, fp8: bool) -> tuple:
-    """(producer_warps, l2_hints): the requested producer, or SPARSE_DEFAULT_RULE's for the call (None)."""
+def producer_warps(producer: int | None, dtype: str, fp8: bool) -> int:
+    """producer_warps: the requested producer's, or SPARSE_DEFAULT_RULE's for the call (None)."""
     return producer if producer is not None else sc.PRODUCER_VARIANTS[sc.default_sparse(dtype, fp8)[1]]
 
 
-def requested_producer(fp8: bool, entry: str = ENTRY) -> tuple | None:
-    """FA4MLIR_MLA_SPARSE_PRODUCER: the sm_90a sparse kernels' (producer_warps, l2_hints) (sc.PRODUCER_VARIANTS:
-    "warp", the gather warp; "warpgroup", the producer warpgroup with half stages; "warpgroup_l2", the same
-    with the copies' L2 hints; for A/B, the mla bundle set holds all three), or None (unset or "default":
+def requested_producer(fp8: bool, entry: str = ENTRY) -> int | None:
+    """FA4MLIR_MLA_SPARSE_PRODUCER: the sm_90a sparse kernels' producer_warps (sc.PRODUCER_VARIANTS: "warp", the
+    gather warp; "warpgroup", the producer warpgroup with half stages; for A/B, the mla bundle set holds both), or
+    None (unset or "default":
     sc.SPARSE_DEFAULT_RULE's). Read per call into the call cache's key; KnobError for an unknown name or a
     warpgroup over an FP8 kv (not built there), before any launch."""
     name = (env.get_str(sc.PRODUCER_ENV) or "default").strip() or "default"
@@ -107,7 +107,7 @@ def requested_producer(fp8: bool, entry: str = ENTRY) -> tuple | None:
         raise KnobError(f"{entry}: {sc.PRODUCER_ENV}={name!r} is not a sparse producer; known: default, "
                         f"{', '.join(sc.PRODUCER_VARIANTS)} (unset it for the default)")
     producer = sc.PRODUCER_VARIANTS[name]
-    if producer[0] != 1 and fp8:
+    if producer != 1 and fp8:
         raise KnobError(f"{entry}: {sc.PRODUCER_ENV}={name} is built for a 16-bit kv, not FlashMLA's FP8 rows; unset it")
     return producer
 
@@ -120,10 +120,7 @@ def requested_variant(entry: str = ENTRY) -> str:
     sparse decode over a 16-bit cache and, one split, its FP8 converter kernel) run: unset or "default", or "seesaw" (FlashMLA's seesaw tile step,
     attention_mla_sparse_seesaw_sm90; a bundle must hold it: the mla-sparse-variants set), or "seesaw_pairfill"
     (the seesaw with FlashMLA's fill order of a pair's halves, 16-bit kv and the producer warpgroup), or
-    "seesaw_overlap" (the pair fill with the next pair's S_a under P_b V; opt-in, the mla-sparse-variants set), or
-    "seesaw_pairmax" / "seesaw_overlap_pairmax" (the pair fill / the overlap with FlashMLA's pair-max handshakes;
-    opt-in, the same set), or "seesaw_overlap_pfence" (the overlap with the gather ring's proxy fence in the producer,
-    none after the consumers' ring waits; opt-in, the same set). Read per call
+    "seesaw_overlap" (the pair fill with the next pair's S_a under P_b V). Read per call
     into the call cache's key; KnobError for an unknown name, before any launch."""
     name = (env.get_str(VARIANT_ENV) or "default").strip()
     if name not in sc.SPARSE_VARIANTS:
@@ -141,8 +138,7 @@ def check_variant(variant: str, fp8: bool, entry: str = ENTRY, producer_warps: i
                                       f"FlashMLA's FP8 rows; unset it")
     if variant in sc.PAIR_FILL_VARIANTS and producer_warps is not None and producer_warps != 4:
         raise KnobError(f"{entry}: {VARIANT_ENV}={variant!r} orders the producer warpgroup's half stages; this call's "
-                        f"producer is the gather warp: set {sc.PRODUCER_ENV}=warpgroup (or warpgroup_l2, or unset it "
-                        f"over bf16)")
+                        f"producer is the gather warp: set {sc.PRODUCER_ENV}=warpgroup (or unset it over bf16)")
 
 
 FP8_KV_DTYPES = ("e4m3", "u8")
@@ -273,13 +269,13 @@ def _prepare(torch, tensors: dict, sm_scale, d_v, bundle, signature, variant: st
     ordinal = check_devices([(n, i.device, x.device.index) for (n, i), x in zip(infos.items(), tensors.values())], ENTRY)
     problem = check_sparse_inputs(infos["q"], infos["kv"], infos["indices"], sm_scale, d_v, infos.get("attn_sink"),
                                   infos.get("topk_length"))
-    check_variant(variant, problem.fp8, producer_warps=producer_fields(problem.producer, problem.dtype, problem.fp8)[0])
+    check_variant(variant, problem.fp8, producer_warps=producer_warps(problem.producer, problem.dtype, problem.fp8))
     problem = replace(problem, variant=variant)
     device = device_info()
     q, kv, indices = tensors["q"], tensors["kv"], tensors["indices"]
     check_device_ordinal(ordinal, device.ordinal)
     if select_arch(problem, device.capability, indices.stride(0)) == "sm_100a":
-        if problem.producer is not None and problem.producer[0] != 1:
+        if problem.producer is not None and problem.producer != 1:
             raise KnobError(_err(f"{sc.PRODUCER_ENV} selects an sm_90a kernel variant; this call runs the sm_100a "
                                  "kernel: unset it"))
         if variant != "default":
@@ -310,5 +306,5 @@ def flops(s_q: int, heads: int, topk: int, topk_length=None) -> int:
     return sc.flops(s_q, heads, topk, topk_length)
 
 
-__all__ = ["flash_mla_sparse_fwd", "check_sparse_inputs", "requested_producer", "producer_fields", "SparseProblem", "build_plan", "flops",
+__all__ = ["flash_mla_sparse_fwd", "check_sparse_inputs", "requested_producer", "producer_warps", "SparseProblem", "build_plan", "flops",
            "ENTRY", "VARIANT_ENV", "requested_variant", "check_variant"]

@@ -43,15 +43,11 @@ both strides multiples of 16 bytes. Each named row is dequantized to bf16(float3
 (dc.FP8_DECODE_DEFAULT_RULE, FA4MLIR_MLA_SPARSE_FP8_VARIANT names another for A/B): "converter", a third
 warpgroup loading each row from global memory into registers and storing bf16 into two tiles
 (attention_mla_sparse_sm90, note "FP8 converter"); "gather", the kernel before the rule: cp.async into
-a staging stage the consumers dequantize (note "FP8 gather"); "prefetch", opt-in: the converter with each
-row's loads two trips ahead (attention_mla_sparse_prefetch_sm90, note "FP8 converter prefetch"); "crossover",
-opt-in, heads a multiple of 128: the converter over a cluster of a token's two 64-head CTAs, each converting
-half of every tile into both (attention_mla_sparse_crossover_sm90, note "Crossover"); "crossover_lean" and
-"crossover_ahead", opt-in, heads a multiple of 128: the crossover with that module's note "Lean hand-off";
-"crossover_stasync", opt-in, heads a multiple of 128: crossover_lean with that module's note "st.async hand-off";
-"crossover_ahead_stasync", opt-in, heads a multiple of 128: both hand-offs (crossover_ahead with st.async);
-"crossover_stasync_hint", opt-in, heads a multiple of 128: crossover_stasync with that module's note "Load hints"
-(the converter's row loads with FlashMLA's cache hints).
+a staging stage the consumers dequantize (note "FP8 gather"); "crossover", opt-in, heads a multiple of 128:
+the converter over a cluster of a token's two 64-head CTAs, each converting half of every tile into both
+(attention_mla_sparse_crossover_sm90, note "Crossover"); "crossover_lean", opt-in, heads a multiple of 128: the
+crossover with that module's note "Lean hand-off"; "crossover_stasync", heads a multiple of 128 (the rule's there,
+dc.FP8_DECODE_CROSSOVER_RULE): crossover_lean with that module's note "st.async hand-off".
 
 Not built (typed errors, UnsupportedFeatureError): attn_sink and extra_k_cache /
 extra_indices_in_kvcache / extra_topk_length (FlashMLA's MODEL1 options), d_qk 512, the sm_100a
@@ -74,7 +70,7 @@ from .checks import (MAX_I32, check_bundle, check_device_context, check_devices,
 from .errors import DTypeError, KnobError, LayoutError, ShapeError, UnsupportedFeatureError
 from .mla import (ENTRY, FILL_FRACTION, MAX_SPLITS, CallCache, MLAOutputs, _Call, _err, _torch, check_cache_dtype,
                   check_cache_shape, check_metadata, check_no_grad, check_q_dims, combine_args, combine_grid, kernel_for)
-from .mla_sparse import check_variant, producer_fields, requested_producer
+from .mla_sparse import check_variant, producer_warps, requested_producer
 from .mla_sparse import requested_variant as sparse_variant
 from .plan import Launch, Plan, TensorRef, source_for
 
@@ -107,13 +103,12 @@ class SparseDecodeProblem(MLAOutputs):
     fp8: bool = False               # FlashMLA's FP8 cache (656-byte rows, addressed by page and row strides)
     page_size: int = 0
     fp8_variant: str = ""           # FP8 only: the entry of dc.FP8_DECODE_VARIANTS it runs ("default": the rule)
-    producer: tuple | None = None   # mla_sparse.requested_producer's (FA4MLIR_MLA_SPARSE_PRODUCER), None: the rule's
+    producer: int | None = None     # mla_sparse.requested_producer's (FA4MLIR_MLA_SPARSE_PRODUCER), None: the rule's
     variant: str = "default"        # the entry of dc.SPARSE_VARIANTS (FA4MLIR_MLA_SPARSE_VARIANT; "default": the rule)
 
     def config(self, split: bool) -> dc.MLASparseDecodeConfig:
-        warps, l2 = producer_fields(self.producer, self.dtype, self.fp8)
         cfg = dc.MLASparseDecodeConfig(self.dtype, kv_dtype="fp8" if self.fp8 else "", topk_length=self.has_topk_length,
-                                       split=split, producer_warps=warps, l2_hints=l2)
+                                       split=split, producer_warps=producer_warps(self.producer, self.dtype, self.fp8))
         if self.fp8:
             name = self.fp8_variant or "default"
             if name == "default":       # FP8_DECODE_CROSSOVER_RULE: the converter, as crossover where heads pair
@@ -189,10 +184,9 @@ def check_sparse_decode_inputs(q: TensorInfo, k_cache: TensorInfo, indices: Tens
 
 def check_variant_built(problem: SparseDecodeProblem) -> None:
     """UnsupportedFeatureError where FA4MLIR_MLA_SPARSE_VARIANT names a variant not built for the call's kernel
-    (seesaw over the FP8 cache: the converter kernel, unsplit, without the FP8 variant "prefetch", only;
-    dc.PAIR_FILL_VARIANTS (seesaw_pairfill, seesaw_overlap and the pair-max twins): a 16-bit cache and the producer
-    warpgroup, else mla_sparse.check_variant's errors), or where FA4MLIR_MLA_SPARSE_FP8_VARIANT=crossover (or
-    crossover_lean, crossover_ahead, crossover_stasync, crossover_ahead_stasync, crossover_stasync_hint) meets
+    (seesaw over the FP8 cache: the converter kernel, unsplit, only; dc.PAIR_FILL_VARIANTS (seesaw_pairfill,
+    seesaw_overlap): a 16-bit cache and the producer warpgroup, else mla_sparse.check_variant's errors), or where
+    FA4MLIR_MLA_SPARSE_FP8_VARIANT=crossover (or crossover_lean, crossover_stasync) meets
     heads not a multiple of 128 (its cluster pairs a token's two 64-head blocks)."""
     if problem.fp8 and problem.fp8_variant in dc.CLUSTER_VARIANTS and problem.heads % (2 * dc.TILE_M):
         raise UnsupportedFeatureError(_err(f"{VARIANT_ENV}={problem.fp8_variant!r} runs the token's two 64-head "
@@ -200,32 +194,28 @@ def check_variant_built(problem: SparseDecodeProblem) -> None:
                                            f"{2 * dc.TILE_M}, got {problem.heads}; unset it"))
     if problem.variant in dc.PAIR_FILL_VARIANTS:
         check_variant(problem.variant, problem.fp8, ENTRY,
-                      producer_fields(problem.producer, problem.dtype, problem.fp8)[0])
+                      producer_warps(problem.producer, problem.dtype, problem.fp8))
         return
     if problem.variant != dc.SEESAW_VARIANT or not problem.fp8:
         return
     cfg = dc.fp8_decode_variant(dc.MLASparseDecodeConfig(problem.dtype, kv_dtype="fp8", split=problem.splits > 1),
                                 problem.fp8_variant)
-    if not cfg.fp8_converter or cfg.split or cfg.converter_prefetch or cfg.crossover:
+    if not cfg.fp8_converter or cfg.split or cfg.crossover:
         raise UnsupportedFeatureError(_err(f"{dc.SPARSE_VARIANT_ENV}={problem.variant!r} over the FP8 cache is built "
                                            f"for the converter kernel of one split only, not FP8 variant "
-                                           f"{dc.PREFETCH_VARIANT!r} or {dc.CROSSOVER_VARIANT!r} (this call: "
+                                           f"{dc.CROSSOVER_VARIANT!r} (this call: "
                                            f"{problem.splits} splits, {cfg.name()}); unset it"))
 
 
 def requested_variant() -> str:
     """FA4MLIR_MLA_SPARSE_FP8_VARIANT: the entry of dc.FP8_DECODE_VARIANTS the FP8 sparse decode runs (unset or
-    "default": FP8_DECODE_DEFAULT_RULE's, the converter, run as "crossover" where the heads pair (a multiple of 128;
-    FP8_DECODE_CROSSOVER_RULE); "converter": the plain converter; "gather": the kernel before the rule, for A/B;
-    "prefetch": the converter with its rolling prefetch, opt-in; "crossover": the converter over a cluster of two
-    CTAs (heads a multiple of 128); "crossover_lean", "crossover_ahead": the crossover with its note "Lean hand-off"
-    (opt-in, heads a multiple of 128); "crossover_stasync": crossover_lean with its note "st.async hand-off"
-    (opt-in, heads a multiple of 128); "crossover_ahead_stasync": both (opt-in, heads a multiple of 128);
-    "crossover_stasync_hint": crossover_stasync with its note "Load hints" (opt-in, heads a multiple of 128); a
-    bundle must hold it: the mla set holds all, crossover_stasync_hint unsplit without topk_length and split with
-    it only). Read per call into the call cache's key; KnobError for an
-    unknown name, or for the retired FA4MLIR_MLA_SPARSE_FP8_CONVERTER set (its 0 would now run the
-    converter without a word), before any launch."""
+    "default": FP8_DECODE_DEFAULT_RULE's, the converter, run as "crossover_stasync" where the heads pair (a multiple
+    of 128; FP8_DECODE_CROSSOVER_RULE); "converter": the plain converter; "gather": the kernel before the rule, for A/B;
+    "crossover": the converter over a cluster of two CTAs (heads a multiple of 128); "crossover_lean": the crossover
+    with its note "Lean hand-off" (opt-in, heads a multiple of 128); "crossover_stasync": crossover_lean with its
+    note "st.async hand-off" (heads a multiple of 128); a bundle must hold it: the mla set holds all). Read per call
+    into the call cache's key; KnobError for an unknown name, or for the retired FA4MLIR_MLA_SPARSE_FP8_CONVERTER set
+    (its 0 would now run the converter without a word), before any launch."""
     if RETIRED_CONVERTER_ENV in os.environ:
         raise KnobError(_err(f"{RETIRED_CONVERTER_ENV} is retired: the converter kernel is the default; unset it and "
                              f"set {VARIANT_ENV}=gather for the kernel before the rule"))

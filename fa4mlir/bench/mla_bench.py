@@ -23,11 +23,8 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    SPARSE_DEFAULT_RULE's seesaw in FlashMLA's pair-fill order with the producer warpgroup); also
                    backends fa4mlir[tile] (tile step, gather warp), fa4mlir[pwg] (tile step, producer warpgroup),
                    fa4mlir[seesaw] (seesaw, gather warp) and fa4mlir[seesaw_pwg] (the rule before the pair
-                   fill: the seesaw in tile order, producer warpgroup) and fa4mlir[seesaw_overlap] (the pair fill with
-                   the next pair's S_a under P_b V, opt-in; the mla-sparse-variants set), fa4mlir[seesaw_pairmax] and
-                   fa4mlir[seesaw_overlap_pairmax] (the pair fill / the overlap with FlashMLA's pair-max handshakes:
-                   one O rescale a pair in warpgroup 1, opt-in; the same set), fa4mlir[seesaw_overlap_pfence] (the
-                   overlap with the gather ring's proxy fence in the producer warpgroup, opt-in; the same set):
+                   fill: the seesaw in tile order, producer warpgroup), fa4mlir[seesaw_pairfill] (the pair fill) and
+                   fa4mlir[seesaw_overlap] (the pair fill with the next pair's S_a under P_b V):
                    FA4MLIR_MLA_SPARSE_VARIANT and
                    _PRODUCER around each call (sparse_ab_calls)
     mla_sparse_fp8 the same over FlashMLA's FP8 rows (kv [s_kv, 1, 656], the bf16 kv quantized by
@@ -44,18 +41,12 @@ The MLA workloads of ../shared/anchors/anchors_serving.py, same shapes and seeds
                    reference over the dequantized rows (fa4mlir: the converter-warpgroup kernel
                    FP8_DECODE_DEFAULT_RULE picks, as FP8_DECODE_CROSSOVER_RULE's crossover_stasync at these 128
                    heads); also fa4mlir[crossover], the rule's before it; also backend fa4mlir[gather], the kernel before the
-                   rule (FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather around each call), and fa4mlir[prefetch],
-                   the converter with its rolling prefetch (..._FP8_VARIANT=prefetch; opt-in, the mla set),
-                   and fa4mlir[converter], the plain converter (..._FP8_VARIANT=converter; the rule runs
-                   it over a cluster of a token's two 64-head CTAs at these 128 heads), and
-                   fa4mlir[crossover_lean], fa4mlir[crossover_ahead], the crossover with its note "Lean
-                   hand-off" (..._FP8_VARIANT=crossover_lean / crossover_ahead; opt-in, the mla set), and
+                   rule (FA4MLIR_MLA_SPARSE_FP8_VARIANT=gather around each call), and fa4mlir[converter],
+                   the plain converter (..._FP8_VARIANT=converter; the rule runs it over a cluster of a
+                   token's two 64-head CTAs at these 128 heads), and fa4mlir[crossover_lean], the crossover
+                   with its note "Lean hand-off" (..._FP8_VARIANT=crossover_lean; opt-in, the mla set), and
                    fa4mlir[crossover_stasync], crossover_lean with the converter's st.async hand-off
-                   (..._FP8_VARIANT=crossover_stasync; the rule's at 128 heads, the mla set), and
-                   fa4mlir[crossover_ahead_stasync], both (..._FP8_VARIANT=crossover_ahead_stasync; opt-in,
-                   the mla set), and fa4mlir[crossover_stasync_hint], crossover_stasync with the converter's
-                   row loads carrying FlashMLA's cache hints (..._FP8_VARIANT=crossover_stasync_hint; opt-in,
-                   the mla set: this call's kernel and its topk_length + split twin)
+                   (..._FP8_VARIANT=crossover_stasync; the rule's at 128 heads, the mla set)
     mla_sparse_decode_fp8 also runs backend fa4mlir[seesaw]: the converter kernel on the seesaw step
                    (FA4MLIR_MLA_SPARSE_VARIANT=seesaw around each call; the mla-sparse-variants set)
 A workload is a name in WORKLOADS and a builder in BUILDERS (rows of runner.Row). FlashMLA
@@ -385,22 +376,14 @@ def mla_sparse_decode_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]
                                                                        is_fp8_kvcache=fp8, indices=indices))}
     if fp8:     # the gather kernel (the default before FP8_DECODE_DEFAULT_RULE) beside the default, same tensors
         call["fa4mlir[gather]"] = lambda: with_fp8_variant("gather", call["fa4mlir"]())
-        # the converter with its rolling prefetch (opt-in FP8 variant "prefetch"), same tensors
-        call["fa4mlir[prefetch]"] = lambda: with_fp8_variant("prefetch", call["fa4mlir"]())
         # the plain converter (the rule runs FlashMLA's crossover at these 128 heads: FP8_DECODE_CROSSOVER_RULE)
         call["fa4mlir[converter]"] = lambda: with_fp8_variant("converter", call["fa4mlir"]())
         # the crossover with the converter's cluster-scope hand-off (the rule's before crossover_stasync), same tensors
         call["fa4mlir[crossover]"] = lambda: with_fp8_variant("crossover", call["fa4mlir"]())
-        # the crossover with its note "Lean hand-off" (opt-in FP8 variants crossover_lean, crossover_ahead), same tensors
+        # the crossover with its note "Lean hand-off" (opt-in FP8 variant crossover_lean), same tensors
         call["fa4mlir[crossover_lean]"] = lambda: with_fp8_variant("crossover_lean", call["fa4mlir"]())
-        call["fa4mlir[crossover_ahead]"] = lambda: with_fp8_variant("crossover_ahead", call["fa4mlir"]())
         # crossover_lean with the converter's st.async hand-off (its note "st.async hand-off"), same tensors
         call["fa4mlir[crossover_stasync]"] = lambda: with_fp8_variant("crossover_stasync", call["fa4mlir"]())
-        # both: crossover_ahead's indices a tile ahead with the st.async hand-off, same tensors
-        call["fa4mlir[crossover_ahead_stasync]"] = lambda: with_fp8_variant("crossover_ahead_stasync",
-                                                                            call["fa4mlir"]())
-        # crossover_stasync with the converter's row loads carrying FlashMLA's cache hints (note "Load hints")
-        call["fa4mlir[crossover_stasync_hint]"] = lambda: with_fp8_variant("crossover_stasync_hint", call["fa4mlir"]())
         # the seesaw step over the FP8 cache (the converter kernel's, one split), same tensors
         call["fa4mlir[seesaw]"] = lambda: with_sparse_variant("seesaw", call["fa4mlir"]())
     else:       # the rule's halves apart, same tensors (sparse_ab_calls)
@@ -415,7 +398,8 @@ def mla_sparse_decode_rows(torch: Any, fa4=None, fp8: bool = False) -> list[Row]
 
 def with_fp8_variant(name: str, run: Callable[[], Any]) -> Callable[[], Any]:
     """``run`` called with FA4MLIR_MLA_SPARSE_FP8_VARIANT=name, restored after: backends fa4mlir[gather],
-    fa4mlir[prefetch] and fa4mlir[converter] of mla_sparse_decode_fp8 (attention_mla_sparse_sm90_config.FP8_DECODE_VARIANTS)."""
+    fa4mlir[converter] and the crossover's of mla_sparse_decode_fp8
+    (attention_mla_sparse_sm90_config.FP8_DECODE_VARIANTS)."""
     from ..attention.mla_sparse_decode import VARIANT_ENV
     return with_env(VARIANT_ENV, name, run)
 
@@ -427,20 +411,14 @@ def sparse_ab_calls(default: Callable[[], Any]) -> dict:
     each call: fa4mlir[tile] the kernel before the seesaw rules (tile step, gather warp), fa4mlir[pwg] the producer
     warpgroup on the tile step, fa4mlir[seesaw] the seesaw with the gather warp, fa4mlir[seesaw_pwg] the rule before
     [D-mla-sparse-pairfill-default] (the seesaw in tile order with the producer warpgroup), fa4mlir[seesaw_overlap] the
-    rule's kernel with warpgroup 0 issuing the next pair's S_a under its P_b V (opt-in; the mla-sparse-variants set),
-    fa4mlir[seesaw_pairmax] / fa4mlir[seesaw_overlap_pairmax] the rule's kernel / the overlap with FlashMLA's pair-max
-    handshakes (note "Pair max": warpgroup 1 issues both P V back to back after one O rescale; opt-in, the same set),
-    fa4mlir[seesaw_overlap_pfence] the overlap with the gather ring's proxy fence in the producer warpgroup rather than
-    after the consumers' ring waits (note "Producer fence"; opt-in, the same set)."""
+    rule's kernel (the prefill's; the decode's rule keeps the pair fill) with warpgroup 0 issuing the next pair's S_a
+    under its P_b V."""
     def both(variant: str, producer: str) -> Callable[[], Any]:
         return lambda: with_sparse_variant(variant, with_producer(producer, default()))
     return {"fa4mlir[tile]": both("tile", "warp"), "fa4mlir[pwg]": both("tile", "warpgroup"),
             "fa4mlir[seesaw]": both("seesaw", "warp"), "fa4mlir[seesaw_pwg]": both("seesaw", "warpgroup"),
             "fa4mlir[seesaw_pairfill]": both("seesaw_pairfill", "warpgroup"),
-            "fa4mlir[seesaw_overlap]": both("seesaw_overlap", "warpgroup"),
-            "fa4mlir[seesaw_pairmax]": both("seesaw_pairmax", "warpgroup"),
-            "fa4mlir[seesaw_overlap_pairmax]": both("seesaw_overlap_pairmax", "warpgroup"),
-            "fa4mlir[seesaw_overlap_pfence]": both("seesaw_overlap_pfence", "warpgroup")}
+            "fa4mlir[seesaw_overlap]": both("seesaw_overlap", "warpgroup")}
 
 
 def with_producer(name: str, run: Callable[[], Any]) -> Callable[[], Any]:

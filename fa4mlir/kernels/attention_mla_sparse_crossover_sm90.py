@@ -28,40 +28,31 @@ lock step and the split works unchanged. The dequantization is the default conve
 FlashMLA's own hand-off is st.async.shared::cluster.mbarrier::complete_tx::bytes onto a second barrier
 per buffer (expect_tx by the receiving CTA); this build uses plain remote stores and release arrives,
 which the dialect, lowering and interpreter model without a transaction-count protocol of their own (the
-opt-in crossover_stasync builds FlashMLA's way: note "st.async hand-off").
+crossover_stasync, FP8_DECODE_CROSSOVER_RULE's, builds FlashMLA's way: note "st.async hand-off").
 
-Note "Lean hand-off" (opt-in: FP8_DECODE_VARIANTS' "crossover_lean" and "crossover_ahead"). The crossover's SASS
+Note "Lean hand-off" (opt-in: FP8_DECODE_VARIANTS' "crossover_lean"). The crossover's SASS
 (ptxas 13.0, the unsplit kernel) has three MEMBAR.ALL.GPU a tile: the converter's fence.proxy.async.shared::cluster
 and its release.cluster peer arrive on full (each converter warp), and the release.cluster peer arrive on the
 peer's empty by each consumer warpgroup's leader, whose warp holds its warpgroup's next wgmma until it is done;
 and in the converter a chain of two global latencies a tile: the rows' indices (8 broadcast LDGs at the top of
 the tile), then through the page arithmetic the rows (18 loads, all in flight at the first use). FlashMLA's
 sm90 sparse FP8 decode (csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh) releases the peer's buffer with CUTLASS's
-ClusterBarrier::arrive(cta_id) (bar_k_avail: mbarrier.arrive.shared::cluster, the default release.cta) and keeps
-each converter thread's next-tile token index in a register (nxt_token_indexs). Two variants:
-    crossover_lean   (MLASparseDecodeConfig.crossover_lean) the consumers' peer_arrive on the peer's
-                     empty[stage] at CTA scope (fa4.peer_arrive scope "cta"): it hands over no data, only that
-                     the leader's warpgroup retired its wgmmas on the stage (wait_group 0 before it), as
-                     CUTLASS's consumer release of a multicast ring; the converter is the crossover's, op for op;
-    crossover_ahead  (+ crossover_ahead) also the converter's indices a tile ahead: lane l holds the index of
-                     its warp's row l % 8 of the next tile (one LDG a lane, the next tile clamped to the
-                     indices row's last: in bounds, unused past the range), carried by the loop; at the top of
-                     a tile row u's index is lane u's (shfl.idx): the rows' loads wait for no index load.
-                     ptxas 13.0 then issues 13 of the 18 row loads before the wait for the buffer and sinks 5 to
-                     their uses (the crossover: all 18 first) in every placement tried (the next indices' load
-                     before or after the rows', the budget 192 / 120, one scale word a lane): whether the
-                     index latency saved outweighs that is for a GPU to say.
+ClusterBarrier::arrive(cta_id) (bar_k_avail: mbarrier.arrive.shared::cluster, the default release.cta).
+crossover_lean (MLASparseDecodeConfig.crossover_lean): the consumers' peer_arrive on the peer's empty[stage] at CTA
+scope (fa4.peer_arrive scope "cta"): it hands over no data, only that the leader's warpgroup retired its wgmmas on
+the stage (wait_group 0 before it), as CUTLASS's consumer release of a multicast ring; the converter is the
+crossover's, op for op. (Its twin "crossover_ahead", the converter's indices a tile ahead, and the same with st.async
+were timed and rejected: notes/RESULTS.md [O-mla-next-2026-11-27].)
 The converter's own hand-off (remote stores, proxy fence, release.cluster arrive on full) stays as it is:
 without st.async's transaction count it is what orders the remote stores before the peer's wgmmas. The tile
 values are the crossover's (the same dequantization of the same rows): out and lse bit-identical to it.
 
-Note "st.async hand-off" (opt-in: FP8_DECODE_VARIANTS' "crossover_stasync", MLASparseDecodeConfig.crossover_stasync
-on crossover_lean; "crossover_ahead_stasync" on crossover_ahead: both, the indices a tile ahead as there, ptxas 13.0
-still 0 spills at 200 / 104). crossover_lean's converter still costs two MEMBAR.ALL.GPU a tile (ptxas 13.0): its
-fence.proxy.async.shared::cluster and its release.cluster arrive on the peer's full. Here each unit and bias word
-for the peer goes by fa4.peer_store_async (st.async.shared::cluster.mbarrier::complete_tx::bytes, PTX ISA 9.7.9.12:
-a weak generic-proxy store whose complete-tx on the peer's mbarrier releases it at cluster scope), so the converter
-needs neither: its local stores keep a CTA-scope fence.proxy.async and its local arrive.
+Note "st.async hand-off" (FP8_DECODE_VARIANTS' "crossover_stasync", FP8_DECODE_CROSSOVER_RULE's;
+MLASparseDecodeConfig.crossover_stasync on crossover_lean). crossover_lean's converter still costs two MEMBAR.ALL.GPU a
+tile (ptxas 13.0): its fence.proxy.async.shared::cluster and its release.cluster arrive on the peer's full. Here each
+unit and bias word for the peer goes by fa4.peer_store_async (st.async.shared::cluster.mbarrier::complete_tx::bytes, PTX
+ISA 9.7.9.12: a weak generic-proxy store whose complete-tx on the peer's mbarrier releases it at cluster scope), so the
+converter needs neither: its local stores keep a CTA-scope fence.proxy.async and its local arrive.
     barriers   one per stage, kv_pipe's full[stage], count 128 (this CTA's converter threads; the crossover's
                2 x 128), each thread's arrive an arrive.expect_tx of remote_share() = 289 bytes, 1/128 of
                remote_bytes() = 36992 (the peer's 32 rows x 1152 bytes + 32 bias words), which the peer's st.asyncs
@@ -82,16 +73,8 @@ fa4-verify-pipelines checks that the commits' bytes (289 x 128 threads) are the 
 lands each st.async in the peer's SMEM as a generic write of the storing warp and completes its bytes on the
 peer's barrier as a release (interpret/ops/llvm.py _st_async).
 
-Note "Load hints" (opt-in: FP8_DECODE_VARIANTS' "crossover_stasync_hint", MLASparseDecodeConfig.load_hints on
-crossover_stasync). The converter's row loads are plain loads of read-only memory, which LLVM emits as
-ld.global.nc without cache hints. FlashMLA's sm90 sparse FP8 decode (csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh,
-its 128-bit global loads) gives each gathered row's loads an L1 eviction priority of evict_last and an L2 prefetch
-size: 256 bytes for the e4m3 latent, 128 for the scales and for the rope; its index loads carry none. Here each
-row's 16-byte latent piece, its scale word and its rope unit are fa4.ld_global_nc with those hints
-(ld.global.nc.L1::evict_last.L2::256B.v4.b32, .L2::128B.f32 and .L2::128B.v4.b32), the scale's and rope's constant
-offsets in the row (SCALES_AT, ROPE_AT) outermost in their addresses so that fa4-lower-tma folds them into the
-instruction as LLVM does for the plain loads; the indices' loads stay plain. The hints change no value: out and lse
-are crossover_stasync's bits (the interpreter reads the same bytes).
+(The converter's row loads with FlashMLA's cache hints, "crossover_stasync_hint", were timed and rejected:
+notes/RESULTS.md [R-mla-sparse-fp8-hint].)
 """
 from __future__ import annotations
 
@@ -109,9 +92,6 @@ HALF = BN // 2              # rows one CTA converts per tile
 GROUP = HALF // WARPS       # 8 rows a warp: one trip, all its loads in flight
 ROPE_ROWS = LANES // (2 * 64 // PIECE)   # 4 rows whose rope units one warp instruction moves
 BIAS_WORD = 4               # one f32 a row in bias_smem
-# note "Load hints": FlashMLA's hints of its converter's row loads (the latent's 16 bytes; a scale and the rope)
-L1_EVICT = "evict_last"
-NOPE_L2, PART_L2 = 256, 128
 
 
 def remote_bytes() -> int:
@@ -130,12 +110,10 @@ def remote_share() -> int:
     return share
 
 
-def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem, ahead: bool = False, stasync: bool = False,
-                 hints: bool = False):
-    """Note "Crossover": per tile j, this CTA's 32 rows into both CTAs' tile (see the module note); `ahead`:
-    note "Lean hand-off", the next tile's indices a tile ahead (crossover_ahead); `stasync`: note "st.async
-    hand-off", the peer's half by st.async, its bytes completing on the peer's full[stage] (crossover_stasync);
-    `hints`: note "Load hints", the rows' loads with FlashMLA's cache hints (load_hints)."""
+def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem, stasync: bool = False):
+    """Note "Crossover": per tile j, this CTA's 32 rows into both CTAs' tile (see the module note); `stasync`: note
+    "st.async hand-off", the peer's half by st.async, its bytes completing on the peer's full[stage]
+    (crossover_stasync)."""
     from .attention_mla_sparse_sm90 import _row_offset
     t = kb.thread_idx(0) % THREADS
     warp, lane = t // LANES, t % LANES
@@ -150,12 +128,6 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem, ahead: bool = False, 
     kv_scale = kb.gep(p["kv"], mla_fp8.SCALES_AT + mla_fp8.WORD * ((lane * PIECE) // mla_fp8.SCALE_GROUP), "i8")
     rope_unit, rope_of = lane % mla_fp8.ROPE_UNITS, lane // mla_fp8.ROPE_UNITS
     kv_rope = kb.gep(p["kv"], mla_fp8.ROPE_AT + rope_unit * PIECE, "i8")
-    if hints:       # note "Load hints": the lanes' parts of the scale and rope addresses, their constants apart
-        kv_scale_lane = kb.gep(p["kv"], mla_fp8.WORD * ((lane * PIECE) // mla_fp8.SCALE_GROUP), "i8")
-        kv_rope_lane = kb.gep(p["kv"], rope_unit * PIECE, "i8")
-
-    def hinted(ptr: Value, t, l2: int) -> Value:
-        return kb.load_global_nc(ptr, t, l1_evict=L1_EVICT, l2_prefetch=l2)
 
     def both(value: Value, local, remote, at, align: int):
         kb.store(value, kb.gep(local, at, "i8"), align=align)
@@ -164,25 +136,11 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem, ahead: bool = False, 
         else:       # note "st.async hand-off": its bytes complete on the peer's full[stage]
             kv_pipe.peer_store_async(s, value, kb.gep(remote, at, "i8"), peer)
 
-    def lane_index(j: Value) -> Value:
-        """Note "Lean hand-off": the index of row lane % GROUP of this warp's rows of tile j (one load a lane)."""
-        return kb.load(kb.gep(idx_row, j * BN + first_row + WARPS * (lane % GROUP), "i32"), "i32", align=4)
-
-    if ahead:       # tile j + 1's indices in the carry, the tile clamped into the indices row (note "Lean hand-off")
-        last_tile = p["topk"] // BN - 1
-        begin = work.begin if isinstance(work.begin, Value) else const(work.begin)
-        loop = kb.for_(work.begin, work.end, 1, carry=(kv_pipe.initial_state(), lane_index(begin.smin(last_tile))))
-    else:
-        loop = kb.for_(work.begin, work.end, 1, carry=kv_pipe.initial_state())
-    with loop as (j, carried):
-        s, held = carried if ahead else (carried, None)
-        # 1. the rows' indices (broadcast loads), before the wait for the buffer; ahead: row u's from lane u's
-        #    carried one
-        if ahead:
-            indices = [kb.shuffle_idx(held, u) for u in range(GROUP)]
-        else:
-            indices = [kb.load(kb.gep(idx_row, j * BN + first_row + WARPS * u, "i32"), "i32", align=4)
-                       for u in range(GROUP)]
+    loop = kb.for_(work.begin, work.end, 1, carry=kv_pipe.initial_state())
+    with loop as (j, s):
+        # 1. the rows' indices (broadcast loads), before the wait for the buffer
+        indices = [kb.load(kb.gep(idx_row, j * BN + first_row + WARPS * u, "i32"), "i32", align=4)
+                   for u in range(GROUP)]
         rows = []
         for u, index in enumerate(indices):
             r = first_row + WARPS * u
@@ -198,17 +156,9 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem, ahead: bool = False, 
                 rope_ok = select(mine, rows[first + u][1], rope_ok)
                 rope_off = select(mine, rows[first + u][2], rope_off)
             ropes.append((rope_r, rope_ok, rope_off))
-        if not hints:
-            raws = [(kb.load(kb.gep(kv_piece, off, "i8"), ("i32", 4), align=16),
-                     kb.load(kb.gep(kv_scale, off, "i8"), "f32", align=4)) for _, _, off in rows]
-            rope_vals = [kb.load(kb.gep(kv_rope, off, "i8"), ("i32", 4), align=16) for _, _, off in ropes]
-        else:       # note "Load hints": the row's constant offsets outermost, folded into the loads' addresses
-            raws = [(hinted(kb.gep(kv_piece, off, "i8"), ("i32", 4), NOPE_L2),
-                     hinted(kb.gep(kb.gep(kv_scale_lane, off, "i8"), mla_fp8.SCALES_AT, "i8"), "f32", PART_L2))
-                    for _, _, off in rows]
-            rope_vals = [hinted(kb.gep(kb.gep(kv_rope_lane, off, "i8"), mla_fp8.ROPE_AT, "i8"), ("i32", 4), PART_L2)
-                         for _, _, off in ropes]
-        upcoming = (lane_index((j + 1).smin(last_tile)),) if ahead else ()     # back during the conversion
+        raws = [(kb.load(kb.gep(kv_piece, off, "i8"), ("i32", 4), align=16),
+                 kb.load(kb.gep(kv_scale, off, "i8"), "f32", align=4)) for _, _, off in rows]
+        rope_vals = [kb.load(kb.gep(kv_rope, off, "i8"), ("i32", 4), align=16) for _, _, off in ropes]
         # 3. the buffer free in both CTAs (empty[stage] counts both CTAs' consumers)
         kv_pipe.producer_acquire(s)
         tile, tile_peer = (kb.gep(base, s.stage * tile_bytes, "i8") for base in (kv_smem, kv_peer))
@@ -232,4 +182,4 @@ def convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem, ahead: bool = False, 
         else:       # each thread expects its share of the peer's bytes (note "st.async hand-off")
             kb.fence("async_smem")
             kv_pipe.producer_commit(s, tx_bytes=remote_share())
-        loop.yield_(s.advance(), *upcoming)
+        loop.yield_(s.advance())

@@ -19,8 +19,7 @@ the row maxima in x_smem. An odd tile count ends with one tile (mma0's S, both P
 Note "Ring": one ring of STAGES = 2 tiles (kv_pipe), consumed by both roles (two arrivals a stage): a
 pair holds both stages, so tile a' of the next pair is gathered once both warpgroups released a (mid
 pair) and b' after the pair. The gather's cp.asyncs are generic-proxy writes: each warpgroup fences
-(async_smem) after every wait before its wgmmas read the tile (with producer_fence the producer fences instead:
-note "Producer fence"). Unlike the dense decode's TMA boxes, the
+(async_smem) after every wait before its wgmmas read the tile. Unlike the dense decode's TMA boxes, the
 gather lands a tile's 64 rows whole (each lane's copies arrive once), so there are no chunk rings.
 
 Note "Barriers": the gather warp owns named barrier 4 (attention_mla_sparse_sm90.BAR_GATHER), the
@@ -33,7 +32,7 @@ and each stage's barriers are two pipelines, kv_pipe for K's columns 0..255 and 
 rope columns, where P rides, are in kv_hi), both consumed by mma0 and mma1. _HalfTiles: S waits kv_pipe,
 issues its first 16 wgmmas and commits them, waits kv_hi, fences wgmma and issues the other 20; wait_all
 waits both; each warpgroup releases the half holding its V columns after its P V and the other half as soon
-as it stops reading it (common/mla_seesaw_sm90's release_other hooks). With l2_hints the copies carry FlashMLA's L2 hints. This is
+as it stops reading it (common/mla_seesaw_sm90's release_other hooks). This is
 FlashMLA's whole sm90 sparse prefill recipe: seesaw consumers, a producer warpgroup, half stages.
 
 Note "Pair fill" (pair_fill=True, with the producer warpgroup; the config's note of that name): FlashMLA's
@@ -59,72 +58,25 @@ that half, after its P_b V, ordered its warps' loads of P_b before the refill): 
 four warps (BAR_WG, 128 threads) after those loads before its leader releases b's kv_pipe half (the
 interpreter's race check found the refill unordered without it).
 
-Note "Overlap" (overlap_s=True, on the pair fill; opt-in, OVERLAP_VARIANT; FlashMLA's sm90 sparse prefill, phase1.cuh,
-warpgroup 0's loop): warpgroup 0 issues S of the next pair's tile a right after its P_b V, before that P V retires:
-it waits for a's half 0..255 (kv_pipe, the producer's first fill of a pair, free once both warpgroups released the
-pair's a 0..255, which both do before P_b V), issues S_a's 16 wgmmas over it and commits them, retires P_b V
-(wait_group 1: S_a's group still in flight) and releases b's half 0..255 (its V, kv_hi), then waits for a's half
-256..575 (kv_hi), issues the other 20 and retires S_a, which the loop carries to the next pair's softmax. So the
-tensor pipe goes from P_b V straight into the next S_a rather than through wait, release, the loop's next wait and
-issue. The loop over pairs (common/mla_seesaw_sm90.pairs_ahead) runs every pair but the last; S_a of the first pair is
-issued before it and the last pair (peeled) does not issue ahead, all under an scf.if on there being a pair, which
-yields the count of tiles used (2 a pair, carried by the loop: fa4-verify-pipelines follows a ring through the if by
-it) and the ring state is kv_pipe.state_at of that count; an odd count's last tile is step0's, as before. No wait of
-the overlap needs a half the producer fills after one this warpgroup releases later (a's 0..255 comes first in the
-pair's order, its 256..575 needs only the previous pair's releases of a), so the order cannot deadlock. Warpgroup 1,
-the producer, the algebra and the wgmmas' accumulation order are the pair fill's: the output is the pair fill's bit
-for bit (the interpreter test checks it). Registers: S_a's 32 accumulators in flight beside O's 128 and P_b's 16
-fragments (P_b V reads them from registers) fit setmaxnreg 216 with no spill.
+Note "Overlap" (overlap_s=True, on the pair fill; OVERLAP_VARIANT, SPARSE_DEFAULT_RULE's prefill; FlashMLA's sm90 sparse
+prefill, phase1.cuh, warpgroup 0's loop): warpgroup 0 issues S of the next pair's tile a right after its P_b V, before
+that P V retires: it waits for a's half 0..255 (kv_pipe, the producer's first fill of a pair, free once both warpgroups
+released the pair's a 0..255, which both do before P_b V), issues S_a's 16 wgmmas over it and commits them, retires P_b
+V (wait_group 1: S_a's group still in flight) and releases b's half 0..255 (its V, kv_hi), then waits for a's half
+256..575 (kv_hi), issues the other 20 and retires S_a, which the loop carries to the next pair's softmax. So the tensor
+pipe goes from P_b V straight into the next S_a rather than through wait, release, the loop's next wait and issue. The
+loop over pairs (common/mla_seesaw_sm90.pairs_ahead) runs every pair but the last; S_a of the first pair is issued
+before it and the last pair (peeled) does not issue ahead, all under an scf.if on there being a pair, which yields the
+count of tiles used (2 a pair, carried by the loop: fa4-verify-pipelines follows a ring through the if by it) and the
+ring state is kv_pipe.state_at of that count; an odd count's last tile is step0's, as before. No wait of the overlap
+needs a half the producer fills after one this warpgroup releases later (a's 0..255 comes first in the pair's order, its
+256..575 needs only the previous pair's releases of a), so the order cannot deadlock. Warpgroup 1, the producer, the
+algebra and the wgmmas' accumulation order are the pair fill's: the output is the pair fill's bit for bit (the
+interpreter test checks it). Registers: S_a's 32 accumulators in flight beside O's 128 and P_b's 16 fragments (P_b V
+reads them from registers) fit setmaxnreg 216 with no spill.
 
-Note "Pair max" (pair_max=True, on the pair fill, with or without overlap_s; opt-in, PAIR_MAX_VARIANT and
-OVERLAP_PAIR_MAX_VARIANT; FlashMLA's sm90 sparse prefill, phase1.cuh): the order of a pair's softmax handshakes is
-FlashMLA's, so that warpgroup 1 issues its two P V products back to back with one O rescale rather than P_a V at
-m_a, a wgmma wait, the rescale to m_b and P_b V. Warpgroup 0 publishes m_a (x_smem) and arrives on a third named
-barrier (BAR_MA, 7) as soon as it has S_a's row maxima, computes P_a relative to m_a in float32 and keeps it, issues
-P_a V_a from its 16-bit fragments and retires it (under warpgroup 1's S_b and softmax, which it waits for anyway;
-P_a's fragments are then not live beside the float32 P_a; but see Registers below), waits for tile b and receives m_b (BAR_PB), releases a's half 0..255
-(only after BAR_PB, as in the pair fill: the producer writes both tiles' biases once a's 0..255 is free, and warpgroup
-1 reads b's before it arrives on BAR_PB; released before it, the interpreter's race check found the bias store
-unordered after those reads), forms P_a' = P_a exp2(m_a - m_b) from the float32 P_a (the factor is max_update's, as
-O's) and rounds it to 16 bits once, writes it to tile a's rope columns (fragment layout, as P_a was), fences and
-arrives on BAR_PA; only then does it release a's half 256..575 (P_a' lives there), load P_b's fragments (after P_a'
-is out: fewer live registers), release b's 256..575, rescale O_0 and l_0 by the same factor and issue P_b V_b.
-Warpgroup 1 issues S_b as the pair fill does, syncs BAR_MA, m_b = max(m_a, rowmax S_b), publishes m_b and P_b
-(BAR_PB), rescales O_1 and l_1 once by exp2(m - m_b) (m: the previous pair's m_b, which both warpgroups end on),
-issues P_b V_b, syncs BAR_PA, loads P_a' and issues P_a' V_a behind it with no wgmma wait between the two commit
-groups, retires both and releases a's 256..575, b's 0..255 and b's 256..575 (each ring's releases in its order).
-Rounding: P_a' is rounded once, from float32, relative to the pair's final max (the default hands over P_a rounded
-relative to m_a and rescales O_1 in float32 instead), so the output is not the pair fill's bit for bit (the FA rule
-holds; tests/test_mla_sparse_pairmax.py). The row sums stay consistent: l_0 sums the float32 P_a relative to m_a and
-is rescaled by the same exp2(m_a - m_b) as O_0, l_1 sums P_b relative to m_b; l = l_0 + l_1 as before. An odd
-count's last tile is the pair fill's (P_a with m_a on BAR_PA: m_a is the final max). Buffers: m_a of pair i + 1 is
-written after BAR_PB of pair i, which warpgroup 1 arrives after reading m_a of pair i; P_a' sits in a stage both
-warpgroups release only after it is read. Each of BAR_MA, BAR_PB, BAR_PA sees one arrive and one sync a pair; no
-wait needs a later arrival of the other warpgroup (mma0: arrive BAR_MA, sync BAR_PB, arrive BAR_PA; mma1: sync
-BAR_MA, arrive BAR_PB, sync BAR_PA), so the order cannot deadlock. With overlap_s the next pair's S_a goes under
-P_b V as note "Overlap" says. Registers: warpgroup 0 keeps P_a's 32 float32 values live from its softmax until
-P_a' is written (beside O), at setmaxnreg 216 on the edge: where warpgroup 0 retires P_a V_a is picked per config
-(pa_retire_late, as note "Work" picks the gather's placement): before BAR_PB (above) for the kernels without the
-overlap and the split decode with it (retired after P_a' is out, the split decode with topk_length and the overlap
-spilled 56 bytes), after P_a' is out and P_b's fragments are loaded (then a's 0..255 is released there) for the
-overlap's other kernels (retired before BAR_PB, each spilled 4 bytes: the token, live across the loop). The
-order of the handshakes and the output are the same either way.
-
-Note "Producer fence" (producer_fence=True, on the pair fill; opt-in, PFENCE_VARIANT; the config's note of that name):
-note "Ring"'s proxy fence moves from the readers to the writers. Each producer thread closes a half's cp.asyncs into a
-cp.async group (fa4.cp_async_wait), waits until at most PFENCE_IN_FLIGHT (1) of its halves are in flight
-(cp.async.wait_group 1: the half before the one just issued has landed), runs fence.proxy.async.shared::cta and arrives
-on that half's full barrier (producer_commit: the ordinary arrive, a release at CTA scope, PRODUCER_THREADS arrivals as
-before; no cp.async.mbarrier.arrive); after a pair's (and the odd tile's) last half it waits for all (wait_group 0) and
-announces it, so no half stays unannounced across a pair. The consumers' ring waits then drop their fence.proxy.async
-(_HalfTiles._ring_fence); the fences after their own P stores (publish) stay. The PTX memory model's order is the
-writer's: generic-proxy writes, the writer's proxy fence, release (mbarrier.arrive), acquire (the consumers'
-try_wait), async-proxy reads (wgmma). FlashMLA's sm90 sparse prefill fences on neither side (cp.async.mbarrier.arrive
-.noinc, then the wgmmas right after the wait). Deadlock: an announcement waits behind the next half's producer_acquire
-(one half later), and no release that acquire needs waits for that half: a pair's halves a lo, b hi, a hi, b lo need
-the previous pair's releases of the same ring slots, which mma0 and mma1 make before they wait for this pair's a lo
-(mma0's release of b's 0..255 in s_next comes after its wait of a lo, which is announced before b lo's acquire). The
-interpreter's race check holds the order (tests/test_mla_sparse_pfence.py: the fence removed is a FenceFault).
+(The pair fill's "Pair max" handshakes and "Producer fence", variants seesaw_pairmax, seesaw_overlap_pairmax and
+seesaw_overlap_pfence, were timed and rejected: notes/RESULTS.md [R-mla-sparse-pairmax-timed], [R-mla-sparse-pfence].)
 
 Note "Work" (ptxas 12.x, deviceless; what the compile tests check, not a principle): the consumers derive
 the token's work item in their roles (as the dense seesaw's do: a value made before the role split and
@@ -139,8 +91,8 @@ from __future__ import annotations
 
 from ..dsl import const, select
 from ..dialect import builders as fa4
-from .attention_mla_sparse_sm90_config import (BN, CONSUMERS, HALF_CHUNKS, L2_PREFETCH, LOAD_REGS, MMA_REGS, STAGES,
-                                               MLASparseConfig, MLASparseDecodeConfig)
+from .attention_mla_sparse_sm90_config import (BN, CONSUMERS, HALF_CHUNKS, LOAD_REGS, MMA_REGS, STAGES, MLASparseConfig,
+                                               MLASparseDecodeConfig)
 from .common import mla_seesaw_sm90 as seesaw
 from .common.mla_sm90 import BAR_WG, CHUNK, NEG_INF, QK_CHUNKS, SWIZZLE, UNITS, ConsumerGeometry, issue_s
 from .common.wgmma import wait_group
@@ -148,13 +100,11 @@ from .common.wgmma import wait_group
 BAR_PA = 5      # mma0 -> mma1 (note "Barriers")
 LO, HI = range(HALF_CHUNKS), range(HALF_CHUNKS, QK_CHUNKS)     # a stage's halves' column chunks
 BAR_PB = 6      # mma1 -> mma0
-BAR_MA = 7      # pair_max: mma0 -> mma1, m_a (note "Pair max")
-PFENCE_IN_FLIGHT = 1    # producer_fence: the producer's halves left in flight when it announces one (note "Producer fence")
 
 
 class _Tiles(seesaw.Tiles):
     """The sparse kernels' side of the schedule: one ring the gather fills (note "Ring"), the score biases."""
-    bar_pa, bar_pb, bar_ma = BAR_PA, BAR_PB, BAR_MA
+    bar_pa, bar_pb = BAR_PA, BAR_PB
 
     def __init__(self, kb, bufs, dtype: str):
         self.kb = kb
@@ -197,22 +147,16 @@ class _HalfTiles(_Tiles):
     half once its last reader is done, FlashMLA's per-half free barriers. Note "Pair fill": tile b's halves
     swap rings (`_ring`), and warpgroup 1 issues S_b by s_pair_b."""
 
-    def __init__(self, kb, bufs, dtype: str, kv_hi, w: int, pair_fill: bool = False, overlap_s: bool = False,
-                 pair_max: bool = False, producer_fence: bool = False):
+    def __init__(self, kb, bufs, dtype: str, kv_hi, w: int, pair_fill: bool = False, overlap_s: bool = False):
         super().__init__(kb, bufs, dtype)
         self.kv_hi = kv_hi
         self.w = w
         self.pair_fill = pair_fill
         self.overlap_s = overlap_s
-        self.pair_max = pair_max
-        self.producer_fence = producer_fence
-        self.pa_retire_late = False     # note "Pair max", registers (pa_retire_late(cfg))
 
     def _ring_fence(self):
-        """After a ring wait, before the wgmmas read the half: fence.proxy.async (note "Ring"), unless the producer
-        fenced its copies before arriving (note "Producer fence")."""
-        if not self.producer_fence:
-            self.kb.fence("async_smem")
+        """After a ring wait, before the wgmmas read the half: fence.proxy.async (note "Ring")."""
+        self.kb.fence("async_smem")
 
     def _ring(self, hi: bool, b: bool):
         """The ring of a tile's half (hi: columns 256..575); note "Pair fill": tile b's halves swapped."""
@@ -298,8 +242,7 @@ class _HalfTiles(_Tiles):
 def build_roles(kb, cfg, p, bufs, x_smem, rows_smem):
     """kv_pipe (two consumer roles), then roles mma0 and mma1 (Q's load, the pair loops, the epilogue)
     and the producer: the gather warp (attention_mla_sparse_sm90._gather_role, unchanged) or the FP8
-    converter warpgroup (convert_role, unchanged: note "FP8 converter", or with converter_prefetch note "FP8
-    converter prefetch")."""
+    converter warpgroup (convert_role, unchanged: note "FP8 converter")."""
     from . import attention_mla_sparse_sm90 as base
     q_smem, kv_smem, _, q_slot, bias_smem = bufs
     conv = getattr(cfg, "fp8_converter", False)
@@ -328,12 +271,11 @@ def build_roles(kb, cfg, p, bufs, x_smem, rows_smem):
         if pwg:
             with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=base.PRODUCER_THREADS // 32, regs=load_regs):
                 gather = _gather_role_pairs if cfg.pair_fill else base._gather_role_wg
-                extra = dict(producer_fence=True) if cfg.producer_fence else {}
-                gather(kb, base._Work(kb, cfg, p), p, kv_smem, (kv_pipe, kv_hi), bias_smem, cfg.l2_hints, **extra)
+                gather(kb, base._Work(kb, cfg, p), p, kv_smem, (kv_pipe, kv_hi), bias_smem)
             return
         if conv:
             with kb.role("convert", first_warp=4 * CONSUMERS, num_warps=4, regs=load_regs):
-                base.convert_role(kb, cfg, base._Work(kb, cfg, p), p, kv_smem, kv_pipe, bias_smem)
+                base.convert_role(kb, base._Work(kb, cfg, p), p, kv_smem, kv_pipe, bias_smem)
             return
         with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=1, regs=LOAD_REGS):
             work = base._Work(kb, cfg, p) if own else gather_work
@@ -357,9 +299,7 @@ def _consumer(kb, cfg, work, p, bufs, x_smem, w: int, kv_hi=None):
     pair_end = work.begin + ((work.end - work.begin) // 2) * 2
     segments = ((work.begin, pair_end, True, True), (pair_end, work.end, False, True))
     tiles = _Tiles(kb, bufs, cfg.dtype) if kv_hi is None else \
-        _HalfTiles(kb, bufs, cfg.dtype, kv_hi, w, cfg.pair_fill, cfg.overlap_s, cfg.pair_max, cfg.producer_fence)
-    if cfg.pair_max:
-        tiles.pa_retire_late = pa_retire_late(cfg)
+        _HalfTiles(kb, bufs, cfg.dtype, kv_hi, w, cfg.pair_fill, cfg.overlap_s)
     _, o, m, l = seesaw.run(cs, tiles, cfg.dtype, w, segments, seesaw.initial(cs, kv_pipe))
     totals = seesaw.totals(cs, l)
     if work.decode:
@@ -368,25 +308,12 @@ def _consumer(kb, cfg, work, p, bufs, x_smem, w: int, kv_hi=None):
         base._epilogue(cs, cfg, work, p, o, m, l, totals=totals)
 
 
-def pa_retire_late(cfg) -> bool:
-    """Note "Pair max", registers (ptxas 12.x, what the compile tests check, not a principle): whether warpgroup 0
-    retires P_a V_a after P_a' is out (the overlap's kernels but the split decode's) or before BAR_PB (the others)."""
-    return cfg.overlap_s and not (isinstance(cfg, MLASparseDecodeConfig) and cfg.split)
-
-
-def producer_proxy_fence(kb) -> None:
-    """Note "Producer fence": the producer thread's landed copies made visible to the async proxy before it arrives
-    (fence.proxy.async.shared::cta; a function of its own so a test can drop it)."""
-    kb.fence("async_smem")
-
-
-def _gather_role_pairs(kb, work, p, kv_smem, pipes, bias_smem, l2_hints: bool, producer_fence: bool = False):
+def _gather_role_pairs(kb, work, p, kv_smem, pipes, bias_smem):
     """Note "Pair fill": the producer warpgroup (attention_mla_sparse_sm90._gather_role_wg's threads, rows and
     copies) over the pairs of [begin, end): both tiles' rows looked up first, then the halves a lo, b hi, a hi,
     b lo, each after waiting for it to be free, both tiles' biases with the first; an odd count's last tile lo
     (with its biases) then hi."""
     from . import attention_mla_sparse_sm90 as base
-    hints = dict(l2_prefetch=L2_PREFETCH, evict_last=True) if l2_hints else {}
     t = kb.thread_idx(0) % base.PRODUCER_THREADS
     group, unit = t // UNITS, t % UNITS
     tile_bytes = MLASparseConfig.tile_bytes()
@@ -424,25 +351,9 @@ def _gather_role_pairs(kb, work, p, kv_smem, pipes, bias_smem, l2_hints: bool, p
         bias = select(ok, const(0.0, "f32"), const(NEG_INF, "f32"))
         kb.store(bias, kb.gep(bias_smem, (stage * BN + bias_row) * 4, "i8"), align=4)
 
-    pending = []        # note "Producer fence": the halves issued, not yet announced, oldest first: (pipe, state)
-
-    def announce(keep: int):
-        """Note "Producer fence": wait until at most `keep` of this thread's halves are in flight (cp.async.wait_group;
-        the half issued last closes its group here), fence the landed ones to the async proxy, arrive on their full
-        barriers (oldest first, each ring's order); with no more than `keep` issued, only the group closed."""
-        if len(pending) <= keep:
-            fa4.cp_async_commit()
-            return
-        fa4.cp_async_wait(pending=keep)
-        producer_proxy_fence(kb)
-        while len(pending) > keep:
-            pipe, st = pending.pop(0)
-            pipe.producer_commit(st)
-
     def fill(pipe, s, rows, valid_bits, chunks, biases=None):
         """2. one half (chunks LO or HI) of the tile of `rows` on ring `pipe`: wait until free, `biases()` (the
-        bias stores that go with this half), the copies, arrive when landed, commit. producer_fence: the copies a
-        cp.async group, announced once at most PFENCE_IN_FLIGHT younger halves are in flight (announce)."""
+        bias stores that go with this half), the copies, arrive when landed, commit."""
         pipe.producer_acquire(s)
         if biases is not None:
             biases()
@@ -452,11 +363,7 @@ def _gather_role_pairs(kb, work, p, kv_smem, pipes, bias_smem, l2_hints: bool, p
             src = kb.gep(kv_unit, index.to("i64") * p["kv_stride_s"], "bf16")
             dst = kb.gep(base_at, r * SWIZZLE + (unit ^ (r % 8)) * 16, "i8")
             for c in chunks:
-                fa4.cp_async(kb.gep(src, c * CHUNK, "bf16"), kb.gep(dst, c * BN * SWIZZLE, "i8"), ok, **hints)
-        if producer_fence:
-            pending.append((pipe, s))
-            announce(PFENCE_IN_FLIGHT)
-            return
+                fa4.cp_async(kb.gep(src, c * CHUNK, "bf16"), kb.gep(dst, c * BN * SWIZZLE, "i8"), ok)
         fa4.cp_async_arrive(s.stage, pipe=pipe.name)
         pipe.producer_commit(s)
 
@@ -470,8 +377,6 @@ def _gather_role_pairs(kb, work, p, kv_smem, pipes, bias_smem, l2_hints: bool, p
         fill(lo, sb, rows_b, bits, HI)
         fill(hi, sa, rows_a, bits, HI)
         fill(hi, sb, rows_b, bits, LO)
-        if producer_fence:      # note "Producer fence": the pair's last half announced within the pair
-            announce(0)
         loop.yield_(sb.advance())
     tail = kb.for_(pair_end, work.end, 1, carry=loop.results)
     with tail as (j, s):
@@ -482,9 +387,7 @@ def _gather_role_pairs(kb, work, p, kv_smem, pipes, bias_smem, l2_hints: bool, p
                 store_bias(s.stage, bits)
         fill(lo, s, rows, bits, LO, biases=tail_biases)
         fill(hi, s, rows, bits, HI)
-        if producer_fence:
-            announce(0)
         tail.yield_(s.advance())
 
 
-__all__ = ["build_roles", "BAR_PA", "BAR_PB", "BAR_MA", "gather_owns_work", "pa_retire_late"]
+__all__ = ["build_roles", "BAR_PA", "BAR_PB", "gather_owns_work"]

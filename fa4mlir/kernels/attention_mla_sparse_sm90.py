@@ -82,7 +82,7 @@ Note "FP8 converter" (MLASparseDecodeConfig(kv_dtype="fp8", fp8_converter=True),
 FP8_DECODE_DEFAULT_RULE; config note "FP8 converter plan"; FlashMLA's sm90 sparse FP8 decode structure): no
 staging stage and no gather warp.
 Warpgroup 2 (`convert`, warps 8-11, setmaxnreg 104) fills the 16-bit kernel's ring of two bf16 tiles
-(kv_pipe, 128 producer arrivals) straight from global memory (_convert_role): per tile, warp w
+(kv_pipe, 128 producer arrivals) straight from global memory (convert_role): per tile, warp w
 converts rows w, w + 4, .., each lane its 16-byte latent piece (one coalesced 512-byte run a warp
 instruction), that piece's float32 scale and one 16-byte rope unit of each four rows; a trip's 8 rows'
 loads are all issued before it converts them (16 rows a trip spilled at setmaxnreg 104). Every lane
@@ -93,9 +93,6 @@ row is stored as zeros whatever its loads (of row 0 of the cache) returned, with
 tile's bias slot (its stage), as the 16-bit kernel's gather does. Every thread fences its
 stores to the async proxy before it arrives on full[stage]. The consumers (setmaxnreg 200) run the
 16-bit kernel's tile step (_kv_tile) unchanged: wait full, S, softmax, P V, release the tile.
-
-With converter_prefetch (FP8_DECODE_VARIANTS' "prefetch", opt-in) the converter's loop is
-attention_mla_sparse_prefetch_sm90's (its note "FP8 converter prefetch": each row's loads two trips ahead).
 
 Note "Producer warpgroup" (producer_warps=4, a 16-bit kv, prefill or decode; FlashMLA's sm90 sparse prefill's
 producer: a whole warpgroup gathers, and each K stage is two halves with their own barriers): warpgroup 2
@@ -114,8 +111,8 @@ from __future__ import annotations
 from .. import dsl
 from ..dialect import builders as fa4
 from ..dsl import KernelBuilder, Value, const, fast_div, fma, log2, select, vec
-from .attention_mla_sparse_sm90_config import (BN, CONSUMERS, D_QK, D_V, HALF_CHUNKS, L2_PREFETCH, LOAD_REGS, MMA_REGS,
-                                               STAGES, TILE_M, MLASparseConfig, MLASparseDecodeConfig)
+from .attention_mla_sparse_sm90_config import (BN, CONSUMERS, D_QK, D_V, HALF_CHUNKS, LOAD_REGS, MMA_REGS, STAGES,
+                                               TILE_M, MLASparseConfig, MLASparseDecodeConfig)
 from . import attention_mla_sparse_crossover_sm90 as crossover
 from . import attention_mla_sparse_seesaw_sm90 as seesaw
 from .common import mla_fp8
@@ -186,14 +183,12 @@ def build(cfg: MLASparseConfig | MLASparseDecodeConfig = MLASparseConfig()) -> d
                 with kb.role("convert", first_warp=4 * CONSUMERS, num_warps=4, regs=load_regs):
                     if xo:
                         crossover.convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem,
-                                               ahead=getattr(cfg, "crossover_ahead", False),
-                                               stasync=getattr(cfg, "crossover_stasync", False),
-                                               hints=getattr(cfg, "load_hints", False))
+                                               stasync=getattr(cfg, "crossover_stasync", False))
                     else:
-                        convert_role(kb, cfg, work, p, kv_smem, kv_pipe, bias_smem)
+                        convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem)
             elif pwg:
                 with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=PRODUCER_THREADS // 32, regs=load_regs):
-                    _gather_role_wg(kb, work, p, kv_smem, (kv_pipe, halves), bias_smem, cfg.l2_hints)
+                    _gather_role_wg(kb, work, p, kv_smem, (kv_pipe, halves), bias_smem)
             else:
                 with kb.role("gather", first_warp=4 * CONSUMERS, num_warps=1, regs=load_regs):
                     if fp8:
@@ -293,16 +288,14 @@ def _gather_role(kb, work: _Work, p, kv_smem, kv_pipe, bias_smem, rows_smem):
         loop.yield_(s.advance())
 
 
-def _gather_role_wg(kb, work: _Work, p, kv_smem, pipes, bias_smem, l2_hints: bool):
+def _gather_role_wg(kb, work: _Work, p, kv_smem, pipes, bias_smem):
     """Note "Producer warpgroup": thread t of the 128 (group g = t / 8, unit u = t % 8) looks up rows
     g + 16 i (i < 4) of each tile itself (8 threads a row load the same index: a broadcast), then fills
     the stage's two halves, each after waiting for that half to be free: chunks 0-3 (kv_pipe; the
     unit-0 thread of each group first writes its rows' biases, note "Bias"), then chunks 4-8 (kv_hi);
     a warp instruction moves 4 whole 128-byte chunk rows (coalesced; 4 distinct SMEM rows: conflict-
     free), into the layout _gather_role writes. Each thread's copies arrive on the half's full barrier
-    when they land (cp_async_arrive), then it commits. l2_hints: each copy with FlashMLA's L2 hints
-    (.L2::256B prefetch, an evict_last policy: fa4.cp_async's l2_prefetch, evict_last)."""
-    hints = dict(l2_prefetch=L2_PREFETCH, evict_last=True) if l2_hints else {}
+    when they land (cp_async_arrive), then it commits."""
     t = kb.thread_idx(0) % PRODUCER_THREADS
     group, unit = t // UNITS, t % UNITS
     tile_bytes = MLASparseConfig.tile_bytes()
@@ -332,7 +325,7 @@ def _gather_role_wg(kb, work: _Work, p, kv_smem, pipes, bias_smem, l2_hints: boo
                 src = kb.gep(kv_unit, offset, "bf16")
                 dst = kb.gep(base, r * SWIZZLE + (unit ^ (r % 8)) * 16, "i8")
                 for c in chunks:
-                    fa4.cp_async(kb.gep(src, c * CHUNK, "bf16"), kb.gep(dst, c * BN * SWIZZLE, "i8"), valid, **hints)
+                    fa4.cp_async(kb.gep(src, c * CHUNK, "bf16"), kb.gep(dst, c * BN * SWIZZLE, "i8"), valid)
             fa4.cp_async_arrive(s.stage, pipe=pipe.name)
             pipe.producer_commit(s)
         loop.yield_(s.advance())
@@ -394,16 +387,7 @@ def _gather_role_fp8(kb, cfg: MLASparseConfig | MLASparseDecodeConfig, work: _Wo
         loop.yield_(s.advance())
 
 
-def convert_role(kb, cfg: MLASparseDecodeConfig, work: _Work, p, kv_smem, kv_pipe, bias_smem):
-    """The converter warpgroup's loop: note "FP8 converter" (_convert_role), or with cfg.converter_prefetch
-    attention_mla_sparse_prefetch_sm90's (its note "FP8 converter prefetch")."""
-    if cfg.converter_prefetch:
-        from .attention_mla_sparse_prefetch_sm90 import convert_role as prefetching
-        return prefetching(kb, cfg, work, p, kv_smem, kv_pipe, bias_smem)
-    return _convert_role(kb, work, p, kv_smem, kv_pipe, bias_smem)
-
-
-def _convert_role(kb, work: _Work, p, kv_smem, kv_pipe, bias_smem):
+def convert_role(kb, work: _Work, p, kv_smem, kv_pipe, bias_smem):
     """Note "FP8 converter": per tile j, load trip 0's indices, wait for its tile buffer (the ring
     stage) to be free; warp w converts rows w + 4 i (i < 16), CONVERT_GROUP rows a trip: every lane
     has each row's index (one broadcast load, a trip ahead), its validity and byte offset

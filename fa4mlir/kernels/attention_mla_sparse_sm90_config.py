@@ -63,12 +63,10 @@ CONVERTER_BUFFERS = 2
 PRODUCER_WARPS = (1, 4)
 WG_MMA_REGS, WG_PRODUCER_REGS = 216, 72
 HALF_CHUNKS = 4             # chunks (64 columns) of a stage's first half: V's columns of consumer warpgroup 0
-# l2_hints (producer_warps=4 only): the gather's cp.asyncs carry FlashMLA's L2 hints, .L2::256B prefetch and an
-# evict_last cache policy (fa4.cp_async's l2_prefetch, evict_last)
-L2_PREFETCH = 256
-# The host's A/B knob over a 16-bit kv (attention/mla_sparse.py, requested_producer): name -> (producer_warps,
-# l2_hints)
-PRODUCER_VARIANTS = {"warp": (1, False), "warpgroup": (4, False), "warpgroup_l2": (4, True)}
+# The host's A/B knob over a 16-bit kv (attention/mla_sparse.py, requested_producer): name -> producer_warps
+# (the producer warpgroup with FlashMLA's L2 hints, "warpgroup_l2", was timed and rejected:
+# notes/RESULTS.md [D-mla-sparse-seesaw-pwg-default])
+PRODUCER_VARIANTS = {"warp": 1, "warpgroup": 4}
 PRODUCER_ENV = "FA4MLIR_MLA_SPARSE_PRODUCER"
 
 
@@ -98,18 +96,12 @@ class MLASparseConfig:
     sinks: bool = False            # the kernel reads attention sinks [h_q] float32
     kv_dtype: str = ""             # "": q's dtype; "fp8": FlashMLA's 656-byte FP8 rows, kv [s_kv, 1, 656]
     producer_warps: int = 1        # 1: the gather warp; 4: the producer warpgroup with half stages (PRODUCER_WARPS)
-    l2_hints: bool = False         # producer_warps=4: the cp.asyncs' L2 hints (L2_PREFETCH, evict_last)
     seesaw: bool = False           # FlashMLA's seesaw tile step (attention_mla_sparse_seesaw_sm90); opt-in,
                                    # 16-bit kv (SEESAW_VARIANT, FA4MLIR_MLA_SPARSE_VARIANT)
     pair_fill: bool = False        # seesaw + producer_warps=4: FlashMLA's fill order of a pair's halves (note
                                    # "Pair fill"; PAIR_FILL_VARIANT)
     overlap_s: bool = False        # pair_fill: warpgroup 0 issues the next pair's S_a under P_b V (note "Overlap";
-                                   # OVERLAP_VARIANT, opt-in)
-    pair_max: bool = False         # pair_fill: FlashMLA's handshakes, m_a before warpgroup 1's softmax, P_a rescaled
-                                   # to the pair's max, one O rescale (note "Pair max"; PAIR_MAX_VARIANT, opt-in)
-    producer_fence: bool = False   # pair_fill: the producer waits for its copies (cp.async.wait_group), fences them to
-                                   # the async proxy and arrives; the consumers' ring waits drop their fence (note
-                                   # "Producer fence"; PFENCE_VARIANT, opt-in)
+                                   # OVERLAP_VARIANT, SPARSE_DEFAULT_RULE's over bf16)
 
     @property
     def fp8(self) -> bool:
@@ -185,8 +177,6 @@ class MLASparseConfig:
         _check_seesaw(self)
         check_pair_fill(self)
         check_overlap(self)
-        check_pair_max(self)
-        check_producer_fence(self)
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
         fits, need, pool = register_pool_fits(self.threads, *self.regs, CONSUMERS)
@@ -202,14 +192,13 @@ class MLASparseConfig:
 
     def name(self) -> str:
         return (f"{KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_pwg' if self.producer_warps == 4 else ''}"
-                f"{'_l2' if self.l2_hints else ''}{'_topklen' if self.topk_length else ''}{'_sinks' if self.sinks else ''}"
+                f"{'_topklen' if self.topk_length else ''}{'_sinks' if self.sinks else ''}"
                 f"{'_seesaw' if self.seesaw else ''}{'_pairfill' if self.pair_fill else ''}"
-                f"{'_overlap' if self.overlap_s else ''}{'_pairmax' if self.pair_max else ''}"
-                f"{'_pfence' if self.producer_fence else ''}")
+                f"{'_overlap' if self.overlap_s else ''}")
 
 
-VARIANT_FIELDS = field_defaults(MLASparseConfig, ("kv_dtype", "producer_warps", "l2_hints", "seesaw", "pair_fill",
-                                                  "overlap_s", "pair_max", "producer_fence"))  # (common.fields)
+VARIANT_FIELDS = field_defaults(MLASparseConfig, ("kv_dtype", "producer_warps", "seesaw", "pair_fill",
+                                                  "overlap_s"))  # (common.fields)
 
 
 def check_producer(cfg) -> None:
@@ -220,8 +209,6 @@ def check_producer(cfg) -> None:
     if cfg.producer_warps == 4 and cfg.fp8:
         raise ConfigError("sparse MLA: producer_warps=4 (the producer warpgroup) is built for a 16-bit cache, "
                           "not kv_dtype=\"fp8\"")
-    if cfg.l2_hints and cfg.producer_warps != 4:
-        raise ConfigError("sparse MLA: l2_hints=True marks the producer warpgroup's copies: it needs producer_warps=4")
 
 # The sparse kernels' variants (prefill and decode; FA4MLIR_MLA_SPARSE_VARIANT, bench mla's backend
 # fa4mlir[seesaw]): name -> the config fields it sets. "seesaw": FlashMLA's seesaw tile step
@@ -230,47 +217,25 @@ def check_producer(cfg) -> None:
 SEESAW_VARIANT = "seesaw"
 TILE_VARIANT = "tile"       # the shared tile step (common/mla_sm90.py), both warpgroups on one tile
 # "seesaw_pairfill": the seesaw with FlashMLA's fill order of a pair's halves (note "Pair fill"); it needs the
-# producer warpgroup (PRODUCER_VARIANTS "warpgroup" or "warpgroup_l2"); SPARSE_DEFAULT_RULE's variant over bf16
+# producer warpgroup (PRODUCER_VARIANTS "warpgroup"); SPARSE_DECODE_DEFAULT_RULE's variant over bf16
 PAIR_FILL_VARIANT = "seesaw_pairfill"
-# "seesaw_overlap": the pair fill with warpgroup 0 issuing the next pair's S_a under its P_b V (note "Overlap"; opt-in,
-# the producer warpgroup as PAIR_FILL_VARIANT)
+# "seesaw_overlap": the pair fill with warpgroup 0 issuing the next pair's S_a under its P_b V (note "Overlap";
+# SPARSE_DEFAULT_RULE's variant over bf16, the producer warpgroup as PAIR_FILL_VARIANT)
 OVERLAP_VARIANT = "seesaw_overlap"
-# "seesaw_pairmax" / "seesaw_overlap_pairmax": the pair fill (and the overlap) with FlashMLA's handshakes of a pair's
-# maxima (note "Pair max"; opt-in, the producer warpgroup as PAIR_FILL_VARIANT)
-PAIR_MAX_VARIANT = "seesaw_pairmax"
-OVERLAP_PAIR_MAX_VARIANT = "seesaw_overlap_pairmax"
-# "seesaw_overlap_pfence": the overlap with the gather ring's proxy fence on the producer's side (note "Producer fence";
-# opt-in, the producer warpgroup as PAIR_FILL_VARIANT)
-PFENCE_VARIANT = "seesaw_overlap_pfence"
-PAIR_FILL_VARIANTS = (PAIR_FILL_VARIANT, OVERLAP_VARIANT, PAIR_MAX_VARIANT, OVERLAP_PAIR_MAX_VARIANT,
-                      PFENCE_VARIANT)  # (producer_warps=4)
+# (the pair fill's "seesaw_pairmax", "seesaw_overlap_pairmax" and "seesaw_overlap_pfence" were timed and rejected:
+# notes/RESULTS.md [R-mla-sparse-pairmax-timed], [R-mla-sparse-pfence])
+PAIR_FILL_VARIANTS = (PAIR_FILL_VARIANT, OVERLAP_VARIANT)  # (producer_warps=4)
 SPARSE_VARIANTS = {"default": {}, TILE_VARIANT: {}, SEESAW_VARIANT: {"seesaw": True},
                    PAIR_FILL_VARIANT: {"seesaw": True, "pair_fill": True},
-                   OVERLAP_VARIANT: {"seesaw": True, "pair_fill": True, "overlap_s": True},
-                   PAIR_MAX_VARIANT: {"seesaw": True, "pair_fill": True, "pair_max": True},
-                   OVERLAP_PAIR_MAX_VARIANT: {"seesaw": True, "pair_fill": True, "overlap_s": True, "pair_max": True},
-                   PFENCE_VARIANT: {"seesaw": True, "pair_fill": True, "overlap_s": True, "producer_fence": True}}
+                   OVERLAP_VARIANT: {"seesaw": True, "pair_fill": True, "overlap_s": True}}
 # Note "Pair fill" (pair_fill=True; attention_mla_sparse_seesaw_sm90's note of that name; FlashMLA's sm90 sparse
 # prefill, phase1.cuh): the producer warpgroup fills a pair (a = j, b = j + 1) of tiles half by half in the
 # order its readers need them, a's columns 0..255, b's 256..575, a's 256..575, b's 0..255 (FlashMLA: V0L, V1R,
 # V0R, V1L), and warpgroup 1 issues S_b over b's second half first; it waits for a's half 256..575 (its V and
 # P_a) only after S_b, so the two warpgroups' S GEMMs start one half apart rather than a whole tile.
-# Note "Overlap" (overlap_s=True, OVERLAP_VARIANT, opt-in; attention_mla_sparse_seesaw_sm90's note of that name): on
+# Note "Overlap" (overlap_s=True, OVERLAP_VARIANT; attention_mla_sparse_seesaw_sm90's note of that name): on
 # the pair fill, warpgroup 0 issues the next pair's S_a right after its P_b V, before that P V retires (FlashMLA's
 # warpgroup 0 order), rather than retiring P_b V and releasing b before the next pair's S_a.
-# Note "Pair max" (pair_max=True, PAIR_MAX_VARIANT / OVERLAP_PAIR_MAX_VARIANT, opt-in; attention_mla_sparse_seesaw_sm90's
-# note of that name): on the pair fill (with or without the overlap), warpgroup 1 gets m_a before its softmax and
-# warpgroup 0 hands over P_a rescaled to the pair's max (float32 P_a times exp2(m_a - m_b), rounded once), so
-# warpgroup 1 rescales O once and issues P_b V_b and P_a V_a back to back (FlashMLA's order).
-# Note "Producer fence" (producer_fence=True, PFENCE_VARIANT, opt-in; attention_mla_sparse_seesaw_sm90's note of that
-# name): the gather's cp.asyncs are generic-proxy writes the consumers' wgmmas read through the async proxy. By default
-# each thread's copies arrive on the half's full barrier by cp.async.mbarrier.arrive and every consumer warpgroup runs
-# fence.proxy.async after each ring wait. With producer_fence each producer thread closes a half's copies into a
-# cp.async group, waits for the half before (cp.async.wait_group 1: the half just issued stays in flight; the pair's
-# last two at its end), fences (fence.proxy.async.shared::cta) and arrives (its ordinary release arrive, the count
-# unchanged: PRODUCER_THREADS); the consumers' ring waits drop their fence (the fences of their own P stores stay).
-# This is the writer-side order of the PTX memory model: generic writes, the writer's proxy fence, release, acquire,
-# async-proxy reads.
 
 # SPARSE_DEFAULT_RULE, what a call runs with neither knob set (FA4MLIR_MLA_SPARSE_VARIANT, _PRODUCER unset or
 # "default"; each knob, when set, replaces its half): kv dtype -> (SPARSE_VARIANTS name, PRODUCER_VARIANTS name).
@@ -320,13 +285,10 @@ def sparse_variant(cfg, name: str = "default"):
             name = SPARSE_DECODE_DEFAULT_RULE.get(cfg.dtype, SPARSE_DEFAULT)[0]
         if name in PAIR_FILL_VARIANTS and cfg.producer_warps != 4:
             name = SEESAW_VARIANT
-    out = replace(cfg, **{"seesaw": False, "pair_fill": False, "overlap_s": False, "pair_max": False,
-                          "producer_fence": False, **SPARSE_VARIANTS[name]})
+    out = replace(cfg, **{"seesaw": False, "pair_fill": False, "overlap_s": False, **SPARSE_VARIANTS[name]})
     _check_seesaw(out)
     check_pair_fill(out)
     check_overlap(out)
-    check_pair_max(out)
-    check_producer_fence(out)
     return out
 
 
@@ -337,7 +299,7 @@ def check_pair_fill(cfg) -> None:
     if cfg.pair_fill and not (cfg.seesaw and cfg.producer_warps == 4 and not cfg.fp8):
         raise ConfigError(f"pair_fill=True (variant {PAIR_FILL_VARIANT!r}) orders the producer warpgroup's half stages "
                           f"for the seesaw over a 16-bit kv: it needs seesaw=True, producer_warps=4 (the producer "
-                          f"'warpgroup' or 'warpgroup_l2') and kv_dtype \"\"; got seesaw={cfg.seesaw}, "
+                          f"'warpgroup') and kv_dtype \"\"; got seesaw={cfg.seesaw}, "
                           f"producer_warps={cfg.producer_warps}, kv_dtype={cfg.kv_dtype!r}")
 
 
@@ -348,25 +310,6 @@ def check_overlap(cfg) -> None:
     if cfg.overlap_s and not cfg.pair_fill:
         raise ConfigError(f"overlap_s=True (variant {OVERLAP_VARIANT!r}) is built on the pair fill: it needs "
                           f"pair_fill=True (seesaw=True, producer_warps=4, a 16-bit kv)")
-
-
-def check_pair_max(cfg) -> None:
-    """pair_max (note "Pair max"): a bool, set only on the pair fill (with or without overlap_s)."""
-    if not isinstance(cfg.pair_max, bool):
-        raise ConfigError(f"pair_max must be a bool, got {cfg.pair_max!r}")
-    if cfg.pair_max and not cfg.pair_fill:
-        raise ConfigError(f"pair_max=True (variant {PAIR_MAX_VARIANT!r}) is built on the pair fill: it needs "
-                          f"pair_fill=True (seesaw=True, producer_warps=4, a 16-bit kv)")
-
-
-def check_producer_fence(cfg) -> None:
-    """producer_fence (note "Producer fence"): a bool, set only on the pair fill (the producer warpgroup's fill)."""
-    if not isinstance(cfg.producer_fence, bool):
-        raise ConfigError(f"producer_fence must be a bool, got {cfg.producer_fence!r}")
-    if cfg.producer_fence and not cfg.pair_fill:
-        raise ConfigError(f"producer_fence=True (variant {PFENCE_VARIANT!r}) moves the gather ring's proxy fence into "
-                          f"the pair fill's producer warpgroup: it needs pair_fill=True (seesaw=True, producer_warps=4, "
-                          f"a 16-bit kv)")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -450,9 +393,6 @@ def flops(s_q: int, heads: int, topk: int, topk_length=None) -> int:
 # tile, 128 producer arrivals); the consumer warpgroups (setmaxnreg CONVERTER_MMA_REGS) run the 16-bit
 # kernel's tile step on the other tile. SMEM: Q 72 KiB + 2 x 72 KiB tiles + the exchange (9 KiB) + two
 # bias slots (0.5 KiB) + q_slot + 4 mbarriers = 230,960 of 232,448 bytes: two full 64-row tiles fit.
-# With converter_prefetch (FP8_DECODE_VARIANTS' "prefetch", opt-in) the same plan and budgets; only the
-# converter's loop differs (attention_mla_sparse_prefetch_sm90, note "FP8 converter prefetch": each row's loads
-# two trips ahead in registers, the rope by cp.async into the tile).
 
 DECODE_KERNEL = "attention_mla_sparse_decode_sm90"
 DECODE_DTYPES = ("bf16", "f16")
@@ -469,27 +409,18 @@ class MLASparseDecodeConfig:
     fp8_converter: bool = False     # fp8 only: the converter warpgroup (note "FP8 converter plan"; the host's
                                     # default by FP8_DECODE_DEFAULT_RULE, fp8_decode_variant)
     producer_warps: int = 1         # 16-bit cache: 1 the gather warp, 4 the producer warpgroup (MLASparseConfig's)
-    l2_hints: bool = False          # producer_warps=4: the copies' L2 hints (MLASparseConfig's)
     seesaw: bool = False            # MLASparseConfig.seesaw's tile step (SPARSE_VARIANTS): 16-bit kv, or fp8 with
                                     # fp8_converter and no split
     pair_fill: bool = False         # MLASparseConfig.pair_fill's fill order (seesaw, producer_warps=4, 16-bit kv)
     overlap_s: bool = False         # MLASparseConfig.overlap_s's (pair_fill; OVERLAP_VARIANT, opt-in)
-    pair_max: bool = False          # MLASparseConfig.pair_max's (pair_fill; PAIR_MAX_VARIANT, opt-in)
-    producer_fence: bool = False    # MLASparseConfig.producer_fence's (pair_fill; PFENCE_VARIANT, opt-in)
-    converter_prefetch: bool = False  # fp8_converter only: the converter's rolling prefetch (note "FP8 converter
-                                      # prefetch"; FP8_DECODE_VARIANTS' "prefetch", opt-in)
     crossover: bool = False         # fp8_converter only: FlashMLA's crossover, the two 64-head CTAs of a token as a
                                     # cluster of 2, each converting half of every tile into both (h_q a multiple of
                                     # 128; attention_mla_sparse_crossover_sm90; FP8_DECODE_VARIANTS' "crossover")
     crossover_lean: bool = False    # crossover only: the consumers' release into the peer at CTA scope (its note
                                     # "Lean hand-off"; FP8_DECODE_VARIANTS' "crossover_lean", opt-in)
-    crossover_ahead: bool = False   # crossover_lean only: also the converter's indices a tile ahead (note "Lean
-                                    # hand-off"; FP8_DECODE_VARIANTS' "crossover_ahead", opt-in)
     crossover_stasync: bool = False  # crossover_lean only: the converter hands the peer's half over by st.async
-                                    # onto a ready barrier (note "st.async hand-off"; "crossover_stasync", opt-in;
-                                    # with crossover_ahead: "crossover_ahead_stasync")
-    load_hints: bool = False        # crossover only: the converter's row loads with FlashMLA's cache hints (the
-                                    # crossover module's note "Load hints"; "crossover_stasync_hint", opt-in)
+                                    # onto a ready barrier (note "st.async hand-off"; "crossover_stasync",
+                                    # FP8_DECODE_CROSSOVER_RULE's)
 
     @property
     def fp8(self) -> bool:
@@ -538,8 +469,7 @@ class MLASparseDecodeConfig:
     def smem_bytes(self) -> int:
         if self.fp8_converter:      # the 16-bit kernel's plan: Q, two bf16 tiles, their biases (no row table)
             return MLASparseConfig().smem_bytes() - self.rows_bytes()
-        return MLASparseConfig(kv_dtype=self.kv_dtype, producer_warps=self.producer_warps,
-                               l2_hints=self.l2_hints).smem_bytes()
+        return MLASparseConfig(kv_dtype=self.kv_dtype, producer_warps=self.producer_warps).smem_bytes()
 
     def validate(self) -> "MLASparseDecodeConfig":
         check_fields(self, {"dtype": DECODE_DTYPES, "kv_dtype": KV_DTYPES, "producer_warps": PRODUCER_WARPS})
@@ -557,45 +487,25 @@ class MLASparseDecodeConfig:
             raise ConfigError(f"fp8_converter must be a bool, got {self.fp8_converter!r}")
         if self.fp8_converter and not self.fp8:
             raise ConfigError("fp8_converter=True dequantizes FlashMLA's FP8 cache: it needs kv_dtype=\"fp8\"")
-        if not isinstance(self.converter_prefetch, bool):
-            raise ConfigError(f"converter_prefetch must be a bool, got {self.converter_prefetch!r}")
-        if self.converter_prefetch and not self.fp8_converter:
-            raise ConfigError("converter_prefetch=True is the converter warpgroup's schedule: it needs "
-                              "fp8_converter=True (kv_dtype=\"fp8\")")
-        if self.converter_prefetch and self.seesaw:
-            raise ConfigError("converter_prefetch=True is built with the tile step, not seesaw=True (its converter "
-                              "spilled there: note \"FP8 converter prefetch\")")
         if not isinstance(self.crossover, bool):
             raise ConfigError(f"crossover must be a bool, got {self.crossover!r}")
-        if self.crossover and (not self.fp8_converter or self.converter_prefetch or self.seesaw):
+        if self.crossover and (not self.fp8_converter or self.seesaw):
             raise ConfigError("crossover=True is the converter warpgroup's cluster of two CTAs: it needs "
-                              "fp8_converter=True, no converter_prefetch and no seesaw")
+                              "fp8_converter=True and no seesaw")
         if not isinstance(self.crossover_lean, bool):
             raise ConfigError(f"crossover_lean must be a bool, got {self.crossover_lean!r}")
         if self.crossover_lean and not self.crossover:
             raise ConfigError("crossover_lean=True is the crossover's hand-off (note \"Lean hand-off\"): it needs "
                               "crossover=True")
-        if not isinstance(self.crossover_ahead, bool):
-            raise ConfigError(f"crossover_ahead must be a bool, got {self.crossover_ahead!r}")
-        if self.crossover_ahead and not self.crossover_lean:
-            raise ConfigError("crossover_ahead=True is built on the lean hand-off (note \"Lean hand-off\"): it needs "
-                              "crossover_lean=True")
         if not isinstance(self.crossover_stasync, bool):
             raise ConfigError(f"crossover_stasync must be a bool, got {self.crossover_stasync!r}")
         if self.crossover_stasync and not self.crossover_lean:
             raise ConfigError("crossover_stasync=True is built on the lean hand-off (note \"st.async hand-off\"): it "
-                              "needs crossover_lean=True (crossover_ahead on top of it or not)")
-        if not isinstance(self.load_hints, bool):
-            raise ConfigError(f"load_hints must be a bool, got {self.load_hints!r}")
-        if self.load_hints and not self.crossover:
-            raise ConfigError("load_hints=True hints the crossover converter's row loads (note \"Load hints\"): it "
-                              "needs crossover=True")
+                              "needs crossover_lean=True")
         check_producer(self)
         _check_seesaw(self)
         check_pair_fill(self)
         check_overlap(self)
-        check_pair_max(self)
-        check_producer_fence(self)
         if self.smem_bytes() > SMEM_LIMIT:
             raise ConfigError(f"sparse MLA decode needs {self.smem_bytes()} bytes of SMEM (> {SMEM_LIMIT})")
         fits, need, pool = register_pool_fits(self.threads, *self.regs, CONSUMERS)
@@ -609,21 +519,16 @@ class MLASparseDecodeConfig:
 
     def name(self) -> str:
         return (f"{DECODE_KERNEL}_{self.dtype}{'_fp8' if self.fp8 else ''}{'_conv' if self.fp8_converter else ''}"
-                f"{'_pf' if self.converter_prefetch else ''}{'_xo' if self.crossover else ''}"
-                f"{'_lean' if self.crossover_lean else ''}{'_ahead' if self.crossover_ahead else ''}"
-                f"{'_stasync' if self.crossover_stasync else ''}{'_hint' if self.load_hints else ''}"
-                f"{'_pwg' if self.producer_warps == 4 else ''}{'_l2' if self.l2_hints else ''}"
+                f"{'_xo' if self.crossover else ''}{'_lean' if self.crossover_lean else ''}"
+                f"{'_stasync' if self.crossover_stasync else ''}{'_pwg' if self.producer_warps == 4 else ''}"
                 f"{'_topklen' if self.topk_length else ''}{'_split' if self.split else ''}"
                 f"{'_seesaw' if self.seesaw else ''}{'_pairfill' if self.pair_fill else ''}"
-                f"{'_overlap' if self.overlap_s else ''}{'_pairmax' if self.pair_max else ''}"
-                f"{'_pfence' if self.producer_fence else ''}")
+                f"{'_overlap' if self.overlap_s else ''}")
 
 
-DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", "producer_warps", "l2_hints", "seesaw",
-                                                               "pair_fill", "converter_prefetch",
-                                                               "crossover", "crossover_lean", "crossover_ahead",
-                                                               "crossover_stasync", "load_hints",
-                                                               "overlap_s", "pair_max", "producer_fence"))
+DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", "producer_warps", "seesaw",
+                                                               "pair_fill", "crossover", "crossover_lean",
+                                                               "crossover_stasync", "overlap_s"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -632,9 +537,8 @@ DECODE_VARIANT_FIELDS = field_defaults(MLASparseDecodeConfig, ("fp8_converter", 
 
 # The FP8 variant table: kernels/common/mla_sparse_fp8_variants.py (re-exported)
 from .common.mla_sparse_fp8_variants import (  # noqa: F401, E402
-    AHEAD_STASYNC_VARIANT, AHEAD_VARIANT, CLUSTER_VARIANTS, CROSSOVER_VARIANT, FP8_DECODE_PAIR_VARIANTS,
-    FP8_DECODE_VARIANT_ENV, FP8_DECODE_VARIANTS, FP8_PAIR_CALLS, FP8_VARIANT_FIELDS, HINT_VARIANT, LEAN_VARIANT,
-    PREFETCH_VARIANT, STASYNC_VARIANT, fp8_decode_variant_name)
+    CLUSTER_VARIANTS, CROSSOVER_VARIANT, FP8_DECODE_VARIANT_ENV, FP8_DECODE_VARIANTS, FP8_VARIANT_FIELDS, LEAN_VARIANT,
+    STASYNC_VARIANT, fp8_decode_variant_name)
 
 # FP8_DECODE_DEFAULT_RULE, the FP8 sparse decode kernel a call runs when no variant is named
 # ([D-mla-sparse-fp8-default]): the converter wherever it is built, which is every FP8 sparse decode kernel
@@ -664,7 +568,7 @@ def fp8_decode_default_variant(cfg: MLASparseDecodeConfig) -> str:
 # plain converter), the rule's converter runs over the cluster as "crossover_stasync" (the crossover with CTA-scope
 # peer releases and the peer's half written by st.async onto its full barrier): nvidia-h200, bench mla's
 # mla_sparse_decode_fp8 (B64, s_q 2, 128 heads, topk 2048), two runs in one process: 272.3 / 272.6 TFLOP/s against
-# the crossover's 231.9 / 231.1 (and crossover_ahead's 245.6 / 245.5), out and lse bit-identical to the crossover's
+# the crossover's 231.9 / 231.1, out and lse bit-identical to the crossover's
 # on the GPU tests. Before it the rule ran "crossover": 232.5 against the plain converter's 211.4.
 FP8_DECODE_CROSSOVER_RULE = STASYNC_VARIANT
 
@@ -757,5 +661,4 @@ __all__ = ["fp8_plan", "SPARSE_DECODE_DEFAULT_RULE", "KERNEL", "DTYPES", "D_QK",
            "DECODE_OUTPUTS", "DECODE_SPLIT_OUTPUTS", "DECODE_SCALARS", "DECODE_FP8_SCALARS", "KV_DTYPES", "FP8_DTYPE",
            "FP8_ROW_BYTES", "decode_launch_args", "decode_grid", "head_blocks",
            "split_range", "SEESAW_VARIANT", "SPARSE_VARIANTS", "SPARSE_VARIANT_ENV", "sparse_variant",
-           "PAIR_FILL_VARIANT", "check_pair_fill", "OVERLAP_VARIANT", "check_overlap", "PAIR_MAX_VARIANT",
-           "OVERLAP_PAIR_MAX_VARIANT", "PAIR_FILL_VARIANTS", "check_pair_max", "PFENCE_VARIANT", "check_producer_fence"]
+           "PAIR_FILL_VARIANT", "check_pair_fill", "OVERLAP_VARIANT", "check_overlap", "PAIR_FILL_VARIANTS"]

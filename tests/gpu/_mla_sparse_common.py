@@ -1,5 +1,5 @@
 """Scaffolding the sm_90 sparse MLA GPU tests share (test_mla_sparse_gpu.py, _decode_gpu.py, _pwg_gpu.py,
-_seesaw_gpu.py, _pairfill_gpu.py, _overlap_gpu.py, _pairmax_gpu.py, _decode_fp8_conv_gpu.py): the seeded
+_seesaw_gpu.py, _pairfill_gpu.py, _overlap_gpu.py, _decode_fp8_conv_gpu.py): the seeded
 topk_length and attn_sink inputs, one prefill call's inputs (test_mla_sparse_gpu.py's _case) and one decode
 call's (test_mla_sparse_decode_gpu.py's _case, splits forced), and one variant's run (its knobs set, called
 twice, the same bits both times)."""

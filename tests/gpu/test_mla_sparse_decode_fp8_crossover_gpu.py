@@ -46,13 +46,12 @@ def test_crossover_matches_reference_and_the_default_converter(torch, monkeypatc
     assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
 
 
-@pytest.mark.parametrize("variant", ["crossover_lean", "crossover_ahead", "crossover_stasync",
-                                     "crossover_ahead_stasync"])
+@pytest.mark.parametrize("variant", ["crossover_lean", "crossover_stasync"])
 @pytest.mark.parametrize("batch,seqlen_q,heads,topk,pages,page,with_lengths,splits,padded", XO_CASES)
 def test_lean_hand_offs_give_the_crossovers_bits(torch, monkeypatch, variant, batch, seqlen_q, heads, topk, pages,
                                                  page, with_lengths, splits, padded):
-    """The FP8 variants of attention_mla_sparse_crossover_sm90's notes "Lean hand-off" and "st.async hand-off" (and
-    both, crossover_ahead_stasync): the crossover's out and lse bits, and the FA rule."""
+    """The FP8 variants of attention_mla_sparse_crossover_sm90's notes "Lean hand-off" and "st.async hand-off": the
+    crossover's out and lse bits, and the FA rule."""
     from fa4mlir import flash_mla_with_kvcache
     from fa4mlir.attention.mla_sparse_decode import VARIANT_ENV
     q, cache, idx, qc, cc, ic, meta, num_splits, lens, kw = fp8_call(torch, batch, seqlen_q, heads, topk, pages, page,
@@ -61,8 +60,7 @@ def test_lean_hand_offs_give_the_crossovers_bits(torch, monkeypatch, variant, ba
     ref_out, ref_lse = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
     monkeypatch.setenv(VARIANT_ENV, variant)
     ran = _runs(torch, qc, cc, ic, meta, num_splits, kw)
-    assert ran.crossover_lean and ran.crossover_ahead == (variant in ("crossover_ahead", "crossover_ahead_stasync"))
-    assert ran.crossover_stasync == (variant in ("crossover_stasync", "crossover_ahead_stasync"))
+    assert ran.crossover_lean and ran.crossover_stasync == (variant == "crossover_stasync")
     out, lse = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
     torch.cuda.synchronize()
     _check(torch, q, cache, idx, out, lse, None if lens is None else lens.numpy())

@@ -3,8 +3,7 @@ attention_mla_sparse_sm90's note "Producer warpgroup") on an sm_90 GPU with the 
 built with `--set mla`, `--set gpu-tests` or `--set bench`): flash_mla_sparse_fwd on test_mla_sparse_gpu.py's
 bf16 cases and flash_mla_with_kvcache with indices on test_mla_sparse_decode_gpu.py's bf16 shapes, by the FA rule
 against the float64 reference (testing_mla.check_mla_sparse / check_mla_sparse_decode), the same bits on a
-second call, and the same bits as the default kernel (both variants: warpgroup, and warpgroup_l2 with the L2
-hints) (the variant changes only who copies the rows and when
+second call, and the same bits as the default kernel (the variant changes only who copies the rows and when
 the consumers wait for them: the same wgmmas in the same order on the same tiles). The kernels are
 kernel_sets.mla()'s (tests/test_mla_sparse_pwg.py compiles them deviceless and runs them in the interpreter).
 """
@@ -26,10 +25,9 @@ def torch(bundle, require_arch):
     return pytest.importorskip("torch")
 
 
-@pytest.mark.parametrize("producer", ["warpgroup", "warpgroup_l2"])
 @pytest.mark.parametrize("s_q,heads,topk,s_kv,with_lengths,with_sinks,pad_bytes", CASES)
 def test_sparse_prefill_matches_reference_and_the_default(torch, monkeypatch, s_q, heads, topk, s_kv, with_lengths,
-                                                          with_sinks, pad_bytes, producer):
+                                                          with_sinks, pad_bytes):
     from fa4mlir import flash_mla_sparse_fwd
     from fa4mlir.testing_mla import check_mla_sparse
     q, kv_rows, idx = _case(torch, s_q, heads, topk, s_kv, kv_pad=pad_bytes // 2)
@@ -45,7 +43,7 @@ def test_sparse_prefill_matches_reference_and_the_default(torch, monkeypatch, s_
     monkeypatch.setenv(VARIANT_ENV, "tile")      # the tile step: its gather warp against the producer warpgroup
     monkeypatch.setenv(ENV, "warp")
     default = flash_mla_sparse_fwd(*args, **kw)
-    monkeypatch.setenv(ENV, producer)
+    monkeypatch.setenv(ENV, "warpgroup")
     out, max_logits, lse = flash_mla_sparse_fwd(*args, **kw)
     again = flash_mla_sparse_fwd(*args, **kw)
     torch.cuda.synchronize()
@@ -57,11 +55,10 @@ def test_sparse_prefill_matches_reference_and_the_default(torch, monkeypatch, s_
         assert torch.equal(x, y)
 
 
-@pytest.mark.parametrize("producer", ["warpgroup", "warpgroup_l2"])
 @pytest.mark.parametrize("batch,seqlen_q,heads,topk,pages,page,dtype,with_lengths,splits",
                          [c[:9] for c in SHAPES if c[6] == "bf16"])
 def test_sparse_decode_matches_reference_and_the_default(torch, monkeypatch, batch, seqlen_q, heads, topk, pages, page,
-                                                         dtype, with_lengths, splits, producer):
+                                                         dtype, with_lengths, splits):
     from fa4mlir import flash_mla_with_kvcache, get_mla_metadata
     q, cache, idx = _decode_case(torch, batch, seqlen_q, heads, topk, pages, page, dtype)
     qc, cc, ic = q.cuda(), cache.cuda(), torch.from_numpy(idx).cuda()
@@ -77,7 +74,7 @@ def test_sparse_decode_matches_reference_and_the_default(torch, monkeypatch, bat
     monkeypatch.setenv(VARIANT_ENV, "tile")      # the tile step: its gather warp against the producer warpgroup
     monkeypatch.setenv(ENV, "warp")
     default = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
-    monkeypatch.setenv(ENV, producer)
+    monkeypatch.setenv(ENV, "warpgroup")
     out, lse = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
     again = flash_mla_with_kvcache(qc, cc, None, None, 512, meta, num_splits, **kw)
     torch.cuda.synchronize()

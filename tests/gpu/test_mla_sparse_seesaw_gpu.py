@@ -6,7 +6,7 @@ decode over a bf16 cache (flash_mla_with_kvcache(indices=...); one split, and th
 FlashMLA's FP8 cache (the converter kernel, one split; checked over the dequantized rows), each
 by the FA rule against the float64 reference (fa4mlir.testing_mla), its max error within 1.5x the default
 kernel's on the same inputs (+ a small atol), the same bits for the same inputs. The 16-bit cases also with
-the producer warpgroup (FA4MLIR_MLA_SPARSE_PRODUCER=warpgroup / warpgroup_l2: FlashMLA's whole recipe), the
+the producer warpgroup (FA4MLIR_MLA_SPARSE_PRODUCER=warpgroup: FlashMLA's whole recipe), the
 same bits as the seesaw with the gather warp (the same wgmmas in the same order). Needs a bundle of the
 `mla-sparse-variants` set (or `gpu-tests`); a bundle without the variant is a BundleError naming it.
 """
@@ -17,7 +17,7 @@ from tests.gpu.test_mla_sparse_gpu import torch  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.gpu
 
-PRODUCERS = ("warp", "warpgroup", "warpgroup_l2")
+PRODUCERS = ("warp", "warpgroup")
 
 PREFILL = [  # s_q, heads, topk, s_kv, topk_length and sinks (the set's two prefill kernels)
     (9, 64, 128, 300, False),

@@ -45,10 +45,6 @@ class Tiles:
                             pairs_ahead, and s_next(cs, sa, sb, o) issues S of the next pair's tile a (state sa)
                             while P_b V (o, in flight) runs, retires that P V, releases tile b (state sb) where
                             step0 would and returns (S retired, O retired)
-        pair_max            False; True (the sparse seesaw's note "Pair max", with pair_fill): a pair's m_a goes to
-                            warpgroup 1 before its softmax (bar_ma, a third handshake), warpgroup 0 hands over P_a
-                            rescaled to the pair's max m_b (bar_pa, after bar_pb), and warpgroup 1 rescales O once
-                            and issues P_b V_b and P_a V_a back to back (_own_pv_max, _take_b_max, _step1_max)
         mask(cs, j, st)     a map of this thread's S values of tile j (None: every key seen)
         zero_tail(cs, tile, j, w)   V rows of tile j no key may read, zeroed in warpgroup w's columns
     """
@@ -56,9 +52,6 @@ class Tiles:
     bar_pa = bar_pb = None
     pair_fill = False
     overlap_s = False
-    pair_max = False
-    bar_ma = None       # pair_max: mma0 -> mma1, m_a
-    pa_retire_late = False  # pair_max: mma0 retires P_a V_a after P_a' is out, not before bar_pb (_take_b_max)
 
     def zero_tail(self, cs, tile, j: Value, w: int):
         pass
@@ -116,11 +109,10 @@ def load_m(cs, m_at: int) -> list:
 
 
 def publish(cs, m_at: int, m, frags, tile, barrier: int):
-    """m (this thread's rows; None: none) and P's fragments into SMEM (note "P in the rope columns"), fenced,
-    then arrive on `barrier` (the other warpgroup syncs on it)."""
+    """m (this thread's rows) and P's fragments into SMEM (note "P in the rope columns"), fenced, then arrive on
+    `barrier` (the other warpgroup syncs on it)."""
     kb = cs.kb
-    if m is not None:
-        store_m(cs, m_at, m)
+    store_m(cs, m_at, m)
     for k, f in enumerate(frags):
         kb.store(f, kb.gep(tile, P_AT + (k * 128 + cs.t) * 16, "i8"), align=16)
     kb.fence("async_smem")
@@ -128,11 +120,10 @@ def publish(cs, m_at: int, m, frags, tile, barrier: int):
 
 
 def receive(cs, m_at, tile, barrier: int):
-    """Sync on `barrier`, then the other warpgroup's row maxima (this thread's rows; m_at None: none) and P
-    fragments."""
+    """Sync on `barrier`, then the other warpgroup's row maxima (this thread's rows) and P fragments."""
     kb = cs.kb
     kb.named_barrier(barrier, 256)
-    m = None if m_at is None else load_m(cs, m_at)
+    m = load_m(cs, m_at)
     return m, load_p(cs, tile)
 
 
@@ -203,8 +194,6 @@ def step0(cs, tiles: Tiles, dtype: str, j: Value, carry, masked: bool, pair: boo
     kb = cs.kb
     sa, o, m, l = carry
     s_acc, tile_a = tiles.s(cs, sa)
-    if pair and tiles.pair_max:     # note "Pair max": _pair0_ahead's pair, not ahead
-        return _pair0_ahead(cs, tiles, dtype, j, carry, s_acc, masked, False)[0]
     o, m_a, l = _own_pv(cs, tiles, dtype, j, sa, tile_a, s_acc, o, m, l, masked)
     if not pair:
         o = wait_group(o, pending=0)
@@ -225,12 +214,8 @@ def _pair0_ahead(cs, tiles: Tiles, dtype: str, j: Value, carry, s_acc: Value, ma
     kb = cs.kb
     sa, o, m, l = carry
     tile_a = tiles.tile(cs, sa)
-    if tiles.pair_max:
-        o, m_a, l, p_a = _own_pv_max(cs, tiles, dtype, j, tile_a, s_acc, o, m, l, masked, sa)
-        sb, tile_b, frags_b, o, m_b, l = _take_b_max(cs, tiles, dtype, j, sa, o, m_a, l, p_a, masked)
-    else:
-        o, m_a, l = _own_pv(cs, tiles, dtype, j, sa, tile_a, s_acc, o, m, l, masked)
-        sb, tile_b, frags_b, o, m_b, l = _take_b(cs, tiles, j, sa, o, m_a, l, masked)
+    o, m_a, l = _own_pv(cs, tiles, dtype, j, sa, tile_a, s_acc, o, m, l, masked)
+    sb, tile_b, frags_b, o, m_b, l = _take_b(cs, tiles, j, sa, o, m_a, l, masked)
     o = remote_pv(cs, tile_b, frags_b, o, dtype)
     sn = sb.advance()
     if ahead:
@@ -291,8 +276,6 @@ def step1(cs, tiles: Tiles, dtype: str, j: Value, carry, masked: bool, pair: boo
         with kb.if_(cs.is_leader).then_():
             tiles.release(sa)
         return sa.advance(), o, tuple(m_a), tuple(l)
-    if tiles.pair_max:
-        return _step1_max(cs, tiles, dtype, j, carry, masked)
     sb = sa.advance()
     if tiles.pair_fill:     # S_b's first part waits for less than tile a whole
         s_acc, tile_b = tiles.s_pair_b(cs, sa, sb)
@@ -321,107 +304,6 @@ def step1(cs, tiles: Tiles, dtype: str, j: Value, carry, masked: bool, pair: boo
     if masked:
         tiles.zero_tail(cs, tile_b, j + 1, 1)
     o = wait_group(issue_pv(cs, v_of(cs, tile_b), frags_b, o, dtype), pending=0)
-    with kb.if_(cs.is_leader).then_():
-        tiles.release(sb, b=True)
-    return sb.advance(), o, tuple(m_b), tuple(l)
-
-
-def _own_pv_max(cs, tiles: Tiles, dtype: str, j: Value, tile_a, s_acc: Value, o, m, l, masked: bool, sa):
-    """Note "Pair max", mma0's tile a: m_a published at once (bar_ma; warpgroup 1 needs it before its softmax), P_a
-    kept in float32 (rescaled to m_b later), O and l rescaled to m_a, P_a V_a issued (in flight). Returns (o, m_a,
-    l, P_a)."""
-    s = [s_acc[i] for i in range(cs.n_s)]
-    if masked:
-        s = tiles.mask(cs, j, sa)(s)
-    mx = rowmax(cs, s)
-    upd = [max_update(m[h], mx[h], cs.scale_log2, 0.0) for h in (0, 1)]
-    m_a = [u[0] for u in upd]
-    store_m(cs, M_A_AT, m_a)
-    cs.kb.named_barrier_arrive(tiles.bar_ma, 256)
-    p, sums = probs_f32(cs, s, [u[2] for u in upd])
-    l = [fma(l[h], upd[h][1], sums[h]) for h in (0, 1)]
-    o = scaled(o, [u[1] for u in upd])
-    if masked:
-        tiles.zero_tail(cs, tile_a, j, 0)
-    return issue_pv(cs, v_of(cs, tile_a), frags_of(p, dtype), o, dtype), m_a, l, p
-
-
-def _take_b_max(cs, tiles: Tiles, dtype: str, j: Value, sa, o, m_a, l, p_a, masked: bool):
-    """Note "Pair max", mma0's share of tile b: P_a V_a retired (while warpgroup 1 runs its softmax; P_a's fragments
-    freed); the tile waited for, m_b received (bar_pb) and a's own part released (after bar_pb: the pair fill's
-    producer writes b's biases once both released a's 0..255, mma1's reads of them are before its bar_pb arrival);
-    P_a' = P_a exp2(m_a - m_b) (float32, then 16-bit: rounded once) into tile a's rope columns, published (bar_pa)
-    and a's other part released; P_b's fragments loaded and b's other part released; O and l rescaled to m_b.
-    Tiles.pa_retire_late: P_a V_a retired and a's own part released after P_b's fragments are loaded instead (the
-    sparse seesaw's note "Pair max", registers). Returns _take_b's tuple."""
-    kb = cs.kb
-    late = tiles.pa_retire_late
-    if not late:
-        o = wait_group(o, pending=0)
-    sb = sa.advance()
-    tiles.wait_all(sb)
-    tile_b = tiles.tile(cs, sb)
-    kb.named_barrier(tiles.bar_pb, 256)     # m_b only (receive's sync): P_b's fragments after P_a' is out
-    m_b = load_m(cs, M_B_AT)
-    if not late:
-        with kb.if_(cs.is_leader).then_():
-            tiles.release(sa)
-    down = [max_update(m_a[h], m_b[h], cs.scale_log2, 0.0)[1] for h in (0, 1)]     # exp2(m_a - m_b)
-    tile_a = tiles.tile(cs, sa)     # again: not live across P_a V and bar_pb
-    publish(cs, None, None, frags_of(rescale_p(cs, p_a, down), dtype), tile_a, tiles.bar_pa)
-    tiles.release_other(cs, sa)         # (half stages) S_a retired, P_a' published
-    frags_b = load_p(cs, tile_b)
-    if late:
-        o = wait_group(o, pending=0)
-        with kb.if_(cs.is_leader).then_():
-            tiles.release(sa)
-    tiles.release_other(cs, sb, b=True)     # (pair fill) after a's release: that ring's order
-    o = scaled(o, down)
-    l = [l[h] * down[h] for h in (0, 1)]
-    if masked:
-        tiles.zero_tail(cs, tile_b, j + 1, 0)
-    return sb, tile_b, frags_b, o, m_b, l
-
-
-def rescale_p(cs, p, factor) -> list:
-    """Note "Pair max": this thread's float32 P values times its rows' factors (P_a' = P_a exp2(m_a - m_b), still
-    float32: frags_of rounds it once)."""
-    return [p[i] * factor[acc_row(i)] for i in range(cs.n_s)]
-
-
-def _step1_max(cs, tiles: Tiles, dtype: str, j: Value, carry, masked: bool):
-    """Note "Pair max", mma1's pair: S_b (s_pair_b), m_a received (bar_ma), m_b = max(m_a, rowmax S_b), P_b and m_b
-    published (bar_pb); O_1 and l_1 rescaled once, exp2(m - m_b); P_b V_b issued, then (bar_pa) P_a' V_a issued
-    behind it, no wgmma wait between; both retired, then a's and b's parts released (each ring in order)."""
-    kb = cs.kb
-    sa, o, m, l = carry
-    sb = sa.advance()
-    s_acc, tile_b = tiles.s_pair_b(cs, sa, sb)
-    s = [s_acc[i] for i in range(cs.n_s)]
-    if masked:
-        s = tiles.mask(cs, j + 1, sb)(s)
-    mx = rowmax(cs, s)
-    kb.named_barrier(tiles.bar_ma, 256)
-    m_a = load_m(cs, M_A_AT)
-    upd = [max_update(m_a[h], mx[h], cs.scale_log2, 0.0) for h in (0, 1)]
-    m_b = [u[0] for u in upd]
-    frags_b, sums = probs(cs, s, [u[2] for u in upd], dtype)
-    publish(cs, M_B_AT, m_b, frags_b, tile_b, tiles.bar_pb)
-    alpha = [max_update(m[h], m_b[h], cs.scale_log2, 0.0)[1] for h in (0, 1)]      # exp2(m - m_b): the one rescale
-    o = scaled(o, alpha)
-    l = [fma(l[h], alpha[h], sums[h]) for h in (0, 1)]
-    if masked:
-        tiles.zero_tail(cs, tile_b, j + 1, 1)
-    o = issue_pv(cs, v_of(cs, tile_b), frags_b, o, dtype)          # P_b V_b, in flight
-    tile_a = tiles.tile(cs, sa)
-    kb.named_barrier(tiles.bar_pa, 256)
-    frags_a = load_p(cs, tile_a)
-    if masked:
-        tiles.zero_tail(cs, tile_a, j, 1)
-    o = wait_group(remote_pv(cs, tile_a, frags_a, o, dtype), pending=0)    # P_a' V_a behind it; both retired
-    with kb.if_(cs.is_leader).then_():
-        tiles.release(sa)
-    tiles.release_other(cs, sb, b=True)
     with kb.if_(cs.is_leader).then_():
         tiles.release(sb, b=True)
     return sb.advance(), o, tuple(m_b), tuple(l)
@@ -462,5 +344,5 @@ def totals(cs, l) -> list:
 
 
 __all__ = ["Tiles", "M_A_AT", "M_B_AT", "SUM_AT", "X_BYTES", "P_AT", "P_STEPS", "rowmax", "probs", "probs_f32", "frags_of",
-           "store_m", "load_m", "publish", "receive", "load_p", "rescale_p",
+           "store_m", "load_m", "publish", "receive", "load_p",
            "remote_pv", "v_of", "scaled", "step0", "step1", "pairs_ahead", "run", "initial", "totals"]
