@@ -4,7 +4,7 @@ the GPU machine from a bundle: FA4MLIR_BUNDLE=bundle PYTHONPATH=. python3 bench/
 decode_bench's shapes (B 64, 32 query heads over 8 KV heads, D 128, seqlen_q 1, bf16 q), uniform lengths
 8192 or decode_paged's ragged ones (seed 7, [1024, 16384]), contiguous or pages of 16, bf16 or e4m3 with
 per-KV-head scales, num_splits default / 1 / 4 / 8; triton do_bench median (no L2 flush), Gtok/s =
-cached tokens per second. notes/RESULTS.md [D-decode-chunk-splits] cites its first run.
+cached tokens per second. notes/RESULTS.md [R-decode-chunk-splits] cites its first run.
 """
 import torch
 import triton
