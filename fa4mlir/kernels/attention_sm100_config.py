@@ -730,7 +730,8 @@ def code_shape(cfg: FA4Config) -> tuple:
 
 
 def supported_configs() -> list[FA4Config]:
-    """One config of every code shape in the supported space (see FA4Config.supported()): what the
+    """One config of every code shape in the supported space (see FA4Config.supported()), the shipped one where
+    configs() has that shape (the sweep's compile of it is the one the shipped checks read): what the
     deviceless test compiles to prove that every supported config builds with 0 spills."""
     out = []
     for dtype in DTYPES:
@@ -746,8 +747,6 @@ def supported_configs() -> list[FA4Config]:
                                             exp2_poly_stride=stride)
                             if cfg.supported()[0]:
                                 out.append(cfg)
-    # a shipped config stands for its code shape (the same instructions): the sweep's compile of it is the one
-    # tests/test_attention_sm100.py checks as shipped, not a second compile of the same kernel name
     shipped = {code_shape(c): c for c in configs()}
     return [shipped.get(code_shape(c), c) for c in out]
 
